@@ -1,0 +1,11 @@
+"""tiny-runtime-qcom: the ``QCOM`` device (KGSL ioctls, Adreno) and the ``CL`` device (OpenCL); later ``MOCK+QCOM``.
+
+Not implemented yet: the descriptors register the devices so that they are listed by ``python -m tiny_uop.plugins``,
+and opening either raises a RuntimeError that says why. Importing this module is cheap and imports no driver code.
+"""
+from tiny_uop.plugins import DevicePlugin
+
+__all__ = ["QCOM_PLUGIN", "CL_PLUGIN"]
+
+QCOM_PLUGIN = DevicePlugin("QCOM", "tiny_runtime_qcom.device:QCOMDevice", priority=30)
+CL_PLUGIN = DevicePlugin("CL", "tiny_runtime_qcom.device:CLDevice", priority=40)

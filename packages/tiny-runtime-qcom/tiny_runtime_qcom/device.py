@@ -1,0 +1,42 @@
+"""The QCOM and CL devices: placeholders until the drivers land.
+
+Opening either always raises a RuntimeError that says what is missing, so the registry reports the device as
+unavailable with that reason and other devices keep working.
+"""
+from __future__ import annotations
+
+import ctypes.util
+import os
+
+from tiny_uop.target import Target
+
+KGSL_PATH = "/dev/kgsl-3d0"
+
+
+def _check_interface(device: str, name: str) -> None:
+  target = Target.parse(device)
+  if target.interface == "MOCK":
+    raise RuntimeError(f"{device}: the mock {name} driver is not implemented yet in tiny-runtime-qcom")
+  if target.interface is not None:
+    raise RuntimeError(f"{device}: unknown interface {target.interface!r} for {name}; valid: none or MOCK")
+
+
+class QCOMDevice:
+  """``QCOM`` (KGSL ioctls, Adreno). Not implemented: the constructor raises RuntimeError with the reason."""
+
+  def __init__(self, device: str):
+    _check_interface(device, "QCOM")
+    if not os.path.exists(KGSL_PATH):
+      raise RuntimeError(f"{KGSL_PATH} not found: no Adreno GPU on this machine (DEV=MOCK+QCOM is the planned mock)")
+    raise RuntimeError(f"{KGSL_PATH} exists, but the QCOM driver is not implemented yet in tiny-runtime-qcom")
+
+
+class CLDevice:
+  """``CL`` (OpenCL through cffi). Not implemented: the constructor raises RuntimeError with the reason."""
+
+  def __init__(self, device: str):
+    _check_interface(device, "CL")
+    if ctypes.util.find_library("OpenCL") is None:
+      raise RuntimeError("libOpenCL not found: no OpenCL ICD loader on this machine (apt-get install ocl-icd-libopencl1"
+                         " pocl-opencl-icd)")
+    raise RuntimeError("libOpenCL found, but the CL device is not implemented yet in tiny-runtime-qcom")
