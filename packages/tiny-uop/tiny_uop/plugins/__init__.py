@@ -132,8 +132,9 @@ class PluginRecord:
     elif p.name != self.name:
       self.reason = f"entry point {self.name!r} points to a DevicePlugin named {p.name!r}"
     elif p.api[0] != PLUGIN_API[0]:
-      self.reason = (f"built for plugin API {p.api[0]}.{p.api[1]}, this tiny-uop provides {PLUGIN_API[0]}.{PLUGIN_API[1]}"
-                     f"; install a {self.package or 'plugin'} release built for API {PLUGIN_API[0]}.x")
+      ours = f"{PLUGIN_API[0]}.{PLUGIN_API[1]}"
+      self.reason = (f"built for plugin API {p.api[0]}.{p.api[1]}, this tiny-uop provides {ours}; install a "
+                     f"{self.package or 'plugin'} release built for API {PLUGIN_API[0]}.x")
       warnings.warn(f"tiny: device plugin {self.name} ({self.package or self.value}) disabled: {self.reason}",
                     RuntimeWarning, stacklevel=4)
 
@@ -199,7 +200,8 @@ class _Device:
   # ***** names *****
   @staticmethod
   def canonicalize(name: str) -> str:
-    """``"cpu"`` -> ``"CPU"``, ``"CPU:0"`` -> ``"CPU"``, ``"CPU:LLVM"`` -> ``"CPU"``, ``"mock+amd:1"`` -> ``"MOCK+AMD:1"``.
+    """The canonical device name: ``"cpu"`` -> ``"CPU"``, ``"CPU:0"`` -> ``"CPU"``, ``"CPU:LLVM"`` -> ``"CPU"``,
+    ``"mock+amd:1"`` -> ``"MOCK+AMD:1"``, ``"disk:/x"`` -> ``"DISK:/x"``.
 
     Only the grammar is checked (a ValueError for a malformed name), not whether the device is installed.
     """
