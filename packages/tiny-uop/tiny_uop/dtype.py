@@ -1,0 +1,394 @@
+"""Data types: scalars, vectors (`dt.vec(n)`), pointers (`dt.ptr(size, addrspace)`) and Adreno image types.
+
+The promotion lattice follows tinygrad's: `least_upper_dtype(a, b)` is the smallest type both promote to.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import struct
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any, Final, Literal
+
+ConstType = float | int | bool
+
+
+class AddrSpace(IntEnum):
+  """Where a pointer points."""
+  GLOBAL = 0
+  LOCAL = 1
+  REG = 2
+
+
+@dataclass(frozen=True, eq=False)
+class DType:
+  """A scalar or vector type. Interned: compare with `==` (identity)."""
+  priority: int   # position in the promotion order
+  itemsize: int   # bytes of one element (of the whole vector for vectors)
+  name: str
+  fmt: str | None  # struct/numpy format character, None where there is none
+  count: int       # vector width, 1 for scalars
+  _scalar: DType | None = None
+
+  @staticmethod
+  @functools.cache
+  def new(priority: int, itemsize: int, name: str, fmt: str | None) -> DType:
+    return DType(priority, itemsize, name, fmt, 1, None)
+
+  def __repr__(self) -> str: return f"dtypes.{INVERSE_DTYPES_DICT[self.scalar().name]}" + (f".vec({self.count})" if self.count > 1 else "")
+  def __reduce__(self) -> Any: return (_dtype_from_repr, (self.scalar().name, self.count))
+  def __lt__(self, o: DType) -> bool: return (self.priority, self.itemsize, self.name, self.count) < (o.priority, o.itemsize, o.name, o.count)
+
+  @property
+  def base(self) -> DType: return self
+  @property
+  def vcount(self) -> int: return self.count
+
+  @functools.cache  # noqa: B019 -- DTypes are interned and immortal
+  def vec(self, sz: int) -> DType:
+    """This scalar type as a vector of `sz` lanes."""
+    if self.count != 1 and sz != 1: raise ValueError(f"can't vectorize {self} (already a vector) to {sz}")
+    if sz == 1 or self == dtypes.void: return self
+    return DType(self.priority, self.itemsize * sz, f"{INVERSE_DTYPES_DICT[self.name]}{sz}", None, sz, self)
+
+  def ptr(self, size: int = -1, addrspace: AddrSpace = AddrSpace.GLOBAL) -> PtrDType:
+    """A pointer to `size` elements of this type in `addrspace`."""
+    return PtrDType.new(self, size, addrspace)
+
+  def scalar(self) -> DType: return self._scalar if self._scalar is not None else self
+
+  @property
+  def min(self) -> ConstType: return dtypes.min(self)
+  @property
+  def max(self) -> ConstType: return dtypes.max(self)
+
+
+@dataclass(frozen=True, eq=False)
+class PtrDType(DType):
+  """A pointer: `base` is the pointee, `size` the number of elements (-1 unknown), `v` the vector width of the pointer."""
+  _base: DType | None = None
+  addrspace: AddrSpace = AddrSpace.GLOBAL
+  v: int = 1
+  size: int = -1
+
+  @staticmethod
+  @functools.cache
+  def new(base: DType, size: int, addrspace: AddrSpace, v: int = 1) -> PtrDType:
+    return PtrDType(base.priority, base.itemsize, base.name, base.fmt, base.count, None, base, addrspace, v, size)
+
+  @property
+  def base(self) -> DType: return self._base if self._base is not None else self
+  @property
+  def vcount(self) -> int: return self.v
+
+  def vec(self, sz: int) -> DType:
+    if self.v != 1 and sz != 1: raise ValueError(f"can't vectorize pointer {self} to {sz}")
+    return self if sz == 1 else PtrDType.new(self.base, self.size, self.addrspace, sz)
+
+  def ptr(self, size: int = -1, addrspace: AddrSpace = AddrSpace.GLOBAL) -> PtrDType:
+    raise TypeError(f"can't make a pointer to pointer {self}")
+
+  def scalar(self) -> PtrDType: return PtrDType.new(self.base, self.size, self.addrspace) if self.v > 1 else self
+
+  def __repr__(self) -> str:
+    s = f"{self.base!r}.ptr({self.size}" + (f", {self.addrspace!r}" if self.addrspace != AddrSpace.GLOBAL else "") + ")"
+    return s + (f".vec({self.v})" if self.v != 1 else "")
+  def __reduce__(self) -> Any: return (PtrDType.new, (self.base, self.size, self.addrspace, self.v))
+
+
+@dataclass(frozen=True, eq=False)
+class ImageDType(PtrDType):
+  """An Adreno texture: `shape` is (height, width, 4)."""
+  shape: tuple[int, ...] = ()
+
+  @staticmethod
+  @functools.cache
+  def new_image(base: DType, shape: tuple[int, ...]) -> ImageDType:
+    return ImageDType(100, 4, "image", None, 1, None, base, AddrSpace.GLOBAL, 1, math.prod(shape), shape)
+
+  def __repr__(self) -> str: return f"dtypes.image{'h' if self.base == dtypes.half else 'f'}({self.shape})"
+  def __reduce__(self) -> Any: return (ImageDType.new_image, (self.base, self.shape))
+
+
+def _dtype_from_repr(name: str, count: int) -> DType:
+  return getattr(dtypes, INVERSE_DTYPES_DICT[name]).vec(count)
+
+
+class dtypes:
+  """The namespace of all dtypes and helpers about them."""
+  void: Final[DType] = DType.new(-1, 0, "void", None)
+  bool: Final[DType] = DType.new(0, 1, "bool", "?")
+  int8: Final[DType] = DType.new(1, 1, "signed char", "b")
+  uint8: Final[DType] = DType.new(2, 1, "unsigned char", "B")
+  int16: Final[DType] = DType.new(3, 2, "short", "h")
+  uint16: Final[DType] = DType.new(4, 2, "unsigned short", "H")
+  int32: Final[DType] = DType.new(5, 4, "int", "i")
+  uint32: Final[DType] = DType.new(6, 4, "unsigned int", "I")
+  int64: Final[DType] = DType.new(7, 8, "long", "q")
+  uint64: Final[DType] = DType.new(8, 8, "unsigned long", "Q")
+  fp8e4m3: Final[DType] = DType.new(9, 1, "float8_e4m3", None)
+  fp8e5m2: Final[DType] = DType.new(10, 1, "float8_e5m2", None)
+  float16: Final[DType] = DType.new(11, 2, "half", "e")
+  bfloat16: Final[DType] = DType.new(12, 2, "__bf16", None)
+  float32: Final[DType] = DType.new(13, 4, "float", "f")
+  float64: Final[DType] = DType.new(14, 8, "double", "d")
+
+  # aliases
+  half = float16
+  float = float32
+  double = float64
+  uchar = uint8
+  ushort = uint16
+  uint = uint32
+  ulong = uint64
+  char = int8
+  short = int16
+  int = int32
+  long = int64
+  # the index type of kernels: int32 unless a buffer needs more
+  index = int32
+
+  default_float: DType = float32
+  default_int: DType = int32
+
+  floats: tuple[DType, ...] = ()
+  uints: tuple[DType, ...] = ()
+  sints: tuple[DType, ...] = ()
+  ints: tuple[DType, ...] = ()
+  fp8s: tuple[DType, ...] = ()
+  all: tuple[DType, ...] = ()
+
+  @staticmethod
+  def imageh(shp: tuple[int, ...]) -> ImageDType: return ImageDType.new_image(dtypes.float16, shp)
+  @staticmethod
+  def imagef(shp: tuple[int, ...]) -> ImageDType: return ImageDType.new_image(dtypes.float32, shp)
+
+  @staticmethod
+  def is_float(x: DType) -> bool: return x.scalar() in dtypes.floats or isinstance(x, ImageDType)
+  @staticmethod
+  def is_int(x: DType) -> bool: return x.scalar() in dtypes.ints
+  @staticmethod
+  def is_unsigned(x: DType) -> bool: return x.scalar() in dtypes.uints
+  @staticmethod
+  def is_bool(x: DType) -> bool: return x.scalar() == dtypes.bool
+
+  @staticmethod
+  def from_py(x: Any) -> DType:
+    """The dtype a Python value (or nested list of them) defaults to."""
+    if x.__class__ is float: return dtypes.default_float
+    if x.__class__ is int: return dtypes.default_int
+    if x.__class__ is bool: return dtypes.bool
+    if isinstance(x, (list, tuple)):
+      return max([dtypes.from_py(xi) for xi in x], default=dtypes.default_float)
+    raise TypeError(f"can't infer a dtype from {type(x).__name__} value {x!r}")
+
+  @staticmethod
+  def as_const(val: Any, dtype: DType) -> ConstType:
+    """Python value `val` converted to the Python type that holds `dtype` values (wrapping ints)."""
+    if isinstance(val, tuple): return tuple(dtypes.as_const(x, dtype) for x in val)  # type: ignore[return-value]
+    if hasattr(val, "op"): return val  # a symbolic UOp
+    sd = dtype.scalar()
+    if dtypes.is_int(sd): return truncate_int(int(val), sd)
+    if dtypes.is_float(sd): return float(val)
+    return bool(val)
+
+  @staticmethod
+  @functools.cache
+  def min(dtype: DType) -> ConstType:
+    if dtypes.is_int(dtype): return 0 if dtypes.is_unsigned(dtype) else -2**(dtype.scalar().itemsize * 8 - 1)
+    return -math.inf if dtypes.is_float(dtype) else False
+
+  @staticmethod
+  @functools.cache
+  def max(dtype: DType) -> ConstType:
+    if dtypes.is_int(dtype): return 2**(dtype.scalar().itemsize * 8 - (0 if dtypes.is_unsigned(dtype) else 1)) - 1
+    return math.inf if dtypes.is_float(dtype) else True
+
+  @staticmethod
+  def finfo(dtype: DType) -> tuple[int, int]:
+    """(exponent bits, mantissa bits) of a float type."""
+    if not dtypes.is_float(dtype): raise TypeError(f"finfo needs a float dtype, got {dtype}")
+    return FLOAT_BITS[dtype.scalar()]
+
+  @staticmethod
+  def fields() -> dict[str, DType]: return DTYPES_DICT
+
+
+FLOAT_BITS: dict[DType, tuple[int, int]] = {
+  dtypes.float16: (5, 10), dtypes.bfloat16: (8, 7), dtypes.float32: (8, 23), dtypes.float64: (11, 52),
+  dtypes.fp8e4m3: (4, 3), dtypes.fp8e5m2: (5, 2)}
+
+dtypes.fp8s = (dtypes.fp8e4m3, dtypes.fp8e5m2)
+dtypes.floats = (*dtypes.fp8s, dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
+dtypes.uints = (dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64)
+dtypes.sints = (dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64)
+dtypes.ints = tuple(sorted(dtypes.uints + dtypes.sints))
+dtypes.all = (dtypes.bool, *dtypes.ints, *dtypes.floats)
+
+DTYPES_DICT: dict[str, DType] = {
+  k: v for k, v in dtypes.__dict__.items() if isinstance(v, DType) and not k.startswith(("default", "void", "index"))}
+INVERSE_DTYPES_DICT: dict[str, str] = {**{v.name: k for k, v in DTYPES_DICT.items() if k not in (
+  "half", "float", "double", "uchar", "ushort", "uint", "ulong", "char", "short", "int", "long")}, "void": "void"}
+
+
+def to_dtype(x: Any) -> DType:
+  """A DType from a DType, a name ('float32', 'half') or a numpy dtype/type."""
+  if isinstance(x, DType): return x
+  if isinstance(x, str):
+    if x in DTYPES_DICT: return DTYPES_DICT[x]
+    raise ValueError(f"unknown dtype {x!r}; valid names: {', '.join(sorted(DTYPES_DICT))}")
+  if hasattr(x, "dtype") or hasattr(x, "itemsize") or isinstance(x, type):
+    return from_numpy(x)
+  raise TypeError(f"can't make a dtype from {x!r}")
+
+
+# promotion lattice: each type lists the types it promotes to directly
+_PROMO: dict[DType, tuple[DType, ...]] = {
+  dtypes.bool: (dtypes.int8, dtypes.uint8), dtypes.int8: (dtypes.int16,), dtypes.int16: (dtypes.int32,),
+  dtypes.int32: (dtypes.int64,), dtypes.int64: (dtypes.fp8e4m3, dtypes.fp8e5m2), dtypes.uint8: (dtypes.int16, dtypes.uint16),
+  dtypes.uint16: (dtypes.int32, dtypes.uint32), dtypes.uint32: (dtypes.int64, dtypes.uint64),
+  dtypes.uint64: (dtypes.fp8e4m3, dtypes.fp8e5m2), dtypes.fp8e5m2: (dtypes.float16, dtypes.bfloat16),
+  dtypes.fp8e4m3: (dtypes.float16, dtypes.bfloat16), dtypes.float16: (dtypes.float32,),
+  dtypes.bfloat16: (dtypes.float32,), dtypes.float32: (dtypes.float64,), dtypes.float64: ()}
+
+
+@functools.cache
+def _get_recursive_parents(dtype: DType) -> frozenset[DType]:
+  return frozenset({dtype}).union(*[_get_recursive_parents(d) for d in _PROMO[dtype]])
+
+
+@functools.cache
+def least_upper_dtype(*ds: DType) -> DType:
+  """The smallest dtype every one of `ds` promotes to."""
+  images = [d for d in ds if isinstance(d, ImageDType)]
+  if images: return images[0]
+  common = frozenset.intersection(*[_get_recursive_parents(d.scalar()) for d in ds])
+  return min(common)
+
+
+def least_upper_float(dt: DType) -> DType:
+  return dt if dtypes.is_float(dt) else least_upper_dtype(dt, dtypes.default_float)
+
+
+def sum_acc_dtype(dt: DType) -> DType:
+  """The accumulator type `sum` uses: unsigned→uint32+, signed/bool→int32+, floats as they are but at least float32."""
+  if dtypes.is_unsigned(dt): return least_upper_dtype(dt, dtypes.uint32)
+  if dtypes.is_int(dt) or dt == dtypes.bool: return least_upper_dtype(dt, dtypes.int32)
+  return least_upper_dtype(dt, dtypes.float32)
+
+
+def truncate_int(x: int, dtype: DType) -> int:
+  """Wrap an int to the range of an integer dtype (two's complement)."""
+  bits = dtype.scalar().itemsize * 8
+  x &= (1 << bits) - 1
+  return x - (1 << bits) if not dtypes.is_unsigned(dtype) and x >= 1 << (bits - 1) else x
+
+
+# ***** float rounding to narrow formats (bit-exact, round to nearest even) *****
+def float_to_bits(x: float, dtype: DType) -> int:
+  """The bit pattern of float `x` rounded to `dtype` (float16, bfloat16, float32, float64, fp8e4m3, fp8e5m2)."""
+  if dtype == dtypes.float64: return struct.unpack("<Q", struct.pack("<d", x))[0]
+  if dtype == dtypes.float32: return struct.unpack("<I", struct.pack("<f", _f32(x)))[0]
+  if dtype == dtypes.float16: return struct.unpack("<H", struct.pack("<e", _f16(x)))[0]
+  if dtype == dtypes.bfloat16:
+    if math.isnan(x): return 0x7fc0
+    b = struct.unpack("<I", struct.pack("<f", _f32(x)))[0]
+    return ((b + 0x7fff + ((b >> 16) & 1)) >> 16) & 0xffff
+  if dtype in dtypes.fp8s: return _float_to_fp8(x, dtype)
+  raise TypeError(f"float_to_bits: {dtype} is not a float dtype")
+
+
+def bits_to_float(b: int, dtype: DType) -> float:
+  """The float value of bit pattern `b` in `dtype`."""
+  if dtype == dtypes.float64: return struct.unpack("<d", struct.pack("<Q", b))[0]
+  if dtype == dtypes.float32: return struct.unpack("<f", struct.pack("<I", b))[0]
+  if dtype == dtypes.float16: return struct.unpack("<e", struct.pack("<H", b))[0]
+  if dtype == dtypes.bfloat16: return struct.unpack("<f", struct.pack("<I", b << 16))[0]
+  if dtype in dtypes.fp8s: return _fp8_to_float(b, dtype)
+  raise TypeError(f"bits_to_float: {dtype} is not a float dtype")
+
+
+def _f32(x: float) -> float:
+  try: return struct.unpack("<f", struct.pack("<f", x))[0]
+  except OverflowError: return math.copysign(math.inf, x)
+
+
+def _f16(x: float) -> float:
+  try: return struct.unpack("<e", struct.pack("<e", x))[0]
+  except OverflowError: return math.copysign(math.inf, x)
+
+
+def round_float(x: float, dtype: DType) -> float:
+  """`x` rounded to the nearest value representable in float `dtype`."""
+  if dtype == dtypes.float64: return float(x)
+  if dtype == dtypes.float32: return _f32(x)
+  if dtype == dtypes.float16: return _f16(x)
+  return bits_to_float(float_to_bits(x, dtype), dtype)
+
+
+def _fp8_params(dtype: DType) -> tuple[int, int, int]:
+  e, m = FLOAT_BITS[dtype]
+  return e, m, (1 << (e - 1)) - 1
+
+
+def _fp8_to_float(b: int, dtype: DType) -> float:
+  e, m, bias = _fp8_params(dtype)
+  sign = -1.0 if b & 0x80 else 1.0
+  exp, man = (b >> m) & ((1 << e) - 1), b & ((1 << m) - 1)
+  if dtype == dtypes.fp8e4m3:
+    if exp == 0xf and man == 0x7: return math.nan  # e4m3fn: no infinities, one NaN pattern
+  elif exp == (1 << e) - 1: return sign * math.inf if man == 0 else math.nan
+  if exp == 0: return sign * man * 2.0 ** (1 - bias - m)
+  return sign * (1 + man / (1 << m)) * 2.0 ** (exp - bias)
+
+
+@functools.cache
+def _fp8_table(dtype: DType) -> list[tuple[float, int]]:
+  return sorted((v, b) for b in range(0x80) if not math.isnan(v := _fp8_to_float(b, dtype)) and not math.isinf(v))
+
+
+def _float_to_fp8(x: float, dtype: DType) -> int:
+  if math.isnan(x): return 0x7f
+  sign = 0x80 if math.copysign(1.0, x) < 0 else 0
+  ax, table = abs(x), _fp8_table(dtype)
+  if dtype == dtypes.fp8e4m3:
+    if ax >= table[-1][0]: return sign | table[-1][1]  # saturate to max finite (448)
+  elif ax >= table[-1][0] * (1 + 2**-3): return sign | 0x7c  # e5m2 overflows to inf
+  elif ax >= table[-1][0]: return sign | table[-1][1]
+  lo, hi = 0, len(table) - 1
+  while lo < hi:  # smallest table entry >= ax
+    mid = (lo + hi) // 2
+    if table[mid][0] < ax: lo = mid + 1
+    else: hi = mid
+  if table[lo][0] == ax or lo == 0: return sign | table[lo][1]
+  (vl, bl), (vh, bh) = table[lo - 1], table[lo]
+  if ax - vl < vh - ax: return sign | bl
+  if vh - ax < ax - vl: return sign | bh
+  return sign | (bl if bl % 2 == 0 else bh)  # tie: even mantissa
+
+
+# ***** numpy interop (numpy imported lazily: tiny-uop has no dependencies) *****
+_NP_NAMES: dict[DType, str] = {
+  dtypes.bool: "bool", dtypes.int8: "int8", dtypes.uint8: "uint8", dtypes.int16: "int16", dtypes.uint16: "uint16",
+  dtypes.int32: "int32", dtypes.uint32: "uint32", dtypes.int64: "int64", dtypes.uint64: "uint64",
+  dtypes.float16: "float16", dtypes.float32: "float32", dtypes.float64: "float64"}
+
+
+def to_numpy(dtype: DType) -> Any:
+  """The numpy dtype holding `dtype` values; bfloat16 and fp8 (which numpy lacks) raise a clear TypeError."""
+  import numpy as np
+  if dtype.scalar() not in _NP_NAMES: raise TypeError(f"numpy has no dtype for {dtype}")
+  return np.dtype(_NP_NAMES[dtype.scalar()])
+
+
+def from_numpy(npdtype: Any) -> DType:
+  """The DType of a numpy dtype (or scalar type)."""
+  import numpy as np
+  name = np.dtype(npdtype).name
+  for k, v in _NP_NAMES.items():
+    if v == name: return k
+  raise TypeError(f"numpy dtype {name!r} has no tiny dtype; supported: {', '.join(sorted(_NP_NAMES.values()))}")
+
+
+Fmt = Literal["?", "b", "B", "h", "H", "i", "I", "q", "Q", "e", "f", "d"]

@@ -1,0 +1,289 @@
+"""Rewriting: `UPat` describes a subgraph, `PatternMatcher` holds `(UPat, fn)` rules, `graph_rewrite` applies them.
+
+A rule's `fn` receives the captured nodes as keyword arguments (and `ctx` first when its first parameter is named
+`ctx`); it returns a replacement UOp, or None for "no match". Matchers compose with `+`.
+
+`graph_rewrite(sink, pm, ctx, bottom_up=False, name=)` rewrites to a fixed point without Python recursion.
+"""
+from __future__ import annotations
+
+import inspect
+import itertools
+import time
+from collections import defaultdict
+from typing import Any, Callable, Iterable, Sequence
+
+from tiny_uop.dtype import DType, dtypes
+from tiny_uop.helpers import DEBUG, TRACK_MATCH_STATS
+from tiny_uop.uop import GroupOp, Ops, UOp
+
+
+class UPat:
+  """A pattern over UOps.
+
+  op: an Ops, a set/tuple of them, or None (any); dtype: a DType, tuple of them, or None;
+  src: None (any), a tuple (in order), a list (any permutation), or a single UPat (every source, any count);
+  arg: required arg (None: any); name: capture the matched node under this name;
+  allow_any_len: the tuple `src` only needs to match a prefix.
+  """
+  __slots__ = ("op", "dtype", "arg", "name", "src", "allow_any_len", "_any_src", "_perm", "early_reject", "custom")
+
+  def __init__(self, op: Ops | Iterable[Ops] | None = None, dtype: DType | Iterable[DType] | None = None,
+               src: UPat | Sequence[UPat] | None = None, arg: Any = None, name: str | None = None,
+               allow_any_len: bool = False, custom: Callable[[UOp], bool] | None = None):
+    self.op: tuple[Ops, ...] | None = None if op is None else ((op,) if isinstance(op, Ops) else tuple(op))
+    self.dtype: tuple[DType, ...] | None = None if dtype is None else ((dtype,) if isinstance(dtype, DType) else tuple(dtype))
+    self.arg, self.name, self.allow_any_len, self.custom = arg, name, allow_any_len, custom
+    self._any_src: UPat | None = src if isinstance(src, UPat) else None
+    self._perm = isinstance(src, list)
+    self.src: tuple[UPat, ...] | None = None if src is None or isinstance(src, UPat) else tuple(src)
+    # ops that must appear in the direct sources: a cheap pre-check
+    self.early_reject = frozenset(s.op[0] for s in (self.src or ()) if s.op is not None and len(s.op) == 1)
+
+  @staticmethod
+  def any(*pats: UPat) -> UPatAny: return UPatAny(pats)
+
+  @staticmethod
+  def var(name: str | None = None, dtype: DType | Iterable[DType] | None = None) -> UPat:
+    """Any node, captured as `name`."""
+    return UPat(dtype=dtype, name=name)
+
+  @staticmethod
+  def cvar(name: str | None = None, dtype: DType | Iterable[DType] | None = None, vec: bool = True) -> UPat:
+    """A constant (or a vector constant when `vec`), captured as `name`."""
+    return UPat((Ops.CONST, Ops.VCONST) if vec else Ops.CONST, dtype, name=name)
+
+  @staticmethod
+  def const(dtype: DType | Iterable[DType] | None, b: Any) -> UPat:
+    """The constant `b`."""
+    return UPat(Ops.CONST, dtype, arg=b)
+
+  def named(self, name: str) -> UPat:
+    ret = UPat.__new__(UPat)
+    for s in UPat.__slots__: setattr(ret, s, getattr(self, s))
+    ret.name = name
+    return ret
+
+  # node-building syntax, so rules read like the code they match
+  def alu(self, op: Ops, *src: Any) -> UPat:
+    srcs = [self, *(s if isinstance(s, UPat) else UPat.const(None, s) for s in src)]
+    return UPat(op, dtypes.bool if op in GroupOp.Comparison else None, srcs if op in GroupOp.Commutative else tuple(srcs))
+  def __add__(self, x: Any) -> UPat: return self.alu(Ops.ADD, x)
+  def __radd__(self, x: Any) -> UPat: return self.alu(Ops.ADD, x)
+  def __sub__(self, x: Any) -> UPat: return self.alu(Ops.SUB, x)
+  def __mul__(self, x: Any) -> UPat: return self.alu(Ops.MUL, x)
+  def __rmul__(self, x: Any) -> UPat: return self.alu(Ops.MUL, x)
+  def __floordiv__(self, x: Any) -> UPat: return self.alu(Ops.CDIV, x)
+  def __mod__(self, x: Any) -> UPat: return self.alu(Ops.CMOD, x)
+  def __truediv__(self, x: Any) -> UPat: return self.alu(Ops.FDIV, x)
+  def __lt__(self, x: Any) -> UPat: return self.alu(Ops.CMPLT, x)
+  def __neg__(self) -> UPat: return self.alu(Ops.NEG)
+  def __and__(self, x: Any) -> UPat: return self.alu(Ops.AND, x)
+  def __or__(self, x: Any) -> UPat: return self.alu(Ops.OR, x)
+  def __xor__(self, x: Any) -> UPat: return self.alu(Ops.XOR, x)
+  def __lshift__(self, x: Any) -> UPat: return self.alu(Ops.SHL, x)
+  def __rshift__(self, x: Any) -> UPat: return self.alu(Ops.SHR, x)
+  def ne(self, x: Any) -> UPat: return self.alu(Ops.CMPNE, x)
+  def eq(self, x: Any) -> UPat: return self.alu(Ops.CMPEQ, x)
+  def maximum(self, x: Any) -> UPat: return self.alu(Ops.MAX, x)
+  def where(self, x: Any, y: Any) -> UPat: return self.alu(Ops.WHERE, x, y)
+  def cast(self, dtype: DType | None = None, name: str | None = None) -> UPat: return UPat(Ops.CAST, dtype, (self,), name=name)
+  def reciprocal(self) -> UPat: return self.alu(Ops.RECIPROCAL)
+  def load(self, *src: UPat, **kwargs: Any) -> UPat: return UPat(Ops.LOAD, src=(self, *src), **kwargs)
+  def index(self, idx: UPat, valid: UPat | None = None, **kwargs: Any) -> UPat:
+    return UPat(Ops.INDEX, src=(self, idx) if valid is None else (self, idx, valid), **kwargs)
+  def store(self, val: UPat, **kwargs: Any) -> UPat: return UPat(Ops.STORE, dtypes.void, (self, val), **kwargs)
+
+  def __repr__(self) -> str:
+    parts = [f"op={self.op}" if self.op else "", f"dtype={self.dtype}" if self.dtype else "",
+             f"arg={self.arg!r}" if self.arg is not None else "", f"name={self.name!r}" if self.name else ""]
+    src = self._any_src if self._any_src is not None else self.src
+    if src is not None: parts.append(f"src={src!r}")
+    return f"UPat({', '.join(p for p in parts if p)})"
+
+  # ***** matching *****
+  def match(self, uop: UOp, store: dict[str, UOp]) -> list[dict[str, UOp]]:
+    """Every way this pattern matches `uop`, each as a dict of captures (extending `store`)."""
+    if (self.op is not None and uop.op not in self.op) or (self.dtype is not None and uop.dtype not in self.dtype
+       and uop.dtype.scalar() not in self.dtype) or (self.arg is not None and self.arg != uop.arg):
+      return []
+    if self.custom is not None and not self.custom(uop): return []
+    if self.name is not None:
+      if (prev := store.get(self.name)) is not None:
+        if prev is not uop: return []
+      else: store = {**store, self.name: uop}
+    if self._any_src is not None:
+      stores = [store]
+      for s in uop.src:
+        stores = [ns for st in stores for ns in self._any_src.match(s, st)]
+        if not stores: return []
+      return stores
+    if self.src is None: return [store]
+    n = len(self.src)
+    if len(uop.src) != n and not (self.allow_any_len and len(uop.src) >= n): return []
+    orders: Iterable[Sequence[UPat]] = itertools.permutations(self.src) if self._perm else (self.src,)
+    out: list[dict[str, UOp]] = []
+    for order in orders:
+      stores = [store]
+      for p, s in zip(order, uop.src):
+        stores = [ns for st in stores for ns in p.match(s, st)]
+        if not stores: break
+      out.extend(stores)
+    return out
+
+
+class UPatAny(UPat):
+  """Matches when any of its alternatives match."""
+  __slots__ = ("alts",)
+
+  def __init__(self, alts: Sequence[UPat]):
+    super().__init__()
+    self.alts = tuple(alts)
+    ops = [a.op for a in alts]
+    self.op = None if any(o is None for o in ops) else tuple(set(o for os in ops for o in os))  # type: ignore[union-attr]
+
+  def match(self, uop: UOp, store: dict[str, UOp]) -> list[dict[str, UOp]]:
+    return [m for a in self.alts for m in a.match(uop, store)]
+
+
+def _wants_ctx(fn: Callable) -> bool:
+  try: params = list(inspect.signature(fn).parameters)
+  except (TypeError, ValueError): return False
+  return bool(params) and params[0] == "ctx"
+
+
+match_stats: dict[UPat, list] = defaultdict(lambda: [0, 0, 0.0, 0.0])  # matches, attempts, match time, total time
+
+
+class PatternMatcher:
+  """An ordered list of `(UPat, fn)` rules, indexed by op. `pm.rewrite(uop, ctx)` applies the first that matches."""
+
+  def __init__(self, patterns: Sequence[tuple[UPat, Callable]], name: str | None = None):
+    self.patterns = list(patterns)
+    self.name = name
+    self.pdict: dict[Ops, list[tuple[UPat, Callable, frozenset, bool]]] = defaultdict(list)
+    for p, fn in self.patterns:
+      if p.op is None: raise ValueError(f"a rule's top pattern must name its op(s) (the matcher indexes by op): {p}")
+      entry = (p, fn, p.early_reject, _wants_ctx(fn))
+      for uop in p.op: self.pdict[uop].append(entry)
+
+  def __add__(self, more: PatternMatcher) -> PatternMatcher:
+    return PatternMatcher(self.patterns + more.patterns, name=f"{self.name}+{more.name}" if self.name or more.name else None)
+
+  def __len__(self) -> int: return len(self.patterns)
+
+  def rewrite(self, uop: UOp, ctx: Any = None) -> UOp | None:
+    """The replacement the first matching rule gives, or None."""
+    rules = self.pdict.get(uop.op)
+    if rules is None: return None
+    src_ops = {s.op for s in uop.src}
+    for p, fn, early_reject, wants_ctx in rules:
+      if not early_reject <= src_ops: continue
+      if TRACK_MATCH_STATS: st = time.perf_counter()
+      for match in p.match(uop, {}):
+        ret = fn(ctx, **match) if wants_ctx else fn(**match)
+        if ret is not None and ret is not uop:
+          if TRACK_MATCH_STATS:
+            match_stats[p][0] += 1
+            match_stats[p][2] += time.perf_counter() - st
+          return ret
+      if TRACK_MATCH_STATS:
+        match_stats[p][1] += 1
+        match_stats[p][3] += time.perf_counter() - st
+    return None
+
+
+class RewriteNotReady(Exception):
+  pass
+
+
+def _fixed_point(pm: PatternMatcher, n: UOp, ctx: Any, limit: int = 1000) -> UOp:
+  for _ in range(limit):
+    nn = pm.rewrite(n, ctx)
+    if nn is None: return n
+    n = nn
+  raise RuntimeError(f"rewrite of {n.op} did not reach a fixed point in {limit} steps (rules loop?)")
+
+
+def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: bool = False, name: str | None = None,
+                  bpm: PatternMatcher | None = None) -> UOp:
+  """Rewrite the graph under `sink` with `pm` to a fixed point.
+
+  Default: a node's sources are rewritten first, then the node, and any replacement is rewritten again.
+  `bottom_up=True` tries rules on a node before its sources (and again on the result). `bpm` adds rules applied on
+  the way down while `pm` runs on the way up. Iterative: no recursion limit on deep graphs.
+  """
+  return _rewrite(sink, pm, ctx, bottom_up, name, bpm)[sink]
+
+
+def graph_rewrite_map(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: bool = False,
+                      name: str | None = None) -> dict[UOp, UOp]:
+  """Like graph_rewrite, but returns what each node under `sink` that the rewrite visited became."""
+  return _rewrite(sink, pm, ctx, bottom_up, name, None)
+
+
+def _rewrite(sink: UOp, pm: PatternMatcher, ctx: Any, bottom_up: bool, name: str | None,
+             bpm: PatternMatcher | None) -> dict[UOp, UOp]:
+  if bottom_up: bpm, pm_up = pm, None
+  else: pm_up = pm
+  t0 = time.perf_counter() if DEBUG >= 6 else 0.0
+  replace: dict[UOp, UOp] = {}
+  # stack entries: (node, stage, value); stage 0 = visit, 1 = sources done, 2 = link result
+  stack: list[tuple[UOp, int, UOp]] = [(sink, 0, sink)]
+  on_stack: set[UOp] = {sink}
+  while stack:
+    n, stage, new_n = stack.pop()
+    if n in replace: continue
+    if stage == 0:
+      if bpm is not None:
+        new_n = _fixed_point(bpm, n, ctx)
+        if new_n is not n and new_n in replace:
+          replace[n] = replace[new_n]
+          continue
+      stack.append((n, 1, new_n))
+      for s in reversed(new_n.src):
+        if s not in replace and s not in on_stack:
+          on_stack.add(s)
+          stack.append((s, 0, s))
+    elif stage == 1:
+      try: new_src = tuple(replace[s] for s in new_n.src)
+      except KeyError:  # a source is queued through another path and not done yet: do it first
+        stack.append((n, 1, new_n))
+        for s in new_n.src:
+          if s not in replace: stack.append((s, 0, s))
+        continue
+      if new_src == new_n.src:
+        rewritten = pm_up.rewrite(new_n, ctx) if pm_up is not None else None
+        if rewritten is None:
+          replace[n] = new_n
+          continue
+        nxt = rewritten
+      else:
+        nxt = new_n.replace(src=new_src)
+      if nxt in replace:
+        replace[n] = replace[nxt]
+        continue
+      stack.append((n, 2, nxt))
+      stack.append((nxt, 0, nxt))
+      on_stack.add(nxt)
+    else:
+      replace[n] = replace[new_n]
+  if DEBUG >= 6 and name: print(f"rewrite {name}: {(time.perf_counter() - t0) * 1e3:.2f} ms")
+  return replace
+
+
+def _sub(ctx: dict[UOp, UOp], x: UOp) -> UOp | None: return ctx.get(x)
+
+
+_substitute = PatternMatcher([(UPat(tuple(Ops), name="x"), _sub)], name="substitute")
+
+
+def track_rewrites(fn: Callable) -> Callable:
+  """Decorator kept for API compatibility with tracing tools; tiny traces by pass name with DEBUG."""
+  return fn
+
+
+def print_match_stats() -> None:
+  """Rules by time spent, with match counts (TRACK_MATCH_STATS=1)."""
+  for p, (m, a, mt, tt) in sorted(match_stats.items(), key=lambda kv: -kv[1][3]):
+    print(f"{m:7d} / {a:7d} {mt * 1e3:9.2f} / {tt * 1e3:9.2f} ms  {p}")

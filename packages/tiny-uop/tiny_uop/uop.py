@@ -1,0 +1,675 @@
+"""The IR: `Ops`, `GroupOp` and `UOp`, the immutable hash-consed node every stage of tiny works on.
+
+A UOp has five fields:
+  op     which operation (an `Ops` member)
+  dtype  the type of the value it produces (`dtypes.void` for statements such as STORE)
+  src    the operand UOps, a tuple
+  arg    a hashable, op-specific argument (a constant's value, a movement op's new shape, a RANGE's axis id, ...)
+  tag    free metadata for passes; part of the identity
+
+Building the same node twice returns the same object, so `is`/`==` are identity and graphs share structure.
+Derived properties (`shape`, `device`, `vmin`/`vmax`, `ranges`, `toposort`) are computed once and cached.
+"""
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+import weakref
+from dataclasses import dataclass
+from enum import Enum, IntEnum, auto
+from typing import Any, Callable, Iterator, Sequence
+
+from tiny_uop.dtype import AddrSpace, ConstType, DType, PtrDType, dtypes, least_upper_dtype, truncate_int
+from tiny_uop.helpers import all_int, prod
+
+
+class FastEnum(IntEnum):
+  """An IntEnum whose str() is just the name; comparisons and hashing are int-fast."""
+  def __str__(self) -> str: return Enum.__str__(self)
+  def __repr__(self) -> str: return f"{type(self).__name__}.{self.name}"
+  @staticmethod
+  def _generate_next_value_(_: str, __: int, ___: int, last_values: list[int]) -> int: return 1 + max([0, *last_values])
+
+
+class Ops(FastEnum):
+  """Every operation of the IR (see ARCHITECTURE.md §4)."""
+  # sources
+  CONST = auto(); VCONST = auto(); BUFFER = auto(); PARAM = auto(); DEFINE_VAR = auto(); BIND = auto()  # noqa: E702
+  UNIQUE = auto(); DEVICE = auto()  # noqa: E702
+  # movement (graph level only)
+  RESHAPE = auto(); PERMUTE = auto(); EXPAND = auto(); PAD = auto(); SHRINK = auto(); FLIP = auto()  # noqa: E702
+  # unary ALU
+  CAST = auto(); BITCAST = auto(); EXP2 = auto(); LOG2 = auto(); SIN = auto(); SQRT = auto()  # noqa: E702
+  RECIPROCAL = auto(); NEG = auto(); TRUNC = auto()  # noqa: E702
+  # binary ALU
+  ADD = auto(); MUL = auto(); SUB = auto(); FDIV = auto(); CDIV = auto(); CMOD = auto(); SHL = auto()  # noqa: E702
+  SHR = auto(); MAX = auto(); CMPLT = auto(); CMPNE = auto(); CMPEQ = auto(); XOR = auto(); OR = auto()  # noqa: E702
+  AND = auto(); POW = auto(); THREEFRY = auto()  # noqa: E702
+  # ternary ALU
+  WHERE = auto(); MULACC = auto()  # noqa: E702
+  # reduce
+  REDUCE = auto(); REDUCE_AXIS = auto()  # noqa: E702
+  # memory
+  INDEX = auto(); LOAD = auto(); STORE = auto(); DEFINE_LOCAL = auto(); DEFINE_REG = auto()  # noqa: E702
+  # vectors
+  VECTORIZE = auto(); GEP = auto(); CAT = auto(); PTRCAT = auto(); WMMA = auto(); UNROLL = auto()  # noqa: E702
+  CONTRACT = auto()
+  # control
+  RANGE = auto(); END = auto(); IF = auto(); ENDIF = auto(); BARRIER = auto(); SPECIAL = auto()  # noqa: E702
+  SINK = auto(); AFTER = auto(); GROUP = auto(); NOOP = auto()  # noqa: E702
+  # scheduling
+  CONTIGUOUS = auto(); CONTIGUOUS_BACKWARD = auto(); DETACH = auto(); COPY = auto(); ASSIGN = auto()  # noqa: E702
+  SLICE = auto(); KERNEL = auto(); CALL = auto(); LINEAR = auto()  # noqa: E702
+  # programs
+  PROGRAM = auto(); SOURCE = auto(); BINARY = auto()  # noqa: E702
+  # custom
+  CUSTOM = auto(); CUSTOMI = auto()  # noqa: E702
+
+
+class GroupOp:
+  """Named sets of ops."""
+  Unary = {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIPROCAL, Ops.NEG, Ops.TRUNC}
+  Binary = {Ops.ADD, Ops.MUL, Ops.SUB, Ops.FDIV, Ops.CDIV, Ops.CMOD, Ops.SHL, Ops.SHR, Ops.MAX, Ops.CMPLT,
+            Ops.CMPNE, Ops.CMPEQ, Ops.XOR, Ops.OR, Ops.AND, Ops.POW, Ops.THREEFRY}
+  Ternary = {Ops.WHERE, Ops.MULACC}
+  ALU = Unary | Binary | Ternary
+  Elementwise = ALU | {Ops.CAST, Ops.BITCAST}
+  Movement = {Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP}
+  Commutative = {Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.CMPEQ, Ops.XOR, Ops.AND, Ops.OR}
+  Associative = {Ops.ADD, Ops.MUL, Ops.AND, Ops.OR, Ops.MAX}
+  Idempotent = {Ops.OR, Ops.AND, Ops.MAX}
+  Comparison = {Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ}
+  # ops that may not be unsafe to pad: f(0) != 0
+  UnsafePad = {Ops.RECIPROCAL, Ops.LOG2, Ops.EXP2, Ops.FDIV, Ops.POW, Ops.CMPEQ, Ops.CMPLT}
+  Buffer = {Ops.LOAD, Ops.STORE, Ops.CONST, Ops.DEFINE_VAR}
+  Defines = {Ops.PARAM, Ops.DEFINE_LOCAL, Ops.DEFINE_REG}
+  Irreducible = {Ops.CONST, Ops.DEFINE_VAR, Ops.SPECIAL, Ops.RANGE}
+
+
+class AxisType(FastEnum):
+  """What the optimizer decided a kernel loop range becomes."""
+  GLOBAL = auto(); LOCAL = auto(); LOOP = auto(); REDUCE = auto(); GROUP_REDUCE = auto()  # noqa: E702
+  UPCAST = auto(); UNROLL = auto(); THREAD = auto()  # noqa: E702
+
+
+AXIS_LETTER = {AxisType.GLOBAL: "g", AxisType.LOCAL: "l", AxisType.LOOP: "L", AxisType.REDUCE: "R",
+               AxisType.GROUP_REDUCE: "G", AxisType.UPCAST: "u", AxisType.UNROLL: "r", AxisType.THREAD: "t"}
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+  """The arg of a kernel's SINK: its name and the opts to apply (None: let the optimizer choose)."""
+  name: str = "kernel"
+  opts_to_apply: tuple | None = None
+  applied_opts: tuple = ()
+  dont_use_locals: bool = False
+
+
+# python semantics of binary operators on UOps: `//` and `%` are C-style (truncating), like the IR's CDIV/CMOD
+def _cdiv(a: int, b: int) -> int: return abs(a) // abs(b) * (1 if (a < 0) == (b < 0) else -1) if b != 0 else 0
+def _cmod(a: int, b: int) -> int: return a - _cdiv(a, b) * b if b != 0 else 0
+
+
+class UOpMetaClass(type):
+  ucache: dict[tuple, weakref.ReferenceType[UOp]] = {}
+
+  def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None, tag: Any = None) -> UOp:
+    key = (op, dtype, src, arg, tag)
+    if (wret := UOpMetaClass.ucache.get(key)) is not None and (ret := wret()) is not None: return ret
+    created = super().__call__(op, dtype, src, arg, tag)
+    UOpMetaClass.ucache[key] = weakref.ref(created, lambda _, k=key: UOpMetaClass.ucache.pop(k, None))  # type: ignore[misc]
+    return created
+
+
+class UOp(metaclass=UOpMetaClass):
+  """One node of the IR. Immutable and interned; see the module docstring for the fields."""
+  __slots__ = ("op", "dtype", "src", "arg", "tag", "__weakref__", "_cache")
+
+  def __init__(self, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None, tag: Any = None):
+    self.op, self.dtype, self.src, self.arg, self.tag = op, dtype, src, arg, tag
+    self._cache: dict[str, Any] = {}
+
+  def __reduce__(self) -> Any: return (UOp, (self.op, self.dtype, self.src, self.arg, self.tag))
+
+  def replace(self, **kwargs: Any) -> UOp:
+    """This node with some fields changed; returns `self` when nothing changes."""
+    new = (kwargs.pop("op", self.op), kwargs.pop("dtype", self.dtype), kwargs.pop("src", self.src),
+           kwargs.pop("arg", self.arg), kwargs.pop("tag", self.tag))
+    if kwargs: raise TypeError(f"UOp.replace got unknown fields {list(kwargs)}; valid: op, dtype, src, arg, tag")
+    if new[0] is self.op and new[1] is self.dtype and new[2] == self.src and new[3] is self.arg and new[4] is self.tag:
+      return self
+    return UOp(*new)
+
+  # ***** graph walking *****
+  def toposort(self, gate: Callable[[UOp], bool] | None = None) -> dict[UOp, None]:
+    """Every node reachable from here, sources before users (iterative: deep graphs are fine)."""
+    if gate is None and (ret := self._cache.get("toposort")) is not None: return ret
+    out: dict[UOp, None] = {}
+    stack: list[tuple[UOp, bool]] = [(self, False)]
+    while stack:
+      node, visited = stack.pop()
+      if node in out: continue
+      if not visited:
+        if gate is None or gate(node):
+          stack.append((node, True))
+          for s in reversed(node.src):
+            if s not in out: stack.append((s, False))
+      else: out[node] = None
+    if gate is None: self._cache["toposort"] = out
+    return out
+
+  def sink(self, *srcs: UOp, **kwargs: Any) -> UOp: return UOp(Ops.SINK, dtypes.void, (self, *srcs), **kwargs)
+
+  def substitute(self, dvars: dict[UOp, UOp], name: str | None = None) -> UOp:
+    """Replace nodes by others everywhere below (and including) this one."""
+    from tiny_uop.pattern import graph_rewrite, _substitute
+    return graph_rewrite(self, _substitute, dvars, bottom_up=True, name=name or "substitute")
+
+  @property
+  def ranges(self) -> dict[UOp, None]:
+    """The RANGE nodes this value depends on and that are still open (not closed by a REDUCE/END below it)."""
+    if (ret := self._cache.get("ranges")) is not None: return ret
+    out: dict[UOp, None] = {}
+    for node in self.toposort():
+      if node.op is Ops.RANGE:
+        node._cache["ranges"] = r = {node: None}
+      elif node.op in (Ops.REDUCE, Ops.END):
+        closed = set(node.src[1:])
+        r = {k: None for s in node.src[:1] for k in s._cache["ranges"] if k not in closed}
+        node._cache["ranges"] = r
+      elif "ranges" not in node._cache:
+        r = {}
+        for s in node.src: r.update(s._cache["ranges"])
+        node._cache["ranges"] = r
+    out = self._cache["ranges"]
+    return out
+
+  # ***** shape and device (graph level) *****
+  @property
+  def shape(self) -> tuple[sint, ...] | None:
+    """The shape of a graph-level (tensor) value; None for kernel-level nodes."""
+    if "shape" in self._cache: return self._cache["shape"]
+    for node in self.toposort(gate=lambda n: "shape" not in n._cache):
+      if "shape" not in node._cache: node._cache["shape"] = _compute_shape(node)
+    return self._cache["shape"]
+
+  @property
+  def size(self) -> sint: return prod(self.shape) if self.shape is not None else 1
+
+  @property
+  def ndim(self) -> int: return len(self.shape) if self.shape is not None else 0
+
+  @property
+  def device(self) -> str | tuple[str, ...] | None:
+    """The device a graph-level value lives on (from its DEVICE sources)."""
+    if "device" in self._cache: return self._cache["device"]
+    for node in self.toposort(gate=lambda n: "device" not in n._cache):
+      if "device" in node._cache: continue
+      if node.op is Ops.DEVICE: d = node.arg
+      elif node.op is Ops.COPY: d = node.src[1].arg
+      else: d = next((s._cache["device"] for s in node.src if s._cache.get("device") is not None), None)
+      node._cache["device"] = d
+    return self._cache["device"]
+
+  # ***** value range *****
+  @property
+  def vmin(self) -> ConstType: return self._min_max[0]
+  @property
+  def vmax(self) -> ConstType: return self._min_max[1]
+
+  @property
+  def _min_max(self) -> tuple[ConstType, ConstType]:
+    if (ret := self._cache.get("mm")) is not None: return ret
+    for node in self.toposort(gate=lambda n: "mm" not in n._cache):
+      if "mm" not in node._cache: node._cache["mm"] = _compute_min_max(node)
+    return self._cache["mm"]
+
+  @property
+  def vrange(self) -> tuple[ConstType, ConstType]: return self._min_max
+
+  # ***** constructors *****
+  @staticmethod
+  def const(dtype: DType, b: Any, device: str | None = None, shape: tuple[sint, ...] | None = None) -> UOp:
+    """A constant. With `device`, a graph-level constant of `shape` (scalar broadcast); without, a kernel constant."""
+    if isinstance(b, UOp): return b.unbind()[0] if b.op is Ops.BIND else b
+    if isinstance(b, tuple) and len(set(b)) == 1: b = b[0]
+    if isinstance(b, tuple):
+      return UOp(Ops.VCONST, dtype.scalar().vec(len(b)), arg=tuple(dtypes.as_const(x, dtype) for x in b))
+    ret = UOp(Ops.CONST, dtype, arg=dtypes.as_const(b, dtype), src=(UOp(Ops.DEVICE, arg=device),) if device else ())
+    if shape is not None:
+      ret = ret.reshape((1,) * len(shape)).expand(shape) if shape else ret
+    return ret
+
+  def const_like(self, b: Any) -> UOp:
+    """A constant of this node's dtype (and, for graph values, its device and shape)."""
+    if self.shape is not None and self._device_of() is not None:
+      return UOp.const(self.dtype, b, self._device_of(), self.shape)  # type: ignore[arg-type]
+    return UOp.const(self.dtype, b)
+
+  def _device_of(self) -> str | None:
+    d = self.device
+    return d if isinstance(d, str) else None
+
+  @staticmethod
+  def variable(name: str, min_val: ConstType, max_val: ConstType, dtype: DType = dtypes.index) -> UOp:
+    """A symbolic integer `name` in [min_val, max_val]."""
+    if not isinstance(min_val, int) or not isinstance(max_val, int) or min_val > max_val:
+      raise ValueError(f"Variable {name!r}: bounds must be ints with min <= max, got [{min_val}, {max_val}]")
+    return UOp(Ops.DEFINE_VAR, dtype, arg=(name, min_val, max_val))
+
+  @staticmethod
+  def range(end: sint, axis_id: int, axis_type: AxisType = AxisType.LOOP, dtype: DType = dtypes.index) -> UOp:
+    """A loop index in [0, end)."""
+    return UOp(Ops.RANGE, dtype, (sint_to_uop(end),), (axis_id, axis_type))
+
+  @staticmethod
+  def new_buffer(device: str, size: int, dtype: DType, num: int | None = None) -> UOp:
+    """A graph-level buffer of `size` elements; `num` (default: a fresh number) makes it unique."""
+    if num is None: num = next(_unique_counter)
+    return UOp(Ops.BUFFER, dtype, (UOp(Ops.UNIQUE, arg=num), UOp(Ops.DEVICE, arg=device)), size)
+
+  @staticmethod
+  def unique() -> UOp:
+    """A fresh UNIQUE node: makes otherwise equal nodes distinct."""
+    return UOp(Ops.UNIQUE, arg=next(_unique_counter))
+
+  def bind(self, val: int) -> UOp:
+    """Bind a DEFINE_VAR to a value within its bounds."""
+    if self.op is not Ops.DEFINE_VAR: raise TypeError(f"bind needs a DEFINE_VAR, got {self.op}")
+    if not self.arg[1] <= val <= self.arg[2]:
+      raise ValueError(f"value {val} is out of bounds for Variable {self.arg[0]!r} in [{self.arg[1]}, {self.arg[2]}]")
+    return UOp(Ops.BIND, self.dtype, (self, self.const_like(val)))
+
+  def unbind(self) -> tuple[UOp, int]:
+    if self.op is not Ops.BIND: raise TypeError(f"unbind needs a BIND, got {self.op}")
+    return self.src[0], self.src[1].arg
+
+  @property
+  def expr(self) -> str:
+    if self.op is not Ops.DEFINE_VAR: raise TypeError(f"expr is for DEFINE_VAR, got {self.op}")
+    return self.arg[0]
+
+  # ***** ALU building *****
+  def alu(self, op: Ops, *src: Any) -> UOp:
+    srcs = (self, *(self._ufix(s) for s in src))
+    out_dtype = dtypes.bool.vec(self.dtype.count) if op in GroupOp.Comparison else srcs[-1].dtype
+    if op is Ops.THREEFRY: out_dtype = dtypes.uint64
+    return UOp(op, out_dtype, srcs)
+
+  def _ufix(self, x: Any) -> UOp:
+    if isinstance(x, UOp): return x
+    dt = self.dtype
+    if isinstance(x, float) and not dtypes.is_float(dt): dt = dtypes.default_float
+    return self.const_like(x) if dt is self.dtype else UOp.const(dt, x)
+
+  def cast(self, dtype: DType) -> UOp:
+    """This value converted to `dtype` (no-op when it already is)."""
+    if self.dtype == dtype: return self
+    return UOp(Ops.CAST, dtype, (self,))
+
+  def bitcast(self, dtype: DType) -> UOp: return UOp(Ops.BITCAST, dtype, (self,))
+
+  def where(self, x: Any, y: Any) -> UOp:
+    """`x` where this condition is true, else `y`."""
+    xu = x if isinstance(x, UOp) else (y.const_like(x) if isinstance(y, UOp) else self.const_like(x).cast(dtypes.from_py(x)))
+    yu = y if isinstance(y, UOp) else xu.const_like(y)
+    if xu.dtype != yu.dtype: raise TypeError(f"where: branches have different dtypes {xu.dtype} and {yu.dtype}")
+    return UOp(Ops.WHERE, xu.dtype, (self, xu, yu))
+
+  def maximum(self, x: Any) -> UOp: return self.alu(Ops.MAX, x)
+  def minimum(self, x: Any) -> UOp: return -(-self).maximum(-self._ufix(x))
+  def reciprocal(self) -> UOp: return self.alu(Ops.RECIPROCAL)
+  def sqrt(self) -> UOp: return self.alu(Ops.SQRT)
+  def exp2(self) -> UOp: return self.alu(Ops.EXP2)
+  def log2(self) -> UOp: return self.alu(Ops.LOG2)
+  def sin(self) -> UOp: return self.alu(Ops.SIN)
+  def trunc(self) -> UOp: return self.alu(Ops.TRUNC)
+  def ne(self, x: Any) -> UOp: return self.alu(Ops.CMPNE, x)
+  def eq(self, x: Any) -> UOp: return self.alu(Ops.CMPEQ, x)
+  def logical_not(self) -> UOp: return self.ne(True)
+  def pow(self, x: Any) -> UOp: return self.alu(Ops.POW, x)
+
+  def __neg__(self) -> UOp: return self.alu(Ops.NEG) if self.dtype != dtypes.bool else self.logical_not()
+  def __add__(self, x: Any) -> UOp: return self.alu(Ops.ADD, x)
+  def __radd__(self, x: Any) -> UOp: return self._ufix(x).alu(Ops.ADD, self)
+  def __sub__(self, x: Any) -> UOp: return self.alu(Ops.SUB, x)
+  def __rsub__(self, x: Any) -> UOp: return self._ufix(x).alu(Ops.SUB, self)
+  def __mul__(self, x: Any) -> UOp: return self.alu(Ops.MUL, x)
+  def __rmul__(self, x: Any) -> UOp: return self._ufix(x).alu(Ops.MUL, self)
+  def __floordiv__(self, x: Any) -> UOp: return self.alu(Ops.CDIV, x)
+  def __rfloordiv__(self, x: Any) -> UOp: return self._ufix(x).alu(Ops.CDIV, self)
+  def __truediv__(self, x: Any) -> UOp: return self.alu(Ops.FDIV, x)
+  def __rtruediv__(self, x: Any) -> UOp: return self._ufix(x).alu(Ops.FDIV, self)
+  def __mod__(self, x: Any) -> UOp: return self.alu(Ops.CMOD, x)
+  def __rmod__(self, x: Any) -> UOp: return self._ufix(x).alu(Ops.CMOD, self)
+  def __lt__(self, x: Any) -> UOp: return self.alu(Ops.CMPLT, x)
+  def __gt__(self, x: Any) -> UOp: return self._ufix(x).alu(Ops.CMPLT, self)
+  def __ge__(self, x: Any) -> UOp: return (self < x).logical_not()
+  def __le__(self, x: Any) -> UOp: return (self > x).logical_not()
+  def __and__(self, x: Any) -> UOp: return self.alu(Ops.AND, x)
+  def __rand__(self, x: Any) -> UOp: return self._ufix(x).alu(Ops.AND, self)
+  def __or__(self, x: Any) -> UOp: return self.alu(Ops.OR, x)
+  def __ror__(self, x: Any) -> UOp: return self._ufix(x).alu(Ops.OR, self)
+  def __xor__(self, x: Any) -> UOp: return self.alu(Ops.XOR, x)
+  def __rxor__(self, x: Any) -> UOp: return self._ufix(x).alu(Ops.XOR, self)
+  def __lshift__(self, x: Any) -> UOp: return self.alu(Ops.SHL, x)
+  def __rshift__(self, x: Any) -> UOp: return self.alu(Ops.SHR, x)
+  def __invert__(self) -> UOp: return self.logical_not() if self.dtype == dtypes.bool else self ^ -1
+  # UOps are interned: equality is identity. Use .eq()/.ne() to build comparisons.
+  __eq__ = object.__eq__
+  __hash__ = object.__hash__
+
+  def __bool__(self) -> bool:
+    raise TypeError(f"the truth value of a UOp is ambiguous: {self.render()}; compare with .vmin/.vmax or simplify first")
+
+  def __index__(self) -> int:
+    if self.op is Ops.CONST: return int(self.arg)
+    raise TypeError(f"{self.render()} is symbolic, not an int")
+
+  # ***** movement (graph level) *****
+  def reshape(self, arg: tuple[sint, ...]) -> UOp: return self if self.shape == tuple(arg) else self._mop(Ops.RESHAPE, tuple(arg))
+  def permute(self, arg: tuple[int, ...]) -> UOp: return self if tuple(arg) == tuple(range(len(arg))) else self._mop(Ops.PERMUTE, tuple(arg))
+  def expand(self, arg: tuple[sint, ...]) -> UOp: return self if self.shape == tuple(arg) else self._mop(Ops.EXPAND, tuple(arg))
+  def pad(self, arg: tuple[tuple[sint, sint], ...]) -> UOp:
+    return self if all(b == 0 and a == 0 for b, a in arg) else self._mop(Ops.PAD, tuple(tuple(x) for x in arg))
+  def shrink(self, arg: tuple[tuple[sint, sint], ...]) -> UOp:
+    if self.shape is not None and all(b == 0 and e == s for (b, e), s in zip(arg, self.shape)): return self
+    return self._mop(Ops.SHRINK, tuple(tuple(x) for x in arg))
+  def flip(self, arg: tuple[bool, ...]) -> UOp: return self if not any(arg) else self._mop(Ops.FLIP, tuple(arg))
+
+  def _mop(self, op: Ops, arg: Any) -> UOp:
+    ret = UOp(op, self.dtype, (self,), arg)
+    ret.shape  # validate eagerly: a bad movement op fails where it was written  # noqa: B018
+    return ret
+
+  def r(self, op: Ops, axis: tuple[int, ...]) -> UOp:
+    """Graph-level reduce of `axis` with `op` (ADD, MUL or MAX); reduced dims stay as size 1."""
+    return UOp(Ops.REDUCE_AXIS, self.dtype, (self,), (op, tuple(sorted(axis))))
+
+  def contiguous(self) -> UOp: return UOp(Ops.CONTIGUOUS, self.dtype, (self,))
+  def detach(self) -> UOp: return UOp(Ops.DETACH, self.dtype, (self,))
+  def copy_to_device(self, device: str) -> UOp: return UOp(Ops.COPY, self.dtype, (self, UOp(Ops.DEVICE, arg=device)))
+  def assign(self, x: UOp) -> UOp: return UOp(Ops.ASSIGN, self.dtype, (self, x))
+
+  # ***** kernel-level memory *****
+  def index(self, idx: UOp, valid: UOp | None = None) -> UOp:
+    """A pointer to element `idx` of buffer `self` (PARAM/DEFINE_LOCAL/DEFINE_REG); `valid` gates the access."""
+    return UOp(Ops.INDEX, self.dtype, (self, idx) if valid is None else (self, idx, valid))
+
+  def load(self, *src: UOp, dtype: DType | None = None) -> UOp:
+    if dtype is None: dtype = self.dtype.base if isinstance(self.dtype, PtrDType) else self.dtype
+    return UOp(Ops.LOAD, dtype, (self, *src))
+
+  def store(self, val: UOp, *src: UOp) -> UOp: return UOp(Ops.STORE, dtypes.void, (self, val, *src))
+  def end(self, *rngs: UOp) -> UOp: return UOp(Ops.END, dtypes.void, (self, *rngs))
+  def reduce(self, *rngs: UOp, arg: Ops = Ops.ADD) -> UOp: return UOp(Ops.REDUCE, self.dtype, (self, *rngs), arg)
+
+  # ***** symbolic *****
+  def simplify(self) -> UOp:
+    """This expression through the symbolic simplifier."""
+    from tiny_uop.symbolic import simplify
+    return simplify(self)
+
+  def ssimplify(self) -> sint:
+    """Simplified, as an int when it folds to a constant."""
+    ret = self.simplify()
+    return ret.arg if ret.op is Ops.CONST else ret
+
+  def sym_infer(self, var_vals: dict[str, int]) -> int:
+    """Evaluate a symbolic integer expression with the variables' values (by name)."""
+    return sym_eval(self, var_vals)
+
+  @property
+  def vars(self) -> list[UOp]:
+    return [x for x in self.toposort() if x.op is Ops.DEFINE_VAR]
+
+  def variables(self) -> list[UOp]:
+    return sorted({x.src[0] if x.op is Ops.BIND else x for x in self.toposort() if x.op in (Ops.DEFINE_VAR, Ops.BIND)},
+                  key=lambda v: v.arg)
+
+  # ***** printing *****
+  def render(self, simplify: bool = False) -> str:
+    """The expression as readable infix text: `((gidx0*4)+lidx1)`."""
+    return render_expr(self.simplify() if simplify else self)
+
+  def __repr__(self) -> str: return pretty_print(self)
+
+
+_unique_counter = itertools.count()
+sint = int | UOp
+"""A size that may be symbolic."""
+
+
+def Variable(name: str, min_val: int, max_val: int, dtype: DType = dtypes.index) -> UOp:
+  """A symbolic integer for shapes: `Variable("n", 1, 64)`."""
+  return UOp.variable(name, min_val, max_val, dtype)
+
+
+def sint_to_uop(x: sint, dtype: DType = dtypes.index) -> UOp:
+  return x if isinstance(x, UOp) else UOp.const(dtype, x)
+
+
+def ssimplify(x: sint) -> sint: return x.ssimplify() if isinstance(x, UOp) else x
+
+
+def smax(*lst: Any) -> sint:
+  lst2 = lst[0] if len(lst) == 1 and isinstance(lst[0], (list, tuple)) else lst
+  return functools.reduce(lambda a, b: a if isinstance(a, int) and isinstance(b, int) and a >= b else
+                          (b if isinstance(a, int) and isinstance(b, int) else sint_to_uop(a).maximum(b).ssimplify()), lst2)
+
+
+def resolve(x: Any, default: bool = True) -> bool:
+  """Turn a possibly symbolic boolean into a Python bool: the definite answer when the range decides it, else `default`."""
+  if not isinstance(x, UOp): return bool(x)
+  if x.dtype != dtypes.bool: raise TypeError(f"resolve needs a bool expression, got {x.dtype}: {x.render()}")
+  sx = x.simplify()
+  return bool(sx.vmin) if sx.vmin == sx.vmax else default
+
+
+def sym_eval(x: sint, var_vals: dict[str, int]) -> Any:
+  """Evaluate `x` with variables given by name (an int passes through)."""
+  if not isinstance(x, UOp): return x
+  from tiny_uop.alu import exec_alu
+  vals: dict[UOp, Any] = {}
+  for n in x.toposort():
+    if n.op is Ops.CONST: vals[n] = n.arg
+    elif n.op is Ops.DEFINE_VAR:
+      if n.arg[0] not in var_vals: raise KeyError(f"no value for Variable {n.arg[0]!r}; given: {sorted(var_vals)}")
+      vals[n] = var_vals[n.arg[0]]
+    elif n.op is Ops.BIND: vals[n] = vals[n.src[1]]
+    elif n.op in GroupOp.ALU or n.op is Ops.CAST: vals[n] = exec_alu(n.op, n.dtype, tuple(vals[s] for s in n.src))
+    else: raise TypeError(f"can't evaluate {n.op} in a symbolic expression")
+  return vals[x]
+
+
+# ***** shape inference *****
+def _compute_shape(u: UOp) -> tuple[sint, ...] | None:
+  op = u.op
+  if op is Ops.BUFFER: return (u.arg,)
+  if op is Ops.CONST: return () if u.src else None
+  if op in (Ops.DEFINE_VAR, Ops.BIND): return () if op is Ops.BIND or u.src else None
+  if op in (Ops.DEVICE, Ops.UNIQUE) or not u.src: return None
+  ps = u.src[0]._cache["shape"]
+  if op in GroupOp.Movement:
+    if ps is None: raise ValueError(f"{op} needs a source with a shape, got {u.src[0].op}")
+    return _movement_shape(op, ps, u.arg)
+  if op is Ops.REDUCE_AXIS:
+    if ps is None: return None
+    _, axes = u.arg
+    if any(not 0 <= a < len(ps) for a in axes): raise ValueError(f"reduce axes {axes} out of range for shape {ps}")
+    return tuple(1 if i in axes else s for i, s in enumerate(ps))
+  if op in GroupOp.Elementwise or op in (Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH, Ops.COPY, Ops.ASSIGN):
+    shapes = [s._cache["shape"] for s in u.src if s.op not in (Ops.DEVICE, Ops.UNIQUE)]
+    shapes = [s for s in shapes if s is not None]
+    if not shapes: return None
+    for s in shapes[1:]:
+      if s != shapes[0]: raise ValueError(f"{op} sources have different shapes {shapes}; broadcast them first")
+    if op is Ops.BITCAST and u.dtype.itemsize != u.src[0].dtype.itemsize and shapes[0]:
+      return (*shapes[0][:-1], shapes[0][-1] * u.src[0].dtype.itemsize // u.dtype.itemsize)
+    return shapes[0]
+  return None
+
+
+def _movement_shape(op: Ops, ps: tuple[sint, ...], arg: Any) -> tuple[sint, ...]:
+  if op is Ops.RESHAPE:
+    if any(isinstance(s, int) and s < 0 for s in arg): raise ValueError(f"reshape to {arg}: negative dimension")
+    if all_int(ps) and all_int(arg) and prod(ps) != prod(arg):
+      raise ValueError(f"can't reshape {ps} (size {prod(ps)}) to {arg} (size {prod(arg)})")
+    return tuple(arg)
+  if op is Ops.PERMUTE:
+    if sorted(arg) != list(range(len(ps))): raise ValueError(f"permute order {arg} is not a permutation of {len(ps)} axes")
+    return tuple(ps[i] for i in arg)
+  if op is Ops.EXPAND:
+    if len(arg) != len(ps) or any(p != a and p != 1 for p, a in zip(ps, arg)):
+      raise ValueError(f"can't expand {ps} to {arg}: only size-1 dimensions expand")
+    return tuple(arg)
+  if op is Ops.PAD:
+    if len(arg) != len(ps): raise ValueError(f"pad {arg} has {len(arg)} pairs for shape {ps} of {len(ps)} dims")
+    return tuple(s + b + a for s, (b, a) in zip(ps, arg))
+  if op is Ops.SHRINK:
+    if len(arg) != len(ps): raise ValueError(f"shrink {arg} has {len(arg)} pairs for shape {ps} of {len(ps)} dims")
+    for s, (b, e) in zip(ps, arg):
+      if isinstance(b, int) and isinstance(e, int) and isinstance(s, int) and not 0 <= b <= e <= s:
+        raise ValueError(f"shrink {arg} out of bounds for shape {ps}")
+    return tuple(ssimplify(e - b) for b, e in arg)
+  if op is Ops.FLIP:
+    if len(arg) != len(ps): raise ValueError(f"flip {arg} has {len(arg)} flags for shape {ps}")
+    return ps
+  raise AssertionError(op)
+
+
+# ***** value range analysis *****
+def _compute_min_max(u: UOp) -> tuple[ConstType, ConstType]:
+  dt = u.dtype
+  if u.op is Ops.CONST: return (u.arg, u.arg) if not isinstance(u.arg, UOp) else u.arg._min_max
+  if u.op is Ops.VCONST: return (min(u.arg), max(u.arg))
+  if u.op is Ops.DEFINE_VAR: return (u.arg[1], u.arg[2])
+  if u.op is Ops.BIND: return u.src[0]._min_max
+  if u.op is Ops.RANGE: return (0, (u.src[0]._cache["mm"][1] - 1))
+  if u.op is Ops.SPECIAL: return (0, u.src[0]._cache["mm"][1] - 1) if u.src else (0, dtypes.max(dt))
+  if u.op in (Ops.VECTORIZE, Ops.CAT) and u.src:
+    return min(s._cache["mm"][0] for s in u.src), max(s._cache["mm"][1] for s in u.src)
+  if u.op is Ops.GEP: return u.src[0]._cache["mm"]
+  if dt.scalar() == dtypes.bool and u.op not in GroupOp.Comparison and u.op not in (Ops.AND, Ops.OR, Ops.WHERE, Ops.XOR):
+    return (False, True)
+  if u.op in GroupOp.ALU or u.op is Ops.CAST:
+    mm = [s._cache["mm"] for s in u.src]
+    ret = _alu_range(u.op, dt, mm, u)
+    if ret is not None: return ret
+  return (dtypes.min(dt), dtypes.max(dt))
+
+
+def _alu_range(op: Ops, dt: DType, mm: list[tuple[Any, Any]], u: UOp) -> tuple[Any, Any] | None:
+  if op is Ops.CAST:
+    (lo, hi), = mm
+    if dtypes.is_int(dt) and isinstance(lo, (int, bool)) and dtypes.min(dt) <= lo and hi <= dtypes.max(dt): return (int(lo), int(hi))
+    if dtypes.is_float(dt) and isinstance(lo, (int, bool, float)): return (float(lo), float(hi))
+    if dt == dtypes.bool: return (bool(lo) if lo == hi else False, bool(hi) if lo == hi else True) if lo == hi else (False, True)
+    return None
+  if not dtypes.is_int(dt) and dt != dtypes.bool and op not in GroupOp.Comparison: return None
+  lim_lo, lim_hi = dtypes.min(dt), dtypes.max(dt)
+
+  def fits(lo: Any, hi: Any) -> tuple[Any, Any] | None:
+    return (lo, hi) if lim_lo <= lo <= hi <= lim_hi else None
+  if op is Ops.NEG: return fits(-mm[0][1], -mm[0][0])
+  if op in GroupOp.Comparison:
+    (a0, a1), (b0, b1) = mm
+    if op is Ops.CMPLT: return (a0 < b0 if a1 < b0 else False, a0 < b1)  # always true only if a1 < b0
+    if op is Ops.CMPNE:
+      if a1 < b0 or b1 < a0: return (True, True)
+      if a0 == a1 == b0 == b1: return (False, False)
+      return (False, True)
+    if op is Ops.CMPEQ:
+      if a1 < b0 or b1 < a0: return (False, False)
+      if a0 == a1 == b0 == b1: return (True, True)
+      return (False, True)
+  if op is Ops.WHERE: return (min(mm[1][0], mm[2][0]), max(mm[1][1], mm[2][1]))
+  if op is Ops.MULACC:
+    prods = [x * y for x in mm[0] for y in mm[1]]
+    return fits(min(prods) + mm[2][0], max(prods) + mm[2][1])
+  if len(mm) != 2: return None
+  (a0, a1), (b0, b1) = mm
+  if op is Ops.ADD: return fits(a0 + b0, a1 + b1)
+  if op is Ops.SUB: return fits(a0 - b1, a1 - b0)
+  if op is Ops.MUL:
+    prods = [a0 * b0, a0 * b1, a1 * b0, a1 * b1]
+    return fits(min(prods), max(prods))
+  if op is Ops.MAX: return (max(a0, b0), max(a1, b1))
+  if op is Ops.CDIV:
+    if b0 > 0 or b1 < 0:  # divisor range excludes 0: extremes are at the corners
+      qs = [_cdiv(a, b) for a in (a0, a1) for b in (b0, b1)]
+      return fits(min(qs), max(qs))
+    return None
+  if op is Ops.CMOD:
+    if b0 > 0:  # result has the dividend's sign, |r| < b
+      hi_abs = b1 - 1
+      if a0 >= 0: return (0 if a1 >= b0 or a0 != a1 else a0 % b0, min(a1, hi_abs))
+      if a1 <= 0: return (max(a0, -hi_abs), 0)
+      return (max(a0, -hi_abs), min(a1, hi_abs))
+    return None
+  if dt == dtypes.bool:
+    if op is Ops.AND: return (bool(a0 and b0), bool(a1 and b1))
+    if op is Ops.OR: return (bool(a0 or b0), bool(a1 or b1))
+    if op is Ops.XOR: return (False, True) if a0 != a1 or b0 != b1 else (a0 != b0, a0 != b0)
+    return None
+  if op is Ops.AND and a0 >= 0 and b0 >= 0: return (0, min(a1, b1))
+  if op is Ops.SHL and b0 == b1 and b0 >= 0 and a0 >= 0: return fits(a0 << b0, a1 << b0)
+  if op is Ops.SHR and b0 >= 0 and a0 >= 0: return (a0 >> b1, a1 >> b0)
+  return None
+
+
+# ***** printing *****
+_INFIX = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.CDIV: "//", Ops.CMOD: "%", Ops.FDIV: "/", Ops.CMPLT: "<",
+          Ops.CMPNE: "!=", Ops.CMPEQ: "==", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^", Ops.SHL: "<<", Ops.SHR: ">>"}
+
+
+def render_expr(root: UOp) -> str:
+    """Infix text of an expression, iteratively (deep expressions are fine)."""
+    txt: dict[UOp, str] = {}
+    for u in root.toposort():
+      s = [txt.get(x, "?") for x in u.src]
+      if u.op is Ops.CONST: t = str(u.arg) if not isinstance(u.arg, bool) else str(u.arg)
+      elif u.op is Ops.DEFINE_VAR: t = u.arg[0]
+      elif u.op is Ops.BIND: t = s[0]
+      elif u.op is Ops.RANGE: t = f"r{AXIS_LETTER.get(u.arg[1], '')}{u.arg[0]}" if isinstance(u.arg, tuple) else f"ridx{u.arg}"
+      elif u.op is Ops.SPECIAL: t = str(u.arg)
+      elif u.op in _INFIX and len(s) == 2: t = f"({s[0]}{_INFIX[u.op]}{s[1]})"
+      elif u.op is Ops.NEG: t = f"(-{s[0]})"
+      elif u.op is Ops.MAX: t = f"max({s[0]}, {s[1]})"
+      elif u.op is Ops.WHERE: t = f"({s[1]} if {s[0]} else {s[2]})"
+      elif u.op is Ops.CAST: t = f"({u.dtype!r})({s[0]})"
+      elif u.op is Ops.LOAD: t = f"load({s[0]})"
+      elif u.op is Ops.INDEX: t = f"{s[0]}[{s[1]}]" + (f"<{s[2]}>" if len(s) > 2 else "")
+      elif u.op is Ops.PARAM: t = f"data{u.arg}"
+      else: t = f"{u.op.name.lower()}({', '.join(s)})" if s else u.op.name.lower()
+      txt[u] = t
+    return txt[root]
+
+
+def pretty_print(root: UOp, max_lines: int = 400) -> str:
+  """A graph as numbered lines, shared nodes printed once: `%3 = ADD dtypes.int (%1, %2) arg=None`."""
+  nodes = list(root.toposort())
+  if len(nodes) == 1:
+    return f"UOp({root.op}, {root.dtype!r}, arg={root.arg!r}" + (f", tag={root.tag!r}" if root.tag is not None else "") + \
+      f", src=({', '.join(repr(s) for s in root.src)}))"
+  ids = {u: i for i, u in enumerate(nodes)}
+  lines = [f"%{ids[u]} = {u.op.name} {u.dtype!r} ({', '.join(f'%{ids[s]}' for s in u.src)})" +
+           (f" arg={u.arg!r}" if u.arg is not None else "") + (f" tag={u.tag!r}" if u.tag is not None else "")
+           for u in nodes]
+  if len(lines) > max_lines: lines = lines[:max_lines // 2] + [f"... {len(lines) - max_lines} lines ..."] + lines[-max_lines // 2:]
+  return "\n".join(lines)
+
+
+def print_uops(uops: Sequence[UOp]) -> str:
+  """A linear program, one line per UOp."""
+  ids = {u: i for i, u in enumerate(uops)}
+  return "\n".join(f"{i:4d} {u.op.name:14s} {u.dtype!r:30s} {[ids.get(s, '-') for s in u.src]!s:20s} {u.arg!r}"
+                   for i, u in enumerate(uops))
+
+
+def all_nodes(roots: Sequence[UOp]) -> Iterator[UOp]:
+  return iter(UOp(Ops.SINK, src=tuple(roots)).toposort())
+
+
+_ = (math, AddrSpace, least_upper_dtype, truncate_int)  # re-exported for convenience
