@@ -1,0 +1,141 @@
+"""Every way to build, test and check tiny, as nox sessions. ``pip install nox`` first, then:
+
+    nox -s tests                      # every package's tests, then the cross-package tests in tests/ (what CI runs)
+    nox -s "tests(package='tiny-uop')"  # one package
+    nox -s lint typecheck             # ruff; mypy on tiny-uop and tiny-codegen
+    nox -s demo                       # python examples/demo.py
+    nox -s bench                      # python bench/run.py (numpy/torch side by side)
+    nox -s wheels                     # build every wheel, install tiny-tensor from them in a fresh venv, smoke-test
+
+The ``tests`` parameters share one virtualenv (``.nox/tests-shared``): all packages installed editable plus the test
+dependencies, torch included, installed once and reinstalled only when a pyproject.toml or the list below changes.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import nox
+
+nox.options.default_venv_backend = "venv"
+nox.options.reuse_existing_virtualenvs = True
+nox.options.sessions = ["tests"]
+
+ROOT = Path(__file__).resolve().parent
+# dependency order: installing them together makes pip take the siblings from here, never from an index
+PACKAGES = ["tiny-uop", "tiny-codegen", "tiny-runtime-cpu", "tiny-runtime-amd", "tiny-runtime-nv", "tiny-runtime-qcom",
+            "tiny-tensor"]
+# torch is a test-only dependency (gradients are checked against it); ==2.13.0 is the CPU build that this
+# project's machines keep on disk (a looser pin would download a multi-GB CUDA build)
+TEST_DEPS = ["pytest>=8", "hypothesis>=6", "numpy>=1.24", "torch==2.13.0"]
+BENCH_DEPS = ["numpy>=1.24", "torch==2.13.0"]
+
+
+def _editables() -> list[str]:
+  return [a for p in PACKAGES for a in ("-e", str(ROOT / "packages" / p))]
+
+
+def _shared_test_python(session: nox.Session) -> str:
+  """The python of the shared test venv, created and (re)installed when needed."""
+  venv = ROOT / ".nox" / "tests-shared"
+  py = venv / "bin" / "python"
+  stamp = venv / ".tiny-installed"
+  h = hashlib.sha256(" ".join(TEST_DEPS + [sys.version]).encode())
+  for p in PACKAGES: h.update((ROOT / "packages" / p / "pyproject.toml").read_bytes())
+  want = h.hexdigest()
+  if not py.exists():
+    session.run(sys.executable, "-m", "venv", str(venv), external=True)
+  if not stamp.exists() or stamp.read_text() != want:
+    session.run(str(py), "-m", "pip", "install", "--disable-pip-version-check", "-q", "--upgrade", "pip", external=True)
+    session.run(str(py), "-m", "pip", "install", "--disable-pip-version-check", *_editables(), *TEST_DEPS,
+                external=True)
+    stamp.write_text(want)
+  return str(py)
+
+
+@nox.session(venv_backend="none")
+@nox.parametrize("package", [*PACKAGES, "integration"])
+def tests(session: nox.Session, package: str) -> None:
+  """Run one package's tests (``packages/<package>/tests``), or the cross-package ``tests/`` for 'integration'."""
+  py = _shared_test_python(session)
+  path = ROOT / "tests" if package == "integration" else ROOT / "packages" / package / "tests"
+  if not path.is_dir(): session.error(f"no test folder {path.relative_to(ROOT)} for {package!r}")
+  # pytest exits 5 when it collects no test: nox fails the session on it, as it should
+  session.run(py, "-m", "pytest", str(path), *session.posargs, external=True, env={"PYTHONDONTWRITEBYTECODE": "1"})
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+  """ruff over the whole repository (configuration in the root pyproject.toml)."""
+  session.install("ruff")
+  session.run("ruff", "check", str(ROOT), *session.posargs)
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+  """mypy on tiny-uop and tiny-codegen (the packages with a typed public API)."""
+  session.install("mypy", "numpy")
+  session.install("--no-deps", "-e", str(ROOT / "packages" / "tiny-uop"), "-e", str(ROOT / "packages" / "tiny-codegen"))
+  session.run("mypy", "-p", "tiny_uop", "-p", "tiny_codegen", *session.posargs)
+
+
+def _install_all(session: nox.Session, *extra: str) -> None:
+  session.install(*_editables(), *extra)
+
+
+@nox.session
+def demo(session: nox.Session) -> None:
+  """Install every package and run examples/demo.py."""
+  script = ROOT / "examples" / "demo.py"
+  if not script.exists(): session.error(f"{script.relative_to(ROOT)} does not exist yet: nothing to demo")
+  _install_all(session)
+  session.run("python", str(script), *session.posargs)
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+  """Install every package plus numpy and torch, and run bench/run.py (ratios side by side, no assertions)."""
+  script = ROOT / "bench" / "run.py"
+  if not script.exists(): session.error(f"{script.relative_to(ROOT)} does not exist yet: nothing to benchmark")
+  _install_all(session, *BENCH_DEPS)
+  session.run("python", str(script), *session.posargs)
+
+
+WHEEL_SMOKE = "from tiny_tensor import Tensor; r = (Tensor([1,2,3])+1).tolist(); assert r == [2,3,4], r; print(r)"
+
+
+@nox.session
+def wheels(session: nox.Session) -> None:
+  """Build every wheel; in a fresh venv install tiny-tensor from those wheels only, smoke-test it on CPU, then add
+  tiny-runtime-amd and check that the AMD device is listed by ``python -m tiny_uop.plugins``."""
+  dist = ROOT / "build" / "wheels"
+  shutil.rmtree(dist, ignore_errors=True)
+  dist.mkdir(parents=True)
+  for p in PACKAGES:
+    session.run("python", "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(ROOT / "packages" / p))
+  built = sorted(f.name for f in dist.glob("*.whl"))
+  session.log(f"built {len(built)} wheels: {', '.join(built)}")
+  if len(built) != len(PACKAGES): session.error(f"expected {len(PACKAGES)} wheels, got {built}")
+
+  tmp = Path(session.create_tmp()).resolve()
+  venv = tmp / "wheel-venv"
+  shutil.rmtree(venv, ignore_errors=True)
+  session.run("python", "-m", "venv", str(venv))
+  py = str(venv / "bin" / "python")
+  pip = [py, "-m", "pip", "install", "--disable-pip-version-check", "-q"]
+  # third-party dependencies from the index first, then every tiny-* strictly from the wheel folder
+  session.run(*pip, "numpy>=1.24", "llvmlite>=0.43", "cffi>=1.15", external=True)
+  session.run(*pip, "--no-index", "--find-links", str(dist), "tiny-tensor==0.1.0", external=True)
+  with session.chdir(tmp):  # away from the checkout, so only the installed wheels can be imported
+    session.run(py, "-c", "import tiny_uop, sys; assert 'site-packages' in tiny_uop.__file__, tiny_uop.__file__",
+                external=True)
+    session.run(py, "-c", WHEEL_SMOKE, external=True)
+    session.run(*pip, "--no-index", "--find-links", str(dist), "tiny-runtime-amd==0.1.0", external=True)
+    out = session.run(py, "-m", "tiny_uop.plugins", external=True, silent=True) or ""
+    print(out)
+    if not any(line.split()[:2] == ["device", "AMD"] for line in str(out).splitlines()):
+      session.error("device AMD is not listed by `python -m tiny_uop.plugins` after installing tiny-runtime-amd")
+  session.log("wheels OK: " + os.fspath(dist))

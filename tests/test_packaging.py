@@ -1,0 +1,66 @@
+"""The monorepo's packaging contract (ARCHITECTURE §1): versions, sibling ranges, the dependency table, py.typed."""
+import importlib.metadata
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SIBLING = {"tiny-uop", "tiny-codegen", "tiny-runtime-cpu", "tiny-runtime-amd", "tiny-runtime-nv", "tiny-runtime-qcom",
+           "tiny-tensor"}
+# package -> its dependencies (names only), as in ARCHITECTURE §1; arrows only point down this table
+DEPS = {
+  "tiny-uop": set(),
+  "tiny-codegen": {"tiny-uop", "llvmlite"},
+  "tiny-runtime-cpu": {"tiny-uop", "tiny-codegen"},
+  "tiny-runtime-amd": {"tiny-uop", "tiny-codegen", "cffi"},
+  "tiny-runtime-nv": {"tiny-uop", "tiny-codegen", "cffi"},
+  "tiny-runtime-qcom": {"tiny-uop", "tiny-codegen", "cffi"},
+  "tiny-tensor": {"tiny-uop", "tiny-codegen", "tiny-runtime-cpu", "numpy"},
+}
+ENTRY_POINTS = {
+  "tiny-codegen": {"tiny.renderers": {"C": "tiny_codegen.renderer.cstyle:ClangRenderer",
+                                      "LLVM": "tiny_codegen.renderer.llvmir:LLVMRenderer"}},
+  "tiny-runtime-cpu": {"tiny.devices": {d: f"tiny_runtime_cpu:{d}_PLUGIN" for d in ("CPU", "PYTHON", "NULL", "DISK")}},
+  "tiny-runtime-amd": {"tiny.devices": {"AMD": "tiny_runtime_amd:plugin"}},
+  "tiny-runtime-nv": {"tiny.devices": {"NV": "tiny_runtime_nv:NV_PLUGIN", "CUDA": "tiny_runtime_nv:CUDA_PLUGIN"}},
+  "tiny-runtime-qcom": {"tiny.devices": {"QCOM": "tiny_runtime_qcom:QCOM_PLUGIN", "CL": "tiny_runtime_qcom:CL_PLUGIN"}},
+}
+
+
+def _pyproject(pkg: str) -> dict:
+  return tomllib.loads((ROOT / "packages" / pkg / "pyproject.toml").read_text())
+
+
+def test_every_package_folder_is_listed():
+  assert {p.name for p in (ROOT / "packages").iterdir() if (p / "pyproject.toml").exists()} == SIBLING
+
+
+@pytest.mark.parametrize("pkg", sorted(SIBLING))
+def test_pyproject(pkg):
+  meta = _pyproject(pkg)
+  proj = meta["project"]
+  mod = pkg.replace("-", "_")
+  assert proj["name"] == pkg and proj["version"] == "0.1.0"
+  assert meta["build-system"]["build-backend"] == "hatchling.build"
+  assert meta["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"] == [mod]
+  assert (ROOT / "packages" / pkg / proj["readme"]).is_file()
+  assert (ROOT / "packages" / pkg / mod / "py.typed").is_file()
+  names = {re.split(r"[<>=!~ \[;]", d, maxsplit=1)[0] for d in proj.get("dependencies", [])}
+  assert names == DEPS[pkg]
+  for dep in proj.get("dependencies", []):
+    if dep.split(">")[0] in SIBLING: assert dep.endswith(">=0.1,<0.2"), f"{pkg}: sibling dependency {dep!r} is no range"
+  eps = proj.get("entry-points", {})
+  assert eps == ENTRY_POINTS.get(pkg, {})
+
+
+@pytest.mark.parametrize("pkg", sorted(SIBLING))
+def test_installed_metadata_matches(pkg):
+  """The environment runs what this checkout declares (editable installs are up to date)."""
+  try: dist = importlib.metadata.distribution(pkg)
+  except importlib.metadata.PackageNotFoundError: pytest.fail(f"{pkg} is not installed; run the tests through nox")
+  assert dist.version == _pyproject(pkg)["project"]["version"]
+  got = {(ep.group, ep.name, ep.value) for ep in dist.entry_points if ep.group.startswith("tiny.")}
+  want = {(g, n, v) for g, d in ENTRY_POINTS.get(pkg, {}).items() for n, v in d.items()}
+  assert got == want, f"{pkg}'s installed entry points are stale: reinstall it (nox does this when pyproject changes)"
