@@ -50,8 +50,7 @@ def _shared_test_python(session: nox.Session) -> str:
   if not py.exists():
     session.run(sys.executable, "-m", "venv", str(venv), external=True)
   if not stamp.exists() or stamp.read_text() != want:
-    session.run(str(py), "-m", "pip", "install", "--disable-pip-version-check", "-q", "--upgrade", "pip", external=True)
-    session.run(str(py), "-m", "pip", "install", "--disable-pip-version-check", *_editables(), *TEST_DEPS,
+    session.run(str(py), "-m", "pip", "install", "--disable-pip-version-check", "-q", *_editables(), *TEST_DEPS,
                 external=True)
     stamp.write_text(want)
   return str(py)
