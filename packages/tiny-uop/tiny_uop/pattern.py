@@ -7,6 +7,7 @@ A rule's `fn` receives the captured nodes as keyword arguments (and `ctx` first 
 """
 from __future__ import annotations
 
+import gc
 import inspect
 import itertools
 import time
@@ -155,17 +156,122 @@ def _wants_ctx(fn: Callable) -> bool:
 match_stats: dict[UPat, list] = defaultdict(lambda: [0, 0, 0.0, 0.0])  # matches, attempts, match time, total time
 
 
+# ***** rule compilation *****
+# Each (UPat, fn) rule becomes one generated Python function `rule(u, ctx) -> UOp | None`: the pattern tree unrolled
+# into nested `if`s over local variables, permutations as `for` loops, captures passed to `fn` as keyword arguments.
+# No per-call dicts or lists; a failed check falls through to the next permutation or to `return None`.
+
+def _compilable(p: UPat) -> bool:
+  if isinstance(p, UPatAny) or p._any_src is not None: return False
+  return all(_compilable(s) for s in p.src or ())
+
+
+class _RuleCompiler:
+  def __init__(self) -> None:
+    self.glob: dict[str, Any] = {}
+    self.nvar = 0
+
+  def const(self, obj: Any) -> str:
+    name = f"_k{len(self.glob)}"
+    self.glob[name] = obj
+    return name
+
+  def var(self) -> str:
+    self.nvar += 1
+    return f"v{self.nvar}"
+
+  def emit(self, p: UPat, v: str, bound: dict[str, str], ind: int, rest: list[tuple[UPat, str]],
+           inner: Callable[[dict[str, str], int], list[str]]) -> list[str]:
+    """Lines matching `p` against variable `v`, then the patterns in `rest`, then `inner`."""
+    conds: list[str] = []
+    if p.op is not None:
+      conds.append(f"{v}.op is {self.const(p.op[0])}" if len(p.op) == 1 else f"{v}.op in {self.const(frozenset(p.op))}")
+    if p.dtype is not None:
+      dts = self.const(p.dtype)
+      conds.append(f"({v}.dtype in {dts} or {v}.dtype.scalar() in {dts})")
+    if p.arg is not None: conds.append(f"{v}.arg == {self.const(p.arg)}")
+    if p.custom is not None: conds.append(f"{self.const(p.custom)}({v})")
+    if p.name is not None:
+      if p.name in bound: conds.append(f"{v} is {bound[p.name]}")
+      else: bound = {**bound, p.name: v}
+    lines: list[str] = []
+    if p.src is not None:
+      n = len(p.src)
+      conds.append(f"len({v}.src) {'>=' if p.allow_any_len else '=='} {n}")
+    pad = " " * ind
+    if conds:
+      lines.append(f"{pad}if {' and '.join(conds)}:")
+      ind += 1
+      pad = " " * ind
+    todo = list(rest)
+    if p.src is not None and len(p.src):
+      names = [self.var() for _ in p.src]
+      tgt = ", ".join(names) + ("," if len(names) == 1 else "")
+      if p._perm and len(p.src) > 1:
+        if len(p.src) == 2 and not p.allow_any_len:
+          lines.append(f"{pad}for {tgt} in (({v}.src[0], {v}.src[1]), ({v}.src[1], {v}.src[0])):")
+        else:
+          lines.append(f"{pad}for {tgt} in {self.const(itertools.permutations)}({v}.src[:{len(p.src)}]):")
+        ind += 1
+        pad = " " * ind
+      else:
+        lines.append(f"{pad}{tgt} = {v}.src" + ("" if not p.allow_any_len else f"[:{len(p.src)}]"))
+      todo = list(zip(p.src, names)) + todo
+    if todo:
+      (np_, nv), *more = todo
+      lines += self.emit(np_, nv, bound, ind, more, inner)
+    else: lines += inner(bound, ind)
+    return lines
+
+
+def _compile_rule(p: UPat, fn: Callable, wants_ctx: bool) -> Callable[[UOp, Any], UOp | None]:
+  """A fast function `rule(u, ctx)` equivalent to trying `fn` on every match of `p` (see `_RuleCompiler`)."""
+  if isinstance(p, UPatAny) and all(_compilable(a) for a in p.alts): alts: tuple[UPat, ...] = p.alts
+  elif _compilable(p): alts = (p,)
+  else:  # rare shapes (any-count sources, nested alternatives): the interpreter
+    def interpreted(u: UOp, ctx: Any) -> UOp | None:
+      for m in p.match(u, {}):
+        ret = fn(ctx, **m) if wants_ctx else fn(**m)
+        if ret is not None and ret is not u: return ret
+      return None
+    return interpreted
+  rc = _RuleCompiler()
+  fname = rc.const(fn)
+
+  def inner(bound: dict[str, str], ind: int) -> list[str]:
+    args = ", ".join(["ctx"] * wants_ctx + [f"{k}={v}" for k, v in bound.items()])
+    pad = " " * ind
+    return [f"{pad}ret = {fname}({args})", f"{pad}if ret is not None and ret is not u: return ret"]
+  body: list[str] = []
+  for a in alts: body += rc.emit(a, "u", {}, 1, [], inner)
+  src = "def rule(u, ctx):\n" + "\n".join(body) + "\n return None\n"
+  code = compile(src, f"<rule {getattr(fn, '__qualname__', fn)}>", "exec")
+  exec(code, rc.glob)  # noqa: S102 -- our own generated matcher source, built from the UPat tree
+  ret = rc.glob["rule"]
+  ret.__doc__ = src
+  return ret
+
+
 class PatternMatcher:
-  """An ordered list of `(UPat, fn)` rules, indexed by op. `pm.rewrite(uop, ctx)` applies the first that matches."""
+  """An ordered list of `(UPat, fn)` rules, indexed by op. `pm.rewrite(uop, ctx)` applies the first that matches.
+
+  Each rule is compiled to a Python function (see `_compile_rule`); `TRACK_MATCH_STATS=1` uses the interpreter
+  (`UPat.match`) and counts matches per rule instead.
+  """
 
   def __init__(self, patterns: Sequence[tuple[UPat, Callable]], name: str | None = None):
     self.patterns = list(patterns)
     self.name = name
     self.pdict: dict[Ops, list[tuple[UPat, Callable, frozenset, bool]]] = defaultdict(list)
+    compiled: dict[Ops, list[Callable]] = defaultdict(list)
     for p, fn in self.patterns:
       if p.op is None: raise ValueError(f"a rule's top pattern must name its op(s) (the matcher indexes by op): {p}")
       entry = (p, fn, p.early_reject, _wants_ctx(fn))
-      for uop in p.op: self.pdict[uop].append(entry)
+      rule = _compile_rule(p, fn, entry[3])
+      for uop in dict.fromkeys(p.op):
+        self.pdict[uop].append(entry)
+        compiled[uop].append(rule)
+    self.cdict: dict[Ops, tuple[Callable, ...]] = {k: tuple(v) for k, v in compiled.items()}
 
   def __add__(self, more: PatternMatcher) -> PatternMatcher:
     return PatternMatcher(self.patterns + more.patterns, name=f"{self.name}+{more.name}" if self.name or more.name else None)
@@ -174,22 +280,28 @@ class PatternMatcher:
 
   def rewrite(self, uop: UOp, ctx: Any = None) -> UOp | None:
     """The replacement the first matching rule gives, or None."""
+    if TRACK_MATCH_STATS.value: return self._rewrite_tracked(uop, ctx)
+    rules = self.cdict.get(uop.op)
+    if rules is None: return None
+    for rule in rules:
+      if (ret := rule(uop, ctx)) is not None: return ret
+    return None
+
+  def _rewrite_tracked(self, uop: UOp, ctx: Any = None) -> UOp | None:
     rules = self.pdict.get(uop.op)
     if rules is None: return None
     src_ops = {s.op for s in uop.src}
     for p, fn, early_reject, wants_ctx in rules:
       if not early_reject <= src_ops: continue
-      if TRACK_MATCH_STATS: st = time.perf_counter()
+      st = time.perf_counter()
       for match in p.match(uop, {}):
         ret = fn(ctx, **match) if wants_ctx else fn(**match)
         if ret is not None and ret is not uop:
-          if TRACK_MATCH_STATS:
-            match_stats[p][0] += 1
-            match_stats[p][2] += time.perf_counter() - st
+          match_stats[p][0] += 1
+          match_stats[p][2] += time.perf_counter() - st
           return ret
-      if TRACK_MATCH_STATS:
-        match_stats[p][1] += 1
-        match_stats[p][3] += time.perf_counter() - st
+      match_stats[p][1] += 1
+      match_stats[p][3] += time.perf_counter() - st
     return None
 
 
@@ -213,13 +325,22 @@ def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: boo
   `bottom_up=True` tries rules on a node before its sources (and again on the result). `bpm` adds rules applied on
   the way down while `pm` runs on the way up. Iterative: no recursion limit on deep graphs.
   """
-  return _rewrite(sink, pm, ctx, bottom_up, name, bpm)[sink]
+  return _rewrite_nogc(sink, pm, ctx, bottom_up, name, bpm)[sink]
 
 
 def graph_rewrite_map(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: bool = False,
                       name: str | None = None) -> dict[UOp, UOp]:
   """Like graph_rewrite, but returns what each node under `sink` that the rewrite visited became."""
-  return _rewrite(sink, pm, ctx, bottom_up, name, None)
+  return _rewrite_nogc(sink, pm, ctx, bottom_up, name, None)
+
+
+def _rewrite_nogc(sink: UOp, pm: PatternMatcher, ctx: Any, bottom_up: bool, name: str | None,
+                  bpm: PatternMatcher | None) -> dict[UOp, UOp]:
+  # the cyclic GC would repeatedly scan every live node while a rewrite allocates many; UOps form no cycles
+  if not gc.isenabled(): return _rewrite(sink, pm, ctx, bottom_up, name, bpm)
+  gc.disable()
+  try: return _rewrite(sink, pm, ctx, bottom_up, name, bpm)
+  finally: gc.enable()
 
 
 def _rewrite(sink: UOp, pm: PatternMatcher, ctx: Any, bottom_up: bool, name: str | None,
@@ -228,44 +349,38 @@ def _rewrite(sink: UOp, pm: PatternMatcher, ctx: Any, bottom_up: bool, name: str
   else: pm_up = pm
   t0 = time.perf_counter() if DEBUG >= 6 else 0.0
   replace: dict[UOp, UOp] = {}
-  # stack entries: (node, stage, value); stage 0 = visit, 1 = sources done, 2 = link result
+  # stack entries: (node, stage, value); stage 0 = visit, 1 = sources done, 2 = link result. A node shared by several
+  # users may be pushed more than once; the first visit finishes it (LIFO) and later ones see it in `replace`.
   stack: list[tuple[UOp, int, UOp]] = [(sink, 0, sink)]
-  on_stack: set[UOp] = {sink}
+  push, pop, getr = stack.append, stack.pop, replace.__getitem__
   while stack:
-    n, stage, new_n = stack.pop()
-    if n in replace: continue
+    n, stage, new_n = pop()
     if stage == 0:
+      if n in replace: continue
       if bpm is not None:
         new_n = _fixed_point(bpm, n, ctx)
         if new_n is not n and new_n in replace:
           replace[n] = replace[new_n]
           continue
-      stack.append((n, 1, new_n))
+      push((n, 1, new_n))
       for s in reversed(new_n.src):
-        if s not in replace and s not in on_stack:
-          on_stack.add(s)
-          stack.append((s, 0, s))
+        if s not in replace: push((s, 0, s))
     elif stage == 1:
-      try: new_src = tuple(replace[s] for s in new_n.src)
-      except KeyError:  # a source is queued through another path and not done yet: do it first
-        stack.append((n, 1, new_n))
-        for s in new_n.src:
-          if s not in replace: stack.append((s, 0, s))
-        continue
-      if new_src == new_n.src:
-        rewritten = pm_up.rewrite(new_n, ctx) if pm_up is not None else None
-        if rewritten is None:
+      src = new_n.src
+      try: new_src = tuple(map(getr, src))
+      except KeyError as e:
+        raise RuntimeError(f"graph_rewrite {name or pm.name}: a rule made {new_n.op} depend on itself (cycle)") from e
+      if new_src == src:
+        if pm_up is None or (nxt := pm_up.rewrite(new_n, ctx)) is None:
           replace[n] = new_n
           continue
-        nxt = rewritten
       else:
         nxt = new_n.replace(src=new_src)
-      if nxt in replace:
-        replace[n] = replace[nxt]
+      if (done := replace.get(nxt)) is not None:
+        replace[n] = done
         continue
-      stack.append((n, 2, nxt))
-      stack.append((nxt, 0, nxt))
-      on_stack.add(nxt)
+      push((n, 2, nxt))
+      push((nxt, 0, nxt))
     else:
       replace[n] = replace[new_n]
   if DEBUG >= 6 and name: print(f"rewrite {name}: {(time.perf_counter() - t0) * 1e3:.2f} ms")
