@@ -19,6 +19,7 @@ written. Parsing is pure string work: it checks the grammar, not whether a devic
 """
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -55,39 +56,13 @@ class Target:
   def parse(s: str) -> Target:
     """Parse one target, e.g. ``"CPU:LLVM"``. Raises ValueError naming the bad string and the grammar."""
     if not isinstance(s, str): raise TypeError(f"DEV must be a str, got {type(s).__name__} {s!r}")
-    if ";" in s: raise _bad(s, "several targets given; use Target.parse_list for ';'-separated lists")
-    text = s.strip()
-    if not text: raise _bad(s, "empty")
-    head, sep, rest = text.partition(":")
-    interface: str | None = None
-    if "+" in head:
-      interface, _, head = head.partition("+")
-      if not _NAME.match(interface): raise _bad(s, f"interface {interface!r} is not a name")
-    if not _NAME.match(head): raise _bad(s, f"device {head!r} is not a name")
-    device = head.upper()
-    if device == "DISK":
-      if interface is not None: raise _bad(s, "DISK takes no interface")
-      if sep and not rest: raise _bad(s, "DISK: needs a path after the colon")
-      return Target(device, path=rest or None)
-    fields = rest.split(":") if sep else []
-    indices: tuple[int, ...] = ()
-    if fields and _INDICES.match(fields[0]):
-      indices = tuple(int(i) for i in fields.pop(0).split(","))
-    if len(fields) > 2: raise _bad(s, f"too many ':' fields ({len(fields)} after the device and index)")
-    renderer = fields[0] if fields else None
-    arch = fields[1] if len(fields) > 1 else None
-    if renderer is not None and not _NAME.match(renderer): raise _bad(s, f"renderer {renderer!r} is not a name")
-    if arch is not None and not _ARCH.match(arch): raise _bad(s, f"arch {arch!r} is not a valid arch name")
-    return Target(device, renderer.upper() if renderer else None, arch, interface.upper() if interface else None,
-                  indices)
+    return _parse(s)
 
   @staticmethod
   def parse_list(s: str) -> tuple[Target, ...]:
     """Parse a ``;``-separated list of targets, e.g. ``"AMD;CPU:LLVM"``. Empty entries are an error."""
     if not isinstance(s, str): raise TypeError(f"DEV must be a str, got {type(s).__name__} {s!r}")
-    parts = s.split(";")
-    if any(not p.strip() for p in parts): raise _bad(s, "empty entry in ';'-separated list")
-    return tuple(Target.parse(p) for p in parts)
+    return _parse_list(s)
 
   @property
   def base(self) -> str:
@@ -114,3 +89,40 @@ class Target:
     if self.renderer: out += f":{self.renderer}"
     if self.arch: out += f":{self.arch}"
     return out
+
+
+# Target.parse is on hot paths (every Device[...] and renderer lookup); Targets are immutable, so results are cached
+@functools.lru_cache(maxsize=4096)
+def _parse(s: str) -> Target:
+  if ";" in s: raise _bad(s, "several targets given; use Target.parse_list for ';'-separated lists")
+  text = s.strip()
+  if not text: raise _bad(s, "empty")
+  head, sep, rest = text.partition(":")
+  interface: str | None = None
+  if "+" in head:
+    interface, _, head = head.partition("+")
+    if not _NAME.match(interface): raise _bad(s, f"interface {interface!r} is not a name")
+  if not _NAME.match(head): raise _bad(s, f"device {head!r} is not a name")
+  device = head.upper()
+  if device == "DISK":
+    if interface is not None: raise _bad(s, "DISK takes no interface")
+    if sep and not rest: raise _bad(s, "DISK: needs a path after the colon")
+    return Target(device, path=rest or None)
+  fields = rest.split(":") if sep else []
+  indices: tuple[int, ...] = ()
+  if fields and _INDICES.match(fields[0]):
+    indices = tuple(int(i) for i in fields.pop(0).split(","))
+  if len(fields) > 2: raise _bad(s, f"too many ':' fields ({len(fields)} after the device and index)")
+  renderer = fields[0] if fields else None
+  arch = fields[1] if len(fields) > 1 else None
+  if renderer is not None and not _NAME.match(renderer): raise _bad(s, f"renderer {renderer!r} is not a name")
+  if arch is not None and not _ARCH.match(arch): raise _bad(s, f"arch {arch!r} is not a valid arch name")
+  return Target(device, renderer.upper() if renderer else None, arch, interface.upper() if interface else None,
+                indices)
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_list(s: str) -> tuple[Target, ...]:
+  parts = s.split(";")
+  if any(not p.strip() for p in parts): raise _bad(s, "empty entry in ';'-separated list")
+  return tuple(_parse(p) for p in parts)
