@@ -73,6 +73,7 @@ TINY_PLUGINS = ContextVar("TINY_PLUGINS", "", "comma-separated allow-list of dev
 CACHELEVEL = ContextVar("CACHELEVEL", 2, "0 disables the on-disk compile cache")
 JIT = ContextVar("JIT", 1, "0 disables TinyJit capture (functions run eagerly)")
 PROFILE = ContextVar("PROFILE", 0, "collect per-kernel timings")
+TRAINING = ContextVar("TRAINING", 0, "1: training mode (dropout etc. active); also `Tensor.training`")
 
 
 # ***** pure utilities *****
