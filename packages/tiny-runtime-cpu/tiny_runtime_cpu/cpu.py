@@ -1,0 +1,160 @@
+"""The CPU device: kernels compiled to native code, run on a persistent pool of threads.
+
+- memory: 64-byte aligned host blocks (`HostAllocator`), zero-copy views and host memoryviews.
+- renderers: `LLVMRenderer` (default; LLVM IR compiled in-process by llvmlite to an ELF object, loaded with MCJIT)
+  and `ClangRenderer` (C compiled by clang to a shared object, loaded with ctypes). ``DEV=CPU:CLANG`` picks clang.
+- calling convention (PIPELINE.md §4): ``void name(T0* data0, ..., int var0, ..., int core_id)``; a launch with
+  ``global_size[0] == n`` calls the kernel once per ``core_id`` in ``range(n)``, spread over the thread pool
+  (``CPU_THREADS=k`` sets its size; default one per core). One share runs inline on the calling thread.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import struct
+import tempfile
+import threading
+import time
+from typing import Any
+
+from tiny_uop.device import Compiled, Program, Renderer
+from tiny_uop.helpers import CPU_THREADS
+
+from tiny_runtime_cpu.memory import HostAllocator, HostMem
+from tiny_runtime_cpu.threads import ThreadPool, default_threads
+
+ELF_MAGIC = b"\x7fELF"
+ET_REL, ET_DYN = 1, 3  # e_type values (elf.h): relocatable object, shared object
+
+
+def _renderer_classes() -> list[type[Renderer]]:
+  """The CPU renderers from tiny-codegen, LLVM first; whichever fails to import is left out."""
+  out: list[type[Renderer]] = []
+  try:
+    from tiny_codegen.renderer.llvmir import LLVMRenderer
+    out.append(LLVMRenderer)
+  except ImportError: pass
+  try:
+    from tiny_codegen.renderer.cstyle import ClangRenderer
+    out.append(ClangRenderer)
+  except ImportError: pass
+  return out
+
+
+class TargetRenderer:
+  """Mixin for `Compiled` devices: `renderer` follows the renderer/arch the DEV string names for this device
+  (``DEV=CPU:CLANG``), re-read on every access so ``Context(DEV=...)`` scopes it; renderers are built once each."""
+  _by_target: dict[tuple[str | None, str | None], Renderer]
+
+  @property
+  def renderer(self) -> Renderer:
+    from tiny_uop.plugins import Device
+    t = Device.target(self.device)  # type: ignore[attr-defined]
+    key = (t.renderer, t.arch)
+    if (r := self.__dict__.setdefault("_by_target", {}).get(key)) is None:
+      r = self._by_target[key] = self.make_renderer(t.renderer, t.arch)
+    return r
+
+  @renderer.setter
+  def renderer(self, r: Renderer) -> None:
+    from tiny_uop.plugins import Device
+    t = Device.target(self.device)  # type: ignore[attr-defined]
+    self.__dict__.setdefault("_by_target", {})[(t.renderer, t.arch)] = r
+
+  def make_renderer(self, name: str | None, arch: str | None) -> Renderer:
+    if arch is not None: self.arch = arch  # type: ignore[has-type]
+    return self.select_renderer(name)  # type: ignore[attr-defined]
+
+
+class CPUProgram(Program):
+  """A native kernel: an ELF relocatable object (LLVM) loaded with MCJIT, or a shared object (clang) via ctypes."""
+
+  def __init__(self, device: CPUDevice, name: str, lib: bytes, **kwargs: Any):
+    super().__init__(device, name, lib)
+    if not isinstance(lib, (bytes, bytearray)) or lib[:4] != ELF_MAGIC:
+      raise ValueError(f"CPU program {name!r}: expected an ELF object or shared library, got {bytes(lib[:16])!r}...")
+    e_type = struct.unpack_from("<H", lib, 16)[0]
+    if e_type == ET_REL: self.addr = device.jit.load(name, bytes(lib))
+    elif e_type == ET_DYN: self.addr = self._load_shared(name, bytes(lib))
+    else: raise ValueError(f"CPU program {name!r}: ELF type {e_type} is neither an object (1) nor a shared library (3)")
+    self._fxns: dict[tuple[int, int], Any] = {}
+
+  def _load_shared(self, name: str, lib: bytes) -> int:
+    fd, path = tempfile.mkstemp(prefix=f"tiny_{name}_", suffix=".so")
+    try:
+      with os.fdopen(fd, "wb") as f: f.write(lib)
+      self._dll = ctypes.CDLL(path)  # kept: unloading it would free the code
+    finally: os.unlink(path)
+    try: fn = getattr(self._dll, name)
+    except AttributeError as e: raise ValueError(f"shared library for {name!r} has no symbol {name!r}") from e
+    return ctypes.cast(fn, ctypes.c_void_p).value or 0
+
+  def _fxn(self, nbufs: int, nvals: int) -> Any:
+    if (f := self._fxns.get((nbufs, nvals))) is None:
+      proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * nbufs), *([ctypes.c_int32] * (nvals + 1)))
+      f = self._fxns[(nbufs, nvals)] = proto(self.addr)
+    return f
+
+  def __call__(self, *bufs: Any, global_size: tuple[int, ...] = (1, 1, 1), local_size: tuple[int, ...] | None = None,
+               vals: tuple[int, ...] = (), wait: bool = False) -> float | None:
+    fxn = self._fxn(len(bufs), len(vals))
+    args = [b.addr if isinstance(b, HostMem) else b for b in bufs]
+    args.extend(vals)
+    n = global_size[0] if global_size else 1
+    st = time.perf_counter() if wait else 0.0
+    if n == 1: fxn(*args, 0)
+    else: self.device.pool.run(lambda core_id: fxn(*args, core_id), n)
+    return time.perf_counter() - st if wait else None
+
+
+class MCJIT:
+  """ELF objects linked into llvmlite MCJIT execution engines. Kernels with the same name but different code go into
+  different engines (an engine resolves a symbol name once)."""
+
+  def __init__(self) -> None:
+    self.engines: list[tuple[Any, set[str]]] = []
+    self.lock = threading.Lock()
+    self.tm: Any = None
+
+  def _new_engine(self) -> tuple[Any, set[str]]:
+    import llvmlite.binding as llvm
+    if self.tm is None:
+      llvm.initialize_native_target()
+      llvm.initialize_native_asmprinter()
+      self.tm = llvm.Target.from_default_triple().create_target_machine(opt=2)
+    eng = (llvm.create_mcjit_compiler(llvm.parse_assembly(""), self.tm), set())
+    self.engines.append(eng)
+    return eng
+
+  def load(self, name: str, obj: bytes) -> int:
+    import llvmlite.binding as llvm
+    with self.lock:
+      engine, names = next((e for e in self.engines if name not in e[1]), None) or self._new_engine()
+      engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+      engine.finalize_object()
+      names.add(name)
+      if not (addr := engine.get_function_address(name)):
+        raise ValueError(f"object file for kernel {name!r} defines no function {name!r}")
+      return addr
+
+
+class CPUDevice(TargetRenderer, Compiled):
+  """The host CPU. ``Device["CPU"]``; ``DEV=CPU:LLVM`` (default) or ``DEV=CPU:CLANG`` picks the renderer."""
+
+  def __init__(self, device: str = "CPU"):
+    super().__init__(device, HostAllocator(), _renderer_classes(), CPUProgram)
+    self.jit = MCJIT()
+    self.pool = ThreadPool(default_threads(int(CPU_THREADS.value)) - 1)  # the launching thread is one of them
+
+  def select_renderer(self, name: str | None) -> Renderer:
+    if name is not None and name.upper() in ("CLANG", "C", "CLANGRENDERER") and shutil.which("clang") is None:
+      raise RuntimeError(f"DEV={self.device}:{name} needs clang, which is not installed: apt-get install clang "
+                         f"(or use {self.device}:LLVM, which needs only llvmlite)")
+    if name is not None and name.upper() == "C": name = "CLANG"
+    if not self.renderer_classes:
+      raise RuntimeError(f"device {self.device} has no renderer: tiny-codegen's LLVMRenderer/ClangRenderer failed to "
+                         f"import (pip install tiny-codegen llvmlite)")
+    return super().select_renderer(name)
+
+  def finalize(self) -> None: self.pool.close()
