@@ -36,9 +36,11 @@ class DType:
   def new(priority: int, itemsize: int, name: str, fmt: str | None) -> DType:
     return DType(priority, itemsize, name, fmt, 1, None)
 
-  def __repr__(self) -> str: return f"dtypes.{INVERSE_DTYPES_DICT[self.scalar().name]}" + (f".vec({self.count})" if self.count > 1 else "")
+  def __repr__(self) -> str:
+    return f"dtypes.{INVERSE_DTYPES_DICT[self.scalar().name]}" + (f".vec({self.count})" if self.count > 1 else "")
   def __reduce__(self) -> Any: return (_dtype_from_repr, (self.scalar().name, self.count))
-  def __lt__(self, o: DType) -> bool: return (self.priority, self.itemsize, self.name, self.count) < (o.priority, o.itemsize, o.name, o.count)
+  def __lt__(self, o: DType) -> bool:
+    return (self.priority, self.itemsize, self.name, self.count) < (o.priority, o.itemsize, o.name, o.count)
 
   @property
   def base(self) -> DType: return self
@@ -66,7 +68,7 @@ class DType:
 
 @dataclass(frozen=True, eq=False)
 class PtrDType(DType):
-  """A pointer: `base` is the pointee, `size` the number of elements (-1 unknown), `v` the vector width of the pointer."""
+  """A pointer: `base` is the pointee, `size` the number of elements (-1 unknown), `v` the pointer's vector width."""
   _base: DType | None = None
   addrspace: AddrSpace = AddrSpace.GLOBAL
   v: int = 1
@@ -175,22 +177,33 @@ class dtypes:
 
   @staticmethod
   def from_py(x: Any) -> DType:
-    """The dtype a Python value (or nested list of them) defaults to."""
-    if x.__class__ is float: return dtypes.default_float
-    if x.__class__ is int: return dtypes.default_int
-    if x.__class__ is bool: return dtypes.bool
+    """The dtype a Python value (or nested list of them) defaults to: bool, `default_int` or `default_float`.
+
+    A list takes the highest of its items' dtypes (an empty list is `default_float`): `[1, 2.0]` is a float.
+    """
+    if isinstance(x, bool): return dtypes.bool
+    if isinstance(x, int): return dtypes.default_int
+    if isinstance(x, float): return dtypes.default_float
     if isinstance(x, (list, tuple)):
       return max([dtypes.from_py(xi) for xi in x], default=dtypes.default_float)
-    raise TypeError(f"can't infer a dtype from {type(x).__name__} value {x!r}")
+    raise TypeError(f"can't infer a dtype from {type(x).__name__} value {x!r}; valid: bool, int, float or lists")
 
   @staticmethod
   def as_const(val: Any, dtype: DType) -> ConstType:
-    """Python value `val` converted to the Python type that holds `dtype` values (wrapping ints)."""
+    """`val` as the Python value of a `dtype` constant: ints wrap (two's complement), floats round to the dtype
+    (NaN becomes the one `math.nan` object, so equal constants intern to one UOp), bools are bools.
+
+    A float converted to an int dtype follows CAST's semantics (truncation toward zero; see `tiny_uop.alu`).
+    """
     if isinstance(val, tuple): return tuple(dtypes.as_const(x, dtype) for x in val)  # type: ignore[return-value]
     if hasattr(val, "op"): return val  # a symbolic UOp
     sd = dtype.scalar()
-    if dtypes.is_int(sd): return truncate_int(int(val), sd)
-    if dtypes.is_float(sd): return float(val)
+    if dtypes.is_int(sd):
+      if isinstance(val, float): return float_to_int(val, sd)
+      return truncate_int(int(val), sd)
+    if dtypes.is_float(sd):
+      f = round_float(float(val), sd)
+      return math.nan if f != f else f
     return bool(val)
 
   @staticmethod
@@ -207,8 +220,9 @@ class dtypes:
 
   @staticmethod
   def finfo(dtype: DType) -> tuple[int, int]:
-    """(exponent bits, mantissa bits) of a float type."""
-    if not dtypes.is_float(dtype): raise TypeError(f"finfo needs a float dtype, got {dtype}")
+    """(exponent bits, mantissa bits) of a float type; a ValueError (as in tinygrad) for any other dtype."""
+    if not dtypes.is_float(dtype) or isinstance(dtype, ImageDType):
+      raise ValueError(f"{dtype} is not a floating point type; finfo is for {', '.join(map(repr, dtypes.floats))}")
     return FLOAT_BITS[dtype.scalar()]
 
   @staticmethod
@@ -243,28 +257,44 @@ def to_dtype(x: Any) -> DType:
   raise TypeError(f"can't make a dtype from {x!r}")
 
 
-# promotion lattice: each type lists the types it promotes to directly
+# promotion lattice: each type lists the types it promotes to directly. `_WEAK_FLOAT` is a node of the lattice only
+# (tinygrad's "weakfloat"): mixing int64/uint64 with an int it can't hold lands there, and that means default_float.
+_WEAK_FLOAT: Final[DType] = DType(8, 800, "weakfloat", None, 1)  # sorts after uint64, before every float
 _PROMO: dict[DType, tuple[DType, ...]] = {
   dtypes.bool: (dtypes.int8, dtypes.uint8), dtypes.int8: (dtypes.int16,), dtypes.int16: (dtypes.int32,),
-  dtypes.int32: (dtypes.int64,), dtypes.int64: (dtypes.fp8e4m3, dtypes.fp8e5m2), dtypes.uint8: (dtypes.int16, dtypes.uint16),
+  dtypes.int32: (dtypes.int64,), dtypes.int64: (_WEAK_FLOAT,), dtypes.uint8: (dtypes.int16, dtypes.uint16),
   dtypes.uint16: (dtypes.int32, dtypes.uint32), dtypes.uint32: (dtypes.int64, dtypes.uint64),
-  dtypes.uint64: (dtypes.fp8e4m3, dtypes.fp8e5m2), dtypes.fp8e5m2: (dtypes.float16, dtypes.bfloat16),
-  dtypes.fp8e4m3: (dtypes.float16, dtypes.bfloat16), dtypes.float16: (dtypes.float32,),
-  dtypes.bfloat16: (dtypes.float32,), dtypes.float32: (dtypes.float64,), dtypes.float64: ()}
+  dtypes.uint64: (_WEAK_FLOAT,), _WEAK_FLOAT: (dtypes.fp8e4m3, dtypes.fp8e5m2),
+  dtypes.fp8e5m2: (dtypes.float16, dtypes.bfloat16), dtypes.fp8e4m3: (dtypes.float16, dtypes.bfloat16),
+  dtypes.float16: (dtypes.float32,), dtypes.bfloat16: (dtypes.float32,), dtypes.float32: (dtypes.float64,),
+  dtypes.float64: ()}
 
 
 @functools.cache
 def _get_recursive_parents(dtype: DType) -> frozenset[DType]:
+  if dtype not in _PROMO:
+    raise TypeError(f"{dtype!r} has no place in the promotion lattice; valid: scalar dtypes bool, ints and floats")
   return frozenset({dtype}).union(*[_get_recursive_parents(d) for d in _PROMO[dtype]])
 
 
-@functools.cache
 def least_upper_dtype(*ds: DType) -> DType:
-  """The smallest dtype every one of `ds` promotes to."""
+  """The smallest dtype every one of `ds` promotes to (tinygrad's lattice; vectors promote by their scalar type).
+
+  >>> least_upper_dtype(dtypes.int8, dtypes.uint8)
+  dtypes.int16
+  >>> least_upper_dtype(dtypes.int64, dtypes.uint64)  # no int holds both: the default float
+  dtypes.float32
+  """
+  ret = _least_upper(*ds)
+  return dtypes.default_float if ret is _WEAK_FLOAT else ret  # resolved per call: default_float may change
+
+
+@functools.cache
+def _least_upper(*ds: DType) -> DType:
   images = [d for d in ds if isinstance(d, ImageDType)]
   if images: return images[0]
-  common = frozenset.intersection(*[_get_recursive_parents(d.scalar()) for d in ds])
-  return min(common)
+  if not ds: raise TypeError("least_upper_dtype needs at least one dtype")
+  return min(frozenset.intersection(*[_get_recursive_parents(d.scalar()) for d in ds]))
 
 
 def least_upper_float(dt: DType) -> DType:
@@ -285,28 +315,31 @@ def truncate_int(x: int, dtype: DType) -> int:
   return x - (1 << bits) if not dtypes.is_unsigned(dtype) and x >= 1 << (bits - 1) else x
 
 
-# ***** float rounding to narrow formats (bit-exact, round to nearest even) *****
+# ***** float rounding to narrow formats (bit-exact, round to nearest even, from the exact double value) *****
 def float_to_bits(x: float, dtype: DType) -> int:
-  """The bit pattern of float `x` rounded to `dtype` (float16, bfloat16, float32, float64, fp8e4m3, fp8e5m2)."""
-  if dtype == dtypes.float64: return struct.unpack("<Q", struct.pack("<d", x))[0]
-  if dtype == dtypes.float32: return struct.unpack("<I", struct.pack("<f", _f32(x)))[0]
-  if dtype == dtypes.float16: return struct.unpack("<H", struct.pack("<e", _f16(x)))[0]
-  if dtype == dtypes.bfloat16:
-    if math.isnan(x): return 0x7fc0
-    b = struct.unpack("<I", struct.pack("<f", _f32(x)))[0]
-    return ((b + 0x7fff + ((b >> 16) & 1)) >> 16) & 0xffff
-  if dtype in dtypes.fp8s: return _float_to_fp8(x, dtype)
-  raise TypeError(f"float_to_bits: {dtype} is not a float dtype")
+  """The bit pattern of float `x` rounded to `dtype` (float16, bfloat16, float32, float64, fp8e4m3, fp8e5m2).
+
+  Every format rounds once, to nearest even, from the exact value of `x`. Overflow: float16/bfloat16/float32 give
+  inf; the fp8s saturate finite values to their largest finite value (as tinygrad and CUDA's satfinite mode do);
+  fp8e4m3 (the "fn" variant: no inf) turns +-inf into NaN. NaNs keep their sign bit.
+  """
+  sd = dtype.scalar()
+  if sd is dtypes.float64: return struct.unpack("<Q", struct.pack("<d", x))[0]
+  if sd is dtypes.float32: return struct.unpack("<I", struct.pack("<f", _f32(x)))[0]
+  if sd is dtypes.float16: return struct.unpack("<H", struct.pack("<e", _f16(x)))[0]
+  if sd is dtypes.bfloat16 or sd in dtypes.fp8s: return _pack_small(float(x), sd)
+  raise TypeError(f"float_to_bits: {dtype} is not a float dtype; valid: {', '.join(map(repr, dtypes.floats))}")
 
 
 def bits_to_float(b: int, dtype: DType) -> float:
   """The float value of bit pattern `b` in `dtype`."""
-  if dtype == dtypes.float64: return struct.unpack("<d", struct.pack("<Q", b))[0]
-  if dtype == dtypes.float32: return struct.unpack("<f", struct.pack("<I", b))[0]
-  if dtype == dtypes.float16: return struct.unpack("<e", struct.pack("<H", b))[0]
-  if dtype == dtypes.bfloat16: return struct.unpack("<f", struct.pack("<I", b << 16))[0]
-  if dtype in dtypes.fp8s: return _fp8_to_float(b, dtype)
-  raise TypeError(f"bits_to_float: {dtype} is not a float dtype")
+  sd = dtype.scalar()
+  if sd is dtypes.float64: return struct.unpack("<d", struct.pack("<Q", b & 0xffffffffffffffff))[0]
+  if sd is dtypes.float32: return struct.unpack("<f", struct.pack("<I", b & 0xffffffff))[0]
+  if sd is dtypes.float16: return struct.unpack("<e", struct.pack("<H", b & 0xffff))[0]
+  if sd is dtypes.bfloat16: return struct.unpack("<f", struct.pack("<I", (b & 0xffff) << 16))[0]
+  if sd in dtypes.fp8s: return _FP8_DECODE[sd][b & 0xff]
+  raise TypeError(f"bits_to_float: {dtype} is not a float dtype; valid: {', '.join(map(repr, dtypes.floats))}")
 
 
 def _f32(x: float) -> float:
@@ -320,52 +353,94 @@ def _f16(x: float) -> float:
 
 
 def round_float(x: float, dtype: DType) -> float:
-  """`x` rounded to the nearest value representable in float `dtype`."""
-  if dtype == dtypes.float64: return float(x)
-  if dtype == dtypes.float32: return _f32(x)
-  if dtype == dtypes.float16: return _f16(x)
-  return bits_to_float(float_to_bits(x, dtype), dtype)
+  """`x` rounded to the nearest value representable in float `dtype` (see `float_to_bits` for overflow and NaN)."""
+  sd = dtype.scalar()
+  if sd is dtypes.float64: return float(x)
+  if sd is dtypes.float32: return _f32(x)
+  if sd is dtypes.float16: return _f16(x)
+  return bits_to_float(float_to_bits(x, sd), sd)
 
 
-def _fp8_params(dtype: DType) -> tuple[int, int, int]:
-  e, m = FLOAT_BITS[dtype]
-  return e, m, (1 << (e - 1)) - 1
+# (exponent bits, mantissa bits, exponent bias, largest unbiased exponent of a finite value, saturate?)
+_SMALL_FLOATS: dict[DType, tuple[int, int, int, int, bool]] = {
+  dtypes.bfloat16: (8, 7, 127, 127, False), dtypes.fp8e5m2: (5, 2, 15, 15, True), dtypes.fp8e4m3: (4, 3, 7, 8, True)}
 
 
-def _fp8_to_float(b: int, dtype: DType) -> float:
-  e, m, bias = _fp8_params(dtype)
+def _pack_small(x: float, dtype: DType) -> int:
+  e_bits, m_bits, bias, emax, saturate = _SMALL_FLOATS[dtype]
+  sign = (1 << (e_bits + m_bits)) if math.copysign(1.0, x) < 0 else 0
+  exp_all = ((1 << e_bits) - 1) << m_bits
+  nan = sign | exp_all | (1 << m_bits) - 1 if dtype is dtypes.fp8e4m3 else sign | exp_all | 1 << (m_bits - 1)
+  if x != x: return nan
+  ax = abs(x)
+  if ax == math.inf: return nan if dtype is dtypes.fp8e4m3 else sign | exp_all
+  if ax == 0.0: return sign
+  max_finite = ((1 << (m_bits + 1)) - 1 - (1 if dtype is dtypes.fp8e4m3 else 0)) * 2.0 ** (emax - m_bits)
+  q = max(math.frexp(ax)[1] - 1, 1 - bias)  # exponent of the leading bit, clamped to the subnormal range
+  n = round(math.ldexp(ax, m_bits - q))     # exact scaling; Python's round() is round-half-even
+  if n == 1 << (m_bits + 1): n, q = n >> 1, q + 1
+  if n * 2.0 ** (q - m_bits) > max_finite:
+    if saturate: return sign | _pack_small(max_finite, dtype)
+    return sign | exp_all
+  if n < 1 << m_bits: return sign | n  # subnormal (or zero after rounding)
+  return sign | (q + bias) << m_bits | (n - (1 << m_bits))
+
+
+def _unpack_fp8(b: int, dtype: DType) -> float:
+  e_bits, m_bits, bias, _, _ = _SMALL_FLOATS[dtype]
   sign = -1.0 if b & 0x80 else 1.0
-  exp, man = (b >> m) & ((1 << e) - 1), b & ((1 << m) - 1)
-  if dtype == dtypes.fp8e4m3:
-    if exp == 0xf and man == 0x7: return math.nan  # e4m3fn: no infinities, one NaN pattern
-  elif exp == (1 << e) - 1: return sign * math.inf if man == 0 else math.nan
-  if exp == 0: return sign * man * 2.0 ** (1 - bias - m)
-  return sign * (1 + man / (1 << m)) * 2.0 ** (exp - bias)
+  exp, man = (b >> m_bits) & ((1 << e_bits) - 1), b & ((1 << m_bits) - 1)
+  if dtype is dtypes.fp8e4m3:
+    if exp == 0xf and man == 0x7: return math.nan  # e4m3fn: no infinities, one NaN pattern (0x7f/0xff)
+  elif exp == (1 << e_bits) - 1: return sign * math.inf if man == 0 else math.nan
+  if exp == 0: return sign * man * 2.0 ** (1 - bias - m_bits)
+  return sign * (1 + man / (1 << m_bits)) * 2.0 ** (exp - bias)
 
 
-@functools.cache
-def _fp8_table(dtype: DType) -> list[tuple[float, int]]:
-  return sorted((v, b) for b in range(0x80) if not math.isnan(v := _fp8_to_float(b, dtype)) and not math.isinf(v))
+_FP8_DECODE: dict[DType, tuple[float, ...]] = {dt: tuple(_unpack_fp8(b, dt) for b in range(256)) for dt in dtypes.fp8s}
 
 
-def _float_to_fp8(x: float, dtype: DType) -> int:
-  if math.isnan(x): return 0x7f
-  sign = 0x80 if math.copysign(1.0, x) < 0 else 0
-  ax, table = abs(x), _fp8_table(dtype)
-  if dtype == dtypes.fp8e4m3:
-    if ax >= table[-1][0]: return sign | table[-1][1]  # saturate to max finite (448)
-  elif ax >= table[-1][0] * (1 + 2**-3): return sign | 0x7c  # e5m2 overflows to inf
-  elif ax >= table[-1][0]: return sign | table[-1][1]
-  lo, hi = 0, len(table) - 1
-  while lo < hi:  # smallest table entry >= ax
-    mid = (lo + hi) // 2
-    if table[mid][0] < ax: lo = mid + 1
-    else: hi = mid
-  if table[lo][0] == ax or lo == 0: return sign | table[lo][1]
-  (vl, bl), (vh, bh) = table[lo - 1], table[lo]
-  if ax - vl < vh - ax: return sign | bl
-  if vh - ax < ax - vl: return sign | bh
-  return sign | (bl if bl % 2 == 0 else bh)  # tie: even mantissa
+# ***** conversions between ints and floats (CAST semantics, shared by `as_const` and `tiny_uop.alu`) *****
+def float_to_int(x: float, dtype: DType) -> int:
+  """CAST of float `x` to integer `dtype`: truncation toward zero, then two's-complement wrap.
+
+  Out-of-range values, +-inf and NaN follow what x86 code (and numpy there) gives: types up to 32 bits (except
+  uint32) convert through an int32 and uint32/int64 through an int64, an out-of-range value becoming the
+  intermediate's minimum (0x80...0) before the wrap, so `300.0 -> int8` is 44 and `1e10 -> int32` is -2**31;
+  uint64 converts values >= 2**63 through `x - 2**63`.
+  """
+  sd = dtype.scalar()
+  if sd is dtypes.uint64:
+    if x >= 9223372036854775808.0:  # False for NaN
+      t = _trunc_in(x - 9223372036854775808.0, 63)
+      return 0 if t is None else t + 9223372036854775808
+    t = _trunc_in(x, 63)
+    return 9223372036854775808 if t is None else t & 0xffffffffffffffff
+  bits = 63 if sd.itemsize == 8 or sd is dtypes.uint32 else 31
+  t = _trunc_in(x, bits)
+  return truncate_int(-(1 << bits) if t is None else t, sd)
+
+
+def _trunc_in(x: float, bits: int) -> int | None:
+  """trunc(x) when it fits a signed (bits+1)-bit int, else None (also for inf and NaN)."""
+  if not -(2.0 ** bits) - 1.0 < x < 2.0 ** bits: return None
+  return int(x)
+
+
+def int_to_float(x: int, dtype: DType) -> float:
+  """CAST of integer `x` to float `dtype`, rounded once to nearest even (no double rounding through float64)."""
+  sd = dtype.scalar()
+  if sd is dtypes.float64 or -(1 << 24) <= x <= 1 << 24: return round_float(float(x), sd)
+  mbits = FLOAT_BITS[sd][1] + 1  # significant bits
+  ax, shift = abs(x), abs(x).bit_length() - mbits
+  if shift > 0:  # keep mbits significant bits, round to nearest even on the rest
+    q, r = ax >> shift, ax & ((1 << shift) - 1)
+    half = 1 << (shift - 1)
+    if r > half or (r == half and q & 1): q += 1
+    ax = q << shift
+  try: f = float(ax)
+  except OverflowError: f = math.inf
+  return round_float(-f if x < 0 else f, sd)
 
 
 # ***** numpy interop (numpy imported lazily: tiny-uop has no dependencies) *****
