@@ -25,16 +25,16 @@ Rules:
 """
 from __future__ import annotations
 
-import difflib
 import importlib
-import importlib.metadata
 import threading
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from tiny_uop.helpers import DEV, TINY_PLUGINS
 from tiny_uop.target import Target
+
+if TYPE_CHECKING: import importlib.metadata
 
 __all__ = ["PLUGIN_API", "DEVICE_GROUP", "RENDERER_GROUP", "DevicePlugin", "PluginRecord", "UnknownDeviceError",
            "DeviceUnavailableError", "Device", "register_device", "unregister_device", "renderers", "load_renderer"]
@@ -150,6 +150,7 @@ class _Registry:
     self.overrides: dict[str, PluginRecord] = {}   # registered by code; win over entry points of the same name
 
   def scan(self) -> None:
+    import importlib.metadata  # here, not at import: importing tiny_uop stays cheap
     with self._lock:
       if self._scanned: return
       for group, kind, table in ((DEVICE_GROUP, "device", self.devices), (RENDERER_GROUP, "renderer", self.renderers)):
@@ -230,6 +231,7 @@ class _Device:
       raise UnknownDeviceError(f"device {target.device!r}{source} is not installed; pip install "
                                f"{KNOWN_DEVICES[target.device]}; installed: {inst}")
     msg = f"unknown device {asked!r}{source}; installed: {inst}"
+    import difflib
     close = difflib.get_close_matches(target.device, list(dict.fromkeys(installed + list(KNOWN_DEVICES))), n=1)
     if close:
       hint = "" if close[0] in installed else f" (not installed: pip install {KNOWN_DEVICES[close[0]]})"
@@ -362,6 +364,7 @@ def load_renderer(name: str) -> Any:
   """Import and return the renderer class registered as ``name`` ("LLVM", "C", ...)."""
   recs = renderers()
   if (rec := recs.get(name.upper())) is None:
+    import difflib
     close = difflib.get_close_matches(name.upper(), list(recs), n=1)
     raise UnknownDeviceError(f"unknown renderer {name!r}; installed: {', '.join(recs) or 'none'}"
                              + (f"; did you mean {close[0]!r}?" if close else ""))
