@@ -14,9 +14,12 @@ from tiny_uop.plugins import Device
 from tiny_runtime_cpu.memory import ALIGN, MMAP_THRESHOLD, HostMem
 
 
+DTYPES = [(dtypes.float32, np.float32), (dtypes.int8, np.int8), (dtypes.uint64, np.uint64),
+          (dtypes.float16, np.float16), (dtypes.bool, np.bool_)]
+
+
 @pytest.mark.parametrize("dev", ["CPU", "PYTHON"])
-@pytest.mark.parametrize("dtype,npdt", [(dtypes.float32, np.float32), (dtypes.int8, np.int8), (dtypes.uint64, np.uint64),
-                                        (dtypes.float16, np.float16), (dtypes.bool, np.bool_)])
+@pytest.mark.parametrize("dtype,npdt", DTYPES)
 def test_roundtrip(dev, dtype, npdt):
   rng = np.random.default_rng(0)
   a = (rng.random(1000) * 100).astype(npdt)

@@ -34,13 +34,15 @@ class DiskAllocator(Allocator[DiskMem]):
     return DiskMem(self.device, 0, size, self.device.map(size)[:size])
 
   def _copyin(self, dest: DiskMem, src: memoryview) -> None:
-    if src.nbytes != dest.nbytes: raise ValueError(f"copyin of {src.nbytes} bytes into a DISK buffer of {dest.nbytes} bytes")
+    if src.nbytes != dest.nbytes:
+      raise ValueError(f"copyin of {src.nbytes} bytes into a DISK buffer of {dest.nbytes} bytes")
     if dest.nbytes == 0: return
     if dest.mv.readonly: raise PermissionError(f"{self.device.path} is read-only: can't copy into a DISK buffer of it")
     dest.mv[:] = src.cast("B") if src.format != "B" or src.ndim != 1 else src
 
   def _copyout(self, dest: memoryview, src: DiskMem) -> None:
-    if dest.nbytes != src.nbytes: raise ValueError(f"copyout of a DISK buffer of {src.nbytes} bytes into {dest.nbytes} bytes")
+    if dest.nbytes != src.nbytes:
+      raise ValueError(f"copyout of a DISK buffer of {src.nbytes} bytes into {dest.nbytes} bytes")
     dest[:] = src.mv
 
   def _as_buffer(self, src: DiskMem) -> memoryview: return src.mv

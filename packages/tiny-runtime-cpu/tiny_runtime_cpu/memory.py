@@ -24,7 +24,8 @@ class HostMem:
 
   def view(self, nbytes: int, offset: int) -> HostMem:
     """The `nbytes` bytes starting `offset` bytes in; raises instead of ever reaching outside this block."""
-    if not isinstance(offset, int) or not isinstance(nbytes, int) or offset < 0 or nbytes < 0 or offset + nbytes > self.nbytes:
+    if not (isinstance(offset, int) and isinstance(nbytes, int) and 0 <= offset and 0 <= nbytes
+            and offset + nbytes <= self.nbytes):
       raise ValueError(f"view of {nbytes} bytes at offset {offset} is outside a block of {self.nbytes} bytes")
     return HostMem(self.addr + offset, nbytes, self.mv[offset:offset + nbytes], self.base or self)
 
@@ -49,7 +50,8 @@ def host_alloc(nbytes: int) -> HostMem:
 
 def copy_bytes(dest: memoryview, src: memoryview) -> None:
   """memcpy between two byte memoryviews of the same size."""
-  if dest.nbytes != src.nbytes: raise ValueError(f"copy of {src.nbytes} bytes into {dest.nbytes} bytes: sizes must match")
+  if dest.nbytes != src.nbytes:
+    raise ValueError(f"copy of {src.nbytes} bytes into {dest.nbytes} bytes: sizes must match")
   dest[:] = src if src.format == "B" and src.ndim == 1 else src.cast("B")
 
 

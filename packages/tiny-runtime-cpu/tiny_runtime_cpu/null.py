@@ -27,7 +27,8 @@ class NullAllocator(Allocator[NullMem]):
 
   def _alloc(self, size: int, options: BufferSpec) -> NullMem: return NullMem(size)
   def _copyin(self, dest: NullMem, src: memoryview) -> None:
-    if src.nbytes != dest.nbytes: raise ValueError(f"copyin of {src.nbytes} bytes into a NULL buffer of {dest.nbytes} bytes")
+    if src.nbytes != dest.nbytes:
+      raise ValueError(f"copyin of {src.nbytes} bytes into a NULL buffer of {dest.nbytes} bytes")
 
   def _copyout(self, dest: memoryview, src: NullMem) -> None:
     raise RuntimeError("NULL device buffers hold no data: NULL only compiles kernels; run on a real device "

@@ -14,12 +14,11 @@ Slow on purpose: keep launches small (thousands of threads, not millions).
 """
 from __future__ import annotations
 
-import struct
 import time
 from typing import Any, Callable
 
 from tiny_uop.device import Compiled, Program
-from tiny_uop.dtype import AddrSpace, DType, PtrDType, bits_to_float, dtypes, float_to_bits, truncate_int
+from tiny_uop.dtype import DType, bits_to_float, dtypes, float_to_bits
 from tiny_uop.helpers import prod
 from tiny_uop.uop import GroupOp, Ops, UOp
 
@@ -47,7 +46,8 @@ class Memory:
     mv = mv[:size * dtype.itemsize]
     if dtype.fmt in _CASTABLE:
       cmv = mv.cast(dtype.fmt)
-      if dtype == dtypes.bool: return Memory(dtype, size, cmv.__getitem__, lambda i, v: cmv.__setitem__(i, bool(v)), what)
+      if dtype == dtypes.bool:
+        return Memory(dtype, size, cmv.__getitem__, lambda i, v: cmv.__setitem__(i, bool(v)), what)
       return Memory(dtype, size, cmv.__getitem__, cmv.__setitem__, what)
     if dtype in (dtypes.float16, dtypes.bfloat16, *dtypes.fp8s):
       bits = mv.cast("H" if dtype.itemsize == 2 else "B")
@@ -77,20 +77,11 @@ class Ptr:
 
 
 # ***** the interpreter *****
-def _alu() -> Callable[[Ops, DType, tuple], Any]:
-  from tiny_uop.alu import exec_alu
-  return exec_alu
-
-
-def bitcast_value(x: Any, src: DType, dst: DType) -> Any:
-  """Reinterpret the bits of scalar `x` of dtype `src` as dtype `dst` (same itemsize)."""
-  if src.itemsize != dst.itemsize: raise PythonExecError(f"BITCAST {src} -> {dst}: sizes differ")
-  nbits = src.itemsize * 8
-  if dtypes.is_float(src): b = float_to_bits(x, src)
-  else: b = int(x) & ((1 << nbits) - 1)
-  if dtypes.is_float(dst): return bits_to_float(b, dst)
-  if dst == dtypes.bool: return b != 0
-  return truncate_int(b, dst)
+def _alu_fn(op: Ops, dtype: DType) -> Callable:
+  """The reference function of `op` on scalar `dtype` (`tiny_uop.alu`), raising its clear error when undefined."""
+  from tiny_uop.alu import exec_alu, python_alu
+  if (fn := python_alu.get(dtype, {}).get(op)) is None: return lambda *a: exec_alu(op, dtype, a)
+  return fn
 
 
 def _lanes(v: Any, dt: DType) -> list[list[Any]]:
@@ -131,7 +122,8 @@ def run_uops(uops: list[UOp], bufs: list[memoryview], vals: tuple[int, ...], glo
   nwg, nloc = prod(gsz), prod(lsz)
   per = max(1, MAX_BATCH_THREADS // nloc)
   slots = sorted({u.arg for u in uops if u.op is Ops.PARAM})
-  if len(slots) != len(bufs): raise PythonExecError(f"program uses {len(slots)} buffers (slots {slots}), got {len(bufs)}")
+  if len(slots) != len(bufs):
+    raise PythonExecError(f"program uses {len(slots)} buffers (slots {slots}), got {len(bufs)}")
   dvars = [u for u in uops if u.op is Ops.DEFINE_VAR]
   if len(dvars) != len(vals):
     raise PythonExecError(f"program has {len(dvars)} variables ({[v.arg[0] for v in dvars]}), got {len(vals)} values")
@@ -146,11 +138,12 @@ def run_uops(uops: list[UOp], bufs: list[memoryview], vals: tuple[int, ...], glo
 
 def _run_batch(ctx: tuple, wgs: range) -> None:
   prog, jump, mems, varvals, gsz, lsz = ctx
-  exec_alu = _alu()
   nloc = prod(lsz)
   T = len(wgs) * nloc
-  gid = [[(w // d) % s for w in wgs for _ in range(nloc)] for d, s in ((1, gsz[0]), (gsz[0], gsz[1]), (gsz[0] * gsz[1], gsz[2]))]
-  lid = [[(t // d) % s for _ in wgs for t in range(nloc)] for d, s in ((1, lsz[0]), (lsz[0], lsz[1]), (lsz[0] * lsz[1], lsz[2]))]
+  gdiv = ((1, gsz[0]), (gsz[0], gsz[1]), (gsz[0] * gsz[1], gsz[2]))  # (divisor, size) of each dim, dim 0 fastest
+  ldiv = ((1, lsz[0]), (lsz[0], lsz[1]), (lsz[0] * lsz[1], lsz[2]))
+  gid = [[(w // d) % s for w in wgs for _ in range(nloc)] for d, s in gdiv]
+  lid = [[(t // d) % s for _ in wgs for t in range(nloc)] for d, s in ldiv]
   wg_of = [k for k in range(len(wgs)) for _ in range(nloc)]
   values: dict[UOp, Any] = {}
   active = [True] * T
@@ -212,13 +205,8 @@ def _run_batch(ctx: tuple, wgs: range) -> None:
       lanes = _lanes(src[0], u.src[0].dtype)
       sel = [lanes[k] for k in (u.arg if isinstance(u.arg, tuple) else (u.arg,))]
       values[u] = sel[0] if len(sel) == 1 and dt.count == 1 else sel
-    elif op is Ops.BITCAST:
-      sdt = u.src[0].dtype
-      if sdt.count != dt.count: raise PythonExecError(f"BITCAST {sdt} -> {dt} changes the lane count")
-      out = [[bitcast_value(x, sdt.scalar(), dt.scalar()) for x in lane] for lane in _lanes(src[0], sdt)]
-      values[u] = out if dt.count > 1 else out[0]
-    elif op in GroupOp.ALU or op is Ops.CAST:
-      values[u] = _alu_op(exec_alu, u, src, active, all_on, T)
+    elif op is Ops.BITCAST: values[u] = _bitcast(u, src[0], T)
+    elif op in GroupOp.ALU or op is Ops.CAST: values[u] = _alu_op(u, src, active, all_on, T)
     else: raise PythonExecError(f"PYTHON device can't execute {op} (dtype {dt}, arg {u.arg!r})")
 
 
@@ -272,7 +260,8 @@ def _store(u: UOp, src: list[Any], active: list[bool], T: int) -> None:
   ptr: Ptr = src[0]
   vdt = u.src[1].dtype
   gate = ptr.gate
-  if len(src) > 2 and u.src[2].dtype == dtypes.bool: gate = src[2] if gate is None else [a and b for a, b in zip(gate, src[2])]
+  if len(src) > 2 and u.src[2].dtype == dtypes.bool:
+    gate = src[2] if gate is None else [a and b for a, b in zip(gate, src[2])]
   addrs = _addresses(ptr, vdt.count)
   for lane, vals in zip(addrs, _lanes(src[1], vdt)):
     for t in range(T):
@@ -281,21 +270,27 @@ def _store(u: UOp, src: list[Any], active: list[bool], T: int) -> None:
         m.write(m.check(lane[t]), vals[t])
 
 
-def _alu_op(exec_alu: Callable, u: UOp, src: list[Any], active: list[bool], all_on: bool, T: int) -> Any:
+def _alu_op(u: UOp, src: list[Any], active: list[bool], all_on: bool, T: int) -> Any:
   dt = u.dtype
   sdt = dt.scalar()
-  op = u.op
+  fn = _alu_fn(u.op, sdt)
   srcs = [_lanes(x, s.dtype) for s, x in zip(u.src, src)]
   out = []
   for k in range(dt.count):
     cols = [s[k] if len(s) > 1 else s[0] for s in srcs]
-    if op is Ops.CAST: fn: Callable = lambda *a: exec_alu(Ops.CAST, sdt, a)  # noqa: E731
-    else: fn = lambda *a: exec_alu(op, sdt, a)  # noqa: E731
     if all_on: out.append([fn(*a) for a in zip(*cols)])
-    else:
+    else:  # inactive threads compute nothing (their operands may be garbage)
       zero = dtypes.as_const(0, sdt)
       out.append([fn(*a) if on else zero for on, *a in zip(active, *cols)])
   return out if dt.count > 1 else out[0]
+
+
+def _bitcast(u: UOp, x: Any, T: int) -> Any:
+  from tiny_uop.alu import exec_alu
+  sdt, dt = u.src[0].dtype, u.dtype
+  if sdt.count > 1: per = [exec_alu(Ops.BITCAST, dt, (tuple(lane[t] for lane in x),), sdt) for t in range(T)]
+  else: per = [exec_alu(Ops.BITCAST, dt, (v,), sdt) for v in x]
+  return [list(lane) for lane in zip(*per)] if dt.count > 1 else per
 
 
 # ***** the device *****
@@ -322,5 +317,3 @@ class PythonDevice(Compiled):
     from tiny_codegen.renderer.python import PythonRenderer
     super().__init__(device, HostAllocator(), [PythonRenderer], PythonProgram)
 
-
-_ = (struct, AddrSpace, PtrDType)

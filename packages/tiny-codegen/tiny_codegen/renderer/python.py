@@ -98,7 +98,8 @@ def parse(text: str | bytes) -> list[UOp]:
   """The linear UOps of a serialized program."""
   if isinstance(text, (bytes, bytearray, memoryview)): text = bytes(text).decode()
   lines = text.splitlines()
-  if not lines or lines[0] != HEADER: raise ValueError(f"not a PYTHON program (first line {lines[:1]!r}, want {HEADER!r})")
+  if not lines or lines[0] != HEADER:
+    raise ValueError(f"not a PYTHON program (first line {lines[:1]!r}, want {HEADER!r})")
   uops: list[UOp] = []
   for n, line in enumerate(lines[1:], 1):
     if not line: continue

@@ -1,0 +1,158 @@
+"""CPU program loading and launching with hand-written kernels (the C ABI of PIPELINE.md §4), no codegen needed:
+LLVM IR compiled by llvmlite to an ELF object (MCJIT), C compiled by clang to a shared object (ctypes), threads."""
+import shutil
+import subprocess
+import threading
+
+import numpy as np
+import pytest
+
+from tiny_uop.device import Buffer
+from tiny_uop.dtype import dtypes
+from tiny_uop.plugins import Device
+
+# void name(float* d0, float* d1, float* d2, int n, int core_id): d0[i] = d1[i] OP d2[i] over this thread's share
+LLVM_IR = """
+define void @{name}(float* noalias %d0, float* noalias %d1, float* noalias %d2, i32 %n, i32 %core) {{
+entry:
+  %nt = add i32 %n, {nthreads_m1}
+  %chunk = sdiv i32 %nt, {nthreads}
+  %start = mul i32 %core, %chunk
+  %end0 = add i32 %start, %chunk
+  %lt = icmp slt i32 %end0, %n
+  %end = select i1 %lt, i32 %end0, i32 %n
+  %any = icmp slt i32 %start, %end
+  br i1 %any, label %loop, label %exit
+loop:
+  %i = phi i32 [%start, %entry], [%i2, %loop]
+  %p1 = getelementptr float, float* %d1, i32 %i
+  %p2 = getelementptr float, float* %d2, i32 %i
+  %p0 = getelementptr float, float* %d0, i32 %i
+  %x = load float, float* %p1
+  %y = load float, float* %p2
+  %z = {op} float %x, %y
+  store float %z, float* %p0
+  %i2 = add i32 %i, 1
+  %c = icmp slt i32 %i2, %end
+  br i1 %c, label %loop, label %exit
+exit:
+  ret void
+}}
+"""
+
+C_SRC = """
+void {name}(float* restrict d0, const float* restrict d1, const float* restrict d2, int n, int core_id) {{
+  int chunk = (n + {nthreads} - 1) / {nthreads}, s = core_id * chunk, e = s + chunk < n ? s + chunk : n;
+  for (int i = s; i < e; i++) d0[i] = d1[i] {op} d2[i];
+}}
+"""
+
+
+def llvm_obj(name="k", op="fadd", nthreads=1) -> bytes:
+  import llvmlite.binding as llvm
+  llvm.initialize_native_target()
+  llvm.initialize_native_asmprinter()
+  tm = llvm.Target.from_default_triple().create_target_machine(opt=2)
+  mod = llvm.parse_assembly(LLVM_IR.format(name=name, op=op, nthreads=nthreads, nthreads_m1=nthreads - 1))
+  mod.verify()
+  return tm.emit_object(mod)
+
+
+def clang_so(tmp_path, name="k", op="+", nthreads=1) -> bytes:
+  if shutil.which("clang") is None: pytest.skip("clang is not installed (apt-get install clang)")
+  (tmp_path / "k.c").write_text(C_SRC.format(name=name, op=op, nthreads=nthreads))
+  subprocess.run(["clang", "-O2", "-shared", "-fPIC", "-o", str(tmp_path / "k.so"), str(tmp_path / "k.c")], check=True)
+  return (tmp_path / "k.so").read_bytes()
+
+
+def bufs(n, seed=0):
+  rng = np.random.default_rng(seed)
+  a, b = rng.random(n, dtype=np.float32), rng.random(n, dtype=np.float32)
+  out = [Buffer("CPU", n, dtypes.float32).allocate() for _ in range(3)]
+  out[1].copyin(memoryview(a))
+  out[2].copyin(memoryview(b))
+  return a, b, out
+
+
+@pytest.mark.parametrize("nthreads", [1, 2, 7])
+@pytest.mark.parametrize("kind", ["llvm", "clang"])
+def test_run(kind, nthreads, tmp_path):
+  lib = llvm_obj("add_f32", "fadd", nthreads) if kind == "llvm" else clang_so(tmp_path, "add_f32", "+", nthreads)
+  a, b, (c, ab, bb) = bufs(1001)
+  prg = Device["CPU"].get_program("add_f32", lib)
+  t = prg(c._buf, ab._buf, bb._buf, global_size=(nthreads, 1, 1), vals=(1001,), wait=True)
+  assert isinstance(t, float) and t > 0
+  assert np.array_equal(c.numpy(), a + b)
+
+
+def test_same_name_different_code(tmp_path):
+  """Two objects defining the same symbol must each run their own code (they go into different MCJIT engines)."""
+  a, b, (c, ab, bb) = bufs(64)
+  dev = Device["CPU"]
+  p_add, p_mul = dev.get_program("same", llvm_obj("same", "fadd")), dev.get_program("same", llvm_obj("same", "fmul"))
+  p_sub = dev.get_program("same", clang_so(tmp_path, "same", "-"))
+  for prg, want in ((p_add, a + b), (p_mul, a * b), (p_sub, a - b), (p_add, a + b)):
+    prg(c._buf, ab._buf, bb._buf, vals=(64,))
+    assert np.array_equal(c.numpy(), want)
+
+
+def test_bad_binaries():
+  dev = Device["CPU"]
+  with pytest.raises(ValueError, match="expected an ELF"): dev.get_program("x", b"not an elf at all")
+  with pytest.raises(ValueError, match="defines no function"): dev.get_program("missing", llvm_obj("present"))
+
+
+def test_concurrent_launches():
+  """1,000 small launches from each of two Python threads, some split over the pool: all correct, no crash."""
+  dev = Device["CPU"]
+  lib1, lib4 = llvm_obj("cc1", "fadd", 1), llvm_obj("cc4", "fmul", 4)
+  errors: list[str] = []
+
+  def worker(seed):
+    a, b, (c, ab, bb) = bufs(97, seed)
+    p1, p4 = dev.get_program("cc1", lib1), dev.get_program("cc4", lib4)
+    for i in range(1000):
+      prg, want, gs = (p1, a + b, 1) if i % 2 else (p4, a * b, 4)
+      prg(c._buf, ab._buf, bb._buf, global_size=(gs, 1, 1), vals=(97,))
+      if not np.array_equal(c.numpy(), want): errors.append(f"thread {seed} launch {i}")
+  ts = [threading.Thread(target=worker, args=(s,)) for s in (1, 2)]
+  for t in ts: t.start()
+  for t in ts: t.join()
+  assert errors == []
+
+
+def test_pool_propagates_errors_and_runs_every_share():
+  from tiny_runtime_cpu.threads import ThreadPool
+  pool = ThreadPool(3)
+  seen: list[int] = []
+  lock = threading.Lock()
+
+  def share(i):
+    with lock: seen.append(i)
+  pool.run(share, 50)
+  assert sorted(seen) == list(range(50))
+
+  def bad(i):
+    if i == 5: raise KeyError("share 5")
+  with pytest.raises(KeyError, match="share 5"): pool.run(bad, 8)
+  pool.close()
+
+
+def test_renderer_selection():
+  from tiny_uop.helpers import Context
+  dev = Device["CPU"]
+  if not dev.renderer_classes: pytest.skip("tiny-codegen's CPU renderers are not importable yet")
+  names = [c.__name__ for c in dev.renderer_classes]
+  with Context(DEV="CPU"): assert type(dev.renderer).__name__ == names[0]  # the first is the default
+  if "LLVMRenderer" in names:
+    assert names[0] == "LLVMRenderer"
+    with Context(DEV="CPU:LLVM"): assert type(dev.renderer).__name__ == "LLVMRenderer"
+  if shutil.which("clang") and "ClangRenderer" in names:
+    with Context(DEV="CPU:CLANG"): assert type(dev.renderer).__name__ == "ClangRenderer"
+  with Context(DEV="CPU:NOPE"), pytest.raises(ValueError, match="no renderer 'NOPE'"): dev.renderer  # noqa: B018
+
+
+def test_clang_missing_message(monkeypatch):
+  import tiny_runtime_cpu.cpu as cpu
+  monkeypatch.setattr(cpu.shutil, "which", lambda _: None)
+  with pytest.raises(RuntimeError, match="apt-get install clang"): Device["CPU"].select_renderer("CLANG")
