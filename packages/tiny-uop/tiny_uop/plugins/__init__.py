@@ -148,6 +148,7 @@ class _Registry:
     self.devices: dict[str, PluginRecord] = {}
     self.renderers: dict[str, PluginRecord] = {}
     self.overrides: dict[str, PluginRecord] = {}   # registered by code; win over entry points of the same name
+    self._merged: dict[str, PluginRecord] | None = None
 
   def scan(self) -> None:
     import importlib.metadata  # here, not at import: importing tiny_uop stays cheap
@@ -166,8 +167,16 @@ class _Registry:
 
   def device_records(self) -> dict[str, PluginRecord]:
     """All device records, code-registered ones overriding entry points. Not filtered by TINY_PLUGINS."""
+    if self._merged is None:
+      self.scan()
+      self._merged = {**self.devices, **self.overrides}
+    return self._merged
+
+  def set_override(self, name: str, rec: PluginRecord | None) -> None:
     self.scan()
-    return {**self.devices, **self.overrides}
+    if rec is None: self.overrides.pop(name, None)
+    else: self.overrides[name] = rec
+    self._merged = None
 
 
 def _dist(ep: importlib.metadata.EntryPoint) -> tuple[str | None, str | None]:
@@ -196,6 +205,7 @@ class _Device:
     self._opened: dict[str, Any] = {}
     self._failed: dict[str, str] = {}
     self._auto_default: dict[frozenset[str] | None, str] = {}
+    self._dev_default: dict[tuple[str, str], str] = {}
     self._lock = threading.RLock()
 
   # ***** names *****
@@ -289,14 +299,17 @@ class _Device:
     Assigning ``Device.DEFAULT = "CPU"`` sets ``DEV``; ``with Context(DEV="PYTHON"):`` scopes it.
     """
     if dev := str(DEV.value or "").strip():
+      # hot path (every new Tensor asks): validate each (DEV, TINY_PLUGINS) pair once
+      if (name := self._dev_default.get(key := (dev, str(TINY_PLUGINS.value)))) is not None: return name
       target = Target.parse_list(dev)[0]
       self._record(target, dev.split(";")[0].strip(), source=f" (from DEV={dev!r})")
+      self._dev_default[key] = target.name
       return target.name
-    key = frozenset(a) if (a := _allowed()) is not None else None
-    if key in self._auto_default: return self._auto_default[key]
+    allow = frozenset(a) if (a := _allowed()) is not None else None
+    if allow in self._auto_default: return self._auto_default[allow]
     with self._lock:
       for name in self.get_available_devices():
-        self._auto_default[key] = name
+        self._auto_default[allow] = name
         return name
       reasons = "; ".join(f"{n}: {self._why(n)}" for n in self.installed())
       raise DeviceUnavailableError(f"no device can be the default; set DEV= to choose one. Devices: {reasons or 'none'}"
@@ -325,6 +338,7 @@ class _Device:
       for d in (self._opened, self._failed):
         for k in [k for k in d if device is None or Target.parse(k).device == device]: del d[k]
       self._auto_default.clear()
+      self._dev_default.clear()
 
   def __repr__(self) -> str: return f"<Device registry: {', '.join(self.installed()) or 'no devices'}>"
 
@@ -343,14 +357,13 @@ def register_device(plugin: DevicePlugin | Callable[[], Any], name: str | None =
   if isinstance(plugin, DevicePlugin): name, loader, value = plugin.name, (lambda: plugin), plugin.target
   elif callable(plugin) and name is not None: loader, value = plugin, f"<{getattr(plugin, '__name__', 'loader')}>"
   else: raise TypeError(f"register_device wants a DevicePlugin, or a loader callable and name=; got {plugin!r}")
-  _registry.scan()
-  _registry.overrides[name] = PluginRecord("device", name, value, package, version, loader=loader)
+  _registry.set_override(name, PluginRecord("device", name, value, package, version, loader=loader))
   Device._forget(name)
 
 
 def unregister_device(name: str) -> None:
   """Remove a device registered with `register_device` (entry-point plugins of that name come back)."""
-  _registry.overrides.pop(name, None)
+  _registry.set_override(name, None)
   Device._forget(name)
 
 
