@@ -1,0 +1,92 @@
+"""The lowering pipeline: a kernel AST (docs/PIPELINE.md §3) to linear UOps (§4) for one renderer.
+
+Stages, in order (each a named pass; `DEBUG>=5` prints the UOps before lowering, `DEBUG>=6` after each stage):
+  optimize    `tiny_codegen.opt.optimize_kernel` hook (marks UPCAST/UNROLL/LOCAL/... axes)
+  expander    UPCAST/UNROLL ranges -> per-lane copies
+  reduce      REDUCE -> DEFINE_REG accumulator + loop + END
+  dims        CPU: outermost loop split across threads (`core_id`); GPU: GLOBAL/LOCAL ranges -> SPECIAL gidx/lidx
+  decomp      gates folded, MULACC, BIND, bfloat16 through float32 where the renderer lacks it, renderer rules
+  ends        loops for the stores (END trees)
+  simplify    index math through the symbolic simplifier
+  linearize   toposort into loop order
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Callable
+
+from tiny_uop.device import Renderer
+from tiny_uop.dtype import dtypes
+from tiny_uop.helpers import DEBUG
+from tiny_uop.pattern import graph_rewrite
+from tiny_uop.uop import Ops, UOp, print_uops
+
+from tiny_codegen.lower.decomp import bf16_to_float, pm_decomp, pm_gates
+from tiny_codegen.lower.dims import Dims, add_gpudims, add_threads
+from tiny_codegen.lower.expander import pm_expander
+from tiny_codegen.lower.linearize import linearize
+from tiny_codegen.lower.reduce import add_ends, lower_reduces
+from tiny_codegen.lower.simplify import simplify_graph
+
+__all__ = ["Lowered", "lower", "STAGES"]
+
+
+@dataclass
+class Lowered:
+  """A lowered kernel: its linear UOps and launch dims."""
+  uops: list[UOp]
+  dims: Dims = field(default_factory=Dims)
+  sink: UOp | None = None
+
+
+def _stage_expander(sink: UOp, ren: Renderer, dims: Dims) -> UOp:
+  return simplify_graph(graph_rewrite(sink, pm_expander, name="expander"), name="simplify_expanded")
+
+
+def _stage_reduce(sink: UOp, ren: Renderer, dims: Dims) -> UOp: return lower_reduces(sink, itertools.count())
+
+
+def _stage_dims(sink: UOp, ren: Renderer, dims: Dims) -> UOp:
+  if getattr(ren, "has_threads", False): sink, d = add_threads(sink, ren)
+  elif ren.has_local: sink, d = add_gpudims(sink, ren)
+  else: d = Dims()
+  dims.global_size, dims.local_size = d.global_size, d.local_size
+  return sink
+
+
+def _stage_decomp(sink: UOp, ren: Renderer, dims: Dims) -> UOp:
+  sink = graph_rewrite(sink, pm_decomp + pm_gates, name="decomp")
+  if dtypes.bfloat16 not in ren.supported_dtypes() or getattr(ren, "bf16_through_float", False):
+    sink = bf16_to_float(sink)
+  if ren.extra_matcher is not None: sink = graph_rewrite(sink, ren.extra_matcher, name="renderer_rules")
+  return sink
+
+
+def _stage_simplify(sink: UOp, ren: Renderer, dims: Dims) -> UOp:
+  return graph_rewrite(simplify_graph(sink, name="simplify_index"), pm_gates, name="gates")
+
+
+STAGES: list[tuple[str, Callable[[UOp, Renderer, Dims], UOp]]] = [
+  ("expander", _stage_expander),
+  ("reduce", _stage_reduce),
+  ("dims", _stage_dims),
+  ("decomp", _stage_decomp),
+  ("simplify", _stage_simplify),
+  ("ends", lambda sink, ren, dims: add_ends(sink)),
+]
+
+
+def lower(ast: UOp, renderer: Renderer) -> Lowered:
+  """Lower kernel AST `ast` (a SINK of STOREs) for `renderer`: returns the linear UOps and launch dims."""
+  if ast.op is not Ops.SINK: raise ValueError(f"lower needs a kernel SINK, got {ast.op}")
+  from tiny_codegen.opt import optimize_kernel
+  if DEBUG >= 5: print(f"kernel AST:\n{ast}")
+  sink = optimize_kernel(ast, renderer)
+  dims = Dims()
+  for name, fn in STAGES:
+    sink = fn(sink, renderer, dims)
+    if DEBUG >= 6: print(f"after {name}:\n{sink}")
+  uops = linearize(sink)
+  if DEBUG >= 6: print(print_uops(uops))
+  return Lowered(uops, dims, sink)

@@ -1,0 +1,97 @@
+"""Index-math simplification for lowering.
+
+Uses `tiny_uop.symbolic` (the shared simplifier) when it is installed; a small constant-folding matcher of our own
+always runs with it, so lowering works (and folds the lanes the expander substitutes) either way.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+from tiny_uop.dtype import dtypes, truncate_int
+from tiny_uop.pattern import PatternMatcher, UPat, graph_rewrite
+from tiny_uop.uop import GroupOp, Ops, UOp, _cdiv, _cmod
+
+
+def _fold_int(op: Ops, a: int, b: int) -> int | None:
+  if op is Ops.ADD: return a + b
+  if op is Ops.SUB: return a - b
+  if op is Ops.MUL: return a * b
+  if op is Ops.CDIV: return _cdiv(a, b) if b != 0 else None
+  if op is Ops.CMOD: return _cmod(a, b) if b != 0 else None
+  if op is Ops.MAX: return max(a, b)
+  if op is Ops.AND: return a & b
+  if op is Ops.OR: return a | b
+  if op is Ops.XOR: return a ^ b
+  return None
+
+
+def fold_const_alu(x: UOp) -> UOp | None:
+  """op(c0, c1) -> c for int/bool ALU on constants (floats are left to the target, which rounds exactly)."""
+  if not all(s.op is Ops.CONST for s in x.src) or x.dtype.count != 1: return None
+  vals = [s.arg for s in x.src]
+  if any(isinstance(v, UOp) for v in vals): return None
+  if x.op in GroupOp.Comparison and all(dtypes.is_int(s.dtype) or s.dtype == dtypes.bool for s in x.src):
+    a, b = vals
+    return UOp.const(dtypes.bool, a < b if x.op is Ops.CMPLT else (a != b if x.op is Ops.CMPNE else a == b))
+  if x.op is Ops.WHERE: return x.src[1] if vals[0] else x.src[2]
+  if not (dtypes.is_int(x.dtype) or x.dtype == dtypes.bool) or len(vals) != 2: return None
+  if (ret := _fold_int(x.op, int(vals[0]), int(vals[1]))) is None: return None
+  return UOp.const(x.dtype, bool(ret) if x.dtype == dtypes.bool else truncate_int(ret, x.dtype))
+
+
+def _is_intlike(x: UOp) -> bool: return dtypes.is_int(x.dtype) or x.dtype == dtypes.bool
+
+
+def _range_fold(x: UOp) -> UOp | None:
+  """An int expression whose value range is one number is that number."""
+  if x.op in (Ops.CONST, Ops.DEFINE_VAR, Ops.RANGE, Ops.SPECIAL) or not _is_intlike(x) or x.dtype.count != 1: return None
+  if x.op not in GroupOp.ALU: return None
+  lo, hi = x.vmin, x.vmax
+  if lo == hi and isinstance(lo, (int, bool)) and not isinstance(lo, float): return UOp.const(x.dtype, lo)
+  return None
+
+
+def _cmp_same(x: UOp, y: UOp) -> UOp | None:
+  return UOp.const(dtypes.bool, False) if _is_intlike(y) else None
+
+
+codegen_fold = PatternMatcher([
+  (UPat(GroupOp.ALU, name="x"), fold_const_alu),
+  (UPat(GroupOp.ALU, name="x"), _range_fold),
+  # x+0 -> x ; x*1 -> x ; x//1 -> x (ints)
+  (UPat.var("x") + UPat.cvar("c", vec=False), lambda x, c: x if c.arg == 0 and _is_intlike(x) else None),
+  (UPat.var("x") * UPat.cvar("c", vec=False), lambda x, c: x if c.arg == 1 and _is_intlike(x) else
+   (x.const_like(0) if c.arg == 0 and dtypes.is_int(x.dtype) else None)),
+  (UPat(Ops.CDIV, src=(UPat.var("x"), UPat.cvar("c", vec=False))), lambda x, c: x if c.arg == 1 else None),
+  # x < x -> False (ints)
+  (UPat(Ops.CMPLT, src=(UPat.var("x"), UPat.var("y")), name="cmp"),
+   lambda x, y, cmp: _cmp_same(x, y) if x is y else None),
+  # bool & True -> x ; bool & False -> False
+  (UPat(Ops.AND, dtypes.bool, src=[UPat.var("x"), UPat.cvar("c", vec=False)]), lambda x, c: x if c.arg else c),
+  # where(c, x, x) -> x
+  (UPat(Ops.WHERE, src=(UPat.var(), UPat.var("x"), UPat.var("y"))), lambda x, y: x if x is y else None),
+], name="codegen_fold")
+
+
+@functools.cache
+def _symbolic() -> PatternMatcher | None:
+  try:
+    from tiny_uop import symbolic  # type: ignore[attr-defined]
+  except Exception:  # noqa: BLE001 -- missing or broken shared simplifier: fall back to constant folding
+    return None
+  pm = getattr(symbolic, "symbolic", None)
+  return pm if isinstance(pm, PatternMatcher) else None
+
+
+def simplify_graph(sink: UOp, name: str = "simplify") -> UOp:
+  """The graph with index math simplified (shared symbolic rules when available, plus constant folding)."""
+  pm = codegen_fold
+  if (sym := _symbolic()) is not None:
+    try: pm = sym + codegen_fold
+    except Exception: pm = codegen_fold  # noqa: BLE001 -- an incompatible matcher must not break codegen
+  return graph_rewrite(sink, pm, name=name)
+
+
+_ = (math, Any)

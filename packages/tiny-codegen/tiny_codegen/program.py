@@ -1,0 +1,108 @@
+"""`to_program` / `get_program`: a kernel AST to a rendered, compiled program (docs/PIPELINE.md §4)."""
+from __future__ import annotations
+
+import functools
+import re
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from tiny_uop.device import ProgramSpec, Renderer
+from tiny_uop.dtype import PtrDType
+from tiny_uop.helpers import DEBUG
+from tiny_uop.uop import KernelInfo, Ops, UOp
+
+from tiny_codegen.lower import lower
+from tiny_codegen.renderer import kernel_params
+
+__all__ = ["ProgramInfo", "to_program", "get_program", "spec_from_program", "kernel_name"]
+
+
+@dataclass(frozen=True)
+class ProgramInfo:
+  """The arg of a PROGRAM UOp: what a runtime needs beyond the binary."""
+  name: str
+  global_size: tuple[int, ...] = (1, 1, 1)
+  local_size: tuple[int, ...] | None = None
+  vars: tuple[UOp, ...] = ()
+  globals: tuple[int, ...] = ()
+  outs: tuple[int, ...] = ()
+  ins: tuple[int, ...] = ()
+
+
+_names: dict[str, dict[UOp, str]] = {}
+_names_lock = threading.Lock()
+
+
+def kernel_name(ast: UOp) -> str:
+  """A readable name from the kernel's loops: `E_32_4` (elementwise) or `r_16_8` (with a reduce), made unique
+  with a counter suffix when different kernels would share it. A KernelInfo name other than "kernel" is kept."""
+  info = ast.arg if isinstance(ast.arg, KernelInfo) else KernelInfo()
+  if info.name != "kernel": base = re.sub(r"[^A-Za-z0-9_]", "_", info.name)
+  else:
+    rngs = sorted({u: None for u in ast.toposort() if u.op is Ops.RANGE}, key=lambda r: r.arg[0])
+    red = any(u.op is Ops.REDUCE for u in ast.toposort())
+    dims = [str(r.src[0].arg) if r.src[0].op is Ops.CONST else
+            (r.src[0].arg[0] if r.src[0].op is Ops.DEFINE_VAR else "n") for r in rngs]
+    base = ("r" if red else "E") + ("_" + "_".join(dims) if dims else "")
+  with _names_lock:
+    seen = _names.setdefault(base, {})
+    if ast not in seen: seen[ast] = base if not seen else f"{base}n{len(seen)}"
+    return seen[ast]
+
+
+def _outs_ins(uops: list[UOp]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+  outs, ins = [], []
+  for u in uops:
+    if u.op not in (Ops.LOAD, Ops.STORE) or u.src[0].op is not Ops.INDEX: continue
+    buf = u.src[0].src[0]
+    if buf.op is not Ops.PARAM: continue
+    (outs if u.op is Ops.STORE else ins).append(buf.arg)
+  return tuple(sorted(set(outs))), tuple(sorted(set(ins)))
+
+
+def to_program(ast: UOp, renderer: Renderer) -> UOp:
+  """Lower, render and compile kernel `ast` for `renderer`: PROGRAM(src=(SINK, DEVICE, LINEAR, SOURCE, BINARY)) with a
+  `ProgramInfo` arg. SINK is the kernel AST given; LINEAR holds the linear UOps; BINARY the compiled bytes."""
+  return _to_program(ast, renderer, _renderer_key(renderer))
+
+
+def _renderer_key(r: Renderer) -> tuple:
+  return (type(r), r.arch, getattr(r, "threads", None), getattr(r, "thread_min_work", None))
+
+
+@functools.lru_cache(maxsize=4096)
+def _to_program(ast: UOp, renderer: Renderer, key: tuple) -> UOp:
+  name = kernel_name(ast)
+  info_arg = ast.arg if isinstance(ast.arg, KernelInfo) else KernelInfo()
+  named = ast.replace(arg=KernelInfo(name, info_arg.opts_to_apply, info_arg.applied_opts, info_arg.dont_use_locals))
+  low = lower(named, renderer)
+  src = renderer.render(low.uops)
+  if DEBUG >= 4: print(src)
+  lib = renderer.compiler.compile_cached(src)
+  params, dvars = kernel_params(low.uops)
+  vars_by_name: dict[str, UOp] = {}
+  for v in dvars: vars_by_name.setdefault(v.arg[0], v)
+  outs, ins = _outs_ins(low.uops)
+  info = ProgramInfo(name, tuple(low.dims.global_size), low.dims.local_size, tuple(vars_by_name.values()),
+                     tuple(p.arg for p in params), outs, ins)
+  return UOp(Ops.PROGRAM, src=(ast, UOp(Ops.DEVICE, arg=renderer.device), UOp(Ops.LINEAR, src=tuple(low.uops)),
+                               UOp(Ops.SOURCE, arg=src), UOp(Ops.BINARY, arg=lib)), arg=info)
+
+
+def spec_from_program(prg: UOp) -> ProgramSpec:
+  """The `ProgramSpec` a runtime launches, from a PROGRAM UOp."""
+  if prg.op is not Ops.PROGRAM or not isinstance(prg.arg, ProgramInfo):
+    raise ValueError(f"spec_from_program needs a PROGRAM made by to_program, got {prg.op}")
+  info: ProgramInfo = prg.arg
+  _, dev, linear, source, binary = prg.src
+  return ProgramSpec(info.name, source.arg, dev.arg, binary.arg, info.global_size, info.local_size, list(info.vars),
+                     list(info.globals), list(info.outs), list(info.ins), None, list(linear.src))
+
+
+def get_program(ast: UOp, renderer: Renderer) -> ProgramSpec:
+  """Lower, render and compile kernel `ast` for `renderer`, as the `ProgramSpec` a runtime launches."""
+  return spec_from_program(to_program(ast, renderer))
+
+
+_ = (Any, PtrDType)

@@ -1,0 +1,185 @@
+"""C renderer (`ClangRenderer`): linear UOps -> C for clang or gcc, compiled to a shared object.
+
+The kernel is `void name(T0* restrict data0, ..., int var0, ..., int core_id)`. Values become local variables
+(`alu3`, `val0`), loops `for (int Lidx0 = 0; ...)`, accumulators `float acc0[1]`. Transcendentals call the
+compiler's libm builtins; half is `__fp16` (clang) or `_Float16` (gcc); bfloat16 is lowered through float32.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+from tiny_uop.dtype import DType, PtrDType, dtypes, round_float
+from tiny_uop.uop import AXIS_LETTER, Ops, UOp
+
+from tiny_codegen.compiler.clang import ClangCompiler
+from tiny_codegen.renderer import CPURenderer, kernel_params
+
+
+def _fsuf(dt: DType) -> str: return "f" if dt.scalar() in (dtypes.float32, dtypes.float16, dtypes.bfloat16) else ""
+
+
+def _math(fn: str) -> Callable[[list[str], DType], str]:
+  def render(s: list[str], dt: DType) -> str:
+    if dt.scalar() == dtypes.float16: return f"(__builtin_{fn}f((float){s[0]}))"
+    return f"__builtin_{fn}{_fsuf(dt)}({s[0]})"
+  return render
+
+
+def _max(s: list[str], dt: DType) -> str: return f"(({s[0]}>{s[1]})?{s[0]}:{s[1]})"
+
+
+def _neg(s: list[str], dt: DType) -> str: return f"(!{s[0]})" if dt == dtypes.bool else f"(-{s[0]})"
+
+
+def _pow(s: list[str], dt: DType) -> str:
+  if dt.scalar() == dtypes.float16: return f"(__builtin_powf((float){s[0]}, (float){s[1]}))"
+  return f"__builtin_pow{_fsuf(dt)}({s[0]}, {s[1]})"
+
+
+def _shr(s: list[str], dt: DType) -> str: return f"({s[0]}>>{s[1]})"
+
+
+BASE_CODE: dict[Ops, Callable[[list[str], DType], str]] = {
+  Ops.ADD: lambda s, dt: f"({s[0]}+{s[1]})", Ops.SUB: lambda s, dt: f"({s[0]}-{s[1]})",
+  Ops.MUL: lambda s, dt: f"({s[0]}*{s[1]})", Ops.FDIV: lambda s, dt: f"({s[0]}/{s[1]})",
+  Ops.CDIV: lambda s, dt: f"({s[0]}/{s[1]})", Ops.CMOD: lambda s, dt: f"({s[0]}%{s[1]})",
+  Ops.SHL: lambda s, dt: f"({s[0]}<<{s[1]})", Ops.SHR: _shr,
+  Ops.CMPLT: lambda s, dt: f"({s[0]}<{s[1]})", Ops.CMPNE: lambda s, dt: f"({s[0]}!={s[1]})",
+  Ops.CMPEQ: lambda s, dt: f"({s[0]}=={s[1]})",
+  Ops.AND: lambda s, dt: f"({s[0]}&{s[1]})", Ops.OR: lambda s, dt: f"({s[0]}|{s[1]})",
+  Ops.XOR: lambda s, dt: f"({s[0]}^{s[1]})",
+  Ops.MAX: _max, Ops.NEG: _neg, Ops.RECIPROCAL: lambda s, dt: f"(1/{s[0]})",
+  Ops.WHERE: lambda s, dt: f"({s[0]}?{s[1]}:{s[2]})", Ops.MULACC: lambda s, dt: f"(({s[0]}*{s[1]})+{s[2]})",
+  Ops.EXP2: _math("exp2"), Ops.LOG2: _math("log2"), Ops.SIN: _math("sin"), Ops.SQRT: _math("sqrt"),
+  Ops.TRUNC: _math("trunc"), Ops.POW: _pow,
+}
+
+
+class ClangRenderer(CPURenderer):
+  """C source for the host CPU (clang preferred, gcc fallback); see the module docstring."""
+  code_for_op = BASE_CODE
+  compiler_cls = ClangCompiler
+  bf16_through_float = True
+
+  def make_compiler(self) -> ClangCompiler: return ClangCompiler()
+
+  @property
+  def half_type(self) -> str: return "__fp16" if getattr(self.compiler, "is_clang", True) else "_Float16"
+
+  def supported_dtypes(self) -> tuple[DType, ...]:
+    return tuple(d for d in dtypes.all if d not in (dtypes.bfloat16, *dtypes.fp8s))
+
+  def render_dtype(self, dt: DType) -> str:
+    """The C type of `dt` (vectors as clang/gcc vector extensions, pointers as `T*`)."""
+    if isinstance(dt, PtrDType): return self.render_dtype(dt.base) + "*"
+    sc = dt.scalar()
+    if sc == dtypes.bool: base = "_Bool"
+    elif sc == dtypes.float16: base = self.half_type
+    elif sc in dtypes.fp8s or sc == dtypes.bfloat16: raise TypeError(f"C renderer can't hold {sc} values directly")
+    elif sc == dtypes.int64: base = "long long"
+    elif sc == dtypes.uint64: base = "unsigned long long"
+    else: base = sc.name
+    return base if dt.count == 1 else f"{base.replace(' ', '_')}{dt.count}"
+
+  def render_const(self, x: object, dt: DType) -> str:
+    """A C literal of value `x` in type `dt`."""
+    sc = dt.scalar()
+    if dtypes.is_float(sc):
+      fx = round_float(float(x), sc if sc != dtypes.bfloat16 else dtypes.float32)  # type: ignore[arg-type]
+      suf = "f" if sc != dtypes.float64 else ""
+      if math.isnan(fx): ret = f"__builtin_nan{suf}(\"\")"
+      elif math.isinf(fx): ret = ("-" if fx < 0 else "") + f"__builtin_inf{suf}()"
+      else: ret = f"{fx!r}{suf}"  # shortest repr: parses back to exactly this value (it is already rounded to dt)
+      return f"(({self.render_dtype(sc)}){ret})" if sc == dtypes.float16 else ret
+    if sc == dtypes.bool: return "1" if x else "0"
+    xi = int(x)  # type: ignore[call-overload]
+    if sc == dtypes.int64: return f"{xi}ll" if xi != -2**63 else "(-9223372036854775807ll-1)"
+    if sc == dtypes.uint64: return f"{xi}ull"
+    if sc == dtypes.uint32: return f"{xi}u"
+    if sc == dtypes.int32 and xi == -2**31: return "(-2147483647-1)"
+    return str(xi) if sc in (dtypes.int32,) else f"(({self.render_dtype(sc)}){xi})"
+
+  def render(self, uops: list[UOp]) -> str:
+    """C source of the kernel `uops` (ending in a SINK whose arg is a KernelInfo carrying the name)."""
+    name = getattr(uops[-1].arg, "name", "kernel")
+    params, dvars = kernel_params(uops)
+    args = [f"{self.render_dtype(p.dtype)} restrict data{p.arg}" for p in params]
+    seen_vars: set[str] = set()
+    for v in dvars:
+      if v.arg[0] not in seen_vars: args.append(f"int {v.arg[0]}")
+      seen_vars.add(v.arg[0])
+    args.append("int core_id")
+    r: dict[UOp, str] = {}
+    gates: dict[UOp, str] = {}
+    lines: list[str] = []
+    counters: dict[str, int] = {}
+    depth = 1
+
+    def fresh(prefix: str) -> str:
+      n = counters.get(prefix, 0)
+      counters[prefix] = n + 1
+      return f"{prefix}{n}"
+
+    def emit(line: str) -> None: lines.append("  " * depth + line)
+
+    vecs: list[DType] = []
+    for u in uops:
+      op, dt, src = u.op, u.dtype, u.src
+      s = [r.get(x, "") for x in src]
+      if dt.count > 1 and not isinstance(dt, PtrDType) and dt not in vecs: vecs.append(dt)
+      if op is Ops.PARAM: r[u] = f"data{u.arg}"
+      elif op is Ops.DEFINE_VAR: r[u] = u.arg[0]
+      elif op is Ops.SPECIAL:
+        if u.arg != "core_id": raise NotImplementedError(f"C renderer has no GPU index {u.arg!r}")
+        r[u] = "core_id"
+      elif op is Ops.CONST: r[u] = self.render_const(u.arg, dt)
+      elif op is Ops.VCONST:
+        r[u] = f"(({self.render_dtype(dt)}){{{','.join(self.render_const(x, dt) for x in u.arg)}}})"
+      elif op is Ops.DEFINE_REG:
+        assert isinstance(dt, PtrDType)
+        r[u] = fresh("acc")
+        emit(f"{self.render_dtype(dt.base)} {r[u]}[{dt.size}];")
+      elif op is Ops.RANGE:
+        r[u] = f"{AXIS_LETTER.get(u.arg[1], 'r')}idx{u.arg[0]}" if isinstance(u.arg, tuple) else f"ridx{u.arg}"
+        emit(f"for (int {r[u]} = 0; {r[u]} < {s[0]}; {r[u]}++) {{")
+        depth += 1
+      elif op is Ops.END:
+        depth -= 1
+        emit("}")
+      elif op is Ops.INDEX:
+        r[u] = f"({s[0]}+{s[1]})"
+        if len(src) > 2: gates[u] = s[2]
+      elif op is Ops.LOAD:
+        r[u] = fresh("val")
+        ld = f"(*{s[0]})"
+        if src[0] in gates: ld = f"({gates[src[0]]}?{ld}:{self.render_const(0, dt)})"
+        emit(f"{self.render_dtype(dt)} {r[u]} = {ld};")
+      elif op is Ops.STORE:
+        st = f"*{s[0]} = {s[1]};"
+        emit(f"if ({gates[src[0]]}) {st}" if src[0] in gates else st)
+      elif op in (Ops.GROUP, Ops.SINK, Ops.NOOP): pass
+      elif op is Ops.AFTER: r[u] = s[0]
+      elif op is Ops.CAST:
+        r[u] = fresh("cast")
+        emit(f"{self.render_dtype(dt)} {r[u]} = ({self.render_dtype(dt)})({s[0]});")
+      elif op is Ops.BITCAST:
+        r[u] = fresh("cast")
+        emit(f"{self.render_dtype(dt)} {r[u]}; __builtin_memcpy(&{r[u]}, &{s[0]}, sizeof({r[u]}));")
+      elif op is Ops.VECTORIZE:
+        r[u] = fresh("vec")
+        emit(f"{self.render_dtype(dt)} {r[u]} = ({self.render_dtype(dt)}){{{','.join(s)}}};")
+      elif op is Ops.GEP:
+        r[u] = f"{s[0]}[{u.arg[0] if isinstance(u.arg, tuple) else u.arg}]"
+      elif op in self.code_for_op:
+        r[u] = fresh("alu")
+        sdt = src[-1].dtype if op is Ops.WHERE else src[0].dtype
+        emit(f"{self.render_dtype(dt)} {r[u]} = {self.code_for_op[op](s, sdt)};")
+      else: raise NotImplementedError(f"C renderer can't render {op} ({dt}); supported ALU ops: "
+                                      f"{', '.join(o.name for o in self.code_for_op)}")
+    typedefs = []
+    for vd in vecs:
+      sc = self.render_dtype(vd.scalar())
+      typedefs.append(f"typedef {sc} {self.render_dtype(vd)} __attribute__((vector_size({vd.itemsize})));")
+    prefix = "".join(t + "\n" for t in typedefs)
+    return f"{prefix}void {name}({', '.join(args)}) {{\n" + "\n".join(lines) + "\n}\n"

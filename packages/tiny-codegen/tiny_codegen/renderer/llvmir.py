@@ -1,0 +1,269 @@
+"""LLVM IR renderer (`LLVMRenderer`): linear UOps -> textual LLVM IR for the host, compiled in-process by llvmlite.
+
+The kernel is `define void @name(ptr noalias %data0, ..., i32 %var0, ..., i32 %core_id)`. Loops are a header
+block with a phi, accumulators are `alloca`s (promoted to registers by the optimizer), gated loads read a safe
+address and select 0, gated stores branch. No fast-math flags: results match IEEE evaluation in source order.
+Transcendentals are LLVM intrinsics (`llvm.exp2.f32`, ...), which become libm calls the loader resolves.
+"""
+from __future__ import annotations
+
+import math
+import struct
+
+from tiny_uop.dtype import DType, PtrDType, dtypes
+from tiny_uop.uop import AXIS_LETTER, Ops, UOp
+
+from tiny_codegen.compiler.llvm import LLVMCompiler
+from tiny_codegen.renderer import CPURenderer, kernel_params
+
+_INTR = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc", Ops.POW: "pow"}
+_FLOAT_ORDER = {dtypes.float16: 0, dtypes.bfloat16: 0, dtypes.float32: 1, dtypes.float64: 2}
+
+
+def ltype(dt: DType, mem: bool = False) -> str:
+  """The LLVM type of `dt`; `mem` gives the in-memory type (bool is i8 in memory, i1 in registers)."""
+  if isinstance(dt, PtrDType): return "ptr"
+  sc = dt.scalar()
+  if sc == dtypes.bool: base = "i8" if mem else "i1"
+  elif dtypes.is_int(sc): base = f"i{sc.itemsize * 8}"
+  elif sc == dtypes.float16: base = "half"
+  elif sc == dtypes.bfloat16: base = "bfloat"
+  elif sc == dtypes.float32: base = "float"
+  elif sc == dtypes.float64: base = "double"
+  elif sc == dtypes.void: base = "void"
+  else: raise TypeError(f"LLVM renderer has no type for {sc}; valid: bool, ints, half, float, double")
+  return base if dt.count == 1 else f"<{dt.count} x {base}>"
+
+
+def lconst(x: object, dt: DType) -> str:
+  """An LLVM literal of value `x` in scalar type `dt` (floats as exact hex)."""
+  sc = dt.scalar()
+  if sc == dtypes.bool: return "true" if x else "false"
+  if dtypes.is_int(sc): return str(int(x))  # type: ignore[call-overload]
+  fx = float(x)  # type: ignore[arg-type]
+  if sc == dtypes.float16:
+    try: bits = struct.unpack("<H", struct.pack("<e", fx))[0]
+    except OverflowError: bits = 0xfc00 if fx < 0 else 0x7c00
+    return f"0xH{bits:04X}"
+  if sc == dtypes.float32:
+    if not math.isnan(fx) and not math.isinf(fx):
+      try: fx = struct.unpack("<f", struct.pack("<f", fx))[0]
+      except OverflowError: fx = math.copysign(math.inf, fx)
+    if math.isnan(fx): return "0x7FF8000000000000"
+  return f"0x{struct.unpack('<Q', struct.pack('<d', fx))[0]:016X}"
+
+
+class LLVMRenderer(CPURenderer):
+  """LLVM IR for the host CPU; see the module docstring."""
+  compiler_cls = LLVMCompiler
+  bf16_through_float = True
+
+  def make_compiler(self) -> LLVMCompiler: return LLVMCompiler()
+
+  def supported_dtypes(self) -> tuple[DType, ...]:
+    return tuple(d for d in dtypes.all if d not in (dtypes.bfloat16, *dtypes.fp8s))
+
+  def render(self, uops: list[UOp]) -> str:
+    """LLVM IR of the kernel `uops` (ending in a SINK whose arg is a KernelInfo carrying the name)."""
+    return _LLVMEmitter(uops).render()
+
+
+class _LLVMEmitter:
+  def __init__(self, uops: list[UOp]):
+    self.uops = uops
+    self.r: dict[UOp, str] = {}
+    self.gates: dict[UOp, str] = {}
+    self.lines: list[str] = []
+    self.allocas: list[str] = []
+    self.decls: set[str] = set()
+    self.n = 0
+    self.loops: dict[UOp, int] = {}
+
+  def tmp(self) -> str:
+    self.n += 1
+    return f"%t{self.n}"
+
+  def emit(self, line: str) -> None: self.lines.append("  " + line)
+
+  def val(self, u: UOp) -> str:
+    if u.op is Ops.CONST: return lconst(u.arg, u.dtype)
+    if u.op is Ops.VCONST: return "<" + ", ".join(f"{ltype(u.dtype.scalar())} {lconst(x, u.dtype)}" for x in u.arg) + ">"
+    return self.r[u]
+
+  def typed(self, u: UOp) -> str: return f"{ltype(u.dtype)} {self.val(u)}"
+
+  def intrinsic(self, name: str, dt: DType, args: list[str]) -> str:
+    t = ltype(dt)
+    suffix = ("v" + str(dt.count) if dt.count > 1 else "") + {"half": "f16", "float": "f32", "double": "f64"}.get(
+      ltype(dt.scalar()), ltype(dt.scalar()))
+    fn = f"llvm.{name}.{suffix}"
+    self.decls.add(f"declare {t} @{fn}({', '.join([t] * len(args))})")
+    out = self.tmp()
+    self.emit(f"{out} = call {t} @{fn}({', '.join(f'{t} {a}' for a in args)})")
+    return out
+
+  def cast(self, x: str, src: DType, dst: DType) -> str:
+    """Value `x` of type `src` converted to `dst` (C semantics; to bool means != 0)."""
+    s, d = src.scalar(), dst.scalar()
+    ts, td = ltype(src), ltype(dst)
+    if ts == td: return x
+    out = self.tmp()
+    if d == dtypes.bool:
+      if dtypes.is_float(s): self.emit(f"{out} = fcmp une {ts} {x}, zeroinitializer")
+      else: self.emit(f"{out} = icmp ne {ts} {x}, zeroinitializer")
+    elif s == dtypes.bool: self.emit(f"{out} = {'uitofp' if dtypes.is_float(d) else 'zext'} {ts} {x} to {td}")
+    elif dtypes.is_float(s) and dtypes.is_float(d):
+      self.emit(f"{out} = {'fpext' if _FLOAT_ORDER[d] > _FLOAT_ORDER[s] else 'fptrunc'} {ts} {x} to {td}")
+    elif dtypes.is_float(s): self.emit(f"{out} = {'fptoui' if dtypes.is_unsigned(d) else 'fptosi'} {ts} {x} to {td}")
+    elif dtypes.is_float(d): self.emit(f"{out} = {'uitofp' if dtypes.is_unsigned(s) else 'sitofp'} {ts} {x} to {td}")
+    elif d.itemsize < s.itemsize: self.emit(f"{out} = trunc {ts} {x} to {td}")
+    else: self.emit(f"{out} = {'zext' if dtypes.is_unsigned(s) else 'sext'} {ts} {x} to {td}")
+    return out
+
+  def alu(self, u: UOp) -> str:
+    op, src = u.op, u.src
+    sdt = src[-1].dtype if op is Ops.WHERE else src[0].dtype
+    t = ltype(sdt)
+    a = [self.val(s) for s in src]
+    isf, isu, isb = dtypes.is_float(sdt), dtypes.is_unsigned(sdt), sdt.scalar() == dtypes.bool
+    out = self.tmp()
+    if op is Ops.WHERE: self.emit(f"{out} = select {ltype(src[0].dtype)} {a[0]}, {t} {a[1]}, {t} {a[2]}")
+    elif op in _INTR: return self.intrinsic(_INTR[op], sdt, a)
+    elif op is Ops.NEG:
+      if isb: self.emit(f"{out} = xor {t} {a[0]}, {'true' if sdt.count == 1 else 'splat (i1 true)'}")
+      elif isf: self.emit(f"{out} = fneg {t} {a[0]}")
+      else: self.emit(f"{out} = sub {t} zeroinitializer, {a[0]}")
+    elif op is Ops.RECIPROCAL: self.emit(f"{out} = fdiv {t} {'splat (' + ltype(sdt.scalar()) + ' 1.0)' if sdt.count > 1 else '1.0'}, {a[0]}")
+    elif op is Ops.MAX:
+      cmp = self.tmp()
+      self.emit(f"{cmp} = {'fcmp ogt' if isf else ('icmp ugt' if isu or isb else 'icmp sgt')} {t} {a[0]}, {a[1]}")
+      self.emit(f"{out} = select {ltype(dtypes.bool.vec(sdt.count))} {cmp}, {t} {a[0]}, {t} {a[1]}")
+    elif op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ):
+      if isf: pred = {Ops.CMPLT: "fcmp olt", Ops.CMPNE: "fcmp une", Ops.CMPEQ: "fcmp oeq"}[op]
+      else: pred = {Ops.CMPLT: "icmp ult" if isu or isb else "icmp slt", Ops.CMPNE: "icmp ne", Ops.CMPEQ: "icmp eq"}[op]
+      self.emit(f"{out} = {pred} {t} {a[0]}, {a[1]}")
+    elif op is Ops.MULACC:
+      m = self.tmp()
+      self.emit(f"{m} = {'fmul' if isf else 'mul'} {t} {a[0]}, {a[1]}")
+      self.emit(f"{out} = {'fadd' if isf else 'add'} {t} {m}, {a[2]}")
+    else:
+      if isf: inst = {Ops.ADD: "fadd", Ops.SUB: "fsub", Ops.MUL: "fmul", Ops.FDIV: "fdiv"}.get(op)
+      elif isb: inst = {Ops.ADD: "or", Ops.MUL: "and", Ops.AND: "and", Ops.OR: "or", Ops.XOR: "xor"}.get(op)
+      else:
+        inst = {Ops.ADD: "add", Ops.SUB: "sub", Ops.MUL: "mul", Ops.CDIV: "udiv" if isu else "sdiv",
+                Ops.CMOD: "urem" if isu else "srem", Ops.SHL: "shl", Ops.SHR: "lshr" if isu else "ashr",
+                Ops.AND: "and", Ops.OR: "or", Ops.XOR: "xor"}.get(op)
+      if inst is None: raise NotImplementedError(f"LLVM renderer can't render {op} on {sdt}")
+      self.emit(f"{out} = {inst} {t} {a[0]}, {a[1]}")
+    return out
+
+  def render(self) -> str:
+    uops = self.uops
+    name = getattr(uops[-1].arg, "name", "kernel")
+    params, dvars = kernel_params(uops)
+    args = [f"ptr noalias %data{p.arg}" for p in params]
+    seen: set[str] = set()
+    for v in dvars:
+      if v.arg[0] not in seen: args.append(f"i32 %{v.arg[0]}")
+      seen.add(v.arg[0])
+    args.append("i32 %core_id")
+    block = "entry"
+    for u in uops:
+      op, dt, src = u.op, u.dtype, u.src
+      if op is Ops.PARAM: self.r[u] = f"%data{u.arg}"
+      elif op is Ops.DEFINE_VAR: self.r[u] = f"%{u.arg[0]}"
+      elif op is Ops.SPECIAL:
+        if u.arg != "core_id": raise NotImplementedError(f"LLVM CPU renderer has no GPU index {u.arg!r}")
+        self.r[u] = "%core_id"
+      elif op in (Ops.CONST, Ops.VCONST): pass
+      elif op is Ops.DEFINE_REG:
+        assert isinstance(dt, PtrDType)
+        self.r[u] = f"%acc{u.arg}"
+        self.allocas.append(f"  %acc{u.arg} = alloca [{dt.size} x {ltype(dt.base, mem=True)}]")
+      elif op is Ops.RANGE:
+        i = self.loops[u] = len(self.loops)
+        lbl = f"loop{i}"
+        rv = f"%{AXIS_LETTER.get(u.arg[1], 'r')}idx{u.arg[0]}"
+        self.r[u] = rv
+        bound = self.val(src[0])
+        self.emit(f"br label %{lbl}.pre")
+        self.lines.append(f"{lbl}.pre:")
+        self.emit(f"br label %{lbl}.head")
+        self.lines.append(f"{lbl}.head:")
+        self.emit(f"{rv} = phi i32 [ 0, %{lbl}.pre ], [ {rv}.next, %{lbl}.latch ]")
+        self.emit(f"{rv}.cmp = icmp slt i32 {rv}, {bound}")
+        self.emit(f"br i1 {rv}.cmp, label %{lbl}.body, label %{lbl}.exit")
+        self.lines.append(f"{lbl}.body:")
+      elif op is Ops.END:
+        rng = src[-1]
+        lbl, rv = f"loop{self.loops[rng]}", self.r[rng]
+        self.emit(f"br label %{lbl}.latch")
+        self.lines.append(f"{lbl}.latch:")
+        self.emit(f"{rv}.next = add nsw i32 {rv}, 1")
+        self.emit(f"br label %{lbl}.head")
+        self.lines.append(f"{lbl}.exit:")
+      elif op is Ops.INDEX:
+        idx = self.val(src[1])
+        if len(src) > 2:
+          self.gates[u] = self.val(src[2])
+          safe = self.tmp()
+          self.emit(f"{safe} = select i1 {self.gates[u]}, i32 {idx}, i32 0")
+          idx = safe
+        out = self.tmp()
+        base = src[0].dtype.base if isinstance(src[0].dtype, PtrDType) else dt
+        self.emit(f"{out} = getelementptr inbounds {ltype(base, mem=True)}, ptr {self.val(src[0])}, i32 {idx}")
+        self.r[u] = out
+      elif op is Ops.LOAD:
+        out = self.tmp()
+        self.emit(f"{out} = load {ltype(dt, mem=True)}, ptr {self.val(src[0])}")
+        if dt.scalar() == dtypes.bool:
+          b = self.tmp()
+          self.emit(f"{b} = icmp ne {ltype(dt, mem=True)} {out}, zeroinitializer")
+          out = b
+        if src[0] in self.gates:
+          g = self.tmp()
+          self.emit(f"{g} = select i1 {self.gates[src[0]]}, {ltype(dt)} {out}, {ltype(dt)} zeroinitializer")
+          out = g
+        self.r[u] = out
+      elif op is Ops.STORE:
+        v, vdt = self.val(src[1]), src[1].dtype
+        if vdt.scalar() == dtypes.bool:
+          z = self.tmp()
+          self.emit(f"{z} = zext {ltype(vdt)} {v} to {ltype(vdt, mem=True)}")
+          v = z
+        if src[0] in self.gates:
+          k = self.n = self.n + 1
+          self.emit(f"br i1 {self.gates[src[0]]}, label %st{k}.do, label %st{k}.skip")
+          self.lines.append(f"st{k}.do:")
+          self.emit(f"store {ltype(vdt, mem=True)} {v}, ptr {self.val(src[0])}")
+          self.emit(f"br label %st{k}.skip")
+          self.lines.append(f"st{k}.skip:")
+        else: self.emit(f"store {ltype(vdt, mem=True)} {v}, ptr {self.val(src[0])}")
+      elif op in (Ops.GROUP, Ops.SINK, Ops.NOOP): pass
+      elif op is Ops.AFTER: self.r[u] = self.val(src[0])
+      elif op is Ops.CAST: self.r[u] = self.cast(self.val(src[0]), src[0].dtype, dt)
+      elif op is Ops.BITCAST:
+        out = self.tmp()
+        self.emit(f"{out} = bitcast {self.typed(src[0])} to {ltype(dt)}")
+        self.r[u] = out
+      elif op is Ops.VECTORIZE:
+        cur = "poison"
+        for i, s in enumerate(src):
+          nxt = self.tmp()
+          self.emit(f"{nxt} = insertelement {ltype(dt)} {cur}, {self.typed(s)}, i32 {i}")
+          cur = nxt
+        self.r[u] = cur
+      elif op is Ops.GEP:
+        out = self.tmp()
+        self.emit(f"{out} = extractelement {self.typed(src[0])}, i32 {u.arg[0] if isinstance(u.arg, tuple) else u.arg}")
+        self.r[u] = out
+      elif op in _INTR or op in (Ops.WHERE, Ops.NEG, Ops.RECIPROCAL, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.MULACC,
+                                 Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.CDIV, Ops.CMOD, Ops.SHL, Ops.SHR, Ops.AND,
+                                 Ops.OR, Ops.XOR):
+        self.r[u] = self.alu(u)
+      else: raise NotImplementedError(f"LLVM renderer can't render {op} ({dt})")
+    _ = block
+    body = "\n".join(self.lines)
+    decls = "".join(d + "\n" for d in sorted(self.decls))
+    return (f"{decls}define void @{name}({', '.join(args)}) nounwind {{\nentry:\n" +
+            "".join(a + "\n" for a in self.allocas) + body + "\n  ret void\n}\n")
