@@ -20,7 +20,8 @@ def test_never_imports_tensor_or_runtimes():
   code = ("import sys, pkgutil, importlib, tiny_codegen\n"
           "for m in pkgutil.walk_packages(tiny_codegen.__path__, 'tiny_codegen.'):\n"
           "  try: importlib.import_module(m.name)\n"
-          "  except ImportError: pass\n"
+          "  except Exception: pass  # a module that fails to import is its own tests' business\n"
           "print(sorted(m for m in sys.modules if m.startswith(('tiny_tensor', 'tiny_runtime'))))")
-  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-  assert out.strip() == "[]"
+  r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+  assert r.returncode == 0, r.stderr
+  assert r.stdout.strip().splitlines()[-1] == "[]", r.stdout
