@@ -150,7 +150,8 @@ def test_vectors_and_variables():
   st = d0.index(g * 4).store(scaled)
   st2 = d2.index(g * 4).store(scaled.bitcast(dtypes.uint32.vec(4)))
   a = np.arange(n * 4, dtype=np.float32) + 0.25
-  arrays = [(np.zeros(n * 4, np.float32), dtypes.float32), (a, dtypes.float32), (np.zeros(n * 4, np.uint32), dtypes.uint32)]
+  arrays = [(np.zeros(n * 4, np.float32), dtypes.float32), (a, dtypes.float32),
+            (np.zeros(n * 4, np.uint32), dtypes.uint32)]
   out, _, bits = run(linearize(st, st2), arrays, global_size=(n, 1, 1), vals=(3,))
   want = (a.reshape(n, 4)[:, ::-1] * 3).ravel()
   assert np.array_equal(out, want)
