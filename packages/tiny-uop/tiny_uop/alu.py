@@ -14,10 +14,11 @@ Integers (two's complement, results wrap to the dtype):
   TRUNC is the identity. FDIV, EXP2, LOG2, SIN, SQRT, RECIPROCAL are float-only (a TypeError otherwise).
 Floats: every op is computed exactly (or in float64, which is correctly rounded for + - * / sqrt of narrower types)
   and rounded once to the dtype (`round_float`); MULACC rounds after the multiply and after the add (not fused).
-  IEEE specials as numpy: MAX propagates NaN (`np.maximum`); comparisons with NaN are False except CMPNE;
-  FDIV and RECIPROCAL by +-0 give a signed inf (0/0 NaN); LOG2(0) = -inf, LOG2(<0) = NaN; SQRT(<0) = NaN;
-  SIN(+-inf) = NaN; EXP2 overflows to inf; TRUNC keeps the sign of zero; POW follows C's `pow`; CDIV is
-  `trunc(a / b)` and CMOD is C's `fmod`.
+  IEEE specials as numpy: MAX propagates NaN (`np.maximum`) and MAX(-0, +0) = +0; comparisons with NaN are False
+  except CMPNE; FDIV and RECIPROCAL by +-0 give a signed inf (0/0 NaN); LOG2(0) = -inf, LOG2(<0) = NaN;
+  SQRT(<0) = NaN; SIN(+-inf) = NaN; EXP2 overflows to inf; TRUNC keeps the sign of zero; POW follows C's `pow`; CDIV is
+  `trunc(a / b)` (the quotient rounded to the dtype first) and CMOD is C's `fmod`. NaN payloads are not kept
+  (Python floats): a NaN result, and BITCAST of a NaN, is the quiet NaN of its sign.
 Bool: ops compute on 0/1 and the result is `!= 0` (ADD is OR, MUL is AND, SUB is XOR, MAX is OR).
 CAST: float -> int truncates toward zero (out of range: see `dtype.float_to_int`); int -> float rounds to nearest
   even; anything -> bool is `!= 0` (NaN is True); bool -> number is 0/1; float -> float rounds to nearest even.
@@ -114,10 +115,8 @@ def _fpow(x: float, y: float) -> float:
 
 def _fmax(a: float, b: float) -> float:
   if a != a or b != b: return _NAN
-  return a if a >= b else b
-
-
-def _fcdiv(a: float, b: float) -> float: return _ftrunc(_fdiv(a, b))
+  if a != b: return a if a > b else b
+  return b if a == 0 and math.copysign(1.0, a) < 0 else a  # IEEE 754-2019 maximum: +0 > -0 (numpy varies by dtype)
 
 
 def _fcmod(a: float, b: float) -> float:
@@ -259,7 +258,8 @@ def _float_table(dt: DType) -> dict[Ops, Callable]:
   return {
     Ops.ADD: r2(operator.add), Ops.SUB: r2(operator.sub), Ops.MUL: r2(operator.mul), Ops.NEG: operator.neg,
     Ops.MAX: _fmax, Ops.CMPLT: operator.lt, Ops.CMPNE: operator.ne, Ops.CMPEQ: operator.eq,
-    Ops.FDIV: r2(_fdiv), Ops.CDIV: r2(_fcdiv), Ops.CMOD: r2(_fcmod), Ops.POW: r2(_fpow),
+    Ops.FDIV: r2(_fdiv), Ops.CDIV: lambda a, b: _ftrunc(round_float(_fdiv(a, b), dt)),
+    Ops.CMOD: r2(_fcmod), Ops.POW: r2(_fpow),
     Ops.EXP2: r1(_exp2), Ops.LOG2: r1(_log2), Ops.SIN: r1(_sin), Ops.SQRT: r1(_sqrt), Ops.RECIPROCAL: r1(_recip),
     Ops.TRUNC: _ftrunc, Ops.MULACC: (lambda a, b, c: round_float(mulacc(a, b, c), dt)),
     Ops.WHERE: lambda c, a, b: a if c else b, Ops.CAST: lambda x: _cast(x, dt)}
