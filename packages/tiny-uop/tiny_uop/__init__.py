@@ -13,8 +13,7 @@ from tiny_uop.pattern import PatternMatcher, UPat, graph_rewrite, graph_rewrite_
 from tiny_uop.uop import AxisType, GroupOp, KernelInfo, Ops, UOp, Variable, sint
 
 __version__ = "0.1.0"
-PLUGIN_API = (0, 1)
-"""The plugin interface version: a plugin built for another major version is disabled with a warning."""
+from tiny_uop.plugins import PLUGIN_API  # noqa: E402  (the registry module is cheap: it scans nothing at import)
 
 __all__ = ["AddrSpace", "AxisType", "Context", "ContextVar", "DEBUG", "DType", "GroupOp", "ImageDType", "KernelInfo",
            "Ops", "PLUGIN_API", "PatternMatcher", "PtrDType", "UOp", "UPat", "Variable", "dtypes", "getenv",
