@@ -1,0 +1,285 @@
+"""Scheduling by ranges: turn one realized tensor-graph value into a kernel AST (a SINK of STOREs).
+
+The walk starts at the value with one RANGE per output dimension and moves toward the inputs carrying one index
+expression per dimension and a validity condition (ARCHITECTURE.md "Scheduling by ranges"):
+PERMUTE permutes the indices, EXPAND indexes broadcast dimensions with 0, SHRINK adds the start, FLIP maps i to n-1-i,
+PAD subtracts the before-pad and adds a validity condition (the padded value reads as 0), RESHAPE flattens to a linear
+index and splits it by the source shape with `//` and `%`. A REDUCE_AXIS opens REDUCE ranges. A realized value (an
+input BUFFER or another kernel's output) becomes `LOAD(INDEX(PARAM(slot), idx, valid))`.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from tiny_uop.dtype import DType, dtypes
+from tiny_uop.helpers import all_int, prod
+from tiny_uop.uop import AxisType, GroupOp, KernelInfo, Ops, UOp, sint
+
+try:  # the symbolic simplifier lives in tiny-uop; index math is correct without it, only less tidy
+  from tiny_uop.symbolic import simplify as _simplify
+except ImportError:  # pragma: no cover - depends on the tiny-uop version installed
+  _simplify = None
+
+
+def simplify_index(x: UOp) -> UOp:
+  """Run an index or validity expression through the symbolic simplifier when tiny-uop has one."""
+  if _simplify is None or x.op is Ops.CONST: return x
+  return _simplify(x)
+
+
+# ***** index arithmetic with the folds that keep common indices readable *****
+def iconst(v: int) -> UOp: return UOp.const(dtypes.index, v)
+
+def _is_const(x: UOp, v: Any = None) -> bool: return x.op is Ops.CONST and (v is None or x.arg == v)
+
+def iadd(a: UOp, b: UOp) -> UOp:
+  if _is_const(a, 0): return b
+  if _is_const(b, 0): return a
+  if _is_const(a) and _is_const(b): return iconst(a.arg + b.arg)
+  return a + b
+
+def isub(a: UOp, b: UOp) -> UOp:
+  if _is_const(b, 0): return a
+  if _is_const(a) and _is_const(b): return iconst(a.arg - b.arg)
+  return a - b
+
+def imul(a: UOp, b: UOp) -> UOp:
+  if _is_const(a, 0) or _is_const(b, 0): return iconst(0)
+  if _is_const(a, 1): return b
+  if _is_const(b, 1): return a
+  if _is_const(a) and _is_const(b): return iconst(a.arg * b.arg)
+  return a * b
+
+def idiv(a: UOp, b: UOp) -> UOp:
+  """Floor division of a non-negative index by a positive size."""
+  if _is_const(b, 1): return a
+  if _is_const(a) and _is_const(b): return iconst(a.arg // b.arg)
+  if _is_const(b) and a.vmin >= 0 and a.vmax < b.arg: return iconst(0)  # 0 <= a < b -> a//b = 0
+  if a.op is Ops.MUL and a.src[1] is b: return a.src[0]  # (x*b)//b -> x
+  return a // b
+
+def imod(a: UOp, b: UOp) -> UOp:
+  """Remainder of a non-negative index by a positive size."""
+  if _is_const(b, 1): return iconst(0)
+  if _is_const(a) and _is_const(b): return iconst(a.arg % b.arg)
+  if _is_const(b) and a.vmin >= 0 and a.vmax < b.arg: return a  # 0 <= a < b -> a%b = a
+  return a % b
+
+def iand(a: UOp | None, b: UOp | None) -> UOp | None:
+  """Conjunction of validity conditions; None means always valid."""
+  if a is None or _is_const(a, True): return b
+  if b is None or _is_const(b, True): return a
+  return a & b
+
+
+def flatten_index(idx: tuple[UOp, ...], shape: tuple[UOp, ...]) -> UOp:
+  """Linear (row-major) index of `idx` in `shape`."""
+  ret, stride = iconst(0), iconst(1)
+  for i, s in reversed(list(zip(idx, shape))):
+    ret = iadd(ret, imul(i, stride))
+    stride = imul(stride, s)
+  return ret
+
+
+def split_index(lin: UOp, shape: tuple[UOp, ...]) -> tuple[UOp, ...]:
+  """The per-dimension indices of linear index `lin` in `shape`."""
+  out, stride = [], iconst(1)
+  for s in reversed(shape):
+    out.append(imod(idiv(lin, stride), s))
+    stride = imul(stride, s)
+  return tuple(reversed(out))
+
+
+def _groups(new: list[tuple[int, sint]], old: list[tuple[int, sint]]) -> list[tuple[list[int], list[int]]] | None:
+  """Pair runs of (non-1) dimensions with equal products: [(new dims, old dims), ...]; None if they don't line up."""
+  if not (all_int(s for _, s in new) and all_int(s for _, s in old)): return None
+  out: list[tuple[list[int], list[int]]] = []
+  i = j = 0
+  while i < len(new) and j < len(old):
+    gn, go, pn, po = [new[i][0]], [old[j][0]], new[i][1], old[j][1]
+    i, j = i + 1, j + 1
+    while pn != po:
+      if pn < po and i < len(new): gn.append(new[i][0]); pn *= new[i][1]; i += 1  # noqa: E702
+      elif po < pn and j < len(old): go.append(old[j][0]); po *= old[j][1]; j += 1  # noqa: E702
+      else: return None
+    out.append((gn, go))
+  return out if i == len(new) and j == len(old) else None
+
+
+def reshape_index(idx: tuple[UOp, ...], new: tuple[sint, ...], old: tuple[sint, ...], ks: Callable[[sint], UOp]) \
+    -> tuple[UOp, ...]:
+  """Map indices over shape `new` to indices over shape `old` (same number of elements)."""
+  sn = [(i, s) for i, s in enumerate(new) if not (isinstance(s, int) and s == 1)]
+  so = [(j, s) for j, s in enumerate(old) if not (isinstance(s, int) and s == 1)]
+  out = [iconst(0)] * len(old)
+  if [s for _, s in sn] == [s for _, s in so]:  # only size-1 dims added or removed
+    for (i, _), (j, _) in zip(sn, so): out[j] = idx[i]
+    return tuple(out)
+  groups = _groups(sn, so)
+  if groups is None: groups = [([i for i, _ in sn], [j for j, _ in so])]
+  for gn, go in groups:
+    lin = flatten_index(tuple(idx[i] for i in gn), tuple(ks(new[i]) for i in gn))
+    for j, v in zip(go, split_index(lin, tuple(ks(old[j]) for j in go))): out[j] = v
+  return tuple(out)
+
+
+class KernelBuilder:
+  """Builds one kernel AST for one realized value.
+
+  `buffer_of(u)` returns the BUFFER a realized node lives in (or None when `u` must be walked through);
+  `on_read(u)` is told about every realized node the kernel reads.
+  """
+  def __init__(self, buffer_of: Callable[[UOp], UOp | None], ksint: Callable[[sint], UOp]):
+    self.buffer_of, self.ks = buffer_of, ksint
+    self.params: dict[UOp, UOp] = {}   # BUFFER -> PARAM
+    self.reads: list[UOp] = []         # realized nodes read (in order)
+    self.axis = 0
+    self.memo: dict[tuple, UOp] = {}
+    self.has_reduce = False
+    self.version: UOp | None = None    # the ASSIGN whose result is being read (None: buffers' original values)
+    self.assigns_read: list[UOp] = []
+    self.buffer_reads: list[tuple[UOp, UOp | None]] = []   # (BUFFER, version) pairs read
+
+  def new_range(self, size: sint, axis_type: AxisType) -> UOp:
+    self.axis += 1
+    return UOp.range(self.ks(size), self.axis - 1, axis_type)
+
+  def param(self, buf: UOp) -> UOp:
+    if (p := self.params.get(buf)) is None:
+      size = buf.arg if isinstance(buf.arg, int) else int(self.ks(buf.arg).vmax)
+      p = self.params[buf] = UOp(Ops.PARAM, buf.dtype.ptr(size), arg=len(self.params))
+    return p
+
+  def out_ranges(self, shape: tuple[sint, ...]) -> tuple[UOp, ...]:
+    """One LOOP range per output dimension (size-1 dims are indexed by 0)."""
+    return tuple(iconst(0) if isinstance(s, int) and s == 1 else self.new_range(s, AxisType.LOOP) for s in shape)
+
+  def load(self, buf: UOp, lin: UOp, valid: UOp | None) -> UOp:
+    lin = simplify_index(lin)
+    if valid is not None: valid = simplify_index(valid)
+    if valid is not None and _is_const(valid, True): valid = None
+    if valid is not None and _is_const(valid, False): return UOp.const(buf.dtype, 0)
+    return self.param(buf).index(lin, valid).load()
+
+  def build(self, root: UOp, idx: tuple[UOp, ...], valid: UOp | None = None) -> UOp:
+    """The kernel expression of graph node `root` at index `idx` (only read where `valid`)."""
+    key = (root, idx, valid, self.version)
+    if (ret := self.memo.get(key)) is not None: return ret
+    ret = self.memo[key] = self._build(root, idx, valid)
+    return ret
+
+  def _build(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> UOp:
+    op = u.op
+    if (buf := self.buffer_of(u)) is not None:
+      self.reads.append(u)
+      if u.op is Ops.BUFFER: self.buffer_reads.append((u, self.version))
+      shape = u.shape if u.op is not Ops.BUFFER else (buf.arg,)
+      return self.load(buf, flatten_index(idx, tuple(self.ks(s) for s in shape)), valid)
+    if op is Ops.CONST: return UOp.const(u.dtype, u.arg)
+    if op is Ops.BIND: return u.src[0]
+    if op is Ops.DEFINE_VAR: return u
+    if op in (Ops.CONTIGUOUS, Ops.DETACH, Ops.CONTIGUOUS_BACKWARD): return self.build(u.src[0], idx, valid)
+    if op is Ops.ASSIGN:  # reading an assign's result reads its target's buffer once the assign has run
+      self.assigns_read.append(u)
+      prev, self.version = self.version, u
+      try: return self.build(u.src[0], idx, valid)
+      finally: self.version = prev
+    if op in GroupOp.Movement: return self._movement(u, idx, valid)
+    if op is Ops.REDUCE_AXIS: return self._reduce(u, idx, valid)
+    if op in GroupOp.Elementwise:
+      if op is Ops.BITCAST and u.dtype.itemsize != u.src[0].dtype.itemsize:
+        raise NotImplementedError(f"BITCAST between sizes ({u.src[0].dtype} -> {u.dtype}) is not supported yet")
+      return UOp(op, u.dtype, tuple(self.build(s, idx, valid) for s in u.src), u.arg)
+    raise NotImplementedError(f"the scheduler can't index through {op} (shape {u.shape}); "
+                              f"supported: movement, elementwise, REDUCE_AXIS, CONST, BUFFER, CONTIGUOUS, ASSIGN, COPY")
+
+  def _movement(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> UOp:
+    src, op, arg = u.src[0], u.op, u.arg
+    ps = src.shape
+    assert ps is not None
+    if op is Ops.RESHAPE: return self.build(src, reshape_index(idx, u.shape, ps, self.ks), valid)
+    if op is Ops.PERMUTE:
+      new = [iconst(0)] * len(ps)
+      for i, o in enumerate(arg): new[o] = idx[i]
+      return self.build(src, tuple(new), valid)
+    if op is Ops.EXPAND:
+      return self.build(src, tuple(iconst(0) if isinstance(s, int) and s == 1 else i for i, s in zip(idx, ps)), valid)
+    if op is Ops.SHRINK: return self.build(src, tuple(iadd(i, self.ks(b)) for i, (b, _) in zip(idx, arg)), valid)
+    if op is Ops.FLIP:
+      return self.build(src, tuple(isub(isub(self.ks(s), iconst(1)), i) if f else i for i, s, f in zip(idx, ps, arg)),
+                        valid)
+    # PAD: read the source inside, 0 outside
+    cond: UOp | None = None
+    new_idx = []
+    for i, s, (b, _) in zip(idx, ps, arg):
+      kb, ks = self.ks(b), self.ks(s)
+      if not (isinstance(b, int) and b == 0) and not (i.vmin >= _vmax(kb)): cond = iand(cond, isub(kb, iconst(1)) < i)
+      hi = iadd(kb, ks)
+      if not i.vmax < _vmin(hi): cond = iand(cond, i < hi)
+      new_idx.append(isub(i, kb))
+    if cond is None: return self.build(src, tuple(new_idx), valid)
+    inner = self.build(src, tuple(new_idx), iand(valid, cond))
+    return simplify_index(cond).where(inner, UOp.const(u.dtype, 0))
+
+  def _reduce(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> UOp:
+    rop, axes = u.arg
+    src = u.src[0]
+    assert src.shape is not None
+    new_idx, rngs = list(idx), []
+    for a in axes:
+      s = src.shape[a]
+      if isinstance(s, int) and s == 1:
+        new_idx[a] = iconst(0)
+        continue
+      new_idx[a] = r = self.new_range(s, AxisType.REDUCE)
+      rngs.append(r)
+    inner = self.build(src, tuple(new_idx), valid)
+    if not rngs: return inner
+    self.has_reduce = True
+    return inner.reduce(*rngs, arg=rop)
+
+  def kernel(self, value: UOp, out_buf: UOp, shape: tuple[sint, ...], out_view: UOp | None = None) -> UOp:
+    """The SINK storing `value` (of `shape`) into `out_buf` (through the movement ops of `out_view` when given)."""
+    out_param = self.param(out_buf)
+    rngs = self.out_ranges(shape)
+    val = self.build(value, rngs)
+    if out_view is None:
+      lin, valid = flatten_index(rngs, tuple(self.ks(s) for s in shape)), None
+    else:
+      lin, valid = self.store_index(out_view, rngs)
+    lin = simplify_index(lin)
+    target = out_param.index(lin) if valid is None else out_param.index(lin, simplify_index(valid))
+    name = ("r_" if self.has_reduce else "E_") + "_".join(str(s) if isinstance(s, int) else "n" for s in shape)
+    return UOp(Ops.SINK, dtypes.void, (target.store(val),), arg=KernelInfo(name or "E"))
+
+  def store_index(self, view: UOp, idx: tuple[UOp, ...]) -> tuple[UOp, UOp | None]:
+    """Linear index into the base buffer of a view (movement ops over a BUFFER or an ASSIGN) and its validity."""
+    valid: UOp | None = None
+    u = view
+    while u.op is not Ops.BUFFER:
+      if u.op is Ops.ASSIGN: u = u.src[0]; continue  # noqa: E702
+      if u.op in (Ops.CONTIGUOUS, Ops.DETACH, Ops.CONTIGUOUS_BACKWARD): u = u.src[0]; continue  # noqa: E702
+      if u.op not in GroupOp.Movement or u.op is Ops.EXPAND or u.op is Ops.PAD:
+        raise NotImplementedError(f"can't assign through {u.op}: the target must be a view (reshape, permute, "
+                                  f"shrink, flip) of a buffer")
+      src = u.src[0]
+      if u.op is Ops.RESHAPE: idx = reshape_index(idx, u.shape, src.shape, self.ks)
+      elif u.op is Ops.PERMUTE:
+        new = [iconst(0)] * len(idx)
+        for i, o in enumerate(u.arg): new[o] = idx[i]
+        idx = tuple(new)
+      elif u.op is Ops.SHRINK: idx = tuple(iadd(i, self.ks(b)) for i, (b, _) in zip(idx, u.arg))
+      elif u.op is Ops.FLIP:
+        idx = tuple(isub(isub(self.ks(s), iconst(1)), i) if f else i for i, s, f in zip(idx, src.shape, u.arg))
+      u = src
+    return idx[0], valid
+
+
+def _vmin(x: UOp) -> Any: return x.vmin
+def _vmax(x: UOp) -> Any: return x.vmax
+
+
+def kernel_dtype(dt: DType) -> DType: return dt
+
+
+_ = prod

@@ -1,0 +1,370 @@
+"""create_schedule: the tensor graph of everything to realize -> an ordered list of CALLs (kernels, COPYs, SLICEs).
+
+Stages (docs/PIPELINE.md §2):
+1. normalize: DETACH/CONTIGUOUS_BACKWARD removed, input BUFFERs replaced by numbered placeholders and bound variables
+   by their unbound form, so the graph's structure is the schedule cache key;
+2. decide what is realized: the requested values, CONTIGUOUS, COPY (and its source), ASSIGN, and every REDUCE_AXIS
+   that reads memory and whose result is broadcast (EXPAND) or used by more than one kernel;
+3. build one kernel per realized value by walking toward its inputs with index expressions (`indexing.py`); a value
+   that is only a contiguous view of a buffer costs no kernel (a reshape of it, or a SLICE view at an offset);
+4. order the CALLs by read-after-write and write-after-read dependencies, then let the memory planner reuse freed
+   intermediate buffers;
+5. put the caller's buffers back in place of the placeholders (the cached part is steps 2-4).
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from tiny_uop.helpers import all_int, getenv, prod, strides_for_shape
+from tiny_uop.uop import Ops, UOp, sint
+
+from tiny_codegen.schedule.indexing import KernelBuilder
+from tiny_codegen.schedule.memory import memory_plan
+
+
+@dataclass
+class ScheduleResult:
+  """What `create_schedule` returns.
+
+  calls: CALL nodes in execution order; becomes: tensor-graph node -> its realized BUFFER (reshaped to the node's
+  shape); var_vals: the values of the bound symbolic variables, by name.
+  """
+  calls: list[UOp]
+  becomes: dict[UOp, UOp] = field(default_factory=dict)
+  var_vals: dict[str, int] = field(default_factory=dict)
+
+  @property
+  def linear(self) -> UOp:
+    """The calls as one `LINEAR` node."""
+    return UOp(Ops.LINEAR, src=tuple(self.calls))
+
+  @property
+  def kernels(self) -> list[UOp]:
+    """Only the kernel CALLs (not COPY or SLICE)."""
+    return [c for c in self.calls if c.src[0].op is Ops.SINK]
+
+
+# ***** normalization: the cache key *****
+def _placeholder(kind: str, k: int, dtype: Any, device: str, size: int) -> UOp:
+  return UOp(Ops.BUFFER, dtype, (UOp(Ops.UNIQUE, arg=(kind, k)), UOp(Ops.DEVICE, arg=device)), size)
+
+
+class _Normalizer:
+  def __init__(self) -> None:
+    self.new: dict[UOp, UOp] = {}
+    self.inputs: list[UOp] = []
+    self.var_vals: dict[str, int] = {}
+
+  def arg(self, a: Any) -> Any:
+    if isinstance(a, tuple): return tuple(self.arg(x) for x in a)
+    if isinstance(a, UOp): return self.node(a)
+    return a
+
+  def node(self, root: UOp) -> UOp:
+    for n in root.toposort(gate=lambda x: x not in self.new):
+      if n in self.new: continue
+      if n.op is Ops.BUFFER:
+        self.new[n] = _placeholder("in", len(self.inputs), n.dtype, n.src[1].arg, n.arg)
+        self.inputs.append(n)
+      elif n.op in (Ops.DETACH, Ops.CONTIGUOUS_BACKWARD): self.new[n] = self.new[n.src[0]]
+      elif n.op is Ops.BIND:
+        var, val = n.unbind()
+        if self.var_vals.get(var.arg[0], val) != val:
+          raise ValueError(f"Variable {var.arg[0]!r} is bound to two values ({self.var_vals[var.arg[0]]} and {val})")
+        self.var_vals[var.arg[0]] = val
+        self.new[n] = n.replace(src=(var, UOp.const(var.dtype, var.arg[1])))
+      else:
+        arg = self.arg(n.arg) if n.op in (Ops.RESHAPE, Ops.EXPAND, Ops.PAD, Ops.SHRINK) else n.arg
+        self.new[n] = n.replace(src=tuple(self.new[s] for s in n.src), arg=arg)
+    return self.new[root]
+
+
+# ***** the cached part *****
+@dataclass
+class _Template:
+  calls: list[UOp]
+  becomes: list[tuple[UOp, UOp, UOp | None]]  # (normalized node, buffer placeholder, view over it or None)
+  new_buffers: list[UOp]
+
+
+def _unbind(x: sint, memo: dict[UOp, UOp]) -> UOp:
+  """A size or offset as a kernel expression: ints become CONSTs, bound variables their DEFINE_VAR."""
+  if isinstance(x, int): return UOp.const(_index_dtype(), x)
+  if (ret := memo.get(x)) is None:
+    sub: dict[UOp, UOp] = {}
+    for n in x.toposort():
+      sub[n] = n.src[0] if n.op is Ops.BIND else n.replace(src=tuple(sub[s] for s in n.src))
+    ret = memo[x] = sub[x]
+  return ret
+
+
+def _index_dtype() -> Any:
+  from tiny_uop.dtype import dtypes
+  return dtypes.index
+
+
+def _max_int(x: sint, memo: dict[UOp, UOp]) -> int:
+  return x if isinstance(x, int) else int(_unbind(x, memo).vmax)
+
+
+def _view_of(u: UOp, base_buf: dict[UOp, UOp]) -> tuple[UOp, int] | None:
+  """(buffer, element offset) when `u` is a contiguous view (RESHAPE/SHRINK chain) of a realized buffer, else None."""
+  chain: list[UOp] = []
+  x = u
+  while x.op not in (Ops.BUFFER,) and x not in base_buf:
+    if x.op not in (Ops.RESHAPE, Ops.SHRINK, Ops.CONTIGUOUS): return None
+    if x.op is not Ops.CONTIGUOUS: chain.append(x)
+    x = x.src[0]
+  buf = x if x.op is Ops.BUFFER else base_buf[x]
+  shape = x.shape
+  if shape is None or not all_int(shape): return None
+  strides, offset = strides_for_shape(shape), 0
+  for m in reversed(chain):
+    if not all_int(m.shape) or any(isinstance(a, UOp) for a in _flat(m.arg)): return None
+    if m.op is Ops.RESHAPE:
+      if not _contiguous(shape, strides): return None
+      shape, strides = m.shape, strides_for_shape(m.shape)
+    else:
+      offset += sum(b * st for (b, _), st in zip(m.arg, strides))
+      shape = m.shape
+  if not _contiguous(shape, strides): return None
+  return buf, offset
+
+
+def _flat(a: Any) -> list[Any]: return [y for x in a for y in (_flat(x) if isinstance(x, tuple) else [x])]
+
+
+def _contiguous(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+  canon = strides_for_shape(shape)
+  return all(s == 1 or st == c for s, st, c in zip(shape, strides, canon))
+
+
+def _grows(e: UOp) -> bool:
+  """An EXPAND that really broadcasts (some size-1 dim becomes larger)."""
+  return any(not (isinstance(a, int) and isinstance(b, int) and a == b) for a, b in zip(e.src[0].shape, e.shape))
+
+
+def _decide(sink: UOp) -> dict[UOp, None]:
+  """The nodes to realize, in graph order."""
+  nodes = list(sink.toposort())
+  children: dict[UOp, dict[UOp, None]] = defaultdict(dict)
+  for n in nodes:
+    for s in n.src: children[s][n] = None
+  want: set[UOp] = set(sink.src)
+  reads_memory: dict[UOp, bool] = {}
+  for n in nodes:
+    reads_memory[n] = n.op in (Ops.BUFFER, Ops.COPY, Ops.ASSIGN) or any(reads_memory[s] for s in n.src)
+    if n.op in (Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN): want.add(n)
+    if n.op is Ops.COPY: want.add(n.src[0])
+
+  def must_realize(u: UOp) -> bool:
+    stops: set[UOp] = set()
+    stack, seen = [u], {u}
+    while stack:
+      x = stack.pop()
+      for c in children[x]:
+        if c.op is Ops.EXPAND and _grows(c): return True
+        if c in want or c.op in (Ops.REDUCE_AXIS, Ops.SINK):
+          stops.add(c)
+          if len(stops) > 1: return True
+          continue
+        if c not in seen:
+          seen.add(c)
+          stack.append(c)
+    return False
+
+  for n in nodes:
+    if n.op is Ops.REDUCE_AXIS and n not in want and reads_memory[n] and must_realize(n): want.add(n)
+  return {n: None for n in nodes if n in want and n.op is not Ops.SINK}
+
+
+def _schedule(sink: UOp) -> _Template:
+  realize = _decide(sink)
+  memo: dict[UOp, UOp] = {}
+  ks = lambda x: _unbind(x, memo)  # noqa: E731
+  new_buffers: list[UOp] = []
+
+  def new_buffer(like: UOp, device: Any) -> UOp:
+    b = _placeholder("new", len(new_buffers), like.dtype, device, _max_int(prod(like.shape), memo))
+    new_buffers.append(b)
+    return b
+
+  roots = set(sink.src)
+  bufs: dict[UOp, UOp] = {}       # realized node -> BUFFER holding it contiguously (read through it)
+  views: dict[UOp, UOp] = {}      # realized node that is a view: the buffer standing for it (walked through)
+  producer: dict[UOp, int] = {}   # realized node (or ASSIGN) -> index of the call that makes it
+  buf_producer: dict[UOp, int] = {}  # new BUFFER -> index of the call that writes it
+  calls: list[UOp] = []
+  deps: list[set[int]] = []
+  readers: dict[tuple[UOp, UOp | None], list[int]] = defaultdict(list)   # (BUFFER, ASSIGN version) -> calls
+  writers: list[tuple[int, UOp, UOp | None]] = []                       # (call, BUFFER, version it overwrites)
+  becomes: list[tuple[UOp, UOp, UOp | None]] = []
+  slice_bufs: set[UOp] = set()
+
+  def add_call(call: UOp, dep: set[int]) -> int:
+    calls.append(call)
+    deps.append(dep)
+    return len(calls) - 1
+
+  for r in realize:
+    keep = r in roots or r.op in (Ops.CONTIGUOUS, Ops.ASSIGN, Ops.COPY)
+    if r.op is Ops.BUFFER:
+      if keep: becomes.append((r, r, None))
+      continue
+    if r.op is Ops.COPY:
+      src = r.src[0]
+      inb = bufs.get(src, views.get(src, src if src.op is Ops.BUFFER else None))
+      if inb is None: raise RuntimeError(f"COPY source {src.op} was not realized")
+      out = new_buffer(r, r.src[1].arg)
+      i = add_call(UOp(Ops.CALL, src=(UOp(Ops.COPY), out, inb)), {buf_producer[inb]} if inb in buf_producer else set())
+      readers[(inb, None)].append(i)
+      bufs[r], producer[r], buf_producer[out] = out, i, i
+      becomes.append((r, out, None))
+      continue
+    if r.op is not Ops.ASSIGN and (v := _view_of(r.src[0] if r.op is Ops.CONTIGUOUS else r, bufs)) is not None:
+      base, off = v
+      if off == 0 and prod(r.shape) == base.arg: views[r] = base
+      else:
+        out = new_buffer(r, r.device)
+        dep = {buf_producer[base]} if base in buf_producer else set()
+        i = add_call(UOp(Ops.CALL, src=(UOp(Ops.SLICE, arg=off * base.dtype.itemsize), out, base)), dep)
+        readers[(base, None)].append(i)
+        slice_bufs.update((out, base))
+        views[r] = out
+        producer[r] = buf_producer[out] = i
+      if keep: becomes.append((r, views[r], None))
+      continue
+    # a kernel
+    current = r
+    kb = KernelBuilder(lambda u: None if u is current else (u if u.op is Ops.BUFFER else bufs.get(u)), ks)
+    if r.op is Ops.ASSIGN:
+      target, value = r.src
+      out, wver = _assign_base(target)
+      ast = kb.kernel(value, out, r.shape, out_view=target)
+    else:
+      out, wver = new_buffer(r, r.device), None
+      ast = kb.kernel(r.src[0] if r.op is Ops.CONTIGUOUS else r, out, r.shape)
+    dep = {buf_producer[b] for b in kb.params if b in buf_producer} | {producer[a] for a in kb.assigns_read}
+    i = add_call(UOp(Ops.CALL, src=(ast, *kb.params)), dep)
+    for b, ver in kb.buffer_reads: readers[(b, ver)].append(i)
+    producer[r] = i
+    if r.op is Ops.ASSIGN:
+      if wver is not None: deps[i].add(producer[wver])
+      writers.append((i, out, wver))
+      tv = _strip_assign(r.src[0])
+      becomes.append((r, out, None if _view_of(tv, {}) == (out, 0) else tv))
+    else:
+      bufs[r], buf_producer[out] = out, i
+      if keep: becomes.append((r, out, None))
+
+  for i, b, ver in writers:  # write-after-read: every reader of the overwritten version runs first
+    for j in readers[(b, ver)]:
+      if j != i: deps[i].add(j)
+  order = _toposort_calls(deps)
+  calls = [calls[i] for i in order]
+  keep_bufs = {b for _, b, _ in becomes} | slice_bufs | {b for b in itertools.chain.from_iterable(c.src[1:] for c in calls)
+                                                        if b.src[0].arg[0] == "in"}
+  plan = memory_plan(calls, keep_bufs)
+  if plan:
+    calls = [c.replace(src=(c.src[0], *(plan.get(b, b) for b in c.src[1:]))) for c in calls]
+  used = {b for c in calls for b in c.src[1:]} | {b for _, b, _ in becomes}
+  return _Template(calls, becomes, [b for b in new_buffers if b in used])
+
+
+def _assign_base(target: UOp) -> tuple[UOp, UOp | None]:
+  """The BUFFER an ASSIGN writes and the ASSIGN whose result it overwrites (None: the buffer's original value)."""
+  x = target
+  while x.op is not Ops.BUFFER:
+    if x.op is Ops.ASSIGN:
+      return _assign_base(x.src[0])[0], x
+    x = x.src[0]
+  return x, None
+
+
+def _strip_assign(view: UOp) -> UOp:
+  """A target view with every ASSIGN in it replaced by that assign's own target (the same memory)."""
+  new: dict[UOp, UOp] = {}
+  for n in view.toposort():
+    new[n] = new[n.src[0]] if n.op is Ops.ASSIGN else n.replace(src=tuple(new[s] for s in n.src))
+  return new[view]
+
+
+def _toposort_calls(deps: list[set[int]]) -> list[int]:
+  users: dict[int, list[int]] = defaultdict(list)
+  indeg = [len(d) for d in deps]
+  for i, d in enumerate(deps):
+    for j in d: users[j].append(i)
+  ready = [i for i, n in enumerate(indeg) if n == 0]
+  heapq.heapify(ready)
+  out: list[int] = []
+  while ready:
+    i = heapq.heappop(ready)
+    out.append(i)
+    for u in users[i]:
+      indeg[u] -= 1
+      if indeg[u] == 0: heapq.heappush(ready, u)
+  if len(out) != len(deps): raise RuntimeError("the schedule has a dependency cycle (an ASSIGN reads its own result?)")
+  return out
+
+
+# ***** public entry point *****
+_cache: dict[UOp, _Template] = {}
+SCHEDULE_CACHE = getenv("SCHEDULE_CACHE", 1)
+
+
+def create_schedule(sink: UOp) -> ScheduleResult:
+  """Schedule everything `sink` (a SINK of tensor-graph values) needs: kernels, copies and views, in order.
+
+  >>> from tiny_uop import UOp, dtypes
+  >>> a = UOp.new_buffer("CPU", 16, dtypes.float32).reshape((4, 4))
+  >>> len(create_schedule(UOp.sink((a + 1) * 2)).calls)
+  1
+  """
+  if sink.op is not Ops.SINK: raise TypeError(f"create_schedule needs a SINK of tensor values, got {sink.op}")
+  norm = _Normalizer()
+  nsink = norm.node(sink)
+  tmpl = _cache.get(nsink) if SCHEDULE_CACHE else None
+  if tmpl is None:
+    tmpl = _schedule(nsink)
+    if SCHEDULE_CACHE: _cache[nsink] = tmpl
+  sub: dict[UOp, UOp] = {ph: norm.inputs[k] for k, ph in ((b.src[0].arg[1], b) for b in _inputs_of(tmpl))}
+  for b in tmpl.new_buffers: sub[b] = UOp.new_buffer(b.src[1].arg, b.arg, b.dtype)
+  calls = [c.replace(src=(c.src[0], *(sub[b] for b in c.src[1:]))) for c in tmpl.calls]
+  inv: dict[UOp, list[UOp]] = defaultdict(list)
+  for orig, n in norm.new.items(): inv[n].append(orig)
+  becomes: dict[UOp, UOp] = {}
+  for node, buf, view in tmpl.becomes:
+    real = sub.get(buf, buf)
+    for orig in inv.get(node, []):
+      if view is None: becomes[orig] = real if orig.shape == real.shape else real.reshape(orig.shape)
+      else: becomes[orig] = _rebase(view, sub)
+  return ScheduleResult(calls, becomes, dict(norm.var_vals))
+
+
+def _inputs_of(tmpl: _Template) -> list[UOp]:
+  seen: dict[UOp, None] = {}
+  for c in tmpl.calls:
+    for b in c.src[1:]:
+      if b.src[0].arg[0] == "in": seen[b] = None
+  for _, b, view in tmpl.becomes:
+    if b.src[0].arg[0] == "in": seen[b] = None
+    if view is not None:
+      for x in view.toposort():
+        if x.op is Ops.BUFFER and x.src[0].arg[0] == "in": seen[x] = None
+  return list(seen)
+
+
+def _rebase(view: UOp, sub: dict[UOp, UOp]) -> UOp:
+  new: dict[UOp, UOp] = {}
+  for n in view.toposort():
+    new[n] = sub[n] if n in sub else n.replace(src=tuple(new[s] for s in n.src))
+  return new[view]
+
+
+def clear_schedule_cache() -> None:
+  """Forget every cached schedule."""
+  _cache.clear()
