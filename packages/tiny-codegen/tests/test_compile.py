@@ -15,7 +15,8 @@ from tiny_codegen import get_program
 from tiny_codegen.renderer.cstyle import ClangRenderer
 from tiny_codegen.renderer.llvmir import LLVMRenderer
 
-_spec = importlib.util.spec_from_file_location("codegen_kernel_runner", pathlib.Path(__file__).with_name("kernel_runner.py"))
+_spec = importlib.util.spec_from_file_location("codegen_kernel_runner",
+                                               pathlib.Path(__file__).with_name("kernel_runner.py"))
 kr = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
 _spec.loader.exec_module(kr)  # type: ignore[union-attr]
 
@@ -45,7 +46,8 @@ def test_elementwise_mul_add(R):
   c, a, b = P(0, n), P(1, n), P(2, n)
   i = UOp.range(n, 0)
   ast = c.index(i).store(a.index(i).load() * b.index(i).load() + 1.0).sink(arg=KernelInfo())
-  A, B, C = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32), np.zeros(n, np.float32)
+  A, B = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+  C = np.zeros(n, np.float32)
   compile_run(R, ast, [C, A, B])
   np.testing.assert_array_equal(C, A * B + np.float32(1))
 
@@ -56,7 +58,8 @@ def test_broadcast_index_math(R):
   c, a, b = P(0, 32), P(1, 8), P(2, 4)
   i = UOp.range(32, 0)
   ast = c.index(i).store(a.index(i // 4).load() - b.index(i % 4).load()).sink(arg=KernelInfo())
-  A, B, C = rng.standard_normal(8).astype(np.float32), rng.standard_normal(4).astype(np.float32), np.zeros(32, np.float32)
+  A, B = rng.standard_normal(8).astype(np.float32), rng.standard_normal(4).astype(np.float32)
+  C = np.zeros(32, np.float32)
   compile_run(R, ast, [C, A, B])
   np.testing.assert_array_equal(C, (A[:, None] - B[None, :]).reshape(-1))
 
@@ -162,7 +165,8 @@ def test_cast(R, src, dst):
   else: A = rng.integers(0 if dtypes.is_unsigned(src) else -1000, 1000, n).astype(to_numpy(src))
   C = np.zeros(n, to_numpy(dst))
   compile_run(R, ast, [C, A])
-  ref = A.astype(to_numpy(dst)) if not (dtypes.is_float(src) and dtypes.is_int(dst)) else np.trunc(A).astype(to_numpy(dst))
+  trunc = dtypes.is_float(src) and dtypes.is_int(dst)
+  ref = np.trunc(A).astype(to_numpy(dst)) if trunc else A.astype(to_numpy(dst))
   np.testing.assert_array_equal(C, ref)
 
 

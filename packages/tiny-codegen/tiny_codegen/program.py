@@ -52,7 +52,8 @@ def kernel_name(ast: UOp) -> str:
 
 
 def _outs_ins(uops: list[UOp]) -> tuple[tuple[int, ...], tuple[int, ...]]:
-  outs, ins = [], []
+  outs: list[int] = []
+  ins: list[int] = []
   for u in uops:
     if u.op not in (Ops.LOAD, Ops.STORE) or u.src[0].op is not Ops.INDEX: continue
     buf = u.src[0].src[0]

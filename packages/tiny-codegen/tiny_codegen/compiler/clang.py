@@ -30,7 +30,8 @@ class ClangCompiler(Compiler):
 
   def compile(self, src: str) -> bytes:
     """Compile C source `src` to shared-object bytes; raise CompileError with the compiler output on failure."""
-    if self.cc is None: raise CompileError("no C compiler found (tried $CC, clang, cc, gcc); install clang or use CPU:LLVM")
+    if self.cc is None:
+      raise CompileError("no C compiler found (tried $CC, clang, cc, gcc); install clang or use CPU:LLVM")
     with tempfile.TemporaryDirectory(prefix="tiny_cc_") as d:
       out = os.path.join(d, "kernel.so")
       proc = subprocess.run([self.cc, *self.args, "-", "-o", out, "-lm"], input=src.encode(), capture_output=True)

@@ -56,8 +56,9 @@ def add_threads(sink: UOp, renderer: Renderer) -> tuple[UOp, Dims]:
     n = int(bound.arg)
     chunk: UOp | int = -(-n // nthreads)
     start = core_id * chunk
+    left = UOp.const(dtypes.index, n) - start
     new_bound = UOp.const(dtypes.index, chunk) if n % nthreads == 0 else \
-      (UOp.const(dtypes.index, n) - start < chunk).where(UOp.const(dtypes.index, n) - start, UOp.const(dtypes.index, chunk))
+      (left < chunk).where(left, UOp.const(dtypes.index, chunk))
   else:
     chunk = (bound + (nthreads - 1)) // nthreads
     start = core_id * chunk

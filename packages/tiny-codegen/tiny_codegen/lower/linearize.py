@@ -9,11 +9,9 @@ Guarantees: sources come before users, a RANGE before everything inside its loop
 from __future__ import annotations
 
 import heapq
-from typing import Union
-
 from tiny_uop.uop import Ops, UOp
 
-Item = Union[UOp, tuple[str, UOp]]  # a node, or ("loop", RANGE) standing for a whole child loop
+Item = UOp | tuple[str, UOp]  # a node, or ("loop", RANGE) standing for a whole child loop
 
 
 class LinearizeError(Exception):

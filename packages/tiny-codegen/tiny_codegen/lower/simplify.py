@@ -46,7 +46,8 @@ def _is_intlike(x: UOp) -> bool: return dtypes.is_int(x.dtype) or x.dtype == dty
 
 def _range_fold(x: UOp) -> UOp | None:
   """An int expression whose value range is one number is that number."""
-  if x.op in (Ops.CONST, Ops.DEFINE_VAR, Ops.RANGE, Ops.SPECIAL) or not _is_intlike(x) or x.dtype.count != 1: return None
+  if x.op in (Ops.CONST, Ops.DEFINE_VAR, Ops.RANGE, Ops.SPECIAL) or not _is_intlike(x) or x.dtype.count != 1:
+    return None
   if x.op not in GroupOp.ALU: return None
   lo, hi = x.vmin, x.vmax
   if lo == hi and isinstance(lo, (int, bool)) and not isinstance(lo, float): return UOp.const(x.dtype, lo)
@@ -78,7 +79,7 @@ codegen_fold = PatternMatcher([
 @functools.cache
 def _symbolic() -> PatternMatcher | None:
   try:
-    from tiny_uop import symbolic  # type: ignore[attr-defined]
+    from tiny_uop import symbolic
   except Exception:  # noqa: BLE001 -- missing or broken shared simplifier: fall back to constant folding
     return None
   pm = getattr(symbolic, "symbolic", None)

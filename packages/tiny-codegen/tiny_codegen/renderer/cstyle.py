@@ -93,7 +93,7 @@ class ClangRenderer(CPURenderer):
       else: ret = f"{fx!r}{suf}"  # shortest repr: parses back to exactly this value (it is already rounded to dt)
       return f"(({self.render_dtype(sc)}){ret})" if sc == dtypes.float16 else ret
     if sc == dtypes.bool: return "1" if x else "0"
-    xi = int(x)  # type: ignore[call-overload]
+    xi = int(x)  # type: ignore[call-overload,unused-ignore]
     if sc == dtypes.int64: return f"{xi}ll" if xi != -2**63 else "(-9223372036854775807ll-1)"
     if sc == dtypes.uint64: return f"{xi}ull"
     if sc == dtypes.uint32: return f"{xi}u"

@@ -17,6 +17,8 @@ from tiny_codegen.compiler.llvm import LLVMCompiler
 from tiny_codegen.renderer import CPURenderer, kernel_params
 
 _INTR = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc", Ops.POW: "pow"}
+_ALU_OPS = {*_INTR, Ops.WHERE, Ops.NEG, Ops.RECIPROCAL, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.MULACC, Ops.ADD,
+            Ops.SUB, Ops.MUL, Ops.FDIV, Ops.CDIV, Ops.CMOD, Ops.SHL, Ops.SHR, Ops.AND, Ops.OR, Ops.XOR}
 _FLOAT_ORDER = {dtypes.float16: 0, dtypes.bfloat16: 0, dtypes.float32: 1, dtypes.float64: 2}
 
 
@@ -87,7 +89,8 @@ class _LLVMEmitter:
 
   def val(self, u: UOp) -> str:
     if u.op is Ops.CONST: return lconst(u.arg, u.dtype)
-    if u.op is Ops.VCONST: return "<" + ", ".join(f"{ltype(u.dtype.scalar())} {lconst(x, u.dtype)}" for x in u.arg) + ">"
+    if u.op is Ops.VCONST:
+      return "<" + ", ".join(f"{ltype(u.dtype.scalar())} {lconst(x, u.dtype)}" for x in u.arg) + ">"
     return self.r[u]
 
   def typed(self, u: UOp) -> str: return f"{ltype(u.dtype)} {self.val(u)}"
@@ -133,7 +136,9 @@ class _LLVMEmitter:
       if isb: self.emit(f"{out} = xor {t} {a[0]}, {'true' if sdt.count == 1 else 'splat (i1 true)'}")
       elif isf: self.emit(f"{out} = fneg {t} {a[0]}")
       else: self.emit(f"{out} = sub {t} zeroinitializer, {a[0]}")
-    elif op is Ops.RECIPROCAL: self.emit(f"{out} = fdiv {t} {'splat (' + ltype(sdt.scalar()) + ' 1.0)' if sdt.count > 1 else '1.0'}, {a[0]}")
+    elif op is Ops.RECIPROCAL:
+      one = f"splat ({ltype(sdt.scalar())} 1.0)" if sdt.count > 1 else "1.0"
+      self.emit(f"{out} = fdiv {t} {one}, {a[0]}")
     elif op is Ops.MAX:
       cmp = self.tmp()
       self.emit(f"{cmp} = {'fcmp ogt' if isf else ('icmp ugt' if isu or isb else 'icmp sgt')} {t} {a[0]}, {a[1]}")
@@ -226,7 +231,8 @@ class _LLVMEmitter:
           out = g
         self.r[u] = out
       elif op is Ops.STORE:
-        v, vdt = self.val(src[1]), src[1].dtype
+        v: str = self.val(src[1])
+        vdt = src[1].dtype
         if vdt.scalar() == dtypes.bool:
           z = self.tmp()
           self.emit(f"{z} = zext {ltype(vdt)} {v} to {ltype(vdt, mem=True)}")
@@ -257,9 +263,7 @@ class _LLVMEmitter:
         out = self.tmp()
         self.emit(f"{out} = extractelement {self.typed(src[0])}, i32 {u.arg[0] if isinstance(u.arg, tuple) else u.arg}")
         self.r[u] = out
-      elif op in _INTR or op in (Ops.WHERE, Ops.NEG, Ops.RECIPROCAL, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.MULACC,
-                                 Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.CDIV, Ops.CMOD, Ops.SHL, Ops.SHR, Ops.AND,
-                                 Ops.OR, Ops.XOR):
+      elif op in _ALU_OPS:
         self.r[u] = self.alu(u)
       else: raise NotImplementedError(f"LLVM renderer can't render {op} ({dt})")
     _ = block
