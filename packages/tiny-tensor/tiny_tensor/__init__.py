@@ -1,0 +1,19 @@
+"""tiny-tensor: `Tensor` (a lazy array over the UOp graph), autograd, and the engine that runs it on devices.
+
+>>> from tiny_tensor import Tensor, dtypes
+>>> Tensor([1, 2, 3], dtype=dtypes.float32).shape
+(3,)
+"""
+from tiny_uop import Context, Variable, dtypes
+from tiny_tensor.device import Device
+from tiny_tensor.engine import GlobalCounters
+from tiny_tensor.tensor import Tensor
+
+__all__ = ["Tensor", "dtypes", "Device", "Variable", "Context", "GlobalCounters"]
+
+try:
+  from tiny_tensor.jit import TinyJit
+except ImportError as _e:  # only while tiny_tensor.jit is being written: any other error must surface
+  if getattr(_e, "name", None) != "tiny_tensor.jit": raise
+else:
+  __all__.append("TinyJit")

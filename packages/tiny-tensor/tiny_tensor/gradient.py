@@ -1,0 +1,101 @@
+"""Autograd over the UOp graph: one gradient rule per op, as a PatternMatcher (`pm_gradient`).
+
+A rule gets `ctx`, the gradient flowing into the node (same shape and dtype as the node), and returns a tuple with one
+gradient (or None) per source. `compute_gradient` walks the graph from the root back to the targets.
+"""
+from __future__ import annotations
+
+import math
+
+from tiny_uop.pattern import PatternMatcher, UPat
+from tiny_uop.uop import GroupOp, Ops, UOp
+from tiny_uop.helpers import argsort
+
+__all__ = ["pm_gradient", "compute_gradient"]
+
+
+def _reduce_grad(ctx: UOp, ret: UOp) -> tuple[UOp | None, ...]:
+  x, (op, axes) = ret.src[0], ret.arg
+  if op is Ops.ADD: return (ctx.expand(x.shape),)
+  if op is Ops.MAX:  # the gradient is shared equally between the elements equal to the max (like torch's amax)
+    is_max = x.eq(ret.expand(x.shape)).cast(ctx.dtype)
+    return (is_max / is_max.r(Ops.ADD, axes).expand(x.shape) * ctx.expand(x.shape),)
+  if op is Ops.MUL: return ((ctx * ret).expand(x.shape) / x,)
+  return (None,)
+
+
+def _max_grad(ctx: UOp, ret: UOp) -> tuple[UOp, UOp]:
+  x, y = ret.src
+  half = ctx * 0.5
+  zero = ctx.const_like(0)
+  tie = x.eq(y)
+  return ((y < x).where(ctx, tie.where(half, zero)), (x < y).where(ctx, tie.where(half, zero)))
+
+
+def _expand_grad(ctx: UOp, ret: UOp) -> tuple[UOp]:
+  x = ret.src[0]
+  axes = tuple(i for i, (s, n) in enumerate(zip(x.shape, ret.shape)) if s != n)  # type: ignore[arg-type]
+  return (ctx.r(Ops.ADD, axes) if axes else ctx,)
+
+
+def _pad_grad(ctx: UOp, ret: UOp) -> tuple[UOp]:
+  return (ctx.shrink(tuple((b, s + b) for s, (b, _) in zip(ret.src[0].shape, ret.arg))),)  # type: ignore[arg-type]
+
+
+def _shrink_grad(ctx: UOp, ret: UOp) -> tuple[UOp]:
+  return (ctx.pad(tuple((b, s - e) for s, (b, e) in zip(ret.src[0].shape, ret.arg))),)  # type: ignore[arg-type]
+
+
+pm_gradient = PatternMatcher([
+  (UPat(Ops.CAST, name="ret"), lambda ctx, ret: (ctx.cast(ret.src[0].dtype),)),
+  (UPat(Ops.RECIPROCAL, name="ret"), lambda ctx, ret: (-ctx * ret * ret,)),                  # d(1/x) = -1/x^2
+  (UPat(Ops.SIN, name="ret"), lambda ctx, ret: ((ret.src[0].const_like(math.pi / 2) - ret.src[0]).sin() * ctx,)),
+  (UPat(Ops.LOG2, name="ret"), lambda ctx, ret: (ctx / (ret.src[0] * math.log(2)),)),       # d log2 x = 1/(x ln2)
+  (UPat(Ops.EXP2, name="ret"), lambda ctx, ret: (ret * ctx * math.log(2),)),                # d 2^x = 2^x ln2
+  (UPat(Ops.SQRT, name="ret"), lambda ctx, ret: (ctx / (ret * 2),)),                        # d sqrt x = 1/(2 sqrt x)
+  (UPat(Ops.TRUNC, name="ret"), lambda ctx, ret: (ctx.const_like(0),)),                     # piecewise constant
+  (UPat((Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.BITCAST, Ops.ASSIGN, Ops.DETACH)), lambda: (None, None)),
+  (UPat(Ops.NEG), lambda ctx: (-ctx,)),
+  (UPat(Ops.ADD), lambda ctx: (ctx, ctx)),
+  (UPat(Ops.SUB), lambda ctx: (ctx, -ctx)),
+  (UPat(Ops.MUL, name="ret"), lambda ctx, ret: (ret.src[1] * ctx, ret.src[0] * ctx)),
+  (UPat(Ops.FDIV, name="ret"), lambda ctx, ret: (ctx / ret.src[1], -ctx * ret.src[0] / (ret.src[1] * ret.src[1]))),
+  (UPat(Ops.MAX, name="ret"), _max_grad),
+  (UPat(Ops.WHERE, name="ret"), lambda ctx, ret: (None, ret.src[0].where(ctx, ctx.const_like(0)),
+                                                   ret.src[0].where(ctx.const_like(0), ctx))),
+  (UPat(Ops.REDUCE_AXIS, name="ret"), _reduce_grad),
+  (UPat(Ops.CONTIGUOUS), lambda ctx: (ctx,)),
+  (UPat(Ops.CONTIGUOUS_BACKWARD), lambda ctx: (ctx.contiguous(),)),
+  (UPat(Ops.RESHAPE, name="ret"), lambda ctx, ret: (ctx.reshape(ret.src[0].shape),)),
+  (UPat(Ops.PERMUTE, name="ret"), lambda ctx, ret: (ctx.permute(tuple(argsort(ret.arg))),)),
+  (UPat(Ops.EXPAND, name="ret"), _expand_grad),
+  (UPat(Ops.PAD, name="ret"), _pad_grad),
+  (UPat(Ops.SHRINK, name="ret"), _shrink_grad),
+  (UPat(Ops.FLIP, name="ret"), lambda ctx, ret: (ctx.flip(ret.arg),)),
+  (UPat(Ops.COPY, name="ret"), lambda ctx, ret: (ctx.copy_to_device(ret.src[0].device), None)),
+], name="gradient")
+
+_NO_GRAD_WALK = {Ops.DETACH, Ops.ASSIGN}
+
+
+def _path_to_targets(root: UOp, targets: set[UOp]) -> list[UOp]:
+  """The nodes of root's graph that lie on a path to some target (sources before users), not crossing DETACH."""
+  on_path: dict[UOp, bool] = {}
+  for u in root.toposort(gate=lambda u: u.op not in _NO_GRAD_WALK):
+    on_path[u] = u in targets or any(on_path.get(s, False) for s in u.src)
+  return [u for u, p in on_path.items() if p]
+
+
+def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, UOp]:
+  """d(root)/d(target) for each target reachable from root, with `root_grad` as the incoming gradient."""
+  grads: dict[UOp, UOp] = {root: root_grad}
+  for node in reversed(_path_to_targets(root, targets)):
+    if node not in grads: continue
+    if (local := pm_gradient.rewrite(node, ctx=grads[node])) is None:
+      if node.op in GroupOp.ALU or node.op in GroupOp.Movement or node.op is Ops.REDUCE_AXIS:
+        raise NotImplementedError(f"no gradient rule for {node.op}")
+      continue
+    for src, g in zip(node.src, local):
+      if g is None: continue
+      grads[src] = grads[src] + g if src in grads else g
+  return {t: grads[t] for t in targets if t in grads}

@@ -1,0 +1,1283 @@
+"""`Tensor`: a lazy n-dimensional array over the UOp graph, with autograd (the public API follows tinygrad's).
+
+Every op builds UOps (docs/PIPELINE.md §1); nothing runs until `realize()`, `numpy()`, `item()`, `tolist()` or
+`data()`. Data given as a list/numpy array/bytes is copied into a device buffer at once.
+
+>>> from tiny_tensor import Tensor
+>>> (Tensor([1.0, 2.0, 3.0]) * 2 + 1).tolist()  # doctest: +SKIP
+[3.0, 5.0, 7.0]
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import weakref
+from typing import Any, Callable, ClassVar, Iterator, Sequence
+
+import numpy as np
+
+from tiny_uop.dtype import DType, dtypes, from_numpy, least_upper_dtype, least_upper_float, sum_acc_dtype, to_dtype, to_numpy
+from tiny_uop.helpers import TRAINING, Context, argsort, ceildiv, polyN, prod
+from tiny_uop.plugins import Device
+from tiny_uop.uop import GroupOp, Ops, UOp, sint
+from tiny_tensor import engine
+from tiny_tensor.gradient import compute_gradient
+
+__all__ = ["Tensor"]
+
+_all_tensors: weakref.WeakSet[Tensor] = weakref.WeakSet()
+_device_cache: dict[tuple[str | None, str], str] = {}
+
+
+def _canonical_device(device: str | None) -> str:
+  """The canonical name of `device` (or of the default device); an unknown device raises an error naming it."""
+  from tiny_uop.helpers import DEV
+  key = (device, str(DEV.value))
+  if (d := _device_cache.get(key)) is not None: return d
+  if device is None: d = Device.DEFAULT
+  else:
+    if not isinstance(device, str): raise TypeError(f"device must be a str like 'CPU', got {type(device).__name__} {device!r}")
+    d = Device.canonicalize(device)
+    Device.plugin(d)  # raises UnknownDeviceError naming the device and what is installed
+  _device_cache[key] = d
+  return d
+
+
+def argfix(*x: Any) -> tuple:
+  """`f(1, 2)` and `f((1, 2))` both give (1, 2)."""
+  if x and isinstance(x[0], (tuple, list)):
+    if len(x) != 1: raise ValueError(f"bad arguments {x}: pass a shape as a tuple or as separate ints, not both")
+    return tuple(x[0])
+  return tuple(x)
+
+
+def _broadcast_shape(*shapes: tuple[sint, ...]) -> tuple[sint, ...]:
+  n = max((len(s) for s in shapes), default=0)
+  padded = [(1,) * (n - len(s)) + tuple(s) for s in shapes]
+  out: list[sint] = []
+  for dims in zip(*padded):
+    non1 = {d for d in dims if not (isinstance(d, int) and d == 1)}
+    if len(non1) > 1: raise ValueError(f"cannot broadcast shapes {', '.join(str(tuple(s)) for s in shapes)}: "
+                                       f"sizes {sorted(non1, key=str)} differ in one dimension")
+    out.append(non1.pop() if non1 else 1)
+  return tuple(out)
+
+
+def _np_from(data: Any, dtype: DType | None) -> np.ndarray:
+  try: arr = np.array(data)
+  except ValueError as e: raise ValueError(f"can't make a Tensor from a ragged nested sequence: {e}") from e
+  if arr.dtype == object: raise TypeError(f"can't make a Tensor from {type(data).__name__} with items of mixed or unknown types")
+  return arr
+
+
+class _TensorMeta(type):
+  @property
+  def training(cls) -> bool:
+    """Training mode (dropout etc.); `Context(TRAINING=1)` or `Tensor.training = True` sets it."""
+    return bool(TRAINING.value)
+
+  @training.setter
+  def training(cls, v: bool) -> None: TRAINING.value = int(bool(v))
+
+
+class Tensor(metaclass=_TensorMeta):
+  """A lazy n-dimensional array: `Tensor(data, device=None, dtype=None, requires_grad=None)`.
+
+  `data` is a Python scalar (a lazy constant), a (nested) list/tuple, a numpy array, `bytes` (uint8), a `UOp`, or None
+  (an empty tensor).
+
+  >>> Tensor([[1, 2], [3, 4]]).shape
+  (2, 2)
+  """
+  __slots__ = ("uop", "requires_grad", "grad", "__weakref__")
+  _seed: ClassVar[int] = 0
+  _rng_counter: ClassVar[int] = 0
+
+  def __init__(self, data: Any = None, device: str | None = None, dtype: Any = None, requires_grad: bool | None = None):
+    dt = to_dtype(dtype) if dtype is not None else None
+    if isinstance(data, UOp):
+      uop = data if dt is None or data.dtype == dt else data.cast(dt)
+      if device is not None and isinstance(data.device, str) and _canonical_device(device) != data.device:
+        uop = uop.copy_to_device(_canonical_device(device))
+    else:
+      dev = _canonical_device(device)
+      if data is None: uop = engine.buffer_from_bytes(dev, 0, dt or dtypes.default_float, None)
+      elif isinstance(data, (bool, int, float)) and not isinstance(data, np.generic):
+        dt = dt or dtypes.from_py(data)
+        uop = UOp.const(dt, dtypes.as_const(data, dt), dev, ())
+      elif isinstance(data, (bytes, bytearray, memoryview)):
+        uop = self._from_numpy(np.frombuffer(bytes(data), dtype=np.uint8), dev, dt)
+      elif isinstance(data, (list, tuple)):
+        dt = dt or dtypes.from_py(data)
+        arr = _np_from(data, dt)
+        uop = self._from_numpy(arr, dev, dt)
+      elif isinstance(data, (np.ndarray, np.generic)): uop = self._from_numpy(np.asarray(data), dev, dt)
+      else:
+        raise TypeError(f"can't make a Tensor from {type(data).__name__}; valid: scalar, list, tuple, numpy array, "
+                        f"bytes, UOp or None")
+    self.uop: UOp = uop
+    self.requires_grad: bool | None = requires_grad
+    self.grad: Tensor | None = None
+    _all_tensors.add(self)
+
+  @staticmethod
+  def _from_numpy(arr: np.ndarray, dev: str, dt: DType | None) -> UOp:
+    target = dt if dt is not None else from_numpy(arr.dtype)
+    try: npdt = to_numpy(target)
+    except TypeError: npdt = None  # bfloat16/fp8: store as float32, cast lazily
+    if npdt is None:
+      return Tensor._from_numpy(arr.astype(np.float32), dev, dtypes.float32).cast(target)
+    if arr.dtype != npdt:
+      if target == dtypes.bool: arr = arr != 0
+      else:
+        with np.errstate(all="ignore"): arr = arr.astype(npdt)
+    arr = np.ascontiguousarray(arr)
+    buf = engine.buffer_from_bytes(dev, arr.size, target, arr.tobytes() if arr.size else None)
+    return buf.reshape(arr.shape)
+
+  @staticmethod
+  def _new(uop: UOp, requires_grad: bool | None = None) -> Tensor:
+    t = object.__new__(Tensor)
+    t.uop, t.requires_grad, t.grad = uop, requires_grad, None
+    _all_tensors.add(t)
+    return t
+
+  def _wrap(self, uop: UOp, *others: Tensor) -> Tensor:
+    rg = [self.requires_grad, *(o.requires_grad for o in others)]
+    return Tensor._new(uop, True if any(rg) else (None if None in rg else False))
+
+  @staticmethod
+  def from_uop(u: UOp, device: str | None = None) -> Tensor:
+    """A Tensor around an existing UOp (a BIND becomes a scalar constant)."""
+    return Tensor(u, device=device)
+
+  # ***** properties *****
+  @property
+  def shape(self) -> tuple[sint, ...]:
+    """The shape, a tuple of ints (or symbolic UOps)."""
+    s = self.uop.shape
+    if s is None: raise RuntimeError(f"Tensor's UOp {self.uop.op} has no shape")
+    return s
+
+  @property
+  def dtype(self) -> DType: return self.uop.dtype
+  @property
+  def device(self) -> str:
+    """The canonical name of the device the data lives on."""
+    d = self.uop.device
+    return d if isinstance(d, str) else str(d)
+  @property
+  def ndim(self) -> int: return len(self.shape)
+  def numel(self) -> sint:
+    """Number of elements."""
+    return prod(self.shape)
+  def element_size(self) -> int: return self.dtype.itemsize
+  def nbytes(self) -> int: return int(self.numel()) * self.element_size()
+  def is_floating_point(self) -> bool: return dtypes.is_float(self.dtype)
+  @property
+  def T(self) -> Tensor:
+    """The transpose of a 2-D tensor (last two axes swapped for more)."""
+    return self.transpose()
+  def __len__(self) -> int:
+    if not self.shape: raise TypeError("len() of a 0-d tensor")
+    return int(self.shape[0])
+  def __iter__(self) -> Iterator[Tensor]: return (self[i] for i in range(len(self)))
+  def __bool__(self) -> bool: raise TypeError("the truth value of a Tensor is ambiguous; use .item(), .any() or .all()")
+  __hash__ = object.__hash__
+
+  def __repr__(self) -> str:
+    state = "realized" if engine.is_realized(self.uop) else "lazy"
+    return (f"<Tensor shape={self.shape} dtype={self.dtype!r} device={self.device} {state}"
+            f"{' requires_grad' if self.requires_grad else ''} grad={'None' if self.grad is None else 'set'}>")
+
+  # ***** running and data access *****
+  def realize(self, *lst: Tensor) -> Tensor:
+    """Compute this tensor (and the others given) into device buffers. `Tensor.realize(a, b)` works too."""
+    ts = [self, *lst]
+    becomes = engine.realize([t.uop for t in ts])
+    if becomes: _apply_becomes(becomes)
+    return self
+
+  def schedule(self, *lst: Tensor) -> Any:
+    """The scheduler's result for this tensor (and others), without running it."""
+    from tiny_codegen.schedule import create_schedule
+    return create_schedule(UOp.sink(*[t.uop for t in (self, *lst)]))
+
+  def _buffer(self) -> Any:
+    self.realize()
+    if (bv := engine.buffer_view(self.uop)) is None:
+      raise RuntimeError(f"realize left {self.uop.op} instead of a buffer; the scheduler must map it in becomes")
+    return engine.get_buffer(bv[0]).ensure_allocated()
+
+  def numpy(self) -> np.ndarray:
+    """The data as a numpy array (computes it first). bfloat16/fp8 come back as float32."""
+    if self.dtype.scalar() in (dtypes.bfloat16, *dtypes.fp8s): return self.cast(dtypes.float32).numpy()
+    shape = tuple(int(s) for s in self.shape)
+    npdt = to_numpy(self.dtype)
+    if prod(shape) == 0: return np.zeros(shape, dtype=npdt)
+    buf = self._buffer()
+    return np.frombuffer(buf.as_buffer(), dtype=npdt).reshape(shape)
+
+  def data(self) -> memoryview:
+    """The data as a memoryview of the tensor's shape."""
+    return memoryview(np.ascontiguousarray(self.numpy()))
+
+  def item(self) -> Any:
+    """The single element as a Python number."""
+    if self.numel() != 1: raise ValueError(f"item() needs a tensor with exactly one element, got shape {self.shape}")
+    return self.numpy().reshape(-1)[0].item()
+
+  def tolist(self) -> Any:
+    """The data as (nested) Python lists."""
+    return self.numpy().tolist()
+
+  def to(self, device: str | None) -> Tensor:
+    """This tensor on another device (a COPY)."""
+    dev = _canonical_device(device)
+    if dev == self.device: return self
+    ret = self._wrap(self.uop.copy_to_device(dev))
+    return ret
+
+  def to_(self, device: str | None) -> Tensor:
+    """Move this tensor to another device in place."""
+    self.uop = self.to(device).uop
+    return self
+
+  def clone(self) -> Tensor:
+    """A copy in its own buffer."""
+    return self.contiguous()
+
+  def assign(self, x: Any) -> Tensor:
+    """Write `x` into this tensor (in place for a realized tensor: an ASSIGN into its buffer)."""
+    if not isinstance(x, Tensor): x = Tensor(x, device=self.device, dtype=self.dtype)
+    if x.device != self.device: raise RuntimeError(f"assign: value is on {x.device}, target on {self.device}")
+    if x.shape != self.shape: x = x._broadcast_to(self.shape)
+    if x.dtype != self.dtype: raise RuntimeError(f"assign: dtype mismatch, target is {self.dtype}, value is {x.dtype}")
+    if engine.is_realized(self.uop): self.uop = self.uop.assign(x.uop)
+    elif self.uop.op is Ops.ASSIGN: self.uop = self.uop.src[0].assign(x.uop)
+    elif (base := _view_base(self.uop)) is not None:
+      raise RuntimeError(f"can't assign into a non-contiguous view ({base}) of a realized buffer; assign into the base "
+                         f"tensor with indexing (base[idx] = value) or make this one .contiguous() first")
+    else: self.uop = x.uop
+    return self
+
+  def replace(self, x: Tensor) -> Tensor:
+    """Make this tensor point to x's graph (shapes must match)."""
+    if x.shape != self.shape: raise ValueError(f"replace: shape {x.shape} is not {self.shape}")
+    self.uop = x.uop
+    return self
+
+  # ***** creation *****
+  @staticmethod
+  def empty(*shape: Any, device: str | None = None, dtype: Any = None, **kwargs: Any) -> Tensor:
+    """An uninitialized tensor of `shape`."""
+    shp = _check_shape(argfix(*shape))
+    dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+    buf = engine.buffer_from_bytes(_canonical_device(device), prod(shp), dt, None)
+    return Tensor(buf.reshape(shp), requires_grad=kwargs.get("requires_grad"))
+
+  @staticmethod
+  def full(shape: Any, fill_value: Any, **kwargs: Any) -> Tensor:
+    """A constant tensor of `shape` filled with `fill_value` (a lazy constant that folds into its users)."""
+    shp = _check_shape(argfix(shape))
+    return Tensor(fill_value, **kwargs).reshape((1,) * len(shp)).expand(shp)
+
+  @staticmethod
+  def zeros(*shape: Any, **kwargs: Any) -> Tensor:
+    """A tensor of zeros: `Tensor.zeros(2, 3)`."""
+    return Tensor.full(argfix(*shape), 0.0, **{"dtype": dtypes.default_float, **kwargs})
+
+  @staticmethod
+  def ones(*shape: Any, **kwargs: Any) -> Tensor:
+    """A tensor of ones: `Tensor.ones(2, 3)`."""
+    return Tensor.full(argfix(*shape), 1.0, **{"dtype": dtypes.default_float, **kwargs})
+
+  def full_like(self, fill_value: Any, **kwargs: Any) -> Tensor:
+    """A constant tensor of this one's shape (and dtype and device unless given)."""
+    return Tensor.full(self.shape, fill_value, **{"dtype": self.dtype, "device": self.device, **kwargs})
+
+  def zeros_like(self, **kwargs: Any) -> Tensor: return self.full_like(0, **kwargs)
+  def ones_like(self, **kwargs: Any) -> Tensor: return self.full_like(1, **kwargs)
+
+  @staticmethod
+  def _arange_idx(n: int, device: str | None) -> Tensor:
+    """int32 [1, 2, ..., n] built from constants: an upper-triangular mask (pad+reshape) summed over its rows."""
+    if n == 0: return Tensor.zeros(0, dtype=dtypes.int32, device=device)
+    ones = Tensor.full((n,), 1, dtype=dtypes.int32, device=device).pad((0, n))         # (2n,): n ones then n zeros
+    tri = ones.reshape(1, 2 * n).expand(n, 2 * n).reshape(2 * n * n)[:n * (2 * n - 1)]  # row i is shifted by i
+    return tri.reshape(n, 2 * n - 1)[:, :n].sum(0)                                       # tri[i, j] = (j >= i)
+
+  @staticmethod
+  def arange(start: Any, stop: Any = None, step: Any = 1, **kwargs: Any) -> Tensor:
+    """`[start, start+step, ...)` up to `stop` (exclusive), lazily from constants: `Tensor.arange(5)`."""
+    if stop is None: start, stop = 0, start
+    if step == 0: raise ValueError("arange: step must not be 0")
+    dt = to_dtype(kwargs.pop("dtype", dtypes.default_float if any(isinstance(x, float) for x in (start, stop, step))
+                                      else dtypes.default_int))
+    n = max(0, math.ceil((stop - start) / step))
+    if n and (start < dt.min or dt.max < start + (n - 1) * step):
+      raise ValueError(f"arange [{start}, {stop}) is not representable in dtype {dt}")
+    idx = Tensor._arange_idx(n, kwargs.pop("device", None))
+    if dtypes.is_float(dt): ret = (idx.cast(dt) - 1) * step + start
+    else: ret = ((idx - 1) * step + start).cast(dt)
+    return ret.requires_grad_(kwargs.get("requires_grad"))
+
+  @staticmethod
+  def linspace(start: Any, stop: Any, steps: int, **kwargs: Any) -> Tensor:
+    """`steps` evenly spaced values from start to stop (inclusive)."""
+    if steps < 0: raise ValueError(f"linspace: steps must be >= 0, got {steps}")
+    dt = to_dtype(kwargs.pop("dtype", dtypes.default_float))
+    if steps == 1: return Tensor([start], dtype=dt, **kwargs)
+    return (start + Tensor.arange(steps, dtype=dtypes.float32, **kwargs) * ((stop - start) / max(steps - 1, 1))).cast(dt)
+
+  @staticmethod
+  def eye(n: int, m: int | None = None, **kwargs: Any) -> Tensor:
+    """The n x m identity matrix, lazily from constants (pad+reshape)."""
+    if n < 0 or (m is not None and m < 0): raise ValueError(f"eye: sizes must be >= 0, got n={n}, m={m}")
+    m = n if m is None else m
+    dt = to_dtype(kwargs.pop("dtype", dtypes.default_float))
+    x = Tensor.full((n, 1), 1, dtype=dt, **kwargs).pad((0, n)).flatten()[:n * n].reshape(n, n)  # 1 where i == j
+    return x[:, :m] if m <= n else x.pad((0, m - n))
+
+  # ***** random (counter-based threefry) *****
+  @staticmethod
+  def manual_seed(seed: int = 0) -> None:
+    """Set the seed of the random functions (and restart their counter)."""
+    Tensor._seed, Tensor._rng_counter = int(seed), 0
+
+  @staticmethod
+  def _random_bits(num: int, device: str) -> Tensor:
+    """`num` random uint32 words: threefry2x32 of (counter, counter + n/2) under the key (seed, 0)."""
+    half = ceildiv(num, 2)
+    base = Tensor._rng_counter
+    Tensor._rng_counter += num
+    counts0 = Tensor(np.arange(base, base + half, dtype=np.uint64) & 0xffffffff, device=device, dtype=dtypes.uint32)
+    counts1 = Tensor((np.arange(base, base + half, dtype=np.uint64) + half) & 0xffffffff, device=device,
+                     dtype=dtypes.uint32)
+    x = (counts1.cast(dtypes.uint64) << 32) | counts0.cast(dtypes.uint64)
+    key = Tensor(Tensor._seed & 0xffffffff, device=device, dtype=dtypes.uint64)._broadcast_to(x.shape)
+    r = x._wrap(x.uop.alu(Ops.THREEFRY, key.uop))
+    lo, hi = (r & 0xffffffff).cast(dtypes.uint32), ((r >> 32) & 0xffffffff).cast(dtypes.uint32)
+    return lo.cat(hi)[:num]
+
+  @staticmethod
+  def rand(*shape: Any, device: str | None = None, dtype: Any = None, contiguous: bool = True, **kwargs: Any) -> Tensor:
+    """Uniform random numbers in [0, 1), reproducible for a seed on every device."""
+    dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+    if not dtypes.is_float(dt): raise ValueError(f"rand needs a float dtype, got {dt}")
+    shp = _check_shape(argfix(*shape))
+    dev = _canonical_device(device)
+    if prod(shp) == 0: return Tensor.zeros(shp, device=dev, dtype=dt, **kwargs)
+    bits = Tensor._random_bits(prod(shp), dev)
+    # 23 random mantissa bits under exponent 0 give a float32 in [1, 2)
+    out = ((bits >> 9) | 0x3f800000).bitcast(dtypes.float32) - 1.0
+    out = out.reshape(shp).cast(dt)
+    out.requires_grad = kwargs.get("requires_grad")
+    return out.contiguous() if contiguous else out
+
+  def rand_like(self, **kwargs: Any) -> Tensor:
+    return Tensor.rand(self.shape, **{"device": self.device, "dtype": self.dtype, **kwargs})
+
+  @staticmethod
+  def randn(*shape: Any, dtype: Any = None, requires_grad: bool | None = None, **kwargs: Any) -> Tensor:
+    """Standard normal random numbers (Box-Muller)."""
+    src = Tensor.rand((2, *argfix(*shape)), dtype=dtypes.float32, **kwargs)
+    ret = (src[0] * (2 * math.pi)).cos() * ((1 - src[1]).log() * -2).sqrt()
+    ret = ret.cast(to_dtype(dtype) if dtype is not None else dtypes.default_float)
+    ret.requires_grad = requires_grad
+    return ret
+
+  def randn_like(self, **kwargs: Any) -> Tensor:
+    return Tensor.randn(self.shape, **{"device": self.device, "dtype": self.dtype, **kwargs})
+
+  @staticmethod
+  def randint(*shape: Any, low: int = 0, high: int = 10, dtype: Any = dtypes.int32, **kwargs: Any) -> Tensor:
+    """Random integers in [low, high)."""
+    if not isinstance(low, int) or not isinstance(high, int) or low >= high:
+      raise ValueError(f"randint: need ints low < high, got low={low!r}, high={high!r}")
+    dt = to_dtype(dtype)
+    if not dtypes.is_int(dt): raise TypeError(f"randint needs an int dtype, got {dt}")
+    return (Tensor.rand(*shape, **kwargs) * (high - low)).floor().cast(dt) + low
+
+  @staticmethod
+  def normal(*shape: Any, mean: float = 0.0, std: float = 1.0, **kwargs: Any) -> Tensor:
+    """Normal random numbers with `mean` and `std`."""
+    rg = kwargs.pop("requires_grad", None)
+    return (std * Tensor.randn(*shape, **kwargs) + mean).requires_grad_(rg)
+
+  @staticmethod
+  def uniform(*shape: Any, low: float = 0.0, high: float = 1.0, dtype: Any = None, **kwargs: Any) -> Tensor:
+    """Uniform random numbers in [low, high)."""
+    rg = kwargs.pop("requires_grad", None)
+    dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+    return (((high - low) * Tensor.rand(*shape, **kwargs)).cast(dt) + low).requires_grad_(rg)
+
+  @staticmethod
+  def scaled_uniform(*shape: Any, **kwargs: Any) -> Tensor:
+    """Uniform in [-1, 1) scaled by 1/sqrt(numel)."""
+    return Tensor.uniform(*shape, low=-1.0, high=1.0, **kwargs).mul(prod(argfix(*shape)) ** -0.5)
+
+  @staticmethod
+  def glorot_uniform(*shape: Any, **kwargs: Any) -> Tensor:
+    """Glorot (Xavier) uniform initialization."""
+    shp = argfix(*shape)
+    return Tensor.uniform(*shp, low=-1.0, high=1.0, **kwargs).mul((6 / (shp[0] + prod(shp[1:]))) ** 0.5)
+
+  @staticmethod
+  def kaiming_uniform(*shape: Any, a: float = 0.01, **kwargs: Any) -> Tensor:
+    """Kaiming (He) uniform initialization."""
+    shp = argfix(*shape)
+    bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(prod(shp[1:]))
+    return Tensor.uniform(*shp, low=-bound, high=bound, **kwargs)
+
+  @staticmethod
+  def kaiming_normal(*shape: Any, a: float = 0.01, **kwargs: Any) -> Tensor:
+    """Kaiming (He) normal initialization."""
+    shp = argfix(*shape)
+    std = math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(prod(shp[1:]))
+    return Tensor.normal(*shp, mean=0.0, std=std, **kwargs)
+
+  # ***** autograd *****
+  def requires_grad_(self, requires_grad: bool | None = True) -> Tensor:
+    """Set requires_grad in place; returns self."""
+    self.requires_grad = requires_grad
+    return self
+
+  def detach(self) -> Tensor:
+    """This value, cut from the gradient graph."""
+    return Tensor._new(self.uop.detach(), False)
+
+  def contiguous(self) -> Tensor:
+    """This value in its own contiguous buffer once realized."""
+    return self._wrap(self.uop.contiguous())
+
+  def contiguous_backward(self) -> Tensor:
+    """Identity forward; makes the gradient contiguous."""
+    return self._wrap(UOp(Ops.CONTIGUOUS_BACKWARD, self.dtype, (self.uop,)))
+
+  def gradient(self, *targets: Tensor, gradient: Tensor | None = None, materialize_grads: bool = False) -> list[Tensor]:
+    """d(self)/d(target) for each target, as new (lazy) tensors."""
+    if gradient is None:
+      if self.shape != (): raise RuntimeError(f"gradient of a non-scalar tensor (shape {self.shape}) needs gradient=")
+      gradient = Tensor(1.0, dtype=self.dtype, device=self.device, requires_grad=False)
+    if gradient.shape != self.shape: raise ValueError(f"gradient shape {gradient.shape} != tensor shape {self.shape}")
+    grads = compute_gradient(self.uop, gradient.uop.cast(self.dtype), {t.uop for t in targets})
+    out = []
+    for t in targets:
+      if t.uop not in grads:
+        if not materialize_grads: raise RuntimeError(f"{t!r} is not part of the graph of {self!r}; no gradient")
+        out.append(t.zeros_like())
+      else: out.append(Tensor._new(grads[t.uop]))
+    return out
+
+  def backward(self, gradient: Tensor | None = None) -> Tensor:
+    """Accumulate d(self)/d(t) into `t.grad` for every tensor t with requires_grad=True in self's graph."""
+    nodes = self.uop.toposort()
+    targets = [t for t in list(_all_tensors) if t.requires_grad and t.uop in nodes]
+    if not targets: raise RuntimeError("backward: no tensor in the graph has requires_grad=True")
+    for t, g in zip(targets, self.gradient(*targets, gradient=gradient, materialize_grads=True)):
+      if g.shape != t.shape: raise RuntimeError(f"gradient shape {g.shape} doesn't match tensor shape {t.shape}")
+      g = g.cast(t.dtype) if g.dtype != t.dtype else g
+      t.grad = g if t.grad is None else (t.grad + g)
+    return self
+
+  @staticmethod
+  def train(mode: bool = True) -> Context:
+    """`with Tensor.train():` scopes training mode."""
+    return Context(TRAINING=int(mode))
+
+  # ***** broadcasting and elementwise building blocks *****
+  def _broadcast_to(self, shape: tuple[sint, ...]) -> Tensor:
+    shape = tuple(shape)
+    if self.shape == shape: return self
+    if self.ndim > len(shape): raise ValueError(f"cannot broadcast tensor of shape {self.shape} to {shape}: too few dims")
+    padded = (1,) * (len(shape) - self.ndim) + self.shape
+    for s, n in zip(padded, shape):
+      if s != n and s != 1: raise ValueError(f"cannot broadcast tensor of shape {self.shape} to {shape}")
+    return self._wrap(self.uop.reshape(padded).expand(shape))
+
+  def _const_for(self, y: Any) -> Tensor:
+    """A Python scalar as a constant tensor next to self, with tinygrad's dtype rule (the tensor's dtype wins)."""
+    if isinstance(y, UOp): return Tensor(y, device=self.device)
+    if not isinstance(y, (bool, int, float)):
+      raise TypeError(f"can't combine a Tensor with {type(y).__name__} {y!r}; valid: Tensor, int, float, bool")
+    x = self.dtype
+    if dtypes.is_float(x) or (dtypes.is_int(x) and isinstance(y, int)): ydt = x
+    else: ydt = dtypes.from_py(y)
+    return Tensor._new(UOp.const(ydt, dtypes.as_const(y, ydt), self.device, ()), False)
+
+  def _broadcasted(self, y: Any, reverse: bool = False, match_dtype: bool = True) -> tuple[Tensor, Tensor]:
+    x: Tensor = self
+    yt = y if isinstance(y, Tensor) else self._const_for(y)
+    if x.device != yt.device: raise RuntimeError(f"tensors on different devices: {x.device} and {yt.device}")
+    if match_dtype and x.dtype != yt.dtype:
+      out = least_upper_dtype(x.dtype, yt.dtype)
+      x, yt = x.cast(out), yt.cast(out)
+    if reverse: x, yt = yt, x
+    shape = _broadcast_shape(x.shape, yt.shape)
+    return x._broadcast_to(shape), yt._broadcast_to(shape)
+
+  def _binop(self, op: Ops, y: Any, reverse: bool = False) -> Tensor:
+    a, b = self._broadcasted(y, reverse)
+    return a._wrap(a.uop.alu(op, b.uop), b)
+
+  def _unop(self, op: Ops) -> Tensor: return self._wrap(self.uop.alu(op))
+  def _float(self) -> Tensor: return self if dtypes.is_float(self.dtype) else self.cast(least_upper_float(self.dtype))
+
+  def _inverse(self) -> Tensor:
+    """An order-reversing bijection: -x for floats, ~x for ints, not x for bools."""
+    if dtypes.is_float(self.dtype): return -self
+    return self.logical_not() if self.dtype == dtypes.bool else ~self
+
+  # ***** dtypes *****
+  def cast(self, dtype: Any) -> Tensor:
+    """This tensor converted to `dtype`."""
+    dt = to_dtype(dtype)
+    return self if self.dtype == dt else self._wrap(self.uop.cast(dt))
+
+  def bitcast(self, dtype: Any) -> Tensor:
+    """The same bytes read as `dtype` (the last dim rescales when the item sizes differ)."""
+    dt = to_dtype(dtype)
+    if self.dtype == dt: return self
+    if dt.itemsize != self.dtype.itemsize and (not self.shape or (self.shape[-1] * self.dtype.itemsize) % dt.itemsize):
+      raise RuntimeError(f"bitcast {self.dtype} -> {dt}: shape {self.shape} doesn't fit the new item size")
+    return self._wrap(self.uop.bitcast(dt))
+
+  def float(self) -> Tensor: return self.cast(dtypes.float32)
+  def half(self) -> Tensor: return self.cast(dtypes.float16)
+  def double(self) -> Tensor: return self.cast(dtypes.float64)
+  def bfloat16(self) -> Tensor: return self.cast(dtypes.bfloat16)
+  def int(self) -> Tensor: return self.cast(dtypes.int32)
+  def long(self) -> Tensor: return self.cast(dtypes.int64)
+  def short(self) -> Tensor: return self.cast(dtypes.int16)
+  def char(self) -> Tensor: return self.cast(dtypes.int8)
+  def bool(self) -> Tensor: return self.cast(dtypes.bool)
+
+  # ***** binary math *****
+  def add(self, x: Any, reverse: bool = False) -> Tensor:
+    """self + x, broadcasting."""
+    return self._binop(Ops.ADD, x, reverse)
+
+  def sub(self, x: Any, reverse: bool = False) -> Tensor:
+    """self - x, broadcasting."""
+    return self._binop(Ops.SUB, x, reverse)
+
+  def mul(self, x: Any, reverse: bool = False) -> Tensor:
+    """self * x, broadcasting."""
+    return self._binop(Ops.MUL, x, reverse)
+
+  def div(self, x: Any, reverse: bool = False, rounding_mode: str | None = None) -> Tensor:
+    """self / x; `rounding_mode` None (true division, float result), "trunc" or "floor"."""
+    a, b = self._broadcasted(x, reverse)
+    if rounding_mode is None:
+      a, b = a._float(), b._float()
+      return a._wrap(a.uop.alu(Ops.FDIV, b.uop), b)
+    if rounding_mode not in ("trunc", "floor"): raise ValueError(f"rounding_mode {rounding_mode!r}; valid: None, 'trunc', 'floor'")
+    if dtypes.is_float(a.dtype):
+      q = a._wrap(a.uop.alu(Ops.FDIV, b.uop), b)
+      return q.trunc() if rounding_mode == "trunc" else q.floor()
+    if a.dtype == dtypes.bool: a, b = a.int(), b.int()
+    q = a._wrap(a.uop.alu(Ops.CDIV, b.uop), b)
+    if rounding_mode == "trunc" or dtypes.is_unsigned(a.dtype): return q
+    r = a._wrap(a.uop.alu(Ops.CMOD, b.uop), b)
+    fix = (r != 0) & ((r < 0) != (b < 0))  # truncation rounded toward zero where floor rounds down
+    return fix.where(q - 1, q)
+
+  def idiv(self, x: Any, reverse: bool = False) -> Tensor: return self.div(x, reverse, rounding_mode="trunc")
+
+  def mod(self, x: Any, reverse: bool = False) -> Tensor:
+    """Python-style remainder (the sign of the divisor)."""
+    a, b = self._broadcasted(x, reverse)
+    return a - a.div(b, rounding_mode="floor") * b
+
+  def pow(self, x: Any, reverse: bool = False) -> Tensor:
+    """self ** x; negative bases work with integer exponents (like tinygrad)."""
+    if not reverse and isinstance(x, (int, float)) and not isinstance(x, bool):
+      if x == 0: return self.ones_like() if dtypes.is_float(self.dtype) or isinstance(x, int) else self.ones_like().float()
+      if x == 1: return self if isinstance(x, int) or dtypes.is_float(self.dtype) else self._float()
+      if x == 0.5: return self.sqrt()
+      if x == int(x) and 1 < x <= 8:
+        ret = self if isinstance(x, int) or dtypes.is_float(self.dtype) else self._float()
+        base, out = ret, None
+        for _ in range(int(x)): out = base if out is None else out * base
+        return out  # type: ignore[return-value]
+      if x == int(x) and -8 <= x < 0: return self.pow(-x).reciprocal()
+    base, exp = self._broadcasted(x, reverse)
+    out_int = not dtypes.is_float(base.dtype)
+    b, e = base._float(), exp._float()
+    mag = (e * b.abs().log2()).exp2()
+    e_int = e == e.trunc()
+    e_odd = e_int & ((e * 0.5) != (e * 0.5).trunc())
+    ret = (b < 0).where(e_int.where(e_odd.where(-mag, mag), math.nan), mag)
+    ret = ((b == 0) & (e == 0)).where(1.0, ret)
+    return ret.round().cast(base.dtype) if out_int else ret
+
+  def maximum(self, x: Any) -> Tensor:
+    """Elementwise max (ties share the gradient)."""
+    return self._binop(Ops.MAX, x)
+
+  def minimum(self, x: Any) -> Tensor:
+    """Elementwise min."""
+    a, b = self._broadcasted(x)
+    return a._inverse().maximum(b._inverse())._inverse()
+
+  def where(self, x: Any, y: Any) -> Tensor:
+    """`x` where self is true, else `y` (broadcasting; x and y promote to a common dtype)."""
+    if isinstance(x, Tensor): x, y = x._broadcasted(y)
+    elif isinstance(y, Tensor): y, x = y._broadcasted(x)
+    cond, xt = self._broadcasted(x, match_dtype=False)
+    cond, yt = cond._broadcasted(y, match_dtype=False)
+    xt, yt = xt._broadcasted(yt)
+    cond, xt = cond._broadcasted(xt, match_dtype=False)
+    cond, yt = cond._broadcasted(yt, match_dtype=False)
+    c = cond.cast(dtypes.bool)
+    return c._wrap(c.uop.where(xt.uop, yt.uop), xt, yt)
+
+  def lerp(self, end: Any, weight: Any) -> Tensor:
+    """self + (end - self) * weight."""
+    return self + (end - self) * weight
+
+  def _check_bitwise(self) -> None:
+    if not (dtypes.is_int(self.dtype) or self.dtype == dtypes.bool):
+      raise RuntimeError(f"bitwise ops need an int or bool tensor, got {self.dtype}")
+
+  def bitwise_and(self, x: Any, reverse: bool = False) -> Tensor:
+    self._check_bitwise()
+    return self._binop(Ops.AND, x, reverse)
+
+  def bitwise_or(self, x: Any, reverse: bool = False) -> Tensor:
+    self._check_bitwise()
+    return self._binop(Ops.OR, x, reverse)
+
+  def bitwise_xor(self, x: Any, reverse: bool = False) -> Tensor:
+    self._check_bitwise()
+    return self._binop(Ops.XOR, x, reverse)
+
+  def bitwise_not(self) -> Tensor:
+    self._check_bitwise()
+    if self.dtype == dtypes.bool: return self.logical_not()
+    return self ^ (self.dtype.max if dtypes.is_unsigned(self.dtype) else -1)
+
+  def lshift(self, x: Any) -> Tensor:
+    self._check_bitwise()
+    return self._binop(Ops.SHL, x)
+
+  def rshift(self, x: Any) -> Tensor:
+    self._check_bitwise()
+    return self._binop(Ops.SHR, x)
+
+  def logical_not(self) -> Tensor:
+    """True where self is false."""
+    return self.cast(dtypes.bool)._binop(Ops.CMPNE, True)
+
+  # comparisons
+  def __lt__(self, x: Any) -> Tensor: return self._binop(Ops.CMPLT, x)
+  def __gt__(self, x: Any) -> Tensor: return self._binop(Ops.CMPLT, x, reverse=True)
+  def __le__(self, x: Any) -> Tensor: return (self < x) | (self == x)
+  def __ge__(self, x: Any) -> Tensor: return (self > x) | (self == x)
+  def __eq__(self, x: Any) -> Tensor: return self._binop(Ops.CMPEQ, x)  # type: ignore[override]
+  def __ne__(self, x: Any) -> Tensor: return self._binop(Ops.CMPNE, x)  # type: ignore[override]
+  def eq(self, x: Any) -> Tensor: return self == x
+  def ne(self, x: Any) -> Tensor: return self != x
+
+  # python operators
+  def __neg__(self) -> Tensor: return self.logical_not() if self.dtype == dtypes.bool else self._unop(Ops.NEG)
+  def __add__(self, x: Any) -> Tensor: return self.add(x)
+  def __radd__(self, x: Any) -> Tensor: return self.add(x, True)
+  def __sub__(self, x: Any) -> Tensor: return self.sub(x)
+  def __rsub__(self, x: Any) -> Tensor: return self.sub(x, True)
+  def __mul__(self, x: Any) -> Tensor: return self.mul(x)
+  def __rmul__(self, x: Any) -> Tensor: return self.mul(x, True)
+  def __truediv__(self, x: Any) -> Tensor: return self.div(x)
+  def __rtruediv__(self, x: Any) -> Tensor: return self.div(x, True)
+  def __floordiv__(self, x: Any) -> Tensor: return self.div(x, rounding_mode="floor")
+  def __rfloordiv__(self, x: Any) -> Tensor: return self.div(x, True, rounding_mode="floor")
+  def __mod__(self, x: Any) -> Tensor: return self.mod(x)
+  def __rmod__(self, x: Any) -> Tensor: return self.mod(x, True)
+  def __pow__(self, x: Any) -> Tensor: return self.pow(x)
+  def __rpow__(self, x: Any) -> Tensor: return self.pow(x, True)
+  def __matmul__(self, x: Tensor) -> Tensor: return self.matmul(x)
+  def __rmatmul__(self, x: Tensor) -> Tensor: return self.matmul(x, True)
+  def __and__(self, x: Any) -> Tensor: return self.bitwise_and(x)
+  def __rand__(self, x: Any) -> Tensor: return self.bitwise_and(x, True)
+  def __or__(self, x: Any) -> Tensor: return self.bitwise_or(x)
+  def __ror__(self, x: Any) -> Tensor: return self.bitwise_or(x, True)
+  def __xor__(self, x: Any) -> Tensor: return self.bitwise_xor(x)
+  def __rxor__(self, x: Any) -> Tensor: return self.bitwise_xor(x, True)
+  def __lshift__(self, x: Any) -> Tensor: return self.lshift(x)
+  def __rshift__(self, x: Any) -> Tensor: return self.rshift(x)
+  def __invert__(self) -> Tensor: return self.bitwise_not()
+  def __abs__(self) -> Tensor: return self.abs()
+  def __iadd__(self, x: Any) -> Tensor: return self.assign(self.add(x))
+  def __isub__(self, x: Any) -> Tensor: return self.assign(self.sub(x))
+  def __imul__(self, x: Any) -> Tensor: return self.assign(self.mul(x))
+  def __itruediv__(self, x: Any) -> Tensor: return self.assign(self.div(x))
+  def __ifloordiv__(self, x: Any) -> Tensor: return self.assign(self // x)
+  def __imod__(self, x: Any) -> Tensor: return self.assign(self.mod(x))
+  def __ipow__(self, x: Any) -> Tensor: return self.assign(self.pow(x))
+  def __imatmul__(self, x: Any) -> Tensor: return self.assign(self.matmul(x))
+  def __iand__(self, x: Any) -> Tensor: return self.assign(self.bitwise_and(x))
+  def __ior__(self, x: Any) -> Tensor: return self.assign(self.bitwise_or(x))
+  def __ixor__(self, x: Any) -> Tensor: return self.assign(self.bitwise_xor(x))
+  def __ilshift__(self, x: Any) -> Tensor: return self.assign(self.lshift(x))
+  def __irshift__(self, x: Any) -> Tensor: return self.assign(self.rshift(x))
+
+  # ***** unary math *****
+  def neg(self) -> Tensor: return -self
+  def exp(self) -> Tensor:
+    """e ** self."""
+    return (self._float() * (1 / math.log(2))).exp2()
+  def exp2(self) -> Tensor: return self._float()._unop(Ops.EXP2)
+  def log(self) -> Tensor:
+    """Natural logarithm."""
+    return self.log2() * math.log(2)
+  def log2(self) -> Tensor: return self._float()._unop(Ops.LOG2)
+  def sqrt(self) -> Tensor: return self._float()._unop(Ops.SQRT)
+  def rsqrt(self) -> Tensor: return self.sqrt().reciprocal()
+  def reciprocal(self) -> Tensor: return self._float()._unop(Ops.RECIPROCAL)
+  def sin(self) -> Tensor: return self._float()._unop(Ops.SIN)
+  def cos(self) -> Tensor: return ((math.pi / 2) - self._float()).sin()
+  def tan(self) -> Tensor: return self.sin() / self.cos()
+  def square(self) -> Tensor: return self * self
+  def trunc(self) -> Tensor:
+    """Round toward zero."""
+    return self._unop(Ops.TRUNC) if dtypes.is_float(self.dtype) else self
+  def floor(self) -> Tensor:
+    if not dtypes.is_float(self.dtype): return self
+    b = self.trunc()
+    return (b > self).where(b - 1, b)
+  def ceil(self) -> Tensor:
+    if not dtypes.is_float(self.dtype): return self
+    b = self.trunc()
+    return (b < self).where(b + 1, b)
+  def round(self) -> Tensor:
+    """Round half to even (like numpy and tinygrad)."""
+    if not dtypes.is_float(self.dtype): return self
+    f = self.floor()
+    d = self - f
+    odd = (f * 0.5).floor() * 2 != f
+    return (d > 0.5).where(f + 1, (d < 0.5).where(f, odd.where(f + 1, f)))
+  def isnan(self) -> Tensor: return self != self
+  def isinf(self, detect_positive: bool = True, detect_negative: bool = True) -> Tensor:
+    return (self == math.inf) * detect_positive + (self == -math.inf) * detect_negative
+  def isfinite(self) -> Tensor: return (self.isinf() | self.isnan()).logical_not()
+  def sign(self) -> Tensor:
+    """-1, 0 or 1 by the sign of each element (NaN stays NaN)."""
+    if self.dtype == dtypes.bool: return self
+    one, zero = self.full_like(1), self.full_like(0)
+    ret = self.ne(0).where((self < 0).where(self.full_like(-1) if not dtypes.is_unsigned(self.dtype) else zero, one), zero)
+    return ret + self * 0 if dtypes.is_float(self.dtype) else ret
+  def abs(self) -> Tensor:
+    """Absolute value."""
+    if dtypes.is_unsigned(self.dtype) or self.dtype == dtypes.bool: return self
+    return self * self.sign() if dtypes.is_float(self.dtype) else (self < 0).where(-self, self)
+  def clip(self, min_: Any = None, max_: Any = None) -> Tensor:
+    """Clamp into [min_, max_]."""
+    if min_ is None and max_ is None: raise RuntimeError("clip: at least one of 'min_' or 'max_' must not be None")
+    ret = self.maximum(min_) if min_ is not None else self
+    return ret.minimum(max_) if max_ is not None else ret
+  clamp = clip
+
+  # activations
+  def relu(self) -> Tensor: return (self > 0).where(self, 0)
+  def sigmoid(self) -> Tensor: return (1 + (self._float() * (-1 / math.log(2))).exp2()).reciprocal()
+  def hardsigmoid(self, alpha: float = 1 / 6, beta: float = 0.5) -> Tensor:
+    return (alpha * self + beta).relu() - (alpha * self + beta - 1).relu()
+  def logsigmoid(self) -> Tensor: return -(-self).softplus()
+  def tanh(self) -> Tensor: return 2.0 * ((2.0 * self).sigmoid()) - 1.0
+  def sinh(self) -> Tensor: return (self.exp() - self.neg().exp()) / 2
+  def cosh(self) -> Tensor: return (self.exp() + self.neg().exp()) / 2
+  def atanh(self) -> Tensor: return ((1 + self) / (1 - self)).log() / 2
+  def asinh(self) -> Tensor: return (self + (self.square() + 1).sqrt()).log()
+  def acosh(self) -> Tensor: return (self + (self.square() - 1).sqrt()).log()
+  def erf(self) -> Tensor:
+    """Error function (Abramowitz-Stegun 7.1.26, |err| < 1.5e-7)."""
+    t = 1.0 / (1.0 + 0.3275911 * self.abs())
+    return self.sign() * (1.0 - t * polyN(t, [1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592]) *
+                          (-self.square()).exp())
+  def gelu(self) -> Tensor: return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self ** 3)).tanh())
+  def quick_gelu(self) -> Tensor: return self * (self * 1.702).sigmoid()
+  def silu(self) -> Tensor: return self * self.sigmoid()
+  swish = silu
+  def relu6(self) -> Tensor: return self.relu() - (self - 6).relu()
+  def hardswish(self) -> Tensor: return self * (self + 3).relu6() * (1 / 6)
+  def hardtanh(self, min_val: float = -1, max_val: float = 1) -> Tensor: return self.clip(min_val, max_val)
+  def elu(self, alpha: float = 1.0) -> Tensor: return self.relu() - alpha * (1 - self.exp()).relu()
+  def celu(self, alpha: float = 1.0) -> Tensor:
+    return self.maximum(0) + (alpha * ((self / alpha).exp() - 1)).minimum(0)
+  def selu(self, alpha: float = 1.67326, gamma: float = 1.0507) -> Tensor:
+    return gamma * (self >= 0).detach().where(self, alpha * (self.exp() - 1))
+  def softplus(self, beta: float = 1.0) -> Tensor:
+    """log(1 + exp(beta * x)) / beta, computed stably."""
+    bx = self * beta
+    return (bx.relu() + (1 + (-bx.abs()).exp()).log()) * (1 / beta)
+  def mish(self) -> Tensor: return self * self.softplus().tanh()
+  def leaky_relu(self, neg_slope: float = 0.01) -> Tensor: return (self < 0).where(neg_slope * self, self)
+  def softsign(self) -> Tensor: return self / (1 + self.abs())
+
+  # ***** reductions *****
+  def _resolve_dim(self, dim: int, extra: bool = False) -> int:
+    total = self.ndim + int(extra)
+    if not isinstance(dim, int) or isinstance(dim, bool): raise TypeError(f"dim must be an int, got {dim!r}")
+    if not -max(1, total) <= dim < max(1, total):
+      raise IndexError(f"dim {dim} is out of range for a tensor of {self.ndim} dims; valid: "
+                       f"[{-max(1, total)}, {max(1, total) - 1}]")
+    return dim + total if dim < 0 else dim
+
+  def _axes(self, axis: Any) -> tuple[int, ...]:
+    if axis is None: return tuple(range(self.ndim))
+    axes = axis if isinstance(axis, (tuple, list)) else (axis,)
+    ret = tuple(self._resolve_dim(a) for a in axes)
+    if self.ndim == 0: return ()
+    if len(set(ret)) != len(ret): raise ValueError(f"axis {axis} repeats a dimension")
+    return tuple(sorted(ret))
+
+  def _reduce(self, op: Ops, axis: Any = None, keepdim: bool = False) -> Tensor:
+    axes = self._axes(axis)
+    ret = self._wrap(self.uop.r(op, axes)) if axes else self
+    return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
+
+  def sum(self, axis: Any = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
+    """Sum over `axis` (all by default); ints accumulate in at least int32, half in float32."""
+    acc = sum_acc_dtype(self.dtype) if dtype is None else to_dtype(dtype)
+    ret = self.cast(acc)._reduce(Ops.ADD, axis, keepdim)
+    return ret.cast(self.dtype) if dtype is None and self.dtype in (dtypes.float16, dtypes.bfloat16) else ret
+
+  def prod(self, axis: Any = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
+    """Product over `axis`."""
+    acc = sum_acc_dtype(self.dtype) if dtype is None else to_dtype(dtype)
+    ret = self.cast(acc)._reduce(Ops.MUL, axis, keepdim)
+    return ret.cast(self.dtype) if dtype is None and self.dtype in (dtypes.float16, dtypes.bfloat16) else ret
+
+  def max(self, axis: Any = None, keepdim: bool = False) -> Tensor:
+    """Maximum over `axis`."""
+    return self._reduce(Ops.MAX, axis, keepdim)
+
+  def min(self, axis: Any = None, keepdim: bool = False) -> Tensor:
+    """Minimum over `axis`."""
+    return self._inverse().max(axis, keepdim)._inverse()
+
+  def any(self, axis: Any = None, keepdim: bool = False) -> Tensor: return self.bool().max(axis, keepdim)
+  def all(self, axis: Any = None, keepdim: bool = False) -> Tensor: return self.logical_not().any(axis, keepdim).logical_not()
+
+  def mean(self, axis: Any = None, keepdim: bool = False) -> Tensor:
+    """Mean over `axis` (float result; NaN for an empty reduction)."""
+    out_dt = self.dtype if dtypes.is_float(self.dtype) else dtypes.float32
+    n = prod([self.shape[i] for i in self._axes(axis)])
+    return self.cast(sum_acc_dtype(self.dtype)).sum(axis, keepdim).div(n).cast(out_dt)
+
+  def var(self, axis: Any = None, keepdim: bool = False, correction: int = 1) -> Tensor:
+    """Variance over `axis` with Bessel's `correction` (1 by default)."""
+    squares = (self - self.mean(axis, keepdim=True)).square()
+    n = prod([self.shape[i] for i in self._axes(axis)])
+    return squares.sum(axis, keepdim).div(max(0, n - correction))
+
+  def std(self, axis: Any = None, keepdim: bool = False, correction: int = 1) -> Tensor:
+    """Standard deviation over `axis`."""
+    return self.var(axis, keepdim, correction).sqrt()
+
+  def var_mean(self, axis: Any = None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
+    return self.var(axis, keepdim, correction), self.mean(axis, keepdim)
+
+  def std_mean(self, axis: Any = None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
+    return self.std(axis, keepdim, correction), self.mean(axis, keepdim)
+
+  def _softmax(self, axis: int, dtype: Any = None) -> tuple[Tensor, Tensor, Tensor]:
+    x = self.cast(dtype) if dtype is not None else self._float()
+    m = x - x.max(axis=axis, keepdim=True).detach()
+    e = m.exp()
+    return m, e, e.sum(axis=axis, keepdim=True)
+
+  def softmax(self, axis: int = -1, dtype: Any = None) -> Tensor:
+    """exp(x) / sum(exp(x)) along `axis`."""
+    _, e, ss = self._softmax(axis, dtype)
+    return e.div(ss)
+
+  def log_softmax(self, axis: int = -1, dtype: Any = None) -> Tensor:
+    """log(softmax(x)) along `axis`, computed stably."""
+    m, _, ss = self._softmax(axis, dtype)
+    return m - ss.log()
+
+  def logsumexp(self, axis: Any = None, keepdim: bool = False) -> Tensor:
+    """log(sum(exp(x))) over `axis`, computed stably."""
+    m = self.max(axis=axis, keepdim=True).detach()
+    m = m.isinf().where(0, m)
+    ret = (self - m).exp().sum(axis=axis, keepdim=True).log() + m
+    return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in self._axes(axis)))
+
+  def argmax(self, axis: int | None = None, keepdim: bool = False) -> Tensor:
+    """Index of the (first) maximum along `axis` (of the flattened tensor when None)."""
+    if axis is None: return self.flatten().argmax(0)
+    axis = self._resolve_dim(axis)
+    if self.ndim == 0: return Tensor(0, dtype=dtypes.int32, device=self.device)
+    n = self.shape[axis]
+    if n == 0: raise IndexError(f"argmax of an empty dimension {axis} (shape {self.shape})")
+    is_max = self == self.max(axis=axis, keepdim=True)
+    rev = Tensor.arange(n, 0, -1, device=self.device).reshape(n, *[1] * (self.ndim - axis - 1))
+    return (n - (is_max * rev).max(axis=axis, keepdim=keepdim)).cast(dtypes.int32)
+
+  def argmin(self, axis: int | None = None, keepdim: bool = False) -> Tensor:
+    """Index of the (first) minimum along `axis`."""
+    return self._inverse().argmax(axis, keepdim)
+
+  # ***** movement *****
+  def reshape(self, shape: Any, *args: Any) -> Tensor:
+    """The same data in a new shape; one dim may be -1 (inferred), None keeps that dim."""
+    new = argfix(shape, *args)
+    new = tuple(self.shape[i] if s is None else s for i, s in enumerate(new))
+    if sum(1 for s in new if isinstance(s, int) and s == -1) > 1: raise ValueError(f"reshape {new}: only one dim can be -1")
+    if any(isinstance(s, int) and s < -1 for s in new): raise ValueError(f"reshape {new}: negative dimension")
+    if -1 in new:
+      rest = prod([s for s in new if not (isinstance(s, int) and s == -1)])
+      if rest == 0 or self.numel() % rest: raise ValueError(f"shape mismatch, can't reshape {self.shape} -> {new}")
+      new = tuple(self.numel() // rest if isinstance(s, int) and s == -1 else s for s in new)
+    if prod(new) != self.numel(): raise ValueError(f"shape mismatch, can't reshape {self.shape} (size {self.numel()}) -> {new}")
+    return self if new == self.shape else self._wrap(self.uop.reshape(new))
+
+  def view(self, shape: Any, *args: Any) -> Tensor: return self.reshape(shape, *args)
+
+  def permute(self, order: Any, *args: Any) -> Tensor:
+    """Reorder the dims: `x.permute(2, 0, 1)`."""
+    o = tuple(self._resolve_dim(i) for i in argfix(order, *args))
+    if sorted(o) != list(range(self.ndim)): raise RuntimeError(f"permute order {argfix(order, *args)} is not a permutation of {self.ndim} dims")
+    return self if o == tuple(range(self.ndim)) else self._wrap(self.uop.permute(o))
+
+  def expand(self, shape: Any, *args: Any) -> Tensor:
+    """Broadcast size-1 dims to `shape` (-1 keeps a dim)."""
+    new = argfix(shape, *args)
+    if len(new) < self.ndim: raise ValueError(f"expand {new}: fewer dims than shape {self.shape}")
+    cur = (1,) * (len(new) - self.ndim) + self.shape
+    return self._broadcast_to(tuple(c if isinstance(n, int) and n == -1 else n for c, n in zip(cur, new)))
+
+  def transpose(self, dim0: int = 1, dim1: int = 0) -> Tensor:
+    """Swap two dims."""
+    order = list(range(self.ndim))
+    d0, d1 = self._resolve_dim(dim0), self._resolve_dim(dim1)
+    order[d0], order[d1] = order[d1], order[d0]
+    return self.permute(order)
+
+  def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+    """Merge dims start_dim..end_dim into one."""
+    if self.ndim == 0: return self.reshape(1)
+    s, e = self._resolve_dim(start_dim), self._resolve_dim(end_dim)
+    return self.reshape(self.shape[:s] + (prod(self.shape[s:e + 1]),) + self.shape[e + 1:])
+
+  def unflatten(self, dim: int, sizes: tuple[int, ...]) -> Tensor:
+    """Split dim into `sizes`."""
+    d = self._resolve_dim(dim)
+    return self.reshape(self.shape[:d] + tuple(sizes) + self.shape[d + 1:])
+
+  def squeeze(self, dim: int | None = None) -> Tensor:
+    """Remove size-1 dims (all, or only `dim` if it has size 1)."""
+    if dim is None: return self.reshape(tuple(s for s in self.shape if s != 1))
+    d = self._resolve_dim(dim)
+    return self if not self.ndim or self.shape[d] != 1 else self.reshape(self.shape[:d] + self.shape[d + 1:])
+
+  def unsqueeze(self, dim: int) -> Tensor:
+    """Insert a size-1 dim at `dim`."""
+    d = self._resolve_dim(dim, extra=True)
+    return self.reshape(self.shape[:d] + (1,) + self.shape[d:])
+
+  def shrink(self, arg: Sequence[tuple[sint, sint] | None]) -> Tensor:
+    """Keep [start, end) of each dim (None keeps the dim whole)."""
+    if len(arg) != self.ndim: raise ValueError(f"shrink {arg} has {len(arg)} entries for {self.ndim} dims")
+    a = tuple((0, s) if x is None else (x[0], x[1]) for x, s in zip(arg, self.shape))
+    for (b, e), s in zip(a, self.shape):
+      if not (isinstance(b, int) and isinstance(e, int)): continue
+      if not 0 <= b <= e <= s: raise ValueError(f"shrink {arg} is out of bounds for shape {self.shape}")
+    return self._wrap(self.uop.shrink(a)) if any(x != (0, s) for x, s in zip(a, self.shape)) else self
+
+  def flip(self, axis: Any, *args: Any) -> Tensor:
+    """Reverse the order of elements along the given axes."""
+    axes = {self._resolve_dim(a) for a in argfix(axis, *args)}
+    return self._wrap(self.uop.flip(tuple(i in axes for i in range(self.ndim)))) if axes else self
+
+  def _pad_raw(self, arg: tuple[tuple[int, int], ...], value: Any = 0.0) -> Tensor:
+    if all(b == 0 and a == 0 for b, a in arg): return self
+    ret = self._wrap(self.uop.pad(arg))
+    if value == 0: return ret
+    mask = Tensor._new(UOp.const(dtypes.bool, True, self.device, self.shape).pad(arg), False)
+    return mask.where(ret, value)
+
+  def pad(self, padding: Sequence, mode: str = "constant", value: Any = 0.0) -> Tensor:
+    """Pad with `value` ("constant") or by "reflect", "replicate", "circular".
+
+    `padding` is flat like torch `(left, right, top, bottom, ...)` from the last dim backward, or one `(before, after)`
+    pair (or None) per dim from the first. Negative padding shrinks.
+    """
+    if mode not in ("constant", "reflect", "replicate", "circular"):
+      raise NotImplementedError(f"pad mode {mode!r}; valid: 'constant', 'reflect', 'replicate', 'circular'")
+    padding = tuple(padding)
+    flat = all(isinstance(p, int) for p in padding)
+    if flat:
+      if len(padding) % 2: raise ValueError(f"flat padding {padding} must have an even number of values")
+      if len(padding) // 2 > self.ndim: raise ValueError(f"padding {padding} has more dims than shape {self.shape}")
+      pairs = ((0, 0),) * (self.ndim - len(padding) // 2) + tuple(zip(padding[-2::-2], padding[::-2]))
+    else:
+      if len(padding) != self.ndim: raise ValueError(f"padding {padding} needs one pair per dim of shape {self.shape}")
+      pairs = tuple((0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding)
+    if mode != "constant" and value != 0: raise ValueError(f"pad mode {mode!r} takes no value (got {value})")
+    # negative padding shrinks first
+    x = self
+    if any(b < 0 or a < 0 for b, a in pairs):
+      x = x.shrink(tuple((-min(b, 0), s + min(a, 0)) for (b, a), s in zip(pairs, x.shape)))
+      pairs = tuple((max(b, 0), max(a, 0)) for b, a in pairs)
+    if mode == "constant": return x._pad_raw(pairs, value)
+    for d, (b, a) in enumerate(pairs):
+      if b == 0 and a == 0: continue
+      s = x.shape[d]
+      def sl(lo: int, hi: int, xx: Tensor = x, dd: int = d) -> Tensor:
+        return xx.shrink(tuple((lo, hi) if i == dd else None for i in range(xx.ndim)))
+      if mode == "reflect":
+        if b >= s or a >= s: raise ValueError(f"reflect padding ({b}, {a}) must be < the dim size {s} (dim {d})")
+        parts = [sl(1, b + 1).flip(d), x, sl(s - 1 - a, s - 1).flip(d)]
+      elif mode == "replicate":
+        if s == 0: raise ValueError(f"replicate padding of an empty dim {d}")
+        parts = [sl(0, 1).expand(tuple(b if i == d else -1 for i in range(x.ndim))), x,
+                 sl(s - 1, s).expand(tuple(a if i == d else -1 for i in range(x.ndim)))]
+      else:
+        if b > s or a > s: raise ValueError(f"circular padding ({b}, {a}) must be <= the dim size {s} (dim {d})")
+        parts = [sl(s - b, s), x, sl(0, a)]
+      x = Tensor.cat(*[p for p in parts if p.shape[d] != 0], dim=d)
+    return x
+
+  def cat(self, *args: Tensor, dim: int = 0) -> Tensor:
+    """Concatenate along `dim`; the other dims must match."""
+    d = self._resolve_dim(dim)
+    ts = [self, *args]
+    for t in args:
+      if t.ndim != self.ndim or any(a != b for i, (a, b) in enumerate(zip(self.shape, t.shape)) if i != d):
+        raise ValueError(f"cat: shapes {self.shape} and {t.shape} differ outside dim {d}")
+    dt = least_upper_dtype(*[t.dtype for t in ts])
+    ts = [t.cast(dt) for t in ts]
+    ends = list(itertools.accumulate([t.shape[d] for t in ts], initial=0))
+    padded = [t._pad_raw(tuple((ends[i], ends[-1] - ends[i + 1]) if j == d else (0, 0) for j in range(t.ndim)))
+              for i, t in enumerate(ts)]
+    ret = padded[0]
+    for p in padded[1:]: ret = ret | p if dt == dtypes.bool else ret + p
+    return ret
+
+  def stack(self, *args: Tensor, dim: int = 0) -> Tensor:
+    """Stack tensors of one shape along a new dim."""
+    d = self._resolve_dim(dim, extra=True)
+    return Tensor.cat(*[t.unsqueeze(d) for t in (self, *args)], dim=d)
+
+  def repeat(self, repeats: Any, *args: Any) -> Tensor:
+    """Tile the tensor: `repeats` per dim (may add leading dims)."""
+    reps = argfix(repeats, *args)
+    if len(reps) < self.ndim: raise ValueError(f"repeat {reps} has fewer dims than shape {self.shape}")
+    base = (1,) * (len(reps) - self.ndim) + self.shape
+    x = self.reshape([v for s in base for v in (1, s)]).expand([v for r, s in zip(reps, base) for v in (r, s)])
+    return x.reshape([r * s for r, s in zip(reps, base)])
+
+  def repeat_interleave(self, repeats: int, dim: int | None = None) -> Tensor:
+    """Repeat each element `repeats` times along `dim` (of the flattened tensor when None)."""
+    x, d = (self.flatten(), 0) if dim is None else (self, self._resolve_dim(dim))
+    shp = x.shape
+    return x.reshape(*shp[:d + 1], 1, *shp[d + 1:]).expand(*shp[:d + 1], repeats, *shp[d + 1:]) \
+            .reshape(*shp[:d], shp[d] * repeats, *shp[d + 1:])
+
+  def split(self, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
+    """Split along `dim` into chunks of `sizes` (an int: equal chunks, the last smaller)."""
+    d = self._resolve_dim(dim)
+    n = self.shape[d]
+    if isinstance(sizes, int):
+      if sizes <= 0: raise ValueError(f"split size must be > 0, got {sizes}")
+      sizes = [min(sizes, n - i) for i in range(0, max(n, 1), sizes)] if n else [0]
+    if sum(sizes) != n: raise ValueError(f"split sizes {list(sizes)} don't sum to dim {d} of size {n}")
+    starts = list(itertools.accumulate(sizes, initial=0))
+    return tuple(self.shrink(tuple((starts[i], starts[i] + sz) if j == d else None for j in range(self.ndim)))
+                 for i, sz in enumerate(sizes))
+
+  def chunk(self, chunks: int, dim: int = 0) -> list[Tensor]:
+    """Split into `chunks` pieces along `dim`."""
+    if chunks <= 0: raise ValueError(f"chunk: chunks must be > 0, got {chunks}")
+    n = self.shape[self._resolve_dim(dim)]
+    return list(self.split(ceildiv(n, chunks) if n else [0] * chunks, dim=dim))
+
+  # ***** indexing *****
+  def _index_plan(self, indices: Any) -> dict:
+    """Parse an index into movement steps (shrink, flip, stride, reshape) and the tensor indices left over."""
+    idx = list(indices) if isinstance(indices, tuple) else [indices]
+    norm: list[Any] = []
+    for i in idx:
+      if isinstance(i, (list, np.ndarray)): i = Tensor(i, device=self.device, requires_grad=False)
+      if isinstance(i, Tensor) and i.dtype == dtypes.bool:
+        arr = i.numpy()
+        norm.extend(Tensor(n.astype(np.int32), device=self.device, requires_grad=False) for n in np.nonzero(arr))
+        if arr.ndim == 0: raise IndexError("a 0-d boolean tensor index is not supported")
+        continue
+      if isinstance(i, bool) or not (i is None or i is Ellipsis or isinstance(i, (int, slice, Tensor))):
+        raise IndexError(f"{type(i).__name__} {i!r} is not a valid index; valid: int, slice, None, ..., list, Tensor")
+      norm.append(i)
+    if sum(1 for i in norm if i is Ellipsis) > 1: raise IndexError("an index can only have a single ellipsis ('...')")
+    consumed = sum(1 for i in norm if i is not None and i is not Ellipsis)
+    if consumed > self.ndim: raise IndexError(f"too many indices ({consumed}) for tensor of dimension {self.ndim}")
+    fill = [slice(None)] * (self.ndim - consumed)
+    if Ellipsis in norm:
+      e = norm.index(Ellipsis)
+      norm = norm[:e] + fill + norm[e + 1:]
+    else: norm = norm + fill
+    shrink, flips, strides, mid_shape, out_shape, tensors = [], [], [], [], [], []
+    d = 0
+    for i in norm:
+      if i is None:
+        out_shape.append(1)
+        continue
+      s = self.shape[d]
+      if isinstance(i, int):
+        if not -s <= i < s: raise IndexError(f"index {i} is out of bounds for dimension {d} with size {s}")
+        i = i + s if i < 0 else i
+        shrink.append((i, i + 1)); strides.append(1); mid_shape.append(1)  # noqa: E702
+      elif isinstance(i, slice):
+        start, stop, step = i.indices(s)
+        if step > 0:
+          n = max(0, ceildiv(stop - start, step))
+          shrink.append((start, start + (n - 1) * step + 1) if n else (0, 0))
+        else:
+          n = max(0, ceildiv(start - stop, -step))
+          shrink.append((start + (n - 1) * step, start + 1) if n else (0, 0))
+          if n: flips.append(d)
+        strides.append(abs(step)); mid_shape.append(n); out_shape.append(n)  # noqa: E702
+      else:
+        shrink.append((0, s)); strides.append(1); mid_shape.append(s)  # noqa: E702
+        tensors.append((len(out_shape), i, s))
+        out_shape.append(s)
+      d += 1
+    return {"shrink": shrink, "flips": flips, "strides": strides, "mid": mid_shape, "out": out_shape, "tensors": tensors}
+
+  def _strided(self, strides: list[int], mid: list[int]) -> Tensor:
+    """Take every k-th element per dim: pad to a multiple of k, reshape (n, k), keep column 0."""
+    if all(k == 1 for k in strides): return self
+    x = self._pad_raw(tuple((0, n * k - s) if k > 1 and n else (0, 0) for s, k, n in zip(self.shape, strides, mid)))
+    x = x.reshape([v for s, k, n in zip(x.shape, strides, mid) for v in ((n, k) if k > 1 else (s, 1))])
+    x = x.shrink(tuple((0, v) if j % 2 == 0 else (0, 1) for j, v in enumerate(x.shape)))
+    return x.reshape(mid)
+
+  def _unstrided(self, strides: list[int], mid: list[int], sizes: list[int]) -> Tensor:
+    """The inverse of `_strided`: element j goes to j*k, zeros in between; `sizes` are the shrunk dim sizes."""
+    if all(k == 1 for k in strides): return self
+    x = self.reshape([v for n, k in zip(mid, strides) for v in (n, 1)])
+    x = x._pad_raw(tuple((0, 0) if j % 2 == 0 else (0, strides[j // 2] - 1) for j in range(x.ndim)))
+    x = x.reshape([n * k for n, k in zip(mid, strides)])
+    return x.shrink(tuple((0, sz) for sz in sizes))
+
+  def __getitem__(self, indices: Any) -> Tensor:
+    """numpy-style indexing: ints, slices (any step), None, ..., lists and int/bool Tensors."""
+    plan = self._index_plan(indices)
+    x = self.shrink(plan["shrink"]) if self.ndim else self
+    if plan["flips"]: x = x.flip(plan["flips"])
+    x = x._strided(plan["strides"], plan["mid"]).reshape(plan["out"])
+    if not plan["tensors"]: return x
+    return x._gather_tensors(plan["tensors"])
+
+  def _gather_tensors(self, tensors: list[tuple[int, Tensor, int]]) -> Tensor:
+    pos = [p for p, _, _ in tensors]
+    idxs = []
+    for _, t, s in tensors:
+      if not dtypes.is_int(t.dtype): raise IndexError(f"tensors used as indices must be int or bool, got {t.dtype}")
+      if engine.is_realized(t.uop) and t.numel():
+        arr = t.numpy()
+        if (bad := arr[(arr < -s) | (arr >= s)]).size:
+          raise IndexError(f"index {bad.flat[0]} is out of bounds for a dimension of size {s}")
+      idxs.append((t < 0).where(t + s, t))
+    big = _broadcast_shape(*[t.shape for t in idxs])
+    rest = [i for i in range(self.ndim) if i not in pos]
+    k, nb = len(pos), len(big)
+    x = self.permute(pos + rest)
+    x = x.reshape((1,) * nb + x.shape)
+    mask: Tensor | None = None
+    for j, (t, (_, _, s)) in enumerate(zip(idxs, tensors)):
+      ar = Tensor.arange(s, device=self.device).reshape((1,) * nb + (1,) * j + (s,) + (1,) * (k - j - 1 + len(rest)))
+      m = t._broadcast_to(big).reshape(big + (1,) * (k + len(rest))) == ar
+      mask = m if mask is None else mask & m
+    assert mask is not None
+    picked = mask.where(x, x.zeros_like()) if self.dtype != dtypes.bool else mask & x
+    out = picked.sum(tuple(range(nb, nb + k)), dtype=sum_acc_dtype(self.dtype)).cast(self.dtype) \
+      if self.dtype != dtypes.bool else picked.any(tuple(range(nb, nb + k)))
+    if pos == list(range(pos[0], pos[0] + k)) and pos[0] != 0:  # consecutive: the new dims go where they were
+      order = list(range(nb, nb + pos[0])) + list(range(nb)) + list(range(nb + pos[0], out.ndim))
+      out = out.permute(order)
+    return out
+
+  def __setitem__(self, indices: Any, v: Any) -> None:
+    """Write `v` into the indexed part of this tensor (an ASSIGN into its buffer when realized)."""
+    view = self[indices]
+    vt = v if isinstance(v, Tensor) else Tensor(v, device=self.device, dtype=self.dtype)
+    vt = vt.cast(self.dtype)._broadcast_to(view.shape)
+    plan = self._index_plan(indices)
+    if plan["tensors"]:
+      n = int(self.numel())
+      ids = Tensor.arange(n, device=self.device).reshape(self.shape)[indices].flatten()
+      onehot = ids.reshape(-1, 1) == Tensor.arange(n, device=self.device).reshape(1, n)
+      hit = onehot.any(0)
+      vals = onehot.where(vt.flatten().reshape(-1, 1), 0).sum(0, dtype=sum_acc_dtype(self.dtype)).cast(self.dtype)
+      new = hit.reshape(self.shape).where(vals.reshape(self.shape), self)
+    else:
+      sizes = [b - a for a, b in plan["shrink"]]
+      def inverse(t: Tensor) -> Tensor:
+        t = t.reshape(plan["mid"])._unstrided(plan["strides"], plan["mid"], sizes)
+        if plan["flips"]: t = t.flip(plan["flips"])
+        return t._pad_raw(tuple((a, s - b) for (a, b), s in zip(plan["shrink"], self.shape))) if self.ndim else t
+      mask = inverse(Tensor.full(view.shape, True, dtype=dtypes.bool, device=self.device))
+      new = mask.where(inverse(vt.detach() if not vt.requires_grad else vt), self)
+    if engine.is_realized(self.uop) or self.uop.op is Ops.ASSIGN:
+      self.assign(new.cast(self.dtype))
+      self.realize()
+    elif _view_base(self.uop) is not None:
+      raise RuntimeError("can't setitem into a non-contiguous view of a realized buffer; index the base tensor instead")
+    else: self.uop = new.cast(self.dtype).uop
+
+  # ***** linear algebra *****
+  def dot(self, w: Tensor, dtype: Any = None) -> Tensor:
+    """Matrix product with tinygrad's/numpy's rules for 1-D and batched operands."""
+    dx, dw = self.ndim, w.ndim
+    if dx == 0 or dw == 0: raise RuntimeError(f"both tensors need to be at least 1D, got {dx}D and {dw}D")
+    axis_w = -min(dw, 2)
+    if self.shape[-1] != w.shape[axis_w]:
+      raise RuntimeError(f"cannot dot {self.shape} and {w.shape}: inner dims {self.shape[-1]} != {w.shape[axis_w]}")
+    x = self.reshape(*self.shape[:-1], *[1] * min(dx - 1, dw - 1, 1), self.shape[-1])
+    ww = w.reshape(*w.shape[:-2], *[1] * min(dx - 1, dw - 1, 1), *w.shape[axis_w:]).transpose(-1, axis_w)
+    out_dt = least_upper_dtype(x.dtype, ww.dtype) if dtype is None else to_dtype(dtype)
+    return (x * ww).sum(-1, dtype=dtype).cast(out_dt)
+
+  def matmul(self, x: Tensor, reverse: bool = False, dtype: Any = None) -> Tensor:
+    """self @ x."""
+    return x.dot(self, dtype=dtype) if reverse else self.dot(x, dtype=dtype)
+
+  def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """self @ weight + bias (a 1-D weight scales elementwise)."""
+    x = self.mul(weight) if weight.ndim == 1 else self.dot(weight)
+    return x.add(bias) if bias is not None else x
+
+
+def _check_shape(shape: tuple) -> tuple:
+  for s in shape:
+    if isinstance(s, bool) or not isinstance(s, (int, UOp)) or (isinstance(s, int) and s < 0):
+      raise ValueError(f"invalid shape {shape}: dims must be non-negative ints")
+  return shape
+
+
+def _view_base(u: UOp) -> str | None:
+  """The movement op name if `u` is a pure movement view (other than a plain reshape) of a realized buffer."""
+  top, n = u, u
+  while n.op in GroupOp.Movement: n = n.src[0]
+  if n.op is Ops.BUFFER and top is not n and not engine.is_realized(top): return top.op.name
+  return None
+
+
+def _apply_becomes(becomes: dict[UOp, UOp]) -> None:
+  for t in list(_all_tensors):
+    if (n := becomes.get(t.uop)) is not None: t.uop = n
+
+
+# the higher-level ops (conv2d, pooling, losses, ...) live in nnops as functions taking a Tensor first
+try:
+  from tiny_tensor import nnops as _nnops
+except ImportError as _e:  # only while nnops is being written: any other error must surface
+  if getattr(_e, "name", None) != "tiny_tensor.nnops": raise
+  _nnops = None  # type: ignore[assignment]
+if _nnops is not None:
+  for _n in _nnops.__all__: setattr(Tensor, _n, getattr(_nnops, _n))
+
+_ = (Callable,)
