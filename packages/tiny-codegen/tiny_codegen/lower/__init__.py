@@ -55,8 +55,11 @@ def _stage_dims(sink: UOp, ren: Renderer, dims: Dims) -> UOp:
   return sink
 
 
+_pm_decomp_gates = pm_decomp + pm_gates
+
+
 def _stage_decomp(sink: UOp, ren: Renderer, dims: Dims) -> UOp:
-  sink = graph_rewrite(sink, pm_decomp + pm_gates, name="decomp")
+  sink = graph_rewrite(sink, _pm_decomp_gates, name="decomp")
   if dtypes.bfloat16 not in ren.supported_dtypes() or getattr(ren, "bf16_through_float", False):
     sink = bf16_to_float(sink)
   if ren.extra_matcher is not None: sink = graph_rewrite(sink, ren.extra_matcher, name="renderer_rules")

@@ -86,13 +86,18 @@ def _symbolic() -> PatternMatcher | None:
   return pm if isinstance(pm, PatternMatcher) else None
 
 
+@functools.cache
+def _simplifier() -> PatternMatcher:
+  """The shared symbolic rules (when available) plus our constant folding, combined once (combining is costly)."""
+  if (sym := _symbolic()) is not None:
+    try: return sym + codegen_fold
+    except Exception: pass  # noqa: BLE001,S110 -- an incompatible matcher must not break codegen
+  return codegen_fold
+
+
 def simplify_graph(sink: UOp, name: str = "simplify") -> UOp:
   """The graph with index math simplified (shared symbolic rules when available, plus constant folding)."""
-  pm = codegen_fold
-  if (sym := _symbolic()) is not None:
-    try: pm = sym + codegen_fold
-    except Exception: pm = codegen_fold  # noqa: BLE001 -- an incompatible matcher must not break codegen
-  return graph_rewrite(sink, pm, name=name)
+  return graph_rewrite(sink, _simplifier(), name=name)
 
 
 _ = (math, Any)
