@@ -75,9 +75,9 @@ class PtrDType(DType):
   size: int = -1
 
   @staticmethod
-  @functools.cache
-  def new(base: DType, size: int, addrspace: AddrSpace, v: int = 1) -> PtrDType:
-    return PtrDType(base.priority, base.itemsize, base.name, base.fmt, base.count, None, base, addrspace, v, size)
+  def new(base: DType, size: int = -1, addrspace: AddrSpace = AddrSpace.GLOBAL, v: int = 1) -> PtrDType:
+    """The one PtrDType for these fields (interned however the arguments are spelled)."""
+    return _new_ptr(base, size, AddrSpace(addrspace), v)
 
   @property
   def base(self) -> DType: return self._base if self._base is not None else self
@@ -99,6 +99,11 @@ class PtrDType(DType):
   def __reduce__(self) -> Any: return (PtrDType.new, (self.base, self.size, self.addrspace, self.v))
 
 
+@functools.cache
+def _new_ptr(base: DType, size: int, addrspace: AddrSpace, v: int) -> PtrDType:
+  return PtrDType(base.priority, base.itemsize, base.name, base.fmt, base.count, None, base, addrspace, v, size)
+
+
 @dataclass(frozen=True, eq=False)
 class ImageDType(PtrDType):
   """An Adreno texture: `shape` is (height, width, 4)."""
@@ -107,10 +112,15 @@ class ImageDType(PtrDType):
   @staticmethod
   @functools.cache
   def new_image(base: DType, shape: tuple[int, ...]) -> ImageDType:
-    return ImageDType(100, 4, "image", None, 1, None, base, AddrSpace.GLOBAL, 1, math.prod(shape), shape)
+    return _new_image(base, tuple(shape))
 
   def __repr__(self) -> str: return f"dtypes.image{'h' if self.base == dtypes.half else 'f'}({self.shape})"
   def __reduce__(self) -> Any: return (ImageDType.new_image, (self.base, self.shape))
+
+
+@functools.cache
+def _new_image(base: DType, shape: tuple[int, ...]) -> ImageDType:
+  return ImageDType(100, 4, "image", None, 1, None, base, AddrSpace.GLOBAL, 1, math.prod(shape), shape)
 
 
 def _dtype_from_repr(name: str, count: int) -> DType:
