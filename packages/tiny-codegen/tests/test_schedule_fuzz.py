@@ -1,0 +1,113 @@
+"""Property tests: random chains of movement ops, elementwise ops and reduces on random shapes, scheduled and run by
+the reference kernel evaluator (and, for fewer examples, compiled with LLVM), equal to numpy on the tensor graph."""
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tiny_uop import Ops, UOp, dtypes
+from tiny_uop.helpers import prod
+
+from tiny_codegen.schedule import create_schedule
+
+
+def _load(name: str, file: str):
+  spec = importlib.util.spec_from_file_location(name, pathlib.Path(__file__).with_name(file))
+  mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+  spec.loader.exec_module(mod)  # type: ignore[union-attr]
+  return mod
+
+
+ref = _load("schedule_ref_f", "test_schedule_ref.py")
+
+
+def _factor(n: int, draw) -> tuple[int, ...]:
+  """A random shape with `n` elements (1 to 3 dims, size-1 dims allowed)."""
+  dims = []
+  while n > 1 and len(dims) < 2:
+    divs = [d for d in range(1, n + 1) if n % d == 0]
+    d = draw(st.sampled_from(divs))
+    dims.append(d)
+    n //= d
+  dims.append(n)
+  if draw(st.booleans()): dims.insert(draw(st.integers(0, len(dims))), 1)
+  return tuple(dims)
+
+
+@st.composite
+def movement_chain(draw, x: UOp) -> UOp:
+  for _ in range(draw(st.integers(1, 5))):
+    s = x.shape
+    kind = draw(st.sampled_from(["reshape", "permute", "expand", "pad", "shrink", "flip"]))
+    if kind == "reshape": x = x.reshape(_factor(prod(s), draw))
+    elif kind == "permute": x = x.permute(tuple(draw(st.permutations(range(len(s))))))
+    elif kind == "expand":
+      x = x.expand(tuple(draw(st.integers(1, 3)) if d == 1 else d for d in s))
+    elif kind == "pad":
+      if prod(s) > 60: continue
+      x = x.pad(tuple((draw(st.integers(0, 2)), draw(st.integers(0, 2))) for _ in s))
+    elif kind == "shrink":
+      arg = []
+      for d in s:
+        b = draw(st.integers(0, d - 1))
+        arg.append((b, draw(st.integers(b + 1, d))))
+      x = x.shrink(tuple(arg))
+    else: x = x.flip(tuple(draw(st.booleans()) for _ in s))
+  return x
+
+
+@st.composite
+def program(draw):
+  shape = tuple(draw(st.lists(st.integers(1, 4), min_size=1, max_size=3)))
+  a = UOp.new_buffer("CPU", prod(shape), dtypes.float32)
+  x = draw(movement_chain(a.reshape(shape)))
+  x = x.exp2() if draw(st.booleans()) else x * UOp.const(dtypes.float32, 2.0, "CPU", x.shape)
+  if draw(st.booleans()): x = x.contiguous()
+  if draw(st.booleans()):
+    axes = tuple(sorted(draw(st.sets(st.integers(0, len(x.shape) - 1), min_size=1))))
+    x = x.r(draw(st.sampled_from([Ops.ADD, Ops.MAX])), axes)
+  if draw(st.booleans()): x = draw(movement_chain(x))
+  # a second input read with the final shape, so loads of two different index maps meet
+  b = UOp.new_buffer("CPU", prod(x.shape), dtypes.float32)
+  out = x + b.reshape(x.shape)
+  return out, {a: np.random.default_rng(prod(shape)).standard_normal(prod(shape)).astype(np.float32),
+               b: np.random.default_rng(7).standard_normal(prod(x.shape)).astype(np.float32)}
+
+
+@settings(max_examples=150)
+@given(program())
+def test_random_programs_match_numpy(prog):
+  out, ins = prog
+  sched = create_schedule(UOp.sink(out))
+  env = ref.run_schedule(sched, ins)
+  np.testing.assert_allclose(ref.realized_value(sched, env, out), ref.eval_graph(out, ins), rtol=1e-5, atol=1e-5)
+  assert sum(c.src[0].op is Ops.SINK for c in sched.calls) <= 3
+
+
+try:
+  from tiny_codegen import get_program
+  from tiny_codegen.renderer.llvmir import LLVMRenderer
+  HAVE_CODEGEN = True
+except ImportError:  # pragma: no cover
+  HAVE_CODEGEN = False
+
+
+@settings(max_examples=25)
+@given(program())
+def test_random_programs_compiled(prog):
+  if not HAVE_CODEGEN: return
+  kr = _load("schedule_kernel_runner_f", "kernel_runner.py")
+  out, ins = prog
+  sched = create_schedule(UOp.sink(out))
+  env = {b: a.copy() for b, a in ins.items()}
+  for c in sched.calls:
+    ast, bufs = c.src[0], c.src[1:]
+    for b in bufs:
+      if b not in env: env[b] = np.full(b.arg, 77, np.float32)
+    if ast.op is Ops.SINK: kr.run(get_program(ast, LLVMRenderer()), [env[b] for b in bufs])
+    elif ast.op is Ops.SLICE: env[bufs[0]] = env[bufs[1]][ast.arg // 4:][:bufs[0].arg]
+  np.testing.assert_allclose(ref.realized_value(sched, env, out), ref.eval_graph(out, ins), rtol=1e-5, atol=1e-5)
