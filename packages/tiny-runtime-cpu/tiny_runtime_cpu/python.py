@@ -124,15 +124,16 @@ def run_uops(uops: list[UOp], bufs: list[memoryview], vals: tuple[int, ...], glo
   slots = sorted({u.arg for u in uops if u.op is Ops.PARAM})
   if len(slots) != len(bufs):
     raise PythonExecError(f"program uses {len(slots)} buffers (slots {slots}), got {len(bufs)}")
+  names = sorted({u.arg[0] for u in uops if u.op is Ops.DEFINE_VAR})  # values come in name order (ProgramSpec.vars)
+  if len(names) != len(vals): raise PythonExecError(f"program has {len(names)} variables {names}, got {len(vals)} values")
   dvars = [u for u in uops if u.op is Ops.DEFINE_VAR]
-  if len(dvars) != len(vals):
-    raise PythonExecError(f"program has {len(dvars)} variables ({[v.arg[0] for v in dvars]}), got {len(vals)} values")
+  byname = dict(zip(names, vals))
   mems: dict[UOp, Memory] = {}
   for u in uops:
     if u.op is Ops.PARAM and u not in mems:
       mems[u] = Memory.of_bytes(bufs[slots.index(u.arg)], u.dtype.base, f"buffer data{u.arg}")
   jump, prog = _match_blocks(uops)
-  ctx = (prog, jump, mems, dict(zip(dvars, vals)), gsz, lsz)
+  ctx = (prog, jump, mems, {v: byname[v.arg[0]] for v in dvars}, gsz, lsz)
   for first in range(0, nwg, per): _run_batch(ctx, range(first, min(nwg, first + per)))
 
 
@@ -240,18 +241,15 @@ def _addresses(ptr: Ptr, count: int) -> list[list[int]]:
 def _load(u: UOp, src: list[Any], active: list[bool], T: int) -> Any:
   ptr: Ptr = src[0]
   dt = u.dtype
-  alt = next((x for s, x in zip(u.src[1:], src[1:]) if s.dtype == dt), None)
-  zero = dtypes.as_const(0, dt.scalar()) if dt != dtypes.void else 0
-  addrs = _addresses(ptr, dt.count)
+  zero = dtypes.as_const(0, dt.scalar())
   out = []
-  for k, lane in enumerate(addrs):
-    alt_lane = _lanes(alt, dt)[k] if alt is not None else None
+  for lane in _addresses(ptr, dt.count):  # sources after the pointer only order the load; a gated-off load is 0
     col = []
     for t in range(T):
       if active[t] and (ptr.gate is None or ptr.gate[t]):
         m = ptr.mems[t]
         col.append(m.read(m.check(lane[t])))
-      else: col.append(alt_lane[t] if alt_lane is not None else zero)
+      else: col.append(zero)
     out.append(col)
   return out if dt.count > 1 else out[0]
 
