@@ -7,7 +7,7 @@ import shutil
 
 import numpy as np
 import pytest
-from tiny_uop import KernelInfo, Ops, UOp, dtypes
+from tiny_uop import Context, KernelInfo, Ops, UOp, dtypes
 from tiny_uop.dtype import DType, to_numpy
 from tiny_uop.uop import AxisType
 
@@ -20,6 +20,7 @@ _spec = importlib.util.spec_from_file_location("codegen_kernel_runner",
 kr = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
 _spec.loader.exec_module(kr)  # type: ignore[union-attr]
 
+OPT = pytest.mark.parametrize("opt", [False, True], ids=["noopt", "opt"])
 RENDERERS = [pytest.param(LLVMRenderer, id="llvm"),
              pytest.param(ClangRenderer, id="clang", marks=pytest.mark.skipif(
                shutil.which("clang") is None and shutil.which("cc") is None, reason="no C compiler"))]
@@ -29,10 +30,12 @@ def P(slot: int, size: int, dt: DType = dtypes.float) -> UOp: return UOp(Ops.PAR
 
 
 def compile_run(R: type, ast: UOp, bufs: list[np.ndarray], vals: tuple[int, ...] = (), threads: int = 1,
-                threaded: bool = False) -> object:
+                threaded: bool = False, opt: bool = False) -> object:
+  """Compile `ast` for a fresh renderer R (NOOPT unless `opt`: these tests pin the lowering of the AST as written)
+  and run it on `bufs`."""
   r = R()
   r.threads, r.thread_min_work = threads, 0
-  spec = get_program(ast, r)
+  with Context(NOOPT=0 if opt else 1): spec = get_program(ast, r)
   kr.run(spec, bufs, vals, threaded=threaded)
   return spec
 
@@ -52,44 +55,48 @@ def test_elementwise_mul_add(R):
   np.testing.assert_array_equal(C, A * B + np.float32(1))
 
 
+@OPT
 @pytest.mark.parametrize("R", RENDERERS)
-def test_broadcast_index_math(R):
+def test_broadcast_index_math(R, opt):
   # out[i] = a[i//4] - b[i%4]: a (8,) broadcast over columns, b (4,) over rows of an (8, 4) output
   c, a, b = P(0, 32), P(1, 8), P(2, 4)
   i = UOp.range(32, 0)
   ast = c.index(i).store(a.index(i // 4).load() - b.index(i % 4).load()).sink(arg=KernelInfo())
   A, B = rng.standard_normal(8).astype(np.float32), rng.standard_normal(4).astype(np.float32)
   C = np.zeros(32, np.float32)
-  compile_run(R, ast, [C, A, B])
+  compile_run(R, ast, [C, A, B], opt=opt)
   np.testing.assert_array_equal(C, (A[:, None] - B[None, :]).reshape(-1))
 
 
+@OPT
 @pytest.mark.parametrize("R", RENDERERS)
 @pytest.mark.parametrize("op", [Ops.ADD, Ops.MAX, Ops.MUL])
-def test_reduce(R, op):
+def test_reduce(R, op, opt):
   n, k = 6, 10
   c, a = P(0, n), P(1, n * k)
   i, j = UOp.range(n, 0), UOp.range(k, 1, AxisType.REDUCE)
   ast = c.index(i).store(a.index(i * k + j).load().reduce(j, arg=op)).sink(arg=KernelInfo())
   A = rng.uniform(0.5, 1.5, n * k).astype(np.float32)
   C = np.zeros(n, np.float32)
-  compile_run(R, ast, [C, A])
+  compile_run(R, ast, [C, A], opt=opt)
   ref = {Ops.ADD: np.sum, Ops.MAX: np.max, Ops.MUL: np.prod}[op](A.reshape(n, k), axis=1)
   np.testing.assert_allclose(C, ref, rtol=1e-5)
 
 
+@OPT
 @pytest.mark.parametrize("R", RENDERERS)
-def test_full_reduce_to_scalar(R):
+def test_full_reduce_to_scalar(R, opt):
   c, a = P(0, 1), P(1, 100)
   j = UOp.range(100, 0, AxisType.REDUCE)
   ast = c.index(UOp.const(dtypes.index, 0)).store(a.index(j).load().reduce(j)).sink(arg=KernelInfo())
   A, C = rng.standard_normal(100).astype(np.float32), np.zeros(1, np.float32)
-  compile_run(R, ast, [C, A], threads=4)
+  compile_run(R, ast, [C, A], threads=4, opt=opt)
   np.testing.assert_allclose(C[0], A.sum(), rtol=1e-5)
 
 
+@OPT
 @pytest.mark.parametrize("R", RENDERERS)
-def test_softmax_like_two_dependent_reduces(R):
+def test_softmax_like_two_dependent_reduces(R, opt):
   # out[i, j] = exp2(x[i, j] - max_j x[i, :]) / sum_j exp2(x[i, j] - max)  (two reduces, one uses the other)
   n, k = 5, 7
   c, a = P(0, n * k), P(1, n * k)
@@ -99,14 +106,15 @@ def test_softmax_like_two_dependent_reduces(R):
   sm = (a.index(i * k + r2).load() - mx).exp2().reduce(r2, arg=Ops.ADD)
   ast = c.index(i * k + j).store((a.index(i * k + j).load() - mx).exp2() / sm).sink(arg=KernelInfo())
   A, C = rng.standard_normal(n * k).astype(np.float32), np.zeros(n * k, np.float32)
-  compile_run(R, ast, [C, A], threads=2)
+  compile_run(R, ast, [C, A], threads=2, opt=opt)
   x = A.reshape(n, k)
   e = np.exp2(x - x.max(1, keepdims=True))
   np.testing.assert_allclose(C.reshape(n, k), e / e.sum(1, keepdims=True), rtol=1e-5)
 
 
+@OPT
 @pytest.mark.parametrize("R", RENDERERS)
-def test_reduce_then_elementwise_and_multi_output(R):
+def test_reduce_then_elementwise_and_multi_output(R, opt):
   # out0[i] = sum_j a[i,j] * 2 ; out1[i] = max_j a[i,j] (same reduce range shared by two reduces)
   n, k = 4, 9
   c0, c1, a = P(0, n), P(1, n), P(2, n * k)
@@ -115,23 +123,24 @@ def test_reduce_then_elementwise_and_multi_output(R):
   ast = UOp.sink(c0.index(i).store(x.reduce(j) * 2.0), c1.index(i).store(x.reduce(j, arg=Ops.MAX)), arg=KernelInfo())
   A = rng.standard_normal(n * k).astype(np.float32)
   C0, C1 = np.zeros(n, np.float32), np.zeros(n, np.float32)
-  spec = compile_run(R, ast, [C0, C1, A])
+  spec = compile_run(R, ast, [C0, C1, A], opt=opt)
   np.testing.assert_allclose(C0, A.reshape(n, k).sum(1) * 2, rtol=1e-5)
   np.testing.assert_array_equal(C1, A.reshape(n, k).max(1))
   assert spec.outs == [0, 1] and spec.ins == [2]
   # the two reduces over the same range share one loop
-  assert sum(1 for u in spec.uops if u.op is Ops.RANGE) == 2
+  if not opt: assert sum(1 for u in spec.uops if u.op is Ops.RANGE) == 2
 
 
+@OPT
 @pytest.mark.parametrize("R", RENDERERS)
-def test_gated_load_pad(R):
+def test_gated_load_pad(R, opt):
   # out[i] = a[i-2] for 2 <= i < 10 else 0: a PAD of (2, 3) around 8 elements, reading out of bounds is masked
   c, a = P(0, 13), P(1, 8)
   i = UOp.range(13, 0)
   valid = (i >= 2) & (i < 10)
   ast = c.index(i).store(a.index(i - 2, valid).load() + 1.0).sink(arg=KernelInfo())
   A, C = rng.standard_normal(8).astype(np.float32), np.zeros(13, np.float32)
-  compile_run(R, ast, [C, A])
+  compile_run(R, ast, [C, A], opt=opt)
   np.testing.assert_array_equal(C, np.pad(A, (2, 3)) + np.float32(1))
 
 
@@ -170,8 +179,9 @@ def test_cast(R, src, dst):
   np.testing.assert_array_equal(C, ref)
 
 
+@OPT
 @pytest.mark.parametrize("R", RENDERERS)
-def test_symbolic_size(R):
+def test_symbolic_size(R, opt):
   n = UOp.variable("n", 1, 64)
   c, a = P(0, 64), P(1, 64)
   i = UOp.range(n, 0)
@@ -179,7 +189,7 @@ def test_symbolic_size(R):
   ast = c.index(i).store(a.index(j).load().reduce(j) + a.index(i).load()).sink(arg=KernelInfo())
   for nv in (5, 33):
     A, C = rng.standard_normal(64).astype(np.float32), np.zeros(64, np.float32)
-    spec = compile_run(R, ast, [C, A], vals=(nv,), threads=3)
+    spec = compile_run(R, ast, [C, A], vals=(nv,), threads=3, opt=opt)
     assert [v.arg[0] for v in spec.vars] == ["n"]
     np.testing.assert_allclose(C[:nv], A[:nv].sum() + A[:nv], rtol=1e-5)
     assert (C[nv:] == 0).all()
@@ -197,9 +207,10 @@ def test_two_vars_sorted_by_name(R):
   np.testing.assert_array_equal(C[:5], np.arange(5) * 3 + 5)
 
 
+@OPT
 @pytest.mark.parametrize("R", RENDERERS)
 @pytest.mark.parametrize("n", [1, 7, 64, 1000])
-def test_threads_same_result(R, n):
+def test_threads_same_result(R, n, opt):
   c, a = P(0, n), P(1, n * 3)
   i, j = UOp.range(n, 0), UOp.range(3, 1, AxisType.REDUCE)
   ast = c.index(i).store(a.index(i * 3 + j).load().reduce(j) * 0.5).sink(arg=KernelInfo())
@@ -207,8 +218,8 @@ def test_threads_same_result(R, n):
   outs = []
   for t in (1, 4):
     C = np.zeros(n, np.float32)
-    spec = compile_run(R, ast, [C, A], threads=t, threaded=True)
-    assert spec.global_size[0] == min(t, n)
+    spec = compile_run(R, ast, [C, A], threads=t, threaded=True, opt=opt)
+    assert spec.global_size[0] == min(t, n) or opt
     outs.append(C)
   np.testing.assert_array_equal(outs[0], outs[1])
   np.testing.assert_allclose(outs[0], A.reshape(n, 3).sum(1) * 0.5, rtol=1e-6)
@@ -291,8 +302,9 @@ def test_bool_buffers(R):
   np.testing.assert_array_equal(C, (A < 0) ^ B)
 
 
+@OPT
 @pytest.mark.parametrize("R", RENDERERS)
-def test_upcast_and_unroll(R):
+def test_upcast_and_unroll(R, opt):
   # matmul (4x8) @ (8x6): output column axis UPCAST by 2 (split), reduce axis UNROLL 4 inside a REDUCE of 2
   M, K, N = 4, 8, 6
   c, a, b = P(0, M * N), P(1, M * K), P(2, K * N)
@@ -303,8 +315,9 @@ def test_upcast_and_unroll(R):
     arg=KernelInfo())
   A, B = rng.standard_normal(M * K).astype(np.float32), rng.standard_normal(K * N).astype(np.float32)
   C = np.zeros(M * N, np.float32)
-  spec = compile_run(R, ast, [C, A, B], threads=2)
+  spec = compile_run(R, ast, [C, A, B], threads=2, opt=opt)
   np.testing.assert_allclose(C.reshape(M, N), A.reshape(M, K) @ B.reshape(K, N), rtol=1e-5, atol=1e-5)
   # both upcast lanes accumulate in one reduce loop: 2 accumulators, loops only for i, j0, k0
-  assert sum(1 for u in spec.uops if u.op is Ops.DEFINE_REG) == 2
-  assert sorted(u.arg[0] for u in spec.uops if u.op is Ops.RANGE) == [0, 1, 3]
+  if not opt:
+    assert sum(1 for u in spec.uops if u.op is Ops.DEFINE_REG) == 2
+    assert sorted(u.arg[0] for u in spec.uops if u.op is Ops.RANGE) == [0, 1, 3]

@@ -9,7 +9,7 @@ from typing import Any
 
 from tiny_uop.device import ProgramSpec, Renderer
 from tiny_uop.dtype import PtrDType
-from tiny_uop.helpers import DEBUG
+from tiny_uop.helpers import BEAM, DEBUG, NOOPT
 from tiny_uop.uop import KernelInfo, Ops, UOp
 
 from tiny_codegen.lower import lower
@@ -69,7 +69,8 @@ def to_program(ast: UOp, renderer: Renderer) -> UOp:
 
 
 def _renderer_key(r: Renderer) -> tuple:
-  return (type(r), r.arch, getattr(r, "threads", None), getattr(r, "thread_min_work", None))
+  """What makes the same AST compile differently on the same renderer object (its settings, optimizer flags)."""
+  return (type(r), r.arch, getattr(r, "threads", None), getattr(r, "thread_min_work", None), NOOPT.value, BEAM.value)
 
 
 @functools.lru_cache(maxsize=4096)

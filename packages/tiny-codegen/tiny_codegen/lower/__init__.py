@@ -80,12 +80,13 @@ STAGES: list[tuple[str, Callable[[UOp, Renderer, Dims], UOp]]] = [
 ]
 
 
-def lower(ast: UOp, renderer: Renderer) -> Lowered:
-  """Lower kernel AST `ast` (a SINK of STOREs) for `renderer`: returns the linear UOps and launch dims."""
+def lower(ast: UOp, renderer: Renderer, optimize: bool = True) -> Lowered:
+  """Lower kernel AST `ast` (a SINK of STOREs) for `renderer`: returns the linear UOps and launch dims.
+  `optimize=False` skips the optimizer hook (the AST's axis types are lowered as they are)."""
   if ast.op is not Ops.SINK: raise ValueError(f"lower needs a kernel SINK, got {ast.op}")
   from tiny_codegen.opt import optimize_kernel
   if DEBUG >= 5: print(f"kernel AST:\n{ast}")
-  sink = optimize_kernel(ast, renderer)
+  sink = optimize_kernel(ast, renderer) if optimize else ast
   dims = Dims()
   for name, fn in STAGES:
     sink = fn(sink, renderer, dims)
