@@ -125,7 +125,8 @@ def run_uops(uops: list[UOp], bufs: list[memoryview], vals: tuple[int, ...], glo
   if len(slots) != len(bufs):
     raise PythonExecError(f"program uses {len(slots)} buffers (slots {slots}), got {len(bufs)}")
   names = sorted({u.arg[0] for u in uops if u.op is Ops.DEFINE_VAR})  # values come in name order (ProgramSpec.vars)
-  if len(names) != len(vals): raise PythonExecError(f"program has {len(names)} variables {names}, got {len(vals)} values")
+  if len(names) != len(vals):
+    raise PythonExecError(f"program has {len(names)} variables {names}, got {len(vals)} values")
   dvars = [u for u in uops if u.op is Ops.DEFINE_VAR]
   byname = dict(zip(names, vals))
   mems: dict[UOp, Memory] = {}
