@@ -131,7 +131,7 @@ class Tensor(metaclass=_TensorMeta):
       if target == dtypes.bool: arr = arr != 0
       else:
         with np.errstate(all="ignore"): arr = arr.astype(npdt)
-    arr = np.ascontiguousarray(arr)
+    arr = arr if arr.flags.c_contiguous else arr.copy(order="C")  # (np.ascontiguousarray would make 0-d 1-d)
     buf = engine.buffer_from_bytes(dev, arr.size, target, arr.tobytes() if arr.size else None)
     return buf.reshape(arr.shape)
 
@@ -220,7 +220,7 @@ class Tensor(metaclass=_TensorMeta):
 
   def data(self) -> memoryview:
     """The data as a memoryview of the tensor's shape."""
-    return memoryview(np.ascontiguousarray(self.numpy()))
+    return memoryview(self.numpy().copy(order="C"))
 
   def item(self) -> Any:
     """The single element as a Python number."""
@@ -1268,7 +1268,9 @@ def _view_base(u: UOp) -> str | None:
 
 def _apply_becomes(becomes: dict[UOp, UOp]) -> None:
   for t in list(_all_tensors):
-    if (n := becomes.get(t.uop)) is not None: t.uop = n
+    if (n := becomes.get(t.uop)) is not None:
+      # a replacement must keep the shape (a 0-d tensor may come back as its 1-element BUFFER)
+      t.uop = n if n.shape == t.uop.shape else n.reshape(t.uop.shape)
 
 
 # the higher-level ops (conv2d, pooling, losses, ...) live in nnops as functions taking a Tensor first
