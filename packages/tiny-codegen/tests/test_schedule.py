@@ -139,9 +139,18 @@ def test_arange_and_eye_fold_into_consumer():
   sched = check([out1], {ab: av})
   assert n_kernels(sched) == 1
   np.testing.assert_allclose(ref.realized_value(sched, ref.run_schedule(sched, {ab: av}), out1), av + np.arange(6))
+  assert not any(u.op is Ops.REDUCE for u in sched.calls[0].src[0].toposort())  # the arange loop folded away
   sched = check([out2], {ab: av})
   assert n_kernels(sched) == 1
   np.testing.assert_allclose(ref.realized_value(sched, ref.run_schedule(sched, {ab: av}), out2), av * np.eye(6))
+
+
+@pytest.mark.parametrize("n", [1, 2, 5])
+def test_cumsum_of_padded_constant_folds(n):
+  ab, a, av = tensor(n + 3)
+  out = cumsum_last(fconst(3.0, (n,)).pad(((2, 1),))) * a
+  sched = check([out], {ab: av})
+  assert n_kernels(sched) == 1 and not any(u.op is Ops.REDUCE for u in sched.calls[0].src[0].toposort())
 
 
 @pytest.mark.parametrize("fn", [softmax, layernorm])

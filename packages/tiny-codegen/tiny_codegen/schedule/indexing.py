@@ -123,6 +123,39 @@ def reshape_index(idx: tuple[UOp, ...], new: tuple[sint, ...], old: tuple[sint, 
   return tuple(out)
 
 
+def _minus_range(e: UOp, r: UOp) -> UOp | None:
+  """x when e == r + x with x independent of r, else None."""
+  if e is r: return iconst(0)
+  if e.op is Ops.ADD:
+    a, b = e.src
+    if r not in b.toposort() and (x := _minus_range(a, r)) is not None: return iadd(x, b)
+    if r not in a.toposort() and (x := _minus_range(b, r)) is not None: return iadd(a, x)
+  return None
+
+
+def collapse_count(inner: UOp, r: UOp) -> UOp | None:
+  """sum over r in [0, n) of `cond.where(v, 0)` with v independent of r and cond a conjunction of `r + x < y` and
+  `y < r + x`: that is v * (number of r in the interval), computed without a loop. This folds the arange/cumsum-of-ones
+  pattern (tensors built from constants) into index arithmetic."""
+  conds, v = [], inner
+  while v.op is Ops.WHERE and _is_const(v.src[2], 0): conds.append(v.src[0]); v = v.src[1]  # noqa: E702
+  if not conds or r in v.toposort(): return None
+  lo, hi = iconst(0), r.src[0]
+  clauses, todo = [], conds
+  while todo:
+    c = todo.pop()
+    if c.op is Ops.AND: todo.extend(c.src)
+    else: clauses.append(c)
+  for c in clauses:
+    if c.op is not Ops.CMPLT: return None
+    a, b = c.src
+    if (x := _minus_range(a, r)) is not None and r not in b.toposort(): hi = hi.minimum(isub(b, x))  # r < b - x
+    elif (x := _minus_range(b, r)) is not None and r not in a.toposort(): lo = lo.maximum(iadd(isub(a, x), iconst(1)))
+    else: return None
+  count = simplify_index(isub(hi, lo).maximum(iconst(0)))
+  return count.cast(v.dtype) if _is_const(v, 1) else v * count.cast(v.dtype)
+
+
 class KernelBuilder:
   """Builds one kernel AST for one realized value.
 
@@ -235,6 +268,7 @@ class KernelBuilder:
       rngs.append(r)
     inner = self.build(src, tuple(new_idx), valid)
     if not rngs: return inner
+    if rop is Ops.ADD and len(rngs) == 1 and (folded := collapse_count(inner, rngs[0])) is not None: return folded
     self.has_reduce = True
     return inner.reduce(*rngs, arg=rop)
 
