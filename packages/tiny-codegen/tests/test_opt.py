@@ -1,0 +1,139 @@
+"""The kernel optimizer: opts keep results identical, illegal opts fail clearly, heuristics block matmuls."""
+from __future__ import annotations
+
+import itertools
+import random
+
+import numpy as np
+import pytest
+from tiny_uop import AxisType, KernelInfo, Ops, UOp, dtypes
+from tiny_uop.device import Buffer
+from tiny_uop.plugins import Device
+
+from tiny_codegen import get_program
+from tiny_codegen.opt import KernelOptError, Opt, OptOps, apply_opts, optimize_kernel
+
+
+def matmul_ast(M: int, N: int, K: int, opts: tuple | None = None) -> UOp:
+  c, a, b = (UOp(Ops.PARAM, dtypes.float.ptr(n), arg=i) for i, n in enumerate((M * N, M * K, K * N)))
+  i, j, k = UOp.range(M, 0), UOp.range(N, 1), UOp.range(K, 2, AxisType.REDUCE)
+  val = (a.index(i * K + k).load() * b.index(k * N + j).load()).reduce(k, arg=Ops.ADD)
+  return c.index(i * N + j).store(val).sink(arg=KernelInfo(opts_to_apply=opts))
+
+
+def run(ast: UOp, device: str, inputs: list[np.ndarray], out_size: int) -> np.ndarray:
+  dev = Device[device]
+  spec = get_program(ast, dev.renderer)
+  bufs = [Buffer(device, out_size, dtypes.float).allocate()] + \
+    [Buffer(device, x.size, dtypes.float, initial_value=x.tobytes()) for x in inputs]
+  prg = dev.get_program(spec.name, spec.lib)
+  prg(*[bufs[s]._buf for s in spec.globals], global_size=spec.global_size, local_size=spec.local_size, vals=(), wait=True)
+  return np.frombuffer(bufs[0].as_buffer(), dtype=np.float32)
+
+
+MM_OPTS = [
+  (),
+  (Opt(OptOps.UPCAST, 1, 4),),
+  (Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UPCAST, 0, 2)),
+  (Opt(OptOps.UNROLL, 0, 4),),
+  (Opt(OptOps.UNROLL, 0, 0),),
+  (Opt(OptOps.UPCAST, 0, 0), Opt(OptOps.UNROLL, 0, 2)),
+  (Opt(OptOps.PADTO, 0, 16),),
+]
+
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+@pytest.mark.parametrize("opts", MM_OPTS, ids=[str(i) for i in range(len(MM_OPTS))])
+def test_matmul_opts_keep_results(device: str, opts: tuple) -> None:
+  M, N, K = 12, 8, 8
+  rng = np.random.default_rng(0)
+  a, b = rng.standard_normal((M, K)).astype(np.float32), rng.standard_normal((K, N)).astype(np.float32)
+  out = run(matmul_ast(M, N, K, opts), device, [a, b], M * N).reshape(M, N)
+  np.testing.assert_allclose(out, a @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_random_legal_opts_fuzz() -> None:
+  """Random opt sequences that apply give the same numbers as numpy on the CPU."""
+  rnd = random.Random(1)
+  rng = np.random.default_rng(1)
+  ren = Device["CPU"].renderer
+  tried = 0
+  for _ in range(12):
+    M, N, K = rnd.choice([4, 8, 12, 16]), rnd.choice([4, 8, 16]), rnd.choice([2, 4, 8, 16])
+    opts: list[Opt] = []
+    for _ in range(rnd.randint(1, 3)):
+      cand = Opt(rnd.choice([OptOps.UPCAST, OptOps.UNROLL, OptOps.PADTO]), rnd.randint(0, 1), rnd.choice([0, 2, 4, 3]))
+      try: apply_opts(matmul_ast(M, N, K), ren, (*opts, cand))
+      except KernelOptError: continue
+      opts.append(cand)
+    a, b = rng.standard_normal((M, K)).astype(np.float32), rng.standard_normal((K, N)).astype(np.float32)
+    out = run(matmul_ast(M, N, K, tuple(opts)), "CPU", [a, b], M * N).reshape(M, N)
+    np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4, err_msg=f"opts {opts}")
+    tried += bool(opts)
+  assert tried >= 6
+
+
+@pytest.mark.parametrize("opt, msg", [
+  (Opt(OptOps.UPCAST, 0, 5), "not divisible by 5"),
+  (Opt(OptOps.UPCAST, 7, 2), "axis 7 doesn't exist"),
+  (Opt(OptOps.UNROLL, 0, 1), "amount must be an int > 1"),
+  (Opt(OptOps.LOCAL, 0, 2), "no local"),
+  (Opt(OptOps.GROUP, 0, 2), "no local"),
+  (Opt(OptOps.TC, 0, 0), "tensor cores"),
+  (Opt(OptOps.PADTO, 0, 4), "already a multiple"),
+])
+def test_illegal_opts_fail_clearly(opt: Opt, msg: str) -> None:
+  ast = matmul_ast(8, 8, 8)
+  with pytest.raises(KernelOptError, match=msg):
+    apply_opts(ast, Device["CPU"].renderer, (opt,))
+
+
+def test_unroll_needs_reduce_axis_and_upcast_limit() -> None:
+  ren = Device["CPU"].renderer
+  with pytest.raises(KernelOptError, match="axis 1 doesn't exist"):
+    apply_opts(matmul_ast(8, 8, 8), ren, (Opt(OptOps.UNROLL, 1, 2),))
+  with pytest.raises(KernelOptError, match="exceeds the limit of 256"):
+    apply_opts(matmul_ast(64, 64, 8), ren, (Opt(OptOps.UPCAST, 0, 0), Opt(OptOps.UPCAST, 0, 0)))
+
+
+def test_heuristics_register_block_matmul() -> None:
+  ast = optimize_kernel(matmul_ast(64, 64, 64), Device["CPU"].renderer)
+  applied = ast.arg.applied_opts
+  assert Opt(OptOps.UPCAST, 1, 8) in applied, applied  # the store-contiguous axis, vector wide
+  types = [u.arg[1] for u in ast.toposort() if u.op is Ops.RANGE]
+  assert types.count(AxisType.UPCAST) == 2 and AxisType.REDUCE in types
+
+
+def test_heuristics_unroll_plain_sum() -> None:
+  out, x = UOp(Ops.PARAM, dtypes.float.ptr(1), arg=0), UOp(Ops.PARAM, dtypes.float.ptr(4096), arg=1)
+  r = UOp.range(4096, 0, AxisType.REDUCE)
+  ast = out.index(UOp.const(dtypes.index, 0)).store(x.index(r).load().reduce(r, arg=Ops.ADD)).sink(arg=KernelInfo())
+  opt = optimize_kernel(ast, Device["CPU"].renderer)
+  assert opt.arg.applied_opts and opt.arg.applied_opts[0].op is OptOps.UNROLL
+  data = np.random.default_rng(2).standard_normal(4096).astype(np.float32)
+  got = run(ast, "CPU", [data], 1)[0]
+  assert abs(got - data.astype(np.float64).sum()) < 1e-2
+
+
+def test_opts_are_recorded_and_not_reapplied() -> None:
+  ren = Device["CPU"].renderer
+  once = apply_opts(matmul_ast(8, 8, 8), ren, (Opt(OptOps.UPCAST, 0, 2),))
+  assert once.arg.applied_opts == (Opt(OptOps.UPCAST, 0, 2),)
+  assert optimize_kernel(once, ren) is once
+
+
+_ = itertools
+
+
+def test_beam_search_finds_legal_opts_that_keep_results() -> None:
+  from tiny_codegen.opt.search import beam_search
+  from tiny_uop.helpers import Context
+  ren = Device["CPU"].renderer
+  ast = matmul_ast(16, 16, 4)
+  with Context(BEAM=0):
+    opts = beam_search(ast, ren, 2)
+  tuned = apply_opts(ast, ren, opts)  # raises if the search returned an illegal sequence
+  rng = np.random.default_rng(3)
+  a, b = rng.standard_normal((16, 4)).astype(np.float32), rng.standard_normal((4, 16)).astype(np.float32)
+  np.testing.assert_allclose(run(tuned, "CPU", [a, b], 256).reshape(16, 16), a @ b, rtol=1e-5, atol=1e-5)
+  assert beam_search(ast, ren, 2) == opts  # the second search is answered from the disk cache

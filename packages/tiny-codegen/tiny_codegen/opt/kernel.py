@@ -1,0 +1,210 @@
+"""Opts and their application: a kernel AST's loops split and re-marked, with validity checks.
+
+A kernel's *axes* are its RANGEs. Output axes (LOOP/GLOBAL/LOCAL/UPCAST/THREAD) and reduce axes
+(REDUCE/GROUP_REDUCE/UNROLL) are numbered separately, each in axis-id order:
+  UPCAST, LOCAL, PADTO, THREAD           `axis` counts output axes
+  UNROLL, GROUP, GROUPTOP                `axis` counts reduce axes
+An opt with `arg=amt` splits axis `r` (bound N) into `outer` (N/amt, keeps its type) and `inner` (amt, the new type):
+`r -> outer*amt + inner` (GROUPTOP puts the new range outside: `r -> inner*(N/amt) + outer`). `arg=0` means the
+whole axis. NOLOCALS forbids LOCAL afterwards. PADTO pads an axis up to a multiple of `arg` and masks the
+extra iterations.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum, auto
+from typing import Any
+
+from tiny_uop.device import Renderer
+from tiny_uop.dtype import dtypes
+from tiny_uop.uop import AxisType, KernelInfo, Ops, UOp
+
+
+class OptOps(Enum):
+  """The optimizations a kernel accepts."""
+  UPCAST = auto(); UNROLL = auto(); LOCAL = auto(); GROUP = auto(); GROUPTOP = auto()  # noqa: E702
+  NOLOCALS = auto(); PADTO = auto(); TC = auto(); THREAD = auto()  # noqa: E702
+
+  def __repr__(self) -> str: return f"OptOps.{self.name}"
+
+
+@dataclass(frozen=True, order=True)
+class Opt:
+  """One optimization: `op` on `axis` with `arg` (an amount; 0 = the whole axis)."""
+  op: OptOps
+  axis: int | None = None
+  arg: int | tuple | None = None
+
+  def __repr__(self) -> str: return f"Opt(op={self.op!r}, axis={self.axis}, arg={self.arg})"
+
+
+class KernelOptError(ValueError):
+  """An opt that can't apply to this kernel; the message says why and what would be valid."""
+
+
+OUTPUT_TYPES = (AxisType.LOOP, AxisType.GLOBAL, AxisType.LOCAL, AxisType.UPCAST, AxisType.THREAD)
+REDUCE_TYPES = (AxisType.REDUCE, AxisType.GROUP_REDUCE, AxisType.UNROLL)
+_SPLITTABLE_OUT = (AxisType.LOOP, AxisType.GLOBAL, AxisType.THREAD)
+_NEW_TYPE = {OptOps.UPCAST: AxisType.UPCAST, OptOps.UNROLL: AxisType.UNROLL, OptOps.LOCAL: AxisType.LOCAL,
+             OptOps.GROUP: AxisType.GROUP_REDUCE, OptOps.GROUPTOP: AxisType.GROUP_REDUCE, OptOps.THREAD: AxisType.THREAD}
+
+
+def _bound(r: UOp) -> int | None:
+  return int(r.src[0].arg) if r.src[0].op is Ops.CONST else None
+
+
+class Kernel:
+  """A kernel AST being optimized for one renderer: `apply_opt` returns nothing and updates `self.ast`."""
+
+  def __init__(self, ast: UOp, renderer: Renderer):
+    if ast.op is not Ops.SINK: raise KernelOptError(f"a kernel AST is a SINK, got {ast.op}")
+    self.ast, self.renderer = ast, renderer
+    self.applied_opts: list[Opt] = []
+    self.dont_use_locals = isinstance(ast.arg, KernelInfo) and ast.arg.dont_use_locals
+
+  # ***** the axes *****
+  @property
+  def rngs(self) -> list[UOp]:
+    return sorted({u: None for u in self.ast.toposort() if u.op is Ops.RANGE}, key=lambda r: r.arg[0])
+
+  @property
+  def output_axes(self) -> list[UOp]: return [r for r in self.rngs if r.arg[1] in OUTPUT_TYPES]
+
+  @property
+  def reduce_axes(self) -> list[UOp]: return [r for r in self.rngs if r.arg[1] in REDUCE_TYPES]
+
+  @property
+  def upcast_size(self) -> int:
+    n = 1
+    for r in self.rngs:
+      if r.arg[1] in (AxisType.UPCAST, AxisType.UNROLL): n *= _bound(r) or 1
+    return n
+
+  def loads(self) -> list[UOp]:
+    return [u for u in self.ast.toposort() if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and
+            u.src[0].src[0].op is Ops.PARAM]
+
+  def stores(self) -> list[UOp]: return [u for u in self.ast.toposort() if u.op is Ops.STORE]
+
+  def copy(self) -> Kernel:
+    k = Kernel(self.ast, self.renderer)
+    k.applied_opts = list(self.applied_opts)
+    k.dont_use_locals = self.dont_use_locals
+    return k
+
+  # ***** applying *****
+  def _axis(self, opt: Opt) -> UOp:
+    reduce_side = opt.op in (OptOps.UNROLL, OptOps.GROUP, OptOps.GROUPTOP)
+    axes = self.reduce_axes if reduce_side else self.output_axes
+    kind = "reduce" if reduce_side else "output"
+    if not isinstance(opt.axis, int) or not 0 <= opt.axis < len(axes):
+      raise KernelOptError(f"{opt}: axis {opt.axis} doesn't exist; this kernel has {len(axes)} {kind} axes "
+                           f"{[(r.arg[0], r.arg[1].name, _bound(r)) for r in axes]}")
+    return axes[opt.axis]
+
+  def apply_opt(self, opt: Opt) -> None:
+    """Apply `opt`, or raise KernelOptError (the kernel is unchanged then)."""
+    if opt.op is OptOps.NOLOCALS:
+      if any(r.arg[1] is AxisType.LOCAL for r in self.rngs): raise KernelOptError("NOLOCALS after LOCAL was applied")
+      self.dont_use_locals = True
+    elif opt.op is OptOps.TC:
+      raise KernelOptError(f"{opt}: renderer {type(self.renderer).__name__} has no tensor cores"
+                           if not self.renderer.tensor_cores else f"{opt}: tensor-core opts are not supported yet")
+    elif opt.op is OptOps.PADTO: self._padto(opt)
+    else: self._split(opt)
+    self.applied_opts.append(opt)
+
+  def _check(self, opt: Opt, r: UOp) -> int:
+    n = _bound(r)
+    if n is None: raise KernelOptError(f"{opt}: axis {opt.axis} has a symbolic bound {r.src[0].render()}; only constant "
+                                       "bounds split")
+    amt = opt.arg if opt.arg else n
+    if not isinstance(amt, int) or amt <= 1: raise KernelOptError(f"{opt}: amount must be an int > 1 (or 0 = whole), got {amt}")
+    if n % amt != 0: raise KernelOptError(f"{opt}: axis {opt.axis} of size {n} is not divisible by {amt}")
+    ren, t = self.renderer, r.arg[1]
+    if opt.op in (OptOps.UPCAST, OptOps.LOCAL, OptOps.THREAD) and t not in _SPLITTABLE_OUT:
+      raise KernelOptError(f"{opt}: axis {opt.axis} is already {t.name}; {opt.op.name} splits LOOP/GLOBAL axes")
+    if opt.op is OptOps.UNROLL and t is not AxisType.REDUCE:
+      raise KernelOptError(f"{opt}: axis {opt.axis} is {t.name}; UNROLL splits REDUCE axes")
+    if opt.op in (OptOps.LOCAL, OptOps.GROUP, OptOps.GROUPTOP):
+      if not ren.has_local or self.dont_use_locals:
+        raise KernelOptError(f"{opt}: {type(ren).__name__} has no local (workgroup) dims" if not ren.has_local else
+                             f"{opt}: NOLOCALS was applied")
+      if opt.op is not OptOps.LOCAL and not ren.has_shared:
+        raise KernelOptError(f"{opt}: {type(ren).__name__} has no shared memory for a grouped reduce")
+      if opt.op is not OptOps.LOCAL and t is not AxisType.REDUCE:
+        raise KernelOptError(f"{opt}: axis {opt.axis} is {t.name}; GROUP splits REDUCE axes")
+      local_total = amt
+      for x in self.rngs:
+        if x.arg[1] in (AxisType.LOCAL, AxisType.GROUP_REDUCE): local_total *= _bound(x) or 1
+      if ren.local_max is not None and local_total > max(ren.local_max):
+        raise KernelOptError(f"{opt}: {local_total} threads per workgroup exceeds the renderer's limit {max(ren.local_max)}")
+    if opt.op is OptOps.THREAD and not getattr(ren, "has_threads", False):
+      raise KernelOptError(f"{opt}: {type(ren).__name__} doesn't split kernels across CPU threads")
+    if opt.op in (OptOps.UPCAST, OptOps.UNROLL) and self.upcast_size * amt > 256:
+      raise KernelOptError(f"{opt}: upcasting to {self.upcast_size * amt} lanes exceeds the limit of 256")
+    return amt
+
+  def _split(self, opt: Opt) -> None:
+    r = self._axis(opt)
+    amt = self._check(opt, r)
+    n = _bound(r)
+    assert n is not None
+    new_id = max(x.arg[0] for x in self.rngs) + 1
+    new_type = _NEW_TYPE[opt.op]
+    inner = UOp.range(amt, new_id, new_type, r.dtype)
+    outer = UOp.range(n // amt, r.arg[0], r.arg[1], r.dtype) if n // amt > 1 else None
+    if opt.op is OptOps.GROUPTOP:
+      expr = inner * (n // amt) + outer if outer is not None else inner
+    else:
+      expr = outer * amt + inner if outer is not None else inner
+    new_rngs = (outer, inner) if outer is not None else (inner,)
+    self.ast = replace_range(self.ast, r, expr, new_rngs)
+
+  def _padto(self, opt: Opt) -> None:
+    r = self._axis(opt)
+    n = _bound(r)
+    if n is None: raise KernelOptError(f"{opt}: axis {opt.axis} has a symbolic bound")
+    amt = opt.arg
+    if not isinstance(amt, int) or amt <= 1: raise KernelOptError(f"{opt}: PADTO needs an int amount > 1, got {amt}")
+    padded = -(-n // amt) * amt
+    if padded == n: raise KernelOptError(f"{opt}: axis {opt.axis} of size {n} is already a multiple of {amt}")
+    if padded > 2 * n: raise KernelOptError(f"{opt}: padding {n} to {padded} more than doubles the work")
+    if any(red.op is Ops.REDUCE and red.arg is not Ops.ADD for red in self.ast.toposort() if r in red.ranges):
+      raise KernelOptError(f"{opt}: PADTO under a MUL/MAX reduce would change its result")
+    new_r = UOp.range(padded, r.arg[0], r.arg[1], r.dtype)
+    valid = new_r < n
+    subs: dict[UOp, UOp] = {}
+    for u in self.ast.toposort():  # every memory access through the padded range gets masked
+      if u.op is Ops.INDEX and r in u.ranges:
+        subs[u] = u.replace(src=(u.src[0], u.src[1], valid & u.src[2]) if len(u.src) > 2 else (*u.src, valid))
+    ast = self.ast.substitute(subs, name="padto_mask") if subs else self.ast
+    self.ast = replace_range(ast, r, new_r, (new_r,))
+
+  def get_optimized_ast(self) -> UOp:
+    """The AST with the opts applied, recorded in its KernelInfo."""
+    info = self.ast.arg if isinstance(self.ast.arg, KernelInfo) else KernelInfo()
+    return self.ast.replace(arg=KernelInfo(info.name, info.opts_to_apply, tuple(self.applied_opts), self.dont_use_locals))
+
+
+def replace_range(ast: UOp, r: UOp, expr: UOp, new_rngs: tuple[UOp, ...]) -> UOp:
+  """Replace range `r` by the expression `expr` everywhere, and by `new_rngs` in the range lists of REDUCEs."""
+  reds = {u: u.replace(src=(u.src[0], *[y for x in u.src[1:] for y in (new_rngs if x is r else (x,))]))
+          for u in ast.toposort() if u.op is Ops.REDUCE and r in u.src[1:]}
+  if reds: ast = ast.substitute(reds, name="split_reduce_ranges")
+  return ast.substitute({r: expr}, name="split_range")
+
+
+def stride_of(idx: UOp, r: UOp, rngs: list[UOp]) -> int | None:
+  """How much `idx` moves when `r` goes up by one (others at 0), or None when that isn't a constant."""
+  zero = {x: UOp.const(x.dtype, 0) for x in rngs}
+  try:
+    a = idx.substitute({**zero, r: UOp.const(r.dtype, 1)}).simplify()
+    b = idx.substitute(zero).simplify()
+  except Exception:  # noqa: BLE001 -- an index the simplifier can't fold just has no constant stride
+    return None
+  if a.op is Ops.CONST and b.op is Ops.CONST: return int(a.arg) - int(b.arg)
+  return None
+
+
+_ = (dtypes, Any)
