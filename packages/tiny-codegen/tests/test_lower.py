@@ -1,0 +1,179 @@
+"""The lowering pipeline's structure: linear order, loops, accumulators, threads, GPU dims, expander, names."""
+from __future__ import annotations
+
+import pytest
+from tiny_uop import Context, KernelInfo, Ops, UOp, dtypes
+from tiny_uop.device import Renderer
+from tiny_uop.uop import AxisType
+
+from tiny_codegen import get_program, to_program
+from tiny_codegen.lower import lower
+from tiny_codegen.lower.linearize import LinearizeError, linearize
+from tiny_codegen.program import ProgramInfo, kernel_name, spec_from_program
+from tiny_codegen.renderer.cstyle import ClangRenderer
+from tiny_codegen.renderer.llvmir import LLVMRenderer
+
+
+def P(slot: int, size: int, dt=dtypes.float) -> UOp: return UOp(Ops.PARAM, dt.ptr(size), arg=slot)
+
+
+def cpu(threads: int = 1, min_work: int = 0) -> LLVMRenderer:
+  r = LLVMRenderer()
+  r.threads, r.thread_min_work = threads, min_work
+  return r
+
+
+class FakeGPU(Renderer):
+  """A GPU-style renderer (has_local) that renders nothing: for testing the dims pass."""
+  device = "FAKEGPU"
+  has_local = True
+  global_max = (1 << 20, 1024, 1024)
+  local_max = (256, 256, 64)
+
+
+def check_linear(uops: list[UOp]) -> None:
+  """Sources come first; loops are balanced; every node sits inside the loops of all ranges it depends on."""
+  seen: set[UOp] = set()
+  open_loops: list[UOp] = []
+  for u in uops:
+    for s in u.src: assert s in seen or s.op is Ops.CONST, f"{u.op} before its source {s.op}"
+    if u.op is Ops.END:
+      assert open_loops and open_loops[-1] is u.src[-1], "END closes a loop that is not the innermost open one"
+      open_loops.pop()
+    elif u.op is Ops.RANGE: open_loops.append(u)
+    elif u.op is not Ops.SINK:
+      assert all(r in open_loops for r in u.ranges if r.op is Ops.RANGE), f"{u.op} outside one of its loops"
+    seen.add(u)
+  assert not open_loops and uops[-1].op is Ops.SINK
+
+
+def matvec(n: int = 4, k: int = 8) -> UOp:
+  c, a, b = P(0, n), P(1, n * k), P(2, k)
+  i, j = UOp.range(n, 0), UOp.range(k, 1, AxisType.REDUCE)
+  return c.index(i).store((a.index(i * k + j).load() * b.index(j).load()).reduce(j) + 1.0).sink(arg=KernelInfo())
+
+
+def test_linear_order_of_reduce_kernel():
+  uops = lower(matvec(), cpu(), optimize=False).uops
+  check_linear(uops)
+  ops = [u.op for u in uops]
+  assert ops.count(Ops.RANGE) == 2 and ops.count(Ops.END) == 2 and ops.count(Ops.DEFINE_REG) == 1
+  # accumulator init between the two loop openings, final read after the inner END
+  r0, r1 = [i for i, u in enumerate(uops) if u.op is Ops.RANGE]
+  e1 = next(i for i, u in enumerate(uops) if u.op is Ops.END)
+  stores = [i for i, u in enumerate(uops) if u.op is Ops.STORE]
+  assert r0 < stores[0] < r1 and stores[1] < e1 < stores[2]
+
+
+def test_loop_invariant_load_is_hoisted():
+  # b[i] only depends on the outer loop: it is loaded outside the reduce loop
+  c, a, b = P(0, 4), P(1, 32), P(2, 4)
+  i, j = UOp.range(4, 0), UOp.range(8, 1, AxisType.REDUCE)
+  ast = c.index(i).store((a.index(i * 8 + j).load() * b.index(i).load()).reduce(j)).sink(arg=KernelInfo())
+  uops = lower(ast, cpu(), optimize=False).uops
+  check_linear(uops)
+  ld_b = next(k for k, u in enumerate(uops) if u.op is Ops.LOAD and u.src[0].src[0] is b)
+  r1 = next(k for k, u in enumerate(uops) if u.op is Ops.RANGE and u.arg[1] is AxisType.REDUCE)
+  assert ld_b < r1
+
+
+def test_linearize_rejects_unclosed_and_double_closed_ranges():
+  c = P(0, 4)
+  i = UOp.range(4, 0)
+  st = c.index(i).store(UOp.const(dtypes.float, 1.0))
+  with pytest.raises(LinearizeError, match="never closed"): linearize(UOp.sink(st))
+  with pytest.raises(LinearizeError, match="two ENDs"):
+    linearize(UOp.sink(UOp(Ops.END, src=(st, i)), UOp(Ops.END, src=(UOp(Ops.GROUP, src=(st,)), i))))
+
+
+def test_threads_split_outer_loop():
+  ast = matvec(n=10)
+  low = lower(ast, cpu(threads=4), optimize=False)
+  check_linear(low.uops)
+  assert low.dims.global_size == (4, 1, 1)
+  sp = [u for u in low.uops if u.op is Ops.SPECIAL]
+  assert len(sp) == 1 and sp[0].arg == "core_id" and sp[0].src[0].arg == 4
+  assert lower(matvec(n=2), cpu(threads=4), optimize=False).dims.global_size == (2, 1, 1)
+  # too little work for threads: one thread, no core_id use
+  small = lower(ast, cpu(threads=4, min_work=1 << 20), optimize=False)
+  assert small.dims.global_size == (1, 1, 1) and not any(u.op is Ops.SPECIAL for u in small.uops)
+
+
+def test_gpu_dims_become_special():
+  low = lower(matvec(n=6), FakeGPU(), optimize=False)
+  check_linear(low.uops)
+  sp = [u for u in low.uops if u.op is Ops.SPECIAL]
+  assert [u.arg for u in sp] == ["gidx0"] and low.dims.global_size == (6, 1, 1)
+  assert [u.arg[1] for u in low.uops if u.op is Ops.RANGE] == [AxisType.REDUCE]
+  # GLOBAL and LOCAL axes from the optimizer: gidx0 is the innermost global axis
+  c = P(0, 64)
+  g0, g1, l0 = UOp.range(4, 0, AxisType.GLOBAL), UOp.range(2, 1, AxisType.GLOBAL), UOp.range(8, 2, AxisType.LOCAL)
+  ast = c.index(g0 * 16 + g1 * 8 + l0).store(UOp.const(dtypes.float, 2.0)).sink(arg=KernelInfo())
+  low = lower(ast, FakeGPU(), optimize=False)
+  assert low.dims.global_size == (2, 4, 1) and low.dims.local_size == (8, 1, 1)
+  assert sorted(u.arg for u in low.uops if u.op is Ops.SPECIAL) == ["gidx0", "gidx1", "lidx0"]
+  assert not any(u.op is Ops.RANGE for u in low.uops)
+
+
+def test_expander_upcast_store_and_unroll_reduce():
+  c, a = P(0, 8), P(1, 32)
+  i0, iu = UOp.range(2, 0), UOp.range(4, 1, AxisType.UPCAST)
+  ku = UOp.range(4, 2, AxisType.UNROLL)
+  i = i0 * 4 + iu
+  ast = c.index(i).store(a.index(i * 4 + ku).load().reduce(ku)).sink(arg=KernelInfo())
+  uops = lower(ast, cpu(), optimize=False).uops
+  check_linear(uops)
+  assert [u.arg[0] for u in uops if u.op is Ops.RANGE] == [0]  # only the plain loop is left
+  assert sum(u.op is Ops.STORE for u in uops) == 4 and sum(u.op is Ops.LOAD for u in uops) == 16
+  assert not any(u.op is Ops.DEFINE_REG for u in uops)  # a reduce over only UNROLL lanes needs no accumulator
+
+
+def test_bf16_lowered_through_float():
+  c, a = P(0, 4, dtypes.bfloat16), P(1, 4, dtypes.bfloat16)
+  i = UOp.range(4, 0)
+  ast = c.index(i).store(a.index(i).load() + a.index(i).load()).sink(arg=KernelInfo())
+  uops = lower(ast, cpu(), optimize=False).uops
+  assert not any(u.dtype.scalar() == dtypes.bfloat16 or getattr(u.dtype, "base", None) == dtypes.bfloat16 for u in uops)
+  assert any(u.op is Ops.ADD and u.dtype == dtypes.float32 for u in uops)
+
+
+def test_unsupported_reduce_op_names_valid_ones():
+  c, a = P(0, 1), P(1, 4)
+  j = UOp.range(4, 0, AxisType.REDUCE)
+  ast = c.index(UOp.const(dtypes.index, 0)).store(a.index(j).load().reduce(j, arg=Ops.SUB)).sink(arg=KernelInfo())
+  with pytest.raises(ValueError, match="valid: ADD, MUL, MAX"): lower(ast, cpu(), optimize=False)
+
+
+def test_kernel_names():
+  assert kernel_name(matvec(4, 8)) == "r_4_8"
+  c = P(0, 12)
+  i = UOp.range(12, 0)
+  e1 = c.index(i).store(UOp.const(dtypes.float, 1.0)).sink(arg=KernelInfo())
+  e2 = c.index(i).store(UOp.const(dtypes.float, 2.0)).sink(arg=KernelInfo())
+  n1, n2 = kernel_name(e1), kernel_name(e2)
+  assert n1.startswith("E_12") and n2.startswith("E_12") and n1 != n2 and kernel_name(e1) == n1
+  assert kernel_name(e1.replace(arg=KernelInfo("my kernel!"))) == "my_kernel_"
+
+
+def test_to_program_and_spec():
+  ast = matvec(4, 8)
+  r = cpu(threads=2)
+  with Context(NOOPT=1): prg = to_program(ast, r)
+  assert prg.op is Ops.PROGRAM and [s.op for s in prg.src] == [Ops.SINK, Ops.DEVICE, Ops.LINEAR, Ops.SOURCE, Ops.BINARY]
+  assert prg.src[0] is ast and prg.src[1].arg == "CPU" and isinstance(prg.arg, ProgramInfo)
+  spec = spec_from_program(prg)
+  assert spec.name == prg.arg.name and spec.src == prg.src[3].arg and spec.lib == prg.src[4].arg
+  assert spec.lib[:4] == b"\x7fELF" and spec.globals == [0, 1, 2] and spec.outs == [0] and spec.ins == [1, 2]
+  assert spec.global_size == (2, 1, 1) and spec.uops is not None and spec.uops[-1].op is Ops.SINK
+  with Context(NOOPT=1): assert get_program(ast, r).src == spec.src  # cached
+
+
+def test_debug_prints_source(capsys):
+  c = P(0, 5)
+  i = UOp.range(5, 0)
+  ast = c.index(i).store(i.cast(dtypes.float) * 3.0).sink(arg=KernelInfo("debug_me"))
+  with Context(DEBUG=4, NOOPT=1): get_program(ast, ClangRenderer())
+  assert "void debug_me(float* restrict data0, int core_id)" in capsys.readouterr().out
+  with Context(DEBUG=6, NOOPT=1): lower(ast, ClangRenderer())
+  out = capsys.readouterr().out
+  assert "after expander" in out and "after reduce" in out and "RANGE" in out
