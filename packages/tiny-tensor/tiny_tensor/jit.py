@@ -1,0 +1,465 @@
+"""TinyJit: capture the kernels a function runs once, then replay them with new inputs and no Python scheduling.
+
+>>> from tiny_tensor import Tensor, TinyJit
+>>> @TinyJit
+... def step(x: Tensor) -> Tensor: return (x * 2 + 1).realize()
+>>> for i in range(4): out = step(Tensor([float(i)] * 3))  # call 1 runs, call 2 captures, calls 3+ replay
+>>> out.tolist()
+[7.0, 7.0, 7.0]
+
+How it works (ARCHITECTURE.md §5.7):
+- call 1 runs the function eagerly (kernels compile, lazily created weights realize);
+- call 2 runs it again while recording every CALL the engine executes: for a kernel its loaded program, the device
+  buffers in argument order, launch sizes and symbolic variable names; for a COPY the two buffers; for a SLICE of an
+  input the view it made. Buffers are recorded as objects, so intermediates stay allocated for the replays;
+- later calls check that the inputs look the same (shape, dtype, device, which arguments are Tensors), swap the new
+  inputs' device buffers into the recorded argument lists, and call the programs in order.
+
+The engine has no capture hook yet, so capture wraps the engine's three CALL runners (`engine._run_kernel`,
+`engine._run_copy`, `engine._run_slice`, looked up as module globals by `engine.run_schedule`) for the duration of
+call 2 and restores them afterwards (`_EngineCapture`). A hook `engine.capture: list[Callable]` called by those three
+runners with what they ran would replace the wrapping.
+
+What is detected (JitError), because a replay could not reproduce it:
+- an input Tensor's shape, dtype or device, or the set/names of Tensor arguments, differ from the capture;
+- a plain Python argument (int, float, bool, str, None, or tuples of them) differs from the capture: its value was
+  baked into the kernels (use a Tensor or a bound `Variable` instead); a numpy array argument is refused outright;
+- the function reads tensor data into Python while capturing (`.numpy()`, `.item()`, `.tolist()`): the value read
+  would be stale on replay;
+- the return value holds something other than Tensors (in tuples, lists, dicts) or None: it would be stale;
+- a returned Tensor is (a view of) an input: the replay could not return the new input;
+- the same buffer is passed as two inputs; the function ran no kernel at all; a TinyJit is called inside another's
+  capture.
+Not detected: other Python side effects (appending to a list, printing, mutating globals) run only on calls 1-2.
+
+`JIT=0` (`Context(JIT=0)`) runs the function eagerly on every call. `jit.reset()` forgets the capture. A captured
+jit pickles: its programs travel as binaries and its buffers (weights included) with their contents.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Generic, TypeVar
+
+from tiny_uop.device import Buffer
+from tiny_uop.helpers import DEBUG, JIT
+from tiny_uop.uop import Ops, UOp
+
+from tiny_tensor import engine
+from tiny_tensor.engine import GlobalCounters
+
+__all__ = ["TinyJit", "JitError", "CapturedJit"]
+
+ReturnType = TypeVar("ReturnType")
+_SIMPLE = (int, float, bool, str, type(None), bytes)
+_capturing: list[Any] = []
+
+
+class JitError(Exception):
+  """A TinyJit call that can't be captured or replayed faithfully (the message says what changed and how to fix it)."""
+
+
+# ***** what a capture records *****
+# a buffer reference is a `Buffer` (static: the same memory on every replay) or an int (dynamic slot: the i-th input,
+# or a view made from one during the capture, re-made on every replay)
+BufRef = Any
+
+
+def _resolve_dim(d: Any, var_vals: dict[str, int]) -> int:
+  return d if isinstance(d, int) else int(d.sym_infer(var_vals))
+
+
+class _KernelCall:
+  """One kernel launch: program, argument list (static opaque handles + dynamic slots to patch), sizes, variables."""
+  __slots__ = ("prg", "name", "device", "refs", "args", "dyn", "global_size", "local_size", "vars", "ops", "mem",
+               "static_launch")
+
+  def __init__(self, prg: Any, name: str, device: str, refs: list[BufRef], global_size: Any, local_size: Any,
+               var_names: list[str], bound: dict[str, int], ops: int, mem: int):
+    self.prg, self.name, self.device, self.refs = prg, name, device, refs
+    self.global_size, self.local_size = tuple(global_size) if global_size is not None else (1, 1, 1), \
+      (tuple(local_size) if local_size is not None else None)
+    # (name, value at capture): a variable not passed to the jit keeps its capture-time value
+    self.vars = tuple((n, bound[n]) for n in var_names)
+    self.ops, self.mem = ops, mem
+    self.static_launch = all(isinstance(d, int) for d in self.global_size + (self.local_size or ()))
+    self.args = [r._buf if isinstance(r, Buffer) else None for r in refs]
+    self.dyn = tuple((i, r) for i, r in enumerate(refs) if not isinstance(r, Buffer))
+
+  def run(self, dyn: list[Buffer], var_vals: dict[str, int]) -> None:
+    args = self.args
+    if self.dyn:
+      args = args.copy()
+      for i, slot in self.dyn: args[i] = dyn[slot]._buf
+    vals = tuple(var_vals.get(n, v) for n, v in self.vars) if self.vars else ()
+    if self.static_launch: gs, ls = self.global_size, self.local_size
+    else:
+      vv = {**dict(self.vars), **var_vals}
+      gs = tuple(_resolve_dim(d, vv) for d in self.global_size)
+      ls = tuple(_resolve_dim(d, vv) for d in self.local_size) if self.local_size is not None else None
+    self.prg(*args, global_size=gs, local_size=ls, vals=vals, wait=False)
+
+
+class _CopyCall:
+  """A COPY between buffers (e.g. an input moved to another device)."""
+  __slots__ = ("dst", "src")
+
+  def __init__(self, dst: BufRef, src: BufRef): self.dst, self.src = dst, src
+
+  def run(self, dyn: list[Buffer], var_vals: dict[str, int]) -> None:
+    dst = self.dst if isinstance(self.dst, Buffer) else dyn[self.dst]
+    src = self.src if isinstance(self.src, Buffer) else dyn[self.src]
+    if dst.nbytes: dst.ensure_allocated().copyin(src.as_buffer())
+
+
+class _SliceCall:
+  """A zero-copy view of a dynamic buffer, re-made on every replay into dynamic slot `out`."""
+  __slots__ = ("out", "src", "size", "dtype", "offset")
+
+  def __init__(self, out: int, src: int, size: int, dtype: Any, offset: int):
+    self.out, self.src, self.size, self.dtype, self.offset = out, src, size, dtype, offset
+
+  def run(self, dyn: list[Buffer], var_vals: dict[str, int]) -> None:
+    v = dyn[self.src].view(self.size, self.dtype, self.offset)
+    if len(dyn) <= self.out: dyn.extend([None] * (self.out + 1 - len(dyn)))  # type: ignore[list-item]
+    dyn[self.out] = v
+
+
+def _buffer_of(u: UOp) -> Buffer | None:
+  bv = engine.buffer_view(u)
+  return engine.get_buffer(bv[0]) if bv is not None else None
+
+
+class _EngineCapture:
+  """Wraps the engine's CALL runners while a function is captured, recording what they run (see the module doc)."""
+
+  def __init__(self, inputs: list[Buffer], var_vals: dict[str, int]):
+    self.slots: dict[int, int] = {id(b): i for i, b in enumerate(inputs)}
+    self.dyn_bufs: list[Buffer] = list(inputs)
+    self.calls: list[Any] = []
+    self.var_vals = var_vals
+    self.host_reads_ok = 0
+
+  def ref(self, b: Buffer) -> BufRef:
+    s = self.slots.get(id(b))
+    return s if s is not None else b
+
+  def _kernel(self, ast: UOp, bufs: tuple[UOp, ...], var_vals: dict[str, int]) -> None:
+    self.orig_kernel(ast, bufs, var_vals)
+    device = engine._buffer_device(bufs[0])
+    spec, prg = engine._get_runner(ast, device)
+    buffers = [engine.get_buffer(b) for b in bufs]
+    slots = spec.globals if spec.globals else list(range(len(buffers)))
+    ordered = [buffers[i] for i in slots]
+    names = [v.arg[0] for v in spec.vars]
+    bound = {**var_vals, **self.var_vals}
+    mem = engine._est(spec, "mem") or sum(b.nbytes for b in buffers)
+    self.calls.append(_KernelCall(prg, spec.name, device, [self.ref(b) for b in ordered], spec.global_size,
+                                  spec.local_size, names, {n: bound[n] for n in names}, engine._est(spec, "ops"), mem))
+
+  def _copy(self, bufs: tuple[UOp, ...]) -> None:
+    self.host_reads_ok += 1
+    try: self.orig_copy(bufs)
+    finally: self.host_reads_ok -= 1
+    dst, src = engine.get_buffer(bufs[0]), engine.get_buffer(bufs[1])
+    if isinstance(self.ref(dst), int):
+      raise JitError("the captured function copies into one of its inputs; assign to a non-input tensor instead")
+    self.calls.append(_CopyCall(dst, self.ref(src)))
+
+  def _slice(self, bufs: tuple[UOp, ...], offset: int) -> None:
+    self.orig_slice(bufs, offset)
+    src = engine.get_buffer(bufs[1])
+    if isinstance(s := self.ref(src), int):
+      view = engine.get_buffer(bufs[0])
+      out = self.slots[id(view)] = len(self.dyn_bufs)
+      self.dyn_bufs.append(view)
+      self.calls.append(_SliceCall(out, s, view.size, view.dtype, offset))
+
+  def _guard_read(self, orig: Callable) -> Callable:
+    cap = self
+
+    @functools.wraps(orig)
+    def guarded(self_buf: Buffer, *args: Any, **kwargs: Any) -> Any:
+      if cap.host_reads_ok == 0:
+        raise JitError("the function reads tensor data into Python (.numpy()/.item()/.tolist()) while TinyJit captures "
+                       f"it ({self_buf!r}); that value would be stale on replay: return the Tensor instead, or run "
+                       "this function without TinyJit")
+      return orig(self_buf, *args, **kwargs)
+    return guarded
+
+  def __enter__(self) -> _EngineCapture:
+    self.orig_kernel, self.orig_copy, self.orig_slice = engine._run_kernel, engine._run_copy, engine._run_slice
+    self.orig_as_buffer, self.orig_copyout = Buffer.as_buffer, Buffer.copyout
+    engine._run_kernel, engine._run_copy, engine._run_slice = self._kernel, self._copy, self._slice  # type: ignore
+    Buffer.as_buffer, Buffer.copyout = self._guard_read(Buffer.as_buffer), self._guard_read(Buffer.copyout)  # type: ignore
+    return self
+
+  def __exit__(self, *exc: Any) -> None:
+    engine._run_kernel, engine._run_copy, engine._run_slice = self.orig_kernel, self.orig_copy, self.orig_slice  # type: ignore
+    Buffer.as_buffer, Buffer.copyout = self.orig_as_buffer, self.orig_copyout  # type: ignore
+
+
+# ***** inputs *****
+def _tensor_cls() -> type:
+  from tiny_tensor.tensor import Tensor
+  return Tensor
+
+
+def _leaves(x: Any) -> list[Any]:
+  """Tensors found in the arguments, shallowly inside tuples/lists/dicts (not recursively: models aren't searched)."""
+  if isinstance(x, (tuple, list)): return list(x)
+  if isinstance(x, dict): return list(x.values())
+  return []
+
+
+def _unbind_shape(shape: tuple, var_vals: dict[str, int]) -> tuple:
+  out = []
+  for d in shape:
+    if isinstance(d, UOp):
+      binds = [u for u in d.toposort() if u.op is Ops.BIND]
+      for b in binds:
+        v, val = b.unbind()
+        var_vals[v.arg[0]] = val
+      d = d.substitute({b: b.src[0] for b in binds}) if binds else d
+    out.append(d)
+  return tuple(out)
+
+
+def _prepare(args: tuple, kwargs: dict) -> tuple[list[Buffer], list, list, dict[str, int], list]:
+  """(input buffers, names, per-input (shape, dtype, device), variable values, plain-Python argument values)."""
+  Tensor = _tensor_cls()
+  named: list[tuple[Any, Any]] = list(enumerate(args)) + sorted(kwargs.items())
+  tensors, names, plain, var_vals = [], [], [], {}
+  for name, a in named:
+    if isinstance(a, Tensor): tensors.append(a); names.append(name)
+    elif isinstance(a, UOp):
+      if a.op is not Ops.BIND:
+        raise JitError(f"TinyJit argument {name!r} is an unbound UOp {a}; pass a bound Variable (Variable(...).bind(n))")
+      v, val = a.unbind()
+      var_vals[v.arg[0]] = val
+      names.append((name, "var", v.arg[0]))
+    elif isinstance(a, _SIMPLE) or (isinstance(a, tuple) and all(isinstance(y, _SIMPLE) for y in a)):
+      plain.append((name, a))
+    elif type(a).__module__ == "numpy" and type(a).__name__ == "ndarray":
+      raise JitError(f"TinyJit argument {name!r} is a numpy array: its values would be baked into the captured kernels; "
+                     "pass a Tensor instead")
+  for name, a in named:
+    for t in _leaves(a):
+      if isinstance(t, Tensor) and not any(t is y for y in tensors): tensors.append(t); names.append((name, "item"))
+  if (unrealized := [t for t in tensors if _buffer_of(t.uop) is None]): Tensor.realize(*unrealized)
+  bufs: list[Buffer] = []
+  info = []
+  for t in tensors:
+    b = _buffer_of(t.uop)
+    if b is None: b = _buffer_of(t.contiguous().realize().uop)  # a view the engine keeps lazy: read a copy
+    if b is None: raise JitError(f"TinyJit input {t} could not be realized into a buffer")
+    bufs.append(b.ensure_allocated())
+    info.append((_unbind_shape(t.shape, var_vals), t.dtype, t.device))
+  if len({id(b.base) if b._base is None else (id(b.base), b.offset) for b in bufs}) != len(bufs):
+    raise JitError("the same tensor buffer is passed to TinyJit twice; pass it once (or .clone() one of them)")
+  return bufs, names, info, var_vals, plain
+
+
+def _ret_tensors(ret: Any) -> list[Any]:
+  Tensor = _tensor_cls()
+  out: list[Any] = []
+  todo = [ret]
+  while todo:
+    x = todo.pop()
+    if isinstance(x, Tensor): out.append(x)
+    elif isinstance(x, (tuple, list)): todo.extend(x)
+    elif isinstance(x, dict): todo.extend(x.values())
+  return out
+
+
+def _check_ret(ret: Any, path: str = "return value") -> None:
+  Tensor = _tensor_cls()
+  if ret is None or isinstance(ret, Tensor): return
+  if isinstance(ret, (tuple, list)):
+    for i, x in enumerate(ret): _check_ret(x, f"{path}[{i}]")
+    return
+  if isinstance(ret, dict):
+    for k, x in ret.items(): _check_ret(x, f"{path}[{k!r}]")
+    return
+  raise JitError(f"TinyJit function's {path} is a {type(ret).__name__} ({ret!r:.60}), not a Tensor: a replay runs no "
+                 "Python, so it would be stale; return a Tensor (and call .item() outside the jitted function)")
+
+
+def _describe_change(names: list, info: list, new_names: list, new_info: list) -> str:
+  if names != new_names:
+    return f"the Tensor/Variable arguments changed: captured {names}, now {new_names}"
+  for n, (a, b) in zip(names, zip(info, new_info)):
+    if a != b:
+      what = "shape" if a[0] != b[0] else "dtype" if a[1] != b[1] else "device"
+      i = {"shape": 0, "dtype": 1, "device": 2}[what]
+      return f"input {n!r} changed {what}: captured {a[i]}, now {b[i]}"
+  return "inputs changed"
+
+
+# ***** the captured graph *****
+class CapturedJit(Generic[ReturnType]):
+  """The replayable result of a capture: the calls, the return value (Tensors the replays overwrite), input checks."""
+
+  def __init__(self, calls: list[Any], ret: Any, names: list, info: list, plain: list, n_inputs: int):
+    self.calls, self.ret, self.names, self.info, self.plain, self.n_inputs = calls, ret, names, info, plain, n_inputs
+    self.kernel_count = sum(isinstance(c, _KernelCall) for c in calls)
+    self.ops = sum(c.ops for c in calls if isinstance(c, _KernelCall))
+    self.mem = sum(c.mem for c in calls if isinstance(c, _KernelCall))
+
+  def __call__(self, inputs: list[Buffer], var_vals: dict[str, int]) -> ReturnType:
+    dyn = list(inputs)
+    if DEBUG >= 2:
+      for c in self.calls:
+        c.run(dyn, var_vals)
+        if isinstance(c, _KernelCall): print(f"*** JIT {c.device:8s} {c.name}")
+    else:
+      for c in self.calls: c.run(dyn, var_vals)
+    GlobalCounters.kernel_count += self.kernel_count
+    GlobalCounters.global_ops += self.ops
+    GlobalCounters.global_mem += self.mem
+    return self.ret
+
+  # pickling: programs as (device, name, lib), buffers with their contents, returned Tensors as buffer references
+  def __getstate__(self) -> dict:
+    Tensor = _tensor_cls()
+    table: dict[int, int] = {}
+    bufs: list[tuple] = []
+
+    def bref(r: BufRef) -> tuple:
+      if not isinstance(r, Buffer): return ("dyn", r)
+      if id(r) not in table:
+        base = bref(r._base)[1] if r._base is not None else None
+        data = bytes(r.as_buffer()) if base is None and r.is_allocated else None
+        table[id(r)] = len(bufs)
+        bufs.append((r.device, r.size, r.dtype, r.offset, base, data))
+      return ("buf", table[id(r)])
+
+    def calls_state(c: Any) -> tuple:
+      if isinstance(c, _KernelCall):
+        return ("kernel", c.device, c.name, c.prg.lib, [bref(r) for r in c.refs], c.global_size, c.local_size,
+                c.vars, c.ops, c.mem)
+      if isinstance(c, _CopyCall): return ("copy", bref(c.dst), bref(c.src))
+      return ("slice", c.out, c.src, c.size, c.dtype, c.offset)
+
+    def ret_state(x: Any) -> Any:
+      if isinstance(x, Tensor):
+        b = _buffer_of(x.uop)
+        return ("tensor", bref(b), tuple(x.shape))
+      if isinstance(x, (tuple, list)): return (type(x).__name__, [ret_state(y) for y in x])
+      if isinstance(x, dict): return ("dict", {k: ret_state(y) for k, y in x.items()})
+      return ("value", x)
+
+    calls = [calls_state(c) for c in self.calls]
+    ret = ret_state(self.ret)
+    return {"bufs": bufs, "calls": calls, "ret": ret, "names": self.names, "info": self.info, "plain": self.plain,
+            "n_inputs": self.n_inputs}
+
+  def __setstate__(self, st: dict) -> None:
+    from tiny_uop.plugins import Device
+    Tensor = _tensor_cls()
+    bufs: list[Buffer] = []
+    for device, size, dtype, offset, base, data in st["bufs"]:
+      if base is not None: b = bufs[base].view(size, dtype, offset - bufs[base].offset)
+      else:
+        b = Buffer(device, size, dtype).ensure_allocated()
+        if data is not None and size: b.copyin(memoryview(bytearray(data)))
+      bufs.append(b)
+    for b in bufs: b.ensure_allocated()
+
+    def r(x: tuple) -> BufRef: return bufs[x[1]] if x[0] == "buf" else x[1]
+    calls: list[Any] = []
+    for c in st["calls"]:
+      if c[0] == "kernel":
+        _, device, name, lib, refs, gs, ls, vars_, ops, mem = c
+        prg = Device[device].get_program(name, lib)
+        calls.append(_KernelCall(prg, name, device, [r(x) for x in refs], gs, ls, [n for n, _ in vars_], dict(vars_),
+                                 ops, mem))
+      elif c[0] == "copy": calls.append(_CopyCall(r(c[1]), r(c[2])))
+      else: calls.append(_SliceCall(*c[1:]))
+
+    def ret_load(x: Any) -> Any:
+      kind, v = x[0], x[1]
+      if kind == "tensor": return _tensor_from_buffer(Tensor, r(v), x[2])
+      if kind in ("tuple", "list"): return (tuple if kind == "tuple" else list)(ret_load(y) for y in v)
+      if kind == "dict": return {k: ret_load(y) for k, y in v.items()}
+      return v
+    self.__init__(calls, ret_load(st["ret"]), st["names"], st["info"], st["plain"], st["n_inputs"])  # type: ignore[misc]
+
+
+def _tensor_from_buffer(Tensor: type, buf: Buffer, shape: tuple) -> Any:
+  """A Tensor backed by an existing `Buffer` (registers it in the engine's BUFFER-UOp registry)."""
+  u = UOp.new_buffer(buf.device, buf.size, buf.dtype)
+  engine._buffers[u] = buf
+  return Tensor(u.reshape(shape) if tuple(shape) != (buf.size,) else u)
+
+
+class TinyJit(Generic[ReturnType]):
+  """Compile a function of Tensors once and replay its kernels afterwards (see the module documentation).
+
+  Use as a decorator (`@TinyJit`) or call `TinyJit(fxn)`; methods work too (`__get__`). Call 1 runs eagerly, call 2
+  captures, calls 3+ replay. The returned Tensors are the same objects on every replay, overwritten in place.
+  """
+
+  def __init__(self, fxn: Callable[..., ReturnType] | None = None, captured: CapturedJit | None = None):
+    if fxn is None and captured is None: raise TypeError("TinyJit needs a function (or a CapturedJit)")
+    self.fxn, self.captured = fxn, captured
+    self.cnt = 0 if captured is None else 2
+    if fxn is not None: functools.update_wrapper(self, fxn)  # type: ignore[arg-type]
+
+  def reset(self) -> None:
+    """Forget the capture: the next call runs eagerly again, the one after captures."""
+    if self.fxn is None: raise JitError("this TinyJit was unpickled without its function; it can't be reset")
+    self.cnt, self.captured = 0, None
+
+  def __reduce__(self) -> Any:
+    if self.captured is None: raise JitError("can't pickle a TinyJit before it captured (call it twice first)")
+    return (TinyJit, (None, self.captured))
+
+  def __get__(self, obj: Any, objtype: Any = None) -> Any:
+    return self if obj is None else functools.partial(self.__call__, obj)
+
+  def _eager(self, args: tuple, kwargs: dict) -> ReturnType:
+    if self.fxn is None: raise JitError("this TinyJit has no function to run eagerly (it was unpickled)")
+    ret = self.fxn(*args, **kwargs)
+    if (ts := [t for t in _ret_tensors(ret)]): _tensor_cls().realize(*ts)
+    return ret
+
+  def __call__(self, *args: Any, **kwargs: Any) -> ReturnType:
+    inputs, names, info, var_vals, plain = _prepare(args, kwargs)
+    if not JIT.value or self.cnt == 0:
+      ret = self._eager(args, kwargs)
+    elif self.cnt == 1:
+      ret = self._capture(args, kwargs, inputs, names, info, var_vals, plain)
+    else:
+      cj = self.captured
+      assert cj is not None
+      if names != cj.names or info != cj.info:
+        raise JitError(f"TinyJit: {_describe_change(cj.names, cj.info, names, info)}; the captured kernels only fit the "
+                       "captured inputs (call .reset() to capture again, or use a bound Variable for a varying size)")
+      if plain != cj.plain:
+        bad = [(a, b) for a, b in zip(cj.plain, plain) if a != b] or [(cj.plain, plain)]
+        raise JitError(f"TinyJit: non-Tensor argument changed: captured {bad[0][0]}, now {bad[0][1]}; its value was "
+                       "baked into the captured kernels (pass it as a Tensor or a bound Variable, or call .reset())")
+      ret = cj(inputs, var_vals)
+    self.cnt += 1
+    return ret
+
+  def _capture(self, args: tuple, kwargs: dict, inputs: list[Buffer], names: list, info: list,
+               var_vals: dict[str, int], plain: list) -> ReturnType:
+    if self.fxn is None: raise JitError("this TinyJit has no function to capture")
+    if _capturing: raise JitError("a TinyJit was called while another TinyJit captures; nested jits are not supported")
+    _capturing.append(self)
+    try:
+      with _EngineCapture(inputs, var_vals) as cap:
+        ret = self._eager(args, kwargs)
+    finally: _capturing.clear()
+    _check_ret(ret)
+    for t in _ret_tensors(ret):
+      b = _buffer_of(t.uop)
+      if b is not None and id(b) in cap.slots:
+        raise JitError("the TinyJit function returns one of its inputs (or a view of one); a replay can't return the "
+                       "new input: return a computed tensor (e.g. x.clone()) or don't return it")
+    if not any(isinstance(c, _KernelCall) for c in cap.calls):
+      raise JitError("TinyJit captured no kernel: the function must compute (and realize or return) Tensors")
+    self.captured = CapturedJit(cap.calls, ret, names, info, plain, len(inputs))
+    if DEBUG >= 1: print(f"JIT captured {self.captured.kernel_count} kernels with {len(inputs)} inputs")
+    return ret
