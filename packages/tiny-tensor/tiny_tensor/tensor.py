@@ -245,7 +245,7 @@ class Tensor(metaclass=_TensorMeta):
 
   def clone(self) -> Tensor:
     """A copy in its own buffer."""
-    return self.contiguous()
+    return Tensor.empty(self.shape, dtype=self.dtype, device=self.device, requires_grad=self.requires_grad).assign(self)
 
   def assign(self, x: Any) -> Tensor:
     """Write `x` into this tensor (in place for a realized tensor: an ASSIGN into its buffer)."""
@@ -1114,8 +1114,8 @@ class Tensor(metaclass=_TensorMeta):
     consumed = sum(1 for i in norm if i is not None and i is not Ellipsis)
     if consumed > self.ndim: raise IndexError(f"too many indices ({consumed}) for tensor of dimension {self.ndim}")
     fill = [slice(None)] * (self.ndim - consumed)
-    if Ellipsis in norm:
-      e = norm.index(Ellipsis)
+    if any(i is Ellipsis for i in norm):
+      e = next(j for j, i in enumerate(norm) if i is Ellipsis)
       norm = norm[:e] + fill + norm[e + 1:]
     else: norm = norm + fill
     shrink, flips, strides, mid_shape, out_shape, tensors = [], [], [], [], [], []
