@@ -1,0 +1,141 @@
+"""CPU device: elementwise `a+b` and `a.sum()` on 16M float32, and the launch overhead of a cached tiny kernel.
+
+Kernels are kernel ASTs (docs/PIPELINE.md §3) compiled by tiny-codegen and launched through the device API
+(`Device["CPU"].get_program(...)(*bufs, global_size=...)`), side by side with numpy (and tinygrad when installed).
+`a.sum()` is two kernels, as a scheduler splits a big reduce: per-row partial sums over (rows, n/rows), then the sum
+of the partials. `python bench/bench_cpu.py` prints the table; `run()` returns it for bench/run.py.
+"""
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+N = 16 * 1024 * 1024
+REPS = 7
+
+
+def best_ms(fn: Callable[[], Any], reps: int = REPS) -> float:
+  """Best wall time of `reps` calls, in ms (after one warm-up call)."""
+  fn()
+  times = []
+  for _ in range(reps):
+    st = time.perf_counter()
+    fn()
+    times.append(time.perf_counter() - st)
+  return min(times) * 1e3
+
+
+# ***** tiny: kernel ASTs through codegen and the CPU device *****
+def _asts(n: int, rows: int) -> dict[str, Any]:
+  from tiny_uop.dtype import dtypes
+  from tiny_uop.uop import AxisType, KernelInfo, Ops, UOp
+  f32 = dtypes.float32
+  out, a, b = (UOp(Ops.PARAM, f32.ptr(n), arg=i) for i in range(3))
+  r = UOp.range(n, 0)
+  add = UOp.sink(out.index(r).store(a.index(r).load() + b.index(r).load()), arg=KernelInfo("bench_add"))
+  cols = n // rows
+  part, src = UOp(Ops.PARAM, f32.ptr(rows), arg=0), UOp(Ops.PARAM, f32.ptr(n), arg=1)
+  r0, r1 = UOp.range(rows, 0), UOp.range(cols, 1, AxisType.REDUCE)
+  partial = UOp.sink(part.index(r0).store(src.index(r0 * cols + r1).load().reduce(r1, arg=Ops.ADD)),
+                     arg=KernelInfo("bench_sum_partial"))
+  total, parts = UOp(Ops.PARAM, f32.ptr(1), arg=0), UOp(Ops.PARAM, f32.ptr(rows), arg=1)
+  r2 = UOp.range(rows, 0, AxisType.REDUCE)
+  final = UOp.sink(total.index(UOp.const(dtypes.index, 0)).store(parts.index(r2).load().reduce(r2, arg=Ops.ADD)),
+                   arg=KernelInfo("bench_sum_final"))
+  one, x = UOp(Ops.PARAM, f32.ptr(1), arg=0), UOp(Ops.PARAM, f32.ptr(1), arg=1)
+  z = UOp.const(dtypes.index, 0)
+  tiny_kernel = UOp.sink(one.index(z).store(x.index(z).load() + 1.0), arg=KernelInfo("bench_tiny"))
+  return {"add": add, "partial": partial, "final": final, "tiny": tiny_kernel}
+
+
+class TinyCPU:
+  """The benchmark kernels compiled for one CPU renderer, with their buffers."""
+
+  def __init__(self, renderer_name: str, a: np.ndarray, b: np.ndarray, rows: int = 1024):
+    from tiny_codegen import get_program
+    from tiny_uop.device import Buffer
+    from tiny_uop.dtype import dtypes
+    from tiny_uop.helpers import Context
+    from tiny_uop.plugins import Device
+    self.dev = Device["CPU"]
+    with Context(DEV=f"CPU:{renderer_name}"): renderer = self.dev.renderer
+    n = a.size
+    self.specs = {k: get_program(ast, renderer) for k, ast in _asts(n, rows).items()}
+    self.prgs = {k: self.dev.get_program(s.name, s.lib) for k, s in self.specs.items()}
+    f32 = dtypes.float32
+    self.a, self.b = (Buffer("CPU", n, f32).copyin(memoryview(x)) for x in (a, b))
+    self.out, self.parts, self.total = Buffer("CPU", n, f32), Buffer("CPU", rows, f32), Buffer("CPU", 1, f32)
+    self.one, self.x = Buffer("CPU", 1, f32), Buffer("CPU", 1, f32).copyin(memoryview(np.ones(1, np.float32)))
+
+  def launch(self, key: str, *bufs: Any) -> None:
+    spec = self.specs[key]
+    self.prgs[key](*[bufs[g]._buf for g in spec.globals], global_size=spec.global_size, local_size=spec.local_size)
+
+  def add(self) -> None: self.launch("add", self.out, self.a, self.b)
+
+  def sum(self) -> None:
+    self.launch("partial", self.parts, self.a)
+    self.launch("final", self.total, self.parts)
+
+  def tiny(self) -> None: self.launch("tiny", self.one, self.x)
+
+
+def launch_overhead_us(fn: Callable[[], None], n: int = 20000) -> float:
+  """Median per-call time of `fn` in µs over batches of calls."""
+  for _ in range(1000): fn()
+  batches = []
+  for _ in range(5):
+    st = time.perf_counter()
+    for _ in range(n // 5): fn()
+    batches.append((time.perf_counter() - st) / (n // 5) * 1e6)
+  return statistics.median(batches)
+
+
+# ***** tinygrad, when installed *****
+def _tinygrad(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
+  try:
+    from tinygrad import Tensor  # type: ignore[import-not-found]
+  except ImportError: return {}
+  ta, tb = Tensor(a).realize(), Tensor(b).realize()
+  return {"add": best_ms(lambda: (ta + tb).realize()), "sum": best_ms(lambda: ta.sum().realize())}
+
+
+def run() -> dict[str, dict[str, Any]]:
+  """Cases: add and sum (ms, lower is better) and launch overhead (µs), per implementation."""
+  rng = np.random.default_rng(0)
+  a, b = rng.random(N, dtype=np.float32), rng.random(N, dtype=np.float32)
+  out_np = np.empty_like(a)
+  res: dict[str, dict[str, Any]] = {
+    "a+b 16M float32": {"unit": "ms", "better": "lower", "target": "<= faster of numpy/tinygrad"},
+    "a.sum() 16M float32": {"unit": "ms", "better": "lower", "target": "<= faster of numpy/tinygrad"},
+    "launch overhead, cached tiny kernel": {"unit": "us", "better": "lower", "target": "<= 20 us"},
+  }
+  for rname, label in (("LLVM", "tiny"), ("CLANG", "tiny_clang")):
+    try: t = TinyCPU(rname, a, b)
+    except Exception as e:  # noqa: BLE001 -- e.g. no clang: report the others
+      print(f"tiny CPU:{rname} unavailable: {type(e).__name__}: {e}", file=sys.stderr)
+      continue
+    t.add()
+    assert np.array_equal(t.out.numpy(), a + b), f"CPU:{rname} a+b is wrong"
+    t.sum()
+    got, want = float(t.total.numpy()[0]), float(a.astype(np.float64).sum())
+    assert abs(got - want) <= 1e-4 * abs(want), f"CPU:{rname} sum {got} vs {want}"
+    res["a+b 16M float32"][label] = best_ms(t.add)
+    res["a.sum() 16M float32"][label] = best_ms(t.sum)
+    res["launch overhead, cached tiny kernel"][label] = launch_overhead_us(t.tiny)
+  res["a+b 16M float32"]["numpy"] = best_ms(lambda: np.add(a, b, out=out_np))
+  res["a.sum() 16M float32"]["numpy"] = best_ms(lambda: a.sum())
+  for case, v in _tinygrad(a, b).items():
+    res["a+b 16M float32" if case == "add" else "a.sum() 16M float32"]["tinygrad"] = v
+  return res
+
+
+if __name__ == "__main__":
+  for case, row in run().items():
+    unit = row.get("unit", "")
+    cells = "  ".join(f"{k}={v:.3g}{unit}" for k, v in row.items() if isinstance(v, float))
+    print(f"{case:40s} {cells}   [target: {row.get('target', '')}]")
