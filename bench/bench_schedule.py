@@ -19,7 +19,8 @@ def resnet18_step(Tensor: Any, batch: int = 2, size: int = 64, classes: int = 10
   params: list[Any] = []
 
   def p(*shape: int) -> Any:
-    t = Tensor(rng.standard_normal(shape).astype(np.float32) * 0.05, requires_grad=True)
+    t = Tensor(rng.standard_normal(shape).astype(np.float32) * 0.05)
+    if hasattr(t, "requires_grad_"): t.requires_grad_()  # tinygrad 0.14 has no flag: backward reaches every param
     params.append(t)
     return t
 
@@ -77,13 +78,14 @@ def _time_tinygrad() -> dict[str, float] | None:
     return None
   out: dict[str, float] = {}
   loss, grads = resnet18_step(Tensor)
+  schedule = getattr(Tensor, "schedule_linear", None) or Tensor.schedule
   t0 = time.perf_counter()
-  sched = Tensor.schedule(loss, *grads)
+  sched = schedule(loss, *grads)
   out["first"] = time.perf_counter() - t0
-  out["kernels"] = float(len(sched))
+  out["kernels"] = float(len(sched.src) if hasattr(sched, "src") else len(sched))
   loss2, grads2 = resnet18_step(Tensor)
   t0 = time.perf_counter()
-  Tensor.schedule(loss2, *grads2)
+  schedule(loss2, *grads2)
   out["cached"] = time.perf_counter() - t0
   return out
 
