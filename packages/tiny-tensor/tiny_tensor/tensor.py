@@ -346,18 +346,33 @@ class Tensor(metaclass=_TensorMeta):
     Tensor._seed, Tensor._rng_counter = int(seed), 0
 
   @staticmethod
+  def _threefry2x32(x0: Tensor, x1: Tensor, k0: int, k1: int) -> tuple[Tensor, Tensor]:
+    """threefry2x32-20 (Random123) of the uint32 counter words (x0, x1) under key (k0, k1), from uint32 ALU ops.
+
+    Bit-exact with `tiny_uop.alu.threefry2x32` (the reference semantics of Ops.THREEFRY). TODO: emit Ops.THREEFRY
+    instead once every renderer decomposes it; this form only needs 32-bit add/xor/shift.
+    """
+    ks = (k0, k1, k0 ^ k1 ^ 0x1BD11BDA)
+    x0, x1 = x0 + k0, x1 + k1
+    for i in range(5):
+      for r in ((13, 15, 26, 6), (17, 29, 16, 24))[i % 2]:
+        x0 = x0 + x1
+        x1 = ((x1 << r) | (x1 >> (32 - r))) ^ x0
+      x0 = x0 + ks[(i + 1) % 3]
+      x1 = x1 + ((ks[(i + 2) % 3] + i + 1) & 0xffffffff)
+    return x0, x1
+
+  @staticmethod
   def _random_bits(num: int, device: str) -> Tensor:
-    """`num` random uint32 words: threefry2x32 of (counter, counter + n/2) under the key (seed, 0)."""
+    """`num` random uint32 words: threefry2x32 of counters (c, c + n/2) under the key (seed low, seed high)."""
     half = ceildiv(num, 2)
     base = Tensor._rng_counter
     Tensor._rng_counter += num
-    counts0 = Tensor(np.arange(base, base + half, dtype=np.uint64) & 0xffffffff, device=device, dtype=dtypes.uint32)
-    counts1 = Tensor((np.arange(base, base + half, dtype=np.uint64) + half) & 0xffffffff, device=device,
-                     dtype=dtypes.uint32)
-    x = (counts1.cast(dtypes.uint64) << 32) | counts0.cast(dtypes.uint64)
-    key = Tensor(Tensor._seed & 0xffffffff, device=device, dtype=dtypes.uint64)._broadcast_to(x.shape)
-    r = x._wrap(x.uop.alu(Ops.THREEFRY, key.uop))
-    lo, hi = (r & 0xffffffff).cast(dtypes.uint32), ((r >> 32) & 0xffffffff).cast(dtypes.uint32)
+    cnt = (np.arange(base, base + half, dtype=np.uint64) & 0xffffffff).astype(np.uint32)
+    counts0 = Tensor(cnt, device=device, dtype=dtypes.uint32)
+    counts1 = Tensor(cnt + np.uint32(half), device=device, dtype=dtypes.uint32)
+    seed = Tensor._seed & 0xffffffffffffffff
+    lo, hi = Tensor._threefry2x32(counts0, counts1, seed & 0xffffffff, seed >> 32)
     return lo.cat(hi)[:num]
 
   @staticmethod
