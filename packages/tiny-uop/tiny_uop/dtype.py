@@ -4,6 +4,7 @@ The promotion lattice follows tinygrad's: `least_upper_dtype(a, b)` is the small
 """
 from __future__ import annotations
 
+import builtins  # class dtypes shadows bool and int
 import functools
 import math
 import struct
@@ -75,7 +76,7 @@ class PtrDType(DType):
   size: int = -1
 
   @staticmethod
-  def new(base: DType, size: int = -1, addrspace: AddrSpace = AddrSpace.GLOBAL, v: int = 1) -> PtrDType:
+  def new(base: DType, size: int = -1, addrspace: AddrSpace = AddrSpace.GLOBAL, v: int = 1) -> PtrDType:  # type: ignore[override]
     """The one PtrDType for these fields (interned however the arguments are spelled)."""
     return _new_ptr(base, size, AddrSpace(addrspace), v)
 
@@ -84,7 +85,7 @@ class PtrDType(DType):
   @property
   def vcount(self) -> int: return self.v
 
-  def vec(self, sz: int) -> DType:
+  def vec(self, sz: int) -> DType:  # type: ignore[override]
     if self.v != 1 and sz != 1: raise ValueError(f"can't vectorize pointer {self} to {sz}")
     return self if sz == 1 else PtrDType.new(self.base, self.size, self.addrspace, sz)
 
@@ -172,18 +173,18 @@ class dtypes:
   all: tuple[DType, ...] = ()
 
   @staticmethod
-  def imageh(shp: tuple[int, ...]) -> ImageDType: return ImageDType.new_image(dtypes.float16, shp)
+  def imageh(shp: tuple[builtins.int, ...]) -> ImageDType: return ImageDType.new_image(dtypes.float16, shp)
   @staticmethod
-  def imagef(shp: tuple[int, ...]) -> ImageDType: return ImageDType.new_image(dtypes.float32, shp)
+  def imagef(shp: tuple[builtins.int, ...]) -> ImageDType: return ImageDType.new_image(dtypes.float32, shp)
 
   @staticmethod
-  def is_float(x: DType) -> bool: return x.scalar() in dtypes.floats or isinstance(x, ImageDType)
+  def is_float(x: DType) -> builtins.bool: return x.scalar() in dtypes.floats or isinstance(x, ImageDType)
   @staticmethod
-  def is_int(x: DType) -> bool: return x.scalar() in dtypes.ints
+  def is_int(x: DType) -> builtins.bool: return x.scalar() in dtypes.ints
   @staticmethod
-  def is_unsigned(x: DType) -> bool: return x.scalar() in dtypes.uints
+  def is_unsigned(x: DType) -> builtins.bool: return x.scalar() in dtypes.uints
   @staticmethod
-  def is_bool(x: DType) -> bool: return x.scalar() == dtypes.bool
+  def is_bool(x: DType) -> builtins.bool: return x.scalar() == dtypes.bool
 
   @staticmethod
   def from_py(x: Any) -> DType:
@@ -229,7 +230,7 @@ class dtypes:
     return math.inf if dtypes.is_float(dtype) else True
 
   @staticmethod
-  def finfo(dtype: DType) -> tuple[int, int]:
+  def finfo(dtype: DType) -> tuple[builtins.int, builtins.int]:
     """(exponent bits, mantissa bits) of a float type; a ValueError (as in tinygrad) for any other dtype."""
     if not dtypes.is_float(dtype) or isinstance(dtype, ImageDType):
       raise ValueError(f"{dtype} is not a floating point type; finfo is for {', '.join(map(repr, dtypes.floats))}")

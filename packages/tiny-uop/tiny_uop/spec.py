@@ -365,7 +365,7 @@ def _decide(u: UOp, pm: PatternMatcher) -> tuple[Any, Callable | None]:
 
 def verify(u: UOp, pm: PatternMatcher) -> Result | None:
   """`pm`'s verdict on one node: True (fine), False or a reason (bad), None (no rule: the op isn't allowed)."""
-  return pm.rewrite(u)
+  return pm.rewrite(u)  # type: ignore[return-value]  # a spec's rules return verdicts, not UOps
 
 
 def _where(fn: Callable) -> str:
@@ -385,8 +385,8 @@ def type_verify(uops: list[UOp] | UOp, spec: PatternMatcher, stage: str | None =
   A list must also be in dependency order: each node's sources appear before it.
   """
   name = stage or spec.name or "spec"
-  linear = isinstance(uops, (list, tuple))
-  nodes = list(uops) if linear else list(uops.toposort())
+  linear = not isinstance(uops, UOp)
+  nodes: list[UOp] = list(uops.toposort()) if isinstance(uops, UOp) else list(uops)
   seen: set[UOp] = set()
   for i, u in enumerate(nodes):
     if linear:
