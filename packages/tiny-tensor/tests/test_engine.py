@@ -1,0 +1,95 @@
+"""The engine: realize, kernel counts, program cache, becomes, buffer registry, GlobalCounters and DEBUG output."""
+import gc
+
+import numpy as np
+
+from tiny_tensor import Context, GlobalCounters, Tensor, dtypes, engine
+from tiny_uop import Ops
+
+
+def test_realize_is_lazy_until_asked():
+  a = Tensor([1.0, 2.0, 3.0])
+  b = (a + 1) * 2
+  assert b.uop.op is Ops.MUL and not engine.is_realized(b.uop)
+  GlobalCounters.reset()
+  b.realize()
+  assert engine.is_realized(b.uop) and GlobalCounters.kernel_count == 1
+  assert b.tolist() == [4.0, 6.0, 8.0] and GlobalCounters.kernel_count == 1  # already realized: no new kernel
+
+
+def test_elementwise_chain_fuses_into_one_kernel():
+  a, b = Tensor(np.ones((16, 16), np.float32)), Tensor(np.ones((16, 16), np.float32))
+  GlobalCounters.reset()
+  ((a + b) * 3 - a).exp().realize()
+  assert GlobalCounters.kernel_count == 1
+  assert GlobalCounters.global_mem > 0 and GlobalCounters.time_sum_s > 0
+
+
+def test_constants_fold_into_consumer():
+  a = Tensor(np.arange(6, dtype=np.float32).reshape(2, 3))
+  GlobalCounters.reset()
+  out = (a + Tensor.arange(3).float() + Tensor.ones(2, 3)).realize()
+  assert GlobalCounters.kernel_count == 1
+  assert out.tolist() == [[1.0, 3.0, 5.0], [4.0, 6.0, 8.0]]
+
+
+def test_realize_many_and_becomes_applies_to_every_live_tensor():
+  a = Tensor([1.0, 2.0])
+  x, y = a + 1, a * 3
+  x2 = Tensor(x.uop)  # a second tensor on the same graph node
+  Tensor.realize(x, y)
+  assert engine.is_realized(x.uop) and engine.is_realized(y.uop) and x2.uop is x.uop
+  assert x2.tolist() == [2.0, 3.0] and y.tolist() == [3.0, 6.0]
+
+
+def test_program_cache_reused():
+  a = Tensor(np.ones((8, 8), np.float32))
+  (a + 1).realize()
+  n = len(engine._program_cache)
+  (a + 1).realize()
+  (Tensor(np.zeros((8, 8), np.float32)) + 1).realize()
+  assert len(engine._program_cache) == n
+
+
+def test_buffers_freed_when_tensors_die():
+  gc.collect()
+  before = GlobalCounters.mem_used
+  t = Tensor(np.ones(1 << 16, np.float32))
+  assert GlobalCounters.mem_used == before + (1 << 18)
+  buf = engine.buffer_view(t.uop)[0]
+  assert engine.get_buffer(buf).numpy().sum() == 1 << 16
+  del t, buf
+  gc.collect()
+  assert GlobalCounters.mem_used == before
+
+
+def test_assign_writes_into_the_same_buffer():
+  t = Tensor(np.zeros(4, np.float32))
+  buf = engine.buffer_view(t.uop)[0]
+  t.assign(t + 2).realize()
+  assert engine.buffer_view(t.uop)[0] is buf and engine.get_buffer(buf).numpy().tolist() == [2.0] * 4
+  t[1:3] = 5.0
+  assert engine.get_buffer(buf).numpy().tolist() == [2.0, 5.0, 5.0, 2.0]
+
+
+def test_debug2_prints_a_line_per_kernel(capsys):
+  a = Tensor(np.ones(32, np.float32))
+  with Context(DEBUG=2): (a * 2 + 7).realize()
+  lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("***")]
+  assert len(lines) == 1 and "GFLOPS" in lines[0] and "us" in lines[0]
+
+
+def test_global_counters_reset():
+  (Tensor([1.0]) + 1).realize()
+  GlobalCounters.reset()
+  assert (GlobalCounters.kernel_count, GlobalCounters.global_ops, GlobalCounters.global_mem, GlobalCounters.time_sum_s) \
+    == (0, 0, 0, 0.0)
+
+
+def test_reduce_then_elementwise_and_dtypes_end_to_end():
+  x = np.random.default_rng(0).standard_normal((32, 17)).astype(np.float32)
+  t = Tensor(x)
+  out = (t - t.mean(1, keepdim=True)) / (t.std(1, keepdim=True) + 1e-5)
+  ref = (x - x.mean(1, keepdims=True)) / (x.std(1, ddof=1, keepdims=True) + 1e-5)
+  np.testing.assert_allclose(out.numpy(), ref, atol=1e-5)
+  assert Tensor(x).cast(dtypes.half).sum().dtype == dtypes.half
