@@ -1,0 +1,52 @@
+"""Tensor eager overhead: `(a + 1).realize()` on a 64x64 float32 tensor, with the kernel already compiled and cached.
+
+This measures everything around the kernel: building the graph, scheduling (cached by structure), the program cache,
+buffer allocation and the launch. Side by side with torch (`a + 1`) and tinygrad (`(a + 1).realize()`) when they are
+importable. Target: <= 300 us for tiny. `python bench/bench_tensor.py` prints the table; `run()` returns it.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+REPS = 200
+
+
+def per_call_us(fn: Callable[[], Any], reps: int = REPS) -> float:
+  """Median-of-5 of the mean time per call over `reps` calls, in microseconds (after warm-up)."""
+  for _ in range(10): fn()
+  means = []
+  for _ in range(5):
+    st = time.perf_counter()
+    for _ in range(reps): fn()
+    means.append((time.perf_counter() - st) / reps)
+  return sorted(means)[2] * 1e6
+
+
+def run() -> dict[str, dict[str, Any]]:
+  x = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
+  row: dict[str, Any] = {"unit": "us", "target": "tiny <= 300 us", "better": "lower"}
+  from tiny_tensor import Tensor
+  a = Tensor(x)
+  row["tiny"] = per_call_us(lambda: (a + 1).realize())
+  try:
+    import torch
+    ta = torch.from_numpy(x)
+    row["torch"] = per_call_us(lambda: ta + 1)
+  except ImportError: pass
+  try:
+    import tinygrad  # type: ignore[import-not-found]
+    ga = tinygrad.Tensor(x).realize()
+    row["tinygrad"] = per_call_us(lambda: (ga + 1).realize())
+  except ImportError: pass
+  row["numpy"] = per_call_us(lambda: x + 1)
+  return {"(a+1).realize() 64x64, cached": row}
+
+
+if __name__ == "__main__":
+  for case, r in run().items():
+    print(case, "  ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()))
+  sys.exit(0)
