@@ -1,0 +1,194 @@
+"""Optimizers: SGD (momentum, nesterov, weight decay), Adam, AdamW, LAMB, LARS, and OptimizerGroup.
+
+`step()` builds every parameter's update (and the optimizer state's) lazily and realizes them together in one
+`Tensor.realize(...)`, so the scheduler fuses each parameter's update chain into a few kernels.
+
+>>> from tiny_tensor import Tensor, nn
+>>> w = Tensor([1.0, 2.0], requires_grad=True)
+>>> opt = nn.optim.SGD([w], lr=0.1)
+>>> with Tensor.train():
+...   (w * w).sum().backward(); opt.step()
+>>> w.tolist()  # w - 0.1 * 2w  # doctest: +ELLIPSIS
+[0.8..., 1.6...]
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tiny_uop.dtype import dtypes, to_numpy
+
+from tiny_tensor import engine
+from tiny_tensor.tensor import Tensor
+
+__all__ = ["Optimizer", "OptimizerGroup", "SGD", "LARS", "Adam", "AdamW", "LAMB"]
+
+
+def _dedup(ts: list[Tensor]) -> list[Tensor]:
+  seen: set[int] = set()
+  return [t for t in ts if not (id(t) in seen or seen.add(id(t)))]  # type: ignore[func-returns-value]
+
+
+def _state(t: Tensor, device: str, fill: float = 0.0) -> Tensor:
+  """A realized float32 buffer shaped like `t`, filled with `fill` (copied in: no kernel)."""
+  return Tensor(np.full(tuple(int(s) for s in t.shape), fill, dtype=np.float32), device=device, requires_grad=False)
+
+
+def _realize_params(ts: list[Tensor]) -> None:
+  """Make every parameter a realized buffer so `assign` updates it in place (lazy constants like zeros() aren't)."""
+  todo = [t for t in ts if not engine.is_realized(t.uop)]
+  for t in todo: t.uop = t.contiguous().uop
+  if todo: Tensor.realize(*todo)
+
+
+class Optimizer:
+  """Base class: `params` with `requires_grad` not False are trained (None becomes True); those with False are
+  buffers (e.g. BatchNorm running statistics) that `step` realizes along with the updates."""
+
+  def __init__(self, params: list[Tensor], lr: float, device: str | None = None):
+    if lr < 0: raise ValueError(f"invalid learning rate {lr}: must be >= 0")
+    for x in params:
+      if x.requires_grad is None: x.requires_grad = True
+    self.params: list[Tensor] = _dedup([x for x in params if x.requires_grad])
+    if not self.params: raise ValueError("the optimizer got no parameter to train (every tensor has requires_grad=False)")
+    self.buffers: list[Tensor] = _dedup([x for x in params if not x.requires_grad])
+    self.device = device or self.params[0].device
+    _realize_params(self.params + self.buffers)
+    # the learning rate is a tensor (float32 at least), so changing it (opt.lr.assign(...)) doesn't recompile
+    self.lr = Tensor(np.array([lr], dtype=np.float32), device=self.device, requires_grad=False)
+
+  def zero_grad(self) -> None:
+    """Drop every parameter's gradient (`backward` then starts from zero)."""
+    for p in self.params: p.grad = None
+
+  def step(self) -> None:
+    """One optimization step: update every parameter from its `.grad`, realized together."""
+    Tensor.realize(*self.schedule_step())
+
+  def schedule_step(self) -> list[Tensor]:
+    """The tensors to realize for one step (assigns to the parameters, the optimizer state and the buffers)."""
+    if not Tensor.training:
+      raise RuntimeError("the optimizer steps only in training mode: wrap the step in `with Tensor.train():` "
+                         "(or set Tensor.training = True)")
+    missing = [i for i, p in enumerate(self.params) if p.grad is None]
+    if missing: raise RuntimeError(f"parameters {missing[:8]} have no .grad: call loss.backward() before step()")
+    updates, extra = self._step(self.params, [p.grad for p in self.params])  # type: ignore[misc]
+    for p, up in zip(self.params, updates): p.assign(p.detach() - up)
+    return extra + self.params + self.buffers
+
+  def _step(self, params: list[Tensor], grads: list[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
+    raise NotImplementedError(f"{type(self).__name__} must implement _step")
+
+
+class OptimizerGroup(Optimizer):
+  """Several optimizers stepped as one (their updates realize together). `group[i]` is the i-th optimizer."""
+
+  def __init__(self, *optimizers: Optimizer):  # pylint: disable=super-init-not-called
+    self.optimizers = optimizers
+    self.params = [p for o in optimizers for p in o.params]
+    self.buffers = [b for o in optimizers for b in o.buffers]
+
+  def __getitem__(self, i: int) -> Optimizer: return self.optimizers[i]
+  def zero_grad(self) -> None:
+    for o in self.optimizers: o.zero_grad()
+  def schedule_step(self) -> list[Tensor]: return [t for o in self.optimizers for t in o.schedule_step()]
+
+
+class LARS(Optimizer):
+  """Layer-wise adaptive rate scaling: SGD whose per-tensor step is scaled by the trust ratio
+  `tcoef * |w| / (|g| + wd * |w|)` (1 where a norm is 0). `tcoef=0` is plain SGD.
+
+  `classic=True` applies the learning rate before the momentum buffer (b = m*b + lr*g), else after (PyTorch's SGD).
+  """
+
+  def __init__(self, params: list[Tensor], lr: float = 0.001, momentum: float = 0.9, weight_decay: float = 1e-4,
+               nesterov: bool = False, classic: bool = True, tcoef: float = 0.001, device: str | None = None):
+    if momentum < 0: raise ValueError(f"invalid momentum {momentum}: must be >= 0")
+    if weight_decay < 0: raise ValueError(f"invalid weight_decay {weight_decay}: must be >= 0")
+    super().__init__(params, lr, device)
+    self.momentum, self.wd, self.nesterov, self.classic, self.tcoef = momentum, weight_decay, nesterov, classic, tcoef
+    self.b = [_state(p, self.device) for p in self.params] if momentum else []
+
+  def _step(self, params: list[Tensor], grads: list[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
+    ret = []
+    for i, (t, g) in enumerate(zip(params, grads)):
+      g = g.cast(dtypes.float32)
+      w = t.detach().cast(dtypes.float32)
+      r: Tensor | float = 1.0
+      if self.tcoef != 0:
+        r1, r2 = w.square().sum().sqrt(), g.square().sum().sqrt()
+        r = (r1 > 0).where((r2 > 0).where(self.tcoef * r1 / (r2 + self.wd * r1), 1.0), 1.0)
+      if self.wd > 0: g = g + self.wd * w
+      if self.classic: g = g * r * self.lr
+      if self.momentum:
+        self.b[i].assign(self.momentum * self.b[i] + g)  # b starts at 0, so step 1 gives b = g
+        g = (g + self.momentum * self.b[i]) if self.nesterov else self.b[i]
+      if not self.classic: g = g * r * self.lr
+      ret.append(g.cast(t.dtype))
+    return ret, self.b
+
+
+def SGD(params: list[Tensor], lr: float = 0.001, momentum: float = 0.0, weight_decay: float = 0.0,
+        nesterov: bool = False, classic: bool = False, device: str | None = None) -> LARS:
+  """Stochastic gradient descent with optional momentum (PyTorch's rule, dampening 0), nesterov and weight decay.
+
+  >>> from tiny_tensor import Tensor, nn
+  >>> opt = nn.optim.SGD([Tensor([1.0], requires_grad=True)], lr=0.1, momentum=0.9)
+  """
+  return LARS(params, lr, momentum, weight_decay, nesterov, classic=classic, tcoef=0.0, device=device)
+
+
+class LAMB(Optimizer):
+  """LAMB: Adam(W)'s update scaled per tensor by the trust ratio |w| / |update| (1 where a norm is 0).
+
+  `adam=True` drops the trust ratio: that is Adam (weight_decay 0) or AdamW (decoupled weight decay).
+  """
+
+  def __init__(self, params: list[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-6,
+               weight_decay: float = 0.0, adam: bool = False, device: str | None = None):
+    if weight_decay < 0: raise ValueError(f"invalid weight_decay {weight_decay}: must be >= 0")
+    if not (0 <= b1 < 1 and 0 <= b2 < 1): raise ValueError(f"invalid betas ({b1}, {b2}): each must be in [0, 1)")
+    super().__init__(params, lr, device)
+    self.b1, self.b2, self.eps, self.wd, self.adam = b1, b2, eps, weight_decay, adam
+    # b1^t and b2^t, kept as tensors so a jitted step stays correct on every replay
+    self.b1_t = Tensor(np.ones((1,), dtype=np.float32), device=self.device, requires_grad=False)
+    self.b2_t = Tensor(np.ones((1,), dtype=np.float32), device=self.device, requires_grad=False)
+    self.m = [_state(p, self.device) for p in self.params]
+    self.v = [_state(p, self.device) for p in self.params]
+
+  def _step(self, params: list[Tensor], grads: list[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
+    ret = []
+    self.b1_t.assign(self.b1_t * self.b1)
+    self.b2_t.assign(self.b2_t * self.b2)
+    for i, (t, g) in enumerate(zip(params, grads)):
+      g = g.cast(dtypes.float32)
+      self.m[i].assign(self.b1 * self.m[i] + (1.0 - self.b1) * g)
+      self.v[i].assign(self.b2 * self.v[i] + (1.0 - self.b2) * (g * g))
+      m_hat = self.m[i] / (1.0 - self.b1_t)
+      v_hat = self.v[i] / (1.0 - self.b2_t)
+      up = m_hat / (v_hat.sqrt() + self.eps) + self.wd * t.detach().cast(dtypes.float32)
+      r: Tensor | float = 1.0
+      if not self.adam:
+        r1, r2 = t.detach().cast(dtypes.float32).square().sum().sqrt(), up.square().sum().sqrt()
+        r = (r1 > 0).where((r2 > 0).where(r1 / r2, 1.0), 1.0)
+      ret.append((self.lr * r * up).cast(t.dtype))
+    return ret, [self.b1_t, self.b2_t] + self.m + self.v
+
+
+def Adam(params: list[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
+         device: str | None = None) -> LAMB:
+  """Adam (Kingma & Ba), matching torch.optim.Adam.
+
+  >>> from tiny_tensor import Tensor, nn
+  >>> opt = nn.optim.Adam([Tensor([1.0], requires_grad=True)], lr=1e-3)
+  """
+  return LAMB(params, lr, b1, b2, eps, 0.0, adam=True, device=device)
+
+
+def AdamW(params: list[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
+          weight_decay: float = 0.01, device: str | None = None) -> LAMB:
+  """Adam with decoupled weight decay (Loshchilov & Hutter), matching torch.optim.AdamW."""
+  return LAMB(params, lr, b1, b2, eps, weight_decay, adam=True, device=device)
+
+
