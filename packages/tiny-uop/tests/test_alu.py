@@ -382,3 +382,27 @@ def test_float16_struct_rounding_matches_numpy_on_all_halfway_points():
   ref = mids.astype(np.float16).view(np.uint16)
   got = [struct.unpack("<H", struct.pack("<e", m))[0] for m in mids]
   assert got == ref.tolist()
+
+
+# ***** CAST through the narrow float types (numpy lacks them: ml_dtypes is the reference when installed) *****
+@pytest.mark.parametrize("name,dt", [("bfloat16", dtypes.bfloat16), ("float8_e4m3fn", dtypes.fp8e4m3),
+                                     ("float8_e5m2", dtypes.fp8e5m2)])
+def test_narrow_float_casts_vs_ml_dtypes(name, dt):
+  mld = pytest.importorskip("ml_dtypes")
+  mdt = getattr(mld, name)
+  codes = np.arange(2 ** (8 * dt.itemsize), dtype=np.uint8 if dt.itemsize == 1 else np.uint16).view(mdt)
+  codes = codes[np.isfinite(codes.astype(np.float32))][::7 if dt.itemsize > 1 else 1]  # every 7th bfloat16 code
+  for dst in (dtypes.float32, dtypes.float16, dtypes.int32, dtypes.int8, dtypes.uint8, dtypes.bool):
+    with np.errstate(all="ignore"):
+      ref = codes.astype(np.float32).astype(to_numpy(dst)) if dst is not dtypes.bool else codes.astype(np.float32) != 0
+    bad = []
+    for c, r in zip(codes, ref):
+      x = float(c)
+      if dtypes.is_int(dst) and not dtypes.min(dst) <= math.trunc(x) <= dtypes.max(dst): continue
+      if not same(exec_alu(Ops.CAST, dst, (x,)), r, dst): bad.append((x, exec_alu(Ops.CAST, dst, (x,)), r))
+    assert not bad, f"CAST {dt} -> {dst}: {bad[:5]}"
+  ints = np.arange(-300, 300, dtype=np.int32)
+  ints = ints[np.abs(ints) <= (448 if dt is dtypes.fp8e4m3 else 2 ** 16)]
+  ref = ints.astype(np.float32).astype(mdt).astype(np.float64)
+  assert [exec_alu(Ops.CAST, dt, (int(i),)) for i in ints] == ref.tolist()
+  assert exec_alu(Ops.CAST, dt, (True,)) == 1.0 and exec_alu(Ops.CAST, dtypes.bool, (0.0,)) is False

@@ -353,13 +353,16 @@ def bits_to_float(b: int, dtype: DType) -> float:
   raise TypeError(f"bits_to_float: {dtype} is not a float dtype; valid: {', '.join(map(repr, dtypes.floats))}")
 
 
+_S_F32, _S_F16 = struct.Struct("<f"), struct.Struct("<e")
+
+
 def _f32(x: float) -> float:
-  try: return struct.unpack("<f", struct.pack("<f", x))[0]
+  try: return _S_F32.unpack(_S_F32.pack(x))[0]
   except OverflowError: return math.copysign(math.inf, x)
 
 
 def _f16(x: float) -> float:
-  try: return struct.unpack("<e", struct.pack("<e", x))[0]
+  try: return _S_F16.unpack(_S_F16.pack(x))[0]
   except OverflowError: return math.copysign(math.inf, x)
 
 
