@@ -27,7 +27,8 @@ class UPat:
   arg: required arg (None: any); name: capture the matched node under this name;
   allow_any_len: the tuple `src` only needs to match a prefix.
   """
-  __slots__ = ("op", "dtype", "arg", "name", "src", "allow_any_len", "_any_src", "_perm", "early_reject", "custom")
+  __slots__ = ("op", "dtype", "arg", "name", "src", "allow_any_len", "_any_src", "_perm", "early_reject", "custom",
+               "_compiled")
 
   def __init__(self, op: Ops | Iterable[Ops] | None = None, dtype: DType | Iterable[DType] | None = None,
                src: UPat | Sequence[UPat] | None = None, arg: Any = None, name: str | None = None,
@@ -40,6 +41,7 @@ class UPat:
     self.src: tuple[UPat, ...] | None = None if src is None or isinstance(src, UPat) else tuple(src)
     # ops that must appear in the direct sources: a cheap pre-check
     self.early_reject = frozenset(s.op[0] for s in (self.src or ()) if s.op is not None and len(s.op) == 1)
+    self._compiled: dict[Callable, tuple[Callable, bool]] | None = None  # fn -> (compiled rule, wants ctx)
 
   @staticmethod
   def any(*pats: UPat) -> UPatAny: return UPatAny(pats)
@@ -62,7 +64,7 @@ class UPat:
   def named(self, name: str) -> UPat:
     ret = UPat.__new__(UPat)
     for s in UPat.__slots__: setattr(ret, s, getattr(self, s))
-    ret.name = name
+    ret.name, ret._compiled = name, None
     return ret
 
   # node-building syntax, so rules read like the code they match
@@ -266,8 +268,12 @@ class PatternMatcher:
     compiled: dict[Ops, list[Callable]] = defaultdict(list)
     for p, fn in self.patterns:
       if p.op is None: raise ValueError(f"a rule's top pattern must name its op(s) (the matcher indexes by op): {p}")
-      entry = (p, fn, p.early_reject, _wants_ctx(fn))
-      rule = _compile_rule(p, fn, entry[3])
+      if p._compiled is None: p._compiled = {}
+      if (cached := p._compiled.get(fn)) is None:  # compiled once per (pattern, fn): `pm1 + pm2` stays cheap
+        wants_ctx = _wants_ctx(fn)
+        cached = p._compiled[fn] = (_compile_rule(p, fn, wants_ctx), wants_ctx)
+      rule = cached[0]
+      entry = (p, fn, p.early_reject, cached[1])
       for uop in dict.fromkeys(p.op):
         self.pdict[uop].append(entry)
         compiled[uop].append(rule)

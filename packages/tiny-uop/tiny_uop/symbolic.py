@@ -16,6 +16,7 @@ modulo 2**bits, true with or without overflow.
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -256,6 +257,13 @@ def _math_range(items: list[tuple[UOp, int]], k: int) -> tuple[int, int]:
 
 
 # ***** // and % by a positive constant *****
+@functools.lru_cache(maxsize=1024)
+def _divisors_desc(d: int) -> tuple[int, ...]:
+  """The divisors of d strictly between 1 and d, largest first."""
+  small = [i for i in range(2, math.isqrt(d) + 1) if d % i == 0]
+  return tuple(sorted(set(small + [d // i for i in small]), reverse=True))
+
+
 def _floor_divmod(items: list[tuple[UOp, int]], k: int, d: int, dt: DType, is_div: bool) -> UOp | None:
   """floor(v/d) or v mod d for v = sum(c*atom) + k >= 0 known not to wrap; None when nothing simplifies."""
   q_items = [(a, c // d) for a, c in items if c % d == 0]
@@ -269,17 +277,24 @@ def _floor_divmod(items: list[tuple[UOp, int]], k: int, d: int, dt: DType, is_di
     if is_div: return _build_sum(q_items, qk + q0, dt)
     return _build_sum(r_items, rk - q0 * d, dt)
   if rlo < 0: return None  # a negative remainder part can't be divided with C semantics
-  g = math.gcd(d, *(c for _, c in r_items))
-  if not q_items and qk == 0 and g == 1 and (is_div or (r_items == items and rk == k)): return None
-  # v//d = Q + R//d and v%d = R%d with R = g*S + rk: R//d = (S + rk//g)//(d/g), R%d = ((S + rk//g)%(d/g))*g + rk%g
-  s_node = _build_sum([(a, c // g) for a, c in r_items], rk // g, dt)
-  m = d // g
-  if is_div:
-    quot = s_node if m == 1 else UOp(Ops.CDIV, dt, (s_node, _const(dt, m)))
-    return UOp(Ops.ADD, dt, (quot, _build_sum(q_items, qk, dt))) if q_items or qk else quot
-  rem = _const(dt, 0) if m == 1 else UOp(Ops.CMOD, dt, (s_node, _const(dt, m)))
-  if g != 1: rem = UOp(Ops.MUL, dt, (rem, _const(dt, g)))
-  return UOp(Ops.ADD, dt, (rem, _const(dt, rk % g))) if rk % g else rem
+  # R = g*S + small with g | d and 0 <= small < g: R//d = S//(d/g), R%d = (S%(d/g))*g + small
+  # ((g*4 + l) % 8 -> (g%2)*4 + l for 0 <= l < 4; the plain gcd case is small = the constant's remainder)
+  for g in _divisors_desc(d):
+    big = [(a, c // g) for a, c in r_items if c % g == 0]
+    small = [(a, c) for a, c in r_items if c % g != 0]
+    slo, shi = _math_range(small, rk % g)
+    if slo < 0 or shi >= g: continue
+    s_node, m = _build_sum(big, rk // g, dt), d // g
+    if is_div:
+      quot = UOp(Ops.CDIV, dt, (s_node, _const(dt, m)))
+      return UOp(Ops.ADD, dt, (quot, _build_sum(q_items, qk, dt))) if q_items or qk else quot
+    rem = UOp(Ops.MUL, dt, (UOp(Ops.CMOD, dt, (s_node, _const(dt, m))), _const(dt, g)))
+    return UOp(Ops.ADD, dt, (rem, _build_sum(small, rk % g, dt))) if small or rk % g else rem
+  if not q_items and qk == 0 and (is_div or (r_items == items and rk == k)): return None
+  # v//d = Q + R//d, v%d = R%d (R >= 0)
+  r_node = _build_sum(r_items, rk, dt)
+  if is_div: return UOp(Ops.ADD, dt, (UOp(Ops.CDIV, dt, (r_node, _const(dt, d))), _build_sum(q_items, qk, dt)))
+  return UOp(Ops.CMOD, dt, (r_node, _const(dt, d)))
 
 
 def _fold_divmod(x: UOp) -> UOp | None:
