@@ -17,7 +17,8 @@ from tiny_uop.helpers import prod
 from tiny_codegen.schedule import ScheduleResult, clear_schedule_cache, create_schedule, memory_plan
 from tiny_codegen.schedule import schedule as schedule_mod
 
-_spec = importlib.util.spec_from_file_location("schedule_ref", os.path.join(os.path.dirname(__file__), "test_schedule_ref.py"))
+_spec = importlib.util.spec_from_file_location("schedule_ref",
+                                               os.path.join(os.path.dirname(__file__), "test_schedule_ref.py"))
 ref = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(ref)
 
@@ -56,7 +57,7 @@ def matmul(x: UOp, w: UOp) -> UOp:
 
 
 def cumsum_last(x: UOp) -> UOp:
-  """Cumulative sum over the last axis, built as tinygrad does: pad, a triangular window (expand, reshape, shrink), sum."""
+  """Cumulative sum over the last axis, as tinygrad builds it: pad, a triangular window (expand, reshape, shrink), sum."""
   *lead, n = x.shape
   L = 2 * n - 1
   y = x.pad(tuple((0, 0) for _ in lead) + ((n - 1, 0),))                                      # (..., L)
@@ -112,7 +113,8 @@ def test_matmul_bias_relu_one_kernel():
 
 def test_movement_one_kernel():
   ab, a, av = tensor(4, 6)
-  for out in [a.permute((1, 0)).contiguous(), a.flip((True, False)) + a, a.pad(((1, 1), (2, 2))) * fconst(2.0, (6, 10))]:
+  outs = [a.permute((1, 0)).contiguous(), a.flip((True, False)) + a, a.pad(((1, 1), (2, 2))) * fconst(2.0, (6, 10))]
+  for out in outs:
     assert n_kernels(check([out], {ab: av})) == 1
 
 

@@ -92,7 +92,7 @@ def eval_kernel(ast: UOp, bufs: list[np.ndarray], var_vals: dict[str, int] | Non
       sizes[u] = n
       v = np.arange(n).reshape([n if i == pos[u] else 1 for i in range(nd)])
     elif u.op is Ops.PARAM:
-      assert u.dtype.size >= bufs[u.arg].size, f"PARAM {u.arg} is {u.dtype} but the buffer has {bufs[u.arg].size}"
+      assert u.dtype.size >= bufs[u.arg].size, f"PARAM {u.arg} is {u.dtype}, the buffer has {bufs[u.arg].size}"
       v = bufs[u.arg]
     elif u.op is Ops.INDEX: v = (s[0], np.asarray(s[1]), np.asarray(s[2]) if len(s) > 2 else None)
     elif u.op is Ops.LOAD:

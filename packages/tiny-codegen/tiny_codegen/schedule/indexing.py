@@ -15,10 +15,17 @@ from tiny_uop.dtype import DType, dtypes
 from tiny_uop.helpers import all_int, prod
 from tiny_uop.uop import AxisType, GroupOp, KernelInfo, Ops, UOp, sint
 
+_simplify: Callable[[UOp], UOp] | None
 try:  # the symbolic simplifier lives in tiny-uop; index math is correct without it, only less tidy
   from tiny_uop.symbolic import simplify as _simplify
 except ImportError:  # pragma: no cover - depends on the tiny-uop version installed
   _simplify = None
+
+
+def shape_of(u: UOp) -> tuple[sint, ...]:
+  """The shape of a tensor-graph node (an error for kernel-level nodes, which have none)."""
+  if (s := u.shape) is None: raise ValueError(f"{u.op} has no shape; the scheduler needs tensor-graph values")
+  return s
 
 
 def simplify_index(x: UOp) -> UOp:
@@ -206,7 +213,7 @@ class KernelBuilder:
     if (buf := self.buffer_of(u)) is not None:
       self.reads.append(u)
       if u.op is Ops.BUFFER: self.buffer_reads.append((u, self.version))
-      shape = u.shape if u.op is not Ops.BUFFER else (buf.arg,)
+      shape = shape_of(u) if u.op is not Ops.BUFFER else (buf.arg,)
       return self.load(buf, flatten_index(idx, tuple(self.ks(s) for s in shape)), valid)
     if op is Ops.CONST: return UOp.const(u.dtype, u.arg)
     if op is Ops.BIND: return u.src[0]
@@ -228,9 +235,8 @@ class KernelBuilder:
 
   def _movement(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> UOp:
     src, op, arg = u.src[0], u.op, u.arg
-    ps = src.shape
-    assert ps is not None
-    if op is Ops.RESHAPE: return self.build(src, reshape_index(idx, u.shape, ps, self.ks), valid)
+    ps = shape_of(src)
+    if op is Ops.RESHAPE: return self.build(src, reshape_index(idx, shape_of(u), ps, self.ks), valid)
     if op is Ops.PERMUTE:
       new = [iconst(0)] * len(ps)
       for i, o in enumerate(arg): new[o] = idx[i]
@@ -244,12 +250,12 @@ class KernelBuilder:
     # PAD: read the source inside, 0 outside
     cond: UOp | None = None
     new_idx = []
-    for i, s, (b, _) in zip(idx, ps, arg):
-      kb, ks = self.ks(b), self.ks(s)
-      if not (isinstance(b, int) and b == 0) and not (i.vmin >= _vmax(kb)): cond = iand(cond, isub(kb, iconst(1)) < i)
-      hi = iadd(kb, ks)
-      if not i.vmax < _vmin(hi): cond = iand(cond, i < hi)
-      new_idx.append(isub(i, kb))
+    for ix, sz, (b, _) in zip(idx, ps, arg):
+      kb, ksz = self.ks(b), self.ks(sz)
+      if not (isinstance(b, int) and b == 0) and not (ix.vmin >= _vmax(kb)): cond = iand(cond, isub(kb, iconst(1)) < ix)
+      hi = iadd(kb, ksz)
+      if not ix.vmax < _vmin(hi): cond = iand(cond, ix < hi)
+      new_idx.append(isub(ix, kb))
     if cond is None: return self.build(src, tuple(new_idx), valid)
     inner = self.build(src, tuple(new_idx), iand(valid, cond))
     return simplify_index(cond).where(inner, UOp.const(u.dtype, 0))
@@ -257,10 +263,10 @@ class KernelBuilder:
   def _reduce(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> UOp:
     rop, axes = u.arg
     src = u.src[0]
-    assert src.shape is not None
+    sshape = shape_of(src)
     new_idx, rngs = list(idx), []
     for a in axes:
-      s = src.shape[a]
+      s = sshape[a]
       if isinstance(s, int) and s == 1:
         new_idx[a] = iconst(0)
         continue
@@ -297,14 +303,14 @@ class KernelBuilder:
         raise NotImplementedError(f"can't assign through {u.op}: the target must be a view (reshape, permute, "
                                   f"shrink, flip) of a buffer")
       src = u.src[0]
-      if u.op is Ops.RESHAPE: idx = reshape_index(idx, u.shape, src.shape, self.ks)
+      if u.op is Ops.RESHAPE: idx = reshape_index(idx, shape_of(u), shape_of(src), self.ks)
       elif u.op is Ops.PERMUTE:
         new = [iconst(0)] * len(idx)
         for i, o in enumerate(u.arg): new[o] = idx[i]
         idx = tuple(new)
       elif u.op is Ops.SHRINK: idx = tuple(iadd(i, self.ks(b)) for i, (b, _) in zip(idx, u.arg))
       elif u.op is Ops.FLIP:
-        idx = tuple(isub(isub(self.ks(s), iconst(1)), i) if f else i for i, s, f in zip(idx, src.shape, u.arg))
+        idx = tuple(isub(isub(self.ks(s), iconst(1)), i) if f else i for i, s, f in zip(idx, shape_of(src), u.arg))
       u = src
     return idx[0], valid
 

@@ -13,6 +13,7 @@ Stages (docs/PIPELINE.md §2):
 """
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 from collections import defaultdict
@@ -22,7 +23,7 @@ from typing import Any
 from tiny_uop.helpers import all_int, getenv, prod, strides_for_shape
 from tiny_uop.uop import Ops, UOp, sint
 
-from tiny_codegen.schedule.indexing import KernelBuilder
+from tiny_codegen.schedule.indexing import KernelBuilder, shape_of
 from tiny_codegen.schedule.memory import memory_plan
 
 
@@ -120,17 +121,17 @@ def _view_of(u: UOp, base_buf: dict[UOp, UOp]) -> tuple[UOp, int] | None:
     if x.op is not Ops.CONTIGUOUS: chain.append(x)
     x = x.src[0]
   buf = x if x.op is Ops.BUFFER else base_buf[x]
-  shape = x.shape
-  if shape is None or not all_int(shape): return None
+  shape = shape_of(x)
+  if not all_int(shape): return None
   strides, offset = strides_for_shape(shape), 0
   for m in reversed(chain):
-    if not all_int(m.shape) or any(isinstance(a, UOp) for a in _flat(m.arg)): return None
+    if not all_int(shape_of(m)) or any(isinstance(a, UOp) for a in _flat(m.arg)): return None
     if m.op is Ops.RESHAPE:
       if not _contiguous(shape, strides): return None
-      shape, strides = m.shape, strides_for_shape(m.shape)
+      shape, strides = shape_of(m), strides_for_shape(shape_of(m))
     else:
       offset += sum(b * st for (b, _), st in zip(m.arg, strides))
-      shape = m.shape
+      shape = shape_of(m)
   if not _contiguous(shape, strides): return None
   return buf, offset
 
@@ -138,14 +139,15 @@ def _view_of(u: UOp, base_buf: dict[UOp, UOp]) -> tuple[UOp, int] | None:
 def _flat(a: Any) -> list[Any]: return [y for x in a for y in (_flat(x) if isinstance(x, tuple) else [x])]
 
 
-def _contiguous(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+def _contiguous(shape: tuple[sint, ...], strides: tuple[sint, ...]) -> bool:
   canon = strides_for_shape(shape)
   return all(s == 1 or st == c for s, st, c in zip(shape, strides, canon))
 
 
 def _grows(e: UOp) -> bool:
   """An EXPAND that really broadcasts (some size-1 dim becomes larger)."""
-  return any(not (isinstance(a, int) and isinstance(b, int) and a == b) for a, b in zip(e.src[0].shape, e.shape))
+  return any(not (isinstance(a, int) and isinstance(b, int) and a == b)
+             for a, b in zip(shape_of(e.src[0]), shape_of(e)))
 
 
 def _decide(sink: UOp) -> dict[UOp, None]:
@@ -189,7 +191,7 @@ def _schedule(sink: UOp) -> _Template:
   new_buffers: list[UOp] = []
 
   def new_buffer(like: UOp, device: Any) -> UOp:
-    b = _placeholder("new", len(new_buffers), like.dtype, device, _max_int(prod(like.shape), memo))
+    b = _placeholder("new", len(new_buffers), like.dtype, device, _max_int(prod(shape_of(like)), memo))
     new_buffers.append(b)
     return b
 
@@ -227,7 +229,7 @@ def _schedule(sink: UOp) -> _Template:
       continue
     if r.op is not Ops.ASSIGN and (v := _view_of(r.src[0] if r.op is Ops.CONTIGUOUS else r, bufs)) is not None:
       base, off = v
-      if off == 0 and prod(r.shape) == base.arg: views[r] = base
+      if off == 0 and prod(shape_of(r)) == base.arg: views[r] = base
       else:
         out = new_buffer(r, r.device)
         dep = {buf_producer[base]} if base in buf_producer else set()
@@ -239,15 +241,14 @@ def _schedule(sink: UOp) -> _Template:
       if keep: becomes.append((r, views[r], None))
       continue
     # a kernel
-    current = r
-    kb = KernelBuilder(lambda u: None if u is current else (u if u.op is Ops.BUFFER else bufs.get(u)), ks)
+    kb = KernelBuilder(functools.partial(_buffer_of, r, bufs), ks)
     if r.op is Ops.ASSIGN:
       target, value = r.src
       out, wver = _assign_base(target)
-      ast = kb.kernel(value, out, r.shape, out_view=target)
+      ast = kb.kernel(value, out, shape_of(r), out_view=target)
     else:
       out, wver = new_buffer(r, r.device), None
-      ast = kb.kernel(r.src[0] if r.op is Ops.CONTIGUOUS else r, out, r.shape)
+      ast = kb.kernel(r.src[0] if r.op is Ops.CONTIGUOUS else r, out, shape_of(r))
     dep = {buf_producer[b] for b in kb.params if b in buf_producer} | {producer[a] for a in kb.assigns_read}
     i = add_call(UOp(Ops.CALL, src=(ast, *kb.params)), dep)
     for b, ver in kb.buffer_reads: readers[(b, ver)].append(i)
@@ -266,13 +267,19 @@ def _schedule(sink: UOp) -> _Template:
       if j != i: deps[i].add(j)
   order = _toposort_calls(deps)
   calls = [calls[i] for i in order]
-  keep_bufs = {b for _, b, _ in becomes} | slice_bufs | {b for b in itertools.chain.from_iterable(c.src[1:] for c in calls)
-                                                        if b.src[0].arg[0] == "in"}
+  inputs = {b for b in itertools.chain.from_iterable(c.src[1:] for c in calls) if b.src[0].arg[0] == "in"}
+  keep_bufs = {b for _, b, _ in becomes} | slice_bufs | inputs
   plan = memory_plan(calls, keep_bufs)
   if plan:
     calls = [c.replace(src=(c.src[0], *(plan.get(b, b) for b in c.src[1:]))) for c in calls]
   used = {b for c in calls for b in c.src[1:]} | {b for _, b, _ in becomes}
   return _Template(calls, becomes, [b for b in new_buffers if b in used])
+
+
+def _buffer_of(current: UOp, bufs: dict[UOp, UOp], u: UOp) -> UOp | None:
+  """The buffer a kernel for `current` reads `u` from: input BUFFERs and realized values (not `current` itself)."""
+  if u is current: return None
+  return u if u.op is Ops.BUFFER else bufs.get(u)
 
 
 def _assign_base(target: UOp) -> tuple[UOp, UOp | None]:
@@ -340,7 +347,7 @@ def create_schedule(sink: UOp) -> ScheduleResult:
   for node, buf, view in tmpl.becomes:
     real = sub.get(buf, buf)
     for orig in inv.get(node, []):
-      if view is None: becomes[orig] = real if orig.shape == real.shape else real.reshape(orig.shape)
+      if view is None: becomes[orig] = real if orig.shape == real.shape else real.reshape(shape_of(orig))
       else: becomes[orig] = _rebase(view, sub)
   return ScheduleResult(calls, becomes, dict(norm.var_vals))
 
