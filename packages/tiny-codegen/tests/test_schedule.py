@@ -57,7 +57,7 @@ def matmul(x: UOp, w: UOp) -> UOp:
 
 
 def cumsum_last(x: UOp) -> UOp:
-  """Cumulative sum over the last axis, as tinygrad builds it: pad, a triangular window (expand, reshape, shrink), sum."""
+  """Cumulative sum over the last axis as tinygrad builds it: pad, triangular window (expand/reshape/shrink), sum."""
   *lead, n = x.shape
   L = 2 * n - 1
   y = x.pad(tuple((0, 0) for _ in lead) + ((n - 1, 0),))                                      # (..., L)

@@ -125,7 +125,8 @@ def eval_kernel(ast: UOp, bufs: list[np.ndarray], var_vals: dict[str, int] | Non
       v = None
     elif u.op is Ops.SINK: v = None
     else: v = _alu(u, [np.asarray(x) for x in s])
-    if u.op is not Ops.PARAM and isinstance(v, np.ndarray) and v.ndim and v.ndim < nd: v = v.reshape((1,) * (nd - v.ndim) + v.shape)
+    if u.op is not Ops.PARAM and isinstance(v, np.ndarray) and v.ndim and v.ndim < nd:
+      v = v.reshape((1,) * (nd - v.ndim) + v.shape)
     vals[u] = v
 
 
