@@ -228,3 +228,17 @@ def test_many_workgroups_batched():
   try: out, = run(linearize(st), [(np.zeros(n * lsz, np.int32), I)], global_size=(n, 1, 1), local_size=(lsz, 1, 1))
   finally: pydev.MAX_BATCH_THREADS = old
   assert out.tolist() == list(range(1, n * lsz + 1))
+
+
+def test_value_after_divergent_loop_is_each_threads_last():
+  """A value computed in a loop whose trip count differs per thread keeps, per thread, its last iteration's value."""
+  n = 6
+  d0 = param(0, I, n)
+  g = special("gidx0", n)
+  r = UOp.range(g + 1, 1, AxisType.LOOP)
+  x = r * 10
+  end = UOp(Ops.END, src=(x, r))
+  st = d0.index(g).store(x)
+  order = [d0, c(n), g, c(1), g + 1, r, c(10), x, end, d0.index(g), st, UOp.sink(st)]
+  out, = run(order, [(np.zeros(n, np.int32), I)], global_size=(n, 1, 1))
+  assert out.tolist() == [k * 10 for k in range(n)]

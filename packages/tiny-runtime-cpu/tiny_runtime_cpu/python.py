@@ -186,7 +186,7 @@ def _run_batch(ctx: tuple, wgs: range) -> None:
     elif op is Ops.ENDIF:
       active = stack.pop()
       all_on = all(active)
-    elif op in (Ops.BARRIER, Ops.SINK, Ops.NOOP, Ops.GROUP, Ops.CUSTOMI): pass  # lock-step: barriers always hold
+    elif op in (Ops.BARRIER, Ops.SINK, Ops.NOOP, Ops.GROUP): pass  # lock-step: barriers always hold
     elif op is Ops.CONST: values[u] = [u.arg] * T if dt.count == 1 else [[u.arg] * T for _ in range(dt.count)]
     elif op is Ops.VCONST: values[u] = [[a] * T for a in u.arg]
     elif op is Ops.DEFINE_VAR: values[u] = [varvals[u]] * T
@@ -199,7 +199,7 @@ def _run_batch(ctx: tuple, wgs: range) -> None:
       values[u] = Ptr([Memory.of_list(dt.base, dt.size, f"register {u.arg}") for _ in range(T)], [[0] * T])
     elif op is Ops.AFTER: values[u] = src[0]
     elif op is Ops.INDEX: values[u] = _index(u, src, T)
-    elif op is Ops.LOAD: values[u] = _load(u, src, active, T)
+    elif op is Ops.LOAD: values[u] = _keep_inactive(values.get(u), _load(u, src, active, T), active, all_on, dt)
     elif op is Ops.STORE: _store(u, src, active, T)
     elif op is Ops.VECTORIZE: values[u] = [s for s in src]
     elif op is Ops.CAT: values[u] = [lane for s, x in zip(u.src, src) for lane in _lanes(x, s.dtype)]
@@ -208,8 +208,16 @@ def _run_batch(ctx: tuple, wgs: range) -> None:
       sel = [lanes[k] for k in (u.arg if isinstance(u.arg, tuple) else (u.arg,))]
       values[u] = sel[0] if len(sel) == 1 and dt.count == 1 else sel
     elif op is Ops.BITCAST: values[u] = _bitcast(u, src[0], T)
-    elif op in GroupOp.ALU or op is Ops.CAST: values[u] = _alu_op(u, src, active, all_on, T)
+    elif op in GroupOp.ALU or op is Ops.CAST:
+      values[u] = _keep_inactive(values.get(u), _alu_op(u, src, active, all_on, T), active, all_on, dt)
     else: raise PythonExecError(f"PYTHON device can't execute {op} (dtype {dt}, arg {u.arg!r})")
+
+
+def _keep_inactive(prev: Any, new: Any, active: list[bool], all_on: bool, dt: DType) -> Any:
+  """Inside a loop, threads that already left it keep the value they computed last (like a register would)."""
+  if all_on or prev is None: return new
+  if dt.count == 1: return [n if a else p for n, p, a in zip(new, prev, active)]
+  return [[n if a else p for n, p, a in zip(nl, pl, active)] for nl, pl in zip(new, prev)]
 
 
 def _special(name: str, gid: list[list[int]], lid: list[list[int]], lsz: tuple[int, ...], T: int) -> list[int]:
