@@ -163,6 +163,10 @@ def collapse_count(inner: UOp, r: UOp) -> UOp | None:
   return count.cast(v.dtype) if _is_const(v, 1) else v * count.cast(v.dtype)
 
 
+class MergeFailed(Exception):
+  """A value meant to be stored by another value's kernel is not computed there at the same index."""
+
+
 class KernelBuilder:
   """Builds one kernel AST for one realized value.
 
@@ -278,9 +282,15 @@ class KernelBuilder:
     self.has_reduce = True
     return inner.reduce(*rngs, arg=rop)
 
-  def kernel(self, value: UOp, out_buf: UOp, shape: tuple[sint, ...], out_view: UOp | None = None) -> UOp:
-    """The SINK storing `value` (of `shape`) into `out_buf` (through the movement ops of `out_view` when given)."""
+  def kernel(self, value: UOp, out_buf: UOp, shape: tuple[sint, ...], out_view: UOp | None = None,
+             extra: tuple[tuple[UOp, UOp], ...] = ()) -> UOp:
+    """The SINK storing `value` (of `shape`) into `out_buf` (through the movement ops of `out_view` when given).
+
+    `extra` are (node, buffer) pairs of values of the same shape that this kernel computes anyway at its output index
+    (a reduce feeding this one): each gets its own STORE. Raises MergeFailed when one is not computed at that index.
+    """
     out_param = self.param(out_buf)
+    for _, b in extra: self.param(b)
     rngs = self.out_ranges(shape)
     val = self.build(value, rngs)
     if out_view is None:
@@ -289,8 +299,13 @@ class KernelBuilder:
       lin, valid = self.store_index(out_view, rngs)
     lin = simplify_index(lin)
     target = out_param.index(lin) if valid is None else out_param.index(lin, simplify_index(valid))
+    stores = [target.store(val)]
+    for u, b in extra:
+      if (uval := self.memo.get((u, rngs, None, None))) is None:
+        raise MergeFailed(f"{u.op} is not computed at the output index of this kernel")
+      stores.append(self.param(b).index(lin).store(uval))
     name = ("r_" if self.has_reduce else "E_") + "_".join(str(s) if isinstance(s, int) else "n" for s in shape)
-    return UOp(Ops.SINK, dtypes.void, (target.store(val),), arg=KernelInfo(name or "E"))
+    return UOp(Ops.SINK, dtypes.void, tuple(stores), arg=KernelInfo(name or "E"))
 
   def store_index(self, view: UOp, idx: tuple[UOp, ...]) -> tuple[UOp, UOp | None]:
     """Linear index into the base buffer of a view (movement ops over a BUFFER or an ASSIGN) and its validity."""

@@ -23,7 +23,7 @@ from typing import Any
 from tiny_uop.helpers import all_int, getenv, prod, strides_for_shape
 from tiny_uop.uop import Ops, UOp, sint
 
-from tiny_codegen.schedule.indexing import KernelBuilder, shape_of
+from tiny_codegen.schedule.indexing import KernelBuilder, MergeFailed, shape_of
 from tiny_codegen.schedule.memory import memory_plan
 
 
@@ -184,7 +184,33 @@ def _decide(sink: UOp) -> dict[UOp, None]:
   return {n: None for n in nodes if n in want and n.op is not Ops.SINK}
 
 
-def _schedule(sink: UOp) -> _Template:
+def _merges(realize: dict[UOp, None]) -> dict[UOp, list[UOp]]:
+  """Multi-output kernels: {v: [u, ...]} where reduce u (same shape and device as reduce v) is read directly by v's
+  kernel (softmax's max by its sum, layernorm's mean by its variance), so v's kernel computes u and stores it too."""
+  out: dict[UOp, list[UOp]] = {}
+  merged: set[UOp] = set()
+  for v in realize:
+    if v.op is not Ops.REDUCE_AXIS or v in merged: continue
+    direct: dict[UOp, None] = {}
+    stack, seen = list(v.src), set(v.src)
+    while stack:
+      x = stack.pop()
+      if x in realize:
+        direct[x] = None
+        continue
+      for s in x.src:
+        if s not in seen:
+          seen.add(s)
+          stack.append(s)
+    for u in direct:
+      if u.op is not Ops.REDUCE_AXIS or u in merged or u in out or u.shape != v.shape or u.device != v.device: continue
+      if any(u in w.toposort() for w in direct if w is not u): continue  # v would wait for a reader of u: a cycle
+      out.setdefault(v, []).append(u)
+      merged.add(u)
+  return out
+
+
+def _schedule(sink: UOp, merge: bool = True) -> _Template:
   realize = _decide(sink)
   memo: dict[UOp, UOp] = {}
   ks = lambda x: _unbind(x, memo)  # noqa: E731
@@ -202,27 +228,58 @@ def _schedule(sink: UOp) -> _Template:
   buf_producer: dict[UOp, int] = {}  # new BUFFER -> index of the call that writes it
   calls: list[UOp] = []
   deps: list[set[int]] = []
+  call_reads: list[list[UOp]] = []
   readers: dict[tuple[UOp, UOp | None], list[int]] = defaultdict(list)   # (BUFFER, ASSIGN version) -> calls
   writers: list[tuple[int, UOp, UOp | None]] = []                       # (call, BUFFER, version it overwrites)
   becomes: list[tuple[UOp, UOp, UOp | None]] = []
   slice_bufs: set[UOp] = set()
+  merges = _merges(realize) if merge else {}
+  merged = {u for us in merges.values() for u in us}
+  for u in merged: bufs[u] = new_buffer(u, u.device)
 
-  def add_call(call: UOp, dep: set[int]) -> int:
+  def add_call(call: UOp, reads: list[UOp], dep: set[int] | None = None) -> int:
     calls.append(call)
-    deps.append(dep)
+    deps.append(dep or set())
+    call_reads.append(reads)
     return len(calls) - 1
+
+  def kernel(r: UOp, extra: tuple[tuple[UOp, UOp], ...] = ()) -> None:
+    inline = {u for u, _ in extra}
+    kb = KernelBuilder(functools.partial(_buffer_of, r, inline, bufs), ks)
+    if r.op is Ops.ASSIGN:
+      target, value = r.src
+      out, wver = _assign_base(target)
+      ast = kb.kernel(value, out, shape_of(r), out_view=target)
+    else:
+      out, wver = bufs[r] if r in bufs else new_buffer(r, r.device), None
+      ast = kb.kernel(r.src[0] if r.op is Ops.CONTIGUOUS else r, out, shape_of(r), extra=extra)
+    nout = 1 + len(extra)
+    i = add_call(UOp(Ops.CALL, src=(ast, *kb.params)), list(kb.params)[nout:], {producer[a] for a in kb.assigns_read})
+    for b, ver in kb.buffer_reads: readers[(b, ver)].append(i)
+    producer[r] = i
+    if r.op is Ops.ASSIGN:
+      if wver is not None: deps[i].add(producer[wver])
+      writers.append((i, out, wver))
+      tv = _strip_assign(r.src[0])
+      becomes.append((r, out, None if _view_of(tv, {}) == (out, 0) else tv))
+      return
+    bufs[r], buf_producer[out] = out, i
+    for u, b in ((r, out), *extra):
+      producer[u] = buf_producer[b] = i
+      if u in roots or u.op is Ops.CONTIGUOUS: becomes.append((u, b, None))
 
   for r in realize:
     keep = r in roots or r.op in (Ops.CONTIGUOUS, Ops.ASSIGN, Ops.COPY)
     if r.op is Ops.BUFFER:
       if keep: becomes.append((r, r, None))
       continue
+    if r in merged: continue  # stored by the kernel of the reduce that reads it
     if r.op is Ops.COPY:
       src = r.src[0]
       inb = bufs.get(src, views.get(src, src if src.op is Ops.BUFFER else None))
       if inb is None: raise RuntimeError(f"COPY source {src.op} was not realized")
       out = new_buffer(r, r.src[1].arg)
-      i = add_call(UOp(Ops.CALL, src=(UOp(Ops.COPY), out, inb)), {buf_producer[inb]} if inb in buf_producer else set())
+      i = add_call(UOp(Ops.CALL, src=(UOp(Ops.COPY), out, inb)), [inb])
       readers[(inb, None)].append(i)
       bufs[r], producer[r], buf_producer[out] = out, i, i
       becomes.append((r, out, None))
@@ -232,40 +289,31 @@ def _schedule(sink: UOp) -> _Template:
       if off == 0 and prod(shape_of(r)) == base.arg: views[r] = base
       else:
         out = new_buffer(r, r.device)
-        dep = {buf_producer[base]} if base in buf_producer else set()
-        i = add_call(UOp(Ops.CALL, src=(UOp(Ops.SLICE, arg=off * base.dtype.itemsize), out, base)), dep)
+        i = add_call(UOp(Ops.CALL, src=(UOp(Ops.SLICE, arg=off * base.dtype.itemsize), out, base)), [base])
         readers[(base, None)].append(i)
         slice_bufs.update((out, base))
         views[r] = out
         producer[r] = buf_producer[out] = i
       if keep: becomes.append((r, views[r], None))
       continue
-    # a kernel
-    kb = KernelBuilder(functools.partial(_buffer_of, r, bufs), ks)
-    if r.op is Ops.ASSIGN:
-      target, value = r.src
-      out, wver = _assign_base(target)
-      ast = kb.kernel(value, out, shape_of(r), out_view=target)
-    else:
-      out, wver = new_buffer(r, r.device), None
-      ast = kb.kernel(r.src[0] if r.op is Ops.CONTIGUOUS else r, out, shape_of(r))
-    dep = {buf_producer[b] for b in kb.params if b in buf_producer} | {producer[a] for a in kb.assigns_read}
-    i = add_call(UOp(Ops.CALL, src=(ast, *kb.params)), dep)
-    for b, ver in kb.buffer_reads: readers[(b, ver)].append(i)
-    producer[r] = i
-    if r.op is Ops.ASSIGN:
-      if wver is not None: deps[i].add(producer[wver])
-      writers.append((i, out, wver))
-      tv = _strip_assign(r.src[0])
-      becomes.append((r, out, None if _view_of(tv, {}) == (out, 0) else tv))
-    else:
-      bufs[r], buf_producer[out] = out, i
-      if keep: becomes.append((r, out, None))
+    if r in merges:
+      try:
+        kernel(r, tuple((u, bufs[u]) for u in merges[r]))
+        continue
+      except MergeFailed:  # each gets its own kernel after all
+        for u in merges[r]: kernel(u)
+    kernel(r)
 
+  for i, reads in enumerate(call_reads):
+    deps[i] |= {buf_producer[b] for b in reads if b in buf_producer and buf_producer[b] != i}
   for i, b, ver in writers:  # write-after-read: every reader of the overwritten version runs first
     for j in readers[(b, ver)]:
       if j != i: deps[i].add(j)
-  order = _toposort_calls(deps)
+  try:
+    order = _toposort_calls(deps)
+  except RuntimeError:
+    if merges: return _schedule(sink, merge=False)
+    raise
   calls = [calls[i] for i in order]
   inputs = {b for b in itertools.chain.from_iterable(c.src[1:] for c in calls) if b.src[0].arg[0] == "in"}
   keep_bufs = {b for _, b, _ in becomes} | slice_bufs | inputs
@@ -276,9 +324,10 @@ def _schedule(sink: UOp) -> _Template:
   return _Template(calls, becomes, [b for b in new_buffers if b in used])
 
 
-def _buffer_of(current: UOp, bufs: dict[UOp, UOp], u: UOp) -> UOp | None:
-  """The buffer a kernel for `current` reads `u` from: input BUFFERs and realized values (not `current` itself)."""
-  if u is current: return None
+def _buffer_of(current: UOp, inline: set[UOp], bufs: dict[UOp, UOp], u: UOp) -> UOp | None:
+  """The buffer a kernel for `current` reads `u` from: input BUFFERs and realized values (not `current` itself, nor
+  the values it computes and stores as extra outputs)."""
+  if u is current or u in inline: return None
   return u if u.op is Ops.BUFFER else bufs.get(u)
 
 
