@@ -9,6 +9,7 @@ input BUFFER or another kernel's output) becomes `LOAD(INDEX(PARAM(slot), idx, v
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable
 
 from tiny_uop.dtype import DType, dtypes
@@ -28,13 +29,16 @@ def shape_of(u: UOp) -> tuple[sint, ...]:
   return s
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def simplify_index(x: UOp) -> UOp:
-  """Run an index or validity expression through the symbolic simplifier when tiny-uop has one."""
+  """Run an index or validity expression through the symbolic simplifier when tiny-uop has one (memoized: the same
+  index expressions recur in every kernel that reads a buffer the same way)."""
   if _simplify is None or x.op is Ops.CONST: return x
   return _simplify(x)
 
 
 # ***** index arithmetic with the folds that keep common indices readable *****
+@functools.lru_cache(maxsize=4096)
 def iconst(v: int) -> UOp: return UOp.const(dtypes.index, v)
 
 def _is_const(x: UOp, v: Any = None) -> bool: return x.op is Ops.CONST and (v is None or x.arg == v)

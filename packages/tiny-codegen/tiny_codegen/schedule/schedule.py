@@ -370,6 +370,8 @@ def _toposort_calls(deps: list[set[int]]) -> list[int]:
 # ***** public entry point *****
 _cache: dict[UOp, _Template] = {}
 SCHEDULE_CACHE = getenv("SCHEDULE_CACHE", 1)
+"""SCHEDULE_CACHE=0 schedules every graph from scratch."""
+_CACHE_MAX = 1024  # graph structures remembered (oldest forgotten first)
 
 
 def create_schedule(sink: UOp) -> ScheduleResult:
@@ -386,7 +388,9 @@ def create_schedule(sink: UOp) -> ScheduleResult:
   tmpl = _cache.get(nsink) if SCHEDULE_CACHE else None
   if tmpl is None:
     tmpl = _schedule(nsink)
-    if SCHEDULE_CACHE: _cache[nsink] = tmpl
+    if SCHEDULE_CACHE:
+      if len(_cache) >= _CACHE_MAX: del _cache[next(iter(_cache))]
+      _cache[nsink] = tmpl
   sub: dict[UOp, UOp] = {ph: norm.inputs[k] for k, ph in ((b.src[0].arg[1], b) for b in _inputs_of(tmpl))}
   for b in tmpl.new_buffers: sub[b] = UOp.new_buffer(b.src[1].arg, b.arg, b.dtype)
   calls = [c.replace(src=(c.src[0], *(sub[b] for b in c.src[1:]))) for c in tmpl.calls]
