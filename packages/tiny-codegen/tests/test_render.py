@@ -120,7 +120,8 @@ def test_readme_example_runs():
   """The README's example runs as written, with only tiny-uop and tiny-codegen imported."""
   code = re.search(r"```python\n(.*?)```", README.read_text(), re.S)
   assert code is not None
-  prog = code.group(1) + "\nimport sys\nassert not [m for m in sys.modules if m.startswith(('tiny_tensor', 'tiny_runtime'))]\n"
+  prog = code.group(1) + ("\nimport sys\n"
+                          "assert not [m for m in sys.modules if m.startswith(('tiny_tensor', 'tiny_runtime'))]\n")
   out = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, timeout=120)
   assert out.returncode == 0, out.stderr
   assert "void E_16(float* restrict data0, float* restrict data1, float* restrict data2, int core_id)" in out.stdout

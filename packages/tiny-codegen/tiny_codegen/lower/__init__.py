@@ -5,7 +5,8 @@ Stages, in order (each a named pass; `DEBUG>=5` prints the UOps before lowering,
   expander    UPCAST/UNROLL ranges -> per-lane copies
   reduce      REDUCE -> DEFINE_REG accumulator + loop + END
   dims        CPU: outermost loop split across threads (`core_id`); GPU: GLOBAL/LOCAL ranges -> SPECIAL gidx/lidx
-  decomp      gates folded, MULACC, BIND, bfloat16 through float32 where the renderer lacks it, renderer rules
+  decomp      gates folded, MULACC, BIND, our polynomial exp2/log2/sin for the ops in `renderer.decompose_ops`,
+              bfloat16 through float32 where the renderer lacks it, renderer rules
   ends        loops for the stores (END trees)
   simplify    index math through the symbolic simplifier
   linearize   toposort into loop order
@@ -28,6 +29,7 @@ from tiny_codegen.lower.expander import pm_expander
 from tiny_codegen.lower.linearize import linearize
 from tiny_codegen.lower.reduce import add_ends, lower_reduces
 from tiny_codegen.lower.simplify import simplify_graph
+from tiny_codegen.lower.transcendental import pm_transcendental
 
 __all__ = ["Lowered", "lower", "STAGES"]
 
@@ -60,6 +62,9 @@ _pm_decomp_gates = pm_decomp + pm_gates
 
 def _stage_decomp(sink: UOp, ren: Renderer, dims: Dims) -> UOp:
   sink = graph_rewrite(sink, _pm_decomp_gates, name="decomp")
+  if (ops := frozenset(getattr(ren, "decompose_ops", ()))):
+    sink = graph_rewrite(sink, pm_transcendental, (ops, bool(getattr(ren, "transcendental_via_f64", False))),
+                         name="transcendental")
   if dtypes.bfloat16 not in ren.supported_dtypes() or getattr(ren, "bf16_through_float", False):
     sink = bf16_to_float(sink)
   if ren.extra_matcher is not None: sink = graph_rewrite(sink, ren.extra_matcher, name="renderer_rules")

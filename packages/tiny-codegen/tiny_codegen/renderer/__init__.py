@@ -26,6 +26,8 @@ class CPURenderer(Renderer):
   global_max = None
   local_max = None
   thread_min_work = 1 << 14  # iterations below which a kernel runs on one thread
+  decompose_ops: tuple[Ops, ...] = ()  # EXP2/LOG2/SIN listed here use tiny's polynomials instead of libm
+  transcendental_via_f64 = True  # float32 polynomials are evaluated in float64 and rounded once
 
   def __init__(self, arch: str = ""):
     super().__init__(arch)

@@ -168,9 +168,9 @@ class _LLVMEmitter:
     params, dvars = kernel_params(uops)
     args = [f"ptr noalias %data{p.arg}" for p in params]
     seen: set[str] = set()
-    for v in dvars:
-      if v.arg[0] not in seen: args.append(f"i32 %{v.arg[0]}")
-      seen.add(v.arg[0])
+    for dv in dvars:
+      if dv.arg[0] not in seen: args.append(f"i32 %{dv.arg[0]}")
+      seen.add(dv.arg[0])
     args.append("i32 %core_id")
     block = "entry"
     for u in uops:

@@ -1,0 +1,100 @@
+"""Our polynomial exp2/log2/sin (tiny_codegen.lower.transcendental) compiled and run: ulp error vs numpy in float64."""
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+import shutil
+
+import numpy as np
+import pytest
+from tiny_uop import Context, KernelInfo, Ops, UOp, dtypes
+
+from tiny_codegen import get_program
+from tiny_codegen.renderer.llvmir import LLVMRenderer
+
+_spec = importlib.util.spec_from_file_location("codegen_kernel_runner",
+                                               pathlib.Path(__file__).with_name("kernel_runner.py"))
+kr = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
+_spec.loader.exec_module(kr)  # type: ignore[union-attr]
+
+MODES = [pytest.param(dtypes.float32, True, id="f32_via_f64"), pytest.param(dtypes.float32, False, id="f32"),
+         pytest.param(dtypes.float64, False, id="f64")]
+NP = {dtypes.float32: np.float32, dtypes.float64: np.float64}
+
+
+def run_all(x: np.ndarray, dt, via_f64: bool, R: type = LLVMRenderer) -> list[np.ndarray]:
+  """exp2, log2 and sin of x with the decompositions (no libm)."""
+  n = len(x)
+  c0, c1, c2, a = [UOp(Ops.PARAM, dt.ptr(n), arg=i) for i in range(4)]
+  i = UOp.range(n, 0)
+  v = a.index(i).load()
+  ast = UOp.sink(c0.index(i).store(v.exp2()), c1.index(i).store(v.log2()), c2.index(i).store(v.sin()),
+                 arg=KernelInfo(f"transc_{dt.name}_{via_f64}_{n}"))
+  r = R()
+  r.decompose_ops, r.transcendental_via_f64, r.threads = (Ops.EXP2, Ops.LOG2, Ops.SIN), via_f64, 1
+  with Context(NOOPT=1): spec = get_program(ast, r)
+  assert not any(f in spec.src for f in ("llvm.exp2", "llvm.log2", "llvm.sin", "exp2f", "log2f", "sinf"))
+  outs = [np.zeros(n, NP[dt]) for _ in range(3)]
+  kr.run(spec, [*outs, x.astype(NP[dt])])
+  return outs
+
+
+def ulp_dist(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+  """Distance in units in the last place between same-dtype float arrays (monotone integer mapping)."""
+  it = np.int32 if a.dtype == np.float32 else np.int64
+  def key(v: np.ndarray) -> np.ndarray:
+    i = v.view(it).astype(np.int64) if it is np.int32 else v.view(it).astype(object)
+    return np.where(i < 0, -(i & ~(1 << (8 * a.itemsize - 1))), i)
+  return np.abs(key(a) - key(b)).astype(np.float64)
+
+
+def reference(fn, x: np.ndarray, dt) -> np.ndarray:
+  with np.errstate(all="ignore"): return fn(x.astype(np.float64)).astype(NP[dt])  # f64 then rounded: ~correct
+
+
+@pytest.mark.parametrize("dt,via_f64", MODES)
+def test_ulp_error_at_most_one(dt, via_f64):
+  rng = np.random.default_rng(1)
+  lim = 6000 if dt == dtypes.float32 else 1e6  # sin: where the Cody-Waite reduction is exact
+  x = np.concatenate([rng.uniform(-160, 130, 3000), np.exp(rng.uniform(-85, 85, 3000)), rng.standard_normal(2000),
+                      rng.uniform(-lim, lim, 2000), rng.uniform(0.5, 2.0, 2000)]).astype(NP[dt])
+  if dt == dtypes.float64: x = np.concatenate([x, rng.uniform(-1070, 1020, 2000)])
+  for name, out, fn in zip(("exp2", "log2", "sin"), run_all(x, dt, via_f64), (np.exp2, np.log2, np.sin)):
+    ref = reference(fn, x, dt)
+    ok = ~np.isnan(ref) & ((np.abs(x) <= lim) if name == "sin" else True)
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(ref), err_msg=name)
+    d = ulp_dist(out[ok], ref[ok])
+    assert d.max() <= 1, f"{name}: {d.max()} ulp at x={x[ok][d.argmax()]!r}"
+
+
+@pytest.mark.parametrize("dt,via_f64", MODES)
+def test_special_values(dt, via_f64):
+  tiny = np.finfo(NP[dt]).smallest_subnormal
+  x = np.array([np.inf, -np.inf, np.nan, 0.0, 1.0, -1.0, tiny, 3 * tiny, 2.0 ** -140, 1e30, 0.5, 2.0, -200, 2000],
+               NP[dt])
+  e, l, s = run_all(x, dt, via_f64)
+  for out, ref in ((e, reference(np.exp2, x, dt)), (l, reference(np.log2, x, dt))):
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(ref))
+    fin = np.isfinite(ref)
+    np.testing.assert_array_equal(out[~fin & ~np.isnan(ref)], ref[~fin & ~np.isnan(ref)])  # +-inf exactly
+    assert ulp_dist(out[fin], ref[fin]).max() <= 1
+  assert np.isnan(s[:3]).all() and s[3] == 0 and abs(s[4] - np.sin(1.0)) < 1e-6
+
+
+def test_huge_sin_arguments_stay_bounded():
+  """Beyond the exact-reduction range sin loses accuracy (documented) but stays a number in [-1, 1]."""
+  x = np.array([1e10, -3e20, 5e30], np.float32)
+  s = run_all(x, dtypes.float32, False)[2]
+  assert np.isfinite(s).all() and (np.abs(s) <= 1).all()
+
+
+@pytest.mark.skipif(shutil.which("clang") is None and shutil.which("cc") is None, reason="no C compiler")
+@pytest.mark.parametrize("dt", [dtypes.float32, dtypes.float64])
+def test_c_renderer_runs_the_decompositions(dt):
+  """The same decompositions rendered as C (bitcasts, shifts, int64 math) agree with numpy within 1 ulp."""
+  from tiny_codegen.renderer.cstyle import ClangRenderer
+  x = np.random.default_rng(2).uniform(-100, 100, 500).astype(NP[dt])
+  for out, fn in zip(run_all(x, dt, False, ClangRenderer), (np.exp2, np.log2, np.sin)):
+    ref = reference(fn, x, dt)
+    ok = ~np.isnan(ref)
+    assert np.isnan(out[~ok]).all() and ulp_dist(out[ok], ref[ok]).max() <= 1
