@@ -321,3 +321,56 @@ def test_upcast_and_unroll(R, opt):
   if not opt:
     assert sum(1 for u in spec.uops if u.op is Ops.DEFINE_REG) == 2
     assert sorted(u.arg[0] for u in spec.uops if u.op is Ops.RANGE) == [0, 1, 3]
+
+
+@pytest.mark.parametrize("R", RENDERERS)
+def test_kernel_without_loops(R):
+  c, a = P(0, 1), P(1, 2)
+  zero, one = UOp.const(dtypes.index, 0), UOp.const(dtypes.index, 1)
+  ast = c.index(zero).store(a.index(zero).load() * a.index(one).load()).sink(arg=KernelInfo())
+  A, C = np.array([3.0, 4.0], np.float32), np.zeros(1, np.float32)
+  spec = compile_run(R, ast, [C, A], threads=4)
+  assert C[0] == 12.0 and spec.global_size == (1, 1, 1)
+
+
+@pytest.mark.parametrize("R", RENDERERS)
+def test_size_one_loops_and_in_place_update(R):
+  # c[i*1 + j] += a[i] over a (6, 1) shape: the bound-1 loop folds away; c is read and written (outs and ins)
+  c, a = P(0, 6), P(1, 6)
+  i, j = UOp.range(6, 0), UOp.range(1, 1)
+  ast = c.index(i + j).store(c.index(i + j).load() + a.index(i).load()).sink(arg=KernelInfo())
+  A, C = rng.standard_normal(6).astype(np.float32), rng.standard_normal(6).astype(np.float32)
+  ref = C + A
+  spec = compile_run(R, ast, [C, A])
+  np.testing.assert_array_equal(C, ref)
+  assert spec.outs == [0] and spec.ins == [0, 1]
+
+
+@pytest.mark.parametrize("R", RENDERERS)
+def test_more_alu_ops(R):
+  n = 24
+  c0, c1, c2, c3, a, b = P(0, n), P(1, n, dtypes.uint32), P(2, n, dtypes.int8), P(3, n, dtypes.uint64), P(4, n), P(5, n)
+  i = UOp.range(n, 0)
+  x, y = a.index(i).load(), b.index(i).load()
+  fval = UOp(Ops.MULACC, dtypes.float, (x, y, x.reciprocal())) + x.trunc() + x.maximum(0.5).pow(y.maximum(0.0)) + \
+    x.eq(y).where(x.const_like(100.0), x.const_like(-1.0)) + (x < y).cast(dtypes.float)
+  u = i.cast(dtypes.uint32)
+  uval = ((u * 0x9E3779B9) >> 3) ^ (u << 29) | UOp.const(dtypes.uint32, 0x80000000)
+  ival = (i.cast(dtypes.int8) * 13 - 100).maximum(UOp.const(dtypes.int8, -128))
+  wval = i.cast(dtypes.uint64) * UOp.const(dtypes.uint64, 0xFFFFFFFFFFFFFFF1)
+  ast = UOp.sink(c0.index(i).store(fval), c1.index(i).store(uval), c2.index(i).store(ival), c3.index(i).store(wval),
+                 arg=KernelInfo())
+  X = rng.uniform(0.5, 3, n).astype(np.float32)
+  Y = X.copy()
+  Y[::2] = rng.uniform(-2, 2, n // 2)
+  outs = [np.zeros(n, np.float32), np.zeros(n, np.uint32), np.zeros(n, np.int8), np.zeros(n, np.uint64)]
+  compile_run(R, ast, [*outs, X, Y])
+  f32 = np.float32
+  ref = (X * Y + f32(1) / X) + np.trunc(X) + np.power(np.maximum(X, f32(0.5)), np.maximum(Y, f32(0))) + \
+    np.where(X == Y, f32(100), f32(-1)) + (X < Y).astype(np.float32)
+  np.testing.assert_allclose(outs[0], ref, rtol=1e-6)
+  U = np.arange(n, dtype=np.uint32)
+  with np.errstate(over="ignore"):
+    np.testing.assert_array_equal(outs[1], ((U * np.uint32(0x9E3779B9)) >> 3) ^ (U << 29) | np.uint32(0x80000000))
+    np.testing.assert_array_equal(outs[2], np.maximum(np.arange(n).astype(np.int8) * np.int8(13) - np.int8(100), -128))
+    np.testing.assert_array_equal(outs[3], np.arange(n, dtype=np.uint64) * np.uint64(0xFFFFFFFFFFFFFFF1))
