@@ -1,0 +1,968 @@
+"""Higher-level Tensor ops, composed only from core Tensor ops: convolution, pooling, interpolation, einsum,
+normalization, dropout, attention, losses, sorting, cumulative ops, gather/scatter and triangular masks.
+
+Every public function takes the tensor as its first argument `self` and has tinygrad's method signature;
+`tiny_tensor.tensor` binds each name in `__all__` as a `Tensor` method, so `x.conv2d(w)` and
+`nnops.conv2d(x, w)` are the same call. Nothing here adds a UOp or touches numpy: each op is a graph of
+movement, elementwise and reduce ops, so autograd differentiates it and the scheduler fuses it like any other.
+
+Constants (`arange`, `ones`, `rand`) are created through `type(self)` on `self.device`, so the ops work on any
+device and this module needs `Tensor` only for type hints.
+
+>>> from tiny_tensor import Tensor
+>>> Tensor([[1., 2.], [3., 4.]]).cumsum(1).tolist()
+[[1.0, 3.0], [3.0, 7.0]]
+"""
+from __future__ import annotations
+
+import functools
+import math
+import string
+from typing import TYPE_CHECKING, Any, Literal, Sequence
+
+from tiny_uop.dtype import DType, dtypes, least_upper_dtype
+
+if TYPE_CHECKING:
+  from tiny_tensor.tensor import Tensor
+
+ReductionStr = Literal["mean", "sum", "none"]
+
+__all__ = ["conv2d", "conv_transpose2d", "avg_pool2d", "max_pool2d", "max_unpool2d", "interpolate", "einsum",
+           "layernorm", "batchnorm", "dropout", "scaled_dot_product_attention", "binary_crossentropy",
+           "binary_crossentropy_logits", "sparse_categorical_crossentropy", "cross_entropy", "nll_loss", "one_hot",
+           "sort", "argsort", "topk", "tril", "triu", "cumsum", "cumprod", "cummax", "cummin", "logcumsumexp", "roll",
+           "gather", "scatter", "scatter_reduce", "masked_fill", "pad2d"]
+
+# ***** small helpers (shapes are tuples of ints here) *****
+
+
+def _resolve_dim(x: Tensor, dim: int, extra: int = 0) -> int:
+  """`dim` as a non-negative axis of `x` (with `extra` more axes allowed, as for unsqueeze)."""
+  n = x.ndim + extra
+  if not isinstance(dim, int) or not -max(n, 1) <= dim < max(n, 1):
+    lo, hi = -max(n, 1), max(n, 1) - 1
+    raise IndexError(f"dim {dim!r} is out of range for a tensor of shape {x.shape}; valid: [{lo}, {hi}]")
+  return dim + n if dim < 0 else dim
+
+
+def _ints(x: int | Sequence[int], n: int, what: str) -> tuple[int, ...]:
+  """An int repeated `n` times, or a sequence of exactly `n` ints."""
+  if isinstance(x, int): return (x,) * n
+  t = tuple(x)
+  if len(t) != n or not all(isinstance(v, int) for v in t):
+    raise ValueError(f"{what}={x!r} must be an int or a sequence of {n} ints")
+  return t
+
+
+def _grouped_pads(padding: int | Sequence[int], n: int) -> tuple[tuple[int, int], ...]:
+  """Padding for `n` spatial dims as ((before, after), ...) in dimension order.
+
+  Accepts an int, one int per dim (`(pad_h, pad_w)`), or torch's flat form, last dim first
+  (`(left, right, top, bottom)`)."""
+  if isinstance(padding, int): return ((padding, padding),) * n
+  p = tuple(padding)
+  if len(p) == n: return tuple((v, v) for v in p)
+  if len(p) == 2 * n: return tuple((p[2 * i], p[2 * i + 1]) for i in reversed(range(n)))
+  raise ValueError(f"padding={padding!r} must be an int or a sequence of {n} or {2 * n} ints for {n} spatial dims")
+
+
+def _pad(x: Tensor, pads: Sequence[tuple[int, int]], value: Any = 0.0) -> Tensor:
+  """Constant-pad every dim of `x` by `pads` (one (before, after) per dim); negative amounts crop."""
+  pads = tuple(pads)
+  if any(b < 0 or a < 0 for b, a in pads):
+    x = x.shrink(tuple((max(-b, 0), s - max(-a, 0)) for (b, a), s in zip(pads, x.shape)))
+    pads = tuple((max(b, 0), max(a, 0)) for b, a in pads)
+  if all(b == 0 and a == 0 for b, a in pads): return x
+  return x.pad(pads, value=value)
+
+
+def _shrink_axis(x: Tensor, axis: int, start: int, end: int) -> Tensor:
+  return x.shrink(tuple((start, end) if d == axis else (0, s) for d, s in enumerate(x.shape)))
+
+
+def _repeat(x: Tensor, reps: Sequence[int]) -> Tensor:
+  """Tile `x` `reps[d]` times along each dim d (a broadcast, never a copy until realized)."""
+  if all(r == 1 for r in reps): return x
+  pairs = [(1, s) for s in x.shape]
+  x = x.reshape(tuple(v for p in pairs for v in p))
+  x = x.expand(tuple(v for r, s in zip(reps, x.shape[1::2]) for v in (r, s)))
+  return x.reshape(tuple(r * s for r, s in zip(reps, x.shape[1::2])))
+
+
+def _arange(like: Tensor, start: int, stop: int | None = None, step: int = 1, dtype: DType | None = None) -> Tensor:
+  kw = {} if dtype is None else {"dtype": dtype}
+  return type(like).arange(start, stop, step, device=like.device, **kw)
+
+
+def _ones(like: Tensor, shape: Sequence[int], dtype: DType | None = None) -> Tensor:
+  return type(like).ones(*shape, dtype=dtype if dtype is not None else dtypes.default_float, device=like.device)
+
+
+def _one_hot_bool(index: Tensor, n: int) -> Tensor:
+  """`index[..., None] == arange(n)`: bool, one more (last) axis of size `n`."""
+  return index.unsqueeze(-1).eq(_arange(index, n))
+
+
+def _pool(x: Tensor, k_: Sequence[int], s_: Sequence[int], d_: Sequence[int]) -> Tensor:
+  """Sliding windows over the last len(k_) dims: (..., *i_) -> (..., *o_, *k_), o = ceil((i - d*(k-1)) / s).
+
+  Only movement ops: no data is copied until a consumer is realized, so a conv or pool fuses into one kernel.
+  """
+  nk = len(k_)
+  if x.ndim < nk: raise ValueError(f"can't pool a tensor of shape {x.shape} with a {nk}-d kernel {tuple(k_)}")
+  nb, i_ = x.ndim - nk, tuple(x.shape[x.ndim - nk:])
+  for k, s, d, i in zip(k_, s_, d_, i_):
+    if k < 1 or s < 1 or d < 1:
+      raise ValueError(f"kernel {tuple(k_)}, stride {tuple(s_)} and dilation {tuple(d_)} must all be >= 1")
+    if d * (k - 1) + 1 > i:
+      raise ValueError(f"kernel {tuple(k_)} with dilation {tuple(d_)} is larger than the (padded) input {i_}")
+  o_ = [-(-(i - d * (k - 1)) // s) for i, d, k, s in zip(i_, d_, k_, s_)]
+  batch = tuple(x.shape[:nb])
+  if all(d == 1 and k <= s for k, s, d in zip(k_, s_, d_)):
+    # windows don't overlap: resize each dim to o*s, split it into (o, s) and keep the first k of each s
+    x = _pad(x, ((0, 0),) * nb + tuple((0, o * s - i) for o, s, i in zip(o_, s_, i_)))
+    x = x.reshape(batch + tuple(v for o, s in zip(o_, s_) for v in (o, s)))
+    x = x.shrink(tuple((0, v) for v in batch) + tuple(r for o, k in zip(o_, k_) for r in ((0, o), (0, k))))
+    return x.permute(*range(nb), *[nb + 2 * j for j in range(nk)], *[nb + 2 * j + 1 for j in range(nk)])
+  # overlapping windows: tile each dim R times, then view the tiles as rows of length L = i*f + d. As L = d (mod i),
+  # row a starts a*d further into x, so rows[a, o*s] = x[o*s + a*d] (it never wraps: (o-1)*s + (k-1)*d < i).
+  f_ = [max(1, -(-(o * s - d) // i)) for o, s, i, d in zip(o_, s_, i_, d_)]
+  L_ = [i * f + d for i, f, d in zip(i_, f_, d_)]
+  x = _repeat(x, (1,) * nb + tuple(-(-(k * L) // i) for k, L, i in zip(k_, L_, i_)))
+  x = x.shrink(tuple((0, v) for v in batch) + tuple((0, k * L) for k, L in zip(k_, L_)))
+  x = x.reshape(batch + tuple(v for k, L in zip(k_, L_) for v in (k, L)))
+  x = x.shrink(tuple((0, v) for v in batch) + tuple(r for k, o, s in zip(k_, o_, s_) for r in ((0, k), (0, o * s))))
+  x = x.reshape(batch + tuple(v for k, o, s in zip(k_, o_, s_) for v in (k, o, s)))
+  x = x.shrink(tuple((0, v) for v in batch) + tuple(r for k, o in zip(k_, o_) for r in ((0, k), (0, o), (0, 1))))
+  x = x.reshape(batch + tuple(v for k, o in zip(k_, o_) for v in (k, o)))
+  return x.permute(*range(nb), *[nb + 2 * j + 1 for j in range(nk)], *[nb + 2 * j for j in range(nk)])
+
+
+# ***** convolution *****
+
+
+def _conv(x: Tensor, weight: Tensor, bias: Tensor | None, groups: int, stride: Any, dilation: Any,
+          pads: tuple[tuple[int, int], ...], dtype: Any = None) -> Tensor:
+  bs, (cout, cin), HW = x.shape[0], weight.shape[:2], tuple(weight.shape[2:])
+  nd = len(HW)
+  s_, d_ = _ints(stride, nd, "stride"), _ints(dilation, nd, "dilation")
+  win = _pool(_pad(x, ((0, 0), (0, 0)) + pads), HW, s_, d_)  # (bs, cin_, *oyx, *HW)
+  oyx, rcout = tuple(win.shape[2:2 + nd]), cout // groups
+  win = win.reshape(bs, groups, cin, 1, *oyx, *HW).expand(bs, groups, cin, rcout, *oyx, *HW)
+  win = win.permute(0, 1, 3, *range(4, 4 + nd), 2, *range(4 + nd, 4 + 2 * nd))  # (bs, groups, rcout, *oyx, cin, *HW)
+  prod_ = win * weight.reshape(1, groups, rcout, *[1] * nd, cin, *HW)
+  axes = tuple(range(-1 - nd, 0))
+  ret = (prod_.sum(axes) if dtype is None else prod_.sum(axes, dtype=dtype)).reshape(bs, cout, *oyx)
+  return ret if bias is None else ret + bias.reshape(1, cout, *[1] * nd)
+
+
+def _check_conv(x: Tensor, weight: Tensor, groups: int, transposed: bool) -> None:
+  if weight.ndim < 3 or x.ndim != weight.ndim:
+    raise ValueError(f"input of shape {x.shape} and weight of shape {weight.shape} must both be (N, C, *spatial) with "
+                     "the same number of spatial dims (at least 1)")
+  if not isinstance(groups, int) or groups < 1: raise ValueError(f"groups={groups!r} must be a positive int")
+  if transposed:
+    if weight.shape[0] != x.shape[1] or x.shape[1] % groups:
+      raise ValueError(f"input has {x.shape[1]} channels but transposed weight {weight.shape} expects "
+                       f"{weight.shape[0]} (and it must be divisible by groups={groups})")
+  elif weight.shape[1] * groups != x.shape[1] or weight.shape[0] % groups:
+    raise ValueError(f"input has {x.shape[1]} channels but weight {weight.shape} with groups={groups} expects "
+                     f"{weight.shape[1] * groups}; weight.shape[0]={weight.shape[0]} must be divisible by groups")
+
+
+def conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: Any = 1,
+           dilation: Any = 1, padding: int | Sequence[int] = 0, dtype: Any = None) -> Tensor:
+  """Convolution (cross-correlation, like torch) of `self` (N, Cin, *spatial) with `weight` (Cout, Cin/groups, *kernel).
+
+  Any number of spatial dims (1-d, 2-d, 3-d, ...). `padding` is an int, one int per spatial dim, or torch's flat
+  form `(left, right, top, bottom, ...)` (negative values crop). `dtype` is the accumulation dtype.
+
+  >>> from tiny_tensor import Tensor
+  >>> Tensor.arange(9).reshape(1, 1, 3, 3).float().conv2d(Tensor.ones(1, 1, 2, 2)).tolist()
+  [[[[8.0, 12.0], [20.0, 24.0]]]]
+  """
+  _check_conv(self, weight, groups, transposed=False)
+  return _conv(self, weight, bias, groups, stride, dilation, _grouped_pads(padding, weight.ndim - 2), dtype)
+
+
+def conv_transpose2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: Any = 1,
+                     dilation: Any = 1, padding: int | Sequence[int] = 0, output_padding: Any = 0) -> Tensor:
+  """Transposed convolution of `self` (N, Cin, *spatial) with `weight` (Cin, Cout/groups, *kernel), any spatial rank.
+
+  Output size per dim: (i-1)*stride - pad_before - pad_after + dilation*(k-1) + output_padding + 1.
+
+  >>> from tiny_tensor import Tensor
+  >>> Tensor.ones(1, 1, 2, 2).conv_transpose2d(Tensor.ones(1, 1, 2, 2)).tolist()
+  [[[[1.0, 2.0, 1.0], [2.0, 4.0, 2.0], [1.0, 2.0, 1.0]]]]
+  """
+  _check_conv(self, weight, groups, transposed=True)
+  HW, nd = tuple(weight.shape[2:]), weight.ndim - 2
+  cin, rcout = weight.shape[:2]
+  s_, d_ = _ints(stride, nd, "stride"), _ints(dilation, nd, "dilation")
+  op_ = _ints(output_padding, nd, "output_padding")
+  if any(s < 1 for s in s_) or any(d < 1 for d in d_): raise ValueError(f"stride {s_} and dilation {d_} must be >= 1")
+  if any(not 0 <= o < max(s, d) for o, s, d in zip(op_, s_, d_)):
+    raise ValueError(f"output_padding {op_} must be >= 0 and smaller than stride {s_} or dilation {d_}")
+  pads = _grouped_pads(padding, nd)
+  # (Cin, Cout/g, *k) -> (g, Cout/g, Cin/g, *k), spatially flipped: the conv that scatters each input over its window
+  w = weight.reshape(groups, cin // groups, rcout, *HW).permute(0, 2, 1, *range(3, 3 + nd))
+  w = w.flip(tuple(range(3, 3 + nd)))
+  w = w.reshape(groups * rcout, cin // groups, *HW)
+  x = self
+  if any(s > 1 for s in s_):  # put s-1 zeros between input elements: (i) -> (i, 1) -> pad (i, s) -> (i*s) -> crop
+    bs, c, sp = x.shape[0], x.shape[1], tuple(x.shape[2:])
+    x = x.reshape(bs, c, *[v for i in sp for v in (i, 1)])
+    x = _pad(x, ((0, 0), (0, 0)) + tuple(p for s in s_ for p in ((0, 0), (0, s - 1))))
+    x = _pad(x.reshape(bs, c, *[i * s for i, s in zip(sp, s_)]), ((0, 0), (0, 0)) + tuple((0, 1 - s) for s in s_))
+  conv_pads = tuple(((k - 1) * d - pb, (k - 1) * d - pa + o) for k, d, (pb, pa), o in zip(HW, d_, pads, op_))
+  return _conv(x, w, bias, groups, 1, d_, conv_pads)
+
+
+# ***** pooling *****
+
+
+def _pool_args(x: Tensor, kernel_size: Any, stride: Any, dilation: Any, padding: Any):
+  k_ = (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size)
+  nd = len(k_)
+  if nd == 0 or x.ndim < nd: raise ValueError(f"kernel_size={kernel_size!r} doesn't fit a tensor of shape {x.shape}")
+  s_ = _ints(stride if stride is not None else k_, nd, "stride")
+  return k_, s_, _ints(dilation, nd, "dilation"), _grouped_pads(padding, nd)
+
+
+def _ceil_extra(i_: Sequence[int], k_, s_, d_, pads) -> tuple[int, ...]:
+  """Extra padding after each dim that ceil_mode needs (torch's rule: the last window starts inside the input or
+  the left padding)."""
+  extra = []
+  for i, k, s, d, (pb, pa) in zip(i_, k_, s_, d_, pads):
+    span = d * (k - 1) + 1
+    o = -(-(i + pb + pa - span) // s) + 1
+    if (o - 1) * s >= i + pb: o -= 1
+    extra.append(max(0, (o - 1) * s + span - (i + pb + pa)))
+  return tuple(extra)
+
+
+def avg_pool2d(self: Tensor, kernel_size: Any = (2, 2), stride: Any = None, dilation: Any = 1,
+               padding: int | Sequence[int] = 0, ceil_mode: bool = False, count_include_pad: bool = True) -> Tensor:
+  """Average pooling over the last len(kernel_size) dims (any number of them, not only 2).
+
+  `padding` as in conv2d. `ceil_mode` rounds the output size up; `count_include_pad=False` divides by the number of
+  input (not padding) elements in each window.
+
+  >>> from tiny_tensor import Tensor
+  >>> Tensor.arange(16).reshape(1, 1, 4, 4).float().avg_pool2d().tolist()
+  [[[[2.5, 4.5], [10.5, 12.5]]]]
+  """
+  k_, s_, d_, pads = _pool_args(self, kernel_size, stride, dilation, padding)
+  nd, nb = len(k_), self.ndim - len(k_)
+  i_ = tuple(self.shape[nb:])
+  extra = _ceil_extra(i_, k_, s_, d_, pads) if ceil_mode else (0,) * nd
+  axes = tuple(range(-nd, 0))
+  full = tuple((pb, pa + e) for (pb, pa), e in zip(pads, extra))
+  win = _pool(_pad(self, ((0, 0),) * nb + full), k_, s_, d_)
+  if count_include_pad and not ceil_mode: return win.mean(axes)
+  # divisor: how many counted cells each window covers (padding counts unless count_include_pad=False; the ceil_mode
+  # extension never counts)
+  ones = _ones(self, i_)
+  if count_include_pad: ones = _pad(ones, pads, 1.0)
+  cnt = _pool(_pad(ones, ((0, e) for e in extra) if count_include_pad else full), k_, s_, d_).sum(axes)
+  return win.sum(axes) / cnt
+
+
+def max_pool2d(self: Tensor, kernel_size: Any = (2, 2), stride: Any = None, dilation: Any = 1,
+               padding: int | Sequence[int] = 0, ceil_mode: bool = False,
+               return_indices: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+  """Max pooling over the last len(kernel_size) dims; padding reads as the dtype's minimum.
+
+  With `return_indices=True` also returns, for each output, the flat index (int32) of its maximum within the input's
+  spatial dims (the first one on ties), as torch does.
+
+  >>> from tiny_tensor import Tensor
+  >>> Tensor.arange(16).reshape(1, 1, 4, 4).max_pool2d().tolist()
+  [[[[5, 7], [13, 15]]]]
+  """
+  k_, s_, d_, pads = _pool_args(self, kernel_size, stride, dilation, padding)
+  nd, nb = len(k_), self.ndim - len(k_)
+  i_ = tuple(self.shape[nb:])
+  extra = _ceil_extra(i_, k_, s_, d_, pads) if ceil_mode else (0,) * nd
+  full = tuple((pb, pa + e) for (pb, pa), e in zip(pads, extra))
+  axes = tuple(range(-nd, 0))
+  win = _pool(_pad(self, ((0, 0),) * nb + full, self.dtype.min), k_, s_, d_)
+  out = win.max(axes)
+  if not return_indices: return out
+  # count positions down from n so that max() picks the first maximum; padding gets the smallest int
+  n = math.prod(i_)
+  rev = _pool(_pad(_arange(self, n, 0, -1, dtype=dtypes.int32).reshape(*i_), full, dtypes.int32.min), k_, s_, d_)
+  idx = win.eq(out.reshape(*out.shape, *[1] * nd)).where(rev, 0).max(axes)
+  return out, (n - idx).cast(dtypes.int32)
+
+
+def max_unpool2d(self: Tensor, indices: Tensor, kernel_size: Any = (2, 2), stride: Any = None, dilation: Any = 1,
+                 padding: int | Sequence[int] = 0, output_size: Sequence[int] | None = None) -> Tensor:
+  """Partial inverse of max_pool2d: puts each value of `self` (N, C, *spatial) at its flat `indices`, zeros elsewhere.
+
+  >>> from tiny_tensor import Tensor
+  >>> Tensor([[[[5., 7.]]]]).max_unpool2d(Tensor([[[[1, 3]]]]), kernel_size=(1, 2)).tolist()
+  [[[[0.0, 5.0, 0.0, 7.0]]]]
+  """
+  bs, c, sp = self.shape[0], self.shape[1], tuple(self.shape[2:])
+  if tuple(indices.shape) != tuple(self.shape):
+    raise ValueError(f"indices of shape {indices.shape} must have the shape of the pooled values {self.shape}")
+  if output_size is None:
+    k_ = _ints(kernel_size, len(sp), "kernel_size")
+    s_, d_ = _ints(stride if stride is not None else k_, len(sp), "stride"), _ints(dilation, len(sp), "dilation")
+    pads = _grouped_pads(padding, len(sp))
+    out_ = tuple((i - 1) * s - pb - pa + d * (k - 1) + 1 for i, k, s, d, (pb, pa) in zip(sp, k_, s_, d_, pads))
+  else: out_ = tuple(output_size)[-len(sp):]
+  n, m = math.prod(out_), math.prod(sp)
+  hot = _one_hot_bool(indices.reshape(bs, c, m), n)  # (bs, c, m, n)
+  return hot.where(self.reshape(bs, c, m, 1), 0).sum(2).cast(self.dtype).reshape(bs, c, *out_)
+
+
+# ***** resampling *****
+
+
+def _select(x: Tensor, axis: int, index: Tensor, n: int) -> Tensor:
+  """x[..., index, ...] along `axis` for a 1-D int `index` with values in [0, n)."""
+  xt = x.transpose(axis, -1).unsqueeze(-2)                       # (..., 1, n)
+  out = _one_hot_bool(index, n).where(xt, 0).sum(-1).cast(x.dtype)  # (..., len(index))
+  return out.transpose(axis, -1)
+
+
+def interpolate(self: Tensor, size: Sequence[int], mode: str = "linear", align_corners: bool = False) -> Tensor:
+  """Resample the last len(size) dims to `size`; dims before them are batch dims.
+
+  `mode` is "linear" (bilinear/trilinear for 2/3 dims), "nearest" or "nearest-exact"; coordinates follow torch
+  (`align_corners` only for linear). The result has `self`'s dtype.
+
+  >>> from tiny_tensor import Tensor
+  >>> Tensor([[1., 2.]]).interpolate(size=(4,)).tolist()
+  [[1.0, 1.25, 1.75, 2.0]]
+  """
+  if not isinstance(size, (tuple, list)) or not all(isinstance(s, int) and s > 0 for s in size) \
+     or not 0 < len(size) <= self.ndim:
+    raise ValueError(f"size={size!r} must be a tuple of 1 to {self.ndim} positive ints")
+  if mode not in ("linear", "nearest", "nearest-exact"):
+    raise ValueError(f"mode={mode!r} is not supported; valid: 'linear', 'nearest', 'nearest-exact'")
+  if align_corners and mode != "linear": raise ValueError(f"align_corners=True needs mode='linear', got {mode!r}")
+  x = self
+  for axis, out in zip(range(self.ndim - len(size), self.ndim), size):
+    inp = self.shape[axis]
+    if mode == "linear":
+      # source coordinate num/den, exactly: align_corners -> dst*(in-1)/(out-1), else (dst+0.5)*in/out - 0.5
+      arr = _arange(self, out)
+      if align_corners: num, den = arr * (inp - 1), max(out - 1, 1)
+      else: num, den = (arr * 2 + 1) * inp - out, 2 * out
+      num = num.maximum(0).minimum((inp - 1) * den)
+      low, high = num // den, ((num + den - 1) // den)
+      frac = (num - low * den).cast(dtypes.float32) / den
+      frac = frac.reshape(out, *[1] * (self.ndim - axis - 1))
+      x = _select(x, axis, low, inp) * (1 - frac) + _select(x, axis, high, inp) * frac
+    else:
+      pos = _arange(self, out, dtype=dtypes.float32)
+      if mode == "nearest-exact": pos = pos + 0.5
+      x = _select(x, axis, (pos * (inp / out)).cast(dtypes.int32).minimum(inp - 1), inp)
+  return x.cast(self.dtype)
+
+
+# ***** einsum *****
+
+
+def _einsum(formula: str, *operands: Any, dtype: Any = None) -> Tensor:
+  """Einstein summation, as torch.einsum: `Tensor.einsum("ij,jk->ik", a, b)`.
+
+  Supports implicit output (`"ij,jk"`), `...` broadcasting, repeated letters within one operand (diagonals), and
+  size-1 broadcasting between operands. `dtype` is the accumulation dtype.
+
+  >>> from tiny_tensor import Tensor
+  >>> Tensor.einsum("ij,ij->", Tensor([[1, 2], [3, 4]]), Tensor([[5, 6], [7, 8]])).item()
+  70
+  """
+  xs = list(operands[0]) if len(operands) == 1 and isinstance(operands[0], (list, tuple)) else list(operands)
+  formula = formula.replace(" ", "")
+  lhs, arrow, rhs = formula.partition("->")
+  terms = lhs.split(",")
+  if len(terms) != len(xs):
+    raise ValueError(f"einsum {formula!r} names {len(terms)} operands but {len(xs)} were given")
+  for t, x in zip(terms, xs):
+    body = t.replace("...", "")
+    if not all(c in string.ascii_letters for c in body) or t.count("...") > 1 or "." in body:
+      raise ValueError(f"einsum term {t!r} may contain only letters and at most one '...'")
+    if ("..." in t and x.ndim < len(body)) or ("..." not in t and x.ndim != len(body)):
+      raise ValueError(f"einsum term {t!r} doesn't match an operand of shape {x.shape}")
+  ell = ""
+  if "..." in formula:
+    free = [c for c in string.ascii_letters if c not in formula]
+    n_ell = max((x.ndim - len(t) + 3 for t, x in zip(terms, xs) if "..." in t), default=0)
+    ell = "".join(free[:n_ell])
+    terms = [t.replace("...", ell[n_ell - (x.ndim - len(t) + 3):]) if "..." in t else t for t, x in zip(terms, xs)]
+  if arrow:
+    if rhs.count("...") > 1 or ("..." in rhs and "..." not in lhs):
+      raise ValueError(f"einsum output {rhs!r} may hold '...' only once, and only if the inputs do")
+    rhs = rhs.replace("...", ell)
+  else:
+    letters = "".join(terms)
+    rhs = ell + "".join(sorted(c for c in set(letters) if letters.count(c) == 1 and c not in ell))
+  if len(set(rhs)) != len(rhs) or any(c not in "".join(terms) for c in rhs) or not all(c.isalpha() for c in rhs):
+    raise ValueError(f"einsum output {rhs!r} must name distinct letters that appear in the inputs {terms}")
+  # take the diagonal for a letter repeated within one operand
+  for n_, (t, x) in enumerate(zip(terms, xs)):
+    while (c := next((c for c in t if t.count(c) > 1), None)) is not None:
+      j, k = t.index(c), t.index(c, t.index(c) + 1)
+      n = x.shape[j]
+      if x.shape[k] != n:
+        raise ValueError(f"einsum letter {c!r} repeats in {t!r} over dims of sizes {n} and {x.shape[k]}")
+      rest = [d for d in range(x.ndim) if d not in (j, k)]
+      rest_shape = tuple(x.shape[d] for d in rest)
+      # (.., n, n) -> (.., n*n) -> pad to (.., n*(n+1)) -> (.., n, n+1): column 0 of row a is element (a, a)
+      x = x.permute(tuple(rest) + (j, k)).reshape(rest_shape + (n * n,))
+      x = _pad(x, ((0, 0),) * len(rest) + ((0, n),)).reshape(rest_shape + (n, n + 1))
+      x = _shrink_axis(x, x.ndim - 1, 0, 1).reshape(rest_shape + (n,))
+      t = "".join(t[d] for d in rest) + c
+    terms[n_], xs[n_] = t, x
+  sizes: dict[str, int] = {}
+  for t, x in zip(terms, xs):
+    for c, s in zip(t, x.shape):
+      if sizes.get(c, 1) not in (1, s) and s != 1:
+        raise ValueError(f"einsum letter {c!r} has sizes {sizes[c]} and {s}")
+      sizes[c] = s if sizes.get(c, 1) == 1 else sizes[c]
+  alpha = sorted(sizes)
+  aligned = [(x.permute(tuple(t.index(c) for c in sorted(t))) if t else x)
+             .reshape(tuple(x.shape[t.index(c)] if c in t else 1 for c in alpha)) for t, x in zip(terms, xs)]
+  ret = functools.reduce(lambda a, b: a * b, aligned)
+  red = tuple(i for i, c in enumerate(alpha) if c not in rhs)
+  if red: ret = ret.sum(red) if dtype is None else ret.sum(red, dtype=dtype)
+  elif dtype is not None: ret = ret.cast(dtype)
+  kept = [c for c in alpha if c in rhs]
+  return ret.permute(tuple(kept.index(c) for c in rhs)) if kept else ret
+
+
+einsum = staticmethod(_einsum)
+einsum.__doc__ = _einsum.__doc__
+
+# ***** normalization, dropout, attention *****
+
+
+def layernorm(self: Tensor, axis: int | tuple[int, ...] = -1, eps: float = 1e-5) -> Tensor:
+  """Normalize to zero mean and unit variance over `axis` (no affine part; see nn.LayerNorm).
+
+  >>> from tiny_tensor import Tensor
+  >>> Tensor([[1., 3.]]).layernorm().tolist()  # doctest: +ELLIPSIS
+  [[-0.99..., 0.99...]]
+  """
+  y = self - self.mean(axis, keepdim=True)
+  return y * (y * y).mean(axis, keepdim=True).add(eps).rsqrt()
+
+
+def batchnorm(self: Tensor, weight: Tensor | None, bias: Tensor | None, mean: Tensor, invstd: Tensor,
+              axis: int | tuple[int, ...] = 1) -> Tensor:
+  """(self - mean) * weight * invstd + bias, with the 1-d parameters laid along `axis` (the channel dim).
+
+  >>> from tiny_tensor import Tensor
+  >>> Tensor([[1., 2.], [3., 4.]]).batchnorm(None, None, Tensor([1., 2.]), Tensor([1., 0.5])).tolist()
+  [[0.0, 0.0], [2.0, 1.0]]
+  """
+  axes = (axis,) if isinstance(axis, int) else tuple(axis)
+  axes = tuple(_resolve_dim(self, a) for a in axes)
+  shape = tuple(s if d in axes else 1 for d, s in enumerate(self.shape))
+  x = self - mean.reshape(shape)
+  if weight is not None: x = x * weight.reshape(shape)
+  x = x * (invstd.reshape(shape) if invstd.ndim == len(axes) else invstd)
+  return x + bias.reshape(shape) if bias is not None else x
+
+
+def _training(x: Tensor) -> bool:
+  if getattr(type(x), "training", False): return True
+  from tiny_uop import helpers
+  return bool(getattr(helpers, "TRAINING", False))
+
+
+def dropout(self: Tensor, p: float = 0.5) -> Tensor:
+  """Zero each element with probability `p` and scale the rest by 1/(1-p); only when `Tensor.training` is set.
+
+  >>> from tiny_tensor import Tensor
+  >>> Tensor([1., 2.]).dropout(0.5).tolist()  # not training: unchanged
+  [1.0, 2.0]
+  """
+  if not 0 <= p <= 1: raise ValueError(f"dropout probability p={p!r} must be in [0, 1]")
+  if not _training(self) or p == 0: return self
+  if p == 1: return self.zeros_like()
+  keep = type(self).rand(*self.shape, device=self.device, dtype=dtypes.default_float) >= p
+  return keep.where(self, 0) / (1.0 - p)
+
+
+def scaled_dot_product_attention(self: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
+                                 dropout_p: float = 0.0, is_causal: bool = False, enable_gqa: bool = False) -> Tensor:
+  """softmax(self @ key^T / sqrt(d) + mask) @ value; query `self` (..., L, d), key (..., S, d), value (..., S, dv).
+
+  A bool `attn_mask` marks the positions to attend; a float one is added. `is_causal` masks the future (top-left
+  aligned, as torch). `enable_gqa` repeats key/value heads (dim -3) to match the query's.
+
+  >>> from tiny_tensor import Tensor
+  >>> q = Tensor.ones(1, 2, 4)
+  >>> q.scaled_dot_product_attention(q, Tensor([[[1., 2, 3, 4], [5, 6, 7, 8]]])).tolist()
+  [[[3.0, 4.0, 5.0, 6.0], [3.0, 4.0, 5.0, 6.0]]]
+  """
+  if self.ndim < 2 or key.ndim < 2 or value.ndim < 2:
+    raise ValueError(f"query {self.shape}, key {key.shape} and value {value.shape} must have at least 2 dims")
+  if self.shape[-1] != key.shape[-1] or key.shape[-2] != value.shape[-2]:
+    raise ValueError(f"query {self.shape} and key {key.shape} must share the last dim, key and value {value.shape} "
+                     "the sequence dim (-2)")
+  if enable_gqa:
+    key, value = (_repeat_heads(t, self.shape[-3] // t.shape[-3]) for t in (key, value))
+  acc = least_upper_dtype(self.dtype, key.dtype, dtypes.float32)
+  qk = self.cast(acc).matmul(key.cast(acc).transpose(-2, -1)) / math.sqrt(self.shape[-1])
+  if is_causal:
+    if attn_mask is not None: raise ValueError("attn_mask must be None when is_causal=True")
+    attn_mask = _tri_mask(qk, 0, upper=False)
+  if attn_mask is not None:
+    if attn_mask.dtype == dtypes.bool: attn_mask = attn_mask.where(0, -math.inf)
+    qk = qk + attn_mask
+  return dropout(qk.softmax(-1).cast(self.dtype), dropout_p) @ value
+
+
+def _repeat_heads(t: Tensor, n: int) -> Tensor:
+  """(..., H, S, D) -> (..., H*n, S, D), each head repeated n times in place (repeat_interleave on dim -3)."""
+  if n == 1: return t
+  *b, h, s, d = t.shape
+  return t.unsqueeze(-3).expand(*b, h, n, s, d).reshape(*b, h * n, s, d)
+
+
+# ***** losses *****
+
+
+def _reduce_loss(x: Tensor, reduction: str) -> Tensor:
+  if reduction == "none": return x
+  if reduction == "sum": return x.sum()
+  if reduction == "mean": return x.mean()
+  raise ValueError(f"reduction={reduction!r} must be one of 'mean', 'sum', 'none'")
+
+
+def _logsigmoid(x: Tensor) -> Tensor:
+  """log(sigmoid(x)) = -(max(-x, 0) + log(1 + exp(-|x|))), stable for large |x|."""
+  return -((-x).relu() + (-x.abs()).exp().add(1).log())
+
+
+def binary_crossentropy(self: Tensor, Y: Tensor, reduction: ReductionStr = "mean") -> Tensor:
+  """Binary cross-entropy between probabilities `self` and targets `Y`: -(Y*log(p) + (1-Y)*log(1-p)).
+
+  >>> from tiny_tensor import Tensor
+  >>> round(Tensor([0.1, 0.9, 0.2]).binary_crossentropy(Tensor([0., 1., 0.])).item(), 4)
+  0.1446
+  """
+  return _reduce_loss(-Y * self.log() - (1 - Y) * (1 - self).log(), reduction)
+
+
+def binary_crossentropy_logits(self: Tensor, Y: Tensor, reduction: ReductionStr = "mean",
+                               pos_weight: Tensor | None = None) -> Tensor:
+  """Binary cross-entropy on logits `self` (stable, like torch's BCEWithLogitsLoss), optional `pos_weight`.
+
+  >>> from tiny_tensor import Tensor
+  >>> round(Tensor([-1., 2., -3.]).binary_crossentropy_logits(Tensor([0., 1., 0.])).item(), 4)
+  0.1689
+  """
+  pos = _logsigmoid(self) * Y
+  if pos_weight is not None: pos = pos * pos_weight
+  return _reduce_loss(-(pos + (1 - Y) * _logsigmoid(-self)), reduction)
+
+
+def sparse_categorical_crossentropy(self: Tensor, Y: Tensor, ignore_index: int = -1, label_smoothing: float = 0.0,
+                                    reduction: ReductionStr = "mean") -> Tensor:
+  """Cross-entropy of logits `self` (..., C) against integer labels `Y` (...); the class axis is the last one.
+
+  Labels equal to `ignore_index` don't count (with the default -1 every row counts, and a -1 label matches no class).
+  `label_smoothing` mixes in the mean log-probability; "mean" divides by the number of counted labels.
+
+  >>> from tiny_tensor import Tensor
+  >>> round(Tensor([[-1., 2., -3.], [1., -2., 3.]]).sparse_categorical_crossentropy(Tensor([1, 2])).item(), 4)
+  0.1291
+  """
+  if not 0.0 <= label_smoothing <= 1.0: raise ValueError(f"label_smoothing={label_smoothing!r} must be in [0, 1]")
+  if tuple(Y.shape) != tuple(self.shape[:-1]):
+    raise ValueError(f"labels of shape {Y.shape} must match the logits' shape {self.shape} without the class axis")
+  log_probs = self.log_softmax(-1)
+  counted = Y.ne(ignore_index) if ignore_index != -1 else _ones(Y, Y.shape, dtypes.bool)
+  picked = (_one_hot_bool(Y, self.shape[-1]) & counted.unsqueeze(-1)).where(log_probs, 0).sum(-1)
+  unreduced = (1 - label_smoothing) * picked + label_smoothing * counted.where(log_probs.mean(-1), 0)
+  if reduction == "mean": return -unreduced.sum() / counted.sum()
+  return -_reduce_loss(unreduced, reduction)
+
+
+def cross_entropy(self: Tensor, Y: Tensor, reduction: ReductionStr = "mean", label_smoothing: float = 0.0) -> Tensor:
+  """Cross-entropy of logits `self` (N, C, ...) or (C,) against class indices or class probabilities `Y`.
+
+  As torch.nn.functional.cross_entropy: the class axis is 1 (0 for 1-d logits).
+
+  >>> from tiny_tensor import Tensor
+  >>> round(Tensor([[-1., 2., -3.], [1., -2., 3.]]).cross_entropy(Tensor([1, 2])).item(), 4)
+  0.1291
+  """
+  if not 0.0 <= label_smoothing <= 1.0: raise ValueError(f"label_smoothing={label_smoothing!r} must be in [0, 1]")
+  cdim = 0 if self.ndim == 1 else 1
+  n = self.shape[cdim]
+  if tuple(self.shape) != tuple(Y.shape):
+    if tuple(Y.shape) != tuple(s for d, s in enumerate(self.shape) if d != cdim):
+      raise ValueError(f"target of shape {Y.shape} must be the logits' shape {self.shape} or it without dim {cdim}")
+    hot = Y.unsqueeze(cdim).eq(_arange(Y, n).reshape(n, *[1] * (self.ndim - cdim - 1)))
+    Y = hot.where(1.0 - label_smoothing + label_smoothing / n, label_smoothing / n)
+  elif label_smoothing: Y = Y * (1 - label_smoothing) + label_smoothing / n
+  return _reduce_loss(-(self.log_softmax(cdim) * Y).sum(cdim), reduction)
+
+
+def nll_loss(self: Tensor, Y: Tensor, weight: Tensor | None = None, ignore_index: int | None = None,
+             reduction: ReductionStr = "mean") -> Tensor:
+  """Negative log-likelihood of log-probabilities `self` (N, C, ...) at labels `Y` (N, ...), optional class `weight`.
+
+  >>> from tiny_tensor import Tensor
+  >>> Tensor([[-1., -2.], [-3., -4.]]).nll_loss(Tensor([1, 0])).item()
+  2.5
+  """
+  if self.ndim < 2 or tuple(Y.shape) != (self.shape[0], *self.shape[2:]):
+    raise ValueError(f"log-probs {self.shape} must be (N, C, ...) and labels {Y.shape} (N, ...)")
+  n = self.shape[1]
+  w = _ones(Y, Y.shape, self.dtype) if weight is None else _select(weight, 0, Y.flatten(), n).reshape(Y.shape)
+  if ignore_index is not None: w = Y.ne(ignore_index).where(w, 0)
+  nll = -gather(self, 1, Y.unsqueeze(1)).squeeze(1) * w  # an out-of-range label (ignore_index) picks 0
+  return nll.sum() / w.sum() if reduction == "mean" else _reduce_loss(nll, reduction)
+
+
+def one_hot(self: Tensor, num_classes: int = -1) -> Tensor:
+  """One-hot encoding of integer `self` along a new last axis (int32 0/1); `num_classes=-1` takes max+1 (realizes).
+
+  >>> from tiny_tensor import Tensor
+  >>> Tensor([0, 2]).one_hot(3).tolist()
+  [[1, 0, 0], [0, 0, 1]]
+  """
+  if not dtypes.is_int(self.dtype): raise TypeError(f"one_hot needs an integer tensor, got {self.dtype}")
+  if num_classes == -1: num_classes = int(self.max().item()) + 1 if self.numel() else 0
+  if not isinstance(num_classes, int) or num_classes < 0:
+    raise ValueError(f"num_classes={num_classes!r} must be a non-negative int (or -1 to infer it)")
+  return _one_hot_bool(self, num_classes).where(1, 0).cast(dtypes.int32)
+
+
+# ***** sorting *****
+
+
+def sort(self: Tensor, dim: int = -1, descending: bool = False) -> tuple[Tensor, Tensor]:
+  """Sort along `dim` with a bitonic network; returns (values, int32 indices). Equal values keep their order.
+
+  >>> from tiny_tensor import Tensor
+  >>> v, i = Tensor([3., 1., 2., 1.]).sort()
+  >>> v.tolist(), i.tolist()
+  ([1.0, 1.0, 2.0, 3.0], [1, 3, 2, 0])
+  """
+  if self.ndim == 0: return self, self.zeros_like(dtype=dtypes.int32)
+  dim = _resolve_dim(self, dim)
+  n = self.shape[dim]
+  if n <= 1: return self, self.zeros_like(dtype=dtypes.int32)
+  stages = (n - 1).bit_length()
+  shp = tuple(self.shape)
+  # pad to 2**stages with values that sort last, then view the axis as `stages` binary digits (most significant first)
+  x = _pad(self, tuple((0, (1 << stages) - n) if d == dim else (0, 0) for d in range(self.ndim)),
+           self.dtype.min if descending else self.dtype.max)
+  x = x.reshape(*shp[:dim], *(2,) * stages, *shp[dim + 1:])
+  def bit_axis(b: int) -> int: return dim + stages - 1 - b
+  for k in range(1, stages + 1):        # merge bitonic runs into sorted runs of 2**k
+    if k < stages:  # a run sorts up or down by bit k of its position (up where it is 0, for ascending order)
+      up = _arange(self, 2).eq(int(descending)).reshape(*[2 if d == bit_axis(k) else 1 for d in range(x.ndim)])
+    for j in range(k - 1, -1, -1):     # compare-and-swap partners 2**j apart
+      ax = bit_axis(j)
+      lo, hi = _shrink_axis(x, ax, 0, 1), _shrink_axis(x, ax, 1, 2)
+      small, big = lo.minimum(hi), lo.maximum(hi)
+      if k < stages: first, second = up.where(small, big), up.where(big, small)
+      else: first, second = (big, small) if descending else (small, big)
+      x = first.cat(second, dim=ax).contiguous()
+  x = _shrink_axis(x.reshape(*shp[:dim], 1 << stages, *shp[dim + 1:]), dim, 0, n)
+  # indices: the r-th copy of a value in the output is the r-th copy of it in the input
+  b_le_a = (_arange(self, n).unsqueeze(1) >= _arange(self, n)).reshape(n, n, *[1] * (self.ndim - dim - 1))
+  def occurrence(t: Tensor) -> Tensor:  # [..a..] = #{b <= a : t[b] == t[a]}
+    return (t.unsqueeze(dim + 1).eq(t.unsqueeze(dim)) & b_le_a).sum(dim + 1)
+  same = x.unsqueeze(dim + 1).eq(self.unsqueeze(dim)) \
+    & occurrence(x).unsqueeze(dim + 1).eq(occurrence(self).unsqueeze(dim))
+  pos = _arange(self, n).reshape(n, *[1] * (self.ndim - dim - 1))
+  return x, same.where(pos, 0).sum(dim + 1).cast(dtypes.int32)
+
+
+def argsort(self: Tensor, dim: int = -1, descending: bool = False) -> Tensor:
+  """The indices that sort `self` along `dim` (stable).
+
+  >>> from tiny_tensor import Tensor
+  >>> Tensor([2, 3, 1]).argsort().tolist()
+  [2, 0, 1]
+  """
+  return sort(self, dim, descending)[1]
+
+
+def topk(self: Tensor, k: int, dim: int = -1, largest: bool = True, sorted_: bool = True) -> tuple[Tensor, Tensor]:
+  """The `k` largest (or smallest) values along `dim` and their int32 indices, in sorted order.
+
+  `sorted_=False` allows any order; this returns them sorted either way.
+
+  >>> from tiny_tensor import Tensor
+  >>> v, i = Tensor([1., 5., 3.]).topk(2)
+  >>> v.tolist(), i.tolist()
+  ([5.0, 3.0], [1, 2])
+  """
+  dim = _resolve_dim(self, dim)
+  n = self.shape[dim] if self.ndim else 1
+  if not isinstance(k, int) or not 0 <= k <= n:
+    raise ValueError(f"k={k!r} must be in [0, {n}] for dim {dim} of {self.shape}")
+  v, i = sort(self, dim, descending=largest)
+  if self.ndim == 0: return v, i
+  return _shrink_axis(v, dim, 0, k), _shrink_axis(i, dim, 0, k)
+
+
+def _tri_mask(x: Tensor, diagonal: int, upper: bool) -> Tensor:
+  if x.ndim < 2: raise ValueError(f"tril/triu need at least 2 dims, got shape {x.shape}")
+  r, c = x.shape[-2:]
+  rows, cols = _arange(x, r).unsqueeze(1) + diagonal, _arange(x, c)
+  return rows <= cols if upper else rows >= cols
+
+
+def triu(self: Tensor, diagonal: int = 0) -> Tensor:
+  """The upper triangle of the last two dims (j - i >= diagonal); the rest is zero.
+
+  >>> from tiny_tensor import Tensor
+  >>> Tensor([[1, 2], [3, 4]]).triu().tolist()
+  [[1, 2], [0, 4]]
+  """
+  return _tri_mask(self, diagonal, upper=True).where(self, 0)
+
+
+def tril(self: Tensor, diagonal: int = 0) -> Tensor:
+  """The lower triangle of the last two dims (j - i <= diagonal); the rest is zero.
+
+  >>> from tiny_tensor import Tensor
+  >>> Tensor([[1, 2], [3, 4]]).tril().tolist()
+  [[1, 0], [3, 4]]
+  """
+  return _tri_mask(self, diagonal, upper=False).where(self, 0)
+
+
+# ***** cumulative ops *****
+
+_CUM_SPLIT = 256  # above 2*_CUM_SPLIT elements, scan in chunks: O(n*SPLIT) work instead of O(n^2)
+
+
+def _cum_window(x: Tensor, op: str) -> Tensor:
+  """Inclusive scan along the last axis: pad n-1 identities in front, take the n windows of n, reduce each."""
+  n = x.shape[-1]
+  ident = {"sum": 0, "prod": 1, "max": x.dtype.min}[op]
+  win = _pool(_pad(x, ((0, 0),) * (x.ndim - 1) + ((n - 1, 0),), ident), (n,), (1,), (1,))
+  return getattr(win, op)(-1)
+
+
+def _cumulative(x: Tensor, axis: int, op: str) -> Tensor:
+  if x.ndim == 0 or 0 in x.shape: return x.cast(x.sum().dtype) if op == "sum" else x
+  axis = _resolve_dim(x, axis)
+  t = x.transpose(axis, -1)
+  n = t.shape[-1]
+  if n <= 2 * _CUM_SPLIT: return _cum_window(t, op).transpose(axis, -1)
+  # two levels: scan inside chunks, then add (multiply, max) the scan of the chunks' totals, shifted by one chunk
+  ident = {"sum": 0, "prod": 1, "max": x.dtype.min}[op]
+  pad = -n % _CUM_SPLIT
+  chunks = _pad(t, ((0, 0),) * (t.ndim - 1) + ((pad, 0),), ident).reshape(*t.shape[:-1], -1, _CUM_SPLIT)
+  inner = _cum_window(chunks, op)
+  totals = _shrink_axis(inner, inner.ndim - 1, _CUM_SPLIT - 1, _CUM_SPLIT).squeeze(-1)
+  before = _pad(_cum_window(totals, op), ((0, 0),) * (totals.ndim - 1) + ((1, -1),), ident).unsqueeze(-1)
+  both = inner + before if op == "sum" else inner * before if op == "prod" else inner.maximum(before)
+  out = both.reshape(*t.shape[:-1], n + pad)
+  return _shrink_axis(out, out.ndim - 1, pad, n + pad).transpose(axis, -1)
+
+
+def cumsum(self: Tensor, axis: int = 0) -> Tensor:
+  """Cumulative sum along `axis` (one fused kernel: a triangular window summed, no Python loop).
+
+  >>> from tiny_tensor import Tensor
+  >>> Tensor([1, 2, 3]).cumsum().tolist()
+  [1, 3, 6]
+  """
+  return _cumulative(self, axis, "sum")
+
+
+def cumprod(self: Tensor, axis: int) -> Tensor:
+  """Cumulative product along `axis`.
+
+  >>> from tiny_tensor import Tensor
+  >>> Tensor([1, 2, 3]).cumprod(0).tolist()
+  [1, 2, 6]
+  """
+  return _cumulative(self, axis, "prod")
+
+
+def cummax(self: Tensor, axis: int = 0) -> tuple[Tensor, Tensor]:
+  """Cumulative max along `axis` and the int32 index where each running max first occurred (tinygrad's rule).
+
+  >>> from tiny_tensor import Tensor
+  >>> v, i = Tensor([0, 2, 1, 2, 3]).cummax(0)
+  >>> v.tolist(), i.tolist()
+  ([0, 2, 2, 2, 3], [0, 1, 1, 1, 4])
+  """
+  values = _cumulative(self, axis, "max")
+  if self.ndim == 0 or 0 in self.shape: return values, self.zeros_like(dtype=dtypes.int32)
+  axis = _resolve_dim(self, axis)
+  n = self.shape[axis]
+  xt, vt = self.transpose(axis, -1), values.transpose(axis, -1)
+  # [.., i, j]: x[j] reached the running max at i, for j <= i; the smallest such j wins (counted down from n)
+  seen = xt.unsqueeze(-2).eq(vt.unsqueeze(-1)) & (_arange(self, n).unsqueeze(1) >= _arange(self, n))
+  first = n - seen.where(_arange(self, n, 0, -1), 0).max(-1)
+  return values, first.cast(dtypes.int32).transpose(axis, -1)
+
+
+def cummin(self: Tensor, axis: int = 0) -> tuple[Tensor, Tensor]:
+  """Cumulative min along `axis` and the int32 index where each running min first occurred.
+
+  >>> from tiny_tensor import Tensor
+  >>> Tensor([3, 1, 2]).cummin(0)[0].tolist()
+  [3, 1, 1]
+  """
+  def flip(t: Tensor) -> Tensor:  # an order-reversing bijection of the dtype
+    return t.logical_not() if t.dtype == dtypes.bool else ~t if dtypes.is_int(t.dtype) else -t
+  values, idx = cummax(flip(self), axis)
+  return flip(values), idx
+
+
+def logcumsumexp(self: Tensor, axis: int = 0) -> Tensor:
+  """log(cumsum(exp(self))) along `axis`, stable for large values.
+
+  >>> from tiny_tensor import Tensor
+  >>> [round(v, 4) for v in Tensor([0., 0., 0.]).logcumsumexp().tolist()]
+  [0.0, 0.6931, 1.0986]
+  """
+  if self.ndim == 0: return self
+  axis = _resolve_dim(self, axis)
+  x = self.transpose(axis, -1)
+  n = x.shape[-1]
+  m = cummax(x, -1)[0].detach()                                  # running max, a constant for autograd
+  below = _arange(self, n).unsqueeze(1) >= _arange(self, n)       # [i, j]: j <= i
+  terms = below.where(x.unsqueeze(-2) - m.unsqueeze(-1), -math.inf).exp()
+  return (terms.sum(-1).log() + m).transpose(-1, axis)
+
+
+# ***** indexing-like ops *****
+
+
+def roll(self: Tensor, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Tensor:
+  """Rotate elements along `dims` by `shifts` (wrapping around); with `dims=None`, over the flattened tensor.
+
+  >>> from tiny_tensor import Tensor
+  >>> Tensor([1, 2, 3, 4]).roll(1).tolist()
+  [4, 1, 2, 3]
+  """
+  if dims is None:
+    if not isinstance(shifts, int): raise ValueError(f"shifts={shifts!r} must be one int when dims is None")
+    return roll(self.reshape(-1) if self.ndim != 1 else self, shifts, 0).reshape(self.shape)
+  dims_ = (dims,) if isinstance(dims, int) else tuple(dims)
+  shifts_ = (shifts,) if isinstance(shifts, int) else tuple(shifts)
+  if len(dims_) != len(shifts_): raise ValueError(f"shifts {shifts!r} and dims {dims!r} must have the same length")
+  total: dict[int, int] = {}
+  for d, s in zip(dims_, shifts_): total[_resolve_dim(self, d)] = total.get(_resolve_dim(self, d), 0) + s
+  if self.ndim == 0 or 0 in self.shape: return self
+  x = _repeat(self, [2 if d in total else 1 for d in range(self.ndim)])
+  return x.shrink(tuple((n - total[d] % n, 2 * n - total[d] % n) if d in total else (0, n)
+                        for d, n in enumerate(self.shape)))
+
+
+def gather(self: Tensor, dim: int, index: Tensor) -> Tensor:
+  """out[i][j][k] = self[index[i][j][k]][j][k] (for dim=0): pick along `dim` at integer `index` (same ndim as self).
+
+  >>> from tiny_tensor import Tensor
+  >>> Tensor([[1, 2], [3, 4]]).gather(1, Tensor([[0, 0], [1, 0]])).tolist()
+  [[1, 1], [4, 3]]
+  """
+  if index.ndim != self.ndim:
+    raise ValueError(f"index of shape {index.shape} must have the {self.ndim} dims of {self.shape}")
+  if not dtypes.is_int(index.dtype): raise TypeError(f"index must be an integer tensor, got {index.dtype}")
+  dim = _resolve_dim(self, dim)
+  if any(i > s for d, (s, i) in enumerate(zip(self.shape, index.shape)) if d != dim):
+    raise ValueError(f"index of shape {index.shape} is larger than self {self.shape} outside dim {dim}")
+  n = self.shape[dim]
+  x = self.shrink(tuple((0, n) if d == dim else (0, i) for d, i in enumerate(index.shape)))
+  x = x.unsqueeze(-1).transpose(-1, dim)  # (..., 1 at dim, ..., n)
+  return _one_hot_bool(index, n).where(x, 0).sum(-1).cast(self.dtype)
+
+
+def _pre_scatter(self: Tensor, dim: int, index: Tensor, src: Tensor) -> tuple[int, Tensor, Tensor]:
+  """src and a bool mask laid out as (*self.shape, index.shape[dim]): mask[..t..,q] = index[..q..] == t."""
+  dim = _resolve_dim(self, dim)
+  if not index.ndim == self.ndim == src.ndim:
+    raise ValueError(f"self {self.shape}, index {index.shape} and src {src.shape} must have the same number of dims")
+  if not dtypes.is_int(index.dtype): raise TypeError(f"index must be an integer tensor, got {index.dtype}")
+  if any((d != dim and i > s) or i > r for d, (s, i, r) in enumerate(zip(self.shape, index.shape, src.shape))):
+    raise ValueError(f"index {index.shape} must be no larger than src {src.shape}, and than self {self.shape} "
+                     f"outside dim {dim}")
+  if self.dtype != src.dtype: raise TypeError(f"self ({self.dtype}) and src ({src.dtype}) must have the same dtype")
+  n = self.shape[dim]
+  src = src.shrink(tuple((0, i) for i in index.shape))
+  src = src.unsqueeze(-1).expand(*index.shape, n).transpose(-1, dim)  # (..., n at dim, ..., q)
+  mask = _one_hot_bool(index, n).transpose(-1, dim)
+  pads = tuple((0, s - i) if d != dim else (0, 0) for d, (s, i) in enumerate(zip(self.shape, index.shape))) + ((0, 0),)
+  return dim, _pad(src, pads, 0), _pad(mask, pads, False)
+
+
+def scatter(self: Tensor, dim: int, index: Tensor, src: Tensor | float | int | bool,
+            reduce: Literal["multiply", "add"] | None = None) -> Tensor:
+  """Write `src` into a copy of `self` at `index` along `dim` (the last write wins on repeated indices).
+
+  `src` may be a scalar. `reduce="add"`/`"multiply"` combines instead (see scatter_reduce).
+
+  >>> from tiny_tensor import Tensor
+  >>> Tensor.zeros(3).scatter(0, Tensor([2, 0]), Tensor([5., 7.])).tolist()
+  [7.0, 0.0, 5.0]
+  """
+  if reduce not in (None, "add", "multiply"): raise ValueError(f"reduce={reduce!r} must be None, 'add' or 'multiply'")
+  if isinstance(src, (int, float, bool)):
+    src = type(self).full(tuple(index.shape), src, dtype=self.dtype, device=self.device)
+  if reduce is not None: return scatter_reduce(self, dim, index, src, "sum" if reduce == "add" else "prod")
+  _, src, mask = _pre_scatter(self, dim, index, src)
+  q = mask.shape[-1]
+  last = mask.where(_arange(self, 1, q + 1), 0).max(-1)  # 1 + the last q writing each place, 0 where none writes
+  chosen = last.unsqueeze(-1).eq(_arange(self, 1, q + 1))
+  return (last > 0).where(chosen.where(src, 0).sum(-1).cast(self.dtype), self)
+
+
+def scatter_reduce(self: Tensor, dim: int, index: Tensor, src: Tensor,
+                   reduce: Literal["sum", "prod", "mean", "amax", "amin"], include_self: bool = True) -> Tensor:
+  """Combine `src` into `self` at `index` along `dim` with `reduce` ("sum", "prod", "mean", "amax", "amin").
+
+  With `include_self=False`, the places that receive values start from the reduction's identity instead of `self`.
+
+  >>> from tiny_tensor import Tensor
+  >>> Tensor([1., 1.]).scatter_reduce(0, Tensor([0, 0, 1]), Tensor([2., 3., 4.]), "sum").tolist()
+  [6.0, 5.0]
+  """
+  if reduce not in ("sum", "prod", "mean", "amax", "amin"):
+    raise ValueError(f"reduce={reduce!r} must be one of 'sum', 'prod', 'mean', 'amax', 'amin'")
+  _, src, mask = _pre_scatter(self, dim, index, src)
+  hit = mask.any(-1)
+  def base(ident: Any) -> Tensor | Any: return self if include_self else hit.where(ident, self)
+  if reduce == "sum": return mask.where(src, 0).sum(-1).cast(self.dtype) + base(0)
+  if reduce == "prod": return mask.where(src, 1).prod(-1).cast(self.dtype) * base(1)
+  if reduce == "amax": return mask.where(src, self.dtype.min).max(-1).maximum(base(self.dtype.min))
+  if reduce == "amin": return mask.where(src, self.dtype.max).min(-1).minimum(base(self.dtype.max))
+  count = mask.where(1, 0).sum(-1) + (1 if include_self else hit.where(0, 1))
+  total = mask.where(src, 0).sum(-1).cast(self.dtype) + base(0)
+  return (total / count).floor().cast(self.dtype) if dtypes.is_int(self.dtype) else total / count
+
+
+def masked_fill(self: Tensor, mask: Tensor, value: Tensor | float | int | bool) -> Tensor:
+  """`value` where `mask` is True, else `self` (broadcasting).
+
+  >>> from tiny_tensor import Tensor
+  >>> Tensor([1, 2, 3]).masked_fill(Tensor([True, False, True]), 0).tolist()
+  [0, 2, 0]
+  """
+  return mask.where(value, self)
+
+
+def pad2d(self: Tensor, padding: Sequence[int], value: float = 0.0) -> Tensor:
+  """Constant-pad the last len(padding)//2 dims, torch-style flat `(left, right, top, bottom, ...)`; negatives crop.
+
+  >>> from tiny_tensor import Tensor
+  >>> Tensor([[1, 2]]).pad2d((1, 0, 0, 1)).tolist()
+  [[0, 1, 2], [0, 0, 0]]
+  """
+  p = tuple(padding)
+  if len(p) % 2 or len(p) // 2 > self.ndim:
+    raise ValueError(f"padding={padding!r} must hold (before, after) pairs for at most {self.ndim} dims")
+  nd = len(p) // 2
+  return _pad(self, ((0, 0),) * (self.ndim - nd) + _grouped_pads(p, nd), value)
