@@ -284,6 +284,17 @@ def test_assign_into_a_slice():
   np.testing.assert_allclose(env[ab].reshape(4, 4), expect, rtol=1e-6)
 
 
+@pytest.mark.parametrize("view", ["T", "flip"])
+def test_assign_reading_target_elsewhere_goes_through_a_temporary(view):
+  ab, a, av = tensor(4, 4)
+  src = a.permute((1, 0)) if view == "T" else a.flip((True, True))
+  sched = create_schedule(UOp.sink(a.assign(src + fconst(1.0, (4, 4)))))
+  env = ref.run_schedule(sched, {ab: av})
+  np.testing.assert_allclose(env[ab].reshape(4, 4), (av.T if view == "T" else av[::-1, ::-1]) + 1, rtol=1e-6)
+  assert n_kernels(sched) == 2
+  assert n_kernels(create_schedule(UOp.sink(a.assign(a * fconst(2.0, (4, 4)))))) == 1  # same element: in place
+
+
 def test_copy_to_another_device():
   ab, a, av = tensor(3, 4)
   out = (a + a).copy_to_device("PYTHON")

@@ -250,6 +250,16 @@ def _schedule(sink: UOp, merge: bool = True) -> _Template:
       target, value = r.src
       out, wver = _assign_base(target)
       ast = kb.kernel(value, out, shape_of(r), out_view=target)
+      if _reads_elsewhere(ast, kb.params[out]):  # e.g. x.assign(x.T): compute into a temporary first
+        tmp = new_buffer(r, r.device)
+        kt = KernelBuilder(functools.partial(_buffer_of, value, set(), bufs), ks)
+        tast = kt.kernel(value, tmp, shape_of(r))
+        it = add_call(UOp(Ops.CALL, src=(tast, *kt.params)), list(kt.params)[1:],
+                      {producer[a] for a in kt.assigns_read})
+        for b, ver in kt.buffer_reads: readers[(b, ver)].append(it)
+        buf_producer[tmp] = it
+        kb = KernelBuilder(functools.partial(_buffer_of, r, set(), bufs), ks)
+        ast = kb.kernel(tmp.reshape(shape_of(r)), out, shape_of(r), out_view=target)
     else:
       out, wver = bufs[r] if r in bufs else new_buffer(r, r.device), None
       ast = kb.kernel(r.src[0] if r.op is Ops.CONTIGUOUS else r, out, shape_of(r), extra=extra)
@@ -322,6 +332,13 @@ def _schedule(sink: UOp, merge: bool = True) -> _Template:
     calls = [c.replace(src=(c.src[0], *(plan.get(b, b) for b in c.src[1:]))) for c in calls]
   used = {b for c in calls for b in c.src[1:]} | {b for _, b, _ in becomes}
   return _Template(calls, becomes, [b for b in new_buffers if b in used])
+
+
+def _reads_elsewhere(ast: UOp, out_param: UOp) -> bool:
+  """Whether a kernel reads its output buffer anywhere but at the element it writes (a write/read hazard)."""
+  store_idx = next(st.src[0] for st in ast.src if st.op is Ops.STORE and st.src[0].src[0] is out_param)
+  return any(u.op is Ops.INDEX and u.src[0] is out_param and u is not store_idx and u.src[1] is not store_idx.src[1]
+             for u in ast.toposort())
 
 
 def _buffer_of(current: UOp, inline: set[UOp], bufs: dict[UOp, UOp], u: UOp) -> UOp | None:
