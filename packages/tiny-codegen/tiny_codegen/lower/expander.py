@@ -22,11 +22,24 @@ def _lanes(r: UOp) -> int:
   return int(r.src[0].arg)
 
 
+def fast_substitute(root: UOp, mapping: dict[UOp, UOp]) -> UOp:
+  """`root` with the nodes of `mapping` replaced: one pass over its (cached) toposort, rebuilding only what changes.
+  Much cheaper than a graph_rewrite when done once per lane."""
+  out: dict[UOp, UOp] = {}
+  for n in root.toposort():
+    if (m := mapping.get(n)) is not None:
+      out[n] = m
+      continue
+    new_src = tuple(out[s] for s in n.src)
+    out[n] = n if all(a is b for a, b in zip(new_src, n.src)) else n.replace(src=new_src)
+  return out[root]
+
+
 def _expand_over(x: UOp, rngs: list[UOp]) -> list[UOp]:
   """`x` copied once per combination of lanes of `rngs` (first range outermost)."""
   outs = [x]
   for r in rngs:
-    outs = [o.substitute({r: UOp.const(r.dtype, k)}, name="expand_lane") for o in outs for k in range(_lanes(r))]
+    outs = [fast_substitute(o, {r: UOp.const(r.dtype, k)}) for o in outs for k in range(_lanes(r))]
   return outs
 
 

@@ -20,6 +20,7 @@ class LinearizeError(Exception):
 
 def linearize(sink: UOp) -> list[UOp]:
   """The nodes under `sink` in an order a renderer can emit top to bottom (see the module docstring)."""
+  sink.ranges  # noqa: B018 -- fills every node's cached `ranges` in one pass (per-node first calls are quadratic)
   topo = list(sink.toposort())
   pos = {u: i for i, u in enumerate(topo)}
   end_of: dict[UOp, UOp] = {}
