@@ -194,3 +194,22 @@ def test_training_flag():
   Tensor.training = True
   try: assert Tensor.training is True
   finally: Tensor.training = False
+
+
+def test_gradient_flows_through_values_realized_before_backward():
+  x = Tensor([1.0, 2.0], requires_grad=True)
+  h = (x * 3).relu()
+  assert h.tolist() == [3.0, 6.0]  # realized: h is now a buffer, but the gradient still reaches x
+  (h * h).sum().backward()
+  assert x.grad.tolist() == [18.0, 36.0]
+  y = Tensor([1.0, 2.0])
+  z = y * 2
+  z.numpy()
+  assert z.sum().gradient(y)[0].tolist() == [2.0, 2.0]
+
+
+def test_training_monkeypatch(monkeypatch):
+  monkeypatch.setattr(Tensor, "training", True)
+  assert Tensor.training is True
+  monkeypatch.undo()
+  assert Tensor.training is False

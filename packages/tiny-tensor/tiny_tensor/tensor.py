@@ -79,6 +79,11 @@ class _TensorMeta(type):
   @training.setter
   def training(cls, v: bool) -> None: TRAINING.value = int(bool(v))
 
+  @training.deleter
+  def training(cls) -> None:  # `monkeypatch.setattr(Tensor, "training", ...)` undoes with a delete: back to the default
+    from tiny_uop.helpers import getenv
+    TRAINING.value = getenv("TRAINING", 0)
+
 
 class Tensor(metaclass=_TensorMeta):
   """A lazy n-dimensional array: `Tensor(data, device=None, dtype=None, requires_grad=None)`.
@@ -89,7 +94,7 @@ class Tensor(metaclass=_TensorMeta):
   >>> Tensor([[1, 2], [3, 4]]).shape
   (2, 2)
   """
-  __slots__ = ("uop", "requires_grad", "grad", "__weakref__")
+  __slots__ = ("uop", "requires_grad", "grad", "_origin", "__weakref__")
   _seed: ClassVar[int] = 0
   _rng_counter: ClassVar[int] = 0
 
@@ -118,6 +123,7 @@ class Tensor(metaclass=_TensorMeta):
     self.uop: UOp = uop
     self.requires_grad: bool | None = requires_grad
     self.grad: Tensor | None = None
+    self._origin: UOp | None = None  # the graph this tensor had before realize swapped it for a buffer (autograd)
     _all_tensors.add(self)
 
   @staticmethod
@@ -138,7 +144,7 @@ class Tensor(metaclass=_TensorMeta):
   @staticmethod
   def _new(uop: UOp, requires_grad: bool | None = None) -> Tensor:
     t = object.__new__(Tensor)
-    t.uop, t.requires_grad, t.grad = uop, requires_grad, None
+    t.uop, t.requires_grad, t.grad, t._origin = uop, requires_grad, None, None
     _all_tensors.add(t)
     return t
 
@@ -259,12 +265,13 @@ class Tensor(metaclass=_TensorMeta):
       raise RuntimeError(f"can't assign into a non-contiguous view ({base}) of a realized buffer; assign into the base "
                          f"tensor with indexing (base[idx] = value) or make this one .contiguous() first")
     else: self.uop = x.uop
+    self._origin = None
     return self
 
   def replace(self, x: Tensor) -> Tensor:
     """Make this tensor point to x's graph (shapes must match)."""
     if x.shape != self.shape: raise ValueError(f"replace: shape {x.shape} is not {self.shape}")
-    self.uop = x.uop
+    self.uop, self._origin = x.uop, None
     return self
 
   # ***** creation *****
@@ -476,7 +483,8 @@ class Tensor(metaclass=_TensorMeta):
       if self.shape != (): raise RuntimeError(f"gradient of a non-scalar tensor (shape {self.shape}) needs gradient=")
       gradient = Tensor(1.0, dtype=self.dtype, device=self.device, requires_grad=False)
     if gradient.shape != self.shape: raise ValueError(f"gradient shape {gradient.shape} != tensor shape {self.shape}")
-    grads = compute_gradient(self.uop, gradient.uop.cast(self.dtype), {t.uop for t in targets})
+    keep = {t.uop for t in targets if t is not self}
+    grads = compute_gradient(_expand_origins(self.uop, keep), gradient.uop.cast(self.dtype), keep)
     out = []
     for t in targets:
       if t.uop not in grads:
@@ -487,8 +495,9 @@ class Tensor(metaclass=_TensorMeta):
 
   def backward(self, gradient: Tensor | None = None) -> Tensor:
     """Accumulate d(self)/d(t) into `t.grad` for every tensor t with requires_grad=True in self's graph."""
-    nodes = self.uop.toposort()
-    targets = [t for t in list(_all_tensors) if t.requires_grad and t.uop in nodes]
+    live = [t for t in list(_all_tensors) if t.requires_grad]
+    nodes = _expand_origins(self.uop, {t.uop for t in live if t._origin is None}).toposort()
+    targets = [t for t in live if t.uop in nodes]
     if not targets: raise RuntimeError("backward: no tensor in the graph has requires_grad=True")
     for t, g in zip(targets, self.gradient(*targets, gradient=gradient, materialize_grads=True)):
       if g.shape != t.shape: raise RuntimeError(f"gradient shape {g.shape} doesn't match tensor shape {t.shape}")
@@ -1281,9 +1290,20 @@ def _view_base(u: UOp) -> str | None:
   return None
 
 
+def _expand_origins(root: UOp, keep: set[UOp]) -> UOp:
+  """root's graph with realized tensors replaced by the graphs they were computed from (not those in `keep`), so
+  gradients flow through values that were realized (e.g. printed) before backward."""
+  origins = {t.uop: t._origin for t in list(_all_tensors) if t._origin is not None and t.uop not in keep}
+  for _ in range(32):
+    if not origins or not any(u in origins for u in root.toposort()): break
+    root = root.substitute(origins)
+  return root
+
+
 def _apply_becomes(becomes: dict[UOp, UOp]) -> None:
   for t in list(_all_tensors):
     if (n := becomes.get(t.uop)) is not None:
+      if t.requires_grad is not False and t.uop.op is not Ops.ASSIGN: t._origin = t.uop
       # a replacement must keep the shape (a 0-d tensor may come back as its 1-element BUFFER)
       t.uop = n if n.shape == t.uop.shape else n.reshape(t.uop.shape)
 
