@@ -12,8 +12,8 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable
 
-from tiny_uop.dtype import DType, dtypes
-from tiny_uop.helpers import all_int, prod
+from tiny_uop.dtype import dtypes
+from tiny_uop.helpers import all_int
 from tiny_uop.uop import AxisType, GroupOp, KernelInfo, Ops, UOp, sint
 
 _simplify: Callable[[UOp], UOp] | None
@@ -337,8 +337,3 @@ class KernelBuilder:
 def _vmin(x: UOp) -> Any: return x.vmin
 def _vmax(x: UOp) -> Any: return x.vmax
 
-
-def kernel_dtype(dt: DType) -> DType: return dt
-
-
-_ = prod
