@@ -159,3 +159,16 @@ def test_plugins_listing():
   for name in ("CPU", "PYTHON", "NULL", "DISK"):
     assert rows[name]["status"] == "ok", rows[name]
     assert rows[name]["package"] == "tiny-runtime-cpu"
+
+
+def test_disk_sees_a_rewritten_file(tmp_path):
+  """Rewriting the file (smaller, or replaced by another file) between loads never reads a stale/too-long mapping."""
+  path = tmp_path / "w.bin"
+  path.write_bytes(np.arange(100, dtype=np.int32).tobytes())
+  assert Buffer(f"DISK:{path}", 100, dtypes.int32).numpy()[-1] == 99
+  path.write_bytes(np.arange(10, 20, dtype=np.int32).tobytes())          # truncated in place, then written
+  assert Buffer(f"DISK:{path}", 10, dtypes.int32).numpy().tolist() == list(range(10, 20))
+  other = tmp_path / "other.bin"
+  other.write_bytes(np.full(10, 7, dtype=np.int32).tobytes())
+  os.replace(other, path)                                                 # a new inode at the same path
+  assert Buffer(f"DISK:{path}", 10, dtypes.int32).numpy().tolist() == [7] * 10

@@ -82,9 +82,20 @@ class DiskDevice(Compiled):
   def renderer(self, r: Renderer) -> None: raise RuntimeError(f"device {self.device} runs no kernels")
 
   def map(self, size: int) -> memoryview:
-    """A memoryview of at least `size` bytes of the file (grown when shorter unless read-only)."""
-    if self._mm is not None and len(self._mm) >= size: return memoryview(self._mm)
+    """A memoryview of at least `size` bytes of the file (grown when shorter unless read-only).
+
+    The file is checked on every allocation: when it was replaced (another inode) or changed size since it was
+    mapped, it is opened and mapped again, so a rewritten file is never read through a stale or too-long mapping."""
     if not self.path: raise ValueError("the DISK device needs a file path to allocate: use DISK:/path/to/file.bin")
+    if self._fd is not None:
+      try: st = os.stat(self.path)
+      except FileNotFoundError: st = None
+      cur = os.fstat(self._fd)
+      if st is None or (st.st_dev, st.st_ino) != (cur.st_dev, cur.st_ino):  # replaced or deleted: start over
+        os.close(self._fd)
+        self._fd, self._mm = None, None
+      elif self._mm is not None and len(self._mm) != cur.st_size: self._mm = None  # resized: map it again
+    if self._mm is not None and len(self._mm) >= size: return memoryview(self._mm)
     if self._fd is None:
       try: self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
       except PermissionError:
