@@ -77,3 +77,46 @@ def test_assign_through_tensor():
   Tensor.realize(old, a)
   np.testing.assert_allclose(a.numpy(), A + 1, rtol=1e-6)
   np.testing.assert_allclose(old.numpy(), A * 2, rtol=1e-6)
+
+
+def _small_resnet(make, tiny: bool, conv, maxpool, rng):
+  """A two-block ResNet step (conv, batchnorm, relu, maxpool, strided block with a 1x1 shortcut, mean, linear), for
+  tiny (`tiny`) or torch; `make(array, is_param)` makes a tensor. Returns (loss, params)."""
+  params = []
+
+  def p(*shape):
+    params.append(make(rng.standard_normal(shape).astype(np.float32) * 0.2, True))
+    return params[-1]
+
+  def mean(x, axis):
+    return x.mean(axis, keepdim=True) if tiny else x.mean(dim=axis, keepdim=True)
+
+  def bn(x, c):
+    w, b = p(c), p(c)
+    xc = x - mean(x, (0, 2, 3))
+    return xc * (mean(xc * xc, (0, 2, 3)) + 1e-5).rsqrt() * w.reshape(1, c, 1, 1) + b.reshape(1, c, 1, 1)
+
+  x = make(rng.standard_normal((2, 3, 10, 10)).astype(np.float32), False)
+  x = maxpool(bn(conv(x, p(8, 3, 3, 3), 1, 1), 8).relu())
+  out = bn(conv(bn(conv(x, p(16, 8, 3, 3), 2, 1), 16).relu(), p(16, 16, 3, 3), 1, 1), 16)
+  x = (out + bn(conv(x, p(16, 8, 1, 1), 2, 0), 16)).relu()
+  logits = mean(x, (2, 3)).reshape(2, 16) @ p(16, 5)
+  return (logits.exp().sum(-1).log() - logits[:, 0]).mean(), params
+
+
+@pytest.mark.slow
+def test_small_resnet_gradients_match_torch():
+  torch = pytest.importorskip("torch")
+  F = torch.nn.functional
+  loss, params = _small_resnet(lambda a, is_param: Tensor(a).requires_grad_() if is_param else Tensor(a), True,
+                               lambda x, w, s, pd: x.conv2d(w, stride=s, padding=pd), lambda x: x.max_pool2d((2, 2)),
+                               np.random.default_rng(3))
+  loss.backward()
+  Tensor.realize(loss, *[t.grad for t in params])
+  ref_loss, ref_params = _small_resnet(lambda a, is_param: torch.tensor(a).requires_grad_(is_param), False,
+                                       lambda x, w, s, pd: F.conv2d(x, w, stride=s, padding=pd),
+                                       lambda x: F.max_pool2d(x, 2), np.random.default_rng(3))
+  ref_loss.backward()
+  np.testing.assert_allclose(loss.numpy(), ref_loss.item(), rtol=1e-4)
+  for t, r in zip(params, ref_params):
+    np.testing.assert_allclose(t.grad.numpy(), r.grad.numpy(), rtol=2e-3, atol=2e-4)
