@@ -305,6 +305,12 @@ def test_copy_to_another_device():
   assert [c.src[0].op for c in sched.calls] == [Ops.COPY] and sched.calls[0].src[2] is ab
 
 
+def test_kernel_across_devices_is_an_error():
+  (ab, a, _), (bb, b, _) = tensor(3, 3), tensor(3, 3, device="PYTHON")
+  with pytest.raises(ValueError, match="several devices"):
+    create_schedule(UOp.sink(a + b))
+
+
 # ***** symbolic shapes *****
 def test_symbolic_shape_one_kernel_serves_all_values():
   clear_schedule_cache()

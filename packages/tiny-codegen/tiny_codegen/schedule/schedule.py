@@ -264,6 +264,9 @@ def _schedule(sink: UOp, merge: bool = True) -> _Template:
       out, wver = bufs[r] if r in bufs else new_buffer(r, r.device), None
       ast = kb.kernel(r.src[0] if r.op is Ops.CONTIGUOUS else r, out, shape_of(r), extra=extra)
     nout = 1 + len(extra)
+    if len(devs := {b.src[1].arg for b in kb.params}) > 1:
+      raise ValueError(f"a kernel for {r.op} {shape_of(r)} reads buffers on several devices {sorted(devs)}; "
+                       f"move them to one device first (Tensor.to / COPY)")
     i = add_call(UOp(Ops.CALL, src=(ast, *kb.params)), list(kb.params)[nout:], {producer[a] for a in kb.assigns_read})
     for b, ver in kb.buffer_reads: readers[(b, ver)].append(i)
     producer[r] = i
