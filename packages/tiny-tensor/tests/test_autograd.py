@@ -15,7 +15,8 @@ def check_grad(fn_tiny, fn_torch, *arrays, atol=1e-4, rtol=1e-3, seed_grad=True)
   tt = [Tensor(a, requires_grad=True) for a in arrays]
   pt = [torch.tensor(a, requires_grad=True) for a in arrays]
   out_t, out_p = fn_tiny(*tt), fn_torch(*pt)
-  g = rng.standard_normal(tuple(out_p.shape)).astype(np.float32) if seed_grad else np.ones(tuple(out_p.shape), np.float32)
+  g = rng.standard_normal(tuple(out_p.shape)).astype(np.float32) if seed_grad \
+    else np.ones(tuple(out_p.shape), np.float32)
   (out_t * Tensor(g)).sum().backward()
   (out_p * torch.tensor(g)).sum().backward()
   np.testing.assert_allclose(out_t.numpy(), out_p.detach().numpy(), atol=atol, rtol=rtol)
@@ -38,8 +39,10 @@ UNARY = {
   "relu": (lambda t: t.relu(), torch.relu, X), "sigmoid": (lambda t: t.sigmoid(), torch.sigmoid, X),
   "tanh": (lambda t: t.tanh(), torch.tanh, X), "gelu": (lambda t: t.gelu(), lambda p: F.gelu(p, approximate="tanh"), X),
   "silu": (lambda t: t.silu(), F.silu, X), "softplus": (lambda t: t.softplus(), F.softplus, X),
-  "mish": (lambda t: t.mish(), F.mish, X), "elu": (lambda t: t.elu(), F.elu, X), "celu": (lambda t: t.celu(), F.celu, X),
-  "selu": (lambda t: t.selu(), F.selu, X), "leaky_relu": (lambda t: t.leaky_relu(0.1), lambda p: F.leaky_relu(p, 0.1), X),
+  "mish": (lambda t: t.mish(), F.mish, X), "elu": (lambda t: t.elu(), F.elu, X), "celu": (lambda t: t.celu(), F.celu,
+    X),
+  "selu": (lambda t: t.selu(), F.selu, X), "leaky_relu": (lambda t: t.leaky_relu(0.1), lambda p: F.leaky_relu(p,
+    0.1), X),
   "relu6": (lambda t: t.relu6(), F.relu6, X * 5), "hardswish": (lambda t: t.hardswish(), F.hardswish, X * 3),
   "hardtanh": (lambda t: t.hardtanh(), F.hardtanh, X * 2), "softsign": (lambda t: t.softsign(), F.softsign, X),
   "logsigmoid": (lambda t: t.logsigmoid(), F.logsigmoid, X), "abs": (lambda t: t.abs(), torch.abs, X),
@@ -61,7 +64,8 @@ def test_unary_grad(name):
 
 @pytest.mark.parametrize("name,ft,fp", [
   ("add", lambda a, b: a + b, lambda a, b: a + b), ("sub", lambda a, b: a - b, lambda a, b: a - b),
-  ("mul", lambda a, b: a * b, lambda a, b: a * b), ("div", lambda a, b: a / (b.abs() + 1), lambda a, b: a / (b.abs() + 1)),
+  ("mul", lambda a, b: a * b, lambda a, b: a * b), ("div", lambda a, b: a / (b.abs() + 1), lambda a,
+    b: a / (b.abs() + 1)),
   ("maximum", lambda a, b: a.maximum(b), torch.maximum), ("minimum", lambda a, b: a.minimum(b), torch.minimum),
   ("where", lambda a, b: (a > b).where(a * 2, b), lambda a, b: torch.where(a > b, a * 2, b)),
   ("pow", lambda a, b: (a.abs() + 0.5) ** b, lambda a, b: (a.abs() + 0.5) ** b),

@@ -82,7 +82,8 @@ def test_debug2_prints_a_line_per_kernel(capsys):
 def test_global_counters_reset():
   (Tensor([1.0]) + 1).realize()
   GlobalCounters.reset()
-  assert (GlobalCounters.kernel_count, GlobalCounters.global_ops, GlobalCounters.global_mem, GlobalCounters.time_sum_s) \
+  assert (GlobalCounters.kernel_count, GlobalCounters.global_ops, GlobalCounters.global_mem,
+    GlobalCounters.time_sum_s) \
     == (0, 0, 0, 0.0)
 
 

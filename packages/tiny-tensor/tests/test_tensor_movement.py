@@ -16,17 +16,21 @@ def close(t, ref, atol=1e-6):
 
 def test_reshape_view_permute_transpose():
   t = Tensor(A)
-  close(t.reshape(6, 4), A.reshape(6, 4)); close(t.reshape(-1), A.reshape(-1)); close(t.view(4, -1), A.reshape(4, -1))  # noqa: E702
+  close(t.reshape(6, 4), A.reshape(6, 4)); close(t.reshape(-1), A.reshape(-1))  # noqa: E702
+  close(t.view(4, -1), A.reshape(4, -1))
   close(t.reshape((3, 8)), A.reshape(3, 8)); close(t.reshape(None, 12), A.reshape(2, 12))  # noqa: E702
   close(t.permute(2, 0, 1), A.transpose(2, 0, 1)); close(t.permute((-1, 1, 0)), A.transpose(2, 1, 0))  # noqa: E702
-  close(t.transpose(0, 2), A.swapaxes(0, 2)); close(Tensor(A[0]).T, A[0].T); close(t.transpose(), A.swapaxes(1, 0))  # noqa: E702
+  close(t.transpose(0, 2), A.swapaxes(0, 2)); close(Tensor(A[0]).T, A[0].T)  # noqa: E702
+  close(t.transpose(), A.swapaxes(1, 0))
 
 
 def test_expand_flatten_squeeze():
   t = Tensor(A[:, :1])
-  close(t.expand(2, 5, 4), np.broadcast_to(A[:, :1], (2, 5, 4))); close(t.expand(3, -1, 3, -1), np.broadcast_to(A[:, :1], (3, 2, 3, 4)))  # noqa: E501,E702
+  close(t.expand(2, 5, 4), np.broadcast_to(A[:, :1], (2, 5, 4))); close(t.expand(3, -1, 3, -1), np.broadcast_to(A[:,
+    :1], (3, 2, 3, 4)))  # noqa: E501,E702
   close(Tensor(A).flatten(), A.reshape(-1)); close(Tensor(A).flatten(1), A.reshape(2, 12))  # noqa: E702
-  close(Tensor(A).flatten(0, 1), A.reshape(6, 4)); close(Tensor(A).unflatten(2, (2, 2)), A.reshape(2, 3, 2, 2))  # noqa: E702
+  close(Tensor(A).flatten(0, 1), A.reshape(6, 4))
+  close(Tensor(A).unflatten(2, (2, 2)), A.reshape(2, 3, 2, 2))
   close(t.squeeze(), A[:, 0]); close(t.squeeze(1), A[:, 0]); close(t.squeeze(0), A[:, :1])  # noqa: E702
   close(Tensor(A).unsqueeze(0), A[None]); close(Tensor(A).unsqueeze(-1), A[..., None])  # noqa: E702
   assert Tensor(3.0).flatten().shape == (1,)
@@ -55,7 +59,8 @@ def test_cat_stack_split_chunk_repeat():
   a, b = A, rng.standard_normal((2, 2, 4)).astype(np.float32)
   close(Tensor(a).cat(Tensor(b), dim=1), np.concatenate([a, b], 1))
   close(Tensor.cat(Tensor(a), Tensor(a), dim=-1), np.concatenate([a, a], -1))
-  close(Tensor(a).stack(Tensor(a), dim=1), np.stack([a, a], 1)); close(Tensor.stack(Tensor(a), Tensor(a)), np.stack([a, a]))  # noqa: E702
+  close(Tensor(a).stack(Tensor(a), dim=1), np.stack([a, a], 1))
+  close(Tensor.stack(Tensor(a), Tensor(a)), np.stack([a, a]))
   assert Tensor([True]).cat(Tensor([False])).tolist() == [True, False]
   assert Tensor([1, 2]).cat(Tensor([0.5])).tolist() == [1.0, 2.0, 0.5]
   parts = Tensor(A).split(2, dim=2)
@@ -64,12 +69,15 @@ def test_cat_stack_split_chunk_repeat():
   parts = Tensor(A).split([1, 2], dim=1)
   close(parts[0], A[:, :1]); close(parts[1], A[:, 1:])  # noqa: E702
   assert [c.shape for c in Tensor(A).chunk(2, 1)] == [(2, 2, 4), (2, 1, 4)]
-  close(Tensor(A).repeat(2, 1, 2), np.tile(A, (2, 1, 2))); close(Tensor(A[0]).repeat(2, 1, 1), np.tile(A[0], (2, 1, 1)))  # noqa: E702
-  close(Tensor(A).repeat_interleave(2, dim=1), np.repeat(A, 2, 1)); close(Tensor(A).repeat_interleave(3), np.repeat(A, 3))  # noqa: E702
+  close(Tensor(A).repeat(2, 1, 2), np.tile(A, (2, 1, 2)))
+  close(Tensor(A[0]).repeat(2, 1, 1), np.tile(A[0], (2, 1, 1)))
+  close(Tensor(A).repeat_interleave(2, dim=1), np.repeat(A, 2, 1))
+  close(Tensor(A).repeat_interleave(3), np.repeat(A, 3))
 
 
 BASIC_INDICES = [
-  1, -1, (0, 1), (1, -2, 3), slice(None), slice(1, None), (slice(None), slice(0, 3, 2)), (..., 1), (..., slice(None, None, -1)),
+  1, -1, (0, 1), (1, -2, 3), slice(None), slice(1, None), (slice(None), slice(0, 3, 2)), (..., 1), (..., slice(None,
+    None, -1)),
   (None, 0), (0, None, slice(1, 3)), (slice(None, None, -2), slice(3, 0, -1)), (Ellipsis, None), (slice(5, 10),),
   (slice(None), slice(2, 1)), (1, ..., slice(-3, None, 2)), (slice(-1, None, -3), None, 2),
 ]
@@ -82,7 +90,8 @@ def test_getitem_basic(idx):
 
 def test_getitem_tensor_and_list_indices():
   t = Tensor(A)
-  close(t[[1, 0]], A[[1, 0]]); close(t[:, [2, 0, 2]], A[:, [2, 0, 2]]); close(t[Tensor([-1, 0])], A[[-1, 0]])  # noqa: E702
+  close(t[[1, 0]], A[[1, 0]]); close(t[:, [2, 0, 2]], A[:, [2, 0, 2]])  # noqa: E702
+  close(t[Tensor([-1, 0])], A[[-1, 0]])
   close(t[:, Tensor([[0, 1], [2, 2]])], A[:, [[0, 1], [2, 2]]])
   close(t[Tensor([0, 1]), :, Tensor([3, 2])], A[[0, 1], :, [3, 2]])      # non-adjacent: new dims first
   close(t[:, Tensor([0, 2]), Tensor([1, 3])], A[:, [0, 2], [1, 3]])     # adjacent: new dims in place
@@ -97,7 +106,8 @@ def test_getitem_tensor_and_list_indices():
 def test_setitem():
   base = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
   cases = [(0, 7.0), ((1, 2), np.arange(4, dtype=np.float32)), ((slice(None), slice(0, 3, 2), -1), -1.0),
-           ((..., slice(None, None, -2)), 9.0), ((slice(None), [0, 2]), 5.0), ((0, slice(1, 3), 1), np.array([3.0, 4.0]))]
+           ((..., slice(None, None, -2)), 9.0), ((slice(None), [0, 2]), 5.0), ((0, slice(1, 3), 1), np.array([3.0,
+             4.0]))]
   for idx, v in cases:
     t, ref = Tensor(base.copy()), base.copy()
     t[idx] = v
@@ -138,12 +148,15 @@ def test_creation():
   close(Tensor.zeros(2, 3).zeros_like(), np.zeros((2, 3))); close(Tensor([1, 2]).ones_like(), np.ones(2))  # noqa: E702
   assert Tensor([1, 2]).full_like(3.5).dtype == dtypes.int32 and Tensor([1.0]).full_like(3).tolist() == [3.0]
   close(Tensor.arange(5), np.arange(5)); close(Tensor.arange(2, 10, 3), np.arange(2, 10, 3))  # noqa: E702
-  close(Tensor.arange(5, 0, -2), np.arange(5, 0, -2)); close(Tensor.arange(0, 1, 0.25), np.arange(0, 1, 0.25))  # noqa: E702
+  close(Tensor.arange(5, 0, -2), np.arange(5, 0, -2))
+  close(Tensor.arange(0, 1, 0.25), np.arange(0, 1, 0.25))
   assert Tensor.arange(3).dtype == dtypes.int32 and Tensor.arange(3.0).dtype == dtypes.float32
   assert Tensor.arange(0).shape == (0,) and Tensor.arange(5, 2).shape == (0,)
   close(Tensor.arange(4, dtype=dtypes.float16), np.arange(4))
-  close(Tensor.linspace(0, 1, 5), np.linspace(0, 1, 5)); close(Tensor.linspace(-2, 2, 1), np.linspace(-2, 2, 1))  # noqa: E702
-  close(Tensor.eye(3), np.eye(3)); close(Tensor.eye(2, 4), np.eye(2, 4)); close(Tensor.eye(4, 2), np.eye(4, 2))  # noqa: E702
+  close(Tensor.linspace(0, 1, 5), np.linspace(0, 1, 5))
+  close(Tensor.linspace(-2, 2, 1), np.linspace(-2, 2, 1))
+  close(Tensor.eye(3), np.eye(3)); close(Tensor.eye(2, 4), np.eye(2, 4))  # noqa: E702
+  close(Tensor.eye(4, 2), np.eye(4, 2))
   close(Tensor.eye(5, 3), np.eye(5, 3))
 
 

@@ -28,11 +28,13 @@ def _softplus(x): return np.log1p(np.exp(x))
 
 UNARY = {
   "exp": (np.exp, X), "exp2": (np.exp2, X), "log": (np.log, POS), "log2": (np.log2, POS), "sqrt": (np.sqrt, POS),
-  "rsqrt": (lambda x: 1 / np.sqrt(x), POS), "reciprocal": (lambda x: 1 / x, POS), "sin": (np.sin, X), "cos": (np.cos, X),
+  "rsqrt": (lambda x: 1 / np.sqrt(x), POS), "reciprocal": (lambda x: 1 / x, POS), "sin": (np.sin, X), "cos": (np.cos,
+    X),
   "tan": (np.tan, X), "square": (np.square, X), "abs": (np.abs, X), "sign": (np.sign, X), "neg": (np.negative, X),
   "relu": (lambda x: np.maximum(x, 0), X), "sigmoid": (_sig, X), "tanh": (np.tanh, X),
   "gelu": (lambda x: 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3))), X),
-  "quick_gelu": (lambda x: x * _sig(1.702 * x), X), "silu": (lambda x: x * _sig(x), X), "swish": (lambda x: x * _sig(x), X),
+  "quick_gelu": (lambda x: x * _sig(1.702 * x), X), "silu": (lambda x: x * _sig(x),
+    X), "swish": (lambda x: x * _sig(x), X),
   "softplus": (_softplus, X), "mish": (lambda x: x * np.tanh(_softplus(x)), X),
   "elu": (lambda x: np.where(x > 0, x, np.exp(x) - 1), X),
   "celu": (lambda x: np.maximum(x, 0) + np.minimum(0, np.exp(x) - 1), X),
@@ -59,7 +61,8 @@ def test_erf():
 
 
 @pytest.mark.parametrize("op", ["add", "sub", "mul", "truediv", "maximum", "minimum", "pow"])
-@pytest.mark.parametrize("shapes", [((3, 4), (3, 4)), ((3, 1), (1, 4)), ((2, 3, 4), (4,)), ((), (2, 3)), ((0, 3), (1, 3))])
+@pytest.mark.parametrize("shapes", [((3, 4), (3, 4)), ((3, 1), (1, 4)), ((2, 3, 4), (4,)), ((), (2, 3)), ((0, 3), (1,
+  3))])
 def test_binary_broadcast(op, shapes):
   a = rng.standard_normal(shapes[0]).astype(np.float32)
   b = rng.standard_normal(shapes[1]).astype(np.float32)
@@ -92,7 +95,8 @@ def test_int_ops():
   ta, tb = Tensor(a), Tensor(b)
   close(ta // tb, a // b); close(ta % tb, a % b); close(ta.idiv(tb), np.trunc(a / b).astype(np.int32))  # noqa: E702
   close(ta + tb, a + b); close(ta * 3, a * 3); close(ta & tb, a & b); close(ta | tb, a | b)  # noqa: E702
-  close(ta ^ tb, a ^ b); close(~ta, ~a); close(ta << 2, a << 2); close(Tensor(np.abs(a)) >> 1, np.abs(a) >> 1)  # noqa: E702
+  close(ta ^ tb, a ^ b); close(~ta, ~a); close(ta << 2, a << 2)  # noqa: E702
+  close(Tensor(np.abs(a)) >> 1, np.abs(a) >> 1)
   close(ta.abs(), np.abs(a)); close(ta.sign(), np.sign(a)); close(ta.maximum(tb), np.maximum(a, b))  # noqa: E702
   close(ta.minimum(tb), np.minimum(a, b))
   assert (ta / tb).dtype == dtypes.float32
@@ -122,10 +126,12 @@ def test_comparisons_and_where():
 
 
 def test_clip_lerp_logical():
-  close(Tensor(X).clip(-0.5, 0.5), np.clip(X, -0.5, 0.5)); close(Tensor(X).clamp(min_=0), np.maximum(X, 0))  # noqa: E702
+  close(Tensor(X).clip(-0.5, 0.5), np.clip(X, -0.5, 0.5))
+  close(Tensor(X).clamp(min_=0), np.maximum(X, 0))
   close(Tensor(X).lerp(Tensor(POS), 0.25), X + (POS - X) * 0.25)
   b = np.array([True, False, True])
-  close(Tensor(b).logical_not(), ~b); close(Tensor(b) & Tensor([True, True, False]), b & [True, True, False])  # noqa: E702
+  close(Tensor(b).logical_not(), ~b)
+  close(Tensor(b) & Tensor([True, True, False]), b & [True, True, False])
   with pytest.raises(RuntimeError, match="min_"): Tensor(X).clip()
 
 
@@ -210,14 +216,17 @@ def test_softmax_family():
   close(Tensor(a).softmax(), sm); close(Tensor(a).log_softmax(), np.log(sm), atol=1e-5)  # noqa: E702
   close(Tensor(a).softmax(0), np.exp(a) / np.exp(a).sum(0), atol=1e-5)
   lse = np.log(np.exp(a).sum(1))
-  close(Tensor(a).logsumexp(1), lse, atol=1e-5); close(Tensor(a).logsumexp(1, keepdim=True), lse[:, None], atol=1e-5)  # noqa: E702
+  close(Tensor(a).logsumexp(1), lse, atol=1e-5)
+  close(Tensor(a).logsumexp(1, keepdim=True), lse[:, None], atol=1e-5)
   close(Tensor(a * 100).logsumexp(), (a * 100).max() + np.log(np.exp(a * 100 - (a * 100).max()).sum()), rtol=1e-5)
 
 
 def test_argmax_argmin():
   a = np.array([[1, 5, 5, 2], [7, 0, 7, -1], [0, 0, 0, 0]], np.float32)
-  close(Tensor(a).argmax(1), a.argmax(1)); close(Tensor(a).argmax(0), a.argmax(0)); close(Tensor(a).argmax(), a.argmax())  # noqa: E702
-  close(Tensor(a).argmin(1), a.argmin(1)); close(Tensor(a).argmax(-1, keepdim=True), a.argmax(-1)[:, None])  # noqa: E702
+  close(Tensor(a).argmax(1), a.argmax(1)); close(Tensor(a).argmax(0), a.argmax(0))  # noqa: E702
+  close(Tensor(a).argmax(), a.argmax())
+  close(Tensor(a).argmin(1), a.argmin(1))
+  close(Tensor(a).argmax(-1, keepdim=True), a.argmax(-1)[:, None])
   assert Tensor(a).argmax(1).dtype == dtypes.int32
 
 

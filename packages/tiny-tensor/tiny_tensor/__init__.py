@@ -12,7 +12,7 @@ from tiny_tensor.tensor import Tensor
 __all__ = ["Tensor", "dtypes", "Device", "Variable", "Context", "GlobalCounters"]
 
 try:
-  from tiny_tensor.jit import TinyJit
+  from tiny_tensor.jit import TinyJit  # noqa: F401
 except ImportError as _e:  # only while tiny_tensor.jit is being written: any other error must surface
   if getattr(_e, "name", None) != "tiny_tensor.jit": raise
 else:

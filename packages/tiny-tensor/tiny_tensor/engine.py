@@ -38,7 +38,8 @@ class GlobalCounters:
   @staticmethod
   def reset() -> None:
     """Zero the counters of work done (global_ops, global_mem, time_sum_s, kernel_count); mem_used stays."""
-    GlobalCounters.global_ops, GlobalCounters.global_mem, GlobalCounters.time_sum_s, GlobalCounters.kernel_count = 0, 0, 0.0, 0
+    GlobalCounters.global_ops, GlobalCounters.global_mem, GlobalCounters.time_sum_s = 0, 0, 0.0
+    GlobalCounters.kernel_count = 0
 
 
 # ***** the buffer registry *****
@@ -138,7 +139,8 @@ def _run_copy(bufs: tuple[UOp, ...]) -> None:
   if dst.nbytes != src.nbytes: raise RuntimeError(f"COPY of {src} into {dst}: sizes differ")
   if dst.nbytes: dst.copyin(src.as_buffer())
   GlobalCounters.global_mem += dst.nbytes
-  if DEBUG >= 2: print(f"*** {dst.device:8s} copy {dst.nbytes:8d} bytes from {src.device:8s} {(time.perf_counter()-st)*1e6:9.2f} us")
+  if DEBUG >= 2:
+    print(f"*** {dst.device:8s} copy {dst.nbytes:8d} bytes from {src.device:8s} {(time.perf_counter()-st)*1e6:9.2f} us")
 
 
 def _run_slice(bufs: tuple[UOp, ...], offset: int) -> None:

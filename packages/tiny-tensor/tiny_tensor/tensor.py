@@ -16,8 +16,9 @@ from typing import Any, Callable, ClassVar, Iterator, Sequence
 
 import numpy as np
 
-from tiny_uop.dtype import DType, dtypes, from_numpy, least_upper_dtype, least_upper_float, sum_acc_dtype, to_dtype, to_numpy
-from tiny_uop.helpers import TRAINING, Context, argsort, ceildiv, polyN, prod
+from tiny_uop.dtype import (DType, dtypes, from_numpy, least_upper_dtype, least_upper_float, sum_acc_dtype, to_dtype,
+                            to_numpy)
+from tiny_uop.helpers import TRAINING, Context, ceildiv, polyN, prod
 from tiny_uop.plugins import Device
 from tiny_uop.uop import GroupOp, Ops, UOp, sint
 from tiny_tensor import engine
@@ -36,7 +37,8 @@ def _canonical_device(device: str | None) -> str:
   if (d := _device_cache.get(key)) is not None: return d
   if device is None: d = Device.DEFAULT
   else:
-    if not isinstance(device, str): raise TypeError(f"device must be a str like 'CPU', got {type(device).__name__} {device!r}")
+    if not isinstance(device, str):
+      raise TypeError(f"device must be a str like 'CPU', got {type(device).__name__} {device!r}")
     d = Device.canonicalize(device)
     Device.plugin(d)  # raises UnknownDeviceError naming the device and what is installed
   _device_cache[key] = d
@@ -66,7 +68,8 @@ def _broadcast_shape(*shapes: tuple[sint, ...]) -> tuple[sint, ...]:
 def _np_from(data: Any, dtype: DType | None) -> np.ndarray:
   try: arr = np.array(data)
   except ValueError as e: raise ValueError(f"can't make a Tensor from a ragged nested sequence: {e}") from e
-  if arr.dtype == object: raise TypeError(f"can't make a Tensor from {type(data).__name__} with items of mixed or unknown types")
+  if arr.dtype == object:
+    raise TypeError(f"can't make a Tensor from {type(data).__name__} with items of mixed or unknown types")
   return arr
 
 
@@ -335,7 +338,8 @@ class Tensor(metaclass=_TensorMeta):
     if steps < 0: raise ValueError(f"linspace: steps must be >= 0, got {steps}")
     dt = to_dtype(kwargs.pop("dtype", dtypes.default_float))
     if steps == 1: return Tensor([start], dtype=dt, **kwargs)
-    return (start + Tensor.arange(steps, dtype=dtypes.float32, **kwargs) * ((stop - start) / max(steps - 1, 1))).cast(dt)
+    delta = (stop - start) / max(steps - 1, 1)
+    return (start + Tensor.arange(steps, dtype=dtypes.float32, **kwargs) * delta).cast(dt)
 
   @staticmethod
   def eye(n: int, m: int | None = None, **kwargs: Any) -> Tensor:
@@ -514,7 +518,8 @@ class Tensor(metaclass=_TensorMeta):
   def _broadcast_to(self, shape: tuple[sint, ...]) -> Tensor:
     shape = tuple(shape)
     if self.shape == shape: return self
-    if self.ndim > len(shape): raise ValueError(f"cannot broadcast tensor of shape {self.shape} to {shape}: too few dims")
+    if self.ndim > len(shape):
+      raise ValueError(f"cannot broadcast tensor of shape {self.shape} to {shape}: too few dims")
     padded = (1,) * (len(shape) - self.ndim) + self.shape
     for s, n in zip(padded, shape):
       if s != n and s != 1: raise ValueError(f"cannot broadcast tensor of shape {self.shape} to {shape}")
@@ -596,7 +601,8 @@ class Tensor(metaclass=_TensorMeta):
     if rounding_mode is None:
       a, b = a._float(), b._float()
       return a._wrap(a.uop.alu(Ops.FDIV, b.uop), b)
-    if rounding_mode not in ("trunc", "floor"): raise ValueError(f"rounding_mode {rounding_mode!r}; valid: None, 'trunc', 'floor'")
+    if rounding_mode not in ("trunc", "floor"):
+      raise ValueError(f"rounding_mode {rounding_mode!r}; valid: None, 'trunc', 'floor'")
     if dtypes.is_float(a.dtype):
       q = a._wrap(a.uop.alu(Ops.FDIV, b.uop), b)
       return q.trunc() if rounding_mode == "trunc" else q.floor()
@@ -617,7 +623,8 @@ class Tensor(metaclass=_TensorMeta):
   def pow(self, x: Any, reverse: bool = False) -> Tensor:
     """self ** x; negative bases work with integer exponents (like tinygrad)."""
     if not reverse and isinstance(x, (int, float)) and not isinstance(x, bool):
-      if x == 0: return self.ones_like() if dtypes.is_float(self.dtype) or isinstance(x, int) else self.ones_like().float()
+      if x == 0:
+        return self.ones_like() if dtypes.is_float(self.dtype) or isinstance(x, int) else self.ones_like().float()
       if x == 1: return self if isinstance(x, int) or dtypes.is_float(self.dtype) else self._float()
       if x == 0.5: return self.sqrt()
       if x == int(x) and 1 < x <= 8:
@@ -789,7 +796,8 @@ class Tensor(metaclass=_TensorMeta):
     """-1, 0 or 1 by the sign of each element (NaN stays NaN)."""
     if self.dtype == dtypes.bool: return self
     one, zero = self.full_like(1), self.full_like(0)
-    ret = self.ne(0).where((self < 0).where(self.full_like(-1) if not dtypes.is_unsigned(self.dtype) else zero, one), zero)
+    neg = self.full_like(-1) if not dtypes.is_unsigned(self.dtype) else zero
+    ret = self.ne(0).where((self < 0).where(neg, one), zero)
     return ret + self * 0 if dtypes.is_float(self.dtype) else ret
   def abs(self) -> Tensor:
     """Absolute value."""
@@ -882,7 +890,8 @@ class Tensor(metaclass=_TensorMeta):
     return self._inverse().max(axis, keepdim)._inverse()
 
   def any(self, axis: Any = None, keepdim: bool = False) -> Tensor: return self.bool().max(axis, keepdim)
-  def all(self, axis: Any = None, keepdim: bool = False) -> Tensor: return self.logical_not().any(axis, keepdim).logical_not()
+  def all(self, axis: Any = None, keepdim: bool = False) -> Tensor:
+    return self.logical_not().any(axis, keepdim).logical_not()
 
   def mean(self, axis: Any = None, keepdim: bool = False) -> Tensor:
     """Mean over `axis` (float result; NaN for an empty reduction)."""
@@ -949,13 +958,15 @@ class Tensor(metaclass=_TensorMeta):
     """The same data in a new shape; one dim may be -1 (inferred), None keeps that dim."""
     new = argfix(shape, *args)
     new = tuple(self.shape[i] if s is None else s for i, s in enumerate(new))
-    if sum(1 for s in new if isinstance(s, int) and s == -1) > 1: raise ValueError(f"reshape {new}: only one dim can be -1")
+    if sum(1 for s in new if isinstance(s, int) and s == -1) > 1:
+      raise ValueError(f"reshape {new}: only one dim can be -1")
     if any(isinstance(s, int) and s < -1 for s in new): raise ValueError(f"reshape {new}: negative dimension")
     if -1 in new:
       rest = prod([s for s in new if not (isinstance(s, int) and s == -1)])
       if rest == 0 or self.numel() % rest: raise ValueError(f"shape mismatch, can't reshape {self.shape} -> {new}")
       new = tuple(self.numel() // rest if isinstance(s, int) and s == -1 else s for s in new)
-    if prod(new) != self.numel(): raise ValueError(f"shape mismatch, can't reshape {self.shape} (size {self.numel()}) -> {new}")
+    if prod(new) != self.numel():
+      raise ValueError(f"shape mismatch, can't reshape {self.shape} (size {self.numel()}) -> {new}")
     return self if new == self.shape else self._wrap(self.uop.reshape(new))
 
   def view(self, shape: Any, *args: Any) -> Tensor: return self.reshape(shape, *args)
@@ -963,7 +974,8 @@ class Tensor(metaclass=_TensorMeta):
   def permute(self, order: Any, *args: Any) -> Tensor:
     """Reorder the dims: `x.permute(2, 0, 1)`."""
     o = tuple(self._resolve_dim(i) for i in argfix(order, *args))
-    if sorted(o) != list(range(self.ndim)): raise RuntimeError(f"permute order {argfix(order, *args)} is not a permutation of {self.ndim} dims")
+    if sorted(o) != list(range(self.ndim)):
+      raise RuntimeError(f"permute order {argfix(order, *args)} is not a permutation of {self.ndim} dims")
     return self if o == tuple(range(self.ndim)) else self._wrap(self.uop.permute(o))
 
   def expand(self, shape: Any, *args: Any) -> Tensor:
@@ -1168,7 +1180,8 @@ class Tensor(metaclass=_TensorMeta):
         tensors.append((len(out_shape), i, s))
         out_shape.append(s)
       d += 1
-    return {"shrink": shrink, "flips": flips, "strides": strides, "mid": mid_shape, "out": out_shape, "tensors": tensors}
+    return {"shrink": shrink, "flips": flips, "strides": strides, "mid": mid_shape, "out": out_shape,
+            "tensors": tensors}
 
   def _strided(self, strides: list[int], mid: list[int]) -> Tensor:
     """Take every k-th element per dim: pad to a multiple of k, reshape (n, k), keep column 0."""
