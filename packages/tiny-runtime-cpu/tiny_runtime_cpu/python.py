@@ -14,6 +14,7 @@ Slow on purpose: keep launches small (thousands of threads, not millions).
 """
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any, Callable
 
@@ -66,17 +67,22 @@ class Memory:
       raise PythonExecError(f"out-of-bounds access: element {i} of {self.what} ({self.size} x {self.dtype})")
     return i
 
+  def check_all(self, idxs: list[int]) -> None:
+    if idxs and (min(idxs) < 0 or max(idxs) >= self.size): self.check(min(idxs) if min(idxs) < 0 else max(idxs))
+
 
 class Ptr:
   """A pointer per thread: `mems[t]` (one Memory shared by all threads when `shared`) and element indices per lane
   (`lanes[k][t]`; one lane for a scalar pointer). `gate[t]` False: the access does not happen."""
-  __slots__ = ("mems", "lanes", "gate")
+  __slots__ = ("mems", "lanes", "gate", "shared")
 
-  def __init__(self, mems: list[Memory], lanes: list[list[int]], gate: list[bool] | None = None):
-    self.mems, self.lanes, self.gate = mems, lanes, gate
+  def __init__(self, mems: list[Memory], lanes: list[list[int]], gate: list[bool] | None = None,
+               shared: Memory | None = None):
+    self.mems, self.lanes, self.gate, self.shared = mems, lanes, gate, shared
 
 
 # ***** the interpreter *****
+@functools.cache
 def _alu_fn(op: Ops, dtype: DType) -> Callable:
   """The reference function of `op` on scalar `dtype` (`tiny_uop.alu`), raising its clear error when undefined."""
   from tiny_uop.alu import exec_alu, python_alu
@@ -191,7 +197,7 @@ def _run_batch(ctx: tuple, wgs: range) -> None:
     elif op is Ops.VCONST: values[u] = [[a] * T for a in u.arg]
     elif op is Ops.DEFINE_VAR: values[u] = [varvals[u]] * T
     elif op is Ops.SPECIAL: values[u] = _special(u.arg, gid, lid, lsz, T)
-    elif op is Ops.PARAM: values[u] = Ptr([mems[u]] * T, [[0] * T])
+    elif op is Ops.PARAM: values[u] = Ptr([mems[u]] * T, [[0] * T], shared=mems[u])
     elif op is Ops.DEFINE_LOCAL:
       locs = [Memory.of_list(dt.base, dt.size, f"local memory {u.arg}") for _ in wgs]
       values[u] = Ptr([locs[w] for w in wg_of], [[0] * T])
@@ -199,8 +205,9 @@ def _run_batch(ctx: tuple, wgs: range) -> None:
       values[u] = Ptr([Memory.of_list(dt.base, dt.size, f"register {u.arg}") for _ in range(T)], [[0] * T])
     elif op is Ops.AFTER: values[u] = src[0]
     elif op is Ops.INDEX: values[u] = _index(u, src, T)
-    elif op is Ops.LOAD: values[u] = _keep_inactive(values.get(u), _load(u, src, active, T), active, all_on, dt)
-    elif op is Ops.STORE: _store(u, src, active, T)
+    elif op is Ops.LOAD:
+      values[u] = _keep_inactive(values.get(u), _load(u, src, active, all_on, T), active, all_on, dt)
+    elif op is Ops.STORE: _store(u, src, active, all_on, T)
     elif op is Ops.VECTORIZE: values[u] = [s for s in src]
     elif op is Ops.CAT: values[u] = [lane for s, x in zip(u.src, src) for lane in _lanes(x, s.dtype)]
     elif op is Ops.GEP:
@@ -237,7 +244,7 @@ def _index(u: UOp, src: list[Any], T: int) -> Ptr:
   if len(src) > 2 and u.src[2].dtype.scalar() == dtypes.bool:
     g = src[2] if u.src[2].dtype.count == 1 else [all(x) for x in zip(*src[2])]
     gate = g if gate is None else [a and b for a, b in zip(gate, g)]
-  return Ptr(base.mems, lanes, gate)
+  return Ptr(base.mems, lanes, gate, base.shared)
 
 
 def _addresses(ptr: Ptr, count: int) -> list[list[int]]:
@@ -247,12 +254,16 @@ def _addresses(ptr: Ptr, count: int) -> list[list[int]]:
   raise PythonExecError(f"access of {count} lanes through a pointer of {len(ptr.lanes)} lanes")
 
 
-def _load(u: UOp, src: list[Any], active: list[bool], T: int) -> Any:
+def _load(u: UOp, src: list[Any], active: list[bool], all_on: bool, T: int) -> Any:
   ptr: Ptr = src[0]
   dt = u.dtype
   zero = dtypes.as_const(0, dt.scalar())
   out = []
   for lane in _addresses(ptr, dt.count):  # sources after the pointer only order the load; a gated-off load is 0
+    if (m := ptr.shared) is not None and ptr.gate is None and all_on:  # fast path: one buffer, every thread
+      m.check_all(lane)
+      out.append(list(map(m.read, lane)))
+      continue
     col = []
     for t in range(T):
       if active[t] and (ptr.gate is None or ptr.gate[t]):
@@ -263,7 +274,7 @@ def _load(u: UOp, src: list[Any], active: list[bool], T: int) -> Any:
   return out if dt.count > 1 else out[0]
 
 
-def _store(u: UOp, src: list[Any], active: list[bool], T: int) -> None:
+def _store(u: UOp, src: list[Any], active: list[bool], all_on: bool, T: int) -> None:
   ptr: Ptr = src[0]
   vdt = u.src[1].dtype
   gate = ptr.gate
@@ -271,6 +282,10 @@ def _store(u: UOp, src: list[Any], active: list[bool], T: int) -> None:
     gate = src[2] if gate is None else [a and b for a, b in zip(gate, src[2])]
   addrs = _addresses(ptr, vdt.count)
   for lane, vals in zip(addrs, _lanes(src[1], vdt)):
+    if (m := ptr.shared) is not None and gate is None and all_on:  # fast path: one buffer, every thread
+      m.check_all(lane)
+      for i, v in zip(lane, vals): m.write(i, v)
+      continue
     for t in range(T):
       if active[t] and (gate is None or gate[t]):
         m = ptr.mems[t]
@@ -285,7 +300,7 @@ def _alu_op(u: UOp, src: list[Any], active: list[bool], all_on: bool, T: int) ->
   out = []
   for k in range(dt.count):
     cols = [s[k] if len(s) > 1 else s[0] for s in srcs]
-    if all_on: out.append([fn(*a) for a in zip(*cols)])
+    if all_on: out.append(list(map(fn, *cols)))
     else:  # inactive threads compute nothing (their operands may be garbage)
       zero = dtypes.as_const(0, sdt)
       out.append([fn(*a) if on else zero for on, *a in zip(active, *cols)])
