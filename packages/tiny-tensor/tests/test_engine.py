@@ -94,3 +94,25 @@ def test_reduce_then_elementwise_and_dtypes_end_to_end():
   ref = (x - x.mean(1, keepdims=True)) / (x.std(1, ddof=1, keepdims=True) + 1e-5)
   np.testing.assert_allclose(out.numpy(), ref, atol=1e-5)
   assert Tensor(x).cast(dtypes.half).sum().dtype == dtypes.half
+
+
+def test_copy_between_devices_and_its_gradient():
+  a = Tensor([1.0, 2.0, 3.0], requires_grad=True)
+  b = a.to("PYTHON")
+  assert b.device == "PYTHON" and b.uop.op is Ops.COPY
+  c = (b * 2).to("CPU") + a
+  assert c.device == "CPU" and c.tolist() == [3.0, 6.0, 9.0]
+  c.sum().backward()
+  assert a.grad.device == "CPU" and a.grad.tolist() == [3.0, 3.0, 3.0]
+  assert Tensor([4.0, 5.0], device="PYTHON").sum().item() == 9.0
+
+
+def test_bound_variables_as_values_and_shapes():
+  from tiny_tensor import Variable
+  v = Variable("n", 1, 10)
+  a = Tensor(np.arange(10, dtype=np.float32))
+  GlobalCounters.reset()
+  for k in (3, 5, 7):
+    assert (a[:4] * Tensor(v.bind(k))).tolist() == [0.0, k, 2.0 * k, 3.0 * k]
+    assert a.shrink(((0, v.bind(k)),)).sum().item() == sum(range(k))
+  assert Tensor(v.bind(2)).shape == () and Tensor(v.bind(2)).device == "CPU"

@@ -105,6 +105,8 @@ class Tensor(metaclass=_TensorMeta):
     dt = to_dtype(dtype) if dtype is not None else None
     if isinstance(data, UOp):
       uop = data if dt is None or data.dtype == dt else data.cast(dt)
+      if uop.device is None and uop.shape == ():  # a bound Variable: a scalar value on a device
+        uop = UOp.const(uop.dtype, 0, _canonical_device(device), ()).alu(Ops.ADD, uop)
       if device is not None and isinstance(data.device, str) and _canonical_device(device) != data.device:
         uop = uop.copy_to_device(_canonical_device(device))
     else:
