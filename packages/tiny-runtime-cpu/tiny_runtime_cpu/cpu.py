@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 from tiny_uop.device import Compiled, Program, Renderer
-from tiny_uop.helpers import CPU_THREADS
+from tiny_uop.helpers import CPU_THREADS, DEV
 
 from tiny_runtime_cpu.memory import HostAllocator, HostMem
 from tiny_runtime_cpu.threads import ThreadPool, default_threads
@@ -49,11 +49,14 @@ class TargetRenderer:
 
   @property
   def renderer(self) -> Renderer:
+    dev = DEV.value
+    if (last := self.__dict__.get("_last_renderer")) is not None and last[0] == dev: return last[1]  # hot path
     from tiny_uop.plugins import Device
     t = Device.target(self.device)  # type: ignore[attr-defined]
     key = (t.renderer, t.arch)
     if (r := self.__dict__.setdefault("_by_target", {}).get(key)) is None:
       r = self._by_target[key] = self.make_renderer(t.renderer, t.arch)
+    self.__dict__["_last_renderer"] = (dev, r)
     return r
 
   @renderer.setter
@@ -61,6 +64,7 @@ class TargetRenderer:
     from tiny_uop.plugins import Device
     t = Device.target(self.device)  # type: ignore[attr-defined]
     self.__dict__.setdefault("_by_target", {})[(t.renderer, t.arch)] = r
+    self.__dict__.pop("_last_renderer", None)
 
   def make_renderer(self, name: str | None, arch: str | None) -> Renderer:
     if arch is not None: self.arch = arch  # type: ignore[has-type]
