@@ -150,6 +150,9 @@ def test_renderer_selection():
   if shutil.which("clang") and "ClangRenderer" in names:
     with Context(DEV="CPU:CLANG"): assert type(dev.renderer).__name__ == "ClangRenderer"
   with Context(DEV="CPU:NOPE"), pytest.raises(ValueError, match="no renderer 'NOPE'"): dev.renderer  # noqa: B018
+  rname = names[0].removesuffix("Renderer").upper()
+  with Context(DEV=f"CPU:{rname}:someArch"): assert dev.renderer.arch == "someArch"
+  with Context(DEV=f"CPU:{rname}"): assert dev.renderer.arch == ""  # an arch never sticks to the device
 
 
 def test_clang_missing_message(monkeypatch):

@@ -67,8 +67,8 @@ class TargetRenderer:
     self.__dict__.pop("_last_renderer", None)
 
   def make_renderer(self, name: str | None, arch: str | None) -> Renderer:
-    if arch is not None: self.arch = arch  # type: ignore[has-type]
-    return self.select_renderer(name)  # type: ignore[attr-defined]
+    r: Renderer = self.select_renderer(name)  # type: ignore[attr-defined]
+    return r if arch is None or arch == r.arch else type(r)(arch)
 
 
 class CPUProgram(Program):
@@ -83,6 +83,7 @@ class CPUProgram(Program):
     elif e_type == ET_DYN: self.addr = self._load_shared(name, bytes(lib))
     else: raise ValueError(f"CPU program {name!r}: ELF type {e_type} is neither an object (1) nor a shared library (3)")
     self._fxns: dict[tuple[int, int], Any] = {}
+    self.pool = device.pool
 
   def _load_shared(self, name: str, lib: bytes) -> int:
     fd, path = tempfile.mkstemp(prefix=f"tiny_{name}_", suffix=".so")
@@ -108,7 +109,7 @@ class CPUProgram(Program):
     n = global_size[0] if global_size else 1
     st = time.perf_counter() if wait else 0.0
     if n == 1: fxn(*args, 0)
-    else: self.device.pool.run(lambda core_id: fxn(*args, core_id), n)
+    else: self.pool.run(lambda core_id: fxn(*args, core_id), n)
     return time.perf_counter() - st if wait else None
 
 
@@ -127,7 +128,7 @@ class MCJIT:
       llvm.initialize_native_target()
       llvm.initialize_native_asmprinter()
       self.tm = llvm.Target.from_default_triple().create_target_machine(opt=2)
-    eng = (llvm.create_mcjit_compiler(llvm.parse_assembly(""), self.tm), set())
+    eng: tuple[Any, set[str]] = (llvm.create_mcjit_compiler(llvm.parse_assembly(""), self.tm), set())
     self.engines.append(eng)
     return eng
 

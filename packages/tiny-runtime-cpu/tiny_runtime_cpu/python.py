@@ -46,7 +46,7 @@ class Memory:
     size = mv.nbytes // dtype.itemsize
     mv = mv[:size * dtype.itemsize]
     if dtype.fmt in _CASTABLE:
-      cmv = mv.cast(dtype.fmt)
+      cmv = mv.cast(dtype.fmt)  # type: ignore[call-overload]
       if dtype == dtypes.bool:
         return Memory(dtype, size, cmv.__getitem__, lambda i, v: cmv.__setitem__(i, bool(v)), what)
       return Memory(dtype, size, cmv.__getitem__, cmv.__setitem__, what)
@@ -174,7 +174,7 @@ def _run_batch(ctx: tuple, wgs: range) -> None:
         active = loop.saved
         all_on = all(active)
       continue
-    src = [values.get(s) for s in u.src]
+    src: list[Any] = [values.get(s) for s in u.src]
     if op is Ops.RANGE:
       bound = src[0]
       values[u] = [0] * T
