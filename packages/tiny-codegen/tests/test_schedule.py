@@ -11,7 +11,7 @@ import os
 import numpy as np
 import pytest
 
-from tiny_uop import Ops, UOp, Variable, dtypes
+from tiny_uop import AxisType, Ops, UOp, Variable, dtypes
 from tiny_uop.helpers import prod
 
 from tiny_codegen.schedule import ScheduleResult, clear_schedule_cache, create_schedule, memory_plan
@@ -365,3 +365,32 @@ def test_memory_plan_unit():
   plan = memory_plan(calls, keep={inp, out})
   assert plan == {t3: t1}  # t1 is dead after call 1; t2 is read by call 2 while t3 is written there
   assert memory_plan(calls, keep={inp, out, t1, t2, t3}) == {}
+
+
+# ***** folding sums of masked constants (arange) *****
+from hypothesis import assume, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from tiny_codegen.schedule.indexing import collapse_count  # noqa: E402
+
+
+@settings(max_examples=200)
+@given(st.integers(1, 9), st.integers(1, 9), st.integers(0, 6), st.integers(2, 12), st.integers(-13, 13),
+       st.integers(-3, 14), st.sampled_from(["mod", "lt", "gt", "both"]))
+def test_collapse_count_matches_the_loop(n, nj, c, m, k, t, kind):
+  j, r = UOp.range(nj, 0), UOp.range(n, 1, AxisType.REDUCE)
+  x = j + c
+  if kind == "mod": cond = ((x + r * k) % m) < t
+  elif kind == "lt": cond = (r + x) < t
+  elif kind == "gt": cond = UOp.const(dtypes.index, t) < (x + r)
+  else: cond = ((r + x) < t) & (UOp.const(dtypes.index, c) < (r + j))
+  one, zero = UOp.const(dtypes.float32, 2.0), UOp.const(dtypes.float32, 0.0)
+  inner = cond.where(one, zero)
+  folded = collapse_count(inner, r)
+  assume(folded is not None)
+  assert r not in folded.toposort()
+  out_p = UOp(Ops.PARAM, dtypes.float32.ptr(nj), arg=0)
+  want, got = np.zeros(nj, np.float32), np.zeros(nj, np.float32)
+  ref.eval_kernel(UOp.sink(out_p.index(j).store(inner.reduce(r, arg=Ops.ADD))), [want])
+  ref.eval_kernel(UOp.sink(out_p.index(j).store(folded)), [got])
+  np.testing.assert_equal(got, want)

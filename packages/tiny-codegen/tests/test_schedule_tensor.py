@@ -57,6 +57,15 @@ def test_tensor_kernel_counts_and_values(name):
   np.testing.assert_allclose(out.numpy(), expect(), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("n", [1, 2, 7, 64])
+def test_tensor_arange_has_no_loop(n):
+  # Tensor.arange sums a triangle of ones; the scheduler turns that sum into index arithmetic
+  out = Tensor.arange(n) * 3 + 1
+  sched = out.schedule()
+  assert len(sched.calls) == 1 and not any(u.op is Ops.REDUCE for u in sched.calls[0].src[0].toposort())
+  np.testing.assert_equal(out.numpy(), np.arange(n) * 3 + 1)
+
+
 def test_training_step_schedules_once():
   def step(x: np.ndarray) -> float:
     w = Tensor(W, requires_grad=True)

@@ -144,10 +144,43 @@ def _minus_range(e: UOp, r: UOp) -> UOp | None:
   return None
 
 
+def _affine(e: UOp, r: UOp) -> tuple[UOp, int] | None:
+  """(x, k) when e == x + k*r with x independent of r and k an int, else None."""
+  if e is r: return iconst(0), 1
+  if e.op is Ops.MUL and e.src[0] is r and _is_const(e.src[1]): return iconst(0), e.src[1].arg
+  if e.op is Ops.ADD:
+    a, b = e.src
+    if r not in b.toposort() and (xa := _affine(a, r)) is not None: return iadd(xa[0], b), xa[1]
+    if r not in a.toposort() and (xb := _affine(b, r)) is not None: return iadd(a, xb[0]), xb[1]
+  return None
+
+
+def _mod_intervals(c: UOp, r: UOp) -> list[tuple[UOp, UOp]] | None:
+  """The r-intervals [start, end) where `((x + k*r) % m) < t` holds, for k = +-1 (mod m) and x + k*r >= 0 wrapping
+  at most once over r's range (the triangle tiny-tensor builds arange from); None when the clause is not that."""
+  if c.op is not Ops.CMPLT or c.src[0].op is not Ops.CMOD or not _is_const(c.src[1]) or not _is_const(c.src[0].src[1]):
+    return None
+  e, m, t, n = c.src[0].src[0], c.src[0].src[1].arg, c.src[1].arg, r.src[0]
+  if m < 2 or not _is_const(n) or e.vmin < 0 or (aff := _affine(e, r)) is None or r in aff[0].toposort(): return None
+  x, k = aff
+  if k % m not in (1, m - 1): return None
+  sgn = 1 if k % m == 1 else -1
+  dmin, dmax = (x.vmin, x.vmax + n.arg - 1) if sgn == 1 else (x.vmin - n.arg + 1, x.vmax)
+  if dmin < -m or dmax >= 2 * m: return None
+  # d = x + sgn*r and (e % m) == (d mod m): d in [0,m) reads d, in [-m,0) reads d+m, in [m,2m) reads d-m
+  out = []
+  for d0, d1 in ((0, min(t, m)), (-m, min(t - m, 0)), (m, min(t + m, 2 * m))):
+    if d1 <= d0: continue
+    if sgn == 1: out.append((isub(iconst(d0), x), isub(iconst(d1), x)))  # r = d - x
+    else: out.append((iadd(isub(x, iconst(d1)), iconst(1)), iadd(isub(x, iconst(d0)), iconst(1))))  # r = x - d
+  return out
+
+
 def collapse_count(inner: UOp, r: UOp) -> UOp | None:
-  """sum over r in [0, n) of `cond.where(v, 0)` with v independent of r and cond a conjunction of `r + x < y` and
-  `y < r + x`: that is v * (number of r in the interval), computed without a loop. This folds the arange/cumsum-of-ones
-  pattern (tensors built from constants) into index arithmetic."""
+  """sum over r in [0, n) of `cond.where(v, 0)` with v independent of r and cond a conjunction of `r + x < y`,
+  `y < r + x` and at most one `((x + k*r) % m) < t` (see `_mod_intervals`): that is v * (number of r where cond
+  holds), computed without a loop. This folds arange/cumsum-of-ones patterns (tensors built from constants) into index
+  arithmetic."""
   conds, v = [], inner
   while v.op is Ops.WHERE and _is_const(v.src[2], 0): conds.append(v.src[0]); v = v.src[1]  # noqa: E702
   if not conds or r in v.toposort(): return None
@@ -157,13 +190,18 @@ def collapse_count(inner: UOp, r: UOp) -> UOp | None:
     c = todo.pop()
     if c.op is Ops.AND: todo.extend(c.src)
     else: clauses.append(c)
+  pieces: list[tuple[UOp, UOp]] | None = None
   for c in clauses:
     if c.op is not Ops.CMPLT: return None
     a, b = c.src
     if (x := _minus_range(a, r)) is not None and r not in b.toposort(): hi = hi.minimum(isub(b, x))  # r < b - x
     elif (x := _minus_range(b, r)) is not None and r not in a.toposort(): lo = lo.maximum(iadd(isub(a, x), iconst(1)))
+    elif pieces is None and (pieces := _mod_intervals(c, r)) is not None: pass
     else: return None
-  count = simplify_index(isub(hi, lo).maximum(iconst(0)))
+  count = iconst(0)
+  for start, end in pieces if pieces is not None else [(iconst(0), r.src[0])]:
+    count = iadd(count, isub(end.minimum(hi), start.maximum(lo)).maximum(iconst(0)))
+  count = simplify_index(count)
   return count.cast(v.dtype) if _is_const(v, 1) else v * count.cast(v.dtype)
 
 
