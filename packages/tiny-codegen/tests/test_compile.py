@@ -374,3 +374,15 @@ def test_more_alu_ops(R):
     np.testing.assert_array_equal(outs[1], ((U * np.uint32(0x9E3779B9)) >> 3) ^ (U << 29) | np.uint32(0x80000000))
     np.testing.assert_array_equal(outs[2], np.maximum(np.arange(n).astype(np.int8) * np.int8(13) - np.int8(100), -128))
     np.testing.assert_array_equal(outs[3], np.arange(n, dtype=np.uint64) * np.uint64(0xFFFFFFFFFFFFFFF1))
+
+
+@pytest.mark.parametrize("R", RENDERERS)
+def test_optimizer_thread_axis_becomes_core_id(R):
+  # out[o*4 + t] = a[o*4 + t] * 3 with t a THREAD axis of 4: the kernel runs on 4 threads, each t a core_id
+  c, a = P(0, 24), P(1, 24)
+  o, t = UOp.range(6, 0), UOp.range(4, 1, AxisType.THREAD)
+  ast = c.index(o * 4 + t).store(a.index(o * 4 + t).load() * 3.0).sink(arg=KernelInfo())
+  A, C = rng.standard_normal(24).astype(np.float32), np.zeros(24, np.float32)
+  spec = compile_run(R, ast, [C, A], threads=2, threaded=True)
+  assert spec.global_size == (4, 1, 1) and [u.arg for u in spec.uops if u.op is Ops.SPECIAL] == ["core_id"]
+  np.testing.assert_array_equal(C, A * np.float32(3))

@@ -1,6 +1,7 @@
 """Launch dimensions: CPU threads (`core_id`) or GPU `SPECIAL` gidx/lidx indices.
 
-CPU-style renderers (`has_threads`): the outermost GLOBAL/LOOP range that every store depends on is split across
+CPU-style renderers (`has_threads`): an optimizer's THREAD axis becomes `core_id`; without one, the outermost
+GLOBAL/LOOP range that every store depends on is split across
 `renderer.threads` threads: range `r` of bound N becomes `core_id*chunk + r'` with `r'` in
 [0, min(chunk, N - core_id*chunk)) and chunk = ceil(N / threads). Small kernels (fewer than
 `renderer.thread_min_work` iterations in all) run on one thread. The kernel always takes `int core_id` last.
@@ -43,7 +44,13 @@ def _work(sink: UOp) -> int:
 
 
 def add_threads(sink: UOp, renderer: Renderer) -> tuple[UOp, Dims]:
-  """Split the outermost loop across `renderer.threads` CPU threads (see the module docstring)."""
+  """Split the outermost loop across `renderer.threads` CPU threads (see the module docstring). A THREAD axis the
+  optimizer made (bound T) is used as it is: it becomes `core_id` and the kernel launches T threads."""
+  thr = [r for r in _store_ranges(sink) if r.arg[1] is AxisType.THREAD and r.src[0].op is Ops.CONST]
+  if thr:
+    t = int(thr[0].src[0].arg)
+    core = UOp(Ops.SPECIAL, dtypes.index, (UOp.const(dtypes.index, t),), "core_id")
+    return sink.substitute({thr[0]: core}, name="thread_axis"), Dims((t, 1, 1))
   nthreads = max(1, int(getattr(renderer, "threads", 1)))
   cands = [r for r in _store_ranges(sink) if r.arg[1] in (AxisType.GLOBAL, AxisType.LOOP, AxisType.THREAD)]
   if nthreads == 1 or not cands or _work(sink) < getattr(renderer, "thread_min_work", 0): return sink, Dims()
