@@ -1244,6 +1244,7 @@ class Tensor(metaclass=_TensorMeta):
     view = self[indices]
     vt = v if isinstance(v, Tensor) else Tensor(v, device=self.device, dtype=self.dtype)
     vt = vt.cast(self.dtype)._broadcast_to(view.shape)
+    if view.numel() == 0: return  # nothing to write
     plan = self._index_plan(indices)
     if plan["tensors"]:
       n = int(self.numel())
