@@ -250,6 +250,15 @@ def test_interpolate_keeps_dtype_and_batch_dims():
   np.testing.assert_array_equal(out.numpy(), x[:, [0, 0, 1, 2, 2, 3]])  # floor(dst * 4/6)
 
 
+def test_interpolate_linear_keeps_infs_local():
+  x = np.array([[[0.0, np.inf, 0.0, 1.0, 2.0, -np.inf, 3.0]]], np.float32)
+  got = Tensor(x).interpolate((12,)).numpy()
+  want = F.interpolate(torch.tensor(x), size=(12,), mode="linear").numpy()
+  # torch multiplies the unused neighbour of output 0 by a zero weight (0*inf = nan); we read only the used one
+  assert got[0, 0, 0] == 0.0 and np.isnan(want[0, 0, 0])
+  np.testing.assert_allclose(got[..., 1:], want[..., 1:], rtol=1e-6)
+
+
 @needs_tensor
 def test_interpolate_errors():
   with pytest.raises(ValueError, match="bicubic"): Tensor.zeros(1, 4).interpolate((2,), mode="bicubic")
@@ -400,3 +409,11 @@ def test_one_hot():
 def test_one_hot_errors():
   with pytest.raises(TypeError, match="float"): Tensor([1.0]).one_hot(2)
   with pytest.raises(ValueError, match="-3"): Tensor([1]).one_hot(-3)
+
+
+def test_docstring_examples_run():
+  import doctest
+
+  from tiny_tensor import nnops
+  res = doctest.testmod(nnops, optionflags=doctest.ELLIPSIS)
+  assert res.failed == 0 and res.attempted >= 30, res
