@@ -359,14 +359,19 @@ def _rewrite(sink: UOp, pm: PatternMatcher, ctx: Any, bottom_up: bool, name: str
   # users may be pushed more than once; the first visit finishes it (LIFO) and later ones see it in `replace`.
   stack: list[tuple[UOp, int, UOp]] = [(sink, 0, sink)]
   push, pop, getr = stack.append, stack.pop, replace.__getitem__
+  in_progress: set[UOp] = set()  # visited, result not known yet: meeting one again is a cycle
   while stack:
     n, stage, new_n = pop()
     if stage == 0:
       if n in replace: continue
+      if n in in_progress:
+        raise RuntimeError(f"graph_rewrite {name or pm.name}: a rule made {n.op} depend on itself (rules loop?)")
+      in_progress.add(n)
       if bpm is not None:
         new_n = _fixed_point(bpm, n, ctx)
         if new_n is not n and new_n in replace:
           replace[n] = replace[new_n]
+          in_progress.discard(n)
           continue
       push((n, 1, new_n))
       for s in reversed(new_n.src):
@@ -379,16 +384,19 @@ def _rewrite(sink: UOp, pm: PatternMatcher, ctx: Any, bottom_up: bool, name: str
       if new_src == src:
         if pm_up is None or (nxt := pm_up.rewrite(new_n, ctx)) is None:
           replace[n] = new_n
+          in_progress.discard(n)
           continue
       else:
         nxt = new_n.replace(src=new_src)
       if (done := replace.get(nxt)) is not None:
         replace[n] = done
+        in_progress.discard(n)
         continue
       push((n, 2, nxt))
       push((nxt, 0, nxt))
     else:
       replace[n] = replace[new_n]
+      in_progress.discard(n)
   if DEBUG >= 6 and name: print(f"rewrite {name}: {(time.perf_counter() - t0) * 1e3:.2f} ms")
   return replace
 
