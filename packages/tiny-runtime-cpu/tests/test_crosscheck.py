@@ -26,7 +26,9 @@ def renderers():
   return out
 
 
-NP = {dtypes.float32: np.float32, dtypes.int32: np.int32, dtypes.uint8: np.uint8, dtypes.float64: np.float64}
+NP = {dtypes.float32: np.float32, dtypes.int32: np.int32, dtypes.uint8: np.uint8, dtypes.float64: np.float64,
+      dtypes.int8: np.int8, dtypes.int64: np.int64, dtypes.float16: np.float16}
+KERNEL_DTYPES = [dtypes.float32, dtypes.int32, dtypes.float16, dtypes.uint8, dtypes.int8, dtypes.int64]
 
 
 def run_everywhere(ast: UOp, arrays: list[np.ndarray], out_size: int, out_dt, vals: dict[str, int] | None = None):
@@ -44,9 +46,12 @@ def run_everywhere(ast: UOp, arrays: list[np.ndarray], out_size: int, out_dt, va
 
 
 def ulp_diff(a: np.ndarray, b: np.ndarray) -> int:
-  """Largest distance in units in the last place between float arrays (NaN matches NaN, -0 matches +0)."""
-  ia, ib = (x.astype(np.float32).view(np.int32).astype(np.int64) for x in (a, b))
-  ia, ib = (np.where(i < 0, -(i & 0x7FFFFFFF), i) for i in (ia, ib))  # a monotonic integer line
+  """Largest distance in units in the last place (of their own dtype) between float arrays of the same dtype (NaN
+  matches NaN, -0 matches +0)."""
+  bits = {2: np.int16, 4: np.int32, 8: np.int64}[a.dtype.itemsize]
+  sign = np.int64(1) << (8 * a.dtype.itemsize - 1)
+  ia, ib = (x.view(bits).astype(np.int64) for x in (a, b))
+  ia, ib = (np.where(i < 0, -(i & (sign - 1)), i) for i in (ia, ib))  # a monotonic integer line
   both_nan = np.isnan(a) & np.isnan(b)
   return int(np.where(both_nan, 0, np.abs(ia - ib)).max(initial=0))
 
@@ -105,7 +110,7 @@ def expr(draw, leaves: list[UOp], dt, depth: int):
 
 @st.composite
 def kernel(draw):
-  dt = draw(st.sampled_from([dtypes.float32, dtypes.int32]))
+  dt = draw(st.sampled_from(KERNEL_DTYPES))
   n, m = draw(st.integers(1, 24)), draw(st.integers(1, 12))
   reduce_op = draw(st.sampled_from([None, Ops.ADD, Ops.MAX, Ops.MUL]))
   r0 = UOp.range(n, 0)
@@ -125,8 +130,9 @@ def kernel(draw):
     ast = UOp.sink(out.index(r0 * m + r1).store(val), arg=KernelInfo())
     out_size = n * m
   rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
-  if dtypes.is_float(dt): ins = [rng.uniform(-3, 3, size).astype(np.float32) for size in (n * m, m)]
-  else: ins = [rng.integers(-50, 50, size).astype(np.int32) for size in (n * m, m)]
+  lo = 0 if dtypes.is_unsigned(dt) else -50
+  if dtypes.is_float(dt): ins = [rng.uniform(-3, 3, size).astype(NP[dt]) for size in (n * m, m)]
+  else: ins = [rng.integers(lo, 50, size).astype(NP[dt]) for size in (n * m, m)]
   return ast, [(a, dt) for a in ins], out_size, dt
 
 
