@@ -26,7 +26,8 @@ __all__ = ["GlobalCounters", "realize", "get_buffer", "buffer_from_bytes", "is_r
 class GlobalCounters:
   """Counters of the work the engine did: kernels run, FLOPs, bytes moved, time spent (reset with `reset()`).
 
-  >>> GlobalCounters.reset(); (Tensor([1.0, 2.0]) + 1).realize(); GlobalCounters.kernel_count  # doctest: +SKIP
+  >>> from tiny_tensor import Tensor
+  >>> GlobalCounters.reset(); _ = (Tensor([1.0, 2.0]) + 1).realize(); GlobalCounters.kernel_count
   1
   """
   global_ops: ClassVar[int] = 0
@@ -99,6 +100,7 @@ def _get_runner(ast: UOp, device: str) -> tuple[Any, Any]:
   if (ret := _program_cache.get(key)) is None:
     from tiny_codegen import get_program
     spec = get_program(ast, renderer)
+    if DEBUG >= 4: print(f"*** {spec.name} on {device}:\n{spec.src}")
     ret = _program_cache[key] = (spec, dev.get_program(spec.name, spec.lib))
   return ret
 

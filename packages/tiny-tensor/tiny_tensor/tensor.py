@@ -4,7 +4,7 @@ Every op builds UOps (docs/PIPELINE.md §1); nothing runs until `realize()`, `nu
 `data()`. Data given as a list/numpy array/bytes is copied into a device buffer at once.
 
 >>> from tiny_tensor import Tensor
->>> (Tensor([1.0, 2.0, 3.0]) * 2 + 1).tolist()  # doctest: +SKIP
+>>> (Tensor([1.0, 2.0, 3.0]) * 2 + 1).tolist()
 [3.0, 5.0, 7.0]
 """
 from __future__ import annotations
@@ -96,6 +96,8 @@ class Tensor(metaclass=_TensorMeta):
 
   >>> Tensor([[1, 2], [3, 4]]).shape
   (2, 2)
+  >>> (Tensor([1.0, 2.0]) * 2 + 1).tolist()
+  [3.0, 5.0]
   """
   __slots__ = ("uop", "requires_grad", "grad", "_origin", "__weakref__")
   _seed: ClassVar[int] = 0
@@ -180,8 +182,16 @@ class Tensor(metaclass=_TensorMeta):
   @property
   def ndim(self) -> int: return len(self.shape)
   def numel(self) -> sint:
-    """Number of elements."""
+    """Number of elements.
+
+    >>> Tensor.ones(2, 3).numel()
+    6
+    """
     return prod(self.shape)
+
+  def size(self, dim: int | None = None) -> sint | tuple[sint, ...]:
+    """The shape, or the size of one dim."""
+    return self.shape if dim is None else self.shape[self._resolve_dim(dim)]
   def element_size(self) -> int: return self.dtype.itemsize
   def nbytes(self) -> int: return int(self.numel()) * self.element_size()
   def is_floating_point(self) -> bool: return dtypes.is_float(self.dtype)
@@ -203,7 +213,12 @@ class Tensor(metaclass=_TensorMeta):
 
   # ***** running and data access *****
   def realize(self, *lst: Tensor) -> Tensor:
-    """Compute this tensor (and the others given) into device buffers. `Tensor.realize(a, b)` works too."""
+    """Compute this tensor (and the others given) into device buffers. `Tensor.realize(a, b)` works too.
+
+    >>> t = (Tensor([1.0, 2.0]) + 1).realize()
+    >>> t.uop.op
+    Ops.BUFFER
+    """
     ts = [self, *lst]
     becomes = engine.realize([t.uop for t in ts])
     if becomes: _apply_becomes(becomes)
@@ -221,7 +236,12 @@ class Tensor(metaclass=_TensorMeta):
     return engine.get_buffer(bv[0]).ensure_allocated()
 
   def numpy(self) -> np.ndarray:
-    """The data as a numpy array (computes it first). bfloat16/fp8 come back as float32."""
+    """The data as a numpy array (computes it first). bfloat16/fp8 come back as float32.
+
+    >>> Tensor([[1, 2], [3, 4]]).T.numpy()
+    array([[1, 3],
+           [2, 4]], dtype=int32)
+    """
     if self.dtype.scalar() in (dtypes.bfloat16, *dtypes.fp8s): return self.cast(dtypes.float32).numpy()
     shape = tuple(int(s) for s in self.shape)
     npdt = to_numpy(self.dtype)
@@ -308,6 +328,10 @@ class Tensor(metaclass=_TensorMeta):
     """A constant tensor of this one's shape (and dtype and device unless given)."""
     return Tensor.full(self.shape, fill_value, **{"dtype": self.dtype, "device": self.device, **kwargs})
 
+  def empty_like(self, **kwargs: Any) -> Tensor:
+    """An uninitialized tensor of this one's shape (and dtype and device unless given)."""
+    return Tensor.empty(self.shape, **{"dtype": self.dtype, "device": self.device, **kwargs})
+
   def zeros_like(self, **kwargs: Any) -> Tensor: return self.full_like(0, **kwargs)
   def ones_like(self, **kwargs: Any) -> Tensor: return self.full_like(1, **kwargs)
 
@@ -321,7 +345,11 @@ class Tensor(metaclass=_TensorMeta):
 
   @staticmethod
   def arange(start: Any, stop: Any = None, step: Any = 1, **kwargs: Any) -> Tensor:
-    """`[start, start+step, ...)` up to `stop` (exclusive), lazily from constants: `Tensor.arange(5)`."""
+    """`[start, start+step, ...)` up to `stop` (exclusive), lazily from constants.
+
+    >>> Tensor.arange(5).tolist(), Tensor.arange(1, 2, 0.25).tolist()
+    ([0, 1, 2, 3, 4], [1.0, 1.25, 1.5, 1.75])
+    """
     if stop is None: start, stop = 0, start
     if step == 0: raise ValueError("arange: step must not be 0")
     dt = to_dtype(kwargs.pop("dtype", dtypes.default_float if any(isinstance(x, float) for x in (start, stop, step))
@@ -345,7 +373,11 @@ class Tensor(metaclass=_TensorMeta):
 
   @staticmethod
   def eye(n: int, m: int | None = None, **kwargs: Any) -> Tensor:
-    """The n x m identity matrix, lazily from constants (pad+reshape)."""
+    """The n x m identity matrix, lazily from constants (pad+reshape).
+
+    >>> Tensor.eye(2, 3).tolist()
+    [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]
+    """
     if n < 0 or (m is not None and m < 0): raise ValueError(f"eye: sizes must be >= 0, got n={n}, m={m}")
     m = n if m is None else m
     dt = to_dtype(kwargs.pop("dtype", dtypes.default_float))
@@ -500,7 +532,12 @@ class Tensor(metaclass=_TensorMeta):
     return out
 
   def backward(self, gradient: Tensor | None = None) -> Tensor:
-    """Accumulate d(self)/d(t) into `t.grad` for every tensor t with requires_grad=True in self's graph."""
+    """Accumulate d(self)/d(t) into `t.grad` for every tensor t with requires_grad=True in self's graph.
+
+    >>> w = Tensor([1.0, 2.0], requires_grad=True)
+    >>> (w * w).sum().backward().item(), w.grad.tolist()
+    (5.0, [2.0, 4.0])
+    """
     live = [t for t in list(_all_tensors) if t.requires_grad]
     nodes = _expand_origins(self.uop, {t.uop for t in live if t._origin is None}).toposort()
     targets = [t for t in live if t.uop in nodes]
@@ -872,7 +909,12 @@ class Tensor(metaclass=_TensorMeta):
     return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
 
   def sum(self, axis: Any = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
-    """Sum over `axis` (all by default); ints accumulate in at least int32, half in float32."""
+    """Sum over `axis` (all by default); ints accumulate in at least int32, half in float32.
+
+    >>> t = Tensor([[1, 2], [3, 4]])
+    >>> t.sum().item(), t.sum(0).tolist(), t.sum(1, keepdim=True).tolist()
+    (10, [4, 6], [[3], [7]])
+    """
     acc = sum_acc_dtype(self.dtype) if dtype is None else to_dtype(dtype)
     ret = self.cast(acc)._reduce(Ops.ADD, axis, keepdim)
     return ret.cast(self.dtype) if dtype is None and self.dtype in (dtypes.float16, dtypes.bfloat16) else ret
@@ -957,7 +999,11 @@ class Tensor(metaclass=_TensorMeta):
 
   # ***** movement *****
   def reshape(self, shape: Any, *args: Any) -> Tensor:
-    """The same data in a new shape; one dim may be -1 (inferred), None keeps that dim."""
+    """The same data in a new shape; one dim may be -1 (inferred), None keeps that dim.
+
+    >>> Tensor.arange(6).reshape(2, -1).shape
+    (2, 3)
+    """
     new = argfix(shape, *args)
     new = tuple(self.shape[i] if s is None else s for i, s in enumerate(new))
     if sum(1 for s in new if isinstance(s, int) and s == -1) > 1:
@@ -1038,7 +1084,7 @@ class Tensor(metaclass=_TensorMeta):
     return mask.where(ret, value)
 
   def pad(self, padding: Sequence, mode: str = "constant", value: Any = 0.0) -> Tensor:
-    """Pad with `value` ("constant") or by "reflect", "replicate", "circular".
+    """Pad with `value` ("constant") or by "reflect", "replicate", "circular": `Tensor([1, 2]).pad((1, 2))`.
 
     `padding` is flat like torch `(left, right, top, bottom, ...)` from the last dim backward, or one `(before, after)`
     pair (or None) per dim from the first. Negative padding shrinks.
@@ -1202,7 +1248,12 @@ class Tensor(metaclass=_TensorMeta):
     return x.shrink(tuple((0, sz) for sz in sizes))
 
   def __getitem__(self, indices: Any) -> Tensor:
-    """numpy-style indexing: ints, slices (any step), None, ..., lists and int/bool Tensors."""
+    """numpy-style indexing: ints, slices (any step), None, ..., lists and int/bool Tensors.
+
+    >>> t = Tensor.arange(12).reshape(3, 4)
+    >>> t[1].tolist(), t[:, ::-2].tolist(), t[Tensor([2, 0]), 1].tolist(), t[t > 9].tolist()
+    ([4, 5, 6, 7], [[3, 1], [7, 5], [11, 9]], [9, 1], [10, 11])
+    """
     plan = self._index_plan(indices)
     x = self.shrink(plan["shrink"]) if self.ndim else self
     if plan["flips"]: x = x.flip(plan["flips"])
@@ -1270,7 +1321,11 @@ class Tensor(metaclass=_TensorMeta):
 
   # ***** linear algebra *****
   def dot(self, w: Tensor, dtype: Any = None) -> Tensor:
-    """Matrix product with tinygrad's/numpy's rules for 1-D and batched operands."""
+    """Matrix product with tinygrad's/numpy's rules for 1-D and batched operands.
+
+    >>> (Tensor([[1.0, 2.0], [3.0, 4.0]]) @ Tensor([1.0, 1.0])).tolist()
+    [3.0, 7.0]
+    """
     dx, dw = self.ndim, w.ndim
     if dx == 0 or dw == 0: raise RuntimeError(f"both tensors need to be at least 1D, got {dx}D and {dw}D")
     axis_w = -min(dw, 2)
@@ -1284,6 +1339,12 @@ class Tensor(metaclass=_TensorMeta):
   def matmul(self, x: Tensor, reverse: bool = False, dtype: Any = None) -> Tensor:
     """self @ x."""
     return x.dot(self, dtype=dtype) if reverse else self.dot(x, dtype=dtype)
+
+  def sequential(self, ll: Sequence[Callable[[Tensor], Tensor]]) -> Tensor:
+    """Apply the callables in order: `x.sequential([layer1, Tensor.relu, layer2])`."""
+    ret = self
+    for f in ll: ret = f(ret)
+    return ret
 
   def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """self @ weight + bias (a 1-D weight scales elementwise)."""

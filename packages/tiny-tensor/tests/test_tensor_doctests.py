@@ -1,0 +1,13 @@
+"""The examples in the docstrings of Tensor, the engine and the package run and give what they show."""
+import doctest
+
+import tiny_tensor
+import tiny_tensor.engine
+import tiny_tensor.tensor
+
+
+def test_docstring_examples():
+  for mod in (tiny_tensor, tiny_tensor.tensor, tiny_tensor.engine):
+    res = doctest.testmod(mod, extraglobs={"Tensor": tiny_tensor.Tensor}, optionflags=doctest.ELLIPSIS)
+    assert res.failed == 0, f"{mod.__name__}: {res.failed} of {res.attempted} examples failed"
+  assert doctest.testmod(tiny_tensor.tensor).attempted >= 15
