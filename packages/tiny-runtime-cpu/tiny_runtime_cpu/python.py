@@ -198,11 +198,12 @@ def _run_batch(ctx: tuple, wgs: range) -> None:
     elif op is Ops.DEFINE_VAR: values[u] = [varvals[u]] * T
     elif op is Ops.SPECIAL: values[u] = _special(u.arg, gid, lid, lsz, T)
     elif op is Ops.PARAM: values[u] = Ptr([mems[u]] * T, [[0] * T], shared=mems[u])
-    elif op is Ops.DEFINE_LOCAL:
+    elif op is Ops.DEFINE_LOCAL and u not in values:  # memory is defined once, even where the UOp sits in a loop
       locs = [Memory.of_list(dt.base, dt.size, f"local memory {u.arg}") for _ in wgs]
       values[u] = Ptr([locs[w] for w in wg_of], [[0] * T])
-    elif op is Ops.DEFINE_REG:
+    elif op is Ops.DEFINE_REG and u not in values:
       values[u] = Ptr([Memory.of_list(dt.base, dt.size, f"register {u.arg}") for _ in range(T)], [[0] * T])
+    elif op in (Ops.DEFINE_LOCAL, Ops.DEFINE_REG): pass
     elif op is Ops.AFTER: values[u] = src[0]
     elif op is Ops.INDEX: values[u] = _index(u, src, T)
     elif op is Ops.LOAD:
