@@ -917,13 +917,11 @@ class Tensor(metaclass=_TensorMeta):
     """
     acc = sum_acc_dtype(self.dtype) if dtype is None else to_dtype(dtype)
     ret = self.cast(acc)._reduce(Ops.ADD, axis, keepdim)
-    return ret.cast(self.dtype) if dtype is None and self.dtype in (dtypes.float16, dtypes.bfloat16) else ret
+    return ret.cast(self.dtype) if dtype is None and self.dtype in (dtypes.float16, dtypes.bfloat16, *dtypes.fp8s) else ret
 
   def prod(self, axis: Any = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
-    """Product over `axis`."""
-    acc = sum_acc_dtype(self.dtype) if dtype is None else to_dtype(dtype)
-    ret = self.cast(acc)._reduce(Ops.MUL, axis, keepdim)
-    return ret.cast(self.dtype) if dtype is None and self.dtype in (dtypes.float16, dtypes.bfloat16) else ret
+    """Product over `axis`, in this tensor's dtype unless `dtype` is given."""
+    return self.cast(to_dtype(dtype) if dtype is not None else self.dtype)._reduce(Ops.MUL, axis, keepdim)
 
   def max(self, axis: Any = None, keepdim: bool = False) -> Tensor:
     """Maximum over `axis`."""
