@@ -917,7 +917,8 @@ class Tensor(metaclass=_TensorMeta):
     """
     acc = sum_acc_dtype(self.dtype) if dtype is None else to_dtype(dtype)
     ret = self.cast(acc)._reduce(Ops.ADD, axis, keepdim)
-    return ret.cast(self.dtype) if dtype is None and self.dtype in (dtypes.float16, dtypes.bfloat16, *dtypes.fp8s) else ret
+    narrow = (dtypes.float16, dtypes.bfloat16, *dtypes.fp8s)
+    return ret.cast(self.dtype) if dtype is None and self.dtype in narrow else ret
 
   def prod(self, axis: Any = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
     """Product over `axis`, in this tensor's dtype unless `dtype` is given."""
