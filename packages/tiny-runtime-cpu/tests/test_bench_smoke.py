@@ -1,0 +1,22 @@
+"""bench/bench_cpu.py runs (on a small size) and its kernels compute the right values; no timing is asserted."""
+import importlib.util
+import pathlib
+
+import pytest
+
+BENCH = pathlib.Path(__file__).resolve().parents[3] / "bench" / "bench_cpu.py"
+
+
+@pytest.mark.skipif(not BENCH.exists(), reason="not run from the repository (bench/ is not installed)")
+def test_bench_cpu_small(monkeypatch):
+  pytest.importorskip("tiny_codegen.renderer.llvmir")
+  spec = importlib.util.spec_from_file_location("bench_cpu", BENCH)
+  mod = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(mod)
+  monkeypatch.setattr(mod, "N", 1 << 16)
+  monkeypatch.setattr(mod, "REPS", 1)
+  monkeypatch.setattr(mod, "launch_overhead_us", lambda fn, n=0: (fn(), 1.0)[1])
+  res = mod.run()  # run() checks a+b and the sum against numpy itself
+  assert set(res) == {"a+b 16M float32", "a.sum() 16M float32", "launch overhead, cached tiny kernel"}
+  assert all(isinstance(res[case]["tiny"], float) for case in res)
+  assert isinstance(res["a+b 16M float32"]["numpy"], float)
