@@ -116,3 +116,14 @@ def test_bound_variables_as_values_and_shapes():
     assert (a[:4] * Tensor(v.bind(k))).tolist() == [0.0, k, 2.0 * k, 3.0 * k]
     assert a.shrink(((0, v.bind(k)),)).sum().item() == sum(range(k))
   assert Tensor(v.bind(2)).shape == () and Tensor(v.bind(2)).device == "CPU"
+
+
+def test_global_ops_counts_flops():
+  a, b = Tensor(np.ones((16, 8), np.float32)), Tensor(np.ones((8, 4), np.float32))
+  GlobalCounters.reset()
+  out = (a @ b).realize()
+  assert out.numpy().sum() == 16 * 4 * 8
+  assert GlobalCounters.global_ops == 2 * 16 * 8 * 4  # a multiply and an accumulate per (i, j, k)
+  GlobalCounters.reset()
+  (a + 1).realize()
+  assert GlobalCounters.global_ops == 16 * 8 and GlobalCounters.global_mem == 2 * 16 * 8 * 4

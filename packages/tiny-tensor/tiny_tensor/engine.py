@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 from tiny_uop.device import Buffer
 from tiny_uop.dtype import DType
 from tiny_uop.helpers import DEBUG
-from tiny_uop.uop import Ops, UOp
+from tiny_uop.uop import GroupOp, Ops, UOp
 from tiny_uop.plugins import Device
 
 __all__ = ["GlobalCounters", "realize", "get_buffer", "buffer_from_bytes", "is_realized", "buffer_view", "run_schedule"]
@@ -92,6 +92,22 @@ def is_realized(u: UOp) -> bool: return buffer_view(u) is not None
 _program_cache: dict[tuple[UOp, type, str], tuple[Any, Any]] = {}
 
 
+def estimate_ops(ast: UOp) -> int:
+  """FLOPs of a kernel AST: each ALU op (REDUCE: one per element) of the stored values, times the iterations of the
+  ranges it depends on; index arithmetic (under INDEX) is not counted."""
+  ops = 0
+  stores = [u for u in ast.toposort() if u.op is Ops.STORE]
+  values = UOp.sink(*[st.src[1] for st in stores]) if stores else ast
+  for u in values.toposort(gate=lambda n: n.op is not Ops.INDEX):
+    if u.op not in GroupOp.ALU and u.op is not Ops.REDUCE: continue
+    n = 2 if u.op is Ops.MULACC else 1
+    for r in (u.src[0].ranges if u.op is Ops.REDUCE else u.ranges):
+      b = r.src[0]
+      n *= b.arg if b.op is Ops.CONST and isinstance(b.arg, int) else 1
+    ops += n
+  return ops
+
+
 def _get_runner(ast: UOp, device: str) -> tuple[Any, Any]:
   """(ProgramSpec, loaded Program) for a kernel AST on a device, compiled once per (ast, renderer class, arch)."""
   dev = Device[device]
@@ -101,6 +117,10 @@ def _get_runner(ast: UOp, device: str) -> tuple[Any, Any]:
     from tiny_codegen import get_program
     spec = get_program(ast, renderer)
     if DEBUG >= 4: print(f"*** {spec.name} on {device}:\n{spec.src}")
+    if getattr(spec, "estimates", None) is None:
+      try: spec.estimates = {"ops": estimate_ops(ast)}
+      except Exception:  # an AST the estimator doesn't understand only loses the FLOP count  # noqa: S110
+        pass
     ret = _program_cache[key] = (spec, dev.get_program(spec.name, spec.lib))
   return ret
 
