@@ -5,6 +5,8 @@ shape compiles its own kernels.
 """
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -86,6 +88,26 @@ def test_conv2d_flat_padding_is_left_right_top_bottom():
           randn(1, 2, 5, 5), randn(1, 2, 2, 2))
 
 
+@pytest.mark.parametrize("kw", [{"padding": "same"}, {"padding": "same", "dilation": (2, 1)}, {"padding": "valid"}])
+@pytest.mark.filterwarnings("ignore:Using padding='same'")  # torch's note about its own implementation
+def test_conv2d_same_and_valid_padding(kw):
+  compare(lambda x, w: x.conv2d(w, **kw), lambda x, w: F.conv2d(x, w, **kw), randn(1, 2, 5, 6), randn(2, 2, 4, 3))
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.data())
+def test_conv2d_random_configs(data):
+  groups = data.draw(st.sampled_from([1, 2]))
+  k = data.draw(st.tuples(st.integers(1, 3), st.integers(1, 3)))
+  s, d = data.draw(st.tuples(st.integers(1, 3), st.integers(1, 3))), data.draw(st.tuples(st.integers(1, 2),
+                                                                                           st.integers(1, 2)))
+  p = data.draw(st.tuples(st.integers(0, 2), st.integers(0, 2)))
+  hw = tuple(max(data.draw(st.integers(1, 7)), di * (ki - 1) + 1 - 2 * pi) for ki, di, pi in zip(k, d, p))
+  x, w = randn(2, 2 * groups, *hw), randn(2 * groups, 2, *k)
+  compare(lambda x, w: x.conv2d(w, groups=groups, stride=s, dilation=d, padding=p),
+          lambda x, w: F.conv2d(x, w, groups=groups, stride=s, dilation=d, padding=p), x, w, grad=False)
+
+
 def test_conv1d_and_conv3d_through_conv2d():
   compare(lambda x, w: x.conv2d(w, stride=2, padding=1), lambda x, w: F.conv1d(x, w, stride=2, padding=1),
           randn(2, 3, 7), randn(4, 3, 3))
@@ -114,6 +136,8 @@ def test_conv2d_accumulation_dtype_and_int_inputs():
   ((1, 2, 5, 5), (1, 2, 3, 3), {"padding": (1, 2, 3)}, "padding=(1, 2, 3)"),
   ((1, 2, 5, 5), (1, 2, 3, 3), {"stride": 0}, "stride"),
   ((1, 2, 5, 5), (1, 2, 3, 3), {"groups": 0}, "groups=0"),
+  ((1, 2, 5, 5), (1, 2, 3, 3), {"padding": "full"}, "'full'"),
+  ((1, 2, 5, 5), (1, 2, 3, 3), {"padding": "same", "stride": 2}, "stride=2"),
 ])
 def test_conv2d_errors_name_the_bad_value(xs, ws, kw, needle):
   with pytest.raises(ValueError, match=needle.replace("(", r"\(").replace(")", r"\)")):
@@ -171,6 +195,24 @@ AVG_CASES = [
 @pytest.mark.parametrize("kw", AVG_CASES)
 def test_avg_pool2d(kw):
   compare(lambda x: x.avg_pool2d(**kw), lambda x: F.avg_pool2d(x, **kw), randn(2, 2, 7, 6))
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.data())
+def test_pool_random_configs(data):
+  k = data.draw(st.tuples(st.integers(1, 4), st.integers(1, 4)))
+  s = data.draw(st.tuples(st.integers(1, 3), st.integers(1, 3)))
+  p = tuple(data.draw(st.integers(0, ki // 2)) for ki in k)  # torch allows at most half the kernel
+  ceil, incl = data.draw(st.booleans()), data.draw(st.booleans())
+  hw = tuple(max(data.draw(st.integers(1, 8)), ki) for ki in k)
+  x = rng.permutation(2 * 6 * 8 * 8)[:2 * 3 * hw[0] * hw[1]].astype(np.float32).reshape(2, 3, *hw)
+  kw = {"kernel_size": k, "stride": s, "padding": p, "ceil_mode": ceil}
+  compare(lambda x: x.avg_pool2d(**kw, count_include_pad=incl), lambda x: F.avg_pool2d(x, **kw,
+          count_include_pad=incl), x, grad=False)
+  out, idx = Tensor(x).max_pool2d(**kw, return_indices=True)
+  ref, ref_idx = F.max_pool2d(torch.tensor(x), **kw, return_indices=True)
+  np.testing.assert_array_equal(out.numpy(), ref.numpy())
+  np.testing.assert_array_equal(idx.numpy(), ref_idx.numpy())
 
 
 def test_avg_pool_1d_3d_and_default_kernel():

@@ -60,7 +60,8 @@ def _grouped_pads(padding: int | Sequence[int], n: int) -> tuple[tuple[int, int]
   Accepts an int, one int per dim (`(pad_h, pad_w)`), or torch's flat form, last dim first
   (`(left, right, top, bottom)`)."""
   if isinstance(padding, int): return ((padding, padding),) * n
-  p = tuple(padding)
+  p = tuple(padding) if isinstance(padding, (tuple, list)) else ()
+  if not all(isinstance(v, int) for v in p): p = ()
   if len(p) == n: return tuple((v, v) for v in p)
   if len(p) == 2 * n: return tuple((p[2 * i], p[2 * i + 1]) for i in reversed(range(n)))
   raise ValueError(f"padding={padding!r} must be an int or a sequence of {n} or {2 * n} ints for {n} spatial dims")
@@ -175,14 +176,22 @@ def conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int
   """Convolution (cross-correlation, like torch) of `self` (N, Cin, *spatial) with `weight` (Cout, Cin/groups, *kernel).
 
   Any number of spatial dims (1-d, 2-d, 3-d, ...). `padding` is an int, one int per spatial dim, or torch's flat
-  form `(left, right, top, bottom, ...)` (negative values crop). `dtype` is the accumulation dtype.
+  form `(left, right, top, bottom, ...)` (negative values crop), or torch's "valid" / "same". `dtype` is the
+  accumulation dtype.
 
   >>> from tiny_tensor import Tensor
   >>> Tensor.arange(9).reshape(1, 1, 3, 3).float().conv2d(Tensor.ones(1, 1, 2, 2)).tolist()
   [[[[8.0, 12.0], [20.0, 24.0]]]]
   """
   _check_conv(self, weight, groups, transposed=False)
-  return _conv(self, weight, bias, groups, stride, dilation, _grouped_pads(padding, weight.ndim - 2), dtype)
+  nd = weight.ndim - 2
+  if isinstance(padding, str):  # torch's "valid" (none) and "same" (output size = input size; any odd pad goes after)
+    if padding not in ("valid", "same"): raise ValueError(f"padding={padding!r} must be 'valid', 'same' or ints")
+    if padding == "same" and any(s != 1 for s in _ints(stride, nd, "stride")):
+      raise ValueError(f"padding='same' needs stride 1, got stride={stride!r}")
+    span = [d * (k - 1) if padding == "same" else 0 for d, k in zip(_ints(dilation, nd, "dilation"), weight.shape[2:])]
+    return _conv(self, weight, bias, groups, stride, dilation, tuple((t // 2, t - t // 2) for t in span), dtype)
+  return _conv(self, weight, bias, groups, stride, dilation, _grouped_pads(padding, nd), dtype)
 
 
 def conv_transpose2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: Any = 1,
