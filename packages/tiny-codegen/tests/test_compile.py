@@ -91,7 +91,7 @@ def test_full_reduce_to_scalar(R, opt):
   ast = c.index(UOp.const(dtypes.index, 0)).store(a.index(j).load().reduce(j)).sink(arg=KernelInfo())
   A, C = rng.standard_normal(100).astype(np.float32), np.zeros(1, np.float32)
   compile_run(R, ast, [C, A], threads=4, opt=opt)
-  np.testing.assert_allclose(C[0], A.sum(), rtol=1e-5)
+  np.testing.assert_allclose(C[0], A.sum(), rtol=1e-5, atol=1e-5)
 
 
 @OPT
@@ -124,7 +124,7 @@ def test_reduce_then_elementwise_and_multi_output(R, opt):
   A = rng.standard_normal(n * k).astype(np.float32)
   C0, C1 = np.zeros(n, np.float32), np.zeros(n, np.float32)
   spec = compile_run(R, ast, [C0, C1, A], opt=opt)
-  np.testing.assert_allclose(C0, A.reshape(n, k).sum(1) * 2, rtol=1e-5)
+  np.testing.assert_allclose(C0, A.reshape(n, k).sum(1) * 2, rtol=1e-5, atol=1e-5)
   np.testing.assert_array_equal(C1, A.reshape(n, k).max(1))
   assert spec.outs == [0, 1] and spec.ins == [2]
   # the two reduces over the same range share one loop
@@ -191,7 +191,7 @@ def test_symbolic_size(R, opt):
     A, C = rng.standard_normal(64).astype(np.float32), np.zeros(64, np.float32)
     spec = compile_run(R, ast, [C, A], vals=(nv,), threads=3, opt=opt)
     assert [v.arg[0] for v in spec.vars] == ["n"]
-    np.testing.assert_allclose(C[:nv], A[:nv].sum() + A[:nv], rtol=1e-5)
+    np.testing.assert_allclose(C[:nv], A[:nv].sum() + A[:nv], rtol=1e-5, atol=1e-5)
     assert (C[nv:] == 0).all()
 
 
@@ -222,7 +222,7 @@ def test_threads_same_result(R, n, opt):
     assert spec.global_size[0] == min(t, n) or opt
     outs.append(C)
   np.testing.assert_array_equal(outs[0], outs[1])
-  np.testing.assert_allclose(outs[0], A.reshape(n, 3).sum(1) * 0.5, rtol=1e-6)
+  np.testing.assert_allclose(outs[0], A.reshape(n, 3).sum(1) * 0.5, rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("R", RENDERERS)

@@ -112,7 +112,7 @@ def test_signature_vars_then_core_id():
   i = UOp.range(n, 0)
   ast = c.index(i).store(i + m).sink(arg=KernelInfo("E_n"))
   assert "void E_n(int* restrict data0, int m, int n, int core_id)" in render(ClangRenderer, ast)
-  assert "define void @E_n(ptr noalias %data0, i32 %m, i32 %n, i32 %core_id)" in render(LLVMRenderer, ast)
+  assert "define void @E_n(ptr noalias %data0, i32 %var.m, i32 %var.n, i32 %core_id)" in render(LLVMRenderer, ast)
 
 
 @pytest.mark.skipif(shutil.which("clang") is None and shutil.which("cc") is None, reason="no C compiler")

@@ -10,6 +10,15 @@ import tempfile
 from tiny_uop.device import CompileError, Compiler
 
 
+def _host_cpu() -> str:
+  """The host CPU name and features (-march=native code is only valid on the same CPU kind)."""
+  try:
+    from tiny_codegen.compiler.llvm import host_target
+    return "_".join(host_target()[1:])
+  except Exception:  # noqa: BLE001 -- without llvmlite: the machine string must do
+    return platform.processor()
+
+
 def find_cc() -> str | None:
   """The C compiler to use: $CC, else clang, else cc/gcc on PATH."""
   for c in (os.environ.get("CC"), "clang", "cc", "gcc"):
@@ -26,7 +35,7 @@ class ClangCompiler(Compiler):
     march = "-mcpu=native" if platform.machine() in ("arm64", "aarch64") and not self.is_clang else "-march=native"
     self.args = ("-shared", "-O2", march, "-fPIC", "-ffp-contract=off", "-fwrapv", "-fno-math-errno", "-x", "c",
                  *args)
-    super().__init__(f"cc_{self.cc}_{' '.join(self.args)}_{platform.machine()}")
+    super().__init__(f"cc_{self.cc}_{' '.join(self.args)}_{platform.machine()}_{_host_cpu()}")
 
   def compile(self, src: str) -> bytes:
     """Compile C source `src` to shared-object bytes; raise CompileError with the compiler output on failure."""

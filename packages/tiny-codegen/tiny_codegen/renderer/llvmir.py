@@ -169,14 +169,14 @@ class _LLVMEmitter:
     args = [f"ptr noalias %data{p.arg}" for p in params]
     seen: set[str] = set()
     for dv in dvars:
-      if dv.arg[0] not in seen: args.append(f"i32 %{dv.arg[0]}")
+      if dv.arg[0] not in seen: args.append(f"i32 %var.{dv.arg[0]}")
       seen.add(dv.arg[0])
     args.append("i32 %core_id")
     block = "entry"
     for u in uops:
       op, dt, src = u.op, u.dtype, u.src
       if op is Ops.PARAM: self.r[u] = f"%data{u.arg}"
-      elif op is Ops.DEFINE_VAR: self.r[u] = f"%{u.arg[0]}"
+      elif op is Ops.DEFINE_VAR: self.r[u] = f"%var.{u.arg[0]}"  # prefixed: can't clash with our temporaries
       elif op is Ops.SPECIAL:
         if u.arg != "core_id": raise NotImplementedError(f"LLVM CPU renderer has no GPU index {u.arg!r}")
         self.r[u] = "%core_id"
