@@ -127,3 +127,12 @@ def test_global_ops_counts_flops():
   GlobalCounters.reset()
   (a + 1).realize()
   assert GlobalCounters.global_ops == 16 * 8 and GlobalCounters.global_mem == 2 * 16 * 8 * 4
+
+
+def test_slice_of_a_buffer_is_a_zero_copy_view():
+  a = Tensor(np.arange(10, dtype=np.float32))
+  GlobalCounters.reset()
+  s = a[3:7].contiguous().realize()
+  assert GlobalCounters.kernel_count == 0 and s.tolist() == [3.0, 4.0, 5.0, 6.0]
+  view, base = engine.get_buffer(engine.buffer_view(s.uop)[0]), engine.get_buffer(engine.buffer_view(a.uop)[0])
+  assert view.base is base and view.offset == 3 * 4
