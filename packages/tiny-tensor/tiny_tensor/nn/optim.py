@@ -40,6 +40,10 @@ def _realize_params(ts: list[Tensor]) -> None:
   todo = [t for t in ts if not engine.is_realized(t.uop)]
   for t in todo: t.uop = t.contiguous().uop
   if todo: Tensor.realize(*todo)
+  # a parameter is a leaf of autograd: forget the graph it was computed from (its random init), which the tensor
+  # keeps (`_origin`) so that gradients can flow through values realized before backward
+  for t in ts:
+    if getattr(t, "_origin", None) is not None: t._origin = None
 
 
 class Optimizer:
@@ -71,13 +75,16 @@ class Optimizer:
     if not Tensor.training:
       raise RuntimeError("the optimizer steps only in training mode: wrap the step in `with Tensor.train():` "
                          "(or set Tensor.training = True)")
-    missing = [i for i, p in enumerate(self.params) if p.grad is None]
-    if missing: raise RuntimeError(f"parameters {missing[:8]} have no .grad: call loss.backward() before step()")
-    updates, extra = self._step(self.params, [p.grad for p in self.params])  # type: ignore[misc]
-    for p, up in zip(self.params, updates): p.assign(p.detach() - up)
+    if all(p.grad is None for p in self.params):
+      raise RuntimeError("no parameter has a .grad: call loss.backward() before step()")
+    # like torch, a parameter without a gradient (unused in this loss) is left alone, and so is its state
+    live = [i for i, p in enumerate(self.params) if p.grad is not None]
+    updates, extra = self._step([self.params[i] for i in live], [self.params[i].grad for i in live], live)  # type: ignore[misc]
+    for i, up in zip(live, updates): self.params[i].assign(self.params[i].detach() - up)
     return extra + self.params + self.buffers
 
-  def _step(self, params: list[Tensor], grads: list[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
+  def _step(self, params: list[Tensor], grads: list[Tensor], idx: list[int]) -> tuple[list[Tensor], list[Tensor]]:
+    """The updates of `params` (the optimizer's parameters number `idx`) from `grads`, and the state to realize."""
     raise NotImplementedError(f"{type(self).__name__} must implement _step")
 
 
@@ -110,9 +117,9 @@ class LARS(Optimizer):
     self.momentum, self.wd, self.nesterov, self.classic, self.tcoef = momentum, weight_decay, nesterov, classic, tcoef
     self.b = [_state(p, self.device) for p in self.params] if momentum else []
 
-  def _step(self, params: list[Tensor], grads: list[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
+  def _step(self, params: list[Tensor], grads: list[Tensor], idx: list[int]) -> tuple[list[Tensor], list[Tensor]]:
     ret = []
-    for i, (t, g) in enumerate(zip(params, grads)):
+    for i, t, g in zip(idx, params, grads):
       g = g.cast(dtypes.float32)
       w = t.detach().cast(dtypes.float32)
       r: Tensor | float = 1.0
@@ -157,11 +164,11 @@ class LAMB(Optimizer):
     self.m = [_state(p, self.device) for p in self.params]
     self.v = [_state(p, self.device) for p in self.params]
 
-  def _step(self, params: list[Tensor], grads: list[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
+  def _step(self, params: list[Tensor], grads: list[Tensor], idx: list[int]) -> tuple[list[Tensor], list[Tensor]]:
     ret = []
     self.b1_t.assign(self.b1_t * self.b1)
     self.b2_t.assign(self.b2_t * self.b2)
-    for i, (t, g) in enumerate(zip(params, grads)):
+    for i, t, g in zip(idx, params, grads):
       g = g.cast(dtypes.float32)
       self.m[i].assign(self.b1 * self.m[i] + (1.0 - self.b1) * g)
       self.v[i].assign(self.b2 * self.v[i] + (1.0 - self.b2) * (g * g))
