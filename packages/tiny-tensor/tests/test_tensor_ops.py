@@ -252,6 +252,12 @@ def test_empty_and_zero_size():
   assert Tensor([]).shape == (0,) and Tensor([]).dtype == dtypes.float32 and Tensor([]).tolist() == []
   assert Tensor.empty(2, 3).shape == (2, 3)
   assert Tensor.ones(3, 0).sum(1).tolist() == [0, 0, 0]
+  e = Tensor.zeros(0)
+  assert e.max().item() == -math.inf and math.isnan(e.mean().item()) and e.prod().item() == 1 and e.sum().item() == 0
+  assert (Tensor.ones(3, 0) @ Tensor.ones(0, 2)).tolist() == [[0.0, 0.0]] * 3
+  x = Tensor.zeros(3, 0)
+  assert x[1].shape == (0,) and x.T.shape == (0, 3) and x.pad((1, 1)).tolist() == [[0.0, 0.0]] * 3
+  assert Tensor([]).cat(Tensor([1.0])).tolist() == [1.0] and Tensor.ones(2, 0).softmax().shape == (2, 0)
 
 
 def test_scalars():
