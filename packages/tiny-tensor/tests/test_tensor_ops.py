@@ -277,3 +277,17 @@ def test_data_access():
   assert Tensor(b"\x01\x02").dtype == dtypes.uint8
   assert "shape=(2, 2)" in repr(t) and "int" in repr(t)
   with pytest.raises(ValueError, match="exactly one element"): t.item()
+
+
+@pytest.mark.parametrize("npdt", [np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64])
+def test_int_dtypes_wrap_like_numpy(npdt):
+  info = np.iinfo(npdt)
+  a = np.array([info.min, info.max, 7, 100 % info.max, info.max // 3], dtype=npdt)
+  b = np.array([3, 2, 5, 7, 9], dtype=npdt)
+  ta, tb = Tensor(a), Tensor(b)
+  with np.errstate(over="ignore"):
+    for got, ref in [(ta + tb, a + b), (ta - tb, a - b), (ta * tb, a * b), (ta // tb, a // b), (ta % tb, a % b),
+                     (ta.maximum(tb), np.maximum(a, b)), (ta ^ tb, a ^ b), (ta < tb, a < b)]:
+      assert got.dtype == (dtypes.bool if ref.dtype == np.bool_ else ta.dtype)
+      np.testing.assert_array_equal(got.numpy(), ref)
+  assert ta.max().item() == info.max and ta.min().item() == info.min
