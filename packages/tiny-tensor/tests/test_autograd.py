@@ -217,3 +217,20 @@ def test_training_monkeypatch(monkeypatch):
   assert Tensor.training is True
   monkeypatch.undo()
   assert Tensor.training is False
+
+
+def test_grad_edge_cases():
+  e = Tensor(np.zeros((0, 3), np.float32), requires_grad=True)
+  (e * 2).sum().backward()
+  assert e.grad.shape == (0, 3) and e.grad.numpy().shape == (0, 3)
+  s = Tensor(3.0, requires_grad=True)
+  (s * s).backward()
+  assert s.grad.shape == () and s.grad.item() == 6.0
+  w = Tensor(np.ones((2, 3)), requires_grad=True)  # float64
+  (w * w).sum().backward()
+  assert w.grad.dtype == dtypes.float64 and w.grad.tolist() == [[2.0] * 3] * 2
+  f = Tensor([1.0, 2.0], requires_grad=True)
+  (Tensor([3, 4]) * f).sum().backward()  # int * float promotes; the gradient is float
+  assert f.grad.tolist() == [3.0, 4.0]
+  check_grad(lambda x: x.sum(-1) * x.mean(), lambda p: p.sum(-1) * p.mean(), X)
+  check_grad(lambda x: x[..., None, :].expand(3, 2, 4).sum(1), lambda p: p[..., None, :].expand(3, 2, 4).sum(1), X)
