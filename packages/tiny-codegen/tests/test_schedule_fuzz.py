@@ -111,3 +111,36 @@ def test_random_programs_compiled(prog):
     if ast.op is Ops.SINK: kr.run(get_program(ast, LLVMRenderer()), [env[b] for b in bufs])
     elif ast.op is Ops.SLICE: env[bufs[0]] = env[bufs[1]][ast.arg // 4:][:bufs[0].arg]
   np.testing.assert_allclose(ref.realized_value(sched, env, out), ref.eval_graph(out, ins), rtol=1e-5, atol=1e-5)
+
+
+@st.composite
+def dag_program(draw):
+  """Several outputs sharing values: reduces broadcast back (softmax-like), values used twice, contiguous cuts."""
+  shape = tuple(draw(st.lists(st.integers(1, 4), min_size=2, max_size=3)))
+  a = UOp.new_buffer("CPU", prod(shape), dtypes.float32)
+  vals = [a.reshape(shape)]
+  for _ in range(draw(st.integers(1, 5))):
+    x = draw(st.sampled_from(vals))
+    kind = draw(st.sampled_from(["reduce_back", "binary", "unary", "contiguous", "permute_flip"]))
+    if kind == "reduce_back":
+      ax = draw(st.integers(0, len(shape) - 1))
+      x = x - x.r(draw(st.sampled_from([Ops.ADD, Ops.MAX])), (ax,)).expand(shape)
+    elif kind == "binary": x = x * draw(st.sampled_from(vals)) + x
+    elif kind == "unary": x = (x * UOp.const(dtypes.float32, 0.25, "CPU", shape)).exp2()
+    elif kind == "contiguous": x = x.contiguous()
+    else: x = x.flip(tuple(True for _ in shape)).permute(tuple(range(len(shape)))[::-1]).permute(
+      tuple(range(len(shape)))[::-1])
+    vals.append(x)
+  outs = list(dict.fromkeys(draw(st.lists(st.sampled_from(vals[1:]), min_size=1, max_size=3))))
+  if draw(st.booleans()): outs.append(vals[-1].r(Ops.ADD, tuple(range(len(shape)))))
+  return outs, {a: np.random.default_rng(prod(shape)).standard_normal(prod(shape)).astype(np.float32)}
+
+
+@settings(max_examples=100)
+@given(dag_program())
+def test_random_dags_match_numpy(prog):
+  outs, ins = prog
+  sched = create_schedule(UOp.sink(*outs))
+  env = ref.run_schedule(sched, ins)
+  for o in outs:
+    np.testing.assert_allclose(ref.realized_value(sched, env, o), ref.eval_graph(o, ins), rtol=1e-4, atol=1e-5)
