@@ -386,3 +386,18 @@ def test_optimizer_thread_axis_becomes_core_id(R):
   spec = compile_run(R, ast, [C, A], threads=2, threaded=True)
   assert spec.global_size == (4, 1, 1) and [u.arg for u in spec.uops if u.op is Ops.SPECIAL] == ["core_id"]
   np.testing.assert_array_equal(C, A * np.float32(3))
+
+
+@pytest.mark.parametrize("R", RENDERERS)
+def test_half_transcendentals(R):
+  n = 32
+  c0, c1, c2, c3, a = [P(k, n, dtypes.half) for k in range(5)]
+  i = UOp.range(n, 0)
+  x = a.index(i).load()
+  ast = UOp.sink(c0.index(i).store(x.exp2()), c1.index(i).store(x.log2()), c2.index(i).store(x.sin()),
+                 c3.index(i).store(x.sqrt()), arg=KernelInfo())
+  A = rng.uniform(0.1, 8, n).astype(np.float16)
+  outs = [np.zeros(n, np.float16) for _ in range(4)]
+  compile_run(R, ast, [*outs, A])
+  for o, f in zip(outs, (np.exp2, np.log2, np.sin, np.sqrt)):  # computed in float, rounded to half once
+    np.testing.assert_array_equal(o, f(A.astype(np.float32)).astype(np.float16))
