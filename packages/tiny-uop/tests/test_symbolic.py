@@ -221,6 +221,26 @@ def test_folds(expr: UOp, want: str):
   assert simplify(expr).render() == want
 
 
+def test_reshape_round_trip_folds_to_the_flat_index():
+  # split a flat index by shape (6, 4, 8) and flatten again by (4, 12, 4): the composition is the identity
+  r = UOp.range(3, 0)
+  flat = (gidx0 * 64 + lidx0) * 3 + r        # in [0, 3072)
+  def split(i, shape):
+    out, stride = [], 1
+    for n in reversed(shape):
+      out.append((i // stride) % n)
+      stride *= n
+    return out[::-1]
+  def join(dims, shape):
+    ret, stride = None, 1
+    for d, n in zip(reversed(dims), reversed(shape)):
+      ret = d * stride if ret is None else ret + d * stride
+      stride *= n
+    return ret
+  assert simplify(join(split(flat, [48, 4, 16]), [48, 4, 16])) is simplify(flat)
+  assert simplify(join(split(join(split(flat, [6, 32, 16]), [6, 32, 16]), [16, 12, 16]), [16, 12, 16])) is simplify(flat)
+
+
 def test_canonical_equality():
   assert simplify((x + 1) + y) is simplify((y + x) + 1)
   assert simplify(x * y * 2) is simplify((y * 2) * x)

@@ -202,19 +202,74 @@ def _terms(u: UOp) -> tuple[dict[UOp, int], int]:
 
 
 def _combine_divmod(acc: dict[UOp, int]) -> bool:
-  """(x//d)*(m*d) + (x%d)*m -> x*m, in place; True when something combined (valid in C semantics for d != 0)."""
-  changed = False
-  for a in [a for a in acc if a.op is Ops.CMOD and a.src[1].op is Ops.CONST and a.src[1].arg != 0]:
-    m = acc.get(a)
-    if not m: continue
-    q = UOp(Ops.CDIV, a.dtype, a.src)
-    if acc.get(q) == m * a.src[1].arg:
-      del acc[a], acc[q]
-      sub, sk = _terms(a.src[0])
-      for t, c in sub.items(): acc[t] = acc.get(t, 0) + c * m
-      acc[_KEY_CONST] = acc.get(_KEY_CONST, 0) + sk * m
-      changed = True
+  """Recombine split indices in place; True when something combined. With C semantics (c, d > 0 for the second):
+    (x//d)*(m*d) + (x%d)*m -> x*m                       (x = (x//d)*d + x%d, for any d != 0)
+    ((x//c)%d)*(k*c) + (x%c)*k -> (x%(c*d))*k           (x%(c*d) = ((x//c)%d)*c + x%c)
+  """
+  changed, again = False, True
+  while again:
+    again = False
+    for a in [a for a in acc if a.op is Ops.CMOD and a.src[1].op is Ops.CONST and a.src[1].arg != 0]:
+      if not (m := acc.get(a)): continue
+      x, d = a.src[0], a.src[1].arg
+      q = UOp(Ops.CDIV, a.dtype, a.src)
+      if acc.get(q) != m * d:  # the x//d may have been simplified from another form of x: x' with x'%d == a
+        q = next((t for t, c in acc.items() if c == m * d and t.op is Ops.CDIV and t.src[1] is a.src[1] and
+                  simplify(UOp(Ops.CMOD, a.dtype, t.src)) is a), a)
+      if q is not a and acc.get(q) == m * d:
+        del acc[a], acc[q]
+        x = q.src[0]
+        sub, sk = _terms(x)
+        for t, c in sub.items(): acc[t] = acc.get(t, 0) + c * m
+        acc[_KEY_CONST] = acc.get(_KEY_CONST, 0) + sk * m
+        changed = again = True
+        continue
+      if x.op is Ops.CDIV and (cn := x.src[1]).op is Ops.CONST and cn.arg > 0 and d > 0 and m % cn.arg == 0:
+        c, y = cn.arg, x.src[0]
+        b = UOp(Ops.CMOD, a.dtype, (y, cn))
+        if (k := acc.get(b)) and m == k * c and _fits(a.dtype, c * d, c * d):
+          del acc[a], acc[b]
+          merged = UOp(Ops.CMOD, a.dtype, (y, _const(a.dtype, c * d)))
+          acc[merged] = acc.get(merged, 0) + k
+          changed = again = True
+          continue
+      if d > 0 and (merged := _merge_split_mod(acc, a, m, d)) is not None:
+        sub, sk = _terms(merged[0])
+        for t, c in sub.items(): acc[t] = acc.get(t, 0) + c * merged[1]
+        acc[_KEY_CONST] = acc.get(_KEY_CONST, 0) + sk * merged[1]
+        changed = again = True
   return changed
+
+
+def _merge_split_mod(acc: dict[UOp, int], a: UOp, m: int, d: int) -> tuple[UOp, int] | None:
+  """(y%d)*(k*c) + b*k -> (x%(c*d))*k where y and b are the simplified x//c and x%c of x = c*y + b.
+
+  The split parts of an index are often simplified apart ((I//16) becomes (L//16 + g*12) when I = L + g*192), so the
+  exact pattern above can't see them; this proves the pair is ((x//c)%d, x%c) by simplifying x//c and x%c of the
+  candidate x and comparing nodes (simplification is canonical and preserves values, wrapping included).
+  """
+  global _merge_depth
+  if _merge_depth > 4: return None  # nested proofs stay shallow (each one simplifies smaller expressions)
+  _merge_depth += 1
+  try: return _find_split_mod(acc, a, m, d)
+  finally: _merge_depth -= 1
+
+
+_merge_depth = 0
+
+
+def _find_split_mod(acc: dict[UOp, int], a: UOp, m: int, d: int) -> tuple[UOp, int] | None:
+  y, dt = a.src[0], a.dtype
+  for b, k in list(acc.items()):
+    if b is a or b.op is not Ops.CMOD or (cn := b.src[1]).op is not Ops.CONST or cn.arg <= 0 or not k: continue
+    c = cn.arg
+    if m != k * c or not _fits(dt, c * d, c * d): continue
+    x = simplify(UOp(Ops.ADD, dt, (UOp(Ops.MUL, dt, (y, cn)), b)))
+    if b in _terms(x)[0]: continue  # x didn't recombine: merging would only undo the split that made this form
+    if simplify(UOp(Ops.CDIV, dt, (x, cn))) is not y or simplify(UOp(Ops.CMOD, dt, (x, cn))) is not b: continue
+    del acc[a], acc[b]
+    return simplify(UOp(Ops.CMOD, dt, (x, _const(dt, c * d)))), k
+  return None
 
 
 _KEY_CONST = UOp(Ops.NOOP, arg="linear-constant")  # a dict key for a constant picked up while combining
