@@ -16,11 +16,12 @@ from __future__ import annotations
 import functools
 import heapq
 import itertools
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from tiny_uop.helpers import all_int, getenv, prod, strides_for_shape
+from tiny_uop.helpers import DEBUG, all_int, getenv, prod, strides_for_shape
 from tiny_uop.uop import Ops, UOp, sint
 
 from tiny_codegen.schedule.indexing import KernelBuilder, MergeFailed, shape_of
@@ -403,9 +404,11 @@ def create_schedule(sink: UOp) -> ScheduleResult:
   1
   """
   if sink.op is not Ops.SINK: raise TypeError(f"create_schedule needs a SINK of tensor values, got {sink.op}")
+  st = time.perf_counter()
   norm = _Normalizer()
   nsink = norm.node(sink)
   tmpl = _cache.get(nsink) if SCHEDULE_CACHE else None
+  hit = tmpl is not None
   if tmpl is None:
     tmpl = _schedule(nsink)
     if SCHEDULE_CACHE:
@@ -422,6 +425,9 @@ def create_schedule(sink: UOp) -> ScheduleResult:
     for orig in inv.get(node, []):
       if view is None: becomes[orig] = real if orig.shape == real.shape else real.reshape(shape_of(orig))
       else: becomes[orig] = _rebase(view, sub)
+  if DEBUG >= 3:
+    print(f"schedule: {len(calls)} calls ({sum(c.src[0].op is Ops.SINK for c in calls)} kernels) in "
+          f"{(time.perf_counter() - st) * 1e3:.2f} ms{' (cached)' if hit else ''}")
   return ScheduleResult(calls, becomes, dict(norm.var_vals))
 
 
