@@ -31,7 +31,8 @@ __all__ = ["conv2d", "conv_transpose2d", "avg_pool2d", "max_pool2d", "max_unpool
            "layernorm", "batchnorm", "dropout", "scaled_dot_product_attention", "binary_crossentropy",
            "binary_crossentropy_logits", "sparse_categorical_crossentropy", "cross_entropy", "nll_loss", "one_hot",
            "sort", "argsort", "topk", "tril", "triu", "cumsum", "cumprod", "cummax", "cummin", "logcumsumexp", "roll",
-           "gather", "scatter", "scatter_reduce", "masked_fill", "pad2d"]
+           "gather", "scatter", "scatter_reduce", "masked_fill", "pad2d", "unfold", "diagonal", "diag", "meshgrid",
+           "rearrange", "normalize", "softmin", "multinomial", "randperm"]
 
 # ***** small helpers (shapes are tuples of ints here) *****
 
@@ -979,3 +980,208 @@ def pad2d(self: Tensor, padding: Sequence[int], value: float = 0.0) -> Tensor:
     raise ValueError(f"padding={padding!r} must hold (before, after) pairs for at most {self.ndim} dims")
   nd = len(p) // 2
   return _pad(self, ((0, 0),) * (self.ndim - nd) + _grouped_pads(p, nd), value)
+
+
+# ***** windows, diagonals, grids, einops-style rearrange *****
+
+
+def unfold(self: Tensor, dim: int, size: int, step: int) -> Tensor:
+  """Windows of `size` elements every `step` along `dim`: that dim becomes the window count, a new last dim the window.
+
+  >>> from tiny_tensor import Tensor
+  >>> Tensor([1, 2, 3, 4, 5]).unfold(0, 2, 2).tolist()
+  [[1, 2], [3, 4]]
+  """
+  dim = _resolve_dim(self, dim)
+  if not isinstance(step, int) or step < 1: raise ValueError(f"step={step!r} must be a positive int")
+  if not isinstance(size, int) or not 1 <= size <= self.shape[dim]:
+    raise ValueError(f"size={size!r} must be in [1, {self.shape[dim]}] (dim {dim} of {self.shape})")
+  order = tuple(d for d in range(self.ndim) if d != dim) + (dim,)
+  win = _pool(self.permute(order), (size,), (step,), (1,))            # (..others, n_windows, size)
+  back = [order.index(d) for d in range(self.ndim)]
+  return win.permute(tuple(back) + (self.ndim,))
+
+
+def diagonal(self: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+  """The diagonal of dims (dim1, dim2) as a new last dim (`offset` > 0 above the main one, < 0 below), like torch.
+
+  >>> from tiny_tensor import Tensor
+  >>> Tensor.arange(9).reshape(3, 3).diagonal(1).tolist()
+  [1, 5]
+  """
+  d1, d2 = _resolve_dim(self, dim1), _resolve_dim(self, dim2)
+  if d1 == d2: raise ValueError(f"dim1={dim1} and dim2={dim2} name the same dim of {self.shape}")
+  rest = [d for d in range(self.ndim) if d not in (d1, d2)]
+  x = self.permute(tuple(rest) + (d1, d2))
+  r, c = x.shape[-2:]
+  r0, c0 = min(max(-offset, 0), r), min(max(offset, 0), c)
+  n = max(0, min(r - r0, c - c0))
+  lead = tuple(x.shape[:-2])
+  x = x.shrink(tuple((0, s) for s in lead) + ((r0, r0 + n), (c0, c0 + n)))
+  if n == 0: return x.reshape(lead + (0,))
+  # (.., n, n) -> (.., n*n) -> pad to (.., n*(n+1)) -> (.., n, n+1): column 0 of row a is element (a, a)
+  x = _pad(x.reshape(lead + (n * n,)), ((0, 0),) * len(lead) + ((0, n),)).reshape(lead + (n, n + 1))
+  return _shrink_axis(x, x.ndim - 1, 0, 1).reshape(lead + (n,))
+
+
+def diag(self: Tensor) -> Tensor:
+  """A square matrix with the 1-d `self` on its diagonal.
+
+  >>> from tiny_tensor import Tensor
+  >>> Tensor([1, 2]).diag().tolist()
+  [[1, 0], [0, 2]]
+  """
+  if self.ndim != 1: raise ValueError(f"diag needs a 1-d tensor, got shape {self.shape}")
+  n = self.shape[0]
+  if n == 0: return self.reshape(0, 0)
+  # row a = (x_a, n zeros); flattened, x_a lands at a*(n+1): the diagonal of an (n, n) view
+  flat = _pad(self.unsqueeze(-1), ((0, 0), (0, n))).reshape(n * (n + 1))
+  return flat.shrink(((0, n * n),)).reshape(n, n)
+
+
+def meshgrid(self: Tensor, *args: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
+  """Coordinate grids from 1-d tensors, as torch.meshgrid ("ij": matrix indexing, "xy": first two dims swapped).
+
+  >>> from tiny_tensor import Tensor
+  >>> [t.tolist() for t in Tensor([1, 2]).meshgrid(Tensor([3, 4, 5]))]
+  [[[1, 1, 1], [2, 2, 2]], [[3, 4, 5], [3, 4, 5]]]
+  """
+  if indexing not in ("ij", "xy"): raise ValueError(f"indexing={indexing!r} must be 'ij' or 'xy'")
+  ts = (self, *args)
+  if any(t.ndim != 1 for t in ts): raise ValueError(f"meshgrid needs 1-d tensors, got shapes {[t.shape for t in ts]}")
+  axes = list(range(len(ts)))
+  if indexing == "xy" and len(ts) > 1: axes[0], axes[1] = 1, 0
+  shape = [0] * len(ts)
+  for t, a in zip(ts, axes): shape[a] = t.shape[0]
+  return tuple(t.reshape(tuple(t.shape[0] if d == a else 1 for d in range(len(ts)))).expand(tuple(shape))
+               for t, a in zip(ts, axes))
+
+
+def _rearrange_side(side: str, formula: str) -> list[list[str]]:
+  """'b (h w) c' -> [['b'], ['h', 'w'], ['c']]; '1' and '()' are an empty group (a unit dim)."""
+  groups: list[list[str]] = []
+  cur: list[str] | None = None
+  for tok in side.replace("(", " ( ").replace(")", " ) ").split():
+    if tok == "(":
+      if cur is not None: raise ValueError(f"rearrange {formula!r}: nested parentheses")
+      cur = []
+    elif tok == ")":
+      if cur is None: raise ValueError(f"rearrange {formula!r}: unbalanced parentheses")
+      groups.append(cur)
+      cur = None
+    elif tok == "1":
+      if cur is None: groups.append([])
+    elif tok == "..." or tok.isidentifier():
+      if cur is None: groups.append([tok])
+      else: cur.append(tok)
+    else: raise ValueError(f"rearrange {formula!r}: bad axis name {tok!r}")
+  if cur is not None: raise ValueError(f"rearrange {formula!r}: unbalanced parentheses")
+  return groups
+
+
+def rearrange(self: Tensor, formula: str, **sizes: int) -> Tensor:
+  """einops-style reshape/permute: `x.rearrange("b (h w) c -> b c h w", h=4)`. Groups in () split or merge dims,
+  `1` is a unit dim, `...` stands for the dims not named; give the sizes a split can't infer.
+
+  >>> from tiny_tensor import Tensor
+  >>> Tensor.arange(6).reshape(2, 3).rearrange("a b -> b a").tolist()
+  [[0, 3], [1, 4], [2, 5]]
+  """
+  if formula.count("->") != 1: raise ValueError(f"rearrange {formula!r} needs exactly one '->'")
+  lhs_s, rhs_s = formula.split("->")
+  lhs, rhs = _rearrange_side(lhs_s, formula), _rearrange_side(rhs_s, formula)
+  if lhs.count(["..."]) > 1 or rhs.count(["..."]) > 1: raise ValueError(f"rearrange {formula!r}: '...' twice on a side")
+  if ["..."] not in lhs and len(lhs) != self.ndim:
+    raise ValueError(f"rearrange {formula!r}: the left side names {len(lhs)} dims, the tensor has shape {self.shape}")
+  if ["..."] in lhs:
+    n_ell = self.ndim - len(lhs) + 1
+    if n_ell < 0: raise ValueError(f"rearrange {formula!r} names more dims than the tensor's shape {self.shape}")
+    def expand_ell(side: list[list[str]]) -> list[list[str]]:
+      out: list[list[str]] = []
+      for g in side: out += [[f"...{i}"] for i in range(n_ell)] if g == ["..."] else [g]
+      return out
+    lhs, rhs = expand_ell(lhs), expand_ell(rhs)
+  names_l, names_r = [n for g in lhs for n in g], [n for g in rhs for n in g]
+  if "..." in names_l + names_r or sorted(names_l) != sorted(names_r) or len(set(names_l)) != len(names_l):
+    raise ValueError(f"rearrange {formula!r}: both sides must name the same axes, each once (and '...' not inside ())")
+  for k in sizes:
+    if k not in names_l: raise ValueError(f"rearrange {formula!r}: size given for unknown axis {k!r}")
+  # the size of every named axis, from the input's shape and the given sizes
+  size: dict[str, int] = {}
+  for g, s in zip(lhs, self.shape):
+    known = [sizes[n] for n in g if n in sizes]
+    unknown = [n for n in g if n not in sizes]
+    if len(unknown) > 1 or (not unknown and math.prod(known) != s) or (unknown and s % max(math.prod(known), 1)):
+      raise ValueError(f"rearrange {formula!r}: can't split a dim of size {s} into {g} with sizes {sizes}")
+    for n in g: size[n] = sizes[n] if n in sizes else s // max(math.prod(known), 1)
+  x = self.reshape(tuple(size[n] for n in names_l))
+  x = x.permute(tuple(names_l.index(n) for n in names_r))
+  return x.reshape(tuple(math.prod(size[n] for n in g) for g in rhs))
+
+
+# ***** normalizing, sampling *****
+
+
+def normalize(self: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
+  """self / max(||self||_p over `dim`, eps), as torch.nn.functional.normalize.
+
+  >>> from tiny_tensor import Tensor
+  >>> Tensor([[3., 4.]]).normalize().tolist()
+  [[0.6000000238418579, 0.800000011920929]]
+  """
+  if p == 0: norm = self.ne(0).sum(dim, keepdim=True)
+  else: norm = self.abs().pow(p).sum(dim, keepdim=True).pow(1 / p)
+  return self / norm.maximum(eps)
+
+
+def softmin(self: Tensor, axis: int = -1, dtype: Any = None) -> Tensor:
+  """softmax(-self) along `axis`.
+
+  >>> from tiny_tensor import Tensor
+  >>> [round(v, 4) for v in Tensor([1., 2.]).softmin().tolist()]
+  [0.7311, 0.2689]
+  """
+  return (-self).softmax(axis, dtype) if dtype is not None else (-self).softmax(axis)
+
+
+def multinomial(self: Tensor, num_samples: int = 1, replacement: bool = False) -> Tensor:
+  """Sample `num_samples` int32 indices per row of the non-negative weights `self` (1-d or 2-d).
+
+  With replacement: inverse-CDF sampling; without: the Efraimidis-Spirakis keys log(u)/w, top `num_samples`.
+
+  >>> from tiny_tensor import Tensor
+  >>> Tensor([0., 0., 1.]).multinomial(2, replacement=True).tolist()
+  [2, 2]
+  """
+  if not 1 <= self.ndim <= 2: raise ValueError(f"multinomial needs 1-d or 2-d weights, got shape {self.shape}")
+  if not isinstance(num_samples, int) or num_samples < 1:
+    raise ValueError(f"num_samples={num_samples!r} must be a positive int")
+  w = self.unsqueeze(0) if self.ndim == 1 else self
+  rows, n = w.shape
+  if not replacement and num_samples > n:
+    raise ValueError(f"can't draw {num_samples} samples without replacement from {n} categories")
+  if replacement or num_samples == 1:
+    cw = cumsum(w, 1).cast(dtypes.float32)
+    cdf = cw / _shrink_axis(cw, 1, n - 1, n)
+    u = type(self).rand(num_samples, rows, 1, device=self.device, dtype=dtypes.float32)
+    idx = (u >= cdf).sum(2).minimum(n - 1).permute(1, 0)  # the first category whose cdf passes u
+  else:
+    keys = type(self).rand(rows, n, device=self.device, dtype=dtypes.float32).log() / w.cast(dtypes.float32)
+    idx = topk(keys, num_samples, 1)[1]
+  return (idx.squeeze(0) if self.ndim == 1 else idx).cast(dtypes.int32)
+
+
+def _randperm(n: int, device: str | None = None, dtype: DType = dtypes.int32, **kwargs: Any) -> Tensor:
+  """A random permutation of 0..n-1: `Tensor.randperm(5)`.
+
+  >>> from tiny_tensor import Tensor
+  >>> sorted(Tensor.randperm(5).tolist())
+  [0, 1, 2, 3, 4]
+  """
+  from tiny_tensor.tensor import Tensor
+  if not isinstance(n, int) or n < 0: raise ValueError(f"randperm n={n!r} must be a non-negative int")
+  return argsort(Tensor.rand(n, device=device, **kwargs)).cast(dtype)
+
+
+randperm = staticmethod(_randperm)
+randperm.__doc__ = _randperm.__doc__
