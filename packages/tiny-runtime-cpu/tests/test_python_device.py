@@ -242,3 +242,20 @@ def test_value_after_divergent_loop_is_each_threads_last():
   order = [d0, c(n), g, c(1), g + 1, r, c(10), x, end, d0.index(g), st, UOp.sink(st)]
   out, = run(order, [(np.zeros(n, np.int32), I)], global_size=(n, 1, 1))
   assert out.tolist() == [k * 10 for k in range(n)]
+
+
+def test_vector_access_through_cast_and_ptrcat():
+  """A pointer CAST to a vector pointer loads 4 consecutive elements; PTRCAT gathers lanes from separate pointers."""
+  n = 4
+  d0, d1 = param(0, dtypes.float32, n * 4), param(1, dtypes.float32, n * 4)
+  g = special("gidx0", n)
+  vptr = d1.index(g * 4).cast(dtypes.float32.vec(4).ptr(n * 4))
+  vec = vptr.load(dtype=dtypes.float32.vec(4))
+  gather = UOp(Ops.PTRCAT, dtypes.float32.ptr(n * 4).vec(4), tuple(d1.index(g + k * 4) for k in range(4)))
+  cols = gather.load(dtype=dtypes.float32.vec(4))
+  st = d0.index(g * 4).cast(dtypes.float32.vec(4).ptr(n * 4)).store(vec + cols)
+  a = np.arange(n * 4, dtype=np.float32)
+  out, _ = run(linearize(st), [(np.zeros(n * 4, np.float32), dtypes.float32), (a, dtypes.float32)],
+               global_size=(n, 1, 1))
+  m = a.reshape(n, 4)
+  assert np.array_equal(out.reshape(n, 4), m + m.T)

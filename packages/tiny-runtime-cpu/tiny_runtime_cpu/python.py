@@ -215,6 +215,15 @@ def _run_batch(ctx: tuple, wgs: range) -> None:
       lanes = _lanes(src[0], u.src[0].dtype)
       sel = [lanes[k] for k in (u.arg if isinstance(u.arg, tuple) else (u.arg,))]
       values[u] = sel[0] if len(sel) == 1 and dt.count == 1 else sel
+    elif op in (Ops.CAST, Ops.BITCAST) and isinstance(src[0], Ptr): values[u] = src[0]  # a pointer's type: the
+      # width of an access comes from the LOAD/STORE dtype
+    elif op is Ops.PTRCAT:
+      ptrs: list[Ptr] = src
+      if any(p.mems is not ptrs[0].mems and p.mems != ptrs[0].mems for p in ptrs):
+        raise PythonExecError("PTRCAT of pointers into different memories")
+      gates = [p.gate for p in ptrs if p.gate is not None]
+      gate = [all(g) for g in zip(*gates)] if gates else None
+      values[u] = Ptr(ptrs[0].mems, [lane for p in ptrs for lane in p.lanes], gate, ptrs[0].shared)
     elif op is Ops.BITCAST: values[u] = _bitcast(u, src[0], T)
     elif op in GroupOp.ALU or op is Ops.CAST:
       values[u] = _keep_inactive(values.get(u), _alu_op(u, src, active, all_on, T), active, all_on, dt)
