@@ -97,16 +97,15 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
   loaded: list[Tensor] = []
   for k, v in model_sd.items():
     if k not in state_dict: continue
-    src = state_dict[k]
-    src = src.to(v.device)
+    src = state_dict[k].to(v.device)
     if src.dtype != v.dtype: src = src.cast(v.dtype)
-    v.uop = src.contiguous().uop if engine.is_realized(src.uop) and src is state_dict[k] else src.uop
+    # a realized model tensor is written in place (a TinyJit that captured its buffer sees the new values);
+    # a lazy one (not computed yet) becomes a copy of the source
+    if engine.is_realized(v.uop): v.assign(src.contiguous() if src is state_dict[k] else src)
+    else: v.uop = src.contiguous().uop
     loaded.append(v)
     if consume: del state_dict[k]
-  if realize and loaded:
-    todo = [t for t in loaded if not engine.is_realized(t.uop)]
-    for t in todo: t.uop = t.contiguous().uop
-    if todo: Tensor.realize(*todo)
+  if realize and loaded: Tensor.realize(*loaded)
   return loaded
 
 
@@ -249,7 +248,7 @@ def _rebuild_tensor(storage: _TorchStorage, storage_offset: int, size: tuple, st
   if n == 0: return _TorchArray(np.zeros(size, dtype=npdt), dt)
   view = np.lib.stride_tricks.as_strided(base[storage_offset:], shape=tuple(size),
                                          strides=tuple(s * npdt.itemsize for s in stride))
-  return _TorchArray(np.ascontiguousarray(view), dt)
+  return _TorchArray(np.array(view, order="C"), dt)  # (ascontiguousarray would make a 0-d array 1-d)
 
 
 class _TorchArray:
