@@ -60,7 +60,7 @@ def workload(n: int, seed: int = 0) -> list[Recipe]:
   """`n` index expressions (and masks) of reshape chains over GPU-style indices, loop ranges and Variables."""
   rng = random.Random(seed)
   out: list[Recipe] = []
-  for i in range(n):
+  for _ in range(n):
     local = rng.choice([4, 8, 16, 32, 64])
     glob = rng.choice([2, 4, 8, 16, 32])
     total = local * glob

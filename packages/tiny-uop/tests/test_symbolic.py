@@ -238,7 +238,8 @@ def test_reshape_round_trip_folds_to_the_flat_index():
       stride *= n
     return ret
   assert simplify(join(split(flat, [48, 4, 16]), [48, 4, 16])) is simplify(flat)
-  assert simplify(join(split(join(split(flat, [6, 32, 16]), [6, 32, 16]), [16, 12, 16]), [16, 12, 16])) is simplify(flat)
+  twice = join(split(join(split(flat, [6, 32, 16]), [6, 32, 16]), [16, 12, 16]), [16, 12, 16])
+  assert simplify(twice) is simplify(flat)
 
 
 def test_canonical_equality():
@@ -272,7 +273,7 @@ def test_const_folding_uses_exec_alu():
 
 def test_deep_expression_no_recursion_error():
   e = x
-  for i in range(20000): e = e + 1
+  for _ in range(20000): e = e + 1
   assert simplify(e).render() == "(x+20000)"
 
 

@@ -34,7 +34,8 @@ class UPat:
                src: UPat | Sequence[UPat] | None = None, arg: Any = None, name: str | None = None,
                allow_any_len: bool = False, custom: Callable[[UOp], bool] | None = None):
     self.op: tuple[Ops, ...] | None = None if op is None else ((op,) if isinstance(op, Ops) else tuple(op))
-    self.dtype: tuple[DType, ...] | None = None if dtype is None else ((dtype,) if isinstance(dtype, DType) else tuple(dtype))
+    self.dtype: tuple[DType, ...] | None = \
+      None if dtype is None else ((dtype,) if isinstance(dtype, DType) else tuple(dtype))
     self.arg, self.name, self.allow_any_len, self.custom = arg, name, allow_any_len, custom
     self._any_src: UPat | None = src if isinstance(src, UPat) else None
     self._perm = isinstance(src, list)
@@ -70,7 +71,8 @@ class UPat:
   # node-building syntax, so rules read like the code they match
   def alu(self, op: Ops, *src: Any) -> UPat:
     srcs = [self, *(s if isinstance(s, UPat) else UPat.const(None, s) for s in src)]
-    return UPat(op, dtypes.bool if op in GroupOp.Comparison else None, srcs if op in GroupOp.Commutative else tuple(srcs))
+    dt = dtypes.bool if op in GroupOp.Comparison else None
+    return UPat(op, dt, srcs if op in GroupOp.Commutative else tuple(srcs))
   def __add__(self, x: Any) -> UPat: return self.alu(Ops.ADD, x)
   def __radd__(self, x: Any) -> UPat: return self.alu(Ops.ADD, x)
   def __sub__(self, x: Any) -> UPat: return self.alu(Ops.SUB, x)
@@ -90,7 +92,8 @@ class UPat:
   def eq(self, x: Any) -> UPat: return self.alu(Ops.CMPEQ, x)
   def maximum(self, x: Any) -> UPat: return self.alu(Ops.MAX, x)
   def where(self, x: Any, y: Any) -> UPat: return self.alu(Ops.WHERE, x, y)
-  def cast(self, dtype: DType | None = None, name: str | None = None) -> UPat: return UPat(Ops.CAST, dtype, (self,), name=name)
+  def cast(self, dtype: DType | None = None, name: str | None = None) -> UPat:
+    return UPat(Ops.CAST, dtype, (self,), name=name)
   def reciprocal(self) -> UPat: return self.alu(Ops.RECIPROCAL)
   def load(self, *src: UPat, **kwargs: Any) -> UPat: return UPat(Ops.LOAD, src=(self, *src), **kwargs)
   def index(self, idx: UPat, valid: UPat | None = None, **kwargs: Any) -> UPat:
@@ -280,7 +283,8 @@ class PatternMatcher:
     self.cdict: dict[Ops, tuple[Callable, ...]] = {k: tuple(v) for k, v in compiled.items()}
 
   def __add__(self, more: PatternMatcher) -> PatternMatcher:
-    return PatternMatcher(self.patterns + more.patterns, name=f"{self.name}+{more.name}" if self.name or more.name else None)
+    name = f"{self.name}+{more.name}" if self.name or more.name else None
+    return PatternMatcher(self.patterns + more.patterns, name=name)
 
   def __len__(self) -> int: return len(self.patterns)
 

@@ -143,7 +143,7 @@ symbolic_simple = PatternMatcher([
   (UPat.var("x").ne(UPat.cvar("c", dtypes.bool, vec=False)), _neq_bool),
   # !!x -> x (x != True != True), -(-x) -> x
   (UPat.var("x", dtypes.bool).ne(True).ne(True), lambda x: x),
-  (-(-UPat.var("x")), lambda x: x),
+  (UPat(Ops.NEG, src=(UPat(Ops.NEG, src=(UPat.var("x"),)),)), lambda x: x),
   # x<x -> False, x!=x -> False, x==x -> True (ints and bools: NaN != NaN)
   (UPat(Ops.CMPLT, src=(UPat.var("x"), UPat.var("x"))), lambda x: _const(dtypes.bool, False)),
   (UPat(Ops.CMPNE, src=(UPat.var("x"), UPat.var("x"))),
@@ -233,10 +233,10 @@ def _combine_divmod(acc: dict[UOp, int]) -> bool:
           acc[merged] = acc.get(merged, 0) + k
           changed = again = True
           continue
-      if d > 0 and (merged := _merge_split_mod(acc, a, m, d)) is not None:
-        sub, sk = _terms(merged[0])
-        for t, c in sub.items(): acc[t] = acc.get(t, 0) + c * merged[1]
-        acc[_KEY_CONST] = acc.get(_KEY_CONST, 0) + sk * merged[1]
+      if d > 0 and (found := _merge_split_mod(acc, a, m, d)) is not None:
+        sub, sk = _terms(found[0])
+        for t, c in sub.items(): acc[t] = acc.get(t, 0) + c * found[1]
+        acc[_KEY_CONST] = acc.get(_KEY_CONST, 0) + sk * found[1]
         changed = again = True
   return changed
 
@@ -306,8 +306,9 @@ def _math_range(items: list[tuple[UOp, int]], k: int) -> tuple[int, int]:
   """The exact range of sum(c*atom) + k from the atoms' ranges (no wrapping)."""
   lo = hi = k
   for a, c in items:
-    if c > 0: lo, hi = lo + c * a.vmin, hi + c * a.vmax
-    else: lo, hi = lo + c * a.vmax, hi + c * a.vmin
+    amin, amax = int(a.vmin), int(a.vmax)
+    if c > 0: lo, hi = lo + c * amin, hi + c * amax
+    else: lo, hi = lo + c * amax, hi + c * amin
   return lo, hi
 
 
@@ -356,7 +357,7 @@ def _fold_divmod(x: UOp) -> UOp | None:
   a, dn = x.src
   d, dt, is_div = dn.arg, x.dtype, x.op is Ops.CDIV
   if dt not in _SINTS or d <= 0: return None
-  lo, hi = a.vmin, a.vmax
+  lo, hi = int(a.vmin), int(a.vmax)
   if is_div:
     # x//d -> const when the quotient is the same over x's range
     if _cdiv(lo, d) == _cdiv(hi, d): return _const(dt, _cdiv(lo, d))
@@ -381,7 +382,7 @@ def _fold_divmod(x: UOp) -> UOp | None:
 
 
 def _nowrap_mul(a: UOp, b: UOp) -> bool:
-  prods = [p * q for p in (a.vmin, a.vmax) for q in (b.vmin, b.vmax)]
+  prods = [int(p * q) for p in (a.vmin, a.vmax) for q in (b.vmin, b.vmax)]
   return _fits(a.dtype, min(prods), max(prods))
 
 
@@ -468,8 +469,10 @@ def _eq_const(x: UOp, e: UOp, c: UOp) -> UOp | None:
 def _not_lt(a: UOp, b: UOp) -> UOp | None:
   # !(a < c) -> (c-1) < a, !(c < a) -> a < (c+1) (ints)
   if a.dtype not in _SINTS: return None
-  if b.op is Ops.CONST and b.arg > dtypes.min(b.dtype): return UOp(Ops.CMPLT, dtypes.bool, (_const(b.dtype, b.arg - 1), a))
-  if a.op is Ops.CONST and a.arg < dtypes.max(a.dtype): return UOp(Ops.CMPLT, dtypes.bool, (b, _const(a.dtype, a.arg + 1)))
+  if b.op is Ops.CONST and b.arg > dtypes.min(b.dtype):
+    return UOp(Ops.CMPLT, dtypes.bool, (_const(b.dtype, b.arg - 1), a))
+  if a.op is Ops.CONST and a.arg < dtypes.max(a.dtype):
+    return UOp(Ops.CMPLT, dtypes.bool, (b, _const(a.dtype, a.arg + 1)))
   return None
 
 
@@ -540,7 +543,7 @@ def split_and(valid: UOp) -> list[UOp]:
 
 
 def _parse_clause(c: UOp) -> tuple[UOp, int, int] | None:
-  """A clause as (expr, lo, hi): `e < k` is e <= k-1, `k < e` is e >= k+1, `!(e < k)` is e >= k, `!(k < e)` is e <= k."""
+  """A clause as (expr, lo, hi): `e<k` is e <= k-1, `k<e` is e >= k+1, `!(e<k)` is e >= k, `!(k<e)` is e <= k."""
   neg = c.op is Ops.CMPNE and c.src[1].op is Ops.CONST and c.src[1].arg is True
   if neg: c = c.src[0]
   if c.op is not Ops.CMPLT: return None
@@ -560,11 +563,11 @@ def parse_valid(valid: UOp) -> dict[UOp, tuple[int, int]]:
   bounds: dict[UOp, tuple[int, int]] = {}
 
   def add(e: UOp, lo: int, hi: int) -> None:
-    plo, phi = bounds.get(e, (e.vmin, e.vmax))
+    plo, phi = bounds.get(e, (int(e.vmin), int(e.vmax)))
     bounds[e] = (max(plo, lo), min(phi, hi))
   clauses = [p for c in split_and(valid) if (p := _parse_clause(c)) is not None]
   for e, lo, hi in clauses: add(e, lo, hi)
-  for e, lo, hi in clauses:
+  for e, _, _ in clauses:
     if e.op not in _LINEAR_OPS or e.dtype not in _SINTS: continue
     items, k = _linear(e)
     mlo, mhi = _math_range(items, k)
@@ -628,7 +631,7 @@ def simplify_valid(valid: UOp) -> UOp:
     if ge.op is Ops.CONST: elo = ehi = ge.arg
     else: elo, ehi = _range_given(ctx, e)
     if lo > hi or lo > ehi or hi < elo: return _const(dtypes.bool, False)
-    if (c := _mk_bound(e, lo if lo > elo else None, hi if hi < ehi else None)) is not None: out.append(c)
+    if (cl := _mk_bound(e, lo if lo > elo else None, hi if hi < ehi else None)) is not None: out.append(cl)
   for i, c in enumerate(others):
     ctx = _and_all(out + others[:i] + others[i + 1:])
     gc = c if ctx is None else uop_given_valid(ctx, c)
@@ -639,13 +642,14 @@ def simplify_valid(valid: UOp) -> UOp:
 
 
 def _range_given(ctx: UOp | None, e: UOp) -> tuple[int, int]:
-  if ctx is None: return e.vmin, e.vmax
+  if ctx is None: return int(e.vmin), int(e.vmax)
   bounds = parse_valid(ctx)
   if e in bounds: return bounds[e]
-  fake: dict[UOp, UOp] = {x: UOp.variable(f"_valid{i}", lo, hi, x.dtype) for i, (x, (lo, hi)) in enumerate(bounds.items())
+  fake: dict[UOp, UOp] = {x: UOp.variable(f"_valid{i}", lo, hi, x.dtype)
+                          for i, (x, (lo, hi)) in enumerate(bounds.items())
                           if lo <= hi and (lo, hi) != (x.vmin, x.vmax) and x.dtype.count == 1}
   s = e.substitute(fake).simplify() if fake else e.simplify()
-  return s.vmin, s.vmax
+  return int(s.vmin), int(s.vmax)
 
 
 def _mk_bound(e: UOp, lo: int | None, hi: int | None) -> UOp | None:
