@@ -176,4 +176,7 @@ def test_debug_prints_source(capsys):
   assert "void debug_me(float* restrict data0, int core_id)" in capsys.readouterr().out
   with Context(DEBUG=6, NOOPT=1): lower(ast, ClangRenderer())
   out = capsys.readouterr().out
-  assert "after expander" in out and "after reduce" in out and "RANGE" in out
+  assert "kernel AST" in out and "RANGE" in out and "after expander" not in out
+  with Context(DEBUG=7, NOOPT=1): lower(ast, ClangRenderer())
+  out = capsys.readouterr().out
+  assert "after expander" in out and "after reduce" in out

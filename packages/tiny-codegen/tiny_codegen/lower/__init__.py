@@ -1,6 +1,7 @@
 """The lowering pipeline: a kernel AST (docs/PIPELINE.md §3) to linear UOps (§4) for one renderer.
 
-Stages, in order (each a named pass; `DEBUG>=5` prints the UOps before lowering, `DEBUG>=6` after each stage):
+Stages, in order (each a named pass). `DEBUG>=5` prints the kernel AST before lowering, `DEBUG>=6` the linear UOps
+after it, `DEBUG>=7` the graph after every stage:
   optimize    `tiny_codegen.opt.optimize_kernel` hook (marks UPCAST/UNROLL/LOCAL/... axes)
   expander    UPCAST/UNROLL ranges -> per-lane copies
   reduce      REDUCE -> DEFINE_REG accumulator + loop + END
@@ -95,7 +96,7 @@ def lower(ast: UOp, renderer: Renderer, optimize: bool = True) -> Lowered:
   dims = Dims()
   for name, fn in STAGES:
     sink = fn(sink, renderer, dims)
-    if DEBUG >= 6: print(f"after {name}:\n{sink}")
+    if DEBUG >= 7: print(f"after {name}:\n{sink}")
   uops = linearize(sink)
   if DEBUG >= 6: print(print_uops(uops))
   return Lowered(uops, dims, sink)
