@@ -153,6 +153,7 @@ def test_kernel_names():
   n1, n2 = kernel_name(e1), kernel_name(e2)
   assert n1.startswith("E_12") and n2.startswith("E_12") and n1 != n2 and kernel_name(e1) == n1
   assert kernel_name(e1.replace(arg=KernelInfo("my kernel!"))) == "my_kernel_"
+  assert kernel_name(e1.replace(arg=KernelInfo("3x3"))) == "k_3x3"
 
 
 def test_to_program_and_spec():

@@ -38,7 +38,9 @@ def kernel_name(ast: UOp) -> str:
   """A readable name from the kernel's loops: `E_32_4` (elementwise) or `r_16_8` (with a reduce), made unique
   with a counter suffix when different kernels would share it. A KernelInfo name other than "kernel" is kept."""
   info = ast.arg if isinstance(ast.arg, KernelInfo) else KernelInfo()
-  if info.name != "kernel": base = re.sub(r"[^A-Za-z0-9_]", "_", info.name)
+  if info.name != "kernel":
+    base = re.sub(r"[^A-Za-z0-9_]", "_", info.name)
+    if not base or base[0].isdigit(): base = f"k_{base}"  # a C/LLVM identifier can't start with a digit
   else:
     rngs = sorted({u: None for u in ast.toposort() if u.op is Ops.RANGE}, key=lambda r: r.arg[0])
     red = any(u.op is Ops.REDUCE for u in ast.toposort())
