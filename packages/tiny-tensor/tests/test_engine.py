@@ -136,3 +136,14 @@ def test_slice_of_a_buffer_is_a_zero_copy_view():
   assert GlobalCounters.kernel_count == 0 and s.tolist() == [3.0, 4.0, 5.0, 6.0]
   view, base = engine.get_buffer(engine.buffer_view(s.uop)[0]), engine.get_buffer(engine.buffer_view(a.uop)[0])
   assert view.base is base and view.offset == 3 * 4
+
+
+def test_lazy_tensors_reuse_what_was_realized():
+  x = Tensor(np.ones((8, 8), np.float32))
+  h = x @ x
+  y = h + 1
+  h.realize()
+  assert not engine.is_realized(y.uop) and engine.buffer_view(h.uop)[0] in y.uop.toposort()  # y now reads h's buffer
+  GlobalCounters.reset()
+  assert y.numpy()[0, 0] == 9.0
+  assert GlobalCounters.kernel_count == 1 and GlobalCounters.global_ops == 64  # only the +1, the matmul is not redone

@@ -1377,11 +1377,29 @@ def _expand_origins(root: UOp, keep: set[UOp]) -> UOp:
 
 
 def _apply_becomes(becomes: dict[UOp, UOp]) -> None:
+  """Point every live tensor at the realized buffers: a tensor whose node was realized takes its buffer, and a lazy
+  tensor whose graph uses a realized node has it substituted (so it is not computed again). The graph a tensor had
+  before is kept in `_origin` for autograd."""
+  fixed = {k: (v if v.shape == k.shape else v.reshape(k.shape)) for k, v in becomes.items()}  # 0-d may come back 1-d
+  lazy: list[Tensor] = []
   for t in list(_all_tensors):
-    if (n := becomes.get(t.uop)) is not None:
-      if t.requires_grad is not False and t.uop.op is not Ops.ASSIGN: t._origin = t.uop
-      # a replacement must keep the shape (a 0-d tensor may come back as its 1-element BUFFER)
-      t.uop = n if n.shape == t.uop.shape else n.reshape(t.uop.shape)
+    if (n := fixed.get(t.uop)) is not None:
+      if t.requires_grad is not False and t.uop.op is not Ops.ASSIGN and t._origin is None: t._origin = t.uop
+      t.uop = n
+    elif not engine.is_realized(t.uop): lazy.append(t)
+  if not lazy: return
+  # which lazy graphs use a realized node: one pass over the nodes they share
+  sink = UOp.sink(*dict.fromkeys(t.uop for t in lazy))
+  uses: dict[UOp, bool] = {}
+  for u in sink.toposort(gate=lambda u: not engine.is_realized(u)):
+    uses[u] = u in fixed or any(uses.get(x, False) for x in u.src)
+  todo = [t for t in lazy if uses.get(t.uop, False)]
+  if not todo: return
+  roots = list(dict.fromkeys(t.uop for t in todo))
+  new = dict(zip(roots, UOp.sink(*roots).substitute(fixed, name="apply becomes").src))
+  for t in todo:
+    if t.requires_grad is not False and t._origin is None: t._origin = t.uop
+    t.uop = new[t.uop]
 
 
 # the higher-level ops (conv2d, pooling, losses, ...) live in nnops as functions taking a Tensor first
