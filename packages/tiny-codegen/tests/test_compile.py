@@ -401,3 +401,17 @@ def test_half_transcendentals(R):
   compile_run(R, ast, [*outs, A])
   for o, f in zip(outs, (np.exp2, np.log2, np.sin, np.sqrt)):  # computed in float, rounded to half once
     np.testing.assert_array_equal(o, f(A.astype(np.float32)).astype(np.float16))
+
+
+@pytest.mark.parametrize("R", RENDERERS)
+@OPT
+def test_nested_reduce(R, opt):
+  # out[i] = sum_j max_k a[i, j, k]: the inner reduce's loop sits inside the outer reduce's loop
+  n, m, k = 3, 4, 5
+  c, a = P(0, n), P(1, n * m * k)
+  i, j, kk = UOp.range(n, 0), UOp.range(m, 1, AxisType.REDUCE), UOp.range(k, 2, AxisType.REDUCE)
+  inner = a.index(i * (m * k) + j * k + kk).load().reduce(kk, arg=Ops.MAX)
+  ast = c.index(i).store(inner.reduce(j)).sink(arg=KernelInfo())
+  A, C = rng.standard_normal(n * m * k).astype(np.float32), np.zeros(n, np.float32)
+  compile_run(R, ast, [C, A], threads=2, opt=opt)
+  np.testing.assert_allclose(C, A.reshape(n, m, k).max(2).sum(1), rtol=1e-5, atol=1e-6)
