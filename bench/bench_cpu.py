@@ -1,7 +1,9 @@
 """CPU device: elementwise `a+b` and `a.sum()` on 16M float32, and the launch overhead of a cached tiny kernel.
 
-Kernels are kernel ASTs (docs/PIPELINE.md §3) compiled by tiny-codegen and launched through the device API
-(`Device["CPU"].get_program(...)(*bufs, global_size=...)`), side by side with numpy (and tinygrad when installed).
+`tiny` (and `tiny_clang`): kernel ASTs (docs/PIPELINE.md §3) compiled by tiny-codegen and launched through the
+device API (`Device["CPU"].get_program(...)(*bufs, global_size=...)`) into ready buffers; `tiny_tensor`: the same
+through `Tensor` (scheduling, allocation, engine). Side by side with numpy (`numpy` allocates its result,
+`numpy_out` writes into a ready buffer) and tinygrad when installed.
 `a.sum()` is two kernels, as a scheduler splits a big reduce: per-row partial sums over (rows, n/rows), then the sum
 of the partials. `python bench/bench_cpu.py` prints the table; `run()` returns it for bench/run.py.
 """
@@ -95,6 +97,16 @@ def launch_overhead_us(fn: Callable[[], None], n: int = 20000) -> float:
   return statistics.median(batches)
 
 
+# ***** tiny_tensor (the whole stack: Tensor -> schedule -> codegen -> CPU), when installed *****
+def _tiny_tensor(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
+  try:
+    from tiny_tensor import Tensor
+  except ImportError: return {}
+  ta, tb = Tensor(a).realize(), Tensor(b).realize()
+  if not np.array_equal((ta + tb).numpy(), a + b): raise AssertionError("tiny_tensor a+b is wrong")
+  return {"add": best_ms(lambda: (ta + tb).realize()), "sum": best_ms(lambda: ta.sum().realize())}
+
+
 # ***** tinygrad, when installed *****
 def _tinygrad(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
   try:
@@ -127,10 +139,15 @@ def run() -> dict[str, dict[str, Any]]:
     res["a+b 16M float32"][label] = best_ms(t.add)
     res["a.sum() 16M float32"][label] = best_ms(t.sum)
     res["launch overhead, cached tiny kernel"][label] = launch_overhead_us(t.tiny)
-  res["a+b 16M float32"]["numpy"] = best_ms(lambda: np.add(a, b, out=out_np))
+  res["a+b 16M float32"]["numpy"] = best_ms(lambda: a + b)               # allocates its output, like a Tensor op
+  res["a+b 16M float32"]["numpy_out"] = best_ms(lambda: np.add(a, b, out=out_np))  # into a ready buffer, like tiny
   res["a.sum() 16M float32"]["numpy"] = best_ms(lambda: a.sum())
-  for case, v in _tinygrad(a, b).items():
-    res["a+b 16M float32" if case == "add" else "a.sum() 16M float32"]["tinygrad"] = v
+  for label, fn in (("tiny_tensor", _tiny_tensor), ("tinygrad", _tinygrad)):
+    try: got = fn(a, b)
+    except Exception as e:  # noqa: BLE001 -- one broken implementation must not hide the others
+      print(f"{label} unavailable: {type(e).__name__}: {e}", file=sys.stderr)
+      continue
+    for case, v in got.items(): res["a+b 16M float32" if case == "add" else "a.sum() 16M float32"][label] = v
   return res
 
 
