@@ -159,3 +159,23 @@ def test_clang_missing_message(monkeypatch):
   import tiny_runtime_cpu.cpu as cpu
   monkeypatch.setattr(cpu.shutil, "which", lambda _: None)
   with pytest.raises(RuntimeError, match="apt-get install clang"): Device["CPU"].select_renderer("CLANG")
+
+
+def test_pool_after_fork():
+  """A forked child (multiprocessing with fork) gets a working pool of its own."""
+  import multiprocessing as mp
+  from tiny_runtime_cpu.threads import ThreadPool
+  pool = ThreadPool(2)
+  pool.run(lambda i: None, 4)  # threads started in the parent
+  ctx = mp.get_context("fork")
+  q = ctx.Queue()
+
+  def child():
+    seen = []
+    pool.run(seen.append, 16)
+    q.put(sorted(seen) == list(range(16)) and len(pool.threads) == 2)
+  p = ctx.Process(target=child)
+  p.start()
+  p.join(30)
+  assert p.exitcode == 0 and q.get(timeout=5) is True
+  pool.close()

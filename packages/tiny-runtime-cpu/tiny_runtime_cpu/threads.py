@@ -46,6 +46,13 @@ class ThreadPool:
     self.queue: queue.SimpleQueue[_Launch | None] = queue.SimpleQueue()
     self.threads: list[threading.Thread] = []
     self._lock = threading.Lock()
+    if hasattr(os, "register_at_fork"): os.register_at_fork(after_in_child=self._after_fork)
+
+  def _after_fork(self) -> None:
+    """A forked child has none of the parent's threads: start afresh (on the next launch)."""
+    self.queue = queue.SimpleQueue()
+    self.threads = []
+    self._lock = threading.Lock()
 
   def _start(self) -> None:
     with self._lock:
