@@ -30,7 +30,8 @@ def run(uops, arrays, global_size=(1, 1, 1), local_size=(1, 1, 1), vals=()):
   bufs = [Buffer("PYTHON", a.size, dt).copyin(memoryview(np.ascontiguousarray(a))) for a, dt in arrays]
   prg = Device["PYTHON"].get_program("k", src.encode())
   prg(*[b._buf for b in bufs], global_size=global_size, local_size=local_size, vals=vals)
-  return [b.numpy() for b in bufs]
+  bits = {1: np.uint8, 2: np.uint16}  # bfloat16 and fp8 (numpy has no such dtype): their raw bits
+  return [b.numpy() if b.dtype.fmt else np.frombuffer(bytes(b.as_buffer()), bits[b.dtype.itemsize]) for b in bufs]
 
 
 def test_dtype_encoding_roundtrip():
@@ -259,3 +260,21 @@ def test_vector_access_through_cast_and_ptrcat():
                global_size=(n, 1, 1))
   m = a.reshape(n, 4)
   assert np.array_equal(out.reshape(n, 4), m + m.T)
+
+
+@pytest.mark.parametrize("dt", [dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2, dtypes.float16])
+def test_narrow_float_memory(dt):
+  """Stores of bfloat16/fp8/float16 write the dtype's bits (dtype.float_to_bits); loads read them back."""
+  from tiny_uop.dtype import bits_to_float, float_to_bits
+  n = 8
+  src, narrow, back = param(0, dtypes.float32, n), param(1, dt, n), param(2, dtypes.float32, n)
+  g = special("gidx0", n)
+  st1 = narrow.index(g).store(src.index(g).load().cast(dt))
+  st2 = back.index(g).store(narrow.index(g).load(st1).cast(dtypes.float32))
+  a = np.array([0.0, 1.0, -2.5, 3.14159, 100.3, -0.001, 7.75, 1e-3], dtype=np.float32)
+  bits = np.uint16 if dt.itemsize == 2 else np.uint8
+  arrays = [(a, dtypes.float32), (np.zeros(n, bits), dt), (np.zeros(n, np.float32), dtypes.float32)]
+  _, raw, out = run(linearize(st2), arrays, global_size=(n, 1, 1))
+  raw = raw.view(bits)
+  assert raw.tolist() == [float_to_bits(float(x), dt) for x in a]
+  assert out.tolist() == [np.float32(bits_to_float(float_to_bits(float(x), dt), dt)) for x in a]
