@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from enum import Enum, IntEnum, auto
 from typing import Any, Callable, Iterator, Sequence
 
-from tiny_uop.dtype import AddrSpace, ConstType, DType, PtrDType, dtypes, least_upper_dtype, truncate_int
+from tiny_uop.dtype import (FLOAT_BITS, AddrSpace, ConstType, DType, PtrDType, dtypes, least_upper_dtype,
+                            truncate_int)
 from tiny_uop.helpers import all_int, prod
 
 
@@ -115,7 +116,9 @@ class UOpMetaClass(type):
   ucache: dict[tuple, weakref.ReferenceType[UOp]] = {}
 
   def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None, tag: Any = None) -> UOp:
-    key = (op, dtype, src, arg, tag)
+    # floats that compare equal but differ (-0.0 and 0.0, 1 and 1.0) must stay different nodes
+    key = (op, dtype, src, (arg, math.copysign(1.0, arg)) if arg.__class__ is float else
+           ((arg, arg.__class__) if arg.__class__ in (int, bool) else arg), tag)
     if (wret := UOpMetaClass.ucache.get(key)) is not None and (ret := wret()) is not None: return ret
     created = super().__call__(op, dtype, src, arg, tag)
     UOpMetaClass.ucache[key] = weakref.ref(created, lambda _, k=key: UOpMetaClass.ucache.pop(k, None))  # type: ignore[misc]
@@ -541,6 +544,7 @@ def _movement_shape(op: Ops, ps: tuple[sint, ...], arg: Any) -> tuple[sint, ...]
 
 # ***** value range analysis *****
 def _compute_min_max(u: UOp) -> tuple[ConstType, ConstType]:
+  """A sound [vmin, vmax] of `u` from its sources' ranges (the value, wrapping included, always lies inside)."""
   dt = u.dtype
   if u.op is Ops.CONST: return (u.arg, u.arg) if not isinstance(u.arg, UOp) else u.arg._min_max
   if u.op is Ops.VCONST: return (min(u.arg), max(u.arg))
@@ -551,8 +555,7 @@ def _compute_min_max(u: UOp) -> tuple[ConstType, ConstType]:
   if u.op in (Ops.VECTORIZE, Ops.CAT) and u.src:
     return min(s._cache["mm"][0] for s in u.src), max(s._cache["mm"][1] for s in u.src)
   if u.op is Ops.GEP: return u.src[0]._cache["mm"]
-  if dt.scalar() == dtypes.bool and u.op not in GroupOp.Comparison and u.op not in (Ops.AND, Ops.OR, Ops.WHERE, Ops.XOR):
-    return (False, True)
+  if dt.scalar() == dtypes.bool and u.op not in _BOOL_RANGE_OPS: return (False, True)
   if u.op in GroupOp.ALU or u.op is Ops.CAST:
     mm = [s._cache["mm"] for s in u.src]
     ret = _alu_range(u.op, dt, mm, u)
@@ -560,36 +563,33 @@ def _compute_min_max(u: UOp) -> tuple[ConstType, ConstType]:
   return (dtypes.min(dt), dtypes.max(dt))
 
 
+_BOOL_RANGE_OPS = GroupOp.Comparison | {Ops.AND, Ops.OR, Ops.WHERE, Ops.XOR, Ops.CAST}
+
+
 def _alu_range(op: Ops, dt: DType, mm: list[tuple[Any, Any]], u: UOp) -> tuple[Any, Any] | None:
-  if op is Ops.CAST:
-    (lo, hi), = mm
-    if dtypes.is_int(dt) and isinstance(lo, (int, bool)) and dtypes.min(dt) <= lo and hi <= dtypes.max(dt): return (int(lo), int(hi))
-    if dtypes.is_float(dt) and isinstance(lo, (int, bool, float)): return (float(lo), float(hi))
-    if dt == dtypes.bool: return (bool(lo) if lo == hi else False, bool(hi) if lo == hi else True) if lo == hi else (False, True)
-    return None
+  """The range of `op` over operand ranges `mm`, or None for "anything the dtype holds"."""
+  if op is Ops.CAST: return _cast_range(dt, u.src[0].dtype, *mm[0])
+  if op is Ops.WHERE:
+    (c0, c1), (x0, x1), (y0, y1) = mm
+    if c0 == c1 and isinstance(c0, bool): return (x0, x1) if c0 else (y0, y1)  # a decided condition picks one side
+    return (min(x0, y0), max(x1, y1))
   if not dtypes.is_int(dt) and dt != dtypes.bool and op not in GroupOp.Comparison: return None
   lim_lo, lim_hi = dtypes.min(dt), dtypes.max(dt)
 
-  def fits(lo: Any, hi: Any) -> tuple[Any, Any] | None:
+  def fits(lo: Any, hi: Any) -> tuple[Any, Any] | None:  # the exact result range, if it can't wrap
     return (lo, hi) if lim_lo <= lo <= hi <= lim_hi else None
   if op is Ops.NEG: return fits(-mm[0][1], -mm[0][0])
-  if op in GroupOp.Comparison:
-    (a0, a1), (b0, b1) = mm
-    if op is Ops.CMPLT: return (a0 < b0 if a1 < b0 else False, a0 < b1)  # always true only if a1 < b0
-    if op is Ops.CMPNE:
-      if a1 < b0 or b1 < a0: return (True, True)
-      if a0 == a1 == b0 == b1: return (False, False)
-      return (False, True)
-    if op is Ops.CMPEQ:
-      if a1 < b0 or b1 < a0: return (False, False)
-      if a0 == a1 == b0 == b1: return (True, True)
-      return (False, True)
-  if op is Ops.WHERE: return (min(mm[1][0], mm[2][0]), max(mm[1][1], mm[2][1]))
+  if op in GroupOp.Comparison: return _cmp_range(op, mm[0], mm[1])
   if op is Ops.MULACC:
     prods = [x * y for x in mm[0] for y in mm[1]]
     return fits(min(prods) + mm[2][0], max(prods) + mm[2][1])
   if len(mm) != 2: return None
   (a0, a1), (b0, b1) = mm
+  if dt == dtypes.bool:
+    if op is Ops.AND: return (bool(a0 and b0), bool(a1 and b1))
+    if op is Ops.OR: return (bool(a0 or b0), bool(a1 or b1))
+    if op is Ops.XOR: return (False, True) if a0 != a1 or b0 != b1 else (a0 != b0, a0 != b0)
+    return None
   if op is Ops.ADD: return fits(a0 + b0, a1 + b1)
   if op is Ops.SUB: return fits(a0 - b1, a1 - b0)
   if op is Ops.MUL:
@@ -597,25 +597,51 @@ def _alu_range(op: Ops, dt: DType, mm: list[tuple[Any, Any]], u: UOp) -> tuple[A
     return fits(min(prods), max(prods))
   if op is Ops.MAX: return (max(a0, b0), max(a1, b1))
   if op is Ops.CDIV:
-    if b0 > 0 or b1 < 0:  # divisor range excludes 0: extremes are at the corners
+    if b0 > 0 or b1 < 0:  # divisor range excludes 0: trunc(a/b) is monotone in each, extremes at the corners
       qs = [_cdiv(a, b) for a in (a0, a1) for b in (b0, b1)]
       return fits(min(qs), max(qs))
     return None
-  if op is Ops.CMOD:
-    if b0 > 0:  # result has the dividend's sign, |r| < b
-      hi_abs = b1 - 1
-      if a0 >= 0: return (0 if a1 >= b0 or a0 != a1 else a0 % b0, min(a1, hi_abs))
-      if a1 <= 0: return (max(a0, -hi_abs), 0)
-      return (max(a0, -hi_abs), min(a1, hi_abs))
-    return None
-  if dt == dtypes.bool:
-    if op is Ops.AND: return (bool(a0 and b0), bool(a1 and b1))
-    if op is Ops.OR: return (bool(a0 or b0), bool(a1 or b1))
-    if op is Ops.XOR: return (False, True) if a0 != a1 or b0 != b1 else (a0 != b0, a0 != b0)
-    return None
+  if op is Ops.CMOD: return _cmod_range(a0, a1, b0, b1)
+  bits = 8 * dt.itemsize
   if op is Ops.AND and a0 >= 0 and b0 >= 0: return (0, min(a1, b1))
-  if op is Ops.SHL and b0 == b1 and b0 >= 0 and a0 >= 0: return fits(a0 << b0, a1 << b0)
-  if op is Ops.SHR and b0 >= 0 and a0 >= 0: return (a0 >> b1, a1 >> b0)
+  # shift counts are taken modulo the bit width (exec_alu): only counts known to be in [0, bits) are analysed
+  if op is Ops.SHL and b0 == b1 and 0 <= b0 < bits and a0 >= 0: return fits(a0 << b0, a1 << b0)
+  if op is Ops.SHR and 0 <= b0 and b1 < bits and a0 >= 0: return (a0 >> b1, a1 >> b0)
+  return None
+
+
+def _cmp_range(op: Ops, a: tuple[Any, Any], b: tuple[Any, Any]) -> tuple[bool, bool]:
+  (a0, a1), (b0, b1) = a, b
+  if op is Ops.CMPLT: return (bool(a1 < b0), bool(a0 < b1))  # always true only if a1 < b0
+  disjoint, same_point = a1 < b0 or b1 < a0, a0 == a1 == b0 == b1
+  if op is Ops.CMPNE: return (True, True) if disjoint else (False, False) if same_point else (False, True)
+  return (False, False) if disjoint else (True, True) if same_point else (False, True)  # CMPEQ
+
+
+def _cmod_range(a0: int, a1: int, b0: int, b1: int) -> tuple[int, int] | None:
+  # C: the result has the dividend's sign and |a % b| < |b|; a % b == a when |a| < |b|
+  if b1 < 0: b0, b1 = -b1, -b0
+  elif b0 <= 0: return None  # the divisor may be 0 (x % 0 is 0) or change sign: no tighter bound than below
+  hi_abs = b1 - 1
+  if a0 >= 0: return (a0, a1) if a1 < b0 else (0, min(a1, hi_abs))
+  if a1 <= 0: return (a0, a1) if -a0 < b0 else (max(a0, -hi_abs), 0)
+  return (max(a0, -hi_abs), min(a1, hi_abs))
+
+
+def _cast_range(dt: DType, src_dt: DType, lo: Any, hi: Any) -> tuple[Any, Any] | None:
+  if isinstance(lo, float) and (math.isnan(lo) or math.isnan(hi)): return None
+  if dt.scalar() == dtypes.bool:
+    if lo == hi: return (bool(lo), bool(lo))
+    return (True, True) if lo > 0 or hi < 0 else (False, True)
+  if dtypes.is_int(dt):
+    if isinstance(lo, float):  # float -> int truncates toward zero (when in range)
+      if not (math.isfinite(lo) and math.isfinite(hi)): return None
+      lo, hi = math.trunc(lo), math.trunc(hi)
+    return (int(lo), int(hi)) if dtypes.min(dt) <= lo and hi <= dtypes.max(dt) else None
+  if dtypes.is_float(dt) and dt.scalar() in FLOAT_BITS:
+    if dtypes.is_float(src_dt): return (lo, hi) if dt.itemsize > src_dt.itemsize or dt == src_dt else None
+    exact = 2 ** (FLOAT_BITS[dt.scalar()][1] + 1)  # int -> float is exact up to 2**(mantissa+1), then it rounds
+    if not isinstance(lo, float) and -exact <= lo and hi <= exact: return (float(lo), float(hi))
   return None
 
 
@@ -625,26 +651,27 @@ _INFIX = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.CDIV: "//", Ops.CMOD: "%
 
 
 def render_expr(root: UOp) -> str:
-    """Infix text of an expression, iteratively (deep expressions are fine)."""
-    txt: dict[UOp, str] = {}
-    for u in root.toposort():
-      s = [txt.get(x, "?") for x in u.src]
-      if u.op is Ops.CONST: t = str(u.arg) if not isinstance(u.arg, bool) else str(u.arg)
-      elif u.op is Ops.DEFINE_VAR: t = u.arg[0]
-      elif u.op is Ops.BIND: t = s[0]
-      elif u.op is Ops.RANGE: t = f"r{AXIS_LETTER.get(u.arg[1], '')}{u.arg[0]}" if isinstance(u.arg, tuple) else f"ridx{u.arg}"
-      elif u.op is Ops.SPECIAL: t = str(u.arg)
-      elif u.op in _INFIX and len(s) == 2: t = f"({s[0]}{_INFIX[u.op]}{s[1]})"
-      elif u.op is Ops.NEG: t = f"(-{s[0]})"
-      elif u.op is Ops.MAX: t = f"max({s[0]}, {s[1]})"
-      elif u.op is Ops.WHERE: t = f"({s[1]} if {s[0]} else {s[2]})"
-      elif u.op is Ops.CAST: t = f"({u.dtype!r})({s[0]})"
-      elif u.op is Ops.LOAD: t = f"load({s[0]})"
-      elif u.op is Ops.INDEX: t = f"{s[0]}[{s[1]}]" + (f"<{s[2]}>" if len(s) > 2 else "")
-      elif u.op is Ops.PARAM: t = f"data{u.arg}"
-      else: t = f"{u.op.name.lower()}({', '.join(s)})" if s else u.op.name.lower()
-      txt[u] = t
-    return txt[root]
+  """Infix text of an expression, iteratively (deep expressions are fine)."""
+  txt: dict[UOp, str] = {}
+  for u in root.toposort():
+    s = [txt.get(x, "?") for x in u.src]
+    if u.op is Ops.CONST: t = str(u.arg)
+    elif u.op is Ops.DEFINE_VAR: t = u.arg[0]
+    elif u.op is Ops.BIND: t = s[0]
+    elif u.op is Ops.RANGE:
+      t = f"r{AXIS_LETTER.get(u.arg[1], '')}{u.arg[0]}" if isinstance(u.arg, tuple) else f"ridx{u.arg}"
+    elif u.op is Ops.SPECIAL: t = str(u.arg)
+    elif u.op in _INFIX and len(s) == 2: t = f"({s[0]}{_INFIX[u.op]}{s[1]})"
+    elif u.op is Ops.NEG: t = f"(-{s[0]})"
+    elif u.op is Ops.MAX: t = f"max({s[0]}, {s[1]})"
+    elif u.op is Ops.WHERE: t = f"({s[1]} if {s[0]} else {s[2]})"
+    elif u.op is Ops.CAST: t = f"({u.dtype!r})({s[0]})"
+    elif u.op is Ops.LOAD: t = f"load({s[0]})"
+    elif u.op is Ops.INDEX: t = f"{s[0]}[{s[1]}]" + (f"<{s[2]}>" if len(s) > 2 else "")
+    elif u.op is Ops.PARAM: t = f"data{u.arg}"
+    else: t = f"{u.op.name.lower()}({', '.join(s)})" if s else u.op.name.lower()
+    txt[u] = t
+  return txt[root]
 
 
 def pretty_print(root: UOp, max_lines: int = 400) -> str:
