@@ -192,9 +192,15 @@ class Tensor(metaclass=_TensorMeta):
   def size(self, dim: int | None = None) -> sint | tuple[sint, ...]:
     """The shape, or the size of one dim."""
     return self.shape if dim is None else self.shape[self._resolve_dim(dim)]
-  def element_size(self) -> int: return self.dtype.itemsize
-  def nbytes(self) -> int: return int(self.numel()) * self.element_size()
-  def is_floating_point(self) -> bool: return dtypes.is_float(self.dtype)
+  def element_size(self) -> int:
+    """Bytes per element."""
+    return self.dtype.itemsize
+  def nbytes(self) -> int:
+    """Bytes of all elements."""
+    return int(self.numel()) * self.element_size()
+  def is_floating_point(self) -> bool:
+    """True for float dtypes."""
+    return dtypes.is_float(self.dtype)
   @property
   def T(self) -> Tensor:
     """The transpose of a 2-D tensor (last two axes swapped for more)."""
@@ -332,8 +338,12 @@ class Tensor(metaclass=_TensorMeta):
     """An uninitialized tensor of this one's shape (and dtype and device unless given)."""
     return Tensor.empty(self.shape, **{"dtype": self.dtype, "device": self.device, **kwargs})
 
-  def zeros_like(self, **kwargs: Any) -> Tensor: return self.full_like(0, **kwargs)
-  def ones_like(self, **kwargs: Any) -> Tensor: return self.full_like(1, **kwargs)
+  def zeros_like(self, **kwargs: Any) -> Tensor:
+    """Zeros of this shape (dtype and device unless given)."""
+    return self.full_like(0, **kwargs)
+  def ones_like(self, **kwargs: Any) -> Tensor:
+    """Ones of this shape (dtype and device unless given)."""
+    return self.full_like(1, **kwargs)
 
   @staticmethod
   def _arange_idx(n: int, device: str | None) -> Tensor:
@@ -436,6 +446,7 @@ class Tensor(metaclass=_TensorMeta):
     return out.contiguous() if contiguous else out
 
   def rand_like(self, **kwargs: Any) -> Tensor:
+    """Uniform [0, 1) random numbers of this shape."""
     return Tensor.rand(self.shape, **{"device": self.device, "dtype": self.dtype, **kwargs})
 
   @staticmethod
@@ -448,6 +459,7 @@ class Tensor(metaclass=_TensorMeta):
     return ret
 
   def randn_like(self, **kwargs: Any) -> Tensor:
+    """Standard normal random numbers of this shape."""
     return Tensor.randn(self.shape, **{"device": self.device, "dtype": self.dtype, **kwargs})
 
   @staticmethod
@@ -611,15 +623,33 @@ class Tensor(metaclass=_TensorMeta):
       raise RuntimeError(f"bitcast {self.dtype} -> {dt}: shape {self.shape} doesn't fit the new item size")
     return self._wrap(self.uop.bitcast(dt))
 
-  def float(self) -> Tensor: return self.cast(dtypes.float32)
-  def half(self) -> Tensor: return self.cast(dtypes.float16)
-  def double(self) -> Tensor: return self.cast(dtypes.float64)
-  def bfloat16(self) -> Tensor: return self.cast(dtypes.bfloat16)
-  def int(self) -> Tensor: return self.cast(dtypes.int32)
-  def long(self) -> Tensor: return self.cast(dtypes.int64)
-  def short(self) -> Tensor: return self.cast(dtypes.int16)
-  def char(self) -> Tensor: return self.cast(dtypes.int8)
-  def bool(self) -> Tensor: return self.cast(dtypes.bool)
+  def float(self) -> Tensor:
+    """Cast to float32."""
+    return self.cast(dtypes.float32)
+  def half(self) -> Tensor:
+    """Cast to float16."""
+    return self.cast(dtypes.float16)
+  def double(self) -> Tensor:
+    """Cast to float64."""
+    return self.cast(dtypes.float64)
+  def bfloat16(self) -> Tensor:
+    """Cast to bfloat16."""
+    return self.cast(dtypes.bfloat16)
+  def int(self) -> Tensor:
+    """Cast to int32."""
+    return self.cast(dtypes.int32)
+  def long(self) -> Tensor:
+    """Cast to int64."""
+    return self.cast(dtypes.int64)
+  def short(self) -> Tensor:
+    """Cast to int16."""
+    return self.cast(dtypes.int16)
+  def char(self) -> Tensor:
+    """Cast to int8."""
+    return self.cast(dtypes.int8)
+  def bool(self) -> Tensor:
+    """Cast to bool (nonzero is True)."""
+    return self.cast(dtypes.bool)
 
   # ***** binary math *****
   def add(self, x: Any, reverse: bool = False) -> Tensor:
@@ -652,7 +682,9 @@ class Tensor(metaclass=_TensorMeta):
     fix = (r != 0) & ((r < 0) != (b < 0))  # truncation rounded toward zero where floor rounds down
     return fix.where(q - 1, q)
 
-  def idiv(self, x: Any, reverse: bool = False) -> Tensor: return self.div(x, reverse, rounding_mode="trunc")
+  def idiv(self, x: Any, reverse: bool = False) -> Tensor:
+    """Integer division rounding toward zero."""
+    return self.div(x, reverse, rounding_mode="trunc")
 
   def mod(self, x: Any, reverse: bool = False) -> Tensor:
     """Python-style remainder (the sign of the divisor)."""
@@ -712,27 +744,33 @@ class Tensor(metaclass=_TensorMeta):
       raise RuntimeError(f"bitwise ops need an int or bool tensor, got {self.dtype}")
 
   def bitwise_and(self, x: Any, reverse: bool = False) -> Tensor:
+    """Bitwise (logical for bool) and."""
     self._check_bitwise()
     return self._binop(Ops.AND, x, reverse)
 
   def bitwise_or(self, x: Any, reverse: bool = False) -> Tensor:
+    """Bitwise (logical for bool) or."""
     self._check_bitwise()
     return self._binop(Ops.OR, x, reverse)
 
   def bitwise_xor(self, x: Any, reverse: bool = False) -> Tensor:
+    """Bitwise (logical for bool) xor."""
     self._check_bitwise()
     return self._binop(Ops.XOR, x, reverse)
 
   def bitwise_not(self) -> Tensor:
+    """Bitwise not (logical not for bool)."""
     self._check_bitwise()
     if self.dtype == dtypes.bool: return self.logical_not()
     return self ^ (self.dtype.max if dtypes.is_unsigned(self.dtype) else -1)
 
   def lshift(self, x: Any) -> Tensor:
+    """Shift bits left (int tensors)."""
     self._check_bitwise()
     return self._binop(Ops.SHL, x)
 
   def rshift(self, x: Any) -> Tensor:
+    """Shift bits right (int tensors)."""
     self._check_bitwise()
     return self._binop(Ops.SHR, x)
 
@@ -747,8 +785,12 @@ class Tensor(metaclass=_TensorMeta):
   def __ge__(self, x: Any) -> Tensor: return (self > x) | (self == x)
   def __eq__(self, x: Any) -> Tensor: return self._binop(Ops.CMPEQ, x)  # type: ignore[override]
   def __ne__(self, x: Any) -> Tensor: return self._binop(Ops.CMPNE, x)  # type: ignore[override]
-  def eq(self, x: Any) -> Tensor: return self == x
-  def ne(self, x: Any) -> Tensor: return self != x
+  def eq(self, x: Any) -> Tensor:
+    """Elementwise ==, as a bool tensor."""
+    return self == x
+  def ne(self, x: Any) -> Tensor:
+    """Elementwise !=, as a bool tensor."""
+    return self != x
 
   # python operators
   def __neg__(self) -> Tensor: return self.logical_not() if self.dtype == dtypes.bool else self._unop(Ops.NEG)
@@ -793,30 +835,52 @@ class Tensor(metaclass=_TensorMeta):
   def __irshift__(self, x: Any) -> Tensor: return self.assign(self.rshift(x))
 
   # ***** unary math *****
-  def neg(self) -> Tensor: return -self
+  def neg(self) -> Tensor:
+    """Negation."""
+    return -self
   def exp(self) -> Tensor:
     """e ** self."""
     return (self._float() * (1 / math.log(2))).exp2()
-  def exp2(self) -> Tensor: return self._float()._unop(Ops.EXP2)
+  def exp2(self) -> Tensor:
+    """2 ** self."""
+    return self._float()._unop(Ops.EXP2)
   def log(self) -> Tensor:
     """Natural logarithm."""
     return self.log2() * math.log(2)
-  def log2(self) -> Tensor: return self._float()._unop(Ops.LOG2)
-  def sqrt(self) -> Tensor: return self._float()._unop(Ops.SQRT)
-  def rsqrt(self) -> Tensor: return self.sqrt().reciprocal()
-  def reciprocal(self) -> Tensor: return self._float()._unop(Ops.RECIPROCAL)
-  def sin(self) -> Tensor: return self._float()._unop(Ops.SIN)
-  def cos(self) -> Tensor: return ((math.pi / 2) - self._float()).sin()
-  def tan(self) -> Tensor: return self.sin() / self.cos()
-  def square(self) -> Tensor: return self * self
+  def log2(self) -> Tensor:
+    """Base-2 logarithm."""
+    return self._float()._unop(Ops.LOG2)
+  def sqrt(self) -> Tensor:
+    """Square root."""
+    return self._float()._unop(Ops.SQRT)
+  def rsqrt(self) -> Tensor:
+    """1 / sqrt(self)."""
+    return self.sqrt().reciprocal()
+  def reciprocal(self) -> Tensor:
+    """1 / self."""
+    return self._float()._unop(Ops.RECIPROCAL)
+  def sin(self) -> Tensor:
+    """Sine."""
+    return self._float()._unop(Ops.SIN)
+  def cos(self) -> Tensor:
+    """Cosine."""
+    return ((math.pi / 2) - self._float()).sin()
+  def tan(self) -> Tensor:
+    """Tangent."""
+    return self.sin() / self.cos()
+  def square(self) -> Tensor:
+    """self * self."""
+    return self * self
   def trunc(self) -> Tensor:
     """Round toward zero."""
     return self._unop(Ops.TRUNC) if dtypes.is_float(self.dtype) else self
   def floor(self) -> Tensor:
+    """Round down to an integer value."""
     if not dtypes.is_float(self.dtype): return self
     b = self.trunc()
     return (b > self).where(b - 1, b)
   def ceil(self) -> Tensor:
+    """Round up to an integer value."""
     if not dtypes.is_float(self.dtype): return self
     b = self.trunc()
     return (b < self).where(b + 1, b)
@@ -827,10 +891,15 @@ class Tensor(metaclass=_TensorMeta):
     d = self - f
     odd = (f * 0.5).floor() * 2 != f
     return (d > 0.5).where(f + 1, (d < 0.5).where(f, odd.where(f + 1, f)))
-  def isnan(self) -> Tensor: return self != self
+  def isnan(self) -> Tensor:
+    """True where the element is NaN."""
+    return self != self
   def isinf(self, detect_positive: bool = True, detect_negative: bool = True) -> Tensor:
+    """True where the element is +inf (detect_positive) or -inf (detect_negative)."""
     return (self == math.inf) * detect_positive + (self == -math.inf) * detect_negative
-  def isfinite(self) -> Tensor: return (self.isinf() | self.isnan()).logical_not()
+  def isfinite(self) -> Tensor:
+    """True where the element is neither inf nor NaN."""
+    return (self.isinf() | self.isnan()).logical_not()
   def sign(self) -> Tensor:
     """-1, 0 or 1 by the sign of each element (NaN stays NaN)."""
     if self.dtype == dtypes.bool: return self
@@ -850,41 +919,82 @@ class Tensor(metaclass=_TensorMeta):
   clamp = clip
 
   # activations
-  def relu(self) -> Tensor: return (self > 0).where(self, 0)
-  def sigmoid(self) -> Tensor: return (1 + (self._float() * (-1 / math.log(2))).exp2()).reciprocal()
+  def relu(self) -> Tensor:
+    """max(x, 0)."""
+    return (self > 0).where(self, 0)
+  def sigmoid(self) -> Tensor:
+    """1 / (1 + exp(-x))."""
+    return (1 + (self._float() * (-1 / math.log(2))).exp2()).reciprocal()
   def hardsigmoid(self, alpha: float = 1 / 6, beta: float = 0.5) -> Tensor:
+    """Piecewise-linear sigmoid: clip(alpha*x + beta, 0, 1)."""
     return (alpha * self + beta).relu() - (alpha * self + beta - 1).relu()
-  def logsigmoid(self) -> Tensor: return -(-self).softplus()
-  def tanh(self) -> Tensor: return 2.0 * ((2.0 * self).sigmoid()) - 1.0
-  def sinh(self) -> Tensor: return (self.exp() - self.neg().exp()) / 2
-  def cosh(self) -> Tensor: return (self.exp() + self.neg().exp()) / 2
-  def atanh(self) -> Tensor: return ((1 + self) / (1 - self)).log() / 2
-  def asinh(self) -> Tensor: return (self + (self.square() + 1).sqrt()).log()
-  def acosh(self) -> Tensor: return (self + (self.square() - 1).sqrt()).log()
+  def logsigmoid(self) -> Tensor:
+    """log(sigmoid(x)), computed stably."""
+    return -(-self).softplus()
+  def tanh(self) -> Tensor:
+    """Hyperbolic tangent."""
+    return 2.0 * ((2.0 * self).sigmoid()) - 1.0
+  def sinh(self) -> Tensor:
+    """Hyperbolic sine."""
+    return (self.exp() - self.neg().exp()) / 2
+  def cosh(self) -> Tensor:
+    """Hyperbolic cosine."""
+    return (self.exp() + self.neg().exp()) / 2
+  def atanh(self) -> Tensor:
+    """Inverse hyperbolic tangent."""
+    return ((1 + self) / (1 - self)).log() / 2
+  def asinh(self) -> Tensor:
+    """Inverse hyperbolic sine."""
+    return (self + (self.square() + 1).sqrt()).log()
+  def acosh(self) -> Tensor:
+    """Inverse hyperbolic cosine."""
+    return (self + (self.square() - 1).sqrt()).log()
   def erf(self) -> Tensor:
     """Error function (Abramowitz-Stegun 7.1.26, |err| < 1.5e-7)."""
     t = 1.0 / (1.0 + 0.3275911 * self.abs())
     return self.sign() * (1.0 - t * polyN(t, [1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592]) *
                           (-self.square()).exp())
-  def gelu(self) -> Tensor: return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self ** 3)).tanh())
-  def quick_gelu(self) -> Tensor: return self * (self * 1.702).sigmoid()
-  def silu(self) -> Tensor: return self * self.sigmoid()
+  def gelu(self) -> Tensor:
+    """GELU, tanh approximation."""
+    return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self ** 3)).tanh())
+  def quick_gelu(self) -> Tensor:
+    """x * sigmoid(1.702 x)."""
+    return self * (self * 1.702).sigmoid()
+  def silu(self) -> Tensor:
+    """x * sigmoid(x) (swish)."""
+    return self * self.sigmoid()
   swish = silu
-  def relu6(self) -> Tensor: return self.relu() - (self - 6).relu()
-  def hardswish(self) -> Tensor: return self * (self + 3).relu6() * (1 / 6)
-  def hardtanh(self, min_val: float = -1, max_val: float = 1) -> Tensor: return self.clip(min_val, max_val)
-  def elu(self, alpha: float = 1.0) -> Tensor: return self.relu() - alpha * (1 - self.exp()).relu()
+  def relu6(self) -> Tensor:
+    """min(max(x, 0), 6)."""
+    return self.relu() - (self - 6).relu()
+  def hardswish(self) -> Tensor:
+    """x * relu6(x + 3) / 6."""
+    return self * (self + 3).relu6() * (1 / 6)
+  def hardtanh(self, min_val: float = -1, max_val: float = 1) -> Tensor:
+    """Clamp into [min_val, max_val]."""
+    return self.clip(min_val, max_val)
+  def elu(self, alpha: float = 1.0) -> Tensor:
+    """Exponential linear unit: x if x > 0 else alpha*(exp(x)-1)."""
+    return self.relu() - alpha * (1 - self.exp()).relu()
   def celu(self, alpha: float = 1.0) -> Tensor:
+    """Continuously differentiable ELU: max(0,x) + min(0, alpha*(exp(x/alpha)-1))."""
     return self.maximum(0) + (alpha * ((self / alpha).exp() - 1)).minimum(0)
   def selu(self, alpha: float = 1.67326, gamma: float = 1.0507) -> Tensor:
+    """Scaled ELU."""
     return gamma * (self >= 0).detach().where(self, alpha * (self.exp() - 1))
   def softplus(self, beta: float = 1.0) -> Tensor:
     """log(1 + exp(beta * x)) / beta, computed stably."""
     bx = self * beta
     return (bx.relu() + (1 + (-bx.abs()).exp()).log()) * (1 / beta)
-  def mish(self) -> Tensor: return self * self.softplus().tanh()
-  def leaky_relu(self, neg_slope: float = 0.01) -> Tensor: return (self < 0).where(neg_slope * self, self)
-  def softsign(self) -> Tensor: return self / (1 + self.abs())
+  def mish(self) -> Tensor:
+    """x * tanh(softplus(x))."""
+    return self * self.softplus().tanh()
+  def leaky_relu(self, neg_slope: float = 0.01) -> Tensor:
+    """x if x >= 0 else neg_slope * x."""
+    return (self < 0).where(neg_slope * self, self)
+  def softsign(self) -> Tensor:
+    """x / (1 + |x|)."""
+    return self / (1 + self.abs())
 
   # ***** reductions *****
   def _resolve_dim(self, dim: int, extra: bool = False) -> int:
@@ -932,8 +1042,11 @@ class Tensor(metaclass=_TensorMeta):
     """Minimum over `axis`."""
     return self._inverse().max(axis, keepdim)._inverse()
 
-  def any(self, axis: Any = None, keepdim: bool = False) -> Tensor: return self.bool().max(axis, keepdim)
+  def any(self, axis: Any = None, keepdim: bool = False) -> Tensor:
+    """True where some element along `axis` is true."""
+    return self.bool().max(axis, keepdim)
   def all(self, axis: Any = None, keepdim: bool = False) -> Tensor:
+    """True where every element along `axis` is true."""
     return self.logical_not().any(axis, keepdim).logical_not()
 
   def mean(self, axis: Any = None, keepdim: bool = False) -> Tensor:
@@ -953,9 +1066,11 @@ class Tensor(metaclass=_TensorMeta):
     return self.var(axis, keepdim, correction).sqrt()
 
   def var_mean(self, axis: Any = None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
+    """(var, mean) over `axis`."""
     return self.var(axis, keepdim, correction), self.mean(axis, keepdim)
 
   def std_mean(self, axis: Any = None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
+    """(std, mean) over `axis`."""
     return self.std(axis, keepdim, correction), self.mean(axis, keepdim)
 
   def _softmax(self, axis: int, dtype: Any = None) -> tuple[Tensor, Tensor, Tensor]:
@@ -1016,7 +1131,9 @@ class Tensor(metaclass=_TensorMeta):
       raise ValueError(f"shape mismatch, can't reshape {self.shape} (size {self.numel()}) -> {new}")
     return self if new == self.shape else self._wrap(self.uop.reshape(new))
 
-  def view(self, shape: Any, *args: Any) -> Tensor: return self.reshape(shape, *args)
+  def view(self, shape: Any, *args: Any) -> Tensor:
+    """Alias of `reshape`."""
+    return self.reshape(shape, *args)
 
   def permute(self, order: Any, *args: Any) -> Tensor:
     """Reorder the dims: `x.permute(2, 0, 1)`."""
