@@ -1,0 +1,200 @@
+"""OpenCL C renderer (`OpenCLRenderer`): linear UOps -> an OpenCL C 2.0 kernel.
+
+The kernel is `__kernel void name(__global T0* restrict data0, ..., const int var0, ...)`: buffers by PARAM slot,
+then DEFINE_VARs in name order (docs/PIPELINE.md §4, GPU-style). `SPECIAL` gidx{i}/lidx{i} are `get_group_id(i)` /
+`get_local_id(i)`: the launch is `spec.global_size` work-groups of `spec.local_size` work-items. DEFINE_LOCAL is a
+`__local` array, BARRIER `barrier(CLK_LOCAL_MEM_FENCE)`. Vectors are OpenCL's `float4` etc. half needs
+`cl_khr_fp16` (the pragma is emitted when half appears), double `cl_khr_fp64`; bool buffers are `uchar` in memory
+(OpenCL forbids `bool` in kernel arguments); bfloat16 goes through float32 (lowering's `bf16_to_float`).
+Transcendentals are OpenCL's correctly-rounded-within-ULP builtins (`exp2`, `log2`, `sin`, `sqrt`).
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+from tiny_uop.device import Renderer
+from tiny_uop.dtype import INVERSE_DTYPES_DICT, AddrSpace, DType, PtrDType, dtypes, round_float
+from tiny_uop.uop import AXIS_LETTER, Ops, UOp
+
+from tiny_codegen.compiler.opencl import OpenCLCompiler
+from tiny_codegen.renderer import kernel_params
+
+_CL_TYPES = {"bool": "bool", "int8": "char", "uint8": "uchar", "int16": "short", "uint16": "ushort", "int32": "int",
+             "uint32": "uint", "int64": "long", "uint64": "ulong", "float16": "half", "float32": "float",
+             "float64": "double"}
+_VEC_SIZES = (2, 3, 4, 8, 16)
+
+
+def _fn(name: str) -> Callable[[list[str], DType], str]: return lambda s, dt: f"{name}({', '.join(s)})"
+
+
+CL_CODE: dict[Ops, Callable[[list[str], DType], str]] = {
+  Ops.ADD: lambda s, dt: f"({s[0]}+{s[1]})" if dt.scalar() != dtypes.bool else f"({s[0]}|{s[1]})",
+  Ops.SUB: lambda s, dt: f"({s[0]}-{s[1]})",
+  Ops.MUL: lambda s, dt: f"({s[0]}*{s[1]})" if dt.scalar() != dtypes.bool else f"({s[0]}&{s[1]})",
+  Ops.FDIV: lambda s, dt: f"({s[0]}/{s[1]})", Ops.CDIV: lambda s, dt: f"({s[0]}/{s[1]})",
+  Ops.CMOD: lambda s, dt: f"({s[0]}%{s[1]})", Ops.SHL: lambda s, dt: f"({s[0]}<<{s[1]})",
+  Ops.SHR: lambda s, dt: f"({s[0]}>>{s[1]})",
+  Ops.CMPLT: lambda s, dt: f"({s[0]}<{s[1]})", Ops.CMPNE: lambda s, dt: f"({s[0]}!={s[1]})",
+  Ops.CMPEQ: lambda s, dt: f"({s[0]}=={s[1]})",
+  Ops.AND: lambda s, dt: f"({s[0]}&{s[1]})", Ops.OR: lambda s, dt: f"({s[0]}|{s[1]})",
+  Ops.XOR: lambda s, dt: f"({s[0]}^{s[1]})",
+  Ops.MAX: lambda s, dt: f"(({s[0]}>{s[1]})?{s[0]}:{s[1]})",
+  Ops.NEG: lambda s, dt: f"(!{s[0]})" if dt.scalar() == dtypes.bool else f"(-{s[0]})",
+  Ops.RECIPROCAL: lambda s, dt: f"(1/{s[0]})",
+  Ops.WHERE: lambda s, dt: f"({s[0]}?{s[1]}:{s[2]})", Ops.MULACC: lambda s, dt: f"(({s[0]}*{s[1]})+{s[2]})",
+  Ops.EXP2: _fn("exp2"), Ops.LOG2: _fn("log2"), Ops.SIN: _fn("sin"), Ops.SQRT: _fn("sqrt"),
+  Ops.TRUNC: _fn("trunc"), Ops.POW: _fn("pow"),
+}
+
+
+class OpenCLRenderer(Renderer):
+  """OpenCL C for any OpenCL 2.0 device (PoCL, Adreno, ...); see the module docstring."""
+  device = "CL"
+  has_local = True
+  has_shared = True
+  supports_float4 = True
+  global_max = (0x7FFFFFFF, 65535, 65535)
+  local_max = (256, 256, 256)
+  shared_max = 32768
+  bf16_through_float = True
+  code_for_op = CL_CODE
+  compiler_cls = OpenCLCompiler
+
+  def supported_dtypes(self) -> tuple[DType, ...]:
+    return tuple(d for d in dtypes.all if d not in (dtypes.bfloat16, *dtypes.fp8s))
+
+  def render_dtype(self, dt: DType, mem: bool = False) -> str:
+    """The OpenCL C type of `dt`; `mem`: the in-memory type (bool is `uchar` in buffers)."""
+    if isinstance(dt, PtrDType):
+      space = {AddrSpace.GLOBAL: "__global ", AddrSpace.LOCAL: "__local ", AddrSpace.REG: ""}[dt.addrspace]
+      return f"{space}{self.render_dtype(dt.base, mem=True)}*"
+    sc = dt.scalar()
+    if (nm := INVERSE_DTYPES_DICT.get(sc.name)) not in _CL_TYPES:
+      raise TypeError(f"OpenCL renderer has no type for {sc}; valid: {', '.join(_CL_TYPES)}")
+    base = "uchar" if mem and sc == dtypes.bool else _CL_TYPES[nm]
+    if dt.count == 1: return base
+    if dt.count not in _VEC_SIZES: raise TypeError(f"OpenCL has no {dt.count}-wide vectors; valid: {_VEC_SIZES}")
+    return f"{base}{dt.count}"
+
+  def render_const(self, x: object, dt: DType) -> str:
+    """An OpenCL C literal of value `x` in scalar type `dt`."""
+    sc = dt.scalar()
+    if dtypes.is_float(sc):
+      fx = round_float(float(x), sc)  # type: ignore[arg-type]
+      if math.isnan(fx): ret = "NAN"
+      elif math.isinf(fx): ret = ("-" if fx < 0 else "") + "INFINITY"
+      else: ret = f"{fx!r}" + ("f" if sc != dtypes.float64 else "")
+      return f"(({self.render_dtype(sc)}){ret})" if sc != dtypes.float32 else ret
+    if sc == dtypes.bool: return "true" if x else "false"
+    xi = int(x)  # type: ignore[call-overload,unused-ignore]
+    if sc == dtypes.int64: return f"{xi}L" if xi != -2**63 else "(-9223372036854775807L-1)"
+    if sc == dtypes.uint64: return f"{xi}uL"
+    if sc == dtypes.uint32: return f"{xi}u"
+    if sc == dtypes.int32: return str(xi) if xi != -2**31 else "(-2147483647-1)"
+    return f"(({self.render_dtype(sc)}){xi})"
+
+  def render_cast(self, x: str, src: DType, dst: DType) -> str:
+    if dst.count > 1: return f"convert_{self.render_dtype(dst)}({x})"
+    return f"(({self.render_dtype(dst)})({x}))"
+
+  def render(self, uops: list[UOp]) -> str:
+    """OpenCL C source of the kernel `uops` (ending in a SINK whose arg is a KernelInfo carrying the name)."""
+    name = getattr(uops[-1].arg, "name", "kernel")
+    params, dvars = kernel_params(uops)
+    args = [f"{self.render_dtype(p.dtype)} restrict data{p.arg}" for p in params]
+    seen_vars: set[str] = set()
+    for v in dvars:
+      if v.arg[0] not in seen_vars: args.append(f"const int {v.arg[0]}")
+      seen_vars.add(v.arg[0])
+    r: dict[UOp, str] = {}
+    gates: dict[UOp, str] = {}
+    lines: list[str] = []
+    counters: dict[str, int] = {}
+    depth = 1
+
+    def fresh(prefix: str) -> str:
+      n = counters.get(prefix, 0)
+      counters[prefix] = n + 1
+      return f"{prefix}{n}"
+
+    def emit(line: str) -> None: lines.append("  " * depth + line)
+
+    uses: dict[UOp, int] = {}
+    for u in uops:  # uses in code (GROUP/END/SINK and the ordering-only sources of LOAD/STORE don't count)
+      if u.op in (Ops.GROUP, Ops.END, Ops.SINK): continue
+      for x in (u.src[:1] if u.op is Ops.LOAD else u.src[:2] if u.op is Ops.STORE else u.src): uses[x] = uses.get(x, 0) + 1
+    scalars = {u.dtype.scalar() for u in uops} | {u.dtype.base.scalar() for u in uops if isinstance(u.dtype, PtrDType)}
+    for u in uops:
+      op, dt, src = u.op, u.dtype, u.src
+      s = [r.get(x, "") for x in src]
+      if op is Ops.PARAM: r[u] = f"data{u.arg}"
+      elif op is Ops.DEFINE_VAR: r[u] = u.arg[0]
+      elif op is Ops.SPECIAL:
+        if u.arg[:4] not in ("gidx", "lidx"): raise NotImplementedError(f"OpenCL renderer has no index {u.arg!r}")
+        r[u] = u.arg
+        emit(f"int {u.arg} = get_{'group' if u.arg[0] == 'g' else 'local'}_id({u.arg[4:]}); /* {s[0]} */")
+      elif op is Ops.CONST: r[u] = self.render_const(u.arg, dt)
+      elif op is Ops.VCONST:
+        r[u] = f"(({self.render_dtype(dt)})({','.join(self.render_const(x, dt) for x in u.arg)}))"
+      elif op in (Ops.DEFINE_REG, Ops.DEFINE_LOCAL):
+        assert isinstance(dt, PtrDType)
+        r[u] = fresh("acc" if op is Ops.DEFINE_REG else "temp")
+        emit(f"{'__local ' if op is Ops.DEFINE_LOCAL else ''}{self.render_dtype(dt.base, mem=True)} {r[u]}[{dt.size}];")
+      elif op is Ops.RANGE:
+        r[u] = f"{AXIS_LETTER.get(u.arg[1], 'r')}idx{u.arg[0]}" if isinstance(u.arg, tuple) else f"ridx{u.arg}"
+        emit(f"for (int {r[u]} = 0; {r[u]} < {s[0]}; {r[u]}++) {{")
+        depth += 1
+      elif op in (Ops.END, Ops.ENDIF):
+        depth -= 1
+        emit("}")
+      elif op is Ops.IF:
+        emit(f"if ({s[0]}) {{")
+        depth += 1
+      elif op is Ops.BARRIER: emit("barrier(CLK_LOCAL_MEM_FENCE);")
+      elif op is Ops.INDEX:
+        r[u] = f"({s[0]}+{s[1]})"
+        if len(src) > 2: gates[u] = s[2]
+      elif op is Ops.LOAD:
+        r[u] = fresh("val")
+        ptr = s[0] if dt.count == 1 else f"(({self.render_dtype(src[0].dtype).replace('*', '')}{dt.count}*){s[0]})"
+        ld = f"(*{ptr})"
+        if dt.scalar() == dtypes.bool: ld = f"({ld}!=0)"
+        if src[0] in gates: ld = f"({gates[src[0]]}?{ld}:{self.render_const(0, dt) if dt.count == 1 else '0'})"
+        emit(f"{self.render_dtype(dt)} {r[u]} = {ld};")
+      elif op is Ops.STORE:
+        vdt = src[1].dtype
+        ptr = s[0] if vdt.count == 1 else f"(({self.render_dtype(src[0].dtype).replace('*', '')}{vdt.count}*){s[0]})"
+        st = f"*{ptr} = {s[1]};"
+        emit(f"if ({gates[src[0]]}) {st}" if src[0] in gates else st)
+      elif op in (Ops.GROUP, Ops.SINK, Ops.NOOP): pass
+      elif op is Ops.AFTER: r[u] = s[0]
+      elif op is Ops.CAST:
+        expr = self.render_cast(s[0], src[0].dtype, dt)
+        if uses.get(u, 0) == 1: r[u] = expr
+        else:
+          r[u] = fresh("cast")
+          emit(f"{self.render_dtype(dt)} {r[u]} = {expr};")
+      elif op is Ops.BITCAST:
+        r[u] = fresh("cast")
+        emit(f"{self.render_dtype(dt)} {r[u]} = as_{self.render_dtype(dt)}({s[0]});")
+      elif op is Ops.VECTORIZE:
+        r[u] = fresh("vec")
+        emit(f"{self.render_dtype(dt)} {r[u]} = ({self.render_dtype(dt)})({','.join(s)});")
+      elif op is Ops.GEP:
+        r[u] = f"{s[0]}.s{u.arg[0] if isinstance(u.arg, tuple) else u.arg:x}"
+      elif op is Ops.WMMA: raise NotImplementedError("OpenCL renderer has no tensor cores (WMMA)")
+      elif op in self.code_for_op:
+        sdt = src[-1].dtype if op is Ops.WHERE else src[0].dtype
+        expr = self.code_for_op[op](s, sdt)
+        if uses.get(u, 0) == 1: r[u] = expr  # a pure value used once is written where it is used
+        else:
+          r[u] = fresh("alu")
+          emit(f"{self.render_dtype(dt)} {r[u]} = {expr};")
+      else: raise NotImplementedError(f"OpenCL renderer can't render {op} ({dt}); supported ALU ops: "
+                                      f"{', '.join(o.name for o in self.code_for_op)}")
+    prefix = ""
+    if dtypes.float16 in scalars: prefix += "#pragma OPENCL EXTENSION cl_khr_fp16 : enable\n"
+    if dtypes.float64 in scalars: prefix += "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"
+    return f"{prefix}__kernel void {name}({', '.join(args)}) {{\n" + "\n".join(lines) + "\n}\n"
