@@ -134,3 +134,21 @@ def test_randperm():
   assert p.dtype == dtypes.int32 and sorted(p.tolist()) == list(range(17))
   assert p.tolist() != list(range(17))  # 1/17! chance of failing for a correct permutation
   assert Tensor.randperm(4, dtype=dtypes.int64).dtype == dtypes.int64
+
+
+def test_ops_on_the_python_device_match_cpu():
+  """The PYTHON device interprets kernels with GPU semantics: the same ops there must give the CPU's numbers, and
+  every constant the ops create (arange, ones, rand) must land on the input's device."""
+  try:
+    Tensor([1.0], device="PYTHON").realize()
+  except Exception as e:
+    pytest.skip(f"the PYTHON device is unavailable: {type(e).__name__}: {e}")
+  x, w = rng.standard_normal((1, 2, 4, 4)).astype(np.float32), rng.standard_normal((2, 2, 3, 3)).astype(np.float32)
+  def run(dev: str) -> list[np.ndarray]:
+    X, W = Tensor(x, device=dev), Tensor(w, device=dev)
+    v, i = X.reshape(-1).sort(descending=True)
+    outs = [X.conv2d(W, padding=1), X.max_pool2d(return_indices=True)[1], X.interpolate((3, 5)), v, i,
+            X.cumsum(-1), X.reshape(2, 16).sparse_categorical_crossentropy(Tensor([3, 1], device=dev)), X.triu()]
+    assert all(o.device == dev for o in outs), [o.device for o in outs]
+    return [o.numpy() for o in outs]
+  for a, b in zip(run("PYTHON"), run("CPU")): np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
