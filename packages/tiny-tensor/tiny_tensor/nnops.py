@@ -1,5 +1,6 @@
 """Higher-level Tensor ops, composed only from core Tensor ops: convolution, pooling, interpolation, einsum,
-normalization, dropout, attention, losses, sorting, cumulative ops, gather/scatter and triangular masks.
+normalization, dropout, attention, losses, sorting, cumulative ops, gather/scatter, triangular masks, windows and
+diagonals, einops-style rearrange, and sampling (multinomial, randperm).
 
 Every public function takes the tensor as its first argument `self` and has tinygrad's method signature;
 `tiny_tensor.tensor` binds each name in `__all__` as a `Tensor` method, so `x.conv2d(w)` and
