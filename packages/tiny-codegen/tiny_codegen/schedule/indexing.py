@@ -29,12 +29,18 @@ def shape_of(u: UOp) -> tuple[sint, ...]:
   return s
 
 
-@functools.lru_cache(maxsize=1 << 16)
+_simplified: dict[UOp, UOp] = {}
+
+
 def simplify_index(x: UOp) -> UOp:
-  """Run an index or validity expression through the symbolic simplifier when tiny-uop has one (memoized: the same
-  index expressions recur in every kernel that reads a buffer the same way)."""
+  """Run an index or validity expression through the symbolic simplifier when tiny-uop has one (memoized, results
+  included: the same index expressions recur in every kernel that reads a buffer the same way)."""
   if _simplify is None or x.op is Ops.CONST: return x
-  return _simplify(x)
+  if (ret := _simplified.get(x)) is not None: return ret
+  if len(_simplified) > 1 << 17: _simplified.clear()
+  ret = _simplified[x] = _simplify(x)
+  _simplified[ret] = ret
+  return ret
 
 
 # ***** index arithmetic with the folds that keep common indices readable *****
@@ -205,6 +211,17 @@ def collapse_count(inner: UOp, r: UOp) -> UOp | None:
   return count.cast(v.dtype) if _is_const(v, 1) else v * count.cast(v.dtype)
 
 
+RECOMPUTE_LIMIT = 32
+"""A value read at more than this many different indices inside one kernel is realized into a buffer instead."""
+
+
+class Recompute(Exception):
+  """A value would be recomputed at too many different indices inside one kernel (e.g. a chain of stencils)."""
+  def __init__(self, node: UOp):
+    super().__init__(f"{node.op} is read at more than {RECOMPUTE_LIMIT} indices in one kernel")
+    self.node = node
+
+
 class MergeFailed(Exception):
   """A value meant to be stored by another value's kernel is not computed there at the same index."""
 
@@ -215,8 +232,10 @@ class KernelBuilder:
   `buffer_of(u)` returns the BUFFER a realized node lives in (or None when `u` must be walked through);
   `on_read(u)` is told about every realized node the kernel reads.
   """
-  def __init__(self, buffer_of: Callable[[UOp], UOp | None], ksint: Callable[[sint], UOp]):
-    self.buffer_of, self.ks = buffer_of, ksint
+  def __init__(self, buffer_of: Callable[[UOp], UOp | None], ksint: Callable[[sint], UOp],
+               costly: Callable[[UOp], bool] = lambda u: False):
+    self.buffer_of, self.ks, self.costly = buffer_of, ksint, costly
+    self.visits: dict[UOp, int] = {}
     self.params: dict[UOp, UOp] = {}   # BUFFER -> PARAM
     self.reads: list[UOp] = []         # realized nodes read (in order)
     self.axis = 0
@@ -251,6 +270,9 @@ class KernelBuilder:
     """The kernel expression of graph node `root` at index `idx` (only read where `valid`)."""
     key = (root, idx, valid, self.version)
     if (ret := self.memo.get(key)) is not None: return ret
+    if (n := self.visits.get(root, 0) + 1) > RECOMPUTE_LIMIT and self.costly(root) and self.buffer_of(root) is None:
+      raise Recompute(root)
+    self.visits[root] = n
     ret = self.memo[key] = self._build(root, idx, valid)
     return ret
 
@@ -303,8 +325,9 @@ class KernelBuilder:
       if not ix.vmax < _vmin(hi): cond = iand(cond, ix < hi)
       new_idx.append(isub(ix, kb))
     if cond is None: return self.build(src, tuple(new_idx), valid)
-    inner = self.build(src, tuple(new_idx), iand(valid, cond))
-    return simplify_index(cond).where(inner, UOp.const(u.dtype, 0))
+    cond = simplify_index(cond)
+    inner = self.build(src, tuple(new_idx), simplify_index(cond if valid is None else valid & cond))
+    return cond.where(inner, UOp.const(u.dtype, 0))
 
   def _reduce(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> UOp:
     rop, axes = u.arg

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tiny_uop.helpers import DEBUG, all_int, getenv, prod, strides_for_shape
-from tiny_uop.uop import Ops, UOp, sint
+from tiny_uop.uop import GroupOp, Ops, UOp, sint
 
-from tiny_codegen.schedule.indexing import KernelBuilder, MergeFailed, shape_of
+from tiny_codegen.schedule.indexing import KernelBuilder, MergeFailed, Recompute, shape_of
 from tiny_codegen.schedule.memory import memory_plan
 
 
@@ -151,8 +151,8 @@ def _grows(e: UOp) -> bool:
              for a, b in zip(shape_of(e.src[0]), shape_of(e)))
 
 
-def _decide(sink: UOp) -> dict[UOp, None]:
-  """The nodes to realize, in graph order."""
+def _decide(sink: UOp) -> tuple[dict[UOp, None], dict[UOp, bool]]:
+  """The nodes to realize, in graph order, and which nodes read memory."""
   nodes = list(sink.toposort())
   children: dict[UOp, dict[UOp, None]] = defaultdict(dict)
   for n in nodes:
@@ -182,7 +182,7 @@ def _decide(sink: UOp) -> dict[UOp, None]:
 
   for n in nodes:
     if n.op is Ops.REDUCE_AXIS and n not in want and reads_memory[n] and must_realize(n): want.add(n)
-  return {n: None for n in nodes if n in want and n.op is not Ops.SINK}
+  return {n: None for n in nodes if n in want and n.op is not Ops.SINK}, reads_memory
 
 
 def _merges(realize: dict[UOp, None]) -> dict[UOp, list[UOp]]:
@@ -211,8 +211,15 @@ def _merges(realize: dict[UOp, None]) -> dict[UOp, list[UOp]]:
   return out
 
 
+def _costly(reads_memory: dict[UOp, bool], u: UOp) -> bool:
+  """Whether recomputing `u` is worth a buffer: it reads memory and is not itself a buffer, constant or view."""
+  return reads_memory.get(u, False) and u.op not in (Ops.BUFFER, Ops.CONST, Ops.BIND, Ops.DEFINE_VAR) and \
+    u.op not in GroupOp.Movement
+
+
 def _schedule(sink: UOp, merge: bool = True) -> _Template:
-  realize = _decide(sink)
+  realize, reads_memory = _decide(sink)
+  costly = functools.partial(_costly, reads_memory)
   memo: dict[UOp, UOp] = {}
   ks = lambda x: _unbind(x, memo)  # noqa: E731
   new_buffers: list[UOp] = []
@@ -245,21 +252,29 @@ def _schedule(sink: UOp, merge: bool = True) -> _Template:
     return len(calls) - 1
 
   def kernel(r: UOp, extra: tuple[tuple[UOp, UOp], ...] = ()) -> None:
+    """Build r's kernel; a value it would recompute at too many indices gets its own kernel first (then retry)."""
+    while True:
+      try: return kernel_once(r, extra)
+      except Recompute as e:
+        if e.node in bufs: raise RuntimeError(f"scheduler: realizing {e.node.op} did not stop its recomputation") from e
+        kernel(e.node)  # every source of it comes earlier in graph order, so it can be built now
+
+  def kernel_once(r: UOp, extra: tuple[tuple[UOp, UOp], ...] = ()) -> None:
     inline = {u for u, _ in extra}
-    kb = KernelBuilder(functools.partial(_buffer_of, r, inline, bufs), ks)
+    kb = KernelBuilder(functools.partial(_buffer_of, r, inline, bufs), ks, costly)
     if r.op is Ops.ASSIGN:
       target, value = r.src
       out, wver = _assign_base(target)
       ast = kb.kernel(value, out, shape_of(r), out_view=target)
       if _reads_elsewhere(ast, kb.params[out]):  # e.g. x.assign(x.T): compute into a temporary first
         tmp = new_buffer(r, r.device)
-        kt = KernelBuilder(functools.partial(_buffer_of, value, set(), bufs), ks)
+        kt = KernelBuilder(functools.partial(_buffer_of, value, set(), bufs), ks, costly)
         tast = kt.kernel(value, tmp, shape_of(r))
         it = add_call(UOp(Ops.CALL, src=(tast, *kt.params)), list(kt.params)[1:],
                       {producer[a] for a in kt.assigns_read})
         for b, ver in kt.buffer_reads: readers[(b, ver)].append(it)
         buf_producer[tmp] = it
-        kb = KernelBuilder(functools.partial(_buffer_of, r, set(), bufs), ks)
+        kb = KernelBuilder(functools.partial(_buffer_of, r, set(), bufs), ks, costly)
         ast = kb.kernel(tmp.reshape(shape_of(r)), out, shape_of(r), out_view=target)
     else:
       out, wver = bufs[r] if r in bufs else new_buffer(r, r.device), None
