@@ -92,6 +92,7 @@ def demo(session: nox.Session) -> None:
   script = ROOT / "examples" / "demo.py"
   if not script.exists(): session.error(f"{script.relative_to(ROOT)} does not exist yet: nothing to demo")
   _install_all(session)
+  session.install("scikit-learn")  # its bundled 8x8 handwritten digits: the demo's data when MNIST isn't on disk
   session.run("python", str(script), *session.posargs)
 
 

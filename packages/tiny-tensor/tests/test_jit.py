@@ -195,3 +195,14 @@ def test_adam_training_jit_is_bit_identical_to_eager():
   assert eager_loss == jit_loss  # bit-identical, every step
   for a, b in zip(eager_w, jit_w): np.testing.assert_array_equal(a, b)
   assert jit_loss[-1] < jit_loss[0]
+
+
+def test_same_inputs_fast_path_then_new_inputs():
+  @TinyJit
+  def f(a): return (a * a).realize()
+  x, y = Tensor([2.0, 3.0]).realize(), Tensor([4.0, 5.0]).realize()
+  for _ in range(5): assert f(x).tolist() == [4.0, 9.0]  # replays with the very same input take the fast path
+  assert f(y).tolist() == [16.0, 25.0]
+  x.assign(Tensor([6.0, 7.0])).realize()  # same buffer, new contents
+  assert f(x).tolist() == [36.0, 49.0]
+  with pytest.raises(JitError, match="shape"): f(Tensor([1.0, 2.0, 3.0]))

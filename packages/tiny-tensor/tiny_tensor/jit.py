@@ -199,19 +199,18 @@ class _EngineCapture:
 
 
 # ***** inputs *****
+_TENSOR: list[type] = []
+
+
 def _tensor_cls() -> type:
-  from tiny_tensor.tensor import Tensor
-  return Tensor
-
-
-def _leaves(x: Any) -> list[Any]:
-  """Tensors found in the arguments, shallowly inside tuples/lists/dicts (not recursively: models aren't searched)."""
-  if isinstance(x, (tuple, list)): return list(x)
-  if isinstance(x, dict): return list(x.values())
-  return []
+  if not _TENSOR:
+    from tiny_tensor.tensor import Tensor
+    _TENSOR.append(Tensor)
+  return _TENSOR[0]
 
 
 def _unbind_shape(shape: tuple, var_vals: dict[str, int]) -> tuple:
+  """The shape with bound Variables replaced by their DEFINE_VAR (their values go to `var_vals`)."""
   out = []
   for d in shape:
     if isinstance(d, UOp):
@@ -224,11 +223,25 @@ def _unbind_shape(shape: tuple, var_vals: dict[str, int]) -> tuple:
   return tuple(out)
 
 
+def _is_plain(a: Any) -> bool:
+  return isinstance(a, _SIMPLE) or (isinstance(a, tuple) and all(isinstance(y, _SIMPLE) for y in a))
+
+
 def _prepare(args: tuple, kwargs: dict) -> tuple[list[Buffer], list, list, dict[str, int], list]:
-  """(input buffers, names, per-input (shape, dtype, device), variable values, plain-Python argument values)."""
-  Tensor = _tensor_cls()
-  named: list[tuple[Any, Any]] = list(enumerate(args)) + sorted(kwargs.items())
-  tensors, names, plain, var_vals = [], [], [], {}
+  """(input buffers, names, per-input (shape, dtype, device), variable values, plain-Python argument values).
+
+  Tensors are found among the arguments and, shallowly, inside list/tuple/dict arguments (a model passed as an
+  argument isn't searched: its tensors are part of the captured graph, not inputs). This runs on every replay: keep
+  it lean.
+  """
+  Tensor = _TENSOR[0] if _TENSOR else _tensor_cls()
+  named: list[tuple[Any, Any]] = list(enumerate(args))
+  if kwargs: named += sorted(kwargs.items())
+  tensors: list[Any] = []
+  names: list[Any] = []
+  plain: list[Any] = []
+  var_vals: dict[str, int] = {}
+  containers = []
   for name, a in named:
     if isinstance(a, Tensor): tensors.append(a); names.append(name)
     elif isinstance(a, UOp):
@@ -237,24 +250,28 @@ def _prepare(args: tuple, kwargs: dict) -> tuple[list[Buffer], list, list, dict[
       v, val = a.unbind()
       var_vals[v.arg[0]] = val
       names.append((name, "var", v.arg[0]))
-    elif isinstance(a, _SIMPLE) or (isinstance(a, tuple) and all(isinstance(y, _SIMPLE) for y in a)):
-      plain.append((name, a))
-    elif type(a).__module__ == "numpy" and type(a).__name__ == "ndarray":
+    elif _is_plain(a): plain.append((name, a))
+    elif isinstance(a, (list, tuple, dict)): containers.append((name, a))
+    elif type(a).__name__ == "ndarray" and type(a).__module__ == "numpy":
       raise JitError(f"TinyJit argument {name!r} is a numpy array: its values would be baked into the captured kernels; "
                      "pass a Tensor instead")
-  for name, a in named:
-    for t in _leaves(a):
+  for name, a in containers:
+    for t in (a.values() if isinstance(a, dict) else a):
       if isinstance(t, Tensor) and not any(t is y for y in tensors): tensors.append(t); names.append((name, "item"))
-  if (unrealized := [t for t in tensors if _buffer_of(t.uop) is None]): Tensor.realize(*unrealized)
   bufs: list[Buffer] = []
   info = []
-  for t in tensors:
-    b = _buffer_of(t.uop)
+  bvs = [engine.buffer_view(t.uop) for t in tensors]
+  if (unrealized := [t for t, bv in zip(tensors, bvs) if bv is None]):
+    Tensor.realize(*unrealized)
+    bvs = [engine.buffer_view(t.uop) for t in tensors]
+  for t, bv in zip(tensors, bvs):
+    b = engine.get_buffer(bv[0]) if bv is not None else None
     if b is None: b = _buffer_of(t.contiguous().realize().uop)  # a view the engine keeps lazy: read a copy
     if b is None: raise JitError(f"TinyJit input {t} could not be realized into a buffer")
-    bufs.append(b.ensure_allocated())
-    info.append((_unbind_shape(t.shape, var_vals), t.dtype, t.device))
-  if len({id(b.base) if b._base is None else (id(b.base), b.offset) for b in bufs}) != len(bufs):
+    bufs.append(b if b._opaque is not None else b.ensure_allocated())
+    shape = t.uop.shape
+    info.append((shape if all(type(d) is int for d in shape) else _unbind_shape(shape, var_vals), t.dtype, t.device))
+  if len(bufs) > 1 and len({(id(b.base), b.offset) for b in bufs}) != len(bufs):
     raise JitError("the same tensor buffer is passed to TinyJit twice; pass it once (or .clone() one of them)")
   return bufs, names, info, var_vals, plain
 
@@ -403,12 +420,13 @@ class TinyJit(Generic[ReturnType]):
     if fxn is None and captured is None: raise TypeError("TinyJit needs a function (or a CapturedJit)")
     self.fxn, self.captured = fxn, captured
     self.cnt = 0 if captured is None else 2
+    self._last: tuple[tuple[UOp, ...], list[Buffer]] | None = None  # the last replay's input UOps and buffers
     if fxn is not None: functools.update_wrapper(self, fxn)  # type: ignore[arg-type]
 
   def reset(self) -> None:
     """Forget the capture: the next call runs eagerly again, the one after captures."""
     if self.fxn is None: raise JitError("this TinyJit was unpickled without its function; it can't be reset")
-    self.cnt, self.captured = 0, None
+    self.cnt, self.captured, self._last = 0, None, None
 
   def __reduce__(self) -> Any:
     if self.captured is None: raise JitError("can't pickle a TinyJit before it captured (call it twice first)")
@@ -424,6 +442,12 @@ class TinyJit(Generic[ReturnType]):
     return ret
 
   def __call__(self, *args: Any, **kwargs: Any) -> ReturnType:
+    # fast path of a replay with the very same input tensors as the last replay (same UOps, so the same buffers,
+    # shapes, dtypes and devices): skip re-deriving and re-checking them
+    if self._last is not None and not kwargs and JIT.value and len(args) == len(self._last[0]) and \
+       all(type(a) is _TENSOR[0] and a.uop is u for a, u in zip(args, self._last[0])):
+      self.cnt += 1
+      return self.captured(self._last[1], {})  # type: ignore[misc]
     inputs, names, info, var_vals, plain = _prepare(args, kwargs)
     if not JIT.value or self.cnt == 0:
       ret = self._eager(args, kwargs)
@@ -440,6 +464,8 @@ class TinyJit(Generic[ReturnType]):
         raise JitError(f"TinyJit: non-Tensor argument changed: captured {bad[0][0]}, now {bad[0][1]}; its value was "
                        "baked into the captured kernels (pass it as a Tensor or a bound Variable, or call .reset())")
       ret = cj(inputs, var_vals)
+      if not kwargs and not var_vals and len(inputs) == len(args) and all(type(a) is _TENSOR[0] for a in args):
+        self._last = (tuple(a.uop for a in args), inputs)
     self.cnt += 1
     return ret
 

@@ -1,0 +1,147 @@
+"""Training step of a small MNIST convnet, and TinyJit replay overhead.
+
+1. ms per training step (TinyJit-replayed) of conv5x5 32 -> conv5x5 32 -> BN -> maxpool -> conv3x3 64 -> conv3x3 64 ->
+   BN -> maxpool -> linear 576->10, batch 128 of 28x28, Adam; side by side with torch (CPU, its default threads) and
+   tinygrad (TinyJit) when importable. Targets: faster than tinygrad, within 1.5x of torch.
+2. µs per call of a jitted one-kernel function (`(x + 1).realize()` on 16 floats) once replaying: the cost of the
+   replay machinery itself. Target: <= 50 µs.
+
+`python bench/bench_train.py` prints the rows; `run()` returns them. `BENCH_TRAIN_STEPS` (default 3) timed steps.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+BS = 128
+STEPS = int(os.environ.get("BENCH_TRAIN_STEPS", 3))
+
+
+def _time_steps(step: Callable[[], Any], warmup: int = 2, steps: int = STEPS) -> float:
+  """Median ms per step after `warmup` calls (which compile and capture)."""
+  for _ in range(warmup): step()
+  times = []
+  for _ in range(steps):
+    st = time.perf_counter()
+    step()
+    times.append(time.perf_counter() - st)
+  return sorted(times)[len(times) // 2] * 1e3
+
+
+def _data() -> tuple[np.ndarray, np.ndarray]:
+  rng = np.random.default_rng(0)
+  return rng.random((BS, 1, 28, 28), dtype=np.float32), rng.integers(0, 10, BS).astype(np.int32)
+
+
+def tiny_train_ms() -> float:
+  from tiny_tensor import Tensor, TinyJit, nn
+  from tiny_tensor.nn.state import get_parameters
+
+  class Net:
+    def __init__(self) -> None:
+      self.layers: list[Callable[[Tensor], Tensor]] = [
+        nn.Conv2d(1, 32, 5), Tensor.relu, nn.Conv2d(32, 32, 5), Tensor.relu, nn.BatchNorm(32), Tensor.max_pool2d,
+        nn.Conv2d(32, 64, 3), Tensor.relu, nn.Conv2d(64, 64, 3), Tensor.relu, nn.BatchNorm(64), Tensor.max_pool2d,
+        lambda x: x.flatten(1), nn.Linear(576, 10)]
+    def __call__(self, x: Tensor) -> Tensor:
+      for f in self.layers: x = f(x)
+      return x
+  model = Net()
+  opt = nn.optim.Adam(get_parameters(model))
+  xs, ys = _data()
+  x, y = Tensor(xs), Tensor(ys)
+
+  @TinyJit
+  def step(x: Tensor, y: Tensor) -> Tensor:
+    with Tensor.train():
+      opt.zero_grad()
+      loss = model(x).sparse_categorical_crossentropy(y).backward()
+      opt.step()
+      return loss.realize()
+  return _time_steps(lambda: step(x, y))
+
+
+def torch_train_ms() -> float:
+  import torch
+  tnn = torch.nn
+  model = tnn.Sequential(tnn.Conv2d(1, 32, 5), tnn.ReLU(), tnn.Conv2d(32, 32, 5), tnn.ReLU(), tnn.BatchNorm2d(32),
+                         tnn.MaxPool2d(2), tnn.Conv2d(32, 64, 3), tnn.ReLU(), tnn.Conv2d(64, 64, 3), tnn.ReLU(),
+                         tnn.BatchNorm2d(64), tnn.MaxPool2d(2), tnn.Flatten(), tnn.Linear(576, 10))
+  opt = torch.optim.Adam(model.parameters())
+  xs, ys = _data()
+  x, y = torch.from_numpy(xs), torch.from_numpy(ys).long()
+
+  def step() -> None:
+    opt.zero_grad()
+    tnn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+  return _time_steps(step)
+
+
+def tinygrad_train_ms() -> float:
+  from tinygrad import Tensor, TinyJit, nn  # type: ignore[import-not-found]
+  layers = [nn.Conv2d(1, 32, 5), Tensor.relu, nn.Conv2d(32, 32, 5), Tensor.relu, nn.BatchNorm(32), Tensor.max_pool2d,
+            nn.Conv2d(32, 64, 3), Tensor.relu, nn.Conv2d(64, 64, 3), Tensor.relu, nn.BatchNorm(64), Tensor.max_pool2d,
+            lambda x: x.flatten(1), nn.Linear(576, 10)]
+  opt = nn.optim.Adam(nn.state.get_parameters(layers))
+  xs, ys = _data()
+  x, y = Tensor(xs), Tensor(ys)
+
+  @TinyJit
+  @Tensor.train()
+  def step(x: Any, y: Any) -> Any:
+    opt.zero_grad()
+    loss = x.sequential(layers).sparse_categorical_crossentropy(y).backward()
+    return loss.realize(*opt.schedule_step())
+  return _time_steps(lambda: step(x, y))
+
+
+def _replay_us(make: Callable[[], tuple[Callable, Any]], reps: int = 500) -> float:
+  fn, x = make()
+  for _ in range(5): fn(x)
+  means = []
+  for _ in range(5):
+    st = time.perf_counter()
+    for _ in range(reps): fn(x)
+    means.append((time.perf_counter() - st) / reps)
+  return sorted(means)[2] * 1e6
+
+
+def tiny_replay_us() -> float:
+  def make() -> tuple[Callable, Any]:
+    from tiny_tensor import Tensor, TinyJit
+    return TinyJit(lambda x: (x + 1).realize()), Tensor(np.ones(16, np.float32)).realize()
+  return _replay_us(make)
+
+
+def tinygrad_replay_us() -> float:
+  def make() -> tuple[Callable, Any]:
+    from tinygrad import Tensor, TinyJit  # type: ignore[import-not-found]
+    return TinyJit(lambda x: (x + 1).realize()), Tensor(np.ones(16, np.float32)).realize()
+  return _replay_us(make)
+
+
+def run() -> dict[str, dict[str, Any]]:
+  train: dict[str, Any] = {"unit": "ms", "better": "lower", "target": "faster than tinygrad, <= 1.5x torch"}
+  replay: dict[str, Any] = {"unit": "us", "better": "lower", "target": "tiny <= 50 us"}
+  train["tiny"] = tiny_train_ms()
+  replay["tiny"] = tiny_replay_us()
+  try: train["torch"] = torch_train_ms()
+  except ImportError: pass
+  try:
+    import tinygrad  # type: ignore[import-not-found]  # noqa: F401
+  except ImportError: pass
+  else:
+    train["tinygrad"] = tinygrad_train_ms()
+    replay["tinygrad"] = tinygrad_replay_us()
+  return {f"convnet train step, batch {BS} 28x28, Adam": train, "TinyJit replay, one kernel": replay}
+
+
+if __name__ == "__main__":
+  for case, r in run().items():
+    print(case, "  ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()))
+  sys.exit(0)
