@@ -152,3 +152,39 @@ def test_ops_on_the_python_device_match_cpu():
     assert all(o.device == dev for o in outs), [o.device for o in outs]
     return [o.numpy() for o in outs]
   for a, b in zip(run("PYTHON"), run("CPU")): np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+GRAD_CASES = {  # name: (input shapes, tiny fn(*tensors), reference fn(torch, *torch tensors))
+  "einsum": ([(2, 3), (3, 4)], lambda a, b: Tensor.einsum("ij,jk->ik", a, b), lambda T, a, b: a @ b),
+  "einsum_diag": ([(3, 3)], lambda a: Tensor.einsum("ii->i", a), lambda T, a: a.diagonal()),
+  "cumprod": ([(3, 4)], lambda a: a.cumprod(1), lambda T, a: a.cumprod(1)),
+  "cummax": ([(3, 4)], lambda a: a.cummax(0)[0], lambda T, a: a.cummax(0)[0]),
+  "logcumsumexp": ([(3, 4)], lambda a: a.logcumsumexp(1), lambda T, a: a.logcumsumexp(1)),
+  "unfold": ([(2, 7)], lambda a: a.unfold(1, 3, 2), lambda T, a: a.unfold(1, 3, 2)),
+  "normalize": ([(3, 4)], lambda a: a.normalize(), lambda T, a: T.nn.functional.normalize(a)),
+  "roll": ([(3, 4)], lambda a: a.roll((1, -2), (0, 1)), lambda T, a: a.roll((1, -2), (0, 1))),
+  "tril": ([(3, 4)], lambda a: a.tril(1), lambda T, a: a.tril(1)),
+  "diagonal": ([(3, 4)], lambda a: a.diagonal(-1), lambda T, a: a.diagonal(-1)),
+  "rearrange": ([(2, 6)], lambda a: a.rearrange("a (b c) -> c a b", b=2),
+                lambda T, a: a.reshape(2, 2, 3).permute(2, 0, 1)),
+  "pad2d": ([(2, 3)], lambda a: a.pad2d((1, -1, 2, 0)), lambda T, a: T.nn.functional.pad(a, (1, -1, 2, 0))),
+  "topk": ([(3, 5)], lambda a: a.topk(2)[0], lambda T, a: a.topk(2)[0]),
+  "scatter": ([(3, 4), (2, 4)], lambda a, s: a.scatter(0, Tensor([[0, 2, 1, 0], [1, 0, 2, 2]]), s),
+              lambda T, a, s: a.scatter(0, T.tensor([[0, 2, 1, 0], [1, 0, 2, 2]]), s)),
+}
+
+
+@pytest.mark.parametrize("name", list(GRAD_CASES))
+def test_gradients_vs_torch(name):
+  torch = pytest.importorskip("torch")
+  shapes, tiny_fn, torch_fn = GRAD_CASES[name]
+  xs = [rng.permutation(int(np.prod(s))).astype(np.float32).reshape(s) / 4 + 0.5 for s in shapes]  # no ties
+  ts = [torch.tensor(x, requires_grad=True) for x in xs]
+  ref = torch_fn(torch, *ts)
+  w = rng.standard_normal(tuple(ref.shape)).astype(np.float32)
+  (ref * torch.tensor(w)).sum().backward()
+  tx = [Tensor(x) for x in xs]
+  out = tiny_fn(*tx)
+  np.testing.assert_allclose(out.numpy(), ref.detach().numpy(), rtol=1e-5, atol=1e-5)
+  for g, t in zip((out * Tensor(w)).sum().gradient(*tx), ts):
+    np.testing.assert_allclose(g.numpy(), t.grad.numpy(), rtol=1e-4, atol=1e-4)
