@@ -34,8 +34,7 @@ GOLDEN_C = """\
 void E_8(float* restrict data0, float* restrict data1, int core_id) {
   for (int Lidx0 = 0; Lidx0 < 8; Lidx0++) {
     float val0 = (*(data1+Lidx0));
-    float alu0 = (val0*2.0f);
-    *(data0+Lidx0) = alu0;
+    *(data0+Lidx0) = (val0*2.0f);
   }
 }
 """
@@ -100,7 +99,7 @@ def test_gated_load_renders_safely():
   i = UOp.range(10, 0)
   ast = c.index(i).store(a.index(i - 1, (i >= 1) & (i < 9)).load()).sink(arg=KernelInfo("E_10"))
   csrc = render(ClangRenderer, ast)
-  assert re.search(r"\?\(\*\(data1\+\w+\)\):0\.0f\)", csrc), csrc
+  assert re.search(r"\?\(\*\(data1\+.+?\)\):0\.0f\)", csrc), csrc
   lsrc = render(LLVMRenderer, ast)  # the address is clamped before the load, then the value selected
   assert re.search(r"select i1 %t\d+, i32 %t\d+, i32 0", lsrc), lsrc
   assert re.search(r"select i1 %t\d+, float %t\d+, float zeroinitializer", lsrc), lsrc
@@ -127,3 +126,14 @@ def test_readme_example_runs():
   assert "void E_16(float* restrict data0, float* restrict data1, float* restrict data2, int core_id)" in out.stdout
   assert "define void @E_16(ptr noalias %data0, ptr noalias %data1, ptr noalias %data2, i32 %core_id)" in out.stdout
   assert re.search(r"E_16 \(1, 1, 1\) \d+ bytes", out.stdout)
+
+
+def test_c_inlines_single_use_values_only_at_full_width():
+  """float/int32 values used once are written inline; half and int8 values get a variable (they round/wrap)."""
+  c, a = UOp(Ops.PARAM, dtypes.half.ptr(4), arg=0), UOp(Ops.PARAM, dtypes.int8.ptr(4), arg=1)
+  i = UOp.range(4, 0)
+  x = a.index(i).load()
+  ast = c.index(i).store(((x * x) // 3).cast(dtypes.half) * UOp.const(dtypes.half, 0.5)).sink(arg=KernelInfo("E_4"))
+  src = render(ClangRenderer, ast)
+  assert "signed char alu0 = (val0*val0);" in src and "signed char alu1 = (alu0/((signed char)3));" in src
+  assert "__fp16 cast0 = ((__fp16)(alu1));" in src

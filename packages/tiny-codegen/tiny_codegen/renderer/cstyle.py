@@ -56,6 +56,11 @@ BASE_CODE: dict[Ops, Callable[[list[str], DType], str]] = {
 }
 
 
+# values of these types can be written inline: C evaluates them at their own width (narrower ones are promoted to
+# int/float, so they must be stored to a variable to round or wrap after every op)
+_INLINE_DTYPES = {dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64, dtypes.float32, dtypes.float64}
+
+
 class ClangRenderer(CPURenderer):
   """C source for the host CPU (clang preferred, gcc fallback); see the module docstring."""
   code_for_op = BASE_CODE
@@ -123,6 +128,11 @@ class ClangRenderer(CPURenderer):
 
     def emit(line: str) -> None: lines.append("  " * depth + line)
 
+    uses: dict[UOp, int] = {}
+    for u in uops:  # uses in code (GROUP/END/SINK and the ordering-only sources of LOAD/STORE don't count)
+      if u.op in (Ops.GROUP, Ops.END, Ops.SINK): continue
+      for x in (u.src[:1] if u.op is Ops.LOAD else u.src[:2] if u.op is Ops.STORE else u.src):
+        uses[x] = uses.get(x, 0) + (2 if u.op is Ops.BITCAST else 1)  # a BITCAST takes its source's address
     vecs: list[DType] = []
     for u in uops:
       op, dt, src = u.op, u.dtype, u.src
@@ -161,8 +171,11 @@ class ClangRenderer(CPURenderer):
       elif op in (Ops.GROUP, Ops.SINK, Ops.NOOP): pass
       elif op is Ops.AFTER: r[u] = s[0]
       elif op is Ops.CAST:
-        r[u] = fresh("cast")
-        emit(f"{self.render_dtype(dt)} {r[u]} = ({self.render_dtype(dt)})({s[0]});")
+        expr = f"(({self.render_dtype(dt)})({s[0]}))"
+        if uses.get(u, 0) == 1 and dt in _INLINE_DTYPES: r[u] = expr
+        else:
+          r[u] = fresh("cast")
+          emit(f"{self.render_dtype(dt)} {r[u]} = {expr};")
       elif op is Ops.BITCAST:
         r[u] = fresh("cast")
         emit(f"{self.render_dtype(dt)} {r[u]}; __builtin_memcpy(&{r[u]}, &{s[0]}, sizeof({r[u]}));")
@@ -172,9 +185,12 @@ class ClangRenderer(CPURenderer):
       elif op is Ops.GEP:
         r[u] = f"{s[0]}[{u.arg[0] if isinstance(u.arg, tuple) else u.arg}]"
       elif op in self.code_for_op:
-        r[u] = fresh("alu")
         sdt = src[-1].dtype if op is Ops.WHERE else src[0].dtype
-        emit(f"{self.render_dtype(dt)} {r[u]} = {self.code_for_op[op](s, sdt)};")
+        expr = self.code_for_op[op](s, sdt)
+        if uses.get(u, 0) == 1 and dt in _INLINE_DTYPES: r[u] = expr  # a value used once is written where used
+        else:
+          r[u] = fresh("alu")
+          emit(f"{self.render_dtype(dt)} {r[u]} = {expr};")
       else: raise NotImplementedError(f"C renderer can't render {op} ({dt}); supported ALU ops: "
                                       f"{', '.join(o.name for o in self.code_for_op)}")
     typedefs = []
