@@ -1,0 +1,224 @@
+"""AMDGPU renderer (`AMDGPURenderer`): linear UOps -> LLVM IR for `amdgcn-amd-amdhsa` (arch e.g. gfx1100), compiled
+by llvmlite's AMDGPU backend and linked into an HSA code object (`compiler/amdgpu.py`).
+
+The kernel is `define amdgpu_kernel void @name(ptr addrspace(1) noalias %data0, ..., i32 %var.<name>, ...)`:
+buffers by PARAM slot then DEFINE_VARs in name order, all in the kernarg segment (8-byte pointers, 4-byte ints,
+naturally aligned). `SPECIAL` gidx{i} is `llvm.amdgcn.workgroup.id.{x,y,z}`, lidx{i} `llvm.amdgcn.workitem.id.*`
+(read once in the entry block); launch `spec.global_size` work-groups of `spec.local_size` work-items.
+DEFINE_LOCAL is an LDS array (`addrspace(3)` global), BARRIER a workgroup fence + `llvm.amdgcn.s.barrier`,
+accumulators are private `alloca`s (`addrspace(5)`, promoted to VGPRs by the optimizer). Loops, casts and ALU ops
+are the host LLVM renderer's (`llvmir.py`). Transcendentals: `llvm.exp2/log2/sqrt` (hardware, correctly handled
+denormals) for half/float; SIN and every double EXP2/LOG2 use tiny's polynomials. bfloat16 goes through float32.
+Tensor cores (RDNA3, gfx11xx): `llvm.amdgcn.wmma.f32.16x16x16.{f16,bf16}` (wave32), declared in `tensor_cores`;
+a WMMA UOp renders to one call.
+"""
+from __future__ import annotations
+
+from tiny_uop.device import Renderer, TensorCore
+from tiny_uop.dtype import AddrSpace, DType, PtrDType, dtypes
+from tiny_uop.uop import AXIS_LETTER, Ops, UOp
+
+from tiny_codegen.compiler.amdgpu import AMDGPUCompiler, amdgpu_datalayout
+from tiny_codegen.renderer import kernel_params
+from tiny_codegen.renderer.llvmir import _ALU_OPS, _LLVMEmitter, ltype
+from tiny_codegen.renderer.ptx import gpu_math_matcher
+
+CODE_OBJECT_VERSION = 400  # HSA code object v4: loaded by every ROCm, and linkable by ld.lld 14 (v5+ needs lld 16+)
+_AS = {AddrSpace.GLOBAL: 1, AddrSpace.LOCAL: 3, AddrSpace.REG: 5}
+
+
+def _ptr(dt: DType) -> str:
+  space = _AS[dt.addrspace] if isinstance(dt, PtrDType) else 1
+  return f"ptr addrspace({space})"
+
+
+class AMDGPURenderer(Renderer):
+  """LLVM IR for AMD GPUs (arch `gfxNNNN`, default gfx1100); see the module docstring."""
+  device = "AMD"
+  has_local = True
+  has_shared = True
+  supports_float4 = True
+  global_max = (0x7FFFFFFF, 65535, 65535)
+  local_max = (1024, 1024, 1024)
+  shared_max = 65536
+  bf16_through_float = True
+  decompose_ops = (Ops.SIN,)
+  transcendental_via_f64 = False
+  extra_matcher = gpu_math_matcher
+  compiler_cls = AMDGPUCompiler
+
+  def __init__(self, arch: str = ""):
+    arch = arch or "gfx1100"
+    if not arch.startswith("gfx"): raise ValueError(f"AMDGPU arch {arch!r} is not a gfx name; valid e.g. gfx1100, gfx90a")
+    self.tensor_cores = [TensorCore((16, 16, 16), dt, dtypes.float32, 32, (16, 16, 8), ("wmma.16x16x16",))
+                         for dt in (dtypes.float16, dtypes.bfloat16)] if arch.startswith("gfx11") else []
+    super().__init__(arch)
+
+  def make_compiler(self) -> AMDGPUCompiler: return AMDGPUCompiler(self.arch or "gfx1100")
+
+  def supported_dtypes(self) -> tuple[DType, ...]:
+    return tuple(d for d in dtypes.all if d not in (dtypes.bfloat16, *dtypes.fp8s))
+
+  def render(self, uops: list[UOp]) -> str:
+    """LLVM IR (module with triple and data layout) of the kernel `uops`."""
+    return _AMDGPUEmitter(uops, self.arch or "gfx1100").render()
+
+
+class _AMDGPUEmitter(_LLVMEmitter):
+  def __init__(self, uops: list[UOp], arch: str):
+    super().__init__(uops)
+    self.arch = arch
+    self.globals: list[str] = []
+
+  def wmma(self, u: UOp) -> str:
+    a, b, c = u.src
+    if (a.dtype.count, b.dtype.count, c.dtype.count) != (16, 16, 8) or u.dtype.scalar() != dtypes.float32:
+      raise ValueError(f"AMDGPU WMMA needs 16-wide A/B and 8-wide float C (wave32 16x16x16), got "
+                       f"{a.dtype}/{b.dtype}/{c.dtype}")
+    kind = {dtypes.float16: "f16", dtypes.bfloat16: "bf16", dtypes.uint16: "bf16"}.get(a.dtype.scalar())
+    if kind is None: raise NotImplementedError(f"AMDGPU WMMA has no {a.dtype.scalar()} inputs; valid: half, bfloat16")
+    tin = "<16 x half>" if kind == "f16" else "<16 x i16>"
+    fn = f"llvm.amdgcn.wmma.f32.16x16x16.{kind}"
+    self.decls.add(f"declare <8 x float> @{fn}({tin}, {tin}, <8 x float>)")
+    args = []
+    for s in (a, b):
+      v = self.val(s)
+      if kind == "bf16" and s.dtype.scalar() != dtypes.uint16:
+        cast = self.tmp()
+        self.emit(f"{cast} = bitcast {ltype(s.dtype)} {v} to {tin}")
+        v = cast
+      args.append(f"{tin} {v}")
+    out = self.tmp()
+    self.emit(f"{out} = call <8 x float> @{fn}({', '.join(args)}, <8 x float> {self.val(c)})")
+    return out
+
+  def render(self) -> str:
+    uops = self.uops
+    name = getattr(uops[-1].arg, "name", "kernel")
+    params, dvars = kernel_params(uops)
+    args = [f"ptr addrspace(1) noalias align 16 %data{p.arg}" for p in params]
+    seen: set[str] = set()
+    for dv in dvars:
+      if dv.arg[0] not in seen: args.append(f"i32 %var.{dv.arg[0]}")
+      seen.add(dv.arg[0])
+    for u in uops:
+      op, dt, src = u.op, u.dtype, u.src
+      if op is Ops.PARAM: self.r[u] = f"%data{u.arg}"
+      elif op is Ops.DEFINE_VAR: self.r[u] = f"%var.{u.arg[0]}"
+      elif op is Ops.SPECIAL:
+        if u.arg[:4] not in ("gidx", "lidx"): raise NotImplementedError(f"AMDGPU renderer has no index {u.arg!r}")
+        fn = f"llvm.amdgcn.{'workgroup' if u.arg[0] == 'g' else 'workitem'}.id.{'xyz'[int(u.arg[4:])]}"
+        self.decls.add(f"declare i32 @{fn}()")
+        self.r[u] = f"%{u.arg}"
+        self.allocas.append(f"  %{u.arg} = call i32 @{fn}()")
+      elif op in (Ops.CONST, Ops.VCONST): pass
+      elif op is Ops.DEFINE_REG:
+        assert isinstance(dt, PtrDType)
+        self.r[u] = f"%acc{u.arg}"
+        self.allocas.append(f"  %acc{u.arg} = alloca [{dt.size} x {ltype(dt.base, mem=True)}], align 16, addrspace(5)")
+      elif op is Ops.DEFINE_LOCAL:
+        assert isinstance(dt, PtrDType)
+        sym = f"@{name}.temp{len(self.globals)}"
+        self.globals.append(f"{sym} = internal addrspace(3) global [{dt.size} x {ltype(dt.base, mem=True)}] "
+                            "undef, align 16")
+        self.r[u] = sym
+      elif op is Ops.RANGE:
+        i = self.loops[u] = len(self.loops)
+        lbl, rv = f"loop{i}", f"%{AXIS_LETTER.get(u.arg[1], 'r')}idx{u.arg[0]}"
+        self.r[u] = rv
+        self.emit(f"br label %{lbl}.pre")
+        self.lines.append(f"{lbl}.pre:")
+        self.emit(f"br label %{lbl}.head")
+        self.lines.append(f"{lbl}.head:")
+        self.emit(f"{rv} = phi i32 [ 0, %{lbl}.pre ], [ {rv}.next, %{lbl}.latch ]")
+        self.emit(f"{rv}.cmp = icmp slt i32 {rv}, {self.val(src[0])}")
+        self.emit(f"br i1 {rv}.cmp, label %{lbl}.body, label %{lbl}.exit")
+        self.lines.append(f"{lbl}.body:")
+      elif op is Ops.END:
+        rng = src[-1]
+        lbl, rv = f"loop{self.loops[rng]}", self.r[rng]
+        self.emit(f"br label %{lbl}.latch")
+        self.lines.append(f"{lbl}.latch:")
+        self.emit(f"{rv}.next = add nsw i32 {rv}, 1")
+        self.emit(f"br label %{lbl}.head")
+        self.lines.append(f"{lbl}.exit:")
+      elif op is Ops.IF:
+        k = self.n = self.n + 1
+        self.r[u] = f"if{k}"
+        self.emit(f"br i1 {self.val(src[0])}, label %if{k}.then, label %if{k}.end")
+        self.lines.append(f"if{k}.then:")
+      elif op is Ops.ENDIF:
+        self.emit(f"br label %{self.r[src[0]]}.end")
+        self.lines.append(f"{self.r[src[0]]}.end:")
+      elif op is Ops.BARRIER:
+        self.decls.add("declare void @llvm.amdgcn.s.barrier()")
+        self.emit('fence syncscope("workgroup") release')
+        self.emit("call void @llvm.amdgcn.s.barrier()")
+        self.emit('fence syncscope("workgroup") acquire')
+      elif op is Ops.INDEX:
+        idx = self.val(src[1])
+        if len(src) > 2:
+          self.gates[u] = self.val(src[2])
+          safe = self.tmp()
+          self.emit(f"{safe} = select i1 {self.gates[u]}, i32 {idx}, i32 0")
+          idx = safe
+        out = self.tmp()
+        pdt = src[0].dtype
+        assert isinstance(pdt, PtrDType)
+        self.emit(f"{out} = getelementptr inbounds {ltype(pdt.base, mem=True)}, {_ptr(pdt)} {self.val(src[0])}, i32 {idx}")
+        self.r[u] = out
+      elif op is Ops.LOAD:
+        out = self.tmp()
+        self.emit(f"{out} = load {ltype(dt, mem=True)}, {_ptr(src[0].dtype)} {self.val(src[0])}")
+        if dt.scalar() == dtypes.bool:
+          b = self.tmp()
+          self.emit(f"{b} = icmp ne {ltype(dt, mem=True)} {out}, zeroinitializer")
+          out = b
+        if src[0] in self.gates:
+          g = self.tmp()
+          self.emit(f"{g} = select i1 {self.gates[src[0]]}, {ltype(dt)} {out}, {ltype(dt)} zeroinitializer")
+          out = g
+        self.r[u] = out
+      elif op is Ops.STORE:
+        v, vdt = self.val(src[1]), src[1].dtype
+        if vdt.scalar() == dtypes.bool:
+          z = self.tmp()
+          self.emit(f"{z} = zext {ltype(vdt)} {v} to {ltype(vdt, mem=True)}")
+          v = z
+        st = f"store {ltype(vdt, mem=True)} {v}, {_ptr(src[0].dtype)} {self.val(src[0])}"
+        if src[0] in self.gates:
+          k = self.n = self.n + 1
+          self.emit(f"br i1 {self.gates[src[0]]}, label %st{k}.do, label %st{k}.skip")
+          self.lines.append(f"st{k}.do:")
+          self.emit(st)
+          self.emit(f"br label %st{k}.skip")
+          self.lines.append(f"st{k}.skip:")
+        else: self.emit(st)
+      elif op in (Ops.GROUP, Ops.SINK, Ops.NOOP): pass
+      elif op is Ops.AFTER: self.r[u] = self.val(src[0])
+      elif op is Ops.CAST: self.r[u] = self.cast(self.val(src[0]), src[0].dtype, dt)
+      elif op is Ops.BITCAST:
+        out = self.tmp()
+        self.emit(f"{out} = bitcast {self.typed(src[0])} to {ltype(dt)}")
+        self.r[u] = out
+      elif op is Ops.VECTORIZE:
+        cur = "poison"
+        for i, s in enumerate(src):
+          nxt = self.tmp()
+          self.emit(f"{nxt} = insertelement {ltype(dt)} {cur}, {self.typed(s)}, i32 {i}")
+          cur = nxt
+        self.r[u] = cur
+      elif op is Ops.GEP:
+        out = self.tmp()
+        self.emit(f"{out} = extractelement {self.typed(src[0])}, i32 {u.arg[0] if isinstance(u.arg, tuple) else u.arg}")
+        self.r[u] = out
+      elif op is Ops.WMMA: self.r[u] = self.wmma(u)
+      elif op in _ALU_OPS: self.r[u] = self.alu(u)
+      else: raise NotImplementedError(f"AMDGPU renderer can't render {op} ({dt})")
+    attrs = f'"amdgpu-flat-work-group-size"="1,1024" "target-cpu"="{self.arch}"'
+    head = [f'target datalayout = "{amdgpu_datalayout(self.arch)}"', 'target triple = "amdgcn-amd-amdhsa"', ""]
+    decls = sorted(self.decls)
+    return "\n".join(head + self.globals + decls) + (
+      f"\ndefine amdgpu_kernel void @{name}({', '.join(args)}) #0 {{\nentry:\n" +
+      "".join(a + "\n" for a in self.allocas) + "\n".join(self.lines) + f"\n  ret void\n}}\nattributes #0 = {{ {attrs} }}\n"
+      f'!llvm.module.flags = !{{!0}}\n!0 = !{{i32 1, !"amdhsa_code_object_version", i32 {CODE_OBJECT_VERSION}}}\n')
