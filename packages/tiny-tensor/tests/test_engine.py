@@ -147,3 +147,10 @@ def test_lazy_tensors_reuse_what_was_realized():
   GlobalCounters.reset()
   assert y.numpy()[0, 0] == 9.0
   assert GlobalCounters.kernel_count == 1 and GlobalCounters.global_ops == 64  # only the +1, the matmul is not redone
+
+
+def test_large_arange_is_linear_cost():
+  GlobalCounters.reset()
+  a = Tensor.arange(100_003)
+  assert np.array_equal(a.numpy(), np.arange(100_003))
+  assert GlobalCounters.global_ops < 20 * 100_003  # no n^2 triangle: [1..n] is built from two ~sqrt(n) ones

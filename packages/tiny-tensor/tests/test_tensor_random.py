@@ -55,3 +55,18 @@ def test_rand_errors():
   with pytest.raises(ValueError, match="float"): Tensor.rand(3, dtype=dtypes.int32)
   with pytest.raises(ValueError, match="shape"): Tensor.rand(-1, 2)
   with pytest.raises(ValueError, match="low"): Tensor.randint(3, low=5, high=5)
+
+
+def test_counter_lives_on_the_device_so_jit_replays_draw_new_numbers():
+  from tiny_tensor import TinyJit
+  Tensor.manual_seed(7)
+  a = Tensor.rand(6).numpy()
+  dev = Tensor.rand(1).device
+  assert Tensor._rng_counters[dev].tolist() == [7]  # 6 words, then 1
+  Tensor.manual_seed(7)
+
+  @TinyJit
+  def f(x: Tensor) -> Tensor: return (x + Tensor.rand(6)).realize()
+  outs = [f(Tensor(np.zeros(6, np.float32))).numpy() for _ in range(4)]
+  assert np.array_equal(outs[0], a)  # same seed, same first draw, jitted or not
+  assert len({o.tobytes() for o in outs}) == 4  # replays (calls 3, 4) advance the device counter too

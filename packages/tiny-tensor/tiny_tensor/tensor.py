@@ -28,6 +28,7 @@ __all__ = ["Tensor"]
 
 _all_tensors: weakref.WeakSet[Tensor] = weakref.WeakSet()
 _device_cache: dict[tuple[str | None, str], str] = {}
+_rng_index: dict[tuple[str, int], Tensor] = {}
 
 
 def _canonical_device(device: str | None) -> str:
@@ -101,7 +102,7 @@ class Tensor(metaclass=_TensorMeta):
   """
   __slots__ = ("uop", "requires_grad", "grad", "_origin", "__weakref__")
   _seed: ClassVar[int] = 0
-  _rng_counter: ClassVar[int] = 0
+  _rng_counters: ClassVar[dict[str, Tensor]] = {}  # per device: how many random words were drawn (on the device)
 
   def __init__(self, data: Any = None, device: str | None = None, dtype: Any = None, requires_grad: bool | None = None):
     dt = to_dtype(dtype) if dtype is not None else None
@@ -349,6 +350,10 @@ class Tensor(metaclass=_TensorMeta):
   def _arange_idx(n: int, device: str | None) -> Tensor:
     """int32 [1, 2, ..., n] built from constants: an upper-triangular mask (pad+reshape) summed over its rows."""
     if n == 0: return Tensor.zeros(0, dtype=dtypes.int32, device=device)
+    if n > 4096:  # keep the triangle small (its flat size is ~2*n*n): [1..n] = (row*b + [1..b]) over rows of b
+      b = math.isqrt(n - 1) + 1
+      rows = Tensor._arange_idx(ceildiv(n, b), device) - 1
+      return (rows.reshape(-1, 1) * b + Tensor._arange_idx(b, device).reshape(1, b)).flatten()[:n]
     ones = Tensor.full((n,), 1, dtype=dtypes.int32, device=device).pad((0, n))         # (2n,): n ones then n zeros
     tri = ones.reshape(1, 2 * n).expand(n, 2 * n).reshape(2 * n * n)[:n * (2 * n - 1)]  # row i is shifted by i
     return tri.reshape(n, 2 * n - 1)[:, :n].sum(0)                                       # tri[i, j] = (j >= i)
@@ -397,8 +402,9 @@ class Tensor(metaclass=_TensorMeta):
   # ***** random (counter-based threefry) *****
   @staticmethod
   def manual_seed(seed: int = 0) -> None:
-    """Set the seed of the random functions (and restart their counter)."""
-    Tensor._seed, Tensor._rng_counter = int(seed), 0
+    """Set the seed of the random functions (and restart their counters)."""
+    Tensor._seed = int(seed)
+    Tensor._rng_counters.clear()
 
   @staticmethod
   def _threefry2x32(x0: Tensor, x1: Tensor, k0: int, k1: int) -> tuple[Tensor, Tensor]:
@@ -419,13 +425,20 @@ class Tensor(metaclass=_TensorMeta):
 
   @staticmethod
   def _random_bits(num: int, device: str) -> Tensor:
-    """`num` random uint32 words: threefry2x32 of counters (c, c + n/2) under the key (seed low, seed high)."""
+    """`num` random uint32 words: threefry2x32 of counters (c + i, c + i + n/2) under the key (seed low, seed high).
+
+    The counter c lives in a device buffer and advances by an ASSIGN in the same graph, so a TinyJit replay draws
+    new numbers each call (like tinygrad).
+    """
     half = ceildiv(num, 2)
-    base = Tensor._rng_counter
-    Tensor._rng_counter += num
-    cnt = (np.arange(base, base + half, dtype=np.uint64) & 0xffffffff).astype(np.uint32)
-    counts0 = Tensor(cnt, device=device, dtype=dtypes.uint32)
-    counts1 = Tensor(cnt + np.uint32(half), device=device, dtype=dtypes.uint32)
+    if (ctr := Tensor._rng_counters.get(device)) is None:
+      ctr = Tensor._rng_counters[device] = Tensor(np.zeros(1, np.uint32), device=device, requires_grad=False)
+    start = ctr.assign(ctr + num) - num  # the counter before this draw
+    if (idx := _rng_index.get((device, half))) is None:  # 0..half-1 as a realized buffer: O(n), nothing to fold
+      if len(_rng_index) > 64: _rng_index.clear()
+      idx = _rng_index[(device, half)] = Tensor(np.arange(half, dtype=np.uint32), device=device, requires_grad=False)
+    counts0 = idx + start
+    counts1 = counts0 + half
     seed = Tensor._seed & 0xffffffffffffffff
     lo, hi = Tensor._threefry2x32(counts0, counts1, seed & 0xffffffff, seed >> 32)
     return lo.cat(hi)[:num]
