@@ -5,10 +5,8 @@ import functools
 import re
 import threading
 from dataclasses import dataclass
-from typing import Any
 
 from tiny_uop.device import ProgramSpec, Renderer
-from tiny_uop.dtype import PtrDType
 from tiny_uop.helpers import BEAM, DEBUG, NOOPT
 from tiny_uop.uop import KernelInfo, Ops, UOp
 
@@ -108,5 +106,3 @@ def get_program(ast: UOp, renderer: Renderer) -> ProgramSpec:
   """Lower, render and compile kernel `ast` for `renderer`, as the `ProgramSpec` a runtime launches."""
   return spec_from_program(to_program(ast, renderer))
 
-
-_ = (Any, PtrDType)

@@ -2,7 +2,7 @@
 
 `pm_gates`: gated INDEX/LOAD/STORE whose gate folded to a constant lose the gate (true) or the access (false: a
 LOAD yields 0, a STORE disappears). `pm_decomp`: MULACC -> a*b+c (unfused, exact), BIND -> its DEFINE_VAR.
-`pm_bf16`: bfloat16 through float32 for renderers without bf16 arithmetic: loads and stores move the raw 16 bits
+`bf16_to_float`: bfloat16 through float32 for renderers without bf16 arithmetic: loads and stores move the raw 16 bits
 (as uint16), math runs in float32, and float32 -> bfloat16 rounds to nearest even (NaN stays NaN).
 """
 from __future__ import annotations

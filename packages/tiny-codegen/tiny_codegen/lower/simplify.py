@@ -6,8 +6,6 @@ always runs with it, so lowering works (and folds the lanes the expander substit
 from __future__ import annotations
 
 import functools
-import math
-from typing import Any
 
 from tiny_uop.dtype import dtypes, truncate_int
 from tiny_uop.pattern import PatternMatcher, UPat, graph_rewrite
@@ -99,5 +97,3 @@ def simplify_graph(sink: UOp, name: str = "simplify") -> UOp:
   """The graph with index math simplified (shared symbolic rules when available, plus constant folding)."""
   return graph_rewrite(sink, _simplifier(), name=name)
 
-
-_ = (math, Any)
