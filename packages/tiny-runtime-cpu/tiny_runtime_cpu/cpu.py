@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import ctypes
+import importlib
 import os
 import shutil
 import struct
@@ -28,18 +29,15 @@ ELF_MAGIC = b"\x7fELF"
 ET_REL, ET_DYN = 1, 3  # e_type values (elf.h): relocatable object, shared object
 
 
-def _renderer_classes() -> list[type[Renderer]]:
-  """The CPU renderers from tiny-codegen, LLVM first; whichever fails to import is left out."""
+def _renderer_classes() -> tuple[list[type[Renderer]], dict[str, str]]:
+  """The CPU renderers from tiny-codegen, LLVM first, and why any of them failed to import (name -> reason)."""
   out: list[type[Renderer]] = []
-  try:
-    from tiny_codegen.renderer.llvmir import LLVMRenderer
-    out.append(LLVMRenderer)
-  except ImportError: pass
-  try:
-    from tiny_codegen.renderer.cstyle import ClangRenderer
-    out.append(ClangRenderer)
-  except ImportError: pass
-  return out
+  errors: dict[str, str] = {}
+  for name, mod, attr in (("LLVM", "tiny_codegen.renderer.llvmir", "LLVMRenderer"),
+                          ("CLANG", "tiny_codegen.renderer.cstyle", "ClangRenderer")):
+    try: out.append(getattr(importlib.import_module(mod), attr))
+    except (ImportError, AttributeError) as e: errors[name] = f"{type(e).__name__}: {e}"
+  return out, errors
 
 
 class TargetRenderer:
@@ -148,7 +146,8 @@ class CPUDevice(TargetRenderer, Compiled):
   """The host CPU. ``Device["CPU"]``; ``DEV=CPU:LLVM`` (default) or ``DEV=CPU:CLANG`` picks the renderer."""
 
   def __init__(self, device: str = "CPU"):
-    super().__init__(device, HostAllocator(), _renderer_classes(), CPUProgram)
+    classes, self.renderer_errors = _renderer_classes()
+    super().__init__(device, HostAllocator(), classes, CPUProgram)
     self.jit = MCJIT()
     self.pool = ThreadPool(default_threads(int(CPU_THREADS.value)) - 1)  # the launching thread is one of them
 
@@ -157,9 +156,11 @@ class CPUDevice(TargetRenderer, Compiled):
       raise RuntimeError(f"DEV={self.device}:{name} needs clang, which is not installed: apt-get install clang "
                          f"(or use {self.device}:LLVM, which needs only llvmlite)")
     if name is not None and name.upper() == "C": name = "CLANG"
+    if name is not None and name.upper() in self.renderer_errors:
+      raise RuntimeError(f"renderer {name} for {self.device} failed to import: {self.renderer_errors[name.upper()]}")
     if not self.renderer_classes:
       raise RuntimeError(f"device {self.device} has no renderer: tiny-codegen's LLVMRenderer/ClangRenderer failed to "
-                         f"import (pip install tiny-codegen llvmlite)")
+                         f"import ({self.renderer_errors}); pip install tiny-codegen llvmlite")
     return super().select_renderer(name)
 
   def finalize(self) -> None: self.pool.close()
