@@ -149,6 +149,7 @@ class CPUDevice(TargetRenderer, Compiled):
     classes, self.renderer_errors = _renderer_classes()
     super().__init__(device, HostAllocator(), classes, CPUProgram)
     self.jit = MCJIT()
+    self._load_lock = threading.Lock()
     self.pool = ThreadPool(default_threads(int(CPU_THREADS.value)) - 1)  # the launching thread is one of them
 
   def select_renderer(self, name: str | None) -> Renderer:
@@ -162,5 +163,10 @@ class CPUDevice(TargetRenderer, Compiled):
       raise RuntimeError(f"device {self.device} has no renderer: tiny-codegen's LLVMRenderer/ClangRenderer failed to "
                          f"import ({self.renderer_errors}); pip install tiny-codegen llvmlite")
     return super().select_renderer(name)
+
+  def get_program(self, name: str, lib: bytes, **kwargs: Any) -> Any:
+    """The loaded program for a binary, loaded once even when several threads ask at the same time."""
+    if (p := self._programs.get((name, lib))) is not None: return p
+    with self._load_lock: return super().get_program(name, lib, **kwargs)
 
   def finalize(self) -> None: self.pool.close()
