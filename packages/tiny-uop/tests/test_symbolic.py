@@ -299,3 +299,39 @@ def test_parse_valid_bounds_atoms_of_sums():
   p, q = Variable("p", 0, 3), Variable("q", 0, 10)
   bounds = parse_valid((p + q * 4) < 10)
   assert bounds[q] == (0, 2)
+
+
+@st.composite
+def masks(draw):
+  """A PAD-style mask (bounds on linear index expressions) and an index expression over the same variables."""
+  vs = [Variable(f"m{i}", 0, draw(st.integers(0, 20))) for i in range(2)]
+  clauses = []
+  for _ in range(draw(st.integers(1, 4))):
+    e = draw(st.sampled_from(vs)) * draw(st.sampled_from([1, 1, 2, 3])) + draw(st.integers(-5, 5))
+    if draw(st.booleans()): e = e + draw(st.sampled_from(vs)) * draw(st.sampled_from([1, 4]))
+    c = draw(st.integers(-3, 25))
+    clauses.append(draw(st.sampled_from([e < c, e >= c, (c < e), e <= c])))
+  valid = clauses[0]
+  for c in clauses[1:]: valid = valid & c
+  idx = vs[0] + vs[1] * draw(st.sampled_from([1, 5, 21])) + draw(st.integers(-5, 5))
+  for _ in range(draw(st.integers(0, 2))):
+    d = draw(st.sampled_from([2, 3, 5, 21]))
+    idx = idx // d if draw(st.booleans()) else idx % d
+  return vs, valid, idx
+
+
+@settings(max_examples=200)
+@given(masks())
+def test_valid_simplification_matches_brute_force(case):
+  vs, valid, idx = case
+  sv = simplify_valid(valid)
+  gi = uop_given_valid(valid, idx)
+  ranges = [range(v.arg[1], v.arg[2] + 1) for v in vs]
+  for p0 in ranges[0]:
+    for p1 in ranges[1]:
+      env = {"m0": p0, "m1": p1}
+      ok = ref_eval(valid, env)[valid]
+      assert ref_eval(sv, env)[sv] == ok, f"{valid.render()} -> {sv.render()} differs at {env}"
+      if ok:
+        assert gi is not None, f"{valid.render()} holds at {env} but uop_given_valid said never"
+        assert ref_eval(gi, env)[gi] == ref_eval(idx, env)[idx], f"{idx.render()} given {valid.render()}: {gi.render()}"
