@@ -66,6 +66,13 @@ class AMDGPUCompiler(Compiler):
 
   def compile_object(self, src: str) -> bytes:
     """The relocatable ELF object (`ET_REL`) for `src`, before linking."""
+    return self._emit(src, asm=False)  # type: ignore[return-value]
+
+  def assembly(self, src: str) -> str:
+    """The GCN/RDNA assembly (with the `.amdhsa_kernel` directives and YAML metadata) LLVM makes from `src`."""
+    return self._emit(src, asm=True)  # type: ignore[return-value]
+
+  def _emit(self, src: str, asm: bool) -> bytes | str:
     llvm = _llvm()
     with _lock:  # llvmlite's global context is not thread-safe
       try:
@@ -80,7 +87,7 @@ class AMDGPUCompiler(Compiler):
         pto = llvm.create_pipeline_tuning_options(speed_level=self.opt)
         pb = llvm.create_pass_builder(tm, pto)
         pb.getModulePassManager().run(mod, pb)
-      try: return bytes(tm.emit_object(mod))
+      try: return str(tm.emit_assembly(mod)) if asm else bytes(tm.emit_object(mod))
       except RuntimeError as e: raise CompileError(f"AMDGPU backend failed for {self.arch}: {e}\n--- source ---\n{src}") from e
 
   def link(self, obj: bytes) -> bytes:

@@ -75,19 +75,13 @@ class _AMDGPUEmitter(_LLVMEmitter):
     if (a.dtype.count, b.dtype.count, c.dtype.count) != (16, 16, 8) or u.dtype.scalar() != dtypes.float32:
       raise ValueError(f"AMDGPU WMMA needs 16-wide A/B and 8-wide float C (wave32 16x16x16), got "
                        f"{a.dtype}/{b.dtype}/{c.dtype}")
-    kind = {dtypes.float16: "f16", dtypes.bfloat16: "bf16", dtypes.uint16: "bf16"}.get(a.dtype.scalar())
-    if kind is None: raise NotImplementedError(f"AMDGPU WMMA has no {a.dtype.scalar()} inputs; valid: half, bfloat16")
+    kind = {dtypes.float16: "f16", dtypes.uint16: "bf16"}.get(a.dtype.scalar())  # bf16 arrives as its uint16 bits
+    if kind is None: raise NotImplementedError(f"AMDGPU WMMA has no {a.dtype.scalar()} inputs; valid: half, uint16 (bf16)")
     tin = "<16 x half>" if kind == "f16" else "<16 x i16>"
     fn = f"llvm.amdgcn.wmma.f32.16x16x16.{kind}"
     self.decls.add(f"declare <8 x float> @{fn}({tin}, {tin}, <8 x float>)")
     args = []
-    for s in (a, b):
-      v = self.val(s)
-      if kind == "bf16" and s.dtype.scalar() != dtypes.uint16:
-        cast = self.tmp()
-        self.emit(f"{cast} = bitcast {ltype(s.dtype)} {v} to {tin}")
-        v = cast
-      args.append(f"{tin} {v}")
+    for s in (a, b): args.append(f"{tin} {self.val(s)}")
     out = self.tmp()
     self.emit(f"{out} = call <8 x float> @{fn}({', '.join(args)}, <8 x float> {self.val(c)})")
     return out

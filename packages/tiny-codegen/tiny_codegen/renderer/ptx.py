@@ -14,7 +14,7 @@ Gated loads are predicated (`@%p ld`) after zeroing the destination; gated store
 Arithmetic is IEEE with explicit rounding (`add.rn`, `mul.rn`: never contracted into FMA, like the CPU renderers),
 `div.rn`, `sqrt.rn`, `rcp.rn`. EXP2/LOG2 on float32 use the SFU (`ex2.approx.f32`, `lg2.approx.f32`: about 2 ulp);
 half computes them in float32; double and SIN use tiny's polynomial decompositions (`lower/transcendental.py`).
-bfloat16 goes through float32. Tensor cores: `mma.sync.aligned.m16n8k16` (half/bf16 in, float out) on sm_80+ and
+bfloat16 goes through float32 (so bf16 WMMA fragments are uint16 bits). Tensor cores: `mma.sync.aligned.m16n8k16` (half/bf16 in, float out) on sm_80+ and
 `m16n8k8` (half) on sm_75, declared in `tensor_cores`; a WMMA UOp renders to one `mma.sync`.
 """
 from __future__ import annotations
@@ -41,7 +41,7 @@ _TYPES: dict[DType, tuple[str, str]] = {
 _REG_DECL = {"p": "pred", "rs": "b16", "r": "b32", "f": "f32", "rd": "b64", "fd": "f64"}
 # in-memory type of a scalar for ld/st
 _MEM = {dtypes.bool: "u8", dtypes.int8: "s8", dtypes.uint8: "u8", dtypes.float16: "b16"}
-_PTX_VERSION = {70: "6.0", 72: "6.1", 75: "6.3", 80: "7.0", 86: "7.1", 87: "7.4", 89: "7.8", 90: "7.8"}
+_PTX_VERSION = {70: "6.0", 72: "6.1", 75: "6.5", 80: "7.0", 86: "7.1", 87: "7.4", 89: "7.8", 90: "7.8"}
 
 
 def ptx_type(dt: DType) -> str:
@@ -325,12 +325,12 @@ class _PTXEmitter:
     """WMMA(a, b, c): one warp-wide `mma.sync` (A row-major, B column-major); see the module docstring."""
     a, b, c = (self.r[s] for s in u.src)
     din = u.src[0].dtype.scalar()
-    if din not in (dtypes.float16, dtypes.bfloat16, dtypes.uint16) or u.dtype.scalar() != dtypes.float32:
+    if din not in (dtypes.float16, dtypes.uint16) or u.dtype.scalar() != dtypes.float32:
       raise NotImplementedError(f"PTX WMMA supports half/bf16 inputs with float accumulators, got {u.src[0].dtype}")
     k = 16 if len(a) == 8 else 8
     if (len(a), len(b), len(c)) not in ((8, 4, 4), (4, 2, 4)):
       raise ValueError(f"PTX WMMA operands must be 8/4/4 (m16n8k16) or 4/2/4 (m16n8k8) wide, got {len(a)}/{len(b)}/{len(c)}")
-    tin = "bf16" if din != dtypes.float16 or (u.arg and "bf16" in str(u.arg)) else "f16"
+    tin = "f16" if din == dtypes.float16 else "bf16"  # bf16 fragments arrive as their uint16 bits
 
     def pack(regs: list[str]) -> list[str]:
       out = []
