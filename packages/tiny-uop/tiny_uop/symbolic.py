@@ -33,7 +33,16 @@ _INTS = frozenset(dtypes.ints)
 
 
 def _is_sint(u: UOp) -> bool: return u.dtype in _SINTS
-def _const(dt: DType, v: Any) -> UOp: return UOp(Ops.CONST, dt, (), truncate_int(v, dt) if dt in _INTS else v)
+_LIMITS = {dt: (int(dtypes.min(dt)), int(dtypes.max(dt))) for dt in dtypes.ints}
+
+
+def _wrap(v: int, dt: DType) -> int:
+  """`v` wrapped to int dtype `dt` (hot: values already in range return at once)."""
+  lo, hi = _LIMITS[dt]
+  return v if lo <= v <= hi else truncate_int(v, dt)
+
+
+def _const(dt: DType, v: Any) -> UOp: return UOp(Ops.CONST, dt, (), _wrap(v, dt) if dt in _LIMITS else v)
 def _fits(dt: DType, lo: int, hi: int) -> bool: return dtypes.min(dt) <= lo and hi <= dtypes.max(dt)
 
 
@@ -290,8 +299,8 @@ def _linear(x: UOp) -> tuple[list[tuple[UOp, int]], int]:
   acc, k = _terms(x)
   dt = x.dtype
   if len(acc) > 1 and _combine_divmod(acc): k += acc.pop(_KEY_CONST, 0)
-  items = [(a, w) for a, c in acc.items() if (w := truncate_int(c, dt)) != 0]
-  return items, truncate_int(k, dt)
+  items = [(a, w) for a, c in acc.items() if (w := _wrap(c, dt)) != 0]
+  return items, _wrap(k, dt)
 
 
 def _normalize(x: UOp) -> UOp | None:
