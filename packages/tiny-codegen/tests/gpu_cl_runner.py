@@ -15,7 +15,7 @@ import numpy as np
 
 CL_DEVICE_TYPE_ALL = 0xFFFFFFFF
 CL_MEM_READ_WRITE, CL_MEM_COPY_HOST_PTR = 1 << 0, 1 << 5
-CL_PROGRAM_BUILD_LOG = 0x1183
+CL_PROGRAM_BUILD_LOG, CL_DEVICE_EXTENSIONS = 0x1183, 0x1030
 vp, sz = ctypes.c_void_p, ctypes.c_size_t
 
 
@@ -46,6 +46,7 @@ def _lib() -> Any:
     "clEnqueueNDRangeKernel": (ctypes.c_int32, [vp, vp, u32, vp, vp, vp, u32, vp, vp]),
     "clEnqueueReadBuffer": (ctypes.c_int32, [vp, vp, u32, sz, sz, vp, u32, vp, vp]),
     "clFinish": (ctypes.c_int32, [vp]),
+    "clGetDeviceInfo": (ctypes.c_int32, [vp, u32, sz, vp, vp]),
     "clReleaseMemObject": (ctypes.c_int32, [vp]),
   }
   for fn, (res, args) in sigs.items():
@@ -70,6 +71,14 @@ def _context() -> tuple[Any, Any, Any]:
   q = cl.clCreateCommandQueue(vp(ctx), dev, 0, ctypes.byref(err))
   _check(err.value, "clCreateCommandQueue")
   return vp(ctx), dev, vp(q)
+
+
+def extensions() -> str:
+  """The device's CL_DEVICE_EXTENSIONS string ("cl_khr_fp16 cl_khr_fp64 ...")."""
+  cl, (_, dev, _) = _lib(), _context()
+  buf = ctypes.create_string_buffer(1 << 14)
+  cl.clGetDeviceInfo(dev, CL_DEVICE_EXTENSIONS, len(buf), buf, None)
+  return buf.value.decode()
 
 
 def available() -> str | None:

@@ -6,7 +6,7 @@ then DEFINE_VARs in name order (docs/PIPELINE.md §4, GPU-style). `SPECIAL` gidx
 `__local` array, BARRIER `barrier(CLK_LOCAL_MEM_FENCE)`. Vectors are OpenCL's `float4` etc. half needs
 `cl_khr_fp16` (the pragma is emitted when half appears), double `cl_khr_fp64`; bool buffers are `uchar` in memory
 (OpenCL forbids `bool` in kernel arguments); bfloat16 goes through float32 (lowering's `bf16_to_float`).
-Transcendentals are OpenCL's correctly-rounded-within-ULP builtins (`exp2`, `log2`, `sin`, `sqrt`).
+`FP_CONTRACT OFF`: a*b+c is never fused. Transcendentals are OpenCL's correctly-rounded-within-ULP builtins (`exp2`, `log2`, `sin`, `sqrt`).
 """
 from __future__ import annotations
 
@@ -194,7 +194,7 @@ class OpenCLRenderer(Renderer):
           emit(f"{self.render_dtype(dt)} {r[u]} = {expr};")
       else: raise NotImplementedError(f"OpenCL renderer can't render {op} ({dt}); supported ALU ops: "
                                       f"{', '.join(o.name for o in self.code_for_op)}")
-    prefix = ""
+    prefix = "#pragma OPENCL FP_CONTRACT OFF\n"  # IEEE in source order, like the CPU renderers (no a*b+c -> fma)
     if dtypes.float16 in scalars: prefix += "#pragma OPENCL EXTENSION cl_khr_fp16 : enable\n"
     if dtypes.float64 in scalars: prefix += "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"
     return f"{prefix}__kernel void {name}({', '.join(args)}) {{\n" + "\n".join(lines) + "\n}\n"
