@@ -113,6 +113,10 @@ def test_gpu_dims_become_special():
   assert low.dims.global_size == (2, 4, 1) and low.dims.local_size == (8, 1, 1)
   assert sorted(u.arg for u in low.uops if u.op is Ops.SPECIAL) == ["gidx0", "gidx1", "lidx0"]
   assert not any(u.op is Ops.RANGE for u in low.uops)
+  # a LOOP axis next to a LOCAL one (LOCAL split of an output axis) is a global dim too
+  o, l1 = UOp.range(4, 0), UOp.range(4, 1, AxisType.LOCAL)
+  low = lower(c.index(o * 4 + l1).store(UOp.const(dtypes.float, 1.0)).sink(arg=KernelInfo()), FakeGPU(), optimize=False)
+  assert low.dims.global_size == (4, 1, 1) and low.dims.local_size == (4, 1, 1)
 
 
 def test_expander_upcast_store_and_unroll_reduce():

@@ -6,9 +6,9 @@ GLOBAL/LOOP range that every store depends on is split across
 [0, min(chunk, N - core_id*chunk)) and chunk = ceil(N / threads). Small kernels (fewer than
 `renderer.thread_min_work` iterations in all) run on one thread. The kernel always takes `int core_id` last.
 
-GPU-style renderers (`has_local`): GLOBAL ranges become SPECIAL("gidx{i}") and LOCAL ranges SPECIAL("lidx{i}");
-without an optimizer, constant-bound LOOP ranges that every store uses become GLOBAL first (at most 3 dims, within
-`global_max`). gidx0 is the innermost dimension.
+GPU-style renderers (`has_local`): GLOBAL ranges, and the constant-bound LOOP ranges every store uses, become
+SPECIAL("gidx{i}") (at most 3 dims, within `global_max`; others stay loops); LOCAL ranges become SPECIAL("lidx{i}").
+gidx0/lidx0 are the innermost dimensions.
 """
 from __future__ import annotations
 
@@ -79,10 +79,10 @@ def add_gpudims(sink: UOp, renderer: Renderer) -> tuple[UOp, Dims]:
   rngs = sorted({u: None for u in sink.toposort() if u.op is Ops.RANGE}, key=range_key)
   gmax = renderer.global_max or (0x7FFFFFFF,) * 3
   lmax = renderer.local_max or (0x7FFFFFFF,) * 3
-  glob = [r for r in rngs if r.arg[1] is AxisType.GLOBAL and r.src[0].op is Ops.CONST]
+  store_rngs = _store_ranges(sink)
+  glob = [r for r in rngs if r.src[0].op is Ops.CONST and
+          (r.arg[1] is AxisType.GLOBAL or (r.arg[1] is AxisType.LOOP and r in store_rngs))]
   loc = [r for r in rngs if r.arg[1] is AxisType.LOCAL and r.src[0].op is Ops.CONST]
-  if not glob and not loc:
-    glob = [r for r in _store_ranges(sink) if r.arg[1] is AxisType.LOOP and r.src[0].op is Ops.CONST]
   glob, loc = glob[-3:], loc[-3:]  # the innermost ones; any others stay loops
   subs: dict[UOp, UOp] = {}
   gsz, lsz = [1, 1, 1], [1, 1, 1]
