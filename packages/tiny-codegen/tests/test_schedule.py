@@ -198,14 +198,17 @@ def test_reduce_used_twice_is_realized_once():
   o1, o2 = s + fconst(1.0, (4, 1)), s * fconst(2.0, (4, 1))
   sched = check([o1, o2], {ab: av})
   reduces = [c for c in sched.calls if any(u.op is Ops.REDUCE for u in c.src[0].toposort())]
-  assert len(reduces) == 1 and n_kernels(sched) == 3
+  # the reduce once, then both outputs (same shape) from one kernel with two STOREs
+  assert len(reduces) == 1 and n_kernels(sched) == 2 and len(sched.calls[1].src[0].src) == 2
 
 
 def test_shared_elementwise_is_recomputed():
   (ab, a, av), (bb, b, bv) = tensor(4, 5), tensor(4, 5)
   e = (a + b).exp2()
   sched = check([e * a, e - b], {ab: av, bb: bv})
-  assert n_kernels(sched) == 2
+  assert n_kernels(sched) == 1 and len(sched.calls[0].src[0].src) == 2  # one kernel storing both
+  sched = check([e * a, (e - b).r(Ops.ADD, (1,))], {ab: av, bb: bv})
+  assert n_kernels(sched) == 2  # different shapes: e is recomputed in each kernel, never stored
 
 
 def test_detach_and_contiguous_backward_are_removed():
@@ -246,6 +249,15 @@ def test_pad_of_unsafe_op_reads_zero():
   ab, a, av = tensor(3, 3)
   out = a.exp2().pad(((1, 1), (1, 1))).r(Ops.ADD, (1,))
   assert n_kernels(check([out], {ab: av})) == 1
+
+
+def test_outputs_of_equal_shape_share_a_kernel_unless_dependent():
+  (ab, a, av), (bb, b, bv) = tensor(3, 4), tensor(3, 4)
+  sched = check([a + b, a * b, (a - b).exp2()], {ab: av, bb: bv})
+  assert n_kernels(sched) == 1 and len(sched.calls[0].src[0].src) == 3
+  first = (a + b).contiguous()
+  sched = check([first, first * a], {ab: av, bb: bv})  # the second reads the first: two kernels, in order
+  assert n_kernels(sched) == 2
 
 
 # ***** ASSIGN, COPY and ordering *****

@@ -348,16 +348,18 @@ class KernelBuilder:
     return inner.reduce(*rngs, arg=rop)
 
   def kernel(self, value: UOp, out_buf: UOp, shape: tuple[sint, ...], out_view: UOp | None = None,
-             extra: tuple[tuple[UOp, UOp], ...] = ()) -> UOp:
+             extra: tuple[tuple[UOp, UOp], ...] = (), also: tuple[tuple[UOp, UOp], ...] = ()) -> UOp:
     """The SINK storing `value` (of `shape`) into `out_buf` (through the movement ops of `out_view` when given).
 
     `extra` are (node, buffer) pairs of values of the same shape that this kernel computes anyway at its output index
     (a reduce feeding this one): each gets its own STORE. Raises MergeFailed when one is not computed at that index.
+    `also` are (value, buffer) pairs of independent values of the same shape computed and stored by this kernel too.
     """
     out_param = self.param(out_buf)
-    for _, b in extra: self.param(b)
+    for _, b in (*extra, *also): self.param(b)
     rngs = self.out_ranges(shape)
     val = self.build(value, rngs)
+    also_vals = [(self.build(v, rngs), b) for v, b in also]
     if out_view is None:
       lin, valid = flatten_index(rngs, tuple(self.ks(s) for s in shape)), None
     else:
@@ -369,6 +371,7 @@ class KernelBuilder:
       if (uval := self.memo.get((u, rngs, None, None))) is None:
         raise MergeFailed(f"{u.op} is not computed at the output index of this kernel")
       stores.append(self.param(b).index(lin).store(uval))
+    for aval, b in also_vals: stores.append(self.param(b).index(lin).store(aval))
     name = ("r_" if self.has_reduce else "E_") + "_".join(str(s) if isinstance(s, int) else "n" for s in shape)
     return UOp(Ops.SINK, dtypes.void, tuple(stores), arg=KernelInfo(name or "E"))
 

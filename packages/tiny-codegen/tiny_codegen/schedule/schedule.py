@@ -251,16 +251,16 @@ def _schedule(sink: UOp, merge: bool = True) -> _Template:
     call_reads.append(reads)
     return len(calls) - 1
 
-  def kernel(r: UOp, extra: tuple[tuple[UOp, UOp], ...] = ()) -> None:
+  def kernel(r: UOp, extra: tuple[tuple[UOp, UOp], ...] = (), also: tuple[UOp, ...] = ()) -> None:
     """Build r's kernel; a value it would recompute at too many indices gets its own kernel first (then retry)."""
     while True:
-      try: return kernel_once(r, extra)
+      try: return kernel_once(r, extra, also)
       except Recompute as e:
         if e.node in bufs: raise RuntimeError(f"scheduler: realizing {e.node.op} did not stop its recomputation") from e
         kernel(e.node)  # every source of it comes earlier in graph order, so it can be built now
 
-  def kernel_once(r: UOp, extra: tuple[tuple[UOp, UOp], ...] = ()) -> None:
-    inline = {u for u, _ in extra}
+  def kernel_once(r: UOp, extra: tuple[tuple[UOp, UOp], ...] = (), also: tuple[UOp, ...] = ()) -> None:
+    inline = {u for u, _ in extra} | set(also)
     kb = KernelBuilder(functools.partial(_buffer_of, r, inline, bufs), ks, costly)
     if r.op is Ops.ASSIGN:
       target, value = r.src
@@ -278,7 +278,10 @@ def _schedule(sink: UOp, merge: bool = True) -> _Template:
         ast = kb.kernel(tmp.reshape(shape_of(r)), out, shape_of(r), out_view=target)
     else:
       out, wver = bufs[r] if r in bufs else new_buffer(r, r.device), None
-      ast = kb.kernel(r.src[0] if r.op is Ops.CONTIGUOUS else r, out, shape_of(r), extra=extra)
+      also_bufs = tuple((a, bufs[a] if a in bufs else new_buffer(a, a.device)) for a in also)
+      ast = kb.kernel(r.src[0] if r.op is Ops.CONTIGUOUS else r, out, shape_of(r), extra=extra,
+                      also=tuple((a.src[0] if a.op is Ops.CONTIGUOUS else a, b) for a, b in also_bufs))
+      extra = extra + also_bufs
     nout = 1 + len(extra)
     if len(devs := {b.src[1].arg for b in kb.params}) > 1:
       raise ValueError(f"a kernel for {r.op} {shape_of(r)} reads buffers on several devices {sorted(devs)}; "
@@ -292,10 +295,14 @@ def _schedule(sink: UOp, merge: bool = True) -> _Template:
       tv = _strip_assign(r.src[0])
       becomes.append((r, out, None if _view_of(tv, {}) == (out, 0) else tv))
       return
-    bufs[r], buf_producer[out] = out, i
     for u, b in ((r, out), *extra):
-      producer[u] = buf_producer[b] = i
+      bufs[u], producer[u], buf_producer[b] = b, i, i
       if u in roots or u.op is Ops.CONTIGUOUS: becomes.append((u, b, None))
+
+  grouped: set[UOp] = set()
+  pending_roots = [r for r in realize if r in roots and r.op in _GROUPABLE and r not in merged and r not in merges]
+
+  def built(u: UOp) -> bool: return u in bufs or u in views or u in producer
 
   for r in realize:
     keep = r in roots or r.op in (Ops.CONTIGUOUS, Ops.ASSIGN, Ops.COPY)
@@ -325,13 +332,16 @@ def _schedule(sink: UOp, merge: bool = True) -> _Template:
         producer[r] = buf_producer[out] = i
       if keep: becomes.append((r, views[r], None))
       continue
+    if r in grouped: continue  # stored by the kernel of an earlier output of the same shape
     if r in merges:
       try:
         kernel(r, tuple((u, bufs[u]) for u in merges[r]))
         continue
       except MergeFailed:  # each gets its own kernel after all
         for u in merges[r]: kernel(u)
-    kernel(r)
+    also = _siblings(r, pending_roots, realize, built) if merge and r in roots and r.op is not Ops.ASSIGN else ()
+    grouped.update(also)
+    kernel(r, also=also)
 
   for i, reads in enumerate(call_reads):
     deps[i] |= {buf_producer[b] for b in reads if b in buf_producer and buf_producer[b] != i}
@@ -358,6 +368,31 @@ def _reads_elsewhere(ast: UOp, out_param: UOp) -> bool:
   store_idx = next(st.src[0] for st in ast.src if st.op is Ops.STORE and st.src[0].src[0] is out_param)
   return any(u.op is Ops.INDEX and u.src[0] is out_param and u is not store_idx and u.src[1] is not store_idx.src[1]
              for u in ast.toposort())
+
+
+_GROUPABLE = GroupOp.Elementwise | {Ops.REDUCE_AXIS, Ops.CONTIGUOUS}
+
+
+def _siblings(r: UOp, pending: list[UOp], realize: dict[UOp, None], built: Any) -> tuple[UOp, ...]:
+  """Requested values after `r` with r's shape and device that share its kernel (one kernel, several STOREs): none
+  depends on another, and every realized value they read already has its kernel."""
+  out: list[UOp] = []
+  for s in pending:
+    if s is r or s.shape != r.shape or s.device != r.device or built(s): continue
+    if any(g in s.toposort() or s in g.toposort() for g in (r, *out)): continue
+    stack, seen, ok = list(s.src), set(s.src), True
+    while stack and ok:
+      x = stack.pop()
+      if x.op is Ops.BUFFER or built(x): continue
+      if x in realize:
+        ok = False
+        break
+      for y in x.src:
+        if y not in seen:
+          seen.add(y)
+          stack.append(y)
+    if ok: out.append(s)
+  return tuple(out)
 
 
 def _buffer_of(current: UOp, inline: set[UOp], bufs: dict[UOp, UOp], u: UOp) -> UOp | None:
