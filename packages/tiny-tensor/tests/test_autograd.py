@@ -234,3 +234,12 @@ def test_grad_edge_cases():
   assert f.grad.tolist() == [3.0, 4.0]
   check_grad(lambda x: x.sum(-1) * x.mean(), lambda p: p.sum(-1) * p.mean(), X)
   check_grad(lambda x: x[..., None, :].expand(3, 2, 4).sum(1), lambda p: p[..., None, :].expand(3, 2, 4).sum(1), X)
+
+
+def test_only_float_tensors_have_gradients():
+  x = Tensor([1, 2])
+  with pytest.raises(RuntimeError, match="only float"): (x * 2).sum().gradient(x)
+  f = Tensor([1.0, 2.0], requires_grad=True)
+  i = Tensor([1, 2], requires_grad=True)  # an int tensor in the graph is skipped by backward
+  (f * i).sum().backward()
+  assert f.grad.tolist() == [1.0, 2.0] and i.grad is None

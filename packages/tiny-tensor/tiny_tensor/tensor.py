@@ -546,6 +546,8 @@ class Tensor(metaclass=_TensorMeta):
       if self.shape != (): raise RuntimeError(f"gradient of a non-scalar tensor (shape {self.shape}) needs gradient=")
       gradient = Tensor(1.0, dtype=self.dtype, device=self.device, requires_grad=False)
     if gradient.shape != self.shape: raise ValueError(f"gradient shape {gradient.shape} != tensor shape {self.shape}")
+    if not dtypes.is_float(self.dtype) or any(not dtypes.is_float(t.dtype) for t in targets):
+      raise RuntimeError(f"only float Tensors have gradients; got {self.dtype} w.r.t. {[t.dtype for t in targets]}")
     keep = {t.uop for t in targets if t is not self}
     grads = compute_gradient(_expand_origins(self.uop, keep), gradient.uop.cast(self.dtype), keep)
     out = []
@@ -563,7 +565,7 @@ class Tensor(metaclass=_TensorMeta):
     >>> (w * w).sum().backward().item(), w.grad.tolist()
     (5.0, [2.0, 4.0])
     """
-    live = [t for t in list(_all_tensors) if t.requires_grad]
+    live = [t for t in list(_all_tensors) if t.requires_grad and dtypes.is_float(t.dtype)]
     nodes = _expand_origins(self.uop, {t.uop for t in live if t._origin is None}).toposort()
     targets = [t for t in live if t.uop in nodes]
     if not targets: raise RuntimeError("backward: no tensor in the graph has requires_grad=True")
