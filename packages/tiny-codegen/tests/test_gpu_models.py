@@ -1,0 +1,212 @@
+"""Whole models compiled for GPU targets on the NULL device (`NULL:PTX:sm_90`, `NULL:AMDGPU:gfx1100`, `NULL:OPENCL`):
+a small convnet forward + backward, a transformer block, and half/bf16 matmuls. Nothing runs; every kernel is rendered
+and compiled, and the outputs are checked with the target's own tools: ptxas cubins, `llvm-readelf` on the AMD code
+objects (ELF shared objects with the kernel descriptors and metadata), clang's OpenCL front end and PoCL's compiler.
+"""
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+import re
+import shutil
+import struct
+import subprocess
+from typing import Any
+
+import pytest
+
+tiny_tensor = pytest.importorskip("tiny_tensor")
+from tiny_tensor import Tensor, dtypes, engine, nn  # noqa: E402
+from tiny_uop import Context  # noqa: E402
+
+from tiny_codegen.compiler.amdgpu import find_ld_lld  # noqa: E402
+from tiny_codegen.compiler.opencl import find_clang  # noqa: E402
+from tiny_codegen.compiler.ptx import find_ptxas  # noqa: E402
+
+TARGETS = {"PTX": "NULL:PTX:sm_90", "AMDGPU": "NULL:AMDGPU:gfx1100", "OPENCL": "NULL:OPENCL"}
+
+
+def convnet(dev: str) -> list[Tensor]:
+  """A 2-conv net's loss and its gradients (forward + backward)."""
+  c1, c2, lin = nn.Conv2d(3, 8, 3), nn.Conv2d(8, 16, 3), nn.Linear(16, 10)
+  params = [c1.weight, c1.bias, c2.weight, c2.bias, lin.weight, lin.bias]
+  for p in params:
+    p.to_(dev)
+    p.requires_grad = True
+  x = Tensor.rand(4, 3, 12, 12, device=dev)
+  h = c2(c1(x).relu().max_pool2d()).relu().max_pool2d()
+  loss = lin(h.flatten(1)).log_softmax().mean()
+  loss.backward()
+  return [loss, *[p.grad for p in params]]
+
+
+def transformer_block(dev: str) -> list[Tensor]:
+  """Pre-norm causal self-attention + GELU MLP: (B, T, D) = (2, 8, 32), 4 heads."""
+  B, T, D, H = 2, 8, 32, 4
+  ln1, ln2 = nn.LayerNorm(D), nn.LayerNorm(D)
+  q, k, v, o = (nn.Linear(D, D) for _ in range(4))
+  f1, f2 = nn.Linear(D, 4 * D), nn.Linear(4 * D, D)
+  for m in (ln1, ln2, q, k, v, o, f1, f2):
+    for p in (m.weight, m.bias): p.to_(dev)
+  x = Tensor.rand(B, T, D, device=dev)
+  h = ln1(x)
+
+  def heads(t: Tensor) -> Tensor: return t.reshape(B, T, H, D // H).transpose(1, 2)  # (B, H, T, D/H)
+  att = heads(q(h)).scaled_dot_product_attention(heads(k(h)), heads(v(h)), is_causal=True)
+  x = x + o(att.transpose(1, 2).reshape(B, T, D))
+  return [x + f2(f1(ln2(x)).gelu())]
+
+
+def low_precision(dev: str) -> list[Tensor]:
+  """half and bfloat16 matmuls with a softmax (float accumulation happens in the renderer's types)."""
+  outs = []
+  for dt in (dtypes.half, dtypes.bfloat16):
+    a, b = Tensor.rand(16, 32, device=dev).cast(dt), Tensor.rand(32, 16, device=dev).cast(dt)
+    outs.append((a @ b).softmax(-1))
+  return outs
+
+
+MODELS = {"convnet": convnet, "transformer": transformer_block, "low_precision": low_precision}
+_compiled: dict[tuple[str, str], list[Any]] = {}
+
+
+def compiled(target: str, model: str) -> list[Any]:
+  """ProgramSpecs of every kernel realizing `model` on the NULL device for `target` (compiled once per session)."""
+  if (target, model) not in _compiled:
+    from tiny_uop.plugins import load_renderer
+    cls = load_renderer(target)
+    before = set(engine._program_cache)  # test-only peek: the engine's compiled-program cache
+    with Context(DEV=TARGETS[target]):  # the NULL device's renderer follows DEV
+      Tensor.realize(*MODELS[model]("NULL"))
+    _compiled[(target, model)] = [spec for key, (spec, _) in engine._program_cache.items()
+                                  if key not in before and key[1] is cls]
+  return _compiled[(target, model)]
+
+
+def _model_params(target: str, reason: str | None) -> list[Any]:
+  return [pytest.param(m, marks=pytest.mark.skipif(reason is not None, reason=reason or "")) for m in MODELS]
+
+
+@pytest.mark.parametrize("model", list(MODELS))
+def test_kernel_counts_agree_across_targets(model):
+  counts = {t: len(compiled(t, model)) for t in TARGETS}
+  assert len(set(counts.values())) == 1, counts  # the schedule doesn't depend on the renderer
+  assert counts["PTX"] >= {"convnet": 20, "transformer": 15, "low_precision": 4}[model], counts
+
+
+# ***** PTX: ptxas assembled every kernel *****
+@pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed (NVIDIA CUDA toolkit)")
+@pytest.mark.parametrize("model", list(MODELS))
+def test_ptx_kernels_assemble(model):
+  for spec in compiled("PTX", model):
+    assert ".target sm_90" in spec.src and f".visible .entry {spec.name}(" in spec.src
+    assert spec.lib[:4] == b"\x7fELF" and struct.unpack_from("<H", spec.lib, 18)[0] == 190  # EM_CUDA cubin
+
+
+def test_ptx_half_kernels_use_f16_and_float_math():
+  srcs = "\n".join(s.src for s in compiled("PTX", "low_precision"))
+  assert "ld.global.b16" in srcs and "cvt.f32.f16" in srcs and "ex2.approx.f32" in srcs
+
+
+# ***** AMDGPU: code objects *****
+def readelf(lib: bytes, *args: str) -> str:
+  tool = shutil.which("llvm-readelf")
+  assert tool is not None
+  p = pathlib.Path(f"/tmp/tiny_test_{abs(hash(lib))}.hsaco")
+  p.write_bytes(lib)
+  try: return subprocess.run([tool, *args, str(p)], capture_output=True, text=True, check=True).stdout
+  finally: p.unlink()
+
+
+def kernarg_size(src: str) -> int:
+  """Bytes of kernel arguments in a rendered AMDGPU kernel: 8 per pointer, 4 per int, naturally aligned."""
+  sig = re.search(r"amdgpu_kernel void @\w+\((.*)\) #0", src)
+  assert sig is not None
+  n = 0
+  for arg in filter(None, sig.group(1).split(", ")):
+    size = 8 if arg.startswith("ptr") else 4
+    n = (n + size - 1) // size * size + size
+  return n
+
+
+@pytest.mark.skipif(shutil.which("llvm-readelf") is None or find_ld_lld() is None,
+                    reason="llvm-readelf/ld.lld not installed (apt-get install llvm lld)")
+@pytest.mark.parametrize("model", list(MODELS))
+def test_amd_code_objects_have_kernel_descriptors(model):
+  for spec in compiled("AMDGPU", model):
+    hdr = readelf(spec.lib, "--file-header", "--program-headers", "--symbols", "--notes")
+    assert re.search(r"Type:\s+DYN", hdr) and re.search(r"Machine:\s+EM_AMDGPU", hdr)  # a shared object for AMDGPU
+    assert re.search(r"OS/ABI:\s+(AMDGPU - HSA|40)\n", hdr)  # ELFOSABI_AMDGPU_HSA (64; llvm-readelf 14 prints hex)
+    assert re.search(r"Flags:\s+0x41\b", hdr)  # EF_AMDGPU_MACH_AMDGCN_GFX1100
+    for seg in ("LOAD", "DYNAMIC", "NOTE"): assert re.search(rf"^\s+{seg}\s", hdr, re.M), seg
+    kd = re.search(rf"^\s*\d+: ([0-9a-f]+)\s+64 OBJECT\s+GLOBAL\s+\w+\s+\d+ {re.escape(spec.name)}\.kd$", hdr, re.M)
+    fn = re.search(rf"^\s*\d+: ([0-9a-f]+)\s+\d+ FUNC\s+GLOBAL\s+\w+\s+\d+ {re.escape(spec.name)}$", hdr, re.M)
+    assert kd and fn, f"{spec.name}: no 64-byte {spec.name}.kd descriptor or FUNC symbol\n{hdr}"
+    assert "amdhsa.kernels" in hdr and f".name:           {spec.name}" in hdr
+    assert re.search(rf"\.kernarg_segment_size: {kernarg_size(spec.src)}\b", hdr), hdr
+    # the descriptor itself (AMDGPU kernel descriptor layout, llvm AMDGPUUsage "Kernel Descriptor"):
+    # +0 group_segment_fixed_size, +8 kernarg_size, +16 kernel_code_entry_byte_offset (from the .kd to the code)
+    kd_addr, fn_addr = int(kd.group(1), 16), int(fn.group(1), 16)
+    desc = _read_vaddr(spec.lib, kd_addr, 64)
+    group, _, kargs, entry = struct.unpack_from("<IIIxxxxq", desc, 0)
+    assert kargs == kernarg_size(spec.src) and kd_addr + entry == fn_addr
+    assert group == 0  # these kernels use no LDS (see the shared-memory test below)
+
+
+def _read_vaddr(lib: bytes, vaddr: int, n: int) -> bytes:
+  """`n` bytes at virtual address `vaddr` of an ELF64 file, through its PT_LOAD program headers."""
+  phoff, = struct.unpack_from("<Q", lib, 32)
+  phentsize, phnum = struct.unpack_from("<HH", lib, 54)
+  for i in range(phnum):
+    p_type, _, off, va, _, filesz = struct.unpack_from("<IIQQQQ", lib, phoff + i * phentsize)
+    if p_type == 1 and va <= vaddr < va + filesz: return lib[off + vaddr - va:off + vaddr - va + n]
+  raise AssertionError(f"address {vaddr:#x} is in no PT_LOAD segment")
+
+
+@pytest.mark.skipif(find_ld_lld() is None, reason="ld.lld not installed (apt-get install lld)")
+def test_amd_descriptor_records_lds_size():
+  from tiny_codegen.compiler.amdgpu import AMDGPUCompiler
+  from tiny_codegen.renderer.amdgpu import AMDGPURenderer
+  s = importlib.util.spec_from_file_location("test_gpu_render", pathlib.Path(__file__).with_name("test_gpu_render.py"))
+  m = importlib.util.module_from_spec(s)  # type: ignore[arg-type]
+  s.loader.exec_module(m)  # type: ignore[union-attr]
+  lib = AMDGPUCompiler("gfx1100").compile(AMDGPURenderer("gfx1100").render(m.shared_reverse_program(16)))
+  assert struct.unpack_from("<H", lib, 16)[0] == 3 and struct.unpack_from("<H", lib, 18)[0] == 224  # ET_DYN, EM_AMDGPU
+  assert lib[7] == 64  # ELFOSABI_AMDGPU_HSA
+  # find shared_reverse.kd through the dynamic symbol table the loader uses
+  syms = _dynsyms(lib)
+  desc = _read_vaddr(lib, syms["shared_reverse.kd"], 64)
+  assert struct.unpack_from("<I", desc, 0)[0] == 64  # group_segment_fixed_size: the 16-float LDS tile
+  assert struct.unpack_from("<I", desc, 8)[0] == 16  # two buffer pointers
+
+
+def _dynsyms(lib: bytes) -> dict[str, int]:
+  shoff, = struct.unpack_from("<Q", lib, 40)
+  shentsize, shnum = struct.unpack_from("<HH", lib, 58)
+  secs = [struct.unpack_from("<IIQQQQIIQQ", lib, shoff + i * shentsize) for i in range(shnum)]
+  out = {}
+  for _, sh_type, _, _, off, size, link, _, _, entsize in secs:
+    if sh_type != 11: continue  # SHT_DYNSYM
+    stroff = secs[link][4]
+    for j in range(size // entsize):
+      name, _, _, _, value, _ = struct.unpack_from("<IBBHQQ", lib, off + j * entsize)
+      end = lib.index(b"\0", stroff + name)
+      out[lib[stroff + name:end].decode()] = value
+  return out
+
+
+# ***** OpenCL: clang checked every kernel; PoCL builds them *****
+@pytest.mark.skipif(find_clang() is None, reason="clang not installed (apt-get install clang)")
+@pytest.mark.parametrize("model", list(MODELS))
+def test_opencl_kernels_pass_clang(model):
+  for spec in compiled("OPENCL", model):
+    assert spec.lib == spec.src.encode() and f"__kernel void {spec.name}(" in spec.src
+
+
+def test_opencl_kernels_build_on_pocl():
+  s = importlib.util.spec_from_file_location("gpu_cl_runner", pathlib.Path(__file__).with_name("gpu_cl_runner.py"))
+  clr = importlib.util.module_from_spec(s)  # type: ignore[arg-type]
+  s.loader.exec_module(clr)  # type: ignore[union-attr]
+  if (why := clr.available()) is not None: pytest.skip(why)
+  specs = compiled("OPENCL", "transformer")
+  for spec in specs: assert clr.build(spec.src, spec.name).value
