@@ -1,6 +1,7 @@
 """The NULL device: compile-only. Kernels are rendered and compiled for any renderer and arch, and run nothing.
 
-``DEV=NULL`` uses the host LLVM renderer; ``DEV=NULL:CLANG``, ``DEV=NULL:PTX:sm_90``, ``DEV=NULL:AMD:gfx1100``
+``DEV=NULL`` uses the host LLVM renderer; ``DEV=NULL:CLANG``, ``DEV=NULL:PTX:sm_90``, ``DEV=NULL:AMDGPU:gfx1100``
+(alias AMD), ``DEV=NULL:OPENCL`` (alias CL)
 load the renderer registered under that name in the ``tiny.renderers`` entry points (or tiny-codegen's PYTHON
 renderer) with that arch. Allocations take no memory; copying data in is accepted and dropped; copying data out
 raises, because there is none.
@@ -53,7 +54,7 @@ class NullProgram(Program):
 def _renderer_class(name: str) -> type[Renderer]:
   """The renderer class for a DEV renderer name: an entry point of ``tiny.renderers``, or PYTHON."""
   from tiny_uop.plugins import UnknownDeviceError, load_renderer, renderers
-  aliases = {"CLANG": "C", "LLVMIR": "LLVM"}
+  aliases = {"CLANG": "C", "LLVMIR": "LLVM", "AMD": "AMDGPU", "NV": "PTX", "CUDA": "PTX", "CL": "OPENCL"}
   if name.upper() == "PYTHON":
     from tiny_codegen.renderer.python import PythonRenderer
     return PythonRenderer
