@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from tiny_tensor import Tensor, dtypes
+from tiny_tensor import Tensor
 from tiny_uop.plugins import UnknownDeviceError
 
 
@@ -71,4 +71,5 @@ def test_bad_ops(t):
   with pytest.raises(ValueError, match="invalid shape"): Tensor.zeros(-1, 2)
   with pytest.raises(TypeError, match="ambiguous"): bool(t)
   with pytest.raises(ValueError, match="rounding_mode"): t.div(2, rounding_mode="up")
+  with pytest.raises(TypeError, match="bool"): Tensor([True]) - Tensor([False])
   usable(t)

@@ -673,7 +673,9 @@ class Tensor(metaclass=_TensorMeta):
 
   def sub(self, x: Any, reverse: bool = False) -> Tensor:
     """self - x, broadcasting."""
-    return self._binop(Ops.SUB, x, reverse)
+    a, b = self._broadcasted(x, reverse)
+    if a.dtype == dtypes.bool: raise TypeError("subtracting bool tensors is not supported; use ^ (xor) or logical ops")
+    return a._wrap(a.uop.alu(Ops.SUB, b.uop), b)
 
   def mul(self, x: Any, reverse: bool = False) -> Tensor:
     """self * x, broadcasting."""
