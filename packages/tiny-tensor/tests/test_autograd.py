@@ -243,3 +243,14 @@ def test_only_float_tensors_have_gradients():
   i = Tensor([1, 2], requires_grad=True)  # an int tensor in the graph is skipped by backward
   (f * i).sum().backward()
   assert f.grad.tolist() == [1.0, 2.0] and i.grad is None
+
+
+def test_more_grads():
+  m = X > 0
+  check_grad(lambda t: t[Tensor(m)] * 2, lambda p: p[torch.tensor(m)] * 2, X)
+  check_grad(lambda t: Tensor(m[:1]).where(t, t * 3), lambda p: torch.where(torch.tensor(m[:1]), p, p * 3), X)
+  check_grad(lambda t: t[::2, 1:3].flip(0).pad(((1, 0), (0, 2))), lambda p: F.pad(p[::2, 1:3].flip(0), (0, 2, 1, 0)), X)
+  check_grad(lambda t: t.reshape(2, 6).permute(1, 0).reshape(3, 4) @ t.T,
+             lambda p: p.reshape(2, 6).T.reshape(3, 4) @ p.T, X)
+  check_grad(lambda t: t.softmax(0, dtype=dtypes.float64).float(), lambda p: p.double().softmax(0).float(), X)
+  check_grad(lambda t: t.max() + t.min(0).sum(), lambda p: p.amax() + p.amin(0).sum(), X)
