@@ -88,7 +88,7 @@ def test_reduce_renders_accumulator():
   i, k = UOp.range(4, 0), UOp.range(8, 1, AxisType.REDUCE)
   ast = c.index(i).store(a.index(i * 8 + k).load().reduce(k, arg=Ops.MAX)).sink(arg=KernelInfo("r_4_8"))
   csrc = render(ClangRenderer, ast)
-  assert "float acc0[1];" in csrc and "*(acc0+0) = -__builtin_inff();" in csrc
+  assert "float acc0[1];" in csrc and "*(acc0+0) = (-__builtin_inff());" in csrc
   assert csrc.index("for (int Lidx0") < csrc.index("for (int Ridx1")
   lsrc = render(LLVMRenderer, ast)
   assert "%acc0 = alloca [1 x float]" in lsrc and "store float 0xFFF0000000000000" in lsrc
@@ -138,3 +138,12 @@ def test_c_inlines_single_use_values_only_at_full_width():
   assert "signed char alu0 = (val0*val0);" in src and "signed char alu1 = (alu0/((signed char)3));" in src
   half = ClangRenderer().half_type  # __fp16 with clang, _Float16 with gcc
   assert f"{half} cast0 = (({half})(alu1));" in src
+
+
+def test_c_negative_constants_are_parenthesized():
+  c, a = UOp(Ops.PARAM, dtypes.float.ptr(4), arg=0), UOp(Ops.PARAM, dtypes.int32.ptr(4), arg=1)
+  i = UOp.range(4, 0)
+  x = a.index(i).load()
+  ast = c.index(i).store((x * (-3)).cast(dtypes.float) - (-1.5)).sink(arg=KernelInfo("E_4"))
+  src = render(ClangRenderer, ast)
+  assert "--" not in src and "*(-3)" in src and "-(-1.5f)" in src

@@ -88,7 +88,11 @@ class ClangRenderer(CPURenderer):
     return base if dt.count == 1 else f"{base.replace(' ', '_')}{dt.count}"
 
   def render_const(self, x: object, dt: DType) -> str:
-    """A C literal of value `x` in type `dt`."""
+    """A C literal of value `x` in type `dt`; negative ones parenthesized (`a-(-1)`, never `a--1`)."""
+    ret = self._const(x, dt)
+    return f"({ret})" if ret.startswith("-") else ret
+
+  def _const(self, x: object, dt: DType) -> str:
     sc = dt.scalar()
     if dtypes.is_float(sc):
       fx = round_float(float(x), sc if sc != dtypes.bfloat16 else dtypes.float32)  # type: ignore[arg-type]
