@@ -1,7 +1,8 @@
-"""tiny_runtime_amd: cheap descriptors, entry points, lazy import, and honest errors until the driver exists."""
+"""tiny_runtime_amd: cheap descriptors, entry points, lazy import, and a clear error without an AMD GPU."""
 import ctypes.util
 import importlib.metadata
 import os
+import re
 import subprocess
 import sys
 
@@ -12,7 +13,7 @@ from tiny_uop.helpers import Context
 from tiny_uop.plugins import PLUGIN_API, Device, DevicePlugin, DeviceUnavailableError
 
 CASES = [
-  ('AMD', 'plugin', '/dev/kfd', '/dev/kfd not found: no AMD GPU on this machine'),
+  ('AMD', 'plugin', '/dev/kfd', r'no AMD GPU \(/dev/kfd missing\)'),
 ]
 
 
@@ -48,6 +49,13 @@ def test_open_without_hardware_is_a_clear_error(name, attr, path, msg):
   if _hardware_present(name, path): pytest.skip(f"{name} hardware or library present on this machine")
   with Context(TINY_PLUGINS="", DEV=""):
     with pytest.raises(DeviceUnavailableError, match=msg): Device[name]
-    with pytest.raises(DeviceUnavailableError, match="not implemented yet"): Device["MOCK+" + name]
-    assert Device.status(name) is not None and msg in Device.status(name)
+    assert Device.status(name) is not None and re.search(msg, Device.status(name))
     assert name not in list(Device.get_available_devices())
+
+
+def test_other_devices_keep_working_without_amd():
+  if os.path.exists("/dev/kfd"): pytest.skip("/dev/kfd present")
+  with Context(TINY_PLUGINS="", DEV=""):
+    with pytest.raises(DeviceUnavailableError): Device["AMD"]
+    assert "CPU" in list(Device.get_available_devices())
+    assert Device["CPU"] is not None

@@ -1,7 +1,8 @@
-"""tiny-runtime-amd: the ``AMD`` device (KFD) and, later, ``MOCK+AMD`` (a mock KFD with an RDNA3 emulator).
+"""tiny-runtime-amd: the ``AMD`` device (KFD ioctls, PM4 compute queue, SDMA copy queue) and ``MOCK+AMD`` (the same
+driver against an in-process mock KFD whose gfx1100 runs code objects in an RDNA3 emulator).
 
-Not implemented yet: `plugin` registers the device so that it is listed by ``python -m tiny_uop.plugins``, and
-opening it raises a RuntimeError that says why. Importing this module is cheap and imports no driver code.
+`plugin` registers the device (``python -m tiny_uop.plugins`` lists it). Importing this module is cheap and imports
+no driver code; `tiny_runtime_amd.device` is imported on the first ``Device["AMD"]``.
 """
 from tiny_uop.plugins import DevicePlugin
 

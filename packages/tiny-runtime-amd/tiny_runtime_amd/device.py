@@ -1,26 +1,172 @@
-"""The AMD device: a placeholder until the KFD driver lands.
+"""The AMD device: `AMD` (the KFD driver of a real GPU) and `MOCK+AMD` (the same driver code against `mock/`).
 
-Opening it always raises a RuntimeError that says what is missing, so the registry reports the device as
-unavailable with that reason and other devices keep working.
+`AMDDevice(HCQCompiled)` opens KFD through a `FileIOInterface` (`KFDIface`), creates one PM4 compute queue and one
+SDMA copy queue (rings in host-visible memory, doorbells mmapped from /dev/kfd), keeps signals in a host-visible page,
+loads code objects (`AMDProgram`) and copies through host staging buffers (`HCQAllocator`).
+Without an AMD GPU, `AMDDevice("AMD")` raises RuntimeError("no AMD GPU (/dev/kfd missing)"), which the registry
+reports; `DEV=MOCK+AMD` always works (an in-process gfx1100 with the RDNA3 emulator).
 """
 from __future__ import annotations
 
-import os
+import ctypes
+import struct
+from typing import Any
 
+from tiny_uop.hcq import MAP_SHARED, PROT_READ, PROT_WRITE, FileIOInterface, HCQAllocator, HCQBuffer, HCQCompiled, \
+  HCQSignal
+from tiny_uop.device import Program
 from tiny_uop.target import Target
 
-KFD_PATH = "/dev/kfd"
+from tiny_runtime_amd import kfd
+from tiny_runtime_amd.elf import ELF
+from tiny_runtime_amd.kfd import KFD_PATH, KFDIface
+from tiny_runtime_amd.pm4 import AMDComputeQueue
+from tiny_runtime_amd.sdma import AMDCopyQueue
+
+__all__ = ["AMDDevice", "AMDProgram", "KFD_PATH"]
+
+SIGNAL_PAGE = 0x10000
+KERNARGS_SIZE = 1 << 20
 
 
-class AMDDevice:
-  """``AMD`` / ``MOCK+AMD``. Not implemented: the constructor raises RuntimeError with the reason."""
+class AMDRing:
+  """A user-mode queue: a ring buffer, read/write pointers and a doorbell (PM4: pointers in dwords; SDMA: bytes)."""
+
+  def __init__(self, dev: AMDDevice, qtype: int, size: int = 1 << 16):
+    self.dev, self.qtype, self.size = dev, qtype, size
+    iface = dev.iface
+    self.ring = iface.alloc(size, host=True, uncached=True)
+    self.ptrs = iface.alloc(0x1000, host=True, uncached=True)  # rptr at +0, wptr at +8
+    extra: dict[str, int] = {}
+    if qtype == kfd.QUEUE_TYPE_COMPUTE:
+      props = dict(iface.node.props)
+      self.eop = iface.alloc(0x1000)
+      ctx = props.get("ctx_save_restore_size", 0) + props.get("ctl_stack_size", 0)
+      self.ctx = iface.alloc(ctx) if ctx else None
+      extra = {"eop_buffer_address": self.eop.va_addr, "eop_buffer_size": self.eop.size,
+               "ctx_save_restore_address": self.ctx.va_addr if self.ctx else 0,
+               "ctx_save_restore_size": props.get("ctx_save_restore_size", 0),
+               "ctl_stack_size": props.get("ctl_stack_size", 0)}
+    q = iface.ioctl("CREATE_QUEUE", ring_base_address=self.ring.va_addr, ring_size=size, gpu_id=iface.node.gpu_id,
+                    queue_type=qtype, queue_percentage=100, queue_priority=7,
+                    read_pointer_address=self.ptrs.va_addr, write_pointer_address=self.ptrs.va_addr + 8, **extra)
+    self.queue_id = q.queue_id
+    page = q.doorbell_offset & ~0x1FFF
+    self.doorbell_page = iface.kfd.mmap(0, 0x2000, PROT_READ | PROT_WRITE, MAP_SHARED, page)
+    self.doorbell = self.doorbell_page + (q.doorbell_offset & 0x1FFF)
+    self.wptr = 0
+
+  @property
+  def rptr(self) -> int: return ctypes.c_uint64.from_address(self.ptrs.va_addr).value
+
+  def submit(self, dwords: list[int]) -> None:
+    """Copy `dwords` into the ring (wrapping), publish the write pointer and ring the doorbell."""
+    per = 1 if self.qtype == kfd.QUEUE_TYPE_COMPUTE else 4  # pointer increment per dword
+    cap = self.size // 4
+    if len(dwords) > cap: raise ValueError(f"a submission of {len(dwords)} dwords does not fit a ring of {cap}")
+    while (self.wptr - self.rptr) // per + len(dwords) > cap: self.dev.progress()
+    ring = (ctypes.c_uint32 * cap).from_address(self.ring.va_addr)
+    start = self.wptr // per
+    for i, d in enumerate(dwords): ring[(start + i) % cap] = d
+    self.wptr += len(dwords) * per
+    ctypes.c_uint64.from_address(self.ptrs.va_addr + 8).value = self.wptr
+    ctypes.c_uint64.from_address(self.doorbell).value = self.wptr
+
+
+class AMDProgram(Program):
+  """A code object loaded into GPU memory: its kernel descriptor gives the entry point and the register values."""
+
+  def __init__(self, dev: AMDDevice, name: str, lib: bytes, **kwargs: Any):
+    super().__init__(dev, name, lib)
+    self.dev: AMDDevice = dev
+    elf = ELF.parse(lib)
+    image = elf.image()
+    self.kname, kd_off, self.kd = elf.kernel(name if name + ".kd" in elf.symbols else None)
+    if not self.kd.wave32: raise RuntimeError(f"kernel {self.kname}: wave64 code objects are not supported (gfx11 runs wave32)")
+    if self.kd.private_segment_fixed_size:
+      raise RuntimeError(f"kernel {self.kname} uses {self.kd.private_segment_fixed_size} bytes of scratch per item: "
+                         "scratch is not supported by tiny-runtime-amd yet")
+    self.lib_buf = dev.iface.alloc(len(image) + 0x100, host=True)
+    self.lib_buf.host_view()[:len(image)] = image
+    self.kd_addr = self.lib_buf.va_addr + kd_off
+    self.entry_addr = self.kd_addr + self.kd.kernel_code_entry_byte_offset
+    if self.entry_addr % 256: raise RuntimeError(f"kernel {self.kname}: entry {self.entry_addr:#x} is not 256-byte aligned")
+    self.rsrc1, self.rsrc2, self.rsrc3, self.tmpring_size = self.kd.rsrc1, self.kd.rsrc2, self.kd.rsrc3, 0
+    self.groups = self.kd.user_sgprs()
+    if unsupported := [g for g, _ in self.groups if g not in ("kernarg_segment_ptr", "dispatch_ptr")]:
+      raise RuntimeError(f"kernel {self.kname} wants user SGPRs {unsupported}; supported: kernarg_segment_ptr, dispatch_ptr")
+
+  def user_data(self, args_addr: Any) -> list[Any]:
+    """The user SGPR values in descriptor order; the AQL dispatch packet sits 64 bytes before the kernargs."""
+    out: list[Any] = []
+    for g, _ in self.groups:
+      a = args_addr if g == "kernarg_segment_ptr" else args_addr - 64
+      out += [a & 0xFFFFFFFF, a >> 32] if isinstance(a, int) else [a.lo, a.hi]
+    return out
+
+  def __call__(self, *bufs: Any, global_size: tuple[int, ...] = (1, 1, 1), local_size: tuple[int, ...] | None = None,
+               vals: tuple[int, ...] = (), wait: bool = False) -> float | None:
+    gs, ls = (tuple(global_size) + (1, 1, 1))[:3], (tuple(local_size or (1, 1, 1)) + (1, 1, 1))[:3]
+    args = struct.pack(f"<{len(bufs)}Q", *(b.va_addr for b in bufs)) + struct.pack(f"<{len(vals)}i", *vals)
+    pkt = struct.pack("<HHHHHHIIIII", 0, 3, *ls, 0, *(g * l for g, l in zip(gs, ls)), 0, 0)  # hsa_kernel_dispatch_packet_t
+    addr = self.dev.kernargs_alloc(64 + max(len(args), self.kd.kernarg_size)) + 64
+    ctypes.memmove(addr - 64, pkt, len(pkt))
+    ctypes.memmove(addr, args, len(args))
+    dev = self.dev
+    q = AMDComputeQueue().wait(dev.timeline_signal, dev.timeline_value - 1).memory_barrier()
+    if wait: q.timestamp(dev.time_signals[0])
+    q.exec(self, addr, gs, ls)
+    if wait: q.timestamp(dev.time_signals[1])
+    q.signal(dev.timeline_signal, dev.next_timeline()).submit(dev)
+    if not wait: return None
+    dev.synchronize()
+    return (dev.time_signals[1].timestamp - dev.time_signals[0].timestamp) / 1e6
+
+
+class AMDDevice(HCQCompiled):
+  """``AMD[:n]`` (KFD) and ``MOCK+AMD[:n]`` (mock KFD + RDNA3 emulator)."""
+  hw_compute_queue_t = AMDComputeQueue
+  hw_copy_queue_t = AMDCopyQueue
 
   def __init__(self, device: str):
     target = Target.parse(device)
-    if target.interface == "MOCK":
-      raise RuntimeError(f"{device}: the mock KFD and RDNA3 emulator are not implemented yet in tiny-runtime-amd")
-    if target.interface is not None:
+    if target.interface not in (None, "MOCK"):
       raise RuntimeError(f"{device}: unknown interface {target.interface!r} for AMD; valid: none (real KFD) or MOCK")
-    if not os.path.exists(KFD_PATH):
-      raise RuntimeError(f"{KFD_PATH} not found: no AMD GPU on this machine (DEV=MOCK+AMD is the planned emulator)")
-    raise RuntimeError(f"{KFD_PATH} exists, but the AMD driver is not implemented yet in tiny-runtime-amd")
+    fio: type[FileIOInterface] = FileIOInterface
+    self._driver: Any = None
+    if target.interface == "MOCK":
+      from tiny_runtime_amd.mock.driver import MockFileIO, driver
+      fio, self._driver = MockFileIO, driver()
+    self.iface = KFDIface(target.indices[0] if target.indices else 0, fio)
+    self.signal_page = self.iface.alloc(SIGNAL_PAGE, host=True, uncached=True)
+    self._free_signals = list(range(self.signal_page.va_addr, self.signal_page.va_addr + SIGNAL_PAGE, HCQSignal.SIZE))[::-1]
+    self.kernargs = self.iface.alloc(KERNARGS_SIZE, host=True)
+    self._kernargs_ptr = 0
+    from tiny_codegen.renderer.amdgpu import AMDGPURenderer
+    super().__init__(device, HCQAllocator(self), [AMDGPURenderer], AMDProgram, None, arch=self.iface.node.arch)
+    self.time_signals = [self.new_signal(), self.new_signal()]
+    self.compute_ring = AMDRing(self, kfd.QUEUE_TYPE_COMPUTE)
+    self.copy_ring = AMDRing(self, kfd.QUEUE_TYPE_SDMA)
+
+  def progress(self) -> None:
+    """Let the mock GPU run (no-op on real hardware, which runs by itself)."""
+    if self._driver is not None: self._driver.process()
+
+  def new_signal(self, value: int = 0) -> HCQSignal:
+    if not self._free_signals: raise RuntimeError(f"{self.device}: all {SIGNAL_PAGE // HCQSignal.SIZE} signals are in use")
+    # gfx11 timestamps tick at 100 MHz: 100 ticks per microsecond
+    return HCQSignal(self._free_signals.pop(), value, timestamp_divider=100.0,
+                     progress=self.progress if self._driver is not None else None)
+
+  def _gpu_alloc(self, size: int, host: bool = False) -> HCQBuffer: return self.iface.alloc(max(size, 1), host=host)
+  def _gpu_free(self, buf: HCQBuffer) -> None: self.iface.free(buf)
+
+  def kernargs_alloc(self, size: int) -> int:
+    """A 256-byte aligned slice of the kernarg buffer; wraps after waiting for the GPU to finish with it."""
+    size = (size + 255) & ~255
+    if self._kernargs_ptr + size > KERNARGS_SIZE:
+      self.synchronize()
+      self._kernargs_ptr = 0
+    addr = self.kernargs.va_addr + self._kernargs_ptr
+    self._kernargs_ptr += size
+    return addr

@@ -1,0 +1,542 @@
+"""An RDNA3 (gfx11, wave32) instruction emulator: decode and execute the instructions of simple compiled kernels.
+
+Encodings, opcode numbers and semantics follow AMD's "RDNA3 Instruction Set Architecture" reference guide (sections
+"Instructions" / "Microcode Formats"). Supported: SOP1, SOP2, SOPK, SOPC, SOPP, SMEM loads, VOP1, VOP2, VOP3
+(VOP3-only and promoted VOP1/VOP2/VOPC), VOPC, VOPD (dual issue), GLOBAL loads/stores; EXEC and VCC masking.
+An encoding or opcode it does not know raises `UnsupportedInstruction` naming the format, opcode and address,
+never a wrong value. Memory is addressed by integers that are host addresses (the mock maps GPU VAs 1:1).
+"""
+from __future__ import annotations
+
+import ctypes
+import math
+import struct
+from dataclasses import dataclass, field
+from typing import Callable
+
+MASK32, MASK64 = 0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF
+WAVE = 32
+VCC_LO, VCC_HI, NULL, M0, EXEC_LO, EXEC_HI, SCC_SRC, LITERAL = 106, 107, 124, 125, 126, 127, 253, 255
+# inline float constants (operand codes 240..248) as float32 bits
+INLINE_F32 = {240: 0x3F000000, 241: 0xBF000000, 242: 0x3F800000, 243: 0xBF800000, 244: 0x40000000, 245: 0xC0000000,
+              246: 0x40800000, 247: 0xC0800000, 248: 0x3E22F983}
+
+
+class UnsupportedInstruction(NotImplementedError):
+  """The emulator met an encoding/opcode it does not implement."""
+
+
+def f32(bits: int) -> float: return struct.unpack("<f", struct.pack("<I", bits & MASK32))[0]
+
+
+def bits32(x: float) -> int:
+  """float -> float32 bits (round to nearest even; overflow to inf)."""
+  try: return struct.unpack("<I", struct.pack("<f", x))[0]
+  except OverflowError: return 0x7F800000 if x > 0 else 0xFF800000
+
+
+def sext(v: int, bits: int) -> int: return v - (1 << bits) if v & (1 << (bits - 1)) else v
+def i32(v: int) -> int: return sext(v & MASK32, 32)
+
+
+def _fmin(a: float, b: float) -> float: return b if math.isnan(a) else a if math.isnan(b) else min(a, b)
+def _fmax(a: float, b: float) -> float: return b if math.isnan(a) else a if math.isnan(b) else max(a, b)
+
+
+def _cvt_i32(x: float) -> int: return 0 if math.isnan(x) else max(-(1 << 31), min((1 << 31) - 1, int(x))) & MASK32
+def _cvt_u32(x: float) -> int: return 0 if math.isnan(x) else max(0, min(MASK32, int(x)))
+def _rcp(x: float) -> float: return math.copysign(math.inf, x) if x == 0 else 1.0 / x
+def _sqrt(x: float) -> float: return math.nan if x < 0 or math.isnan(x) else math.sqrt(x)
+def _log2(x: float) -> float: return -math.inf if x == 0 else math.nan if x < 0 or math.isnan(x) else math.log2(x)
+
+
+def _exp2(x: float) -> float:
+  try: return math.pow(2.0, x)
+  except OverflowError: return math.inf
+
+
+def _ff(fn: Callable[..., float]) -> Callable[..., int]:
+  """A float32 op on bit patterns: decode the operands, compute in double, round to float32."""
+  return lambda *a: bits32(fn(*map(f32, a)))
+
+
+# ***** opcode tables (RDNA3 ISA guide, "Instructions" chapter) *****
+# VOP1: op -> fn(src) -> bits
+VOP1: dict[int, tuple[str, Callable[[int], int]]] = {
+  1: ("v_mov_b32", lambda a: a),
+  5: ("v_cvt_f32_i32", lambda a: bits32(float(i32(a)))), 6: ("v_cvt_f32_u32", lambda a: bits32(float(a))),
+  7: ("v_cvt_u32_f32", lambda a: _cvt_u32(f32(a))), 8: ("v_cvt_i32_f32", lambda a: _cvt_i32(f32(a))),
+  33: ("v_trunc_f32", _ff(lambda x: x if math.isinf(x) or math.isnan(x) else float(math.trunc(x)))),
+  34: ("v_ceil_f32", _ff(lambda x: x if math.isinf(x) or math.isnan(x) else float(math.ceil(x)))),
+  36: ("v_floor_f32", _ff(lambda x: x if math.isinf(x) or math.isnan(x) else float(math.floor(x)))),
+  37: ("v_exp_f32", _ff(_exp2)), 39: ("v_log_f32", _ff(_log2)), 42: ("v_rcp_f32", _ff(_rcp)),
+  51: ("v_sqrt_f32", _ff(_sqrt)), 55: ("v_not_b32", lambda a: ~a & MASK32),
+}
+# VOP2: op -> (name, fn(src0, src1) -> bits); v_cndmask/v_fmac/carry ops are handled in execute
+VOP2: dict[int, tuple[str, Callable[[int, int], int]]] = {
+  3: ("v_add_f32", _ff(lambda a, b: a + b)), 4: ("v_sub_f32", _ff(lambda a, b: a - b)),
+  5: ("v_subrev_f32", _ff(lambda a, b: b - a)), 8: ("v_mul_f32", _ff(lambda a, b: a * b)),
+  11: ("v_mul_u32_u24", lambda a, b: ((a & 0xFFFFFF) * (b & 0xFFFFFF)) & MASK32),
+  15: ("v_min_f32", _ff(_fmin)), 16: ("v_max_f32", _ff(_fmax)),
+  17: ("v_min_i32", lambda a, b: min(i32(a), i32(b)) & MASK32), 18: ("v_max_i32", lambda a, b: max(i32(a), i32(b)) & MASK32),
+  19: ("v_min_u32", min), 20: ("v_max_u32", max),
+  24: ("v_lshlrev_b32", lambda a, b: (b << (a & 31)) & MASK32), 25: ("v_lshrrev_b32", lambda a, b: b >> (a & 31)),
+  26: ("v_ashrrev_i32", lambda a, b: (i32(b) >> (a & 31)) & MASK32),
+  27: ("v_and_b32", lambda a, b: a & b), 28: ("v_or_b32", lambda a, b: a | b), 29: ("v_xor_b32", lambda a, b: a ^ b),
+  37: ("v_add_nc_u32", lambda a, b: (a + b) & MASK32), 38: ("v_sub_nc_u32", lambda a, b: (a - b) & MASK32),
+  39: ("v_subrev_nc_u32", lambda a, b: (b - a) & MASK32),
+}
+VOP2_CNDMASK, VOP2_FMAC, VOP2_FMAMK, VOP2_FMAAK, VOP2_ADD_CO_CI = 1, 43, 44, 45, 32
+# VOP3-only: op -> (name, fn(a, b, c) -> bits)
+VOP3: dict[int, tuple[str, Callable[[int, int, int], int]]] = {
+  0x210: ("v_bfe_u32", lambda a, b, c: (a >> (b & 31)) & ((1 << (c & 31)) - 1)),
+  0x211: ("v_bfe_i32", lambda a, b, c: (sext((a >> (b & 31)) & ((1 << (c & 31)) - 1), c & 31) if c & 31 else 0) & MASK32),
+  0x213: ("v_fma_f32", _ff(lambda a, b, c: a * b + c)),
+  0x246: ("v_lshl_add_u32", lambda a, b, c: ((a << (b & 31)) + c) & MASK32),
+  0x255: ("v_add3_u32", lambda a, b, c: (a + b + c) & MASK32),
+  0x256: ("v_lshl_or_b32", lambda a, b, c: ((a << (b & 31)) & MASK32) | c),
+  0x257: ("v_and_or_b32", lambda a, b, c: (a & b) | c), 0x258: ("v_or3_b32", lambda a, b, c: a | b | c),
+  0x32C: ("v_mul_lo_u32", lambda a, b, c: (a * b) & MASK32), 0x32D: ("v_mul_hi_u32", lambda a, b, c: (a * b) >> 32),
+}
+VOP3_ADD_CO_U32, VOP3_SUB_CO_U32, VOP3_MAD_U64_U32, VOP3_LSHLREV_B64 = 0x300, 0x301, 0x2FE, 0x33C
+# VOPC: compare kinds by (op & 0x7F) >> 3 group; cmp functions by op & 7 (f, lt, eq, le, gt, ne/lg, ge, t)
+_CMP = [lambda a, b: False, lambda a, b: a < b, lambda a, b: a == b, lambda a, b: a <= b, lambda a, b: a > b,
+        lambda a, b: a != b, lambda a, b: a >= b, lambda a, b: True]
+_F32_CMP = {0x10: "f", 0x11: "lt", 0x12: "eq", 0x13: "le", 0x14: "gt", 0x15: "lg", 0x16: "ge", 0x17: "o", 0x18: "u",
+            0x19: "nge", 0x1A: "nlg", 0x1B: "ngt", 0x1C: "nle", 0x1D: "neq", 0x1E: "nlt", 0x1F: "t"}
+
+
+def vopc_compare(op: int) -> tuple[str, Callable[[int, int], bool]]:
+  """The name and per-lane predicate of VOPC opcode `op` (0x10.. f32, 0x40.. i32, 0x48.. u32)."""
+  base = op & 0x7F
+  if base in _F32_CMP:
+    name = _F32_CMP[base]
+    def fcmp(a: int, b: int, k: int = base) -> bool:
+      x, y = f32(a), f32(b)
+      unordered = math.isnan(x) or math.isnan(y)
+      if k == 0x17: return not unordered
+      if k == 0x18: return unordered
+      if k >= 0x19 and k <= 0x1E: return unordered or not _CMP[[0, 6, 5, 4, 3, 2, 1][k - 0x18]](x, y) if k != 0x1D else \
+        unordered or x != y
+      if k == 0x15: return not unordered and x != y
+      return not unordered and _CMP[k - 0x10](x, y)
+    return f"v_cmp{'x' if op & 0x80 else ''}_{name}_f32", fcmp
+  if 0x40 <= base < 0x50:
+    signed, fn = base < 0x48, _CMP[base & 7]
+    names = ["f", "lt", "eq", "le", "gt", "ne", "ge", "t"]
+    return (f"v_cmp{'x' if op & 0x80 else ''}_{names[base & 7]}_{'i' if signed else 'u'}32",
+            (lambda a, b: fn(i32(a), i32(b))) if signed else fn)
+  raise UnsupportedInstruction(f"VOPC opcode {op:#x}")
+
+
+SOP2: dict[int, tuple[str, Callable[[int, int], int]]] = {
+  0: ("s_add_u32", lambda a, b: a + b), 1: ("s_sub_u32", lambda a, b: a - b),
+  2: ("s_add_i32", lambda a, b: i32(a) + i32(b)), 3: ("s_sub_i32", lambda a, b: i32(a) - i32(b)),
+  8: ("s_lshl_b32", lambda a, b: a << (b & 31)), 10: ("s_lshr_b32", lambda a, b: a >> (b & 31)),
+  12: ("s_ashr_i32", lambda a, b: i32(a) >> (b & 31)),
+  18: ("s_min_i32", lambda a, b: min(i32(a), i32(b))), 19: ("s_min_u32", min),
+  20: ("s_max_i32", lambda a, b: max(i32(a), i32(b))), 21: ("s_max_u32", max),
+  22: ("s_and_b32", lambda a, b: a & b), 24: ("s_or_b32", lambda a, b: a | b), 26: ("s_xor_b32", lambda a, b: a ^ b),
+  34: ("s_and_not1_b32", lambda a, b: a & ~b & MASK32),
+  44: ("s_mul_i32", lambda a, b: i32(a) * i32(b)),
+}
+SOP2_ADDC, SOP2_SUBB, SOP2_LSHL_B64, SOP2_AND_B64, SOP2_CSELECT_B32, SOP2_BFE_U32 = 4, 5, 9, 23, 48, 38
+SOPC_NAMES = ["eq_i32", "lg_i32", "gt_i32", "ge_i32", "lt_i32", "le_i32", "eq_u32", "lg_u32", "gt_u32", "ge_u32",
+              "lt_u32", "le_u32"]
+_SOPC_FN = [_CMP[2], _CMP[5], _CMP[4], _CMP[6], _CMP[1], _CMP[3]]
+SOPP_NAMES = {0: "s_nop", 5: "s_clause", 7: "s_delay_alu", 8: "s_waitcnt_depctr", 9: "s_waitcnt", 32: "s_branch",
+              33: "s_cbranch_scc0", 34: "s_cbranch_scc1", 35: "s_cbranch_vccz", 36: "s_cbranch_vccnz",
+              37: "s_cbranch_execz", 38: "s_cbranch_execnz", 48: "s_endpgm", 54: "s_sendmsg", 61: "s_barrier",
+              4: "s_set_inst_prefetch_distance", 31: "s_code_end"}
+SMEM_LOADS = {0: 1, 1: 2, 2: 4, 3: 8, 4: 16}  # s_load_b32/64/128/256/512: dwords
+GLOBAL_LOADS = {16: (1, False, 8), 17: (1, True, 8), 18: (1, False, 16), 19: (1, True, 16), 20: (1, False, 32),
+                21: (2, False, 32), 22: (3, False, 32), 23: (4, False, 32)}  # op: (dwords, signed, bits)
+GLOBAL_STORES = {24: (1, 8), 25: (1, 16), 26: (1, 32), 27: (2, 32), 28: (3, 32), 29: (4, 32)}
+VOPD_OPS = {0: "fmac_f32", 1: "fmaak_f32", 2: "fmamk_f32", 3: "mul_f32", 4: "add_f32", 5: "sub_f32", 6: "subrev_f32",
+            8: "mov_b32", 9: "cndmask_b32", 10: "max_f32", 11: "min_f32", 16: "add_nc_u32", 17: "lshlrev_b32",
+            18: "and_b32"}
+_VOPD_TO_VOP2 = {3: 8, 4: 3, 5: 4, 6: 5, 10: 16, 11: 15, 16: 37, 17: 24, 18: 27}
+
+
+@dataclass
+class Inst:
+  """A decoded instruction: encoding name, opcode, fields, size in bytes, mnemonic."""
+  fmt: str
+  op: int
+  f: dict[str, int]
+  size: int
+  name: str
+  literal: int | None = None
+
+
+def _bits(w: int, lo: int, n: int) -> int: return (w >> lo) & ((1 << n) - 1)
+
+
+def decode(code: bytes | memoryview, pc: int = 0) -> Inst:
+  """Decode the instruction at byte offset `pc` of `code`."""
+  w0 = struct.unpack_from("<I", code, pc)[0]
+  w1 = struct.unpack_from("<I", code, pc + 4)[0] if pc + 8 <= len(code) else 0
+
+  def lit(inst: Inst, *srcs: int) -> Inst:
+    if LITERAL in srcs:
+      inst.literal = struct.unpack_from("<I", code, pc + inst.size)[0]
+      inst.size += 4
+    return inst
+
+  top9, top6 = w0 >> 23, w0 >> 26
+  if top9 == 0b101111101:
+    op = _bits(w0, 8, 8)
+    return lit(Inst("SOP1", op, {"sdst": _bits(w0, 16, 7), "ssrc0": w0 & 0xFF}, 4, _sop1_name(op)), w0 & 0xFF)
+  if top9 == 0b101111110:
+    op = _bits(w0, 16, 7)
+    name = f"s_cmp_{SOPC_NAMES[op]}" if op < len(SOPC_NAMES) else f"sopc_{op}"
+    return lit(Inst("SOPC", op, {"ssrc0": w0 & 0xFF, "ssrc1": _bits(w0, 8, 8)}, 4, name), w0 & 0xFF, _bits(w0, 8, 8))
+  if top9 == 0b101111111:
+    op = _bits(w0, 16, 7)
+    return Inst("SOPP", op, {"simm16": w0 & 0xFFFF}, 4, SOPP_NAMES.get(op, f"sopp_{op}"))
+  if w0 >> 28 == 0b1011:
+    op = _bits(w0, 23, 5)
+    names = {0: "s_movk_i32", 3: "s_cmpk_eq_i32", 15: "s_addk_i32", 16: "s_mulk_i32"}
+    return Inst("SOPK", op, {"sdst": _bits(w0, 16, 7), "simm16": w0 & 0xFFFF}, 4, names.get(op, f"sopk_{op}"))
+  if w0 >> 30 == 0b10:
+    op = _bits(w0, 23, 7)
+    name = SOP2[op][0] if op in SOP2 else {4: "s_addc_u32", 5: "s_subb_u32", 9: "s_lshl_b64", 23: "s_and_b64",
+                                             48: "s_cselect_b32", 38: "s_bfe_u32"}.get(op, f"sop2_{op}")
+    return lit(Inst("SOP2", op, {"sdst": _bits(w0, 16, 7), "ssrc0": w0 & 0xFF, "ssrc1": _bits(w0, 8, 8)}, 4, name),
+               w0 & 0xFF, _bits(w0, 8, 8))
+  if top6 == 0b111101:
+    op = _bits(w0, 18, 8)
+    f = {"sbase": (w0 & 0x3F) * 2, "sdata": _bits(w0, 6, 7), "offset": sext(w1 & 0x1FFFFF, 21), "soffset": w1 >> 25}
+    return Inst("SMEM", op, f, 8, f"s_load_b{32 * SMEM_LOADS[op]}" if op in SMEM_LOADS else f"smem_{op}")
+  if top6 == 0b110111:
+    op, seg = _bits(w0, 18, 7), _bits(w0, 16, 2)
+    f = {"offset": sext(w0 & 0x1FFF, 13), "seg": seg, "addr": w1 & 0xFF, "data": _bits(w1, 8, 8),
+         "saddr": _bits(w1, 16, 7), "vdst": w1 >> 24}
+    seg_name = ["flat", "scratch", "global"][seg] if seg < 3 else "seg3"
+    kind = f"load_{op}" if op in GLOBAL_LOADS else f"store_{op}" if op in GLOBAL_STORES else f"op_{op}"
+    return Inst("FLAT", op, f, 8, f"{seg_name}_{kind}")
+  if top6 == 0b110010:
+    opx, opy = _bits(w0, 22, 4), _bits(w0, 17, 5)
+    vdstx = w1 >> 24
+    f = {"opx": opx, "opy": opy, "src0x": w0 & 0x1FF, "vsrcx1": _bits(w0, 9, 8), "src0y": w1 & 0x1FF,
+         "vsrcy1": _bits(w1, 9, 8), "vdstx": vdstx, "vdsty": (_bits(w1, 17, 7) << 1) | ((vdstx & 1) ^ 1)}
+    name = f"v_dual_{VOPD_OPS.get(opx, opx)} :: v_dual_{VOPD_OPS.get(opy, opy)}"
+    return lit(Inst("VOPD", opx, f, 8, name), f["src0x"], f["src0y"], *([LITERAL] if {opx, opy} & {1, 2} else []))
+  if top6 == 0b110101:
+    op = _bits(w0, 16, 10)
+    f = {"vdst": w0 & 0xFF, "sdst": _bits(w0, 8, 7), "abs": _bits(w0, 8, 3), "opsel": _bits(w0, 11, 4),
+         "clamp": _bits(w0, 15, 1), "src0": w1 & 0x1FF, "src1": _bits(w1, 9, 9), "src2": _bits(w1, 18, 9),
+         "omod": _bits(w1, 27, 2), "neg": w1 >> 29}
+    return lit(Inst("VOP3", op, f, 8, _vop3_name(op)), f["src0"], f["src1"], f["src2"])
+  if w0 >> 25 == 0b0111111:
+    op = _bits(w0, 9, 8)
+    return lit(Inst("VOP1", op, {"vdst": _bits(w0, 17, 8), "src0": w0 & 0x1FF}, 4, VOP1[op][0] if op in VOP1 else
+                    f"vop1_{op}"), w0 & 0x1FF)
+  if w0 >> 25 == 0b0111110:
+    op = _bits(w0, 17, 8)
+    try: name = vopc_compare(op)[0]
+    except UnsupportedInstruction: name = f"vopc_{op}"
+    return lit(Inst("VOPC", op, {"src0": w0 & 0x1FF, "vsrc1": _bits(w0, 9, 8)}, 4, name), w0 & 0x1FF)
+  if w0 >> 31 == 0:
+    op = _bits(w0, 25, 6)
+    name = VOP2[op][0] if op in VOP2 else {1: "v_cndmask_b32", 43: "v_fmac_f32", 44: "v_fmamk_f32", 45: "v_fmaak_f32",
+                                           32: "v_add_co_ci_u32"}.get(op, f"vop2_{op}")
+    inst = Inst("VOP2", op, {"vdst": _bits(w0, 17, 8), "src0": w0 & 0x1FF, "vsrc1": _bits(w0, 9, 8)}, 4, name)
+    return lit(inst, w0 & 0x1FF, *([LITERAL] if op in (VOP2_FMAMK, VOP2_FMAAK) else []))
+  raise UnsupportedInstruction(f"unknown encoding {w0:#010x} at offset {pc:#x}")
+
+
+def _sop1_name(op: int) -> str:
+  return {0: "s_mov_b32", 1: "s_mov_b64", 30: "s_not_b32", 32: "s_and_saveexec_b32", 34: "s_or_saveexec_b32",
+          42: "s_and_not1_saveexec_b32"}.get(op, f"sop1_{op}")
+
+
+def _vop3_name(op: int) -> str:
+  if op < 0x100:
+    try: return vopc_compare(op)[0] + "_e64"
+    except UnsupportedInstruction: return f"vop3_vopc_{op}"
+  if op < 0x180: return (VOP2[op - 0x100][0] if op - 0x100 in VOP2 else {1: "v_cndmask_b32"}.get(op - 0x100, f"vop2_{op - 0x100}")) + "_e64"
+  if op < 0x200: return (VOP1[op - 0x180][0] if op - 0x180 in VOP1 else f"vop1_{op - 0x180}") + "_e64"
+  if op in VOP3: return VOP3[op][0]
+  return {VOP3_ADD_CO_U32: "v_add_co_u32", VOP3_SUB_CO_U32: "v_sub_co_u32", VOP3_MAD_U64_U32: "v_mad_u64_u32",
+          VOP3_LSHLREV_B64: "v_lshlrev_b64"}.get(op, f"vop3_{op:#x}")
+
+
+class Memory:
+  """Byte access to host addresses (the GPU VA space of the mock)."""
+  def read(self, addr: int, n: int) -> bytes: return ctypes.string_at(addr, n)
+  def write(self, addr: int, data: bytes) -> None: ctypes.memmove(addr, data, len(data))
+  def read32(self, addr: int) -> int: return ctypes.c_uint32.from_address(addr).value
+
+
+@dataclass
+class Wave:
+  """The state of one wave32: SGPRs (with VCC, M0, EXEC at their operand codes), VGPRs by lane, SCC, PC."""
+  sgpr: list[int] = field(default_factory=lambda: [0] * 128)
+  vgpr: list[list[int]] = field(default_factory=lambda: [[0] * WAVE for _ in range(256)])
+  scc: int = 0
+  pc: int = 0
+
+  @property
+  def exec(self) -> int: return self.sgpr[EXEC_LO]
+  @exec.setter
+  def exec(self, v: int) -> None: self.sgpr[EXEC_LO] = v & MASK32
+  @property
+  def vcc(self) -> int: return self.sgpr[VCC_LO]
+  @vcc.setter
+  def vcc(self, v: int) -> None: self.sgpr[VCC_LO] = v & MASK32
+
+  def lanes(self) -> list[int]: return [i for i in range(WAVE) if self.exec >> i & 1]
+
+
+class Emulator:
+  """Runs waves of one dispatch: `run(wave, code_addr)` executes from `code_addr` until s_endpgm."""
+
+  def __init__(self, mem: Memory | None = None, max_steps: int = 1_000_000):
+    self.mem, self.max_steps = mem or Memory(), max_steps
+    self.steps = 0
+    self.barrier_ok = True  # False while running a work-group of several waves one after another
+
+  # operands
+  def sread(self, w: Wave, code: int, inst: Inst) -> int:
+    if code < 106 or code in (VCC_LO, VCC_HI, M0, EXEC_LO, EXEC_HI): return w.sgpr[code]
+    if code == NULL: return 0
+    if 128 <= code <= 192: return code - 128
+    if 193 <= code <= 208: return (-(code - 192)) & MASK32
+    if code in INLINE_F32: return INLINE_F32[code]
+    if code == SCC_SRC: return w.scc
+    if code == LITERAL: return inst.literal or 0
+    raise UnsupportedInstruction(f"{inst.name}: scalar operand code {code}")
+
+  def sread64(self, w: Wave, code: int, inst: Inst) -> int:
+    if code < 106 or code in (VCC_LO, EXEC_LO): return w.sgpr[code] | (w.sgpr[code + 1] << 32)
+    v = self.sread(w, code, inst)
+    return v | (MASK64 ^ MASK32 if 193 <= code <= 208 else 0)
+
+  def swrite(self, w: Wave, code: int, v: int) -> None:
+    if code != NULL: w.sgpr[code] = v & MASK32
+
+  def vsrc(self, w: Wave, code: int, lane: int, inst: Inst) -> int:
+    return w.vgpr[code - 256][lane] if code >= 256 else self.sread(w, code, inst)
+
+  def run(self, w: Wave, code_addr: int, code_size: int = 1 << 16) -> None:
+    """Execute from `code_addr` until s_endpgm (or raise after max_steps)."""
+    code = self.mem.read(code_addr, code_size)
+    w.pc = 0
+    for _ in range(self.max_steps):
+      inst = decode(code, w.pc)
+      self.steps += 1
+      nxt = w.pc + inst.size
+      if inst.fmt == "SOPP":
+        if inst.op == 48: return
+        nxt = self.sopp(w, inst, nxt)
+      else: getattr(self, inst.fmt.lower())(w, inst)
+      w.pc = nxt
+    raise RuntimeError(f"wave did not reach s_endpgm in {self.max_steps} instructions")
+
+  # scalar
+  def sopp(self, w: Wave, inst: Inst, nxt: int) -> int:
+    op, target = inst.op, nxt + sext(inst.f["simm16"], 16) * 4
+    if op == 61 and not self.barrier_ok:
+      raise UnsupportedInstruction(f"s_barrier at {w.pc:#x} in a work-group of several waves (waves run one at a time)")
+    if op in (0, 4, 5, 7, 8, 9, 31, 54, 61): return nxt  # nop, prefetch, clause, delay_alu, waits, sendmsg, barrier
+    taken = {32: True, 33: w.scc == 0, 34: w.scc == 1, 35: w.vcc == 0, 36: w.vcc != 0, 37: w.exec == 0,
+             38: w.exec != 0}.get(op)
+    if taken is None: raise UnsupportedInstruction(f"SOPP opcode {op} at {w.pc:#x}")
+    return target if taken else nxt
+
+  def sop1(self, w: Wave, inst: Inst) -> None:
+    op, d, s = inst.op, inst.f["sdst"], inst.f["ssrc0"]
+    if op == 0: self.swrite(w, d, self.sread(w, s, inst))
+    elif op == 1:
+      v = self.sread64(w, s, inst)
+      self.swrite(w, d, v)
+      self.swrite(w, d + 1, v >> 32)
+    elif op == 30:
+      v = ~self.sread(w, s, inst) & MASK32
+      self.swrite(w, d, v)
+      w.scc = int(v != 0)
+    elif op in (32, 34, 42):  # s_and/or/and_not1_saveexec_b32: sdst = exec; exec = op(src, exec)
+      old, src = w.exec, self.sread(w, s, inst)
+      w.exec = {32: src & old, 34: src | old, 42: src & ~old}[op]
+      self.swrite(w, d, old)
+      w.scc = int(w.exec != 0)
+    else: raise UnsupportedInstruction(f"SOP1 opcode {op} at {w.pc:#x}")
+
+  def sop2(self, w: Wave, inst: Inst) -> None:
+    op, d = inst.op, inst.f["sdst"]
+    a, b = self.sread(w, inst.f["ssrc0"], inst), self.sread(w, inst.f["ssrc1"], inst)
+    if op in SOP2:
+      r = SOP2[op][1](a, b)
+      if op == 0: w.scc = int(r > MASK32)
+      elif op == 1: w.scc = int(b > a)
+      elif op in (2, 3): w.scc = int(r != sext(r & MASK32, 32))  # signed overflow
+      elif op in (8, 10, 12, 22, 24, 26, 34): w.scc = int(r & MASK32 != 0)
+      elif op in (18, 19, 20, 21): w.scc = int(r == (i32(a) if op in (18, 20) else a))
+      self.swrite(w, d, r)
+    elif op in (SOP2_ADDC, SOP2_SUBB):
+      r = a + b + w.scc if op == SOP2_ADDC else a - b - w.scc
+      w.scc = int(r > MASK32) if op == SOP2_ADDC else int(r < 0)
+      self.swrite(w, d, r)
+    elif op == SOP2_CSELECT_B32: self.swrite(w, d, a if w.scc else b)
+    elif op == SOP2_BFE_U32:
+      r = (a >> (b & 31)) & ((1 << ((b >> 16) & 0x7F)) - 1)
+      self.swrite(w, d, r)
+      w.scc = int(r != 0)
+    elif op in (SOP2_LSHL_B64, SOP2_AND_B64):
+      a64 = self.sread64(w, inst.f["ssrc0"], inst)
+      r = (a64 << (b & 63)) & MASK64 if op == SOP2_LSHL_B64 else a64 & self.sread64(w, inst.f["ssrc1"], inst)
+      self.swrite(w, d, r)
+      self.swrite(w, d + 1, r >> 32)
+      w.scc = int(r != 0)
+    else: raise UnsupportedInstruction(f"SOP2 opcode {op} at {w.pc:#x}")
+
+  def sopk(self, w: Wave, inst: Inst) -> None:
+    op, d, k = inst.op, inst.f["sdst"], sext(inst.f["simm16"], 16)
+    if op == 0: self.swrite(w, d, k)
+    elif op == 3: w.scc = int(i32(w.sgpr[d]) == k)
+    elif op == 15: self.swrite(w, d, i32(w.sgpr[d]) + k)
+    elif op == 16: self.swrite(w, d, i32(w.sgpr[d]) * k)
+    else: raise UnsupportedInstruction(f"SOPK opcode {op} at {w.pc:#x}")
+
+  def sopc(self, w: Wave, inst: Inst) -> None:
+    op = inst.op
+    if op >= len(SOPC_NAMES): raise UnsupportedInstruction(f"SOPC opcode {op} at {w.pc:#x}")
+    a, b = self.sread(w, inst.f["ssrc0"], inst), self.sread(w, inst.f["ssrc1"], inst)
+    if op < 6: a, b = i32(a), i32(b)
+    w.scc = int(_SOPC_FN[op % 6](a, b))
+
+  def smem(self, w: Wave, inst: Inst) -> None:
+    if inst.op not in SMEM_LOADS: raise UnsupportedInstruction(f"SMEM opcode {inst.op} at {w.pc:#x}")
+    f = inst.f
+    base = w.sgpr[f["sbase"]] | (w.sgpr[f["sbase"] + 1] << 32)
+    off = f["offset"] + (w.sgpr[f["soffset"]] if f["soffset"] != NULL else 0)
+    data = self.mem.read((base + off) & ~3, 4 * SMEM_LOADS[inst.op])
+    for i, v in enumerate(struct.unpack(f"<{SMEM_LOADS[inst.op]}I", data)): w.sgpr[f["sdata"] + i] = v
+
+  # vector
+  def vop1(self, w: Wave, inst: Inst) -> None:
+    if inst.op not in VOP1: raise UnsupportedInstruction(f"VOP1 opcode {inst.op} ({inst.name}) at {w.pc:#x}")
+    fn, d = VOP1[inst.op][1], inst.f["vdst"]
+    for ln in w.lanes(): w.vgpr[d][ln] = fn(self.vsrc(w, inst.f["src0"], ln, inst))
+
+  def _vop2_lane(self, w: Wave, op: int, a: int, b: int, d: int, ln: int, inst: Inst, k: int = 0) -> None:
+    if op in VOP2: w.vgpr[d][ln] = VOP2[op][1](a, b)
+    elif op == VOP2_CNDMASK: w.vgpr[d][ln] = b if w.vcc >> ln & 1 else a
+    elif op == VOP2_FMAC: w.vgpr[d][ln] = bits32(f32(a) * f32(b) + f32(w.vgpr[d][ln]))
+    elif op == VOP2_FMAMK: w.vgpr[d][ln] = bits32(f32(a) * f32(k) + f32(b))
+    elif op == VOP2_FMAAK: w.vgpr[d][ln] = bits32(f32(a) * f32(b) + f32(k))
+    else: raise UnsupportedInstruction(f"VOP2 opcode {op} ({inst.name}) at {w.pc:#x}")
+
+  def vop2(self, w: Wave, inst: Inst) -> None:
+    f = inst.f
+    if inst.op == VOP2_ADD_CO_CI:
+      carry = 0
+      for ln in w.lanes():
+        r = self.vsrc(w, f["src0"], ln, inst) + w.vgpr[f["vsrc1"]][ln] + (w.vcc >> ln & 1)
+        w.vgpr[f["vdst"]][ln], carry = r & MASK32, carry | ((r >> 32) << ln)
+      w.vcc = (w.vcc & ~w.exec) | carry
+      return
+    for ln in w.lanes():
+      self._vop2_lane(w, inst.op, self.vsrc(w, f["src0"], ln, inst), w.vgpr[f["vsrc1"]][ln], f["vdst"], ln, inst,
+                      inst.literal or 0)
+
+  def vopc(self, w: Wave, inst: Inst) -> None:
+    _, fn = vopc_compare(inst.op)
+    mask = 0
+    for ln in w.lanes():
+      if fn(self.vsrc(w, inst.f["src0"], ln, inst), w.vgpr[inst.f["vsrc1"]][ln]): mask |= 1 << ln
+    if inst.op & 0x80: w.exec = mask
+    else: w.vcc = mask
+
+  def vopd(self, w: Wave, inst: Inst) -> None:
+    f, k = inst.f, inst.literal or 0
+    # both halves read their sources before either writes (dual issue)
+    results = []
+    for which in ("x", "y"):
+      op, s0, s1, d = f[f"op{which}"], f[f"src0{which}"], f[f"vsrc{which}1"], f[f"vdst{which}"]
+      vals = {}
+      for ln in w.lanes():
+        a, b = self.vsrc(w, s0, ln, inst), w.vgpr[s1][ln]
+        if op == 8: vals[ln] = a
+        elif op == 0: vals[ln] = bits32(f32(a) * f32(b) + f32(w.vgpr[d][ln]))
+        elif op == 1: vals[ln] = bits32(f32(a) * f32(b) + f32(k))
+        elif op == 2: vals[ln] = bits32(f32(a) * f32(k) + f32(b))
+        elif op == 9: vals[ln] = b if w.vcc >> ln & 1 else a
+        elif op in _VOPD_TO_VOP2: vals[ln] = VOP2[_VOPD_TO_VOP2[op]][1](a, b)
+        else: raise UnsupportedInstruction(f"VOPD opcode {op} at {w.pc:#x}")
+      results.append((d, vals))
+    for d, vals in results:
+      for ln, v in vals.items(): w.vgpr[d][ln] = v
+
+  def vop3(self, w: Wave, inst: Inst) -> None:
+    f, op = inst.f, inst.op
+    if f["omod"] or f["clamp"] or f["opsel"]: raise UnsupportedInstruction(f"{inst.name}: omod/clamp/opsel at {w.pc:#x}")
+
+    def src(i: int, ln: int) -> int:
+      v = self.vsrc(w, f[f"src{i}"], ln, inst)
+      if f["abs"] >> i & 1: v &= 0x7FFFFFFF
+      if f["neg"] >> i & 1: v ^= 0x80000000
+      return v
+    if op < 0x100:  # VOPC promoted: result to an SGPR
+      _, fn = vopc_compare(op)
+      mask = sum(1 << ln for ln in w.lanes() if fn(src(0, ln), src(1, ln)))
+      if op & 0x80: w.exec = mask
+      else: self.swrite(w, f["vdst"], mask)
+      return
+    if f["abs"] or f["neg"]:
+      if not (op in (0x213,) or 0x100 + 3 <= op <= 0x100 + 16):
+        raise UnsupportedInstruction(f"{inst.name}: abs/neg modifiers on an integer op at {w.pc:#x}")
+    if op == 0x101:  # v_cndmask_b32_e64: mask in src2's SGPR
+      m = self.sread(w, f["src2"], inst)
+      for ln in w.lanes(): w.vgpr[f["vdst"]][ln] = src(1, ln) if m >> ln & 1 else src(0, ln)
+    elif 0x100 <= op < 0x180:
+      for ln in w.lanes(): self._vop2_lane(w, op - 0x100, src(0, ln), src(1, ln), f["vdst"], ln, inst)
+    elif 0x180 <= op < 0x200:
+      if op - 0x180 not in VOP1: raise UnsupportedInstruction(f"VOP3 (VOP1) opcode {op - 0x180} at {w.pc:#x}")
+      for ln in w.lanes(): w.vgpr[f["vdst"]][ln] = VOP1[op - 0x180][1](src(0, ln))
+    elif op in VOP3:
+      fn = VOP3[op][1]
+      for ln in w.lanes(): w.vgpr[f["vdst"]][ln] = fn(src(0, ln), src(1, ln), src(2, ln))
+    elif op in (VOP3_ADD_CO_U32, VOP3_SUB_CO_U32):
+      carry = 0
+      for ln in w.lanes():
+        r = src(0, ln) + src(1, ln) if op == VOP3_ADD_CO_U32 else src(0, ln) - src(1, ln)
+        w.vgpr[f["vdst"]][ln] = r & MASK32
+        if r > MASK32 or r < 0: carry |= 1 << ln
+      self.swrite(w, f["sdst"], carry)
+    elif op == VOP3_MAD_U64_U32:
+      for ln in w.lanes():
+        c = w.vgpr[f["src2"] - 256][ln] | (w.vgpr[f["src2"] - 255][ln] << 32) if f["src2"] >= 256 else \
+          self.sread64(w, f["src2"], inst)
+        r = (src(0, ln) * src(1, ln) + c) & MASK64
+        w.vgpr[f["vdst"]][ln], w.vgpr[f["vdst"] + 1][ln] = r & MASK32, r >> 32
+      self.swrite(w, f["sdst"], 0)
+    elif op == VOP3_LSHLREV_B64:
+      for ln in w.lanes():
+        v = w.vgpr[f["src1"] - 256][ln] | (w.vgpr[f["src1"] - 255][ln] << 32) if f["src1"] >= 256 else \
+          self.sread64(w, f["src1"], inst)
+        r = (v << (src(0, ln) & 63)) & MASK64
+        w.vgpr[f["vdst"]][ln], w.vgpr[f["vdst"] + 1][ln] = r & MASK32, r >> 32
+    else: raise UnsupportedInstruction(f"VOP3 opcode {op:#x} ({inst.name}) at {w.pc:#x}")
+
+  def flat(self, w: Wave, inst: Inst) -> None:
+    f, op = inst.f, inst.op
+    if f["seg"] != 2: raise UnsupportedInstruction(f"FLAT segment {f['seg']} (only GLOBAL) at {w.pc:#x}")
+    for ln in w.lanes():
+      if f["saddr"] != NULL and f["saddr"] != 0x7F:
+        addr = (w.sgpr[f["saddr"]] | (w.sgpr[f["saddr"] + 1] << 32)) + w.vgpr[f["addr"]][ln]
+      else: addr = w.vgpr[f["addr"]][ln] | (w.vgpr[f["addr"] + 1][ln] << 32)
+      addr = (addr + f["offset"]) & MASK64
+      if op in GLOBAL_LOADS:
+        n, signed, bits = GLOBAL_LOADS[op]
+        if bits < 32:
+          v = int.from_bytes(self.mem.read(addr, bits // 8), "little")
+          w.vgpr[f["vdst"]][ln] = (sext(v, bits) & MASK32) if signed else v
+        else:
+          for i, v in enumerate(struct.unpack(f"<{n}I", self.mem.read(addr, 4 * n))): w.vgpr[f["vdst"] + i][ln] = v
+      elif op in GLOBAL_STORES:
+        n, bits = GLOBAL_STORES[op]
+        if bits < 32: self.mem.write(addr, (w.vgpr[f["data"]][ln] & ((1 << bits) - 1)).to_bytes(bits // 8, "little"))
+        else: self.mem.write(addr, struct.pack(f"<{n}I", *(w.vgpr[f["data"] + i][ln] for i in range(n))))
+      else: raise UnsupportedInstruction(f"GLOBAL opcode {op} at {w.pc:#x}")
