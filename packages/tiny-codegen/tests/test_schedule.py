@@ -416,3 +416,24 @@ def test_stencil_chain_is_cut_instead_of_recomputed_exponentially():
   sched = check([x], {ab: av})
   assert 1 < n_kernels(sched) <= 8
   assert max(len(c.src[0].toposort()) for c in sched.calls) < 2000
+
+
+def test_optimizer_like_assigns_share_a_kernel():
+  # m <- 0.9 m + g; v <- 0.99 v + g*g; p <- p - m_new / (sqrt(v_new) + 1): one kernel storing m, v and p
+  (mb, m, mv), (vb, v, vv), (pb, p, pv), (gb, g, gv) = tensor(3, 4), tensor(3, 4), tensor(3, 4), tensor(3, 4)
+  vv = np.abs(vv)
+  f = fconst
+  m_new = m.assign(m * f(0.9, (3, 4)) + g)
+  v_new = v.assign(v * f(0.99, (3, 4)) + g * g)
+  p_new = p.assign(p - m_new / (v_new.sqrt() + f(1.0, (3, 4))))
+  read_old_m = (m * f(2.0, (3, 4))).contiguous()  # must run before m is overwritten
+  sched = create_schedule(UOp.sink(p_new, m_new, v_new, read_old_m))
+  env = ref.run_schedule(sched, {mb: mv, vb: vv, pb: pv, gb: gv})
+  em, ev = mv * np.float32(0.9) + gv, vv * np.float32(0.99) + gv * gv
+  np.testing.assert_allclose(env[mb].reshape(3, 4), em, rtol=1e-6)
+  np.testing.assert_allclose(env[vb].reshape(3, 4), ev, rtol=1e-6)
+  np.testing.assert_allclose(env[pb].reshape(3, 4), pv - em / (np.sqrt(ev) + 1), rtol=1e-5)
+  np.testing.assert_allclose(ref.realized_value(sched, env, read_old_m), mv * 2, rtol=1e-6)
+  assert n_kernels(sched) == 2
+  multi = next(c for c in sched.calls if len(c.src[0].src) == 3)
+  assert set(multi.src[1:4]) == {mb, vb, pb} and sched.calls.index(multi) == 1

@@ -243,6 +243,7 @@ class KernelBuilder:
     self.has_reduce = False
     self.version: UOp | None = None    # the ASSIGN whose result is being read (None: buffers' original values)
     self.assigns_read: list[UOp] = []
+    self.inline: set[UOp] = set()      # ASSIGNs this kernel performs itself (extra outputs)
     self.buffer_reads: list[tuple[UOp, UOp | None]] = []   # (BUFFER, version) pairs read
 
   def new_range(self, size: sint, axis_type: AxisType) -> UOp:
@@ -287,6 +288,8 @@ class KernelBuilder:
     if op is Ops.BIND: return u.src[0]
     if op is Ops.DEFINE_VAR: return u
     if op in (Ops.CONTIGUOUS, Ops.DETACH, Ops.CONTIGUOUS_BACKWARD): return self.build(u.src[0], idx, valid)
+    if op is Ops.ASSIGN and u in self.inline:  # this kernel computes the assign (same element): use its value
+      return self.build(u.src[1], idx, valid)
     if op is Ops.ASSIGN:  # reading an assign's result reads its target's buffer once the assign has run
       self.assigns_read.append(u)
       prev, self.version = self.version, u

@@ -185,15 +185,23 @@ def _decide(sink: UOp) -> tuple[dict[UOp, None], dict[UOp, bool]]:
   return {n: None for n in nodes if n in want and n.op is not Ops.SINK}, reads_memory
 
 
+def _plain_assign(a: UOp) -> bool:
+  """An ASSIGN whose target is its whole buffer, contiguously (so it writes element i of the buffer at index i)."""
+  return _view_of(_strip_assign(a.src[0]), {}) == (_assign_base(a.src[0])[0], 0)
+
+
 def _merges(realize: dict[UOp, None]) -> dict[UOp, list[UOp]]:
   """Multi-output kernels: {v: [u, ...]} where reduce u (same shape and device as reduce v) is read directly by v's
-  kernel (softmax's max by its sum, layernorm's mean by its variance), so v's kernel computes u and stores it too."""
+  kernel (softmax's max by its sum, layernorm's mean by its variance), so v's kernel computes u and stores it too.
+  Likewise an ASSIGN whose value reads another ASSIGN's result (an optimizer's parameter update reading the new
+  moments) performs both, when both write whole buffers of the same shape."""
   out: dict[UOp, list[UOp]] = {}
   merged: set[UOp] = set()
   for v in realize:
-    if v.op is not Ops.REDUCE_AXIS or v in merged: continue
+    if v.op not in (Ops.REDUCE_AXIS, Ops.ASSIGN) or v in merged: continue
+    if v.op is Ops.ASSIGN and not _plain_assign(v): continue
     direct: dict[UOp, None] = {}
-    stack, seen = list(v.src), set(v.src)
+    stack, seen = list(v.src[1:] if v.op is Ops.ASSIGN else v.src), set(v.src)
     while stack:
       x = stack.pop()
       if x in realize:
@@ -204,7 +212,9 @@ def _merges(realize: dict[UOp, None]) -> dict[UOp, list[UOp]]:
           seen.add(s)
           stack.append(s)
     for u in direct:
-      if u.op is not Ops.REDUCE_AXIS or u in merged or u in out or u.shape != v.shape or u.device != v.device: continue
+      if u.op is not v.op or u in merged or u in out or u.shape != v.shape or u.device != v.device: continue
+      if u.op is Ops.ASSIGN and (not _plain_assign(u) or _assign_base(u.src[0])[0] is _assign_base(v.src[0])[0]):
+        continue
       if any(u in w.toposort() for w in direct if w is not u): continue  # v would wait for a reader of u: a cycle
       out.setdefault(v, []).append(u)
       merged.add(u)
@@ -237,18 +247,21 @@ def _schedule(sink: UOp, merge: bool = True) -> _Template:
   calls: list[UOp] = []
   deps: list[set[int]] = []
   call_reads: list[list[UOp]] = []
+  call_assigns: list[list[UOp]] = []   # the ASSIGN results each call reads (it runs after them)
   readers: dict[tuple[UOp, UOp | None], list[int]] = defaultdict(list)   # (BUFFER, ASSIGN version) -> calls
   writers: list[tuple[int, UOp, UOp | None]] = []                       # (call, BUFFER, version it overwrites)
   becomes: list[tuple[UOp, UOp, UOp | None]] = []
   slice_bufs: set[UOp] = set()
   merges = _merges(realize) if merge else {}
   merged = {u for us in merges.values() for u in us}
-  for u in merged: bufs[u] = new_buffer(u, u.device)
+  for u in merged:
+    if u.op is not Ops.ASSIGN: bufs[u] = new_buffer(u, u.device)  # an ASSIGN writes its target's buffer
 
-  def add_call(call: UOp, reads: list[UOp], dep: set[int] | None = None) -> int:
+  def add_call(call: UOp, reads: list[UOp], assigns: list[UOp] | None = None) -> int:
     calls.append(call)
-    deps.append(dep or set())
+    deps.append(set())
     call_reads.append(reads)
+    call_assigns.append(assigns or [])
     return len(calls) - 1
 
   def kernel(r: UOp, extra: tuple[tuple[UOp, UOp], ...] = (), also: tuple[UOp, ...] = ()) -> None:
@@ -262,22 +275,24 @@ def _schedule(sink: UOp, merge: bool = True) -> _Template:
   def kernel_once(r: UOp, extra: tuple[tuple[UOp, UOp], ...] = (), also: tuple[UOp, ...] = ()) -> None:
     inline = {u for u, _ in extra} | set(also)
     kb = KernelBuilder(functools.partial(_buffer_of, r, inline, bufs), ks, costly)
+    kb.inline = {u for u in inline if u.op is Ops.ASSIGN}
     if r.op is Ops.ASSIGN:
       target, value = r.src
-      out, wver = _assign_base(target)
-      ast = kb.kernel(value, out, shape_of(r), out_view=target)
+      out = _assign_base(target)[0]
+      ast = kb.kernel(value, out, shape_of(r), out_view=target, extra=extra)
+      if extra and any(_reads_elsewhere(ast, kb.params[b]) for b in (out, *(b for _, b in extra))):
+        raise MergeFailed("an assign in this kernel reads a target at other elements")
       if _reads_elsewhere(ast, kb.params[out]):  # e.g. x.assign(x.T): compute into a temporary first
         tmp = new_buffer(r, r.device)
         kt = KernelBuilder(functools.partial(_buffer_of, value, set(), bufs), ks, costly)
         tast = kt.kernel(value, tmp, shape_of(r))
-        it = add_call(UOp(Ops.CALL, src=(tast, *kt.params)), list(kt.params)[1:],
-                      {producer[a] for a in kt.assigns_read})
+        it = add_call(UOp(Ops.CALL, src=(tast, *kt.params)), list(kt.params)[1:], kt.assigns_read)
         for b, ver in kt.buffer_reads: readers[(b, ver)].append(it)
         buf_producer[tmp] = it
         kb = KernelBuilder(functools.partial(_buffer_of, r, set(), bufs), ks, costly)
         ast = kb.kernel(tmp.reshape(shape_of(r)), out, shape_of(r), out_view=target)
     else:
-      out, wver = bufs[r] if r in bufs else new_buffer(r, r.device), None
+      out = bufs[r] if r in bufs else new_buffer(r, r.device)
       also_bufs = tuple((a, bufs[a] if a in bufs else new_buffer(a, a.device)) for a in also)
       ast = kb.kernel(r.src[0] if r.op is Ops.CONTIGUOUS else r, out, shape_of(r), extra=extra,
                       also=tuple((a.src[0] if a.op is Ops.CONTIGUOUS else a, b) for a, b in also_bufs))
@@ -286,14 +301,17 @@ def _schedule(sink: UOp, merge: bool = True) -> _Template:
     if len(devs := {b.src[1].arg for b in kb.params}) > 1:
       raise ValueError(f"a kernel for {r.op} {shape_of(r)} reads buffers on several devices {sorted(devs)}; "
                        f"move them to one device first (Tensor.to / COPY)")
-    i = add_call(UOp(Ops.CALL, src=(ast, *kb.params)), list(kb.params)[nout:], {producer[a] for a in kb.assigns_read})
+    i = add_call(UOp(Ops.CALL, src=(ast, *kb.params)), list(kb.params)[nout:], kb.assigns_read)
     for b, ver in kb.buffer_reads: readers[(b, ver)].append(i)
     producer[r] = i
     if r.op is Ops.ASSIGN:
-      if wver is not None: deps[i].add(producer[wver])
-      writers.append((i, out, wver))
-      tv = _strip_assign(r.src[0])
-      becomes.append((r, out, None if _view_of(tv, {}) == (out, 0) else tv))
+      for a, _ in ((r, out), *extra):
+        abuf, aver = _assign_base(a.src[0])
+        if aver is not None: call_assigns[i].append(aver)
+        writers.append((i, abuf, aver))
+        producer[a] = i
+        tv = _strip_assign(a.src[0])
+        becomes.append((a, abuf, None if _view_of(tv, {}) == (abuf, 0) else tv))
       return
     for u, b in ((r, out), *extra):
       bufs[u], producer[u], buf_producer[b] = b, i, i
@@ -335,7 +353,7 @@ def _schedule(sink: UOp, merge: bool = True) -> _Template:
     if r in grouped: continue  # stored by the kernel of an earlier output of the same shape
     if r in merges:
       try:
-        kernel(r, tuple((u, bufs[u]) for u in merges[r]))
+        kernel(r, tuple((u, bufs[u] if u.op is not Ops.ASSIGN else _assign_base(u.src[0])[0]) for u in merges[r]))
         continue
       except MergeFailed:  # each gets its own kernel after all
         for u in merges[r]: kernel(u)
@@ -345,6 +363,7 @@ def _schedule(sink: UOp, merge: bool = True) -> _Template:
 
   for i, reads in enumerate(call_reads):
     deps[i] |= {buf_producer[b] for b in reads if b in buf_producer and buf_producer[b] != i}
+    deps[i] |= {producer[a] for a in call_assigns[i] if producer[a] != i}
   for i, b, ver in writers:  # write-after-read: every reader of the overwritten version runs first
     for j in readers[(b, ver)]:
       if j != i: deps[i].add(j)
