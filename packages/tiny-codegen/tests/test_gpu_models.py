@@ -19,7 +19,7 @@ tiny_tensor = pytest.importorskip("tiny_tensor")
 from tiny_tensor import Tensor, dtypes, engine, nn  # noqa: E402
 from tiny_uop import Context  # noqa: E402
 
-from tiny_codegen.compiler.amdgpu import find_ld_lld  # noqa: E402
+from tiny_codegen.compiler.amdgpu import AMDGPUCompiler, find_ld_lld, parse_elf, read_metadata  # noqa: E402
 from tiny_codegen.compiler.opencl import find_clang  # noqa: E402
 from tiny_codegen.compiler.ptx import find_ptxas  # noqa: E402
 
@@ -129,8 +129,7 @@ def kernarg_size(src: str) -> int:
   return n
 
 
-@pytest.mark.skipif(shutil.which("llvm-readelf") is None or find_ld_lld() is None,
-                    reason="llvm-readelf/ld.lld not installed (apt-get install llvm lld)")
+@pytest.mark.skipif(shutil.which("llvm-readelf") is None, reason="llvm-readelf not installed (apt-get install llvm)")
 @pytest.mark.parametrize("model", list(MODELS))
 def test_amd_code_objects_have_kernel_descriptors(model):
   for spec in compiled("AMDGPU", model):
@@ -163,7 +162,6 @@ def _read_vaddr(lib: bytes, vaddr: int, n: int) -> bytes:
   raise AssertionError(f"address {vaddr:#x} is in no PT_LOAD segment")
 
 
-@pytest.mark.skipif(find_ld_lld() is None, reason="ld.lld not installed (apt-get install lld)")
 def test_amd_descriptor_records_lds_size():
   from tiny_codegen.compiler.amdgpu import AMDGPUCompiler
   from tiny_codegen.renderer.amdgpu import AMDGPURenderer
@@ -218,3 +216,25 @@ def test_null_device_aliases(dev, cls, arch):
   from tiny_tensor import Device
   with Context(DEV=dev): r = Device["NULL"].renderer
   assert type(r).__name__ == cls and r.arch == (arch or r.arch)
+
+
+@pytest.mark.skipif(find_ld_lld() is None, reason="ld.lld not installed (apt-get install lld)")
+@pytest.mark.parametrize("model", ["convnet", "transformer"])
+def test_amd_our_linker_matches_ld_lld(model):
+  # every kernel of the model, linked by us (the default) and by ld.lld: same exports, code, metadata and descriptor
+  comp = AMDGPUCompiler("gfx1100")
+  for spec in compiled("AMDGPU", model):
+    obj = comp.compile_object(spec.src)
+    ours, lld = comp.link(obj), comp.link_lld(obj)
+    assert ours == spec.lib
+    s_ours, s_lld = _dynsyms(ours), _dynsyms(lld)
+    assert set(s_ours) == set(s_lld) == {"", spec.name, f"{spec.name}.kd"}
+    assert read_metadata(ours) == read_metadata(lld)
+    (_, sec_ours), (_, sec_lld) = parse_elf(ours), parse_elf(lld)
+    for name in (".text", ".note"):  # the same machine code and metadata note
+      assert next(x.data for x in sec_ours if x.name == name) == next(x.data for x in sec_lld if x.name == name)
+    kd_ours, kd_lld = _read_vaddr(ours, s_ours[f"{spec.name}.kd"], 64), _read_vaddr(lld, s_lld[f"{spec.name}.kd"], 64)
+    assert kd_ours[:16] == kd_lld[:16] and kd_ours[24:] == kd_lld[24:]  # all but the layout-dependent entry offset
+    for lib, syms in ((ours, s_ours), (lld, s_lld)):
+      assert syms[f"{spec.name}.kd"] + struct.unpack_from("<q", _read_vaddr(lib, syms[f"{spec.name}.kd"], 64), 16)[0] \
+        == syms[spec.name]
