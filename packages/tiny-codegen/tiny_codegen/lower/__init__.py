@@ -4,7 +4,7 @@ Stages, in order (each a named pass). `DEBUG>=5` prints the kernel AST before lo
 after it, `DEBUG>=7` the graph after every stage:
   optimize    `tiny_codegen.opt.optimize_kernel` hook (marks UPCAST/UNROLL/LOCAL/... axes)
   expander    UPCAST/UNROLL ranges -> per-lane copies
-  reduce      REDUCE -> DEFINE_REG accumulator + loop + END
+  reduce      GPU: GROUP_REDUCE axes -> workgroup reduction in shared memory; REDUCE -> DEFINE_REG accumulator + loop
   dims        CPU: outermost loop split across threads (`core_id`); GPU: GLOBAL/LOCAL ranges -> SPECIAL gidx/lidx
   decomp      gates folded, MULACC, BIND, our polynomial exp2/log2/sin for the ops in `renderer.decompose_ops`,
               bfloat16 through float32 where the renderer lacks it, renderer rules
@@ -25,7 +25,7 @@ from tiny_uop.pattern import graph_rewrite
 from tiny_uop.uop import Ops, UOp, print_uops
 
 from tiny_codegen.lower.decomp import bf16_to_float, pm_decomp, pm_gates
-from tiny_codegen.lower.dims import Dims, add_gpudims, add_threads
+from tiny_codegen.lower.dims import Dims, add_gpudims, add_threads, group_reduces
 from tiny_codegen.lower.expander import pm_expander
 from tiny_codegen.lower.linearize import linearize
 from tiny_codegen.lower.reduce import add_ends, lower_reduces
@@ -47,7 +47,9 @@ def _stage_expander(sink: UOp, ren: Renderer, dims: Dims) -> UOp:
   return simplify_graph(graph_rewrite(sink, pm_expander, name="expander"), name="simplify_expanded")
 
 
-def _stage_reduce(sink: UOp, ren: Renderer, dims: Dims) -> UOp: return lower_reduces(sink, itertools.count())
+def _stage_reduce(sink: UOp, ren: Renderer, dims: Dims) -> UOp:
+  if ren.has_local and ren.has_shared and not getattr(ren, "has_threads", False): sink = group_reduces(sink, ren)
+  return lower_reduces(sink, itertools.count())
 
 
 def _stage_dims(sink: UOp, ren: Renderer, dims: Dims) -> UOp:

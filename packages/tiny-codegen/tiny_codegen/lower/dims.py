@@ -12,10 +12,11 @@ gidx0/lidx0 are the innermost dimensions.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from tiny_uop.device import Renderer
-from tiny_uop.dtype import dtypes
+from tiny_uop.dtype import AddrSpace, dtypes
 from tiny_uop.helpers import prod
 from tiny_uop.uop import AxisType, Ops, UOp
 
@@ -74,8 +75,8 @@ def add_threads(sink: UOp, renderer: Renderer) -> tuple[UOp, Dims]:
   return sink.substitute({r: start + new_r}, name="add_threads"), Dims((nthreads, 1, 1))
 
 
-def add_gpudims(sink: UOp, renderer: Renderer) -> tuple[UOp, Dims]:
-  """GLOBAL/LOCAL ranges (and, unoptimized, the stores' LOOP ranges) become SPECIAL gidx/lidx."""
+def gpu_axes(sink: UOp, renderer: Renderer) -> tuple[list[UOp], list[UOp]]:
+  """The ranges that become gidx and lidx dims (outermost first), each list at most 3 and within the limits."""
   rngs = sorted({u: None for u in sink.toposort() if u.op is Ops.RANGE}, key=range_key)
   gmax = renderer.global_max or (0x7FFFFFFF,) * 3
   lmax = renderer.local_max or (0x7FFFFFFF,) * 3
@@ -84,13 +85,84 @@ def add_gpudims(sink: UOp, renderer: Renderer) -> tuple[UOp, Dims]:
           (r.arg[1] is AxisType.GLOBAL or (r.arg[1] is AxisType.LOOP and r in store_rngs))]
   loc = [r for r in rngs if r.arg[1] is AxisType.LOCAL and r.src[0].op is Ops.CONST]
   glob, loc = glob[-3:], loc[-3:]  # the innermost ones; any others stay loops
+  glob = [r for i, r in enumerate(reversed(glob)) if int(r.src[0].arg) <= gmax[i]][::-1]
+  loc = [r for i, r in enumerate(reversed(loc)) if int(r.src[0].arg) <= lmax[i]][::-1]
+  return glob, loc
+
+
+def add_gpudims(sink: UOp, renderer: Renderer) -> tuple[UOp, Dims]:
+  """GLOBAL/LOCAL ranges (and, unoptimized, the stores' LOOP ranges) become SPECIAL gidx/lidx."""
+  glob, loc = gpu_axes(sink, renderer)
   subs: dict[UOp, UOp] = {}
   gsz, lsz = [1, 1, 1], [1, 1, 1]
-  for prefix, lst, sz, mx in (("gidx", glob, gsz, gmax), ("lidx", loc, lsz, lmax)):
+  for prefix, lst, sz in (("gidx", glob, gsz), ("lidx", loc, lsz)):
     for i, r in enumerate(reversed(lst)):
-      n = int(r.src[0].arg)
-      if n > mx[i]: continue  # too big for this dimension: stays a loop
       subs[r] = UOp(Ops.SPECIAL, dtypes.index, (r.src[0],), f"{prefix}{i}")
-      sz[i] = n
+      sz[i] = int(r.src[0].arg)
   if not subs: return sink, Dims((1, 1, 1), (1, 1, 1))
   return sink.substitute(subs, name="add_gpudims"), Dims(tuple(gsz), tuple(lsz))
+
+
+def group_reduces(sink: UOp, renderer: Renderer) -> UOp:
+  """REDUCEs over GROUP_REDUCE axes become a workgroup reduction through shared memory.
+
+  REDUCE(v, *R, *G) -> each thread of the group (G become lidx dims) reduces its share over R into `partial`, writes
+  it to DEFINE_LOCAL[local ids, G], BARRIER, then reduces the group's slots over new REDUCE ranges G'. Stores that
+  don't depend on G are gated to the group's first thread; the G ranges become LOCAL ranges (lidx dims later).
+  Runs before reduces are lowered. Reduces stay serial (G as a loop) where one sits inside a loop that is not a GPU
+  dim, where the local dims would exceed 3 or `local_max`, or where the slots exceed `shared_max`.
+  """
+  reds = [u for u in sink.toposort() if u.op is Ops.REDUCE and
+          any(r.arg[1] is AxisType.GROUP_REDUCE and r.src[0].op is Ops.CONST for r in u.src[1:])]
+  if not reds: return sink
+  glob_l, loc = gpu_axes(sink, renderer)
+  glob = set(glob_l)
+  all_g = sorted({r: None for red in reds for r in red.src[1:] if r.arg[1] is AxisType.GROUP_REDUCE}, key=range_key)
+  new_loc = loc + all_g
+  lmax = renderer.local_max or (0x7FFFFFFF,) * 3
+  if len(new_loc) > 3 or any(int(r.src[0].arg) > lmax[i] for i, r in enumerate(reversed(new_loc))) or \
+     any(r.src[0].op is not Ops.CONST for r in all_g) or prod(int(r.src[0].arg) for r in new_loc) > max(lmax):
+    return sink
+  next_id = max(u.arg[0] for u in sink.toposort() if u.op is Ops.RANGE) + 1
+  subs: dict[UOp, UOp] = {}
+  shared_bytes = 0
+  for n, red in enumerate(reds):
+    gs = [r for r in red.src[1:] if r.arg[1] is AxisType.GROUP_REDUCE]
+    rest = [r for r in red.src[1:] if r not in gs]
+    partial = UOp(Ops.REDUCE, red.dtype, (red.src[0], *rest), red.arg) if rest else red.src[0]
+    if any(r not in glob and r not in new_loc for r in partial.ranges if r.op is Ops.RANGE): return sink
+    size = prod(int(r.src[0].arg) for r in new_loc)
+    shared_bytes += size * red.dtype.itemsize
+    if shared_bytes > renderer.shared_max: return sink
+    flat = _flat(new_loc)
+    lds = UOp(Ops.DEFINE_LOCAL, red.dtype.ptr(size, AddrSpace.LOCAL), arg=n)
+    bar = UOp(Ops.BARRIER, src=(lds.index(flat).store(partial),))
+    g2 = {g: UOp.range(g.src[0], next_id + k, AxisType.REDUCE) for k, g in enumerate(gs)}
+    next_id += len(gs)
+    read = lds.index(_flat([g2.get(r, r) for r in new_loc])).load(bar)
+    subs[red] = read.reduce(*g2.values(), arg=red.arg)
+  sink = sink.substitute(subs, name="group_reduce")
+  as_local = {g: UOp.range(g.src[0], g.arg[0], AxisType.LOCAL, g.dtype) for g in all_g}
+  sink = sink.substitute(as_local, name="group_as_local")
+  all_g = list(as_local.values())
+  gated = []
+  for st in _stores(sink):
+    if st.src[0].op is not Ops.INDEX or st.src[0].src[0].op is not Ops.PARAM:
+      gated.append(st)
+      continue
+    missing = [g for g in all_g if g not in st.src[0].src[1].ranges]  # every thread of the group has the value
+    if not missing:
+      gated.append(st)
+      continue
+    valid = functools.reduce(lambda a, b: a & b, [g.eq(0) for g in missing])
+    idx = st.src[0]
+    valid = idx.src[2] & valid if len(idx.src) > 2 else valid
+    gated.append(st.replace(src=(idx.replace(src=(idx.src[0], idx.src[1], valid)), *st.src[1:])))
+  return sink.replace(src=tuple(gated))
+
+
+def _flat(rngs: list[UOp]) -> UOp:
+  """Row-major linear index of `rngs` (last fastest)."""
+  idx: UOp = UOp.const(dtypes.index, 0)
+  for r in rngs: idx = idx * int(r.src[0].arg) + r
+  return idx
