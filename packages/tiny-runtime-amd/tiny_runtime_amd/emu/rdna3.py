@@ -55,6 +55,21 @@ def _exp2(x: float) -> float:
   except OverflowError: return math.inf
 
 
+def _ldexp(x: float, e: int) -> float:
+  try: return math.ldexp(x, max(-2000, min(2000, e)))
+  except OverflowError: return math.copysign(math.inf, x)
+
+
+def _div_fixup(q: int, den: int, num: int) -> int:
+  """V_DIV_FIXUP_F32: the final quotient num/den with IEEE special cases (NaN, inf, 0); the approximation `q` from
+  the V_DIV_SCALE/V_RCP/V_FMA/V_DIV_FMAS sequence is the correctly rounded quotient, which is computed directly."""
+  n, d = f32(num), f32(den)
+  if math.isnan(n) or math.isnan(d): return 0x7FC00000
+  if d == 0: return 0x7FC00000 if n == 0 else (0x7F800000 | ((num ^ den) & 0x80000000))
+  if math.isinf(d): return 0x7FC00000 if math.isinf(n) else (num ^ den) & 0x80000000
+  return bits32(n / d)
+
+
 def _ff(fn: Callable[..., float]) -> Callable[..., int]:
   """A float32 op on bit patterns: decode the operands, compute in double, round to float32."""
   return lambda *a: bits32(fn(*map(f32, a)))
@@ -96,9 +111,12 @@ VOP3: dict[int, tuple[str, Callable[[int, int, int], int]]] = {
   0x255: ("v_add3_u32", lambda a, b, c: (a + b + c) & MASK32),
   0x256: ("v_lshl_or_b32", lambda a, b, c: ((a << (b & 31)) & MASK32) | c),
   0x257: ("v_and_or_b32", lambda a, b, c: (a & b) | c), 0x258: ("v_or3_b32", lambda a, b, c: a | b | c),
+  0x227: ("v_div_fixup_f32", lambda a, b, c: _div_fixup(a, b, c)),
+  0x31C: ("v_ldexp_f32", lambda a, b, c: bits32(_ldexp(f32(a), i32(b)))),
   0x32C: ("v_mul_lo_u32", lambda a, b, c: (a * b) & MASK32), 0x32D: ("v_mul_hi_u32", lambda a, b, c: (a * b) >> 32),
 }
 VOP3_ADD_CO_U32, VOP3_SUB_CO_U32, VOP3_MAD_U64_U32, VOP3_LSHLREV_B64 = 0x300, 0x301, 0x2FE, 0x33C
+VOP3SD = {0x120, 0x121, 0x122, 0x2FC, 0x2FE, 0x2FF, 0x300, 0x301, 0x302}  # ops with a scalar carry-out in bits 14:8
 # VOPC: compare kinds by (op & 0x7F) >> 3 group; cmp functions by op & 7 (f, lt, eq, le, gt, ne/lg, ge, t)
 _CMP = [lambda a, b: False, lambda a, b: a < b, lambda a, b: a == b, lambda a, b: a <= b, lambda a, b: a > b,
         lambda a, b: a != b, lambda a, b: a >= b, lambda a, b: True]
@@ -106,9 +124,19 @@ _F32_CMP = {0x10: "f", 0x11: "lt", 0x12: "eq", 0x13: "le", 0x14: "gt", 0x15: "lg
             0x19: "nge", 0x1A: "nlg", 0x1B: "ngt", 0x1C: "nle", 0x1D: "neq", 0x1E: "nlt", 0x1F: "t"}
 
 
+def fp_class(bits: int) -> int:
+  """The V_CMP_CLASS bit index of a float32: 0 sNaN, 1 qNaN, 2 -inf, 3 -normal, 4 -denorm, 5 -0, 6 +0, 7 +denorm,
+  8 +normal, 9 +inf."""
+  exp, man, neg = (bits >> 23) & 0xFF, bits & 0x7FFFFF, bits >> 31 & 1
+  if exp == 0xFF: return (1 if man >> 22 else 0) if man else (2 if neg else 9)
+  if exp == 0: return (5 if neg else 6) if man == 0 else (4 if neg else 7)
+  return 3 if neg else 8
+
+
 def vopc_compare(op: int) -> tuple[str, Callable[[int, int], bool]]:
   """The name and per-lane predicate of VOPC opcode `op` (0x10.. f32, 0x40.. i32, 0x48.. u32)."""
   base = op & 0x7F
+  if base == 0x7E: return f"v_cmp{'x' if op & 0x80 else ''}_class_f32", lambda a, b: bool(b >> fp_class(a) & 1)
   if base in _F32_CMP:
     name = _F32_CMP[base]
     def fcmp(a: int, b: int, k: int = base) -> bool:
@@ -196,7 +224,9 @@ def decode(code: bytes | memoryview, pc: int = 0) -> Inst:
     return Inst("SOPP", op, {"simm16": w0 & 0xFFFF}, 4, SOPP_NAMES.get(op, f"sopp_{op}"))
   if w0 >> 28 == 0b1011:
     op = _bits(w0, 23, 5)
-    names = {0: "s_movk_i32", 3: "s_cmpk_eq_i32", 15: "s_addk_i32", 16: "s_mulk_i32"}
+    names = {0: "s_movk_i32", 15: "s_addk_i32", 16: "s_mulk_i32",
+             **{3 + i: f"s_cmpk_{c}_i32" for i, c in enumerate(("eq", "lg", "gt", "ge", "lt", "le"))},
+             **{9 + i: f"s_cmpk_{c}_u32" for i, c in enumerate(("eq", "lg", "gt", "ge", "lt", "le"))}}
     return Inst("SOPK", op, {"sdst": _bits(w0, 16, 7), "simm16": w0 & 0xFFFF}, 4, names.get(op, f"sopk_{op}"))
   if w0 >> 30 == 0b10:
     op = _bits(w0, 23, 7)
@@ -240,7 +270,7 @@ def decode(code: bytes | memoryview, pc: int = 0) -> Inst:
   if w0 >> 31 == 0:
     op = _bits(w0, 25, 6)
     name = VOP2[op][0] if op in VOP2 else {1: "v_cndmask_b32", 43: "v_fmac_f32", 44: "v_fmamk_f32", 45: "v_fmaak_f32",
-                                           32: "v_add_co_ci_u32"}.get(op, f"vop2_{op}")
+                                           32: "v_add_co_ci_u32", 33: "v_sub_co_ci_u32", 34: "v_subrev_co_ci_u32"}.get(op, f"vop2_{op}")
     inst = Inst("VOP2", op, {"vdst": _bits(w0, 17, 8), "src0": w0 & 0x1FF, "vsrc1": _bits(w0, 9, 8)}, 4, name)
     return lit(inst, w0 & 0x1FF, *([LITERAL] if op in (VOP2_FMAMK, VOP2_FMAAK) else []))
   raise UnsupportedInstruction(f"unknown encoding {w0:#010x} at offset {pc:#x}")
@@ -255,10 +285,12 @@ def _vop3_name(op: int) -> str:
   if op < 0x100:
     try: return vopc_compare(op)[0] + "_e64"
     except UnsupportedInstruction: return f"vop3_vopc_{op}"
-  if op < 0x180: return (VOP2[op - 0x100][0] if op - 0x100 in VOP2 else {1: "v_cndmask_b32"}.get(op - 0x100, f"vop2_{op - 0x100}")) + "_e64"
+  if op < 0x180:
+    names = {1: "v_cndmask_b32", 32: "v_add_co_ci_u32", 33: "v_sub_co_ci_u32", 34: "v_subrev_co_ci_u32", 43: "v_fmac_f32"}
+    return (VOP2[op - 0x100][0] if op - 0x100 in VOP2 else names.get(op - 0x100, f"vop2_{op - 0x100}")) + "_e64"
   if op < 0x200: return (VOP1[op - 0x180][0] if op - 0x180 in VOP1 else f"vop1_{op - 0x180}") + "_e64"
   if op in VOP3: return VOP3[op][0]
-  return {VOP3_ADD_CO_U32: "v_add_co_u32", VOP3_SUB_CO_U32: "v_sub_co_u32", VOP3_MAD_U64_U32: "v_mad_u64_u32",
+  return {VOP3_ADD_CO_U32: "v_add_co_u32", 0x2FC: "v_div_scale_f32", 0x237: "v_div_fmas_f32", VOP3_SUB_CO_U32: "v_sub_co_u32", VOP3_MAD_U64_U32: "v_mad_u64_u32",
           VOP3_LSHLREV_B64: "v_lshlrev_b64"}.get(op, f"vop3_{op:#x}")
 
 
@@ -394,7 +426,8 @@ class Emulator:
   def sopk(self, w: Wave, inst: Inst) -> None:
     op, d, k = inst.op, inst.f["sdst"], sext(inst.f["simm16"], 16)
     if op == 0: self.swrite(w, d, k)
-    elif op == 3: w.scc = int(i32(w.sgpr[d]) == k)
+    elif 3 <= op <= 8: w.scc = int(_SOPC_FN[op - 3](i32(w.sgpr[d]), k))  # s_cmpk_{eq,lg,gt,ge,lt,le}_i32
+    elif 9 <= op <= 14: w.scc = int(_SOPC_FN[op - 9](w.sgpr[d], inst.f["simm16"]))  # s_cmpk_*_u32 (zero-extended)
     elif op == 15: self.swrite(w, d, i32(w.sgpr[d]) + k)
     elif op == 16: self.swrite(w, d, i32(w.sgpr[d]) * k)
     else: raise UnsupportedInstruction(f"SOPK opcode {op} at {w.pc:#x}")
@@ -430,11 +463,13 @@ class Emulator:
 
   def vop2(self, w: Wave, inst: Inst) -> None:
     f = inst.f
-    if inst.op == VOP2_ADD_CO_CI:
+    if inst.op in (VOP2_ADD_CO_CI, VOP2_ADD_CO_CI + 1, VOP2_ADD_CO_CI + 2):  # add/sub/subrev_co_ci_u32: VCC in/out
       carry = 0
       for ln in w.lanes():
-        r = self.vsrc(w, f["src0"], ln, inst) + w.vgpr[f["vsrc1"]][ln] + (w.vcc >> ln & 1)
-        w.vgpr[f["vdst"]][ln], carry = r & MASK32, carry | ((r >> 32) << ln)
+        a, b, c = self.vsrc(w, f["src0"], ln, inst), w.vgpr[f["vsrc1"]][ln], w.vcc >> ln & 1
+        r = a + b + c if inst.op == 32 else a - b - c if inst.op == 33 else b - a - c
+        w.vgpr[f["vdst"]][ln] = r & MASK32
+        if r > MASK32 or r < 0: carry |= 1 << ln
       w.vcc = (w.vcc & ~w.exec) | carry
       return
     for ln in w.lanes():
@@ -471,6 +506,7 @@ class Emulator:
 
   def vop3(self, w: Wave, inst: Inst) -> None:
     f, op = inst.f, inst.op
+    if op in VOP3SD: f = {**f, "abs": 0, "opsel": 0, "clamp": 0}  # VOP3SD: bits 14:8 are sdst
     if f["omod"] or f["clamp"] or f["opsel"]: raise UnsupportedInstruction(f"{inst.name}: omod/clamp/opsel at {w.pc:#x}")
 
     def src(i: int, ln: int) -> int:
@@ -485,12 +521,12 @@ class Emulator:
       else: self.swrite(w, f["vdst"], mask)
       return
     if f["abs"] or f["neg"]:
-      if not (op in (0x213,) or 0x100 + 3 <= op <= 0x100 + 16):
+      if not (op in (0x101, 0x213, 0x227, 0x237, 0x2FC, 0x31C) or 0x100 + 3 <= op <= 0x100 + 16 or op < 0x100):
         raise UnsupportedInstruction(f"{inst.name}: abs/neg modifiers on an integer op at {w.pc:#x}")
     if op == 0x101:  # v_cndmask_b32_e64: mask in src2's SGPR
       m = self.sread(w, f["src2"], inst)
       for ln in w.lanes(): w.vgpr[f["vdst"]][ln] = src(1, ln) if m >> ln & 1 else src(0, ln)
-    elif 0x100 <= op < 0x180:
+    elif 0x100 <= op < 0x180 and op not in VOP3SD:
       for ln in w.lanes(): self._vop2_lane(w, op - 0x100, src(0, ln), src(1, ln), f["vdst"], ln, inst)
     elif 0x180 <= op < 0x200:
       if op - 0x180 not in VOP1: raise UnsupportedInstruction(f"VOP3 (VOP1) opcode {op - 0x180} at {w.pc:#x}")
@@ -498,6 +534,19 @@ class Emulator:
     elif op in VOP3:
       fn = VOP3[op][1]
       for ln in w.lanes(): w.vgpr[f["vdst"]][ln] = fn(src(0, ln), src(1, ln), src(2, ln))
+    elif op == 0x2FC:  # v_div_scale_f32: D = S0 (no rescaling needed for float32 inputs in double math), VCC = 0
+      for ln in w.lanes(): w.vgpr[f["vdst"]][ln] = src(0, ln)
+      self.swrite(w, f["sdst"], 0)
+    elif op == 0x237:  # v_div_fmas_f32: fma(S0, S1, S2) (VCC scaling is 0 after our div_scale)
+      for ln in w.lanes(): w.vgpr[f["vdst"]][ln] = bits32(f32(src(0, ln)) * f32(src(1, ln)) + f32(src(2, ln)))
+    elif op in (0x120, 0x121, 0x122):  # v_add/sub/subrev_co_ci_u32_e64: carry in from src2's SGPR, out to sdst
+      cin, carry = self.sread(w, f["src2"], inst), 0
+      for ln in w.lanes():
+        a, b, c = src(0, ln), src(1, ln), cin >> ln & 1
+        r = a + b + c if op == 0x120 else a - b - c if op == 0x121 else b - a - c
+        w.vgpr[f["vdst"]][ln] = r & MASK32
+        if r > MASK32 or r < 0: carry |= 1 << ln
+      self.swrite(w, f["sdst"], carry)
     elif op in (VOP3_ADD_CO_U32, VOP3_SUB_CO_U32):
       carry = 0
       for ln in w.lanes():

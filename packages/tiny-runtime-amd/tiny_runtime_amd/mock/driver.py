@@ -164,7 +164,11 @@ class MockKFD:
     typ, op, n = pm4.decode_header(hdr)
     if typ != 3: raise RuntimeError(f"PM4 queue {q.qid}: packet type {typ} (header {hdr:#010x}); only type 3")
     body = self._ring_dwords(q, q.rptr + 1, n)
-    return 1 + n if self.exec_pm4(q, op, body) else 0
+    try: return 1 + n if self.exec_pm4(q, op, body) else 0
+    except Exception:  # a faulting packet is skipped (like a GPU reset of that dispatch) and the error surfaces
+      q.rptr += 1 + n
+      ctypes.c_uint64.from_address(q.rptr_addr).value = q.rptr
+      raise
 
   def exec_pm4(self, q: MockQueue, op: int, body: list[int]) -> bool:
     """Execute one PM4 packet; False when it must wait (WAIT_REG_MEM not yet satisfied)."""
