@@ -112,7 +112,8 @@ def run(spec: Any, bufs: list[np.ndarray], vals: tuple[int, ...] = ()) -> None:
   mems = []
   for slot in spec.globals:
     a = bufs[slot]
-    m = cl.clCreateBuffer(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, max(a.nbytes, 1), a.ctypes.data, ctypes.byref(err))
+    flags = CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR
+    m = cl.clCreateBuffer(ctx, flags, max(a.nbytes, 1), a.ctypes.data, ctypes.byref(err))
     _check(err.value, "clCreateBuffer")
     mems.append(vp(m))
   for i, m in enumerate(mems): _check(cl.clSetKernelArg(k, i, 8, ctypes.byref(m)), f"clSetKernelArg({i})")

@@ -45,7 +45,8 @@ def test_msgpack_writer_reproduces_llvms_note_bytes():
 
 values = st.recursive(st.none() | st.booleans() | st.integers(-2**63, 2**64 - 1) | st.floats(allow_nan=False) |
                       st.text(max_size=300) | st.binary(max_size=40),
-                      lambda inner: st.lists(inner, max_size=20) | st.dictionaries(st.text(max_size=8), inner, max_size=20),
+                      lambda inner: st.lists(inner, max_size=20) |
+                      st.dictionaries(st.text(max_size=8), inner, max_size=20),
                       max_leaves=30)
 
 
@@ -67,7 +68,7 @@ def test_linker_output_is_loadable_layout():
   assert hdr[1] == 3 and hdr[2] == 224 and hdr[0][7] == 64 and hdr[0][8] == 2  # ET_DYN, AMDGPU, HSA ABI, code object v4
   phoff, phnum = hdr[5], hdr[10]
   loads = [struct.unpack_from("<IIQQQQQQ", lib, phoff + 56 * i) for i in range(phnum)]
-  for p_type, flags, off, va, _, filesz, memsz, align in loads:
+  for p_type, _, off, va, _, filesz, memsz, align in loads:
     if p_type == 1: assert off % align == va % align and filesz == memsz  # mappable as is
   text = next(s for s in secs if s.name == ".text")
   assert any(p[0] == 1 and p[1] & 1 and p[3] <= text.addr < p[3] + p[5] for p in loads)  # code in an executable LOAD

@@ -14,8 +14,8 @@ from tiny_codegen.renderer.amdgpu import AMDGPURenderer
 from tiny_codegen.renderer.opencl import OpenCLRenderer
 from tiny_codegen.renderer.ptx import PTXRenderer
 
-DTYPES = [dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32, dtypes.int64,
-          dtypes.uint64, dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64]
+DTYPES = [dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32,
+          dtypes.int64, dtypes.uint64, dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64]
 
 
 def dtype_kernel(dt: DType) -> UOp:

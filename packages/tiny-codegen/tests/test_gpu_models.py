@@ -210,8 +210,8 @@ def test_opencl_kernels_build_on_pocl():
   for spec in specs: assert clr.build(spec.src, spec.name).value
 
 
-@pytest.mark.parametrize("dev,cls,arch", [("NULL:AMD:gfx90a", "AMDGPURenderer", "gfx90a"), ("NULL:CL", "OpenCLRenderer", ""),
-                                          ("NULL:NV:sm_80", "PTXRenderer", "sm_80")])
+@pytest.mark.parametrize("dev,cls,arch", [("NULL:AMD:gfx90a", "AMDGPURenderer", "gfx90a"),
+                                          ("NULL:CL", "OpenCLRenderer", ""), ("NULL:NV:sm_80", "PTXRenderer", "sm_80")])
 def test_null_device_aliases(dev, cls, arch):
   from tiny_tensor import Device
   with Context(DEV=dev): r = Device["NULL"].renderer

@@ -83,6 +83,7 @@ attributes #0 = {{ "amdgpu-flat-work-group-size"="1,1024" "target-cpu"="gfx1100"
 """
 
 GOLDEN_OPENCL = """\
+#pragma OPENCL FP_CONTRACT OFF
 __kernel void E_8(__global float* restrict data0, __global float* restrict data1) {
   int gidx0 = get_group_id(0); /* 8 */
   float val0 = (*(data1+gidx0));
@@ -125,7 +126,8 @@ def shared_reverse_program(n: int = 16) -> list[UOp]:
   mirrored one. Launch: groups x n work-items."""
   d0, d1 = UOp(Ops.PARAM, dtypes.float.ptr(4 * n), arg=0), UOp(Ops.PARAM, dtypes.float.ptr(4 * n), arg=1)
   cn = UOp.const(dtypes.int32, n)
-  g, lid = UOp(Ops.SPECIAL, dtypes.int32, (UOp.const(dtypes.int32, 4),), "gidx0"), UOp(Ops.SPECIAL, dtypes.int32, (cn,), "lidx0")
+  g = UOp(Ops.SPECIAL, dtypes.int32, (UOp.const(dtypes.int32, 4),), "gidx0")
+  lid = UOp(Ops.SPECIAL, dtypes.int32, (cn,), "lidx0")
   tmp = UOp(Ops.DEFINE_LOCAL, dtypes.float.ptr(n, AddrSpace.LOCAL), arg=0)
   gbase = g * cn
   gi = gbase + lid
@@ -214,8 +216,8 @@ def wmma_program(n_a: int, n_b: int, n_c: int, din=dtypes.float16, name="wmma") 
                                               .load() for i in range(n)))
   a, b, c = frag(da, n_a, din), frag(db, n_b, din), frag(dc, n_c, dtypes.float)
   d = UOp(Ops.WMMA, dtypes.float.vec(n_c), (a, b, c), arg=(name, din.name))
-  stores = [dd.index(lane * UOp.const(dtypes.int32, n_c) + UOp.const(dtypes.int32, i)).store(UOp(Ops.GEP, dtypes.float, (d,), (i,)))
-            for i in range(n_c)]
+  stores = [dd.index(lane * UOp.const(dtypes.int32, n_c) + UOp.const(dtypes.int32, i))
+            .store(UOp(Ops.GEP, dtypes.float, (d,), (i,))) for i in range(n_c)]
   return list(UOp(Ops.SINK, dtypes.void, tuple(stores), KernelInfo(name)).toposort())
 
 

@@ -87,7 +87,8 @@ class AMDGPUCompiler(Compiler):
         pb = llvm.create_pass_builder(tm, pto)
         pb.getModulePassManager().run(mod, pb)
       try: return str(tm.emit_assembly(mod)) if asm else bytes(tm.emit_object(mod))
-      except RuntimeError as e: raise CompileError(f"AMDGPU backend failed for {self.arch}: {e}\n--- source ---\n{src}") from e
+      except RuntimeError as e:
+        raise CompileError(f"AMDGPU backend failed for {self.arch}: {e}\n--- source ---\n{src}") from e
 
   def link(self, obj: bytes) -> bytes:
     """The code object for a relocatable object, with this compiler's linker."""
@@ -95,7 +96,8 @@ class AMDGPUCompiler(Compiler):
 
   def link_lld(self, obj: bytes) -> bytes:
     """`ld.lld -shared` of a relocatable object: the code object the HSA loader maps."""
-    if self.ld_lld is None: raise CompileError("ld.lld is not installed (apt-get install lld); can't link the code object")
+    if self.ld_lld is None:
+      raise CompileError("ld.lld is not installed (apt-get install lld); can't link the code object")
     with tempfile.TemporaryDirectory(prefix="tiny_amdgpu_") as d:
       o, so = os.path.join(d, "kernel.o"), os.path.join(d, "kernel.hsaco")
       with open(o, "wb") as f: f.write(obj)
@@ -114,7 +116,8 @@ class AMDGPUCompiler(Compiler):
     with tempfile.NamedTemporaryFile(suffix=".hsaco") as f:
       f.write(lib)
       f.flush()
-      return subprocess.run([tool, "-d", f"--mcpu={self.arch}", f.name], capture_output=True, text=True, check=True).stdout
+      cmd = [tool, "-d", f"--mcpu={self.arch}", f.name]
+      return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
 
 
 # ***** our own linker: relocatable AMDGPU object -> HSA code object (ELF shared object) *****
@@ -237,12 +240,13 @@ def link_code_object(obj: bytes) -> bytes:
       S = sec_addr.get(sym[3], 0) + sym[4] if sym[3] not in (0, 0xFFF1) else sym[4]  # SHN_ABS keeps its value
       P = layout[target] + r_off
       rtype = r_info & 0xFFFFFFFF
-      if rtype == R_AMDGPU_REL64: struct.pack_into("<q", data[target], r_off, S + addend - P)
-      elif rtype == R_AMDGPU_ABS64: struct.pack_into("<Q", data[target], r_off, S + addend)
-      elif rtype in (R_AMDGPU_REL32, R_AMDGPU_REL32_LO): struct.pack_into("<I", data[target], r_off, (S + addend - P) & 0xFFFFFFFF)
-      elif rtype == R_AMDGPU_REL32_HI: struct.pack_into("<I", data[target], r_off, ((S + addend - P) >> 32) & 0xFFFFFFFF)
-      elif rtype in (R_AMDGPU_ABS32, R_AMDGPU_ABS32_LO): struct.pack_into("<I", data[target], r_off, (S + addend) & 0xFFFFFFFF)
-      elif rtype == R_AMDGPU_ABS32_HI: struct.pack_into("<I", data[target], r_off, ((S + addend) >> 32) & 0xFFFFFFFF)
+      rel_v, abs_v, buf = S + addend - P, S + addend, data[target]
+      if rtype == R_AMDGPU_REL64: struct.pack_into("<q", buf, r_off, rel_v)
+      elif rtype == R_AMDGPU_ABS64: struct.pack_into("<Q", buf, r_off, abs_v)
+      elif rtype in (R_AMDGPU_REL32, R_AMDGPU_REL32_LO): struct.pack_into("<I", buf, r_off, rel_v & 0xFFFFFFFF)
+      elif rtype == R_AMDGPU_REL32_HI: struct.pack_into("<I", buf, r_off, (rel_v >> 32) & 0xFFFFFFFF)
+      elif rtype in (R_AMDGPU_ABS32, R_AMDGPU_ABS32_LO): struct.pack_into("<I", buf, r_off, abs_v & 0xFFFFFFFF)
+      elif rtype == R_AMDGPU_ABS32_HI: struct.pack_into("<I", buf, r_off, (abs_v >> 32) & 0xFFFFFFFF)
       elif rtype != R_AMDGPU_NONE:
         raise ValueError(f"link_code_object: relocation type {rtype} against {sym[0]!r} is not supported; supported: "
                          "R_AMDGPU_ABS32/ABS32_LO/ABS32_HI/ABS64/REL32/REL32_LO/REL32_HI/REL64")
@@ -282,7 +286,8 @@ def link_code_object(obj: bytes) -> bytes:
            (PT_NOTE, PF_R, layout.get(".note", 0), layout.get(".note", 0), len(contents[".note"]), 4)]
   for i, (pt, fl, o, va, sz, al) in enumerate(phdrs):
     struct.pack_into("<IIQQQQQQ", out, 64 + i * 56, pt, fl, o, va, va, sz, sz, al)
-  shdr = {".note": (SHT_NOTE, SHF_ALLOC, 0, 0, 4, 0), ".dynsym": (SHT_DYNSYM, SHF_ALLOC, out_index[".dynstr"], 1, 8, 24),
+  shdr = {".note": (SHT_NOTE, SHF_ALLOC, 0, 0, 4, 0),
+          ".dynsym": (SHT_DYNSYM, SHF_ALLOC, out_index[".dynstr"], 1, 8, 24),
           ".hash": (SHT_HASH, SHF_ALLOC, out_index[".dynsym"], 0, 4, 4), ".dynstr": (SHT_STRTAB, SHF_ALLOC, 0, 0, 1, 0),
           ".rodata": (SHT_PROGBITS, SHF_ALLOC, 0, 0, rodata.align if rodata is not None else 1, 0),
           ".text": (SHT_PROGBITS, SHF_ALLOC | SHF_EXECINSTR, 0, 0, max(text.align, 1), 0),

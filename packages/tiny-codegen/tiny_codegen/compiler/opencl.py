@@ -48,7 +48,8 @@ class OpenCLCompiler(Compiler):
       out = os.path.join(d, "kernel.bc")
       proc = self._clang(src, "-c", "-emit-llvm", "-O2", "-o", out)
       if proc.returncode != 0:
-        raise CompileError(f"clang failed to build SPIR:\n{proc.stderr.decode(errors='replace')}\n--- source ---\n{src}")
+        err = proc.stderr.decode(errors='replace')
+        raise CompileError(f"clang failed to build SPIR:\n{err}\n--- source ---\n{src}")
       with open(out, "rb") as f: return f.read()
 
   def disassemble(self, lib: bytes) -> str: return lib.decode()

@@ -49,7 +49,8 @@ class AMDGPURenderer(Renderer):
 
   def __init__(self, arch: str = ""):
     arch = arch or "gfx1100"
-    if not arch.startswith("gfx"): raise ValueError(f"AMDGPU arch {arch!r} is not a gfx name; valid e.g. gfx1100, gfx90a")
+    if not arch.startswith("gfx"):
+      raise ValueError(f"AMDGPU arch {arch!r} is not a gfx name; valid e.g. gfx1100, gfx90a")
     self.tensor_cores = [TensorCore((16, 16, 16), dt, dtypes.float32, 32, (16, 16, 8), ("wmma.16x16x16",))
                          for dt in (dtypes.float16, dtypes.bfloat16)] if arch.startswith("gfx11") else []
     super().__init__(arch)
@@ -76,7 +77,8 @@ class _AMDGPUEmitter(_LLVMEmitter):
       raise ValueError(f"AMDGPU WMMA needs 16-wide A/B and 8-wide float C (wave32 16x16x16), got "
                        f"{a.dtype}/{b.dtype}/{c.dtype}")
     kind = {dtypes.float16: "f16", dtypes.uint16: "bf16"}.get(a.dtype.scalar())  # bf16 arrives as its uint16 bits
-    if kind is None: raise NotImplementedError(f"AMDGPU WMMA has no {a.dtype.scalar()} inputs; valid: half, uint16 (bf16)")
+    if kind is None:
+      raise NotImplementedError(f"AMDGPU WMMA has no {a.dtype.scalar()} inputs; valid: half, uint16 (bf16)")
     tin = "<16 x half>" if kind == "f16" else "<16 x i16>"
     fn = f"llvm.amdgcn.wmma.f32.16x16x16.{kind}"
     self.decls.add(f"declare <8 x float> @{fn}({tin}, {tin}, <8 x float>)")
@@ -159,7 +161,8 @@ class _AMDGPUEmitter(_LLVMEmitter):
         out = self.tmp()
         pdt = src[0].dtype
         assert isinstance(pdt, PtrDType)
-        self.emit(f"{out} = getelementptr inbounds {ltype(pdt.base, mem=True)}, {_ptr(pdt)} {self.val(src[0])}, i32 {idx}")
+        base = f"{_ptr(pdt)} {self.val(src[0])}"
+        self.emit(f"{out} = getelementptr inbounds {ltype(pdt.base, mem=True)}, {base}, i32 {idx}")
         self.r[u] = out
       elif op is Ops.LOAD:
         out = self.tmp()
@@ -214,5 +217,6 @@ class _AMDGPUEmitter(_LLVMEmitter):
     decls = sorted(self.decls)
     return "\n".join(head + self.globals + decls) + (
       f"\ndefine amdgpu_kernel void @{name}({', '.join(args)}) #0 {{\nentry:\n" +
-      "".join(a + "\n" for a in self.allocas) + "\n".join(self.lines) + f"\n  ret void\n}}\nattributes #0 = {{ {attrs} }}\n"
+      "".join(a + "\n" for a in self.allocas) + "\n".join(self.lines) +
+      f"\n  ret void\n}}\nattributes #0 = {{ {attrs} }}\n"
       f'!llvm.module.flags = !{{!0}}\n!0 = !{{i32 1, !"amdhsa_code_object_version", i32 {CODE_OBJECT_VERSION}}}\n')

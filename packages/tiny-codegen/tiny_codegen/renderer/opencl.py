@@ -6,7 +6,8 @@ then DEFINE_VARs in name order (docs/PIPELINE.md §4, GPU-style). `SPECIAL` gidx
 `__local` array, BARRIER `barrier(CLK_LOCAL_MEM_FENCE)`. Vectors are OpenCL's `float4` etc. half needs
 `cl_khr_fp16` (the pragma is emitted when half appears), double `cl_khr_fp64`; bool buffers are `uchar` in memory
 (OpenCL forbids `bool` in kernel arguments); bfloat16 goes through float32 (lowering's `bf16_to_float`).
-`FP_CONTRACT OFF`: a*b+c is never fused. Transcendentals are OpenCL's correctly-rounded-within-ULP builtins (`exp2`, `log2`, `sin`, `sqrt`).
+`FP_CONTRACT OFF`: a*b+c is never fused. Transcendentals are OpenCL's builtins (`exp2`, `log2`, `sin`, `sqrt`:
+within a few ulp, the spec's limits).
 """
 from __future__ import annotations
 
@@ -124,7 +125,8 @@ class OpenCLRenderer(Renderer):
     uses: dict[UOp, int] = {}
     for u in uops:  # uses in code (GROUP/END/SINK and the ordering-only sources of LOAD/STORE don't count)
       if u.op in (Ops.GROUP, Ops.END, Ops.SINK): continue
-      for x in (u.src[:1] if u.op is Ops.LOAD else u.src[:2] if u.op is Ops.STORE else u.src): uses[x] = uses.get(x, 0) + 1
+      for x in (u.src[:1] if u.op is Ops.LOAD else u.src[:2] if u.op is Ops.STORE else u.src):
+        uses[x] = uses.get(x, 0) + 1
     scalars = {u.dtype.scalar() for u in uops} | {u.dtype.base.scalar() for u in uops if isinstance(u.dtype, PtrDType)}
     for u in uops:
       op, dt, src = u.op, u.dtype, u.src

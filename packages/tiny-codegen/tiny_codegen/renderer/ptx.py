@@ -14,8 +14,9 @@ Gated loads are predicated (`@%p ld`) after zeroing the destination; gated store
 Arithmetic is IEEE with explicit rounding (`add.rn`, `mul.rn`: never contracted into FMA, like the CPU renderers),
 `div.rn`, `sqrt.rn`, `rcp.rn`. EXP2/LOG2 on float32 use the SFU (`ex2.approx.f32`, `lg2.approx.f32`: about 2 ulp);
 half computes them in float32; double and SIN use tiny's polynomial decompositions (`lower/transcendental.py`).
-bfloat16 goes through float32 (so bf16 WMMA fragments are uint16 bits). Tensor cores: `mma.sync.aligned.m16n8k16` (half/bf16 in, float out) on sm_80+ and
-`m16n8k8` (half) on sm_75, declared in `tensor_cores`; a WMMA UOp renders to one `mma.sync`.
+bfloat16 goes through float32 (so bf16 WMMA fragments are uint16 bits). Tensor cores: `mma.sync.aligned.m16n8k16`
+(half/bf16 in, float out) on sm_80+ and `m16n8k8` (half) on sm_75, declared in `tensor_cores`; a WMMA UOp renders to
+one `mma.sync`.
 """
 from __future__ import annotations
 
@@ -90,7 +91,7 @@ gpu_math_matcher = PatternMatcher([
 def _sm(arch: str) -> int:
   try: return int(arch.removeprefix("sm_").rstrip("a"))
   except ValueError:
-    raise ValueError(f"PTX arch {arch!r} is not an sm_XX name; valid: sm_70, sm_75, sm_80, sm_86, sm_89, sm_90") from None
+    raise ValueError(f"PTX arch {arch!r} is not an sm_XX name; valid e.g. sm_75, sm_80, sm_86, sm_89, sm_90") from None
 
 
 class PTXRenderer(Renderer):
@@ -223,7 +224,7 @@ class _PTXEmitter:
       return out
     if op in (Ops.SHL, Ops.SHR):
       amt = a[1]
-      if _bits(sc) != 32 or not amt.startswith("%r") or amt.startswith("%rs") or amt.startswith("%rd"):
+      if _bits(sc) != 32:  # the shift amount is always a u32 operand
         amt = self.reg("r")
         self.emit(f"cvt.u32.{t} {amt}, {a[1]};")
       inst = "shl.b" + str(_bits(sc)) if op is Ops.SHL else f"shr.{t}"
@@ -247,7 +248,8 @@ class _PTXEmitter:
     ts, td = ptx_type(s), ptx_type(d)
     if d == dtypes.bool:
       self.emit(f"setp.{'neu' if dtypes.is_float(s) else 'ne'}.{ts} {out}, {x}, {ptx_imm(0, s)};")
-    elif s == dtypes.bool: self.emit(f"selp.{'b16' if _bits(d) == 16 else td} {out}, {ptx_imm(1, d)}, {ptx_imm(0, d)}, {x};")
+    elif s == dtypes.bool:
+      self.emit(f"selp.{'b16' if _bits(d) == 16 else td} {out}, {ptx_imm(1, d)}, {ptx_imm(0, d)}, {x};")
     elif dtypes.is_float(s) and dtypes.is_float(d):
       self.emit(f"cvt{'.rn' if d.itemsize < s.itemsize else ''}.{td}.{ts} {out}, {x};")
     elif dtypes.is_float(s):
@@ -296,7 +298,8 @@ class _PTXEmitter:
     dsts = [self.reg("rs") for _ in outs] if sc == dtypes.bool else outs
     pre = ""
     if gate is not None:
-      for o in dsts: self.emit(f"mov.b{16 if sc == dtypes.bool else _bits(sc)} {o}, {ptx_imm(0, sc) if sc != dtypes.bool else 0};")
+      zero = ptx_imm(0, sc) if sc != dtypes.bool else "0"
+      for o in dsts: self.emit(f"mov.b{16 if sc == dtypes.bool else _bits(sc)} {o}, {zero};")
       pre = f"@{gate} "
     vec = f".v{dt.count}" if dt.count > 1 else ""
     dst = "{" + ", ".join(dsts) + "}" if dt.count > 1 else dsts[0]
@@ -329,7 +332,8 @@ class _PTXEmitter:
       raise NotImplementedError(f"PTX WMMA supports half/bf16 inputs with float accumulators, got {u.src[0].dtype}")
     k = 16 if len(a) == 8 else 8
     if (len(a), len(b), len(c)) not in ((8, 4, 4), (4, 2, 4)):
-      raise ValueError(f"PTX WMMA operands must be 8/4/4 (m16n8k16) or 4/2/4 (m16n8k8) wide, got {len(a)}/{len(b)}/{len(c)}")
+      raise ValueError(f"PTX WMMA operands must be 8/4/4 (m16n8k16) or 4/2/4 (m16n8k8) wide, "
+                       f"got {len(a)}/{len(b)}/{len(c)}")
     tin = "f16" if din == dtypes.float16 else "bf16"  # bf16 fragments arrive as their uint16 bits
 
     def pack(regs: list[str]) -> list[str]:
@@ -395,18 +399,18 @@ class _PTXEmitter:
         self.r[u] = [reg]
       elif op is Ops.RANGE:
         reg, p = self.reg("r"), self.reg("p")
-        head, done = self.label("loop"), self.label("done")
-        loops[u] = (head, done)
+        top, done = self.label("loop"), self.label("done")
+        loops[u] = (top, done)
         self.emit(f"mov.u32 {reg}, 0;")
-        self.lines.append(f"{head}:")
+        self.lines.append(f"{top}:")
         self.emit(f"setp.ge.s32 {p}, {reg}, {self.r[src[0]][0]};")
         self.emit(f"@{p} bra {done};")
         self.r[u] = [reg]
       elif op is Ops.END:
         rng = src[-1]
-        head, done = loops[rng]
+        top, done = loops[rng]
         self.emit(f"add.s32 {self.r[rng][0]}, {self.r[rng][0]}, 1;")
-        self.emit(f"bra {head};")
+        self.emit(f"bra {top};")
         self.lines.append(f"{done}:")
       elif op is Ops.IF:
         ifs[u] = self.label("endif")
@@ -438,6 +442,6 @@ class _PTXEmitter:
                      for i in range(dt.count)]
       else: raise NotImplementedError(f"PTX renderer can't render {op} ({dt})")
     decls = [f"\t.reg .{_REG_DECL[c]} %{c}<{n}>;" for c, n in sorted(self.counts.items())]
-    head = [f".version {self.ren.ptx_version}", f".target {self.ren.arch or 'sm_90'}", ".address_size 64", "",
-            f".visible .entry {name}(", ",\n".join(args), ")", "{"]
+    head: list[str] = [f".version {self.ren.ptx_version}", f".target {self.ren.arch or 'sm_90'}", ".address_size 64",
+                       "", f".visible .entry {name}(", ",\n".join(args), ")", "{"]
     return "\n".join(head + decls + self.shared + self.prologue + self.lines + ["\tret;", "}", ""])
