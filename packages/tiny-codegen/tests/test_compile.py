@@ -415,3 +415,17 @@ def test_nested_reduce(R, opt):
   A, C = rng.standard_normal(n * m * k).astype(np.float32), np.zeros(n, np.float32)
   compile_run(R, ast, [C, A], threads=2, opt=opt)
   np.testing.assert_allclose(C, A.reshape(n, m, k).max(2).sum(1), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("R", RENDERERS)
+def test_stores_with_non_nesting_ranges(R):
+  # out0[i, j] = a[i, j] and out1[j] = b[j] * 2 in one kernel: out1's loop is not inside out0's i loop by itself
+  c0, c1, a, b = P(0, 12), P(1, 4), P(2, 12), P(3, 4)
+  i, j = UOp.range(3, 0), UOp.range(4, 1)
+  ast = UOp.sink(c0.index(i * 4 + j).store(a.index(i * 4 + j).load()), c1.index(j).store(b.index(j).load() * 2.0),
+                 arg=KernelInfo())
+  A, B = rng.standard_normal(12).astype(np.float32), rng.standard_normal(4).astype(np.float32)
+  C0, C1 = np.zeros(12, np.float32), np.zeros(4, np.float32)
+  compile_run(R, ast, [C0, C1, A, B], threads=2)
+  np.testing.assert_array_equal(C0, A)
+  np.testing.assert_array_equal(C1, B * np.float32(2))

@@ -92,9 +92,22 @@ def _stores(sink: UOp) -> list[UOp]:
   return out
 
 
+class _Conflict(Exception):
+  pass
+
+
 def add_ends(sink: UOp) -> UOp:
-  """Wrap the sink's STOREs in END nodes for their loops, sharing loops between stores with common ranges."""
+  """Wrap the sink's STOREs in END nodes for their loops, sharing loops between stores with common ranges.
+  Stores whose ranges don't nest (one uses r1 only, another r0 and r1) all get the union of the ranges: a store then
+  repeats its (identical) writes in the loops it doesn't use, which keeps every range in exactly one loop."""
   items = [(tuple(sorted((r for r in st.ranges if r.op is Ops.RANGE), key=range_key)), st) for st in _stores(sink)]
+  try: return sink.replace(src=tuple(_nest(items)))
+  except _Conflict:
+    union = tuple(sorted({r: None for rs, _ in items for r in rs}, key=range_key))
+    return sink.replace(src=tuple(_nest([(union, st) for _, st in items])))
+
+
+def _nest(items: list[tuple[tuple[UOp, ...], UOp]]) -> list[UOp]:
   seen: dict[UOp, tuple[UOp, ...]] = {}
 
   def nest(its: list[tuple[tuple[UOp, ...], UOp]], level: int) -> list[UOp]:
@@ -103,12 +116,10 @@ def add_ends(sink: UOp) -> UOp:
     for rs, st in its:
       if len(rs) > level: groups.setdefault(rs[level], []).append((rs, st))
     for r, sub in groups.items():
-      if r in seen and seen[r] != sub[0][0][:level]:
-        raise NotImplementedError(f"range {r.arg} is used by stores in different loop nests ({seen[r]} and "
-                                  f"{sub[0][0][:level]}); give them separate kernels")
+      if r in seen and seen[r] != sub[0][0][:level]: raise _Conflict(r)
       seen[r] = sub[0][0][:level]
       body = nest(sub, level + 1)
       out.append(UOp(Ops.END, src=(body[0] if len(body) == 1 else UOp(Ops.GROUP, src=tuple(body)), r)))
     return out
 
-  return sink.replace(src=tuple(nest(items, 0)))
+  return nest(items, 0)
