@@ -2,12 +2,16 @@
 import doctest
 
 import tiny_tensor
+import tiny_tensor.creation
 import tiny_tensor.engine
+import tiny_tensor.indexing
 import tiny_tensor.tensor
 
 
 def test_docstring_examples():
-  for mod in (tiny_tensor, tiny_tensor.tensor, tiny_tensor.engine):
+  attempted = 0
+  for mod in (tiny_tensor, tiny_tensor.tensor, tiny_tensor.creation, tiny_tensor.indexing, tiny_tensor.engine):
     res = doctest.testmod(mod, extraglobs={"Tensor": tiny_tensor.Tensor}, optionflags=doctest.ELLIPSIS)
     assert res.failed == 0, f"{mod.__name__}: {res.failed} of {res.attempted} examples failed"
-  assert doctest.testmod(tiny_tensor.tensor).attempted >= 15
+    attempted += res.attempted
+  assert attempted >= 20

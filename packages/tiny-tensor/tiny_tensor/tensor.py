@@ -12,58 +12,23 @@ from __future__ import annotations
 import itertools
 import math
 import weakref
-from typing import Any, Callable, ClassVar, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
 from tiny_uop.dtype import (DType, dtypes, from_numpy, least_upper_dtype, least_upper_float, sum_acc_dtype, to_dtype,
                             to_numpy)
 from tiny_uop.helpers import TRAINING, Context, ceildiv, polyN, prod
-from tiny_uop.plugins import Device
-from tiny_uop.uop import GroupOp, Ops, UOp, sint
+from tiny_uop.uop import Ops, UOp, sint
 from tiny_tensor import engine
+from tiny_tensor.creation import CreationMixin
 from tiny_tensor.gradient import compute_gradient
+from tiny_tensor.helpers import _broadcast_shape, _canonical_device, _view_base, argfix
+from tiny_tensor.indexing import IndexingMixin
 
 __all__ = ["Tensor"]
 
 _all_tensors: weakref.WeakSet[Tensor] = weakref.WeakSet()
-_device_cache: dict[tuple[str | None, str], str] = {}
-_rng_index: dict[tuple[str, int], Tensor] = {}
-
-
-def _canonical_device(device: str | None) -> str:
-  """The canonical name of `device` (or of the default device); an unknown device raises an error naming it."""
-  from tiny_uop.helpers import DEV
-  key = (device, str(DEV.value))
-  if (d := _device_cache.get(key)) is not None: return d
-  if device is None: d = Device.DEFAULT
-  else:
-    if not isinstance(device, str):
-      raise TypeError(f"device must be a str like 'CPU', got {type(device).__name__} {device!r}")
-    d = Device.canonicalize(device)
-    Device.plugin(d)  # raises UnknownDeviceError naming the device and what is installed
-  _device_cache[key] = d
-  return d
-
-
-def argfix(*x: Any) -> tuple:
-  """`f(1, 2)` and `f((1, 2))` both give (1, 2)."""
-  if x and isinstance(x[0], (tuple, list)):
-    if len(x) != 1: raise ValueError(f"bad arguments {x}: pass a shape as a tuple or as separate ints, not both")
-    return tuple(x[0])
-  return tuple(x)
-
-
-def _broadcast_shape(*shapes: tuple[sint, ...]) -> tuple[sint, ...]:
-  n = max((len(s) for s in shapes), default=0)
-  padded = [(1,) * (n - len(s)) + tuple(s) for s in shapes]
-  out: list[sint] = []
-  for dims in zip(*padded):
-    non1 = {d for d in dims if not (isinstance(d, int) and d == 1)}
-    if len(non1) > 1: raise ValueError(f"cannot broadcast shapes {', '.join(str(tuple(s)) for s in shapes)}: "
-                                       f"sizes {sorted(non1, key=str)} differ in one dimension")
-    out.append(non1.pop() if non1 else 1)
-  return tuple(out)
 
 
 def _np_from(data: Any, dtype: DType | None) -> np.ndarray:
@@ -89,7 +54,7 @@ class _TensorMeta(type):
     TRAINING.value = getenv("TRAINING", 0)
 
 
-class Tensor(metaclass=_TensorMeta):
+class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
   """A lazy n-dimensional array: `Tensor(data, device=None, dtype=None, requires_grad=None)`.
 
   `data` is a Python scalar (a lazy constant), a (nested) list/tuple, a numpy array, `bytes` (uint8), a `UOp`, or None
@@ -101,8 +66,6 @@ class Tensor(metaclass=_TensorMeta):
   [3.0, 5.0]
   """
   __slots__ = ("uop", "requires_grad", "grad", "_origin", "__weakref__")
-  _seed: ClassVar[int] = 0
-  _rng_counters: ClassVar[dict[str, Tensor]] = {}  # per device: how many random words were drawn (on the device)
 
   def __init__(self, data: Any = None, device: str | None = None, dtype: Any = None, requires_grad: bool | None = None):
     dt = to_dtype(dtype) if dtype is not None else None
@@ -305,222 +268,6 @@ class Tensor(metaclass=_TensorMeta):
     if x.shape != self.shape: raise ValueError(f"replace: shape {x.shape} is not {self.shape}")
     self.uop, self._origin = x.uop, None
     return self
-
-  # ***** creation *****
-  @staticmethod
-  def empty(*shape: Any, device: str | None = None, dtype: Any = None, **kwargs: Any) -> Tensor:
-    """An uninitialized tensor of `shape`."""
-    shp = _check_shape(argfix(*shape))
-    dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
-    buf = engine.buffer_from_bytes(_canonical_device(device), prod(shp), dt, None)
-    return Tensor(buf.reshape(shp), requires_grad=kwargs.get("requires_grad"))
-
-  @staticmethod
-  def full(shape: Any, fill_value: Any, **kwargs: Any) -> Tensor:
-    """A constant tensor of `shape` filled with `fill_value` (a lazy constant that folds into its users)."""
-    shp = _check_shape(argfix(shape))
-    return Tensor(fill_value, **kwargs).reshape((1,) * len(shp)).expand(shp)
-
-  @staticmethod
-  def zeros(*shape: Any, **kwargs: Any) -> Tensor:
-    """A tensor of zeros: `Tensor.zeros(2, 3)`."""
-    return Tensor.full(argfix(*shape), 0.0, **{"dtype": dtypes.default_float, **kwargs})
-
-  @staticmethod
-  def ones(*shape: Any, **kwargs: Any) -> Tensor:
-    """A tensor of ones: `Tensor.ones(2, 3)`."""
-    return Tensor.full(argfix(*shape), 1.0, **{"dtype": dtypes.default_float, **kwargs})
-
-  def full_like(self, fill_value: Any, **kwargs: Any) -> Tensor:
-    """A constant tensor of this one's shape (and dtype and device unless given)."""
-    return Tensor.full(self.shape, fill_value, **{"dtype": self.dtype, "device": self.device, **kwargs})
-
-  def empty_like(self, **kwargs: Any) -> Tensor:
-    """An uninitialized tensor of this one's shape (and dtype and device unless given)."""
-    return Tensor.empty(self.shape, **{"dtype": self.dtype, "device": self.device, **kwargs})
-
-  def zeros_like(self, **kwargs: Any) -> Tensor:
-    """Zeros of this shape (dtype and device unless given)."""
-    return self.full_like(0, **kwargs)
-  def ones_like(self, **kwargs: Any) -> Tensor:
-    """Ones of this shape (dtype and device unless given)."""
-    return self.full_like(1, **kwargs)
-
-  @staticmethod
-  def _arange_idx(n: int, device: str | None) -> Tensor:
-    """int32 [1, 2, ..., n] built from constants: an upper-triangular mask (pad+reshape) summed over its rows."""
-    if n == 0: return Tensor.zeros(0, dtype=dtypes.int32, device=device)
-    if n > 4096:  # keep the triangle small (its flat size is ~2*n*n): [1..n] = (row*b + [1..b]) over rows of b
-      b = math.isqrt(n - 1) + 1
-      rows = Tensor._arange_idx(ceildiv(n, b), device) - 1
-      return (rows.reshape(-1, 1) * b + Tensor._arange_idx(b, device).reshape(1, b)).flatten()[:n]
-    ones = Tensor.full((n,), 1, dtype=dtypes.int32, device=device).pad((0, n))         # (2n,): n ones then n zeros
-    tri = ones.reshape(1, 2 * n).expand(n, 2 * n).reshape(2 * n * n)[:n * (2 * n - 1)]  # row i is shifted by i
-    return tri.reshape(n, 2 * n - 1)[:, :n].sum(0)                                       # tri[i, j] = (j >= i)
-
-  @staticmethod
-  def arange(start: Any, stop: Any = None, step: Any = 1, **kwargs: Any) -> Tensor:
-    """`[start, start+step, ...)` up to `stop` (exclusive), lazily from constants.
-
-    >>> Tensor.arange(5).tolist(), Tensor.arange(1, 2, 0.25).tolist()
-    ([0, 1, 2, 3, 4], [1.0, 1.25, 1.5, 1.75])
-    """
-    if stop is None: start, stop = 0, start
-    if step == 0: raise ValueError("arange: step must not be 0")
-    dt = to_dtype(kwargs.pop("dtype", dtypes.default_float if any(isinstance(x, float) for x in (start, stop, step))
-                                      else dtypes.default_int))
-    n = max(0, math.ceil((stop - start) / step))
-    if n and (start < dt.min or dt.max < start + (n - 1) * step):
-      raise ValueError(f"arange [{start}, {stop}) is not representable in dtype {dt}")
-    idx = Tensor._arange_idx(n, kwargs.pop("device", None))
-    if dtypes.is_float(dt): ret = (idx.cast(dt) - 1) * step + start
-    else: ret = ((idx - 1) * step + start).cast(dt)
-    return ret.requires_grad_(kwargs.get("requires_grad"))
-
-  @staticmethod
-  def linspace(start: Any, stop: Any, steps: int, **kwargs: Any) -> Tensor:
-    """`steps` evenly spaced values from start to stop (inclusive)."""
-    if steps < 0: raise ValueError(f"linspace: steps must be >= 0, got {steps}")
-    dt = to_dtype(kwargs.pop("dtype", dtypes.default_float))
-    if steps == 1: return Tensor([start], dtype=dt, **kwargs)
-    delta = (stop - start) / max(steps - 1, 1)
-    return (start + Tensor.arange(steps, dtype=dtypes.float32, **kwargs) * delta).cast(dt)
-
-  @staticmethod
-  def eye(n: int, m: int | None = None, **kwargs: Any) -> Tensor:
-    """The n x m identity matrix, lazily from constants (pad+reshape).
-
-    >>> Tensor.eye(2, 3).tolist()
-    [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]
-    """
-    if n < 0 or (m is not None and m < 0): raise ValueError(f"eye: sizes must be >= 0, got n={n}, m={m}")
-    m = n if m is None else m
-    dt = to_dtype(kwargs.pop("dtype", dtypes.default_float))
-    x = Tensor.full((n, 1), 1, dtype=dt, **kwargs).pad((0, n)).flatten()[:n * n].reshape(n, n)  # 1 where i == j
-    return x[:, :m] if m <= n else x.pad((0, m - n))
-
-  # ***** random (counter-based threefry) *****
-  @staticmethod
-  def manual_seed(seed: int = 0) -> None:
-    """Set the seed of the random functions (and restart their counters)."""
-    Tensor._seed = int(seed)
-    Tensor._rng_counters.clear()
-
-  @staticmethod
-  def _threefry2x32(x0: Tensor, x1: Tensor, k0: int, k1: int) -> tuple[Tensor, Tensor]:
-    """threefry2x32-20 (Random123) of the uint32 counter words (x0, x1) under key (k0, k1), from uint32 ALU ops.
-
-    Bit-exact with `tiny_uop.alu.threefry2x32` (the reference semantics of Ops.THREEFRY). TODO: emit Ops.THREEFRY
-    instead once every renderer decomposes it; this form only needs 32-bit add/xor/shift.
-    """
-    ks = (k0, k1, k0 ^ k1 ^ 0x1BD11BDA)
-    x0, x1 = x0 + k0, x1 + k1
-    for i in range(5):
-      for r in ((13, 15, 26, 6), (17, 29, 16, 24))[i % 2]:
-        x0 = x0 + x1
-        x1 = ((x1 << r) | (x1 >> (32 - r))) ^ x0
-      x0 = x0 + ks[(i + 1) % 3]
-      x1 = x1 + ((ks[(i + 2) % 3] + i + 1) & 0xffffffff)
-    return x0, x1
-
-  @staticmethod
-  def _random_bits(num: int, device: str) -> Tensor:
-    """`num` random uint32 words: threefry2x32 of counters (c + i, c + i + n/2) under the key (seed low, seed high).
-
-    The counter c lives in a device buffer and advances by an ASSIGN in the same graph, so a TinyJit replay draws
-    new numbers each call (like tinygrad).
-    """
-    half = ceildiv(num, 2)
-    if (ctr := Tensor._rng_counters.get(device)) is None:
-      ctr = Tensor._rng_counters[device] = Tensor(np.zeros(1, np.uint32), device=device, requires_grad=False)
-    start = ctr.assign(ctr + num) - num  # the counter before this draw
-    if (idx := _rng_index.get((device, half))) is None:  # 0..half-1 as a realized buffer: O(n), nothing to fold
-      if len(_rng_index) > 64: _rng_index.clear()
-      idx = _rng_index[(device, half)] = Tensor(np.arange(half, dtype=np.uint32), device=device, requires_grad=False)
-    counts0 = idx + start
-    counts1 = counts0 + half
-    seed = Tensor._seed & 0xffffffffffffffff
-    lo, hi = Tensor._threefry2x32(counts0, counts1, seed & 0xffffffff, seed >> 32)
-    return lo.cat(hi)[:num]
-
-  @staticmethod
-  def rand(*shape: Any, device: str | None = None, dtype: Any = None, contiguous: bool = True, **kwargs: Any) -> Tensor:
-    """Uniform random numbers in [0, 1), reproducible for a seed on every device."""
-    dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
-    if not dtypes.is_float(dt): raise ValueError(f"rand needs a float dtype, got {dt}")
-    shp = _check_shape(argfix(*shape))
-    dev = _canonical_device(device)
-    if prod(shp) == 0: return Tensor.zeros(shp, device=dev, dtype=dt, **kwargs)
-    bits = Tensor._random_bits(prod(shp), dev)
-    # 23 random mantissa bits under exponent 0 give a float32 in [1, 2)
-    out = ((bits >> 9) | 0x3f800000).bitcast(dtypes.float32) - 1.0
-    out = out.reshape(shp).cast(dt)
-    out.requires_grad = kwargs.get("requires_grad")
-    return out.contiguous() if contiguous else out
-
-  def rand_like(self, **kwargs: Any) -> Tensor:
-    """Uniform [0, 1) random numbers of this shape."""
-    return Tensor.rand(self.shape, **{"device": self.device, "dtype": self.dtype, **kwargs})
-
-  @staticmethod
-  def randn(*shape: Any, dtype: Any = None, requires_grad: bool | None = None, **kwargs: Any) -> Tensor:
-    """Standard normal random numbers (Box-Muller)."""
-    src = Tensor.rand((2, *argfix(*shape)), dtype=dtypes.float32, **kwargs)
-    ret = (src[0] * (2 * math.pi)).cos() * ((1 - src[1]).log() * -2).sqrt()
-    ret = ret.cast(to_dtype(dtype) if dtype is not None else dtypes.default_float)
-    ret.requires_grad = requires_grad
-    return ret
-
-  def randn_like(self, **kwargs: Any) -> Tensor:
-    """Standard normal random numbers of this shape."""
-    return Tensor.randn(self.shape, **{"device": self.device, "dtype": self.dtype, **kwargs})
-
-  @staticmethod
-  def randint(*shape: Any, low: int = 0, high: int = 10, dtype: Any = dtypes.int32, **kwargs: Any) -> Tensor:
-    """Random integers in [low, high)."""
-    if not isinstance(low, int) or not isinstance(high, int) or low >= high:
-      raise ValueError(f"randint: need ints low < high, got low={low!r}, high={high!r}")
-    dt = to_dtype(dtype)
-    if not dtypes.is_int(dt): raise TypeError(f"randint needs an int dtype, got {dt}")
-    return (Tensor.rand(*shape, **kwargs) * (high - low)).floor().cast(dt) + low
-
-  @staticmethod
-  def normal(*shape: Any, mean: float = 0.0, std: float = 1.0, **kwargs: Any) -> Tensor:
-    """Normal random numbers with `mean` and `std`."""
-    rg = kwargs.pop("requires_grad", None)
-    return (std * Tensor.randn(*shape, **kwargs) + mean).requires_grad_(rg)
-
-  @staticmethod
-  def uniform(*shape: Any, low: float = 0.0, high: float = 1.0, dtype: Any = None, **kwargs: Any) -> Tensor:
-    """Uniform random numbers in [low, high)."""
-    rg = kwargs.pop("requires_grad", None)
-    dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
-    return (((high - low) * Tensor.rand(*shape, **kwargs)).cast(dt) + low).requires_grad_(rg)
-
-  @staticmethod
-  def scaled_uniform(*shape: Any, **kwargs: Any) -> Tensor:
-    """Uniform in [-1, 1) scaled by 1/sqrt(numel)."""
-    return Tensor.uniform(*shape, low=-1.0, high=1.0, **kwargs).mul(prod(argfix(*shape)) ** -0.5)
-
-  @staticmethod
-  def glorot_uniform(*shape: Any, **kwargs: Any) -> Tensor:
-    """Glorot (Xavier) uniform initialization."""
-    shp = argfix(*shape)
-    return Tensor.uniform(*shp, low=-1.0, high=1.0, **kwargs).mul((6 / (shp[0] + prod(shp[1:]))) ** 0.5)
-
-  @staticmethod
-  def kaiming_uniform(*shape: Any, a: float = 0.01, **kwargs: Any) -> Tensor:
-    """Kaiming (He) uniform initialization."""
-    shp = argfix(*shape)
-    bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(prod(shp[1:]))
-    return Tensor.uniform(*shp, low=-bound, high=bound, **kwargs)
-
-  @staticmethod
-  def kaiming_normal(*shape: Any, a: float = 0.01, **kwargs: Any) -> Tensor:
-    """Kaiming (He) normal initialization."""
-    shp = argfix(*shape)
-    std = math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(prod(shp[1:]))
-    return Tensor.normal(*shp, mean=0.0, std=std, **kwargs)
 
   # ***** autograd *****
   def requires_grad_(self, requires_grad: bool | None = True) -> Tensor:
@@ -1312,146 +1059,6 @@ class Tensor(metaclass=_TensorMeta):
     n = self.shape[self._resolve_dim(dim)]
     return list(self.split(ceildiv(n, chunks) if n else [0] * chunks, dim=dim))
 
-  # ***** indexing *****
-  def _index_plan(self, indices: Any) -> dict:
-    """Parse an index into movement steps (shrink, flip, stride, reshape) and the tensor indices left over."""
-    idx = list(indices) if isinstance(indices, tuple) else [indices]
-    norm: list[Any] = []
-    for i in idx:
-      if isinstance(i, (list, np.ndarray)): i = Tensor(i, device=self.device, requires_grad=False)
-      if isinstance(i, Tensor) and i.dtype == dtypes.bool:
-        arr = i.numpy()
-        norm.extend(Tensor(n.astype(np.int32), device=self.device, requires_grad=False) for n in np.nonzero(arr))
-        if arr.ndim == 0: raise IndexError("a 0-d boolean tensor index is not supported")
-        continue
-      if isinstance(i, bool) or not (i is None or i is Ellipsis or isinstance(i, (int, slice, Tensor))):
-        raise IndexError(f"{type(i).__name__} {i!r} is not a valid index; valid: int, slice, None, ..., list, Tensor")
-      norm.append(i)
-    if sum(1 for i in norm if i is Ellipsis) > 1: raise IndexError("an index can only have a single ellipsis ('...')")
-    consumed = sum(1 for i in norm if i is not None and i is not Ellipsis)
-    if consumed > self.ndim: raise IndexError(f"too many indices ({consumed}) for tensor of dimension {self.ndim}")
-    fill = [slice(None)] * (self.ndim - consumed)
-    if any(i is Ellipsis for i in norm):
-      e = next(j for j, i in enumerate(norm) if i is Ellipsis)
-      norm = norm[:e] + fill + norm[e + 1:]
-    else: norm = norm + fill
-    shrink, flips, strides, mid_shape, out_shape, tensors = [], [], [], [], [], []
-    d = 0
-    for i in norm:
-      if i is None:
-        out_shape.append(1)
-        continue
-      s = self.shape[d]
-      if isinstance(i, int):
-        if not -s <= i < s: raise IndexError(f"index {i} is out of bounds for dimension {d} with size {s}")
-        i = i + s if i < 0 else i
-        shrink.append((i, i + 1)); strides.append(1); mid_shape.append(1)  # noqa: E702
-      elif isinstance(i, slice):
-        start, stop, step = i.indices(s)
-        if step > 0:
-          n = max(0, ceildiv(stop - start, step))
-          shrink.append((start, start + (n - 1) * step + 1) if n else (0, 0))
-        else:
-          n = max(0, ceildiv(start - stop, -step))
-          shrink.append((start + (n - 1) * step, start + 1) if n else (0, 0))
-          if n: flips.append(d)
-        strides.append(abs(step)); mid_shape.append(n); out_shape.append(n)  # noqa: E702
-      else:
-        shrink.append((0, s)); strides.append(1); mid_shape.append(s)  # noqa: E702
-        tensors.append((len(out_shape), i, s))
-        out_shape.append(s)
-      d += 1
-    return {"shrink": shrink, "flips": flips, "strides": strides, "mid": mid_shape, "out": out_shape,
-            "tensors": tensors}
-
-  def _strided(self, strides: list[int], mid: list[int]) -> Tensor:
-    """Take every k-th element per dim: pad to a multiple of k, reshape (n, k), keep column 0."""
-    if all(k == 1 for k in strides): return self
-    x = self._pad_raw(tuple((0, n * k - s) if k > 1 and n else (0, 0) for s, k, n in zip(self.shape, strides, mid)))
-    x = x.reshape([v for s, k, n in zip(x.shape, strides, mid) for v in ((n, k) if k > 1 else (s, 1))])
-    x = x.shrink(tuple((0, v) if j % 2 == 0 else (0, 1) for j, v in enumerate(x.shape)))
-    return x.reshape(mid)
-
-  def _unstrided(self, strides: list[int], mid: list[int], sizes: list[int]) -> Tensor:
-    """The inverse of `_strided`: element j goes to j*k, zeros in between; `sizes` are the shrunk dim sizes."""
-    if all(k == 1 for k in strides): return self
-    x = self.reshape([v for n, k in zip(mid, strides) for v in (n, 1)])
-    x = x._pad_raw(tuple((0, 0) if j % 2 == 0 else (0, strides[j // 2] - 1) for j in range(x.ndim)))
-    x = x.reshape([n * k for n, k in zip(mid, strides)])
-    return x.shrink(tuple((0, sz) for sz in sizes))
-
-  def __getitem__(self, indices: Any) -> Tensor:
-    """numpy-style indexing: ints, slices (any step), None, ..., lists and int/bool Tensors.
-
-    >>> t = Tensor.arange(12).reshape(3, 4)
-    >>> t[1].tolist(), t[:, ::-2].tolist(), t[Tensor([2, 0]), 1].tolist(), t[t > 9].tolist()
-    ([4, 5, 6, 7], [[3, 1], [7, 5], [11, 9]], [9, 1], [10, 11])
-    """
-    plan = self._index_plan(indices)
-    x = self.shrink(plan["shrink"]) if self.ndim else self
-    if plan["flips"]: x = x.flip(plan["flips"])
-    x = x._strided(plan["strides"], plan["mid"]).reshape(plan["out"])
-    if not plan["tensors"]: return x
-    return x._gather_tensors(plan["tensors"])
-
-  def _gather_tensors(self, tensors: list[tuple[int, Tensor, int]]) -> Tensor:
-    pos = [p for p, _, _ in tensors]
-    idxs = []
-    for _, t, s in tensors:
-      if not dtypes.is_int(t.dtype): raise IndexError(f"tensors used as indices must be int or bool, got {t.dtype}")
-      if engine.is_realized(t.uop) and t.numel():
-        arr = t.numpy()
-        if (bad := arr[(arr < -s) | (arr >= s)]).size:
-          raise IndexError(f"index {bad.flat[0]} is out of bounds for a dimension of size {s}")
-      idxs.append((t < 0).where(t + s, t))
-    big = _broadcast_shape(*[t.shape for t in idxs])
-    rest = [i for i in range(self.ndim) if i not in pos]
-    k, nb = len(pos), len(big)
-    x = self.permute(pos + rest)
-    x = x.reshape((1,) * nb + x.shape)
-    mask: Tensor | None = None
-    for j, (t, (_, _, s)) in enumerate(zip(idxs, tensors)):
-      ar = Tensor.arange(s, device=self.device).reshape((1,) * nb + (1,) * j + (s,) + (1,) * (k - j - 1 + len(rest)))
-      m = t._broadcast_to(big).reshape(big + (1,) * (k + len(rest))) == ar
-      mask = m if mask is None else mask & m
-    assert mask is not None
-    picked = mask.where(x, x.zeros_like()) if self.dtype != dtypes.bool else mask & x
-    out = picked.sum(tuple(range(nb, nb + k)), dtype=sum_acc_dtype(self.dtype)).cast(self.dtype) \
-      if self.dtype != dtypes.bool else picked.any(tuple(range(nb, nb + k)))
-    if pos == list(range(pos[0], pos[0] + k)) and pos[0] != 0:  # consecutive: the new dims go where they were
-      order = list(range(nb, nb + pos[0])) + list(range(nb)) + list(range(nb + pos[0], out.ndim))
-      out = out.permute(order)
-    return out
-
-  def __setitem__(self, indices: Any, v: Any) -> None:
-    """Write `v` into the indexed part of this tensor (an ASSIGN into its buffer when realized)."""
-    view = self[indices]
-    vt = v if isinstance(v, Tensor) else Tensor(v, device=self.device, dtype=self.dtype)
-    vt = vt.cast(self.dtype)._broadcast_to(view.shape)
-    if view.numel() == 0: return  # nothing to write
-    plan = self._index_plan(indices)
-    if plan["tensors"]:
-      n = int(self.numel())
-      ids = Tensor.arange(n, device=self.device).reshape(self.shape)[indices].flatten()
-      onehot = ids.reshape(-1, 1) == Tensor.arange(n, device=self.device).reshape(1, n)
-      hit = onehot.any(0)
-      vals = onehot.where(vt.flatten().reshape(-1, 1), 0).sum(0, dtype=sum_acc_dtype(self.dtype)).cast(self.dtype)
-      new = hit.reshape(self.shape).where(vals.reshape(self.shape), self)
-    else:
-      sizes = [b - a for a, b in plan["shrink"]]
-      def inverse(t: Tensor) -> Tensor:
-        t = t.reshape(plan["mid"])._unstrided(plan["strides"], plan["mid"], sizes)
-        if plan["flips"]: t = t.flip(plan["flips"])
-        return t._pad_raw(tuple((a, s - b) for (a, b), s in zip(plan["shrink"], self.shape))) if self.ndim else t
-      mask = inverse(Tensor.full(view.shape, True, dtype=dtypes.bool, device=self.device))
-      new = mask.where(inverse(vt.detach() if not vt.requires_grad else vt), self)
-    if engine.is_realized(self.uop) or self.uop.op is Ops.ASSIGN:
-      self.assign(new.cast(self.dtype))
-      self.realize()
-    elif _view_base(self.uop) is not None:
-      raise RuntimeError("can't setitem into a non-contiguous view of a realized buffer; index the base tensor instead")
-    else: self.uop = new.cast(self.dtype).uop
-
   # ***** linear algebra *****
   def dot(self, w: Tensor, dtype: Any = None) -> Tensor:
     """Matrix product with tinygrad's/numpy's rules for 1-D and batched operands.
@@ -1483,21 +1090,6 @@ class Tensor(metaclass=_TensorMeta):
     """self @ weight + bias (a 1-D weight scales elementwise)."""
     x = self.mul(weight) if weight.ndim == 1 else self.dot(weight)
     return x.add(bias) if bias is not None else x
-
-
-def _check_shape(shape: tuple) -> tuple:
-  for s in shape:
-    if isinstance(s, bool) or not isinstance(s, (int, UOp)) or (isinstance(s, int) and s < 0):
-      raise ValueError(f"invalid shape {shape}: dims must be non-negative ints")
-  return shape
-
-
-def _view_base(u: UOp) -> str | None:
-  """The movement op name if `u` is a pure movement view (other than a plain reshape) of a realized buffer."""
-  top, n = u, u
-  while n.op in GroupOp.Movement: n = n.src[0]
-  if n.op is Ops.BUFFER and top is not n and not engine.is_realized(top): return top.op.name
-  return None
 
 
 def _expand_origins(root: UOp, keep: set[UOp]) -> UOp:

@@ -1,0 +1,62 @@
+"""Small helpers shared by the Tensor modules: device names, shape arguments, broadcasting."""
+from __future__ import annotations
+
+from typing import Any
+
+from tiny_uop.plugins import Device
+from tiny_uop.uop import GroupOp, Ops, UOp, sint
+from tiny_tensor import engine
+
+__all__ = ["argfix"]
+
+_device_cache: dict[tuple[str | None, str], str] = {}
+
+
+def _canonical_device(device: str | None) -> str:
+  """The canonical name of `device` (or of the default device); an unknown device raises an error naming it."""
+  from tiny_uop.helpers import DEV
+  key = (device, str(DEV.value))
+  if (d := _device_cache.get(key)) is not None: return d
+  if device is None: d = Device.DEFAULT
+  else:
+    if not isinstance(device, str):
+      raise TypeError(f"device must be a str like 'CPU', got {type(device).__name__} {device!r}")
+    d = Device.canonicalize(device)
+    Device.plugin(d)  # raises UnknownDeviceError naming the device and what is installed
+  _device_cache[key] = d
+  return d
+
+
+def argfix(*x: Any) -> tuple:
+  """`f(1, 2)` and `f((1, 2))` both give (1, 2)."""
+  if x and isinstance(x[0], (tuple, list)):
+    if len(x) != 1: raise ValueError(f"bad arguments {x}: pass a shape as a tuple or as separate ints, not both")
+    return tuple(x[0])
+  return tuple(x)
+
+
+def _broadcast_shape(*shapes: tuple[sint, ...]) -> tuple[sint, ...]:
+  n = max((len(s) for s in shapes), default=0)
+  padded = [(1,) * (n - len(s)) + tuple(s) for s in shapes]
+  out: list[sint] = []
+  for dims in zip(*padded):
+    non1 = {d for d in dims if not (isinstance(d, int) and d == 1)}
+    if len(non1) > 1: raise ValueError(f"cannot broadcast shapes {', '.join(str(tuple(s)) for s in shapes)}: "
+                                       f"sizes {sorted(non1, key=str)} differ in one dimension")
+    out.append(non1.pop() if non1 else 1)
+  return tuple(out)
+
+
+def _check_shape(shape: tuple) -> tuple:
+  for s in shape:
+    if isinstance(s, bool) or not isinstance(s, (int, UOp)) or (isinstance(s, int) and s < 0):
+      raise ValueError(f"invalid shape {shape}: dims must be non-negative ints")
+  return shape
+
+
+def _view_base(u: UOp) -> str | None:
+  """The movement op name if `u` is a pure movement view (other than a plain reshape) of a realized buffer."""
+  top, n = u, u
+  while n.op in GroupOp.Movement: n = n.src[0]
+  if n.op is Ops.BUFFER and top is not n and not engine.is_realized(top): return top.op.name
+  return None
