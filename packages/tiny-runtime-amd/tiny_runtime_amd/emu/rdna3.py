@@ -84,7 +84,7 @@ VOP1: dict[int, tuple[str, Callable[[int], int]]] = {
   33: ("v_trunc_f32", _ff(lambda x: x if math.isinf(x) or math.isnan(x) else float(math.trunc(x)))),
   34: ("v_ceil_f32", _ff(lambda x: x if math.isinf(x) or math.isnan(x) else float(math.ceil(x)))),
   36: ("v_floor_f32", _ff(lambda x: x if math.isinf(x) or math.isnan(x) else float(math.floor(x)))),
-  37: ("v_exp_f32", _ff(_exp2)), 39: ("v_log_f32", _ff(_log2)), 42: ("v_rcp_f32", _ff(_rcp)),
+  37: ("v_exp_f32", _ff(_exp2)), 39: ("v_log_f32", _ff(_log2)), 42: ("v_rcp_f32", _ff(_rcp)), 43: ("v_rcp_iflag_f32", _ff(_rcp)),
   51: ("v_sqrt_f32", _ff(_sqrt)), 55: ("v_not_b32", lambda a: ~a & MASK32),
 }
 # VOP2: op -> (name, fn(src0, src1) -> bits); v_cndmask/v_fmac/carry ops are handled in execute
@@ -180,6 +180,9 @@ SMEM_LOADS = {0: 1, 1: 2, 2: 4, 3: 8, 4: 16}  # s_load_b32/64/128/256/512: dword
 GLOBAL_LOADS = {16: (1, False, 8), 17: (1, True, 8), 18: (1, False, 16), 19: (1, True, 16), 20: (1, False, 32),
                 21: (2, False, 32), 22: (3, False, 32), 23: (4, False, 32)}  # op: (dwords, signed, bits)
 GLOBAL_STORES = {24: (1, 8), 25: (1, 16), 26: (1, 32), 27: (2, 32), 28: (3, 32), 29: (4, 32)}
+FLAT_NAMES = {16: "load_u8", 17: "load_i8", 18: "load_u16", 19: "load_i16", 20: "load_b32", 21: "load_b64",
+              22: "load_b96", 23: "load_b128", 24: "store_b8", 25: "store_b16", 26: "store_b32", 27: "store_b64",
+              28: "store_b96", 29: "store_b128"}
 VOPD_OPS = {0: "fmac_f32", 1: "fmaak_f32", 2: "fmamk_f32", 3: "mul_f32", 4: "add_f32", 5: "sub_f32", 6: "subrev_f32",
             8: "mov_b32", 9: "cndmask_b32", 10: "max_f32", 11: "min_f32", 16: "add_nc_u32", 17: "lshlrev_b32",
             18: "and_b32"}
@@ -243,8 +246,7 @@ def decode(code: bytes | memoryview, pc: int = 0) -> Inst:
     f = {"offset": sext(w0 & 0x1FFF, 13), "seg": seg, "addr": w1 & 0xFF, "data": _bits(w1, 8, 8),
          "saddr": _bits(w1, 16, 7), "vdst": w1 >> 24}
     seg_name = ["flat", "scratch", "global"][seg] if seg < 3 else "seg3"
-    kind = f"load_{op}" if op in GLOBAL_LOADS else f"store_{op}" if op in GLOBAL_STORES else f"op_{op}"
-    return Inst("FLAT", op, f, 8, f"{seg_name}_{kind}")
+    return Inst("FLAT", op, f, 8, f"{seg_name}_{FLAT_NAMES.get(op, f'op{op}')}")
   if top6 == 0b110010:
     opx, opy = _bits(w0, 22, 4), _bits(w0, 17, 5)
     vdstx = w1 >> 24

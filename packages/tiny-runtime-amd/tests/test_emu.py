@@ -1,0 +1,271 @@
+"""RDNA3 emulator: one test per instruction family on hand-encoded programs, expected values from the ISA's documented
+semantics (computed here with Python ints and numpy float32), and a decode check against the compiler's assembly."""
+from __future__ import annotations
+
+import ctypes
+import math
+import re
+import struct
+
+import numpy as np
+import pytest
+from tiny_runtime_amd.emu.encode import V, Code, glob, smem, sop1, sop2, sopc, sopk, sopp, vop1, vop2, vop3, vopc, vopd
+
+from tiny_runtime_amd.elf import ELF
+from tiny_runtime_amd.emu.rdna3 import EXEC_LO, LITERAL, NULL, VCC_LO, Emulator, UnsupportedInstruction, Wave, decode
+
+M32 = 0xFFFFFFFF
+rng = np.random.default_rng(0)
+
+
+def run(*parts: list[int], sgpr: dict[int, int] | None = None, vgpr: dict[int, list[int]] | None = None,
+        exec_mask: int = M32, scc: int = 0) -> Wave:
+  code, w = Code(*parts), Wave()
+  for k, v in (sgpr or {}).items(): w.sgpr[k] = v
+  for k, vs in (vgpr or {}).items(): w.vgpr[k] = list(vs)
+  w.sgpr[EXEC_LO], w.scc = exec_mask, scc
+  Emulator().run(w, code.addr, code.size)
+  return w
+
+
+def fbits(x) -> int: return int(np.float32(x).view(np.uint32))
+def lanes_f(vals) -> list[int]: return [int(v) for v in np.asarray(vals, dtype=np.float32).view(np.uint32)]
+def as_f(bits: list[int]) -> np.ndarray: return np.array(bits, dtype=np.uint32).view(np.float32)
+
+
+# ***** SOP2 / SOP1 / SOPK / SOPC / SOPP *****
+@pytest.mark.parametrize("op, a, b, want, scc", [
+  (0, 0xFFFFFFFF, 2, 1, 1),                   # s_add_u32: carry out to SCC
+  (1, 1, 2, 0xFFFFFFFF, 1),                   # s_sub_u32: borrow
+  (2, 0x7FFFFFFF, 1, 0x80000000, 1),          # s_add_i32: signed overflow sets SCC
+  (8, 0x80000001, 1, 2, 1),                   # s_lshl_b32
+  (12, 0x80000000, 4, 0xF8000000, 1),         # s_ashr_i32 keeps the sign
+  (18, 0xFFFFFFFF, 3, 0xFFFFFFFF, 1),         # s_min_i32(-1, 3) = -1, SCC = (result == src0)
+  (19, 0xFFFFFFFF, 3, 3, 0),                  # s_min_u32
+  (22, 0xF0F0, 0xFF00, 0xF000, 1), (24, 0xF0, 0x0F, 0xFF, 1), (26, 0xFF, 0xFF, 0, 0),
+  (34, 0xFF, 0x0F, 0xF0, 1),                  # s_and_not1_b32
+  (44, 0xFFFFFFFD, 7, (-21) & M32, None),     # s_mul_i32(-3, 7)
+])
+def test_sop2(op, a, b, want, scc):
+  w = run(sop2(op, 2, 0, 1), sgpr={0: a, 1: b})
+  assert w.sgpr[2] == want
+  if scc is not None: assert w.scc == scc
+
+
+def test_sop2_carry_select_bfe_64bit():
+  w = run(sop2(4, 2, 0, 1), sgpr={0: 0xFFFFFFFF, 1: 0}, scc=1)  # s_addc_u32: a + b + SCC
+  assert (w.sgpr[2], w.scc) == (0, 1)
+  w = run(sop2(48, 2, 0, 1), sgpr={0: 11, 1: 22}, scc=0)  # s_cselect_b32 picks src1 when SCC = 0
+  assert w.sgpr[2] == 22
+  w = run(sop2(38, 2, 0, 1), sgpr={0: 0xABCD1234, 1: 4 | (8 << 16)})  # s_bfe_u32: offset 4, width 8
+  assert w.sgpr[2] == (0xABCD1234 >> 4) & 0xFF
+  w = run(sop2(9, 4, 0, 2), sgpr={0: 0x80000001, 1: 0x1, 2: 4})  # s_lshl_b64 s[4:5], s[0:1], 4
+  assert w.sgpr[4] | (w.sgpr[5] << 32) == (0x180000001 << 4) & (2**64 - 1)
+
+
+def test_sop1_and_literal():
+  w = run(sop1(0, 3, LITERAL), [0xDEADBEEF], sop1(1, 4, 0), sop1(30, 6, 3), sgpr={0: 5, 1: 6})
+  assert (w.sgpr[3], w.sgpr[4], w.sgpr[5], w.sgpr[6]) == (0xDEADBEEF, 5, 6, ~0xDEADBEEF & M32)
+  w = run(sop1(32, 2, 0), sgpr={0: 0x0000FFFF}, exec_mask=0x00FF00FF)  # s_and_saveexec_b32
+  assert (w.sgpr[2], w.sgpr[EXEC_LO], w.scc) == (0x00FF00FF, 0x000000FF, 1)
+
+
+def test_sopk():
+  w = run(sopk(0, 2, 0x8000), sopk(15, 3, 0xFFFF), sgpr={3: 10})  # s_movk sign-extends; s_addk_i32 adds -1
+  assert (w.sgpr[2], w.sgpr[3]) == (0xFFFF8000, 9)
+  for op, k, want in [(3, 5, True), (4, 5, False), (5, 4, True), (7, 6, True), (8, 4, False)]:  # eq lg gt lt le vs 5
+    assert run(sopk(op, 0, k), sgpr={0: 5}).scc == int(want), op
+
+
+def test_sopc_against_python():
+  a, b = rng.integers(-2**31, 2**31, 40), rng.integers(-2**31, 2**31, 40)
+  a[:5] = b[:5]
+  fns = [lambda x, y: x == y, lambda x, y: x != y, lambda x, y: x > y, lambda x, y: x >= y, lambda x, y: x < y,
+         lambda x, y: x <= y]
+  for x, y in zip(a.tolist(), b.tolist()):
+    for op in range(12):
+      xx, yy = (x, y) if op < 6 else (x & M32, y & M32)
+      assert run(sopc(op, 0, 1), sgpr={0: x & M32, 1: y & M32}).scc == int(fns[op % 6](xx, yy)), (op, x, y)
+
+
+def test_sopp_branches_loop():
+  # s0 = 0; s1 = 5; loop: s0 += s1; s1 -= 1; s_cmp_lg_u32 s1, 0; s_cbranch_scc1 loop  -> 5+4+3+2+1
+  body = [*sop2(0, 0, 0, 1), *sop2(1, 1, 1, 129), *sopc(7, 1, 128)]
+  w = run(sopk(0, 0, 0), sopk(0, 1, 5), body, sopp(34, -(len(body) + 1)))
+  assert w.sgpr[0] == 15
+  w = run(sopp(32, 1), sopk(0, 0, 1), sopk(0, 1, 2))  # s_branch skips one instruction
+  assert (w.sgpr[0], w.sgpr[1]) == (0, 2)
+  w = run(sopp(37, 1), sopk(0, 0, 1), exec_mask=0)  # s_cbranch_execz taken
+  assert w.sgpr[0] == 0
+
+
+def test_smem_loads():
+  data = (ctypes.c_uint32 * 8)(*range(100, 108))
+  addr = ctypes.addressof(data)
+  w = run(smem(1, 4, 0, 8), smem(2, 8, 0, 16), sgpr={0: addr & M32, 1: addr >> 32})  # s_load_b64 / s_load_b128
+  assert w.sgpr[4:6] == [102, 103] and w.sgpr[8:12] == [104, 105, 106, 107]
+
+
+# ***** VALU *****
+A = rng.standard_normal(32).astype(np.float32) * 10
+B = rng.standard_normal(32).astype(np.float32) * 10
+
+
+@pytest.mark.parametrize("op, fn", [(3, np.add), (4, np.subtract), (5, lambda a, b: b - a), (8, np.multiply),
+                                    (15, np.minimum), (16, np.maximum)])
+def test_vop2_float(op, fn):
+  w = run(vop2(op, 2, V(0), 1), vgpr={0: lanes_f(A), 1: lanes_f(B)})
+  np.testing.assert_array_equal(as_f(w.vgpr[2]), fn(A, B).astype(np.float32))
+
+
+@pytest.mark.parametrize("op, fn", [
+  (24, lambda a, b: (b << (a & 31)) & M32), (25, lambda a, b: b >> (a & 31)),
+  (26, lambda a, b: (((b ^ 0x80000000) - 0x80000000) >> (a & 31)) & M32),
+  (27, lambda a, b: a & b), (28, lambda a, b: a | b), (29, lambda a, b: a ^ b),
+  (37, lambda a, b: (a + b) & M32), (38, lambda a, b: (a - b) & M32), (19, min), (20, max),
+  (11, lambda a, b: ((a & 0xFFFFFF) * (b & 0xFFFFFF)) & M32)])
+def test_vop2_int(op, fn):
+  a, b = rng.integers(0, 2**32, 32).tolist(), rng.integers(0, 2**32, 32).tolist()
+  w = run(vop2(op, 2, V(0), 1), vgpr={0: a, 1: b})
+  assert w.vgpr[2] == [fn(x, y) for x, y in zip(a, b)]
+
+
+def test_vop2_exec_mask_cndmask_fmac_inline_constants():
+  w = run(vop2(37, 2, 193, 1), vgpr={1: list(range(32)), 2: [7] * 32}, exec_mask=0x0000FFFF)  # v_add_nc_u32 -1 + v1
+  assert w.vgpr[2] == [(i - 1) & M32 for i in range(16)] + [7] * 16
+  w = run(vop2(1, 2, V(0), 1), vgpr={0: [1] * 32, 1: [2] * 32}, sgpr={VCC_LO: 0xAAAAAAAA})  # v_cndmask_b32
+  assert w.vgpr[2] == [2 if i % 2 else 1 for i in range(32)]
+  w = run(vop2(43, 2, 242, 1), vgpr={1: lanes_f(A), 2: lanes_f(B)})  # v_fmac_f32 v2 += 1.0 * v1
+  np.testing.assert_array_equal(as_f(w.vgpr[2]), B + A)
+  w = run(vop2(8, 2, 246, 1), vgpr={1: lanes_f(A)})  # inline 4.0
+  np.testing.assert_array_equal(as_f(w.vgpr[2]), A * np.float32(4))
+
+
+def test_vop1():
+  x = np.abs(A) + np.float32(0.5)
+  w = run(vop1(42, 2, V(0)), vop1(51, 3, V(0)), vop1(37, 4, V(1)), vop1(39, 5, V(0)), vop1(36, 6, V(1)),
+          vop1(8, 7, V(1)), vop1(5, 8, V(9)), vop1(55, 10, V(9)), vgpr={0: lanes_f(x), 1: lanes_f(A / 4), 9: [(-i) & M32 for i in range(32)]})
+  x64, a64 = x.astype(np.float64), (A / 4).astype(np.float64)
+  np.testing.assert_array_equal(as_f(w.vgpr[2]), (1 / x64).astype(np.float32))      # v_rcp_f32 (exact here)
+  np.testing.assert_array_equal(as_f(w.vgpr[3]), np.sqrt(x64).astype(np.float32))   # v_sqrt_f32
+  np.testing.assert_array_equal(as_f(w.vgpr[4]), np.exp2(a64).astype(np.float32))   # v_exp_f32 is 2**x
+  np.testing.assert_array_equal(as_f(w.vgpr[5]), np.log2(x64).astype(np.float32))   # v_log_f32 is log2
+  np.testing.assert_array_equal(as_f(w.vgpr[6]), np.floor(A / 4))
+  assert w.vgpr[7] == [int(np.trunc(v)) & M32 for v in A / 4]                      # v_cvt_i32_f32 truncates
+  np.testing.assert_array_equal(as_f(w.vgpr[8]), -np.arange(32, dtype=np.float32))  # v_cvt_f32_i32
+  assert w.vgpr[10] == [~((-i) & M32) & M32 for i in range(32)]
+
+
+def test_vop3():
+  a, b, c = (rng.integers(0, 2**32, 32).tolist() for _ in range(3))
+  w = run(vop3(0x32C, 3, V(0), V(1)), vop3(0x32D, 4, V(0), V(1)), vop3(0x255, 5, V(0), V(1), V(2)),
+          vop3(0x246, 6, V(0), 132, V(2)), vop3(0x210, 7, V(0), 136, 136), vop3(0x211, 8, V(0), 136, 136),
+          vgpr={0: a, 1: b, 2: c})
+  assert w.vgpr[3] == [(x * y) & M32 for x, y in zip(a, b)] and w.vgpr[4] == [(x * y) >> 32 for x, y in zip(a, b)]
+  assert w.vgpr[5] == [(x + y + z) & M32 for x, y, z in zip(a, b, c)]
+  assert w.vgpr[6] == [((x << 4) + z) & M32 for x, z in zip(a, c)]
+  assert w.vgpr[7] == [(x >> 8) & 0xFF for x in a]
+  assert w.vgpr[8] == [(((x >> 8) & 0xFF) - (256 if x >> 15 & 1 else 0)) & M32 for x in a]
+  # v_fma_f32 on values where a*b+c is exact, and |.|/neg modifiers on v_add_f32_e64
+  ia, ib = np.arange(32, dtype=np.float32), np.arange(32, dtype=np.float32)[::-1].copy()
+  w = run(vop3(0x213, 3, V(0), V(1), V(0)), vop3(0x103, 4, V(0), V(1), abs_=2, neg=1),
+          vgpr={0: lanes_f(ia), 1: lanes_f(-ib)})
+  np.testing.assert_array_equal(as_f(w.vgpr[3]), ia * -ib + ia)
+  np.testing.assert_array_equal(as_f(w.vgpr[4]), -ia + ib)
+
+
+def test_vop3_carries_and_64bit():
+  a, b = rng.integers(0, 2**32, 32).tolist(), rng.integers(0, 2**32, 32).tolist()
+  w = run(vop3(0x300, 2, V(0), V(1), sdst=4), vop3(0x120, 3, V(1), V(0), 4, sdst=5), vgpr={0: a, 1: b})
+  carry = sum(1 << i for i, (x, y) in enumerate(zip(a, b)) if x + y > M32)
+  assert w.vgpr[2] == [(x + y) & M32 for x, y in zip(a, b)] and w.sgpr[4] == carry
+  assert w.vgpr[3] == [(x + y + (carry >> i & 1)) & M32 for i, (x, y) in enumerate(zip(b, a))]
+  w = run(vop3(0x2FE, 4, V(0), V(1), V(2), sdst=NULL), vop3(0x33C, 6, 130, V(2)),
+          vgpr={0: a, 1: b, 2: [5] * 32, 3: [1] * 32})  # v_mad_u64_u32 v[4:5] = a*b + v[2:3]; v_lshlrev_b64 by 2
+  assert [lo | (hi << 32) for lo, hi in zip(w.vgpr[4], w.vgpr[5])] == [(x * y + (1 << 32) + 5) % 2**64 for x, y in zip(a, b)]
+  assert [lo | (hi << 32) for lo, hi in zip(w.vgpr[6], w.vgpr[7])] == [((1 << 32) + 5) << 2] * 32
+
+
+def test_vopc_and_class():
+  x = A.copy()
+  x[:3] = [np.nan, np.inf, -0.0]
+  w = run(vopc(0x11, V(0), 1), vop3(0x14, 3, V(0), V(1)), vgpr={0: lanes_f(x), 1: lanes_f(B)})  # lt -> VCC, gt -> s3
+  with np.errstate(invalid="ignore"):
+    assert w.sgpr[VCC_LO] == sum(1 << i for i in range(32) if x[i] < B[i])
+    assert w.sgpr[3] == sum(1 << i for i in range(32) if x[i] > B[i])
+  w = run(vopc(0x7E, LITERAL, 1), [0], vgpr={1: [1 << 1 | 1 << 9 | 1 << 5] * 32})  # class of 0.0 is +0 (bit 6): no
+  assert w.sgpr[VCC_LO] == 0
+  w = run(vopc(0x7E, V(0), 1), vgpr={0: lanes_f(x), 1: [(1 << 1) | (1 << 9) | (1 << 5)] * 32})  # qNaN, +inf, -0
+  assert w.sgpr[VCC_LO] == 0b111
+  w = run(vopc(0x44 | 0x80, V(0), 1), vgpr={0: list(range(32)), 1: [10] * 32})  # v_cmpx_gt_i32 writes EXEC
+  assert w.sgpr[EXEC_LO] == sum(1 << i for i in range(11, 32))
+
+
+def test_vopd_reads_before_writes():
+  w = run(vopd(8, 8, 0, 1, V(1), 0, V(0), 0), vgpr={0: [1] * 32, 1: [2] * 32})  # swap v0, v1
+  assert (w.vgpr[0][0], w.vgpr[1][0]) == (2, 1)
+  w = run(vopd(4, 3, 2, 3, V(0), 1, V(0), 1), vopd(8, 16, 4, 5, 129, 0, V(6), 7),
+          vgpr={0: lanes_f(A), 1: lanes_f(B), 6: [3] * 32, 7: [4] * 32})
+  np.testing.assert_array_equal(as_f(w.vgpr[2]), A + B)
+  np.testing.assert_array_equal(as_f(w.vgpr[3]), A * B)
+  assert w.vgpr[4] == [1] * 32 and w.vgpr[5] == [7] * 32
+
+
+def test_global_load_store():
+  src = np.arange(64, dtype=np.int32) - 32
+  dst = np.zeros(128, dtype=np.int32)
+  sa, da = src.ctypes.data, dst.ctypes.data
+  w = run(glob(20, vdst=2, addr=0, saddr=0, offset=16), glob(17, vdst=3, addr=1, saddr=0),  # load_b32 +16, load_i8
+          glob(18, vdst=4, addr=1, saddr=0),  # load_u16
+          glob(26, addr=0, saddr=4, data=2), glob(29, addr=5, saddr=4, data=6, offset=128),  # store_b32, store_b128
+          glob(24, addr=10, saddr=4, data=3),  # store_b8 of the low byte
+          sgpr={0: sa & M32, 1: sa >> 32, 4: da & M32, 5: da >> 32},
+          vgpr={0: [4 * i for i in range(32)], 1: [4 * 3] * 32, 5: [16 * i for i in range(32)],
+                6: list(range(32)), 7: [7] * 32, 8: [8] * 32, 9: [9] * 32, 10: [4 * 127] * 32}, exec_mask=0xFFFF)
+  assert w.vgpr[2][:16] == [int(v) & M32 for v in src[4:20]] and w.vgpr[2][16:] == [0] * 16
+  assert w.vgpr[3][0] == (-29) & M32  # byte 12 of src is the low byte of -29: sign-extended
+  assert w.vgpr[4][0] == (-29) & 0xFFFF  # zero-extended 16 bits
+  assert dst[:16].tolist() == src[4:20].tolist() and dst[16:32].tolist() == [0] * 16
+  assert dst[32:96].reshape(16, 4).tolist() == [[i, 7, 8, 9] for i in range(16)]
+  assert dst[127] == (-29) & 0xFF
+
+
+def test_unknown_instruction_is_an_error_not_a_value():
+  with pytest.raises(UnsupportedInstruction, match="VOP1 opcode 99"): run(vop1(99, 0, V(0)))
+  with pytest.raises(UnsupportedInstruction, match="unknown encoding"): run([0xFFFFFFFF])
+
+
+# ***** decode against the compiler's own assembly listing *****
+def _kernels():
+  from tiny_uop import KernelInfo, Ops, UOp, dtypes
+  out = []
+  for name, fn, dt in [("E_add", lambda a, b: a + b, dtypes.float), ("E_int", lambda a, b: (a * b) // (b + 3), dtypes.int),
+                       ("E_where", lambda a, b: (a < b).where(a.exp2(), b.sqrt()), dtypes.float),
+                       ("E_div", lambda a, b: a / b, dtypes.float)]:
+    c, a, b = [UOp(Ops.PARAM, dt.ptr(48), arg=i) for i in range(3)]
+    i = UOp.range(48, 0)
+    out.append(c.index(i).store(fn(a.index(i).load(), b.index(i).load())).sink(arg=KernelInfo(name)))
+  return out
+
+
+@pytest.mark.parametrize("ast", _kernels(), ids=lambda a: a.arg.name)
+def test_decode_matches_compiler_assembly(ast):
+  from tiny_codegen import get_program
+  from tiny_codegen.compiler.amdgpu import AMDGPUCompiler
+  from tiny_codegen.renderer.amdgpu import AMDGPURenderer
+  spec = get_program(ast, AMDGPURenderer("gfx1100"))
+  asm = AMDGPUCompiler("gfx1100").assembly(spec.src)
+  text = asm[asm.index(f"{spec.name}:\n"):asm.index("s_endpgm")]
+  want = []
+  for line in text.splitlines()[1:]:
+    line = line.split(";")[0].strip()
+    if not line or line.startswith(".") or line.endswith(":"): continue
+    want += re.findall(r"v_dual_\w+", line) or [line.split()[0]]
+  elf = ELF.parse(spec.lib)
+  _, off, kd = elf.kernel()
+  img, pc, got = elf.image(), off + kd.kernel_code_entry_byte_offset, []
+  while (inst := decode(img, pc)).name != "s_endpgm":
+    got += inst.name.split(" :: ")
+    pc += inst.size
+  def norm(n: str) -> str: return re.sub(r"_e(32|64)$", "", n)
+  assert [norm(n) for n in got] == [norm(n) for n in want]
