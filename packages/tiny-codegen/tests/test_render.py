@@ -147,3 +147,12 @@ def test_c_negative_constants_are_parenthesized():
   ast = c.index(i).store((x * (-3)).cast(dtypes.float) - (-1.5)).sink(arg=KernelInfo("E_4"))
   src = render(ClangRenderer, ast)
   assert "--" not in src and "*(-3)" in src and "-(-1.5f)" in src
+
+
+def test_c_max_chain_stays_linear():
+  """MAX repeats its operands in C (a>b?a:b): they get variables, so a 32-deep chain doesn't blow up."""
+  c, a = UOp(Ops.PARAM, dtypes.float.ptr(1), arg=0), UOp(Ops.PARAM, dtypes.float.ptr(32), arg=1)
+  x = a.index(UOp.const(dtypes.index, 0)).load()
+  for k in range(1, 32): x = x.maximum(a.index(UOp.const(dtypes.index, k)).load() * 2.0)
+  src = render(ClangRenderer, c.index(UOp.const(dtypes.index, 0)).store(x).sink(arg=KernelInfo("E_max")))
+  assert len(src) < 5000

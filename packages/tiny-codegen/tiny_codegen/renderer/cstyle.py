@@ -136,7 +136,8 @@ class ClangRenderer(CPURenderer):
     for u in uops:  # uses in code (GROUP/END/SINK and the ordering-only sources of LOAD/STORE don't count)
       if u.op in (Ops.GROUP, Ops.END, Ops.SINK): continue
       for x in (u.src[:1] if u.op is Ops.LOAD else u.src[:2] if u.op is Ops.STORE else u.src):
-        uses[x] = uses.get(x, 0) + (2 if u.op is Ops.BITCAST else 1)  # a BITCAST takes its source's address
+        # a BITCAST takes its source's address; MAX writes each operand twice: both need a variable
+        uses[x] = uses.get(x, 0) + (2 if u.op in (Ops.BITCAST, Ops.MAX) else 1)
     vecs: list[DType] = []
     for u in uops:
       op, dt, src = u.op, u.dtype, u.src
