@@ -68,6 +68,7 @@ def low_precision(dev: str) -> list[Tensor]:
 
 MODELS = {"convnet": convnet, "transformer": transformer_block, "low_precision": low_precision}
 _compiled: dict[tuple[str, str], list[Any]] = {}
+_asts: dict[tuple[str, str], list[Any]] = {}
 
 
 def compiled(target: str, model: str) -> list[Any]:
@@ -78,8 +79,9 @@ def compiled(target: str, model: str) -> list[Any]:
     before = set(engine._program_cache)  # test-only peek: the engine's compiled-program cache
     with Context(DEV=TARGETS[target]):  # the NULL device's renderer follows DEV
       Tensor.realize(*MODELS[model]("NULL"))
-    _compiled[(target, model)] = [spec for key, (spec, _) in engine._program_cache.items()
-                                  if key not in before and key[1] is cls]
+    new = [(key[0], spec) for key, (spec, _) in engine._program_cache.items() if key not in before and key[1] is cls]
+    _compiled[(target, model)] = [spec for _, spec in new]
+    _asts[(target, model)] = [ast for ast, _ in new]
   return _compiled[(target, model)]
 
 
@@ -101,6 +103,22 @@ def test_ptx_kernels_assemble(model):
   for spec in compiled("PTX", model):
     assert ".target sm_90" in spec.src and f".visible .entry {spec.name}(" in spec.src
     assert spec.lib[:4] == b"\x7fELF" and struct.unpack_from("<H", spec.lib, 18)[0] == 190  # EM_CUDA cubin
+
+
+@pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed (NVIDIA CUDA toolkit)")
+@pytest.mark.parametrize("model", list(MODELS))
+def test_nvptx_second_path_assembles_the_same_kernels(model):
+  # the same kernel ASTs through LLVM's NVPTX backend: ptxas accepts them, with PTXRenderer's kernel signatures
+  from tiny_codegen import get_program
+  from tiny_codegen.renderer.nvptx import NVPTXRenderer
+  r = NVPTXRenderer("sm_90")
+  compiled("PTX", model)
+  for ast, ref in zip(_asts[("PTX", model)], _compiled[("PTX", model)]):
+    spec = get_program(ast, r)
+    assert spec.lib[:4] == b"\x7fELF" and struct.unpack_from("<H", spec.lib, 18)[0] == 190
+    ptx = r.compiler.to_ptx(spec.src)
+    assert f".visible .entry {spec.name}(" in ptx and ptx.count(".param") == ref.src.count(".param")
+    assert spec.global_size == ref.global_size and spec.local_size == ref.local_size
 
 
 def test_ptx_half_kernels_use_f16_and_float_math():

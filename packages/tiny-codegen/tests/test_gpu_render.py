@@ -2,6 +2,8 @@
 loads, and tensor-core (WMMA) rendering on hand-built linear programs, checked by each target's own tools."""
 from __future__ import annotations
 
+import re
+
 import pytest
 from tiny_uop import KernelInfo, Ops, UOp, dtypes
 from tiny_uop.dtype import AddrSpace
@@ -262,3 +264,17 @@ def test_reduce_loop_and_gates_render():
   cl = render(OpenCLRenderer, ast)
   assert "for (int Ridx1 = 0; Ridx1 < 4; Ridx1++)" in cl and "?(*(data1+" in cl
 
+
+
+@needs_ptxas
+def test_nvptx_llvm_path_shared_and_vector():
+  from tiny_codegen.renderer.nvptx import NVPTXRenderer
+  r = NVPTXRenderer("sm_90")
+  ir = r.render(shared_reverse_program())
+  assert "@llvm.nvvm.read.ptx.sreg.tid.x()" in ir and "call void @llvm.nvvm.barrier0()" in ir
+  ptx = r.compiler.to_ptx(ir)
+  assert ".shared .align 16 .b8" in ptx and "bar.sync" in ptx and "%tid.x" in ptx
+  assert r.compiler.compile(ir)[:4] == b"\x7fELF"
+  vptx = r.compiler.to_ptx(r.render(vector_program()))
+  assert re.search(r"ld\.global(\.nc)?\.v4\.(f32|b32)", vptx) and re.search(r"st\.global\.v4\.(f32|b32)", vptx)
+  with pytest.raises(NotImplementedError, match="tensor cores"): r.render(wmma_program(8, 4, 4))

@@ -27,8 +27,8 @@ CODE_OBJECT_VERSION = 400  # HSA code object v4: loaded by every ROCm, and linka
 _AS = {AddrSpace.GLOBAL: 1, AddrSpace.LOCAL: 3, AddrSpace.REG: 5}
 
 
-def _ptr(dt: DType) -> str:
-  space = _AS[dt.addrspace] if isinstance(dt, PtrDType) else 1
+def _ptr(dt: DType, spaces: dict[AddrSpace, int] = _AS) -> str:
+  space = spaces[dt.addrspace] if isinstance(dt, PtrDType) else 1
   return f"ptr addrspace({space})"
 
 
@@ -66,10 +66,34 @@ class AMDGPURenderer(Renderer):
 
 
 class _AMDGPUEmitter(_LLVMEmitter):
+  """LLVM IR for a GPU target; subclasses (NVPTX) override the target hooks: address spaces, `special`, `barrier`,
+  `module`."""
+  spaces = _AS
+  target = "AMDGPU"
+
   def __init__(self, uops: list[UOp], arch: str):
     super().__init__(uops)
     self.arch = arch
     self.globals: list[str] = []
+
+  def special(self, axis: str) -> str:
+    """The intrinsic reading gidx{i} (work-group id) or lidx{i} (work-item id)."""
+    return f"llvm.amdgcn.{'workgroup' if axis[0] == 'g' else 'workitem'}.id.{'xyz'[int(axis[4:])]}"
+
+  def barrier(self) -> None:
+    self.decls.add("declare void @llvm.amdgcn.s.barrier()")
+    self.emit('fence syncscope("workgroup") release')
+    self.emit("call void @llvm.amdgcn.s.barrier()")
+    self.emit('fence syncscope("workgroup") acquire')
+
+  def module(self, name: str, args: list[str]) -> str:
+    attrs = f'"amdgpu-flat-work-group-size"="1,1024" "target-cpu"="{self.arch}"'
+    head = [f'target datalayout = "{amdgpu_datalayout(self.arch)}"', 'target triple = "amdgcn-amd-amdhsa"', ""]
+    return "\n".join(head + self.globals + sorted(self.decls)) + (
+      f"\ndefine amdgpu_kernel void @{name}({', '.join(args)}) #0 {{\nentry:\n" +
+      "".join(a + "\n" for a in self.allocas) + "\n".join(self.lines) +
+      f"\n  ret void\n}}\nattributes #0 = {{ {attrs} }}\n"
+      f'!llvm.module.flags = !{{!0}}\n!0 = !{{i32 1, !"amdhsa_code_object_version", i32 {CODE_OBJECT_VERSION}}}\n')
 
   def wmma(self, u: UOp) -> str:
     a, b, c = u.src
@@ -102,8 +126,9 @@ class _AMDGPUEmitter(_LLVMEmitter):
       if op is Ops.PARAM: self.r[u] = f"%data{u.arg}"
       elif op is Ops.DEFINE_VAR: self.r[u] = f"%var.{u.arg[0]}"
       elif op is Ops.SPECIAL:
-        if u.arg[:4] not in ("gidx", "lidx"): raise NotImplementedError(f"AMDGPU renderer has no index {u.arg!r}")
-        fn = f"llvm.amdgcn.{'workgroup' if u.arg[0] == 'g' else 'workitem'}.id.{'xyz'[int(u.arg[4:])]}"
+        if u.arg[:4] not in ("gidx", "lidx"):
+          raise NotImplementedError(f"{self.target} renderer has no index {u.arg!r}")
+        fn = self.special(u.arg)
         self.decls.add(f"declare i32 @{fn}()")
         self.r[u] = f"%{u.arg}"
         self.allocas.append(f"  %{u.arg} = call i32 @{fn}()")
@@ -111,7 +136,9 @@ class _AMDGPUEmitter(_LLVMEmitter):
       elif op is Ops.DEFINE_REG:
         assert isinstance(dt, PtrDType)
         self.r[u] = f"%acc{u.arg}"
-        self.allocas.append(f"  %acc{u.arg} = alloca [{dt.size} x {ltype(dt.base, mem=True)}], align 16, addrspace(5)")
+        space = self.spaces[AddrSpace.REG]
+        self.allocas.append(f"  %acc{u.arg} = alloca [{dt.size} x {ltype(dt.base, mem=True)}], align 16" +
+                            (f", addrspace({space})" if space else ""))
       elif op is Ops.DEFINE_LOCAL:
         assert isinstance(dt, PtrDType)
         sym = f"@{name}.temp{len(self.globals)}"
@@ -146,11 +173,7 @@ class _AMDGPUEmitter(_LLVMEmitter):
       elif op is Ops.ENDIF:
         self.emit(f"br label %{self.r[src[0]]}.end")
         self.lines.append(f"{self.r[src[0]]}.end:")
-      elif op is Ops.BARRIER:
-        self.decls.add("declare void @llvm.amdgcn.s.barrier()")
-        self.emit('fence syncscope("workgroup") release')
-        self.emit("call void @llvm.amdgcn.s.barrier()")
-        self.emit('fence syncscope("workgroup") acquire')
+      elif op is Ops.BARRIER: self.barrier()
       elif op is Ops.INDEX:
         idx = self.val(src[1])
         if len(src) > 2:
@@ -161,12 +184,12 @@ class _AMDGPUEmitter(_LLVMEmitter):
         out = self.tmp()
         pdt = src[0].dtype
         assert isinstance(pdt, PtrDType)
-        base = f"{_ptr(pdt)} {self.val(src[0])}"
+        base = f"{_ptr(pdt, self.spaces)} {self.val(src[0])}"
         self.emit(f"{out} = getelementptr inbounds {ltype(pdt.base, mem=True)}, {base}, i32 {idx}")
         self.r[u] = out
       elif op is Ops.LOAD:
         out = self.tmp()
-        self.emit(f"{out} = load {ltype(dt, mem=True)}, {_ptr(src[0].dtype)} {self.val(src[0])}")
+        self.emit(f"{out} = load {ltype(dt, mem=True)}, {_ptr(src[0].dtype, self.spaces)} {self.val(src[0])}")
         if dt.scalar() == dtypes.bool:
           b = self.tmp()
           self.emit(f"{b} = icmp ne {ltype(dt, mem=True)} {out}, zeroinitializer")
@@ -182,7 +205,7 @@ class _AMDGPUEmitter(_LLVMEmitter):
           z = self.tmp()
           self.emit(f"{z} = zext {ltype(vdt)} {v} to {ltype(vdt, mem=True)}")
           v = z
-        st = f"store {ltype(vdt, mem=True)} {v}, {_ptr(src[0].dtype)} {self.val(src[0])}"
+        st = f"store {ltype(vdt, mem=True)} {v}, {_ptr(src[0].dtype, self.spaces)} {self.val(src[0])}"
         if src[0] in self.gates:
           k = self.n = self.n + 1
           self.emit(f"br i1 {self.gates[src[0]]}, label %st{k}.do, label %st{k}.skip")
@@ -211,12 +234,5 @@ class _AMDGPUEmitter(_LLVMEmitter):
         self.r[u] = out
       elif op is Ops.WMMA: self.r[u] = self.wmma(u)
       elif op in _ALU_OPS: self.r[u] = self.alu(u)
-      else: raise NotImplementedError(f"AMDGPU renderer can't render {op} ({dt})")
-    attrs = f'"amdgpu-flat-work-group-size"="1,1024" "target-cpu"="{self.arch}"'
-    head = [f'target datalayout = "{amdgpu_datalayout(self.arch)}"', 'target triple = "amdgcn-amd-amdhsa"', ""]
-    decls = sorted(self.decls)
-    return "\n".join(head + self.globals + decls) + (
-      f"\ndefine amdgpu_kernel void @{name}({', '.join(args)}) #0 {{\nentry:\n" +
-      "".join(a + "\n" for a in self.allocas) + "\n".join(self.lines) +
-      f"\n  ret void\n}}\nattributes #0 = {{ {attrs} }}\n"
-      f'!llvm.module.flags = !{{!0}}\n!0 = !{{i32 1, !"amdhsa_code_object_version", i32 {CODE_OBJECT_VERSION}}}\n')
+      else: raise NotImplementedError(f"{self.target} renderer can't render {op} ({dt})")
+    return self.module(name, args)
