@@ -3,9 +3,7 @@ semantics (computed here with Python ints and numpy float32), and a decode check
 from __future__ import annotations
 
 import ctypes
-import math
 import re
-import struct
 
 import numpy as np
 import pytest
@@ -144,7 +142,8 @@ def test_vop2_exec_mask_cndmask_fmac_inline_constants():
 def test_vop1():
   x = np.abs(A) + np.float32(0.5)
   w = run(vop1(42, 2, V(0)), vop1(51, 3, V(0)), vop1(37, 4, V(1)), vop1(39, 5, V(0)), vop1(36, 6, V(1)),
-          vop1(8, 7, V(1)), vop1(5, 8, V(9)), vop1(55, 10, V(9)), vgpr={0: lanes_f(x), 1: lanes_f(A / 4), 9: [(-i) & M32 for i in range(32)]})
+          vop1(8, 7, V(1)), vop1(5, 8, V(9)), vop1(55, 10, V(9)),
+          vgpr={0: lanes_f(x), 1: lanes_f(A / 4), 9: [(-i) & M32 for i in range(32)]})
   x64, a64 = x.astype(np.float64), (A / 4).astype(np.float64)
   np.testing.assert_array_equal(as_f(w.vgpr[2]), (1 / x64).astype(np.float32))      # v_rcp_f32 (exact here)
   np.testing.assert_array_equal(as_f(w.vgpr[3]), np.sqrt(x64).astype(np.float32))   # v_sqrt_f32
@@ -182,7 +181,8 @@ def test_vop3_carries_and_64bit():
   assert w.vgpr[3] == [(x + y + (carry >> i & 1)) & M32 for i, (x, y) in enumerate(zip(b, a))]
   w = run(vop3(0x2FE, 4, V(0), V(1), V(2), sdst=NULL), vop3(0x33C, 6, 130, V(2)),
           vgpr={0: a, 1: b, 2: [5] * 32, 3: [1] * 32})  # v_mad_u64_u32 v[4:5] = a*b + v[2:3]; v_lshlrev_b64 by 2
-  assert [lo | (hi << 32) for lo, hi in zip(w.vgpr[4], w.vgpr[5])] == [(x * y + (1 << 32) + 5) % 2**64 for x, y in zip(a, b)]
+  want = [(x * y + (1 << 32) + 5) % 2**64 for x, y in zip(a, b)]
+  assert [lo | (hi << 32) for lo, hi in zip(w.vgpr[4], w.vgpr[5])] == want
   assert [lo | (hi << 32) for lo, hi in zip(w.vgpr[6], w.vgpr[7])] == [((1 << 32) + 5) << 2] * 32
 
 
@@ -239,7 +239,8 @@ def test_unknown_instruction_is_an_error_not_a_value():
 def _kernels():
   from tiny_uop import KernelInfo, Ops, UOp, dtypes
   out = []
-  for name, fn, dt in [("E_add", lambda a, b: a + b, dtypes.float), ("E_int", lambda a, b: (a * b) // (b + 3), dtypes.int),
+  for name, fn, dt in [("E_add", lambda a, b: a + b, dtypes.float),
+                       ("E_int", lambda a, b: (a * b) // (b + 3), dtypes.int),
                        ("E_where", lambda a, b: (a < b).where(a.exp2(), b.sqrt()), dtypes.float),
                        ("E_div", lambda a, b: a / b, dtypes.float)]:
     c, a, b = [UOp(Ops.PARAM, dt.ptr(48), arg=i) for i in range(3)]

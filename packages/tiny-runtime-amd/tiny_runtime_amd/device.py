@@ -82,7 +82,8 @@ class AMDProgram(Program):
     elf = ELF.parse(lib)
     image = elf.image()
     self.kname, kd_off, self.kd = elf.kernel(name if name + ".kd" in elf.symbols else None)
-    if not self.kd.wave32: raise RuntimeError(f"kernel {self.kname}: wave64 code objects are not supported (gfx11 runs wave32)")
+    if not self.kd.wave32:
+      raise RuntimeError(f"kernel {self.kname}: wave64 code objects are not supported (gfx11 runs wave32)")
     if self.kd.private_segment_fixed_size:
       raise RuntimeError(f"kernel {self.kname} uses {self.kd.private_segment_fixed_size} bytes of scratch per item: "
                          "scratch is not supported by tiny-runtime-amd yet")
@@ -90,11 +91,13 @@ class AMDProgram(Program):
     self.lib_buf.host_view()[:len(image)] = image
     self.kd_addr = self.lib_buf.va_addr + kd_off
     self.entry_addr = self.kd_addr + self.kd.kernel_code_entry_byte_offset
-    if self.entry_addr % 256: raise RuntimeError(f"kernel {self.kname}: entry {self.entry_addr:#x} is not 256-byte aligned")
+    if self.entry_addr % 256:
+      raise RuntimeError(f"kernel {self.kname}: entry {self.entry_addr:#x} is not 256-byte aligned")
     self.rsrc1, self.rsrc2, self.rsrc3, self.tmpring_size = self.kd.rsrc1, self.kd.rsrc2, self.kd.rsrc3, 0
     self.groups = self.kd.user_sgprs()
     if unsupported := [g for g, _ in self.groups if g not in ("kernarg_segment_ptr", "dispatch_ptr")]:
-      raise RuntimeError(f"kernel {self.kname} wants user SGPRs {unsupported}; supported: kernarg_segment_ptr, dispatch_ptr")
+      raise RuntimeError(f"kernel {self.kname} wants user SGPRs {unsupported}; "
+                         "supported: kernarg_segment_ptr, dispatch_ptr")
 
   def user_data(self, args_addr: Any) -> list[Any]:
     """The user SGPR values in descriptor order; the AQL dispatch packet sits 64 bytes before the kernargs."""
@@ -108,7 +111,8 @@ class AMDProgram(Program):
                vals: tuple[int, ...] = (), wait: bool = False) -> float | None:
     gs, ls = (tuple(global_size) + (1, 1, 1))[:3], (tuple(local_size or (1, 1, 1)) + (1, 1, 1))[:3]
     args = struct.pack(f"<{len(bufs)}Q", *(b.va_addr for b in bufs)) + struct.pack(f"<{len(vals)}i", *vals)
-    pkt = struct.pack("<HHHHHHIIIII", 0, 3, *ls, 0, *(g * l for g, l in zip(gs, ls)), 0, 0)  # hsa_kernel_dispatch_packet_t
+    # the start of an hsa_kernel_dispatch_packet_t (for kernels that read sizes through dispatch_ptr)
+    pkt = struct.pack("<HHHHHHIIIII", 0, 3, *ls, 0, *(g * l for g, l in zip(gs, ls)), 0, 0)
     addr = self.dev.kernargs_alloc(64 + max(len(args), self.kd.kernarg_size)) + 64
     ctypes.memmove(addr - 64, pkt, len(pkt))
     ctypes.memmove(addr, args, len(args))
@@ -139,7 +143,8 @@ class AMDDevice(HCQCompiled):
       fio, self._driver = MockFileIO, driver()
     self.iface = KFDIface(target.indices[0] if target.indices else 0, fio)
     self.signal_page = self.iface.alloc(SIGNAL_PAGE, host=True, uncached=True)
-    self._free_signals = list(range(self.signal_page.va_addr, self.signal_page.va_addr + SIGNAL_PAGE, HCQSignal.SIZE))[::-1]
+    base = self.signal_page.va_addr
+    self._free_signals = list(range(base, base + SIGNAL_PAGE, HCQSignal.SIZE))[::-1]
     self.kernargs = self.iface.alloc(KERNARGS_SIZE, host=True)
     self._kernargs_ptr = 0
     from tiny_codegen.renderer.amdgpu import AMDGPURenderer
@@ -153,7 +158,8 @@ class AMDDevice(HCQCompiled):
     if self._driver is not None: self._driver.process()
 
   def new_signal(self, value: int = 0) -> HCQSignal:
-    if not self._free_signals: raise RuntimeError(f"{self.device}: all {SIGNAL_PAGE // HCQSignal.SIZE} signals are in use")
+    if not self._free_signals:
+      raise RuntimeError(f"{self.device}: all {SIGNAL_PAGE // HCQSignal.SIZE} signals are in use")
     # gfx11 timestamps tick at 100 MHz: 100 ticks per microsecond
     return HCQSignal(self._free_signals.pop(), value, timestamp_divider=100.0,
                      progress=self.progress if self._driver is not None else None)

@@ -71,7 +71,7 @@ class ELF:
         if name_off: symbols.setdefault(cstr(strtab + name_off), (value, size, shndx))
     loads = []
     for i in range(phnum):
-      ptype, _flags, off, vaddr, _paddr, filesz, memsz, _align = struct.unpack_from("<IIQQQQQQ", data, phoff + i * phentsize)
+      ptype, _, off, vaddr, _, filesz, memsz, _ = struct.unpack_from("<IIQQQQQQ", data, phoff + i * phentsize)
       if ptype == 1: loads.append((vaddr, off, filesz, memsz))
     return ELF(data, sections, symbols, loads, etype)
 

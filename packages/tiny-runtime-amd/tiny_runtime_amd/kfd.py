@@ -13,7 +13,7 @@ from typing import Any
 
 import cffi
 
-from tiny_uop.hcq import MAP_ANONYMOUS, MAP_FIXED, MAP_NORESERVE, MAP_PRIVATE, MAP_SHARED, PROT_READ, PROT_WRITE, \
+from tiny_uop.hcq import MAP_FIXED, MAP_NORESERVE, MAP_PRIVATE, MAP_SHARED, PROT_READ, PROT_WRITE, \
   FileIOInterface, HCQBuffer, errno_name, ioc
 
 ffi = cffi.FFI()
@@ -138,14 +138,16 @@ class KFDIface:
     self.nodes = self.gpu_nodes(fio)
     if not self.nodes: raise RuntimeError(f"{KFD_PATH} exists but the KFD topology ({TOPOLOGY}) lists no GPU node")
     if not 0 <= dev_id < len(self.nodes):
-      raise RuntimeError(f"AMD:{dev_id} does not exist; this machine has {len(self.nodes)} AMD GPU(s): AMD:0..{len(self.nodes) - 1}")
+      n = len(self.nodes)
+      raise RuntimeError(f"AMD:{dev_id} does not exist; this machine has {n} AMD GPU(s): AMD:0..{n - 1}")
     self.node = self.nodes[dev_id]
     render = f"/dev/dri/renderD{self.node.drm_render_minor}"
     if not fio.access(render, os.R_OK | os.W_OK):
       raise RuntimeError(f"{render} is not readable and writable by this user: join the 'render' group")
     self.drm = fio(render, os.O_RDWR | os.O_CLOEXEC)
     ver = self.ioctl("GET_VERSION")
-    if ver.major_version != 1: raise RuntimeError(f"KFD ioctl interface {ver.major_version}.{ver.minor_version}; need 1.x")
+    if ver.major_version != 1:
+      raise RuntimeError(f"KFD ioctl interface {ver.major_version}.{ver.minor_version}; need 1.x")
     self.version = (ver.major_version, ver.minor_version)
     self.ioctl("ACQUIRE_VM", drm_fd=self.drm.fd if self.drm.fd is not None else 0, gpu_id=self.node.gpu_id)
 
@@ -189,13 +191,15 @@ class KFDIface:
       addr = self.drm.mmap(va, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, mem.mmap_offset)
       if addr != va: raise KFDError(f"render node mmap landed at {addr:#x}, not the reserved {va:#x}")
     ids = ffi.new("uint32_t[1]", [self.node.gpu_id])
-    self.ioctl("MAP_MEMORY_TO_GPU", handle=mem.handle, device_ids_array_ptr=int(ffi.cast("uintptr_t", ids)), n_devices=1)
+    self.ioctl("MAP_MEMORY_TO_GPU", handle=mem.handle, device_ids_array_ptr=_addr(ids), n_devices=1)
     return HCQBuffer(va, size, meta=(mem.handle, ids), cpu_mapped=mapped)
 
   def free(self, buf: HCQBuffer) -> None:
     """Unmap from the GPU, free, and drop the host reservation."""
     handle, ids = buf.meta
-    self.ioctl("UNMAP_MEMORY_FROM_GPU", handle=handle, device_ids_array_ptr=int(ffi.cast("uintptr_t", ids)), n_devices=1)
+    self.ioctl("UNMAP_MEMORY_FROM_GPU", handle=handle, device_ids_array_ptr=_addr(ids), n_devices=1)
     self.ioctl("FREE_MEMORY_OF_GPU", handle=handle)
     self.fio().munmap(buf.va_addr, buf.size)
 
+
+def _addr(cdata: Any) -> int: return int(ffi.cast("uintptr_t", cdata))

@@ -61,7 +61,8 @@ class AMDComputeQueue(HWQueue):
     self.q(header(op, len(body)), *body)
     return self
 
-  def set_sh_reg(self, addr: int, *values: Val) -> AMDComputeQueue: return self.pkt3(SET_SH_REG, sh_reg_index(addr), *values)
+  def set_sh_reg(self, addr: int, *values: Val) -> AMDComputeQueue:
+    return self.pkt3(SET_SH_REG, sh_reg_index(addr), *values)
 
   def release_mem(self, addr: Val, value: Val, data_sel: int) -> AMDComputeQueue:
     """End-of-pipe write of `value` (DATA_SEL_32/64) or the GPU clock (DATA_SEL_TIMESTAMP) to `addr`."""
@@ -79,7 +80,8 @@ class AMDComputeQueue(HWQueue):
   def signal(self, signal: HCQSignal, value: Val = 0) -> AMDComputeQueue:
     return self.release_mem(signal.addr, value, DATA_SEL_64)
 
-  def timestamp(self, signal: HCQSignal) -> AMDComputeQueue: return self.release_mem(signal.addr + 8, 0, DATA_SEL_TIMESTAMP)
+  def timestamp(self, signal: HCQSignal) -> AMDComputeQueue:
+    return self.release_mem(signal.addr + 8, 0, DATA_SEL_TIMESTAMP)
 
   def memory_barrier(self) -> AMDComputeQueue:
     """ACQUIRE_MEM over the whole address space (invalidate/write back shader caches before the next dispatch)."""
@@ -99,6 +101,7 @@ class AMDComputeQueue(HWQueue):
     if (user := prg.user_data(args_addr)): self.set_sh_reg(COMPUTE_USER_DATA_0, *user)
     self.set_sh_reg(COMPUTE_RESOURCE_LIMITS, 0)
     self.set_sh_reg(COMPUTE_START_X, 0, 0, 0, *ls)
-    return self.pkt3(DISPATCH_DIRECT, *gs, DISPATCH_COMPUTE_SHADER_EN | DISPATCH_FORCE_START_AT_000 | DISPATCH_CS_W32_EN)
+    initiator = DISPATCH_COMPUTE_SHADER_EN | DISPATCH_FORCE_START_AT_000 | DISPATCH_CS_W32_EN
+    return self.pkt3(DISPATCH_DIRECT, *gs, initiator)
 
   def _submit(self, dev: Any, dwords: list[int]) -> None: dev.compute_ring.submit(dwords)

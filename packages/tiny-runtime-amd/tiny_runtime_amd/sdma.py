@@ -26,7 +26,8 @@ class AMDCopyQueue(HWQueue):
     if isinstance(dest, int) and isinstance(src, int):
       for off in range(0, size, MAX_COPY):
         n = min(MAX_COPY, size - off)
-        self.q(header(OP_COPY, SUBOP_COPY_LINEAR), n - 1, 0, lo32(src + off), hi32(src + off), lo32(dest + off), hi32(dest + off))
+        s, d = src + off, dest + off
+        self.q(header(OP_COPY, SUBOP_COPY_LINEAR), n - 1, 0, lo32(s), hi32(s), lo32(d), hi32(d))
     else:
       if size > MAX_COPY: raise ValueError(f"a symbolic copy must fit one packet ({MAX_COPY} bytes), got {size}")
       self.q(header(OP_COPY, SUBOP_COPY_LINEAR), size - 1, 0, lo32(src), hi32(src), lo32(dest), hi32(dest))

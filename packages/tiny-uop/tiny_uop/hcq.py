@@ -160,7 +160,8 @@ class HCQSignal:
   """
   SIZE = 16
 
-  def __init__(self, addr: int, value: int = 0, timestamp_divider: float = 1.0, progress: Callable[[], None] | None = None):
+  def __init__(self, addr: int, value: int = 0, timestamp_divider: float = 1.0,
+               progress: Callable[[], None] | None = None):
     self.addr, self.timestamp_divider, self.progress = addr, timestamp_divider, progress
     self.value = value
 
@@ -219,13 +220,14 @@ class HWQueue:
     return out
 
   # commands: backends implement them
-  def wait(self, signal: HCQSignal, value: Val = 0) -> HWQueue: raise NotImplementedError(f"{type(self).__name__}.wait")
-  def signal(self, signal: HCQSignal, value: Val = 0) -> HWQueue: raise NotImplementedError(f"{type(self).__name__}.signal")
-  def timestamp(self, signal: HCQSignal) -> HWQueue: raise NotImplementedError(f"{type(self).__name__}.timestamp")
-  def memory_barrier(self) -> HWQueue: raise NotImplementedError(f"{type(self).__name__}.memory_barrier")
+  def _missing(self, what: str) -> NotImplementedError: return NotImplementedError(f"{type(self).__name__}.{what}")
+  def wait(self, signal: HCQSignal, value: Val = 0) -> HWQueue: raise self._missing("wait")
+  def signal(self, signal: HCQSignal, value: Val = 0) -> HWQueue: raise self._missing("signal")
+  def timestamp(self, signal: HCQSignal) -> HWQueue: raise self._missing("timestamp")
+  def memory_barrier(self) -> HWQueue: raise self._missing("memory_barrier")
   def exec(self, prg: Any, args_addr: Val, global_size: Sequence[int], local_size: Sequence[int]) -> HWQueue:
-    raise NotImplementedError(f"{type(self).__name__}.exec")
-  def copy(self, dest: Val, src: Val, size: int) -> HWQueue: raise NotImplementedError(f"{type(self).__name__}.copy")
+    raise self._missing("exec")
+  def copy(self, dest: Val, src: Val, size: int) -> HWQueue: raise self._missing("copy")
 
   def submit(self, dev: HCQCompiled, var_vals: dict[str, int] | None = None) -> HWQueue:
     """Resolve the symbols with `var_vals` and hand the dwords to the device; the queue can be resubmitted."""

@@ -28,7 +28,8 @@ def vopd(opx, opy, vdstx, vdsty, src0x, vsrcx1, src0y, vsrcy1):
   return [(0b110010 << 26) | (opx << 22) | (opy << 17) | (vsrcx1 << 9) | src0x,
           (vdstx << 24) | ((vdsty >> 1) << 17) | (vsrcy1 << 9) | src0y]
 def glob(op, vdst=0, addr=0, saddr=NULL, data=0, offset=0):
-  return [(0b110111 << 26) | (op << 18) | (2 << 16) | (offset & 0x1FFF), (vdst << 24) | (saddr << 16) | (data << 8) | addr]
+  return [(0b110111 << 26) | (op << 18) | (2 << 16) | (offset & 0x1FFF),
+          (vdst << 24) | (saddr << 16) | (data << 8) | addr]
 
 
 class Code:

@@ -70,6 +70,10 @@ def _div_fixup(q: int, den: int, num: int) -> int:
   return bits32(n / d)
 
 
+def _bfe_i32(a: int, off: int, width: int) -> int:
+  return (sext((a >> off) & ((1 << width) - 1), width) if width else 0) & MASK32
+
+
 def _ff(fn: Callable[..., float]) -> Callable[..., int]:
   """A float32 op on bit patterns: decode the operands, compute in double, round to float32."""
   return lambda *a: bits32(fn(*map(f32, a)))
@@ -84,7 +88,8 @@ VOP1: dict[int, tuple[str, Callable[[int], int]]] = {
   33: ("v_trunc_f32", _ff(lambda x: x if math.isinf(x) or math.isnan(x) else float(math.trunc(x)))),
   34: ("v_ceil_f32", _ff(lambda x: x if math.isinf(x) or math.isnan(x) else float(math.ceil(x)))),
   36: ("v_floor_f32", _ff(lambda x: x if math.isinf(x) or math.isnan(x) else float(math.floor(x)))),
-  37: ("v_exp_f32", _ff(_exp2)), 39: ("v_log_f32", _ff(_log2)), 42: ("v_rcp_f32", _ff(_rcp)), 43: ("v_rcp_iflag_f32", _ff(_rcp)),
+  37: ("v_exp_f32", _ff(_exp2)), 39: ("v_log_f32", _ff(_log2)),
+  42: ("v_rcp_f32", _ff(_rcp)), 43: ("v_rcp_iflag_f32", _ff(_rcp)),
   51: ("v_sqrt_f32", _ff(_sqrt)), 55: ("v_not_b32", lambda a: ~a & MASK32),
 }
 # VOP2: op -> (name, fn(src0, src1) -> bits); v_cndmask/v_fmac/carry ops are handled in execute
@@ -93,7 +98,8 @@ VOP2: dict[int, tuple[str, Callable[[int, int], int]]] = {
   5: ("v_subrev_f32", _ff(lambda a, b: b - a)), 8: ("v_mul_f32", _ff(lambda a, b: a * b)),
   11: ("v_mul_u32_u24", lambda a, b: ((a & 0xFFFFFF) * (b & 0xFFFFFF)) & MASK32),
   15: ("v_min_f32", _ff(_fmin)), 16: ("v_max_f32", _ff(_fmax)),
-  17: ("v_min_i32", lambda a, b: min(i32(a), i32(b)) & MASK32), 18: ("v_max_i32", lambda a, b: max(i32(a), i32(b)) & MASK32),
+  17: ("v_min_i32", lambda a, b: min(i32(a), i32(b)) & MASK32),
+  18: ("v_max_i32", lambda a, b: max(i32(a), i32(b)) & MASK32),
   19: ("v_min_u32", min), 20: ("v_max_u32", max),
   24: ("v_lshlrev_b32", lambda a, b: (b << (a & 31)) & MASK32), 25: ("v_lshrrev_b32", lambda a, b: b >> (a & 31)),
   26: ("v_ashrrev_i32", lambda a, b: (i32(b) >> (a & 31)) & MASK32),
@@ -102,10 +108,12 @@ VOP2: dict[int, tuple[str, Callable[[int, int], int]]] = {
   39: ("v_subrev_nc_u32", lambda a, b: (b - a) & MASK32),
 }
 VOP2_CNDMASK, VOP2_FMAC, VOP2_FMAMK, VOP2_FMAAK, VOP2_ADD_CO_CI = 1, 43, 44, 45, 32
+VOP2_SPECIAL = {1: "v_cndmask_b32", 43: "v_fmac_f32", 44: "v_fmamk_f32", 45: "v_fmaak_f32", 32: "v_add_co_ci_u32",
+                33: "v_sub_co_ci_u32", 34: "v_subrev_co_ci_u32"}
 # VOP3-only: op -> (name, fn(a, b, c) -> bits)
 VOP3: dict[int, tuple[str, Callable[[int, int, int], int]]] = {
   0x210: ("v_bfe_u32", lambda a, b, c: (a >> (b & 31)) & ((1 << (c & 31)) - 1)),
-  0x211: ("v_bfe_i32", lambda a, b, c: (sext((a >> (b & 31)) & ((1 << (c & 31)) - 1), c & 31) if c & 31 else 0) & MASK32),
+  0x211: ("v_bfe_i32", lambda a, b, c: _bfe_i32(a, b & 31, c & 31)),
   0x213: ("v_fma_f32", _ff(lambda a, b, c: a * b + c)),
   0x246: ("v_lshl_add_u32", lambda a, b, c: ((a << (b & 31)) + c) & MASK32),
   0x255: ("v_add3_u32", lambda a, b, c: (a + b + c) & MASK32),
@@ -123,6 +131,14 @@ _CMP = [lambda a, b: False, lambda a, b: a < b, lambda a, b: a == b, lambda a, b
 _F32_CMP = {0x10: "f", 0x11: "lt", 0x12: "eq", 0x13: "le", 0x14: "gt", 0x15: "lg", 0x16: "ge", 0x17: "o", 0x18: "u",
             0x19: "nge", 0x1A: "nlg", 0x1B: "ngt", 0x1C: "nle", 0x1D: "neq", 0x1E: "nlt", 0x1F: "t"}
 
+# Python float comparisons are false when either side is NaN, which is the ordered (o) semantics; n* are negations
+_F32_FN: dict[int, Callable[[float, float], bool]] = {
+  0x10: lambda x, y: False, 0x11: lambda x, y: x < y, 0x12: lambda x, y: x == y, 0x13: lambda x, y: x <= y,
+  0x14: lambda x, y: x > y, 0x15: lambda x, y: x < y or x > y, 0x16: lambda x, y: x >= y,
+  0x17: lambda x, y: x == x and y == y, 0x18: lambda x, y: x != x or y != y, 0x19: lambda x, y: not x >= y,
+  0x1A: lambda x, y: not (x < y or x > y), 0x1B: lambda x, y: not x > y, 0x1C: lambda x, y: not x <= y,
+  0x1D: lambda x, y: not x == y, 0x1E: lambda x, y: not x < y, 0x1F: lambda x, y: True}
+
 
 def fp_class(bits: int) -> int:
   """The V_CMP_CLASS bit index of a float32: 0 sNaN, 1 qNaN, 2 -inf, 3 -normal, 4 -denorm, 5 -0, 6 +0, 7 +denorm,
@@ -138,17 +154,8 @@ def vopc_compare(op: int) -> tuple[str, Callable[[int, int], bool]]:
   base = op & 0x7F
   if base == 0x7E: return f"v_cmp{'x' if op & 0x80 else ''}_class_f32", lambda a, b: bool(b >> fp_class(a) & 1)
   if base in _F32_CMP:
-    name = _F32_CMP[base]
-    def fcmp(a: int, b: int, k: int = base) -> bool:
-      x, y = f32(a), f32(b)
-      unordered = math.isnan(x) or math.isnan(y)
-      if k == 0x17: return not unordered
-      if k == 0x18: return unordered
-      if k >= 0x19 and k <= 0x1E: return unordered or not _CMP[[0, 6, 5, 4, 3, 2, 1][k - 0x18]](x, y) if k != 0x1D else \
-        unordered or x != y
-      if k == 0x15: return not unordered and x != y
-      return not unordered and _CMP[k - 0x10](x, y)
-    return f"v_cmp{'x' if op & 0x80 else ''}_{name}_f32", fcmp
+    fn = _F32_FN[base]
+    return f"v_cmp{'x' if op & 0x80 else ''}_{_F32_CMP[base]}_f32", lambda a, b: fn(f32(a), f32(b))
   if 0x40 <= base < 0x50:
     signed, fn = base < 0x48, _CMP[base & 7]
     names = ["f", "lt", "eq", "le", "gt", "ne", "ge", "t"]
@@ -271,8 +278,7 @@ def decode(code: bytes | memoryview, pc: int = 0) -> Inst:
     return lit(Inst("VOPC", op, {"src0": w0 & 0x1FF, "vsrc1": _bits(w0, 9, 8)}, 4, name), w0 & 0x1FF)
   if w0 >> 31 == 0:
     op = _bits(w0, 25, 6)
-    name = VOP2[op][0] if op in VOP2 else {1: "v_cndmask_b32", 43: "v_fmac_f32", 44: "v_fmamk_f32", 45: "v_fmaak_f32",
-                                           32: "v_add_co_ci_u32", 33: "v_sub_co_ci_u32", 34: "v_subrev_co_ci_u32"}.get(op, f"vop2_{op}")
+    name = VOP2[op][0] if op in VOP2 else VOP2_SPECIAL.get(op, f"vop2_{op}")
     inst = Inst("VOP2", op, {"vdst": _bits(w0, 17, 8), "src0": w0 & 0x1FF, "vsrc1": _bits(w0, 9, 8)}, 4, name)
     return lit(inst, w0 & 0x1FF, *([LITERAL] if op in (VOP2_FMAMK, VOP2_FMAAK) else []))
   raise UnsupportedInstruction(f"unknown encoding {w0:#010x} at offset {pc:#x}")
@@ -288,11 +294,11 @@ def _vop3_name(op: int) -> str:
     try: return vopc_compare(op)[0] + "_e64"
     except UnsupportedInstruction: return f"vop3_vopc_{op}"
   if op < 0x180:
-    names = {1: "v_cndmask_b32", 32: "v_add_co_ci_u32", 33: "v_sub_co_ci_u32", 34: "v_subrev_co_ci_u32", 43: "v_fmac_f32"}
-    return (VOP2[op - 0x100][0] if op - 0x100 in VOP2 else names.get(op - 0x100, f"vop2_{op - 0x100}")) + "_e64"
+    return (VOP2[op - 0x100][0] if op - 0x100 in VOP2 else VOP2_SPECIAL.get(op - 0x100, f"vop2_{op - 0x100}")) + "_e64"
   if op < 0x200: return (VOP1[op - 0x180][0] if op - 0x180 in VOP1 else f"vop1_{op - 0x180}") + "_e64"
   if op in VOP3: return VOP3[op][0]
-  return {VOP3_ADD_CO_U32: "v_add_co_u32", 0x2FC: "v_div_scale_f32", 0x237: "v_div_fmas_f32", VOP3_SUB_CO_U32: "v_sub_co_u32", VOP3_MAD_U64_U32: "v_mad_u64_u32",
+  return {VOP3_ADD_CO_U32: "v_add_co_u32", 0x2FC: "v_div_scale_f32", 0x237: "v_div_fmas_f32",
+          VOP3_SUB_CO_U32: "v_sub_co_u32", VOP3_MAD_U64_U32: "v_mad_u64_u32",
           VOP3_LSHLREV_B64: "v_lshlrev_b64"}.get(op, f"vop3_{op:#x}")
 
 
@@ -509,7 +515,8 @@ class Emulator:
   def vop3(self, w: Wave, inst: Inst) -> None:
     f, op = inst.f, inst.op
     if op in VOP3SD: f = {**f, "abs": 0, "opsel": 0, "clamp": 0}  # VOP3SD: bits 14:8 are sdst
-    if f["omod"] or f["clamp"] or f["opsel"]: raise UnsupportedInstruction(f"{inst.name}: omod/clamp/opsel at {w.pc:#x}")
+    if f["omod"] or f["clamp"] or f["opsel"]:
+      raise UnsupportedInstruction(f"{inst.name}: omod/clamp/opsel at {w.pc:#x}")
 
     def src(i: int, ln: int) -> int:
       v = self.vsrc(w, f[f"src{i}"], ln, inst)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import struct
 import threading
 import time
 from dataclasses import dataclass, field
@@ -190,7 +189,8 @@ class MockKFD:
       i = 0
       while i < n:
         _, iop, cnt = pm4.decode_header(ib[i])
-        if not self.exec_pm4(q, iop, ib[i + 1:i + 1 + cnt]): raise RuntimeError("WAIT_REG_MEM inside an IB is not mocked")
+        if not self.exec_pm4(q, iop, ib[i + 1:i + 1 + cnt]):
+          raise RuntimeError("WAIT_REG_MEM inside an IB is not mocked")
         i += 1 + cnt
     elif op in (pm4.ACQUIRE_MEM, pm4.NOP, pm4.EVENT_WRITE): pass
     else: raise RuntimeError(f"PM4 opcode {op:#x} is not implemented by the mock command processor")
@@ -220,7 +220,8 @@ class MockKFD:
     rsrc2 = regs.get(pm4.COMPUTE_PGM_RSRC2, 0)
     n_user, tgid_en = (rsrc2 >> 1) & 0x1F, [(rsrc2 >> b) & 1 for b in (7, 8, 9)]
     user = [regs.get(pm4.COMPUTE_USER_DATA_0 + 4 * i, 0) for i in range(n_user)]
-    local = [regs.get(r, 1) or 1 for r in (pm4.COMPUTE_NUM_THREAD_X, pm4.COMPUTE_NUM_THREAD_Y, pm4.COMPUTE_NUM_THREAD_Z)]
+    num = (pm4.COMPUTE_NUM_THREAD_X, pm4.COMPUTE_NUM_THREAD_Y, pm4.COMPUTE_NUM_THREAD_Z)
+    local = [regs.get(r, 1) or 1 for r in num]
     threads = local[0] * local[1] * local[2]
     n_waves = (threads + 31) // 32
     self.dispatches += 1
@@ -275,8 +276,8 @@ class MockFileIO(FileIOInterface):
     if self.path == kfd.KFD_PATH and offset >> 28 == 0xD: return ctypes.addressof(self.drv.doorbells)
     if self.path.startswith("/dev/dri/renderD"):
       va, sz, _ = self.drv.allocs.get(offset >> 12, (0, 0, 0))
-      if va != start or size > sz: raise OSError(22, f"mock render mmap at {start:#x} size {size:#x} offset {offset:#x} "
-                                                      "does not match an allocation")
+      if va != start or size > sz:
+        raise OSError(22, f"mock render mmap at {start:#x} size {size:#x} offset {offset:#x} matches no allocation")
       return start  # the allocation is already backed at its VA
     raise OSError(19, f"mock mmap of {self.path!r} offset {offset:#x} is not supported")
 
