@@ -53,7 +53,8 @@ def test_random_gpu_kernels(n, k, op, local, inner, unroll, rows, seed):
   A, B = rng.uniform(-1, 1, rows * n * k).astype(np.float32), rng.uniform(-1, 1, n).astype(np.float32)
   C = np.zeros(rows * n, np.float32)
   clr.run(spec, [C, A, B])
-  x = A.reshape(rows, n, k) * B[None, :, None] + np.where(np.arange(n) < n // 2, 1, -1).astype(np.float32)[None, :, None]
+  sign = np.where(np.arange(n) < n // 2, 1, -1).astype(np.float32)
+  x = A.reshape(rows, n, k) * B[None, :, None] + sign[None, :, None]
   np.testing.assert_allclose(C.reshape(rows, n), NP_RED[op](x, axis=2), rtol=2e-5, atol=1e-5)
   if inner is AxisType.LOCAL and local > 1: assert spec.local_size is not None and spec.local_size[0] == local
   for R, arch in ((PTXRenderer, "sm_90"), (AMDGPURenderer, "gfx1100")):
