@@ -278,3 +278,18 @@ def test_nvptx_llvm_path_shared_and_vector():
   vptx = r.compiler.to_ptx(r.render(vector_program()))
   assert re.search(r"ld\.global(\.nc)?\.v4\.(f32|b32)", vptx) and re.search(r"st\.global\.v4\.(f32|b32)", vptx)
   with pytest.raises(NotImplementedError, match="tensor cores"): r.render(wmma_program(8, 4, 4))
+
+
+def test_symbolic_vars_are_kernel_arguments():
+  # out[i] = sum_{j < n} a[i*16 + j] with a DEFINE_VAR n: a loop with a register bound and an int kernel argument
+  c, a = UOp(Ops.PARAM, dtypes.float.ptr(8), arg=0), UOp(Ops.PARAM, dtypes.float.ptr(128), arg=1)
+  n = UOp.variable("n", 1, 16)
+  i, j = UOp.range(8, 0), UOp(Ops.RANGE, dtypes.int32, (n,), (1, AxisType.REDUCE))
+  ast = c.index(i).store(a.index(i * 16 + j).load().reduce(j, arg=Ops.ADD)).sink(arg=KernelInfo("symbolic"))
+  ptx = render(PTXRenderer, ast)
+  assert "\t.param .s32 var_n\n)" in ptx and "ld.param.s32" in ptx
+  ir = render(AMDGPURenderer, ast)
+  assert "ptr addrspace(1) noalias align 16 %data1, i32 %var.n)" in ir and "icmp slt i32 %Ridx1, %var.n" in ir
+  assert "__global float* restrict data1, const int n)" in render(OpenCLRenderer, ast)
+  if find_ptxas() is not None: assert PTXCompiler().compile(ptx)[:4] == b"\x7fELF"
+  assert AMDGPUCompiler().compile(ir)[:4] == b"\x7fELF"
