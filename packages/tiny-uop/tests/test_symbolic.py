@@ -320,6 +320,15 @@ def test_simplify_valid_merges_and_drops():
   assert simplify_valid((w < 10) & (w >= 0)).render() == "True"
 
 
+def test_simplify_valid_no_circular_drops():
+  # each clause implies the other (m1 is 0): one must stay
+  m0, m1 = Variable("m0", 0, 1), Variable("m1", 0, 0)
+  v = (m0 >= 1) & ((m0 + m1) >= 1)
+  s = simplify_valid(v)
+  assert s.op is not Ops.CONST
+  assert [ref_eval(s, {"m0": p, "m1": 0})[s] for p in (0, 1)] == [False, True]
+
+
 def test_uop_given_valid_pad_index():
   v = Variable("v", 0, 12)
   valid = (v >= 1) & (v < 11)

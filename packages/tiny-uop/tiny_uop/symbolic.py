@@ -291,8 +291,12 @@ def _build_sum(items: list[tuple[UOp, int]], k: int, dt: DType) -> UOp:
   for a, c in items:
     t = a if c == 1 else UOp(Ops.MUL, dt, (a, _const(dt, c)))
     ret = t if ret is None else UOp(Ops.ADD, dt, (ret, t))
+    ret._cache["linear"] = True  # a prefix of a normal form is a normal form: the rewrite needn't re-derive it
   if ret is None: return _const(dt, k)
-  return ret if k == 0 else UOp(Ops.ADD, dt, (ret, _const(dt, k)))
+  if k != 0:
+    ret = UOp(Ops.ADD, dt, (ret, _const(dt, k)))
+    ret._cache["linear"] = True
+  return ret
 
 
 def _linear(x: UOp) -> tuple[list[tuple[UOp, int]], int]:
@@ -305,9 +309,10 @@ def _linear(x: UOp) -> tuple[list[tuple[UOp, int]], int]:
 
 def _normalize(x: UOp) -> UOp | None:
   # sum(c_i*a_i) + k: like terms combined (x*2+x*3 -> x*5, x-x -> 0), sorted, constants folded and last
-  if x.dtype not in _SINTS: return None
+  if x.dtype not in _SINTS or "linear" in x._cache: return None
   items, k = _linear(x)
   ret = _build_sum(items, k, x.dtype)
+  if ret is x: x._cache["linear"] = True
   return None if ret is x else ret
 
 
@@ -633,7 +638,8 @@ def simplify_valid(valid: UOp) -> UOp:
   out: list[UOp] = []
   items = list(merged.items())
   for i, (e, (lo, hi)) in enumerate(items):
-    rest = [_mk_bound(e2, lo2, hi2) for j, (e2, (lo2, hi2)) in enumerate(items) if j != i] + others
+    # only clauses still kept may justify dropping this one (two clauses can each imply the other)
+    rest = out + [_mk_bound(e2, lo2, hi2) for e2, (lo2, hi2) in items[i + 1:]] + others
     ctx = _and_all([r for r in rest if r is not None])
     ge = e.simplify() if ctx is None else uop_given_valid(ctx, e)
     if ge is None: return _const(dtypes.bool, False)
@@ -642,7 +648,7 @@ def simplify_valid(valid: UOp) -> UOp:
     if lo > hi or lo > ehi or hi < elo: return _const(dtypes.bool, False)
     if (cl := _mk_bound(e, lo if lo > elo else None, hi if hi < ehi else None)) is not None: out.append(cl)
   for i, c in enumerate(others):
-    ctx = _and_all(out + others[:i] + others[i + 1:])
+    ctx = _and_all(out + others[i + 1:])
     gc = c if ctx is None else uop_given_valid(ctx, c)
     if gc is None or (gc.op is Ops.CONST and not gc.arg): return _const(dtypes.bool, False)
     if not (gc.op is Ops.CONST and gc.arg): out.append(gc)
