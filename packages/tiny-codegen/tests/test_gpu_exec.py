@@ -1,6 +1,7 @@
-"""OpenCL C renderer: kernels checked by clang's OpenCL front end and run on PoCL (CPU OpenCL) against numpy.
+"""GPU kernels run against numpy without a GPU: OpenCL C on PoCL (CPU OpenCL) and PTX in our PTX interpreter
+(tests/gpu_ptx_interp.py, which follows PTX's documented semantics for the instructions PTXRenderer emits).
 
-PoCL tests skip, with the reason, where no OpenCL platform is installed (`apt-get install pocl-opencl-icd`)."""
+PoCL runs skip, with the reason, where no OpenCL platform is installed (`apt-get install pocl-opencl-icd`)."""
 from __future__ import annotations
 
 import importlib.util
@@ -16,13 +17,19 @@ from tiny_uop.uop import AxisType
 from tiny_codegen import get_program
 from tiny_codegen.compiler.opencl import OpenCLCompiler, find_clang
 from tiny_codegen.renderer.opencl import OpenCLRenderer
+from tiny_codegen.renderer.ptx import PTXRenderer
 
 _spec = importlib.util.spec_from_file_location("gpu_cl_runner", pathlib.Path(__file__).with_name("gpu_cl_runner.py"))
 clr = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
 _spec.loader.exec_module(clr)  # type: ignore[union-attr]
 
+_spec2 = importlib.util.spec_from_file_location("gpu_ptx_interp", pathlib.Path(__file__).with_name("gpu_ptx_interp.py"))
+ptxi = importlib.util.module_from_spec(_spec2)  # type: ignore[arg-type]
+_spec2.loader.exec_module(ptxi)  # type: ignore[union-attr]
+
 _why = clr.available()
 needs_pocl = pytest.mark.skipif(_why is not None, reason=_why or "")
+TARGETS = pytest.mark.parametrize("target", [pytest.param("opencl", marks=needs_pocl), "ptx"])
 needs_clang = pytest.mark.skipif(find_clang() is None, reason="clang not installed (apt-get install clang)")
 OPT = pytest.mark.parametrize("opt", [False, True], ids=["noopt", "opt"])
 rng = np.random.default_rng(0)
@@ -31,9 +38,12 @@ rng = np.random.default_rng(0)
 def P(slot: int, size: int, dt: DType = dtypes.float) -> UOp: return UOp(Ops.PARAM, dt.ptr(size), arg=slot)
 
 
-def cl_run(ast: UOp, bufs: list[np.ndarray], opt: bool = False, vals: tuple[int, ...] = ()) -> object:
-  with Context(NOOPT=0 if opt else 1): spec = get_program(ast, OpenCLRenderer())
-  clr.run(spec, bufs, vals)
+def gpu_run(target: str, ast: UOp, bufs: list[np.ndarray], opt: bool = False, vals: tuple[int, ...] = ()) -> object:
+  """Compile `ast` for `target` ("opencl": run on PoCL; "ptx": PTXRenderer, run in the PTX interpreter)."""
+  ren = OpenCLRenderer() if target == "opencl" else PTXRenderer("sm_90")
+  with Context(NOOPT=0 if opt else 1): spec = get_program(ast, ren)
+  if target == "opencl": clr.run(spec, bufs, vals)
+  else: ptxi.run(spec.src, spec.name, bufs, spec.global_size, spec.local_size, vals, list(spec.globals))
   return spec
 
 
@@ -44,37 +54,37 @@ def test_clang_rejects_bad_source_with_message():
     OpenCLCompiler().compile("__kernel void k(__global float* d) { d[0] = nope; }")
 
 
-@needs_pocl
+@TARGETS
 @OPT
-def test_elementwise(opt):
+def test_elementwise(target, opt):
   n = 37
   c, a, b = P(0, n), P(1, n), P(2, n)
   i = UOp.range(n, 0)
   ast = c.index(i).store(a.index(i).load() * b.index(i).load() + 1.0).sink(arg=KernelInfo())
   A, B, C = (rng.standard_normal(n).astype(np.float32) for _ in range(3))
-  cl_run(ast, [C, A, B], opt)
+  gpu_run(target, ast, [C, A, B], opt)
   np.testing.assert_array_equal(C, A * B + np.float32(1))
 
 
-@needs_pocl
+@TARGETS
 @OPT
 @pytest.mark.parametrize("op", [Ops.ADD, Ops.MAX])
-def test_reduce(op, opt):
+def test_reduce(target, op, opt):
   n, k = 64, 24
   c, a = P(0, n), P(1, n * k)
   i, j = UOp.range(n, 0), UOp.range(k, 1, AxisType.REDUCE)
   ast = c.index(i).store(a.index(i * k + j).load().reduce(j, arg=op)).sink(arg=KernelInfo())
   A = rng.standard_normal(n * k).astype(np.float32)
   C = np.zeros(n, np.float32)
-  spec = cl_run(ast, [C, A], opt)
+  spec = gpu_run(target, ast, [C, A], opt)
   ref = A.reshape(n, k).sum(1) if op is Ops.ADD else A.reshape(n, k).max(1)
   np.testing.assert_allclose(C, ref, rtol=1e-5, atol=1e-5)
   if opt: assert spec.local_size is not None and np.prod(spec.local_size) > 1  # the optimizer used work-groups
 
 
-@needs_pocl
+@TARGETS
 @OPT
-def test_matmul(opt):
+def test_matmul(target, opt):
   M, K, N = 16, 12, 32
   c, a, b = P(0, M * N), P(1, M * K), P(2, K * N)
   i, j, kk = UOp.range(M, 0), UOp.range(N, 1), UOp.range(K, 2, AxisType.REDUCE)
@@ -82,12 +92,12 @@ def test_matmul(opt):
     .sink(arg=KernelInfo())
   A, B = rng.standard_normal((M, K)).astype(np.float32), rng.standard_normal((K, N)).astype(np.float32)
   C = np.zeros(M * N, np.float32)
-  cl_run(ast, [C, A.reshape(-1), B.reshape(-1)], opt)
+  gpu_run(target, ast, [C, A.reshape(-1), B.reshape(-1)], opt)
   np.testing.assert_allclose(C.reshape(M, N), A @ B, rtol=1e-5, atol=1e-5)
 
 
-@needs_pocl
-def test_gated_pad_and_var():
+@TARGETS
+def test_gated_pad_and_var(target):
   # out[i] = (i < n) ? a[i] : -1 ... with a DEFINE_VAR n, and a gated (padded) read
   c, a = P(0, 16), P(1, 16)
   n = UOp.variable("n", 1, 16)
@@ -95,17 +105,17 @@ def test_gated_pad_and_var():
   ast = c.index(i).store((i < n).where(a.index(i, i < 12).load(), -1.0)).sink(arg=KernelInfo())
   A = rng.standard_normal(16).astype(np.float32)
   C = np.zeros(16, np.float32)
-  cl_run(ast, [C, A], vals=(10,))
+  gpu_run(target, ast, [C, A], vals=(10,))
   ref = np.where(np.arange(16) < 10, np.where(np.arange(16) < 12, A, 0), -1).astype(np.float32)
   np.testing.assert_array_equal(C, ref)
 
 
-@needs_pocl
+@TARGETS
 @pytest.mark.parametrize("dt", [dtypes.float16, dtypes.int8, dtypes.uint8, dtypes.int64, dtypes.float64, dtypes.bool],
                          ids=lambda d: d.name)
-def test_dtypes_cast_and_math(dt):
+def test_dtypes_cast_and_math(target, dt):
   for ext, t in (("cl_khr_fp16", dtypes.float16), ("cl_khr_fp64", dtypes.float64)):
-    if dt == t and ext not in clr.extensions(): pytest.skip(f"this OpenCL device lacks {ext}")
+    if target == "opencl" and dt == t and ext not in clr.extensions(): pytest.skip(f"this OpenCL device lacks {ext}")
   # out = cast(a*3 - 1, dt), and the bool mask (out != 0) in a second output
   n = 24
   c, m, a = P(0, n, dt), P(1, n, dtypes.bool), P(2, n, dtypes.float)
@@ -117,39 +127,39 @@ def test_dtypes_cast_and_math(dt):
   np_dt = {dtypes.float16: np.float16, dtypes.int8: np.int8, dtypes.uint8: np.uint8, dtypes.int64: np.int64,
            dtypes.float64: np.float64, dtypes.bool: np.bool_}[dt]
   C, Mk = np.zeros(n, np_dt), np.zeros(n, np.bool_)
-  cl_run(ast, [C, Mk, A])
+  gpu_run(target, ast, [C, Mk, A])
   x = A * np.float32(3) - np.float32(1)
   ref = (x != 0) if dt == dtypes.bool else (x.astype(np.int64).astype(np_dt) if dtypes.is_int(dt) else x.astype(np_dt))
   np.testing.assert_array_equal(C, ref)
   np.testing.assert_array_equal(Mk, ref != 0)
 
 
-@needs_pocl
-def test_int8_wraps():
+@TARGETS
+def test_int8_wraps(target):
   c, a = P(0, 4, dtypes.int8), P(1, 4, dtypes.int8)
   i = UOp.range(4, 0)
   ast = c.index(i).store(a.index(i).load() + UOp.const(dtypes.int8, 100)).sink(arg=KernelInfo())
   A, C = np.array([0, 27, 28, 100], np.int8), np.zeros(4, np.int8)
-  cl_run(ast, [C, A])
+  gpu_run(target, ast, [C, A])
   np.testing.assert_array_equal(C, (A.astype(np.int32) + 100).astype(np.int8))
 
 
-@needs_pocl
+@TARGETS
 @pytest.mark.parametrize("op", [Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT])
-def test_transcendentals_within_ulps(op):
+def test_transcendentals_within_ulps(target, op):
   n = 64
   c, a = P(0, n), P(1, n)
   i = UOp.range(n, 0)
   ast = c.index(i).store(a.index(i).load().alu(op)).sink(arg=KernelInfo())
   A = rng.uniform(0.01, 20, n).astype(np.float32)
   C = np.zeros(n, np.float32)
-  cl_run(ast, [C, A])
+  gpu_run(target, ast, [C, A])
   ref = {Ops.EXP2: np.exp2, Ops.LOG2: np.log2, Ops.SIN: np.sin, Ops.SQRT: np.sqrt}[op](A.astype(np.float64))
   np.testing.assert_allclose(C, ref, rtol=4 * 2.0 ** -23, atol=4 * 2.0 ** -23)  # OpenCL: <= 3-4 ulp
 
 
-@needs_pocl
-def test_bfloat16_through_float():
+@TARGETS
+def test_bfloat16_through_float(target):
   n = 8
   c, a = P(0, n, dtypes.bfloat16), P(1, n, dtypes.bfloat16)
   i = UOp.range(n, 0)
@@ -157,7 +167,7 @@ def test_bfloat16_through_float():
   vals = np.array([1.5, -2.25, 3.0, 0.0, 100.0, -0.5, 7.0, 1.0], np.float32)
   A = (vals.view(np.uint32) >> 16).astype(np.uint16)
   C = np.zeros(n, np.uint16)
-  cl_run(ast, [C, A])
+  gpu_run(target, ast, [C, A])
   np.testing.assert_array_equal((C.astype(np.uint32) << 16).view(np.float32), vals * 2 + 1)
 
 
@@ -168,23 +178,29 @@ def _load_test(name: str) -> object:
   return m
 
 
-@needs_pocl
-def test_shared_memory_and_barrier_run():
+def run_linear(target: str, prg: list[UOp], bufs: list[np.ndarray], gsz: tuple, lsz: tuple) -> None:
+  """Render a hand-built linear program for `target` and run it."""
+  name = prg[-1].arg.name
+  if target == "opencl":
+    spec = SimpleNamespace(name=name, src=OpenCLRenderer().render(prg), globals=list(range(len(bufs))),
+                           global_size=gsz, local_size=lsz)
+    clr.run(spec, bufs)
+  else: ptxi.run(PTXRenderer("sm_90").render(prg), name, bufs, gsz, lsz)
+
+
+@TARGETS
+def test_shared_memory_and_barrier_run(target):
   prg = _load_test("test_gpu_render").shared_reverse_program(16)  # type: ignore[attr-defined]
-  spec = SimpleNamespace(name="shared_reverse", src=OpenCLRenderer().render(prg), globals=[0, 1],
-                         global_size=(4, 1, 1), local_size=(16, 1, 1))
   A = rng.standard_normal(64).astype(np.float32)
   C = np.zeros(64, np.float32)
-  clr.run(spec, [C, A])
+  run_linear(target, prg, [C, A], (4, 1, 1), (16, 1, 1))
   np.testing.assert_array_equal(C, A.reshape(4, 16)[:, ::-1].reshape(-1))
 
 
-@needs_pocl
-def test_vector_load_store_run():
+@TARGETS
+def test_vector_load_store_run(target):
   prg = _load_test("test_gpu_render").vector_program()  # type: ignore[attr-defined]
-  spec = SimpleNamespace(name="vec4", src=OpenCLRenderer().render(prg), globals=[0, 1], global_size=(16, 1, 1),
-                         local_size=(1, 1, 1))
   A = rng.standard_normal(64).astype(np.float32)
   C = np.zeros(64, np.float32)
-  clr.run(spec, [C, A])
+  run_linear(target, prg, [C, A], (16, 1, 1), (1, 1, 1))
   np.testing.assert_array_equal(C, A * 2)

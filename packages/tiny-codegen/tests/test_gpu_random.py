@@ -1,13 +1,12 @@
 """Property test: random reduce kernels with GLOBAL/LOCAL/UPCAST output splits and UNROLL reduce splits, on the GPU
 renderers. OpenCL runs on PoCL vs numpy; the same ASTs must compile for PTX (ptxas) and AMDGPU with the same launch
-dims (the lowering is shared; only the renderers differ)."""
+dims (the lowering is shared; only the renderers differ), and the PTX runs in our PTX interpreter vs numpy too."""
 from __future__ import annotations
 
 import importlib.util
 import pathlib
 
 import numpy as np
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tiny_uop import Context, KernelInfo, Ops, UOp, dtypes
@@ -23,6 +22,10 @@ _spec = importlib.util.spec_from_file_location("gpu_cl_runner", pathlib.Path(__f
 clr = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
 _spec.loader.exec_module(clr)  # type: ignore[union-attr]
 
+_spec2 = importlib.util.spec_from_file_location("gpu_ptx_interp", pathlib.Path(__file__).with_name("gpu_ptx_interp.py"))
+ptxi = importlib.util.module_from_spec(_spec2)  # type: ignore[arg-type]
+_spec2.loader.exec_module(ptxi)  # type: ignore[union-attr]
+
 NP_RED = {Ops.ADD: np.sum, Ops.MAX: np.max}
 _why = clr.available()
 
@@ -33,7 +36,6 @@ def split(n: int, amt: int, axis_id: int, inner: AxisType, outer: AxisType) -> U
   return UOp.range(n // amt, axis_id, outer) * amt + UOp.range(amt, axis_id + 10, inner)
 
 
-@pytest.mark.skipif(_why is not None, reason=_why or "")
 @settings(max_examples=25, deadline=None)
 @given(n=st.sampled_from([2, 4, 8, 12, 16]), k=st.sampled_from([1, 3, 4, 8]), op=st.sampled_from(list(NP_RED)),
        local=st.sampled_from([1, 2, 4]), inner=st.sampled_from([AxisType.LOCAL, AxisType.UPCAST]),
@@ -48,17 +50,21 @@ def test_random_gpu_kernels(n, k, op, local, inner, unroll, rows, seed):
   jr = [x for x in j.toposort() if x.op is Ops.RANGE]
   val = a.index((r * n + i) * k + j).load() * b.index(i).load() + (i < n // 2).where(1.0, -1.0)
   ast = out.index(r * n + i).store(val.reduce(*jr, arg=op)).sink(arg=KernelInfo("rnd"))
-  with Context(NOOPT=1): spec = get_program(ast, OpenCLRenderer())
   rng = np.random.default_rng(seed)
   A, B = rng.uniform(-1, 1, rows * n * k).astype(np.float32), rng.uniform(-1, 1, n).astype(np.float32)
-  C = np.zeros(rows * n, np.float32)
-  clr.run(spec, [C, A, B])
   sign = np.where(np.arange(n) < n // 2, 1, -1).astype(np.float32)
-  x = A.reshape(rows, n, k) * B[None, :, None] + sign[None, :, None]
-  np.testing.assert_allclose(C.reshape(rows, n), NP_RED[op](x, axis=2), rtol=2e-5, atol=1e-5)
+  ref = NP_RED[op](A.reshape(rows, n, k) * B[None, :, None] + sign[None, :, None], axis=2)
+  with Context(NOOPT=1): specs = {R: get_program(ast, R(arch)) for R, arch in
+                                  ((OpenCLRenderer, ""), (PTXRenderer, "sm_90"), (AMDGPURenderer, "gfx1100"))}
+  spec = specs[OpenCLRenderer]
   if inner is AxisType.LOCAL and local > 1: assert spec.local_size is not None and spec.local_size[0] == local
-  for R, arch in ((PTXRenderer, "sm_90"), (AMDGPURenderer, "gfx1100")):
-    if R is PTXRenderer and find_ptxas() is None: continue
-    with Context(NOOPT=1): other = get_program(ast, R(arch))
-    assert other.lib[:4] == b"\x7fELF"
+  for other in (specs[PTXRenderer], specs[AMDGPURenderer]):
     assert (other.global_size, other.local_size) == (spec.global_size, spec.local_size)
+  assert specs[AMDGPURenderer].lib[:4] == b"\x7fELF"
+  if find_ptxas() is not None: assert specs[PTXRenderer].lib[:4] == b"\x7fELF"
+  runs = [("ptx", specs[PTXRenderer])] + ([("opencl", spec)] if _why is None else [])
+  for target, sp in runs:
+    C = np.zeros(rows * n, np.float32)
+    if target == "opencl": clr.run(sp, [C, A, B])
+    else: ptxi.run(sp.src, sp.name, [C, A, B], sp.global_size, sp.local_size, (), list(sp.globals))
+    np.testing.assert_allclose(C.reshape(rows, n), ref, rtol=2e-5, atol=1e-5, err_msg=target)

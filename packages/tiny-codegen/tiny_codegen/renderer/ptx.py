@@ -253,8 +253,11 @@ class _PTXEmitter:
     elif dtypes.is_float(s) and dtypes.is_float(d):
       self.emit(f"cvt{'.rn' if d.itemsize < s.itemsize else ''}.{td}.{ts} {out}, {x};")
     elif dtypes.is_float(s):
-      self.emit(f"cvt.rzi.{td if d.itemsize > 1 else td[0] + '8'}.{ts} {out}, {x};")
-      if d.itemsize == 1: self.emit(f"cvt.{td}.{td[0]}8 {out}, {out};")
+      if d.itemsize == 8: self.emit(f"cvt.rzi.{td}.{ts} {out}, {x};")
+      else:  # through int64, then wrapped like an integer narrowing (PTX's direct cvt would saturate instead)
+        wide = self.reg("rd")
+        self.emit(f"cvt.rzi.s64.{ts} {wide}, {x};")
+        return self.cast(wide, dtypes.int64, d)
     elif dtypes.is_float(d): self.emit(f"cvt.rn.{td}.{ts} {out}, {x};")
     elif d.itemsize == 1: self.emit(f"cvt.{td}.{td[0]}8 {out}, {x};" if s.itemsize <= 2 else
                                      f"cvt.{td[0]}8.{ts} {out}, {x};")

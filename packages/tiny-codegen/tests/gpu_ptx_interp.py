@@ -1,0 +1,226 @@
+"""Test helper: a small PTX interpreter for the subset PTXRenderer emits, so its kernels can be checked against numpy
+without a GPU. Registers hold raw bits (Python ints; predicates bools); each instruction reinterprets them by its
+type (`.f32` through numpy float32, `.f16` through float16, ...), so rounding matches IEEE single/half/double.
+Threads of a block run one after another up to each `bar.sync` (generators), blocks one after another.
+`run(ptx, name, bufs, global_size, local_size, vals)` runs kernel `name` on numpy arrays in place.
+"""
+from __future__ import annotations
+
+import re
+import struct
+from typing import Any, Iterator
+
+import numpy as np
+
+_FLOAT = {"f16": (np.float16, "<e", 16), "f32": (np.float32, "<f", 32), "f64": (np.float64, "<d", 64)}
+_STRUCT = {"u8": "<B", "s8": "<b", "u16": "<H", "s16": "<h", "b16": "<H", "u32": "<I", "s32": "<i", "b32": "<I",
+           "f32": "<I", "u64": "<Q", "s64": "<q", "b64": "<Q", "f64": "<Q", "f16": "<H"}
+
+
+def _width(t: str) -> int: return int(t[1:]) if t != "pred" else 1
+
+
+def _mask(v: int, bits: int) -> int: return v & ((1 << bits) - 1)
+
+
+def _signed(v: int, bits: int) -> int:
+  v = _mask(v, bits)
+  return v - (1 << bits) if v >> (bits - 1) else v
+
+
+def to_val(bits: int, t: str) -> Any:
+  """Register bits as a value of PTX type `t` (numpy float for f16/f32/f64, int for integers)."""
+  if t in _FLOAT:
+    np_t, fmt, w = _FLOAT[t]
+    return np_t(struct.unpack(fmt, _mask(bits, w).to_bytes(w // 8, "little"))[0])
+  w = _width(t)
+  return _signed(bits, w) if t[0] == "s" else _mask(bits, w)
+
+
+def to_bits(v: Any, t: str) -> int:
+  """A value as the bits of PTX type `t` (floats rounded to the type; ints wrapped)."""
+  if t in _FLOAT:
+    np_t, fmt, w = _FLOAT[t]
+    return int.from_bytes(struct.pack(fmt, np_t(v)), "little")
+  return _mask(int(v), _width(t))
+
+
+class Kernel:
+  """One parsed `.entry`: parameter names, shared arrays and instructions with resolved labels."""
+
+  def __init__(self, ptx: str, name: str):
+    m = re.search(rf"\.entry {re.escape(name)}\((.*?)\)\s*\{{(.*)\n\}}", ptx, re.S)
+    if m is None: raise ValueError(f"no .entry {name} in the PTX")
+    self.params = re.findall(r"\.param \.\w+(?: \.ptr \.global \.align \d+)? (\w+)", m.group(1))
+    self.shared: dict[str, tuple[int, int]] = {}
+    off = 0
+    for sym, size in re.findall(r"\.shared \.align \d+ \.b8 (\w+)\[(\d+)\];", m.group(2)):
+      self.shared[sym] = (off, int(size))
+      off += int(size)
+    self.shared_size = off
+    self.insts: list[tuple[str | None, bool, str, list[str]]] = []
+    self.labels: dict[str, int] = {}
+    for line in m.group(2).split("\n"):
+      line = line.split("//")[0].strip()
+      if not line or line.startswith("."): continue
+      if line.endswith(":"):
+        self.labels[line[:-1]] = len(self.insts)
+        continue
+      pred, neg = None, False
+      if line.startswith("@"):
+        p, line = line.split(None, 1)
+        neg, pred = p.startswith("@!"), p.lstrip("@!")
+      op, _, rest = line.rstrip(";").partition(" ")
+      args = [a.strip() for a in re.split(r",(?![^{]*\})", rest)] if rest.strip() else []
+      self.insts.append((pred, neg, op, args))
+
+
+class Machine:
+  """Global memory (numpy buffers at fake addresses) and one block's shared memory."""
+
+  def __init__(self, bufs: list[np.ndarray]):
+    self.bufs = bufs
+    self.base = [0x10000 * (i + 1) for i in range(len(bufs))]
+
+  def mem(self, space: str, addr: int, shared: bytearray) -> tuple[memoryview, int]:
+    if space == "shared": return memoryview(shared), addr
+    for b, arr in zip(self.base, self.bufs):
+      if b <= addr < b + max(arr.nbytes, 1): return memoryview(arr.view(np.uint8)), addr - b
+    raise IndexError(f"global address {addr:#x} is outside every buffer")
+
+
+def _imm(s: str, t: str) -> int:
+  if s.startswith("0f"): return int(s[2:], 16)
+  if s.startswith("0d"): return int(s[2:], 16)
+  return to_bits(int(s, 0), t if t not in _FLOAT else "s64")
+
+
+def _thread(k: Kernel, mach: Machine, params: dict[str, int], shared: bytearray, ctaid: tuple[int, ...],
+            tid: tuple[int, ...]) -> Iterator[None]:
+  regs: dict[str, Any] = {}
+  special = {f"%ctaid.{a}": ctaid[i] for i, a in enumerate("xyz")} | {f"%tid.{a}": tid[i] for i, a in enumerate("xyz")}
+
+  def get(a: str, t: str) -> Any:
+    if a in regs: return regs[a]
+    if a in special: return special[a]
+    if a in k.shared: return k.shared[a][0]
+    return _imm(a, t)
+
+  pc = 0
+  while pc < len(k.insts):
+    pred, neg, op, args = k.insts[pc]
+    pc += 1
+    if pred is not None and bool(regs[pred]) == neg: continue
+    parts = op.split(".")
+    name, t = parts[0], parts[-1]
+    if name == "ret": return
+    if name == "bra":
+      pc = k.labels[args[0]]
+      continue
+    if name == "bar":
+      yield
+      continue
+    if name == "ld" and parts[1] == "param": regs[args[0]] = params[args[1].strip("[]")]
+    elif name == "cvta": regs[args[0]] = regs[args[1]]
+    elif name in ("ld", "st"):
+      space = parts[1]
+      addr_s = (args[1] if name == "ld" else args[0]).strip("[]")
+      buf, off = mach.mem(space, regs[addr_s], shared)
+      fmt = _STRUCT[t]
+      size = struct.calcsize(fmt)
+      names = (args[0] if name == "ld" else args[1]).strip("{}").split(", ")
+      for i, r in enumerate(names):
+        if name == "ld": regs[r] = _mask(struct.unpack_from(fmt, buf, off + i * size)[0], 64)
+        else:
+          v = to_val(get(r, t), t) if t[0] in "su" else _mask(get(r, t), size * 8)
+          struct.pack_into(fmt, buf, off + i * size, v)
+    elif name == "mov":
+      regs[args[0]] = bool(get(args[1], t)) if t == "pred" else get(args[1], t)
+    elif name == "setp":
+      cmp, ty = parts[1], parts[2]
+      a, b = to_val(get(args[1], ty), ty), to_val(get(args[2], ty), ty)
+      unordered = ty in _FLOAT and (np.isnan(a) or np.isnan(b))
+      res = {"lt": a < b, "gt": a > b, "ge": a >= b, "eq": a == b, "ne": a != b, "neu": unordered or a != b}[cmp]
+      regs[args[0]] = bool(res)
+    elif name == "selp": regs[args[0]] = get(args[1], t) if regs[args[3]] else get(args[2], t)
+    elif name in ("and", "or", "xor", "not"):
+      if t == "pred":
+        a = bool(regs[args[1]])
+        regs[args[0]] = (not a) if name == "not" else \
+          {"and": a and bool(regs[args[2]]), "or": a or bool(regs[args[2]]), "xor": a != bool(regs[args[2]])}[name]
+      else:
+        a, b = get(args[1], t), get(args[2], t)
+        regs[args[0]] = _mask({"and": a & b, "or": a | b, "xor": a ^ b}[name], _width(t))
+    elif name in ("shl", "shr"):
+      a, sh = to_val(get(args[1], t), "u" + t[1:] if name == "shl" else t), to_val(get(args[2], "u32"), "u32")
+      regs[args[0]] = to_bits((a << sh) if name == "shl" else (a >> sh), t)
+    elif name == "cvt": regs[args[0]] = _cvt(parts, get(args[1], parts[-1]))
+    elif name == "mul" and parts[1] == "wide":
+      regs[args[0]] = to_bits(to_val(get(args[1], t), t) * to_val(get(args[2], t), t), "s64" if t[0] == "s" else "u64")
+    else:
+      a = [to_val(get(x, t), t) for x in args[1:]]
+      with np.errstate(all="ignore"): res = _alu(name, t, a)
+      regs[args[0]] = to_bits(res, t)
+  return
+
+
+def _alu(name: str, t: str, a: list[Any]) -> Any:
+  isf = t in _FLOAT
+  if name == "add": return a[0] + a[1]
+  if name == "sub": return a[0] - a[1]
+  if name == "mul": return a[0] * a[1]
+  if name == "mad": return a[0] * a[1] + a[2]
+  if name == "fma": return np.float64(a[0]) * np.float64(a[1]) + np.float64(a[2])
+  if name == "neg": return -a[0]
+  if name == "div":
+    if isf: return a[0] / a[1]
+    q = abs(a[0]) // abs(a[1])
+    return q if (a[0] >= 0) == (a[1] >= 0) else -q
+  if name == "rem": return a[0] - a[1] * int(abs(a[0]) // abs(a[1]) * (1 if (a[0] >= 0) == (a[1] >= 0) else -1))
+  if name == "rcp": return type(a[0])(1) / a[0]
+  if name == "sqrt": return np.sqrt(a[0])
+  if name == "ex2": return np.exp2(np.float64(a[0]))
+  if name == "lg2": return np.log2(np.float64(a[0])) if a[0] > 0 else (-np.inf if a[0] == 0 else np.nan)
+  raise NotImplementedError(f"PTX interpreter has no {name}.{t}")
+
+
+def _cvt(parts: list[str], bits: int) -> int:
+  rnd = parts[1] if parts[1] in ("rn", "rzi") else None
+  dst, src = parts[-2], parts[-1]
+  v = to_val(bits, src)
+  if dst in _FLOAT:
+    if src in _FLOAT and rnd == "rzi": return to_bits(np.trunc(v), dst)
+    return to_bits(v, dst)
+  if src in _FLOAT:
+    if np.isnan(v): return 0
+    v = int(np.trunc(v))
+    w = _width(dst)
+    lo, hi = (-(1 << (w - 1)), (1 << (w - 1)) - 1) if dst[0] == "s" else (0, (1 << w) - 1)
+    v = min(max(v, lo), hi)  # float -> int saturates in PTX
+  w = _width(dst)
+  v = _signed(v, w) if dst[0] == "s" else _mask(v, w)
+  return _mask(v, 64) if w < 16 else to_bits(v, dst)  # 8-bit results stay extended in their 16-bit register
+
+
+def run(ptx: str, name: str, bufs: list[np.ndarray], global_size: tuple[int, ...], local_size: tuple[int, ...] | None,
+        vals: tuple[int, ...] = (), globals_: list[int] | None = None) -> None:
+  """Run kernel `name` of `ptx` over `global_size` blocks of `local_size` threads on `bufs` (in place)."""
+  k = Kernel(ptx, name)
+  order = globals_ if globals_ is not None else list(range(len(bufs)))
+  mach = Machine([bufs[s] for s in order])
+  params = dict(zip(k.params, [*mach.base, *[to_bits(v, "s32") for v in vals]]))
+  lsz = tuple(local_size or (1, 1, 1))
+  for gz in range(global_size[2]):
+    for gy in range(global_size[1]):
+      for gx in range(global_size[0]):
+        shared = bytearray(k.shared_size)
+        threads = [_thread(k, mach, params, shared, (gx, gy, gz), (tx, ty, tz))
+                   for tz in range(lsz[2]) for ty in range(lsz[1]) for tx in range(lsz[0])]
+        while threads:
+          alive = []
+          for th in threads:
+            try:
+              next(th)
+              alive.append(th)
+            except StopIteration: pass
+          threads = alive
