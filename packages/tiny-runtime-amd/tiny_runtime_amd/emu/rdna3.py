@@ -74,6 +74,15 @@ def _bfe_i32(a: int, off: int, width: int) -> int:
   return (sext((a >> off) & ((1 << width) - 1), width) if width else 0) & MASK32
 
 
+def _f16(bits: int) -> float: return struct.unpack("<e", struct.pack("<H", bits & 0xFFFF))[0]
+
+
+def _f16_bits(x: float) -> int:
+  """float -> half bits, round to nearest even (overflow to inf)."""
+  try: return struct.unpack("<H", struct.pack("<e", x))[0]
+  except OverflowError: return 0x7C00 | (0x8000 if x < 0 else 0)
+
+
 def _ff(fn: Callable[..., float]) -> Callable[..., int]:
   """A float32 op on bit patterns: decode the operands, compute in double, round to float32."""
   return lambda *a: bits32(fn(*map(f32, a)))
@@ -88,9 +97,12 @@ VOP1: dict[int, tuple[str, Callable[[int], int]]] = {
   33: ("v_trunc_f32", _ff(lambda x: x if math.isinf(x) or math.isnan(x) else float(math.trunc(x)))),
   34: ("v_ceil_f32", _ff(lambda x: x if math.isinf(x) or math.isnan(x) else float(math.ceil(x)))),
   36: ("v_floor_f32", _ff(lambda x: x if math.isinf(x) or math.isnan(x) else float(math.floor(x)))),
+  10: ("v_cvt_f16_f32", lambda a: a), 11: ("v_cvt_f32_f16", lambda a: a), 28: ("v_mov_b16", lambda a: a),
+  2: ("v_readfirstlane_b32", lambda a: a), 15: ("v_cvt_f32_f64", lambda a: a), 16: ("v_cvt_f64_f32", lambda a: a),
   37: ("v_exp_f32", _ff(_exp2)), 39: ("v_log_f32", _ff(_log2)),
   42: ("v_rcp_f32", _ff(_rcp)), 43: ("v_rcp_iflag_f32", _ff(_rcp)),
-  51: ("v_sqrt_f32", _ff(_sqrt)), 55: ("v_not_b32", lambda a: ~a & MASK32),
+  51: ("v_sqrt_f32", _ff(_sqrt)),
+  **{17 + n: (f"v_cvt_f32_ubyte{n}", lambda a, n=n: bits32(float((a >> (8 * n)) & 0xFF))) for n in range(4)}, 55: ("v_not_b32", lambda a: ~a & MASK32),
 }
 # VOP2: op -> (name, fn(src0, src1) -> bits); v_cndmask/v_fmac/carry ops are handled in execute
 VOP2: dict[int, tuple[str, Callable[[int, int], int]]] = {
@@ -112,6 +124,11 @@ VOP2_SPECIAL = {1: "v_cndmask_b32", 43: "v_fmac_f32", 44: "v_fmamk_f32", 45: "v_
                 33: "v_sub_co_ci_u32", 34: "v_subrev_co_ci_u32"}
 # VOP3-only: op -> (name, fn(a, b, c) -> bits)
 VOP3: dict[int, tuple[str, Callable[[int, int, int], int]]] = {
+  0x20B: ("v_mad_u32_u24", lambda a, b, c: ((a & 0xFFFFFF) * (b & 0xFFFFFF) + c) & MASK32),
+  0x219: ("v_min3_f32", _ff(lambda a, b, c: _fmin(_fmin(a, b), c))),
+  0x21A: ("v_min3_i32", lambda a, b, c: min(i32(a), i32(b), i32(c)) & MASK32), 0x21B: ("v_min3_u32", min),
+  0x21C: ("v_max3_f32", _ff(lambda a, b, c: _fmax(_fmax(a, b), c))),
+  0x21D: ("v_max3_i32", lambda a, b, c: max(i32(a), i32(b), i32(c)) & MASK32), 0x21E: ("v_max3_u32", max),
   0x210: ("v_bfe_u32", lambda a, b, c: (a >> (b & 31)) & ((1 << (c & 31)) - 1)),
   0x211: ("v_bfe_i32", lambda a, b, c: _bfe_i32(a, b & 31, c & 31)),
   0x213: ("v_fma_f32", _ff(lambda a, b, c: a * b + c)),
@@ -156,11 +173,11 @@ def vopc_compare(op: int) -> tuple[str, Callable[[int, int], bool]]:
   if base in _F32_CMP:
     fn = _F32_FN[base]
     return f"v_cmp{'x' if op & 0x80 else ''}_{_F32_CMP[base]}_f32", lambda a, b: fn(f32(a), f32(b))
-  if 0x40 <= base < 0x50:
-    signed, fn = base < 0x48, _CMP[base & 7]
+  if 0x40 <= base < 0x60:  # 0x40 i32, 0x48 u32, 0x50 i64, 0x58 u64
+    signed, bits, fn = not base & 8, 32 if base < 0x50 else 64, _CMP[base & 7]
     names = ["f", "lt", "eq", "le", "gt", "ne", "ge", "t"]
-    return (f"v_cmp{'x' if op & 0x80 else ''}_{names[base & 7]}_{'i' if signed else 'u'}32",
-            (lambda a, b: fn(i32(a), i32(b))) if signed else fn)
+    return (f"v_cmp{'x' if op & 0x80 else ''}_{names[base & 7]}_{'i' if signed else 'u'}{bits}",
+            (lambda a, b: fn(sext(a, bits), sext(b, bits))) if signed else fn)
   raise UnsupportedInstruction(f"VOPC opcode {op:#x}")
 
 
@@ -173,11 +190,15 @@ SOP2: dict[int, tuple[str, Callable[[int, int], int]]] = {
   20: ("s_max_i32", lambda a, b: max(i32(a), i32(b))), 21: ("s_max_u32", max),
   22: ("s_and_b32", lambda a, b: a & b), 24: ("s_or_b32", lambda a, b: a | b), 26: ("s_xor_b32", lambda a, b: a ^ b),
   34: ("s_and_not1_b32", lambda a, b: a & ~b & MASK32),
-  44: ("s_mul_i32", lambda a, b: i32(a) * i32(b)),
+  44: ("s_mul_i32", lambda a, b: i32(a) * i32(b)), 45: ("s_mul_hi_u32", lambda a, b: (a * b) >> 32),
+  46: ("s_mul_hi_i32", lambda a, b: (i32(a) * i32(b)) >> 32),
+  **{13 + n: (f"s_lshl{n}_add_u32", lambda a, b, n=n: (a << n) + b) for n in (1, 2, 3, 4)},
+  39: ("s_bfe_i32", lambda a, b: _bfe_i32(a, b & 31, (b >> 16) & 0x7F)),
 }
 SOP2_ADDC, SOP2_SUBB, SOP2_LSHL_B64, SOP2_AND_B64, SOP2_CSELECT_B32, SOP2_BFE_U32 = 4, 5, 9, 23, 48, 38
+SOP2_B64 = {9: "s_lshl_b64", 11: "s_lshr_b64", 23: "s_and_b64", 25: "s_or_b64", 27: "s_xor_b64", 49: "s_cselect_b64"}
 SOPC_NAMES = ["eq_i32", "lg_i32", "gt_i32", "ge_i32", "lt_i32", "le_i32", "eq_u32", "lg_u32", "gt_u32", "ge_u32",
-              "lt_u32", "le_u32"]
+              "lt_u32", "le_u32", "bitcmp0_b32", "bitcmp1_b32", "bitcmp0_b64", "bitcmp1_b64", "eq_u64", "lg_u64"]
 _SOPC_FN = [_CMP[2], _CMP[5], _CMP[4], _CMP[6], _CMP[1], _CMP[3]]
 SOPP_NAMES = {0: "s_nop", 5: "s_clause", 7: "s_delay_alu", 8: "s_waitcnt_depctr", 9: "s_waitcnt", 32: "s_branch",
               33: "s_cbranch_scc0", 34: "s_cbranch_scc1", 35: "s_cbranch_vccz", 36: "s_cbranch_vccnz",
@@ -187,7 +208,10 @@ SMEM_LOADS = {0: 1, 1: 2, 2: 4, 3: 8, 4: 16}  # s_load_b32/64/128/256/512: dword
 GLOBAL_LOADS = {16: (1, False, 8), 17: (1, True, 8), 18: (1, False, 16), 19: (1, True, 16), 20: (1, False, 32),
                 21: (2, False, 32), 22: (3, False, 32), 23: (4, False, 32)}  # op: (dwords, signed, bits)
 GLOBAL_STORES = {24: (1, 8), 25: (1, 16), 26: (1, 32), 27: (2, 32), 28: (3, 32), 29: (4, 32)}
-FLAT_NAMES = {16: "load_u8", 17: "load_i8", 18: "load_u16", 19: "load_i16", 20: "load_b32", 21: "load_b64",
+GLOBAL_D16 = {30: (8, False, 0), 31: (8, True, 0), 32: (16, False, 0), 33: (8, False, 16), 34: (8, True, 16),
+              35: (16, False, 16)}  # op: (bits, signed, destination shift)
+FLAT_NAMES = {30: "load_d16_u8", 31: "load_d16_i8", 32: "load_d16_b16", 33: "load_d16_hi_u8", 34: "load_d16_hi_i8",
+              35: "load_d16_hi_b16", 16: "load_u8", 17: "load_i8", 18: "load_u16", 19: "load_i16", 20: "load_b32", 21: "load_b64",
               22: "load_b96", 23: "load_b128", 24: "store_b8", 25: "store_b16", 26: "store_b32", 27: "store_b64",
               28: "store_b96", 29: "store_b128"}
 VOPD_OPS = {0: "fmac_f32", 1: "fmaak_f32", 2: "fmamk_f32", 3: "mul_f32", 4: "add_f32", 5: "sub_f32", 6: "subrev_f32",
@@ -240,8 +264,8 @@ def decode(code: bytes | memoryview, pc: int = 0) -> Inst:
     return Inst("SOPK", op, {"sdst": _bits(w0, 16, 7), "simm16": w0 & 0xFFFF}, 4, names.get(op, f"sopk_{op}"))
   if w0 >> 30 == 0b10:
     op = _bits(w0, 23, 7)
-    name = SOP2[op][0] if op in SOP2 else {4: "s_addc_u32", 5: "s_subb_u32", 9: "s_lshl_b64", 23: "s_and_b64",
-                                             48: "s_cselect_b32", 38: "s_bfe_u32"}.get(op, f"sop2_{op}")
+    name = SOP2[op][0] if op in SOP2 else {4: "s_addc_u32", 5: "s_subb_u32", 48: "s_cselect_b32", 38: "s_bfe_u32",
+                                             **SOP2_B64}.get(op, f"sop2_{op}")
     return lit(Inst("SOP2", op, {"sdst": _bits(w0, 16, 7), "ssrc0": w0 & 0xFF, "ssrc1": _bits(w0, 8, 8)}, 4, name),
                w0 & 0xFF, _bits(w0, 8, 8))
   if top6 == 0b111101:
@@ -285,7 +309,7 @@ def decode(code: bytes | memoryview, pc: int = 0) -> Inst:
 
 
 def _sop1_name(op: int) -> str:
-  return {0: "s_mov_b32", 1: "s_mov_b64", 30: "s_not_b32", 32: "s_and_saveexec_b32", 34: "s_or_saveexec_b32",
+  return {0: "s_mov_b32", 1: "s_mov_b64", 14: "s_sext_i32_i8", 15: "s_sext_i32_i16", 21: "s_abs_i32", 30: "s_not_b32", 32: "s_and_saveexec_b32", 34: "s_or_saveexec_b32",
           42: "s_and_not1_saveexec_b32"}.get(op, f"sop1_{op}")
 
 
@@ -356,6 +380,17 @@ class Emulator:
   def swrite(self, w: Wave, code: int, v: int) -> None:
     if code != NULL: w.sgpr[code] = v & MASK32
 
+  def vsrc16(self, w: Wave, code: int, lane: int, inst: Inst, fp: bool) -> int:
+    """A 16-bit operand: a VGPR half (v.l / v.h by bit 7 of the register number) or a scalar's low 16 bits
+    (float inline constants are half precision for 16-bit float ops)."""
+    if code >= 256: return (w.vgpr[(code - 256) & 0x7F][lane] >> (16 * ((code - 256) >> 7))) & 0xFFFF
+    if fp and code in INLINE_F32: return _f16_bits(f32(INLINE_F32[code]))
+    return self.sread(w, code, inst) & 0xFFFF
+
+  def vwrite16(self, w: Wave, d8: int, lane: int, v: int) -> None:
+    reg, sh = d8 & 0x7F, 16 * (d8 >> 7)
+    w.vgpr[reg][lane] = (w.vgpr[reg][lane] & ~(0xFFFF << sh) & MASK32) | ((v & 0xFFFF) << sh)
+
   def vsrc(self, w: Wave, code: int, lane: int, inst: Inst) -> int:
     return w.vgpr[code - 256][lane] if code >= 256 else self.sread(w, code, inst)
 
@@ -392,6 +427,12 @@ class Emulator:
       v = self.sread64(w, s, inst)
       self.swrite(w, d, v)
       self.swrite(w, d + 1, v >> 32)
+    elif op == 21:  # s_abs_i32
+      v = abs(i32(self.sread(w, s, inst))) & MASK32
+      self.swrite(w, d, v)
+      w.scc = int(v != 0)
+    elif op in (14, 15):  # s_sext_i32_i8 / s_sext_i32_i16
+      self.swrite(w, d, sext(self.sread(w, s, inst) & (0xFF if op == 14 else 0xFFFF), 8 if op == 14 else 16))
     elif op == 30:
       v = ~self.sread(w, s, inst) & MASK32
       self.swrite(w, d, v)
@@ -411,7 +452,8 @@ class Emulator:
       if op == 0: w.scc = int(r > MASK32)
       elif op == 1: w.scc = int(b > a)
       elif op in (2, 3): w.scc = int(r != sext(r & MASK32, 32))  # signed overflow
-      elif op in (8, 10, 12, 22, 24, 26, 34): w.scc = int(r & MASK32 != 0)
+      elif op in (8, 10, 12, 22, 24, 26, 34, 39): w.scc = int(r & MASK32 != 0)
+      elif op in (14, 15, 16, 17): w.scc = int(r > MASK32)
       elif op in (18, 19, 20, 21): w.scc = int(r == (i32(a) if op in (18, 20) else a))
       self.swrite(w, d, r)
     elif op in (SOP2_ADDC, SOP2_SUBB):
@@ -423,12 +465,14 @@ class Emulator:
       r = (a >> (b & 31)) & ((1 << ((b >> 16) & 0x7F)) - 1)
       self.swrite(w, d, r)
       w.scc = int(r != 0)
-    elif op in (SOP2_LSHL_B64, SOP2_AND_B64):
+    elif op in SOP2_B64:
       a64 = self.sread64(w, inst.f["ssrc0"], inst)
-      r = (a64 << (b & 63)) & MASK64 if op == SOP2_LSHL_B64 else a64 & self.sread64(w, inst.f["ssrc1"], inst)
+      b64 = b if op in (9, 11) else self.sread64(w, inst.f["ssrc1"], inst)
+      r = {9: lambda: (a64 << (b & 63)) & MASK64, 11: lambda: a64 >> (b & 63), 23: lambda: a64 & b64,
+           25: lambda: a64 | b64, 27: lambda: a64 ^ b64, 49: lambda: a64 if w.scc else b64}[op]()
       self.swrite(w, d, r)
       self.swrite(w, d + 1, r >> 32)
-      w.scc = int(r != 0)
+      if op != 49: w.scc = int(r != 0)
     else: raise UnsupportedInstruction(f"SOP2 opcode {op} at {w.pc:#x}")
 
   def sopk(self, w: Wave, inst: Inst) -> None:
@@ -442,7 +486,11 @@ class Emulator:
 
   def sopc(self, w: Wave, inst: Inst) -> None:
     op = inst.op
-    if op >= len(SOPC_NAMES): raise UnsupportedInstruction(f"SOPC opcode {op} at {w.pc:#x}")
+    if op >= len(SOPC_NAMES) or 12 <= op < 16: raise UnsupportedInstruction(f"SOPC opcode {op} at {w.pc:#x}")
+    if op >= 16:  # s_cmp_eq_u64 / s_cmp_lg_u64
+      a, b = self.sread64(w, inst.f["ssrc0"], inst), self.sread64(w, inst.f["ssrc1"], inst)
+      w.scc = int((a == b) if op == 16 else (a != b))
+      return
     a, b = self.sread(w, inst.f["ssrc0"], inst), self.sread(w, inst.f["ssrc1"], inst)
     if op < 6: a, b = i32(a), i32(b)
     w.scc = int(_SOPC_FN[op % 6](a, b))
@@ -457,6 +505,24 @@ class Emulator:
 
   # vector
   def vop1(self, w: Wave, inst: Inst) -> None:
+    op, f = inst.op, inst.f
+    if op == 2:  # v_readfirstlane_b32: an SGPR gets the first active lane's value
+      lanes = w.lanes()
+      self.swrite(w, f["vdst"], self.vsrc(w, f["src0"], lanes[0] if lanes else 0, inst))
+      return
+    if op in (15, 16):  # v_cvt_f32_f64 / v_cvt_f64_f32
+      for ln in w.lanes():
+        if op == 16: r = struct.unpack("<Q", struct.pack("<d", f32(self.vsrc(w, f["src0"], ln, inst))))[0]
+        else: r = bits32(struct.unpack("<d", struct.pack("<Q", self.vsrc64(w, f["src0"], ln, inst)))[0])
+        w.vgpr[f["vdst"]][ln] = r & MASK32
+        if op == 16: w.vgpr[f["vdst"] + 1][ln] = r >> 32
+      return
+    if op in (10, 11, 28):  # 16-bit: v_cvt_f16_f32, v_cvt_f32_f16, v_mov_b16 (true16 halves: register bit 7 = .h)
+      for ln in w.lanes():
+        if op == 10: self.vwrite16(w, f["vdst"], ln, _f16_bits(f32(self.vsrc(w, f["src0"], ln, inst))))
+        elif op == 11: w.vgpr[f["vdst"]][ln] = bits32(_f16(self.vsrc16(w, f["src0"], ln, inst, fp=True)))
+        else: self.vwrite16(w, f["vdst"], ln, self.vsrc16(w, f["src0"], ln, inst, fp=False))
+      return
     if inst.op not in VOP1: raise UnsupportedInstruction(f"VOP1 opcode {inst.op} ({inst.name}) at {w.pc:#x}")
     fn, d = VOP1[inst.op][1], inst.f["vdst"]
     for ln in w.lanes(): w.vgpr[d][ln] = fn(self.vsrc(w, inst.f["src0"], ln, inst))
@@ -484,11 +550,18 @@ class Emulator:
       self._vop2_lane(w, inst.op, self.vsrc(w, f["src0"], ln, inst), w.vgpr[f["vsrc1"]][ln], f["vdst"], ln, inst,
                       inst.literal or 0)
 
+  def vsrc64(self, w: Wave, code: int, lane: int, inst: Inst) -> int:
+    """A 64-bit integer operand: a VGPR pair, an SGPR pair, or a sign-extended inline integer."""
+    if code >= 256: return w.vgpr[code - 256][lane] | (w.vgpr[code - 255][lane] << 32)
+    if code == LITERAL or code in INLINE_F32: raise UnsupportedInstruction(f"{inst.name}: 64-bit literal/float operand")
+    return self.sread64(w, code, inst)
+
   def vopc(self, w: Wave, inst: Inst) -> None:
     _, fn = vopc_compare(inst.op)
-    mask = 0
+    mask, wide = 0, 0x50 <= inst.op & 0x7F < 0x60
+    rd = self.vsrc64 if wide else self.vsrc
     for ln in w.lanes():
-      if fn(self.vsrc(w, inst.f["src0"], ln, inst), w.vgpr[inst.f["vsrc1"]][ln]): mask |= 1 << ln
+      if fn(rd(w, inst.f["src0"], ln, inst), rd(w, 256 + inst.f["vsrc1"], ln, inst)): mask |= 1 << ln
     if inst.op & 0x80: w.exec = mask
     else: w.vcc = mask
 
@@ -525,7 +598,10 @@ class Emulator:
       return v
     if op < 0x100:  # VOPC promoted: result to an SGPR
       _, fn = vopc_compare(op)
-      mask = sum(1 << ln for ln in w.lanes() if fn(src(0, ln), src(1, ln)))
+      if 0x50 <= op & 0x7F < 0x60:
+        mask = sum(1 << ln for ln in w.lanes()
+                   if fn(self.vsrc64(w, f["src0"], ln, inst), self.vsrc64(w, f["src1"], ln, inst)))
+      else: mask = sum(1 << ln for ln in w.lanes() if fn(src(0, ln), src(1, ln)))
       if op & 0x80: w.exec = mask
       else: self.swrite(w, f["vdst"], mask)
       return
@@ -593,6 +669,11 @@ class Emulator:
           w.vgpr[f["vdst"]][ln] = (sext(v, bits) & MASK32) if signed else v
         else:
           for i, v in enumerate(struct.unpack(f"<{n}I", self.mem.read(addr, 4 * n))): w.vgpr[f["vdst"] + i][ln] = v
+      elif op in GLOBAL_D16:
+        bits, signed, sh = GLOBAL_D16[op]
+        v = int.from_bytes(self.mem.read(addr, bits // 8), "little")
+        v = (sext(v, bits) if signed else v) & 0xFFFF
+        w.vgpr[f["vdst"]][ln] = (w.vgpr[f["vdst"]][ln] & ~(0xFFFF << sh) & MASK32) | (v << sh)
       elif op in GLOBAL_STORES:
         n, bits = GLOBAL_STORES[op]
         if bits < 32: self.mem.write(addr, (w.vgpr[f["data"]][ln] & ((1 << bits) - 1)).to_bytes(bits // 8, "little"))
