@@ -230,6 +230,49 @@ def test_global_load_store():
   assert dst[127] == (-29) & 0xFF
 
 
+def test_scalar_64bit_and_extensions():
+  w = run(sop2(25, 4, 0, 2), sop2(27, 6, 0, 2), sopc(16, 0, 2), sgpr={0: 0xF0, 1: 0x1, 2: 0x0F, 3: 0x1})
+  assert (w.sgpr[4], w.sgpr[5], w.sgpr[6], w.sgpr[7], w.scc) == (0xFF, 1, 0xFF, 0, 0)  # s_or_b64, s_xor_b64, eq_u64
+  assert run(sopc(17, 0, 2), sgpr={0: 1, 1: 5, 2: 1, 3: 6}).scc == 1  # s_cmp_lg_u64 sees the high word
+  w = run(sop1(14, 2, 0), sop1(15, 3, 0), sop1(21, 4, 1), sop2(15, 5, 0, 1), sop2(45, 6, 0, 1),
+          sgpr={0: 0x1234_8081, 1: 0xFFFF_FFF0})
+  assert w.sgpr[2] == (-127) & M32 and w.sgpr[3] == (0x8081 - 0x10000) & M32 and w.sgpr[4] == 16
+  assert w.sgpr[5] == ((0x1234_8081 << 2) + 0xFFFF_FFF0) & M32 and w.sgpr[6] == (0x1234_8081 * 0xFFFF_FFF0) >> 32
+
+
+def test_vector_64bit_compare_min_max3_and_conversions():
+  a = [(-5 + i) & (2**64 - 1) for i in range(32)]
+  w = run(vop3(0x51, 4, V(0), 128), vop3(0x59, 5, V(0), 128),  # v_cmp_lt_i64 / v_cmp_lt_u64 against 0
+          vgpr={0: [x & M32 for x in a], 1: [x >> 32 for x in a]})
+  assert w.sgpr[4] == 0b11111 and w.sgpr[5] == 0
+  b, c = rng.integers(0, 2**32, 32).tolist(), rng.integers(0, 2**32, 32).tolist()
+  w = run(vop3(0x21E, 3, V(0), V(1), V(2)), vop3(0x21A, 4, V(0), V(1), V(2)), vop1(18, 5, V(1)), vop1(2, 9, V(2)),
+          vgpr={0: [x & M32 for x in a], 1: b, 2: c}, exec_mask=0xFFFFFFFC)
+  assert w.vgpr[3][2:] == [max(x & M32, y, z) for x, y, z in zip(a, b, c)][2:]
+  assert w.vgpr[4][2:] == [min(sext32(x), sext32(y), sext32(z)) & M32 for x, y, z in zip(a, b, c)][2:]
+  assert w.vgpr[5][2:] == [fbits(float((y >> 8) & 0xFF)) for y in b][2:]  # v_cvt_f32_ubyte1
+  assert w.sgpr[9] == c[2]  # v_readfirstlane_b32 reads the first active lane
+  x = (A * np.float32(1000)).astype(np.float32)
+  w = run(vop1(16, 2, V(0)), vop1(15, 4, V(2)), vop1(10, 5 | 128, V(0)), vop1(11, 6, V(5 | 128)), vop1(28, 5, V(5 | 128)),
+          vgpr={0: lanes_f(x), 5: [0xAAAA_BBBB] * 32})
+  f64 = [lo | (hi << 32) for lo, hi in zip(w.vgpr[2], w.vgpr[3])]
+  assert f64 == [int(v) for v in x.astype(np.float64).view(np.uint64)] and w.vgpr[4] == lanes_f(x)
+  h = x.astype(np.float16).view(np.uint16).astype(np.uint32)
+  assert w.vgpr[5] == [int(v << 16 | v) for v in h]  # cvt_f16_f32 into v5.h, then v_mov_b16 v5.l, v5.h
+  np.testing.assert_array_equal(as_f(w.vgpr[6]), x.astype(np.float16).astype(np.float32))
+
+
+def test_global_d16_loads_keep_the_other_half():
+  src = np.array([0x1234, 0x80FF], dtype=np.uint16)
+  sa = src.ctypes.data
+  w = run(glob(32, vdst=1, addr=0, saddr=0), glob(34, vdst=2, addr=0, saddr=0, offset=2),
+          sgpr={0: sa & M32, 1: sa >> 32}, vgpr={0: [0] * 32, 1: [0xAAAA_0000] * 32, 2: [0x5555] * 32})
+  assert w.vgpr[1][0] == 0xAAAA_1234 and w.vgpr[2][0] == 0xFFFF_5555  # d16_b16 low; d16_hi_i8 sign-extends 0xFF
+
+
+def sext32(v: int) -> int: return (v & M32) - (1 << 32 if v & 0x80000000 else 0)
+
+
 def test_unknown_instruction_is_an_error_not_a_value():
   with pytest.raises(UnsupportedInstruction, match="VOP1 opcode 99"): run(vop1(99, 0, V(0)))
   with pytest.raises(UnsupportedInstruction, match="unknown encoding"): run([0xFFFFFFFF])

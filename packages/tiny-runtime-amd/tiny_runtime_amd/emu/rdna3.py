@@ -102,7 +102,8 @@ VOP1: dict[int, tuple[str, Callable[[int], int]]] = {
   37: ("v_exp_f32", _ff(_exp2)), 39: ("v_log_f32", _ff(_log2)),
   42: ("v_rcp_f32", _ff(_rcp)), 43: ("v_rcp_iflag_f32", _ff(_rcp)),
   51: ("v_sqrt_f32", _ff(_sqrt)),
-  **{17 + n: (f"v_cvt_f32_ubyte{n}", lambda a, n=n: bits32(float((a >> (8 * n)) & 0xFF))) for n in range(4)}, 55: ("v_not_b32", lambda a: ~a & MASK32),
+  **{17 + n: (f"v_cvt_f32_ubyte{n}", lambda a, n=n: bits32(float((a >> (8 * n)) & 0xFF))) for n in range(4)},
+  55: ("v_not_b32", lambda a: ~a & MASK32),
 }
 # VOP2: op -> (name, fn(src0, src1) -> bits); v_cndmask/v_fmac/carry ops are handled in execute
 VOP2: dict[int, tuple[str, Callable[[int, int], int]]] = {
@@ -211,7 +212,8 @@ GLOBAL_STORES = {24: (1, 8), 25: (1, 16), 26: (1, 32), 27: (2, 32), 28: (3, 32),
 GLOBAL_D16 = {30: (8, False, 0), 31: (8, True, 0), 32: (16, False, 0), 33: (8, False, 16), 34: (8, True, 16),
               35: (16, False, 16)}  # op: (bits, signed, destination shift)
 FLAT_NAMES = {30: "load_d16_u8", 31: "load_d16_i8", 32: "load_d16_b16", 33: "load_d16_hi_u8", 34: "load_d16_hi_i8",
-              35: "load_d16_hi_b16", 16: "load_u8", 17: "load_i8", 18: "load_u16", 19: "load_i16", 20: "load_b32", 21: "load_b64",
+              35: "load_d16_hi_b16", 16: "load_u8", 17: "load_i8", 18: "load_u16", 19: "load_i16", 20: "load_b32",
+              21: "load_b64",
               22: "load_b96", 23: "load_b128", 24: "store_b8", 25: "store_b16", 26: "store_b32", 27: "store_b64",
               28: "store_b96", 29: "store_b128"}
 VOPD_OPS = {0: "fmac_f32", 1: "fmaak_f32", 2: "fmamk_f32", 3: "mul_f32", 4: "add_f32", 5: "sub_f32", 6: "subrev_f32",
@@ -309,7 +311,8 @@ def decode(code: bytes | memoryview, pc: int = 0) -> Inst:
 
 
 def _sop1_name(op: int) -> str:
-  return {0: "s_mov_b32", 1: "s_mov_b64", 14: "s_sext_i32_i8", 15: "s_sext_i32_i16", 21: "s_abs_i32", 30: "s_not_b32", 32: "s_and_saveexec_b32", 34: "s_or_saveexec_b32",
+  return {0: "s_mov_b32", 1: "s_mov_b64", 14: "s_sext_i32_i8", 15: "s_sext_i32_i16", 21: "s_abs_i32", 30: "s_not_b32",
+          32: "s_and_saveexec_b32", 34: "s_or_saveexec_b32",
           42: "s_and_not1_saveexec_b32"}.get(op, f"sop1_{op}")
 
 
