@@ -253,8 +253,8 @@ def test_vector_64bit_compare_min_max3_and_conversions():
   assert w.vgpr[5][2:] == [fbits(float((y >> 8) & 0xFF)) for y in b][2:]  # v_cvt_f32_ubyte1
   assert w.sgpr[9] == c[2]  # v_readfirstlane_b32 reads the first active lane
   x = (A * np.float32(1000)).astype(np.float32)
-  w = run(vop1(16, 2, V(0)), vop1(15, 4, V(2)), vop1(10, 5 | 128, V(0)), vop1(11, 6, V(5 | 128)), vop1(28, 5, V(5 | 128)),
-          vgpr={0: lanes_f(x), 5: [0xAAAA_BBBB] * 32})
+  w = run(vop1(16, 2, V(0)), vop1(15, 4, V(2)), vop1(10, 5 | 128, V(0)), vop1(11, 6, V(5 | 128)),
+          vop1(28, 5, V(5 | 128)), vgpr={0: lanes_f(x), 5: [0xAAAA_BBBB] * 32})
   f64 = [lo | (hi << 32) for lo, hi in zip(w.vgpr[2], w.vgpr[3])]
   assert f64 == [int(v) for v in x.astype(np.float64).view(np.uint64)] and w.vgpr[4] == lanes_f(x)
   h = x.astype(np.float16).view(np.uint16).astype(np.uint32)
