@@ -290,8 +290,10 @@ def _build_sum(items: list[tuple[UOp, int]], k: int, dt: DType) -> UOp:
   ret: UOp | None = None
   for a, c in items:
     t = a if c == 1 else UOp(Ops.MUL, dt, (a, _const(dt, c)))
-    ret = t if ret is None else UOp(Ops.ADD, dt, (ret, t))
-    ret._cache["linear"] = True  # a prefix of a normal form is a normal form: the rewrite needn't re-derive it
+    if ret is None: ret = t
+    else:
+      ret = UOp(Ops.ADD, dt, (ret, t))
+      ret._cache["linear"] = True  # a prefix of a normal form is a normal form: the rewrite needn't re-derive it
   if ret is None: return _const(dt, k)
   if k != 0:
     ret = UOp(Ops.ADD, dt, (ret, _const(dt, k)))
