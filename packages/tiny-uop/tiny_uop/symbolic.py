@@ -514,12 +514,16 @@ _SINT_T = tuple(_SINTS)
 symbolic = symbolic_simple + PatternMatcher([
   # vmin == vmax -> const (decided comparisons, x%1, ...)
   (UPat(tuple(GroupOp.ALU | {Ops.CAST}), name="x"), _fold_range),
-  # sums and products of ints -> the linear normal form
+  # sums and products of ints -> the linear normal form: x*2+x*3 -> x*5, (y+x)+1 -> (x+y)+1, (x+y)*3 -> x*3+y*3,
+  # (x//c)*c + x%c -> x, ((x//c)%d)*c + x%c -> x%(c*d)
   (UPat(_LINEAR_OPS, dtype=_SINT_T, name="x"), _normalize),
-  # // and % by a constant, folded with ranges
+  # // and % by a constant, with ranges: (a*4+b)//4 -> a, (a*4+b)%4 -> b (0<=b<4), (g*4+l)%8 -> (g%2)*4+l (0<=l<4),
+  # (x*6+4)//4 -> (x*3)//2+1, (x//c1)//c2 -> x//(c1*c2), (x%c1)%c2 -> x%c2 (c2 | c1), x%c -> x (|x| < c);
+  # (a*b)//b -> a, (a*b)%b -> 0 (b != 0, no wrap)
   (UPat((Ops.CDIV, Ops.CMOD), src=(UPat.var(), UPat.cvar(vec=False)), name="x"), _fold_divmod),
   (UPat((Ops.CDIV, Ops.CMOD), src=(UPat(Ops.MUL), UPat.var()), name="x"), _divmod_var),
-  # comparisons against constants
+  # comparisons against constants: x+k < c -> x < c-k, x*g < c -> x < ceil(c/g), -x < c -> -c < x,
+  # x*g == c -> x == c/g (or False), !(x < c) -> c-1 < x
   (UPat(Ops.CMPLT, src=(UPat.var("e"), UPat.cvar("c", vec=False)), name="x"), _lt_const),
   (UPat(Ops.CMPLT, src=(UPat.cvar("c", vec=False), UPat.var("e")), name="x"), _const_lt),
   (UPat((Ops.CMPNE, Ops.CMPEQ), src=(UPat(_LINEAR_OPS, name="e"), UPat.cvar("c", vec=False)), name="x"), _eq_const),
