@@ -437,3 +437,25 @@ def test_optimizer_like_assigns_share_a_kernel():
   assert n_kernels(sched) == 2
   multi = next(c for c in sched.calls if len(c.src[0].src) == 3)
   assert set(multi.src[1:4]) == {mb, vb, pb} and sched.calls.index(multi) == 1
+
+
+def test_swap_and_old_with_new_value():
+  (ab, a, av), (bb, b, bv) = tensor(2, 3), tensor(2, 3)
+  sched = create_schedule(UOp.sink(a.assign(b), b.assign(a)))  # a swap: both reads before both writes
+  env = ref.run_schedule(sched, {ab: av, bb: bv})
+  np.testing.assert_equal(env[ab].reshape(2, 3), bv)
+  np.testing.assert_equal(env[bb].reshape(2, 3), av)
+  asg = a.assign(a * fconst(3.0, (2, 3)))
+  both = (a + asg).contiguous()  # the old and the new value of a in one kernel: the old one is read from a copy
+  sched = create_schedule(UOp.sink(asg, both))
+  env = ref.run_schedule(sched, {ab: av, bb: bv})
+  np.testing.assert_allclose(ref.realized_value(sched, env, both), av + av * 3, rtol=1e-6)
+  np.testing.assert_allclose(env[ab].reshape(2, 3), av * 3, rtol=1e-6)
+
+
+def test_reading_a_version_between_two_assigns_is_a_clear_error():
+  ab, a, _ = tensor(2, 3)
+  a1 = a.assign(a * fconst(2.0, (2, 3)))
+  a2 = a1.assign(a1 + fconst(1.0, (2, 3)))
+  with pytest.raises(RuntimeError, match="between two ASSIGNs"):
+    create_schedule(UOp.sink(a2, (a1 * a2).contiguous()))

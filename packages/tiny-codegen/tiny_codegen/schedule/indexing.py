@@ -244,6 +244,7 @@ class KernelBuilder:
     self.version: UOp | None = None    # the ASSIGN whose result is being read (None: buffers' original values)
     self.assigns_read: list[UOp] = []
     self.inline: set[UOp] = set()      # ASSIGNs this kernel performs itself (extra outputs)
+    self.snapshots: dict[UOp, UOp] = {}  # BUFFER -> copy of its value before any ASSIGN (read instead of it)
     self.buffer_reads: list[tuple[UOp, UOp | None]] = []   # (BUFFER, version) pairs read
 
   def new_range(self, size: sint, axis_type: AxisType) -> UOp:
@@ -281,7 +282,8 @@ class KernelBuilder:
     op = u.op
     if (buf := self.buffer_of(u)) is not None:
       self.reads.append(u)
-      if u.op is Ops.BUFFER: self.buffer_reads.append((u, self.version))
+      if u.op is Ops.BUFFER and self.version is None and u in self.snapshots: buf = self.snapshots[u]
+      elif u.op is Ops.BUFFER: self.buffer_reads.append((u, self.version))
       shape = shape_of(u) if u.op is not Ops.BUFFER else (buf.arg,)
       return self.load(buf, flatten_index(idx, tuple(self.ks(s) for s in shape)), valid)
     if op is Ops.CONST: return UOp.const(u.dtype, u.arg)
@@ -292,7 +294,8 @@ class KernelBuilder:
       return self.build(u.src[1], idx, valid)
     if op is Ops.ASSIGN:  # reading an assign's result reads its target's buffer once the assign has run
       self.assigns_read.append(u)
-      prev, self.version = self.version, u
+      prev = self.version
+      if prev is None: self.version = u  # through a chain of assigns, the outermost one is the version read
       try: return self.build(u.src[0], idx, valid)
       finally: self.version = prev
     if op in GroupOp.Movement: return self._movement(u, idx, valid)

@@ -227,7 +227,9 @@ def _costly(reads_memory: dict[UOp, bool], u: UOp) -> bool:
     u.op not in GroupOp.Movement
 
 
-def _schedule(sink: UOp, merge: bool = True) -> _Template:
+def _schedule(sink: UOp, merge: bool = True, safe_assign: bool = False) -> _Template:
+  """Schedule a normalized sink. `merge`: multi-output kernels; `safe_assign`: every ASSIGN computes its value into a
+  temporary first (so all reads happen before all writes: the fallback when assigns would wait on each other)."""
   realize, reads_memory = _decide(sink)
   costly = functools.partial(_costly, reads_memory)
   memo: dict[UOp, UOp] = {}
@@ -252,6 +254,7 @@ def _schedule(sink: UOp, merge: bool = True) -> _Template:
   writers: list[tuple[int, UOp, UOp | None]] = []                       # (call, BUFFER, version it overwrites)
   becomes: list[tuple[UOp, UOp, UOp | None]] = []
   slice_bufs: set[UOp] = set()
+  snapshots: dict[UOp, UOp] = {}
   merges = _merges(realize) if merge else {}
   merged = {u for us in merges.values() for u in us}
   for u in merged:
@@ -276,15 +279,17 @@ def _schedule(sink: UOp, merge: bool = True) -> _Template:
     inline = {u for u, _ in extra} | set(also)
     kb = KernelBuilder(functools.partial(_buffer_of, r, inline, bufs), ks, costly)
     kb.inline = {u for u in inline if u.op is Ops.ASSIGN}
+    kb.snapshots = snapshots
     if r.op is Ops.ASSIGN:
       target, value = r.src
       out = _assign_base(target)[0]
       ast = kb.kernel(value, out, shape_of(r), out_view=target, extra=extra)
       if extra and any(_reads_elsewhere(ast, kb.params[b]) for b in (out, *(b for _, b in extra))):
         raise MergeFailed("an assign in this kernel reads a target at other elements")
-      if _reads_elsewhere(ast, kb.params[out]):  # e.g. x.assign(x.T): compute into a temporary first
+      if safe_assign or _reads_elsewhere(ast, kb.params[out]):  # e.g. x.assign(x.T): into a temporary first
         tmp = new_buffer(r, r.device)
         kt = KernelBuilder(functools.partial(_buffer_of, value, set(), bufs), ks, costly)
+        kt.snapshots = snapshots
         tast = kt.kernel(value, tmp, shape_of(r))
         it = add_call(UOp(Ops.CALL, src=(tast, *kt.params)), list(kt.params)[1:], kt.assigns_read)
         for b, ver in kt.buffer_reads: readers[(b, ver)].append(it)
@@ -317,6 +322,14 @@ def _schedule(sink: UOp, merge: bool = True) -> _Template:
       bufs[u], producer[u], buf_producer[b] = b, i, i
       if u in roots or u.op is Ops.CONTIGUOUS: becomes.append((u, b, None))
 
+  if safe_assign:  # copy every assigned buffer first; reads of its old value read the copy (no read waits on a write)
+    for a in realize:
+      if a.op is not Ops.ASSIGN or (base := _assign_base(a.src[0])[0]) in snapshots: continue
+      snap = new_buffer(base, base.src[1].arg)
+      kc = KernelBuilder(functools.partial(_buffer_of, snap, set(), bufs), ks)
+      i = add_call(UOp(Ops.CALL, src=(kc.kernel(base, snap, (base.arg,)), *kc.params)), [base])
+      readers[(base, None)].append(i)
+      snapshots[base], buf_producer[snap] = snap, i
   grouped: set[UOp] = set()
   pending_roots = [r for r in realize if r in roots and r.op in _GROUPABLE and r not in merged and r not in merges]
 
@@ -370,8 +383,10 @@ def _schedule(sink: UOp, merge: bool = True) -> _Template:
   try:
     order = _toposort_calls(deps)
   except RuntimeError:
-    if merges: return _schedule(sink, merge=False)
-    raise
+    if merges: return _schedule(sink, merge=False, safe_assign=safe_assign)
+    if not safe_assign and writers: return _schedule(sink, merge=False, safe_assign=True)  # e.g. a swap
+    raise RuntimeError("can't order this schedule: some value needs a buffer as it was between two ASSIGNs into it "
+                       "(after one and before the next); realize that value before the second assign") from None
   calls = [calls[i] for i in order]
   inputs = {b for b in itertools.chain.from_iterable(c.src[1:] for c in calls) if b.src[0].arg[0] == "in"}
   keep_bufs = {b for _, b, _ in becomes} | slice_bufs | inputs
