@@ -28,7 +28,10 @@ from tiny_tensor.indexing import IndexingMixin
 
 __all__ = ["Tensor"]
 
-_all_tensors: weakref.WeakSet[Tensor] = weakref.WeakSet()
+# registries of live tensors, by id (a WeakSet would compare Tensors with ==, which builds a Tensor)
+_all_tensors: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()  # for backward
+_lazy_tensors: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()  # may hold a lazy graph
+_origin_tensors: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()  # remember a graph
 
 
 def _np_from(data: Any, dtype: DType | None) -> np.ndarray:
@@ -65,7 +68,7 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
   >>> (Tensor([1.0, 2.0]) * 2 + 1).tolist()
   [3.0, 5.0]
   """
-  __slots__ = ("uop", "requires_grad", "grad", "_origin", "__weakref__")
+  __slots__ = ("_uop", "requires_grad", "grad", "_origin_uop", "__weakref__")
 
   def __init__(self, data: Any = None, device: str | None = None, dtype: Any = None, requires_grad: bool | None = None):
     dt = to_dtype(dtype) if dtype is not None else None
@@ -91,11 +94,11 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
       else:
         raise TypeError(f"can't make a Tensor from {type(data).__name__}; valid: scalar, list, tuple, numpy array, "
                         f"bytes, UOp or None")
-    self.uop: UOp = uop
+    self.uop = uop
     self.requires_grad: bool | None = requires_grad
     self.grad: Tensor | None = None
-    self._origin: UOp | None = None  # the graph this tensor had before realize swapped it for a buffer (autograd)
-    _all_tensors.add(self)
+    self._origin_uop: UOp | None = None
+    _all_tensors[id(self)] = self
 
   @staticmethod
   def _from_numpy(arr: np.ndarray, dev: str, dt: DType | None) -> UOp:
@@ -115,8 +118,8 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
   @staticmethod
   def _new(uop: UOp, requires_grad: bool | None = None) -> Tensor:
     t = object.__new__(Tensor)
-    t.uop, t.requires_grad, t.grad, t._origin = uop, requires_grad, None, None
-    _all_tensors.add(t)
+    t.uop, t.requires_grad, t.grad, t._origin_uop = uop, requires_grad, None, None
+    _all_tensors[id(t)] = t
     return t
 
   def _wrap(self, uop: UOp, *others: Tensor) -> Tensor:
@@ -129,6 +132,26 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     return Tensor(u, device=device)
 
   # ***** properties *****
+  @property
+  def uop(self) -> UOp:
+    """The UOp graph (or realized buffer view) this tensor is."""
+    return self._uop
+
+  @uop.setter
+  def uop(self, u: UOp) -> None:
+    self._uop = u
+    if not engine.is_realized(u): _lazy_tensors[id(self)] = self
+
+  @property
+  def _origin(self) -> UOp | None:
+    """The graph this tensor had before realize swapped it for a buffer (autograd goes through it)."""
+    return self._origin_uop
+
+  @_origin.setter
+  def _origin(self, u: UOp | None) -> None:
+    self._origin_uop = u
+    if u is not None: _origin_tensors[id(self)] = self
+
   @property
   def shape(self) -> tuple[sint, ...]:
     """The shape, a tuple of ints (or symbolic UOps)."""
@@ -312,7 +335,7 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     >>> (w * w).sum().backward().item(), w.grad.tolist()
     (5.0, [2.0, 4.0])
     """
-    live = [t for t in list(_all_tensors) if t.requires_grad and dtypes.is_float(t.dtype)]
+    live = [t for t in list(_all_tensors.values()) if t.requires_grad and dtypes.is_float(t.dtype)]
     nodes = _expand_origins(self.uop, {t.uop for t in live if t._origin is None}).toposort()
     targets = [t for t in live if t.uop in nodes]
     if not targets: raise RuntimeError("backward: no tensor in the graph has requires_grad=True")
@@ -1095,7 +1118,8 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
 def _expand_origins(root: UOp, keep: set[UOp]) -> UOp:
   """root's graph with realized tensors replaced by the graphs they were computed from (not those in `keep`), so
   gradients flow through values that were realized (e.g. printed) before backward."""
-  origins = {t.uop: t._origin for t in list(_all_tensors) if t._origin is not None and t.uop not in keep}
+  origins = {t.uop: t._origin for t in list(_origin_tensors.values())
+             if t._origin is not None and t.uop not in keep}
   for _ in range(32):
     if not origins or not any(u in origins for u in root.toposort()): break
     root = root.substitute(origins)
@@ -1108,18 +1132,16 @@ def _apply_becomes(becomes: dict[UOp, UOp]) -> None:
   before is kept in `_origin` for autograd."""
   fixed = {k: (v if v.shape == k.shape else v.reshape(k.shape)) for k, v in becomes.items()}  # 0-d may come back 1-d
   lazy: list[Tensor] = []
-  for t in list(_all_tensors):
+  for t in list(_lazy_tensors.values()):
     if (n := fixed.get(t.uop)) is not None:
       if t.requires_grad is not False and t.uop.op is not Ops.ASSIGN and t._origin is None: t._origin = t.uop
       t.uop = n
-    elif not engine.is_realized(t.uop): lazy.append(t)
+    if engine.is_realized(t.uop): _lazy_tensors.pop(id(t), None)
+    else: lazy.append(t)
   if not lazy: return
-  # which lazy graphs use a realized node: one pass over the nodes they share
-  sink = UOp.sink(*dict.fromkeys(t.uop for t in lazy))
-  uses: dict[UOp, bool] = {}
-  for u in sink.toposort(gate=lambda u: not engine.is_realized(u)):
-    uses[u] = u in fixed or any(uses.get(x, False) for x in u.src)
-  todo = [t for t in lazy if uses.get(t.uop, False)]
+  # which lazy graphs use a realized node (a UOp caches its toposort, so this is a few dict lookups per tensor)
+  keys = list(fixed)
+  todo = [t for t in lazy if any(k in t.uop.toposort() for k in keys)]
   if not todo: return
   roots = list(dict.fromkeys(t.uop for t in todo))
   new = dict(zip(roots, UOp.sink(*roots).substitute(fixed, name="apply becomes").src))
