@@ -429,3 +429,18 @@ def test_stores_with_non_nesting_ranges(R):
   compile_run(R, ast, [C0, C1, A, B], threads=2)
   np.testing.assert_array_equal(C0, A)
   np.testing.assert_array_equal(C1, B * np.float32(2))
+
+
+@pytest.mark.parametrize("R", RENDERERS)
+def test_threefry(R):
+  """THREEFRY is decomposed into uint32 rounds, bit-exact with tiny_uop.alu's reference threefry2x32."""
+  from tiny_uop.alu import threefry2x32
+  n = 16
+  c, x, k = P(0, n, dtypes.uint64), P(1, n, dtypes.uint64), P(2, n, dtypes.uint64)
+  i = UOp.range(n, 0)
+  ast = c.index(i).store(x.index(i).load().alu(Ops.THREEFRY, k.index(i).load())).sink(arg=KernelInfo())
+  X = rng.integers(0, 2**63, n, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+  K = rng.integers(0, 2**63, n, dtype=np.uint64)
+  C = np.zeros(n, np.uint64)
+  compile_run(R, ast, [C, X, K])
+  assert [int(v) for v in C] == [threefry2x32(int(a), int(b)) for a, b in zip(X, K)]

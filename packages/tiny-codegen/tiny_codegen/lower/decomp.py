@@ -1,7 +1,8 @@
 """Decompositions: rewrite ops and dtypes a target lacks into ones it has.
 
 `pm_gates`: gated INDEX/LOAD/STORE whose gate folded to a constant lose the gate (true) or the access (false: a
-LOAD yields 0, a STORE disappears). `pm_decomp`: MULACC -> a*b+c (unfused, exact), BIND -> its DEFINE_VAR.
+LOAD yields 0, a STORE disappears). `pm_decomp`: MULACC -> a*b+c (unfused, exact), BIND -> its DEFINE_VAR,
+THREEFRY -> uint32 rounds.
 `bf16_to_float`: bfloat16 through float32 for renderers without bf16 arithmetic: loads and stores move the raw 16 bits
 (as uint16), math runs in float32, and float32 -> bfloat16 rounds to nearest even (NaN stays NaN).
 """
@@ -31,7 +32,28 @@ pm_gates = PatternMatcher([
   (UPat(Ops.STORE, src=(UPat(Ops.INDEX, name="idx"),), allow_any_len=True, name="st"), _gated_store),
 ], name="gates")
 
+def threefry2x32(x: UOp, key: UOp) -> UOp:
+  """THREEFRY (uint64 counter, uint64 key) -> uint64 from uint32 add/xor/shift: threefry2x32-20 (Random123), word 0
+  in the low 32 bits of each operand and of the result (bit-exact with `tiny_uop.alu.threefry2x32`)."""
+  u32, u64 = dtypes.uint32, dtypes.uint64
+
+  def c(v: int) -> UOp: return UOp.const(u32, v & 0xffffffff)
+  x0, x1 = x.cast(u32), (x >> UOp.const(u64, 32)).cast(u32)
+  k0, k1 = key.cast(u32), (key >> UOp.const(u64, 32)).cast(u32)
+  ks = (k0, k1, k0 ^ k1 ^ c(0x1BD11BDA))
+  x0, x1 = x0 + k0, x1 + k1
+  for i in range(5):
+    for r in ((13, 15, 26, 6), (17, 29, 16, 24))[i % 2]:
+      x0 = x0 + x1
+      x1 = ((x1 << c(r)) | (x1 >> c(32 - r))) ^ x0
+    x0 = x0 + ks[(i + 1) % 3]
+    x1 = x1 + ks[(i + 2) % 3] + c(i + 1)
+  return (x1.cast(u64) << UOp.const(u64, 32)) | x0.cast(u64)
+
+
 pm_decomp = PatternMatcher([
+  # threefry(x, key) -> 32-bit rounds (no target has it natively)
+  (UPat(Ops.THREEFRY, src=(UPat.var("x"), UPat.var("key"))), threefry2x32),
   # mulacc(a, b, c) -> a*b+c
   (UPat(Ops.MULACC, src=(UPat.var("a"), UPat.var("b"), UPat.var("c"))), lambda a, b, c: a * b + c),
   # bind(var, val) -> var: the value comes in as a kernel argument
