@@ -1,10 +1,10 @@
 """Launch dimensions: CPU threads (`core_id`) or GPU `SPECIAL` gidx/lidx indices.
 
 CPU-style renderers (`has_threads`): an optimizer's THREAD axis becomes `core_id`; without one, the outermost
-GLOBAL/LOOP range that every store depends on is split across
-`renderer.threads` threads: range `r` of bound N becomes `core_id*chunk + r'` with `r'` in
-[0, min(chunk, N - core_id*chunk)) and chunk = ceil(N / threads). Small kernels (fewer than
-`renderer.thread_min_work` iterations in all) run on one thread. The kernel always takes `int core_id` last.
+GLOBAL/LOOP range that every store depends on is split across `renderer.threads` threads: range `r` of bound N
+becomes `core_id*chunk + r'` with `r'` in [0, min(chunk, N - core_id*chunk)) and chunk = ceil(N / threads). Small
+kernels (fewer than `renderer.thread_min_work` iterations in all) run on one thread. The kernel always takes
+`int core_id` last.
 
 GPU-style renderers (`has_local`): GLOBAL ranges, and the constant-bound LOOP ranges every store uses, become
 SPECIAL("gidx{i}") (at most 3 dims, within `global_max`; others stay loops); LOCAL ranges become SPECIAL("lidx{i}").
