@@ -139,6 +139,9 @@ VOP3: dict[int, tuple[str, Callable[[int, int, int], int]]] = {
   0x257: ("v_and_or_b32", lambda a, b, c: (a & b) | c), 0x258: ("v_or3_b32", lambda a, b, c: a | b | c),
   0x227: ("v_div_fixup_f32", lambda a, b, c: _div_fixup(a, b, c)),
   0x31C: ("v_ldexp_f32", lambda a, b, c: bits32(_ldexp(f32(a), i32(b)))),
+  0x216: ("v_alignbit_b32", lambda a, b, c: (((a << 32) | b) >> (c & 31)) & MASK32),
+  0x245: ("v_xad_u32", lambda a, b, c: ((a ^ b) + c) & MASK32),
+  0x32E: ("v_mul_hi_i32", lambda a, b, c: ((i32(a) * i32(b)) >> 32) & MASK32),
   0x32C: ("v_mul_lo_u32", lambda a, b, c: (a * b) & MASK32), 0x32D: ("v_mul_hi_u32", lambda a, b, c: (a * b) >> 32),
 }
 VOP3_ADD_CO_U32, VOP3_SUB_CO_U32, VOP3_MAD_U64_U32, VOP3_LSHLREV_B64 = 0x300, 0x301, 0x2FE, 0x33C
@@ -325,7 +328,8 @@ def _vop3_name(op: int) -> str:
   if op < 0x200: return (VOP1[op - 0x180][0] if op - 0x180 in VOP1 else f"vop1_{op - 0x180}") + "_e64"
   if op in VOP3: return VOP3[op][0]
   return {VOP3_ADD_CO_U32: "v_add_co_u32", 0x2FC: "v_div_scale_f32", 0x237: "v_div_fmas_f32",
-          VOP3_SUB_CO_U32: "v_sub_co_u32", VOP3_MAD_U64_U32: "v_mad_u64_u32",
+          VOP3_SUB_CO_U32: "v_sub_co_u32", VOP3_MAD_U64_U32: "v_mad_u64_u32", 0x360: "v_readlane_b32",
+          0x361: "v_writelane_b32",
           VOP3_LSHLREV_B64: "v_lshlrev_b64"}.get(op, f"vop3_{op:#x}")
 
 
@@ -622,6 +626,10 @@ class Emulator:
     elif op in VOP3:
       fn = VOP3[op][1]
       for ln in w.lanes(): w.vgpr[f["vdst"]][ln] = fn(src(0, ln), src(1, ln), src(2, ln))
+    elif op == 0x360:  # v_readlane_b32 sdst(vdst field), vsrc0, lane(src1)
+      self.swrite(w, f["vdst"], w.vgpr[f["src0"] - 256][self.sread(w, f["src1"], inst) & 31])
+    elif op == 0x361:  # v_writelane_b32 vdst, ssrc0, lane(src1): ignores EXEC
+      w.vgpr[f["vdst"]][self.sread(w, f["src1"], inst) & 31] = self.sread(w, f["src0"], inst)
     elif op == 0x2FC:  # v_div_scale_f32: D = S0 (no rescaling needed for float32 inputs in double math), VCC = 0
       for ln in w.lanes(): w.vgpr[f["vdst"]][ln] = src(0, ln)
       self.swrite(w, f["sdst"], 0)
