@@ -32,6 +32,7 @@ __all__ = ["Tensor"]
 _all_tensors: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()  # for backward
 _lazy_tensors: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()  # may hold a lazy graph
 _origin_tensors: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()  # remember a graph
+_scalar_cache: dict[tuple, UOp] = {}  # (dtype, repr(value), device, shape) -> the broadcast constant
 
 
 def _np_from(data: Any, dtype: DType | None) -> np.ndarray:
@@ -373,6 +374,14 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
 
   def _broadcasted(self, y: Any, reverse: bool = False, match_dtype: bool = True) -> tuple[Tensor, Tensor]:
     x: Tensor = self
+    if type(y) in (int, float, bool) and (dtypes.is_float(x.dtype) or (dtypes.is_int(x.dtype) and type(y) is int)):
+      # hot path: a Python scalar that takes this tensor's dtype, already broadcast to its shape (cached)
+      key = (x.dtype, repr(y), x.device, x.shape)
+      if (cu := _scalar_cache.get(key)) is None:
+        if len(_scalar_cache) > 512: _scalar_cache.clear()
+        cu = _scalar_cache[key] = self._const_for(y)._broadcast_to(x.shape).uop
+      yt = Tensor._new(cu, False)
+      return (yt, x) if reverse else (x, yt)
     yt = y if isinstance(y, Tensor) else self._const_for(y)
     if x.device != yt.device: raise RuntimeError(f"tensors on different devices: {x.device} and {yt.device}")
     if match_dtype and x.dtype != yt.dtype:
