@@ -19,6 +19,19 @@ CL_PROGRAM_BUILD_LOG, CL_DEVICE_EXTENSIONS = 0x1183, 0x1030
 vp, sz = ctypes.c_void_p, ctypes.c_size_t
 
 
+CL_RGBA, CL_FLOAT, CL_MEM_OBJECT_IMAGE2D = 0x10B5, 0x10DE, 0x10F1
+
+
+class ImageFormat(ctypes.Structure):
+  _fields_ = [("order", ctypes.c_uint32), ("type", ctypes.c_uint32)]
+
+
+class ImageDesc(ctypes.Structure):
+  _fields_ = [("type", ctypes.c_uint32), ("width", sz), ("height", sz), ("depth", sz), ("array_size", sz),
+              ("row_pitch", sz), ("slice_pitch", sz), ("num_mip_levels", ctypes.c_uint32),
+              ("num_samples", ctypes.c_uint32), ("buffer", vp)]
+
+
 class CLError(RuntimeError):
   """An OpenCL call failed; carries the error code (and the build log for builds)."""
 
@@ -47,6 +60,8 @@ def _lib() -> Any:
     "clEnqueueReadBuffer": (ctypes.c_int32, [vp, vp, u32, sz, sz, vp, u32, vp, vp]),
     "clFinish": (ctypes.c_int32, [vp]),
     "clGetDeviceInfo": (ctypes.c_int32, [vp, u32, sz, vp, vp]),
+    "clCreateImage": (vp, [vp, u64, ctypes.POINTER(ImageFormat), ctypes.POINTER(ImageDesc), vp, i32p]),
+    "clEnqueueReadImage": (ctypes.c_int32, [vp, vp, u32, vp, vp, sz, sz, vp, u32, vp, vp]),
     "clReleaseMemObject": (ctypes.c_int32, [vp]),
   }
   for fn, (res, args) in sigs.items():
@@ -113,8 +128,14 @@ def run(spec: Any, bufs: list[np.ndarray], vals: tuple[int, ...] = ()) -> None:
   for slot in spec.globals:
     a = bufs[slot]
     flags = CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR
-    m = cl.clCreateBuffer(ctx, flags, max(a.nbytes, 1), a.ctypes.data, ctypes.byref(err))
-    _check(err.value, "clCreateBuffer")
+    if a.ndim == 3 and a.shape[2] == 4 and a.dtype == np.float32:  # an RGBA float image of (height, width, 4)
+      desc = ImageDesc(CL_MEM_OBJECT_IMAGE2D, a.shape[1], a.shape[0], 1, 1, 0, 0, 0, 0, None)
+      m = cl.clCreateImage(ctx, flags, ctypes.byref(ImageFormat(CL_RGBA, CL_FLOAT)), ctypes.byref(desc),
+                           a.ctypes.data, ctypes.byref(err))
+      _check(err.value, "clCreateImage")
+    else:
+      m = cl.clCreateBuffer(ctx, flags, max(a.nbytes, 1), a.ctypes.data, ctypes.byref(err))
+      _check(err.value, "clCreateBuffer")
     mems.append(vp(m))
   for i, m in enumerate(mems): _check(cl.clSetKernelArg(k, i, 8, ctypes.byref(m)), f"clSetKernelArg({i})")
   for j, v in enumerate(vals):
@@ -126,6 +147,10 @@ def run(spec: Any, bufs: list[np.ndarray], vals: tuple[int, ...] = ()) -> None:
          "clEnqueueNDRangeKernel")
   for slot, m in zip(spec.globals, mems):
     a = bufs[slot]
-    _check(cl.clEnqueueReadBuffer(q, m, 1, 0, a.nbytes, a.ctypes.data, 0, None, None), "clEnqueueReadBuffer")
+    if a.ndim == 3 and a.shape[2] == 4 and a.dtype == np.float32:
+      origin, region = (sz * 3)(0, 0, 0), (sz * 3)(a.shape[1], a.shape[0], 1)
+      _check(cl.clEnqueueReadImage(q, m, 1, origin, region, 0, 0, a.ctypes.data, 0, None, None), "clEnqueueReadImage")
+    else:
+      _check(cl.clEnqueueReadBuffer(q, m, 1, 0, a.nbytes, a.ctypes.data, 0, None, None), "clEnqueueReadBuffer")
   _check(cl.clFinish(q), "clFinish")
   for m in mems: cl.clReleaseMemObject(m)

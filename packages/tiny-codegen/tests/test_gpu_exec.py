@@ -204,3 +204,36 @@ def test_vector_load_store_run(target):
   C = np.zeros(64, np.float32)
   run_linear(target, prg, [C, A], (16, 1, 1), (1, 1, 1))
   np.testing.assert_array_equal(C, A * 2)
+
+
+def image_program(h: int, w: int) -> list[UOp]:
+  """out_image[y, x] = in_image[y, x+1] * 2 + 1 (float4 texels; the last column reads outside: a gated load -> 0)."""
+  out, img = UOp(Ops.PARAM, dtypes.imagef((h, w, 4)), arg=0), UOp(Ops.PARAM, dtypes.imagef((h, w, 4)), arg=1)
+  x = UOp(Ops.SPECIAL, dtypes.int32, (UOp.const(dtypes.int32, w),), "lidx0")
+  y = UOp(Ops.SPECIAL, dtypes.int32, (UOp.const(dtypes.int32, h),), "gidx0")
+  x1 = x + UOp.const(dtypes.int32, 1)
+  src_xy = UOp(Ops.VECTORIZE, dtypes.int32.vec(2), (x1, y))
+  texel = UOp(Ops.LOAD, dtypes.float.vec(4), (img.index(src_xy, x1 < UOp.const(dtypes.int32, w)),))
+  val = texel * UOp(Ops.VECTORIZE, dtypes.float.vec(4), (UOp.const(dtypes.float, 2.0),) * 4) + \
+    UOp(Ops.VECTORIZE, dtypes.float.vec(4), (UOp.const(dtypes.float, 1.0),) * 4)
+  st = UOp(Ops.STORE, dtypes.void, (out.index(UOp(Ops.VECTORIZE, dtypes.int32.vec(2), (x, y))), val))
+  return list(UOp(Ops.SINK, dtypes.void, (st,), KernelInfo("img")).toposort())
+
+
+def test_image_kernel_text():
+  cl = OpenCLRenderer().render(image_program(3, 5))
+  assert "write_only image2d_t data0, read_only image2d_t data1)" in cl and "__constant sampler_t smp" in cl
+  assert "read_imagef(data1, smp, vec" in cl and "write_imagef(data0, vec" in cl
+  if find_clang() is not None: OpenCLCompiler().compile(cl)
+
+
+@needs_pocl
+def test_image_kernel_runs_on_pocl():
+  h, w = 3, 5
+  A = rng.standard_normal((h, w, 4)).astype(np.float32)
+  C = np.zeros((h, w, 4), np.float32)
+  spec = SimpleNamespace(name="img", src=OpenCLRenderer().render(image_program(h, w)), globals=[0, 1],
+                         global_size=(h, 1, 1), local_size=(w, 1, 1))
+  clr.run(spec, [C, A])
+  ref = np.concatenate([A[:, 1:] * 2 + 1, np.ones((h, 1, 4), np.float32)], axis=1)
+  np.testing.assert_array_equal(C, ref)

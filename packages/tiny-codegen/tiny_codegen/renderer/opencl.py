@@ -8,6 +8,11 @@ then DEFINE_VARs in name order (docs/PIPELINE.md §4, GPU-style). `SPECIAL` gidx
 (OpenCL forbids `bool` in kernel arguments); bfloat16 goes through float32 (lowering's `bf16_to_float`).
 `FP_CONTRACT OFF`: a*b+c is never fused. Transcendentals are OpenCL's builtins (`exp2`, `log2`, `sin`, `sqrt`:
 within a few ulp, the spec's limits).
+
+Images (Adreno-style `dtypes.imagef/imageh((height, width, 4))` PARAMs): a `read_only`/`write_only image2d_t`
+argument; INDEX takes an int2 (x, y) texel coordinate, LOAD is `read_imagef/h` (float4/half4, nearest, clamped;
+a gated load yields 0) and STORE `write_imagef/h`. The scheduler doesn't make images yet (no IMAGE=1 pipeline):
+kernels with image PARAMs come from hand-built programs.
 """
 from __future__ import annotations
 
@@ -15,7 +20,7 @@ import math
 from typing import Callable
 
 from tiny_uop.device import Renderer
-from tiny_uop.dtype import INVERSE_DTYPES_DICT, AddrSpace, DType, PtrDType, dtypes, round_float
+from tiny_uop.dtype import INVERSE_DTYPES_DICT, AddrSpace, DType, ImageDType, PtrDType, dtypes, round_float
 from tiny_uop.uop import AXIS_LETTER, Ops, UOp
 
 from tiny_codegen.compiler.opencl import OpenCLCompiler
@@ -104,7 +109,10 @@ class OpenCLRenderer(Renderer):
     """OpenCL C source of the kernel `uops` (ending in a SINK whose arg is a KernelInfo carrying the name)."""
     name = getattr(uops[-1].arg, "name", "kernel")
     params, dvars = kernel_params(uops)
-    args = [f"{self.render_dtype(p.dtype)} restrict data{p.arg}" for p in params]
+    stored = {u.src[0].src[0] for u in uops if u.op is Ops.STORE and u.src[0].op is Ops.INDEX}
+    args = [f"{'write_only' if p in stored else 'read_only'} image2d_t data{p.arg}" if isinstance(p.dtype, ImageDType)
+            else f"{self.render_dtype(p.dtype)} restrict data{p.arg}" for p in params]
+    images: dict[UOp, tuple[str, str]] = {}  # image INDEX -> (image, int2 coordinate)
     seen_vars: set[str] = set()
     for v in dvars:
       if v.arg[0] not in seen_vars: args.append(f"const int {v.arg[0]}")
@@ -156,14 +164,31 @@ class OpenCLRenderer(Renderer):
         depth += 1
       elif op is Ops.BARRIER: emit("barrier(CLK_LOCAL_MEM_FENCE);")
       elif op is Ops.INDEX:
-        r[u] = f"({s[0]}+{s[1]})"
+        if isinstance(src[0].dtype, ImageDType):
+          if src[1].dtype != dtypes.int32.vec(2):
+            raise TypeError(f"image INDEX needs an int2 (x, y), got {src[1].dtype}")
+          images[u] = (s[0], s[1])
+        else: r[u] = f"({s[0]}+{s[1]})"
         if len(src) > 2: gates[u] = s[2]
+      elif op is Ops.LOAD and src[0] in images:
+        img, coord = images[src[0]]
+        r[u] = fresh("val")
+        suf = "h" if src[0].src[0].dtype.base == dtypes.float16 else "f"
+        ld = f"read_image{suf}({img}, smp, {coord})"
+        if src[0] in gates: ld = f"({gates[src[0]]}?{ld}:({self.render_dtype(dt)})(0))"
+        emit(f"{self.render_dtype(dt)} {r[u]} = {ld};")
+      elif op is Ops.STORE and src[0] in images:
+        img, coord = images[src[0]]
+        suf = "h" if src[0].src[0].dtype.base == dtypes.float16 else "f"
+        st = f"write_image{suf}({img}, {coord}, {s[1]});"
+        emit(f"if ({gates[src[0]]}) {st}" if src[0] in gates else st)
       elif op is Ops.LOAD:
         r[u] = fresh("val")
         ptr = s[0] if dt.count == 1 else f"(({self.render_dtype(src[0].dtype).replace('*', '')}{dt.count}*){s[0]})"
         ld = f"(*{ptr})"
         if dt.scalar() == dtypes.bool: ld = f"({ld}!=0)"
-        if src[0] in gates: ld = f"({gates[src[0]]}?{ld}:{self.render_const(0, dt) if dt.count == 1 else '0'})"
+        zero = self.render_const(0, dt) if dt.count == 1 else f"({self.render_dtype(dt)})(0)"
+        if src[0] in gates: ld = f"({gates[src[0]]}?{ld}:{zero})"
         emit(f"{self.render_dtype(dt)} {r[u]} = {ld};")
       elif op is Ops.STORE:
         vdt = src[1].dtype
@@ -199,4 +224,6 @@ class OpenCLRenderer(Renderer):
     prefix = "#pragma OPENCL FP_CONTRACT OFF\n"  # IEEE in source order, like the CPU renderers (no a*b+c -> fma)
     if dtypes.float16 in scalars: prefix += "#pragma OPENCL EXTENSION cl_khr_fp16 : enable\n"
     if dtypes.float64 in scalars: prefix += "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"
+    if any(u.op is Ops.LOAD and u.src[0] in images for u in uops):
+      prefix += "__constant sampler_t smp = CLK_NORMALIZED_COORDS_FALSE | CLK_ADDRESS_CLAMP | CLK_FILTER_NEAREST;\n"
     return f"{prefix}__kernel void {name}({', '.join(args)}) {{\n" + "\n".join(lines) + "\n}\n"
