@@ -272,6 +272,7 @@ def _schedule(sink: UOp, merge: bool = True, safe_assign: bool = False) -> _Temp
     while True:
       try: return kernel_once(r, extra, also)
       except Recompute as e:
+        if e.node in set(also) | {u for u, _ in extra}: raise MergeFailed("a value stored here is recomputed") from e
         if e.node in bufs: raise RuntimeError(f"scheduler: realizing {e.node.op} did not stop its recomputation") from e
         kernel(e.node)  # every source of it comes earlier in graph order, so it can be built now
 
@@ -372,7 +373,10 @@ def _schedule(sink: UOp, merge: bool = True, safe_assign: bool = False) -> _Temp
         for u in merges[r]: kernel(u)
     also = _siblings(r, pending_roots, realize, built) if merge and r in roots and r.op is not Ops.ASSIGN else ()
     grouped.update(also)
-    kernel(r, also=also)
+    try: kernel(r, also=also)
+    except MergeFailed:  # the siblings get their own kernels when their turn comes
+      grouped.difference_update(also)
+      kernel(r)
 
   for i, reads in enumerate(call_reads):
     deps[i] |= {buf_producer[b] for b in reads if b in buf_producer and buf_producer[b] != i}
