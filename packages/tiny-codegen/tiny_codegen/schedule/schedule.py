@@ -6,8 +6,12 @@ Stages (docs/PIPELINE.md §2):
 2. decide what is realized: the requested values, CONTIGUOUS, COPY (and its source), ASSIGN, and every REDUCE_AXIS
    that reads memory and whose result is broadcast (EXPAND) or used by more than one kernel;
 3. build one kernel per realized value by walking toward its inputs with index expressions (`indexing.py`); a value
-   that is only a contiguous view of a buffer costs no kernel (a reshape of it, or a SLICE view at an offset);
-4. order the CALLs by read-after-write and write-after-read dependencies, then let the memory planner reuse freed
+   that is only a contiguous view of a buffer costs no kernel (a reshape of it, or a SLICE view at an offset).
+   Kernels may store several outputs: a reduce read at the output index of another reduce (softmax's max in its
+   sum's kernel), assigns read element-wise by another assign (an optimizer's moments in its parameter update), and
+   independent requested values of one shape. A value recomputed at too many indices gets its own kernel instead;
+4. order the CALLs by read-after-write and write-after-read dependencies (when assigns can't be ordered, e.g. a swap,
+   values go through temporaries and original contents are snapshotted), then let the memory planner reuse freed
    intermediate buffers;
 5. put the caller's buffers back in place of the placeholders (the cached part is steps 2-4).
 """
