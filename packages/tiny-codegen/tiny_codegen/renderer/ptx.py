@@ -42,7 +42,9 @@ _TYPES: dict[DType, tuple[str, str]] = {
 _REG_DECL = {"p": "pred", "rs": "b16", "r": "b32", "f": "f32", "rd": "b64", "fd": "f64"}
 # in-memory type of a scalar for ld/st
 _MEM = {dtypes.bool: "u8", dtypes.int8: "s8", dtypes.uint8: "u8", dtypes.float16: "b16"}
-_PTX_VERSION = {70: "6.0", 72: "6.1", 75: "6.5", 80: "7.0", 86: "7.1", 87: "7.4", 89: "7.8", 90: "7.8"}
+# the oldest PTX ISA version that knows each target (PTX ISA "Release Notes"); m16n8k8 mma needs 6.5
+_PTX_VERSION = {70: "6.0", 72: "6.1", 75: "6.5", 80: "7.0", 86: "7.1", 87: "7.4", 89: "7.8", 90: "7.8", 100: "8.6",
+                101: "8.6", 103: "8.8", 110: "9.0", 120: "8.7", 121: "8.8"}
 
 
 def ptx_type(dt: DType) -> str:
@@ -126,7 +128,7 @@ class PTXRenderer(Renderer):
   def supported_dtypes(self) -> tuple[DType, ...]: return tuple(_TYPES)
 
   @property
-  def ptx_version(self) -> str: return _PTX_VERSION.get(self.sm, "7.8")
+  def ptx_version(self) -> str: return _PTX_VERSION.get(self.sm, "7.8" if self.sm < 100 else "9.0")
 
   def render(self, uops: list[UOp]) -> str:
     """PTX of the kernel `uops` (ending in a SINK whose arg is a KernelInfo carrying the name)."""
