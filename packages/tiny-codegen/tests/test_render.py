@@ -155,4 +155,4 @@ def test_c_max_chain_stays_linear():
   x = a.index(UOp.const(dtypes.index, 0)).load()
   for k in range(1, 32): x = x.maximum(a.index(UOp.const(dtypes.index, k)).load() * 2.0)
   src = render(ClangRenderer, c.index(UOp.const(dtypes.index, 0)).store(x).sink(arg=KernelInfo("E_max")))
-  assert len(src) < 5000
+  assert len(src) < 12000  # ~200 characters per MAX; inlined, it would be 2**31 times more

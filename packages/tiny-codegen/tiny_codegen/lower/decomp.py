@@ -2,7 +2,8 @@
 
 `pm_gates`: gated INDEX/LOAD/STORE whose gate folded to a constant lose the gate (true) or the access (false: a
 LOAD yields 0, a STORE disappears). `pm_decomp`: MULACC -> a*b+c (unfused, exact), BIND -> its DEFINE_VAR,
-THREEFRY -> uint32 rounds.
+THREEFRY -> uint32 rounds, and the reference semantics (tiny_uop.alu) where hardware differs: integer division by 0
+or -1, shift counts modulo the width, float CDIV as trunc(a/b), TRUNC of an int.
 `bf16_to_float`: bfloat16 through float32 for renderers without bf16 arithmetic: loads and stores move the raw 16 bits
 (as uint16), math runs in float32, and float32 -> bfloat16 rounds to nearest even (NaN stays NaN).
 """
@@ -51,7 +52,43 @@ def threefry2x32(x: UOp, key: UOp) -> UOp:
   return (x1.cast(u64) << UOp.const(u64, 32)) | x0.cast(u64)
 
 
+def _is_int(x: UOp) -> bool: return dtypes.is_int(x.dtype)
+
+
+def _safe_div(d: UOp) -> UOp | None:
+  """Integer CDIV/CMOD with a divisor that may be 0 (or -1, signed): x/0 = x%0 = 0 and INT_MIN/-1 wraps, as the
+  reference semantics (tiny_uop.alu) define; hardware traps on both."""
+  x, y = d.src
+  if not _is_int(d) or y.vmin > 0 or (y.vmax < -1 if not dtypes.is_unsigned(y.dtype) else False): return None
+  if y.op is Ops.WHERE and y.src[1].op is Ops.CONST and y.src[1].arg == 1: return None  # already guarded
+  one, zero = y.const_like(1), d.const_like(0)
+  bad0 = y.eq(0)
+  signed = not dtypes.is_unsigned(y.dtype)
+  badm1 = y.eq(-1) if signed else None
+  bad = bad0 | badm1 if badm1 is not None else bad0
+  ys = bad.where(one, y)
+  if d.op is Ops.CMOD: return bad.where(zero, x % ys)
+  q = x // ys
+  return bad0.where(zero, badm1.where(-x, q) if badm1 is not None else q)
+
+
+def _mask_shift(s: UOp) -> UOp | None:
+  """SHL/SHR take the count modulo the bit width (what x86 does; C and LLVM leave larger counts undefined)."""
+  x, y = s.src
+  bits = x.dtype.scalar().itemsize * 8
+  if not _is_int(s) or (0 <= y.vmin and y.vmax < bits): return None
+  if y.op is Ops.AND and y.src[1].op is Ops.CONST and y.src[1].arg == bits - 1: return None  # already masked
+  return s.replace(src=(x, y & (bits - 1)))
+
+
 pm_decomp = PatternMatcher([
+  # x / y, x % y (ints, y may be 0 or -1) -> guarded; x // y (floats) -> trunc(x / y)
+  (UPat((Ops.CDIV, Ops.CMOD), name="d"), _safe_div),
+  (UPat(Ops.CDIV, dtype=tuple(dtypes.floats), src=(UPat.var("x"), UPat.var("y"))), lambda x, y: (x / y).trunc()),
+  # x << y, x >> y -> count & (bits-1) where it may be out of range
+  (UPat((Ops.SHL, Ops.SHR), name="s"), _mask_shift),
+  # trunc(x) -> x (ints)
+  (UPat(Ops.TRUNC, src=(UPat.var("x"),)), lambda x: x if _is_int(x) else None),
   # threefry(x, key) -> 32-bit rounds (no target has it natively)
   (UPat(Ops.THREEFRY, src=(UPat.var("x"), UPat.var("key"))), threefry2x32),
   # mulacc(a, b, c) -> a*b+c

@@ -26,7 +26,16 @@ def _math(fn: str) -> Callable[[list[str], DType], str]:
   return render
 
 
-def _max(s: list[str], dt: DType) -> str: return f"(({s[0]}>{s[1]})?{s[0]}:{s[1]})"
+def _max(s: list[str], dt: DType) -> str:
+  if not dtypes.is_float(dt): return f"(({s[0]}>{s[1]})?{s[0]}:{s[1]})"
+  # as numpy's maximum: NaN propagates (a+b is NaN), and of two equal zeros +0 wins (-0 + +0 = +0)
+  a, b = s
+  return f"((({a}!={a})|({b}!={b}))?({a}+{b}):(({a}>{b})?{a}:(({b}>{a})?{b}:(({a}==0)?({a}+{b}):{a}))))"
+
+
+def _mod(s: list[str], dt: DType) -> str:
+  if dtypes.is_float(dt): return f"__builtin_fmod{_fsuf(dt)}({s[0]}, {s[1]})"
+  return f"({s[0]}%{s[1]})"
 
 
 def _neg(s: list[str], dt: DType) -> str: return f"(!{s[0]})" if dt == dtypes.bool else f"(-{s[0]})"
@@ -43,7 +52,7 @@ def _shr(s: list[str], dt: DType) -> str: return f"({s[0]}>>{s[1]})"
 BASE_CODE: dict[Ops, Callable[[list[str], DType], str]] = {
   Ops.ADD: lambda s, dt: f"({s[0]}+{s[1]})", Ops.SUB: lambda s, dt: f"({s[0]}-{s[1]})",
   Ops.MUL: lambda s, dt: f"({s[0]}*{s[1]})", Ops.FDIV: lambda s, dt: f"({s[0]}/{s[1]})",
-  Ops.CDIV: lambda s, dt: f"({s[0]}/{s[1]})", Ops.CMOD: lambda s, dt: f"({s[0]}%{s[1]})",
+  Ops.CDIV: lambda s, dt: f"({s[0]}/{s[1]})", Ops.CMOD: _mod,
   Ops.SHL: lambda s, dt: f"({s[0]}<<{s[1]})", Ops.SHR: _shr,
   Ops.CMPLT: lambda s, dt: f"({s[0]}<{s[1]})", Ops.CMPNE: lambda s, dt: f"({s[0]}!={s[1]})",
   Ops.CMPEQ: lambda s, dt: f"({s[0]}=={s[1]})",

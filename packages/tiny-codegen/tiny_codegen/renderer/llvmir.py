@@ -139,6 +139,7 @@ class _LLVMEmitter:
     elif op is Ops.RECIPROCAL:
       one = f"splat ({ltype(sdt.scalar())} 1.0)" if sdt.count > 1 else "1.0"
       self.emit(f"{out} = fdiv {t} {one}, {a[0]}")
+    elif op is Ops.MAX and isf: return self.intrinsic("maximum", sdt, a)  # NaN propagates, max(-0, +0) = +0
     elif op is Ops.MAX:
       cmp = self.tmp()
       self.emit(f"{cmp} = {'fcmp ogt' if isf else ('icmp ugt' if isu or isb else 'icmp sgt')} {t} {a[0]}, {a[1]}")
@@ -152,8 +153,9 @@ class _LLVMEmitter:
       self.emit(f"{m} = {'fmul' if isf else 'mul'} {t} {a[0]}, {a[1]}")
       self.emit(f"{out} = {'fadd' if isf else 'add'} {t} {m}, {a[2]}")
     else:
-      if isf: inst = {Ops.ADD: "fadd", Ops.SUB: "fsub", Ops.MUL: "fmul", Ops.FDIV: "fdiv"}.get(op)
-      elif isb: inst = {Ops.ADD: "or", Ops.MUL: "and", Ops.AND: "and", Ops.OR: "or", Ops.XOR: "xor"}.get(op)
+      if isf: inst = {Ops.ADD: "fadd", Ops.SUB: "fsub", Ops.MUL: "fmul", Ops.FDIV: "fdiv", Ops.CMOD: "frem"}.get(op)
+      elif isb:
+        inst = {Ops.ADD: "or", Ops.MUL: "and", Ops.SUB: "xor", Ops.AND: "and", Ops.OR: "or", Ops.XOR: "xor"}.get(op)
       else:
         inst = {Ops.ADD: "add", Ops.SUB: "sub", Ops.MUL: "mul", Ops.CDIV: "udiv" if isu else "sdiv",
                 Ops.CMOD: "urem" if isu else "srem", Ops.SHL: "shl", Ops.SHR: "lshr" if isu else "ashr",
