@@ -83,6 +83,31 @@ def _f16_bits(x: float) -> int:
   except OverflowError: return 0x7C00 | (0x8000 if x < 0 else 0)
 
 
+def f64(bits: int) -> float: return struct.unpack("<d", struct.pack("<Q", bits & MASK64))[0]
+def bits64(x: float) -> int: return struct.unpack("<Q", struct.pack("<d", x))[0]
+
+
+# inline float constants for 64-bit float operands (operand codes 240..248)
+INLINE_F64 = {k: bits64(f32(v)) if k != 248 else 0x3FC45F306DC9C882 for k, v in INLINE_F32.items()}
+
+
+def _fd(fn: Callable[..., float]) -> Callable[..., int]:
+  """A float64 op on 64-bit patterns."""
+  def op(*a: int) -> int:
+    try: return bits64(fn(*map(f64, a)))
+    except OverflowError: return 0x7FF0000000000000
+    except (ValueError, ZeroDivisionError): return 0x7FF8000000000000
+  return op
+
+
+def _div_fixup64(den: int, num: int) -> int:
+  n, d = f64(num), f64(den)
+  if math.isnan(n) or math.isnan(d): return 0x7FF8000000000000
+  if d == 0: return 0x7FF8000000000000 if n == 0 else (0x7FF0000000000000 | ((num ^ den) & (1 << 63)))
+  if math.isinf(d): return 0x7FF8000000000000 if math.isinf(n) else (num ^ den) & (1 << 63)
+  return bits64(n / d)
+
+
 def _ff(fn: Callable[..., float]) -> Callable[..., int]:
   """A float32 op on bit patterns: decode the operands, compute in double, round to float32."""
   return lambda *a: bits32(fn(*map(f32, a)))
@@ -103,12 +128,15 @@ VOP1: dict[int, tuple[str, Callable[[int], int]]] = {
   42: ("v_rcp_f32", _ff(_rcp)), 43: ("v_rcp_iflag_f32", _ff(_rcp)),
   51: ("v_sqrt_f32", _ff(_sqrt)),
   **{17 + n: (f"v_cvt_f32_ubyte{n}", lambda a, n=n: bits32(float((a >> (8 * n)) & 0xFF))) for n in range(4)},
-  55: ("v_not_b32", lambda a: ~a & MASK32),
+  55: ("v_not_b32", lambda a: ~a & MASK32), 56: ("v_bfrev_b32", lambda a: int(f"{a:032b}"[::-1], 2)),
 }
 # VOP2: op -> (name, fn(src0, src1) -> bits); v_cndmask/v_fmac/carry ops are handled in execute
 VOP2: dict[int, tuple[str, Callable[[int, int], int]]] = {
   3: ("v_add_f32", _ff(lambda a, b: a + b)), 4: ("v_sub_f32", _ff(lambda a, b: a - b)),
   5: ("v_subrev_f32", _ff(lambda a, b: b - a)), 8: ("v_mul_f32", _ff(lambda a, b: a * b)),
+  9: ("v_mul_i32_i24", lambda a, b: (sext(a & 0xFFFFFF, 24) * sext(b & 0xFFFFFF, 24)) & MASK32),
+  10: ("v_mul_hi_i32_i24", lambda a, b: ((sext(a & 0xFFFFFF, 24) * sext(b & 0xFFFFFF, 24)) >> 32) & MASK32),
+  12: ("v_mul_hi_u32_u24", lambda a, b: ((a & 0xFFFFFF) * (b & 0xFFFFFF)) >> 32),
   11: ("v_mul_u32_u24", lambda a, b: ((a & 0xFFFFFF) * (b & 0xFFFFFF)) & MASK32),
   15: ("v_min_f32", _ff(_fmin)), 16: ("v_max_f32", _ff(_fmax)),
   17: ("v_min_i32", lambda a, b: min(i32(a), i32(b)) & MASK32),
@@ -145,7 +173,24 @@ VOP3: dict[int, tuple[str, Callable[[int, int, int], int]]] = {
   0x32C: ("v_mul_lo_u32", lambda a, b, c: (a * b) & MASK32), 0x32D: ("v_mul_hi_u32", lambda a, b, c: (a * b) >> 32),
 }
 VOP3_ADD_CO_U32, VOP3_SUB_CO_U32, VOP3_MAD_U64_U32, VOP3_LSHLREV_B64 = 0x300, 0x301, 0x2FE, 0x33C
-VOP3SD = {0x120, 0x121, 0x122, 0x2FC, 0x2FE, 0x2FF, 0x300, 0x301, 0x302}  # ops with a scalar carry-out in bits 14:8
+# float64 VOP3 ops: op -> (name, fn on 64-bit patterns); ldexp takes an int32 second operand
+VOP3_F64: dict[int, tuple[str, Callable[..., int]]] = {
+  0x214: ("v_fma_f64", _fd(lambda a, b, c: a * b + c)), 0x327: ("v_add_f64", _fd(lambda a, b: a + b)),
+  0x328: ("v_mul_f64", _fd(lambda a, b: a * b)), 0x329: ("v_min_f64", _fd(_fmin)), 0x32A: ("v_max_f64", _fd(_fmax)),
+  0x228: ("v_div_fixup_f64", lambda q, d, n: _div_fixup64(d, n)),
+}
+VOP1_F64 = {  # op -> (name, source is f64, destination is f64, fn)
+  3: ("v_cvt_i32_f64", True, False, lambda x: _cvt_i32(f64(x))),
+  4: ("v_cvt_f64_i32", False, True, lambda a: bits64(i32(a))),
+  21: ("v_cvt_u32_f64", True, False, lambda x: _cvt_u32(f64(x))),
+  22: ("v_cvt_f64_u32", False, True, lambda a: bits64(a)),
+  23: ("v_trunc_f64", True, True, _fd(lambda x: x if math.isinf(x) or math.isnan(x) else float(math.trunc(x)))),
+  24: ("v_ceil_f64", True, True, _fd(lambda x: x if math.isinf(x) or math.isnan(x) else float(math.ceil(x)))),
+  26: ("v_floor_f64", True, True, _fd(lambda x: x if math.isinf(x) or math.isnan(x) else float(math.floor(x)))),
+  47: ("v_rcp_f64", True, True, _fd(_rcp)), 52: ("v_sqrt_f64", True, True, _fd(_sqrt)),
+}
+# ops with a scalar carry-out (sdst) in bits 14:8
+VOP3SD = {0x120, 0x121, 0x122, 0x2FC, 0x2FD, 0x2FE, 0x2FF, 0x300, 0x301, 0x302}
 # VOPC: compare kinds by (op & 0x7F) >> 3 group; cmp functions by op & 7 (f, lt, eq, le, gt, ne/lg, ge, t)
 _CMP = [lambda a, b: False, lambda a, b: a < b, lambda a, b: a == b, lambda a, b: a <= b, lambda a, b: a > b,
         lambda a, b: a != b, lambda a, b: a >= b, lambda a, b: True]
@@ -174,6 +219,9 @@ def vopc_compare(op: int) -> tuple[str, Callable[[int, int], bool]]:
   """The name and per-lane predicate of VOPC opcode `op` (0x10.. f32, 0x40.. i32, 0x48.. u32)."""
   base = op & 0x7F
   if base == 0x7E: return f"v_cmp{'x' if op & 0x80 else ''}_class_f32", lambda a, b: bool(b >> fp_class(a) & 1)
+  if 0x20 <= base < 0x30:
+    fn64 = _F32_FN[base - 0x10]
+    return f"v_cmp{'x' if op & 0x80 else ''}_{_F32_CMP[base - 0x10]}_f64", lambda a, b: fn64(f64(a), f64(b))
   if base in _F32_CMP:
     fn = _F32_FN[base]
     return f"v_cmp{'x' if op & 0x80 else ''}_{_F32_CMP[base]}_f32", lambda a, b: fn(f32(a), f32(b))
@@ -298,8 +346,8 @@ def decode(code: bytes | memoryview, pc: int = 0) -> Inst:
     return lit(Inst("VOP3", op, f, 8, _vop3_name(op)), f["src0"], f["src1"], f["src2"])
   if w0 >> 25 == 0b0111111:
     op = _bits(w0, 9, 8)
-    return lit(Inst("VOP1", op, {"vdst": _bits(w0, 17, 8), "src0": w0 & 0x1FF}, 4, VOP1[op][0] if op in VOP1 else
-                    f"vop1_{op}"), w0 & 0x1FF)
+    name = VOP1[op][0] if op in VOP1 else VOP1_F64[op][0] if op in VOP1_F64 else f"vop1_{op}"
+    return lit(Inst("VOP1", op, {"vdst": _bits(w0, 17, 8), "src0": w0 & 0x1FF}, 4, name), w0 & 0x1FF)
   if w0 >> 25 == 0b0111110:
     op = _bits(w0, 17, 8)
     try: name = vopc_compare(op)[0]
@@ -327,7 +375,10 @@ def _vop3_name(op: int) -> str:
     return (VOP2[op - 0x100][0] if op - 0x100 in VOP2 else VOP2_SPECIAL.get(op - 0x100, f"vop2_{op - 0x100}")) + "_e64"
   if op < 0x200: return (VOP1[op - 0x180][0] if op - 0x180 in VOP1 else f"vop1_{op - 0x180}") + "_e64"
   if op in VOP3: return VOP3[op][0]
-  return {VOP3_ADD_CO_U32: "v_add_co_u32", 0x2FC: "v_div_scale_f32", 0x237: "v_div_fmas_f32",
+  if op in VOP3_F64: return VOP3_F64[op][0]
+  if 0x180 <= op < 0x200 and op - 0x180 in VOP1_F64: return VOP1_F64[op - 0x180][0] + "_e64"
+  return {0x33D: "v_lshrrev_b64", 0x33E: "v_ashrrev_i64", 0x32B: "v_ldexp_f64", 0x2FD: "v_div_scale_f64",
+          0x238: "v_div_fmas_f64", VOP3_ADD_CO_U32: "v_add_co_u32", 0x2FC: "v_div_scale_f32", 0x237: "v_div_fmas_f32",
           VOP3_SUB_CO_U32: "v_sub_co_u32", VOP3_MAD_U64_U32: "v_mad_u64_u32", 0x360: "v_readlane_b32",
           0x361: "v_writelane_b32",
           VOP3_LSHLREV_B64: "v_lshlrev_b64"}.get(op, f"vop3_{op:#x}")
@@ -517,6 +568,13 @@ class Emulator:
       lanes = w.lanes()
       self.swrite(w, f["vdst"], self.vsrc(w, f["src0"], lanes[0] if lanes else 0, inst))
       return
+    if op in VOP1_F64:
+      _, s64, d64, fn = VOP1_F64[op]
+      for ln in w.lanes():
+        r = fn(self.vsrc64(w, f["src0"], ln, inst, fp=True) if s64 else self.vsrc(w, f["src0"], ln, inst))
+        if d64: self.vwrite64(w, f["vdst"], ln, r)
+        else: w.vgpr[f["vdst"]][ln] = r & MASK32
+      return
     if op in (15, 16):  # v_cvt_f32_f64 / v_cvt_f64_f32
       for ln in w.lanes():
         if op == 16: r = struct.unpack("<Q", struct.pack("<d", f32(self.vsrc(w, f["src0"], ln, inst))))[0]
@@ -557,18 +615,25 @@ class Emulator:
       self._vop2_lane(w, inst.op, self.vsrc(w, f["src0"], ln, inst), w.vgpr[f["vsrc1"]][ln], f["vdst"], ln, inst,
                       inst.literal or 0)
 
-  def vsrc64(self, w: Wave, code: int, lane: int, inst: Inst) -> int:
-    """A 64-bit integer operand: a VGPR pair, an SGPR pair, or a sign-extended inline integer."""
+  def vsrc64(self, w: Wave, code: int, lane: int, inst: Inst, fp: bool = False) -> int:
+    """A 64-bit operand: a VGPR pair, an SGPR pair, a sign-extended inline integer, an inline double (fp), or a
+    literal (fp: the high 32 bits of a double)."""
     if code >= 256: return w.vgpr[code - 256][lane] | (w.vgpr[code - 255][lane] << 32)
+    if fp and code in INLINE_F64: return INLINE_F64[code]
+    if fp and code == LITERAL: return (inst.literal or 0) << 32
     if code == LITERAL or code in INLINE_F32: raise UnsupportedInstruction(f"{inst.name}: 64-bit literal/float operand")
     return self.sread64(w, code, inst)
 
+  def vwrite64(self, w: Wave, d: int, lane: int, v: int) -> None:
+    w.vgpr[d][lane], w.vgpr[d + 1][lane] = v & MASK32, (v >> 32) & MASK32
+
   def vopc(self, w: Wave, inst: Inst) -> None:
     _, fn = vopc_compare(inst.op)
-    mask, wide = 0, 0x50 <= inst.op & 0x7F < 0x60
-    rd = self.vsrc64 if wide else self.vsrc
+    mask, wide, fp = 0, 0x20 <= inst.op & 0x7F < 0x30 or 0x50 <= inst.op & 0x7F < 0x60, 0x20 <= inst.op & 0x7F < 0x30
     for ln in w.lanes():
-      if fn(rd(w, inst.f["src0"], ln, inst), rd(w, 256 + inst.f["vsrc1"], ln, inst)): mask |= 1 << ln
+      if wide: a, b = self.vsrc64(w, inst.f["src0"], ln, inst, fp), self.vsrc64(w, 256 + inst.f["vsrc1"], ln, inst, fp)
+      else: a, b = self.vsrc(w, inst.f["src0"], ln, inst), w.vgpr[inst.f["vsrc1"]][ln]
+      if fn(a, b): mask |= 1 << ln
     if inst.op & 0x80: w.exec = mask
     else: w.vcc = mask
 
@@ -603,14 +668,41 @@ class Emulator:
       if f["abs"] >> i & 1: v &= 0x7FFFFFFF
       if f["neg"] >> i & 1: v ^= 0x80000000
       return v
+
+    def src64(i: int, ln: int) -> int:
+      v = self.vsrc64(w, f[f"src{i}"], ln, inst, fp=True)
+      if f["abs"] >> i & 1: v &= ~(1 << 63)
+      if f["neg"] >> i & 1: v ^= 1 << 63
+      return v
     if op < 0x100:  # VOPC promoted: result to an SGPR
       _, fn = vopc_compare(op)
-      if 0x50 <= op & 0x7F < 0x60:
+      if 0x20 <= op & 0x7F < 0x30: mask = sum(1 << ln for ln in w.lanes() if fn(src64(0, ln), src64(1, ln)))
+      elif 0x50 <= op & 0x7F < 0x60:
         mask = sum(1 << ln for ln in w.lanes()
                    if fn(self.vsrc64(w, f["src0"], ln, inst), self.vsrc64(w, f["src1"], ln, inst)))
       else: mask = sum(1 << ln for ln in w.lanes() if fn(src(0, ln), src(1, ln)))
       if op & 0x80: w.exec = mask
       else: self.swrite(w, f["vdst"], mask)
+      return
+    if op in VOP3_F64:
+      fn, n = VOP3_F64[op][1], 3 if op in (0x214, 0x228) else 2
+      for ln in w.lanes(): self.vwrite64(w, f["vdst"], ln, fn(*(src64(i, ln) for i in range(n))))
+      return
+    if op == 0x32B:  # v_ldexp_f64
+      for ln in w.lanes(): self.vwrite64(w, f["vdst"], ln, bits64(_ldexp(f64(src64(0, ln)), i32(src(1, ln)))))
+      return
+    if op in (0x2FD, 0x238):  # v_div_scale_f64 (D = S0, VCC = 0) / v_div_fmas_f64 (fma): see _div_fixup
+      for ln in w.lanes():
+        v = src64(0, ln) if op == 0x2FD else bits64(f64(src64(0, ln)) * f64(src64(1, ln)) + f64(src64(2, ln)))
+        self.vwrite64(w, f["vdst"], ln, v)
+      if op == 0x2FD: self.swrite(w, f["sdst"], 0)
+      return
+    if op - 0x180 in VOP1_F64 and 0x180 <= op < 0x200:
+      _, s64, d64, fn = VOP1_F64[op - 0x180]
+      for ln in w.lanes():
+        r = fn(src64(0, ln) if s64 else src(0, ln))
+        if d64: self.vwrite64(w, f["vdst"], ln, r)
+        else: w.vgpr[f["vdst"]][ln] = r & MASK32
       return
     if f["abs"] or f["neg"]:
       if not (op in (0x101, 0x213, 0x227, 0x237, 0x2FC, 0x31C) or 0x100 + 3 <= op <= 0x100 + 16 or op < 0x100):
@@ -657,12 +749,11 @@ class Emulator:
         r = (src(0, ln) * src(1, ln) + c) & MASK64
         w.vgpr[f["vdst"]][ln], w.vgpr[f["vdst"] + 1][ln] = r & MASK32, r >> 32
       self.swrite(w, f["sdst"], 0)
-    elif op == VOP3_LSHLREV_B64:
+    elif op in (VOP3_LSHLREV_B64, 0x33D, 0x33E):  # v_lshlrev_b64 / v_lshrrev_b64 / v_ashrrev_i64
       for ln in w.lanes():
-        v = w.vgpr[f["src1"] - 256][ln] | (w.vgpr[f["src1"] - 255][ln] << 32) if f["src1"] >= 256 else \
-          self.sread64(w, f["src1"], inst)
-        r = (v << (src(0, ln) & 63)) & MASK64
-        w.vgpr[f["vdst"]][ln], w.vgpr[f["vdst"] + 1][ln] = r & MASK32, r >> 32
+        v, sh = self.vsrc64(w, f["src1"], ln, inst), src(0, ln) & 63
+        r = (v << sh) if op == VOP3_LSHLREV_B64 else (v >> sh) if op == 0x33D else sext(v, 64) >> sh
+        self.vwrite64(w, f["vdst"], ln, r & MASK64)
     else: raise UnsupportedInstruction(f"VOP3 opcode {op:#x} ({inst.name}) at {w.pc:#x}")
 
   def flat(self, w: Wave, inst: Inst) -> None:
