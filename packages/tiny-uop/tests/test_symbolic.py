@@ -297,6 +297,15 @@ def test_float_rules_that_must_not_fire():
   assert graph_rewrite(e, symbolic_simple) is e
 
 
+def test_negated_remainder_that_would_wrap_is_left_alone():
+  # (1 + v) % 2 with v near INT_MIN: -(1+v) fits, but the remainder part -v alone does not
+  v = Variable("v", -2**31, -2**31 + 100)
+  e = (v + 1) % 2
+  s = simplify(e)
+  for p in (-2**31, -2**31 + 1, -2**31 + 100):
+    assert ref_eval(s, {"v": p})[s] == ref_eval(e, {"v": p})[e]
+
+
 def test_const_folding_uses_exec_alu():
   c = UOp.const(dtypes.int8, 100)
   assert graph_rewrite(c + c, symbolic_simple).arg == -56       # int8 wraps

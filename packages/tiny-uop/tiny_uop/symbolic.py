@@ -349,6 +349,7 @@ def _floor_divmod(items: list[tuple[UOp, int]], k: int, d: int, dt: DType, is_di
     if is_div: return _build_sum(q_items, qk + q0, dt)
     return _build_sum(r_items, rk - q0 * d, dt)
   if rlo < 0: return None  # a negative remainder part can't be divided with C semantics
+  if not _fits(dt, rlo, rhi): return None  # the remainder part is divided below: its node must not wrap
   # R = g*S + small with g | d and 0 <= small < g: R//d = S//(d/g), R%d = (S%(d/g))*g + small
   # ((g*4 + l) % 8 -> (g%2)*4 + l for 0 <= l < 4; the plain gcd case is small = the constant's remainder)
   for g in _divisors_desc(d):
@@ -391,7 +392,7 @@ def _fold_divmod(x: UOp) -> UOp | None:
   mlo, mhi = _math_range(items, k)
   if not _fits(dt, mlo, mhi): return None  # might wrap: the sum isn't its exact value
   if mlo >= 0: return _floor_divmod(items, k, d, dt, is_div)
-  if mhi <= 0:  # C: x//d = -((-x)//d), x%d = -((-x)%d)
+  if mhi <= 0 and _fits(dt, -mhi, -mlo):  # C: x//d = -((-x)//d), x%d = -((-x)%d)
     ret = _floor_divmod([(t, -c) for t, c in items], -k, d, dt, is_div)
     return None if ret is None else UOp(Ops.MUL, dt, (ret, _const(dt, -1)))
   return None
@@ -543,10 +544,10 @@ def simplify(u: UOp) -> UOp:
   >>> ((a * 4 + b) // 4).simplify().render()
   'a'
   """
-  if (ret := u._cache.get("simplified")) is not None: return ret
+  if (ret := u._cache.get("simplified")) is not None: return u if ret is True else ret
   ret = graph_rewrite(u, symbolic, name="simplify")
-  u._cache["simplified"] = ret
-  ret._cache["simplified"] = ret
+  u._cache["simplified"] = True if ret is u else ret  # True, not u itself: no reference cycle
+  ret._cache["simplified"] = True
   return ret
 
 
