@@ -43,7 +43,8 @@ def test_unary_and_ternary_ranges(data):
   dt = data.draw(st.sampled_from([dtypes.int32, dtypes.int8, dtypes.uint8]))
   a0, a1 = _interval(data.draw, dt)
   a = Variable("a", a0, a1, dt)
-  to = data.draw(st.sampled_from([dtypes.int8, dtypes.uint8, dtypes.int32, dtypes.bool, dtypes.float16, dtypes.float32]))
+  to = data.draw(st.sampled_from([dtypes.int8, dtypes.uint8, dtypes.int32, dtypes.bool, dtypes.float16,
+                                  dtypes.float32]))
   c = a < data.draw(st.integers(-10, 10))
   for u in (UOp(Ops.NEG, dt, (a,)), UOp(Ops.CAST, to, (a,)), c.where(a, UOp.const(dt, 3))):
     for va in range(a0, a1 + 1):
@@ -76,7 +77,7 @@ def test_known_ranges():
 def test_shift_counts_wrap():
   a, s = Variable("a", 4, 4), Variable("s", 0, 40)
   u = a >> s
-  for sv in range(0, 41):
+  for sv in range(41):
     assert u.vmin <= exec_alu(Ops.SHR, dtypes.int32, (4, sv)) <= u.vmax
 
 
