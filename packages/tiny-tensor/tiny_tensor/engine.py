@@ -110,7 +110,8 @@ def estimate_ops(ast: UOp) -> int:
 
 def _get_runner(ast: UOp, device: str) -> tuple[Any, Any]:
   """(ProgramSpec, loaded Program) for a kernel AST on a device, compiled once per (ast, renderer class, arch)."""
-  dev = Device[device]
+  # hot path: the registry's opened devices by canonical name (Device[...] canonicalizes first, ~20 us)
+  dev = Device._opened.get(device) or Device[device]
   renderer = dev.renderer
   key = (ast, type(renderer), getattr(renderer, "arch", ""))
   if (ret := _program_cache.get(key)) is None:

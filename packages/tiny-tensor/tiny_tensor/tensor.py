@@ -29,7 +29,7 @@ from tiny_tensor.indexing import IndexingMixin
 __all__ = ["Tensor"]
 
 # registries of live tensors, by id (a WeakSet would compare Tensors with ==, which builds a Tensor)
-_all_tensors: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()  # for backward
+_grad_tensors: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()  # requires_grad was set True
 _lazy_tensors: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()  # may hold a lazy graph
 _origin_tensors: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()  # remember a graph
 _scalar_cache: dict[tuple, UOp] = {}  # (dtype, repr(value), device, shape) -> the broadcast constant
@@ -69,7 +69,7 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
   >>> (Tensor([1.0, 2.0]) * 2 + 1).tolist()
   [3.0, 5.0]
   """
-  __slots__ = ("_uop", "requires_grad", "grad", "_origin_uop", "__weakref__")
+  __slots__ = ("_uop", "_requires_grad", "grad", "_origin_uop", "__weakref__")
 
   def __init__(self, data: Any = None, device: str | None = None, dtype: Any = None, requires_grad: bool | None = None):
     dt = to_dtype(dtype) if dtype is not None else None
@@ -96,10 +96,9 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
         raise TypeError(f"can't make a Tensor from {type(data).__name__}; valid: scalar, list, tuple, numpy array, "
                         f"bytes, UOp or None")
     self.uop = uop
-    self.requires_grad: bool | None = requires_grad
+    self.requires_grad = requires_grad
     self.grad: Tensor | None = None
     self._origin_uop: UOp | None = None
-    _all_tensors[id(self)] = self
 
   @staticmethod
   def _from_numpy(arr: np.ndarray, dev: str, dt: DType | None) -> UOp:
@@ -120,7 +119,6 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
   def _new(uop: UOp, requires_grad: bool | None = None) -> Tensor:
     t = object.__new__(Tensor)
     t.uop, t.requires_grad, t.grad, t._origin_uop = uop, requires_grad, None, None
-    _all_tensors[id(t)] = t
     return t
 
   def _wrap(self, uop: UOp, *others: Tensor) -> Tensor:
@@ -142,6 +140,16 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
   def uop(self, u: UOp) -> None:
     self._uop = u
     if not engine.is_realized(u): _lazy_tensors[id(self)] = self
+
+  @property
+  def requires_grad(self) -> bool | None:
+    """True: gradients are computed for this tensor by backward(); None: only if it is in a graph that needs them."""
+    return self._requires_grad
+
+  @requires_grad.setter
+  def requires_grad(self, v: bool | None) -> None:
+    self._requires_grad = v
+    if v: _grad_tensors[id(self)] = self
 
   @property
   def _origin(self) -> UOp | None:
@@ -336,7 +344,7 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     >>> (w * w).sum().backward().item(), w.grad.tolist()
     (5.0, [2.0, 4.0])
     """
-    live = [t for t in list(_all_tensors.values()) if t.requires_grad and dtypes.is_float(t.dtype)]
+    live = [t for t in list(_grad_tensors.values()) if t.requires_grad and dtypes.is_float(t.dtype)]
     nodes = _expand_origins(self.uop, {t.uop for t in live if t._origin is None}).toposort()
     targets = [t for t in live if t.uop in nodes]
     if not targets: raise RuntimeError("backward: no tensor in the graph has requires_grad=True")
@@ -362,6 +370,14 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
       if s != n and s != 1: raise ValueError(f"cannot broadcast tensor of shape {self.shape} to {shape}")
     return self._wrap(self.uop.reshape(padded).expand(shape))
 
+  def _scalar_uop(self, y: Any) -> UOp:
+    """Python scalar `y` of this tensor's dtype, broadcast to its shape (cached: a hot path of `x + 1`)."""
+    key = (self.dtype, repr(y), self.device, self.shape)
+    if (cu := _scalar_cache.get(key)) is None:
+      if len(_scalar_cache) > 512: _scalar_cache.clear()
+      cu = _scalar_cache[key] = self._const_for(y)._broadcast_to(self.shape).uop
+    return cu
+
   def _const_for(self, y: Any) -> Tensor:
     """A Python scalar as a constant tensor next to self, with tinygrad's dtype rule (the tensor's dtype wins)."""
     if isinstance(y, UOp): return Tensor(y, device=self.device)
@@ -375,12 +391,7 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
   def _broadcasted(self, y: Any, reverse: bool = False, match_dtype: bool = True) -> tuple[Tensor, Tensor]:
     x: Tensor = self
     if type(y) in (int, float, bool) and (dtypes.is_float(x.dtype) or (dtypes.is_int(x.dtype) and type(y) is int)):
-      # hot path: a Python scalar that takes this tensor's dtype, already broadcast to its shape (cached)
-      key = (x.dtype, repr(y), x.device, x.shape)
-      if (cu := _scalar_cache.get(key)) is None:
-        if len(_scalar_cache) > 512: _scalar_cache.clear()
-        cu = _scalar_cache[key] = self._const_for(y)._broadcast_to(x.shape).uop
-      yt = Tensor._new(cu, False)
+      yt = Tensor._new(self._scalar_uop(y), False)  # hot path: the constant takes this tensor's dtype and shape
       return (yt, x) if reverse else (x, yt)
     yt = y if isinstance(y, Tensor) else self._const_for(y)
     if x.device != yt.device: raise RuntimeError(f"tensors on different devices: {x.device} and {yt.device}")
@@ -392,6 +403,10 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     return x._broadcast_to(shape), yt._broadcast_to(shape)
 
   def _binop(self, op: Ops, y: Any, reverse: bool = False) -> Tensor:
+    dt = self.dtype
+    if type(y) in (int, float, bool) and (dtypes.is_float(dt) or (dtypes.is_int(dt) and type(y) is int)):
+      cu = self._scalar_uop(y)  # hot path: no temporary Tensor for the constant
+      return Tensor._new(cu.alu(op, self.uop) if reverse else self.uop.alu(op, cu), self.requires_grad)
     a, b = self._broadcasted(y, reverse)
     return a._wrap(a.uop.alu(op, b.uop), b)
 
