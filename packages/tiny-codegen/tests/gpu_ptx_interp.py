@@ -1,7 +1,9 @@
 """Test helper: a small PTX interpreter for the subset PTXRenderer emits, so its kernels can be checked against numpy
 without a GPU. Registers hold raw bits (Python ints; predicates bools); each instruction reinterprets them by its
 type (`.f32` through numpy float32, `.f16` through float16, ...), so rounding matches IEEE single/half/double.
-Threads of a block run one after another up to each `bar.sync` (generators), blocks one after another.
+Threads of a block run one after another up to each `bar.sync` (generators), blocks one after another; a warp-wide
+`mma.sync` (m16n8k16 f16/bf16, m16n8k8 f16) gathers the fragments of the block's 32 lanes, laid out as the PTX ISA's
+"Matrix Fragments for mma.m16n8k16 / m16n8k8" figures give them, and computes D = A*B + C.
 `run(ptx, name, bufs, global_size, local_size, vals)` runs kernel `name` on numpy arrays in place.
 """
 from __future__ import annotations
@@ -118,7 +120,10 @@ def _thread(k: Kernel, mach: Machine, params: dict[str, int], shared: bytearray,
       pc = k.labels[args[0]]
       continue
     if name == "bar":
-      yield
+      yield None
+      continue
+    if name == "mma":
+      yield (op, args, regs)
       continue
     if name == "ld" and parts[1] == "param": regs[args[0]] = params[args[1].strip("[]")]
     elif name == "cvta": regs[args[0]] = regs[args[1]]
@@ -134,6 +139,10 @@ def _thread(k: Kernel, mach: Machine, params: dict[str, int], shared: bytearray,
         else:
           v = to_val(get(r, t), t) if t[0] in "su" else _mask(get(r, t), size * 8)
           struct.pack_into(fmt, buf, off + i * size, v)
+    elif name == "mov" and args[1].startswith("{"):  # pack: the first register is the low half
+      parts_r = [x.strip() for x in args[1].strip("{}").split(",")]
+      w = _width(t) // len(parts_r)
+      regs[args[0]] = sum(_mask(regs[r], w) << (w * j) for j, r in enumerate(parts_r))
     elif name == "mov":
       regs[args[0]] = bool(get(args[1], t)) if t == "pred" else get(args[1], t)
     elif name == "setp":
@@ -217,10 +226,49 @@ def run(ptx: str, name: str, bufs: list[np.ndarray], global_size: tuple[int, ...
         threads = [_thread(k, mach, params, shared, (gx, gy, gz), (tx, ty, tz))
                    for tz in range(lsz[2]) for ty in range(lsz[1]) for tx in range(lsz[0])]
         while threads:
-          alive = []
+          alive, mmas = [], []
           for th in threads:
             try:
-              next(th)
+              if (got := next(th)) is not None: mmas.append(got)
               alive.append(th)
             except StopIteration: pass
+          if mmas: _mma(mmas)
           threads = alive
+
+
+def _frag_a(k: int, i: int, lane: int) -> tuple[int, int]:
+  g, t = lane >> 2, lane % 4
+  if k == 16: return (g if i in (0, 1, 4, 5) else g + 8, t * 2 + (i & 1) + (8 if i >= 4 else 0))
+  return (g if i < 2 else g + 8, t * 2 + (i & 1))
+
+
+def _frag_b(k: int, i: int, lane: int) -> tuple[int, int]:
+  g, t = lane >> 2, lane % 4
+  return (t * 2 + (i & 1) + (8 if k == 16 and i >= 2 else 0), g)
+
+
+def _frag_c(i: int, lane: int) -> tuple[int, int]:
+  g, t = lane >> 2, lane % 4
+  return (g if i < 2 else g + 8, t * 2 + (i & 1))
+
+
+def _mma(lanes: list[tuple[str, list[str], dict]]) -> None:
+  """One warp's mma.sync.aligned.m16n8k{8,16}.row.col.f32.{f16,bf16}.{f16,bf16}.f32 over its 32 lanes."""
+  if len(lanes) != 32: raise ValueError(f"mma.sync needs a full warp of 32 lanes, got {len(lanes)}")
+  op = lanes[0][0]
+  k, tin = int(re.search(r"m16n8k(\d+)", op).group(1)), op.split(".")[-2]  # type: ignore[union-attr]
+
+  def half(bits: int) -> float:
+    return float(to_val(bits, "f16")) if tin == "f16" else float(to_val(bits << 16, "f32"))
+
+  A, B, C = np.zeros((16, k)), np.zeros((k, 8)), np.zeros((16, 8))
+  for lane, (_, args, regs) in enumerate(lanes):
+    d, a, b, c = ([x.strip() for x in arg.strip("{}").split(",")] for arg in args)
+    elems = [half((regs[r] >> (16 * j)) & 0xFFFF) for r in a for j in (0, 1)]  # low half first
+    for i, v in enumerate(elems): A[_frag_a(k, i, lane)] = v
+    for i, v in enumerate(half((regs[r] >> (16 * j)) & 0xFFFF) for r in b for j in (0, 1)): B[_frag_b(k, i, lane)] = v
+    for i, r in enumerate(c): C[_frag_c(i, lane)] = float(to_val(regs[r], "f32"))
+  D = (A @ B + C).astype(np.float32)
+  for lane, (_, args, regs) in enumerate(lanes):
+    for i, r in enumerate(x.strip() for x in args[0].strip("{}").split(",")):
+      regs[r] = to_bits(D[_frag_c(i, lane)], "f32")

@@ -237,3 +237,32 @@ def test_image_kernel_runs_on_pocl():
   clr.run(spec, [C, A])
   ref = np.concatenate([A[:, 1:] * 2 + 1, np.ones((h, 1, 4), np.float32)], axis=1)
   np.testing.assert_array_equal(C, ref)
+
+
+@pytest.mark.parametrize("k,din", [(16, dtypes.float16), (16, dtypes.uint16), (8, dtypes.float16)],
+                         ids=["m16n8k16_f16", "m16n8k16_bf16", "m16n8k8_f16"])
+def test_ptx_wmma_computes_a_matmul(k, din):
+  # one warp: D (16x8) = A (16xk) @ B (kx8) + C, fragments placed per the PTX ISA layout (see gpu_ptx_interp). This
+  # checks operand order, shapes and the f16/bf16 types; it can't see the half-packing order (a permutation of k
+  # applied to A and B alike leaves A @ B unchanged), which follows PTX's `mov.b32 d, {lo, hi}`.
+  render = _load_test("test_gpu_render")
+  n_a, n_b = (8, 4) if k == 16 else (4, 2)
+  name = "wmma_bf16" if din == dtypes.uint16 else "wmma"
+  prg = render.wmma_program(n_a, n_b, 4, din=din, name=name)  # type: ignore[attr-defined]
+  A, B, C = rng.standard_normal((16, k)), rng.standard_normal((k, 8)), rng.standard_normal((16, 8)).astype(np.float32)
+  if din == dtypes.float16: A, B = A.astype(np.float16), B.astype(np.float16)
+  else:  # bfloat16: the top 16 bits of float32
+    A, B = ((x.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16) for x in (A, B))
+  fa, fb, fc = np.zeros(32 * n_a, A.dtype), np.zeros(32 * n_b, B.dtype), np.zeros(32 * 4, np.float32)
+  for lane in range(32):
+    for i in range(n_a): fa[lane * n_a + i] = A[ptxi._frag_a(k, i, lane)]
+    for i in range(n_b): fb[lane * n_b + i] = B[ptxi._frag_b(k, i, lane)]
+    for i in range(4): fc[lane * 4 + i] = C[ptxi._frag_c(i, lane)]
+  D = np.zeros(32 * 4, np.float32)
+  ptxi.run(PTXRenderer("sm_90").render(prg), prg[-1].arg.name, [D, fa, fb, fc], (1, 1, 1), (32, 1, 1))
+  got = np.zeros((16, 8), np.float32)
+  for lane in range(32):
+    for i in range(4): got[ptxi._frag_c(i, lane)] = D[lane * 4 + i]
+  fA, fB = (x.astype(np.float32) if din == dtypes.float16 else (x.astype(np.uint32) << 16).view(np.float32)
+            for x in (A, B))
+  np.testing.assert_allclose(got, fA.astype(np.float64) @ fB + C, rtol=1e-5, atol=1e-5)
