@@ -21,7 +21,10 @@ DEPS = {
 }
 ENTRY_POINTS = {
   "tiny-codegen": {"tiny.renderers": {"C": "tiny_codegen.renderer.cstyle:ClangRenderer",
-                                      "LLVM": "tiny_codegen.renderer.llvmir:LLVMRenderer"}},
+                                      "LLVM": "tiny_codegen.renderer.llvmir:LLVMRenderer",
+                                      "PTX": "tiny_codegen.renderer.ptx:PTXRenderer",
+                                      "AMDGPU": "tiny_codegen.renderer.amdgpu:AMDGPURenderer",
+                                      "OPENCL": "tiny_codegen.renderer.opencl:OpenCLRenderer"}},
   "tiny-runtime-cpu": {"tiny.devices": {d: f"tiny_runtime_cpu:{d}_PLUGIN" for d in ("CPU", "PYTHON", "NULL", "DISK")}},
   "tiny-runtime-amd": {"tiny.devices": {"AMD": "tiny_runtime_amd:plugin"}},
   "tiny-runtime-nv": {"tiny.devices": {"NV": "tiny_runtime_nv:NV_PLUGIN", "CUDA": "tiny_runtime_nv:CUDA_PLUGIN"}},
@@ -62,5 +65,17 @@ def test_installed_metadata_matches(pkg):
   except importlib.metadata.PackageNotFoundError: pytest.fail(f"{pkg} is not installed; run the tests through nox")
   assert dist.version == _pyproject(pkg)["project"]["version"]
   got = {(ep.group, ep.name, ep.value) for ep in dist.entry_points if ep.group.startswith("tiny.")}
-  want = {(g, n, v) for g, d in ENTRY_POINTS.get(pkg, {}).items() for n, v in d.items()}
+  declared = _pyproject(pkg)["project"].get("entry-points", {})
+  want = {(g, n, v) for g, d in declared.items() if g.startswith("tiny.") for n, v in d.items()}
   assert got == want, f"{pkg}'s installed entry points are stale: reinstall it (nox does this when pyproject changes)"
+
+
+@pytest.mark.parametrize("name, target", sorted(ENTRY_POINTS["tiny-codegen"]["tiny.renderers"].items()))
+def test_renderer_entry_points_load(name, target):
+  """Every registered renderer imports and is a Renderer with a compiler."""
+  import importlib
+  from tiny_uop.device import Renderer
+  mod, _, attr = target.partition(":")
+  cls = getattr(importlib.import_module(mod), attr)
+  assert issubclass(cls, Renderer), f"{name} -> {target} is not a Renderer"
+  assert cls().compiler is not None
