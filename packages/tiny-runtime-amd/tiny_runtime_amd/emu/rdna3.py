@@ -189,6 +189,29 @@ VOP1_F64 = {  # op -> (name, source is f64, destination is f64, fn)
   26: ("v_floor_f64", True, True, _fd(lambda x: x if math.isinf(x) or math.isnan(x) else float(math.floor(x)))),
   47: ("v_rcp_f64", True, True, _fd(_rcp)), 52: ("v_sqrt_f64", True, True, _fd(_sqrt)),
 }
+def _h(fn: Callable[..., float]) -> Callable[..., int]:
+  """A float16 op on 16-bit patterns (computed in double, rounded once to half)."""
+  return lambda *a: _f16_bits(fn(*map(_f16, a)))
+
+
+def _s16(v: int) -> int: return sext(v & 0xFFFF, 16)
+
+
+# 16-bit VOP3 ops (gfx11 true16: halves chosen by opsel): op -> (name, operands, is float, fn on 16-bit patterns)
+VOP3_16: dict[int, tuple[str, int, bool, Callable[..., int]]] = {
+  0x132: ("v_add_f16", 2, True, _h(lambda a, b: a + b)),
+  0x305: ("v_mul_lo_u16", 2, False, lambda a, b: (a * b) & 0xFFFF),
+  0x338: ("v_lshlrev_b16", 2, False, lambda a, b: (b << (a & 15)) & 0xFFFF),
+  0x339: ("v_lshrrev_b16", 2, False, lambda a, b: b >> (a & 15)),
+  0x362: ("v_and_b16", 2, False, lambda a, b: a & b), 0x363: ("v_or_b16", 2, False, lambda a, b: a | b),
+  0x24A: ("v_min3_i16", 3, False, lambda a, b, c: min(_s16(a), _s16(b), _s16(c)) & 0xFFFF),
+  0x24B: ("v_min3_u16", 3, False, lambda a, b, c: min(a, b, c)),
+  0x24D: ("v_max3_i16", 3, False, lambda a, b, c: max(_s16(a), _s16(b), _s16(c)) & 0xFFFF),
+  0x24E: ("v_max3_u16", 3, False, lambda a, b, c: max(a, b, c)),
+}
+VOP2_16 = {50: 0x132}  # VOP2 e32 opcodes with a 16-bit VOP3 twin (register bit 7 picks the half)
+
+
 # ops with a scalar carry-out (sdst) in bits 14:8
 VOP3SD = {0x120, 0x121, 0x122, 0x2FC, 0x2FD, 0x2FE, 0x2FF, 0x300, 0x301, 0x302}
 # VOPC: compare kinds by (op & 0x7F) >> 3 group; cmp functions by op & 7 (f, lt, eq, le, gt, ne/lg, ge, t)
@@ -225,6 +248,11 @@ def vopc_compare(op: int) -> tuple[str, Callable[[int, int], bool]]:
   if base in _F32_CMP:
     fn = _F32_FN[base]
     return f"v_cmp{'x' if op & 0x80 else ''}_{_F32_CMP[base]}_f32", lambda a, b: fn(f32(a), f32(b))
+  if 0x31 <= base <= 0x36 or 0x39 <= base <= 0x3E:  # 16-bit integer compares (operands are halves)
+    signed, fn = base < 0x38, _CMP[base & 7]
+    names = ["f", "lt", "eq", "le", "gt", "ne", "ge", "t"]
+    return (f"v_cmp{'x' if op & 0x80 else ''}_{names[base & 7]}_{'i' if signed else 'u'}16",
+            (lambda a, b: fn(_s16(a), _s16(b))) if signed else fn)
   if 0x40 <= base < 0x60:  # 0x40 i32, 0x48 u32, 0x50 i64, 0x58 u64
     signed, bits, fn = not base & 8, 32 if base < 0x50 else 64, _CMP[base & 7]
     names = ["f", "lt", "eq", "le", "gt", "ne", "ge", "t"]
@@ -355,7 +383,8 @@ def decode(code: bytes | memoryview, pc: int = 0) -> Inst:
     return lit(Inst("VOPC", op, {"src0": w0 & 0x1FF, "vsrc1": _bits(w0, 9, 8)}, 4, name), w0 & 0x1FF)
   if w0 >> 31 == 0:
     op = _bits(w0, 25, 6)
-    name = VOP2[op][0] if op in VOP2 else VOP2_SPECIAL.get(op, f"vop2_{op}")
+    name = VOP2[op][0] if op in VOP2 else VOP3_16[VOP2_16[op]][0] if op in VOP2_16 else \
+      VOP2_SPECIAL.get(op, f"vop2_{op}")
     inst = Inst("VOP2", op, {"vdst": _bits(w0, 17, 8), "src0": w0 & 0x1FF, "vsrc1": _bits(w0, 9, 8)}, 4, name)
     return lit(inst, w0 & 0x1FF, *([LITERAL] if op in (VOP2_FMAMK, VOP2_FMAAK) else []))
   raise UnsupportedInstruction(f"unknown encoding {w0:#010x} at offset {pc:#x}")
@@ -368,6 +397,7 @@ def _sop1_name(op: int) -> str:
 
 
 def _vop3_name(op: int) -> str:
+  if op in VOP3_16: return VOP3_16[op][0] + ("_e64" if op < 0x200 else "")
   if op < 0x100:
     try: return vopc_compare(op)[0] + "_e64"
     except UnsupportedInstruction: return f"vop3_vopc_{op}"
@@ -446,6 +476,7 @@ class Emulator:
     return self.sread(w, code, inst) & 0xFFFF
 
   def vwrite16(self, w: Wave, d8: int, lane: int, v: int) -> None:
+    """Write a VGPR half: d8 is the register with bit 7 set for the high half (the true16 e32 encoding)."""
     reg, sh = d8 & 0x7F, 16 * (d8 >> 7)
     w.vgpr[reg][lane] = (w.vgpr[reg][lane] & ~(0xFFFF << sh) & MASK32) | ((v & 0xFFFF) << sh)
 
@@ -602,6 +633,12 @@ class Emulator:
 
   def vop2(self, w: Wave, inst: Inst) -> None:
     f = inst.f
+    if inst.op in VOP2_16:
+      _, _, fp, fn = VOP3_16[VOP2_16[inst.op]]
+      for ln in w.lanes():
+        a, b = self.vsrc16(w, f["src0"], ln, inst, fp), self.vsrc16(w, 256 + f["vsrc1"], ln, inst, fp)
+        self.vwrite16(w, f["vdst"], ln, fn(a, b))
+      return
     if inst.op in (VOP2_ADD_CO_CI, VOP2_ADD_CO_CI + 1, VOP2_ADD_CO_CI + 2):  # add/sub/subrev_co_ci_u32: VCC in/out
       carry = 0
       for ln in w.lanes():
@@ -629,9 +666,13 @@ class Emulator:
 
   def vopc(self, w: Wave, inst: Inst) -> None:
     _, fn = vopc_compare(inst.op)
-    mask, wide, fp = 0, 0x20 <= inst.op & 0x7F < 0x30 or 0x50 <= inst.op & 0x7F < 0x60, 0x20 <= inst.op & 0x7F < 0x30
+    base = inst.op & 0x7F
+    mask, wide, fp = 0, 0x20 <= base < 0x30 or 0x50 <= base < 0x60, 0x20 <= base < 0x30
     for ln in w.lanes():
-      if wide: a, b = self.vsrc64(w, inst.f["src0"], ln, inst, fp), self.vsrc64(w, 256 + inst.f["vsrc1"], ln, inst, fp)
+      if 0x30 <= base < 0x40:  # 16-bit: VGPR halves by register bit 7
+        a, b = self.vsrc16(w, inst.f["src0"], ln, inst, False), self.vsrc16(w, 256 + inst.f["vsrc1"], ln, inst, False)
+      elif wide:
+        a, b = self.vsrc64(w, inst.f["src0"], ln, inst, fp), self.vsrc64(w, 256 + inst.f["vsrc1"], ln, inst, fp)
       else: a, b = self.vsrc(w, inst.f["src0"], ln, inst), w.vgpr[inst.f["vsrc1"]][ln]
       if fn(a, b): mask |= 1 << ln
     if inst.op & 0x80: w.exec = mask
@@ -660,6 +701,14 @@ class Emulator:
   def vop3(self, w: Wave, inst: Inst) -> None:
     f, op = inst.f, inst.op
     if op in VOP3SD: f = {**f, "abs": 0, "opsel": 0, "clamp": 0}  # VOP3SD: bits 14:8 are sdst
+    if op in VOP3_16 or 0x30 <= op < 0x40:
+      self.vop3_16(w, inst)
+      return
+    if op in (0x125, 0x126) and f["clamp"] and not (f["omod"] or f["opsel"]):  # v_add/sub_nc_u32 clamp: saturate
+      for ln in w.lanes():
+        a, b = self.vsrc(w, f["src0"], ln, inst), self.vsrc(w, f["src1"], ln, inst)
+        w.vgpr[f["vdst"]][ln] = max(0, min(MASK32, a + b if op == 0x125 else a - b))
+      return
     if f["omod"] or f["clamp"] or f["opsel"]:
       raise UnsupportedInstruction(f"{inst.name}: omod/clamp/opsel at {w.pc:#x}")
 
@@ -755,6 +804,29 @@ class Emulator:
         r = (v << sh) if op == VOP3_LSHLREV_B64 else (v >> sh) if op == 0x33D else sext(v, 64) >> sh
         self.vwrite64(w, f["vdst"], ln, r & MASK64)
     else: raise UnsupportedInstruction(f"VOP3 opcode {op:#x} ({inst.name}) at {w.pc:#x}")
+
+  def vop3_16(self, w: Wave, inst: Inst) -> None:
+    """16-bit VOP3 (and VOPC-in-VOP3) ops: opsel bit i picks the high half of source i, bit 3 of the destination."""
+    f, op = inst.f, inst.op
+    if f["omod"] or f["clamp"]: raise UnsupportedInstruction(f"{inst.name}: omod/clamp at {w.pc:#x}")
+    fp = op in VOP3_16 and VOP3_16[op][2]
+
+    def src(i: int, ln: int) -> int:
+      code = f[f"src{i}"]
+      if fp and code in INLINE_F32: v = _f16_bits(f32(INLINE_F32[code]))
+      else: v = (self.vsrc(w, code, ln, inst) >> (16 * (f["opsel"] >> i & 1))) & 0xFFFF
+      if fp and f["abs"] >> i & 1: v &= 0x7FFF
+      if fp and f["neg"] >> i & 1: v ^= 0x8000
+      return v
+    if op < 0x100:
+      _, cmp = vopc_compare(op)
+      mask = sum(1 << ln for ln in w.lanes() if cmp(src(0, ln), src(1, ln)))
+      if op & 0x80: w.exec = mask
+      else: self.swrite(w, f["vdst"], mask)
+      return
+    _, n, _, fn = VOP3_16[op]
+    dst = f["vdst"] | ((f["opsel"] >> 3 & 1) << 7)
+    for ln in w.lanes(): self.vwrite16(w, dst, ln, fn(*(src(i, ln) for i in range(n))))
 
   def flat(self, w: Wave, inst: Inst) -> None:
     f, op = inst.f, inst.op
