@@ -270,6 +270,42 @@ def test_global_d16_loads_keep_the_other_half():
   assert w.vgpr[1][0] == 0xAAAA_1234 and w.vgpr[2][0] == 0xFFFF_5555  # d16_b16 low; d16_hi_i8 sign-extends 0xFF
 
 
+def test_float64_alu_compare_and_conversion():
+  x, y = rng.standard_normal(32) * 1e3, rng.standard_normal(32)
+  def pairs(v):
+    u = np.asarray(v).view(np.uint64)
+    return [int(b) & M32 for b in u], [int(b) >> 32 for b in u]
+  (x0, x1), (y0, y1) = pairs(x), pairs(y)
+  w = run(vop3(0x327, 4, V(0), V(2)), vop3(0x328, 6, V(0), V(2), neg=2), vop3(0x214, 8, V(0), V(2), V(0)),
+          vopc(0x21, V(0), 2), vop1(3, 10, V(0)), vop1(4, 12, V(10)), vop3(0x32B, 14, V(2), 131),
+          vgpr={0: x0, 1: x1, 2: y0, 3: y1})
+  def get(r):
+    return np.array([lo | (hi << 32) for lo, hi in zip(w.vgpr[r], w.vgpr[r + 1])], dtype=np.uint64).view(np.float64)
+  np.testing.assert_array_equal(get(4), x + y)
+  np.testing.assert_array_equal(get(6), x * -y)
+  np.testing.assert_allclose(get(8), x * y + x, rtol=1e-15)  # fma rounds once; double math here may round twice
+  assert w.sgpr[VCC_LO] == sum(1 << i for i in range(32) if x[i] < y[i])  # v_cmp_lt_f64
+  assert w.vgpr[10] == [int(np.trunc(v)) & M32 for v in x] and np.array_equal(get(12), np.trunc(x))
+  np.testing.assert_array_equal(get(14), y * 8)  # v_ldexp_f64 by 3
+
+
+def test_true16_halves():
+  a, b = rng.integers(0, 2**16, 32).tolist(), rng.integers(0, 2**16, 32).tolist()
+  packed = [(x << 16) | y for x, y in zip(a, b)]
+  # v_and_b16 v2.h = v0.h & v0.l (opsel: src0 hi, dst hi); v_max3_i16 v3.l = max(v0.l, v0.h, 5)
+  w = run(vop3(0x362, 2, V(0), V(0), sdst=(1 | 8) << 3), vop3(0x24D, 3, V(0), V(0), 133, sdst=2 << 3),
+          vop3(0x3C, 4, V(0), V(0), sdst=1 << 3),  # v_cmp_gt_u16_e64 s4, v0.h, v0.l
+          vopc(0x3C, V(0) | 128, 0), vgpr={0: packed, 2: [0x1111_2222] * 32, 3: [0] * 32})
+  def s16(v): return v - 65536 if v >= 32768 else v
+  assert w.vgpr[2] == [((x & y) << 16) | 0x2222 for x, y in zip(a, b)]
+  assert w.vgpr[3] == [max(s16(x), s16(y), 5) & 0xFFFF for x, y in zip(a, b)]
+  assert w.sgpr[4] == w.sgpr[VCC_LO] == sum(1 << i for i in range(32) if a[i] > b[i])
+  h = rng.standard_normal(32).astype(np.float16)
+  hb = [int(v) for v in h.view(np.uint16)]
+  w = run(vop2(50, 1 | 128, V(0), 0), vgpr={0: hb})  # v_add_f16 v1.h, v0.l, v0.l
+  assert [v >> 16 for v in w.vgpr[1]] == [int(v) for v in (h + h).view(np.uint16)]
+
+
 def sext32(v: int) -> int: return (v & M32) - (1 << 32 if v & 0x80000000 else 0)
 
 
