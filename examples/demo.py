@@ -34,9 +34,9 @@ class ConvNet:
                      [nn.Conv2d(32, 64, 3), Tensor.relu, nn.Conv2d(64, 64, 3), Tensor.relu, nn.BatchNorm(64),
                       Tensor.max_pool2d]]
       feats = 64 * 3 * 3
-    else:  # 8x8 digits: conv-BN-relu, pool to 4x4, conv-BN-relu
-      self.blocks = [[nn.Conv2d(1, 8, 3, padding=1), nn.BatchNorm(8), Tensor.relu, Tensor.max_pool2d,
-                      nn.Conv2d(8, 16, 3, padding=1), nn.BatchNorm(16), Tensor.relu]]
+    else:  # 8x8 digits: conv-BN-relu, pool to 4x4, conv-BN-relu (98% in torch with this recipe)
+      self.blocks = [[nn.Conv2d(1, 16, 3, padding=1), nn.BatchNorm(16), Tensor.relu, Tensor.max_pool2d,
+                      nn.Conv2d(16, 16, 3, padding=1), nn.BatchNorm(16), Tensor.relu]]
       feats = 16 * (size // 2) * (size // 2)
     self.head = nn.Linear(feats, 10)
 
@@ -59,16 +59,17 @@ def augment(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 def main(argv: list[str] | None = None) -> dict:
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--steps", type=int, default=int(os.environ.get("STEPS", 0)) or None,
-                  help="training steps (default: 500 for 8x8 digits, 1000 for MNIST)")
+                  help="training steps (default: 1000)")
   ap.add_argument("--batch", type=int, default=32)
   ap.add_argument("--lr", type=float, default=3e-3)
   ap.add_argument("--seed", type=int, default=42)
+  ap.add_argument("--augment", action="store_true", help="shift training images by up to a pixel")
   ap.add_argument("--quiet", action="store_true", help="no progress bar")
   args = ap.parse_args(argv)
 
   X_train, Y_train, X_test, Y_test, name = mnist_data.load()
   size = X_train.shape[-1]
-  steps = args.steps or (1000 if size >= 28 else 500)
+  steps = args.steps or 1000
   print(f"dataset: {name}: {len(X_train)} train / {len(X_test)} test images of {size}x{size}")
 
   Tensor.manual_seed(args.seed)
@@ -92,7 +93,7 @@ def main(argv: list[str] | None = None) -> dict:
   bar = tqdm(range(steps), desc="train", disable=args.quiet, mininterval=0.5)
   for i in bar:
     idx = rng.integers(0, len(X_train), args.batch)
-    x, y = Tensor(augment(X_train[idx], rng) if size < 28 else X_train[idx]), Tensor(Y_train[idx])
+    x, y = Tensor(augment(X_train[idx], rng) if args.augment else X_train[idx]), Tensor(Y_train[idx])
     if i in (int(steps * 0.6), int(steps * 0.85)):  # step decay: lr is a tensor the jitted kernels read
       opt.lr.assign(opt.lr * 0.3).realize()
     GlobalCounters.reset()
