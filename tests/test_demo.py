@@ -23,5 +23,5 @@ def test_demo_learns_digits():
   if data.load_mnist() is None: pytest.importorskip("sklearn", reason="no MNIST on disk and no scikit-learn digits")
   demo = _load("demo")
   res = demo.main(["--steps", "300", "--quiet"])
-  assert res["test_accuracy"] >= 0.95, res  # the full demo (more steps) reaches >= 97%
+  assert res["test_accuracy"] >= 0.97, res  # (98.3% at this seed; the full 1000-step demo 98.9%)
   assert res["kernels_per_step"] > 0 and res["steps_per_s"] > 0
