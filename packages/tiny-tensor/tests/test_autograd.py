@@ -254,3 +254,17 @@ def test_more_grads():
              lambda p: p.reshape(2, 6).T.reshape(3, 4) @ p.T, X)
   check_grad(lambda t: t.softmax(0, dtype=dtypes.float64).float(), lambda p: p.double().softmax(0).float(), X)
   check_grad(lambda t: t.max() + t.min(0).sum(), lambda p: p.amax() + p.amin(0).sum(), X)
+
+
+def test_realized_leaf_after_a_functional_update_gets_its_gradient():
+  w = Tensor([1.0, 2.0], requires_grad=True)
+  (w * w).sum().backward()
+  w = (w - 0.5 * w.grad).detach().requires_grad_()  # a new leaf, realized below
+  w.realize()
+  (w * 3).sum().backward()
+  assert w.grad.tolist() == [3.0, 3.0]
+  v = Tensor([1.0, 2.0], requires_grad=True)
+  v2 = (v * 2).requires_grad_()  # marked by the user: a target of its own, even once realized
+  v2.realize()
+  (v2 * v2).sum().backward()
+  assert v2.grad.tolist() == [4.0, 8.0]

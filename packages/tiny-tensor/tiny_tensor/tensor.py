@@ -29,7 +29,8 @@ from tiny_tensor.indexing import IndexingMixin
 __all__ = ["Tensor"]
 
 # registries of live tensors, by id (a WeakSet would compare Tensors with ==, which builds a Tensor)
-_grad_tensors: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()  # requires_grad was set True
+_grad_tensors: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()  # requires_grad is True
+_leaf_tensors: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()  # ... set so by the user
 _lazy_tensors: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()  # may hold a lazy graph
 _origin_tensors: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()  # remember a graph
 _scalar_cache: dict[tuple, UOp] = {}  # (dtype, repr(value), device, shape) -> the broadcast constant
@@ -118,7 +119,8 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
   @staticmethod
   def _new(uop: UOp, requires_grad: bool | None = None) -> Tensor:
     t = object.__new__(Tensor)
-    t.uop, t.requires_grad, t.grad, t._origin_uop = uop, requires_grad, None, None
+    t.uop, t._requires_grad, t.grad, t._origin_uop = uop, requires_grad, None, None
+    if requires_grad: _grad_tensors[id(t)] = t  # propagated from an input: not a leaf
     return t
 
   def _wrap(self, uop: UOp, *others: Tensor) -> Tensor:
@@ -149,7 +151,7 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
   @requires_grad.setter
   def requires_grad(self, v: bool | None) -> None:
     self._requires_grad = v
-    if v: _grad_tensors[id(self)] = self
+    if v: _grad_tensors[id(self)] = _leaf_tensors[id(self)] = self
 
   @property
   def _origin(self) -> UOp | None:
@@ -345,7 +347,9 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     (5.0, [2.0, 4.0])
     """
     live = [t for t in list(_grad_tensors.values()) if t.requires_grad and dtypes.is_float(t.dtype)]
-    nodes = _expand_origins(self.uop, {t.uop for t in live if t._origin is None}).toposort()
+    # leaves (requires_grad set by the user) and lazy tensors are targets as they are; a realized derived tensor is
+    # looked through (its pre-realize graph) so the gradient reaches the leaves it came from, as in torch
+    nodes = _expand_origins(self.uop, {t.uop for t in live if t._origin is None or id(t) in _leaf_tensors}).toposort()
     targets = [t for t in live if t.uop in nodes]
     if not targets: raise RuntimeError("backward: no tensor in the graph has requires_grad=True")
     for t, g in zip(targets, self.gradient(*targets, gradient=gradient, materialize_grads=True)):
