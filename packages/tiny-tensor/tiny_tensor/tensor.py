@@ -3,6 +3,12 @@
 Every op builds UOps (docs/PIPELINE.md §1); nothing runs until `realize()`, `numpy()`, `item()`, `tolist()` or
 `data()`. Data given as a list/numpy array/bytes is copied into a device buffer at once.
 
+Realize (engine.py) returns the scheduler's `becomes` map; every live tensor whose node was realized then points at
+its buffer, and lazy tensors whose graphs use a realized node get the buffer substituted in. A realized tensor keeps
+the graph it came from (`_origin`) so that backward still reaches the leaves. Creation and random numbers live in
+creation.py, indexing in indexing.py, autograd rules in gradient.py; the higher-level ops (conv2d, losses, ...) are
+functions in nnops.py bound here as methods.
+
 >>> from tiny_tensor import Tensor
 >>> (Tensor([1.0, 2.0, 3.0]) * 2 + 1).tolist()
 [3.0, 5.0, 7.0]
@@ -1187,4 +1193,3 @@ except ImportError as _e:  # only while nnops is being written: any other error 
 if _nnops is not None:
   for _n in _nnops.__all__: setattr(Tensor, _n, getattr(_nnops, _n))
 
-_ = (Callable,)
