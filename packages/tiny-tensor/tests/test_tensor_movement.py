@@ -101,6 +101,7 @@ def test_getitem_tensor_and_list_indices():
   ti = Tensor(np.arange(12, dtype=np.int32).reshape(3, 4))
   close(ti[Tensor([2, 0])], np.arange(12).reshape(3, 4)[[2, 0]])
   close(Tensor([True, False, True])[Tensor([2, 0])], np.array([True, True]))
+  close(t[np.int64(1), Tensor(2)], A[1, 2]); close(t[np.array([1, 0])], A[[1, 0]])  # noqa: E702
 
 
 def test_setitem():

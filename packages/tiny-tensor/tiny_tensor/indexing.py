@@ -30,6 +30,7 @@ class IndexingMixin:
     idx = list(indices) if isinstance(indices, tuple) else [indices]
     norm: list[Any] = []
     for i in idx:
+      if isinstance(i, np.integer): i = int(i)
       if isinstance(i, (list, np.ndarray)): i = type(self)(i, device=self.device, requires_grad=False)
       if isinstance(i, type(self)) and i.dtype == dtypes.bool:
         arr = i.numpy()
