@@ -22,7 +22,7 @@ def run(*parts: list[int], sgpr: dict[int, int] | None = None, vgpr: dict[int, l
   for k, v in (sgpr or {}).items(): w.sgpr[k] = v
   for k, vs in (vgpr or {}).items(): w.vgpr[k] = list(vs)
   w.sgpr[EXEC_LO], w.scc = exec_mask, scc
-  Emulator().run(w, code.addr, code.size)
+  Emulator().run(w, code.addr)
   return w
 
 

@@ -9,6 +9,7 @@ never a wrong value. Memory is addressed by integers that are host addresses (th
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 import struct
 from dataclasses import dataclass, field
@@ -108,6 +109,16 @@ def _div_fixup64(den: int, num: int) -> int:
   return bits64(n / d)
 
 
+def vec_f32(fn: Callable[..., float], *cols: list[int]) -> list[int]:
+  """Apply a float op lane-wise to columns of float32 bit patterns, converting whole columns at once (the hot path
+  of the emulator); falls back to one lane at a time when a result overflows float32."""
+  n = len(cols[0])
+  fcols = [struct.unpack(f"<{n}f", struct.pack(f"<{n}I", *c)) for c in cols]
+  res = [fn(*xs) for xs in zip(*fcols)]
+  try: return list(struct.unpack(f"<{n}I", struct.pack(f"<{n}f", *res)))
+  except OverflowError: return [bits32(r) for r in res]
+
+
 def _ff(fn: Callable[..., float]) -> Callable[..., int]:
   """A float32 op on bit patterns: decode the operands, compute in double, round to float32."""
   return lambda *a: bits32(fn(*map(f32, a)))
@@ -148,6 +159,9 @@ VOP2: dict[int, tuple[str, Callable[[int, int], int]]] = {
   37: ("v_add_nc_u32", lambda a, b: (a + b) & MASK32), 38: ("v_sub_nc_u32", lambda a, b: (a - b) & MASK32),
   39: ("v_subrev_nc_u32", lambda a, b: (b - a) & MASK32),
 }
+VOP2_FLOAT = {3: lambda a, b: a + b, 4: lambda a, b: a - b, 5: lambda a, b: b - a, 8: lambda a, b: a * b,
+              15: _fmin, 16: _fmax}  # VOP2 float ops by column (vec_f32)
+VOPD_FLOAT = {3: 8, 4: 3, 5: 4, 6: 5, 10: 16, 11: 15}  # VOPD op -> VOP2 op, for the float ones
 VOP2_CNDMASK, VOP2_FMAC, VOP2_FMAMK, VOP2_FMAAK, VOP2_ADD_CO_CI = 1, 43, 44, 45, 32
 VOP2_SPECIAL = {1: "v_cndmask_b32", 43: "v_fmac_f32", 44: "v_fmamk_f32", 45: "v_fmaak_f32", 32: "v_add_co_ci_u32",
                 33: "v_sub_co_ci_u32", 34: "v_subrev_co_ci_u32"}
@@ -438,7 +452,14 @@ class Wave:
   @vcc.setter
   def vcc(self, v: int) -> None: self.sgpr[VCC_LO] = v & MASK32
 
-  def lanes(self) -> list[int]: return [i for i in range(WAVE) if self.exec >> i & 1]
+  def lanes(self) -> list[int]: return _lanes(self.exec)
+
+
+@functools.lru_cache(maxsize=4096)
+def _lanes_cached(mask: int) -> tuple[int, ...]: return tuple(i for i in range(WAVE) if mask >> i & 1)
+
+
+def _lanes(mask: int) -> list[int]: return list(_lanes_cached(mask))
 
 
 class Emulator:
@@ -483,12 +504,19 @@ class Emulator:
   def vsrc(self, w: Wave, code: int, lane: int, inst: Inst) -> int:
     return w.vgpr[code - 256][lane] if code >= 256 else self.sread(w, code, inst)
 
-  def run(self, w: Wave, code_addr: int, code_size: int = 1 << 16) -> None:
-    """Execute from `code_addr` until s_endpgm (or raise after max_steps)."""
-    code = self.mem.read(code_addr, code_size)
+  def begin_dispatch(self) -> None:
+    """Forget decoded code: a new dispatch may run different bytes at the same address."""
+    self._code: dict[int, dict[int, Inst]] = {}
+
+  def run(self, w: Wave, code_addr: int) -> None:
+    """Execute from `code_addr` until s_endpgm (or raise after max_steps). Each instruction's bytes are read when
+    first reached (16 bytes: the longest encoding, never far past the program) and decoded once per dispatch."""
+    if not hasattr(self, "_code"): self.begin_dispatch()
+    cache = self._code.setdefault(code_addr, {})
     w.pc = 0
     for _ in range(self.max_steps):
-      inst = decode(code, w.pc)
+      if (inst := cache.get(w.pc)) is None:  # hot loop: walrus on purpose
+        inst = cache[w.pc] = decode(self.mem.read(code_addr + w.pc, 16), 0)
       self.steps += 1
       nxt = w.pc + inst.size
       if inst.fmt == "SOPP":
@@ -633,6 +661,11 @@ class Emulator:
 
   def vop2(self, w: Wave, inst: Inst) -> None:
     f = inst.f
+    if inst.op in VOP2_FLOAT:
+      lanes, vd = w.lanes(), w.vgpr[f["vdst"]]
+      a, b = [self.vsrc(w, f["src0"], ln, inst) for ln in lanes], [w.vgpr[f["vsrc1"]][ln] for ln in lanes]
+      for ln, v in zip(lanes, vec_f32(VOP2_FLOAT[inst.op], a, b)): vd[ln] = v
+      return
     if inst.op in VOP2_16:
       _, _, fp, fn = VOP3_16[VOP2_16[inst.op]]
       for ln in w.lanes():
@@ -682,10 +715,17 @@ class Emulator:
     f, k = inst.f, inst.literal or 0
     # both halves read their sources before either writes (dual issue)
     results = []
+    lanes = w.lanes()
     for which in ("x", "y"):
       op, s0, s1, d = f[f"op{which}"], f[f"src0{which}"], f[f"vsrc{which}1"], f[f"vdst{which}"]
       vals = {}
-      for ln in w.lanes():
+      if op in VOPD_FLOAT or op == 0:
+        a, b = [self.vsrc(w, s0, ln, inst) for ln in lanes], [w.vgpr[s1][ln] for ln in lanes]
+        if op == 0: r = vec_f32(lambda x, y, z: x * y + z, a, b, [w.vgpr[d][ln] for ln in lanes])
+        else: r = vec_f32(VOP2_FLOAT[VOPD_FLOAT[op]], a, b)
+        results.append((d, dict(zip(lanes, r))))
+        continue
+      for ln in lanes:
         a, b = self.vsrc(w, s0, ln, inst), w.vgpr[s1][ln]
         if op == 8: vals[ln] = a
         elif op == 0: vals[ln] = bits32(f32(a) * f32(b) + f32(w.vgpr[d][ln]))
@@ -712,10 +752,15 @@ class Emulator:
     if f["omod"] or f["clamp"] or f["opsel"]:
       raise UnsupportedInstruction(f"{inst.name}: omod/clamp/opsel at {w.pc:#x}")
 
+    scalars: dict[int, int] = {}
+
     def src(i: int, ln: int) -> int:
-      v = self.vsrc(w, f[f"src{i}"], ln, inst)
+      code = f[f"src{i}"]
+      if code < 256 and i in scalars: return scalars[i]  # a scalar operand is the same for every lane
+      v = self.vsrc(w, code, ln, inst)
       if f["abs"] >> i & 1: v &= 0x7FFFFFFF
       if f["neg"] >> i & 1: v ^= 0x80000000
+      if code < 256: scalars[i] = v
       return v
 
     def src64(i: int, ln: int) -> int:
@@ -732,6 +777,11 @@ class Emulator:
       else: mask = sum(1 << ln for ln in w.lanes() if fn(src(0, ln), src(1, ln)))
       if op & 0x80: w.exec = mask
       else: self.swrite(w, f["vdst"], mask)
+      return
+    if op == 0x213:  # v_fma_f32, by columns
+      lanes = w.lanes()
+      r = vec_f32(lambda a, b, c: a * b + c, *([src(i, ln) for ln in lanes] for i in range(3)))
+      for ln, v in zip(lanes, r): w.vgpr[f["vdst"]][ln] = v
       return
     if op in VOP3_F64:
       fn, n = VOP3_F64[op][1], 3 if op in (0x214, 0x228) else 2

@@ -10,6 +10,7 @@ the dispatched code with the RDNA3 emulator (`emu/`). The GPU runs when the host
 """
 from __future__ import annotations
 
+import bisect
 import ctypes
 import os
 import threading
@@ -20,7 +21,32 @@ from typing import Any
 from tiny_uop.hcq import MAP_FIXED, MAP_PRIVATE, PROT_READ, PROT_WRITE, FileIOInterface
 
 from tiny_runtime_amd import kfd, pm4, sdma
-from tiny_runtime_amd.emu.rdna3 import EXEC_LO, Emulator, Wave
+from tiny_runtime_amd.emu.rdna3 import EXEC_LO, Emulator, Memory, Wave
+
+
+class GPUPageFault(RuntimeError):
+  """An emulated kernel touched an address outside every allocation of the mock GPU."""
+
+
+class CheckedMemory(Memory):
+  """Emulator memory that only reaches the mock's allocations (a bad address raises instead of crashing Python)."""
+
+  def __init__(self, drv: MockKFD):
+    self.drv = drv
+
+  def check(self, addr: int, n: int, what: str) -> None:
+    starts = self.drv.range_starts
+    i = bisect.bisect_right(starts, addr) - 1
+    if i < 0 or addr + n > self.drv.ranges[starts[i]]:
+      raise GPUPageFault(f"GPU page fault: {what} of {n} bytes at {addr:#x} is outside every allocation")
+
+  def read(self, addr: int, n: int) -> bytes:
+    self.check(addr, n, "read")
+    return super().read(addr, n)
+
+  def write(self, addr: int, data: bytes) -> None:
+    self.check(addr, len(data), "write")
+    super().write(addr, data)
 
 GPU_ID = 0x1100  # any nonzero id; the topology and every ioctl agree on it
 RENDER_MINOR = 128
@@ -70,7 +96,9 @@ class MockKFD:
     self.next_handle, self.next_queue, self.next_event = 1, 1, 1
     self.vm_acquired = False
     self.doorbells = (ctypes.c_uint64 * (DOORBELL_PAGE // 8))()
-    self.emu = Emulator()
+    self.ranges: dict[int, int] = {}  # start -> end of every allocation the GPU can reach
+    self.range_starts: list[int] = []
+    self.emu = Emulator(CheckedMemory(self))
     self.dispatches = 0
     self.lock = threading.RLock()
 
@@ -95,11 +123,15 @@ class MockKFD:
     a.handle, self.next_handle = self.next_handle, self.next_handle + 1
     a.mmap_offset = a.handle << 12
     self.allocs[a.handle] = (a.va_addr, a.size, a.flags)
+    self.ranges[a.va_addr] = a.va_addr + a.size
+    self.range_starts = sorted(self.ranges)
 
   def _free_memory_of_gpu(self, a: Any) -> None:
     if a.handle not in self.allocs: raise OSError(22, f"FREE_MEMORY_OF_GPU: unknown handle {a.handle}")
     if a.handle in self.mapped: raise OSError(16, f"FREE_MEMORY_OF_GPU: handle {a.handle} is still mapped")
-    del self.allocs[a.handle]
+    va, _, _ = self.allocs.pop(a.handle)
+    self.ranges.pop(va, None)
+    self.range_starts = sorted(self.ranges)
 
   def _map_memory_to_gpu(self, a: Any) -> None:
     if a.handle not in self.allocs: raise OSError(22, f"MAP_MEMORY_TO_GPU: unknown handle {a.handle}")
@@ -225,6 +257,7 @@ class MockKFD:
     threads = local[0] * local[1] * local[2]
     n_waves = (threads + 31) // 32
     self.dispatches += 1
+    self.emu.begin_dispatch()
     for gz in range(grid[2]):
       for gy in range(grid[1]):
         for gx in range(grid[0]):
