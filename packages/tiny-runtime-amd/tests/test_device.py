@@ -122,3 +122,24 @@ def test_mock_dispatch_counts_and_unsupported_code_errors():
   np.testing.assert_array_equal(out, np.maximum(np.arange(16), 7.5).astype(np.float32))
   assert driver().dispatches == before + 1
   assert dev.arch == "gfx1100" and dev.renderer.arch == "gfx1100"
+
+
+def test_a_faulting_kernel_raises_and_the_device_keeps_working():
+  from tiny_runtime_amd.emu.encode import endpgm, glob
+  from tiny_runtime_amd.mock.driver import GPUPageFault
+  from tiny_runtime_amd.pm4 import AMDComputeQueue
+  dev = Device["MOCK+AMD"]
+  code = dev.iface.alloc(0x1000, host=True)
+  words = glob(20, vdst=1, addr=0, saddr=0) + endpgm() + [0] * 8  # load from s[0:1] + v0: s[0:1] = user data 0x10
+  code.host_view()[:4 * len(words)] = struct.pack(f"<{len(words)}I", *words)
+
+  class Faulty:  # the attributes AMDComputeQueue.exec reads from a program
+    entry_addr, rsrc1, rsrc2, rsrc3, tmpring_size = code.va_addr, 0, 2 << 1, 0, 0
+    def user_data(self, args): return [0x10, 0]
+  q = AMDComputeQueue().wait(dev.timeline_signal, dev.timeline_value - 1).exec(Faulty(), 0, (1, 1, 1), (32, 1, 1))
+  q.signal(dev.timeline_signal, dev.next_timeline()).submit(dev)
+  with pytest.raises(GPUPageFault, match="read of 4 bytes at 0x10"): dev.synchronize()
+  out, _ = run_kernel("MOCK+AMD", elementwise("E_8", 8, dtypes.float, lambda x, y: x + y),
+                      np.ones(8, np.float32), np.ones(8, np.float32))
+  assert out.tolist() == [2.0] * 8
+  dev.iface.free(code)
