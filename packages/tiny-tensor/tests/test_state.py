@@ -50,7 +50,8 @@ def test_load_state_dict_errors_name_the_keys():
     load_state_dict(net, sd)
   load_state_dict(net, sd, strict=False)  # skips both
   sd["conv.bias"] = Tensor.zeros(5)
-  with pytest.raises(ValueError, match=r"conv.bias: model \(2,\), state_dict \(5,\)"): load_state_dict(net, sd, strict=False)
+  with pytest.raises(ValueError, match=r"conv.bias: model \(2,\), state_dict \(5,\)"):
+    load_state_dict(net, sd, strict=False)
 
 
 def test_safetensors_roundtrip(tmp_path):
@@ -144,7 +145,8 @@ def _q4_1(x):
   lo, hi = blocks.min(axis=1), blocks.max(axis=1)
   d, m = ((hi - lo) / 15).astype(np.float16), lo.astype(np.float16)
   df = d.astype(np.float32)
-  q = np.clip(np.round((blocks - m.astype(np.float32)[:, None]) / np.where(df == 0, 1, df)[:, None]), 0, 15).astype(np.uint8)
+  scaled = (blocks - m.astype(np.float32)[:, None]) / np.where(df == 0, 1, df)[:, None]
+  q = np.clip(np.round(scaled), 0, 15).astype(np.uint8)
   packed = q[:, :16] | (q[:, 16:] << 4)
   deq = (df[:, None] * q + m.astype(np.float32)[:, None]).reshape(-1)
   return b"".join(d[i].tobytes() + m[i].tobytes() + packed[i].tobytes() for i in range(len(blocks))), deq

@@ -246,15 +246,16 @@ def _prepare(args: tuple, kwargs: dict) -> tuple[list[Buffer], list, list, dict[
     if isinstance(a, Tensor): tensors.append(a); names.append(name)
     elif isinstance(a, UOp):
       if a.op is not Ops.BIND:
-        raise JitError(f"TinyJit argument {name!r} is an unbound UOp {a}; pass a bound Variable (Variable(...).bind(n))")
+        raise JitError(f"TinyJit argument {name!r} is an unbound UOp {a}; pass a bound Variable "
+                       "(Variable(...).bind(n))")
       v, val = a.unbind()
       var_vals[v.arg[0]] = val
       names.append((name, "var", v.arg[0]))
     elif _is_plain(a): plain.append((name, a))
     elif isinstance(a, (list, tuple, dict)): containers.append((name, a))
     elif type(a).__name__ == "ndarray" and type(a).__module__ == "numpy":
-      raise JitError(f"TinyJit argument {name!r} is a numpy array: its values would be baked into the captured kernels; "
-                     "pass a Tensor instead")
+      raise JitError(f"TinyJit argument {name!r} is a numpy array: its values would be baked into the captured "
+                     "kernels; pass a Tensor instead")
   for name, a in containers:
     for t in (a.values() if isinstance(a, dict) else a):
       if isinstance(t, Tensor) and not any(t is y for y in tensors): tensors.append(t); names.append((name, "item"))
@@ -457,8 +458,9 @@ class TinyJit(Generic[ReturnType]):
       cj = self.captured
       assert cj is not None
       if names != cj.names or info != cj.info:
-        raise JitError(f"TinyJit: {_describe_change(cj.names, cj.info, names, info)}; the captured kernels only fit the "
-                       "captured inputs (call .reset() to capture again, or use a bound Variable for a varying size)")
+        raise JitError(f"TinyJit: {_describe_change(cj.names, cj.info, names, info)}; the captured kernels only fit "
+                       "the captured inputs (call .reset() to capture again, or use a bound Variable for a "
+                       "varying size)")
       if plain != cj.plain:
         bad = [(a, b) for a, b in zip(cj.plain, plain) if a != b] or [(cj.plain, plain)]
         raise JitError(f"TinyJit: non-Tensor argument changed: captured {bad[0][0]}, now {bad[0][1]}; its value was "

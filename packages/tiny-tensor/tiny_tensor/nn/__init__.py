@@ -1,4 +1,5 @@
-"""Neural-network layers with tinygrad's constructor signatures and initializations (PyTorch's where tinygrad follows it).
+"""Neural-network layers with tinygrad's constructor signatures and initializations (PyTorch's, where tinygrad
+follows it).
 
 A layer is a plain object whose Tensor attributes are its weights; `nn.state.get_parameters(model)` finds them.
 

@@ -13,11 +13,10 @@
 """
 from __future__ import annotations
 
-from typing import Any
 
 import numpy as np
 
-from tiny_uop.dtype import dtypes, to_numpy
+from tiny_uop.dtype import dtypes
 
 from tiny_tensor import engine
 from tiny_tensor.tensor import Tensor
@@ -55,7 +54,8 @@ class Optimizer:
     for x in params:
       if x.requires_grad is None: x.requires_grad = True
     self.params: list[Tensor] = _dedup([x for x in params if x.requires_grad])
-    if not self.params: raise ValueError("the optimizer got no parameter to train (every tensor has requires_grad=False)")
+    if not self.params:
+      raise ValueError("the optimizer got no parameter to train (every tensor has requires_grad=False)")
     self.buffers: list[Tensor] = _dedup([x for x in params if not x.requires_grad])
     self.device = device or self.params[0].device
     _realize_params(self.params + self.buffers)

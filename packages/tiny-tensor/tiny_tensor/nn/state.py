@@ -141,7 +141,8 @@ def _read_header(f: Any) -> tuple[int, dict[str, Any]]:
   if len(raw) != 8: raise ValueError("not a safetensors file: shorter than its 8-byte header length")
   n = struct.unpack("<Q", raw)[0]
   try: header = json.loads(f.read(n))
-  except (json.JSONDecodeError, UnicodeDecodeError) as e: raise ValueError(f"not a safetensors file: bad JSON header ({e})") from e
+  except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    raise ValueError(f"not a safetensors file: bad JSON header ({e})") from e
   return 8 + n, header
 
 
@@ -159,7 +160,8 @@ def safe_load(fn: str | os.PathLike | Tensor) -> dict[str, Tensor]:
   with open(path, "rb") as f: data_start, header = _read_header(f)
   entries = {k: v for k, v in header.items() if k != "__metadata__"}
   for k, v in entries.items():
-    if v.get("dtype") not in _SAFE_DTYPES: raise ValueError(f"{path}: tensor {k!r} has unsupported dtype {v.get('dtype')!r}")
+    if v.get("dtype") not in _SAFE_DTYPES:
+      raise ValueError(f"{path}: tensor {k!r} has unsupported dtype {v.get('dtype')!r}; valid: {sorted(_SAFE_DTYPES)}")
   try:
     base = Buffer(f"DISK:{os.path.abspath(path)}", os.path.getsize(path), dtypes.uint8).ensure_allocated()
   except Exception:  # no DISK device (or it can't map the file): read it instead
@@ -198,9 +200,11 @@ def safe_save(tensors: dict[str, Tensor], fn: str | os.PathLike, metadata: dict[
   if metadata: header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
   blobs, offset = [], 0
   for k, t in tensors.items():
-    if t.dtype not in _SAFE_NAMES: raise ValueError(f"safe_save: tensor {k!r} has dtype {t.dtype} with no safetensors name")
+    if t.dtype not in _SAFE_NAMES:
+      raise ValueError(f"safe_save: tensor {k!r} has dtype {t.dtype}, which safetensors can't store")
     b = _tensor_bytes(t)
-    header[k] = {"dtype": _SAFE_NAMES[t.dtype], "shape": [int(s) for s in t.shape], "data_offsets": [offset, offset + len(b)]}
+    header[k] = {"dtype": _SAFE_NAMES[t.dtype], "shape": [int(s) for s in t.shape],
+                 "data_offsets": [offset, offset + len(b)]}
     blobs.append(b)
     offset += len(b)
   hj = json.dumps(header, separators=(",", ":")).encode()
@@ -279,7 +283,8 @@ class _TorchUnpickler(pickle.Unpickler):
     if module == "torch" and name in _TORCH_DTYPES: return _TORCH_DTYPES[name]
     if module == "collections" and name == "OrderedDict": return OrderedDict
     if module in ("builtins", "__builtin__") and name in ("set", "frozenset", "dict", "list", "tuple", "int", "float"):
-      return {"set": set, "frozenset": frozenset, "dict": dict, "list": list, "tuple": tuple, "int": int, "float": float}[name]
+      return {"set": set, "frozenset": frozenset, "dict": dict, "list": list, "tuple": tuple, "int": int,
+              "float": float}[name]
     return _Dummy  # anything else (hooks, torch.Size is a tuple, metadata classes) is not needed for the weights
 
   def persistent_load(self, pid: Any) -> Any:
