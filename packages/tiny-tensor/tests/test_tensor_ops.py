@@ -79,6 +79,7 @@ def test_python_scalars_and_reflected():
   t = Tensor(a)
   close(2 + t, 2 + a); close(2 - t, 2 - a); close(2 * t, 2 * a); close(2 / (t + 5), 2 / (a + 5))  # noqa: E702
   close(t ** 2, a ** 2); close(2 ** t, 2 ** a, rtol=1e-4); close(-t, -a)  # noqa: E702
+  close(t * np.float32(3), a * 3); close(np.int64(2) + Tensor([1, 2]), np.array([3, 4]))  # noqa: E702
 
 
 def test_pow_negative_base_int_exponent():

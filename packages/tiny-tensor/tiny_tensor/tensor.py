@@ -77,6 +77,7 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
   [3.0, 5.0]
   """
   __slots__ = ("_uop", "_requires_grad", "grad", "_origin_uop", "__weakref__")
+  __array_ufunc__ = None  # `np.float32(2) * t` defers to Tensor.__rmul__ instead of making an object array
 
   def __init__(self, data: Any = None, device: str | None = None, dtype: Any = None, requires_grad: bool | None = None):
     dt = to_dtype(dtype) if dtype is not None else None
@@ -391,6 +392,7 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
   def _const_for(self, y: Any) -> Tensor:
     """A Python scalar as a constant tensor next to self, with tinygrad's dtype rule (the tensor's dtype wins)."""
     if isinstance(y, UOp): return Tensor(y, device=self.device)
+    if isinstance(y, np.generic) and y.ndim == 0: y = y.item()  # numpy scalars act like Python ones
     if not isinstance(y, (bool, int, float)):
       raise TypeError(f"can't combine a Tensor with {type(y).__name__} {y!r}; valid: Tensor, int, float, bool")
     x = self.dtype
