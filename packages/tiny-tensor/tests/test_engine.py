@@ -166,3 +166,17 @@ def test_realize_visits_only_lazy_tensors():
   lazy.realize()
   (keep[1] * 2).realize()  # the next realize drops tensors that became buffers
   assert id(lazy) not in tmod._lazy_tensors and lazy.tolist() == [2.0, 2.0]
+
+
+def test_cpu_and_python_devices_agree():
+  # the PYTHON device interprets the kernels with the reference semantics: the same graphs must give the same numbers
+  x = np.random.default_rng(3).standard_normal((5, 6)).astype(np.float32)
+  def run(dev):
+    t = Tensor(x, device=dev)
+    Tensor.manual_seed(11)
+    return [((t * 2 + 1).exp2() - t.abs().sqrt()).numpy(), t.sum(1).numpy(), (t @ t.T).numpy(),
+            t[Tensor([4, 0], device=dev), 1:5:2].numpy(), t.softmax().numpy(), t.argmax(0).numpy(),
+            Tensor.rand(7, device=dev).numpy(), (Tensor.arange(6, device=dev) // 4 - 1).numpy()]
+  for a, b in zip(run("CPU"), run("PYTHON")):
+    assert a.dtype == b.dtype and a.shape == b.shape
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
