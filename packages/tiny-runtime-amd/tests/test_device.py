@@ -143,3 +143,29 @@ def test_a_faulting_kernel_raises_and_the_device_keeps_working():
                       np.ones(8, np.float32), np.ones(8, np.float32))
   assert out.tolist() == [2.0] * 8
   dev.iface.free(code)
+
+
+def shared_reverse(n: int, groups: int) -> UOp:
+  """out[g*n + l] = in[g*n + n-1-l] through an LDS tile and a barrier (n work-items per group: n/32 waves)."""
+  from tiny_uop.dtype import AddrSpace
+  d0, d1 = UOp(Ops.PARAM, dtypes.float.ptr(groups * n), arg=0), UOp(Ops.PARAM, dtypes.float.ptr(groups * n), arg=1)
+  cn = UOp.const(dtypes.int32, n)
+  g = UOp(Ops.SPECIAL, dtypes.int32, (UOp.const(dtypes.int32, groups),), "gidx0")
+  lid = UOp(Ops.SPECIAL, dtypes.int32, (cn,), "lidx0")
+  tmp = UOp(Ops.DEFINE_LOCAL, dtypes.float.ptr(n, AddrSpace.LOCAL), arg=0)
+  gi = g * cn + lid
+  bar = UOp(Ops.BARRIER, dtypes.void, (tmp.index(lid).store(d1.index(gi).load()),))
+  ld = UOp(Ops.LOAD, dtypes.float, (tmp.index(UOp.const(dtypes.int32, n - 1) - lid), bar))
+  return UOp(Ops.SINK, dtypes.void, (d0.index(gi).store(ld),), KernelInfo("shared_reverse"))
+
+
+@pytest.mark.parametrize("dev", DEVICES)
+def test_lds_and_barrier_across_waves(dev):
+  from tiny_codegen.renderer.amdgpu import AMDGPURenderer
+  d = Device[dev]
+  n, groups = 96, 3  # three waves per work-group: each reads what another wave wrote before the barrier
+  lib = d.renderer.make_compiler().compile(AMDGPURenderer(d.arch).render(list(shared_reverse(n, groups).toposort())))
+  x = np.arange(n * groups, dtype=np.float32)
+  out, inp = Buffer(dev, n * groups, dtypes.float), Buffer(dev, n * groups, dtypes.float).copyin(memoryview(x))
+  d.get_program("shared_reverse", lib)(out._buf, inp._buf, global_size=(groups, 1, 1), local_size=(n, 1, 1), wait=True)
+  np.testing.assert_array_equal(out.numpy(), x.reshape(groups, n)[:, ::-1].reshape(-1))

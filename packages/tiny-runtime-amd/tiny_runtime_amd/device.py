@@ -93,7 +93,12 @@ class AMDProgram(Program):
     self.entry_addr = self.kd_addr + self.kd.kernel_code_entry_byte_offset
     if self.entry_addr % 256:
       raise RuntimeError(f"kernel {self.kname}: entry {self.entry_addr:#x} is not 256-byte aligned")
-    self.rsrc1, self.rsrc2, self.rsrc3, self.tmpring_size = self.kd.rsrc1, self.kd.rsrc2, self.kd.rsrc3, 0
+    # the descriptor leaves RSRC2.LDS_SIZE to the dispatcher (AQL takes it from the packet): 512-byte granules on gfx11
+    lds = (self.kd.group_segment_fixed_size + 511) // 512
+    if lds > 0x80:
+      raise RuntimeError(f"kernel {self.kname} wants {self.kd.group_segment_fixed_size} bytes of LDS; max 65536")
+    self.rsrc1, self.rsrc2, self.rsrc3 = self.kd.rsrc1, (self.kd.rsrc2 & ~(0x1FF << 15)) | (lds << 15), self.kd.rsrc3
+    self.tmpring_size = 0
     self.groups = self.kd.user_sgprs()
     if unsupported := [g for g, _ in self.groups if g not in ("kernarg_segment_ptr", "dispatch_ptr")]:
       raise RuntimeError(f"kernel {self.kname} wants user SGPRs {unsupported}; "

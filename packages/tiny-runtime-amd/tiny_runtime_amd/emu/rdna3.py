@@ -13,7 +13,7 @@ import functools
 import math
 import struct
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterator
 
 MASK32, MASK64 = 0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF
 WAVE = 32
@@ -304,6 +304,20 @@ GLOBAL_LOADS = {16: (1, False, 8), 17: (1, True, 8), 18: (1, False, 16), 19: (1,
 GLOBAL_STORES = {24: (1, 8), 25: (1, 16), 26: (1, 32), 27: (2, 32), 28: (3, 32), 29: (4, 32)}
 GLOBAL_D16 = {30: (8, False, 0), 31: (8, True, 0), 32: (16, False, 0), 33: (8, False, 16), 34: (8, True, 16),
               35: (16, False, 16)}  # op: (bits, signed, destination shift)
+# DS (LDS) ops: op -> (name, kind, dwords or bits, stride): kind "st"/"ld" single address (16-bit offset),
+# "st2"/"ld2" two addresses (offset0/offset1 times stride bytes)
+DS_OPS = {13: ("ds_store_b32", "st", 32, 0), 14: ("ds_store_2addr_b32", "st2", 32, 4),
+          15: ("ds_store_2addr_stride64_b32", "st2", 32, 256), 30: ("ds_store_b8", "st", 8, 0),
+          31: ("ds_store_b16", "st", 16, 0), 77: ("ds_store_b64", "st", 64, 0),
+          78: ("ds_store_2addr_b64", "st2", 64, 8),
+          222: ("ds_store_b96", "st", 96, 0), 223: ("ds_store_b128", "st", 128, 0),
+          54: ("ds_load_b32", "ld", 32, 0), 55: ("ds_load_2addr_b32", "ld2", 32, 4),
+          56: ("ds_load_2addr_stride64_b32", "ld2", 32, 256), 57: ("ds_load_i8", "ld", -8, 0),
+          58: ("ds_load_u8", "ld", 8, 0), 59: ("ds_load_i16", "ld", -16, 0), 60: ("ds_load_u16", "ld", 16, 0),
+          118: ("ds_load_b64", "ld", 64, 0), 119: ("ds_load_2addr_b64", "ld2", 64, 8),
+          254: ("ds_load_b96", "ld", 96, 0),
+          255: ("ds_load_b128", "ld", 128, 0)}
+DS_NAMES = {k: v[0] for k, v in DS_OPS.items()}
 FLAT_NAMES = {30: "load_d16_u8", 31: "load_d16_i8", 32: "load_d16_b16", 33: "load_d16_hi_u8", 34: "load_d16_hi_i8",
               35: "load_d16_hi_b16", 16: "load_u8", 17: "load_i8", 18: "load_u16", 19: "load_i16", 20: "load_b32",
               21: "load_b64",
@@ -367,6 +381,14 @@ def decode(code: bytes | memoryview, pc: int = 0) -> Inst:
     op = _bits(w0, 18, 8)
     f = {"sbase": (w0 & 0x3F) * 2, "sdata": _bits(w0, 6, 7), "offset": sext(w1 & 0x1FFFFF, 21), "soffset": w1 >> 25}
     return Inst("SMEM", op, f, 8, f"s_load_b{32 * SMEM_LOADS[op]}" if op in SMEM_LOADS else f"smem_{op}")
+  if top6 == 0b110110:
+    op = _bits(w0, 18, 8)
+    f = {"offset0": w0 & 0xFF, "offset1": _bits(w0, 8, 8), "addr": w1 & 0xFF, "data0": _bits(w1, 8, 8),
+         "data1": _bits(w1, 16, 8), "vdst": w1 >> 24}
+    return Inst("DS", op, f, 8, DS_NAMES.get(op, f"ds_op{op}"))
+  if top6 == 0b111000:
+    op = _bits(w0, 18, 8)
+    return Inst("MUBUF", op, {}, 8, {43: "buffer_gl0_inv", 44: "buffer_gl1_inv"}.get(op, f"buffer_op{op}"))
   if top6 == 0b110111:
     op, seg = _bits(w0, 18, 7), _bits(w0, 16, 2)
     f = {"offset": sext(w0 & 0x1FFF, 13), "seg": seg, "addr": w1 & 0xFF, "data": _bits(w1, 8, 8),
@@ -442,6 +464,7 @@ class Wave:
   vgpr: list[list[int]] = field(default_factory=lambda: [[0] * WAVE for _ in range(256)])
   scc: int = 0
   pc: int = 0
+  lds: bytearray = field(default_factory=bytearray)  # the work-group's LDS (shared by its waves)
 
   @property
   def exec(self) -> int: return self.sgpr[EXEC_LO]
@@ -468,7 +491,6 @@ class Emulator:
   def __init__(self, mem: Memory | None = None, max_steps: int = 1_000_000):
     self.mem, self.max_steps = mem or Memory(), max_steps
     self.steps = 0
-    self.barrier_ok = True  # False while running a work-group of several waves one after another
 
   # operands
   def sread(self, w: Wave, code: int, inst: Inst) -> int:
@@ -509,8 +531,26 @@ class Emulator:
     self._code: dict[int, dict[int, Inst]] = {}
 
   def run(self, w: Wave, code_addr: int) -> None:
-    """Execute from `code_addr` until s_endpgm (or raise after max_steps). Each instruction's bytes are read when
-    first reached (16 bytes: the longest encoding, never far past the program) and decoded once per dispatch."""
+    """Execute one wave from `code_addr` until s_endpgm; s_barrier is a no-op (a work-group of one wave)."""
+    for _ in self.steps_until_barrier(w, code_addr): pass
+
+  def run_group(self, waves: list[Wave], code_addr: int) -> None:
+    """Execute the waves of one work-group, round-robin between barriers: each wave runs until it reaches
+    s_barrier (or ends), and all continue once every live wave has arrived."""
+    gens = [self.steps_until_barrier(w, code_addr, barriers=len(waves) > 1) for w in waves]
+    while gens:
+      alive = []
+      for g in gens:
+        try:
+          next(g)
+          alive.append(g)
+        except StopIteration: pass
+      gens = alive
+
+  def steps_until_barrier(self, w: Wave, code_addr: int, barriers: bool = False) -> Iterator[None]:
+    """Execute from `code_addr` until s_endpgm (or raise after max_steps), yielding at each s_barrier when
+    `barriers`. Each instruction's bytes are read when first reached (16 bytes: the longest encoding, never far past
+    the program) and decoded once per dispatch."""
     if not hasattr(self, "_code"): self.begin_dispatch()
     cache = self._code.setdefault(code_addr, {})
     w.pc = 0
@@ -521,6 +561,7 @@ class Emulator:
       nxt = w.pc + inst.size
       if inst.fmt == "SOPP":
         if inst.op == 48: return
+        if inst.op == 61 and barriers: yield
         nxt = self.sopp(w, inst, nxt)
       else: getattr(self, inst.fmt.lower())(w, inst)
       w.pc = nxt
@@ -529,8 +570,6 @@ class Emulator:
   # scalar
   def sopp(self, w: Wave, inst: Inst, nxt: int) -> int:
     op, target = inst.op, nxt + sext(inst.f["simm16"], 16) * 4
-    if op == 61 and not self.barrier_ok:
-      raise UnsupportedInstruction(f"s_barrier at {w.pc:#x} in a work-group of several waves (waves run one at a time)")
     if op in (0, 4, 5, 7, 8, 9, 31, 54, 61): return nxt  # nop, prefetch, clause, delay_alu, waits, sendmsg, barrier
     taken = {32: True, 33: w.scc == 0, 34: w.scc == 1, 35: w.vcc == 0, 36: w.vcc != 0, 37: w.exec == 0,
              38: w.exec != 0}.get(op)
@@ -877,6 +916,34 @@ class Emulator:
     _, n, _, fn = VOP3_16[op]
     dst = f["vdst"] | ((f["opsel"] >> 3 & 1) << 7)
     for ln in w.lanes(): self.vwrite16(w, dst, ln, fn(*(src(i, ln) for i in range(n))))
+
+  def mubuf(self, w: Wave, inst: Inst) -> None:
+    if inst.op not in (43, 44):  # only the cache invalidates (buffer_gl0_inv / buffer_gl1_inv): no-ops here
+      raise UnsupportedInstruction(f"MUBUF opcode {inst.op} at {w.pc:#x}")
+
+  def ds(self, w: Wave, inst: Inst) -> None:
+    """LDS loads/stores; addresses are byte offsets into the work-group's LDS, bounds-checked."""
+    if inst.op not in DS_OPS: raise UnsupportedInstruction(f"DS opcode {inst.op} at {w.pc:#x}")
+    _, kind, bits, stride = DS_OPS[inst.op]
+    f, nbytes = inst.f, abs(bits) // 8
+    def at(a: int, n: int) -> int:
+      if a < 0 or a + n > len(w.lds):
+        raise RuntimeError(f"LDS access of {n} bytes at {a:#x} is outside the work-group's {len(w.lds)} bytes")
+      return a
+    for ln in w.lanes():
+      base = w.vgpr[f["addr"]][ln]
+      if kind in ("st", "ld"): addrs = [(base + (f["offset1"] << 8 | f["offset0"])) & MASK32]
+      else: addrs = [(base + f["offset0"] * stride) & MASK32, (base + f["offset1"] * stride) & MASK32]
+      for j, a in enumerate(addrs):
+        if kind.startswith("st"):
+          src = f["data0"] if j == 0 else f["data1"]
+          val = sum(w.vgpr[src + i][ln] << (32 * i) for i in range(max(1, nbytes // 4)))
+          w.lds[at(a, nbytes):a + nbytes] = (val & ((1 << (8 * nbytes)) - 1)).to_bytes(nbytes, "little")
+        else:
+          v = int.from_bytes(w.lds[at(a, nbytes):a + nbytes], "little")
+          if bits < 0: v = sext(v, -bits) & MASK32
+          dst = f["vdst"] + j * max(1, nbytes // 4)
+          for i in range(max(1, nbytes // 4)): w.vgpr[dst + i][ln] = (v >> (32 * i)) & MASK32
 
   def flat(self, w: Wave, inst: Inst) -> None:
     f, op = inst.f, inst.op

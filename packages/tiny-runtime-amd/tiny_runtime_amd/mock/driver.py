@@ -51,7 +51,8 @@ class CheckedMemory(Memory):
 GPU_ID = 0x1100  # any nonzero id; the topology and every ioctl agree on it
 RENDER_MINOR = 128
 DOORBELL_PAGE = 0x2000
-TIMESTAMP_HZ = 100_000_000  # gfx11 GPU timestamps count at 100 MHz
+TIMESTAMP_HZ = 100_000_000
+LDS_GRANULE = 512  # COMPUTE_PGM_RSRC2.LDS_SIZE unit on gfx10+ (128 dwords)  # gfx11 GPU timestamps count at 100 MHz
 
 GFX1100_PROPERTIES = {
   "cpu_cores_count": 0, "simd_count": 192, "simd_per_cu": 2, "max_waves_per_simd": 16, "lds_size_in_kb": 64,
@@ -258,11 +259,13 @@ class MockKFD:
     n_waves = (threads + 31) // 32
     self.dispatches += 1
     self.emu.begin_dispatch()
+    lds_bytes = ((rsrc2 >> 15) & 0x1FF) * LDS_GRANULE
     for gz in range(grid[2]):
       for gy in range(grid[1]):
         for gx in range(grid[0]):
+          lds, waves = bytearray(lds_bytes), []
           for wv in range(n_waves):
-            w = Wave()
+            w = Wave(lds=lds)
             w.sgpr[:n_user] = user
             s = n_user
             for en, g in zip(tgid_en, (gx, gy, gz)):
@@ -272,8 +275,8 @@ class MockKFD:
               x, y, z = t % local[0], (t // local[0]) % local[1], t // (local[0] * local[1])
               w.vgpr[0][ln] = x | (y << 10) | (z << 20)  # gfx11: work-item ids packed in v0
             w.sgpr[EXEC_LO] = (1 << len(tids)) - 1
-            self.emu.barrier_ok = n_waves == 1
-            self.emu.run(w, entry)
+            waves.append(w)
+          self.emu.run_group(waves, entry)
 
 
 _DRIVER: MockKFD | None = None
