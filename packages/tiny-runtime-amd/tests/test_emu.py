@@ -7,7 +7,8 @@ import re
 
 import numpy as np
 import pytest
-from tiny_runtime_amd.emu.encode import V, Code, glob, smem, sop1, sop2, sopc, sopk, sopp, vop1, vop2, vop3, vopc, vopd
+from tiny_runtime_amd.emu.encode import (V, Code, ds, glob, smem, sop1, sop2, sopc, sopk, sopp, vop1, vop2, vop3, vopc,
+                                           vopd)
 
 from tiny_runtime_amd.elf import ELF
 from tiny_runtime_amd.emu.rdna3 import EXEC_LO, LITERAL, NULL, VCC_LO, Emulator, UnsupportedInstruction, Wave, decode
@@ -304,6 +305,39 @@ def test_true16_halves():
   hb = [int(v) for v in h.view(np.uint16)]
   w = run(vop2(50, 1 | 128, V(0), 0), vgpr={0: hb})  # v_add_f16 v1.h, v0.l, v0.l
   assert [v >> 16 for v in w.vgpr[1]] == [int(v) for v in (h + h).view(np.uint16)]
+
+
+def test_ds_lds_loads_and_stores():
+  code = Code(ds(13, addr=0, data0=1, offset0=4), ds(14, addr=0, data0=2, data1=3, offset0=64, offset1=65),
+              ds(54, addr=0, vdst=4, offset0=4), ds(58, addr=0, vdst=5, offset0=4),
+              ds(59, addr=0, vdst=6, offset0=6), ds(119, addr=0, vdst=8, offset0=32, offset1=0),
+              ds(223, addr=0, data0=1, offset1=4), ds(255, addr=0, vdst=12, offset1=4))
+  w = Wave(lds=bytearray(4096))
+  w.vgpr[0] = [16 * i for i in range(32)]  # lanes 16 bytes apart: no two lanes write the same bytes
+  w.vgpr[1], w.vgpr[2], w.vgpr[3] = [0xFF80_1234 + i for i in range(32)], [100 + i for i in range(32)], [7] * 32
+  w.sgpr[EXEC_LO] = M32
+  Emulator().run(w, code.addr)
+  lane = 3
+  assert w.vgpr[4][lane] == 0xFF80_1234 + 3  # ds_store_b32 +4, ds_load_b32 +4
+  assert w.vgpr[5][lane] == 0x37 and w.vgpr[6][lane] == 0xFFFF_FF80  # load_u8 of the low byte; load_i16 sign-extends
+  # ds_store_2addr_b32 wrote v2 at addr+256 and v3 at addr+260; ds_load_2addr_b64 offsets are in 8-byte units
+  assert (w.vgpr[8][lane], w.vgpr[9][lane], w.vgpr[10][lane]) == (103, 7, 0)
+  assert [w.vgpr[12 + i][lane] for i in range(4)] == [w.vgpr[r][lane] for r in (1, 2, 3, 4)]  # b128 round trip
+  with pytest.raises(RuntimeError, match="outside the work-group"): run(ds(54, addr=0, vdst=1), vgpr={0: [5000] * 32})
+
+
+def test_waves_of_a_group_meet_at_barriers():
+  # each wave writes its id at lds[4*wave], barrier, then reads the next wave's slot: only correct if all wrote first
+  prog = Code(ds(13, addr=0, data0=1), sopp(61), ds(54, addr=2, vdst=3))
+  lds = bytearray(16)
+  waves = []
+  for i in range(4):
+    w = Wave(lds=lds)
+    w.sgpr[EXEC_LO] = 1
+    w.vgpr[0][0], w.vgpr[1][0], w.vgpr[2][0] = 4 * i, 10 + i, 4 * ((i + 1) % 4)
+    waves.append(w)
+  Emulator().run_group(waves, prog.addr)
+  assert [w.vgpr[3][0] for w in waves] == [11, 12, 13, 10]
 
 
 def sext32(v: int) -> int: return (v & M32) - (1 << 32 if v & 0x80000000 else 0)

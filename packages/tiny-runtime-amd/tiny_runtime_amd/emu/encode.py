@@ -32,6 +32,10 @@ def glob(op, vdst=0, addr=0, saddr=NULL, data=0, offset=0):
           (vdst << 24) | (saddr << 16) | (data << 8) | addr]
 
 
+def ds(op, addr=0, data0=0, data1=0, vdst=0, offset0=0, offset1=0):
+  return [(0b110110 << 26) | (op << 18) | (offset1 << 8) | offset0, (vdst << 24) | (data1 << 16) | (data0 << 8) | addr]
+
+
 class Code:
   """A program in host memory (the emulator reads code by address)."""
   def __init__(self, *parts: list[int]):
