@@ -687,8 +687,15 @@ class Emulator:
         else: self.vwrite16(w, f["vdst"], ln, self.vsrc16(w, f["src0"], ln, inst, fp=False))
       return
     if inst.op not in VOP1: raise UnsupportedInstruction(f"VOP1 opcode {inst.op} ({inst.name}) at {w.pc:#x}")
-    fn, d = VOP1[inst.op][1], inst.f["vdst"]
-    for ln in w.lanes(): w.vgpr[d][ln] = fn(self.vsrc(w, inst.f["src0"], ln, inst))
+    lanes, vd = w.lanes(), w.vgpr[inst.f["vdst"]]
+    for ln, v in zip(lanes, map(VOP1[inst.op][1], self.col(w, inst.f["src0"], lanes, inst))): vd[ln] = v
+
+  def col(self, w: Wave, code: int, lanes: list[int], inst: Inst) -> list[int]:
+    """A 32-bit source operand for every active lane (a scalar operand repeated)."""
+    if code >= 256:
+      vr = w.vgpr[code - 256]
+      return [vr[ln] for ln in lanes]
+    return [self.sread(w, code, inst)] * len(lanes)
 
   def _vop2_lane(self, w: Wave, op: int, a: int, b: int, d: int, ln: int, inst: Inst, k: int = 0) -> None:
     if op in VOP2: w.vgpr[d][ln] = VOP2[op][1](a, b)
@@ -720,7 +727,13 @@ class Emulator:
         if r > MASK32 or r < 0: carry |= 1 << ln
       w.vcc = (w.vcc & ~w.exec) | carry
       return
-    for ln in w.lanes():
+    lanes = w.lanes()
+    if inst.op in VOP2:  # by columns
+      vd = w.vgpr[f["vdst"]]
+      for ln, v in zip(lanes, map(VOP2[inst.op][1], self.col(w, f["src0"], lanes, inst),
+                                  self.col(w, 256 + f["vsrc1"], lanes, inst))): vd[ln] = v
+      return
+    for ln in lanes:
       self._vop2_lane(w, inst.op, self.vsrc(w, f["src0"], ln, inst), w.vgpr[f["vsrc1"]][ln], f["vdst"], ln, inst,
                       inst.literal or 0)
 
@@ -854,8 +867,8 @@ class Emulator:
       if op - 0x180 not in VOP1: raise UnsupportedInstruction(f"VOP3 (VOP1) opcode {op - 0x180} at {w.pc:#x}")
       for ln in w.lanes(): w.vgpr[f["vdst"]][ln] = VOP1[op - 0x180][1](src(0, ln))
     elif op in VOP3:
-      fn = VOP3[op][1]
-      for ln in w.lanes(): w.vgpr[f["vdst"]][ln] = fn(src(0, ln), src(1, ln), src(2, ln))
+      fn, lanes, vd = VOP3[op][1], w.lanes(), w.vgpr[f["vdst"]]
+      for ln, v in zip(lanes, map(fn, *([src(i, ln) for ln in lanes] for i in range(3)))): vd[ln] = v
     elif op == 0x360:  # v_readlane_b32 sdst(vdst field), vsrc0, lane(src1)
       self.swrite(w, f["vdst"], w.vgpr[f["src0"] - 256][self.sread(w, f["src1"], inst) & 31])
     elif op == 0x361:  # v_writelane_b32 vdst, ssrc0, lane(src1): ignores EXEC
