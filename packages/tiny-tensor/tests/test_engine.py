@@ -118,6 +118,9 @@ def test_bound_variables_as_values_and_shapes():
     assert (a[:4] * Tensor(v.bind(k))).tolist() == [0.0, k, 2.0 * k, 3.0 * k]
     assert a.shrink(((0, v.bind(k)),)).sum().item() == sum(range(k))
   assert Tensor(v.bind(2)).shape == () and Tensor(v.bind(2)).device == "CPU"
+  for k in (2, 4):  # symbolic shapes through creation and reductions (mean divides by the bound size)
+    assert (Tensor.ones(v.bind(k), 3) * 2).sum().item() == 6 * k
+    assert a.shrink(((0, v.bind(k)),)).mean().item() == (k - 1) / 2
 
 
 def test_global_ops_counts_flops():
