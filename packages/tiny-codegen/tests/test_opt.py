@@ -99,9 +99,48 @@ def test_unroll_needs_reduce_axis_and_upcast_limit() -> None:
 def test_heuristics_register_block_matmul() -> None:
   ast = optimize_kernel(matmul_ast(64, 64, 64), Device["CPU"].renderer)
   applied = ast.arg.applied_opts
-  assert Opt(OptOps.UPCAST, 1, 8) in applied, applied  # the store-contiguous axis, vector wide
+  assert Opt(OptOps.UPCAST, 1, 16) in applied, applied  # the store-contiguous axis, up to 16 lanes
   types = [u.arg[1] for u in ast.toposort() if u.op is Ops.RANGE]
   assert types.count(AxisType.UPCAST) == 2 and AxisType.REDUCE in types
+
+
+def conv1d_ast(CO: int, CI: int, W: int, KW: int) -> UOp:
+  """out[co, x] = sum_{ci, k} inp[ci, x + k] * w[co, ci, k] (a valid 1-D convolution)."""
+  IW = W + KW - 1
+  out, inp, w = (UOp(Ops.PARAM, dtypes.float.ptr(n), arg=i) for i, n in enumerate((CO * W, CI * IW, CO * CI * KW)))
+  co, x = UOp.range(CO, 0), UOp.range(W, 1)
+  ci, k = UOp.range(CI, 2, AxisType.REDUCE), UOp.range(KW, 3, AxisType.REDUCE)
+  val = (inp.index(ci * IW + x + k).load() * w.index(co * CI * KW + ci * KW + k).load()).reduce(ci, k, arg=Ops.ADD)
+  return out.index(co * W + x).store(val).sink(arg=KernelInfo())
+
+
+def test_heuristics_conv_blocks_channels_and_unrolls_filter() -> None:
+  ren = Device["CPU"].renderer
+  ast = conv1d_ast(16, 4, 20, 5)
+  opt = optimize_kernel(ast, ren)
+  applied = opt.arg.applied_opts
+  # the store-contiguous width (20 -> 4 lanes), the output channels (reuse the input loads), the 5-wide filter whole
+  assert applied == (Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UNROLL, 1, 0)), applied
+  rng = np.random.default_rng(3)
+  inp, w = rng.standard_normal((4, 24)).astype(np.float32), rng.standard_normal((16, 4, 5)).astype(np.float32)
+  want = np.stack([sum(np.convolve(inp[ci], w[co, ci][::-1], "valid") for ci in range(4)) for co in range(16)])
+  np.testing.assert_allclose(run(opt, "CPU", [inp.ravel(), w.ravel()], 16 * 20).reshape(16, 20), want, rtol=1e-4,
+                             atol=1e-4)
+
+
+def test_heuristics_window_axis_not_blocked_first() -> None:
+  # out[c, y, x] = sum_k inp[y + k, x] * w[c, k]: y slides over the rows with k (upcasting it shares no loads), so
+  # the channel axis is blocked first although y is the inner one; x (3 wide) can't split
+  out, inp, w = (UOp(Ops.PARAM, dtypes.float.ptr(n), arg=i) for i, n in enumerate((4 * 4 * 3, 6 * 3, 4 * 3)))
+  c, y, x, k = UOp.range(4, 0), UOp.range(4, 1), UOp.range(3, 2), UOp.range(3, 3, AxisType.REDUCE)
+  val = (inp.index((y + k) * 3 + x).load() * w.index(c * 3 + k).load()).reduce(k, arg=Ops.ADD)
+  ast = out.index(c * 12 + y * 3 + x).store(val).sink(arg=KernelInfo())
+  opt = optimize_kernel(ast, Device["CPU"].renderer)
+  assert opt.arg.applied_opts[0] == Opt(OptOps.UPCAST, 0, 4), opt.arg.applied_opts
+  rng = np.random.default_rng(4)
+  inp, w = rng.standard_normal((6, 3)).astype(np.float32), rng.standard_normal((4, 3)).astype(np.float32)
+  want = np.einsum("ykx,ck->cyx", np.stack([inp[i:i + 3] for i in range(4)]), w)
+  np.testing.assert_allclose(run(opt, "CPU", [inp.ravel(), w.ravel()], 48).reshape(4, 4, 3), want, rtol=1e-4, atol=1e-4)
 
 
 def test_heuristics_unroll_plain_sum() -> None:

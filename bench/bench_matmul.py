@@ -1,0 +1,107 @@
+"""1024x1024 float32 matmul throughput, and the compile latency of one kernel.
+
+1. GFLOPS of `a @ b` (1024^3, float32) through `Tensor` with the hand-coded optimizations (no BEAM), best of a few
+   calls after a warm-up; side by side with numpy, torch (CPU, default threads) and tinygrad when importable.
+   Target: tiny >= 25% of numpy (goal 50%).
+2. ms to schedule + lower + render + compile a fused elementwise+reduce kernel (`((a * b + c).exp2() * k).sum(1)`
+   on 64x64), median of several, with the disk cache off (`CACHELEVEL=0`). Each repetition uses a different
+   constant `k`, so every one is a new kernel (no in-memory cache hit either). Target: <= 30 ms.
+
+`python bench/bench_matmul.py` prints the rows; `run()` returns them for bench/run.py.
+"""
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+N = 1024
+REPS = 5
+FLOP = 2 * N ** 3
+
+
+def _gflops(fn: Callable[[], Any], reps: int = REPS) -> float:
+  fn()
+  best = min(_timed(fn) for _ in range(reps))
+  return FLOP / best / 1e9
+
+
+def _timed(fn: Callable[[], Any]) -> float:
+  st = time.perf_counter()
+  fn()
+  return time.perf_counter() - st
+
+
+def _inputs() -> tuple[np.ndarray, np.ndarray]:
+  rng = np.random.default_rng(0)
+  return rng.standard_normal((N, N), dtype=np.float32), rng.standard_normal((N, N), dtype=np.float32)
+
+
+def tiny_gflops() -> float:
+  from tiny_tensor import Tensor
+  a, b = _inputs()
+  ta, tb = Tensor(a).realize(), Tensor(b).realize()
+  got = (ta @ tb).numpy()
+  if not np.allclose(got, a @ b, rtol=1e-3, atol=1e-2): raise AssertionError("tiny matmul is wrong")
+  return _gflops(lambda: (ta @ tb).realize())
+
+
+def numpy_gflops() -> float:
+  a, b = _inputs()
+  return _gflops(lambda: a @ b)
+
+
+def torch_gflops() -> float:
+  import torch
+  a, b = (torch.from_numpy(x) for x in _inputs())
+  return _gflops(lambda: a @ b)
+
+
+def tinygrad_gflops() -> float:
+  from tinygrad import Tensor  # type: ignore[import-not-found]
+  ta, tb = (Tensor(x).realize() for x in _inputs())
+  return _gflops(lambda: (ta @ tb).realize())
+
+
+def tiny_compile_ms(reps: int = 15) -> float:
+  """Median ms of schedule + lower + render + compile for a new fused elementwise+reduce kernel."""
+  from tiny_codegen import get_program
+  from tiny_codegen.schedule import create_schedule
+  from tiny_tensor import Tensor
+  from tiny_uop.helpers import Context
+  from tiny_uop.plugins import Device
+  from tiny_uop.uop import UOp
+  renderer = Device["CPU"].renderer
+  a, b, c = (Tensor.empty(64, 64) for _ in range(3))
+  times = []
+  with Context(CACHELEVEL=0):
+    for i in range(reps + 1):
+      out = ((a * b + c).exp2() * (1.0 + i / 1024)).sum(1)
+      st = time.perf_counter()
+      sched = create_schedule(UOp.sink(out.uop))
+      for call in sched.kernels: get_program(call.src[0], renderer)
+      if i: times.append(time.perf_counter() - st)  # the first one also warms imports
+      if len(sched.kernels) != 1: raise AssertionError(f"expected one fused kernel, got {len(sched.kernels)}")
+  return statistics.median(times) * 1e3
+
+
+def run() -> dict[str, dict[str, Any]]:
+  mm: dict[str, Any] = {"unit": "GFLOPS", "better": "higher", "target": "tiny >= 25% of numpy (goal 50%)"}
+  mm["tiny"] = tiny_gflops()
+  mm["numpy"] = numpy_gflops()
+  try: mm["torch"] = torch_gflops()
+  except ImportError: pass
+  try: mm["tinygrad"] = tinygrad_gflops()
+  except ImportError: pass
+  comp: dict[str, Any] = {"unit": "ms", "better": "lower", "target": "tiny <= 30 ms median"}
+  comp["tiny"] = tiny_compile_ms()
+  return {f"matmul {N}x{N} float32, no BEAM": mm, "compile latency, elementwise+reduce, CACHELEVEL=0": comp}
+
+
+if __name__ == "__main__":
+  for case, r in run().items():
+    print(case, "  ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()))
+  sys.exit(0)
