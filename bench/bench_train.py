@@ -91,12 +91,14 @@ def tinygrad_train_ms() -> float:
   xs, ys = _data()
   x, y = Tensor(xs), Tensor(ys)
 
+  from tinygrad.helpers import Context  # type: ignore[import-not-found]
+
   @TinyJit
-  @Tensor.train()
   def step(x: Any, y: Any) -> Any:
-    opt.zero_grad()
-    loss = x.sequential(layers).sparse_categorical_crossentropy(y).backward()
-    return loss.realize(*opt.schedule_step())
+    with Context(TRAINING=1):  # 0.14 has no Tensor.train
+      opt.zero_grad()
+      loss = x.sequential(layers).sparse_categorical_crossentropy(y).backward()
+      return loss.realize(*opt.schedule_step())
   return _time_steps(lambda: step(x, y))
 
 
