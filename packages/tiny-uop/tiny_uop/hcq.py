@@ -19,7 +19,6 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import errno
-import fcntl
 import functools
 import os
 import time
@@ -62,6 +61,7 @@ class FileIOInterface:
 
   def ioctl(self, request: int, arg: Any) -> int:
     """`ioctl(fd, request, arg)`; `arg` is a writable buffer (cffi buffer, bytearray) the kernel reads and fills."""
+    import fcntl  # POSIX only: imported here so that tiny_uop.hcq imports everywhere
     return fcntl.ioctl(self.fd, request, arg, True)  # type: ignore[arg-type]
 
   def mmap(self, start: int, size: int, prot: int, flags: int, offset: int) -> int:
