@@ -58,6 +58,19 @@ def test_fileio_reads_files_and_maps_memory(tmp_path):
   FileIOInterface().munmap(addr, 0x2000)
 
 
+def test_fileio_ioctl_fills_the_argument_buffer():
+  import termios
+  r, w = os.pipe()
+  try:
+    os.write(w, b"12345")
+    arg = bytearray(4)
+    FileIOInterface(fd=r).ioctl(termios.FIONREAD, arg)  # bytes waiting in the pipe, written into arg by the kernel
+    assert int.from_bytes(arg, "little") == 5
+  finally:
+    os.close(r)
+    os.close(w)
+
+
 # ***** kfd.py: layouts and numbers from include/uapi/linux/kfd_ioctl.h *****
 def test_struct_sizes_match_the_uapi_header():
   sizes = {"get_version": 8, "create_queue": 88, "destroy_queue": 8, "create_event": 32, "wait_events": 24,
