@@ -39,6 +39,8 @@ class AMDRing:
     self.ptrs = iface.alloc(0x1000, host=True, uncached=True)  # rptr at +0, wptr at +8
     extra: dict[str, int] = {}
     if qtype == kfd.QUEUE_TYPE_COMPUTE:
+      # TODO(real hardware): sysfs has no CWSR sizes; the thunk derives ctx_save_restore_size/ctl_stack_size from the
+      # CU and wave counts. The mock's topology provides them; on a real GPU they are 0 here until that is written.
       props = dict(iface.node.props)
       self.eop = iface.alloc(0x1000)
       ctx = props.get("ctx_save_restore_size", 0) + props.get("ctl_stack_size", 0)
