@@ -290,7 +290,8 @@ SOP2: dict[int, tuple[str, Callable[[int, int], int]]] = {
   39: ("s_bfe_i32", lambda a, b: _bfe_i32(a, b & 31, (b >> 16) & 0x7F)),
 }
 SOP2_ADDC, SOP2_SUBB, SOP2_LSHL_B64, SOP2_AND_B64, SOP2_CSELECT_B32, SOP2_BFE_U32 = 4, 5, 9, 23, 48, 38
-SOP2_B64 = {9: "s_lshl_b64", 11: "s_lshr_b64", 23: "s_and_b64", 25: "s_or_b64", 27: "s_xor_b64", 49: "s_cselect_b64"}
+SOP2_B64 = {9: "s_lshl_b64", 11: "s_lshr_b64", 13: "s_ashr_i64", 23: "s_and_b64", 25: "s_or_b64", 27: "s_xor_b64",
+            35: "s_and_not1_b64", 37: "s_or_not1_b64", 40: "s_bfe_u64", 41: "s_bfe_i64", 49: "s_cselect_b64"}
 SOPC_NAMES = ["eq_i32", "lg_i32", "gt_i32", "ge_i32", "lt_i32", "le_i32", "eq_u32", "lg_u32", "gt_u32", "ge_u32",
               "lt_u32", "le_u32", "bitcmp0_b32", "bitcmp1_b32", "bitcmp0_b64", "bitcmp1_b64", "eq_u64", "lg_u64"]
 _SOPC_FN = [_CMP[2], _CMP[5], _CMP[4], _CMP[6], _CMP[1], _CMP[3]]
@@ -623,9 +624,13 @@ class Emulator:
       w.scc = int(r != 0)
     elif op in SOP2_B64:
       a64 = self.sread64(w, inst.f["ssrc0"], inst)
-      b64 = b if op in (9, 11) else self.sread64(w, inst.f["ssrc1"], inst)
-      r = {9: lambda: (a64 << (b & 63)) & MASK64, 11: lambda: a64 >> (b & 63), 23: lambda: a64 & b64,
-           25: lambda: a64 | b64, 27: lambda: a64 ^ b64, 49: lambda: a64 if w.scc else b64}[op]()
+      b64 = b if op in (9, 11, 13, 40, 41) else self.sread64(w, inst.f["ssrc1"], inst)
+      off, width = b & 63, (b >> 16) & 0x7F
+      field = (a64 >> off) & ((1 << width) - 1)
+      r = {9: lambda: (a64 << (b & 63)) & MASK64, 11: lambda: a64 >> (b & 63), 13: lambda: sext(a64, 64) >> (b & 63),
+           23: lambda: a64 & b64, 25: lambda: a64 | b64, 27: lambda: a64 ^ b64, 35: lambda: a64 & ~b64,
+           37: lambda: a64 | (~b64 & MASK64), 40: lambda: field,
+           41: lambda: sext(field, width) if width else 0, 49: lambda: a64 if w.scc else b64}[op]() & MASK64
       self.swrite(w, d, r)
       self.swrite(w, d + 1, r >> 32)
       if op != 49: w.scc = int(r != 0)
