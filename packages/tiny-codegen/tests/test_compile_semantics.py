@@ -38,6 +38,7 @@ CASES = [
   (Ops.MAX, dtypes.float64, [0.0, -0.0, 2.5, math.nan, -math.inf]),
   (Ops.CMOD, dtypes.float32, [5.5, -5.5, 2.0, -2.0, 0.75, 1e30, 3.0]),
   (Ops.CDIV, dtypes.float32, [5.5, -5.5, 2.0, -2.0, 0.75, 7.0, 3.0]),
+  (Ops.POW, dtypes.int32, [0, 1, -1, 2, -2, 3, 10, 31, -5, 40]), (Ops.POW, dtypes.uint8, [0, 1, 2, 3, 7, 255]),
   (Ops.SUB, dtypes.bool, [False, True]), (Ops.ADD, dtypes.bool, [False, True]), (Ops.MAX, dtypes.bool, [False, True]),
 ]
 
@@ -66,3 +67,23 @@ def test_matches_reference(R, op, dt, vals):
   for x, y, got in zip(X.tolist(), Y.tolist(), C.tolist()):  # operands as the dtype holds them
     ref = exec_alu(op, dt, (x, y))
     assert same(got, ref), f"{op.name}({x!r}, {y!r}) in {dt}: got {got!r}, reference {ref!r}"
+
+
+FLOAT_TO_INT = [dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32, dtypes.int64]
+
+
+@pytest.mark.parametrize("R", RENDERERS)
+@pytest.mark.parametrize("dt", FLOAT_TO_INT, ids=[d.name for d in FLOAT_TO_INT])
+def test_float_to_int_casts_wrap_like_reference(R, dt):
+  xs = [0.0, -0.5, 1.9, -1.9, 127.5, 200.0, 300.0, -300.0, 65535.0, 70000.7, -70000.7, 3e9, -3e9]
+  n = len(xs)
+  c, a = UOp(Ops.PARAM, dt.ptr(n), arg=0), UOp(Ops.PARAM, dtypes.float32.ptr(n), arg=1)
+  i = UOp.range(n, 0)
+  ast = c.index(i).store(a.index(i).load().cast(dt)).sink(arg=KernelInfo())
+  r = R()
+  r.threads = 1
+  with Context(NOOPT=1): spec = get_program(ast, r)
+  X, C = np.array(xs, np.float32), np.zeros(n, to_numpy(dt))
+  kr.run(spec, [C, X])
+  for x, got in zip(X.tolist(), C.tolist()):
+    if dt == dtypes.int64 or abs(x) < 2**31: assert got == exec_alu(Ops.CAST, dt, (x,), dtypes.float32), (x, got)

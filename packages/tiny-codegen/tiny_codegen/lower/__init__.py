@@ -24,7 +24,7 @@ from tiny_uop.helpers import DEBUG
 from tiny_uop.pattern import graph_rewrite
 from tiny_uop.uop import Ops, UOp, print_uops
 
-from tiny_codegen.lower.decomp import bf16_to_float, pm_decomp, pm_gates
+from tiny_codegen.lower.decomp import bf16_to_float, pm_decomp, pm_gates, pm_late
 from tiny_codegen.lower.dims import Dims, add_gpudims, add_threads, group_reduces
 from tiny_codegen.lower.expander import pm_expander
 from tiny_codegen.lower.linearize import linearize
@@ -75,7 +75,8 @@ def _stage_decomp(sink: UOp, ren: Renderer, dims: Dims) -> UOp:
 
 
 def _stage_simplify(sink: UOp, ren: Renderer, dims: Dims) -> UOp:
-  return graph_rewrite(simplify_graph(sink, name="simplify_index"), pm_gates, name="gates")
+  sink = graph_rewrite(simplify_graph(sink, name="simplify_index"), pm_gates, name="gates")
+  return graph_rewrite(sink, pm_late, name="late_decomp")
 
 
 STAGES: list[tuple[str, Callable[[UOp, Renderer, Dims], UOp]]] = [

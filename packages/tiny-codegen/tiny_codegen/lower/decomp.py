@@ -81,6 +81,26 @@ def _mask_shift(s: UOp) -> UOp | None:
   return s.replace(src=(x, y & (bits - 1)))
 
 
+def _int_pow(p: UOp) -> UOp | None:
+  """a ** b for ints by squaring over b's bits (wrapping); b < 0 gives the truncated real result (1, +-1 or 0)."""
+  a, b = p.src
+  if not _is_int(p): return None
+  bits = b.dtype.scalar().itemsize * 8
+  one = a.const_like(1)
+  res, base = one, a
+  for k in range(bits - (0 if dtypes.is_unsigned(b.dtype) else 1)):
+    res = ((b >> k) & 1).ne(0).where(res * base, res)
+    base = base * base
+  if dtypes.is_unsigned(b.dtype): return res
+  neg = a.eq(1).where(one, a.eq(-1).where((b & 1).ne(0).where(a.const_like(-1), one), a.const_like(0)))
+  return (b < 0).where(neg, res)
+
+
+pm_late = PatternMatcher([
+  # a ** b (ints) -> multiplications (after index simplification: the symbolic rules would expand the products)
+  (UPat(Ops.POW, name="p"), _int_pow),
+], name="late_decomp")
+
 pm_decomp = PatternMatcher([
   # x / y, x % y (ints, y may be 0 or -1) -> guarded; x // y (floats) -> trunc(x / y)
   (UPat((Ops.CDIV, Ops.CMOD), name="d"), _safe_div),

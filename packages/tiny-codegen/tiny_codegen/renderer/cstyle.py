@@ -185,7 +185,9 @@ class ClangRenderer(CPURenderer):
       elif op in (Ops.GROUP, Ops.SINK, Ops.NOOP): pass
       elif op is Ops.AFTER: r[u] = s[0]
       elif op is Ops.CAST:
-        expr = f"(({self.render_dtype(dt)})({s[0]}))"
+        if dtypes.is_float(src[0].dtype) and dtypes.is_int(dt) and dt.itemsize <= 4:  # through int32 (uint32: int64)
+          expr = f"(({self.render_dtype(dt)})({'long long' if dt == dtypes.uint32 else 'int'})({s[0]}))"
+        else: expr = f"(({self.render_dtype(dt)})({s[0]}))"
         if uses.get(u, 0) == 1 and dt in _INLINE_DTYPES: r[u] = expr
         else:
           r[u] = fresh("cast")

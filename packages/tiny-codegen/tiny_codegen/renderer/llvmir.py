@@ -117,6 +117,14 @@ class _LLVMEmitter:
     elif s == dtypes.bool: self.emit(f"{out} = {'uitofp' if dtypes.is_float(d) else 'zext'} {ts} {x} to {td}")
     elif dtypes.is_float(s) and dtypes.is_float(d):
       self.emit(f"{out} = {'fpext' if _FLOAT_ORDER[d] > _FLOAT_ORDER[s] else 'fptrunc'} {ts} {x} to {td}")
+    elif dtypes.is_float(s) and d != dtypes.uint64 and d.itemsize <= 4:
+      # as x86 (and tiny_uop.alu): through int32 (uint32: int64), then wrap to the narrower type
+      mid = "i64" if d == dtypes.uint32 else "i32"
+      self.emit(f"{out} = fptosi {ts} {x} to {mid}")
+      if mid != td:
+        wrapped = self.tmp()
+        self.emit(f"{wrapped} = trunc {mid} {out} to {td}")
+        out = wrapped
     elif dtypes.is_float(s): self.emit(f"{out} = {'fptoui' if dtypes.is_unsigned(d) else 'fptosi'} {ts} {x} to {td}")
     elif dtypes.is_float(d): self.emit(f"{out} = {'uitofp' if dtypes.is_unsigned(s) else 'sitofp'} {ts} {x} to {td}")
     elif d.itemsize < s.itemsize: self.emit(f"{out} = trunc {ts} {x} to {td}")
