@@ -236,9 +236,10 @@ def test_scalar_64bit_and_extensions():
   assert (w.sgpr[4], w.sgpr[5], w.sgpr[6], w.sgpr[7], w.scc) == (0xFF, 1, 0xFF, 0, 0)  # s_or_b64, s_xor_b64, eq_u64
   assert run(sopc(17, 0, 2), sgpr={0: 1, 1: 5, 2: 1, 3: 6}).scc == 1  # s_cmp_lg_u64 sees the high word
   v = 0x8000_00F0_0000_0000
-  w = run(sop2(41, 4, 0, 2), sop2(40, 6, 0, 2), sop2(13, 8, 0, 3), sgpr={0: v & M32, 1: v >> 32, 2: 36 | (4 << 16), 3: 60})
+  w = run(sop2(41, 4, 0, 2), sop2(40, 6, 0, 2), sop2(13, 8, 0, 3),
+          sgpr={0: v & M32, 1: v >> 32, 2: 36 | (4 << 16), 3: 60})
   assert (w.sgpr[4], w.sgpr[5]) == (M32, M32) and (w.sgpr[6], w.sgpr[7]) == (0xF, 0)  # s_bfe_i64 / s_bfe_u64
-  assert (w.sgpr[8], w.sgpr[9]) == (M32, M32)  # s_ashr_i64 by 60 of a negative value
+  assert (w.sgpr[8], w.sgpr[9]) == ((-8) & M32, M32)  # s_ashr_i64: 0x8000_00F0_0000_0000 >> 60 = -8
   w = run(sop1(14, 2, 0), sop1(15, 3, 0), sop1(21, 4, 1), sop2(15, 5, 0, 1), sop2(45, 6, 0, 1),
           sgpr={0: 0x1234_8081, 1: 0xFFFF_FFF0})
   assert w.sgpr[2] == (-127) & M32 and w.sgpr[3] == (0x8081 - 0x10000) & M32 and w.sgpr[4] == 16
