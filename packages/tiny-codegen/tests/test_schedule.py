@@ -459,3 +459,16 @@ def test_reading_a_version_between_two_assigns_is_a_clear_error():
   a2 = a1.assign(a1 + fconst(1.0, (2, 3)))
   with pytest.raises(RuntimeError, match="between two ASSIGNs"):
     create_schedule(UOp.sink(a2, (a1 * a2).contiguous()))
+
+
+def test_elementwise_read_through_a_window_gets_its_own_kernel():
+  # a*b read by a windowed reduce (cumsum's pad/expand/shrink window) would be recomputed once per window position:
+  # big enough, it is realized first; small, it stays inlined
+  big = [tensor(64, 256) for _ in range(2)]
+  sched = check([cumsum_last(big[0][1] * big[1][1])], {b: v for b, _, v in big}, rtol=1e-4)
+  assert n_kernels(sched) == 2
+  assert schedule_mod.WINDOW_MIN_SIZE <= 64 * 256 and schedule_mod.WINDOW_MIN_BUFFERS <= 2
+  small = [tensor(4, 8) for _ in range(2)]
+  assert n_kernels(check([cumsum_last(small[0][1] * small[1][1])], {b: v for b, _, v in small})) == 1
+  one = tensor(64, 256)  # one buffer: cheap to recompute, inlined
+  assert n_kernels(check([cumsum_last(one[1] * one[1])], {one[0]: one[2]}, rtol=1e-4)) == 1

@@ -13,7 +13,8 @@ into few outputs.
 from __future__ import annotations
 
 from tiny_uop.device import Renderer
-from tiny_uop.uop import AxisType, Ops, UOp
+from tiny_uop.dtype import dtypes
+from tiny_uop.uop import AxisType, GroupOp, Ops, UOp
 
 from tiny_codegen.opt.kernel import Kernel, KernelOptError, Opt, OptOps, _bound, stride_of
 
@@ -51,34 +52,40 @@ def _output_axes_with_bounds(k: Kernel) -> list[tuple[int, UOp, int]]:
           and (n := _bound(r) or 0) > 1]
 
 
-def _window_or_nonaffine(r: UOp, loads: list[UOp], rngs: list[UOp], reds: list[UOp]) -> bool:
-  """Whether some load walks `r` non-affinely (div/mod) or as a sliding window (same stride as a reduce axis):
-  upcasting such an axis duplicates index math or loads that aren't shared between lanes."""
+def _awkward(r: UOp, loads: list[UOp], rngs: list[UOp], reds: list[UOp]) -> tuple[bool, bool]:
+  """(some load walks `r` non-affinely (through div/mod), some load walks it as a sliding window (the same stride as
+  a reduce axis)): upcasting such an axis copies index math, or loads that aren't shared between lanes."""
+  nonaffine = window = False
   for ld in loads:
     idx = ld.src[0].src[1]
     if r not in idx.ranges: continue
     s = stride_of(idx, r, rngs)
-    if s is None: return True
-    if any(red in idx.ranges and stride_of(idx, red, rngs) == s for red in reds): return True
-  return False
+    if s is None or any(u.op in (Ops.CDIV, Ops.CMOD) and r in u.ranges for u in idx.toposort()): nonaffine = True
+    elif any(red in idx.ranges and stride_of(idx, red, rngs) == s for red in reds): window = True
+  return nonaffine, window
 
 
 def _register_block(k: Kernel, sidx: UOp | None, loads: list[UOp]) -> None:
   """Upcast output axes that some load doesn't depend on (so the load is reused across the lanes): the axis
-  contiguous in the store first (up to 16 lanes), then one more (up to 8), at most 128 accumulators in all. Axes
-  that loads walk as a sliding window or through div/mod come last."""
+  contiguous in the store first (up to 16 lanes), then one more (up to 8), at most 128 accumulators in all (fewer
+  when a small innermost reduce axis will be unrolled, so it fits 256 lanes). Axes
+  that loads index through div/mod come last, and sliding-window axes after the other non-contiguous ones."""
   rngs, reds = k.rngs, k.reduce_axes
   cands = []
   for i, r, n in _output_axes_with_bounds(k):
     reuse = any(r not in ld.src[0].src[1].ranges for ld in loads)
     if not reuse: continue
     contiguous = sidx is not None and stride_of(sidx, r, rngs) == 1
-    cands.append((not contiguous, _window_or_nonaffine(r, loads, rngs, reds), -i, r, n))
-  cands.sort(key=lambda c: c[:3])
+    nonaffine, window = _awkward(r, loads, rngs, reds)
+    cands.append((nonaffine, not contiguous, window, -i, r, n))
+  cands.sort(key=lambda c: c[:4])
+  # leave room to unroll a small innermost reduce axis (a filter row) fully: the unroll pays more than wider blocks
+  inner = _bound(reds[-1]) if reds else None
+  max_acc = max(8, min(128, 256 // inner)) if inner is not None and 1 < inner <= 8 else 128
   chosen = 0
-  for not_contig, _, _, r, n in cands:
+  for _, not_contig, _, _, r, n in cands:
     for amt in ((16, 8, 4, 2) if not not_contig and chosen == 0 else (8, 4, 2)):
-      if n % amt == 0 and k.upcast_size * amt <= 128:
+      if n % amt == 0 and k.upcast_size * amt <= max_acc:
         axis = k.output_axes.index(r)
         if _try(k, Opt(OptOps.UPCAST, axis, amt)):
           chosen += 1
@@ -97,8 +104,22 @@ def _unroll_reduce(k: Kernel, loads: list[UOp]) -> None:
   if n <= 8 and _try(k, Opt(OptOps.UNROLL, len(reds) - 1, 0)): return
   rngs = k.rngs
   if n < 8 or not any(stride_of(ld.src[0].src[1], r, rngs) == 1 for ld in loads): return
+  cost = _alu_cost(k.ast)
   for amt in (16, 8, 4):
-    if n % amt == 0 and k.upcast_size * amt <= 256 and _try(k, Opt(OptOps.UNROLL, len(reds) - 1, amt)): return
+    if n % amt == 0 and k.upcast_size * amt <= 256 and cost * amt <= UNROLL_ALU_BUDGET and \
+       _try(k, Opt(OptOps.UNROLL, len(reds) - 1, amt)): return
+
+
+UNROLL_ALU_BUDGET = 64  # value ALU ops per lane a latency-hiding unroll may copy: more only slows compiling a
+                        # compute-bound loop
+_EXPENSIVE = {Ops.EXP2: 20, Ops.LOG2: 20, Ops.SIN: 30, Ops.SQRT: 2, Ops.RECIPROCAL: 2, Ops.POW: 40}
+
+
+def _alu_cost(ast: UOp) -> int:
+  """A rough count of the value (non-index) ALU instructions one iteration of one lane of the kernel's body becomes
+  (transcendentals expand)."""
+  return sum(_EXPENSIVE.get(u.op, 1) for u in ast.toposort() if u.op in GroupOp.ALU and u.dtype.scalar() != dtypes.index
+             and not dtypes.is_int(u.dtype))
 
 
 def _upcast_contiguous(k: Kernel, sidx: UOp | None) -> None:

@@ -3,8 +3,10 @@
 Stages (docs/PIPELINE.md §2):
 1. normalize: DETACH/CONTIGUOUS_BACKWARD removed, input BUFFERs replaced by numbered placeholders and bound variables
    by their unbound form, so the graph's structure is the schedule cache key;
-2. decide what is realized: the requested values, CONTIGUOUS, COPY (and its source), ASSIGN, and every REDUCE_AXIS
-   that reads memory and whose result is broadcast (EXPAND) or used by more than one kernel;
+2. decide what is realized: the requested values, CONTIGUOUS, COPY (and its source), ASSIGN, every REDUCE_AXIS
+   that reads memory and whose result is broadcast (EXPAND) or used by more than one kernel, and every big
+   elementwise value of several buffers that a reduce reads through a broadcasting window (a convolution's or
+   pool's input: inlined, it would be recomputed once per window position);
 3. build one kernel per realized value by walking toward its inputs with index expressions (`indexing.py`); a value
    that is only a contiguous view of a buffer costs no kernel (a reshape of it, or a SLICE view at an offset).
    Kernels may store several outputs: a reduce read at the output index of another reduce (softmax's max in its
@@ -155,6 +157,15 @@ def _grows(e: UOp) -> bool:
              for a, b in zip(shape_of(e.src[0]), shape_of(e)))
 
 
+WINDOW_MIN_BUFFERS = 2  # an elementwise value read by a windowed reduce gets its own kernel when it reads this many
+WINDOW_MIN_SIZE = 1 << 14  # buffers and has at least this many elements (smaller ones are cheap to recompute)
+
+
+def _leaves(u: UOp) -> int:
+  """How many distinct buffers (or copies/assigns) `u` reads."""
+  return sum(1 for x in u.toposort() if x.op in (Ops.BUFFER, Ops.COPY, Ops.ASSIGN))
+
+
 def _decide(sink: UOp) -> tuple[dict[UOp, None], dict[UOp, bool]]:
   """The nodes to realize, in graph order, and which nodes read memory."""
   nodes = list(sink.toposort())
@@ -184,8 +195,26 @@ def _decide(sink: UOp) -> tuple[dict[UOp, None], dict[UOp, bool]]:
           stack.append(c)
     return False
 
+  def windowed_into_reduce(u: UOp) -> bool:
+    # u reaches a REDUCE_AXIS through movement ops that include a broadcasting EXPAND (a pooling/convolution
+    # window), then possibly elementwise ops: inlined, the reduce would recompute u once per window position
+    stack, seen = [(u, False)], {u}
+    while stack:
+      x, grown = stack.pop()
+      for c in children[x]:
+        if c in want or c in seen: continue
+        if c.op is Ops.REDUCE_AXIS:
+          if grown: return True
+          continue
+        if c.op not in GroupOp.Movement and not (grown and c.op in GroupOp.ALU): continue
+        seen.add(c)
+        stack.append((c, grown or (c.op is Ops.EXPAND and _grows(c))))
+    return False
+
   for n in nodes:
     if n.op is Ops.REDUCE_AXIS and n not in want and reads_memory[n] and must_realize(n): want.add(n)
+    elif n.op in GroupOp.ALU and n not in want and reads_memory[n] and _leaves(n) >= WINDOW_MIN_BUFFERS and \
+        all_int(shape_of(n)) and prod(shape_of(n)) >= WINDOW_MIN_SIZE and windowed_into_reduce(n): want.add(n)
   return {n: None for n in nodes if n in want and n.op is not Ops.SINK}, reads_memory
 
 
