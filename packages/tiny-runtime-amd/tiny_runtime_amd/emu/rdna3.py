@@ -214,6 +214,8 @@ def _s16(v: int) -> int: return sext(v & 0xFFFF, 16)
 # 16-bit VOP3 ops (gfx11 true16: halves chosen by opsel): op -> (name, operands, is float, fn on 16-bit patterns)
 VOP3_16: dict[int, tuple[str, int, bool, Callable[..., int]]] = {
   0x132: ("v_add_f16", 2, True, _h(lambda a, b: a + b)),
+  0x303: ("v_add_nc_u16", 2, False, lambda a, b: (a + b) & 0xFFFF),
+  0x304: ("v_sub_nc_u16", 2, False, lambda a, b: (a - b) & 0xFFFF),
   0x305: ("v_mul_lo_u16", 2, False, lambda a, b: (a * b) & 0xFFFF),
   0x338: ("v_lshlrev_b16", 2, False, lambda a, b: (b << (a & 15)) & 0xFFFF),
   0x339: ("v_lshrrev_b16", 2, False, lambda a, b: b >> (a & 15)),
