@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import struct
+from fractions import Fraction
 from typing import Any, Iterator
 
 import numpy as np
@@ -149,7 +150,8 @@ def _thread(k: Kernel, mach: Machine, params: dict[str, int], shared: bytearray,
       cmp, ty = parts[1], parts[2]
       a, b = to_val(get(args[1], ty), ty), to_val(get(args[2], ty), ty)
       unordered = ty in _FLOAT and (np.isnan(a) or np.isnan(b))
-      res = {"lt": a < b, "gt": a > b, "ge": a >= b, "eq": a == b, "ne": a != b, "neu": unordered or a != b}[cmp]
+      res = {"lt": a < b, "gt": a > b, "ge": a >= b, "eq": a == b, "ne": a != b, "neu": unordered or a != b,
+             "nan": unordered}[cmp]
       regs[args[0]] = bool(res)
     elif name == "selp": regs[args[0]] = get(args[1], t) if regs[args[3]] else get(args[2], t)
     elif name in ("and", "or", "xor", "not"):
@@ -179,8 +181,11 @@ def _alu(name: str, t: str, a: list[Any]) -> Any:
   if name == "sub": return a[0] - a[1]
   if name == "mul": return a[0] * a[1]
   if name == "mad": return a[0] * a[1] + a[2]
-  if name == "fma": return np.float64(a[0]) * np.float64(a[1]) + np.float64(a[2])
+  if name == "fma":  # one rounding: exact in rationals, then rounded (to double, then to the type)
+    if not all(np.isfinite(x) for x in a): return np.float64(a[0]) * np.float64(a[1]) + np.float64(a[2])
+    return float(Fraction(float(a[0])) * Fraction(float(a[1])) + Fraction(float(a[2])))
   if name == "neg": return -a[0]
+  if name == "copysign": return np.copysign(a[1], a[0])
   if name == "div":
     if isf: return a[0] / a[1]
     q = abs(a[0]) // abs(a[1])
@@ -202,10 +207,9 @@ def _cvt(parts: list[str], bits: int) -> int:
     return to_bits(v, dst)
   if src in _FLOAT:
     if np.isnan(v): return 0
-    v = int(np.trunc(v))
     w = _width(dst)
     lo, hi = (-(1 << (w - 1)), (1 << (w - 1)) - 1) if dst[0] == "s" else (0, (1 << w) - 1)
-    v = min(max(v, lo), hi)  # float -> int saturates in PTX
+    v = hi if v == np.inf else lo if v == -np.inf else min(max(int(np.trunc(v)), lo), hi)  # PTX cvt saturates
   w = _width(dst)
   v = _signed(v, w) if dst[0] == "s" else _mask(v, w)
   return _mask(v, 64) if w < 16 else to_bits(v, dst)  # 8-bit results stay extended in their 16-bit register

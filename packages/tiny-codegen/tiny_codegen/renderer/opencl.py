@@ -32,27 +32,41 @@ _CL_TYPES = {"bool": "bool", "int8": "char", "uint8": "uchar", "int16": "short",
 _VEC_SIZES = (2, 3, 4, 8, 16)
 
 
+def _fmax(s: list[str]) -> str:
+  """numpy's maximum: a NaN operand gives NaN (a+b), and of two equal zeros +0 wins (-0 + +0 = +0). The operands are
+  variables (see `_multi_use`), so repeating them costs nothing."""
+  a, b = s
+  return f"((({a}!={a})|({b}!={b}))?({a}+{b}):(({a}>{b})?{a}:(({b}>{a})?{b}:(({a}==0)?({a}+{b}):{a}))))"
+
+
 def _fn(name: str) -> Callable[[list[str], DType], str]: return lambda s, dt: f"{name}({', '.join(s)})"
 
 
 CL_CODE: dict[Ops, Callable[[list[str], DType], str]] = {
   Ops.ADD: lambda s, dt: f"({s[0]}+{s[1]})" if dt.scalar() != dtypes.bool else f"({s[0]}|{s[1]})",
-  Ops.SUB: lambda s, dt: f"({s[0]}-{s[1]})",
+  Ops.SUB: lambda s, dt: f"({s[0]}-{s[1]})" if dt.scalar() != dtypes.bool else f"({s[0]}!={s[1]})",
   Ops.MUL: lambda s, dt: f"({s[0]}*{s[1]})" if dt.scalar() != dtypes.bool else f"({s[0]}&{s[1]})",
   Ops.FDIV: lambda s, dt: f"({s[0]}/{s[1]})", Ops.CDIV: lambda s, dt: f"({s[0]}/{s[1]})",
-  Ops.CMOD: lambda s, dt: f"({s[0]}%{s[1]})", Ops.SHL: lambda s, dt: f"({s[0]}<<{s[1]})",
+  Ops.CMOD: lambda s, dt: f"fmod({s[0]}, {s[1]})" if dtypes.is_float(dt) else f"({s[0]}%{s[1]})",
+  Ops.SHL: lambda s, dt: f"({s[0]}<<{s[1]})",
   Ops.SHR: lambda s, dt: f"({s[0]}>>{s[1]})",
   Ops.CMPLT: lambda s, dt: f"({s[0]}<{s[1]})", Ops.CMPNE: lambda s, dt: f"({s[0]}!={s[1]})",
   Ops.CMPEQ: lambda s, dt: f"({s[0]}=={s[1]})",
   Ops.AND: lambda s, dt: f"({s[0]}&{s[1]})", Ops.OR: lambda s, dt: f"({s[0]}|{s[1]})",
   Ops.XOR: lambda s, dt: f"({s[0]}^{s[1]})",
-  Ops.MAX: lambda s, dt: f"(({s[0]}>{s[1]})?{s[0]}:{s[1]})",
+  Ops.MAX: lambda s, dt: _fmax(s) if dtypes.is_float(dt) else f"(({s[0]}>{s[1]})?{s[0]}:{s[1]})",
   Ops.NEG: lambda s, dt: f"(!{s[0]})" if dt.scalar() == dtypes.bool else f"(-{s[0]})",
   Ops.RECIPROCAL: lambda s, dt: f"(1/{s[0]})",
   Ops.WHERE: lambda s, dt: f"({s[0]}?{s[1]}:{s[2]})", Ops.MULACC: lambda s, dt: f"(({s[0]}*{s[1]})+{s[2]})",
   Ops.EXP2: _fn("exp2"), Ops.LOG2: _fn("log2"), Ops.SIN: _fn("sin"), Ops.SQRT: _fn("sqrt"),
   Ops.TRUNC: _fn("trunc"), Ops.POW: _fn("pow"),
 }
+
+
+def _multi_use(u: UOp) -> bool:
+  """Ops whose rendering repeats an operand (float MAX, float -> uint64)."""
+  if u.op is Ops.MAX: return dtypes.is_float(u.dtype)
+  return u.op is Ops.CAST and u.dtype == dtypes.uint64 and dtypes.is_float(u.src[0].dtype)
 
 
 class OpenCLRenderer(Renderer):
@@ -102,8 +116,15 @@ class OpenCLRenderer(Renderer):
     return f"(({self.render_dtype(sc)}){xi})"
 
   def render_cast(self, x: str, src: DType, dst: DType) -> str:
+    """A conversion; float -> int follows tiny_uop.dtype.float_to_int (x86's results): through int32 (uint32: long),
+    uint64 through long below 2**63. `x` is a variable when it is repeated (see `_multi_use`)."""
     if dst.count > 1: return f"convert_{self.render_dtype(dst)}({x})"
-    return f"(({self.render_dtype(dst)})({x}))"
+    t = self.render_dtype(dst)
+    if dtypes.is_float(src) and dtypes.is_int(dst):
+      if dst == dtypes.uint64:  # 2**64 and above (inf): 0
+        return f"(({x})>=18446744073709551616.0?0ul:(({x})>=9223372036854775808.0?(ulong)({x}):(ulong)(long)({x})))"
+      if dst.itemsize <= 4: return f"(({t})({'long' if dst == dtypes.uint32 else 'int'})({x}))"
+    return f"(({t})({x}))"
 
   def render(self, uops: list[UOp]) -> str:
     """OpenCL C source of the kernel `uops` (ending in a SINK whose arg is a KernelInfo carrying the name)."""
@@ -134,7 +155,7 @@ class OpenCLRenderer(Renderer):
     for u in uops:  # uses in code (GROUP/END/SINK and the ordering-only sources of LOAD/STORE don't count)
       if u.op in (Ops.GROUP, Ops.END, Ops.SINK): continue
       for x in (u.src[:1] if u.op is Ops.LOAD else u.src[:2] if u.op is Ops.STORE else u.src):
-        uses[x] = uses.get(x, 0) + 1
+        uses[x] = uses.get(x, 0) + (2 if _multi_use(u) else 1)  # repeated operands must be variables
     scalars = {u.dtype.scalar() for u in uops} | {u.dtype.base.scalar() for u in uops if isinstance(u.dtype, PtrDType)}
     for u in uops:
       op, dt, src = u.op, u.dtype, u.src

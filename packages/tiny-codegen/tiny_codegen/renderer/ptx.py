@@ -174,6 +174,9 @@ class _PTXEmitter:
     t = ptx_type(sdt)
     sc = sdt.scalar()
     isf, isb = dtypes.is_float(sc), sc == dtypes.bool
+    if sc in (dtypes.float16, dtypes.float32) and op is Ops.CMOD:  # fmod through double (see fmod below)
+      wide = [self.cast(x, sc, dtypes.float64) for x in a]
+      return self.cast(self.alu(op, dtypes.float64, dtypes.float64, wide), dtypes.float64, sc)
     if sc == dtypes.float16 and op in (Ops.FDIV, Ops.RECIPROCAL, Ops.EXP2, Ops.LOG2, Ops.SQRT, Ops.SIN, Ops.TRUNC):
       res = self.alu(op, dtypes.float32, dtypes.float32, [self.to_f32(x) for x in a])  # half math via float32
       return self.from_f32(res)
@@ -191,7 +194,7 @@ class _PTXEmitter:
     if isb:
       if op in (Ops.ADD, Ops.OR, Ops.MAX): self.emit(f"or.pred {out}, {a[0]}, {a[1]};")
       elif op in (Ops.MUL, Ops.AND): self.emit(f"and.pred {out}, {a[0]}, {a[1]};")
-      elif op in (Ops.XOR, Ops.CMPNE): self.emit(f"xor.pred {out}, {a[0]}, {a[1]};")
+      elif op in (Ops.XOR, Ops.CMPNE, Ops.SUB): self.emit(f"xor.pred {out}, {a[0]}, {a[1]};")
       elif op is Ops.CMPEQ:
         self.emit(f"xor.pred {out}, {a[0]}, {a[1]};")
         self.emit(f"not.pred {out}, {out};")
@@ -205,16 +208,32 @@ class _PTXEmitter:
       cmp = {Ops.CMPLT: "lt", Ops.CMPNE: "neu" if isf else "ne", Ops.CMPEQ: "eq"}[op]
       self.emit(f"setp.{cmp}.{t} {out}, {a[0]}, {a[1]};")
       return out
-    if op is Ops.MAX:  # (a > b) ? a : b, like the C renderers (NaN in b propagates)
+    sel = "b16" if _bits(sc) == 16 else t
+    if op is Ops.MAX:  # ints: (a > b) ? a : b
       p = self.reg("p")
       self.emit(f"setp.gt.{t} {p}, {a[0]}, {a[1]};")
-      self.emit(f"selp.{'b16' if _bits(sc) == 16 else t} {out}, {a[0]}, {a[1]}, {p};")
+      self.emit(f"selp.{sel} {out}, {a[0]}, {a[1]}, {p};")
+      if isf:  # as numpy's maximum: equal values -> a & b (max(-0, +0) = +0), a NaN operand -> NaN (a + b)
+        p2, z, n = self.reg("p"), self.sreg(sc), self.sreg(sc)
+        self.emit(f"setp.eq.{t} {p2}, {a[0]}, {a[1]};")
+        self.emit(f"and.b{_bits(sc)} {z}, {a[0]}, {a[1]};")
+        self.emit(f"selp.{sel} {out}, {z}, {out}, {p2};")
+        self.emit(f"setp.nan.{t} {p2}, {a[0]}, {a[1]};")
+        self.emit(f"add.rn.{t} {n}, {a[0]}, {a[1]};")
+        self.emit(f"selp.{sel} {out}, {n}, {out}, {p2};")
       return out
     if isf:
       if op is Ops.ADD: self.emit(f"add.rn.{t} {out}, {a[0]}, {a[1]};")
       elif op is Ops.SUB: self.emit(f"sub.rn.{t} {out}, {a[0]}, {a[1]};")
       elif op is Ops.MUL: self.emit(f"mul.rn.{t} {out}, {a[0]}, {a[1]};")
       elif op is Ops.FDIV: self.emit(f"div.rn.{t} {out}, {a[0]}, {a[1]};")
+      elif op is Ops.CMOD:  # fmod(a, b) = a - trunc(a/b)*b with one rounding (fma): exact while the quotient fits
+        q = self.sreg(sc)  # in the mantissa (float/half go through double: exact for quotients below ~2**29)
+        self.emit(f"div.rn.{t} {q}, {a[0]}, {a[1]};")
+        self.emit(f"cvt.rzi.{t}.{t} {q}, {q};")
+        self.emit(f"neg.{t} {q}, {q};")
+        self.emit(f"fma.rn.{t} {q}, {q}, {a[1]}, {a[0]};")
+        self.emit(f"copysign.{t} {out}, {a[0]}, {q};")  # fmod has the sign of a, also when it is zero
       elif op is Ops.NEG: self.emit(f"neg.{t} {out}, {a[0]};")
       elif op is Ops.RECIPROCAL: self.emit(f"rcp.rn.{t} {out}, {a[0]};")
       elif op is Ops.SQRT: self.emit(f"sqrt.rn.{t} {out}, {a[0]};")
@@ -254,18 +273,35 @@ class _PTXEmitter:
       self.emit(f"selp.{'b16' if _bits(d) == 16 else td} {out}, {ptx_imm(1, d)}, {ptx_imm(0, d)}, {x};")
     elif dtypes.is_float(s) and dtypes.is_float(d):
       self.emit(f"cvt{'.rn' if d.itemsize < s.itemsize else ''}.{td}.{ts} {out}, {x};")
-    elif dtypes.is_float(s):
-      if d.itemsize == 8: self.emit(f"cvt.rzi.{td}.{ts} {out}, {x};")
-      else:  # through int64, then wrapped like an integer narrowing (PTX's direct cvt would saturate instead)
-        wide = self.reg("rd")
-        self.emit(f"cvt.rzi.s64.{ts} {wide}, {x};")
-        return self.cast(wide, dtypes.int64, d)
+    elif dtypes.is_float(s): return self.float_to_int(x, s, d)
     elif dtypes.is_float(d): self.emit(f"cvt.rn.{td}.{ts} {out}, {x};")
     elif d.itemsize == 1: self.emit(f"cvt.{td}.{td[0]}8 {out}, {x};" if s.itemsize <= 2 else
                                      f"cvt.{td[0]}8.{ts} {out}, {x};")
     elif _bits(d) == _bits(s): self.emit(f"mov.b{_bits(d)} {out}, {x};")
     else: self.emit(f"cvt.{td}.{ts} {out}, {x};")
     return out
+
+  def float_to_int(self, x: str, s: DType, d: DType) -> str:
+    """float -> int as tiny_uop.dtype.float_to_int (x86's results): truncate through int32 (uint32 and 64-bit types:
+    int64), an out-of-range value or NaN becoming the intermediate's minimum, then wrap; uint64 values >= 2**63 convert
+    unsigned. (PTX's cvt alone would saturate.)"""
+    ts = ptx_type(s)
+    bits = 63 if d.itemsize == 8 or d == dtypes.uint32 else 31
+    it = "s64" if bits == 63 else "s32"
+    mid, p, q = self.reg("rd" if bits == 63 else "r"), self.reg("p"), self.reg("p")
+    self.emit(f"cvt.rzi.{it}.{ts} {mid}, {x};")
+    self.emit(f"setp.gt.{ts} {p}, {x}, {ptx_imm(-(2.0 ** bits) - 1.0, s)};")  # both false for NaN
+    self.emit(f"setp.lt.{ts} {q}, {x}, {ptx_imm(2.0 ** bits, s)};")
+    self.emit(f"and.pred {p}, {p}, {q};")
+    self.emit(f"selp.{it} {mid}, {mid}, {-(1 << bits)}, {p};")
+    if d == dtypes.uint64:
+      big, hi = self.reg("rd"), self.reg("p")
+      self.emit(f"cvt.rzi.u64.{ts} {big}, {x};")
+      self.emit(f"setp.lt.{ts} {q}, {x}, {ptx_imm(2.0 ** 64, s)};")  # 2**64 and above (inf): 0
+      self.emit(f"selp.b64 {big}, {big}, 0, {q};")
+      self.emit(f"setp.ge.{ts} {hi}, {x}, {ptx_imm(2.0 ** 63, s)};")
+      self.emit(f"selp.b64 {mid}, {big}, {mid}, {hi};")
+    return self.cast(mid, dtypes.int64 if bits == 63 else dtypes.int32, d)
 
   # ***** memory *****
   def index(self, u: UOp) -> None:
