@@ -15,7 +15,8 @@ Arithmetic is IEEE with explicit rounding (`add.rn`, `mul.rn`: never contracted 
 `div.rn`, `sqrt.rn`, `rcp.rn`. Where PTX differs from tiny_uop.alu's reference semantics the renderer adds the
 fix-ups: float MAX propagates NaN with max(-0, +0) = +0, float CMOD is fmod (through double for float/half: exact for
 quotients below about 2**29), float -> int casts wrap as x86 does instead of saturating. EXP2/LOG2 on float32 use
-the SFU (`ex2.approx.f32`, `lg2.approx.f32`: about 2 ulp); half computes them in float32; double and SIN use tiny's polynomial decompositions (`lower/transcendental.py`).
+the SFU (`ex2.approx.f32`, `lg2.approx.f32`: about 2 ulp); half computes them in float32; double and SIN use tiny's
+polynomial decompositions (`lower/transcendental.py`).
 bfloat16 goes through float32 (so bf16 WMMA fragments are uint16 bits). Tensor cores: `mma.sync.aligned.m16n8k16`
 (half/bf16 in, float out) on sm_80+ and `m16n8k8` (half) on sm_75, declared in `tensor_cores`; a WMMA UOp renders to
 one `mma.sync`.
