@@ -6,8 +6,9 @@ from typing import Any
 from tiny_uop.plugins import Device
 from tiny_uop.uop import GroupOp, Ops, UOp, sint
 from tiny_tensor import engine
+from tiny_tensor.progress import tqdm, trange  # noqa: F401  (tinygrad keeps its progress bar in helpers)
 
-__all__ = ["argfix"]
+__all__ = ["argfix", "tqdm", "trange"]
 
 _device_cache: dict[tuple[str | None, str], str] = {}
 
