@@ -167,6 +167,7 @@ VOP2_SPECIAL = {1: "v_cndmask_b32", 43: "v_fmac_f32", 44: "v_fmamk_f32", 45: "v_
                 33: "v_sub_co_ci_u32", 34: "v_subrev_co_ci_u32"}
 # VOP3-only: op -> (name, fn(a, b, c) -> bits)
 VOP3: dict[int, tuple[str, Callable[[int, int, int], int]]] = {
+  0x20A: ("v_mad_i32_i24", lambda a, b, c: (sext(a & 0xFFFFFF, 24) * sext(b & 0xFFFFFF, 24) + c) & MASK32),
   0x20B: ("v_mad_u32_u24", lambda a, b, c: ((a & 0xFFFFFF) * (b & 0xFFFFFF) + c) & MASK32),
   0x219: ("v_min3_f32", _ff(lambda a, b, c: _fmin(_fmin(a, b), c))),
   0x21A: ("v_min3_i32", lambda a, b, c: min(i32(a), i32(b), i32(c)) & MASK32), 0x21B: ("v_min3_u32", min),
@@ -213,7 +214,8 @@ def _s16(v: int) -> int: return sext(v & 0xFFFF, 16)
 
 # 16-bit VOP3 ops (gfx11 true16: halves chosen by opsel): op -> (name, operands, is float, fn on 16-bit patterns)
 VOP3_16: dict[int, tuple[str, int, bool, Callable[..., int]]] = {
-  0x132: ("v_add_f16", 2, True, _h(lambda a, b: a + b)),
+  0x132: ("v_add_f16", 2, True, _h(lambda a, b: a + b)), 0x133: ("v_sub_f16", 2, True, _h(lambda a, b: a - b)),
+  0x134: ("v_subrev_f16", 2, True, _h(lambda a, b: b - a)), 0x135: ("v_mul_f16", 2, True, _h(lambda a, b: a * b)),
   0x303: ("v_add_nc_u16", 2, False, lambda a, b: (a + b) & 0xFFFF),
   0x304: ("v_sub_nc_u16", 2, False, lambda a, b: (a - b) & 0xFFFF),
   0x305: ("v_mul_lo_u16", 2, False, lambda a, b: (a * b) & 0xFFFF),
@@ -225,7 +227,7 @@ VOP3_16: dict[int, tuple[str, int, bool, Callable[..., int]]] = {
   0x24D: ("v_max3_i16", 3, False, lambda a, b, c: max(_s16(a), _s16(b), _s16(c)) & 0xFFFF),
   0x24E: ("v_max3_u16", 3, False, lambda a, b, c: max(a, b, c)),
 }
-VOP2_16 = {50: 0x132}  # VOP2 e32 opcodes with a 16-bit VOP3 twin (register bit 7 picks the half)
+VOP2_16 = {50: 0x132, 51: 0x133, 52: 0x134, 53: 0x135}  # VOP2 e32 opcodes with a 16-bit VOP3 twin (register bit 7 picks the half)
 
 
 # ops with a scalar carry-out (sdst) in bits 14:8
@@ -430,7 +432,7 @@ def decode(code: bytes | memoryview, pc: int = 0) -> Inst:
 
 
 def _sop1_name(op: int) -> str:
-  return {0: "s_mov_b32", 1: "s_mov_b64", 14: "s_sext_i32_i8", 15: "s_sext_i32_i16", 21: "s_abs_i32", 30: "s_not_b32",
+  return {0: "s_mov_b32", 1: "s_mov_b64", 4: "s_brev_b32", 14: "s_sext_i32_i8", 15: "s_sext_i32_i16", 21: "s_abs_i32", 30: "s_not_b32",
           32: "s_and_saveexec_b32", 34: "s_or_saveexec_b32",
           42: "s_and_not1_saveexec_b32"}.get(op, f"sop1_{op}")
 
@@ -586,6 +588,8 @@ class Emulator:
       v = self.sread64(w, s, inst)
       self.swrite(w, d, v)
       self.swrite(w, d + 1, v >> 32)
+    elif op == 4:  # s_brev_b32
+      self.swrite(w, d, int(f"{self.sread(w, s, inst):032b}"[::-1], 2))
     elif op == 21:  # s_abs_i32
       v = abs(i32(self.sread(w, s, inst))) & MASK32
       self.swrite(w, d, v)
