@@ -71,6 +71,9 @@ def _div_fixup(q: int, den: int, num: int) -> int:
   return bits32(n / d)
 
 
+def _i24(a: int) -> int: return sext(a & 0xFFFFFF, 24)
+
+
 def _bfe_i32(a: int, off: int, width: int) -> int:
   return (sext((a >> off) & ((1 << width) - 1), width) if width else 0) & MASK32
 
@@ -167,7 +170,7 @@ VOP2_SPECIAL = {1: "v_cndmask_b32", 43: "v_fmac_f32", 44: "v_fmamk_f32", 45: "v_
                 33: "v_sub_co_ci_u32", 34: "v_subrev_co_ci_u32"}
 # VOP3-only: op -> (name, fn(a, b, c) -> bits)
 VOP3: dict[int, tuple[str, Callable[[int, int, int], int]]] = {
-  0x20A: ("v_mad_i32_i24", lambda a, b, c: (sext(a & 0xFFFFFF, 24) * sext(b & 0xFFFFFF, 24) + c) & MASK32),
+  0x20A: ("v_mad_i32_i24", lambda a, b, c: (_i24(a) * _i24(b) + c) & MASK32),
   0x20B: ("v_mad_u32_u24", lambda a, b, c: ((a & 0xFFFFFF) * (b & 0xFFFFFF) + c) & MASK32),
   0x219: ("v_min3_f32", _ff(lambda a, b, c: _fmin(_fmin(a, b), c))),
   0x21A: ("v_min3_i32", lambda a, b, c: min(i32(a), i32(b), i32(c)) & MASK32), 0x21B: ("v_min3_u32", min),
@@ -227,7 +230,8 @@ VOP3_16: dict[int, tuple[str, int, bool, Callable[..., int]]] = {
   0x24D: ("v_max3_i16", 3, False, lambda a, b, c: max(_s16(a), _s16(b), _s16(c)) & 0xFFFF),
   0x24E: ("v_max3_u16", 3, False, lambda a, b, c: max(a, b, c)),
 }
-VOP2_16 = {50: 0x132, 51: 0x133, 52: 0x134, 53: 0x135}  # VOP2 e32 opcodes with a 16-bit VOP3 twin (register bit 7 picks the half)
+# VOP2 e32 opcodes with a 16-bit VOP3 twin (register bit 7 picks the half)
+VOP2_16 = {50: 0x132, 51: 0x133, 52: 0x134, 53: 0x135}
 
 
 # ops with a scalar carry-out (sdst) in bits 14:8
@@ -432,7 +436,8 @@ def decode(code: bytes | memoryview, pc: int = 0) -> Inst:
 
 
 def _sop1_name(op: int) -> str:
-  return {0: "s_mov_b32", 1: "s_mov_b64", 4: "s_brev_b32", 14: "s_sext_i32_i8", 15: "s_sext_i32_i16", 21: "s_abs_i32", 30: "s_not_b32",
+  return {0: "s_mov_b32", 1: "s_mov_b64", 4: "s_brev_b32", 14: "s_sext_i32_i8", 15: "s_sext_i32_i16", 21: "s_abs_i32",
+          30: "s_not_b32",
           32: "s_and_saveexec_b32", 34: "s_or_saveexec_b32",
           42: "s_and_not1_saveexec_b32"}.get(op, f"sop1_{op}")
 
