@@ -310,6 +310,17 @@ def test_true16_halves():
   hb = [int(v) for v in h.view(np.uint16)]
   w = run(vop2(50, 1 | 128, V(0), 0), vgpr={0: hb})  # v_add_f16 v1.h, v0.l, v0.l
   assert [v >> 16 for v in w.vgpr[1]] == [int(v) for v in (h + h).view(np.uint16)]
+  w = run(vop2(53, 1, V(0), 0), vop3(0x303, 2, V(0), 193), vgpr={0: hb})  # v_mul_f16 v1.l; v_add_nc_u16 v2.l = v0.l - 1
+  assert [v & 0xFFFF for v in w.vgpr[1]] == [int(v) for v in (h * h).view(np.uint16)]
+  assert [v & 0xFFFF for v in w.vgpr[2]] == [(x - 1) & 0xFFFF for x in hb]
+
+
+def test_24bit_multiply_add_and_bit_reverse():
+  a, b = rng.integers(0, 2**32, 32).tolist(), rng.integers(0, 2**32, 32).tolist()
+  w = run(vop3(0x20A, 2, V(0), V(1), V(1)), sop1(4, 5, 0), vgpr={0: a, 1: b}, sgpr={0: 0x0000_0001})
+  def i24(x): return (x & 0xFFFFFF) - (1 << 24 if x & 0x800000 else 0)
+  assert w.vgpr[2] == [(i24(x) * i24(y) + y) & M32 for x, y in zip(a, b)]
+  assert w.sgpr[5] == 0x8000_0000
 
 
 def test_ds_lds_loads_and_stores():
