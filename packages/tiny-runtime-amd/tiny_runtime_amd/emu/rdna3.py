@@ -136,8 +136,6 @@ VOP1: dict[int, tuple[str, Callable[[int], int]]] = {
   33: ("v_trunc_f32", _ff(lambda x: x if math.isinf(x) or math.isnan(x) else float(math.trunc(x)))),
   34: ("v_ceil_f32", _ff(lambda x: x if math.isinf(x) or math.isnan(x) else float(math.ceil(x)))),
   36: ("v_floor_f32", _ff(lambda x: x if math.isinf(x) or math.isnan(x) else float(math.floor(x)))),
-  10: ("v_cvt_f16_f32", lambda a: a), 11: ("v_cvt_f32_f16", lambda a: a), 28: ("v_mov_b16", lambda a: a),
-  2: ("v_readfirstlane_b32", lambda a: a), 15: ("v_cvt_f32_f64", lambda a: a), 16: ("v_cvt_f64_f32", lambda a: a),
   37: ("v_exp_f32", _ff(_exp2)), 39: ("v_log_f32", _ff(_log2)),
   42: ("v_rcp_f32", _ff(_rcp)), 43: ("v_rcp_iflag_f32", _ff(_rcp)),
   51: ("v_sqrt_f32", _ff(_sqrt)),
@@ -162,6 +160,9 @@ VOP2: dict[int, tuple[str, Callable[[int, int], int]]] = {
   37: ("v_add_nc_u32", lambda a, b: (a + b) & MASK32), 38: ("v_sub_nc_u32", lambda a, b: (a - b) & MASK32),
   39: ("v_subrev_nc_u32", lambda a, b: (b - a) & MASK32),
 }
+# VOP1 ops executed by special cases in Emulator.vop1 (e32 only): their names, for the decoder
+VOP1_SPECIAL = {2: "v_readfirstlane_b32", 10: "v_cvt_f16_f32", 11: "v_cvt_f32_f16", 15: "v_cvt_f32_f64",
+                16: "v_cvt_f64_f32", 28: "v_mov_b16"}
 VOP2_FLOAT = {3: lambda a, b: a + b, 4: lambda a, b: a - b, 5: lambda a, b: b - a, 8: lambda a, b: a * b,
               15: _fmin, 16: _fmax}  # VOP2 float ops by column (vec_f32)
 VOPD_FLOAT = {3: 8, 4: 3, 5: 4, 6: 5, 10: 16, 11: 15}  # VOPD op -> VOP2 op, for the float ones
@@ -419,7 +420,7 @@ def decode(code: bytes | memoryview, pc: int = 0) -> Inst:
     return lit(Inst("VOP3", op, f, 8, _vop3_name(op)), f["src0"], f["src1"], f["src2"])
   if w0 >> 25 == 0b0111111:
     op = _bits(w0, 9, 8)
-    name = VOP1[op][0] if op in VOP1 else VOP1_F64[op][0] if op in VOP1_F64 else f"vop1_{op}"
+    name = VOP1[op][0] if op in VOP1 else VOP1_F64[op][0] if op in VOP1_F64 else VOP1_SPECIAL.get(op, f"vop1_{op}")
     return lit(Inst("VOP1", op, {"vdst": _bits(w0, 17, 8), "src0": w0 & 0x1FF}, 4, name), w0 & 0x1FF)
   if w0 >> 25 == 0b0111110:
     op = _bits(w0, 17, 8)
@@ -449,7 +450,9 @@ def _vop3_name(op: int) -> str:
     except UnsupportedInstruction: return f"vop3_vopc_{op}"
   if op < 0x180:
     return (VOP2[op - 0x100][0] if op - 0x100 in VOP2 else VOP2_SPECIAL.get(op - 0x100, f"vop2_{op - 0x100}")) + "_e64"
-  if op < 0x200: return (VOP1[op - 0x180][0] if op - 0x180 in VOP1 else f"vop1_{op - 0x180}") + "_e64"
+  if op < 0x200:
+    o = op - 0x180
+    return (VOP1[o][0] if o in VOP1 else VOP1_SPECIAL.get(o, f"vop1_{o}")) + "_e64"
   if op in VOP3: return VOP3[op][0]
   if op in VOP3_F64: return VOP3_F64[op][0]
   if 0x180 <= op < 0x200 and op - 0x180 in VOP1_F64: return VOP1_F64[op - 0x180][0] + "_e64"
@@ -515,6 +518,8 @@ class Emulator:
 
   def sread64(self, w: Wave, code: int, inst: Inst) -> int:
     if code < 106 or code in (VCC_LO, EXEC_LO): return w.sgpr[code] | (w.sgpr[code + 1] << 32)
+    if code == LITERAL:  # how a 32-bit literal extends to 64 bits is not pinned down here: refuse, never guess
+      raise UnsupportedInstruction(f"{inst.name}: a literal in a 64-bit scalar operand at {w.pc:#x}")
     v = self.sread(w, code, inst)
     return v | (MASK64 ^ MASK32 if 193 <= code <= 208 else 0)
 
