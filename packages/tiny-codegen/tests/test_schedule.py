@@ -472,3 +472,16 @@ def test_elementwise_read_through_a_window_gets_its_own_kernel():
   assert n_kernels(check([cumsum_last(small[0][1] * small[1][1])], {b: v for b, _, v in small})) == 1
   one = tensor(64, 256)  # one buffer: cheap to recompute, inlined
   assert n_kernels(check([cumsum_last(one[1] * one[1])], {one[0]: one[2]}, rtol=1e-4)) == 1
+
+
+def test_split_index_outermost_has_no_mod():
+  # where the element is valid the linear index is in range, so the outermost index is just lin // stride; the
+  # `% size` it would need only for masked (padded) positions would cost a division per load
+  from tiny_codegen.schedule.indexing import iconst, split_index
+  r = UOp.range(48, 0)
+  lin = r - iconst(5)  # as after a pad: negative at the start, where a mask hides it
+  outer, mid, inner = split_index(lin, (iconst(2), iconst(4), iconst(5)))
+  assert not any(u.op is Ops.CMOD for u in outer.toposort()) and any(u.op is Ops.CMOD for u in inner.toposort())
+  for v in range(5, 45):  # the valid positions: lin in [0, 40)
+    got = [int(x.substitute({r: UOp.const(r.dtype, v)}).simplify().arg) for x in (outer, mid, inner)]
+    assert got == list(np.unravel_index(v - 5, (2, 4, 5))), (v, got)

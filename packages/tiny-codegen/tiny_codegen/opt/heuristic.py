@@ -67,8 +67,8 @@ def _awkward(r: UOp, loads: list[UOp], rngs: list[UOp], reds: list[UOp]) -> tupl
 
 def _register_block(k: Kernel, sidx: UOp | None, loads: list[UOp]) -> None:
   """Upcast output axes that some load doesn't depend on (so the load is reused across the lanes): the axis
-  contiguous in the store first (up to 16 lanes), then one more (up to 8), at most 128 accumulators in all (fewer
-  when a small innermost reduce axis will be unrolled, so it fits 256 lanes). Axes
+  contiguous in the store first (up to 16 lanes; 8 when a small innermost reduce axis will be unrolled), then one
+  more (up to 8), at most 128 accumulators in all (fewer with that unroll, so it fits 256 lanes). Axes
   that loads index through div/mod come last, and sliding-window axes after the other non-contiguous ones."""
   rngs, reds = k.rngs, k.reduce_axes
   cands = []
@@ -84,7 +84,7 @@ def _register_block(k: Kernel, sidx: UOp | None, loads: list[UOp]) -> None:
   max_acc = max(8, min(128, 256 // inner)) if inner is not None and 1 < inner <= 8 else 128
   chosen = 0
   for _, not_contig, _, _, r, n in cands:
-    for amt in ((16, 8, 4, 2) if not not_contig and chosen == 0 else (8, 4, 2)):
+    for amt in ((16, 8, 4, 2) if not not_contig and chosen == 0 and max_acc >= 128 else (8, 4, 2)):
       if n % amt == 0 and k.upcast_size * amt <= max_acc:
         axis = k.output_axes.index(r)
         if _try(k, Opt(OptOps.UPCAST, axis, amt)):

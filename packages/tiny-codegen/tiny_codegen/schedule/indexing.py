@@ -101,8 +101,12 @@ def flatten_index(idx: tuple[UOp, ...], shape: tuple[UOp, ...]) -> UOp:
 def split_index(lin: UOp, shape: tuple[UOp, ...]) -> tuple[UOp, ...]:
   """The per-dimension indices of linear index `lin` in `shape`."""
   out, stride = [], iconst(1)
-  for s in reversed(shape):
-    out.append(imod(idiv(lin, stride), s))
+  for i, s in enumerate(reversed(shape)):
+    q = idiv(lin, stride)
+    # the outermost index needs no `% s`: where the element is valid every index is in range, so lin < prod(shape);
+    # it can leave the range only in a padded (masked) region, whose loads read a safe address. The mod would cost a
+    # division per load (interval analysis can't see the mask, so it can't drop it)
+    out.append(q if i == len(shape) - 1 else imod(q, s))
     stride = imul(stride, s)
   return tuple(reversed(out))
 
