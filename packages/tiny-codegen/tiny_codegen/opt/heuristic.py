@@ -1,11 +1,13 @@
 """Hand-coded optimizations, chosen per renderer from the kernel's structure.
 
 CPU renderers (no locals; threads split the outermost loop in lowering):
-- matmul-like reduces (a loaded buffer that doesn't depend on an output axis): register blocking — upcast the
-  output axis that is contiguous in the store (8 lanes, the vector width) and one more reused axis (4), so each
-  loaded value is used by several accumulators;
-- plain reduces (sum/max over a contiguous axis): unroll the innermost reduce axis so several independent partial
-  results hide the add latency;
+- matmul/conv-like reduces (a loaded buffer that doesn't depend on an output axis): register blocking — upcast the
+  output axis that is contiguous in the store (16 lanes, 8 for convs) and one more reused axis (8), so each loaded
+  value is used by several accumulators. Axes that a load indexes through div/mod (conv backward's windows) or as
+  a sliding window (a conv's output row) are blocked last: their lanes share no loads, only index math;
+- a small innermost reduce axis (a filter row, <= 8) is unrolled fully (the block leaves room for it); a larger
+  contiguous one (a plain sum) is unrolled by up to 16 so independent partial results hide the add latency, as
+  long as the loop body is cheap (an unrolled exp2 only slows compiling);
 - elementwise kernels: left to LLVM's loop vectorizer.
 GPU renderers: the same upcasts plus a LOCAL split of the innermost output axis, and GROUPTOP for large reduces
 into few outputs.
