@@ -20,7 +20,7 @@ from tiny_uop.uop import AXIS_LETTER, Ops, UOp
 
 from tiny_codegen.compiler.amdgpu import AMDGPUCompiler, amdgpu_datalayout
 from tiny_codegen.renderer import kernel_params
-from tiny_codegen.renderer.llvmir import _ALU_OPS, _LLVMEmitter, ltype
+from tiny_codegen.renderer.llvmir import _LLVMEmitter, ltype
 from tiny_codegen.renderer.ptx import gpu_math_matcher
 
 CODE_OBJECT_VERSION = 400  # HSA code object v4: loaded by every ROCm, and linkable by ld.lld 14 (v5+ needs lld 16+)
@@ -214,25 +214,6 @@ class _AMDGPUEmitter(_LLVMEmitter):
           self.emit(f"br label %st{k}.skip")
           self.lines.append(f"st{k}.skip:")
         else: self.emit(st)
-      elif op in (Ops.GROUP, Ops.SINK, Ops.NOOP): pass
-      elif op is Ops.AFTER: self.r[u] = self.val(src[0])
-      elif op is Ops.CAST: self.r[u] = self.cast(self.val(src[0]), src[0].dtype, dt)
-      elif op is Ops.BITCAST:
-        out = self.tmp()
-        self.emit(f"{out} = bitcast {self.typed(src[0])} to {ltype(dt)}")
-        self.r[u] = out
-      elif op is Ops.VECTORIZE:
-        cur = "poison"
-        for i, s in enumerate(src):
-          nxt = self.tmp()
-          self.emit(f"{nxt} = insertelement {ltype(dt)} {cur}, {self.typed(s)}, i32 {i}")
-          cur = nxt
-        self.r[u] = cur
-      elif op is Ops.GEP:
-        out = self.tmp()
-        self.emit(f"{out} = extractelement {self.typed(src[0])}, i32 {u.arg[0] if isinstance(u.arg, tuple) else u.arg}")
-        self.r[u] = out
       elif op is Ops.WMMA: self.r[u] = self.wmma(u)
-      elif op in _ALU_OPS: self.r[u] = self.alu(u)
-      else: raise NotImplementedError(f"{self.target} renderer can't render {op} ({dt})")
+      elif not self.value_op(u): raise NotImplementedError(f"{self.target} renderer can't render {op} ({dt})")
     return self.module(name, args)

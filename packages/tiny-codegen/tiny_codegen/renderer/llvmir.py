@@ -172,6 +172,31 @@ class _LLVMEmitter:
       self.emit(f"{out} = {inst} {t} {a[0]}, {a[1]}")
     return out
 
+  def value_op(self, u: UOp) -> bool:
+    """Render the ops every LLVM-based target spells the same (casts, vectors, ALU); False if `u` is not one."""
+    op, dt, src = u.op, u.dtype, u.src
+    if op in (Ops.GROUP, Ops.SINK, Ops.NOOP): return True
+    if op is Ops.AFTER: self.r[u] = self.val(src[0])
+    elif op is Ops.CAST: self.r[u] = self.cast(self.val(src[0]), src[0].dtype, dt)
+    elif op is Ops.BITCAST:
+      out = self.tmp()
+      self.emit(f"{out} = bitcast {self.typed(src[0])} to {ltype(dt)}")
+      self.r[u] = out
+    elif op is Ops.VECTORIZE:
+      cur = "poison"
+      for i, s in enumerate(src):
+        nxt = self.tmp()
+        self.emit(f"{nxt} = insertelement {ltype(dt)} {cur}, {self.typed(s)}, i32 {i}")
+        cur = nxt
+      self.r[u] = cur
+    elif op is Ops.GEP:
+      out = self.tmp()
+      self.emit(f"{out} = extractelement {self.typed(src[0])}, i32 {u.arg[0] if isinstance(u.arg, tuple) else u.arg}")
+      self.r[u] = out
+    elif op in _ALU_OPS: self.r[u] = self.alu(u)
+    else: return False
+    return True
+
   def render(self) -> str:
     uops = self.uops
     name = getattr(uops[-1].arg, "name", "kernel")
@@ -255,27 +280,7 @@ class _LLVMEmitter:
           self.emit(f"br label %st{k}.skip")
           self.lines.append(f"st{k}.skip:")
         else: self.emit(f"store {ltype(vdt, mem=True)} {v}, ptr {self.val(src[0])}")
-      elif op in (Ops.GROUP, Ops.SINK, Ops.NOOP): pass
-      elif op is Ops.AFTER: self.r[u] = self.val(src[0])
-      elif op is Ops.CAST: self.r[u] = self.cast(self.val(src[0]), src[0].dtype, dt)
-      elif op is Ops.BITCAST:
-        out = self.tmp()
-        self.emit(f"{out} = bitcast {self.typed(src[0])} to {ltype(dt)}")
-        self.r[u] = out
-      elif op is Ops.VECTORIZE:
-        cur = "poison"
-        for i, s in enumerate(src):
-          nxt = self.tmp()
-          self.emit(f"{nxt} = insertelement {ltype(dt)} {cur}, {self.typed(s)}, i32 {i}")
-          cur = nxt
-        self.r[u] = cur
-      elif op is Ops.GEP:
-        out = self.tmp()
-        self.emit(f"{out} = extractelement {self.typed(src[0])}, i32 {u.arg[0] if isinstance(u.arg, tuple) else u.arg}")
-        self.r[u] = out
-      elif op in _ALU_OPS:
-        self.r[u] = self.alu(u)
-      else: raise NotImplementedError(f"LLVM renderer can't render {op} ({dt})")
+      elif not self.value_op(u): raise NotImplementedError(f"LLVM renderer can't render {op} ({dt})")
     _ = block
     body = "\n".join(self.lines)
     decls = "".join(d + "\n" for d in sorted(self.decls))
