@@ -18,7 +18,6 @@ def _load(name: str):
 
 
 def test_demo_learns_digits():
-  pytest.importorskip("tiny_tensor")
   data = _load("mnist_data")
   if data.load_mnist() is None: pytest.importorskip("sklearn", reason="no MNIST on disk and no scikit-learn digits")
   demo = _load("demo")

@@ -9,7 +9,6 @@ BENCH = pathlib.Path(__file__).resolve().parents[3] / "bench" / "bench_cpu.py"
 
 @pytest.mark.skipif(not BENCH.exists(), reason="not run from the repository (bench/ is not installed)")
 def test_bench_cpu_small(monkeypatch):
-  pytest.importorskip("tiny_codegen.renderer.llvmir")
   spec = importlib.util.spec_from_file_location("bench_cpu", BENCH)
   mod = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(mod)
