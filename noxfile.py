@@ -32,7 +32,7 @@ PACKAGES = ["tiny-uop", "tiny-codegen", "tiny-runtime-cpu", "tiny-runtime-amd", 
 # project's machines keep on disk (a looser pin would download a multi-GB CUDA build); hatchling lets
 # tests/test_plugin_template.py build the template plugin without reaching an index
 TEST_DEPS = ["pytest>=8", "hypothesis>=6", "numpy>=1.24", "torch==2.13.0", "hatchling>=1.18", "scikit-learn", "ml_dtypes"]
-BENCH_DEPS = ["numpy>=1.24", "torch==2.13.0"]
+BENCH_DEPS = ["numpy>=1.24", "torch==2.13.0", "tinygrad==0.14.0"]  # tinygrad's CPU backend also needs clang
 
 
 def _editables() -> list[str]:
@@ -98,7 +98,7 @@ def demo(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-  """Install every package plus numpy and torch, and run bench/run.py (ratios side by side, no assertions)."""
+  """Install every package plus numpy, torch and tinygrad, and run bench/run.py (side-by-side ratios, no assertions)."""
   script = ROOT / "bench" / "run.py"
   if not script.exists(): session.error(f"{script.relative_to(ROOT)} does not exist yet: nothing to benchmark")
   _install_all(session, *BENCH_DEPS)
