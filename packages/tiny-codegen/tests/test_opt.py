@@ -129,14 +129,14 @@ def test_heuristics_conv_blocks_channels_and_unrolls_filter() -> None:
 
 
 def test_heuristics_window_axis_not_blocked_first() -> None:
-  # out[c, y, x] = sum_k inp[y + k, x] * w[c, k]: y slides over the rows with k (upcasting it shares no loads), so
-  # the channel axis is blocked first although y is the inner one; x (3 wide) can't split
+  # out[c, y, x] = sum_k inp[y + k, x] * w[c, k]: the short contiguous row x is blocked whole; then y, sliding over
+  # the rows with k, would copy the inp loads per lane, so the channel axis is blocked although y is the inner one
   out, inp, w = (UOp(Ops.PARAM, dtypes.float.ptr(n), arg=i) for i, n in enumerate((4 * 4 * 3, 6 * 3, 4 * 3)))
   c, y, x, k = UOp.range(4, 0), UOp.range(4, 1), UOp.range(3, 2), UOp.range(3, 3, AxisType.REDUCE)
   val = (inp.index((y + k) * 3 + x).load() * w.index(c * 3 + k).load()).reduce(k, arg=Ops.ADD)
   ast = out.index(c * 12 + y * 3 + x).store(val).sink(arg=KernelInfo())
   opt = optimize_kernel(ast, Device["CPU"].renderer)
-  assert opt.arg.applied_opts[0] == Opt(OptOps.UPCAST, 0, 4), opt.arg.applied_opts
+  assert opt.arg.applied_opts[:2] == (Opt(OptOps.UPCAST, 2, 3), Opt(OptOps.UPCAST, 0, 4)), opt.arg.applied_opts
   rng = np.random.default_rng(4)
   inp, w = rng.standard_normal((6, 3)).astype(np.float32), rng.standard_normal((4, 3)).astype(np.float32)
   want = np.einsum("ykx,ck->cyx", np.stack([inp[i:i + 3] for i in range(4)]), w)

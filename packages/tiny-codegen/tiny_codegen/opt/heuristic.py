@@ -69,9 +69,10 @@ def _awkward(r: UOp, loads: list[UOp], rngs: list[UOp], reds: list[UOp]) -> tupl
 
 def _register_block(k: Kernel, sidx: UOp | None, loads: list[UOp]) -> None:
   """Upcast output axes that some load doesn't depend on (so the load is reused across the lanes): the axis
-  contiguous in the store first (up to 16 lanes; 8 when a small innermost reduce axis will be unrolled), then one
-  more (up to 8), at most 128 accumulators in all (fewer with that unroll, so it fits 256 lanes). Axes
-  that loads index through div/mod come last, and sliding-window axes after the other non-contiguous ones."""
+  contiguous in the store first (up to 16 lanes; 8 when a small innermost reduce axis will be unrolled; whole when
+  it is <= 8, a filter row), then the one that leaves the fewest loads per iteration (up to 8), at most 128
+  accumulators in all (fewer with that unroll, so it fits 256 lanes). Axes that loads index through div/mod come
+  last."""
   rngs, reds = k.rngs, k.reduce_axes
   cands = []
   for i, r, n in _output_axes_with_bounds(k):
@@ -85,14 +86,32 @@ def _register_block(k: Kernel, sidx: UOp | None, loads: list[UOp]) -> None:
   inner = _bound(reds[-1]) if reds else None
   max_acc = max(8, min(128, 256 // inner)) if inner is not None and 1 < inner <= 8 else 128
   chosen = 0
-  for _, not_contig, _, _, r, n in cands:
-    for amt in ((16, 8, 4, 2) if not not_contig and chosen == 0 and max_acc >= 128 else (8, 4, 2)):
-      if n % amt == 0 and k.upcast_size * amt <= max_acc:
-        axis = k.output_axes.index(r)
-        if _try(k, Opt(OptOps.UPCAST, axis, amt)):
-          chosen += 1
-          break
-    if chosen >= 2: break
+  while cands and chosen < 2:
+    if chosen == 1:  # the second axis: the fewest loads per iteration, given the first (loads can share lanes)
+      cands.sort(key=lambda c: (c[0], _loads_after(k, c[4], _amount(k, c[5], (8, 4, 2), max_acc)), *c[1:4]))
+    _, not_contig, _, _, r, n = cands.pop(0)
+    amts = (16, 8, 4, 2) if not not_contig and chosen == 0 and max_acc >= 128 else (8, 4, 2)
+    if not not_contig and chosen == 0 and n <= 8: amts = (n, *amts)  # a short store row (a filter row) whole
+    if (amt := _amount(k, n, amts, max_acc)) and _try(k, Opt(OptOps.UPCAST, k.output_axes.index(r), amt)): chosen += 1
+
+
+def _amount(k: Kernel, n: int, amts: tuple[int, ...], max_acc: int) -> int:
+  """The first of `amts` that divides `n` and keeps the accumulators within `max_acc` (0: none)."""
+  return next((a for a in amts if n % a == 0 and k.upcast_size * a <= max_acc), 0)
+
+
+def _loads_after(k: Kernel, r: UOp, amt: int) -> int:
+  """How many distinct loads one iteration does after upcasting `r` by `amt` (a load is copied per upcast lane of
+  each axis it depends on)."""
+  ups = [x for x in k.rngs if x.arg[1] is AxisType.UPCAST]
+  total = 0
+  for ld in k.loads():
+    rs = ld.src[0].src[1].ranges
+    c = amt if r in rs else 1
+    for u in ups:
+      if u in rs: c *= _bound(u) or 1
+    total += c
+  return total
 
 
 def _unroll_reduce(k: Kernel, loads: list[UOp]) -> None:
