@@ -315,6 +315,18 @@ def test_true16_halves():
   assert [v & 0xFFFF for v in w.vgpr[2]] == [(x - 1) & 0xFFFF for x in hb]
 
 
+def test_bitfield_insert_and_16bit_integer_ops():
+  a, b, c = (rng.integers(0, 2**32, 32).tolist() for _ in range(3))
+  w = run(vop3(0x212, 3, V(0), V(1), V(2)), vop3(0x33A, 4, 132, V(1)), vop3(0x364, 5, V(0), V(1)),
+          vop3(0x241, 6, V(0), V(1), V(2)), vgpr={0: a, 1: b, 2: c, 4: [0] * 32, 5: [0] * 32, 6: [0] * 32})
+  def s16(v): return (v & 0xFFFF) - (1 << 16 if v & 0x8000 else 0)
+  assert w.vgpr[3] == [(x & y) | (~x & z & M32) for x, y, z in zip(a, b, c)]  # v_bfi_b32
+  assert w.vgpr[4] == [(s16(y) >> 4) & 0xFFFF for y in b]  # v_ashrrev_i16 by 4 (low halves)
+  assert w.vgpr[5] == [(x ^ y) & 0xFFFF for x, y in zip(a, b)]
+  assert w.vgpr[6] == [(x * y + z) & 0xFFFF for x, y, z in zip((v & 0xFFFF for v in a), (v & 0xFFFF for v in b),
+                                                                (v & 0xFFFF for v in c))]
+
+
 def test_24bit_multiply_add_and_bit_reverse():
   a, b = rng.integers(0, 2**32, 32).tolist(), rng.integers(0, 2**32, 32).tolist()
   w = run(vop3(0x20A, 2, V(0), V(1), V(1)), sop1(4, 5, 0), vgpr={0: a, 1: b}, sgpr={0: 0x0000_0001})
