@@ -390,6 +390,12 @@ def _kernels():
   return out
 
 
+def _no_lld() -> bool:
+  from tiny_codegen.compiler.amdgpu import find_ld_lld
+  return find_ld_lld() is None
+
+
+@pytest.mark.skipif(_no_lld(), reason="ld.lld not installed: unlinked objects leave the entry offset to a relocation")
 @pytest.mark.parametrize("ast", _kernels(), ids=lambda a: a.arg.name)
 def test_decode_matches_compiler_assembly(ast):
   from tiny_codegen import get_program
