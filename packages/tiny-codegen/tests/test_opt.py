@@ -27,7 +27,8 @@ def run(ast: UOp, device: str, inputs: list[np.ndarray], out_size: int) -> np.nd
   bufs = [Buffer(device, out_size, dtypes.float).allocate()] + \
     [Buffer(device, x.size, dtypes.float, initial_value=x.tobytes()) for x in inputs]
   prg = dev.get_program(spec.name, spec.lib)
-  prg(*[bufs[s]._buf for s in spec.globals], global_size=spec.global_size, local_size=spec.local_size, vals=(), wait=True)
+  prg(*[bufs[s]._buf for s in spec.globals], global_size=spec.global_size, local_size=spec.local_size, vals=(),
+      wait=True)
   return np.frombuffer(bufs[0].as_buffer(), dtype=np.float32)
 
 

@@ -115,7 +115,8 @@ class Allocator(Generic[T]):
   `_offset` (a view into an allocation) and `_as_buffer` (a zero-copy host memoryview)."""
 
   def alloc(self, size: int, options: BufferSpec | None = None) -> T:
-    if not isinstance(size, int) or size < 0: raise ValueError(f"allocation size must be a non-negative int, got {size!r}")
+    if not isinstance(size, int) or size < 0:
+      raise ValueError(f"allocation size must be a non-negative int, got {size!r}")
     return self._alloc(size, options if options is not None else BufferSpec())
 
   def free(self, opaque: T, size: int, options: BufferSpec | None = None) -> None:
@@ -167,10 +168,12 @@ class Program:
 
 
 class Compiled:
-  """An opened device. `renderers` lists renderer classes, the first being the default; `DEV=CPU:CLANG` picks by name."""
+  """An opened device. `renderers` lists renderer classes, the first being the default; `DEV=CPU:CLANG` picks one
+  by name."""
   profile_events: ClassVar[list] = []
 
-  def __init__(self, device: str, allocator: Allocator, renderers: Sequence[type[Renderer]], program_cls: type[Program] | Callable,
+  def __init__(self, device: str, allocator: Allocator, renderers: Sequence[type[Renderer]],
+               program_cls: type[Program] | Callable,
                graph: type | None = None, arch: str = ""):
     self.device, self.allocator, self.program_cls, self.graph = device, allocator, program_cls, graph
     self.renderer_classes = list(renderers)
@@ -192,7 +195,8 @@ class Compiled:
     if name is None: return self.renderer_classes[0](self.arch)
     names = {getattr(c, "device", c.__name__).upper(): c for c in self.renderer_classes}
     for c in self.renderer_classes:
-      if name.upper() in (c.__name__.upper(), c.__name__.upper().removesuffix("RENDERER"), getattr(c, "device", "").upper()):
+      spellings = (c.__name__.upper(), c.__name__.upper().removesuffix("RENDERER"), getattr(c, "device", "").upper())
+      if name.upper() in spellings:
         return c(self.arch)
     raise ValueError(f"device {self.device} has no renderer {name!r}; available: {', '.join(names)}")
 
@@ -215,7 +219,8 @@ class Buffer:
   """`size` elements of `dtype` on `device`, allocated on first use. `view(size, dtype, offset)` shares the memory."""
 
   def __init__(self, device: str, size: int, dtype: DType, opaque: Any = None, options: BufferSpec | None = None,
-               initial_value: bytes | None = None, base: Buffer | None = None, offset: int = 0, preallocate: bool = False):
+               initial_value: bytes | None = None, base: Buffer | None = None, offset: int = 0,
+               preallocate: bool = False):
     if isinstance(dtype, PtrDType) and not isinstance(dtype, ImageDType): dtype = dtype.base
     if not isinstance(size, int) or size < 0: raise ValueError(f"Buffer size must be a non-negative int, got {size!r}")
     self.device, self.size, self.dtype, self.options, self.offset = device, size, dtype, options, offset
@@ -234,7 +239,8 @@ class Buffer:
   @property
   def nbytes(self) -> int: return self.size * self.dtype.itemsize
   @property
-  def is_allocated(self) -> bool: return self._opaque is not None or (self._base is not None and self._base.is_allocated)
+  def is_allocated(self) -> bool:
+    return self._opaque is not None or (self._base is not None and self._base.is_allocated)
 
   @property
   def allocator(self) -> Allocator:
@@ -261,7 +267,8 @@ class Buffer:
 
   def __del__(self) -> None:
     try:
-      if self._opaque is not None and self._base is None and (self.options is None or self.options.external_ptr is None):
+      owned = self.options is None or self.options.external_ptr is None
+      if self._opaque is not None and self._base is None and owned:
         self.allocator.free(self._opaque, self.nbytes, self.options)
     except Exception:  # interpreter shutdown: the device registry may be gone already  # noqa: S110
       pass
@@ -273,7 +280,8 @@ class Buffer:
   def _check(self, mv: memoryview, what: str) -> memoryview:
     mv = mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv
     if mv.nbytes != self.nbytes:
-      raise ValueError(f"{what} of {mv.nbytes} bytes into a buffer of {self.nbytes} bytes ({self.size} x {self.dtype}): sizes must match")
+      raise ValueError(f"{what} of {mv.nbytes} bytes into a buffer of {self.nbytes} bytes "
+                       f"({self.size} x {self.dtype}): sizes must match")
     return mv
 
   def copyin(self, mv: memoryview) -> Buffer:
@@ -301,7 +309,8 @@ class Buffer:
     return np.frombuffer(self.as_buffer(), dtype=to_numpy(self.dtype)).copy()
 
   def __repr__(self) -> str:
-    return f"<buf device:{self.device} size:{self.size} dtype:{self.dtype}" + (f" offset:{self.offset}" if self._base else "") + ">"
+    offset = f" offset:{self.offset}" if self._base else ""
+    return f"<buf device:{self.device} size:{self.size} dtype:{self.dtype}{offset}>"
 
 
 # ***** a small on-disk cache (sqlite) shared by compilers and BEAM *****

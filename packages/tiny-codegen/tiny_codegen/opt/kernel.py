@@ -46,7 +46,8 @@ OUTPUT_TYPES = (AxisType.LOOP, AxisType.GLOBAL, AxisType.LOCAL, AxisType.UPCAST,
 REDUCE_TYPES = (AxisType.REDUCE, AxisType.GROUP_REDUCE, AxisType.UNROLL)
 _SPLITTABLE_OUT = (AxisType.LOOP, AxisType.GLOBAL, AxisType.THREAD)
 _NEW_TYPE = {OptOps.UPCAST: AxisType.UPCAST, OptOps.UNROLL: AxisType.UNROLL, OptOps.LOCAL: AxisType.LOCAL,
-             OptOps.GROUP: AxisType.GROUP_REDUCE, OptOps.GROUPTOP: AxisType.GROUP_REDUCE, OptOps.THREAD: AxisType.THREAD}
+             OptOps.GROUP: AxisType.GROUP_REDUCE, OptOps.GROUPTOP: AxisType.GROUP_REDUCE,
+             OptOps.THREAD: AxisType.THREAD}
 
 
 def _bound(r: UOp) -> int | None:
@@ -116,10 +117,12 @@ class Kernel:
 
   def _check(self, opt: Opt, r: UOp) -> int:
     n = _bound(r)
-    if n is None: raise KernelOptError(f"{opt}: axis {opt.axis} has a symbolic bound {r.src[0].render()}; only constant "
+    if n is None: raise KernelOptError(f"{opt}: axis {opt.axis} has a symbolic bound {r.src[0].render()}; only "
+                                       "constant "
                                        "bounds split")
     amt = opt.arg if opt.arg else n
-    if not isinstance(amt, int) or amt <= 1: raise KernelOptError(f"{opt}: amount must be an int > 1 (or 0 = whole), got {amt}")
+    if not isinstance(amt, int) or amt <= 1:
+      raise KernelOptError(f"{opt}: amount must be an int > 1 (or 0 = whole), got {amt}")
     if n % amt != 0: raise KernelOptError(f"{opt}: axis {opt.axis} of size {n} is not divisible by {amt}")
     ren, t = self.renderer, r.arg[1]
     if opt.op in (OptOps.UPCAST, OptOps.LOCAL, OptOps.THREAD) and t not in _SPLITTABLE_OUT:
@@ -138,7 +141,8 @@ class Kernel:
       for x in self.rngs:
         if x.arg[1] in (AxisType.LOCAL, AxisType.GROUP_REDUCE): local_total *= _bound(x) or 1
       if ren.local_max is not None and local_total > max(ren.local_max):
-        raise KernelOptError(f"{opt}: {local_total} threads per workgroup exceeds the renderer's limit {max(ren.local_max)}")
+        raise KernelOptError(f"{opt}: {local_total} threads per workgroup exceeds the renderer's limit "
+                             f"{max(ren.local_max)}")
     if opt.op is OptOps.THREAD and not getattr(ren, "has_threads", False):
       raise KernelOptError(f"{opt}: {type(ren).__name__} doesn't split kernels across CPU threads")
     if opt.op in (OptOps.UPCAST, OptOps.UNROLL) and self.upcast_size * amt > 256:
@@ -184,7 +188,8 @@ class Kernel:
   def get_optimized_ast(self) -> UOp:
     """The AST with the opts applied, recorded in its KernelInfo."""
     info = self.ast.arg if isinstance(self.ast.arg, KernelInfo) else KernelInfo()
-    return self.ast.replace(arg=KernelInfo(info.name, info.opts_to_apply, tuple(self.applied_opts), self.dont_use_locals))
+    new_info = KernelInfo(info.name, info.opts_to_apply, tuple(self.applied_opts), self.dont_use_locals)
+    return self.ast.replace(arg=new_info)
 
 
 def replace_range(ast: UOp, r: UOp, expr: UOp, new_rngs: tuple[UOp, ...]) -> UOp:

@@ -56,7 +56,8 @@ def _buffers_for(ast: UOp, device: str) -> list[Buffer]:
 
 
 def _cache_key(ast: UOp, renderer: Renderer, amt: int) -> str:
-  return hashlib.sha256(f"{amt}\0{type(renderer).__name__}\0{renderer.arch}\0{ast.arg.name if isinstance(ast.arg, KernelInfo) else ''}\0"
+  name = ast.arg.name if isinstance(ast.arg, KernelInfo) else ""
+  return hashlib.sha256(f"{amt}\0{type(renderer).__name__}\0{renderer.arch}\0{name}\0"
                         f"{ast!r}".encode()).hexdigest()
 
 
