@@ -255,7 +255,7 @@ class Buffer:
       self._base.ensure_allocated()
       alloc = self.allocator
       if not hasattr(alloc, "_offset"): raise RuntimeError(f"device {self.device} can't make buffer views")
-      self._opaque = alloc._offset(self._base._opaque, self.nbytes, self.offset)  # type: ignore[attr-defined]
+      self._opaque = alloc._offset(self._base._opaque, self.nbytes, self.offset)
     else:
       self._opaque = opaque if opaque is not None else self.allocator.alloc(self.nbytes, self.options)
     return self
@@ -299,7 +299,7 @@ class Buffer:
   def as_buffer(self, allow_zero_copy: bool = False, force_zero_copy: bool = False) -> memoryview:
     """The contents as host memory: zero-copy where the allocator supports it, else a copy."""
     alloc = self.allocator
-    if (allow_zero_copy or force_zero_copy) and hasattr(alloc, "_as_buffer"): return alloc._as_buffer(self._buf)  # type: ignore[attr-defined]
+    if (allow_zero_copy or force_zero_copy) and hasattr(alloc, "_as_buffer"): return alloc._as_buffer(self._buf)
     if force_zero_copy: raise RuntimeError(f"device {self.device} has no zero-copy host view")
     return self.copyout(memoryview(bytearray(self.nbytes)))
 

@@ -39,7 +39,7 @@ class ContextVar:
   def __gt__(self, x: Any) -> bool: return self.value > x
   def __le__(self, x: Any) -> bool: return self.value <= x
   def __lt__(self, x: Any) -> bool: return self.value < x
-  def __eq__(self, x: Any) -> bool: return self.value == x  # type: ignore[override]
+  def __eq__(self, x: Any) -> bool: return self.value == x
   def __hash__(self) -> int: return hash(self.key)
   def __repr__(self) -> str: return f"ContextVar({self.key}={self.value!r})"
 
