@@ -115,7 +115,8 @@ def _cmod(a: int, b: int) -> int: return a - _cdiv(a, b) * b if b != 0 else 0
 class UOpMetaClass(type):
   ucache: dict[tuple, weakref.ReferenceType[UOp]] = {}
 
-  def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None, tag: Any = None) -> UOp:
+  def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None,
+               tag: Any = None) -> UOp:
     # floats that compare equal but differ (-0.0 and 0.0, 1 and 1.0) must stay different nodes
     key = (op, dtype, src, (arg, math.copysign(1.0, arg)) if arg.__class__ is float else
            ((arg, arg.__class__) if arg.__class__ in (int, bool) else arg), tag)
@@ -247,7 +248,7 @@ class UOp(metaclass=UOpMetaClass):
   def const_like(self, b: Any) -> UOp:
     """A constant of this node's dtype (and, for graph values, its device and shape)."""
     if self.shape is not None and self._device_of() is not None:
-      return UOp.const(self.dtype, b, self._device_of(), self.shape)  # type: ignore[arg-type]
+      return UOp.const(self.dtype, b, self._device_of(), self.shape)
     return UOp.const(self.dtype, b)
 
   def _device_of(self) -> str | None:
@@ -315,7 +316,8 @@ class UOp(metaclass=UOpMetaClass):
 
   def where(self, x: Any, y: Any) -> UOp:
     """`x` where this condition is true, else `y`."""
-    xu = x if isinstance(x, UOp) else (y.const_like(x) if isinstance(y, UOp) else self.const_like(x).cast(dtypes.from_py(x)))
+    if isinstance(x, UOp): xu = x
+    else: xu = y.const_like(x) if isinstance(y, UOp) else self.const_like(x).cast(dtypes.from_py(x))
     yu = y if isinstance(y, UOp) else xu.const_like(y)
     if xu.dtype != yu.dtype: raise TypeError(f"where: branches have different dtypes {xu.dtype} and {yu.dtype}")
     return UOp(Ops.WHERE, xu.dtype, (self, xu, yu))
@@ -364,16 +366,23 @@ class UOp(metaclass=UOpMetaClass):
   __hash__ = object.__hash__
 
   def __bool__(self) -> bool:
-    raise TypeError(f"the truth value of a UOp is ambiguous: {self.render()}; compare with .vmin/.vmax or simplify first")
+    raise TypeError(f"the truth value of a UOp is ambiguous: {self.render()}; compare with .vmin/.vmax or simplify "
+                    "first")
 
   def __index__(self) -> int:
     if self.op is Ops.CONST: return int(self.arg)
     raise TypeError(f"{self.render()} is symbolic, not an int")
 
   # ***** movement (graph level) *****
-  def reshape(self, arg: tuple[sint, ...]) -> UOp: return self if self.shape == tuple(arg) else self._mop(Ops.RESHAPE, tuple(arg))
-  def permute(self, arg: tuple[int, ...]) -> UOp: return self if tuple(arg) == tuple(range(len(arg))) else self._mop(Ops.PERMUTE, tuple(arg))
-  def expand(self, arg: tuple[sint, ...]) -> UOp: return self if self.shape == tuple(arg) else self._mop(Ops.EXPAND, tuple(arg))
+  def reshape(self, arg: tuple[sint, ...]) -> UOp:
+    return self if self.shape == tuple(arg) else self._mop(Ops.RESHAPE, tuple(arg))
+
+  def permute(self, arg: tuple[int, ...]) -> UOp:
+    return self if tuple(arg) == tuple(range(len(arg))) else self._mop(Ops.PERMUTE, tuple(arg))
+
+  def expand(self, arg: tuple[sint, ...]) -> UOp:
+    return self if self.shape == tuple(arg) else self._mop(Ops.EXPAND, tuple(arg))
+
   def pad(self, arg: tuple[tuple[sint, sint], ...]) -> UOp:
     return self if all(b == 0 and a == 0 for b, a in arg) else self._mop(Ops.PAD, tuple(tuple(x) for x in arg))
   def shrink(self, arg: tuple[tuple[sint, sint], ...]) -> UOp:
@@ -458,12 +467,15 @@ def ssimplify(x: sint) -> sint: return x.ssimplify() if isinstance(x, UOp) else 
 
 def smax(*lst: Any) -> sint:
   lst2 = lst[0] if len(lst) == 1 and isinstance(lst[0], (list, tuple)) else lst
-  return functools.reduce(lambda a, b: a if isinstance(a, int) and isinstance(b, int) and a >= b else
-                          (b if isinstance(a, int) and isinstance(b, int) else sint_to_uop(a).maximum(b).ssimplify()), lst2)
+  def _max2(a: sint, b: sint) -> sint:
+    if isinstance(a, int) and isinstance(b, int): return max(a, b)
+    return sint_to_uop(a).maximum(b).ssimplify()
+  return functools.reduce(_max2, lst2)
 
 
 def resolve(x: Any, default: bool = True) -> bool:
-  """Turn a possibly symbolic boolean into a Python bool: the definite answer when the range decides it, else `default`."""
+  """Turn a possibly symbolic boolean into a Python bool: the definite answer when the range decides it, else
+  `default`."""
   if not isinstance(x, UOp): return bool(x)
   if x.dtype != dtypes.bool: raise TypeError(f"resolve needs a bool expression, got {x.dtype}: {x.render()}")
   sx = x.simplify()
@@ -521,7 +533,8 @@ def _movement_shape(op: Ops, ps: tuple[sint, ...], arg: Any) -> tuple[sint, ...]
       raise ValueError(f"can't reshape {ps} (size {prod(ps)}) to {arg} (size {prod(arg)})")
     return tuple(arg)
   if op is Ops.PERMUTE:
-    if sorted(arg) != list(range(len(ps))): raise ValueError(f"permute order {arg} is not a permutation of {len(ps)} axes")
+    if sorted(arg) != list(range(len(ps))):
+      raise ValueError(f"permute order {arg} is not a permutation of {len(ps)} axes")
     return tuple(ps[i] for i in arg)
   if op is Ops.EXPAND:
     if len(arg) != len(ps) or any(p != a and p != 1 for p, a in zip(ps, arg)):
@@ -678,13 +691,14 @@ def pretty_print(root: UOp, max_lines: int = 400) -> str:
   """A graph as numbered lines, shared nodes printed once: `%3 = ADD dtypes.int (%1, %2) arg=None`."""
   nodes = list(root.toposort())
   if len(nodes) == 1:
-    return f"UOp({root.op}, {root.dtype!r}, arg={root.arg!r}" + (f", tag={root.tag!r}" if root.tag is not None else "") + \
-      f", src=({', '.join(repr(s) for s in root.src)}))"
+    tag = f", tag={root.tag!r}" if root.tag is not None else ""
+    return f"UOp({root.op}, {root.dtype!r}, arg={root.arg!r}{tag}, src=({', '.join(repr(s) for s in root.src)}))"
   ids = {u: i for i, u in enumerate(nodes)}
   lines = [f"%{ids[u]} = {u.op.name} {u.dtype!r} ({', '.join(f'%{ids[s]}' for s in u.src)})" +
            (f" arg={u.arg!r}" if u.arg is not None else "") + (f" tag={u.tag!r}" if u.tag is not None else "")
            for u in nodes]
-  if len(lines) > max_lines: lines = lines[:max_lines // 2] + [f"... {len(lines) - max_lines} lines ..."] + lines[-max_lines // 2:]
+  if len(lines) > max_lines:
+    lines = lines[:max_lines // 2] + [f"... {len(lines) - max_lines} lines ..."] + lines[-max_lines // 2:]
   return "\n".join(lines)
 
 
