@@ -321,6 +321,8 @@ def test_bitfield_insert_and_16bit_integer_ops():
           vop3(0x241, 6, V(0), V(1), V(2)), vgpr={0: a, 1: b, 2: c, 4: [0] * 32, 5: [0] * 32, 6: [0] * 32})
   def s16(v): return (v & 0xFFFF) - (1 << 16 if v & 0x8000 else 0)
   assert w.vgpr[3] == [(x & y) | (~x & z & M32) for x, y, z in zip(a, b, c)]  # v_bfi_b32
+  w2 = run(vop3(0x247, 7, V(0), V(1), 131), vgpr={0: a, 1: b})
+  assert w2.vgpr[7] == [((x + y) << 3) & M32 for x, y in zip(a, b)]  # v_add_lshl_u32
   assert w.vgpr[4] == [(s16(y) >> 4) & 0xFFFF for y in b]  # v_ashrrev_i16 by 4 (low halves)
   assert w.vgpr[5] == [(x ^ y) & 0xFFFF for x, y in zip(a, b)]
   assert w.vgpr[6] == [(x * y + z) & 0xFFFF for x, y, z in zip((v & 0xFFFF for v in a), (v & 0xFFFF for v in b),

@@ -182,6 +182,7 @@ VOP3: dict[int, tuple[str, Callable[[int, int, int], int]]] = {
   0x212: ("v_bfi_b32", lambda a, b, c: (a & b) | (~a & c & MASK32)),
   0x213: ("v_fma_f32", _ff(lambda a, b, c: a * b + c)),
   0x246: ("v_lshl_add_u32", lambda a, b, c: ((a << (b & 31)) + c) & MASK32),
+  0x247: ("v_add_lshl_u32", lambda a, b, c: ((a + b) << (c & 31)) & MASK32),
   0x255: ("v_add3_u32", lambda a, b, c: (a + b + c) & MASK32),
   0x256: ("v_lshl_or_b32", lambda a, b, c: ((a << (b & 31)) & MASK32) | c),
   0x257: ("v_and_or_b32", lambda a, b, c: (a & b) | c), 0x258: ("v_or3_b32", lambda a, b, c: a | b | c),
