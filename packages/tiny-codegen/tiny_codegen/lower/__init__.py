@@ -22,6 +22,7 @@ from tiny_uop.device import Renderer
 from tiny_uop.dtype import dtypes
 from tiny_uop.helpers import DEBUG
 from tiny_uop.pattern import graph_rewrite
+from tiny_uop.spec import kernel_spec, maybe_verify, program_spec
 from tiny_uop.uop import Ops, UOp, print_uops
 
 from tiny_codegen.lower.decomp import bf16_to_float, pm_decomp, pm_gates, pm_late
@@ -95,11 +96,14 @@ def lower(ast: UOp, renderer: Renderer, optimize: bool = True) -> Lowered:
   if ast.op is not Ops.SINK: raise ValueError(f"lower needs a kernel SINK, got {ast.op}")
   from tiny_codegen.opt import optimize_kernel
   if DEBUG >= 5: print(f"kernel AST:\n{ast}")
+  maybe_verify(ast, kernel_spec, "kernel AST")
   sink = optimize_kernel(ast, renderer) if optimize else ast
+  maybe_verify(sink, kernel_spec, "optimized kernel AST")
   dims = Dims()
   for name, fn in STAGES:
     sink = fn(sink, renderer, dims)
     if DEBUG >= 7: print(f"after {name}:\n{sink}")
   uops = linearize(sink)
+  maybe_verify(uops, program_spec, "linear program")
   if DEBUG >= 6: print(print_uops(uops))
   return Lowered(uops, dims, sink)

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tiny_uop.helpers import DEBUG, all_int, getenv, prod, strides_for_shape
+from tiny_uop.spec import kernel_spec, maybe_verify, tensor_spec
 from tiny_uop.uop import GroupOp, Ops, UOp, sint
 
 from tiny_codegen.schedule.indexing import KernelBuilder, MergeFailed, Recompute, shape_of
@@ -525,6 +526,7 @@ def create_schedule(sink: UOp) -> ScheduleResult:
   1
   """
   if sink.op is not Ops.SINK: raise TypeError(f"create_schedule needs a SINK of tensor values, got {sink.op}")
+  maybe_verify(sink, tensor_spec, "tensor graph")
   st = time.perf_counter()
   norm = _Normalizer()
   nsink = norm.node(sink)
@@ -549,6 +551,8 @@ def create_schedule(sink: UOp) -> ScheduleResult:
   if DEBUG >= 3:
     print(f"schedule: {len(calls)} calls ({sum(c.src[0].op is Ops.SINK for c in calls)} kernels) in "
           f"{(time.perf_counter() - st) * 1e3:.2f} ms{' (cached)' if hit else ''}")
+  for c in calls:
+    if c.src[0].op is Ops.SINK: maybe_verify(c.src[0], kernel_spec, "scheduled kernel")
   return ScheduleResult(calls, becomes, dict(norm.var_vals))
 
 
