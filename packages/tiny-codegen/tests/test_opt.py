@@ -53,25 +53,52 @@ def test_matmul_opts_keep_results(device: str, opts: tuple) -> None:
   np.testing.assert_allclose(out, a @ b, rtol=1e-5, atol=1e-5)
 
 
-def test_random_legal_opts_fuzz() -> None:
-  """Random opt sequences that apply give the same numbers as numpy on the CPU."""
+def fuzz_ast(M: int, N: int, K: int, b_transposed: bool, pad: int, opts: tuple) -> UOp:
+  """c = a @ b (+ a masked read of a padded a), with b stored transposed or not: movement as index math."""
+  c, a, b = (UOp(Ops.PARAM, dtypes.float.ptr(n), arg=i) for i, n in enumerate((M * N, M * K, K * N)))
+  i, j, k = UOp.range(M, 0), UOp.range(N, 1), UOp.range(K, 2, AxisType.REDUCE)
+  bidx = j * K + k if b_transposed else k * N + j
+  prod = a.index(i * K + k).load() * b.index(bidx).load()
+  if pad:  # a padded by `pad` zero rows at the top: read a[i-pad] where valid
+    prod = prod + a.index((i - pad) * K + k, (i >= pad)).load()
+  return c.index(i * N + j).store(prod.reduce(k, arg=Ops.ADD)).sink(arg=KernelInfo(opts_to_apply=opts))
+
+
+def _ref(a: np.ndarray, b: np.ndarray, b_transposed: bool, pad: int) -> np.ndarray:
+  out = a @ (b.T if b_transposed else b)
+  if pad: out = out + np.pad(a, ((pad, 0), (0, 0)))[:a.shape[0]].sum(axis=1, keepdims=True)
+  return out
+
+
+@pytest.mark.parametrize("dev", ["CPU:LLVM", "CPU:CLANG", "PYTHON"])
+def test_random_legal_opts_fuzz(dev: str) -> None:
+  """Random kernels (shapes, transposed operand, padded read) with random legal opt sequences give numpy's numbers
+  through every lowering pass, on both CPU renderers and the PYTHON interpreter."""
+  if dev == "CPU:CLANG":
+    import shutil
+    if shutil.which("clang") is None: pytest.skip("clang is not installed (apt-get install clang)")
+  from tiny_uop.helpers import Context
   rnd = random.Random(1)
   rng = np.random.default_rng(1)
-  ren = Device["CPU"].renderer
   tried = 0
-  for _ in range(12):
-    M, N, K = rnd.choice([4, 8, 12, 16]), rnd.choice([4, 8, 16]), rnd.choice([2, 4, 8, 16])
-    opts: list[Opt] = []
-    for _ in range(rnd.randint(1, 3)):
-      cand = Opt(rnd.choice([OptOps.UPCAST, OptOps.UNROLL, OptOps.PADTO]), rnd.randint(0, 1), rnd.choice([0, 2, 4, 3]))
-      try: apply_opts(matmul_ast(M, N, K), ren, (*opts, cand))
-      except KernelOptError: continue
-      opts.append(cand)
-    a, b = rng.standard_normal((M, K)).astype(np.float32), rng.standard_normal((K, N)).astype(np.float32)
-    out = run(matmul_ast(M, N, K, tuple(opts)), "CPU", [a, b], M * N).reshape(M, N)
-    np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4, err_msg=f"opts {opts}")
-    tried += bool(opts)
-  assert tried >= 6
+  with Context(DEV=dev):
+    device = dev.split(":")[0]
+    ren = Device[device].renderer
+    for _ in range(10 if device == "PYTHON" else 14):
+      M, N, K = rnd.choice([4, 6, 8, 12]), rnd.choice([4, 8, 16]), rnd.choice([2, 4, 8])
+      bt, pad = rnd.random() < 0.5, rnd.choice([0, 0, 1, 2])
+      opts: list[Opt] = []
+      for _ in range(rnd.randint(1, 3)):
+        cand = Opt(rnd.choice([OptOps.UPCAST, OptOps.UNROLL, OptOps.PADTO]), rnd.randint(0, 1), rnd.choice([0, 2, 4, 3]))
+        try: apply_opts(fuzz_ast(M, N, K, bt, pad, ()), ren, (*opts, cand))
+        except KernelOptError: continue
+        opts.append(cand)
+      a, b = rng.standard_normal((M, K)).astype(np.float32), rng.standard_normal((K, N)).astype(np.float32)
+      bin_ = np.ascontiguousarray(b.T) if bt else b
+      out = run(fuzz_ast(M, N, K, bt, pad, tuple(opts)), device, [a, bin_], M * N).reshape(M, N)
+      np.testing.assert_allclose(out, _ref(a, bin_, bt, pad), rtol=1e-4, atol=1e-4, err_msg=f"{dev} opts {opts}")
+      tried += bool(opts)
+  assert tried >= 5
 
 
 @pytest.mark.parametrize("opt, msg", [
