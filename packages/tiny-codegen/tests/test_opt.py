@@ -89,7 +89,8 @@ def test_random_legal_opts_fuzz(dev: str) -> None:
       bt, pad = rnd.random() < 0.5, rnd.choice([0, 0, 1, 2])
       opts: list[Opt] = []
       for _ in range(rnd.randint(1, 3)):
-        cand = Opt(rnd.choice([OptOps.UPCAST, OptOps.UNROLL, OptOps.PADTO]), rnd.randint(0, 1), rnd.choice([0, 2, 4, 3]))
+        op = rnd.choice([OptOps.UPCAST, OptOps.UNROLL, OptOps.PADTO])
+        cand = Opt(op, rnd.randint(0, 1), rnd.choice([0, 2, 4, 3]))
         try: apply_opts(fuzz_ast(M, N, K, bt, pad, ()), ren, (*opts, cand))
         except KernelOptError: continue
         opts.append(cand)
