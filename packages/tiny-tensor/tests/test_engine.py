@@ -2,8 +2,9 @@
 import gc
 
 import numpy as np
+import pytest
 
-from tiny_tensor import Context, GlobalCounters, Tensor, dtypes, engine
+from tiny_tensor import Context, Device, GlobalCounters, Tensor, dtypes, engine
 from tiny_uop import Ops
 
 
@@ -98,15 +99,22 @@ def test_reduce_then_elementwise_and_dtypes_end_to_end():
   assert Tensor(x).cast(dtypes.half).sum().dtype == dtypes.half
 
 
+def _other_device() -> str:
+  """A device other than the default one, present everywhere (PYTHON, or CPU when PYTHON is the default)."""
+  return "CPU" if Device.DEFAULT == "PYTHON" else "PYTHON"
+
+
 def test_copy_between_devices_and_its_gradient():
+  home, other = Device.DEFAULT, _other_device()
   a = Tensor([1.0, 2.0, 3.0], requires_grad=True)
-  b = a.to("PYTHON")
-  assert b.device == "PYTHON" and b.uop.op is Ops.COPY
-  c = (b * 2).to("CPU") + a
-  assert c.device == "CPU" and c.tolist() == [3.0, 6.0, 9.0]
+  assert a.device == home
+  b = a.to(other)
+  assert b.device == other and b.uop.op is Ops.COPY
+  c = (b * 2).to(home) + a
+  assert c.device == home and c.tolist() == [3.0, 6.0, 9.0]
   c.sum().backward()
-  assert a.grad.device == "CPU" and a.grad.tolist() == [3.0, 3.0, 3.0]
-  assert Tensor([4.0, 5.0], device="PYTHON").sum().item() == 9.0
+  assert a.grad.device == home and a.grad.tolist() == [3.0, 3.0, 3.0]
+  assert Tensor([4.0, 5.0], device=other).sum().item() == 9.0
 
 
 def test_bound_variables_as_values_and_shapes():
@@ -117,7 +125,7 @@ def test_bound_variables_as_values_and_shapes():
   for k in (3, 5, 7):
     assert (a[:4] * Tensor(v.bind(k))).tolist() == [0.0, k, 2.0 * k, 3.0 * k]
     assert a.shrink(((0, v.bind(k)),)).sum().item() == sum(range(k))
-  assert Tensor(v.bind(2)).shape == () and Tensor(v.bind(2)).device == "CPU"
+  assert Tensor(v.bind(2)).shape == () and Tensor(v.bind(2)).device == Device.DEFAULT
   for k in (2, 4):  # symbolic shapes through creation and reductions (mean divides by the bound size)
     assert (Tensor.ones(v.bind(k), 3) * 2).sum().item() == 6 * k
     assert a.shrink(((0, v.bind(k)),)).mean().item() == (k - 1) / 2
@@ -183,3 +191,45 @@ def test_cpu_and_python_devices_agree():
   for a, b in zip(run("CPU"), run("PYTHON")):
     assert a.dtype == b.dtype and a.shape == b.shape
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_capture_reports_kernels_copies_slices_and_host_reads():
+  from tiny_tensor import Variable
+  from tiny_uop.device import Buffer
+  a = Tensor(np.arange(8, dtype=np.float32)).realize()
+  abuf = engine.get_buffer(engine.buffer_view(a.uop)[0])
+  calls: list[engine.CapturedCall] = []
+  reads: list = []
+  v = Variable("k", 1, 8)
+  with engine.capture(calls.append, reads.append):
+    y = (a * 2).realize()
+    z = a.shrink(((0, v.bind(5)),)).sum().realize()
+    moved = a.to(_other_device()).realize()  # a COPY reads `a` to the host: the engine's own read, not reported
+    s = a[2:6].contiguous().realize()
+    assert reads == []
+    assert y.numpy().tolist() == [2.0 * i for i in range(8)]
+    assert len(reads) == 1 and reads[0] is engine.get_buffer(engine.buffer_view(y.uop)[0])
+  assert [c.kind for c in calls] == ["kernel", "kernel", "copy", "slice"]
+  k = calls[0]
+  assert k.bufs[1] is abuf and k.bufs[0] is engine.get_buffer(engine.buffer_view(y.uop)[0])
+  assert k.device == Device.DEFAULT and k.prg is not None and k.spec.name and k.ops == 8 and k.mem == 64
+  assert calls[1].var_vals == {"k": 5} and z.item() == sum(range(5))
+  assert calls[2].bufs == (engine.get_buffer(engine.buffer_view(moved.uop)[0]), abuf)
+  assert calls[3].bufs[1] is abuf and calls[3].bufs[0].base is abuf.base and calls[3].offset == 2 * 4
+  assert s.tolist() == [2.0, 3.0, 4.0, 5.0]
+  n = len(calls)
+  (a + 1).realize().numpy()  # outside the block: nothing reported, no hook left behind
+  assert len(calls) == n and len(reads) == 1 and Buffer.host_read_hooks == []
+
+
+def test_register_buffer_checks_what_it_registers():
+  from tiny_uop import UOp
+  src = Tensor([1.0, 2.0, 3.0]).realize()
+  buf = engine.get_buffer(engine.buffer_view(src.uop)[0])
+  u = engine.register_buffer(UOp.new_buffer(buf.device, 3, buf.dtype), buf)
+  assert engine.get_buffer(u) is buf and Tensor(u).tolist() == [1.0, 2.0, 3.0]
+  other = engine.get_buffer(engine.buffer_view(Tensor([5.0, 6.0, 7.0]).realize().uop)[0])
+  for bad in (UOp.new_buffer(buf.device, 4, buf.dtype), UOp.new_buffer(buf.device, 3, dtypes.int32), u):
+    with pytest.raises(ValueError, match="register_buffer"): engine.register_buffer(bad, other)
+  with pytest.raises(TypeError, match="BUFFER"): engine.register_buffer(src.uop.reshape((1, 3)), other)
+  assert engine.register_buffer(u, buf) is u  # registering the same Buffer again is a no-op

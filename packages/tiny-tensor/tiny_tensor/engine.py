@@ -6,13 +6,20 @@ COPYs go through host memory; SLICEs make zero-copy views. It returns the schedu
 `Tensor.realize` applies to every live tensor.
 
 The engine also owns the BUFFER-UOp -> `tiny_uop.device.Buffer` registry (weak-keyed: a buffer is freed when no graph
-refers to its BUFFER node any more) and `GlobalCounters`.
+refers to its BUFFER node any more; `register_buffer` puts an existing Buffer behind a BUFFER UOp) and `GlobalCounters`.
+
+Capture (used by TinyJit): inside `with capture(on_call, on_host_read):` every CALL the engine runs is reported, after
+it ran, to `on_call` as a `CapturedCall` (what ran, on which Buffers, with which sizes and variable values), and every
+read of device data into host memory other than the engine's own COPYs is reported to `on_host_read(buf)` before it
+happens (raise there to refuse it). Captures nest: each active one is told, innermost last.
 """
 from __future__ import annotations
 
+import contextlib
 import time
 import weakref
-from typing import Any, ClassVar
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, Iterator, Literal
 
 from tiny_uop.device import Buffer
 from tiny_uop.dtype import DType
@@ -20,7 +27,8 @@ from tiny_uop.helpers import DEBUG
 from tiny_uop.uop import GroupOp, Ops, UOp
 from tiny_uop.plugins import Device
 
-__all__ = ["GlobalCounters", "realize", "get_buffer", "buffer_from_bytes", "is_realized", "buffer_view", "run_schedule"]
+__all__ = ["GlobalCounters", "realize", "get_buffer", "register_buffer", "buffer_from_bytes", "is_realized",
+           "buffer_view", "run_schedule", "CapturedCall", "capture"]
 
 
 class GlobalCounters:
@@ -70,6 +78,21 @@ def get_buffer(u: UOp) -> Buffer:
   return b
 
 
+def register_buffer(u: UOp, buf: Buffer) -> UOp:
+  """Make the existing `buf` the Buffer behind the BUFFER UOp `u` (e.g. a loaded weight, a replayed jit output).
+
+  `u` must be a BUFFER of the same size and dtype that no Buffer is registered for yet (a new `UOp.new_buffer`);
+  returns `u`. The registry holds `buf` as long as some graph refers to `u`.
+  """
+  if u.op is not Ops.BUFFER: raise TypeError(f"register_buffer needs a BUFFER UOp, got {u.op}")
+  if u.arg != buf.size or u.dtype != buf.dtype:
+    raise ValueError(f"register_buffer: BUFFER of {u.arg} x {u.dtype} can't hold {buf!r} ({buf.size} x {buf.dtype})")
+  if (old := _buffers.get(u)) is not None and old is not buf:
+    raise ValueError(f"register_buffer: {u} already has a Buffer ({old!r}); make a new BUFFER UOp for {buf!r}")
+  _buffers[u] = buf
+  return u
+
+
 def buffer_from_bytes(device: str, size: int, dtype: DType, data: bytes | memoryview | None) -> UOp:
   """A new BUFFER UOp of `size` elements on `device`, allocated now and filled with `data` (if given)."""
   u = UOp.new_buffer(device, size, dtype)
@@ -86,6 +109,75 @@ def buffer_view(u: UOp) -> tuple[UOp, tuple] | None:
 
 
 def is_realized(u: UOp) -> bool: return buffer_view(u) is not None
+
+
+# ***** capture *****
+@dataclass(frozen=True)
+class CapturedCall:
+  """One CALL the engine ran, as reported to the `capture` callbacks.
+
+  kind: "kernel", "copy" or "slice".
+  bufs: kernel: the Buffers in the program's argument order (what `prg` was called with); copy: (dst, src);
+    slice: (view, base) (the view shares base's memory from `offset` bytes in).
+  device: the device it ran on (kernel, slice: the output's; copy: the destination's).
+  spec, prg: kernel only: the `ProgramSpec` and the loaded program (called as `prg(*[b._buf for b in bufs],
+    global_size=, local_size=, vals=)`).
+  global_size, local_size: kernel only, as in the spec (may hold symbolic dims, resolved with `var_vals`).
+  var_vals: kernel only: the value of each of the program's variables (`spec.vars`, by name) in this run.
+  ops, mem: kernel only: the FLOPs and bytes counted into `GlobalCounters` for it.
+  offset: slice only: the byte offset of the view into its base.
+  """
+  kind: Literal["kernel", "copy", "slice"]
+  bufs: tuple[Buffer, ...]
+  device: str
+  spec: Any = field(default=None, repr=False)
+  prg: Any = field(default=None, repr=False)
+  global_size: tuple | None = None
+  local_size: tuple | None = None
+  var_vals: dict[str, int] = field(default_factory=dict)
+  ops: int = 0
+  mem: int = 0
+  offset: int = 0
+
+
+# active captures: (on_call, on_host_read or None); the runners check `if _captures:` (a no-op when empty)
+_captures: list[tuple[Callable[[CapturedCall], None], Callable[[Buffer], None] | None]] = []
+_engine_reads = [0]  # > 0 while the engine itself reads device data to the host (a COPY): not reported
+
+
+def _host_read(buf: Buffer) -> None:
+  if _engine_reads[0]: return
+  for _, on_read in list(_captures):
+    if on_read is not None: on_read(buf)
+
+
+def _report(call: CapturedCall) -> None:
+  for on_call, _ in list(_captures): on_call(call)
+
+
+@contextlib.contextmanager
+def capture(on_call: Callable[[CapturedCall], None],
+            on_host_read: Callable[[Buffer], None] | None = None) -> Iterator[None]:
+  """Report what the engine runs while the block runs (see the module doc and `CapturedCall`).
+
+  `on_call(call)` is called after each kernel, COPY and SLICE ran; `on_host_read(buf)` before each read of device
+  data into host memory (`Tensor.numpy()`, `.item()`, `.tolist()`, `Buffer.as_buffer`/`copyout`) except the engine's
+  own COPYs. An exception raised by either callback propagates out of the engine call that triggered it.
+
+  >>> from tiny_tensor import Tensor
+  >>> calls = []
+  >>> x = Tensor([1.0, 2.0]).realize()
+  >>> with capture(calls.append): _ = (x * 3).realize()
+  >>> [(c.kind, len(c.bufs)) for c in calls]
+  [('kernel', 2)]
+  """
+  entry = (on_call, on_host_read)
+  if not _captures: Buffer.host_read_hooks.append(_host_read)
+  _captures.append(entry)
+  try: yield
+  finally:
+    _captures.remove(entry)
+    if not _captures and _host_read in Buffer.host_read_hooks: Buffer.host_read_hooks.remove(_host_read)
 
 
 # ***** running *****
@@ -154,22 +246,31 @@ def _run_kernel(ast: UOp, bufs: tuple[UOp, ...], var_vals: dict[str, int]) -> No
   if DEBUG >= 2:
     print(f"*** {device:8s} {GlobalCounters.kernel_count:4d} {spec.name:32s} {t*1e6:9.2f} us  "
           f"{ops/max(t, 1e-9)*1e-9:8.2f} GFLOPS  {mem/max(t, 1e-9)*1e-9:8.2f} GB/s")
+  if _captures:
+    _report(CapturedCall("kernel", tuple(buffers[i] for i in slots), device, spec, prg, spec.global_size,
+                         spec.local_size, {v.arg[0]: x for v, x in zip(spec.vars, vals)}, ops, mem))
 
 
 def _run_copy(bufs: tuple[UOp, ...]) -> None:
   dst, src = get_buffer(bufs[0]).ensure_allocated(), get_buffer(bufs[1]).ensure_allocated()
   st = time.perf_counter()
   if dst.nbytes != src.nbytes: raise RuntimeError(f"COPY of {src} into {dst}: sizes differ")
-  if dst.nbytes: dst.copyin(src.as_buffer())
+  if dst.nbytes:
+    _engine_reads[0] += 1
+    try: dst.copyin(src.as_buffer())
+    finally: _engine_reads[0] -= 1
   GlobalCounters.global_mem += dst.nbytes
   if DEBUG >= 2:
     print(f"*** {dst.device:8s} copy {dst.nbytes:8d} bytes from {src.device:8s} {(time.perf_counter()-st)*1e6:9.2f} us")
+  if _captures: _report(CapturedCall("copy", (dst, src), dst.device))
 
 
 def _run_slice(bufs: tuple[UOp, ...], offset: int) -> None:
-  if bufs[0] in _buffers and _buffers[bufs[0]].is_allocated: return
-  base = get_buffer(bufs[1])
-  _buffers[bufs[0]] = base.view(bufs[0].arg, bufs[0].dtype, offset)
+  if not (bufs[0] in _buffers and _buffers[bufs[0]].is_allocated):
+    _buffers[bufs[0]] = get_buffer(bufs[1]).view(bufs[0].arg, bufs[0].dtype, offset)
+  if _captures:
+    view = _buffers[bufs[0]]
+    _report(CapturedCall("slice", (view, get_buffer(bufs[1])), view.device, offset=offset))
 
 
 def run_schedule(calls: list[UOp], var_vals: dict[str, int]) -> None:

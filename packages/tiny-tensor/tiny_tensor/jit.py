@@ -15,10 +15,8 @@ How it works (ARCHITECTURE.md §5.7):
 - later calls check that the inputs look the same (shape, dtype, device, which arguments are Tensors), swap the new
   inputs' device buffers into the recorded argument lists, and call the programs in order.
 
-The engine has no capture hook yet, so capture wraps the engine's three CALL runners (`engine._run_kernel`,
-`engine._run_copy`, `engine._run_slice`, looked up as module globals by `engine.run_schedule`) for the duration of
-call 2 and restores them afterwards (`_EngineCapture`). A hook `engine.capture: list[Callable]` called by those three
-runners with what they ran would replace the wrapping.
+Capture uses the engine's hook (`engine.capture(on_call, on_host_read)`, see `engine.CapturedCall`): `_EngineCapture`
+turns each reported call into a replayable one and refuses host reads of device data.
 
 What is detected (JitError), because a replay could not reproduce it:
 - an input Tensor's shape, dtype or device, or the set/names of Tensor arguments, differ from the capture;
@@ -130,72 +128,43 @@ def _buffer_of(u: UOp) -> Buffer | None:
 
 
 class _EngineCapture:
-  """Wraps the engine's CALL runners while a function is captured, recording what they run (see the module doc)."""
+  """Records what the engine runs while a function is captured, via `engine.capture` (see the module doc)."""
 
   def __init__(self, inputs: list[Buffer], var_vals: dict[str, int]):
     self.slots: dict[int, int] = {id(b): i for i, b in enumerate(inputs)}
     self.dyn_bufs: list[Buffer] = list(inputs)
     self.calls: list[Any] = []
     self.var_vals = var_vals
-    self.host_reads_ok = 0
 
   def ref(self, b: Buffer) -> BufRef:
     s = self.slots.get(id(b))
     return s if s is not None else b
 
-  def _kernel(self, ast: UOp, bufs: tuple[UOp, ...], var_vals: dict[str, int]) -> None:
-    self.orig_kernel(ast, bufs, var_vals)
-    device = engine._buffer_device(bufs[0])
-    spec, prg = engine._get_runner(ast, device)
-    buffers = [engine.get_buffer(b) for b in bufs]
-    slots = spec.globals if spec.globals else list(range(len(buffers)))
-    ordered = [buffers[i] for i in slots]
-    names = [v.arg[0] for v in spec.vars]
-    bound = {**var_vals, **self.var_vals}
-    mem = engine._est(spec, "mem") or sum(b.nbytes for b in buffers)
-    self.calls.append(_KernelCall(prg, spec.name, device, [self.ref(b) for b in ordered], spec.global_size,
-                                  spec.local_size, names, {n: bound[n] for n in names}, engine._est(spec, "ops"), mem))
+  def on_call(self, c: engine.CapturedCall) -> None:
+    if c.kind == "kernel":
+      spec = c.spec
+      bound = {n: self.var_vals.get(n, v) for n, v in c.var_vals.items()}
+      names = [v.arg[0] for v in spec.vars]
+      self.calls.append(_KernelCall(c.prg, spec.name, c.device, [self.ref(b) for b in c.bufs], c.global_size,
+                                    c.local_size, names, {n: bound[n] for n in names}, c.ops, c.mem))
+    elif c.kind == "copy":
+      dst, src = c.bufs
+      if isinstance(self.ref(dst), int):
+        raise JitError("the captured function copies into one of its inputs; assign to a non-input tensor instead")
+      self.calls.append(_CopyCall(dst, self.ref(src)))
+    elif c.kind == "slice":
+      view, base = c.bufs
+      if isinstance(s := self.ref(base), int):
+        out = self.slots[id(view)] = len(self.dyn_bufs)
+        self.dyn_bufs.append(view)
+        self.calls.append(_SliceCall(out, s, view.size, view.dtype, c.offset))
+    else: raise JitError(f"TinyJit can't capture an engine call of kind {c.kind!r} (valid: kernel, copy, slice)")
 
-  def _copy(self, bufs: tuple[UOp, ...]) -> None:
-    self.host_reads_ok += 1
-    try: self.orig_copy(bufs)
-    finally: self.host_reads_ok -= 1
-    dst, src = engine.get_buffer(bufs[0]), engine.get_buffer(bufs[1])
-    if isinstance(self.ref(dst), int):
-      raise JitError("the captured function copies into one of its inputs; assign to a non-input tensor instead")
-    self.calls.append(_CopyCall(dst, self.ref(src)))
-
-  def _slice(self, bufs: tuple[UOp, ...], offset: int) -> None:
-    self.orig_slice(bufs, offset)
-    src = engine.get_buffer(bufs[1])
-    if isinstance(s := self.ref(src), int):
-      view = engine.get_buffer(bufs[0])
-      out = self.slots[id(view)] = len(self.dyn_bufs)
-      self.dyn_bufs.append(view)
-      self.calls.append(_SliceCall(out, s, view.size, view.dtype, offset))
-
-  def _guard_read(self, orig: Callable) -> Callable:
-    cap = self
-
-    @functools.wraps(orig)
-    def guarded(self_buf: Buffer, *args: Any, **kwargs: Any) -> Any:
-      if cap.host_reads_ok == 0:
-        raise JitError("the function reads tensor data into Python (.numpy()/.item()/.tolist()) while TinyJit captures "
-                       f"it ({self_buf!r}); that value would be stale on replay: return the Tensor instead, or run "
-                       "this function without TinyJit")
-      return orig(self_buf, *args, **kwargs)
-    return guarded
-
-  def __enter__(self) -> _EngineCapture:
-    self.orig_kernel, self.orig_copy, self.orig_slice = engine._run_kernel, engine._run_copy, engine._run_slice
-    self.orig_as_buffer, self.orig_copyout = Buffer.as_buffer, Buffer.copyout
-    engine._run_kernel, engine._run_copy, engine._run_slice = self._kernel, self._copy, self._slice  # type: ignore
-    Buffer.as_buffer, Buffer.copyout = self._guard_read(Buffer.as_buffer), self._guard_read(Buffer.copyout)  # type: ignore
-    return self
-
-  def __exit__(self, *exc: Any) -> None:
-    engine._run_kernel, engine._run_copy, engine._run_slice = self.orig_kernel, self.orig_copy, self.orig_slice  # type: ignore
-    Buffer.as_buffer, Buffer.copyout = self.orig_as_buffer, self.orig_copyout  # type: ignore
+  @staticmethod
+  def on_host_read(buf: Buffer) -> None:
+    raise JitError("the function reads tensor data into Python (.numpy()/.item()/.tolist()) while TinyJit captures "
+                   f"it ({buf!r}); that value would be stale on replay: return the Tensor instead, or run "
+                   "this function without TinyJit")
 
 
 # ***** inputs *****
@@ -405,8 +374,7 @@ class CapturedJit(Generic[ReturnType]):
 
 def _tensor_from_buffer(Tensor: type, buf: Buffer, shape: tuple) -> Any:
   """A Tensor backed by an existing `Buffer` (registers it in the engine's BUFFER-UOp registry)."""
-  u = UOp.new_buffer(buf.device, buf.size, buf.dtype)
-  engine._buffers[u] = buf
+  u = engine.register_buffer(UOp.new_buffer(buf.device, buf.size, buf.dtype), buf)
   return Tensor(u.reshape(shape) if tuple(shape) != (buf.size,) else u)
 
 
@@ -477,7 +445,8 @@ class TinyJit(Generic[ReturnType]):
     if _capturing: raise JitError("a TinyJit was called while another TinyJit captures; nested jits are not supported")
     _capturing.append(self)
     try:
-      with _EngineCapture(inputs, var_vals) as cap:
+      cap = _EngineCapture(inputs, var_vals)
+      with engine.capture(cap.on_call, cap.on_host_read):
         ret = self._eager(args, kwargs)
     finally: _capturing.clear()
     _check_ret(ret)

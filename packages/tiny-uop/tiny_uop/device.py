@@ -216,7 +216,12 @@ class Compiled:
 
 
 class Buffer:
-  """`size` elements of `dtype` on `device`, allocated on first use. `view(size, dtype, offset)` shares the memory."""
+  """`size` elements of `dtype` on `device`, allocated on first use. `view(size, dtype, offset)` shares the memory.
+
+  `Buffer.host_read_hooks` (callables taking the Buffer) are called before each read of device data into host memory
+  (`copyout`, and `as_buffer`'s zero-copy view); a hook may raise to refuse the read (TinyJit does while capturing).
+  """
+  host_read_hooks: ClassVar[list[Callable[[Buffer], None]]] = []
 
   def __init__(self, device: str, size: int, dtype: DType, opaque: Any = None, options: BufferSpec | None = None,
                initial_value: bytes | None = None, base: Buffer | None = None, offset: int = 0,
@@ -292,6 +297,7 @@ class Buffer:
 
   def copyout(self, mv: memoryview) -> memoryview:
     """Copy the contents out into a host memoryview of exactly this buffer's size."""
+    for hook in Buffer.host_read_hooks: hook(self)
     mv = self._check(memoryview(mv), "copyout")
     self.allocator._copyout(mv, self._buf)
     return mv
@@ -299,7 +305,9 @@ class Buffer:
   def as_buffer(self, allow_zero_copy: bool = False, force_zero_copy: bool = False) -> memoryview:
     """The contents as host memory: zero-copy where the allocator supports it, else a copy."""
     alloc = self.allocator
-    if (allow_zero_copy or force_zero_copy) and hasattr(alloc, "_as_buffer"): return alloc._as_buffer(self._buf)
+    if (allow_zero_copy or force_zero_copy) and hasattr(alloc, "_as_buffer"):
+      for hook in Buffer.host_read_hooks: hook(self)
+      return alloc._as_buffer(self._buf)
     if force_zero_copy: raise RuntimeError(f"device {self.device} has no zero-copy host view")
     return self.copyout(memoryview(bytearray(self.nbytes)))
 

@@ -121,8 +121,7 @@ _SAFE_NAMES = {v: k for k, v in _SAFE_DTYPES.items()}
 
 def _tensor_on(buf: Buffer, shape: tuple[int, ...]) -> Tensor:
   """A Tensor whose storage is the existing `buf` (a DISK view, say): no copy."""
-  u = UOp.new_buffer(buf.device, buf.size, buf.dtype)
-  engine._buffers[u] = buf
+  u = engine.register_buffer(UOp.new_buffer(buf.device, buf.size, buf.dtype), buf)
   return Tensor(u.reshape(shape) if tuple(shape) != (buf.size,) else u)
 
 
