@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from tiny_tensor import Tensor, dtypes
+from tiny_tensor import Device, Tensor, dtypes
 
 rng = np.random.default_rng(1)
 A = rng.standard_normal((2, 3, 4)).astype(np.float32)
@@ -170,6 +170,6 @@ def test_constants_are_lazy_graphs():
 
 def test_to_device_and_clone():
   t = Tensor([1.0, 2.0])
-  assert t.to("CPU") is t and t.to(None) is t
+  assert t.device == Device.DEFAULT and t.to(Device.DEFAULT) is t and t.to(None) is t
   c = t.clone()
   assert c.tolist() == [1.0, 2.0] and c.uop is not t.uop
