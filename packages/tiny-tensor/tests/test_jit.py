@@ -134,6 +134,20 @@ def test_nested_jit_is_an_error():
   with pytest.raises(JitError, match="nested"): outer(_t(2))
 
 
+def test_replaying_a_jit_inside_another_capture_is_an_error():
+  # the outer capture can't see a replay's kernels: it would silently replay a stale inner result
+  inner = TinyJit(lambda a: (a * 2).realize())
+  x = _t(4).realize()
+  for _ in range(3): inner(x)  # inner now replays, with x as its last input (the fast path)
+
+  @TinyJit
+  def outer(a): return (inner(a) + 1).realize()
+  assert outer(x).tolist() == (x.numpy() * 2 + 1).tolist()  # the eager call: a plain replay, fine
+  with pytest.raises(JitError, match="nested"): outer(x)
+  with pytest.raises(JitError, match="nested"): outer(_t(4, seed=1))
+  assert inner(x).tolist() == (x.numpy() * 2).tolist()  # outside any capture it still replays
+
+
 def test_symbolic_variable_argument():
   # the Variable's value reaches the kernel at replay: a different bound value changes the result
   @TinyJit

@@ -26,8 +26,8 @@ What is detected (JitError), because a replay could not reproduce it:
   would be stale on replay;
 - the return value holds something other than Tensors (in tuples, lists, dicts) or None: it would be stale;
 - a returned Tensor is (a view of) an input: the replay could not return the new input;
-- the same buffer is passed as two inputs; the function ran no kernel at all; a TinyJit is called inside another's
-  capture.
+- the same buffer is passed as two inputs; the function ran no kernel at all; a TinyJit captures or replays inside
+  another's capture (an inner jit still on its eager first call just runs, and is captured as part of the outer).
 Not detected: other Python side effects (appending to a list, printing, mutating globals) run only on calls 1-2.
 
 `JIT=0` (`Context(JIT=0)`) runs the function eagerly on every call. `jit.reset()` forgets the capture. A captured
@@ -369,7 +369,8 @@ class CapturedJit(Generic[ReturnType]):
       if kind in ("tuple", "list"): return (tuple if kind == "tuple" else list)(ret_load(y) for y in v)
       if kind == "dict": return {k: ret_load(y) for k, y in v.items()}
       return v
-    self.__init__(calls, ret_load(st["ret"]), st["names"], st["info"], st["plain"], st["n_inputs"])  # type: ignore[misc]
+    ret = ret_load(st["ret"])
+    self.__init__(calls, ret, st["names"], st["info"], st["plain"], st["n_inputs"])  # type: ignore[misc]
 
 
 def _tensor_from_buffer(Tensor: type, buf: Buffer, shape: tuple) -> Any:
@@ -413,7 +414,7 @@ class TinyJit(Generic[ReturnType]):
   def __call__(self, *args: Any, **kwargs: Any) -> ReturnType:
     # fast path of a replay with the very same input tensors as the last replay (same UOps, so the same buffers,
     # shapes, dtypes and devices): skip re-deriving and re-checking them
-    if self._last is not None and not kwargs and JIT.value and len(args) == len(self._last[0]) and \
+    if self._last is not None and not kwargs and not _capturing and JIT.value and len(args) == len(self._last[0]) and \
        all(type(a) is _TENSOR[0] and a.uop is u for a, u in zip(args, self._last[0])):
       self.cnt += 1
       return self.captured(self._last[1], {})  # type: ignore[misc]
@@ -425,6 +426,9 @@ class TinyJit(Generic[ReturnType]):
     else:
       cj = self.captured
       assert cj is not None
+      if _capturing:
+        raise JitError("a captured TinyJit was replayed while another TinyJit captures; the outer capture can't record "
+                       "a replay (nested jits are not supported): call the inner function without TinyJit")
       if names != cj.names or info != cj.info:
         raise JitError(f"TinyJit: {_describe_change(cj.names, cj.info, names, info)}; the captured kernels only fit "
                        "the captured inputs (call .reset() to capture again, or use a bound Variable for a "
