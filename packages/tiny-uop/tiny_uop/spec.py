@@ -298,6 +298,15 @@ tensor_spec = PatternMatcher([
 ], name="tensor_spec")
 """The tensor graph (PIPELINE.md §1): what tiny-tensor builds and the scheduler takes."""
 
+
+def _wmma_ok(x: UOp) -> Result:
+  """WMMA(a, b, c): a tensor-core multiply-accumulate of per-lane vector fragments, c and the result alike."""
+  if len(x.src) != 3: return f"WMMA is WMMA(a, b, c), got {len(x.src)} sources"
+  if x.src[2].dtype != x.dtype: return f"WMMA's accumulator {x.src[2].dtype!r} differs from its result {x.dtype!r}"
+  a, b = x.src[0].dtype, x.src[1].dtype
+  return a.scalar() == b.scalar() or f"WMMA's A and B types differ: {a!r} vs {b!r}"
+
+
 # ***** kernel AST (PIPELINE.md §3) *****
 
 
@@ -322,6 +331,7 @@ kernel_spec = PatternMatcher([
   (UPat(Ops.REDUCE, name="x"), _reduce_ok),
   (UPat(Ops.VECTORIZE, name="x"), _vectorize_ok),
   (UPat(Ops.GEP, name="x"), _gep_ok),
+  (UPat(Ops.WMMA, name="x"), _wmma_ok),
 ], name="kernel_spec")
 """The kernel AST (PIPELINE.md §3): a SINK of STOREs into INDEX(PARAM) over RANGEs, with LOADs and REDUCEs."""
 
@@ -346,6 +356,7 @@ program_spec = PatternMatcher([
   (UPat(Ops.AFTER, name="x"), _same_dtype_as_src0),
   (UPat(Ops.VECTORIZE, name="x"), _vectorize_ok),
   (UPat(Ops.GEP, name="x"), _gep_ok),
+  (UPat(Ops.WMMA, name="x"), _wmma_ok),
   (UPat((Ops.CUSTOM, Ops.CUSTOMI), name="x"), lambda x: isinstance(x.arg, str) or f"{x.op} arg is target code"),
 ], name="program_spec")
 """The linear program (PIPELINE.md §4): what renderers take, in execution order."""

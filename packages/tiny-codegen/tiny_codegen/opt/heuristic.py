@@ -9,6 +9,7 @@ CPU renderers (no locals; threads split the outermost loop in lowering):
   contiguous one (a plain sum) is unrolled by up to 16 so independent partial results hide the add latency, as
   long as the loop body is cheap (an unrolled exp2 only slows compiling);
 - elementwise kernels: left to LLVM's loop vectorizer.
+GPU renderers with tensor cores, under `TC=1`: a matmul whose dtypes and shape fit one gets TC (and nothing else).
 GPU renderers: the same upcasts plus a LOCAL split of the innermost output axis, and GROUPTOP for large reduces
 into few outputs.
 """
@@ -16,9 +17,13 @@ from __future__ import annotations
 
 from tiny_uop.device import Renderer
 from tiny_uop.dtype import dtypes
+from tiny_uop.helpers import ContextVar
 from tiny_uop.uop import AxisType, GroupOp, Ops, UOp
 
 from tiny_codegen.opt.kernel import Kernel, KernelOptError, Opt, OptOps, _bound, stride_of
+
+
+USE_TC = ContextVar("TC", 0, "1: the hand-coded heuristic maps matmuls onto the renderer's tensor cores (TC opt)")
 
 
 def _try(k: Kernel, opt: Opt) -> bool:
@@ -40,6 +45,8 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
   has_reduce = any(u.op is Ops.REDUCE for u in k.ast.toposort())
   sidx = _store_index(k)
   loads = k.loads()
+  # a matmul of tensor-core dtypes and shape: one warp per tile (TC takes the whole kernel; nothing applies after it)
+  if USE_TC and has_reduce and ren.tensor_cores and not k.applied_opts and _try(k, Opt(OptOps.TC, 0, -1)): return k
   if has_reduce:
     _register_block(k, sidx, loads)
     _unroll_reduce(k, k.loads())

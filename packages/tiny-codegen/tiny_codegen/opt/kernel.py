@@ -8,6 +8,10 @@ An opt with `arg=amt` splits axis `r` (bound N) into `outer` (N/amt, keeps its t
 `r -> outer*amt + inner` (GROUPTOP puts the new range outside: `r -> inner*(N/amt) + outer`). `arg=0` means the
 whole axis. NOLOCALS forbids LOCAL afterwards. PADTO pads an axis up to a multiple of `arg` and masks the
 extra iterations.
+TC (`axis`: which matmul of `tc_candidates`, `arg`: tc_select, -1 = the first tensor core whose dtypes fit) maps a
+REDUCE-ADD of `CAST(a*b)` (or `CAST(a)*CAST(b)`) onto the renderer's tensor core: one warp computes one output tile
+(see `_tc_rewrite`). It must be the first opt, and no opt applies after it. Only PTX `mma.sync` fragment layouts
+(m16n8k16, m16n8k8) with half inputs are implemented.
 """
 from __future__ import annotations
 
@@ -108,9 +112,9 @@ class Kernel:
     if opt.op is OptOps.NOLOCALS:
       if any(r.arg[1] is AxisType.LOCAL for r in self.rngs): raise KernelOptError("NOLOCALS after LOCAL was applied")
       self.dont_use_locals = True
-    elif opt.op is OptOps.TC:
-      raise KernelOptError(f"{opt}: renderer {type(self.renderer).__name__} has no tensor cores"
-                           if not self.renderer.tensor_cores else f"{opt}: tensor-core opts are not supported yet")
+    elif opt.op is OptOps.TC: self._tc(opt)
+    elif any(o.op is OptOps.TC for o in self.applied_opts):
+      raise KernelOptError(f"{opt}: no opts apply after TC (its warp tile fixes the kernel's axes)")
     elif opt.op is OptOps.PADTO: self._padto(opt)
     else: self._split(opt)
     self.applied_opts.append(opt)
@@ -185,11 +189,115 @@ class Kernel:
     ast = self.ast.substitute(subs, name="padto_mask") if subs else self.ast
     self.ast = replace_range(ast, r, new_r, (new_r,))
 
+  # ***** tensor cores *****
+  def tc_candidates(self) -> list[tuple[UOp, UOp, UOp, UOp, UOp, UOp]]:
+    """The (reduce, a, b, m axis, n axis, k axis) matmuls TC can map: a REDUCE-ADD over one REDUCE axis k of
+    `CAST(a*b)` or `CAST(a)*CAST(b)`, where `a` depends on output axis m but not n and `b` on n but not m."""
+    out = []
+    outs = [r for r in self.output_axes if r.arg[1] in (AxisType.LOOP, AxisType.GLOBAL)]
+    for red in self.ast.toposort():
+      if red.op is not Ops.REDUCE or red.arg is not Ops.ADD or len(red.src) != 2: continue
+      k, v = red.src[1], red.src[0]
+      if k.arg[1] is not AxisType.REDUCE: continue
+      if v.op is Ops.CAST and v.src[0].op is Ops.MUL: a, b = v.src[0].src
+      elif v.op is Ops.MUL and all(x.op is Ops.CAST for x in v.src): a, b = (x.src[0] for x in v.src)
+      elif v.op is Ops.MUL: a, b = v.src  # no cast: the dtype check below names what doesn't fit
+      else: continue
+      if a.dtype != b.dtype or a.dtype.count != 1: continue
+      for m in outs:
+        for n in outs:
+          if m is not n and m in a.ranges and m not in b.ranges and n in b.ranges and n not in a.ranges and \
+             k in a.ranges and k in b.ranges: out.append((red, a, b, m, n, k))
+    return out
+
+  def _tc(self, opt: Opt) -> None:
+    """One warp computes one (M x N) output tile per mma: the m/n/k axes split by the tensor core's dims, a LOCAL
+    axis of its 32 lanes, and per lane the A/B fragments gathered (VECTORIZE) in the layout `mma.sync` wants; the
+    REDUCE of the MUL becomes, per C element, a REDUCE over the outer k of a GEP of the WMMA."""
+    ren = self.renderer
+    if not ren.tensor_cores: raise KernelOptError(f"{opt}: renderer {type(ren).__name__} has no tensor cores")
+    if not ren.has_local or self.dont_use_locals:
+      raise KernelOptError(f"{opt}: TC needs local (warp) threads" + (", but NOLOCALS was applied" if ren.has_local
+                                                                      else ""))
+    if self.applied_opts: raise KernelOptError(f"{opt}: TC must be the first opt, got {self.applied_opts} before it")
+    cands = self.tc_candidates()
+    if not cands: raise KernelOptError(f"{opt}: no REDUCE-ADD of a product of two operands, each independent of one "
+                                       "output axis (a matmul), in this kernel")
+    axis = opt.axis or 0
+    if not 0 <= axis < len(cands): raise KernelOptError(f"{opt}: axis {axis} out of range; {len(cands)} matmul(s)")
+    red, a, b, m, n, k = cands[axis]
+    sel = opt.arg[0] if isinstance(opt.arg, tuple) else opt.arg
+    sel = -1 if sel is None else sel
+    if not isinstance(sel, int) or not -1 <= sel < len(ren.tensor_cores):
+      raise KernelOptError(f"{opt}: tc_select {sel} invalid; valid: -1 (first that fits) .. {len(ren.tensor_cores)-1}")
+    tcs = ren.tensor_cores if sel == -1 else [ren.tensor_cores[sel]]
+    fits = [tc for tc in tcs if tc.dtype_in == a.dtype and tc.dtype_out == red.dtype]
+    if not fits:
+      raise KernelOptError(f"{opt}: inputs {a.dtype.name} accumulating in {red.dtype.name} fit none of the tensor "
+                           f"cores {[str(tc) for tc in tcs]}")
+    tc = fits[0]
+    if tc.opts[:1] not in (("mma.m16n8k16",), ("mma.m16n8k8",)) or tc.dtype_in != dtypes.float16:
+      raise KernelOptError(f"{opt}: TC lowering for {tc} {tc.opts} isn't implemented; valid: PTX mma m16n8k16/m16n8k8"
+                           " with half inputs")
+    dn, dm, dk = tc.dims
+    for r, d, name in ((m, dm, "M"), (n, dn, "N"), (k, dk, "K")):
+      if (sz := _bound(r)) is None or sz % d != 0:
+        raise KernelOptError(f"{opt}: {name} axis {r.arg[0]} of size {sz if sz is not None else r.src[0].render()} "
+                             f"is not a multiple of {d} ({tc})")
+    if len(self.ast.src) != 1 or self.ast.src[0].op is not Ops.STORE or \
+       sum(u.op is Ops.REDUCE for u in self.ast.toposort()) != 1:
+      raise KernelOptError(f"{opt}: TC needs a kernel of one STORE with one REDUCE")
+    self.ast = _tc_rewrite(self.ast, red, a, b, m, n, k, tc, max(x.arg[0] for x in self.rngs) + 1)
+
   def get_optimized_ast(self) -> UOp:
     """The AST with the opts applied, recorded in its KernelInfo."""
     info = self.ast.arg if isinstance(self.ast.arg, KernelInfo) else KernelInfo()
     new_info = KernelInfo(info.name, info.opts_to_apply, tuple(self.applied_opts), self.dont_use_locals)
     return self.ast.replace(arg=new_info)
+
+
+def _frag(kind: str, kdim: int, e: int, g: UOp, t: UOp) -> tuple[UOp | int, UOp | int]:
+  """(row, col) in its tile of element `e` of lane (g*4 + t)'s `mma.sync.m16n8k{kdim}` fragment (PTX ISA layout)."""
+  if kind == "a":
+    return (g + (8 if e in (2, 3, 6, 7) else 0), t * 2 + (e & 1) + (8 if kdim == 16 and e >= 4 else 0))
+  if kind == "b": return (t * 2 + (e & 1) + (8 if kdim == 16 and e >= 2 else 0), g)
+  return (g + (8 if e >= 2 else 0), t * 2 + (e & 1))
+
+
+def _tc_rewrite(ast: UOp, red: UOp, a: UOp, b: UOp, m: UOp, n: UOp, k: UOp, tc: Any, lane_id: int) -> UOp:
+  """The one-store kernel `ast` with `red` = REDUCE(a*b, k) computed by tensor core `tc`: m -> mo*M + row,
+  n -> no*N + col, k -> ko*K + kk (the outer ranges keep the axis ids, and vanish when the axis is one tile), a new
+  LOCAL axis `lane_id` of the warp's lanes, and one store per accumulator element e of the lane's C fragment:
+  REDUCE(GEP(WMMA(A fragment, B fragment, 0), e), ko) (the reduce lowers to a register accumulator)."""
+  dn, dm, dk = tc.dims
+  na, nb, nc = tc.elements_per_thread
+
+  def outer(r: UOp, d: int) -> UOp:
+    sz = _bound(r)
+    assert sz is not None
+    return UOp.range(sz // d, r.arg[0], r.arg[1], r.dtype) if sz // d > 1 else UOp.const(r.dtype, 0)
+  mo, no, ko = outer(m, dm), outer(n, dn), outer(k, dk)
+  lane = UOp.range(tc.threads, lane_id, AxisType.LOCAL, m.dtype)
+  g, t = lane // 4, lane % 4
+
+  def at(ro: UOp, d: int, off: UOp | int) -> UOp: return ro * d + off
+
+  fa = [a.substitute({m: at(mo, dm, (rc := _frag("a", dk, e, g, t))[0]), k: at(ko, dk, rc[1])})
+        for e in range(na)]
+  fb = [b.substitute({k: at(ko, dk, (rc := _frag("b", dk, e, g, t))[0]), n: at(no, dn, rc[1])})
+        for e in range(nb)]
+  zero = UOp(Ops.VECTORIZE, tc.dtype_out.vec(nc), (UOp.const(tc.dtype_out, 0.0),) * nc)
+  wmma = UOp(Ops.WMMA, tc.dtype_out.vec(nc), (UOp(Ops.VECTORIZE, tc.dtype_in.vec(na), tuple(fa)),
+                                              UOp(Ops.VECTORIZE, tc.dtype_in.vec(nb), tuple(fb)), zero),
+             arg=(str(tc), tc.dtype_in.name))
+  st = ast.src[0]
+  stores = []
+  for e in range(nc):
+    part = UOp(Ops.GEP, tc.dtype_out, (wmma,), (e,))
+    val = UOp(Ops.REDUCE, red.dtype, (part, ko), Ops.ADD) if ko.op is Ops.RANGE else part
+    row, col = _frag("c", dk, e, g, t)
+    stores.append(st.substitute({red: val}).substitute({m: at(mo, dm, row), n: at(no, dn, col)}))
+  return ast.replace(src=tuple(stores))
 
 
 def replace_range(ast: UOp, r: UOp, expr: UOp, new_rngs: tuple[UOp, ...]) -> UOp:
@@ -212,4 +320,3 @@ def stride_of(idx: UOp, r: UOp, rngs: list[UOp]) -> int | None:
   return None
 
 
-_ = (dtypes, Any)

@@ -1,0 +1,130 @@
+"""The TC opt: a half matmul kernel AST mapped onto PTX `mma.sync` (one warp per output tile), checked by the PTX
+interpreter (tests/gpu_ptx_interp.py) against numpy, by ptxas where installed, and its illegal uses."""
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+
+import numpy as np
+import pytest
+from tiny_uop import Context, KernelInfo, Ops, UOp, dtypes
+from tiny_uop.dtype import DType
+from tiny_uop.uop import AxisType
+
+from tiny_codegen import get_program
+from tiny_codegen.compiler.ptx import PTXCompiler, find_ptxas
+from tiny_codegen.opt import Kernel, KernelOptError, Opt, OptOps, apply_opts, hand_coded_optimizations
+from tiny_codegen.renderer.llvmir import LLVMRenderer
+from tiny_codegen.renderer.ptx import PTXRenderer
+
+_spec = importlib.util.spec_from_file_location("gpu_ptx_interp", pathlib.Path(__file__).with_name("gpu_ptx_interp.py"))
+ptxi = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
+_spec.loader.exec_module(ptxi)  # type: ignore[union-attr]
+
+TC = Opt(OptOps.TC, 0, -1)
+
+
+def matmul(M: int, N: int, K: int, din: DType = dtypes.float16, cast_first: bool = False, out: DType = dtypes.float,
+           bias: bool = False) -> UOp:
+  """c[i*N+j] = REDUCE(CAST(a[i*K+k] * b[k*N+j]), k) as tiny-tensor schedules `a @ b` on half inputs (or with the
+  casts on the operands); `out` half casts the result back, `bias` adds d[j] after the reduce."""
+  c, a, b = (UOp(Ops.PARAM, out.ptr(M * N), arg=0), UOp(Ops.PARAM, din.ptr(M * K), arg=1),
+             UOp(Ops.PARAM, din.ptr(K * N), arg=2))
+  i, j, k = UOp.range(M, 0), UOp.range(N, 1), UOp.range(K, 2, AxisType.REDUCE)
+  x, y = a.index(i * K + k).load(), b.index(k * N + j).load()
+  v = x.cast(dtypes.float) * y.cast(dtypes.float) if cast_first else (x * y).cast(dtypes.float)
+  val = UOp(Ops.REDUCE, dtypes.float, (v, k), Ops.ADD)
+  if bias: val = val + UOp(Ops.PARAM, dtypes.float.ptr(N), arg=3).index(j).load()
+  return c.index(i * N + j).store(val.cast(out) if out != dtypes.float else val).sink(arg=KernelInfo(f"mm_{M}_{N}_{K}"))
+
+
+def run_ptx(ast: UOp, ren: PTXRenderer, M: int, N: int, K: int, out: DType = dtypes.float, bias: bool = False,
+            opt: bool = True) -> tuple[str, np.ndarray, np.ndarray]:
+  with Context(NOOPT=0 if opt else 1, SPEC=1, TC=1): spec = get_program(ast, ren)
+  if find_ptxas() is not None: assert PTXCompiler(ren.arch).compile(spec.src)[:4] == b"\x7fELF"
+  rng = np.random.default_rng(M * 7 + N * 3 + K)
+  A, B = rng.standard_normal((M, K)).astype(np.float16), rng.standard_normal((K, N)).astype(np.float16)
+  D = rng.standard_normal(N).astype(np.float32)
+  C = np.zeros(M * N, np.float16 if out == dtypes.float16 else np.float32)
+  bufs = [C, A.ravel(), B.ravel()] + ([D] if bias else [])
+  ptxi.run(spec.src, spec.name, bufs, spec.global_size, spec.local_size, (), list(spec.globals))
+  # the scheduler's product is in half (CAST(a*b)): the reference rounds it there too, unless TC's exact products
+  prods = A.astype(np.float64)[:, :, None] * B.astype(np.float64)[None, :, :]
+  if "mma.sync" not in spec.src: prods = A[:, :, None] * B[None, :, :]  # float16 * float16 rounds to float16
+  ref = prods.astype(np.float64).sum(axis=1) + (D if bias else 0)
+  return spec.src, C.reshape(M, N), ref
+
+
+@pytest.mark.parametrize("M,N,K,cast_first", [(16, 8, 16, False), (32, 32, 32, True), (48, 24, 64, False)])
+def test_tc_matmul_sm90(M, N, K, cast_first):
+  ren = PTXRenderer("sm_90")
+  ast = apply_opts(matmul(M, N, K, cast_first=cast_first), ren, [TC])
+  src, got, ref = run_ptx(ast, ren, M, N, K)
+  assert src.count("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32") == 1
+  assert "fma" not in src and "mul.rn.f" not in src  # the products happen in the tensor core only
+  np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_tc_matmul_sm75_m16n8k8():
+  ren = PTXRenderer("sm_75")
+  src, got, ref = run_ptx(apply_opts(matmul(16, 16, 24), ren, [TC]), ren, 16, 16, 24)
+  assert "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32" in src
+  np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_tc_epilogue_half_out_and_bias():
+  # what follows the reduce (a bias indexed by the N axis, the cast back to half) is computed per C element
+  ren = PTXRenderer("sm_80")
+  src, got, ref = run_ptx(apply_opts(matmul(32, 16, 32, out=dtypes.float16, bias=True), ren, [TC]), ren, 32, 16, 32,
+                          out=dtypes.float16, bias=True)
+  assert "mma.sync" in src
+  np.testing.assert_allclose(got.astype(np.float64), ref, rtol=2e-3, atol=2e-3)
+
+
+def test_heuristic_picks_tc_on_ptx_only():
+  with Context(TC=0): assert OptOps.TC not in [o.op for o in hand_coded_optimizations(
+    Kernel(matmul(32, 32, 32), PTXRenderer("sm_90"))).applied_opts]
+  with Context(TC=1): k = hand_coded_optimizations(Kernel(matmul(32, 32, 32), PTXRenderer("sm_90")))
+  assert k.applied_opts == [TC]
+  src, got, ref = run_ptx(matmul(32, 32, 32), PTXRenderer("sm_90"), 32, 32, 32, opt=True)
+  assert "mma.sync" in src
+  np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+  # no tensor cores (sm_70, CPU), or a shape/dtype that doesn't fit: the usual opts, same numbers
+  with Context(TC=1):
+    for ren in (PTXRenderer("sm_70"), LLVMRenderer()):
+      assert OptOps.TC not in [o.op for o in hand_coded_optimizations(Kernel(matmul(32, 32, 32), ren)).applied_opts]
+    assert OptOps.TC not in [o.op for o in hand_coded_optimizations(Kernel(matmul(24, 32, 32),
+                                                                             PTXRenderer())).applied_opts]
+  src, got, ref = run_ptx(matmul(24, 8, 16), PTXRenderer("sm_90"), 24, 8, 16, opt=True)
+  assert "mma.sync" not in src
+  np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("ast,ren,opts,match", [
+  (matmul(24, 8, 16), PTXRenderer("sm_90"), [TC], "M axis 0 of size 24 is not a multiple of 16"),
+  (matmul(16, 12, 16), PTXRenderer("sm_90"), [TC], "N axis 1 of size 12 is not a multiple of 8"),
+  (matmul(16, 8, 24), PTXRenderer("sm_90"), [TC], "K axis 2 of size 24 is not a multiple of 16"),
+  (matmul(16, 8, 16, din=dtypes.float), PTXRenderer("sm_90"), [TC], "inputs float accumulating in float fit none of"),
+  (matmul(16, 8, 16), PTXRenderer("sm_70"), [TC], "PTXRenderer has no tensor cores"),
+  (matmul(16, 8, 16), LLVMRenderer(), [TC], "LLVMRenderer has no tensor cores"),
+  (matmul(16, 8, 16), PTXRenderer("sm_90"), [Opt(OptOps.TC, 0, 7)], "tc_select 7 invalid"),
+  (matmul(16, 8, 16), PTXRenderer("sm_90"), [Opt(OptOps.TC, 3, -1)], "axis 3 out of range"),
+  (matmul(32, 8, 16), PTXRenderer("sm_90"), [Opt(OptOps.UPCAST, 0, 2), TC], "TC must be the first opt"),
+  (matmul(32, 8, 16), PTXRenderer("sm_90"), [TC, Opt(OptOps.UPCAST, 0, 2)], "no opts apply after TC"),
+  (matmul(16, 8, 16), PTXRenderer("sm_90"), [Opt(OptOps.NOLOCALS), TC], "TC needs local"),
+])
+def test_illegal_tc_raises(ast, ren, opts, match):
+  with pytest.raises(KernelOptError, match=match): apply_opts(ast, ren, opts)
+
+
+def test_tc_needs_a_matmul():
+  c, a = UOp(Ops.PARAM, dtypes.float.ptr(16), arg=0), UOp(Ops.PARAM, dtypes.float16.ptr(256), arg=1)
+  i, k = UOp.range(16, 0), UOp.range(16, 1, AxisType.REDUCE)
+  x = a.index(i * 16 + k).load()
+  ast = c.index(i).store(UOp(Ops.REDUCE, dtypes.float, ((x * x).cast(dtypes.float), k), Ops.ADD)).sink()
+  with pytest.raises(KernelOptError, match="no REDUCE-ADD of a product"): apply_opts(ast, PTXRenderer(), [TC])
+
+
+def test_tc_bf16_not_lowered_yet():
+  with pytest.raises(KernelOptError, match="isn't implemented"):
+    apply_opts(matmul(16, 8, 16, din=dtypes.bfloat16), PTXRenderer("sm_90"), [TC])
