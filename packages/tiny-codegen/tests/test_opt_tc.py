@@ -125,6 +125,20 @@ def test_tc_needs_a_matmul():
   with pytest.raises(KernelOptError, match="no REDUCE-ADD of a product"): apply_opts(ast, PTXRenderer(), [TC])
 
 
-def test_tc_bf16_not_lowered_yet():
-  with pytest.raises(KernelOptError, match="isn't implemented"):
-    apply_opts(matmul(16, 8, 16, din=dtypes.bfloat16), PTXRenderer("sm_90"), [TC])
+@pytest.mark.parametrize("cast_first", [False, True])
+def test_tc_bf16_matmul(cast_first):
+  # bfloat16 buffers hold the top 16 bits of float32; the fragments reach mma.sync as those bits
+  M, N, K = 16, 16, 32
+  ren = PTXRenderer("sm_90")
+  with Context(SPEC=1): spec = get_program(apply_opts(matmul(M, N, K, din=dtypes.bfloat16, cast_first=cast_first),
+                                                      ren, [TC]), ren)
+  assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in spec.src
+  if find_ptxas() is not None: assert PTXCompiler("sm_90").compile(spec.src)[:4] == b"\x7fELF"
+  rng = np.random.default_rng(1)
+  A, B = ((rng.standard_normal(s).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16) for s in ((M, K), (K, N)))
+  C = np.zeros(M * N, np.float32)
+  ptxi.run(spec.src, spec.name, [C, A.ravel(), B.ravel()], spec.global_size, spec.local_size, (), list(spec.globals))
+  fA, fB = ((x.astype(np.uint32) << 16).view(np.float32).astype(np.float64) for x in (A, B))
+  np.testing.assert_allclose(C.reshape(M, N), fA @ fB, rtol=1e-5, atol=1e-5)
+  with pytest.raises(KernelOptError, match="fit none of"):  # tc_select 0 is the half tensor core
+    apply_opts(matmul(M, N, K, din=dtypes.bfloat16), ren, [Opt(OptOps.TC, 0, 0)])

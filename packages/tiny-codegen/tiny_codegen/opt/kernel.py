@@ -11,7 +11,7 @@ extra iterations.
 TC (`axis`: which matmul of `tc_candidates`, `arg`: tc_select, -1 = the first tensor core whose dtypes fit) maps a
 REDUCE-ADD of `CAST(a*b)` (or `CAST(a)*CAST(b)`) onto the renderer's tensor core: one warp computes one output tile
 (see `_tc_rewrite`). It must be the first opt, and no opt applies after it. Only PTX `mma.sync` fragment layouts
-(m16n8k16, m16n8k8) with half inputs are implemented.
+(m16n8k16, m16n8k8) with half/bfloat16 inputs are implemented.
 """
 from __future__ import annotations
 
@@ -236,9 +236,9 @@ class Kernel:
       raise KernelOptError(f"{opt}: inputs {a.dtype.name} accumulating in {red.dtype.name} fit none of the tensor "
                            f"cores {[str(tc) for tc in tcs]}")
     tc = fits[0]
-    if tc.opts[:1] not in (("mma.m16n8k16",), ("mma.m16n8k8",)) or tc.dtype_in != dtypes.float16:
+    if tc.opts[:1] not in (("mma.m16n8k16",), ("mma.m16n8k8",)) or tc.dtype_in not in (dtypes.float16, dtypes.bfloat16):
       raise KernelOptError(f"{opt}: TC lowering for {tc} {tc.opts} isn't implemented; valid: PTX mma m16n8k16/m16n8k8"
-                           " with half inputs")
+                           " with half/bfloat16 inputs")
     dn, dm, dk = tc.dims
     for r, d, name in ((m, dm, "M"), (n, dn, "N"), (k, dk, "K")):
       if (sz := _bound(r)) is None or sz % d != 0:
@@ -286,9 +286,12 @@ def _tc_rewrite(ast: UOp, red: UOp, a: UOp, b: UOp, m: UOp, n: UOp, k: UOp, tc: 
         for e in range(na)]
   fb = [b.substitute({k: at(ko, dk, (rc := _frag("b", dk, e, g, t))[0]), n: at(no, dn, rc[1])})
         for e in range(nb)]
+  # bfloat16 fragments travel as their bits (the renderer computes bf16 through float32 and packs uint16 pairs)
+  fdt = dtypes.uint16 if tc.dtype_in == dtypes.bfloat16 else tc.dtype_in
+  if fdt != tc.dtype_in: fa, fb = [x.bitcast(fdt) for x in fa], [x.bitcast(fdt) for x in fb]
   zero = UOp(Ops.VECTORIZE, tc.dtype_out.vec(nc), (UOp.const(tc.dtype_out, 0.0),) * nc)
-  wmma = UOp(Ops.WMMA, tc.dtype_out.vec(nc), (UOp(Ops.VECTORIZE, tc.dtype_in.vec(na), tuple(fa)),
-                                              UOp(Ops.VECTORIZE, tc.dtype_in.vec(nb), tuple(fb)), zero),
+  wmma = UOp(Ops.WMMA, tc.dtype_out.vec(nc), (UOp(Ops.VECTORIZE, fdt.vec(na), tuple(fa)),
+                                              UOp(Ops.VECTORIZE, fdt.vec(nb), tuple(fb)), zero),
              arg=(str(tc), tc.dtype_in.name))
   st = ast.src[0]
   stores = []
