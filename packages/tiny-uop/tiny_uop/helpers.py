@@ -67,6 +67,7 @@ DEV = ContextVar("DEV", "", "target device string [IFACE+]DEVICE[:RENDERER[:ARCH
 SPEC = ContextVar("SPEC", 0, "verify UOp graphs against the spec between passes")
 BEAM = ContextVar("BEAM", 0, "beam width for kernel optimization search (0: hand-coded heuristics)")
 NOOPT = ContextVar("NOOPT", 0, "apply no kernel optimizations")
+USE_TC = ContextVar("TC", 0, "1: the hand-coded heuristic maps matmuls onto the renderer's tensor cores (TC opt)")
 TRACK_MATCH_STATS = ContextVar("TRACK_MATCH_STATS", 0, "count rewrite-rule matches per pattern (2: print them)")
 CPU_THREADS = ContextVar("CPU_THREADS", 0, "worker threads for CPU kernels (0: one per core)")
 TINY_PLUGINS = ContextVar("TINY_PLUGINS", "", "comma-separated allow-list of device plugins")

@@ -17,13 +17,10 @@ from __future__ import annotations
 
 from tiny_uop.device import Renderer
 from tiny_uop.dtype import dtypes
-from tiny_uop.helpers import ContextVar
+from tiny_uop.helpers import USE_TC
 from tiny_uop.uop import AxisType, GroupOp, Ops, UOp
 
 from tiny_codegen.opt.kernel import Kernel, KernelOptError, Opt, OptOps, _bound, stride_of
-
-
-USE_TC = ContextVar("TC", 0, "1: the hand-coded heuristic maps matmuls onto the renderer's tensor cores (TC opt)")
 
 
 def _try(k: Kernel, opt: Opt) -> bool:
