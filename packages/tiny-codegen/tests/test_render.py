@@ -126,6 +126,8 @@ def test_readme_example_runs():
   assert "void E_16(float* restrict data0, float* restrict data1, float* restrict data2, int core_id)" in out.stdout
   assert "define void @E_16(ptr noalias %data0, ptr noalias %data1, ptr noalias %data2, i32 %core_id)" in out.stdout
   assert re.search(r"E_16 \(1, 1, 1\) \d+ bytes", out.stdout)
+  assert ".visible .entry E_16(" in out.stdout and "mul.rn.f32" in out.stdout          # PTX
+  assert "define amdgpu_kernel void @E_16(" in out.stdout                            # AMDGPU LLVM IR
 
 
 def test_c_inlines_single_use_values_only_at_full_width():
