@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from tiny_uop.device import Renderer, TensorCore
 from tiny_uop.dtype import AddrSpace, DType, PtrDType, dtypes
-from tiny_uop.uop import AXIS_LETTER, Ops, UOp
+from tiny_uop.uop import Ops, UOp
 
 from tiny_codegen.compiler.amdgpu import AMDGPUCompiler, amdgpu_datalayout
 from tiny_codegen.renderer import kernel_params
@@ -75,6 +75,8 @@ class _AMDGPUEmitter(_LLVMEmitter):
     super().__init__(uops)
     self.arch = arch
     self.globals: list[str] = []
+
+  def ptr_ty(self, dt: DType) -> str: return _ptr(dt, self.spaces)
 
   def special(self, axis: str) -> str:
     """The intrinsic reading gidx{i} (work-group id) or lidx{i} (work-item id)."""
@@ -145,26 +147,7 @@ class _AMDGPUEmitter(_LLVMEmitter):
         self.globals.append(f"{sym} = internal addrspace(3) global [{dt.size} x {ltype(dt.base, mem=True)}] "
                             "undef, align 16")
         self.r[u] = sym
-      elif op is Ops.RANGE:
-        i = self.loops[u] = len(self.loops)
-        lbl, rv = f"loop{i}", f"%{AXIS_LETTER.get(u.arg[1], 'r')}idx{u.arg[0]}"
-        self.r[u] = rv
-        self.emit(f"br label %{lbl}.pre")
-        self.lines.append(f"{lbl}.pre:")
-        self.emit(f"br label %{lbl}.head")
-        self.lines.append(f"{lbl}.head:")
-        self.emit(f"{rv} = phi i32 [ 0, %{lbl}.pre ], [ {rv}.next, %{lbl}.latch ]")
-        self.emit(f"{rv}.cmp = icmp slt i32 {rv}, {self.val(src[0])}")
-        self.emit(f"br i1 {rv}.cmp, label %{lbl}.body, label %{lbl}.exit")
-        self.lines.append(f"{lbl}.body:")
-      elif op is Ops.END:
-        rng = src[-1]
-        lbl, rv = f"loop{self.loops[rng]}", self.r[rng]
-        self.emit(f"br label %{lbl}.latch")
-        self.lines.append(f"{lbl}.latch:")
-        self.emit(f"{rv}.next = add nsw i32 {rv}, 1")
-        self.emit(f"br label %{lbl}.head")
-        self.lines.append(f"{lbl}.exit:")
+      elif op in (Ops.RANGE, Ops.END): self.loop_or_memory_op(u)
       elif op is Ops.IF:
         k = self.n = self.n + 1
         self.r[u] = f"if{k}"
@@ -174,31 +157,7 @@ class _AMDGPUEmitter(_LLVMEmitter):
         self.emit(f"br label %{self.r[src[0]]}.end")
         self.lines.append(f"{self.r[src[0]]}.end:")
       elif op is Ops.BARRIER: self.barrier()
-      elif op is Ops.INDEX:
-        idx = self.val(src[1])
-        if len(src) > 2:
-          self.gates[u] = self.val(src[2])
-          safe = self.tmp()
-          self.emit(f"{safe} = select i1 {self.gates[u]}, i32 {idx}, i32 0")
-          idx = safe
-        out = self.tmp()
-        pdt = src[0].dtype
-        assert isinstance(pdt, PtrDType)
-        base = f"{_ptr(pdt, self.spaces)} {self.val(src[0])}"
-        self.emit(f"{out} = getelementptr inbounds {ltype(pdt.base, mem=True)}, {base}, i32 {idx}")
-        self.r[u] = out
-      elif op is Ops.LOAD:
-        out = self.tmp()
-        self.emit(f"{out} = load {ltype(dt, mem=True)}, {_ptr(src[0].dtype, self.spaces)} {self.val(src[0])}")
-        if dt.scalar() == dtypes.bool:
-          b = self.tmp()
-          self.emit(f"{b} = icmp ne {ltype(dt, mem=True)} {out}, zeroinitializer")
-          out = b
-        if src[0] in self.gates:
-          g = self.tmp()
-          self.emit(f"{g} = select i1 {self.gates[src[0]]}, {ltype(dt)} {out}, {ltype(dt)} zeroinitializer")
-          out = g
-        self.r[u] = out
+      elif op in (Ops.INDEX, Ops.LOAD): self.loop_or_memory_op(u)
       elif op is Ops.STORE:
         v, vdt = self.val(src[1]), src[1].dtype
         if vdt.scalar() == dtypes.bool:

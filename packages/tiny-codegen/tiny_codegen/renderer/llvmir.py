@@ -172,6 +172,59 @@ class _LLVMEmitter:
       self.emit(f"{out} = {inst} {t} {a[0]}, {a[1]}")
     return out
 
+  def ptr_ty(self, dt: DType) -> str:
+    """The LLVM type of a pointer to `dt` (one address space on the host; GPU targets override this)."""
+    return "ptr"
+
+  def loop_or_memory_op(self, u: UOp) -> None:
+    """RANGE opens a loop, END closes it; INDEX (gated: a safe index where invalid) and LOAD (gated: 0 where
+    invalid) — spelled the same on every LLVM-based target but for the pointer type."""
+    op, dt, src = u.op, u.dtype, u.src
+    if op is Ops.RANGE:
+      i = self.loops[u] = len(self.loops)
+      lbl, rv = f"loop{i}", f"%{AXIS_LETTER.get(u.arg[1], 'r')}idx{u.arg[0]}"
+      self.r[u] = rv
+      self.emit(f"br label %{lbl}.pre")
+      self.lines.append(f"{lbl}.pre:")
+      self.emit(f"br label %{lbl}.head")
+      self.lines.append(f"{lbl}.head:")
+      self.emit(f"{rv} = phi i32 [ 0, %{lbl}.pre ], [ {rv}.next, %{lbl}.latch ]")
+      self.emit(f"{rv}.cmp = icmp slt i32 {rv}, {self.val(src[0])}")
+      self.emit(f"br i1 {rv}.cmp, label %{lbl}.body, label %{lbl}.exit")
+      self.lines.append(f"{lbl}.body:")
+    elif op is Ops.END:
+      rng = src[-1]
+      lbl, rv = f"loop{self.loops[rng]}", self.r[rng]
+      self.emit(f"br label %{lbl}.latch")
+      self.lines.append(f"{lbl}.latch:")
+      self.emit(f"{rv}.next = add nsw i32 {rv}, 1")
+      self.emit(f"br label %{lbl}.head")
+      self.lines.append(f"{lbl}.exit:")
+    elif op is Ops.INDEX:
+      idx = self.val(src[1])
+      if len(src) > 2:
+        self.gates[u] = self.val(src[2])
+        safe = self.tmp()
+        self.emit(f"{safe} = select i1 {self.gates[u]}, i32 {idx}, i32 0")
+        idx = safe
+      out = self.tmp()
+      base = src[0].dtype.base if isinstance(src[0].dtype, PtrDType) else dt
+      self.emit(f"{out} = getelementptr inbounds {ltype(base, mem=True)}, {self.ptr_ty(src[0].dtype)} "
+                f"{self.val(src[0])}, i32 {idx}")
+      self.r[u] = out
+    elif op is Ops.LOAD:
+      out = self.tmp()
+      self.emit(f"{out} = load {ltype(dt, mem=True)}, {self.ptr_ty(src[0].dtype)} {self.val(src[0])}")
+      if dt.scalar() == dtypes.bool:
+        b = self.tmp()
+        self.emit(f"{b} = icmp ne {ltype(dt, mem=True)} {out}, zeroinitializer")
+        out = b
+      if src[0] in self.gates:
+        g = self.tmp()
+        self.emit(f"{g} = select i1 {self.gates[src[0]]}, {ltype(dt)} {out}, {ltype(dt)} zeroinitializer")
+        out = g
+      self.r[u] = out
+
   def value_op(self, u: UOp) -> bool:
     """Render the ops every LLVM-based target spells the same (casts, vectors, ALU); False if `u` is not one."""
     op, dt, src = u.op, u.dtype, u.src
@@ -220,51 +273,7 @@ class _LLVMEmitter:
         assert isinstance(dt, PtrDType)
         self.r[u] = f"%acc{u.arg}"
         self.allocas.append(f"  %acc{u.arg} = alloca [{dt.size} x {ltype(dt.base, mem=True)}]")
-      elif op is Ops.RANGE:
-        i = self.loops[u] = len(self.loops)
-        lbl = f"loop{i}"
-        rv = f"%{AXIS_LETTER.get(u.arg[1], 'r')}idx{u.arg[0]}"
-        self.r[u] = rv
-        bound = self.val(src[0])
-        self.emit(f"br label %{lbl}.pre")
-        self.lines.append(f"{lbl}.pre:")
-        self.emit(f"br label %{lbl}.head")
-        self.lines.append(f"{lbl}.head:")
-        self.emit(f"{rv} = phi i32 [ 0, %{lbl}.pre ], [ {rv}.next, %{lbl}.latch ]")
-        self.emit(f"{rv}.cmp = icmp slt i32 {rv}, {bound}")
-        self.emit(f"br i1 {rv}.cmp, label %{lbl}.body, label %{lbl}.exit")
-        self.lines.append(f"{lbl}.body:")
-      elif op is Ops.END:
-        rng = src[-1]
-        lbl, rv = f"loop{self.loops[rng]}", self.r[rng]
-        self.emit(f"br label %{lbl}.latch")
-        self.lines.append(f"{lbl}.latch:")
-        self.emit(f"{rv}.next = add nsw i32 {rv}, 1")
-        self.emit(f"br label %{lbl}.head")
-        self.lines.append(f"{lbl}.exit:")
-      elif op is Ops.INDEX:
-        idx = self.val(src[1])
-        if len(src) > 2:
-          self.gates[u] = self.val(src[2])
-          safe = self.tmp()
-          self.emit(f"{safe} = select i1 {self.gates[u]}, i32 {idx}, i32 0")
-          idx = safe
-        out = self.tmp()
-        base = src[0].dtype.base if isinstance(src[0].dtype, PtrDType) else dt
-        self.emit(f"{out} = getelementptr inbounds {ltype(base, mem=True)}, ptr {self.val(src[0])}, i32 {idx}")
-        self.r[u] = out
-      elif op is Ops.LOAD:
-        out = self.tmp()
-        self.emit(f"{out} = load {ltype(dt, mem=True)}, ptr {self.val(src[0])}")
-        if dt.scalar() == dtypes.bool:
-          b = self.tmp()
-          self.emit(f"{b} = icmp ne {ltype(dt, mem=True)} {out}, zeroinitializer")
-          out = b
-        if src[0] in self.gates:
-          g = self.tmp()
-          self.emit(f"{g} = select i1 {self.gates[src[0]]}, {ltype(dt)} {out}, {ltype(dt)} zeroinitializer")
-          out = g
-        self.r[u] = out
+      elif op in (Ops.RANGE, Ops.END, Ops.INDEX, Ops.LOAD): self.loop_or_memory_op(u)
       elif op is Ops.STORE:
         v: str = self.val(src[1])
         vdt = src[1].dtype
