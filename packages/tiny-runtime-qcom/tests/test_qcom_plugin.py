@@ -1,15 +1,11 @@
 """tiny_runtime_qcom: cheap descriptors, entry points, lazy import, and honest errors until the driver exists."""
 import ctypes.util
-import importlib.metadata
 import os
-import subprocess
-import sys
 
 import pytest
-
 import tiny_runtime_qcom
 from tiny_uop.helpers import Context
-from tiny_uop.plugins import PLUGIN_API, Device, DevicePlugin, DeviceUnavailableError
+from tiny_uop.plugins.testing import check_descriptor, check_entry_point, check_import_is_cheap, check_unavailable
 
 CASES = [
   ('QCOM', 'QCOM_PLUGIN', '/dev/kgsl-3d0', '/dev/kgsl-3d0 not found'),
@@ -19,24 +15,16 @@ CASES = [
 
 @pytest.mark.parametrize("name, attr, path, msg", CASES)
 def test_descriptor(name, attr, path, msg):
-  p = getattr(tiny_runtime_qcom, attr)
-  assert isinstance(p, DevicePlugin) and p.name == name and p.api == PLUGIN_API and p.default_ok
-  assert p.target.startswith("tiny_runtime_qcom.device:")
-  assert p.priority < 90, "GPUs come before CPU (priority 90) when choosing the default device"
+  check_descriptor(getattr(tiny_runtime_qcom, attr), name, "tiny_runtime_qcom")
 
 
 @pytest.mark.parametrize("name, attr, path, msg", CASES)
 def test_entry_point(name, attr, path, msg):
-  eps = {ep.name: ep for ep in importlib.metadata.entry_points(group="tiny.devices")}
-  assert name in eps, f"{name} is not registered in tiny.devices: {sorted(eps)}"
-  assert eps[name].value == "tiny_runtime_qcom:" + attr
-  assert eps[name].dist is not None and eps[name].dist.name == "tiny-runtime-qcom"
+  check_entry_point(name, "tiny_runtime_qcom:" + attr, "tiny-runtime-qcom")
 
 
 def test_import_is_cheap():
-  code = "import sys, tiny_runtime_qcom; print(sorted(m for m in sys.modules if m.startswith('tiny_runtime_qcom.')))"
-  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-  assert out.strip() == "[]"
+  check_import_is_cheap("tiny_runtime_qcom")
 
 
 def _hardware_present(name, path):
@@ -48,7 +36,5 @@ def _hardware_present(name, path):
 def test_open_without_hardware_is_a_clear_error(name, attr, path, msg):
   if _hardware_present(name, path): pytest.skip(f"{name} hardware or library present on this machine")
   with Context(TINY_PLUGINS="", DEV=""):
-    with pytest.raises(DeviceUnavailableError, match=msg): Device[name]
-    with pytest.raises(DeviceUnavailableError, match="not implemented yet"): Device["MOCK+" + name]
-    assert Device.status(name) is not None and msg in Device.status(name)
-    assert name not in list(Device.get_available_devices())
+    check_unavailable(name, msg)
+    check_unavailable("MOCK+" + name, "not implemented yet")

@@ -319,3 +319,15 @@ def test_entry_point_discovery_with_a_fake_distribution(tmp_path):
   r = subprocess.run([sys.executable, "-m", "tiny_uop.plugins"], env={**os.environ, **env}, capture_output=True,
                      text=True)
   assert r.returncode == 0 and "GOODEP" in r.stdout and "default device: GOODEP" in r.stdout, r.stdout + r.stderr
+
+
+def test_plugin_package_checks_fail_on_bad_packages():
+  """tiny_uop.plugins.testing (used by every runtime package's tests) rejects what it should."""
+  from tiny_uop.plugins.testing import check_descriptor, check_entry_point, check_import_is_cheap
+  good = DevicePlugin("GOOD", "good_pkg.device:GoodDevice", priority=20)
+  check_descriptor(good, "GOOD", "good_pkg")
+  with pytest.raises(AssertionError, match="named 'GOOD', expected 'BAD'"): check_descriptor(good, "BAD", "good_pkg")
+  with pytest.raises(AssertionError, match="GPUs come before CPU"):
+    check_descriptor(DevicePlugin("SLOW", "good_pkg.device:X", priority=95), "SLOW", "good_pkg")
+  with pytest.raises(AssertionError, match="is not registered"): check_entry_point("NOPE", "x:y", "z")
+  with pytest.raises(AssertionError, match=r"import tiny_uop imported \["): check_import_is_cheap("tiny_uop")
