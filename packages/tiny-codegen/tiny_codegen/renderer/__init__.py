@@ -8,12 +8,13 @@ Both use the CPU calling convention `void name(T0* data0, ..., int var0, ..., in
 from __future__ import annotations
 
 import os
+from typing import Callable
 
 from tiny_uop.device import Renderer
 from tiny_uop.helpers import CPU_THREADS
 from tiny_uop.uop import Ops, UOp
 
-__all__ = ["CPURenderer", "kernel_params"]
+__all__ = ["CPURenderer", "count_uses", "kernel_params"]
 
 
 class CPURenderer(Renderer):
@@ -32,6 +33,17 @@ class CPURenderer(Renderer):
   def __init__(self, arch: str = ""):
     super().__init__(arch)
     self.threads: int = int(CPU_THREADS.value) or os.cpu_count() or 1
+
+
+def count_uses(uops: list[UOp], twice: Callable[[UOp], bool]) -> dict[UOp, int]:
+  """How often each value is used in code (GROUP/END/SINK and the ordering-only sources of LOAD/STORE don't count);
+  a user for which `twice(user)` holds counts double (it spells an operand twice, so it needs a variable)."""
+  uses: dict[UOp, int] = {}
+  for u in uops:
+    if u.op in (Ops.GROUP, Ops.END, Ops.SINK): continue
+    for x in (u.src[:1] if u.op is Ops.LOAD else u.src[:2] if u.op is Ops.STORE else u.src):
+      uses[x] = uses.get(x, 0) + (2 if twice(u) else 1)
+  return uses
 
 
 def kernel_params(uops: list[UOp]) -> tuple[list[UOp], list[UOp]]:

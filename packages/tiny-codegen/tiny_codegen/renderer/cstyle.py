@@ -13,7 +13,7 @@ from tiny_uop.dtype import DType, PtrDType, dtypes, round_float
 from tiny_uop.uop import AXIS_LETTER, Ops, UOp
 
 from tiny_codegen.compiler.clang import ClangCompiler
-from tiny_codegen.renderer import CPURenderer, kernel_params
+from tiny_codegen.renderer import CPURenderer, count_uses, kernel_params
 
 
 def _fsuf(dt: DType) -> str: return "f" if dt.scalar() in (dtypes.float32, dtypes.float16, dtypes.bfloat16) else ""
@@ -141,12 +141,8 @@ class ClangRenderer(CPURenderer):
 
     def emit(line: str) -> None: lines.append("  " * depth + line)
 
-    uses: dict[UOp, int] = {}
-    for u in uops:  # uses in code (GROUP/END/SINK and the ordering-only sources of LOAD/STORE don't count)
-      if u.op in (Ops.GROUP, Ops.END, Ops.SINK): continue
-      for x in (u.src[:1] if u.op is Ops.LOAD else u.src[:2] if u.op is Ops.STORE else u.src):
-        # a BITCAST takes its source's address; MAX writes each operand twice: both need a variable
-        uses[x] = uses.get(x, 0) + (2 if u.op in (Ops.BITCAST, Ops.MAX) else 1)
+    # a BITCAST takes its source's address; MAX writes each operand twice: both need a variable
+    uses = count_uses(uops, lambda u: u.op in (Ops.BITCAST, Ops.MAX))
     vecs: list[DType] = []
     for u in uops:
       op, dt, src = u.op, u.dtype, u.src

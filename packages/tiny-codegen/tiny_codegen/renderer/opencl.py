@@ -24,7 +24,7 @@ from tiny_uop.dtype import INVERSE_DTYPES_DICT, AddrSpace, DType, ImageDType, Pt
 from tiny_uop.uop import AXIS_LETTER, Ops, UOp
 
 from tiny_codegen.compiler.opencl import OpenCLCompiler
-from tiny_codegen.renderer import kernel_params
+from tiny_codegen.renderer import count_uses, kernel_params
 
 _CL_TYPES = {"bool": "bool", "int8": "char", "uint8": "uchar", "int16": "short", "uint16": "ushort", "int32": "int",
              "uint32": "uint", "int64": "long", "uint64": "ulong", "float16": "half", "float32": "float",
@@ -151,11 +151,7 @@ class OpenCLRenderer(Renderer):
 
     def emit(line: str) -> None: lines.append("  " * depth + line)
 
-    uses: dict[UOp, int] = {}
-    for u in uops:  # uses in code (GROUP/END/SINK and the ordering-only sources of LOAD/STORE don't count)
-      if u.op in (Ops.GROUP, Ops.END, Ops.SINK): continue
-      for x in (u.src[:1] if u.op is Ops.LOAD else u.src[:2] if u.op is Ops.STORE else u.src):
-        uses[x] = uses.get(x, 0) + (2 if _multi_use(u) else 1)  # repeated operands must be variables
+    uses = count_uses(uops, _multi_use)  # repeated operands must be variables
     scalars = {u.dtype.scalar() for u in uops} | {u.dtype.base.scalar() for u in uops if isinstance(u.dtype, PtrDType)}
     for u in uops:
       op, dt, src = u.op, u.dtype, u.src
