@@ -9,15 +9,12 @@ CPU renderers (no locals; threads split the outermost loop in lowering):
   contiguous one (a plain sum) is unrolled by up to 16 so independent partial results hide the add latency, as
   long as the loop body is cheap (an unrolled exp2 only slows compiling);
 - elementwise kernels: left to LLVM's loop vectorizer.
-GPU renderers with tensor cores, under `TC=1`: a matmul whose dtypes and shape fit one gets TC (and nothing else).
-GPU renderers: the same upcasts plus a LOCAL split of the innermost output axis, and GROUPTOP for large reduces
-into few outputs.
+GPU renderers (`has_local`) have their own heuristics in `heuristic_gpu`.
 """
 from __future__ import annotations
 
 from tiny_uop.device import Renderer
 from tiny_uop.dtype import dtypes
-from tiny_uop.helpers import USE_TC
 from tiny_uop.uop import AxisType, GroupOp, Ops, UOp
 
 from tiny_codegen.opt.kernel import Kernel, KernelOptError, Opt, OptOps, _bound, stride_of
@@ -39,17 +36,17 @@ def _store_index(k: Kernel) -> UOp | None:
 def hand_coded_optimizations(k: Kernel) -> Kernel:
   """Apply the heuristic opts for `k.renderer` to `k` (in place) and return it."""
   ren: Renderer = k.renderer
+  if ren.has_local and not k.dont_use_locals:
+    from tiny_codegen.opt.heuristic_gpu import gpu_hand_coded_optimizations
+    return gpu_hand_coded_optimizations(k)
   has_reduce = any(u.op is Ops.REDUCE for u in k.ast.toposort())
   sidx = _store_index(k)
   loads = k.loads()
-  # a matmul of tensor-core dtypes and shape: one warp per tile (TC takes the whole kernel; nothing applies after it)
-  if USE_TC and has_reduce and ren.tensor_cores and not k.applied_opts and _try(k, Opt(OptOps.TC, 0, -1)): return k
   if has_reduce:
     _register_block(k, sidx, loads)
     _unroll_reduce(k, k.loads())
   elif not getattr(ren, "has_threads", False):
     _upcast_contiguous(k, sidx)
-  if ren.has_local and not k.dont_use_locals: _add_locals(k, has_reduce)
   return k
 
 
@@ -154,11 +151,3 @@ def _upcast_contiguous(k: Kernel, sidx: UOp | None) -> None:
     if stride_of(sidx, r, rngs) == 1 and n % 4 == 0:
       _try(k, Opt(OptOps.UPCAST, i, 4))
       return
-
-
-def _add_locals(k: Kernel, has_reduce: bool) -> None:
-  axes = _output_axes_with_bounds(k)
-  if not axes: return
-  i, _, n = axes[-1]
-  for amt in (16, 8, 4, 2):
-    if n % amt == 0 and _try(k, Opt(OptOps.LOCAL, i, amt)): return
