@@ -1,5 +1,6 @@
 """The TC opt: a half matmul kernel AST mapped onto PTX `mma.sync` (one warp per output tile), checked by the PTX
-interpreter (tests/gpu_ptx_interp.py) against numpy, by ptxas where installed, and its illegal uses."""
+interpreter (tests/gpu_ptx_interp.py) against numpy, by ptxas where installed, and its illegal uses; and onto RDNA3
+wave32 WMMA (layout, IR and assembly here; numbers on the RDNA3 emulator in tiny-runtime-amd)."""
 from __future__ import annotations
 
 import importlib.util
@@ -142,3 +143,49 @@ def test_tc_bf16_matmul(cast_first):
   np.testing.assert_allclose(C.reshape(M, N), fA @ fB, rtol=1e-5, atol=1e-5)
   with pytest.raises(KernelOptError, match="fit none of"):  # tc_select 0 is the half tensor core
     apply_opts(matmul(M, N, K, din=dtypes.bfloat16), ren, [Opt(OptOps.TC, 0, 0)])
+
+
+# ***** AMD RDNA3 wave32 WMMA (numbers checked on the emulator in tiny-runtime-amd's test_amd_wmma.py) *****
+def test_rdna3_fragment_layout_covers_each_tile_element():
+  # A and B: lanes 0-15 hold each (row, k) / (k, col) exactly once and lanes 16-31 repeat them; C: the 32 lanes x 8
+  # elements hold each of the 16x16 outputs exactly once
+  from tiny_codegen.opt.kernel import TC_FRAGMENTS
+  frag = TC_FRAGMENTS["wmma.16x16x16"]
+  lane = UOp.range(32, 9, AxisType.LOCAL)
+
+  def at(kind: str, e: int, ln: int) -> tuple[int, int]:
+    return tuple(x if isinstance(x, int) else int(x.substitute({lane: UOp.const(dtypes.int, ln)}).simplify().arg)
+                 for x in frag(kind, e, lane))  # type: ignore[return-value]
+  for kind in ("a", "b"):
+    lo = [at(kind, e, ln) for ln in range(16) for e in range(16)]
+    assert sorted(lo) == [(r, c) for r in range(16) for c in range(16)]
+    assert [at(kind, e, ln + 16) for ln in range(16) for e in range(16)] == lo
+  assert at("a", 5, 3) == (3, 5) and at("b", 5, 3) == (5, 3)  # A row = lane, B column = lane; element = k
+  c = [at("c", e, ln) for ln in range(32) for e in range(8)]
+  assert sorted(c) == [(r, col) for r in range(16) for col in range(16)]
+  assert at("c", 3, 17) == (7, 1)  # D[2*e + lane//16][lane%16]
+
+
+@pytest.mark.parametrize("din,kind", [(dtypes.float16, "f16"), (dtypes.bfloat16, "bf16")])
+def test_tc_amdgpu_wmma_renders_and_compiles(din, kind):
+  from tiny_codegen.compiler.amdgpu import AMDGPUCompiler, find_ld_lld
+  from tiny_codegen.renderer.amdgpu import AMDGPURenderer
+  ren = AMDGPURenderer("gfx1100")
+  M, N, K = 32, 16, 48
+  with Context(SPEC=1): spec = get_program(apply_opts(matmul(M, N, K, din=din), ren, [TC]), ren)
+  assert spec.src.count(f"call <8 x float> @llvm.amdgcn.wmma.f32.16x16x16.{kind}(") == 1
+  assert "fmul" not in spec.src  # the products happen in the WMMA only
+  assert spec.local_size == (32, 1, 1) and spec.global_size == (M // 16, N // 16, 1)  # one wave32 per 16x16 tile
+  asm = AMDGPUCompiler("gfx1100").assembly(spec.src)
+  assert f"v_wmma_f32_16x16x16_{kind}" in asm
+  if find_ld_lld() is not None: assert spec.lib[:4] == b"\x7fELF"
+
+
+def test_tc_amdgpu_only_on_rdna3_and_shape_checks():
+  from tiny_codegen.renderer.amdgpu import AMDGPURenderer
+  with pytest.raises(KernelOptError, match="AMDGPURenderer has no tensor cores"):  # CDNA's MFMA isn't mapped
+    apply_opts(matmul(16, 16, 16), AMDGPURenderer("gfx90a"), [TC])
+  with pytest.raises(KernelOptError, match="N axis 1 of size 8 is not a multiple of 16"):
+    apply_opts(matmul(16, 8, 16), AMDGPURenderer("gfx1100"), [TC])
+  with Context(TC=1):
+    assert hand_coded_optimizations(Kernel(matmul(32, 32, 32), AMDGPURenderer("gfx1100"))).applied_opts == [TC]

@@ -10,14 +10,16 @@ whole axis. NOLOCALS forbids LOCAL afterwards. PADTO pads an axis up to a multip
 extra iterations.
 TC (`axis`: which matmul of `tc_candidates`, `arg`: tc_select, -1 = the first tensor core whose dtypes fit) maps a
 REDUCE-ADD of `CAST(a*b)` (or `CAST(a)*CAST(b)`) onto the renderer's tensor core: one warp computes one output tile
-(see `_tc_rewrite`). It must be the first opt, and no opt applies after it. Only PTX `mma.sync` fragment layouts
-(m16n8k16, m16n8k8) with half/bfloat16 inputs are implemented.
+(see `_tc_rewrite`). It must be the first opt, and no opt applies after it. Each tensor core's layout -- which tile
+element every lane holds in its A/B/C fragments -- is a function in `TC_FRAGMENTS`, chosen by `tc.opts[0]`: PTX
+`mma.sync` m16n8k16/m16n8k8 and RDNA3 wave32 `v_wmma_f32_16x16x16_{f16,bf16}`, with half/bfloat16 inputs.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum, auto
-from typing import Any
+from functools import partial
+from typing import Any, Callable
 
 from tiny_uop.device import Renderer
 from tiny_uop.dtype import dtypes
@@ -212,7 +214,7 @@ class Kernel:
 
   def _tc(self, opt: Opt) -> None:
     """One warp computes one (M x N) output tile per mma: the m/n/k axes split by the tensor core's dims, a LOCAL
-    axis of its 32 lanes, and per lane the A/B fragments gathered (VECTORIZE) in the layout `mma.sync` wants; the
+    axis of its 32 lanes, and per lane the A/B fragments gathered (VECTORIZE) in the tensor core's layout; the
     REDUCE of the MUL becomes, per C element, a REDUCE over the outer k of a GEP of the WMMA."""
     ren = self.renderer
     if not ren.tensor_cores: raise KernelOptError(f"{opt}: renderer {type(ren).__name__} has no tensor cores")
@@ -236,9 +238,9 @@ class Kernel:
       raise KernelOptError(f"{opt}: inputs {a.dtype.name} accumulating in {red.dtype.name} fit none of the tensor "
                            f"cores {[str(tc) for tc in tcs]}")
     tc = fits[0]
-    if tc.opts[:1] not in (("mma.m16n8k16",), ("mma.m16n8k8",)) or tc.dtype_in not in (dtypes.float16, dtypes.bfloat16):
-      raise KernelOptError(f"{opt}: TC lowering for {tc} {tc.opts} isn't implemented; valid: PTX mma m16n8k16/m16n8k8"
-                           " with half/bfloat16 inputs")
+    if not tc.opts or tc.opts[0] not in TC_FRAGMENTS or tc.dtype_in not in (dtypes.float16, dtypes.bfloat16):
+      raise KernelOptError(f"{opt}: TC lowering for {tc} {tc.opts} isn't implemented; valid: fragment layouts "
+                           f"{sorted(TC_FRAGMENTS)} with half/bfloat16 inputs")
     dn, dm, dk = tc.dims
     for r, d, name in ((m, dm, "M"), (n, dn, "N"), (k, dk, "K")):
       if (sz := _bound(r)) is None or sz % d != 0:
@@ -256,12 +258,29 @@ class Kernel:
     return self.ast.replace(arg=new_info)
 
 
-def _frag(kind: str, kdim: int, e: int, g: UOp, t: UOp) -> tuple[UOp | int, UOp | int]:
-  """(row, col) in its tile of element `e` of lane (g*4 + t)'s `mma.sync.m16n8k{kdim}` fragment (PTX ISA layout)."""
+def _frag_mma(kdim: int, kind: str, e: int, lane: UOp) -> tuple[UOp | int, UOp | int]:
+  """(row, col) in its tile of element `e` of `lane`'s `mma.sync.m16n8k{kdim}` fragment (PTX ISA layout: lane =
+  g*4 + t; A is M x K row-major, B is K x N column-major, C is M x N)."""
+  g, t = lane // 4, lane % 4
   if kind == "a":
     return (g + (8 if e in (2, 3, 6, 7) else 0), t * 2 + (e & 1) + (8 if kdim == 16 and e >= 4 else 0))
   if kind == "b": return (t * 2 + (e & 1) + (8 if kdim == 16 and e >= 2 else 0), g)
   return (g + (8 if e >= 2 else 0), t * 2 + (e & 1))
+
+
+def _frag_wmma_rdna3(kind: str, e: int, lane: UOp) -> tuple[UOp | int, UOp | int]:
+  """(row, col) in its tile of element `e` of `lane`'s wave32 `v_wmma_f32_16x16x16_{f16,bf16}` operand (RDNA3 ISA
+  section 7.9): A element e of lane l is A[l%16][e] (a row of K), B element e is B[e][l%16] (a column of K) --
+  lanes 16-31 repeat lanes 0-15 -- and the float C/D element e is D[2*e + l//16][l%16]."""
+  if kind == "a": return (lane % 16, e)
+  if kind == "b": return (e, lane % 16)
+  return (lane // 16 + 2 * e, lane % 16)
+
+
+# tc.opts[0] -> (kind, element, lane) -> (row, col) of the element in its A (M x K), B (K x N) or C (M x N) tile
+TC_FRAGMENTS: dict[str, Callable[[str, int, UOp], tuple[UOp | int, UOp | int]]] = {
+  "mma.m16n8k16": partial(_frag_mma, 16), "mma.m16n8k8": partial(_frag_mma, 8),
+  "wmma.16x16x16": _frag_wmma_rdna3}
 
 
 def _tc_rewrite(ast: UOp, red: UOp, a: UOp, b: UOp, m: UOp, n: UOp, k: UOp, tc: Any, lane_id: int) -> UOp:
@@ -278,13 +297,13 @@ def _tc_rewrite(ast: UOp, red: UOp, a: UOp, b: UOp, m: UOp, n: UOp, k: UOp, tc: 
     return UOp.range(sz // d, r.arg[0], r.arg[1], r.dtype) if sz // d > 1 else UOp.const(r.dtype, 0)
   mo, no, ko = outer(m, dm), outer(n, dn), outer(k, dk)
   lane = UOp.range(tc.threads, lane_id, AxisType.LOCAL, m.dtype)
-  g, t = lane // 4, lane % 4
+  frag = TC_FRAGMENTS[tc.opts[0]]
 
   def at(ro: UOp, d: int, off: UOp | int) -> UOp: return ro * d + off
 
-  fa = [a.substitute({m: at(mo, dm, (rc := _frag("a", dk, e, g, t))[0]), k: at(ko, dk, rc[1])})
+  fa = [a.substitute({m: at(mo, dm, (rc := frag("a", e, lane))[0]), k: at(ko, dk, rc[1])})
         for e in range(na)]
-  fb = [b.substitute({k: at(ko, dk, (rc := _frag("b", dk, e, g, t))[0]), n: at(no, dn, rc[1])})
+  fb = [b.substitute({k: at(ko, dk, (rc := frag("b", e, lane))[0]), n: at(no, dn, rc[1])})
         for e in range(nb)]
   # bfloat16 fragments travel as their bits (the renderer computes bf16 through float32 and packs uint16 pairs)
   fdt = dtypes.uint16 if tc.dtype_in == dtypes.bfloat16 else tc.dtype_in
@@ -298,7 +317,7 @@ def _tc_rewrite(ast: UOp, red: UOp, a: UOp, b: UOp, m: UOp, n: UOp, k: UOp, tc: 
   for e in range(nc):
     part = UOp(Ops.GEP, tc.dtype_out, (wmma,), (e,))
     val = UOp(Ops.REDUCE, red.dtype, (part, ko), Ops.ADD) if ko.op is Ops.RANGE else part
-    row, col = _frag("c", dk, e, g, t)
+    row, col = frag("c", e, lane)
     stores.append(st.substitute({red: val}).substitute({m: at(mo, dm, row), n: at(no, dn, col)}))
   return ast.replace(src=tuple(stores))
 
