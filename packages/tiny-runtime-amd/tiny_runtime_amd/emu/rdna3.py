@@ -240,6 +240,48 @@ VOP3_16: dict[int, tuple[str, int, bool, Callable[..., int]]] = {
 VOP2_16 = {50: 0x132, 51: 0x133, 52: 0x134, 53: 0x135}
 
 
+def _bf16(bits: int) -> float: return f32((bits & 0xFFFF) << 16)
+
+
+def _bf16_bits(x: float) -> int:
+  """float -> bfloat16 bits: round the float32 to nearest even in its top 16 bits (NaN stays a quiet NaN)."""
+  b = bits32(x)
+  if (b & 0x7F800000) == 0x7F800000 and b & 0x7FFFFF: return (b >> 16) | 0x40
+  return ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) & 0xFFFF
+
+
+def _u16(v: int) -> int: return v & 0xFFFF
+
+
+# VOP3P packed 16-bit ops: op -> (name, operands, kind, fn on 16-bit patterns); kind "f" float (neg flips the sign
+# bit), "i" integer (neg not allowed). Each half of the result takes its operands' halves chosen by op_sel (low
+# result) and op_sel_hi (high result); gfx11 packed ops read an inline float constant as its half in both halves.
+VOP3P_PK: dict[int, tuple[str, int, str, Callable[..., int]]] = {
+  0: ("v_pk_mad_i16", 3, "i", lambda a, b, c: (_s16(a) * _s16(b) + _s16(c)) & 0xFFFF),
+  1: ("v_pk_mul_lo_u16", 2, "i", lambda a, b: (a * b) & 0xFFFF),
+  2: ("v_pk_add_i16", 2, "i", lambda a, b: (a + b) & 0xFFFF),
+  3: ("v_pk_sub_i16", 2, "i", lambda a, b: (a - b) & 0xFFFF),
+  4: ("v_pk_lshlrev_b16", 2, "i", lambda a, b: (b << (a & 15)) & 0xFFFF),
+  5: ("v_pk_lshrrev_b16", 2, "i", lambda a, b: b >> (a & 15)),
+  6: ("v_pk_ashrrev_i16", 2, "i", lambda a, b: (_s16(b) >> (a & 15)) & 0xFFFF),
+  7: ("v_pk_max_i16", 2, "i", lambda a, b: max(_s16(a), _s16(b)) & 0xFFFF),
+  8: ("v_pk_min_i16", 2, "i", lambda a, b: min(_s16(a), _s16(b)) & 0xFFFF),
+  9: ("v_pk_mad_u16", 3, "i", lambda a, b, c: (a * b + c) & 0xFFFF),
+  10: ("v_pk_add_u16", 2, "i", lambda a, b: (a + b) & 0xFFFF),
+  11: ("v_pk_sub_u16", 2, "i", lambda a, b: (a - b) & 0xFFFF),
+  12: ("v_pk_max_u16", 2, "i", max), 13: ("v_pk_min_u16", 2, "i", min),
+  14: ("v_pk_fma_f16", 3, "f", _h(lambda a, b, c: a * b + c)), 15: ("v_pk_add_f16", 2, "f", _h(lambda a, b: a + b)),
+  16: ("v_pk_mul_f16", 2, "f", _h(lambda a, b: a * b)), 17: ("v_pk_min_f16", 2, "f", _h(_fmin)),
+  18: ("v_pk_max_f16", 2, "f", _h(_fmax)),
+}
+VOP3P_NAMES = {19: "v_dot2_f32_f16", 22: "v_dot4_i32_iu8", 23: "v_dot4_u32_u8", 26: "v_dot2_f32_bf16",
+               32: "v_fma_mix_f32", 33: "v_fma_mixlo_f16", 34: "v_fma_mixhi_f16",
+               64: "v_wmma_f32_16x16x16_f16", 65: "v_wmma_f32_16x16x16_bf16", 66: "v_wmma_f16_16x16x16_f16",
+               67: "v_wmma_bf16_16x16x16_bf16", **{k: v[0] for k, v in VOP3P_PK.items()}}
+# WMMA (wave32): op -> (input half -> float, output is float32, output 16-bit pattern from float)
+WMMA = {64: (_f16, True, None), 65: (_bf16, True, None), 66: (_f16, False, _f16_bits), 67: (_bf16, False, _bf16_bits)}
+
+
 # ops with a scalar carry-out (sdst) in bits 14:8
 VOP3SD = {0x120, 0x121, 0x122, 0x2FC, 0x2FD, 0x2FE, 0x2FF, 0x300, 0x301, 0x302}
 # VOPC: compare kinds by (op & 0x7F) >> 3 group; cmp functions by op & 7 (f, lt, eq, le, gt, ne/lg, ge, t)
@@ -417,6 +459,12 @@ def decode(code: bytes | memoryview, pc: int = 0) -> Inst:
          "vsrcy1": _bits(w1, 9, 8), "vdstx": vdstx, "vdsty": (_bits(w1, 17, 7) << 1) | ((vdstx & 1) ^ 1)}
     name = f"v_dual_{VOPD_OPS.get(opx, opx)} :: v_dual_{VOPD_OPS.get(opy, opy)}"
     return lit(Inst("VOPD", opx, f, 8, name), f["src0x"], f["src0y"], *([LITERAL] if {opx, opy} & {1, 2} else []))
+  if top6 == 0b110011:  # VOP3P: op_sel/op_sel_hi pick source halves; neg_lo/neg_hi negate them
+    op = _bits(w0, 16, 7)
+    f = {"vdst": w0 & 0xFF, "neg_hi": _bits(w0, 8, 3), "opsel": _bits(w0, 11, 3),
+         "opsel_hi": _bits(w1, 27, 2) | (_bits(w0, 14, 1) << 2), "clamp": _bits(w0, 15, 1), "src0": w1 & 0x1FF,
+         "src1": _bits(w1, 9, 9), "src2": _bits(w1, 18, 9), "neg": w1 >> 29}
+    return lit(Inst("VOP3P", op, f, 8, VOP3P_NAMES.get(op, f"vop3p_{op}")), f["src0"], f["src1"], f["src2"])
   if top6 == 0b110101:
     op = _bits(w0, 16, 10)
     f = {"vdst": w0 & 0xFF, "sdst": _bits(w0, 8, 7), "abs": _bits(w0, 8, 3), "opsel": _bits(w0, 11, 4),
@@ -955,6 +1003,101 @@ class Emulator:
     _, n, _, fn = VOP3_16[op]
     dst = f["vdst"] | ((f["opsel"] >> 3 & 1) << 7)
     for ln in w.lanes(): self.vwrite16(w, dst, ln, fn(*(src(i, ln) for i in range(n))))
+
+  def vop3p(self, w: Wave, inst: Inst) -> None:
+    """VOP3P: packed 16-bit math, mixed-precision FMA, dot products and WMMA."""
+    f, op = inst.f, inst.op
+    if op in WMMA: return self.wmma(w, inst)
+    if f["clamp"]: raise UnsupportedInstruction(f"{inst.name}: clamp at {w.pc:#x}")
+    if op in VOP3P_PK:
+      _, n, kind, fn = VOP3P_PK[op]
+      if kind == "i" and (f["neg"] or f["neg_hi"]):
+        raise UnsupportedInstruction(f"{inst.name}: neg modifiers on a packed integer op at {w.pc:#x}")
+      codes = [f[f"src{i}"] for i in range(n)]
+      for ln in w.lanes():
+        words = [self._pk_src(w, c, ln, inst, kind == "f") for c in codes]
+        lo = fn(*(self._half(words[i], f["opsel"] >> i & 1, f["neg"] >> i & 1) for i in range(n)))
+        hi = fn(*(self._half(words[i], f["opsel_hi"] >> i & 1, f["neg_hi"] >> i & 1) for i in range(n)))
+        w.vgpr[f["vdst"]][ln] = (hi << 16) | lo
+      return
+    if op in (19, 26):  # v_dot2_f32_f16 / v_dot2_f32_bf16: D = S0.lo*S1.lo + S0.hi*S1.hi + S2 (float32)
+      cvt = _f16 if op == 19 else _bf16
+      for ln in w.lanes():
+        a, b = (self._pk_src(w, f[f"src{i}"], ln, inst, op == 19) for i in range(2))
+        # element 0 takes the halves op_sel picks (negated by neg_lo), element 1 those op_sel_hi picks (neg_hi)
+        terms = [cvt(self._half(a, sel & 1, ng & 1)) * cvt(self._half(b, sel >> 1 & 1, ng >> 1 & 1))
+                 for sel, ng in ((f["opsel"], f["neg"]), (f["opsel_hi"], f["neg_hi"]))]
+        c = self.vsrc(w, f["src2"], ln, inst)
+        if f["neg"] >> 2 & 1: c ^= 0x80000000
+        w.vgpr[f["vdst"]][ln] = bits32(math.fsum([*terms, f32(c)]))
+      return
+    if op in (22, 23):  # v_dot4_i32_iu8 / v_dot4_u32_u8: four byte products plus S2 (iu8: neg_lo marks signed)
+      if op == 23 and (f["neg"] or f["neg_hi"]):
+        raise UnsupportedInstruction(f"{inst.name}: neg modifiers at {w.pc:#x}")
+      for ln in w.lanes():
+        a, b, c = (self.vsrc(w, f[f"src{i}"], ln, inst) for i in range(3))
+        def byte(v: int, k: int, signed: bool) -> int:
+          return sext((v >> (8 * k)) & 0xFF, 8) if signed else (v >> 8 * k) & 0xFF
+        sa, sb = op == 22 and bool(f["neg"] & 1), op == 22 and bool(f["neg"] & 2)
+        w.vgpr[f["vdst"]][ln] = (sum(byte(a, k, sa) * byte(b, k, sb) for k in range(4)) + c) & MASK32
+      return
+    if op in (32, 33, 34):  # v_fma_mix*: op_sel_hi[i] = 1 reads source i as the half op_sel[i] picks, else float32
+      for ln in w.lanes():
+        xs = []
+        for i in range(3):
+          v = self.vsrc(w, f[f"src{i}"], ln, inst)
+          if f["opsel_hi"] >> i & 1:
+            code = f[f"src{i}"]
+            if code in INLINE_F32: x = _f16(_f16_bits(f32(INLINE_F32[code])))
+            else: x = _f16(v >> (16 * (f["opsel"] >> i & 1)))
+          else: x = f32(v)
+          if f["neg_hi"] >> i & 1: x = abs(x)  # for the mix ops neg_hi is |x|
+          if f["neg"] >> i & 1: x = -x
+          xs.append(x)
+        r = xs[0] * xs[1] + xs[2]
+        if op == 32: w.vgpr[f["vdst"]][ln] = bits32(r)
+        else: self.vwrite16(w, f["vdst"] | (128 if op == 34 else 0), ln, _f16_bits(r))
+      return
+    raise UnsupportedInstruction(f"VOP3P opcode {op} ({inst.name}) at {w.pc:#x}")
+
+  def _pk_src(self, w: Wave, code: int, lane: int, inst: Inst, fp: bool) -> int:
+    """A packed operand's 32 bits; an inline float constant is its half-precision pattern in both halves."""
+    if fp and code in INLINE_F32:
+      h = _f16_bits(f32(INLINE_F32[code]))
+      return (h << 16) | h
+    return self.vsrc(w, code, lane, inst)
+
+  @staticmethod
+  def _half(word: int, hi: int, neg: int) -> int: return ((word >> (16 * hi)) & 0xFFFF) ^ (0x8000 if neg else 0)
+
+  def wmma(self, w: Wave, inst: Inst) -> None:
+    """V_WMMA_*_16X16X16 (wave32): D = A x B + C for 16x16 matrices, every lane taking part. Lane l holds row l%16
+    of A (src0: 8 VGPRs, 16 halves, K along the halves) and column l%16 of B (src1); lanes 16..31 repeat lanes
+    0..15 and are not read. C/D (8 VGPRs): lane l, VGPR i is element (row 2i + l//16, column l%16); a 16-bit D/C
+    lives in the half op_sel[2] picks. Products are exact and summed with C exactly (math.fsum), rounded once."""
+    f, op = inst.f, inst.op
+    cvt, out32, pack = WMMA[op]
+    if f["clamp"] or f["neg"] or f["neg_hi"]: raise UnsupportedInstruction(f"{inst.name}: clamp/neg at {w.pc:#x}")
+    if w.exec != MASK32: raise UnsupportedInstruction(f"{inst.name} needs all 32 lanes in EXEC, got {w.exec:#010x}")
+    if min(f["src0"], f["src1"], f["src2"]) < 256:
+      raise UnsupportedInstruction(f"{inst.name}: A, B and C must be VGPRs at {w.pc:#x}")
+    a0, b0, c0, d0 = f["src0"] - 256, f["src1"] - 256, f["src2"] - 256, f["vdst"]
+    def halves(base: int, ln: int) -> list[float]:
+      return [cvt(w.vgpr[base + j][ln] >> (16 * h)) for j in range(8) for h in (0, 1)]
+    A = [halves(a0, r) for r in range(16)]  # A[m][k]
+    B = [halves(b0, n) for n in range(16)]  # B[n][k] (column n)
+    sh = 16 * (f["opsel"] >> 2 & 1)
+    out = [[0] * WAVE for _ in range(8)]
+    for i in range(8):
+      for ln in range(WAVE):
+        m, n = 2 * i + ln // 16, ln % 16
+        cv = w.vgpr[c0 + i][ln]
+        c = f32(cv) if out32 else cvt(cv >> sh)
+        acc = math.fsum([*(x * y for x, y in zip(A[m], B[n])), c])
+        out[i][ln] = bits32(acc) if pack is None else pack(acc)
+    for i in range(8):
+      vd = w.vgpr[d0 + i]
+      for ln in range(WAVE): vd[ln] = out[i][ln] if out32 else (vd[ln] & ~(0xFFFF << sh) & MASK32) | (out[i][ln] << sh)
 
   def mubuf(self, w: Wave, inst: Inst) -> None:
     if inst.op not in (43, 44):  # only the cache invalidates (buffer_gl0_inv / buffer_gl1_inv): no-ops here
