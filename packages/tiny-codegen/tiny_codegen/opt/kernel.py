@@ -283,6 +283,16 @@ TC_FRAGMENTS: dict[str, Callable[[str, int, UOp], tuple[UOp | int, UOp | int]]] 
   "wmma.16x16x16": _frag_wmma_rdna3}
 
 
+def _bits(x: UOp, dt: Any) -> UOp:
+  """`x` (bfloat16) as its `dt` (uint16) bits: a plain load of a buffer reads them straight from the buffer viewed as
+  `dt` (as `bf16_to_float` lowers every bf16 pointer), else a BITCAST (which lowers through float32)."""
+  if x.op is Ops.LOAD and len(x.src) == 1 and x.src[0].op is Ops.INDEX and x.src[0].src[0].op is Ops.PARAM:
+    idx, p = x.src[0], x.src[0].src[0]
+    view = p.replace(dtype=dt.ptr(p.dtype.size, p.dtype.addrspace))
+    return UOp(Ops.LOAD, dt, (idx.replace(dtype=view.dtype, src=(view, *idx.src[1:])),))
+  return x.bitcast(dt)
+
+
 def _tc_rewrite(ast: UOp, red: UOp, a: UOp, b: UOp, m: UOp, n: UOp, k: UOp, tc: Any, lane_id: int) -> UOp:
   """The one-store kernel `ast` with `red` = REDUCE(a*b, k) computed by tensor core `tc`: m -> mo*M + row,
   n -> no*N + col, k -> ko*K + kk (the outer ranges keep the axis ids, and vanish when the axis is one tile), a new
@@ -307,7 +317,7 @@ def _tc_rewrite(ast: UOp, red: UOp, a: UOp, b: UOp, m: UOp, n: UOp, k: UOp, tc: 
         for e in range(nb)]
   # bfloat16 fragments travel as their bits (the renderer computes bf16 through float32 and packs uint16 pairs)
   fdt = dtypes.uint16 if tc.dtype_in == dtypes.bfloat16 else tc.dtype_in
-  if fdt != tc.dtype_in: fa, fb = [x.bitcast(fdt) for x in fa], [x.bitcast(fdt) for x in fb]
+  if fdt != tc.dtype_in: fa, fb = [_bits(x, fdt) for x in fa], [_bits(x, fdt) for x in fb]
   zero = UOp(Ops.VECTORIZE, tc.dtype_out.vec(nc), (UOp.const(tc.dtype_out, 0.0),) * nc)
   wmma = UOp(Ops.WMMA, tc.dtype_out.vec(nc), (UOp(Ops.VECTORIZE, fdt.vec(na), tuple(fa)),
                                               UOp(Ops.VECTORIZE, fdt.vec(nb), tuple(fb)), zero),
