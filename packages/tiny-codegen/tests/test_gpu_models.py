@@ -96,6 +96,48 @@ def test_kernel_counts_agree_across_targets(model):
   assert counts["PTX"] >= {"convnet": 20, "transformer": 15, "low_precision": 4}[model], counts
 
 
+# ***** shared memory: the GPU heuristic groups the models' reductions *****
+SHARED_MARK = {"PTX": re.compile(r"\.shared \.align \d+ \.b8 \w+\[\d+\];"),
+               "AMDGPU": re.compile(r"addrspace\(3\) global \["), "OPENCL": re.compile(r"__local \w+ \w+\[\d+\];")}
+BARRIER_MARK = {"PTX": "bar.sync", "AMDGPU": "@llvm.amdgcn.s.barrier", "OPENCL": "barrier(CLK_LOCAL_MEM_FENCE)"}
+
+
+def grouped_kernels(target: str, model: str) -> set[str]:
+  """Names of the model's kernels the GPU heuristic gives a GROUPTOP (a workgroup reduction) for `target`."""
+  from tiny_uop.plugins import load_renderer
+
+  from tiny_codegen.opt import Kernel, OptOps, hand_coded_optimizations
+  specs = compiled(target, model)
+  ren = load_renderer(target)(*(["sm_90"] if target == "PTX" else ["gfx1100"] if target == "AMDGPU" else []))
+  out = set()
+  for ast, spec in zip(_asts[(target, model)], specs):
+    opts = hand_coded_optimizations(Kernel(ast, ren)).applied_opts
+    if any(o.op is OptOps.GROUPTOP for o in opts): out.add(spec.name)
+  return out
+
+
+@pytest.mark.parametrize("model", ["convnet", "transformer"])
+@pytest.mark.parametrize("target", list(TARGETS))
+def test_model_reductions_use_shared_memory(target, model):
+  """Reductions with few outputs and a long reduce (a conv's weight and bias gradients, the loss, layernorm
+  statistics, the small matmuls) become workgroup reductions: shared memory + a barrier in exactly those kernels."""
+  specs = compiled(target, model)
+  grouped = grouped_kernels(target, model)
+  with_shared = {s.name for s in specs if SHARED_MARK[target].search(s.src)}
+  assert with_shared == grouped
+  assert all(BARRIER_MARK[target] in s.src for s in specs if s.name in grouped)
+  # convnet: conv1/conv2 weight gradients (4 output axes), conv2 forward, bias gradients, the loss's mean;
+  # transformer: both layernorms' statistics and every Linear (<= 2048 outputs)
+  names = {"convnet": {"r_8_3_3_3", "r_16_8_3_3", "r_8", "r_16", "r_"}, "transformer": {"r_2_8_1", "r_2_8_32"}}[model]
+  assert names <= grouped, sorted(grouped)
+  assert len(grouped) >= {"convnet": 6, "transformer": 6}[model], sorted(grouped)
+
+
+def test_model_grouping_is_the_same_on_every_target():
+  for model in ("convnet", "transformer"):
+    assert grouped_kernels("PTX", model) == grouped_kernels("AMDGPU", model) == grouped_kernels("OPENCL", model)
+
+
 # ***** PTX: ptxas assembled every kernel *****
 @pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed (NVIDIA CUDA toolkit)")
 @pytest.mark.parametrize("model", list(MODELS))
@@ -175,7 +217,13 @@ def test_amd_code_objects_have_kernel_descriptors(model):
     desc = _read_vaddr(spec.lib, kd_addr, 64)
     group, _, kargs, entry = struct.unpack_from("<IIIxxxxq", desc, 0)
     assert kargs == kernarg_size(spec.src) and kd_addr + entry == fn_addr
-    assert group == 0  # these kernels use no LDS (see the shared-memory test below)
+    assert group == lds_bytes(spec.src)  # the grouped reductions' LDS, 0 for the others
+
+
+def lds_bytes(src: str) -> int:
+  """Bytes of LDS (`addrspace(3)` arrays) a rendered AMDGPU kernel declares."""
+  sizes = {"float": 4, "half": 2, "i32": 4, "i64": 8, "double": 8, "i8": 1, "i16": 2, "i1": 1}
+  return sum(int(n) * sizes[t] for n, t in re.findall(r"addrspace\(3\) global \[(\d+) x (\w+)\]", src))
 
 
 def _read_vaddr(lib: bytes, vaddr: int, n: int) -> bytes:

@@ -73,7 +73,9 @@ class Renderer:
   supports_float4: bool = True
   global_max: tuple[int, ...] | None = (0x8FFFFFFF,) * 3
   local_max: tuple[int, ...] | None = (0x8FFFFFFF,) * 3
-  shared_max: int = 32768
+  shared_max: int = 32768      # bytes of local (shared) memory one workgroup may use
+  max_workgroup_size: int | None = None  # threads per workgroup; None: max(local_max)
+  warp_size: int = 32          # threads that run in lockstep (a warp / wavefront / subgroup)
   tensor_cores: list[TensorCore] = []
   extra_matcher: Any = None   # a PatternMatcher applied at the end of lowering
   code_for_op: dict[Ops, Callable] = {}
