@@ -233,3 +233,22 @@ def test_register_buffer_checks_what_it_registers():
     with pytest.raises(ValueError, match="register_buffer"): engine.register_buffer(bad, other)
   with pytest.raises(TypeError, match="BUFFER"): engine.register_buffer(src.uop.reshape((1, 3)), other)
   assert engine.register_buffer(u, buf) is u  # registering the same Buffer again is a no-op
+
+
+def test_values_realized_along_the_way_are_not_computed_again():
+  # opt.step() realizes the backward pass, which computes the forward's intermediate values; loss.realize() after it
+  # must read those buffers rather than run the forward again (with the already-updated weights)
+  from tiny_tensor import nn
+  rng = np.random.default_rng(3)
+  xs, ws = rng.standard_normal((8, 5)).astype(np.float32), rng.standard_normal((5, 4)).astype(np.float32)
+  w = Tensor(ws.copy(), requires_grad=True)
+  opt = nn.optim.SGD([w], lr=0.5)
+  hidden = Tensor(xs) @ w                      # realized by the step (the gradient needs relu's mask of it)
+  loss = (hidden.relu() * hidden.exp()).sum()  # two consumers of the matmul: it gets a buffer of its own
+  loss.backward()
+  with Tensor.train(): opt.step()
+  GlobalCounters.reset()
+  got = loss.item()
+  h = xs @ ws
+  np.testing.assert_allclose(got, (np.maximum(h, 0) * np.exp(h)).sum(), rtol=1e-4)  # the weights before the step
+  assert GlobalCounters.kernel_count == 1  # the final reduce only: no matmul again

@@ -19,7 +19,7 @@ import contextlib
 import time
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Iterator, Literal
+from typing import Any, Callable, ClassVar, Iterable, Iterator, Literal
 
 from tiny_uop.device import Buffer
 from tiny_uop.dtype import DType
@@ -283,12 +283,13 @@ def run_schedule(calls: list[UOp], var_vals: dict[str, int]) -> None:
     else: raise RuntimeError(f"the engine can't run a CALL of {ast.op}")
 
 
-def realize(uops: list[UOp]) -> dict[UOp, UOp]:
-  """Realize every graph in `uops` that is not a buffer yet; returns the scheduler's `becomes` map."""
+def realize(uops: list[UOp], expose: Iterable[UOp] = ()) -> dict[UOp, UOp]:
+  """Realize every graph in `uops` that is not a buffer yet; returns the scheduler's `becomes` map (which also
+  covers the nodes of `expose` that got a buffer on the way: values other live graphs still use)."""
   todo = [u for u in uops if not is_realized(u)]
   if not todo: return {}
   from tiny_codegen.schedule import create_schedule
-  sched = create_schedule(UOp.sink(*todo))
+  sched = create_schedule(UOp.sink(*todo), expose)
   calls = list(sched.calls)
   run_schedule(calls, dict(getattr(sched, "var_vals", {}) or {}))
   return dict(sched.becomes)

@@ -231,7 +231,8 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     Ops.BUFFER
     """
     ts = [self, *lst]
-    becomes = engine.realize([t.uop for t in ts])
+    uops = [t.uop for t in ts]
+    becomes = engine.realize(uops, _shared_with_other_graphs(uops))
     if becomes: _apply_becomes(becomes)
     return self
 
@@ -1160,6 +1161,23 @@ def _expand_origins(root: UOp, keep: set[UOp]) -> UOp:
     if not origins or not any(u in origins for u in root.toposort()): break
     root = root.substitute(origins)
   return root
+
+
+def _shared_with_other_graphs(uops: list[UOp]) -> set[UOp]:
+  """Nodes of the graphs of `uops` that other lazy tensors' graphs use too: if realizing `uops` gives one of them a
+  buffer anyway, those tensors read it instead of computing it again (e.g. `opt.step()` then `loss.realize()` must not
+  run the forward pass twice)."""
+  roots = set(uops)
+  others = [t.uop for t in _lazy_tensors.values() if t.uop not in roots and not engine.is_realized(t.uop)]
+  if not others: return set()
+  mine = UOp.sink(*uops).toposort()
+  shared: set[UOp] = set()
+  seen: set[UOp] = set()
+  for o in others:
+    if o in seen: continue
+    seen.add(o)
+    shared.update(u for u in o.toposort() if u in mine)
+  return shared
 
 
 def _apply_becomes(becomes: dict[UOp, UOp]) -> None:

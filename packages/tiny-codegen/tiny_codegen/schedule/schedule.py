@@ -25,7 +25,7 @@ import itertools
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable
 
 from tiny_uop.helpers import DEBUG, all_int, getenv, prod, strides_for_shape
 from tiny_uop.spec import kernel_spec, maybe_verify, tensor_spec
@@ -261,10 +261,12 @@ def _costly(reads_memory: dict[UOp, bool], u: UOp) -> bool:
     u.op not in GroupOp.Movement
 
 
-def _schedule(sink: UOp, merge: bool = True, safe_assign: bool = False) -> _Template:
+def _schedule(sink: UOp, merge: bool = True, safe_assign: bool = False, expose: frozenset[UOp] = frozenset()) \
+    -> _Template:
   """Schedule a normalized sink. `merge`: multi-output kernels; `safe_assign`: every ASSIGN computes its value into a
-  temporary first (so all reads happen before all writes: the fallback when assigns would wait on each other)."""
-  realize, reads_memory = _decide(sink)
+  temporary first (so all reads happen before all writes: the fallback when assigns would wait on each other);
+  `expose`: nodes that, when they get a buffer anyway, are reported in `becomes` (and kept out of buffer reuse)."""
+  realize, reads_memory = _decided.pop(sink, None) or _decide(sink)
   costly = functools.partial(_costly, reads_memory)
   memo: dict[UOp, UOp] = {}
   ks = lambda x: _unbind(x, memo)  # noqa: E731
@@ -355,7 +357,7 @@ def _schedule(sink: UOp, merge: bool = True, safe_assign: bool = False) -> _Temp
       return
     for u, b in ((r, out), *extra):
       bufs[u], producer[u], buf_producer[b] = b, i, i
-      if u in roots or u.op is Ops.CONTIGUOUS: becomes.append((u, b, None))
+      if u in roots or u.op is Ops.CONTIGUOUS or u in expose: becomes.append((u, b, None))
 
   if safe_assign:  # copy every assigned buffer first; reads of its old value read the copy (no read waits on a write)
     for a in realize:
@@ -371,7 +373,7 @@ def _schedule(sink: UOp, merge: bool = True, safe_assign: bool = False) -> _Temp
   def built(u: UOp) -> bool: return u in bufs or u in views or u in producer
 
   for r in realize:
-    keep = r in roots or r.op in (Ops.CONTIGUOUS, Ops.ASSIGN, Ops.COPY)
+    keep = r in roots or r.op in (Ops.CONTIGUOUS, Ops.ASSIGN, Ops.COPY) or r in expose
     if r.op is Ops.BUFFER:
       if keep: becomes.append((r, r, None))
       continue
@@ -421,8 +423,8 @@ def _schedule(sink: UOp, merge: bool = True, safe_assign: bool = False) -> _Temp
   try:
     order = _toposort_calls(deps)
   except RuntimeError:
-    if merges: return _schedule(sink, merge=False, safe_assign=safe_assign)
-    if not safe_assign and writers: return _schedule(sink, merge=False, safe_assign=True)  # e.g. a swap
+    if merges: return _schedule(sink, merge=False, safe_assign=safe_assign, expose=expose)
+    if not safe_assign and writers: return _schedule(sink, merge=False, safe_assign=True, expose=expose)  # e.g. a swap
     raise RuntimeError("can't order this schedule: some value needs a buffer as it was between two ASSIGNs into it "
                        "(after one and before the next); realize that value before the second assign") from None
   calls = [calls[i] for i in order]
@@ -511,14 +513,19 @@ def _toposort_calls(deps: list[set[int]]) -> list[int]:
 
 
 # ***** public entry point *****
-_cache: dict[UOp, _Template] = {}
+_cache: dict[tuple[UOp, frozenset[UOp]], _Template] = {}
 SCHEDULE_CACHE = getenv("SCHEDULE_CACHE", 1)
 """SCHEDULE_CACHE=0 schedules every graph from scratch."""
 _CACHE_MAX = 1024  # graph structures remembered (oldest forgotten first)
+_realized: dict[UOp, frozenset[UOp]] = {}  # normalized sink -> the nodes its schedule gives buffers (not the roots)
+_decided: dict[UOp, tuple[dict[UOp, None], dict[UOp, bool]]] = {}  # _decide's result, handed to the next _schedule
 
 
-def create_schedule(sink: UOp) -> ScheduleResult:
+def create_schedule(sink: UOp, expose: Iterable[UOp] = ()) -> ScheduleResult:
   """Schedule everything `sink` (a SINK of tensor-graph values) needs: kernels, copies and views, in order.
+
+  `expose`: nodes of the graph that other live values still use; those that get a buffer along the way are reported
+  in `becomes` too (so they aren't computed again later), not only the sink's values.
 
   >>> from tiny_uop import UOp, dtypes
   >>> a = UOp.new_buffer("CPU", 16, dtypes.float32).reshape((4, 4))
@@ -530,13 +537,22 @@ def create_schedule(sink: UOp) -> ScheduleResult:
   st = time.perf_counter()
   norm = _Normalizer()
   nsink = norm.node(sink)
-  tmpl = _cache.get(nsink) if SCHEDULE_CACHE else None
+  nexpose: frozenset[UOp] = frozenset()
+  if expose:  # only the nodes that get a buffer anyway matter (and only they key the cache)
+    if (realized := _realized.get(nsink)) is None:
+      _decided[nsink] = dec = _decide(nsink)
+      realized = _realized[nsink] = frozenset(u for u in dec[0] if u.op is not Ops.BUFFER) - set(nsink.src)
+      if len(_realized) > _CACHE_MAX: del _realized[next(iter(_realized))]
+    nexpose = frozenset(n for u in expose if (n := norm.new.get(u)) is not None and n in realized)
+  key = (nsink, nexpose)
+  tmpl = _cache.get(key) if SCHEDULE_CACHE else None
   hit = tmpl is not None
   if tmpl is None:
-    tmpl = _schedule(nsink)
+    tmpl = _schedule(nsink, expose=nexpose)
     if SCHEDULE_CACHE:
       if len(_cache) >= _CACHE_MAX: del _cache[next(iter(_cache))]
-      _cache[nsink] = tmpl
+      _cache[key] = tmpl
+  _decided.pop(nsink, None)
   sub: dict[UOp, UOp] = {ph: norm.inputs[k] for k, ph in ((b.src[0].arg[1], b) for b in _inputs_of(tmpl))}
   for b in tmpl.new_buffers: sub[b] = UOp.new_buffer(b.src[1].arg, b.arg, b.dtype)
   calls = [c.replace(src=(c.src[0], *(sub[b] for b in c.src[1:]))) for c in tmpl.calls]
@@ -579,3 +595,5 @@ def _rebase(view: UOp, sub: dict[UOp, UOp]) -> UOp:
 def clear_schedule_cache() -> None:
   """Forget every cached schedule."""
   _cache.clear()
+  _realized.clear()
+  _decided.clear()
