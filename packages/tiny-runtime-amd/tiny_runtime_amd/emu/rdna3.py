@@ -168,7 +168,8 @@ VOP2_FLOAT = {3: lambda a, b: a + b, 4: lambda a, b: a - b, 5: lambda a, b: b - 
 VOPD_FLOAT = {3: 8, 4: 3, 5: 4, 6: 5, 10: 16, 11: 15}  # VOPD op -> VOP2 op, for the float ones
 VOP2_CNDMASK, VOP2_FMAC, VOP2_FMAMK, VOP2_FMAAK, VOP2_ADD_CO_CI = 1, 43, 44, 45, 32
 VOP2_SPECIAL = {1: "v_cndmask_b32", 43: "v_fmac_f32", 44: "v_fmamk_f32", 45: "v_fmaak_f32", 32: "v_add_co_ci_u32",
-                33: "v_sub_co_ci_u32", 34: "v_subrev_co_ci_u32"}
+                33: "v_sub_co_ci_u32", 34: "v_subrev_co_ci_u32", 54: "v_fmac_f16", 55: "v_fmamk_f16", 56: "v_fmaak_f16",
+                47: "v_cvt_pk_rtz_f16_f32"}
 # VOP3-only: op -> (name, fn(a, b, c) -> bits)
 VOP3: dict[int, tuple[str, Callable[[int, int, int], int]]] = {
   0x20A: ("v_mad_i32_i24", lambda a, b, c: (_i24(a) * _i24(b) + c) & MASK32),
@@ -236,8 +237,68 @@ VOP3_16: dict[int, tuple[str, int, bool, Callable[..., int]]] = {
   0x24D: ("v_max3_i16", 3, False, lambda a, b, c: max(_s16(a), _s16(b), _s16(c)) & 0xFFFF),
   0x24E: ("v_max3_u16", 3, False, lambda a, b, c: max(a, b, c)),
 }
+
+
+def _round_even(x: float) -> float: return x if math.isinf(x) or math.isnan(x) else float(round(x))
+def _whole(fn: Callable[[float], float]) -> Callable[[float], float]:
+  return lambda x: x if math.isinf(x) or math.isnan(x) else float(fn(x))
+
+
+def _cvt_int16(x: float, signed: bool) -> int:
+  """half -> (u)int16: truncate, saturate, NaN -> 0."""
+  if math.isnan(x): return 0
+  lo, hi = (-(1 << 15), (1 << 15) - 1) if signed else (0, 0xFFFF)
+  return max(lo, min(hi, int(x))) & 0xFFFF
+
+
+def _sin_rev(x: float) -> float: return math.nan if math.isinf(x) or math.isnan(x) else math.sin(2 * math.pi * x)
+def _cos_rev(x: float) -> float: return math.nan if math.isinf(x) or math.isnan(x) else math.cos(2 * math.pi * x)
+def _rsq(x: float) -> float: return _rcp(_sqrt(x)) if x != 0 else math.copysign(math.inf, x)
+def _med3(a: float, b: float, c: float) -> float: return _fmax(_fmin(a, b), _fmin(_fmax(a, b), c))
+
+
+def _div_fixup16(den: int, num: int) -> int:
+  """V_DIV_FIXUP_F16: the correctly rounded half quotient num/den with the IEEE special cases (see _div_fixup)."""
+  n, d = _f16(num), _f16(den)
+  if math.isnan(n) or math.isnan(d): return 0x7E00
+  if d == 0: return 0x7E00 if n == 0 else (0x7C00 | ((num ^ den) & 0x8000))
+  if math.isinf(d): return 0x7E00 if math.isinf(n) else (num ^ den) & 0x8000
+  return _f16_bits(n / d)
+
+
+def _f16_bits_rtz(x: float) -> int:
+  """float -> half bits rounding toward zero (V_CVT_PK_RTZ_F16_F32): a finite value never becomes inf."""
+  if math.isnan(x): return 0x7E00
+  r = _f16_bits(x)
+  if math.isinf(x): return r
+  if abs(_f16(r)) > abs(x): r -= 1  # rounded away from zero: the next half toward zero (same sign)
+  return r
+
+
+VOP3_16.update({
+  0x139: ("v_max_f16", 2, True, _h(_fmax)), 0x13A: ("v_min_f16", 2, True, _h(_fmin)),
+  0x13B: ("v_ldexp_f16", 2, True, lambda a, b: _f16_bits(_ldexp(_f16(a), _s16(b)))),
+  0x248: ("v_fma_f16", 3, True, _h(lambda a, b, c: a * b + c)),
+  0x249: ("v_min3_f16", 3, True, _h(lambda a, b, c: _fmin(_fmin(a, b), c))),
+  0x24C: ("v_max3_f16", 3, True, _h(lambda a, b, c: _fmax(_fmax(a, b), c))),
+  0x24F: ("v_med3_f16", 3, True, _h(_med3)),
+  0x254: ("v_div_fixup_f16", 3, True, lambda q, d, n: _div_fixup16(d, n)),
+  # VOP1 16-bit ops promoted to VOP3 (0x180 + VOP1 opcode)
+  0x180 + 80: ("v_cvt_f16_u16", 1, False, lambda a: _f16_bits(float(a))),
+  0x180 + 81: ("v_cvt_f16_i16", 1, False, lambda a: _f16_bits(float(_s16(a)))),
+  0x180 + 82: ("v_cvt_u16_f16", 1, True, lambda a: _cvt_int16(_f16(a), False)),
+  0x180 + 83: ("v_cvt_i16_f16", 1, True, lambda a: _cvt_int16(_f16(a), True)),
+  0x180 + 84: ("v_rcp_f16", 1, True, _h(_rcp)), 0x180 + 85: ("v_sqrt_f16", 1, True, _h(_sqrt)),
+  0x180 + 86: ("v_rsq_f16", 1, True, _h(_rsq)), 0x180 + 87: ("v_log_f16", 1, True, _h(_log2)),
+  0x180 + 88: ("v_exp_f16", 1, True, _h(_exp2)), 0x180 + 91: ("v_floor_f16", 1, True, _h(_whole(math.floor))),
+  0x180 + 92: ("v_ceil_f16", 1, True, _h(_whole(math.ceil))),
+  0x180 + 93: ("v_trunc_f16", 1, True, _h(_whole(math.trunc))),
+  0x180 + 94: ("v_rndne_f16", 1, True, _h(_round_even)),
+  0x180 + 96: ("v_sin_f16", 1, True, _h(_sin_rev)), 0x180 + 97: ("v_cos_f16", 1, True, _h(_cos_rev)),
+})
 # VOP2 e32 opcodes with a 16-bit VOP3 twin (register bit 7 picks the half)
-VOP2_16 = {50: 0x132, 51: 0x133, 52: 0x134, 53: 0x135}
+VOP2_16 = {50: 0x132, 51: 0x133, 52: 0x134, 53: 0x135, 57: 0x139, 58: 0x13A, 59: 0x13B}
+VOP1_16 = {op - 0x180: op for op in VOP3_16 if 0x180 <= op < 0x200}  # VOP1 e32 16-bit ops -> their VOP3 twin
 
 
 def _bf16(bits: int) -> float: return f32((bits & 0xFFFF) << 16)
@@ -308,9 +369,21 @@ def fp_class(bits: int) -> int:
   return 3 if neg else 8
 
 
+def fp_class16(bits: int) -> int:
+  """The V_CMP_CLASS bit index of a half (same numbering as fp_class)."""
+  exp, man, neg = (bits >> 10) & 0x1F, bits & 0x3FF, bits >> 15 & 1
+  if exp == 0x1F: return (1 if man >> 9 else 0) if man else (2 if neg else 9)
+  if exp == 0: return (5 if neg else 6) if man == 0 else (4 if neg else 7)
+  return 3 if neg else 8
+
+
 def vopc_compare(op: int) -> tuple[str, Callable[[int, int], bool]]:
   """The name and per-lane predicate of VOPC opcode `op` (0x10.. f32, 0x40.. i32, 0x48.. u32)."""
   base = op & 0x7F
+  if base == 0x7D: return f"v_cmp{'x' if op & 0x80 else ''}_class_f16", lambda a, b: bool(b >> fp_class16(a) & 1)
+  if base < 0x10:  # f16 compares: operands are half patterns
+    fn16 = _F32_FN[base + 0x10]
+    return f"v_cmp{'x' if op & 0x80 else ''}_{_F32_CMP[base + 0x10]}_f16", lambda a, b: fn16(_f16(a), _f16(b))
   if base == 0x7E: return f"v_cmp{'x' if op & 0x80 else ''}_class_f32", lambda a, b: bool(b >> fp_class(a) & 1)
   if 0x20 <= base < 0x30:
     fn64 = _F32_FN[base - 0x10]
@@ -379,7 +452,7 @@ FLAT_NAMES = {30: "load_d16_u8", 31: "load_d16_i8", 32: "load_d16_b16", 33: "loa
               35: "load_d16_hi_b16", 16: "load_u8", 17: "load_i8", 18: "load_u16", 19: "load_i16", 20: "load_b32",
               21: "load_b64",
               22: "load_b96", 23: "load_b128", 24: "store_b8", 25: "store_b16", 26: "store_b32", 27: "store_b64",
-              28: "store_b96", 29: "store_b128"}
+              28: "store_b96", 29: "store_b128", 36: "store_d16_hi_b8", 37: "store_d16_hi_b16"}
 VOPD_OPS = {0: "fmac_f32", 1: "fmaak_f32", 2: "fmamk_f32", 3: "mul_f32", 4: "add_f32", 5: "sub_f32", 6: "subrev_f32",
             8: "mov_b32", 9: "cndmask_b32", 10: "max_f32", 11: "min_f32", 16: "add_nc_u32", 17: "lshlrev_b32",
             18: "and_b32"}
@@ -473,7 +546,8 @@ def decode(code: bytes | memoryview, pc: int = 0) -> Inst:
     return lit(Inst("VOP3", op, f, 8, _vop3_name(op)), f["src0"], f["src1"], f["src2"])
   if w0 >> 25 == 0b0111111:
     op = _bits(w0, 9, 8)
-    name = VOP1[op][0] if op in VOP1 else VOP1_F64[op][0] if op in VOP1_F64 else VOP1_SPECIAL.get(op, f"vop1_{op}")
+    name = VOP1[op][0] if op in VOP1 else VOP1_F64[op][0] if op in VOP1_F64 else VOP3_16[VOP1_16[op]][0] \
+      if op in VOP1_16 else VOP1_SPECIAL.get(op, f"vop1_{op}")
     return lit(Inst("VOP1", op, {"vdst": _bits(w0, 17, 8), "src0": w0 & 0x1FF}, 4, name), w0 & 0x1FF)
   if w0 >> 25 == 0b0111110:
     op = _bits(w0, 17, 8)
@@ -485,7 +559,7 @@ def decode(code: bytes | memoryview, pc: int = 0) -> Inst:
     name = VOP2[op][0] if op in VOP2 else VOP3_16[VOP2_16[op]][0] if op in VOP2_16 else \
       VOP2_SPECIAL.get(op, f"vop2_{op}")
     inst = Inst("VOP2", op, {"vdst": _bits(w0, 17, 8), "src0": w0 & 0x1FF, "vsrc1": _bits(w0, 9, 8)}, 4, name)
-    return lit(inst, w0 & 0x1FF, *([LITERAL] if op in (VOP2_FMAMK, VOP2_FMAAK) else []))
+    return lit(inst, w0 & 0x1FF, *([LITERAL] if op in (VOP2_FMAMK, VOP2_FMAAK, 55, 56) else []))
   raise UnsupportedInstruction(f"unknown encoding {w0:#010x} at offset {pc:#x}")
 
 
@@ -760,6 +834,10 @@ class Emulator:
         elif op == 11: w.vgpr[f["vdst"]][ln] = bits32(_f16(self.vsrc16(w, f["src0"], ln, inst, fp=True)))
         else: self.vwrite16(w, f["vdst"], ln, self.vsrc16(w, f["src0"], ln, inst, fp=False))
       return
+    if op in VOP1_16:  # 16-bit ops: operand and destination halves by register bit 7
+      _, _, fp, fn = VOP3_16[VOP1_16[op]]
+      for ln in w.lanes(): self.vwrite16(w, f["vdst"], ln, fn(self.vsrc16(w, f["src0"], ln, inst, fp)))
+      return
     if inst.op not in VOP1: raise UnsupportedInstruction(f"VOP1 opcode {inst.op} ({inst.name}) at {w.pc:#x}")
     lanes, vd = w.lanes(), w.vgpr[inst.f["vdst"]]
     for ln, v in zip(lanes, map(VOP1[inst.op][1], self.col(w, inst.f["src0"], lanes, inst))): vd[ln] = v
@@ -791,6 +869,20 @@ class Emulator:
       for ln in w.lanes():
         a, b = self.vsrc16(w, f["src0"], ln, inst, fp), self.vsrc16(w, 256 + f["vsrc1"], ln, inst, fp)
         self.vwrite16(w, f["vdst"], ln, fn(a, b))
+      return
+    if inst.op in (54, 55, 56):  # v_fmac_f16 (D.l += S0*S1), v_fmamk_f16 (S0*K + S1), v_fmaak_f16 (S0*S1 + K)
+      k = (inst.literal or 0) & 0xFFFF
+      fma = VOP3_16[0x248][3]
+      for ln in w.lanes():
+        a, b = self.vsrc16(w, f["src0"], ln, inst, True), self.vsrc16(w, 256 + f["vsrc1"], ln, inst, True)
+        r = fma(a, b, self.vsrc16(w, 256 + f["vdst"], ln, inst, True)) if inst.op == 54 else \
+          fma(a, k, b) if inst.op == 55 else fma(a, b, k)
+        self.vwrite16(w, f["vdst"], ln, r)
+      return
+    if inst.op == 47:  # v_cvt_pk_rtz_f16_f32: D = {rtz_f16(S1), rtz_f16(S0)}
+      for ln in w.lanes():
+        a, b = self.vsrc(w, f["src0"], ln, inst), w.vgpr[f["vsrc1"]][ln]
+        w.vgpr[f["vdst"]][ln] = _f16_bits_rtz(f32(a)) | (_f16_bits_rtz(f32(b)) << 16)
       return
     if inst.op in (VOP2_ADD_CO_CI, VOP2_ADD_CO_CI + 1, VOP2_ADD_CO_CI + 2):  # add/sub/subrev_co_ci_u32: VCC in/out
       carry = 0
@@ -828,8 +920,9 @@ class Emulator:
     base = inst.op & 0x7F
     mask, wide, fp = 0, 0x20 <= base < 0x30 or 0x50 <= base < 0x60, 0x20 <= base < 0x30
     for ln in w.lanes():
-      if 0x30 <= base < 0x40:  # 16-bit: VGPR halves by register bit 7
-        a, b = self.vsrc16(w, inst.f["src0"], ln, inst, False), self.vsrc16(w, 256 + inst.f["vsrc1"], ln, inst, False)
+      if 0x30 <= base < 0x40 or base < 0x10 or base == 0x7D:  # 16-bit: VGPR halves by register bit 7
+        fp16 = base < 0x10 or base == 0x7D
+        a, b = self.vsrc16(w, inst.f["src0"], ln, inst, fp16), self.vsrc16(w, 256 + inst.f["vsrc1"], ln, inst, fp16)
       elif wide:
         a, b = self.vsrc64(w, inst.f["src0"], ln, inst, fp), self.vsrc64(w, 256 + inst.f["vsrc1"], ln, inst, fp)
       else: a, b = self.vsrc(w, inst.f["src0"], ln, inst), w.vgpr[inst.f["vsrc1"]][ln]
@@ -867,8 +960,22 @@ class Emulator:
   def vop3(self, w: Wave, inst: Inst) -> None:
     f, op = inst.f, inst.op
     if op in VOP3SD: f = {**f, "abs": 0, "opsel": 0, "clamp": 0}  # VOP3SD: bits 14:8 are sdst
-    if op in VOP3_16 or 0x30 <= op < 0x40:
+    if op in VOP3_16 or 0x30 <= op < 0x40 or op < 0x10 or 0x80 <= op < 0x90 or op & 0x7F == 0x7D \
+        or op in (0x136, 0x25D):
       self.vop3_16(w, inst)
+      return
+    if op in (0x311, 0x12F) and not (f["omod"] or f["clamp"]):  # v_pack_b32_f16 / v_cvt_pk_rtz_f16_f32
+      for ln in w.lanes():
+        a, b = self.vsrc(w, f["src0"], ln, inst), self.vsrc(w, f["src1"], ln, inst)
+        if op == 0x12F:
+          if f["opsel"]: raise UnsupportedInstruction(f"{inst.name}: opsel at {w.pc:#x}")
+          a, b = (self._f32_mods(v, i, f) for i, v in enumerate((a, b)))
+          w.vgpr[f["vdst"]][ln] = _f16_bits_rtz(f32(a)) | (_f16_bits_rtz(f32(b)) << 16)
+          continue
+        h = [((v >> (16 * (f["opsel"] >> i & 1))) & 0xFFFF) for i, v in enumerate((a, b))]
+        h = [(v & (0x7FFF if f["abs"] >> i & 1 else 0xFFFF)) ^ (0x8000 if f["neg"] >> i & 1 else 0)
+             for i, v in enumerate(h)]
+        w.vgpr[f["vdst"]][ln] = h[0] | (h[1] << 16)
       return
     if op in (0x125, 0x126) and f["clamp"] and not (f["omod"] or f["opsel"]):  # v_add/sub_nc_u32 clamp: saturate
       for ln in w.lanes():
@@ -981,11 +1088,17 @@ class Emulator:
         self.vwrite64(w, f["vdst"], ln, r & MASK64)
     else: raise UnsupportedInstruction(f"VOP3 opcode {op:#x} ({inst.name}) at {w.pc:#x}")
 
+  @staticmethod
+  def _f32_mods(v: int, i: int, f: dict[str, int]) -> int:
+    """VOP3 |x| and -x modifiers of source i on a float32 pattern."""
+    if f["abs"] >> i & 1: v &= 0x7FFFFFFF
+    return v ^ 0x80000000 if f["neg"] >> i & 1 else v
+
   def vop3_16(self, w: Wave, inst: Inst) -> None:
     """16-bit VOP3 (and VOPC-in-VOP3) ops: opsel bit i picks the high half of source i, bit 3 of the destination."""
     f, op = inst.f, inst.op
     if f["omod"] or f["clamp"]: raise UnsupportedInstruction(f"{inst.name}: omod/clamp at {w.pc:#x}")
-    fp = op in VOP3_16 and VOP3_16[op][2]
+    fp = VOP3_16[op][2] if op in VOP3_16 else op in (0x136,) or (op < 0x100 and (op & 0x7F < 0x10 or op & 0x7F == 0x7D))
 
     def src(i: int, ln: int) -> int:
       code = f[f"src{i}"]
@@ -1000,8 +1113,18 @@ class Emulator:
       if op & 0x80: w.exec = mask
       else: self.swrite(w, f["vdst"], mask)
       return
-    _, n, _, fn = VOP3_16[op]
     dst = f["vdst"] | ((f["opsel"] >> 3 & 1) << 7)
+    if op == 0x25D:  # v_cndmask_b16: the mask is src2's SGPR (abs/neg act on the float halves)
+      m = self.sread(w, f["src2"], inst)
+      fp = True
+      for ln in w.lanes(): self.vwrite16(w, dst, ln, src(1, ln) if m >> ln & 1 else src(0, ln))
+      return
+    if op == 0x136:  # v_fmac_f16_e64: D.half = S0 * S1 + D.half
+      fma = VOP3_16[0x248][3]
+      for ln in w.lanes():
+        self.vwrite16(w, dst, ln, fma(src(0, ln), src(1, ln), self.vsrc16(w, 256 + dst, ln, inst, True)))
+      return
+    _, n, _, fn = VOP3_16[op]
     for ln in w.lanes(): self.vwrite16(w, dst, ln, fn(*(src(i, ln) for i in range(n))))
 
   def vop3p(self, w: Wave, inst: Inst) -> None:
@@ -1147,6 +1270,9 @@ class Emulator:
         v = int.from_bytes(self.mem.read(addr, bits // 8), "little")
         v = (sext(v, bits) if signed else v) & 0xFFFF
         w.vgpr[f["vdst"]][ln] = (w.vgpr[f["vdst"]][ln] & ~(0xFFFF << sh) & MASK32) | (v << sh)
+      elif op in (36, 37):  # store_d16_hi_b8/b16: the high half of the data VGPR
+        hi = w.vgpr[f["data"]][ln] >> 16
+        self.mem.write(addr, (hi & (0xFF if op == 36 else 0xFFFF)).to_bytes(op - 35, "little"))
       elif op in GLOBAL_STORES:
         n, bits = GLOBAL_STORES[op]
         if bits < 32: self.mem.write(addr, (w.vgpr[f["data"]][ln] & ((1 << bits) - 1)).to_bytes(bits // 8, "little"))
