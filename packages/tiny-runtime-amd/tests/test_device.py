@@ -2,7 +2,6 @@
 signals, kernargs) on `MOCK+AMD`, and on `AMD` when this machine has /dev/kfd (skipped otherwise)."""
 from __future__ import annotations
 
-import ctypes
 import os
 import struct
 
@@ -13,7 +12,7 @@ from tiny_codegen import get_program
 from tiny_codegen.compiler.amdgpu import find_ld_lld
 from tiny_uop import KernelInfo, Ops, UOp, dtypes
 from tiny_uop.device import Buffer
-from tiny_uop.hcq import HCQAllocator, HCQGraph, HCQVar
+from tiny_uop.hcq import HCQAllocator
 from tiny_uop.plugins import Device
 from tiny_uop.uop import AxisType
 
@@ -92,25 +91,6 @@ def test_kernels_are_ordered_by_the_timeline_and_copies_round_trip():
   back = bytearray(big.nbytes)
   alloc._copyout(memoryview(back), y)
   assert bytes(back) == big.tobytes()
-
-
-def test_hcqgraph_replays_one_queue_with_patched_kernargs():
-  dev = Device["MOCK+AMD"]
-  ast = elementwise("E_32", 32, dtypes.float, lambda x, y: x - y)
-  spec = get_program(ast, dev.renderer)
-  prg = dev.get_program(spec.name, spec.lib)
-  sets = []
-  for k in range(2):
-    vals = (0, 10 * k + 5, k)
-    bufs = [Buffer("MOCK+AMD", 32, dtypes.float).copyin(memoryview(np.full(32, v, np.float32))) for v in vals]
-    args = dev.kernargs_alloc(64 + 24) + 64
-    ctypes.memmove(args, struct.pack("<3Q", *(b._buf.va_addr for b in bufs)), 24)
-    sets.append((bufs, args))
-  graph = HCQGraph(dev, [(prg, HCQVar("args"), spec.global_size, spec.local_size)])
-  assert graph.queue.symbols() == {"args", "wait_value", "signal_value"}
-  for _, args in sets[::-1]: graph({"args": args})
-  dev.synchronize()
-  assert sets[0][0][0].numpy().tolist() == [5.0] * 32 and sets[1][0][0].numpy().tolist() == [14.0] * 32
 
 
 def test_mock_dispatch_counts_and_unsupported_code_errors():

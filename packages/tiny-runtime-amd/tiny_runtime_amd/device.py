@@ -12,9 +12,8 @@ import ctypes
 import struct
 from typing import Any
 
-from tiny_uop.hcq import MAP_SHARED, PROT_READ, PROT_WRITE, FileIOInterface, HCQAllocator, HCQBuffer, HCQCompiled, \
-  HCQSignal
-from tiny_uop.device import Program
+from tiny_uop.hcq import MAP_SHARED, PROT_READ, PROT_WRITE, ArgsLayout, FileIOInterface, HCQAllocator, HCQBuffer, \
+  HCQCompiled, HCQGraph, HCQProgram, HCQSignal
 from tiny_uop.target import Target
 
 from tiny_runtime_amd import kfd
@@ -68,15 +67,21 @@ class AMDRing:
     if len(dwords) > cap: raise ValueError(f"a submission of {len(dwords)} dwords does not fit a ring of {cap}")
     while (self.wptr - self.rptr) // per + len(dwords) > cap: self.dev.progress()
     ring = (ctypes.c_uint32 * cap).from_address(self.ring.va_addr)
-    start = self.wptr // per
-    for i, d in enumerate(dwords): ring[(start + i) % cap] = d
+    start = (self.wptr // per) % cap
+    first = min(len(dwords), cap - start)
+    ring[start:start + first] = dwords[:first]
+    if first < len(dwords): ring[:len(dwords) - first] = dwords[first:]
     self.wptr += len(dwords) * per
     ctypes.c_uint64.from_address(self.ptrs.va_addr + 8).value = self.wptr
     ctypes.c_uint64.from_address(self.doorbell).value = self.wptr
 
 
-class AMDProgram(Program):
-  """A code object loaded into GPU memory: its kernel descriptor gives the entry point and the register values."""
+class AMDProgram(HCQProgram):
+  """A code object loaded into GPU memory: its kernel descriptor gives the entry point and the register values.
+
+  Argument region (`args_layout`): a 64-byte `hsa_kernel_dispatch_packet_t` prefix (for kernels that read their
+  sizes through dispatch_ptr; `fill_launch` writes it), then the kernarg segment: buffer addresses, then int32 values
+  (at least the descriptor's kernarg_size bytes)."""
 
   def __init__(self, dev: AMDDevice, name: str, lib: bytes, **kwargs: Any):
     super().__init__(dev, name, lib)
@@ -114,16 +119,27 @@ class AMDProgram(Program):
       out += [a & 0xFFFFFFFF, a >> 32] if isinstance(a, int) else [a.lo, a.hi]
     return out
 
+  def args_layout(self, n_bufs: int, n_vals: int) -> ArgsLayout:
+    return ArgsLayout(64 + max(8 * n_bufs + 4 * n_vals, self.kd.kernarg_size), 64,
+                      tuple(64 + 8 * i for i in range(n_bufs)), tuple(64 + 8 * n_bufs + 4 * i for i in range(n_vals)))
+
+  def fill_args(self, base: int, bufs: Any, vals: Any) -> int:
+    args = struct.pack(f"<{len(bufs)}Q{len(vals)}i", *bufs, *vals)
+    ctypes.memmove(base + 64, args, len(args))
+    return base + 64
+
+  def fill_launch(self, base: int, global_size: Any, local_size: Any) -> None:
+    """The start of the hsa_kernel_dispatch_packet_t: setup (3 dims), work-group size, grid size in work-items."""
+    pkt = struct.pack("<HHHHHHIIIII", 0, 3, *local_size, 0, *(g * l for g, l in zip(global_size, local_size)), 0, 0)
+    ctypes.memmove(base, pkt, len(pkt))
+
   def __call__(self, *bufs: Any, global_size: tuple[int, ...] = (1, 1, 1), local_size: tuple[int, ...] | None = None,
                vals: tuple[int, ...] = (), wait: bool = False) -> float | None:
     gs, ls = (tuple(global_size) + (1, 1, 1))[:3], (tuple(local_size or (1, 1, 1)) + (1, 1, 1))[:3]
-    args = struct.pack(f"<{len(bufs)}Q", *(b.va_addr for b in bufs)) + struct.pack(f"<{len(vals)}i", *vals)
-    # the start of an hsa_kernel_dispatch_packet_t (for kernels that read sizes through dispatch_ptr)
-    pkt = struct.pack("<HHHHHHIIIII", 0, 3, *ls, 0, *(g * l for g, l in zip(gs, ls)), 0, 0)
-    addr = self.dev.kernargs_alloc(64 + max(len(args), self.kd.kernarg_size)) + 64
-    ctypes.memmove(addr - 64, pkt, len(pkt))
-    ctypes.memmove(addr, args, len(args))
     dev = self.dev
+    base = dev.kernargs_alloc(self.args_layout(len(bufs), len(vals)).size)
+    self.fill_launch(base, gs, ls)
+    addr = self.fill_args(base, [b.va_addr for b in bufs], vals)
     q = AMDComputeQueue().wait(dev.timeline_signal, dev.timeline_value - 1).memory_barrier()
     if wait: q.timestamp(dev.time_signals[0])
     q.exec(self, addr, gs, ls)
@@ -155,7 +171,7 @@ class AMDDevice(HCQCompiled):
     self.kernargs = self.iface.alloc(KERNARGS_SIZE, host=True)
     self._kernargs_ptr = 0
     from tiny_codegen.renderer.amdgpu import AMDGPURenderer
-    super().__init__(device, HCQAllocator(self), [AMDGPURenderer], AMDProgram, None, arch=self.iface.node.arch)
+    super().__init__(device, HCQAllocator(self), [AMDGPURenderer], AMDProgram, HCQGraph, arch=self.iface.node.arch)
     self.time_signals = [self.new_signal(), self.new_signal()]
     self.compute_ring = AMDRing(self, kfd.QUEUE_TYPE_COMPUTE)
     self.copy_ring = AMDRing(self, kfd.QUEUE_TYPE_SDMA)

@@ -8,6 +8,7 @@ ones.
 """
 from __future__ import annotations
 
+import ctypes
 from typing import Any, Sequence
 
 from tiny_uop.hcq import HCQSignal, HWQueue, Val, hi32, lo32
@@ -31,6 +32,7 @@ COMPUTE_USER_DATA_0 = 0xB900  # USER_DATA_0..15 follow, 4 bytes apart
 
 # RELEASE_MEM / EVENT_WRITE events (vgt_event_type) and selects
 CACHE_FLUSH_AND_INV_TS_EVENT, EVENT_INDEX_EOP = 0x14, 5
+CS_PARTIAL_FLUSH, EVENT_INDEX_PARTIAL_FLUSH = 0x07, 4
 DATA_SEL_NONE, DATA_SEL_32, DATA_SEL_64, DATA_SEL_TIMESTAMP = 0, 1, 2, 3
 WAIT_FUNC_GEQ, WAIT_MEM_SPACE_MEMORY = 3, 1
 DISPATCH_COMPUTE_SHADER_EN, DISPATCH_FORCE_START_AT_000, DISPATCH_CS_W32_EN = 1 << 0, 1 << 2, 1 << 15
@@ -84,7 +86,9 @@ class AMDComputeQueue(HWQueue):
     return self.release_mem(signal.addr + 8, 0, DATA_SEL_TIMESTAMP)
 
   def memory_barrier(self) -> AMDComputeQueue:
-    """ACQUIRE_MEM over the whole address space (invalidate/write back shader caches before the next dispatch)."""
+    """Wait for earlier dispatches (EVENT_WRITE CS_PARTIAL_FLUSH), then ACQUIRE_MEM over the whole address space
+    (invalidate/write back shader caches before the next dispatch)."""
+    self.pkt3(EVENT_WRITE, CS_PARTIAL_FLUSH | (EVENT_INDEX_PARTIAL_FLUSH << 8))
     return self.pkt3(ACQUIRE_MEM, 0, 0xFFFFFFFF, 0xFFFFFF, 0, 0, 0xA, 0x0000C3FF)
 
   def indirect_buffer(self, addr: Val, ndwords: int) -> AMDComputeQueue:
@@ -103,5 +107,23 @@ class AMDComputeQueue(HWQueue):
     self.set_sh_reg(COMPUTE_START_X, 0, 0, 0, *ls)
     initiator = DISPATCH_COMPUTE_SHADER_EN | DISPATCH_FORCE_START_AT_000 | DISPATCH_CS_W32_EN
     return self.pkt3(DISPATCH_DIRECT, *gs, initiator)
+
+  # a bound queue is an indirect buffer in host-visible GPU memory: `chain` jumps to it, a patch writes it in place
+  def _bind_mem(self, dev: Any, dwords: list[int]) -> Any:
+    self._ib = dev.iface.alloc(4 * max(len(dwords), 1), host=True)
+    mem = (ctypes.c_uint32 * len(dwords)).from_address(self._ib.va_addr)
+    mem[:] = dwords
+    return mem
+
+  def chain(self, other: HWQueue) -> AMDComputeQueue:
+    """Run `other`: an INDIRECT_BUFFER to it when it is bound, else its commands copied in."""
+    if not other.bound: return self.q(*other._q)  # type: ignore[return-value]
+    return self.indirect_buffer(other._ib.va_addr, len(other._mem))  # type: ignore[attr-defined]
+
+  def _submit_bound(self, dev: Any) -> None:
+    dev.compute_ring.submit(AMDComputeQueue().indirect_buffer(self._ib.va_addr, len(self._mem)).resolved())
+
+  def _free_bound(self, dev: Any, after: int) -> None:
+    if self._mem is not None: dev.defer_free(self._ib, after)
 
   def _submit(self, dev: Any, dwords: list[int]) -> None: dev.compute_ring.submit(dwords)

@@ -13,7 +13,10 @@ How it works (ARCHITECTURE.md §5.7):
   buffers in argument order, launch sizes and symbolic variable names; for a COPY the two buffers; for a SLICE of an
   input the view it made. Buffers are recorded as objects, so intermediates stay allocated for the replays;
 - later calls check that the inputs look the same (shape, dtype, device, which arguments are Tensors), swap the new
-  inputs' device buffers into the recorded argument lists, and call the programs in order.
+  inputs' device buffers into the recorded argument lists, and call the programs in order. On a device with a graph
+  class (`Compiled.graph`, e.g. `HCQGraph` on AMD; docs/PIPELINE.md §7), each run of consecutive kernels is handed
+  to it once after the capture; a replay calls the graph with the new input buffers and variable values, and it
+  patches what changed in its prebuilt command buffer and submits that (`JIT=2`: kernel by kernel instead).
 
 Capture uses the engine's hook (`engine.capture(on_call, on_host_read)`, see `engine.CapturedCall`): `_EngineCapture`
 turns each reported call into a replayable one and refuses host reads of device data.
@@ -67,9 +70,14 @@ def _resolve_dim(d: Any, var_vals: dict[str, int]) -> int:
 
 
 class _KernelCall:
-  """One kernel launch: program, argument list (static opaque handles + dynamic slots to patch), sizes, variables."""
+  """One kernel launch: program, argument list (static opaque handles + dynamic slots to patch), sizes, variables.
+
+  It is also what a device graph receives per kernel (the contract of `Compiled.graph`, docs/PIPELINE.md §7):
+  `prg`, `bufs` (opaque buffer, or int: index into the replay's inputs), `vars` ((name, capture value) per program
+  value), `global_size`, `local_size`, `static_launch`, `launch(var_vals)`.
+  """
   __slots__ = ("prg", "name", "device", "refs", "args", "dyn", "global_size", "local_size", "vars", "ops", "mem",
-               "static_launch")
+               "static_launch", "bufs")
 
   def __init__(self, prg: Any, name: str, device: str, refs: list[BufRef], global_size: Any, local_size: Any,
                var_names: list[str], bound: dict[str, int], ops: int, mem: int):
@@ -82,6 +90,14 @@ class _KernelCall:
     self.static_launch = all(isinstance(d, int) for d in self.global_size + (self.local_size or ()))
     self.args = [r._buf if isinstance(r, Buffer) else None for r in refs]
     self.dyn = tuple((i, r) for i, r in enumerate(refs) if not isinstance(r, Buffer))
+    self.bufs = [r if a is None else a for r, a in zip(refs, self.args)]
+
+  def launch(self, var_vals: dict[str, int]) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
+    """(global_size, local_size) with symbolic sizes resolved (a variable not given keeps its capture value)."""
+    if self.static_launch: return self.global_size, self.local_size
+    vv = {**dict(self.vars), **var_vals}
+    gs = tuple(_resolve_dim(d, vv) for d in self.global_size)
+    return gs, (tuple(_resolve_dim(d, vv) for d in self.local_size) if self.local_size is not None else None)
 
   def run(self, dyn: list[Buffer], var_vals: dict[str, int]) -> None:
     args = self.args
@@ -89,12 +105,21 @@ class _KernelCall:
       args = args.copy()
       for i, slot in self.dyn: args[i] = dyn[slot]._buf
     vals = tuple(var_vals.get(n, v) for n, v in self.vars) if self.vars else ()
-    if self.static_launch: gs, ls = self.global_size, self.local_size
-    else:
-      vv = {**dict(self.vars), **var_vals}
-      gs = tuple(_resolve_dim(d, vv) for d in self.global_size)
-      ls = tuple(_resolve_dim(d, vv) for d in self.local_size) if self.local_size is not None else None
+    gs, ls = (self.global_size, self.local_size) if self.static_launch else self.launch(var_vals)
     self.prg(*args, global_size=gs, local_size=ls, vals=vals, wait=False)
+
+
+class _GraphCall:
+  """Consecutive kernels on one device replayed as one device graph (`Device[device].graph`), built once."""
+  __slots__ = ("device", "kernels", "graph")
+
+  def __init__(self, device: str, graph_cls: Any, kernels: list[_KernelCall]):
+    from tiny_uop.plugins import Device
+    self.device, self.kernels = device, kernels
+    self.graph = graph_cls(Device[device], kernels)
+
+  def run(self, dyn: list[Buffer], var_vals: dict[str, int]) -> None:
+    self.graph([b._buf for b in dyn], var_vals)
 
 
 class _CopyCall:
@@ -291,15 +316,44 @@ class CapturedJit(Generic[ReturnType]):
     self.kernel_count = sum(isinstance(c, _KernelCall) for c in calls)
     self.ops = sum(c.ops for c in calls if isinstance(c, _KernelCall))
     self.mem = sum(c.mem for c in calls if isinstance(c, _KernelCall))
+    self.plan = self._plan(calls)
+
+  @staticmethod
+  def _plan(calls: list[Any]) -> list[Any]:
+    """What a replay runs: the SLICEs first (they only make views of inputs), then the calls in order, with each run
+    of consecutive kernels on a device that has a graph class (`Compiled.graph`) batched into one `_GraphCall`.
+    `JIT=2` replays kernel by kernel."""
+    plan: list[Any] = [c for c in calls if isinstance(c, _SliceCall)]
+    if JIT.value >= 2: return plan + [c for c in calls if not isinstance(c, _SliceCall)]
+    from tiny_uop.plugins import Device
+    batch: list[_KernelCall] = []
+    batch_cls: Any = None
+
+    def flush() -> None:
+      if batch: plan.append(_GraphCall(batch[0].device, batch_cls, batch.copy()))
+      batch.clear()
+    for c in calls:
+      if isinstance(c, _SliceCall): continue
+      graph_cls = getattr(Device[c.device], "graph", None) if isinstance(c, _KernelCall) else None
+      if graph_cls is not None and getattr(graph_cls, "supports", lambda d, k: True)(Device[c.device], c):
+        if batch and batch[0].device != c.device: flush()
+        batch.append(c)
+        batch_cls = graph_cls
+      else:
+        flush()
+        plan.append(c)
+    flush()
+    return plan
 
   def __call__(self, inputs: list[Buffer], var_vals: dict[str, int]) -> ReturnType:
     dyn = list(inputs)
     if DEBUG >= 2:
-      for c in self.calls:
+      for c in self.plan:
         c.run(dyn, var_vals)
         if isinstance(c, _KernelCall): print(f"*** JIT {c.device:8s} {c.name}")
+        if isinstance(c, _GraphCall): print(f"*** JIT {c.device:8s} graph of {len(c.kernels)} kernels")
     else:
-      for c in self.calls: c.run(dyn, var_vals)
+      for c in self.plan: c.run(dyn, var_vals)
     GlobalCounters.kernel_count += self.kernel_count
     GlobalCounters.global_ops += self.ops
     GlobalCounters.global_mem += self.mem
