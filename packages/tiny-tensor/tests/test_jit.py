@@ -220,3 +220,31 @@ def test_same_inputs_fast_path_then_new_inputs():
   x.assign(Tensor([6.0, 7.0])).realize()  # same buffer, new contents
   assert f(x).tolist() == [36.0, 49.0]
   with pytest.raises(JitError, match="shape"): f(Tensor([1.0, 2.0, 3.0]))
+
+
+def test_device_graph_contract_batches_the_kernels_once_and_replays_them(monkeypatch):
+  # a device's `graph` class gets the captured kernels once (docs/PIPELINE.md §7) and every replay after that
+  from tiny_uop.plugins import Device
+  built, replays = [], []
+
+  class RecordingGraph:
+    def __init__(self, dev, kernels):
+      built.append(len(kernels))
+      self.kernels = kernels
+
+    def __call__(self, inputs, var_vals):
+      replays.append(dict(var_vals))
+      for k in self.kernels:
+        gs, ls = k.launch(var_vals)
+        k.prg(*[inputs[b] if isinstance(b, int) else b for b in k.bufs], global_size=gs, local_size=ls,
+              vals=tuple(var_vals.get(n, v) for n, v in k.vars))
+  monkeypatch.setattr(Device[Device.DEFAULT], "graph", RecordingGraph)
+
+  @TinyJit
+  def f(a, b, v): return ((a * Tensor.from_uop(v, device=a.device).cast(a.dtype)).contiguous() + b).sum().realize()
+  vv = Variable("m", 1, 20)
+  for i in range(5):
+    a, b = _t(6, seed=i), _t(6, seed=40 + i)
+    np.testing.assert_allclose(f(a, b, vv.bind(i + 1)).numpy(), (a.numpy() * (i + 1) + b.numpy()).sum(), rtol=1e-5)
+  assert built == [f.captured.kernel_count] and f.captured.kernel_count >= 2
+  assert [r["m"] for r in replays] == [3, 4, 5]
