@@ -243,10 +243,21 @@ class HWQueue:
   def __len__(self) -> int: return len(self._q)
 
   def resolved(self, var_vals: dict[str, int] | None = None) -> list[int]:
-    """The command dwords with every HCQVar replaced by its value (each must fit 32 bits)."""
-    out = [resolve(d, var_vals or {}) for d in self._q]
-    for i, d in enumerate(out):
-      if not 0 <= d <= 0xFFFFFFFF: raise ValueError(f"command dword {i} = {d:#x} does not fit 32 bits")
+    """The command dwords with every HCQVar replaced by its value (each must fit 32 bits). The constant dwords are
+    checked once and kept as a template, so resubmitting a queue only evaluates its HCQVars."""
+    tmpl = self.__dict__.get("_tmpl")
+    if tmpl is None or tmpl[0] != len(self._q):
+      for i, d in enumerate(self._q):
+        if not isinstance(d, HCQVar) and not 0 <= d <= 0xFFFFFFFF:
+          raise ValueError(f"command dword {i} = {d:#x} does not fit 32 bits")
+      tmpl = self._tmpl = (len(self._q), [0 if isinstance(d, HCQVar) else d for d in self._q],
+                           [(i, d) for i, d in enumerate(self._q) if isinstance(d, HCQVar)])
+    out = tmpl[1].copy()
+    vv = var_vals or {}
+    for i, v in tmpl[2]:
+      x = v.resolve(vv)
+      if not 0 <= x <= 0xFFFFFFFF: raise ValueError(f"command dword {i} = {x:#x} ({v.name}) does not fit 32 bits")
+      out[i] = x
     return out
 
   def symbols(self) -> set[str]:
