@@ -114,7 +114,9 @@ def _local_dims_fit(k: Kernel) -> bool:
 
 
 def _add_locals(k: Kernel) -> None:
-  """LOCAL splits of up to three output axes among those that become GPU dims (see the module docstring)."""
+  """LOCAL splits of up to three output axes among those that become GPU dims (see the module docstring). The
+  contiguous axis is split last so it gets the newest axis id: the innermost local dim, lidx0, whose neighbouring
+  threads then touch neighbouring addresses."""
   ren = k.renderer
   if not ren.has_local or k.dont_use_locals: return
   axes = [r for _, r, _ in _output_axes_with_bounds(k)][-3:]  # the innermost three become gidx dims
@@ -124,13 +126,16 @@ def _add_locals(k: Kernel) -> None:
   contiguous = [r for r in axes if sidx is not None and stride_of(sidx, r, rngs) == 1]
   order = contiguous[:1] + [r for r in reversed(axes) if r not in contiguous[:1]]
   budget = min(max_threads(ren), LOCAL_TARGET)
-  threads = 1
+  plan: list[tuple[UOp, int]] = []
+  best, threads = k, 1
   for n, r in enumerate(order):
     cap = min(ren.warp_size, budget) if n == 0 else min(8, budget // threads)
     for amt in _divisors(_bound(r) or 0, cap):
       trial = k.copy()
-      if _try(trial, Opt(OptOps.LOCAL, trial.output_axes.index(r), amt)) and _local_dims_fit(trial):
-        k.ast, k.applied_opts = trial.ast, trial.applied_opts
-        threads *= amt
+      if all(_try(trial, Opt(OptOps.LOCAL, trial.output_axes.index(x), a)) for x, a in reversed([*plan, (r, amt)])) \
+         and _local_dims_fit(trial):
+        best, threads = trial, threads * amt
+        plan.append((r, amt))
         break
-    if threads >= budget: return
+    if threads >= budget: break
+  k.ast, k.applied_opts = best.ast, best.applied_opts
