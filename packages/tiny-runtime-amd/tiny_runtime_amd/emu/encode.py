@@ -30,9 +30,12 @@ def vopd(opx, opy, vdstx, vdsty, src0x, vsrcx1, src0y, vsrcy1):
   assert (vdstx ^ vdsty) & 1, "VOPD destinations must differ in parity"
   return [(0b110010 << 26) | (opx << 22) | (opy << 17) | (vsrcx1 << 9) | src0x,
           (vdstx << 24) | ((vdsty >> 1) << 17) | (vsrcy1 << 9) | src0y]
-def glob(op, vdst=0, addr=0, saddr=NULL, data=0, offset=0):
-  return [(0b110111 << 26) | (op << 18) | (2 << 16) | (offset & 0x1FFF),
-          (vdst << 24) | (saddr << 16) | (data << 8) | addr]
+def glob(op, vdst=0, addr=0, saddr=NULL, data=0, offset=0, glc=0, seg=2, sve=0):
+  return [(0b110111 << 26) | (op << 18) | (seg << 16) | (glc << 14) | (offset & 0x1FFF),
+          (vdst << 24) | (sve << 23) | (saddr << 16) | (data << 8) | addr]
+def scratch(op, vdst=0, addr=None, saddr=NULL, data=0, offset=0):
+  """A SCRATCH (FLAT segment 1) instruction: `addr` a VGPR offset (None: off), `saddr` an SGPR offset (NULL: off)."""
+  return glob(op, vdst, addr or 0, saddr, data, offset, seg=1, sve=int(addr is not None))
 
 
 def ds(op, addr=0, data0=0, data1=0, vdst=0, offset0=0, offset1=0):

@@ -448,11 +448,53 @@ DS_OPS = {13: ("ds_store_b32", "st", 32, 0), 14: ("ds_store_2addr_b32", "st2", 3
           254: ("ds_load_b96", "ld", 96, 0),
           255: ("ds_load_b128", "ld", 128, 0)}
 DS_NAMES = {k: v[0] for k, v in DS_OPS.items()}
+DS_PERMUTE = {53: "ds_swizzle_b32", 178: "ds_permute_b32", 179: "ds_bpermute_b32"}
 FLAT_NAMES = {30: "load_d16_u8", 31: "load_d16_i8", 32: "load_d16_b16", 33: "load_d16_hi_u8", 34: "load_d16_hi_i8",
               35: "load_d16_hi_b16", 16: "load_u8", 17: "load_i8", 18: "load_u16", 19: "load_i16", 20: "load_b32",
               21: "load_b64",
               22: "load_b96", 23: "load_b128", 24: "store_b8", 25: "store_b16", 26: "store_b32", 27: "store_b64",
               28: "store_b96", 29: "store_b128", 36: "store_d16_hi_b8", 37: "store_d16_hi_b16"}
+# FLAT/GLOBAL atomics: op -> (kind, bits); the name is {kind}_{b32|u32|...} as in the ISA
+_ATOMIC_KINDS = ["swap_b", "cmpswap_b", "add_u", "sub_u", "csub_u", "min_i", "min_u", "max_i", "max_u", "and_b",
+                 "or_b", "xor_b", "inc_u", "dec_u"]
+FLAT_ATOMICS: dict[int, tuple[str, int]] = {
+  **{51 + i: (k + "32", 32) for i, k in enumerate(_ATOMIC_KINDS)},
+  **{65 + i: (k + "64", 64) for i, k in enumerate(k for k in _ATOMIC_KINDS if k != "csub_u")},
+  80: ("cmpswap_f32", 32), 81: ("min_f32", 32), 82: ("max_f32", 32), 86: ("add_f32", 32)}
+# DS atomics: op -> (kind, bits, returns the old value)
+_DS_KINDS = {0: "add_u", 1: "sub_u", 2: "rsub_u", 3: "inc_u", 4: "dec_u", 5: "min_i", 6: "max_i", 7: "min_u",
+             8: "max_u", 9: "and_b", 10: "or_b", 11: "xor_b", 16: "cmpswap_b"}
+DS_ATOMICS: dict[int, tuple[str, int, bool]] = {
+  **{op: (k + "32", 32, False) for op, k in _DS_KINDS.items()},
+  **{op + 32: (k + "32", 32, True) for op, k in _DS_KINDS.items()}, 45: ("swap_b32", 32, True),
+  18: ("min_f32", 32, False), 19: ("max_f32", 32, False), 21: ("add_f32", 32, False),
+  50: ("min_f32", 32, True), 51: ("max_f32", 32, True), 121: ("add_f32", 32, True),
+  **{op + 64: (k + "64", 64, False) for op, k in _DS_KINDS.items()},
+  **{op + 96: (k + "64", 64, True) for op, k in _DS_KINDS.items()}, 109: ("swap_b64", 64, True)}
+
+
+def atomic_result(kind: str, bits: int, old: int, data: int, cmp: int = 0) -> int:
+  """The value an atomic leaves in memory (RDNA3 ISA "FLAT/GLOBAL atomics" and "DS atomics"); `kind` is e.g.
+  add_u32, min_i64, cmpswap_b32 (data = new value, cmp = the compare value), add_f32."""
+  mask = (1 << bits) - 1
+  op = kind[:-2]
+  if op.endswith("_f"):
+    a, b = f32(old), f32(data)
+    if op == "add_f": return bits32(a + b)
+    if op == "min_f": return bits32(_fmin(a, b))
+    if op == "max_f": return bits32(_fmax(a, b))
+    if op == "cmpswap_f": return data if a == f32(cmp) else old
+  sa, sd = sext(old, bits), sext(data, bits)
+  r = {"swap_b": lambda: data, "cmpswap_b": lambda: data if old == cmp else old, "add_u": lambda: old + data,
+       "sub_u": lambda: old - data, "rsub_u": lambda: data - old, "csub_u": lambda: max(old - data, 0),
+       "min_i": lambda: min(sa, sd), "max_i": lambda: max(sa, sd), "min_u": lambda: min(old, data),
+       "max_u": lambda: max(old, data), "and_b": lambda: old & data, "or_b": lambda: old | data,
+       "xor_b": lambda: old ^ data, "inc_u": lambda: 0 if old >= data else old + 1,
+       "dec_u": lambda: data if old == 0 or old > data else old - 1}.get(op)
+  if r is None: raise UnsupportedInstruction(f"atomic {kind}")
+  return r() & mask
+
+
 VOPD_OPS = {0: "fmac_f32", 1: "fmaak_f32", 2: "fmamk_f32", 3: "mul_f32", 4: "add_f32", 5: "sub_f32", 6: "subrev_f32",
             8: "mov_b32", 9: "cndmask_b32", 10: "max_f32", 11: "min_f32", 16: "add_nc_u32", 17: "lshlrev_b32",
             18: "and_b32"}
@@ -497,7 +539,8 @@ def decode(code: bytes | memoryview, pc: int = 0) -> Inst:
     return Inst("SOPP", op, {"simm16": w0 & 0xFFFF}, 4, SOPP_NAMES.get(op, f"sopp_{op}"))
   if w0 >> 28 == 0b1011:
     op = _bits(w0, 23, 5)
-    names = {0: "s_movk_i32", 15: "s_addk_i32", 16: "s_mulk_i32",
+    names = {0: "s_movk_i32", 15: "s_addk_i32", 16: "s_mulk_i32", 23: "s_waitcnt_vmcnt", 24: "s_waitcnt_vscnt",
+             25: "s_waitcnt_expcnt", 26: "s_waitcnt_lgkmcnt",
              **{3 + i: f"s_cmpk_{c}_i32" for i, c in enumerate(("eq", "lg", "gt", "ge", "lt", "le"))},
              **{9 + i: f"s_cmpk_{c}_u32" for i, c in enumerate(("eq", "lg", "gt", "ge", "lt", "le"))}}
     return Inst("SOPK", op, {"sdst": _bits(w0, 16, 7), "simm16": w0 & 0xFFFF}, 4, names.get(op, f"sopk_{op}"))
@@ -515,16 +558,19 @@ def decode(code: bytes | memoryview, pc: int = 0) -> Inst:
     op = _bits(w0, 18, 8)
     f = {"offset0": w0 & 0xFF, "offset1": _bits(w0, 8, 8), "addr": w1 & 0xFF, "data0": _bits(w1, 8, 8),
          "data1": _bits(w1, 16, 8), "vdst": w1 >> 24}
-    return Inst("DS", op, f, 8, DS_NAMES.get(op, f"ds_op{op}"))
+    name = DS_NAMES.get(op) or DS_PERMUTE.get(op) or (_ds_atomic_name(op) if op in DS_ATOMICS else f"ds_op{op}")
+    return Inst("DS", op, f, 8, name)
   if top6 == 0b111000:
     op = _bits(w0, 18, 8)
     return Inst("MUBUF", op, {}, 8, {43: "buffer_gl0_inv", 44: "buffer_gl1_inv"}.get(op, f"buffer_op{op}"))
   if top6 == 0b110111:
     op, seg = _bits(w0, 18, 7), _bits(w0, 16, 2)
     f = {"offset": sext(w0 & 0x1FFF, 13), "seg": seg, "addr": w1 & 0xFF, "data": _bits(w1, 8, 8),
-         "saddr": _bits(w1, 16, 7), "vdst": w1 >> 24}
+         "saddr": _bits(w1, 16, 7), "sve": _bits(w1, 23, 1), "vdst": w1 >> 24, "glc": _bits(w0, 14, 1)}
     seg_name = ["flat", "scratch", "global"][seg] if seg < 3 else "seg3"
-    return Inst("FLAT", op, f, 8, f"{seg_name}_{FLAT_NAMES.get(op, f'op{op}')}")
+    name = f"{seg_name}_atomic_{FLAT_ATOMICS[op][0]}" if op in FLAT_ATOMICS else \
+      f"{seg_name}_{FLAT_NAMES.get(op, f'op{op}')}"
+    return Inst("FLAT", op, f, 8, name)
   if top6 == 0b110010:
     opx, opy = _bits(w0, 22, 4), _bits(w0, 17, 5)
     vdstx = w1 >> 24
@@ -563,6 +609,13 @@ def decode(code: bytes | memoryview, pc: int = 0) -> Inst:
   raise UnsupportedInstruction(f"unknown encoding {w0:#010x} at offset {pc:#x}")
 
 
+def _ds_atomic_name(op: int) -> str:
+  kind, bits, rtn = DS_ATOMICS[op]
+  k = kind.replace("cmpswap_b", "cmpstore_b").replace("swap_b", "storexchg_b")
+  base, suffix = k.rsplit("_", 1)
+  return f"ds_{base}_rtn_{suffix}" if rtn else f"ds_{base}_{suffix}"
+
+
 def _sop1_name(op: int) -> str:
   return {0: "s_mov_b32", 1: "s_mov_b64", 4: "s_brev_b32", 14: "s_sext_i32_i8", 15: "s_sext_i32_i16", 21: "s_abs_i32",
           30: "s_not_b32",
@@ -597,6 +650,27 @@ class Memory:
   def read32(self, addr: int) -> int: return ctypes.c_uint32.from_address(addr).value
 
 
+class PrivateMemory(Memory):
+  """One lane's private (scratch) memory: byte offsets 0..size-1, bounds-checked. With no size from the dispatch
+  (size None) it grows on demand up to SCRATCH_GROW_LIMIT bytes."""
+  SCRATCH_GROW_LIMIT = 1 << 20
+
+  def __init__(self, size: int | None):
+    self.size, self.buf = size, bytearray(size or 0)
+
+  def _at(self, addr: int, n: int) -> int:
+    limit = self.size if self.size is not None else self.SCRATCH_GROW_LIMIT
+    if addr < 0 or addr + n > limit:
+      raise RuntimeError(f"scratch access of {n} bytes at {addr:#x} is outside the lane's {limit} private bytes"
+                         + ("" if self.size is not None else " (no size given: the growth limit)"))
+    if addr + n > len(self.buf): self.buf.extend(bytes(addr + n - len(self.buf)))
+    return addr
+
+  def read(self, addr: int, n: int) -> bytes: return bytes(self.buf[self._at(addr, n):addr + n])
+  def write(self, addr: int, data: bytes) -> None: self.buf[self._at(addr, len(data)):addr + len(data)] = data
+  def read32(self, addr: int) -> int: return int.from_bytes(self.read(addr, 4), "little")
+
+
 @dataclass
 class Wave:
   """The state of one wave32: SGPRs (with VCC, M0, EXEC at their operand codes), VGPRs by lane, SCC, PC."""
@@ -605,6 +679,15 @@ class Wave:
   scc: int = 0
   pc: int = 0
   lds: bytearray = field(default_factory=bytearray)  # the work-group's LDS (shared by its waves)
+  # private (scratch) bytes per lane, from the dispatch (the kernel descriptor's private_segment_fixed_size, or more
+  # when the stack is dynamic); None: not given, each lane's memory grows on demand (PrivateMemory)
+  scratch_size: int | None = None
+  scratch: dict[int, PrivateMemory] = field(default_factory=dict)
+
+  def private(self, lane: int) -> PrivateMemory:
+    """Lane `lane`'s private memory, created on first use."""
+    if (m := self.scratch.get(lane)) is None: m = self.scratch[lane] = PrivateMemory(self.scratch_size)
+    return m
 
   @property
   def exec(self) -> int: return self.sgpr[EXEC_LO]
@@ -786,6 +869,7 @@ class Emulator:
     elif 9 <= op <= 14: w.scc = int(_SOPC_FN[op - 9](w.sgpr[d], inst.f["simm16"]))  # s_cmpk_*_u32 (zero-extended)
     elif op == 15: self.swrite(w, d, i32(w.sgpr[d]) + k)
     elif op == 16: self.swrite(w, d, i32(w.sgpr[d]) * k)
+    elif 23 <= op <= 26: pass  # s_waitcnt_vmcnt/vscnt/expcnt/lgkmcnt: memory is synchronous here
     else: raise UnsupportedInstruction(f"SOPK opcode {op} at {w.pc:#x}")
 
   def sopc(self, w: Wave, inst: Inst) -> None:
@@ -1227,8 +1311,11 @@ class Emulator:
       raise UnsupportedInstruction(f"MUBUF opcode {inst.op} at {w.pc:#x}")
 
   def ds(self, w: Wave, inst: Inst) -> None:
-    """LDS loads/stores; addresses are byte offsets into the work-group's LDS, bounds-checked."""
-    if inst.op not in DS_OPS: raise UnsupportedInstruction(f"DS opcode {inst.op} at {w.pc:#x}")
+    """LDS loads/stores/atomics and the cross-lane permutes; addresses are byte offsets into the work-group's LDS,
+    bounds-checked."""
+    if inst.op in DS_ATOMICS: return self.ds_atomic(w, inst)
+    if inst.op in DS_PERMUTE: return self.ds_permute(w, inst)
+    if inst.op not in DS_OPS: raise UnsupportedInstruction(f"DS opcode {inst.op} ({inst.name}) at {w.pc:#x}")
     _, kind, bits, stride = DS_OPS[inst.op]
     f, nbytes = inst.f, abs(bits) // 8
     def at(a: int, n: int) -> int:
@@ -1250,31 +1337,96 @@ class Emulator:
           dst = f["vdst"] + j * max(1, nbytes // 4)
           for i in range(max(1, nbytes // 4)): w.vgpr[dst + i][ln] = (v >> (32 * i)) & MASK32
 
-  def flat(self, w: Wave, inst: Inst) -> None:
-    f, op = inst.f, inst.op
-    if f["seg"] != 2: raise UnsupportedInstruction(f"FLAT segment {f['seg']} (only GLOBAL) at {w.pc:#x}")
+  def ds_atomic(self, w: Wave, inst: Inst) -> None:
+    """DS atomics, lane by lane in lane order: data0 is the operand (cmpstore: the new value, data1 the compare);
+    the _rtn forms return the old value."""
+    f = inst.f
+    kind, bits, rtn = DS_ATOMICS[inst.op]
+    nb = bits // 8
     for ln in w.lanes():
-      if f["saddr"] != NULL and f["saddr"] != 0x7F:
+      a = (w.vgpr[f["addr"]][ln] + (f["offset1"] << 8 | f["offset0"])) & MASK32
+      if a + nb > len(w.lds):
+        raise RuntimeError(f"LDS access of {nb} bytes at {a:#x} is outside the work-group's {len(w.lds)} bytes")
+      old = int.from_bytes(w.lds[a:a + nb], "little")
+      data = self._vreg_wide(w, f["data0"], ln, bits)
+      cmp = self._vreg_wide(w, f["data1"], ln, bits) if kind.startswith("cmpswap") else 0
+      w.lds[a:a + nb] = atomic_result(kind, bits, old, data, cmp).to_bytes(nb, "little")
+      if rtn: self._vwrite_wide(w, f["vdst"], ln, bits, old)
+
+  def ds_permute(self, w: Wave, inst: Inst) -> None:
+    """ds_permute_b32 (lane (addr/4)%32 of the result gets this lane's data), ds_bpermute_b32 (this lane reads lane
+    (addr/4)%32's data; an inactive source reads 0), ds_swizzle_b32 (offset bit 15 = 0: the bitmask mode over groups of
+    32; 1: quad permute of groups of 4). No LDS is touched."""
+    f, lanes = inst.f, w.lanes()
+    off = f["offset1"] << 8 | f["offset0"]
+    src = w.vgpr[f["addr"] if inst.op == 53 else f["data0"]]  # ds_swizzle's operand sits in the ADDR field
+    active = w.exec
+    if inst.op == 53:
+      out = {}
+      for ln in lanes:
+        if off & 0x8000: j = (ln & ~3) | ((off >> (2 * (ln & 3))) & 3)
+        else: j = (((ln & (off & 0x1F)) | ((off >> 5) & 0x1F)) ^ ((off >> 10) & 0x1F)) & 31
+        out[ln] = src[j] if active >> j & 1 else 0
+    elif inst.op == 179:
+      out = {}
+      for ln in lanes:
+        j = ((w.vgpr[f["addr"]][ln] + off) >> 2) & 31
+        out[ln] = src[j] if active >> j & 1 else 0
+    else:
+      out = dict.fromkeys(lanes, 0)
+      for ln in lanes:
+        j = ((w.vgpr[f["addr"]][ln] + off) >> 2) & 31
+        if active >> j & 1: out[j] = src[ln]
+    for ln, v in out.items(): w.vgpr[f["vdst"]][ln] = v
+
+  def flat(self, w: Wave, inst: Inst) -> None:
+    """FLAT (segment 0: a 64-bit VGPR address; the mock maps no LDS/scratch aperture, so it is global memory),
+    SCRATCH (segment 1: per-lane private memory) and GLOBAL (segment 2) loads, stores and atomics."""
+    f, op, seg = inst.f, inst.op, inst.f["seg"]
+    if seg == 3: raise UnsupportedInstruction(f"FLAT segment 3 (reserved) at {w.pc:#x}")
+    for ln in w.lanes():
+      mem: Memory = self.mem
+      if seg == 1:  # scratch: a 32-bit per-lane offset = VGPR (when SVE) + SGPR (unless off) + offset
+        addr = (w.vgpr[f["addr"]][ln] if f["sve"] else 0) + (w.sgpr[f["saddr"]] if f["saddr"] != NULL else 0)
+        addr, mem = (addr + f["offset"]) & MASK32, w.private(ln)
+      elif seg == 2 and f["saddr"] != NULL and f["saddr"] != 0x7F:
         addr = (w.sgpr[f["saddr"]] | (w.sgpr[f["saddr"] + 1] << 32)) + w.vgpr[f["addr"]][ln]
       else: addr = w.vgpr[f["addr"]][ln] | (w.vgpr[f["addr"] + 1][ln] << 32)
-      addr = (addr + f["offset"]) & MASK64
+      if seg != 1: addr = (addr + f["offset"]) & MASK64
       if op in GLOBAL_LOADS:
         n, signed, bits = GLOBAL_LOADS[op]
         if bits < 32:
-          v = int.from_bytes(self.mem.read(addr, bits // 8), "little")
+          v = int.from_bytes(mem.read(addr, bits // 8), "little")
           w.vgpr[f["vdst"]][ln] = (sext(v, bits) & MASK32) if signed else v
         else:
-          for i, v in enumerate(struct.unpack(f"<{n}I", self.mem.read(addr, 4 * n))): w.vgpr[f["vdst"] + i][ln] = v
+          for i, v in enumerate(struct.unpack(f"<{n}I", mem.read(addr, 4 * n))): w.vgpr[f["vdst"] + i][ln] = v
       elif op in GLOBAL_D16:
         bits, signed, sh = GLOBAL_D16[op]
-        v = int.from_bytes(self.mem.read(addr, bits // 8), "little")
+        v = int.from_bytes(mem.read(addr, bits // 8), "little")
         v = (sext(v, bits) if signed else v) & 0xFFFF
         w.vgpr[f["vdst"]][ln] = (w.vgpr[f["vdst"]][ln] & ~(0xFFFF << sh) & MASK32) | (v << sh)
       elif op in (36, 37):  # store_d16_hi_b8/b16: the high half of the data VGPR
         hi = w.vgpr[f["data"]][ln] >> 16
-        self.mem.write(addr, (hi & (0xFF if op == 36 else 0xFFFF)).to_bytes(op - 35, "little"))
+        mem.write(addr, (hi & (0xFF if op == 36 else 0xFFFF)).to_bytes(op - 35, "little"))
       elif op in GLOBAL_STORES:
         n, bits = GLOBAL_STORES[op]
-        if bits < 32: self.mem.write(addr, (w.vgpr[f["data"]][ln] & ((1 << bits) - 1)).to_bytes(bits // 8, "little"))
-        else: self.mem.write(addr, struct.pack(f"<{n}I", *(w.vgpr[f["data"] + i][ln] for i in range(n))))
-      else: raise UnsupportedInstruction(f"GLOBAL opcode {op} at {w.pc:#x}")
+        if bits < 32: mem.write(addr, (w.vgpr[f["data"]][ln] & ((1 << bits) - 1)).to_bytes(bits // 8, "little"))
+        else: mem.write(addr, struct.pack(f"<{n}I", *(w.vgpr[f["data"] + i][ln] for i in range(n))))
+      elif op in FLAT_ATOMICS and seg != 1:
+        kind, bits = FLAT_ATOMICS[op]
+        nb, d = bits // 8, f["data"]
+        old = int.from_bytes(mem.read(addr, nb), "little")
+        data = self._vreg_wide(w, d, ln, bits)
+        cmp = self._vreg_wide(w, d + bits // 32, ln, bits) if kind.startswith("cmpswap") else 0
+        mem.write(addr, atomic_result(kind, bits, old, data, cmp).to_bytes(nb, "little"))
+        if f["glc"]: self._vwrite_wide(w, f["vdst"], ln, bits, old)  # GLC: return the value before the op
+      else: raise UnsupportedInstruction(f"{inst.name}: FLAT opcode {op} (segment {seg}) at {w.pc:#x}")
+
+  @staticmethod
+  def _vreg_wide(w: Wave, r: int, ln: int, bits: int) -> int:
+    return w.vgpr[r][ln] | (w.vgpr[r + 1][ln] << 32 if bits == 64 else 0)
+
+  @staticmethod
+  def _vwrite_wide(w: Wave, r: int, ln: int, bits: int, v: int) -> None:
+    w.vgpr[r][ln] = v & MASK32
+    if bits == 64: w.vgpr[r + 1][ln] = (v >> 32) & MASK32
