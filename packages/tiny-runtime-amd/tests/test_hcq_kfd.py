@@ -101,6 +101,52 @@ def test_topology_properties_and_arch():
   assert kfd.GPUNode(1, 7, 110501, 8, 2, 64, 128).arch == "gfx1151"
 
 
+def test_cwsr_sizes_for_known_gpus():
+  # gfx1100 (RX 7900 XTX): 96 CUs, 32 waves each; per CU 0x60000 VGPR + 0x4000 SGPR + 0x10000 LDS + 0x1000 HWREG
+  props = {"gfx_target_version": 110000, "simd_count": 192, "simd_per_cu": 2, "lds_size_in_kb": 64,
+           "array_count": 12, "simd_arrays_per_engine": 2}
+  cw = kfd.cwsr_sizes(props)
+  assert cw.ctl_stack_size == 0xA000  # 40 + 3072 * 12 + 8 = 36912 -> page aligned
+  assert cw.ctx_save_restore_size == 0xA000 + 96 * 0x75000 == 0x2BEA000
+  assert cw.debug_memory_size == 3072 * 32 == 0x18000
+  assert cw.alloc_size == 0x2C02000 and cw.eop_buffer_size == 4096 and cw.num_xcc == 1
+  assert kfd.GPUNode(1, 7, 110000, 192, 2, 64, 128, tuple(props.items())).cwsr == cw
+  # gfx1030 (RX 6900 XT): 80 CUs, 0x40000 VGPRs per CU, the control stack clamped to gfx10's 0x7000
+  cw = kfd.cwsr_sizes({**props, "gfx_target_version": 100300, "simd_count": 160})
+  assert cw.ctl_stack_size == 0x7000 and cw.ctx_save_restore_size == 0x7000 + 80 * 0x55000
+  # gfx90a (MI210, 104 CUs of 4 SIMDs): 8 bytes per wave, waves min(40 per CU, arrays / arrays per engine * 512)
+  cw = kfd.cwsr_sizes({"gfx_target_version": 90010, "simd_count": 416, "simd_per_cu": 4, "array_count": 8,
+                       "simd_arrays_per_engine": 1})
+  assert cw.ctl_stack_size == 0x9000 and cw.debug_memory_size == 4096 * 32  # min(4160, 4096) waves
+  assert cw.ctx_save_restore_size == 0x9000 + 104 * 0x95000
+  assert kfd.cwsr_sizes({"gfx_target_version": 70002, "simd_count": 8, "simd_per_cu": 4}) is None  # before gfx8.0.1
+
+
+def test_compute_queue_gets_its_cwsr_area_and_the_mock_checks_it():
+  from tiny_runtime_amd.device import AMDDevice
+  from tiny_uop.plugins import Device
+  dev: AMDDevice = Device["MOCK+AMD"]
+  cw = dev.iface.node.cwsr
+  ring = dev.compute_ring
+  assert ring.ctx is not None and ring.ctx.size == cw.alloc_size
+  # the header's DebugOffset/DebugSize point past the save area
+  assert list((ctypes.c_uint32 * 2).from_address(ring.ctx.va_addr + 16)) == [cw.ctx_save_restore_size, 0x18000]
+  iface = dev.iface
+  rb, ptrs = iface.alloc(0x1000, host=True), iface.alloc(0x1000, host=True)
+  good = dict(ring_base_address=rb.va_addr, ring_size=0x1000, gpu_id=iface.node.gpu_id,
+              queue_type=kfd.QUEUE_TYPE_COMPUTE, read_pointer_address=ptrs.va_addr,
+              write_pointer_address=ptrs.va_addr + 8, eop_buffer_address=ring.eop.va_addr, eop_buffer_size=4096,
+              ctx_save_restore_address=ring.ctx.va_addr, ctx_save_restore_size=cw.ctx_save_restore_size,
+              ctl_stack_size=cw.ctl_stack_size)
+  for bad, match in (({"ctl_stack_size": 0x1000}, "ctl_stack_size 0x1000"),
+                     ({"ctx_save_restore_size": 0x1000}, "ctx_save_restore_size"),
+                     ({"eop_buffer_size": 0x800}, "eop_buffer_size"),
+                     ({"ctx_save_restore_address": rb.va_addr}, "CWSR area")):
+    with pytest.raises(kfd.KFDError, match=match): iface.ioctl("CREATE_QUEUE", **{**good, **bad})
+  q = iface.ioctl("CREATE_QUEUE", **good)
+  iface.ioctl("DESTROY_QUEUE", queue_id=q.queue_id)
+
+
 def test_kfdiface_on_the_mock():
   iface = kfd.KFDIface(0, MockFileIO)
   assert iface.node.gpu_id == GPU_ID and iface.node.arch == "gfx1100" and iface.node.lds_size_in_kb == 64
@@ -128,7 +174,12 @@ def test_clear_errors_without_kfd_or_permission():
     @staticmethod
     def access(path, mode): return False
   with pytest.raises(RuntimeError, match=r"no AMD GPU \(/dev/kfd missing\)"): kfd.KFDIface(0, NoKFD)
+  class NoRenderAccess(MockFileIO):
+    @staticmethod
+    def access(path, mode): return not path.startswith("/dev/dri/")
   with pytest.raises(RuntimeError, match="'render' and 'video' groups"): kfd.KFDIface(0, NoAccess)
+  with pytest.raises(RuntimeError, match=r"/dev/dri/renderD128 is not readable .* join the 'render' group"):
+    kfd.KFDIface(0, NoRenderAccess)
   if not os.path.exists("/dev/kfd"):
     with pytest.raises(RuntimeError, match="missing"): kfd.KFDIface(0)
 

@@ -37,17 +37,20 @@ class AMDRing:
     self.ring = iface.alloc(size, host=True, uncached=True)
     self.ptrs = iface.alloc(0x1000, host=True, uncached=True)  # rptr at +0, wptr at +8
     extra: dict[str, int] = {}
+    self.ctx: HCQBuffer | None = None
     if qtype == kfd.QUEUE_TYPE_COMPUTE:
-      # TODO(real hardware): sysfs has no CWSR sizes; the thunk derives ctx_save_restore_size/ctl_stack_size from the
-      # CU and wave counts. The mock's topology provides them; on a real GPU they are 0 here until that is written.
-      props = dict(iface.node.props)
-      self.eop = iface.alloc(0x1000)
-      ctx = props.get("ctx_save_restore_size", 0) + props.get("ctl_stack_size", 0)
-      self.ctx = iface.alloc(ctx) if ctx else None
-      extra = {"eop_buffer_address": self.eop.va_addr, "eop_buffer_size": self.eop.size,
-               "ctx_save_restore_address": self.ctx.va_addr if self.ctx else 0,
-               "ctx_save_restore_size": props.get("ctx_save_restore_size", 0),
-               "ctl_stack_size": props.get("ctl_stack_size", 0)}
+      # the EOP buffer and the CWSR area, sized as the kernel checks them (kfd.cwsr_sizes)
+      cw = iface.node.cwsr
+      self.eop = iface.alloc(max(cw.eop_buffer_size if cw else 0x1000, 0x1000))
+      extra = {"eop_buffer_address": self.eop.va_addr, "eop_buffer_size": cw.eop_buffer_size if cw else 0x1000}
+      if cw is not None:
+        self.ctx = iface.alloc(cw.alloc_size, host=True)
+        for x in range(cw.num_xcc):  # each XCC's header: where the debugger area is, relative to this header
+          ctypes.memmove(self.ctx.va_addr + x * cw.ctx_save_restore_size + 16,
+                         struct.pack("<II", (cw.num_xcc - x) * cw.ctx_save_restore_size,
+                                     cw.debug_memory_size * cw.num_xcc), 8)
+        extra.update(ctx_save_restore_address=self.ctx.va_addr, ctx_save_restore_size=cw.ctx_save_restore_size,
+                     ctl_stack_size=cw.ctl_stack_size)
     q = iface.ioctl("CREATE_QUEUE", ring_base_address=self.ring.va_addr, ring_size=size, gpu_id=iface.node.gpu_id,
                     queue_type=qtype, queue_percentage=100, queue_priority=7,
                     read_pointer_address=self.ptrs.va_addr, write_pointer_address=self.ptrs.va_addr + 8, **extra)

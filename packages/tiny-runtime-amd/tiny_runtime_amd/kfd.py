@@ -112,6 +112,59 @@ class GPUNode:
   @property
   def cu_count(self) -> int: return self.simd_count // max(self.simd_per_cu, 1)
 
+  @property
+  def cwsr(self) -> CWSRSizes | None:
+    """The CWSR area sizes compute queues on this node need (`cwsr_sizes`)."""
+    return cwsr_sizes(dict(self.props))
+
+
+@dataclass(frozen=True)
+class CWSRSizes:
+  """The compute-wave save/restore (CWSR) area a compute queue must come with, in bytes.
+
+  `ctx_save_restore_size` and `ctl_stack_size` go to CREATE_QUEUE as they are (the kernel refuses other values); the
+  area itself is `alloc_size` bytes: per XCC a control stack (starting with a 40-byte HsaUserContextSaveAreaHeader)
+  and the work-group save data, then `debug_memory_size` bytes per XCC for the debugger.
+  """
+  ctl_stack_size: int
+  ctx_save_restore_size: int
+  debug_memory_size: int
+  alloc_size: int
+  eop_buffer_size: int
+  num_xcc: int = 1
+
+
+PAGE = 0x1000
+CTX_HEADER_SIZE = 40  # sizeof(HsaUserContextSaveAreaHeader)
+
+
+def _align(x: int, a: int) -> int: return (x + a - 1) // a * a
+
+
+def cwsr_sizes(props: dict[str, int]) -> CWSRSizes | None:
+  """CWSR sizes for a GPU node from its topology properties, as the amdgpu KFD computes and checks them (kfd_queue.c;
+  the ROCm thunk's queues.c agrees): per CU the VGPR file (0x60000 bytes on gfx1100/1101/1200/1201, 0x80000 on
+  gfx908/90a/94x/950, else 0x40000) + 0x4000 SGPRs + LDS (0x10000; gfx950: its LDS size) + 0x1000 HW registers; a
+  control stack of 12 bytes per wave (8 before gfx10.1) + 8, 32 waves per CU on gfx10.1+. None before gfx8.0.1."""
+  gfxv = props.get("gfx_target_version", 0)
+  if gfxv < 80001 or not props.get("simd_count") or not props.get("simd_per_cu"): return None
+  num_xcc = max(props.get("num_xcc", 1), 1)
+  cu_num = props["simd_count"] // props["simd_per_cu"] // num_xcc
+  if gfxv < 100100:
+    wave_num = min(cu_num * 40, props.get("array_count", 1) // max(props.get("simd_arrays_per_engine", 1), 1) * 512)
+  else: wave_num = cu_num * 32
+  if gfxv // 100 * 100 == 90400 or gfxv in (90010, 90008, 90500): vgpr = 0x80000
+  elif gfxv in (110000, 110001, 120000, 120001): vgpr = 0x60000
+  else: vgpr = 0x40000
+  lds = props.get("lds_size_in_kb", 64) << 10 if gfxv == 90500 else 0x10000
+  wg_data = _align(cu_num * (vgpr + 0x4000 + lds + 0x1000), PAGE)
+  ctl_stack = _align(CTX_HEADER_SIZE + wave_num * (12 if gfxv >= 100100 else 8) + 8, PAGE)
+  if gfxv // 10000 == 10: ctl_stack = min(ctl_stack, 0x7000)  # gfx10's hardware limit
+  debug = _align(wave_num * 32, 64)
+  cwsr = ctl_stack + wg_data
+  return CWSRSizes(ctl_stack, cwsr, debug, _align((cwsr + debug) * num_xcc, PAGE),
+                   0x8000 if gfxv == 80002 else 4096, num_xcc)
+
 
 def parse_properties(text: str) -> dict[str, int]:
   """A sysfs `properties` file ("name value" per line) as a dict of ints."""

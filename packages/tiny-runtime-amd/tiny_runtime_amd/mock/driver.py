@@ -58,8 +58,7 @@ GFX1100_PROPERTIES = {
   "cpu_cores_count": 0, "simd_count": 192, "simd_per_cu": 2, "max_waves_per_simd": 16, "lds_size_in_kb": 64,
   "gfx_target_version": 110000, "vendor_id": 0x1002, "device_id": 0x744C, "drm_render_minor": RENDER_MINOR,
   "wave_front_size": 32, "array_count": 12, "simd_arrays_per_engine": 2, "cu_per_simd_array": 8,
-  "max_slots_scratch_cu": 32, "num_sdma_engines": 2, "num_gws": 64, "ctx_save_restore_size": 2_883_584,
-  "ctl_stack_size": 0x1000,
+  "max_slots_scratch_cu": 32, "num_sdma_engines": 2, "num_gws": 64, "num_xcc": 1,
 }
 
 
@@ -150,11 +149,29 @@ class MockKFD:
     if a.queue_type not in (kfd.QUEUE_TYPE_COMPUTE, kfd.QUEUE_TYPE_SDMA):
       raise OSError(22, f"CREATE_QUEUE: mock supports PM4 compute and SDMA queues, not type {a.queue_type}")
     if a.ring_size & (a.ring_size - 1): raise OSError(22, f"CREATE_QUEUE: ring size {a.ring_size} is not a power of 2")
+    if a.queue_type == kfd.QUEUE_TYPE_COMPUTE: self._check_compute_queue_buffers(a)
     qid = self.next_queue
     self.next_queue += 1
     a.queue_id, a.doorbell_offset = qid, (0xD << 28) | (qid * 8)  # page-aligned part selects the doorbell page
     self.queues[qid] = MockQueue(qid, a.queue_type, a.ring_base_address, a.ring_size, a.write_pointer_address,
                                  a.read_pointer_address, ctypes.addressof(self.doorbells) + qid * 8)
+
+  def _check_compute_queue_buffers(self, a: Any) -> None:
+    """What kfd_queue_acquire_buffers checks: the EOP and CWSR sizes equal the node's, and the CWSR area is one
+    allocation of exactly (cwsr + debug) * num_xcc bytes, page aligned."""
+    cw = kfd.cwsr_sizes(GFX1100_PROPERTIES)
+    assert cw is not None
+    if a.eop_buffer_address and a.eop_buffer_size != cw.eop_buffer_size:
+      raise OSError(22, f"CREATE_QUEUE: eop_buffer_size {a.eop_buffer_size:#x}, node needs {cw.eop_buffer_size:#x}")
+    if a.ctl_stack_size != cw.ctl_stack_size:
+      raise OSError(22, f"CREATE_QUEUE: ctl_stack_size {a.ctl_stack_size:#x}, node needs {cw.ctl_stack_size:#x}")
+    if a.ctx_save_restore_size != cw.ctx_save_restore_size:
+      raise OSError(22, f"CREATE_QUEUE: ctx_save_restore_size {a.ctx_save_restore_size:#x}, node needs "
+                        f"{cw.ctx_save_restore_size:#x}")
+    size = self.ranges.get(a.ctx_save_restore_address, 0) - a.ctx_save_restore_address
+    if size != cw.alloc_size:
+      raise OSError(22, f"CREATE_QUEUE: the CWSR area at {a.ctx_save_restore_address:#x} is {max(size, 0):#x} bytes "
+                        f"of one allocation; need {cw.alloc_size:#x}")
 
   def _destroy_queue(self, a: Any) -> None:
     if self.queues.pop(a.queue_id, None) is None: raise OSError(22, f"DESTROY_QUEUE: unknown queue {a.queue_id}")
