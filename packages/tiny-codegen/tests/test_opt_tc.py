@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import pathlib
+import re
 
 import numpy as np
 import pytest
@@ -63,6 +64,8 @@ def test_tc_matmul_sm90(M, N, K, cast_first):
   src, got, ref = run_ptx(ast, ren, M, N, K)
   assert src.count("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32") == 1
   assert "fma" not in src and "mul.rn.f" not in src  # the products happen in the tensor core only
+  assert "add.rn.f" not in src  # and the sums: the accumulator over the outer k is the mma's C operand
+  assert re.search(r"mma\.sync[^;]*\{(%f\d+, ){3}%f\d+\};", src)
   np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
 
 
@@ -174,7 +177,10 @@ def test_tc_amdgpu_wmma_renders_and_compiles(din, kind):
   M, N, K = 32, 16, 48
   with Context(SPEC=1): spec = get_program(apply_opts(matmul(M, N, K, din=din), ren, [TC]), ren)
   assert spec.src.count(f"call <8 x float> @llvm.amdgcn.wmma.f32.16x16x16.{kind}(") == 1
-  assert "fmul" not in spec.src  # the products happen in the WMMA only
+  assert "fmul" not in spec.src and "fadd" not in spec.src  # products and sums happen in the WMMA only
+  # the accumulator (a vector register carried over the outer k loop) is the WMMA's C operand
+  wmma = re.search(r"= call <8 x float> @llvm\.amdgcn\.wmma\S+\(.*, <8 x float> (%t\d+)\)", spec.src)
+  assert wmma and re.search(rf"{wmma.group(1)} = load <8 x float>, ptr addrspace\(5\)", spec.src)
   assert spec.local_size == (32, 1, 1) and np.prod(spec.global_size) == M * N // 256  # one wave32 per 16x16 tile
   asm = AMDGPUCompiler("gfx1100").assembly(spec.src)
   assert f"v_wmma_f32_16x16x16_{kind}" in asm

@@ -22,7 +22,7 @@ from functools import partial
 from typing import Any, Callable
 
 from tiny_uop.device import Renderer
-from tiny_uop.dtype import dtypes
+from tiny_uop.dtype import DType, PtrDType, dtypes
 from tiny_uop.uop import AxisType, KernelInfo, Ops, UOp
 
 
@@ -215,7 +215,7 @@ class Kernel:
   def _tc(self, opt: Opt) -> None:
     """One warp computes one (M x N) output tile per mma: the m/n/k axes split by the tensor core's dims, a LOCAL
     axis of its 32 lanes, and per lane the A/B fragments gathered (VECTORIZE) in the tensor core's layout; the
-    REDUCE of the MUL becomes, per C element, a REDUCE over the outer k of a GEP of the WMMA."""
+    REDUCE of the MUL becomes a vector REDUCE of the WMMA over the outer k, stored per C element through a GEP."""
     ren = self.renderer
     if not ren.tensor_cores: raise KernelOptError(f"{opt}: renderer {type(ren).__name__} has no tensor cores")
     if not ren.has_local or self.dont_use_locals:
@@ -283,11 +283,13 @@ TC_FRAGMENTS: dict[str, Callable[[str, int, UOp], tuple[UOp | int, UOp | int]]] 
   "wmma.16x16x16": _frag_wmma_rdna3}
 
 
-def _bits(x: UOp, dt: Any) -> UOp:
+def _bits(x: UOp, dt: DType) -> UOp:
   """`x` (bfloat16) as its `dt` (uint16) bits: a plain load of a buffer reads them straight from the buffer viewed as
   `dt` (as `bf16_to_float` lowers every bf16 pointer), else a BITCAST (which lowers through float32)."""
-  if x.op is Ops.LOAD and len(x.src) == 1 and x.src[0].op is Ops.INDEX and x.src[0].src[0].op is Ops.PARAM:
+  if x.op is Ops.LOAD and len(x.src) == 1 and x.src[0].op is Ops.INDEX and x.src[0].src[0].op is Ops.PARAM and \
+     isinstance(x.src[0].src[0].dtype, PtrDType):
     idx, p = x.src[0], x.src[0].src[0]
+    assert isinstance(p.dtype, PtrDType)
     view = p.replace(dtype=dt.ptr(p.dtype.size, p.dtype.addrspace))
     return UOp(Ops.LOAD, dt, (idx.replace(dtype=view.dtype, src=(view, *idx.src[1:])),))
   return x.bitcast(dt)
@@ -297,7 +299,8 @@ def _tc_rewrite(ast: UOp, red: UOp, a: UOp, b: UOp, m: UOp, n: UOp, k: UOp, tc: 
   """The one-store kernel `ast` with `red` = REDUCE(a*b, k) computed by tensor core `tc`: m -> mo*M + row,
   n -> no*N + col, k -> ko*K + kk (the outer ranges keep the axis ids, and vanish when the axis is one tile), a new
   LOCAL axis `lane_id` of the warp's lanes, and one store per accumulator element e of the lane's C fragment:
-  REDUCE(GEP(WMMA(A fragment, B fragment, 0), e), ko) (the reduce lowers to a register accumulator)."""
+  GEP(REDUCE(WMMA(A fragment, B fragment, 0), ko), e). The vector REDUCE lowers to one vector register accumulator,
+  `acc + WMMA(a, b, 0)`, which the GPU renderers' rules fold into `WMMA(a, b, acc)`: the tensor core accumulates."""
   dn, dm, dk = tc.dims
   na, nb, nc = tc.elements_per_thread
 
@@ -324,9 +327,9 @@ def _tc_rewrite(ast: UOp, red: UOp, a: UOp, b: UOp, m: UOp, n: UOp, k: UOp, tc: 
              arg=(str(tc), tc.dtype_in.name))
   st = ast.src[0]
   stores = []
+  acc = UOp(Ops.REDUCE, wmma.dtype, (wmma, ko), Ops.ADD) if ko.op is Ops.RANGE else wmma
   for e in range(nc):
-    part = UOp(Ops.GEP, tc.dtype_out, (wmma,), (e,))
-    val = UOp(Ops.REDUCE, red.dtype, (part, ko), Ops.ADD) if ko.op is Ops.RANGE else part
+    val = UOp(Ops.GEP, tc.dtype_out, (acc,), (e,))
     row, col = frag("c", e, lane)
     stores.append(st.substitute({red: val}).substitute({m: at(mo, dm, row), n: at(no, dn, col)}))
   return ast.replace(src=tuple(stores))

@@ -10,12 +10,14 @@ accumulators are private `alloca`s (`addrspace(5)`, promoted to VGPRs by the opt
 are the host LLVM renderer's (`llvmir.py`). Transcendentals: `llvm.exp2/log2/sqrt` (hardware, correctly handled
 denormals) for half/float; SIN and every double EXP2/LOG2 use tiny's polynomials. bfloat16 goes through float32.
 Tensor cores (RDNA3, gfx11xx): `llvm.amdgcn.wmma.f32.16x16x16.{f16,bf16}` (wave32), declared in `tensor_cores`;
-a WMMA UOp renders to one call.
+a WMMA UOp renders to one call (its fragment layout is `_frag_wmma_rdna3` in `opt/kernel.py`), taking the
+accumulator as its C operand (`gpu_math_matcher`); a vector CONST (the accumulator's zero) becomes a VECTORIZE.
 """
 from __future__ import annotations
 
 from tiny_uop.device import Renderer, TensorCore
 from tiny_uop.dtype import AddrSpace, DType, PtrDType, dtypes
+from tiny_uop.pattern import PatternMatcher, UPat
 from tiny_uop.uop import Ops, UOp
 
 from tiny_codegen.compiler.amdgpu import AMDGPUCompiler, amdgpu_datalayout
@@ -32,6 +34,13 @@ def _ptr(dt: DType, spaces: dict[AddrSpace, int] = _AS) -> str:
   return f"ptr addrspace({space})"
 
 
+def _vec_const(c: UOp) -> UOp | None:
+  """A vector CONST (the identity of a vector accumulator: the TC opt's REDUCE of WMMA results) as a VECTORIZE of its
+  scalar, which the LLVM emitter renders."""
+  if c.dtype.count == 1: return None
+  return UOp(Ops.VECTORIZE, c.dtype, (UOp.const(c.dtype.scalar(), c.arg),) * c.dtype.count)
+
+
 class AMDGPURenderer(Renderer):
   """LLVM IR for AMD GPUs (arch `gfxNNNN`, default gfx1100); see the module docstring."""
   device = "AMD"
@@ -44,7 +53,7 @@ class AMDGPURenderer(Renderer):
   bf16_through_float = True
   decompose_ops = (Ops.SIN,)
   transcendental_via_f64 = False
-  extra_matcher = gpu_math_matcher
+  extra_matcher = gpu_math_matcher + PatternMatcher([(UPat(Ops.CONST, name="c"), _vec_const)])
   compiler_cls = AMDGPUCompiler
 
   def __init__(self, arch: str = ""):

@@ -8,7 +8,8 @@ Values live in virtual registers: `%p` predicates (bool), `%rs` 16 bits (int8/in
 sign/zero-extended in 16 bits), `%r` 32-bit ints, `%f` float, `%rd` 64-bit ints and addresses, `%fd` double. A
 vector value is a list of scalar registers (`ld.global.v4.f32 {..}` when a LOAD/STORE is a vector). Constants are
 moved into registers in the prologue (so loops that run zero times can't leave them unset). Accumulators
-(DEFINE_REG) are registers; DEFINE_LOCAL is a `.shared` array addressed with 32-bit offsets; BARRIER is `bar.sync 0`.
+(DEFINE_REG, scalar or vector elements) are registers; DEFINE_LOCAL is a `.shared` array addressed with 32-bit
+offsets; BARRIER is `bar.sync 0`.
 Gated loads are predicated (`@%p ld`) after zeroing the destination; gated stores are predicated.
 
 Arithmetic is IEEE with explicit rounding (`add.rn`, `mul.rn`: never contracted into FMA, like the CPU renderers),
@@ -19,11 +20,13 @@ the SFU (`ex2.approx.f32`, `lg2.approx.f32`: about 2 ulp); half computes them in
 polynomial decompositions (`lower/transcendental.py`).
 bfloat16 goes through float32 (so bf16 WMMA fragments are uint16 bits). Tensor cores: `mma.sync.aligned.m16n8k16`
 (half/bf16 in, float out) on sm_80+ and `m16n8k8` (half) on sm_75, declared in `tensor_cores`; a WMMA UOp renders to
-one `mma.sync`.
+one `mma.sync`. `gpu_math_matcher` (shared with the LLVM-based GPU renderers) folds `acc + WMMA(a, b, 0)` into
+`WMMA(a, b, acc)`, so the TC opt's accumulator is the mma's C operand.
 """
 from __future__ import annotations
 
 import math
+from typing import Any
 import struct
 
 from tiny_uop.device import Renderer, TensorCore
@@ -87,9 +90,23 @@ def _decomp_f64(u: UOp) -> UOp | None:
 def _pow(u: UOp) -> UOp: return (u.src[1] * u.src[0].log2()).exp2()  # pow(a, b) = exp2(b*log2(a)) for a > 0
 
 
+def _is_zero(u: UOp) -> bool:
+  if u.op is Ops.CONST: return u.arg == 0
+  return u.op is Ops.VECTORIZE and all(s.op is Ops.CONST and s.arg == 0 for s in u.src)
+
+
+def _wmma_acc(u: UOp) -> UOp | None:
+  """acc + WMMA(a, b, 0) -> WMMA(a, b, acc): the tensor core adds the accumulator itself (the TC opt's vector REDUCE
+  over the outer k lowers to that ADD)."""
+  for x, w in (u.src, u.src[::-1]):
+    if w.op is Ops.WMMA and _is_zero(w.src[2]) and x.dtype == w.dtype: return w.replace(src=(*w.src[:2], x))
+  return None
+
+
 gpu_math_matcher = PatternMatcher([
   (UPat((Ops.EXP2, Ops.LOG2), name="u"), _decomp_f64),
   (UPat(Ops.POW, name="u"), _pow),
+  (UPat(Ops.ADD, name="u"), _wmma_acc),
 ], name="gpu_math")
 
 
@@ -143,7 +160,7 @@ class _PTXEmitter:
     self.ren, self.uops = ren, uops
     self.counts: dict[str, int] = {}
     self.r: dict[UOp, list[str]] = {}
-    self.addr: dict[UOp, tuple[str, str, str | None]] = {}  # INDEX -> (state space, address register, gate)
+    self.addr: dict[UOp, tuple[str, Any, str | None]] = {}  # INDEX -> (state space, address register(s), gate)
     self.lines: list[str] = []
     self.prologue: list[str] = []
     self.shared: list[str] = []
@@ -315,7 +332,8 @@ class _PTXEmitter:
     size = pdt.base.scalar().itemsize
     if pdt.addrspace is AddrSpace.REG:
       if idx.op is not Ops.CONST: raise NotImplementedError("PTX renderer: accumulators need constant indices")
-      self.addr[u] = ("reg", self.r[buf][int(idx.arg)], gate)
+      n = pdt.base.count  # a vector accumulator element is `n` registers
+      self.addr[u] = ("reg", self.r[buf][int(idx.arg) * n:(int(idx.arg) + 1) * n], gate)
       return
     i = self.r[idx][0]
     if pdt.addrspace is AddrSpace.LOCAL:
@@ -333,9 +351,9 @@ class _PTXEmitter:
     space, addr, gate = self.addr[u.src[0]]
     dt = u.dtype
     if space == "reg":
-      out = self.sreg(dt)
-      self.emit(f"mov.{'pred' if dt == dtypes.bool else 'b' + str(_bits(dt))} {out}, {addr};")
-      self.r[u] = [out]
+      self.r[u] = [self.sreg(dt.scalar()) for _ in addr]
+      for out, a in zip(self.r[u], addr):
+        self.emit(f"mov.{'pred' if dt == dtypes.bool else 'b' + str(_bits(dt.scalar()))} {out}, {a};")
       return
     sc = dt.scalar()
     outs = [self.sreg(sc) for _ in range(dt.count)]
@@ -357,7 +375,8 @@ class _PTXEmitter:
     val, vdt = self.r[u.src[1]], u.src[1].dtype
     pre = f"@{gate} " if gate is not None else ""
     if space == "reg":
-      self.emit(f"{pre}mov.{'pred' if vdt == dtypes.bool else 'b' + str(_bits(vdt))} {addr}, {val[0]};")
+      for a, v in zip(addr, val if len(val) == len(addr) else val * len(addr)):
+        self.emit(f"{pre}mov.{'pred' if vdt == dtypes.bool else 'b' + str(_bits(vdt.scalar()))} {a}, {v};")
       return
     sc = vdt.scalar()
     if sc == dtypes.bool:
@@ -433,7 +452,7 @@ class _PTXEmitter:
         self.r[u] = regs
       elif op is Ops.DEFINE_REG:
         assert isinstance(dt, PtrDType)
-        self.r[u] = [self.sreg(dt.base) for _ in range(dt.size)]
+        self.r[u] = [self.sreg(dt.base.scalar()) for _ in range(dt.size * dt.base.count)]
       elif op is Ops.DEFINE_LOCAL:
         assert isinstance(dt, PtrDType)
         sym = f"temp{len(self.shared)}"
