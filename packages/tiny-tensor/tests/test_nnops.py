@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tiny_tensor import Tensor, dtypes
+from tiny_uop import Ops
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -78,7 +79,7 @@ def test_conv2d_random_configs(data):
   hw = tuple(max(data.draw(st.integers(1, 7)), di * (ki - 1) + 1 - 2 * pi) for ki, di, pi in zip(k, d, p))
   x, w = randn(2, 2 * groups, *hw), randn(2 * groups, 2, *k)
   compare(lambda x, w: x.conv2d(w, groups=groups, stride=s, dilation=d, padding=p),
-          lambda x, w: F.conv2d(x, w, groups=groups, stride=s, dilation=d, padding=p), x, w, grad=False)
+          lambda x, w: F.conv2d(x, w, groups=groups, stride=s, dilation=d, padding=p), x, w)  # gradients too
 
 
 def test_conv1d_and_conv3d_through_conv2d():
@@ -426,3 +427,12 @@ def test_docstring_examples_run():
   from tiny_tensor import nnops
   res = doctest.testmod(nnops, optionflags=doctest.ELLIPSIS)
   assert res.failed == 0 and res.attempted >= 30, res
+
+
+def test_conv2d_input_gradient_is_a_plain_conv():
+  # the input gradient is the transposed conv of the incoming gradient (a conv over it, padded): no kernel indexes
+  # through div/mod, as differentiating the sliding-window view would (a scatter computing mostly zeros)
+  x, w = Tensor(randn(2, 3, 12, 12), requires_grad=True), Tensor(randn(4, 3, 5, 5), requires_grad=True)
+  x.conv2d(w).relu().sum().backward()
+  asts = [c.src[0] for c in x.grad.schedule().calls if c.src[0].op is Ops.SINK]
+  assert asts and not any(u.op in (Ops.CDIV, Ops.CMOD) for a in asts for u in a.toposort())

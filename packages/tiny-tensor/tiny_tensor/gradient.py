@@ -2,16 +2,33 @@
 
 A rule gets `ctx`, the gradient flowing into the node (same shape and dtype as the node), and returns a tuple with one
 gradient (or None) per source. `compute_gradient` walks the graph from the root back to the targets.
+
+A composite op may give its result node a gradient of its own with `custom_gradient(out, inputs, fn)`: the walk then
+calls `fn(ctx)` for that node's inputs instead of differentiating the nodes inside it (conv2d's input gradient is a
+plain transposed convolution, not the scatter that differentiating its sliding windows would give).
 """
 from __future__ import annotations
 
 import math
+import weakref
+from typing import Callable
 
 from tiny_uop.pattern import PatternMatcher, UPat
 from tiny_uop.uop import GroupOp, Ops, UOp
 from tiny_uop.helpers import argsort
 
-__all__ = ["pm_gradient", "compute_gradient"]
+__all__ = ["pm_gradient", "compute_gradient", "custom_gradient"]
+
+# node -> (its inputs, fn(ctx) -> one gradient (or None) per input); weak: forgotten with the graph
+_custom: weakref.WeakKeyDictionary[UOp, tuple[tuple[UOp, ...], Callable[[UOp], tuple[UOp | None, ...]]]] = \
+  weakref.WeakKeyDictionary()
+
+
+def custom_gradient(out: UOp, inputs: tuple[UOp, ...], fn: Callable[[UOp], tuple[UOp | None, ...]]) -> UOp:
+  """Make the gradient of `out` with respect to `inputs` `fn(ctx)` (one per input, None: no gradient); returns `out`.
+  `fn` may call `compute_gradient(out, ctx, targets, custom=False)` to differentiate `out`'s own graph instead."""
+  _custom[out] = (inputs, fn)
+  return out
 
 
 def _reduce_grad(ctx: UOp, ret: UOp) -> tuple[UOp | None, ...]:
@@ -86,11 +103,16 @@ def _path_to_targets(root: UOp, targets: set[UOp]) -> list[UOp]:
   return [u for u, p in on_path.items() if p]
 
 
-def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, UOp]:
-  """d(root)/d(target) for each target reachable from root, with `root_grad` as the incoming gradient."""
+def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp], custom: bool = True) -> dict[UOp, UOp]:
+  """d(root)/d(target) for each target reachable from root, with `root_grad` as the incoming gradient. `custom=False`:
+  the root's own `custom_gradient` is not used (its graph is differentiated)."""
   grads: dict[UOp, UOp] = {root: root_grad}
   for node in reversed(_path_to_targets(root, targets)):
     if node not in grads: continue
+    if (cg := _custom.get(node)) is not None and (custom or node is not root):
+      for src, g in zip(cg[0], cg[1](grads[node])):
+        if g is not None: grads[src] = grads[src] + g if src in grads else g
+      continue
     if (local := pm_gradient.rewrite(node, ctx=grads[node])) is None:
       if node.op in GroupOp.ALU or node.op in GroupOp.Movement or node.op is Ops.REDUCE_AXIS:
         raise NotImplementedError(f"no gradient rule for {node.op}")

@@ -25,6 +25,7 @@ from tiny_uop.dtype import DType, dtypes, least_upper_dtype
 
 if TYPE_CHECKING:
   from tiny_tensor.tensor import Tensor
+  from tiny_uop.uop import UOp
 
 ReductionStr = Literal["mean", "sum", "none"]
 
@@ -156,7 +157,30 @@ def _conv(x: Tensor, weight: Tensor, bias: Tensor | None, groups: int, stride: A
   prod_ = win * weight.reshape(1, groups, rcout, *[1] * nd, cin, *HW)
   axes = tuple(range(-1 - nd, 0))
   ret = (prod_.sum(axes) if dtype is None else prod_.sum(axes, dtype=dtype)).reshape(bs, cout, *oyx)
+  if dtype is None: _conv_gradient(ret, x, weight, groups, s_, d_, pads)
   return ret if bias is None else ret + bias.reshape(1, cout, *[1] * nd)
+
+
+def _conv_gradient(out: Tensor, x: Tensor, weight: Tensor, groups: int, s_: tuple[int, ...], d_: tuple[int, ...],
+                   pads: tuple[tuple[int, int], ...]) -> None:
+  """Give the conv `out` = conv(x, weight) its own input gradient: the transposed convolution of the incoming gradient
+  with the same weight (a plain conv of the padded gradient with the flipped weight when stride is 1). Differentiating
+  the sliding windows instead would scatter each output's gradient back through div/mod index math, computing mostly
+  zeros for large kernels. The weight gradient is the window sum autograd gives."""
+  from tiny_tensor.gradient import compute_gradient, custom_gradient
+  T, ou, xu, wu = type(x), out.uop, x.uop, weight.uop
+  kk, o_ = tuple(weight.shape[2:]), tuple(out.shape[2:])
+  padded = [i + pb + pa for i, (pb, pa) in zip(x.shape[2:], pads)]
+  # the rows past the last window's end (stride > 1) get no gradient: output_padding restores the padded size
+  extra = [p - ((o - 1) * s + d * (k - 1) + 1) for p, o, s, d, k in zip(padded, o_, s_, d_, kk)]
+
+  def grads(ctx: UOp) -> tuple[UOp | None, UOp | None]:
+    # each gradient element is read once per weight tap: compute it into a buffer first, not inside the conv's loop
+    gx = conv_transpose2d(T.from_uop(ctx).contiguous(), T.from_uop(wu), groups=groups, stride=s_, dilation=d_,
+                          output_padding=extra)
+    gx = _pad(gx, ((0, 0), (0, 0)) + tuple((-pb, -pa) for pb, pa in pads))
+    return gx.uop, compute_gradient(ou, ctx, {wu}, custom=False).get(wu)
+  custom_gradient(ou, (xu, wu), grads)
 
 
 def _check_conv(x: Tensor, weight: Tensor, groups: int, transposed: bool) -> None:
