@@ -205,3 +205,14 @@ def test_beam_search_finds_legal_opts_that_keep_results() -> None:
   a, b = rng.standard_normal((16, 4)).astype(np.float32), rng.standard_normal((4, 16)).astype(np.float32)
   np.testing.assert_allclose(run(tuned, "CPU", [a, b], 256).reshape(16, 16), a @ b, rtol=1e-5, atol=1e-5)
   assert beam_search(ast, ren, 2) == opts  # the second search is answered from the disk cache
+
+
+def test_beam_env_compiles_through_the_search(tmp_path, monkeypatch) -> None:
+  # BEAM=1 as a user sets it: compiling a kernel searches once (timing the candidates compiles them, which must not
+  # start another search), and the program it gives computes the same numbers
+  from tiny_uop.helpers import Context
+  monkeypatch.setenv("TINY_CACHE_DIR", str(tmp_path))
+  rng = np.random.default_rng(4)
+  a, b = rng.standard_normal((16, 4)).astype(np.float32), rng.standard_normal((4, 8)).astype(np.float32)
+  with Context(BEAM=1): got = run(matmul_ast(16, 8, 4), "CPU", [a, b], 128)
+  np.testing.assert_allclose(got.reshape(16, 8), a @ b, rtol=1e-5, atol=1e-5)

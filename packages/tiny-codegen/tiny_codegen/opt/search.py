@@ -68,7 +68,10 @@ def beam_search(ast: UOp, renderer: Renderer, amt: int) -> tuple[Opt, ...]:
     return pickle.loads(hit)
   bufs = _buffers_for(ast, renderer.device)
   base = Kernel(ast, renderer)
-  beam: list[tuple[Kernel, float]] = [(base, _time_kernel(ast, renderer, bufs))]
+  # the unoptimized kernel, marked as such (no opts to apply) so that compiling it doesn't start another search
+  info = ast.arg if isinstance(ast.arg, KernelInfo) else KernelInfo()
+  plain = ast.replace(arg=KernelInfo(info.name, (), (), info.dont_use_locals))
+  beam: list[tuple[Kernel, float]] = [(base, _time_kernel(plain, renderer, bufs))]
   seen: set[UOp] = {ast}
   st = time.perf_counter()
   while True:
