@@ -49,3 +49,14 @@ class Code:
     self.buf = (ctypes.c_uint32 * len(words))(*words)
     self.addr = ctypes.addressof(self.buf)
     self.size = 4 * len(words)
+
+
+def dpp16(ctrl, src0, row_mask=0xF, bank_mask=0xF, bound_ctrl=0, fi=0, neg0=0, abs0=0):
+  """The DPP16 dword that follows a VOP1/VOP2/VOPC whose src0 is DPP16 (250); `src0` the VGPR number."""
+  return [(row_mask << 28) | (bank_mask << 24) | (abs0 << 21) | (neg0 << 20) | (bound_ctrl << 19) | (fi << 18)
+          | (ctrl << 8) | src0]
+
+
+def dpp8(sel, src0):
+  """The DPP8 dword that follows a VOP1/VOP2/VOPC whose src0 is DPP8 (233): lane i reads lane sel[i % 8]."""
+  return [sum(s << (3 * i) for i, s in enumerate(sel)) << 8 | src0]

@@ -18,6 +18,7 @@ from typing import Callable, Iterator
 MASK32, MASK64 = 0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF
 WAVE = 32
 VCC_LO, VCC_HI, NULL, M0, EXEC_LO, EXEC_HI, SCC_SRC, LITERAL = 106, 107, 124, 125, 126, 127, 253, 255
+DPP8, DPP8_FI, DPP16 = 233, 234, 250  # src0 codes that announce a DPP dword
 # inline float constants (operand codes 240..248) as float32 bits
 INLINE_F32 = {240: 0x3F000000, 241: 0xBF000000, 242: 0x3F800000, 243: 0xBF800000, 244: 0x40000000, 245: 0xC0000000,
               246: 0x40800000, 247: 0xC0800000, 248: 0x3E22F983}
@@ -526,6 +527,15 @@ def decode(code: bytes | memoryview, pc: int = 0) -> Inst:
       inst.size += 4
     return inst
 
+  def dpp(inst: Inst) -> Inst:
+    """VOP1/VOP2/VOPC with src0 = DPP16 (250) or DPP8 (233, 234 with fetch-inactive): the next dword holds the real
+    src0 VGPR and the lane pattern (see Emulator.dpp)."""
+    if inst.f["src0"] not in (DPP16, DPP8, DPP8_FI): return inst
+    d = struct.unpack_from("<I", code, pc + 4)[0]
+    inst.f = {**inst.f, "dpp_kind": inst.f["src0"], "dpp": d, "src0": 256 + (d & 0xFF)}
+    inst.size, inst.name = 8, inst.name + ("_dpp" if inst.f["dpp_kind"] == DPP16 else "_dpp8")
+    return inst
+
   top9, top6 = w0 >> 23, w0 >> 26
   if top9 == 0b101111101:
     op = _bits(w0, 8, 8)
@@ -594,18 +604,18 @@ def decode(code: bytes | memoryview, pc: int = 0) -> Inst:
     op = _bits(w0, 9, 8)
     name = VOP1[op][0] if op in VOP1 else VOP1_F64[op][0] if op in VOP1_F64 else VOP3_16[VOP1_16[op]][0] \
       if op in VOP1_16 else VOP1_SPECIAL.get(op, f"vop1_{op}")
-    return lit(Inst("VOP1", op, {"vdst": _bits(w0, 17, 8), "src0": w0 & 0x1FF}, 4, name), w0 & 0x1FF)
+    return dpp(lit(Inst("VOP1", op, {"vdst": _bits(w0, 17, 8), "src0": w0 & 0x1FF}, 4, name), w0 & 0x1FF))
   if w0 >> 25 == 0b0111110:
     op = _bits(w0, 17, 8)
     try: name = vopc_compare(op)[0]
     except UnsupportedInstruction: name = f"vopc_{op}"
-    return lit(Inst("VOPC", op, {"src0": w0 & 0x1FF, "vsrc1": _bits(w0, 9, 8)}, 4, name), w0 & 0x1FF)
+    return dpp(lit(Inst("VOPC", op, {"src0": w0 & 0x1FF, "vsrc1": _bits(w0, 9, 8)}, 4, name), w0 & 0x1FF))
   if w0 >> 31 == 0:
     op = _bits(w0, 25, 6)
     name = VOP2[op][0] if op in VOP2 else VOP3_16[VOP2_16[op]][0] if op in VOP2_16 else \
       VOP2_SPECIAL.get(op, f"vop2_{op}")
     inst = Inst("VOP2", op, {"vdst": _bits(w0, 17, 8), "src0": w0 & 0x1FF, "vsrc1": _bits(w0, 9, 8)}, 4, name)
-    return lit(inst, w0 & 0x1FF, *([LITERAL] if op in (VOP2_FMAMK, VOP2_FMAAK, 55, 56) else []))
+    return dpp(lit(inst, w0 & 0x1FF, *([LITERAL] if op in (VOP2_FMAMK, VOP2_FMAAK, 55, 56) else [])))
   raise UnsupportedInstruction(f"unknown encoding {w0:#010x} at offset {pc:#x}")
 
 
@@ -636,7 +646,9 @@ def _vop3_name(op: int) -> str:
   if op in VOP3: return VOP3[op][0]
   if op in VOP3_F64: return VOP3_F64[op][0]
   if 0x180 <= op < 0x200 and op - 0x180 in VOP1_F64: return VOP1_F64[op - 0x180][0] + "_e64"
-  return {0x33D: "v_lshrrev_b64", 0x33E: "v_ashrrev_i64", 0x32B: "v_ldexp_f64", 0x2FD: "v_div_scale_f64",
+  return {0x25B: "v_permlane16_b32", 0x25C: "v_permlanex16_b32", 0x311: "v_pack_b32_f16", 0x12F: "v_cvt_pk_rtz_f16_f32",
+          0x136: "v_fmac_f16_e64", 0x25D: "v_cndmask_b16", 0x33D: "v_lshrrev_b64",
+          0x33E: "v_ashrrev_i64", 0x32B: "v_ldexp_f64", 0x2FD: "v_div_scale_f64",
           0x238: "v_div_fmas_f64", VOP3_ADD_CO_U32: "v_add_co_u32", 0x2FC: "v_div_scale_f32", 0x237: "v_div_fmas_f32",
           VOP3_SUB_CO_U32: "v_sub_co_u32", VOP3_MAD_U64_U32: "v_mad_u64_u32", 0x360: "v_readlane_b32",
           0x361: "v_writelane_b32",
@@ -788,9 +800,63 @@ class Emulator:
         if inst.op == 48: return
         if inst.op == 61 and barriers: yield
         nxt = self.sopp(w, inst, nxt)
+      elif "dpp" in inst.f: self.dpp(w, inst)
       else: getattr(self, inst.fmt.lower())(w, inst)
       w.pc = nxt
     raise RuntimeError(f"wave did not reach s_endpgm in {self.max_steps} instructions")
+
+  def dpp(self, w: Wave, inst: Inst) -> None:
+    """Run a VOP1/VOP2/VOPC whose src0 comes through DPP. DPP16 (RDNA3 ISA "DPP16"): within each row of 16 lanes,
+    quad_perm (0x00-0xFF), row_shl/shr/ror:1-15 (0x101/0x111/0x121+), row_mirror (0x140), row_half_mirror (0x141),
+    row_share (0x150+n: lane n of the row), row_xmask (0x160+n: lane i^n); a source lane outside the row or inactive
+    (unless FI) is invalid: with BOUND_CTRL the lane reads 0, else it does not write. ROW_MASK / BANK_MASK (lanes
+    4b..4b+3 of each row) disable writes. DPP8: lane i reads lane (i & ~7) | sel[i % 8]; an inactive source reads 0
+    unless FI. src0's abs/neg (bits 21/20) act on the fetched float32."""
+    f, d, op = inst.f, inst.f["dpp"], inst.op
+    if (inst.fmt == "VOP1" and (op in VOP1_16 or op in (11, 28) or op in VOP1_F64 or op in (15, 16))) or \
+        (inst.fmt == "VOP2" and (op in VOP2_16 or op in (54, 55, 56))) or \
+        (inst.fmt == "VOPC" and ((op & 0x7F) < 0x10 or 0x20 <= (op & 0x7F) < 0x40 or 0x50 <= (op & 0x7F) < 0x60
+                                 or op & 0x7F == 0x7D)):
+      raise UnsupportedInstruction(f"{inst.name}: DPP on a 16/64-bit operand at {w.pc:#x}")
+    src, ex = w.vgpr[d & 0xFF], w.exec
+    vals, write = [0] * WAVE, 0
+    if f["dpp_kind"] == DPP16:
+      ctrl, fi, bc = (d >> 8) & 0x1FF, d >> 18 & 1, d >> 19 & 1
+      bank, row = (d >> 24) & 0xF, (d >> 28) & 0xF
+      if d >> 22 & 3: raise UnsupportedInstruction(f"{inst.name}: DPP src1 abs/neg at {w.pc:#x}")
+      for ln in range(WAVE):
+        i, base = ln & 15, ln & ~15
+        if ctrl < 0x100: j = (ctrl >> (2 * (i & 3))) & 3 | (i & ~3)
+        elif 0x101 <= ctrl <= 0x10F: j = i + (ctrl & 15)
+        elif 0x111 <= ctrl <= 0x11F: j = i - (ctrl & 15)
+        elif 0x121 <= ctrl <= 0x12F: j = (i - (ctrl & 15)) & 15
+        elif ctrl == 0x140: j = 15 - i
+        elif ctrl == 0x141: j = (i & 8) | (7 - (i & 7))
+        elif 0x150 <= ctrl <= 0x15F: j = ctrl & 15
+        elif 0x160 <= ctrl <= 0x16F: j = i ^ (ctrl & 15)
+        else: raise UnsupportedInstruction(f"{inst.name}: DPP control {ctrl:#x} at {w.pc:#x}")
+        enabled = (row >> (ln >> 4) & 1) and (bank >> (i >> 2) & 1)
+        valid = 0 <= j < 16 and (fi or ex >> (base + j) & 1)
+        if valid: vals[ln] = src[base + j]
+        if enabled and (valid or bc): write |= 1 << ln
+    else:
+      sel, fi = d >> 8, f["dpp_kind"] == DPP8_FI
+      for ln in range(WAVE):
+        j = (ln & ~7) | ((sel >> (3 * (ln & 7))) & 7)
+        vals[ln] = src[j] if fi or ex >> j & 1 else 0
+      write = MASK32
+    if f["dpp_kind"] == DPP16 and d >> 20 & 3:  # src0 neg (bit 20) / abs (bit 21) on a float32 source
+      vals = [((v & 0x7FFFFFFF) if d >> 21 & 1 else v) ^ (0x80000000 if d >> 20 & 1 else 0) for v in vals]
+    if len(w.vgpr) == 256: w.vgpr.append([0] * WAVE)
+    w.vgpr[256] = vals  # a hidden VGPR holds the fetched src0 (operand code 512)
+    inner = Inst(inst.fmt, inst.op, {k: v for k, v in inst.f.items() if k not in ("dpp", "dpp_kind")}, inst.size,
+                 inst.name, inst.literal)
+    inner.f["src0"] = 512
+    saved = w.exec
+    w.exec = saved & write
+    try: getattr(self, inst.fmt.lower())(w, inner)
+    finally:
+      if not (inst.fmt == "VOPC" and inst.op & 0x80): w.exec = saved  # v_cmpx writes EXEC itself
 
   # scalar
   def sopp(self, w: Wave, inst: Inst, nxt: int) -> int:
@@ -1047,6 +1113,17 @@ class Emulator:
     if op in VOP3_16 or 0x30 <= op < 0x40 or op < 0x10 or 0x80 <= op < 0x90 or op & 0x7F == 0x7D \
         or op in (0x136, 0x25D):
       self.vop3_16(w, inst)
+      return
+    if op in (0x25B, 0x25C):  # v_permlane16_b32 / v_permlanex16_b32: lane i reads lane sel[i%16] of its (other) row
+      if f["src0"] < 256: raise UnsupportedInstruction(f"{inst.name}: src0 must be a VGPR at {w.pc:#x}")
+      sel = self.sread(w, f["src1"], inst) | (self.sread(w, f["src2"], inst) << 32)
+      fi, bc, src, ex = f["opsel"] & 1, f["opsel"] >> 1 & 1, w.vgpr[f["src0"] - 256], w.exec
+      out = {}
+      for ln in w.lanes():
+        j = ((ln & 16) ^ (16 if op == 0x25C else 0)) | ((sel >> (4 * (ln & 15))) & 15)
+        if fi or ex >> j & 1: out[ln] = src[j]
+        elif bc: out[ln] = 0
+      for ln, v in out.items(): w.vgpr[f["vdst"]][ln] = v
       return
     if op in (0x311, 0x12F) and not (f["omod"] or f["clamp"]):  # v_pack_b32_f16 / v_cvt_pk_rtz_f16_f32
       for ln in w.lanes():
