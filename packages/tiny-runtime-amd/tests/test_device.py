@@ -116,6 +116,7 @@ def test_a_faulting_kernel_raises_and_the_device_keeps_working():
   class Faulty:  # the attributes AMDComputeQueue.exec reads from a program
     entry_addr, rsrc1, rsrc2, rsrc3, tmpring_size = code.va_addr, 0, 2 << 1, 0, 0
     def user_data(self, args): return [0x10, 0]
+    def scratch(self): return None
   q = AMDComputeQueue().wait(dev.timeline_signal, dev.timeline_value - 1).exec(Faulty(), 0, (1, 1, 1), (32, 1, 1))
   q.signal(dev.timeline_signal, dev.next_timeline()).submit(dev)
   with pytest.raises(GPUPageFault, match="read of 4 bytes at 0x10"): dev.synchronize()
@@ -149,3 +150,66 @@ def test_lds_and_barrier_across_waves(dev):
   out, inp = Buffer(dev, n * groups, dtypes.float), Buffer(dev, n * groups, dtypes.float).copyin(memoryview(x))
   d.get_program("shared_reverse", lib)(out._buf, inp._buf, global_size=(groups, 1, 1), local_size=(n, 1, 1), wait=True)
   np.testing.assert_array_equal(out.numpy(), x.reshape(groups, n)[:, ::-1].reshape(-1))
+
+
+def _scratch_kernel(n: int) -> str:
+  """LLVM IR: copy in[0..n) into a private array (scratch), then out[tid] = private[tid % n]."""
+  return f'''
+target triple = "amdgcn-amd-amdhsa"
+define amdgpu_kernel void @scr{n}(ptr addrspace(1) %out, ptr addrspace(1) %in) {{
+entry:
+  %arr = alloca [{n} x float], align 4, addrspace(5)
+  %lid = call i32 @llvm.amdgcn.workitem.id.x()
+  %gid = call i32 @llvm.amdgcn.workgroup.id.x()
+  %base = mul i32 %gid, 32
+  %tid = add i32 %base, %lid
+  br label %loop
+loop:
+  %i = phi i32 [0, %entry], [%i1, %loop]
+  %p = getelementptr float, ptr addrspace(1) %in, i32 %i
+  %v = load float, ptr addrspace(1) %p
+  %q = getelementptr [{n} x float], ptr addrspace(5) %arr, i32 0, i32 %i
+  store volatile float %v, ptr addrspace(5) %q
+  %i1 = add i32 %i, 1
+  %c = icmp ult i32 %i1, {n}
+  br i1 %c, label %loop, label %done
+done:
+  %idx = urem i32 %tid, {n}
+  %r = getelementptr [{n} x float], ptr addrspace(5) %arr, i32 0, i32 %idx
+  %x = load volatile float, ptr addrspace(5) %r
+  %o = getelementptr float, ptr addrspace(1) %out, i32 %tid
+  store float %x, ptr addrspace(1) %o
+  ret void
+}}
+declare i32 @llvm.amdgcn.workitem.id.x()
+declare i32 @llvm.amdgcn.workgroup.id.x()
+'''
+
+
+def test_scratch_kernels_grow_the_scratch_buffer_and_run(monkeypatch):
+  from tiny_codegen.compiler.amdgpu import AMDGPUCompiler
+  from tiny_runtime_amd import pm4
+  from tiny_runtime_amd.mock.driver import driver
+  dev = Device["MOCK+AMD"]
+  emu, seen = driver().emu, []
+  real_run_group = emu.run_group
+  monkeypatch.setattr(emu, "run_group", lambda waves, entry: (seen.append([w.scratch_size for w in waves]),
+                                                              real_run_group(waves, entry))[1])
+  comp = AMDGPUCompiler(dev.arch)
+  rng = np.random.default_rng(5)
+  waves = dev.iface.node.cu_count * 32
+  for n in (40, 72, 100):
+    prg = dev.get_program(f"scr{n}", comp.compile(_scratch_kernel(n)))
+    assert prg.private_size >= 4 * n
+    wave = (prg.private_size * 32 + 255) // 256 * 256
+    assert dev.scratch_wave_bytes >= wave and dev.scratch_buf.size >= waves * dev.scratch_wave_bytes
+    assert dev.tmpring_size == waves | (dev.scratch_wave_bytes // 256) << 12
+    x = rng.standard_normal(n).astype(np.float32)
+    bin_, bout = Buffer("MOCK+AMD", n, dtypes.float).copyin(memoryview(x)), Buffer("MOCK+AMD", 96, dtypes.float)
+    prg(bout._buf, bin_._buf, global_size=(3, 1, 1), local_size=(32, 1, 1), wait=True)
+    np.testing.assert_array_equal(bout.numpy(), x[np.arange(96) % n])
+    assert seen[-3:] == [[dev.scratch_wave_bytes // 32]] * 3  # the emulator got each lane's private size
+    regs = driver().queues[dev.compute_ring.queue_id].regs
+    assert regs[pm4.COMPUTE_TMPRING_SIZE] == dev.tmpring_size
+    assert regs[pm4.COMPUTE_DISPATCH_SCRATCH_BASE_LO] == (dev.scratch_buf.va_addr >> 8) & 0xFFFFFFFF
+  assert len(dev._old_scratch) >= 1  # it grew, and kept the smaller buffers that earlier command buffers refer to

@@ -94,9 +94,9 @@ class AMDProgram(HCQProgram):
     self.kname, kd_off, self.kd = elf.kernel(name if name + ".kd" in elf.symbols else None)
     if not self.kd.wave32:
       raise RuntimeError(f"kernel {self.kname}: wave64 code objects are not supported (gfx11 runs wave32)")
-    if self.kd.private_segment_fixed_size:
-      raise RuntimeError(f"kernel {self.kname} uses {self.kd.private_segment_fixed_size} bytes of scratch per item: "
-                         "scratch is not supported by tiny-runtime-amd yet")
+    # scratch: the device's scratch buffer grows (now, at load) to this kernel's private bytes per work-item
+    self.private_size = self.kd.private_segment_fixed_size if self.kd.rsrc2 & 1 else 0  # RSRC2.SCRATCH_EN
+    if self.private_size: dev.ensure_scratch(self.private_size)
     self.lib_buf = dev.iface.alloc(len(image) + 0x100, host=True)
     self.lib_buf.host_view()[:len(image)] = image
     self.kd_addr = self.lib_buf.va_addr + kd_off
@@ -108,17 +108,26 @@ class AMDProgram(HCQProgram):
     if lds > 0x80:
       raise RuntimeError(f"kernel {self.kname} wants {self.kd.group_segment_fixed_size} bytes of LDS; max 65536")
     self.rsrc1, self.rsrc2, self.rsrc3 = self.kd.rsrc1, (self.kd.rsrc2 & ~(0x1FF << 15)) | (lds << 15), self.kd.rsrc3
-    self.tmpring_size = 0
     self.groups = self.kd.user_sgprs()
-    if unsupported := [g for g, _ in self.groups if g not in ("kernarg_segment_ptr", "dispatch_ptr")]:
-      raise RuntimeError(f"kernel {self.kname} wants user SGPRs {unsupported}; "
-                         "supported: kernarg_segment_ptr, dispatch_ptr")
+    supported = ("kernarg_segment_ptr", "dispatch_ptr", "flat_scratch_init", "private_segment_size")
+    if unsupported := [g for g, _ in self.groups if g not in supported]:
+      raise RuntimeError(f"kernel {self.kname} wants user SGPRs {unsupported}; supported: {', '.join(supported)}")
+
+  def scratch(self) -> tuple[int, int] | None:
+    """(scratch buffer address, COMPUTE_TMPRING_SIZE) for a dispatch of this kernel; None without scratch."""
+    if not self.private_size or self.dev.scratch_buf is None: return None
+    return self.dev.scratch_buf.va_addr, self.dev.tmpring_size
 
   def user_data(self, args_addr: Any) -> list[Any]:
-    """The user SGPR values in descriptor order; the AQL dispatch packet sits 64 bytes before the kernargs."""
+    """The user SGPR values in descriptor order; the AQL dispatch packet sits 64 bytes before the kernargs;
+    flat_scratch_init is the scratch buffer's address (gfx10-style kernels add their wave offset to it)."""
     out: list[Any] = []
     for g, _ in self.groups:
-      a = args_addr if g == "kernarg_segment_ptr" else args_addr - 64
+      if g == "private_segment_size":
+        out.append(self.private_size)
+        continue
+      scratch = self.dev.scratch_buf.va_addr if self.dev.scratch_buf is not None else 0
+      a = args_addr if g == "kernarg_segment_ptr" else args_addr - 64 if g == "dispatch_ptr" else scratch
       out += [a & 0xFFFFFFFF, a >> 32] if isinstance(a, int) else [a.lo, a.hi]
     return out
 
@@ -173,6 +182,8 @@ class AMDDevice(HCQCompiled):
     self._free_signals = list(range(base, base + SIGNAL_PAGE, HCQSignal.SIZE))[::-1]
     self.kernargs = self.iface.alloc(KERNARGS_SIZE, host=True)
     self._kernargs_ptr = 0
+    self.scratch_buf: HCQBuffer | None = None  # grows on demand (ensure_scratch); earlier ones stay allocated
+    self.scratch_wave_bytes, self.tmpring_size, self._old_scratch = 0, 0, []
     from tiny_codegen.renderer.amdgpu import AMDGPURenderer
     super().__init__(device, HCQAllocator(self), [AMDGPURenderer], AMDProgram, HCQGraph, arch=self.iface.node.arch)
     self.time_signals = [self.new_signal(), self.new_signal()]
@@ -192,6 +203,25 @@ class AMDDevice(HCQCompiled):
 
   def _gpu_alloc(self, size: int, host: bool = False) -> HCQBuffer: return self.iface.alloc(max(size, 1), host=host)
   def _gpu_free(self, buf: HCQBuffer) -> None: self.iface.free(buf)
+
+  def ensure_scratch(self, lane_bytes: int) -> None:
+    """Make the scratch buffer hold `lane_bytes` private bytes per work-item for every wave slot of the GPU.
+
+    Per wave: lane_bytes * 32 rounded up to 256 bytes (COMPUTE_TMPRING_SIZE.WAVESIZE counts 256-byte units on gfx11);
+    wave slots: CUs * max_slots_scratch_cu (TMPRING_SIZE.WAVES, at most 4095). It grows at least 2x at a time; a
+    replaced buffer stays allocated, because command buffers recorded before (JIT graphs) still point at it and it
+    is big enough for their kernels."""
+    wave = (lane_bytes * 32 + 255) // 256 * 256
+    if wave <= self.scratch_wave_bytes: return
+    wave = max(wave, 2 * self.scratch_wave_bytes)
+    if wave // 256 >= 1 << 15:
+      raise RuntimeError(f"{self.device}: {lane_bytes} bytes of scratch per work-item is more than the "
+                         f"{((1 << 15) - 1) * 256 // 32} a gfx11 wave can have")
+    props = dict(self.iface.node.props)
+    waves = min(self.iface.node.cu_count * props.get("max_slots_scratch_cu", 32), 4095)
+    if self.scratch_buf is not None: self._old_scratch.append(self.scratch_buf)
+    self.scratch_buf = self.iface.alloc(waves * wave)
+    self.scratch_wave_bytes, self.tmpring_size = wave, waves | (wave // 256) << 12
 
   def kernargs_alloc(self, size: int) -> int:
     """A 256-byte aligned slice of the kernarg buffer; wraps after waiting for the GPU to finish with it."""

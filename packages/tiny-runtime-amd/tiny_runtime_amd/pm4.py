@@ -26,6 +26,7 @@ COMPUTE_DISPATCH_INITIATOR = 0xB800
 COMPUTE_START_X, COMPUTE_START_Y, COMPUTE_START_Z = 0xB810, 0xB814, 0xB818
 COMPUTE_NUM_THREAD_X, COMPUTE_NUM_THREAD_Y, COMPUTE_NUM_THREAD_Z = 0xB81C, 0xB820, 0xB824
 COMPUTE_PGM_LO, COMPUTE_PGM_HI = 0xB830, 0xB834
+COMPUTE_DISPATCH_SCRATCH_BASE_LO, COMPUTE_DISPATCH_SCRATCH_BASE_HI = 0xB840, 0xB844  # gfx11+: scratch VA >> 8
 COMPUTE_PGM_RSRC1, COMPUTE_PGM_RSRC2 = 0xB848, 0xB84C
 COMPUTE_RESOURCE_LIMITS, COMPUTE_TMPRING_SIZE, COMPUTE_PGM_RSRC3 = 0xB854, 0xB860, 0xB8A0
 COMPUTE_USER_DATA_0 = 0xB900  # USER_DATA_0..15 follow, 4 bytes apart
@@ -101,7 +102,11 @@ class AMDComputeQueue(HWQueue):
     self.set_sh_reg(COMPUTE_PGM_LO, lo32(prg.entry_addr >> 8), hi32(prg.entry_addr >> 8))
     self.set_sh_reg(COMPUTE_PGM_RSRC1, prg.rsrc1, prg.rsrc2)
     self.set_sh_reg(COMPUTE_PGM_RSRC3, prg.rsrc3)
-    self.set_sh_reg(COMPUTE_TMPRING_SIZE, prg.tmpring_size)
+    if (scratch := prg.scratch()) is not None:  # (base address, TMPRING_SIZE) of the device's scratch buffer
+      base, tmpring = scratch
+      self.set_sh_reg(COMPUTE_DISPATCH_SCRATCH_BASE_LO, lo32(base >> 8), hi32(base >> 8))
+      self.set_sh_reg(COMPUTE_TMPRING_SIZE, tmpring)
+    else: self.set_sh_reg(COMPUTE_TMPRING_SIZE, 0)
     if (user := prg.user_data(args_addr)): self.set_sh_reg(COMPUTE_USER_DATA_0, *user)
     self.set_sh_reg(COMPUTE_RESOURCE_LIMITS, 0)
     self.set_sh_reg(COMPUTE_START_X, 0, 0, 0, *ls)

@@ -5,8 +5,10 @@ files, ioctls decoded from the same cffi structs as the real driver uses, and mm
 real host memory mapped at the GPU virtual address the driver chose, so "GPU" and host see the same bytes. Queues
 are rings in that memory; `MockKFD.process()` (the command processor) runs every queue up to the value last written
 to its doorbell: PM4 (`pm4.py`) on compute queues and SDMA packets (`sdma.py`) on copy queues. DISPATCH_DIRECT runs
-the dispatched code with the RDNA3 emulator (`emu/`). The GPU runs when the host polls a signal (see
-`HCQSignal.progress`), like a real GPU that runs asynchronously.
+the dispatched code with the RDNA3 emulator (`emu/`): each wave gets the user SGPRs, the enabled work-group ids and,
+with RSRC2.SCRATCH_EN, the private segment wave byte offset, and `Wave.scratch_size` = the private bytes per lane
+(COMPUTE_TMPRING_SIZE.WAVESIZE * 256 / 32; the emulator keeps each lane's private memory itself). The GPU runs
+when the host polls a signal (see `HCQSignal.progress`), like a real GPU that runs asynchronously.
 """
 from __future__ import annotations
 
@@ -275,6 +277,8 @@ class MockKFD:
     threads = local[0] * local[1] * local[2]
     n_waves = (threads + 31) // 32
     self.dispatches += 1
+    lane_bytes = self.scratch_setup(regs) if rsrc2 & 1 else 0  # RSRC2.SCRATCH_EN
+    wave_bytes = lane_bytes * 32
     self.emu.begin_dispatch()
     lds_bytes = ((rsrc2 >> 15) & 0x1FF) * LDS_GRANULE
     for gz in range(grid[2]):
@@ -287,6 +291,9 @@ class MockKFD:
             s = n_user
             for en, g in zip(tgid_en, (gx, gy, gz)):
               if en: w.sgpr[s], s = g, s + 1
+            if lane_bytes:  # the private segment wave byte offset (a wave slot per wave of the group), and the
+              w.sgpr[s] = wv * wave_bytes  # emulator's per-lane private memory size
+              w.scratch_size = lane_bytes
             tids = range(wv * 32, min(threads, wv * 32 + 32))
             for ln, t in enumerate(tids):
               x, y, z = t % local[0], (t // local[0]) % local[1], t // (local[0] * local[1])
@@ -294,6 +301,19 @@ class MockKFD:
             w.sgpr[EXEC_LO] = (1 << len(tids)) - 1
             waves.append(w)
           self.emu.run_group(waves, entry)
+
+  def scratch_setup(self, regs: dict[int, int]) -> int:
+    """A dispatch with RSRC2.SCRATCH_EN: check that COMPUTE_DISPATCH_SCRATCH_BASE points at an allocation holding
+    TMPRING_SIZE.WAVES waves of WAVESIZE * 256 bytes, and return the private bytes per lane (wave32)."""
+    tmpring = regs.get(pm4.COMPUTE_TMPRING_SIZE, 0)
+    waves, wave_bytes = tmpring & 0xFFF, ((tmpring >> 12) & 0x7FFF) * 256
+    base = ((regs.get(pm4.COMPUTE_DISPATCH_SCRATCH_BASE_HI, 0) << 32) | regs.get(pm4.COMPUTE_DISPATCH_SCRATCH_BASE_LO,
+                                                                                   0)) << 8
+    if not waves or not wave_bytes:
+      raise RuntimeError(f"dispatch with SCRATCH_EN but COMPUTE_TMPRING_SIZE = {tmpring:#x} (WAVES and WAVESIZE "
+                         "must be nonzero)")
+    CheckedMemory(self).check(base, waves * wave_bytes, "scratch buffer")
+    return wave_bytes // 32
 
 
 _DRIVER: MockKFD | None = None
