@@ -95,7 +95,7 @@ class AMDComputeQueue(HWQueue):
   def indirect_buffer(self, addr: Val, ndwords: int) -> AMDComputeQueue:
     return self.pkt3(INDIRECT_BUFFER, lo32(addr), hi32(addr), ndwords | IB_VALID)
 
-  def exec(self, prg: Any, args_addr: Val, global_size: Sequence[int], local_size: Sequence[int]) -> AMDComputeQueue:
+  def exec(self, prg: Any, args_addr: Val, global_size: Sequence[Val], local_size: Sequence[Val]) -> AMDComputeQueue:
     """Dispatch `prg` (an `AMDProgram`: entry address, rsrc1/2/3, user SGPR layout) over `global_size` work-groups
     of `local_size` work-items, its kernarg segment at `args_addr`."""
     gs, ls = (tuple(global_size) + (1, 1, 1))[:3], (tuple(local_size) + (1, 1, 1))[:3]

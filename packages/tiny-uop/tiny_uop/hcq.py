@@ -275,7 +275,7 @@ class HWQueue:
   def signal(self, signal: HCQSignal, value: Val = 0) -> HWQueue: raise self._missing("signal")
   def timestamp(self, signal: HCQSignal) -> HWQueue: raise self._missing("timestamp")
   def memory_barrier(self) -> HWQueue: raise self._missing("memory_barrier")
-  def exec(self, prg: Any, args_addr: Val, global_size: Sequence[int], local_size: Sequence[int]) -> HWQueue:
+  def exec(self, prg: Any, args_addr: Val, global_size: Sequence[Val], local_size: Sequence[Val]) -> HWQueue:
     raise self._missing("exec")
   def copy(self, dest: Val, src: Val, size: int) -> HWQueue: raise self._missing("copy")
 
@@ -370,6 +370,7 @@ class HCQCompiled(Compiled):
   `next_timeline()` is done when the signal reaches that value."""
   hw_compute_queue_t: type[HWQueue]
   hw_copy_queue_t: type[HWQueue]
+  _deferred: list[tuple[int, HCQBuffer]]
 
   def __init__(self, device: str, allocator: HCQAllocator, renderers: Sequence[type[Renderer]],
                program_cls: type[Program] | Callable, graph: type | None = None, arch: str = ""):
@@ -484,8 +485,8 @@ class HCQGraph:
       ldims: list[Val] = list(ls)
       if not k.static_launch:
         self.launches.append((i, k, region))
-        for name, dims in (("g", gdims), ("l", ldims)):
-          for a, d in enumerate(dims):
+        for name, sizes, dims in (("g", gs, gdims), ("l", ls, ldims)):
+          for a, d in enumerate(sizes):
             self.launch_vals[f"k{i}_{name}{a}"] = d
             dims[a] = HCQVar(f"k{i}_{name}{a}")
       if i: queue.memory_barrier()  # a kernel may read what the one before it wrote
