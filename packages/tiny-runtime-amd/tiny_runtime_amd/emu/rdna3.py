@@ -163,7 +163,7 @@ VOP2: dict[int, tuple[str, Callable[[int, int], int]]] = {
 }
 # VOP1 ops executed by special cases in Emulator.vop1 (e32 only): their names, for the decoder
 VOP1_SPECIAL = {2: "v_readfirstlane_b32", 10: "v_cvt_f16_f32", 11: "v_cvt_f32_f16", 15: "v_cvt_f32_f64",
-                16: "v_cvt_f64_f32", 28: "v_mov_b16"}
+                16: "v_cvt_f64_f32", 28: "v_mov_b16", 106: "v_cvt_i32_i16", 107: "v_cvt_u32_u16"}
 VOP2_FLOAT = {3: lambda a, b: a + b, 4: lambda a, b: a - b, 5: lambda a, b: b - a, 8: lambda a, b: a * b,
               15: _fmin, 16: _fmax}  # VOP2 float ops by column (vec_f32)
 VOPD_FLOAT = {3: 8, 4: 3, 5: 4, 6: 5, 10: 16, 11: 15}  # VOPD op -> VOP2 op, for the float ones
@@ -179,6 +179,8 @@ VOP3: dict[int, tuple[str, Callable[[int, int, int], int]]] = {
   0x21A: ("v_min3_i32", lambda a, b, c: min(i32(a), i32(b), i32(c)) & MASK32), 0x21B: ("v_min3_u32", min),
   0x21C: ("v_max3_f32", _ff(lambda a, b, c: _fmax(_fmax(a, b), c))),
   0x21D: ("v_max3_i32", lambda a, b, c: max(i32(a), i32(b), i32(c)) & MASK32), 0x21E: ("v_max3_u32", max),
+  0x220: ("v_med3_i32", lambda a, b, c: sorted((i32(a), i32(b), i32(c)))[1] & MASK32),
+  0x221: ("v_med3_u32", lambda a, b, c: sorted((a, b, c))[1]),
   0x210: ("v_bfe_u32", lambda a, b, c: (a >> (b & 31)) & ((1 << (c & 31)) - 1)),
   0x211: ("v_bfe_i32", lambda a, b, c: _bfe_i32(a, b & 31, c & 31)),
   0x212: ("v_bfi_b32", lambda a, b, c: (a & b) | (~a & c & MASK32)),
@@ -284,6 +286,14 @@ VOP3_16.update({
   0x24C: ("v_max3_f16", 3, True, _h(lambda a, b, c: _fmax(_fmax(a, b), c))),
   0x24F: ("v_med3_f16", 3, True, _h(_med3)),
   0x254: ("v_div_fixup_f16", 3, True, lambda q, d, n: _div_fixup16(d, n)),
+  0x309: ("v_max_u16", 2, False, max), 0x30A: ("v_max_i16", 2, False, lambda a, b: max(_s16(a), _s16(b)) & 0xFFFF),
+  0x30B: ("v_min_u16", 2, False, min), 0x30C: ("v_min_i16", 2, False, lambda a, b: min(_s16(a), _s16(b)) & 0xFFFF),
+  0x30D: ("v_add_nc_i16", 2, False, lambda a, b: (a + b) & 0xFFFF),
+  0x30E: ("v_sub_nc_i16", 2, False, lambda a, b: (a - b) & 0xFFFF),
+  0x253: ("v_mad_i16", 3, False, lambda a, b, c: (_s16(a) * _s16(b) + _s16(c)) & 0xFFFF),
+  0x250: ("v_med3_i16", 3, False, lambda a, b, c: sorted((_s16(a), _s16(b), _s16(c)))[1] & 0xFFFF),
+  0x251: ("v_med3_u16", 3, False, lambda a, b, c: sorted((a, b, c))[1]),
+  0x180 + 105: ("v_not_b16", 1, False, lambda a: ~a & 0xFFFF),
   # VOP1 16-bit ops promoted to VOP3 (0x180 + VOP1 opcode)
   0x180 + 80: ("v_cvt_f16_u16", 1, False, lambda a: _f16_bits(float(a))),
   0x180 + 81: ("v_cvt_f16_i16", 1, False, lambda a: _f16_bits(float(_s16(a)))),
@@ -626,11 +636,22 @@ def _ds_atomic_name(op: int) -> str:
   return f"ds_{base}_rtn_{suffix}" if rtn else f"ds_{base}_{suffix}"
 
 
+SAVEEXEC: dict[int, tuple[str, Callable[[int, int], int]]] = {  # SOP1 op -> (name, fn(src, exec) -> new exec)
+  32: ("s_and_saveexec_b32", lambda s, e: s & e), 34: ("s_or_saveexec_b32", lambda s, e: s | e),
+  36: ("s_xor_saveexec_b32", lambda s, e: s ^ e), 38: ("s_nand_saveexec_b32", lambda s, e: ~(s & e) & MASK32),
+  40: ("s_nor_saveexec_b32", lambda s, e: ~(s | e) & MASK32),
+  42: ("s_xnor_saveexec_b32", lambda s, e: ~(s ^ e) & MASK32),
+  44: ("s_and_not0_saveexec_b32", lambda s, e: ~s & e & MASK32),
+  46: ("s_or_not0_saveexec_b32", lambda s, e: (~s | e) & MASK32),
+  48: ("s_and_not1_saveexec_b32", lambda s, e: s & ~e & MASK32),
+  50: ("s_or_not1_saveexec_b32", lambda s, e: (s | ~e) & MASK32)}
+
+
 def _sop1_name(op: int) -> str:
-  return {0: "s_mov_b32", 1: "s_mov_b64", 4: "s_brev_b32", 14: "s_sext_i32_i8", 15: "s_sext_i32_i16", 21: "s_abs_i32",
-          30: "s_not_b32",
-          32: "s_and_saveexec_b32", 34: "s_or_saveexec_b32",
-          42: "s_and_not1_saveexec_b32"}.get(op, f"sop1_{op}")
+  if op in SAVEEXEC: return SAVEEXEC[op][0]
+  return {0: "s_mov_b32", 1: "s_mov_b64", 2: "s_cmov_b32", 4: "s_brev_b32", 8: "s_ctz_i32_b32", 10: "s_clz_i32_u32",
+          14: "s_sext_i32_i8", 15: "s_sext_i32_i16", 16: "s_bitset0_b32", 18: "s_bitset1_b32", 21: "s_abs_i32",
+          22: "s_bcnt0_i32_b32", 24: "s_bcnt1_i32_b32", 30: "s_not_b32"}.get(op, f"sop1_{op}")
 
 
 def _vop3_name(op: int) -> str:
@@ -886,11 +907,24 @@ class Emulator:
       v = ~self.sread(w, s, inst) & MASK32
       self.swrite(w, d, v)
       w.scc = int(v != 0)
-    elif op in (32, 34, 42):  # s_and/or/and_not1_saveexec_b32: sdst = exec; exec = op(src, exec)
+    elif op in SAVEEXEC:  # s_*_saveexec_b32: sdst = exec; exec = op(src, exec)
       old, src = w.exec, self.sread(w, s, inst)
-      w.exec = {32: src & old, 34: src | old, 42: src & ~old}[op]
+      w.exec = SAVEEXEC[op][1](src, old)
       self.swrite(w, d, old)
       w.scc = int(w.exec != 0)
+    elif op == 2:  # s_cmov_b32
+      if w.scc: self.swrite(w, d, self.sread(w, s, inst))
+    elif op in (8, 10):  # s_ctz_i32_b32 / s_clz_i32_u32: -1 when no bit is set
+      v = self.sread(w, s, inst)
+      self.swrite(w, d, MASK32 if v == 0 else ((v & -v).bit_length() - 1 if op == 8 else 32 - v.bit_length()))
+    elif op in (22, 24):  # s_bcnt0_i32_b32 / s_bcnt1_i32_b32
+      v = self.sread(w, s, inst)
+      r = bin(v).count("1") if op == 24 else 32 - bin(v).count("1")
+      self.swrite(w, d, r)
+      w.scc = int(r != 0)
+    elif op in (16, 18):  # s_bitset0_b32 / s_bitset1_b32: D[S0 & 31] = 0 / 1
+      bit = 1 << (self.sread(w, s, inst) & 31)
+      self.swrite(w, d, (w.sgpr[d] | bit) if op == 18 else (w.sgpr[d] & ~bit))
     else: raise UnsupportedInstruction(f"SOP1 opcode {op} at {w.pc:#x}")
 
   def sop2(self, w: Wave, inst: Inst) -> None:
@@ -983,6 +1017,11 @@ class Emulator:
         if op == 10: self.vwrite16(w, f["vdst"], ln, _f16_bits(f32(self.vsrc(w, f["src0"], ln, inst))))
         elif op == 11: w.vgpr[f["vdst"]][ln] = bits32(_f16(self.vsrc16(w, f["src0"], ln, inst, fp=True)))
         else: self.vwrite16(w, f["vdst"], ln, self.vsrc16(w, f["src0"], ln, inst, fp=False))
+      return
+    if op in (106, 107):  # v_cvt_i32_i16 / v_cvt_u32_u16: a 16-bit source (bit 7 = .h), a 32-bit result
+      for ln in w.lanes():
+        v = self.vsrc16(w, f["src0"], ln, inst, False)
+        w.vgpr[f["vdst"]][ln] = _s16(v) & MASK32 if op == 106 else v
       return
     if op in VOP1_16:  # 16-bit ops: operand and destination halves by register bit 7
       _, _, fp, fn = VOP3_16[VOP1_16[op]]
@@ -1124,6 +1163,11 @@ class Emulator:
         if fi or ex >> j & 1: out[ln] = src[j]
         elif bc: out[ln] = 0
       for ln, v in out.items(): w.vgpr[f["vdst"]][ln] = v
+      return
+    if op in (0x1EA, 0x1EB) and not (f["omod"] or f["clamp"] or f["abs"] or f["neg"]):  # v_cvt_{i32_i16,u32_u16}
+      for ln in w.lanes():
+        v = (self.vsrc(w, f["src0"], ln, inst) >> (16 * (f["opsel"] & 1))) & 0xFFFF
+        w.vgpr[f["vdst"]][ln] = _s16(v) & MASK32 if op == 0x1EA else v
       return
     if op in (0x311, 0x12F) and not (f["omod"] or f["clamp"]):  # v_pack_b32_f16 / v_cvt_pk_rtz_f16_f32
       for ln in w.lanes():
