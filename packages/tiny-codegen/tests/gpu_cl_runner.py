@@ -1,7 +1,9 @@
 """Test helper: run an OpenCL C ProgramSpec on numpy arrays through libOpenCL (PoCL on CPU) with ctypes.
 
 `available()` says why not when there is no OpenCL platform; `run(spec, bufs, vals)` launches
-`spec.global_size` work-groups of `spec.local_size` work-items and copies every buffer back into `bufs`.
+`spec.global_size` work-groups of `spec.local_size` work-items and copies every buffer back into `bufs`. Params the
+kernel declares as images (`dtypes.imagef((h, w, 4))`, IMAGE=1) are passed as RGBA float images made from the
+arrays' floats in order (h x w texels).
 Loaded in tests with importlib (pytest runs in importlib mode).
 """
 from __future__ import annotations
@@ -119,17 +121,29 @@ def build(src: str, name: str) -> Any:
   return vp(k)
 
 
+def image_shapes(spec: Any, bufs: list[np.ndarray]) -> dict[int, tuple[int, ...]]:
+  """PARAM slot -> (height, width, 4) of the params passed as images: those the lowered kernel declares as image
+  params (spec.uops), and float32 arrays shaped (height, width, 4) of hand-built image programs."""
+  out = {slot: tuple(bufs[slot].shape) for slot in spec.globals
+         if bufs[slot].ndim == 3 and bufs[slot].shape[2] == 4 and bufs[slot].dtype == np.float32}
+  for u in getattr(spec, "uops", None) or ():
+    if u.op.name == "PARAM" and type(u.dtype).__name__ == "ImageDType": out[u.arg] = tuple(u.dtype.shape)
+  return out
+
+
 def run(spec: Any, bufs: list[np.ndarray], vals: tuple[int, ...] = ()) -> None:
   """Launch `spec` (OpenCL source in spec.src) on `bufs` (by PARAM slot) and `vals` (by spec.vars); in place."""
   cl, (ctx, _, q) = _lib(), _context()
   k = build(spec.src, spec.name)
   err = ctypes.c_int32()
   mems = []
+  shapes = image_shapes(spec, bufs)
   for slot in spec.globals:
     a = bufs[slot]
     flags = CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR
-    if a.ndim == 3 and a.shape[2] == 4 and a.dtype == np.float32:  # an RGBA float image of (height, width, 4)
-      desc = ImageDesc(CL_MEM_OBJECT_IMAGE2D, a.shape[1], a.shape[0], 1, 1, 0, 0, 0, 0, None)
+    if (shp := shapes.get(slot)) is not None:  # an RGBA float image of (height, width, 4), the array's floats in order
+      assert a.flags.c_contiguous and a.size == shp[0] * shp[1] * 4, (slot, a.shape, shp)
+      desc = ImageDesc(CL_MEM_OBJECT_IMAGE2D, shp[1], shp[0], 1, 1, 0, 0, 0, 0, None)
       m = cl.clCreateImage(ctx, flags, ctypes.byref(ImageFormat(CL_RGBA, CL_FLOAT)), ctypes.byref(desc),
                            a.ctypes.data, ctypes.byref(err))
       _check(err.value, "clCreateImage")
@@ -147,8 +161,8 @@ def run(spec: Any, bufs: list[np.ndarray], vals: tuple[int, ...] = ()) -> None:
          "clEnqueueNDRangeKernel")
   for slot, m in zip(spec.globals, mems):
     a = bufs[slot]
-    if a.ndim == 3 and a.shape[2] == 4 and a.dtype == np.float32:
-      origin, region = (sz * 3)(0, 0, 0), (sz * 3)(a.shape[1], a.shape[0], 1)
+    if (shp := shapes.get(slot)) is not None:
+      origin, region = (sz * 3)(0, 0, 0), (sz * 3)(shp[1], shp[0], 1)
       _check(cl.clEnqueueReadImage(q, m, 1, origin, region, 0, 0, a.ctypes.data, 0, None, None), "clEnqueueReadImage")
     else:
       _check(cl.clEnqueueReadBuffer(q, m, 1, 0, a.nbytes, a.ctypes.data, 0, None, None), "clEnqueueReadBuffer")

@@ -68,6 +68,7 @@ SPEC = ContextVar("SPEC", 0, "verify UOp graphs against the spec between passes"
 BEAM = ContextVar("BEAM", 0, "beam width for kernel optimization search (0: hand-coded heuristics)")
 NOOPT = ContextVar("NOOPT", 0, "apply no kernel optimizations")
 USE_TC = ContextVar("TC", 1, "the hand-coded heuristic maps matmuls onto the renderer's tensor cores; 0: never")
+IMAGE = ContextVar("IMAGE", 0, "OpenCL: kernels read their read-only float32 buffers as images (Adreno)")
 TRACK_MATCH_STATS = ContextVar("TRACK_MATCH_STATS", 0, "count rewrite-rule matches per pattern (2: print them)")
 CPU_THREADS = ContextVar("CPU_THREADS", 0, "worker threads for CPU kernels (0: one per core)")
 TINY_PLUGINS = ContextVar("TINY_PLUGINS", "", "comma-separated allow-list of device plugins")

@@ -15,6 +15,7 @@ In order, the first that applies:
 from __future__ import annotations
 
 from tiny_uop.device import Renderer
+from tiny_uop.dtype import PtrDType
 from tiny_uop.helpers import USE_TC, prod
 from tiny_uop.uop import AxisType, Ops, UOp
 
@@ -102,7 +103,8 @@ def _lowers_to_shared(k: Kernel) -> bool:
   ren = k.renderer
   sink = group_reduces(k.get_optimized_ast(), ren)
   lds = [u for u in sink.toposort() if u.op is Ops.DEFINE_LOCAL]
-  return bool(lds) and sum(u.dtype.size * u.dtype.base.itemsize for u in lds) <= ren.shared_max
+  return bool(lds) and sum(u.dtype.size * u.dtype.base.itemsize for u in lds if isinstance(u.dtype, PtrDType)) \
+    <= ren.shared_max
 
 
 def _local_dims_fit(k: Kernel) -> bool:

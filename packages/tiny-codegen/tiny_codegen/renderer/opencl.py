@@ -11,19 +11,24 @@ within a few ulp, the spec's limits).
 
 Images (Adreno-style `dtypes.imagef/imageh((height, width, 4))` PARAMs): a `read_only`/`write_only image2d_t`
 argument; INDEX takes an int2 (x, y) texel coordinate, LOAD is `read_imagef/h` (float4/half4, nearest, clamped;
-a gated load yields 0) and STORE `write_imagef/h`. The scheduler doesn't make images yet (no IMAGE=1 pipeline):
-kernels with image PARAMs come from hand-built programs.
+a gated load yields 0) and STORE `write_imagef/h`. With images on -- `IMAGE>=1`, or the arch "image"
+(`NULL:OPENCL:image`) -- lowering (`tiny_codegen.lower.image`, run as this renderer's `extra_matcher`) reads every
+kernel's read-only float32 buffers (a multiple of 4 floats) as `imagef((h, w, 4))` params; the runtime makes those
+params images of the buffers it launches with (see `image_params_of`). The mode is part of `arch` ("...:image"), so
+program caches keyed on the renderer's arch keep the two apart.
 """
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Any, Callable
 
 from tiny_uop.device import Renderer
+from tiny_uop.helpers import IMAGE
 from tiny_uop.dtype import INVERSE_DTYPES_DICT, AddrSpace, DType, ImageDType, PtrDType, dtypes, round_float
 from tiny_uop.uop import AXIS_LETTER, Ops, UOp
 
 from tiny_codegen.compiler.opencl import OpenCLCompiler
+from tiny_codegen.lower.image import pm_images
 from tiny_codegen.renderer import count_uses, kernel_params
 
 _CL_TYPES = {"bool": "bool", "int8": "char", "uint8": "uchar", "int16": "short", "uint16": "ushort", "int32": "int",
@@ -81,6 +86,28 @@ class OpenCLRenderer(Renderer):
   bf16_through_float = True
   code_for_op = CL_CODE
   compiler_cls = OpenCLCompiler
+
+  def __init__(self, arch: str = ""):
+    self._images = "image" in arch.split(":")
+    super().__init__(":".join(a for a in arch.split(":") if a != "image"))
+
+  @property
+  def arch(self) -> str:
+    """The device arch, with ":image" appended while images are on (so caches keyed on it keep modes apart)."""
+    return self._arch + (":image" if self.images else "") if self._arch else ("image" if self.images else "")
+
+  @arch.setter
+  def arch(self, v: str) -> None: self._arch = v
+
+  @property
+  def images(self) -> bool:
+    """Whether kernels read their read-only float32 buffers as images (`IMAGE>=1` or the arch "image")."""
+    return self._images or IMAGE >= 1
+
+  @property
+  def extra_matcher(self) -> Any:
+    """The lowering rules this renderer adds: the image params pass while images are on."""
+    return pm_images if self.images else None
 
   def supported_dtypes(self) -> tuple[DType, ...]:
     return tuple(d for d in dtypes.all if d not in (dtypes.bfloat16, *dtypes.fp8s))
@@ -244,3 +271,8 @@ class OpenCLRenderer(Renderer):
     if any(u.op is Ops.LOAD and u.src[0] in images for u in uops):
       prefix += "__constant sampler_t smp = CLK_NORMALIZED_COORDS_FALSE | CLK_ADDRESS_CLAMP | CLK_FILTER_NEAREST;\n"
     return f"{prefix}__kernel void {name}({', '.join(args)}) {{\n" + "\n".join(lines) + "\n}\n"
+
+
+def image_params_of(uops: list[UOp] | None) -> dict[int, tuple[int, ...]]:
+  """PARAM slot -> image shape (h, w, 4) of a lowered kernel's image params (what the runtime must pass as images)."""
+  return {u.arg: u.dtype.shape for u in uops or () if u.op is Ops.PARAM and isinstance(u.dtype, ImageDType)}
