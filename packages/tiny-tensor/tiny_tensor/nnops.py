@@ -175,9 +175,11 @@ def _conv_gradient(out: Tensor, x: Tensor, weight: Tensor, groups: int, s_: tupl
   extra = [p - ((o - 1) * s + d * (k - 1) + 1) for p, o, s, d, k in zip(padded, o_, s_, d_, kk)]
 
   def grads(ctx: UOp) -> tuple[UOp | None, UOp | None]:
-    # each gradient element is read once per weight tap: compute it into a buffer first, not inside the conv's loop
-    gx = conv_transpose2d(T.from_uop(ctx).contiguous(), T.from_uop(wu), groups=groups, stride=s_, dilation=d_,
-                          output_padding=extra)
+    # the transposed conv, its input padded into a buffer first: each gradient element is read once per weight tap,
+    # so it isn't recomputed inside the conv's loop, and the conv's loads need no bounds checks
+    g = _zero_stuff(T.from_uop(ctx), s_)
+    g = _pad(g, ((0, 0), (0, 0)) + tuple(((k - 1) * d, (k - 1) * d + e) for k, d, e in zip(kk, d_, extra))).contiguous()
+    gx = _conv(g, _transposed_weight(T.from_uop(wu), groups), None, groups, 1, d_, ((0, 0),) * len(kk))
     gx = _pad(gx, ((0, 0), (0, 0)) + tuple((-pb, -pa) for pb, pa in pads))
     return gx.uop, compute_gradient(ou, ctx, {wu}, custom=False).get(wu)
   custom_gradient(ou, (xu, wu), grads)
@@ -239,18 +241,27 @@ def conv_transpose2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, g
   if any(not 0 <= o < max(s, d) for o, s, d in zip(op_, s_, d_)):
     raise ValueError(f"output_padding {op_} must be >= 0 and smaller than stride {s_} or dilation {d_}")
   pads = _grouped_pads(padding, nd)
-  # (Cin, Cout/g, *k) -> (g, Cout/g, Cin/g, *k), spatially flipped: the conv that scatters each input over its window
-  w = weight.reshape(groups, cin // groups, rcout, *HW).permute(0, 2, 1, *range(3, 3 + nd))
-  w = w.flip(tuple(range(3, 3 + nd)))
-  w = w.reshape(groups * rcout, cin // groups, *HW)
-  x = self
-  if any(s > 1 for s in s_):  # put s-1 zeros between input elements: (i) -> (i, 1) -> pad (i, s) -> (i*s) -> crop
-    bs, c, sp = x.shape[0], x.shape[1], tuple(x.shape[2:])
-    x = x.reshape(bs, c, *[v for i in sp for v in (i, 1)])
-    x = _pad(x, ((0, 0), (0, 0)) + tuple(p for s in s_ for p in ((0, 0), (0, s - 1))))
-    x = _pad(x.reshape(bs, c, *[i * s for i, s in zip(sp, s_)]), ((0, 0), (0, 0)) + tuple((0, 1 - s) for s in s_))
+  x = _zero_stuff(self, s_)
   conv_pads = tuple(((k - 1) * d - pb, (k - 1) * d - pa + o) for k, d, (pb, pa), o in zip(HW, d_, pads, op_))
-  return _conv(x, w, bias, groups, 1, d_, conv_pads)
+  return _conv(x, _transposed_weight(weight, groups), bias, groups, 1, d_, conv_pads)
+
+
+def _transposed_weight(weight: Tensor, groups: int) -> Tensor:
+  """(Cin, Cout/g, *k) -> (Cout, Cin/g, *k) spatially flipped: the conv weight that scatters each input over its
+  window (a transposed conv's weight as a conv's, and a conv's weight for its input gradient)."""
+  HW, nd = tuple(weight.shape[2:]), weight.ndim - 2
+  cin, rcout = weight.shape[:2]
+  w = weight.reshape(groups, cin // groups, rcout, *HW).permute(0, 2, 1, *range(3, 3 + nd))
+  return w.flip(tuple(range(3, 3 + nd))).reshape(groups * rcout, cin // groups, *HW)
+
+
+def _zero_stuff(x: Tensor, s_: Sequence[int]) -> Tensor:
+  """s-1 zeros between neighbouring elements of each spatial dim: (i) -> (i, 1) -> pad (i, s) -> (i*s) -> crop."""
+  if all(s == 1 for s in s_): return x
+  bs, c, sp = x.shape[0], x.shape[1], tuple(x.shape[2:])
+  x = x.reshape(bs, c, *[v for i in sp for v in (i, 1)])
+  x = _pad(x, ((0, 0), (0, 0)) + tuple(p for s in s_ for p in ((0, 0), (0, s - 1))))
+  return _pad(x.reshape(bs, c, *[i * s for i, s in zip(sp, s_)]), ((0, 0), (0, 0)) + tuple((0, 1 - s) for s in s_))
 
 
 # ***** pooling *****
