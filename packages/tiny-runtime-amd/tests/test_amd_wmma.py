@@ -21,13 +21,15 @@ TC = Opt(OptOps.TC, 0, -1)
 KIND = {dtypes.float16: "f16", dtypes.bfloat16: "bf16"}
 
 
-def matmul(M: int, N: int, K: int, din: DType, cast_first: bool = False, out: DType = dtypes.float) -> UOp:
+def matmul(M: int, N: int, K: int, din: DType, cast_first: bool = False, out: DType = dtypes.float,
+           b_t: bool = False, a_off: int = 0) -> UOp:
   """c[i*N+j] = REDUCE(CAST(a[i*K+k] * b[k*N+j]), k) as the scheduler emits `a @ b` on `din` inputs (or with the casts
-  on the operands); `out` half casts the result back."""
-  c, a, b = (UOp(Ops.PARAM, out.ptr(M * N), arg=0), UOp(Ops.PARAM, din.ptr(M * K), arg=1),
+  on the operands); `out` half casts the result back, `b_t` reads b as N x K (`a @ b.T`), `a_off` reads a from
+  element `a_off` on."""
+  c, a, b = (UOp(Ops.PARAM, out.ptr(M * N), arg=0), UOp(Ops.PARAM, din.ptr(M * K + a_off), arg=1),
              UOp(Ops.PARAM, din.ptr(K * N), arg=2))
   i, j, k = UOp.range(M, 0), UOp.range(N, 1), UOp.range(K, 2, AxisType.REDUCE)
-  x, y = a.index(i * K + k).load(), b.index(k * N + j).load()
+  x, y = a.index(i * K + k + a_off).load(), b.index(j * K + k if b_t else k * N + j).load()
   v = x.cast(dtypes.float) * y.cast(dtypes.float) if cast_first else (x * y).cast(dtypes.float)
   val = UOp(Ops.REDUCE, dtypes.float, (v, k), Ops.ADD)
   return c.index(i * N + j).store(val.cast(out) if out != dtypes.float else val).sink(arg=KernelInfo(f"mm_{M}_{N}_{K}"))
@@ -95,6 +97,24 @@ def test_wmma_chosen_by_the_heuristic_on_mock_amd():
   bias = np.random.default_rng(6).standard_normal(N).astype(np.float32)
   got = run_on_mock(spec, np.zeros(M * N, np.float32), ha, hb, bias).reshape(M, N)
   np.testing.assert_allclose(got, fa @ fb + bias, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("din", [dtypes.float16, dtypes.bfloat16])
+def test_wmma_fragments_come_from_vector_loads_where_contiguous(din):
+  # A (M x K) holds each lane's 16 k contiguously: two 8-wide loads per fragment; B (K x N) strides k by N: scalar
+  # loads; B read as N x K (a @ b.T) is contiguous too. A read from element 1 on: k = 0 alone, then runs aligned to
+  # their width (k 1-2, 3-6, 7-14), then k = 15 alone
+  M, N, K = 32, 16, 32
+  t = "half" if din == dtypes.float16 else "i16"
+  a, b, fa, fb = operands(M, N, K, din, 3)
+  for b_t, a_off, n_vec, n_scalar in ((False, 0, 2, 16), (True, 0, 4, 0), (True, 1, 3, 2), (False, 1, 1, 18)):
+    spec = compile_tc(matmul(M, N, K, din, b_t=b_t, a_off=a_off), din)
+    assert spec.src.count(f"load <8 x {t}>, ptr addrspace(1)") == n_vec, (b_t, a_off)
+    assert spec.src.count(f"load {t}, ptr addrspace(1)") == n_scalar, (b_t, a_off)
+    if a_off: assert f"load <2 x {t}>, ptr addrspace(1)" in spec.src and f"load <4 x {t}>, ptr addrspace(1)" in spec.src
+    ha = np.concatenate([np.zeros(a_off, a.dtype), a.ravel()])
+    got = run_on_mock(spec, np.zeros(M * N, np.float32), ha, np.ascontiguousarray(b.T) if b_t else b)
+    np.testing.assert_allclose(got.reshape(M, N), fa @ fb, rtol=1e-5, atol=1e-5)
 
 
 # ***** through tiny-tensor *****

@@ -249,7 +249,8 @@ class Kernel:
     if len(self.ast.src) != 1 or self.ast.src[0].op is not Ops.STORE or \
        sum(u.op is Ops.REDUCE for u in self.ast.toposort()) != 1:
       raise KernelOptError(f"{opt}: TC needs a kernel of one STORE with one REDUCE")
-    self.ast = _tc_rewrite(self.ast, red, a, b, m, n, k, tc, max(x.arg[0] for x in self.rngs) + 1)
+    self.ast = _tc_rewrite(self.ast, red, a, b, m, n, k, tc, max(x.arg[0] for x in self.rngs) + 1,
+                           getattr(ren, "buffer_align", 0))
 
   def get_optimized_ast(self) -> UOp:
     """The AST with the opts applied, recorded in its KernelInfo."""
@@ -258,7 +259,7 @@ class Kernel:
     return self.ast.replace(arg=new_info)
 
 
-def _frag_mma(kdim: int, kind: str, e: int, lane: UOp) -> tuple[UOp | int, UOp | int]:
+def _frag_mma(kdim: int, kind: str, e: int, lane: Any) -> tuple[Any, Any]:
   """(row, col) in its tile of element `e` of `lane`'s `mma.sync.m16n8k{kdim}` fragment (PTX ISA layout: lane =
   g*4 + t; A is M x K row-major, B is K x N column-major, C is M x N)."""
   g, t = lane // 4, lane % 4
@@ -268,7 +269,7 @@ def _frag_mma(kdim: int, kind: str, e: int, lane: UOp) -> tuple[UOp | int, UOp |
   return (g + (8 if e >= 2 else 0), t * 2 + (e & 1))
 
 
-def _frag_wmma_rdna3(kind: str, e: int, lane: UOp) -> tuple[UOp | int, UOp | int]:
+def _frag_wmma_rdna3(kind: str, e: int, lane: Any) -> tuple[Any, Any]:
   """(row, col) in its tile of element `e` of `lane`'s wave32 `v_wmma_f32_16x16x16_{f16,bf16}` operand (RDNA3 ISA
   section 7.9): A element e of lane l is A[l%16][e] (a row of K), B element e is B[e][l%16] (a column of K) --
   lanes 16-31 repeat lanes 0-15 -- and the float C/D element e is D[2*e + l//16][l%16]."""
@@ -277,8 +278,9 @@ def _frag_wmma_rdna3(kind: str, e: int, lane: UOp) -> tuple[UOp | int, UOp | int
   return (lane // 16 + 2 * e, lane % 16)
 
 
-# tc.opts[0] -> (kind, element, lane) -> (row, col) of the element in its A (M x K), B (K x N) or C (M x N) tile
-TC_FRAGMENTS: dict[str, Callable[[str, int, UOp], tuple[UOp | int, UOp | int]]] = {
+# tc.opts[0] -> (kind, element, lane) -> (row, col) of the element in its A (M x K), B (K x N) or C (M x N) tile;
+# `lane` is the lane RANGE (UOp expressions come back) or a lane number (ints come back)
+TC_FRAGMENTS: dict[str, Callable[[str, int, Any], tuple[Any, Any]]] = {
   "mma.m16n8k16": partial(_frag_mma, 16), "mma.m16n8k8": partial(_frag_mma, 8),
   "wmma.16x16x16": _frag_wmma_rdna3}
 
@@ -295,12 +297,52 @@ def _bits(x: UOp, dt: DType) -> UOp:
   return x.bitcast(dt)
 
 
-def _tc_rewrite(ast: UOp, red: UOp, a: UOp, b: UOp, m: UOp, n: UOp, k: UOp, tc: Any, lane_id: int) -> UOp:
+def _vector_loads(x: UOp, elems: list[UOp], cells: list[tuple[Any, Any]], threads: int, axes: tuple[UOp, UOp],
+                  dims: tuple[int, int], align: int) -> list[UOp]:
+  """The fragment `elems` (element e of operand `x` at tile cell `cells[e*threads + lane]` = (row, col), rows along
+  `axes[0]`, cols along `axes[1]`) with runs of elements adjacent in memory read by one vector LOAD (GEPs of it):
+  `x` must be a plain load at an affine index, the run contiguous in every lane, its first element aligned to the
+  run's width for every value of every range, and the run no wider than `align`, the bytes of alignment the renderer
+  may assume for a buffer argument."""
+  if x.op is not Ops.LOAD or len(x.src) != 1 or x.src[0].op is not Ops.INDEX or len(x.src[0].src) != 2: return elems
+  idx = x.src[0].src[1]
+  if any(u.op not in (Ops.ADD, Ops.MUL, Ops.CONST, Ops.RANGE) or
+         (u.op is Ops.MUL and not any(s.op is Ops.CONST for s in u.src)) for u in idx.toposort()): return elems
+  rngs = list(idx.ranges)
+  zero = idx.substitute({r: UOp.const(r.dtype, 0) for r in rngs}).simplify() if rngs else idx
+  strides = {r: stride_of(idx, r, rngs) for r in rngs}
+  if zero.op is not Ops.CONST or any(v is None for v in strides.values()): return elems
+  srow, scol = (strides.get(r, 0) for r in axes)
+  assert srow is not None and scol is not None
+  # the outer tile ranges step by whole tiles; every other range keeps its stride
+  steps = [srow * dims[0], scol * dims[1]] + [v for r, v in strides.items() if r not in axes and v is not None]
+  addr = [[srow * cells[e * threads + ln][0] + scol * cells[e * threads + ln][1] for ln in range(threads)]
+          for e in range(len(elems))]
+  out, e = list(elems), 0
+  while e < len(elems):
+    for w in (w for w in (8, 4, 2, 1) if w * x.dtype.itemsize <= max(align, x.dtype.itemsize) and e + w <= len(elems)):
+      if w == 1: break
+      ld = elems[e]
+      if ld.op is not Ops.LOAD or len(ld.src) != 1 or ld.src[0].op is not Ops.INDEX or len(ld.src[0].src) != 2:
+        continue
+      if all(addr[e + j][ln] == addr[e][ln] + j for j in range(w) for ln in range(threads)) and \
+         all((int(zero.arg) + addr[e][ln]) % w == 0 for ln in range(threads)) and all(st % w == 0 for st in steps):
+        vec = UOp(Ops.LOAD, ld.dtype.vec(w), ld.src)
+        out[e:e + w] = [UOp(Ops.GEP, ld.dtype, (vec,), (j,)) for j in range(w)]
+        break
+    e += w
+  return out
+
+
+def _tc_rewrite(ast: UOp, red: UOp, a: UOp, b: UOp, m: UOp, n: UOp, k: UOp, tc: Any, lane_id: int,
+                align: int = 0) -> UOp:
   """The one-store kernel `ast` with `red` = REDUCE(a*b, k) computed by tensor core `tc`: m -> mo*M + row,
   n -> no*N + col, k -> ko*K + kk (the outer ranges keep the axis ids, and vanish when the axis is one tile), a new
   LOCAL axis `lane_id` of the warp's lanes, and one store per accumulator element e of the lane's C fragment:
   GEP(REDUCE(WMMA(A fragment, B fragment, 0), ko), e). The vector REDUCE lowers to one vector register accumulator,
-  `acc + WMMA(a, b, 0)`, which the GPU renderers' rules fold into `WMMA(a, b, acc)`: the tensor core accumulates."""
+  `acc + WMMA(a, b, 0)`, which the GPU renderers' rules fold into `WMMA(a, b, acc)`: the tensor core accumulates.
+  Fragment elements adjacent in memory come from one vector LOAD where the renderer assumes buffer arguments aligned
+  to `align` bytes (its `buffer_align`; 0: scalar loads only)."""
   dn, dm, dk = tc.dims
   na, nb, nc = tc.elements_per_thread
 
@@ -321,6 +363,10 @@ def _tc_rewrite(ast: UOp, red: UOp, a: UOp, b: UOp, m: UOp, n: UOp, k: UOp, tc: 
   # bfloat16 fragments travel as their bits (the renderer computes bf16 through float32 and packs uint16 pairs)
   fdt = dtypes.uint16 if tc.dtype_in == dtypes.bfloat16 else tc.dtype_in
   if fdt != tc.dtype_in: fa, fb = [_bits(x, fdt) for x in fa], [_bits(x, fdt) for x in fb]
+  fa = _vector_loads(a, fa, [frag("a", e, ln) for e in range(na) for ln in range(tc.threads)], tc.threads, (m, k),
+                     (dm, dk), align)
+  fb = _vector_loads(b, fb, [frag("b", e, ln) for e in range(nb) for ln in range(tc.threads)], tc.threads, (k, n),
+                     (dk, dn), align)
   zero = UOp(Ops.VECTORIZE, tc.dtype_out.vec(nc), (UOp.const(tc.dtype_out, 0.0),) * nc)
   wmma = UOp(Ops.WMMA, tc.dtype_out.vec(nc), (UOp(Ops.VECTORIZE, fdt.vec(na), tuple(fa)),
                                               UOp(Ops.VECTORIZE, fdt.vec(nb), tuple(fb)), zero),

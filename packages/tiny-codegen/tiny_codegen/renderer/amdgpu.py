@@ -50,6 +50,7 @@ class AMDGPURenderer(Renderer):
   global_max = (0x7FFFFFFF, 65535, 65535)
   local_max = (1024, 1024, 1024)
   shared_max = 65536
+  buffer_align = 16  # buffer arguments are declared `align 16`: the TC opt may read fragments with vector loads
   bf16_through_float = True
   decompose_ops = (Ops.SIN,)
   transcendental_via_f64 = False
