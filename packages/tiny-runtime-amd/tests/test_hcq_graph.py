@@ -157,3 +157,75 @@ def test_jitted_convnet_training_on_mock_amd_matches_cpu():
   amd, kernels = _train_losses(DEV, 4)
   assert HCQGraph.builds - builds == 1 and kernels > 5  # one graph for the whole step, replayed twice
   np.testing.assert_allclose(amd, cpu, rtol=1e-4, atol=1e-5)
+
+
+def test_hcqgraph_on_a_backend_without_indirect_buffers():
+  # a pure-Python HCQ device whose queues have no INDIRECT_BUFFER: the bound command buffer stays in host memory and
+  # `chain` copies its (symbolic) commands into the submission, as an NV/QCOM port starts out
+  import ctypes
+
+  from tiny_uop.hcq import HCQAllocator, HCQBuffer, HCQCompiled, HCQProgram, HCQSignal, HWQueue, hi32, lo32
+
+  class Queue(HWQueue):
+    def wait(self, signal, value=0): return self.q(1, lo32(signal.addr), hi32(signal.addr), lo32(value))
+    def signal(self, signal, value=0): return self.q(2, lo32(signal.addr), hi32(signal.addr), lo32(value), hi32(value))
+    def memory_barrier(self): return self.q(3)
+    def exec(self, prg, args_addr, global_size, local_size):
+      return self.q(4, prg.pid, lo32(args_addr), hi32(args_addr), *global_size, *local_size)
+
+    def _submit(self, dev, d):  # the "GPU": runs the commands at once
+      i = 0
+      while i < len(d):
+        if d[i] == 1:
+          assert ctypes.c_uint64.from_address(d[i + 1] | d[i + 2] << 32).value >= d[i + 3]
+          i += 4
+        elif d[i] == 2:
+          ctypes.c_uint64.from_address(d[i + 1] | d[i + 2] << 32).value = d[i + 3] | d[i + 4] << 32
+          i += 5
+        elif d[i] == 3: i += 1
+        else:
+          dev.programs[d[i + 1]].run(d[i + 2] | d[i + 3] << 32, d[i + 4:i + 7], d[i + 7:i + 10])
+          i += 10
+
+  class Scale(HCQProgram):  # out[i] = in[i] * k for i < global * local
+    def __init__(self, dev, pid):
+      self.dev, self.pid = dev, pid
+      dev.programs[pid] = self
+
+    def run(self, args, gs, ls):
+      out, src = ctypes.c_uint64.from_address(args).value, ctypes.c_uint64.from_address(args + 8).value
+      k = ctypes.c_int32.from_address(args + 16).value
+      for i in range(gs[0] * ls[0]):
+        ctypes.c_float.from_address(out + 4 * i).value = ctypes.c_float.from_address(src + 4 * i).value * k
+
+  class Dev(HCQCompiled):
+    hw_compute_queue_t = hw_copy_queue_t = Queue
+
+    def __init__(self):
+      self.mem, self.programs = [], {}
+      super().__init__("FAKE", HCQAllocator(self), [], Scale)
+    def _gpu_alloc(self, size, host=False):
+      self.mem.append(m := ctypes.create_string_buffer(size))
+      return HCQBuffer(ctypes.addressof(m), size, cpu_mapped=True)
+    def _gpu_free(self, buf): pass
+    def new_signal(self, value=0): return HCQSignal(self._gpu_alloc(16).va_addr, value)
+
+  class K:  # the device-graph contract's kernel
+    def __init__(self, prg, bufs, gsym):
+      self.prg, self.bufs, self.vars, self.static_launch = prg, bufs, (("k", 2),), not gsym
+      self.global_size, self.local_size = ("n" if gsym else 2, 1, 1), (4, 1, 1)
+    def launch(self, vv): return ((vv.get("n", 2) if not self.static_launch else 2), 1, 1), (4, 1, 1)
+
+  dev = Dev()
+  mid = dev._gpu_alloc(64)
+  graph = HCQGraph(dev, [K(Scale(dev, 0), [mid, 0], False), K(Scale(dev, 1), [1, mid], True)])
+  assert graph.queue.bound and len(graph.submit_queue) > len(graph.queue)  # the commands were copied in
+  for n, k in ((2, 3), (1, 5), (2, -1)):
+    x = np.arange(8, dtype=np.float32) + n
+    bx, bo = dev._gpu_alloc(32), dev._gpu_alloc(32)
+    ctypes.memmove(bx.va_addr, x.tobytes(), 32)
+    graph([bx, bo], {"k": k, "n": n})
+    out = np.frombuffer(ctypes.string_at(bo.va_addr, 32), np.float32)
+    np.testing.assert_array_equal(out[:4 * n], x[:4 * n] * k * k)
+    np.testing.assert_array_equal(out[4 * n:], 0)
+  assert dev.timeline_signal.value == 3 and graph.last_signal == 3
