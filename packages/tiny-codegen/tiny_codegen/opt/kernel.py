@@ -318,18 +318,20 @@ def _vector_loads(x: UOp, elems: list[UOp], cells: list[tuple[Any, Any]], thread
   steps = [srow * dims[0], scol * dims[1]] + [v for r, v in strides.items() if r not in axes and v is not None]
   addr = [[srow * cells[e * threads + ln][0] + scol * cells[e * threads + ln][1] for ln in range(threads)]
           for e in range(len(elems))]
+  base = int(zero.arg)
+
+  def run_ok(e: int, w: int) -> bool:  # elements e..e+w-1: one plain load's neighbours, aligned to w everywhere
+    ld = elems[e]
+    return ld.op is Ops.LOAD and len(ld.src) == 1 and ld.src[0].op is Ops.INDEX and len(ld.src[0].src) == 2 and \
+      all(addr[e + j][ln] == addr[e][ln] + j for j in range(w) for ln in range(threads)) and \
+      all((base + addr[e][ln]) % w == 0 for ln in range(threads)) and all(st % w == 0 for st in steps)
+  widths = [w for w in (8, 4, 2) if w * x.dtype.itemsize <= align]
   out, e = list(elems), 0
   while e < len(elems):
-    for w in (w for w in (8, 4, 2, 1) if w * x.dtype.itemsize <= max(align, x.dtype.itemsize) and e + w <= len(elems)):
-      if w == 1: break
-      ld = elems[e]
-      if ld.op is not Ops.LOAD or len(ld.src) != 1 or ld.src[0].op is not Ops.INDEX or len(ld.src[0].src) != 2:
-        continue
-      if all(addr[e + j][ln] == addr[e][ln] + j for j in range(w) for ln in range(threads)) and \
-         all((int(zero.arg) + addr[e][ln]) % w == 0 for ln in range(threads)) and all(st % w == 0 for st in steps):
-        vec = UOp(Ops.LOAD, ld.dtype.vec(w), ld.src)
-        out[e:e + w] = [UOp(Ops.GEP, ld.dtype, (vec,), (j,)) for j in range(w)]
-        break
+    w = next((w for w in widths if e + w <= len(elems) and run_ok(e, w)), 1)
+    if w > 1:
+      vec = UOp(Ops.LOAD, elems[e].dtype.vec(w), elems[e].src)
+      out[e:e + w] = [UOp(Ops.GEP, elems[e].dtype, (vec,), (j,)) for j in range(w)]
     e += w
   return out
 
