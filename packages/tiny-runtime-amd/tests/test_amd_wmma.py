@@ -79,6 +79,24 @@ def test_wmma_matmul_on_the_emulator(din, M, N, K, cast_first):
   np.testing.assert_allclose(got, fa @ fb, rtol=1e-5, atol=1e-5)  # exact products, float32 sums
 
 
+@pytest.mark.parametrize("din", [dtypes.float16, dtypes.bfloat16])
+def test_wmma_low_precision_output_on_the_emulator(din):
+  # the epilogue casts each float C element back to the input dtype (half: d16_hi stores; bf16: rounded bits)
+  M, N, K = 32, 16, 32
+  spec = compile_tc(matmul(M, N, K, din, out=din), din)
+  a, b, fa, fb = operands(M, N, K, din, 8)
+  raw = run_on_mock(spec, np.zeros(M * N, np.float16 if din == dtypes.float16 else np.uint16), a, b).reshape(M, N)
+  got = raw.astype(np.float64) if din == dtypes.float16 else (raw.astype(np.uint32) << 16).view(np.float32)
+  ref = fa @ fb
+  tol = 2.0 ** -10 if din == dtypes.float16 else 2.0 ** -7  # one rounding to the output's precision
+  np.testing.assert_allclose(got, ref, rtol=tol, atol=tol)
+  # and rounded to nearest: the result is the float32 sum's nearest representable value
+  exact = ref.astype(np.float32)
+  near = exact.astype(np.float16).astype(np.float64) if din == dtypes.float16 else \
+    ((exact.view(np.uint32) + 0x7FFF + ((exact.view(np.uint32) >> 16) & 1)) >> 16 << 16).view(np.float32)
+  assert np.mean(got == near) > 0.95  # float32 sums of a different order may tip a few ties
+
+
 def test_wmma_chosen_by_the_heuristic_on_mock_amd():
   # the device's own renderer and the hand-coded heuristic choose TC; a bias after the reduce is added per C element
   M = N = K = 32
