@@ -109,6 +109,14 @@ def test_many_outputs_or_short_reduce_are_not_grouped():
   assert {o.op for o in big} >= {OptOps.UPCAST, OptOps.LOCAL} and OptOps.GROUPTOP not in {o.op for o in big}
 
 
+def test_large_matvec_and_weight_gradient_are_grouped():
+  # more outputs than GROUP_MAX_OUTPUTS, but each reduces at least as many elements: still one workgroup per output
+  ren = PTXRenderer("sm_90")
+  assert OptOps.GROUPTOP in {o.op for o in opts_of(matmul_ast(4096, 1, 4096), ren)}  # a matvec
+  assert OptOps.GROUPTOP in {o.op for o in opts_of(sum_ast(4096, 8192), ren)}
+  assert OptOps.GROUPTOP not in {o.op for o in opts_of(matmul_ast(128, 128, 256), ren)}  # a matmul: blocked
+
+
 @pytest.mark.parametrize("shared_max,most", [(64, 16), (40, 8), (4, 0)])
 def test_tiny_local_memory_bounds_the_group(shared_max, most):
   """A renderer with little shared memory gets a smaller group (or none): never more slots than it has bytes."""

@@ -98,6 +98,22 @@ def test_image_matmul_on_pocl(M, N, K, opt):
   np.testing.assert_allclose(C.reshape(M, N), A.astype(np.float64) @ B, rtol=1e-5, atol=1e-5)
 
 
+@needs_pocl
+def test_image_elementwise_uses_whole_texels():
+  # out[i, j] = a[i, j] * b[j] + 1: the heuristic upcasts j by 4 on an image renderer, so channels are constants
+  n, m = 6, 32
+  out, a, b = P(0, n * m), P(1, n * m), P(2, m)
+  i, j = UOp.range(n, 0), UOp.range(m, 1)
+  ast = out.index(i * m + j).store(a.index(i * m + j).load() * b.index(j).load() + 1.0).sink(arg=KernelInfo("iew"))
+  with Context(NOOPT=0): spec = get_program(ast, OpenCLRenderer("image"))
+  assert image_params_of(spec.uops) == {1: (1, 48, 4), 2: (1, 8, 4)}
+  assert "%4" not in spec.src and spec.src.count("read_imagef") == 2  # one texel of each image per thread
+  A, B = rng.standard_normal((n, m)).astype(np.float32), rng.standard_normal(m).astype(np.float32)
+  C = np.zeros(n * m, np.float32)
+  clr.run(spec, [C, A.reshape(-1), B])  # type: ignore[attr-defined]
+  np.testing.assert_array_equal(C.reshape(n, m), A * B + np.float32(1))
+
+
 # ***** a whole convnet forward: compiled on NULL:OPENCL with IMAGE=1, replayed on PoCL *****
 def _np_conv(x: np.ndarray, w: np.ndarray, b: np.ndarray, pad: int = 0) -> np.ndarray:
   x = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))

@@ -2,15 +2,18 @@
 
 In order, the first that applies:
 - under `TC=1`, a matmul whose dtypes and shape fit one of the renderer's tensor cores gets TC (and nothing else);
-- a reduction with few outputs (<= GROUP_MAX_OUTPUTS) and a large reduce (>= GROUP_MIN_REDUCE elements per output:
-  a sum, softmax/layernorm statistics, a conv's weight gradient, a matvec) gets GROUPTOP: one workgroup per output
+- a reduction with a large reduce (>= GROUP_MIN_REDUCE elements per output) and few outputs (<= GROUP_MAX_OUTPUTS,
+  or no more than the reduce has elements): a sum, softmax/layernorm statistics, a conv's weight gradient, a matvec,
+  gets GROUPTOP: one workgroup per output
   whose threads each reduce a slice, then combine their partial results through local (shared) memory. The group
   is split over up to two reduce axes of the largest REDUCE; its thread count fits `max_workgroup_size` (else
   `max(local_max)`) and each local dim's `local_max`, and its partial-result slots fit `shared_max` bytes (checked
   by lowering the grouped reduce, so only a group that really becomes a workgroup reduction is kept);
 - otherwise the CPU register blocking and reduce unroll (matmuls, convs), then LOCAL splits of up to three output
   axes that become GPU dims: the axis contiguous in the store first (up to a warp, `warp_size`, for coalesced
-  accesses), then the others, at most LOCAL_TARGET threads and within `local_max` per dim.
+  accesses), then the others, at most LOCAL_TARGET threads and within `local_max` per dim. An elementwise kernel
+  on a renderer reading images (OpenCL `IMAGE=1`) first upcasts the store's contiguous axis by 4, so each thread
+  uses whole float4 texels (constant channels, one read per texel).
 """
 from __future__ import annotations
 
@@ -19,7 +22,8 @@ from tiny_uop.dtype import PtrDType
 from tiny_uop.helpers import USE_TC, prod
 from tiny_uop.uop import AxisType, Ops, UOp
 
-from tiny_codegen.opt.heuristic import _output_axes_with_bounds, _register_block, _store_index, _try, _unroll_reduce
+from tiny_codegen.opt.heuristic import (_output_axes_with_bounds, _register_block, _store_index, _try, _unroll_reduce,
+                                        _upcast_contiguous)
 from tiny_codegen.opt.kernel import Kernel, Opt, OptOps, _bound, stride_of
 
 GROUP_MIN_REDUCE = 32    # reduce elements per output below which one thread's serial loop beats a workgroup
@@ -38,6 +42,7 @@ def gpu_hand_coded_optimizations(k: Kernel) -> Kernel:
   if has_reduce:
     _register_block(k, _store_index(k), k.loads())
     _unroll_reduce(k, k.loads())
+  elif getattr(k.renderer, "images", False): _upcast_contiguous(k, _store_index(k))  # whole float4 texels a thread
   _add_locals(k)
   return k
 
@@ -73,11 +78,12 @@ def _group_reduce(k: Kernel) -> bool:
   ren = k.renderer
   if not ren.has_shared or k.dont_use_locals: return False
   outs = [_bound(r) for r in k.output_axes]
-  if any(n is None for n in outs) or prod(n for n in outs if n is not None) > GROUP_MAX_OUTPUTS: return False
+  if any(n is None for n in outs): return False
+  nout = prod(n for n in outs if n is not None)
   reds = [u for u in k.ast.toposort() if u.op is Ops.REDUCE]
   sizes = [prod(_bound(r) or 0 for r in red.src[1:]) for red in reds]
   size, red = max(zip(sizes, reds), key=lambda x: x[0])
-  if size < GROUP_MIN_REDUCE: return False
+  if size < GROUP_MIN_REDUCE or (nout > GROUP_MAX_OUTPUTS and size < nout): return False
   # each thread reduces >= 4 elements once the group is bigger than 16
   budget = min(max_threads(ren), GROUP_TARGET, max(16, size // 4))
   # GPU dims are three: more output axes (a conv weight's) would leave one a loop around the reduce, which lowering
