@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import math
+import operator
 import struct
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
@@ -116,11 +117,17 @@ def _div_fixup64(den: int, num: int) -> int:
 def vec_f32(fn: Callable[..., float], *cols: list[int]) -> list[int]:
   """Apply a float op lane-wise to columns of float32 bit patterns, converting whole columns at once (the hot path
   of the emulator); falls back to one lane at a time when a result overflows float32."""
-  n = len(cols[0])
-  fcols = [struct.unpack(f"<{n}f", struct.pack(f"<{n}I", *c)) for c in cols]
-  res = [fn(*xs) for xs in zip(*fcols)]
-  try: return list(struct.unpack(f"<{n}I", struct.pack(f"<{n}f", *res)))
+  si, sf = _structs(len(cols[0]))
+  res = list(map(fn, *(sf.unpack(si.pack(*c)) for c in cols)))
+  try: return list(si.unpack(sf.pack(*res)))
   except OverflowError: return [bits32(r) for r in res]
+
+
+@functools.lru_cache(maxsize=64)
+def _structs(n: int) -> tuple[struct.Struct, struct.Struct]: return struct.Struct(f"<{n}I"), struct.Struct(f"<{n}f")
+
+
+def _fma(a: float, b: float, c: float) -> float: return a * b + c
 
 
 def _ff(fn: Callable[..., float]) -> Callable[..., int]:
@@ -164,7 +171,7 @@ VOP2: dict[int, tuple[str, Callable[[int, int], int]]] = {
 # VOP1 ops executed by special cases in Emulator.vop1 (e32 only): their names, for the decoder
 VOP1_SPECIAL = {2: "v_readfirstlane_b32", 10: "v_cvt_f16_f32", 11: "v_cvt_f32_f16", 15: "v_cvt_f32_f64",
                 16: "v_cvt_f64_f32", 28: "v_mov_b16", 106: "v_cvt_i32_i16", 107: "v_cvt_u32_u16"}
-VOP2_FLOAT = {3: lambda a, b: a + b, 4: lambda a, b: a - b, 5: lambda a, b: b - a, 8: lambda a, b: a * b,
+VOP2_FLOAT = {3: operator.add, 4: operator.sub, 5: lambda a, b: b - a, 8: operator.mul,
               15: _fmin, 16: _fmax}  # VOP2 float ops by column (vec_f32)
 VOPD_FLOAT = {3: 8, 4: 3, 5: 4, 6: 5, 10: 16, 11: 15}  # VOPD op -> VOP2 op, for the float ones
 VOP2_CNDMASK, VOP2_FMAC, VOP2_FMAMK, VOP2_FMAAK, VOP2_ADD_CO_CI = 1, 43, 44, 45, 32
@@ -1028,15 +1035,31 @@ class Emulator:
       for ln in w.lanes(): self.vwrite16(w, f["vdst"], ln, fn(self.vsrc16(w, f["src0"], ln, inst, fp)))
       return
     if inst.op not in VOP1: raise UnsupportedInstruction(f"VOP1 opcode {inst.op} ({inst.name}) at {w.pc:#x}")
-    lanes, vd = w.lanes(), w.vgpr[inst.f["vdst"]]
-    for ln, v in zip(lanes, map(VOP1[inst.op][1], self.col(w, inst.f["src0"], lanes, inst))): vd[ln] = v
+    lanes = w.lanes()
+    self.store(w, f["vdst"], lanes, list(map(VOP1[op][1], self.col(w, f["src0"], lanes, inst))))
 
   def col(self, w: Wave, code: int, lanes: list[int], inst: Inst) -> list[int]:
-    """A 32-bit source operand for every active lane (a scalar operand repeated)."""
+    """A 32-bit source operand for every active lane (a scalar operand repeated); always a new list."""
     if code >= 256:
       vr = w.vgpr[code - 256]
-      return [vr[ln] for ln in lanes]
+      return vr[:] if len(lanes) == WAVE else [vr[ln] for ln in lanes]
     return [self.sread(w, code, inst)] * len(lanes)
+
+  def col64(self, w: Wave, code: int, lanes: list[int], inst: Inst) -> list[int]:
+    """A 64-bit integer operand for every active lane: a VGPR pair or a 64-bit scalar (see sread64)."""
+    if code >= 256:
+      lo, hi = w.vgpr[code - 256], w.vgpr[code - 255]
+      return [lo[ln] | (hi[ln] << 32) for ln in lanes]
+    if code in INLINE_F32: raise UnsupportedInstruction(f"{inst.name}: a float constant as a 64-bit integer operand")
+    return [self.sread64(w, code, inst)] * len(lanes)
+
+  @staticmethod
+  def store(w: Wave, d: int, lanes: list[int], vals: list[int]) -> None:
+    """Write a column of results to VGPR `d` for the active lanes (`vals` a fresh list, one per active lane)."""
+    if len(lanes) == WAVE: w.vgpr[d] = vals
+    else:
+      vd = w.vgpr[d]
+      for ln, v in zip(lanes, vals): vd[ln] = v
 
   def _vop2_lane(self, w: Wave, op: int, a: int, b: int, d: int, ln: int, inst: Inst, k: int = 0) -> None:
     if op in VOP2: w.vgpr[d][ln] = VOP2[op][1](a, b)
@@ -1049,9 +1072,9 @@ class Emulator:
   def vop2(self, w: Wave, inst: Inst) -> None:
     f = inst.f
     if inst.op in VOP2_FLOAT:
-      lanes, vd = w.lanes(), w.vgpr[f["vdst"]]
-      a, b = [self.vsrc(w, f["src0"], ln, inst) for ln in lanes], [w.vgpr[f["vsrc1"]][ln] for ln in lanes]
-      for ln, v in zip(lanes, vec_f32(VOP2_FLOAT[inst.op], a, b)): vd[ln] = v
+      lanes = w.lanes()
+      a, b = self.col(w, f["src0"], lanes, inst), self.col(w, 256 + f["vsrc1"], lanes, inst)
+      self.store(w, f["vdst"], lanes, vec_f32(VOP2_FLOAT[inst.op], a, b))
       return
     if inst.op in VOP2_16:
       _, _, fp, fn = VOP3_16[VOP2_16[inst.op]]
@@ -1084,9 +1107,8 @@ class Emulator:
       return
     lanes = w.lanes()
     if inst.op in VOP2:  # by columns
-      vd = w.vgpr[f["vdst"]]
-      for ln, v in zip(lanes, map(VOP2[inst.op][1], self.col(w, f["src0"], lanes, inst),
-                                  self.col(w, 256 + f["vsrc1"], lanes, inst))): vd[ln] = v
+      self.store(w, f["vdst"], lanes, list(map(VOP2[inst.op][1], self.col(w, f["src0"], lanes, inst),
+                                               self.col(w, 256 + f["vsrc1"], lanes, inst))))
       return
     for ln in lanes:
       self._vop2_lane(w, inst.op, self.vsrc(w, f["src0"], ln, inst), w.vgpr[f["vsrc1"]][ln], f["vdst"], ln, inst,
@@ -1121,30 +1143,25 @@ class Emulator:
 
   def vopd(self, w: Wave, inst: Inst) -> None:
     f, k = inst.f, inst.literal or 0
-    # both halves read their sources before either writes (dual issue)
+    # both halves read their sources before either writes (dual issue); by columns
     results = []
     lanes = w.lanes()
     for which in ("x", "y"):
       op, s0, s1, d = f[f"op{which}"], f[f"src0{which}"], f[f"vsrc{which}1"], f[f"vdst{which}"]
-      vals = {}
-      if op in VOPD_FLOAT or op == 0:
-        a, b = [self.vsrc(w, s0, ln, inst) for ln in lanes], [w.vgpr[s1][ln] for ln in lanes]
-        if op == 0: r = vec_f32(lambda x, y, z: x * y + z, a, b, [w.vgpr[d][ln] for ln in lanes])
-        else: r = vec_f32(VOP2_FLOAT[VOPD_FLOAT[op]], a, b)
-        results.append((d, dict(zip(lanes, r))))
+      a = self.col(w, s0, lanes, inst)
+      if op == 8:
+        results.append((d, a))
         continue
-      for ln in lanes:
-        a, b = self.vsrc(w, s0, ln, inst), w.vgpr[s1][ln]
-        if op == 8: vals[ln] = a
-        elif op == 0: vals[ln] = bits32(f32(a) * f32(b) + f32(w.vgpr[d][ln]))
-        elif op == 1: vals[ln] = bits32(f32(a) * f32(b) + f32(k))
-        elif op == 2: vals[ln] = bits32(f32(a) * f32(k) + f32(b))
-        elif op == 9: vals[ln] = b if w.vcc >> ln & 1 else a
-        elif op in _VOPD_TO_VOP2: vals[ln] = VOP2[_VOPD_TO_VOP2[op]][1](a, b)
-        else: raise UnsupportedInstruction(f"VOPD opcode {op} at {w.pc:#x}")
-      results.append((d, vals))
-    for d, vals in results:
-      for ln, v in vals.items(): w.vgpr[d][ln] = v
+      b = self.col(w, 256 + s1, lanes, inst)
+      if op == 0: r = vec_f32(_fma, a, b, self.col(w, 256 + d, lanes, inst))
+      elif op in VOPD_FLOAT: r = vec_f32(VOP2_FLOAT[VOPD_FLOAT[op]], a, b)
+      elif op == 1: r = vec_f32(_fma, a, b, [k] * len(lanes))
+      elif op == 2: r = vec_f32(_fma, a, [k] * len(lanes), b)
+      elif op == 9: r = [y if w.vcc >> ln & 1 else x for ln, x, y in zip(lanes, a, b)]
+      elif op in _VOPD_TO_VOP2: r = list(map(VOP2[_VOPD_TO_VOP2[op]][1], a, b))
+      else: raise UnsupportedInstruction(f"VOPD opcode {op} at {w.pc:#x}")
+      results.append((d, r))
+    for d, r in results: self.store(w, d, lanes, r)
 
   def vop3(self, w: Wave, inst: Inst) -> None:
     f, op = inst.f, inst.op
@@ -1206,20 +1223,28 @@ class Emulator:
       if f["abs"] >> i & 1: v &= ~(1 << 63)
       if f["neg"] >> i & 1: v ^= 1 << 63
       return v
+    lanes = w.lanes()
+
+    def cols(n: int) -> list[list[int]]:  # sources 0..n-1 for every active lane, |x| / -x applied (float32 bits)
+      out = []
+      for i in range(n):
+        c = self.col(w, f[f"src{i}"], lanes, inst)
+        if f["abs"] >> i & 1: c = [v & 0x7FFFFFFF for v in c]
+        if f["neg"] >> i & 1: c = [v ^ 0x80000000 for v in c]
+        out.append(c)
+      return out
     if op < 0x100:  # VOPC promoted: result to an SGPR
       _, fn = vopc_compare(op)
       if 0x20 <= op & 0x7F < 0x30: mask = sum(1 << ln for ln in w.lanes() if fn(src64(0, ln), src64(1, ln)))
       elif 0x50 <= op & 0x7F < 0x60:
         mask = sum(1 << ln for ln in w.lanes()
                    if fn(self.vsrc64(w, f["src0"], ln, inst), self.vsrc64(w, f["src1"], ln, inst)))
-      else: mask = sum(1 << ln for ln in w.lanes() if fn(src(0, ln), src(1, ln)))
+      else: mask = sum(1 << ln for ln, x, y in zip(lanes, *cols(2)) if fn(x, y))
       if op & 0x80: w.exec = mask
       else: self.swrite(w, f["vdst"], mask)
       return
     if op == 0x213:  # v_fma_f32, by columns
-      lanes = w.lanes()
-      r = vec_f32(lambda a, b, c: a * b + c, *([src(i, ln) for ln in lanes] for i in range(3)))
-      for ln, v in zip(lanes, r): w.vgpr[f["vdst"]][ln] = v
+      self.store(w, f["vdst"], lanes, vec_f32(_fma, *cols(3)))
       return
     if op in VOP3_F64:
       fn, n = VOP3_F64[op][1], 3 if op in (0x214, 0x228) else 2
@@ -1246,15 +1271,18 @@ class Emulator:
         raise UnsupportedInstruction(f"{inst.name}: abs/neg modifiers on an integer op at {w.pc:#x}")
     if op == 0x101:  # v_cndmask_b32_e64: mask in src2's SGPR
       m = self.sread(w, f["src2"], inst)
-      for ln in w.lanes(): w.vgpr[f["vdst"]][ln] = src(1, ln) if m >> ln & 1 else src(0, ln)
+      a, b = cols(2)
+      self.store(w, f["vdst"], lanes, [y if m >> ln & 1 else x for ln, x, y in zip(lanes, a, b)])
     elif 0x100 <= op < 0x180 and op not in VOP3SD:
-      for ln in w.lanes(): self._vop2_lane(w, op - 0x100, src(0, ln), src(1, ln), f["vdst"], ln, inst)
+      o = op - 0x100
+      if o in VOP2_FLOAT: self.store(w, f["vdst"], lanes, vec_f32(VOP2_FLOAT[o], *cols(2)))
+      elif o in VOP2: self.store(w, f["vdst"], lanes, list(map(VOP2[o][1], *cols(2))))
+      else:
+        for ln, a, b in zip(lanes, *cols(2)): self._vop2_lane(w, o, a, b, f["vdst"], ln, inst)
     elif 0x180 <= op < 0x200:
       if op - 0x180 not in VOP1: raise UnsupportedInstruction(f"VOP3 (VOP1) opcode {op - 0x180} at {w.pc:#x}")
-      for ln in w.lanes(): w.vgpr[f["vdst"]][ln] = VOP1[op - 0x180][1](src(0, ln))
-    elif op in VOP3:
-      fn, lanes, vd = VOP3[op][1], w.lanes(), w.vgpr[f["vdst"]]
-      for ln, v in zip(lanes, map(fn, *([src(i, ln) for ln in lanes] for i in range(3)))): vd[ln] = v
+      self.store(w, f["vdst"], lanes, list(map(VOP1[op - 0x180][1], *cols(1))))
+    elif op in VOP3: self.store(w, f["vdst"], lanes, list(map(VOP3[op][1], *cols(3))))
     elif op == 0x360:  # v_readlane_b32 sdst(vdst field), vsrc0, lane(src1)
       self.swrite(w, f["vdst"], w.vgpr[f["src0"] - 256][self.sread(w, f["src1"], inst) & 31])
     elif op == 0x361:  # v_writelane_b32 vdst, ssrc0, lane(src1): ignores EXEC
@@ -1264,33 +1292,28 @@ class Emulator:
       self.swrite(w, f["sdst"], 0)
     elif op == 0x237:  # v_div_fmas_f32: fma(S0, S1, S2) (VCC scaling is 0 after our div_scale)
       for ln in w.lanes(): w.vgpr[f["vdst"]][ln] = bits32(f32(src(0, ln)) * f32(src(1, ln)) + f32(src(2, ln)))
-    elif op in (0x120, 0x121, 0x122):  # v_add/sub/subrev_co_ci_u32_e64: carry in from src2's SGPR, out to sdst
-      cin, carry = self.sread(w, f["src2"], inst), 0
-      for ln in w.lanes():
-        a, b, c = src(0, ln), src(1, ln), cin >> ln & 1
-        r = a + b + c if op == 0x120 else a - b - c if op == 0x121 else b - a - c
-        w.vgpr[f["vdst"]][ln] = r & MASK32
-        if r > MASK32 or r < 0: carry |= 1 << ln
-      self.swrite(w, f["sdst"], carry)
-    elif op in (VOP3_ADD_CO_U32, VOP3_SUB_CO_U32):
-      carry = 0
-      for ln in w.lanes():
-        r = src(0, ln) + src(1, ln) if op == VOP3_ADD_CO_U32 else src(0, ln) - src(1, ln)
-        w.vgpr[f["vdst"]][ln] = r & MASK32
-        if r > MASK32 or r < 0: carry |= 1 << ln
-      self.swrite(w, f["sdst"], carry)
+    elif op in (0x120, 0x121, 0x122, VOP3_ADD_CO_U32, VOP3_SUB_CO_U32):
+      # v_add/sub/subrev_co_ci_u32_e64 (carry in from src2's SGPR) and v_add/sub_co_u32: carry/borrow out to sdst
+      cin = self.sread(w, f["src2"], inst) if op < 0x200 else 0
+      a, b = cols(2)
+      if op in (0x120, VOP3_ADD_CO_U32): r = [x + y + (cin >> ln & 1) for ln, x, y in zip(lanes, a, b)]
+      elif op in (0x121, VOP3_SUB_CO_U32): r = [x - y - (cin >> ln & 1) for ln, x, y in zip(lanes, a, b)]
+      else: r = [y - x - (cin >> ln & 1) for ln, x, y in zip(lanes, a, b)]
+      self.store(w, f["vdst"], lanes, [v & MASK32 for v in r])
+      self.swrite(w, f["sdst"], sum(1 << ln for ln, v in zip(lanes, r) if v > MASK32 or v < 0))
     elif op == VOP3_MAD_U64_U32:
-      for ln in w.lanes():
-        c = w.vgpr[f["src2"] - 256][ln] | (w.vgpr[f["src2"] - 255][ln] << 32) if f["src2"] >= 256 else \
-          self.sread64(w, f["src2"], inst)
-        r = (src(0, ln) * src(1, ln) + c) & MASK64
-        w.vgpr[f["vdst"]][ln], w.vgpr[f["vdst"] + 1][ln] = r & MASK32, r >> 32
+      c = self.col64(w, f["src2"], lanes, inst)
+      r = [(x * y + z) & MASK64 for x, y, z in zip(*cols(2), c)]
+      self.store(w, f["vdst"], lanes, [v & MASK32 for v in r])
+      self.store(w, f["vdst"] + 1, lanes, [v >> 32 for v in r])
       self.swrite(w, f["sdst"], 0)
     elif op in (VOP3_LSHLREV_B64, 0x33D, 0x33E):  # v_lshlrev_b64 / v_lshrrev_b64 / v_ashrrev_i64
-      for ln in w.lanes():
-        v, sh = self.vsrc64(w, f["src1"], ln, inst), src(0, ln) & 63
-        r = (v << sh) if op == VOP3_LSHLREV_B64 else (v >> sh) if op == 0x33D else sext(v, 64) >> sh
-        self.vwrite64(w, f["vdst"], ln, r & MASK64)
+      v64, (sh,) = self.col64(w, f["src1"], lanes, inst), cols(1)
+      if op == VOP3_LSHLREV_B64: r = [(v << (s & 63)) & MASK64 for v, s in zip(v64, sh)]
+      elif op == 0x33D: r = [v >> (s & 63) for v, s in zip(v64, sh)]
+      else: r = [(sext(v, 64) >> (s & 63)) & MASK64 for v, s in zip(v64, sh)]
+      self.store(w, f["vdst"], lanes, [v & MASK32 for v in r])
+      self.store(w, f["vdst"] + 1, lanes, [v >> 32 for v in r])
     else: raise UnsupportedInstruction(f"VOP3 opcode {op:#x} ({inst.name}) at {w.pc:#x}")
 
   @staticmethod
@@ -1505,6 +1528,7 @@ class Emulator:
     SCRATCH (segment 1: per-lane private memory) and GLOBAL (segment 2) loads, stores and atomics."""
     f, op, seg = inst.f, inst.op, inst.f["seg"]
     if seg == 3: raise UnsupportedInstruction(f"FLAT segment 3 (reserved) at {w.pc:#x}")
+    if seg != 1 and self._flat_block(w, inst): return
     for ln in w.lanes():
       mem: Memory = self.mem
       if seg == 1:  # scratch: a 32-bit per-lane offset = VGPR (when SVE) + SGPR (unless off) + offset
@@ -1542,6 +1566,33 @@ class Emulator:
         mem.write(addr, atomic_result(kind, bits, old, data, cmp).to_bytes(nb, "little"))
         if f["glc"]: self._vwrite_wide(w, f["vdst"], ln, bits, old)  # GLC: return the value before the op
       else: raise UnsupportedInstruction(f"{inst.name}: FLAT opcode {op} (segment {seg}) at {w.pc:#x}")
+
+  def _flat_block(self, w: Wave, inst: Inst) -> bool:
+    """The common case of a dword load/store whose active lanes touch consecutive addresses (lane after lane, no
+    gaps): one memory access for the whole wave. Returns False (nothing done) for any other access."""
+    f, op = inst.f, inst.op
+    if op in GLOBAL_LOADS and GLOBAL_LOADS[op][2] == 32: n = GLOBAL_LOADS[op][0]
+    elif op in GLOBAL_STORES and GLOBAL_STORES[op][1] == 32: n = GLOBAL_STORES[op][0]
+    else: return False
+    lanes = w.lanes()
+    if len(lanes) < 2 or lanes[-1] - lanes[0] != len(lanes) - 1: return False
+    va = w.vgpr[f["addr"]]
+    if f["seg"] == 2 and f["saddr"] != NULL and f["saddr"] != 0x7F:
+      base = (w.sgpr[f["saddr"]] | (w.sgpr[f["saddr"] + 1] << 32)) + f["offset"]
+      addrs = [base + va[ln] for ln in lanes]
+    else:
+      vh = w.vgpr[f["addr"] + 1]
+      addrs = [(va[ln] | (vh[ln] << 32)) + f["offset"] for ln in lanes]
+    nb, a0 = 4 * n, addrs[0] & MASK64
+    if any(a - a0 != i * nb for i, a in enumerate(addrs)): return False
+    cnt = n * len(lanes)
+    if op in GLOBAL_LOADS:
+      vals = struct.unpack(f"<{cnt}I", self.mem.read(a0, 4 * cnt))
+      for i in range(n): self.store(w, f["vdst"] + i, lanes, list(vals[i::n]))
+    else:
+      cols = [self.col(w, 256 + f["data"] + i, lanes, inst) for i in range(n)]
+      self.mem.write(a0, struct.pack(f"<{cnt}I", *(v for vs in zip(*cols) for v in vs)))
+    return True
 
   @staticmethod
   def _vreg_wide(w: Wave, r: int, ln: int, bits: int) -> int:
