@@ -97,6 +97,23 @@ def test_wmma_low_precision_output_on_the_emulator(din):
   assert np.mean(got == near) > 0.95  # float32 sums of a different order may tip a few ties
 
 
+@pytest.mark.parametrize("din", [dtypes.float16, dtypes.bfloat16])
+def test_wmma_one_buffer_as_both_operands_and_epilogue(din):
+  # x @ x + x: the fragments read x (bf16: through its uint16 view) and the epilogue reads it as a value, one argument
+  S = 32
+  c, a = UOp(Ops.PARAM, dtypes.float.ptr(S * S), arg=0), UOp(Ops.PARAM, din.ptr(S * S), arg=1)
+  i, j, k = UOp.range(S, 0), UOp.range(S, 1), UOp.range(S, 2, AxisType.REDUCE)
+  red = UOp(Ops.REDUCE, dtypes.float, ((a.index(i * S + k).load() * a.index(k * S + j).load()).cast(dtypes.float), k),
+            Ops.ADD)
+  ast = c.index(i * S + j).store(red + a.index(i * S + j).load().cast(dtypes.float)).sink(arg=KernelInfo("sq"))
+  ren = AMDGPURenderer("gfx1100")
+  with Context(SPEC=1): spec = get_program(apply_opts(ast, ren, [TC]), ren)
+  assert f"@llvm.amdgcn.wmma.f32.16x16x16.{KIND[din]}(" in spec.src and spec.src.count("ptr addrspace(1) noalias") == 2
+  x, _, fx, _ = operands(S, S, S, din, 2)
+  got = run_on_mock(spec, np.zeros(S * S, np.float32), x).reshape(S, S)
+  np.testing.assert_allclose(got, fx @ fx + fx, rtol=1e-5, atol=1e-5)
+
+
 def test_wmma_chosen_by_the_heuristic_on_mock_amd():
   # the device's own renderer and the hand-coded heuristic choose TC; a bias after the reduce is added per C element
   M = N = K = 32
