@@ -118,9 +118,14 @@ def vec_f32(fn: Callable[..., float], *cols: list[int]) -> list[int]:
   """Apply a float op lane-wise to columns of float32 bit patterns, converting whole columns at once (the hot path
   of the emulator); falls back to one lane at a time when a result overflows float32."""
   si, sf = _structs(len(cols[0]))
-  res = list(map(fn, *(sf.unpack(si.pack(*c)) for c in cols)))
+  if fn is _fma: res = [x * y + z for x, y, z in zip(*(sf.unpack(si.pack(*c)) for c in cols))]
+  else: res = list(map(fn, *(sf.unpack(si.pack(*c)) for c in cols)))
   try: return list(si.unpack(sf.pack(*res)))
   except OverflowError: return [bits32(r) for r in res]
+
+
+@functools.lru_cache(maxsize=8)
+def _dwords(n: int) -> struct.Struct: return struct.Struct(f"<{n}I")
 
 
 @functools.lru_cache(maxsize=64)
@@ -1568,14 +1573,16 @@ class Emulator:
       else: raise UnsupportedInstruction(f"{inst.name}: FLAT opcode {op} (segment {seg}) at {w.pc:#x}")
 
   def _flat_block(self, w: Wave, inst: Inst) -> bool:
-    """The common case of a dword load/store whose active lanes touch consecutive addresses (lane after lane, no
-    gaps): one memory access for the whole wave. Returns False (nothing done) for any other access."""
+    """The common cases of dword loads/stores, with one memory access for the whole wave: a load whose active lanes'
+    addresses all lie within 4 KiB (read once, each lane takes its slice), a store to consecutive addresses (lane
+    after lane, no gaps). Returns False (nothing done) for any other access, or when the one-block read faults (the
+    lane-by-lane path then reports the lane that is really out of bounds)."""
     f, op = inst.f, inst.op
-    if op in GLOBAL_LOADS and GLOBAL_LOADS[op][2] == 32: n = GLOBAL_LOADS[op][0]
-    elif op in GLOBAL_STORES and GLOBAL_STORES[op][1] == 32: n = GLOBAL_STORES[op][0]
+    if op in GLOBAL_LOADS and GLOBAL_LOADS[op][2] == 32: n, load = GLOBAL_LOADS[op][0], True
+    elif op in GLOBAL_STORES and GLOBAL_STORES[op][1] == 32: n, load = GLOBAL_STORES[op][0], False
     else: return False
     lanes = w.lanes()
-    if len(lanes) < 2 or lanes[-1] - lanes[0] != len(lanes) - 1: return False
+    if len(lanes) < 2 or (not load and lanes[-1] - lanes[0] != len(lanes) - 1): return False
     va = w.vgpr[f["addr"]]
     if f["seg"] == 2 and f["saddr"] != NULL and f["saddr"] != 0x7F:
       base = (w.sgpr[f["saddr"]] | (w.sgpr[f["saddr"] + 1] << 32)) + f["offset"]
@@ -1583,15 +1590,19 @@ class Emulator:
     else:
       vh = w.vgpr[f["addr"] + 1]
       addrs = [(va[ln] | (vh[ln] << 32)) + f["offset"] for ln in lanes]
-    nb, a0 = 4 * n, addrs[0] & MASK64
-    if any(a - a0 != i * nb for i, a in enumerate(addrs)): return False
-    cnt = n * len(lanes)
-    if op in GLOBAL_LOADS:
-      vals = struct.unpack(f"<{cnt}I", self.mem.read(a0, 4 * cnt))
-      for i in range(n): self.store(w, f["vdst"] + i, lanes, list(vals[i::n]))
-    else:
-      cols = [self.col(w, 256 + f["data"] + i, lanes, inst) for i in range(n)]
-      self.mem.write(a0, struct.pack(f"<{cnt}I", *(v for vs in zip(*cols) for v in vs)))
+    nb, lo, hi = 4 * n, min(addrs), max(addrs)
+    if lo < 0 or hi > MASK64 - nb: return False
+    if load:
+      if hi - lo > 4096: return False
+      try: buf = self.mem.read(lo, hi - lo + nb)
+      except RuntimeError: return False
+      st = _dwords(n)
+      vals = [st.unpack_from(buf, a - lo) for a in addrs]
+      for i in range(n): self.store(w, f["vdst"] + i, lanes, [v[i] for v in vals])
+      return True
+    if any(a - lo != i * nb for i, a in enumerate(addrs)): return False
+    cols = [self.col(w, 256 + f["data"] + i, lanes, inst) for i in range(n)]
+    self.mem.write(lo, struct.pack(f"<{n * len(lanes)}I", *(v for vs in zip(*cols) for v in vs)))
     return True
 
   @staticmethod
