@@ -168,3 +168,30 @@ def run(spec: Any, bufs: list[np.ndarray], vals: tuple[int, ...] = ()) -> None:
       _check(cl.clEnqueueReadBuffer(q, m, 1, 0, a.nbytes, a.ctypes.data, 0, None, None), "clEnqueueReadBuffer")
   _check(cl.clFinish(q), "clFinish")
   for m in mems: cl.clReleaseMemObject(m)
+
+
+def replay(calls: list[Any], uploads: dict[Any, np.ndarray] | None = None) -> dict[Any, np.ndarray]:
+  """Run the engine calls captured (tiny_tensor.engine.capture) while realizing on a NULL OpenCL device, on PoCL:
+  numpy arrays stand for the NULL Buffers (starting from `uploads`, data written straight into them), a copy from
+  another device takes that device's data, a kernel runs its OpenCL program on the arrays. Returns {Buffer: array}
+  (in place, so later calls see earlier results)."""
+  arrs: dict[Any, np.ndarray] = {b: a.copy() for b, a in (uploads or {}).items()}
+
+  def arr(b: Any) -> np.ndarray:
+    if b not in arrs: arrs[b] = np.zeros(b.size, np.dtype(b.dtype.fmt))
+    return arrs[b]
+  for c in calls:
+    if c.kind == "copy":
+      dst, src = c.bufs
+      data = arrs[src] if src in arrs else np.frombuffer(src.as_buffer(), np.dtype(src.dtype.fmt))
+      arr(dst)[:] = data.reshape(-1)[:dst.size]
+    elif c.kind == "kernel":
+      slots = list(c.spec.globals)
+      bufs: list[Any] = [None] * (max(slots) + 1)
+      for slot, b in zip(slots, c.bufs): bufs[slot] = arr(b)
+      run(c.spec, bufs, tuple(c.var_vals[v.arg[0]] for v in c.spec.vars))
+    else:  # a view shares its base's memory from a byte offset
+      view, base = c.bufs
+      raw = arr(base).view(np.uint8)[c.offset:c.offset + view.size * view.dtype.itemsize]
+      arrs[view] = raw.view(np.dtype(view.dtype.fmt))
+  return arrs

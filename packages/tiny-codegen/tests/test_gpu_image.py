@@ -132,28 +132,6 @@ def _np_forward(x, w1, b1, w2, b2, wl, bl):
   return h.reshape(h.shape[0], -1) @ wl.T + bl
 
 
-def replay_on_pocl(calls: list) -> dict:
-  """Run the captured engine calls of a NULL-device realize on PoCL: host->NULL copies take the host data, kernels
-  run their OpenCL programs on numpy arrays standing for the NULL buffers. Returns {Buffer: array}."""
-  arrs: dict = {}
-
-  def arr(b: object) -> np.ndarray:
-    if b not in arrs: arrs[b] = np.zeros(b.size, np.dtype(b.dtype.fmt))  # type: ignore[attr-defined]
-    return arrs[b]
-  for c in calls:
-    if c.kind == "copy":
-      dst, src = c.bufs
-      data = arrs[src] if src in arrs else np.frombuffer(src.as_buffer(), np.dtype(src.dtype.fmt))
-      arr(dst)[:] = data.reshape(-1)[:dst.size]
-    elif c.kind == "kernel":
-      slots = list(c.spec.globals)
-      bufs: list = [None] * (max(slots) + 1)
-      for slot, b in zip(slots, c.bufs): bufs[slot] = arr(b)
-      clr.run(c.spec, bufs, tuple(c.var_vals[v.arg[0]] for v in c.spec.vars))  # type: ignore[attr-defined]
-    else: pytest.fail(f"replay has no {c.kind} calls (buffer views)")
-  return arrs
-
-
 @needs_pocl
 def test_convnet_forward_with_images_on_pocl():
   tt = pytest.importorskip("tiny_tensor")
@@ -175,7 +153,7 @@ def test_convnet_forward_with_images_on_pocl():
   assert len(imaged) == len(kernels), [c.spec.name for c in kernels if c not in imaged]
   image_sizes = {int(np.prod(s)) for c in kernels for s in image_params_of(c.spec.uops).values()}
   assert {8 * 3 * 3 * 3, 16 * 8 * 3 * 3, 2 * 3 * 10 * 10, 10 * 16} <= image_sizes, sorted(image_sizes)
-  arrs = replay_on_pocl(calls)
+  arrs = clr.replay(calls)  # type: ignore[attr-defined]
   last = kernels[-1]  # the linear layer writes the realized output
   got = arrs[last.bufs[list(last.spec.globals).index(last.spec.outs[0])]]
   assert got.size == out.numel()

@@ -13,6 +13,7 @@ import struct
 import subprocess
 from typing import Any
 
+import numpy as np
 import pytest
 
 tiny_tensor = pytest.importorskip("tiny_tensor")
@@ -312,3 +313,39 @@ def test_amd_our_linker_matches_ld_lld(model):
     for lib, syms in ((ours, s_ours), (lld, s_lld)):
       assert syms[f"{spec.name}.kd"] + struct.unpack_from("<q", _read_vaddr(lib, syms[f"{spec.name}.kd"], 64), 16)[0] \
         == syms[spec.name]
+
+
+# ***** numbers: the models' OpenCL kernels (grouped reductions included) replayed on PoCL *****
+@pytest.mark.parametrize("model", ["convnet", "transformer"])
+def test_models_replayed_on_pocl_match_reference(model, monkeypatch):
+  """Every kernel of the model -- random init, forward, backward -- compiled for NULL:OPENCL (GROUPTOP reductions in
+  shared memory among them), run in order on PoCL; the outputs equal the same model (same seed) on the PYTHON
+  device, unoptimized (the reference interpreter, no workgroup reductions)."""
+  s = importlib.util.spec_from_file_location("gpu_cl_runner", pathlib.Path(__file__).with_name("gpu_cl_runner.py"))
+  clr = importlib.util.module_from_spec(s)  # type: ignore[arg-type]
+  s.loader.exec_module(clr)  # type: ignore[union-attr]
+  if (why := clr.available()) is not None: pytest.skip(why)
+  from tiny_tensor import creation
+  from tiny_uop.device import Buffer
+  uploads: dict = {}  # data written straight into NULL buffers (the random counters): the NULL device drops it
+  copyin = Buffer.copyin
+
+  def record(self: Buffer, mv: memoryview) -> Buffer:
+    if self.device.startswith("NULL"): uploads[self] = np.frombuffer(bytes(mv), np.dtype(self.dtype.fmt)).copy()
+    return copyin(self, mv)
+  monkeypatch.setattr(Buffer, "copyin", record)
+  monkeypatch.setattr(creation, "_rng_index", {})  # the random index buffers get uploaded (recorded) afresh
+  calls: list = []
+  Tensor.manual_seed(7)
+  with Context(DEV=TARGETS["OPENCL"]), engine.capture(calls.append):
+    outs = MODELS[model]("NULL")
+    Tensor.realize(*outs)
+  assert sum("__local" in c.spec.src for c in calls if c.kind == "kernel") >= 5
+  arrs = clr.replay(calls, uploads)
+  Tensor.manual_seed(7)
+  with Context(DEV="PYTHON", NOOPT=1): refs = [t.numpy() for t in MODELS[model]("PYTHON")]
+  for t, ref in zip(outs, refs):
+    view = engine.buffer_view(t.uop)
+    assert view is not None
+    got = arrs[engine.get_buffer(view[0])]
+    np.testing.assert_allclose(got.reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
