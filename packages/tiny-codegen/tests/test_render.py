@@ -158,3 +158,15 @@ def test_c_max_chain_stays_linear():
   for k in range(1, 32): x = x.maximum(a.index(UOp.const(dtypes.index, k)).load() * 2.0)
   src = render(ClangRenderer, c.index(UOp.const(dtypes.index, 0)).store(x).sink(arg=KernelInfo("E_max")))
   assert len(src) < 12000  # ~200 characters per MAX; inlined, it would be 2**31 times more
+
+
+def test_llvm_contracts_only_reduce_accumulations_into_fma():
+  # c[i] = sum_k a[i,k] * b[k] + d[i] * e[i]: the product-sum of the reduce may fuse into FMAs (`contract`), the
+  # elementwise d*e + ... after it keeps its two roundings
+  ps = [UOp(Ops.PARAM, dtypes.float.ptr(n), arg=i) for i, n in enumerate((4, 32, 8, 4, 4))]
+  i, k = UOp.range(4, 0), UOp.range(8, 1, AxisType.REDUCE)
+  red = UOp(Ops.REDUCE, dtypes.float, (ps[1].index(i * 8 + k).load() * ps[2].index(k).load(), k), Ops.ADD)
+  ast = ps[0].index(i).store(red + ps[3].index(i).load() * ps[4].index(i).load()).sink(arg=KernelInfo("r_4_8"))
+  src = render(LLVMRenderer, ast)
+  assert re.search(r"= fmul contract float", src) and re.search(r"= fadd contract float %", src)
+  assert len(re.findall(r"= fmul float", src)) == 1 and len(re.findall(r"= fadd float", src)) == 1, src

@@ -67,12 +67,29 @@ class LLVMRenderer(CPURenderer):
 
   def render(self, uops: list[UOp]) -> str:
     """LLVM IR of the kernel `uops` (ending in a SINK whose arg is a KernelInfo carrying the name)."""
-    return _LLVMEmitter(uops).render()
+    return _LLVMEmitter(uops, contract=True).render()
+
+
+def accumulations(uops: list[UOp]) -> set[UOp]:
+  """The float ADDs that sum into a register accumulator (a reduce's update: acc + (p0 + p1 + ...)) and the MULs
+  feeding them: the products-and-sums LLVM may fuse into FMAs (`contract`). Only reductions, whose summation order is
+  unspecified anyway; elementwise a*b+c keeps its two roundings."""
+  out: set[UOp] = set()
+  for u in uops:
+    if u.op is not Ops.STORE or u.src[0].op is not Ops.INDEX or u.src[0].src[0].op is not Ops.DEFINE_REG: continue
+    stack = [u.src[1]]
+    while stack:
+      x = stack.pop()
+      if x in out or not dtypes.is_float(x.dtype) or x.op not in (Ops.ADD, Ops.MUL): continue
+      out.add(x)
+      if x.op is Ops.ADD: stack.extend(x.src)
+  return out
 
 
 class _LLVMEmitter:
-  def __init__(self, uops: list[UOp]):
+  def __init__(self, uops: list[UOp], contract: bool = False):
     self.uops = uops
+    self.contract = accumulations(uops) if contract else set()
     self.r: dict[UOp, str] = {}
     self.gates: dict[UOp, str] = {}
     self.lines: list[str] = []
@@ -169,6 +186,7 @@ class _LLVMEmitter:
                 Ops.CMOD: "urem" if isu else "srem", Ops.SHL: "shl", Ops.SHR: "lshr" if isu else "ashr",
                 Ops.AND: "and", Ops.OR: "or", Ops.XOR: "xor"}.get(op)
       if inst is None: raise NotImplementedError(f"LLVM renderer can't render {op} on {sdt}")
+      if isf and u in self.contract: inst += " contract"
       self.emit(f"{out} = {inst} {t} {a[0]}, {a[1]}")
     return out
 
