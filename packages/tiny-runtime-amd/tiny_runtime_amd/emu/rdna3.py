@@ -12,6 +12,7 @@ import ctypes
 import functools
 import math
 import operator
+from fractions import Fraction
 import struct
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
@@ -118,8 +119,7 @@ def vec_f32(fn: Callable[..., float], *cols: list[int]) -> list[int]:
   """Apply a float op lane-wise to columns of float32 bit patterns, converting whole columns at once (the hot path
   of the emulator); falls back to one lane at a time when a result overflows float32."""
   si, sf = _structs(len(cols[0]))
-  if fn is _fma: res = [x * y + z for x, y, z in zip(*(sf.unpack(si.pack(*c)) for c in cols))]
-  else: res = list(map(fn, *(sf.unpack(si.pack(*c)) for c in cols)))
+  res = list(map(fn, *(sf.unpack(si.pack(*c)) for c in cols)))
   try: return list(si.unpack(sf.pack(*res)))
   except OverflowError: return [bits32(r) for r in res]
 
@@ -132,7 +132,27 @@ def _dwords(n: int) -> struct.Struct: return struct.Struct(f"<{n}I")
 def _structs(n: int) -> tuple[struct.Struct, struct.Struct]: return struct.Struct(f"<{n}I"), struct.Struct(f"<{n}f")
 
 
-def _fma(a: float, b: float, c: float) -> float: return a * b + c
+def _fma(a: float, b: float, c: float) -> float:
+  """a*b+c for float32/half/mixed operands, as a double rounded to odd: rounding it once more to float32 or half
+  gives the correctly rounded fused multiply-add (the product is exact in a double; TwoSum recovers the sum's
+  rounding error, and a 53-bit round-to-odd result rounds correctly to any format of 51 bits or fewer)."""
+  p = a * b
+  s = p + c
+  if s - s != 0: return s  # inf / nan
+  bb = s - p
+  e = (p - (s - bb)) + (c - bb)
+  if e == 0 or int(math.frexp(s)[0] * 9007199254740992.0) & 1: return s
+  return math.nextafter(s, math.inf if e > 0 else -math.inf)
+
+
+def _fma64(a: float, b: float, c: float) -> float:
+  """The correctly rounded double fused multiply-add (exact rational arithmetic; IEEE special cases and the sign of
+  an exact zero as the standard has them)."""
+  if not (math.isfinite(a) and math.isfinite(b) and math.isfinite(c)): return a * b + c
+  exact = Fraction(a) * Fraction(b) + Fraction(c)
+  if exact == 0: return -0.0 if math.copysign(1, a * b) < 0 and math.copysign(1, c) < 0 else 0.0
+  try: return float(exact)
+  except OverflowError: return math.copysign(math.inf, exact)
 
 
 def _ff(fn: Callable[..., float]) -> Callable[..., int]:
@@ -196,7 +216,7 @@ VOP3: dict[int, tuple[str, Callable[[int, int, int], int]]] = {
   0x210: ("v_bfe_u32", lambda a, b, c: (a >> (b & 31)) & ((1 << (c & 31)) - 1)),
   0x211: ("v_bfe_i32", lambda a, b, c: _bfe_i32(a, b & 31, c & 31)),
   0x212: ("v_bfi_b32", lambda a, b, c: (a & b) | (~a & c & MASK32)),
-  0x213: ("v_fma_f32", _ff(lambda a, b, c: a * b + c)),
+  0x213: ("v_fma_f32", _ff(_fma)),
   0x246: ("v_lshl_add_u32", lambda a, b, c: ((a << (b & 31)) + c) & MASK32),
   0x247: ("v_add_lshl_u32", lambda a, b, c: ((a + b) << (c & 31)) & MASK32),
   0x255: ("v_add3_u32", lambda a, b, c: (a + b + c) & MASK32),
@@ -212,7 +232,7 @@ VOP3: dict[int, tuple[str, Callable[[int, int, int], int]]] = {
 VOP3_ADD_CO_U32, VOP3_SUB_CO_U32, VOP3_MAD_U64_U32, VOP3_LSHLREV_B64 = 0x300, 0x301, 0x2FE, 0x33C
 # float64 VOP3 ops: op -> (name, fn on 64-bit patterns); ldexp takes an int32 second operand
 VOP3_F64: dict[int, tuple[str, Callable[..., int]]] = {
-  0x214: ("v_fma_f64", _fd(lambda a, b, c: a * b + c)), 0x327: ("v_add_f64", _fd(lambda a, b: a + b)),
+  0x214: ("v_fma_f64", _fd(_fma64)), 0x327: ("v_add_f64", _fd(lambda a, b: a + b)),
   0x328: ("v_mul_f64", _fd(lambda a, b: a * b)), 0x329: ("v_min_f64", _fd(_fmin)), 0x32A: ("v_max_f64", _fd(_fmax)),
   0x228: ("v_div_fixup_f64", lambda q, d, n: _div_fixup64(d, n)),
 }
@@ -293,7 +313,7 @@ def _f16_bits_rtz(x: float) -> int:
 VOP3_16.update({
   0x139: ("v_max_f16", 2, True, _h(_fmax)), 0x13A: ("v_min_f16", 2, True, _h(_fmin)),
   0x13B: ("v_ldexp_f16", 2, True, lambda a, b: _f16_bits(_ldexp(_f16(a), _s16(b)))),
-  0x248: ("v_fma_f16", 3, True, _h(lambda a, b, c: a * b + c)),
+  0x248: ("v_fma_f16", 3, True, _h(_fma)),
   0x249: ("v_min3_f16", 3, True, _h(lambda a, b, c: _fmin(_fmin(a, b), c))),
   0x24C: ("v_max3_f16", 3, True, _h(lambda a, b, c: _fmax(_fmax(a, b), c))),
   0x24F: ("v_med3_f16", 3, True, _h(_med3)),
@@ -354,7 +374,7 @@ VOP3P_PK: dict[int, tuple[str, int, str, Callable[..., int]]] = {
   10: ("v_pk_add_u16", 2, "i", lambda a, b: (a + b) & 0xFFFF),
   11: ("v_pk_sub_u16", 2, "i", lambda a, b: (a - b) & 0xFFFF),
   12: ("v_pk_max_u16", 2, "i", max), 13: ("v_pk_min_u16", 2, "i", min),
-  14: ("v_pk_fma_f16", 3, "f", _h(lambda a, b, c: a * b + c)), 15: ("v_pk_add_f16", 2, "f", _h(lambda a, b: a + b)),
+  14: ("v_pk_fma_f16", 3, "f", _h(_fma)), 15: ("v_pk_add_f16", 2, "f", _h(lambda a, b: a + b)),
   16: ("v_pk_mul_f16", 2, "f", _h(lambda a, b: a * b)), 17: ("v_pk_min_f16", 2, "f", _h(_fmin)),
   18: ("v_pk_max_f16", 2, "f", _h(_fmax)),
 }
@@ -1069,9 +1089,9 @@ class Emulator:
   def _vop2_lane(self, w: Wave, op: int, a: int, b: int, d: int, ln: int, inst: Inst, k: int = 0) -> None:
     if op in VOP2: w.vgpr[d][ln] = VOP2[op][1](a, b)
     elif op == VOP2_CNDMASK: w.vgpr[d][ln] = b if w.vcc >> ln & 1 else a
-    elif op == VOP2_FMAC: w.vgpr[d][ln] = bits32(f32(a) * f32(b) + f32(w.vgpr[d][ln]))
-    elif op == VOP2_FMAMK: w.vgpr[d][ln] = bits32(f32(a) * f32(k) + f32(b))
-    elif op == VOP2_FMAAK: w.vgpr[d][ln] = bits32(f32(a) * f32(b) + f32(k))
+    elif op == VOP2_FMAC: w.vgpr[d][ln] = bits32(_fma(f32(a), f32(b), f32(w.vgpr[d][ln])))
+    elif op == VOP2_FMAMK: w.vgpr[d][ln] = bits32(_fma(f32(a), f32(k), f32(b)))
+    elif op == VOP2_FMAAK: w.vgpr[d][ln] = bits32(_fma(f32(a), f32(b), f32(k)))
     else: raise UnsupportedInstruction(f"VOP2 opcode {op} ({inst.name}) at {w.pc:#x}")
 
   def vop2(self, w: Wave, inst: Inst) -> None:
@@ -1080,6 +1100,13 @@ class Emulator:
       lanes = w.lanes()
       a, b = self.col(w, f["src0"], lanes, inst), self.col(w, 256 + f["vsrc1"], lanes, inst)
       self.store(w, f["vdst"], lanes, vec_f32(VOP2_FLOAT[inst.op], a, b))
+      return
+    if inst.op in (VOP2_FMAC, VOP2_FMAMK, VOP2_FMAAK):  # by columns; fmamk/fmaak take the literal K
+      lanes = w.lanes()
+      a, b = self.col(w, f["src0"], lanes, inst), self.col(w, 256 + f["vsrc1"], lanes, inst)
+      k = [inst.literal or 0] * len(lanes)
+      c = self.col(w, 256 + f["vdst"], lanes, inst) if inst.op == VOP2_FMAC else k
+      self.store(w, f["vdst"], lanes, vec_f32(_fma, a, k, b) if inst.op == VOP2_FMAMK else vec_f32(_fma, a, b, c))
       return
     if inst.op in VOP2_16:
       _, _, fp, fn = VOP3_16[VOP2_16[inst.op]]
@@ -1260,7 +1287,7 @@ class Emulator:
       return
     if op in (0x2FD, 0x238):  # v_div_scale_f64 (D = S0, VCC = 0) / v_div_fmas_f64 (fma): see _div_fixup
       for ln in w.lanes():
-        v = src64(0, ln) if op == 0x2FD else bits64(f64(src64(0, ln)) * f64(src64(1, ln)) + f64(src64(2, ln)))
+        v = src64(0, ln) if op == 0x2FD else bits64(_fma64(f64(src64(0, ln)), f64(src64(1, ln)), f64(src64(2, ln))))
         self.vwrite64(w, f["vdst"], ln, v)
       if op == 0x2FD: self.swrite(w, f["sdst"], 0)
       return
@@ -1296,7 +1323,7 @@ class Emulator:
       for ln in w.lanes(): w.vgpr[f["vdst"]][ln] = src(0, ln)
       self.swrite(w, f["sdst"], 0)
     elif op == 0x237:  # v_div_fmas_f32: fma(S0, S1, S2) (VCC scaling is 0 after our div_scale)
-      for ln in w.lanes(): w.vgpr[f["vdst"]][ln] = bits32(f32(src(0, ln)) * f32(src(1, ln)) + f32(src(2, ln)))
+      self.store(w, f["vdst"], lanes, vec_f32(_fma, *cols(3)))
     elif op in (0x120, 0x121, 0x122, VOP3_ADD_CO_U32, VOP3_SUB_CO_U32):
       # v_add/sub/subrev_co_ci_u32_e64 (carry in from src2's SGPR) and v_add/sub_co_u32: carry/borrow out to sdst
       cin = self.sread(w, f["src2"], inst) if op < 0x200 else 0
@@ -1410,7 +1437,7 @@ class Emulator:
           if f["neg_hi"] >> i & 1: x = abs(x)  # for the mix ops neg_hi is |x|
           if f["neg"] >> i & 1: x = -x
           xs.append(x)
-        r = xs[0] * xs[1] + xs[2]
+        r = _fma(*xs)
         if op == 32: w.vgpr[f["vdst"]][ln] = bits32(r)
         else: self.vwrite16(w, f["vdst"] | (128 if op == 34 else 0), ln, _f16_bits(r))
       return
