@@ -250,3 +250,39 @@ def test_heuristic_kernels_on_mock_amd(case):
   prg(*[b._buf for b in order], global_size=spec.global_size, local_size=spec.local_size, vals=(), wait=True)
   out = np.frombuffer(bufs[0].as_buffer(), dtype=np.float32)
   np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+
+
+def random_reduce_ast(seed: int) -> tuple[UOp, tuple[int, ...], tuple[int, ...], np.ndarray]:
+  """out[o...] = sum (or max) over r... of x[perm(o..., r...)] * 2 + 1: 1-4 output axes, 1-2 reduce axes, the input
+  read in a random axis order (so the reduce axes aren't always innermost)."""
+  g = np.random.default_rng(seed)
+  oshape = tuple(int(x) for x in g.choice([1, 2, 3, 4, 5, 8], size=int(g.integers(1, 5))))
+  rshape = tuple(int(x) for x in g.choice([3, 4, 10, 16, 32, 64], size=int(g.integers(1, 3))))
+  full = oshape + rshape
+  perm = g.permutation(len(full))
+  xshape = tuple(full[p] for p in perm)
+  out, x = P(0, math.prod(oshape)), P(1, math.prod(full))
+  orngs = [UOp.range(s, i) for i, s in enumerate(oshape)]
+  rrngs = [UOp.range(s, len(oshape) + i, AxisType.REDUCE) for i, s in enumerate(rshape)]
+  rngs = orngs + rrngs
+  xidx: UOp = UOp.const(dtypes.int32, 0)
+  for p, s in zip(perm, xshape): xidx = xidx * s + rngs[p]
+  oidx: UOp = UOp.const(dtypes.int32, 0)
+  for r, s in zip(orngs, oshape): oidx = oidx * s + r
+  op = Ops.MAX if seed % 3 == 0 else Ops.ADD
+  val = (x.index(xidx).load() * 2.0 + 1.0).reduce(*rrngs, arg=op)
+  return out.index(oidx).store(val).sink(arg=KernelInfo(f"rr{seed}")), oshape, xshape, perm
+
+
+@needs_pocl
+@pytest.mark.parametrize("seed", range(12))
+def test_random_reductions_on_pocl(seed):
+  ast, oshape, xshape, perm = random_reduce_ast(seed)
+  X = rng.standard_normal(xshape).astype(np.float32)
+  full = X.transpose(np.argsort(perm)).astype(np.float64) * 2 + 1  # axes back in (outputs..., reduces...) order
+  red = tuple(range(len(oshape), full.ndim))
+  ref = (full.max(red) if seed % 3 == 0 else full.sum(red)).reshape(-1)
+  with Context(NOOPT=0): spec = get_program(ast, OpenCLRenderer())
+  out = np.zeros(ref.size, np.float32)
+  clr.run(spec, [out, X.reshape(-1)])  # type: ignore[attr-defined]
+  np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-4)
