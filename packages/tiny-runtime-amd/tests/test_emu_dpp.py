@@ -96,3 +96,19 @@ def test_permlane16_and_x16():
 
 def test_dpp_on_16bit_op_is_refused():
   with pytest.raises(UnsupportedInstruction, match="DPP on a 16/64-bit"): run(vop2(50, 2, DPP16, 3), dpp16(0x140, 1))
+
+
+def test_vop3_dpp():
+  # v_add_f32_e64_dpp v0, v1, v2 row_shr:1 (bytes from llvm-mc-15) and v_max_f32_e64_dpp v3, -v1, v2 row_mirror
+  def words(bs): return [int.from_bytes(bytes(bs[i:i + 4]), "little") for i in range(0, len(bs), 4)]
+  enc = words([0x00, 0x00, 0x03, 0xd5, 0xfa, 0x04, 0x02, 0x00, 0x01, 0x11, 0x01, 0xff])
+  assert enc == vop3(0x103, 0, DPP16, V(2)) + dpp16(0x111, 1)
+  x, y = np.arange(32, dtype=np.float32), np.full(32, 0.25, np.float32)
+  w = run(enc, vop3(0x110, 3, DPP16, V(2), neg=1) + dpp16(0x140, 1),
+          vgpr={0: [0] * 32, 1: x.view(np.uint32), 2: y.view(np.uint32)})
+  got0, got3 = (np.array(w.vgpr[r], np.uint32).view(np.float32) for r in (0, 3))
+  np.testing.assert_array_equal(got0[[i for i in range(32) if i % 16]], [x[i - 1] + y[i] for i in range(32) if i % 16])
+  assert got0[0] == 0 and got0[16] == 0  # row_shr:1 with bound_ctrl off: lanes 0 and 16 keep their old value
+  np.testing.assert_array_equal(got3, [max(-x[(i & 16) | (15 - (i & 15))], y[i]) for i in range(32)])
+  with pytest.raises(UnsupportedInstruction, match="DPP on this VOP3 opcode"):
+    run(vop3(0x2FE, 4, DPP16, V(2), V(0)) + dpp16(0x140, 1))

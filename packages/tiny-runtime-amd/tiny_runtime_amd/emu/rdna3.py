@@ -641,6 +641,10 @@ def decode(code: bytes | memoryview, pc: int = 0) -> Inst:
     f = {"vdst": w0 & 0xFF, "sdst": _bits(w0, 8, 7), "abs": _bits(w0, 8, 3), "opsel": _bits(w0, 11, 4),
          "clamp": _bits(w0, 15, 1), "src0": w1 & 0x1FF, "src1": _bits(w1, 9, 9), "src2": _bits(w1, 18, 9),
          "omod": _bits(w1, 27, 2), "neg": w1 >> 29}
+    if f["src0"] in (DPP8, DPP8_FI, DPP16):  # VOP3 with a DPP dword after the 8 bytes (see Emulator.dpp)
+      d = struct.unpack_from("<I", code, pc + 8)[0]
+      f = {**f, "dpp_kind": f["src0"], "dpp": d, "src0": 256 + (d & 0xFF)}
+      return Inst("VOP3", op, f, 12, _vop3_name(op) + ("_dpp" if f["dpp_kind"] == DPP16 else "_dpp8"))
     return lit(Inst("VOP3", op, f, 8, _vop3_name(op)), f["src0"], f["src1"], f["src2"])
   if w0 >> 25 == 0b0111111:
     op = _bits(w0, 9, 8)
@@ -859,6 +863,15 @@ class Emulator:
     raise RuntimeError(f"wave did not reach s_endpgm in {self.max_steps} instructions")
 
   def dpp(self, w: Wave, inst: Inst) -> None:
+    """DPP on VOP1/VOP2/VOPC, and on VOP3 for the 32-bit ops (promoted VOP1/VOP2/VOPC ops and the VOP3 table)."""
+    op = inst.op
+    if inst.fmt != "VOP3" or (op not in VOP3SD and op not in VOP3_16 and (
+        (0x100 <= op < 0x180 and op - 0x100 in VOP2) or (0x180 <= op < 0x200 and op - 0x180 in VOP1) or op in VOP3
+        or (op < 0x100 and (0x10 <= op & 0x7F < 0x20 or 0x40 <= op & 0x7F < 0x50)))):
+      return self._dpp(w, inst)
+    raise UnsupportedInstruction(f"{inst.name}: DPP on this VOP3 opcode ({op:#x}) at {w.pc:#x}")
+
+  def _dpp(self, w: Wave, inst: Inst) -> None:
     """Run a VOP1/VOP2/VOPC whose src0 comes through DPP. DPP16 (RDNA3 ISA "DPP16"): within each row of 16 lanes,
     quad_perm (0x00-0xFF), row_shl/shr/ror:1-15 (0x101/0x111/0x121+), row_mirror (0x140), row_half_mirror (0x141),
     row_share (0x150+n: lane n of the row), row_xmask (0x160+n: lane i^n); a source lane outside the row or inactive
@@ -876,7 +889,7 @@ class Emulator:
     if f["dpp_kind"] == DPP16:
       ctrl, fi, bc = (d >> 8) & 0x1FF, d >> 18 & 1, d >> 19 & 1
       bank, row = (d >> 24) & 0xF, (d >> 28) & 0xF
-      if d >> 22 & 3: raise UnsupportedInstruction(f"{inst.name}: DPP src1 abs/neg at {w.pc:#x}")
+      if d >> 22 & 3 and inst.fmt != "VOP3": raise UnsupportedInstruction(f"{inst.name}: DPP src1 abs/neg at {w.pc:#x}")
       for ln in range(WAVE):
         i, base = ln & 15, ln & ~15
         if ctrl < 0x100: j = (ctrl >> (2 * (i & 3))) & 3 | (i & ~3)
@@ -898,7 +911,7 @@ class Emulator:
         j = (ln & ~7) | ((sel >> (3 * (ln & 7))) & 7)
         vals[ln] = src[j] if fi or ex >> j & 1 else 0
       write = MASK32
-    if f["dpp_kind"] == DPP16 and d >> 20 & 3:  # src0 neg (bit 20) / abs (bit 21) on a float32 source
+    if f["dpp_kind"] == DPP16 and d >> 20 & 3 and inst.fmt != "VOP3":  # src0 neg (bit 20) / abs (bit 21)
       vals = [((v & 0x7FFFFFFF) if d >> 21 & 1 else v) ^ (0x80000000 if d >> 20 & 1 else 0) for v in vals]
     if len(w.vgpr) == 256: w.vgpr.append([0] * WAVE)
     w.vgpr[256] = vals  # a hidden VGPR holds the fetched src0 (operand code 512)
