@@ -719,6 +719,15 @@ class Memory:
   def read32(self, addr: int) -> int: return ctypes.c_uint32.from_address(addr).value
 
 
+class VGPRFile(dict[int, list[int]]):
+  """A wave's VGPRs, register number -> 32 lane values; a register is allocated (zeros) when first touched, so a
+  wave costs only the registers its code uses. Register 256 is the emulator's hidden DPP operand."""
+  def __missing__(self, r: int) -> list[int]:
+    if not 0 <= r <= 256: raise IndexError(f"VGPR {r} is outside v0..v255")
+    v = self[r] = [0] * WAVE
+    return v
+
+
 class PrivateMemory(Memory):
   """One lane's private (scratch) memory: byte offsets 0..size-1, bounds-checked. With no size from the dispatch
   (size None) it grows on demand up to SCRATCH_GROW_LIMIT bytes."""
@@ -744,7 +753,7 @@ class PrivateMemory(Memory):
 class Wave:
   """The state of one wave32: SGPRs (with VCC, M0, EXEC at their operand codes), VGPRs by lane, SCC, PC."""
   sgpr: list[int] = field(default_factory=lambda: [0] * 128)
-  vgpr: list[list[int]] = field(default_factory=lambda: [[0] * WAVE for _ in range(256)])
+  vgpr: VGPRFile = field(default_factory=lambda: VGPRFile())
   scc: int = 0
   pc: int = 0
   lds: bytearray = field(default_factory=bytearray)  # the work-group's LDS (shared by its waves)
@@ -822,7 +831,7 @@ class Emulator:
 
   def begin_dispatch(self) -> None:
     """Forget decoded code: a new dispatch may run different bytes at the same address."""
-    self._code: dict[int, dict[int, Inst]] = {}
+    self._code: dict[int, dict[int, tuple[Inst, Callable[[Wave, Inst], None] | None]]] = {}
 
   def run(self, w: Wave, code_addr: int) -> None:
     """Execute one wave from `code_addr` until s_endpgm; s_barrier is a no-op (a work-group of one wave)."""
@@ -849,16 +858,18 @@ class Emulator:
     cache = self._code.setdefault(code_addr, {})
     w.pc = 0
     for _ in range(self.max_steps):
-      if (inst := cache.get(w.pc)) is None:  # hot loop: walrus on purpose
-        inst = cache[w.pc] = decode(self.mem.read(code_addr + w.pc, 16), 0)
+      if (ent := cache.get(w.pc)) is None:  # hot loop: walrus on purpose; the handler is looked up once
+        inst = decode(self.mem.read(code_addr + w.pc, 16), 0)
+        fn = None if inst.fmt == "SOPP" else self.dpp if "dpp" in inst.f else getattr(self, inst.fmt.lower())
+        ent = cache[w.pc] = (inst, fn)
+      inst, fn = ent
       self.steps += 1
       nxt = w.pc + inst.size
-      if inst.fmt == "SOPP":
+      if fn is None:
         if inst.op == 48: return
         if inst.op == 61 and barriers: yield
         nxt = self.sopp(w, inst, nxt)
-      elif "dpp" in inst.f: self.dpp(w, inst)
-      else: getattr(self, inst.fmt.lower())(w, inst)
+      else: fn(w, inst)
       w.pc = nxt
     raise RuntimeError(f"wave did not reach s_endpgm in {self.max_steps} instructions")
 
@@ -913,7 +924,6 @@ class Emulator:
       write = MASK32
     if f["dpp_kind"] == DPP16 and d >> 20 & 3 and inst.fmt != "VOP3":  # src0 neg (bit 20) / abs (bit 21)
       vals = [((v & 0x7FFFFFFF) if d >> 21 & 1 else v) ^ (0x80000000 if d >> 20 & 1 else 0) for v in vals]
-    if len(w.vgpr) == 256: w.vgpr.append([0] * WAVE)
     w.vgpr[256] = vals  # a hidden VGPR holds the fetched src0 (operand code 512)
     inner = Inst(inst.fmt, inst.op, {k: v for k, v in inst.f.items() if k not in ("dpp", "dpp_kind")}, inst.size,
                  inst.name, inst.literal)
@@ -1614,7 +1624,7 @@ class Emulator:
 
   def _flat_block(self, w: Wave, inst: Inst) -> bool:
     """The common cases of dword loads/stores, with one memory access for the whole wave: a load whose active lanes'
-    addresses all lie within 4 KiB (read once, each lane takes its slice), a store to consecutive addresses (lane
+    addresses all lie close together (read once, each lane takes its slice), a store to consecutive addresses (lane
     after lane, no gaps). Returns False (nothing done) for any other access, or when the one-block read faults (the
     lane-by-lane path then reports the lane that is really out of bounds)."""
     f, op = inst.f, inst.op
@@ -1633,7 +1643,9 @@ class Emulator:
     nb, lo, hi = 4 * n, min(addrs), max(addrs)
     if lo < 0 or hi > MASK64 - nb: return False
     if load:
-      if hi - lo > 4096: return False
+      # a plain Memory reads raw host memory: stay within 4 KiB so the block cannot reach an unmapped page between
+      # two addresses the lanes really read; a Memory that checks its reads (the mock's) may read up to 64 KiB
+      if hi - lo > (4096 if type(self.mem).read is Memory.read else 65536): return False
       try: buf = self.mem.read(lo, hi - lo + nb)
       except RuntimeError: return False
       st = _dwords(n)
