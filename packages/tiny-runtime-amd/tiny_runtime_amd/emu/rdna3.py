@@ -1185,6 +1185,16 @@ class Emulator:
     _, fn = vopc_compare(inst.op)
     base = inst.op & 0x7F
     mask, wide, fp = 0, 0x20 <= base < 0x30 or 0x50 <= base < 0x60, 0x20 <= base < 0x30
+    if 0x10 <= base < 0x20 or 0x40 <= base < 0x50 or base == 0x7E:  # 32-bit operands: by columns
+      lanes = w.lanes()
+      a, b = self.col(w, inst.f["src0"], lanes, inst), self.col(w, 256 + inst.f["vsrc1"], lanes, inst)
+      if 0x10 <= base < 0x20 and lanes:  # float32: convert the columns at once
+        si, sf = _structs(len(lanes))
+        a, b, fn = list(sf.unpack(si.pack(*a))), list(sf.unpack(si.pack(*b))), _F32_FN[base]
+      mask = sum(1 << ln for ln, x, y in zip(lanes, a, b) if fn(x, y))
+      if inst.op & 0x80: w.exec = mask
+      else: w.vcc = mask
+      return
     for ln in w.lanes():
       if 0x30 <= base < 0x40 or base < 0x10 or base == 0x7D:  # 16-bit: VGPR halves by register bit 7
         fp16 = base < 0x10 or base == 0x7D
@@ -1294,7 +1304,12 @@ class Emulator:
       elif 0x50 <= op & 0x7F < 0x60:
         mask = sum(1 << ln for ln in w.lanes()
                    if fn(self.vsrc64(w, f["src0"], ln, inst), self.vsrc64(w, f["src1"], ln, inst)))
-      else: mask = sum(1 << ln for ln, x, y in zip(lanes, *cols(2)) if fn(x, y))
+      else:
+        a, b = cols(2)
+        if 0x10 <= op & 0x7F < 0x20 and lanes:  # float32: convert the columns at once
+          si, sf = _structs(len(lanes))
+          a, b, fn = list(sf.unpack(si.pack(*a))), list(sf.unpack(si.pack(*b))), _F32_FN[op & 0x7F]
+        mask = sum(1 << ln for ln, x, y in zip(lanes, a, b) if fn(x, y))
       if op & 0x80: w.exec = mask
       else: self.swrite(w, f["vdst"], mask)
       return
