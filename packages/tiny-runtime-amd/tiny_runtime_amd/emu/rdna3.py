@@ -1,10 +1,16 @@
-"""An RDNA3 (gfx11, wave32) instruction emulator: decode and execute the instructions of simple compiled kernels.
+"""An RDNA3 (gfx11, wave32) instruction emulator: decode and execute the instructions of compiled kernels.
 
 Encodings, opcode numbers and semantics follow AMD's "RDNA3 Instruction Set Architecture" reference guide (sections
-"Instructions" / "Microcode Formats"). Supported: SOP1, SOP2, SOPK, SOPC, SOPP, SMEM loads, VOP1, VOP2, VOP3
-(VOP3-only and promoted VOP1/VOP2/VOPC), VOPC, VOPD (dual issue), GLOBAL loads/stores; EXEC and VCC masking.
+"Instructions" / "Microcode Formats"; opcode numbers cross-checked with llvm-mc-15 for gfx1100). Supported: SOP1,
+SOP2, SOPK, SOPC, SOPP, SMEM loads, VOP1, VOP2, VOP3 (VOP3-only and promoted VOP1/VOP2/VOPC, true16 halves by
+op_sel), VOPC, VOPD (dual issue), VOP3P (packed 16-bit math, v_fma_mix*, v_dot*, WMMA 16x16x16), DPP16/DPP8 on
+VOP1/VOP2/VOPC/VOP3, v_permlane16/x16; FLAT/GLOBAL loads, stores and atomics, SCRATCH (per-lane private memory),
+DS loads/stores/atomics/permutes; EXEC and VCC masking, branches, barriers. Fused multiply-adds round once.
 An encoding or opcode it does not know raises `UnsupportedInstruction` naming the format, opcode and address,
 never a wrong value. Memory is addressed by integers that are host addresses (the mock maps GPU VAs 1:1).
+
+Speed: vector ops run on whole columns of lane values (a VGPR is a list of 32 ints; with every lane active a result
+replaces the list), a wave's nearby dword loads read memory once; `python -m tiny_runtime_amd.emu.bench` measures it.
 """
 from __future__ import annotations
 
