@@ -69,3 +69,22 @@ def test_16_to_32bit_conversions_and_not_b16():
   assert w.vgpr[3] == [x & 0xFFFF for x in a]
   assert w.vgpr[4] == [s16(x) & M32 for x in a]
   assert w.vgpr[5] == [0xABCD_0000 | (~x & 0xFFFF) for x in a]
+
+
+def test_float32_output_modifiers():
+  def words(bs): return [int.from_bytes(bytes(bs[i:i + 4]), "little") for i in (0, 4)]
+  assert vop3(0x110, 0, V(1), V(2), clamp=1) == words([0x00, 0x80, 0x10, 0xd5, 0x01, 0x05, 0x02, 0x00])  # llvm-mc-15
+  assert vop3(0x103, 0, V(1), V(2), omod=1) == words([0x00, 0x00, 0x03, 0xd5, 0x01, 0x05, 0x02, 0x08])
+  x = (rng.standard_normal(32) * 2).astype(np.float32)
+  x[:2] = [np.nan, np.inf]
+  y = rng.standard_normal(32).astype(np.float32)
+  y[1] = 1.0
+  w = run(vop3(0x110, 3, V(0), V(1), clamp=1), vop3(0x103, 4, V(0), V(1), omod=1),
+          vop3(0x213, 5, V(0), V(1), V(1), omod=3, clamp=1), vgpr={0: x.view(np.uint32), 1: y.view(np.uint32)})
+  f = lambda r: np.array(w.vgpr[r], np.uint32).view(np.float32)
+  with np.errstate(invalid="ignore"):
+    np.testing.assert_array_equal(f(3), np.nan_to_num(np.clip(np.fmax(x, y), 0, 1), nan=0.0))  # max, then clamp
+    np.testing.assert_array_equal(f(4), (x + y) * 2)  # mul:2
+    fused = np.array([float(a) * float(b) + float(b) for a, b in zip(x, y)]) / 2  # fma, then div:2, then clamp
+    np.testing.assert_allclose(f(5)[2:], np.clip(fused[2:], 0, 1).astype(np.float32), rtol=1e-6)
+    assert f(5)[0] == 0.0 and f(5)[1] == 1.0  # NaN clamps to 0; inf to 1

@@ -21,8 +21,9 @@ def smem(op, sdata, sbase, offset, soffset=NULL):
 def vop1(op, vdst, src0): return [(0b0111111 << 25) | (vdst << 17) | (op << 9) | src0]
 def vop2(op, vdst, src0, vsrc1): return [(op << 25) | (vdst << 17) | (vsrc1 << 9) | src0]
 def vopc(op, src0, vsrc1): return [(0b0111110 << 25) | (op << 17) | (vsrc1 << 9) | src0]
-def vop3(op, vdst, s0, s1, s2=0, sdst=0, abs_=0, neg=0):
-  return [(0b110101 << 26) | (op << 16) | (sdst << 8) | (abs_ << 8) | vdst, (neg << 29) | (s2 << 18) | (s1 << 9) | s0]
+def vop3(op, vdst, s0, s1, s2=0, sdst=0, abs_=0, neg=0, clamp=0, omod=0):
+  return [(0b110101 << 26) | (op << 16) | (clamp << 15) | (sdst << 8) | (abs_ << 8) | vdst,
+          (neg << 29) | (omod << 27) | (s2 << 18) | (s1 << 9) | s0]
 def vop3p(op, vdst, s0, s1, s2=0, opsel=0, opsel_hi=7, neg=0, neg_hi=0, clamp=0):
   return [(0b11001100 << 24) | (op << 16) | (clamp << 15) | ((opsel_hi >> 2 & 1) << 14) | (opsel << 11) | (neg_hi << 8)
           | vdst, (neg << 29) | ((opsel_hi & 3) << 27) | (s2 << 18) | (s1 << 9) | s0]

@@ -392,6 +392,9 @@ VOP3P_NAMES = {19: "v_dot2_f32_f16", 22: "v_dot4_i32_iu8", 23: "v_dot4_u32_u8", 
 WMMA = {64: (_f16, True, None), 65: (_bf16, True, None), 66: (_f16, False, _f16_bits), 67: (_bf16, False, _bf16_bits)}
 
 
+# VOP3 opcodes whose result is a float32 (the ones omod/clamp may modify)
+VOP3_F32_RESULT = {*(0x100 + o for o in (3, 4, 5, 8, 15, 16, 43)), 0x213, 0x219, 0x21C, 0x227, 0x237, 0x31C,
+                   *(0x180 + o for o in (5, 6, 17, 18, 19, 20, 33, 34, 36, 37, 39, 42, 43, 51))}
 # ops with a scalar carry-out (sdst) in bits 14:8
 VOP3SD = {0x120, 0x121, 0x122, 0x2FC, 0x2FD, 0x2FE, 0x2FF, 0x300, 0x301, 0x302}
 # VOPC: compare kinds by (op & 0x7F) >> 3 group; cmp functions by op & 7 (f, lt, eq, le, gt, ne/lg, ge, t)
@@ -1274,6 +1277,15 @@ class Emulator:
       for ln in w.lanes():
         a, b = self.vsrc(w, f["src0"], ln, inst), self.vsrc(w, f["src1"], ln, inst)
         w.vgpr[f["vdst"]][ln] = max(0, min(MASK32, a + b if op == 0x125 else a - b))
+      return
+    if (f["omod"] or f["clamp"]) and not f["opsel"] and op in VOP3_F32_RESULT:
+      # output modifiers of a float32 result: x2 / x4 / /2 (omod 1/2/3), then clamp to [0, 1] (NaN -> 0)
+      self.vop3(w, Inst(inst.fmt, op, {**inst.f, "omod": 0, "clamp": 0}, inst.size, inst.name, inst.literal))
+      scale, lanes, vd = (1.0, 2.0, 4.0, 0.5)[f["omod"]], w.lanes(), w.vgpr[f["vdst"]]
+      for ln in lanes:
+        x = f32(vd[ln]) * scale
+        if f["clamp"]: x = 0.0 if x != x else min(max(x, 0.0), 1.0)
+        vd[ln] = bits32(x)
       return
     if f["omod"] or f["clamp"] or f["opsel"]:
       raise UnsupportedInstruction(f"{inst.name}: omod/clamp/opsel at {w.pc:#x}")
