@@ -1554,6 +1554,23 @@ class Emulator:
       if a < 0 or a + n > len(w.lds):
         raise RuntimeError(f"LDS access of {n} bytes at {a:#x} is outside the work-group's {len(w.lds)} bytes")
       return a
+    if nbytes % 4 == 0:  # dword-sized: whole columns, struct slices of the LDS bytearray
+      n, st, lanes, lds = nbytes // 4, _dwords(nbytes // 4), w.lanes(), w.lds
+      bases = self.col(w, 256 + f["addr"], lanes, inst)
+      offs = [f["offset1"] << 8 | f["offset0"]] if kind in ("st", "ld") else [f["offset0"] * stride,
+                                                                                f["offset1"] * stride]
+      addrs = [[(b + o) & MASK32 for b in bases] for o in offs]
+      for col in addrs:
+        if col: at(min(col), nbytes), at(max(col), nbytes)
+      if kind.startswith("ld"):
+        for j, col in enumerate(addrs):
+          vals = [st.unpack_from(lds, a) for a in col]
+          for i in range(n): self.store(w, f["vdst"] + j * n + i, lanes, [v[i] for v in vals])
+      else:
+        data = [[self.col(w, 256 + r + i, lanes, inst) for i in range(n)] for r in (f["data0"], f["data1"])[:len(offs)]]
+        for k in range(len(lanes)):  # lane after lane, each lane's accesses in order (later lanes win)
+          for j, col in enumerate(addrs): st.pack_into(lds, col[k], *(d[k] for d in data[j]))
+      return
     for ln in w.lanes():
       base = w.vgpr[f["addr"]][ln]
       if kind in ("st", "ld"): addrs = [(base + (f["offset1"] << 8 | f["offset0"])) & MASK32]
