@@ -74,3 +74,9 @@ def test_small_int_kernels_wrap(dt):
   got = run(lambda x, y: x * y + x.maximum(y), dt, dt, a, b)
   with np.errstate(over="ignore"): want = (a * b + np.maximum(a, b)).astype(NP[dt])
   np.testing.assert_array_equal(got, want)
+
+
+def test_bench_module_measures_kernels_and_instructions():
+  from tiny_runtime_amd.emu.bench import bench, elementwise
+  kps, ips = bench(elementwise(256), 256, reps=1)
+  assert kps > 0 and ips > 8 * kps  # every wave runs more than a handful of instructions

@@ -1,6 +1,6 @@
-"""Emulator speed: `python -m tiny_runtime_amd.emu.bench` compiles an elementwise kernel over 16K floats and a 64x64
-float matmul (heuristic opts, gfx1100), runs each on MOCK+AMD and prints kernels/s and emulated instructions/s
-(process CPU time, best of a few runs: the figures hold on a shared, busy machine)."""
+"""Emulator speed: `python -m tiny_runtime_amd.emu.bench` compiles an elementwise kernel over 16K floats, a 64x64
+float matmul and a sum of 64K floats (heuristic opts, gfx1100), runs each on MOCK+AMD and prints kernels/s and
+emulated instructions/s (process CPU time, best of a few runs: the figures hold on a shared, busy machine)."""
 from __future__ import annotations
 
 import time
@@ -28,6 +28,13 @@ def matmul(n: int = 64) -> UOp:
   return c.index(i * n + j).store(val).sink(arg=KernelInfo(f"mm_{n}"))
 
 
+def reduction(n: int = 65536) -> UOp:
+  c, a, _ = (UOp(Ops.PARAM, dtypes.float.ptr(1 if i == 0 else n), arg=i) for i in range(3))
+  k = UOp.range(n, 0, AxisType.REDUCE)
+  val = UOp(Ops.REDUCE, dtypes.float, (a.index(k).load(), k), Ops.ADD)
+  return c.index(UOp.const(dtypes.int, 0)).store(val).sink(arg=KernelInfo(f"r_{n}"))
+
+
 def bench(ast: UOp, n_elems: int, reps: int = 3) -> tuple[float, float]:
   """(kernels/s, emulated instructions/s) of `ast` on MOCK+AMD, best of `reps` runs."""
   dev = Device["MOCK+AMD"]
@@ -48,6 +55,7 @@ def bench(ast: UOp, n_elems: int, reps: int = 3) -> tuple[float, float]:
 
 
 if __name__ == "__main__":
-  for name, ast, n in [("elementwise 16K", elementwise(), 16384), ("matmul 64x64", matmul(), 64 * 64)]:
+  for name, ast, n in [("elementwise 16K", elementwise(), 16384), ("matmul 64x64", matmul(), 64 * 64),
+                       ("sum 64K", reduction(), 65536)]:
     kps, ips = bench(ast, n)
     print(f"{name:16s} {kps:8.2f} kernels/s {ips:12,.0f} instructions/s")
