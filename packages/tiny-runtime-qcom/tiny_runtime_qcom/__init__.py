@@ -1,7 +1,8 @@
 """tiny-runtime-qcom: the ``QCOM`` device (KGSL ioctls, Adreno) and the ``CL`` device (OpenCL); later ``MOCK+QCOM``.
 
-Not implemented yet: the descriptors register the devices so that they are listed by ``python -m tiny_uop.plugins``,
-and opening either raises a RuntimeError that says why. Importing this module is cheap and imports no driver code.
+``CL`` works (``tiny_runtime_qcom.cl``); ``QCOM`` is not implemented yet: the descriptors register both devices so
+that they are listed by ``python -m tiny_uop.plugins``, and opening one that can't work raises a RuntimeError that says
+why. Importing this module is cheap and imports no driver code.
 """
 from tiny_uop.plugins import DevicePlugin
 

@@ -1,7 +1,7 @@
-"""The QCOM and CL devices: placeholders until the drivers land.
+"""The QCOM device (a placeholder until the KGSL driver lands) and the CL device (OpenCL, `tiny_runtime_qcom.cl`).
 
-Opening either always raises a RuntimeError that says what is missing, so the registry reports the device as
-unavailable with that reason and other devices keep working.
+Opening QCOM always raises a RuntimeError that says what is missing, so the registry reports the device as
+unavailable with that reason and other devices keep working; CL does the same where no OpenCL is installed.
 """
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import ctypes.util
 import os
 
 from tiny_uop.target import Target
+
+from tiny_runtime_qcom import cl as _cl
 
 KGSL_PATH = "/dev/kgsl-3d0"
 
@@ -31,12 +33,14 @@ class QCOMDevice:
     raise RuntimeError(f"{KGSL_PATH} exists, but the QCOM driver is not implemented yet in tiny-runtime-qcom")
 
 
-class CLDevice:
-  """``CL`` (OpenCL through cffi). Not implemented: the constructor raises RuntimeError with the reason."""
+class CLDevice(_cl.CLDevice):
+  """``CL`` (OpenCL through libOpenCL; PoCL runs it on a CPU): see `tiny_runtime_qcom.cl`. Opening it without an
+  OpenCL loader or platform raises RuntimeError with the reason; ``MOCK+CL`` isn't implemented."""
 
-  def __init__(self, device: str):
+  def __init__(self, device: str = "CL"):
     _check_interface(device, "CL")
     if ctypes.util.find_library("OpenCL") is None:
       raise RuntimeError("libOpenCL not found: no OpenCL ICD loader on this machine (apt-get install ocl-icd-libopencl1"
                          " pocl-opencl-icd)")
-    raise RuntimeError("libOpenCL found, but the CL device is not implemented yet in tiny-runtime-qcom")
+    try: super().__init__(device)
+    except _cl.CLError as e: raise RuntimeError(f"{device}: OpenCL is installed but unusable: {e}") from e

@@ -20,6 +20,7 @@ program caches keyed on the renderer's arch keep the two apart.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Callable
 
 from tiny_uop.device import Renderer
@@ -270,7 +271,18 @@ class OpenCLRenderer(Renderer):
     if dtypes.float64 in scalars: prefix += "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"
     if any(u.op is Ops.LOAD and u.src[0] in images for u in uops):
       prefix += "__constant sampler_t smp = CLK_NORMALIZED_COORDS_FALSE | CLK_ADDRESS_CLAMP | CLK_FILTER_NEAREST;\n"
+    for p in params:  # what a runtime needs to make each image param from its buffer (see IMAGE_LINE)
+      if isinstance(p.dtype, ImageDType): prefix += f"/* image data{p.arg} {p.dtype.shape[0]}x{p.dtype.shape[1]} */\n"
     return f"{prefix}__kernel void {name}({', '.join(args)}) {{\n" + "\n".join(lines) + "\n}\n"
+
+
+IMAGE_LINE = re.compile(r"^/\* image data(\d+) (\d+)x(\d+) \*/$", re.M)
+
+
+def image_params_of_source(src: str) -> dict[int, tuple[int, int, int]]:
+  """PARAM slot -> (h, w, 4) of the image params of rendered OpenCL C (the `/* image dataN HxW */` lines), for
+  runtimes that load a program from its source alone."""
+  return {int(m.group(1)): (int(m.group(2)), int(m.group(3)), 4) for m in IMAGE_LINE.finditer(src)}
 
 
 def image_params_of(uops: list[UOp] | None) -> dict[int, tuple[int, ...]]:

@@ -1,0 +1,89 @@
+"""The CL device on whatever OpenCL platform is installed (PoCL on CPU here): buffers, kernels from the OpenCL
+renderer with the GPU heuristic's workgroup reductions, and `IMAGE=1` models whose conv/matmul weights and activations
+are read as images -- all against numpy. Skips, with the reason, where no OpenCL platform is installed."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from tiny_uop import Context, dtypes
+from tiny_uop.device import Buffer
+
+
+def _open() -> object:
+  from tiny_uop.plugins import Device
+  try: return Device["CL"]
+  except Exception as e:  # noqa: BLE001 -- any reason CL can't open is this module's skip reason
+    pytest.skip(f"CL unavailable: {e}")
+
+
+@pytest.fixture(scope="module")
+def dev() -> object: return _open()
+
+
+rng = np.random.default_rng(5)
+
+
+def test_buffers_copy_and_view(dev):
+  a = np.arange(64, dtype=np.float32)
+  b = Buffer("CL", 64, dtypes.float32).ensure_allocated().copyin(memoryview(a))
+  out = np.zeros(64, np.float32)
+  b.copyout(memoryview(out))
+  np.testing.assert_array_equal(out, a)
+  align = dev.base_align  # type: ignore[attr-defined]
+  if align % 4 == 0 and align // 4 < 64:  # a view at the first aligned offset reads the base's data from there
+    v = b.view(64 - align // 4, dtypes.float32, align)
+    got = np.zeros(64 - align // 4, np.float32)
+    v.ensure_allocated().copyout(memoryview(got))
+    np.testing.assert_array_equal(got, a[align // 4:])
+  if align > 4:
+    with pytest.raises(ValueError, match="multiples of"): b.view(8, dtypes.float32, 4).ensure_allocated()
+
+
+def test_tensor_math_on_cl(dev):
+  tt = pytest.importorskip("tiny_tensor")
+  a, b = rng.standard_normal((4, 512)).astype(np.float32), rng.standard_normal((512, 8)).astype(np.float32)
+  ta, tb = tt.Tensor(a, device="CL"), tt.Tensor(b, device="CL")
+  np.testing.assert_allclose((ta * 2 + 1).numpy(), a * 2 + 1, rtol=1e-6)
+  np.testing.assert_allclose(ta.sum(1).numpy(), a.astype(np.float64).sum(1), rtol=1e-5, atol=1e-4)  # a GROUPTOP
+  np.testing.assert_allclose(ta.softmax(1).numpy(), _softmax(a), rtol=1e-5, atol=1e-7)
+  np.testing.assert_allclose((ta @ tb).numpy(), a.astype(np.float64) @ b, rtol=1e-5, atol=1e-4)
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+  e = np.exp(x.astype(np.float64) - x.max(1, keepdims=True))
+  return e / e.sum(1, keepdims=True)
+
+
+def _np_conv(x: np.ndarray, w: np.ndarray, b: np.ndarray, pad: int) -> np.ndarray:
+  x = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+  win = np.lib.stride_tricks.sliding_window_view(x, w.shape[2:], axis=(2, 3))
+  return np.einsum("nchwij,ocij->nohw", win, w) + b[None, :, None, None]
+
+
+def _np_pool(x: np.ndarray) -> np.ndarray:
+  n, c, h, w = x.shape
+  return x[:, :, :h // 2 * 2, :w // 2 * 2].reshape(n, c, h // 2, 2, w // 2, 2).max((3, 5))
+
+
+@pytest.mark.parametrize("image", [0, 1])
+def test_convnet_forward_on_cl(dev, image):
+  """conv(pad 1) -> relu -> pool -> conv -> relu -> pool -> linear; with IMAGE=1 every kernel reads its float inputs
+  (weights, activations) as images."""
+  tt = pytest.importorskip("tiny_tensor")
+  from tiny_tensor import engine
+  shapes = {"x": (2, 3, 10, 10), "w1": (8, 3, 3, 3), "b1": (8,), "w2": (16, 8, 3, 3), "b2": (16,), "wl": (10, 16),
+            "bl": (10,)}
+  d = {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
+  calls: list = []
+  with Context(IMAGE=image), engine.capture(calls.append):
+    t = {k: tt.Tensor(v, device="CL") for k, v in d.items()}
+    h = t["x"].conv2d(t["w1"], t["b1"], padding=1).relu().max_pool2d()
+    h = h.conv2d(t["w2"], t["b2"]).relu().max_pool2d()
+    out = h.flatten(1).linear(t["wl"].T, t["bl"]).numpy()
+  srcs = [c.spec.src for c in calls if c.kind == "kernel"]
+  assert srcs and all(("read_imagef" in s) == bool(image) for s in srcs)
+  x = d["x"].astype(np.float64)
+  h64 = _np_pool(np.maximum(_np_conv(x, d["w1"], d["b1"], 1), 0))
+  h64 = _np_pool(np.maximum(_np_conv(h64, d["w2"], d["b2"], 0), 0))
+  ref = h64.reshape(2, -1) @ d["wl"].T.astype(np.float64) + d["bl"]
+  np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
