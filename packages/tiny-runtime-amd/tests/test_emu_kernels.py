@@ -13,8 +13,8 @@ from tiny_uop.plugins import Device
 
 pytestmark = pytest.mark.skipif(find_ld_lld() is None, reason="ld.lld not installed: the AMDGPU compiler can't link")
 N = 96
-NP = {dtypes.float16: np.float16, dtypes.float: np.float32, dtypes.int16: np.int16, dtypes.int8: np.int8,
-      dtypes.int: np.int32, dtypes.uint16: np.uint16}
+NP = {dtypes.float16: np.float16, dtypes.float: np.float32, dtypes.double: np.float64, dtypes.int16: np.int16,
+      dtypes.int8: np.int8, dtypes.int: np.int32, dtypes.uint16: np.uint16}
 
 
 def run(fn, din, dout, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -80,3 +80,10 @@ def test_bench_module_measures_kernels_and_instructions():
   from tiny_runtime_amd.emu.bench import bench, elementwise
   kps, ips = bench(elementwise(256), 256, reps=1)
   assert kps > 0 and ips > 8 * kps  # every wave runs more than a handful of instructions
+
+
+def test_float64_division_kernel():
+  # v_div_scale_f64 (VOP3 0x2FD, whose low 7 bits look like a VOPC class_f16) must not be taken for a 16-bit op
+  a, b = rng.standard_normal(N), rng.standard_normal(N) + 3
+  got = run(lambda x, y: x / y, dtypes.double, dtypes.double, a, b)
+  np.testing.assert_array_equal(got, a / b)

@@ -1240,8 +1240,8 @@ class Emulator:
   def vop3(self, w: Wave, inst: Inst) -> None:
     f, op = inst.f, inst.op
     if op in VOP3SD: f = {**f, "abs": 0, "opsel": 0, "clamp": 0}  # VOP3SD: bits 14:8 are sdst
-    if op in VOP3_16 or 0x30 <= op < 0x40 or op < 0x10 or 0x80 <= op < 0x90 or op & 0x7F == 0x7D \
-        or op in (0x136, 0x25D):
+    if op in VOP3_16 or op in (0x136, 0x25D) or \
+        (op < 0x100 and (0x30 <= op & 0x7F < 0x40 or op & 0x7F < 0x10 or op & 0x7F == 0x7D)):  # 16-bit compares
       self.vop3_16(w, inst)
       return
     if op in (0x25B, 0x25C):  # v_permlane16_b32 / v_permlanex16_b32: lane i reads lane sel[i%16] of its (other) row
