@@ -22,6 +22,7 @@ vp, sz, u32 = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint32
 i32p = ctypes.POINTER(ctypes.c_int32)
 CL_DEVICE_TYPE_ALL, CL_MEM_READ_WRITE, CL_MEM_READ_ONLY = 0xFFFFFFFF, 1 << 0, 1 << 2
 CL_PROGRAM_BUILD_LOG, CL_DEVICE_MEM_BASE_ADDR_ALIGN, CL_BUFFER_CREATE_TYPE_REGION = 0x1183, 0x1019, 0x1220
+CL_DEVICE_NAME = 0x102B
 CL_RGBA, CL_FLOAT, CL_MEM_OBJECT_IMAGE2D = 0x10B5, 0x10DE, 0x10F1
 IMAGE_LINE = re.compile(r"^/\* image data(\d+) (\d+)x(\d+) \*/$", re.M)
 
@@ -223,7 +224,12 @@ class CLDevice(Compiled):
     bits = u32()
     cl.clGetDeviceInfo(self.dev, CL_DEVICE_MEM_BASE_ADDR_ALIGN, 4, ctypes.byref(bits), None)
     self.base_align = max(1, bits.value // 8)
+    name = ctypes.create_string_buffer(256)
+    cl.clGetDeviceInfo(self.dev, CL_DEVICE_NAME, len(name), name, None)
+    # the renderer's arch names the OpenCL device: loaded programs are cached per (renderer class, arch), so this
+    # keeps them apart from NULL:OPENCL's (which compile the same source but launch nothing)
+    self.device_name = re.sub(r"[^A-Za-z0-9_.-]+", "_", name.value.decode(errors="replace")).strip("_") or "cl"
     from tiny_codegen.renderer.opencl import OpenCLRenderer
-    super().__init__(device, CLAllocator(self), [OpenCLRenderer], CLProgram)
+    super().__init__(device, CLAllocator(self), [OpenCLRenderer], CLProgram, arch=self.device_name)
 
   def synchronize(self) -> None: check(libcl().clFinish(self.queue), "clFinish")
