@@ -1,6 +1,7 @@
 """The ``CL`` device: any OpenCL 2.0 platform through libOpenCL (ctypes), e.g. PoCL on a CPU.
 
-Buffers are `cl_mem` buffers (views: sub-buffers, at offsets the device's base alignment allows). Programs are
+Buffers are `cl_mem` buffers; views are sub-buffers at offsets the device's base alignment
+(`CL_DEVICE_MEM_BASE_ADDR_ALIGN`) allows, and copies made when the view is made elsewhere. Programs are
 OpenCL C source (what `OpenCLRenderer` renders and `OpenCLCompiler` returns), built at load time for the first
 device of the first platform. A kernel's image params (`IMAGE=1`: the source's `/* image dataN HxW */` lines) are
 made at each launch: an RGBA float image of h x w texels, filled from the buffer passed for that param
@@ -88,11 +89,17 @@ def libcl() -> Any:
 
 
 class CLBuf:
-  """A `cl_mem` of `nbytes` (a sub-buffer when `base` is set)."""
+  """A `cl_mem` of `nbytes`; a view's (`base` set) is released with it (the allocator frees only bases)."""
   __slots__ = ("mem", "nbytes", "base")
 
   def __init__(self, mem: Any, nbytes: int, base: CLBuf | None = None):
     self.mem, self.nbytes, self.base = mem, nbytes, base
+
+  def __del__(self) -> None:
+    if self.base is None: return
+    try: libcl().clReleaseMemObject(self.mem)
+    except Exception:  # noqa: BLE001,S110 -- interpreter shutdown: the driver may be gone already
+      pass
 
   def __repr__(self) -> str: return f"<CLBuf {self.nbytes} bytes>"
 
@@ -130,10 +137,17 @@ class CLAllocator(Allocator[CLBuf]):
           "clEnqueueCopyBuffer")
 
   def _offset(self, buf: CLBuf, size: int, offset: int) -> CLBuf:
-    if offset % self.dev.base_align:
-      raise ValueError(f"CL buffer views need offsets that are multiples of {self.dev.base_align} bytes "
-                       f"(CL_DEVICE_MEM_BASE_ADDR_ALIGN), got {offset}")
+    """A view: a sub-buffer at offsets the device's base alignment allows; elsewhere (a kernel argument can't start
+    mid-alignment in OpenCL) a copy of the bytes as they are now, which later writes to the base don't reach."""
+    if offset < 0 or size < 0 or offset + size > buf.nbytes:
+      raise ValueError(f"view of {size} bytes at offset {offset} is outside a CL buffer of {buf.nbytes} bytes")
     err = ctypes.c_int32()
+    if offset % self.dev.base_align:
+      mem = vp(libcl().clCreateBuffer(self.dev.ctx, CL_MEM_READ_WRITE, max(size, 1), None, ctypes.byref(err)))
+      check(err.value, f"clCreateBuffer({size})")
+      if size: check(libcl().clEnqueueCopyBuffer(self.dev.queue, buf.mem, mem, offset, 0, size, 0, None, None),
+                     "clEnqueueCopyBuffer")
+      return CLBuf(mem, size, buf)
     region = Region(offset, max(size, 1))
     mem = libcl().clCreateSubBuffer(buf.mem, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, ctypes.byref(region),
                                     ctypes.byref(err))
