@@ -186,3 +186,9 @@ def test_dot2_and_dot4():
 
 def test_unknown_vop3p_opcode_names_the_encoding():
   with pytest.raises(UnsupportedInstruction, match="VOP3P opcode 99"): run(vop3p(99, 0, V(0), V(1)))
+
+
+def test_vinterp_and_lds_direct_are_not_taken_for_vop3p():
+  # v_interp_p10_f32 (0xCD...) and lds_direct_load (0xCE...) share VOP3P's top 6 bits; bytes from llvm-mc-15
+  with pytest.raises(UnsupportedInstruction, match="unknown encoding 0xcd000000"): run([0xCD000000, 0x040E0501])
+  with pytest.raises(UnsupportedInstruction, match="unknown encoding 0xce1f0001"): run([0xCE1F0001])

@@ -639,7 +639,7 @@ def decode(code: bytes | memoryview, pc: int = 0) -> Inst:
          "vsrcy1": _bits(w1, 9, 8), "vdstx": vdstx, "vdsty": (_bits(w1, 17, 7) << 1) | ((vdstx & 1) ^ 1)}
     name = f"v_dual_{VOPD_OPS.get(opx, opx)} :: v_dual_{VOPD_OPS.get(opy, opy)}"
     return lit(Inst("VOPD", opx, f, 8, name), f["src0x"], f["src0y"], *([LITERAL] if {opx, opy} & {1, 2} else []))
-  if top6 == 0b110011:  # VOP3P: op_sel/op_sel_hi pick source halves; neg_lo/neg_hi negate them
+  if w0 >> 24 == 0xCC:  # VOP3P: op_sel/op_sel_hi pick source halves; neg_lo/neg_hi negate them (0xCD.. VINTERP)
     op = _bits(w0, 16, 7)
     f = {"vdst": w0 & 0xFF, "neg_hi": _bits(w0, 8, 3), "opsel": _bits(w0, 11, 3),
          "opsel_hi": _bits(w1, 27, 2) | (_bits(w0, 14, 1) << 2), "clamp": _bits(w0, 15, 1), "src0": w1 & 0x1FF,
