@@ -125,11 +125,29 @@ def test_expander_upcast_store_and_unroll_reduce():
   ku = UOp.range(4, 2, AxisType.UNROLL)
   i = i0 * 4 + iu
   ast = c.index(i).store(a.index(i * 4 + ku).load().reduce(ku)).sink(arg=KernelInfo())
-  uops = lower(ast, cpu(), optimize=False).uops
+  ren = ClangRenderer()  # scalar lanes (the LLVM renderer vectorizes an UPCAST axis: see below)
+  ren.threads = 1
+  uops = lower(ast, ren, optimize=False).uops
   check_linear(uops)
   assert [u.arg[0] for u in uops if u.op is Ops.RANGE] == [0]  # only the plain loop is left
   assert sum(u.op is Ops.STORE for u in uops) == 4 and sum(u.op is Ops.LOAD for u in uops) == 16
   assert not any(u.op is Ops.DEFINE_REG for u in uops)  # a reduce over only UNROLL lanes needs no accumulator
+
+
+def test_expander_vectorizes_an_upcast_axis_on_llvm():
+  # c[i0*8+iu] = sum_k a[k*16 + i0*8 + iu] * b[k]: iu (8 lanes) walks a and c contiguously -> one <8 x float> load of
+  # a per k, b[k] broadcast, a vector accumulator and one vector store; a load strided in iu is gathered lane by lane
+  c, a, b = P(0, 16), P(1, 64), P(2, 4)
+  i0, iu, k = UOp.range(2, 0), UOp.range(8, 1, AxisType.UPCAST), UOp.range(4, 2, AxisType.REDUCE)
+  i = i0 * 8 + iu
+  val = (a.index(k * 16 + i).load() * b.index(k).load()).reduce(k) + a.index(iu * 4 + i0).load()
+  uops = lower(c.index(i).store(val).sink(arg=KernelInfo()), cpu(), optimize=False).uops
+  check_linear(uops)
+  f8 = dtypes.float.vec(8)
+  assert [u.src[1].dtype for u in uops if u.op is Ops.STORE and u.src[0].src[0].op is Ops.PARAM] == [f8]
+  loads = [u.dtype for u in uops if u.op is Ops.LOAD and u.src[0].src[0].op is Ops.PARAM]
+  assert loads.count(f8) == 1 and loads.count(dtypes.float) == 1 + 8  # a's row; b[k] and the strided gather
+  assert any(u.op is Ops.DEFINE_REG and u.dtype.base == f8 for u in uops)
 
 
 def test_bf16_lowered_through_float():

@@ -27,7 +27,7 @@ from tiny_uop.uop import Ops, UOp, print_uops
 
 from tiny_codegen.lower.decomp import bf16_to_float, pm_decomp, pm_gates, pm_late
 from tiny_codegen.lower.dims import Dims, add_gpudims, add_threads, group_reduces
-from tiny_codegen.lower.expander import pm_expander
+from tiny_codegen.lower.expander import pm_expander, pm_expander_vectors
 from tiny_codegen.lower.linearize import linearize
 from tiny_codegen.lower.reduce import add_ends, lower_reduces
 from tiny_codegen.lower.simplify import simplify_graph
@@ -45,7 +45,8 @@ class Lowered:
 
 
 def _stage_expander(sink: UOp, ren: Renderer, dims: Dims) -> UOp:
-  return simplify_graph(graph_rewrite(sink, pm_expander, name="expander"), name="simplify_expanded")
+  pm = pm_expander_vectors if getattr(ren, "vectorize_upcast", False) else pm_expander
+  return simplify_graph(graph_rewrite(sink, pm, name="expander"), name="simplify_expanded")
 
 
 def _stage_reduce(sink: UOp, ren: Renderer, dims: Dims) -> UOp:

@@ -3,15 +3,20 @@
 Expects: a kernel AST whose UPCAST/UNROLL ranges have constant bounds.
 Guarantees: no UPCAST/UNROLL range is left. A STORE that depends on an UPCAST range becomes a GROUP of one STORE
 per lane; a REDUCE over an UNROLL (or UPCAST) range combines the lanes' values with the reduce op before reducing
-over its remaining ranges. Lane copies are scalar; LLVM's SLP vectorizer (and the devectorizer, for renderers with
-vector loads) turn neighbouring lanes back into vector instructions.
+over its remaining ranges. Lane copies are scalar, except on renderers with `vectorize_upcast` (LLVM on the CPU):
+there one UPCAST axis of each STORE (4/8/16 lanes, the one most loads walk contiguously) becomes native vectors
+first — a load contiguous in it is one vector LOAD, a load that doesn't depend on it is broadcast, other loads are
+gathered lane by lane (VECTORIZE), ALU ops and reduces run on the vectors, and the STORE is one vector store when
+contiguous, else one store per lane of a GEP. What SLP would have to rediscover from scalar copies (and, in loop
+nests, often doesn't) is then explicit.
 """
 from __future__ import annotations
 
 import functools
 
+from tiny_uop.dtype import dtypes
 from tiny_uop.pattern import PatternMatcher, UPat
-from tiny_uop.uop import AxisType, Ops, UOp
+from tiny_uop.uop import AxisType, GroupOp, Ops, UOp
 
 EXPAND_AXES = (AxisType.UPCAST, AxisType.UNROLL)
 
@@ -43,10 +48,84 @@ def _expand_over(x: UOp, rngs: list[UOp]) -> list[UOp]:
   return outs
 
 
-def _expand_store(st: UOp) -> UOp | None:
+def _expand_store(st: UOp, vectorize: bool = False) -> UOp | None:
   rngs = [r for r in st.ranges if r.op is Ops.RANGE and r.arg[1] in EXPAND_AXES]
   if not rngs: return None
+  if vectorize and (rv := _vector_axis(st, rngs)) is not None:
+    st = _vectorize_store(st, rv)
+    rngs.remove(rv)
+    if not rngs: return st
   return UOp(Ops.GROUP, src=tuple(_expand_over(st, rngs)))
+
+
+# ***** one UPCAST axis as native vectors *****
+VECTOR_LANES = (4, 8, 16)
+_VALUE_OPS = GroupOp.ALU | {Ops.CAST, Ops.BITCAST}
+
+
+def _stride(idx: UOp, r: UOp) -> int | None:
+  """How far `idx` moves from any lane of `r` to the next, if that is the same constant for every lane and every
+  value of the other ranges (checked symbolically: r as a variable v over all but the last lane, idx(v+1) - idx(v))."""
+  if r not in idx.ranges: return 0
+  v = UOp.variable(f"_lane{r.arg[0]}", 0, _lanes(r) - 2, r.dtype)
+  try: d = (idx.substitute({r: v + 1}) - idx.substitute({r: v})).simplify()
+  except Exception:  # noqa: BLE001 -- an index the simplifier can't fold has no constant stride
+    return None
+  return int(d.arg) if d.op is Ops.CONST else None
+
+
+def _contiguous(idx_node: UOp, r: UOp) -> bool:
+  """An INDEX that walks `r` with stride 1 and whose gate (if any) doesn't depend on `r`."""
+  return (len(idx_node.src) < 3 or r not in idx_node.src[2].ranges) and _stride(idx_node.src[1], r) == 1
+
+
+def _vector_axis(st: UOp, rngs: list[UOp]) -> UOp | None:
+  """The UPCAST axis of `st` (4/8/16 lanes) that the most loads (and the store) walk contiguously; None if none
+  does, or the value has ops a vector can't carry."""
+  if st.src[0].op is not Ops.INDEX or st.src[1].dtype.count != 1: return None
+  if any(u.op in (Ops.WMMA, Ops.VECTORIZE, Ops.GEP) or (u.op is Ops.LOAD and u.dtype.count != 1)
+         for u in st.src[1].toposort()): return None
+  loads = [u for u in st.toposort() if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX]
+  best, score = None, 0
+  for r in rngs:
+    if r.arg[1] is not AxisType.UPCAST or _lanes(r) not in VECTOR_LANES: continue
+    sc = sum(2 if _contiguous(ld.src[0], r) else 0 for ld in loads if r in ld.ranges) + _contiguous(st.src[0], r)
+    if sc > score: best, score = r, sc
+  return best
+
+
+def _broadcast(x: UOp, n: int) -> UOp:
+  return x if x.dtype.count == n else UOp(Ops.VECTORIZE, x.dtype.vec(n), (x,) * n)
+
+
+def _vectorize_store(st: UOp, rv: UOp) -> UOp:
+  """`st` with range `rv` (n lanes) computed as n-wide vectors (see the module docstring)."""
+  n = _lanes(rv)
+  lane = [UOp.const(rv.dtype, k) for k in range(n)]
+  at0 = {rv: lane[0]}
+  memo: dict[UOp, UOp] = {}
+
+  def gather(x: UOp) -> UOp:
+    return UOp(Ops.VECTORIZE, x.dtype.vec(n), tuple(fast_substitute(x, {rv: lane[k]}) for k in range(n)))
+
+  def vec(x: UOp) -> UOp:
+    if rv not in x.ranges: return x
+    if (m := memo.get(x)) is not None: return m
+    if x.op is Ops.LOAD and x.src[0].op is Ops.INDEX and _contiguous(x.src[0], rv):
+      out = UOp(Ops.LOAD, x.dtype.vec(n), (fast_substitute(x.src[0], at0), *x.src[1:]), x.arg)
+    elif x.op is Ops.REDUCE:
+      out = UOp(Ops.REDUCE, x.dtype.vec(n), (_broadcast(vec(x.src[0]), n), *x.src[1:]), x.arg)
+    elif x.op in _VALUE_OPS and x.dtype != dtypes.index and all(s.dtype.count == 1 for s in x.src):
+      srcs = [vec(s) for s in x.src]
+      out = UOp(x.op, x.dtype.vec(n), tuple(_broadcast(s, n) for s in srcs), x.arg)
+    else: out = gather(x)
+    memo[x] = out
+    return out
+
+  idx, val = st.src[0], vec(st.src[1])
+  if _contiguous(idx, rv): return st.replace(src=(fast_substitute(idx, at0), _broadcast(val, n), *st.src[2:]))
+  return UOp(Ops.GROUP, src=tuple(st.replace(src=(fast_substitute(idx, {rv: lane[k]}), UOp(Ops.GEP, val.dtype.scalar(),
+                                                  (_broadcast(val, n),), (k,)), *st.src[2:])) for k in range(n)))
 
 
 def _combine(op: Ops, vals: list[UOp]) -> UOp:
@@ -68,3 +147,8 @@ pm_expander = PatternMatcher([
   (UPat(Ops.REDUCE, name="red"), _expand_reduce),
   (UPat(Ops.STORE, name="st"), _expand_store),
 ], name="expander")
+
+pm_expander_vectors = PatternMatcher([
+  (UPat(Ops.REDUCE, name="red"), _expand_reduce),
+  (UPat(Ops.STORE, name="st"), lambda st: _expand_store(st, vectorize=True)),
+], name="expander_vectors")

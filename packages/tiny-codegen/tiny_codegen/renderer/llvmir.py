@@ -59,6 +59,7 @@ class LLVMRenderer(CPURenderer):
   """LLVM IR for the host CPU; see the module docstring."""
   compiler_cls = LLVMCompiler
   bf16_through_float = True
+  vectorize_upcast = True  # the expander turns one UPCAST axis per store into native vectors
 
   def make_compiler(self) -> LLVMCompiler: return LLVMCompiler()
 
@@ -105,6 +106,8 @@ class _LLVMEmitter:
   def emit(self, line: str) -> None: self.lines.append("  " + line)
 
   def val(self, u: UOp) -> str:
+    if u.op is Ops.CONST and u.dtype.count > 1:  # a vector of one value (a vector accumulator's identity)
+      return "<" + ", ".join([f"{ltype(u.dtype.scalar())} {lconst(u.arg, u.dtype)}"] * u.dtype.count) + ">"
     if u.op is Ops.CONST: return lconst(u.arg, u.dtype)
     if u.op is Ops.VCONST:
       return "<" + ", ".join(f"{ltype(u.dtype.scalar())} {lconst(x, u.dtype)}" for x in u.arg) + ">"
@@ -190,6 +193,10 @@ class _LLVMEmitter:
       self.emit(f"{out} = {inst} {t} {a[0]}, {a[1]}")
     return out
 
+  def align(self, dt: DType) -> str:
+    """A vector load/store through a buffer pointer is only element-aligned (the expander's vectors start anywhere)."""
+    return f", align {dt.scalar().itemsize}" if dt.count > 1 else ""
+
   def ptr_ty(self, dt: DType) -> str:
     """The LLVM type of a pointer to `dt` (one address space on the host; GPU targets override this)."""
     return "ptr"
@@ -232,7 +239,7 @@ class _LLVMEmitter:
       self.r[u] = out
     elif op is Ops.LOAD:
       out = self.tmp()
-      self.emit(f"{out} = load {ltype(dt, mem=True)}, {self.ptr_ty(src[0].dtype)} {self.val(src[0])}")
+      self.emit(f"{out} = load {ltype(dt, mem=True)}, {self.ptr_ty(src[0].dtype)} {self.val(src[0])}{self.align(dt)}")
       if dt.scalar() == dtypes.bool:
         b = self.tmp()
         self.emit(f"{b} = icmp ne {ltype(dt, mem=True)} {out}, zeroinitializer")
@@ -303,10 +310,10 @@ class _LLVMEmitter:
           k = self.n = self.n + 1
           self.emit(f"br i1 {self.gates[src[0]]}, label %st{k}.do, label %st{k}.skip")
           self.lines.append(f"st{k}.do:")
-          self.emit(f"store {ltype(vdt, mem=True)} {v}, ptr {self.val(src[0])}")
+          self.emit(f"store {ltype(vdt, mem=True)} {v}, ptr {self.val(src[0])}{self.align(vdt)}")
           self.emit(f"br label %st{k}.skip")
           self.lines.append(f"st{k}.skip:")
-        else: self.emit(f"store {ltype(vdt, mem=True)} {v}, ptr {self.val(src[0])}")
+        else: self.emit(f"store {ltype(vdt, mem=True)} {v}, ptr {self.val(src[0])}{self.align(vdt)}")
       elif not self.value_op(u): raise NotImplementedError(f"LLVM renderer can't render {op} ({dt})")
     _ = block
     body = "\n".join(self.lines)
