@@ -785,14 +785,15 @@ class Wave:
   @vcc.setter
   def vcc(self, v: int) -> None: self.sgpr[VCC_LO] = v & MASK32
 
-  def lanes(self) -> list[int]: return _lanes(self.exec)
+  def lanes(self) -> tuple[int, ...]:
+    """The active lanes in order (a cached tuple per EXEC value)."""
+    return _lanes_cached(self.sgpr[EXEC_LO] & MASK32)
 
 
 @functools.lru_cache(maxsize=4096)
 def _lanes_cached(mask: int) -> tuple[int, ...]: return tuple(i for i in range(WAVE) if mask >> i & 1)
 
 
-def _lanes(mask: int) -> list[int]: return list(_lanes_cached(mask))
 
 
 class Emulator:
@@ -1095,14 +1096,14 @@ class Emulator:
     lanes = w.lanes()
     self.store(w, f["vdst"], lanes, list(map(VOP1[op][1], self.col(w, f["src0"], lanes, inst))))
 
-  def col(self, w: Wave, code: int, lanes: list[int], inst: Inst) -> list[int]:
+  def col(self, w: Wave, code: int, lanes: tuple[int, ...], inst: Inst) -> list[int]:
     """A 32-bit source operand for every active lane (a scalar operand repeated); always a new list."""
     if code >= 256:
       vr = w.vgpr[code - 256]
       return vr[:] if len(lanes) == WAVE else [vr[ln] for ln in lanes]
     return [self.sread(w, code, inst)] * len(lanes)
 
-  def col64(self, w: Wave, code: int, lanes: list[int], inst: Inst) -> list[int]:
+  def col64(self, w: Wave, code: int, lanes: tuple[int, ...], inst: Inst) -> list[int]:
     """A 64-bit integer operand for every active lane: a VGPR pair or a 64-bit scalar (see sread64)."""
     if code >= 256:
       lo, hi = w.vgpr[code - 256], w.vgpr[code - 255]
@@ -1111,7 +1112,7 @@ class Emulator:
     return [self.sread64(w, code, inst)] * len(lanes)
 
   @staticmethod
-  def store(w: Wave, d: int, lanes: list[int], vals: list[int]) -> None:
+  def store(w: Wave, d: int, lanes: tuple[int, ...], vals: list[int]) -> None:
     """Write a column of results to VGPR `d` for the active lanes (`vals` a fresh list, one per active lane)."""
     if len(lanes) == WAVE: w.vgpr[d] = vals
     else:
