@@ -88,3 +88,30 @@ def test_float32_output_modifiers():
     fused = np.array([float(a) * float(b) + float(b) for a, b in zip(x, y)]) / 2  # fma, then div:2, then clamp
     np.testing.assert_allclose(f(5)[2:], np.clip(fused[2:], 0, 1).astype(np.float32), rtol=1e-6)
     assert f(5)[0] == 0.0 and f(5)[1] == 1.0  # NaN clamps to 0; inf to 1
+
+
+def test_vop1_float_and_bit_counting():
+  x = (rng.standard_normal(32) * 10).astype(np.float32)
+  x[:4] = [2.5, -2.5, -1e-9, 0.0]
+  xb = x.view(np.uint32).tolist()
+  ints = [0, 1, 0x80000000, 0x00F0_0000] + rng.integers(0, 2**32, 28).tolist()
+  w = run(vop1(35, 2, V(0)), vop1(32, 3, V(0)), vop1(64, 4, V(0)), vop1(63, 5, V(0)), vop1(57, 6, V(1)),
+          vop1(58, 7, V(1)), vop1(13, 8, V(0)), vop1(12, 9, V(0)), vop1(53, 10, V(11)), vop1(46, 12, V(13)),
+          vgpr={0: xb, 1: ints, 11: np.float32(np.arange(32) / 16).view(np.uint32), 13: np.abs(x).view(np.uint32)})
+  f = lambda r: np.array(w.vgpr[r], np.uint32).view(np.float32)
+  np.testing.assert_array_equal(f(2), np.rint(x))  # v_rndne_f32: ties to even (2.5 -> 2, -2.5 -> -2)
+  fr = x.astype(np.float64) - np.floor(x.astype(np.float64))
+  want = np.minimum(fr.astype(np.float32), np.float32(1 - 2.0**-24))
+  np.testing.assert_array_equal(f(3), want)  # v_fract_f32: -1e-9 gives the largest float below 1, not 1.0
+  assert f(3)[2] == np.float32(1 - 2.0**-24)
+  m, e = np.frexp(x)
+  np.testing.assert_array_equal(f(4), m)
+  assert w.vgpr[5] == [int(v) & M32 for v in e]
+  assert w.vgpr[6] == [M32 if v == 0 else 32 - v.bit_length() for v in ints]  # v_clz_i32_u32
+  assert w.vgpr[7] == [M32 if v == 0 else (v & -v).bit_length() - 1 for v in ints]  # v_ctz_i32_b32
+  assert w.vgpr[8] == [int(np.floor(v)) & M32 for v in x]
+  assert w.vgpr[9] == [int(np.floor(np.float64(v) + 0.5)) & M32 for v in x]
+  np.testing.assert_array_equal(f(10), np.sin(2 * np.pi * (np.arange(32) / 16)).astype(np.float32))  # revolutions
+  ax = np.abs(x).astype(np.float64)
+  with np.errstate(divide="ignore"):
+    np.testing.assert_allclose(f(12)[4:], (1 / np.sqrt(ax)).astype(np.float32)[4:], rtol=1e-7)

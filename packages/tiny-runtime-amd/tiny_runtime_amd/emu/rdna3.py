@@ -104,6 +104,17 @@ def bits64(x: float) -> int: return struct.unpack("<Q", struct.pack("<d", x))[0]
 INLINE_F64 = {k: bits64(f32(v)) if k != 248 else 0x3FC45F306DC9C882 for k, v in INLINE_F32.items()}
 
 
+def _fract(x: float, below_one: int) -> float:
+  """V_FRACT: x - floor(x), never rounding up to 1.0 (the largest value below 1: `below_one` bits); inf -> NaN."""
+  if math.isinf(x) or math.isnan(x): return math.nan
+  r = x - math.floor(x)
+  top = f32(below_one) if below_one == 0x3F7FFFFF else f64(below_one)
+  return min(r, top)
+
+
+def _frexp_exp(x: float) -> int: return 0 if math.isinf(x) or math.isnan(x) else math.frexp(x)[1] & MASK32
+
+
 def _fd(fn: Callable[..., float]) -> Callable[..., int]:
   """A float64 op on 64-bit patterns."""
   def op(*a: int) -> int:
@@ -180,6 +191,15 @@ VOP1: dict[int, tuple[str, Callable[[int], int]]] = {
   51: ("v_sqrt_f32", _ff(_sqrt)),
   **{17 + n: (f"v_cvt_f32_ubyte{n}", lambda a, n=n: bits32(float((a >> (8 * n)) & 0xFF))) for n in range(4)},
   55: ("v_not_b32", lambda a: ~a & MASK32), 56: ("v_bfrev_b32", lambda a: int(f"{a:032b}"[::-1], 2)),
+  35: ("v_rndne_f32", _ff(lambda x: _round_even(x))), 32: ("v_fract_f32", lambda a: bits32(_fract(f32(a), 0x3F7FFFFF))),
+  46: ("v_rsq_f32", _ff(lambda x: _rsq(x))),
+  53: ("v_sin_f32", _ff(lambda x: _sin_rev(x))), 54: ("v_cos_f32", _ff(lambda x: _cos_rev(x))),
+  64: ("v_frexp_mant_f32", _ff(lambda x: x if math.isinf(x) or math.isnan(x) else math.frexp(x)[0])),
+  63: ("v_frexp_exp_i32_f32", lambda a: _frexp_exp(f32(a))),
+  57: ("v_clz_i32_u32", lambda a: MASK32 if a == 0 else 32 - a.bit_length()),
+  58: ("v_ctz_i32_b32", lambda a: MASK32 if a == 0 else (a & -a).bit_length() - 1),
+  13: ("v_cvt_floor_i32_f32", lambda a: _cvt_i32(_whole(math.floor)(f32(a)))),
+  12: ("v_cvt_nearest_i32_f32", lambda a: _cvt_i32(_whole(math.floor)(f32(a) + 0.5))),
 }
 # VOP2: op -> (name, fn(src0, src1) -> bits); v_cndmask/v_fmac/carry ops are handled in execute
 VOP2: dict[int, tuple[str, Callable[[int, int], int]]] = {
@@ -251,6 +271,10 @@ VOP1_F64 = {  # op -> (name, source is f64, destination is f64, fn)
   24: ("v_ceil_f64", True, True, _fd(lambda x: x if math.isinf(x) or math.isnan(x) else float(math.ceil(x)))),
   26: ("v_floor_f64", True, True, _fd(lambda x: x if math.isinf(x) or math.isnan(x) else float(math.floor(x)))),
   47: ("v_rcp_f64", True, True, _fd(_rcp)), 52: ("v_sqrt_f64", True, True, _fd(_sqrt)),
+  49: ("v_rsq_f64", True, True, _fd(lambda x: _rsq(x))), 25: ("v_rndne_f64", True, True, _fd(lambda x: _round_even(x))),
+  62: ("v_fract_f64", True, True, _fd(lambda x: _fract(x, 0x3FEFFFFFFFFFFFFF))),
+  61: ("v_frexp_mant_f64", True, True, _fd(lambda x: x if math.isinf(x) or math.isnan(x) else math.frexp(x)[0])),
+  60: ("v_frexp_exp_i32_f64", True, False, lambda a: _frexp_exp(f64(a))),
 }
 def _h(fn: Callable[..., float]) -> Callable[..., int]:
   """A float16 op on 16-bit patterns (computed in double, rounded once to half)."""
