@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from tiny_runtime_amd.emu.encode import V, Code, sop1, vop1, vop3
+from tiny_runtime_amd.emu.encode import V, Code, sop1, sop2, sopk, sopp, vop1, vop3
 
-from tiny_runtime_amd.emu.rdna3 import EXEC_LO, Emulator, Wave
+from tiny_runtime_amd.emu.rdna3 import EXEC_LO, Emulator, UnsupportedInstruction, Wave
 
 M32 = 0xFFFFFFFF
 rng = np.random.default_rng(4)
@@ -115,3 +115,37 @@ def test_vop1_float_and_bit_counting():
   ax = np.abs(x).astype(np.float64)
   with np.errstate(divide="ignore"):
     np.testing.assert_allclose(f(12)[4:], (1 / np.sqrt(ax)).astype(np.float32)[4:], rtol=1e-7)
+
+
+@pytest.mark.parametrize("op, fn, sets_scc", [
+  (28, lambda a, b: ~(a & b), True), (30, lambda a, b: ~(a | b), True), (32, lambda a, b: ~(a ^ b), True),
+  (36, lambda a, b: a | ~b, True), (6, lambda a, b: abs(s32(a) - s32(b)), True),
+  (42, lambda a, b: ((1 << (a & 31)) - 1) << (b & 31), False), (50, lambda a, b: (a & 0xFFFF) | (b << 16), False),
+  (51, lambda a, b: (a & 0xFFFF) | (b & 0xFFFF0000), False), (52, lambda a, b: (a >> 16) | (b & 0xFFFF0000), False)])
+def test_sop2_logic_pack_bfm(op, fn, sets_scc):
+  for a, b in [(0x1234_5678, 0x8765_4321), (0xFFFF_FFFF, 0xFFFF_FFFF), (5, 12)]:
+    w = run(sop2(op, 2, 0, 1), sgpr={0: a, 1: b}, scc=1)
+    assert w.sgpr[2] == fn(a, b) & M32, (op, a, b)
+    if sets_scc: assert w.scc == int(fn(a, b) & M32 != 0)
+
+
+def s32(v: int) -> int: return v - (1 << 32) if v >> 31 else v
+
+
+def test_getpc_setpc_swappc_and_64bit_counts():
+  # s_getpc_b64 s[0:1] (= code + 4); s_add_u32 s0, s0, 24; s_addc_u32 s1, s1, 0; s_swappc_b64 s[4:5], s[0:1] to
+  # code + 28, skipping s_movk_i32 s6, 1 and s_movk_i32 s7, 2 (at 20 and 24); s_movk_i32 s8, 3 is the target
+  prog = [*sop1(71, 0, 0), *sop2(0, 0, 0, LIT), 24, *sop2(4, 1, 1, 128), *sop1(73, 4, 0), *sopk(0, 6, 1),
+          *sopk(0, 7, 2), *sopk(0, 8, 3)]
+  code, w = Code(prog), Wave()
+  w.sgpr[EXEC_LO] = M32
+  Emulator().run(w, code.addr)
+  assert (w.sgpr[6], w.sgpr[7], w.sgpr[8]) == (0, 0, 3)
+  assert w.sgpr[4] | (w.sgpr[5] << 32) == code.addr + 20  # s_swappc saved the address after itself
+  w = run(sop1(25, 2, 0), sop1(9, 3, 0), sopk(2, 4, -5), sgpr={0: 0, 1: 0x0000_0F00}, scc=1)
+  assert (w.sgpr[2], w.sgpr[3], w.sgpr[4], w.scc) == (4, 40, (-5) & M32, 1)
+  w = run(sopp(17, 0), sopp(18, 15), sopp(3, 1), sopp(53, 1))  # round to nearest, denorm mode, sleep, setprio: no-ops
+  with pytest.raises(UnsupportedInstruction, match="SOPP opcode 17"): run(sopp(17, 5))  # another rounding mode
+
+
+LIT = 255

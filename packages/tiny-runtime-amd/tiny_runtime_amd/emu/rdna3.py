@@ -490,6 +490,13 @@ SOP2: dict[int, tuple[str, Callable[[int, int], int]]] = {
   22: ("s_and_b32", lambda a, b: a & b), 24: ("s_or_b32", lambda a, b: a | b), 26: ("s_xor_b32", lambda a, b: a ^ b),
   34: ("s_and_not1_b32", lambda a, b: a & ~b & MASK32),
   44: ("s_mul_i32", lambda a, b: i32(a) * i32(b)), 45: ("s_mul_hi_u32", lambda a, b: (a * b) >> 32),
+  28: ("s_nand_b32", lambda a, b: ~(a & b) & MASK32), 30: ("s_nor_b32", lambda a, b: ~(a | b) & MASK32),
+  32: ("s_xnor_b32", lambda a, b: ~(a ^ b) & MASK32), 36: ("s_or_not1_b32", lambda a, b: (a | ~b) & MASK32),
+  6: ("s_absdiff_i32", lambda a, b: abs(i32(a) - i32(b))),
+  42: ("s_bfm_b32", lambda a, b: (((1 << (a & 31)) - 1) << (b & 31)) & MASK32),
+  50: ("s_pack_ll_b32_b16", lambda a, b: (a & 0xFFFF) | ((b & 0xFFFF) << 16)),
+  51: ("s_pack_lh_b32_b16", lambda a, b: (a & 0xFFFF) | (b & 0xFFFF0000)),
+  52: ("s_pack_hh_b32_b16", lambda a, b: (a >> 16) | (b & 0xFFFF0000)),
   46: ("s_mul_hi_i32", lambda a, b: (i32(a) * i32(b)) >> 32),
   **{13 + n: (f"s_lshl{n}_add_u32", lambda a, b, n=n: (a << n) + b) for n in (1, 2, 3, 4)},
   39: ("s_bfe_i32", lambda a, b: _bfe_i32(a, b & 31, (b >> 16) & 0x7F)),
@@ -503,7 +510,8 @@ _SOPC_FN = [_CMP[2], _CMP[5], _CMP[4], _CMP[6], _CMP[1], _CMP[3]]
 SOPP_NAMES = {0: "s_nop", 5: "s_clause", 7: "s_delay_alu", 8: "s_waitcnt_depctr", 9: "s_waitcnt", 32: "s_branch",
               33: "s_cbranch_scc0", 34: "s_cbranch_scc1", 35: "s_cbranch_vccz", 36: "s_cbranch_vccnz",
               37: "s_cbranch_execz", 38: "s_cbranch_execnz", 48: "s_endpgm", 54: "s_sendmsg", 61: "s_barrier",
-              4: "s_set_inst_prefetch_distance", 31: "s_code_end"}
+              4: "s_set_inst_prefetch_distance", 31: "s_code_end", 3: "s_sleep", 53: "s_setprio", 18: "s_denorm_mode",
+              17: "s_round_mode"}
 SMEM_LOADS = {0: 1, 1: 2, 2: 4, 3: 8, 4: 16}  # s_load_b32/64/128/256/512: dwords
 GLOBAL_LOADS = {16: (1, False, 8), 17: (1, True, 8), 18: (1, False, 16), 19: (1, True, 16), 20: (1, False, 32),
                 21: (2, False, 32), 22: (3, False, 32), 23: (4, False, 32)}  # op: (dwords, signed, bits)
@@ -624,7 +632,8 @@ def decode(code: bytes | memoryview, pc: int = 0) -> Inst:
     return Inst("SOPP", op, {"simm16": w0 & 0xFFFF}, 4, SOPP_NAMES.get(op, f"sopp_{op}"))
   if w0 >> 28 == 0b1011:
     op = _bits(w0, 23, 5)
-    names = {0: "s_movk_i32", 15: "s_addk_i32", 16: "s_mulk_i32", 23: "s_waitcnt_vmcnt", 24: "s_waitcnt_vscnt",
+    names = {0: "s_movk_i32", 2: "s_cmovk_i32", 15: "s_addk_i32", 16: "s_mulk_i32", 23: "s_waitcnt_vmcnt",
+             24: "s_waitcnt_vscnt",
              25: "s_waitcnt_expcnt", 26: "s_waitcnt_lgkmcnt",
              **{3 + i: f"s_cmpk_{c}_i32" for i, c in enumerate(("eq", "lg", "gt", "ge", "lt", "le"))},
              **{9 + i: f"s_cmpk_{c}_u32" for i, c in enumerate(("eq", "lg", "gt", "ge", "lt", "le"))}}
@@ -718,7 +727,8 @@ SAVEEXEC: dict[int, tuple[str, Callable[[int, int], int]]] = {  # SOP1 op -> (na
 
 def _sop1_name(op: int) -> str:
   if op in SAVEEXEC: return SAVEEXEC[op][0]
-  return {0: "s_mov_b32", 1: "s_mov_b64", 2: "s_cmov_b32", 4: "s_brev_b32", 8: "s_ctz_i32_b32", 10: "s_clz_i32_u32",
+  return {0: "s_mov_b32", 1: "s_mov_b64", 2: "s_cmov_b32", 4: "s_brev_b32", 71: "s_getpc_b64", 72: "s_setpc_b64",
+          73: "s_swappc_b64", 9: "s_ctz_i32_b64", 25: "s_bcnt1_i32_b64", 8: "s_ctz_i32_b32", 10: "s_clz_i32_u32",
           14: "s_sext_i32_i8", 15: "s_sext_i32_i16", 16: "s_bitset0_b32", 18: "s_bitset1_b32", 21: "s_abs_i32",
           22: "s_bcnt0_i32_b32", 24: "s_bcnt1_i32_b32", 30: "s_not_b32"}.get(op, f"sop1_{op}")
 
@@ -788,7 +798,8 @@ class Wave:
   sgpr: list[int] = field(default_factory=lambda: [0] * 128)
   vgpr: VGPRFile = field(default_factory=lambda: VGPRFile())
   scc: int = 0
-  pc: int = 0
+  pc: int = 0  # byte offset from code_addr, where the wave started
+  code_addr: int = 0
   lds: bytearray = field(default_factory=bytearray)  # the work-group's LDS (shared by its waves)
   # private (scratch) bytes per lane, from the dispatch (the kernel descriptor's private_segment_fixed_size, or more
   # when the stack is dynamic); None: not given, each lane's memory grows on demand (PrivateMemory)
@@ -890,7 +901,7 @@ class Emulator:
     the program) and decoded once per dispatch."""
     if not hasattr(self, "_code"): self.begin_dispatch()
     cache = self._code.setdefault(code_addr, {})
-    w.pc = 0
+    w.pc, w.code_addr = 0, code_addr
     for _ in range(self.max_steps):
       if (ent := cache.get(w.pc)) is None:  # hot loop: walrus on purpose; the handler is looked up once
         inst = decode(self.mem.read(code_addr + w.pc, 16), 0)
@@ -903,7 +914,7 @@ class Emulator:
         if inst.op == 48: return
         if inst.op == 61 and barriers: yield
         nxt = self.sopp(w, inst, nxt)
-      else: fn(w, inst)
+      elif (to := fn(w, inst)) is not None: nxt = to  # s_setpc/s_swappc: a new pc offset
       w.pc = nxt
     raise RuntimeError(f"wave did not reach s_endpgm in {self.max_steps} instructions")
 
@@ -971,14 +982,31 @@ class Emulator:
   # scalar
   def sopp(self, w: Wave, inst: Inst, nxt: int) -> int:
     op, target = inst.op, nxt + sext(inst.f["simm16"], 16) * 4
-    if op in (0, 4, 5, 7, 8, 9, 31, 54, 61): return nxt  # nop, prefetch, clause, delay_alu, waits, sendmsg, barrier
+    # nop, sleep, prefetch, clause, delay_alu, waits, sendmsg, setprio, barrier; denorm_mode: denormals are always kept
+    if op in (0, 3, 4, 5, 7, 8, 9, 18, 31, 53, 54, 61): return nxt
+    if op == 17 and inst.f["simm16"] == 0: return nxt  # s_round_mode to nearest-even (the only mode emulated)
     taken = {32: True, 33: w.scc == 0, 34: w.scc == 1, 35: w.vcc == 0, 36: w.vcc != 0, 37: w.exec == 0,
              38: w.exec != 0}.get(op)
     if taken is None: raise UnsupportedInstruction(f"SOPP opcode {op} at {w.pc:#x}")
     return target if taken else nxt
 
-  def sop1(self, w: Wave, inst: Inst) -> None:
+  def sop1(self, w: Wave, inst: Inst) -> int | None:
     op, d, s = inst.op, inst.f["sdst"], inst.f["ssrc0"]
+    if op in (71, 72, 73):  # s_getpc_b64 (address of the next instruction) / s_setpc_b64 / s_swappc_b64
+      here = w.code_addr + w.pc + inst.size
+      if op != 72:
+        self.swrite(w, d, here)
+        self.swrite(w, d + 1, here >> 32)
+      if op == 71: return None
+      return (self.sread64(w, s, inst) - w.code_addr) & MASK64
+    if op in (9, 25):  # s_ctz_i32_b64 / s_bcnt1_i32_b64
+      v = self.sread64(w, s, inst)
+      if op == 25:
+        r = bin(v).count("1")
+        w.scc = int(r != 0)
+      else: r = MASK32 if v == 0 else (v & -v).bit_length() - 1
+      self.swrite(w, d, r)
+      return None
     if op == 0: self.swrite(w, d, self.sread(w, s, inst))
     elif op == 1:
       v = self.sread64(w, s, inst)
@@ -1015,6 +1043,7 @@ class Emulator:
       bit = 1 << (self.sread(w, s, inst) & 31)
       self.swrite(w, d, (w.sgpr[d] | bit) if op == 18 else (w.sgpr[d] & ~bit))
     else: raise UnsupportedInstruction(f"SOP1 opcode {op} at {w.pc:#x}")
+    return None
 
   def sop2(self, w: Wave, inst: Inst) -> None:
     op, d = inst.op, inst.f["sdst"]
@@ -1024,7 +1053,7 @@ class Emulator:
       if op == 0: w.scc = int(r > MASK32)
       elif op == 1: w.scc = int(b > a)
       elif op in (2, 3): w.scc = int(r != sext(r & MASK32, 32))  # signed overflow
-      elif op in (8, 10, 12, 22, 24, 26, 34, 39): w.scc = int(r & MASK32 != 0)
+      elif op in (6, 8, 10, 12, 22, 24, 26, 28, 30, 32, 34, 36, 39): w.scc = int(r & MASK32 != 0)
       elif op in (14, 15, 16, 17): w.scc = int(r > MASK32)
       elif op in (18, 19, 20, 21): w.scc = int(r == (i32(a) if op in (18, 20) else a))
       self.swrite(w, d, r)
@@ -1057,6 +1086,8 @@ class Emulator:
     elif 3 <= op <= 8: w.scc = int(_SOPC_FN[op - 3](i32(w.sgpr[d]), k))  # s_cmpk_{eq,lg,gt,ge,lt,le}_i32
     elif 9 <= op <= 14: w.scc = int(_SOPC_FN[op - 9](w.sgpr[d], inst.f["simm16"]))  # s_cmpk_*_u32 (zero-extended)
     elif op == 15: self.swrite(w, d, i32(w.sgpr[d]) + k)
+    elif op == 2:  # s_cmovk_i32
+      if w.scc: self.swrite(w, d, k)
     elif op == 16: self.swrite(w, d, i32(w.sgpr[d]) * k)
     elif 23 <= op <= 26: pass  # s_waitcnt_vmcnt/vscnt/expcnt/lgkmcnt: memory is synchronous here
     else: raise UnsupportedInstruction(f"SOPK opcode {op} at {w.pc:#x}")
