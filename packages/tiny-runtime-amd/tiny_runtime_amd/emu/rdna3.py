@@ -49,8 +49,18 @@ def sext(v: int, bits: int) -> int: return v - (1 << bits) if v & (1 << (bits - 
 def i32(v: int) -> int: return sext(v & MASK32, 32)
 
 
-def _fmin(a: float, b: float) -> float: return b if math.isnan(a) else a if math.isnan(b) else min(a, b)
-def _fmax(a: float, b: float) -> float: return b if math.isnan(a) else a if math.isnan(b) else max(a, b)
+def _fmin(a: float, b: float) -> float:
+  """V_MIN_*: a NaN operand yields the other one; -0 counts as less than +0."""
+  if a != a: return b
+  if b != b or a < b: return a
+  return b if b < a or math.copysign(1.0, b) < 0 else a
+
+
+def _fmax(a: float, b: float) -> float:
+  """V_MAX_*: a NaN operand yields the other one; +0 counts as greater than -0."""
+  if a != a: return b
+  if b != b or a > b: return a
+  return b if b > a or math.copysign(1.0, b) > 0 else a
 
 
 def _cvt_i32(x: float) -> int: return 0 if math.isnan(x) else max(-(1 << 31), min((1 << 31) - 1, int(x))) & MASK32
