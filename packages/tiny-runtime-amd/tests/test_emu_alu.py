@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from tiny_runtime_amd.emu.encode import V, Code, sop1, sop2, sopk, sopp, vop1, vop3
+from tiny_runtime_amd.emu.encode import V, Code, sop1, sop2, sopk, sopp, vop1, vop2, vop3, vopd
 
 from tiny_runtime_amd.emu.rdna3 import EXEC_LO, Emulator, UnsupportedInstruction, Wave
 
@@ -149,3 +149,22 @@ def test_getpc_setpc_swappc_and_64bit_counts():
 
 
 LIT = 255
+
+
+def test_mul_dx9_zero_and_dual_dot2acc():
+  def words(bs): return [int.from_bytes(bytes(bs[i:i + 4]), "little") for i in range(0, len(bs), 4)]
+  assert vopd(7, 8, 0, 3, V(1), 2, V(4), 0) == words([0x01, 0x05, 0xd0, 0xc9, 0x04, 0x01, 0x02, 0x00])  # llvm-mc-15
+  x = np.array([0, 0, np.inf, np.nan, 2, -3] + [1.5] * 26, np.float32)
+  y = np.array([np.inf, np.nan, 0, -0.0, 4, 0.5] + [-2] * 26, np.float32)
+  w = run(vop2(7, 2, V(0), 1), vopd(7, 8, 4, 5, V(0), 1, V(0), 0), vgpr={0: x.view(np.uint32), 1: y.view(np.uint32)})
+  with np.errstate(invalid="ignore"): want = np.where((x == 0) | (y == 0), np.float32(0), x * y)
+  for r in (2, 4):
+    assert np.array_equal(np.array(w.vgpr[r], np.uint32).view(np.float32), want)  # no NaN: a zero wins over inf/NaN
+  h = rng.standard_normal((2, 32, 2)).astype(np.float16)
+  pk = [[int(lo) | (int(hi) << 16) for lo, hi in v.view(np.uint16)] for v in h]
+  acc = rng.standard_normal(32).astype(np.float32)
+  w = run(vopd(12, 8, 6, 7, V(0), 1, V(0), 0), vgpr={0: pk[0], 1: pk[1], 6: acc.view(np.uint32)})
+  h64 = h.astype(np.float64)
+  want = (h64[0, :, 0] * h64[1, :, 0] + h64[0, :, 1] * h64[1, :, 1] + acc).astype(np.float32)
+  np.testing.assert_allclose(np.array(w.vgpr[6], np.uint32).view(np.float32), want, rtol=1e-7)
+  assert w.vgpr[7] == pk[0]  # the Y half: v_dual_mov_b32 v7, v0

@@ -159,6 +159,11 @@ def _dwords(n: int) -> struct.Struct: return struct.Struct(f"<{n}I")
 def _structs(n: int) -> tuple[struct.Struct, struct.Struct]: return struct.Struct(f"<{n}I"), struct.Struct(f"<{n}f")
 
 
+def _mul_dx9(a: float, b: float) -> float:
+  """V_MUL_DX9_ZERO_F32: a zero operand gives +0 whatever the other one is (inf, NaN), else a * b."""
+  return 0.0 if a == 0 or b == 0 else a * b
+
+
 def _fma(a: float, b: float, c: float) -> float:
   """a*b+c for float32/half/mixed operands, as a double rounded to odd: rounding it once more to float32 or half
   gives the correctly rounded fused multiply-add (the product is exact in a double; TwoSum recovers the sum's
@@ -214,6 +219,7 @@ VOP1: dict[int, tuple[str, Callable[[int], int]]] = {
 # VOP2: op -> (name, fn(src0, src1) -> bits); v_cndmask/v_fmac/carry ops are handled in execute
 VOP2: dict[int, tuple[str, Callable[[int, int], int]]] = {
   3: ("v_add_f32", _ff(lambda a, b: a + b)), 4: ("v_sub_f32", _ff(lambda a, b: a - b)),
+  7: ("v_mul_dx9_zero_f32", _ff(lambda a, b: _mul_dx9(a, b))),
   5: ("v_subrev_f32", _ff(lambda a, b: b - a)), 8: ("v_mul_f32", _ff(lambda a, b: a * b)),
   9: ("v_mul_i32_i24", lambda a, b: (sext(a & 0xFFFFFF, 24) * sext(b & 0xFFFFFF, 24)) & MASK32),
   10: ("v_mul_hi_i32_i24", lambda a, b: ((sext(a & 0xFFFFFF, 24) * sext(b & 0xFFFFFF, 24)) >> 32) & MASK32),
@@ -233,8 +239,8 @@ VOP2: dict[int, tuple[str, Callable[[int, int], int]]] = {
 VOP1_SPECIAL = {2: "v_readfirstlane_b32", 10: "v_cvt_f16_f32", 11: "v_cvt_f32_f16", 15: "v_cvt_f32_f64",
                 16: "v_cvt_f64_f32", 28: "v_mov_b16", 106: "v_cvt_i32_i16", 107: "v_cvt_u32_u16"}
 VOP2_FLOAT = {3: operator.add, 4: operator.sub, 5: lambda a, b: b - a, 8: operator.mul,
-              15: _fmin, 16: _fmax}  # VOP2 float ops by column (vec_f32)
-VOPD_FLOAT = {3: 8, 4: 3, 5: 4, 6: 5, 10: 16, 11: 15}  # VOPD op -> VOP2 op, for the float ones
+              15: _fmin, 16: _fmax, 7: _mul_dx9}  # VOP2 float ops by column (vec_f32)
+VOPD_FLOAT = {3: 8, 4: 3, 5: 4, 6: 5, 10: 16, 11: 15, 7: 7}  # VOPD op -> VOP2 op, for the float ones
 VOP2_CNDMASK, VOP2_FMAC, VOP2_FMAMK, VOP2_FMAAK, VOP2_ADD_CO_CI = 1, 43, 44, 45, 32
 VOP2_SPECIAL = {1: "v_cndmask_b32", 43: "v_fmac_f32", 44: "v_fmamk_f32", 45: "v_fmaak_f32", 32: "v_add_co_ci_u32",
                 33: "v_sub_co_ci_u32", 34: "v_subrev_co_ci_u32", 54: "v_fmac_f16", 55: "v_fmamk_f16", 56: "v_fmaak_f16",
@@ -427,7 +433,7 @@ WMMA = {64: (_f16, True, None), 65: (_bf16, True, None), 66: (_f16, False, _f16_
 
 
 # VOP3 opcodes whose result is a float32 (the ones omod/clamp may modify)
-VOP3_F32_RESULT = {*(0x100 + o for o in (3, 4, 5, 8, 15, 16, 43)), 0x213, 0x219, 0x21C, 0x227, 0x237, 0x31C,
+VOP3_F32_RESULT = {*(0x100 + o for o in (3, 4, 5, 7, 8, 15, 16, 43)), 0x213, 0x219, 0x21C, 0x227, 0x237, 0x31C,
                    *(0x180 + o for o in (5, 6, 17, 18, 19, 20, 33, 34, 36, 37, 39, 42, 43, 51))}
 # ops with a scalar carry-out (sdst) in bits 14:8
 VOP3SD = {0x120, 0x121, 0x122, 0x2FC, 0x2FD, 0x2FE, 0x2FF, 0x300, 0x301, 0x302}
@@ -591,8 +597,8 @@ def atomic_result(kind: str, bits: int, old: int, data: int, cmp: int = 0) -> in
 
 VOPD_OPS = {0: "fmac_f32", 1: "fmaak_f32", 2: "fmamk_f32", 3: "mul_f32", 4: "add_f32", 5: "sub_f32", 6: "subrev_f32",
             8: "mov_b32", 9: "cndmask_b32", 10: "max_f32", 11: "min_f32", 16: "add_nc_u32", 17: "lshlrev_b32",
-            18: "and_b32"}
-_VOPD_TO_VOP2 = {3: 8, 4: 3, 5: 4, 6: 5, 10: 16, 11: 15, 16: 37, 17: 24, 18: 27}
+            18: "and_b32", 7: "mul_dx9_zero_f32", 12: "dot2acc_f32_f16", 13: "dot2acc_f32_bf16"}
+_VOPD_TO_VOP2 = {3: 8, 4: 3, 5: 4, 6: 5, 10: 16, 11: 15, 16: 37, 17: 24, 18: 27, 7: 7}
 
 
 @dataclass
@@ -1298,6 +1304,10 @@ class Emulator:
       elif op == 1: r = vec_f32(_fma, a, b, [k] * len(lanes))
       elif op == 2: r = vec_f32(_fma, a, [k] * len(lanes), b)
       elif op == 9: r = [y if w.vcc >> ln & 1 else x for ln, x, y in zip(lanes, a, b)]
+      elif op in (12, 13):  # v_dual_dot2acc_f32_{f16,bf16}: D += S0.lo*S1.lo + S0.hi*S1.hi (one rounding)
+        cvt = _f16 if op == 12 else _bf16
+        r = [bits32(math.fsum((cvt(x) * cvt(y), cvt(x >> 16) * cvt(y >> 16), f32(z))))
+             for x, y, z in zip(a, b, self.col(w, 256 + d, lanes, inst))]
       elif op in _VOPD_TO_VOP2: r = list(map(VOP2[_VOPD_TO_VOP2[op]][1], a, b))
       else: raise UnsupportedInstruction(f"VOPD opcode {op} at {w.pc:#x}")
       results.append((d, r))
