@@ -155,6 +155,10 @@ def vec_f32(fn: Callable[..., float], *cols: list[int]) -> list[int]:
 def _dwords(n: int) -> struct.Struct: return struct.Struct(f"<{n}I")
 
 
+_SUBDWORD = {(8, False): struct.Struct("<B"), (8, True): struct.Struct("<b"), (16, False): struct.Struct("<H"),
+             (16, True): struct.Struct("<h")}  # (bits, signed) -> one element
+
+
 @functools.lru_cache(maxsize=64)
 def _structs(n: int) -> tuple[struct.Struct, struct.Struct]: return struct.Struct(f"<{n}I"), struct.Struct(f"<{n}f")
 
@@ -1749,13 +1753,23 @@ class Emulator:
       else: raise UnsupportedInstruction(f"{inst.name}: FLAT opcode {op} (segment {seg}) at {w.pc:#x}")
 
   def _flat_block(self, w: Wave, inst: Inst) -> bool:
-    """The common cases of dword loads/stores, with one memory access for the whole wave: a load whose active lanes'
+    """The common cases of loads/stores, with one memory access for the whole wave: a load whose active lanes'
     addresses all lie close together (read once, each lane takes its slice), a store to consecutive addresses (lane
-    after lane, no gaps). Returns False (nothing done) for any other access, or when the one-block read faults (the
-    lane-by-lane path then reports the lane that is really out of bounds)."""
+    after lane, no gaps). Byte/short loads (also d16 into a VGPR half) and stores go the same way. Returns False
+    (nothing done) for any other access, or when the one-block read faults (the lane-by-lane path then reports the
+    lane that is really out of bounds)."""
     f, op = inst.f, inst.op
-    if op in GLOBAL_LOADS and GLOBAL_LOADS[op][2] == 32: n, load = GLOBAL_LOADS[op][0], True
-    elif op in GLOBAL_STORES and GLOBAL_STORES[op][1] == 32: n, load = GLOBAL_STORES[op][0], False
+    sub: tuple[int, bool, int] | None = None  # (bits, signed, d16 shift or -1 for a full VGPR) of a sub-dword load
+    if op in GLOBAL_LOADS:
+      n, signed, bits = GLOBAL_LOADS[op]
+      load, nb = True, 4 * n if bits == 32 else bits // 8
+      if bits < 32: sub = (bits, signed, -1)
+    elif op in GLOBAL_D16:
+      bits, signed, sh = GLOBAL_D16[op]
+      n, load, nb, sub = 1, True, bits // 8, (bits, signed, sh)
+    elif op in GLOBAL_STORES or op in (36, 37):
+      n, bits = GLOBAL_STORES[op] if op in GLOBAL_STORES else (1, 8 * (op - 35))
+      load, nb = False, 4 * n if bits == 32 else bits // 8
     else: return False
     lanes = w.lanes()
     if len(lanes) < 2 or (not load and lanes[-1] - lanes[0] != len(lanes) - 1): return False
@@ -1766,7 +1780,7 @@ class Emulator:
     else:
       vh = w.vgpr[f["addr"] + 1]
       addrs = [(va[ln] | (vh[ln] << 32)) + f["offset"] for ln in lanes]
-    nb, lo, hi = 4 * n, min(addrs), max(addrs)
+    lo, hi = min(addrs), max(addrs)
     if lo < 0 or hi > MASK64 - nb: return False
     if load:
       # a plain Memory reads raw host memory: stay within 4 KiB so the block cannot reach an unmapped page between
@@ -1774,11 +1788,26 @@ class Emulator:
       if hi - lo > (4096 if type(self.mem).read is Memory.read else 65536): return False
       try: buf = self.mem.read(lo, hi - lo + nb)
       except RuntimeError: return False
-      st = _dwords(n)
-      vals = [st.unpack_from(buf, a - lo) for a in addrs]
-      for i in range(n): self.store(w, f["vdst"] + i, lanes, [v[i] for v in vals])
+      if sub is None:
+        st = _dwords(n)
+        vals = [st.unpack_from(buf, a - lo) for a in addrs]
+        for i in range(n): self.store(w, f["vdst"] + i, lanes, [v[i] for v in vals])
+        return True
+      bits, signed, sh = sub
+      st = _SUBDWORD[(bits, signed)]
+      col = [st.unpack_from(buf, a - lo)[0] for a in addrs]
+      if sh < 0: self.store(w, f["vdst"], lanes, [v & MASK32 for v in col])
+      else:
+        old, keep = w.vgpr[f["vdst"]], ~(0xFFFF << sh) & MASK32
+        self.store(w, f["vdst"], lanes, [(old[ln] & keep) | ((v & 0xFFFF) << sh) for ln, v in zip(lanes, col)])
       return True
     if any(a - lo != i * nb for i, a in enumerate(addrs)): return False
+    if bits < 32:
+      src = self.col(w, 256 + f["data"], lanes, inst)
+      if op in (36, 37): src = [v >> 16 for v in src]
+      mask = (1 << bits) - 1
+      self.mem.write(lo, struct.pack(f"<{len(lanes)}{'B' if bits == 8 else 'H'}", *(v & mask for v in src)))
+      return True
     cols = [self.col(w, 256 + f["data"] + i, lanes, inst) for i in range(n)]
     self.mem.write(lo, struct.pack(f"<{n * len(lanes)}I", *(v for vs in zip(*cols) for v in vs)))
     return True
