@@ -3,12 +3,13 @@
 In order, the first that applies:
 - under `TC=1`, a matmul whose dtypes and shape fit one of the renderer's tensor cores gets TC (and nothing else);
 - a reduction with a large reduce (>= GROUP_MIN_REDUCE elements per output) and few outputs (<= GROUP_MAX_OUTPUTS,
-  or no more than the reduce has elements): a sum, softmax/layernorm statistics, a conv's weight gradient, a matvec,
-  gets GROUPTOP: one workgroup per output
-  whose threads each reduce a slice, then combine their partial results through local (shared) memory. The group
-  is split over up to two reduce axes of the largest REDUCE; its thread count fits `max_workgroup_size` (else
-  `max(local_max)`) and each local dim's `local_max`, and its partial-result slots fit `shared_max` bytes (checked
-  by lowering the grouped reduce, so only a group that really becomes a workgroup reduction is kept);
+  or no more than the reduce has elements) -- a sum, softmax/layernorm statistics, a conv's weight gradient, a
+  matvec -- gets GROUPTOP: one workgroup per output whose threads each reduce a slice, then combine their partial
+  results through local (shared) memory. The group is split over up to two reduce axes of the largest REDUCE; its
+  thread count fits `max_workgroup_size` (else `max(local_max)`) and each local dim's `local_max`, and its
+  partial-result slots fit `shared_max` bytes (checked by lowering the grouped reduce, so only a group that really
+  becomes a workgroup reduction is kept). GPU dims are three, so a kernel with more output axes (a conv weight's
+  four) first turns its smallest extra ones into whole LOCAL axes;
 - otherwise the CPU register blocking and reduce unroll (matmuls, convs), then LOCAL splits of up to three output
   axes that become GPU dims: the axis contiguous in the store first (up to a warp, `warp_size`, for coalesced
   accesses), then the others, at most LOCAL_TARGET threads and within `local_max` per dim. An elementwise kernel
