@@ -121,7 +121,7 @@ def test_unroll_needs_reduce_axis_and_upcast_limit() -> None:
   ren = Device["CPU"].renderer
   with pytest.raises(KernelOptError, match="axis 1 doesn't exist"):
     apply_opts(matmul_ast(8, 8, 8), ren, (Opt(OptOps.UNROLL, 1, 2),))
-  with pytest.raises(KernelOptError, match="exceeds the limit of 256"):
+  with pytest.raises(KernelOptError, match="exceeds the limit of 1024"):
     apply_opts(matmul_ast(64, 64, 8), ren, (Opt(OptOps.UPCAST, 0, 0), Opt(OptOps.UPCAST, 0, 0)))
 
 

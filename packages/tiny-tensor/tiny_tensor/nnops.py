@@ -154,6 +154,9 @@ def _conv(x: Tensor, weight: Tensor, bias: Tensor | None, groups: int, stride: A
   oyx, rcout = tuple(win.shape[2:2 + nd]), cout // groups
   win = win.reshape(bs, groups, cin, 1, *oyx, *HW).expand(bs, groups, cin, rcout, *oyx, *HW)
   win = win.permute(0, 1, 3, *range(4, 4 + nd), 2, *range(4 + nd, 4 + 2 * nd))  # (bs, groups, rcout, *oyx, cin, *HW)
+  # the weight laid out output-channel-last (a small copy): the conv's loads of it are contiguous across output
+  # channels, so a CPU kernel reads one vector of them and reuses it across pixels
+  weight = weight.permute(*range(1, 2 + nd), 0).contiguous().permute(nd + 1, *range(nd + 1))
   prod_ = win * weight.reshape(1, groups, rcout, *[1] * nd, cin, *HW)
   axes = tuple(range(-1 - nd, 0))
   ret = (prod_.sum(axes) if dtype is None else prod_.sum(axes, dtype=dtype)).reshape(bs, cout, *oyx)
@@ -181,7 +184,11 @@ def _conv_gradient(out: Tensor, x: Tensor, weight: Tensor, groups: int, s_: tupl
     g = _pad(g, ((0, 0), (0, 0)) + tuple(((k - 1) * d, (k - 1) * d + e) for k, d, e in zip(kk, d_, extra))).contiguous()
     gx = _conv(g, _transposed_weight(T.from_uop(wu), groups), None, groups, 1, d_, ((0, 0),) * len(kk))
     gx = _pad(gx, ((0, 0), (0, 0)) + tuple((-pb, -pa) for pb, pa in pads))
-    return gx.uop, compute_gradient(ou, ctx, {wu}, custom=False).get(wu)
+    # the weight gradient sums window * gradient over (batch, pixels): with the gradient channel-last (a copy) its
+    # loads are contiguous across output channels, a vector reused across input channels and filter taps
+    nd = len(kk)
+    g_cl = T.from_uop(ctx).permute(0, *range(2, 2 + nd), 1).contiguous().permute(0, 1 + nd, *range(1, 1 + nd))
+    return gx.uop, compute_gradient(ou, g_cl.uop, {wu}, custom=False).get(wu)
   custom_gradient(ou, (xu, wu), grads)
 
 

@@ -43,7 +43,7 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
   sidx = _store_index(k)
   loads = k.loads()
   if has_reduce:
-    _register_block(k, sidx, loads)
+    if not (getattr(ren, "vectorize_upcast", False) and _vector_block(k, loads)): _register_block(k, sidx, loads)
     _unroll_reduce(k, k.loads())
   elif not getattr(ren, "has_threads", False):
     _upcast_contiguous(k, sidx)
@@ -94,6 +94,37 @@ def _register_block(k: Kernel, sidx: UOp | None, loads: list[UOp]) -> None:
     amts = (16, 8, 4, 2) if not not_contig and chosen == 0 and max_acc >= 128 else (8, 4, 2)
     if not not_contig and chosen == 0 and n <= 8: amts = (n, *amts)  # a short store row (a filter row) whole
     if (amt := _amount(k, n, amts, max_acc)) and _try(k, Opt(OptOps.UPCAST, k.output_axes.index(r), amt)): chosen += 1
+
+
+def _vector_block(k: Kernel, loads: list[UOp]) -> bool:
+  """Register blocking around a native vector (renderers whose expander vectorizes an UPCAST axis): the output axis
+  (16 or 8 lanes) that a load walks contiguously while other output axes don't move it — that load is one vector,
+  reused by every lane of those axes (conv: the weight along output channels, reused across pixels; matmul: a row of
+  B, reused across rows of A). Then those axes are blocked (8/4/2 lanes) up to 8 vector accumulators. False if no
+  axis qualifies (nothing applied)."""
+  rngs, outs = k.rngs, _output_axes_with_bounds(k)
+  best: tuple[int, int, int, UOp, list[tuple[int, UOp, int]]] | None = None
+  for i, r, n in outs:
+    amt = next((a for a in (16, 8) if n % a == 0), 0)
+    if not amt: continue
+    for ld in loads:
+      idx = ld.src[0].src[1]
+      if stride_of(idx, r, rngs) != 1: continue
+      others = [(j, x, m) for j, x, m in outs if x is not r and x not in idx.ranges]
+      if others and (best is None or (amt, len(others)) > best[:2]): best = (amt, len(others), i, r, others)
+  if best is None: return False
+  amt, _, i, r, others = best
+  if not _try(k, Opt(OptOps.UPCAST, i, amt)): return False
+  vectors, budget, blocked = 1, 8, 0
+  # block (up to two of) the axes the vector is reused across: plain ones first, innermost first
+  others.sort(key=lambda o: (_awkward(o[1], loads, rngs, k.reduce_axes)[0], -o[0]))
+  for _, x, m in others:
+    amts = ((m,) if m <= 8 else ()) + (8, 4, 2)
+    got = next((a for a in amts if m % a == 0 and vectors * a <= budget), 0)
+    if got and _try(k, Opt(OptOps.UPCAST, k.output_axes.index(x), got)):
+      vectors, blocked = vectors * got, blocked + 1
+    if blocked == 2 or vectors * 2 > budget: break
+  return True
 
 
 def _amount(k: Kernel, n: int, amts: tuple[int, ...], max_acc: int) -> int:

@@ -44,6 +44,10 @@ class Opt:
   def __repr__(self) -> str: return f"Opt(op={self.op!r}, axis={self.axis}, arg={self.arg})"
 
 
+MAX_LANES = 1024  # UPCAST x UNROLL lanes per kernel: beyond, the straight-line body only slows compiling (a CPU's
+                  # vector axis makes 16 lanes one register, so a 16x4x2 block unrolled 5 times is still small)
+
+
 class KernelOptError(ValueError):
   """An opt that can't apply to this kernel; the message says why and what would be valid."""
 
@@ -151,8 +155,8 @@ class Kernel:
                              f"{max(ren.local_max)}")
     if opt.op is OptOps.THREAD and not getattr(ren, "has_threads", False):
       raise KernelOptError(f"{opt}: {type(ren).__name__} doesn't split kernels across CPU threads")
-    if opt.op in (OptOps.UPCAST, OptOps.UNROLL) and self.upcast_size * amt > 256:
-      raise KernelOptError(f"{opt}: upcasting to {self.upcast_size * amt} lanes exceeds the limit of 256")
+    if opt.op in (OptOps.UPCAST, OptOps.UNROLL) and self.upcast_size * amt > MAX_LANES:
+      raise KernelOptError(f"{opt}: upcasting to {self.upcast_size * amt} lanes exceeds the limit of {MAX_LANES}")
     return amt
 
   def _split(self, opt: Opt) -> None:
