@@ -130,3 +130,13 @@ def test_literal_halves(op):
   w = run(vop3(op, 2, V(0), LITERAL, V(0)), [0xFFFF0000 | one], vgpr={0: hb(X)})
   want = (f64(X) * 1 + f64(X)).astype(np.float16) if op == 0x248 else X
   np.testing.assert_array_equal(lo(w.vgpr[2]), want)
+
+
+def test_vop3_16bit_destination_above_v127():
+  # VOP3 names a full 8-bit VGPR; the half comes from op_sel[3] (only e32 encodings use bit 7 for .h)
+  w = run(vop3(0x132, 130, V(0), V(1), sdst=8 << 3), vop3(0x248, 131, V(0), V(1), V(0)),
+          vgpr={0: hb(X), 1: hb(Y), 2: [0] * 32, 3: [0] * 32, 130: [0x1111] * 32, 131: [0x2222_0000] * 32})
+  np.testing.assert_array_equal(hi(w.vgpr[130]), X + Y)
+  assert [v & 0xFFFF for v in w.vgpr[130]] == [0x1111] * 32 and w.vgpr[2] == [0] * 32 and w.vgpr[3] == [0] * 32
+  np.testing.assert_array_equal(lo(w.vgpr[131]), (f64(X) * f64(Y) + f64(X)).astype(np.float16))
+  assert [v >> 16 for v in w.vgpr[131]] == [0x2222] * 32

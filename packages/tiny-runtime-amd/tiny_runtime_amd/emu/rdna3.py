@@ -21,7 +21,7 @@ import operator
 from fractions import Fraction
 import struct
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 MASK32, MASK64 = 0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF
 WAVE = 32
@@ -297,8 +297,23 @@ VOP1_F64 = {  # op -> (name, source is f64, destination is f64, fn)
   60: ("v_frexp_exp_i32_f64", True, False, lambda a: _frexp_exp(f64(a))),
 }
 def _h(fn: Callable[..., float]) -> Callable[..., int]:
-  """A float16 op on 16-bit patterns (computed in double, rounded once to half)."""
-  return lambda *a: _f16_bits(fn(*map(_f16, a)))
+  """A float16 op on 16-bit patterns (computed in double, rounded once to half); `.raw` is the float op, for
+  vec_f16."""
+  op: Any = lambda *a: _f16_bits(fn(*map(_f16, a)))
+  op.raw = fn
+  return op
+
+
+def vec_f16(fn: Callable[..., int], *cols: list[int]) -> list[int]:
+  """Apply a 16-bit op lane-wise to columns of 16-bit patterns: an _h float op converts whole columns at once (a
+  result beyond the half range falls back to one lane at a time), any other op maps lane by lane."""
+  raw = getattr(fn, "raw", None)
+  if raw is None: return list(map(fn, *cols))
+  n = len(cols[0])
+  sh, se = struct.Struct(f"<{n}H"), struct.Struct(f"<{n}e")
+  res = list(map(raw, *(se.unpack(sh.pack(*c)) for c in cols)))
+  try: return list(sh.unpack(se.pack(*res)))
+  except (OverflowError, struct.error): return [_f16_bits(r) for r in res]
 
 
 def _s16(v: int) -> int: return sext(v & 0xFFFF, 16)
@@ -886,6 +901,20 @@ class Emulator:
     if fp and code in INLINE_F32: return _f16_bits(f32(INLINE_F32[code]))
     return self.sread(w, code, inst) & 0xFFFF
 
+  def col16(self, w: Wave, code: int, lanes: tuple[int, ...], inst: Inst, fp: bool) -> list[int]:
+    """A 16-bit operand for every active lane (see vsrc16): a VGPR half by bit 7 of the register, or a scalar."""
+    if code >= 256:
+      vr, sh = w.vgpr[(code - 256) & 0x7F], 16 * ((code - 256) >> 7)
+      return [(vr[ln] >> sh) & 0xFFFF for ln in lanes]
+    return [self.vsrc16(w, code, 0, inst, fp)] * len(lanes)
+
+  @staticmethod
+  def store16(w: Wave, reg: int, hi: int, lanes: tuple[int, ...], vals: list[int]) -> None:
+    """Write a column of 16-bit results into the low (hi = 0) or high half of VGPR `reg`."""
+    vd, sh = w.vgpr[reg], 16 * hi
+    keep = ~(0xFFFF << sh) & MASK32
+    for ln, v in zip(lanes, vals): vd[ln] = (vd[ln] & keep) | ((v & 0xFFFF) << sh)
+
   def vwrite16(self, w: Wave, d8: int, lane: int, v: int) -> None:
     """Write a VGPR half: d8 is the register with bit 7 set for the high half (the true16 e32 encoding)."""
     reg, sh = d8 & 0x7F, 16 * (d8 >> 7)
@@ -1165,7 +1194,8 @@ class Emulator:
       return
     if op in VOP1_16:  # 16-bit ops: operand and destination halves by register bit 7
       _, _, fp, fn = VOP3_16[VOP1_16[op]]
-      for ln in w.lanes(): self.vwrite16(w, f["vdst"], ln, fn(self.vsrc16(w, f["src0"], ln, inst, fp)))
+      lanes = w.lanes()
+      self.store16(w, f["vdst"] & 0x7F, f["vdst"] >> 7, lanes, vec_f16(fn, self.col16(w, f["src0"], lanes, inst, fp)))
       return
     if inst.op not in VOP1: raise UnsupportedInstruction(f"VOP1 opcode {inst.op} ({inst.name}) at {w.pc:#x}")
     lanes = w.lanes()
@@ -1218,9 +1248,9 @@ class Emulator:
       return
     if inst.op in VOP2_16:
       _, _, fp, fn = VOP3_16[VOP2_16[inst.op]]
-      for ln in w.lanes():
-        a, b = self.vsrc16(w, f["src0"], ln, inst, fp), self.vsrc16(w, 256 + f["vsrc1"], ln, inst, fp)
-        self.vwrite16(w, f["vdst"], ln, fn(a, b))
+      lanes = w.lanes()
+      a, b = self.col16(w, f["src0"], lanes, inst, fp), self.col16(w, 256 + f["vsrc1"], lanes, inst, fp)
+      self.store16(w, f["vdst"] & 0x7F, f["vdst"] >> 7, lanes, vec_f16(fn, a, b))
       return
     if inst.op in (54, 55, 56):  # v_fmac_f16 (D.l += S0*S1), v_fmamk_f16 (S0*K + S1), v_fmaak_f16 (S0*S1 + K)
       k = (inst.literal or 0) & 0xFFFF
@@ -1509,19 +1539,29 @@ class Emulator:
       if op & 0x80: w.exec = mask
       else: self.swrite(w, f["vdst"], mask)
       return
-    dst = f["vdst"] | ((f["opsel"] >> 3 & 1) << 7)
+    reg, hi = f["vdst"], f["opsel"] >> 3 & 1  # VOP3: a full 8-bit VGPR number, the half from op_sel[3]
+    lanes = w.lanes()
     if op == 0x25D:  # v_cndmask_b16: the mask is src2's SGPR (abs/neg act on the float halves)
       m = self.sread(w, f["src2"], inst)
       fp = True
-      for ln in w.lanes(): self.vwrite16(w, dst, ln, src(1, ln) if m >> ln & 1 else src(0, ln))
+      self.store16(w, reg, hi, lanes, [src(1, ln) if m >> ln & 1 else src(0, ln) for ln in lanes])
       return
     if op == 0x136:  # v_fmac_f16_e64: D.half = S0 * S1 + D.half
       fma = VOP3_16[0x248][3]
-      for ln in w.lanes():
-        self.vwrite16(w, dst, ln, fma(src(0, ln), src(1, ln), self.vsrc16(w, 256 + dst, ln, inst, True)))
+      d = w.vgpr[reg]
+      self.store16(w, reg, hi, lanes, [fma(src(0, ln), src(1, ln), (d[ln] >> (16 * hi)) & 0xFFFF) for ln in lanes])
       return
     _, n, _, fn = VOP3_16[op]
-    for ln in w.lanes(): self.vwrite16(w, dst, ln, fn(*(src(i, ln) for i in range(n))))
+    cols = []
+    for i in range(n):  # by columns: the half opsel picks, then |x| / -x for float ops
+      code, sh = f[f"src{i}"], 16 * (f["opsel"] >> i & 1)
+      if fp and code in INLINE_F32: c = [_f16_bits(f32(INLINE_F32[code]))] * len(lanes)
+      elif code >= 256: c = [(v >> sh) & 0xFFFF for v in self.col(w, code, lanes, inst)]
+      else: c = [(self.sread(w, code, inst) >> sh) & 0xFFFF] * len(lanes)
+      if fp and f["abs"] >> i & 1: c = [v & 0x7FFF for v in c]
+      if fp and f["neg"] >> i & 1: c = [v ^ 0x8000 for v in c]
+      cols.append(c)
+    self.store16(w, reg, hi, lanes, vec_f16(fn, *cols))
 
   def vop3p(self, w: Wave, inst: Inst) -> None:
     """VOP3P: packed 16-bit math, mixed-precision FMA, dot products and WMMA."""
@@ -1575,7 +1615,7 @@ class Emulator:
           xs.append(x)
         r = _fma(*xs)
         if op == 32: w.vgpr[f["vdst"]][ln] = bits32(r)
-        else: self.vwrite16(w, f["vdst"] | (128 if op == 34 else 0), ln, _f16_bits(r))
+        else: self.store16(w, f["vdst"], int(op == 34), (ln,), [_f16_bits(r)])  # mixlo / mixhi
       return
     raise UnsupportedInstruction(f"VOP3P opcode {op} ({inst.name}) at {w.pc:#x}")
 
