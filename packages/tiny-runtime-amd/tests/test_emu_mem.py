@@ -195,3 +195,20 @@ def test_compiled_private_array_runs_with_the_descriptors_scratch_size():
   Emulator().run(w, ctypes.addressof(code) + off + kd.kernel_code_entry_byte_offset)
   np.testing.assert_array_equal(out, inp[:32] * 2)
   assert len(w.private(5).buf) == kd.private_segment_fixed_size
+
+
+def test_private_array_kernel_on_mock_amd():
+  """The same kernel launched through MOCK+AMD: the mock's dispatch sizes each lane's private memory
+  (Wave.scratch_size from COMPUTE_TMPRING_SIZE), two waves of a 64-item group each keep their own arrays."""
+  from tiny_codegen.compiler.amdgpu import AMDGPUCompiler, find_ld_lld
+  if find_ld_lld() is None: pytest.skip("ld.lld not installed")
+  from tiny_uop import dtypes
+  from tiny_uop.device import Buffer
+  from tiny_uop.plugins import Device
+  lib = AMDGPUCompiler("gfx1100").compile(SCRATCH_IR)
+  inp = rng.standard_normal(64).astype(np.float32)
+  out, src = Buffer("MOCK+AMD", 64, dtypes.float), Buffer("MOCK+AMD", 64, dtypes.float)
+  src.copyin(memoryview(inp))
+  prg = Device["MOCK+AMD"].get_program("k", lib)
+  prg(out._buf, src._buf, global_size=(1, 1, 1), local_size=(64, 1, 1), vals=(), wait=True)
+  np.testing.assert_array_equal(np.frombuffer(out.as_buffer(), np.float32), inp * 2)
