@@ -38,3 +38,13 @@ def test_open_without_hardware_is_a_clear_error(name, attr, path, msg):
   with Context(TINY_PLUGINS="", DEV=""):
     check_unavailable(name, msg)
     check_unavailable("MOCK+" + name, "not implemented yet")
+
+
+def test_cl_is_never_the_default_device():
+  # an installed OpenCL ICD (PoCL on a CI machine) must not take the default from CPU: DEV=CL chooses it
+  import subprocess
+  import sys
+  env = {k: v for k, v in os.environ.items() if k not in ("DEV", "TINY_PLUGINS")}
+  code = "from tiny_uop.plugins import Device; print(Device.DEFAULT)"
+  out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+  assert out.strip() == "CPU" and tiny_runtime_qcom.CL_PLUGIN.default_ok is False

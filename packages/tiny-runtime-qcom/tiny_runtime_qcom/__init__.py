@@ -9,4 +9,6 @@ from tiny_uop.plugins import DevicePlugin
 __all__ = ["QCOM_PLUGIN", "CL_PLUGIN"]
 
 QCOM_PLUGIN = DevicePlugin("QCOM", "tiny_runtime_qcom.device:QCOMDevice", priority=30)
-CL_PLUGIN = DevicePlugin("CL", "tiny_runtime_qcom.device:CLDevice", priority=40)
+# not a default: OpenCL is as often a CPU implementation (PoCL, which CI installs) as a GPU, and must not displace CPU
+# just because an ICD is installed; `DEV=CL` picks it
+CL_PLUGIN = DevicePlugin("CL", "tiny_runtime_qcom.device:CLDevice", priority=40, default_ok=False)
