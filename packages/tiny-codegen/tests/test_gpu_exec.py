@@ -16,7 +16,7 @@ from tiny_uop.uop import AxisType
 
 from tiny_codegen import get_program
 from tiny_codegen.compiler.opencl import OpenCLCompiler, find_clang
-from tiny_codegen.renderer.opencl import OpenCLRenderer
+from tiny_codegen.renderer.opencl import OpenCLHalfStorageRenderer, OpenCLRenderer
 from tiny_codegen.renderer.ptx import PTXRenderer
 
 _spec = importlib.util.spec_from_file_location("gpu_cl_runner", pathlib.Path(__file__).with_name("gpu_cl_runner.py"))
@@ -38,9 +38,14 @@ rng = np.random.default_rng(0)
 def P(slot: int, size: int, dt: DType = dtypes.float) -> UOp: return UOp(Ops.PARAM, dt.ptr(size), arg=slot)
 
 
+def cl_renderer() -> OpenCLRenderer:
+  """The OpenCL renderer for the installed device: half in memory only where it lacks cl_khr_fp16 (PoCL on CPU)."""
+  return OpenCLRenderer() if "cl_khr_fp16" in clr.extensions() else OpenCLHalfStorageRenderer()
+
+
 def gpu_run(target: str, ast: UOp, bufs: list[np.ndarray], opt: bool = False, vals: tuple[int, ...] = ()) -> object:
   """Compile `ast` for `target` ("opencl": run on PoCL; "ptx": PTXRenderer, run in the PTX interpreter)."""
-  ren = OpenCLRenderer() if target == "opencl" else PTXRenderer("sm_90")
+  ren = cl_renderer() if target == "opencl" else PTXRenderer("sm_90")
   with Context(NOOPT=0 if opt else 1): spec = get_program(ast, ren)
   if target == "opencl": clr.run(spec, bufs, vals)
   else: ptxi.run(spec.src, spec.name, bufs, spec.global_size, spec.local_size, vals, list(spec.globals))
@@ -114,7 +119,7 @@ def test_gated_pad_and_var(target):
 @pytest.mark.parametrize("dt", [dtypes.float16, dtypes.int8, dtypes.uint8, dtypes.int64, dtypes.float64, dtypes.bool],
                          ids=lambda d: d.name)
 def test_dtypes_cast_and_math(target, dt):
-  for ext, t in (("cl_khr_fp16", dtypes.float16), ("cl_khr_fp64", dtypes.float64)):
+  for ext, t in (("cl_khr_fp64", dtypes.float64),):  # half without cl_khr_fp16: OpenCLHalfStorageRenderer
     if target == "opencl" and dt == t and ext not in clr.extensions(): pytest.skip(f"this OpenCL device lacks {ext}")
   # out = cast(a*3 - 1, dt), and the bool mask (out != 0) in a second output
   n = 24
@@ -132,6 +137,26 @@ def test_dtypes_cast_and_math(target, dt):
   ref = (x != 0) if dt == dtypes.bool else (x.astype(np.int64).astype(np_dt) if dtypes.is_int(dt) else x.astype(np_dt))
   np.testing.assert_array_equal(C, ref)
   np.testing.assert_array_equal(Mk, ref != 0)
+
+
+@needs_pocl
+def test_half_storage_only_rounds_like_half():
+  # half math in float, rounded to half after every op: numpy's float16 results bit for bit, including the rounding
+  # that float32 math alone wouldn't do (2048 + 1 = 2048 in half), casts in and out and bitcasts of the bits
+  n = 8
+  c, b, a = P(0, n, dtypes.float16), P(1, n, dtypes.uint16), P(2, n, dtypes.float16)
+  i = UOp.range(n, 0)
+  x = a.index(i).load()
+  y = (x * x + UOp.const(dtypes.float16, 1.0)) / UOp.const(dtypes.float16, 3.0)
+  ast = UOp.sink(c.index(i).store(y), b.index(i).store(y.bitcast(dtypes.uint16))).replace(arg=KernelInfo("hst"))
+  spec = get_program(ast, OpenCLHalfStorageRenderer())
+  assert "cl_khr_fp16" not in spec.src and "__global ushort* restrict data0" in spec.src and "_rh(" in spec.src
+  A = np.array([45.25, 0.1, -3.0, 65504, 1e-3, 2.0, 255.9, -0.0], np.float16)
+  C, B = np.zeros(n, np.float16), np.zeros(n, np.uint16)
+  clr.run(spec, [C, B, A])
+  with np.errstate(over="ignore"): ref = (A * A + np.float16(1)) / np.float16(3)  # 65504**2: inf, as in half
+  np.testing.assert_array_equal(C, ref)
+  np.testing.assert_array_equal(B, ref.view(np.uint16))
 
 
 @TARGETS

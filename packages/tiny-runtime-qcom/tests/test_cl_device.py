@@ -52,6 +52,16 @@ def test_tensor_math_on_cl(dev):
   np.testing.assert_allclose((ta @ tb).numpy(), a.astype(np.float64) @ b, rtol=1e-5, atol=1e-4)
 
 
+def test_half_on_cl(dev):
+  """half tensors work whether or not the device has cl_khr_fp16 (without it: storage-only half, math in float)."""
+  tt = pytest.importorskip("tiny_tensor")
+  a = rng.standard_normal(37).astype(np.float16)
+  t = tt.Tensor(a, device="CL")
+  np.testing.assert_array_equal((t * t + 1).numpy(), a * a + np.float16(1))
+  np.testing.assert_array_equal(t.cast(tt.dtypes.float32).numpy(), a.astype(np.float32))
+  np.testing.assert_allclose(t.sum().numpy(), a.astype(np.float32).sum(), rtol=2e-3)
+
+
 def _softmax(x: np.ndarray) -> np.ndarray:
   e = np.exp(x.astype(np.float64) - x.max(1, keepdims=True))
   return e / e.sum(1, keepdims=True)

@@ -6,7 +6,8 @@ OpenCL C source (what `OpenCLRenderer` renders and `OpenCLCompiler` returns), bu
 device of the first platform. A kernel's image params (`IMAGE=1`: the source's `/* image dataN HxW */` lines) are
 made at each launch: an RGBA float image of h x w texels, filled from the buffer passed for that param
 (`clEnqueueCopyBufferToImage`) -- the buffer's floats in order, 4 a texel; outputs stay buffers. Launches are
-queued in order on one in-order queue; `wait=True` finishes the queue and returns the seconds it took.
+queued in order on one in-order queue; `wait=True` finishes the queue and returns the seconds it took. A device
+without `cl_khr_fp16` gets `OpenCLHalfStorageRenderer` (half in memory, half math in float rounded to half).
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ vp, sz, u32 = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint32
 i32p = ctypes.POINTER(ctypes.c_int32)
 CL_DEVICE_TYPE_ALL, CL_MEM_READ_WRITE, CL_MEM_READ_ONLY = 0xFFFFFFFF, 1 << 0, 1 << 2
 CL_PROGRAM_BUILD_LOG, CL_DEVICE_MEM_BASE_ADDR_ALIGN, CL_BUFFER_CREATE_TYPE_REGION = 0x1183, 0x1019, 0x1220
-CL_DEVICE_NAME = 0x102B
+CL_DEVICE_NAME, CL_DEVICE_EXTENSIONS = 0x102B, 0x1030
 CL_RGBA, CL_FLOAT, CL_MEM_OBJECT_IMAGE2D = 0x10B5, 0x10DE, 0x10F1
 IMAGE_LINE = re.compile(r"^/\* image data(\d+) (\d+)x(\d+) \*/$", re.M)
 
@@ -243,7 +244,11 @@ class CLDevice(Compiled):
     # the renderer's arch names the OpenCL device: loaded programs are cached per (renderer class, arch), so this
     # keeps them apart from NULL:OPENCL's (which compile the same source but launch nothing)
     self.device_name = re.sub(r"[^A-Za-z0-9_.-]+", "_", name.value.decode(errors="replace")).strip("_") or "cl"
-    from tiny_codegen.renderer.opencl import OpenCLRenderer
-    super().__init__(device, CLAllocator(self), [OpenCLRenderer], CLProgram, arch=self.device_name)
+    ext = ctypes.create_string_buffer(1 << 14)
+    cl.clGetDeviceInfo(self.dev, CL_DEVICE_EXTENSIONS, len(ext), ext, None)
+    self.extensions = set(ext.value.decode(errors="replace").split())
+    from tiny_codegen.renderer.opencl import OpenCLHalfStorageRenderer, OpenCLRenderer
+    ren = OpenCLRenderer if "cl_khr_fp16" in self.extensions else OpenCLHalfStorageRenderer  # half math in float
+    super().__init__(device, CLAllocator(self), [ren], CLProgram, arch=self.device_name)
 
   def synchronize(self) -> None: check(libcl().clFinish(self.queue), "clFinish")

@@ -6,8 +6,9 @@ then DEFINE_VARs in name order (docs/PIPELINE.md §4, GPU-style). `SPECIAL` gidx
 `__local` array, BARRIER `barrier(CLK_LOCAL_MEM_FENCE)`. Vectors are OpenCL's `float4` etc. half needs
 `cl_khr_fp16` (the pragma is emitted when half appears), double `cl_khr_fp64`; bool buffers are `uchar` in memory
 (OpenCL forbids `bool` in kernel arguments); bfloat16 goes through float32 (lowering's `bf16_to_float`).
-`FP_CONTRACT OFF`: a*b+c is never fused. Transcendentals are OpenCL's builtins (`exp2`, `log2`, `sin`, `sqrt`:
-within a few ulp, the spec's limits).
+`OpenCLHalfStorageRenderer` keeps half in memory only, for devices without cl_khr_fp16. `FP_CONTRACT OFF`: a*b+c
+is never fused. Transcendentals are OpenCL's builtins (`exp2`, `log2`, `sin`, `sqrt`: within a few ulp, the spec's
+limits).
 
 Images (Adreno-style `dtypes.imagef/imageh((height, width, 4))` PARAMs): a `read_only`/`write_only image2d_t`
 argument; INDEX takes an int2 (x, y) texel coordinate, LOAD is `read_imagef/h` (float4/half4, nearest, clamped;
@@ -69,6 +70,11 @@ CL_CODE: dict[Ops, Callable[[list[str], DType], str]] = {
 }
 
 
+_ROUND_HALF = ("float _h2f(ushort b) { return vload_half(0, (__private half*)&b); }\n"
+               "ushort _f2h(float x) { ushort t; vstore_half_rte(x, 0, (__private half*)&t); return t; }\n"
+               "float _rh(float x) { return _h2f(_f2h(x)); }\n")
+
+
 def _multi_use(u: UOp) -> bool:
   """Ops whose rendering repeats an operand (float MAX, float -> uint64)."""
   if u.op is Ops.MAX: return dtypes.is_float(u.dtype)
@@ -85,6 +91,7 @@ class OpenCLRenderer(Renderer):
   local_max = (256, 256, 256)
   shared_max = 32768
   bf16_through_float = True
+  half_storage_only = False  # a device without cl_khr_fp16: half lives in memory only, math runs in float (see below)
   code_for_op = CL_CODE
   compiler_cls = OpenCLCompiler
 
@@ -117,8 +124,11 @@ class OpenCLRenderer(Renderer):
     """The OpenCL C type of `dt`; `mem`: the in-memory type (bool is `uchar` in buffers)."""
     if isinstance(dt, PtrDType):
       space = {AddrSpace.GLOBAL: "__global ", AddrSpace.LOCAL: "__local ", AddrSpace.REG: ""}[dt.addrspace]
-      return f"{space}{self.render_dtype(dt.base, mem=True)}*"
+      return f"{space}{self.render_dtype(dt.base, mem=dt.addrspace is AddrSpace.GLOBAL)}*"
     sc = dt.scalar()
+    if self.half_storage_only and sc == dtypes.float16:  # half values (and REG/LOCAL arrays) are float; in global
+      if mem: return "ushort" if dt.count == 1 else f"ushort{dt.count}"  # memory, its bits as ushort
+      return "float" if dt.count == 1 else f"float{dt.count}"
     if (nm := INVERSE_DTYPES_DICT.get(sc.name)) not in _CL_TYPES:
       raise TypeError(f"OpenCL renderer has no type for {sc}; valid: {', '.join(_CL_TYPES)}")
     base = "uchar" if mem and sc == dtypes.bool else _CL_TYPES[nm]
@@ -134,6 +144,7 @@ class OpenCLRenderer(Renderer):
       if math.isnan(fx): ret = "NAN"
       elif math.isinf(fx): ret = ("-" if fx < 0 else "") + "INFINITY"
       else: ret = f"{fx!r}" + ("f" if sc != dtypes.float64 else "")
+      if self.half_storage_only and sc == dtypes.float16: return ret + "f" if ret[-1].isdigit() else ret
       return f"(({self.render_dtype(sc)}){ret})" if sc != dtypes.float32 else ret
     if sc == dtypes.bool: return "true" if x else "false"
     xi = int(x)  # type: ignore[call-overload,unused-ignore]
@@ -153,6 +164,22 @@ class OpenCLRenderer(Renderer):
         return f"(({x})>=18446744073709551616.0?0ul:(({x})>=9223372036854775808.0?(ulong)({x}):(ulong)(long)({x})))"
       if dst.itemsize <= 4: return f"(({t})({'long' if dst == dtypes.uint32 else 'int'})({x}))"
     return f"(({t})({x}))"
+
+  def _half_val(self, dt: DType) -> bool:
+    return self.half_storage_only and not isinstance(dt, PtrDType) and dt.scalar() == dtypes.float16
+
+  def _half_mem(self, idx: UOp) -> bool:
+    """An INDEX into a global half buffer while half is storage-only (vload_half/vstore_half access it)."""
+    if not self.half_storage_only or idx.op is not Ops.INDEX: return False
+    p = idx.src[0].dtype
+    return isinstance(p, PtrDType) and not isinstance(p, ImageDType) and p.addrspace is AddrSpace.GLOBAL and \
+      p.base.scalar() == dtypes.float16
+
+  def _round_half(self, expr: str, dt: DType) -> str:
+    """`expr` (float math) rounded to the nearest half, as half arithmetic would give (float has enough bits that
+    + - * / sqrt round once)."""
+    if dt.count != 1: raise NotImplementedError(f"OpenCL storage-only half: no vector half math ({dt})")
+    return f"_rh({expr})"
 
   def render(self, uops: list[UOp]) -> str:
     """OpenCL C source of the kernel `uops` (ending in a SINK whose arg is a KernelInfo carrying the name)."""
@@ -196,7 +223,8 @@ class OpenCLRenderer(Renderer):
       elif op in (Ops.DEFINE_REG, Ops.DEFINE_LOCAL):
         assert isinstance(dt, PtrDType)
         r[u] = fresh("acc" if op is Ops.DEFINE_REG else "temp")
-        emit(f"{'__local ' if op is Ops.DEFINE_LOCAL else ''}{self.render_dtype(dt.base, mem=True)} {r[u]}[{dt.size}];")
+        base = self.render_dtype(dt.base, mem=not (self.half_storage_only and dt.base.scalar() == dtypes.float16))
+        emit(f"{'__local ' if op is Ops.DEFINE_LOCAL else ''}{base} {r[u]}[{dt.size}];")
       elif op is Ops.RANGE:
         r[u] = f"{AXIS_LETTER.get(u.arg[1], 'r')}idx{u.arg[0]}" if isinstance(u.arg, tuple) else f"ridx{u.arg}"
         emit(f"for (int {r[u]} = 0; {r[u]} < {s[0]}; {r[u]}++) {{")
@@ -227,6 +255,16 @@ class OpenCLRenderer(Renderer):
         suf = "h" if src[0].src[0].dtype.base == dtypes.float16 else "f"
         st = f"write_image{suf}({img}, {coord}, {s[1]});"
         emit(f"if ({gates[src[0]]}) {st}" if src[0] in gates else st)
+      elif op is Ops.LOAD and self._half_mem(src[0]):
+        if dt.count != 1: raise NotImplementedError(f"OpenCL storage-only half: no vector load of {dt}")
+        r[u] = fresh("val")
+        ld = f"_h2f(*{s[0]})"
+        if src[0] in gates: ld = f"({gates[src[0]]}?{ld}:0.0f)"
+        emit(f"float {r[u]} = {ld};")
+      elif op is Ops.STORE and self._half_mem(src[0]):
+        if src[1].dtype.count != 1: raise NotImplementedError(f"OpenCL storage-only half: no vector store of {dt}")
+        st = f"*{s[0]} = _f2h({s[1]});"
+        emit(f"if ({gates[src[0]]}) {st}" if src[0] in gates else st)
       elif op is Ops.LOAD:
         r[u] = fresh("val")
         ptr = s[0] if dt.count == 1 else f"(({self.render_dtype(src[0].dtype).replace('*', '')}{dt.count}*){s[0]})"
@@ -244,10 +282,17 @@ class OpenCLRenderer(Renderer):
       elif op is Ops.AFTER: r[u] = s[0]
       elif op is Ops.CAST:
         expr = self.render_cast(s[0], src[0].dtype, dt)
+        if self._half_val(dt): expr = self._round_half(f"({self.render_dtype(dt)})({s[0]})", dt)
         if uses.get(u, 0) == 1: r[u] = expr
         else:
           r[u] = fresh("cast")
           emit(f"{self.render_dtype(dt)} {r[u]} = {expr};")
+      elif op is Ops.BITCAST and (self._half_val(dt) or self._half_val(src[0].dtype)):
+        if dt.count != 1:
+          raise NotImplementedError(f"OpenCL storage-only half: no vector bitcast {src[0].dtype} -> {dt}")
+        r[u] = fresh("cast")
+        if self._half_val(dt): emit(f"float {r[u]} = _h2f(as_ushort({s[0]}));")  # the 16 bits, read as a half
+        else: emit(f"{self.render_dtype(dt)} {r[u]} = as_{self.render_dtype(dt)}(_f2h({s[0]}));")  # exact: a half
       elif op is Ops.BITCAST:
         r[u] = fresh("cast")
         emit(f"{self.render_dtype(dt)} {r[u]} = as_{self.render_dtype(dt)}({s[0]});")
@@ -260,6 +305,7 @@ class OpenCLRenderer(Renderer):
       elif op in self.code_for_op:
         sdt = src[-1].dtype if op is Ops.WHERE else src[0].dtype
         expr = self.code_for_op[op](s, sdt)
+        if self._half_val(dt) and op not in (Ops.WHERE, Ops.MAX, Ops.NEG): expr = self._round_half(expr, dt)
         if uses.get(u, 0) == 1: r[u] = expr  # a pure value used once is written where it is used
         else:
           r[u] = fresh("alu")
@@ -267,13 +313,23 @@ class OpenCLRenderer(Renderer):
       else: raise NotImplementedError(f"OpenCL renderer can't render {op} ({dt}); supported ALU ops: "
                                       f"{', '.join(o.name for o in self.code_for_op)}")
     prefix = "#pragma OPENCL FP_CONTRACT OFF\n"  # IEEE in source order, like the CPU renderers (no a*b+c -> fma)
-    if dtypes.float16 in scalars: prefix += "#pragma OPENCL EXTENSION cl_khr_fp16 : enable\n"
+    if dtypes.float16 in scalars and not self.half_storage_only:
+      prefix += "#pragma OPENCL EXTENSION cl_khr_fp16 : enable\n"
+    if dtypes.float16 in scalars and self.half_storage_only: prefix += _ROUND_HALF
     if dtypes.float64 in scalars: prefix += "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"
     if any(u.op is Ops.LOAD and u.src[0] in images for u in uops):
       prefix += "__constant sampler_t smp = CLK_NORMALIZED_COORDS_FALSE | CLK_ADDRESS_CLAMP | CLK_FILTER_NEAREST;\n"
     for p in params:  # what a runtime needs to make each image param from its buffer (see IMAGE_LINE)
       if isinstance(p.dtype, ImageDType): prefix += f"/* image data{p.arg} {p.dtype.shape[0]}x{p.dtype.shape[1]} */\n"
     return f"{prefix}__kernel void {name}({', '.join(args)}) {{\n" + "\n".join(lines) + "\n}\n"
+
+
+class OpenCLHalfStorageRenderer(OpenCLRenderer):
+  """OpenCL C for devices without `cl_khr_fp16` (PoCL on CPUs): half buffers are `ushort` bits converted with
+  `vload_half`/`vstore_half_rte` through a private temporary, and half math runs in float, each result rounded to
+  half (as half arithmetic gives: float has the bits for + - * / sqrt to round once). Vector half loads/stores
+  aren't supported here (lowering makes scalar ones)."""
+  half_storage_only = True
 
 
 IMAGE_LINE = re.compile(r"^/\* image data(\d+) (\d+)x(\d+) \*/$", re.M)
