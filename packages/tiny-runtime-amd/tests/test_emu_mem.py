@@ -212,3 +212,18 @@ def test_private_array_kernel_on_mock_amd():
   prg = Device["MOCK+AMD"].get_program("k", lib)
   prg(out._buf, src._buf, global_size=(1, 1, 1), local_size=(64, 1, 1), vals=(), wait=True)
   np.testing.assert_array_equal(np.frombuffer(out.as_buffer(), np.float32), inp * 2)
+
+
+def test_ds_d16_and_stride64_b64():
+  lds = bytearray(2048)
+  # v1 = 0xABCD_1234 + lane: ds_store_b16_d16_hi writes 0xABCD at 4*lane, ds_store_b8_d16_hi 0xCD at 256+lane
+  w = run(ds(161, addr=0, data0=1), ds(160, addr=2, data0=1), ds(166, addr=0, vdst=3), ds(167, addr=0, vdst=4),
+          ds(165, addr=2, vdst=5), ds(164, addr=2, vdst=6),
+          ds(79, addr=7, data0=8, data1=10, offset1=1), ds(120, addr=7, vdst=12, offset1=1),
+          vgpr={0: [4 * i for i in range(32)], 1: [0xABCD_1234 + i for i in range(32)], 2: [256 + i for i in range(32)],
+                3: [0x7777_0000] * 32, 4: [0x0000_5555] * 32, 5: [0] * 32, 6: [0xFFFF_0000] * 32,
+                7: [8 * i for i in range(32)], 8: [1] * 32, 9: [2] * 32, 10: [3] * 32, 11: [4] * 32}, lds=lds)
+  assert w.vgpr[3] == [0x7777_ABCD] * 32 and w.vgpr[4] == [0xABCD_5555] * 32  # d16 low / d16_hi keep the other half
+  assert w.vgpr[5] == [0xFFCD_0000] * 32 and w.vgpr[6] == [0xFFFF_FFCD] * 32  # i8 sign-extends 0xCD into the half
+  # stride64 b64: data0 at addr, data1 at addr + 1 * 64 * 8; loaded back as two b64 into v12..v15
+  assert [w.vgpr[12 + i][0] for i in range(4)] == [1, 2, 3, 4]

@@ -566,7 +566,15 @@ DS_OPS = {13: ("ds_store_b32", "st", 32, 0), 14: ("ds_store_2addr_b32", "st2", 3
           118: ("ds_load_b64", "ld", 64, 0), 119: ("ds_load_2addr_b64", "ld2", 64, 8),
           254: ("ds_load_b96", "ld", 96, 0),
           255: ("ds_load_b128", "ld", 128, 0)}
-DS_NAMES = {k: v[0] for k, v in DS_OPS.items()}
+DS_OPS.update({79: ("ds_store_2addr_stride64_b64", "st2", 64, 512),
+               120: ("ds_load_2addr_stride64_b64", "ld2", 64, 512)})
+# DS d16 ops: op -> (name, bits, signed, half): loads fill one VGPR half (keeping the other), stores write from the
+# high half (half = 1)
+DS_D16 = {160: ("ds_store_b8_d16_hi", 8, False, 1), 161: ("ds_store_b16_d16_hi", 16, False, 1),
+          162: ("ds_load_u8_d16", 8, False, 0), 163: ("ds_load_u8_d16_hi", 8, False, 1),
+          164: ("ds_load_i8_d16", 8, True, 0), 165: ("ds_load_i8_d16_hi", 8, True, 1),
+          166: ("ds_load_u16_d16", 16, False, 0), 167: ("ds_load_u16_d16_hi", 16, False, 1)}
+DS_NAMES = {**{k: v[0] for k, v in DS_OPS.items()}, **{k: v[0] for k, v in DS_D16.items()}}
 DS_PERMUTE = {53: "ds_swizzle_b32", 178: "ds_permute_b32", 179: "ds_bpermute_b32"}
 FLAT_NAMES = {30: "load_d16_u8", 31: "load_d16_i8", 32: "load_d16_b16", 33: "load_d16_hi_u8", 34: "load_d16_hi_i8",
               35: "load_d16_hi_b16", 16: "load_u8", 17: "load_i8", 18: "load_u16", 19: "load_i16", 20: "load_b32",
@@ -1667,6 +1675,7 @@ class Emulator:
     bounds-checked."""
     if inst.op in DS_ATOMICS: return self.ds_atomic(w, inst)
     if inst.op in DS_PERMUTE: return self.ds_permute(w, inst)
+    if inst.op in DS_D16: return self.ds_d16(w, inst)
     if inst.op not in DS_OPS: raise UnsupportedInstruction(f"DS opcode {inst.op} ({inst.name}) at {w.pc:#x}")
     _, kind, bits, stride = DS_OPS[inst.op]
     f, nbytes = inst.f, abs(bits) // 8
@@ -1705,6 +1714,24 @@ class Emulator:
           if bits < 0: v = sext(v, -bits) & MASK32
           dst = f["vdst"] + j * max(1, nbytes // 4)
           for i in range(max(1, nbytes // 4)): w.vgpr[dst + i][ln] = (v >> (32 * i)) & MASK32
+
+  def ds_d16(self, w: Wave, inst: Inst) -> None:
+    """ds_load_{u8,i8,u16}_d16[_hi]: a byte/short into one VGPR half (the other kept); ds_store_b{8,16}_d16_hi: the
+    data VGPR's high half."""
+    f = inst.f
+    _, bits, signed, half = DS_D16[inst.op]
+    nb, sh, off = bits // 8, 16 * half, f["offset1"] << 8 | f["offset0"]
+    for ln in w.lanes():
+      a = (w.vgpr[f["addr"]][ln] + off) & MASK32
+      if a + nb > len(w.lds):
+        raise RuntimeError(f"LDS access of {nb} bytes at {a:#x} is outside the work-group's {len(w.lds)} bytes")
+      if inst.op <= 161:
+        w.lds[a:a + nb] = ((w.vgpr[f["data0"]][ln] >> 16) & ((1 << bits) - 1)).to_bytes(nb, "little")
+        continue
+      v = int.from_bytes(w.lds[a:a + nb], "little")
+      v = (sext(v, bits) if signed else v) & 0xFFFF
+      d = w.vgpr[f["vdst"]]
+      d[ln] = (d[ln] & ~(0xFFFF << sh) & MASK32) | (v << sh)
 
   def ds_atomic(self, w: Wave, inst: Inst) -> None:
     """DS atomics, lane by lane in lane order: data0 is the operand (cmpstore: the new value, data1 the compare);
