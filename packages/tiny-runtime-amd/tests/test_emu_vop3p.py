@@ -192,3 +192,29 @@ def test_vinterp_and_lds_direct_are_not_taken_for_vop3p():
   # v_interp_p10_f32 (0xCD...) and lds_direct_load (0xCE...) share VOP3P's top 6 bits; bytes from llvm-mc-15
   with pytest.raises(UnsupportedInstruction, match="unknown encoding 0xcd000000"): run([0xCD000000, 0x040E0501])
   with pytest.raises(UnsupportedInstruction, match="unknown encoding 0xce1f0001"): run([0xCE1F0001])
+
+
+@pytest.mark.parametrize("op, bits, signed, clamp", [(68, 8, (1, 1), 1), (68, 8, (0, 1), 0), (69, 4, (1, 0), 0),
+                                                    (69, 4, (0, 0), 1)])
+def test_wmma_i32_iu8_iu4(op, bits, signed, clamp):
+  def words(bs): return [int.from_bytes(bytes(bs[i:i + 4]), "little") for i in (0, 4)]
+  assert vop3p(68, 0, V(8), V(16), V(0), neg=0b011, clamp=1) == \
+    words([0x00, 0xc0, 0x44, 0xcc, 0x08, 0x21, 0x02, 0x7c])  # llvm-mc-15, neg_lo:[1,1,0] clamp
+  lim = 1 << bits
+  a_raw, b_raw = rng.integers(0, lim, (2, 16, 16))
+  def val(raw, s): return raw - lim * (raw >= lim // 2) if s else raw
+  A, B = val(a_raw, signed[0]), val(b_raw, signed[1])
+  c = rng.integers(-2**31, 2**31, (16, 16))
+  c[0, 0] = 2**31 - 1  # with clamp, adding to it saturates instead of wrapping
+  per, nreg = 32 // bits, 16 * bits // 32
+  def pack(get) -> list[list[int]]:  # VGPR j of lane l: elements j*per .. j*per+per-1, lowest bits first
+    return [[sum(int(get(l % 16, j * per + k)) << (bits * k) for k in range(per)) for l in range(32)]
+            for j in range(nreg)]
+  ra, rb = pack(lambda r, k: a_raw[r, k]), pack(lambda n, k: b_raw[k, n])
+  vg = {**{8 + j: ra[j] for j in range(nreg)}, **{16 + j: rb[j] for j in range(nreg)},
+        **{24 + i: [int(c[2 * i + l // 16, l % 16]) & M32 for l in range(32)] for i in range(8)}}
+  w = run(vop3p(op, 0, V(8), V(16), V(24), neg=signed[0] | signed[1] << 1, clamp=clamp), vgpr=vg)
+  want = A.astype(object) @ B.astype(object) + c.astype(object)
+  want = np.clip(want, -2**31, 2**31 - 1) if clamp else want
+  got = d_matrix(w, 0).astype(np.int64)
+  assert ((got - (want.astype(np.int64) % 2**32)) == 0).all()

@@ -446,7 +446,8 @@ VOP3P_PK: dict[int, tuple[str, int, str, Callable[..., int]]] = {
 VOP3P_NAMES = {19: "v_dot2_f32_f16", 22: "v_dot4_i32_iu8", 23: "v_dot4_u32_u8", 26: "v_dot2_f32_bf16",
                32: "v_fma_mix_f32", 33: "v_fma_mixlo_f16", 34: "v_fma_mixhi_f16",
                64: "v_wmma_f32_16x16x16_f16", 65: "v_wmma_f32_16x16x16_bf16", 66: "v_wmma_f16_16x16x16_f16",
-               67: "v_wmma_bf16_16x16x16_bf16", **{k: v[0] for k, v in VOP3P_PK.items()}}
+               67: "v_wmma_bf16_16x16x16_bf16", 68: "v_wmma_i32_16x16x16_iu8", 69: "v_wmma_i32_16x16x16_iu4",
+               **{k: v[0] for k, v in VOP3P_PK.items()}}
 # WMMA (wave32): op -> (input half -> float, output is float32, output 16-bit pattern from float)
 WMMA = {64: (_f16, True, None), 65: (_bf16, True, None), 66: (_f16, False, _f16_bits), 67: (_bf16, False, _bf16_bits)}
 
@@ -1575,6 +1576,7 @@ class Emulator:
     """VOP3P: packed 16-bit math, mixed-precision FMA, dot products and WMMA."""
     f, op = inst.f, inst.op
     if op in WMMA: return self.wmma(w, inst)
+    if op in (68, 69): return self.wmma_int(w, inst)
     if f["clamp"]: raise UnsupportedInstruction(f"{inst.name}: clamp at {w.pc:#x}")
     if op in VOP3P_PK:
       _, n, kind, fn = VOP3P_PK[op]
@@ -1636,6 +1638,30 @@ class Emulator:
 
   @staticmethod
   def _half(word: int, hi: int, neg: int) -> int: return ((word >> (16 * hi)) & 0xFFFF) ^ (0x8000 if neg else 0)
+
+  def wmma_int(self, w: Wave, inst: Inst) -> None:
+    """V_WMMA_I32_16X16X16_IU8 / _IU4 (wave32): lane l holds row l%16 of A and column l%16 of B as 16 bytes in 4
+    VGPRs (iu8) or 16 nibbles in 2 VGPRs (iu4), K from the low bits up; neg_lo[0] / neg_lo[1] make A / B signed;
+    C/D are int32 in the f32 WMMA layout; clamp saturates to int32 instead of wrapping."""
+    f, op = inst.f, inst.op
+    if f["neg_hi"] or f["neg"] & 4: raise UnsupportedInstruction(f"{inst.name}: neg_hi / neg_lo[2] at {w.pc:#x}")
+    if w.exec != MASK32: raise UnsupportedInstruction(f"{inst.name} needs all 32 lanes in EXEC, got {w.exec:#010x}")
+    if min(f["src0"], f["src1"], f["src2"]) < 256:
+      raise UnsupportedInstruction(f"{inst.name}: A, B and C must be VGPRs at {w.pc:#x}")
+    bits = 8 if op == 68 else 4
+    nreg, per = (4, 4) if op == 68 else (2, 8)
+    def row(base: int, ln: int, signed: bool) -> list[int]:
+      vals = [(w.vgpr[base + j][ln] >> (bits * k)) & ((1 << bits) - 1) for j in range(nreg) for k in range(per)]
+      return [sext(v, bits) for v in vals] if signed else vals
+    A = [row(f["src0"] - 256, r, bool(f["neg"] & 1)) for r in range(16)]
+    B = [row(f["src1"] - 256, n, bool(f["neg"] & 2)) for n in range(16)]
+    c0, out = f["src2"] - 256, [[0] * WAVE for _ in range(8)]
+    for i in range(8):
+      for ln in range(WAVE):
+        acc = sum(x * y for x, y in zip(A[2 * i + ln // 16], B[ln % 16])) + i32(w.vgpr[c0 + i][ln])
+        if f["clamp"]: acc = max(-(1 << 31), min((1 << 31) - 1, acc))
+        out[i][ln] = acc & MASK32
+    for i in range(8): w.vgpr[f["vdst"] + i] = out[i]
 
   def wmma(self, w: Wave, inst: Inst) -> None:
     """V_WMMA_*_16X16X16 (wave32): D = A x B + C for 16x16 matrices, every lane taking part. Lane l holds row l%16
