@@ -266,7 +266,8 @@ def _schedule(sink: UOp, merge: bool = True, safe_assign: bool = False, expose: 
   """Schedule a normalized sink. `merge`: multi-output kernels; `safe_assign`: every ASSIGN computes its value into a
   temporary first (so all reads happen before all writes: the fallback when assigns would wait on each other);
   `expose`: nodes that, when they get a buffer anyway, are reported in `becomes` (and kept out of buffer reuse)."""
-  realize, reads_memory = _decided.pop(sink, None) or _decide(sink)
+  decided = _decided.pop(sink, None)
+  realize, reads_memory = decided if decided is not None else _decide(sink)
   costly = functools.partial(_costly, reads_memory)
   memo: dict[UOp, UOp] = {}
   ks = lambda x: _unbind(x, memo)  # noqa: E731

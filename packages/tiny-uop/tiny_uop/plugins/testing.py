@@ -33,7 +33,8 @@ def check_entry_point(name: str, value: str, dist: str) -> None:
   eps = {ep.name: ep for ep in importlib.metadata.entry_points(group="tiny.devices")}
   assert name in eps, f"{name} is not registered in tiny.devices: {sorted(eps)}"
   assert eps[name].value == value, f"{name} -> {eps[name].value!r}, expected {value!r}"
-  assert eps[name].dist is not None and eps[name].dist.name == dist, f"{name} is registered by {eps[name].dist}"
+  owner = eps[name].dist
+  assert owner is not None and owner.name == dist, f"{name} is registered by {owner}"
 
 
 def check_import_is_cheap(module: str) -> None:
