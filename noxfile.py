@@ -58,14 +58,17 @@ def _shared_test_python(session: nox.Session) -> str:
 
 
 @nox.session(venv_backend="none")
-@nox.parametrize("package", [*PACKAGES, "integration"])
+@nox.parametrize("package", [*PACKAGES, "tiny-tensor@MOCK+AMD", "integration"])
 def tests(session: nox.Session, package: str) -> None:
-  """Run one package's tests (``packages/<package>/tests``), or the cross-package ``tests/`` for 'integration'."""
+  """Run one package's tests (``packages/<package>/tests``), or the cross-package ``tests/`` for 'integration'.
+  ``tiny-tensor@MOCK+AMD`` runs tiny-tensor's suite on the AMD backend: the mock KFD and the RDNA3 emulator."""
   py = _shared_test_python(session)
+  package, _, dev = package.partition("@")
   path = ROOT / "tests" if package == "integration" else ROOT / "packages" / package / "tests"
   if not path.is_dir(): session.error(f"no test folder {path.relative_to(ROOT)} for {package!r}")
+  env = {"PYTHONDONTWRITEBYTECODE": "1", **({"DEV": dev} if dev else {})}
   # pytest exits 5 when it collects no test: nox fails the session on it, as it should
-  session.run(py, "-m", "pytest", str(path), *session.posargs, external=True, env={"PYTHONDONTWRITEBYTECODE": "1"})
+  session.run(py, "-m", "pytest", str(path), *session.posargs, external=True, env=env)
 
 
 @nox.session
