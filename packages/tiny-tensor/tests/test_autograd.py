@@ -268,3 +268,17 @@ def test_realized_leaf_after_a_functional_update_gets_its_gradient():
   v2.realize()
   (v2 * v2).sum().backward()
   assert v2.grad.tolist() == [4.0, 8.0]
+
+
+def test_custom_gradients_are_forgotten_with_their_graph():
+  # conv2d registers its own gradient on its result node; building convs in a loop must not keep their graphs alive
+  import gc
+  from tiny_tensor import gradient
+  w = Tensor(np.ones((2, 1, 3, 3), np.float32), requires_grad=True)
+  gc.collect()
+  before = len(gradient._custom)
+  for _ in range(5):
+    Tensor(np.random.rand(1, 1, 6, 6).astype(np.float32)).conv2d(w).sum().backward()
+    w.grad = None
+  gc.collect()
+  assert len(gradient._custom) <= before + 1

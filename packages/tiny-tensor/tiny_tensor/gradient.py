@@ -19,14 +19,15 @@ from tiny_uop.helpers import argsort
 
 __all__ = ["pm_gradient", "compute_gradient", "custom_gradient"]
 
-# node -> (its inputs, fn(ctx) -> one gradient (or None) per input); weak: forgotten with the graph
-_custom: weakref.WeakKeyDictionary[UOp, tuple[tuple[UOp, ...], Callable[[UOp], tuple[UOp | None, ...]]]] = \
-  weakref.WeakKeyDictionary()
+GradFn = Callable[[UOp, UOp], tuple[UOp | None, ...]]
+# node -> (its inputs, fn(ctx, node) -> one gradient (or None) per input); weak: forgotten with the graph, so `fn`
+# must not hold the node itself (it gets it as an argument)
+_custom: weakref.WeakKeyDictionary[UOp, tuple[tuple[UOp, ...], GradFn]] = weakref.WeakKeyDictionary()
 
 
-def custom_gradient(out: UOp, inputs: tuple[UOp, ...], fn: Callable[[UOp], tuple[UOp | None, ...]]) -> UOp:
-  """Make the gradient of `out` with respect to `inputs` `fn(ctx)` (one per input, None: no gradient); returns `out`.
-  `fn` may call `compute_gradient(out, ctx, targets, custom=False)` to differentiate `out`'s own graph instead."""
+def custom_gradient(out: UOp, inputs: tuple[UOp, ...], fn: GradFn) -> UOp:
+  """Make the gradient of `out` with respect to `inputs` `fn(ctx, out)` (one per input, None: no gradient); returns
+  `out`. `fn` may call `compute_gradient(out, ctx, targets, custom=False)` to differentiate `out`'s own graph."""
   _custom[out] = (inputs, fn)
   return out
 
@@ -110,7 +111,7 @@ def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp], custom: bool 
   for node in reversed(_path_to_targets(root, targets)):
     if node not in grads: continue
     if (cg := _custom.get(node)) is not None and (custom or node is not root):
-      for src, g in zip(cg[0], cg[1](grads[node])):
+      for src, g in zip(cg[0], cg[1](grads[node], node)):
         if g is not None: grads[src] = grads[src] + g if src in grads else g
       continue
     if (local := pm_gradient.rewrite(node, ctx=grads[node])) is None:

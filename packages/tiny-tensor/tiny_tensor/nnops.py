@@ -171,13 +171,13 @@ def _conv_gradient(out: Tensor, x: Tensor, weight: Tensor, groups: int, s_: tupl
   the sliding windows instead would scatter each output's gradient back through div/mod index math, computing mostly
   zeros for large kernels. The weight gradient is the window sum autograd gives."""
   from tiny_tensor.gradient import compute_gradient, custom_gradient
-  T, ou, xu, wu = type(x), out.uop, x.uop, weight.uop
+  T, xu, wu = type(x), x.uop, weight.uop
   kk, o_ = tuple(weight.shape[2:]), tuple(out.shape[2:])
   padded = [i + pb + pa for i, (pb, pa) in zip(x.shape[2:], pads)]
   # the rows past the last window's end (stride > 1) get no gradient: output_padding restores the padded size
   extra = [p - ((o - 1) * s + d * (k - 1) + 1) for p, o, s, d, k in zip(padded, o_, s_, d_, kk)]
 
-  def grads(ctx: UOp) -> tuple[UOp | None, UOp | None]:
+  def grads(ctx: UOp, ou: UOp) -> tuple[UOp | None, UOp | None]:
     # the transposed conv, its input padded into a buffer first: each gradient element is read once per weight tap,
     # so it isn't recomputed inside the conv's loop, and the conv's loads need no bounds checks
     g = _zero_stuff(T.from_uop(ctx), s_)
@@ -189,7 +189,7 @@ def _conv_gradient(out: Tensor, x: Tensor, weight: Tensor, groups: int, s_: tupl
     nd = len(kk)
     g_cl = T.from_uop(ctx).permute(0, *range(2, 2 + nd), 1).contiguous().permute(0, 1 + nd, *range(1, 1 + nd))
     return gx.uop, compute_gradient(ou, g_cl.uop, {wu}, custom=False).get(wu)
-  custom_gradient(ou, (xu, wu), grads)
+  custom_gradient(out.uop, (xu, wu), grads)
 
 
 def _check_conv(x: Tensor, weight: Tensor, groups: int, transposed: bool) -> None:
