@@ -13,6 +13,7 @@ from tiny_uop.plugins import Device
 from tiny_uop.uop import AxisType, KernelInfo, Ops, UOp
 
 from tiny_codegen import get_program
+from tiny_codegen.opt import Opt, OptOps
 from tiny_codegen.renderer.python import PythonRenderer
 
 
@@ -108,9 +109,9 @@ def expr(draw, leaves: list[UOp], dt, depth: int):
 
 
 @st.composite
-def kernel(draw):
+def kernel(draw, lanes: bool = False):
   dt = draw(st.sampled_from(KERNEL_DTYPES))
-  n, m = draw(st.integers(1, 24)), draw(st.integers(1, 12))
+  n, m = draw(st.sampled_from([4, 8, 16, 32, 48]) if lanes else st.integers(1, 24)), draw(st.integers(1, 12))
   reduce_op = draw(st.sampled_from([None, Ops.ADD, Ops.MAX, Ops.MUL]))
   r0 = UOp.range(n, 0)
   r1 = UOp.range(m, 1, AxisType.REDUCE if reduce_op else AxisType.LOOP)
@@ -145,6 +146,29 @@ def test_random_kernels_agree(k):
     # `val0*__builtin_sqrtf(...)`): off by a few half ulps. Reported to tiny-codegen (#5); LLVM and PYTHON agree.
     results.pop("ClangRenderer", None)
   assert_agree(results, dt, f"kernel\n{ast}")
+
+
+@settings(max_examples=60)
+@given(kernel(lanes=True), st.sampled_from([4, 8, 16]), st.booleans())
+def test_random_vectorized_kernels_agree(k, lanes, unroll):
+  # the same random kernels with their output axis upcast by 4/8/16: the LLVM renderer makes it native vectors
+  # (vector loads where contiguous, gathers, broadcasts, vector accumulators). The same arithmetic in the same order
+  # as the scalar kernel (with the same reduce unroll), so the results must be bit for bit the same
+  from tiny_codegen.renderer.llvmir import LLVMRenderer
+  ast, arrays, out_size, dt = k
+  n = next(u for u in ast.toposort() if u.op is Ops.RANGE and u.arg[0] == 0).src[0].arg
+  if n % lanes: lanes = 4
+  red = next((u for u in ast.toposort() if u.op is Ops.RANGE and u.arg[1] is AxisType.REDUCE), None)
+  base = [Opt(OptOps.UNROLL, 0, 2)] if unroll and red is not None and red.src[0].arg % 2 == 0 else []
+  out = {}
+  for opts in (base, [Opt(OptOps.UPCAST, 0, lanes), *base]):
+    spec = get_program(ast.replace(arg=KernelInfo(opts_to_apply=tuple(opts))), LLVMRenderer())
+    bufs = [Buffer("CPU", out_size, dt).copyin(memoryview(np.zeros(out_size, NP[dt])))]
+    bufs += [Buffer("CPU", a.size, adt).copyin(memoryview(np.ascontiguousarray(a))) for a, adt in arrays]
+    Device["CPU"].get_program(spec.name, spec.lib)(*[bufs[g]._buf for g in spec.globals],
+                                                    global_size=spec.global_size, local_size=spec.local_size, vals=())
+    out[len(opts) > len(base)] = bufs[0].numpy()
+  assert np.array_equal(out[False], out[True], equal_nan=True), f"{base} vs +UPCAST {lanes}\n{ast}"
 
 
 # ***** fixed kernels, also against numpy *****
