@@ -42,6 +42,14 @@ def test_buffers_copy_and_view(dev):
   with pytest.raises(ValueError, match="outside"): b.view(8, dtypes.float32, 4 * 60).ensure_allocated()
 
 
+def test_renderer_capabilities_are_the_devices(dev):
+  r = dev.renderer  # type: ignore[attr-defined]
+  caps = dev.caps  # type: ignore[attr-defined]
+  assert caps["max_workgroup_size"] >= 1 and len(caps["local_max"]) == 3 and caps["shared_max"] > 0
+  assert (r.max_workgroup_size, r.local_max, r.shared_max) == (caps["max_workgroup_size"], caps["local_max"],
+                                                               caps["shared_max"])
+
+
 def test_tensor_math_on_cl(dev):
   tt = pytest.importorskip("tiny_tensor")
   a, b = rng.standard_normal((4, 512)).astype(np.float32), rng.standard_normal((512, 8)).astype(np.float32)

@@ -25,6 +25,7 @@ i32p = ctypes.POINTER(ctypes.c_int32)
 CL_DEVICE_TYPE_ALL, CL_MEM_READ_WRITE, CL_MEM_READ_ONLY = 0xFFFFFFFF, 1 << 0, 1 << 2
 CL_PROGRAM_BUILD_LOG, CL_DEVICE_MEM_BASE_ADDR_ALIGN, CL_BUFFER_CREATE_TYPE_REGION = 0x1183, 0x1019, 0x1220
 CL_DEVICE_NAME, CL_DEVICE_EXTENSIONS = 0x102B, 0x1030
+CL_DEVICE_MAX_WORK_GROUP_SIZE, CL_DEVICE_MAX_WORK_ITEM_SIZES, CL_DEVICE_LOCAL_MEM_SIZE = 0x1004, 0x1005, 0x1023
 CL_RGBA, CL_FLOAT, CL_MEM_OBJECT_IMAGE2D = 0x10B5, 0x10DE, 0x10F1
 IMAGE_LINE = re.compile(r"^/\* image data(\d+) (\d+)x(\d+) \*/$", re.M)
 
@@ -250,5 +251,21 @@ class CLDevice(Compiled):
     from tiny_codegen.renderer.opencl import OpenCLHalfStorageRenderer, OpenCLRenderer
     ren = OpenCLRenderer if "cl_khr_fp16" in self.extensions else OpenCLHalfStorageRenderer  # half math in float
     super().__init__(device, CLAllocator(self), [ren], CLProgram, arch=self.device_name)
+    # the optimizer sizes workgroups and shared memory by the device's own limits
+    wg, items, lmem = sz(), (sz * 3)(), ctypes.c_uint64()
+    check(cl.clGetDeviceInfo(self.dev, CL_DEVICE_MAX_WORK_GROUP_SIZE, ctypes.sizeof(wg), ctypes.byref(wg), None),
+          "clGetDeviceInfo(CL_DEVICE_MAX_WORK_GROUP_SIZE)")
+    check(cl.clGetDeviceInfo(self.dev, CL_DEVICE_MAX_WORK_ITEM_SIZES, ctypes.sizeof(items), items, None),
+          "clGetDeviceInfo(CL_DEVICE_MAX_WORK_ITEM_SIZES)")
+    check(cl.clGetDeviceInfo(self.dev, CL_DEVICE_LOCAL_MEM_SIZE, 8, ctypes.byref(lmem), None),
+          "clGetDeviceInfo(CL_DEVICE_LOCAL_MEM_SIZE)")
+    self.caps = {"max_workgroup_size": int(wg.value), "local_max": tuple(min(int(x), int(wg.value)) for x in items),
+                 "shared_max": int(lmem.value)}
+
+  def select_renderer(self, name: str | None) -> Any:
+    """The renderer, with this device's workgroup and local-memory limits as its capabilities."""
+    r = super().select_renderer(name)
+    for k, v in getattr(self, "caps", {}).items(): setattr(r, k, v)
+    return r
 
   def synchronize(self) -> None: check(libcl().clFinish(self.queue), "clFinish")
