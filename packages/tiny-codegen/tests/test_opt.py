@@ -216,3 +216,22 @@ def test_beam_env_compiles_through_the_search(tmp_path, monkeypatch) -> None:
   a, b = rng.standard_normal((16, 4)).astype(np.float32), rng.standard_normal((4, 8)).astype(np.float32)
   with Context(BEAM=1): got = run(matmul_ast(16, 8, 4), "CPU", [a, b], 128)
   np.testing.assert_allclose(got.reshape(16, 8), a @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_heuristics_upcast_elementwise_transposes_and_padding_on_llvm() -> None:
+  # LLVM's loop vectorizer gives up on a transpose (strided loads) or gated loads: the heuristic makes the lanes
+  # explicit along the store's contiguous axis; a plain elementwise kernel is left to the loop vectorizer
+  ren = Device["CPU"].renderer
+  c, a = UOp(Ops.PARAM, dtypes.float.ptr(512), arg=0), UOp(Ops.PARAM, dtypes.float.ptr(512), arg=1)
+  i, j = UOp.range(16, 0), UOp.range(32, 1)
+  transpose = c.index(i * 32 + j).store(a.index(j * 16 + i).load() * 2.0).sink(arg=KernelInfo("E_16_32"))
+  assert optimize_kernel(transpose, ren).arg.applied_opts == (Opt(OptOps.UPCAST, 1, 8),)
+  gated = c.index(i * 32 + j).store(a.index(i * 32 + j - 1, j > 0).load() + 1.0).sink(arg=KernelInfo("E_pad"))
+  assert optimize_kernel(gated, ren).arg.applied_opts == (Opt(OptOps.UPCAST, 1, 8),)
+  plain = c.index(i * 32 + j).store(a.index(i * 32 + j).load() + 1.0).sink(arg=KernelInfo("E_plain"))
+  assert optimize_kernel(plain, ren).arg.applied_opts == ()
+  x = np.arange(512, dtype=np.float32)
+  np.testing.assert_array_equal(run(transpose, "CPU", [x], 512), (x.reshape(32, 16).T * 2).ravel())
+  want = np.concatenate([[0.0], x[:-1]]).reshape(16, 32)
+  want[:, 0] = 0
+  np.testing.assert_array_equal(run(gated, "CPU", [x], 512), (want + 1).ravel())

@@ -47,6 +47,7 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
     _unroll_reduce(k, k.loads())
   elif not getattr(ren, "has_threads", False):
     _upcast_contiguous(k, sidx)
+  elif getattr(ren, "vectorize_upcast", False): _upcast_awkward_elementwise(k, sidx, loads)
   return k
 
 
@@ -173,6 +174,23 @@ def _alu_cost(ast: UOp) -> int:
   (transcendentals expand)."""
   return sum(_EXPENSIVE.get(u.op, 1) for u in ast.toposort() if u.op in GroupOp.ALU and u.dtype.scalar() != dtypes.index
              and not dtypes.is_int(u.dtype))
+
+
+def _upcast_awkward_elementwise(k: Kernel, sidx: UOp | None, loads: list[UOp]) -> None:
+  """An elementwise kernel LLVM's loop vectorizer gives up on — a load that is gated (padding), indexed through
+  div/mod (a pooling's backward) or strided along the store's contiguous axis (a transpose) — gets that axis upcast
+  (whole up to 16, else 8 or 4 lanes, else whole up to 32): the expander makes the lanes explicit, vectors where it
+  can."""
+  if sidx is None: return
+  rngs = k.rngs
+  for i, r, n in reversed(_output_axes_with_bounds(k)):
+    if stride_of(sidx, r, rngs) != 1: continue
+    awkward = any(len(ld.src[0].src) > 2 or stride_of(ld.src[0].src[1], r, rngs) not in (0, 1) or
+                  any(u.op in (Ops.CDIV, Ops.CMOD) for u in ld.src[0].src[1].toposort()) for ld in loads)
+    if not awkward: return
+    amt = n if n <= 16 else next((a for a in (8, 4) if n % a == 0), n if n <= 32 else 0)
+    if amt > 1: _try(k, Opt(OptOps.UPCAST, i, amt))
+    return
 
 
 def _upcast_contiguous(k: Kernel, sidx: UOp | None) -> None:
