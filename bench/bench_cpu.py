@@ -9,12 +9,16 @@ of the partials. `python bench/bench_cpu.py` prints the table; `run()` returns i
 """
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 import time
 from typing import Any, Callable
 
 import numpy as np
+
+os.environ.setdefault("DEV", "CPU")  # tiny and tinygrad both on the CPU: with an OpenCL ICD installed (PoCL)
+                                    # tinygrad would otherwise pick CL
 
 N = 16 * 1024 * 1024
 REPS = 7

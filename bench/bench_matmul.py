@@ -11,12 +11,16 @@
 """
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 import time
 from typing import Any, Callable
 
 import numpy as np
+
+os.environ.setdefault("DEV", "CPU")  # tiny and tinygrad both on the CPU: with an OpenCL ICD installed (PoCL)
+                                    # tinygrad would otherwise pick CL
 
 N = 1024
 REPS = 5

@@ -6,11 +6,15 @@ with new buffers (what a training step costs after the first one).
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import Any
 
 import numpy as np
+
+os.environ.setdefault("DEV", "CPU")  # tiny and tinygrad both on the CPU: with an OpenCL ICD installed (PoCL)
+                                    # tinygrad would otherwise pick CL
 
 
 def resnet18_step(Tensor: Any, batch: int = 2, size: int = 64, classes: int = 10) -> tuple[Any, list[Any]]:

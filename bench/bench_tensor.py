@@ -6,11 +6,15 @@ importable. Target: <= 300 us for tiny. `python bench/bench_tensor.py` prints th
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import Any, Callable
 
 import numpy as np
+
+os.environ.setdefault("DEV", "CPU")  # tiny and tinygrad both on the CPU: with an OpenCL ICD installed (PoCL)
+                                    # tinygrad would otherwise pick CL
 
 REPS = 200
 

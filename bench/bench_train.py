@@ -17,6 +17,9 @@ from typing import Any, Callable
 
 import numpy as np
 
+os.environ.setdefault("DEV", "CPU")  # tiny and tinygrad both on the CPU: with an OpenCL ICD installed (PoCL)
+                                    # tinygrad would otherwise pick CL
+
 BS = 128
 STEPS = int(os.environ.get("BENCH_TRAIN_STEPS", 3))
 

@@ -7,9 +7,13 @@ Implementations that are not installed are simply absent. Ratios are against `ti
 from __future__ import annotations
 
 import importlib
+import os
 import pathlib
 import sys
 import traceback
+
+os.environ.setdefault("DEV", "CPU")  # tiny and tinygrad both on the CPU: with an OpenCL ICD installed (PoCL)
+                                    # tinygrad would otherwise pick CL
 
 HERE = pathlib.Path(__file__).resolve().parent
 
