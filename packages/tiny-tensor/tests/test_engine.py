@@ -252,3 +252,14 @@ def test_values_realized_along_the_way_are_not_computed_again():
   h = xs @ ws
   np.testing.assert_allclose(got, (np.maximum(h, 0) * np.exp(h)).sum(), rtol=1e-4)  # the weights before the step
   assert GlobalCounters.kernel_count == 1  # the final reduce only: no matmul again
+
+
+def test_devices_sharing_a_renderer_get_their_own_loaded_programs():
+  # CPU and NULL:LLVM both render with LLVMRenderer: the same kernel compiles once per renderer but each device loads
+  # (and runs) its own program object
+  a = Tensor(np.ones(8, np.float32))
+  b = Tensor(np.ones(8, np.float32), device="NULL:LLVM")
+  assert (a + 3).tolist() == [4.0] * 8
+  (b + 3).realize()
+  mine = {k[3]: v[1] for k, v in engine._program_cache.items() if k[1].__name__ == "LLVMRenderer"}
+  assert {"CPU", "NULL"} <= set(mine) and mine["CPU"] is not mine["NULL"]

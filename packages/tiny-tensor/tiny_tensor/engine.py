@@ -181,7 +181,7 @@ def capture(on_call: Callable[[CapturedCall], None],
 
 
 # ***** running *****
-_program_cache: dict[tuple[UOp, type, str], tuple[Any, Any]] = {}
+_program_cache: dict[tuple[UOp, type, str, str], tuple[Any, Any]] = {}
 
 
 def estimate_ops(ast: UOp) -> int:
@@ -201,11 +201,12 @@ def estimate_ops(ast: UOp) -> int:
 
 
 def _get_runner(ast: UOp, device: str) -> tuple[Any, Any]:
-  """(ProgramSpec, loaded Program) for a kernel AST on a device, compiled once per (ast, renderer class, arch)."""
+  """(ProgramSpec, loaded Program) for a kernel AST on a device, compiled once per (ast, renderer class, arch) and
+  loaded once per device (two devices may share a renderer, never a loaded program)."""
   # hot path: the registry's opened devices by canonical name (Device[...] canonicalizes first, ~20 us)
   dev = Device._opened.get(device) or Device[device]
   renderer = dev.renderer
-  key = (ast, type(renderer), getattr(renderer, "arch", ""))
+  key = (ast, type(renderer), getattr(renderer, "arch", ""), device)
   if (ret := _program_cache.get(key)) is None:
     from tiny_codegen import get_program
     spec = get_program(ast, renderer)
