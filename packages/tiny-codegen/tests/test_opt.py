@@ -235,3 +235,16 @@ def test_heuristics_upcast_elementwise_transposes_and_padding_on_llvm() -> None:
   want = np.concatenate([[0.0], x[:-1]]).reshape(16, 32)
   want[:, 0] = 0
   np.testing.assert_array_equal(run(gated, "CPU", [x], 512), (want + 1).ravel())
+
+
+def test_workgroup_size_limit_names_the_renderers_limit() -> None:
+  # a renderer may allow fewer threads per workgroup than its per-dim local_max (max_workgroup_size)
+  from tiny_codegen.renderer.opencl import OpenCLRenderer
+  ren = OpenCLRenderer()
+  ren.max_workgroup_size = 64
+  ast = matmul_ast(16, 16, 8)
+  apply_opts(ast, ren, (Opt(OptOps.LOCAL, 0, 8), Opt(OptOps.LOCAL, 1, 8)))
+  with pytest.raises(KernelOptError, match="128 threads per workgroup exceeds the renderer's limit 64"):
+    apply_opts(ast, ren, (Opt(OptOps.LOCAL, 0, 8), Opt(OptOps.LOCAL, 1, 16)))
+  from tiny_codegen.renderer.amdgpu import AMDGPURenderer
+  assert AMDGPURenderer("gfx90a").warp_size == 64 and AMDGPURenderer("gfx1100").warp_size == 32

@@ -150,9 +150,9 @@ class Kernel:
       local_total = amt
       for x in self.rngs:
         if x.arg[1] in (AxisType.LOCAL, AxisType.GROUP_REDUCE): local_total *= _bound(x) or 1
-      if ren.local_max is not None and local_total > max(ren.local_max):
-        raise KernelOptError(f"{opt}: {local_total} threads per workgroup exceeds the renderer's limit "
-                             f"{max(ren.local_max)}")
+      limit = ren.max_workgroup_size or (max(ren.local_max) if ren.local_max is not None else None)
+      if limit is not None and local_total > limit:
+        raise KernelOptError(f"{opt}: {local_total} threads per workgroup exceeds the renderer's limit {limit}")
     if opt.op is OptOps.THREAD and not getattr(ren, "has_threads", False):
       raise KernelOptError(f"{opt}: {type(ren).__name__} doesn't split kernels across CPU threads")
     if opt.op in (OptOps.UPCAST, OptOps.UNROLL) and self.upcast_size * amt > MAX_LANES:

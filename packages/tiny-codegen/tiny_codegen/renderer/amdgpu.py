@@ -63,6 +63,7 @@ class AMDGPURenderer(Renderer):
       raise ValueError(f"AMDGPU arch {arch!r} is not a gfx name; valid e.g. gfx1100, gfx90a")
     self.tensor_cores = [TensorCore((16, 16, 16), dt, dtypes.float32, 32, (16, 16, 8), ("wmma.16x16x16",))
                          for dt in (dtypes.float16, dtypes.bfloat16)] if arch.startswith("gfx11") else []
+    self.warp_size = 64 if arch.startswith("gfx9") else 32  # CDNA (gfx9xx) runs wave64, RDNA wave32
     super().__init__(arch)
 
   def make_compiler(self) -> AMDGPUCompiler: return AMDGPUCompiler(self.arch or "gfx1100")
