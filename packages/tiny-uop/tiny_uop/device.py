@@ -70,6 +70,8 @@ class Renderer:
   has_local: bool = True
   has_shared: bool = True
   has_threads: bool = False   # CPU-style: the runtime passes a thread index instead of gpu dims
+  vectorize_upcast: bool = False  # lowering makes one UPCAST axis per store native vectors (LLVM on a CPU)
+  buffer_align: int = 0       # bytes every buffer argument is aligned to (0: none promised; vector loads need it)
   supports_float4: bool = True
   global_max: tuple[int, ...] | None = (0x8FFFFFFF,) * 3
   local_max: tuple[int, ...] | None = (0x8FFFFFFF,) * 3

@@ -45,17 +45,17 @@ class Lowered:
 
 
 def _stage_expander(sink: UOp, ren: Renderer, dims: Dims) -> UOp:
-  pm = pm_expander_vectors if getattr(ren, "vectorize_upcast", False) else pm_expander
+  pm = pm_expander_vectors if ren.vectorize_upcast else pm_expander
   return simplify_graph(graph_rewrite(sink, pm, name="expander"), name="simplify_expanded")
 
 
 def _stage_reduce(sink: UOp, ren: Renderer, dims: Dims) -> UOp:
-  if ren.has_local and ren.has_shared and not getattr(ren, "has_threads", False): sink = group_reduces(sink, ren)
+  if ren.has_local and ren.has_shared and not ren.has_threads: sink = group_reduces(sink, ren)
   return lower_reduces(sink, itertools.count())
 
 
 def _stage_dims(sink: UOp, ren: Renderer, dims: Dims) -> UOp:
-  if getattr(ren, "has_threads", False): sink, d = add_threads(sink, ren)
+  if ren.has_threads: sink, d = add_threads(sink, ren)
   elif ren.has_local: sink, d = add_gpudims(sink, ren)
   else: d = Dims()
   dims.global_size, dims.local_size = d.global_size, d.local_size

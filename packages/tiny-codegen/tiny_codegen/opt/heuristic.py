@@ -43,11 +43,11 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
   sidx = _store_index(k)
   loads = k.loads()
   if has_reduce:
-    if not (getattr(ren, "vectorize_upcast", False) and _vector_block(k, loads)): _register_block(k, sidx, loads)
+    if not (ren.vectorize_upcast and _vector_block(k, loads)): _register_block(k, sidx, loads)
     _unroll_reduce(k, k.loads())
-  elif not getattr(ren, "has_threads", False):
+  elif not ren.has_threads:
     _upcast_contiguous(k, sidx)
-  elif getattr(ren, "vectorize_upcast", False): _upcast_awkward_elementwise(k, sidx, loads)
+  elif ren.vectorize_upcast: _upcast_awkward_elementwise(k, sidx, loads)
   return k
 
 

@@ -153,7 +153,7 @@ class Kernel:
       limit = ren.max_workgroup_size or (max(ren.local_max) if ren.local_max is not None else None)
       if limit is not None and local_total > limit:
         raise KernelOptError(f"{opt}: {local_total} threads per workgroup exceeds the renderer's limit {limit}")
-    if opt.op is OptOps.THREAD and not getattr(ren, "has_threads", False):
+    if opt.op is OptOps.THREAD and not ren.has_threads:
       raise KernelOptError(f"{opt}: {type(ren).__name__} doesn't split kernels across CPU threads")
     if opt.op in (OptOps.UPCAST, OptOps.UNROLL) and self.upcast_size * amt > MAX_LANES:
       raise KernelOptError(f"{opt}: upcasting to {self.upcast_size * amt} lanes exceeds the limit of {MAX_LANES}")
@@ -254,7 +254,7 @@ class Kernel:
        sum(u.op is Ops.REDUCE for u in self.ast.toposort()) != 1:
       raise KernelOptError(f"{opt}: TC needs a kernel of one STORE with one REDUCE")
     self.ast = _tc_rewrite(self.ast, red, a, b, m, n, k, tc, max(x.arg[0] for x in self.rngs) + 1,
-                           getattr(ren, "buffer_align", 0))
+                           ren.buffer_align)
 
   def get_optimized_ast(self) -> UOp:
     """The AST with the opts applied, recorded in its KernelInfo."""
