@@ -14,13 +14,13 @@ import functools
 import threading
 from typing import Any
 
-from tiny_uop.device import CompileError, Compiler, Renderer
+from tiny_uop.device import CompileError, Compiler
 from tiny_uop.dtype import AddrSpace, DType, dtypes
 from tiny_uop.uop import Ops, UOp
 
 from tiny_codegen.compiler.ptx import PTXCompiler
 from tiny_codegen.renderer.amdgpu import _AMDGPUEmitter
-from tiny_codegen.renderer.ptx import _sm, gpu_math_matcher
+from tiny_codegen.renderer.ptx import NVRenderer, _sm
 
 TRIPLE = "nvptx64-nvidia-cuda"
 _lock = threading.Lock()
@@ -86,19 +86,9 @@ class _NVPTXEmitter(_AMDGPUEmitter):
       f'\n  ret void\n}}\n!nvvm.annotations = !{{!0}}\n!0 = !{{ptr @{name}, !"kernel", i32 1}}\n')
 
 
-class NVPTXRenderer(Renderer):
+class NVPTXRenderer(NVRenderer):
   """LLVM IR for NVIDIA GPUs through llvmlite's NVPTX backend (arch `sm_XX`, default sm_90); see the module doc."""
-  device = "NV"
-  has_local = True
-  has_shared = True
-  supports_float4 = True
-  global_max = (0x7FFFFFFF, 65535, 65535)
-  local_max = (1024, 1024, 64)
-  shared_max = 49152
-  bf16_through_float = True
   decompose_ops = (Ops.EXP2, Ops.LOG2, Ops.SIN)
-  transcendental_via_f64 = False
-  extra_matcher = gpu_math_matcher
   compiler_cls = NVPTXCompiler
 
   def __init__(self, arch: str = ""):

@@ -116,8 +116,9 @@ def _sm(arch: str) -> int:
     raise ValueError(f"PTX arch {arch!r} is not an sm_XX name; valid e.g. sm_75, sm_80, sm_86, sm_89, sm_90") from None
 
 
-class PTXRenderer(Renderer):
-  """PTX for NVIDIA GPUs (arch `sm_XX`, default sm_90); see the module docstring."""
+class NVRenderer(Renderer):
+  """What every renderer for NVIDIA GPUs shares: the hardware's grid/block/shared-memory limits and the GPU math
+  rules (PTX here, NVPTX through LLVM)."""
   device = "NV"
   has_local = True
   has_shared = True
@@ -126,9 +127,13 @@ class PTXRenderer(Renderer):
   local_max = (1024, 1024, 64)
   shared_max = 49152
   bf16_through_float = True
-  decompose_ops = (Ops.SIN,)
   transcendental_via_f64 = False
   extra_matcher = gpu_math_matcher
+
+
+class PTXRenderer(NVRenderer):
+  """PTX for NVIDIA GPUs (arch `sm_XX`, default sm_90); see the module docstring."""
+  decompose_ops = (Ops.SIN,)
   compiler_cls = PTXCompiler
 
   def __init__(self, arch: str = ""):
