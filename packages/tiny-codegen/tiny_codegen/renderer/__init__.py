@@ -12,9 +12,9 @@ from typing import Callable
 
 from tiny_uop.device import Renderer
 from tiny_uop.helpers import CPU_THREADS
-from tiny_uop.uop import Ops, UOp
+from tiny_uop.uop import AXIS_LETTER, Ops, UOp
 
-__all__ = ["CPURenderer", "count_uses", "kernel_params"]
+__all__ = ["CPURenderer", "CWriter", "count_uses", "kernel_params", "var_args"]
 
 
 class CPURenderer(Renderer):
@@ -51,3 +51,62 @@ def kernel_params(uops: list[UOp]) -> tuple[list[UOp], list[UOp]]:
   params = sorted({u: None for u in uops if u.op is Ops.PARAM}, key=lambda u: u.arg)
   dvars = sorted({u: None for u in uops if u.op is Ops.DEFINE_VAR}, key=lambda u: u.arg[0])
   return params, dvars
+
+
+class CWriter:
+  """What a C-like renderer (C, OpenCL C) keeps while it walks linear UOps: each value's expression or variable
+  (`r`), the gates of INDEXes, the body lines at their indentation, fresh names; and the ops every C dialect spells
+  the same (`common`). A dialect renders the rest (types, constants, memory, ALU tables) itself."""
+
+  def __init__(self) -> None:
+    self.r: dict[UOp, str] = {}
+    self.gates: dict[UOp, str] = {}
+    self.lines: list[str] = []
+    self.depth = 1
+    self._counters: dict[str, int] = {}
+
+  def fresh(self, prefix: str) -> str:
+    n = self._counters.get(prefix, 0)
+    self._counters[prefix] = n + 1
+    return f"{prefix}{n}"
+
+  def emit(self, line: str) -> None: self.lines.append("  " * self.depth + line)
+
+  def assign(self, u: UOp, expr: str, ctype: str, prefix: str, inline: bool = False) -> None:
+    """`u` is `expr`: written where it is used when `inline`, else a fresh variable `prefix<n>` of type `ctype`."""
+    if inline: self.r[u] = expr
+    else:
+      self.r[u] = self.fresh(prefix)
+      self.emit(f"{ctype} {self.r[u]} = {expr};")
+
+  def common(self, u: UOp, s: list[str]) -> bool:
+    """Render `u` (source expressions `s`) if it is a buffer/variable name, a loop or IF, a pointer INDEX, or an op
+    with no code; False for anything else."""
+    op = u.op
+    if op is Ops.PARAM: self.r[u] = f"data{u.arg}"
+    elif op is Ops.DEFINE_VAR: self.r[u] = u.arg[0]
+    elif op is Ops.RANGE:
+      self.r[u] = f"{AXIS_LETTER.get(u.arg[1], 'r')}idx{u.arg[0]}" if isinstance(u.arg, tuple) else f"ridx{u.arg}"
+      self.emit(f"for (int {self.r[u]} = 0; {self.r[u]} < {s[0]}; {self.r[u]}++) {{")
+      self.depth += 1
+    elif op is Ops.IF:
+      self.emit(f"if ({s[0]}) {{")
+      self.depth += 1
+    elif op in (Ops.END, Ops.ENDIF):
+      self.depth -= 1
+      self.emit("}")
+    elif op is Ops.INDEX:
+      self.r[u] = f"({s[0]}+{s[1]})"
+      if len(u.src) > 2: self.gates[u] = s[2]
+    elif op is Ops.AFTER: self.r[u] = s[0]
+    elif op not in (Ops.GROUP, Ops.SINK, Ops.NOOP): return False
+    return True
+
+  def store(self, idx: UOp, st: str) -> None:
+    """A store statement `st` through INDEX `idx`, skipped where its gate is false."""
+    self.emit(f"if ({self.gates[idx]}) {st}" if idx in self.gates else st)
+
+
+def var_args(dvars: list[UOp], ctype: str) -> list[str]:
+  """One `<ctype> name` argument per distinct DEFINE_VAR name, in order."""
+  return [f"{ctype} {n}" for n in dict.fromkeys(v.arg[0] for v in dvars)]

@@ -10,10 +10,10 @@ import math
 from typing import Callable
 
 from tiny_uop.dtype import DType, PtrDType, dtypes, round_float
-from tiny_uop.uop import AXIS_LETTER, Ops, UOp
+from tiny_uop.uop import Ops, UOp
 
 from tiny_codegen.compiler.clang import ClangCompiler
-from tiny_codegen.renderer import CPURenderer, count_uses, kernel_params
+from tiny_codegen.renderer import CPURenderer, CWriter, count_uses, kernel_params, var_args
 
 
 def _fsuf(dt: DType) -> str: return "f" if dt.scalar() in (dtypes.float32, dtypes.float16, dtypes.bfloat16) else ""
@@ -122,25 +122,10 @@ class ClangRenderer(CPURenderer):
     """C source of the kernel `uops` (ending in a SINK whose arg is a KernelInfo carrying the name)."""
     name = getattr(uops[-1].arg, "name", "kernel")
     params, dvars = kernel_params(uops)
-    args = [f"{self.render_dtype(p.dtype)} restrict data{p.arg}" for p in params]
-    seen_vars: set[str] = set()
-    for v in dvars:
-      if v.arg[0] not in seen_vars: args.append(f"int {v.arg[0]}")
-      seen_vars.add(v.arg[0])
+    args = [f"{self.render_dtype(p.dtype)} restrict data{p.arg}" for p in params] + var_args(dvars, "int")
     args.append("int core_id")
-    r: dict[UOp, str] = {}
-    gates: dict[UOp, str] = {}
-    lines: list[str] = []
-    counters: dict[str, int] = {}
-    depth = 1
-
-    def fresh(prefix: str) -> str:
-      n = counters.get(prefix, 0)
-      counters[prefix] = n + 1
-      return f"{prefix}{n}"
-
-    def emit(line: str) -> None: lines.append("  " * depth + line)
-
+    w = CWriter()
+    r = w.r
     # a BITCAST takes its source's address; MAX writes each operand twice: both need a variable
     uses = count_uses(uops, lambda u: u.op in (Ops.BITCAST, Ops.MAX))
     vecs: list[DType] = []
@@ -148,9 +133,9 @@ class ClangRenderer(CPURenderer):
       op, dt, src = u.op, u.dtype, u.src
       s = [r.get(x, "") for x in src]
       if dt.count > 1 and not isinstance(dt, PtrDType) and dt not in vecs: vecs.append(dt)
-      if op is Ops.PARAM: r[u] = f"data{u.arg}"
-      elif op is Ops.DEFINE_VAR: r[u] = u.arg[0]
-      elif op is Ops.SPECIAL:
+      if op in (Ops.IF, Ops.ENDIF): raise NotImplementedError(f"C renderer has no {op} (CPU kernels have no IFs)")
+      if w.common(u, s): continue
+      if op is Ops.SPECIAL:
         if u.arg != "core_id": raise NotImplementedError(f"C renderer has no GPU index {u.arg!r}")
         r[u] = "core_id"
       elif op is Ops.CONST: r[u] = self.render_const(u.arg, dt)
@@ -158,51 +143,28 @@ class ClangRenderer(CPURenderer):
         r[u] = f"(({self.render_dtype(dt)}){{{','.join(self.render_const(x, dt) for x in u.arg)}}})"
       elif op is Ops.DEFINE_REG:
         assert isinstance(dt, PtrDType)
-        r[u] = fresh("acc")
-        emit(f"{self.render_dtype(dt.base)} {r[u]}[{dt.size}];")
-      elif op is Ops.RANGE:
-        r[u] = f"{AXIS_LETTER.get(u.arg[1], 'r')}idx{u.arg[0]}" if isinstance(u.arg, tuple) else f"ridx{u.arg}"
-        emit(f"for (int {r[u]} = 0; {r[u]} < {s[0]}; {r[u]}++) {{")
-        depth += 1
-      elif op is Ops.END:
-        depth -= 1
-        emit("}")
-      elif op is Ops.INDEX:
-        r[u] = f"({s[0]}+{s[1]})"
-        if len(src) > 2: gates[u] = s[2]
+        r[u] = w.fresh("acc")
+        w.emit(f"{self.render_dtype(dt.base)} {r[u]}[{dt.size}];")
       elif op is Ops.LOAD:
-        r[u] = fresh("val")
         ld = f"(*{s[0]})"
-        if src[0] in gates: ld = f"({gates[src[0]]}?{ld}:{self.render_const(0, dt)})"
-        emit(f"{self.render_dtype(dt)} {r[u]} = {ld};")
-      elif op is Ops.STORE:
-        st = f"*{s[0]} = {s[1]};"
-        emit(f"if ({gates[src[0]]}) {st}" if src[0] in gates else st)
-      elif op in (Ops.GROUP, Ops.SINK, Ops.NOOP): pass
-      elif op is Ops.AFTER: r[u] = s[0]
+        if src[0] in w.gates: ld = f"({w.gates[src[0]]}?{ld}:{self.render_const(0, dt)})"
+        w.assign(u, ld, self.render_dtype(dt), "val")
+      elif op is Ops.STORE: w.store(src[0], f"*{s[0]} = {s[1]};")
       elif op is Ops.CAST:
         if dtypes.is_float(src[0].dtype) and dtypes.is_int(dt) and dt.itemsize <= 4:  # through int32 (uint32: int64)
           expr = f"(({self.render_dtype(dt)})({'long long' if dt == dtypes.uint32 else 'int'})({s[0]}))"
         else: expr = f"(({self.render_dtype(dt)})({s[0]}))"
-        if uses.get(u, 0) == 1 and dt in _INLINE_DTYPES: r[u] = expr
-        else:
-          r[u] = fresh("cast")
-          emit(f"{self.render_dtype(dt)} {r[u]} = {expr};")
+        w.assign(u, expr, self.render_dtype(dt), "cast", uses.get(u, 0) == 1 and dt in _INLINE_DTYPES)
       elif op is Ops.BITCAST:
-        r[u] = fresh("cast")
-        emit(f"{self.render_dtype(dt)} {r[u]}; __builtin_memcpy(&{r[u]}, &{s[0]}, sizeof({r[u]}));")
-      elif op is Ops.VECTORIZE:
-        r[u] = fresh("vec")
-        emit(f"{self.render_dtype(dt)} {r[u]} = ({self.render_dtype(dt)}){{{','.join(s)}}};")
-      elif op is Ops.GEP:
-        r[u] = f"{s[0]}[{u.arg[0] if isinstance(u.arg, tuple) else u.arg}]"
+        r[u] = w.fresh("cast")
+        w.emit(f"{self.render_dtype(dt)} {r[u]}; __builtin_memcpy(&{r[u]}, &{s[0]}, sizeof({r[u]}));")
+      elif op is Ops.VECTORIZE: w.assign(u, f"({self.render_dtype(dt)}){{{','.join(s)}}}", self.render_dtype(dt), "vec")
+      elif op is Ops.GEP: r[u] = f"{s[0]}[{u.arg[0] if isinstance(u.arg, tuple) else u.arg}]"
       elif op in self.code_for_op:
         sdt = src[-1].dtype if op is Ops.WHERE else src[0].dtype
-        expr = self.code_for_op[op](s, sdt)
-        if uses.get(u, 0) == 1 and dt in _INLINE_DTYPES: r[u] = expr  # a value used once is written where used
-        else:
-          r[u] = fresh("alu")
-          emit(f"{self.render_dtype(dt)} {r[u]} = {expr};")
+        # a value used once is written where it is used
+        w.assign(u, self.code_for_op[op](s, sdt), self.render_dtype(dt), "alu",
+                 uses.get(u, 0) == 1 and dt in _INLINE_DTYPES)
       else: raise NotImplementedError(f"C renderer can't render {op} ({dt}); supported ALU ops: "
                                       f"{', '.join(o.name for o in self.code_for_op)}")
     typedefs = []
@@ -210,4 +172,4 @@ class ClangRenderer(CPURenderer):
       sc = self.render_dtype(vd.scalar())
       typedefs.append(f"typedef {sc} {self.render_dtype(vd)} __attribute__((vector_size({vd.itemsize})));")
     prefix = "".join(t + "\n" for t in typedefs)
-    return f"{prefix}void {name}({', '.join(args)}) {{\n" + "\n".join(lines) + "\n}\n"
+    return f"{prefix}void {name}({', '.join(args)}) {{\n" + "\n".join(w.lines) + "\n}\n"

@@ -27,11 +27,11 @@ from typing import Any, Callable
 from tiny_uop.device import Renderer
 from tiny_uop.helpers import IMAGE
 from tiny_uop.dtype import INVERSE_DTYPES_DICT, AddrSpace, DType, ImageDType, PtrDType, dtypes, round_float
-from tiny_uop.uop import AXIS_LETTER, Ops, UOp
+from tiny_uop.uop import Ops, UOp
 
 from tiny_codegen.compiler.opencl import OpenCLCompiler
 from tiny_codegen.lower.image import pm_images
-from tiny_codegen.renderer import count_uses, kernel_params
+from tiny_codegen.renderer import CWriter, count_uses, kernel_params, var_args
 
 _CL_TYPES = {"bool": "bool", "int8": "char", "uint8": "uchar", "int16": "short", "uint16": "ushort", "int32": "int",
              "uint32": "uint", "int64": "long", "uint64": "ulong", "float16": "half", "float32": "float",
@@ -188,128 +188,80 @@ class OpenCLRenderer(Renderer):
     stored = {u.src[0].src[0] for u in uops if u.op is Ops.STORE and u.src[0].op is Ops.INDEX}
     args = [f"{'write_only' if p in stored else 'read_only'} image2d_t data{p.arg}" if isinstance(p.dtype, ImageDType)
             else f"{self.render_dtype(p.dtype)} restrict data{p.arg}" for p in params]
+    args += var_args(dvars, "const int")
     images: dict[UOp, tuple[str, str]] = {}  # image INDEX -> (image, int2 coordinate)
-    seen_vars: set[str] = set()
-    for v in dvars:
-      if v.arg[0] not in seen_vars: args.append(f"const int {v.arg[0]}")
-      seen_vars.add(v.arg[0])
-    r: dict[UOp, str] = {}
-    gates: dict[UOp, str] = {}
-    lines: list[str] = []
-    counters: dict[str, int] = {}
-    depth = 1
-
-    def fresh(prefix: str) -> str:
-      n = counters.get(prefix, 0)
-      counters[prefix] = n + 1
-      return f"{prefix}{n}"
-
-    def emit(line: str) -> None: lines.append("  " * depth + line)
-
+    w = CWriter()
+    r, gates = w.r, w.gates
     uses = count_uses(uops, _multi_use)  # repeated operands must be variables
     scalars = {u.dtype.scalar() for u in uops} | {u.dtype.base.scalar() for u in uops if isinstance(u.dtype, PtrDType)}
     for u in uops:
       op, dt, src = u.op, u.dtype, u.src
       s = [r.get(x, "") for x in src]
-      if op is Ops.PARAM: r[u] = f"data{u.arg}"
-      elif op is Ops.DEFINE_VAR: r[u] = u.arg[0]
+      if op is Ops.INDEX and isinstance(src[0].dtype, ImageDType):
+        if src[1].dtype != dtypes.int32.vec(2): raise TypeError(f"image INDEX needs an int2 (x, y), got {src[1].dtype}")
+        images[u] = (s[0], s[1])
+        if len(src) > 2: gates[u] = s[2]
+      elif w.common(u, s): continue
       elif op is Ops.SPECIAL:
         if u.arg[:4] not in ("gidx", "lidx"): raise NotImplementedError(f"OpenCL renderer has no index {u.arg!r}")
         r[u] = u.arg
-        emit(f"int {u.arg} = get_{'group' if u.arg[0] == 'g' else 'local'}_id({u.arg[4:]}); /* {s[0]} */")
+        w.emit(f"int {u.arg} = get_{'group' if u.arg[0] == 'g' else 'local'}_id({u.arg[4:]}); /* {s[0]} */")
       elif op is Ops.CONST: r[u] = self.render_const(u.arg, dt)
       elif op is Ops.VCONST:
         r[u] = f"(({self.render_dtype(dt)})({','.join(self.render_const(x, dt) for x in u.arg)}))"
       elif op in (Ops.DEFINE_REG, Ops.DEFINE_LOCAL):
         assert isinstance(dt, PtrDType)
-        r[u] = fresh("acc" if op is Ops.DEFINE_REG else "temp")
+        r[u] = w.fresh("acc" if op is Ops.DEFINE_REG else "temp")
         base = self.render_dtype(dt.base, mem=not (self.half_storage_only and dt.base.scalar() == dtypes.float16))
-        emit(f"{'__local ' if op is Ops.DEFINE_LOCAL else ''}{base} {r[u]}[{dt.size}];")
-      elif op is Ops.RANGE:
-        r[u] = f"{AXIS_LETTER.get(u.arg[1], 'r')}idx{u.arg[0]}" if isinstance(u.arg, tuple) else f"ridx{u.arg}"
-        emit(f"for (int {r[u]} = 0; {r[u]} < {s[0]}; {r[u]}++) {{")
-        depth += 1
-      elif op in (Ops.END, Ops.ENDIF):
-        depth -= 1
-        emit("}")
-      elif op is Ops.IF:
-        emit(f"if ({s[0]}) {{")
-        depth += 1
-      elif op is Ops.BARRIER: emit("barrier(CLK_LOCAL_MEM_FENCE);")
-      elif op is Ops.INDEX:
-        if isinstance(src[0].dtype, ImageDType):
-          if src[1].dtype != dtypes.int32.vec(2):
-            raise TypeError(f"image INDEX needs an int2 (x, y), got {src[1].dtype}")
-          images[u] = (s[0], s[1])
-        else: r[u] = f"({s[0]}+{s[1]})"
-        if len(src) > 2: gates[u] = s[2]
+        w.emit(f"{'__local ' if op is Ops.DEFINE_LOCAL else ''}{base} {r[u]}[{dt.size}];")
+      elif op is Ops.BARRIER: w.emit("barrier(CLK_LOCAL_MEM_FENCE);")
       elif op is Ops.LOAD and src[0] in images:
         img, coord = images[src[0]]
-        r[u] = fresh("val")
         suf = "h" if src[0].src[0].dtype.base == dtypes.float16 else "f"
         ld = f"read_image{suf}({img}, smp, {coord})"
         if src[0] in gates: ld = f"({gates[src[0]]}?{ld}:({self.render_dtype(dt)})(0))"
-        emit(f"{self.render_dtype(dt)} {r[u]} = {ld};")
+        w.assign(u, ld, self.render_dtype(dt), "val")
       elif op is Ops.STORE and src[0] in images:
         img, coord = images[src[0]]
         suf = "h" if src[0].src[0].dtype.base == dtypes.float16 else "f"
-        st = f"write_image{suf}({img}, {coord}, {s[1]});"
-        emit(f"if ({gates[src[0]]}) {st}" if src[0] in gates else st)
+        w.store(src[0], f"write_image{suf}({img}, {coord}, {s[1]});")
       elif op is Ops.LOAD and self._half_mem(src[0]):
         if dt.count != 1: raise NotImplementedError(f"OpenCL storage-only half: no vector load of {dt}")
-        r[u] = fresh("val")
         ld = f"_h2f(*{s[0]})"
         if src[0] in gates: ld = f"({gates[src[0]]}?{ld}:0.0f)"
-        emit(f"float {r[u]} = {ld};")
+        w.assign(u, ld, "float", "val")
       elif op is Ops.STORE and self._half_mem(src[0]):
         if src[1].dtype.count != 1: raise NotImplementedError(f"OpenCL storage-only half: no vector store of {dt}")
-        st = f"*{s[0]} = _f2h({s[1]});"
-        emit(f"if ({gates[src[0]]}) {st}" if src[0] in gates else st)
+        w.store(src[0], f"*{s[0]} = _f2h({s[1]});")
       elif op is Ops.LOAD:
-        r[u] = fresh("val")
         ptr = s[0] if dt.count == 1 else f"(({self.render_dtype(src[0].dtype).replace('*', '')}{dt.count}*){s[0]})"
         ld = f"(*{ptr})"
         if dt.scalar() == dtypes.bool: ld = f"({ld}!=0)"
         zero = self.render_const(0, dt) if dt.count == 1 else f"({self.render_dtype(dt)})(0)"
         if src[0] in gates: ld = f"({gates[src[0]]}?{ld}:{zero})"
-        emit(f"{self.render_dtype(dt)} {r[u]} = {ld};")
+        w.assign(u, ld, self.render_dtype(dt), "val")
       elif op is Ops.STORE:
         vdt = src[1].dtype
         ptr = s[0] if vdt.count == 1 else f"(({self.render_dtype(src[0].dtype).replace('*', '')}{vdt.count}*){s[0]})"
-        st = f"*{ptr} = {s[1]};"
-        emit(f"if ({gates[src[0]]}) {st}" if src[0] in gates else st)
-      elif op in (Ops.GROUP, Ops.SINK, Ops.NOOP): pass
-      elif op is Ops.AFTER: r[u] = s[0]
+        w.store(src[0], f"*{ptr} = {s[1]};")
       elif op is Ops.CAST:
         expr = self.render_cast(s[0], src[0].dtype, dt)
         if self._half_val(dt): expr = self._round_half(f"({self.render_dtype(dt)})({s[0]})", dt)
-        if uses.get(u, 0) == 1: r[u] = expr
-        else:
-          r[u] = fresh("cast")
-          emit(f"{self.render_dtype(dt)} {r[u]} = {expr};")
+        w.assign(u, expr, self.render_dtype(dt), "cast", uses.get(u, 0) == 1)
       elif op is Ops.BITCAST and (self._half_val(dt) or self._half_val(src[0].dtype)):
         if dt.count != 1:
           raise NotImplementedError(f"OpenCL storage-only half: no vector bitcast {src[0].dtype} -> {dt}")
-        r[u] = fresh("cast")
-        if self._half_val(dt): emit(f"float {r[u]} = _h2f(as_ushort({s[0]}));")  # the 16 bits, read as a half
-        else: emit(f"{self.render_dtype(dt)} {r[u]} = as_{self.render_dtype(dt)}(_f2h({s[0]}));")  # exact: a half
-      elif op is Ops.BITCAST:
-        r[u] = fresh("cast")
-        emit(f"{self.render_dtype(dt)} {r[u]} = as_{self.render_dtype(dt)}({s[0]});")
-      elif op is Ops.VECTORIZE:
-        r[u] = fresh("vec")
-        emit(f"{self.render_dtype(dt)} {r[u]} = ({self.render_dtype(dt)})({','.join(s)});")
-      elif op is Ops.GEP:
-        r[u] = f"{s[0]}.s{u.arg[0] if isinstance(u.arg, tuple) else u.arg:x}"
+        if self._half_val(dt): w.assign(u, f"_h2f(as_ushort({s[0]}))", "float", "cast")  # the 16 bits, as a half
+        else: w.assign(u, f"as_{self.render_dtype(dt)}(_f2h({s[0]}))", self.render_dtype(dt), "cast")  # exact: a half
+      elif op is Ops.BITCAST: w.assign(u, f"as_{self.render_dtype(dt)}({s[0]})", self.render_dtype(dt), "cast")
+      elif op is Ops.VECTORIZE: w.assign(u, f"({self.render_dtype(dt)})({','.join(s)})", self.render_dtype(dt), "vec")
+      elif op is Ops.GEP: r[u] = f"{s[0]}.s{u.arg[0] if isinstance(u.arg, tuple) else u.arg:x}"
       elif op is Ops.WMMA: raise NotImplementedError("OpenCL renderer has no tensor cores (WMMA)")
       elif op in self.code_for_op:
         sdt = src[-1].dtype if op is Ops.WHERE else src[0].dtype
         expr = self.code_for_op[op](s, sdt)
         if self._half_val(dt) and op not in (Ops.WHERE, Ops.MAX, Ops.NEG): expr = self._round_half(expr, dt)
-        if uses.get(u, 0) == 1: r[u] = expr  # a pure value used once is written where it is used
-        else:
-          r[u] = fresh("alu")
-          emit(f"{self.render_dtype(dt)} {r[u]} = {expr};")
+        w.assign(u, expr, self.render_dtype(dt), "alu", uses.get(u, 0) == 1)  # used once: written where used
       else: raise NotImplementedError(f"OpenCL renderer can't render {op} ({dt}); supported ALU ops: "
                                       f"{', '.join(o.name for o in self.code_for_op)}")
     prefix = "#pragma OPENCL FP_CONTRACT OFF\n"  # IEEE in source order, like the CPU renderers (no a*b+c -> fma)
@@ -321,7 +273,7 @@ class OpenCLRenderer(Renderer):
       prefix += "__constant sampler_t smp = CLK_NORMALIZED_COORDS_FALSE | CLK_ADDRESS_CLAMP | CLK_FILTER_NEAREST;\n"
     for p in params:  # what a runtime needs to make each image param from its buffer (see IMAGE_LINE)
       if isinstance(p.dtype, ImageDType): prefix += f"/* image data{p.arg} {p.dtype.shape[0]}x{p.dtype.shape[1]} */\n"
-    return f"{prefix}__kernel void {name}({', '.join(args)}) {{\n" + "\n".join(lines) + "\n}\n"
+    return f"{prefix}__kernel void {name}({', '.join(args)}) {{\n" + "\n".join(w.lines) + "\n}\n"
 
 
 class OpenCLHalfStorageRenderer(OpenCLRenderer):
