@@ -1,11 +1,11 @@
 """tiny_runtime_amd: cheap descriptors, entry points, lazy import, and a clear error without an AMD GPU."""
-import os
 
 import pytest
 import tiny_runtime_amd
 from tiny_uop.helpers import Context
 from tiny_uop.plugins import Device, DeviceUnavailableError
-from tiny_uop.plugins.testing import check_descriptor, check_entry_point, check_import_is_cheap, check_unavailable
+from tiny_uop.plugins.testing import (check_descriptor, check_entry_point, check_import_is_cheap, check_unavailable,
+                                      hardware_present)
 
 CASES = [
   ('AMD', 'plugin', '/dev/kfd', r'no AMD GPU \(/dev/kfd missing\)'),
@@ -28,13 +28,13 @@ def test_import_is_cheap():
 
 @pytest.mark.parametrize("name, attr, path, msg", CASES)
 def test_open_without_hardware_is_a_clear_error(name, attr, path, msg):
-  if os.path.exists(path): pytest.skip(f"{name} hardware present on this machine")
+  if hardware_present(path): pytest.skip(f"{name} hardware present on this machine")
   with Context(TINY_PLUGINS="", DEV=""):
     check_unavailable(name, msg)
 
 
 def test_other_devices_keep_working_without_amd():
-  if os.path.exists("/dev/kfd"): pytest.skip("/dev/kfd present")
+  if hardware_present("/dev/kfd"): pytest.skip("/dev/kfd present")
   with Context(TINY_PLUGINS="", DEV=""):
     with pytest.raises(DeviceUnavailableError): Device["AMD"]
     assert "CPU" in list(Device.get_available_devices())

@@ -1,15 +1,14 @@
 """tiny_runtime_nv: cheap descriptors, entry points, lazy import, and honest errors until the driver exists."""
-import ctypes.util
-import os
 
 import pytest
 import tiny_runtime_nv
 from tiny_uop.helpers import Context
-from tiny_uop.plugins.testing import check_descriptor, check_entry_point, check_import_is_cheap, check_unavailable
+from tiny_uop.plugins.testing import (check_descriptor, check_entry_point, check_import_is_cheap, check_unavailable,
+                                      hardware_present)
 
 CASES = [
   ('NV', 'NV_PLUGIN', '/dev/nvidiactl', '/dev/nvidiactl not found'),
-  ('CUDA', 'CUDA_PLUGIN', None, 'libcuda not found'),
+  ('CUDA', 'CUDA_PLUGIN', 'libcuda', 'libcuda not found'),
 ]
 
 
@@ -27,14 +26,9 @@ def test_import_is_cheap():
   check_import_is_cheap("tiny_runtime_nv")
 
 
-def _hardware_present(name, path):
-  if path is not None: return os.path.exists(path)
-  return ctypes.util.find_library("cuda" if name == "CUDA" else "OpenCL") is not None
-
-
 @pytest.mark.parametrize("name, attr, path, msg", CASES)
 def test_open_without_hardware_is_a_clear_error(name, attr, path, msg):
-  if _hardware_present(name, path): pytest.skip(f"{name} hardware or library present on this machine")
+  if hardware_present(path): pytest.skip(f"{name} hardware or library present on this machine")
   with Context(TINY_PLUGINS="", DEV=""):
     check_unavailable(name, msg)
     check_unavailable("MOCK+" + name, "not implemented yet")
