@@ -77,6 +77,7 @@ def libcl() -> Any:
     "clSetKernelArg": (ctypes.c_int32, [vp, u32, sz, vp]),
     "clEnqueueNDRangeKernel": (ctypes.c_int32, [vp, vp, u32, vp, vp, vp, u32, vp, vp]),
     "clEnqueueReadBuffer": (ctypes.c_int32, [vp, vp, u32, sz, sz, vp, u32, vp, vp]),
+    "clEnqueueReadImage": (ctypes.c_int32, [vp, vp, u32, vp, vp, sz, sz, vp, u32, vp, vp]),
     "clEnqueueWriteBuffer": (ctypes.c_int32, [vp, vp, u32, sz, sz, vp, u32, vp, vp]),
     "clEnqueueCopyBuffer": (ctypes.c_int32, [vp, vp, vp, sz, sz, sz, u32, vp, vp]),
     "clFinish": (ctypes.c_int32, [vp]),
