@@ -5,8 +5,8 @@
 kernel declares as images (`dtypes.imagef((h, w, 4))`, IMAGE=1) are passed as RGBA float images made from the
 arrays' floats in order (h x w texels).
 The OpenCL bindings, context and program builds are the `CL` device's (tiny_runtime_qcom.cl); this runner only adds
-launches on numpy arrays (image params read back too, for hand-built image-writing kernels). Loaded in tests with
-importlib (pytest runs in importlib mode).
+launches on numpy arrays (image params read back too, for hand-built image-writing kernels). Tests import it by name
+(conftest.py puts this folder on sys.path).
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Test helper: run a compiled kernel (ProgramSpec) on numpy arrays without a runtime.
 
 LLVM objects (ELF relocatable) load into a fresh llvmlite MCJIT engine; shared objects (clang) load with ctypes.
-Loaded in tests with `load_runner()` (pytest runs in importlib mode, so test folders are not on sys.path).
+Tests import it by name (conftest.py puts this folder on sys.path).
 """
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
 """Compile and run hand-built kernel ASTs with both CPU renderers (LLVM IR via llvmlite, C via clang) vs numpy."""
 from __future__ import annotations
 
-import importlib.util
-import pathlib
 import shutil
 
 import numpy as np
@@ -15,10 +13,7 @@ from tiny_codegen import get_program
 from tiny_codegen.renderer.cstyle import ClangRenderer
 from tiny_codegen.renderer.llvmir import LLVMRenderer
 
-_spec = importlib.util.spec_from_file_location("codegen_kernel_runner",
-                                               pathlib.Path(__file__).with_name("kernel_runner.py"))
-kr = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
-_spec.loader.exec_module(kr)  # type: ignore[union-attr]
+import kernel_runner as kr
 
 OPT = pytest.mark.parametrize("opt", [False, True], ids=["noopt", "opt"])
 RENDERERS = [pytest.param(LLVMRenderer, id="llvm"),

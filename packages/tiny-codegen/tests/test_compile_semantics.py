@@ -3,9 +3,7 @@ leave undefined or define differently: integer division by 0 and -1, shift count
 zeros, float CDIV/CMOD, bool arithmetic."""
 from __future__ import annotations
 
-import importlib.util
 import math
-import pathlib
 import shutil
 
 import numpy as np
@@ -18,10 +16,7 @@ from tiny_codegen import get_program
 from tiny_codegen.renderer.cstyle import ClangRenderer
 from tiny_codegen.renderer.llvmir import LLVMRenderer
 
-_spec = importlib.util.spec_from_file_location("codegen_kernel_runner_sem",
-                                               pathlib.Path(__file__).with_name("kernel_runner.py"))
-kr = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
-_spec.loader.exec_module(kr)  # type: ignore[union-attr]
+import kernel_runner as kr
 
 RENDERERS = [pytest.param(LLVMRenderer, id="llvm"),
              pytest.param(ClangRenderer, id="clang", marks=pytest.mark.skipif(

@@ -4,8 +4,6 @@
 PoCL runs skip, with the reason, where no OpenCL platform is installed (`apt-get install pocl-opencl-icd`)."""
 from __future__ import annotations
 
-import importlib.util
-import pathlib
 from types import SimpleNamespace
 
 import numpy as np
@@ -19,13 +17,10 @@ from tiny_codegen.compiler.opencl import OpenCLCompiler, find_clang
 from tiny_codegen.renderer.opencl import OpenCLHalfStorageRenderer, OpenCLRenderer
 from tiny_codegen.renderer.ptx import PTXRenderer
 
-_spec = importlib.util.spec_from_file_location("gpu_cl_runner", pathlib.Path(__file__).with_name("gpu_cl_runner.py"))
-clr = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
-_spec.loader.exec_module(clr)  # type: ignore[union-attr]
+import gpu_cl_runner as clr
+import test_gpu_render
 
-_spec2 = importlib.util.spec_from_file_location("gpu_ptx_interp", pathlib.Path(__file__).with_name("gpu_ptx_interp.py"))
-ptxi = importlib.util.module_from_spec(_spec2)  # type: ignore[arg-type]
-_spec2.loader.exec_module(ptxi)  # type: ignore[union-attr]
+import gpu_ptx_interp as ptxi
 
 _why = clr.available()
 needs_pocl = pytest.mark.skipif(_why is not None, reason=_why or "")
@@ -196,13 +191,6 @@ def test_bfloat16_through_float(target):
   np.testing.assert_array_equal((C.astype(np.uint32) << 16).view(np.float32), vals * 2 + 1)
 
 
-def _load_test(name: str) -> object:
-  s = importlib.util.spec_from_file_location(name, pathlib.Path(__file__).with_name(f"{name}.py"))
-  m = importlib.util.module_from_spec(s)  # type: ignore[arg-type]
-  s.loader.exec_module(m)  # type: ignore[union-attr]
-  return m
-
-
 def run_linear(target: str, prg: list[UOp], bufs: list[np.ndarray], gsz: tuple, lsz: tuple) -> None:
   """Render a hand-built linear program for `target` and run it."""
   name = prg[-1].arg.name
@@ -215,7 +203,7 @@ def run_linear(target: str, prg: list[UOp], bufs: list[np.ndarray], gsz: tuple, 
 
 @TARGETS
 def test_shared_memory_and_barrier_run(target):
-  prg = _load_test("test_gpu_render").shared_reverse_program(16)  # type: ignore[attr-defined]
+  prg = test_gpu_render.shared_reverse_program(16)
   A = rng.standard_normal(64).astype(np.float32)
   C = np.zeros(64, np.float32)
   run_linear(target, prg, [C, A], (4, 1, 1), (16, 1, 1))
@@ -224,7 +212,7 @@ def test_shared_memory_and_barrier_run(target):
 
 @TARGETS
 def test_vector_load_store_run(target):
-  prg = _load_test("test_gpu_render").vector_program()  # type: ignore[attr-defined]
+  prg = test_gpu_render.vector_program()
   A = rng.standard_normal(64).astype(np.float32)
   C = np.zeros(64, np.float32)
   run_linear(target, prg, [C, A], (16, 1, 1), (1, 1, 1))
@@ -270,7 +258,7 @@ def test_ptx_wmma_computes_a_matmul(k, din):
   # one warp: D (16x8) = A (16xk) @ B (kx8) + C, fragments placed per the PTX ISA layout (see gpu_ptx_interp). This
   # checks operand order, shapes and the f16/bf16 types; it can't see the half-packing order (a permutation of k
   # applied to A and B alike leaves A @ B unchanged), which follows PTX's `mov.b32 d, {lo, hi}`.
-  render = _load_test("test_gpu_render")
+  render = test_gpu_render
   n_a, n_b = (8, 4) if k == 16 else (4, 2)
   name = "wmma_bf16" if din == dtypes.uint16 else "wmma"
   prg = render.wmma_program(n_a, n_b, 4, din=din, name=name)  # type: ignore[attr-defined]

@@ -4,9 +4,7 @@ a fused softmax, grouped and register-blocked matmuls -- give numpy's results in
 where tiny-runtime-amd is installed, on MOCK+AMD (the RDNA3 emulator running the real code object)."""
 from __future__ import annotations
 
-import importlib.util
 import math
-import pathlib
 
 import numpy as np
 import pytest
@@ -24,14 +22,8 @@ from tiny_codegen.renderer.opencl import OpenCLRenderer
 from tiny_codegen.renderer.ptx import PTXRenderer
 
 
-def _load(name: str) -> object:
-  s = importlib.util.spec_from_file_location(name, pathlib.Path(__file__).with_name(f"{name}.py"))
-  m = importlib.util.module_from_spec(s)  # type: ignore[arg-type]
-  s.loader.exec_module(m)  # type: ignore[union-attr]
-  return m
-
-
-clr, ptxi = _load("gpu_cl_runner"), _load("gpu_ptx_interp")
+import gpu_cl_runner as clr
+import gpu_ptx_interp as ptxi
 _why = clr.available()  # type: ignore[attr-defined]
 needs_pocl = pytest.mark.skipif(_why is not None, reason=_why or "")
 rng = np.random.default_rng(1)

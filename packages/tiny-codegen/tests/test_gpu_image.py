@@ -5,8 +5,6 @@ numpy, and a whole small convnet forward -- conv weights and (padded) activation
 `NULL:OPENCL` with IMAGE=1 and replayed kernel by kernel on PoCL, equal to numpy."""
 from __future__ import annotations
 
-import importlib.util
-import pathlib
 import re
 
 import numpy as np
@@ -21,14 +19,7 @@ from tiny_codegen.lower.image import image_params, image_shape
 from tiny_codegen.renderer.opencl import OpenCLRenderer, image_params_of
 
 
-def _load(name: str) -> object:
-  s = importlib.util.spec_from_file_location(name, pathlib.Path(__file__).with_name(f"{name}.py"))
-  m = importlib.util.module_from_spec(s)  # type: ignore[arg-type]
-  s.loader.exec_module(m)  # type: ignore[union-attr]
-  return m
-
-
-clr = _load("gpu_cl_runner")
+import gpu_cl_runner as clr
 _why = clr.available()  # type: ignore[attr-defined]
 needs_pocl = pytest.mark.skipif(_why is not None, reason=_why or "")
 rng = np.random.default_rng(3)

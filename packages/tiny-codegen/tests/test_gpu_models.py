@@ -5,7 +5,6 @@ objects (ELF shared objects with the kernel descriptors and metadata), clang's O
 """
 from __future__ import annotations
 
-import importlib.util
 import pathlib
 import re
 import shutil
@@ -240,9 +239,7 @@ def _read_vaddr(lib: bytes, vaddr: int, n: int) -> bytes:
 def test_amd_descriptor_records_lds_size():
   from tiny_codegen.compiler.amdgpu import AMDGPUCompiler
   from tiny_codegen.renderer.amdgpu import AMDGPURenderer
-  s = importlib.util.spec_from_file_location("test_gpu_render", pathlib.Path(__file__).with_name("test_gpu_render.py"))
-  m = importlib.util.module_from_spec(s)  # type: ignore[arg-type]
-  s.loader.exec_module(m)  # type: ignore[union-attr]
+  import test_gpu_render as m
   lib = AMDGPUCompiler("gfx1100").compile(AMDGPURenderer("gfx1100").render(m.shared_reverse_program(16)))
   assert struct.unpack_from("<H", lib, 16)[0] == 3 and struct.unpack_from("<H", lib, 18)[0] == 224  # ET_DYN, EM_AMDGPU
   assert lib[7] == 64  # ELFOSABI_AMDGPU_HSA
@@ -277,9 +274,7 @@ def test_opencl_kernels_pass_clang(model):
 
 
 def test_opencl_kernels_build_on_pocl():
-  s = importlib.util.spec_from_file_location("gpu_cl_runner", pathlib.Path(__file__).with_name("gpu_cl_runner.py"))
-  clr = importlib.util.module_from_spec(s)  # type: ignore[arg-type]
-  s.loader.exec_module(clr)  # type: ignore[union-attr]
+  import gpu_cl_runner as clr
   if (why := clr.available()) is not None: pytest.skip(why)
   specs = compiled("OPENCL", "transformer")
   for spec in specs: assert clr.build(spec.src, spec.name).value
@@ -321,9 +316,7 @@ def test_models_replayed_on_pocl_match_reference(model, monkeypatch):
   """Every kernel of the model -- random init, forward, backward -- compiled for NULL:OPENCL (GROUPTOP reductions in
   shared memory among them), run in order on PoCL; the outputs equal the same model (same seed) on the PYTHON
   device, unoptimized (the reference interpreter, no workgroup reductions)."""
-  s = importlib.util.spec_from_file_location("gpu_cl_runner", pathlib.Path(__file__).with_name("gpu_cl_runner.py"))
-  clr = importlib.util.module_from_spec(s)  # type: ignore[arg-type]
-  s.loader.exec_module(clr)  # type: ignore[union-attr]
+  import gpu_cl_runner as clr
   if (why := clr.available()) is not None: pytest.skip(why)
   from tiny_tensor import creation
   from tiny_uop.device import Buffer

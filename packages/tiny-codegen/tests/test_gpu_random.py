@@ -3,9 +3,6 @@ renderers. OpenCL runs on PoCL vs numpy; the same ASTs must compile for PTX (ptx
 dims (the lowering is shared; only the renderers differ), and the PTX runs in our PTX interpreter vs numpy too."""
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -18,13 +15,9 @@ from tiny_codegen.renderer.amdgpu import AMDGPURenderer
 from tiny_codegen.renderer.opencl import OpenCLRenderer
 from tiny_codegen.renderer.ptx import PTXRenderer
 
-_spec = importlib.util.spec_from_file_location("gpu_cl_runner", pathlib.Path(__file__).with_name("gpu_cl_runner.py"))
-clr = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
-_spec.loader.exec_module(clr)  # type: ignore[union-attr]
+import gpu_cl_runner as clr
 
-_spec2 = importlib.util.spec_from_file_location("gpu_ptx_interp", pathlib.Path(__file__).with_name("gpu_ptx_interp.py"))
-ptxi = importlib.util.module_from_spec(_spec2)  # type: ignore[arg-type]
-_spec2.loader.exec_module(ptxi)  # type: ignore[union-attr]
+import gpu_ptx_interp as ptxi
 
 NP_RED = {Ops.ADD: np.sum, Ops.MAX: np.max}
 _why = clr.available()

@@ -3,9 +3,7 @@ differently: integer division by 0 and -1, shift counts, float MAX with NaN and 
 float -> int casts out of range. PTX runs in the PTX interpreter, OpenCL on PoCL."""
 from __future__ import annotations
 
-import importlib.util
 import math
-import pathlib
 
 import numpy as np
 import pytest
@@ -18,14 +16,8 @@ from tiny_codegen.renderer.opencl import OpenCLHalfStorageRenderer, OpenCLRender
 from tiny_codegen.renderer.ptx import PTXRenderer
 
 
-def _load(name: str) -> object:
-  s = importlib.util.spec_from_file_location(name, pathlib.Path(__file__).with_name(f"{name}.py"))
-  m = importlib.util.module_from_spec(s)  # type: ignore[arg-type]
-  s.loader.exec_module(m)  # type: ignore[union-attr]
-  return m
-
-
-clr, ptxi = _load("gpu_cl_runner"), _load("gpu_ptx_interp")
+import gpu_cl_runner as clr
+import gpu_ptx_interp as ptxi
 _why = clr.available()  # type: ignore[attr-defined]
 TARGETS = pytest.mark.parametrize("target", [pytest.param("opencl", marks=pytest.mark.skipif(_why is not None,
                                                                                            reason=_why or "")), "ptx"])

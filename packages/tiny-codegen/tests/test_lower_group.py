@@ -2,9 +2,6 @@
 checked for structure and run on PoCL (real barriers) through the OpenCL renderer."""
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-
 import numpy as np
 import pytest
 from tiny_uop import Context, KernelInfo, Ops, UOp, dtypes
@@ -14,10 +11,7 @@ from tiny_uop.uop import AxisType
 from tiny_codegen import get_program
 from tiny_codegen.lower import lower
 
-_spec = importlib.util.spec_from_file_location("gpu_cl_runner_group",
-                                               pathlib.Path(__file__).with_name("gpu_cl_runner.py"))
-clr = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
-_spec.loader.exec_module(clr)  # type: ignore[union-attr]
+import gpu_cl_runner as clr
 
 
 class FakeGPU(Renderer):

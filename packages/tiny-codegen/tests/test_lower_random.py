@@ -1,9 +1,6 @@
 """Property test: random reduce kernels, with random UPCAST/UNROLL splits and thread counts, vs numpy (LLVM)."""
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -13,10 +10,7 @@ from tiny_uop.uop import AxisType
 from tiny_codegen import get_program
 from tiny_codegen.renderer.llvmir import LLVMRenderer
 
-_spec = importlib.util.spec_from_file_location("codegen_kernel_runner",
-                                               pathlib.Path(__file__).with_name("kernel_runner.py"))
-kr = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
-_spec.loader.exec_module(kr)  # type: ignore[union-attr]
+import kernel_runner as kr
 
 NP_RED = {Ops.ADD: np.sum, Ops.MAX: np.max, Ops.MUL: np.prod}
 

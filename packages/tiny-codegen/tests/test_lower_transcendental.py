@@ -1,8 +1,6 @@
 """Our polynomial exp2/log2/sin (tiny_codegen.lower.transcendental) compiled and run: ulp error vs numpy in float64."""
 from __future__ import annotations
 
-import importlib.util
-import pathlib
 import shutil
 
 import numpy as np
@@ -12,10 +10,7 @@ from tiny_uop import Context, KernelInfo, Ops, UOp, dtypes
 from tiny_codegen import get_program
 from tiny_codegen.renderer.llvmir import LLVMRenderer
 
-_spec = importlib.util.spec_from_file_location("codegen_kernel_runner",
-                                               pathlib.Path(__file__).with_name("kernel_runner.py"))
-kr = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
-_spec.loader.exec_module(kr)  # type: ignore[union-attr]
+import kernel_runner as kr
 
 MODES = [pytest.param(dtypes.float32, True, id="f32_via_f64"), pytest.param(dtypes.float32, False, id="f32"),
          pytest.param(dtypes.float64, False, id="f64")]

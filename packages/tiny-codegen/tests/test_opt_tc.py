@@ -3,8 +3,6 @@ interpreter (tests/gpu_ptx_interp.py) against numpy, by ptxas where installed, a
 wave32 WMMA (layout, IR and assembly here; numbers on the RDNA3 emulator in tiny-runtime-amd)."""
 from __future__ import annotations
 
-import importlib.util
-import pathlib
 import re
 
 import numpy as np
@@ -19,9 +17,7 @@ from tiny_codegen.opt import Kernel, KernelOptError, Opt, OptOps, apply_opts, ha
 from tiny_codegen.renderer.llvmir import LLVMRenderer
 from tiny_codegen.renderer.ptx import PTXRenderer
 
-_spec = importlib.util.spec_from_file_location("gpu_ptx_interp", pathlib.Path(__file__).with_name("gpu_ptx_interp.py"))
-ptxi = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
-_spec.loader.exec_module(ptxi)  # type: ignore[union-attr]
+import gpu_ptx_interp as ptxi
 
 TC = Opt(OptOps.TC, 0, -1)
 

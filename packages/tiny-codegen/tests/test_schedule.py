@@ -5,9 +5,6 @@ compared with a direct numpy evaluation of the same tensor graph.
 """
 from __future__ import annotations
 
-import importlib.util
-import os
-
 import numpy as np
 import pytest
 
@@ -17,10 +14,7 @@ from tiny_uop.helpers import prod
 from tiny_codegen.schedule import ScheduleResult, clear_schedule_cache, create_schedule, memory_plan
 from tiny_codegen.schedule import schedule as schedule_mod
 
-_spec = importlib.util.spec_from_file_location("schedule_ref",
-                                               os.path.join(os.path.dirname(__file__), "test_schedule_ref.py"))
-ref = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(ref)
+import test_schedule_ref as ref
 
 RNG = np.random.default_rng(0)
 

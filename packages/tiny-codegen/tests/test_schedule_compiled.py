@@ -1,9 +1,6 @@
 """Scheduled kernels compiled by tiny-codegen (LLVM IR via llvmlite) and run on numpy buffers, vs numpy."""
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-
 import numpy as np
 import pytest
 
@@ -12,16 +9,9 @@ from tiny_uop import Ops, UOp, Variable, dtypes
 from tiny_codegen.schedule import create_schedule
 
 
-def _load(name: str, file: str):
-  spec = importlib.util.spec_from_file_location(name, pathlib.Path(__file__).with_name(file))
-  mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-  spec.loader.exec_module(mod)  # type: ignore[union-attr]
-  return mod
-
-
-ref = _load("schedule_ref_c", "test_schedule_ref.py")
-kr = _load("schedule_kernel_runner", "kernel_runner.py")
-T = _load("schedule_tests_c", "test_schedule.py")
+import kernel_runner as kr  # noqa: E402
+import test_schedule as T  # noqa: E402
+import test_schedule_ref as ref  # noqa: E402
 
 from tiny_codegen import get_program  # noqa: E402
 from tiny_codegen.renderer.llvmir import LLVMRenderer  # noqa: E402

@@ -2,9 +2,6 @@
 the reference kernel evaluator (and, for fewer examples, compiled with LLVM), equal to numpy on the tensor graph."""
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -15,14 +12,7 @@ from tiny_uop.helpers import prod
 from tiny_codegen.schedule import create_schedule
 
 
-def _load(name: str, file: str):
-  spec = importlib.util.spec_from_file_location(name, pathlib.Path(__file__).with_name(file))
-  mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-  spec.loader.exec_module(mod)  # type: ignore[union-attr]
-  return mod
-
-
-ref = _load("schedule_ref_f", "test_schedule_ref.py")
+import test_schedule_ref as ref  # noqa: E402
 
 
 def _factor(n: int, draw) -> tuple[int, ...]:
@@ -100,7 +90,7 @@ except ImportError:  # pragma: no cover
 @given(program())
 def test_random_programs_compiled(prog):
   if not HAVE_CODEGEN: return
-  kr = _load("schedule_kernel_runner_f", "kernel_runner.py")
+  import kernel_runner as kr
   out, ins = prog
   sched = create_schedule(UOp.sink(out))
   env = {b: a.copy() for b, a in ins.items()}
