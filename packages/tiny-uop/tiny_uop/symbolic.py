@@ -432,39 +432,19 @@ def _scaled_sum(items: list[tuple[UOp, int]], g: int, dt: DType) -> UOp | None:
   return _build_sum(items, 0, dt) if _fits(dt, lo, hi) else None
 
 
-def _lt_const(x: UOp, e: UOp, c: UOp) -> UOp | None:
-  # e + k < c -> e < c-k; g*e < c -> e < ceil(c/g); -e < c -> -c < e
+def _cmp_const(x: UOp, e: UOp, c: UOp, const_first: bool) -> UOp | None:
+  """`e < c` (or `c < e` when `const_first`) with e linear: the constant part moves to c and the common factor g
+  divides out, rounding c the way that keeps the comparison exact (e + k < c -> e < c-k; g*e < c -> e < ceil(c/g);
+  c < g*e -> floor(c/g) < e; a negated sum flips sides)."""
   if e.dtype not in _SINTS or (p := _cmp_parts(e, c.arg)) is None: return None
   items, cc, g = p
   neg = all(v < 0 for _, v in items)
-  if neg: items = [(a, -v) for a, v in items]
+  if neg: items, cc = [(a, -v) for a, v in items], -cc
   if (s := _scaled_sum(items, g, e.dtype)) is None: return None
-  if not neg:
-    nc = -((-cc) // g)  # ceil
-    if not _fits(e.dtype, nc, nc): return None
-    ret = UOp(Ops.CMPLT, dtypes.bool, (s, _const(e.dtype, nc)))
-  else:  # -g*s < cc  <=>  s > -cc/g  <=>  floor(-cc/g) < s
-    nc = (-cc) // g
-    if not _fits(e.dtype, nc, nc): return None
-    ret = UOp(Ops.CMPLT, dtypes.bool, (_const(e.dtype, nc), s))
-  return None if ret is x else ret
-
-
-def _const_lt(x: UOp, c: UOp, e: UOp) -> UOp | None:
-  # c < e + k -> c-k < e; c < g*e -> floor(c/g) < e; c < -e -> e < -c
-  if e.dtype not in _SINTS or (p := _cmp_parts(e, c.arg)) is None: return None
-  items, cc, g = p
-  neg = all(v < 0 for _, v in items)
-  if neg: items = [(a, -v) for a, v in items]
-  if (s := _scaled_sum(items, g, e.dtype)) is None: return None
-  if not neg:
-    nc = cc // g
-    if not _fits(e.dtype, nc, nc): return None
-    ret = UOp(Ops.CMPLT, dtypes.bool, (_const(e.dtype, nc), s))
-  else:  # cc < -g*s  <=>  s < -cc/g  <=>  s < ceil(-cc/g)
-    nc = -(cc // g)
-    if not _fits(e.dtype, nc, nc): return None
-    ret = UOp(Ops.CMPLT, dtypes.bool, (s, _const(e.dtype, nc)))
+  s_first = const_first == neg  # the scaled sum ends up on the left: s < ceil(cc/g), else floor(cc/g) < s
+  nc = -((-cc) // g) if s_first else cc // g
+  if not _fits(e.dtype, nc, nc): return None
+  ret = UOp(Ops.CMPLT, dtypes.bool, (s, _const(e.dtype, nc)) if s_first else (_const(e.dtype, nc), s))
   return None if ret is x else ret
 
 
@@ -525,8 +505,10 @@ symbolic = symbolic_simple + PatternMatcher([
   (UPat((Ops.CDIV, Ops.CMOD), src=(UPat(Ops.MUL), UPat.var()), name="x"), _divmod_var),
   # comparisons against constants: x+k < c -> x < c-k, x*g < c -> x < ceil(c/g), -x < c -> -c < x,
   # x*g == c -> x == c/g (or False), !(x < c) -> c-1 < x
-  (UPat(Ops.CMPLT, src=(UPat.var("e"), UPat.cvar("c", vec=False)), name="x"), _lt_const),
-  (UPat(Ops.CMPLT, src=(UPat.cvar("c", vec=False), UPat.var("e")), name="x"), _const_lt),
+  (UPat(Ops.CMPLT, src=(UPat.var("e"), UPat.cvar("c", vec=False)), name="x"),
+   lambda x, e, c: _cmp_const(x, e, c, const_first=False)),
+  (UPat(Ops.CMPLT, src=(UPat.cvar("c", vec=False), UPat.var("e")), name="x"),
+   lambda x, e, c: _cmp_const(x, e, c, const_first=True)),
   (UPat((Ops.CMPNE, Ops.CMPEQ), src=(UPat(_LINEAR_OPS, name="e"), UPat.cvar("c", vec=False)), name="x"), _eq_const),
   (UPat(Ops.CMPLT, src=(UPat.var("a"), UPat.var("b"))).ne(True), _not_lt),
   # max(a, b) decided by ranges
