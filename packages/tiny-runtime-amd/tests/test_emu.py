@@ -3,15 +3,13 @@ semantics (computed here with Python ints and numpy float32), and a decode check
 from __future__ import annotations
 
 import ctypes
-import re
 
 import numpy as np
 import pytest
 from tiny_runtime_amd.emu.encode import (V, Code, ds, glob, smem, sop1, sop2, sopc, sopk, sopp, vop1, vop2, vop3, vopc,
                                            vopd)
 
-from tiny_runtime_amd.elf import ELF
-from tiny_runtime_amd.emu.rdna3 import EXEC_LO, LITERAL, NULL, VCC_LO, Emulator, UnsupportedInstruction, Wave, decode
+from tiny_runtime_amd.emu.rdna3 import EXEC_LO, LITERAL, NULL, VCC_LO, Emulator, UnsupportedInstruction, Wave
 
 M32 = 0xFFFFFFFF
 rng = np.random.default_rng(0)
@@ -402,22 +400,7 @@ def _no_lld() -> bool:
 @pytest.mark.skipif(_no_lld(), reason="ld.lld not installed: unlinked objects leave the entry offset to a relocation")
 @pytest.mark.parametrize("ast", _kernels(), ids=lambda a: a.arg.name)
 def test_decode_matches_compiler_assembly(ast):
+  from amd_listing import check_decode_matches_assembly
   from tiny_codegen import get_program
-  from tiny_codegen.compiler.amdgpu import AMDGPUCompiler
   from tiny_codegen.renderer.amdgpu import AMDGPURenderer
-  spec = get_program(ast, AMDGPURenderer("gfx1100"))
-  asm = AMDGPUCompiler("gfx1100").assembly(spec.src)
-  text = asm[asm.index(f"{spec.name}:\n"):asm.index("s_endpgm")]
-  want = []
-  for line in text.splitlines()[1:]:
-    line = line.split(";")[0].strip()
-    if not line or line.startswith(".") or line.endswith(":"): continue
-    want += re.findall(r"v_dual_\w+", line) or [line.split()[0]]
-  elf = ELF.parse(spec.lib)
-  _, off, kd = elf.kernel()
-  img, pc, got = elf.image(), off + kd.kernel_code_entry_byte_offset, []
-  while (inst := decode(img, pc)).name != "s_endpgm":
-    got += inst.name.split(" :: ")
-    pc += inst.size
-  def norm(n: str) -> str: return re.sub(r"_e(32|64)$", "", n)
-  assert [norm(n) for n in got] == [norm(n) for n in want]
+  check_decode_matches_assembly(get_program(ast, AMDGPURenderer("gfx1100")))

@@ -99,26 +99,8 @@ DECODE_CASES = [(lambda x, y: x / (y * y + 1), dtypes.float16, dtypes.float16),
 @pytest.mark.parametrize("fn, din, dout", DECODE_CASES, ids=["half_div", "half_where", "int8", "double_div", "h2f"])
 def test_decode_matches_llvm_assembly(fn, din, dout):
   """Every instruction of the code object decodes to the mnemonic (and size) LLVM's own assembly listing has."""
-  import re
-
-  from tiny_codegen.compiler.amdgpu import AMDGPUCompiler
-  from tiny_runtime_amd.elf import ELF
-  from tiny_runtime_amd.emu.rdna3 import decode
+  from amd_listing import check_decode_matches_assembly
   c, x, y = UOp(Ops.PARAM, dout.ptr(N), arg=0), UOp(Ops.PARAM, din.ptr(N), arg=1), UOp(Ops.PARAM, din.ptr(N), arg=2)
   i = UOp.range(N, 0)
-  spec = get_program(c.index(i).store(fn(x.index(i).load(), y.index(i).load())).sink(arg=KernelInfo("k")),
-                     AMDGPURenderer("gfx1100"))
-  asm = AMDGPUCompiler("gfx1100").assembly(spec.src)
-  want = []
-  for line in asm[asm.index(f"{spec.name}:\n"):asm.index("s_endpgm")].splitlines()[1:]:
-    line = line.split(";")[0].strip()
-    if line and not line.startswith(".") and not line.endswith(":"):
-      want += re.findall(r"v_dual_\w+", line) or [line.split()[0]]
-  elf = ELF.parse(spec.lib)
-  _, off, kd = elf.kernel()
-  img, pc, got = elf.image(), off + kd.kernel_code_entry_byte_offset, []
-  while (inst := decode(img, pc)).name != "s_endpgm":
-    got += inst.name.split(" :: ")
-    pc += inst.size
-  def norm(n: str) -> str: return re.sub(r"_e(32|64)$", "", n)
-  assert [norm(n) for n in got] == [norm(n) for n in want]
+  check_decode_matches_assembly(get_program(c.index(i).store(fn(x.index(i).load(), y.index(i).load()))
+                                            .sink(arg=KernelInfo("k")), AMDGPURenderer("gfx1100")))
