@@ -16,13 +16,13 @@ import shutil
 import struct
 import subprocess
 import tempfile
-import threading
 from typing import Any
 
 from tiny_uop.device import CompileError, Compiler
 
+from tiny_codegen.compiler.llvm import llvm_lock, optimize_module
+
 TRIPLE = "amdgcn-amd-amdhsa"
-_lock = threading.Lock()
 
 
 @functools.cache
@@ -72,20 +72,9 @@ class AMDGPUCompiler(Compiler):
     return self._emit(src, asm=True)  # type: ignore[return-value]
 
   def _emit(self, src: str, asm: bool) -> bytes | str:
-    llvm = _llvm()
-    with _lock:  # llvmlite's global context is not thread-safe
-      try:
-        mod = llvm.parse_assembly(src)
-        mod.verify()
-      except RuntimeError as e:
-        raise CompileError(f"invalid AMDGPU LLVM IR: {e}\n--- source ---\n{src}") from e
-      tm = _target_machine(self.arch, self.opt)
-      mod.triple = TRIPLE
-      mod.data_layout = str(tm.target_data)
-      if self.opt > 0:
-        pto = llvm.create_pipeline_tuning_options(speed_level=self.opt)
-        pb = llvm.create_pass_builder(tm, pto)
-        pb.getModulePassManager().run(mod, pb)
+    tm = _target_machine(self.arch, self.opt)
+    with llvm_lock:
+      mod = optimize_module(src, tm, TRIPLE, "AMDGPU ", self.opt)
       try: return str(tm.emit_assembly(mod)) if asm else bytes(tm.emit_object(mod))
       except RuntimeError as e:
         raise CompileError(f"AMDGPU backend failed for {self.arch}: {e}\n--- source ---\n{src}") from e

@@ -12,7 +12,7 @@ from typing import Any
 
 from tiny_uop.device import CompileError, Compiler
 
-_lock = threading.Lock()
+llvm_lock = threading.Lock()  # one for every llvmlite user: its global context is not thread-safe
 
 
 @functools.cache
@@ -44,6 +44,26 @@ def datalayout(triple: str | None = None) -> str:
   return str(_target_machine(triple or t, cpu, feats, 2).target_data)
 
 
+def optimize_module(src: str, tm: Any, triple: str, target: str = "", opt: int = 2, vectorize: bool = False) -> Any:
+  """LLVM IR `src` parsed and verified (CompileError "invalid {target}LLVM IR" with the source when it isn't), given
+  `triple` and `tm`'s data layout, through the new pass manager at -O`opt` (`vectorize`: loop and SLP vectorizers).
+  Shared by the CPU, AMDGPU and NVPTX compilers; call it holding `llvm_lock` (llvmlite's context isn't
+  thread-safe)."""
+  import llvmlite.binding as llvm
+  try:
+    mod = llvm.parse_assembly(src)
+    mod.verify()
+  except RuntimeError as e:
+    raise CompileError(f"invalid {target}LLVM IR: {e}\n--- source ---\n{src}") from e
+  mod.triple, mod.data_layout = triple, str(tm.target_data)
+  if opt > 0:
+    pto = llvm.create_pipeline_tuning_options(speed_level=opt)
+    if vectorize: pto.loop_vectorization = pto.slp_vectorization = True
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(mod, pb)
+  return mod
+
+
 class LLVMCompiler(Compiler):
   """LLVM IR text -> object file bytes (see the module docstring)."""
 
@@ -60,26 +80,11 @@ class LLVMCompiler(Compiler):
     return str(self._optimize(src))
 
   def _optimize(self, src: str) -> Any:
-    llvm = _llvm()
-    try:
-      mod = llvm.parse_assembly(src)
-      mod.verify()
-    except RuntimeError as e:
-      raise CompileError(f"invalid LLVM IR: {e}\n--- source ---\n{src}") from e
-    mod.triple = self.triple
-    tm = self.target_machine
-    mod.data_layout = str(tm.target_data)
-    if self.opt > 0:
-      pto = llvm.create_pipeline_tuning_options(speed_level=self.opt)
-      pto.loop_vectorization = True
-      pto.slp_vectorization = True
-      pb = llvm.create_pass_builder(tm, pto)
-      pb.getModulePassManager().run(mod, pb)
-    return mod
+    return optimize_module(src, self.target_machine, self.triple, "", self.opt, vectorize=True)
 
   def compile(self, src: str) -> bytes:
     """Compile LLVM IR `src` to an object file; raise CompileError naming the problem on invalid IR."""
-    with _lock:  # llvmlite's global context is not thread-safe
+    with llvm_lock:
       mod = self._optimize(src)
       return bytes(self.target_machine.emit_object(mod))
 

@@ -11,19 +11,18 @@ Useful to cross-check PTXRenderer: both must produce kernels ptxas accepts, with
 from __future__ import annotations
 
 import functools
-import threading
 from typing import Any
 
 from tiny_uop.device import CompileError, Compiler
 from tiny_uop.dtype import AddrSpace, DType, dtypes
 from tiny_uop.uop import Ops, UOp
 
+from tiny_codegen.compiler.llvm import llvm_lock, optimize_module
 from tiny_codegen.compiler.ptx import PTXCompiler
 from tiny_codegen.renderer.amdgpu import _AMDGPUEmitter
 from tiny_codegen.renderer.ptx import NVRenderer, _sm
 
 TRIPLE = "nvptx64-nvidia-cuda"
-_lock = threading.Lock()
 
 
 @functools.cache
@@ -46,18 +45,8 @@ class NVPTXCompiler(Compiler):
 
   def to_ptx(self, src: str) -> str:
     """The PTX LLVM's NVPTX backend writes for IR `src` (optimized at -O2)."""
-    import llvmlite.binding as llvm
     tm = _target_machine(self.arch)
-    with _lock:  # llvmlite's global context is not thread-safe
-      try:
-        mod = llvm.parse_assembly(src)
-        mod.verify()
-      except RuntimeError as e:
-        raise CompileError(f"invalid NVPTX LLVM IR: {e}\n--- source ---\n{src}") from e
-      mod.triple, mod.data_layout = TRIPLE, str(tm.target_data)
-      pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=2))
-      pb.getModulePassManager().run(mod, pb)
-      return str(tm.emit_assembly(mod))
+    with llvm_lock: return str(tm.emit_assembly(optimize_module(src, tm, TRIPLE, "NVPTX ")))
 
   def compile(self, src: str) -> bytes:
     """IR -> PTX -> cubin (or PTX bytes without ptxas)."""
