@@ -168,9 +168,7 @@ class AMDDevice(HCQCompiled):
   hw_copy_queue_t = AMDCopyQueue
 
   def __init__(self, device: str):
-    target = Target.parse(device)
-    if target.interface not in (None, "MOCK"):
-      raise RuntimeError(f"{device}: unknown interface {target.interface!r} for AMD; valid: none (real KFD) or MOCK")
+    target = Target.parse(device).check_interface()
     fio: type[FileIOInterface] = FileIOInterface
     self._driver: Any = None
     if target.interface == "MOCK":

@@ -14,11 +14,8 @@ NVIDIACTL_PATH = "/dev/nvidiactl"
 
 
 def _check_interface(device: str, name: str) -> None:
-  target = Target.parse(device)
-  if target.interface == "MOCK":
+  if Target.parse(device).check_interface().interface == "MOCK":
     raise RuntimeError(f"{device}: the mock {name} driver and PTX executor are not implemented yet in tiny-runtime-nv")
-  if target.interface is not None:
-    raise RuntimeError(f"{device}: unknown interface {target.interface!r} for {name}; valid: none or MOCK")
 
 
 class NVDevice:

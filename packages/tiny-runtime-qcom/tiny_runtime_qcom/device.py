@@ -16,11 +16,8 @@ KGSL_PATH = "/dev/kgsl-3d0"
 
 
 def _check_interface(device: str, name: str) -> None:
-  target = Target.parse(device)
-  if target.interface == "MOCK":
+  if Target.parse(device).check_interface().interface == "MOCK":
     raise RuntimeError(f"{device}: the mock {name} driver is not implemented yet in tiny-runtime-qcom")
-  if target.interface is not None:
-    raise RuntimeError(f"{device}: unknown interface {target.interface!r} for {name}; valid: none or MOCK")
 
 
 class QCOMDevice:

@@ -99,3 +99,12 @@ def test_frozen():
   t = Target.parse("CPU")
   with pytest.raises(AttributeError): t.device = "AMD"  # type: ignore[misc]
   assert hash(t) == hash(Target.parse("cpu"))
+
+
+def test_check_interface_names_the_valid_ones():
+  assert Target.parse("MOCK+AMD").check_interface().interface == "MOCK"
+  assert Target.parse("AMD:1").check_interface(valid=(None,)).indices == (1,)
+  with pytest.raises(RuntimeError, match=r"FAKE\+AMD: unknown interface 'FAKE' for AMD; valid: none \(the real "
+                                         r"driver\), MOCK"):
+    Target.parse("FAKE+AMD").check_interface()
+  with pytest.raises(RuntimeError, match="valid: none"): Target.parse("MOCK+NV").check_interface(valid=(None,))

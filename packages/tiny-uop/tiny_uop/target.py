@@ -82,6 +82,14 @@ class Target:
       raise ValueError(f"target {self} names {len(names)} devices ({', '.join(names)}); use .names")
     return names[0]
 
+  def check_interface(self, valid: tuple[str | None, ...] = (None, "MOCK")) -> Target:
+    """This target, if its interface is one of `valid` (None: the real kernel interface); else a RuntimeError that
+    names the device string and the valid ones (for a device plugin's constructor)."""
+    if self.interface not in valid:
+      names = ", ".join("none (the real driver)" if v is None else v for v in valid)
+      raise RuntimeError(f"{self}: unknown interface {self.interface!r} for {self.device}; valid: {names}")
+    return self
+
   def __str__(self) -> str:
     if self.path is not None: return f"DISK:{self.path}"
     out = self.base
