@@ -65,7 +65,9 @@ _VALUE_OPS = GroupOp.ALU | {Ops.CAST, Ops.BITCAST}
 
 def _stride(idx: UOp, r: UOp) -> int | None:
   """How far `idx` moves from any lane of `r` to the next, if that is the same constant for every lane and every
-  value of the other ranges (checked symbolically: r as a variable v over all but the last lane, idx(v+1) - idx(v))."""
+  value of the other ranges (checked symbolically: r as a variable v over all but the last lane, idx(v+1) - idx(v)).
+  Unlike `opt.kernel.stride_of` (the step at the origin, enough to guide the heuristics) this decides correctness:
+  a vector load reads lanes 0..n-1 from consecutive addresses."""
   if r not in idx.ranges: return 0
   v = UOp.variable(f"_lane{r.arg[0]}", 0, _lanes(r) - 2, r.dtype)
   try: d = (idx.substitute({r: v + 1}) - idx.substitute({r: v})).simplify()
