@@ -1,11 +1,9 @@
 """tiny_runtime_amd: cheap descriptors, entry points, lazy import, and a clear error without an AMD GPU."""
 
 import pytest
-import tiny_runtime_amd
 from tiny_uop.helpers import Context
 from tiny_uop.plugins import Device, DeviceUnavailableError
-from tiny_uop.plugins.testing import (check_descriptor, check_entry_point, check_import_is_cheap, check_unavailable,
-                                      hardware_present)
+from tiny_uop.plugins.testing import check_import_is_cheap, check_plugin, check_unavailable, hardware_present
 
 CASES = [
   ('AMD', 'plugin', '/dev/kfd', r'no AMD GPU \(/dev/kfd missing\)'),
@@ -13,13 +11,8 @@ CASES = [
 
 
 @pytest.mark.parametrize("name, attr, path, msg", CASES)
-def test_descriptor(name, attr, path, msg):
-  check_descriptor(getattr(tiny_runtime_amd, attr), name, "tiny_runtime_amd")
-
-
-@pytest.mark.parametrize("name, attr, path, msg", CASES)
-def test_entry_point(name, attr, path, msg):
-  check_entry_point(name, "tiny_runtime_amd:" + attr, "tiny-runtime-amd")
+def test_descriptor_and_entry_point(name, attr, path, msg):
+  check_plugin("tiny_runtime_amd", attr, name)
 
 
 def test_import_is_cheap():

@@ -1,10 +1,8 @@
 """tiny_runtime_nv: cheap descriptors, entry points, lazy import, and honest errors until the driver exists."""
 
 import pytest
-import tiny_runtime_nv
 from tiny_uop.helpers import Context
-from tiny_uop.plugins.testing import (check_descriptor, check_entry_point, check_import_is_cheap, check_unavailable,
-                                      hardware_present)
+from tiny_uop.plugins.testing import check_import_is_cheap, check_plugin, check_unavailable, hardware_present
 
 CASES = [
   ('NV', 'NV_PLUGIN', '/dev/nvidiactl', '/dev/nvidiactl not found'),
@@ -13,13 +11,8 @@ CASES = [
 
 
 @pytest.mark.parametrize("name, attr, path, msg", CASES)
-def test_descriptor(name, attr, path, msg):
-  check_descriptor(getattr(tiny_runtime_nv, attr), name, "tiny_runtime_nv")
-
-
-@pytest.mark.parametrize("name, attr, path, msg", CASES)
-def test_entry_point(name, attr, path, msg):
-  check_entry_point(name, "tiny_runtime_nv:" + attr, "tiny-runtime-nv")
+def test_descriptor_and_entry_point(name, attr, path, msg):
+  check_plugin("tiny_runtime_nv", attr, name)
 
 
 def test_import_is_cheap():

@@ -4,8 +4,7 @@ import os
 import pytest
 import tiny_runtime_qcom
 from tiny_uop.helpers import Context
-from tiny_uop.plugins.testing import (check_descriptor, check_entry_point, check_import_is_cheap, check_unavailable,
-                                      hardware_present)
+from tiny_uop.plugins.testing import check_import_is_cheap, check_plugin, check_unavailable, hardware_present
 
 CASES = [
   ('QCOM', 'QCOM_PLUGIN', '/dev/kgsl-3d0', '/dev/kgsl-3d0 not found'),
@@ -14,13 +13,8 @@ CASES = [
 
 
 @pytest.mark.parametrize("name, attr, path, msg", CASES)
-def test_descriptor(name, attr, path, msg):
-  check_descriptor(getattr(tiny_runtime_qcom, attr), name, "tiny_runtime_qcom", gpu=name != "CL")  # CL: see below
-
-
-@pytest.mark.parametrize("name, attr, path, msg", CASES)
-def test_entry_point(name, attr, path, msg):
-  check_entry_point(name, "tiny_runtime_qcom:" + attr, "tiny-runtime-qcom")
+def test_descriptor_and_entry_point(name, attr, path, msg):
+  check_plugin("tiny_runtime_qcom", attr, name, gpu=name != "CL")  # CL: see test_cl_is_never_the_default_device
 
 
 def test_import_is_cheap():

@@ -8,6 +8,7 @@ Each function raises AssertionError with a message saying what is wrong:
 from __future__ import annotations
 
 import ctypes.util
+import importlib
 import importlib.metadata
 import os
 import re
@@ -35,6 +36,13 @@ def check_descriptor(plugin: object, name: str, module: str, gpu: bool = True) -
   if gpu:
     assert plugin.default_ok, f"{name} can never be the default device"
     assert plugin.priority < CPU_PRIORITY, "GPUs come before CPU when choosing the default device"
+
+
+def check_plugin(package: str, attr: str, name: str, gpu: bool = True) -> None:
+  """Import package `package` exports the DevicePlugin `attr` for device `name` (`check_descriptor`), registered as
+  its `tiny.devices` entry point by the distribution of the same name with dashes (`check_entry_point`)."""
+  check_descriptor(getattr(importlib.import_module(package), attr), name, package, gpu)
+  check_entry_point(name, f"{package}:{attr}", package.replace("_", "-"))
 
 
 def check_entry_point(name: str, value: str, dist: str) -> None:
