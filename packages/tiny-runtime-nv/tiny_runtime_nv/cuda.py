@@ -297,7 +297,7 @@ class CUDADevice(Compiled):
     self.events = [e[0] for e in ev]
     if self.mock:
       from tiny_runtime_nv.mock.compiler import mock_renderers
-      renderers = mock_renderers()
+      renderers = mock_renderers(cubin=False)  # PTX text, as the driver JIT-compiles it; ptxas checks it aside
     else:
       from tiny_codegen.renderer.nvptx import NVPTXRenderer
       from tiny_codegen.renderer.ptx import PTXRenderer

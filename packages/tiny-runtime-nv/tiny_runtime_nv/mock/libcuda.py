@@ -13,6 +13,7 @@ that error sticks: later calls on the context return it. Work runs when it is qu
 from __future__ import annotations
 
 import ctypes
+import re
 import time
 from typing import Any
 
@@ -20,7 +21,8 @@ from tiny_uop.hcq import MAP_PRIVATE, PROT_READ, PROT_WRITE, FileIOInterface
 
 from tiny_runtime_nv import cuda
 from tiny_runtime_nv.cuda import ffi
-from tiny_runtime_nv.mock.compiler import ptx_of
+from tiny_runtime_nv.mock import compiler
+from tiny_runtime_nv.mock.compiler import ptx_of, ptxas_checker
 from tiny_runtime_nv.ptx import GPUFault, Memory, PTXParseError, load_kernel
 
 DEVICES = 2
@@ -33,6 +35,9 @@ MESSAGES = {0: "no error", 1: "invalid argument", 2: "out of memory", 3: "initia
             218: "a PTX JIT compilation failed", 400: "invalid resource handle", 500: "named symbol not found",
             700: "an illegal memory access was encountered", 716: "misaligned address",
             719: "unspecified launch failure"}
+
+
+def _CHECKER_REF() -> Any: return compiler._CHECKER
 
 
 def _int(p: Any) -> int: return int(ffi.cast("uintptr_t", p))
@@ -133,7 +138,9 @@ class MockLibCUDA:
     self.current = h
     return 0
 
-  def cuCtxSynchronize(self) -> int: return self._ctx()
+  def cuCtxSynchronize(self) -> int:
+    if (chk := _CHECKER_REF()) is not None: chk.check()
+    return self._ctx()
 
   def cuStreamSynchronize(self, stream: Any) -> int: return self._ctx()
 
@@ -217,6 +224,8 @@ class MockLibCUDA:
       raw = ffi.string(ffi.cast("char *", image))
       if b".entry" not in raw or b".version" not in raw: return cuda.CUDA_ERROR_INVALID_IMAGE
       text = raw.decode()
+      if (chk := ptxas_checker()) is not None and (m := re.search(r"\.target\s+(sm_\w+)", text)):
+        chk.submit(text, m.group(1))  # NVIDIA's ptxas assembles it in the background (mock/compiler.py)
     h = self._handle()
     self.modules[h] = {"ptx": text}
     p[0] = ffi.cast("CUmodule", h)
