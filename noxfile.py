@@ -61,12 +61,11 @@ def _shared_test_python(session: nox.Session) -> str:
 
 
 @nox.session(venv_backend="none")
-@nox.parametrize("package", [*PACKAGES, "tiny-tensor@MOCK+AMD", "tiny-tensor@MOCK+NV", "tiny-tensor@MOCK+CUDA",
-                             "integration"])
+@nox.parametrize("package", [*PACKAGES, "tiny-tensor@MOCK+AMD", "tiny-tensor@MOCK+CUDA", "integration"])
 def tests(session: nox.Session, package: str) -> None:
   """Run one package's tests (``packages/<package>/tests``), or the cross-package ``tests/`` for 'integration'.
   ``tiny-tensor@MOCK+AMD`` runs tiny-tensor's suite on the AMD backend: the mock KFD and the RDNA3 emulator;
-  ``@MOCK+NV`` / ``@MOCK+CUDA`` on the NVIDIA backends: the mock RM driver / mock libcuda and the PTX executor."""
+  ``tiny-tensor@MOCK+CUDA`` on the CUDA backend: the mock libcuda and the PTX executor (ptxas checks every PTX)."""
   py = _shared_test_python(session)
   package, _, dev = package.partition("@")
   path = ROOT / "tests" if package == "integration" else ROOT / "packages" / package / "tests"

@@ -22,10 +22,9 @@ import cffi
 from tiny_uop.device import BufferSpec, Compiled, LRUAllocator, Program
 from tiny_uop.target import Target
 
-ffi = cffi.FFI()
 # the subset of cuda.h used here (types and signatures as in cuda.h of CUDA 12/13; the _v2 entry points are the
 # ones cuda.h's macros map the plain names to)
-ffi.cdef("""
+CDEF = """
 typedef int CUresult; typedef int CUdevice; typedef unsigned long long CUdeviceptr;
 typedef struct CUctx_st *CUcontext; typedef struct CUmod_st *CUmodule; typedef struct CUfunc_st *CUfunction;
 typedef struct CUstream_st *CUstream; typedef struct CUevent_st *CUevent;
@@ -64,7 +63,9 @@ CUresult cuEventRecord(CUevent hEvent, CUstream hStream);
 CUresult cuEventSynchronize(CUevent hEvent);
 CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd);
 CUresult cuEventDestroy_v2(CUevent hEvent);
-""")
+"""
+ffi = cffi.FFI()
+ffi.cdef(CDEF)
 
 # cuda.h: enum cudaError_enum (the values the driver and the mock return), CUdevice_attribute, launch params
 CUDA_SUCCESS, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY, CUDA_ERROR_NOT_INITIALIZED = 0, 1, 2, 3
