@@ -119,7 +119,9 @@ class Compiler:
     if self.is_reg(tok):
       i = self.reg(tok)
       if neg: return lambda R: ~R[i]
-      if self.reg_dtype[i] == dt: return lambda R: R[i]
+      rdt = self.reg_dtype[i]
+      if rdt == dt: return lambda R: R[i]
+      if rdt.itemsize == dt.itemsize and np.bool_ not in (rdt, dt): return lambda R: R[i].view(dt)
       return lambda R: as_type(R[i], dt)
     if tok in self.e.shared: v = imm(str(self.e.shared[tok]), t)
     elif tok == self.e.dynamic_shared: v = imm(str(self.e.shared_size), t)
@@ -137,7 +139,8 @@ class Compiler:
     rdt = self.reg_dtype[i]
 
     def w(c: Any, v: Any, m: Any) -> None:
-      v = as_type(fit(np.asarray(v), rdt), rdt)  # registers always hold their declared type
+      if type(v) is not np.ndarray or v.dtype != rdt:  # noqa: E721 (hot path)
+        v = as_type(fit(np.asarray(v), rdt), rdt)  # registers always hold their declared type
       if v.shape != (c.L,): v = np.broadcast_to(v, (c.L,))
       c.R[i] = v if m is None else np.where(m, v, c.R[i])
     return w
@@ -538,9 +541,8 @@ def _vec(tok: str) -> list[str]: return [x.strip() for x in tok.strip().strip("{
 
 
 def _quiet(f: Callable) -> Callable:
-  def g(*xs: Any) -> Any:
-    with np.errstate(all="ignore"): return f(*xs)
-  return g
+  """Ops run inside the launch's `np.errstate(all="ignore")` (executor.Kernel.launch): nothing to add per op."""
+  return f
 
 
 def _mulhi(x: Any, y: Any, dt: np.dtype) -> Any:
