@@ -42,7 +42,8 @@ def probe() -> tuple[list[str], list[str]]:
     info.append(f"libcuda: driver API {v[0] // 1000}.{v[0] % 1000 // 10}, {n[0]} device(s)")
     if n[0] == 0: missing.append("libcuda reports no CUDA device")
   except (RuntimeError, OSError) as e: missing.append(f"CUDA: {e}")
-  if not os.path.exists("/dev/nvidiactl"): missing.append("NV: /dev/nvidiactl missing (NVIDIA kernel driver not loaded)")
+  if not os.path.exists("/dev/nvidiactl"):
+    missing.append("NV: /dev/nvidiactl missing (NVIDIA kernel driver not loaded)")
   return info, missing
 
 
@@ -101,7 +102,8 @@ def speed(dev: str, n: int, copy_mb: int, reps: int) -> None:
   for dt in (dtypes.float16, dtypes.bfloat16):
     a, b = Tensor.rand(n, n, device=dev).cast(dt).realize(), Tensor.rand(n, n, device=dev).cast(dt).realize()
     mm = TinyJit(lambda a, b: (a @ b).realize())
-    rows[f"GEMM {n}^3 {dt.name} TFLOPS"] = {"tiny": 2 * n ** 3 / _timeit(lambda: mm(a, b), d.synchronize, reps) / 1e12}
+    t = _timeit(lambda mm=mm, a=a, b=b: mm(a, b), d.synchronize, reps)
+    rows[f"GEMM {n}^3 {dt.name} TFLOPS"] = {"tiny": 2 * n ** 3 / t / 1e12}
   src = Tensor.rand(copy_mb << 18, device=dev).realize()
   cp = TinyJit(lambda s: (s + 0).realize())
   rows[f"copy {copy_mb} MB GB/s (read+write)"] = {"tiny": 2 * src.nbytes() / _timeit(lambda: cp(src), d.synchronize,
@@ -126,7 +128,7 @@ def _torch(rows: dict[str, dict[str, float]], n: int, copy_mb: int, reps: int) -
   sync = torch.cuda.synchronize
   for dt, name in ((torch.float16, "float16"), (torch.bfloat16, "bfloat16")):
     a, b = torch.rand(n, n, device="cuda", dtype=dt), torch.rand(n, n, device="cuda", dtype=dt)
-    rows[f"GEMM {n}^3 {name} TFLOPS"]["torch"] = 2 * n ** 3 / _timeit(lambda: a @ b, sync, reps) / 1e12
+    rows[f"GEMM {n}^3 {name} TFLOPS"]["torch"] = 2 * n ** 3 / _timeit(lambda a=a, b=b: a @ b, sync, reps) / 1e12
   s = torch.rand(copy_mb << 18, device="cuda")
   rows[f"copy {copy_mb} MB GB/s (read+write)"]["torch"] = 2 * s.numel() * 4 / _timeit(lambda: s + 0, sync, reps) / 1e9
 
