@@ -15,7 +15,7 @@ DEPS = {
   "tiny-codegen": {"tiny-uop", "llvmlite"},
   "tiny-runtime-cpu": {"tiny-uop", "tiny-codegen"},
   "tiny-runtime-amd": {"tiny-uop", "tiny-codegen", "cffi"},
-  "tiny-runtime-nv": {"tiny-uop", "tiny-codegen", "cffi"},
+  "tiny-runtime-nv": {"tiny-uop", "tiny-codegen", "cffi", "numpy"},  # numpy: the PTX executor (MOCK+CUDA), selftest
   "tiny-runtime-qcom": {"tiny-uop", "tiny-codegen", "cffi"},
   "tiny-tensor": {"tiny-uop", "tiny-codegen", "tiny-runtime-cpu", "numpy"},
 }
@@ -23,6 +23,7 @@ ENTRY_POINTS = {
   "tiny-codegen": {"tiny.renderers": {"C": "tiny_codegen.renderer.cstyle:ClangRenderer",
                                       "LLVM": "tiny_codegen.renderer.llvmir:LLVMRenderer",
                                       "PTX": "tiny_codegen.renderer.ptx:PTXRenderer",
+                                      "NVPTX": "tiny_codegen.renderer.nvptx:NVPTXRenderer",
                                       "AMDGPU": "tiny_codegen.renderer.amdgpu:AMDGPURenderer",
                                       "OPENCL": "tiny_codegen.renderer.opencl:OpenCLRenderer"}},
   "tiny-runtime-cpu": {"tiny.devices": {d: f"tiny_runtime_cpu:{d}_PLUGIN" for d in ("CPU", "PYTHON", "NULL", "DISK")}},

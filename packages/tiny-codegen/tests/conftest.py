@@ -1,4 +1,4 @@
-"""The helper modules next to these tests (kernel_runner, gpu_cl_runner, gpu_ptx_interp, ...) import by name:
+"""The helper modules next to these tests (kernel_runner, gpu_cl_runner, ...) import by name:
 pytest's importlib mode doesn't put this folder on sys.path, so it is added here once."""
 import pathlib
 import sys

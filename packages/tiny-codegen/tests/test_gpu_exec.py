@@ -1,5 +1,5 @@
-"""GPU kernels run against numpy without a GPU: OpenCL C on PoCL (CPU OpenCL) and PTX in our PTX interpreter
-(tests/gpu_ptx_interp.py, which follows PTX's documented semantics for the instructions PTXRenderer emits).
+"""GPU kernels run against numpy without a GPU: OpenCL C on PoCL (CPU OpenCL) and PTX on tiny-runtime-nv's PTX
+executor (tiny_runtime_nv.ptx, which follows PTX's documented semantics for the instructions PTXRenderer emits).
 
 PoCL runs skip, with the reason, where no OpenCL platform is installed (`apt-get install pocl-opencl-icd`)."""
 from __future__ import annotations
@@ -20,7 +20,7 @@ from tiny_codegen.renderer.ptx import PTXRenderer
 import gpu_cl_runner as clr
 import test_gpu_render
 
-import gpu_ptx_interp as ptxi
+import tiny_runtime_nv.ptx as ptxi  # the PTX executor of tiny-runtime-nv (a test-only dependency)
 
 _why = clr.available()
 needs_pocl = pytest.mark.skipif(_why is not None, reason=_why or "")
@@ -255,7 +255,7 @@ def test_image_kernel_runs_on_pocl():
 @pytest.mark.parametrize("k,din", [(16, dtypes.float16), (16, dtypes.uint16), (8, dtypes.float16)],
                          ids=["m16n8k16_f16", "m16n8k16_bf16", "m16n8k8_f16"])
 def test_ptx_wmma_computes_a_matmul(k, din):
-  # one warp: D (16x8) = A (16xk) @ B (kx8) + C, fragments placed per the PTX ISA layout (see gpu_ptx_interp). This
+  # one warp: D (16x8) = A (16xk) @ B (kx8) + C, fragments placed per the PTX ISA layout (tiny_runtime_nv.ptx.mma). This
   # checks operand order, shapes and the f16/bf16 types; it can't see the half-packing order (a permutation of k
   # applied to A and B alike leaves A @ B unchanged), which follows PTX's `mov.b32 d, {lo, hi}`.
   render = test_gpu_render
@@ -268,14 +268,14 @@ def test_ptx_wmma_computes_a_matmul(k, din):
     A, B = ((x.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16) for x in (A, B))
   fa, fb, fc = np.zeros(32 * n_a, A.dtype), np.zeros(32 * n_b, B.dtype), np.zeros(32 * 4, np.float32)
   for lane in range(32):
-    for i in range(n_a): fa[lane * n_a + i] = A[ptxi._frag_a(k, i, lane)]
-    for i in range(n_b): fb[lane * n_b + i] = B[ptxi._frag_b(k, i, lane)]
-    for i in range(4): fc[lane * 4 + i] = C[ptxi._frag_c(i, lane)]
+    for i in range(n_a): fa[lane * n_a + i] = A[ptxi.frag_a(k, i, lane)]
+    for i in range(n_b): fb[lane * n_b + i] = B[ptxi.frag_b(k, i, lane)]
+    for i in range(4): fc[lane * 4 + i] = C[ptxi.frag_c(i, lane)]
   D = np.zeros(32 * 4, np.float32)
   ptxi.run(PTXRenderer("sm_90").render(prg), prg[-1].arg.name, [D, fa, fb, fc], (1, 1, 1), (32, 1, 1))
   got = np.zeros((16, 8), np.float32)
   for lane in range(32):
-    for i in range(4): got[ptxi._frag_c(i, lane)] = D[lane * 4 + i]
+    for i in range(4): got[ptxi.frag_c(i, lane)] = D[lane * 4 + i]
   fA, fB = (x.astype(np.float32) if din == dtypes.float16 else (x.astype(np.uint32) << 16).view(np.float32)
             for x in (A, B))
   np.testing.assert_allclose(got, fA.astype(np.float64) @ fB + C, rtol=1e-5, atol=1e-5)

@@ -23,7 +23,7 @@ from tiny_codegen.renderer.ptx import PTXRenderer
 
 
 import gpu_cl_runner as clr
-import gpu_ptx_interp as ptxi
+import tiny_runtime_nv.ptx as ptxi  # the PTX executor of tiny-runtime-nv (a test-only dependency)
 _why = clr.available()  # type: ignore[attr-defined]
 needs_pocl = pytest.mark.skipif(_why is not None, reason=_why or "")
 rng = np.random.default_rng(1)

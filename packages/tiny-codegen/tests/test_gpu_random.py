@@ -17,7 +17,7 @@ from tiny_codegen.renderer.ptx import PTXRenderer
 
 import gpu_cl_runner as clr
 
-import gpu_ptx_interp as ptxi
+import tiny_runtime_nv.ptx as ptxi  # the PTX executor of tiny-runtime-nv (a test-only dependency)
 
 NP_RED = {Ops.ADD: np.sum, Ops.MAX: np.max}
 _why = clr.available()

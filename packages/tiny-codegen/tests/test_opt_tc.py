@@ -1,5 +1,5 @@
 """The TC opt: a half matmul kernel AST mapped onto PTX `mma.sync` (one warp per output tile), checked by the PTX
-interpreter (tests/gpu_ptx_interp.py) against numpy, by ptxas where installed, and its illegal uses; and onto RDNA3
+executor (tiny_runtime_nv.ptx) against numpy, by ptxas where installed, and its illegal uses; and onto RDNA3
 wave32 WMMA (layout, IR and assembly here; numbers on the RDNA3 emulator in tiny-runtime-amd)."""
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from tiny_codegen.opt import Kernel, KernelOptError, Opt, OptOps, apply_opts, ha
 from tiny_codegen.renderer.llvmir import LLVMRenderer
 from tiny_codegen.renderer.ptx import PTXRenderer
 
-import gpu_ptx_interp as ptxi
+import tiny_runtime_nv.ptx as ptxi  # the PTX executor of tiny-runtime-nv (a test-only dependency)
 
 TC = Opt(OptOps.TC, 0, -1)
 

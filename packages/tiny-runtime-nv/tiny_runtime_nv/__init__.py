@@ -8,4 +8,4 @@ from tiny_uop.plugins import DevicePlugin
 __all__ = ["NV_PLUGIN", "CUDA_PLUGIN"]
 
 NV_PLUGIN = DevicePlugin("NV", "tiny_runtime_nv.device:NVDevice", priority=20)
-CUDA_PLUGIN = DevicePlugin("CUDA", "tiny_runtime_nv.device:CUDADevice", priority=25)
+CUDA_PLUGIN = DevicePlugin("CUDA", "tiny_runtime_nv.cuda:CUDADevice", priority=25)

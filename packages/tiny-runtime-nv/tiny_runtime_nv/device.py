@@ -1,38 +1,30 @@
-"""The NV and CUDA devices: placeholders until the drivers land.
+"""The NV device (HCQ over NVIDIA's RM ioctls): not implemented yet; it fails with a reason that says what to use.
 
-Opening either always raises a RuntimeError that says what is missing, so the registry reports the device as
-unavailable with that reason and other devices keep working.
+Opening it checks what a driver would need first, so the reason names the real obstacle: no `/dev/nvidiactl` (no
+NVIDIA kernel driver), or no permission on it; with both present it says that the NV driver is not written yet and
+that `DEV=CUDA` drives the same GPU through libcuda. `MOCK+NV` likewise points at `MOCK+CUDA`.
 """
 from __future__ import annotations
 
-import ctypes.util
 import os
 
+from tiny_uop.hcq import FileIOInterface
 from tiny_uop.target import Target
 
 NVIDIACTL_PATH = "/dev/nvidiactl"
 
 
-def _check_interface(device: str, name: str) -> None:
-  if Target.parse(device).check_interface().interface == "MOCK":
-    raise RuntimeError(f"{device}: the mock {name} driver and PTX executor are not implemented yet in tiny-runtime-nv")
-
-
 class NVDevice:
-  """``NV`` (RM/UVM ioctls). Not implemented: the constructor raises RuntimeError with the reason."""
+  """``NV`` (RM/UVM ioctls, GPFIFO, QMD). Not implemented: the constructor raises RuntimeError with the reason."""
 
-  def __init__(self, device: str):
-    _check_interface(device, "NV")
-    if not os.path.exists(NVIDIACTL_PATH):
-      raise RuntimeError(f"{NVIDIACTL_PATH} not found: no NVIDIA GPU on this machine (DEV=MOCK+NV is the planned mock)")
-    raise RuntimeError(f"{NVIDIACTL_PATH} exists, but the NV driver is not implemented yet in tiny-runtime-nv")
-
-
-class CUDADevice:
-  """``CUDA`` (driver API through cffi). Not implemented: the constructor raises RuntimeError with the reason."""
-
-  def __init__(self, device: str):
-    _check_interface(device, "CUDA")
-    if ctypes.util.find_library("cuda") is None:
-      raise RuntimeError("libcuda not found: no NVIDIA driver on this machine (DEV=NULL:PTX compiles without one)")
-    raise RuntimeError("libcuda found, but the CUDA device is not implemented yet in tiny-runtime-nv")
+  def __init__(self, device: str, fio: type[FileIOInterface] = FileIOInterface):
+    if Target.parse(device).check_interface().interface == "MOCK":
+      raise RuntimeError(f"{device}: the mock RM driver (the NV HCQ path) is not implemented yet in tiny-runtime-nv; "
+                         "DEV=MOCK+CUDA runs NVIDIA kernels on the PTX executor")
+    if not fio.exists(NVIDIACTL_PATH):
+      raise RuntimeError(f"no NVIDIA GPU ({NVIDIACTL_PATH} missing: the NVIDIA kernel driver is not loaded)")
+    if not fio.access(NVIDIACTL_PATH, os.R_OK | os.W_OK):
+      raise RuntimeError(f"{NVIDIACTL_PATH} is not readable and writable by this user (check the device node's "
+                         "group and permissions)")
+    raise RuntimeError(f"{NVIDIACTL_PATH} exists, but the NV (RM ioctl) driver is not implemented yet in "
+                       "tiny-runtime-nv; DEV=CUDA uses this GPU through libcuda")

@@ -2,11 +2,14 @@
 driver JIT-compiles PTX at module load).
 
 `PTXCompiler(arch)`: `compile(src)` runs `ptxas -arch=<arch> -O3` on the source and returns the cubin (an ELF);
-errors raise CompileError with ptxas's message and the numbered source. `$PTXAS` overrides the ptxas path;
+errors raise CompileError with ptxas's message and the numbered source. `$PTXAS` overrides the ptxas path; without
+it ptxas is looked for on PATH, in /usr/local/cuda/bin and in NVIDIA's `nvidia-cuda-nvcc` wheel (pip);
 `PTX_ONLY=1` (or `use_ptxas=False`) skips ptxas and returns the PTX text.
 """
 from __future__ import annotations
 
+import functools
+import glob
 import os
 import shutil
 import subprocess
@@ -15,9 +18,20 @@ import tempfile
 from tiny_uop.device import CompileError, Compiler
 
 
+def _wheel_ptxas() -> list[str]:
+  """ptxas inside NVIDIA's `nvidia-cuda-nvcc` wheel (`nvidia/cu13/bin/ptxas`; CUDA 12 wheels: `nvidia/cuda_nvcc/bin`),
+  found through the installed `nvidia` namespace package, not PATH."""
+  import importlib.util
+  try: spec = importlib.util.find_spec("nvidia")
+  except (ImportError, ValueError): return []
+  roots = list(spec.submodule_search_locations or []) if spec is not None else []
+  return sorted(p for r in roots for p in glob.glob(os.path.join(r, "*", "bin", "ptxas")))
+
+
+@functools.cache
 def find_ptxas() -> str | None:
-  """$PTXAS, else ptxas on PATH or in /usr/local/cuda/bin, else None."""
-  for c in (os.environ.get("PTXAS"), shutil.which("ptxas"), "/usr/local/cuda/bin/ptxas"):
+  """$PTXAS, else ptxas on PATH, in /usr/local/cuda/bin or in the `nvidia-cuda-nvcc` wheel, else None."""
+  for c in (os.environ.get("PTXAS"), shutil.which("ptxas"), "/usr/local/cuda/bin/ptxas", *_wheel_ptxas()):
     if c and os.path.isfile(c) and os.access(c, os.X_OK): return c
   return None
 

@@ -1,0 +1,38 @@
+"""`python -m tiny_runtime_nv.selftest` from a bare source tree (PYTHONPATH, no installed entry points): without an
+NVIDIA GPU it fails at once with exit status 2 and says why; `--mock` runs its correctness set and speed rows on
+MOCK+CUDA and must not import llvmlite (the NV/CUDA path needs numpy and cffi only)."""
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+from tiny_uop.plugins.testing import hardware_present
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+PATHS = ["tiny-uop", "tiny-codegen", "tiny-runtime-cpu", "tiny-runtime-nv", "tiny-tensor"]
+
+
+def _run(*args: str, code: str = "") -> subprocess.CompletedProcess:
+  env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(ROOT / "packages" / p) for p in PATHS)}
+  prog = code or "import runpy, sys; runpy.run_module('tiny_runtime_nv.selftest', run_name='__main__')"
+  return subprocess.run([sys.executable, "-c", prog, *args], capture_output=True, text=True, env=env, timeout=300,
+                        cwd=str(ROOT.parent))
+
+
+def test_without_gpu_fails_fast_with_the_reason():
+  if hardware_present("libcuda") or hardware_present("/dev/nvidiactl"): pytest.skip("NVIDIA driver present")
+  p = _run()
+  assert p.returncode == 2, p.stdout + p.stderr
+  assert "libcuda.so.1 not found" in p.stderr and "/dev/nvidiactl missing" in p.stderr
+
+
+def test_mock_run_passes_without_llvmlite():
+  code = ("import runpy, sys\nsys.argv[1:] = ['--mock']\n"
+          "try: runpy.run_module('tiny_runtime_nv.selftest', run_name='__main__')\n"
+          "except SystemExit as e: print('exit', e.code, 'llvmlite' in sys.modules)")
+  p = _run(code=code)
+  assert "exit 0 False" in p.stdout, p.stdout + p.stderr
+  for row in ("matmul half (tensor cores)", "conv2d 3x3", "softmax", "TinyJit replay 3", "GEMM 64^3"):
+    assert row in p.stdout
+  assert "FAIL" not in p.stdout
