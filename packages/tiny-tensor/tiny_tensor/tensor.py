@@ -186,6 +186,10 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     return d if isinstance(d, str) else str(d)
   @property
   def ndim(self) -> int: return len(self.shape)
+  @property
+  def max_shape(self) -> tuple[int, ...]:
+    """The shape with every symbolic dim replaced by its maximum."""
+    return tuple(s if isinstance(s, int) else int(s.vmax) for s in self.shape)
   def numel(self) -> sint:
     """Number of elements.
 
@@ -441,8 +445,11 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     """The same bytes read as `dtype` (the last dim rescales when the item sizes differ)."""
     dt = to_dtype(dtype)
     if self.dtype == dt: return self
-    if dt.itemsize != self.dtype.itemsize and (not self.shape or (self.shape[-1] * self.dtype.itemsize) % dt.itemsize):
-      raise RuntimeError(f"bitcast {self.dtype} -> {dt}: shape {self.shape} doesn't fit the new item size")
+    if dt.itemsize != self.dtype.itemsize:
+      if not self.shape or (self.shape[-1] * self.dtype.itemsize) % dt.itemsize:
+        raise RuntimeError(f"bitcast {self.dtype} -> {dt}: shape {self.shape} doesn't fit the new item size")
+      from tiny_tensor.mathops import bitcast_sized
+      return bitcast_sized(self, dt)
     return self._wrap(self.uop.bitcast(dt))
 
   def float(self) -> Tensor:
@@ -516,7 +523,11 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     return a - a.div(b, rounding_mode="floor") * b
 
   def pow(self, x: Any, reverse: bool = False) -> Tensor:
-    """self ** x; negative bases work with integer exponents (like tinygrad)."""
+    """self ** x with C's pow rules: negative bases with integer exponents, x ** 0 == 1 ** y == 1, +-inf and -0.0.
+
+    >>> (Tensor([-2.0, 4.0, 0.0]) ** Tensor([3.0, 0.5, -1.0])).tolist()
+    [-8.0, 2.0, inf]
+    """
     if not reverse and isinstance(x, (int, float)) and not isinstance(x, bool):
       if x == 0:
         return self.ones_like() if dtypes.is_float(self.dtype) or isinstance(x, int) else self.ones_like().float()
@@ -531,11 +542,7 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     base, exp = self._broadcasted(x, reverse)
     out_int = not dtypes.is_float(base.dtype)
     b, e = base._float(), exp._float()
-    mag = (e * b.abs().log2()).exp2()
-    e_int = e == e.trunc()
-    e_odd = e_int & ((e * 0.5) != (e * 0.5).trunc())
-    ret = (b < 0).where(e_int.where(e_odd.where(-mag, mag), math.nan), mag)
-    ret = ((b == 0) & (e == 0)).where(1.0, ret)
+    ret = _pow_float(b, e)
     return ret.round().cast(base.dtype) if out_int else ret
 
   def maximum(self, x: Any) -> Tensor:
@@ -588,15 +595,21 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     if self.dtype == dtypes.bool: return self.logical_not()
     return self ^ (self.dtype.max if dtypes.is_unsigned(self.dtype) else -1)
 
-  def lshift(self, x: Any) -> Tensor:
-    """Shift bits left (int tensors)."""
-    self._check_bitwise()
-    return self._binop(Ops.SHL, x)
+  def _check_shift(self, x: Any) -> None:
+    if not dtypes.is_int(self.dtype): raise RuntimeError(f"shifts need an int tensor, got {self.dtype}")
+    if isinstance(x, Tensor) and not dtypes.is_int(x.dtype): raise RuntimeError(f"shift by a {x.dtype} tensor")
+    if not isinstance(x, Tensor) and (not isinstance(x, int) or isinstance(x, bool) or x < 0):
+      raise ValueError(f"shift amount {x!r} must be a non-negative int (or an int tensor)")
 
-  def rshift(self, x: Any) -> Tensor:
-    """Shift bits right (int tensors)."""
-    self._check_bitwise()
-    return self._binop(Ops.SHR, x)
+  def lshift(self, x: Any, reverse: bool = False) -> Tensor:
+    """Shift bits left (int tensors); `x` a non-negative int or an int tensor."""
+    self._check_shift(x)
+    return self._binop(Ops.SHL, x, reverse)
+
+  def rshift(self, x: Any, reverse: bool = False) -> Tensor:
+    """Shift bits right (arithmetic for signed ints); `x` a non-negative int or an int tensor."""
+    self._check_shift(x)
+    return self._binop(Ops.SHR, x, reverse)
 
   def logical_not(self) -> Tensor:
     """True where self is false."""
@@ -642,6 +655,8 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
   def __rxor__(self, x: Any) -> Tensor: return self.bitwise_xor(x, True)
   def __lshift__(self, x: Any) -> Tensor: return self.lshift(x)
   def __rshift__(self, x: Any) -> Tensor: return self.rshift(x)
+  def __rlshift__(self, x: Any) -> Tensor: return self.lshift(x, True)
+  def __rrshift__(self, x: Any) -> Tensor: return self.rshift(x, True)
   def __invert__(self) -> Tensor: return self.bitwise_not()
   def __abs__(self) -> Tensor: return self.abs()
   def __iadd__(self, x: Any) -> Tensor: return self.assign(self.add(x))
@@ -736,10 +751,16 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     if dtypes.is_unsigned(self.dtype) or self.dtype == dtypes.bool: return self
     return self * self.sign() if dtypes.is_float(self.dtype) else (self < 0).where(-self, self)
   def clip(self, min_: Any = None, max_: Any = None) -> Tensor:
-    """Clamp into [min_, max_]."""
+    """Clamp into [min_, max_]; the gradient is 1 inside the closed interval (as torch), NaN stays NaN.
+
+    >>> Tensor([-1.0, 0.5, 2.0]).clip(0, 1).tolist()
+    [0.0, 0.5, 1.0]
+    """
     if min_ is None and max_ is None: raise RuntimeError("clip: at least one of 'min_' or 'max_' must not be None")
-    ret = self.maximum(min_) if min_ is not None else self
-    return ret.minimum(max_) if max_ is not None else ret
+    ret = self
+    if min_ is not None: ret = (ret < min_).where(min_, ret)
+    if max_ is not None: ret = (ret > max_).where(max_, ret)
+    return ret
   clamp = clip
 
   # activations
@@ -747,8 +768,15 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     """max(x, 0)."""
     return (self > 0).where(self, 0)
   def sigmoid(self) -> Tensor:
-    """1 / (1 + exp(-x))."""
-    return (1 + (self._float() * (-1 / math.log(2))).exp2()).reciprocal()
+    """1 / (1 + exp(-x)); its gradient s * (1 - s) stays finite at any input.
+
+    >>> Tensor([-1000.0, 0.0, 1000.0]).sigmoid().tolist()
+    [0.0, 0.5, 1.0]
+    """
+    x = self._float()
+    out = (1 + (x * (-1 / math.log(2))).exp2()).reciprocal()
+    from tiny_tensor.mathops import with_gradient
+    return with_gradient(out, (x,), lambda g, s: (g * s * (1 - s),))
   def hardsigmoid(self, alpha: float = 1 / 6, beta: float = 0.5) -> Tensor:
     """Piecewise-linear sigmoid: clip(alpha*x + beta, 0, 1)."""
     return (alpha * self + beta).relu() - (alpha * self + beta - 1).relu()
@@ -778,9 +806,11 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     t = 1.0 / (1.0 + 0.3275911 * self.abs())
     return self.sign() * (1.0 - t * polyN(t, [1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592]) *
                           (-self.square()).exp())
-  def gelu(self) -> Tensor:
-    """GELU, tanh approximation."""
-    return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self ** 3)).tanh())
+  def gelu(self, approximate: str = "tanh") -> Tensor:
+    """GELU: `approximate="tanh"` (the default, as tinygrad) or `"none"` (exact, through erf)."""
+    if approximate == "tanh": return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self ** 3)).tanh())
+    if approximate == "none": return self * 0.5 * (1.0 + (self / math.sqrt(2)).erf())
+    raise ValueError(f"gelu approximate={approximate!r}; valid: 'tanh', 'none'")
   def quick_gelu(self) -> Tensor:
     """x * sigmoid(1.702 x)."""
     return self * (self * 1.702).sigmoid()
@@ -855,8 +885,24 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     return ret.cast(self.dtype) if dtype is None and self.dtype in narrow else ret
 
   def prod(self, axis: Any = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
-    """Product over `axis`, in this tensor's dtype unless `dtype` is given."""
-    return self.cast(to_dtype(dtype) if dtype is not None else self.dtype)._reduce(Ops.MUL, axis, keepdim)
+    """Product over `axis`, in this tensor's dtype unless `dtype` is given. The gradient is the product of the other
+    elements, also where some are 0 (as torch).
+
+    >>> Tensor([[1, 2], [3, 4]]).prod(1).tolist()
+    [2, 12]
+    """
+    x = self.cast(to_dtype(dtype) if dtype is not None else self.dtype)
+    out = x._reduce(Ops.MUL, axis, keepdim)
+    if not dtypes.is_float(x.dtype): return out
+    axes, kshape = x._axes(axis), tuple(1 if i in x._axes(axis) else s for i, s in enumerate(x.shape))
+    def grad(g: Tensor, _: Tensor) -> tuple[Tensor]:
+      zero = x == 0
+      nzero = zero.cast(dtypes.int32)._reduce(Ops.ADD, axes, True)
+      nz_prod = zero.where(1.0, x)._reduce(Ops.MUL, axes, True)  # the product of the nonzero elements
+      gi = zero.where((nzero == 1).where(nz_prod, 0.0), (nzero == 0).where(nz_prod / zero.where(1.0, x), 0.0))
+      return (g.reshape(kshape) * gi,)
+    from tiny_tensor.mathops import with_gradient
+    return with_gradient(out, (x,), grad)
 
   def max(self, axis: Any = None, keepdim: bool = False) -> Tensor:
     """Maximum over `axis`."""
@@ -1152,6 +1198,24 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     return x.add(bias) if bias is not None else x
 
 
+def _pow_float(b: Tensor, e: Tensor) -> Tensor:
+  """b ** e for float tensors with C's pow special cases, and torch's gradients (finite at b == 0)."""
+  neg = (b < 0) | ((b == 0) & (b.reciprocal() < 0))  # -0.0 is negative for the sign of odd powers
+  ab = (b < 0).where(-b, b)
+  mag = (ab == 1).where(1.0, (e * ab.log2()).exp2())  # |b| == 1: log2 is 0, and 0 * inf would be NaN
+  e_int = e == e.trunc()  # +-inf count as even integers
+  e_odd = e_int & ((e * 0.5) != (e * 0.5).trunc())
+  ret = (neg & e_odd).where(-mag, mag)
+  ret = ((b < 0) & (b != -math.inf) & e_int.logical_not()).where(math.nan, ret)  # a negative base, fractional power
+  out = ((e == 0) | (b == 1)).where(1.0, ret)
+  def grad(g: Tensor, r: Tensor) -> tuple[Tensor, Tensor]:
+    db = (e == 0).where(0.0, g * e * _pow_float(b.detach(), e.detach() - 1))
+    de = ((b == 0) & (e >= 0)).where(0.0, g * r * b.log())
+    return db, de
+  from tiny_tensor.mathops import with_gradient
+  return with_gradient(out, (b, e), grad)
+
+
 def _expand_origins(root: UOp, keep: set[UOp]) -> UOp:
   """root's graph with realized tensors replaced by the graphs they were computed from (not those in `keep`), so
   gradients flow through values that were realized (e.g. printed) before backward."""
@@ -1212,4 +1276,6 @@ except ImportError as _e:  # only while nnops is being written: any other error 
   _nnops = None  # type: ignore[assignment]
 if _nnops is not None:
   for _n in _nnops.__all__: setattr(Tensor, _n, getattr(_nnops, _n))
+from tiny_tensor import mathops as _mathops  # noqa: E402  (it needs Tensor defined)
+for _n in _mathops.__all__: setattr(Tensor, _n, getattr(_mathops, _n))
 
