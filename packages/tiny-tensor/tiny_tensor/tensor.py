@@ -27,6 +27,7 @@ from tiny_uop.dtype import (DType, dtypes, from_numpy, least_upper_dtype, least_
 from tiny_uop.helpers import TRAINING, Context, ceildiv, polyN, prod
 from tiny_uop.uop import Ops, UOp, sint
 from tiny_tensor import engine
+from tiny_tensor import multi as _multi
 from tiny_tensor.creation import CreationMixin
 from tiny_tensor.gradient import compute_gradient
 from tiny_tensor.helpers import _broadcast_shape, _canonical_device, _view_base, argfix
@@ -87,6 +88,8 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
         uop = UOp.const(uop.dtype, 0, _canonical_device(device), ()).alu(Ops.ADD, uop)
       if device is not None and isinstance(data.device, str) and _canonical_device(device) != data.device:
         uop = uop.copy_to_device(_canonical_device(device))
+    elif isinstance(device, (tuple, list)):  # data on several devices: made on the first, copied to the others
+      uop = _multi.shard_uop(Tensor(data, device=device[0], dtype=dtype).uop, _canonical_device(device), None)
     else:
       dev = _canonical_device(device)
       if data is None: uop = engine.buffer_from_bytes(dev, 0, dt or dtypes.default_float, None)
@@ -147,6 +150,8 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
 
   @uop.setter
   def uop(self, u: UOp) -> None:
+    if u.op is not Ops.MULTI and (isinstance(u.device, tuple) or (u.op is Ops.COPY and u.src[0].op is Ops.MULTI)):
+      u = _multi.lower(u)  # an op on a sharded tensor (or a gather of one to a single device)
     self._uop = u
     if not engine.is_realized(u): _lazy_tensors[id(self)] = self
 
@@ -180,10 +185,10 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
   @property
   def dtype(self) -> DType: return self.uop.dtype
   @property
-  def device(self) -> str:
-    """The canonical name of the device the data lives on."""
+  def device(self) -> Any:
+    """The canonical name of the device the data lives on (a tuple of names for a sharded tensor)."""
     d = self.uop.device
-    return d if isinstance(d, str) else str(d)
+    return d if isinstance(d, (str, tuple)) else str(d)
   @property
   def ndim(self) -> int: return len(self.shape)
   @property
@@ -235,7 +240,7 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     Ops.BUFFER
     """
     ts = [self, *lst]
-    uops = [t.uop for t in ts]
+    uops = [s for t in ts for s in (t.uop.src if t.uop.op is Ops.MULTI else (t.uop,))]  # a sharded tensor: its shards
     becomes = engine.realize(uops, _shared_with_other_graphs(uops))
     if becomes: _apply_becomes(becomes)
     return self
@@ -259,6 +264,7 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
            [2, 4]], dtype=int32)
     """
     if self.dtype.scalar() in (dtypes.bfloat16, *dtypes.fp8s): return self.cast(dtypes.float32).numpy()
+    if isinstance(self.device, tuple): return self.to(self.device[0]).numpy()
     shape = tuple(int(s) for s in self.shape)
     npdt = to_numpy(self.dtype)
     if prod(shape) == 0: return np.zeros(shape, dtype=npdt)
@@ -278,12 +284,38 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     """The data as (nested) Python lists."""
     return self.numpy().tolist()
 
-  def to(self, device: str | None) -> Tensor:
-    """This tensor on another device (a COPY)."""
+  def to(self, device: str | tuple[str, ...] | None) -> Tensor:
+    """This tensor on another device (a COPY); a tuple of devices replicates it there, and a sharded tensor moved to
+    one device is gathered there."""
     dev = _canonical_device(device)
     if dev == self.device: return self
+    if isinstance(dev, tuple):
+      if isinstance(self.device, tuple): raise RuntimeError(f"can't move a tensor sharded on {self.device} to {dev}")
+      return self.shard(dev)
     ret = self._wrap(self.uop.copy_to_device(dev))
     return ret
+
+  def shard(self, devices: Sequence[str], axis: int | None = None) -> Tensor:
+    """This tensor split along `axis` into equal parts over `devices` (None: a full copy on each), as one tensor
+    whose ops run on every device (see multi.py).
+
+    >>> Tensor([[1, 2], [3, 4]]).shard(("CPU:0", "CPU:1"), axis=0).sum(1).tolist()
+    [3, 7]
+    """
+    if isinstance(self.device, tuple): raise RuntimeError(f"can't shard a tensor that is already on {self.device}")
+    devs = _canonical_device(tuple(devices))
+    if len(devs) == 1: return self.to(devs[0])
+    return self._wrap(_multi.shard_uop(self.uop, devs, None if axis is None else self._resolve_dim(axis)))
+
+  def shard_(self, devices: Sequence[str], axis: int | None = None) -> Tensor:
+    """Shard this tensor in place; returns self."""
+    self.uop = self.shard(devices, axis).uop
+    return self
+
+  def shard_like(self, y: Tensor) -> Tensor:
+    """This tensor sharded like `y` (same devices and axis)."""
+    if not isinstance(y.device, tuple): return self.to(y.device)
+    return self.shard(y.device, y.uop.arg)
 
   def to_(self, device: str | None) -> Tensor:
     """Move this tensor to another device in place."""
@@ -300,7 +332,9 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     if x.device != self.device: raise RuntimeError(f"assign: value is on {x.device}, target on {self.device}")
     if x.shape != self.shape: x = x._broadcast_to(self.shape)
     if x.dtype != self.dtype: raise RuntimeError(f"assign: dtype mismatch, target is {self.dtype}, value is {x.dtype}")
-    if engine.is_realized(self.uop): self.uop = self.uop.assign(x.uop)
+    if self.uop.op is Ops.MULTI and all(engine.is_realized(u) or u.op is Ops.ASSIGN for u in self.uop.src):
+      self.uop = UOp(Ops.ASSIGN, self.dtype, (self.uop, x.uop))  # lowered into one ASSIGN per shard
+    elif engine.is_realized(self.uop): self.uop = self.uop.assign(x.uop)
     elif self.uop.op is Ops.ASSIGN: self.uop = self.uop.src[0].assign(x.uop)
     elif (base := _view_base(self.uop)) is not None:
       raise RuntimeError(f"can't assign into a non-contiguous view ({base}) of a realized buffer; assign into the base "
@@ -341,6 +375,10 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     if gradient.shape != self.shape: raise ValueError(f"gradient shape {gradient.shape} != tensor shape {self.shape}")
     if not dtypes.is_float(self.dtype) or any(not dtypes.is_float(t.dtype) for t in targets):
       raise RuntimeError(f"only float Tensors have gradients; got {self.dtype} w.r.t. {[t.dtype for t in targets]}")
+    if isinstance(self.device, tuple) or any(isinstance(t.device, tuple) for t in targets):
+      mg = _multi.gradient(self, targets, gradient, _expand_origins)
+      if not materialize_grads and any(g is None for g in mg): raise RuntimeError("a target is not part of the graph")
+      return [t.zeros_like() if g is None else g for t, g in zip(targets, mg)]
     keep = {t.uop for t in targets if t is not self}
     grads = compute_gradient(_expand_origins(self.uop, keep), gradient.uop.cast(self.dtype), keep)
     out = []
@@ -361,8 +399,9 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     live = [t for t in list(_grad_tensors.values()) if t.requires_grad and dtypes.is_float(t.dtype)]
     # leaves (requires_grad set by the user) and lazy tensors are targets as they are; a realized derived tensor is
     # looked through (its pre-realize graph) so the gradient reaches the leaves it came from, as in torch
-    nodes = _expand_origins(self.uop, {t.uop for t in live if t._origin is None or id(t) in _leaf_tensors}).toposort()
-    targets = [t for t in live if t.uop in nodes]
+    keep = {s for t in live if t._origin is None or id(t) in _leaf_tensors for s in _shards(t.uop)}
+    nodes = UOp.sink(*[_expand_origins(s, keep) for s in _shards(self.uop)]).toposort()
+    targets = [t for t in live if any(s in nodes for s in _shards(t.uop))]
     if not targets: raise RuntimeError("backward: no tensor in the graph has requires_grad=True")
     for t, g in zip(targets, self.gradient(*targets, gradient=gradient, materialize_grads=True)):
       if g.shape != t.shape: raise RuntimeError(f"gradient shape {g.shape} doesn't match tensor shape {t.shape}")
@@ -1216,11 +1255,16 @@ def _pow_float(b: Tensor, e: Tensor) -> Tensor:
   return with_gradient(out, (b, e), grad)
 
 
+def _shards(u: UOp) -> tuple[UOp, ...]:
+  """The per-device graphs of a sharded tensor's UOp (the UOp itself otherwise)."""
+  return u.src if u.op is Ops.MULTI else (u,)
+
+
 def _expand_origins(root: UOp, keep: set[UOp]) -> UOp:
   """root's graph with realized tensors replaced by the graphs they were computed from (not those in `keep`), so
   gradients flow through values that were realized (e.g. printed) before backward."""
-  origins = {t.uop: t._origin for t in list(_origin_tensors.values())
-             if t._origin is not None and t.uop not in keep}
+  origins = {u: o for t in list(_origin_tensors.values()) if t._origin is not None and t.uop not in keep
+             for u, o in zip(_shards(t.uop), _shards(t._origin)) if u not in keep}
   for _ in range(32):
     if not origins or not any(u in origins for u in root.toposort()): break
     root = root.substitute(origins)
