@@ -26,15 +26,16 @@ __all__ = ["acos", "asin", "atan", "copysign", "fmod", "isclose", "allclose", "l
            "masked_select", "pad_to", "shrink_to", "const_like", "usum", "uprod", "max_numel", "newton_schulz", "qr"]
 
 
-def with_gradient(out: Tensor, inputs: Sequence[Tensor], fn: Callable[[Tensor, Tensor], Sequence[Tensor | None]]) -> Tensor:
-  """Give `out` the gradient `fn(grad_out, out)` (one Tensor or None per input) instead of differentiating its graph;
-  returns `out`. `fn` gets and returns Tensors (a thin layer over `gradient.custom_gradient`)."""
+def with_gradient(out: Tensor, inputs: Sequence[Tensor], fn: Callable[..., Sequence[Tensor | None]]) -> Tensor:
+  """Give `out` the gradient `fn(grad_out, out, *inputs)` (one Tensor or None per input) instead of differentiating
+  its graph; returns `out`. `fn` gets fresh Tensors over the nodes and must not hold Tensors itself: a Tensor's .grad
+  may lead back to `out`, which would keep the registration alive forever (a thin layer over `custom_gradient`)."""
   from tiny_tensor.gradient import custom_gradient
-  T = type(out)
+  T, uops = type(out), tuple(i.uop for i in inputs)
   def grads(ctx: Any, node: Any) -> tuple:
-    gs = fn(T.from_uop(ctx), T.from_uop(node))
-    return tuple(None if g is None else g._broadcast_to(i.shape).cast(i.dtype).uop for g, i in zip(gs, inputs))
-  custom_gradient(out.uop, tuple(i.uop for i in inputs), grads)
+    gs = fn(T.from_uop(ctx), T.from_uop(node), *[T.from_uop(u) for u in uops])
+    return tuple(None if g is None else g._broadcast_to(u.shape).cast(u.dtype).uop for g, u in zip(gs, uops))
+  custom_gradient(out.uop, uops, grads)
   return out
 
 
@@ -64,7 +65,7 @@ def acos(self: Tensor) -> Tensor:
   a = _abs(x)
   r = (1 - a).sqrt() * polyN(a, _ACOS)
   out = (x < 0).where(math.pi - r, r)
-  return with_gradient(out, (x,), lambda g, _: (-g * (1 - x * x).rsqrt(),))  # d acos = -1/sqrt(1-x^2)
+  return with_gradient(out, (x,), lambda g, _, x: (-g * (1 - x * x).rsqrt(),))  # d acos = -1/sqrt(1-x^2)
 
 
 def asin(self: Tensor) -> Tensor:
@@ -78,7 +79,7 @@ def asin(self: Tensor) -> Tensor:
   a = _abs(x)
   r = math.pi / 2 - (1 - a).sqrt() * polyN(a, _ACOS)
   out = (x < 0).where(-r, r)
-  return with_gradient(out, (x,), lambda g, _: (g * (1 - x * x).rsqrt(),))  # d asin = 1/sqrt(1-x^2)
+  return with_gradient(out, (x,), lambda g, _, x: (g * (1 - x * x).rsqrt(),))  # d asin = 1/sqrt(1-x^2)
 
 
 def atan(self: Tensor) -> Tensor:
@@ -95,7 +96,7 @@ def atan(self: Tensor) -> Tensor:
   r = t * polyN(t * t, _ATAN)
   r = big.where(math.pi / 2 - r, r)
   out = (x < 0).where(-r, r)
-  return with_gradient(out, (x,), lambda g, _: (g / (1 + x * x),))  # d atan = 1/(1+x^2)
+  return with_gradient(out, (x,), lambda g, _, x: (g / (1 + x * x),))  # d atan = 1/(1+x^2)
 
 
 # ***** elementwise *****

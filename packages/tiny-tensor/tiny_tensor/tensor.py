@@ -815,7 +815,7 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     x = self._float()
     out = (1 + (x * (-1 / math.log(2))).exp2()).reciprocal()
     from tiny_tensor.mathops import with_gradient
-    return with_gradient(out, (x,), lambda g, s: (g * s * (1 - s),))
+    return with_gradient(out, (x,), lambda g, s, _: (g * s * (1 - s),))
   def hardsigmoid(self, alpha: float = 1 / 6, beta: float = 0.5) -> Tensor:
     """Piecewise-linear sigmoid: clip(alpha*x + beta, 0, 1)."""
     return (alpha * self + beta).relu() - (alpha * self + beta - 1).relu()
@@ -934,7 +934,7 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     out = x._reduce(Ops.MUL, axis, keepdim)
     if not dtypes.is_float(x.dtype): return out
     axes, kshape = x._axes(axis), tuple(1 if i in x._axes(axis) else s for i, s in enumerate(x.shape))
-    def grad(g: Tensor, _: Tensor) -> tuple[Tensor]:
+    def grad(g: Tensor, _: Tensor, x: Tensor) -> tuple[Tensor]:
       zero = x == 0
       nzero = zero.cast(dtypes.int32)._reduce(Ops.ADD, axes, True)
       nz_prod = zero.where(1.0, x)._reduce(Ops.MUL, axes, True)  # the product of the nonzero elements
@@ -1247,7 +1247,7 @@ def _pow_float(b: Tensor, e: Tensor) -> Tensor:
   ret = (neg & e_odd).where(-mag, mag)
   ret = ((b < 0) & (b != -math.inf) & e_int.logical_not()).where(math.nan, ret)  # a negative base, fractional power
   out = ((e == 0) | (b == 1)).where(1.0, ret)
-  def grad(g: Tensor, r: Tensor) -> tuple[Tensor, Tensor]:
+  def grad(g: Tensor, r: Tensor, b: Tensor, e: Tensor) -> tuple[Tensor, Tensor]:
     db = (e == 0).where(0.0, g * e * _pow_float(b.detach(), e.detach() - 1))
     de = ((b == 0) & (e >= 0)).where(0.0, g * r * b.log())
     return db, de
