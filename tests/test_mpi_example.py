@@ -15,7 +15,7 @@ def test_two_process_data_parallel_equals_one_process():
   root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
   cmd = [mpirun, "-n", "2", "--oversubscribe", *root, sys.executable, str(ROOT / "examples" / "demo_mpi.py"),
          "--steps", "3", "--compare"]
-  env = {**os.environ, "OMPI_MCA_rmaps_base_oversubscribe": "1", "PRTE_MCA_rmaps_default_mapping_policy": ":oversubscribe"}
+  env = {**os.environ, "OMPI_MCA_rmaps_base_oversubscribe": "1"}
   p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
   assert p.returncode == 0, p.stdout + p.stderr
   assert "2 processes" in p.stdout and ": equal" in p.stdout, p.stdout

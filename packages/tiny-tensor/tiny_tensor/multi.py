@@ -19,8 +19,8 @@ by shard; the gradient of a replicated leaf is all-reduced (data-parallel traini
 
 >>> from tiny_tensor import Tensor
 >>> x = Tensor.arange(8).reshape(4, 2).float().shard(("CPU:0", "CPU:1"), axis=0)
->>> x.device, (x * 2).sum().item()
-(('CPU:0', 'CPU:1'), 56.0)
+>>> x.device, (x * 2).sum().item()  # CPU:0 is the CPU's canonical name
+(('CPU', 'CPU:1'), 56.0)
 """
 from __future__ import annotations
 
