@@ -22,6 +22,7 @@ from tiny_uop import Context  # noqa: E402
 from tiny_codegen.compiler.amdgpu import AMDGPUCompiler, find_ld_lld, parse_elf, read_metadata  # noqa: E402
 from tiny_codegen.compiler.opencl import find_clang  # noqa: E402
 from tiny_codegen.compiler.ptx import find_ptxas  # noqa: E402
+from tiny_codegen.lower.gather import fold_onehot_reduces  # noqa: E402
 
 TARGETS = {"PTX": "NULL:PTX:sm_90", "AMDGPU": "NULL:AMDGPU:gfx1100", "OPENCL": "NULL:OPENCL"}
 
@@ -111,7 +112,7 @@ def grouped_kernels(target: str, model: str) -> set[str]:
   ren = load_renderer(target)(*(["sm_90"] if target == "PTX" else ["gfx1100"] if target == "AMDGPU" else []))
   out = set()
   for ast, spec in zip(_asts[(target, model)], specs):
-    opts = hand_coded_optimizations(Kernel(ast, ren)).applied_opts
+    opts = hand_coded_optimizations(Kernel(fold_onehot_reduces(ast), ren)).applied_opts  # as lower() does
     if any(o.op is OptOps.GROUPTOP for o in opts): out.add(spec.name)
   return out
 

@@ -104,12 +104,14 @@ def _path_to_targets(root: UOp, targets: set[UOp]) -> list[UOp]:
   return [u for u, p in on_path.items() if p]
 
 
-def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp], custom: bool = True) -> dict[UOp, UOp]:
+def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp], custom: bool = True,
+                     stop: set[UOp] | frozenset = frozenset()) -> dict[UOp, UOp]:
   """d(root)/d(target) for each target reachable from root, with `root_grad` as the incoming gradient. `custom=False`:
-  the root's own `custom_gradient` is not used (its graph is differentiated)."""
+  the root's own `custom_gradient` is not used (its graph is differentiated). Gradients don't flow on past the nodes
+  in `stop` (a sharded tensor's shards, one of which may be a copy of another)."""
   grads: dict[UOp, UOp] = {root: root_grad}
   for node in reversed(_path_to_targets(root, targets)):
-    if node not in grads: continue
+    if node not in grads or (node in stop and node is not root): continue
     if (cg := _custom.get(node)) is not None and (custom or node is not root):
       for src, g in zip(cg[0], cg[1](grads[node], node)):
         if g is not None: grads[src] = grads[src] + g if src in grads else g

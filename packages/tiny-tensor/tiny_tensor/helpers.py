@@ -13,8 +13,10 @@ __all__ = ["argfix", "tqdm", "trange"]
 _device_cache: dict[tuple[str | None, str], str] = {}
 
 
-def _canonical_device(device: str | None) -> str:
-  """The canonical name of `device` (or of the default device); an unknown device raises an error naming it."""
+def _canonical_device(device: Any) -> Any:
+  """The canonical name of `device` (or of the default device); an unknown device raises an error naming it. A tuple
+  of devices (a sharded tensor's) gives a tuple of canonical names."""
+  if isinstance(device, (tuple, list)): return tuple(_canonical_device(d) for d in device)
   from tiny_uop.helpers import DEV
   key = (device, str(DEV.value))
   if (d := _device_cache.get(key)) is not None: return d

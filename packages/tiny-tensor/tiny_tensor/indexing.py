@@ -11,7 +11,7 @@ import numpy as np
 
 from tiny_uop.dtype import dtypes, sum_acc_dtype
 from tiny_uop.helpers import ceildiv
-from tiny_uop.uop import Ops
+from tiny_uop.uop import Ops, UOp, ssimplify
 from tiny_tensor import engine
 from tiny_tensor.helpers import _broadcast_shape, _view_base
 
@@ -37,7 +37,7 @@ class IndexingMixin:
         norm.extend(type(self)(n.astype(np.int32), device=self.device, requires_grad=False) for n in np.nonzero(arr))
         if arr.ndim == 0: raise IndexError("a 0-d boolean tensor index is not supported")
         continue
-      if isinstance(i, bool) or not (i is None or i is Ellipsis or isinstance(i, (int, slice, type(self)))):
+      if isinstance(i, bool) or not (i is None or i is Ellipsis or isinstance(i, (int, slice, type(self), UOp))):
         raise IndexError(f"{type(i).__name__} {i!r} is not a valid index; valid: int, slice, None, ..., list, Tensor")
       norm.append(i)
     if sum(1 for i in norm if i is Ellipsis) > 1: raise IndexError("an index can only have a single ellipsis ('...')")
@@ -55,7 +55,18 @@ class IndexingMixin:
         out_shape.append(1)
         continue
       s = self.shape[d]
-      if isinstance(i, int):
+      if isinstance(i, UOp):  # a bound Variable: a symbolic int index (jit replays bind other values)
+        if i.dtype not in dtypes.ints or not (0 <= i.vmin and i.vmax < s):
+          raise IndexError(f"symbolic index {i.arg if i.op is Ops.DEFINE_VAR else i} with range [{i.vmin}, {i.vmax}]"
+                           f" is out of bounds for dimension {d} with size {s}")
+        shrink.append((i, i + 1)); strides.append(1); mid_shape.append(1)  # noqa: E702
+      elif isinstance(i, slice) and any(isinstance(x, UOp) for x in (i.start, i.stop)):
+        start, stop = (0 if i.start is None else i.start), (s if i.stop is None else i.stop)
+        n = ssimplify(stop - start)
+        if i.step not in (None, 1) or not isinstance(n, int) or n < 0:
+          raise IndexError(f"a symbolic slice needs step 1 and a constant length, got {i}")
+        shrink.append((start, stop)); strides.append(1); mid_shape.append(n); out_shape.append(n)  # noqa: E702
+      elif isinstance(i, int):
         if not -s <= i < s: raise IndexError(f"index {i} is out of bounds for dimension {d} with size {s}")
         i = i + s if i < 0 else i
         shrink.append((i, i + 1)); strides.append(1); mid_shape.append(1)  # noqa: E702
@@ -112,7 +123,8 @@ class IndexingMixin:
     idxs = []
     for _, t, s in tensors:
       if not dtypes.is_int(t.dtype): raise IndexError(f"tensors used as indices must be int or bool, got {t.dtype}")
-      if engine.is_realized(t.uop) and t.numel():
+      from tiny_tensor.jit import _capturing
+      if engine.is_realized(t.uop) and t.numel() and not _capturing:  # while a jit captures, data isn't read
         arr = t.numpy()
         if (bad := arr[(arr < -s) | (arr >= s)]).size:
           raise IndexError(f"index {bad.flat[0]} is out of bounds for a dimension of size {s}")
@@ -122,20 +134,63 @@ class IndexingMixin:
     k, nb = len(pos), len(big)
     x = self.permute(pos + rest)
     x = x.reshape((1,) * nb + x.shape)
-    mask: Tensor | None = None
+    # one mask per index, applied one after the other (not and-ed into one mask tensor the scheduler would store):
+    # the kernel is a sum over one-hot masks, which codegen folds into a load at the index (lower/gather.py), so it
+    # costs the number of elements read, not that times the indexed dims' sizes
+    picked = x
     for j, (t, (_, _, s)) in enumerate(zip(idxs, tensors)):
       ar = type(self).arange(s, device=self.device)
       ar = ar.reshape((1,) * nb + (1,) * j + (s,) + (1,) * (k - j - 1 + len(rest)))
       m = t._broadcast_to(big).reshape(big + (1,) * (k + len(rest))) == ar
-      mask = m if mask is None else mask & m
-    assert mask is not None
-    picked = mask.where(x, x.zeros_like()) if self.dtype != dtypes.bool else mask & x
+      picked = m.where(picked, 0) if self.dtype != dtypes.bool else m & picked
     out = picked.sum(tuple(range(nb, nb + k)), dtype=sum_acc_dtype(self.dtype)).cast(self.dtype) \
       if self.dtype != dtypes.bool else picked.any(tuple(range(nb, nb + k)))
     if pos == list(range(pos[0], pos[0] + k)) and pos[0] != 0:  # consecutive: the new dims go where they were
       order = list(range(nb, nb + pos[0])) + list(range(nb)) + list(range(nb + pos[0], out.ndim))
       out = out.permute(order)
     return out
+
+  def _lazy_readers(self) -> list[Tensor]:
+    """Other live lazy tensors whose graphs read this tensor's buffer (they must be computed before it is written)."""
+    from tiny_tensor.tensor import _lazy_tensors
+    if (bv := engine.buffer_view(self.uop)) is None: return []
+    buf = bv[0]
+    return [t for t in list(_lazy_tensors.values()) if t is not self and not engine.is_realized(t.uop)
+            and t.uop.op is not Ops.ASSIGN and buf in t.uop.toposort()]
+
+  def _scatter_tensors(self, tensors: list[tuple[int, Tensor, int]], v: Tensor) -> Tensor:
+    """self (a basic view) with `v` (shaped like `self[tensor indices]`) written at the tensor indices; where several
+    index tuples are equal the last one wins (numpy's rule), and an out-of-range lazy index writes nothing.
+
+    Cost: the index tuples times the size of the indexed dims (to find the last writer of each place), then one
+    element read per place (a one-hot sum over the writers that codegen folds into a load)."""
+    T = type(self)
+    pos = [p for p, _, _ in tensors]
+    k = len(pos)
+    idxs = [(t < 0).where(t + s, t) for _, t, s in tensors]
+    big = _broadcast_shape(*[t.shape for t in idxs])
+    nb, nw = len(big), int(np.prod(big, dtype=np.int64))
+    rest = [i for i in range(self.ndim) if i not in pos]
+    sizes = [s for _, _, s in tensors]
+    # v's layout: the index dims where the first tensor index was when they are consecutive, else in front
+    front = 0 if not (pos == list(range(pos[0], pos[0] + k)) and pos[0] != 0) else pos[0]
+    vorder = list(range(front, front + nb)) + list(range(front)) + list(range(front + nb, v.ndim))
+    vw = v.permute(vorder).reshape(nw, *[self.shape[i] for i in rest])  # (writers, *rest)
+    hit: Tensor | None = None
+    for j, t in enumerate(idxs):
+      ar = T.arange(sizes[j], device=self.device).reshape((1,) + (1,) * j + (sizes[j],) + (1,) * (k - j - 1))
+      m = t._broadcast_to(big).reshape((nw,) + (1,) * k) == ar
+      hit = m if hit is None else hit & m
+    assert hit is not None
+    writers = T.arange(1, nw + 1, device=self.device).reshape((nw,) + (1,) * k)
+    last = hit.where(writers, 0).max(0) - 1  # (*sizes): the last writer of each place, -1 for none
+    one = last.reshape(*sizes, 1) == T.arange(nw, device=self.device).reshape((1,) * k + (nw,))
+    one = one.reshape(*sizes, nw, *[1] * len(rest))
+    vals = vw.reshape((1,) * k + vw.shape)
+    got = one.where(vals, 0).sum(k, dtype=self.dtype) if self.dtype != dtypes.bool else (one & vals).any(k)
+    xp = self.permute(pos + rest)
+    new = (last >= 0).reshape(*sizes, *[1] * len(rest)).where(got, xp)
+    return new.permute([int(i) for i in np.argsort(pos + rest)])
 
   def __setitem__(self, indices: Any, v: Any) -> None:
     """Write `v` into the indexed part of this tensor (an ASSIGN into its buffer when realized)."""
@@ -144,25 +199,25 @@ class IndexingMixin:
     vt = vt.cast(self.dtype)._broadcast_to(view.shape)
     if view.numel() == 0: return  # nothing to write
     plan = self._index_plan(indices)
-    if plan["tensors"]:
-      n = int(self.numel())
-      ids = type(self).arange(n, device=self.device).reshape(self.shape)[indices].flatten()
-      onehot = ids.reshape(-1, 1) == type(self).arange(n, device=self.device).reshape(1, n)
-      hit = onehot.any(0)
-      vals = onehot.where(vt.flatten().reshape(-1, 1), 0).sum(0, dtype=sum_acc_dtype(self.dtype))
-      vals = vals.cast(self.dtype)
-      new = hit.reshape(self.shape).where(vals.reshape(self.shape), self)
-    else:
-      sizes = [b - a for a, b in plan["shrink"]]
-      def inverse(t: Tensor) -> Tensor:
-        t = t.reshape(plan["mid"])._unstrided(plan["strides"], plan["mid"], sizes)
-        if plan["flips"]: t = t.flip(plan["flips"])
-        return t._pad_raw(tuple((a, s - b) for (a, b), s in zip(plan["shrink"], self.shape))) if self.ndim else t
-      mask = inverse(type(self).full(view.shape, True, dtype=dtypes.bool, device=self.device))
-      new = mask.where(inverse(vt.detach() if not vt.requires_grad else vt), self)
+    if any(isinstance(x, UOp) for se in plan["shrink"] for x in se):
+      raise NotImplementedError(f"setitem at a symbolic (Variable) index {indices} is not supported yet (reading is); "
+                                f"index with an int tensor instead, which TinyJit replays with new values")
+    if plan["tensors"]:  # the tensor-indexed part is scattered in the basic view, which then goes back like a slice
+      base = self.shrink(plan["shrink"]) if self.ndim else self
+      if plan["flips"]: base = base.flip(plan["flips"])
+      base = base._strided(plan["strides"], plan["mid"]).reshape(plan["out"])
+      vt = base._scatter_tensors(plan["tensors"], vt)
+    sizes = [b - a for a, b in plan["shrink"]]
+    def inverse(t: Tensor) -> Tensor:
+      t = t.reshape(plan["mid"])._unstrided(plan["strides"], plan["mid"], sizes)
+      if plan["flips"]: t = t.flip(plan["flips"])
+      return t._pad_raw(tuple((a, s - b) for (a, b), s in zip(plan["shrink"], self.shape))) if self.ndim else t
+    mask = inverse(type(self).full(plan["out"], True, dtype=dtypes.bool, device=self.device))
+    new = mask.where(inverse(vt.detach() if not vt.requires_grad else vt), self)
     if engine.is_realized(self.uop) or self.uop.op is Ops.ASSIGN:
+      readers = self._lazy_readers()
       self.assign(new.cast(self.dtype))
-      self.realize()
+      self.realize(*readers)  # lazy reads made before this write see the old values, as if run eagerly
     elif _view_base(self.uop) is not None:
       raise RuntimeError("can't setitem into a non-contiguous view of a realized buffer; index the base tensor instead")
     else: self.uop = new.cast(self.dtype).uop

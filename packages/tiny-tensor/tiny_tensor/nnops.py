@@ -1172,9 +1172,10 @@ def normalize(self: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) ->
   >>> Tensor([[3., 4.]]).normalize().tolist()
   [[0.6000000238418579, 0.800000011920929]]
   """
-  if p == 0: norm = self.ne(0).sum(dim, keepdim=True)
-  else: norm = self.abs().pow(p).sum(dim, keepdim=True).pow(1 / p)
-  return self / norm.maximum(eps)
+  if p == 0: return self / self.ne(0).sum(dim, keepdim=True).maximum(eps)
+  s = self.abs().pow(p).sum(dim, keepdim=True)
+  big = s > eps ** p  # below, the norm is clamped to eps: keep pow(1/p)'s infinite slope at 0 out of the gradient
+  return self / big.where(big.where(s, 1.0).pow(1 / p), eps)
 
 
 def softmin(self: Tensor, axis: int = -1, dtype: Any = None) -> Tensor:

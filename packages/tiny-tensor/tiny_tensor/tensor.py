@@ -27,6 +27,7 @@ from tiny_uop.dtype import (DType, dtypes, from_numpy, least_upper_dtype, least_
 from tiny_uop.helpers import TRAINING, Context, ceildiv, polyN, prod
 from tiny_uop.uop import Ops, UOp, sint
 from tiny_tensor import engine
+from tiny_tensor import multi as _multi
 from tiny_tensor.creation import CreationMixin
 from tiny_tensor.gradient import compute_gradient
 from tiny_tensor.helpers import _broadcast_shape, _canonical_device, _view_base, argfix
@@ -87,6 +88,8 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
         uop = UOp.const(uop.dtype, 0, _canonical_device(device), ()).alu(Ops.ADD, uop)
       if device is not None and isinstance(data.device, str) and _canonical_device(device) != data.device:
         uop = uop.copy_to_device(_canonical_device(device))
+    elif isinstance(device, (tuple, list)):  # data on several devices: made on the first, copied to the others
+      uop = _multi.shard_uop(Tensor(data, device=device[0], dtype=dtype).uop, _canonical_device(device), None)
     else:
       dev = _canonical_device(device)
       if data is None: uop = engine.buffer_from_bytes(dev, 0, dt or dtypes.default_float, None)
@@ -147,6 +150,8 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
 
   @uop.setter
   def uop(self, u: UOp) -> None:
+    if u.op is not Ops.MULTI and (isinstance(u.device, tuple) or (u.op is Ops.COPY and u.src[0].op is Ops.MULTI)):
+      u = _multi.lower(u)  # an op on a sharded tensor (or a gather of one to a single device)
     self._uop = u
     if not engine.is_realized(u): _lazy_tensors[id(self)] = self
 
@@ -180,12 +185,16 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
   @property
   def dtype(self) -> DType: return self.uop.dtype
   @property
-  def device(self) -> str:
-    """The canonical name of the device the data lives on."""
+  def device(self) -> Any:
+    """The canonical name of the device the data lives on (a tuple of names for a sharded tensor)."""
     d = self.uop.device
-    return d if isinstance(d, str) else str(d)
+    return d if isinstance(d, (str, tuple)) else str(d)
   @property
   def ndim(self) -> int: return len(self.shape)
+  @property
+  def max_shape(self) -> tuple[int, ...]:
+    """The shape with every symbolic dim replaced by its maximum."""
+    return tuple(s if isinstance(s, int) else int(s.vmax) for s in self.shape)
   def numel(self) -> sint:
     """Number of elements.
 
@@ -231,7 +240,7 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     Ops.BUFFER
     """
     ts = [self, *lst]
-    uops = [t.uop for t in ts]
+    uops = [s for t in ts for s in (t.uop.src if t.uop.op is Ops.MULTI else (t.uop,))]  # a sharded tensor: its shards
     becomes = engine.realize(uops, _shared_with_other_graphs(uops))
     if becomes: _apply_becomes(becomes)
     return self
@@ -255,6 +264,7 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
            [2, 4]], dtype=int32)
     """
     if self.dtype.scalar() in (dtypes.bfloat16, *dtypes.fp8s): return self.cast(dtypes.float32).numpy()
+    if isinstance(self.device, tuple): return self.to(self.device[0]).numpy()
     shape = tuple(int(s) for s in self.shape)
     npdt = to_numpy(self.dtype)
     if prod(shape) == 0: return np.zeros(shape, dtype=npdt)
@@ -274,12 +284,38 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     """The data as (nested) Python lists."""
     return self.numpy().tolist()
 
-  def to(self, device: str | None) -> Tensor:
-    """This tensor on another device (a COPY)."""
+  def to(self, device: str | tuple[str, ...] | None) -> Tensor:
+    """This tensor on another device (a COPY); a tuple of devices replicates it there, and a sharded tensor moved to
+    one device is gathered there."""
     dev = _canonical_device(device)
     if dev == self.device: return self
+    if isinstance(dev, tuple):
+      if isinstance(self.device, tuple): raise RuntimeError(f"can't move a tensor sharded on {self.device} to {dev}")
+      return self.shard(dev)
     ret = self._wrap(self.uop.copy_to_device(dev))
     return ret
+
+  def shard(self, devices: Sequence[str], axis: int | None = None) -> Tensor:
+    """This tensor split along `axis` into equal parts over `devices` (None: a full copy on each), as one tensor
+    whose ops run on every device (see multi.py).
+
+    >>> Tensor([[1, 2], [3, 4]]).shard(("CPU:0", "CPU:1"), axis=0).sum(1).tolist()
+    [3, 7]
+    """
+    if isinstance(self.device, tuple): raise RuntimeError(f"can't shard a tensor that is already on {self.device}")
+    devs = _canonical_device(tuple(devices))
+    if len(devs) == 1: return self.to(devs[0])
+    return self._wrap(_multi.shard_uop(self.uop, devs, None if axis is None else self._resolve_dim(axis)))
+
+  def shard_(self, devices: Sequence[str], axis: int | None = None) -> Tensor:
+    """Shard this tensor in place; returns self."""
+    self.uop = self.shard(devices, axis).uop
+    return self
+
+  def shard_like(self, y: Tensor) -> Tensor:
+    """This tensor sharded like `y` (same devices and axis)."""
+    if not isinstance(y.device, tuple): return self.to(y.device)
+    return self.shard(y.device, y.uop.arg)
 
   def to_(self, device: str | None) -> Tensor:
     """Move this tensor to another device in place."""
@@ -296,7 +332,9 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     if x.device != self.device: raise RuntimeError(f"assign: value is on {x.device}, target on {self.device}")
     if x.shape != self.shape: x = x._broadcast_to(self.shape)
     if x.dtype != self.dtype: raise RuntimeError(f"assign: dtype mismatch, target is {self.dtype}, value is {x.dtype}")
-    if engine.is_realized(self.uop): self.uop = self.uop.assign(x.uop)
+    if self.uop.op is Ops.MULTI and all(engine.is_realized(u) or u.op is Ops.ASSIGN for u in self.uop.src):
+      self.uop = UOp(Ops.ASSIGN, self.dtype, (self.uop, x.uop))  # lowered into one ASSIGN per shard
+    elif engine.is_realized(self.uop): self.uop = self.uop.assign(x.uop)
     elif self.uop.op is Ops.ASSIGN: self.uop = self.uop.src[0].assign(x.uop)
     elif (base := _view_base(self.uop)) is not None:
       raise RuntimeError(f"can't assign into a non-contiguous view ({base}) of a realized buffer; assign into the base "
@@ -337,6 +375,10 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     if gradient.shape != self.shape: raise ValueError(f"gradient shape {gradient.shape} != tensor shape {self.shape}")
     if not dtypes.is_float(self.dtype) or any(not dtypes.is_float(t.dtype) for t in targets):
       raise RuntimeError(f"only float Tensors have gradients; got {self.dtype} w.r.t. {[t.dtype for t in targets]}")
+    if isinstance(self.device, tuple) or any(isinstance(t.device, tuple) for t in targets):
+      mg = _multi.gradient(self, targets, gradient, _expand_origins)
+      if not materialize_grads and any(g is None for g in mg): raise RuntimeError("a target is not part of the graph")
+      return [t.zeros_like() if g is None else g for t, g in zip(targets, mg)]
     keep = {t.uop for t in targets if t is not self}
     grads = compute_gradient(_expand_origins(self.uop, keep), gradient.uop.cast(self.dtype), keep)
     out = []
@@ -357,8 +399,9 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     live = [t for t in list(_grad_tensors.values()) if t.requires_grad and dtypes.is_float(t.dtype)]
     # leaves (requires_grad set by the user) and lazy tensors are targets as they are; a realized derived tensor is
     # looked through (its pre-realize graph) so the gradient reaches the leaves it came from, as in torch
-    nodes = _expand_origins(self.uop, {t.uop for t in live if t._origin is None or id(t) in _leaf_tensors}).toposort()
-    targets = [t for t in live if t.uop in nodes]
+    keep = {s for t in live if t._origin is None or id(t) in _leaf_tensors for s in _shards(t.uop)}
+    nodes = UOp.sink(*[_expand_origins(s, keep) for s in _shards(self.uop)]).toposort()
+    targets = [t for t in live if any(s in nodes for s in _shards(t.uop))]
     if not targets: raise RuntimeError("backward: no tensor in the graph has requires_grad=True")
     for t, g in zip(targets, self.gradient(*targets, gradient=gradient, materialize_grads=True)):
       if g.shape != t.shape: raise RuntimeError(f"gradient shape {g.shape} doesn't match tensor shape {t.shape}")
@@ -441,8 +484,11 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     """The same bytes read as `dtype` (the last dim rescales when the item sizes differ)."""
     dt = to_dtype(dtype)
     if self.dtype == dt: return self
-    if dt.itemsize != self.dtype.itemsize and (not self.shape or (self.shape[-1] * self.dtype.itemsize) % dt.itemsize):
-      raise RuntimeError(f"bitcast {self.dtype} -> {dt}: shape {self.shape} doesn't fit the new item size")
+    if dt.itemsize != self.dtype.itemsize:
+      if not self.shape or (self.shape[-1] * self.dtype.itemsize) % dt.itemsize:
+        raise RuntimeError(f"bitcast {self.dtype} -> {dt}: shape {self.shape} doesn't fit the new item size")
+      from tiny_tensor.mathops import bitcast_sized
+      return bitcast_sized(self, dt)
     return self._wrap(self.uop.bitcast(dt))
 
   def float(self) -> Tensor:
@@ -516,7 +562,11 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     return a - a.div(b, rounding_mode="floor") * b
 
   def pow(self, x: Any, reverse: bool = False) -> Tensor:
-    """self ** x; negative bases work with integer exponents (like tinygrad)."""
+    """self ** x with C's pow rules: negative bases with integer exponents, x ** 0 == 1 ** y == 1, +-inf and -0.0.
+
+    >>> (Tensor([-2.0, 4.0, 0.0]) ** Tensor([3.0, 0.5, -1.0])).tolist()
+    [-8.0, 2.0, inf]
+    """
     if not reverse and isinstance(x, (int, float)) and not isinstance(x, bool):
       if x == 0:
         return self.ones_like() if dtypes.is_float(self.dtype) or isinstance(x, int) else self.ones_like().float()
@@ -531,11 +581,7 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     base, exp = self._broadcasted(x, reverse)
     out_int = not dtypes.is_float(base.dtype)
     b, e = base._float(), exp._float()
-    mag = (e * b.abs().log2()).exp2()
-    e_int = e == e.trunc()
-    e_odd = e_int & ((e * 0.5) != (e * 0.5).trunc())
-    ret = (b < 0).where(e_int.where(e_odd.where(-mag, mag), math.nan), mag)
-    ret = ((b == 0) & (e == 0)).where(1.0, ret)
+    ret = _pow_float(b, e)
     return ret.round().cast(base.dtype) if out_int else ret
 
   def maximum(self, x: Any) -> Tensor:
@@ -588,15 +634,21 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     if self.dtype == dtypes.bool: return self.logical_not()
     return self ^ (self.dtype.max if dtypes.is_unsigned(self.dtype) else -1)
 
-  def lshift(self, x: Any) -> Tensor:
-    """Shift bits left (int tensors)."""
-    self._check_bitwise()
-    return self._binop(Ops.SHL, x)
+  def _check_shift(self, x: Any) -> None:
+    if not dtypes.is_int(self.dtype): raise RuntimeError(f"shifts need an int tensor, got {self.dtype}")
+    if isinstance(x, Tensor) and not dtypes.is_int(x.dtype): raise RuntimeError(f"shift by a {x.dtype} tensor")
+    if not isinstance(x, Tensor) and (not isinstance(x, int) or isinstance(x, bool) or x < 0):
+      raise ValueError(f"shift amount {x!r} must be a non-negative int (or an int tensor)")
 
-  def rshift(self, x: Any) -> Tensor:
-    """Shift bits right (int tensors)."""
-    self._check_bitwise()
-    return self._binop(Ops.SHR, x)
+  def lshift(self, x: Any, reverse: bool = False) -> Tensor:
+    """Shift bits left (int tensors); `x` a non-negative int or an int tensor."""
+    self._check_shift(x)
+    return self._binop(Ops.SHL, x, reverse)
+
+  def rshift(self, x: Any, reverse: bool = False) -> Tensor:
+    """Shift bits right (arithmetic for signed ints); `x` a non-negative int or an int tensor."""
+    self._check_shift(x)
+    return self._binop(Ops.SHR, x, reverse)
 
   def logical_not(self) -> Tensor:
     """True where self is false."""
@@ -642,6 +694,8 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
   def __rxor__(self, x: Any) -> Tensor: return self.bitwise_xor(x, True)
   def __lshift__(self, x: Any) -> Tensor: return self.lshift(x)
   def __rshift__(self, x: Any) -> Tensor: return self.rshift(x)
+  def __rlshift__(self, x: Any) -> Tensor: return self.lshift(x, True)
+  def __rrshift__(self, x: Any) -> Tensor: return self.rshift(x, True)
   def __invert__(self) -> Tensor: return self.bitwise_not()
   def __abs__(self) -> Tensor: return self.abs()
   def __iadd__(self, x: Any) -> Tensor: return self.assign(self.add(x))
@@ -736,10 +790,16 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     if dtypes.is_unsigned(self.dtype) or self.dtype == dtypes.bool: return self
     return self * self.sign() if dtypes.is_float(self.dtype) else (self < 0).where(-self, self)
   def clip(self, min_: Any = None, max_: Any = None) -> Tensor:
-    """Clamp into [min_, max_]."""
+    """Clamp into [min_, max_]; the gradient is 1 inside the closed interval (as torch), NaN stays NaN.
+
+    >>> Tensor([-1.0, 0.5, 2.0]).clip(0, 1).tolist()
+    [0.0, 0.5, 1.0]
+    """
     if min_ is None and max_ is None: raise RuntimeError("clip: at least one of 'min_' or 'max_' must not be None")
-    ret = self.maximum(min_) if min_ is not None else self
-    return ret.minimum(max_) if max_ is not None else ret
+    ret = self
+    if min_ is not None: ret = (ret < min_).where(min_, ret)
+    if max_ is not None: ret = (ret > max_).where(max_, ret)
+    return ret
   clamp = clip
 
   # activations
@@ -747,8 +807,15 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     """max(x, 0)."""
     return (self > 0).where(self, 0)
   def sigmoid(self) -> Tensor:
-    """1 / (1 + exp(-x))."""
-    return (1 + (self._float() * (-1 / math.log(2))).exp2()).reciprocal()
+    """1 / (1 + exp(-x)); its gradient s * (1 - s) stays finite at any input.
+
+    >>> Tensor([-1000.0, 0.0, 1000.0]).sigmoid().tolist()
+    [0.0, 0.5, 1.0]
+    """
+    x = self._float()
+    out = (1 + (x * (-1 / math.log(2))).exp2()).reciprocal()
+    from tiny_tensor.mathops import with_gradient
+    return with_gradient(out, (x,), lambda g, s, _: (g * s * (1 - s),))
   def hardsigmoid(self, alpha: float = 1 / 6, beta: float = 0.5) -> Tensor:
     """Piecewise-linear sigmoid: clip(alpha*x + beta, 0, 1)."""
     return (alpha * self + beta).relu() - (alpha * self + beta - 1).relu()
@@ -778,9 +845,11 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     t = 1.0 / (1.0 + 0.3275911 * self.abs())
     return self.sign() * (1.0 - t * polyN(t, [1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592]) *
                           (-self.square()).exp())
-  def gelu(self) -> Tensor:
-    """GELU, tanh approximation."""
-    return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self ** 3)).tanh())
+  def gelu(self, approximate: str = "tanh") -> Tensor:
+    """GELU: `approximate="tanh"` (the default, as tinygrad) or `"none"` (exact, through erf)."""
+    if approximate == "tanh": return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self ** 3)).tanh())
+    if approximate == "none": return self * 0.5 * (1.0 + (self / math.sqrt(2)).erf())
+    raise ValueError(f"gelu approximate={approximate!r}; valid: 'tanh', 'none'")
   def quick_gelu(self) -> Tensor:
     """x * sigmoid(1.702 x)."""
     return self * (self * 1.702).sigmoid()
@@ -855,8 +924,24 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     return ret.cast(self.dtype) if dtype is None and self.dtype in narrow else ret
 
   def prod(self, axis: Any = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
-    """Product over `axis`, in this tensor's dtype unless `dtype` is given."""
-    return self.cast(to_dtype(dtype) if dtype is not None else self.dtype)._reduce(Ops.MUL, axis, keepdim)
+    """Product over `axis`, in this tensor's dtype unless `dtype` is given. The gradient is the product of the other
+    elements, also where some are 0 (as torch).
+
+    >>> Tensor([[1, 2], [3, 4]]).prod(1).tolist()
+    [2, 12]
+    """
+    x = self.cast(to_dtype(dtype) if dtype is not None else self.dtype)
+    out = x._reduce(Ops.MUL, axis, keepdim)
+    if not dtypes.is_float(x.dtype): return out
+    axes, kshape = x._axes(axis), tuple(1 if i in x._axes(axis) else s for i, s in enumerate(x.shape))
+    def grad(g: Tensor, _: Tensor, x: Tensor) -> tuple[Tensor]:
+      zero = x == 0
+      nzero = zero.cast(dtypes.int32)._reduce(Ops.ADD, axes, True)
+      nz_prod = zero.where(1.0, x)._reduce(Ops.MUL, axes, True)  # the product of the nonzero elements
+      gi = zero.where((nzero == 1).where(nz_prod, 0.0), (nzero == 0).where(nz_prod / zero.where(1.0, x), 0.0))
+      return (g.reshape(kshape) * gi,)
+    from tiny_tensor.mathops import with_gradient
+    return with_gradient(out, (x,), grad)
 
   def max(self, axis: Any = None, keepdim: bool = False) -> Tensor:
     """Maximum over `axis`."""
@@ -1152,11 +1237,34 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     return x.add(bias) if bias is not None else x
 
 
+def _pow_float(b: Tensor, e: Tensor) -> Tensor:
+  """b ** e for float tensors with C's pow special cases, and torch's gradients (finite at b == 0)."""
+  neg = (b < 0) | ((b == 0) & (b.reciprocal() < 0))  # -0.0 is negative for the sign of odd powers
+  ab = (b < 0).where(-b, b)
+  mag = (ab == 1).where(1.0, (e * ab.log2()).exp2())  # |b| == 1: log2 is 0, and 0 * inf would be NaN
+  e_int = e == e.trunc()  # +-inf count as even integers
+  e_odd = e_int & ((e * 0.5) != (e * 0.5).trunc())
+  ret = (neg & e_odd).where(-mag, mag)
+  ret = ((b < 0) & (b != -math.inf) & e_int.logical_not()).where(math.nan, ret)  # a negative base, fractional power
+  out = ((e == 0) | (b == 1)).where(1.0, ret)
+  def grad(g: Tensor, r: Tensor, b: Tensor, e: Tensor) -> tuple[Tensor, Tensor]:
+    db = (e == 0).where(0.0, g * e * _pow_float(b.detach(), e.detach() - 1))
+    de = ((b == 0) & (e >= 0)).where(0.0, g * r * b.log())
+    return db, de
+  from tiny_tensor.mathops import with_gradient
+  return with_gradient(out, (b, e), grad)
+
+
+def _shards(u: UOp) -> tuple[UOp, ...]:
+  """The per-device graphs of a sharded tensor's UOp (the UOp itself otherwise)."""
+  return u.src if u.op is Ops.MULTI else (u,)
+
+
 def _expand_origins(root: UOp, keep: set[UOp]) -> UOp:
   """root's graph with realized tensors replaced by the graphs they were computed from (not those in `keep`), so
   gradients flow through values that were realized (e.g. printed) before backward."""
-  origins = {t.uop: t._origin for t in list(_origin_tensors.values())
-             if t._origin is not None and t.uop not in keep}
+  origins = {u: o for t in list(_origin_tensors.values()) if t._origin is not None and t.uop not in keep
+             for u, o in zip(_shards(t.uop), _shards(t._origin)) if u not in keep}
   for _ in range(32):
     if not origins or not any(u in origins for u in root.toposort()): break
     root = root.substitute(origins)
@@ -1212,4 +1320,6 @@ except ImportError as _e:  # only while nnops is being written: any other error 
   _nnops = None  # type: ignore[assignment]
 if _nnops is not None:
   for _n in _nnops.__all__: setattr(Tensor, _n, getattr(_nnops, _n))
+from tiny_tensor import mathops as _mathops  # noqa: E402  (it needs Tensor defined)
+for _n in _mathops.__all__: setattr(Tensor, _n, getattr(_mathops, _n))
 

@@ -66,6 +66,9 @@ class Ops(FastEnum):
   PROGRAM = auto(); SOURCE = auto(); BINARY = auto()  # noqa: E702
   # custom
   CUSTOM = auto(); CUSTOMI = auto()  # noqa: E702
+  # multi-device (tensor graph only): MULTI(*shards, arg=axis) is one value split along `axis` over the shards'
+  # devices (arg None: a copy on each); its shape is the whole value's, its device the tuple of the shards' devices
+  MULTI = auto()
 
 
 class GroupOp:
@@ -212,6 +215,7 @@ class UOp(metaclass=UOpMetaClass):
       if "device" in node._cache: continue
       if node.op is Ops.DEVICE: d = node.arg
       elif node.op is Ops.COPY: d = node.src[1].arg
+      elif node.op is Ops.MULTI: d = tuple(s._cache["device"] for s in node.src)
       else: d = next((s._cache["device"] for s in node.src if s._cache.get("device") is not None), None)
       node._cache["device"] = d
     return self._cache["device"]
@@ -506,6 +510,9 @@ def _compute_shape(u: UOp) -> tuple[sint, ...] | None:
   if op in (Ops.DEFINE_VAR, Ops.BIND): return () if op is Ops.BIND or u.src else None
   if op in (Ops.DEVICE, Ops.UNIQUE) or not u.src: return None
   ps = u.src[0]._cache["shape"]
+  if op is Ops.MULTI:  # the shards' shapes, summed along the split axis
+    if u.arg is None: return ps
+    return tuple(sum(x._cache["shape"][i] for x in u.src) if i == u.arg else d for i, d in enumerate(ps))
   if op in GroupOp.Movement:
     if ps is None: raise ValueError(f"{op} needs a source with a shape, got {u.src[0].op}")
     return _movement_shape(op, ps, u.arg)

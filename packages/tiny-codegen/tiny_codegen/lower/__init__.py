@@ -27,6 +27,7 @@ from tiny_uop.uop import Ops, UOp, print_uops
 
 from tiny_codegen.lower.decomp import bf16_to_float, pm_decomp, pm_gates, pm_late
 from tiny_codegen.lower.dims import Dims, add_gpudims, add_threads, group_reduces
+from tiny_codegen.lower.gather import fold_onehot_reduces
 from tiny_codegen.lower.expander import pm_expander, pm_expander_vectors
 from tiny_codegen.lower.linearize import linearize
 from tiny_codegen.lower.reduce import add_ends, lower_reduces
@@ -98,6 +99,7 @@ def lower(ast: UOp, renderer: Renderer, optimize: bool = True) -> Lowered:
   from tiny_codegen.opt import optimize_kernel
   if DEBUG >= 5: print(f"kernel AST:\n{ast}")
   maybe_verify(ast, kernel_spec, "kernel AST")
+  ast = fold_onehot_reduces(ast)  # gathers written as one-hot sums load at the index instead
   sink = optimize_kernel(ast, renderer) if optimize else ast
   maybe_verify(sink, kernel_spec, "optimized kernel AST")
   dims = Dims()
