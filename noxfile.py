@@ -30,9 +30,10 @@ PACKAGES = ["tiny-uop", "tiny-codegen", "tiny-runtime-cpu", "tiny-runtime-amd", 
             "tiny-tensor"]
 # torch is a test-only dependency (gradients are checked against it); ==2.13.0 is the CPU build that this
 # project's machines keep on disk (a looser pin would download a multi-GB CUDA build); hatchling lets
-# tests/test_plugin_template.py build the template plugin without reaching an index
+# tests/test_plugin_template.py build the template plugin without reaching an index; tinygrad==0.14.0 is the
+# test-only oracle for AMD hardware facts (its generated kfd/PM4/SDMA/register bindings, loaded without its runtime)
 TEST_DEPS = ["pytest>=8", "hypothesis>=6", "numpy>=1.24", "torch==2.13.0", "hatchling>=1.18", "scikit-learn",
-             "ml_dtypes"]
+             "ml_dtypes", "tinygrad==0.14.0"]
 BENCH_DEPS = ["numpy>=1.24", "torch==2.13.0", "tinygrad==0.14.0"]  # tinygrad's CPU backend also needs clang
 
 
