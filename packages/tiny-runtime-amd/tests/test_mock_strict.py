@@ -155,7 +155,7 @@ def test_release_mem_alignment_by_data_size(h):
 
 # ***** ACQUIRE_MEM before a dispatch; the dispatch state *****
 def _dispatch(h: Harness, priv: bool = True, acquire: bool = True, rsrc2: int = 0, tmpring: int = 0,
-              scratch: int = 0) -> None:
+              scratch: int = 0, initiator_xor: int = 0) -> None:
   code = h.iface.alloc(0x1000, host=True)
   ctypes.memmove(code.va_addr, struct.pack("<I", *endpgm()), 4)
 
@@ -166,7 +166,9 @@ def _dispatch(h: Harness, priv: bool = True, acquire: bool = True, rsrc2: int = 
   Prg.rsrc2 = rsrc2
   q = AMDComputeQueue()
   if acquire: q.memory_barrier()
-  h.pm4(q.exec(Prg(), 0, (2, 1, 1), (64, 1, 1)).resolved())
+  dwords = q.exec(Prg(), 0, (2, 1, 1), (64, 1, 1)).resolved()
+  dwords[-1] ^= initiator_xor  # DISPATCH_DIRECT's last dword: COMPUTE_DISPATCH_INITIATOR
+  h.pm4(dwords)
 
 
 def test_dispatches_need_an_acquire_and_priv_on_a_cwsr_queue(h):
@@ -184,6 +186,21 @@ def test_dispatches_need_an_acquire_and_priv_on_a_cwsr_queue(h):
   bad = AMDComputeQueue().acquire_mem().resolved()
   bad[3] = 0xFFFFFF  # COHER_SIZE_HI is 8 bits: what amdgpu's own emit_mem_sync writes sets reserved bits
   with pytest.raises(PacketError, match=r"ACQUIRE_MEM dword 3: reserved bit\(s\) \[8, .*23\]"): h.pm4(bad)
+
+
+@pytest.mark.parametrize("bit, match", [(15, "CS_W32_EN = 0 launches wave64 waves"), (0, "COMPUTE_SHADER_EN = 0"),
+                                        (1, "PARTIAL_TG_EN = 1 is not modelled"), (8, r"reserved bit\(s\) \[8\]"),
+                                        (18, r"reserved bit\(s\) \[18\]")])
+def test_dispatch_initiator_fields(h, bit, match):
+  with pytest.raises(PacketError, match=match): _dispatch(h, initiator_xor=1 << bit)
+
+
+def test_nops_are_skipped_whatever_their_body(h):
+  sig = _signal(h)
+  h.pm4([pm4.header(pm4.NOP, 3), 0xDEAD, 0xBEEF, 0xF00D] + AMDComputeQueue().release_mem(sig.addr, 4, 2).resolved())
+  assert sig.value == 4
+  h.sdma([sdma.header(sdma.OP_NOP, extra=2 << 16), 0xDEAD, 0xBEEF] + AMDCopyQueue().fence(sig.addr, 5).resolved())
+  assert sig.value == 5  # an SDMA NOP with COUNT 2 carries two dwords
 
 
 def test_scratch_needs_every_shader_engines_slots(h):
