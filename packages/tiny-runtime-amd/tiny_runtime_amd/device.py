@@ -1,31 +1,50 @@
-"""The AMD device: `AMD` (the KFD driver of a real GPU) and `MOCK+AMD` (the same driver code against `mock/`).
+"""The AMD device: `AMD[:n]` (the KFD driver of a real GPU) and `MOCK+AMD[:n]` (the same driver code against `mock/`).
 
 `AMDDevice(HCQCompiled)` opens KFD through a `FileIOInterface` (`KFDIface`), creates one PM4 compute queue and one
 SDMA copy queue (rings in host-visible memory, doorbells mmapped from /dev/kfd), keeps signals in a host-visible page,
-loads code objects (`AMDProgram`) and copies through host staging buffers (`HCQAllocator`).
+loads code objects (`AMDProgram`) and copies through host staging buffers (`AMDAllocator`); a copy between two AMD
+devices of the process runs on the destination's SDMA engine over a peer mapping of the source memory. A thread
+waiting for a signal spins briefly, then sleeps in KFD's WAIT_EVENTS until the GPU's interrupt for the device's event.
 Without an AMD GPU, `AMDDevice("AMD")` raises RuntimeError("no AMD GPU (/dev/kfd missing)"), which the registry
-reports; `DEV=MOCK+AMD` always works (an in-process gfx1100 with the RDNA3 emulator).
+reports; `DEV=MOCK+AMD` always works (an in-process pair of gfx1100s running code in the RDNA3 emulator).
 """
 from __future__ import annotations
 
 import ctypes
 import struct
+import time
 from typing import Any
 
 from tiny_uop.hcq import MAP_SHARED, PROT_READ, PROT_WRITE, ArgsLayout, FileIOInterface, HCQAllocator, HCQBuffer, \
   HCQCompiled, HCQGraph, HCQProgram, HCQSignal
 from tiny_uop.target import Target
 
-from tiny_runtime_amd import kfd
+from tiny_runtime_amd import kfd, pm4
 from tiny_runtime_amd.elf import ELF
-from tiny_runtime_amd.kfd import KFD_PATH, KFDIface
+from tiny_runtime_amd.kfd import KFD_PATH, KFDEvent, KFDIface
 from tiny_runtime_amd.pm4 import AMDComputeQueue
 from tiny_runtime_amd.sdma import AMDCopyQueue
 
-__all__ = ["AMDDevice", "AMDProgram", "KFD_PATH"]
+__all__ = ["AMDDevice", "AMDProgram", "AMDSignal", "AMDAllocator", "KFD_PATH"]
 
 SIGNAL_PAGE = 0x10000
 KERNARGS_SIZE = 1 << 20
+SPIN_S = 0.002        # a waiter polls this long before it sleeps in KFD's WAIT_EVENTS
+SLEEP_MS = 1000       # the longest single sleep (the loop then re-checks the value)
+
+
+class AMDSignal(HCQSignal):
+  """A signal of an AMD device. Queues that write it also write `event`'s mailbox and raise its interrupt, so a waiter
+  first spins for SPIN_S, then sleeps in KFD's WAIT_EVENTS instead of burning a CPU core (on the mock: at once,
+  since the mock GPU runs inside that call)."""
+
+  def __init__(self, addr: int, dev: AMDDevice, value: int = 0):
+    self.dev, self.event = dev, dev.event
+    super().__init__(addr, value, timestamp_divider=100.0)  # gfx11 timestamps tick at 100 MHz
+
+  def _idle(self, waited_s: float, left_s: float) -> None:
+    if not self.dev.mock and waited_s < SPIN_S: return time.sleep(0)
+    self.dev.iface.wait_event(self.event, min(left_s * 1000, SLEEP_MS))
 
 
 class AMDRing:
@@ -51,9 +70,9 @@ class AMDRing:
                                      cw.debug_memory_size * cw.num_xcc), 8)
         extra.update(ctx_save_restore_address=self.ctx.va_addr, ctx_save_restore_size=cw.ctx_save_restore_size,
                      ctl_stack_size=cw.ctl_stack_size)
-    q = iface.ioctl("CREATE_QUEUE", ring_base_address=self.ring.va_addr, ring_size=size, gpu_id=iface.node.gpu_id,
-                    queue_type=qtype, queue_percentage=100, queue_priority=7,
-                    read_pointer_address=self.ptrs.va_addr, write_pointer_address=self.ptrs.va_addr + 8, **extra)
+    q = iface.create_queue(ring_base_address=self.ring.va_addr, ring_size=size, queue_type=qtype, queue_percentage=100,
+                           queue_priority=7, read_pointer_address=self.ptrs.va_addr,
+                           write_pointer_address=self.ptrs.va_addr + 8, **extra)
     self.queue_id = q.queue_id
     page = q.doorbell_offset & ~0x1FFF
     self.doorbell_page = iface.kfd.mmap(0, 0x2000, PROT_READ | PROT_WRITE, MAP_SHARED, page)
@@ -84,7 +103,11 @@ class AMDProgram(HCQProgram):
 
   Argument region (`args_layout`): a 64-byte `hsa_kernel_dispatch_packet_t` prefix (for kernels that read their
   sizes through dispatch_ptr; `fill_launch` writes it), then the kernarg segment: buffer addresses, then int32 values
-  (at least the descriptor's kernarg_size bytes)."""
+  (at least the descriptor's kernarg_size bytes).
+
+  COMPUTE_PGM_RSRC1.PRIV is set on gfx11: there shaders run privileged (the ROCm stack's AQL dispatch does it, see
+  LLVM's gfx11 trap lowering, llvm-project#85854) and the CWSR trap handler that saves a preempted wave relies on it;
+  a PM4 dispatch must set it itself."""
 
   def __init__(self, dev: AMDDevice, name: str, lib: bytes, **kwargs: Any):
     super().__init__(dev, name, lib)
@@ -107,7 +130,10 @@ class AMDProgram(HCQProgram):
     lds = (self.kd.group_segment_fixed_size + 511) // 512
     if lds > 0x80:
       raise RuntimeError(f"kernel {self.kname} wants {self.kd.group_segment_fixed_size} bytes of LDS; max 65536")
-    self.rsrc1, self.rsrc2, self.rsrc3 = self.kd.rsrc1, (self.kd.rsrc2 & ~(0x1FF << 15)) | (lds << 15), self.kd.rsrc3
+    priv = pm4.RSRC1_PRIV if dev.arch.startswith("gfx11") else 0
+    lds_mask = pm4.RSRC2_LDS_SIZE_MASK << pm4.RSRC2_LDS_SIZE_SHIFT
+    self.rsrc1, self.rsrc2 = self.kd.rsrc1 | priv, (self.kd.rsrc2 & ~lds_mask) | (lds << pm4.RSRC2_LDS_SIZE_SHIFT)
+    self.rsrc3 = self.kd.rsrc3
     self.groups = self.kd.user_sgprs()
     supported = ("kernarg_segment_ptr", "dispatch_ptr", "flat_scratch_init", "private_segment_size")
     if unsupported := [g for g, _ in self.groups if g not in supported]:
@@ -162,6 +188,27 @@ class AMDProgram(HCQProgram):
     return (dev.time_signals[1].timestamp - dev.time_signals[0].timestamp) / 1e6
 
 
+class AMDAllocator(HCQAllocator["AMDDevice"]):
+  """`HCQAllocator` plus copies from another AMD device of this process (`_transfer(..., src_dev=)`)."""
+
+  def _transfer(self, dest: HCQBuffer, src: HCQBuffer, size: int, src_dev: Any = None) -> None:
+    """Copy `size` bytes from `src` into `dest` (this device's memory). From another AMD device: the copy runs on this
+    device's SDMA engine over a peer mapping of `src` (MAP_MEMORY_TO_GPU with this GPU's id), after the work queued on
+    both devices; the source device's later work (which may reuse `src`) waits for it. Nothing blocks the host."""
+    dev = self.dev
+    if src_dev is None or src_dev is dev: return super()._transfer(dest, src, size)
+    if not isinstance(src_dev, AMDDevice) or src_dev.iface.proc is not dev.iface.proc:
+      raise ValueError(f"{dev.device}: can't copy from {getattr(src_dev, 'device', src_dev)!r}: not an AMD device of "
+                       "the same KFD process")
+    dev.peer_link(src_dev)
+    dev.iface.map(src)
+    q = AMDCopyQueue().wait(src_dev.timeline_signal, src_dev.timeline_value - 1) \
+      .wait(dev.timeline_signal, dev.timeline_value - 1).copy(dest.va_addr, src.va_addr, size)
+    q.signal(dev.timeline_signal, dev.next_timeline()).submit(dev)
+    AMDComputeQueue().wait(dev.timeline_signal, dev.timeline_value - 1) \
+      .signal(src_dev.timeline_signal, src_dev.next_timeline()).submit(src_dev)
+
+
 class AMDDevice(HCQCompiled):
   """``AMD[:n]`` (KFD) and ``MOCK+AMD[:n]`` (mock KFD + RDNA3 emulator)."""
   hw_compute_queue_t = AMDComputeQueue
@@ -171,10 +218,12 @@ class AMDDevice(HCQCompiled):
     target = Target.parse(device).check_interface()
     fio: type[FileIOInterface] = FileIOInterface
     self._driver: Any = None
-    if target.interface == "MOCK":
+    self.mock = target.interface == "MOCK"
+    if self.mock:
       from tiny_runtime_amd.mock.driver import MockFileIO, driver
       fio, self._driver = MockFileIO, driver()
     self.iface = KFDIface(target.indices[0] if target.indices else 0, fio)
+    self.event: KFDEvent = self.iface.create_event()
     self.signal_page = self.iface.alloc(SIGNAL_PAGE, host=True, uncached=True)
     base = self.signal_page.va_addr
     self._free_signals = list(range(base, base + SIGNAL_PAGE, HCQSignal.SIZE))[::-1]
@@ -183,7 +232,8 @@ class AMDDevice(HCQCompiled):
     self.scratch_buf: HCQBuffer | None = None  # grows on demand (ensure_scratch); earlier ones stay allocated
     self.scratch_wave_bytes, self.tmpring_size, self._old_scratch = 0, 0, []
     from tiny_codegen.renderer.amdgpu import AMDGPURenderer
-    super().__init__(device, HCQAllocator(self), [AMDGPURenderer], AMDProgram, HCQGraph, arch=self.iface.node.arch)
+    self._peers: set[int] = set()
+    super().__init__(device, AMDAllocator(self), [AMDGPURenderer], AMDProgram, HCQGraph, arch=self.iface.node.arch)
     self.time_signals = [self.new_signal(), self.new_signal()]
     self.compute_ring = AMDRing(self, kfd.QUEUE_TYPE_COMPUTE)
     self.copy_ring = AMDRing(self, kfd.QUEUE_TYPE_SDMA)
@@ -192,12 +242,18 @@ class AMDDevice(HCQCompiled):
     """Let the mock GPU run (no-op on real hardware, which runs by itself)."""
     if self._driver is not None: self._driver.process()
 
-  def new_signal(self, value: int = 0) -> HCQSignal:
+  def new_signal(self, value: int = 0) -> AMDSignal:
     if not self._free_signals:
       raise RuntimeError(f"{self.device}: all {SIGNAL_PAGE // HCQSignal.SIZE} signals are in use")
-    # gfx11 timestamps tick at 100 MHz: 100 ticks per microsecond
-    return HCQSignal(self._free_signals.pop(), value, timestamp_divider=100.0,
-                     progress=self.progress if self._driver is not None else None)
+    return AMDSignal(self._free_signals.pop(), self, value)
+
+  def peer_link(self, other: AMDDevice) -> None:
+    """Map each device's signal page into the other's VM, so either GPU's queues can wait for the other's timeline."""
+    if id(other) in self._peers: return
+    self.iface.map(other.signal_page)
+    other.iface.map(self.signal_page)
+    self._peers.add(id(other))
+    other._peers.add(id(self))
 
   def _gpu_alloc(self, size: int, host: bool = False) -> HCQBuffer: return self.iface.alloc(max(size, 1), host=host)
   def _gpu_free(self, buf: HCQBuffer) -> None: self.iface.free(buf)
@@ -205,21 +261,23 @@ class AMDDevice(HCQCompiled):
   def ensure_scratch(self, lane_bytes: int) -> None:
     """Make the scratch buffer hold `lane_bytes` private bytes per work-item for every wave slot of the GPU.
 
-    Per wave: lane_bytes * 32 rounded up to 256 bytes (COMPUTE_TMPRING_SIZE.WAVESIZE counts 256-byte units on gfx11);
-    wave slots: CUs * max_slots_scratch_cu (TMPRING_SIZE.WAVES, at most 4095). It grows at least 2x at a time; a
-    replaced buffer stays allocated, because command buffers recorded before (JIT graphs) still point at it and it
-    is big enough for their kernels."""
+    Per wave: lane_bytes * 32 rounded up to 256 bytes (COMPUTE_TMPRING_SIZE.WAVESIZE counts 256-byte units on gfx11).
+    On gfx11 TMPRING_SIZE.WAVES is the wave slots of ONE shader engine (its CUs * max_slots_scratch_cu, at most 4095):
+    each engine's waves address their own WAVES * WAVESIZE slice, so the buffer holds shader_engines of them. It
+    grows at least 2x at a time; a replaced buffer stays allocated, because command buffers recorded before (JIT
+    graphs) still point at it and it is big enough for their kernels."""
     wave = (lane_bytes * 32 + 255) // 256 * 256
     if wave <= self.scratch_wave_bytes: return
     wave = max(wave, 2 * self.scratch_wave_bytes)
     if wave // 256 >= 1 << 15:
       raise RuntimeError(f"{self.device}: {lane_bytes} bytes of scratch per work-item is more than the "
                          f"{((1 << 15) - 1) * 256 // 32} a gfx11 wave can have")
-    props = dict(self.iface.node.props)
-    waves = min(self.iface.node.cu_count * props.get("max_slots_scratch_cu", 32), 4095)
+    node = self.iface.node
+    engines = node.shader_engines
+    waves_per_se = min(node.cu_count // engines * dict(node.props).get("max_slots_scratch_cu", 32), 4095)
     if self.scratch_buf is not None: self._old_scratch.append(self.scratch_buf)
-    self.scratch_buf = self.iface.alloc(waves * wave)
-    self.scratch_wave_bytes, self.tmpring_size = wave, waves | (wave // 256) << 12
+    self.scratch_buf = self.iface.alloc(engines * waves_per_se * wave)
+    self.scratch_wave_bytes, self.tmpring_size = wave, waves_per_se | (wave // 256) << 12
 
   def kernargs_alloc(self, size: int) -> int:
     """A 256-byte aligned slice of the kernarg buffer; wraps after waiting for the GPU to finish with it."""

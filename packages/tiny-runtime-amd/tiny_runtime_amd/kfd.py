@@ -1,15 +1,27 @@
-"""The KFD kernel interface: ioctl argument structs (cffi), ioctl numbers, and `KFDIface` (open, topology, ioctls).
+"""The KFD kernel interface: ioctl argument structs (cffi), ioctl numbers, the process's `/dev/kfd` (`KFDProcess`) and
+one GPU's view of it (`KFDIface`: topology, VM, memory, events).
 
-Struct layouts and ioctl numbers are those of the Linux UAPI header `include/uapi/linux/kfd_ioctl.h` (KFD ioctl
-interface 1.x; `AMDKFD_IOCTL_BASE 'K'`, `AMDKFD_IOR/IOW/IOWR(nr, struct)`). Topology comes from sysfs
+Struct layouts, ioctl numbers and flag values are those of the Linux UAPI header `include/uapi/linux/kfd_ioctl.h`
+(KFD ioctl interface 1.x; `AMDKFD_IOCTL_BASE 'K'`, `AMDKFD_IOR/IOW/IOWR(nr, struct)`); tests compare every one of them
+with tinygrad 0.14.0's generated bindings of that header (`autogen/kfd.py`). Topology comes from sysfs
 (`/sys/devices/virtual/kfd/kfd/topology/nodes/<n>/properties`, `gpu_id`), as the kernel's `kfd_topology.c` writes it.
+What the kernel does with each call (read for facts: `drivers/gpu/drm/amd/amdkfd/kfd_chardev.c`, `kfd_events.c`):
+- a process has one KFD context however often it opens /dev/kfd; RUNTIME_ENABLE is per process, before its first
+  queue (EEXIST after), and a second call fails with EBUSY;
+- ALLOC_MEMORY_OF_GPU returns a handle whose high 32 bits are the owning gpu_id; MAP_MEMORY_TO_GPU takes a list of
+  gpu ids (a peer GPU maps another GPU's memory that way) and counts them in n_success;
+- signal events share one event page per process: a user allocation of at least KFD_SIGNAL_EVENT_LIMIT * 8 bytes,
+  handed over with the first CREATE_EVENT; each event has a 64-bit slot there (UNSIGNALED_EVENT_SLOT = all ones). A GPU
+  signals event `id` by writing its slot and raising an interrupt carrying `id` (RELEASE_MEM INT_SEL / SDMA TRAP);
+  WAIT_EVENTS sleeps until then.
 All file access goes through a `FileIOInterface`, so `MOCK+AMD` substitutes an in-process driver (`mock/`).
 """
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import cffi
 
@@ -25,7 +37,7 @@ struct kfd_ioctl_create_queue_args {
   uint32_t ring_size; uint32_t gpu_id; uint32_t queue_type; uint32_t queue_percentage; uint32_t queue_priority;
   uint32_t queue_id;
   uint64_t eop_buffer_address; uint64_t eop_buffer_size; uint64_t ctx_save_restore_address;
-  uint32_t ctx_save_restore_size; uint32_t ctl_stack_size;
+  uint32_t ctx_save_restore_size; uint32_t ctl_stack_size; uint32_t sdma_engine_id; uint32_t pad;
 };
 struct kfd_ioctl_destroy_queue_args { uint32_t queue_id; uint32_t pad; };
 struct kfd_ioctl_create_event_args {
@@ -48,15 +60,18 @@ struct kfd_ioctl_map_memory_to_gpu_args {
 struct kfd_ioctl_unmap_memory_from_gpu_args {
   uint64_t handle; uint64_t device_ids_array_ptr; uint32_t n_devices; uint32_t n_success;
 };
+struct kfd_ioctl_runtime_enable_args { uint64_t r_debug; uint32_t mode_mask; uint32_t capabilities_mask; };
 """)
 
-# kfd_ioctl.h: KFD_IOC_QUEUE_TYPE_*, KFD_IOC_EVENT_*, KFD_IOC_WAIT_RESULT_*, KFD_IOC_ALLOC_MEM_FLAGS_*
+# kfd_ioctl.h: KFD_IOC_QUEUE_TYPE_*, KFD_IOC_EVENT_*, KFD_IOC_WAIT_RESULT_*, KFD_IOC_ALLOC_MEM_FLAGS_*, ...
 QUEUE_TYPE_COMPUTE, QUEUE_TYPE_SDMA, QUEUE_TYPE_COMPUTE_AQL = 0, 1, 2
 EVENT_SIGNAL, EVENT_MEMORY = 0, 8
 WAIT_RESULT_COMPLETE, WAIT_RESULT_TIMEOUT, WAIT_RESULT_FAIL = 0, 1, 2
+SIGNAL_EVENT_LIMIT = 4096  # KFD_SIGNAL_EVENT_LIMIT: slots in the event page, 8 bytes each
 ALLOC_VRAM, ALLOC_GTT, ALLOC_USERPTR, ALLOC_DOORBELL = 1 << 0, 1 << 1, 1 << 2, 1 << 3
 ALLOC_WRITABLE, ALLOC_EXECUTABLE, ALLOC_PUBLIC = 1 << 31, 1 << 30, 1 << 29
 ALLOC_NO_SUBSTITUTE, ALLOC_AQL_QUEUE_MEM, ALLOC_COHERENT, ALLOC_UNCACHED = 1 << 28, 1 << 27, 1 << 26, 1 << 25
+RUNTIME_ENABLE_MODE_ENABLE_MASK, RUNTIME_ENABLE_MODE_TTMP_SAVE_MASK = 1, 2
 
 _IOW, _IOR, _IOWR = 1, 2, 3
 # name: (direction, nr, struct) -- the AMDKFD_IOC_* defines of kfd_ioctl.h
@@ -72,6 +87,7 @@ IOCTLS: dict[str, tuple[int, int, str]] = {
   "FREE_MEMORY_OF_GPU": (_IOW, 0x17, "kfd_ioctl_free_memory_of_gpu_args"),
   "MAP_MEMORY_TO_GPU": (_IOWR, 0x18, "kfd_ioctl_map_memory_to_gpu_args"),
   "UNMAP_MEMORY_FROM_GPU": (_IOWR, 0x19, "kfd_ioctl_unmap_memory_from_gpu_args"),
+  "RUNTIME_ENABLE": (_IOWR, 0x25, "kfd_ioctl_runtime_enable_args"),
 }
 
 
@@ -111,6 +127,12 @@ class GPUNode:
 
   @property
   def cu_count(self) -> int: return self.simd_count // max(self.simd_per_cu, 1)
+
+  @property
+  def shader_engines(self) -> int:
+    """Shader engines: array_count (shader arrays) / simd_arrays_per_engine (1 when the topology lacks them)."""
+    p = dict(self.props)
+    return max(p.get("array_count", 1) // max(p.get("simd_arrays_per_engine", 1), 1), 1)
 
   @property
   def cwsr(self) -> CWSRSizes | None:
@@ -174,12 +196,81 @@ def parse_properties(text: str) -> dict[str, int]:
   return out
 
 
-class KFDIface:
-  """The driver's view of KFD: `/dev/kfd` and the GPU's render node, opened through `fio` (a FileIOInterface class).
+def gpu_nodes(fio: type[FileIOInterface] = FileIOInterface) -> list[GPUNode]:
+  """The topology's GPU nodes (CPU-only nodes have gpu_id 0), in node order."""
+  out: list[GPUNode] = []
+  if not fio.exists(TOPOLOGY): return out
+  for n in sorted(fio.listdir(TOPOLOGY), key=lambda s: int(s) if s.isdigit() else -1):
+    if not n.isdigit(): continue
+    gpu_id = int(fio(f"{TOPOLOGY}/{n}/gpu_id").read().strip() or 0)
+    if gpu_id == 0: continue
+    p = parse_properties(fio(f"{TOPOLOGY}/{n}/properties").read())
+    if p.get("simd_count", 0) == 0: continue
+    out.append(GPUNode(int(n), gpu_id, p.get("gfx_target_version", 0), p["simd_count"], p.get("simd_per_cu", 2),
+                       p.get("lds_size_in_kb", 64), p.get("drm_render_minor", 128), tuple(sorted(p.items()))))
+  return out
 
-  `KFDIface(dev_id=0)` picks the dev_id-th GPU node of the topology, checks permissions with a clear error, acquires
-  the GPU VM for this process, and offers `alloc`/`free`/`create_queue`/`create_event`/`wait_events` by name.
-  """
+
+def _call(kfd: FileIOInterface, name: str, **fields: Any) -> Any:
+  """Run `AMDKFD_IOC_<name>` on `kfd` with a fresh argument struct filled from `fields`; the struct after the call."""
+  if name not in IOCTLS: raise ValueError(f"unknown KFD ioctl {name!r}; known: {', '.join(IOCTLS)}")
+  st = ffi.new(f"struct {IOCTLS[name][2]} *")
+  for k, v in fields.items(): setattr(st, k, v)
+  try: kfd.ioctl(ioctl_number(name), ffi.buffer(st))
+  except OSError as e:
+    raise KFDError(f"KFD ioctl {name}({fields}) failed: {errno_name(e.errno or 0)} ({e.strerror})") from e
+  return st
+
+
+@dataclass
+class KFDMem:
+  """A KFD allocation (`HCQBuffer.meta`): its handle and the gpu ids it is mapped to (the owner first)."""
+  handle: int
+  gpu_ids: list[int]
+
+
+@dataclass(frozen=True)
+class KFDEvent:
+  """A KFD signal event: its id (the interrupt context id a GPU raises for it) and the VA of its mailbox slot in the
+  process's event page (where the GPU writes the id before the interrupt)."""
+  event_id: int
+  mailbox: int
+
+
+class KFDProcess:
+  """This process's KFD context: `/dev/kfd` opened once per FileIOInterface class, the runtime enabled once (before any
+  queue), and the event page that every GPU of the process writes its event mailboxes to."""
+  _by_fio: ClassVar[dict[type, KFDProcess]] = {}
+
+  def __init__(self, fio: type[FileIOInterface]):
+    self.fio = fio
+    self.kfd = fio(KFD_PATH, os.O_RDWR | os.O_CLOEXEC)
+    ver = _call(self.kfd, "GET_VERSION")
+    if ver.major_version != 1:
+      raise RuntimeError(f"KFD ioctl interface {ver.major_version}.{ver.minor_version}; need 1.x")
+    self.version = (ver.major_version, ver.minor_version)
+    self.runtime_enabled = False
+    self.event_page: HCQBuffer | None = None
+
+  @classmethod
+  def get(cls, fio: type[FileIOInterface]) -> KFDProcess:
+    if (p := cls._by_fio.get(fio)) is None: p = cls._by_fio[fio] = KFDProcess(fio)
+    return p
+
+  def enable_runtime(self) -> None:
+    """AMDKFD_IOC_RUNTIME_ENABLE, as ROCr does before its first queue: the KFD debugger can attach to this process,
+    and on MES GPUs the kernel programs the per-process CWSR/trap setup. EBUSY means it is already enabled."""
+    if self.runtime_enabled: return
+    try: _call(self.kfd, "RUNTIME_ENABLE", r_debug=0, mode_mask=RUNTIME_ENABLE_MODE_ENABLE_MASK)
+    except KFDError as e:
+      if not isinstance(e.__cause__, OSError) or e.__cause__.errno != errno.EBUSY: raise
+    self.runtime_enabled = True
+
+
+class KFDIface:
+  """The driver's view of one GPU through KFD: `KFDIface(dev_id=0)` picks the dev_id-th GPU node of the topology,
+  checks permissions with a clear error, acquires the GPU VM for this process, and offers `alloc`/`map`/`free`,
+  queues, and signal events (`create_event`, `wait_event`)."""
 
   def __init__(self, dev_id: int = 0, fio: type[FileIOInterface] = FileIOInterface):
     self.fio = fio
@@ -187,8 +278,7 @@ class KFDIface:
     if not fio.access(KFD_PATH, os.R_OK | os.W_OK):
       raise RuntimeError(f"{KFD_PATH} is not readable and writable by this user: join the 'render' and 'video' groups "
                          "(sudo usermod -aG render,video $USER, then log in again)")
-    self.kfd = fio(KFD_PATH, os.O_RDWR | os.O_CLOEXEC)
-    self.nodes = self.gpu_nodes(fio)
+    self.nodes = gpu_nodes(fio)
     if not self.nodes: raise RuntimeError(f"{KFD_PATH} exists but the KFD topology ({TOPOLOGY}) lists no GPU node")
     if not 0 <= dev_id < len(self.nodes):
       n = len(self.nodes)
@@ -197,38 +287,18 @@ class KFDIface:
     render = f"/dev/dri/renderD{self.node.drm_render_minor}"
     if not fio.access(render, os.R_OK | os.W_OK):
       raise RuntimeError(f"{render} is not readable and writable by this user: join the 'render' group")
+    self.proc = KFDProcess.get(fio)
+    self.kfd, self.version = self.proc.kfd, self.proc.version
     self.drm = fio(render, os.O_RDWR | os.O_CLOEXEC)
-    ver = self.ioctl("GET_VERSION")
-    if ver.major_version != 1:
-      raise RuntimeError(f"KFD ioctl interface {ver.major_version}.{ver.minor_version}; need 1.x")
-    self.version = (ver.major_version, ver.minor_version)
     self.ioctl("ACQUIRE_VM", drm_fd=self.drm.fd if self.drm.fd is not None else 0, gpu_id=self.node.gpu_id)
 
   @staticmethod
   def gpu_nodes(fio: type[FileIOInterface] = FileIOInterface) -> list[GPUNode]:
-    """The topology's GPU nodes (CPU-only nodes have gpu_id 0), in node order."""
-    out = []
-    if not fio.exists(TOPOLOGY): return out
-    for n in sorted(fio.listdir(TOPOLOGY), key=lambda s: int(s) if s.isdigit() else -1):
-      if not n.isdigit(): continue
-      gpu_id = int(fio(f"{TOPOLOGY}/{n}/gpu_id").read().strip() or 0)
-      if gpu_id == 0: continue
-      p = parse_properties(fio(f"{TOPOLOGY}/{n}/properties").read())
-      if p.get("simd_count", 0) == 0: continue
-      out.append(GPUNode(int(n), gpu_id, p.get("gfx_target_version", 0), p["simd_count"], p.get("simd_per_cu", 2),
-                         p.get("lds_size_in_kb", 64), p.get("drm_render_minor", 128), tuple(sorted(p.items()))))
-    return out
+    return gpu_nodes(fio)
 
   def ioctl(self, name: str, **fields: Any) -> Any:
     """Run `AMDKFD_IOC_<name>` with a fresh argument struct filled from `fields`; return the struct after the call."""
-    if name not in IOCTLS: raise ValueError(f"unknown KFD ioctl {name!r}; known: {', '.join(IOCTLS)}")
-    st = ffi.new(f"struct {IOCTLS[name][2]} *")
-    for k, v in fields.items(): setattr(st, k, v)
-    buf = ffi.buffer(st)
-    try: self.kfd.ioctl(ioctl_number(name), buf)
-    except OSError as e:
-      raise KFDError(f"KFD ioctl {name}({fields}) failed: {errno_name(e.errno or 0)} ({e.strerror})") from e
-    return st
+    return _call(self.kfd, name, **fields)
 
   def alloc(self, size: int, host: bool = False, uncached: bool = False, cpu_access: bool = False) -> HCQBuffer:
     """GPU memory mapped to this GPU: VRAM (host-visible when cpu_access) or host memory (GTT) when `host`.
@@ -243,16 +313,55 @@ class KFDIface:
     if mapped:
       addr = self.drm.mmap(va, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, mem.mmap_offset)
       if addr != va: raise KFDError(f"render node mmap landed at {addr:#x}, not the reserved {va:#x}")
-    ids = ffi.new("uint32_t[1]", [self.node.gpu_id])
-    self.ioctl("MAP_MEMORY_TO_GPU", handle=mem.handle, device_ids_array_ptr=_addr(ids), n_devices=1)
-    return HCQBuffer(va, size, meta=(mem.handle, ids), cpu_mapped=mapped)
+    buf = HCQBuffer(va, size, meta=KFDMem(mem.handle, []), cpu_mapped=mapped)
+    self.map(buf)
+    return buf
+
+  def _map_ioctl(self, name: str, mem: KFDMem, gpu_ids: list[int]) -> None:
+    ids = ffi.new(f"uint32_t[{len(gpu_ids)}]", gpu_ids)
+    r = self.ioctl(name, handle=mem.handle, device_ids_array_ptr=int(ffi.cast("uintptr_t", ids)),
+                   n_devices=len(gpu_ids), n_success=0)
+    if r.n_success != len(gpu_ids):
+      raise KFDError(f"KFD {name} of handle {mem.handle:#x} reached {r.n_success} of the GPUs {gpu_ids}")
+
+  def map(self, buf: HCQBuffer) -> HCQBuffer:
+    """Map `buf` (an allocation of any GPU of this process) into this GPU's VM too: one MAP_MEMORY_TO_GPU with every
+    gpu id it should be mapped to (KFD skips those already mapped). A peer GPU reaches another's memory this way."""
+    mem: KFDMem = (buf.base or buf).meta
+    if self.node.gpu_id in mem.gpu_ids: return buf
+    self._map_ioctl("MAP_MEMORY_TO_GPU", mem, mem.gpu_ids + [self.node.gpu_id])
+    mem.gpu_ids.append(self.node.gpu_id)
+    return buf
 
   def free(self, buf: HCQBuffer) -> None:
-    """Unmap from the GPU, free, and drop the host reservation."""
-    handle, ids = buf.meta
-    self.ioctl("UNMAP_MEMORY_FROM_GPU", handle=handle, device_ids_array_ptr=_addr(ids), n_devices=1)
-    self.ioctl("FREE_MEMORY_OF_GPU", handle=handle)
+    """Unmap from every GPU it is mapped to, free, and drop the host reservation."""
+    mem: KFDMem = buf.meta
+    if mem.gpu_ids: self._map_ioctl("UNMAP_MEMORY_FROM_GPU", mem, mem.gpu_ids)
+    mem.gpu_ids = []
+    self.ioctl("FREE_MEMORY_OF_GPU", handle=mem.handle)
     self.fio().munmap(buf.va_addr, buf.size)
 
+  def create_event(self) -> KFDEvent:
+    """A signal event for this GPU's interrupts (auto reset). The first event of the process hands KFD the event page
+    (allocated here, host memory); every GPU that signals events gets the page mapped."""
+    extra: dict[str, int] = {}
+    if self.proc.event_page is None:
+      self.proc.event_page = self.alloc(SIGNAL_EVENT_LIMIT * 8, host=True, uncached=True)
+      extra["event_page_offset"] = self.proc.event_page.meta.handle
+    self.map(self.proc.event_page)
+    ev = self.ioctl("CREATE_EVENT", event_type=EVENT_SIGNAL, auto_reset=1, node_id=self.node.node, **extra)
+    return KFDEvent(ev.event_id, self.proc.event_page.va_addr + 8 * ev.event_slot_index)
 
-def _addr(cdata: Any) -> int: return int(ffi.cast("uintptr_t", cdata))
+  def wait_event(self, event: KFDEvent, timeout_ms: int) -> bool:
+    """Sleep in the kernel until `event` is signaled (True) or `timeout_ms` passed (False)."""
+    data = ffi.new("struct kfd_event_data[1]")
+    data[0].event_id = event.event_id
+    r = self.ioctl("WAIT_EVENTS", events_ptr=int(ffi.cast("uintptr_t", data)), num_events=1, wait_for_all=1,
+                   timeout=max(int(timeout_ms), 0))
+    if r.wait_result == WAIT_RESULT_FAIL: raise KFDError(f"KFD WAIT_EVENTS on event {event.event_id} failed")
+    return r.wait_result == WAIT_RESULT_COMPLETE
+
+  def create_queue(self, **fields: Any) -> Any:
+    """CREATE_QUEUE on this GPU, the process runtime enabled first (ROCr's order; KFD refuses it after a queue)."""
+    self.proc.enable_runtime()
+    return self.ioctl("CREATE_QUEUE", gpu_id=self.node.gpu_id, **fields)

@@ -1,8 +1,10 @@
 """SDMA (gfx11, SDMA v6) packets and `AMDCopyQueue`.
 
 Opcodes and layouts: Linux `drivers/gpu/drm/amd/amdgpu/sdma_v6_0_0_pkt_open.h` (`SDMA_OP_*`, `SDMA_SUBOP_*`,
-`SDMA_PKT_COPY_LINEAR`, `SDMA_PKT_FENCE`, `SDMA_PKT_POLL_REGMEM`, `SDMA_PKT_TIMESTAMP`): a header dword with op in
-bits 7:0 and sub-op in 15:8, then the body.
+`SDMA_PKT_COPY_LINEAR`, `SDMA_PKT_FENCE`, `SDMA_PKT_POLL_REGMEM`, `SDMA_PKT_TIMESTAMP_GET_GLOBAL`, `SDMA_PKT_TRAP`):
+a header dword with op in bits 7:0 and sub-op in 15:8, then the body. Cross-checked in tests against tinygrad 0.14.0's
+bindings of the same header (`autogen/am/sdma_6_0_0.py`). The largest COPY_LINEAR is amdgpu's `copy_max_bytes` for
+SDMA v6 (0x400000).
 """
 from __future__ import annotations
 
@@ -10,16 +12,22 @@ from tiny_uop.hcq import HCQSignal, HWQueue, Val, hi32, lo32
 
 OP_NOP, OP_COPY, OP_FENCE, OP_TRAP, OP_POLL_REGMEM, OP_TIMESTAMP = 0, 1, 5, 6, 8, 13
 SUBOP_COPY_LINEAR, SUBOP_TIMESTAMP_GET_GLOBAL = 0, 2
-POLL_FUNC_GEQ = 5  # compare functions: 0 always, 1 <, 2 <=, 3 ==, 4 !=, 5 >=, 6 >
+# POLL_REGMEM header: func in bits 30:28 (0 always, 1 <, 2 <=, 3 ==, 4 !=, 5 >=, 6 >), mem_poll bit 31
+POLL_FUNC_SHIFT, POLL_MEM_POLL = 28, 1 << 31
+POLL_FUNC_GEQ = 5
+POLL_INTERVAL, POLL_RETRY_SHIFT, POLL_RETRY_FOREVER = 10, 16, 0xFFF
+TRAP_INT_CONTEXT_MASK = 0x0FFFFFFF  # SDMA_PKT_TRAP_INT_CONTEXT_int_context: 28 bits
 MAX_COPY = 1 << 22  # bytes per COPY_LINEAR (count field: bytes - 1)
-PACKET_DWORDS = {OP_NOP: 1, OP_COPY: 7, OP_FENCE: 4, OP_TRAP: 2, OP_POLL_REGMEM: 6, OP_TIMESTAMP: 3}
+PACKET_DWORDS = {OP_COPY: 7, OP_FENCE: 4, OP_TRAP: 2, OP_POLL_REGMEM: 6, OP_TIMESTAMP: 3}
 
 
-def header(op: int, sub_op: int = 0, extra: int = 0) -> int: return (op & 0xFF) | ((sub_op & 0xFF) << 8) | (extra << 16)
+def header(op: int, sub_op: int = 0, extra: int = 0) -> int:
+  """The packet header: op in bits 7:0, sub-op in 15:8, `extra` = the op's own header fields (already shifted)."""
+  return (op & 0xFF) | ((sub_op & 0xFF) << 8) | extra
 
 
 class AMDCopyQueue(HWQueue):
-  """An SDMA queue: linear copies, fences (signal values), polls (waits) and timestamps."""
+  """An SDMA queue: linear copies, fences (signal values), polls (waits), traps (interrupts) and timestamps."""
 
   def copy(self, dest: Val, src: Val, size: int) -> AMDCopyQueue:
     """Copy `size` bytes (split into COPY_LINEAR packets of at most MAX_COPY bytes)."""
@@ -34,17 +42,26 @@ class AMDCopyQueue(HWQueue):
     return self
 
   def fence(self, addr: Val, value: Val) -> AMDCopyQueue:
-    """Write a 32-bit `value` to `addr` once earlier packets finished."""
+    """Write a 32-bit `value` to `addr` (dword aligned) once earlier packets finished."""
     self.q(header(OP_FENCE), lo32(addr), hi32(addr), value)
     return self
 
+  def trap(self, int_context: Val) -> AMDCopyQueue:
+    """Raise an interrupt carrying `int_context` (KFD signals the event with that id: its 28 low bits)."""
+    self.q(header(OP_TRAP), int_context)
+    return self
+
   def signal(self, signal: HCQSignal, value: Val = 0) -> AMDCopyQueue:
-    """The 64-bit signal value as two fences: the high word first, so a poller never sees a torn larger value."""
-    return self.fence(signal.addr + 4, hi32(value)).fence(signal.addr, lo32(value))
+    """The 64-bit signal value as two fences: the high word first, so a poller never sees a torn larger value. With a
+    KFD event (`signal.event`): its id into the event's mailbox slot, then a TRAP that wakes WAIT_EVENTS."""
+    self.fence(signal.addr + 4, hi32(value)).fence(signal.addr, lo32(value))
+    if (ev := getattr(signal, "event", None)) is not None: self.fence(ev.mailbox, ev.event_id).trap(ev.event_id)
+    return self
 
   def wait(self, signal: HCQSignal, value: Val = 0) -> AMDCopyQueue:
-    self.q(header(OP_POLL_REGMEM, extra=(POLL_FUNC_GEQ << 12) | (1 << 15)), lo32(signal.addr), hi32(signal.addr),
-           lo32(value), 0xFFFFFFFF, (0xFFF << 16) | 10)
+    """POLL_REGMEM until the signal's low 32 bits >= value (memory poll, retried forever)."""
+    self.q(header(OP_POLL_REGMEM, extra=(POLL_FUNC_GEQ << POLL_FUNC_SHIFT) | POLL_MEM_POLL), lo32(signal.addr),
+           hi32(signal.addr), lo32(value), 0xFFFFFFFF, (POLL_RETRY_FOREVER << POLL_RETRY_SHIFT) | POLL_INTERVAL)
     return self
 
   def timestamp(self, signal: HCQSignal) -> AMDCopyQueue:

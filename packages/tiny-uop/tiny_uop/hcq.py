@@ -157,7 +157,7 @@ class HCQSignal:
   """A GPU-visible signal: a uint64 value at `addr` and a uint64 timestamp at `addr + 8`.
 
   `timestamp_divider` converts GPU timestamp ticks to microseconds. `wait` polls; `progress` (set by mock drivers
-  that run the GPU lazily) is called while polling.
+  that run the GPU lazily) is called while polling, `_idle` between polls.
   """
   SIZE = 16
 
@@ -177,13 +177,19 @@ class HCQSignal:
 
   def wait(self, value: int, timeout_ms: int = 30000) -> None:
     """Return once `self.value >= value`; raise TimeoutError naming both values after `timeout_ms`."""
-    deadline = time.monotonic() + timeout_ms / 1000
+    start = time.monotonic()
+    deadline = start + timeout_ms / 1000
     while self.value < value:
       if self.progress is not None: self.progress()
       if self.value >= value: break
-      if time.monotonic() > deadline:
+      if (now := time.monotonic()) > deadline:
         raise TimeoutError(f"signal at {self.addr:#x} stayed at {self.value} waiting for {value} ({timeout_ms} ms)")
-      time.sleep(0)
+      self._idle(now - start, deadline - now)
+
+  def _idle(self, waited_s: float, left_s: float) -> None:
+    """Between two polls of `wait` (after `waited_s`, `left_s` before the timeout): yield the CPU and poll again.
+    Devices whose kernel driver can put the thread to sleep until the GPU interrupts override it (AMD: KFD events)."""
+    time.sleep(0)
 
 
 # ***** command queues *****

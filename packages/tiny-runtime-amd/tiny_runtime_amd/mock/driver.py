@@ -1,373 +1,353 @@
-"""`MOCK+AMD`: an in-process stand-in for the amdgpu KFD driver and a gfx1100 GPU.
+"""`MOCK+AMD`: an in-process stand-in for the amdgpu KFD driver and its GPUs (by default two gfx1100s).
 
-`MockFileIO` implements the `FileIOInterface` seam: opening `/dev/kfd`, the render node and the sysfs topology
-files, ioctls decoded from the same cffi structs as the real driver uses, and mmaps. Memory allocated through it is
-real host memory mapped at the GPU virtual address the driver chose, so "GPU" and host see the same bytes. Queues
-are rings in that memory; `MockKFD.process()` (the command processor) runs every queue up to the value last written
-to its doorbell: PM4 (`pm4.py`) on compute queues and SDMA packets (`sdma.py`) on copy queues. DISPATCH_DIRECT runs
-the dispatched code with the RDNA3 emulator (`emu/`): each wave gets the user SGPRs, the enabled work-group ids and,
-with RSRC2.SCRATCH_EN, the private segment wave byte offset, and `Wave.scratch_size` = the private bytes per lane
-(COMPUTE_TMPRING_SIZE.WAVESIZE * 256 / 32; the emulator keeps each lane's private memory itself). The GPU runs
-when the host polls a signal (see `HCQSignal.progress`), like a real GPU that runs asynchronously.
+`MockFileIO` implements the `FileIOInterface` seam: opening `/dev/kfd`, each GPU's render node and the sysfs topology
+files, ioctls decoded from the same cffi structs the real driver uses, and mmaps. Memory allocated through it is real
+host memory at the GPU virtual address the driver chose, so "GPU" and host see the same bytes; each GPU reaches only
+what is mapped into its VM (MAP_MEMORY_TO_GPU, possibly from another GPU: a peer mapping). Queues are rings in that
+memory; `MockKFD.process()` runs every GPU's queues up to their doorbells (`gpu.py`: PM4 and SDMA decoded strictly,
+kernels in the architecture's emulator). The GPUs run when the host sleeps in WAIT_EVENTS (or polls), like real GPUs
+running asynchronously.
+
+What the mock enforces as the kernel does (kfd_chardev.c, kfd_events.c, amdgpu_amdkfd_gpuvm.c, read for facts):
+ACQUIRE_VM with the GPU's own render node before memory on it; handles carry the owner's gpu_id; FREE of memory still
+mapped fails with EBUSY; RUNTIME_ENABLE once (EBUSY) and before any queue (EEXIST); the event page (first
+CREATE_EVENT, at least KFD_SIGNAL_EVENT_LIMIT * 8 bytes) is set to UNSIGNALED_EVENT_SLOT (all ones); an interrupt with
+context id `id` signals event `id` if its slot was written (else every event whose slot was written), and acknowledges
+it by resetting the slot. Stricter than the kernel, as ROCr behaves: CREATE_QUEUE needs the runtime enabled first.
+A host wait no interrupt can end (every queue drained or stuck, the event unsignaled) raises GPUHang with what each
+queue waits for, instead of sleeping until the timeout.
 """
 from __future__ import annotations
 
 import bisect
 import ctypes
+import errno
 import os
 import threading
-import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from tiny_uop.hcq import MAP_FIXED, MAP_PRIVATE, PROT_READ, PROT_WRITE, FileIOInterface
 
-from tiny_runtime_amd import kfd, pm4, sdma
-from tiny_runtime_amd.emu.rdna3 import EXEC_LO, Emulator, Memory, Wave
+from tiny_runtime_amd import kfd
+from tiny_runtime_amd.mock import gfx11  # noqa: F401  (registers the gfx11 architecture in ARCHS)
+from tiny_runtime_amd.mock.fields import MockGPUError, PacketError
+from tiny_runtime_amd.mock.gpu import ARCHS, GPUHang, GPUPageFault, MockGPU, MockQueue
+
+__all__ = ["MockKFD", "MockFileIO", "driver", "GPUPageFault", "GPUHang", "PacketError", "MockGPUError", "GPU_ID"]
+
+GPU_ID = 0x1100          # the first GPU's id; GPU i has GPU_ID + i (any nonzero ids; topology and ioctls agree)
+RENDER_MINOR = 128       # GPU i's render node is /dev/dri/renderD{128 + i}
+DEFAULT_ARCHS = ("gfx1100", "gfx1100")
+UNSIGNALED_EVENT_SLOT = (1 << 64) - 1
+DOORBELL_MMAP_TYPE = 3   # KFD_MMAP_TYPE_DOORBELL (kfd_priv.h): bits 63:62 of the mmap offset; gpu_id in bits 61:46
+EVENT_DATA_SIZE, EVENT_DATA_ID_OFFSET = 48, 40  # struct kfd_event_data: its size, where event_id sits
 
 
-class GPUPageFault(RuntimeError):
-  """An emulated kernel touched an address outside every allocation of the mock GPU."""
-
-
-class CheckedMemory(Memory):
-  """Emulator memory that only reaches the mock's allocations (a bad address raises instead of crashing Python)."""
-
-  def __init__(self, drv: MockKFD):
-    self.drv = drv
-
-  def check(self, addr: int, n: int, what: str) -> None:
-    starts = self.drv.range_starts
-    i = bisect.bisect_right(starts, addr) - 1
-    if i < 0 or addr + n > self.drv.ranges[starts[i]]:
-      raise GPUPageFault(f"GPU page fault: {what} of {n} bytes at {addr:#x} is outside every allocation")
-
-  def read(self, addr: int, n: int) -> bytes:
-    self.check(addr, n, "read")
-    return super().read(addr, n)
-
-  def write(self, addr: int, data: bytes) -> None:
-    self.check(addr, len(data), "write")
-    super().write(addr, data)
-
-GPU_ID = 0x1100  # any nonzero id; the topology and every ioctl agree on it
-RENDER_MINOR = 128
-DOORBELL_PAGE = 0x2000
-TIMESTAMP_HZ = 100_000_000
-LDS_GRANULE = 512  # COMPUTE_PGM_RSRC2.LDS_SIZE unit on gfx10+ (128 dwords)  # gfx11 GPU timestamps count at 100 MHz
-
-GFX1100_PROPERTIES = {
-  "cpu_cores_count": 0, "simd_count": 192, "simd_per_cu": 2, "max_waves_per_simd": 16, "lds_size_in_kb": 64,
-  "gfx_target_version": 110000, "vendor_id": 0x1002, "device_id": 0x744C, "drm_render_minor": RENDER_MINOR,
-  "wave_front_size": 32, "array_count": 12, "simd_arrays_per_engine": 2, "cu_per_simd_array": 8,
-  "max_slots_scratch_cu": 32, "num_sdma_engines": 2, "num_gws": 64, "num_xcc": 1,
-}
-
-
-def sysfs_files() -> dict[str, str]:
-  """The topology files of one CPU node and one gfx1100 node."""
-  t = kfd.TOPOLOGY
-  gpu = "\n".join(f"{k} {v}" for k, v in GFX1100_PROPERTIES.items()) + "\n"
-  return {f"{t}/0/gpu_id": "0\n", f"{t}/0/properties": "cpu_cores_count 16\nsimd_count 0\n",
-          f"{t}/1/gpu_id": f"{GPU_ID}\n", f"{t}/1/properties": gpu}
+def _err(code: int, msg: str) -> OSError: return OSError(code, msg)
 
 
 @dataclass
-class MockQueue:
-  """A user-mode queue registered by CREATE_QUEUE."""
-  qid: int
-  qtype: int
-  ring: int
-  ring_size: int
-  wptr_addr: int
-  rptr_addr: int
-  doorbell: int
-  rptr: int = 0  # in dwords (PM4) or bytes (SDMA), like the hardware's pointers
-  regs: dict[int, int] = field(default_factory=dict)
+class MockAlloc:
+  """An ALLOC_MEMORY_OF_GPU allocation."""
+  handle: int
+  va: int
+  size: int
+  flags: int
+  owner: MockGPU
+  mmap_offset: int
+  mapped: set[int] = field(default_factory=set)  # gpu ids
+
+  @property
+  def host_visible(self) -> bool: return bool(self.flags & (kfd.ALLOC_GTT | kfd.ALLOC_PUBLIC | kfd.ALLOC_USERPTR))
+
+
+@dataclass
+class MockEvent:
+  event_id: int
+  auto_reset: bool
+  signaled: bool = False
 
 
 class MockKFD:
-  """The state of the mock driver and its GPU: allocations, queues, events, and the command processor."""
+  """The process's KFD context and its GPUs: allocations, VMs, queues, events, and the command processors."""
 
-  def __init__(self) -> None:
-    self.files = sysfs_files()
-    self.allocs: dict[int, tuple[int, int, int]] = {}  # handle -> (va, size, flags)
-    self.mapped: set[int] = set()
+  def __init__(self, archs: tuple[str, ...] = DEFAULT_ARCHS, strict_waits: bool = True):
+    unknown = [a for a in archs if a not in ARCHS]
+    if unknown or not archs:
+      raise ValueError(f"mock GPU archs {list(archs)}: unknown {unknown}; known: {sorted(ARCHS)}")
+    self.gpus: list[MockGPU] = [ARCHS[a](self, i + 1, GPU_ID + i, RENDER_MINOR + i) for i, a in enumerate(archs)]
+    self.by_id = {g.gpu_id: g for g in self.gpus}
+    self.files = self.sysfs_files()
+    self.allocs: dict[int, MockAlloc] = {}
+    self.by_va: dict[int, MockAlloc] = {}  # start -> allocation, and its sorted starts (host_visible's lookup)
+    self.va_starts: list[int] = []
     self.queues: dict[int, MockQueue] = {}
-    self.events: dict[int, int] = {}
-    self.next_handle, self.next_queue, self.next_event = 1, 1, 1
-    self.vm_acquired = False
-    self.doorbells = (ctypes.c_uint64 * (DOORBELL_PAGE // 8))()
-    self.ranges: dict[int, int] = {}  # start -> end of every allocation the GPU can reach
-    self.range_starts: list[int] = []
-    self.emu = Emulator(CheckedMemory(self))
-    self.dispatches = 0
+    self.events: dict[int, MockEvent] = {}
+    self.event_page: MockAlloc | None = None
+    self.next_idr, self.next_queue = 1, 1
+    self.runtime_enabled = False
+    self.strict_waits = strict_waits
+    self.dispatches = self.interrupts = 0
+    self.fds: dict[str, int] = {kfd.KFD_PATH: 3, **{f"/dev/dri/renderD{g.render_minor}": 4 + i
+                                                    for i, g in enumerate(self.gpus)}}
     self.lock = threading.RLock()
 
-  # ioctls: each takes the decoded cffi struct and fills its outputs
+  @property
+  def emu(self) -> Any: return self.gpus[0].emu
+
+  def sysfs_files(self) -> dict[str, str]:
+    """The topology: a CPU node 0, then one node per GPU."""
+    t = kfd.TOPOLOGY
+    out = {f"{t}/0/gpu_id": "0\n", f"{t}/0/properties": "cpu_cores_count 16\nsimd_count 0\n"}
+    for g in self.gpus: out.update({f"{t}/{g.node}/gpu_id": f"{g.gpu_id}\n", f"{t}/{g.node}/properties": g.sysfs()})
+    return out
+
+  def gpu(self, gpu_id: int, what: str) -> MockGPU:
+    if (g := self.by_id.get(gpu_id)) is None:
+      raise _err(errno.EINVAL, f"{what}: unknown gpu_id {gpu_id:#x}; this machine has {[hex(i) for i in self.by_id]}")
+    return g
+
+  def alloc_of(self, handle: int, what: str) -> MockAlloc:
+    if (a := self.allocs.get(handle)) is None: raise _err(errno.EINVAL, f"{what}: unknown handle {handle:#x}")
+    return a
+
+  def host_visible(self, addr: int) -> bool:
+    """Whether `addr` lies in memory the host can read (GTT, userptr or CPU-visible VRAM)."""
+    i = bisect.bisect_right(self.va_starts, addr) - 1
+    return i >= 0 and addr < (a := self.by_va[self.va_starts[i]]).va + a.size and a.host_visible
+
+  # ***** ioctls: each takes the decoded cffi struct and fills its outputs *****
   def ioctl(self, name: str, a: Any) -> None:
     handler = getattr(self, f"_{name.lower()}", None)
-    if handler is None: raise OSError(22, f"mock KFD does not implement {name}")
-    handler(a)
+    if handler is None: raise _err(errno.EINVAL, f"mock KFD does not implement {name}")
+    with self.lock: handler(a)
 
-  def _get_version(self, a: Any) -> None: a.major_version, a.minor_version = 1, 14
+  def _get_version(self, a: Any) -> None: a.major_version, a.minor_version = 1, 17
+
+  def _runtime_enable(self, a: Any) -> None:
+    if not a.mode_mask & kfd.RUNTIME_ENABLE_MODE_ENABLE_MASK:
+      self.runtime_enabled = False
+      return
+    if self.runtime_enabled: raise _err(errno.EBUSY, "RUNTIME_ENABLE: the runtime is already enabled")
+    if self.queues: raise _err(errno.EEXIST, f"RUNTIME_ENABLE after {len(self.queues)} queue(s) were created")
+    self.runtime_enabled, a.capabilities_mask = True, 0
 
   def _acquire_vm(self, a: Any) -> None:
-    if a.gpu_id != GPU_ID: raise OSError(22, f"ACQUIRE_VM: unknown gpu_id {a.gpu_id:#x}")
-    self.vm_acquired = True
+    g = self.gpu(a.gpu_id, "ACQUIRE_VM")
+    want = self.fds[f"/dev/dri/renderD{g.render_minor}"]
+    if a.drm_fd != want:
+      raise _err(errno.EINVAL, f"ACQUIRE_VM: drm_fd {a.drm_fd} is not {g.name}'s render node (fd {want})")
+    if g.vm_fd is not None and g.vm_fd != a.drm_fd: raise _err(errno.EBUSY, f"ACQUIRE_VM: {g.name} already has a VM")
+    g.vm_fd = a.drm_fd
 
   def _alloc_memory_of_gpu(self, a: Any) -> None:
-    if not self.vm_acquired: raise OSError(22, "ALLOC_MEMORY_OF_GPU before ACQUIRE_VM")
-    if a.gpu_id != GPU_ID: raise OSError(22, f"ALLOC_MEMORY_OF_GPU: unknown gpu_id {a.gpu_id:#x}")
-    if a.size == 0 or a.size % 0x1000: raise OSError(22, f"ALLOC_MEMORY_OF_GPU: size {a.size:#x} is not page aligned")
+    g = self.gpu(a.gpu_id, "ALLOC_MEMORY_OF_GPU")
+    if g.vm_fd is None: raise _err(errno.EINVAL, f"ALLOC_MEMORY_OF_GPU on {g.name} before its ACQUIRE_VM")
+    if a.size == 0 or a.size % 0x1000 or a.va_addr % 0x1000:
+      raise _err(errno.EINVAL, f"ALLOC_MEMORY_OF_GPU: va {a.va_addr:#x} / size {a.size:#x} not page aligned")
+    domains = a.flags & (kfd.ALLOC_VRAM | kfd.ALLOC_GTT | kfd.ALLOC_USERPTR | kfd.ALLOC_DOORBELL | 0x10)
+    if domains not in (kfd.ALLOC_VRAM, kfd.ALLOC_GTT, kfd.ALLOC_USERPTR):
+      raise _err(errno.EINVAL, f"ALLOC_MEMORY_OF_GPU: flags {a.flags:#x} must name one of VRAM, GTT, USERPTR")
+    i = bisect.bisect_right(self.va_starts, a.va_addr)
+    for o in (self.by_va[s] for s in self.va_starts[max(i - 1, 0):i + 1]):  # the neighbours below and above
+      if o.va < a.va_addr + a.size and a.va_addr < o.va + o.size:
+        raise _err(errno.EINVAL, f"ALLOC_MEMORY_OF_GPU: [{a.va_addr:#x}, +{a.size:#x}) overlaps handle {o.handle:#x}")
     if not a.flags & kfd.ALLOC_USERPTR:  # back the reserved VA with memory (the GPU and the host share it)
       FileIOInterface.anon_mmap(a.va_addr, a.size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED)
-    a.handle, self.next_handle = self.next_handle, self.next_handle + 1
-    a.mmap_offset = a.handle << 12
-    self.allocs[a.handle] = (a.va_addr, a.size, a.flags)
-    self.ranges[a.va_addr] = a.va_addr + a.size
-    self.range_starts = sorted(self.ranges)
+    a.handle = (g.gpu_id << 32) | self.next_idr  # MAKE_HANDLE(gpu_id, idr handle)
+    a.mmap_offset = self.next_idr << 20         # where the render node maps it (a DRM fake offset)
+    self.next_idr += 1
+    self.allocs[a.handle] = self.by_va[a.va_addr] = MockAlloc(a.handle, a.va_addr, a.size, a.flags, g, a.mmap_offset)
+    bisect.insort(self.va_starts, a.va_addr)
 
   def _free_memory_of_gpu(self, a: Any) -> None:
-    if a.handle not in self.allocs: raise OSError(22, f"FREE_MEMORY_OF_GPU: unknown handle {a.handle}")
-    if a.handle in self.mapped: raise OSError(16, f"FREE_MEMORY_OF_GPU: handle {a.handle} is still mapped")
-    va, _, _ = self.allocs.pop(a.handle)
-    self.ranges.pop(va, None)
-    self.range_starts = sorted(self.ranges)
+    m = self.alloc_of(a.handle, "FREE_MEMORY_OF_GPU")
+    if m.mapped:
+      raise _err(errno.EBUSY, f"FREE_MEMORY_OF_GPU: handle {a.handle:#x} is still mapped to "
+                 f"{sorted(map(hex, m.mapped))}")
+    if m is self.event_page: raise _err(errno.EBUSY, "FREE_MEMORY_OF_GPU: the event page is in use")
+    del self.allocs[a.handle], self.by_va[m.va]
+    self.va_starts.remove(m.va)
+
+  def _device_ids(self, a: Any, what: str) -> list[MockGPU]:
+    if a.n_success > a.n_devices: raise _err(errno.EINVAL, f"{what}: n_success {a.n_success} > n_devices")
+    ids = ctypes.cast(a.device_ids_array_ptr, ctypes.POINTER(ctypes.c_uint32))
+    gpus = [self.gpu(ids[i], what) for i in range(a.n_devices)]
+    for g in gpus:
+      if g.vm_fd is None: raise _err(errno.EINVAL, f"{what}: {g.name} has no VM (ACQUIRE_VM first)")
+    return gpus
 
   def _map_memory_to_gpu(self, a: Any) -> None:
-    if a.handle not in self.allocs: raise OSError(22, f"MAP_MEMORY_TO_GPU: unknown handle {a.handle}")
-    ids = ctypes.cast(a.device_ids_array_ptr, ctypes.POINTER(ctypes.c_uint32))
-    if any(ids[i] != GPU_ID for i in range(a.n_devices)): raise OSError(22, "MAP_MEMORY_TO_GPU: unknown gpu id")
-    self.mapped.add(a.handle)
-    a.n_success = a.n_devices
+    m = self.alloc_of(a.handle, "MAP_MEMORY_TO_GPU")
+    for g in self._device_ids(a, "MAP_MEMORY_TO_GPU")[a.n_success:]:
+      if g.gpu_id not in m.mapped: m.mapped.add(g.gpu_id); g.map_range(m.va, m.va + m.size)
+      a.n_success += 1
 
   def _unmap_memory_from_gpu(self, a: Any) -> None:
-    if a.handle not in self.mapped: raise OSError(22, f"UNMAP_MEMORY_FROM_GPU: handle {a.handle} is not mapped")
-    self.mapped.discard(a.handle)
-    a.n_success = a.n_devices
+    m = self.alloc_of(a.handle, "UNMAP_MEMORY_FROM_GPU")
+    if not m.mapped: raise _err(errno.EINVAL, f"UNMAP_MEMORY_FROM_GPU: handle {a.handle:#x} is not mapped")
+    for g in self._device_ids(a, "UNMAP_MEMORY_FROM_GPU")[a.n_success:]:
+      if g.gpu_id in m.mapped: m.mapped.discard(g.gpu_id); g.unmap_range(m.va)
+      a.n_success += 1
 
   def _create_queue(self, a: Any) -> None:
+    g = self.gpu(a.gpu_id, "CREATE_QUEUE")
+    if not self.runtime_enabled:
+      raise _err(errno.EINVAL, "CREATE_QUEUE before RUNTIME_ENABLE: ROCr enables the runtime before its first queue "
+                 "(the debugger attaches to and MES sets up CWSR/traps for runtime-enabled processes)")
     if a.queue_type not in (kfd.QUEUE_TYPE_COMPUTE, kfd.QUEUE_TYPE_SDMA):
-      raise OSError(22, f"CREATE_QUEUE: mock supports PM4 compute and SDMA queues, not type {a.queue_type}")
-    if a.ring_size & (a.ring_size - 1): raise OSError(22, f"CREATE_QUEUE: ring size {a.ring_size} is not a power of 2")
-    if a.queue_type == kfd.QUEUE_TYPE_COMPUTE: self._check_compute_queue_buffers(a)
-    qid = self.next_queue
-    self.next_queue += 1
-    a.queue_id, a.doorbell_offset = qid, (0xD << 28) | (qid * 8)  # page-aligned part selects the doorbell page
-    self.queues[qid] = MockQueue(qid, a.queue_type, a.ring_base_address, a.ring_size, a.write_pointer_address,
-                                 a.read_pointer_address, ctypes.addressof(self.doorbells) + qid * 8)
-
-  def _check_compute_queue_buffers(self, a: Any) -> None:
-    """What kfd_queue_acquire_buffers checks: the EOP and CWSR sizes equal the node's, and the CWSR area is one
-    allocation of exactly (cwsr + debug) * num_xcc bytes, page aligned."""
-    cw = kfd.cwsr_sizes(GFX1100_PROPERTIES)
-    assert cw is not None
-    if a.eop_buffer_address and a.eop_buffer_size != cw.eop_buffer_size:
-      raise OSError(22, f"CREATE_QUEUE: eop_buffer_size {a.eop_buffer_size:#x}, node needs {cw.eop_buffer_size:#x}")
-    if a.ctl_stack_size != cw.ctl_stack_size:
-      raise OSError(22, f"CREATE_QUEUE: ctl_stack_size {a.ctl_stack_size:#x}, node needs {cw.ctl_stack_size:#x}")
-    if a.ctx_save_restore_size != cw.ctx_save_restore_size:
-      raise OSError(22, f"CREATE_QUEUE: ctx_save_restore_size {a.ctx_save_restore_size:#x}, node needs "
-                        f"{cw.ctx_save_restore_size:#x}")
-    size = self.ranges.get(a.ctx_save_restore_address, 0) - a.ctx_save_restore_address
-    if size != cw.alloc_size:
-      raise OSError(22, f"CREATE_QUEUE: the CWSR area at {a.ctx_save_restore_address:#x} is {max(size, 0):#x} bytes "
-                        f"of one allocation; need {cw.alloc_size:#x}")
+      raise _err(errno.EINVAL, f"CREATE_QUEUE: the {g.arch} mock models PM4 compute (0) and SDMA (1) queues, not "
+                 f"type {a.queue_type}")
+    if a.ring_size < 1024 or a.ring_size & (a.ring_size - 1):
+      raise _err(errno.EINVAL, f"CREATE_QUEUE: ring size {a.ring_size} is not a power of 2 >= 1024")
+    if a.queue_percentage > 100 or a.queue_priority > 15:
+      raise _err(errno.EINVAL, f"CREATE_QUEUE: percentage {a.queue_percentage} / priority {a.queue_priority}; "
+                 "valid: <= 100 / <= 15")
+    try:
+      g.check(a.ring_base_address, a.ring_size, "ring")
+      g.check(a.read_pointer_address, 8, "read pointer")
+      g.check(a.write_pointer_address, 8, "write pointer")
+    except GPUPageFault as e: raise _err(errno.EINVAL, f"CREATE_QUEUE: {e}") from e
+    if a.queue_type == kfd.QUEUE_TYPE_COMPUTE: g.check_compute_queue(a)
+    qid, slot = self.next_queue, g.next_doorbell
+    self.next_queue, g.next_doorbell = qid + 1, slot + 1
+    a.queue_id = qid
+    a.doorbell_offset = (DOORBELL_MMAP_TYPE << 62) | (g.gpu_id << 46) | (slot * 8)
+    self.queues[qid] = MockQueue(qid, a.queue_type, g, a.ring_base_address, a.ring_size, a.write_pointer_address,
+                                 a.read_pointer_address, ctypes.addressof(g.doorbells) + slot * 8,
+                                 cwsr=a.queue_type == kfd.QUEUE_TYPE_COMPUTE and bool(a.ctx_save_restore_address))
 
   def _destroy_queue(self, a: Any) -> None:
-    if self.queues.pop(a.queue_id, None) is None: raise OSError(22, f"DESTROY_QUEUE: unknown queue {a.queue_id}")
+    if self.queues.pop(a.queue_id, None) is None: raise _err(errno.EINVAL, f"DESTROY_QUEUE: unknown queue {a.queue_id}")
 
   def _create_event(self, a: Any) -> None:
-    a.event_id, self.next_event = self.next_event, self.next_event + 1
-    a.event_slot_index = a.event_id
-    self.events[a.event_id] = 0
+    if a.event_type != kfd.EVENT_SIGNAL:
+      raise _err(errno.EINVAL, f"CREATE_EVENT: the mock models signal events (0), not type {a.event_type}")
+    if a.event_page_offset:
+      if self.event_page is not None: raise _err(errno.EINVAL, "CREATE_EVENT: the event page is already set")
+      m = self.alloc_of(a.event_page_offset, "CREATE_EVENT event_page_offset")
+      if m.size < kfd.SIGNAL_EVENT_LIMIT * 8:
+        raise _err(errno.EINVAL, f"CREATE_EVENT: an event page of {m.size:#x} bytes; it needs "
+                   f"{kfd.SIGNAL_EVENT_LIMIT * 8:#x}")
+      if not m.flags & kfd.ALLOC_GTT:
+        raise _err(errno.EINVAL, "CREATE_EVENT: the event page must be GTT (host) memory: KFD maps it into the kernel")
+      ctypes.memset(m.va, 0xFF, kfd.SIGNAL_EVENT_LIMIT * 8)  # every slot UNSIGNALED_EVENT_SLOT
+      self.event_page = m
+    eid = next(i for i in range(kfd.SIGNAL_EVENT_LIMIT) if i not in self.events)
+    self.events[eid] = MockEvent(eid, bool(a.auto_reset))
+    a.event_id = a.event_trigger_data = a.event_slot_index = eid
 
-  def _destroy_event(self, a: Any) -> None: self.events.pop(a.event_id, None)
+  def _destroy_event(self, a: Any) -> None:
+    if self.events.pop(a.event_id, None) is None: raise _err(errno.EINVAL, f"DESTROY_EVENT: unknown event {a.event_id}")
 
   def _wait_events(self, a: Any) -> None:
+    ids = [ctypes.c_uint32.from_address(a.events_ptr + EVENT_DATA_SIZE * i + EVENT_DATA_ID_OFFSET).value
+           for i in range(a.num_events)]
+    if (bad := [i for i in ids if i not in self.events]): raise _err(errno.EINVAL, f"WAIT_EVENTS: unknown events {bad}")
     self.process()
-    a.wait_result = kfd.WAIT_RESULT_COMPLETE
+    evs = [self.events[i] for i in ids]
+    if (all if a.wait_for_all else any)(e.signaled for e in evs):
+      for e in evs:
+        if e.auto_reset: e.signaled = False
+      a.wait_result = kfd.WAIT_RESULT_COMPLETE
+      return
+    a.wait_result = kfd.WAIT_RESULT_TIMEOUT
+    if self.strict_waits and a.timeout > 0:
+      raise GPUHang(f"WAIT_EVENTS on events {ids} would sleep the whole {a.timeout} ms: no interrupt will signal "
+                    f"them. {self.stall_report()}")
 
-  # the command processor
+  # ***** interrupts, the command processors *****
+  def interrupt(self, gpu: MockGPU, ctxid: int, valid_bits: int) -> None:
+    """A GPU interrupt carrying `ctxid` (its low `valid_bits` bits): what kfd_signal_event_interrupt does."""
+    self.interrupts += 1
+    page = self.event_page
+    if page is None: return
+    slots = (ctypes.c_uint64 * kfd.SIGNAL_EVENT_LIMIT).from_address(page.va)
+    ctxid &= (1 << valid_bits) - 1
+    if ctxid in self.events and slots[ctxid] != UNSIGNALED_EVENT_SLOT: hits = [ctxid]
+    else: hits = [i for i in self.events if slots[i] != UNSIGNALED_EVENT_SLOT]  # the exhaustive search
+    for i in hits:
+      slots[i] = UNSIGNALED_EVENT_SLOT
+      self.events[i].signaled = True
+
   def process(self) -> None:
-    """Run every queue up to its doorbell (a queue blocked on a wait yields to the others; repeat while progress)."""
+    """Run every GPU's queues up to their doorbells (a queue blocked on a wait yields to the others; repeat while
+    anything ran)."""
     with self.lock:
       progress = True
       while progress:
         progress = False
         for q in list(self.queues.values()):
-          target = ctypes.c_uint64.from_address(q.doorbell).value
-          while q.rptr < target:
-            step = self._pm4_packet(q) if q.qtype == kfd.QUEUE_TYPE_COMPUTE else self._sdma_packet(q)
-            if step == 0: break  # waiting
-            q.rptr += step
-            ctypes.c_uint64.from_address(q.rptr_addr).value = q.rptr
-            progress = True
+          if q.gpu.run_queue(q): progress = True
 
-  def _ring_dwords(self, q: MockQueue, start_dw: int, n: int) -> list[int]:
-    size_dw = q.ring_size // 4
-    arr = (ctypes.c_uint32 * size_dw).from_address(q.ring)
-    return [arr[(start_dw + i) % size_dw] for i in range(n)]
-
-  def _pm4_packet(self, q: MockQueue) -> int:
-    hdr = self._ring_dwords(q, q.rptr, 1)[0]
-    typ, op, n = pm4.decode_header(hdr)
-    if typ != 3: raise RuntimeError(f"PM4 queue {q.qid}: packet type {typ} (header {hdr:#010x}); only type 3")
-    body = self._ring_dwords(q, q.rptr + 1, n)
-    try: return 1 + n if self.exec_pm4(q, op, body) else 0
-    except Exception:  # a faulting packet is skipped (like a GPU reset of that dispatch) and the error surfaces
-      q.rptr += 1 + n
-      ctypes.c_uint64.from_address(q.rptr_addr).value = q.rptr
-      raise
-
-  def exec_pm4(self, q: MockQueue, op: int, body: list[int]) -> bool:
-    """Execute one PM4 packet; False when it must wait (WAIT_REG_MEM not yet satisfied)."""
-    if op == pm4.SET_SH_REG:
-      for i, v in enumerate(body[1:]): q.regs[pm4.SH_REG_BASE + 4 * (body[0] + i)] = v
-    elif op == pm4.WAIT_REG_MEM:
-      addr = body[1] | (body[2] << 32)
-      if body[0] & 7 != pm4.WAIT_FUNC_GEQ: raise RuntimeError(f"WAIT_REG_MEM function {body[0] & 7}; mock knows GEQ")
-      return (ctypes.c_uint32.from_address(addr).value & body[4]) >= body[3]
-    elif op == pm4.RELEASE_MEM:
-      sel, addr = body[1] >> 29, body[2] | (body[3] << 32)
-      if sel == pm4.DATA_SEL_32: ctypes.c_uint32.from_address(addr).value = body[4]
-      elif sel == pm4.DATA_SEL_64: ctypes.c_uint64.from_address(addr).value = body[4] | (body[5] << 32)
-      elif sel == pm4.DATA_SEL_TIMESTAMP: ctypes.c_uint64.from_address(addr).value = self.timestamp()
-    elif op == pm4.DISPATCH_DIRECT: self.dispatch(q.regs, body[:3])
-    elif op == pm4.INDIRECT_BUFFER:
-      addr, n = body[0] | (body[1] << 32), body[2] & 0xFFFFF
-      ib = list((ctypes.c_uint32 * n).from_address(addr))
-      i = 0
-      while i < n:
-        _, iop, cnt = pm4.decode_header(ib[i])
-        if not self.exec_pm4(q, iop, ib[i + 1:i + 1 + cnt]):
-          raise RuntimeError("WAIT_REG_MEM inside an IB is not mocked")
-        i += 1 + cnt
-    elif op in (pm4.ACQUIRE_MEM, pm4.NOP, pm4.EVENT_WRITE): pass
-    else: raise RuntimeError(f"PM4 opcode {op:#x} is not implemented by the mock command processor")
-    return True
-
-  def _sdma_packet(self, q: MockQueue) -> int:
-    hdr = self._ring_dwords(q, q.rptr // 4, 1)[0]
-    op, sub = hdr & 0xFF, (hdr >> 8) & 0xFF
-    if op not in sdma.PACKET_DWORDS: raise RuntimeError(f"SDMA opcode {op} (header {hdr:#010x}) is not mocked")
-    n = sdma.PACKET_DWORDS[op]
-    b = self._ring_dwords(q, q.rptr // 4 + 1, n - 1)
-    if op == sdma.OP_COPY:
-      if sub != sdma.SUBOP_COPY_LINEAR: raise RuntimeError(f"SDMA COPY sub-op {sub}; mock knows LINEAR")
-      ctypes.memmove(b[4] | (b[5] << 32), b[2] | (b[3] << 32), b[0] + 1)
-    elif op == sdma.OP_FENCE: ctypes.c_uint32.from_address(b[0] | (b[1] << 32)).value = b[2]
-    elif op == sdma.OP_POLL_REGMEM:
-      if (ctypes.c_uint32.from_address(b[0] | (b[1] << 32)).value & b[3]) < b[2]: return 0
-    elif op == sdma.OP_TIMESTAMP: ctypes.c_uint64.from_address(b[0] | (b[1] << 32)).value = self.timestamp()
-    return 4 * n
-
-  @staticmethod
-  def timestamp() -> int: return time.perf_counter_ns() // (1_000_000_000 // TIMESTAMP_HZ)
-
-  def dispatch(self, regs: dict[int, int], grid: list[int]) -> None:
-    """DISPATCH_DIRECT: run every wave of every work-group with the emulator (waves in order, one at a time)."""
-    entry = ((regs.get(pm4.COMPUTE_PGM_HI, 0) << 32) | regs.get(pm4.COMPUTE_PGM_LO, 0)) << 8
-    rsrc2 = regs.get(pm4.COMPUTE_PGM_RSRC2, 0)
-    n_user, tgid_en = (rsrc2 >> 1) & 0x1F, [(rsrc2 >> b) & 1 for b in (7, 8, 9)]
-    user = [regs.get(pm4.COMPUTE_USER_DATA_0 + 4 * i, 0) for i in range(n_user)]
-    num = (pm4.COMPUTE_NUM_THREAD_X, pm4.COMPUTE_NUM_THREAD_Y, pm4.COMPUTE_NUM_THREAD_Z)
-    local = [regs.get(r, 1) or 1 for r in num]
-    threads = local[0] * local[1] * local[2]
-    n_waves = (threads + 31) // 32
-    self.dispatches += 1
-    lane_bytes = self.scratch_setup(regs) if rsrc2 & 1 else 0  # RSRC2.SCRATCH_EN
-    wave_bytes = lane_bytes * 32
-    self.emu.begin_dispatch()
-    lds_bytes = ((rsrc2 >> 15) & 0x1FF) * LDS_GRANULE
-    for gz in range(grid[2]):
-      for gy in range(grid[1]):
-        for gx in range(grid[0]):
-          lds, waves = bytearray(lds_bytes), []
-          for wv in range(n_waves):
-            w = Wave(lds=lds)
-            w.sgpr[:n_user] = user
-            s = n_user
-            for en, g in zip(tgid_en, (gx, gy, gz)):
-              if en: w.sgpr[s], s = g, s + 1
-            if lane_bytes:  # the private segment wave byte offset (a wave slot per wave of the group), and the
-              w.sgpr[s] = wv * wave_bytes  # emulator's per-lane private memory size
-              w.scratch_size = lane_bytes
-            tids = range(wv * 32, min(threads, wv * 32 + 32))
-            for ln, t in enumerate(tids):
-              x, y, z = t % local[0], (t // local[0]) % local[1], t // (local[0] * local[1])
-              w.vgpr[0][ln] = x | (y << 10) | (z << 20)  # gfx11: work-item ids packed in v0
-            w.sgpr[EXEC_LO] = (1 << len(tids)) - 1
-            waves.append(w)
-          self.emu.run_group(waves, entry)
-
-  def scratch_setup(self, regs: dict[int, int]) -> int:
-    """A dispatch with RSRC2.SCRATCH_EN: check that COMPUTE_DISPATCH_SCRATCH_BASE points at an allocation holding
-    TMPRING_SIZE.WAVES waves of WAVESIZE * 256 bytes, and return the private bytes per lane (wave32)."""
-    tmpring = regs.get(pm4.COMPUTE_TMPRING_SIZE, 0)
-    waves, wave_bytes = tmpring & 0xFFF, ((tmpring >> 12) & 0x7FFF) * 256
-    base = ((regs.get(pm4.COMPUTE_DISPATCH_SCRATCH_BASE_HI, 0) << 32) | regs.get(pm4.COMPUTE_DISPATCH_SCRATCH_BASE_LO,
-                                                                                   0)) << 8
-    if not waves or not wave_bytes:
-      raise RuntimeError(f"dispatch with SCRATCH_EN but COMPUTE_TMPRING_SIZE = {tmpring:#x} (WAVES and WAVESIZE "
-                         "must be nonzero)")
-    CheckedMemory(self).check(base, waves * wave_bytes, "scratch buffer")
-    return wave_bytes // 32
+  def stall_report(self) -> str:
+    stuck = [f"queue {q.qid} ({q.kind} on {q.gpu.name}) waits: {q.blocked}" for q in self.queues.values()
+             if q.pending()]
+    return ("Blocked: " + "; ".join(stuck)) if stuck else \
+      "Every queue is drained: the work that should have signaled never raised an interrupt with the event's mailbox " \
+      "slot written (RELEASE_MEM INT_SEL / SDMA TRAP after the signal write)"
 
 
 _DRIVER: MockKFD | None = None
 
 
 def driver() -> MockKFD:
-  """The process's mock driver (one mock gfx1100), created on first use."""
+  """The process's mock KFD (two gfx1100 GPUs), created on first use."""
   global _DRIVER
   if _DRIVER is None: _DRIVER = MockKFD()
   return _DRIVER
 
 
 class MockFileIO(FileIOInterface):
-  """`FileIOInterface` over the mock driver: the same calls the real driver makes, answered in-process."""
+  """`FileIOInterface` over a mock KFD (`kfd_fn()`, the process's by default): the same calls the real driver makes,
+  answered in-process. A subclass with another `kfd_fn` talks to another mock (tests)."""
+  kfd_fn: Callable[[], MockKFD] = staticmethod(driver)
 
   def __init__(self, path: str = "", flags: int = os.O_RDONLY, fd: int | None = None):
     self.path, self.fd = path, None
     if path and not self.exists(path): raise FileNotFoundError(2, f"mock KFD: no such file {path!r}")
-    self.drv = driver()
-    self.fd = {kfd.KFD_PATH: 3, f"/dev/dri/renderD{RENDER_MINOR}": 4}.get(path, 5) if path else None
+    self.drv = type(self).kfd_fn()
+    self.fd = self.drv.fds.get(path, 10) if path else None
 
   def __del__(self) -> None: pass
 
   def ioctl(self, request: int, arg: Any) -> int:
-    if self.path != kfd.KFD_PATH: raise OSError(25, f"ioctl on {self.path!r}: mock supports /dev/kfd only")
+    if self.path != kfd.KFD_PATH: raise OSError(errno.ENOTTY, f"ioctl on {self.path!r}: mock supports /dev/kfd only")
     name = kfd.IOCTL_BY_NUMBER.get(request)
-    if name is None: raise OSError(25, f"mock KFD: unknown ioctl {request:#x}")
-    st = kfd.ffi.from_buffer(f"struct {kfd.IOCTLS[name][2]} *", arg)
-    self.drv.ioctl(name, st)
+    if name is None: raise OSError(errno.ENOTTY, f"mock KFD: unknown ioctl {request:#x}")
+    self.drv.ioctl(name, kfd.ffi.from_buffer(f"struct {kfd.IOCTLS[name][2]} *", arg))
     return 0
 
   def mmap(self, start: int, size: int, prot: int, flags: int, offset: int) -> int:
-    if self.path == kfd.KFD_PATH and offset >> 28 == 0xD: return ctypes.addressof(self.drv.doorbells)
+    drv = self.drv
+    if self.path == kfd.KFD_PATH and offset >> 62 == DOORBELL_MMAP_TYPE:
+      g = drv.gpu((offset >> 46) & 0xFFFF, "doorbell mmap")
+      if size > ctypes.sizeof(g.doorbells): raise OSError(errno.EINVAL, f"doorbell mmap of {size:#x} bytes")
+      return ctypes.addressof(g.doorbells)
     if self.path.startswith("/dev/dri/renderD"):
-      va, sz, _ = self.drv.allocs.get(offset >> 12, (0, 0, 0))
-      if va != start or size > sz:
-        raise OSError(22, f"mock render mmap at {start:#x} size {size:#x} offset {offset:#x} matches no allocation")
+      m = next((m for m in drv.allocs.values()
+                if m.mmap_offset == offset and self.path == f"/dev/dri/renderD{m.owner.render_minor}"), None)
+      if m is None or m.va != start or size > m.size:
+        raise OSError(errno.EINVAL, f"mock render mmap at {start:#x} size {size:#x} offset {offset:#x} matches no "
+                                    f"allocation of {self.path}")
+      if not m.host_visible: raise OSError(errno.EINVAL, f"mock render mmap of handle {m.handle:#x}: not CPU visible")
       return start  # the allocation is already backed at its VA
-    raise OSError(19, f"mock mmap of {self.path!r} offset {offset:#x} is not supported")
+    raise OSError(errno.ENODEV, f"mock mmap of {self.path!r} offset {offset:#x} is not supported")
 
   def read(self, size: int | None = None, binary: bool = False, offset: int | None = None) -> Any:
     data = self.drv.files[self.path][offset or 0:]
     return data.encode() if binary else data
 
-  @staticmethod
-  def exists(path: str) -> bool:
-    files = driver().files
-    return path in (kfd.KFD_PATH, f"/dev/dri/renderD{RENDER_MINOR}") or path in files or \
-      any(f.startswith(path.rstrip("/") + "/") for f in files)
+  @classmethod
+  def exists(cls, path: str) -> bool:  # type: ignore[override]
+    drv = cls.kfd_fn()
+    return path in drv.fds or path in drv.files or any(f.startswith(path.rstrip("/") + "/") for f in drv.files)
 
-  @staticmethod
-  def listdir(path: str) -> list[str]:
+  @classmethod
+  def listdir(cls, path: str) -> list[str]:  # type: ignore[override]
     pre = path.rstrip("/") + "/"
-    return sorted({f[len(pre):].split("/")[0] for f in driver().files if f.startswith(pre)})
+    return sorted({f[len(pre):].split("/")[0] for f in cls.kfd_fn().files if f.startswith(pre)})
 
-  @staticmethod
-  def access(path: str, mode: int) -> bool: return MockFileIO.exists(path)
+  @classmethod
+  def access(cls, path: str, mode: int) -> bool: return cls.exists(path)  # type: ignore[override]

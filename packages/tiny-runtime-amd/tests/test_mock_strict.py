@@ -1,0 +1,301 @@
+"""The mock rejects what hardware rejects, hangs where hardware hangs and faults where it faults: deliberately wrong
+packets, missing cache actions, a wrong privilege bit, scratch programmed for too few shader engines, events nobody
+signals, and the KFD rules (runtime enable, event page, mapping). Each case runs on a fresh mock (`mock_harness`), or on
+the process's MOCK+AMD device and leaves it working."""
+from __future__ import annotations
+
+import ctypes
+import struct
+
+import pytest
+from mock_harness import Harness
+
+from tiny_runtime_amd import kfd, pm4, sdma
+from tiny_runtime_amd.emu.encode import endpgm
+from tiny_runtime_amd.kfd import KFDError
+from tiny_runtime_amd.mock.driver import GPUHang, GPUPageFault, MockKFD, PacketError
+from tiny_runtime_amd.pm4 import AMDComputeQueue
+from tiny_runtime_amd.sdma import AMDCopyQueue
+from tiny_uop.hcq import HCQSignal
+
+PM4, SDMA = kfd.QUEUE_TYPE_COMPUTE, kfd.QUEUE_TYPE_SDMA
+
+
+@pytest.fixture
+def h() -> Harness: return Harness()
+
+
+def _signal(h: Harness, value: int = 0) -> HCQSignal:
+  buf = h.iface.alloc(0x1000, host=True, uncached=True)
+  return HCQSignal(buf.va_addr, value)
+
+
+# ***** WAIT_REG_MEM: the compare function *****
+def test_the_drivers_wait_passes_a_value_already_reached_and_the_old_eq_encoding_hangs(h):
+  sig, done = _signal(h, 7), _signal(h)
+  # the driver's wait (function 5, GE) for a value the signal already passed
+  h.pm4(AMDComputeQueue().wait(sig, 5).release_mem(done.addr, 1, pm4.DATA_SEL_64).resolved())
+  assert done.value == 1
+  # the same wait encoded with function 3 (PM4's EQUAL, the old driver's ">=") never completes
+  h.pm4(AMDComputeQueue().wait_reg_mem(sig.addr, 5, func=pm4.WAIT_FUNC_EQ).release_mem(done.addr, 2, pm4.DATA_SEL_64)
+        .resolved())
+  assert done.value == 1 and "EQ 5 is false" in h.mock_queue(PM4).blocked
+  ev = h.iface.create_event()
+  with pytest.raises(GPUHang, match=r"waits: WAIT_REG_MEM: \(\*\(u32\*\)0x[0-9a-f]+ = 7\) & 0xffffffff EQ 5 is false"):
+    h.iface.wait_event(ev, 100)
+  sig.value = 5  # the host makes EQ true: the queue goes on
+  h.drv.process()
+  assert done.value == 2
+
+
+@pytest.mark.parametrize("func, value, ref, passes", [(0, 1, 9, True), (1, 1, 2, True), (1, 2, 2, False),
+                                                      (2, 2, 2, True), (3, 2, 2, True), (4, 2, 2, False),
+                                                      (5, 2, 2, True), (5, 1, 2, False), (6, 3, 2, True),
+                                                      (6, 2, 2, False)])
+def test_every_wait_reg_mem_function(h, func, value, ref, passes):
+  sig, done = _signal(h, value), _signal(h)
+  h.pm4(AMDComputeQueue().wait_reg_mem(sig.addr, ref, func=func).release_mem(done.addr, 1, pm4.DATA_SEL_64).resolved())
+  assert done.value == int(passes)
+
+
+def _wait_dwords(addr: int, dw1: int) -> list[int]:
+  return [pm4.header(pm4.WAIT_REG_MEM, 6), dw1, addr & 0xFFFFFFFF, addr >> 32, 0, 0xFFFFFFFF, 4]
+
+
+@pytest.mark.parametrize("dw1, match", [
+  (5 | 1 << 4 | 1 << 3, r"dword 1: reserved bit\(s\) \[3\] set"),
+  (7 | 1 << 4, r"function = 7 is reserved; valid: 0 ALWAYS, 1 LT, 2 LE, 3 EQ, 4 NE, 5 GE, 6 GT"),
+  (5 | 2 << 4, r"mem_space = 2 is reserved"),
+  (5, r"MEM_SPACE REGISTER: polling a register is not modelled"),
+  (5 | 1 << 4 | 1 << 8, r"reserved bit\(s\) \[8\]"),
+])
+def test_bad_wait_reg_mem_dwords_are_rejected(h, dw1, match):
+  addr = _signal(h).addr if dw1 & 0x30 else 0x2C00  # a register space poll takes an 18-bit register offset
+  with pytest.raises(PacketError, match=match): h.pm4(_wait_dwords(addr, dw1))
+
+
+def test_unaligned_poll_address_and_unmapped_memory(h):
+  sig = _signal(h)
+  with pytest.raises(PacketError, match=r"dword 2: reserved bit\(s\) \[1\]"): h.pm4(_wait_dwords(sig.addr + 2, 5 | 16))
+  with pytest.raises(GPUPageFault, match="WAIT_REG_MEM poll of 4 bytes at 0x10"): h.pm4(_wait_dwords(0x10, 5 | 16))
+
+
+# ***** headers, opcodes, lengths *****
+def test_headers_opcodes_and_lengths(h):
+  with pytest.raises(PacketError, match="packet type 2"): h.pm4([0x80000000])
+  with pytest.raises(PacketError, match="PREDICATE"): h.pm4([pm4.header(pm4.NOP, 1) | 1, 0])
+  with pytest.raises(PacketError, match=r"reserved bit\(s\) \[4\]"): h.pm4([pm4.header(pm4.NOP, 1) | 16, 0])
+  with pytest.raises(PacketError, match=r"WRITE_DATA \(header opcode 0x37\) is not modelled"):
+    h.pm4([pm4.header(0x37, 4), 0, 0, 0, 0])
+  with pytest.raises(PacketError, match="RELEASE_MEM has 6 body dwords; it takes exactly 7"):
+    h.pm4([pm4.header(pm4.RELEASE_MEM, 6)] + [0] * 6)
+  with pytest.raises(PacketError, match="claims 7 body dwords but the submission ends after 2"):
+    h.pm4([pm4.header(pm4.RELEASE_MEM, 7), 0, 0])
+  with pytest.raises(PacketError, match="SET_SH_REG has 1 body dwords; it takes 2 or more"):
+    h.pm4([pm4.header(pm4.SET_SH_REG, 1), 0])
+  done = _signal(h)  # after all that, the queue still runs good packets
+  h.pm4(AMDComputeQueue().release_mem(done.addr, 5, pm4.DATA_SEL_64).resolved())
+  assert done.value == 5
+
+
+def test_set_sh_reg_checks_each_registers_fields(h):
+  with pytest.raises(PacketError, match=r"COMPUTE_PGM_RSRC2 = 0x80000000: reserved bit\(s\) \[31\]"):
+    h.pm4(AMDComputeQueue().set_sh_reg(pm4.COMPUTE_PGM_RSRC2, 1 << 31).resolved())
+  with pytest.raises(PacketError, match=r"COMPUTE_TMPRING_SIZE = 0x08000000: reserved bit\(s\) \[27\]"):
+    h.pm4(AMDComputeQueue().set_sh_reg(pm4.COMPUTE_TMPRING_SIZE, 1 << 27).resolved())
+  with pytest.raises(PacketError, match=r"SH register 0xb858 .* is not a compute register"):
+    h.pm4(AMDComputeQueue().set_sh_reg(0xB858, 0).resolved())
+  h.pm4(AMDComputeQueue().set_sh_reg(pm4.COMPUTE_PGM_RSRC1, 0x60AF0041).resolved())
+  assert h.mock_queue(PM4).regs[pm4.COMPUTE_PGM_RSRC1] == 0x60AF0041
+
+
+# ***** RELEASE_MEM: cache actions, selects, interrupts *****
+def _release(addr: int, dw1: int, dw2: int, data: int = 1, ctxid: int = 0) -> list[int]:
+  return [pm4.header(pm4.RELEASE_MEM, 7), dw1, dw2, addr & 0xFFFFFFFF, addr >> 32, data, 0, ctxid]
+
+
+EOP = pm4.CACHE_FLUSH_AND_INV_TS_EVENT | pm4.EVENT_INDEX_END_OF_PIPE << 8
+
+
+def test_a_host_read_signal_after_a_dispatch_needs_l2_write_back(h):
+  sig = _signal(h)
+  h.gpu.l2_dirty = True  # as after a dispatch: the kernel's results may sit in L2
+  with pytest.raises(PacketError, match="writes host-visible memory .* after a dispatch without GCR GL2_WB"):
+    h.pm4(_release(sig.addr, EOP, pm4.DATA_SEL_64 << 29))
+  assert sig.value == 0 and h.gpu.l2_dirty
+  h.pm4(AMDComputeQueue().signal(sig, 3).resolved())  # the driver's signal writes L2 back first
+  assert sig.value == 3 and not h.gpu.l2_dirty
+
+
+@pytest.mark.parametrize("dw1, dw2, match", [
+  (EOP | pm4.GCR_GLM_WB, pm4.DATA_SEL_64 << 29, "GLM_WB without GLM_INV"),
+  (pm4.CS_PARTIAL_FLUSH | 5 << 8, pm4.DATA_SEL_64 << 29, "EVENT_TYPE 7 .* with EVENT_INDEX 5"),
+  (pm4.CACHE_FLUSH_AND_INV_TS_EVENT | 4 << 8, 0, "event_index = 4 is reserved; valid: 5 END_OF_PIPE, 6 SHADER_DONE"),
+  (EOP, 6 << 29, "data_sel = 6 is reserved"),
+  (EOP, 4 << 29, "DATA_SEL SEND_CP_PERFCOUNTER_HI_LO is not modelled"),
+  (EOP, 1 << 24 | 1 << 29, "INT_SEL 1 .* the interrupt must follow the confirmed write"),
+  (EOP, 7 << 24, "int_sel = 7 is reserved"),
+  (EOP, 2 << 16 | 1 << 29, "DST_SEL QUEUE_WRITE_POINTER_REGISTER is not modelled"),
+  (EOP | 1 << 24, 0, r"reserved bit\(s\) \[24\]"),
+  (EOP | pm4.GCR_GL2_WB | 1 << 28, 0, "EXECUTE = 1 is not modelled"),
+  (EOP, 1 << 3, r"dword 2: reserved bit\(s\) \[3\]"),
+])
+def test_bad_release_mem_fields(h, dw1, dw2, match):
+  sig = _signal(h)
+  with pytest.raises(PacketError, match=match): h.pm4(_release(sig.addr, dw1, dw2))
+
+
+def test_release_mem_alignment_by_data_size(h):
+  sig = _signal(h)
+  with pytest.raises(PacketError, match=r"dword 3: reserved bit\(s\) \[2\]"):
+    h.pm4(_release(sig.addr + 4, EOP, pm4.DATA_SEL_64 << 29))
+  h.pm4(_release(sig.addr + 4, EOP, pm4.DATA_SEL_32 << 29, 0x55))  # 32-bit data: dword alignment is enough
+  assert sig.value == 0x55 << 32
+
+
+# ***** ACQUIRE_MEM before a dispatch; the dispatch state *****
+def _dispatch(h: Harness, priv: bool = True, acquire: bool = True, rsrc2: int = 0, tmpring: int = 0,
+              scratch: int = 0, initiator_xor: int = 0) -> None:
+  code = h.iface.alloc(0x1000, host=True)
+  ctypes.memmove(code.va_addr, struct.pack("<I", *endpgm()), 4)
+
+  class Prg:
+    entry_addr, rsrc1, rsrc3 = code.va_addr, (pm4.RSRC1_PRIV if priv else 0) | 0x60AF0000, 0
+    def scratch(self): return (scratch, tmpring) if scratch else None
+    def user_data(self, args): return []
+  Prg.rsrc2 = rsrc2
+  q = AMDComputeQueue()
+  if acquire: q.memory_barrier()
+  dwords = q.exec(Prg(), 0, (2, 1, 1), (64, 1, 1)).resolved()
+  dwords[-1] ^= initiator_xor  # DISPATCH_DIRECT's last dword: COMPUTE_DISPATCH_INITIATOR
+  h.pm4(dwords)
+
+
+def test_dispatches_need_an_acquire_and_priv_on_a_cwsr_queue(h):
+  with pytest.raises(PacketError, match="a dispatch with no ACQUIRE_MEM since the host"): _dispatch(h, acquire=False)
+  with pytest.raises(PacketError, match=r"PRIV = 0 on a queue with a CWSR area: on gfx1100 waves run privileged"):
+    _dispatch(h, priv=False)
+  before = h.gpu.dispatches
+  _dispatch(h)
+  assert h.gpu.dispatches == before + 1 and h.gpu.l2_dirty and not h.gpu.caches_valid
+  acq = AMDComputeQueue().acquire_mem().resolved()
+  acq[-1] &= ~pm4.ACQ_GL2_INV
+  h.pm4(acq)  # an acquire that keeps L2: not enough for the next dispatch
+  assert not h.gpu.caches_valid
+  with pytest.raises(PacketError, match="no ACQUIRE_MEM"): _dispatch(h, acquire=False)
+  bad = AMDComputeQueue().acquire_mem().resolved()
+  bad[3] = 0xFFFFFF  # COHER_SIZE_HI is 8 bits: what amdgpu's own emit_mem_sync writes sets reserved bits
+  with pytest.raises(PacketError, match=r"ACQUIRE_MEM dword 3: reserved bit\(s\) \[8, .*23\]"): h.pm4(bad)
+
+
+@pytest.mark.parametrize("bit, match", [(15, "CS_W32_EN = 0 launches wave64 waves"), (0, "COMPUTE_SHADER_EN = 0"),
+                                        (1, "PARTIAL_TG_EN = 1 is not modelled"), (8, r"reserved bit\(s\) \[8\]"),
+                                        (18, r"reserved bit\(s\) \[18\]")])
+def test_dispatch_initiator_fields(h, bit, match):
+  with pytest.raises(PacketError, match=match): _dispatch(h, initiator_xor=1 << bit)
+
+
+def test_nops_are_skipped_whatever_their_body(h):
+  sig = _signal(h)
+  h.pm4([pm4.header(pm4.NOP, 3), 0xDEAD, 0xBEEF, 0xF00D] + AMDComputeQueue().release_mem(sig.addr, 4, 2).resolved())
+  assert sig.value == 4
+  h.sdma([sdma.header(sdma.OP_NOP, extra=2 << 16), 0xDEAD, 0xBEEF] + AMDCopyQueue().fence(sig.addr, 5).resolved())
+  assert sig.value == 5  # an SDMA NOP with COUNT 2 carries two dwords
+
+
+def test_scratch_needs_every_shader_engines_slots(h):
+  """TMPRING_SIZE.WAVES counts one engine's wave slots: a buffer sized for WAVES waves in all (the old driver) is
+  6x too small on a gfx1100 and the dispatch faults; sized engines x WAVES it runs."""
+  waves, wave = 16 * 32, 256
+  small = h.iface.alloc(waves * wave)
+  tmpring = waves | (wave // 256) << 12
+  with pytest.raises(GPUPageFault, match=r"scratch \(6 shader engines x 512 wave slots x 256 bytes\)"):
+    _dispatch(h, rsrc2=1, tmpring=tmpring, scratch=small.va_addr)
+  big = h.iface.alloc(6 * waves * wave)
+  _dispatch(h, rsrc2=1, tmpring=tmpring, scratch=big.va_addr)
+
+
+# ***** events: the interrupt after the mailbox write *****
+def test_event_waits_need_the_mailbox_and_the_interrupt(h):
+  ev = h.iface.create_event()
+  sig = _signal(h)
+  sig.event = ev
+  slot = ctypes.c_uint64.from_address(ev.mailbox)
+  assert slot.value == (1 << 64) - 1  # KFD set every slot of the event page to UNSIGNALED_EVENT_SLOT
+  h.pm4(AMDComputeQueue().signal(sig, 1).resolved(), run=False)
+  assert h.iface.wait_event(ev, 100) and sig.value == 1  # the GPU ran inside WAIT_EVENTS; its interrupt woke it
+  assert slot.value == (1 << 64) - 1  # and KFD acknowledged the slot
+  with pytest.raises(GPUHang, match="never raised an interrupt"): h.iface.wait_event(ev, 100)  # auto reset: consumed
+  h.pm4(AMDComputeQueue().release_mem(sig.addr, 2, pm4.DATA_SEL_64, pm4.INT_SEL_AFTER_WRITE_CONFIRM,
+                                      ev.event_id).resolved())  # an interrupt, but no mailbox write...
+  assert not h.drv.events[ev.event_id].signaled  # ...so KFD finds no signaled slot
+  assert not h.iface.wait_event(ev, 0)  # a zero timeout only polls
+  h.pm4(AMDComputeQueue().release_mem(sig.addr, 3, pm4.DATA_SEL_64).release_mem(ev.mailbox, ev.event_id,
+                                                                                pm4.DATA_SEL_32).resolved())
+  assert slot.value == (0xFFFFFFFF << 32) | ev.event_id  # the mailbox written, no interrupt: nobody wakes up
+  with pytest.raises(GPUHang, match="never raised an interrupt"): h.iface.wait_event(ev, 100)
+  h.sdma(AMDCopyQueue().signal(sig, 4).resolved(), run=False)  # SDMA: fences, mailbox, TRAP
+  assert h.iface.wait_event(ev, 100) and sig.value == 4 and slot.value == (1 << 64) - 1
+
+
+def test_kfd_event_and_runtime_rules():
+  h = Harness()
+  with pytest.raises(KFDError, match="EBUSY"):  # the harness's first queue enabled the runtime; a second call fails
+    h.queue(PM4)
+    h.iface.ioctl("RUNTIME_ENABLE", mode_mask=kfd.RUNTIME_ENABLE_MODE_ENABLE_MASK)
+  fresh = Harness()
+  fresh.iface.proc.runtime_enabled = True  # pretend, so CREATE_QUEUE goes first
+  with pytest.raises(KFDError, match="CREATE_QUEUE before RUNTIME_ENABLE"): fresh.queue(SDMA)
+  fresh.iface.proc.runtime_enabled = False
+  fresh.queue(SDMA)
+  late = Harness(drv=fresh.drv)  # another opener of the same KFD process: EBUSY means "already enabled"
+  late.queue(PM4)
+  with pytest.raises(KFDError, match="EEXIST"):
+    fresh.drv.runtime_enabled = False
+    fresh.iface.ioctl("RUNTIME_ENABLE", mode_mask=kfd.RUNTIME_ENABLE_MODE_ENABLE_MASK)
+  small = Harness()
+  page = small.iface.alloc(0x1000, host=True)
+  with pytest.raises(KFDError, match="an event page of 0x1000 bytes; it needs 0x8000"):
+    small.iface.ioctl("CREATE_EVENT", event_type=kfd.EVENT_SIGNAL, auto_reset=1, event_page_offset=page.meta.handle)
+  with pytest.raises(KFDError, match="models signal events"): small.iface.ioctl("CREATE_EVENT", event_type=3)
+  with pytest.raises(KFDError, match="unknown events"):
+    small.iface.wait_event(kfd.KFDEvent(77, 0), 10)
+
+
+def test_memory_rules(h):
+  buf = h.iface.alloc(0x2000)
+  assert buf.meta.handle >> 32 == h.iface.node.gpu_id  # handles carry the owner's gpu id
+  with pytest.raises(KFDError, match="EBUSY"): h.iface.ioctl("FREE_MEMORY_OF_GPU", handle=buf.meta.handle)
+  with pytest.raises(KFDError, match="overlaps"):
+    h.iface.ioctl("ALLOC_MEMORY_OF_GPU", va_addr=buf.va_addr, size=0x1000, gpu_id=h.iface.node.gpu_id,
+                  flags=kfd.ALLOC_VRAM)
+  with pytest.raises(KFDError, match="must name one of VRAM, GTT, USERPTR"):
+    h.iface.ioctl("ALLOC_MEMORY_OF_GPU", va_addr=0x7000_0000_0000, size=0x1000, gpu_id=h.iface.node.gpu_id,
+                  flags=kfd.ALLOC_VRAM | kfd.ALLOC_GTT)
+  other = MockKFD()  # a GPU whose VM nobody acquired refuses memory
+  with pytest.raises(KFDError, match="before its ACQUIRE_VM"):
+    Harness(drv=other).iface.ioctl("ALLOC_MEMORY_OF_GPU", va_addr=0x7000_0000_0000, size=0x1000,
+                                   gpu_id=other.gpus[1].gpu_id, flags=kfd.ALLOC_VRAM)
+  h.iface.free(buf)
+  assert h.gpu.ranges.get(buf.va_addr) is None
+
+
+# ***** SDMA *****
+def test_bad_sdma_packets(h):
+  sig = _signal(h)
+  good = AMDCopyQueue().wait(sig, 0).resolved()
+  with pytest.raises(PacketError, match=r"SDMA POLL_REGMEM dword 0: func = 7 is reserved"):
+    h.sdma([good[0] | 7 << 28] + good[1:])
+  with pytest.raises(PacketError, match=r"SDMA POLL_REGMEM dword 0: reserved bit\(s\) \[16\]"):
+    h.sdma([good[0] | 1 << 16] + good[1:])
+  with pytest.raises(PacketError, match="RETRY_COUNT 5: only 0xFFF"): h.sdma(good[:5] + [5 << 16 | 10])
+  with pytest.raises(PacketError, match=r"SDMA op 11 \(CONST_FILL\) sub-op 0 .* is not modelled"):
+    h.sdma([11, 0, 0, 0, 0])
+  with pytest.raises(PacketError, match=r"SDMA TRAP dword 1: reserved bit\(s\) \[28\]"): h.sdma([6, 1 << 28])
+  with pytest.raises(PacketError, match=r"dword 1: reserved bit\(s\) \[0, 1, 2\]"):
+    h.sdma([sdma.header(sdma.OP_TIMESTAMP, sdma.SUBOP_TIMESTAMP_GET_GLOBAL), (sig.addr & 0xFFFFFFFF) | 7, 0])
+  with pytest.raises(PacketError, match="not dword aligned"): h.sdma(AMDCopyQueue().fence(sig.addr + 2, 1).resolved())
+  with pytest.raises(GPUPageFault, match="SDMA copy read of 16 bytes at 0x1000"):
+    h.sdma(AMDCopyQueue().copy(sig.addr, 0x1000, 16).resolved())
+  h.sdma(AMDCopyQueue().fence(sig.addr, 9).resolved())
+  assert sig.value == 9

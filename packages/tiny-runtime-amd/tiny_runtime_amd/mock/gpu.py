@@ -1,0 +1,360 @@
+"""One mocked GPU: its VM, its queues and the command processors that run them (PM4 on compute queues, SDMA v6 on
+copy queues), with a model of the caches that a driver must manage.
+
+`MockGPU` is architecture-neutral: an architecture subclass (`gfx11.GFX11`) supplies the topology properties, the
+compute (SH) register table and `dispatch` (launching waves in a shader emulator); `ARCHS` maps an LLVM target name to
+it, so another GPU (a CDNA part, another queue format) plugs in as one more subclass.
+
+Cache model (what the mock checks, from amdgpu's gfx11 fence and mem-sync packets):
+- after a dispatch, its writes may sit in the GPU's L2 (`l2_dirty`) and its CUs' L0/L1 caches are not coherent with
+  anything else: a RELEASE_MEM that writes a host-visible location (a signal, a timestamp) while L2 is dirty must
+  write L2 back (GCR GL2_WB), else the host could see the signal before the data. GLM_WB needs GLM_INV with it.
+- a dispatch may read what the host (kernargs, new code), SDMA or an earlier dispatch wrote: since its queue's last
+  doorbell, an SDMA write or the previous dispatch, an ACQUIRE_MEM must have invalidated the instruction, scalar,
+  vector, L1 and L2 caches over the whole address space (`caches_valid`).
+Memory the GPU reaches (rings, packets' addresses, the emulator's loads and stores) must be mapped in its VM, else
+GPUPageFault.
+"""
+from __future__ import annotations
+
+import bisect
+import ctypes
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tiny_runtime_amd import kfd
+from tiny_runtime_amd.emu.rdna3 import Memory
+from tiny_runtime_amd.mock import pm4 as mpm4
+from tiny_runtime_amd.mock import sdma as msdma
+from tiny_runtime_amd.mock.fields import Layout, MockGPUError, PacketError, require
+
+if TYPE_CHECKING:
+  from tiny_runtime_amd.mock.driver import MockKFD
+
+SH_REG_BASE = 0xB000  # byte address of SH register dword 0x2C00 (SET_SH_REG offsets count from it)
+TIMESTAMP_HZ = 100_000_000
+
+
+class GPUPageFault(MockGPUError):
+  """The mocked GPU touched an address outside every allocation mapped into its VM."""
+
+
+class GPUHang(MockGPUError):
+  """A wait the GPU can never leave, or a host wait no interrupt will ever end."""
+
+
+class CheckedMemory(Memory):
+  """Emulator memory that only reaches allocations mapped into one GPU's VM (a bad address raises GPUPageFault)."""
+
+  def __init__(self, gpu: MockGPU):
+    self.gpu = gpu
+
+  def read(self, addr: int, n: int) -> bytes:
+    self.gpu.check(addr, n, "shader read")
+    return super().read(addr, n)
+
+  def write(self, addr: int, data: bytes) -> None:
+    self.gpu.check(addr, len(data), "shader write")
+    super().write(addr, data)
+
+
+@dataclass
+class MockQueue:
+  """A user-mode queue registered by CREATE_QUEUE."""
+  qid: int
+  qtype: int
+  gpu: MockGPU
+  ring: int
+  ring_size: int
+  wptr_addr: int
+  rptr_addr: int
+  doorbell: int
+  cwsr: bool = False
+  rptr: int = 0  # in dwords (PM4) or bytes (SDMA), like the hardware's pointers
+  seen_doorbell: int = 0
+  regs: dict[int, int] = field(default_factory=dict)
+  ib: list[int] | None = None  # [address, dwords, position] of the indirect buffer being executed
+  blocked: str = ""            # what the queue waits for, when it waits
+
+  @property
+  def kind(self) -> str: return "PM4 compute" if self.qtype == kfd.QUEUE_TYPE_COMPUTE else "SDMA"
+
+  def pending(self) -> bool:
+    return self.ib is not None or self.rptr < ctypes.c_uint64.from_address(self.doorbell).value
+
+
+class MockGPU:
+  """A GPU node of the mock KFD. Subclasses (one per architecture) set `arch`, `properties`, `sh_registers` and
+  implement `dispatch` and `make_emulator`."""
+  arch = ""
+  properties: dict[str, int] = {}
+  sh_registers: dict[int, tuple[str, Layout]] = {}  # byte address -> (name, fields)
+  needs_priv_with_cwsr = False                      # gfx11: RSRC1.PRIV must be set when the queue has a CWSR area
+
+  def __init__(self, kfd_: MockKFD, node: int, gpu_id: int, render_minor: int):
+    self.kfd, self.node, self.gpu_id, self.render_minor = kfd_, node, gpu_id, render_minor
+    self.props = {**self.properties, "drm_render_minor": render_minor}
+    self.ranges: dict[int, int] = {}  # start -> end of every allocation mapped into this GPU's VM
+    self.range_starts: list[int] = []
+    self.doorbells = (ctypes.c_uint64 * 1024)()  # one 8 KiB doorbell page
+    self.next_doorbell = 1
+    self.vm_fd: int | None = None      # the render node fd ACQUIRE_VM bound this GPU's VM to
+    self.l2_dirty, self.caches_valid = False, False
+    self.dispatches = self.copies = 0
+    self.emu = self.make_emulator()
+
+  # ***** VM *****
+  def map_range(self, start: int, end: int) -> None:
+    self.ranges[start] = end
+    self.range_starts = sorted(self.ranges)
+
+  def unmap_range(self, start: int) -> None:
+    self.ranges.pop(start, None)
+    self.range_starts = sorted(self.ranges)
+
+  def check(self, addr: int, n: int, what: str) -> None:
+    """GPUPageFault unless [addr, addr+n) lies in one allocation mapped into this GPU's VM."""
+    starts = self.range_starts
+    i = bisect.bisect_right(starts, addr) - 1
+    if i < 0 or addr + n > self.ranges[starts[i]]:
+      raise GPUPageFault(f"GPU page fault on {self.name}: {what} of {n} bytes at {addr:#x} is outside every "
+                         "allocation mapped into this GPU's VM")
+
+  @property
+  def name(self) -> str: return f"gpu {self.gpu_id:#x} ({self.arch}, node {self.node})"
+
+  def sysfs(self) -> str: return "".join(f"{k} {v}\n" for k, v in self.props.items())
+
+  # ***** architecture hooks *****
+  def make_emulator(self) -> Any: raise NotImplementedError(f"{type(self).__name__}.make_emulator")
+  def dispatch(self, q: MockQueue, dims: tuple[int, int, int], initiator: int, where: str) -> None:
+    raise NotImplementedError(f"{type(self).__name__}.dispatch")
+  def check_compute_queue(self, a: Any) -> None: """CREATE_QUEUE checks of a compute queue (EOP/CWSR sizes)."""
+
+  # ***** the command processors *****
+  def run_queue(self, q: MockQueue) -> bool:
+    """Run `q` up to its doorbell; True if anything ran. A failing packet is skipped (the queue goes on with the next
+    one, like a GPU resetting that work) and its error raised."""
+    target = ctypes.c_uint64.from_address(q.doorbell).value
+    if target != q.seen_doorbell:  # new work from the host, which may have written memory the caches hold
+      q.seen_doorbell, self.caches_valid = target, False
+    ran = False
+    while q.ib is not None or q.rptr < target:
+      step = self._pm4_step(q, target) if q.qtype == kfd.QUEUE_TYPE_COMPUTE else self._sdma_step(q, target)
+      if step == 0: return ran
+      q.blocked, ran = "", True
+    return ran
+
+  def _ring(self, q: MockQueue, start_dw: int, n: int) -> list[int]:
+    size_dw = q.ring_size // 4
+    arr = (ctypes.c_uint32 * size_dw).from_address(q.ring)
+    s = start_dw % size_dw
+    return list(arr[s:s + n]) if s + n <= size_dw else list(arr[s:]) + list(arr[:s + n - size_dw])
+
+  def _advance(self, q: MockQueue, n: int) -> None:
+    q.rptr += n
+    ctypes.c_uint64.from_address(q.rptr_addr).value = q.rptr
+
+  # PM4
+  def _pm4_step(self, q: MockQueue, target: int) -> int:
+    if q.ib is not None: return self._ib_step(q)
+    where = f"{self.name} queue {q.qid}, ring dword {q.rptr:#x}"
+    word = self._ring(q, q.rptr, 1)[0]
+    skip = min(2 + ((word >> 16) & 0x3FFF), target - q.rptr)  # on an error: past the packet, within the submission
+    try:
+      hdr = mpm4.decode_header(word, where)
+      if q.rptr + 1 + hdr.body > target:
+        raise PacketError(f"{where}: PM4 {hdr.name} header {word:#010x} claims {hdr.body} body dwords but the "
+                          f"submission ends after {target - q.rptr - 1}")
+      body = self._ring(q, q.rptr + 1, hdr.body)
+      if not self.exec_pm4(q, hdr, body, where, in_ib=False): return 0
+    except MockGPUError:
+      self._advance(q, skip)
+      raise
+    self._advance(q, 1 + hdr.body)
+    return 1 + hdr.body
+
+  def _ib_step(self, q: MockQueue) -> int:
+    assert q.ib is not None
+    addr, n, pos = q.ib
+    where = f"{self.name} queue {q.qid}, indirect buffer {addr:#x} dword {pos:#x}"
+    try:
+      word = ctypes.c_uint32.from_address(addr + 4 * pos).value
+      hdr = mpm4.decode_header(word, where)
+      if pos + 1 + hdr.body > n:
+        raise PacketError(f"{where}: PM4 {hdr.name} header {word:#010x} claims {hdr.body} body dwords but the "
+                          f"indirect buffer ends after {n - pos - 1}")
+      body = list((ctypes.c_uint32 * hdr.body).from_address(addr + 4 * (pos + 1)))
+      if not self.exec_pm4(q, hdr, body, where, in_ib=True): return 0
+    except MockGPUError:
+      q.ib = None  # the rest of a faulting indirect buffer is dropped
+      raise
+    q.ib[2] = pos + 1 + hdr.body
+    if q.ib[2] >= n: q.ib = None
+    return 1 + hdr.body
+
+  def exec_pm4(self, q: MockQueue, hdr: mpm4.Header, body: list[int], where: str, in_ib: bool) -> bool:
+    """Execute one PM4 packet; False when it must wait (WAIT_REG_MEM not yet satisfied)."""
+    op = hdr.opcode
+    if op == 0x10: return True  # NOP: the body is skipped
+    if (dec := mpm4.DECODERS.get(op)) is None:
+      raise PacketError(f"{where}: PM4 {hdr.name} (header opcode {op:#x}) is not modelled by the mock MEC; modelled: "
+                        f"NOP, {', '.join(mpm4.OPCODE_NAMES[o] for o in mpm4.DECODERS)}")
+    where = f"{where}: PM4 {hdr.name}"
+    f = dec(body, where)
+    if op == 0x76: self._set_sh_reg(q, f["reg_offset"], body[1:], f, where)
+    elif op == 0x3C: return self._wait_reg_mem(q, f, where)
+    elif op == 0x49: self._release_mem(f, where)
+    elif op == 0x58: self._acquire_mem(f, where)
+    elif op == 0x46: self._event_write(f, where)
+    elif op == 0x15:
+      require(self.caches_valid, where, "a dispatch with no ACQUIRE_MEM since the host, SDMA or the previous dispatch "
+              "last wrote memory: the kernel could read stale kernargs, code or inputs from the GPU caches (invalidate "
+              "GLI, GLK, GLV, GL1 and GL2 over the whole address space first)")
+      self.dispatch(q, (f["dim_x"], f["dim_y"], f["dim_z"]), f["initiator"], where)
+      self.dispatches += 1
+      self.kfd.dispatches += 1
+      self.l2_dirty, self.caches_valid = True, False
+    elif op == 0x3F:
+      require(not in_ib, where, "an INDIRECT_BUFFER inside an indirect buffer (the MEC runs one level)")
+      require(f["valid"] == 1, where, "VALID (bit 23 of dword 3) is 0: the CP would skip the buffer")
+      for k in ("chain", "offload_polling", "vmid", "pre_resume", "priv"):
+        require(f[k] == 0, where, f"{k.upper()} = {f[k]} is not modelled (a user queue's IB leaves it 0)")
+      require(f["ib_size"] > 0, where, "IB_SIZE is 0")
+      self.check(f["addr"], 4 * f["ib_size"], "indirect buffer fetch")
+      q.ib = [f["addr"], f["ib_size"], 0]
+    return True
+
+  def _set_sh_reg(self, q: MockQueue, offset: int, values: list[int], f: dict[str, int], where: str) -> None:
+    require(f["vmid_shift"] == 0 and f["index"] == 0, where, "VMID_SHIFT/INDEX are not modelled (leave them 0)")
+    for i, v in enumerate(values):
+      addr = SH_REG_BASE + 4 * (offset + i)
+      if (reg := self.sh_registers.get(addr)) is None:
+        raise PacketError(f"{where}: SH register {addr:#x} (dword {addr // 4:#x}) is not a compute register the "
+                          f"{self.arch} mock models")
+      reg[1].decode(v, f"{where}: {reg[0]} = {v:#010x}")
+      q.regs[addr] = v
+
+  def _wait_reg_mem(self, q: MockQueue, f: dict[str, int], where: str) -> bool:
+    require(f["mem_space"] == 1, where, "MEM_SPACE REGISTER: polling a register is not modelled")
+    require(f["operation"] == 0, where, f"OPERATION {f['operation']} is not modelled (0: WAIT_REG_MEM)")
+    require(f["mes_intr_pipe"] == 0 and f["mes_action"] == 0 and f["optimize_ace_offload_mode"] == 0, where,
+            "the MES/offload fields are for the MES firmware; a user queue leaves them 0")
+    self.check(f["addr"], 4, "WAIT_REG_MEM poll")
+    v = ctypes.c_uint32.from_address(f["addr"]).value & f["mask"]
+    if compare(f["function"], v, f["reference"]): return True
+    q.blocked = (f"WAIT_REG_MEM: (*(u32*){f['addr']:#x} = {v}) & {f['mask']:#x} "
+                 f"{mpm4.WAIT_FUNCTIONS[f['function']]} {f['reference']} is false")
+    return False
+
+  def _release_mem(self, f: dict[str, int], where: str) -> None:
+    ev, idx = f["event_type"], f["event_index"]
+    eop = {5: (4, 20, 40), 6: (47,)}[idx]  # end-of-pipe timestamp events; shader-done: CS_DONE
+    require(ev in eop, where, f"EVENT_TYPE {ev} ({mpm4.EVENT_TYPES.get(ev, 'not a compute event')}) with EVENT_INDEX "
+            f"{idx}; valid: {', '.join(f'{e} {mpm4.EVENT_TYPES[e]}' for e in eop)}")
+    for k in ("execute", "gl2_discard", "mes_intr_pipe", "mes_action_id"):
+      require(f[k] == 0, where, f"{k.upper()} = {f[k]} is not modelled")
+    require(f["gl2_range"] == 0, where, f"GL2_RANGE {f['gl2_range']}: only whole-cache (0, ALL) actions are modelled")
+    require(not f["glm_wb"] or f["glm_inv"], where, "GLM_WB without GLM_INV (amdgpu: GLM_INV must be set with GLM_WB)")
+    require(f["dst_sel"] in (0, 1), where, f"DST_SEL {mpm4.DST_SEL[f['dst_sel']]} is not modelled")
+    require(f["data_sel"] <= 3, where, f"DATA_SEL {mpm4.DATA_SEL[f['data_sel']]} is not modelled")
+    require(f["int_sel"] in (0, 2), where, f"INT_SEL {f['int_sel']} ({mpm4.INT_SEL[f['int_sel']]}) is not modelled; "
+            "KFD reads the event mailbox in the interrupt handler, so the interrupt must follow the confirmed write "
+            "(2, SEND_INTERRUPT_AFTER_WRITE_CONFIRM)")
+    if f["gl2_wb"]: self.l2_dirty = False
+    if (sel := f["data_sel"]):
+      n = 4 if sel == 1 else 8
+      addr = f["addr"]
+      self.check(addr, n, "RELEASE_MEM write")
+      if self.l2_dirty and self.kfd.host_visible(addr):
+        raise PacketError(f"{where}: writes host-visible memory at {addr:#x} (a signal the host reads) after a "
+                          "dispatch without GCR GL2_WB: the kernel's results may still sit in L2 when the host sees "
+                          "the value (amdgpu's gfx11 fence writes back and invalidates: SEQ, GL2_WB/INV/US, "
+                          "GL1/GLV/GLM_INV, GLM_WB)")
+      val = f["data"] if sel == 2 else f["data"] & 0xFFFFFFFF if sel == 1 else self.timestamp()
+      (ctypes.c_uint32 if n == 4 else ctypes.c_uint64).from_address(addr).value = val
+    if f["int_sel"] == 2: self.kfd.interrupt(self, f["int_ctxid"], 32)
+
+  def _acquire_mem(self, f: dict[str, int], where: str) -> None:
+    require(f["range_is_pa"] == 0 and f["gl2_discard"] == 0, where, "RANGE_IS_PA / GL2_DISCARD are not modelled")
+    require(not f["glm_wb"] or f["glm_inv"], where, "GLM_WB without GLM_INV (amdgpu: GLM_INV must be set with GLM_WB)")
+    whole = f["coher_base"] == 0 and f["coher_size"] >= (1 << 40) - 1 and f["gl1_range"] == 0 and \
+      f["gl2_range"] == 0 and f["gli_inv"] in (0, 1)
+    require(whole, where, f"COHER_BASE {f['coher_base']:#x} * 256 / COHER_SIZE {f['coher_size']:#x} * 256 with GL1/GL2 "
+            f"range modes {f['gl1_range']}/{f['gl2_range']} and GLI_INV {f['gli_inv']}: only actions over the whole "
+            "48-bit address space are modelled")
+    if f["gl2_wb"]: self.l2_dirty = False
+    if f["gli_inv"] == 1 and all(f[k] for k in ("glk_inv", "glv_inv", "gl1_inv", "gl2_inv")): self.caches_valid = True
+
+  def _event_write(self, f: dict[str, int], where: str) -> None:
+    require(f["event_type"] == 7 and f["event_index"] == 4, where, f"EVENT_TYPE {f['event_type']} "
+            f"({mpm4.EVENT_TYPES.get(f['event_type'], '?')}) with EVENT_INDEX {f['event_index']}: a compute queue's "
+            "EVENT_WRITE without an address is CS_PARTIAL_FLUSH (7) with EVENT_INDEX 4")
+    require(f["offload_enable"] == 0, where, "OFFLOAD_ENABLE is not modelled")
+
+  # SDMA
+  def _sdma_step(self, q: MockQueue, target: int) -> int:
+    where = f"{self.name} queue {q.qid}, ring byte {q.rptr:#x}"
+    header = self._ring(q, q.rptr // 4, 1)[0]
+    skip = target - q.rptr  # on an error: past the packet when its length is known, else the rest of the submission
+    try:
+      name, n = msdma.packet_of(header, where)
+      skip = min(4 * n, skip)
+      if q.rptr + 4 * n > target:
+        raise PacketError(f"{where}: SDMA {name} takes {n} dwords but the submission ends after "
+                          f"{(target - q.rptr) // 4}")
+      words = self._ring(q, q.rptr // 4, n)
+      if not self.exec_sdma(q, name, words, f"{where}: SDMA {name}"): return 0
+    except MockGPUError:
+      self._advance(q, skip)
+      raise
+    self._advance(q, 4 * n)
+    return 4 * n
+
+  def exec_sdma(self, q: MockQueue, name: str, words: list[int], where: str) -> bool:
+    f = msdma.decode(name, words, where)
+    if name == "COPY_LINEAR":
+      for k in ("encrypt", "tmz", "backwards", "broadcast", "dst_sw", "src_sw"):
+        require(f[k] == 0, where, f"{k.upper()} = {f[k]} is not modelled")
+      n, src, dst = f["count"] + 1, f["dw3"] | (f["dw4"] << 32), f["dw5"] | (f["dw6"] << 32)
+      self.check(src, n, "SDMA copy read")
+      self.check(dst, n, "SDMA copy write")
+      ctypes.memmove(dst, src, n)
+      self.copies += 1
+      for g in self.kfd.gpus: g.caches_valid = False
+    elif name == "FENCE":
+      require(f["gpa"] == 0, where, "GPA (a physical address) is not modelled")
+      addr = f["dw1"] | (f["dw2"] << 32)
+      require(addr % 4 == 0, where, f"address {addr:#x} is not dword aligned")
+      self.check(addr, 4, "SDMA fence write")
+      ctypes.c_uint32.from_address(addr).value = f["dw3"]
+    elif name == "TRAP": self.kfd.interrupt(self, f["int_context"], 28)
+    elif name == "POLL_REGMEM":
+      require(f["mem_poll"] == 1 and f["hdp_flush"] == 0, where, "register polls / HDP flushes are not modelled")
+      require(f["retry_count"] == 0xFFF, where,
+              f"RETRY_COUNT {f['retry_count']}: only 0xFFF (poll forever) is modelled")
+      addr = f["dw1"] | (f["dw2"] << 32)
+      require(addr % 4 == 0, where, f"address {addr:#x} is not dword aligned")
+      self.check(addr, 4, "SDMA poll")
+      v = ctypes.c_uint32.from_address(addr).value & f["dw4"]
+      if not compare(f["func"], v, f["dw3"]):
+        q.blocked = (f"POLL_REGMEM: (*(u32*){addr:#x} = {v}) & {f['dw4']:#x} {msdma.FUNCS[f['func']]} {f['dw3']} "
+                     "is false")
+        return False
+    elif name.startswith("TIMESTAMP"):
+      addr = (f["write_addr_31_3"] << 3) | (f["dw2"] << 32)
+      self.check(addr, 8, "SDMA timestamp write")
+      ctypes.c_uint64.from_address(addr).value = self.timestamp()
+    return True  # NOP
+
+  @staticmethod
+  def timestamp() -> int: return time.perf_counter_ns() // (1_000_000_000 // TIMESTAMP_HZ)
+
+
+def compare(func: int, v: int, ref: int) -> bool:
+  """WAIT_REG_MEM / POLL_REGMEM compare functions (unsigned): 0 always, 1 <, 2 <=, 3 ==, 4 !=, 5 >=, 6 >."""
+  return (True, v < ref, v <= ref, v == ref, v != ref, v >= ref, v > ref)[func]
+
+
+ARCHS: dict[str, type[MockGPU]] = {}  # LLVM target name -> MockGPU subclass (filled by the arch modules)
