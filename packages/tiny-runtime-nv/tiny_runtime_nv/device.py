@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from tiny_uop.hcq import ArgsLayout, FileIOInterface, HCQAllocator, HCQBuffer, HCQCompiled, HCQGraph, HCQProgram, \
-  HCQSignal, HCQVar, HWQueue, Val
+  HCQSignal, HWQueue, Val, backoff_sleep
 from tiny_uop.target import Target
 
 from tiny_runtime_nv import push, rm
@@ -62,6 +62,13 @@ class GPFifo:
 
   @property
   def gp_get(self) -> int: return ctypes.c_uint32.from_address(self.userd + USERD_GP_GET).value
+
+
+class NVSignal(HCQSignal):
+  """A semaphore in host memory (value, then the GPU time in ns). The RM interface here has no wait-for-interrupt, so
+  a long wait sleeps in growing steps (`backoff_sleep`) instead of spinning a core."""
+
+  def _idle(self, waited_s: float, left_s: float) -> None: backoff_sleep(waited_s)
 
 
 class NVProgram(HCQProgram):
@@ -306,7 +313,7 @@ class NVDevice(HCQCompiled):
   def new_signal(self, value: int = 0) -> HCQSignal:
     if not self._free_signals:
       raise RuntimeError(f"{self.device}: all {SIGNAL_PAGE // HCQSignal.SIZE} signals are in use")
-    return HCQSignal(self._free_signals.pop(), value, timestamp_divider=1000.0, progress=self.progress)
+    return NVSignal(self._free_signals.pop(), value, timestamp_divider=1000.0, progress=self.progress)
 
   def kernargs_alloc(self, size: int) -> int:
     """A 256-byte aligned slice of the argument ring; wraps after waiting for the GPU to finish with it."""

@@ -21,6 +21,7 @@ All file access goes through a `FileIOInterface`, so `MOCK+NV` substitutes an in
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -421,7 +422,14 @@ class LowVA:
   MAP_FIXED_NOREPLACE from 128 GiB up, handed out first fit in pages; a freed range is made inaccessible again."""
 
   def __init__(self, fio: type[FileIOInterface]):
-    self.fio, self.free_ranges, self.next_chunk = fio, [], LOW_VA_BASE
+    self.fio, self.next_chunk = fio, LOW_VA_BASE
+    self.free_ranges: list[tuple[int, int]] = []
+
+  @staticmethod
+  def of(fio: type[FileIOInterface]) -> LowVA:
+    """The process's allocator (one for every device: they share the address space)."""
+    if (lv := _LOW_VA.get(fio)) is None: lv = _LOW_VA[fio] = LowVA(fio)
+    return lv
 
   def alloc(self, size: int) -> int:
     for i, (start, n) in enumerate(self.free_ranges):
@@ -431,16 +439,21 @@ class LowVA:
     while self.next_chunk + max(size, LOW_VA_CHUNK) <= LOW_VA_END:
       want, n = self.next_chunk, max(size, LOW_VA_CHUNK)
       self.next_chunk += n
-      got = self.fio.anon_mmap(want, n, 0, MAP_PRIVATE | MAP_NORESERVE | MAP_FIXED_NOREPLACE)
+      try: got = self.fio.anon_mmap(want, n, 0, MAP_PRIVATE | MAP_NORESERVE | MAP_FIXED_NOREPLACE)
+      except FileExistsError: continue  # something else is there: try the next chunk
       if got == want:
         self.free_ranges.append((want + size, n - size))
         return want
-      self.fio().munmap(got, n)  # taken (or an old kernel that treats NOREPLACE as a hint): try the next chunk
+      self.fio().munmap(got, n)  # an old kernel that treats NOREPLACE as a hint put it elsewhere
     raise MemoryError(f"no free virtual range of {size:#x} bytes below {LOW_VA_END:#x} for GPU-visible host memory")
 
   def free(self, start: int, size: int) -> None:
     self.fio.anon_mmap(start, size, 0, MAP_PRIVATE | MAP_NORESERVE | MAP_FIXED)
     self.free_ranges.append((start, size))
+
+
+_LOW_VA: dict[type, LowVA] = {}
+_OS_HANDLES = itertools.count(0xCAF00001)  # client-chosen handles for OS-descriptor memory (NVOS02 hObjectNew)
 
 
 class NVMemory:
@@ -455,8 +468,7 @@ class NVMemory:
 
   def __init__(self, rm: RMIface, h: NVDeviceHandles):
     self.rm, self.h = rm, h
-    self.low = LowVA(rm.fio)
-    self.next_os_handle = 0xCAF00000  # client-chosen handles for OS-descriptor memory (NVOS02 hObjectNew)
+    self.low = LowVA.of(rm.fio)
 
   def alloc(self, size: int, host: bool = False, cpu_access: bool = False, low: bool = False,
             contiguous: bool = False, map_flags: int = 0) -> HCQBuffer:
@@ -467,10 +479,9 @@ class NVMemory:
     try:
       if host:
         rm.fio.anon_mmap(va, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED)
-        self.next_os_handle += 1
         args = rm._new("nv_ioctl_nvos02_parameters_with_fd", {"fd": -1})
         p = args.params
-        p.hRoot, p.hObjectParent, p.hObjectNew, p.hClass = rm.root, self.h.device, self.next_os_handle, \
+        p.hRoot, p.hObjectParent, p.hObjectNew, p.hClass = rm.root, self.h.device, next(_OS_HANDLES), \
           NV01_MEMORY_SYSTEM_OS_DESCRIPTOR
         p.flags = (OS02_FLAGS_PHYSICALITY_NONCONTIGUOUS << OS02_FLAGS_PHYSICALITY_SHIFT) | \
           (OS02_FLAGS_COHERENCY_CACHED << OS02_FLAGS_COHERENCY_SHIFT) | (OS02_FLAGS_MAPPING_NO_MAP << OS02_FLAGS_MAPPING_SHIFT)

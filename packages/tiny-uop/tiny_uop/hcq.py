@@ -110,6 +110,15 @@ def ioc(direction: int, typ: str, nr: int, size: int) -> int:
 def errno_name(e: int) -> str: return errno.errorcode.get(e, str(e))
 
 
+def backoff_sleep(waited_s: float, spin_s: float = 2e-4, cap_s: float = 1e-3) -> None:
+  """A pause for a host thread polling GPU memory, after it waited `waited_s` seconds: yield the CPU for the first
+  `spin_s` (short waits stay fast), then sleep about a quarter of the time waited so far, between 50 µs and `cap_s`
+  (long waits leave the core to other work and still notice completion within ~25%). An `HCQSignal._idle` for devices
+  without a way to sleep until the GPU interrupts (NV)."""
+  if waited_s < spin_s: time.sleep(0)
+  else: time.sleep(min(max(waited_s / 4, 5e-5), cap_s))
+
+
 # ***** symbolic values in command streams *****
 
 class HCQVar:
@@ -157,7 +166,7 @@ class HCQSignal:
   """A GPU-visible signal: a uint64 value at `addr` and a uint64 timestamp at `addr + 8`.
 
   `timestamp_divider` converts GPU timestamp ticks to microseconds. `wait` polls; `progress` (set by mock drivers
-  that run the GPU lazily) is called while polling.
+  that run the GPU lazily) is called while polling, `_idle` between polls.
   """
   SIZE = 16
 
@@ -177,13 +186,19 @@ class HCQSignal:
 
   def wait(self, value: int, timeout_ms: int = 30000) -> None:
     """Return once `self.value >= value`; raise TimeoutError naming both values after `timeout_ms`."""
-    deadline = time.monotonic() + timeout_ms / 1000
+    start = time.monotonic()
+    deadline = start + timeout_ms / 1000
     while self.value < value:
       if self.progress is not None: self.progress()
       if self.value >= value: break
-      if time.monotonic() > deadline:
+      if (now := time.monotonic()) > deadline:
         raise TimeoutError(f"signal at {self.addr:#x} stayed at {self.value} waiting for {value} ({timeout_ms} ms)")
-      time.sleep(0)
+      self._idle(now - start, deadline - now)
+
+  def _idle(self, waited_s: float, left_s: float) -> None:
+    """Between two polls of `wait` (after `waited_s`, `left_s` before the timeout): yield the CPU and poll again.
+    Devices whose kernel driver can put the thread to sleep until the GPU interrupts override it (AMD: KFD events)."""
+    time.sleep(0)
 
 
 # ***** command queues *****

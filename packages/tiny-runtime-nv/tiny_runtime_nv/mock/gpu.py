@@ -14,8 +14,9 @@ incrementing methods, bits set outside a method's fields, unaligned or unmapped 
 another version, bits set outside the QMD fields the mock implements, launch sizes, register, shared- or local-memory
 needs beyond what the QMD grants or the GPU has. A rejection or a kernel's memory fault is reported the way the
 driver sees channel errors: the channel's error notifier (NvNotification: info32 = the Xid, 13 for an engine
-exception, 31 for an MMU fault; status nonzero) is written and `MockRM.last_fault` keeps the text; the rest of that
-GPFIFO entry is dropped (a faulting kernel is cut short) and the channel goes on with the next entry.
+exception, 31 for an MMU fault; status nonzero) is written and `MockRM.last_fault` keeps the text. A rejected method
+drops the rest of its GPFIFO entry; a kernel that faults is cut short and the methods after it still run (a real
+channel would need recovery after either; the mock keeps going so the device survives and reports).
 
 A QMD launch decodes every field the driver sets (`MockGPU.last_qmd`), finds the cubin image whose `.text.<kernel>`
 is at PROGRAM_ADDRESS in GPU memory (and checks those bytes are the cubin's), checks the QMD against the cubin's
@@ -370,9 +371,9 @@ class MockGPU:
                                                       f"reads {k.param_size}")
     self.launches += 1
     try: k.launch(self.drv.memory, params, grid, block)
-    except GPUFault as e:
-      raise ChannelError(XID_GR_EXCEPTION if "misaligned" in str(e) else XID_MMU_FAULT, f"kernel {info.name}: {e}") \
-        from e
+    except GPUFault as e:  # the kernel is cut short and reported; the channel goes on with its next method
+      self._fault(ch, ChannelError(XID_GR_EXCEPTION if "misaligned" in str(e) else XID_MMU_FAULT,
+                                   f"kernel {info.name}: {e}"))
 
   def _check_local(self, ch: MockChannel, info: KernelInfo, per_thread: int) -> None:
     if per_thread < info.local_size:
