@@ -98,7 +98,7 @@ def load_kernel_info(lib: bytes, name: str) -> KernelInfo:
       elif attr == EIATTR_MIN_STACK_SIZE: stack = v
   cbank = None
   params: list[Param] = []
-  for fmt, attr, val in _attributes(elf.data(f".nv.info.{name}")):
+  for _, attr, val in _attributes(elf.data(f".nv.info.{name}")):
     if attr == EIATTR_PARAM_CBANK and isinstance(val, bytes):
       _, off, size = struct.unpack("<IHH", val)
       cbank = (off, size)

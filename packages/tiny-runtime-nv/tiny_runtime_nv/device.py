@@ -27,7 +27,7 @@ from tiny_uop.target import Target
 
 from tiny_runtime_nv import push, rm
 from tiny_runtime_nv.cubin import load_kernel_info
-from tiny_runtime_nv.push import QMD, NVComputeQueue, NVCopyQueue, NVQueue, Windows
+from tiny_runtime_nv.push import QMD, NVComputeQueue, NVCopyQueue, Windows
 
 NVIDIACTL_PATH = rm.NVIDIACTL
 DOORBELL = 0x90          # clc361.h NVC361_NOTIFY_CHANNEL_PENDING: write a channel's work-submit token here
@@ -47,6 +47,24 @@ SHARED_RESERVE = 0x400   # shared memory the SM keeps per CTA on sm_80+ (CUDA Pr
 
 
 def round_up(x: int, a: int) -> int: return (x + a - 1) // a * a
+
+
+def cubin_renderers() -> list[type]:
+  """PTXRenderer and NVPTXRenderer (same names) whose compilers always assemble a cubin with ptxas."""
+  from tiny_codegen.compiler.ptx import PTXCompiler
+  from tiny_codegen.renderer import nvptx, ptx
+
+  class PTXRenderer(ptx.PTXRenderer):
+    """PTXRenderer compiling to cubins for the NV device."""
+    def make_compiler(self) -> Any: return PTXCompiler(self.arch or "sm_90", use_ptxas=True)
+
+  class NVPTXRenderer(nvptx.NVPTXRenderer):
+    """NVPTXRenderer compiling to cubins for the NV device."""
+    def make_compiler(self) -> Any:
+      c = nvptx.NVPTXCompiler(self.arch or "sm_90")
+      c.ptxas = PTXCompiler(self.arch or "sm_90", use_ptxas=True)
+      return c
+  return [PTXRenderer, NVPTXRenderer]
 
 
 @dataclass
@@ -105,7 +123,8 @@ class NVProgram(HCQProgram):
                  ("SAMPLER_INDEX", push.SAMPLER_INDEX_VIA_HEADER_INDEX), ("BARRIER_COUNT", 1),
                  ("SHARED_MEMORY_SIZE", self.shared_size), ("REGISTER_COUNT_V", info.registers),
                  ("SHADER_LOCAL_MEMORY_HIGH_SIZE", self.local_size), ("SASS_VERSION", dev.gpu.sass_version),
-                 ("PROGRAM_ADDRESS_LOWER", self.prog_addr & 0xFFFFFFFF), ("PROGRAM_ADDRESS_UPPER", self.prog_addr >> 32),
+                 ("PROGRAM_ADDRESS_LOWER", self.prog_addr & 0xFFFFFFFF),
+                 ("PROGRAM_ADDRESS_UPPER", self.prog_addr >> 32),
                  ("CONSTANT_BUFFER_VALID_0", 1), ("CONSTANT_BUFFER_INVALIDATE_0", 1),
                  ("CONSTANT_BUFFER_SIZE_SHIFTED4_0", self.cb0_size >> 4)):
       q[k] = v
@@ -134,7 +153,8 @@ class NVProgram(HCQProgram):
     for o, v in zip(lay.val_offsets, vals): ctypes.c_int32.from_address(base + o).value = v
     qmd = base + self.cb0_size
     ctypes.memmove(qmd, self.qmd, push.QMD_SIZE)
-    self._write_qmd(qmd, ("CONSTANT_BUFFER_ADDR_LOWER_0", base & 0xFFFFFFFF), ("CONSTANT_BUFFER_ADDR_UPPER_0", base >> 32))
+    self._write_qmd(qmd, ("CONSTANT_BUFFER_ADDR_LOWER_0", base & 0xFFFFFFFF),
+                    ("CONSTANT_BUFFER_ADDR_UPPER_0", base >> 32))
     return base
 
   def fill_launch(self, base: int, global_size: Sequence[int], local_size: Sequence[int]) -> None:
@@ -196,6 +216,10 @@ class NVDevice(HCQCompiled):
       from tiny_runtime_nv.mock.rm import MockFileIO, driver
       fio, self._mock = MockFileIO, driver()
     self.rm = r = rm.RMIface(fio)
+    from tiny_codegen.compiler.ptx import find_ptxas
+    if find_ptxas() is None:
+      raise RuntimeError(f"{device} loads cubins and needs NVIDIA's ptxas to build them (pip install nvidia-cuda-nvcc, "
+                         "a CUDA toolkit, or PTXAS=/path/to/ptxas); DEV=CUDA has the driver JIT-compile PTX instead")
     if not 0 <= self.index < len(r.cards):
       raise RuntimeError(f"{device}: no such NVIDIA GPU; this machine has {len(r.cards)}: NV:0..{len(r.cards) - 1}")
     gpu_id, minor = r.cards[self.index]
@@ -238,8 +262,8 @@ class NVDevice(HCQCompiled):
     group = r.alloc(dev, rm.KEPLER_CHANNEL_GROUP_A, engineType=rm.ENGINE_TYPE_GRAPHICS)
     ctxshare = r.alloc(group, rm.FERMI_CONTEXT_SHARE_A, hVASpace=vaspace, flags=rm.CTXSHARE_FLAGS_SUBCONTEXT_ASYNC)
     stride = round_up(GPFIFO_ENTRIES * 8 + 0x1000, 0x10000)
-    self.gpfifo_area = self.mem.alloc(2 * stride, cpu_access=True, low=True, contiguous=True,
-                                      map_flags=rm.OS33_FLAGS_CACHING_TYPE_WRITECOMBINED << rm.OS33_FLAGS_CACHING_TYPE_SHIFT)
+    wc = rm.OS33_FLAGS_CACHING_TYPE_WRITECOMBINED << rm.OS33_FLAGS_CACHING_TYPE_SHIFT
+    self.gpfifo_area = self.mem.alloc(2 * stride, cpu_access=True, low=True, contiguous=True, map_flags=wc)
     self.compute_fifo = self._new_fifo(group, ctxshare, 0, self.compute_class)
     self.copy_fifo = self._new_fifo(group, ctxshare, stride, self.dma_class)
     r.control(group, rm.CTRL_GPFIFO_SCHEDULE, bEnable=1)
@@ -256,10 +280,7 @@ class NVDevice(HCQCompiled):
     if self._mock is not None:
       from tiny_runtime_nv.mock.compiler import mock_renderers
       renderers = mock_renderers(cubin=True)  # ptxas cubins carrying their PTX (the mock GPU runs the PTX)
-    else:
-      from tiny_codegen.renderer.nvptx import NVPTXRenderer
-      from tiny_codegen.renderer.ptx import PTXRenderer
-      renderers = [PTXRenderer, NVPTXRenderer]
+    else: renderers = cubin_renderers()
     super().__init__(device, HCQAllocator(self), renderers, NVProgram, HCQGraph, arch=self.gpu.arch)
     self.time_signals = [self.new_signal(), self.new_signal()]
     NVComputeQueue().bind_object(self.compute_class).setup(self.windows.shared, self.windows.local) \

@@ -59,7 +59,8 @@ SEM_PAYLOAD_SIZE_64BIT = 1
 # ***** compute methods (clc6c0.h) *****
 
 SET_SHADER_SHARED_MEMORY_WINDOW_A, SEND_PCAS_A, SEND_SIGNALING_PCAS2_B = 0x2A0, 0x2B4, 0x2C0
-SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_A, SET_SHADER_LOCAL_MEMORY_A, SET_SHADER_LOCAL_MEMORY_WINDOW_A = 0x2E4, 0x790, 0x7B0
+SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_A, SET_SHADER_LOCAL_MEMORY_A = 0x2E4, 0x790
+SET_SHADER_LOCAL_MEMORY_WINDOW_A = 0x7B0
 INVALIDATE_SHADER_CACHES_NO_WFI = 0x1698
 INVALIDATE_INSTRUCTION, INVALIDATE_GLOBAL_DATA, INVALIDATE_CONSTANT = 1 << 0, 1 << 4, 1 << 12
 PCAS_ACTION_INVALIDATE_COPY_SCHEDULE = 3              # SEND_SIGNALING_PCAS2_B_PCAS_ACTION (3:0)
@@ -145,8 +146,8 @@ class NVQueue(HWQueue):
 
   def release(self, addr: Val, value: Val, timestamp: bool = False) -> NVQueue:
     """After all earlier work (RELEASE_WFI), write the 64-bit `value` to `addr` (and the GPU time to `addr + 8`)."""
-    return self._sem(addr, value, SEM_OP_RELEASE | (1 << SEM_RELEASE_WFI_SHIFT) |
-                     (SEM_PAYLOAD_SIZE_64BIT << SEM_PAYLOAD_SIZE_SHIFT) | (int(timestamp) << SEM_RELEASE_TIMESTAMP_SHIFT))
+    return self._sem(addr, value, SEM_OP_RELEASE | (1 << SEM_RELEASE_WFI_SHIFT) | (int(timestamp) <<
+                     SEM_RELEASE_TIMESTAMP_SHIFT) | (SEM_PAYLOAD_SIZE_64BIT << SEM_PAYLOAD_SIZE_SHIFT))
 
   def signal(self, signal: HCQSignal, value: Val = 0) -> NVQueue:
     return self.release(signal.addr, value, timestamp=True)

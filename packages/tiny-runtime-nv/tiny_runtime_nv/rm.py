@@ -484,10 +484,12 @@ class NVMemory:
         p.hRoot, p.hObjectParent, p.hObjectNew, p.hClass = rm.root, self.h.device, next(_OS_HANDLES), \
           NV01_MEMORY_SYSTEM_OS_DESCRIPTOR
         p.flags = (OS02_FLAGS_PHYSICALITY_NONCONTIGUOUS << OS02_FLAGS_PHYSICALITY_SHIFT) | \
-          (OS02_FLAGS_COHERENCY_CACHED << OS02_FLAGS_COHERENCY_SHIFT) | (OS02_FLAGS_MAPPING_NO_MAP << OS02_FLAGS_MAPPING_SHIFT)
+          (OS02_FLAGS_COHERENCY_CACHED << OS02_FLAGS_COHERENCY_SHIFT) | \
+          (OS02_FLAGS_MAPPING_NO_MAP << OS02_FLAGS_MAPPING_SHIFT)
         p.pMemory, p.limit = va, size - 1
         rm.escape(rm.ctl, ESC_RM_ALLOC_MEMORY, args, "RM alloc of OS memory")
-        if p.status != NV_OK: raise RMError(f"RM alloc of {size:#x} bytes of host memory failed: {status_name(p.status)}")
+        if p.status != NV_OK:
+          raise RMError(f"RM alloc of {size:#x} bytes of host memory failed: {status_name(p.status)}", p.status)
         handle = int(p.hObjectNew)
       else:
         attr = (OS32_ATTR_PHYSICALITY_CONTIGUOUS if contiguous else OS32_ATTR_PHYSICALITY_ALLOW_NONCONTIGUOUS) \
@@ -515,7 +517,8 @@ class NVMemory:
     args = rm._new("NVOS46_PARAMETERS", {"hClient": rm.root, "hDevice": self.h.device, "hDma": self.h.virtmem,
                                           "hMemory": handle, "length": size, "dmaOffset": va,
                                           "flags": (OS46_FLAGS_PAGE_SIZE_4KB << OS46_FLAGS_PAGE_SIZE_SHIFT) |
-                                          (1 << OS46_FLAGS_CACHE_SNOOP_SHIFT) | (1 << OS46_FLAGS_DMA_OFFSET_FIXED_SHIFT)})
+                                          (1 << OS46_FLAGS_CACHE_SNOOP_SHIFT) |
+                                          (1 << OS46_FLAGS_DMA_OFFSET_FIXED_SHIFT)})
     rm.escape(rm.ctl, ESC_RM_MAP_MEMORY_DMA, args, "RM map memory DMA")
     if args.status != NV_OK or args.dmaOffset != va:
       raise RMError(f"RM DMA map of {handle:#x} at {va:#x} failed: {status_name(args.status)} (offset "

@@ -193,7 +193,8 @@ class MockGPU:
   def _method(self, ch: MockChannel, subch: int, m: int, v: int) -> bool:
     if m < 0x100: return self._host(ch, m, v)
     cls = ch.subch.get(subch)
-    if cls is None: raise ChannelError(XID_GR_EXCEPTION, f"method {m:#x} on subchannel {subch}, which no SET_OBJECT bound")
+    if cls is None:
+      raise ChannelError(XID_GR_EXCEPTION, f"method {m:#x} on subchannel {subch}, which no SET_OBJECT bound")
     if cls in rm.COMPUTE_CLASSES: self._compute(ch, cls, m, v)
     else: self._copy(ch, cls, m, v)
     return True
@@ -269,7 +270,9 @@ class MockGPU:
         raise ChannelError(XID_GR_EXCEPTION, f"PCAS action {v}: the mock schedules (2, 3) only")
       self.launch(ch, ch.regs.get(0x10000 | push.SEND_PCAS_A, 0) << 8)
 
-  def _cregs(self, ch: MockChannel, a: int) -> int: return (ch.regs.get(0x10000 | a, 0) << 32) | ch.regs.get(0x10000 | (a + 4), 0)
+  def _cregs(self, ch: MockChannel, a: int) -> int:
+    """A 64-bit value a compute method pair (A: upper, B: lower) set."""
+    return (ch.regs.get(0x10000 | a, 0) << 32) | ch.regs.get(0x10000 | (a + 4), 0)
 
   # ***** copy engine *****
   COPY_FIELDS = {0x400: ((16, 0),), 0x404: ((31, 0),), 0x408: ((16, 0),), 0x40C: ((31, 0),), 0x418: ((31, 0),),
@@ -356,7 +359,8 @@ class MockGPU:
       raise ChannelError(XID_GR_EXCEPTION, f"constant buffer 0 of {cb0_size} bytes; kernel {info.name} reads "
                          f"parameters up to byte {info.param_offset + info.param_size}")
     self.mapped(cb0, cb0_size, "constant buffer 0")
-    sw, lw = self._cregs(ch, push.SET_SHADER_SHARED_MEMORY_WINDOW_A), self._cregs(ch, push.SET_SHADER_LOCAL_MEMORY_WINDOW_A)
+    sw = self._cregs(ch, push.SET_SHADER_SHARED_MEMORY_WINDOW_A)
+    lw = self._cregs(ch, push.SET_SHADER_LOCAL_MEMORY_WINDOW_A)
     head = ctypes.string_at(cb0 + 0x18, 16)
     if struct.unpack("<QQ", head) != (sw, lw) or not sw or not lw:
       raise ChannelError(XID_GR_EXCEPTION, f"constant bank 0 holds windows {head.hex()}, the channel set shared "

@@ -25,8 +25,8 @@ from tiny_runtime_nv.ptx import Memory
 
 VERSION = "580.95.05"
 BRANCH = "580"
-COMMON_CLASSES = (rm.NV01_ROOT_CLIENT, rm.NV01_DEVICE_0, rm.NV20_SUBDEVICE_0, rm.NV01_MEMORY_VIRTUAL, rm.NV1_MEMORY_USER,
-                  rm.NV1_MEMORY_SYSTEM, rm.NV01_MEMORY_SYSTEM_OS_DESCRIPTOR, rm.FERMI_VASPACE_A,
+COMMON_CLASSES = (rm.NV01_ROOT_CLIENT, rm.NV01_DEVICE_0, rm.NV20_SUBDEVICE_0, rm.NV01_MEMORY_VIRTUAL,
+                  rm.NV1_MEMORY_USER, rm.NV1_MEMORY_SYSTEM, rm.NV01_MEMORY_SYSTEM_OS_DESCRIPTOR, rm.FERMI_VASPACE_A,
                   rm.KEPLER_CHANNEL_GROUP_A, rm.FERMI_CONTEXT_SHARE_A)
 
 
@@ -150,7 +150,8 @@ class MockRM:
     if nr == rm.ESC_REGISTER_FD:
       if not path.startswith("/dev/nvidia") or path in (rm.NVIDIACTL, rm.NVIDIA_UVM):
         raise OSError(22, f"NV_ESC_REGISTER_FD on {path}")
-      if self.files.get(p.ctl_fd, ("",))[0] != rm.NVIDIACTL: raise OSError(22, f"REGISTER_FD: {p.ctl_fd} is not nvidiactl")
+      if self.files.get(p.ctl_fd, ("",))[0] != rm.NVIDIACTL:
+        raise OSError(22, f"REGISTER_FD: {p.ctl_fd} is not nvidiactl")
       state["registered"] = True
       return
     st = p.params if name.endswith("_with_fd") else p
@@ -234,7 +235,8 @@ class MockRM:
     elif st.hMemory in self.mems: size = self.mems[st.hMemory].size
     else: raise RMStatus(rm.NV_ERR_INVALID_OBJECT_HANDLE, f"{st.hMemory:#x} (class {o.cls:#x}) can't be CPU-mapped")
     if st.offset + st.length > size:
-      raise RMStatus(rm.NV_ERR_INVALID_LIMIT, f"map of {st.length:#x} bytes at {st.offset:#x} of a {size:#x}-byte object")
+      raise RMStatus(rm.NV_ERR_INVALID_LIMIT, f"map of {st.length:#x} bytes at {st.offset:#x} of a {size:#x}-byte "
+                     "object")
     self.files[p.fd][1]["map"] = (st.hMemory, int(st.length))
 
   def _map_dma(self, p: Any) -> None:
@@ -349,7 +351,8 @@ ALLOCATORS: dict[int, Callable[..., tuple[int, dict]]] = {
 
 def _ctrl_version(r: MockRM, h: int, a: Any) -> None:
   r.obj(h, rm.NV01_ROOT_CLIENT, what="client")
-  for f in ("driverVersionBuffer", "versionBuffer"): r.ffi.memmove(getattr(a, f), VERSION.encode() + b"\0", len(VERSION) + 1)
+  for f in ("driverVersionBuffer", "versionBuffer"):
+    r.ffi.memmove(getattr(a, f), VERSION.encode() + b"\0", len(VERSION) + 1)
 
 
 def _ctrl_id_info(r: MockRM, h: int, a: Any) -> None:
