@@ -262,8 +262,9 @@ class NVDevice(HCQCompiled):
     group = r.alloc(dev, rm.KEPLER_CHANNEL_GROUP_A, engineType=rm.ENGINE_TYPE_GRAPHICS)
     ctxshare = r.alloc(group, rm.FERMI_CONTEXT_SHARE_A, hVASpace=vaspace, flags=rm.CTXSHARE_FLAGS_SUBCONTEXT_ASYNC)
     stride = round_up(GPFIFO_ENTRIES * 8 + 0x1000, 0x10000)
-    wc = rm.OS33_FLAGS_CACHING_TYPE_WRITECOMBINED << rm.OS33_FLAGS_CACHING_TYPE_SHIFT
-    self.gpfifo_area = self.mem.alloc(2 * stride, cpu_access=True, low=True, contiguous=True, map_flags=wc)
+    # default (uncached) CPU mapping: GP_PUT must be visible before the doorbell write that follows it (a
+    # write-combined mapping would need a store fence Python can't issue)
+    self.gpfifo_area = self.mem.alloc(2 * stride, cpu_access=True, low=True, contiguous=True)
     self.compute_fifo = self._new_fifo(group, ctxshare, 0, self.compute_class)
     self.copy_fifo = self._new_fifo(group, ctxshare, stride, self.dma_class)
     r.control(group, rm.CTRL_GPFIFO_SCHEDULE, bEnable=1)
@@ -298,7 +299,8 @@ class NVDevice(HCQCompiled):
                  hUserdMemory=[area.meta.handle], userdOffset=[userd_off])
     r.alloc(ch, engine_class)
     token = r.control(ch, rm.CTRL_GPFIFO_GET_WORK_SUBMIT_TOKEN, workSubmitToken=0xFFFFFFFF).workSubmitToken
-    base = self.mem.low.alloc(0x4000000)  # UVM's per-channel VA (RM places channel buffers there)
+    base = self.mem.low.alloc(0x4000000)  # UVM's per-channel VA (RM places channel buffers there): taken from the low
+    r.fio().munmap(base, 0x4000000)       # range and left without a host mapping (never returned to LowVA)
     r.uvm(rm.UVM_REGISTER_CHANNEL, gpuUuid={"uuid": list(self.handles.uuid)}, rmCtrlFd=r._fd(r.ctl), hClient=r.root,
           hChannel=ch, base=base, length=0x4000000)
     return GPFifo(area.va_addr + offset, area.va_addr + userd_off, GPFIFO_ENTRIES, int(token), notifier, ch)
