@@ -217,3 +217,26 @@ def test_rm_refuses_bad_calls_with_their_status():
   out = _bufs("MOCK+NV", np.zeros(256, np.float32))[0]
   prg(out._buf, *[b._buf for b in ins], global_size=spec.global_size, local_size=spec.local_size, wait=True)
   assert out.numpy().tolist() == [2.0] * 256
+
+
+def test_the_drivers_jit_builds_cubins_the_nv_device_runs():
+  # a machine with the NVIDIA driver but no ptxas: cubins come from libcuda's JIT linker (here the mock libcuda's)
+  from tiny_runtime_nv.cuda import Driver
+  from tiny_runtime_nv.jit import DriverJITCompiler
+  from tiny_runtime_nv.mock.compiler import with_ptx
+  from tiny_runtime_nv.mock.libcuda import mock_libcuda
+  from tiny_uop.device import CompileError
+  dev = Device["MOCK+NV"]
+  spec, _ = _add_kernel(dev, name="E_jit")
+  jit = DriverJITCompiler("sm_90", Driver(mock_libcuda()))
+  lib = jit.compile(spec.src)
+  info = load_kernel_info(lib, "E_jit")
+  assert info.arch == "sm_90" and [p.size for p in info.params] == [8, 8, 8]
+  prg = dev.get_program("E_jit", with_ptx(lib, spec.src))  # the mock GPU runs the PTX kept beside the cubin
+  ins = _bufs("MOCK+NV", np.arange(256, dtype=np.float32), np.full(256, 3, np.float32))
+  out = _bufs("MOCK+NV", np.zeros(256, np.float32))[0]
+  prg(out._buf, *[b._buf for b in ins], global_size=spec.global_size, local_size=spec.local_size, wait=True)
+  np.testing.assert_array_equal(out.numpy(), np.arange(256, dtype=np.float32) + 3)
+  with pytest.raises(CompileError, match="the driver's JIT rejected the PTX for sm_90: cuLinkAddData_v2 failed: "
+                                         "CUDA_ERROR_INVALID_PTX"):
+    jit.compile("not ptx")

@@ -49,20 +49,26 @@ SHARED_RESERVE = 0x400   # shared memory the SM keeps per CTA on sm_80+ (CUDA Pr
 def round_up(x: int, a: int) -> int: return (x + a - 1) // a * a
 
 
-def cubin_renderers() -> list[type]:
-  """PTXRenderer and NVPTXRenderer (same names) whose compilers always assemble a cubin with ptxas."""
+def cubin_renderers(jit: Any = None) -> list[type]:
+  """PTXRenderer and NVPTXRenderer (same names) whose compilers always give a cubin: ptxas's, or with `jit` (a
+  `cuda.Driver`) the driver's JIT linker's (`jit.DriverJITCompiler`)."""
   from tiny_codegen.compiler.ptx import PTXCompiler
   from tiny_codegen.renderer import nvptx, ptx
 
+  def assembler(arch: str) -> Any:
+    if jit is None: return PTXCompiler(arch, use_ptxas=True)
+    from tiny_runtime_nv.jit import DriverJITCompiler
+    return DriverJITCompiler(arch, jit)
+
   class PTXRenderer(ptx.PTXRenderer):
     """PTXRenderer compiling to cubins for the NV device."""
-    def make_compiler(self) -> Any: return PTXCompiler(self.arch or "sm_90", use_ptxas=True)
+    def make_compiler(self) -> Any: return assembler(self.arch or "sm_90")
 
   class NVPTXRenderer(nvptx.NVPTXRenderer):
     """NVPTXRenderer compiling to cubins for the NV device."""
     def make_compiler(self) -> Any:
       c = nvptx.NVPTXCompiler(self.arch or "sm_90")
-      c.ptxas = PTXCompiler(self.arch or "sm_90", use_ptxas=True)
+      c.ptxas = assembler(self.arch or "sm_90")
       return c
   return [PTXRenderer, NVPTXRenderer]
 
@@ -217,9 +223,17 @@ class NVDevice(HCQCompiled):
       fio, self._mock = MockFileIO, driver()
     self.rm = r = rm.RMIface(fio)
     from tiny_codegen.compiler.ptx import find_ptxas
+    jit = None
     if find_ptxas() is None:
-      raise RuntimeError(f"{device} loads cubins and needs NVIDIA's ptxas to build them (pip install nvidia-cuda-nvcc, "
-                         "a CUDA toolkit, or PTXAS=/path/to/ptxas); DEV=CUDA has the driver JIT-compile PTX instead")
+      if self._mock is not None:
+        raise RuntimeError(f"{device} needs NVIDIA's ptxas to build cubins (pip install nvidia-cuda-nvcc, a CUDA "
+                           "toolkit, or PTXAS=/path/to/ptxas)")
+      from tiny_runtime_nv.cuda import Driver
+      try: jit = Driver.open()
+      except (RuntimeError, OSError) as e:
+        raise RuntimeError(f"{device} loads cubins and builds them with NVIDIA's ptxas (pip install "
+                           "nvidia-cuda-nvcc, a CUDA toolkit, or PTXAS=/path/to/ptxas) or the driver's JIT in "
+                           f"libcuda.so.1; neither is here ({e})") from e
     if not 0 <= self.index < len(r.cards):
       raise RuntimeError(f"{device}: no such NVIDIA GPU; this machine has {len(r.cards)}: NV:0..{len(r.cards) - 1}")
     gpu_id, minor = r.cards[self.index]
@@ -281,7 +295,7 @@ class NVDevice(HCQCompiled):
     if self._mock is not None:
       from tiny_runtime_nv.mock.compiler import mock_renderers
       renderers = mock_renderers(cubin=True)  # ptxas cubins carrying their PTX (the mock GPU runs the PTX)
-    else: renderers = cubin_renderers()
+    else: renderers = cubin_renderers(jit)
     super().__init__(device, HCQAllocator(self), renderers, NVProgram, HCQGraph, arch=self.gpu.arch)
     self.time_signals = [self.new_signal(), self.new_signal()]
     NVComputeQueue().bind_object(self.compute_class).setup(self.windows.shared, self.windows.local) \
