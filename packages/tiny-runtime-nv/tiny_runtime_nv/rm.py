@@ -299,7 +299,8 @@ class RMIface:
     for path in (NVIDIACTL, NVIDIA_UVM):
       if not fio.exists(path):
         why = "the NVIDIA kernel driver is not loaded" if path == NVIDIACTL else "the nvidia-uvm module is not loaded"
-        raise RuntimeError(f"no NVIDIA GPU ({path} missing: {why})")
+        raise RuntimeError(f"no NVIDIA GPU ({path} missing: {why}; DEV=MOCK+NV runs the NV driver code against a "
+                           "mock driver whose GPU is the PTX executor)")
       if not fio.access(path, os.R_OK | os.W_OK):
         raise RuntimeError(f"{path} is not readable and writable by this user (check the device node's group and "
                            "permissions)")
