@@ -158,7 +158,7 @@ def main(argv: list[str]) -> int:
       print(f"{dev}: unavailable: {e}")
       continue
     extra = f", driver {d.rm.version}, classes {d.compute_class:#x}/{d.dma_class:#x}" if hasattr(d, "rm") else ""
-    print(f"{dev}: {getattr(d, 'name', '')} arch {d.arch}{extra}", flush=True)
+    print(f"{dev}: {getattr(d, 'name', '') or 'GPU'} arch {d.arch}{extra}", flush=True)
     ok &= correctness(dev, 32 if mock or quick else 256)
     speed(dev, *((64, 1, 2) if mock else (1024, 64, 10) if quick else (4096, 1024, 20)))
   print(f"selftest {'passed' if ok else 'FAILED'} in {time.perf_counter() - st:.1f}s")
