@@ -117,6 +117,9 @@ def test_mock_rejects_an_unknown_method():
   _rejected(dev, NVCopyQueue().m(0x1234, 7), r"unknown method 0x1234 for copy class 0xc8b5")
   _rejected(dev, NVComputeQueue().m(push.INVALIDATE_SHADER_CACHES_NO_WFI, 1 << 7),
             r"compute method 0x1698 = 0x80: bits 0x80 outside its fields")
+  _rejected(dev, NVComputeQueue().bind_object(rm.AMPERE_COMPUTE_A),
+            r"SET_OBJECT of class 0xc6c0, which channel 0x[0-9a-f]+ has no object of")
+  _rejected(dev, NVComputeQueue().q(push.method(6, 0x300, 1), 0), r"method 0x300 on subchannel 6, which no SET_OBJECT")
 
 
 def test_mock_rejects_a_misaligned_or_unmapped_semaphore():
