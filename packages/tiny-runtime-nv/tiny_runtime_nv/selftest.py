@@ -9,7 +9,8 @@
 3. speed: fp16/bf16 GEMM TFLOPS, device copy GB/s and TinyJit replay µs (host), next to torch when installed.
 Exit status 0 when every check passed, 1 when one failed, 2 when there is no NVIDIA GPU (said at once, with why).
 `--mock` runs steps 2-3 on MOCK+CUDA and MOCK+NV with small sizes (what the unit test does); `--quick` shrinks the
-sizes. The NV device builds cubins with NVIDIA's ptxas (PTXAS=..., a CUDA toolkit, the nvidia-cuda-nvcc wheel) or libcuda's JIT.
+sizes. The NV device builds cubins with NVIDIA's ptxas (PTXAS=..., a CUDA toolkit, the nvidia-cuda-nvcc wheel) or
+libcuda's JIT.
 """
 from __future__ import annotations
 
