@@ -110,7 +110,7 @@ class NVProgram(HCQProgram):
     self.info = info = load_kernel_info(lib, name)
     if info.arch != dev.arch:
       raise RuntimeError(f"kernel {name} was compiled for {info.arch}; {dev.device} is {dev.arch}")
-    self.image = dev.allocator.alloc(round_up(len(lib), 0x1000) + 0x1000)  # a page of slack for code prefetch
+    self.image = dev._gpu_alloc(round_up(len(lib), 0x1000) + 0x1000)  # a page of slack for code prefetch
     dev.allocator._copyin(self.image, memoryview(lib))
     self.prog_addr = self.image.va_addr + info.text_offset
     self.cb0_size = round_up(max(info.cbank0_size, info.param_offset + info.param_size), 256)

@@ -42,6 +42,7 @@ from tiny_runtime_nv.ptx import GPUFault, Kernel, load_kernel
 
 XID_GR_EXCEPTION, XID_MMU_FAULT = 13, 31
 WINDOW_SIZE = 1 << 32   # the mock treats the shared and local windows as 4 GiB each
+QMD_KNOWN_BITS = sum(((1 << (hi - lo + 1)) - 1) << lo for hi, lo in push.QMD_V03_00.values())
 
 
 class ChannelError(Exception):
@@ -315,9 +316,7 @@ class MockGPU:
     if (q["QMD_MAJOR_VERSION"], q["QMD_VERSION"]) != (push.QMD_MAJOR, push.QMD_MINOR):
       raise ChannelError(XID_GR_EXCEPTION, f"QMD version {q['QMD_MAJOR_VERSION']}.{q['QMD_VERSION']}; class "
                          f"{ch.subch.get(push.SUBCH_COMPUTE, 0):#x} is mocked with QMD 3.0")
-    known = 0
-    for hi, lo in push.QMD_V03_00.values(): known |= ((1 << (hi - lo + 1)) - 1) << lo
-    if extra := q.bits & ~known:
+    if extra := q.bits & ~QMD_KNOWN_BITS:
       raise ChannelError(XID_GR_EXCEPTION, f"QMD bits set outside the fields the mock implements: first at bit "
                          f"{(extra & -extra).bit_length() - 1}")
     d = {k: q[k] for k in push.QMD_V03_00}

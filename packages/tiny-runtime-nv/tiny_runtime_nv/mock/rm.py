@@ -207,7 +207,6 @@ class MockRM:
       raise RMStatus(rm.NV_ERR_INVALID_ARGUMENT, f"memory {p.hObjectOld:#x} is still mapped by UVM (UVM_FREE first)")
     if p.hObjectParent != o.parent and o.cls in (rm.NV1_MEMORY_USER, rm.NV01_MEMORY_SYSTEM_OS_DESCRIPTOR):
       raise RMStatus(rm.NV_ERR_INVALID_OBJECT_PARENT, f"{p.hObjectOld:#x}'s parent is {o.parent:#x}")
-    if m is not None and m.kind == "vram" and m.backing is not None: pass  # the driver's munmap drops the pages
     self.objects.pop(p.hObjectOld)
     self.mems.pop(p.hObjectOld, None)
 
@@ -295,7 +294,6 @@ def _alloc_vram(r: MockRM, cls: int, parent: int, a: Any) -> tuple[int, dict]:
   r.obj(parent, rm.NV01_DEVICE_0, what="memory parent")
   if a.size == 0 or a.size % rm.PAGE or a.limit != a.size - 1:
     raise RMStatus(rm.NV_ERR_INVALID_LIMIT, f"memory of size {a.size:#x}, limit {a.limit:#x}")
-  if not a.flags & rm.OS32_ALLOC_FLAGS_MEMORY_HANDLE_PROVIDED: pass
   return r.gpu_of(parent), {"mem": MemObj(int(a.size), "vram" if cls == rm.NV1_MEMORY_USER else "sysmem")}
 
 
