@@ -332,12 +332,13 @@ class NVDevice(HCQCompiled):
     self.cmdq_put = round_up(self.cmdq_put + n, 16)
     return addr, len(dwords)
 
-  def submit_gpfifo(self, queue: HWQueue, addr: int, ndwords: int) -> None:
-    """Append a GPFIFO entry for `ndwords` at `addr` to the queue's channel, publish GP_PUT, ring the doorbell."""
+  def submit_gpfifo(self, queue: HWQueue, *entries: tuple[int, int]) -> None:
+    """Append a GPFIFO entry per (address, dwords) to the queue's channel, publish GP_PUT, ring the doorbell once."""
     fifo = self.copy_fifo if isinstance(queue, NVCopyQueue) else self.compute_fifo
-    while (fifo.put - fifo.gp_get) % fifo.entries >= fifo.entries - 1: self.progress()
-    ctypes.c_uint64.from_address(fifo.ring + 8 * (fifo.put % fifo.entries)).value = push.gp_entry(addr, ndwords)
-    fifo.put += 1
+    for addr, ndwords in entries:
+      while (fifo.put - fifo.gp_get) % fifo.entries >= fifo.entries - 1: self.progress()
+      ctypes.c_uint64.from_address(fifo.ring + 8 * (fifo.put % fifo.entries)).value = push.gp_entry(addr, ndwords)
+      fifo.put += 1
     ctypes.c_uint32.from_address(fifo.userd + USERD_GP_PUT).value = fifo.put % fifo.entries
     ctypes.c_uint32.from_address(self.doorbell + DOORBELL).value = fifo.token
 

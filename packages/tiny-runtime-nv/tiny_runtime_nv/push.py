@@ -178,18 +178,20 @@ class NVQueue(HWQueue):
     mem[:] = dwords
     return mem
 
-  def _submit_bound(self, dev: Any) -> None: dev.submit_gpfifo(self, self._buf.va_addr, len(self._mem))
+  def _submit_bound(self, dev: Any) -> None: dev.submit_gpfifo(self, (self._buf.va_addr, len(self._mem)))
 
   def _free_bound(self, dev: Any, after: int) -> None:
     if self._mem is not None: dev.defer_free(self._buf, after)
 
   def _submit(self, dev: Any, dwords: list[int]) -> None:
-    pos = 0
+    """The dwords as GPFIFO entries (a chained bound queue is an entry of its own), published with one doorbell."""
+    pos, entries = 0, []
     for at, other in self.__dict__.get("_chains", []):
-      if at > pos: dev.submit_gpfifo(self, *dev.push_dwords(dwords[pos:at]))
-      dev.submit_gpfifo(self, other._buf.va_addr, len(other._mem))
+      if at > pos: entries.append(dev.push_dwords(dwords[pos:at]))
+      entries.append((other._buf.va_addr, len(other._mem)))
       pos = at
-    if pos < len(dwords): dev.submit_gpfifo(self, *dev.push_dwords(dwords[pos:]))
+    if pos < len(dwords): entries.append(dev.push_dwords(dwords[pos:]))
+    dev.submit_gpfifo(self, *entries)
 
 
 class NVComputeQueue(NVQueue):
