@@ -284,14 +284,12 @@ class NVDevice(HCQCompiled):
     r.control(group, rm.CTRL_GPFIFO_SCHEDULE, bEnable=1)
     self.cmdq = self.mem.alloc(CMDQ_SIZE, host=True, low=True)
     self.cmdq_put = 0
-    self.cmdq_wraps: list[int] = []
     self.signal_page = self.mem.alloc(SIGNAL_PAGE, host=True, low=True)
     self._free_signals = list(range(self.signal_page.va_addr, self.signal_page.va_addr + SIGNAL_PAGE, 16))[::-1]
     self.kernargs = self.mem.alloc(KERNARGS_SIZE, host=True, low=True)
     self._kernargs_ptr = 0
     self.local_per_thread, self.local_mem = 0, None
     self._old_local: list[HCQBuffer] = []
-    self.fault: str | None = None
     if self._mock is not None:
       from tiny_runtime_nv.mock.compiler import mock_renderers
       renderers = mock_renderers(cubin=True)  # ptxas cubins carrying their PTX (the mock GPU runs the PTX)
