@@ -203,7 +203,7 @@ class MockRM:
 
   def _free(self, p: Any) -> None:
     o = self.obj(p.hObjectOld, what="object to free")
-    if (m := self.mems.get(p.hObjectOld)) is not None and any(h == p.hObjectOld for _, h in self.mapped.values()):
+    if p.hObjectOld in self.mems and any(h == p.hObjectOld for _, h in self.mapped.values()):
       raise RMStatus(rm.NV_ERR_INVALID_ARGUMENT, f"memory {p.hObjectOld:#x} is still mapped by UVM (UVM_FREE first)")
     if p.hObjectParent != o.parent and o.cls in (rm.NV1_MEMORY_USER, rm.NV01_MEMORY_SYSTEM_OS_DESCRIPTOR):
       raise RMStatus(rm.NV_ERR_INVALID_OBJECT_PARENT, f"{p.hObjectOld:#x}'s parent is {o.parent:#x}")
