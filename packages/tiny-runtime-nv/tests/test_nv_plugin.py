@@ -32,9 +32,11 @@ def test_open_without_hardware_is_a_clear_error(name, attr, path, msg):
   assert "unavailable" in line and re.search(msg, line), line  # `python -m tiny_uop.plugins` shows why
 
 
-def test_mock_nv_says_what_to_use_instead():
-  with Context(TINY_PLUGINS="", DEV=""):
-    check_unavailable("MOCK+NV", "MOCK\\+CUDA runs NVIDIA kernels")
+def test_mock_nv_opens_an_h200_and_an_a100():
+  from tiny_uop.plugins import Device
+  h, a = Device["MOCK+NV"], Device["MOCK+NV:1"]
+  assert (h.arch, a.arch) == ("sm_90", "sm_80") and h.renderer.__class__.__name__ == "PTXRenderer"
+  assert Device["CPU"] is not None
 
 
 def test_mock_cuda_opens_and_other_devices_keep_working():

@@ -1,6 +1,6 @@
 """`python -m tiny_runtime_nv.selftest` from a bare source tree (PYTHONPATH, no installed entry points): without an
 NVIDIA GPU it fails at once with exit status 2 and says why; `--mock` runs its correctness set and speed rows on
-MOCK+CUDA and must not import llvmlite (the NV/CUDA path needs numpy and cffi only)."""
+MOCK+CUDA and MOCK+NV and must not import llvmlite (the NV/CUDA path needs numpy and cffi only)."""
 import os
 import pathlib
 import subprocess
@@ -36,3 +36,5 @@ def test_mock_run_passes_without_llvmlite():
   for row in ("matmul half (tensor cores)", "conv2d 3x3", "softmax", "TinyJit replay 3", "GEMM 64^3"):
     assert row in p.stdout
   assert "FAIL" not in p.stdout
+  assert "MOCK+CUDA: " in p.stdout and "MOCK+NV: " in p.stdout and "classes 0xcbc0/0xc8b5" in p.stdout
+  assert p.stdout.count("TinyJit replay host us") == 2  # both devices' timings

@@ -1,7 +1,8 @@
-"""tiny-runtime-nv: the ``NV`` device (RM/UVM ioctls) and the ``CUDA`` device (driver API); later ``MOCK+NV``.
+"""tiny-runtime-nv: the ``NV`` device (RM/UVM ioctls, GPFIFO channels, QMD launches of cubins) and the ``CUDA``
+device (libcuda's driver API), and their mocks ``MOCK+NV`` / ``MOCK+CUDA`` whose GPU is the package's PTX executor.
 
-Not implemented yet: the descriptors register the devices so that they are listed by ``python -m tiny_uop.plugins``,
-and opening either raises a RuntimeError that says why. Importing this module is cheap and imports no driver code.
+The descriptors register the devices so that they are listed by ``python -m tiny_uop.plugins``; opening one without
+its hardware raises a RuntimeError that says why. Importing this module is cheap and imports no driver code.
 """
 from tiny_uop.plugins import DevicePlugin
 

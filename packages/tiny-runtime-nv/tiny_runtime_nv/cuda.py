@@ -27,7 +27,7 @@ from tiny_uop.target import Target
 CDEF = """
 typedef int CUresult; typedef int CUdevice; typedef unsigned long long CUdeviceptr;
 typedef struct CUctx_st *CUcontext; typedef struct CUmod_st *CUmodule; typedef struct CUfunc_st *CUfunction;
-typedef struct CUstream_st *CUstream; typedef struct CUevent_st *CUevent;
+typedef struct CUstream_st *CUstream; typedef struct CUevent_st *CUevent; typedef struct CUlinkState_st *CUlinkState;
 CUresult cuInit(unsigned int Flags);
 CUresult cuDriverGetVersion(int *driverVersion);
 CUresult cuGetErrorString(CUresult error, const char **pStr);
@@ -37,6 +37,7 @@ CUresult cuDeviceGetName(char *name, int len, CUdevice dev);
 CUresult cuDeviceGetAttribute(int *pi, int attrib, CUdevice dev);
 CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev);
 CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
+CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev);
 CUresult cuCtxDestroy_v2(CUcontext ctx);
 CUresult cuCtxSetCurrent(CUcontext ctx);
 CUresult cuCtxSynchronize(void);
@@ -63,6 +64,11 @@ CUresult cuEventRecord(CUevent hEvent, CUstream hStream);
 CUresult cuEventSynchronize(CUevent hEvent);
 CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd);
 CUresult cuEventDestroy_v2(CUevent hEvent);
+CUresult cuLinkCreate_v2(unsigned int numOptions, int *options, void **optionValues, CUlinkState *stateOut);
+CUresult cuLinkAddData_v2(CUlinkState state, int type, void *data, size_t size, const char *name,
+                          unsigned int numOptions, int *options, void **optionValues);
+CUresult cuLinkComplete(CUlinkState state, void **cubinOut, size_t *sizeOut);
+CUresult cuLinkDestroy(CUlinkState state);
 """
 ffi = cffi.FFI()
 ffi.cdef(CDEF)
@@ -81,6 +87,7 @@ ATTR_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97
 FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8   # CUfunction_attribute
 LAUNCH_PARAM_END, LAUNCH_PARAM_BUFFER_POINTER, LAUNCH_PARAM_BUFFER_SIZE = 0, 1, 2
 MEMHOSTALLOC_PORTABLE = 1
+JIT_TARGET, JIT_INPUT_PTX = 9, 1  # CUjit_option CU_JIT_TARGET (value: CUjit_target, e.g. 90), CUjitInputType
 LIBCUDA = "libcuda.so.1"
 
 

@@ -2,12 +2,15 @@
 `PYTHONPATH=packages/tiny-uop:packages/tiny-codegen:packages/tiny-runtime-cpu:packages/tiny-runtime-nv:`
 `packages/tiny-tensor python -m tiny_runtime_nv.selftest`; needs numpy and cffi only, imports no llvmlite).
 
-1. driver and GPU info (libcuda: driver version, name, compute capability, SMs; /dev/nvidiactl for NV);
-2. a correctness set on each NVIDIA device that opens (`CUDA`; `NV` reports why it can't) against numpy:
+1. driver and GPU info (libcuda: driver version and devices; the NV device: the RM driver version, GPU, classes);
+2. a correctness set on each NVIDIA device that opens (`CUDA` through libcuda, `NV` through the RM ioctls; one that
+   can't open says why) against numpy:
    elementwise, reductions, fp32/fp16/bf16 matmuls (tensor cores), a conv, softmax, copies, TinyJit replay;
 3. speed: fp16/bf16 GEMM TFLOPS, device copy GB/s and TinyJit replay µs (host), next to torch when installed.
 Exit status 0 when every check passed, 1 when one failed, 2 when there is no NVIDIA GPU (said at once, with why).
-`--mock` runs steps 2-3 on MOCK+CUDA with small sizes (what the unit test does); `--quick` shrinks the sizes.
+`--mock` runs steps 2-3 on MOCK+CUDA and MOCK+NV with small sizes (what the unit test does); `--quick` shrinks the
+sizes. The NV device builds cubins with NVIDIA's ptxas (PTXAS=..., a CUDA toolkit, the nvidia-cuda-nvcc wheel) or
+libcuda's JIT.
 """
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-DEVICES = {"CUDA": "tiny_runtime_nv.cuda:CUDADevice", "NV": "tiny_runtime_nv.device:NVDevice"}
+DEVICES = {"CUDA": "tiny_runtime_nv.cuda:CUDADevice", "NV": "tiny_runtime_nv.device:NVDevice"}  # MOCK+ too
 
 
 def _register() -> None:
@@ -44,6 +47,7 @@ def probe() -> tuple[list[str], list[str]]:
   except (RuntimeError, OSError) as e: missing.append(f"CUDA: {e}")
   if not os.path.exists("/dev/nvidiactl"):
     missing.append("NV: /dev/nvidiactl missing (NVIDIA kernel driver not loaded)")
+  else: info.append("NV: /dev/nvidiactl present")
   return info, missing
 
 
@@ -137,11 +141,13 @@ def main(argv: list[str]) -> int:
   mock, quick = "--mock" in argv, "--quick" in argv
   _register()
   st = time.perf_counter()
-  if mock: devices = ["MOCK+CUDA"]
+  if mock: devices = ["MOCK+CUDA", "MOCK+NV"]
   else:
     info, missing = probe()
     for line in info: print(line)
-    if info == [] or any(m.startswith("libcuda reports no") for m in missing):
+    cuda_ok = any(line.startswith("libcuda") for line in info) and not any(m.startswith("libcuda reports no")
+                                                                          for m in missing)
+    if not cuda_ok and not any(line.startswith("NV:") for line in info):
       print("no NVIDIA GPU usable here:\n  " + "\n  ".join(missing), file=sys.stderr)
       return 2
     devices = ["CUDA", "NV"]
@@ -152,7 +158,8 @@ def main(argv: list[str]) -> int:
     except DeviceUnavailableError as e:
       print(f"{dev}: unavailable: {e}")
       continue
-    print(f"{dev}: {getattr(d, 'name', '')} arch {d.arch}", flush=True)
+    extra = f", driver {d.rm.version}, classes {d.compute_class:#x}/{d.dma_class:#x}" if hasattr(d, "rm") else ""
+    print(f"{dev}: {getattr(d, 'name', '') or 'GPU'} arch {d.arch}{extra}", flush=True)
     ok &= correctness(dev, 32 if mock or quick else 256)
     speed(dev, *((64, 1, 2) if mock else (1024, 64, 10) if quick else (4096, 1024, 20)))
   print(f"selftest {'passed' if ok else 'FAILED'} in {time.perf_counter() - st:.1f}s")

@@ -110,6 +110,15 @@ def ioc(direction: int, typ: str, nr: int, size: int) -> int:
 def errno_name(e: int) -> str: return errno.errorcode.get(e, str(e))
 
 
+def backoff_sleep(waited_s: float, spin_s: float = 2e-4, cap_s: float = 1e-3) -> None:
+  """A pause for a host thread polling GPU memory, after it waited `waited_s` seconds: yield the CPU for the first
+  `spin_s` (short waits stay fast), then sleep about a quarter of the time waited so far, between 50 µs and `cap_s`
+  (long waits leave the core to other work and still notice completion within ~25%). An `HCQSignal._idle` for devices
+  without a way to sleep until the GPU interrupts (NV)."""
+  if waited_s < spin_s: time.sleep(0)
+  else: time.sleep(min(max(waited_s / 4, 5e-5), cap_s))
+
+
 # ***** symbolic values in command streams *****
 
 class HCQVar:

@@ -17,6 +17,7 @@ import re
 import time
 from typing import Any
 
+from tiny_uop.device import CompileError
 from tiny_uop.hcq import MAP_PRIVATE, PROT_READ, PROT_WRITE, FileIOInterface
 
 from tiny_runtime_nv import cuda
@@ -66,6 +67,8 @@ class MockLibCUDA:
     self.next_handle = 0x1000
     self.launches = 0
     self._strings = {k: ffi.new("char[]", v.encode()) for k, v in MESSAGES.items()}
+    self.primary: dict[int, int] = {}
+    self.links: dict[int, dict[str, Any]] = {}
 
   def _handle(self) -> int:
     self.next_handle += 0x10
@@ -126,6 +129,15 @@ class MockLibCUDA:
     self.contexts[h] = MockContext(dev)
     self.current = h
     p[0] = ffi.cast("CUcontext", h)
+    return 0
+
+  def cuDevicePrimaryCtxRetain(self, p: Any, dev: int) -> int:
+    if not self.initialized: return cuda.CUDA_ERROR_NOT_INITIALIZED
+    if not 0 <= dev < DEVICES: return cuda.CUDA_ERROR_INVALID_DEVICE
+    if dev not in self.primary:
+      self.primary[dev] = h = self._handle()
+      self.contexts[h] = MockContext(dev)
+    p[0] = ffi.cast("CUcontext", self.primary[dev])
     return 0
 
   def cuCtxDestroy_v2(self, ctx: Any) -> int:
@@ -292,6 +304,46 @@ class MockLibCUDA:
     out = bytearray(max(k.param_size, 1))
     for j, p in enumerate(k.params): out[p.offset:p.offset + p.size] = ffi.buffer(params[j], p.size)
     return bytes(out)
+
+  # ***** the JIT linker: PTX -> cubin, assembled by NVIDIA's ptxas as the driver's JIT would *****
+  def cuLinkCreate_v2(self, n: int, options: Any, values: Any, p: Any) -> int:
+    if (e := self._ctx()): return e
+    target = None
+    for i in range(n):
+      if options[i] != cuda.JIT_TARGET: return cuda.CUDA_ERROR_INVALID_VALUE  # the mock knows CU_JIT_TARGET only
+      target = _int(values[i])
+    if target is None: target = 90
+    if target not in (80, 86, 89, 90): return cuda.CUDA_ERROR_INVALID_VALUE
+    h = self._handle()
+    self.links[h] = {"target": target, "ptx": [], "out": None}
+    p[0] = ffi.cast("CUlinkState", h)
+    return 0
+
+  def cuLinkAddData_v2(self, state: Any, typ: int, data: Any, size: int, name: Any, n: int, o: Any, v: Any) -> int:
+    link = self.links.get(_int(state))
+    if link is None: return cuda.CUDA_ERROR_INVALID_HANDLE
+    if typ != cuda.JIT_INPUT_PTX or n: return cuda.CUDA_ERROR_INVALID_VALUE
+    text = bytes(ffi.buffer(data, size)).rstrip(b"\0")
+    if b".entry" not in text or b".version" not in text: return cuda.CUDA_ERROR_INVALID_PTX
+    link["ptx"].append(text.decode())
+    return 0
+
+  def cuLinkComplete(self, state: Any, out: Any, size: Any) -> int:
+    link = self.links.get(_int(state))
+    if link is None: return cuda.CUDA_ERROR_INVALID_HANDLE
+    if len(link["ptx"]) != 1: return cuda.CUDA_ERROR_INVALID_VALUE  # the mock links one module
+    from tiny_codegen.compiler.ptx import PTXCompiler, find_ptxas
+    if find_ptxas() is None: return cuda.CUDA_ERROR_INVALID_PTX
+    src = re.sub(r"\.target\s+sm_\w+", f".target sm_{link['target']}", link["ptx"][0])
+    try: cubin = PTXCompiler(f"sm_{link['target']}", use_ptxas=True).compile(src)
+    except CompileError:  # ptxas rejected it: the driver's JIT reports an invalid PTX
+      return cuda.CUDA_ERROR_INVALID_PTX
+    link["out"] = ffi.new("char[]", cubin)
+    out[0], size[0] = link["out"], len(cubin)
+    return 0
+
+  def cuLinkDestroy(self, state: Any) -> int:
+    return 0 if self.links.pop(_int(state), None) is not None else cuda.CUDA_ERROR_INVALID_HANDLE
 
   # ***** events *****
   def cuEventCreate(self, p: Any, flags: int) -> int:

@@ -1,0 +1,104 @@
+"""The NV device's cubin reader against NVIDIA's own tools: kernels assembled by ptxas (the `nvidia-cuda-nvcc` wheel)
+are read by `cubin.load_kernel_info` and dumped by cuobjdump (the `nvidia-cuda-cuobjdump` wheel, a test dependency);
+the attribute ids, formats and values (registers, parameter bank offset and size, each parameter's ordinal, offset
+and size), the shared-memory size and the target must agree."""
+from __future__ import annotations
+
+import glob
+import os
+import re
+import subprocess
+import sysconfig
+
+import pytest
+
+from tiny_codegen.compiler.ptx import PTXCompiler, find_ptxas
+
+from tiny_runtime_nv import cubin
+
+PTX = """.version 7.8
+.target {arch}
+.address_size 64
+.visible .entry k_{n}(.param .u64 out, .param .u64 inp, .param .s32 n, .param .u64 more, .param .s32 m) {{
+  .reg .b32 %r<8>; .reg .b64 %rd<8>; .reg .f32 %f<4>; .reg .pred %p<2>;
+  .shared .align 16 .b8 smem[{shared}];
+  ld.param.u64 %rd0, [out]; ld.param.u64 %rd1, [inp]; ld.param.s32 %r1, [n]; mov.u32 %r0, %tid.x;
+  setp.ge.s32 %p0, %r0, %r1; @%p0 bra DONE;
+  mul.wide.u32 %rd2, %r0, 4; add.s64 %rd3, %rd1, %rd2; ld.global.f32 %f0, [%rd3];
+  mov.u32 %r2, smem; shl.b32 %r3, %r0, 2; add.u32 %r4, %r2, %r3; st.shared.f32 [%r4], %f0; bar.sync 0;
+  ld.shared.f32 %f1, [%r4]; add.f32 %f2, %f1, %f0; add.s64 %rd4, %rd0, %rd2; st.global.f32 [%rd4], %f2;
+DONE: ret; }}
+"""
+
+
+def find_cuobjdump() -> str | None:
+  """cuobjdump from the `nvidia-cuda-cuobjdump` wheel (or PATH)."""
+  site = sysconfig.get_paths()["purelib"]
+  for c in (*sorted(glob.glob(os.path.join(site, "nvidia", "*", "bin", "cuobjdump"))),
+            *sorted(glob.glob(os.path.join(site, "nvidia", "cuda_cuobjdump", "bin", "cuobjdump"))), "cuobjdump"):
+    if os.path.isfile(c) and os.access(c, os.X_OK): return c
+  return None
+
+
+def _dump(lib: bytes, tmp_path) -> str:
+  path = tmp_path / "k.cubin"
+  path.write_bytes(lib)
+  tool = find_cuobjdump()
+  assert tool is not None, "cuobjdump missing: the nvidia-cuda-cuobjdump wheel is a test dependency (noxfile)"
+  return subprocess.run([tool, "-elf", str(path)], capture_output=True, text=True, check=True).stdout
+
+
+def _attributes(dump: str, section: str) -> list[tuple[str, str, str]]:
+  """(attribute name, format, value text) of one `.nv.info*` section as cuobjdump prints it."""
+  m = re.search(rf"^{re.escape(section)}\n(.*?)(?:\n\n\n|\Z)", dump, re.S | re.M)
+  assert m, f"cuobjdump printed no {section}"
+  return re.findall(r"Attribute:\t([^\n]+)\n\tFormat:\t(\S+)(?:\n\tValue:\t)?(.*?)(?=\n\t<0x|\Z)", m.group(1), re.S)
+
+
+@pytest.mark.parametrize("arch, shared", [("sm_90", 64), ("sm_80", 1000), ("sm_86", 16)])
+def test_cubin_facts_match_cuobjdump(arch, shared, tmp_path):
+  assert find_ptxas() is not None, "ptxas missing: the nvidia-cuda-nvcc wheel is a test dependency (noxfile)"
+  n = f"{arch}_{shared}"
+  lib = PTXCompiler(arch, use_ptxas=True).compile(PTX.format(arch=arch, n=n, shared=shared))
+  info = cubin.load_kernel_info(lib, f"k_{n}")
+  dump = _dump(lib, tmp_path)
+  assert f"sm={arch[3:]}" in dump and info.arch == arch
+  fmt = {"EIFMT_NVAL": cubin.EIFMT_NVAL, "EIFMT_BVAL": cubin.EIFMT_BVAL, "EIFMT_HVAL": cubin.EIFMT_HVAL,
+         "EIFMT_SVAL": cubin.EIFMT_SVAL}
+  ids = {"EIATTR_PARAM_CBANK": cubin.EIATTR_PARAM_CBANK, "EIATTR_FRAME_SIZE": cubin.EIATTR_FRAME_SIZE,
+         "EIATTR_MIN_STACK_SIZE": cubin.EIATTR_MIN_STACK_SIZE, "EIATTR_KPARAM_INFO": cubin.EIATTR_KPARAM_INFO,
+         "EIATTR_CBANK_PARAM_SIZE": cubin.EIATTR_CBANK_PARAM_SIZE, "EIATTR_MAXREG_COUNT": cubin.EIATTR_MAXREG_COUNT,
+         "EIATTR_REGCOUNT": cubin.EIATTR_REGCOUNT}
+  from tiny_runtime_nv.elf import ELF
+  elf = ELF(lib)
+  for section in (".nv.info", f".nv.info.k_{n}"):
+    theirs = _attributes(dump, section)
+    ours = cubin._attributes(elf.data(section))
+    assert len(ours) == len(theirs), section
+    for (f, a, _), (name, tfmt, _) in zip(ours, theirs):
+      assert f == fmt[tfmt], (section, name)
+      if name in ids: assert a == ids[name], name
+    seen = {name for name, _, _ in theirs}
+    if section == ".nv.info": assert {"EIATTR_REGCOUNT", "EIATTR_MIN_STACK_SIZE"} <= seen
+    else: assert {"EIATTR_KPARAM_INFO", "EIATTR_PARAM_CBANK", "EIATTR_CBANK_PARAM_SIZE"} <= seen
+  values = {name: v for name, _, v in _attributes(dump, ".nv.info")}
+  assert int(re.search(r"register count: (\d+)", values["EIATTR_REGCOUNT"]).group(1)) == info.registers
+  assert int(re.search(r"min stack size: (0x[0-9a-f]+)", values["EIATTR_MIN_STACK_SIZE"]).group(1), 16) == \
+    info.local_size
+  kernel = _attributes(dump, f".nv.info.k_{n}")
+  params = [tuple(int(x, 16) for x in re.search(r"Ordinal : (0x\w+)\tOffset  : (0x\w+)\tSize    : (0x\w+)", v).groups())
+            for name, _, v in kernel if name == "EIATTR_KPARAM_INFO"]
+  assert sorted(params) == [(p.ordinal, p.offset, p.size) for p in info.params]
+  assert [p.size for p in info.params] == [8, 8, 4, 8, 4]
+  cbank = next(v for name, _, v in kernel if name == "EIATTR_PARAM_CBANK")
+  packed = int(re.match(r"\s*0x\w+ (0x\w+)", cbank).group(1), 16)  # cuobjdump: symbol, then size << 16 | offset
+  assert (packed & 0xFFFF, packed >> 16) == (info.param_offset, info.param_size) and info.param_size == 0x24
+  shared_sec = re.search(rf"^\s+\w+\s+\w+\s+(\w+)\s+0\s+\w+\s+NOBITS\s+\w+\s+\w+\s+\w+ \.nv\.shared\.k_{n}$", dump,
+                         re.M)
+  assert shared_sec and int(shared_sec.group(1), 16) == info.shared_size >= shared
+
+
+def test_a_kernel_that_is_not_there_and_bytes_that_are_no_cubin():
+  lib = PTXCompiler("sm_90", use_ptxas=True).compile(PTX.format(arch="sm_90", n="x", shared=4))
+  with pytest.raises(cubin.CubinError, match=r"no kernel 'nope'; it has \['k_x'\]"): cubin.load_kernel_info(lib, "nope")
+  with pytest.raises(cubin.CubinError, match="not a cubin"): cubin.load_kernel_info(b".version 7.8", "k_x")
