@@ -31,8 +31,13 @@ PACKAGES = ["tiny-uop", "tiny-codegen", "tiny-runtime-cpu", "tiny-runtime-amd", 
 # torch is a test-only dependency (gradients are checked against it); ==2.13.0 is the CPU build that this
 # project's machines keep on disk (a looser pin would download a multi-GB CUDA build); hatchling lets
 # tests/test_plugin_template.py build the template plugin without reaching an index
+# Test toolchains come from PyPI too, so `nox -s tests` needs nothing but Python and pip (found by
+# tiny_uop.tools.find_tool when they are not on PATH): ziglang bundles clang (`zig cc`, `zig clang`) and ld.lld
+# (CPU:CLANG, AMD code objects linked by lld); pyelftools and msgpack decode the AMD code objects independently of
+# our linker (instead of llvm-readelf, which no PyPI package ships)
+TOOL_DEPS = ["ziglang", "pyelftools", "msgpack"]
 TEST_DEPS = ["pytest>=8", "hypothesis>=6", "numpy>=1.24", "torch==2.13.0", "hatchling>=1.18", "scikit-learn",
-             "ml_dtypes"]
+             "ml_dtypes", *TOOL_DEPS]
 BENCH_DEPS = ["numpy>=1.24", "torch==2.13.0", "tinygrad==0.14.0"]  # tinygrad's CPU backend also needs clang
 
 

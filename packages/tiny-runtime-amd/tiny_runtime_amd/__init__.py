@@ -8,4 +8,4 @@ from tiny_uop.plugins import DevicePlugin
 
 __all__ = ["plugin"]
 
-plugin = DevicePlugin("AMD", "tiny_runtime_amd.device:AMDDevice", priority=10)
+plugin = DevicePlugin("AMD", "tiny_runtime_amd.device:AMDDevice", priority=10, interfaces=("MOCK",))

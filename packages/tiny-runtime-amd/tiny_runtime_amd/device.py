@@ -3,8 +3,9 @@
 `AMDDevice(HCQCompiled)` opens KFD through a `FileIOInterface` (`KFDIface`), creates one PM4 compute queue and one
 SDMA copy queue (rings in host-visible memory, doorbells mmapped from /dev/kfd), keeps signals in a host-visible page,
 loads code objects (`AMDProgram`) and copies through host staging buffers (`HCQAllocator`).
-Without an AMD GPU, `AMDDevice("AMD")` raises RuntimeError("no AMD GPU (/dev/kfd missing)"), which the registry
-reports; `DEV=MOCK+AMD` always works (an in-process gfx1100 with the RDNA3 emulator).
+Without an AMD GPU, `AMDDevice("AMD")` raises DeviceUnavailableError("no /dev/kfd ...; for an emulated AMD GPU use
+DEV=MOCK+AMD"), which the registry reports as it is (no traceback); `DEV=MOCK+AMD` always works (an in-process
+gfx1100 with the RDNA3 emulator).
 """
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """CPU program loading and launching with hand-written kernels (the C ABI of PIPELINE.md §4), no codegen needed:
 LLVM IR compiled by llvmlite to an ELF object (MCJIT), C compiled by clang to a shared object (ctypes), threads."""
-import shutil
 import subprocess
 import threading
 
@@ -10,6 +9,7 @@ import pytest
 from tiny_uop.device import Buffer
 from tiny_uop.dtype import dtypes
 from tiny_uop.plugins import Device
+from tiny_uop.tools import find_tool, tool_status
 
 # void name(float* d0, float* d1, float* d2, int n, int core_id): d0[i] = d1[i] OP d2[i] over this thread's share
 LLVM_IR = """
@@ -59,9 +59,10 @@ def llvm_obj(name="k", op="fadd", nthreads=1) -> bytes:
 
 
 def clang_so(tmp_path, name="k", op="+", nthreads=1) -> bytes:
-  if shutil.which("clang") is None: pytest.skip("clang is not installed (apt-get install clang)")
+  cc = find_tool("cc")
+  assert cc is not None, tool_status("cc")
   (tmp_path / "k.c").write_text(C_SRC.format(name=name, op=op, nthreads=nthreads))
-  subprocess.run(["clang", "-O2", "-shared", "-fPIC", "-o", str(tmp_path / "k.so"), str(tmp_path / "k.c")], check=True)
+  subprocess.run([*cc, "-O2", "-shared", "-fPIC", "-o", str(tmp_path / "k.so"), str(tmp_path / "k.c")], check=True)
   return (tmp_path / "k.so").read_bytes()
 
 
@@ -147,7 +148,7 @@ def test_renderer_selection():
   if "LLVMRenderer" in names:
     assert names[0] == "LLVMRenderer"
     with Context(DEV="CPU:LLVM"): assert type(dev.renderer).__name__ == "LLVMRenderer"
-  if shutil.which("clang") and "ClangRenderer" in names:
+  if "ClangRenderer" in names:
     with Context(DEV="CPU:CLANG"): assert type(dev.renderer).__name__ == "ClangRenderer"
   with Context(DEV="CPU:NOPE"), pytest.raises(ValueError, match="no renderer 'NOPE'"): dev.renderer  # noqa: B018
   rname = names[0].removesuffix("Renderer").upper()

@@ -13,13 +13,13 @@ import subprocess
 import tempfile
 
 from tiny_uop.device import CompileError, Compiler
+from tiny_uop.tools import find_tool
 
 
 def find_ptxas() -> str | None:
-  """$PTXAS, else ptxas on PATH or in /usr/local/cuda/bin, else None."""
-  for c in (os.environ.get("PTXAS"), shutil.which("ptxas"), "/usr/local/cuda/bin/ptxas"):
-    if c and os.path.isfile(c) and os.access(c, os.X_OK): return c
-  return None
+  """$PTXAS, else ptxas on PATH or in /usr/local/cuda/bin, else the one in the nvidia-cuda-nvcc wheel, else None
+  (`tiny_uop.tools.find_tool`)."""
+  return cmd[0] if (cmd := find_tool("ptxas")) is not None else None
 
 
 def _numbered(src: str) -> str: return "\n".join(f"{i + 1:4d} {line}" for i, line in enumerate(src.splitlines()))
