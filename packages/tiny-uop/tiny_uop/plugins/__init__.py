@@ -38,8 +38,8 @@ from tiny_uop.target import Target
 if TYPE_CHECKING: import importlib.metadata
 
 __all__ = ["PLUGIN_API", "api_mismatch", "DEVICE_GROUP", "RENDERER_GROUP", "DevicePlugin", "PluginRecord",
-           "UnknownDeviceError", "DeviceUnavailableError", "Device", "register_device", "unregister_device", "renderers",
-           "load_renderer"]
+           "UnknownDeviceError", "DeviceUnavailableError", "Device", "register_device", "unregister_device",
+           "renderers", "load_renderer"]
 
 PLUGIN_API: tuple[int, int] = (0, 2)  # 0.2 added DevicePlugin.interfaces
 """(major, minor) of the plugin contract (docs/PLUGINS.md). A plugin declares the version it was built for
