@@ -353,10 +353,17 @@ def test_plugin_package_checks_fail_on_bad_packages():
   """tiny_uop.plugins.testing (used by every runtime package's tests) rejects what it should."""
   from tiny_uop.plugins.testing import check_descriptor, check_entry_point, check_import_is_cheap
   good = DevicePlugin("GOOD", "good_pkg.device:GoodDevice", priority=20)
-  check_descriptor(good, "GOOD", "good_pkg")
+  check_descriptor(good, "GOOD", "good_pkg", gpu=True)
   with pytest.raises(AssertionError, match="named 'GOOD', expected 'BAD'"): check_descriptor(good, "BAD", "good_pkg")
+  slow = DevicePlugin("SLOW", "good_pkg.device:X", priority=95, default_ok=False)
+  check_descriptor(slow, "SLOW", "good_pkg")  # the default: no GPU promises, fine for an accelerator-less device
+  with pytest.raises(AssertionError, match="can never be the default"): check_descriptor(slow, "SLOW", "good_pkg", True)
   with pytest.raises(AssertionError, match="GPUs come before CPU"):
-    check_descriptor(DevicePlugin("SLOW", "good_pkg.device:X", priority=95), "SLOW", "good_pkg")
+    check_descriptor(DevicePlugin("SLOW", "good_pkg.device:X", priority=95), "SLOW", "good_pkg", gpu=True)
+  check_descriptor(DevicePlugin("OLD", "good_pkg.device:X", api=(PLUGIN_API[0], 0)), "OLD", "good_pkg")
+  with pytest.raises(AssertionError, match="newer than this tiny-uop"):
+    check_descriptor(DevicePlugin("NEW", "good_pkg.device:X", api=(PLUGIN_API[0], PLUGIN_API[1] + 1)), "NEW",
+                     "good_pkg")
   with pytest.raises(AssertionError, match="is not registered"): check_entry_point("NOPE", "x:y", "z")
   with pytest.raises(AssertionError, match=r"import tiny_uop imported \["): check_import_is_cheap("tiny_uop")
 
