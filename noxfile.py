@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
+import zipfile
 import sys
 from pathlib import Path
 
@@ -36,9 +38,17 @@ PACKAGES = ["tiny-uop", "tiny-codegen", "tiny-runtime-cpu", "tiny-runtime-amd", 
 # (CPU:CLANG, AMD code objects linked by lld); pyelftools and msgpack decode the AMD code objects independently of
 # our linker (instead of llvm-readelf, which no PyPI package ships)
 TOOL_DEPS = ["ziglang", "pyelftools", "msgpack"]
-TEST_DEPS = ["pytest>=8", "hypothesis>=6", "numpy>=1.24", "torch==2.13.0", "hatchling>=1.18", "scikit-learn",
+TEST_DEPS = ["pytest>=8", "hypothesis>=6", "numpy>=1.24", "torch==2.13.0", "hatchling>=1.27", "scikit-learn",
              "ml_dtypes", *TOOL_DEPS]
 BENCH_DEPS = ["numpy>=1.24", "torch==2.13.0", "tinygrad==0.14.0"]  # tinygrad's CPU backend also needs clang
+
+
+def package_version(pkg: str) -> str:
+  """A package's version, read where it is written: ``__version__`` in its ``__init__.py`` (hatch reads it there)."""
+  init = ROOT / "packages" / pkg / pkg.replace("-", "_") / "__init__.py"
+  m = re.search(r'^__version__ = "([^"]+)"', init.read_text(), re.M)
+  if m is None: raise RuntimeError(f"{init} has no __version__ line")
+  return m.group(1)
 
 
 def _editables() -> list[str]:
@@ -51,7 +61,9 @@ def _shared_test_python(session: nox.Session) -> str:
   py = venv / "bin" / "python"
   stamp = venv / ".tiny-installed"
   h = hashlib.sha256(" ".join(TEST_DEPS + [sys.version]).encode())
-  for p in PACKAGES: h.update((ROOT / "packages" / p / "pyproject.toml").read_bytes())
+  for p in PACKAGES:
+    h.update((ROOT / "packages" / p / "pyproject.toml").read_bytes())
+    h.update(package_version(p).encode())  # the version is dynamic: written in the package's __init__.py
   want = h.hexdigest()
   if not py.exists():
     session.run(sys.executable, "-m", "venv", str(venv), external=True)
@@ -119,8 +131,9 @@ WHEEL_SMOKE = "from tiny_tensor import Tensor; r = (Tensor([1,2,3])+1).tolist();
 
 @nox.session
 def wheels(session: nox.Session) -> None:
-  """Build every wheel; in a fresh venv install tiny-tensor from those wheels only, smoke-test it on CPU, then add
-  tiny-runtime-amd and check that the AMD device is listed by ``python -m tiny_uop.plugins``."""
+  """Build every wheel and check its metadata (license and LICENSE file, URLs, classifiers, README); in a fresh venv
+  install tiny-tensor from those wheels only, smoke-test it on CPU, then add tiny-runtime-amd and check that the AMD
+  device is listed by ``python -m tiny_uop.plugins``."""
   dist = ROOT / "build" / "wheels"
   shutil.rmtree(dist, ignore_errors=True)
   dist.mkdir(parents=True)
@@ -129,6 +142,13 @@ def wheels(session: nox.Session) -> None:
   built = sorted(f.name for f in dist.glob("*.whl"))
   session.log(f"built {len(built)} wheels: {', '.join(built)}")
   if len(built) != len(PACKAGES): session.error(f"expected {len(PACKAGES)} wheels, got {built}")
+  for whl in sorted(dist.glob("*.whl")):  # what PyPI shows: license, its text, URLs, classifiers, the README
+    with zipfile.ZipFile(whl) as z:
+      meta = z.read(next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))).decode()
+      has_license = any(n.endswith(".dist-info/licenses/LICENSE") for n in z.namelist())
+    missing = [k for k in ("License-Expression: MIT", "Project-URL: Documentation, ", "Classifier: ",
+                           "Description-Content-Type: text/markdown") if k not in meta]
+    if missing or not has_license: session.error(f"{whl.name}: metadata lacks {missing or 'the LICENSE file'}")
 
   tmp = Path(session.create_tmp()).resolve()
   venv = tmp / "wheel-venv"
@@ -138,12 +158,14 @@ def wheels(session: nox.Session) -> None:
   pip = [py, "-m", "pip", "install", "--disable-pip-version-check", "-q"]
   # third-party dependencies from the index first, then every tiny-* strictly from the wheel folder
   session.run(*pip, "numpy>=1.24", "llvmlite>=0.43", "cffi>=1.15", external=True)
-  session.run(*pip, "--no-index", "--find-links", str(dist), "tiny-tensor==0.1.0", external=True)
+  session.run(*pip, "--no-index", "--find-links", str(dist), f"tiny-tensor=={package_version('tiny-tensor')}",
+              external=True)
   with session.chdir(tmp):  # away from the checkout, so only the installed wheels can be imported
     session.run(py, "-c", "import tiny_uop, sys; assert 'site-packages' in tiny_uop.__file__, tiny_uop.__file__",
                 external=True)
     session.run(py, "-c", WHEEL_SMOKE, external=True)
-    session.run(*pip, "--no-index", "--find-links", str(dist), "tiny-runtime-amd==0.1.0", external=True)
+    session.run(*pip, "--no-index", "--find-links", str(dist), f"tiny-runtime-amd=={package_version('tiny-runtime-amd')}",
+                external=True)
     out = session.run(py, "-m", "tiny_uop.plugins", external=True, silent=True) or ""
     print(out)
     if not any(line.split()[:2] == ["device", "AMD"] for line in str(out).splitlines()):
