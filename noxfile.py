@@ -164,8 +164,8 @@ def wheels(session: nox.Session) -> None:
     session.run(py, "-c", "import tiny_uop, sys; assert 'site-packages' in tiny_uop.__file__, tiny_uop.__file__",
                 external=True)
     session.run(py, "-c", WHEEL_SMOKE, external=True)
-    session.run(*pip, "--no-index", "--find-links", str(dist), f"tiny-runtime-amd=={package_version('tiny-runtime-amd')}",
-                external=True)
+    amd = f"tiny-runtime-amd=={package_version('tiny-runtime-amd')}"
+    session.run(*pip, "--no-index", "--find-links", str(dist), amd, external=True)
     out = session.run(py, "-m", "tiny_uop.plugins", external=True, silent=True) or ""
     print(out)
     if not any(line.split()[:2] == ["device", "AMD"] for line in str(out).splitlines()):
