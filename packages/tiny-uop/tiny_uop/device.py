@@ -1,4 +1,4 @@
-"""The device interfaces every backend implements (ARCHITECTURE.md §6).
+"""The device interfaces every backend implements (docs/ARCHITECTURE.md §6; the full contract: docs/PLUGINS.md).
 
 - `Renderer`: linear UOps -> source text; its capabilities steer the optimizer; it owns its `Compiler`.
 - `Compiler`: source -> binary bytes, with an on-disk cache keyed by content hash.
