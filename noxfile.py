@@ -83,7 +83,8 @@ def tests(session: nox.Session, package: str) -> None:
   package, _, dev = package.partition("@")
   path = ROOT / "tests" if package == "integration" else ROOT / "packages" / package / "tests"
   if not path.is_dir(): session.error(f"no test folder {path.relative_to(ROOT)} for {package!r}")
-  env = {"PYTHONDONTWRITEBYTECODE": "1", **({"DEV": dev} if dev else {})}
+  # TINY_REQUIRE_TOOLS: a test skipped for a missing tool fails (conftest.py): every test tool comes from TEST_DEPS
+  env = {"PYTHONDONTWRITEBYTECODE": "1", "TINY_REQUIRE_TOOLS": "1", **({"DEV": dev} if dev else {})}
   # pytest exits 5 when it collects no test: nox fails the session on it, as it should
   session.run(py, "-m", "pytest", str(path), *session.posargs, external=True, env=env)
 
