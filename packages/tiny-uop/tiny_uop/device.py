@@ -274,10 +274,11 @@ class Buffer:
   def _copy_of_base(self, alloc: Allocator) -> Any:
     """A view on a device whose allocator has no `_offset`: new memory holding the viewed bytes as they are now.
     Reads through it are right; writes through it (or to the base later) are not shared (docs/PLUGINS.md)."""
+    base = self.base
     opaque = alloc.alloc(self.nbytes, self.options)
     if self.nbytes:
-      host = memoryview(bytearray(self._base.nbytes))
-      alloc._copyout(host, self._base._opaque)  # the allocator directly: this is no host read of the user's
+      host = memoryview(bytearray(base.nbytes))
+      alloc._copyout(host, base._opaque)  # the allocator directly: this is no host read of the user's
       alloc._copyin(opaque, host[self.offset:self.offset + self.nbytes])
     self._copied_view = True
     return opaque

@@ -93,7 +93,7 @@ def find_tool(name: str, registry: bool = True) -> list[str] | None:
     if (exe := _executable(n)) is not None: return [exe]
   if registry:
     for b in tool.bundled:
-      if (cmd := _bundled(b)) is not None: return cmd
+      if (found := _bundled(b)) is not None: return found
   return None
 
 
