@@ -9,7 +9,7 @@ from tiny_tensor import Context, GlobalCounters, Tensor
 
 def _run(level: int, capsys) -> str:
   c = random.Random().random() + 7.0  # a constant no other test uses: a kernel compiled here for the first time
-  x = Tensor([1.0, 2.0, 3.0, 4.0]).realize()
+  x = Tensor([1.0, 2.0, 3.0, 4.0], device="CPU").realize()
   GlobalCounters.reset()
   with Context(DEBUG=level, DEV="CPU"):
     capsys.readouterr()
