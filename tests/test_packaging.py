@@ -1,4 +1,5 @@
-"""The monorepo's packaging contract (ARCHITECTURE §1): versions, sibling ranges, the dependency table, py.typed."""
+"""The monorepo's packaging contract (docs/ARCHITECTURE.md §1): versions, sibling ranges, the dependency table,
+py.typed, and the metadata a wheel shows (license, classifiers, URLs)."""
 import importlib.metadata
 import re
 import tomllib
@@ -9,7 +10,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SIBLING = {"tiny-uop", "tiny-codegen", "tiny-runtime-cpu", "tiny-runtime-amd", "tiny-runtime-nv", "tiny-runtime-qcom",
            "tiny-tensor"}
-# package -> its dependencies (names only), as in ARCHITECTURE §1; arrows only point down this table
+# package -> its dependencies (names only), as in docs/ARCHITECTURE.md §1; arrows only point down this table
 DEPS = {
   "tiny-uop": set(),
   "tiny-codegen": {"tiny-uop", "llvmlite"},
@@ -46,7 +47,8 @@ def test_pyproject(pkg):
   meta = _pyproject(pkg)
   proj = meta["project"]
   mod = pkg.replace("-", "_")
-  assert proj["name"] == pkg and proj["version"] == "0.1.0"
+  assert proj["name"] == pkg and proj["dynamic"] == ["version"] and "version" not in proj
+  assert meta["tool"]["hatch"]["version"] == {"path": f"{mod}/__init__.py"}  # the one place the version is written
   assert meta["build-system"]["build-backend"] == "hatchling.build"
   assert meta["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"] == [mod]
   assert (ROOT / "packages" / pkg / proj["readme"]).is_file()
@@ -57,6 +59,29 @@ def test_pyproject(pkg):
     if dep.split(">")[0] in SIBLING: assert dep.endswith(">=0.1,<0.2"), f"{pkg}: sibling dependency {dep!r} is no range"
   eps = proj.get("entry-points", {})
   assert eps == ENTRY_POINTS.get(pkg, {})
+  # what PyPI shows: license (with its text in the wheel), classifiers, URLs
+  assert proj["license"] == "MIT" and proj["license-files"] == ["LICENSE"]
+  assert (ROOT / "packages" / pkg / "LICENSE").read_text() == (ROOT / "LICENSE").read_text()
+  assert "Typing :: Typed" in proj["classifiers"] and "Programming Language :: Python :: 3.11" in proj["classifiers"]
+  assert not [c for c in proj["classifiers"] if c.startswith("License ::")], "PEP 639: the license field says it"
+  assert set(proj["urls"]) == {"Homepage", "Documentation", "Repository", "Changelog", "Source"}
+  assert proj["urls"]["Documentation"].endswith("/docs/ARCHITECTURE.md")
+  assert proj["urls"]["Source"].endswith(f"/packages/{pkg}")
+
+
+def _init_version(pkg: str) -> str:
+  init = (ROOT / "packages" / pkg / pkg.replace("-", "_") / "__init__.py").read_text()
+  m = re.search(r'^__version__ = "([^"]+)"', init, re.M)
+  assert m, f"{pkg}: no __version__ line in its __init__.py"
+  return m.group(1)
+
+
+@pytest.mark.parametrize("pkg", sorted(SIBLING))
+def test_version_from_one_place(pkg):
+  """__version__ is written once, in the package's __init__.py: the installed metadata and the import agree."""
+  import importlib
+  assert _init_version(pkg) == "0.1.0"
+  assert importlib.import_module(pkg.replace("-", "_")).__version__ == _init_version(pkg)
 
 
 @pytest.mark.parametrize("pkg", sorted(SIBLING))
@@ -64,7 +89,7 @@ def test_installed_metadata_matches(pkg):
   """The environment runs what this checkout declares (editable installs are up to date)."""
   try: dist = importlib.metadata.distribution(pkg)
   except importlib.metadata.PackageNotFoundError: pytest.fail(f"{pkg} is not installed; run the tests through nox")
-  assert dist.version == _pyproject(pkg)["project"]["version"]
+  assert dist.version == _init_version(pkg)
   got = {(ep.group, ep.name, ep.value) for ep in dist.entry_points if ep.group.startswith("tiny.")}
   declared = _pyproject(pkg)["project"].get("entry-points", {})
   want = {(g, n, v) for g, d in declared.items() if g.startswith("tiny.") for n, v in d.items()}

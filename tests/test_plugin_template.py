@@ -1,79 +1,124 @@
-"""Install examples/plugin-template into a fresh venv and check tiny discovers and opens its TEMPLATE device.
+"""The plugin template as a third party uses it: copy examples/plugin-template out of the repository, rename it with
+its rename.py, build it, install it into a fresh venv, and run its own tests (tiny's conformance suite included).
 
-The venv sees the packages of the environment running this test (the editable tiny packages, hatchling) through a
-.pth file that calls ``site.addsitedir`` on this environment's site-packages: ``python -m venv
---system-site-packages`` would only expose the base interpreter's, not those of a venv such as nox's.
+The fresh venv gets tiny's packages the way the template's README says (wheels built from this checkout, installed by
+pip with ``--find-links``, no index). Its third-party dependencies (numpy, llvmlite, pytest) are this environment's,
+linked in through a .pth file, so the test needs no network and takes seconds instead of downloading them again.
 """
-import importlib.util
+from __future__ import annotations
+
+import importlib.metadata
 import json
 import os
+import shutil
 import subprocess
 import sys
-import sysconfig
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "examples" / "plugin-template"
+TINY = ["tiny-uop", "tiny-codegen", "tiny-runtime-cpu", "tiny-tensor"]  # what the plugin and its tests need
+THIRD_PARTY = ["numpy", "llvmlite", "pytest"]  # and what they require
 
 pytestmark = pytest.mark.integration
 
 
+def _run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
+  env = {**os.environ, "DEV": "", "TINY_PLUGINS": "", "PYTHONDONTWRITEBYTECODE": "1",
+         "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INDEX": "1", **kw.pop("env", {})}
+  r = subprocess.run(cmd, capture_output=True, text=True, env=env, **kw)
+  assert r.returncode == 0, f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stdout[-4000:]}\n{r.stderr[-4000:]}"
+  return r
+
+
+def _closure(names: list[str]) -> list[importlib.metadata.Distribution]:
+  """The installed distributions `names` and everything they require (no extras), as installed here."""
+  from packaging.requirements import Requirement
+  seen: dict[str, importlib.metadata.Distribution] = {}
+  todo = list(names)
+  while todo:
+    name = todo.pop()
+    dist = importlib.metadata.distribution(name)
+    if (key := dist.metadata["Name"].lower().replace("_", "-")) in seen: continue
+    seen[key] = dist
+    for req in map(Requirement, dist.requires or ()):
+      if req.marker is None or req.marker.evaluate({"extra": ""}): todo.append(req.name)
+  return list(seen.values())
+
+
+def _link_third_party(dest: Path) -> None:
+  """Symlink the installed files (top-level folders/modules and dist-info) of THIRD_PARTY and what they require
+  into `dest`."""
+  dest.mkdir()
+  for dist in _closure(THIRD_PARTY):
+    tops = {Path(str(f)).parts[0] for f in dist.files or () if not str(f).startswith("..")}
+    for top in tops:
+      src = Path(str(dist.locate_file(top)))
+      if src.exists() and not (dest / top).exists() and "bin" != top: (dest / top).symlink_to(src)
+
+
 @pytest.fixture(scope="module")
-def venv_python(tmp_path_factory) -> str:
-  venv = tmp_path_factory.mktemp("plugin-venv") / "venv"
-  subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-  py = venv / "bin" / "python"
-  site_dir = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                            capture_output=True, text=True, check=True).stdout.strip()
-  parents = dict.fromkeys([sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]])
-  (Path(site_dir) / "_tiny_parent_env.pth").write_text(
-    "import site; " + "; ".join(f"site.addsitedir({p!r})" for p in parents) + "\n")
-  # --no-build-isolation: build with the hatchling we have, no index needed; --no-deps: tiny comes from the parent
-  isolation = ["--no-build-isolation"] if importlib.util.find_spec("hatchling") else []
-  r = subprocess.run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps", *isolation,
-                      str(TEMPLATE)], capture_output=True, text=True)
-  assert r.returncode == 0, f"pip install of the template failed:\n{r.stdout}\n{r.stderr}"
-  return str(py)
+def acme(tmp_path_factory) -> tuple[Path, str]:
+  """The template copied out, renamed to 'acme', and installed into a fresh venv: (its folder, the venv's python)."""
+  tmp = tmp_path_factory.mktemp("plugin")
+  src = tmp / "tiny-acme"
+  shutil.copytree(TEMPLATE, src, ignore=shutil.ignore_patterns("build", "dist", "*.egg-info", "__pycache__"))
+  _run([sys.executable, "rename.py", "acme"], cwd=src)
+  wheels = tmp / "wheels"
+  # tiny's wheels from this checkout and the plugin's: hatchling from this environment, no build isolation, no index
+  _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(wheels),
+        *[str(ROOT / "packages" / p) for p in TINY], str(src)])
+  venv = tmp / "venv"
+  _run([sys.executable, "-m", "venv", str(venv)])
+  py = str(venv / "bin" / "python")
+  site = Path(_run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip())
+  _link_third_party(tmp / "third-party")
+  (site / "_third_party.pth").write_text(str(tmp / "third-party") + "\n")
+  _run([py, "-m", "pip", "install", "-q", "--find-links", str(wheels), "tiny-acme[test]"])
+  return src, py
 
 
-def _run(py: str, code: str, **env: str) -> subprocess.CompletedProcess:
-  env = {**os.environ, "DEV": "", "TINY_PLUGINS": "", **env}
-  return subprocess.run([py, "-c", code], capture_output=True, text=True, env=env, cwd=str(TEMPLATE.parent))
+def test_renamed_everywhere(acme):
+  src, _ = acme
+  assert (src / "tiny_acme" / "device.py").is_file() and not (src / "tiny_plugin_template").exists()
+  for f in src.rglob("*"):
+    if f.is_file() and f.name != "rename.py" and f.suffix in (".py", ".toml", ".md"):
+      text = f.read_text()  # (the README may still say where the template lives in tiny: examples/plugin-template)
+      assert "tiny_plugin_template" not in text and "tiny-plugin-template" not in text and "TEMPLATE" not in text, f
 
 
-def test_template_is_discovered(venv_python):
-  r = subprocess.run([venv_python, "-m", "tiny_uop.plugins", "--json"], capture_output=True, text=True,
-                     env={**os.environ, "DEV": "", "TINY_PLUGINS": ""})
-  assert r.returncode == 0, r.stderr
-  rows = {row["name"]: row for row in json.loads(r.stdout) if row["kind"] == "device"}
-  assert "TEMPLATE" in rows, f"TEMPLATE not discovered; devices: {sorted(rows)}"
-  assert (rows["TEMPLATE"]["package"], rows["TEMPLATE"]["version"]) == ("tiny-plugin-template", "0.1.0")
-  r = _run(venv_python, "from tiny_uop.plugins import Device; p = Device.plugin('TEMPLATE');"
-                        "print(p.target, p.default_ok, 'TEMPLATE' in Device.installed())")
-  assert r.returncode == 0, r.stderr
-  assert r.stdout.split() == ["tiny_plugin_template.device:TemplateDevice", "False", "True"]
+def test_installed_from_wheels_in_the_venv(acme):
+  """tiny comes from the venv's site-packages (the wheels), not from this checkout."""
+  _, py = acme
+  code = ("import tiny_uop, tiny_tensor, tiny_acme; "
+          "print(all('site-packages' in m.__file__ for m in (tiny_uop, tiny_tensor, tiny_acme)))")
+  assert _run([py, "-c", code], cwd="/").stdout.strip() == "True"
+
+
+def test_listed_by_the_plugin_cli(acme):
+  _, py = acme
+  rows = {r["name"]: r for r in json.loads(_run([py, "-m", "tiny_uop.plugins", "--json"], cwd="/").stdout)}
+  assert (rows["ACME"]["package"], rows["ACME"]["version"], rows["ACME"]["status"]) == ("tiny-acme", "0.1.0", "ok")
+
+
+def test_its_own_tests_pass(acme):
+  """The plugin's tests: descriptor, cheap import, a tensor program, and the conformance suite."""
+  src, py = acme
+  r = _run([py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"], cwd=src)
+  assert " passed" in r.stdout and "failed" not in r.stdout and "skipped" not in r.stdout, r.stdout
+
+
+def test_conformance_cli(acme):
+  _, py = acme
+  out = _run([py, "-m", "tiny_tensor.conformance", "--device", "ACME", "--only", "views,jit"], cwd="/").stdout
+  rows = [line.split() for line in out.splitlines()]
+  assert ["views", "views", "of", "realized", "buffers", "pass"] in [r[:6] for r in rows], out
+  assert out.splitlines()[-1] == "7 passed, 0 failed, 0 n/a", out
 
 
 def test_template_is_not_in_this_environment():
-  """The install went to the venv only: this test's own environment does not list TEMPLATE."""
-  from importlib.metadata import entry_points
-  assert "TEMPLATE" not in {ep.name for ep in entry_points(group="tiny.devices")}
-
-
-def test_template_opens(venv_python):
-  r = _run(venv_python, "from tiny_uop.plugins import Device; from tiny_runtime_cpu.cpu import CPUDevice\n"
-                        "d = Device['TEMPLATE']; print(type(d).__name__, isinstance(d, CPUDevice))")
-  assert r.returncode == 0, r.stderr
-  assert r.stdout.split() == ["TemplateDevice", "True"]
-
-
-def test_template_runs_a_tensor_program(venv_python):
-  r = _run(venv_python, "from tiny_tensor import Tensor\n"
-                        "t = Tensor([1, 2, 3], device='TEMPLATE') + 1\nprint(t.device, t.tolist())")
-  assert r.returncode == 0, r.stderr
-  assert r.stdout.strip() == "TEMPLATE [2, 3, 4]"
-  r = _run(venv_python, "from tiny_tensor import Tensor\nprint((Tensor([1, 2, 3]) * 2).tolist())", DEV="TEMPLATE")
-  assert r.returncode == 0, r.stderr
-  assert r.stdout.strip() == "[2, 4, 6]"
+  """The install went to the venv only: this test's own environment does not list the plugin."""
+  names = {ep.name for ep in importlib.metadata.entry_points(group="tiny.devices")}
+  assert "TEMPLATE" not in names and "ACME" not in names

@@ -14,7 +14,7 @@ def test_renderers_registered():
 
 
 def test_never_imports_tensor_or_runtimes():
-  """ARCHITECTURE §1: tiny-codegen must never import tiny-tensor or a runtime."""
+  """docs/ARCHITECTURE.md §1: tiny-codegen must never import tiny-tensor or a runtime."""
   import subprocess
   import sys
   code = ("import sys, pkgutil, importlib, tiny_codegen\n"

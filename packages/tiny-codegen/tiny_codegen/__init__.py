@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["to_program", "get_program", "spec_from_program", "lower"]
+__all__ = ["to_program", "get_program", "spec_from_program", "lower", "__version__"]
+__version__ = "0.1.0"  # the package version (pyproject.toml reads it from here)
 
 
 def __getattr__(name: str) -> Any:  # lazy: `import tiny_codegen` stays cheap (no llvmlite until it is needed)

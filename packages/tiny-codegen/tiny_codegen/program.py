@@ -80,7 +80,7 @@ def _to_program(ast: UOp, renderer: Renderer, key: tuple) -> UOp:
   named = ast.replace(arg=KernelInfo(name, info_arg.opts_to_apply, info_arg.applied_opts, info_arg.dont_use_locals))
   low = lower(named, renderer)
   src = renderer.render(low.uops)
-  if DEBUG >= 4: print(src)
+  if DEBUG >= 4: print(f"*** source of {name} ({type(renderer).__name__}):\n{src}")  # once: this is cached
   lib = renderer.compiler.compile_cached(src)
   params, dvars = kernel_params(low.uops)
   vars_by_name: dict[str, UOp] = {}

@@ -109,6 +109,11 @@ def test_vop1_float_and_bit_counting():
   assert w.vgpr[5] == [int(v) & M32 for v in e]
   assert w.vgpr[6] == [M32 if v == 0 else 32 - v.bit_length() for v in ints]  # v_clz_i32_u32
   assert w.vgpr[7] == [M32 if v == 0 else (v & -v).bit_length() - 1 for v in ints]  # v_ctz_i32_b32
+  # v_cls_i32: leading bits equal to the sign bit, counted from bit 30 (bit 31 - i is the first that differs)
+  sints = [0, M32, 1, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFE, 0x40000000, 0xC0000000] + rng.integers(0, 2**32, 24).tolist()
+  wc = run(vop1(59, 2, V(1)), vgpr={1: sints})
+  want = [next((i for i in range(1, 32) if (v >> (31 - i)) & 1 != v >> 31), M32) for v in sints]
+  assert wc.vgpr[2] == want and want[:8] == [M32, M32, 31, 1, 1, 31, 1, 2]
   assert w.vgpr[8] == [int(np.floor(v)) & M32 for v in x]
   assert w.vgpr[9] == [int(np.floor(np.float64(v) + 0.5)) & M32 for v in x]
   np.testing.assert_array_equal(f(10), np.sin(2 * np.pi * (np.arange(32) / 16)).astype(np.float32))  # revolutions

@@ -6,6 +6,7 @@ no driver code; `tiny_runtime_amd.device` is imported on the first ``Device["AMD
 """
 from tiny_uop.plugins import DevicePlugin
 
-__all__ = ["plugin"]
+__all__ = ["plugin", "__version__"]
+__version__ = "0.1.0"  # the package version (pyproject.toml reads it from here)
 
-plugin = DevicePlugin("AMD", "tiny_runtime_amd.device:AMDDevice", priority=10)
+plugin = DevicePlugin("AMD", "tiny_runtime_amd.device:AMDDevice", priority=10, interfaces=("MOCK",))

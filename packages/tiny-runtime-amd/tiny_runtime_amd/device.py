@@ -5,8 +5,9 @@ SDMA copy queue (rings in host-visible memory, doorbells mmapped from /dev/kfd),
 loads code objects (`AMDProgram`) and copies through host staging buffers (`AMDAllocator`); a copy between two AMD
 devices of the process runs on the destination's SDMA engine over a peer mapping of the source memory. A thread
 waiting for a signal spins briefly, then sleeps in KFD's WAIT_EVENTS until the GPU's interrupt for the device's event.
-Without an AMD GPU, `AMDDevice("AMD")` raises RuntimeError("no AMD GPU (/dev/kfd missing)"), which the registry
-reports; `DEV=MOCK+AMD` always works (an in-process pair of gfx1100s running code in the RDNA3 emulator).
+Without an AMD GPU, `AMDDevice("AMD")` raises DeviceUnavailableError("no /dev/kfd ...; for an emulated AMD GPU use
+DEV=MOCK+AMD"), which the registry reports as it is (no traceback); `DEV=MOCK+AMD` always works (an in-process pair
+of gfx1100s running code in the RDNA3 emulator).
 """
 from __future__ import annotations
 

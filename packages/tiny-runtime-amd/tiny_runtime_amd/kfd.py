@@ -274,7 +274,10 @@ class KFDIface:
 
   def __init__(self, dev_id: int = 0, fio: type[FileIOInterface] = FileIOInterface):
     self.fio = fio
-    if not fio.exists(KFD_PATH): raise RuntimeError(f"no AMD GPU ({KFD_PATH} missing)")
+    if not fio.exists(KFD_PATH):
+      from tiny_uop.plugins import DeviceUnavailableError
+      raise DeviceUnavailableError(f"no {KFD_PATH} (no AMD GPU driver on this machine); for an emulated AMD GPU use "
+                                   "DEV=MOCK+AMD")
     if not fio.access(KFD_PATH, os.R_OK | os.W_OK):
       raise RuntimeError(f"{KFD_PATH} is not readable and writable by this user: join the 'render' and 'video' groups "
                          "(sudo usermod -aG render,video $USER, then log in again)")

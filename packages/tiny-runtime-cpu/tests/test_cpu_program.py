@@ -1,6 +1,5 @@
 """CPU program loading and launching with hand-written kernels (the C ABI of PIPELINE.md §4), no codegen needed:
 LLVM IR compiled by llvmlite to an ELF object (MCJIT), C compiled by clang to a shared object (ctypes), threads."""
-import shutil
 import subprocess
 import threading
 
@@ -10,6 +9,7 @@ import pytest
 from tiny_uop.device import Buffer
 from tiny_uop.dtype import dtypes
 from tiny_uop.plugins import Device
+from tiny_uop.tools import find_tool, tool_status
 
 # void name(float* d0, float* d1, float* d2, int n, int core_id): d0[i] = d1[i] OP d2[i] over this thread's share
 LLVM_IR = """
@@ -59,9 +59,10 @@ def llvm_obj(name="k", op="fadd", nthreads=1) -> bytes:
 
 
 def clang_so(tmp_path, name="k", op="+", nthreads=1) -> bytes:
-  if shutil.which("clang") is None: pytest.skip("clang is not installed (apt-get install clang)")
+  cc = find_tool("cc")
+  assert cc is not None, tool_status("cc")
   (tmp_path / "k.c").write_text(C_SRC.format(name=name, op=op, nthreads=nthreads))
-  subprocess.run(["clang", "-O2", "-shared", "-fPIC", "-o", str(tmp_path / "k.so"), str(tmp_path / "k.c")], check=True)
+  subprocess.run([*cc, "-O2", "-shared", "-fPIC", "-o", str(tmp_path / "k.so"), str(tmp_path / "k.c")], check=True)
   return (tmp_path / "k.so").read_bytes()
 
 
@@ -147,7 +148,7 @@ def test_renderer_selection():
   if "LLVMRenderer" in names:
     assert names[0] == "LLVMRenderer"
     with Context(DEV="CPU:LLVM"): assert type(dev.renderer).__name__ == "LLVMRenderer"
-  if shutil.which("clang") and "ClangRenderer" in names:
+  if "ClangRenderer" in names:
     with Context(DEV="CPU:CLANG"): assert type(dev.renderer).__name__ == "ClangRenderer"
   with Context(DEV="CPU:NOPE"), pytest.raises(ValueError, match="no renderer 'NOPE'"): dev.renderer  # noqa: B018
   rname = names[0].removesuffix("Renderer").upper()
@@ -157,8 +158,59 @@ def test_renderer_selection():
 
 def test_clang_missing_message(monkeypatch):
   import tiny_runtime_cpu.cpu as cpu
-  monkeypatch.setattr(cpu.shutil, "which", lambda _: None)
-  with pytest.raises(RuntimeError, match="apt-get install clang"): Device["CPU"].select_renderer("CLANG")
+  monkeypatch.setattr(cpu, "find_tool", lambda name: None)
+  with pytest.raises(RuntimeError, match=r"needs a C compiler \(clang or gcc\).*pip install ziglang.*CPU:LLVM"):
+    Device["CPU"].select_renderer("CLANG")
+
+
+def test_cpu_clang_needs_any_c_compiler_not_clang(monkeypatch):
+  """DEV=CPU:CLANG takes whichever C compiler find_tool("cc") gives (here: gcc's name, with no clang anywhere)."""
+  import tiny_runtime_cpu.cpu as cpu
+  monkeypatch.setattr(cpu, "find_tool", lambda name: ["/usr/bin/gcc"] if name == "cc" else None)
+  assert type(Device["CPU"].select_renderer("CLANG")).__name__ == "ClangRenderer"
+
+
+def _c_compilers() -> dict[str, list[str]]:
+  """Every C compiler on this machine: ziglang's (a test dependency: always), and clang and gcc where installed."""
+  import shutil
+  out = {"zig cc": _zig_cc()}
+  for name in ("clang", "gcc"):
+    if (p := shutil.which(name)) is not None: out[name] = [p]
+  return out
+
+
+def _zig_cc() -> list[str]:
+  from tiny_uop.tools import TOOLS, _bundled
+  cmd = next((c for b in TOOLS["cc"].bundled if (c := _bundled(b)) is not None), None)
+  assert cmd is not None, "ziglang (a test dependency) is not installed"
+  return cmd
+
+
+@pytest.mark.parametrize("compiler", list(_c_compilers()))
+def test_c_renderer_runs_with_each_c_compiler(compiler, monkeypatch):
+  """The C renderer's kernels (float, half, int) compile and run with every C compiler there is, gcc included."""
+  from tiny_codegen import get_program
+  from tiny_codegen.renderer.cstyle import ClangRenderer
+  from tiny_uop import KernelInfo, Ops, UOp
+  cmd = _c_compilers()[compiler]
+  monkeypatch.setenv("CC", " ".join(cmd))
+  monkeypatch.setenv("CACHELEVEL", "0")
+  r = ClangRenderer()
+  assert r.compiler.cmd == cmd and r.compiler.is_clang == (compiler != "gcc")
+  assert r.half_type == ("_Float16" if compiler == "gcc" else "__fp16")
+  dev = Device["CPU"]
+  for dt in (dtypes.float32, dtypes.float16, dtypes.int32):
+    n = 37
+    c, a = UOp(Ops.PARAM, dt.ptr(n), arg=0), UOp(Ops.PARAM, dt.ptr(n), arg=1)
+    i = UOp.range(n, 0)
+    ast = c.index(i).store(a.index(i).load() * UOp.const(dt, 3) + UOp.const(dt, 1)).sink(
+      arg=KernelInfo(f"cc_{compiler.replace(' ', '_')}_{dt.name.replace(' ', '_')}"))
+    spec = get_program(ast, r)
+    npdt = {dtypes.float32: np.float32, dtypes.float16: np.float16, dtypes.int32: np.int32}[dt]
+    x = np.arange(n).astype(npdt)
+    out, inp = Buffer("CPU", n, dt).allocate(), Buffer("CPU", n, dt, initial_value=x.tobytes())
+    dev.get_program(spec.name, spec.lib)(out._buf, inp._buf, global_size=spec.global_size, vals=(), wait=True)
+    np.testing.assert_array_equal(np.frombuffer(out.as_buffer(), npdt), x * npdt(3) + npdt(1))
 
 
 def test_pool_after_fork():

@@ -1,5 +1,4 @@
 """The NULL device compiles with whatever renderer DEV names and runs nothing."""
-import shutil
 
 import numpy as np
 import pytest
@@ -22,7 +21,6 @@ def add_ast(n=64):
 
 @pytest.mark.parametrize("dev", RENDERERS)
 def test_compile_only(dev):
-  if "CLANG" in dev and shutil.which("clang") is None: pytest.skip("clang is not installed")
   from tiny_codegen import get_program
   null = Device["NULL"]
   with Context(DEV=dev):

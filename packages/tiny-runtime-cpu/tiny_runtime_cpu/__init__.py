@@ -10,7 +10,8 @@ device modules are imported when a device is first opened (``Device["CPU"]``).
 """
 from tiny_uop.plugins import DevicePlugin
 
-__all__ = ["CPU_PLUGIN", "PYTHON_PLUGIN", "NULL_PLUGIN", "DISK_PLUGIN"]
+__all__ = ["CPU_PLUGIN", "PYTHON_PLUGIN", "NULL_PLUGIN", "DISK_PLUGIN", "__version__"]
+__version__ = "0.1.0"  # the package version (pyproject.toml reads it from here)
 
 # priority: real GPUs come first (10-40); CPU is the last real device. The others are never the default.
 CPU_PLUGIN = DevicePlugin("CPU", "tiny_runtime_cpu.cpu:CPUDevice", priority=90)

@@ -2,7 +2,8 @@
 
 - memory: 64-byte aligned host blocks (`HostAllocator`), zero-copy views and host memoryviews.
 - renderers: `LLVMRenderer` (default; LLVM IR compiled in-process by llvmlite to an ELF object, loaded with MCJIT)
-  and `ClangRenderer` (C compiled by clang to a shared object, loaded with ctypes). ``DEV=CPU:CLANG`` picks clang.
+  and `ClangRenderer` (C compiled to a shared object, loaded with ctypes, by the first of ``$CC``, clang, cc, gcc or
+  ziglang's ``zig cc``: `tiny_uop.tools.find_tool("cc")`). ``DEV=CPU:CLANG`` picks it.
 - calling convention (PIPELINE.md §4): ``void name(T0* data0, ..., int var0, ..., int core_id)``; a launch with
   ``global_size[0] == n`` calls the kernel once per ``core_id`` in ``range(n)``, spread over the thread pool
   (``CPU_THREADS=k`` sets its size; default one per core). One share runs inline on the calling thread.
@@ -12,7 +13,6 @@ from __future__ import annotations
 import ctypes
 import importlib
 import os
-import shutil
 import struct
 import tempfile
 import threading
@@ -21,6 +21,7 @@ from typing import Any
 
 from tiny_uop.device import Compiled, Program, Renderer
 from tiny_uop.helpers import CPU_THREADS, DEV
+from tiny_uop.tools import find_tool
 
 from tiny_runtime_cpu.memory import HostAllocator, HostMem
 from tiny_runtime_cpu.threads import ThreadPool, default_threads
@@ -153,9 +154,10 @@ class CPUDevice(TargetRenderer, Compiled):
     self.pool = ThreadPool(default_threads(int(CPU_THREADS.value)) - 1)  # the launching thread is one of them
 
   def select_renderer(self, name: str | None) -> Renderer:
-    if name is not None and name.upper() in ("CLANG", "C", "CLANGRENDERER") and shutil.which("clang") is None:
-      raise RuntimeError(f"DEV={self.device}:{name} needs clang, which is not installed: apt-get install clang "
-                         f"(or use {self.device}:LLVM, which needs only llvmlite)")
+    if name is not None and name.upper() in ("CLANG", "C", "CLANGRENDERER") and find_tool("cc") is None:
+      raise RuntimeError(f"DEV={self.device}:{name} needs a C compiler (clang or gcc), none is installed: apt-get "
+                         f"install clang (or gcc), or pip install ziglang; or use {self.device}:LLVM, which needs only "
+                         f"llvmlite")
     if name is not None and name.upper() == "C": name = "CLANG"
     if name is not None and name.upper() in self.renderer_errors:
       raise RuntimeError(f"renderer {name} for {self.device} failed to import: {self.renderer_errors[name.upper()]}")

@@ -15,7 +15,7 @@ CASES = [
 
 @pytest.mark.parametrize("name, attr, path, msg", CASES)
 def test_descriptor_and_entry_point(name, attr, path, msg):
-  check_plugin("tiny_runtime_nv", attr, name)
+  check_plugin("tiny_runtime_nv", attr, name, gpu=True)
 
 
 def test_import_is_cheap():

@@ -6,7 +6,8 @@ its hardware raises a RuntimeError that says why. Importing this module is cheap
 """
 from tiny_uop.plugins import DevicePlugin
 
-__all__ = ["NV_PLUGIN", "CUDA_PLUGIN"]
+__all__ = ["NV_PLUGIN", "CUDA_PLUGIN", "__version__"]
+__version__ = "0.1.0"  # the package version (pyproject.toml reads it from here)
 
-NV_PLUGIN = DevicePlugin("NV", "tiny_runtime_nv.device:NVDevice", priority=20)
-CUDA_PLUGIN = DevicePlugin("CUDA", "tiny_runtime_nv.cuda:CUDADevice", priority=25)
+NV_PLUGIN = DevicePlugin("NV", "tiny_runtime_nv.device:NVDevice", priority=20, interfaces=("MOCK",))
+CUDA_PLUGIN = DevicePlugin("CUDA", "tiny_runtime_nv.cuda:CUDADevice", priority=25, interfaces=("MOCK",))

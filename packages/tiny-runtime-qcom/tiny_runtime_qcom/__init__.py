@@ -6,7 +6,8 @@ why. Importing this module is cheap and imports no driver code.
 """
 from tiny_uop.plugins import DevicePlugin
 
-__all__ = ["QCOM_PLUGIN", "CL_PLUGIN"]
+__all__ = ["QCOM_PLUGIN", "CL_PLUGIN", "__version__"]
+__version__ = "0.1.0"  # the package version (pyproject.toml reads it from here)
 
 QCOM_PLUGIN = DevicePlugin("QCOM", "tiny_runtime_qcom.device:QCOMDevice", priority=30)
 # not a default: OpenCL is as often a CPU implementation (PoCL, which CI installs) as a GPU, and must not displace CPU

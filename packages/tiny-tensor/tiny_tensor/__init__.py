@@ -9,7 +9,8 @@ from tiny_tensor.device import Device
 from tiny_tensor.engine import GlobalCounters
 from tiny_tensor.tensor import Tensor
 
-__all__ = ["Tensor", "dtypes", "Device", "Variable", "Context", "GlobalCounters"]
+__all__ = ["Tensor", "dtypes", "Device", "Variable", "Context", "GlobalCounters", "__version__"]
+__version__ = "0.1.0"  # the package version (pyproject.toml reads it from here)
 
 try:
   from tiny_tensor.jit import TinyJit  # noqa: F401

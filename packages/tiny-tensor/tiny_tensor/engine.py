@@ -209,8 +209,7 @@ def _get_runner(ast: UOp, device: str) -> tuple[Any, Any]:
   key = (ast, type(renderer), getattr(renderer, "arch", ""), device)
   if (ret := _program_cache.get(key)) is None:
     from tiny_codegen import get_program
-    spec = get_program(ast, renderer)
-    if DEBUG >= 4: print(f"*** {spec.name} on {device}:\n{spec.src}")
+    spec = get_program(ast, renderer)  # DEBUG>=4 prints its source there, once per compile
     if getattr(spec, "estimates", None) is None:
       try: spec.estimates = {"ops": estimate_ops(ast)}
       except Exception:  # an AST the estimator doesn't understand only loses the FLOP count  # noqa: S110
@@ -244,9 +243,10 @@ def _run_kernel(ast: UOp, bufs: tuple[UOp, ...], var_vals: dict[str, int]) -> No
   GlobalCounters.global_ops += ops
   GlobalCounters.global_mem += mem
   GlobalCounters.time_sum_s += t
-  if DEBUG >= 2:
+  if DEBUG >= 2:  # running totals: kernel number, time so far
     print(f"*** {device:8s} {GlobalCounters.kernel_count:4d} {spec.name:32s} {t*1e6:9.2f} us  "
-          f"{ops/max(t, 1e-9)*1e-9:8.2f} GFLOPS  {mem/max(t, 1e-9)*1e-9:8.2f} GB/s")
+          f"{ops/max(t, 1e-9)*1e-9:8.2f} GFLOPS  {mem/max(t, 1e-9)*1e-9:8.2f} GB/s  "
+          f"total {GlobalCounters.time_sum_s*1e3:9.3f} ms")
   if _captures:
     _report(CapturedCall("kernel", tuple(buffers[i] for i in slots), device, spec, prg, spec.global_size,
                          spec.local_size, {v.arg[0]: x for v, x in zip(spec.vars, vals)}, ops, mem))
@@ -292,5 +292,21 @@ def realize(uops: list[UOp], expose: Iterable[UOp] = ()) -> dict[UOp, UOp]:
   from tiny_codegen.schedule import create_schedule
   sched = create_schedule(UOp.sink(*todo), expose)
   calls = list(sched.calls)
+  before = _totals() if DEBUG >= 1 else None
   run_schedule(calls, dict(getattr(sched, "var_vals", {}) or {}))
+  if before is not None: _print_realize(calls, before)
   return dict(sched.becomes)
+
+
+def _totals() -> tuple[int, int, int, float]:
+  return (GlobalCounters.kernel_count, GlobalCounters.global_ops, GlobalCounters.global_mem, GlobalCounters.time_sum_s)
+
+
+def _print_realize(calls: list[UOp], before: tuple[int, int, int, float]) -> None:
+  """DEBUG>=1: one line per realize: what ran, its time and rate, then the totals since GlobalCounters.reset()."""
+  k, ops, mem, t = (a - b for a, b in zip(_totals(), before))
+  copies = sum(c.src[0].op is Ops.COPY for c in calls)
+  tot = _totals()
+  print(f"realize: {k} kernels, {copies} copies, {t*1e3:.3f} ms, {ops/max(t, 1e-9)*1e-9:.2f} GFLOPS, "
+        f"{mem/max(t, 1e-9)*1e-9:.2f} GB/s | total: {tot[0]} kernels, {tot[3]*1e3:.3f} ms, {tot[1]*1e-9:.3f} GFLOP, "
+        f"{tot[2]*1e-6:.3f} MB")

@@ -7,7 +7,7 @@
 >>> out.tolist()
 [7.0, 7.0, 7.0]
 
-How it works (ARCHITECTURE.md §5.7):
+How it works (docs/ARCHITECTURE.md §5, step 7):
 - call 1 runs the function eagerly (kernels compile, lazily created weights realize);
 - call 2 runs it again while recording every CALL the engine executes: for a kernel its loaded program, the device
   buffers in argument order, launch sizes and symbolic variable names; for a COPY the two buffers; for a SLICE of an

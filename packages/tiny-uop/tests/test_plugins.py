@@ -124,9 +124,37 @@ def test_major_api_mismatch_disables_with_one_warning(fake):
   assert fake.good not in sys.modules or sys.modules[fake.good].OPENED == []  # never opened
 
 
-def test_minor_api_difference_is_fine(fake):
-  fake.reg(DevicePlugin("NEWMINORX", f"{fake.good}:GoodDevice", api=(PLUGIN_API[0], PLUGIN_API[1] + 5)))
-  assert Device["NEWMINORX"].name == "NEWMINORX"
+def test_older_minor_api_loads(fake):
+  """A plugin built for an older minor of the same major loads: a minor release only adds to the contract."""
+  assert PLUGIN_API[1] >= 1, "test needs a minor above 0 to build an older one"
+  fake.reg(DevicePlugin("OLDMINORX", f"{fake.good}:GoodDevice", api=(PLUGIN_API[0], PLUGIN_API[1] - 1)))
+  assert Device["OLDMINORX"].name == "OLDMINORX"
+
+
+def test_newer_minor_api_is_refused_with_the_fix(fake):
+  """A plugin built for a newer minor may call what this tiny-uop lacks: refused, saying what to upgrade."""
+  newer = (PLUGIN_API[0], PLUGIN_API[1] + 1)
+  fake.reg(DevicePlugin("NEWMINORX", f"{fake.good}:GoodDevice", api=newer), package="tiny-newminor")
+  with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    with pytest.raises(DeviceUnavailableError) as e: Device["NEWMINORX"]
+  msg = str(e.value)
+  ours = f"{PLUGIN_API[0]}.{PLUGIN_API[1]}"
+  assert f"built for plugin API {newer[0]}.{newer[1]}, newer than this tiny-uop's {ours}" in msg
+  assert "upgrade tiny-uop" in msg and "tiny-newminor release built for" in msg
+  assert any("NEWMINORX" in str(x.message) and "disabled" in str(x.message) for x in w)
+  assert fake.good not in sys.modules or sys.modules[fake.good].OPENED == []  # never opened
+
+
+@pytest.mark.parametrize("api, loads", [((PLUGIN_API[0], 0), True), (PLUGIN_API, True),
+                                        ((PLUGIN_API[0], PLUGIN_API[1] + 1), False),
+                                        ((PLUGIN_API[0] + 1, 0), False), ((PLUGIN_API[0] + 1, PLUGIN_API[1]), False)]
+                         + ([((PLUGIN_API[0] - 1, PLUGIN_API[1]), False)] if PLUGIN_API[0] > 0 else []))
+def test_api_mismatch_rules(api, loads):
+  from tiny_uop.plugins import api_mismatch
+  why = api_mismatch(api, "pkg")
+  assert (why is None) == loads, why
+  if not loads: assert f"built for plugin API {api[0]}.{api[1]}" in why and "pkg" in why or "upgrade tiny-uop" in why
 
 
 def test_opening_one_device_imports_only_its_module(fake):
@@ -325,9 +353,38 @@ def test_plugin_package_checks_fail_on_bad_packages():
   """tiny_uop.plugins.testing (used by every runtime package's tests) rejects what it should."""
   from tiny_uop.plugins.testing import check_descriptor, check_entry_point, check_import_is_cheap
   good = DevicePlugin("GOOD", "good_pkg.device:GoodDevice", priority=20)
-  check_descriptor(good, "GOOD", "good_pkg")
+  check_descriptor(good, "GOOD", "good_pkg", gpu=True)
   with pytest.raises(AssertionError, match="named 'GOOD', expected 'BAD'"): check_descriptor(good, "BAD", "good_pkg")
+  slow = DevicePlugin("SLOW", "good_pkg.device:X", priority=95, default_ok=False)
+  check_descriptor(slow, "SLOW", "good_pkg")  # the default: no GPU promises, fine for an accelerator-less device
+  with pytest.raises(AssertionError, match="can never be the default"): check_descriptor(slow, "SLOW", "good_pkg", True)
   with pytest.raises(AssertionError, match="GPUs come before CPU"):
-    check_descriptor(DevicePlugin("SLOW", "good_pkg.device:X", priority=95), "SLOW", "good_pkg")
+    check_descriptor(DevicePlugin("SLOW", "good_pkg.device:X", priority=95), "SLOW", "good_pkg", gpu=True)
+  check_descriptor(DevicePlugin("OLD", "good_pkg.device:X", api=(PLUGIN_API[0], 0)), "OLD", "good_pkg")
+  with pytest.raises(AssertionError, match="newer than this tiny-uop"):
+    check_descriptor(DevicePlugin("NEW", "good_pkg.device:X", api=(PLUGIN_API[0], PLUGIN_API[1] + 1)), "NEW",
+                     "good_pkg")
   with pytest.raises(AssertionError, match="is not registered"): check_entry_point("NOPE", "x:y", "z")
   with pytest.raises(AssertionError, match=r"import tiny_uop imported \["): check_import_is_cheap("tiny_uop")
+
+
+def test_plugins_cli_help():
+  r = subprocess.run([sys.executable, "-m", "tiny_uop.plugins", "--help"], capture_output=True, text=True)
+  assert r.returncode == 0 and r.stdout.startswith("usage: python -m tiny_uop.plugins"), r.stdout + r.stderr
+  assert "--json" in r.stdout and "--tools" in r.stdout
+  r = subprocess.run([sys.executable, "-m", "tiny_uop.plugins", "--bogus"], capture_output=True, text=True)
+  assert r.returncode == 2 and "unrecognized arguments: --bogus" in r.stderr
+
+
+def test_plugins_cli_lists_interfaces(fake):
+  """A descriptor's interfaces become rows of their own (MOCK+NAME), opened like the device."""
+  fake.reg(DevicePlugin("IFACEX", f"{fake.good}:GoodDevice", interfaces=("MOCK",)))
+  from tiny_uop.plugins.__main__ import rows
+  table = {r["name"]: r for r in rows() if r["kind"] == "device"}
+  assert table["IFACEX"]["status"] == "ok" and table["MOCK+IFACEX"]["status"] == "ok"
+  assert table["MOCK+IFACEX"]["reason"] == "(never chosen as the default device)"
+
+
+def test_descriptor_rejects_bad_interfaces():
+  with pytest.raises(ValueError, match="interfaces"): DevicePlugin("X", "m:c", interfaces=("mock",))
+  with pytest.raises(ValueError, match="interfaces"): DevicePlugin("X", "m:c", interfaces="MOCK")  # type: ignore[arg-type]

@@ -12,9 +12,9 @@ from tiny_uop.helpers import DEBUG, Context, ContextVar, getenv
 from tiny_uop.pattern import PatternMatcher, UPat, graph_rewrite, graph_rewrite_map
 from tiny_uop.uop import AxisType, GroupOp, KernelInfo, Ops, UOp, Variable, sint
 
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the package version (pyproject.toml reads it from here)
 from tiny_uop.plugins import PLUGIN_API  # noqa: E402  (the registry module is cheap: it scans nothing at import)
 
 __all__ = ["AddrSpace", "AxisType", "Context", "ContextVar", "DEBUG", "DType", "GroupOp", "ImageDType", "KernelInfo",
            "Ops", "PLUGIN_API", "PatternMatcher", "PtrDType", "UOp", "UPat", "Variable", "dtypes", "getenv",
-           "graph_rewrite", "graph_rewrite_map", "least_upper_dtype", "sint", "to_dtype"]
+           "graph_rewrite", "graph_rewrite_map", "least_upper_dtype", "sint", "to_dtype", "__version__"]

@@ -1,4 +1,4 @@
-"""The device interfaces every backend implements (ARCHITECTURE.md §6).
+"""The device interfaces every backend implements (docs/ARCHITECTURE.md §6; the full contract: docs/PLUGINS.md).
 
 - `Renderer`: linear UOps -> source text; its capabilities steer the optimizer; it owns its `Compiler`.
 - `Compiler`: source -> binary bytes, with an on-disk cache keyed by content hash.
@@ -116,7 +116,8 @@ T = TypeVar("T")
 
 class Allocator(Generic[T]):
   """Device memory. Subclasses implement `_alloc`, `_free`, `_copyin`, `_copyout` and optionally `_transfer`,
-  `_offset` (a view into an allocation) and `_as_buffer` (a zero-copy host memoryview)."""
+  `_offset` (a view into an allocation) and `_as_buffer` (a zero-copy host memoryview); docs/PLUGINS.md has the
+  contract. Without `_offset`, a `Buffer.view` is a copy of the viewed bytes, taken when the view is allocated."""
 
   def alloc(self, size: int, options: BufferSpec | None = None) -> T:
     if not isinstance(size, int) or size < 0:
@@ -235,6 +236,7 @@ class Buffer:
     self.device, self.size, self.dtype, self.options, self.offset = device, size, dtype, options, offset
     self._base = base
     self._opaque = opaque
+    self._copied_view = False  # a view made by copying (the allocator has no _offset): it owns its memory
     if base is not None:
       if offset < 0 or offset + self.nbytes > base.nbytes:
         raise ValueError(f"view of {self.nbytes} bytes at offset {offset} is outside its base of {base.nbytes} bytes")
@@ -263,11 +265,23 @@ class Buffer:
     if self._base is not None:
       self._base.ensure_allocated()
       alloc = self.allocator
-      if not hasattr(alloc, "_offset"): raise RuntimeError(f"device {self.device} can't make buffer views")
-      self._opaque = alloc._offset(self._base._opaque, self.nbytes, self.offset)
+      if hasattr(alloc, "_offset"): self._opaque = alloc._offset(self._base._opaque, self.nbytes, self.offset)
+      else: self._opaque = self._copy_of_base(alloc)
     else:
       self._opaque = opaque if opaque is not None else self.allocator.alloc(self.nbytes, self.options)
     return self
+
+  def _copy_of_base(self, alloc: Allocator) -> Any:
+    """A view on a device whose allocator has no `_offset`: new memory holding the viewed bytes as they are now.
+    Reads through it are right; writes through it (or to the base later) are not shared (docs/PLUGINS.md)."""
+    base = self.base
+    opaque = alloc.alloc(self.nbytes, self.options)
+    if self.nbytes:
+      host = memoryview(bytearray(base.nbytes))
+      alloc._copyout(host, base._opaque)  # the allocator directly: this is no host read of the user's
+      alloc._copyin(opaque, host[self.offset:self.offset + self.nbytes])
+    self._copied_view = True
+    return opaque
 
   @property
   def _buf(self) -> Any:
@@ -277,7 +291,7 @@ class Buffer:
   def __del__(self) -> None:
     try:
       owned = self.options is None or self.options.external_ptr is None
-      if self._opaque is not None and self._base is None and owned:
+      if self._opaque is not None and (self._base is None or self._copied_view) and owned:
         self.allocator.free(self._opaque, self.nbytes, self.options)
     except Exception:  # interpreter shutdown: the device registry may be gone already  # noqa: S110
       pass

@@ -1,4 +1,4 @@
-"""HCQ: the hardware-command-queue layer shared by command-queue GPUs (AMD, NV, QCOM) (ARCHITECTURE.md §6).
+"""HCQ: the hardware-command-queue layer shared by command-queue GPUs (AMD, NV, QCOM) (docs/ARCHITECTURE.md §6).
 
 - `FileIOInterface`: the one seam through which a driver touches the kernel (open/ioctl/mmap/read/write/listdir).
   A mock kernel driver subclasses it (the `MOCK+` interface) and the driver code above it does not change.

@@ -62,7 +62,9 @@ class Context(contextlib.ContextDecorator):
 
 
 # ***** the registry of environment flags *****
-DEBUG = ContextVar("DEBUG", 0, "verbosity: 2 a line per kernel, 4 generated source, 5/6 UOps before/after lowering")
+DEBUG = ContextVar("DEBUG", 0, "verbosity: 1 a summary per realize with totals, 2 a line per kernel with running "
+                   "totals, 3 schedule and opts, 4 each kernel's source (once), 5 linear UOps, 6 kernel ASTs, 7 every "
+                   "lowering stage")
 DEV = ContextVar("DEV", "", "target device string [IFACE+]DEVICE[:RENDERER[:ARCH]], ';'-separated")
 SPEC = ContextVar("SPEC", 0, "verify UOp graphs against the spec between passes")
 BEAM = ContextVar("BEAM", 0, "beam width for kernel optimization search (0: hand-coded heuristics)")

@@ -34,7 +34,7 @@ class FastEnum(IntEnum):
 
 
 class Ops(FastEnum):
-  """Every operation of the IR (see ARCHITECTURE.md §4)."""
+  """Every operation of the IR (see docs/ARCHITECTURE.md §4)."""
   # sources
   CONST = auto(); VCONST = auto(); BUFFER = auto(); PARAM = auto(); DEFINE_VAR = auto(); BIND = auto()  # noqa: E702
   UNIQUE = auto(); DEVICE = auto()  # noqa: E702

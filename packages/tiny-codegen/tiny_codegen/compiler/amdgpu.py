@@ -4,7 +4,8 @@
 `amdgcn-amd-amdhsa` / `arch` with llvmlite's AMDGPU backend (which writes the kernel descriptor `name.kd` in
 `.rodata` and the AMDGPU msgpack metadata note), then link it into a shared object (`ET_DYN`):
 - `linker="tiny"` (default): `link_code_object` below, our own linker for the single-object case (no tools needed);
-- `linker="lld"`: `ld.lld -shared` (`$LD_LLD` overrides the path; `apt-get install lld`), for comparison.
+- `linker="lld"`: `ld.lld -shared` (`$LD_LLD` overrides the path; `apt-get install lld` or `pip install ziglang`),
+  for comparison.
 `$AMD_LINKER` picks the default. Code object v4 (see renderer/amdgpu.py). `read_metadata(lib)` decodes the
 metadata note with our small msgpack reader; `msgpack_pack` writes msgpack. `disassemble` uses llvm-objdump.
 """
@@ -19,6 +20,7 @@ import tempfile
 from typing import Any
 
 from tiny_uop.device import CompileError, Compiler
+from tiny_uop.tools import find_tool
 
 from tiny_codegen.compiler.llvm import llvm_lock, optimize_module
 
@@ -46,11 +48,10 @@ def amdgpu_datalayout(arch: str = "gfx1100") -> str:
   return str(_target_machine(arch, 2).target_data)
 
 
-def find_ld_lld() -> str | None:
-  """$LD_LLD, else ld.lld on PATH (also versioned names such as ld.lld-15), else None."""
-  for c in (os.environ.get("LD_LLD"), "ld.lld", *(f"ld.lld-{v}" for v in range(20, 13, -1))):
-    if c and (p := shutil.which(c)): return p
-  return None
+def find_ld_lld() -> list[str] | None:
+  """The command line of ld.lld: $LD_LLD, else ld.lld on PATH (also versioned names such as ld.lld-15), else
+  ``zig ld.lld`` from the ziglang package, else None (`tiny_uop.tools.find_tool`)."""
+  return find_tool("ld.lld")
 
 
 class AMDGPUCompiler(Compiler):
@@ -61,7 +62,8 @@ class AMDGPUCompiler(Compiler):
     self.linker = (linker or os.environ.get("AMD_LINKER") or "tiny").lower()
     if self.linker not in ("tiny", "lld"): raise ValueError(f"AMD linker {self.linker!r} is unknown; valid: tiny, lld")
     self.ld_lld = find_ld_lld()
-    super().__init__(f"amdgpu_{arch}_O{opt}_{self.linker}_{self.ld_lld if self.linker == 'lld' else ''}")
+    lld = " ".join(self.ld_lld) if self.ld_lld and self.linker == "lld" else ""
+    super().__init__(f"amdgpu_{arch}_O{opt}_{self.linker}_{lld}")
 
   def compile_object(self, src: str) -> bytes:
     """The relocatable ELF object (`ET_REL`) for `src`, before linking."""
@@ -86,11 +88,12 @@ class AMDGPUCompiler(Compiler):
   def link_lld(self, obj: bytes) -> bytes:
     """`ld.lld -shared` of a relocatable object: the code object the HSA loader maps."""
     if self.ld_lld is None:
-      raise CompileError("ld.lld is not installed (apt-get install lld); can't link the code object")
+      raise CompileError("ld.lld is not installed (apt-get install lld, or pip install ziglang); can't link the "
+                         "code object")
     with tempfile.TemporaryDirectory(prefix="tiny_amdgpu_") as d:
       o, so = os.path.join(d, "kernel.o"), os.path.join(d, "kernel.hsaco")
       with open(o, "wb") as f: f.write(obj)
-      proc = subprocess.run([self.ld_lld, "-shared", "--no-undefined", o, "-o", so], capture_output=True)
+      proc = subprocess.run([*self.ld_lld, "-shared", "--no-undefined", o, "-o", so], capture_output=True)
       if proc.returncode != 0:
         raise CompileError(f"ld.lld failed (exit {proc.returncode}): {proc.stderr.decode(errors='replace')}")
       with open(so, "rb") as f: return f.read()

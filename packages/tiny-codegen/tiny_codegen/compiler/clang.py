@@ -1,4 +1,7 @@
-"""C -> shared object, with clang (preferred) or the system C compiler."""
+"""C -> shared object, with clang (preferred), the system C compiler (cc, gcc) or ``zig cc`` from the ziglang package.
+
+The compiler is found by `tiny_uop.tools.find_tool("cc")`: ``$CC``, else clang, cc or gcc on PATH, else ziglang's
+bundled clang (``pip install ziglang``)."""
 from __future__ import annotations
 
 import os
@@ -8,6 +11,7 @@ import subprocess
 import tempfile
 
 from tiny_uop.device import CompileError, Compiler
+from tiny_uop.tools import find_tool
 
 
 def _host_cpu() -> str:
@@ -19,19 +23,23 @@ def _host_cpu() -> str:
     return platform.processor()
 
 
-def find_cc() -> str | None:
-  """The C compiler to use: $CC, else clang, else cc/gcc on PATH."""
-  for c in (os.environ.get("CC"), "clang", "cc", "gcc"):
-    if c and shutil.which(c): return c
-  return None
+def find_cc() -> list[str] | None:
+  """The command line of the C compiler to use: $CC, else clang, cc or gcc on PATH, else ``zig cc`` (ziglang)."""
+  return find_tool("cc")
+
+
+def _is_clang(cmd: list[str]) -> bool:
+  """clang itself, or zig's clang driver (``zig cc``)."""
+  return "clang" in os.path.basename(cmd[0]) or (os.path.basename(cmd[0]) == "zig" and cmd[1:2] in (["cc"], ["clang"]))
 
 
 class ClangCompiler(Compiler):
   """`cc -shared -O2 -march=native -fPIC -ffp-contract=off -fwrapv`, returning the .so's bytes."""
 
-  def __init__(self, cc: str | None = None, args: tuple[str, ...] = ()):
-    self.cc = cc or find_cc()
-    self.is_clang = self.cc is not None and "clang" in os.path.basename(self.cc)
+  def __init__(self, cc: str | list[str] | None = None, args: tuple[str, ...] = ()):
+    self.cmd: list[str] | None = ([cc] if isinstance(cc, str) else list(cc)) if cc else find_cc()
+    self.cc = " ".join(self.cmd) if self.cmd else None
+    self.is_clang = self.cmd is not None and _is_clang(self.cmd)
     march = "-mcpu=native" if platform.machine() in ("arm64", "aarch64") and not self.is_clang else "-march=native"
     self.args = ("-shared", "-O2", march, "-fPIC", "-ffp-contract=off", "-fwrapv", "-fno-math-errno", "-x", "c",
                  *args)
@@ -39,11 +47,12 @@ class ClangCompiler(Compiler):
 
   def compile(self, src: str) -> bytes:
     """Compile C source `src` to shared-object bytes; raise CompileError with the compiler output on failure."""
-    if self.cc is None:
-      raise CompileError("no C compiler found (tried $CC, clang, cc, gcc); install clang or use CPU:LLVM")
+    if self.cmd is None:
+      raise CompileError("no C compiler found (tried $CC, clang, cc, gcc, ziglang); install clang or gcc, or "
+                         "pip install ziglang, or use CPU:LLVM")
     with tempfile.TemporaryDirectory(prefix="tiny_cc_") as d:
       out = os.path.join(d, "kernel.so")
-      proc = subprocess.run([self.cc, *self.args, "-", "-o", out, "-lm"], input=src.encode(), capture_output=True)
+      proc = subprocess.run([*self.cmd, *self.args, "-", "-o", out, "-lm"], input=src.encode(), capture_output=True)
       if proc.returncode != 0:
         raise CompileError(f"{self.cc} failed (exit {proc.returncode}):\n{proc.stderr.decode(errors='replace')}\n"
                            f"--- source ---\n{src}")

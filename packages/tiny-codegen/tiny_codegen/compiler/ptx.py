@@ -9,31 +9,20 @@ it ptxas is looked for on PATH, in /usr/local/cuda/bin and in NVIDIA's `nvidia-c
 from __future__ import annotations
 
 import functools
-import glob
 import os
 import shutil
 import subprocess
 import tempfile
 
 from tiny_uop.device import CompileError, Compiler
-
-
-def _wheel_ptxas() -> list[str]:
-  """ptxas inside NVIDIA's `nvidia-cuda-nvcc` wheel (`nvidia/cu13/bin/ptxas`; CUDA 12 wheels: `nvidia/cuda_nvcc/bin`),
-  found through the installed `nvidia` namespace package, not PATH."""
-  import importlib.util
-  try: spec = importlib.util.find_spec("nvidia")
-  except (ImportError, ValueError): return []
-  roots = list(spec.submodule_search_locations or []) if spec is not None else []
-  return sorted(p for r in roots for p in glob.glob(os.path.join(r, "*", "bin", "ptxas")))
+from tiny_uop.tools import find_tool
 
 
 @functools.cache
 def find_ptxas() -> str | None:
-  """$PTXAS, else ptxas on PATH, in /usr/local/cuda/bin or in the `nvidia-cuda-nvcc` wheel, else None."""
-  for c in (os.environ.get("PTXAS"), shutil.which("ptxas"), "/usr/local/cuda/bin/ptxas", *_wheel_ptxas()):
-    if c and os.path.isfile(c) and os.access(c, os.X_OK): return c
-  return None
+  """$PTXAS, else ptxas on PATH or in /usr/local/cuda/bin, else the one in the nvidia-cuda-nvcc wheel, else None
+  (`tiny_uop.tools.find_tool`)."""
+  return cmd[0] if (cmd := find_tool("ptxas")) is not None else None
 
 
 def _numbered(src: str) -> str: return "\n".join(f"{i + 1:4d} {line}" for i, line in enumerate(src.splitlines()))

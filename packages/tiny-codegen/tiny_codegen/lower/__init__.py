@@ -1,7 +1,7 @@
 """The lowering pipeline: a kernel AST (docs/PIPELINE.md §3) to linear UOps (§4) for one renderer.
 
-Stages, in order (each a named pass). `DEBUG>=5` prints the kernel AST before lowering, `DEBUG>=6` the linear UOps
-after it, `DEBUG>=7` the graph after every stage:
+Stages, in order (each a named pass). `DEBUG>=3` prints the opts applied, `DEBUG>=5` the linear UOps after lowering,
+`DEBUG>=6` the kernel AST before it, `DEBUG>=7` the graph after every stage:
   optimize    `tiny_codegen.opt.optimize_kernel` hook (marks UPCAST/UNROLL/LOCAL/... axes)
   expander    UPCAST/UNROLL ranges -> per-lane copies
   reduce      GPU: GROUP_REDUCE axes -> workgroup reduction in shared memory; REDUCE -> DEFINE_REG accumulator + loop
@@ -23,7 +23,7 @@ from tiny_uop.dtype import dtypes
 from tiny_uop.helpers import DEBUG
 from tiny_uop.pattern import graph_rewrite
 from tiny_uop.spec import kernel_spec, maybe_verify, program_spec
-from tiny_uop.uop import Ops, UOp, print_uops
+from tiny_uop.uop import KernelInfo, Ops, UOp, print_uops
 
 from tiny_codegen.lower.decomp import bf16_to_float, pm_decomp, pm_gates, pm_late
 from tiny_codegen.lower.dims import Dims, add_gpudims, add_threads, group_reduces
@@ -97,10 +97,11 @@ def lower(ast: UOp, renderer: Renderer, optimize: bool = True) -> Lowered:
   `optimize=False` skips the optimizer hook (the AST's axis types are lowered as they are)."""
   if ast.op is not Ops.SINK: raise ValueError(f"lower needs a kernel SINK, got {ast.op}")
   from tiny_codegen.opt import optimize_kernel
-  if DEBUG >= 5: print(f"kernel AST:\n{ast}")
+  if DEBUG >= 6: print(f"kernel AST:\n{ast}")
   maybe_verify(ast, kernel_spec, "kernel AST")
   ast = fold_onehot_reduces(ast)  # gathers written as one-hot sums load at the index instead
   sink = optimize_kernel(ast, renderer) if optimize else ast
+  if DEBUG >= 3 and isinstance(info := sink.arg, KernelInfo): print(f"opts {info.name}: {list(info.applied_opts)}")
   maybe_verify(sink, kernel_spec, "optimized kernel AST")
   dims = Dims()
   for name, fn in STAGES:
@@ -108,5 +109,5 @@ def lower(ast: UOp, renderer: Renderer, optimize: bool = True) -> Lowered:
     if DEBUG >= 7: print(f"after {name}:\n{sink}")
   uops = linearize(sink)
   maybe_verify(uops, program_spec, "linear program")
-  if DEBUG >= 6: print(print_uops(uops))
+  if DEBUG >= 5: print(print_uops(uops))
   return Lowered(uops, dims, sink)

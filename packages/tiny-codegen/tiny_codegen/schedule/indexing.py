@@ -1,7 +1,7 @@
 """Scheduling by ranges: turn one realized tensor-graph value into a kernel AST (a SINK of STOREs).
 
 The walk starts at the value with one RANGE per output dimension and moves toward the inputs carrying one index
-expression per dimension and a validity condition (ARCHITECTURE.md "Scheduling by ranges"):
+expression per dimension and a validity condition (docs/ARCHITECTURE.md §5, "Scheduling by ranges"):
 PERMUTE permutes the indices, EXPAND indexes broadcast dimensions with 0, SHRINK adds the start, FLIP maps i to n-1-i,
 PAD subtracts the before-pad and adds a validity condition (the padded value reads as 0), RESHAPE flattens to a linear
 index and splits it by the source shape with `//` and `%`. A REDUCE_AXIS opens REDUCE ranges. A realized value (an

@@ -217,6 +217,9 @@ VOP1: dict[int, tuple[str, Callable[[int], int]]] = {
   63: ("v_frexp_exp_i32_f32", lambda a: _frexp_exp(f32(a))),
   57: ("v_clz_i32_u32", lambda a: MASK32 if a == 0 else 32 - a.bit_length()),
   58: ("v_ctz_i32_b32", lambda a: MASK32 if a == 0 else (a & -a).bit_length() - 1),
+  # v_cls_i32 (RDNA3 ISA): position, from the MSB, of the first bit unlike the sign bit; -1 for 0 and -1. LLVM uses
+  # it to convert int64 to float
+  59: ("v_cls_i32", lambda a: MASK32 if a in (0, MASK32) else 32 - (a if a < 0x80000000 else ~a & MASK32).bit_length()),
   13: ("v_cvt_floor_i32_f32", lambda a: _cvt_i32(_whole(math.floor)(f32(a)))),
   12: ("v_cvt_nearest_i32_f32", lambda a: _cvt_i32(_whole(math.floor)(f32(a) + 0.5))),
 }

@@ -11,8 +11,9 @@ Rules:
 
 - Importing ``tiny_uop`` scans nothing and imports no plugin. The first ``Device[...]`` or ``Device.DEFAULT`` scans
   the entry points once; only the descriptors needed are imported, and only the device asked for is opened.
-- A plugin that fails (its import raises, its entry point is not a `DevicePlugin`, it was built for another major
-  `PLUGIN_API`, or opening its device raises) is recorded with a reason and never breaks other devices.
+- A plugin that fails (its import raises, its entry point is not a `DevicePlugin`, it was built for a `PLUGIN_API`
+  this tiny-uop can't serve: another major, or a newer minor, see `api_mismatch`; or opening its device raises) is
+  recorded with a reason and never breaks other devices.
   ``python -m tiny_uop.plugins`` prints every device and renderer with its package, version, status and reason.
 - ``TINY_PLUGINS=CPU,AMD`` is an allow-list of device plugins; ``DEV=`` picks the default device (see
   `tiny_uop.target`).
@@ -36,11 +37,32 @@ from tiny_uop.target import Target
 
 if TYPE_CHECKING: import importlib.metadata
 
-__all__ = ["PLUGIN_API", "DEVICE_GROUP", "RENDERER_GROUP", "DevicePlugin", "PluginRecord", "UnknownDeviceError",
-           "DeviceUnavailableError", "Device", "register_device", "unregister_device", "renderers", "load_renderer"]
+__all__ = ["PLUGIN_API", "api_mismatch", "DEVICE_GROUP", "RENDERER_GROUP", "DevicePlugin", "PluginRecord",
+           "UnknownDeviceError", "DeviceUnavailableError", "Device", "register_device", "unregister_device",
+           "renderers", "load_renderer"]
 
-PLUGIN_API: tuple[int, int] = (0, 1)
-"""(major, minor) of the plugin contract. A plugin built for another major version is disabled with a warning."""
+PLUGIN_API: tuple[int, int] = (0, 2)  # 0.2 added DevicePlugin.interfaces
+"""(major, minor) of the plugin contract (docs/PLUGINS.md). A plugin declares the version it was built for
+(`DevicePlugin.api`); `api_mismatch` says which ones load: the same major, and a minor no newer than this one."""
+
+
+def api_mismatch(api: tuple[int, int], package: str | None = None) -> str | None:
+  """Why a plugin built for plugin API `api` can't load into this tiny-uop, or None when it can.
+
+  Same major and ``api.minor <= PLUGIN_API.minor``: loads (a minor release only adds to the contract). Another major
+  (older or newer): refused, the contract changed incompatibly. Same major, newer minor: refused, the plugin may call
+  what this tiny-uop doesn't have yet.
+  """
+  who, ours, theirs = package or "the plugin", f"{PLUGIN_API[0]}.{PLUGIN_API[1]}", f"{api[0]}.{api[1]}"
+  if api[0] != PLUGIN_API[0]:
+    newer = api[0] > PLUGIN_API[0]
+    fix = (f"upgrade tiny-uop to a release with plugin API {api[0]}.x" if newer else
+           f"install a {who} release built for plugin API {PLUGIN_API[0]}.x")
+    return f"built for plugin API {theirs}, this tiny-uop provides {ours} (another major version); {fix}"
+  if api[1] > PLUGIN_API[1]:
+    return (f"built for plugin API {theirs}, newer than this tiny-uop's {ours}; upgrade tiny-uop to a release with "
+            f"plugin API >= {theirs}, or install a {who} release built for {ours} or older")
+  return None
 
 DEVICE_GROUP = "tiny.devices"
 RENDERER_GROUP = "tiny.renderers"
@@ -58,7 +80,10 @@ class UnknownDeviceError(LookupError):
 
 
 class DeviceUnavailableError(RuntimeError):
-  """A device whose plugin is installed but failed to load or to open."""
+  """A device whose plugin is installed but failed to load or to open.
+
+  A device class raises it itself when it knows the whole story (the hardware is absent, and what to use instead):
+  the registry then reports the message alone, without the driver's traceback."""
 
 
 def _import_target(target: str) -> Any:
@@ -85,6 +110,7 @@ class DevicePlugin:
   api: tuple[int, int] = PLUGIN_API   # the PLUGIN_API this plugin was built for
   priority: int = 50                  # default-device order: lower first (GPUs 10-40, CPU 90)
   default_ok: bool = True             # may be chosen as Device.DEFAULT when DEV is not set
+  interfaces: tuple[str, ...] = ()    # other kernel interfaces it opens with, e.g. ("MOCK",): DEV=MOCK+AMD (API 0.2)
 
   def __post_init__(self) -> None:
     if not isinstance(self.name, str) or not self.name.isidentifier() or self.name != self.name.upper():
@@ -93,6 +119,9 @@ class DevicePlugin:
       raise ValueError(f"DevicePlugin target {self.target!r} must be 'module:attr'")
     if not (isinstance(self.api, tuple) and len(self.api) == 2 and all(isinstance(x, int) for x in self.api)):
       raise ValueError(f"DevicePlugin api {self.api!r} must be a (major, minor) tuple of ints")
+    if not (isinstance(self.interfaces, tuple) and all(isinstance(x, str) and x.isidentifier() and x == x.upper()
+                                                       for x in self.interfaces)):
+      raise ValueError(f"DevicePlugin interfaces {self.interfaces!r} must be a tuple of upper-case names: ('MOCK',)")
 
   def load(self) -> Callable[[str], Any]:
     """Import and return the device class; it is called as ``cls("AMD:1")`` to open a device."""
@@ -131,10 +160,8 @@ class PluginRecord:
       self.reason = f"entry point {self.value} is a {type(p).__name__}, not a tiny_uop.plugins.DevicePlugin"
     elif p.name != self.name:
       self.reason = f"entry point {self.name!r} points to a DevicePlugin named {p.name!r}"
-    elif p.api[0] != PLUGIN_API[0]:
-      ours = f"{PLUGIN_API[0]}.{PLUGIN_API[1]}"
-      self.reason = (f"built for plugin API {p.api[0]}.{p.api[1]}, this tiny-uop provides {ours}; install a "
-                     f"{self.package or 'plugin'} release built for API {PLUGIN_API[0]}.x")
+    elif (why := api_mismatch(p.api, self.package)) is not None:
+      self.reason = why
       warnings.warn(f"tiny: device plugin {self.name} ({self.package or self.value}) disabled: {self.reason}",
                     RuntimeWarning, stacklevel=4)
 
@@ -266,6 +293,9 @@ class _Device:
       plugin = self.plugin(canon)
       try:
         dev = plugin.load()(canon)
+      except DeviceUnavailableError as e:  # the driver's own complete answer ("no /dev/kfd; ..."): no traceback chain
+        self._failed[canon] = str(e)
+        raise DeviceUnavailableError(f"device {canon!r} is unavailable: {e}") from None
       except Exception as e:
         self._failed[canon] = f"{type(e).__name__}: {e}"
         raise DeviceUnavailableError(f"device {canon!r} is unavailable: {self._failed[canon]}") from e

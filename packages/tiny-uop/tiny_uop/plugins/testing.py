@@ -15,7 +15,7 @@ import re
 import subprocess
 import sys
 
-from tiny_uop.plugins import PLUGIN_API, DevicePlugin
+from tiny_uop.plugins import DevicePlugin, api_mismatch
 
 CPU_PRIORITY = 90
 
@@ -27,22 +27,23 @@ def hardware_present(need: str) -> bool:
   return ctypes.util.find_library(need.removeprefix("lib")) is not None
 
 
-def check_descriptor(plugin: object, name: str, module: str, gpu: bool = True) -> None:
-  """`plugin` is a DevicePlugin named `name`, built for this PLUGIN_API, whose device lives under `module`."""
+def check_descriptor(plugin: object, name: str, module: str, gpu: bool = False) -> None:
+  """`plugin` is a DevicePlugin named `name`, built for a PLUGIN_API this tiny-uop loads, whose device lives under
+  `module`. `gpu=True` also checks what a GPU's descriptor promises: it may be the default, and comes before CPU."""
   assert isinstance(plugin, DevicePlugin), f"{plugin!r} is not a DevicePlugin"
   assert plugin.name == name, f"descriptor named {plugin.name!r}, expected {name!r}"
-  assert plugin.api == PLUGIN_API, f"{name} built for plugin API {plugin.api}, this is {PLUGIN_API}"
+  assert (why := api_mismatch(plugin.api)) is None, f"{name}: {why}"
   assert plugin.target.startswith(f"{module}."), f"{name} points at {plugin.target!r}, outside {module}"
   if gpu:
     assert plugin.default_ok, f"{name} can never be the default device"
     assert plugin.priority < CPU_PRIORITY, "GPUs come before CPU when choosing the default device"
 
 
-def check_plugin(package: str, attr: str, name: str, gpu: bool = True) -> None:
-  """Import package `package` exports the DevicePlugin `attr` for device `name` (`check_descriptor`), registered as
-  its `tiny.devices` entry point by the distribution of the same name with dashes (`check_entry_point`)."""
+def check_plugin(package: str, attr: str, name: str, gpu: bool = False, dist: str | None = None) -> None:
+  """Import package `package` exports the DevicePlugin `attr` for device `name` (`check_descriptor`; `gpu=True` for a
+  GPU), registered as its `tiny.devices` entry point by distribution `dist` (default: `package` with dashes)."""
   check_descriptor(getattr(importlib.import_module(package), attr), name, package, gpu)
-  check_entry_point(name, f"{package}:{attr}", package.replace("_", "-"))
+  check_entry_point(name, f"{package}:{attr}", dist or package.replace("_", "-"))
 
 
 def check_entry_point(name: str, value: str, dist: str) -> None:
