@@ -951,7 +951,7 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
       rest = prod([s for s in new if not (isinstance(s, int) and s == -1)])
       if rest == 0 or self.numel() % rest: raise ValueError(f"shape mismatch, can't reshape {self.shape} -> {new}")
       new = tuple(self.numel() // rest if isinstance(s, int) and s == -1 else s for s in new)
-    if prod(new) != self.numel():
+    if _size_differs(prod(new), self.numel()):
       raise ValueError(f"shape mismatch, can't reshape {self.shape} (size {self.numel()}) -> {new}")
     return self if new == self.shape else self._wrap(self.uop.reshape(new))
 
@@ -1150,6 +1150,13 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     """self @ weight + bias (a 1-D weight scales elementwise)."""
     x = self.mul(weight) if weight.ndim == 1 else self.dot(weight)
     return x.add(bias) if bias is not None else x
+
+
+def _size_differs(a: sint, b: sint) -> bool:
+  """a != b for sizes; symbolic ones are compared after simplifying (4*n*1 is 4*n)."""
+  if isinstance(a, int) and isinstance(b, int): return a != b
+  a2, b2 = (x.simplify() if isinstance(x, UOp) else x for x in (a, b))
+  return a2 is not b2 and not (isinstance(a2, int) and isinstance(b2, int) and a2 == b2)
 
 
 def _expand_origins(root: UOp, keep: set[UOp]) -> UOp:
