@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tiny_tensor.llm.gguf import GGMLType, dequantize, quantize, write_gguf
+from tiny_tensor.llm.gguf import BLOCK, GGMLType, dequantize, quantize, write_gguf
 
 # a SentencePiece-style vocabulary: control tokens, byte fallback, characters and a few merges
 CHARS = list("abcdefghijklmnopqrstuvwxyz")
@@ -39,7 +39,8 @@ def make_model(path: str, arch: str = "llama", dim: int = 64, n_layers: int = 2,
   for k, s in shapes.items():
     if k.endswith("norm.weight"): ws[k] = (1 + 0.1 * rng.standard_normal(s)).astype(np.float32)
     else: ws[k] = (rng.standard_normal(s) * (0.5 if k == "token_embd.weight" else 1 / np.sqrt(s[-1]))).astype(np.float32)
-    if len(s) == 2: types_of[k] = wtype
+    if len(s) == 2:  # as llama.cpp does, rows that aren't whole blocks of the type fall back to Q8_0
+      types_of[k] = wtype if s[-1] % BLOCK[wtype][0] == 0 else GGMLType.Q8_0
   kv = {"general.architecture": arch, "general.name": "tiny-test",
         f"{arch}.context_length": ctx, f"{arch}.embedding_length": dim, f"{arch}.block_count": n_layers,
         f"{arch}.feed_forward_length": hidden, f"{arch}.attention.head_count": n_heads,

@@ -88,6 +88,7 @@ def run_all(cases: list[Any], verbose: bool = False) -> dict[str, str | None]:
   """{case name: None when it passed, else the first line of why not}."""
   res: dict[str, str | None] = {}
   for c in cases:
+    if "--trace" in sys.argv: print(f"RUN {c.name}", flush=True)
     try:
       run_case(c)
       res[c.name] = None

@@ -354,7 +354,7 @@ def dequantize(raw: np.ndarray | bytes, t: GGMLType, n: int | None = None) -> np
     if t == GGMLType.Q5_K:
       qh = blk[:, 16:48].astype(np.uint32)                                           # (nb, 32)
       q |= ((qh[:, None, :] >> np.arange(8, dtype=np.uint32)[None, :, None]) & 1) << 4
-    return ((d * sc)[:, :, None] * q - (dmin * mn)[:, :, None]).reshape(-1)
+    return ((d * sc)[:, :, None] * q.astype(np.float32) - (dmin * mn)[:, :, None]).reshape(-1)
   if t == GGMLType.Q6_K:
     ql, qh = blk[:, :128].reshape(-1, 2, 64), blk[:, 128:192].reshape(-1, 2, 32)
     sc = blk[:, 192:208].view(np.int8).astype(np.float32).reshape(-1, 2, 8)
