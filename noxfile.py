@@ -32,7 +32,7 @@ PACKAGES = ["tiny-uop", "tiny-codegen", "tiny-runtime-cpu", "tiny-runtime-amd", 
 # project's machines keep on disk (a looser pin would download a multi-GB CUDA build); hatchling lets
 # tests/test_plugin_template.py build the template plugin without reaching an index
 TEST_DEPS = ["pytest>=8", "hypothesis>=6", "numpy>=1.24", "torch==2.13.0", "hatchling>=1.18", "scikit-learn",
-             "ml_dtypes"]
+             "ml_dtypes", "onnx>=1.16", "gguf>=0.10"]  # onnx: OnnxRunner and its node cases; gguf: a second GGUF codec
 BENCH_DEPS = ["numpy>=1.24", "torch==2.13.0", "tinygrad==0.14.0"]  # tinygrad's CPU backend also needs clang
 
 
@@ -58,13 +58,17 @@ def _shared_test_python(session: nox.Session) -> str:
 
 
 @nox.session(venv_backend="none")
-@nox.parametrize("package", [*PACKAGES, "tiny-tensor@MOCK+AMD", "integration"])
+@nox.parametrize("package", [*PACKAGES, "tiny-tensor@MOCK+AMD", "tiny-tensor:models@CPU", "integration"])
 def tests(session: nox.Session, package: str) -> None:
   """Run one package's tests (``packages/<package>/tests``), or the cross-package ``tests/`` for 'integration'.
-  ``tiny-tensor@MOCK+AMD`` runs tiny-tensor's suite on the AMD backend: the mock KFD and the RDNA3 emulator."""
+  ``tiny-tensor@MOCK+AMD`` runs tiny-tensor's suite on the AMD backend: the mock KFD and the RDNA3 emulator.
+  ``tiny-tensor:models@CPU`` runs ``packages/tiny-tensor/tests_models`` (model zoo vs torch, the LLM, ONNX and its
+  node conformance cases) on the CPU only: heavy whole-model tests the per-device suites don't repeat."""
   py = _shared_test_python(session)
   package, _, dev = package.partition("@")
-  path = ROOT / "tests" if package == "integration" else ROOT / "packages" / package / "tests"
+  package, _, suite = package.partition(":")
+  path = ROOT / "tests" if package == "integration" else ROOT / "packages" / package / (f"tests_{suite}" if suite
+                                                                                        else "tests")
   if not path.is_dir(): session.error(f"no test folder {path.relative_to(ROOT)} for {package!r}")
   env = {"PYTHONDONTWRITEBYTECODE": "1", **({"DEV": dev} if dev else {})}
   # pytest exits 5 when it collects no test: nox fails the session on it, as it should

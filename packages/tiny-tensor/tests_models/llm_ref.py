@@ -20,8 +20,9 @@ def vocab() -> tuple[list[str], list[float], list[int]]:
 
 def make_model(path: str, arch: str = "llama", dim: int = 64, n_layers: int = 2, n_heads: int = 4, n_kv: int = 2,
                hidden: int = 96, ctx: int = 64, wtype: GGMLType = GGMLType.F32, seed: int = 0,
-               tied: bool = False) -> dict[str, np.ndarray]:
-  """Write a random model; returns its weights as the float32 values the file holds (after quantization)."""
+               tied: bool = False, types: dict[str, GGMLType] | None = None) -> dict[str, np.ndarray]:
+  """Write a random model; returns its weights as the float32 values the file holds (after quantization).
+  `types` maps a name suffix ("attn_q.weight", "token_embd.weight", ...) to its type; other matrices get `wtype`."""
   rng = np.random.default_rng(seed)
   toks, scores, types = vocab()
   hd = dim // n_heads
@@ -40,7 +41,8 @@ def make_model(path: str, arch: str = "llama", dim: int = 64, n_layers: int = 2,
     if k.endswith("norm.weight"): ws[k] = (1 + 0.1 * rng.standard_normal(s)).astype(np.float32)
     else: ws[k] = (rng.standard_normal(s) * (0.5 if k == "token_embd.weight" else 1 / np.sqrt(s[-1]))).astype(np.float32)
     if len(s) == 2:  # as llama.cpp does, rows that aren't whole blocks of the type fall back to Q8_0
-      types_of[k] = wtype if s[-1] % BLOCK[wtype][0] == 0 else GGMLType.Q8_0
+      want = next((t for suf, t in (types or {}).items() if k.endswith(suf)), wtype)
+      types_of[k] = want if s[-1] % BLOCK[want][0] == 0 else GGMLType.Q8_0
   kv = {"general.architecture": arch, "general.name": "tiny-test",
         f"{arch}.context_length": ctx, f"{arch}.embedding_length": dim, f"{arch}.block_count": n_layers,
         f"{arch}.feed_forward_length": hidden, f"{arch}.attention.head_count": n_heads,

@@ -100,24 +100,29 @@ def test_bpe_tokenizer():
   assert tok.decode(ids) == "hello world" and tok.decode(ids, skip_special=False) == "hello world<|end|>"
 
 
-CASES = [  # (arch, weight type, tied output)
-  ("llama", GGMLType.F32, False), ("llama", GGMLType.Q8_0, False), ("llama", GGMLType.Q4_0, True),
-  ("llama", GGMLType.Q4_K, False), ("qwen2", GGMLType.Q6_K, False),
-]
+# every block format in one model (K-quant rows must be whole 256-element blocks: dim and hidden are 256)
+MIXED = {"token_embd.weight": GGMLType.Q6_K, "attn_q.weight": GGMLType.Q4_K, "attn_k.weight": GGMLType.Q6_K,
+         "attn_v.weight": GGMLType.Q8_0, "attn_output.weight": GGMLType.Q4_0, "ffn_gate.weight": GGMLType.Q5_K,
+         "ffn_up.weight": GGMLType.Q4_1, "ffn_down.weight": GGMLType.Q5_0, "output.weight": GGMLType.Q8_0}
 
 
-@pytest.mark.parametrize("arch,wtype,tied", CASES, ids=[f"{a}-{w.name}{'-tied' if t else ''}" for a, w, t in CASES])
-def test_generation_matches_numpy_reference(tmp_path, arch, wtype, tied):
-  path = str(tmp_path / "m.gguf")
-  dims = {"dim": 256, "hidden": 256} if BLOCK[wtype][0] == 256 else {}  # K-quant rows are whole 256-blocks
-  ws = llm_ref.make_model(path, arch=arch, wtype=wtype, tied=tied, seed=3, **dims)
-  llm = LLM.load(path)
-  prompt = llm.tokenizer.encode("the quick fox")
-  out = list(llm.generate_ids(prompt, max_tokens=6))
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory):
+  path = str(tmp_path_factory.mktemp("llm") / "mixed.gguf")
+  ws = llm_ref.make_model(path, dim=256, hidden=256, n_heads=4, n_kv=2, types=MIXED, seed=3)
+  kv, ts = read_gguf(path)
+  assert {ts[k].ggml_type for k in ts} >= set(MIXED.values())
+  return path, ws, LLM.load(path)
+
+
+def _check_generation(llm, ws, arch, prompt_text="the quick fox", n=5):
+  prompt = llm.tokenizer.encode(prompt_text)
+  llm.reset()
+  out = list(llm.generate_ids(prompt, max_tokens=n))
   ref = list(prompt)
-  for _ in range(6): ref.append(int(np.argmax(llm_ref.forward(ws, ref, arch=arch)[-1])))
+  for _ in range(n): ref.append(int(np.argmax(llm_ref.forward(ws, ref, arch=arch)[-1])))
   assert out == ref[len(prompt):]
-  # logits, not only the argmax: the prompt pass and a jitted step at a later position
+  # logits, not only the argmax: the prompt pass and jitted steps at later positions
   llm.reset()
   np.testing.assert_allclose(llm.model.prefill(prompt).numpy(), llm_ref.forward(ws, prompt, arch=arch)[-1],
                              rtol=1e-4, atol=1e-4)
@@ -126,13 +131,23 @@ def test_generation_matches_numpy_reference(tmp_path, arch, wtype, tied):
   np.testing.assert_allclose(lg.numpy(), llm_ref.forward(ws, seq, arch=arch)[-1], rtol=1e-4, atol=1e-4)
 
 
-def test_decode_step_kernels_are_constant_and_deterministic(tmp_path):
-  path = str(tmp_path / "m.gguf")
-  llm_ref.make_model(path, wtype=GGMLType.Q4_K, seed=5, dim=256, hidden=256)
-  llm = LLM.load(path)
+def test_generation_matches_numpy_reference_all_block_formats(mixed):
+  path, ws, llm = mixed
+  _check_generation(llm, ws, "llama")
+
+
+def test_qwen2_style_biases_and_neox_rope_tied_output(tmp_path):
+  path = str(tmp_path / "q.gguf")
+  ws = llm_ref.make_model(path, arch="qwen2", n_layers=1, tied=True, seed=4)
+  _check_generation(LLM.load(path), ws, "qwen2")
+
+
+def test_decode_step_kernels_are_constant_and_deterministic(mixed):
+  llm = mixed[2]
+  llm.reset()
   llm.model.prefill([1, 40, 41])
   counts, programs = [], []
-  for pos in range(3, 12):
+  for pos in range(3, 10):
     GlobalCounters.reset()
     llm.model.decode(50 + pos, pos).numpy()
     counts.append(GlobalCounters.kernel_count)
@@ -142,17 +157,17 @@ def test_decode_step_kernels_are_constant_and_deterministic(tmp_path):
   assert len(set(programs[1:])) == 1
   assert llm.model.step.captured is not None and llm.model.step.captured.kernel_count == counts[0]
   llm.reset()
-  a = list(llm.generate("the cat", max_tokens=8))
+  a = list(llm.generate("the cat", max_tokens=6))
   llm.reset()
-  assert list(llm.generate("the cat", max_tokens=8)) == a
-  b = list(llm.generate("the cat", max_tokens=8, temperature=0.8, seed=1))
+  assert list(llm.generate("the cat", max_tokens=6)) == a
+  b = list(llm.generate("the cat", max_tokens=6, temperature=0.8, seed=1))
   llm.reset()
-  assert list(llm.generate("the cat", max_tokens=8, temperature=0.8, seed=1)) == b
+  assert list(llm.generate("the cat", max_tokens=6, temperature=0.8, seed=1)) == b
 
 
 def test_context_limits_and_bad_files(tmp_path):
   path = str(tmp_path / "m.gguf")
-  llm_ref.make_model(path, ctx=16)
+  llm_ref.make_model(path, ctx=16, n_layers=1)
   llm = LLM.load(path)
   with pytest.raises(ValueError, match="context"): llm.model.prefill(list(range(3, 20)))
   with pytest.raises(ValueError, match="outside"): llm.model.decode(3, 16)
@@ -168,7 +183,7 @@ def test_context_limits_and_bad_files(tmp_path):
 
 def test_cli_generates_from_a_local_gguf(tmp_path):
   path = str(tmp_path / "m.gguf")
-  llm_ref.make_model(path, seed=7)
+  llm_ref.make_model(path, seed=7, n_layers=1)
   env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
   r = subprocess.run([sys.executable, "-m", "tiny_tensor.llm", "--model", path, "--prompt", "the cat",
                       "--max-tokens", "6", "--timing"], capture_output=True, text=True, env=env, timeout=300)
@@ -189,7 +204,7 @@ def _post(url, body):
 def test_openai_style_server(tmp_path):
   from tiny_tensor.llm.serve import make_server
   path = str(tmp_path / "m.gguf")
-  llm_ref.make_model(path, seed=9)
+  llm_ref.make_model(path, seed=9, n_layers=1)
   llm = LLM.load(path)
   want = "".join(llm.generate("the cat", max_tokens=5))
   srv = make_server(llm, "127.0.0.1", 0)

@@ -16,7 +16,12 @@ Subgraphs (If, Loop, Scan, SequenceMap) run through the same runner with the out
 
 Values of ONNX types tiny has no dtype for: strings are numpy object arrays (the string operators work on them on the
 host); int4/uint4 are held in int8/uint8, float4e2m1 and the fnuz/e8m0 float8 kinds in float32, with their values
-rounded to what the type can hold (`Cast` and the quantize ops do the rounding).
+rounded to what the type can hold (`Cast` and the quantize ops do the rounding). float8e4m3fn/e5m2 are held in float32
+too: tiny has their dtypes but the CPU backend can't compute with them yet.
+
+bfloat16 inputs are computed in float32 and the float results rounded back to bfloat16 (the CPU backend's LLVM
+renderer fails on some bfloat16 kernels: reported), and so are float16 inputs of Attention (the reference
+accumulates in float32).
 """
 from __future__ import annotations
 
@@ -48,7 +53,7 @@ def _onnx() -> Any:
 _DTYPES: dict[int, DType] = {
   1: dtypes.float32, 2: dtypes.uint8, 3: dtypes.int8, 4: dtypes.uint16, 5: dtypes.int16, 6: dtypes.int32,
   7: dtypes.int64, 9: dtypes.bool, 10: dtypes.float16, 11: dtypes.float64, 12: dtypes.uint32, 13: dtypes.uint64,
-  16: dtypes.bfloat16, 17: dtypes.fp8e4m3, 18: dtypes.float32, 19: dtypes.fp8e5m2, 20: dtypes.float32,
+  16: dtypes.bfloat16, 17: dtypes.float32, 18: dtypes.float32, 19: dtypes.float32, 20: dtypes.float32,
   21: dtypes.uint8, 22: dtypes.int8, 23: dtypes.float32, 24: dtypes.float32, 25: dtypes.uint8, 26: dtypes.int8,
 }
 STRING = 8
@@ -68,12 +73,10 @@ def to_tensor(x: Any, device: str | None = None, elem_type: int | None = None) -
   if isinstance(x, list): return [to_tensor(v, device, elem_type) for v in x]
   arr = np.asarray(x)
   if arr.dtype.kind in "OUS": return arr.astype(object)
-  if elem_type is not None and elem_type in _DTYPES and elem_type not in (17, 19, 16):
+  if elem_type is not None and elem_type in _DTYPES and elem_type != 16:
     return Tensor(arr.astype(np.float32) if arr.dtype.kind == "V" or arr.dtype.itemsize < 1 else arr,
                   device=device, dtype=_DTYPES[elem_type])
-  if arr.dtype.name in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
-    dt = {"bfloat16": dtypes.bfloat16, "float8_e4m3fn": dtypes.fp8e4m3, "float8_e5m2": dtypes.fp8e5m2}[arr.dtype.name]
-    return Tensor(arr.astype(np.float32), device=device).cast(dt)
+  if arr.dtype.name == "bfloat16": return Tensor(arr.view(np.uint16), device=device).bitcast(dtypes.bfloat16)
   if arr.dtype.kind == "V" or arr.dtype.name.startswith(("float8", "float4", "int4", "uint4")):
     kind = dtypes.int8 if arr.dtype.name == "int4" else dtypes.uint8 if arr.dtype.name == "uint4" else dtypes.float32
     return Tensor(arr.astype(np.float32), device=device).cast(kind)
@@ -101,6 +104,28 @@ def _tensor_value(t: Any, onnx: Any) -> Any:
   """(numpy array, ONNX elem_type) of a TensorProto."""
   from onnx import numpy_helper
   return (numpy_helper.to_array(t), t.data_type)
+
+
+_KEEP_DTYPE = {"Cast", "CastLike", "DequantizeLinear", "QuantizeLinear", "DynamicQuantizeLinear", "Shape", "Size"}
+
+
+def _low_precision(op_type: str, args: list[Any]) -> DType | None:
+  """The dtype whose inputs `op_type` computes in float32 (see the module doc), or None."""
+  if op_type in _KEEP_DTYPE: return None
+  dts = {a.dtype for a in args if isinstance(a, Tensor)}
+  if dtypes.bfloat16 in dts: return dtypes.bfloat16
+  if op_type == "Attention" and dtypes.float16 in dts: return dtypes.float16
+  return None
+
+
+def _back_to(outs: Any, dt: DType) -> Any:
+  if isinstance(outs, tuple): return tuple(_back_to(o, dt) for o in outs)
+  if not (isinstance(outs, Tensor) and outs.dtype == dtypes.float32): return outs
+  if dt != dtypes.bfloat16: return outs.cast(dt)
+  # float32 -> bfloat16 rounding to nearest even with integer ops: the CPU backend's vectorized fptrunc to bfloat16
+  # renders invalid LLVM IR (reported)
+  bits = outs.bitcast(dtypes.uint32)
+  return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).cast(dtypes.uint16).bitcast(dtypes.bfloat16)
 
 
 class _Ctx:
@@ -188,7 +213,11 @@ class OnnxRunner:
     ctx = _Ctx(self, node, scope)
     if (node.domain, node.op_type) in self.functions: outs = self._run_function(node, args, attrs, ctx)
     else:
-      try: outs = self._ops[node.op_type](ctx, args, attrs)
+      low = _low_precision(node.op_type, args)
+      if low is not None: args = [a.cast(dtypes.float32) if isinstance(a, Tensor) and a.dtype == low else a for a in args]
+      try:
+        outs = self._ops[node.op_type](ctx, args, attrs)
+        if low is not None: outs = _back_to(outs, low)
       except OnnxError: raise
       except (NotImplementedError, ValueError, TypeError, IndexError, RuntimeError, KeyError) as e:
         shapes = [getattr(a, "shape", type(a).__name__) for a in args]

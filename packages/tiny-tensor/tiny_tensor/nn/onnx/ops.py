@@ -327,18 +327,21 @@ def cast_to(x: Any, et: int, saturate: int = 1, device: str | None = None) -> An
                     dtype=object).reshape(arr.shape)
   dt = _DTYPES.get(et)
   if dt is None: raise OnnxError(f"Cast to ONNX element type {et} is not supported")
-  if et in (18, 20, 21, 22, 23, 24, 25, 26) or (et in (17, 19) and saturate):
+  if et in (17, 18, 19, 20, 21, 22, 23, 24, 25, 26):
     arr = x.cast(dtypes.float32).numpy() if et not in (21, 22, 25, 26) or _is_float(x) else x.numpy()
     if saturate and (lim := _saturate_limits(et)) is not None and not (et in (19, 20) and not saturate):
       arr = np.where(np.isinf(arr), arr, np.clip(arr, *lim)) if et in (19,) else np.clip(arr, *lim)
       if et in (18, 20, 17, 23): arr = np.where(np.isnan(x.cast(dtypes.float32).numpy()), np.nan, arr)
     if et in (21, 22, 25, 26) and arr.dtype.kind == "f": arr = np.round(arr)  # ints round half to even
-    conv = arr.astype(_np_dtype_for(et))
-    return to_tensor(conv, device, et) if et not in (17, 19) else \
-      Tensor(conv.astype(np.float32), device=device).cast(dt)
+    return to_tensor(arr.astype(_np_dtype_for(et)), device, et)
   if dt == dtypes.bool: return x.ne(0)
-  if _is_float(x) and dtypes.is_int(dt):  # out of range / nan: numpy's int conversion truncates
-    return x.cast(dt)
+  if dt == dtypes.bfloat16 and x.dtype != dtypes.bfloat16:
+    from tiny_tensor.nn.onnx import _back_to
+    return _back_to(x.cast(dtypes.float32), dtypes.bfloat16)
+  if x.dtype == dtypes.float64 and dt in (dtypes.float16, dtypes.bfloat16):
+    # through float32: the CPU backend's direct double -> half conversion calls a runtime helper it doesn't link
+    # (a segfault, reported); the double rounding differs from a direct one only on exact ties
+    return x.cast(dtypes.float32).cast(dt)
   return x.cast(dt)
 
 
@@ -676,6 +679,8 @@ def depth_to_space(ctx: Any, inp: list, attrs: dict) -> Tensor:
 def space_to_depth(ctx: Any, inp: list, attrs: dict) -> Tensor:
   x, b = inp[0], attrs["blocksize"]
   n, c, h, w = x.shape
+  if attrs.get("mode", "DCR") == "CRD":
+    return x.reshape(n, c, h // b, b, w // b, b).permute(0, 1, 3, 5, 2, 4).reshape(n, c * b * b, h // b, w // b)
   return x.reshape(n, c, h // b, b, w // b, b).permute(0, 3, 5, 1, 2, 4).reshape(n, c * b * b, h // b, w // b)
 
 
@@ -839,4 +844,4 @@ def det(ctx: Any, inp: list, attrs: dict) -> Tensor:
   return Tensor(np.linalg.det(_np(x)).astype(to_numpy(x.dtype)), device=x.device)
 
 
-from tiny_tensor.nn.onnx import ops_nn, ops_more  # noqa: E402,F401  (they register the rest of the operators)
+from tiny_tensor.nn.onnx import ops_more, ops_nn, ops_seq  # noqa: E402,F401  (they register the rest of the operators)

@@ -144,13 +144,17 @@ def max_unpool(ctx: Any, inp: list, attrs: dict) -> Tensor:
   nd = len(k_)
   s_ = tuple(attrs.get("strides", [1] * nd))
   p = attrs.get("pads", [0] * (2 * nd))
-  if out_shape is not None: outs = _ints(out_shape)[2:]
-  else: outs = [(i - 1) * s - p[j] - p[j + nd] + k for j, (i, s, k) in enumerate(zip(x.shape[2:], s_, k_))]
+  outs = [(i - 1) * s - p[j] - p[j + nd] + k for j, (i, s, k) in enumerate(zip(x.shape[2:], s_, k_))]
   m = int(np.prod(outs))
   n, c = x.shape[:2]
-  hot = idx.reshape(n, c, -1, 1).cast(dtypes.int64).eq(
-    Tensor.arange(n * c * m, device=x.device).cast(dtypes.int64).reshape(n, c, 1, m))
-  return hot.where(x.reshape(n, c, -1, 1), 0).sum(2).cast(x.dtype).reshape(n, c, *outs)
+  # indices are flat positions in (N, C, *default output shape); a larger output_shape pads after
+  ar = Tensor.arange(n * c * m, device=x.device).cast(dtypes.int64).reshape(n, c, 1, m)
+  hot = idx.reshape(n, c, -1, 1).cast(dtypes.int64).eq(ar)
+  y = hot.where(x.reshape(n, c, -1, 1), 0).sum(2).cast(x.dtype).reshape(n, c, *outs)
+  if out_shape is not None:
+    want = _ints(out_shape)[2:]
+    y = y.pad(((0, 0), (0, 0)) + tuple((0, max(w - o, 0)) for w, o in zip(want, outs)))
+  return y
 
 
 # ***** normalization *****
@@ -225,7 +229,7 @@ def lp_norm(ctx: Any, inp: list, attrs: dict) -> Tensor:
   x = inp[0]
   ax, p = _axis(attrs.get("axis", -1), x.ndim), attrs.get("p", 2)
   n = x.abs().sum(ax, keepdim=True) if p == 1 else (x * x).sum(ax, keepdim=True).sqrt()
-  return x / n
+  return n.eq(0).where(0, x / n.eq(0).where(1, n)).cast(x.dtype)  # a zero vector stays zero
 
 
 @op("MeanVarianceNormalization")
@@ -280,7 +284,8 @@ def _resize_matrix(n_in: int, n_out: int, scale: float, attrs: dict, roi: tuple[
     adj = n_out / (scale * n_in)
     xo = n_in / 2 * (1 - adj) + (x + 0.5) / scale - 0.5
   elif ctm == "pytorch_half_pixel": xo = (x + 0.5) / scale - 0.5 if n_out > 1 else np.zeros_like(x)
-  elif ctm == "align_corners": xo = x * (n_in - 1) / (n_out - 1) if n_out > 1 else np.zeros_like(x)
+  elif ctm == "align_corners":  # the resized length is in * scale, unrounded
+    xo = x * (n_in - 1) / (n_in * scale - 1) if n_in * scale > 1 else np.zeros_like(x)
   elif ctm == "asymmetric": xo = x / scale
   elif ctm == "tf_crop_and_resize":
     s, e = roi if roi is not None else (0.0, 1.0)
