@@ -28,7 +28,8 @@ def _weights(seed: int = 0) -> dict[str, np.ndarray]:
                    p + "attn_output.weight": (DIM, DIM), p + "ffn_gate.weight": (HIDDEN, DIM),
                    p + "ffn_up.weight": (HIDDEN, DIM), p + "ffn_down.weight": (DIM, HIDDEN)})
   return {k: (np.ones(s, np.float32) if len(s) == 1 else
-              (rng.standard_normal(s, dtype=np.float32) / np.sqrt(s[-1]))) for k, s in shapes.items()}
+              (rng.standard_normal(s, dtype=np.float32) / np.float32(np.sqrt(s[-1])))).astype(np.float32)
+          for k, s in shapes.items()}
 
 
 def _tiny(ws: dict[str, np.ndarray], n: int) -> dict[str, float]:

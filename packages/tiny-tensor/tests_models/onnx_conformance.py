@@ -100,10 +100,12 @@ def run_all(cases: list[Any], verbose: bool = False) -> dict[str, str | None]:
   return res
 
 
-def op_of(case: Any) -> str:
-  """The operator a case is about (expanded cases are counted under the operator they expand)."""
-  return next((n.op_type for n in case.model.graph.node), "?") if "expanded" not in case.name else \
-    case.name.split("_expanded")[0]
+def op_of(case: Any, all_cases: dict[str, Any] | None = None) -> str:
+  """The operator a case is about: its node's, or for an `_expanded` case (the operator's function body as a graph of
+  simpler operators) the operator of the case it expands."""
+  if "_expanded" in case.name and all_cases and (twin := all_cases.get(case.name.split("_expanded")[0])) is not None:
+    return op_of(twin)
+  return next((n.op_type for n in case.model.graph.node), "?")
 
 
 if __name__ == "__main__":
