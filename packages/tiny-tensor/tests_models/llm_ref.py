@@ -24,7 +24,7 @@ def make_model(path: str, arch: str = "llama", dim: int = 64, n_layers: int = 2,
   """Write a random model; returns its weights as the float32 values the file holds (after quantization).
   `types` maps a name suffix ("attn_q.weight", "token_embd.weight", ...) to its type; other matrices get `wtype`."""
   rng = np.random.default_rng(seed)
-  toks, scores, types = vocab()
+  toks, scores, tok_types = vocab()
   hd = dim // n_heads
   shapes = {"token_embd.weight": (len(toks), dim), "output_norm.weight": (dim,)}
   if not tied: shapes["output.weight"] = (len(toks), dim)
@@ -39,7 +39,9 @@ def make_model(path: str, arch: str = "llama", dim: int = 64, n_layers: int = 2,
   ws, types_of = {}, {}
   for k, s in shapes.items():
     if k.endswith("norm.weight"): ws[k] = (1 + 0.1 * rng.standard_normal(s)).astype(np.float32)
-    else: ws[k] = (rng.standard_normal(s) * (0.5 if k == "token_embd.weight" else 1 / np.sqrt(s[-1]))).astype(np.float32)
+    else:
+      scale = 0.5 if k == "token_embd.weight" else 1 / np.sqrt(s[-1])
+      ws[k] = (rng.standard_normal(s) * scale).astype(np.float32)
     if len(s) == 2:  # as llama.cpp does, rows that aren't whole blocks of the type fall back to Q8_0
       want = next((t for suf, t in (types or {}).items() if k.endswith(suf)), wtype)
       types_of[k] = want if s[-1] % BLOCK[want][0] == 0 else GGMLType.Q8_0
@@ -48,7 +50,7 @@ def make_model(path: str, arch: str = "llama", dim: int = 64, n_layers: int = 2,
         f"{arch}.feed_forward_length": hidden, f"{arch}.attention.head_count": n_heads,
         f"{arch}.attention.head_count_kv": n_kv, f"{arch}.attention.layer_norm_rms_epsilon": 1e-5,
         f"{arch}.rope.freq_base": 10000.0, "tokenizer.ggml.model": "llama", "tokenizer.ggml.tokens": toks,
-        "tokenizer.ggml.scores": scores, "tokenizer.ggml.token_type": types, "tokenizer.ggml.bos_token_id": 1,
+        "tokenizer.ggml.scores": scores, "tokenizer.ggml.token_type": tok_types, "tokenizer.ggml.bos_token_id": 1,
         "tokenizer.ggml.eos_token_id": 2}
   write_gguf(path, kv, ws, types_of)
   return {k: dequantize(np.frombuffer(quantize(v, types_of.get(k, GGMLType.F32)), np.uint8),

@@ -117,4 +117,5 @@ if __name__ == "__main__":
   st = time.time()
   res = run_all(cases, verbose=True)
   passed = sum(v is None for v in res.values())
-  print(f"{passed} passed, {len(res) - passed} failed: {100 * passed / max(len(res), 1):.1f}% in {time.time() - st:.1f}s")
+  rate = 100 * passed / max(len(res), 1)
+  print(f"{passed} passed, {len(res) - passed} failed: {rate:.1f}% in {time.time() - st:.1f}s")

@@ -14,7 +14,8 @@ kernels that use them.
 
 Block layouts (element order within a block, bytes in order; `d`, `dmin` are float16):
 - Q8_0 (32 elements, 34 bytes): d, 32 x int8 q; x = d*q.
-- Q4_0 (32, 18): d, 16 bytes; element j < 16 is the low nibble of byte j, j >= 16 the high nibble of byte j-16; x = d*(q-8).
+- Q4_0 (32, 18): d, 16 bytes; element j < 16 is the low nibble of byte j, j >= 16 the high nibble of byte j-16;
+  x = d*(q-8).
 - Q4_1 (32, 20): d, m, 16 bytes as Q4_0; x = d*q + m.
 - Q5_0 (32, 22): d, qh (uint32: bit j is the 5th bit of element j), 16 bytes as Q4_0; x = d*(q-16).
 - Q5_1 (32, 24): d, m, qh, 16 bytes; x = d*q + m.
@@ -23,7 +24,8 @@ Block layouts (element order within a block, bytes in order; `d`, `dmin` are flo
 - Q5_K (256, 176): d, dmin, 12 scale bytes, qh (32 bytes), 128 bytes as Q4_K; element l of sub-block s adds
   16 * bit s of qh[l].
 - Q6_K (256, 210): ql (128), qh (64), 16 int8 scales, d. Half h (128 elements) takes ql[64h..], qh[32h..]; for l < 32
-  the four quarters get low/high nibbles of ql[l], ql[l+32] and bit pairs 0-1, 2-3, 4-5, 6-7 of qh[l]; x = d*scale*(q-32)
+  the four quarters get low/high nibbles of ql[l], ql[l+32] and bit pairs 0-1, 2-3, 4-5, 6-7 of qh[l];
+  x = d*scale*(q-32)
   with scale index 8h + l//16 + 2*quarter.
 (ggml's ggml-common.h / ggml-quants.c are where these layouts are defined; tests check ours against the `gguf`
 package's independent numpy implementation.)
@@ -161,7 +163,8 @@ def read_gguf(src: str | os.PathLike | bytes | bytearray | memoryview) -> tuple[
     if start + offset + nbytes > len(data):
       raise ValueError(f"GGUF tensor {name!r} ({nbytes} bytes at {start + offset}) runs past the end of the file "
                        f"({len(data)} bytes): the file is truncated")
-    tensors[name] = GGUFTensor(name, tuple(int(d) for d in reversed(dims)), t, data[start + offset:start + offset + nbytes])
+    shape = tuple(int(d) for d in reversed(dims))
+    tensors[name] = GGUFTensor(name, shape, t, data[start + offset:start + offset + nbytes])
   return kv, tensors
 
 

@@ -134,7 +134,8 @@ class Block:
   def __init__(self, cfg: Config, ts: dict[str, GGUFTensor], i: int, device: str | None, float_dtype: Any):
     p = f"blk.{i}."
     self.cfg = cfg
-    self.attn_norm, self.ffn_norm = _vector(ts[p + "attn_norm.weight"], device), _vector(ts[p + "ffn_norm.weight"], device)
+    self.attn_norm = _vector(ts[p + "attn_norm.weight"], device)
+    self.ffn_norm = _vector(ts[p + "ffn_norm.weight"], device)
     self.wq, self.wk, self.wv = (_linear(ts[p + f"attn_{n}.weight"], device, float_dtype) for n in "qkv")
     self.wo = _linear(ts[p + "attn_output.weight"], device, float_dtype)
     self.bq, self.bk, self.bv = (_vector(ts[p + f"attn_{n}.bias"], device) if p + f"attn_{n}.bias" in ts else None
@@ -236,7 +237,8 @@ class Transformer:
     mask = None
     if t > 1:
       sp = int(start_pos)
-      mask = Tensor(np.triu(np.full((t, sp + t), -np.inf, np.float32), sp + 1), device=self.device).reshape(1, t, sp + t)
+      causal = np.triu(np.full((t, sp + t), -np.inf, np.float32), sp + 1)
+      mask = Tensor(causal, device=self.device).reshape(1, t, sp + t)
     for layer in self.layers: x = layer(x, start_pos, cos, sin, mask)
     x = rms_norm(x.shrink((None, (t - 1, t), None)), self.norm, self.cfg.norm_eps)
     return self.output(x).reshape(self.cfg.vocab_size)

@@ -113,7 +113,8 @@ def dequantize(raw: Tensor, t: GGMLType | int, shape: Any = None) -> Tensor:
   elif t == GGMLType.F16: out = _f16(raw.reshape(-1, 2), 0)
   elif t == GGMLType.BF16:
     r2 = raw.reshape(-1, 2)
-    out = ((_cols(r2, 0, 1).cast(dtypes.uint32) << 16) | (_cols(r2, 1, 2).cast(dtypes.uint32) << 24)).bitcast(dtypes.float32)
+    bits = (_cols(r2, 0, 1).cast(dtypes.uint32) << 16) | (_cols(r2, 1, 2).cast(dtypes.uint32) << 24)
+    out = bits.bitcast(dtypes.float32)
   elif t == GGMLType.Q8_0: out = _f16(raw, 0) * _cols(raw, 2, 34).bitcast(dtypes.int8).cast(dtypes.float32)
   elif t in (GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1): out = _legacy(raw, t)
   elif t in (GGMLType.Q4_K, GGMLType.Q5_K): out = _k4(raw, t)

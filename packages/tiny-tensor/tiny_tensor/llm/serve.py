@@ -94,7 +94,8 @@ def make_server(llm: Any, host: str = "127.0.0.1", port: int = 8000) -> Threadin
         chat = self.path.endswith("chat/completions")
         if chat:
           msgs = body.get("messages")
-          if not isinstance(msgs, list) or not all(isinstance(m, dict) and "role" in m and "content" in m for m in msgs):
+          ok = isinstance(msgs, list) and all(isinstance(m, dict) and "role" in m and "content" in m for m in msgs)
+          if not ok:
             raise ValueError("'messages' must be a list of {\"role\", \"content\"} objects")
         elif not isinstance(body.get("prompt"), str): raise ValueError("'prompt' must be a string")
       except (ValueError, json.JSONDecodeError) as e: return self._error(400, str(e))
@@ -120,7 +121,8 @@ def make_server(llm: Any, host: str = "127.0.0.1", port: int = 8000) -> Threadin
         fin = None if piece is not None else "stop"
         ch = {"index": 0, "finish_reason": fin, **({"delta": {"content": piece} if piece is not None else {}} if chat
                                                    else {"text": piece or ""})}
-        self.wfile.write(f"data: {json.dumps({'id': rid, 'object': obj, 'created': created, 'model': llm.name, 'choices': [ch]})}\n\n".encode())
+        chunk = {"id": rid, "object": obj, "created": created, "model": llm.name, "choices": [ch]}
+        self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
         self.wfile.flush()
       for p in pieces: event(p)
       event(None)

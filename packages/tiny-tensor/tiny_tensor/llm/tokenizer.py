@@ -47,8 +47,8 @@ class Tokenizer:
     self.types = list(types) if types is not None else [1] * len(tokens)
     self.ids = {t: i for i, t in enumerate(self.tokens)}
     self.bos_id, self.eos_id, self.add_bos, self.add_space_prefix = bos_id, eos_id, add_bos, add_space_prefix
-    self.special = sorted((t for t, ty in zip(self.tokens, self.types) if ty in (_CONTROL, _USER_DEFINED) and len(t) > 1),
-                          key=len, reverse=True)
+    special = (t for t, ty in zip(self.tokens, self.types) if ty in (_CONTROL, _USER_DEFINED) and len(t) > 1)
+    self.special = sorted(special, key=len, reverse=True)
     self._special_re = re.compile("(" + "|".join(re.escape(s) for s in self.special) + ")") if self.special else None
     self.ranks = {tuple(m.split(" ", 1)): i for i, m in enumerate(merges or [])}
     self.b2u = _bytes_to_unicode()
@@ -137,7 +137,8 @@ class Tokenizer:
     """The bytes of token ids (a streaming caller decodes them once they form whole UTF-8 characters)."""
     buf = bytearray()
     for i in ids:
-      if not 0 <= i < len(self.tokens): raise ValueError(f"token id {i} is outside the vocabulary [0, {len(self.tokens)})")
+      if not 0 <= i < len(self.tokens):
+        raise ValueError(f"token id {i} is outside the vocabulary [0, {len(self.tokens)})")
       t, ty = self.tokens[i], self.types[i]
       if ty == _CONTROL and skip_special: continue
       if self.model == "llama":

@@ -6,10 +6,10 @@
 - `ViT`, `vit_b_16` and small variants (torchvision's VisionTransformer layout);
 - `GPT2` (Hugging Face layout; `GPT2.from_pretrained(dir)` reads config.json and model.safetensors from a local path).
 
->>> from tiny_tensor import Tensor
 >>> from tiny_tensor.models import resnet18
->>> resnet18(num_classes=10)(Tensor.zeros(1, 3, 32, 32)).shape
-(1, 10)
+>>> model = resnet18(num_classes=10)                 # model(images) -> (N, 10) logits
+>>> model.fc.weight.shape, len(model.layer4)
+((10, 512), 2)
 """
 from tiny_tensor.models.gpt2 import GPT2, GPT2Config
 from tiny_tensor.models.mobilenet import MobileNetV2

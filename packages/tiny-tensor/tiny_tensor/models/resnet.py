@@ -71,6 +71,12 @@ class ResNet:
   def __call__(self, x: Tensor) -> Tensor: return self.fc(self.features(x))
 
 
-def resnet18(num_classes: int = 1000, width: int = 64) -> ResNet: return ResNet(BasicBlock, [2, 2, 2, 2], num_classes, width)
-def resnet34(num_classes: int = 1000, width: int = 64) -> ResNet: return ResNet(BasicBlock, [3, 4, 6, 3], num_classes, width)
-def resnet50(num_classes: int = 1000, width: int = 64) -> ResNet: return ResNet(Bottleneck, [3, 4, 6, 3], num_classes, width)
+def resnet18(num_classes: int = 1000, width: int = 64) -> ResNet:
+  """ResNet-18 (BasicBlock x [2, 2, 2, 2]); `width` scales every stage's channels (64 is the standard network)."""
+  return ResNet(BasicBlock, [2, 2, 2, 2], num_classes, width)
+def resnet34(num_classes: int = 1000, width: int = 64) -> ResNet:
+  """ResNet-34 (BasicBlock x [3, 4, 6, 3]); `width` scales every stage's channels (64 is the standard network)."""
+  return ResNet(BasicBlock, [3, 4, 6, 3], num_classes, width)
+def resnet50(num_classes: int = 1000, width: int = 64) -> ResNet:
+  """ResNet-50 (Bottleneck x [3, 4, 6, 3]); `width` scales every stage's channels (64 is the standard network)."""
+  return ResNet(Bottleneck, [3, 4, 6, 3], num_classes, width)

@@ -208,13 +208,15 @@ class OnnxRunner:
 
   def _run_node(self, node: Any, scope: dict[str, Any], debug: bool) -> None:
     try: args = [scope[i] if i else None for i in node.input]
-    except KeyError as e: raise OnnxError(f"node {node.name!r} ({node.op_type}) reads {e}, which nothing made") from None
+    except KeyError as e:
+      raise OnnxError(f"node {node.name!r} ({node.op_type}) reads {e}, which nothing made") from None
     attrs = {a.name: _attr(a, self._onnx) for a in node.attribute}
     ctx = _Ctx(self, node, scope)
     if (node.domain, node.op_type) in self.functions: outs = self._run_function(node, args, attrs, ctx)
     else:
       low = _low_precision(node.op_type, args)
-      if low is not None: args = [a.cast(dtypes.float32) if isinstance(a, Tensor) and a.dtype == low else a for a in args]
+      if low is not None:
+        args = [a.cast(dtypes.float32) if isinstance(a, Tensor) and a.dtype == low else a for a in args]
       try:
         outs = self._ops[node.op_type](ctx, args, attrs)
         if low is not None: outs = _back_to(outs, low)

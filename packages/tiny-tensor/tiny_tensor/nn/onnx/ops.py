@@ -128,7 +128,8 @@ def _div(a: Tensor, b: Tensor) -> Tensor:
 
 
 for _name, _fn in {
-  "Add": lambda a, b: a + b, "Equal": lambda a, b: _str_eq(a, b) if isinstance(a, np.ndarray) else a.eq(b), "Sub": lambda a, b: a - b, "Mul": lambda a, b: a * b, "Div": _div,
+  "Add": lambda a, b: a + b, "Equal": lambda a, b: _str_eq(a, b) if isinstance(a, np.ndarray) else a.eq(b),
+  "Sub": lambda a, b: a - b, "Mul": lambda a, b: a * b, "Div": _div,
   "Greater": lambda a, b: a > b, "Less": lambda a, b: a < b,
   "GreaterOrEqual": lambda a, b: a >= b, "LessOrEqual": lambda a, b: a <= b, "And": lambda a, b: a & b,
   "Or": lambda a, b: a | b, "Xor": lambda a, b: a ^ b, "BitwiseAnd": lambda a, b: a & b,
@@ -353,7 +354,8 @@ def _fmt_float(v: float) -> str:
 
 
 @op("Cast")
-def cast(ctx: Any, inp: list, attrs: dict) -> Any: return cast_to(inp[0], attrs["to"], attrs.get("saturate", 1), ctx.device)
+def cast(ctx: Any, inp: list, attrs: dict) -> Any:
+  return cast_to(inp[0], attrs["to"], attrs.get("saturate", 1), ctx.device)
 
 
 @op("CastLike")
@@ -475,7 +477,7 @@ def _slice_params(shape: tuple, starts: list, ends: list, axes: list | None, ste
 def slice_(ctx: Any, inp: list, attrs: dict) -> Tensor:
   x = inp[0]
   if ctx.opset < 10: starts, ends, axes, steps = attrs["starts"], attrs["ends"], attrs.get("axes"), None
-  else: starts, ends, axes, steps = _ints(inp[1]), _ints(inp[2]), _ints(_opt(inp, 3)) or None, _ints(_opt(inp, 4)) or None
+  else: starts, ends, axes, steps = _ints(inp[1]), _ints(inp[2]), _ints(_opt(inp, 3)), _ints(_opt(inp, 4))
   sl = _slice_params(x.shape, starts, ends, axes, steps)
   return _apply_slices(x, sl)
 
@@ -790,7 +792,7 @@ def _reduce(name: str) -> Callable:
     elif name == "ReduceL2": out = (x * x).sum(axes, keepdim=keep).sqrt()
     elif name == "ReduceSumSquare": out = (x * x).sum(axes, keepdim=keep)
     elif name == "ReduceLogSum": out = x.sum(axes, keepdim=keep).log()
-    else: out = x.logsumexp(axes, keepdim=keep) if _is_float(x) else x.cast(dtypes.float64).logsumexp(axes, keepdim=keep)
+    else: out = (x if _is_float(x) else x.cast(dtypes.float64)).logsumexp(axes, keepdim=keep)
     return out.cast(x.dtype)
   return run
 
@@ -819,8 +821,10 @@ OPS["ArgMax"], OPS["ArgMin"] = _arg("max"), _arg("min")
 @op("MatMul")
 def matmul(ctx: Any, inp: list, attrs: dict) -> Tensor:
   a, b = inp
-  return a.matmul(b) if a.shape[-1] else _like(a, np.zeros(np.broadcast_shapes(a.shape[:-1] + (1,), (1,) * (b.ndim - 2)
-                                                                                + b.shape[-1:]) if b.ndim > 1 else a.shape[:-1]))
+  if a.shape[-1]: return a.matmul(b)
+  # an empty inner dimension: zeros of the product's shape (numpy computes the shape)
+  shape = np.matmul(np.zeros(a.shape, np.float32), np.zeros(b.shape, np.float32)).shape
+  return _like(a, np.zeros(shape))
 
 
 @op("Gemm")

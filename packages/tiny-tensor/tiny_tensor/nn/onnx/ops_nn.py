@@ -289,7 +289,8 @@ def _resize_matrix(n_in: int, n_out: int, scale: float, attrs: dict, roi: tuple[
   elif ctm == "asymmetric": xo = x / scale
   elif ctm == "tf_crop_and_resize":
     s, e = roi if roi is not None else (0.0, 1.0)
-    xo = s * (n_in - 1) + x * (e - s) * (n_in - 1) / (n_out - 1) if n_out > 1 else np.full_like(x, 0.5 * (s + e) * (n_in - 1))
+    if n_out > 1: xo = s * (n_in - 1) + x * (e - s) * (n_in - 1) / (n_out - 1)
+    else: xo = np.full_like(x, 0.5 * (s + e) * (n_in - 1))
   else: raise OnnxError(f"Resize coordinate_transformation_mode={ctm!r} is not supported")
   extrap = (xo < 0) | (xo > n_in - 1) if ctm == "tf_crop_and_resize" else np.zeros(n_out, bool)
   w = np.zeros((n_out, n_in))
@@ -599,9 +600,11 @@ def qlinear_matmul(ctx: Any, inp: list, attrs: dict) -> Tensor:
 @op("MatMulInteger")
 def matmul_integer(ctx: Any, inp: list, attrs: dict) -> Tensor:
   a, b, za, zb = inp[0], inp[1], _opt(inp, 2), _opt(inp, 3)
+  def zp(z: Tensor, shape: tuple) -> Tensor:  # per-row (a) / per-column (b) zero points, or one for all
+    return z.cast(dtypes.int32).reshape(shape if z.numel() > 1 else ())
   ai, bi = a.cast(dtypes.int32), b.cast(dtypes.int32)
-  if za is not None: ai = ai - (za.cast(dtypes.int32).reshape(-1, 1) if za.numel() > 1 else za.cast(dtypes.int32).reshape(()))
-  if zb is not None: bi = bi - (zb.cast(dtypes.int32).reshape(1, -1) if zb.numel() > 1 else zb.cast(dtypes.int32).reshape(()))
+  if za is not None: ai = ai - zp(za, (-1, 1))
+  if zb is not None: bi = bi - zp(zb, (1, -1))
   return ai.matmul(bi)
 
 
@@ -609,8 +612,8 @@ def matmul_integer(ctx: Any, inp: list, attrs: dict) -> Tensor:
 def conv_integer(ctx: Any, inp: list, attrs: dict) -> Tensor:
   x, w, zx, zw = inp[0], inp[1], _opt(inp, 2), _opt(inp, 3)
   xi = x.cast(dtypes.int32) - (zx.cast(dtypes.int32).reshape(()) if zx is not None else 0)
-  wi = w.cast(dtypes.int32) - (zw.cast(dtypes.int32).reshape(-1, *[1] * (w.ndim - 1)) if zw is not None and zw.numel() > 1
-                               else zw.cast(dtypes.int32).reshape(()) if zw is not None else 0)
+  wi = w.cast(dtypes.int32)
+  if zw is not None: wi = wi - zw.cast(dtypes.int32).reshape((-1, *[1] * (w.ndim - 1)) if zw.numel() > 1 else ())
   return conv(ctx, [xi, wi], attrs).cast(dtypes.int32)
 
 
