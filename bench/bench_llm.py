@@ -2,14 +2,17 @@
 SwiGLU 2048, vocab 16000), tiny's `tiny_tensor.llm` (TinyJit-ed decode step, KV cache at a symbolic position) side
 by side with the same network in torch (eager, torch.no_grad, its own KV cache) on the same CPU, both float32.
 
+torch runs with its default threads and, as a second column, with one thread (tiny's CPU kernels run on one core).
 Reported: decode tokens/s (higher is better), first-token latency of a 32-token prompt with kernels already compiled
-(lower is better), and tiny's cold first token (compiling included). `python bench/bench_llm.py` runs it alone;
+(lower is better), and tiny's cold first token (compiling included); and tiny's decode with the weights stored as Q8_0
+blocks that the matmul kernels decode. `python bench/bench_llm.py` runs it alone;
 `LLM_BENCH_TOKENS` sets how many tokens are decoded (default 32).
 """
 from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 import numpy as np
 
@@ -32,10 +35,13 @@ def _weights(seed: int = 0) -> dict[str, np.ndarray]:
           for k, s in shapes.items()}
 
 
-def _tiny(ws: dict[str, np.ndarray], n: int) -> dict[str, float]:
-  from tiny_tensor.llm.gguf import GGMLType, GGUFTensor
+def _tiny(ws: dict[str, np.ndarray], n: int, quant: str = "F32") -> dict[str, float]:
+  from tiny_tensor.llm.gguf import GGMLType, GGUFTensor, quantize
   from tiny_tensor.llm.model import Config, Transformer
-  ts = {k: GGUFTensor(k, v.shape, GGMLType.F32, v.reshape(-1).view(np.uint8)) for k, v in ws.items()}
+  def stored(k: str, v: np.ndarray) -> GGUFTensor:
+    t = GGMLType[quant] if v.ndim == 2 else GGMLType.F32
+    return GGUFTensor(k, v.shape, t, np.frombuffer(quantize(v, t), np.uint8))
+  ts = {k: stored(k, v) for k, v in ws.items()}
   cfg = Config("llama", DIM, LAYERS, HEADS, KV_HEADS, HIDDEN, VOCAB, max_context=CTX)
   m = Transformer(cfg, ts)
   prompt = list(range(3, 3 + PROMPT))
@@ -51,10 +57,17 @@ def _tiny(ws: dict[str, np.ndarray], n: int) -> dict[str, float]:
   return {"tps": n / (time.perf_counter() - st), "first": first, "cold": cold}
 
 
-def _torch(ws: dict[str, np.ndarray], n: int) -> dict[str, float] | None:
+def _torch(ws: dict[str, np.ndarray], n: int, threads: int | None = None) -> dict[str, float] | None:
   try:
     import torch
   except ImportError: return None
+  old_threads = torch.get_num_threads()
+  if threads is not None: torch.set_num_threads(threads)
+  try: return _torch_run(torch, ws, n)
+  finally: torch.set_num_threads(old_threads)
+
+
+def _torch_run(torch: Any, ws: dict[str, np.ndarray], n: int) -> dict[str, float]:
   w = {k: torch.from_numpy(v) for k, v in ws.items()}
   hd, rep = DIM // HEADS, HEADS // KV_HEADS
   freqs = 1.0 / (10000.0 ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
@@ -109,13 +122,17 @@ def run() -> dict[str, dict[str, float | str]]:
   ws = _weights()
   params = sum(v.size for v in ws.values())
   tiny = _tiny(ws, n)
-  th = _torch(ws, n)
+  th, th1 = _torch(ws, n), _torch(ws, n, threads=1)
+  q8 = _tiny(ws, n, "Q8_0")
   tps: dict[str, float | str] = {"tiny": tiny["tps"], "unit": " tok/s", "better": "higher",
                                  "target": f">= torch; {params / 1e6:.0f}M params, f32"}
   first: dict[str, float | str] = {"tiny": tiny["first"] * 1e3, "unit": " ms", "better": "lower",
                                    "target": f"{PROMPT}-token prompt, compiled"}
   if th is not None: tps["torch"], first["torch"] = th["tps"], th["first"] * 1e3
-  return {"llm decode": tps, "llm first token": first,
+  if th1 is not None: tps["torch 1 thread"], first["torch 1 thread"] = th1["tps"], th1["first"] * 1e3
+  return {"llm decode": tps, "llm decode, Q8_0 weights (decoded in the matmuls)": {"tiny": q8["tps"], "unit": " tok/s",
+                                                                                  "better": "higher"},
+          "llm first token": first,
           "llm first token (cold, compiling)": {"tiny": tiny["cold"] * 1e3, "unit": " ms", "better": "lower"}}
 
 

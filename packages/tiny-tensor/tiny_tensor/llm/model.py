@@ -165,7 +165,9 @@ class Block:
   def __call__(self, x: Tensor, start_pos: Any, cos: Tensor, sin: Tensor, mask: Tensor | None) -> Tensor:
     cfg = self.cfg
     b, t, _ = x.shape
-    h = rms_norm(x, self.attn_norm, cfg.norm_eps)
+    # normalized activations go to a buffer first (.contiguous()): fused into a matmul, the norm's reduction would be
+    # recomputed for every output element
+    h = rms_norm(x, self.attn_norm, cfg.norm_eps).contiguous()
     q, k, v = self.wq(h), self.wk(h), self.wv(h)
     if self.bq is not None: q, k, v = q + self.bq, k + self.bk, v + self.bv
     q = q.reshape(b, t, cfg.n_heads, cfg.hd)
@@ -186,9 +188,9 @@ class Block:
     scores = (qh @ keys.transpose(1, 2)) * (1.0 / math.sqrt(cfg.hd))        # (H, t, L)
     if mask is not None: scores = scores + mask
     attn = (scores.softmax(-1) @ vals).permute(1, 0, 2).reshape(b, t, cfg.n_heads * cfg.hd)
-    x = x + self.wo(attn)
-    h = rms_norm(x, self.ffn_norm, cfg.norm_eps)
-    return x + self.w_down(self.w_gate(h).silu() * self.w_up(h))
+    x = x + self.wo(attn.contiguous())
+    h = rms_norm(x, self.ffn_norm, cfg.norm_eps).contiguous()
+    return x + self.w_down((self.w_gate(h).silu() * self.w_up(h)).contiguous())
 
 
 class Transformer:
@@ -240,7 +242,7 @@ class Transformer:
       causal = np.triu(np.full((t, sp + t), -np.inf, np.float32), sp + 1)
       mask = Tensor(causal, device=self.device).reshape(1, t, sp + t)
     for layer in self.layers: x = layer(x, start_pos, cos, sin, mask)
-    x = rms_norm(x.shrink((None, (t - 1, t), None)), self.norm, self.cfg.norm_eps)
+    x = rms_norm(x.shrink((None, (t - 1, t), None)), self.norm, self.cfg.norm_eps).contiguous()
     return self.output(x).reshape(self.cfg.vocab_size)
 
   def _decode_step(self, rows: Tensor, start_pos: Any) -> Tensor:
