@@ -179,6 +179,10 @@ def test_context_limits_and_bad_files(tmp_path):
   write_gguf(buf, {k: v for k, v in kv.items() if k != "llama.block_count"}, {"x": np.zeros(4, np.float32)})
   bad.write_bytes(buf.getvalue())
   with pytest.raises(ValueError, match="block_count"): LLM.load(bad)
+  buf = io.BytesIO()
+  write_gguf(buf, kv, {"token_embd.weight": np.zeros((len(kv["tokenizer.ggml.tokens"]), 64), np.float32)})
+  bad.write_bytes(buf.getvalue())
+  with pytest.raises(ValueError, match=r"lacks 10 tensor\(s\).*output_norm.weight"): LLM.load(bad)
 
 
 def test_cli_generates_from_a_local_gguf(tmp_path):

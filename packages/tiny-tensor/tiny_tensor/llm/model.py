@@ -9,6 +9,8 @@ converter permutes q/k rows for it) and the two halves of each head for NEOX-sty
 Decoding: one token at a time through `Transformer.step`, a TinyJit-ed function whose position is a bound
 `Variable`: the KV cache is written at that position with a mask and read through a symbolic shrink, so the same
 captured kernels serve every position (`Transformer.decode`). The prompt goes through `forward` once, unjitted.
+The masked write rewrites each layer's whole cache (O(context) per token): tiny can't assign into a view of a
+buffer yet, which a one-row write needs.
 """
 from __future__ import annotations
 
@@ -59,7 +61,7 @@ class Config:
     n_heads = int(get("attention.head_count"))
     ctx = int(get("context_length", 2048))
     vocab = kv.get(f"{arch}.vocab_size") or len(kv.get("tokenizer.ggml.tokens", [])) or None
-    if vocab is None: raise ValueError("GGUF metadata has neither {arch}.vocab_size nor tokenizer.ggml.tokens")
+    if vocab is None: raise ValueError(f"GGUF metadata has neither {arch}.vocab_size nor tokenizer.ggml.tokens")
     dim = int(get("embedding_length"))
     return Config(arch=arch, dim=dim, n_layers=int(get("block_count")), n_heads=n_heads,
                   n_kv_heads=int(get("attention.head_count_kv", n_heads)), hidden_dim=int(get("feed_forward_length")),
@@ -203,6 +205,11 @@ class Transformer:
   def __init__(self, cfg: Config, ts: dict[str, GGUFTensor], device: str | None = None,
                float_dtype: Any = dtypes.float32):
     self.cfg, self.device = cfg, device
+    need = ["token_embd.weight", "output_norm.weight"] + [f"blk.{i}.{n}.weight" for i in range(cfg.n_layers) for n in (
+      "attn_norm", "ffn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")]
+    if missing := [n for n in need if n not in ts]:
+      raise ValueError(f"the GGUF file lacks {len(missing)} tensor(s) a {cfg.arch} model needs: {missing[:8]}"
+                       f"{' ...' if len(missing) > 8 else ''} (is it a LLaMA-family model?)")
     emb = ts["token_embd.weight"]
     if emb.shape != (cfg.vocab_size, cfg.dim):
       raise ValueError(f"token_embd.weight has shape {emb.shape}, expected ({cfg.vocab_size}, {cfg.dim})")
