@@ -231,3 +231,73 @@ def tensor_scatter(ctx: Any, inp: list, attrs: dict) -> Tensor:
 
 
 _ = (math, _np)
+
+
+# ***** GridSample: the sampling matrix is built on the host from the grid, applied as a matmul *****
+def _reflect(v: np.ndarray, lo: float, hi: float) -> np.ndarray:
+  """Reflect coordinates into [lo, hi] (the onnx reference's _gs_reflect, elementwise)."""
+  rng = hi - lo
+  out = v.copy()
+  below, above = v < lo, v > hi
+  for mask, dist, near, far in ((below, lo - v, lo, hi), (above, v - hi, hi, lo)):
+    n = np.floor(dist / rng) if rng > 0 else np.zeros_like(dist)
+    r = dist - n * rng
+    even = (n % 2) == 0
+    sign = 1 if near == lo else -1
+    out = np.where(mask & even, near + sign * r, out)
+    out = np.where(mask & ~even, far - sign * r, out)
+  return out
+
+
+def _cubic_coeffs(t: np.ndarray, a: float = -0.75) -> list[np.ndarray]:
+  """Keys' cubic weights of the taps at -1, 0, 1, 2 for fractional offsets t."""
+  def k(x: np.ndarray) -> np.ndarray:
+    x = np.abs(x)
+    return np.where(x <= 1, ((a + 2) * x - (a + 3)) * x * x + 1,
+                    np.where(x < 2, ((a * x - 5 * a) * x + 8 * a) * x - 4 * a, 0.0))
+  return [k(t + 1), k(t), k(1 - t), k(2 - t)]
+
+
+@op("GridSample")
+def grid_sample(ctx: Any, inp: list, attrs: dict) -> Tensor:
+  x, grid = inp
+  mode = {"bilinear": "linear", "bicubic": "cubic"}.get(attrs.get("mode", "linear"), attrs.get("mode", "linear"))
+  pad, ac = attrs.get("padding_mode", "zeros"), attrs.get("align_corners", 0)
+  n, c, dims = x.shape[0], x.shape[1], tuple(x.shape[2:])
+  g = _np(grid).astype(np.float64)                                 # (N, *out, nd), last axis x first
+  out_sp, nd = g.shape[1:-1], len(dims)
+  pts = g.reshape(n, -1, nd)[..., ::-1]                            # coordinates in dim order
+  p_in, p_out = int(np.prod(dims)), pts.shape[1]
+  w = np.zeros((n, p_in, p_out), np.float32)
+  for b in range(n):
+    taps_per_dim = []
+    for d, size in enumerate(dims):
+      v = (pts[b, :, d] + 1) / 2 * (size - 1) if ac else ((pts[b, :, d] + 1) * size - 1) / 2
+      lo, hi = (0.0, size - 1.0) if ac else (-0.5, size - 0.5)
+      if mode == "nearest": v = np.rint(v)
+      out_of = (v < lo) | (v > hi)
+      if pad == "border": v = np.where(out_of, np.clip(v, 0, size - 1), v)
+      elif pad == "reflection": v = np.where(out_of, _reflect(v, lo, hi), v)
+      if mode == "nearest": taps = [(v.astype(np.int64), np.ones_like(v))]
+      else:
+        f = np.floor(v)
+        t = v - f
+        if mode == "linear": taps = [(f.astype(np.int64), 1 - t), (f.astype(np.int64) + 1, t)]
+        else: taps = [(f.astype(np.int64) + o, cf) for o, cf in zip((-1, 0, 1, 2), _cubic_coeffs(t))]
+      fixed = []
+      for idx, wt in taps:  # the pixel each tap reads under the padding mode (zeros: none outside)
+        if pad == "zeros": ok = (idx >= 0) & (idx < size)
+        else:
+          if pad == "reflection": idx = _reflect(idx.astype(np.float64), lo, hi).astype(np.int64)
+          idx, ok = np.clip(idx, 0, size - 1), np.ones_like(idx, bool)
+        fixed.append((np.clip(idx, 0, size - 1), np.where(ok, wt, 0.0)))
+      taps_per_dim.append(fixed)
+    strides = np.cumprod((1,) + dims[::-1])[::-1][1:]
+    for combo in np.ndindex(*[len(t) for t in taps_per_dim]):
+      flat, wt = np.zeros(p_out, np.int64), np.ones(p_out)
+      for d, k in enumerate(combo):
+        idx, wk = taps_per_dim[d][k]
+        flat, wt = flat + idx * int(strides[d]), wt * wk
+      np.add.at(w[b], (flat, np.arange(p_out)), wt)
+  y = x.reshape(n, c, p_in).cast(dtypes.float32) @ Tensor(w, device=x.device)
+  return y.reshape(n, c, *out_sp).cast(x.dtype)
