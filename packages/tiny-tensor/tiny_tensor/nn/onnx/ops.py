@@ -85,7 +85,9 @@ for _name, _fn in {
   "Abs": Tensor.abs, "Neg": Tensor.neg, "Exp": Tensor.exp, "Log": Tensor.log, "Sqrt": Tensor.sqrt,
   "Reciprocal": Tensor.reciprocal, "Sin": Tensor.sin, "Cos": Tensor.cos, "Tan": Tensor.tan, "Sinh": Tensor.sinh,
   "Cosh": Tensor.cosh, "Tanh": Tensor.tanh, "Asinh": Tensor.asinh, "Acosh": Tensor.acosh, "Atanh": Tensor.atanh,
-  "Atan": _atan, "Asin": _asin, "Acos": _acos, "Erf": Tensor.erf, "Sign": Tensor.sign, "Floor": Tensor.floor,
+  # Tensor's own atan/asin/acos where this tiny has them, else the local series (see the module doc)
+  "Atan": getattr(Tensor, "atan", _atan), "Asin": getattr(Tensor, "asin", _asin),
+  "Acos": getattr(Tensor, "acos", _acos), "Erf": Tensor.erf, "Sign": Tensor.sign, "Floor": Tensor.floor,
   "Ceil": Tensor.ceil, "Relu": Tensor.relu, "Sigmoid": Tensor.sigmoid, "Softsign": Tensor.softsign,
   "HardSwish": Tensor.hardswish, "Mish": Tensor.mish, "IsNaN": Tensor.isnan, "Not": Tensor.logical_not,
   "BitwiseNot": Tensor.bitwise_not, "Softplus": lambda x: (1 + x.exp()).log(),
