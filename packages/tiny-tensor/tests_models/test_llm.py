@@ -1,0 +1,250 @@
+"""tiny_tensor.llm: GGUF files, GGML block decoding in kernels, tokenizers, generation against a numpy reference, the
+constant kernel count of the jitted decode step, the CLI and the OpenAI-style server."""
+import io
+import json
+import os
+import subprocess
+import sys
+import threading
+import urllib.error
+import urllib.request
+
+import numpy as np
+import pytest
+
+import llm_ref
+from tiny_tensor import GlobalCounters, Tensor, engine
+from tiny_tensor.llm import LLM, Tokenizer, chat_prompt
+from tiny_tensor.llm import quants
+from tiny_tensor.llm.gguf import BLOCK, GGMLType, dequantize, quantize, read_gguf, write_gguf
+
+QUANTS = [GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1, GGMLType.Q4_K, GGMLType.Q5_K,
+          GGMLType.Q6_K]
+# byte offsets of the float16 fields of each block (scales and mins), per ggml-common.h
+F16_FIELDS = {GGMLType.Q8_0: [0], GGMLType.Q4_0: [0], GGMLType.Q4_1: [0, 2], GGMLType.Q5_0: [0],
+              GGMLType.Q5_1: [0, 2], GGMLType.Q4_K: [0, 2], GGMLType.Q5_K: [0, 2], GGMLType.Q6_K: [208]}
+
+
+def _random_blocks(t, n_blocks, rng):
+  """Random bytes everywhere, with finite random float16 values in the scale fields."""
+  be, bb = BLOCK[t]
+  raw = rng.integers(0, 256, size=(n_blocks, bb), dtype=np.uint8)
+  for off in F16_FIELDS[t]:
+    raw[:, off:off + 2] = (rng.standard_normal(n_blocks) * 0.1).astype(np.float16).view(np.uint8).reshape(-1, 2)
+  return raw
+
+
+@pytest.mark.parametrize("t", QUANTS, ids=lambda t: t.name)
+def test_block_decoding_matches_ggml_reference(t):
+  import gguf  # the gguf package's numpy dequantizers: an implementation of the block formats not written here
+  raw = _random_blocks(t, 12, np.random.default_rng(int(t)))
+  ref = gguf.quants.dequantize(raw.reshape(-1), gguf.GGMLQuantizationType(int(t))).reshape(-1)
+  np.testing.assert_array_equal(dequantize(raw, t), ref)                              # our numpy codec
+  np.testing.assert_array_equal(quants.dequantize(Tensor(raw), t).numpy(), ref)       # Tensor ops in a kernel
+
+
+@pytest.mark.parametrize("t", QUANTS + [GGMLType.F16, GGMLType.BF16], ids=lambda t: t.name)
+def test_quantize_roundtrip(t):
+  x = np.random.default_rng(1).standard_normal(BLOCK[t][0] * 8).astype(np.float32)
+  raw = np.frombuffer(quantize(x, t), np.uint8)
+  assert raw.size == x.size // BLOCK[t][0] * BLOCK[t][1]
+  y = dequantize(raw, t)
+  # error bounded by the format's resolution (4-bit formats: about 1/8 of the block's range)
+  tol = {GGMLType.Q8_0: 0.01, GGMLType.Q6_K: 0.03, GGMLType.F16: 1e-3, GGMLType.BF16: 1e-2}.get(t, 0.15)
+  assert np.abs(y - x).max() <= tol * np.abs(x).max(), (t, np.abs(y - x).max())
+  np.testing.assert_array_equal(quants.dequantize(Tensor(raw), t).numpy(), y)
+
+
+def test_gguf_write_read_roundtrip_and_gguf_package_agrees(tmp_path):
+  import gguf
+  kv = {"general.architecture": "llama", "a.int": 7, "a.big": 2**40, "a.float": 0.5, "a.bool": True,
+        "a.strs": ["x", "yz"], "a.ints": [1, -2, 3], "a.floats": [0.25, 1.5]}
+  ts = {"w": np.arange(64, dtype=np.float32).reshape(2, 32), "q": np.linspace(-1, 1, 256, dtype=np.float32)}
+  path = tmp_path / "t.gguf"
+  write_gguf(path, kv, ts, {"q": GGMLType.Q4_K})
+  got_kv, got = read_gguf(path)
+  assert {k: got_kv[k] for k in kv} == kv
+  assert got["w"].shape == (2, 32) and got["w"].ggml_type == GGMLType.F32
+  np.testing.assert_array_equal(got["w"].numpy(), ts["w"])
+  assert got["q"].ggml_type == GGMLType.Q4_K and got["q"].raw.size == 144
+  r = gguf.GGUFReader(str(path))
+  assert {f.name for f in r.fields.values()} >= set(kv)
+  assert str(bytes(r.fields["a.strs"].parts[r.fields["a.strs"].data[1]]), "utf-8") == "yz"
+  rt = {t.name: t for t in r.tensors}
+  assert list(rt["w"].shape) == [32, 2] and int(rt["q"].tensor_type) == int(GGMLType.Q4_K)
+  np.testing.assert_array_equal(np.asarray(rt["q"].data).reshape(-1), got["q"].raw)
+  with pytest.raises(ValueError, match="not a GGUF file"): read_gguf(b"NOPE" + bytes(40))
+  with pytest.raises(ValueError, match="truncated"): read_gguf(path.read_bytes()[:-100])
+
+
+def test_sentencepiece_tokenizer():
+  toks, scores, types = llm_ref.vocab()
+  tok = Tokenizer("llama", toks, scores, types, bos_id=1, eos_id=2)
+  ids = tok.encode("the cat")
+  assert ids[0] == 1 and [tok.piece(i) for i in ids[1:]] == ["▁the", "▁c", "a", "t"]  # best-scoring merges first
+  assert tok.decode(ids) == "the cat"
+  s = "héllo ✓"  # characters outside the vocabulary fall back to their UTF-8 bytes
+  assert tok.decode(tok.encode(s)) == s and any(toks[i].startswith("<0x") for i in tok.encode(s))
+
+
+def test_bpe_tokenizer():
+  from tiny_tensor.llm.tokenizer import _bytes_to_unicode
+  b2u = _bytes_to_unicode()
+  base = [b2u[b] for b in range(256)]
+  merges = ["h e", "l l", "he ll", "hell o", "Ġ w", "Ġw o"]
+  vocab = base + ["he", "ll", "hell", "hello", "Ġw", "Ġwo", "<|end|>"]
+  types = [1] * (len(vocab) - 1) + [3]
+  tok = Tokenizer("gpt2", vocab, types=types, merges=merges, eos_id=len(vocab) - 1, add_bos=False)
+  ids = tok.encode("hello world<|end|>")
+  assert [tok.piece(i) for i in ids] == ["hello", "Ġwo", "r", "l", "d", "<|end|>"]
+  assert tok.decode(ids) == "hello world" and tok.decode(ids, skip_special=False) == "hello world<|end|>"
+
+
+# every block format in one model (K-quant rows must be whole 256-element blocks: dim and hidden are 256)
+MIXED = {"token_embd.weight": GGMLType.Q6_K, "attn_q.weight": GGMLType.Q4_K, "attn_k.weight": GGMLType.Q6_K,
+         "attn_v.weight": GGMLType.Q8_0, "attn_output.weight": GGMLType.Q4_0, "ffn_gate.weight": GGMLType.Q5_K,
+         "ffn_up.weight": GGMLType.Q4_1, "ffn_down.weight": GGMLType.Q5_0, "output.weight": GGMLType.Q8_0}
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory):
+  path = str(tmp_path_factory.mktemp("llm") / "mixed.gguf")
+  ws = llm_ref.make_model(path, dim=256, hidden=256, n_heads=4, n_kv=2, types=MIXED, seed=3)
+  kv, ts = read_gguf(path)
+  assert {ts[k].ggml_type for k in ts} >= set(MIXED.values())
+  return path, ws, LLM.load(path)
+
+
+def _check_generation(llm, ws, arch, prompt_text="the quick fox", n=5):
+  prompt = llm.tokenizer.encode(prompt_text)
+  llm.reset()
+  out = list(llm.generate_ids(prompt, max_tokens=n))
+  ref = list(prompt)
+  for _ in range(n): ref.append(int(np.argmax(llm_ref.forward(ws, ref, arch=arch)[-1])))
+  assert out == ref[len(prompt):]
+  # logits, not only the argmax: the prompt pass and jitted steps at later positions
+  llm.reset()
+  np.testing.assert_allclose(llm.model.prefill(prompt).numpy(), llm_ref.forward(ws, prompt, arch=arch)[-1],
+                             rtol=1e-4, atol=1e-4)
+  seq = prompt + out[:3]
+  for i in range(len(prompt), len(seq)): lg = llm.model.decode(seq[i], i)
+  np.testing.assert_allclose(lg.numpy(), llm_ref.forward(ws, seq, arch=arch)[-1], rtol=1e-4, atol=1e-4)
+
+
+def test_generation_matches_numpy_reference_all_block_formats(mixed):
+  path, ws, llm = mixed
+  _check_generation(llm, ws, "llama")
+
+
+def test_qwen2_style_biases_and_neox_rope_tied_output(tmp_path):
+  path = str(tmp_path / "q.gguf")
+  ws = llm_ref.make_model(path, arch="qwen2", n_layers=1, tied=True, seed=4)
+  _check_generation(LLM.load(path), ws, "qwen2")
+
+
+def test_decode_step_kernels_are_constant_and_deterministic(mixed):
+  llm = mixed[2]
+  llm.reset()
+  llm.model.prefill([1, 40, 41])
+  counts, programs = [], []
+  for pos in range(3, 10):
+    GlobalCounters.reset()
+    llm.model.decode(50 + pos, pos).numpy()
+    counts.append(GlobalCounters.kernel_count)
+    programs.append(len(engine._program_cache))
+  # call 1 runs eagerly, call 2 captures, calls 3+ replay the same kernels: nothing compiles after the capture
+  assert len(set(counts)) == 1 and counts[0] > 0
+  assert len(set(programs[1:])) == 1
+  assert llm.model.step.captured is not None and llm.model.step.captured.kernel_count == counts[0]
+  llm.reset()
+  a = list(llm.generate("the cat", max_tokens=6))
+  llm.reset()
+  assert list(llm.generate("the cat", max_tokens=6)) == a
+  b = list(llm.generate("the cat", max_tokens=6, temperature=0.8, seed=1))
+  llm.reset()
+  assert list(llm.generate("the cat", max_tokens=6, temperature=0.8, seed=1)) == b
+
+
+def test_context_limits_and_bad_files(tmp_path):
+  path = str(tmp_path / "m.gguf")
+  llm_ref.make_model(path, ctx=16, n_layers=1)
+  llm = LLM.load(path)
+  with pytest.raises(ValueError, match="context"): llm.model.prefill(list(range(3, 20)))
+  with pytest.raises(ValueError, match="outside"): llm.model.decode(3, 16)
+  with pytest.raises(ValueError, match="vocabulary"): llm.model.prefill([10**6])
+  assert len(list(llm.generate_ids([1, 5], max_tokens=100))) == 15  # 2 + 14 fed fill the 16 positions
+  bad = tmp_path / "bad.gguf"
+  kv, _ = read_gguf(path)
+  buf = io.BytesIO()
+  write_gguf(buf, {k: v for k, v in kv.items() if k != "llama.block_count"}, {"x": np.zeros(4, np.float32)})
+  bad.write_bytes(buf.getvalue())
+  with pytest.raises(ValueError, match="block_count"): LLM.load(bad)
+  buf = io.BytesIO()
+  write_gguf(buf, kv, {"token_embd.weight": np.zeros((len(kv["tokenizer.ggml.tokens"]), 64), np.float32)})
+  bad.write_bytes(buf.getvalue())
+  with pytest.raises(ValueError, match=r"lacks 10 tensor\(s\).*output_norm.weight"): LLM.load(bad)
+
+
+def test_cli_generates_from_a_local_gguf(tmp_path):
+  path = str(tmp_path / "m.gguf")
+  llm_ref.make_model(path, seed=7, n_layers=1)
+  env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+  r = subprocess.run([sys.executable, "-m", "tiny_tensor.llm", "--model", path, "--prompt", "the cat",
+                      "--max-tokens", "6", "--timing"], capture_output=True, text=True, env=env, timeout=300)
+  assert r.returncode == 0, r.stderr
+  want = "".join(LLM.load(path).generate("the cat", max_tokens=6))
+  assert r.stdout == want + "\n" and want
+  assert "tok/s" in r.stderr and "first token" in r.stderr
+  r = subprocess.run([sys.executable, "-m", "tiny_tensor.llm", "--model", str(tmp_path / "nope.gguf")],
+                     capture_output=True, text=True, env=env, timeout=120)
+  assert r.returncode == 2 and "can't load" in r.stderr
+
+
+def _post(url, body):
+  req = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+  return urllib.request.urlopen(req, timeout=120)
+
+
+def test_openai_style_server(tmp_path):
+  from tiny_tensor.llm.serve import make_server
+  path = str(tmp_path / "m.gguf")
+  llm_ref.make_model(path, seed=9, n_layers=1)
+  llm = LLM.load(path)
+  want = "".join(llm.generate("the cat", max_tokens=5))
+  srv = make_server(llm, "127.0.0.1", 0)
+  th = threading.Thread(target=srv.serve_forever, daemon=True)
+  th.start()
+  base = f"http://127.0.0.1:{srv.server_address[1]}"
+  try:
+    models = json.load(urllib.request.urlopen(base + "/v1/models"))
+    assert models["data"][0]["id"] == "m.gguf"
+    page = urllib.request.urlopen(base + "/").read().decode()
+    assert "/v1/chat/completions" in page and "<textarea" in page
+    r = json.load(_post(base + "/v1/completions", {"prompt": "the cat", "max_tokens": 5}))
+    assert r["object"] == "text_completion" and r["choices"][0]["text"] == want
+    raw = _post(base + "/v1/completions", {"prompt": "the cat", "max_tokens": 5, "stream": True}).read().decode()
+    events = [e[6:] for e in raw.split("\n\n") if e.startswith("data: ")]
+    assert events[-1] == "[DONE]" and "".join(json.loads(e)["choices"][0]["text"] for e in events[:-1]) == want
+    msgs = [{"role": "user", "content": "hi"}]
+    chat_want = "".join(llm.chat(msgs, max_tokens=4))
+    r = json.load(_post(base + "/v1/chat/completions", {"messages": msgs, "max_tokens": 4}))
+    assert r["choices"][0]["message"] == {"role": "assistant", "content": chat_want}
+    raw = _post(base + "/v1/chat/completions", {"messages": msgs, "max_tokens": 4, "stream": True}).read().decode()
+    chunks = [json.loads(e[6:]) for e in raw.split("\n\n") if e.startswith("data: {")]
+    assert chunks[0]["object"] == "chat.completion.chunk"
+    assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks) == chat_want
+    with pytest.raises(urllib.error.HTTPError) as e: _post(base + "/v1/completions", {"prompt": 3})
+    assert e.value.code == 400 and "prompt" in json.load(e.value)["error"]["message"]
+    with pytest.raises(urllib.error.HTTPError) as e: _post(base + "/v1/completions", {"prompt": "x", "max_tokens": 0})
+    assert e.value.code == 400
+  finally:
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_chat_prompt_formats():
+  m = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
+  assert chat_prompt(m, "{{<|im_start|>}}").endswith("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
+  assert chat_prompt(m, "<|start_header_id|>").endswith("<|start_header_id|>assistant<|end_header_id|>\n\n")
+  assert chat_prompt(m, "[INST]") == "[INST] <<SYS>>\nbe brief\n<</SYS>>\n\nhi [/INST]"
+  assert chat_prompt(m, None) == "System: be brief\nUser: hi\nAssistant:"

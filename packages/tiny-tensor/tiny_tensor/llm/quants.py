@@ -1,0 +1,122 @@
+"""GGML block formats decoded with Tensor ops: the raw blocks of a quantized weight stay on the device (a uint8 Tensor
+of shape (blocks, bytes per block)) and `dequantize` builds the graph that turns them into floats. Used lazily inside
+a matmul, the decoding fuses into the kernel that reads the weight, so a quantized model moves only its quantized
+bytes.
+
+The layouts are the ones `tiny_tensor.llm.gguf` documents (and checks, in numpy, against the `gguf` package).
+
+>>> import numpy as np
+>>> from tiny_tensor import Tensor
+>>> from tiny_tensor.llm.gguf import GGMLType, quantize
+>>> raw = np.frombuffer(quantize(np.arange(32, dtype=np.float32), GGMLType.Q8_0), np.uint8).reshape(1, 34)
+>>> [round(v) for v in dequantize(Tensor(raw), GGMLType.Q8_0).tolist()[:4]]
+[0, 1, 2, 3]
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from tiny_uop.dtype import dtypes
+from tiny_tensor.llm.gguf import BLOCK, GGMLType
+from tiny_tensor.tensor import Tensor
+
+__all__ = ["dequantize", "SUPPORTED"]
+
+
+def _cols(raw: Tensor, a: int, b: int) -> Tensor:
+  """Bytes a..b-1 of every block."""
+  return raw.shrink((None, (a, b)))
+
+
+def _f16(raw: Tensor, a: int) -> Tensor:
+  """The little-endian float16 at byte a of every block, as a float32 column (nb, 1)."""
+  lo, hi = _cols(raw, a, a + 1).cast(dtypes.uint16), _cols(raw, a + 1, a + 2).cast(dtypes.uint16)
+  return (lo | (hi << 8)).bitcast(dtypes.float16).cast(dtypes.float32)
+
+
+def _u32(raw: Tensor, a: int) -> Tensor:
+  """The little-endian uint32 at byte a of every block, as a (nb, 1) uint32 column."""
+  parts = [_cols(raw, a + i, a + i + 1).cast(dtypes.uint32) << (8 * i) for i in range(4)]
+  return parts[0] | parts[1] | parts[2] | parts[3]
+
+
+def _nibbles(qs: Tensor) -> Tensor:
+  """(nb, 16) bytes -> (nb, 32) values: low nibbles are elements 0..15, high nibbles 16..31."""
+  return (qs & 15).cat(qs >> 4, dim=1)
+
+
+def _legacy(raw: Tensor, t: GGMLType) -> Tensor:
+  """Q4_0, Q4_1, Q5_0, Q5_1: blocks of 32 with one scale (and a min for the _1 types)."""
+  has_m, five = t in (GGMLType.Q4_1, GGMLType.Q5_1), t in (GGMLType.Q5_0, GGMLType.Q5_1)
+  off = 4 if has_m else 2
+  d = _f16(raw, 0)
+  q = _nibbles(_cols(raw, off + 4 * five, off + 4 * five + 16)).cast(dtypes.uint32)
+  if five:  # bit j of qh is the 5th bit of element j
+    bit = Tensor.arange(32, device=raw.device, dtype=dtypes.uint32).reshape(1, 32)
+    q = q | (((_u32(raw, off) >> bit) & 1) << 4)
+  qf = q.cast(dtypes.float32)
+  if has_m: return d * qf + _f16(raw, 2)
+  return d * (qf - (16 if five else 8))
+
+
+def _scale_min_k4(s: Tensor) -> tuple[Tensor, Tensor]:
+  """(nb, 12) bytes -> eight 6-bit scales and mins, (nb, 8) each (ggml-quants.c get_scale_min_k4)."""
+  s0, s1, s2 = _cols(s, 0, 4), _cols(s, 4, 8), _cols(s, 8, 12)
+  sc = (s0 & 63).cat((s2 & 15) | ((s0 >> 6) << 4), dim=1)
+  mn = (s1 & 63).cat((s2 >> 4) | ((s1 >> 6) << 4), dim=1)
+  return sc.cast(dtypes.float32), mn.cast(dtypes.float32)
+
+
+def _k4(raw: Tensor, t: GGMLType) -> Tensor:
+  """Q4_K and Q5_K: super-blocks of 256 = 8 sub-blocks of 32, each with a 6-bit scale and min."""
+  nb = raw.shape[0]
+  d, dmin = _f16(raw, 0), _f16(raw, 2)
+  sc, mn = _scale_min_k4(_cols(raw, 4, 16))
+  qs = _cols(raw, raw.shape[1] - 128, raw.shape[1]).reshape(nb, 4, 1, 32)
+  q = (qs & 15).cat(qs >> 4, dim=2).reshape(nb, 8, 32)  # chunk c: sub-block 2c low nibbles, 2c+1 high
+  if t == GGMLType.Q5_K:
+    qh = _cols(raw, 16, 48).reshape(nb, 1, 32)
+    bit = Tensor.arange(8, device=raw.device, dtype=dtypes.uint8).reshape(1, 8, 1)
+    q = q | (((qh >> bit) & 1) << 4)
+  return ((d * sc).reshape(nb, 8, 1) * q.cast(dtypes.float32) - (dmin * mn).reshape(nb, 8, 1)).reshape(nb, 256)
+
+
+def _q6_k(raw: Tensor) -> Tensor:
+  """Q6_K: 256 = 16 sub-blocks of 16 with int8 scales; 4 low bits in ql, 2 high bits in qh."""
+  nb = raw.shape[0]
+  ql, qh = _cols(raw, 0, 128).reshape(nb, 2, 1, 64), _cols(raw, 128, 192).reshape(nb, 2, 1, 32)
+  lo = (ql & 15).cat(ql >> 4, dim=2).reshape(nb, 2, 4, 32)  # quarters: ql[:32]&15, ql[32:]&15, ql[:32]>>4, ql[32:]>>4
+  shift = Tensor([0, 2, 4, 6], device=raw.device, dtype=dtypes.uint8).reshape(1, 1, 4, 1)
+  hi = (qh >> shift) & 3                                     # (nb, 2, 4, 32)
+  q = (lo | (hi << 4)).cast(dtypes.float32) - 32
+  sc = _cols(raw, 192, 208).bitcast(dtypes.int8).cast(dtypes.float32).reshape(nb, 2, 4, 2, 1)
+  sc = sc.expand(nb, 2, 4, 2, 16).reshape(nb, 2, 4, 32)     # quarter k, element l: scale 2k + l//16
+  return (_f16(raw, 208).reshape(nb, 1, 1, 1) * sc * q).reshape(nb, 256)
+
+
+SUPPORTED = (GGMLType.F32, GGMLType.F16, GGMLType.BF16, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0,
+             GGMLType.Q5_1, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K)
+
+
+def dequantize(raw: Tensor, t: GGMLType | int, shape: Any = None) -> Tensor:
+  """float32 values of the GGML blocks in `raw` (uint8, (blocks, bytes per block) or flat), lazily: a graph of
+  Tensor ops that fuses into whatever consumes it. `shape` (default: flat) reshapes the result."""
+  t = GGMLType(t)
+  if t not in SUPPORTED: raise ValueError(f"dequantize: ggml type {t.name} is not supported; supported: "
+                                          + ", ".join(x.name for x in SUPPORTED))
+  if raw.dtype != dtypes.uint8: raise TypeError(f"dequantize needs the raw bytes as a uint8 Tensor, got {raw.dtype}")
+  be, bb = BLOCK[t]
+  if raw.ndim != 2 or raw.shape[1] != bb:
+    if raw.numel() % bb: raise ValueError(f"{raw.numel()} bytes are not whole {t.name} blocks of {bb} bytes")
+    raw = raw.reshape(-1, bb)
+  if t == GGMLType.F32: out = _u32(raw.reshape(-1, 4), 0).bitcast(dtypes.float32)
+  elif t == GGMLType.F16: out = _f16(raw.reshape(-1, 2), 0)
+  elif t == GGMLType.BF16:
+    r2 = raw.reshape(-1, 2)
+    bits = (_cols(r2, 0, 1).cast(dtypes.uint32) << 16) | (_cols(r2, 1, 2).cast(dtypes.uint32) << 24)
+    out = bits.bitcast(dtypes.float32)
+  elif t == GGMLType.Q8_0: out = _f16(raw, 0) * _cols(raw, 2, 34).bitcast(dtypes.int8).cast(dtypes.float32)
+  elif t in (GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1): out = _legacy(raw, t)
+  elif t in (GGMLType.Q4_K, GGMLType.Q5_K): out = _k4(raw, t)
+  else: out = _q6_k(raw)
+  return out.reshape(-1) if shape is None else out.reshape(shape)
