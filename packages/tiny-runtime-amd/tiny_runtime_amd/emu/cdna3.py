@@ -318,7 +318,7 @@ def decode9(code: bytes | memoryview, pc: int = 0) -> Inst:
     if op < 320:
       name = VOP2_9.get(op - 256, f"vop2_{op - 256}")
       if name in OPS16: return Inst("G9V16", op, f, 8, name + "_e64")
-      if op - 256 in _VOP2_R3 and op - 256 not in (28, 29, 30):
+      if op - 256 in _VOP2_R3 and op - 256 not in (23, 24, 28, 29, 30):  # fmamk/fmaak: VOP2 only
         return Inst("VOP3", 0x100 + _VOP2_R3[op - 256], f, 8, name + "_e64")
       return Inst("G9BAD", op, f, 8, name + "_e64")
     if op < 448:
@@ -447,7 +447,8 @@ class CDNA3Emulator(Emulator):
     f, rop = inst.f, inst.op
     if rop < 0 or f["clamp"] or f["omod"] or f["opsel"]:
       raise UnsupportedInstruction(f"{inst.name} at {w.pc:#x}" + (": clamp/omod/op_sel" if rop >= 0 else ""))
-    _, fn = vopc_compare(rop)
+    try: _, fn = vopc_compare(rop)
+    except UnsupportedInstruction: raise UnsupportedInstruction(f"{inst.name} at {w.pc:#x}") from None
     base = rop & 0x7F
     width = 16 if base < 0x10 or 0x30 <= base < 0x40 or base == 0x7D else 64 if 0x20 <= base < 0x30 or \
       0x50 <= base < 0x60 else 32
