@@ -1,5 +1,5 @@
-"""gfx942 (CDNA3, MI300): the CDNA3 emulator's opcode tables against AMD's ISA XML, its decoder against LLVM's listing of
-every kernel compiled here, kernels (MFMA matmuls in half and bfloat16 included) run on MOCK+AMD's gfx942 against
+"""gfx942 (CDNA3, MI300): the CDNA3 emulator's opcode tables against AMD's ISA XML, its decoder against LLVM's listing
+of every kernel compiled here, kernels (MFMA matmuls in half and bfloat16 included) run on MOCK+AMD's gfx942 against
 numpy, and the gfx9 hardware facts of the driver and the mock (kernel descriptor, registers, packets) against
 tinygrad 0.14.0's bindings of the headers (test-only oracle, tests/amd_oracle.py)."""
 from __future__ import annotations

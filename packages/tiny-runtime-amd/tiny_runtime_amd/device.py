@@ -245,7 +245,8 @@ class AMDDevice(HCQCompiled):
     if dict(node.props).get("num_xcc", 1) > 1:
       raise RuntimeError(f"{device}: {node.arch} node {node.node} spans {dict(node.props)['num_xcc']} XCCs; a PM4 "
                          "dispatch there runs on every XCC and needs cross-XCC fences, which this driver does not "
-                         "build yet: use a partition mode with one XCC per KFD node (CPX, amd-smi set --compute-partition CPX)")
+                         "build yet: use a partition mode with one XCC per KFD node (CPX: amd-smi set "
+                         "--compute-partition CPX)")
     self.event: KFDEvent = self.iface.create_event()
     self.signal_page = self.iface.alloc(SIGNAL_PAGE, host=True, uncached=True)
     base = self.signal_page.va_addr

@@ -136,14 +136,14 @@ def _vopc9() -> dict[int, tuple[str, int]]:
   """VOPC opcode -> (name, the RDNA3 VOPC opcode with the same compare), for V_CMP and V_CMPX."""
   out: dict[int, tuple[str, int]] = {0x10: ("v_cmp_class_f32", 0x7E), 0x11: ("v_cmpx_class_f32", 0xFE),
                                      0x14: ("v_cmp_class_f16", 0x7D), 0x15: ("v_cmpx_class_f16", 0xFD)}
-  for base, typ, r3 in ((0x20, "f16", 0x00), (0x40, "f32", 0x10), (0x60, "f64", 0x20)):
+  for base, typ, rb in ((0x20, "f16", 0x00), (0x40, "f32", 0x10), (0x60, "f64", 0x20)):
     for i, c in enumerate(_CMP_F):
-      out[base + i], out[base + 0x10 + i] = (f"v_cmp_{c}_{typ}", r3 + i), (f"v_cmpx_{c}_{typ}", 0x80 + r3 + i)
-  for base, r3, bits in ((0xA0, 0x30, 16), (0xC0, 0x40, 32), (0xE0, 0x50, 64)):
+      out[base + i], out[base + 0x10 + i] = (f"v_cmp_{c}_{typ}", rb + i), (f"v_cmpx_{c}_{typ}", 0x80 + rb + i)
+  for base, rb, bits in ((0xA0, 0x30, 16), (0xC0, 0x40, 32), (0xE0, 0x50, 64)):
     for j, sign in enumerate("iu"):
       for i, c in enumerate(_CMP_I):
-        out[base + 8 * j + i] = (f"v_cmp_{c}_{sign}{bits}", r3 + 8 * j + i)
-        out[base + 0x10 + 8 * j + i] = (f"v_cmpx_{c}_{sign}{bits}", 0x80 + r3 + 8 * j + i)
+        out[base + 8 * j + i] = (f"v_cmp_{c}_{sign}{bits}", rb + 8 * j + i)
+        out[base + 0x10 + 8 * j + i] = (f"v_cmpx_{c}_{sign}{bits}", 0x80 + rb + 8 * j + i)
   return out
 
 
@@ -218,7 +218,8 @@ VOP3_EXTRA: dict[str, Callable[[int, int, int], int]] = {
   "v_alignbyte_b32": lambda a, b, c: (((a << 32) | b) >> (8 * (c & 3))) & MASK32,
   "v_bcnt_u32_b32": lambda a, b, c: (_bits(a) + b) & MASK32,
   "v_bfm_b32": lambda a, b, c: (((1 << (a & 31)) - 1) << (b & 31)) & MASK32,
-  "v_add_i32": lambda a, b, c: (r3.i32(a) + r3.i32(b)) & MASK32, "v_sub_i32": lambda a, b, c: (r3.i32(a) - r3.i32(b)) & MASK32,
+  "v_add_i32": lambda a, b, c: (r3.i32(a) + r3.i32(b)) & MASK32,
+  "v_sub_i32": lambda a, b, c: (r3.i32(a) - r3.i32(b)) & MASK32,
 }
 MFMA = {77: _f16, 97: _bf16}  # v_mfma_f32_16x16x16_{f16,bf16}: input element -> float
 HW_REG_MODE = 1
@@ -262,8 +263,8 @@ def decode9(code: bytes | memoryview, pc: int = 0) -> Inst:
     return Inst("SOPK", _SOPK_R3.get(op, 31), {"sdst": d, "simm16": w0 & 0xFFFF}, 4, SOPK_9.get(op, f"sopk_{op}"))
   if w0 >> 30 == 0b10:  # SOP2
     op, d, s0, s1 = b(w0, 23, 7), _sc(b(w0, 16, 7)), _sc(w0 & 0xFF), _sc(b(w0, 8, 8))
-    return lit(Inst("SOP2", _SOP2_R3.get(op, 127), {"sdst": d, "ssrc0": s0, "ssrc1": s1}, 4, SOP2_9.get(op, f"sop2_{op}")),
-               s0, s1)
+    inst = Inst("SOP2", _SOP2_R3.get(op, 127), {"sdst": d, "ssrc0": s0, "ssrc1": s1}, 4, SOP2_9.get(op, f"sop2_{op}"))
+    return lit(inst, s0, s1)
   if top6 == 0b110000:  # SMEM: IMM (bit 17) -> a signed 21-bit byte offset; SOE (bit 14) -> SGPR offset in dword 1
     op, imm, soe = b(w0, 18, 8), b(w0, 17, 1), b(w0, 14, 1)
     off = sext(w1 & 0x1FFFFF, 21) if imm else 0
@@ -367,8 +368,8 @@ def _e32(kind: str, op: int, name: str, f: dict[str, int]) -> Inst:
     _, rop = VOPC_9.get(op, ("", -1))
     return Inst("G9VOPC", rop, {"src0": f["src0"], "src1": 256 + f["vsrc1"], "sdst": VCC_LO, "abs": 0, "neg": 0,
                                 "opsel": 0, "clamp": 0, "omod": 0}, 4, name + "_e32")
-  if name in OPS16 or (kind == "VOP1" and op in (10, 11)): return Inst("G9V16", op | (0x100 if kind == "VOP2" else 0x140),
-                                                                       _vop3_of(f), 4, name + "_e32")
+  if name in OPS16 or (kind == "VOP1" and op in (10, 11)):
+    return Inst("G9V16", op | (0x100 if kind == "VOP2" else 0x140), _vop3_of(f), 4, name + "_e32")
   if kind == "VOP1":
     if op in _VOP1_R3: return Inst("VOP1", _VOP1_R3[op], f, 4, name + "_e32")
     if op == 56: return Inst("G9MOV64", op, _vop3_of(f), 4, name + "_e32")

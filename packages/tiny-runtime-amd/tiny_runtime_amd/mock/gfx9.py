@@ -7,10 +7,10 @@ tinygrad 0.14.0's bindings of the same headers, `autogen/am/regs.py` gc_9_4_3 an
 - registers: gc_9_4_3_offset.h / _sh_mask.h (`regCOMPUTE_*`, GC segment-0 base 0x2000 on gfx9, in dwords);
 - packets: Linux soc15d.h (PACKET3_RELEASE_MEM with the EOP_* cache actions, PACKET3_ACQUIRE_MEM with CP_COHER_CNTL,
   6 body dwords) and the cache actions amdgpu's gfx_v9_0/gfx_v9_4_3 fence and mem-sync program;
-- the node: what KFD's topology reports for an MI300X partition in CPX mode (one XCC per node: 38 CUs of 4 SIMDs, wave64,
-  gfx_target_version 90402, num_xcc 1). In SPX mode one node spans 8 XCCs (num_xcc 8): every XCC's MEC runs the queue,
-  which a PM4 driver must fence across XCCs; the driver refuses such nodes (see device.py) and `gfx942_spx` presents one
-  so that refusal is tested.
+- the node: what KFD's topology reports for an MI300X partition in CPX mode (one XCC per node: 38 CUs of 4 SIMDs,
+  wave64, gfx_target_version 90402, num_xcc 1). In SPX mode one node spans 8 XCCs (num_xcc 8): every XCC's MEC runs
+  the queue, which a PM4 driver must fence across XCCs; the driver refuses such nodes (see device.py) and
+  `gfx942_spx` presents one so that refusal is tested.
 Wave launch on gfx90a+ (LLVM AMDGPUUsage "Initial Kernel Execution State"): user SGPRs, then the enabled work-group
 ids, then the private segment wave offset (SCRATCH_EN); work-item ids packed in v0 (x | y << 10 | z << 20).
 """
@@ -21,7 +21,7 @@ from typing import Any
 from tiny_runtime_amd.emu.cdna3 import CDNA3Emulator
 from tiny_runtime_amd.emu.rdna3 import EXEC_HI, EXEC_LO, Wave64
 from tiny_runtime_amd.mock import pm4 as mpm4
-from tiny_runtime_amd.mock.fields import Field, Layout, PacketError, require
+from tiny_runtime_amd.mock.fields import Field, Layout, require
 from tiny_runtime_amd.mock.gfx11 import GFX11, _layout
 from tiny_runtime_amd.mock.gpu import ARCHS, CheckedMemory, GPUHang, MockQueue
 
