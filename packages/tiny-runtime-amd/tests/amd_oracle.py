@@ -58,7 +58,8 @@ def _load() -> dict[str, types.ModuleType]:
     files = {"kfd": "runtime/autogen/kfd.py", "amd_gpu": "runtime/autogen/amd_gpu.py",
              "amdgpu_kd": "runtime/autogen/amdgpu_kd.py", "pm4_nv": "runtime/autogen/am/pm4_nv.py",
              "sdma_6_0_0": "runtime/autogen/am/sdma_6_0_0.py", "regs": "runtime/autogen/am/regs.py",
-             "soc_11": "runtime/autogen/am/soc_11.py", "pm4_soc15": "runtime/autogen/am/pm4_soc15.py"}
+             "soc_11": "runtime/autogen/am/soc_11.py", "pm4_soc15": "runtime/autogen/am/pm4_soc15.py",
+             "sdma_4_0_0": "runtime/autogen/am/sdma_4_0_0.py"}
     return {k: _exec(f"_tinygrad_oracle_{k}", root / f) for k, f in files.items()}
   finally:
     for k in _STANDIN: sys.modules.pop(k, None)
@@ -96,10 +97,10 @@ def field_mask(mod: types.ModuleType, macro: str) -> int:
   return getattr(mod, macro)(0xFFFFFFFF)
 
 
-def sdma_dword(packet: str, dword: str) -> tuple[int, dict[str, int]]:
+def sdma_dword(packet: str, dword: str, version: str = "sdma_6_0_0") -> tuple[int, dict[str, int]]:
   """(dword index, {field: in-place mask}) of dword `dword` (HEADER, COUNT, ADDR_LO, DW5 ...) of SDMA v6 packet
-  `packet`, from sdma_6_0_0's SDMA_PKT_<packet>_<dword>_<field>_offset / _mask / _shift."""
-  m = module("sdma_6_0_0")
+  `packet` (or of another SDMA version's module), from SDMA_PKT_<packet>_<dword>_<field>_offset / _mask / _shift."""
+  m = module(version)
   pre = f"SDMA_PKT_{packet}_{dword}_"
   idx: set[int] = set()
   fields: dict[str, int] = {}

@@ -5,19 +5,19 @@ tinygrad 0.14.0's bindings of the headers (test-only oracle, tests/amd_oracle.py
 from __future__ import annotations
 
 import ctypes
+import functools
 import sys
 
 import numpy as np
 import pytest
 from amd_listing import check_decode_matches_assembly
-from amd_oracle import cdna_opcodes, gc943_register, value
+from amd_oracle import cdna_opcodes, gc943_register, sdma_dword, value
 from tiny_codegen import get_program
 from tiny_codegen.compiler.amdgpu import AMDGPUCompiler, find_ld_lld
 from tiny_codegen.opt import Opt, OptOps, apply_opts
 from tiny_codegen.opt.kernel import TC_FRAGMENTS
 from tiny_codegen.renderer.amdgpu import AMDGPURenderer
 from tiny_uop import Context, KernelInfo, Ops, UOp, dtypes
-from tiny_uop.device import Buffer
 from tiny_uop.dtype import DType
 
 from tiny_runtime_amd import pm4
@@ -80,17 +80,27 @@ def _elementwise(fn, din: DType, dout: DType, n: int = N) -> UOp:
   return c.index(i).store(fn(x.index(i).load(), y.index(i).load())).sink(arg=KernelInfo("k"))
 
 
-def _run(spec, out: np.ndarray, *inputs: np.ndarray) -> np.ndarray:
-  with Context(DEV=f"{DEV}:LLVM:{ARCH}"):
-    from tiny_uop.plugins import Device
-    dev = Device[DEV]
-    assert dev.arch == ARCH
-    dt = {np.dtype(v): k for k, v in NP.items()}
-    bufs = [Buffer(DEV, x.size, dt[x.dtype]) for x in (out, *inputs)]
-    for b, x in zip(bufs[1:], inputs): b.copyin(memoryview(np.ascontiguousarray(x).ravel()))
-    prg = dev.get_program(spec.name, spec.lib)
-    prg(*[b._buf for b in bufs], global_size=spec.global_size, local_size=spec.local_size, vals=(), wait=True)
-    return np.frombuffer(bufs[0].as_buffer(), dtype=out.dtype).copy()
+@functools.cache
+def gfx942(index: int = 0):
+  """An AMDDevice on the process's gfx942 mock (its own instance: the registry's MOCK+AMD may be a gfx1100 opened by
+  another test file)."""
+  from tiny_runtime_amd.device import AMDDevice
+  with Context(DEV=f"{DEV}:LLVM:{ARCH}"): dev = AMDDevice(DEV if index == 0 else f"{DEV}:{index}")
+  assert dev.arch == ARCH and dev.wave_size == 64
+  return dev
+
+
+def _run(spec, out: np.ndarray, *inputs: np.ndarray, dev=None) -> np.ndarray:
+  """Launch the compiled kernel on a gfx942 with `inputs` copied in; the output read back as `out`'s dtype."""
+  dev = dev or gfx942()
+  alloc = dev.allocator
+  bufs = [alloc.alloc(max(x.nbytes, 1)) for x in (out, *inputs)]
+  for b, x in zip(bufs[1:], inputs): alloc._copyin(b, memoryview(np.ascontiguousarray(x).ravel()).cast("B"))
+  prg = dev.get_program(spec.name, spec.lib)
+  prg(*bufs, global_size=spec.global_size, local_size=spec.local_size, vals=(), wait=True)
+  res = np.empty_like(out)
+  alloc._copyout(memoryview(res).cast("B"), bufs[0])
+  return res
 
 
 rng = np.random.default_rng(42)
@@ -176,10 +186,8 @@ def test_kernel_descriptor_is_wave64_with_accum_offset():
 def test_wave_size_mismatch_is_refused():
   from tiny_runtime_amd.device import AMDProgram
   spec11 = get_program(_elementwise(lambda x, y: x + y, dtypes.float, dtypes.float), AMDGPURenderer("gfx1100"))
-  with Context(DEV=f"{DEV}:LLVM:{ARCH}"):
-    from tiny_uop.plugins import Device
-    with pytest.raises(RuntimeError, match="wave32 code object; gfx942 runs wave64"):
-      AMDProgram(Device[DEV], spec11.name, spec11.lib)
+  with pytest.raises(RuntimeError, match="wave32 code object; gfx942 runs wave64"):
+    AMDProgram(gfx942(), spec11.name, spec11.lib)
 
 
 def test_gfx9_registers_match_gc_9_4_3():
@@ -263,3 +271,38 @@ def test_unknown_instruction_raises_by_name():
   w.exec = (1 << 64) - 1
   with pytest.raises(UnsupportedInstruction, match="v_cubeid_f32|vop3_452"):
     emu.run(w, ctypes.addressof(code))
+
+
+@pytest.mark.parametrize("packet, dwords", [("COPY_LINEAR", ["HEADER", "COUNT", "PARAMETER"]), ("FENCE", ["HEADER"]),
+                                            ("TRAP", ["HEADER", "INT_CONTEXT"]), ("POLL_REGMEM", ["HEADER", "DW5"]),
+                                            ("TIMESTAMP_GET_GLOBAL", ["HEADER", "WRITE_ADDR_LO"])])
+def test_sdma_packets_are_the_same_on_mi300s_sdma_v4(packet, dwords):
+  """gfx942's SDMA engines are v4.4: every dword of the packets the driver builds (SDMA v6 encodings) has the same
+  fields at the same bits in sdma_4_0_0, except COPY_LINEAR's COUNT, 22 bits there, which MAX_COPY - 1 fits."""
+  from tiny_runtime_amd import sdma
+  for dw in dwords:
+    i4, f4 = sdma_dword(packet, dw, "sdma_4_0_0")
+    i6, f6 = sdma_dword(packet, dw)
+    assert i4 == i6
+    if (packet, dw) == ("COPY_LINEAR", "COUNT"):
+      assert f4["count"] == (1 << 22) - 1 and sdma.MAX_COPY - 1 <= f4["count"]
+      continue
+    assert {k: v for k, v in f6.items() if k in f4} == f4, (packet, dw)
+
+
+def test_two_gfx942s_peer_copy_then_compute():
+  """MOCK+AMD:1 under a gfx942 DEV is the second gfx942 of the same mock process: data copied GPU 0 -> GPU 1 on GPU 1's
+  SDMA engine over a peer mapping, computed there, read back."""
+  d0, d1 = gfx942(0), gfx942(1)
+  assert d0.iface.proc is d1.iface.proc and d0.iface.node.gpu_id != d1.iface.node.gpu_id
+  spec = _spec(_elementwise(lambda x, y: x * y + x, dtypes.float, dtypes.float))
+  src = d0.allocator.alloc(N * 4)
+  d0.allocator._copyin(src, memoryview(FA).cast("B"))
+  dst = d1.allocator.alloc(N * 4)
+  d1.allocator._transfer(dst, src, N * 4, src_dev=d0)
+  out = d1.allocator.alloc(N * 4)
+  d1.get_program(spec.name, spec.lib)(out, dst, dst, global_size=spec.global_size, local_size=spec.local_size,
+                                      vals=(), wait=True)
+  res = np.empty(N, np.float32)
+  d1.allocator._copyout(memoryview(res).cast("B"), out)
+  np.testing.assert_array_equal(res, FA * FA + FA)
