@@ -306,3 +306,56 @@ def test_two_gfx942s_peer_copy_then_compute():
   res = np.empty(N, np.float32)
   d1.allocator._copyout(memoryview(res).cast("B"), out)
   np.testing.assert_array_equal(res, FA * FA + FA)
+
+
+def _run_words(words: list[int], setup) -> object:
+  """Run hand-encoded GFX9 instruction words (then s_endpgm) on one full wave64; `setup(wave)` fills registers."""
+  from tiny_runtime_amd.emu.rdna3 import Wave64
+  code = (ctypes.c_uint32 * (len(words) + 2))(*words, 0xBF810000, 0)
+  w = Wave64()
+  w.exec = (1 << 64) - 1
+  setup(w)
+  cdna3.CDNA3Emulator().run(w, ctypes.addressof(code))
+  return w
+
+
+def test_fmac_f64_accumulates_into_its_destination():
+  """v_fmac_f64 v[0:1], v[2:3], v[4:5] (VOP2 opcode 4, e32): D = S0 * S1 + D, one rounding, on all 64 lanes."""
+  a, b, c = rng.standard_normal(64), rng.standard_normal(64), rng.standard_normal(64)
+  def setup(w):
+    for reg, x in ((0, c), (2, a), (4, b)):
+      raw = x.view(np.uint64)
+      w.vgpr[reg], w.vgpr[reg + 1] = [int(v) & 0xFFFFFFFF for v in raw], [int(v) >> 32 for v in raw]
+  w = _run_words([(4 << 25) | (0 << 17) | (4 << 9) | (256 + 2)], setup)
+  got = np.array([lo | (hi << 32) for lo, hi in zip(w.vgpr[0], w.vgpr[1])], np.uint64).view(np.float64)
+  from fractions import Fraction
+  want = [float(Fraction(x) * Fraction(y) + Fraction(z)) for x, y, z in zip(a, b, c)]  # exact, rounded once
+  np.testing.assert_array_equal(got, want)
+
+
+def test_vopc_cmpx_writes_exec_and_vcc_on_gfx9():
+  """v_cmpx_gt_f32_e32 vcc, v0, v1 (VOPC opcode 0x54): before GFX10 the result goes to EXEC *and* VCC."""
+  x, y = rng.standard_normal(64).astype(np.float32), rng.standard_normal(64).astype(np.float32)
+  def setup(w):
+    w.vgpr[0], w.vgpr[1] = [int(v) for v in x.view(np.uint32)], [int(v) for v in y.view(np.uint32)]
+  w = _run_words([(0b0111110 << 25) | (0x54 << 17) | (1 << 9) | 256], setup)
+  want = sum(1 << i for i in range(64) if x[i] > y[i])
+  assert w.exec == want and w.vcc == want
+
+
+def test_16bit_op_zeroes_the_high_half_on_gfx9():
+  """v_add_f16_e32 v2, v0, v1 (VOP2 opcode 31): the half sum in bits 15:0, bits 31:16 zeroed (GFX9), while the
+  op_sel VOP3 v_fma_f16 (opcode 518) with op_sel[3] writes the high half and keeps the low one."""
+  h = rng.standard_normal(64).astype(np.float16)
+  def setup(w):
+    w.vgpr[0] = [int(v) | 0xABCD0000 for v in h.view(np.uint16)]
+    w.vgpr[1] = [int(v) for v in h.view(np.uint16)]
+    w.vgpr[2] = [0xFFFFFFFF] * 64
+    w.vgpr[3] = [0x1234] * 64
+  w = _run_words([(31 << 25) | (2 << 17) | (1 << 9) | 256,
+                  0xD0000000 | (518 << 16) | (1 << 14) | 3, 256 | (257 << 9) | (257 << 18)], setup)  # v3.h = v0*v1+v1
+  np.testing.assert_array_equal(np.array(w.vgpr[2], np.uint32) >> 16, 0)
+  np.testing.assert_array_equal(np.array(w.vgpr[2], np.uint32).astype(np.uint16).view(np.float16), h + h)
+  hi = (np.array(w.vgpr[3], np.uint32) >> 16).astype(np.uint16).view(np.float16)
+  np.testing.assert_array_equal(hi, (h.astype(np.float64) * h + h).astype(np.float16))
+  assert all(v & 0xFFFF == 0x1234 for v in w.vgpr[3])

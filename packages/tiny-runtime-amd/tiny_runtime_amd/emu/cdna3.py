@@ -74,7 +74,7 @@ VOP1_9 = _names("0:v_nop 1:v_mov_b32 2:v_readfirstlane_b32 3:v_cvt_i32_f64 4:v_c
                 "57:v_cvt_f16_u16 58:v_cvt_f16_i16 59:v_cvt_u16_f16 60:v_cvt_i16_f16 61:v_rcp_f16 62:v_sqrt_f16 "
                 "63:v_rsq_f16 64:v_log_f16 65:v_exp_f16 68:v_floor_f16 69:v_ceil_f16 70:v_trunc_f16 71:v_rndne_f16 "
                 "73:v_sin_f16 74:v_cos_f16 82:v_accvgpr_mov_b32")
-VOP2_9 = _names("0:v_cndmask_b32 1:v_add_f32 2:v_sub_f32 3:v_subrev_f32 5:v_mul_f32 6:v_mul_i32_i24 "
+VOP2_9 = _names("0:v_cndmask_b32 1:v_add_f32 2:v_sub_f32 3:v_subrev_f32 4:v_fmac_f64 5:v_mul_f32 6:v_mul_i32_i24 "
                 "7:v_mul_hi_i32_i24 8:v_mul_u32_u24 9:v_mul_hi_u32_u24 10:v_min_f32 11:v_max_f32 12:v_min_i32 "
                 "13:v_max_i32 14:v_min_u32 15:v_max_u32 16:v_lshrrev_b32 17:v_ashrrev_i32 18:v_lshlrev_b32 "
                 "19:v_and_b32 20:v_or_b32 21:v_xor_b32 23:v_fmamk_f32 24:v_fmaak_f32 25:v_add_co_u32 "
@@ -318,6 +318,7 @@ def decode9(code: bytes | memoryview, pc: int = 0) -> Inst:
       return Inst("VOP3", _VOP3_R3.get(op, 0x301), f, 8, name + ("_e64" if op < 448 else ""))
     if op < 320:
       name = VOP2_9.get(op - 256, f"vop2_{op - 256}")
+      if op == 260: return Inst("VOP3", 0x214, {**f, "src2": 256 + f["vdst"]}, 8, name + "_e64")  # v_fmac_f64
       if name in OPS16: return Inst("G9V16", op, f, 8, name + "_e64")
       if op - 256 in _VOP2_R3 and op - 256 not in (23, 24, 28, 29, 30):  # fmamk/fmaak: VOP2 only
         return Inst("VOP3", 0x100 + _VOP2_R3[op - 256], f, 8, name + "_e64")
@@ -375,6 +376,8 @@ def _e32(kind: str, op: int, name: str, f: dict[str, int]) -> Inst:
     if op == 56: return Inst("G9MOV64", op, _vop3_of(f), 4, name + "_e32")
     if op == 0: return Inst("G9NOP", op, f, 4, name + "_e32")
     return Inst("G9BAD", op, f, 4, name + "_e32")
+  if op == 4:  # v_fmac_f64: D = fma(S0, S1, D), the RDNA3 v_fma_f64 with D as the addend
+    return Inst("VOP3", 0x214, {**_vop3_of(f), "src2": 256 + f["vdst"]}, 4, name + "_e32")
   if op in (25, 26, 27):  # v_add/sub/subrev_co_u32_e32: carry out to VCC
     g = _vop3_of(f)
     if op == 27: g["src0"], g["src1"] = g["src1"], g["src0"]
