@@ -6,7 +6,9 @@ loads code objects (`AMDProgram`) and copies through host staging buffers (`AMDA
 devices of the process runs on the destination's SDMA engine over a peer mapping of the source memory. A thread
 waiting for a signal spins briefly, then sleeps in KFD's WAIT_EVENTS until the GPU's interrupt for the device's event.
 Without an AMD GPU, `AMDDevice("AMD")` raises RuntimeError("no AMD GPU (/dev/kfd missing)"), which the registry
-reports; `DEV=MOCK+AMD` always works (an in-process pair of gfx1100s running code in the RDNA3 emulator).
+reports; `DEV=MOCK+AMD` always works (an in-process pair of gfx1100s running code in the RDNA3 emulator), and
+`DEV=MOCK+AMD:LLVM:gfx942` gives a pair of MI300s (gfx942: wave64, the gfx9 PM4 forms of `AMDComputeQueue9`, code run
+in the CDNA3 emulator). A gfx942 node spanning several XCCs (SPX mode) is refused: see the MI300 section of the README.
 """
 from __future__ import annotations
 
@@ -222,7 +224,7 @@ def dev_arch(device: str) -> str | None:
 
 
 class AMDDevice(HCQCompiled):
-  """``AMD[:n]`` (KFD) and ``MOCK+AMD[:n]`` (mock KFD + RDNA3 emulator)."""
+  """``AMD[:n]`` (KFD) and ``MOCK+AMD[:n]`` (mock KFD + RDNA3 emulator; with a gfx942 DEV arch, CDNA3 emulator)."""
   hw_compute_queue_t = AMDComputeQueue
   hw_copy_queue_t = AMDCopyQueue
 
