@@ -359,3 +359,24 @@ def test_16bit_op_zeroes_the_high_half_on_gfx9():
   hi = (np.array(w.vgpr[3], np.uint32) >> 16).astype(np.uint16).view(np.float16)
   np.testing.assert_array_equal(hi, (h.astype(np.float64) * h + h).astype(np.float16))
   assert all(v & 0xFFFF == 0x1234 for v in w.vgpr[3])
+
+
+def test_scratch_kernel_on_gfx942():
+  """A private array in scratch: TMPRING_SIZE in 1 KiB units over the whole GPU's wave slots, the scratch base, and
+  each lane's private bytes handed to the emulator."""
+  from test_device import _scratch_kernel
+  dev, n = gfx942(), 40
+  prg = dev.get_program(f"scr{n}", AMDGPUCompiler(ARCH).compile(_scratch_kernel(n)))
+  assert prg.private_size >= 4 * n
+  slots = dev.iface.node.cu_count * 32
+  assert dev.tmpring_size == slots | (dev.scratch_wave_bytes // 1024) << 12 and dev.scratch_wave_bytes % 1024 == 0
+  assert dev.scratch_wave_bytes >= prg.private_size * 64 and dev.scratch_buf.size >= slots * dev.scratch_wave_bytes
+  x = rng.standard_normal(n).astype(np.float32)
+  inp, out = dev.allocator.alloc(4 * n), dev.allocator.alloc(4 * 64)
+  dev.allocator._copyin(inp, memoryview(x).cast("B"))
+  prg(out, inp, global_size=(1, 1, 1), local_size=(64, 1, 1), wait=True)
+  res = np.empty(64, np.float32)
+  dev.allocator._copyout(memoryview(res).cast("B"), out)
+  np.testing.assert_array_equal(res, x[np.arange(64) % n])
+  regs = dev._driver.queues[dev.compute_ring.queue_id].regs
+  assert regs[gfx9.REG["COMPUTE_TMPRING_SIZE"]] == dev.tmpring_size
