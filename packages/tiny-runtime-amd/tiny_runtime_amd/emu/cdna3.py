@@ -86,7 +86,8 @@ VOP2_9 = _names("0:v_cndmask_b32 1:v_add_f32 2:v_sub_f32 3:v_subrev_f32 4:v_fmac
 VOP3_9 = _names("450:v_mad_i32_i24 451:v_mad_u32_u24 456:v_bfe_u32 457:v_bfe_i32 458:v_bfi_b32 459:v_fma_f32 "
                 "460:v_fma_f64 462:v_alignbit_b32 463:v_alignbyte_b32 464:v_min3_f32 465:v_min3_i32 466:v_min3_u32 "
                 "467:v_max3_f32 468:v_max3_i32 469:v_max3_u32 470:v_med3_f32 471:v_med3_i32 472:v_med3_u32 "
-                "478:v_div_fixup_f32 479:v_div_fixup_f64 482:v_div_fmas_f32 483:v_div_fmas_f64 493:v_perm_b32 "
+                "478:v_div_fixup_f32 479:v_div_fixup_f64 482:v_div_fmas_f32 483:v_div_fmas_f64 491:v_mad_legacy_u16 "
+                "492:v_mad_legacy_i16 493:v_perm_b32 494:v_fma_legacy_f16 495:v_div_fixup_legacy_f16 "
                 "499:v_xad_u32 500:v_min3_f16 501:v_min3_i16 502:v_min3_u16 503:v_max3_f16 504:v_max3_i16 "
                 "505:v_max3_u16 506:v_med3_f16 507:v_med3_i16 508:v_med3_u16 509:v_lshl_add_u32 510:v_add_lshl_u32 "
                 "511:v_add3_u32 512:v_lshl_or_b32 513:v_and_or_b32 514:v_or3_b32 516:v_mad_u16 517:v_mad_i16 "
@@ -181,7 +182,9 @@ _FLAT_R3 = {**{op: op for op in range(16, 24)}, 24: 24, 25: 36, 26: 25, 27: 37, 
 
 # 16-bit VALU ops: name -> (sources, is float, fn on 16-bit patterns, zeroes the high half); fns from the RDNA3 tables
 _R3_16 = {v[0]: v for v in VOP3_16.values()}
-_RENAME_16 = {"v_add_u16": "v_add_nc_u16", "v_sub_u16": "v_sub_nc_u16"}
+_RENAME_16 = {"v_add_u16": "v_add_nc_u16", "v_sub_u16": "v_sub_nc_u16", "v_mad_legacy_u16": "v_mad_u16",
+              "v_mad_legacy_i16": "v_mad_i16", "v_fma_legacy_f16": "v_fma_f16",
+              "v_div_fixup_legacy_f16": "v_div_fixup_f16"}  # GFX9's "legacy" forms zero the high half
 
 
 def _op16(name: str, legacy: bool) -> tuple[int, bool, Callable[..., int], bool]:
@@ -193,7 +196,8 @@ def _op16(name: str, legacy: bool) -> tuple[int, bool, Callable[..., int], bool]
 OPS16: dict[str, tuple[int, bool, Callable[..., int], bool]] = {
   **{n: _op16(n, True) for n in (*(VOP2_9[o] for o in range(31, 52) if o in VOP2_9 and o not in (35, 36, 37)),
                                  *(VOP1_9[o] for o in range(57, 75) if o in VOP1_9))},
-  **{VOP3_9[o]: _op16(VOP3_9[o], False) for o in (*range(500, 509), 516, 517, 518, 519)}}
+  **{VOP3_9[o]: _op16(VOP3_9[o], False) for o in (*range(500, 509), 516, 517, 518, 519)},
+  **{VOP3_9[o]: _op16(VOP3_9[o], True) for o in (491, 492, 494, 495)}}
 
 # VOP3-only ops the RDNA3 tables lack: name -> fn(a, b, c) on 32-bit patterns
 _bits = lambda v: bin(v).count("1")  # noqa: E731
