@@ -64,7 +64,8 @@ def _shared_test_python(session: nox.Session) -> str:
 
 # test files of a session that runs only part of a package's suite (the emulator is too slow for all of it in CI)
 SUBSETS = {"tiny-tensor@MOCK+AMD:LLVM:gfx942": ["test_tensor_ops.py", "test_autograd.py", "test_jit.py",
-                                                 "test_tensor_movement.py"]}
+                                                 "test_tensor_movement.py", "test_engine.py", "test_nnops.py",
+                                                 "test_nn.py", "test_optim.py"]}
 
 
 @nox.session(venv_backend="none")
@@ -74,7 +75,8 @@ def tests(session: nox.Session, package: str) -> None:
   """Run one package's tests (``packages/<package>/tests``), or the cross-package ``tests/`` for 'integration'.
   ``tiny-tensor@MOCK+AMD`` runs tiny-tensor's suite on the AMD backend: the mock KFD and the RDNA3 emulator;
   ``tiny-tensor@MOCK+AMD:LLVM:gfx942`` on two mocked MI300s (gfx942: wave64, MFMA) and the CDNA3 emulator, the files
-  in SUBSETS only (ops, autograd, JIT, movement: the whole suite takes too long emulated for CI);
+  in SUBSETS only (ops, autograd, JIT, movement, engine, nn ops, nn, optim: ~1.5 min of CPU; the indexing-at-scale,
+  extra nn-op and parity files would take several times that emulated in wave64);
   ``tiny-tensor@MOCK+CUDA`` on the CUDA backend: the mock libcuda and the PTX executor (ptxas checks every PTX)."""
   py = _shared_test_python(session)
   name = package
