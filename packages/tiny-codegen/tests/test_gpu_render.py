@@ -119,7 +119,10 @@ def test_tensor_cores_declared_per_arch():
   assert [t.dims for t in PTXRenderer("sm_75").tensor_cores] == [(8, 16, 8)]
   assert PTXRenderer("sm_70").tensor_cores == []
   assert [t.dtype_in for t in AMDGPURenderer("gfx1100").tensor_cores] == [dtypes.float16, dtypes.bfloat16]
-  assert AMDGPURenderer("gfx90a").tensor_cores == [] and OpenCLRenderer().tensor_cores == []
+  cdna = AMDGPURenderer("gfx90a").tensor_cores  # MFMA 16x16x16, one wave64 per tile
+  assert [(t.dtype_in, t.threads, t.elements_per_thread) for t in cdna] == [(dtypes.float16, 64, (4, 4, 4)),
+                                                                            (dtypes.bfloat16, 64, (4, 4, 4))]
+  assert AMDGPURenderer("gfx1030").tensor_cores == [] and OpenCLRenderer().tensor_cores == []
 
 
 # ***** hand-built linear programs: shared memory + barrier, vector loads, WMMA *****

@@ -184,10 +184,13 @@ def test_tc_amdgpu_wmma_renders_and_compiles(din, kind):
   if find_ld_lld() is not None: assert spec.lib[:4] == b"\x7fELF"
 
 
-def test_tc_amdgpu_only_on_rdna3_and_shape_checks():
+def test_tc_amdgpu_archs_and_shape_checks():
   from tiny_codegen.renderer.amdgpu import AMDGPURenderer
-  with pytest.raises(KernelOptError, match="AMDGPURenderer has no tensor cores"):  # CDNA's MFMA isn't mapped
-    apply_opts(matmul(16, 16, 16), AMDGPURenderer("gfx90a"), [TC])
+  with pytest.raises(KernelOptError, match="AMDGPURenderer has no tensor cores"):  # RDNA2 has no WMMA
+    apply_opts(matmul(16, 16, 16), AMDGPURenderer("gfx1030"), [TC])
+  for arch in ("gfx90a", "gfx942"):  # CDNA2/3: MFMA, one wave64 per 16x16 tile
+    spec = get_program(apply_opts(matmul(16, 16, 16), AMDGPURenderer(arch), [TC]), AMDGPURenderer(arch))
+    assert "@llvm.amdgcn.mfma.f32.16x16x16f16(" in spec.src and spec.local_size == (64, 1, 1)
   with pytest.raises(KernelOptError, match="N axis 1 of size 8 is not a multiple of 16"):
     apply_opts(matmul(16, 8, 16), AMDGPURenderer("gfx1100"), [TC])
   with Context(TC=1):

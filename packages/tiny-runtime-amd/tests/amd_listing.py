@@ -7,10 +7,13 @@ from typing import Any
 
 def check_decode_matches_assembly(spec: Any, arch: str = "gfx1100") -> None:
   """Every instruction of `spec`'s code object (an AMDGPU ProgramSpec) decodes to the mnemonic LLVM's listing has,
-  in order (VOPD pairs as their two `v_dual_*` halves; `_e32`/`_e64` suffixes aside)."""
+  in order (VOPD pairs as their two `v_dual_*` halves; `_e32`/`_e64` suffixes aside). gfx9 archs use the CDNA3
+  decoder."""
   from tiny_codegen.compiler.amdgpu import AMDGPUCompiler
   from tiny_runtime_amd.elf import ELF
-  from tiny_runtime_amd.emu.rdna3 import decode
+  from tiny_runtime_amd.emu.cdna3 import decode9
+  from tiny_runtime_amd.emu.rdna3 import decode as decode11
+  decode = decode9 if arch.startswith("gfx9") else decode11
   asm = AMDGPUCompiler(arch).assembly(spec.src)
   want = []
   for line in asm[asm.index(f"{spec.name}:\n"):asm.index("s_endpgm")].splitlines()[1:]:

@@ -58,7 +58,8 @@ def _load() -> dict[str, types.ModuleType]:
     files = {"kfd": "runtime/autogen/kfd.py", "amd_gpu": "runtime/autogen/amd_gpu.py",
              "amdgpu_kd": "runtime/autogen/amdgpu_kd.py", "pm4_nv": "runtime/autogen/am/pm4_nv.py",
              "sdma_6_0_0": "runtime/autogen/am/sdma_6_0_0.py", "regs": "runtime/autogen/am/regs.py",
-             "soc_11": "runtime/autogen/am/soc_11.py"}
+             "soc_11": "runtime/autogen/am/soc_11.py", "pm4_soc15": "runtime/autogen/am/pm4_soc15.py",
+             "sdma_4_0_0": "runtime/autogen/am/sdma_4_0_0.py"}
     return {k: _exec(f"_tinygrad_oracle_{k}", root / f) for k, f in files.items()}
   finally:
     for k in _STANDIN: sys.modules.pop(k, None)
@@ -96,10 +97,10 @@ def field_mask(mod: types.ModuleType, macro: str) -> int:
   return getattr(mod, macro)(0xFFFFFFFF)
 
 
-def sdma_dword(packet: str, dword: str) -> tuple[int, dict[str, int]]:
+def sdma_dword(packet: str, dword: str, version: str = "sdma_6_0_0") -> tuple[int, dict[str, int]]:
   """(dword index, {field: in-place mask}) of dword `dword` (HEADER, COUNT, ADDR_LO, DW5 ...) of SDMA v6 packet
-  `packet`, from sdma_6_0_0's SDMA_PKT_<packet>_<dword>_<field>_offset / _mask / _shift."""
-  m = module("sdma_6_0_0")
+  `packet` (or of another SDMA version's module), from SDMA_PKT_<packet>_<dword>_<field>_offset / _mask / _shift."""
+  m = module(version)
   pre = f"SDMA_PKT_{packet}_{dword}_"
   idx: set[int] = set()
   fields: dict[str, int] = {}
@@ -119,3 +120,35 @@ def gc11_register(name: str) -> tuple[int, dict[str, tuple[int, int]]]:
 
 
 def value(mod: str, name: str) -> Any: return getattr(module(mod), name)
+
+
+@functools.cache
+def cdna_isa() -> types.ModuleType:
+  """The CDNA ISA opcode enums (`autogen/amd/cdna/enum.py`, generated from AMD's machine-readable ISA XML; it imports
+  only `autogen/amd/common.py`, which imports `enum`): loaded the same way, under stand-in package names."""
+  root = _root()
+  names = ("tinygrad", "tinygrad.runtime", "tinygrad.runtime.autogen", "tinygrad.runtime.autogen.amd",
+           "tinygrad.runtime.autogen.amd.common")
+  saved = {k: sys.modules[k] for k in names if k in sys.modules}
+  try:
+    for k in names[:4]:
+      sys.modules[k] = types.ModuleType(k)
+      sys.modules[k].__path__ = []  # type: ignore[attr-defined]
+    _exec("tinygrad.runtime.autogen.amd.common", root / "runtime/autogen/amd/common.py")
+    return _exec("_tinygrad_oracle_cdna_enum", root / "runtime/autogen/amd/cdna/enum.py")
+  finally:
+    for k in names: sys.modules.pop(k, None)
+    sys.modules.pop("_tinygrad_oracle_cdna_enum", None)
+    sys.modules.update(saved)
+
+
+def cdna_opcodes(enum: str) -> dict[int, str]:
+  """{opcode: lower-case name} of one CDNA ISA enum (SOP1Op, VOP2Op, DSOp, ...)."""
+  return {m.value: m.name.lower() for m in getattr(cdna_isa(), enum)}
+
+
+def gc943_register(name: str) -> tuple[int, dict[str, tuple[int, int]]]:
+  """(dword offset within GC segment 0, {field: (lo, hi)}) of gc_9_4_3's reg<name>."""
+  off, base_idx, fields = module("regs").gc_9_4_3[f"reg{name}"]
+  assert base_idx == 0, base_idx
+  return off, fields

@@ -120,7 +120,7 @@ EOP = pm4.CACHE_FLUSH_AND_INV_TS_EVENT | pm4.EVENT_INDEX_END_OF_PIPE << 8
 def test_a_host_read_signal_after_a_dispatch_needs_l2_write_back(h):
   sig = _signal(h)
   h.gpu.l2_dirty = True  # as after a dispatch: the kernel's results may sit in L2
-  with pytest.raises(PacketError, match="writes host-visible memory .* after a dispatch without GCR GL2_WB"):
+  with pytest.raises(PacketError, match="writes host-visible memory .* without an L2 write-back.*GL2_WB"):
     h.pm4(_release(sig.addr, EOP, pm4.DATA_SEL_64 << 29))
   assert sig.value == 0 and h.gpu.l2_dirty
   h.pm4(AMDComputeQueue().signal(sig, 3).resolved())  # the driver's signal writes L2 back first

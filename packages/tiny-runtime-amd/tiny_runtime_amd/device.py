@@ -7,7 +7,9 @@ devices of the process runs on the destination's SDMA engine over a peer mapping
 waiting for a signal spins briefly, then sleeps in KFD's WAIT_EVENTS until the GPU's interrupt for the device's event.
 Without an AMD GPU, `AMDDevice("AMD")` raises DeviceUnavailableError("no /dev/kfd ...; for an emulated AMD GPU use
 DEV=MOCK+AMD"), which the registry reports as it is (no traceback); `DEV=MOCK+AMD` always works (an in-process pair
-of gfx1100s running code in the RDNA3 emulator).
+of gfx1100s running code in the RDNA3 emulator), and `DEV=MOCK+AMD:LLVM:gfx942` gives a pair of MI300s (gfx942:
+wave64, the gfx9 PM4 forms of `AMDComputeQueue9`, code run in the CDNA3 emulator). A gfx942 node spanning several
+XCCs (SPX mode) is refused: see the MI300 section of the README.
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from tiny_uop.target import Target
 from tiny_runtime_amd import kfd, pm4
 from tiny_runtime_amd.elf import ELF
 from tiny_runtime_amd.kfd import KFD_PATH, KFDEvent, KFDIface
-from tiny_runtime_amd.pm4 import AMDComputeQueue
+from tiny_runtime_amd.pm4 import AMDComputeQueue, AMDComputeQueue9
 from tiny_runtime_amd.sdma import AMDCopyQueue
 
 __all__ = ["AMDDevice", "AMDProgram", "AMDSignal", "AMDAllocator", "KFD_PATH"]
@@ -116,8 +118,9 @@ class AMDProgram(HCQProgram):
     elf = ELF.parse(lib)
     image = elf.image()
     self.kname, kd_off, self.kd = elf.kernel(name if name + ".kd" in elf.symbols else None)
-    if not self.kd.wave32:
-      raise RuntimeError(f"kernel {self.kname}: wave64 code objects are not supported (gfx11 runs wave32)")
+    if self.kd.wave32 != (dev.wave_size == 32):
+      raise RuntimeError(f"kernel {self.kname} is a wave{32 if self.kd.wave32 else 64} code object; {dev.arch} runs "
+                         f"wave{dev.wave_size} (compile for this device's arch)")
     # scratch: the device's scratch buffer grows (now, at load) to this kernel's private bytes per work-item
     self.private_size = self.kd.private_segment_fixed_size if self.kd.rsrc2 & 1 else 0  # RSRC2.SCRATCH_EN
     if self.private_size: dev.ensure_scratch(self.private_size)
@@ -179,7 +182,7 @@ class AMDProgram(HCQProgram):
     base = dev.kernargs_alloc(self.args_layout(len(bufs), len(vals)).size)
     self.fill_launch(base, gs, ls)
     addr = self.fill_args(base, [b.va_addr for b in bufs], vals)
-    q = AMDComputeQueue().wait(dev.timeline_signal, dev.timeline_value - 1).memory_barrier()
+    q = dev.hw_compute_queue_t().wait(dev.timeline_signal, dev.timeline_value - 1).memory_barrier()
     if wait: q.timestamp(dev.time_signals[0])
     q.exec(self, addr, gs, ls)
     if wait: q.timestamp(dev.time_signals[1])
@@ -206,12 +209,23 @@ class AMDAllocator(HCQAllocator["AMDDevice"]):
     q = AMDCopyQueue().wait(src_dev.timeline_signal, src_dev.timeline_value - 1) \
       .wait(dev.timeline_signal, dev.timeline_value - 1).copy(dest.va_addr, src.va_addr, size)
     q.signal(dev.timeline_signal, dev.next_timeline()).submit(dev)
-    AMDComputeQueue().wait(dev.timeline_signal, dev.timeline_value - 1) \
+    src_dev.hw_compute_queue_t().wait(dev.timeline_signal, dev.timeline_value - 1) \
       .signal(src_dev.timeline_signal, src_dev.next_timeline()).submit(src_dev)
 
 
+def dev_arch(device: str) -> str | None:
+  """The arch DEV names for `device` or, failing that, for another index of the same device (`DEV=MOCK+AMD:LLVM:gfx942`
+  gives gfx942 for MOCK+AMD and MOCK+AMD:1), else None."""
+  from tiny_uop.helpers import DEV
+  from tiny_uop.plugins import Device
+  t = Device.target(device)
+  if t.arch is not None: return t.arch
+  dev = str(DEV.value or "").strip()
+  return next((d.arch for d in (Target.parse_list(dev) if dev else ()) if d.base == t.base and d.arch), None)
+
+
 class AMDDevice(HCQCompiled):
-  """``AMD[:n]`` (KFD) and ``MOCK+AMD[:n]`` (mock KFD + RDNA3 emulator)."""
+  """``AMD[:n]`` (KFD) and ``MOCK+AMD[:n]`` (mock KFD + RDNA3 emulator; with a gfx942 DEV arch, CDNA3 emulator)."""
   hw_compute_queue_t = AMDComputeQueue
   hw_copy_queue_t = AMDCopyQueue
 
@@ -220,10 +234,22 @@ class AMDDevice(HCQCompiled):
     fio: type[FileIOInterface] = FileIOInterface
     self._driver: Any = None
     self.mock = target.interface == "MOCK"
-    if self.mock:
-      from tiny_runtime_amd.mock.driver import MockFileIO, driver
-      fio, self._driver = MockFileIO, driver()
+    want = dev_arch(device)
+    if self.mock:  # the arch in DEV picks the mocked GPUs: MOCK+AMD:LLVM:gfx942 is a process with two gfx942s
+      from tiny_runtime_amd.mock.driver import mock_fileio
+      fio = mock_fileio(want)
+      self._driver = fio.kfd_fn()  # type: ignore[attr-defined]
     self.iface = KFDIface(target.indices[0] if target.indices else 0, fio)
+    node = self.iface.node
+    if want is not None and want != node.arch:
+      raise RuntimeError(f"{device}: DEV asks for arch {want} but this GPU is {node.arch}")
+    self.wave_size = 64 if node.arch.startswith("gfx9") else 32
+    if self.wave_size == 64: self.hw_compute_queue_t = AMDComputeQueue9
+    if dict(node.props).get("num_xcc", 1) > 1:
+      raise RuntimeError(f"{device}: {node.arch} node {node.node} spans {dict(node.props)['num_xcc']} XCCs; a PM4 "
+                         "dispatch there runs on every XCC and needs cross-XCC fences, which this driver does not "
+                         "build yet: use a partition mode with one XCC per KFD node (CPX: amd-smi set "
+                         "--compute-partition CPX)")
     self.event: KFDEvent = self.iface.create_event()
     self.signal_page = self.iface.alloc(SIGNAL_PAGE, host=True, uncached=True)
     base = self.signal_page.va_addr
@@ -267,18 +293,20 @@ class AMDDevice(HCQCompiled):
     each engine's waves address their own WAVES * WAVESIZE slice, so the buffer holds shader_engines of them. It
     grows at least 2x at a time; a replaced buffer stays allocated, because command buffers recorded before (JIT
     graphs) still point at it and it is big enough for their kernels."""
-    wave = (lane_bytes * 32 + 255) // 256 * 256
+    gran, bits = (pm4.TMPRING_WAVESIZE_GRANULE_GFX9, 13) if self.wave_size == 64 else (256, 15)
+    wave = (lane_bytes * self.wave_size + gran - 1) // gran * gran
     if wave <= self.scratch_wave_bytes: return
     wave = max(wave, 2 * self.scratch_wave_bytes)
-    if wave // 256 >= 1 << 15:
+    if wave // gran >= 1 << bits:
       raise RuntimeError(f"{self.device}: {lane_bytes} bytes of scratch per work-item is more than the "
-                         f"{((1 << 15) - 1) * 256 // 32} a gfx11 wave can have")
+                         f"{((1 << bits) - 1) * gran // self.wave_size} a {self.arch} wave can have")
     node = self.iface.node
-    engines = node.shader_engines
+    # gfx11: WAVES counts one shader engine's slots (each engine addresses its own slice); gfx9: the whole GPU's
+    engines = node.shader_engines if self.wave_size == 32 else 1
     waves_per_se = min(node.cu_count // engines * dict(node.props).get("max_slots_scratch_cu", 32), 4095)
     if self.scratch_buf is not None: self._old_scratch.append(self.scratch_buf)
     self.scratch_buf = self.iface.alloc(engines * waves_per_se * wave)
-    self.scratch_wave_bytes, self.tmpring_size = wave, waves_per_se | (wave // 256) << 12
+    self.scratch_wave_bytes, self.tmpring_size = wave, waves_per_se | (wave // gran) << 12
 
   def kernargs_alloc(self, size: int) -> int:
     """A 256-byte aligned slice of the kernarg buffer; wraps after waiting for the GPU to finish with it."""

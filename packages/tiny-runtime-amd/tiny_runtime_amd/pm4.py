@@ -1,4 +1,5 @@
-"""PM4 type-3 packets for the gfx11 compute queue (MEC) and `AMDComputeQueue`.
+"""PM4 type-3 packets for the compute queue (MEC): `AMDComputeQueue` (gfx11) and `AMDComputeQueue9` (gfx9: CDNA3
+gfx942, whose RELEASE_MEM/ACQUIRE_MEM cache controls and some registers differ; see that class).
 
 Sources of the numbers (each is cross-checked in tests against tinygrad 0.14.0's generated bindings of the same
 headers, `autogen/amd_gpu.py` = nvd.h and `autogen/am/pm4_nv.py`, see tests/test_oracle.py):
@@ -151,13 +152,16 @@ class AMDComputeQueue(HWQueue):
     if not 0 < ndwords < 1 << 20: raise ValueError(f"an indirect buffer of {ndwords} dwords; IB_SIZE is 20 bits")
     return self.pkt3(INDIRECT_BUFFER, lo32(addr), hi32(addr), ndwords | IB_VALID)
 
+  RSRC3_REG = COMPUTE_PGM_RSRC3
+  INITIATOR = DISPATCH_COMPUTE_SHADER_EN | DISPATCH_FORCE_START_AT_000 | DISPATCH_CS_W32_EN
+
   def exec(self, prg: Any, args_addr: Val, global_size: Sequence[Val], local_size: Sequence[Val]) -> AMDComputeQueue:
     """Dispatch `prg` (an `AMDProgram`: entry address, rsrc1/2/3, user SGPR layout) over `global_size` work-groups
     of `local_size` work-items, its kernarg segment at `args_addr`."""
     gs, ls = (tuple(global_size) + (1, 1, 1))[:3], (tuple(local_size) + (1, 1, 1))[:3]
     self.set_sh_reg(COMPUTE_PGM_LO, lo32(prg.entry_addr >> 8), hi32(prg.entry_addr >> 8))
     self.set_sh_reg(COMPUTE_PGM_RSRC1, prg.rsrc1, prg.rsrc2)
-    self.set_sh_reg(COMPUTE_PGM_RSRC3, prg.rsrc3)
+    self.set_sh_reg(self.RSRC3_REG, prg.rsrc3)
     if (scratch := prg.scratch()) is not None:  # (base address, TMPRING_SIZE) of the device's scratch buffer
       base, tmpring = scratch
       self.set_sh_reg(COMPUTE_DISPATCH_SCRATCH_BASE_LO, lo32(base >> 8), hi32(base >> 8))
@@ -166,8 +170,7 @@ class AMDComputeQueue(HWQueue):
     if (user := prg.user_data(args_addr)): self.set_sh_reg(COMPUTE_USER_DATA_0, *user)
     self.set_sh_reg(COMPUTE_RESOURCE_LIMITS, 0)
     self.set_sh_reg(COMPUTE_START_X, 0, 0, 0, *ls)
-    initiator = DISPATCH_COMPUTE_SHADER_EN | DISPATCH_FORCE_START_AT_000 | DISPATCH_CS_W32_EN
-    return self.pkt3(DISPATCH_DIRECT, *gs, initiator)
+    return self.pkt3(DISPATCH_DIRECT, *gs, self.INITIATOR)
 
   # a bound queue is an indirect buffer in host-visible GPU memory: `chain` jumps to it, a patch writes it in place
   def _bind_mem(self, dev: Any, dwords: list[int]) -> Any:
@@ -182,9 +185,46 @@ class AMDComputeQueue(HWQueue):
     return self.indirect_buffer(other._ib.va_addr, len(other._mem))  # type: ignore[attr-defined]
 
   def _submit_bound(self, dev: Any) -> None:
-    dev.compute_ring.submit(AMDComputeQueue().indirect_buffer(self._ib.va_addr, len(self._mem)).resolved())
+    dev.compute_ring.submit(type(self)().indirect_buffer(self._ib.va_addr, len(self._mem)).resolved())
 
   def _free_bound(self, dev: Any, after: int) -> None:
     if self._mem is not None: dev.defer_free(self._ib, after)
 
   def _submit(self, dev: Any, dwords: list[int]) -> None: dev.compute_ring.submit(dwords)
+
+
+# ***** gfx9 (CDNA3 gfx942): Linux soc15d.h (PACKET3_*, EOP_*), gc_9_4_3_offset.h/_sh_mask.h, gfx_v9_4_3.c *****
+# RELEASE_MEM dword 1 cache actions (soc15d.h EOP_*): what gfx_v9_0/gfx_v9_4_3_ring_emit_fence program
+EOP_TCL1_VOL_ACTION_EN, EOP_TC_VOL_ACTION_EN, EOP_TC_WB_ACTION_EN = 1 << 12, 1 << 13, 1 << 15
+EOP_TCL1_ACTION_EN, EOP_TC_ACTION_EN, EOP_TC_NC_ACTION_EN, EOP_TC_MD_ACTION_EN = 1 << 16, 1 << 17, 1 << 19, 1 << 21
+RELEASE_CACHE_ACTIONS9 = EOP_TCL1_ACTION_EN | EOP_TC_ACTION_EN | EOP_TC_WB_ACTION_EN | EOP_TC_MD_ACTION_EN
+# ACQUIRE_MEM dword 1 = CP_COHER_CNTL (soc15d.h PACKET3_ACQUIRE_MEM_CP_COHER_CNTL_*): gfx_v9_0_emit_mem_sync's set
+COHER_TC_WB_ACTION_ENA, COHER_TCL1_ACTION_ENA, COHER_TC_ACTION_ENA = 1 << 18, 1 << 22, 1 << 23
+COHER_SH_KCACHE_ACTION_ENA, COHER_SH_ICACHE_ACTION_ENA = 1 << 27, 1 << 29
+ACQUIRE_COHER_CNTL9 = COHER_SH_ICACHE_ACTION_ENA | COHER_SH_KCACHE_ACTION_ENA | COHER_TC_ACTION_ENA | \
+  COHER_TCL1_ACTION_ENA | COHER_TC_WB_ACTION_ENA
+# gc_9_4_3: regCOMPUTE_PGM_RSRC3 is dword 0x0e2d of GC segment 0 (base 0x2000): byte 0xB8B4 (gfx11: 0xB8A0). The
+# other compute registers the driver writes have the same byte addresses as on gfx11.
+COMPUTE_PGM_RSRC3_GFX9 = 0xB8B4
+TMPRING_WAVESIZE_GRANULE_GFX9 = 1024  # COMPUTE_TMPRING_SIZE.WAVESIZE counts 1 KiB units on gfx9 (256 bytes on gfx11)
+
+
+class AMDComputeQueue9(AMDComputeQueue):
+  """The gfx9 (CDNA3, gfx942) compute queue: RELEASE_MEM's dword 1 carries the gfx9 EOP cache actions (TC/TCL1
+  write back + invalidate, as amdgpu's gfx9 fence), ACQUIRE_MEM is the 6-dword gfx9 form with CP_COHER_CNTL (no
+  GCR_CNTL), COMPUTE_PGM_RSRC3 (ACCUM_OFFSET, TG_SPLIT) sits at 0xB8B4, and DISPATCH_INITIATOR has no CS_W32_EN:
+  gfx9 waves are wave64."""
+  RSRC3_REG = COMPUTE_PGM_RSRC3_GFX9
+  INITIATOR = DISPATCH_COMPUTE_SHADER_EN | DISPATCH_FORCE_START_AT_000
+
+  def release_mem(self, addr: Val, value: Val, data_sel: int, int_sel: int = INT_SEL_NONE,
+                  ctxid: Val = 0) -> AMDComputeQueue:
+    return self.pkt3(RELEASE_MEM,
+                     CACHE_FLUSH_AND_INV_TS_EVENT | (EVENT_INDEX_END_OF_PIPE << 8) | RELEASE_CACHE_ACTIONS9,
+                     (data_sel << DATA_SEL_SHIFT) | (int_sel << INT_SEL_SHIFT) | (DST_SEL_MEMORY << DST_SEL_SHIFT),
+                     lo32(addr), hi32(addr), lo32(value), hi32(value), ctxid)
+
+  def acquire_mem(self) -> AMDComputeQueue:
+    """gfx9 ACQUIRE_MEM (soc15d.h: COHER_CNTL, COHER_SIZE, COHER_SIZE_HI, COHER_BASE, COHER_BASE_HI, POLL_INTERVAL)
+    over the whole address space, invalidating the instruction, scalar, L1 and L2 caches and writing L2 back."""
+    return self.pkt3(ACQUIRE_MEM, ACQUIRE_COHER_CNTL9, 0xFFFFFFFF, 0xFFFFFF, 0, 0, ACQUIRE_POLL_INTERVAL)

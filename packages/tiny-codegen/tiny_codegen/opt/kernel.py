@@ -12,7 +12,8 @@ TC (`axis`: which matmul of `tc_candidates`, `arg`: tc_select, -1 = the first te
 REDUCE-ADD of `CAST(a*b)` (or `CAST(a)*CAST(b)`) onto the renderer's tensor core: one warp computes one output tile
 (see `_tc_rewrite`). It must be the first opt, and no opt applies after it. Each tensor core's layout -- which tile
 element every lane holds in its A/B/C fragments -- is a function in `TC_FRAGMENTS`, chosen by `tc.opts[0]`: PTX
-`mma.sync` m16n8k16/m16n8k8 and RDNA3 wave32 `v_wmma_f32_16x16x16_{f16,bf16}`, with half/bfloat16 inputs.
+`mma.sync` m16n8k16/m16n8k8, RDNA3 wave32 `v_wmma_f32_16x16x16_{f16,bf16}` and CDNA wave64
+`v_mfma_f32_16x16x16_{f16,bf16}`, with half/bfloat16 inputs.
 """
 from __future__ import annotations
 
@@ -282,11 +283,21 @@ def _frag_wmma_rdna3(kind: str, e: int, lane: Any) -> tuple[Any, Any]:
   return (lane // 16 + 2 * e, lane % 16)
 
 
+def _frag_mfma_16x16(kind: str, e: int, lane: Any) -> tuple[Any, Any]:
+  """(row, col) in its tile of element `e` of `lane`'s wave64 `v_mfma_f32_16x16x16_{f16,bf16}` operand (AMD CDNA3 ISA
+  "Matrix fused multiply-add", one block, as AMD's matrix instruction calculator lists it): A element e of lane l is
+  A[l%16][4*(l//16) + e] (K split over the four groups of 16 lanes), B element e is B[4*(l//16) + e][l%16], and the
+  float C/D element e (VGPR e of the 4) is D[4*(l//16) + e][l%16]."""
+  if kind == "a": return (lane % 16, lane // 16 * 4 + e)
+  if kind == "b": return (lane // 16 * 4 + e, lane % 16)
+  return (lane // 16 * 4 + e, lane % 16)
+
+
 # tc.opts[0] -> (kind, element, lane) -> (row, col) of the element in its A (M x K), B (K x N) or C (M x N) tile;
 # `lane` is the lane RANGE (UOp expressions come back) or a lane number (ints come back)
 TC_FRAGMENTS: dict[str, Callable[[str, int, Any], tuple[Any, Any]]] = {
   "mma.m16n8k16": partial(_frag_mma, 16), "mma.m16n8k8": partial(_frag_mma, 8),
-  "wmma.16x16x16": _frag_wmma_rdna3}
+  "wmma.16x16x16": _frag_wmma_rdna3, "mfma.16x16x16": _frag_mfma_16x16}
 
 
 def _bits(x: UOp, dt: DType) -> UOp:

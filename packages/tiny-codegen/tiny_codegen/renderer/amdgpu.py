@@ -9,9 +9,12 @@ DEFINE_LOCAL is an LDS array (`addrspace(3)` global), BARRIER a workgroup fence 
 accumulators are private `alloca`s (`addrspace(5)`, promoted to VGPRs by the optimizer). Loops, casts and ALU ops
 are the host LLVM renderer's (`llvmir.py`). Transcendentals: `llvm.exp2/log2/sqrt` (hardware, correctly handled
 denormals) for half/float; SIN and every double EXP2/LOG2 use tiny's polynomials. bfloat16 goes through float32.
-Tensor cores (RDNA3, gfx11xx): `llvm.amdgcn.wmma.f32.16x16x16.{f16,bf16}` (wave32), declared in `tensor_cores`;
-a WMMA UOp renders to one call (its fragment layout is `_frag_wmma_rdna3` in `opt/kernel.py`), taking the
-accumulator as its C operand (`gpu_math_matcher`); a vector CONST (the accumulator's zero) becomes a VECTORIZE.
+Tensor cores, declared in `tensor_cores` (fragment layouts in `opt/kernel.py` `TC_FRAGMENTS`): RDNA3 (gfx11xx)
+`llvm.amdgcn.wmma.f32.16x16x16.{f16,bf16}` (wave32, `_frag_wmma_rdna3`); CDNA2/3 (gfx90a, gfx94x, gfx950) MFMA
+`llvm.amdgcn.mfma.f32.16x16x16f16` / `.16x16x16bf16.1k` (wave64, one 16x16 block: v_mfma_f32_16x16x16_{f16,bf16},
+`_frag_mfma_16x16`). A WMMA UOp renders to one call, taking the accumulator as its C operand (`gpu_math_matcher`);
+a vector CONST (the accumulator's zero) becomes a VECTORIZE. gfx9 code objects are wave64 (the kernel descriptor's
+ENABLE_WAVEFRONT_SIZE32 is 0); `warp_size` 64 makes the optimizer size work-groups in whole waves.
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ from tiny_codegen.renderer import kernel_params
 from tiny_codegen.renderer.llvmir import _LLVMEmitter, ltype
 from tiny_codegen.renderer.ptx import gpu_math_matcher
 
+MFMA_ARCHS = ("gfx90a", "gfx940", "gfx941", "gfx942", "gfx950")  # CDNA2/3: v_mfma_f32_16x16x16_{f16,bf16} (bf16_1k)
 CODE_OBJECT_VERSION = 400  # HSA code object v4: loaded by every ROCm, and linkable by ld.lld 14 (v5+ needs lld 16+)
 _AS = {AddrSpace.GLOBAL: 1, AddrSpace.LOCAL: 3, AddrSpace.REG: 5}
 
@@ -62,7 +66,9 @@ class AMDGPURenderer(Renderer):
     if not arch.startswith("gfx"):
       raise ValueError(f"AMDGPU arch {arch!r} is not a gfx name; valid e.g. gfx1100, gfx90a")
     self.tensor_cores = [TensorCore((16, 16, 16), dt, dtypes.float32, 32, (16, 16, 8), ("wmma.16x16x16",))
-                         for dt in (dtypes.float16, dtypes.bfloat16)] if arch.startswith("gfx11") else []
+                         for dt in (dtypes.float16, dtypes.bfloat16)] if arch.startswith("gfx11") else \
+      [TensorCore((16, 16, 16), dt, dtypes.float32, 64, (4, 4, 4), ("mfma.16x16x16",))
+       for dt in (dtypes.float16, dtypes.bfloat16)] if arch in MFMA_ARCHS else []
     self.warp_size = 64 if arch.startswith("gfx9") else 32  # CDNA (gfx9xx) runs wave64, RDNA wave32
     super().__init__(arch)
 
@@ -109,6 +115,7 @@ class _AMDGPUEmitter(_LLVMEmitter):
       f'!llvm.module.flags = !{{!0}}\n!0 = !{{i32 1, !"amdhsa_code_object_version", i32 {CODE_OBJECT_VERSION}}}\n')
 
   def wmma(self, u: UOp) -> str:
+    if self.arch.startswith("gfx9"): return self.mfma(u)
     a, b, c = u.src
     if (a.dtype.count, b.dtype.count, c.dtype.count) != (16, 16, 8) or u.dtype.scalar() != dtypes.float32:
       raise ValueError(f"AMDGPU WMMA needs 16-wide A/B and 8-wide float C (wave32 16x16x16), got "
@@ -123,6 +130,24 @@ class _AMDGPUEmitter(_LLVMEmitter):
     for s in (a, b): args.append(f"{tin} {self.val(s)}")
     out = self.tmp()
     self.emit(f"{out} = call <8 x float> @{fn}({', '.join(args)}, <8 x float> {self.val(c)})")
+    return out
+
+  def mfma(self, u: UOp) -> str:
+    """WMMA on CDNA: one `v_mfma_f32_16x16x16_{f16,bf16}` (4 A and 4 B elements and 4 float accumulators per lane of
+    the wave64; cbsz/abid/blgp 0: no broadcast or lane swizzle)."""
+    a, b, c = u.src
+    if (a.dtype.count, b.dtype.count, c.dtype.count) != (4, 4, 4) or u.dtype.scalar() != dtypes.float32:
+      raise ValueError(f"AMDGPU MFMA needs 4-wide A/B and 4-wide float C (wave64 16x16x16), got "
+                       f"{a.dtype}/{b.dtype}/{c.dtype}")
+    kind = {dtypes.float16: "16x16x16f16", dtypes.uint16: "16x16x16bf16.1k"}.get(a.dtype.scalar())
+    if kind is None:
+      raise NotImplementedError(f"AMDGPU MFMA has no {a.dtype.scalar()} inputs; valid: half, uint16 (bf16)")
+    tin = "<4 x half>" if kind == "16x16x16f16" else "<4 x i16>"
+    fn = f"llvm.amdgcn.mfma.f32.{kind}"
+    self.decls.add(f"declare <4 x float> @{fn}({tin}, {tin}, <4 x float>, i32 immarg, i32 immarg, i32 immarg)")
+    out = self.tmp()
+    self.emit(f"{out} = call <4 x float> @{fn}({tin} {self.val(a)}, {tin} {self.val(b)}, <4 x float> {self.val(c)}, "
+              "i32 0, i32 0, i32 0)")
     return out
 
   def render(self) -> str:

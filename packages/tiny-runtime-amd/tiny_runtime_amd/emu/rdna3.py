@@ -21,7 +21,7 @@ import operator
 from fractions import Fraction
 import struct
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, ClassVar, Iterator
 
 MASK32, MASK64 = 0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF
 WAVE = 32
@@ -810,12 +810,20 @@ class Memory:
 
 
 class VGPRFile(dict[int, list[int]]):
-  """A wave's VGPRs, register number -> 32 lane values; a register is allocated (zeros) when first touched, so a
-  wave costs only the registers its code uses. Register 256 is the emulator's hidden DPP operand."""
+  """A wave's VGPRs, register number -> one value per lane (`lanes`: 32, or 64 for a wave64); a register is allocated
+  (zeros) when first touched, so a wave costs only the registers its code uses. Registers 256..259 are the
+  emulator's hidden operands (DPP, SDWA)."""
+  lanes = WAVE
+
   def __missing__(self, r: int) -> list[int]:
-    if not 0 <= r <= 256: raise IndexError(f"VGPR {r} is outside v0..v255")
-    v = self[r] = [0] * WAVE
+    if not 0 <= r <= 259: raise IndexError(f"VGPR {r} is outside v0..v255")
+    v = self[r] = [0] * self.lanes
     return v
+
+
+class VGPRFile64(VGPRFile):
+  """The VGPRs of a wave64: 64 lane values per register."""
+  lanes = 64
 
 
 class PrivateMemory(Memory):
@@ -841,7 +849,9 @@ class PrivateMemory(Memory):
 
 @dataclass
 class Wave:
-  """The state of one wave32: SGPRs (with VCC, M0, EXEC at their operand codes), VGPRs by lane, SCC, PC."""
+  """The state of one wave32: SGPRs (with VCC, M0, EXEC at their operand codes), VGPRs by lane, SCC, PC.
+  `size` is the lane count (`Wave64` for the 64 lanes of gfx9 waves)."""
+  size: ClassVar[int] = WAVE
   sgpr: list[int] = field(default_factory=lambda: [0] * 128)
   vgpr: VGPRFile = field(default_factory=lambda: VGPRFile())
   scc: int = 0
@@ -876,10 +886,34 @@ class Wave:
 def _lanes_cached(mask: int) -> tuple[int, ...]: return tuple(i for i in range(WAVE) if mask >> i & 1)
 
 
+@dataclass
+class Wave64(Wave):
+  """A wave64 (gfx9/CDNA): 64 lanes; EXEC and VCC are 64-bit masks in the SGPR pairs exec_lo/hi and vcc_lo/hi."""
+  size: ClassVar[int] = 64
+  vgpr: VGPRFile = field(default_factory=lambda: VGPRFile64())
+  agpr: VGPRFile = field(default_factory=lambda: VGPRFile64())  # the accumulation registers (a0..a255) of MFMA
+
+  @property
+  def exec(self) -> int: return self.sgpr[EXEC_LO] | (self.sgpr[EXEC_HI] << 32)
+  @exec.setter
+  def exec(self, v: int) -> None: self.sgpr[EXEC_LO], self.sgpr[EXEC_HI] = v & MASK32, (v >> 32) & MASK32
+  @property
+  def vcc(self) -> int: return self.sgpr[VCC_LO] | (self.sgpr[VCC_HI] << 32)
+  @vcc.setter
+  def vcc(self, v: int) -> None: self.sgpr[VCC_LO], self.sgpr[VCC_HI] = v & MASK32, (v >> 32) & MASK32
+
+  def lanes(self) -> tuple[int, ...]: return _lanes_cached64(self.sgpr[EXEC_LO] | (self.sgpr[EXEC_HI] << 32))
+
+
+@functools.lru_cache(maxsize=4096)
+def _lanes_cached64(mask: int) -> tuple[int, ...]: return tuple(i for i in range(64) if mask >> i & 1)
+
+
 
 
 class Emulator:
   """Runs waves of one dispatch: `run(wave, code_addr)` executes from `code_addr` until s_endpgm."""
+  decode = staticmethod(decode)  # the instruction decoder (an architecture subclass brings its own)
 
   def __init__(self, mem: Memory | None = None, max_steps: int = 1_000_000):
     self.mem, self.max_steps = mem or Memory(), max_steps
@@ -905,6 +939,15 @@ class Emulator:
 
   def swrite(self, w: Wave, code: int, v: int) -> None:
     if code != NULL: w.sgpr[code] = v & MASK32
+
+  def rmask(self, w: Wave, code: int, inst: Inst) -> int:
+    """A lane mask operand: one SGPR (wave32) or an SGPR pair (wave64)."""
+    return self.sread64(w, code, inst) if w.size == 64 else self.sread(w, code, inst)
+
+  def wmask(self, w: Wave, code: int, v: int) -> None:
+    """Write a lane mask: one SGPR (wave32) or an SGPR pair (wave64)."""
+    self.swrite(w, code, v)
+    if w.size == 64: self.swrite(w, code + 1, v >> 32)
 
   def vsrc16(self, w: Wave, code: int, lane: int, inst: Inst, fp: bool) -> int:
     """A 16-bit operand: a VGPR half (v.l / v.h by bit 7 of the register number) or a scalar's low 16 bits
@@ -965,7 +1008,7 @@ class Emulator:
     w.pc, w.code_addr = 0, code_addr
     for _ in range(self.max_steps):
       if (ent := cache.get(w.pc)) is None:  # hot loop: walrus on purpose; the handler is looked up once
-        inst = decode(self.mem.read(code_addr + w.pc, 16), 0)
+        inst = self.decode(self.mem.read(code_addr + w.pc, 16), 0)
         fn = None if inst.fmt == "SOPP" else self.dpp if "dpp" in inst.f else getattr(self, inst.fmt.lower())
         ent = cache[w.pc] = (inst, fn)
       inst, fn = ent
@@ -1217,7 +1260,7 @@ class Emulator:
     """A 32-bit source operand for every active lane (a scalar operand repeated); always a new list."""
     if code >= 256:
       vr = w.vgpr[code - 256]
-      return vr[:] if len(lanes) == WAVE else [vr[ln] for ln in lanes]
+      return vr[:] if len(lanes) == len(vr) else [vr[ln] for ln in lanes]
     return [self.sread(w, code, inst)] * len(lanes)
 
   def col64(self, w: Wave, code: int, lanes: tuple[int, ...], inst: Inst) -> list[int]:
@@ -1231,7 +1274,7 @@ class Emulator:
   @staticmethod
   def store(w: Wave, d: int, lanes: tuple[int, ...], vals: list[int]) -> None:
     """Write a column of results to VGPR `d` for the active lanes (`vals` a fresh list, one per active lane)."""
-    if len(lanes) == WAVE: w.vgpr[d] = vals
+    if len(lanes) == w.size: w.vgpr[d] = vals
     else:
       vd = w.vgpr[d]
       for ln, v in zip(lanes, vals): vd[ln] = v
@@ -1451,7 +1494,7 @@ class Emulator:
           a, b, fn = list(sf.unpack(si.pack(*a))), list(sf.unpack(si.pack(*b))), _F32_FN[op & 0x7F]
         mask = sum(1 << ln for ln, x, y in zip(lanes, a, b) if fn(x, y))
       if op & 0x80: w.exec = mask
-      else: self.swrite(w, f["vdst"], mask)
+      else: self.wmask(w, f["vdst"], mask)
       return
     if op == 0x213:  # v_fma_f32, by columns
       self.store(w, f["vdst"], lanes, vec_f32(_fma, *cols(3)))
@@ -1467,7 +1510,7 @@ class Emulator:
       for ln in w.lanes():
         v = src64(0, ln) if op == 0x2FD else bits64(_fma64(f64(src64(0, ln)), f64(src64(1, ln)), f64(src64(2, ln))))
         self.vwrite64(w, f["vdst"], ln, v)
-      if op == 0x2FD: self.swrite(w, f["sdst"], 0)
+      if op == 0x2FD: self.wmask(w, f["sdst"], 0)
       return
     if op - 0x180 in VOP1_F64 and 0x180 <= op < 0x200:
       _, s64, d64, fn = VOP1_F64[op - 0x180]
@@ -1480,7 +1523,7 @@ class Emulator:
       if not (op in (0x101, 0x213, 0x227, 0x237, 0x2FC, 0x31C) or 0x100 + 3 <= op <= 0x100 + 16 or op < 0x100):
         raise UnsupportedInstruction(f"{inst.name}: abs/neg modifiers on an integer op at {w.pc:#x}")
     if op == 0x101:  # v_cndmask_b32_e64: mask in src2's SGPR
-      m = self.sread(w, f["src2"], inst)
+      m = self.rmask(w, f["src2"], inst)
       a, b = cols(2)
       self.store(w, f["vdst"], lanes, [y if m >> ln & 1 else x for ln, x, y in zip(lanes, a, b)])
     elif 0x100 <= op < 0x180 and op not in VOP3SD:
@@ -1494,29 +1537,29 @@ class Emulator:
       self.store(w, f["vdst"], lanes, list(map(VOP1[op - 0x180][1], *cols(1))))
     elif op in VOP3: self.store(w, f["vdst"], lanes, list(map(VOP3[op][1], *cols(3))))
     elif op == 0x360:  # v_readlane_b32 sdst(vdst field), vsrc0, lane(src1)
-      self.swrite(w, f["vdst"], w.vgpr[f["src0"] - 256][self.sread(w, f["src1"], inst) & 31])
+      self.swrite(w, f["vdst"], w.vgpr[f["src0"] - 256][self.sread(w, f["src1"], inst) & (w.size - 1)])
     elif op == 0x361:  # v_writelane_b32 vdst, ssrc0, lane(src1): ignores EXEC
-      w.vgpr[f["vdst"]][self.sread(w, f["src1"], inst) & 31] = self.sread(w, f["src0"], inst)
+      w.vgpr[f["vdst"]][self.sread(w, f["src1"], inst) & (w.size - 1)] = self.sread(w, f["src0"], inst)
     elif op == 0x2FC:  # v_div_scale_f32: D = S0 (no rescaling needed for float32 inputs in double math), VCC = 0
       for ln in w.lanes(): w.vgpr[f["vdst"]][ln] = src(0, ln)
-      self.swrite(w, f["sdst"], 0)
+      self.wmask(w, f["sdst"], 0)
     elif op == 0x237:  # v_div_fmas_f32: fma(S0, S1, S2) (VCC scaling is 0 after our div_scale)
       self.store(w, f["vdst"], lanes, vec_f32(_fma, *cols(3)))
     elif op in (0x120, 0x121, 0x122, VOP3_ADD_CO_U32, VOP3_SUB_CO_U32):
       # v_add/sub/subrev_co_ci_u32_e64 (carry in from src2's SGPR) and v_add/sub_co_u32: carry/borrow out to sdst
-      cin = self.sread(w, f["src2"], inst) if op < 0x200 else 0
+      cin = self.rmask(w, f["src2"], inst) if op < 0x200 else 0
       a, b = cols(2)
       if op in (0x120, VOP3_ADD_CO_U32): r = [x + y + (cin >> ln & 1) for ln, x, y in zip(lanes, a, b)]
       elif op in (0x121, VOP3_SUB_CO_U32): r = [x - y - (cin >> ln & 1) for ln, x, y in zip(lanes, a, b)]
       else: r = [y - x - (cin >> ln & 1) for ln, x, y in zip(lanes, a, b)]
       self.store(w, f["vdst"], lanes, [v & MASK32 for v in r])
-      self.swrite(w, f["sdst"], sum(1 << ln for ln, v in zip(lanes, r) if v > MASK32 or v < 0))
+      self.wmask(w, f["sdst"], sum(1 << ln for ln, v in zip(lanes, r) if v > MASK32 or v < 0))
     elif op == VOP3_MAD_U64_U32:
       c = self.col64(w, f["src2"], lanes, inst)
       r = [(x * y + z) & MASK64 for x, y, z in zip(*cols(2), c)]
       self.store(w, f["vdst"], lanes, [v & MASK32 for v in r])
       self.store(w, f["vdst"] + 1, lanes, [v >> 32 for v in r])
-      self.swrite(w, f["sdst"], 0)
+      self.wmask(w, f["sdst"], 0)
     elif op in (VOP3_LSHLREV_B64, 0x33D, 0x33E):  # v_lshlrev_b64 / v_lshrrev_b64 / v_ashrrev_i64
       v64, (sh,) = self.col64(w, f["src1"], lanes, inst), cols(1)
       if op == VOP3_LSHLREV_B64: r = [(v << (s & 63)) & MASK64 for v, s in zip(v64, sh)]
@@ -1795,12 +1838,12 @@ class Emulator:
     elif inst.op == 179:
       out = {}
       for ln in lanes:
-        j = ((w.vgpr[f["addr"]][ln] + off) >> 2) & 31
+        j = ((w.vgpr[f["addr"]][ln] + off) >> 2) & (w.size - 1)
         out[ln] = src[j] if active >> j & 1 else 0
     else:
       out = dict.fromkeys(lanes, 0)
       for ln in lanes:
-        j = ((w.vgpr[f["addr"]][ln] + off) >> 2) & 31
+        j = ((w.vgpr[f["addr"]][ln] + off) >> 2) & (w.size - 1)
         if active >> j & 1: out[j] = src[ln]
     for ln, v in out.items(): w.vgpr[f["vdst"]][ln] = v
 

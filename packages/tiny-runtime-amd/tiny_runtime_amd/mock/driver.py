@@ -30,11 +30,12 @@ from typing import Any, Callable
 from tiny_uop.hcq import MAP_FIXED, MAP_PRIVATE, PROT_READ, PROT_WRITE, FileIOInterface
 
 from tiny_runtime_amd import kfd
-from tiny_runtime_amd.mock import gfx11  # noqa: F401  (registers the gfx11 architecture in ARCHS)
+from tiny_runtime_amd.mock import gfx9, gfx11  # noqa: F401  (register the gfx9 and gfx11 architectures in ARCHS)
 from tiny_runtime_amd.mock.fields import MockGPUError, PacketError
 from tiny_runtime_amd.mock.gpu import ARCHS, GPUHang, GPUPageFault, MockGPU, MockQueue
 
-__all__ = ["MockKFD", "MockFileIO", "driver", "GPUPageFault", "GPUHang", "PacketError", "MockGPUError", "GPU_ID"]
+__all__ = ["MockKFD", "MockFileIO", "driver", "mock_fileio", "GPUPageFault", "GPUHang", "PacketError", "MockGPUError",
+           "GPU_ID"]
 
 GPU_ID = 0x1100          # the first GPU's id; GPU i has GPU_ID + i (any nonzero ids; topology and ioctls agree)
 RENDER_MINOR = 128       # GPU i's render node is /dev/dri/renderD{128 + i}
@@ -297,6 +298,20 @@ def driver() -> MockKFD:
   global _DRIVER
   if _DRIVER is None: _DRIVER = MockKFD()
   return _DRIVER
+
+
+_BY_ARCH: dict[str, type[MockFileIO]] = {}
+
+
+def mock_fileio(arch: str | None = None) -> type[MockFileIO]:
+  """The `FileIOInterface` of the process's mock KFD whose two GPUs are `arch` (None or gfx1100: `MockFileIO`, the
+  default mock; another arch: its own mock KFD, created on first use). ValueError for an arch the mock lacks."""
+  if arch is None or arch == DEFAULT_ARCHS[0]: return MockFileIO
+  if arch not in ARCHS: raise ValueError(f"MOCK+AMD has no {arch} GPU; mocked archs: {', '.join(sorted(ARCHS))}")
+  if (fio := _BY_ARCH.get(arch)) is None:
+    drv = MockKFD((arch, arch))
+    fio = _BY_ARCH[arch] = type(f"MockFileIO_{arch}", (MockFileIO,), {"kfd_fn": staticmethod(lambda: drv)})
+  return fio
 
 
 class MockFileIO(FileIOInterface):

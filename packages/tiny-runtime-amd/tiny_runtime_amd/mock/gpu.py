@@ -91,6 +91,7 @@ class MockGPU:
   properties: dict[str, int] = {}
   sh_registers: dict[int, tuple[str, Layout]] = {}  # byte address -> (name, fields)
   needs_priv_with_cwsr = False                      # gfx11: RSRC1.PRIV must be set when the queue has a CWSR area
+  pm4_decoders = mpm4.DECODERS                      # PM4 opcode -> body decoder (gfx9 has its own RELEASE/ACQUIRE_MEM)
 
   def __init__(self, kfd_: MockKFD, node: int, gpu_id: int, render_minor: int):
     self.kfd, self.node, self.gpu_id, self.render_minor = kfd_, node, gpu_id, render_minor
@@ -198,9 +199,9 @@ class MockGPU:
     """Execute one PM4 packet; False when it must wait (WAIT_REG_MEM not yet satisfied)."""
     op = hdr.opcode
     if op == 0x10: return True  # NOP: the body is skipped
-    if (dec := mpm4.DECODERS.get(op)) is None:
+    if (dec := self.pm4_decoders.get(op)) is None:
       raise PacketError(f"{where}: PM4 {hdr.name} (header opcode {op:#x}) is not modelled by the mock MEC; modelled: "
-                        f"NOP, {', '.join(mpm4.OPCODE_NAMES[o] for o in mpm4.DECODERS)}")
+                        f"NOP, {', '.join(mpm4.OPCODE_NAMES[o] for o in self.pm4_decoders)}")
     where = f"{where}: PM4 {hdr.name}"
     f = dec(body, where)
     if op == 0x76: self._set_sh_reg(q, f["reg_offset"], body[1:], f, where)
@@ -263,15 +264,20 @@ class MockGPU:
             "KFD reads the event mailbox in the interrupt handler, so the interrupt must follow the confirmed write "
             "(2, SEND_INTERRUPT_AFTER_WRITE_CONFIRM)")
     if f["gl2_wb"]: self.l2_dirty = False
+    self._release_write(f, where, "amdgpu's gfx11 fence writes back and invalidates: SEQ, GL2_WB/INV/US, "
+                        "GL1/GLV/GLM_INV, GLM_WB")
+
+  def _release_write(self, f: dict[str, int], where: str, hint: str) -> None:
+    """RELEASE_MEM's write (DATA_SEL) and interrupt (INT_SEL 2), once the cache actions were applied: a host-visible
+    write while L2 still holds a kernel's results is an error (`hint`: the cache actions a driver should use)."""
     if (sel := f["data_sel"]):
       n = 4 if sel == 1 else 8
       addr = f["addr"]
       self.check(addr, n, "RELEASE_MEM write")
       if self.l2_dirty and self.kfd.host_visible(addr):
         raise PacketError(f"{where}: writes host-visible memory at {addr:#x} (a signal the host reads) after a "
-                          "dispatch without GCR GL2_WB: the kernel's results may still sit in L2 when the host sees "
-                          "the value (amdgpu's gfx11 fence writes back and invalidates: SEQ, GL2_WB/INV/US, "
-                          "GL1/GLV/GLM_INV, GLM_WB)")
+                          f"dispatch without an L2 write-back: the kernel's results may still sit in L2 when the host "
+                          f"sees the value ({hint})")
       val = f["data"] if sel == 2 else f["data"] & 0xFFFFFFFF if sel == 1 else self.timestamp()
       (ctypes.c_uint32 if n == 4 else ctypes.c_uint64).from_address(addr).value = val
     if f["int_sel"] == 2: self.kfd.interrupt(self, f["int_ctxid"], 32)
