@@ -11,8 +11,9 @@ Rules:
 
 - Importing ``tiny_uop`` scans nothing and imports no plugin. The first ``Device[...]`` or ``Device.DEFAULT`` scans
   the entry points once; only the descriptors needed are imported, and only the device asked for is opened.
-- A plugin that fails (its import raises, its entry point is not a `DevicePlugin`, it was built for another major
-  `PLUGIN_API`, or opening its device raises) is recorded with a reason and never breaks other devices.
+- A plugin that fails (its import raises -- any exception, `SystemExit` included, only `KeyboardInterrupt` passes --,
+  its entry point is not a `DevicePlugin`, it was built for another major `PLUGIN_API`, or opening its device raises)
+  is recorded with a reason and never breaks other devices.
   ``python -m tiny_uop.plugins`` prints every device and renderer with its package, version, status and reason.
 - ``TINY_PLUGINS=CPU,AMD`` is an allow-list of device plugins; ``DEV=`` picks the default device (see
   `tiny_uop.target`).
@@ -119,7 +120,8 @@ class PluginRecord:
     if not self.loaded:
       self.loaded = True
       try: self.obj = self.loader()
-      except Exception as e:
+      except KeyboardInterrupt: raise
+      except BaseException as e:  # noqa: BLE001 -- SystemExit/GeneratorExit in a plugin's import must not end us
         self.reason = f"import of {self.value} failed: {type(e).__name__}: {e}"
         return None
       if self.kind == "device": self._check_device()
@@ -266,7 +268,8 @@ class _Device:
       plugin = self.plugin(canon)
       try:
         dev = plugin.load()(canon)
-      except Exception as e:
+      except KeyboardInterrupt: raise
+      except BaseException as e:  # noqa: BLE001 -- a plugin's sys.exit() while opening is its failure, not ours
         self._failed[canon] = f"{type(e).__name__}: {e}"
         raise DeviceUnavailableError(f"device {canon!r} is unavailable: {self._failed[canon]}") from e
       self._opened[canon] = dev
