@@ -34,7 +34,7 @@ __all__ = ["conv2d", "conv_transpose2d", "avg_pool2d", "max_pool2d", "max_unpool
            "binary_crossentropy_logits", "sparse_categorical_crossentropy", "cross_entropy", "nll_loss", "one_hot",
            "sort", "argsort", "topk", "tril", "triu", "cumsum", "cumprod", "cummax", "cummin", "logcumsumexp", "roll",
            "gather", "scatter", "scatter_reduce", "masked_fill", "pad2d", "unfold", "diagonal", "diag", "meshgrid",
-           "rearrange", "normalize", "softmin", "multinomial", "randperm"]
+           "rearrange", "normalize", "softmin", "multinomial", "randperm", "cos"]
 
 # ***** small helpers (shapes are tuples of ints here) *****
 
@@ -700,7 +700,8 @@ def one_hot(self: Tensor, num_classes: int = -1) -> Tensor:
 
 
 def sort(self: Tensor, dim: int = -1, descending: bool = False) -> tuple[Tensor, Tensor]:
-  """Sort along `dim` with a bitonic network; returns (values, int32 indices). Equal values keep their order.
+  """Sort along `dim` with a bitonic network; returns (values, int32 indices). Equal values keep their order; NaNs
+  sort after +inf (first when `descending`), -0.0 equals 0.0.
 
   >>> from tiny_tensor import Tensor
   >>> v, i = Tensor([3., 1., 2., 1.]).sort()
@@ -711,6 +712,9 @@ def sort(self: Tensor, dim: int = -1, descending: bool = False) -> tuple[Tensor,
   dim = _resolve_dim(self, dim)
   n = self.shape[dim]
   if n <= 1: return self, self.zeros_like(dtype=dtypes.int32)
+  if self.dtype in _SORT_KEY_INTS:  # floats sort by an int key: NaN compares unequal even to itself
+    idx = sort(_float_sort_key(self), dim, descending)[1]
+    return gather(self, dim, idx), idx
   stages = (n - 1).bit_length()
   shp = tuple(self.shape)
   # pad to 2**stages with values that sort last, then view the axis as `stages` binary digits (most significant first)
@@ -737,6 +741,18 @@ def sort(self: Tensor, dim: int = -1, descending: bool = False) -> tuple[Tensor,
     & occurrence(x).unsqueeze(dim + 1).eq(occurrence(self).unsqueeze(dim))
   pos = _arange(self, n).reshape(n, *[1] * (self.ndim - dim - 1))
   return x, same.where(pos, 0).sum(dim + 1).cast(dtypes.int32)
+
+
+_SORT_KEY_INTS = {dtypes.float16: dtypes.int16, dtypes.bfloat16: dtypes.int16, dtypes.float32: dtypes.int32,
+                  dtypes.float64: dtypes.int64}
+
+
+def _float_sort_key(x: Tensor) -> Tensor:
+  """Ints that order like the floats of `x`, NaN last (above +inf, as numpy sorts and torch's topk ranks it), -0.0
+  equal to 0.0: the bits of a non-negative float order like ints; a negative one's magnitude bits are flipped."""
+  it = _SORT_KEY_INTS[x.dtype]
+  b = x.isnan().where(math.nan, x.eq(0).where(0.0, x)).bitcast(it)
+  return (b < 0).where(b ^ int(dtypes.max(it)), b)
 
 
 def argsort(self: Tensor, dim: int = -1, descending: bool = False) -> Tensor:
@@ -766,6 +782,30 @@ def topk(self: Tensor, k: int, dim: int = -1, largest: bool = True, sorted_: boo
   v, i = sort(self, dim, descending=largest)
   if self.ndim == 0: return v, i
   return _shrink_axis(v, dim, 0, k), _shrink_axis(i, dim, 0, k)
+
+
+def cos(self: Tensor) -> Tensor:
+  """Cosine, accurate for large arguments too (`sin(pi/2 - x)` rounds `pi/2 - x` to x's ulp: `cos(3e7)` was 0.16).
+
+  |x| <= 1 (and beyond max/4, where 2x overflows): 1 - 2 sin(x/2)**2, which stays near 1; else sin(2x) / (2 sin x):
+  2x and x are exact, and sin is accurate relative to its value even near its zeros. Half precision goes through
+  float32. The gradient is -sin(x) (differentiating the formula would cancel badly near multiples of pi).
+
+  >>> from tiny_tensor import Tensor
+  >>> round(Tensor([3e7]).cos().item(), 4)
+  -0.2654
+  """
+  from tiny_tensor.gradient import custom_gradient
+  x = self._float()
+  if x.dtype.itemsize < 4: return cos(x.cast(dtypes.float32)).cast(x.dtype)
+  ax = x.abs()
+  near = (ax <= 1) | (ax > float(dtypes.max(x.dtype)) / 4)
+  half = (x * 0.5).sin()
+  xs = near.where(1.0, x)  # the ratio's argument where it is used; 1 elsewhere (no 0/0, no inf)
+  out = near.where(1.0 - 2.0 * half * half, (xs * 2.0).sin() / (xs.sin() * 2.0))
+  xu = x.uop
+  custom_gradient(out.uop, (xu,), lambda ctx, _: (-(xu.sin()) * ctx,))
+  return out
 
 
 def _tri_mask(x: Tensor, diagonal: int, upper: bool) -> Tensor:
