@@ -31,6 +31,10 @@ ET_REL, ET_DYN = 1, 3  # e_type values (elf.h): relocatable object, shared objec
 SHT_SYMTAB, SHN_UNDEF = 2, 0  # elf.h: the symbol table section type; st_shndx of an undefined symbol
 
 
+class OutOfBoundsError(RuntimeError):
+  """A CHECK_OOB kernel accessed memory outside a buffer (the access was skipped; see renderer.OOBCheck)."""
+
+
 class UnresolvedSymbolError(RuntimeError):
   """A kernel's object file calls a function this process can't provide (the JIT would jump to address 0)."""
 
@@ -106,8 +110,14 @@ class CPUProgram(Program):
     if not isinstance(lib, (bytes, bytearray)) or lib[:4] != ELF_MAGIC:
       raise ValueError(f"CPU program {name!r}: expected an ELF object or shared library, got {bytes(lib[:16])!r}...")
     e_type = struct.unpack_from("<H", lib, 16)[0]
-    if e_type == ET_REL: self.addr = device.jit.load(name, bytes(lib))
-    elif e_type == ET_DYN: self.addr = self._load_shared(name, bytes(lib))
+    self._oob: Any = None  # the CHECK_OOB record (renderer.OOBCheck) of a kernel compiled with the checks
+    if e_type == ET_REL:
+      self.addr, oob = device.jit.load(name, bytes(lib), f"{name}_oob")
+      if oob: self._oob = (ctypes.c_int64 * 4).from_address(oob)
+    elif e_type == ET_DYN:
+      self.addr = self._load_shared(name, bytes(lib))
+      try: self._oob = (ctypes.c_int64 * 4).in_dll(self._dll, f"{name}_oob")
+      except ValueError: pass  # compiled without CHECK_OOB
     else: raise ValueError(f"CPU program {name!r}: ELF type {e_type} is neither an object (1) nor a shared library (3)")
     self._fxns: dict[tuple[int, int], Any] = {}
     self.pool = device.pool
@@ -141,7 +151,15 @@ class CPUProgram(Program):
     st = time.perf_counter() if wait else 0.0
     if n == 1: fxn(*args, 0)
     else: self.pool.run(lambda core_id: fxn(*args, core_id), n)
+    if self._oob is not None and self._oob[0]: self._raise_oob(bufs)
     return time.perf_counter() - st if wait else None
+
+  def _raise_oob(self, bufs: tuple[Any, ...]) -> None:
+    kind, slot, idx, size = list(self._oob)
+    self._oob[0] = 0  # reported once: the next launch starts clean
+    what = f"buffer data{slot}" if slot >= 0 else "a register array"
+    raise OutOfBoundsError(f"CHECK_OOB: kernel {self.name!r} {'wrote' if kind == 2 else 'read'} element {idx} of "
+                           f"{what}, which holds {size} elements (valid: 0..{size - 1}); the access was skipped")
 
 
 class MCJIT:
@@ -163,9 +181,10 @@ class MCJIT:
     self.engines.append(eng)
     return eng
 
-  def load(self, name: str, obj: bytes) -> int:
-    """Link object `obj` and return the address of its function `name`. Every symbol it leaves undefined must
-    resolve in this process first: MCJIT would otherwise finalize anyway and the call jump to address 0."""
+  def load(self, name: str, obj: bytes, data: str | None = None) -> tuple[int, int]:
+    """Link object `obj`: the addresses of its function `name` and of its global `data` (0 if absent). Every symbol
+    it leaves undefined must resolve in this process first: MCJIT would otherwise finalize anyway and the call jump
+    to address 0."""
     import llvmlite.binding as llvm
     with self.lock:
       engine, names = next((e for e in self.engines if name not in e[1]), None) or self._new_engine()
@@ -178,7 +197,7 @@ class MCJIT:
       names.add(name)
       if not (addr := engine.get_function_address(name)):
         raise ValueError(f"object file for kernel {name!r} defines no function {name!r}")
-      return addr
+      return addr, (engine.get_global_value_address(data) if data is not None else 0)
 
 
 class CPUDevice(TargetRenderer, Compiled):

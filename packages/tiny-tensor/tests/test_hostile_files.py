@@ -56,7 +56,8 @@ SAFE_CORPUS = {
   "size_mismatch": (_st({"a": {**F32x2, "shape": [3]}}, b"\0" * 8), "spans 8 bytes but shape \\(3,\\) of F32 needs 12"),
   "huge_shape": (_st({"a": {**F32x2, "shape": [2**40, 2**40]}}, b"\0" * 8), "needs"),
   "truncated_data": (_st({"a": F32x2}, b"\0" * 5), "outside the data"),
-  "overlap": (_st({"a": F32x2, "b": {**F32x2, "data_offsets": [4, 12]}}, b"\0" * 12), "'a' \\[0, 8\\) and 'b' .*overlap"),
+  "overlap": (_st({"a": F32x2, "b": {**F32x2, "data_offsets": [4, 12]}}, b"\0" * 12),
+              "'a' \\[0, 8\\) and 'b' .*overlap"),
   "duplicate_key": (_st(b'{"a": ' + json.dumps(F32x2).encode() + b', "a": ' + json.dumps(F32x2).encode() + b'}',
                         b"\0" * 8), "key 'a' appears twice"),
   "bool_byte_2": (_st({"m": {"dtype": "BOOL", "shape": [3], "data_offsets": [0, 3]}}, b"\x01\x02\x00"),
@@ -235,10 +236,11 @@ def _marker(tmp_path): return str(tmp_path / "pwned")
 
 PTH_CORPUS = {
   # size/stride/offset that read past the storage (used to read process memory, or segfault)
-  "size_past_storage": (lambda t: {"w": _T(S0, 0, (5,), (1,))}, {"0": F4}, "reads element 4 of storage '0', which holds 4"),
+  "size_past_storage": (lambda t: {"w": _T(S0, 0, (5,), (1,))}, {"0": F4},
+                        "reads element 4 of storage '0', which holds 4"),
   "stride_past_storage": (lambda t: {"w": _T(S0, 0, (2, 2), (2**40, 1))}, {"0": F4}, "reads element 1099511627777"),
   "offset_past_storage": (lambda t: {"w": _T(S0, 4, (1,), (1,))}, {"0": F4}, "at offset 4 reads element 4"),
-  "negative_stride": (lambda t: {"w": _T(S0, 3, (4,), (-1,))}, {"0": F4}, "stride \\(-1,\\) must be a tuple of non-neg"),
+  "negative_stride": (lambda t: {"w": _T(S0, 3, (4,), (-1,))}, {"0": F4}, "stride \\(-1,\\) must be a tuple of no"),
   "negative_offset": (lambda t: {"w": _T(S0, -1, (1,), (1,))}, {"0": F4}, "storage offset -1 must be"),
   "rank_mismatch": (lambda t: {"w": _T(S0, 0, (2, 2), (1,))}, {"0": F4}, "size \\(2, 2\\) and stride \\(1,\\) differ"),
   "size_not_ints": (lambda t: {"w": _T(S0, 0, ("4",), (1,))}, {"0": F4}, "size \\('4',\\) must be a tuple"),
@@ -297,7 +299,7 @@ class SubTensor(torch.Tensor):
 
 def test_torch_load_refuses_a_real_tensor_subclass(tmp_path):
   torch.save({"w": torch.zeros(2), "s": torch.ones(3).as_subclass(SubTensor)}, tmp_path / "sub.pth")
-  with pytest.raises(ValueError, match="tensors inside classes torch_load doesn't load: s \\(torch._tensor._rebuild_fr"):
+  with pytest.raises(ValueError, match="classes torch_load doesn't load: s \\(torch._tensor._rebuild_from_type_v2"):
     torch_load(tmp_path / "sub.pth")
 
 
@@ -328,7 +330,7 @@ def test_byte_flips_never_crash(tmp_path):
   torch.save(sd, tmp_path / "v.pth")
   pth = (tmp_path / "v.pth").read_bytes()
   ok = bad = 0
-  for i, blob in enumerate(_flips(st, 1, 80)):
+  for blob in _flips(st, 1, 80):
     (tmp_path / "f.st").write_bytes(blob)
     for src in (tmp_path / "f.st", Tensor(np.frombuffer(blob, np.uint8).copy())):
       try: [t.to("CPU").numpy() for t in safe_load(src).values()]

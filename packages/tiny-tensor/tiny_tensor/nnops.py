@@ -799,7 +799,8 @@ def cos(self: Tensor) -> Tensor:
   x = self._float()
   if x.dtype.itemsize < 4: return cos(x.cast(dtypes.float32)).cast(x.dtype)
   ax = x.abs()
-  near = (ax <= 1) | (ax > float(dtypes.max(x.dtype)) / 4)
+  e, m = dtypes.finfo(x.dtype)
+  near = (ax <= 1) | (ax > (2 - 2.0 ** -m) * 2.0 ** (2 ** (e - 1) - 1) / 4)  # a quarter of the largest finite value
   half = (x * 0.5).sin()
   xs = near.where(1.0, x)  # the ratio's argument where it is used; 1 elsewhere (no 0/0, no inf)
   out = near.where(1.0 - 2.0 * half * half, (xs * 2.0).sin() / (xs.sin() * 2.0))

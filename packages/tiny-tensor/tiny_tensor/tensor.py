@@ -42,15 +42,6 @@ _origin_tensors: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDic
 _scalar_cache: dict[tuple, UOp] = {}  # (dtype, repr(value), device, shape) -> the broadcast constant
 
 
-def _check_py_int(lo: int, hi: int, dt: DType) -> None:
-  """Python ints [lo, hi] going into int dtype `dt` must fit it (numpy refuses too): a wrap would be a silent wrong
-  value. Floats and bools convert by CAST's rules and need no check."""
-  if dtypes.is_int(dt) and not (dtypes.min(dt) <= lo and hi <= dtypes.max(dt)):
-    bad = lo if lo < dtypes.min(dt) else hi
-    raise ValueError(f"Python int {bad} is out of range for {dt!r}, which holds [{dtypes.min(dt)}, {dtypes.max(dt)}]; "
-                     f"use a wider dtype (dtypes.int64) or cast after creating")
-
-
 def _np_from(data: Any, dtype: DType | None) -> np.ndarray:
   try: arr = np.array(data)
   except ValueError as e: raise ValueError(f"can't make a Tensor from a ragged nested sequence: {e}") from e
@@ -100,15 +91,13 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
       dev = _canonical_device(device)
       if data is None: uop = engine.buffer_from_bytes(dev, 0, dt or dtypes.default_float, None)
       elif isinstance(data, (bool, int, float)) and not isinstance(data, np.generic):
-        dt = dt or dtypes.from_py(data)
-        if type(data) is int: _check_py_int(data, data, dt)
+        dt = dt or dtypes.from_py(data)  # an int beyond int32 picks int64/uint64 (an explicit int dtype wraps)
         uop = UOp.const(dt, dtypes.as_const(data, dt), dev, ())
       elif isinstance(data, (bytes, bytearray, memoryview)):
         uop = self._from_numpy(np.frombuffer(bytes(data), dtype=np.uint8), dev, dt)
       elif isinstance(data, (list, tuple)):
         dt = dt or dtypes.from_py(data)
         arr = _np_from(data, dt)
-        if arr.dtype.kind in "iu" and arr.size: _check_py_int(int(arr.min()), int(arr.max()), dt)
         uop = self._from_numpy(arr, dev, dt)
       elif isinstance(data, (np.ndarray, np.generic)): uop = self._from_numpy(np.asarray(data), dev, dt)
       else:

@@ -133,6 +133,7 @@ class UOpMetaClass(type):
                tag: Any = None) -> UOp:
     # constants that compare equal but differ (-0.0 and 0.0, 1 and 1.0) must stay different nodes, NaNs one node;
     # a VCONST's lanes likewise
+    karg: Any
     if arg.__class__ is float: karg = (math.nan if arg != arg else arg, math.copysign(1.0, arg))
     elif arg.__class__ in (int, bool): karg = (arg, arg.__class__)
     elif op is Ops.VCONST and arg.__class__ is tuple: karg = tuple(_const_key(x) for x in arg)

@@ -10,10 +10,11 @@ import math
 from typing import Callable
 
 from tiny_uop.dtype import DType, PtrDType, dtypes, round_float
+from tiny_uop.helpers import CHECK_OOB
 from tiny_uop.uop import Ops, UOp
 
 from tiny_codegen.compiler.clang import ClangCompiler
-from tiny_codegen.renderer import CPURenderer, CWriter, count_uses, kernel_params, var_args
+from tiny_codegen.renderer import CPURenderer, CWriter, OOBCheck, count_uses, kernel_params, oob_checks, var_args
 
 
 def _fsuf(dt: DType) -> str: return "f" if dt.scalar() in (dtypes.float32, dtypes.float16, dtypes.bfloat16) else ""
@@ -89,6 +90,16 @@ _CAST_HELPERS = {
 }
 
 
+def _bounds_check(w: CWriter, u: UOp, s: list[str], chk: OOBCheck, name: str) -> None:
+  """CHECK_OOB: the access through INDEX `u` happens only where it is in bounds (its gate gets the test); an
+  out-of-bounds one (where its gate is true) writes the kernel's record instead."""
+  ok = f"({s[1]}>=0&&{s[1]}<={chk.size - chk.width})"
+  gate = w.gates.get(u, "1")
+  w.emit(f"if ({gate}&&!{ok}) {{ {name}_oob[0]={chk.kind}; {name}_oob[1]={chk.slot}; {name}_oob[2]=(long long)"
+         f"({s[1]}); {name}_oob[3]={chk.size}; }}")
+  w.gates[u] = f"({gate}&&{ok})"
+
+
 def _cast_helper(src: DType, dst: DType) -> str | None:
   """The `_CAST_HELPERS` function a CAST from `src` to `dst` goes through, if any."""
   s, d = src.scalar(), dst.scalar()
@@ -157,12 +168,15 @@ class ClangRenderer(CPURenderer):
     uses = count_uses(uops, lambda u: u.op in (Ops.BITCAST, Ops.MAX))
     vecs: list[DType] = []
     helpers: set[str] = set()
+    oob = oob_checks(uops) if CHECK_OOB else {}
     for u in uops:
       op, dt, src = u.op, u.dtype, u.src
       s = [r.get(x, "") for x in src]
       if dt.count > 1 and not isinstance(dt, PtrDType) and dt not in vecs: vecs.append(dt)
       if op in (Ops.IF, Ops.ENDIF): raise NotImplementedError(f"C renderer has no {op} (CPU kernels have no IFs)")
-      if w.common(u, s): continue
+      if w.common(u, s):
+        if u in oob: _bounds_check(w, u, s, oob[u], name)
+        continue
       if op is Ops.SPECIAL:
         if u.arg != "core_id": raise NotImplementedError(f"C renderer has no GPU index {u.arg!r}")
         r[u] = "core_id"
@@ -202,4 +216,5 @@ class ClangRenderer(CPURenderer):
       typedefs.append(f"typedef {sc} {self.render_dtype(vd)} __attribute__((vector_size({vd.itemsize})));")
     prefix = "".join(t + "\n" for t in typedefs)
     prefix += "".join(_CAST_HELPERS[h] + "\n" for h in sorted(helpers))
+    if oob: prefix += f"long long {name}_oob[4];\n"  # the CHECK_OOB record (renderer.OOBCheck)
     return f"{prefix}void {name}({', '.join(args)}) {{\n" + "\n".join(w.lines) + "\n}\n"

@@ -11,10 +11,11 @@ import math
 import struct
 
 from tiny_uop.dtype import DType, PtrDType, dtypes, round_float
+from tiny_uop.helpers import CHECK_OOB
 from tiny_uop.uop import AXIS_LETTER, Ops, UOp
 
 from tiny_codegen.compiler.llvm import LLVMCompiler
-from tiny_codegen.renderer import CPURenderer, kernel_params
+from tiny_codegen.renderer import CPURenderer, kernel_params, oob_checks
 
 _INTR = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc", Ops.POW: "pow"}
 _ALU_OPS = {*_INTR, Ops.WHERE, Ops.NEG, Ops.RECIPROCAL, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.MULACC, Ops.ADD,
@@ -68,7 +69,7 @@ class LLVMRenderer(CPURenderer):
 
   def render(self, uops: list[UOp]) -> str:
     """LLVM IR of the kernel `uops` (ending in a SINK whose arg is a KernelInfo carrying the name)."""
-    return _LLVMEmitter(uops, contract=True).render()
+    return _LLVMEmitter(uops, contract=True, check_oob=bool(CHECK_OOB.value)).render()
 
 
 def accumulations(uops: list[UOp]) -> set[UOp]:
@@ -88,8 +89,10 @@ def accumulations(uops: list[UOp]) -> set[UOp]:
 
 
 class _LLVMEmitter:
-  def __init__(self, uops: list[UOp], contract: bool = False):
+  def __init__(self, uops: list[UOp], contract: bool = False, check_oob: bool = False):
     self.uops = uops
+    self.name = getattr(uops[-1].arg, "name", "kernel") if uops else "kernel"
+    self.oob = oob_checks(uops) if check_oob else {}
     self.contract = accumulations(uops) if contract else set()
     self.r: dict[UOp, str] = {}
     self.gates: dict[UOp, str] = {}
@@ -279,8 +282,9 @@ class _LLVMEmitter:
       self.lines.append(f"{lbl}.exit:")
     elif op is Ops.INDEX:
       idx = self.val(src[1])
-      if len(src) > 2:
-        self.gates[u] = self.val(src[2])
+      if u in self.oob: self.bounds_check(u, idx)
+      if u in self.gates or len(src) > 2:
+        if u not in self.gates: self.gates[u] = self.val(src[2])
         safe = self.tmp()
         self.emit(f"{safe} = select i1 {self.gates[u]}, i32 {idx}, i32 0")
         idx = safe
@@ -301,6 +305,19 @@ class _LLVMEmitter:
         self.emit(f"{g} = select i1 {self.gates[src[0]]}, {ltype(dt)} {out}, {ltype(dt)} zeroinitializer")
         out = g
       self.r[u] = out
+
+  def bounds_check(self, u: UOp, idx: str) -> None:
+    """CHECK_OOB (see `renderer.OOBCheck`): the access through INDEX `u` happens only where it is in bounds; an
+    out-of-bounds one (where its gate is true) writes the kernel's record instead (else a scratch copy of it)."""
+    chk = self.oob[u]
+    lo, hi = self.op(f"icmp sge i32 {idx}, 0"), self.op(f"icmp slt i32 {idx}, {chk.size - chk.width + 1}")
+    ok = self.op(f"and i1 {lo}, {hi}")
+    gate = self.val(u.src[2]) if len(u.src) > 2 else "true"
+    bad = self.op(f"and i1 {gate}, {self.op(f'xor i1 {ok}, true')}")
+    rec = self.op(f"select i1 {bad}, ptr @{self.name}_oob, ptr @{self.name}_oob_scratch")
+    for k, v in enumerate((str(chk.kind), str(chk.slot), self.op(f"sext i32 {idx} to i64"), str(chk.size))):
+      self.emit(f"store i64 {v}, ptr {self.op(f'getelementptr i64, ptr {rec}, i32 {k}')}")
+    self.gates[u] = self.op(f"and i1 {gate}, {ok}")
 
   def value_op(self, u: UOp) -> bool:
     """Render the ops every LLVM-based target spells the same (casts, vectors, ALU); False if `u` is not one."""
@@ -370,5 +387,8 @@ class _LLVMEmitter:
     _ = block
     body = "\n".join(self.lines)
     decls = "".join(d + "\n" for d in sorted(self.decls))
+    if self.oob:  # the CHECK_OOB record the runtime reads after a launch, and the scratch in-bounds accesses write
+      decls += f"@{name}_oob = global [4 x i64] zeroinitializer\n@{name}_oob_scratch = internal global [4 x i64] " \
+               "zeroinitializer\n"
     return (f"{decls}define void @{name}({', '.join(args)}) nounwind {{\nentry:\n" +
             "".join(a + "\n" for a in self.allocas) + body + "\n  ret void\n}\n")

@@ -158,7 +158,8 @@ def _is_int(x: Any) -> bool: return isinstance(x, int) and not isinstance(x, boo
 def _read_header(f: Any, file_size: int) -> tuple[int, dict[str, Any]]:
   """(data start, header dict) of a safetensors file of `file_size` bytes, validated before anything reads data."""
   raw = f.read(8)
-  if len(raw) != 8: raise ValueError(f"not a safetensors file: {file_size} bytes, shorter than the 8-byte header length")
+  if len(raw) != 8:
+    raise ValueError(f"not a safetensors file: {file_size} bytes, shorter than the 8-byte header length")
   n = struct.unpack("<Q", raw)[0]
   if n > file_size - 8:
     raise ValueError(f"not a safetensors file: header length {n} is larger than the {file_size - 8} bytes after it")
@@ -194,7 +195,8 @@ def _check_entries(header: dict[str, Any], data_size: int) -> None:
       raise ValueError(f"tensor {k!r}: data_offsets {offs!r:.100} must be [start, end] ints")
     start, end = offs
     if not 0 <= start <= end <= data_size:
-      raise ValueError(f"tensor {k!r}: data_offsets [{start}, {end}] are outside the data, which holds [0, {data_size}]")
+      raise ValueError(f"tensor {k!r}: data_offsets [{start}, {end}] are outside the data, which holds "
+                       f"[0, {data_size}]")
     need = math.prod(shape) * _SAFE_DTYPES[v["dtype"]].itemsize
     if end - start != need:
       raise ValueError(f"tensor {k!r} spans {end - start} bytes but shape {tuple(shape)} of {v['dtype']} needs {need}")
