@@ -516,6 +516,8 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
   def mod(self, x: Any, reverse: bool = False) -> Tensor:
     """Python-style remainder (the sign of the divisor)."""
     a, b = self._broadcasted(x, reverse)
+    if a.dtype in (dtypes.float16, dtypes.bfloat16):  # a - floor(a/b)*b cancels: in half it loses most digits
+      return a.float().mod(b.float()).cast(a.dtype)
     ret = a - a.div(b, rounding_mode="floor") * b
     return b.eq(0).where(0, ret) if dtypes.is_int(a.dtype) else ret  # int x % 0 is 0 (as numpy, and CMOD)
 

@@ -144,7 +144,8 @@ class _LLVMEmitter:
     dst; uint64 converts x >= 2**63 as x - 2**63 (+2**63; out of range: 0)."""
     n, ts = src.count, ltype(src)
     bits = 63 if dst.scalar().itemsize == 8 or dst.scalar() == dtypes.uint32 else 31
-    tm, tb = ltype((dtypes.int64 if bits == 63 else dtypes.int32).vec(n)), ltype(dtypes.bool.vec(n))
+    mid = (dtypes.int64 if bits == 63 else dtypes.int32).vec(n)
+    tm, tb = ltype(mid), ltype(dtypes.bool.vec(n))
 
     def c(v: float) -> str: return self.splat(lconst(v, src), src)
 
@@ -160,13 +161,13 @@ class _LLVMEmitter:
     def trunc_or(v: str, ok: str, fallback: int) -> str:  # fptosi of v where ok (of 0.0 elsewhere), else fallback
       safe = self.op(f"select {tb} {ok}, {ts} {v}, {ts} {c(0.0)}")
       conv = self.op(f"fptosi {ts} {safe} to {tm}")
-      return self.op(f"select {tb} {ok}, {tm} {conv}, {tm} {self.splat(str(fallback), dtypes.int64.vec(n))}")
+      return self.op(f"select {tb} {ok}, {tm} {conv}, {tm} {self.splat(str(fallback), mid)}")
     lo = trunc_or(x, in_range(x), -2 ** bits)
     if dst.scalar() == dtypes.uint64:
       big = self.op(f"fcmp oge {ts} {x}, {c(2.0 ** 63)}")
       xm = self.op(f"fsub {ts} {x}, {c(2.0 ** 63)}")
       hi = trunc_or(xm, self.op(f"and {tb} {big}, {in_range(xm)}"), -2 ** 63)  # + 2**63 below: out of range -> 0
-      hi = self.op(f"xor {tm} {hi}, {self.splat(str(-2 ** 63), dtypes.int64.vec(n))}")
+      hi = self.op(f"xor {tm} {hi}, {self.splat(str(-2 ** 63), mid)}")
       return self.op(f"select {tb} {big}, {tm} {hi}, {tm} {lo}")
     return lo if tm == ltype(dst) else self.op(f"trunc {tm} {lo} to {ltype(dst)}")
 
