@@ -325,8 +325,9 @@ def test_differential_fuzz(block):
 
 
 # seeds of longer runs (FUZZ_SEED=1000 FUZZ_PROGRAMS=...) that found bugs, kept: 1490 a vector float->int8 cast the
-# LLVM renderer spelled with an i64 fallback constant (invalid IR); 1838 float16 % that cancelled in half precision
-REGRESSION_SEEDS = [1490, 1838]
+# LLVM renderer spelled with an i64 fallback constant (invalid IR); 1838 float16 % that cancelled in half precision;
+# 2779 x % inf (NaN, numpy: x or inf)
+REGRESSION_SEEDS = [1490, 1838, 2779]
 
 
 @pytest.mark.parametrize("seed", REGRESSION_SEEDS)

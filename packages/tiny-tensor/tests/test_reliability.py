@@ -114,6 +114,26 @@ def test_int_mod_and_div_by_zero_are_zero():
   assert math.isnan(f)
 
 
+@pytest.mark.parametrize("npdt", [np.float64, np.float32, np.float16])
+def test_float_floordiv_and_mod_match_python(npdt):
+  """a - floor(a/b)*b gave NaN for an infinite divisor (numpy: 5 % inf = 5, -5 % inf = inf), 10 for 1 // 0.1 (9), and
+  cancelled in half precision; now fmod-based, bit-exact with numpy."""
+  rng = np.random.default_rng(1)
+  a = np.concatenate([rng.standard_normal(300) * 100, [5, -5, 0, -0.0, 1, 1, np.inf, np.nan, 7, -7, 3, 1e30]])
+  b = np.concatenate([rng.standard_normal(300) * 3, [np.inf, np.inf, -np.inf, 3, 0.1, 0, 2, 2, 0, -0.0, -np.inf, 1e-3]])
+  with np.errstate(over="ignore"): A, B = a.astype(npdt), b.astype(npdt)  # 1e30 -> inf in half
+  with np.errstate(all="ignore"): wq, wr = np.floor_divide(A, B), np.mod(A, B)
+  for dev in ("CPU", "PYTHON"):
+    ta, tb = Tensor(A, device=dev), Tensor(B, device=dev)
+    q, r = (ta // tb).numpy(), (ta % tb).numpy()
+    np.testing.assert_array_equal(q, wq, err_msg=f"{dev} //")
+    np.testing.assert_array_equal(r, wr, err_msg=f"{dev} %")
+  assert (Tensor([1.0], dtype=dtypes.float64) // 0.1).item() == 1.0 // 0.1 == 9.0
+  t, u = Tensor([5.5, -3.0], requires_grad=True), Tensor([2.0, 2.0], requires_grad=True)
+  (t % u).sum().backward()
+  assert t.grad.tolist() == [1.0, 1.0] and u.grad.tolist() == [-2.0, 2.0]  # torch.remainder's gradients
+
+
 def test_abs_sign_of_infinities():
   x = np.array([np.inf, -np.inf, -2.5, 0.0, -0.0, np.nan], np.float32)
   with Context(DEV="CPU"):

@@ -500,8 +500,8 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     if rounding_mode not in ("trunc", "floor"):
       raise ValueError(f"rounding_mode {rounding_mode!r}; valid: None, 'trunc', 'floor'")
     if dtypes.is_float(a.dtype):
-      q = a._wrap(a.uop.alu(Ops.FDIV, b.uop), b)
-      return q.trunc() if rounding_mode == "trunc" else q.floor()
+      if rounding_mode == "floor": return a._float_divmod(b)[0]
+      return a._wrap(a.uop.alu(Ops.FDIV, b.uop), b).trunc()
     if a.dtype == dtypes.bool: a, b = a.int(), b.int()
     q = a._wrap(a.uop.alu(Ops.CDIV, b.uop), b)
     if rounding_mode == "trunc" or dtypes.is_unsigned(a.dtype): return q
@@ -516,10 +516,32 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
   def mod(self, x: Any, reverse: bool = False) -> Tensor:
     """Python-style remainder (the sign of the divisor)."""
     a, b = self._broadcasted(x, reverse)
-    if a.dtype in (dtypes.float16, dtypes.bfloat16):  # a - floor(a/b)*b cancels: in half it loses most digits
-      return a.float().mod(b.float()).cast(a.dtype)
+    if dtypes.is_float(a.dtype): return a._float_divmod(b)[1]
     ret = a - a.div(b, rounding_mode="floor") * b
-    return b.eq(0).where(0, ret) if dtypes.is_int(a.dtype) else ret  # int x % 0 is 0 (as numpy, and CMOD)
+    return b.eq(0).where(0, ret)  # int x % 0 is 0 (as numpy, and CMOD)
+
+  def _float_divmod(self, b: Tensor) -> tuple[Tensor, Tensor]:
+    """(a // b, a % b) for floats as Python and numpy define them: the remainder is fmod's (exact), moved to the
+    divisor's sign; the quotient is (a - fmod) / b, snapped to an integer. `a - floor(a/b)*b` cancelled (its error is
+    a's ulp), gave NaN for an infinite divisor (5 % inf is 5) and `1 // 0.1` 10, not 9. Half precision goes through
+    float32. Gradients: the quotient's is 0, the remainder's 1 for a and -(a // b) for b."""
+    from tiny_tensor.gradient import custom_gradient
+    a = self
+    if a.dtype.itemsize < 4:
+      q, r = a.float()._float_divmod(b.float())
+      return q.cast(a.dtype), r.cast(a.dtype)
+    m = a._wrap(a.uop.alu(Ops.CMOD, b.uop), b)  # C's fmod: exact, the sign of a
+    fix = m.ne(0) & ((m < 0) != (b < 0))
+    r = fix.where(m + b, m.eq(0).where((b < 0).where(-0.0, 0.0), m))
+    div = (a - m) / b
+    div = fix.where(div - 1, div)
+    fl = div.floor()
+    fl = (div - fl > 0.5).where(fl + 1, fl)
+    q = b.eq(0).where(a / b, div.ne(0).where(fl, (a / b) * 0.0))  # a zero quotient keeps the sign of a/b
+    au, bu, qu = a.uop, b.uop, q.uop
+    custom_gradient(q.uop, (au, bu), lambda ctx, _: (None, None))
+    custom_gradient(r.uop, (au, bu), lambda ctx, _: (ctx, -(qu.detach()) * ctx))
+    return q, r
 
   def pow(self, x: Any, reverse: bool = False) -> Tensor:
     """self ** x; negative bases work with integer exponents (like tinygrad)."""
