@@ -521,23 +521,37 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     return b.eq(0).where(0, ret)  # int x % 0 is 0 (as numpy, and CMOD)
 
   def _float_divmod(self, b: Tensor) -> tuple[Tensor, Tensor]:
-    """(a // b, a % b) for floats as Python and numpy define them: the remainder is fmod's (exact), moved to the
-    divisor's sign; the quotient is (a - fmod) / b, snapped to an integer. `a - floor(a/b)*b` cancelled (its error is
-    a's ulp), gave NaN for an infinite divisor (5 % inf is 5) and `1 // 0.1` 10, not 9. Half precision goes through
+    """(a // b, a % b) for floats as Python and numpy define them. `a - floor(a/b)*b` rounded twice: NaN for an
+    infinite divisor (numpy: 5 % inf is 5, -5 % inf is inf), `1 // 0.1` 10 (numpy 9), and in half precision it
+    cancelled. Here q = floor(a/b), the product q*b is kept exactly as hi + lo (Dekker's split, no FMA needed), so
+    r = (a - hi) - lo is the exact remainder of q, moved into [0, b) (or (b, 0]) by one step of q; an infinite
+    divisor and zero remainders get numpy's signs. Exact while |a/b| < 2**mantissa. Half precision goes through
     float32. Gradients: the quotient's is 0, the remainder's 1 for a and -(a // b) for b."""
     from tiny_tensor.gradient import custom_gradient
     a = self
     if a.dtype.itemsize < 4:
       q, r = a.float()._float_divmod(b.float())
       return q.cast(a.dtype), r.cast(a.dtype)
-    m = a._wrap(a.uop.alu(Ops.CMOD, b.uop), b)  # C's fmod: exact, the sign of a
-    fix = m.ne(0) & ((m < 0) != (b < 0))
-    r = fix.where(m + b, m.eq(0).where((b < 0).where(-0.0, 0.0), m))
-    div = (a - m) / b
-    div = fix.where(div - 1, div)
-    fl = div.floor()
-    fl = (div - fl > 0.5).where(fl + 1, fl)
-    q = b.eq(0).where(a / b, div.ne(0).where(fl, (a / b) * 0.0))  # a zero quotient keeps the sign of a/b
+    q = (a / b).floor()
+    split = 4097.0 if a.dtype == dtypes.float32 else 134217729.0  # 2**ceil(p/2) + 1 (Veltkamp)
+    def halves(x: Tensor) -> tuple[Tensor, Tensor]:
+      c = x * split
+      hi = c - (c - x)
+      return hi, x - hi
+    p_hi = q * b
+    (qh, ql), (bh, bl) = halves(q), halves(b)
+    p_lo = ((qh * bh - p_hi) + qh * bl + ql * bh) + ql * bl  # q*b - p_hi, exactly
+    r = (a - p_hi) - p_lo
+    below = r.ne(0) & ((r < 0) != (b < 0))           # q was one too big
+    r, q = below.where(r + b, r), below.where(q - 1, q)
+    above = (b > 0).where(r >= b, r <= b) & b.ne(0)  # one too small
+    r, q = above.where(r - b, r), above.where(q + 1, q)
+    r = r.eq(0).where((b < 0).where(-0.0, 0.0), r)
+    q = q.eq(0).where((a / b) * 0.0, q)  # a zero quotient has the sign of a/b
+    finite_a, inf_b = (a - a).eq(0), b.isinf()
+    same = a.eq(0) | ((a < 0) == (b < 0))
+    r = (finite_a & inf_b).where(same.where(a, b), finite_a.where(r, math.nan))
+    q = (finite_a & inf_b).where(same.where((a / b) * 0.0, -1.0), b.eq(0).where(a / b, finite_a.where(q, math.nan)))
     au, bu, qu = a.uop, b.uop, q.uop
     custom_gradient(q.uop, (au, bu), lambda ctx, _: (None, None))
     custom_gradient(r.uop, (au, bu), lambda ctx, _: (ctx, -(qu.detach()) * ctx))
@@ -902,9 +916,9 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     """Mean over `axis` (float result; NaN for an empty reduction)."""
     out_dt = self.dtype if dtypes.is_float(self.dtype) else dtypes.float32
     n = prod([self.shape[i] for i in self._axes(axis)])
-    # ints sum in int64 (a sum of int32s overflows int32 long before int64), 64-bit ints in float64
-    if dtypes.is_float(self.dtype): acc = sum_acc_dtype(self.dtype)
-    else: acc = dtypes.float64 if self.dtype.itemsize == 8 else dtypes.int64
+    # ints (and bools) sum in float64, as numpy's mean does: an int32 sum overflows (1000 x 2**30 gave 0.0), and
+    # float64 holds any sum of up to 2**21 int32s exactly
+    acc = sum_acc_dtype(self.dtype) if dtypes.is_float(self.dtype) else dtypes.float64
     return self.cast(acc).sum(axis, keepdim).div(n).cast(out_dt)
 
   def var(self, axis: Any = None, keepdim: bool = False, correction: int = 1) -> Tensor:
