@@ -200,6 +200,10 @@ def test_cos_at_large_arguments():
   tt = torch.tensor(xs, requires_grad=True)
   tt.cos().sum().backward()
   np.testing.assert_allclose(t.grad.numpy(), tt.grad.numpy(), rtol=1e-5, atol=1e-6)
+  s, ts = Tensor(xs, requires_grad=True, device="CPU"), torch.tensor(xs, requires_grad=True)
+  s.sin().sum().backward()  # sin's gradient is this cos too
+  ts.sin().sum().backward()
+  np.testing.assert_allclose(s.grad.numpy(), ts.grad.numpy(), rtol=1e-5, atol=1e-6)
   assert (Tensor(xs, device="CPU").tan().numpy() == pytest.approx(np.tan(xs.astype(np.float64)), rel=1e-4))
 
 
