@@ -784,6 +784,43 @@ def topk(self: Tensor, k: int, dim: int = -1, largest: bool = True, sorted_: boo
   return _shrink_axis(v, dim, 0, k), _shrink_axis(i, dim, 0, k)
 
 
+def float_divmod(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
+  """(a // b, a % b) for floats as Python and numpy define them. `a - floor(a/b)*b` rounded twice: NaN for an
+  infinite divisor (numpy: 5 % inf is 5, -5 % inf is inf), `1 // 0.1` 10 (numpy 9), and in half precision it
+  cancelled. Here q = floor(a/b), the product q*b is kept exactly as hi + lo (Dekker's split, no FMA needed), so
+  r = (a - hi) - lo is the exact remainder of q, moved into [0, b) (or (b, 0]) by one step of q; an infinite
+  divisor and zero remainders get numpy's signs. Exact while |a/b| < 2**mantissa. Half precision goes through
+  float32. Gradients: the quotient's is 0, the remainder's 1 for a and -(a // b) for b."""
+  from tiny_tensor.gradient import custom_gradient
+  if a.dtype.itemsize < 4:
+    q, r = float_divmod(a.float(), b.float())
+    return q.cast(a.dtype), r.cast(a.dtype)
+  q = (a / b).floor()
+  split = 4097.0 if a.dtype == dtypes.float32 else 134217729.0  # 2**ceil(p/2) + 1 (Veltkamp)
+  def halves(x: Tensor) -> tuple[Tensor, Tensor]:
+    c = x * split
+    hi = c - (c - x)
+    return hi, x - hi
+  p_hi = q * b
+  (qh, ql), (bh, bl) = halves(q), halves(b)
+  p_lo = ((qh * bh - p_hi) + qh * bl + ql * bh) + ql * bl  # q*b - p_hi, exactly
+  r = (a - p_hi) - p_lo
+  below = r.ne(0) & ((r < 0) != (b < 0))           # q was one too big
+  r, q = below.where(r + b, r), below.where(q - 1, q)
+  above = (b > 0).where(r >= b, r <= b) & b.ne(0)  # one too small
+  r, q = above.where(r - b, r), above.where(q + 1, q)
+  r = r.eq(0).where((b < 0).where(-0.0, 0.0), r)
+  q = q.eq(0).where((a / b) * 0.0, q)  # a zero quotient has the sign of a/b
+  finite_a, inf_b = (a - a).eq(0), b.isinf()
+  same = a.eq(0) | ((a < 0) == (b < 0))
+  r = (finite_a & inf_b).where(same.where(a, b), finite_a.where(r, math.nan))
+  q = (finite_a & inf_b).where(same.where((a / b) * 0.0, -1.0), b.eq(0).where(a / b, finite_a.where(q, math.nan)))
+  au, bu, qu = a.uop, b.uop, q.uop
+  custom_gradient(q.uop, (au, bu), lambda ctx, _: (None, None))
+  custom_gradient(r.uop, (au, bu), lambda ctx, _: (ctx, -(qu.detach()) * ctx))
+  return q, r
+
+
 def cos(self: Tensor) -> Tensor:
   """Cosine, accurate for large arguments too (`sin(pi/2 - x)` rounds `pi/2 - x` to x's ulp: `cos(3e7)` was 0.16).
 

@@ -500,7 +500,7 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     if rounding_mode not in ("trunc", "floor"):
       raise ValueError(f"rounding_mode {rounding_mode!r}; valid: None, 'trunc', 'floor'")
     if dtypes.is_float(a.dtype):
-      if rounding_mode == "floor": return a._float_divmod(b)[0]
+      if rounding_mode == "floor": return _nnops.float_divmod(a, b)[0]
       return a._wrap(a.uop.alu(Ops.FDIV, b.uop), b).trunc()
     if a.dtype == dtypes.bool: a, b = a.int(), b.int()
     q = a._wrap(a.uop.alu(Ops.CDIV, b.uop), b)
@@ -516,46 +516,9 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
   def mod(self, x: Any, reverse: bool = False) -> Tensor:
     """Python-style remainder (the sign of the divisor)."""
     a, b = self._broadcasted(x, reverse)
-    if dtypes.is_float(a.dtype): return a._float_divmod(b)[1]
+    if dtypes.is_float(a.dtype): return _nnops.float_divmod(a, b)[1]  # numpy's, exactly
     ret = a - a.div(b, rounding_mode="floor") * b
     return b.eq(0).where(0, ret)  # int x % 0 is 0 (as numpy, and CMOD)
-
-  def _float_divmod(self, b: Tensor) -> tuple[Tensor, Tensor]:
-    """(a // b, a % b) for floats as Python and numpy define them. `a - floor(a/b)*b` rounded twice: NaN for an
-    infinite divisor (numpy: 5 % inf is 5, -5 % inf is inf), `1 // 0.1` 10 (numpy 9), and in half precision it
-    cancelled. Here q = floor(a/b), the product q*b is kept exactly as hi + lo (Dekker's split, no FMA needed), so
-    r = (a - hi) - lo is the exact remainder of q, moved into [0, b) (or (b, 0]) by one step of q; an infinite
-    divisor and zero remainders get numpy's signs. Exact while |a/b| < 2**mantissa. Half precision goes through
-    float32. Gradients: the quotient's is 0, the remainder's 1 for a and -(a // b) for b."""
-    from tiny_tensor.gradient import custom_gradient
-    a = self
-    if a.dtype.itemsize < 4:
-      q, r = a.float()._float_divmod(b.float())
-      return q.cast(a.dtype), r.cast(a.dtype)
-    q = (a / b).floor()
-    split = 4097.0 if a.dtype == dtypes.float32 else 134217729.0  # 2**ceil(p/2) + 1 (Veltkamp)
-    def halves(x: Tensor) -> tuple[Tensor, Tensor]:
-      c = x * split
-      hi = c - (c - x)
-      return hi, x - hi
-    p_hi = q * b
-    (qh, ql), (bh, bl) = halves(q), halves(b)
-    p_lo = ((qh * bh - p_hi) + qh * bl + ql * bh) + ql * bl  # q*b - p_hi, exactly
-    r = (a - p_hi) - p_lo
-    below = r.ne(0) & ((r < 0) != (b < 0))           # q was one too big
-    r, q = below.where(r + b, r), below.where(q - 1, q)
-    above = (b > 0).where(r >= b, r <= b) & b.ne(0)  # one too small
-    r, q = above.where(r - b, r), above.where(q + 1, q)
-    r = r.eq(0).where((b < 0).where(-0.0, 0.0), r)
-    q = q.eq(0).where((a / b) * 0.0, q)  # a zero quotient has the sign of a/b
-    finite_a, inf_b = (a - a).eq(0), b.isinf()
-    same = a.eq(0) | ((a < 0) == (b < 0))
-    r = (finite_a & inf_b).where(same.where(a, b), finite_a.where(r, math.nan))
-    q = (finite_a & inf_b).where(same.where((a / b) * 0.0, -1.0), b.eq(0).where(a / b, finite_a.where(q, math.nan)))
-    au, bu, qu = a.uop, b.uop, q.uop
-    custom_gradient(q.uop, (au, bu), lambda ctx, _: (None, None))
-    custom_gradient(r.uop, (au, bu), lambda ctx, _: (ctx, -(qu.detach()) * ctx))
-    return q, r
 
   def pow(self, x: Any, reverse: bool = False) -> Tensor:
     """self ** x; negative bases work with integer exponents (like tinygrad)."""
