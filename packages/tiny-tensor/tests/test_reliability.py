@@ -91,6 +91,10 @@ def test_big_python_ints_pick_int64_or_refuse():
     Tensor([1]) + 2**40
   with pytest.raises(ValueError, match="out of range for the tensor's dtype dtypes.uint8"):
     Tensor([1], dtype=dtypes.uint8) * -1
+  with pytest.raises(ValueError, match="full_like: Python int 1099511627776 is out of range for the tensor's dtype"):
+    Tensor([1, 2]).full_like(2**40)
+  assert Tensor([1, 2]).full_like(2**40, dtype=dtypes.int64).tolist() == [2**40] * 2
+  assert Tensor.full((2,), 2**40).dtype == dtypes.int64 and (Tensor([1, 0]) > 0).where(2**40, 0).tolist() == [2**40, 0]
   assert (Tensor([1]).cast(dtypes.int64) + 2**40).tolist() == [2**40 + 1]
   assert (Tensor([2**31 - 1]) + 1).tolist() == [-2**31]  # arithmetic in the tensor's dtype wraps (the dtype wins)
 
