@@ -7,7 +7,7 @@ import threading
 from dataclasses import dataclass
 
 from tiny_uop.device import ProgramSpec, Renderer
-from tiny_uop.helpers import BEAM, DEBUG, NOOPT
+from tiny_uop.helpers import BEAM, CHECK_OOB, DEBUG, NOOPT
 from tiny_uop.uop import KernelInfo, Ops, UOp
 
 from tiny_codegen.lower import lower
@@ -70,7 +70,8 @@ def to_program(ast: UOp, renderer: Renderer) -> UOp:
 
 def _renderer_key(r: Renderer) -> tuple:
   """What makes the same AST compile differently on the same renderer object (its settings, optimizer flags)."""
-  return (type(r), r.arch, getattr(r, "threads", None), getattr(r, "thread_min_work", None), NOOPT.value, BEAM.value)
+  return (type(r), r.arch, getattr(r, "threads", None), getattr(r, "thread_min_work", None), NOOPT.value, BEAM.value,
+          CHECK_OOB.value)
 
 
 @functools.lru_cache(maxsize=4096)

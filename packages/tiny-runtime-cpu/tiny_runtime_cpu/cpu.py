@@ -21,6 +21,7 @@ from typing import Any
 
 from tiny_uop.device import Compiled, Program, Renderer
 from tiny_uop.helpers import CPU_THREADS, DEV
+from tiny_uop.target import Target
 from tiny_uop.tools import find_tool
 
 from tiny_runtime_cpu.memory import HostAllocator, HostMem
@@ -28,6 +29,38 @@ from tiny_runtime_cpu.threads import ThreadPool, default_threads
 
 ELF_MAGIC = b"\x7fELF"
 ET_REL, ET_DYN = 1, 3  # e_type values (elf.h): relocatable object, shared object
+SHT_SYMTAB, SHN_UNDEF = 2, 0  # elf.h: the symbol table section type; st_shndx of an undefined symbol
+
+
+class OutOfBoundsError(RuntimeError):
+  """A CHECK_OOB kernel accessed memory outside a buffer (the access was skipped; see renderer.OOBCheck)."""
+
+
+class UnresolvedSymbolError(RuntimeError):
+  """A kernel's object file calls a function this process can't provide (the JIT would jump to address 0)."""
+
+
+def elf_undefined_symbols(obj: bytes) -> list[str]:
+  """Names of the undefined symbols of an ELF64 little-endian object (the functions it expects the loader to find).
+
+  Layouts from the ELF specification (elf.h): e_shoff at 0x28 (u64), e_shentsize at 0x3A, e_shnum at 0x3C (u16);
+  Elf64_Shdr (64 bytes) sh_type at 4 (u32), sh_offset at 24, sh_size at 32 (u64), sh_link at 40 (u32, the string
+  table), sh_entsize at 56; Elf64_Sym (24 bytes) st_name at 0 (u32), st_shndx at 6 (u16)."""
+  if obj[:4] != ELF_MAGIC or obj[4] != 2 or obj[5] != 1:
+    raise ValueError(f"not a 64-bit little-endian ELF object: header {bytes(obj[:6])!r}")
+  shoff = struct.unpack_from("<Q", obj, 0x28)[0]
+  shentsize, shnum = struct.unpack_from("<HH", obj, 0x3A)
+  shdrs = [struct.unpack_from("<IIQQQQIIQQ", obj, shoff + i * shentsize) for i in range(shnum)]
+  out = []
+  for _, sh_type, _, _, off, size, link, _, _, entsize in shdrs:
+    if sh_type != SHT_SYMTAB: continue
+    str_off = shdrs[link][4]
+    for k in range(1, size // (entsize or 24)):  # entry 0 is the null symbol
+      st_name, _, _, st_shndx = struct.unpack_from("<IBBH", obj, off + k * (entsize or 24))
+      if st_shndx == SHN_UNDEF and st_name:
+        end = obj.index(b"\0", str_off + st_name)
+        out.append(obj[str_off + st_name:end].decode())
+  return out
 
 
 def _renderer_classes() -> tuple[list[type[Renderer]], dict[str, str]]:
@@ -78,8 +111,14 @@ class CPUProgram(Program):
     if not isinstance(lib, (bytes, bytearray)) or lib[:4] != ELF_MAGIC:
       raise ValueError(f"CPU program {name!r}: expected an ELF object or shared library, got {bytes(lib[:16])!r}...")
     e_type = struct.unpack_from("<H", lib, 16)[0]
-    if e_type == ET_REL: self.addr = device.jit.load(name, bytes(lib))
-    elif e_type == ET_DYN: self.addr = self._load_shared(name, bytes(lib))
+    self._oob: Any = None  # the CHECK_OOB record (renderer.OOBCheck) of a kernel compiled with the checks
+    if e_type == ET_REL:
+      self.addr, oob = device.jit.load(name, bytes(lib), f"{name}_oob")
+      if oob: self._oob = (ctypes.c_int64 * 4).from_address(oob)
+    elif e_type == ET_DYN:
+      self.addr = self._load_shared(name, bytes(lib))
+      try: self._oob = (ctypes.c_int64 * 4).in_dll(self._dll, f"{name}_oob")
+      except ValueError: pass  # compiled without CHECK_OOB
     else: raise ValueError(f"CPU program {name!r}: ELF type {e_type} is neither an object (1) nor a shared library (3)")
     self._fxns: dict[tuple[int, int], Any] = {}
     self.pool = device.pool
@@ -88,7 +127,11 @@ class CPUProgram(Program):
     fd, path = tempfile.mkstemp(prefix=f"tiny_{name}_", suffix=".so")
     try:
       with os.fdopen(fd, "wb") as f: f.write(lib)
-      self._dll = ctypes.CDLL(path)  # kept: unloading it would free the code
+      try: self._dll = ctypes.CDLL(path)  # kept: unloading it would free the code (RTLD_NOW: all symbols bound now)
+      except OSError as e:
+        if "undefined symbol" not in str(e): raise
+        raise UnresolvedSymbolError(f"kernel {name!r} can't be loaded: {str(e).split(': ', 1)[-1]} (a function the "
+                                    "compiler called that this process doesn't provide)") from e
     finally: os.unlink(path)
     try: fn = getattr(self._dll, name)
     except AttributeError as e: raise ValueError(f"shared library for {name!r} has no symbol {name!r}") from e
@@ -109,7 +152,15 @@ class CPUProgram(Program):
     st = time.perf_counter() if wait else 0.0
     if n == 1: fxn(*args, 0)
     else: self.pool.run(lambda core_id: fxn(*args, core_id), n)
+    if self._oob is not None and self._oob[0]: self._raise_oob(bufs)
     return time.perf_counter() - st if wait else None
+
+  def _raise_oob(self, bufs: tuple[Any, ...]) -> None:
+    kind, slot, idx, size = list(self._oob)
+    self._oob[0] = 0  # reported once: the next launch starts clean
+    what = f"buffer data{slot}" if slot >= 0 else "a register array"
+    raise OutOfBoundsError(f"CHECK_OOB: kernel {self.name!r} {'wrote' if kind == 2 else 'read'} element {idx} of "
+                           f"{what}, which holds {size} elements (valid: 0..{size - 1}); the access was skipped")
 
 
 class MCJIT:
@@ -131,22 +182,30 @@ class MCJIT:
     self.engines.append(eng)
     return eng
 
-  def load(self, name: str, obj: bytes) -> int:
+  def load(self, name: str, obj: bytes, data: str | None = None) -> tuple[int, int]:
+    """Link object `obj`: the addresses of its function `name` and of its global `data` (0 if absent). Every symbol
+    it leaves undefined must resolve in this process first: MCJIT would otherwise finalize anyway and the call jump
+    to address 0."""
     import llvmlite.binding as llvm
     with self.lock:
       engine, names = next((e for e in self.engines if name not in e[1]), None) or self._new_engine()
+      missing = [sym for sym in elf_undefined_symbols(obj) if not llvm.address_of_symbol(sym)]
+      if missing:
+        raise UnresolvedSymbolError(f"kernel {name!r} calls {', '.join(map(repr, missing))}, which this process can't "
+                                    "resolve (a runtime-library helper the compiler emitted); the kernel is not run")
       engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
       engine.finalize_object()
       names.add(name)
       if not (addr := engine.get_function_address(name)):
         raise ValueError(f"object file for kernel {name!r} defines no function {name!r}")
-      return addr
+      return addr, (engine.get_global_value_address(data) if data is not None else 0)
 
 
 class CPUDevice(TargetRenderer, Compiled):
   """The host CPU. ``Device["CPU"]``; ``DEV=CPU:LLVM`` (default) or ``DEV=CPU:CLANG`` picks the renderer."""
 
   def __init__(self, device: str = "CPU"):
+    Target.parse(device).check_interface(valid=(None,))  # no MOCK (or other) interface: not a driver
     classes, self.renderer_errors = _renderer_classes()
     super().__init__(device, HostAllocator(), classes, CPUProgram)
     self.jit = MCJIT()

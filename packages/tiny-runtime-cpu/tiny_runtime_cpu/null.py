@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from tiny_uop.device import Allocator, BufferSpec, Compiled, Program, Renderer
+from tiny_uop.target import Target
 
 from tiny_runtime_cpu.cpu import TargetRenderer
 
@@ -68,6 +69,7 @@ class NullDevice(TargetRenderer, Compiled):
   """Compile-only device. ``DEV=NULL:PTX:sm_90``: kernels are rendered and compiled with PTX for sm_90."""
 
   def __init__(self, device: str = "NULL"):
+    Target.parse(device).check_interface(valid=(None,))  # no MOCK (or other) interface: not a driver
     super().__init__(device, NullAllocator(), [], NullProgram)
 
   def make_renderer(self, name: str | None, arch: str | None) -> Renderer:

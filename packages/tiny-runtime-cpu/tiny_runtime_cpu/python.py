@@ -21,6 +21,7 @@ from typing import Any, Callable
 from tiny_uop.device import Compiled, Program
 from tiny_uop.dtype import DType, bits_to_float, dtypes, float_to_bits
 from tiny_uop.helpers import prod
+from tiny_uop.target import Target
 from tiny_uop.uop import GroupOp, Ops, UOp
 
 from tiny_runtime_cpu.memory import HostAllocator, HostMem
@@ -346,6 +347,7 @@ class PythonDevice(Compiled):
   """``Device["PYTHON"]``: host memory, the PYTHON renderer, and the interpreter."""
 
   def __init__(self, device: str = "PYTHON"):
+    Target.parse(device).check_interface(valid=(None,))  # no MOCK (or other) interface: not a driver
     from tiny_codegen.renderer.python import PythonRenderer
     super().__init__(device, HostAllocator(), [PythonRenderer], PythonProgram)
 

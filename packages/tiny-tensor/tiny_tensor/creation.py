@@ -54,8 +54,14 @@ class CreationMixin:
     return cls.full(argfix(*shape), 1.0, **{"dtype": dtypes.default_float, **kwargs})
 
   def full_like(self, fill_value: Any, **kwargs: Any) -> Tensor:
-    """A constant tensor of this one's shape (and dtype and device unless given)."""
-    return type(self).full(self.shape, fill_value, **{"dtype": self.dtype, "device": self.device, **kwargs})
+    """A constant tensor of this one's shape (and dtype and device unless given). A Python int that this int dtype
+    can't hold is an error (an explicit `dtype=` wraps it, as `Tensor(x, dtype=...)` does)."""
+    dt = self.dtype
+    if "dtype" not in kwargs and type(fill_value) is int and dtypes.is_int(dt) and \
+       not dtypes.min(dt) <= fill_value <= dtypes.max(dt):
+      raise ValueError(f"full_like: Python int {fill_value} is out of range for the tensor's dtype {dt!r}, which holds "
+                       f"[{dtypes.min(dt)}, {dtypes.max(dt)}]; pass dtype= (e.g. dtypes.int64)")
+    return type(self).full(self.shape, fill_value, **{"dtype": dt, "device": self.device, **kwargs})
 
   def empty_like(self, **kwargs: Any) -> Tensor:
     """An uninitialized tensor of this one's shape (and dtype and device unless given)."""

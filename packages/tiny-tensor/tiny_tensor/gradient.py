@@ -64,10 +64,16 @@ def _shrink_grad(ctx: UOp, ret: UOp) -> tuple[UOp]:
   return (ctx.pad(tuple((b, s - e) for s, (b, e) in zip(ret.src[0].shape, ret.arg))),)  # type: ignore[arg-type]
 
 
+def _cos(x: UOp) -> UOp:
+  """cos x as Tensor.cos builds it (sin(pi/2 - x) rounds pi/2 - x to x's ulp: wrong at large x)."""
+  from tiny_tensor.tensor import Tensor
+  return Tensor(x).cos().uop
+
+
 pm_gradient = PatternMatcher([
   (UPat(Ops.CAST, name="ret"), lambda ctx, ret: (ctx.cast(ret.src[0].dtype),)),
   (UPat(Ops.RECIPROCAL, name="ret"), lambda ctx, ret: (-ctx * ret * ret,)),                  # d(1/x) = -1/x^2
-  (UPat(Ops.SIN, name="ret"), lambda ctx, ret: ((ret.src[0].const_like(math.pi / 2) - ret.src[0]).sin() * ctx,)),
+  (UPat(Ops.SIN, name="ret"), lambda ctx, ret: (_cos(ret.src[0]) * ctx,)),                # d sin x = cos x
   (UPat(Ops.LOG2, name="ret"), lambda ctx, ret: (ctx / (ret.src[0] * math.log(2)),)),       # d log2 x = 1/(x ln2)
   (UPat(Ops.EXP2, name="ret"), lambda ctx, ret: (ret * ctx * math.log(2),)),                # d 2^x = 2^x ln2
   (UPat(Ops.SQRT, name="ret"), lambda ctx, ret: (ctx / (ret * 2),)),                        # d sqrt x = 1/(2 sqrt x)

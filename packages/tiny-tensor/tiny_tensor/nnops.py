@@ -34,7 +34,7 @@ __all__ = ["conv2d", "conv_transpose2d", "avg_pool2d", "max_pool2d", "max_unpool
            "binary_crossentropy_logits", "sparse_categorical_crossentropy", "cross_entropy", "nll_loss", "one_hot",
            "sort", "argsort", "topk", "tril", "triu", "cumsum", "cumprod", "cummax", "cummin", "logcumsumexp", "roll",
            "gather", "scatter", "scatter_reduce", "masked_fill", "pad2d", "unfold", "diagonal", "diag", "meshgrid",
-           "rearrange", "normalize", "softmin", "multinomial", "randperm"]
+           "rearrange", "normalize", "softmin", "multinomial", "randperm", "cos"]
 
 # ***** small helpers (shapes are tuples of ints here) *****
 
@@ -700,7 +700,8 @@ def one_hot(self: Tensor, num_classes: int = -1) -> Tensor:
 
 
 def sort(self: Tensor, dim: int = -1, descending: bool = False) -> tuple[Tensor, Tensor]:
-  """Sort along `dim` with a bitonic network; returns (values, int32 indices). Equal values keep their order.
+  """Sort along `dim` with a bitonic network; returns (values, int32 indices). Equal values keep their order; NaNs
+  sort after +inf (first when `descending`), -0.0 equals 0.0.
 
   >>> from tiny_tensor import Tensor
   >>> v, i = Tensor([3., 1., 2., 1.]).sort()
@@ -711,6 +712,9 @@ def sort(self: Tensor, dim: int = -1, descending: bool = False) -> tuple[Tensor,
   dim = _resolve_dim(self, dim)
   n = self.shape[dim]
   if n <= 1: return self, self.zeros_like(dtype=dtypes.int32)
+  if self.dtype in _SORT_KEY_INTS:  # floats sort by an int key: NaN compares unequal even to itself
+    idx = sort(_float_sort_key(self), dim, descending)[1]
+    return gather(self, dim, idx), idx
   stages = (n - 1).bit_length()
   shp = tuple(self.shape)
   # pad to 2**stages with values that sort last, then view the axis as `stages` binary digits (most significant first)
@@ -737,6 +741,18 @@ def sort(self: Tensor, dim: int = -1, descending: bool = False) -> tuple[Tensor,
     & occurrence(x).unsqueeze(dim + 1).eq(occurrence(self).unsqueeze(dim))
   pos = _arange(self, n).reshape(n, *[1] * (self.ndim - dim - 1))
   return x, same.where(pos, 0).sum(dim + 1).cast(dtypes.int32)
+
+
+_SORT_KEY_INTS = {dtypes.float16: dtypes.int16, dtypes.bfloat16: dtypes.int16, dtypes.float32: dtypes.int32,
+                  dtypes.float64: dtypes.int64}
+
+
+def _float_sort_key(x: Tensor) -> Tensor:
+  """Ints that order like the floats of `x`, NaN last (above +inf, as numpy sorts and torch's topk ranks it), -0.0
+  equal to 0.0: the bits of a non-negative float order like ints; a negative one's magnitude bits are flipped."""
+  it = _SORT_KEY_INTS[x.dtype]
+  b = x.isnan().where(math.nan, x.eq(0).where(0.0, x)).bitcast(it)
+  return (b < 0).where(b ^ int(dtypes.max(it)), b)
 
 
 def argsort(self: Tensor, dim: int = -1, descending: bool = False) -> Tensor:
@@ -766,6 +782,68 @@ def topk(self: Tensor, k: int, dim: int = -1, largest: bool = True, sorted_: boo
   v, i = sort(self, dim, descending=largest)
   if self.ndim == 0: return v, i
   return _shrink_axis(v, dim, 0, k), _shrink_axis(i, dim, 0, k)
+
+
+def float_divmod(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
+  """(a // b, a % b) for floats as Python and numpy define them. `a - floor(a/b)*b` rounded twice: NaN for an
+  infinite divisor (numpy: 5 % inf is 5, -5 % inf is inf), `1 // 0.1` 10 (numpy 9), and in half precision it
+  cancelled. Here q = floor(a/b), the product q*b is kept exactly as hi + lo (Dekker's split, no FMA needed), so
+  r = (a - hi) - lo is the exact remainder of q, moved into [0, b) (or (b, 0]) by one step of q; an infinite
+  divisor and zero remainders get numpy's signs. Exact while |a/b| < 2**mantissa. Half precision goes through
+  float32. Gradients: the quotient's is 0, the remainder's 1 for a and -(a // b) for b."""
+  from tiny_tensor.gradient import custom_gradient
+  if a.dtype.itemsize < 4:
+    q, r = float_divmod(a.float(), b.float())
+    return q.cast(a.dtype), r.cast(a.dtype)
+  q = (a / b).floor()
+  split = 4097.0 if a.dtype == dtypes.float32 else 134217729.0  # 2**ceil(p/2) + 1 (Veltkamp)
+  def halves(x: Tensor) -> tuple[Tensor, Tensor]:
+    c = x * split
+    hi = c - (c - x)
+    return hi, x - hi
+  p_hi = q * b
+  (qh, ql), (bh, bl) = halves(q), halves(b)
+  p_lo = ((qh * bh - p_hi) + qh * bl + ql * bh) + ql * bl  # q*b - p_hi, exactly
+  r = (a - p_hi) - p_lo
+  below = r.ne(0) & ((r < 0) != (b < 0))           # q was one too big
+  r, q = below.where(r + b, r), below.where(q - 1, q)
+  above = (b > 0).where(r >= b, r <= b) & b.ne(0)  # one too small
+  r, q = above.where(r - b, r), above.where(q + 1, q)
+  r = r.eq(0).where((b < 0).where(-0.0, 0.0), r)
+  q = q.eq(0).where((a / b) * 0.0, q)  # a zero quotient has the sign of a/b
+  finite_a, inf_b = (a - a).eq(0), b.isinf()
+  same = a.eq(0) | ((a < 0) == (b < 0))
+  r = (finite_a & inf_b).where(same.where(a, b), finite_a.where(r, math.nan))
+  q = (finite_a & inf_b).where(same.where((a / b) * 0.0, -1.0), b.eq(0).where(a / b, finite_a.where(q, math.nan)))
+  au, bu, qu = a.uop, b.uop, q.uop
+  custom_gradient(q.uop, (au, bu), lambda ctx, _: (None, None))
+  custom_gradient(r.uop, (au, bu), lambda ctx, _: (ctx, -(qu.detach()) * ctx))
+  return q, r
+
+
+def cos(self: Tensor) -> Tensor:
+  """Cosine, accurate for large arguments too (`sin(pi/2 - x)` rounds `pi/2 - x` to x's ulp: `cos(3e7)` was 0.16).
+
+  |x| <= 1 (and beyond max/4, where 2x overflows): 1 - 2 sin(x/2)**2, which stays near 1; else sin(2x) / (2 sin x):
+  2x and x are exact, and sin is accurate relative to its value even near its zeros. Half precision goes through
+  float32. The gradient is -sin(x) (differentiating the formula would cancel badly near multiples of pi).
+
+  >>> from tiny_tensor import Tensor
+  >>> round(Tensor([3e7], device="CPU").cos().item(), 4)  # libm's sin: accurate at any argument
+  -0.2654
+  """
+  from tiny_tensor.gradient import custom_gradient
+  x = self._float()
+  if x.dtype.itemsize < 4: return cos(x.cast(dtypes.float32)).cast(x.dtype)
+  ax = x.abs()
+  e, m = dtypes.finfo(x.dtype)
+  near = (ax <= 1) | (ax > (2 - 2.0 ** -m) * 2.0 ** (2 ** (e - 1) - 1) / 4)  # a quarter of the largest finite value
+  half = (x * 0.5).sin()
+  xs = near.where(1.0, x)  # the ratio's argument where it is used; 1 elsewhere (no 0/0, no inf)
+  out = near.where(1.0 - 2.0 * half * half, (xs * 2.0).sin() / (xs.sin() * 2.0))
+  xu = x.uop
+  custom_gradient(out.uop, (xu,), lambda ctx, _: (-(xu.sin()) * ctx,))
+  return out
 
 
 def _tri_mask(x: Tensor, diagonal: int, upper: bool) -> Tensor:

@@ -94,7 +94,7 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
       dev = _canonical_device(device)
       if data is None: uop = engine.buffer_from_bytes(dev, 0, dt or dtypes.default_float, None)
       elif isinstance(data, (bool, int, float)) and not isinstance(data, np.generic):
-        dt = dt or dtypes.from_py(data)
+        dt = dt or dtypes.from_py(data)  # an int beyond int32 picks int64/uint64 (an explicit int dtype wraps)
         uop = UOp.const(dt, dtypes.as_const(data, dt), dev, ())
       elif isinstance(data, (bytes, bytearray, memoryview)):
         uop = self._from_numpy(np.frombuffer(bytes(data), dtype=np.uint8), dev, dt)
@@ -442,6 +442,9 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     x = self.dtype
     if dtypes.is_float(x) or (dtypes.is_int(x) and isinstance(y, int)): ydt = x
     else: ydt = dtypes.from_py(y)
+    if type(y) is int and dtypes.is_int(ydt) and not dtypes.min(ydt) <= y <= dtypes.max(ydt):
+      raise ValueError(f"Python int {y} is out of range for the tensor's dtype {ydt!r}, which holds "
+                       f"[{dtypes.min(ydt)}, {dtypes.max(ydt)}]; cast the tensor first (.cast(dtypes.int64))")
     return Tensor._new(UOp.const(ydt, dtypes.as_const(y, ydt), self.device, ()), False)
 
   def _broadcasted(self, y: Any, reverse: bool = False, match_dtype: bool = True) -> tuple[Tensor, Tensor]:
@@ -543,8 +546,8 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     if rounding_mode not in ("trunc", "floor"):
       raise ValueError(f"rounding_mode {rounding_mode!r}; valid: None, 'trunc', 'floor'")
     if dtypes.is_float(a.dtype):
-      q = a._wrap(a.uop.alu(Ops.FDIV, b.uop), b)
-      return q.trunc() if rounding_mode == "trunc" else q.floor()
+      if rounding_mode == "floor": return _nnops.float_divmod(a, b)[0]
+      return a._wrap(a.uop.alu(Ops.FDIV, b.uop), b).trunc()
     if a.dtype == dtypes.bool: a, b = a.int(), b.int()
     q = a._wrap(a.uop.alu(Ops.CDIV, b.uop), b)
     if rounding_mode == "trunc" or dtypes.is_unsigned(a.dtype): return q
@@ -559,7 +562,9 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
   def mod(self, x: Any, reverse: bool = False) -> Tensor:
     """Python-style remainder (the sign of the divisor)."""
     a, b = self._broadcasted(x, reverse)
-    return a - a.div(b, rounding_mode="floor") * b
+    if dtypes.is_float(a.dtype): return _nnops.float_divmod(a, b)[1]  # numpy's, exactly
+    ret = a - a.div(b, rounding_mode="floor") * b
+    return b.eq(0).where(0, ret)  # int x % 0 is 0 (as numpy, and CMOD)
 
   def pow(self, x: Any, reverse: bool = False) -> Tensor:
     """self ** x with C's pow rules: negative bases with integer exponents, x ** 0 == 1 ** y == 1, +-inf and -0.0.
@@ -740,9 +745,6 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
   def sin(self) -> Tensor:
     """Sine."""
     return self._float()._unop(Ops.SIN)
-  def cos(self) -> Tensor:
-    """Cosine."""
-    return ((math.pi / 2) - self._float()).sin()
   def tan(self) -> Tensor:
     """Tangent."""
     return self.sin() / self.cos()
@@ -784,7 +786,7 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     one, zero = self.full_like(1), self.full_like(0)
     neg = self.full_like(-1) if not dtypes.is_unsigned(self.dtype) else zero
     ret = self.ne(0).where((self < 0).where(neg, one), zero)
-    return ret + self * 0 if dtypes.is_float(self.dtype) else ret
+    return self.isnan().where(self, ret) if dtypes.is_float(self.dtype) else ret  # (ret + self*0 made inf NaN)
   def abs(self) -> Tensor:
     """Absolute value."""
     if dtypes.is_unsigned(self.dtype) or self.dtype == dtypes.bool: return self
@@ -962,7 +964,10 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     """Mean over `axis` (float result; NaN for an empty reduction)."""
     out_dt = self.dtype if dtypes.is_float(self.dtype) else dtypes.float32
     n = prod([self.shape[i] for i in self._axes(axis)])
-    return self.cast(sum_acc_dtype(self.dtype)).sum(axis, keepdim).div(n).cast(out_dt)
+    # ints (and bools) sum in float64, as numpy's mean does: an int32 sum overflows (1000 x 2**30 gave 0.0), and
+    # float64 holds any sum of up to 2**21 int32s exactly
+    acc = sum_acc_dtype(self.dtype) if dtypes.is_float(self.dtype) else dtypes.float64
+    return self.cast(acc).sum(axis, keepdim).div(n).cast(out_dt)
 
   def var(self, axis: Any = None, keepdim: bool = False, correction: int = 1) -> Tensor:
     """Variance over `axis` with Bessel's `correction` (1 by default)."""
@@ -1006,13 +1011,14 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in self._axes(axis)))
 
   def argmax(self, axis: int | None = None, keepdim: bool = False) -> Tensor:
-    """Index of the (first) maximum along `axis` (of the flattened tensor when None)."""
+    """Index of the (first) maximum along `axis` (of the flattened tensor when None); of the first NaN, if any."""
     if axis is None: return self.flatten().argmax(0)
     axis = self._resolve_dim(axis)
     if self.ndim == 0: return Tensor(0, dtype=dtypes.int32, device=self.device)
     n = self.shape[axis]
     if n == 0: raise IndexError(f"argmax of an empty dimension {axis} (shape {self.shape})")
     is_max = self == self.max(axis=axis, keepdim=True)
+    if dtypes.is_float(self.dtype): is_max = is_max | self.isnan()  # max is NaN where one is: the first NaN wins
     rev = Tensor.arange(n, 0, -1, device=self.device).reshape(n, *[1] * (self.ndim - axis - 1))
     return (n - (is_max * rev).max(axis=axis, keepdim=keepdim)).cast(dtypes.int32)
 
@@ -1028,6 +1034,11 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     (2, 3)
     """
     new = argfix(shape, *args)
+    if (bad := [s for s in new if not (s is None or isinstance(s, (UOp, int, np.integer)))
+                or isinstance(s, (bool, np.bool_))]):
+      raise TypeError(f"reshape {new}: dimension {bad[0]!r} is a {type(bad[0]).__name__}; valid: ints, one -1, None "
+                      "(keep that dim) or a symbolic Variable")
+    new = tuple(int(s) if isinstance(s, np.integer) else s for s in new)
     new = tuple(self.shape[i] if s is None else s for i, s in enumerate(new))
     if sum(1 for s in new if isinstance(s, int) and s == -1) > 1:
       raise ValueError(f"reshape {new}: only one dim can be -1")

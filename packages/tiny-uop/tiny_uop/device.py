@@ -198,12 +198,13 @@ class Compiled:
   def select_renderer(self, name: str | None) -> Renderer:
     if not self.renderer_classes: raise RuntimeError(f"device {self.device} has no renderer")
     if name is None: return self.renderer_classes[0](self.arch)
-    names = {getattr(c, "device", c.__name__).upper(): c for c in self.renderer_classes}
     for c in self.renderer_classes:
       spellings = (c.__name__.upper(), c.__name__.upper().removesuffix("RENDERER"), getattr(c, "device", "").upper())
       if name.upper() in spellings:
         return c(self.arch)
-    raise ValueError(f"device {self.device} has no renderer {name!r}; available: {', '.join(names)}")
+    names = [c.__name__.upper().removesuffix("RENDERER") or c.__name__ for c in self.renderer_classes]
+    raise ValueError(f"device {self.device} has no renderer {name!r}; its renderers: {', '.join(names)} "
+                     f"(DEV={self.device.split(':')[0]}:{names[0]})")
 
   def get_program(self, name: str, lib: bytes, **kwargs: Any) -> Any:
     """The loaded program for a binary, loaded once per device."""

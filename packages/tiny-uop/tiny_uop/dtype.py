@@ -188,16 +188,37 @@ class dtypes:
 
   @staticmethod
   def from_py(x: Any) -> DType:
-    """The dtype a Python value (or nested list of them) defaults to: bool, `default_int` or `default_float`.
+    """The dtype a Python value (or nested list of them) defaults to: bool, an int type or `default_float`.
 
-    A list takes the highest of its items' dtypes (an empty list is `default_float`): `[1, 2.0]` is a float.
+    A list takes the highest of its items' kinds (an empty list is `default_float`): `[1, 2.0]` is a float. Ints are
+    `default_int` when every one fits it, else int64, else uint64 (all >= 0); ints no 64-bit type holds together
+    (`[2**64]`, `[-1, 2**63]`) are a ValueError, never a silent wrap.
     """
     if isinstance(x, bool): return dtypes.bool
-    if isinstance(x, int): return dtypes.default_int
+    if isinstance(x, int): return dtypes.int_for(x, x)
     if isinstance(x, float): return dtypes.default_float
-    if isinstance(x, (list, tuple)):
-      return max([dtypes.from_py(xi) for xi in x], default=dtypes.default_float)
-    raise TypeError(f"can't infer a dtype from {type(x).__name__} value {x!r}; valid: bool, int, float or lists")
+    if not isinstance(x, (list, tuple)):
+      raise TypeError(f"can't infer a dtype from {type(x).__name__} value {x!r}; valid: bool, int, float or lists")
+    kind, lo, hi, stack = 0, 0, 0, [x]  # kind: 0 nothing, 1 bool, 2 int, 3 float; iterative: lists nest deep
+    while stack:
+      for xi in stack.pop():
+        if isinstance(xi, bool): kind = max(kind, 1)
+        elif isinstance(xi, int): kind, lo, hi = max(kind, 2), min(lo, xi), max(hi, xi)
+        elif isinstance(xi, float): kind = 3
+        elif isinstance(xi, (list, tuple)): stack.append(xi)
+        else: raise TypeError(f"can't infer a dtype from {type(xi).__name__} value {xi!r}; valid: bool, int, float or "
+                              "lists")
+    return {0: dtypes.default_float, 1: dtypes.bool, 2: dtypes.int_for(lo, hi), 3: dtypes.default_float}[kind]
+
+  @staticmethod
+  def int_for(lo: builtins.int, hi: builtins.int) -> DType:
+    """The int dtype Python ints in [lo, hi] get: `default_int` if it holds them, else int64, else uint64."""
+    for dt in (dtypes.default_int, dtypes.int64, dtypes.uint64):
+      if dtypes.min(dt) <= lo and hi <= dtypes.max(dt): return dt
+    bad = hi if hi > dtypes.max(dtypes.uint64) or lo >= 0 else lo
+    what = "and " + str(hi if bad == lo else lo) + " together" if lo < 0 and hi > dtypes.max(dtypes.int64) else ""
+    raise ValueError(f"Python int {bad} {what} doesn't fit a tensor dtype: int64 holds [-2**63, 2**63-1], uint64 "
+                     "[0, 2**64-1]".replace("  ", " "))
 
   @staticmethod
   def as_const(val: Any, dtype: DType) -> ConstType:

@@ -115,17 +115,36 @@ def _cdiv(a: int, b: int) -> int: return abs(a) // abs(b) * (1 if (a < 0) == (b 
 def _cmod(a: int, b: int) -> int: return a - _cdiv(a, b) * b if b != 0 else 0
 
 
+def _const_key(x: Any) -> Any:
+  """How a constant value is told apart in the interning key: -0.0 from 0.0 (equal, but not the same constant), 1 from
+  1.0 and True (equal too), and every NaN the same (NaN != NaN would make each folded NaN a new node)."""
+  if x.__class__ is float: return (math.nan if x != x else x, math.copysign(1.0, x))
+  return (x, x.__class__) if x.__class__ in (int, bool) else x
+
+
+def _drop_entry(ref: weakref.ReferenceType, key: tuple) -> None:
+  """Weakref callback of an interned node: forget its cache entry -- only if the entry is still this node's. A node
+  can die (its weakref cleared) before its callback runs (garbage collection of a cycle); an equal node built in
+  between owns the entry now, and deleting it would let a third equal node be built: two "equal" nodes, not one."""
+  if UOpMetaClass.ucache.get(key) is ref: del UOpMetaClass.ucache[key]
+
+
 class UOpMetaClass(type):
   ucache: dict[tuple, weakref.ReferenceType[UOp]] = {}
 
   def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None,
                tag: Any = None) -> UOp:
-    # floats that compare equal but differ (-0.0 and 0.0, 1 and 1.0) must stay different nodes
-    key = (op, dtype, src, (arg, math.copysign(1.0, arg)) if arg.__class__ is float else
-           ((arg, arg.__class__) if arg.__class__ in (int, bool) else arg), tag)
+    # constants that compare equal but differ (-0.0 and 0.0, 1 and 1.0) must stay different nodes, NaNs one node;
+    # a VCONST's lanes likewise
+    karg: Any
+    if arg.__class__ is float: karg = (math.nan if arg != arg else arg, math.copysign(1.0, arg))
+    elif arg.__class__ in (int, bool): karg = (arg, arg.__class__)
+    elif op is Ops.VCONST and arg.__class__ is tuple: karg = tuple(_const_key(x) for x in arg)
+    else: karg = arg
+    key = (op, dtype, src, karg, tag)
     if (wret := UOpMetaClass.ucache.get(key)) is not None and (ret := wret()) is not None: return ret
     created = super().__call__(op, dtype, src, arg, tag)
-    UOpMetaClass.ucache[key] = weakref.ref(created, lambda _, k=key: UOpMetaClass.ucache.pop(k, None))  # type: ignore[misc]
+    UOpMetaClass.ucache[key] = weakref.ref(created, lambda r, k=key: _drop_entry(r, k))  # type: ignore[misc]
     return created
 
 
@@ -264,6 +283,12 @@ class UOp(metaclass=UOpMetaClass):
     """A symbolic integer `name` in [min_val, max_val]."""
     if not isinstance(min_val, int) or not isinstance(max_val, int) or min_val > max_val:
       raise ValueError(f"Variable {name!r}: bounds must be ints with min <= max, got [{min_val}, {max_val}]")
+    if not dtypes.is_int(dtype):
+      raise TypeError(f"Variable {name!r}: dtype {dtype!r} is not an integer dtype; valid: {dtypes.ints}")
+    lo, hi = int(dtypes.min(dtype)), int(dtypes.max(dtype))
+    if min_val < lo or max_val > hi:
+      raise ValueError(f"Variable {name!r}: bounds [{min_val}, {max_val}] don't fit its dtype {dtype!r}, which holds "
+                       f"[{lo}, {hi}]; pass a wider dtype (dtype=dtypes.int64)")
     return UOp(Ops.DEFINE_VAR, dtype, arg=(name, min_val, max_val))
 
   @staticmethod
@@ -300,9 +325,20 @@ class UOp(metaclass=UOpMetaClass):
 
   # ***** ALU building *****
   def alu(self, op: Ops, *src: Any) -> UOp:
+    """`op` over this node and `src` (Python scalars become constants). Operands of different scalar dtypes (an int
+    variable and a float constant: `1.5 + v`) are cast to their `least_upper_dtype` first, so the node is well
+    typed; shift counts, WHERE's condition and THREEFRY keep theirs."""
     srcs = (self, *(self._ufix(s) for s in src))
-    out_dtype = dtypes.bool.vec(self.dtype.count) if op in GroupOp.Comparison else srcs[-1].dtype
-    if op is Ops.THREEFRY: out_dtype = dtypes.uint64
+    if len(srcs) > 1 and op not in _OWN_OPERAND_DTYPES:
+      vals = srcs[1:] if op is Ops.WHERE else srcs
+      if len({s.dtype.scalar() for s in vals}) > 1:
+        to = least_upper_dtype(*(s.dtype.scalar() for s in vals))
+        vals = tuple(s.cast(to.vec(s.dtype.count)) for s in vals)
+        srcs = (srcs[0], *vals) if op is Ops.WHERE else vals
+    if op in GroupOp.Comparison: out_dtype = dtypes.bool.vec(srcs[0].dtype.count)
+    elif op in (Ops.SHL, Ops.SHR): out_dtype = srcs[0].dtype  # the value's type, whatever the count's
+    elif op is Ops.THREEFRY: out_dtype = dtypes.uint64
+    else: out_dtype = srcs[-1].dtype
     return UOp(op, out_dtype, srcs)
 
   def _ufix(self, x: Any) -> UOp:
@@ -452,6 +488,7 @@ class UOp(metaclass=UOpMetaClass):
   def __repr__(self) -> str: return pretty_print(self)
 
 
+_OWN_OPERAND_DTYPES = {Ops.SHL, Ops.SHR, Ops.THREEFRY}  # ops whose operands have dtypes of their own (alu keeps them)
 _unique_counter = itertools.count()
 sint = int | UOp
 """A size that may be symbolic."""
@@ -720,4 +757,4 @@ def all_nodes(roots: Sequence[UOp]) -> Iterator[UOp]:
   return iter(UOp(Ops.SINK, src=tuple(roots)).toposort())
 
 
-_ = (math, AddrSpace, least_upper_dtype, truncate_int)  # re-exported for convenience
+_ = (math, AddrSpace, truncate_int)  # re-exported for convenience

@@ -5,7 +5,8 @@ LOAD yields 0, a STORE disappears). `pm_decomp`: MULACC -> a*b+c (unfused, exact
 THREEFRY -> uint32 rounds, and the reference semantics (tiny_uop.alu) where hardware differs: integer division by 0
 or -1, shift counts modulo the width, float CDIV as trunc(a/b), TRUNC of an int.
 `bf16_to_float`: bfloat16 through float32 for renderers without bf16 arithmetic: loads and stores move the raw 16 bits
-(as uint16), math runs in float32, and float32 -> bfloat16 rounds to nearest even (NaN stays NaN).
+(as uint16), math runs in float32, and float32 -> bfloat16 rounds to nearest even (NaN stays NaN); float64 -> bfloat16
+goes through float32 rounded to odd, so it rounds once.
 """
 from __future__ import annotations
 
@@ -132,6 +133,18 @@ def _f32_to_bf16(x: UOp) -> UOp:
   return is_nan.where(UOp.const(dtypes.uint32, 0x7fc0), rounded).cast(dtypes.uint16)
 
 
+def _f64_to_f32_odd(x: UOp) -> UOp:
+  """float64 -> float32 rounded to odd (truncated toward zero, the last bit set when inexact; NaN as it is): a
+  narrower rounding to nearest even after it rounds like one rounding from float64 (float32 keeps 16 more bits than
+  bfloat16), where two roundings to nearest could round a value twice across a midpoint."""
+  f = x.cast(dtypes.float32)
+  back = f.cast(dtypes.float64)
+  inexact = back.ne(x) & x.eq(x)
+  away = inexact & ((x < back) ^ (x < 0.0))  # |back| > |x|: step back toward zero
+  bits = f.bitcast(dtypes.uint32)
+  return ((bits - away.cast(dtypes.uint32)) | inexact.cast(dtypes.uint32)).bitcast(dtypes.float32)
+
+
 def bf16_to_float(sink: UOp) -> UOp:
   """Every bfloat16 value computed as float32 and stored as uint16 bits (see the module docstring)."""
   subs: dict[UOp, UOp] = {}
@@ -148,7 +161,8 @@ def bf16_to_float(sink: UOp) -> UOp:
     elif u.op is Ops.CONST and dt == dtypes.bfloat16:
       nu = UOp.const(dtypes.float32, u.arg)
     elif u.op is Ops.CAST and dt == dtypes.bfloat16:  # rounding to bf16 precision, kept in float32
-      nu = _bf16_to_f32(_f32_to_bf16(nu.src[0].cast(dtypes.float32)))
+      src = nu.src[0]
+      nu = _bf16_to_f32(_f32_to_bf16(_f64_to_f32_odd(src) if src.dtype == dtypes.float64 else src.cast(dtypes.float32)))
     elif u.op is Ops.BITCAST and dt == dtypes.bfloat16:
       nu = _bf16_to_f32(nu.src[0].bitcast(dtypes.uint16))
     elif u.op is Ops.BITCAST and u.src[0].dtype == dtypes.bfloat16:

@@ -1,7 +1,8 @@
 """Index-math simplification for lowering.
 
-Uses `tiny_uop.symbolic` (the shared simplifier) when it is installed; a small constant-folding matcher of our own
-always runs with it, so lowering works (and folds the lanes the expander substitutes) either way.
+`tiny_uop.symbolic` (the shared simplifier, part of tiny-uop, which tiny-codegen depends on) plus a small
+constant-folding matcher of our own (it folds the lanes the expander substitutes). An error in either is a bug and
+surfaces as one: nothing here falls back to a weaker simplifier.
 """
 from __future__ import annotations
 
@@ -75,25 +76,13 @@ codegen_fold = PatternMatcher([
 
 
 @functools.cache
-def _symbolic() -> PatternMatcher | None:
-  try:
-    from tiny_uop import symbolic
-  except Exception:  # noqa: BLE001 -- missing or broken shared simplifier: fall back to constant folding
-    return None
-  pm = getattr(symbolic, "symbolic", None)
-  return pm if isinstance(pm, PatternMatcher) else None
-
-
-@functools.cache
 def _simplifier() -> PatternMatcher:
-  """The shared symbolic rules (when available) plus our constant folding, combined once (combining is costly)."""
-  if (sym := _symbolic()) is not None:
-    try: return sym + codegen_fold
-    except Exception: pass  # noqa: BLE001,S110 -- an incompatible matcher must not break codegen
-  return codegen_fold
+  """tiny-uop's symbolic rules plus our constant folding, combined once (combining is costly)."""
+  from tiny_uop.symbolic import symbolic
+  return symbolic + codegen_fold
 
 
 def simplify_graph(sink: UOp, name: str = "simplify") -> UOp:
-  """The graph with index math simplified (shared symbolic rules when available, plus constant folding)."""
+  """The graph with index math simplified (tiny-uop's symbolic rules plus constant folding)."""
   return graph_rewrite(sink, _simplifier(), name=name)
 

@@ -8,13 +8,13 @@ Both use the CPU calling convention `void name(T0* data0, ..., int var0, ..., in
 from __future__ import annotations
 
 import os
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from tiny_uop.device import Renderer
 from tiny_uop.helpers import CPU_THREADS
 from tiny_uop.uop import AXIS_LETTER, Ops, UOp
 
-__all__ = ["CPURenderer", "CWriter", "count_uses", "kernel_params", "var_args"]
+__all__ = ["CPURenderer", "CWriter", "count_uses", "kernel_params", "var_args", "OOBCheck", "oob_checks"]
 
 
 class CPURenderer(Renderer):
@@ -33,6 +33,32 @@ class CPURenderer(Renderer):
   def __init__(self, arch: str = ""):
     super().__init__(arch)
     self.threads: int = int(CPU_THREADS.value) or os.cpu_count() or 1
+
+
+class OOBCheck(NamedTuple):
+  """What a CHECK_OOB kernel tests before one memory access (an INDEX used by LOADs and/or STOREs): the access of
+  `width` elements at the index lies in [0, size) of the buffer; else the kernel records (kind, slot, index, size)
+  in its global `<kernel name>_oob` (four int64s: kind 1 a read, 2 a write; slot the PARAM slot, -1 a register
+  array) and skips the access (a read gives 0). The CPU runtime raises after the launch when kind is not 0."""
+  width: int
+  kind: int
+  slot: int
+  size: int
+
+
+def oob_checks(uops: list[UOp]) -> dict[UOp, OOBCheck]:
+  """The bounds checks of a kernel's memory accesses (see `OOBCheck`): every INDEX into a PARAM or DEFINE_REG of known
+  size that a LOAD or STORE goes through."""
+  out: dict[UOp, OOBCheck] = {}
+  for u in uops:
+    if u.op not in (Ops.LOAD, Ops.STORE) or (idx := u.src[0]).op is not Ops.INDEX: continue
+    buf, dt = idx.src[0], (u.dtype if u.op is Ops.LOAD else u.src[1].dtype)
+    if buf.op not in (Ops.PARAM, Ops.DEFINE_REG) or (size := getattr(buf.dtype, "size", -1)) <= 0: continue
+    prev = out.get(idx)
+    kind = 2 if u.op is Ops.STORE or (prev is not None and prev.kind == 2) else 1
+    width = max(1, dt.count // buf.dtype.base.count)  # elements of the buffer's type (a register may hold vectors)
+    out[idx] = OOBCheck(max(width, prev.width if prev else 1), kind, buf.arg if buf.op is Ops.PARAM else -1, size)
+  return out
 
 
 def count_uses(uops: list[UOp], twice: Callable[[UOp], bool]) -> dict[UOp, int]:

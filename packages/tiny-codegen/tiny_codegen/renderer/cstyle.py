@@ -10,10 +10,11 @@ import math
 from typing import Callable
 
 from tiny_uop.dtype import DType, PtrDType, dtypes, round_float
+from tiny_uop.helpers import CHECK_OOB
 from tiny_uop.uop import Ops, UOp
 
 from tiny_codegen.compiler.clang import ClangCompiler
-from tiny_codegen.renderer import CPURenderer, CWriter, count_uses, kernel_params, var_args
+from tiny_codegen.renderer import CPURenderer, CWriter, OOBCheck, count_uses, kernel_params, oob_checks, var_args
 
 
 def _fsuf(dt: DType) -> str: return "f" if dt.scalar() in (dtypes.float32, dtypes.float16, dtypes.bfloat16) else ""
@@ -68,6 +69,43 @@ BASE_CODE: dict[Ops, Callable[[list[str], DType], str]] = {
 # values of these types can be written inline: C evaluates them at their own width (narrower ones are promoted to
 # int/float, so they must be stored to a variable to round or wrap after every op)
 _INLINE_DTYPES = {dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64, dtypes.float32, dtypes.float64}
+
+
+# CAST semantics the C language leaves undefined (tiny_uop.alu defines them), as helpers a kernel includes when used.
+# float -> int: through int32 (uint32, int64: int64), an out-of-range value (inf, NaN) becoming that type's minimum,
+# then wrapped; uint64: x >= 2**63 as x - 2**63 (+2**63; out of range: 0). double -> half: no `__truncdfhf2` call
+# (clang 14 and libgcc disagree on its ABI): double -> float rounded to odd (truncated, last bit set when inexact),
+# then float -> half to nearest even; float keeps 13 more bits than half, so the two steps round like one.
+_CAST_HELPERS = {
+  "tiny_f2i32": "static inline int tiny_f2i32(double x) { return (x >= -0x1p31 && x < 0x1p31) ? (int)x : "
+                "(-0x7fffffff-1); }",
+  "tiny_f2i64": "static inline long long tiny_f2i64(double x) { return (x >= -0x1p63 && x < 0x1p63) ? (long long)x "
+                ": (-0x7fffffffffffffffll-1); }",
+  "tiny_f2u64": "static inline unsigned long long tiny_f2u64(double x) { if (x >= 0x1p63) return x - 0x1p63 < 0x1p63 "
+                "? (unsigned long long)(long long)(x - 0x1p63) + 0x8000000000000000ull : 0ull; "
+                "return (x >= -0x1p63 && x < 0x1p63) ? (unsigned long long)(long long)x : 0x8000000000000000ull; }",
+  "tiny_d2f_odd": "static inline float tiny_d2f_odd(double x) { float f = (float)x; if (x == x && (double)f != x) { "
+                  "unsigned int u; __builtin_memcpy(&u, &f, 4); u -= (((double)f > x) != (x < 0)); u |= 1u; "
+                  "__builtin_memcpy(&f, &u, 4); } return f; }",
+}
+
+
+def _bounds_check(w: CWriter, u: UOp, s: list[str], chk: OOBCheck, name: str) -> None:
+  """CHECK_OOB: the access through INDEX `u` happens only where it is in bounds (its gate gets the test); an
+  out-of-bounds one (where its gate is true) writes the kernel's record instead."""
+  ok = f"({s[1]}>=0&&{s[1]}<={chk.size - chk.width})"
+  gate = w.gates.get(u, "1")
+  w.emit(f"if ({gate}&&!{ok}) {{ {name}_oob[0]={chk.kind}; {name}_oob[1]={chk.slot}; {name}_oob[2]=(long long)"
+         f"({s[1]}); {name}_oob[3]={chk.size}; }}")
+  w.gates[u] = f"({gate}&&{ok})"
+
+
+def _cast_helper(src: DType, dst: DType) -> str | None:
+  """The `_CAST_HELPERS` function a CAST from `src` to `dst` goes through, if any."""
+  s, d = src.scalar(), dst.scalar()
+  if dtypes.is_float(s) and dtypes.is_int(d):
+    return "tiny_f2u64" if d == dtypes.uint64 else "tiny_f2i64" if d in (dtypes.int64, dtypes.uint32) else "tiny_f2i32"
+  return "tiny_d2f_odd" if s == dtypes.float64 and d == dtypes.float16 else None
 
 
 class ClangRenderer(CPURenderer):
@@ -129,12 +167,16 @@ class ClangRenderer(CPURenderer):
     # a BITCAST takes its source's address; MAX writes each operand twice: both need a variable
     uses = count_uses(uops, lambda u: u.op in (Ops.BITCAST, Ops.MAX))
     vecs: list[DType] = []
+    helpers: set[str] = set()
+    oob = oob_checks(uops) if CHECK_OOB else {}
     for u in uops:
       op, dt, src = u.op, u.dtype, u.src
       s = [r.get(x, "") for x in src]
       if dt.count > 1 and not isinstance(dt, PtrDType) and dt not in vecs: vecs.append(dt)
       if op in (Ops.IF, Ops.ENDIF): raise NotImplementedError(f"C renderer has no {op} (CPU kernels have no IFs)")
-      if w.common(u, s): continue
+      if w.common(u, s):
+        if u in oob: _bounds_check(w, u, s, oob[u], name)
+        continue
       if op is Ops.SPECIAL:
         if u.arg != "core_id": raise NotImplementedError(f"C renderer has no GPU index {u.arg!r}")
         r[u] = "core_id"
@@ -151,8 +193,9 @@ class ClangRenderer(CPURenderer):
         w.assign(u, ld, self.render_dtype(dt), "val")
       elif op is Ops.STORE: w.store(src[0], f"*{s[0]} = {s[1]};")
       elif op is Ops.CAST:
-        if dtypes.is_float(src[0].dtype) and dtypes.is_int(dt) and dt.itemsize <= 4:  # through int32 (uint32: int64)
-          expr = f"(({self.render_dtype(dt)})({'long long' if dt == dtypes.uint32 else 'int'})({s[0]}))"
+        if (helper := _cast_helper(src[0].dtype, dt)) is not None:
+          helpers.add(helper)
+          expr = f"(({self.render_dtype(dt)}){helper}({s[0]}))"
         else: expr = f"(({self.render_dtype(dt)})({s[0]}))"
         w.assign(u, expr, self.render_dtype(dt), "cast", uses.get(u, 0) == 1 and dt in _INLINE_DTYPES)
       elif op is Ops.BITCAST:
@@ -172,4 +215,6 @@ class ClangRenderer(CPURenderer):
       sc = self.render_dtype(vd.scalar())
       typedefs.append(f"typedef {sc} {self.render_dtype(vd)} __attribute__((vector_size({vd.itemsize})));")
     prefix = "".join(t + "\n" for t in typedefs)
+    prefix += "".join(_CAST_HELPERS[h] + "\n" for h in sorted(helpers))
+    if oob: prefix += f"long long {name}_oob[4];\n"  # the CHECK_OOB record (renderer.OOBCheck)
     return f"{prefix}void {name}({', '.join(args)}) {{\n" + "\n".join(w.lines) + "\n}\n"

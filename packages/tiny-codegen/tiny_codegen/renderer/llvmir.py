@@ -10,11 +10,12 @@ from __future__ import annotations
 import math
 import struct
 
-from tiny_uop.dtype import DType, PtrDType, dtypes
+from tiny_uop.dtype import DType, PtrDType, dtypes, round_float
+from tiny_uop.helpers import CHECK_OOB
 from tiny_uop.uop import AXIS_LETTER, Ops, UOp
 
 from tiny_codegen.compiler.llvm import LLVMCompiler
-from tiny_codegen.renderer import CPURenderer, kernel_params
+from tiny_codegen.renderer import CPURenderer, kernel_params, oob_checks
 
 _INTR = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc", Ops.POW: "pow"}
 _ALU_OPS = {*_INTR, Ops.WHERE, Ops.NEG, Ops.RECIPROCAL, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.MULACC, Ops.ADD,
@@ -68,7 +69,7 @@ class LLVMRenderer(CPURenderer):
 
   def render(self, uops: list[UOp]) -> str:
     """LLVM IR of the kernel `uops` (ending in a SINK whose arg is a KernelInfo carrying the name)."""
-    return _LLVMEmitter(uops, contract=True).render()
+    return _LLVMEmitter(uops, contract=True, check_oob=bool(CHECK_OOB.value)).render()
 
 
 def accumulations(uops: list[UOp]) -> set[UOp]:
@@ -88,8 +89,10 @@ def accumulations(uops: list[UOp]) -> set[UOp]:
 
 
 class _LLVMEmitter:
-  def __init__(self, uops: list[UOp], contract: bool = False):
+  def __init__(self, uops: list[UOp], contract: bool = False, check_oob: bool = False):
     self.uops = uops
+    self.name = getattr(uops[-1].arg, "name", "kernel") if uops else "kernel"
+    self.oob = oob_checks(uops) if check_oob else {}
     self.contract = accumulations(uops) if contract else set()
     self.r: dict[UOp, str] = {}
     self.gates: dict[UOp, str] = {}
@@ -125,11 +128,73 @@ class _LLVMEmitter:
     self.emit(f"{out} = call {t} @{fn}({', '.join(f'{t} {a}' for a in args)})")
     return out
 
+  def splat(self, lit: str, dt: DType) -> str:
+    """The literal `lit` of scalar type dt.scalar(), as a vector of dt.count lanes when dt is a vector."""
+    return lit if dt.count == 1 else "<" + ", ".join([f"{ltype(dt.scalar())} {lit}"] * dt.count) + ">"
+
+  def op(self, text: str) -> str:
+    out = self.tmp()
+    self.emit(f"{out} = {text}")
+    return out
+
+  def float_to_int(self, x: str, src: DType, dst: DType) -> str:
+    """float -> int as tiny_uop.dtype.float_to_int defines it, never an out-of-range fptosi/fptoui (LLVM poison:
+    it may narrow the conversion, and AVX-512's vcvttsd2usi gives 2**64-1 where x86's cvttsd2si gives 0x80..0):
+    through int32 (uint32, int64: int64) -- an out-of-range value becomes that type's minimum -- then wrapped to
+    dst; uint64 converts x >= 2**63 as x - 2**63 (+2**63; out of range: 0)."""
+    n, ts = src.count, ltype(src)
+    bits = 63 if dst.scalar().itemsize == 8 or dst.scalar() == dtypes.uint32 else 31
+    mid = (dtypes.int64 if bits == 63 else dtypes.int32).vec(n)
+    tm, tb = ltype(mid), ltype(dtypes.bool.vec(n))
+
+    def c(v: float) -> str: return self.splat(lconst(v, src), src)
+
+    # -2**bits <= v < 2**bits (False for NaN); the bounds are exact powers of 2, or +-inf where the format's range
+    # ends first (half): then every finite value is in range and only the infinities are not
+    lo_cmp = "oge" if math.isfinite(round_float(2.0 ** bits, src)) else "ogt"
+
+    def in_range(v: str) -> str:
+      ge = self.op(f"fcmp {lo_cmp} {ts} {v}, {c(-2.0 ** bits)}")
+      lt = self.op(f"fcmp olt {ts} {v}, {c(2.0 ** bits)}")
+      return self.op(f"and {tb} {ge}, {lt}")
+
+    def trunc_or(v: str, ok: str, fallback: int) -> str:  # fptosi of v where ok (of 0.0 elsewhere), else fallback
+      safe = self.op(f"select {tb} {ok}, {ts} {v}, {ts} {c(0.0)}")
+      conv = self.op(f"fptosi {ts} {safe} to {tm}")
+      return self.op(f"select {tb} {ok}, {tm} {conv}, {tm} {self.splat(str(fallback), mid)}")
+    lo = trunc_or(x, in_range(x), -2 ** bits)
+    if dst.scalar() == dtypes.uint64:
+      big = self.op(f"fcmp oge {ts} {x}, {c(2.0 ** 63)}")
+      xm = self.op(f"fsub {ts} {x}, {c(2.0 ** 63)}")
+      hi = trunc_or(xm, self.op(f"and {tb} {big}, {in_range(xm)}"), -2 ** 63)  # + 2**63 below: out of range -> 0
+      hi = self.op(f"xor {tm} {hi}, {self.splat(str(-2 ** 63), mid)}")
+      return self.op(f"select {tb} {big}, {tm} {hi}, {tm} {lo}")
+    return lo if tm == ltype(dst) else self.op(f"trunc {tm} {lo} to {ltype(dst)}")
+
+  def double_to_half(self, x: str, src: DType, dst: DType) -> str:
+    """float64 -> float16 rounded once (no `__truncdfhf2` call, which the JIT can't resolve): float64 -> float32
+    rounded to odd (truncate, then set the last bit when inexact), then float32 -> float16 to nearest even; float32
+    keeps 13 more bits than half, so the two steps round like one."""
+    n, ts = src.count, ltype(src)
+    tf, ti, tb = ltype(dtypes.float32.vec(n)), ltype(dtypes.int32.vec(n)), ltype(dtypes.bool.vec(n))
+    f = self.op(f"fptrunc {ts} {x} to {tf}")
+    back = self.op(f"fpext {tf} {f} to {ts}")
+    inexact = self.op(f"fcmp one {ts} {back}, {x}")  # NaN: false, kept as it is
+    gt = self.op(f"fcmp ogt {ts} {back}, {x}")
+    neg = self.op(f"fcmp olt {ts} {x}, {self.splat(lconst(0.0, src), src)}")
+    away = self.op(f"and {tb} {inexact}, {self.op(f'xor {tb} {gt}, {neg}')}")  # rounded away from zero: |back| > |x|
+    bits = self.op(f"bitcast {tf} {f} to {ti}")
+    down = self.op(f"sub {ti} {bits}, {self.op(f'zext {tb} {away} to {ti}')}")  # truncated toward zero
+    odd = self.op(f"or {ti} {down}, {self.op(f'zext {tb} {inexact} to {ti}')}")
+    return self.op(f"fptrunc {tf} {self.op(f'bitcast {ti} {odd} to {tf}')} to {ltype(dst)}")
+
   def cast(self, x: str, src: DType, dst: DType) -> str:
-    """Value `x` of type `src` converted to `dst` (C semantics; to bool means != 0)."""
+    """Value `x` of type `src` converted to `dst` (tiny_uop.alu's CAST semantics; to bool means != 0)."""
     s, d = src.scalar(), dst.scalar()
     ts, td = ltype(src), ltype(dst)
     if ts == td: return x
+    if dtypes.is_float(s) and dtypes.is_int(d): return self.float_to_int(x, src, dst)
+    if s == dtypes.float64 and d == dtypes.float16: return self.double_to_half(x, src, dst)
     out = self.tmp()
     if d == dtypes.bool:
       if dtypes.is_float(s): self.emit(f"{out} = fcmp une {ts} {x}, zeroinitializer")
@@ -137,15 +202,6 @@ class _LLVMEmitter:
     elif s == dtypes.bool: self.emit(f"{out} = {'uitofp' if dtypes.is_float(d) else 'zext'} {ts} {x} to {td}")
     elif dtypes.is_float(s) and dtypes.is_float(d):
       self.emit(f"{out} = {'fpext' if _FLOAT_ORDER[d] > _FLOAT_ORDER[s] else 'fptrunc'} {ts} {x} to {td}")
-    elif dtypes.is_float(s) and d != dtypes.uint64 and d.itemsize <= 4:
-      # as x86 (and tiny_uop.alu): through int32 (uint32: int64), then wrap to the narrower type
-      mid = "i64" if d == dtypes.uint32 else "i32"
-      self.emit(f"{out} = fptosi {ts} {x} to {mid}")
-      if mid != td:
-        wrapped = self.tmp()
-        self.emit(f"{wrapped} = trunc {mid} {out} to {td}")
-        out = wrapped
-    elif dtypes.is_float(s): self.emit(f"{out} = {'fptoui' if dtypes.is_unsigned(d) else 'fptosi'} {ts} {x} to {td}")
     elif dtypes.is_float(d): self.emit(f"{out} = {'uitofp' if dtypes.is_unsigned(s) else 'sitofp'} {ts} {x} to {td}")
     elif d.itemsize < s.itemsize: self.emit(f"{out} = trunc {ts} {x} to {td}")
     else: self.emit(f"{out} = {'zext' if dtypes.is_unsigned(s) else 'sext'} {ts} {x} to {td}")
@@ -227,8 +283,9 @@ class _LLVMEmitter:
       self.lines.append(f"{lbl}.exit:")
     elif op is Ops.INDEX:
       idx = self.val(src[1])
-      if len(src) > 2:
-        self.gates[u] = self.val(src[2])
+      if u in self.oob: self.bounds_check(u, idx)
+      if u in self.gates or len(src) > 2:
+        if u not in self.gates: self.gates[u] = self.val(src[2])
         safe = self.tmp()
         self.emit(f"{safe} = select i1 {self.gates[u]}, i32 {idx}, i32 0")
         idx = safe
@@ -249,6 +306,19 @@ class _LLVMEmitter:
         self.emit(f"{g} = select i1 {self.gates[src[0]]}, {ltype(dt)} {out}, {ltype(dt)} zeroinitializer")
         out = g
       self.r[u] = out
+
+  def bounds_check(self, u: UOp, idx: str) -> None:
+    """CHECK_OOB (see `renderer.OOBCheck`): the access through INDEX `u` happens only where it is in bounds; an
+    out-of-bounds one (where its gate is true) writes the kernel's record instead (else a scratch copy of it)."""
+    chk = self.oob[u]
+    lo, hi = self.op(f"icmp sge i32 {idx}, 0"), self.op(f"icmp slt i32 {idx}, {chk.size - chk.width + 1}")
+    ok = self.op(f"and i1 {lo}, {hi}")
+    gate = self.val(u.src[2]) if len(u.src) > 2 else "true"
+    bad = self.op(f"and i1 {gate}, {self.op(f'xor i1 {ok}, true')}")
+    rec = self.op(f"select i1 {bad}, ptr @{self.name}_oob, ptr @{self.name}_oob_scratch")
+    for k, v in enumerate((str(chk.kind), str(chk.slot), self.op(f"sext i32 {idx} to i64"), str(chk.size))):
+      self.emit(f"store i64 {v}, ptr {self.op(f'getelementptr i64, ptr {rec}, i32 {k}')}")
+    self.gates[u] = self.op(f"and i1 {gate}, {ok}")
 
   def value_op(self, u: UOp) -> bool:
     """Render the ops every LLVM-based target spells the same (casts, vectors, ALU); False if `u` is not one."""
@@ -318,5 +388,8 @@ class _LLVMEmitter:
     _ = block
     body = "\n".join(self.lines)
     decls = "".join(d + "\n" for d in sorted(self.decls))
+    if self.oob:  # the CHECK_OOB record the runtime reads after a launch, and the scratch in-bounds accesses write
+      decls += f"@{name}_oob = global [4 x i64] zeroinitializer\n@{name}_oob_scratch = internal global [4 x i64] " \
+               "zeroinitializer\n"
     return (f"{decls}define void @{name}({', '.join(args)}) nounwind {{\nentry:\n" +
             "".join(a + "\n" for a in self.allocas) + body + "\n  ret void\n}\n")

@@ -10,17 +10,24 @@
 - `load_state_dict(model, state_dict, strict=True)`: copies in, checking names and shapes (one error lists them all).
 - `safe_save` / `safe_load`: the safetensors format; `safe_load` maps the file through the DISK device (each tensor is
   a zero-copy view of the file until it is copied to a compute device), falling back to reading it into memory.
-- `torch_load`: PyTorch's zip checkpoint (`torch.save`) read with our own unpickler (no torch needed).
+  `safe_save` writes a new file and renames it over the old one, so mapped tensors of the old file stay valid.
+- `torch_load`: PyTorch's zip checkpoint (`torch.save`) read with our own unpickler (no torch needed, no code run).
 - `gguf_load`: GGUF v2/v3 metadata and tensors, dequantizing F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1.
+
+Files are untrusted input: every loader validates the whole header (types, sizes, offsets, overlaps, counts) before
+it touches tensor data, and a bad file is a ValueError that names the entry and what is valid -- never a crash, a
+read outside the file or a silently wrong tensor.
 """
 from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import pathlib
 import pickle
 import struct
+import tempfile
 import zipfile
 from collections import OrderedDict
 from typing import Any
@@ -135,55 +142,122 @@ def _from_bytes(data: bytes | memoryview, dtype: DType, shape: tuple[int, ...]) 
   return Tensor(np.frombuffer(data, dtype=npdt).reshape(shape).copy(), dtype=dtype)
 
 
-def _read_header(f: Any) -> tuple[int, dict[str, Any]]:
+class _NoDupDict(dict):
+  """json object_pairs_hook: a dict that refuses a key given twice (JSON allows it, safetensors doesn't)."""
+
+  def __init__(self, pairs: list[tuple[str, Any]]):
+    super().__init__()
+    for k, v in pairs:
+      if k in self: raise ValueError(f"key {k!r} appears twice in the JSON header")
+      self[k] = v
+
+
+def _is_int(x: Any) -> bool: return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _read_header(f: Any, file_size: int) -> tuple[int, dict[str, Any]]:
+  """(data start, header dict) of a safetensors file of `file_size` bytes, validated before anything reads data."""
   raw = f.read(8)
-  if len(raw) != 8: raise ValueError("not a safetensors file: shorter than its 8-byte header length")
+  if len(raw) != 8:
+    raise ValueError(f"not a safetensors file: {file_size} bytes, shorter than the 8-byte header length")
   n = struct.unpack("<Q", raw)[0]
-  try: header = json.loads(f.read(n))
-  except (json.JSONDecodeError, UnicodeDecodeError) as e:
-    raise ValueError(f"not a safetensors file: bad JSON header ({e})") from e
+  if n > file_size - 8:
+    raise ValueError(f"not a safetensors file: header length {n} is larger than the {file_size - 8} bytes after it")
+  try: header = json.loads(f.read(n), object_pairs_hook=_NoDupDict)
+  except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+    raise ValueError(f"not a safetensors file: bad JSON header ({type(e).__name__}: {e})") from e
+  except ValueError as e: raise ValueError(f"bad safetensors header: {e}") from e
+  if not isinstance(header, dict):
+    raise ValueError(f"bad safetensors header: a JSON {type(header).__name__}, expected an object of tensor entries")
+  _check_entries(header, file_size - 8 - n)
   return 8 + n, header
+
+
+def _check_entries(header: dict[str, Any], data_size: int) -> None:
+  """Every entry names a known dtype, a shape of non-negative ints and [start, end) offsets inside the data, whose
+  length is the shape's bytes; no two tensors share a byte. Raises ValueError naming the entry and what is valid."""
+  if (meta := header.get("__metadata__")) is not None and (not isinstance(meta, dict) or
+                                                          not all(isinstance(v, str) for v in meta.values())):
+    raise ValueError(f"bad safetensors header: __metadata__ must map str to str, got {meta!r:.200}")
+  spans = []
+  for k, v in header.items():
+    if k == "__metadata__": continue
+    if not isinstance(v, dict): raise ValueError(f"tensor {k!r}: entry is a {type(v).__name__}, expected an object "
+                                                 "with dtype, shape and data_offsets")
+    if (missing := [f for f in ("dtype", "shape", "data_offsets") if f not in v]):
+      raise ValueError(f"tensor {k!r}: entry lacks {', '.join(missing)} (needs dtype, shape, data_offsets)")
+    if not isinstance(v["dtype"], str) or v["dtype"] not in _SAFE_DTYPES:
+      raise ValueError(f"tensor {k!r} has unsupported dtype {v['dtype']!r}; valid: {sorted(_SAFE_DTYPES)}")
+    shape, offs = v["shape"], v["data_offsets"]
+    if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
+      raise ValueError(f"tensor {k!r}: shape {shape!r:.100} must be a list of non-negative ints")
+    if not isinstance(offs, list) or len(offs) != 2 or not all(_is_int(o) for o in offs):
+      raise ValueError(f"tensor {k!r}: data_offsets {offs!r:.100} must be [start, end] ints")
+    start, end = offs
+    if not 0 <= start <= end <= data_size:
+      raise ValueError(f"tensor {k!r}: data_offsets [{start}, {end}] are outside the data, which holds "
+                       f"[0, {data_size}]")
+    need = math.prod(shape) * _SAFE_DTYPES[v["dtype"]].itemsize
+    if end - start != need:
+      raise ValueError(f"tensor {k!r} spans {end - start} bytes but shape {tuple(shape)} of {v['dtype']} needs {need}")
+    if need: spans.append((start, end, k))
+  spans.sort()
+  for (s0, e0, k0), (s1, e1, k1) in zip(spans, spans[1:]):
+    if s1 < e0: raise ValueError(f"tensors {k0!r} [{s0}, {e0}) and {k1!r} [{s1}, {e1}) overlap in the data")
+
+
+def _check_bools(name: str, data: bytes | memoryview) -> None:
+  if (bad := bytes(data).translate(None, b"\x00\x01")):
+    raise ValueError(f"tensor {name!r}: BOOL byte {bad[0]} is not 0 or 1")
 
 
 def safe_load_metadata(fn: str | os.PathLike) -> dict[str, Any]:
   """The `__metadata__` dict of a safetensors file (empty when it has none)."""
-  with open(fn, "rb") as f: return _read_header(f)[1].get("__metadata__", {})
+  with open(fn, "rb") as f: return _read_header(f, os.fstat(f.fileno()).st_size)[1].get("__metadata__", {})
 
 
 def safe_load(fn: str | os.PathLike | Tensor) -> dict[str, Tensor]:
   """Tensors of a safetensors file, by name. Read through the DISK device: each is a zero-copy view of the file until
   used (`.to("CPU")`, `load_state_dict`, math on it); falls back to reading into memory when DISK is unavailable.
+
+  The whole header is validated before any tensor is made (ValueError naming the entry): dtypes, shapes, offsets
+  inside the file and not overlapping, sizes that match, no duplicate keys, BOOL bytes 0 or 1.
   """
   if isinstance(fn, Tensor): return _safe_load_bytes(bytes(fn.numpy().tobytes()))
   path = os.fspath(fn)
-  with open(path, "rb") as f: data_start, header = _read_header(f)
-  entries = {k: v for k, v in header.items() if k != "__metadata__"}
-  for k, v in entries.items():
-    if v.get("dtype") not in _SAFE_DTYPES:
-      raise ValueError(f"{path}: tensor {k!r} has unsupported dtype {v.get('dtype')!r}; valid: {sorted(_SAFE_DTYPES)}")
+  with open(path, "rb") as f:
+    size = os.fstat(f.fileno()).st_size
+    try: data_start, header = _read_header(f, size)
+    except ValueError as e: raise ValueError(f"{path}: {e}") from e
+    entries = {k: v for k, v in header.items() if k != "__metadata__"}
+    for k, v in entries.items():
+      if v["dtype"] == "BOOL":
+        f.seek(data_start + v["data_offsets"][0])
+        try: _check_bools(k, f.read(v["data_offsets"][1] - v["data_offsets"][0]))
+        except ValueError as e: raise ValueError(f"{path}: {e}") from e
+  from tiny_uop.plugins import DeviceUnavailableError, UnknownDeviceError
   try:
-    base = Buffer(f"DISK:{os.path.abspath(path)}", os.path.getsize(path), dtypes.uint8).ensure_allocated()
-  except Exception:  # no DISK device (or it can't map the file): read it instead
-    with open(path, "rb") as f: return _safe_load_bytes(f.read())
+    base = Buffer(f"DISK:{os.path.abspath(path)}", size, dtypes.uint8).ensure_allocated()
+  except (UnknownDeviceError, DeviceUnavailableError, OSError):  # no DISK device, or it can't map the file: read it
+    with open(path, "rb") as f: return _safe_load_bytes(f.read(), path)
   out: dict[str, Tensor] = {}
   for k, v in entries.items():
     dt, shape = _SAFE_DTYPES[v["dtype"]], tuple(v["shape"])
-    start, end = v["data_offsets"]
-    size = int(np.prod(shape, dtype=np.int64)) if shape else 1
-    if end - start != size * dt.itemsize:
-      raise ValueError(f"{path}: tensor {k!r} spans {end - start} bytes but {shape} x {dt} needs {size * dt.itemsize}")
-    out[k] = _tensor_on(base.view(size, dt, data_start + start), shape)
+    out[k] = _tensor_on(base.view(math.prod(shape), dt, data_start + v["data_offsets"][0]), shape)
   return out
 
 
-def _safe_load_bytes(data: bytes) -> dict[str, Tensor]:
-  data_start, header = _read_header(io.BytesIO(data))
-  out = {}
-  for k, v in header.items():
-    if k == "__metadata__": continue
-    if v.get("dtype") not in _SAFE_DTYPES: raise ValueError(f"tensor {k!r} has unsupported dtype {v.get('dtype')!r}")
-    start, end = v["data_offsets"]
-    out[k] = _from_bytes(data[data_start + start:data_start + end], _SAFE_DTYPES[v["dtype"]], tuple(v["shape"]))
+def _safe_load_bytes(data: bytes, name: str = "<bytes>") -> dict[str, Tensor]:
+  try:
+    data_start, header = _read_header(io.BytesIO(data), len(data))
+    out = {}
+    for k, v in header.items():
+      if k == "__metadata__": continue
+      start, end = v["data_offsets"]
+      raw = memoryview(data)[data_start + start:data_start + end]
+      if v["dtype"] == "BOOL": _check_bools(k, raw)
+      out[k] = _from_bytes(raw, _SAFE_DTYPES[v["dtype"]], tuple(v["shape"]))
+  except ValueError as e: raise ValueError(f"{name}: {e}") from e
   return out
 
 
@@ -193,14 +267,36 @@ def _tensor_bytes(t: Tensor) -> bytes:
   return t.numpy().tobytes()
 
 
+def _write_atomic(fn: str | os.PathLike, chunks: list[bytes]) -> None:
+  """Write `chunks` to a new file next to `fn`, then rename it over `fn`: a reader (or a mapping of the old file, as
+  `safe_load` keeps) never sees a half-written or shrunk file; on failure `fn` is untouched."""
+  path = os.path.abspath(os.fspath(fn))
+  fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=os.path.dirname(path))
+  try:
+    with os.fdopen(fd, "wb") as f:
+      for c in chunks: f.write(c)
+      f.flush()
+      os.fsync(f.fileno())
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+  except BaseException:
+    os.unlink(tmp)
+    raise
+
+
 def safe_save(tensors: dict[str, Tensor], fn: str | os.PathLike, metadata: dict[str, Any] | None = None) -> None:
-  """Write `tensors` to a safetensors file (header padded to 8 bytes, data in dict order)."""
+  """Write `tensors` to a safetensors file (header padded to 8 bytes, data in dict order).
+
+  The file is written next to `fn` and renamed over it, so tensors `safe_load`ed from the old file stay valid."""
   header: dict[str, Any] = {}
   if metadata: header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
   blobs, offset = [], 0
   for k, t in tensors.items():
+    if not isinstance(k, str) or k == "__metadata__":
+      raise ValueError(f"safe_save: tensor name {k!r} must be a str other than '__metadata__'")
     if t.dtype not in _SAFE_NAMES:
-      raise ValueError(f"safe_save: tensor {k!r} has dtype {t.dtype}, which safetensors can't store")
+      raise ValueError(f"safe_save: tensor {k!r} has dtype {t.dtype}, which safetensors can't store; "
+                       f"valid: {', '.join(map(repr, _SAFE_NAMES))}")
     b = _tensor_bytes(t)
     header[k] = {"dtype": _SAFE_NAMES[t.dtype], "shape": [int(s) for s in t.shape],
                  "data_offsets": [offset, offset + len(b)]}
@@ -208,10 +304,7 @@ def safe_save(tensors: dict[str, Tensor], fn: str | os.PathLike, metadata: dict[
     offset += len(b)
   hj = json.dumps(header, separators=(",", ":")).encode()
   hj += b" " * (-len(hj) % 8)
-  with open(fn, "wb") as f:
-    f.write(struct.pack("<Q", len(hj)))
-    f.write(hj)
-    for b in blobs: f.write(b)
+  _write_atomic(fn, [struct.pack("<Q", len(hj)), hj, *blobs])
 
 
 # ***** PyTorch checkpoints *****
@@ -233,24 +326,57 @@ class _TorchStorage:
   def __init__(self, dtype: DType, key: str, data: bytes): self.dtype, self.key, self.data = dtype, key, data
 
 
-class _Dummy:
-  """Stands in for any class a checkpoint names that we don't need (hooks, metadata)."""
+class _Opaque:
+  """Stands in for a class or function a checkpoint names that we don't load (hooks, metadata classes, tensor
+  subclasses). Nothing of it runs: building or calling one only records the arguments, so tensors hidden inside can
+  be reported instead of silently dropped. Each global gets its own subclass (`find_class`), named after it."""
+  _global = "?"
 
-  def __init__(self, *args: Any, **kwargs: Any): pass
-  def __setstate__(self, state: Any) -> None: pass
-  def __call__(self, *args: Any, **kwargs: Any) -> None: return None
+  def __new__(cls, *args: Any, **kwargs: Any) -> _Opaque:  # NEWOBJ builds with cls.__new__(cls, *args)
+    obj = object.__new__(cls)
+    obj.args, obj.state = (args, kwargs), None
+    return obj
+
+  def __init__(self, *args: Any, **kwargs: Any): self.args = (args, kwargs)
+  def __setstate__(self, state: Any) -> None: self.state = state
+  def __call__(self, *args: Any, **kwargs: Any) -> Any: return type(self)(*args, **kwargs)
+  def __setitem__(self, key: Any, value: Any) -> None: self.state = (self.state, key, value)  # SETITEM(S) on it
+  def append(self, x: Any) -> None: self.state = (self.state, x)                             # APPEND(S) on it
+  def extend(self, xs: Any) -> None: self.state = (self.state, list(xs))
 
 
-def _rebuild_tensor(storage: _TorchStorage, storage_offset: int, size: tuple, stride: tuple, *args: Any) -> Any:
-  """A numpy array (by element strides) over the storage's bytes; made into Tensors at the end of torch_load."""
+def _opaque_class(module: str, name: str) -> type[_Opaque]:
+  return type(name, (_Opaque,), {"_global": f"{module}.{name}", "__module__": "tiny_tensor.nn.state.unloaded"})
+
+
+def _check_ints(what: str, xs: Any) -> tuple[int, ...]:
+  if not isinstance(xs, (tuple, list)) or not all(_is_int(x) and x >= 0 for x in xs):
+    raise ValueError(f"torch_load: tensor {what} {xs!r:.100} must be a tuple of non-negative ints")
+  return tuple(xs)
+
+
+def _rebuild_tensor(storage: Any, storage_offset: Any, size: Any, stride: Any, *args: Any) -> Any:
+  """A numpy array (by element strides) over the storage's bytes; made into Tensors at the end of torch_load. Size,
+  stride and offset are checked against the storage first: every element read lies inside it."""
+  if not isinstance(storage, _TorchStorage):
+    raise ValueError(f"torch_load: a tensor's storage is a {type(storage).__name__}, not a storage record")
+  size, stride = _check_ints("size", size), _check_ints("stride", stride)
+  if len(size) != len(stride): raise ValueError(f"torch_load: tensor size {size} and stride {stride} differ in rank")
+  if not _is_int(storage_offset) or storage_offset < 0:
+    raise ValueError(f"torch_load: storage offset {storage_offset!r} must be a non-negative int")
   dt = storage.dtype
   try: npdt = np.dtype(to_numpy(dt))
   except TypeError: npdt = np.dtype({2: np.uint16, 1: np.uint8}[dt.itemsize])  # bf16/fp8: bit patterns
-  base = np.frombuffer(storage.data, dtype=npdt)
-  n = int(np.prod(size, dtype=np.int64)) if size else 1
+  numel = len(storage.data) // npdt.itemsize
+  n = math.prod(size)
   if n == 0: return _TorchArray(np.zeros(size, dtype=npdt), dt)
-  view = np.lib.stride_tricks.as_strided(base[storage_offset:], shape=tuple(size),
-                                         strides=tuple(s * npdt.itemsize for s in stride))
+  last = storage_offset + sum((s - 1) * st for s, st in zip(size, stride))  # the highest element index read
+  if last >= numel:
+    raise ValueError(f"torch_load: tensor of size {size}, stride {stride} at offset {storage_offset} reads element "
+                     f"{last} of storage {storage.key!r}, which holds {numel} {dt} elements")
+  base = np.frombuffer(storage.data, dtype=npdt, count=numel)
+  view = np.lib.stride_tricks.as_strided(base[storage_offset:], shape=size,
+                                         strides=tuple(st * npdt.itemsize for st in stride), writeable=False)
   return _TorchArray(np.array(view, order="C"), dt)  # (ascontiguousarray would make a 0-d array 1-d)
 
 
@@ -269,57 +395,105 @@ def _rebuild_parameter(data: Any, requires_grad: bool = False, backward_hooks: A
   return data
 
 
+_TORCH_UTILS = {"_rebuild_tensor": _rebuild_tensor, "_rebuild_tensor_v2": _rebuild_tensor,
+                "_rebuild_parameter": _rebuild_parameter, "_rebuild_parameter_with_state": _rebuild_parameter}
+# containers and numbers only: e.g. bytes(10**12) would be a pickle that allocates a terabyte
+_BUILTINS = {"set": set, "frozenset": frozenset, "dict": dict, "list": list, "tuple": tuple, "int": int,
+             "float": float, "bool": bool}
+
+
 class _TorchUnpickler(pickle.Unpickler):
+  """Resolves only the globals a state dict needs (tensor rebuilders, storages, dtypes, plain containers); any other
+  name becomes an `_Opaque` stand-in, so a checkpoint can't run code here."""
+
   def __init__(self, f: Any, zf: zipfile.ZipFile, prefix: str):
     super().__init__(f)
     self.zf, self.prefix = zf, prefix
     self.storages: dict[str, _TorchStorage] = {}
 
   def find_class(self, module: str, name: str) -> Any:
-    if module == "torch._utils" and name in ("_rebuild_tensor", "_rebuild_tensor_v2"): return _rebuild_tensor
-    if module == "torch._utils" and name == "_rebuild_parameter": return _rebuild_parameter
+    if module == "torch._utils" and name in _TORCH_UTILS: return _TORCH_UTILS[name]
     if module == "torch" and name in _TORCH_STORAGES: return _TORCH_STORAGES[name]
     if module == "torch" and name in _TORCH_DTYPES: return _TORCH_DTYPES[name]
     if module == "collections" and name == "OrderedDict": return OrderedDict
-    if module in ("builtins", "__builtin__") and name in ("set", "frozenset", "dict", "list", "tuple", "int", "float"):
-      return {"set": set, "frozenset": frozenset, "dict": dict, "list": list, "tuple": tuple, "int": int,
-              "float": float}[name]
-    return _Dummy  # anything else (hooks, torch.Size is a tuple, metadata classes) is not needed for the weights
+    if module in ("builtins", "__builtin__") and name in _BUILTINS: return _BUILTINS[name]
+    return _opaque_class(module, name)  # hooks, torch.Size, metadata classes: recorded, never run
 
   def persistent_load(self, pid: Any) -> Any:
     # ('storage', storage type (a DType here, or torch.UntypedStorage), key, location, numel)
-    if not isinstance(pid, tuple) or pid[0] != "storage": raise pickle.UnpicklingError(f"unknown persistent id {pid!r}")
+    if not isinstance(pid, tuple) or len(pid) < 3 or pid[0] != "storage":
+      raise pickle.UnpicklingError(f"unknown persistent id {pid!r:.100}; expected ('storage', type, key, ...)")
     dt, key = pid[1], str(pid[2])
     if not isinstance(dt, DType): dt = dtypes.uint8
     if key not in self.storages:
-      self.storages[key] = _TorchStorage(dt, key, self.zf.read(f"{self.prefix}data/{key}"))
-    return self.storages[key]
+      try: info = self.zf.getinfo(f"{self.prefix}data/{key}")
+      except KeyError: raise pickle.UnpicklingError(f"storage {key!r} has no file data/{key} in the archive") from None
+      if len(pid) > 4 and _is_int(pid[4]) and info.file_size < pid[4] * dt.itemsize:
+        raise pickle.UnpicklingError(f"storage {key!r} declares {pid[4]} {dt} elements ({pid[4] * dt.itemsize} "
+                                     f"bytes) but data/{key} holds {info.file_size} bytes")
+      self.storages[key] = _TorchStorage(dt, key, self.zf.read(info))
+    st = self.storages[key]
+    if st.dtype != dt: raise pickle.UnpicklingError(f"storage {key!r} is used as both {st.dtype} and {dt}")
+    return st
+
+
+def _tensors_inside(x: Any) -> bool:
+  """Whether an unloaded object holds a tensor (or a storage, the data of one it didn't build) anywhere in its
+  arguments or state (iteratively: pickles nest deep)."""
+  stack, seen = [x], set()
+  while stack:
+    y = stack.pop()
+    if id(y) in seen: continue
+    seen.add(id(y))
+    if isinstance(y, (_TorchArray, _TorchStorage)): return True
+    if isinstance(y, _Opaque): stack.extend([y.args, y.state])
+    elif isinstance(y, dict): stack.extend(list(y.keys()) + list(y.values()))
+    elif isinstance(y, (list, tuple, set, frozenset)): stack.extend(y)
+  return False
 
 
 def torch_load(fn: str | os.PathLike) -> dict[str, Tensor]:
   """The tensors of a PyTorch checkpoint saved with `torch.save` (zip format), without torch.
 
   Nested dicts/lists of tensors are flattened to dotted names (`{"model": {"w": t}}` -> `"model.w"`); non-tensor
-  values are dropped. Raises ValueError for the pre-1.6 legacy (non-zip) format.
+  values are dropped. Nothing in the file runs: classes other than tensors, storages and plain containers are
+  recorded, not imported, and a tensor inside one of them (a tensor subclass, a custom container) is an error that
+  names the class, not a silently missing weight. Every tensor's size/stride/offset is checked against its storage.
+  Raises ValueError for the pre-1.6 legacy (non-zip) format and for a corrupt file.
   """
   path = os.fspath(fn)
-  if not zipfile.is_zipfile(path):
+  try: is_zip = zipfile.is_zipfile(path)
+  except zipfile.BadZipFile as e: raise ValueError(f"{path}: corrupt zip archive ({e})") from e
+  if not is_zip:
     raise ValueError(f"{path}: not a zip-format PyTorch checkpoint (the pre-1.6 legacy format is not supported; "
                      "re-save it with a recent torch.save)")
-  with zipfile.ZipFile(path) as zf:
-    pkl = [n for n in zf.namelist() if n.endswith("data.pkl")]
-    if not pkl: raise ValueError(f"{path}: a zip file without data.pkl is not a PyTorch checkpoint")
-    prefix = pkl[0][:-len("data.pkl")]
-    obj = _TorchUnpickler(io.BytesIO(zf.read(pkl[0])), zf, prefix).load()
+  try:
+    with zipfile.ZipFile(path) as zf:
+      pkl = [n for n in zf.namelist() if n.endswith("data.pkl")]
+      if not pkl: raise ValueError(f"{path}: a zip file without data.pkl is not a PyTorch checkpoint")
+      prefix = pkl[0][:-len("data.pkl")]
+      obj = _TorchUnpickler(io.BytesIO(zf.read(pkl[0])), zf, prefix).load()
+  except (pickle.UnpicklingError, EOFError, zipfile.BadZipFile, AttributeError, IndexError, TypeError, KeyError,
+          struct.error, UnicodeDecodeError, RecursionError, OverflowError, MemoryError, NotImplementedError,
+          RuntimeError) as e:  # RuntimeError, NotImplementedError: zipfile's "encrypted", unknown compression
+    raise ValueError(f"{path}: corrupt PyTorch checkpoint ({type(e).__name__}: {e})") from e
+  except ValueError as e: raise ValueError(f"{path}: {e}") from e
   out: dict[str, Tensor] = {}
-
-  def flat(x: Any, pre: str) -> None:
+  skipped: list[str] = []
+  stack: list[tuple[Any, str]] = [(obj, "")]
+  seen: set[int] = set()
+  while stack:  # iterative: a pickle can nest deeper than Python's recursion limit
+    x, pre = stack.pop()
     if isinstance(x, _TorchArray): out[pre.strip(".")] = x.tensor()
-    elif isinstance(x, dict):
-      for k, v in x.items(): flat(v, f"{pre}{k}.")
-    elif isinstance(x, (list, tuple)):
-      for i, v in enumerate(x): flat(v, f"{pre}{i}.")
-  flat(obj, "")
+    elif isinstance(x, (dict, list, tuple, _Opaque)):
+      if id(x) in seen: continue
+      seen.add(id(x))
+      if isinstance(x, dict): stack.extend((v, f"{pre}{k}.") for k, v in reversed(list(x.items())))
+      elif isinstance(x, (list, tuple)): stack.extend((v, f"{pre}{i}.") for i, v in reversed(list(enumerate(x))))
+      elif _tensors_inside(x): skipped.append(f"{pre.strip('.') or '<root>'} ({x._global})")
+  if skipped:
+    raise ValueError(f"{path}: tensors inside classes torch_load doesn't load: {', '.join(skipped)}; valid: tensors, "
+                     "nn.Parameters and dicts/lists/tuples of them (save a plain state_dict)")
   return out
 
 
@@ -330,27 +504,59 @@ _GGML_TYPES = {0: (1, 4, "F32"), 1: (1, 2, "F16"), 30: (1, 2, "BF16"), 2: (32, 1
                6: (32, 22, "Q5_0"), 7: (32, 24, "Q5_1"), 8: (32, 34, "Q8_0")}
 
 
+_GGUF_MAX_DEPTH = 8   # arrays of arrays nest this deep at most (real files use one level)
+_GGML_MAX_DIMS = 4    # ggml tensors have at most 4 dimensions (GGML_MAX_DIMS in ggml.h)
+# the fewest bytes one more entry can take: a string (8-byte length), a kv (key string + 4-byte type + 1-byte value),
+# a tensor info (name string + 4-byte n_dims + 4-byte type + 8-byte offset), one array item of each value type
+_GGUF_MIN_ITEM = {8: 8, 9: 12, **{t: struct.calcsize(f) for t, f in _GGUF_SCALARS.items()}}
+
+
 class _Reader:
+  """Reads a GGUF byte string; every read is bounds-checked (ValueError naming what and where, never struct.error)."""
+
   def __init__(self, data: memoryview): self.data, self.pos = data, 0
 
-  def unpack(self, fmt: str) -> Any:
+  def need(self, n: int, what: str) -> None:
+    if n > len(self.data) - self.pos:
+      raise ValueError(f"GGUF file truncated: {what} at byte {self.pos} needs {n} bytes, {len(self.data) - self.pos} "
+                       f"are left (file size {len(self.data)})")
+
+  def unpack(self, fmt: str, what: str = "value") -> Any:
+    self.need(struct.calcsize(fmt), what)
     v = struct.unpack_from(fmt, self.data, self.pos)
     self.pos += struct.calcsize(fmt)
     return v[0] if len(v) == 1 else v
 
-  def string(self) -> str:
-    n = self.unpack("<Q")
-    s = bytes(self.data[self.pos:self.pos + n]).decode("utf-8")
-    self.pos += n
-    return s
+  def count(self, what: str, min_item: int) -> int:
+    """A u64 count of items that each take at least `min_item` bytes: refused when the rest of the file can't hold
+    them (a hostile count would otherwise make us loop or allocate for 2**64 items)."""
+    at, n = self.pos, self.unpack("<Q", what)
+    if n * min_item > len(self.data) - self.pos:
+      raise ValueError(f"GGUF {what} {n} at byte {at} is more than the {len(self.data) - self.pos} bytes left can hold")
+    return n
 
-  def value(self, vtype: int) -> Any:
-    if vtype == 8: return self.string()
+  def string(self, what: str = "string") -> str:
+    at, n = self.pos, self.count(f"{what} length", 1)
+    raw = bytes(self.data[self.pos:self.pos + n])
+    self.pos += n
+    try: return raw.decode("utf-8")
+    except UnicodeDecodeError as e: raise ValueError(f"GGUF {what} at byte {at} is not valid UTF-8 ({e})") from e
+
+  def value(self, vtype: int, key: str, depth: int = 0) -> Any:
+    if vtype == 8: return self.string(f"value of {key!r}")
     if vtype == 9:
-      itype, n = self.unpack("<I"), self.unpack("<Q")
-      return [self.value(itype) for _ in range(n)]
-    if vtype not in _GGUF_SCALARS: raise ValueError(f"GGUF: unknown metadata value type {vtype}")
-    return self.unpack(_GGUF_SCALARS[vtype])
+      if depth >= _GGUF_MAX_DEPTH: raise ValueError(f"GGUF {key!r}: arrays nested deeper than {_GGUF_MAX_DEPTH}")
+      itype = self.unpack("<I", f"array type of {key!r}")
+      if itype not in _GGUF_MIN_ITEM: raise ValueError(f"GGUF {key!r}: unknown array item type {itype}")
+      n = self.count(f"array length of {key!r}", _GGUF_MIN_ITEM[itype])
+      if itype in _GGUF_SCALARS:  # one unpack for the whole array
+        fmt = _GGUF_SCALARS[itype]
+        vals = self.unpack(f"<{n}{fmt[1]}", f"array {key!r}") if n else ()
+        return list(vals) if n != 1 else [vals]
+      return [self.value(itype, key, depth + 1) for _ in range(n)]
+    if vtype not in _GGUF_SCALARS:
+      raise ValueError(f"GGUF {key!r}: unknown metadata value type {vtype}; valid: 0-12")
+    return self.unpack(_GGUF_SCALARS[vtype], f"value of {key!r}")
 
 
 def _dequant(raw: np.ndarray, ggml_type: int, n: int) -> np.ndarray:
@@ -385,7 +591,10 @@ def gguf_load(fn: str | os.PathLike | bytes | Tensor) -> tuple[dict[str, Any], d
   """(metadata key/values, {name: float32 Tensor}) of a GGUF (v2/v3) file; quantized tensors are dequantized.
 
   Shapes are numpy order (GGUF lists dims fastest-first, so they come reversed). Supported tensor types: F32, F16,
-  BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1; others raise naming the type.
+  BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1; others raise naming the type. Everything is validated before any tensor is
+  made (ValueError naming the field and byte offset): reads past the end, counts the file can't hold, non-UTF-8
+  strings, nesting, duplicate keys or names, the alignment (a power of two), dims (at most 4), tensor offsets (aligned,
+  inside the data section, not overlapping).
   """
   if isinstance(fn, Tensor): data = memoryview(fn.numpy().tobytes())
   elif isinstance(fn, (bytes, bytearray, memoryview)): data = memoryview(bytes(fn))
@@ -393,29 +602,50 @@ def gguf_load(fn: str | os.PathLike | bytes | Tensor) -> tuple[dict[str, Any], d
   r = _Reader(data)
   if bytes(data[:4]) != b"GGUF": raise ValueError(f"not a GGUF file: magic {bytes(data[:4])!r}, expected b'GGUF'")
   r.pos = 4
-  version = r.unpack("<I")
+  version = r.unpack("<I", "version")
   if version not in (2, 3): raise ValueError(f"GGUF version {version} is not supported (2 and 3 are)")
-  n_tensors, n_kv = r.unpack("<Q"), r.unpack("<Q")
+  n_tensors = r.count("tensor count", 8 + 4 + 4 + 8)
+  n_kv = r.count("metadata count", 8 + 4 + 1)
   kv: dict[str, Any] = {}
   for _ in range(n_kv):
-    k = r.string()
-    kv[k] = r.value(r.unpack("<I"))
+    k = r.string("metadata key")
+    if k in kv: raise ValueError(f"GGUF metadata key {k!r} appears twice")
+    kv[k] = r.value(r.unpack("<I", f"type of {k!r}"), k)
   infos = []
   for _ in range(n_tensors):
-    name = r.string()
-    dims = [r.unpack("<Q") for _ in range(r.unpack("<I"))]
-    infos.append((name, dims, r.unpack("<I"), r.unpack("<Q")))
-  align = int(kv.get("general.alignment", 32))
+    name = r.string("tensor name")
+    if any(name == i[0] for i in infos): raise ValueError(f"GGUF tensor {name!r} appears twice")
+    ndim = r.unpack("<I", f"dims of {name!r}")
+    if ndim > _GGML_MAX_DIMS: raise ValueError(f"GGUF tensor {name!r} has {ndim} dims; ggml allows 0-{_GGML_MAX_DIMS}")
+    dims = [r.unpack("<Q", f"shape of {name!r}") for _ in range(ndim)]
+    infos.append((name, dims, r.unpack("<I", f"type of {name!r}"), r.unpack("<Q", f"offset of {name!r}")))
+  align = kv.get("general.alignment", 32)
+  if not _is_int(align) or align <= 0 or align & (align - 1):
+    raise ValueError(f"GGUF general.alignment {align!r} must be a positive power of two (default 32)")
   start = -(-r.pos // align) * align
-  out: dict[str, Tensor] = {}
+  data_size = len(data) - start
+  spans = []
   for name, dims, gtype, offset in infos:
     if gtype not in _GGML_TYPES:
       raise ValueError(f"GGUF tensor {name!r} has ggml type {gtype}; supported: "
                        + ", ".join(f"{v[2]} ({k})" for k, v in _GGML_TYPES.items()))
-    n = int(np.prod(dims, dtype=np.int64)) if dims else 1
+    n = math.prod(dims)
     be, bb, tname = _GGML_TYPES[gtype]
     if n % be: raise ValueError(f"GGUF tensor {name!r}: {n} elements are not whole {tname} blocks of {be}")
     nbytes = n // be * bb
+    if offset % align: raise ValueError(f"GGUF tensor {name!r}: offset {offset} is not a multiple of the alignment "
+                                        f"{align}")
+    if offset + nbytes > data_size:
+      raise ValueError(f"GGUF tensor {name!r}: {nbytes} bytes at offset {offset} run past the data section of "
+                       f"{max(data_size, 0)} bytes")
+    if nbytes: spans.append((offset, offset + nbytes, name))
+  spans.sort()
+  for (s0, e0, k0), (s1, e1, k1) in zip(spans, spans[1:]):
+    if s1 < e0: raise ValueError(f"GGUF tensors {k0!r} [{s0}, {e0}) and {k1!r} [{s1}, {e1}) overlap")
+  out: dict[str, Tensor] = {}
+  for name, dims, gtype, offset in infos:
+    n = math.prod(dims)
+    nbytes = n // _GGML_TYPES[gtype][0] * _GGML_TYPES[gtype][1]
     raw = np.frombuffer(data, dtype=np.uint8, count=nbytes, offset=start + offset)
     out[name] = Tensor(_dequant(raw, gtype, n).reshape(tuple(reversed(dims))))
   return kv, out

@@ -11,9 +11,10 @@ Rules:
 
 - Importing ``tiny_uop`` scans nothing and imports no plugin. The first ``Device[...]`` or ``Device.DEFAULT`` scans
   the entry points once; only the descriptors needed are imported, and only the device asked for is opened.
-- A plugin that fails (its import raises, its entry point is not a `DevicePlugin`, it was built for a `PLUGIN_API`
-  this tiny-uop can't serve: another major, or a newer minor, see `api_mismatch`; or opening its device raises) is
-  recorded with a reason and never breaks other devices.
+- A plugin that fails (its import raises -- any exception, `SystemExit` included, only `KeyboardInterrupt` passes --,
+  its entry point is not a `DevicePlugin`, it was built for a `PLUGIN_API` this tiny-uop can't serve: another major, or
+  a newer minor, see `api_mismatch`; or opening its device raises) is recorded with a reason and never breaks other
+  devices.
   ``python -m tiny_uop.plugins`` prints every device and renderer with its package, version, status and reason.
 - ``TINY_PLUGINS=CPU,AMD`` is an allow-list of device plugins; ``DEV=`` picks the default device (see
   `tiny_uop.target`).
@@ -148,7 +149,8 @@ class PluginRecord:
     if not self.loaded:
       self.loaded = True
       try: self.obj = self.loader()
-      except Exception as e:
+      except KeyboardInterrupt: raise
+      except BaseException as e:  # noqa: BLE001 -- SystemExit/GeneratorExit in a plugin's import must not end us
         self.reason = f"import of {self.value} failed: {type(e).__name__}: {e}"
         return None
       if self.kind == "device": self._check_device()
@@ -296,7 +298,8 @@ class _Device:
       except DeviceUnavailableError as e:  # the driver's own complete answer ("no /dev/kfd; ..."): no traceback chain
         self._failed[canon] = str(e)
         raise DeviceUnavailableError(f"device {canon!r} is unavailable: {e}") from None
-      except Exception as e:
+      except KeyboardInterrupt: raise
+      except BaseException as e:  # noqa: BLE001 -- a plugin's sys.exit() while opening is its failure, not ours
         self._failed[canon] = f"{type(e).__name__}: {e}"
         raise DeviceUnavailableError(f"device {canon!r} is unavailable: {self._failed[canon]}") from e
       self._opened[canon] = dev
