@@ -30,7 +30,7 @@ from tiny_tensor import engine
 from tiny_tensor import multi as _multi
 from tiny_tensor.creation import CreationMixin
 from tiny_tensor.gradient import compute_gradient
-from tiny_tensor.helpers import _broadcast_shape, _canonical_device, _view_base, argfix
+from tiny_tensor.helpers import _broadcast_shape, _canonical_device, _shrink_box, _view_base, argfix
 from tiny_tensor.indexing import IndexingMixin
 
 __all__ = ["Tensor"]
@@ -336,6 +336,12 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
       self.uop = UOp(Ops.ASSIGN, self.dtype, (self.uop, x.uop))  # lowered into one ASSIGN per shard
     elif engine.is_realized(self.uop): self.uop = self.uop.assign(x.uop)
     elif self.uop.op is Ops.ASSIGN: self.uop = self.uop.src[0].assign(x.uop)
+    elif (box := _shrink_box(self.uop)) is not None:
+      # a window (shrinks only, offsets may be Variables) of a realized buffer: write the window in the buffer, now,
+      # as `buf[window] = x` (so every tensor on that buffer sees it, and lazy readers of it the old values)
+      buf, window = box
+      Tensor._new(buf, False)[tuple(slice(a, b) for a, b in window)] = x
+      return self
     elif (base := _view_base(self.uop)) is not None:
       raise RuntimeError(f"can't assign into a non-contiguous view ({base}) of a realized buffer; assign into the base "
                          f"tensor with indexing (base[idx] = value) or make this one .contiguous() first")
