@@ -90,7 +90,7 @@ def test_tinyjit_on_sharded_inputs_and_outputs():
   @TinyJit
   def f(x): return (x @ w).relu(), (x @ w).sum()  # a split result and an all-reduced one
 
-  for i in range(4):
+  for _ in range(4):
     a = rng.standard_normal((6, 3)).astype(np.float32)
     y, s = f(Tensor(a).shard(D, 0))
     assert y.device == w.device and y.uop.arg == 0

@@ -255,7 +255,8 @@ def _prepare(args: tuple, kwargs: dict) -> tuple[list[Buffer], list, list, dict[
       if isinstance(t, Tensor) and not any(t is y for y in tensors): tensors.append(t); names.append((name, "item"))
   bufs: list[Buffer] = []
   info = []
-  if (unrealized := [t for t in tensors if not all(map(engine.is_realized, _parts(t.uop)))]): Tensor.realize(*unrealized)
+  unrealized = [t for t in tensors if not all(map(engine.is_realized, _parts(t.uop)))]
+  if unrealized: Tensor.realize(*unrealized)
   for t in tensors:
     # an input is a leaf of the captured function: autograd must not look through it into the graph it was realized
     # from (e.g. a sharded input's shrinks and copies of the first call's data), which a replay would not see
