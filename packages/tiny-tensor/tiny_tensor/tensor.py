@@ -1289,12 +1289,18 @@ def _old_value_readers(uops: list[UOp], ts: list[Tensor]) -> list[Tensor]:
   which the backward computes); so this plans the schedule once to see which values get buffers."""
   targets = {bv[0] for u in uops if u.op is Ops.ASSIGN and (bv := engine.buffer_view(u.src[0])) is not None}
   if not targets: return []
-  def reads_old(t: Tensor, done: set[UOp] | dict) -> bool:
-    return any(n in targets for n in t.uop.toposort(gate=lambda x: x.op is not Ops.ASSIGN and x not in done))
   cands = [t for t in list(_lazy_tensors.values()) if not any(t is x for x in ts) and not engine.is_realized(t.uop)
-           and any(b in t.uop.toposort() for b in targets)]  # the cached walk first: most graphs read none of them
-  if not (cands := [t for t in cands if reads_old(t, set())]): return []
-  return [t for t in cands if reads_old(t, engine.plan(uops, _shared_with_other_graphs(uops)).becomes)]
+           and any(b in t.uop.toposort() for b in targets)]  # (cached walks: most graphs read none of them)
+  if not cands: return []
+  def reading(done: Any) -> list[Tensor]:
+    # one walk over all their graphs: a node reads an old value if it is a target buffer or, unless it is an ASSIGN
+    # (its value is the new one) or gets a buffer in this realize (`done`), one of its sources does
+    old: dict[UOp, bool] = {}
+    for n in UOp.sink(*[t.uop for t in cands]).toposort():
+      old[n] = n in targets or (n.op is not Ops.ASSIGN and n not in done and any(old[x] for x in n.src))
+    return [t for t in cands if old[t.uop]]
+  if not (cands := reading(())): return []
+  return reading(engine.plan(uops, _shared_with_other_graphs(uops)).becomes)
 
 
 def _shared_with_other_graphs(uops: list[UOp]) -> set[UOp]:
