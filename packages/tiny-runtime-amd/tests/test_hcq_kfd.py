@@ -163,7 +163,21 @@ def test_kfdiface_on_the_mock():
   res = iface.ioctl("WAIT_EVENTS", events_ptr=int(kfd.ffi.cast("uintptr_t", ids)), num_events=1, timeout=10)
   assert res.wait_result == kfd.WAIT_RESULT_COMPLETE
   with pytest.raises(kfd.KFDError, match="FREE_MEMORY_OF_GPU"): iface.ioctl("FREE_MEMORY_OF_GPU", handle=99999)
-  with pytest.raises(RuntimeError, match="AMD:3 does not exist"): kfd.KFDIface(3, MockFileIO)
+  with pytest.raises(RuntimeError, match="AMD:4 does not exist"): kfd.KFDIface(4, MockFileIO)
+
+
+def test_mock_has_several_gpus_each_with_its_own_id_vm_and_render_node():
+  from tiny_runtime_amd.mock.driver import GPU_IDS, driver
+  a, b = kfd.KFDIface(0, MockFileIO), kfd.KFDIface(1, MockFileIO)
+  assert (a.node.gpu_id, b.node.gpu_id) == GPU_IDS[:2] and a.node.drm_render_minor + 1 == b.node.drm_render_minor
+  buf = b.alloc(64, host=True)  # mapped through GPU 1's render node
+  assert driver().alloc_gpu[buf.meta[0]] == GPU_IDS[1]
+  with pytest.raises(OSError, match="matches no allocation of its GPU"):  # GPU 0's render node can't map it
+    a.drm.mmap(buf.va_addr, buf.size, 0, 0, buf.meta[0] << 12)
+  b.free(buf)
+  with pytest.raises(kfd.KFDError, match="ACQUIRE_VM.*unknown gpu_id"): a.ioctl("ACQUIRE_VM", drm_fd=4, gpu_id=0x42)
+  with pytest.raises(kfd.KFDError, match="unknown gpu_id"):
+    a.ioctl("ALLOC_MEMORY_OF_GPU", va_addr=0x7000_0000_0000, size=0x1000, gpu_id=0x42, flags=0)
 
 
 def test_clear_errors_without_kfd_or_permission():

@@ -1,4 +1,4 @@
-"""`MOCK+AMD`: an in-process stand-in for the amdgpu KFD driver and a gfx1100 GPU.
+"""`MOCK+AMD`: an in-process stand-in for the amdgpu KFD driver and `GPUS` gfx1100 GPUs (MOCK+AMD:0..GPUS-1).
 
 `MockFileIO` implements the `FileIOInterface` seam: opening `/dev/kfd`, the render node and the sysfs topology
 files, ioctls decoded from the same cffi structs as the real driver uses, and mmaps. Memory allocated through it is
@@ -52,6 +52,8 @@ class CheckedMemory(Memory):
 
 GPU_ID = 0x1100  # any nonzero id; the topology and every ioctl agree on it
 RENDER_MINOR = 128
+GPUS = 4  # gfx1100 nodes in the topology (MOCK+AMD:0..3): node i+1 has gpu_id GPU_ID+i and render node RENDER_MINOR+i
+GPU_IDS = tuple(GPU_ID + i for i in range(GPUS))
 DOORBELL_PAGE = 0x2000
 TIMESTAMP_HZ = 100_000_000
 LDS_GRANULE = 512  # COMPUTE_PGM_RSRC2.LDS_SIZE unit on gfx10+ (128 dwords)  # gfx11 GPU timestamps count at 100 MHz
@@ -65,11 +67,19 @@ GFX1100_PROPERTIES = {
 
 
 def sysfs_files() -> dict[str, str]:
-  """The topology files of one CPU node and one gfx1100 node."""
+  """The topology files of one CPU node (0) and `GPUS` gfx1100 nodes (1..GPUS), each with its own render node."""
   t = kfd.TOPOLOGY
-  gpu = "\n".join(f"{k} {v}" for k, v in GFX1100_PROPERTIES.items()) + "\n"
-  return {f"{t}/0/gpu_id": "0\n", f"{t}/0/properties": "cpu_cores_count 16\nsimd_count 0\n",
-          f"{t}/1/gpu_id": f"{GPU_ID}\n", f"{t}/1/properties": gpu}
+  out = {f"{t}/0/gpu_id": "0\n", f"{t}/0/properties": "cpu_cores_count 16\nsimd_count 0\n"}
+  for i, gid in enumerate(GPU_IDS):
+    props = {**GFX1100_PROPERTIES, "drm_render_minor": RENDER_MINOR + i}
+    out[f"{t}/{i + 1}/gpu_id"] = f"{gid}\n"
+    out[f"{t}/{i + 1}/properties"] = "\n".join(f"{k} {v}" for k, v in props.items()) + "\n"
+  return out
+
+
+def render_paths() -> dict[str, int]:
+  """Render node path -> the gpu_id of its GPU."""
+  return {f"/dev/dri/renderD{RENDER_MINOR + i}": gid for i, gid in enumerate(GPU_IDS)}
 
 
 @dataclass
@@ -95,8 +105,9 @@ class MockKFD:
     self.mapped: set[int] = set()
     self.queues: dict[int, MockQueue] = {}
     self.events: dict[int, int] = {}
+    self.alloc_gpu: dict[int, int] = {}  # handle -> the gpu_id it was allocated on
     self.next_handle, self.next_queue, self.next_event = 1, 1, 1
-    self.vm_acquired = False
+    self.vms: set[int] = set()  # gpu_ids whose VM this process acquired
     self.doorbells = (ctypes.c_uint64 * (DOORBELL_PAGE // 8))()
     self.ranges: dict[int, int] = {}  # start -> end of every allocation the GPU can reach
     self.range_starts: list[int] = []
@@ -113,18 +124,19 @@ class MockKFD:
   def _get_version(self, a: Any) -> None: a.major_version, a.minor_version = 1, 14
 
   def _acquire_vm(self, a: Any) -> None:
-    if a.gpu_id != GPU_ID: raise OSError(22, f"ACQUIRE_VM: unknown gpu_id {a.gpu_id:#x}")
-    self.vm_acquired = True
+    if a.gpu_id not in GPU_IDS: raise OSError(22, f"ACQUIRE_VM: unknown gpu_id {a.gpu_id:#x}")
+    self.vms.add(a.gpu_id)
 
   def _alloc_memory_of_gpu(self, a: Any) -> None:
-    if not self.vm_acquired: raise OSError(22, "ALLOC_MEMORY_OF_GPU before ACQUIRE_VM")
-    if a.gpu_id != GPU_ID: raise OSError(22, f"ALLOC_MEMORY_OF_GPU: unknown gpu_id {a.gpu_id:#x}")
+    if a.gpu_id not in GPU_IDS: raise OSError(22, f"ALLOC_MEMORY_OF_GPU: unknown gpu_id {a.gpu_id:#x}")
+    if a.gpu_id not in self.vms: raise OSError(22, f"ALLOC_MEMORY_OF_GPU on gpu {a.gpu_id:#x} before its ACQUIRE_VM")
     if a.size == 0 or a.size % 0x1000: raise OSError(22, f"ALLOC_MEMORY_OF_GPU: size {a.size:#x} is not page aligned")
     if not a.flags & kfd.ALLOC_USERPTR:  # back the reserved VA with memory (the GPU and the host share it)
       FileIOInterface.anon_mmap(a.va_addr, a.size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED)
     a.handle, self.next_handle = self.next_handle, self.next_handle + 1
     a.mmap_offset = a.handle << 12
     self.allocs[a.handle] = (a.va_addr, a.size, a.flags)
+    self.alloc_gpu[a.handle] = a.gpu_id
     self.ranges[a.va_addr] = a.va_addr + a.size
     self.range_starts = sorted(self.ranges)
 
@@ -132,13 +144,15 @@ class MockKFD:
     if a.handle not in self.allocs: raise OSError(22, f"FREE_MEMORY_OF_GPU: unknown handle {a.handle}")
     if a.handle in self.mapped: raise OSError(16, f"FREE_MEMORY_OF_GPU: handle {a.handle} is still mapped")
     va, _, _ = self.allocs.pop(a.handle)
+    self.alloc_gpu.pop(a.handle, None)
     self.ranges.pop(va, None)
     self.range_starts = sorted(self.ranges)
 
   def _map_memory_to_gpu(self, a: Any) -> None:
     if a.handle not in self.allocs: raise OSError(22, f"MAP_MEMORY_TO_GPU: unknown handle {a.handle}")
     ids = ctypes.cast(a.device_ids_array_ptr, ctypes.POINTER(ctypes.c_uint32))
-    if any(ids[i] != GPU_ID for i in range(a.n_devices)): raise OSError(22, "MAP_MEMORY_TO_GPU: unknown gpu id")
+    if (bad := [ids[i] for i in range(a.n_devices) if ids[i] not in self.vms]):
+      raise OSError(22, f"MAP_MEMORY_TO_GPU: gpu id {bad[0]:#x} is unknown or its VM isn't acquired")
     self.mapped.add(a.handle)
     a.n_success = a.n_devices
 
@@ -148,6 +162,7 @@ class MockKFD:
     a.n_success = a.n_devices
 
   def _create_queue(self, a: Any) -> None:
+    if a.gpu_id not in self.vms: raise OSError(22, f"CREATE_QUEUE: gpu id {a.gpu_id:#x} is unknown or has no VM")
     if a.queue_type not in (kfd.QUEUE_TYPE_COMPUTE, kfd.QUEUE_TYPE_SDMA):
       raise OSError(22, f"CREATE_QUEUE: mock supports PM4 compute and SDMA queues, not type {a.queue_type}")
     if a.ring_size & (a.ring_size - 1): raise OSError(22, f"CREATE_QUEUE: ring size {a.ring_size} is not a power of 2")
@@ -320,7 +335,7 @@ _DRIVER: MockKFD | None = None
 
 
 def driver() -> MockKFD:
-  """The process's mock driver (one mock gfx1100), created on first use."""
+  """The process's mock driver (`GPUS` mock gfx1100s), created on first use."""
   global _DRIVER
   if _DRIVER is None: _DRIVER = MockKFD()
   return _DRIVER
@@ -333,7 +348,8 @@ class MockFileIO(FileIOInterface):
     self.path, self.fd = path, None
     if path and not self.exists(path): raise FileNotFoundError(2, f"mock KFD: no such file {path!r}")
     self.drv = driver()
-    self.fd = {kfd.KFD_PATH: 3, f"/dev/dri/renderD{RENDER_MINOR}": 4}.get(path, 5) if path else None
+    fds = {kfd.KFD_PATH: 3, **{p: 4 + i for i, p in enumerate(render_paths())}}
+    self.fd = fds.get(path, 100) if path else None
 
   def __del__(self) -> None: pass
 
@@ -347,10 +363,11 @@ class MockFileIO(FileIOInterface):
 
   def mmap(self, start: int, size: int, prot: int, flags: int, offset: int) -> int:
     if self.path == kfd.KFD_PATH and offset >> 28 == 0xD: return ctypes.addressof(self.drv.doorbells)
-    if self.path.startswith("/dev/dri/renderD"):
+    if (gid := render_paths().get(self.path)) is not None:
       va, sz, _ = self.drv.allocs.get(offset >> 12, (0, 0, 0))
-      if va != start or size > sz:
-        raise OSError(22, f"mock render mmap at {start:#x} size {size:#x} offset {offset:#x} matches no allocation")
+      if va != start or size > sz or self.drv.alloc_gpu.get(offset >> 12) != gid:
+        raise OSError(22, f"mock render mmap of {self.path} at {start:#x} size {size:#x} offset {offset:#x} matches no "
+                          f"allocation of its GPU")
       return start  # the allocation is already backed at its VA
     raise OSError(19, f"mock mmap of {self.path!r} offset {offset:#x} is not supported")
 
@@ -361,7 +378,7 @@ class MockFileIO(FileIOInterface):
   @staticmethod
   def exists(path: str) -> bool:
     files = driver().files
-    return path in (kfd.KFD_PATH, f"/dev/dri/renderD{RENDER_MINOR}") or path in files or \
+    return path == kfd.KFD_PATH or path in render_paths() or path in files or \
       any(f.startswith(path.rstrip("/") + "/") for f in files)
 
   @staticmethod
