@@ -84,3 +84,21 @@ def test_float_to_int_casts_match_reference(target, dt):
   X, C = np.array(FLOATS, np.float32), np.zeros(n, to_numpy(dt))
   run(target, ast, [C, X])
   for x, got in zip(X.tolist(), C.tolist()): assert got == float_to_int(x, dt), f"{x!r} -> {dt}: got {got}"
+
+
+@TARGETS
+def test_bitcast_between_8_bit_ints_reextends(target):
+  # int8 <-> uint8 keep the byte; widening afterwards must see the new signedness (PTX keeps 8-bit values extended in
+  # 16-bit registers, and has no mov.b8)
+  vals = [0, 1, 127, -128, -1, -77]
+  n = len(vals)
+  c, d, a = UOp(Ops.PARAM, dtypes.uint32.ptr(n), arg=0), UOp(Ops.PARAM, dtypes.int32.ptr(n), arg=1), \
+    UOp(Ops.PARAM, dtypes.int8.ptr(n), arg=2)
+  i = UOp.range(n, 0)
+  u8 = a.index(i).load().bitcast(dtypes.uint8)
+  ast = UOp.sink(c.index(i).store(u8.cast(dtypes.uint32)),
+                 d.index(i).store(u8.bitcast(dtypes.int8).cast(dtypes.int32)), arg=KernelInfo())
+  A = np.array(vals, np.int8)
+  C, D = np.zeros(n, np.uint32), np.zeros(n, np.int32)
+  run(target, ast, [C, D, A])
+  assert C.tolist() == A.view(np.uint8).astype(np.uint32).tolist() and D.tolist() == vals

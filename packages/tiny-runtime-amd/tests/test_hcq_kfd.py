@@ -149,8 +149,8 @@ def test_kfdiface_on_the_mock():
   assert iface.proc.event_page is not None and ev.mailbox == iface.proc.event_page.va_addr + 8 * ev.event_id
   assert not iface.wait_event(ev, 0)  # nothing signaled it: a zero-timeout wait polls and returns
   with pytest.raises(kfd.KFDError, match="FREE_MEMORY_OF_GPU"): iface.ioctl("FREE_MEMORY_OF_GPU", handle=99999)
-  with pytest.raises(RuntimeError, match="AMD:3 does not exist; this machine has 2 AMD GPU"):
-    kfd.KFDIface(3, MockFileIO)
+  with pytest.raises(RuntimeError, match="AMD:4 does not exist; this machine has 4 AMD GPU"):
+    kfd.KFDIface(4, MockFileIO)
 
 
 def test_clear_errors_without_kfd_or_permission():

@@ -23,7 +23,7 @@ def test_two_mocked_gpus_are_two_devices():
   ev_page = d0.iface.proc.event_page
   assert ev_page is not None and set(ev_page.meta.gpu_ids) >= {d0.iface.node.gpu_id, d1.iface.node.gpu_id}
   assert d0.event.event_id != d1.event.event_id
-  with pytest.raises(Exception, match="AMD:2 does not exist; this machine has 2 AMD GPU"): Device["MOCK+AMD:2"]
+  with pytest.raises(Exception, match="AMD:4 does not exist; this machine has 4 AMD GPU"): Device["MOCK+AMD:4"]
 
 
 @pytest.mark.skipif(find_ld_lld() is None, reason="ld.lld not installed: the AMDGPU compiler can't link")

@@ -135,3 +135,58 @@ def test_errors():
   with pytest.raises(RuntimeError, match="training mode"): opt.step()
   opt.zero_grad()
   with Tensor.train(), pytest.raises(RuntimeError, match="backward"): opt.step()
+
+
+def _np_newton_schulz(g, steps, coefs, eps=1e-7):
+  """Muon's orthogonalization in float64: X = G/|G|_F (transposed if tall), X <- a X + b (XX^T) X + c (XX^T)^2 X."""
+  tall = g.shape[0] > g.shape[1]
+  x = g.T if tall else g
+  x = x / (np.linalg.norm(x) + eps)
+  for _ in range(steps):
+    gram = x @ x.T
+    x = coefs[0] * x + coefs[1] * gram @ x + coefs[2] * gram @ gram @ x
+  return x.T if tall else x
+
+
+@pytest.mark.parametrize("nesterov", [True, False])
+def test_muon_matches_numpy_reference(nesterov):
+  lr, mom, wd, steps, coefs = 0.02, 0.95, 0.1, 5, (3.4445, -4.775, 2.0315)
+  ps = [W0.astype(np.float64), B0.astype(np.float64)]
+  buf = [np.zeros_like(p) for p in ps]
+  for _ in range(STEPS):
+    gs = _np_grads(ps[0].astype(np.float32), ps[1].astype(np.float32))
+    for i, g in enumerate(gs):
+      buf[i] = mom * buf[i] + g
+      u = g + mom * buf[i] if nesterov else buf[i]
+      u = _np_newton_schulz(u.reshape(u.shape[0], -1), steps, coefs).reshape(u.shape)  # a bias is a (n, 1) column
+      ps[i] = ps[i] - lr * u - lr * wd * ps[i]
+  ours = _tiny(lambda p: nn.optim.Muon(p, lr=lr, momentum=mom, weight_decay=wd, nesterov=nesterov))
+  for a, b in zip(ours, ps): np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+  assert not np.allclose(ours[0], W0, atol=1e-2)
+
+
+def test_muon_matches_torch_muon():
+  # torch.optim.Muon: momentum buffer lerped ((1-m) times ours: Newton-Schulz normalizes that away), nesterov by
+  # default, decoupled weight decay, lr scaled by sqrt(max(1, rows/cols)) (1 for a wide matrix, as here); its
+  # Newton-Schulz runs in bfloat16, hence the tolerance
+  w0 = np.random.default_rng(5).standard_normal((3, 5)).astype(np.float32)
+  x = np.random.default_rng(6).standard_normal((4, 3)).astype(np.float32)
+  w, tw = Tensor(w0.copy(), requires_grad=True), torch.tensor(w0.copy(), requires_grad=True)
+  opt, topt = nn.optim.Muon([w], lr=0.02, weight_decay=0.1), torch.optim.Muon([tw], lr=0.02, weight_decay=0.1)
+  with Tensor.train():
+    for _ in range(STEPS):
+      opt.zero_grad(); topt.zero_grad()  # noqa: E702
+      (Tensor(x) @ w).sin().sum().backward()
+      (torch.tensor(x) @ tw).sin().sum().backward()
+      opt.step(); topt.step()  # noqa: E702
+  moved = np.abs(tw.detach().numpy() - w0).max()
+  assert moved > 0.05
+  np.testing.assert_allclose(w.numpy(), tw.detach().numpy(), atol=0.02 * moved)
+
+
+def test_lars_takes_tinygrads_positional_arguments():
+  # LARS(params, lr, momentum, weight_decay, ns_steps, ns_coefficients, nesterov, classic, pre_wd, tcoef)
+  w = Tensor([1.0, 2.0], requires_grad=True)
+  opt = nn.optim.LARS([w], 0.1, 0.9, 0.0, 0, None, True, False, True, 0.0)
+  assert (opt.momentum, opt.nesterov, opt.classic, opt.pre_wd, opt.tcoef) == (0.9, True, False, True, 0.0)
+  with pytest.raises(ValueError, match="Newton-Schulz"): nn.optim.LARS([w], 0.1, ns_steps=0, ns_coefficients=(1.0,))

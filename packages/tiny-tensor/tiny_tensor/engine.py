@@ -284,13 +284,19 @@ def run_schedule(calls: list[UOp], var_vals: dict[str, int]) -> None:
     else: raise RuntimeError(f"the engine can't run a CALL of {ast.op}")
 
 
+def plan(uops: list[UOp], expose: Iterable[UOp] = ()) -> Any:
+  """The schedule that `realize(uops, expose)` would run (the scheduler caches it by graph structure, so realizing
+  the same graphs afterwards doesn't schedule again)."""
+  from tiny_codegen.schedule import create_schedule
+  return create_schedule(UOp.sink(*[u for u in uops if not is_realized(u)]), expose)
+
+
 def realize(uops: list[UOp], expose: Iterable[UOp] = ()) -> dict[UOp, UOp]:
   """Realize every graph in `uops` that is not a buffer yet; returns the scheduler's `becomes` map (which also
   covers the nodes of `expose` that got a buffer on the way: values other live graphs still use)."""
   todo = [u for u in uops if not is_realized(u)]
   if not todo: return {}
-  from tiny_codegen.schedule import create_schedule
-  sched = create_schedule(UOp.sink(*todo), expose)
+  sched = plan(todo, expose)
   calls = list(sched.calls)
   before = _totals() if DEBUG >= 1 else None
   run_schedule(calls, dict(getattr(sched, "var_vals", {}) or {}))

@@ -63,3 +63,13 @@ def _view_base(u: UOp) -> str | None:
   while n.op in GroupOp.Movement: n = n.src[0]
   if n.op is Ops.BUFFER and top is not n and not engine.is_realized(top): return top.op.name
   return None
+
+
+def _shrink_box(u: UOp) -> tuple[UOp, list[tuple[Any, Any]]] | None:
+  """(realized, [(start, end) per dim]) if `u` is one or more SHRINKs (symbolic starts too) of a realized tensor."""
+  n, box = u, None
+  while n.op is Ops.SHRINK:
+    box = list(n.arg) if box is None else [(a + c, a + d) for (a, _), (c, d) in zip(n.arg, box)]
+    n = n.src[0]
+  if box is None or not engine.is_realized(n): return None
+  return n, box

@@ -21,6 +21,13 @@ if TYPE_CHECKING:
 __all__ = ["IndexingMixin"]
 
 
+def _sym_name(u: Any) -> str:
+  """A symbolic int for an error message: a Variable's name, or the expression over the names."""
+  if not isinstance(u, UOp): return str(u)
+  if u.op is Ops.BIND: u = u.src[0]
+  return str(u.arg[0]) if u.op is Ops.DEFINE_VAR else u.render()
+
+
 class IndexingMixin:
   """`__getitem__`/`__setitem__` of `Tensor`."""
   __slots__ = ()
@@ -57,14 +64,19 @@ class IndexingMixin:
       s = self.shape[d]
       if isinstance(i, UOp):  # a bound Variable: a symbolic int index (jit replays bind other values)
         if i.dtype not in dtypes.ints or not (0 <= i.vmin and i.vmax < s):
-          raise IndexError(f"symbolic index {i.arg if i.op is Ops.DEFINE_VAR else i} with range [{i.vmin}, {i.vmax}]"
-                           f" is out of bounds for dimension {d} with size {s}")
+          raise IndexError(f"symbolic index {_sym_name(i)} with range [{i.vmin}, {i.vmax}] is out of bounds for "
+                           f"dimension {d} with size {s}")
         shrink.append((i, i + 1)); strides.append(1); mid_shape.append(1)  # noqa: E702
       elif isinstance(i, slice) and any(isinstance(x, UOp) for x in (i.start, i.stop)):
         start, stop = (0 if i.start is None else i.start), (s if i.stop is None else i.stop)
         n = ssimplify(stop - start)
         if i.step not in (None, 1) or not isinstance(n, int) or n < 0:
-          raise IndexError(f"a symbolic slice needs step 1 and a constant length, got {i}")
+          raise IndexError(f"a symbolic slice needs step 1 and a constant length, got {_sym_name(i.start)}:"
+                           f"{_sym_name(i.stop)}:{_sym_name(i.step)}")
+        lo, hi = (start.vmin if isinstance(start, UOp) else start), (stop.vmax if isinstance(stop, UOp) else stop)
+        if lo < 0 or hi > s:
+          raise IndexError(f"symbolic slice {_sym_name(start)}:{_sym_name(stop)} spans [{lo}, {hi}) at its extremes, "
+                           f"out of bounds for dimension {d} with size {s}")
         shrink.append((start, stop)); strides.append(1); mid_shape.append(n); out_shape.append(n)  # noqa: E702
       elif isinstance(i, int):
         if not -s <= i < s: raise IndexError(f"index {i} is out of bounds for dimension {d} with size {s}")
@@ -103,6 +115,15 @@ class IndexingMixin:
     x = x._pad_raw(tuple((0, 0) if j % 2 == 0 else (0, strides[j // 2] - 1) for j in range(x.ndim)))
     x = x.reshape([n * k for n, k in zip(mid, strides)])
     return x.shrink(tuple((0, sz) for sz in sizes))
+
+  def _unshrink(self, shrink: list[tuple[Any, Any]], shape: tuple[int, ...]) -> Tensor:
+    """The inverse of `shrink`: this tensor placed at [start, end) of each dim of `shape`, zeros around it. A symbolic
+    start (a bound Variable) pads by the whole dim on both sides, then shrinks at the symbolic offset: out[i] =
+    padded[i - start + s] (PAD takes constant amounts only; a symbolic SHRINK is a load at an offset)."""
+    sym = [not (isinstance(a, int) and isinstance(b, int)) for a, b in shrink]
+    if not any(sym): return self._pad_raw(tuple((a, s - b) for (a, b), s in zip(shrink, shape)))
+    x = self._pad_raw(tuple((s, s) if y else (a, s - b) for (a, b), s, y in zip(shrink, shape, sym)))
+    return x.shrink([(s - a, 2 * s - a) if y else None for (a, _), s, y in zip(shrink, shape, sym)])
 
   def __getitem__(self, indices: Any) -> Tensor:
     """numpy-style indexing: ints, slices (any step), None, ..., lists and int/bool Tensors.
@@ -194,14 +215,11 @@ class IndexingMixin:
 
   def __setitem__(self, indices: Any, v: Any) -> None:
     """Write `v` into the indexed part of this tensor (an ASSIGN into its buffer when realized)."""
-    view = self[indices]
+    view_shape = self[indices].shape  # (the view itself must not live on: it would be a lazy reader of the target)
     vt = v if isinstance(v, type(self)) else type(self)(v, device=self.device, dtype=self.dtype)
-    vt = vt.cast(self.dtype)._broadcast_to(view.shape)
-    if view.numel() == 0: return  # nothing to write
+    vt = vt.cast(self.dtype)._broadcast_to(view_shape)
+    if any(d == 0 for d in view_shape): return  # nothing to write
     plan = self._index_plan(indices)
-    if any(isinstance(x, UOp) for se in plan["shrink"] for x in se):
-      raise NotImplementedError(f"setitem at a symbolic (Variable) index {indices} is not supported yet (reading is); "
-                                f"index with an int tensor instead, which TinyJit replays with new values")
     if plan["tensors"]:  # the tensor-indexed part is scattered in the basic view, which then goes back like a slice
       base = self.shrink(plan["shrink"]) if self.ndim else self
       if plan["flips"]: base = base.flip(plan["flips"])
@@ -211,7 +229,7 @@ class IndexingMixin:
     def inverse(t: Tensor) -> Tensor:
       t = t.reshape(plan["mid"])._unstrided(plan["strides"], plan["mid"], sizes)
       if plan["flips"]: t = t.flip(plan["flips"])
-      return t._pad_raw(tuple((a, s - b) for (a, b), s in zip(plan["shrink"], self.shape))) if self.ndim else t
+      return t._unshrink(plan["shrink"], self.shape) if self.ndim else t
     mask = inverse(type(self).full(plan["out"], True, dtype=dtypes.bool, device=self.device))
     new = mask.where(inverse(vt.detach() if not vt.requires_grad else vt), self)
     if engine.is_realized(self.uop) or self.uop.op is Ops.ASSIGN:

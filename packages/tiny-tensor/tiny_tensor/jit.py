@@ -255,20 +255,31 @@ def _prepare(args: tuple, kwargs: dict) -> tuple[list[Buffer], list, list, dict[
       if isinstance(t, Tensor) and not any(t is y for y in tensors): tensors.append(t); names.append((name, "item"))
   bufs: list[Buffer] = []
   info = []
-  bvs = [engine.buffer_view(t.uop) for t in tensors]
-  if (unrealized := [t for t, bv in zip(tensors, bvs) if bv is None]):
-    Tensor.realize(*unrealized)
-    bvs = [engine.buffer_view(t.uop) for t in tensors]
-  for t, bv in zip(tensors, bvs):
-    b = engine.get_buffer(bv[0]) if bv is not None else None
-    if b is None: b = _buffer_of(t.contiguous().realize().uop)  # a view the engine keeps lazy: read a copy
-    if b is None: raise JitError(f"TinyJit input {t} could not be realized into a buffer")
-    bufs.append(b if b._opaque is not None else b.ensure_allocated())
+  unrealized = [t for t in tensors if not all(map(engine.is_realized, _parts(t.uop)))]
+  if unrealized: Tensor.realize(*unrealized)
+  for t in tensors:
+    # an input is a leaf of the captured function: autograd must not look through it into the graph it was realized
+    # from (e.g. a sharded input's shrinks and copies of the first call's data), which a replay would not see
+    if t._origin is not None: t._origin = None
+    # a multi-device tensor is one input per shard (in device order); its layout (split axis) must stay the same
+    for part in _parts(t.uop):
+      bv = engine.buffer_view(part)
+      b = engine.get_buffer(bv[0]) if bv is not None else None
+      if b is None and part is t.uop: b = _buffer_of(t.contiguous().realize().uop)  # a lazy view: read a copy
+      if b is None: raise JitError(f"TinyJit input {t} could not be realized into a buffer")
+      bufs.append(b if b._opaque is not None else b.ensure_allocated())
     shape = t.uop.shape
-    info.append((shape if all(type(d) is int for d in shape) else _unbind_shape(shape, var_vals), t.dtype, t.device))
+    layout = t.uop.arg if t.uop.op is Ops.MULTI else "single"
+    info.append((shape if all(type(d) is int for d in shape) else _unbind_shape(shape, var_vals), t.dtype, t.device,
+                 layout))
   if len(bufs) > 1 and len({(id(b.base), b.offset) for b in bufs}) != len(bufs):
     raise JitError("the same tensor buffer is passed to TinyJit twice; pass it once (or .clone() one of them)")
   return bufs, names, info, var_vals, plain
+
+
+def _parts(u: UOp) -> tuple[UOp, ...]:
+  """The per-device graphs of a tensor's UOp: a MULTI's shards, else the UOp itself."""
+  return u.src if u.op is Ops.MULTI else (u,)
 
 
 def _ret_tensors(ret: Any) -> list[Any]:
@@ -301,8 +312,8 @@ def _describe_change(names: list, info: list, new_names: list, new_info: list) -
     return f"the Tensor/Variable arguments changed: captured {names}, now {new_names}"
   for n, (a, b) in zip(names, zip(info, new_info)):
     if a != b:
-      what = "shape" if a[0] != b[0] else "dtype" if a[1] != b[1] else "device"
-      i = {"shape": 0, "dtype": 1, "device": 2}[what]
+      what = "shape" if a[0] != b[0] else "dtype" if a[1] != b[1] else "device" if a[2] != b[2] else "sharding axis"
+      i = {"shape": 0, "dtype": 1, "device": 2, "sharding axis": 3}[what]
       return f"input {n!r} changed {what}: captured {a[i]}, now {b[i]}"
   return "inputs changed"
 
@@ -382,6 +393,8 @@ class CapturedJit(Generic[ReturnType]):
       return ("slice", c.out, c.src, c.size, c.dtype, c.offset)
 
     def ret_state(x: Any) -> Any:
+      if isinstance(x, Tensor) and x.uop.op is Ops.MULTI:
+        return ("multi", [(bref(_buffer_of(p)), tuple(p.shape)) for p in x.uop.src], x.uop.arg)
       if isinstance(x, Tensor):
         b = _buffer_of(x.uop)
         return ("tensor", bref(b), tuple(x.shape))
@@ -420,6 +433,9 @@ class CapturedJit(Generic[ReturnType]):
     def ret_load(x: Any) -> Any:
       kind, v = x[0], x[1]
       if kind == "tensor": return _tensor_from_buffer(Tensor, r(v), x[2])
+      if kind == "multi":
+        parts = tuple(_tensor_from_buffer(Tensor, r(b), shape).uop for b, shape in v)
+        return Tensor(UOp(Ops.MULTI, parts[0].dtype, parts, x[2]))
       if kind in ("tuple", "list"): return (tuple if kind == "tuple" else list)(ret_load(y) for y in v)
       if kind == "dict": return {k: ret_load(y) for k, y in v.items()}
       return v
@@ -509,8 +525,7 @@ class TinyJit(Generic[ReturnType]):
     finally: _capturing.clear()
     _check_ret(ret)
     for t in _ret_tensors(ret):
-      b = _buffer_of(t.uop)
-      if b is not None and id(b) in cap.slots:
+      if any((b := _buffer_of(p)) is not None and id(b) in cap.slots for p in _parts(t.uop)):
         raise JitError("the TinyJit function returns one of its inputs (or a view of one); a replay can't return the "
                        "new input: return a computed tensor (e.g. x.clone()) or don't return it")
     if not any(isinstance(c, _KernelCall) for c in cap.calls):

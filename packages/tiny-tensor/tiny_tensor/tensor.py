@@ -30,7 +30,7 @@ from tiny_tensor import engine
 from tiny_tensor import multi as _multi
 from tiny_tensor.creation import CreationMixin
 from tiny_tensor.gradient import compute_gradient
-from tiny_tensor.helpers import _broadcast_shape, _canonical_device, _view_base, argfix
+from tiny_tensor.helpers import _broadcast_shape, _canonical_device, _shrink_box, _view_base, argfix
 from tiny_tensor.indexing import IndexingMixin
 
 __all__ = ["Tensor"]
@@ -241,6 +241,9 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     """
     ts = [self, *lst]
     uops = [s for t in ts for s in (t.uop.src if t.uop.op is Ops.MULTI else (t.uop,))]  # a sharded tensor: its shards
+    # a lazy tensor that reads a buffer this realize writes (e.g. the loss, after opt.step()) is computed in the same
+    # schedule (which reads before it writes), unless the values it reads get buffers anyway: as if run eagerly
+    uops += [s for t in _old_value_readers(uops, ts) for s in _shards(t.uop)]
     becomes = engine.realize(uops, _shared_with_other_graphs(uops))
     if becomes: _apply_becomes(becomes)
     return self
@@ -336,6 +339,12 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
       self.uop = UOp(Ops.ASSIGN, self.dtype, (self.uop, x.uop))  # lowered into one ASSIGN per shard
     elif engine.is_realized(self.uop): self.uop = self.uop.assign(x.uop)
     elif self.uop.op is Ops.ASSIGN: self.uop = self.uop.src[0].assign(x.uop)
+    elif (box := _shrink_box(self.uop)) is not None:
+      # a window (shrinks only, offsets may be Variables) of a realized buffer: write the window in the buffer, now,
+      # as `buf[window] = x` (so every tensor on that buffer sees it, and lazy readers of it the old values)
+      buf, window = box
+      Tensor._new(buf, False)[tuple(slice(a, b) for a, b in window)] = x
+      return self
     elif (base := _view_base(self.uop)) is not None:
       raise RuntimeError(f"can't assign into a non-contiguous view ({base}) of a realized buffer; assign into the base "
                          f"tensor with indexing (base[idx] = value) or make this one .contiguous() first")
@@ -1289,6 +1298,29 @@ def _expand_origins(root: UOp, keep: set[UOp]) -> UOp:
   return root
 
 
+def _old_value_readers(uops: list[UOp], ts: list[Tensor]) -> list[Tensor]:
+  """Live lazy tensors (other than `ts`) whose graphs read, not through the ASSIGN, a buffer that an ASSIGN among
+  `uops` writes, and would still read it after this realize: they want its value from before the write.
+
+  Realizing `uops` gives buffers to the values other graphs share with them (`_shared_with_other_graphs`), and a
+  reader whose reads of the buffer all go through such values is fine (e.g. the loss reads the forward's activations,
+  which the backward computes); so this plans the schedule once to see which values get buffers."""
+  targets = {bv[0] for u in uops if u.op is Ops.ASSIGN and (bv := engine.buffer_view(u.src[0])) is not None}
+  if not targets: return []
+  cands = [t for t in list(_lazy_tensors.values()) if not any(t is x for x in ts) and not engine.is_realized(t.uop)
+           and any(b in t.uop.toposort() for b in targets)]  # (cached walks: most graphs read none of them)
+  if not cands: return []
+  def reading(done: Any) -> list[Tensor]:
+    # one walk over all their graphs: a node reads an old value if it is a target buffer or, unless it is an ASSIGN
+    # (its value is the new one) or gets a buffer in this realize (`done`), one of its sources does
+    old: dict[UOp, bool] = {}
+    for n in UOp.sink(*[t.uop for t in cands]).toposort():
+      old[n] = n in targets or (n.op is not Ops.ASSIGN and n not in done and any(old[x] for x in n.src))
+    return [t for t in cands if old[t.uop]]
+  if not (cands := reading(())): return []
+  return reading(engine.plan(uops, _shared_with_other_graphs(uops)).becomes)
+
+
 def _shared_with_other_graphs(uops: list[UOp]) -> set[UOp]:
   """Nodes of the graphs of `uops` that other lazy tensors' graphs use too: if realizing `uops` gives one of them a
   buffer anyway, those tensors read it instead of computing it again (e.g. `opt.step()` then `loss.realize()` must not
@@ -1314,7 +1346,7 @@ def _apply_becomes(becomes: dict[UOp, UOp]) -> None:
   lazy: list[Tensor] = []
   for t in list(_lazy_tensors.values()):
     if (n := fixed.get(t.uop)) is not None:
-      if t.requires_grad is not False and t.uop.op is not Ops.ASSIGN and t._origin is None: t._origin = t.uop
+      if _keeps_origin(t): t._origin = t.uop
       t.uop = n
     if engine.is_realized(t.uop): _lazy_tensors.pop(id(t), None)
     else: lazy.append(t)
@@ -1326,8 +1358,14 @@ def _apply_becomes(becomes: dict[UOp, UOp]) -> None:
   roots = list(dict.fromkeys(t.uop for t in todo))
   new = dict(zip(roots, UOp.sink(*roots).substitute(fixed, name="apply becomes").src))
   for t in todo:
-    if t.requires_grad is not False and t._origin is None: t._origin = t.uop
+    if _keeps_origin(t): t._origin = t.uop
     t.uop = new[t.uop]
+
+
+def _keeps_origin(t: Tensor) -> bool:
+  """Whether `t`'s graph is kept for autograd when it is realized: not for requires_grad=False, nor for an assign
+  (a sharded one too): that is a leaf written in place, whose old graph contains its own buffer."""
+  return t.requires_grad is not False and t._origin is None and all(s.op is not Ops.ASSIGN for s in _shards(t.uop))
 
 
 # the higher-level ops (conv2d, pooling, losses, ...) live in nnops as functions taking a Tensor first

@@ -495,7 +495,9 @@ class _PTXEmitter:
         if dt.itemsize != src[0].dtype.itemsize:
           raise TypeError(f"BITCAST {src[0].dtype} -> {dt} changes the size")
         out = self.sreg(dt)
-        self.emit(f"mov.b{dt.itemsize * 8} {out}, {self.r[src[0]][0]};")
+        if dt.itemsize == 1:  # 8-bit values live extended in 16-bit registers (no mov.b8): re-extend the low byte as dt
+          self.emit(f"cvt.{ptx_type(dt)}.{ptx_type(dt)[0]}8 {out}, {self.r[src[0]][0]};")
+        else: self.emit(f"mov.b{dt.itemsize * 8} {out}, {self.r[src[0]][0]};")
         self.r[u] = [out]
       elif op is Ops.VECTORIZE: self.r[u] = [self.r[s][0] for s in src]
       elif op is Ops.GEP:

@@ -1,4 +1,4 @@
-"""`MOCK+AMD`: an in-process stand-in for the amdgpu KFD driver and its GPUs (by default two gfx1100s).
+"""`MOCK+AMD`: an in-process stand-in for the amdgpu KFD driver and its GPUs (by default four gfx1100s).
 
 `MockFileIO` implements the `FileIOInterface` seam: opening `/dev/kfd`, each GPU's render node and the sysfs topology
 files, ioctls decoded from the same cffi structs the real driver uses, and mmaps. Memory allocated through it is real
@@ -39,7 +39,7 @@ __all__ = ["MockKFD", "MockFileIO", "driver", "mock_fileio", "GPUPageFault", "GP
 
 GPU_ID = 0x1100          # the first GPU's id; GPU i has GPU_ID + i (any nonzero ids; topology and ioctls agree)
 RENDER_MINOR = 128       # GPU i's render node is /dev/dri/renderD{128 + i}
-DEFAULT_ARCHS = ("gfx1100", "gfx1100")
+DEFAULT_ARCHS = ("gfx1100",) * 4  # MOCK+AMD:0..3 (multi-device tests use up to 4)
 UNSIGNALED_EVENT_SLOT = (1 << 64) - 1
 DOORBELL_MMAP_TYPE = 3   # KFD_MMAP_TYPE_DOORBELL (kfd_priv.h): bits 63:62 of the mmap offset; gpu_id in bits 61:46
 EVENT_DATA_SIZE, EVENT_DATA_ID_OFFSET = 48, 40  # struct kfd_event_data: its size, where event_id sits
@@ -294,7 +294,7 @@ _DRIVER: MockKFD | None = None
 
 
 def driver() -> MockKFD:
-  """The process's mock KFD (two gfx1100 GPUs), created on first use."""
+  """The process's mock KFD (four gfx1100 GPUs), created on first use."""
   global _DRIVER
   if _DRIVER is None: _DRIVER = MockKFD()
   return _DRIVER
@@ -304,12 +304,12 @@ _BY_ARCH: dict[str, type[MockFileIO]] = {}
 
 
 def mock_fileio(arch: str | None = None) -> type[MockFileIO]:
-  """The `FileIOInterface` of the process's mock KFD whose two GPUs are `arch` (None or gfx1100: `MockFileIO`, the
+  """The `FileIOInterface` of the process's mock KFD whose GPUs are `arch` (None or gfx1100: `MockFileIO`, the
   default mock; another arch: its own mock KFD, created on first use). ValueError for an arch the mock lacks."""
   if arch is None or arch == DEFAULT_ARCHS[0]: return MockFileIO
   if arch not in ARCHS: raise ValueError(f"MOCK+AMD has no {arch} GPU; mocked archs: {', '.join(sorted(ARCHS))}")
   if (fio := _BY_ARCH.get(arch)) is None:
-    drv = MockKFD((arch, arch))
+    drv = MockKFD((arch,) * len(DEFAULT_ARCHS))
     fio = _BY_ARCH[arch] = type(f"MockFileIO_{arch}", (MockFileIO,), {"kfd_fn": staticmethod(lambda: drv)})
   return fio
 

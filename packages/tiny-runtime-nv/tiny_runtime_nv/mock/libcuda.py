@@ -26,7 +26,7 @@ from tiny_runtime_nv.mock import compiler
 from tiny_runtime_nv.mock.compiler import ptx_of, ptxas_checker
 from tiny_runtime_nv.ptx import GPUFault, Memory, PTXParseError, load_kernel
 
-DEVICES = 2
+DEVICES = 4  # GPUs the mock machine has (multi-device tests shard over up to 3)
 NAME = "NVIDIA H200 (MOCK+CUDA: PTX executor)"
 ATTRS = {cuda.ATTR_COMPUTE_CAPABILITY_MAJOR: 9, cuda.ATTR_COMPUTE_CAPABILITY_MINOR: 0,
          cuda.ATTR_MAX_THREADS_PER_BLOCK: 1024, cuda.ATTR_MULTIPROCESSOR_COUNT: 132,

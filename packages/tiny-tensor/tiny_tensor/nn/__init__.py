@@ -19,11 +19,11 @@ from tiny_uop.dtype import dtypes
 from tiny_uop.helpers import prod
 
 from tiny_tensor.tensor import Tensor
-from tiny_tensor.nn import optim, state  # noqa: F401  (nn.optim, nn.state as in tinygrad)
+from tiny_tensor.nn import lr_scheduler, optim, state  # noqa: F401  (nn.optim, nn.state as in tinygrad)
 
 __all__ = ["BatchNorm", "BatchNorm2d", "BatchNorm3d", "Conv1d", "Conv2d", "ConvTranspose1d", "ConvTranspose2d",
            "Embedding", "GroupNorm", "InstanceNorm", "LayerNorm", "LayerNorm2d", "LSTMCell", "Linear", "RMSNorm",
-           "optim", "state"]
+           "lr_scheduler", "optim", "state"]
 
 
 def _tuple(x: int | tuple[int, ...], n: int) -> tuple[int, ...]:

@@ -1,4 +1,4 @@
-"""Optimizers: SGD (momentum, nesterov, weight decay), Adam, AdamW, LAMB, LARS, and OptimizerGroup.
+"""Optimizers: SGD (momentum, nesterov, weight decay), Muon, Adam, AdamW, LAMB, LARS, and OptimizerGroup.
 
 `step()` builds every parameter's update (and the optimizer state's) lazily and realizes them together in one
 `Tensor.realize(...)`, so the scheduler fuses each parameter's update chain into a few kernels.
@@ -7,7 +7,7 @@
 >>> w = Tensor([1.0, 2.0], requires_grad=True)
 >>> opt = nn.optim.SGD([w], lr=0.1)
 >>> with Tensor.train():
-...   (w * w).sum().backward(); opt.step()
+...   _ = (w * w).sum().backward(); opt.step()
 >>> w.tolist()  # w - 0.1 * 2w  # doctest: +ELLIPSIS
 [0.8..., 1.6...]
 """
@@ -21,7 +21,7 @@ from tiny_uop.dtype import dtypes
 from tiny_tensor import engine
 from tiny_tensor.tensor import Tensor
 
-__all__ = ["Optimizer", "OptimizerGroup", "SGD", "LARS", "Adam", "AdamW", "LAMB"]
+__all__ = ["Optimizer", "OptimizerGroup", "SGD", "Muon", "LARS", "Adam", "AdamW", "LAMB"]
 
 
 def _dedup(ts: list[Tensor]) -> list[Tensor]:
@@ -61,6 +61,7 @@ class Optimizer:
     _realize_params(self.params + self.buffers)
     # the learning rate is a tensor (float32 at least), so changing it (opt.lr.assign(...)) doesn't recompile
     self.lr = Tensor(np.array([lr], dtype=np.float32), device=self.device, requires_grad=False)
+    self.initial_lr: float | None = None  # set by the first LR scheduler (torch's param_group["initial_lr"])
 
   def zero_grad(self) -> None:
     """Drop every parameter's gradient (`backward` then starts from zero)."""
@@ -107,14 +108,21 @@ class LARS(Optimizer):
   `tcoef * |w| / (|g| + wd * |w|)` (1 where a norm is 0). `tcoef=0` is plain SGD.
 
   `classic=True` applies the learning rate before the momentum buffer (b = m*b + lr*g), else after (PyTorch's SGD).
+  `ns_steps`/`ns_coefficients` orthogonalize the momentum step by Newton-Schulz iterations (Muon); `pre_wd=False`
+  moves the weight decay after the momentum, decoupled (w -= lr * wd * w), as Muon does.
   """
 
   def __init__(self, params: list[Tensor], lr: float = 0.001, momentum: float = 0.9, weight_decay: float = 1e-4,
-               nesterov: bool = False, classic: bool = True, tcoef: float = 0.001, device: str | None = None):
+               ns_steps: int = 0, ns_coefficients: tuple[float, ...] | None = None, nesterov: bool = False,
+               classic: bool = True, pre_wd: bool = True, tcoef: float = 0.001, device: str | None = None):
     if momentum < 0: raise ValueError(f"invalid momentum {momentum}: must be >= 0")
     if weight_decay < 0: raise ValueError(f"invalid weight_decay {weight_decay}: must be >= 0")
+    if ns_coefficients is not None and (ns_steps < 1 or len(ns_coefficients) < 1):
+      raise ValueError(f"Newton-Schulz needs ns_steps >= 1 and coefficients, got ns_steps={ns_steps}, "
+                       f"ns_coefficients={ns_coefficients}")
     super().__init__(params, lr, device)
     self.momentum, self.wd, self.nesterov, self.classic, self.tcoef = momentum, weight_decay, nesterov, classic, tcoef
+    self.ns_steps, self.ns_coefficients, self.pre_wd = ns_steps, ns_coefficients, pre_wd
     self.b = [_state(p, self.device) for p in self.params] if momentum else []
 
   def _step(self, params: list[Tensor], grads: list[Tensor], idx: list[int]) -> tuple[list[Tensor], list[Tensor]]:
@@ -126,12 +134,16 @@ class LARS(Optimizer):
       if self.tcoef != 0:
         r1, r2 = w.square().sum().sqrt(), g.square().sum().sqrt()
         r = (r1 > 0).where((r2 > 0).where(self.tcoef * r1 / (r2 + self.wd * r1), 1.0), 1.0)
-      if self.wd > 0: g = g + self.wd * w
+      if self.pre_wd and self.wd > 0: g = g + self.wd * w
       if self.classic: g = g * r * self.lr
       if self.momentum:
         self.b[i].assign(self.momentum * self.b[i] + g)  # b starts at 0, so step 1 gives b = g
         g = (g + self.momentum * self.b[i]) if self.nesterov else self.b[i]
+      if self.ns_coefficients:  # orthogonalize the step as a (rows, everything else) matrix
+        rows = int(g.shape[0]) if g.ndim else 1
+        g = g.reshape(rows, -1).newton_schulz(self.ns_steps, self.ns_coefficients).reshape(g.shape)
       if not self.classic: g = g * r * self.lr
+      if not self.pre_wd and self.wd > 0: g = g + self.wd * self.lr * w  # decoupled: w -= lr * wd * w
       ret.append(g.cast(t.dtype))
     return ret, self.b
 
@@ -143,7 +155,22 @@ def SGD(params: list[Tensor], lr: float = 0.001, momentum: float = 0.0, weight_d
   >>> from tiny_tensor import Tensor, nn
   >>> opt = nn.optim.SGD([Tensor([1.0], requires_grad=True)], lr=0.1, momentum=0.9)
   """
-  return LARS(params, lr, momentum, weight_decay, nesterov, classic=classic, tcoef=0.0, device=device)
+  return LARS(params, lr, momentum, weight_decay, 0, None, nesterov, classic=classic, pre_wd=True, tcoef=0.0,
+              device=device)
+
+
+def Muon(params: list[Tensor], lr: float = 0.001, momentum: float = 0.95, weight_decay: float = 0.1, ns_steps: int = 5,
+         ns_coefficients: tuple[float, ...] = (3.4445, -4.775, 2.0315), nesterov: bool = True,
+         device: str | None = None) -> LARS:
+  """Muon (Jordan et al., 2024; Liu et al., arXiv:2502.16982): SGD-momentum (nesterov by default) whose step, seen as a
+  (rows, rest) matrix, is orthogonalized by `ns_steps` quintic Newton-Schulz iterations, then decoupled weight decay:
+  b = m*b + g;  u = NS(g + m*b);  w -= lr * (u + wd * w).
+
+  >>> from tiny_tensor import Tensor, nn
+  >>> opt = nn.optim.Muon([Tensor.ones(4, 4, requires_grad=True)], lr=0.02)
+  """
+  return LARS(params, lr, momentum, weight_decay, ns_steps, tuple(ns_coefficients), nesterov, classic=False,
+              pre_wd=False, tcoef=0.0, device=device)
 
 
 class LAMB(Optimizer):

@@ -1,0 +1,135 @@
+"""Every nn layer against its torch.nn counterpart with copied weights: the forward value, the input's gradient and
+every weight's gradient for a random upstream gradient (tinygrad 0.14's layer list: `test_layer_list_is_tinygrads`)."""
+import numpy as np
+import pytest
+
+from tiny_tensor import Tensor, nn
+
+torch = pytest.importorskip("torch")
+
+
+def _x(*shape, seed=0):
+  return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def _copy_all(ours, theirs, names, seed=100):
+  """Give both layers the same weights: torch's (random, or `seed`-random where torch starts at ones/zeros)."""
+  for k, n in enumerate(names):
+    src = getattr(theirs, n)
+    val = src.detach().numpy().copy()
+    if np.all(val == val.flat[0]): val = _x(*val.shape, seed=seed + k)  # ones/zeros: make the gradients telling
+    with torch.no_grad(): src.copy_(torch.tensor(val))
+    assert tuple(getattr(ours, n).shape) == val.shape, (n, getattr(ours, n).shape, val.shape)
+    setattr(ours, n, Tensor(val.copy(), requires_grad=True))
+
+
+def _check(ours, theirs, names, *inputs, rtol=1e-4, atol=1e-5, int_input=False):
+  _copy_all(ours, theirs, names)
+  ts = [Tensor(a, requires_grad=not int_input) for a in inputs]
+  qs = [torch.tensor(a, requires_grad=not int_input) if not int_input else torch.tensor(a, dtype=torch.long)
+        for a in inputs]
+  out, want = ours(*ts), theirs(*qs)
+  outs, wants = (out, want) if isinstance(out, tuple) else ((out,), (want,))
+  ups = [_x(*w.shape, seed=50 + i) for i, w in enumerate(wants)]
+  for o, w in zip(outs, wants):
+    assert tuple(o.shape) == tuple(w.shape)
+    np.testing.assert_allclose(o.numpy(), w.detach().numpy(), rtol=rtol, atol=atol)
+  sum((o * Tensor(u)).sum() for o, u in zip(outs, ups)).backward()
+  sum((w * torch.tensor(u)).sum() for w, u in zip(wants, ups)).backward()
+  for n in names:
+    np.testing.assert_allclose(getattr(ours, n).grad.numpy(), getattr(theirs, n).grad.numpy(), rtol=rtol * 10,
+                               atol=atol * 10, err_msg=f"grad of {n}")
+  if not int_input:
+    for t, q in zip(ts, qs):
+      np.testing.assert_allclose(t.grad.numpy(), q.grad.numpy(), rtol=rtol * 10, atol=atol * 10, err_msg="input grad")
+
+
+def test_linear():
+  _check(nn.Linear(5, 3), torch.nn.Linear(5, 3), ["weight", "bias"], _x(4, 5))
+
+
+@pytest.mark.parametrize("kw", [{"stride": 2, "padding": 1}, {"dilation": 2, "groups": 2, "padding": "same"}])
+def test_conv1d(kw):
+  _check(nn.Conv1d(4, 6, 3, **kw), torch.nn.Conv1d(4, 6, 3, **kw), ["weight", "bias"], _x(2, 4, 11))
+
+
+@pytest.mark.parametrize("kw", [{"stride": 2, "padding": 1}, {"groups": 2, "dilation": 2, "bias": False}])
+def test_conv2d(kw):
+  names = ["weight", "bias"] if kw.get("bias", True) else ["weight"]
+  _check(nn.Conv2d(4, 6, 3, **kw), torch.nn.Conv2d(4, 6, 3, **kw), names, _x(2, 4, 9, 8))
+
+
+@pytest.mark.parametrize("kw", [{"stride": 2, "padding": 1, "output_padding": 1}, {"groups": 2, "dilation": 2}])
+def test_conv_transpose1d(kw):
+  _check(nn.ConvTranspose1d(4, 6, 3, **kw), torch.nn.ConvTranspose1d(4, 6, 3, **kw), ["weight", "bias"], _x(2, 4, 7))
+
+
+@pytest.mark.parametrize("kw", [{"stride": 2, "padding": 1, "output_padding": 1}, {"groups": 2, "dilation": (2, 1)}])
+def test_conv_transpose2d(kw):
+  _check(nn.ConvTranspose2d(4, 2, (3, 2), **kw), torch.nn.ConvTranspose2d(4, 2, (3, 2), **kw), ["weight", "bias"],
+         _x(2, 4, 5, 4))
+
+
+def test_batchnorm_training_gradients():
+  t = torch.nn.BatchNorm2d(3)
+  with Tensor.train():
+    _check(nn.BatchNorm2d(3), t, ["weight", "bias"], _x(4, 3, 3, 3) * 2 + 1, atol=1e-4)
+
+
+def test_groupnorm():
+  _check(nn.GroupNorm(2, 6), torch.nn.GroupNorm(2, 6), ["weight", "bias"], _x(2, 6, 5) * 3 - 1)
+
+
+def test_instancenorm():
+  _check(nn.InstanceNorm(3), torch.nn.InstanceNorm2d(3, affine=True), ["weight", "bias"], _x(2, 3, 4, 4) + 2)
+
+
+def test_layernorm():
+  _check(nn.LayerNorm((3, 4)), torch.nn.LayerNorm((3, 4)), ["weight", "bias"], _x(2, 3, 4) * 2)
+
+
+class _TorchLayerNorm2d(torch.nn.LayerNorm):
+  def forward(self, x): return super().forward(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+
+def test_layernorm2d():
+  _check(nn.LayerNorm2d(4), _TorchLayerNorm2d(4), ["weight", "bias"], _x(2, 4, 3, 3) - 1)
+
+
+def test_rmsnorm():
+  _check(nn.RMSNorm(6), torch.nn.RMSNorm(6, eps=1e-6), ["weight"], _x(3, 2, 6))
+
+
+def test_embedding():
+  idx = np.array([[0, 3, 6, 3], [2, 2, 1, 6]], dtype=np.int32)  # repeats: their gradients add up
+  _check(nn.Embedding(7, 4), torch.nn.Embedding(7, 4), ["weight"], idx, int_input=True)
+
+
+def test_lstmcell():
+  names = ["weight_ih", "weight_hh", "bias_ih", "bias_hh"]
+  o, t = nn.LSTMCell(3, 5), torch.nn.LSTMCell(3, 5)
+  _copy_all(o, t, names)
+  x, h, c = _x(2, 3), _x(2, 5, seed=1), _x(2, 5, seed=2)
+  ts = [Tensor(a, requires_grad=True) for a in (x, h, c)]
+  qs = [torch.tensor(a, requires_grad=True) for a in (x, h, c)]
+  (oh, oc), (th, tc) = o(ts[0], (ts[1], ts[2])), t(qs[0], (qs[1], qs[2]))
+  u1, u2 = _x(2, 5, seed=3), _x(2, 5, seed=4)
+  (oh * Tensor(u1) + oc * Tensor(u2)).sum().backward()
+  (th * torch.tensor(u1) + tc * torch.tensor(u2)).sum().backward()
+  np.testing.assert_allclose(oh.numpy(), th.detach().numpy(), rtol=1e-4, atol=1e-5)
+  for n in names: np.testing.assert_allclose(getattr(o, n).grad.numpy(), getattr(t, n).grad.numpy(), atol=1e-4)
+  for a, b in zip(ts, qs): np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), atol=1e-4)
+
+
+def test_layer_list_is_tinygrads():
+  tinygrad_nn = pytest.importorskip("tinygrad.nn")
+  import inspect
+  theirs = {n for n, v in vars(tinygrad_nn).items() if not n.startswith("_") and (inspect.isclass(v) or
+            inspect.isfunction(v)) and getattr(v, "__module__", "") == "tinygrad.nn"}
+  ours = {n for n in nn.__all__ if n not in ("optim", "state", "lr_scheduler")}
+  assert theirs <= ours, f"tinygrad.nn layers missing here: {sorted(theirs - ours)}"
+  topt = pytest.importorskip("tinygrad.nn.optim")
+  theirs_opt = {n for n, v in vars(topt).items() if (inspect.isclass(v) or inspect.isfunction(v))
+                and getattr(v, "__module__", "") == "tinygrad.nn.optim"}
+  missing = theirs_opt - set(nn.optim.__all__)
+  assert not missing, f"tinygrad.nn.optim missing here: {sorted(missing)}"
