@@ -142,3 +142,9 @@ def test_interpreted_rules_are_counted(log):
   a, b = UOp.variable("a", 0, 3), UOp.variable("b", 0, 3)
   out = graph_rewrite(UOp.sink(a + 1, b + 2), pm, name="strip")
   assert out is UOp.sink(a, b) and list(log.ended[0][2].values()) == [1]
+
+
+def test_docstring_example():
+  import doctest
+  res = doctest.testmod(trace)
+  assert res.failed == 0 and res.attempted >= 5
