@@ -61,8 +61,9 @@ class WebSocket:
     u = urllib.parse.urlsplit(url)
     self.sock = socket.create_connection((u.hostname, u.port), timeout=timeout)
     key = base64.b64encode(os.urandom(16)).decode()
-    self.sock.sendall((f"GET {u.path} HTTP/1.1\r\nHost: {u.hostname}:{u.port}\r\nUpgrade: websocket\r\n"
-                       f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
+    request = (f"GET {u.path} HTTP/1.1\r\nHost: {u.hostname}:{u.port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+               f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n")
+    self.sock.sendall(request.encode())
     self.buf = bytearray()
     while b"\r\n\r\n" not in self.buf: self._fill()
     end = self.buf.index(b"\r\n\r\n")
@@ -250,9 +251,10 @@ def test_browser_kernels_list_and_every_rewrite_step(page, served, trace_path):
 
   # a node's details, the kernel's source
   visible = page.js("(() => { const b = document.getElementById('graph').getBoundingClientRect();"
-                    "for (const g of document.querySelectorAll('#graph g.node.added')) { const r = g.getBoundingClientRect();"
-                    "const x = r.left + r.width / 2, y = r.top + r.height / 2;"
-                    "if (x > b.left && x < b.right && y > b.top && y < b.bottom) return +g.dataset.id; } return null; })()")
+                    "for (const g of document.querySelectorAll('#graph g.node.added')) {"
+                    "const r = g.getBoundingClientRect(), x = r.left + r.width / 2, y = r.top + r.height / 2;"
+                    "if (x > b.left && x < b.right && y > b.top && y < b.bottom) return +g.dataset.id; }"
+                    "return null; })()")
   assert visible is not None, "fit shows the added nodes"
   page.click(f'#graph g.node[data-id="{visible}"] rect')
   page.wait("document.querySelector('.tabs a.sel').dataset.tab === 'node'")

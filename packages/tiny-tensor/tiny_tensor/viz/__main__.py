@@ -1,4 +1,4 @@
-"""`python -m tiny_tensor.viz [--port N] [--host H] [--summary] TRACE`: serve a VIZ trace's page (or print a summary)."""
+"""`python -m tiny_tensor.viz [--port N] [--host H] [--summary] TRACE`: serve a VIZ trace's page, or summarize it."""
 from __future__ import annotations
 
 import argparse
@@ -23,8 +23,9 @@ def summary(path: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-  ap = argparse.ArgumentParser(prog="python -m tiny_tensor.viz", description="Serve a VIZ trace (VIZ=1 writes one) as a "
-                               "web page: schedules, kernels, every rewrite step as a graph, sources, launches.")
+  ap = argparse.ArgumentParser(prog="python -m tiny_tensor.viz",
+                               description="Serve a VIZ trace (VIZ=1 writes one) as a web page: schedules, kernels, "
+                               "every rewrite step as a graph, sources, launches.")
   ap.add_argument("trace", help="the trace file (.jsonl) VIZ=1 wrote")
   ap.add_argument("--port", type=int, default=8000, help="port to serve on (default 8000; 0: any free port)")
   ap.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
