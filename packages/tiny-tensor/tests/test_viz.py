@@ -252,6 +252,34 @@ def test_viz_env_writes_the_trace_and_prints_the_command_without_blocking(tmp_pa
   assert len(t.kernels) == 1 and len(t.launches) == 1 and t.kernels[0].source
 
 
+def test_viz_env_serves_at_exit_when_stdout_is_a_terminal(tmp_path):
+  import pty
+  import re
+  import select
+  import signal
+  out = tmp_path / "t.jsonl"
+  master, slave = pty.openpty()
+  env = {**os.environ, "DEV": "CPU", "VIZ": "1", "VIZ_OUT": str(out)}
+  proc = subprocess.Popen([sys.executable, "-c", "from tiny_tensor import Tensor; (Tensor([3.0]) * 4).realize()"],
+                          stdout=slave, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env)
+  os.close(slave)
+  try:
+    err, url = b"", None
+    while url is None:
+      ready, _, _ = select.select([proc.stderr], [], [], 120)
+      assert ready and proc.poll() is None, f"no server came up: {err.decode()}"
+      err += os.read(proc.stderr.fileno(), 4096)  # type: ignore[union-attr]
+      if (m := re.search(rb"serving .* at (http://127\.0\.0\.1:\d+/)", err)): url = m.group(1).decode()
+    assert urllib.request.urlopen(url + "trace.jsonl", timeout=30).read() == out.read_bytes()
+    assert b'id="kernels"' in urllib.request.urlopen(url, timeout=30).read()
+    proc.send_signal(signal.SIGINT)  # Ctrl-C stops the server and the program exits cleanly
+    assert proc.wait(timeout=60) == 0
+  finally:
+    if proc.poll() is None: proc.kill()
+    proc.wait()
+    os.close(master)
+
+
 def test_viz_off_in_a_subprocess(tmp_path):
   r = _run("import tiny_tensor; from tiny_uop import trace; print(trace.RECORDER)",
            {"VIZ": "0", "VIZ_OUT": str(tmp_path / "x.jsonl")})

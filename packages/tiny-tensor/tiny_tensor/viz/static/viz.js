@@ -9,7 +9,8 @@ const MAX_NODES = 2500;   // nodes drawn at most; bigger graphs show the part ne
 const GAP_X = 14, GAP_Y = 34, ROW_H = 34, CHAR_W = 6.7;
 
 const T = { header: null, nodes: [], rules: [], ctx: new Map(), launches: [] };   // the trace
-const V = { ctx: null, step: 0, mode: "after", tab: "rules", sel: null, hideNoop: false, graph: null, view: null };
+const V = { ctx: null, step: 0, mode: "after", tab: "rules", sel: null, hideNoop: false, graph: null, view: null,
+            tlCollapse: true };
 const topoCache = new Map();
 
 const $ = (id) => document.getElementById(id);
@@ -451,6 +452,35 @@ function setTab(tab, updateHash = true) {
 }
 
 // ***** timeline *****
+// real time (ms) <-> timeline position: idle gaps longer than a launch on average are shrunk to that (collapse)
+function timeMap(L, collapse) {
+  const iv = L.map((l) => [l.start, l.start + l.ms]).sort((x, y) => x[0] - y[0]);
+  const merged = [];
+  for (const [s, e] of iv) {
+    if (merged.length && s <= merged[merged.length - 1][1]) merged[merged.length - 1][1] = Math.max(merged[merged.length - 1][1], e);
+    else merged.push([s, e]);
+  }
+  let busy = 0;
+  for (const l of L) busy += l.ms;
+  const cap = Math.max(busy / L.length, 1e-3), R = [merged[0][0]], C = [0], gaps = [];
+  merged.forEach(([s, e], i) => {
+    if (i) {
+      const gap = s - merged[i - 1][1], g = collapse ? Math.min(gap, cap) : gap;
+      R.push(s); C.push(C[C.length - 1] + g);
+      if (g < gap) gaps.push(C[C.length - 1] - g / 2);
+    }
+    R.push(e); C.push(C[C.length - 1] + (e - s));
+  });
+  const interp = (xs, ys, v) => {   // piecewise linear, xs increasing
+    let lo = 0, hi = xs.length - 1;
+    if (v <= xs[0]) return ys[0] + (v - xs[0]);
+    if (v >= xs[hi]) return ys[hi] + (v - xs[hi]);
+    while (hi - lo > 1) { const m = (lo + hi) >> 1; if (xs[m] <= v) lo = m; else hi = m; }
+    return xs[hi] === xs[lo] ? ys[lo] : ys[lo] + ((v - xs[lo]) * (ys[hi] - ys[lo])) / (xs[hi] - xs[lo]);
+  };
+  return { f: (t) => interp(R, C, t), inv: (c) => interp(C, R, c), total: C[C.length - 1], gaps };
+}
+
 function renderTimeline() {
   showView("timeline-view");
   const L = T.launches, svg = $("timeline");
@@ -460,28 +490,35 @@ function renderTimeline() {
   for (const l of L) { t0 = Math.min(t0, l.start); t1 = Math.max(t1, l.start + l.ms); }
   const busy = new Map();
   for (const l of L) busy.set(l.dev, (busy.get(l.dev) || 0) + l.ms);
+  const tm = timeMap(L, V.tlCollapse);
   $("timeline-info").textContent = `${L.length} launches on ${devs.length} device${devs.length > 1 ? "s" : ""} over ` +
     `${(t1 - t0).toFixed(2)} ms; busy: ` + devs.map((d) => `${d} ${busy.get(d).toFixed(2)} ms`).join(", ") +
+    (tm.gaps.length ? `; ${tm.gaps.length} idle gaps collapsed (dashed lines)` : "") +
     ". Wheel to zoom, drag to pan, click a launch for its kernel.";
   const laneH = 26, left = 110, width = Math.max(900, ($("timeline-wrap").clientWidth || 1000) - 4);
-  const view = V.tl || (V.tl = { a: t0, b: t1 + (t1 - t0) * 0.01 + 1e-6 });
-  const draw = () => {
-    const sx = (width - left - 10) / (view.b - view.a), X = (t) => left + (t - view.a) * sx;
+  const kernelIds = new Map();
+  for (const c of T.ctx.values()) if (c.kind === "kernel" && !kernelIds.has(c.name)) kernelIds.set(c.name, c.id);
+  V.tl = { a: 0, b: tm.total * 1.01 + 1e-6, left, width };
+  V.tlDraw = () => {
+    const view = V.tl, sx = (width - left - 10) / (view.b - view.a), X = (c) => left + (c - view.a) * sx;
+    const bottom = 24 + devs.length * laneH;
     let h = "";
-    const ticks = 8;
-    for (let i = 0; i <= ticks; i++) {
-      const t = view.a + ((view.b - view.a) * i) / ticks, x = X(t);
-      h += `<line class="axis" x1="${x}" x2="${x}" y1="18" y2="${24 + devs.length * laneH}"/><text x="${x + 2}" y="12">${(t - t0).toFixed(2)} ms</text>`;
+    for (let i = 0, ticks = 8; i <= ticks; i++) {
+      const c = view.a + ((view.b - view.a) * i) / ticks, x = X(c);
+      h += `<line class="axis" x1="${x}" x2="${x}" y1="18" y2="${bottom}"/><text x="${x + 2}" y="12">${(tm.inv(c) - t0).toFixed(2)} ms</text>`;
     }
-    const kernelIds = new Map();
-    for (const c of T.ctx.values()) if (c.kind === "kernel" && !kernelIds.has(c.name)) kernelIds.set(c.name, c.id);
+    if (tm.gaps.length < 2000) {
+      for (const g of tm.gaps) if (g >= view.a && g <= view.b) h += `<line class="gap" x1="${X(g)}" x2="${X(g)}" y1="18" y2="${bottom}"/>`;
+    }
     let drawn = 0;
     devs.forEach((d, di) => {
       const y = 22 + di * laneH;
       h += `<text x="4" y="${y + 16}" font-weight="700">${esc(d)}</text>`;
       for (const l of L) {
-        if (l.dev !== d || l.start + l.ms < view.a || l.start > view.b || drawn > 20000) continue;
-        const x = X(l.start), w = Math.max(1, l.ms * sx);
+        if (l.dev !== d || drawn > 20000) continue;
+        const c0 = tm.f(l.start), c1 = tm.f(l.start + l.ms);
+        if (c1 < view.a || c0 > view.b) continue;
+        const x = X(c0), w = Math.max(1, (c1 - c0) * sx);
         const cid = kernelIds.get(l.name);
         h += `<rect class="launch" x="${x}" y="${y}" width="${w}" height="${laneH - 6}" fill="${hue(l.name)}"` +
           (cid != null ? ` data-ctx="${cid}"` : "") + `><title>${esc(`${l.name} on ${d}: ${l.ms.toFixed(4)} ms at ${(l.start - t0).toFixed(3)} ms`)}</title></rect>`;
@@ -493,29 +530,31 @@ function renderTimeline() {
     svg.setAttribute("height", 30 + devs.length * laneH);
     svg.innerHTML = h;
   };
-  draw();
+  V.tlDraw();
   if (!svg.dataset.wired) {
     svg.dataset.wired = "1";
+    const span = () => V.tl.width - V.tl.left - 10;
     svg.addEventListener("wheel", (e) => {
       e.preventDefault();
-      const r = svg.getBoundingClientRect(), frac = Math.min(1, Math.max(0, (e.clientX - r.left - left) / (width - left - 10)));
-      const t = view.a + (view.b - view.a) * frac, f = Math.exp(e.deltaY * 0.0015);
-      view.a = t - (t - view.a) * f; view.b = t + (view.b - t) * f;
-      draw();
+      const r = svg.getBoundingClientRect(), frac = Math.min(1, Math.max(0, (e.clientX - r.left - V.tl.left) / span()));
+      const c = V.tl.a + (V.tl.b - V.tl.a) * frac, f = Math.exp(e.deltaY * 0.0015);
+      V.tl.a = c - (c - V.tl.a) * f; V.tl.b = c + (V.tl.b - c) * f;
+      V.tlDraw();
     }, { passive: false });
     let drag = null;
-    svg.addEventListener("mousedown", (e) => { drag = { x: e.clientX, a: view.a, b: view.b, moved: false }; });
+    svg.addEventListener("mousedown", (e) => { drag = { x: e.clientX, a: V.tl.a, b: V.tl.b, moved: false }; });
     window.addEventListener("mousemove", (e) => {
       if (!drag) return;
-      const dt = ((e.clientX - drag.x) / (width - left - 10)) * (drag.b - drag.a);
+      const dc = ((e.clientX - drag.x) / span()) * (drag.b - drag.a);
       if (Math.abs(e.clientX - drag.x) > 3) drag.moved = true;
-      view.a = drag.a - dt; view.b = drag.b - dt;
-      draw();
+      V.tl.a = drag.a - dc; V.tl.b = drag.b - dc;
+      V.tlDraw();
     });
     window.addEventListener("mouseup", (e) => {
       if (drag && !drag.moved && e.target.dataset && e.target.dataset.ctx) location.hash = `ctx=${e.target.dataset.ctx}`;
       drag = null;
     });
+    $("tl-collapse").addEventListener("change", (e) => { V.tlCollapse = e.target.checked; renderTimeline(); });
   }
   const per = new Map();
   for (const l of L) {
@@ -523,9 +562,8 @@ function renderTimeline() {
     p.n++; p.ms += l.ms; per.set(k, p);
   }
   const rows = [...per.values()].sort((a, b) => b.ms - a.ms);
-  const kid = new Map([...T.ctx.values()].filter((c) => c.kind === "kernel").map((c) => [c.name, c.id]));
   $("launch-table").innerHTML = `<tr><th>kernel</th><th>device</th><th>launches</th><th>total ms</th><th>mean µs</th></tr>` +
-    rows.map((p) => `<tr><td>${kid.has(p.name) ? `<a href="#ctx=${kid.get(p.name)}">${esc(p.name)}</a>` : esc(p.name)}</td>` +
+    rows.map((p) => `<tr><td>${kernelIds.has(p.name) ? `<a href="#ctx=${kernelIds.get(p.name)}">${esc(p.name)}</a>` : esc(p.name)}</td>` +
       `<td>${esc(p.dev)}</td><td class="n">${p.n}</td><td class="n">${p.ms.toFixed(3)}</td><td class="n">${((p.ms / p.n) * 1e3).toFixed(1)}</td></tr>`).join("");
 }
 function hue(name) {
