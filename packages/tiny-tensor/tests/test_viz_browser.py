@@ -264,6 +264,30 @@ def test_browser_kernels_list_and_every_rewrite_step(page, served, trace_path):
   page.click('.tabs a[data-tab="source"]')
   assert page.js("document.getElementById('kernel-source').textContent") == k.source
 
+  # a schedule opens on its step tensor graph -> CALLs, each kernel AST drawn as one node until asked for in full
+  sched = t.schedules[0]
+  page.click(f'#schedules li[data-ctx="{sched.id}"] a')
+  page.wait(f"document.querySelectorAll('#steps li').length === {len(sched.steps)}")
+  page.wait(f"document.getElementById('step-title').textContent === '{len(sched.steps) - 1}: schedule'")
+  page.click('.modes a[data-mode="after"]')
+  page.wait("document.querySelector('.modes a.sel').dataset.mode === 'after'")
+  linear = sched.steps[-1].after
+  calls = [t.nodes[c] for c in t.nodes[linear].src]
+  kernel_asts = {c.src[0] for c in calls if t.nodes[c.src[0]].op == "SINK"}
+  assert kernel_asts == set(sched.info["kernels"])
+  reachable = set()  # what the page draws: the graph under LINEAR without going into the kernel ASTs
+  stack = [linear]
+  while stack:
+    n = stack.pop()
+    if n in reachable: continue
+    reachable.add(n)
+    if n not in kernel_asts: stack.extend(t.nodes[n].src)
+  assert len(reachable) < len(t.graph(linear))
+  assert page.js("+document.getElementById('graph').dataset.nodes") == len(reachable)
+  assert page.js("document.querySelectorAll('#graph g.node.collapsed').length") == len(kernel_asts)
+  page.click("#collapse")
+  page.wait(f"+document.getElementById('graph').dataset.nodes === {shown_graph_size(t, [linear])}")
+
   # the timeline: one bar per launch, on its device's lane
   page.click("#timeline-link")
   page.wait("!document.getElementById('timeline-view').hidden")

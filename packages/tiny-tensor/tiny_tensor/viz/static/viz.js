@@ -10,7 +10,7 @@ const GAP_X = 14, GAP_Y = 34, ROW_H = 34, CHAR_W = 6.7;
 
 const T = { header: null, nodes: [], rules: [], ctx: new Map(), launches: [] };   // the trace
 const V = { ctx: null, step: 0, mode: "after", tab: "rules", sel: null, hideNoop: false, graph: null, view: null,
-            tlCollapse: true };
+            tlCollapse: true, collapse: true, leaf: null };
 const topoCache = new Map();
 
 const $ = (id) => document.getElementById(id);
@@ -49,8 +49,8 @@ function ctxOf(id) {
 function stepsOf(cid) { return ctxOf(cid).steps; }
 
 // ***** graphs *****
-// node ids under `roots` (restricted to `allow` when given), sources before users
-function topo(roots, allow) {
+// node ids under `roots` (restricted to `allow` when given; the sources of nodes in `leaf` left out), sources first
+function topo(roots, allow, leaf) {
   const out = [], seen = new Set(), stack = [];
   for (let i = roots.length - 1; i >= 0; i--) if (roots[i] != null) stack.push(roots[i], 0);
   while (stack.length) {
@@ -58,7 +58,7 @@ function topo(roots, allow) {
     if (seen.has(n)) continue;
     if (ready) { seen.add(n); out.push(n); continue; }
     stack.push(n, 1);
-    const src = T.nodes[n].src;
+    const src = leaf && leaf.has(n) ? [] : T.nodes[n].src;
     for (let i = src.length - 1; i >= 0; i--) {
       const s = src[i];
       if (!seen.has(s) && (!allow || allow.has(s))) stack.push(s, 0);
@@ -72,12 +72,13 @@ function graphOf(root) {
   return topoCache.get(root);
 }
 // at most MAX_NODES nodes: those nearest the roots (breadth first)
-function nearest(roots, limit) {
+function nearest(roots, limit, leaf) {
   const keep = new Set(), queue = roots.filter((r) => r != null);
   for (let qi = 0; qi < queue.length && keep.size < limit; qi++) {
     const n = queue[qi];
     if (keep.has(n)) continue;
     keep.add(n);
+    if (leaf && leaf.has(n)) continue;
     for (const s of T.nodes[n].src) if (!keep.has(s)) queue.push(s);
   }
   return keep;
@@ -107,26 +108,27 @@ function opColor(op) {
   for (const [re, c] of OP_COLORS) if (re.test(op)) return c;
   return "#ffffff";   // ALU
 }
-function nodeLabel(n) {
+function nodeLabel(n, id) {
   const l1 = n.dt && n.dt !== "void" ? `${n.op} ${n.dt}` : n.op;
-  const l2 = n.arg ? short(n.arg, 34) : "";
+  const k = id != null && V.leaf && V.leaf.has(id) ? kernelOfAst().get(id) : null;
+  const l2 = k ? `kernel ${short(k.name, 26)} ▸` : n.arg ? short(n.arg, 34) : "";
   return [l1, l2];
 }
 
 // Layered layout (Sugiyama style, our own): a node's layer is its longest path to a graph output (outputs at the
 // bottom, sources above their users); order within layers by barycenter sweeps; x by placing each layer's nodes as
 // near as the order allows to the mean x of their neighbours, from both sides, averaged.
-function layout(ids) {
+function layout(ids, leaf) {
   const inSet = new Set(ids), N = ids.length;
   const users = new Map(), srcs = new Map(), W = new Map(), H = new Map(), rank = new Map();
   for (const id of ids) { users.set(id, []); srcs.set(id, []); }
   for (const id of ids) {
     const seen = new Set();
-    for (const s of T.nodes[id].src) {
+    for (const s of leaf && leaf.has(id) ? [] : T.nodes[id].src) {
       if (!inSet.has(s) || seen.has(s)) continue;
       seen.add(s); srcs.get(id).push(s); users.get(s).push(id);
     }
-    const [l1, l2] = nodeLabel(T.nodes[id]);
+    const [l1, l2] = nodeLabel(T.nodes[id], id);
     W.set(id, Math.max(44, Math.max(l1.length, l2.length) * CHAR_W + 14));
     H.set(id, l2 ? ROW_H : 20);
   }
@@ -202,10 +204,18 @@ function renderGraph(step) {
     status = (n) => (b.has(n) ? (a.has(n) ? "" : "added") : "removed");
   }
   roots = roots.filter((r, i) => r != null && roots.indexOf(r) === i);
-  const total = new Set(roots.flatMap(graphOf)).size;
-  const allow = total > MAX_NODES ? nearest(roots, MAX_NODES) : null;
-  const ids = topo(roots, allow);
-  const lay = layout(ids);
+  // a schedule's CALLs hold whole kernel ASTs: drawn as one node each unless asked for
+  const kernels = new Set();
+  for (const r of roots) for (const n of graphOf(r)) {
+    const x = T.nodes[n];
+    if (x.op === "CALL" && x.src.length && T.nodes[x.src[0]].op === "SINK") kernels.add(x.src[0]);
+  }
+  $("collapse-wrap").hidden = !kernels.size;
+  const leaf = V.leaf = kernels.size && V.collapse ? kernels : null;
+  const total = leaf ? topo(roots, null, leaf).length : new Set(roots.flatMap(graphOf)).size;
+  const allow = total > MAX_NODES ? nearest(roots, MAX_NODES, leaf) : null;
+  const ids = topo(roots, allow, leaf);
+  const lay = layout(ids, leaf);
   let edges = "", nodes = "", nAdded = 0, nRemoved = 0;
   for (const id of ids) {
     const p = lay.pos.get(id), ss = lay.srcs.get(id);
@@ -217,10 +227,10 @@ function renderGraph(step) {
         : (status(id) === "added" || status(s) === "added" ? " added" : "")) : "";
       edges += `<path class="edge${cls}" data-s="${s}" data-t="${id}" d="M${x1},${y1} C${x1},${y1 + dy} ${x2},${y2 - dy} ${x2},${y2}"/>`;
     });
-    const n = T.nodes[id], [l1, l2] = nodeLabel(n);
-    const st = status ? status(id) : "";
-    if (st === "added") nAdded++;
-    if (st === "removed") nRemoved++;
+    const n = T.nodes[id], [l1, l2] = nodeLabel(n, id);
+    const st = (status ? status(id) : "") + (leaf && leaf.has(id) ? " collapsed" : "");
+    if (st.startsWith("added")) nAdded++;
+    if (st.startsWith("removed")) nRemoved++;
     const sp = l1.indexOf(" ");
     const t1 = sp < 0 ? `<tspan class="op">${esc(l1)}</tspan>` : `<tspan font-weight="700">${esc(l1.slice(0, sp))}</tspan>${esc(l1.slice(sp))}`;
     nodes += `<g class="node${st ? " " + st : ""}${V.sel === id ? " sel" : ""}" data-id="${id}" transform="translate(${p.x},${p.y})">` +
@@ -233,7 +243,8 @@ function renderGraph(step) {
   svg.dataset.nodes = ids.length;
   svg.dataset.added = nAdded;
   svg.dataset.removed = nRemoved;
-  let info = `${ids.length} nodes` + (allow ? ` (of ${total}: the ${MAX_NODES} nearest the root)` : "");
+  let info = `${ids.length} nodes` + (allow ? ` (of ${total}: the ${MAX_NODES} nearest the root)` : "") +
+    (leaf ? `, ${leaf.size} kernels as one node each` : "");
   if (status) info += ` · <span class="plus">+${nAdded} added</span> <span class="minus">−${nRemoved} removed</span>`;
   $("graph-info").innerHTML = info;
   fitGraph();
@@ -250,7 +261,7 @@ function fitGraph() {
   const W = svg.clientWidth || 800, H = svg.clientHeight || 600, pad = 20;
   const k = Math.min(1.2, (W - 2 * pad) / Math.max(b.w, 1), (H - 2 * pad) / Math.max(b.h, 1));
   const kk = Math.max(k, 0.35);   // too small to read: start readable at the bottom (the outputs), pan up for more
-  V.view = { k: kk, x: (W - b.w * kk) / 2 - b.x * kk, y: kk === k ? (H - b.h * kk) / 2 : H - pad - b.h * kk };
+  V.view = { k: kk, x: (W - b.w * kk) / 2 - b.x * kk, y: b.h * kk <= H - 2 * pad ? (H - b.h * kk) / 2 : H - pad - b.h * kk };
   if (b.w * kk > W) V.view.x = W / 2 - (b.x + b.w / 2) * kk;
   applyView();
 }
@@ -301,6 +312,15 @@ function selectNode(id) {
   for (const p of document.querySelectorAll(`path.edge[data-s="${id}"], path.edge[data-t="${id}"]`)) p.classList.add("hl");
   renderNodeTab();
   setTab("node", false);
+}
+
+let astIndex = null;
+function kernelOfAst() {   // kernel AST node id -> its kernel context
+  if (!astIndex) {
+    astIndex = new Map();
+    for (const c of T.ctx.values()) if (c.kind === "kernel" && !astIndex.has(c.info.ast)) astIndex.set(c.info.ast, c);
+  }
+  return astIndex;
 }
 
 // ***** side list *****
@@ -442,7 +462,9 @@ function renderNodeTab() {
   const srcs = n.src.map((s) => `<a href="#" data-node="${s}">#${s} ${esc(T.nodes[s].op)}</a>`).join(", ") || "none";
   el.innerHTML = `<dl class="node-info"><dt>node</dt><dd>#${V.sel}</dd><dt>op</dt><dd>${esc(n.op)}</dd>` +
     `<dt>dtype</dt><dd class="mono">${esc(n.dt)}</dd><dt>arg</dt><dd class="mono">${esc(n.arg || "—")}</dd>` +
-    (n.tag ? `<dt>tag</dt><dd class="mono">${esc(n.tag)}</dd>` : "") + `<dt>sources</dt><dd>${srcs}</dd></dl>`;
+    (n.tag ? `<dt>tag</dt><dd class="mono">${esc(n.tag)}</dd>` : "") + `<dt>sources</dt><dd>${srcs}</dd></dl>` +
+    (kernelOfAst().has(V.sel) ? `<p>the AST of kernel <a href="#ctx=${kernelOfAst().get(V.sel).id}">` +
+      `${esc(kernelOfAst().get(V.sel).name)}</a>: its pipeline, step by step</p>` : "");
 }
 function setTab(tab, updateHash = true) {
   V.tab = tab;
@@ -593,6 +615,10 @@ function defaultStep(c) {   // a schedule opens on its tensor graph -> kernels s
 
 function wire() {
   $("hide-noop").addEventListener("change", (e) => { V.hideNoop = e.target.checked; applyHideNoop(); });
+  $("collapse").addEventListener("change", (e) => {
+    V.collapse = e.target.checked;
+    if (V.ctx && V.step != null) renderGraph(V.ctx.steps[V.step]);
+  });
   for (const a of document.querySelectorAll(".tabs a")) a.addEventListener("click", (e) => { e.preventDefault(); setTab(a.dataset.tab); });
   $("tab-node").addEventListener("click", (e) => {
     const a = e.target.closest("a[data-node]");
