@@ -107,11 +107,26 @@ def test_nodes_are_stored_once(tmp_path):
   ids = [n[1] for n in nodes]
   assert ids == list(range(len(ids)))  # each id written once, in order
   keys = [(n[2], n[3], n[4], tuple(n[5]), n[6]) for n in nodes]
-  assert len(set(keys)) == len(keys), "a node (same op, dtype, arg, sources) was written twice"
+  # a node is written again only when it was freed and built again (the writer holds nodes weakly): rare
+  assert len(keys) - len(set(keys)) <= len(keys) // 20
   t = viz.load(path)
   total = sum(len(t.graph(s.before)) + (len(t.graph(s.after)) if s.after is not None else 0)
               for c in t.contexts.values() for s in c.steps)
   assert len(nodes) * 4 < total  # steps share most of their nodes
+
+
+def test_recording_keeps_no_buffer_alive(tmp_path):
+  import gc
+
+  from tiny_tensor import GlobalCounters
+  with viz.record(str(tmp_path / "t.jsonl")):
+    gc.collect()
+    before = GlobalCounters.mem_used
+    x = (Tensor(np.ones((256, 257), np.float32)) * 3).contiguous().realize()
+    assert GlobalCounters.mem_used >= before + 256 * 257 * 4
+    del x
+    gc.collect()
+    assert GlobalCounters.mem_used <= before  # freed while still recording
 
 
 def test_deep_graph_without_recursion(tmp_path):

@@ -15,7 +15,9 @@ The format (version 1), one JSON array per line, the first item saying what the 
   ["l", device, name, start_ms, duration_ms]                            a kernel launch (engine or TinyJit replay)
 
 Graphs are stored once: a node is written the first time any step refers to it and later steps refer to it by id, so
-the steps of a pipeline, which share most of their nodes, cost only the nodes they add. Walks are iterative.
+the steps of a pipeline, which share most of their nodes, cost only the nodes they add. The writer holds nodes weakly
+(recording never keeps a graph or its buffers alive); a node freed and built again is written again. Walks are
+iterative.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 from typing import IO, Any, Callable
 
 from tiny_uop import trace
@@ -86,7 +89,10 @@ class VizRecorder(trace.Recorder):
     self.f: IO[str] = open(path, "w", encoding="utf-8")  # noqa: SIM115 -- closed by close()
     self.lock = threading.RLock()
     self.t0 = time.perf_counter()
-    self.ids: dict[UOp, int] = {}
+    # node ids, held weakly: recording must not keep a program's graphs (and so its buffers) alive; a node that died and
+    # is built again is written again under a new id
+    self.ids: weakref.WeakKeyDictionary[UOp, int] = weakref.WeakKeyDictionary()
+    self.n_nodes = 0
     self.rule_ids: dict[Any, int] = {}
     self.n_steps = self.n_ctx = self.n_launches = 0
     self.kernels: dict[tuple[int, str], str] = {}  # (ast id, device) -> kernel name, recorded once
@@ -114,7 +120,8 @@ class VizRecorder(trace.Recorder):
         stack.append((n, True))
         stack.extend((s, False) for s in n.src if s not in ids)
         continue
-      i = ids[n] = len(ids)
+      i = ids[n] = self.n_nodes
+      self.n_nodes += 1
       self._write(["n", i, n.op.name, fmt_dtype(n.dtype), fmt_arg(n.arg), [ids[s] for s in n.src],
                    None if n.tag is None else fmt_arg(n.tag)])
     return ids[root]
