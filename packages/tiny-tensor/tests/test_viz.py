@@ -17,6 +17,10 @@ from tiny_tensor.viz.__main__ import main as viz_main
 from tiny_tensor.viz.server import make_server, serve_in_thread
 from tiny_uop import Ops, UOp, dtypes, trace
 
+# These tests pin the CPU: the nox sessions on other devices (tiny-tensor@MOCK+AMD, ...) leave them to the CPU session
+# and run test_viz_device.py, which records on their device.
+pytestmark = pytest.mark.skipif(os.environ.get("DEV", "CPU") not in ("", "CPU"),
+                                reason="CPU-pinned VIZ test: it runs in the CPU session; test_viz_device.py runs here")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 

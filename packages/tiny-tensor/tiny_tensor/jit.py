@@ -369,7 +369,7 @@ class CapturedJit(Generic[ReturnType]):
       rec, t = _trace.RECORDER, time.perf_counter() - st
       if rec is None: continue
       if isinstance(c, _KernelCall): rec.launch(c.device, c.name, st, t)
-      elif isinstance(c, _GraphCall): rec.launch(c.device, f"graph of {len(c.kernels)} kernels", st, t)
+      elif isinstance(c, _GraphCall): rec.launch(c.device, f"graph of {len(c.kernels)} kernel(s)", st, t)
 
   # pickling: programs as (device, name, lib), buffers with their contents, returned Tensors as buffer references
   def __getstate__(self) -> dict:
