@@ -89,13 +89,13 @@ def test_step_graphs_match_the_uops(tmp_path):
       super().rewrite_end(token, result, fired, seconds)
   rec = Both(str(tmp_path / "t.jsonl"))
   old = trace.install(rec)
-  try: (Tensor(np.ones((8, 3), np.float32)).exp2().sum(axis=0) + 1).realize()
+  try: (Tensor(np.ones((8, 13), np.float32)).exp2().sum(axis=0) + 1).realize()
   finally:
     trace.install(old)
     rec.close()
   t = viz.load(rec.path)
   steps = sorted((s for c in t.contexts.values() for s in c.steps if s.kind == "rewrite"), key=lambda s: s.id)
-  assert len(steps) == len(seen) > 10
+  assert len(steps) == len(seen) > 3
   sizes = sorted((len(t.graph(s.before)), len(t.graph(s.after)) if s.after is not None else -1) for s in steps)
   want = sorted((len(b.toposort()), len(a.toposort()) if a is not None else -1) for b, a in seen)
   assert sizes == want

@@ -470,6 +470,7 @@ function setTab(tab, updateHash = true) {
   V.tab = tab;
   for (const a of document.querySelectorAll(".tabs a")) a.classList.toggle("sel", a.dataset.tab === tab);
   for (const t of document.querySelectorAll(".tab")) t.classList.toggle("sel", t.id === `tab-${tab}`);
+  $("detail-pane").classList.toggle("wide", tab === "source");   // room for source lines
   if (updateHash && V.ctx) history.replaceState(null, "", hashFor(V.ctx.id, V.step || 0));
 }
 
