@@ -253,6 +253,24 @@ def test_browser_kernels_list_and_every_rewrite_step(page, served, trace_path):
   assert page.js("document.querySelectorAll('#graph g.node.removed').length") == len(before - after)
   assert page.js("document.querySelectorAll('#graph g.node').length") == shown_graph_size(t, [s.after, s.before])
 
+  # "vs prev": a step's graph against the previous step's (same depth or above), e.g. across a stage between them
+  def previous(j: int) -> int:
+    for p in reversed(k.steps[:j]):
+      if p.depth <= k.steps[j].depth: return p.after if p.after is not None else p.before
+    return k.steps[j].before
+  j = next(j for j in range(1, len(k.steps)) if set(t.graph(previous(j))) != set(t.graph(k.steps[j].after)))
+  page.click(f'#steps li[data-step="{j}"] a')
+  page.wait(f"document.getElementById('step-title').textContent.startsWith('{j}: ')")
+  page.click('.modes a[data-mode="prev"]')
+  page.wait("document.querySelector('.modes a.sel').dataset.mode === 'prev'")
+  old_g, new_g = set(t.graph(previous(j))), set(t.graph(k.steps[j].after))
+  assert page.js("+document.getElementById('graph').dataset.added") == len(new_g - old_g)
+  assert page.js("+document.getElementById('graph').dataset.removed") == len(old_g - new_g)
+  assert len(new_g - old_g) + len(old_g - new_g) > 0
+  page.click('.modes a[data-mode="diff"]')
+  page.click(f'#steps li[data-step="{i}"] a')
+  page.wait(f"document.getElementById('step-title').textContent.startsWith('{i}: ')")
+
   # a node's details, the kernel's source
   visible = page.js("(() => { const b = document.getElementById('graph').getBoundingClientRect();"
                     "for (const g of document.querySelectorAll('#graph g.node.added')) {"

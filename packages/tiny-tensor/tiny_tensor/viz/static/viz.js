@@ -192,15 +192,27 @@ function layout(ids, leaf) {
   return { pos, srcs, bbox: { x: minX, y: 0, w: maxX - minX, h: maxRank * (ROW_H + GAP_Y) + ROW_H } };
 }
 
+// "vs prev": the graph of the step before this one at the same nesting depth or above (the pipeline's previous
+// state; between two steps a stage that is not a graph_rewrite may have changed it), else this step's input
+function previousGraph(step) {
+  const steps = V.ctx.steps, i = steps.indexOf(step);
+  for (let j = i - 1; j >= 0; j--) {
+    const p = steps[j];
+    if (p.depth <= step.depth) return p.after != null ? p.after : p.before;
+  }
+  return step.before;
+}
+
 function renderGraph(step) {
   const svg = $("graph");
   const mode = V.mode;
   let roots, status = null;
   if (mode === "before" || step.after == null) roots = [step.before];
   else if (mode === "after") roots = [step.after];
-  else {   // diff: the union of both graphs, what the step added and removed marked
-    roots = [step.after, step.before];
-    const a = new Set(graphOf(step.before)), b = new Set(graphOf(step.after));
+  else {   // diff: the union of two graphs, what the later one added and removed marked
+    const old = mode === "prev" ? previousGraph(step) : step.before;
+    roots = [step.after, old];
+    const a = new Set(graphOf(old)), b = new Set(graphOf(step.after));
     status = (n) => (b.has(n) ? (a.has(n) ? "" : "added") : "removed");
   }
   roots = roots.filter((r, i) => r != null && roots.indexOf(r) === i);
@@ -385,7 +397,7 @@ function renderCtx(c, stepIdx) {
       li.dataset.step = k;
       if (!d.added && !d.removed) li.classList.add("noop");
       const fired = s.rules.reduce((a, r) => a + r[1], 0);
-      li.innerHTML = `<a href="${hashFor(c.id, k)}" title="${esc(`${s.name}: ${fired} rewrites, +${d.added} −${d.removed} nodes, ${s.ms} ms`)}">` +
+      li.innerHTML = `<a href="#ctx=${c.id}&step=${k}" title="${esc(`${s.name}: ${fired} rewrites, +${d.added} −${d.removed} nodes, ${s.ms} ms`)}">` +
         `<span class="idx">${k}</span><span class="nm" style="padding-left:${s.depth * 10}px">${esc(s.name)}</span>` +
         (s.kind !== "rewrite" ? `<span class="kind ${s.kind}">${s.kind}</span>` : "") +
         `<span class="delta">${d.added ? `<span class="plus">+${d.added}</span> ` : ""}${d.removed ? `<span class="minus">−${d.removed}</span>` : ""}</span></a>`;
@@ -601,7 +613,7 @@ function route() {
   const h = location.hash.replace(/^#/, "");
   if (h === "timeline") { V.ctx = null; renderTimeline(); return; }
   const p = new URLSearchParams(h);
-  if (p.has("mode") && ["after", "before", "diff"].includes(p.get("mode"))) V.mode = p.get("mode");
+  if (p.has("mode") && ["after", "before", "diff", "prev"].includes(p.get("mode"))) V.mode = p.get("mode");
   if (p.has("tab") && ["rules", "source", "node"].includes(p.get("tab"))) V.tab = p.get("tab");
   const c = p.has("ctx") ? T.ctx.get(+p.get("ctx")) : null;
   if (!c) { V.ctx = null; showView("welcome"); return; }
