@@ -2,7 +2,9 @@
 
 This measures everything around the kernel: building the graph, scheduling (cached by structure), the program cache,
 buffer allocation and the launch. Side by side with torch (`a + 1`) and tinygrad (`(a + 1).realize()`) when they are
-importable. Target: <= 300 us for tiny. `python bench/bench_tensor.py` prints the table; `run()` returns it.
+importable. Target: <= 300 us for tiny. The last row is the same op with VIZ off (the recording hooks cost one check
+each) next to VIZ=1 (recording every schedule and launch into a trace). `python bench/bench_tensor.py` prints the
+table; `run()` returns it.
 """
 from __future__ import annotations
 
@@ -53,7 +55,15 @@ def run() -> dict[str, dict[str, Any]]:
   parts: dict[str, Any] = {"unit": "us", "better": "lower"}
   parts["tiny graph"] = per_call_us(lambda: a + 1)
   parts["tiny schedule"] = per_call_us(lambda: create_schedule(UOp.sink((a + 1).uop)))
-  return {"(a+1).realize() 64x64, cached": row, "(a+1) breakdown (tiny)": parts}
+  # VIZ: the same cached op with the recording hooks empty (VIZ off, the default: one check per hook) and recording
+  viz_row: dict[str, Any] = {"unit": "us", "better": "lower", "target": "VIZ off: as the first row"}
+  viz_row["tiny"] = per_call_us(lambda: (a + 1).realize())
+  import tempfile
+  from tiny_tensor import viz
+  with tempfile.TemporaryDirectory() as d, viz.record(os.path.join(d, "bench.jsonl")):
+    viz_row["tiny VIZ=1"] = per_call_us(lambda: (a + 1).realize())
+  return {"(a+1).realize() 64x64, cached": row, "(a+1) breakdown (tiny)": parts,
+          "(a+1).realize() cached: VIZ off | on": viz_row}
 
 
 if __name__ == "__main__":

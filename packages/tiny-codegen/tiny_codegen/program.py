@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from tiny_uop.device import ProgramSpec, Renderer
 from tiny_uop.helpers import BEAM, CHECK_OOB, DEBUG, NOOPT
+from tiny_uop.trace import traced
 from tiny_uop.uop import KernelInfo, Ops, UOp
 
 from tiny_codegen.lower import lower
@@ -62,6 +63,7 @@ def _outs_ins(uops: list[UOp]) -> tuple[tuple[int, ...], tuple[int, ...]]:
   return tuple(sorted(set(outs))), tuple(sorted(set(ins)))
 
 
+@traced("kernel")  # VIZ: a kernel's pipeline, its rewrites and final source (one check when nothing records)
 def to_program(ast: UOp, renderer: Renderer) -> UOp:
   """Lower, render and compile kernel `ast` for `renderer`: PROGRAM(src=(SINK, DEVICE, LINEAR, SOURCE, BINARY)) with a
   `ProgramInfo` arg. SINK is the kernel AST given; LINEAR holds the linear UOps; BINARY the compiled bytes."""

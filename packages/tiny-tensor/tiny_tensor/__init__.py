@@ -18,3 +18,9 @@ except ImportError as _e:  # only while tiny_tensor.jit is being written: any ot
   if getattr(_e, "name", None) != "tiny_tensor.jit": raise
 else:
   __all__.append("TinyJit")
+
+from tiny_uop.helpers import VIZ as _VIZ  # noqa: E402
+
+if _VIZ:  # VIZ=1: record schedules, kernels and their rewrites from here on (tiny_tensor.viz)
+  from tiny_tensor.viz import start_from_env as _start_viz
+  _start_viz()

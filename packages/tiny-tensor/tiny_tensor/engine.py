@@ -21,6 +21,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Iterable, Iterator, Literal
 
+from tiny_uop import trace as _trace
 from tiny_uop.device import Buffer
 from tiny_uop.dtype import DType
 from tiny_uop.helpers import DEBUG
@@ -243,6 +244,7 @@ def _run_kernel(ast: UOp, bufs: tuple[UOp, ...], var_vals: dict[str, int]) -> No
   GlobalCounters.global_ops += ops
   GlobalCounters.global_mem += mem
   GlobalCounters.time_sum_s += t
+  if _trace.RECORDER is not None: _trace.RECORDER.launch(device, spec.name, st, t)  # VIZ
   if DEBUG >= 2:  # running totals: kernel number, time so far
     print(f"*** {device:8s} {GlobalCounters.kernel_count:4d} {spec.name:32s} {t*1e6:9.2f} us  "
           f"{ops/max(t, 1e-9)*1e-9:8.2f} GFLOPS  {mem/max(t, 1e-9)*1e-9:8.2f} GB/s  "

@@ -39,8 +39,10 @@ jit pickles: its programs travel as binaries and its buffers (weights included) 
 from __future__ import annotations
 
 import functools
+import time
 from typing import Any, Callable, Generic, TypeVar
 
+from tiny_uop import trace as _trace
 from tiny_uop.device import Buffer
 from tiny_uop.helpers import DEBUG, JIT
 from tiny_uop.uop import Ops, UOp
@@ -363,12 +365,22 @@ class CapturedJit(Generic[ReturnType]):
         c.run(dyn, var_vals)
         if isinstance(c, _KernelCall): print(f"*** JIT {c.device:8s} {c.name}")
         if isinstance(c, _GraphCall): print(f"*** JIT {c.device:8s} graph of {len(c.kernels)} kernels")
+    elif _trace.RECORDER is not None: self._run_recorded(dyn, var_vals)  # VIZ: each launch, timed
     else:
       for c in self.plan: c.run(dyn, var_vals)
     GlobalCounters.kernel_count += self.kernel_count
     GlobalCounters.global_ops += self.ops
     GlobalCounters.global_mem += self.mem
     return self.ret
+
+  def _run_recorded(self, dyn: list[Buffer], var_vals: dict[str, int]) -> None:
+    for c in self.plan:
+      st = time.perf_counter()
+      c.run(dyn, var_vals)
+      rec, t = _trace.RECORDER, time.perf_counter() - st
+      if rec is None: continue
+      if isinstance(c, _KernelCall): rec.launch(c.device, c.name, st, t)
+      elif isinstance(c, _GraphCall): rec.launch(c.device, f"graph of {len(c.kernels)} kernel(s)", st, t)
 
   # pickling: programs as (device, name, lib), buffers with their contents, returned Tensors as buffer references
   def __getstate__(self) -> dict:

@@ -80,6 +80,9 @@ CACHELEVEL = ContextVar("CACHELEVEL", 2, "0 disables the on-disk compile cache")
 JIT = ContextVar("JIT", 1, "0 disables TinyJit capture (functions run eagerly)")
 PROFILE = ContextVar("PROFILE", 0, "collect per-kernel timings")
 TRAINING = ContextVar("TRAINING", 0, "1: training mode (dropout etc. active); also `Tensor.training`")
+VIZ = ContextVar("VIZ", 0, "1: record schedules, kernels, every graph_rewrite and launches into a trace "
+                 "(tiny_tensor.viz), print how to view it at exit and serve it when stdout is a terminal")
+VIZ_OUT = ContextVar("VIZ_OUT", "", "where VIZ=1 writes its trace (default: tiny-viz-PID.jsonl in the temp dir)")
 
 
 # ***** pure utilities *****

@@ -14,6 +14,7 @@ import time
 from collections import defaultdict
 from typing import Any, Callable, Iterable, Sequence
 
+from tiny_uop import trace as _trace
 from tiny_uop.dtype import DType, dtypes
 from tiny_uop.helpers import DEBUG, TRACK_MATCH_STATS
 from tiny_uop.uop import GroupOp, Ops, UOp
@@ -346,6 +347,12 @@ def graph_rewrite_map(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up:
 
 def _rewrite_nogc(sink: UOp, pm: PatternMatcher, ctx: Any, bottom_up: bool, name: str | None,
                   bpm: PatternMatcher | None) -> dict[UOp, UOp]:
+  if _trace.RECORDER is not None: return _trace.record_rewrite(_rewrite_untraced, sink, pm, ctx, bottom_up, name, bpm)
+  return _rewrite_untraced(sink, pm, ctx, bottom_up, name, bpm)
+
+
+def _rewrite_untraced(sink: UOp, pm: PatternMatcher, ctx: Any, bottom_up: bool, name: str | None,
+                      bpm: PatternMatcher | None) -> dict[UOp, UOp]:
   # the cyclic GC would repeatedly scan every live node while a rewrite allocates many; UOps form no cycles
   if not gc.isenabled(): return _rewrite(sink, pm, ctx, bottom_up, name, bpm)
   gc.disable()

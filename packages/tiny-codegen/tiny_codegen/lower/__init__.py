@@ -21,6 +21,7 @@ from typing import Callable
 from tiny_uop.device import Renderer
 from tiny_uop.dtype import dtypes
 from tiny_uop.helpers import DEBUG
+from tiny_uop import trace as _trace
 from tiny_uop.pattern import graph_rewrite
 from tiny_uop.spec import kernel_spec, maybe_verify, program_spec
 from tiny_uop.uop import KernelInfo, Ops, UOp, print_uops
@@ -105,7 +106,8 @@ def lower(ast: UOp, renderer: Renderer, optimize: bool = True) -> Lowered:
   maybe_verify(sink, kernel_spec, "optimized kernel AST")
   dims = Dims()
   for name, fn in STAGES:
-    sink = fn(sink, renderer, dims)
+    prev, sink = sink, fn(sink, renderer, dims)
+    if _trace.RECORDER is not None: _trace.RECORDER.stage(name, prev, sink)  # VIZ
     if DEBUG >= 7: print(f"after {name}:\n{sink}")
   uops = linearize(sink)
   maybe_verify(uops, program_spec, "linear program")

@@ -29,6 +29,7 @@ from typing import Any, Iterable
 
 from tiny_uop.helpers import DEBUG, all_int, getenv, prod, strides_for_shape
 from tiny_uop.spec import kernel_spec, maybe_verify, tensor_spec
+from tiny_uop.trace import traced
 from tiny_uop.uop import GroupOp, Ops, UOp, sint
 
 from tiny_codegen.schedule.indexing import KernelBuilder, MergeFailed, Recompute, shape_of
@@ -522,6 +523,7 @@ _realized: dict[UOp, frozenset[UOp]] = {}  # normalized sink -> the nodes its sc
 _decided: dict[UOp, tuple[dict[UOp, None], dict[UOp, bool]]] = {}  # _decide's result, handed to the next _schedule
 
 
+@traced("schedule")  # VIZ: the tensor graph -> the CALLs (one check when nothing records)
 def create_schedule(sink: UOp, expose: Iterable[UOp] = ()) -> ScheduleResult:
   """Schedule everything `sink` (a SINK of tensor-graph values) needs: kernels, copies and views, in order.
 
