@@ -19,6 +19,13 @@ pytestmark = pytest.mark.skipif(find_ld_lld() is None, reason="ld.lld not instal
 DEV = "MOCK+AMD"
 
 
+@pytest.fixture(autouse=True)
+def imperative_graph():
+  """These tests are about the imperative HCQGraph (`HCQ2=0`); test_hcq2.py / test_nv_hcq2.py cover HCQ2, the default."""
+  from tiny_uop import Context
+  with Context(HCQ2=0): yield
+
+
 def _rng_t(shape, seed):
   from tiny_tensor import Tensor
   return Tensor(np.random.default_rng(seed).standard_normal(shape).astype(np.float32), device=DEV)
