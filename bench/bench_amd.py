@@ -110,8 +110,8 @@ def run() -> dict[str, dict[str, Any]]:
                                                           "tiny wall": wall2_us, "tiny first capture": capture2_us,
                                                           "unit": "us", "better": "lower",
                                                           "target": "HCQ2 <= HCQGraph (no worse than the imperative)"},
-    f"MOCK+AMD HCQGraph builds during {BATCHES * CALLS} replays": {"tiny": float(rebuilt), "unit": "", "better": "lower",
-                                                             "target": "0"},
+    f"MOCK+AMD HCQGraph builds during {BATCHES * CALLS} replays": {"tiny": float(rebuilt), "unit": "",
+                                                             "better": "lower", "target": "0"},
     f"MOCK+AMD HCQ2Graph builds during {BATCHES * CALLS} replays": {"tiny": float(rebuilt2), "unit": "",
                                                               "better": "lower", "target": "0"},
   }

@@ -21,7 +21,7 @@ DEV = "MOCK+AMD"
 
 @pytest.fixture(autouse=True)
 def imperative_graph():
-  """These tests are about the imperative HCQGraph (`HCQ2=0`); test_hcq2.py / test_nv_hcq2.py cover HCQ2, the default."""
+  """These tests are about the imperative HCQGraph (`HCQ2=0`); test_hcq2.py / test_nv_hcq2.py cover HCQ2 (default)."""
   from tiny_uop import Context
   with Context(HCQ2=0): yield
 

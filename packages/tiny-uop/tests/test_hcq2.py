@@ -21,7 +21,8 @@ SIZES = {OP_WAIT: 5, OP_SIGNAL: 5, OP_BARRIER: 1, OP_EXEC: 10, OP_COPY: 6, OP_IN
 
 class FakeQueue(HWQueue):
   """The device's packet builder (an eager path would use it too): one opcode dword, then the operands."""
-  def wait(self, signal, value=0): return self.q(OP_WAIT, lo32(signal.addr), hi32(signal.addr), lo32(value), hi32(value))
+  def wait(self, signal, value=0):
+    return self.q(OP_WAIT, lo32(signal.addr), hi32(signal.addr), lo32(value), hi32(value))
   def signal(self, signal, value=0):
     return self.q(OP_SIGNAL, lo32(signal.addr), hi32(signal.addr), lo32(value), hi32(value))
   def memory_barrier(self): return self.q(OP_BARRIER)
@@ -138,7 +139,8 @@ class K:
     self.global_size, self.local_size = gs, ls
     self.static_launch = all(isinstance(d, int) for d in gs + ls)
 
-  def launch(self, vv): return tuple(vv.get(d, 2) if isinstance(d, str) else d for d in self.global_size), self.local_size
+  def launch(self, vv):
+    return tuple(vv.get(d, 2) if isinstance(d, str) else d for d in self.global_size), self.local_size
 
 
 class Copy:

@@ -291,7 +291,8 @@ pm_deps = PatternMatcher([(UPat(Ops.SINK, arg="split", name="sink"), _deps)], na
 
 def timeline_vars(device: str) -> tuple[UOp, UOp]:
   """The replay's wait value (the device timeline's last value) and signal value (its next) for `device`."""
-  return tuple(UOp(Ops.DEFINE_VAR, dtypes.uint64, arg=(f"{device}:{w}", 0, U64_MAX)) for w in ("wait", "signal"))
+  return (UOp(Ops.DEFINE_VAR, dtypes.uint64, arg=(f"{device}:wait", 0, U64_MAX)),
+          UOp(Ops.DEFINE_VAR, dtypes.uint64, arg=(f"{device}:signal", 0, U64_MAX)))
 
 
 def _timeline(ctx: HCQ2Ctx, sink: UOp) -> UOp:
@@ -385,7 +386,8 @@ def _bufferize(ctx: HCQ2Ctx, sink: UOp) -> UOp:
     if x not in mems:
       if x.op is Ops.QUEUE:
         mems[x] = ctx.alloc(4 * body_dwords(x))
-        bufs.append(UOp(Ops.CMDBUF, dtypes.void, tuple(d for p in x.src[1:] for d in p.src), CmdbufArg(mems[x], x.arg[0])))
+        dwords = tuple(d for p in x.src[1:] for d in p.src)
+        bufs.append(UOp(Ops.CMDBUF, dtypes.void, dwords, CmdbufArg(mems[x], x.arg[0])))
       else:
         mems[x] = ctx.alloc(x.arg.size)
         bufs.append(x.replace(arg=replace(x.arg, mem=mems[x])))
@@ -471,7 +473,7 @@ def _write_kernargs(ctx: HCQ2Ctx, k: UOp) -> UOp | None:
     bufs = [int(b.arg) if b.op is Ops.CONST else 0 for b in e.src[8:8 + e.arg.nbufs]]
     vals = [ctx.defaults[v.arg[0]] for v in e.src[8 + e.arg.nbufs:]]
     prg.fill_args(region, bufs, vals)
-    prg.fill_launch(region, [_capture_value(g, ctx.defaults) for g in gs], [_capture_value(x, ctx.defaults) for x in ls])
+    prg.fill_launch(region, *([_capture_value(d, ctx.defaults) for d in dims] for dims in (gs, ls)))
   return k.replace(arg=replace(a, written=True))
 
 
@@ -570,8 +572,8 @@ def _callify(ctx: HCQ2Ctx, sink: UOp) -> UOp:
     mem: Mem = b.arg.mem
     ns[f"B{bi}_32"] = (ctypes.c_uint32 * (mem.size // 4)).from_address(mem.va)
     ns[f"B{bi}_64"] = (ctypes.c_uint64 * (mem.size // 8)).from_address(mem.va)
-    for p in b.src:
-      if p.op is Ops.PATCH: groups.setdefault(p.src[0], []).append((p.arg, f"B{bi}", mem))
+    for pu in b.src:
+      if pu.op is Ops.PATCH: groups.setdefault(pu.src[0], []).append((pu.arg, f"B{bi}", mem))
   ns["L"] = [None] * len(groups)
   for gi, (val, patches) in enumerate(groups.items()):
     body.append(f"  x = {r(val)}")
@@ -595,12 +597,12 @@ def _callify(ctx: HCQ2Ctx, sink: UOp) -> UOp:
   for si, s in enumerate(x for x in sink.src if x.op is Ops.SUBMIT):
     ns[f"S{si}"] = dev.hcq_submitter(s.arg)
     parts = []
-    for p in s.src:
-      if p.op is Ops.INDIRECT: parts.append(f"({_const_int(p.src[0], 'a bound buffer')}, "
-                                            f"{_const_int(p.src[1], 'its size')})")
+    for part in s.src:
+      if part.op is Ops.INDIRECT: parts.append(f"({_const_int(part.src[0], 'a bound buffer')}, "
+                                            f"{_const_int(part.src[1], 'its size')})")
       else:
         dws = []
-        for d in p.src:
+        for d in part.src:
           t = r(d)
           if d.op is not Ops.CONST and _needs_check(d, 0, 0xFFFFFFFF): t = f"_c32({t})"
           dws.append(t)
