@@ -282,6 +282,24 @@ def test_out_of_range_values_name_their_field(dev):
     graph([x, out], {"k": 1 << 31})
 
 
+def test_a_device_without_a_copy_queue_copies_on_compute():
+  class OneQueue(FakeDevice):  # like Adreno: copies are compute-queue commands, ordered by barriers
+    hcq2_copy_engine = "compute"
+  d = OneQueue()
+  calls, mid, _ = _chain(d)
+  keep = []
+  run_pipeline(d, linear_of(d, calls), keep=keep)
+  (q,) = dict(keep)["deps"].src
+  assert [u.op for u in q.src[1:]] == [Ops.EXEC, Ops.MEMBAR, Ops.XFER, Ops.MEMBAR, Ops.EXEC]  # no signal needed
+  graph = HCQ2Graph(d, calls)
+  assert graph.ctx.signals == [] and "S1(" not in graph.source
+  x, out = d._gpu_alloc(32), d._gpu_alloc(32)
+  put(x, [2.0] * 8)
+  graph([x, out], {})
+  d.synchronize()
+  assert floats(out) == [18.0] * 8 and d.gpu.log == [("compute", "exec"), ("compute", "copy"), ("compute", "exec")]
+
+
 def test_a_device_whose_encoder_misses_an_op_is_refused():
   class Partial(FakeDevice):
     pm_lower = PatternMatcher(pm_lower_fake.patterns[:1] + pm_lower_fake.patterns[2:], name="partial")

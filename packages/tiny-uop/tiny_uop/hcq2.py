@@ -6,7 +6,8 @@ A batch of captured calls (the JIT's `LINEAR` of `CALL`s, built by `linear_of`) 
    1. prepare    CALL -> EXEC (a kernel dispatch) or XFER (a copy-engine copy). Buffer addresses are UOps: CONST for
                  the buffers the graph keeps, PARAM(slot) for the replay's inputs; program values are DEFINE_VARs;
                  launch sizes are expressions over DEFINE_VARs (or CONSTs)
-   2. split      LINEAR -> SINK of QUEUEs, one per engine of the device: EXECs on "compute", XFERs on "copy"
+   2. split      LINEAR -> SINK of QUEUEs, one per engine of the device: EXECs on "compute", XFERs on "copy" (or on
+                 "compute": `hcq2_copy_engine`, for GPUs without a copy queue)
    3. deps       what one queue must see of another's work becomes a SIGNAL on the producer's queue signal and a WAIT
                  on the consumer's; MEMBAR between dispatches and after a wait; the other queues' ends join on the
                  compute queue (the "join")
@@ -182,7 +183,8 @@ def _launch_uops(ctx: HCQ2Ctx, k: Any, kid: int) -> tuple[UOp, ...]:
     out = []
     for d in gs + ls:
       if isinstance(d, int): out.append(UOp(Ops.CONST, dtypes.index, arg=d))
-      else: out.append(d.substitute({b: b.src[0] for b in d.toposort() if b.op is Ops.BIND}))
+      elif binds := {b: b.src[0] for b in d.toposort() if b.op is Ops.BIND}: out.append(d.substitute(binds))
+      else: out.append(d)
     return tuple(out)
   names = tuple(f"launch{kid}.{w}{a}" for w in "gl" for a in range(3))
   ctx.hooks.append((k, names))
@@ -217,10 +219,11 @@ pm_prepare = PatternMatcher([(UPat(Ops.CALL, name="c"), _prepare)], name="hcq pr
 
 # ***** 2. split into queues *****
 
-def _split(lin: UOp) -> UOp:
+def _split(ctx: HCQ2Ctx, lin: UOp) -> UOp:
   queues: dict[str, list[UOp]] = {}
+  copy_engine = getattr(ctx.dev, "hcq2_copy_engine", "copy")  # "compute" on a GPU without a copy queue (Adreno)
   for i, op in enumerate(lin.src):
-    queues.setdefault("compute" if op.op is Ops.EXEC else "copy", []).append(op.replace(tag=i))
+    queues.setdefault("compute" if op.op is Ops.EXEC else copy_engine, []).append(op.replace(tag=i))
   dnode = lin.src[0].src[0]
   return UOp(Ops.SINK, dtypes.void, tuple(UOp(Ops.QUEUE, dtypes.void, (dnode, *queues[e]), (e, "body"))
                                           for e in ENGINES if e in queues), "split")
@@ -250,8 +253,8 @@ def _deps(ctx: HCQ2Ctx, sink: UOp) -> UOp:
     for pq, pj in need:
       if pq == qi: continue  # a queue runs its ops in order (with barriers between dispatches)
       w = waits.setdefault((qi, j), {})
-      w[pq] = max(w.get(pq, -1), pj)
-      points[pq].add(pj)
+      w[pq] = max(w.get(pq, -1), pj)  # waiting for the latest producer op covers the earlier ones
+    for pq, pj in waits.get((qi, j), {}).items(): points[pq].add(pj)
     for r in op.arg.writes: last_write[r], readers[r] = (qi, j), []
     for r in op.arg.reads - op.arg.writes: readers.setdefault(r, []).append((qi, j))
   join = engines.index("compute") if "compute" in engines else 0
@@ -263,7 +266,7 @@ def _deps(ctx: HCQ2Ctx, sink: UOp) -> UOp:
   out = []
   for qi, q in enumerate(qs):
     eng, body, waited = engines[qi], [], [-1] * len(qs)
-    seen_exec = False
+    seen_op = False
     for j, op in enumerate(q.src[1:]):
       pre = False
       for pq, pj in sorted(waits.get((qi, j), {}).items()):
@@ -271,9 +274,9 @@ def _deps(ctx: HCQ2Ctx, sink: UOp) -> UOp:
         if v <= waited[pq]: continue
         body.append(UOp(Ops.WAIT, dtypes.void, (_u64(value[pq][v]),), (eng, sigs[pq])))
         waited[pq], pre = v, True
-      if op.op is Ops.EXEC:
-        if seen_exec or pre: body.append(UOp(Ops.MEMBAR, dtypes.void, (), eng))
-        seen_exec = True
+      if op.op is Ops.EXEC or eng == "compute":  # on a compute queue copies are ordered like dispatches
+        if seen_op or pre: body.append(UOp(Ops.MEMBAR, dtypes.void, (), eng))
+        seen_op = True
       body.append(op)
       if j in value[qi]: body.append(UOp(Ops.SIGNAL, dtypes.void, (_u64(value[qi][j]),), (eng, sigs[qi])))
     if qi == join:
