@@ -102,10 +102,11 @@ def test_jitted_convnet_training_through_hcq2_equals_hcqgraph_and_matches_cpu():
   from tiny_tensor import Tensor
   Tensor.manual_seed(3)
   cpu, _, _ = train_losses("CPU", 4)
-  runs = {}
+  runs, builds = {}, (HCQGraph.builds, HCQ2Graph.builds)
   for hcq2 in (0, 1):
     Tensor.manual_seed(3)
     with Context(HCQ2=hcq2): runs[hcq2] = train_losses(DEV, 4)
+  assert (HCQGraph.builds - builds[0], HCQ2Graph.builds - builds[1]) == (1, 1)  # one graph for the whole step each
   assert runs[1][0] == runs[0][0] and runs[1][1] == runs[0][1] > 5  # losses bit for bit, same kernels per step
   for a, b in zip(runs[0][2], runs[1][2]): np.testing.assert_array_equal(a, b)  # the trained weights too
   np.testing.assert_allclose(runs[1][0], cpu, rtol=1e-4, atol=1e-5)
@@ -150,6 +151,21 @@ def test_kernel_copy_kernel_runs_on_both_engines_with_their_dependencies():
     assert dev.copy_ring.wptr > sdma and sum(g.copies for g in _driver().by_id.values()) - copies == 1
     np.testing.assert_array_equal(out.numpy(), ((np.arange(256) + rep) * 2 + 1) * 2 + 1)
     assert all(s.value == 0 for s in graph.ctx.signals) and len(graph.ctx.signals) == 2  # reset by the join
+
+
+def test_a_copy_of_each_replays_input_is_a_parameter_of_the_sdma_submission():
+  # SDMA bodies are copied into the kick (no indirect buffer), so the input's address is a parameter of that host
+  # template, computed per replay; the kernel that reads the copy waits for the copy queue's signal
+  dev = Device[DEV]
+  prg = _axpb(dev)
+  mid = _buf(np.zeros(256))
+  graph = HCQ2Graph(dev, [_Copy(mid._buf, 0, 1024), _K(prg, [1, mid._buf])])
+  assert "S0([[" in graph.source and "p0" in graph.source.split("S0(")[1].split("\n")[0]
+  for rep in range(3):
+    x, out = _buf(np.arange(256) * (rep + 1)), _buf(np.zeros(256))
+    graph([x._buf, out._buf], {})
+    dev.synchronize()
+    np.testing.assert_array_equal(out.numpy(), np.arange(256) * (rep + 1) * 2 + 1)
 
 
 @pytest.mark.parametrize("symbolic", ["uop", "launch()"])

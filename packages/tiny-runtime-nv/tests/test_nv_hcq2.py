@@ -126,6 +126,14 @@ def _axpb(dev):
   return dev.get_program(spec.name, spec.lib)
 
 
+def _patches(graph):
+  from tiny_uop.hcq2 import linear_of, run_pipeline
+  keep = []
+  run_pipeline(graph.dev, linear_of(graph.dev, graph.calls), keep=keep)
+  bufs = [u for u in dict(keep)["patches"].src if u.op in (Ops.CMDBUF, Ops.KERNARGS)]
+  return [p for u in bufs for p in u.src if p.op is Ops.PATCH]
+
+
 def _buf(x): return Buffer(DEV, x.size, dtypes.float).copyin(memoryview(np.ascontiguousarray(x, np.float32)))
 
 
@@ -144,6 +152,19 @@ def test_kernel_copy_kernel_runs_on_both_channels():
     assert (dev.copy_fifo.put - cput, dev.compute_fifo.put - put) == (2, 3)
     np.testing.assert_array_equal(out.numpy(), ((np.arange(256) + rep) * 2 + 1) * 2 + 1)
     assert all(s.value == 0 for s in graph.ctx.signals) and len(graph.ctx.signals) == 2
+
+
+def test_a_copy_of_each_replays_input_is_patched_in_the_bound_copy_buffer():
+  dev = Device[DEV]
+  prg = _axpb(dev)
+  mid = _buf(np.zeros(256))
+  graph = HCQ2Graph(dev, [_Copy(mid._buf, 0, 1024), _K(prg, [1, mid._buf])])
+  for rep in range(3):
+    x, out = _buf(np.arange(256) * (rep + 1)), _buf(np.zeros(256))
+    graph([x._buf, out._buf], {})
+    dev.synchronize()
+    np.testing.assert_array_equal(out.numpy(), np.arange(256) * (rep + 1) * 2 + 1)
+  assert "copy dword" in " ".join(p.arg.what for p in _patches(graph))
 
 
 @pytest.mark.parametrize("symbolic", ["uop", "launch()"])
