@@ -234,14 +234,14 @@ pm_split = PatternMatcher([(UPat(Ops.LINEAR, src=UPat((Ops.EXEC, Ops.XFER)), nam
 
 # ***** 3. dependencies, barriers and signals *****
 
-def _deps(ctx: HCQ2Ctx, sink: UOp) -> UOp:
-  qs = list(sink.src)
-  engines = [q.arg[0] for q in qs]
+def _hazards(qs: list[UOp]) -> tuple[dict[tuple[int, int], dict[int, int]], list[set[int]]]:
+  """Walking the ops in LINEAR order: which op of another queue each op must wait for (read after write, write after
+  read or write), as `{(queue, op): {producer queue: producer op}}`, and per queue the ops after which it signals."""
   ops = sorted((op.tag, qi, j) for qi, q in enumerate(qs) for j, op in enumerate(q.src[1:]))
   last_write: dict[Any, tuple[int, int]] = {}
   readers: dict[Any, list[tuple[int, int]]] = {}
-  waits: dict[tuple[int, int], dict[int, int]] = {}  # (queue, op) -> {producer queue: producer op index}
-  points: list[set[int]] = [set() for _ in qs]       # per queue: the ops after which it signals
+  waits: dict[tuple[int, int], dict[int, int]] = {}
+  points: list[set[int]] = [set() for _ in qs]
   for _, qi, j in ops:
     op = qs[qi].src[1 + j]
     need: list[tuple[int, int]] = []
@@ -257,6 +257,13 @@ def _deps(ctx: HCQ2Ctx, sink: UOp) -> UOp:
     for pq, pj in waits.get((qi, j), {}).items(): points[pq].add(pj)
     for r in op.arg.writes: last_write[r], readers[r] = (qi, j), []
     for r in op.arg.reads - op.arg.writes: readers.setdefault(r, []).append((qi, j))
+  return waits, points
+
+
+def _deps(ctx: HCQ2Ctx, sink: UOp) -> UOp:
+  qs = list(sink.src)
+  engines = [q.arg[0] for q in qs]
+  waits, points = _hazards(qs)
   join = engines.index("compute") if "compute" in engines else 0
   for qi, q in enumerate(qs):
     if qi != join and len(q.src) > 1: points[qi].add(len(q.src) - 2)  # a queue's end: the join waits for it
