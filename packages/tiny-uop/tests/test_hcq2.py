@@ -278,8 +278,13 @@ def test_out_of_range_values_name_their_field(dev):
   calls, _, _ = _chain(dev)
   graph = HCQ2Graph(dev, calls)
   x, out = dev._gpu_alloc(32), dev._gpu_alloc(32)
+  put(x, [1.0] * 8)
   with pytest.raises(ValueError, match=r"scale0 k = 2147483648 does not fit its field \(valid -2147483648"):
     graph([x, out], {"k": 1 << 31})
+  assert dev.timeline_value == 1  # nothing was submitted nor a timeline value taken: the device stays usable
+  graph([x, out], {"k": 2})
+  dev.synchronize()
+  assert floats(out) == [4.0] * 8
 
 
 def test_a_device_without_a_copy_queue_copies_on_compute():

@@ -621,9 +621,9 @@ def _callify(ctx: HCQ2Ctx, sink: UOp) -> UOp:
   ns["_c32"] = _c32
   head = ["def replay(inputs, vv):", "  W = False"]
   wait_name, signal_name = (v.arg[0] for v in timeline_vars(dev.device))
-  if signal_name in r.vars or wait_name in r.vars:
-    head.append(f"  {r.var(signal_name)} = D.next_timeline()")
-    head.append(f"  {r.var(wait_name)} = {r.var(signal_name)} - 1")
+  # the timeline value is taken once every check passed: a replay that raises leaves no value nobody signals
+  timeline = [f"  {r.var(signal_name)} = D.next_timeline()", f"  {r.var(wait_name)} = {r.var(signal_name)} - 1"] \
+    if signal_name in r.vars or wait_name in r.vars else []
   head += [f"  p{i} = inputs[{i}].va_addr" for i in sorted(r.params)]
   for hi_, (k, names) in enumerate(ctx.hooks):
     ns[f"K{hi_}"] = k
@@ -637,7 +637,7 @@ def _callify(ctx: HCQ2Ctx, sink: UOp) -> UOp:
   ns["_need"] = _need
   ns["_idle"] = lambda: _idle(dev, ns["LAST"])
   tail = [f"  LAST[0] = {r.var(signal_name)}"] if signal_name in r.vars else []
-  src = "\n".join(head + body + subs + tail) + "\n"
+  src = "\n".join(head + body + timeline + subs + tail) + "\n"
   exec(compile(src, f"<hcq2 replay {dev.device}>", "exec"), ns)  # noqa: S102 -- our own generated replay
   ctx.ns, ctx.fn = ns, ns["replay"]
   return UOp(Ops.SOURCE, dtypes.void, (), src)
