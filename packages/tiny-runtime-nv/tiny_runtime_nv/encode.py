@@ -8,23 +8,26 @@ INDIRECT is not encoded: the GPU fetches a bound command buffer in place as a GP
 """
 from __future__ import annotations
 
+from typing import Any
+
 from tiny_uop import Ops, PatternMatcher, UOp, UPat
 from tiny_uop.hcq2 import exec_parts, packet
 
-from tiny_runtime_nv.push import NVComputeQueue, NVCopyQueue
 
-QUEUES = {"compute": NVComputeQueue, "copy": NVCopyQueue}
+def _q(ctx: Any, engine: str) -> Any:
+  """A new queue of the graph's device for `engine` (`push.NVComputeQueue` or `push.NVCopyQueue`)."""
+  return ctx.dev.hw_compute_queue_t() if engine == "compute" else ctx.dev.hw_copy_queue_t()
 
 
-def _exec(x: UOp) -> UOp:
+def _exec(ctx: Any, x: UOp) -> UOp:
   prg, args, gs, ls = exec_parts(x)
-  return packet(NVComputeQueue().exec(prg, args, gs, ls), f"launch {x.arg.name}")
+  return packet(_q(ctx, "compute").exec(prg, args, gs, ls), f"launch {x.arg.name}")
 
 
 pm_lower = PatternMatcher([
   (UPat(Ops.EXEC, name="x"), _exec),
-  (UPat(Ops.XFER, name="x"), lambda x: packet(NVCopyQueue().copy(x.src[1], x.src[2], x.arg.nbytes), "copy")),
-  (UPat(Ops.WAIT, name="x"), lambda x: packet(QUEUES[x.arg[0]]().wait(x.arg[1], x.src[0]), "wait")),
-  (UPat(Ops.SIGNAL, name="x"), lambda x: packet(QUEUES[x.arg[0]]().signal(x.arg[1], x.src[0]), "signal")),
-  (UPat(Ops.MEMBAR, name="x"), lambda x: packet(QUEUES[x.arg]().memory_barrier(), "barrier")),
+  (UPat(Ops.XFER, name="x"), lambda ctx, x: packet(_q(ctx, "copy").copy(x.src[1], x.src[2], x.arg.nbytes), "copy")),
+  (UPat(Ops.WAIT, name="x"), lambda ctx, x: packet(_q(ctx, x.arg[0]).wait(x.arg[1], x.src[0]), "wait")),
+  (UPat(Ops.SIGNAL, name="x"), lambda ctx, x: packet(_q(ctx, x.arg[0]).signal(x.arg[1], x.src[0]), "signal")),
+  (UPat(Ops.MEMBAR, name="x"), lambda ctx, x: packet(_q(ctx, x.arg).memory_barrier(), "barrier")),
 ], name="nv pm_lower")

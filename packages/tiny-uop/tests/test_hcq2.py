@@ -167,7 +167,7 @@ def _chain(dev, gs=(2, 1, 1)):
 def test_every_pass_is_named_and_printable(dev, capsys):
   calls, _, _ = _chain(dev)
   keep = []
-  with Context(DEBUG=5): run_pipeline(dev, linear_of(dev, calls), keep=keep)
+  with Context(HCQ2=2): run_pipeline(dev, linear_of(dev, calls), keep=keep)
   names = [n for n, _ in keep]
   assert names == [n for n, _ in PIPELINE] == ["prepare", "split", "deps", "timeline", "resets", "kernargs", "lower",
                                                "bufferize", "patches", "resolve", "host", "callify"]

@@ -1,7 +1,7 @@
 """HCQ2: TinyJit replays lowered to hardware command buffers by named UOp rewrites (docs/PIPELINE.md §8).
 
 A batch of captured calls (the JIT's `LINEAR` of `CALL`s, built by `linear_of`) goes through the passes of
-`PIPELINE`, in order, each a named `PatternMatcher` applied with `graph_rewrite` (`DEBUG>=5` prints every stage):
+`PIPELINE`, in order, each a named `PatternMatcher` applied with `graph_rewrite` (`HCQ2=2` prints every stage):
 
    1. prepare    CALL -> EXEC (a kernel dispatch) or XFER (a copy-engine copy). Buffer addresses are UOps: CONST for
                  the buffers the graph keeps, PARAM(slot) for the replay's inputs; program values are DEFINE_VARs;
@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 from tiny_uop.dtype import dtypes
-from tiny_uop.helpers import DEBUG
+from tiny_uop.helpers import HCQ2
 from tiny_uop.pattern import PatternMatcher, UPat, graph_rewrite
 from tiny_uop.uop import Ops, UOp, pretty_print
 
@@ -688,7 +688,7 @@ _LEFT_AFTER_LOWER = (Ops.EXEC, Ops.XFER, Ops.WAIT, Ops.SIGNAL, Ops.MEMBAR)
 def run_pipeline(dev: Any, linear: UOp, ctx: HCQ2Ctx | None = None,
                  keep: list[tuple[str, UOp]] | None = None) -> tuple[UOp, HCQ2Ctx]:
   """Run every pass of `PIPELINE` on `linear` (a LINEAR of CALLs); returns the final SOURCE and the context (whose
-  `fn` is the replay). `keep` collects `(pass name, its output)`; `DEBUG>=5` prints each."""
+  `fn` is the replay). `keep` collects `(pass name, its output)`; `HCQ2=2` prints each."""
   ctx = ctx or HCQ2Ctx(dev)
   u = linear
   for name, pm_of in PIPELINE:
@@ -697,7 +697,8 @@ def run_pipeline(dev: Any, linear: UOp, ctx: HCQ2Ctx | None = None,
     if name == "lower" and (left := {x.op for x in u.toposort() if x.op in _LEFT_AFTER_LOWER}):
       raise RuntimeError(f"{dev.device}'s pm_lower does not encode {sorted(o.name for o in left)}")
     if keep is not None: keep.append((name, u))
-    if DEBUG >= 5: print(f"*** HCQ2 {dev.device} after {name}:\n" + (u.arg if u.op is Ops.SOURCE else pretty_print(u)))
+    if HCQ2.value >= 2:
+      print(f"*** HCQ2 {dev.device} after {name}:\n" + (u.arg if u.op is Ops.SOURCE else pretty_print(u)))
   return u, ctx
 
 
