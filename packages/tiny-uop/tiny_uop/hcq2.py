@@ -707,11 +707,10 @@ class HCQ2Graph:
   (docs/PIPELINE.md §7): `HCQ2Graph(dev, calls)` runs the pipeline once; `graph(inputs, var_vals)` is one call of the
   generated replay. `HCQ2Graph.builds` counts constructions; `source` is the replay's Python source."""
   builds = 0
-  copies = True  # same-device copies may join the batch (they run on the copy queue)
 
   @staticmethod
   def supports(dev: Any, call: Any) -> bool:
-    """Kernels of `HCQProgram`s; copies between two buffers of this device."""
+    """Kernels of `HCQProgram`s; copies (`bufs = [dst, src]`, `nbytes`) between two buffers of this device."""
     from tiny_uop.hcq import HCQProgram
     if getattr(call, "prg", None) is not None: return isinstance(call.prg, HCQProgram)
     return getattr(call, "nbytes", 0) > 0
