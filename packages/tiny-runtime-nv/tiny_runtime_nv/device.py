@@ -1,4 +1,5 @@
-"""The NV device: NVIDIA GPUs through the kernel driver's RM and UVM ioctls, no CUDA library (HCQ, ARCHITECTURE.md §6).
+"""The NV device: NVIDIA GPUs through the kernel driver's RM and UVM ioctls, no CUDA library (HCQ,
+docs/ARCHITECTURE.md §6).
 
 `NVDevice("NV[:n]")` opens /dev/nvidiactl, /dev/nvidia-uvm and /dev/nvidia<minor> (`rm.RMIface`; an unsupported
 driver branch is an error naming the supported ones), allocates the RM objects of one GPU (device, subdevice, virtual
