@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Generic, Sequence, TypeVar
 
 from tiny_uop.device import BufferSpec, Compiled, LRUAllocator, Program, Renderer
+from tiny_uop.helpers import HCQ2
 
 # ***** the kernel seam *****
 
@@ -153,6 +154,7 @@ class HCQVar:
 Val = int | HCQVar
 
 
+# the low and high 32 bits of an int, an HCQVar or a UOp expression (HCQ2 records UOps through the same builders)
 def lo32(v: Val) -> Val: return v.lo if isinstance(v, HCQVar) else v & 0xFFFFFFFF
 def hi32(v: Val) -> Val: return v.hi if isinstance(v, HCQVar) else (v >> 32) & 0xFFFFFFFF
 
@@ -183,6 +185,8 @@ class HCQSignal:
   def timestamp(self) -> float:
     """The timestamp written with the last signal, in microseconds."""
     return ctypes.c_uint64.from_address(self.addr + 8).value / self.timestamp_divider
+
+  def __repr__(self) -> str: return f"{type(self).__name__}({self.addr:#x})"
 
   def wait(self, value: int, timeout_ms: int = 30000) -> None:
     """Return once `self.value >= value`; raise TimeoutError naming both values after `timeout_ms`."""
@@ -393,6 +397,25 @@ class HCQCompiled(Compiled):
     self.timeline_signal: HCQSignal = self.new_signal(0)
     self.timeline_value = 1  # the value the next submission signals
 
+  # TinyJit's device graph: HCQGraph, or with HCQ2=1 (on devices that have an encoder, `pm_lower`) HCQ2Graph
+  @property
+  def graph(self) -> Any:
+    g = self.__dict__.get("_graph")
+    if g is HCQGraph or (g is not None and getattr(g, "__name__", "") == "HCQ2Graph"):
+      if HCQ2.value and getattr(self, "pm_lower", None) is not None:
+        from tiny_uop.hcq2 import HCQ2Graph
+        return HCQ2Graph
+      return HCQGraph
+    return g
+
+  @graph.setter
+  def graph(self, g: Any) -> None: self.__dict__["_graph"] = g
+
+  def hcq_submitter(self, engine: str) -> Callable[[list], None]:
+    """HCQ2's submit primitive: a function taking a submission's parts (lists of dwords to copy into the `engine`'s
+    queue, or `(address, ndwords)` of a command buffer the queue runs in place) that hands them to the GPU."""
+    raise NotImplementedError(f"{type(self).__name__}.hcq_submitter")
+
   def new_signal(self, value: int = 0) -> HCQSignal: raise NotImplementedError(f"{type(self).__name__}.new_signal")
   def _gpu_alloc(self, size: int, host: bool = False) -> HCQBuffer: raise NotImplementedError
   def _gpu_free(self, buf: HCQBuffer) -> None: raise NotImplementedError
@@ -447,6 +470,11 @@ class HCQProgram(Program):
 
   def fill_launch(self, base: int, global_size: Sequence[int], local_size: Sequence[int]) -> None:
     """Write launch data the kernel reads from memory (AMD: the dispatch packet's sizes); nothing by default."""
+
+  def launch_fields(self, global_size: Sequence[Any], local_size: Sequence[Any]) -> list[tuple[int, int, Any]]:
+    """Where `fill_launch` puts each launch value: `(bit offset from the region's start, bits, value)` with the
+    values computed from these (possibly symbolic) sizes; HCQ2 patches the ones that change between replays."""
+    return []
 
 
 class HCQGraph:
