@@ -16,6 +16,7 @@ import mmap
 import platform
 import random
 import struct
+import subprocess
 import sys
 
 import numpy as np
@@ -388,3 +389,135 @@ def test_mcjit_fallback_still_links():
 
       def __call__(self, out, inp): self.fn(out.addr, inp.addr, 0)
     run.check(Prg(addr, name), want)
+
+
+# ***** issue #17's scene for real: a 2.2 GB buffer alive in this process while new kernels load *****
+BIG = 2**31 + 64
+BIG_IR = """
+define void @big_poke(ptr %buf, i32 %core) nounwind {
+  %a = getelementptr i8, ptr %buf, i64 2147483653
+  store i8 7, ptr %a
+  %b = getelementptr i8, ptr %buf, i64 2147483645
+  store i8 9, ptr %b
+  ret void
+}
+define void @big_inc(ptr noalias %buf, i32 %core) nounwind {
+entry:
+  br label %loop
+loop:
+  %i = phi i64 [0, %entry], [%i2, %loop]
+  %p = getelementptr i8, ptr %buf, i64 %i
+  %x = load i8, ptr %p
+  %y = add i8 %x, 1
+  store i8 %y, ptr %p
+  %i2 = add i64 %i, 1
+  %done = icmp eq i64 %i2, {n}
+  br i1 %done, label %exit, label %loop
+exit:
+  ret void
+}
+define void @big_sum(ptr noalias %out, ptr noalias %buf, i32 %core) nounwind {
+entry:
+  br label %loop
+loop:
+  %i = phi i64 [0, %entry], [%i2, %loop]
+  %acc = phi i64 [0, %entry], [%acc2, %loop]
+  %p = getelementptr i8, ptr %buf, i64 %i
+  %x = load i8, ptr %p
+  %w = zext i8 %x to i64
+  %acc2 = add i64 %acc, %w
+  %i2 = add i64 %i, 1
+  %done = icmp eq i64 %i2, {n}
+  br i1 %done, label %exit, label %loop
+exit:
+  store i64 %acc2, ptr %out
+  ret void
+}
+"""
+
+
+def _rss() -> int:
+  with open("/proc/self/statm") as f: return int(f.read().split()[1]) * mmap.PAGESIZE
+
+
+@pytest.mark.bigmem
+def test_kernels_load_and_run_next_to_a_2_2_gb_buffer():
+  """In this process (no subprocess): a 2**31+64-byte buffer is written and read past index 2**31, then a dozen new
+  kernels (constants, libm calls, globals) load and run while it is alive; freed afterwards (the allocator's cache
+  too), so the rest of the suite doesn't carry 2.2 GB."""
+  dev, run = Device["CPU"], Runner()
+  lib = compile_ir(BIG_IR.replace("{n}", str(BIG)))
+  later = [kernels("big", k) for k in range(1, 5)]
+  rss0 = _rss()
+  buf = Buffer("CPU", BIG, dtypes.uint8).allocate()
+  total = Buffer("CPU", 1, dtypes.int64).allocate()
+  try:
+    poke, inc, add = (dev.get_program(n, lib) for n in ("big_poke", "big_inc", "big_sum"))
+    poke(buf._buf)
+    inc(buf._buf)
+    mv = buf._buf.mv  # zero-copy: reads just these bytes
+    assert bytes(mv[2**31 - 4:2**31 + 8]) == bytes([1, 10, 1, 1, 1, 1, 1, 1, 1, 8, 1, 1])
+    assert mv[0] == 1 and mv[BIG - 1] == 1
+    del mv
+    add(total._buf, buf._buf)
+    assert total.numpy()[0] == BIG + 7 + 9
+    for ks in later:
+      for name, obj, want in ks: run.check(dev.get_program(name, obj), want)
+  finally:
+    del buf
+    dev.allocator.free_cache()
+    gc.collect()
+  assert _rss() < rss0 + (256 << 20), "the 2.2 GB block was not returned"
+
+
+# ***** the relocations against an independent linker *****
+def test_relocations_agree_with_ld_lld(tmp_path):
+  """LLVM's linker, told to put every section where our loader put it (a linker script) and each called function at
+  the stub our loader made for it, must write the same bytes at every PC-relative and absolute relocation; for
+  the GOT relocations, both must load the same address through their GOT entries."""
+  from elftools.elf.elffile import ELFFile
+  from elftools.elf.relocation import RelocationSection
+  from tiny_uop.tools import find_tool, tool_status
+  from tiny_runtime_cpu.elfload import GOT_RELOCS, LoadedObject
+  lld = find_tool("ld.lld")
+  assert lld is not None, tool_status("ld.lld")
+  irs = [CONST_IR.format(name="x_c", c=1.5, d=0.25, n=N), LIBM_IR.format(name="x_m", c=0.5, n=N),
+         GLOBALS_IR.format(name="x_g", step=3)]
+  decls = {line for ir in irs for line in ir.splitlines() if line.startswith("declare")}
+  obj = compile_ir("\n".join(decls) + "\n" + "\n".join("\n".join(ln for ln in ir.splitlines()
+                                                                  if not ln.startswith("declare")) for ir in irs))
+  img = LoadedObject(obj, "kernels x")
+  (tmp_path / "k.o").write_bytes(obj)
+  script = "SECTIONS {\n" + "".join(f"  {n} {a:#x} : {{ *({n}) }}\n" for n, a in img.sections.items()) + \
+           "  /DISCARD/ : { *(.eh_frame) }\n}\n"
+  (tmp_path / "k.ld").write_text(script)
+  defsyms = [f"--defsym={name}={addr:#x}" for name, addr in img.stubs.items()]
+  assert {"sinf", "exp2f"} <= set(img.stubs)
+  # -O0: constants stay where the object put them (lld otherwise dedups .rodata.cst* pieces, reordering them);
+  # --no-relax: GOT loads stay GOT loads (lld would rewrite them into LEAs)
+  subprocess.run([*lld, "-O0", "--no-relax", "-static", "-e", "x_c", "-T", str(tmp_path / "k.ld"), *defsyms,
+                  str(tmp_path / "k.o"), "-o", str(tmp_path / "k")], check=True, capture_output=True)
+  linked = ELFFile(open(tmp_path / "k", "rb"))
+  theirs = {s.name: (s["sh_addr"], s.data()) for s in linked.iter_sections() if s["sh_addr"]}
+  def lld_read(addr: int, n: int) -> bytes:
+    for a, data in theirs.values():
+      if a <= addr < a + len(data): return data[addr - a:addr - a + n]
+    raise AssertionError(f"{addr:#x} is in no section ld.lld wrote")
+  src = ELFFile(io.BytesIO(obj))
+  checked = {}
+  for rs in src.iter_sections():
+    if not isinstance(rs, RelocationSection) or src.get_section(rs["sh_info"]).name not in img.sections: continue
+    target = src.get_section(rs["sh_info"]).name
+    assert theirs[target][0] == img.sections[target]  # ld.lld put it where we did
+    for r in rs.iter_relocations():
+      rtype, P = r["r_info_type"], img.sections[target] + r["r_offset"]
+      if rtype in GOT_RELOCS:  # through the GOT: the entry each points to holds the same address
+        ours = struct.unpack("<i", ctypes.string_at(P, 4))[0] + P - r["r_addend"]
+        them = struct.unpack("<i", lld_read(P, 4))[0] + P - r["r_addend"]
+        assert ctypes.string_at(ours, 8) == lld_read(them, 8), f"GOT relocation at {target}+{r['r_offset']:#x}"
+      else:
+        width = 8 if rtype in (1, 24) else 4
+        assert ctypes.string_at(P, width) == lld_read(P, width), f"type {rtype} at {target}+{r['r_offset']:#x}"
+      checked[rtype] = checked.get(rtype, 0) + 1
+  assert {1, 2, 4} <= set(checked) and set(checked) & set(GOT_RELOCS), checked
+  img.close()

@@ -2,7 +2,8 @@
 
 - memory: 64-byte aligned host blocks (`HostAllocator`), zero-copy views and host memoryviews.
 - renderers: `LLVMRenderer` (default; LLVM IR compiled in-process by llvmlite to an ELF object; on x86-64 our loader
-  (`elfload.LoadedObject`) places each object in one mapping, elsewhere llvmlite's MCJIT links it) and `ClangRenderer` (C compiled to a shared object, loaded with ctypes, by the first of ``$CC``, clang, cc, gcc or
+  (`elfload.LoadedObject`) places each object in one mapping, elsewhere llvmlite's MCJIT links it) and
+  `ClangRenderer` (C compiled to a shared object, loaded with ctypes, by the first of ``$CC``, clang, cc, gcc or
   ziglang's ``zig cc``: `tiny_uop.tools.find_tool("cc")`). ``DEV=CPU:CLANG`` picks it.
 - calling convention (PIPELINE.md §4): ``void name(T0* data0, ..., int var0, ..., int core_id)``; a launch with
   ``global_size[0] == n`` calls the kernel once per ``core_id`` in ``range(n)``, spread over the thread pool

@@ -16,11 +16,13 @@ so every PC-relative displacement inside a kernel is smaller than the kernel. Fu
 process (libm's ``sinf``, ...) are reached through a 16-byte stub in the code (``jmp *0(%rip)`` followed by the
 8-byte address), symbols it addresses through the GOT get an 8-byte GOT entry: both reach any address.
 
-Everything is checked before a byte is mapped: ELF64 little-endian, ``ET_REL``, ``EM_X86_64``; every section,
-symbol and relocation inside the file; every undefined symbol resolves in this process (else
-`UnresolvedSymbolError` naming all of them); every relocation type is one `apply` knows (else `ObjectLoadError`
-naming it and the supported ones); every 32-bit field fits (else `ObjectLoadError`, never a silent wrap).
-Unwind tables (``.eh_frame``) and notes are not loaded: kernels are ``nounwind`` and nothing would register them.
+Checked before anything is mapped: ELF64 little-endian, ``ET_REL``, ``EM_X86_64``; every header, section and
+symbol inside the file; every undefined symbol resolves in this process (else `UnresolvedSymbolError` naming all of
+them); the image is at most `MAX_IMAGE` bytes. Checked while relocating (an error unmaps the image): every
+relocation type is one of `RELOCS` (else `ObjectLoadError` naming it and the supported ones), inside its section,
+and its value fits its field (else `ObjectLoadError`, never a silent wrap). Unwind tables (``.eh_frame``) and notes
+are not loaded: kernels are ``nounwind`` and nothing would register them. Constructors (``.init_array``) and
+thread-local data are refused.
 
 Sources: the ELF structures and constants from the System V gABI (``elf.h``); the x86-64 relocation types, their
 numbers and formulas from the System V AMD64 psABI (§4.4, "Relocation Types"); the stub's ``FF 25 disp32`` encoding
@@ -148,7 +150,8 @@ class _Section:
 def _cstr(table: bytes, off: int, what: str) -> str:
   """The NUL-terminated name at `off` in a string table."""
   end = table.find(b"\0", off)
-  if off >= len(table) or end < 0: raise ObjectLoadError(f"{what}: a name at offset {off} runs outside its string table")
+  if off >= len(table) or end < 0:
+    raise ObjectLoadError(f"{what}: a name at offset {off} runs outside its string table")
   return table[off:end].decode(errors="replace")
 
 
@@ -216,8 +219,8 @@ class LoadedObject:
     missing = []
     for i, (name_off, info, shndx, _, _) in enumerate(syms):
       if info & 0xF in (STT_TLS, STT_GNU_IFUNC):
-        raise ObjectLoadError(f"{what}: symbol {_cstr(strs, name_off, what)!r} is "
-                              f"{'thread-local' if info & 0xF == STT_TLS else 'an IFUNC'}; this loader supports neither")
+        kind = "thread-local" if info & 0xF == STT_TLS else "an IFUNC"
+        raise ObjectLoadError(f"{what}: symbol {_cstr(strs, name_off, what)!r} is {kind}; this loader supports neither")
       if i == 0 or shndx != SHN_UNDEF: continue
       if (addr := resolve(name := _cstr(strs, name_off, what))) == 0: missing.append(name)
       external[i] = addr
@@ -250,6 +253,7 @@ class LoadedObject:
     # -- map, relocate, write, protect
     self.base = _map(self.size)
     self._finalizer = weakref.finalize(self, _unmap, self.base, self.size)
+    self._finalizer.atexit = False  # at exit the process goes with its mappings; a thread may still be in the code
     try: self._relocate(obj, what, secs, kinds, syms, strs, external, common, stub_base, got_base, parts)
     except BaseException:
       self._finalizer()
@@ -317,6 +321,8 @@ class LoadedObject:
     (t0, t1), (r0, r1) = parts["text"], parts["ro"]
     _protect(base + t0, _align(t1, PAGE) - t0, mmap.PROT_READ | mmap.PROT_EXEC)
     _protect(base + r0, _align(r1, PAGE) - r0, mmap.PROT_READ)
+    self.sections = {s.name: base + s.addr for s in secs if s.addr >= 0}  # where each loaded section went
+    self.stubs = {_cstr(strs, syms[i][0], what): a for i, a in L.items()}  # the stub each called function got
     self.symbols = {_cstr(strs, name_off, what): sym_addr(i) for i, (name_off, info, shndx, _, _) in enumerate(syms)
                     if name_off and info >> 4 != STB_LOCAL and shndx != SHN_UNDEF
                     and (shndx in (SHN_ABS, SHN_COMMON) or (shndx < nsecs and secs[shndx].addr >= 0))}
