@@ -34,6 +34,11 @@ def as_f(bits: list[int]) -> np.ndarray: return np.array(bits, dtype=np.uint32).
 
 
 
+def _vopc_name(op: int) -> str | None:
+  try: return rdna3.vopc_compare(op)[0]
+  except UnsupportedInstruction: return None
+
+
 def _named(table: dict) -> dict[int, str]: return {op: v if isinstance(v, str) else v[0] for op, v in table.items()}
 
 
@@ -43,6 +48,7 @@ def _named(table: dict) -> dict[int, str]: return {op: v if isinstance(v, str) e
   (rdna3.VOP1_SPECIAL, "VOP1Op"), (rdna3.VOP2, "VOP2Op"), (rdna3.VOP2_SPECIAL, "VOP2Op"), (rdna3.VOP3, "VOP3Op"),
   (rdna3.VOP3_F64, "VOP3Op"), (rdna3.VOP3_16, "VOP3Op"), (rdna3.DS_NAMES, "DSOp"),
   ({0x180 + op: n for op, n in _named(rdna3.VOP1_F64).items()}, "VOP3Op"),  # VOP1 ops as VOP3: 0x180 + op
+  ({op: _vopc_name(op) for op in range(256) if _vopc_name(op)}, "VOPCOp"),
 ])
 def test_opcode_tables_match_amd_isa_xml(table, enum):
   """The emulator's opcode numbers and names against AMD's RDNA3 ISA XML (tinygrad 0.14.0's generated enums)."""
@@ -353,6 +359,26 @@ def test_float_to_int_conversions_saturate():
   assert w.vgpr[5] == [sat(float(v), -2**31, 2**31 - 1) & M32 for v in f]  # v_cvt_i32_f32
   assert w.vgpr[7] == [sat(float(v), 0, 2**32 - 1) for v in f]  # v_cvt_u32_f32
   assert w.vgpr[2][:2] == [0x80000000, 0x7FFFFFFF] and w.vgpr[3][:3] == [0, M32, 0]
+
+
+def test_cmp_class_f64():
+  """v_cmp_class_f64 (VOPC 0x7F; v_cmpx 0xFF; VOP3 0x7F): lane bit = bit class(S0.f64) of the 32-bit mask S1, the
+  classes 0 sNaN, 1 qNaN, 2 -inf, 3 -normal, 4 -denormal, 5 -0, 6 +0, 7 +denormal, 8 +normal, 9 +inf (the ISA's
+  pseudocode). Float64 floor division tests its operands with it."""
+  snan, qnan = 0x7FF0000000000001, 0x7FF8000000000000
+  vals = [snan, qnan] + [int(b) for b in np.array([-np.inf, -2.5, -5e-324, -0.0, 0.0, 5e-324, 1.0, np.inf]).view(
+    np.uint64)]
+  bits = (vals * 4)[:32]
+  cls = [i % 10 for i in range(32)]  # lane i's value has class i % 10 (vals are listed in class order)
+  masks = [int(m) for m in rng.integers(0, 1 << 10, 32)]
+  w = run(vopc(0x7F, V(0), 2), vop3(0x7F, 10, V(0), V(2)), vop3(0x7F, 11, V(0), 128 + 0x0C, neg=1),
+          vgpr={0: [b & M32 for b in bits], 1: [b >> 32 for b in bits], 2: masks})
+  want = sum(1 << ln for ln in range(32) if masks[ln] >> cls[ln] & 1)
+  assert w.sgpr[VCC_LO] == want and w.sgpr[10] == want
+  neg = [{2: 9, 3: 8, 4: 7, 5: 6, 6: 5, 7: 4, 8: 3, 9: 2}.get(c, c) for c in cls]  # -S0 (VOP3 NEG): the mirror class
+  assert w.sgpr[11] == sum(1 << ln for ln in range(32) if 0x0C >> neg[ln] & 1)  # mask 0x0C: -inf or -normal
+  w = run(vopc(0xFF, V(0), 2), vgpr={0: [b & M32 for b in bits], 1: [b >> 32 for b in bits], 2: masks})
+  assert w.sgpr[EXEC_LO] == want  # v_cmpx_class_f64 writes EXEC
 
 def test_true16_halves():
   a, b = rng.integers(0, 2**16, 32).tolist(), rng.integers(0, 2**16, 32).tolist()

@@ -504,6 +504,14 @@ def fp_class16(bits: int) -> int:
   return 3 if neg else 8
 
 
+def fp_class64(bits: int) -> int:
+  """The V_CMP_CLASS bit index of a float64 (same numbering as fp_class; exponent 2047 is inf/NaN)."""
+  exp, man, neg = (bits >> 52) & 0x7FF, bits & ((1 << 52) - 1), bits >> 63 & 1
+  if exp == 0x7FF: return (1 if man >> 51 else 0) if man else (2 if neg else 9)
+  if exp == 0: return (5 if neg else 6) if man == 0 else (4 if neg else 7)
+  return 3 if neg else 8
+
+
 def vopc_compare(op: int) -> tuple[str, Callable[[int, int], bool]]:
   """The name and per-lane predicate of VOPC opcode `op` (0x10.. f32, 0x40.. i32, 0x48.. u32)."""
   base = op & 0x7F
@@ -512,6 +520,8 @@ def vopc_compare(op: int) -> tuple[str, Callable[[int, int], bool]]:
     fn16 = _F32_FN[base + 0x10]
     return f"v_cmp{'x' if op & 0x80 else ''}_{_F32_CMP[base + 0x10]}_f16", lambda a, b: fn16(_f16(a), _f16(b))
   if base == 0x7E: return f"v_cmp{'x' if op & 0x80 else ''}_class_f32", lambda a, b: bool(b >> fp_class(a) & 1)
+  if base == 0x7F:  # a 64-bit src0, a 32-bit class mask in src1
+    return f"v_cmp{'x' if op & 0x80 else ''}_class_f64", lambda a, b: bool(b >> fp_class64(a) & 1)
   if 0x20 <= base < 0x30:
     fn64 = _F32_FN[base - 0x10]
     return f"v_cmp{'x' if op & 0x80 else ''}_{_F32_CMP[base - 0x10]}_f64", lambda a, b: fn64(f64(a), f64(b))
@@ -1055,7 +1065,7 @@ class Emulator:
     if (inst.fmt == "VOP1" and (op in VOP1_16 or op in (11, 28) or op in VOP1_F64 or op in (15, 16))) or \
         (inst.fmt == "VOP2" and (op in VOP2_16 or op in (54, 55, 56))) or \
         (inst.fmt == "VOPC" and ((op & 0x7F) < 0x10 or 0x20 <= (op & 0x7F) < 0x40 or 0x50 <= (op & 0x7F) < 0x60
-                                 or op & 0x7F == 0x7D)):
+                                 or op & 0x7F in (0x7D, 0x7F))):
       raise UnsupportedInstruction(f"{inst.name}: DPP on a 16/64-bit operand at {w.pc:#x}")
     src, ex = w.vgpr[d & 0xFF], w.exec
     vals, write = [0] * WAVE, 0
@@ -1388,6 +1398,7 @@ class Emulator:
       if 0x30 <= base < 0x40 or base < 0x10 or base == 0x7D:  # 16-bit: VGPR halves by register bit 7
         fp16 = base < 0x10 or base == 0x7D
         a, b = self.vsrc16(w, inst.f["src0"], ln, inst, fp16), self.vsrc16(w, 256 + inst.f["vsrc1"], ln, inst, fp16)
+      elif base == 0x7F: a, b = self.vsrc64(w, inst.f["src0"], ln, inst, True), w.vgpr[inst.f["vsrc1"]][ln]
       elif wide:
         a, b = self.vsrc64(w, inst.f["src0"], ln, inst, fp), self.vsrc64(w, 256 + inst.f["vsrc1"], ln, inst, fp)
       else: a, b = self.vsrc(w, inst.f["src0"], ln, inst), w.vgpr[inst.f["vsrc1"]][ln]
@@ -1503,6 +1514,7 @@ class Emulator:
     if op < 0x100:  # VOPC promoted: result to an SGPR
       _, fn = vopc_compare(op)
       if 0x20 <= op & 0x7F < 0x30: mask = sum(1 << ln for ln in w.lanes() if fn(src64(0, ln), src64(1, ln)))
+      elif op & 0x7F == 0x7F: mask = sum(1 << ln for ln in w.lanes() if fn(src64(0, ln), src(1, ln)))  # class_f64
       elif 0x50 <= op & 0x7F < 0x60:
         mask = sum(1 << ln for ln in w.lanes()
                    if fn(self.vsrc64(w, f["src0"], ln, inst), self.vsrc64(w, f["src1"], ln, inst)))
