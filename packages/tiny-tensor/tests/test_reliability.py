@@ -1,10 +1,10 @@
 """Regressions of issue #18 at the Tensor level: each item used to crash or give a silently wrong value; now it gives
 the right value (checked against numpy/torch/the documented rule) or an error naming the bad value.
 
-CPU programs run on both CPU renderers (LLVM, and C when clang is installed: CI's .ci/run installs it).
+CPU programs run on both CPU renderers (LLVM, and C with the compiler `find_tool("cc")` finds: clang, gcc or
+ziglang's `zig cc`, a test dependency).
 """
 import math
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -16,9 +16,10 @@ import torch
 from tiny_uop import dtypes
 from tiny_uop.dtype import float_to_int
 from tiny_uop.helpers import Context
+from tiny_uop.tools import find_tool
 from tiny_tensor import Device, Tensor
 
-NEEDS_CLANG = pytest.mark.skipif(shutil.which("clang") is None, reason="CPU:CLANG needs clang (.ci/run installs it)")
+NEEDS_CLANG = pytest.mark.skipif(find_tool("cc") is None, reason="CPU:CLANG: no C compiler (pip install ziglang)")
 RENDERERS = ["LLVM", pytest.param("CLANG", marks=NEEDS_CLANG)]
 
 
