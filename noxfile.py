@@ -93,7 +93,7 @@ SUBSETS = {"tiny-tensor@MOCK+AMD:LLVM:gfx942": ["test_tensor_ops.py", "test_auto
 def tests(session: nox.Session, package: str) -> None:
   """Run one package's tests (``packages/<package>/tests``), or the cross-package ``tests/`` for 'integration'.
   ``tiny-tensor@MOCK+AMD`` runs tiny-tensor's suite on the AMD backend: the mock KFD and the RDNA3 emulator;
-  ``tiny-tensor@MOCK+AMD:LLVM:gfx942`` on two mocked MI300s (gfx942: wave64, MFMA) and the CDNA3 emulator, the files
+  ``tiny-tensor@MOCK+AMD:LLVM:gfx942`` on four mocked MI300s (gfx942: wave64, MFMA) and the CDNA3 emulator, the files
   in SUBSETS only (ops, autograd, JIT, movement, engine, nn ops, nn, optim: ~1.5 min of CPU; the indexing-at-scale,
   extra nn-op and parity files would take several times that emulated in wave64);
   ``tiny-tensor@MOCK+CUDA`` on the CUDA backend: the mock libcuda and the PTX executor (ptxas checks every PTX);
