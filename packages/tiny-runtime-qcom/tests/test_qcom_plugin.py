@@ -8,7 +8,7 @@ from tiny_uop.plugins.testing import check_import_is_cheap, check_plugin, check_
 
 CASES = [
   ('QCOM', 'QCOM_PLUGIN', '/dev/kgsl-3d0', '/dev/kgsl-3d0 not found'),
-  ('CL', 'CL_PLUGIN', 'libOpenCL', 'libOpenCL not found'),
+  ('CL', 'CL_PLUGIN', 'libOpenCL', 'libOpenCL: not installed'),
 ]
 
 
@@ -22,11 +22,22 @@ def test_import_is_cheap():
 
 
 @pytest.mark.parametrize("name, attr, path, msg", CASES)
-def test_open_without_hardware_is_a_clear_error(name, attr, path, msg):
-  if hardware_present(path): pytest.skip(f"{name} hardware or library present on this machine")
-  with Context(TINY_PLUGINS="", DEV=""):
-    check_unavailable(name, msg)
-    check_unavailable("MOCK+" + name, "not implemented yet")
+def test_open_without_hardware_is_a_clear_error(name, attr, path, msg, monkeypatch):
+  from tiny_runtime_qcom import cl
+  from tiny_uop.plugins import Device
+  if name == "CL":  # a machine with no OpenCL at all: no libOpenCL, no PoCL wheel (nox installs one, so pretend)
+    monkeypatch.setattr(cl.ctypes.util, "find_library", lambda lib: None)
+    monkeypatch.setattr(cl, "pypi_pocl", lambda: None)
+    cl.libcl.cache_clear()
+  elif hardware_present(path): pytest.skip(f"{name} hardware or library present on this machine")
+  Device._forget(name)
+  try:
+    with Context(TINY_PLUGINS="", DEV=""):
+      check_unavailable(name, msg)
+      check_unavailable("MOCK+" + name, "not implemented yet")
+  finally:  # the real OpenCL again for the tests after this one
+    cl.libcl.cache_clear()
+    Device._forget(name)
 
 
 def test_cl_is_never_the_default_device():

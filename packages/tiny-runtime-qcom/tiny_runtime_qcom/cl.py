@@ -1,5 +1,11 @@
 """The ``CL`` device: any OpenCL 2.0 platform through libOpenCL (ctypes), e.g. PoCL on a CPU.
 
+The OpenCL implementation (`libcl`) is the system's libOpenCL (an ICD loader, or a vendor's library) when it offers a
+platform, else PoCL from PyPI (`pip install pocl-binary-distribution`, a test dependency). That wheel's library exports
+only the ICD entry points, so it is called as an ICD loader calls a vendor: `clIcdGetPlatformIDsKHR` (found with
+`clGetExtensionFunctionAddress`) gives its platforms, and every OpenCL object starts with a pointer to the vendor's
+dispatch table (`struct _cl_icd_dispatch` of Khronos `CL/cl_icd.h`, whose member order is the ICD ABI: `ICD_ORDER`).
+
 Buffers are `cl_mem` buffers; views are sub-buffers at offsets the device's base alignment
 (`CL_DEVICE_MEM_BASE_ADDR_ALIGN`) allows, and copies made when the view is made elsewhere. Programs are
 OpenCL C source (what `OpenCLRenderer` renders and `OpenCLCompiler` returns), built at load time for the first
@@ -14,8 +20,10 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import importlib.util
 import re
 import time
+from pathlib import Path
 from typing import Any
 
 from tiny_uop.device import Allocator, BufferSpec, Compiled, CompileError, Program
@@ -52,43 +60,119 @@ def check(code: int, what: str) -> None:
   if code != 0: raise CLError(f"{what} failed with OpenCL error {code}")
 
 
+u64 = ctypes.c_uint64
+# name: (restype, argtypes), as declared in Khronos CL/cl.h
+SIGS: dict[str, tuple[Any, list[Any]]] = {
+  "clGetPlatformIDs": (ctypes.c_int32, [u32, vp, ctypes.POINTER(u32)]),
+  "clGetDeviceIDs": (ctypes.c_int32, [vp, u64, u32, ctypes.POINTER(vp), vp]),
+  "clGetDeviceInfo": (ctypes.c_int32, [vp, u32, sz, vp, vp]),
+  "clCreateContext": (vp, [vp, u32, ctypes.POINTER(vp), vp, vp, i32p]),
+  "clCreateCommandQueue": (vp, [vp, vp, u64, i32p]),
+  "clCreateProgramWithSource": (vp, [vp, u32, ctypes.POINTER(ctypes.c_char_p), vp, i32p]),
+  "clBuildProgram": (ctypes.c_int32, [vp, u32, ctypes.POINTER(vp), ctypes.c_char_p, vp, vp]),
+  "clGetProgramBuildInfo": (ctypes.c_int32, [vp, vp, u32, sz, vp, vp]),
+  "clCreateKernel": (vp, [vp, ctypes.c_char_p, i32p]),
+  "clCreateBuffer": (vp, [vp, u64, sz, vp, i32p]),
+  "clCreateSubBuffer": (vp, [vp, u64, u32, vp, i32p]),
+  "clCreateImage": (vp, [vp, u64, ctypes.POINTER(ImageFormat), ctypes.POINTER(ImageDesc), vp, i32p]),
+  "clEnqueueCopyBufferToImage": (ctypes.c_int32, [vp, vp, vp, sz, vp, vp, u32, vp, vp]),
+  "clSetKernelArg": (ctypes.c_int32, [vp, u32, sz, vp]),
+  "clEnqueueNDRangeKernel": (ctypes.c_int32, [vp, vp, u32, vp, vp, vp, u32, vp, vp]),
+  "clEnqueueReadBuffer": (ctypes.c_int32, [vp, vp, u32, sz, sz, vp, u32, vp, vp]),
+  "clEnqueueReadImage": (ctypes.c_int32, [vp, vp, u32, vp, vp, sz, sz, vp, u32, vp, vp]),
+  "clEnqueueWriteBuffer": (ctypes.c_int32, [vp, vp, u32, sz, sz, vp, u32, vp, vp]),
+  "clEnqueueCopyBuffer": (ctypes.c_int32, [vp, vp, vp, sz, sz, sz, u32, vp, vp]),
+  "clFinish": (ctypes.c_int32, [vp]),
+  "clReleaseMemObject": (ctypes.c_int32, [vp]),
+  "clReleaseKernel": (ctypes.c_int32, [vp]),
+  "clReleaseProgram": (ctypes.c_int32, [vp]),
+}
+# struct _cl_icd_dispatch of Khronos CL/cl_icd.h: its members in order (the ICD ABI), up to clCreateImage
+ICD_ORDER = (
+  "clGetPlatformIDs", "clGetPlatformInfo", "clGetDeviceIDs", "clGetDeviceInfo", "clCreateContext",
+  "clCreateContextFromType", "clRetainContext", "clReleaseContext", "clGetContextInfo", "clCreateCommandQueue",
+  "clRetainCommandQueue", "clReleaseCommandQueue", "clGetCommandQueueInfo", "clSetCommandQueueProperty",
+  "clCreateBuffer", "clCreateImage2D", "clCreateImage3D", "clRetainMemObject", "clReleaseMemObject",
+  "clGetSupportedImageFormats", "clGetMemObjectInfo", "clGetImageInfo", "clCreateSampler", "clRetainSampler",
+  "clReleaseSampler", "clGetSamplerInfo", "clCreateProgramWithSource", "clCreateProgramWithBinary", "clRetainProgram",
+  "clReleaseProgram", "clBuildProgram", "clUnloadCompiler", "clGetProgramInfo", "clGetProgramBuildInfo",
+  "clCreateKernel", "clCreateKernelsInProgram", "clRetainKernel", "clReleaseKernel", "clSetKernelArg",
+  "clGetKernelInfo", "clGetKernelWorkGroupInfo", "clWaitForEvents", "clGetEventInfo", "clRetainEvent",
+  "clReleaseEvent", "clGetEventProfilingInfo", "clFlush", "clFinish", "clEnqueueReadBuffer", "clEnqueueWriteBuffer",
+  "clEnqueueCopyBuffer", "clEnqueueReadImage", "clEnqueueWriteImage", "clEnqueueCopyImage",
+  "clEnqueueCopyImageToBuffer", "clEnqueueCopyBufferToImage", "clEnqueueMapBuffer", "clEnqueueMapImage",
+  "clEnqueueUnmapMemObject", "clEnqueueNDRangeKernel", "clEnqueueTask", "clEnqueueNativeKernel", "clEnqueueMarker",
+  "clEnqueueWaitForEvents", "clEnqueueBarrier", "clGetExtensionFunctionAddress", "clCreateFromGLBuffer",
+  "clCreateFromGLTexture2D", "clCreateFromGLTexture3D", "clCreateFromGLRenderbuffer", "clGetGLObjectInfo",
+  "clGetGLTextureInfo", "clEnqueueAcquireGLObjects", "clEnqueueReleaseGLObjects", "clGetGLContextInfoKHR",
+  "clGetDeviceIDsFromD3D10KHR", "clCreateFromD3D10BufferKHR", "clCreateFromD3D10Texture2DKHR",
+  "clCreateFromD3D10Texture3DKHR", "clEnqueueAcquireD3D10ObjectsKHR", "clEnqueueReleaseD3D10ObjectsKHR",
+  "clSetEventCallback", "clCreateSubBuffer", "clSetMemObjectDestructorCallback", "clCreateUserEvent",
+  "clSetUserEventStatus", "clEnqueueReadBufferRect", "clEnqueueWriteBufferRect", "clEnqueueCopyBufferRect",
+  "clCreateSubDevicesEXT", "clRetainDeviceEXT", "clReleaseDeviceEXT", "clCreateEventFromGLsyncKHR",
+  "clCreateSubDevices", "clRetainDevice", "clReleaseDevice", "clCreateImage",
+)
+
+
+def pypi_pocl() -> str | None:
+  """The PoCL library of the `pocl-binary-distribution` wheel (installed as `pyopencl/.libs/`, named by the
+  `pocl.icd` file beside it), or None where that wheel isn't installed."""
+  spec = importlib.util.find_spec("pocl_binary_distribution")
+  if spec is None or spec.origin is None: return None
+  libs = Path(spec.origin).parent.parent / "pyopencl" / ".libs"
+  icd = libs / "pocl.icd"
+  if not icd.is_file(): return None
+  lib = libs / icd.read_text().strip()
+  return str(lib) if lib.is_file() else None
+
+
+class ICD:
+  """An OpenCL vendor library (an ICD) called through its dispatch table, with the same attributes as a loaded
+  libOpenCL (`cl.clGetPlatformIDs(...)`); its clGetPlatformIDs lists the vendor's platforms."""
+
+  def __init__(self, path: str):
+    self.path, self.lib = path, ctypes.CDLL(path)
+    gefa = self.lib.clGetExtensionFunctionAddress
+    gefa.restype, gefa.argtypes = vp, [ctypes.c_char_p]
+    if not (fn := gefa(b"clIcdGetPlatformIDsKHR")):
+      raise OSError(f"{path} is not an OpenCL ICD: it has no clIcdGetPlatformIDsKHR")
+    get = ctypes.CFUNCTYPE(ctypes.c_int32, u32, ctypes.POINTER(vp), ctypes.POINTER(u32))(fn)
+    n = u32()
+    check(get(0, None, ctypes.byref(n)), f"clIcdGetPlatformIDsKHR of {path}")
+    if n.value == 0: raise OSError(f"the OpenCL ICD {path} offers no platform")
+    plats = (vp * n.value)()
+    check(get(n.value, plats, None), f"clIcdGetPlatformIDsKHR of {path}")
+    self.table = ctypes.cast(vp(plats[0]), ctypes.POINTER(ctypes.POINTER(vp)))[0]  # the first member of any object
+    for name, (res, args) in SIGS.items():
+      if not (addr := self.table[ICD_ORDER.index(name)]): raise OSError(f"the OpenCL ICD {path} has no {name}")
+      setattr(self, name, ctypes.CFUNCTYPE(res, *args)(addr))
+
+
+def _platforms(cl: Any) -> int:
+  n = u32()
+  code = cl.clGetPlatformIDs(0, None, ctypes.byref(n))
+  if code == -1001: return 0  # CL_PLATFORM_NOT_FOUND_KHR: an ICD loader with no vendor installed
+  check(code, "clGetPlatformIDs")
+  return n.value
+
+
 @functools.cache
 def libcl() -> Any:
-  """libOpenCL with the signatures this device uses; OSError when it isn't installed."""
-  name = ctypes.util.find_library("OpenCL")
-  if name is None: raise OSError("libOpenCL not found: no OpenCL ICD loader (apt-get install ocl-icd-libopencl1 "
-                                 "pocl-opencl-icd)")
-  cl = ctypes.CDLL(name)
-  u64 = ctypes.c_uint64
-  sigs: dict[str, tuple[Any, list[Any]]] = {
-    "clGetPlatformIDs": (ctypes.c_int32, [u32, vp, ctypes.POINTER(u32)]),
-    "clGetDeviceIDs": (ctypes.c_int32, [vp, u64, u32, ctypes.POINTER(vp), vp]),
-    "clGetDeviceInfo": (ctypes.c_int32, [vp, u32, sz, vp, vp]),
-    "clCreateContext": (vp, [vp, u32, ctypes.POINTER(vp), vp, vp, i32p]),
-    "clCreateCommandQueue": (vp, [vp, vp, u64, i32p]),
-    "clCreateProgramWithSource": (vp, [vp, u32, ctypes.POINTER(ctypes.c_char_p), vp, i32p]),
-    "clBuildProgram": (ctypes.c_int32, [vp, u32, ctypes.POINTER(vp), ctypes.c_char_p, vp, vp]),
-    "clGetProgramBuildInfo": (ctypes.c_int32, [vp, vp, u32, sz, vp, vp]),
-    "clCreateKernel": (vp, [vp, ctypes.c_char_p, i32p]),
-    "clCreateBuffer": (vp, [vp, u64, sz, vp, i32p]),
-    "clCreateSubBuffer": (vp, [vp, u64, u32, vp, i32p]),
-    "clCreateImage": (vp, [vp, u64, ctypes.POINTER(ImageFormat), ctypes.POINTER(ImageDesc), vp, i32p]),
-    "clEnqueueCopyBufferToImage": (ctypes.c_int32, [vp, vp, vp, sz, vp, vp, u32, vp, vp]),
-    "clSetKernelArg": (ctypes.c_int32, [vp, u32, sz, vp]),
-    "clEnqueueNDRangeKernel": (ctypes.c_int32, [vp, vp, u32, vp, vp, vp, u32, vp, vp]),
-    "clEnqueueReadBuffer": (ctypes.c_int32, [vp, vp, u32, sz, sz, vp, u32, vp, vp]),
-    "clEnqueueReadImage": (ctypes.c_int32, [vp, vp, u32, vp, vp, sz, sz, vp, u32, vp, vp]),
-    "clEnqueueWriteBuffer": (ctypes.c_int32, [vp, vp, u32, sz, sz, vp, u32, vp, vp]),
-    "clEnqueueCopyBuffer": (ctypes.c_int32, [vp, vp, vp, sz, sz, sz, u32, vp, vp]),
-    "clFinish": (ctypes.c_int32, [vp]),
-    "clReleaseMemObject": (ctypes.c_int32, [vp]),
-    "clReleaseKernel": (ctypes.c_int32, [vp]),
-    "clReleaseProgram": (ctypes.c_int32, [vp]),
-  }
-  for fn, (res, args) in sigs.items():
-    f = getattr(cl, fn)
-    f.restype, f.argtypes = res, args
-  return cl
+  """The OpenCL implementation, with the signatures this device uses: the system's libOpenCL if it offers a platform,
+  else PyPI's PoCL through its dispatch table (`ICD`); OSError saying what was tried when there is none."""
+  tried = []
+  if (name := ctypes.util.find_library("OpenCL")) is not None:
+    cl = ctypes.CDLL(name)
+    for fn, (res, args) in SIGS.items():
+      f = getattr(cl, fn)
+      f.restype, f.argtypes = res, args
+    if _platforms(cl): return cl
+    tried.append(f"{name}: no OpenCL platform installed")
+  else: tried.append("libOpenCL: not installed (no ICD loader)")
+  if (pocl := pypi_pocl()) is not None: return ICD(pocl)
+  tried.append("PoCL from PyPI: not installed")
+  raise OSError(f"no OpenCL implementation ({'; '.join(tried)}): pip install pocl-binary-distribution, or "
+                "apt-get install ocl-icd-libopencl1 pocl-opencl-icd")
 
 
 class CLBuf:
@@ -228,7 +312,7 @@ class CLDevice(Compiled):
     cl = libcl()
     n = u32()
     check(cl.clGetPlatformIDs(0, None, ctypes.byref(n)), "clGetPlatformIDs")
-    if n.value == 0: raise RuntimeError("no OpenCL platform installed (apt-get install pocl-opencl-icd)")
+    if n.value == 0: raise RuntimeError("no OpenCL platform installed (pip install pocl-binary-distribution)")
     plats = (vp * n.value)()
     check(cl.clGetPlatformIDs(n.value, plats, None), "clGetPlatformIDs")
     self.dev = vp()

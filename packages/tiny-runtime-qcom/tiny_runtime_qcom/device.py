@@ -5,7 +5,6 @@ unavailable with that reason and other devices keep working; CL does the same wh
 """
 from __future__ import annotations
 
-import ctypes.util
 import os
 
 from tiny_uop.target import Target
@@ -31,13 +30,12 @@ class QCOMDevice:
 
 
 class CLDevice(_cl.CLDevice):
-  """``CL`` (OpenCL through libOpenCL; PoCL runs it on a CPU): see `tiny_runtime_qcom.cl`. Opening it without an
-  OpenCL loader or platform raises RuntimeError with the reason; ``MOCK+CL`` isn't implemented."""
+  """``CL`` (OpenCL through libOpenCL, or PyPI's PoCL; PoCL runs it on a CPU): see `tiny_runtime_qcom.cl`. Opening
+  it without an OpenCL implementation raises RuntimeError with the reason; ``MOCK+CL`` isn't implemented."""
 
   def __init__(self, device: str = "CL"):
     _check_interface(device, "CL")
-    if ctypes.util.find_library("OpenCL") is None:
-      raise RuntimeError("libOpenCL not found: no OpenCL ICD loader on this machine (apt-get install ocl-icd-libopencl1"
-                         " pocl-opencl-icd)")
+    try: _cl.libcl()
+    except OSError as e: raise RuntimeError(str(e)) from e
     try: super().__init__(device)
     except _cl.CLError as e: raise RuntimeError(f"{device}: OpenCL is installed but unusable: {e}") from e
