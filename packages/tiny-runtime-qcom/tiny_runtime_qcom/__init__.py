@@ -1,8 +1,9 @@
-"""tiny-runtime-qcom: the ``QCOM`` device (KGSL ioctls, Adreno) and the ``CL`` device (OpenCL); later ``MOCK+QCOM``.
+"""tiny-runtime-qcom: the ``QCOM`` device (KGSL ioctls, Adreno a6xx command streams), ``MOCK+QCOM`` (a mock KGSL and
+an Adreno 630 that runs kernels on PoCL) and the ``CL`` device (OpenCL through cffi).
 
-``CL`` works (``tiny_runtime_qcom.cl``); ``QCOM`` is not implemented yet: the descriptors register both devices so
-that they are listed by ``python -m tiny_uop.plugins``, and opening one that can't work raises a RuntimeError that says
-why. Importing this module is cheap and imports no driver code.
+The descriptors register both devices so that they are listed by ``python -m tiny_uop.plugins``; opening one that
+can't work (no /dev/kgsl-3d0, no OpenCL) raises a RuntimeError that says why. Importing this module is cheap and
+imports no driver code.
 """
 from tiny_uop.plugins import DevicePlugin
 

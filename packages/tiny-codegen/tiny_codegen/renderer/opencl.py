@@ -30,7 +30,7 @@ from tiny_uop.dtype import INVERSE_DTYPES_DICT, AddrSpace, DType, ImageDType, Pt
 from tiny_uop.uop import Ops, UOp
 
 from tiny_codegen.compiler.opencl import OpenCLCompiler
-from tiny_codegen.lower.image import pm_images
+from tiny_codegen.lower.image import pm_images, pm_images_pitch64
 from tiny_codegen.renderer import CWriter, count_uses, kernel_params, var_args
 
 _CL_TYPES = {"bool": "bool", "int8": "char", "uint8": "uchar", "int16": "short", "uint16": "ushort", "int32": "int",
@@ -281,6 +281,24 @@ class OpenCLHalfStorageRenderer(OpenCLRenderer):
   `vload_half`/`vstore_half_rte` through a private temporary, and half math runs in float, each result rounded to
   half (as half arithmetic gives: float has the bits for + - * / sqrt to round once). Vector half loads/stores
   aren't supported here (lowering makes scalar ones)."""
+  half_storage_only = True
+
+
+class QCOMRenderer(OpenCLRenderer):
+  """OpenCL C for Adreno GPUs (the `QCOM` device, whose OpenCL compiler builds it): `OpenCLRenderer`, except that with
+  images on, an image's rows are a multiple of 4 RGBA float texels (64 bytes: the a6xx texture descriptor's pitch
+  alignment, so the QCOM runtime can describe the buffer itself as the image)."""
+  device = "QCOM"
+
+  @property
+  def extra_matcher(self) -> Any:
+    """The image params pass with 64-byte aligned rows while images are on."""
+    return pm_images_pitch64 if self.images else None
+
+
+class QCOMHalfStorageRenderer(QCOMRenderer):
+  """`QCOMRenderer` for an OpenCL compiler without `cl_khr_fp16` (MOCK+QCOM executes on PoCL): half in memory only,
+  as `OpenCLHalfStorageRenderer`."""
   half_storage_only = True
 
 
