@@ -30,9 +30,11 @@ PACKAGES = ["tiny-uop", "tiny-codegen", "tiny-runtime-cpu", "tiny-runtime-amd", 
             "tiny-tensor"]
 # torch is a test-only dependency (gradients are checked against it); ==2.13.0 is the CPU build that this
 # project's machines keep on disk (a looser pin would download a multi-GB CUDA build); hatchling lets
-# tests/test_plugin_template.py build the template plugin without reaching an index
+# tests/test_plugin_template.py build the template plugin without reaching an index; pocl-binary-distribution is
+# PoCL (an OpenCL CPU platform) for the CL device and MOCK+QCOM without an apt install; tinygrad==0.14.0 is a
+# test-only oracle (its generated KGSL/Mesa/OpenCL bindings check the QCOM driver's hardware facts)
 TEST_DEPS = ["pytest>=8", "hypothesis>=6", "numpy>=1.24", "torch==2.13.0", "hatchling>=1.18", "scikit-learn",
-             "ml_dtypes"]
+             "ml_dtypes", "pocl-binary-distribution==3.0", "tinygrad==0.14.0"]
 BENCH_DEPS = ["numpy>=1.24", "torch==2.13.0", "tinygrad==0.14.0"]  # tinygrad's CPU backend also needs clang
 
 
@@ -58,15 +60,21 @@ def _shared_test_python(session: nox.Session) -> str:
 
 
 @nox.session(venv_backend="none")
-@nox.parametrize("package", [*PACKAGES, "tiny-tensor@MOCK+AMD", "integration"])
+@nox.parametrize("package", [*PACKAGES, "tiny-tensor@MOCK+AMD", "tiny-tensor@MOCK+QCOM", "tiny-tensor@MOCK+QCOM@IMAGE=1",
+                             "integration"])
 def tests(session: nox.Session, package: str) -> None:
   """Run one package's tests (``packages/<package>/tests``), or the cross-package ``tests/`` for 'integration'.
-  ``tiny-tensor@MOCK+AMD`` runs tiny-tensor's suite on the AMD backend: the mock KFD and the RDNA3 emulator."""
+  ``PACKAGE@DEV`` runs that package's suite with ``DEV`` set, and ``PACKAGE@DEV@NAME=VALUE...`` with those variables
+  too: ``tiny-tensor@MOCK+AMD`` runs tiny-tensor's suite on the AMD backend (the mock KFD and the RDNA3 emulator),
+  ``tiny-tensor@MOCK+QCOM`` on the QCOM backend (the mock KGSL and an Adreno 630 running kernels on PoCL), and
+  ``tiny-tensor@MOCK+QCOM@IMAGE=1`` there with images (textures) on."""
   py = _shared_test_python(session)
-  package, _, dev = package.partition("@")
+  package, *target = package.split("@")
+  dev, extra = (target[0], target[1:]) if target else ("", [])
   path = ROOT / "tests" if package == "integration" else ROOT / "packages" / package / "tests"
   if not path.is_dir(): session.error(f"no test folder {path.relative_to(ROOT)} for {package!r}")
-  env = {"PYTHONDONTWRITEBYTECODE": "1", **({"DEV": dev} if dev else {})}
+  if bad := [e for e in extra if "=" not in e]: session.error(f"{bad}: variables after DEV are NAME=VALUE")
+  env = {"PYTHONDONTWRITEBYTECODE": "1", **({"DEV": dev} if dev else {}), **dict(e.split("=", 1) for e in extra)}
   # pytest exits 5 when it collects no test: nox fails the session on it, as it should
   session.run(py, "-m", "pytest", str(path), *session.posargs, external=True, env=env)
 

@@ -180,7 +180,8 @@ def pypi_pocl() -> str | None:
 
 def load_icd(path: str) -> OpenCL:
   """A vendor ICD library called through its dispatch table (see the module docstring)."""
-  lib = ffi.dlopen(path)
+  try: lib = ffi.dlopen(path)
+  except OSError as e: raise OpenCLUnavailable(f"can't load the OpenCL ICD {path}: {e}") from e
   fn = lib.clGetExtensionFunctionAddress(b"clIcdGetPlatformIDsKHR")
   if fn == ffi.NULL: raise OpenCLUnavailable(f"{path} is not an OpenCL ICD: it has no clIcdGetPlatformIDsKHR")
   get = ffi.cast("icd_get_platforms_t", fn)

@@ -9,7 +9,9 @@ CP_REG_TO_MEM (the always-on counter), CP_INDIRECT_BUFFER (IB2; no deeper), CP_S
 CP_WAIT_MEM_WRITES, CP_NOP, and the dispatches CP_RUN_OPENCL / CP_EXEC_CS, which check that the programmed state is
 consistent (shader address and size, register footprint and shared memory against the binary's, const file length,
 descriptor counts, NDRANGE against the work-group counts) before `gpu.Runner` runs the kernel. A violation raises
-`MalformedPacket` (a `GPUFault`) naming the packet, its offset and the field.
+`MalformedPacket` (a `GPUFault`) naming the packet, its offset and the field; the faulting packet is dropped and the
+rest of the IB runs (so the submission still signals its fence), then the fault is raised. A malformed header ends
+the IB (its length can't be trusted).
 """
 from __future__ import annotations
 
@@ -53,7 +55,8 @@ def decode_header(h: int, where: str) -> tuple[int, int, int]:
     if (h >> 23) & 1 != odd_parity_bit(op): raise MalformedPacket(f"{where}: type-7 header {h:#010x}: opcode parity")
     if (h >> 24) & 0xF: raise MalformedPacket(f"{where}: type-7 header {h:#010x}: reserved bits 27:24 set")
     return 7, op, cnt
-  raise MalformedPacket(f"{where}: header {h:#010x} is a type-{typ} packet; a6xx streams hold type-4 and type-7 only")
+  raise MalformedPacket(f"{where}: header {h:#010x} is not a type-4 or type-7 packet (bits 31:28 = {typ}); a6xx "
+                        "streams hold those only")
 
 
 class CommandProcessor:
@@ -74,17 +77,21 @@ class CommandProcessor:
   def run(self, addr: int, ndwords: int, depth: int = 1) -> None:
     """Execute the `ndwords` dwords at `addr` (an IB of nesting `depth`)."""
     dw = struct.unpack(f"<{ndwords}I", self._read(addr, 4 * ndwords, f"IB{depth}"))
-    i = 0
+    i, fault = 0, None
     while i < ndwords:
       where = f"IB{depth} at {addr:#x} dword {i}"
-      typ, what, cnt = decode_header(dw[i], where)
+      typ, what, cnt = decode_header(dw[i], where)  # a bad header ends the IB: nothing after it can be trusted
       if i + 1 + cnt > ndwords:
         raise MalformedPacket(f"{where}: packet of {cnt} payload dwords runs past the end of the {ndwords}-dword IB")
       body = dw[i + 1:i + 1 + cnt]
       self.stats["packets"] += 1
-      if typ == 4: self._regs(what, body, where)
-      else: self._op(what, body, where, depth)
+      try:
+        if typ == 4: self._regs(what, body, where)
+        else: self._op(what, body, where, depth)
+      except GPUFault as e:  # the faulting packet is dropped (a GPU reset of that dispatch), the IB goes on
+        fault = fault or e
       i += 1 + cnt
+    if fault is not None: raise fault
 
   def _regs(self, reg: int, vals: tuple[int, ...], where: str) -> None:
     for k, v in enumerate(vals):
