@@ -60,8 +60,8 @@ def _shared_test_python(session: nox.Session) -> str:
 
 
 @nox.session(venv_backend="none")
-@nox.parametrize("package", [*PACKAGES, "tiny-tensor@MOCK+AMD", "tiny-tensor@MOCK+QCOM", "tiny-tensor@MOCK+QCOM@IMAGE=1",
-                             "integration"])
+@nox.parametrize("package", [*PACKAGES, "tiny-tensor@MOCK+AMD", "tiny-tensor@MOCK+QCOM",
+                             "tiny-tensor@MOCK+QCOM@IMAGE=1", "integration"])
 def tests(session: nox.Session, package: str) -> None:
   """Run one package's tests (``packages/<package>/tests``), or the cross-package ``tests/`` for 'integration'.
   ``PACKAGE@DEV`` runs that package's suite with ``DEV`` set, and ``PACKAGE@DEV@NAME=VALUE...`` with those variables

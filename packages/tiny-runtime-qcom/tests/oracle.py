@@ -31,7 +31,8 @@ _BINOPS = {ast.LShift: lambda a, b: a << b, ast.BitOr: lambda a, b: a | b, ast.A
 
 def _const(node: ast.expr) -> int | None:
   """An int literal, `-x`, or `a << b` / `a | b` / `a + b` of them (as `(1 << 3)`); None for anything else."""
-  if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool): return node.value
+  if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+    return node.value
   if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
     return None if (v := _const(node.operand)) is None else -v
   if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:

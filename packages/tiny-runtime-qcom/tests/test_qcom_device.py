@@ -95,7 +95,8 @@ def test_bad_launches_and_programs_are_clear_errors(dev):
     prg(_buf(np.zeros(4, np.float32))._buf, _buf(np.zeros(4, np.float32))._buf, local_size=(2048, 1, 1), vals=(1,))
   with pytest.raises(ValueError, match="not a QCOM program"): dev.get_program("axpb", SRC.encode())
   from tiny_uop.device import CompileError
-  with pytest.raises(CompileError, match="undeclared_v"): dev.renderer.compiler.compile(SRC.replace("(float)var0", "undeclared_v"))
+  with pytest.raises(CompileError, match="undeclared_v"):
+    dev.renderer.compiler.compile(SRC.replace("(float)var0", "undeclared_v"))
 
 
 def test_tensor_math_half_and_reductions(dev):
@@ -126,7 +127,7 @@ def test_image_conv_reads_textures_with_aligned_rows(dev):
   srcs = [c.spec.src for c in calls if c.kind == "kernel"]
   assert any("read_imagef" in s for s in srcs)
   for s in srcs:
-    for kind, h, wd in adreno.KernelInfo.of_source(s).args:
+    for kind, _, wd in adreno.KernelInfo.of_source(s).args:
       if kind == "tex": assert (wd * 16) % 64 == 0
 
 
@@ -135,7 +136,8 @@ def test_wrong_sampler_descriptor_gives_wrong_numbers(dev, monkeypatch):
   changes a padded read's value, so the descriptor is checked end to end."""
   src = ("__constant sampler_t smp = CLK_NORMALIZED_COORDS_FALSE | CLK_ADDRESS_CLAMP | CLK_FILTER_NEAREST;\n"
          "/* image data1 1x4 */\n__kernel void edge(__global float* restrict data0, read_only image2d_t data1) {\n"
-         "  data0[0] = read_imagef(data1, smp, (int2)(-1, 0)).x;\n  data0[1] = read_imagef(data1, smp, (int2)(2, 0)).z;\n}\n")
+         "  data0[0] = read_imagef(data1, smp, (int2)(-1, 0)).x;\n"
+         "  data0[1] = read_imagef(data1, smp, (int2)(2, 0)).z;\n}\n")
   prg = _load(dev, src, "edge")
   img = np.arange(1, 17, dtype=np.float32)
   a, out = _buf(img), _buf(np.full(2, -7, np.float32))

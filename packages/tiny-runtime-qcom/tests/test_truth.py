@@ -55,8 +55,9 @@ def test_every_register_address_is_mesas():
 def test_register_fields_decode_with_mesas_masks():
   m = M()
   v = a6xx.load_state6_0(a6xx.ST6_UAV, a6xx.SS6_INDIRECT, a6xx.SB6_CS_SHADER, 777, dst_off=5)
-  assert [field(v, f"CP_LOAD_STATE6_0_{f}") for f in ("STATE_TYPE", "STATE_SRC", "STATE_BLOCK", "NUM_UNIT", "DST_OFF")] \
-    == [a6xx.ST6_UAV, a6xx.SS6_INDIRECT, a6xx.SB6_CS_SHADER, 777, 5]
+  names = ("STATE_TYPE", "STATE_SRC", "STATE_BLOCK", "NUM_UNIT", "DST_OFF")
+  assert [field(v, f"CP_LOAD_STATE6_0_{f}") for f in names] == [a6xx.ST6_UAV, a6xx.SS6_INDIRECT, a6xx.SB6_CS_SHADER,
+                                                                 777, 5]
   v = a6xx.sp_cs_cntl_0(a6xx.THREAD128, 13, 41, 9)
   assert [field(v, f"A6XX_SP_CS_CNTL_0_{f}") for f in ("THREADSIZE", "HALFREGFOOTPRINT", "FULLREGFOOTPRINT",
                                                       "BRANCHSTACK")] == [1, 13, 41, 9]
@@ -65,8 +66,8 @@ def test_register_fields_decode_with_mesas_masks():
     == [3, 63, 2, 1023]
   cfg = a6xx.SP_CS_CONFIG_ENABLED | 3 << a6xx.SP_CS_CONFIG_NTEX_SHIFT | 2 << a6xx.SP_CS_CONFIG_NSAMP_SHIFT | \
     5 << a6xx.SP_CS_CONFIG_NUAV_SHIFT
-  assert cfg & m["A6XX_SP_CS_CONFIG_ENABLED"] and [field(cfg, f"A6XX_SP_CS_CONFIG_{f}") for f in ("NTEX", "NSAMP", "NUAV")] \
-    == [3, 2, 5]
+  assert cfg & m["A6XX_SP_CS_CONFIG_ENABLED"]
+  assert [field(cfg, f"A6XX_SP_CS_CONFIG_{f}") for f in ("NTEX", "NSAMP", "NUAV")] == [3, 2, 5]
   assert (a6xx.SP_UPDATE_CNTL_CS_STATE, a6xx.SP_UPDATE_CNTL_CS_UAV) == (m["A6XX_SP_UPDATE_CNTL_CS_STATE"],
                                                                        m["A6XX_SP_UPDATE_CNTL_CS_UAV"])
   assert a6xx.SP_PERFCTR_SHADER_MASK_CS == m["A6XX_SP_PERFCTR_SHADER_MASK_CS"]

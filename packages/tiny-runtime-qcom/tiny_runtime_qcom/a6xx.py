@@ -84,7 +84,8 @@ REG_SP_CS_KERNEL_GROUP_X, REG_SP_UPDATE_CNTL = 0xB999, 0xBB08
 
 # every register a compute dispatch writes, by name (the mock rejects writes to any other)
 REGISTERS: dict[int, str] = {
-  REG_SP_CS_CNTL_0: "SP_CS_CNTL_0", REG_SP_CS_CNTL_1: "SP_CS_CNTL_1", REG_SP_CS_BOOLEAN_CF_MASK: "SP_CS_BOOLEAN_CF_MASK",
+  REG_SP_CS_CNTL_0: "SP_CS_CNTL_0", REG_SP_CS_CNTL_1: "SP_CS_CNTL_1",
+  REG_SP_CS_BOOLEAN_CF_MASK: "SP_CS_BOOLEAN_CF_MASK",
   REG_SP_CS_PROGRAM_COUNTER_OFFSET: "SP_CS_PROGRAM_COUNTER_OFFSET", REG_SP_CS_BASE: "SP_CS_BASE",
   REG_SP_CS_BASE + 1: "SP_CS_BASE+1", REG_SP_CS_PVT_MEM_PARAM: "SP_CS_PVT_MEM_PARAM",
   REG_SP_CS_PVT_MEM_BASE: "SP_CS_PVT_MEM_BASE", REG_SP_CS_PVT_MEM_BASE + 1: "SP_CS_PVT_MEM_BASE+1",
@@ -157,7 +158,8 @@ def tex_const(d: TexDesc) -> list[int]:
   """The 16 dwords of A6XX_TEX_CONST for `d`: linear tiling, identity swizzle XYZW, TYPE 2D, PITCHALIGN =
   log2(pitch) - 6 where the pitch is a power-of-two multiple of 64 bytes (else 0), base address, depth 0 (as the
   Qualcomm OpenCL driver's own 2D image descriptors leave it)."""
-  if d.fmt not in FORMAT_BYTES: raise ValueError(f"texture format {d.fmt:#x}; supported: {list(map(hex, FORMAT_BYTES))}")
+  if d.fmt not in FORMAT_BYTES:
+    raise ValueError(f"texture format {d.fmt:#x}; supported: {list(map(hex, FORMAT_BYTES))}")
   if not (1 <= d.width <= 0x7FFF and 1 <= d.height <= 0x7FFF):
     raise ValueError(f"texture of {d.width}x{d.height} texels; width and height 1..32767")
   if d.pitch % PITCH_ALIGN or d.pitch < d.width * FORMAT_BYTES[d.fmt] or d.pitch >= 1 << 22:
@@ -219,7 +221,8 @@ class QCOMComputeQueue(HWQueue):
     """Dispatch `prg` (a `QCOMProgram`) over `global_size` work-groups of `local_size` work-items with its argument
     region at `args_addr` (constants, then texture, UAV and sampler descriptors: `QCOMProgram.args_layout`)."""
     gs, ls = (tuple(global_size) + (1, 1, 1))[:3], (tuple(local_size) + (1, 1, 1))[:3]
-    if any(isinstance(v, int) and v < 1 for v in (*gs, *ls)): raise ValueError(f"launch {gs} x {ls}: sizes must be >= 1")
+    if any(isinstance(v, int) and v < 1 for v in (*gs, *ls)):
+      raise ValueError(f"launch {gs} x {ls}: sizes must be >= 1")
     lay = prg.layout
     self.pkt7(CP_SET_MARKER, RM6_COMPUTE)
     self.reg(REG_SP_UPDATE_CNTL, SP_UPDATE_CNTL_CS_STATE | SP_UPDATE_CNTL_CS_UAV).reg(REG_SP_UPDATE_CNTL, 0)

@@ -80,7 +80,8 @@ class AdrenoBinary:
     if _u32(b, HDR_CONST_COUNT, "constant count"):
       c = _u32(b, HDR_CONST_OFF, "constant records offset")
       while c + CONST_RECORD <= img_off:
-        value, units, is32 = _u32(b, c, "constant"), _u32(b, c + 16, "constant offset"), _u32(b, c + 24, "constant size")
+        value, units = _u32(b, c, "constant"), _u32(b, c + 16, "constant offset")
+        is32 = _u32(b, c + 24, "constant size")
         size = 2 << is32
         consts.append((value & ((1 << 8 * size) - 1), units * size, size))
         c += CONST_RECORD

@@ -7,7 +7,7 @@ address, compiles kernels with the device's own OpenCL compiler (`AdrenoCompiler
 binary), loads the binary's shader image itself (`QCOMProgram`) and dispatches it with a6xx command streams
 (`a6xx.QCOMComputeQueue`), submitted with GPU_COMMAND. Signals are memory written by the GPU (CACHE_FLUSH_TS); a
 host wait first sleeps in KGSL on the submission's timestamp. There is no copy engine: copies go through the CPU
-mapping (`HCQAllocator`). TinyJit replays through `HCQGraph` (one prebuilt indirect buffer).
+mapping (`HCQAllocator`). TinyJit replays through `HCQGraph` (one prebuilt indirect buffer, `QCOMGraph`).
 
 Without an Adreno GPU, `QCOMDevice("QCOM")` raises RuntimeError("no Adreno GPU (/dev/kgsl-3d0 not found)"), which
 the registry reports; `DEV=MOCK+QCOM` always works where an OpenCL CPU platform (PoCL) is installed.
@@ -70,7 +70,7 @@ class QCOMProgram(HCQProgram):
     if len(b.args) != len(self.info.args):
       raise ValueError(f"kernel {name}: the source has {len(self.info.args)} arguments, the binary {len(b.args)}")
     want = {"buf": adreno.ARG_CONST, "val": adreno.ARG_CONST, "tex": adreno.ARG_TEX, "uav": adreno.ARG_UAV}
-    for i, ((kind, h, w), arg) in enumerate(zip(self.info.args, b.args)):
+    for i, ((kind, _, w), arg) in enumerate(zip(self.info.args, b.args)):
       if want[kind] != arg.kind: raise ValueError(f"kernel {name}: argument {i} is a {kind} in the source but of kind "
                                                   f"{arg.kind} in the binary")
       if kind in ("tex", "uav") and (w * 16) % a6xx.PITCH_ALIGN:
@@ -172,6 +172,18 @@ class QCOMProgram(HCQProgram):
       pass
 
 
+class QCOMGraph(HCQGraph):
+  """`HCQGraph` for QCOM: a kernel whose read-only image is a buffer view not 32-byte aligned (the texture base
+  alignment) runs outside the graph, where its launch stages the image (`QCOMProgram._image_bases`)."""
+
+  @staticmethod
+  def supports(dev: Any, kernel: Any) -> bool:
+    if not HCQGraph.supports(dev, kernel): return False
+    prg = kernel.prg
+    return not any(not isinstance(b, int) and prg.info.args[i][0] == "tex" and b.va_addr % a6xx.BASE_ALIGN
+                   for i, b in zip(prg.buf_args, kernel.bufs))
+
+
 class Layout:
   """Byte offsets in a QCOM argument region (see `QCOMProgram`)."""
 
@@ -216,7 +228,7 @@ class QCOMDevice(HCQCompiled):
         raise RuntimeError(f"{KGSL_PATH} is here but no OpenCL to compile kernels with: {e}") from e
     from tiny_codegen.renderer.opencl import QCOMHalfStorageRenderer, QCOMRenderer
     ren = QCOMRenderer if "cl_khr_fp16" in self.compiler.extensions else QCOMHalfStorageRenderer
-    super().__init__(device, HCQAllocator(self), [ren], QCOMProgram, HCQGraph, arch=self.kgsl.info.arch)
+    super().__init__(device, HCQAllocator(self), [ren], QCOMProgram, QCOMGraph, arch=self.kgsl.info.arch)
     self.time_signals = [self.new_signal(), self.new_signal()]
 
   def select_renderer(self, name: str | None) -> Any:

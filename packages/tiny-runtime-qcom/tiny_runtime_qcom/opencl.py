@@ -207,8 +207,8 @@ def load() -> OpenCL:
   else: tried.append("libOpenCL (not found)")
   if (pocl := pypi_pocl()) is not None: return load_icd(pocl)
   tried.append("PoCL from PyPI (pocl-binary-distribution not installed)")
-  raise OpenCLUnavailable(f"no OpenCL implementation found; tried {', '.join(tried)}. Install one: "
-                          "`pip install pocl-binary-distribution` or `apt-get install ocl-icd-libopencl1 pocl-opencl-icd`")
+  raise OpenCLUnavailable(f"no OpenCL implementation found; tried {', '.join(tried)}. Install one: `pip install "
+                          "pocl-binary-distribution` or `apt-get install ocl-icd-libopencl1 pocl-opencl-icd`")
 
 
 def info_str(cl: OpenCL, fn: str, obj: Any, param: int) -> str:

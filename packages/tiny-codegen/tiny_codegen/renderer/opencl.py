@@ -70,9 +70,20 @@ CL_CODE: dict[Ops, Callable[[list[str], DType], str]] = {
 }
 
 
-_ROUND_HALF = ("float _h2f(ushort b) { return vload_half(0, (__private half*)&b); }\n"
-               "ushort _f2h(float x) { ushort t; vstore_half_rte(x, 0, (__private half*)&t); return t; }\n"
-               "float _rh(float x) { return _h2f(_f2h(x)); }\n")
+# half <-> float for storage-only half, in integer and float ALU ops only (IEEE 754 binary16, round to nearest even,
+# subnormals, inf, NaN quieted): taking the address of a private (vload_half/vstore_half on `&b`) makes PoCL keep every
+# such value in memory per work-item, and its work-group compiler then takes minutes on a big unrolled kernel
+_ROUND_HALF = (
+  "float _h2f(ushort h) { uint s = (uint)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff;\n"
+  "  if (e == 0x1f) return as_float(s | 0x7f800000u | (m << 13));\n"
+  "  if (e != 0) return as_float(s | ((e + 112) << 23) | (m << 13));\n"
+  "  return copysign((float)m * 5.9604644775390625e-08f, as_float(s | 0x3f800000u)); }\n"
+  "ushort _f2h(float x) { uint u = as_uint(x), s = (u >> 16) & 0x8000, a = u & 0x7fffffffu;\n"
+  "  if (a > 0x7f800000u) return (ushort)(s | 0x7e00 | ((a >> 13) & 0x3ff));\n"
+  "  if (a >= 0x477ff000u) return (ushort)(s | 0x7c00);\n"
+  "  if (a >= 0x38800000u) return (ushort)(s | ((a + 0xfffu + ((a >> 13) & 1u) - 0x38000000u) >> 13));\n"
+  "  return (ushort)(s | (uint)rint(as_float(a) * 16777216.0f)); }\n"
+  "float _rh(float x) { return _h2f(_f2h(x)); }\n")
 
 
 def _multi_use(u: UOp) -> bool:
@@ -169,7 +180,7 @@ class OpenCLRenderer(Renderer):
     return self.half_storage_only and not isinstance(dt, PtrDType) and dt.scalar() == dtypes.float16
 
   def _half_mem(self, idx: UOp) -> bool:
-    """An INDEX into a global half buffer while half is storage-only (vload_half/vstore_half access it)."""
+    """An INDEX into a global half buffer while half is storage-only (its bits are converted by `_h2f`/`_f2h`)."""
     if not self.half_storage_only or idx.op is not Ops.INDEX: return False
     p = idx.src[0].dtype
     return isinstance(p, PtrDType) and not isinstance(p, ImageDType) and p.addrspace is AddrSpace.GLOBAL and \
@@ -278,9 +289,9 @@ class OpenCLRenderer(Renderer):
 
 class OpenCLHalfStorageRenderer(OpenCLRenderer):
   """OpenCL C for devices without `cl_khr_fp16` (PoCL on CPUs): half buffers are `ushort` bits converted with
-  `vload_half`/`vstore_half_rte` through a private temporary, and half math runs in float, each result rounded to
-  half (as half arithmetic gives: float has the bits for + - * / sqrt to round once). Vector half loads/stores
-  aren't supported here (lowering makes scalar ones)."""
+  integer/float ALU helpers (`_h2f`, `_f2h`: IEEE binary16, round to nearest even), and half math runs in float, each
+  result rounded to half (as half arithmetic gives: float has the bits for + - * / sqrt to round once). Vector half
+  loads/stores aren't supported here (lowering makes scalar ones)."""
   half_storage_only = True
 
 

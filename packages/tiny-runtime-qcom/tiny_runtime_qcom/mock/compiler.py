@@ -5,9 +5,9 @@ whose shader image carries the kernel's OpenCL source instead of a6xx machine co
 here with PoCL's build log, as a real build would with Qualcomm's), then lays out a binary the way the Qualcomm
 compiler's are laid out: a register descriptor, a kernel descriptor with the argument records (each buffer address
 or value at an offset in the const file; image arguments as textures or UAVs), an immediate-constant record, and the
-shader image. The mock GPU (`mock/gpu.py`) reads the image back from the memory a dispatch loaded it from: `IMAGE_MAGIC`,
-then JSON with the source, the argument table and the register footprint the dispatch must have been programmed
-with -- so the driver's parsing of the binary and its state loads are checked end to end.
+shader image. The mock GPU (`mock/gpu.py`) reads the image back from the memory a dispatch loaded it from:
+`IMAGE_MAGIC`, then JSON with the source, the argument table and the register footprint the dispatch must have been
+programmed with -- so the driver's parsing of the binary and its state loads are checked end to end.
 """
 from __future__ import annotations
 

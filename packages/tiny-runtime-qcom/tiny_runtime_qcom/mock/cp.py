@@ -30,9 +30,10 @@ ALWAYS_ON_HZ = 19_200_000
 UNIT_BYTES = {(a6xx.SB6_CS_SHADER, a6xx.ST6_SHADER): 128, (a6xx.SB6_CS_SHADER, a6xx.ST6_CONSTANTS): 16,
               (a6xx.SB6_CS_SHADER, a6xx.ST6_UAV): 64, (a6xx.SB6_CS_TEX, a6xx.ST6_CONSTANTS): 64,
               (a6xx.SB6_CS_TEX, a6xx.ST6_SHADER): 16}
-WAIT_FUNCS: dict[int, Callable[[int, int], bool]] = {0: lambda v, r: True, 1: lambda v, r: v < r, 2: lambda v, r: v <= r,
-                                                     3: lambda v, r: v == r, 4: lambda v, r: v != r,
-                                                     5: lambda v, r: v >= r, 6: lambda v, r: v > r}
+# CP_WAIT_REG_MEM functions (adreno_pm4.xml, enum cp_cond_function): ALWAYS, LT, LE, EQ, NE, GE, GT
+WAIT_FUNCS: dict[int, Callable[[int, int], bool]] = {
+  0: lambda v, r: True, 1: lambda v, r: v < r, 2: lambda v, r: v <= r, 3: lambda v, r: v == r, 4: lambda v, r: v != r,
+  5: lambda v, r: v >= r, 6: lambda v, r: v > r}
 
 
 class MalformedPacket(GPUFault):
@@ -218,7 +219,8 @@ class CommandProcessor:
     consts = cs[1]
     cc = r(a6xx.REG_SP_CS_CONST_CONFIG)
     if not cc & a6xx.SP_CS_CONST_CONFIG_ENABLED or (cc & 0xFF) * 4 * 16 < len(consts):
-      raise bad(f"SP_CS_CONST_CONFIG {cc:#x}: constants disabled or CONSTLEN below the {len(consts) // 16} loaded vec4s")
+      raise bad(f"SP_CS_CONST_CONFIG {cc:#x}: constants disabled or CONSTLEN below the {len(consts) // 16} loaded "
+                "vec4s")
     need = max([16] + [a["off"] + (8 if a["kind"] == "buf" else 4) for a in img["args"] if "off" in a])
     if len(consts) < need: raise bad(f"{len(consts)} bytes of constants loaded; the kernel's arguments need {need}")
     for value, off, size in img["imm"]:
@@ -258,6 +260,6 @@ class CommandProcessor:
     if local[0] * local[1] * local[2] > 1024: raise bad(f"a work-group of {local} exceeds 1024 work-items")
     if (pvt := self.reg64(a6xx.REG_SP_CS_PVT_MEM_BASE)): self.mem.check(pvt, 1, "SP_CS_PVT_MEM_BASE")
     self.stats["dispatches"] += 1
-    self.runner.dispatch(Dispatch(img, consts, tables[(a6xx.SB6_CS_TEX, a6xx.ST6_CONSTANTS)],
-                                  tables[(a6xx.SB6_CS_SHADER, a6xx.ST6_UAV)], tables[(a6xx.SB6_CS_TEX, a6xx.ST6_SHADER)],
-                                  gsize, local, self.mem.alloc_end))
+    tex, uav, samp = (tables[k] for k in ((a6xx.SB6_CS_TEX, a6xx.ST6_CONSTANTS), (a6xx.SB6_CS_SHADER, a6xx.ST6_UAV),
+                                          (a6xx.SB6_CS_TEX, a6xx.ST6_SHADER)))
+    self.runner.dispatch(Dispatch(img, consts, tex, uav, samp, gsize, local, self.mem.alloc_end))

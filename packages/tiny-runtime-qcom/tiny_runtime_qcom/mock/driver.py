@@ -18,7 +18,7 @@ import threading
 from collections import deque
 from typing import Any
 
-from tiny_uop.hcq import MAP_FIXED, MAP_PRIVATE, PROT_READ, PROT_WRITE, FileIOInterface
+from tiny_uop.hcq import MAP_PRIVATE, PROT_READ, PROT_WRITE, FileIOInterface
 
 from tiny_runtime_qcom import kgsl
 from tiny_runtime_qcom.mock.cp import CommandProcessor

@@ -86,7 +86,7 @@ class Runner:
   def __init__(self) -> None:
     cl = load()
     names = []
-    for i, p in enumerate(cl.platforms()):
+    for i in range(len(cl.platforms())):
       ctx = Context(cl, i)
       if "portable computing language" in ctx.platform_name.lower() or "pocl" in ctx.platform_name.lower(): break
       names.append(ctx.platform_name)
@@ -153,7 +153,8 @@ class Runner:
         check(cl.clSetKernelArg(kernel, i, ffi.sizeof("cl_mem"), arg), f"clSetKernelArg({i})")
       gsz = ffi.new("size_t[3]", list(d.global_size))
       lsz = ffi.new("size_t[3]", list(d.local_size))
-      check(cl.clEnqueueNDRangeKernel(q, kernel, 3, ffi.NULL, gsz, lsz, 0, ffi.NULL, ffi.NULL), "clEnqueueNDRangeKernel")
+      check(cl.clEnqueueNDRangeKernel(q, kernel, 3, ffi.NULL, gsz, lsz, 0, ffi.NULL, ffi.NULL),
+            "clEnqueueNDRangeKernel")
       for mem, desc in uavs:  # a storage image's texels land in memory through its descriptor
         origin, region = ffi.new("size_t[3]", [0, 0, 0]), ffi.new("size_t[3]", [desc.width, desc.height, 1])
         check(cl.clEnqueueReadImage(q, mem, 1, origin, region, desc.pitch, 0, ffi.cast("void*", desc.base), 0,
