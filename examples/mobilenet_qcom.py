@@ -118,6 +118,7 @@ def run(device: str = "MOCK+QCOM", batch: int = 2, size: int = 32, seed: int = 0
   return {"out": out, "replayed": outs, "ref": ref, "max_abs_diff": float(np.abs(out - ref).max()),
           "scale": float(np.abs(ref).max()), "kernels": len(kernels),
           "texture_kernels": sum("read_image" in c.spec.src for c in kernels), "jit_kernels": fwd.captured.kernel_count,
+          "half_kernels": sum("half" in c.spec.src or "_rh(" in c.spec.src for c in kernels),
           "seconds_per_forward": per_call}
 
 

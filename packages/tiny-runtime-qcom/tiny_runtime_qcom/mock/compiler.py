@@ -82,7 +82,7 @@ class MockAdrenoCompiler(Compiler):
   def __init__(self, gpu: Any):
     self.gpu = gpu
     self.extensions = gpu.runner.ctx.extensions
-    super().__init__("qcom_mock_a630_v1")
+    super().__init__("qcom_mock_a630_v2")
 
   def compile(self, src: str) -> bytes:
     try: info = adreno.KernelInfo.of_source(src)
@@ -103,8 +103,10 @@ class MockAdrenoCompiler(Compiler):
         args.append((adreno.ARG_TEX if kind == "tex" else adreno.ARG_UAV, 0))
         table.append({"kind": kind, "index": tex if kind == "tex" else uav, "h": h, "w": w})
         tex, uav = tex + (kind == "tex"), uav + (kind == "uav")
-    # a register footprint that depends on the kernel, so a driver that misreads the binary programs wrong values
-    regs = {"fregs": 4 + len(info.args) % 40, "hregs": 2 + len(src) % 7, "branchstack": src.count("for (") % 60,
+    # a register footprint that depends on the kernel, so a driver that misreads the binary programs wrong values;
+    # small enough (full + half/2 <= 12 registers) that the register file allows 1024-work-item groups, as the
+    # renderer's limits promise
+    regs = {"fregs": 4 + len(info.args) % 5, "hregs": 2 + len(src) % 5, "branchstack": src.count("for (") % 60,
             "shmem": shared_bytes(src), "pvtmem": 0, "samplers": 1 if "sampler_t" in src else 0}
     image = shader_image(src, info, table, regs, imm)
     return adreno.pack_lib(info, write_binary(info.name, image, args, regs, imm))
