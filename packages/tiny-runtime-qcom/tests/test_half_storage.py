@@ -8,8 +8,8 @@ import numpy as np
 from tiny_codegen.renderer.opencl import _ROUND_HALF
 from tiny_runtime_qcom.opencl import CL_MEM_COPY_HOST_PTR, CL_MEM_READ_WRITE, Context, check, ffi
 
-SRC = _ROUND_HALF + """__kernel void conv(__global ushort* h, __global float* hf, __global float* x, __global ushort* xh,
-                   __global float* xr) {
+SRC = _ROUND_HALF + """__kernel void conv(__global ushort* h, __global float* hf, __global float* x,
+                   __global ushort* xh, __global float* xr) {
   int i = get_global_id(0);
   hf[i] = _h2f(h[i]); xh[i] = _f2h(x[i]); xr[i] = _rh(x[i]);
 }
