@@ -135,3 +135,16 @@ def test_convnet_forward_on_cl(dev, image):
   h64 = _np_pool(np.maximum(_np_conv(h64, d["w2"], d["b2"], 0), 0))
   ref = h64.reshape(2, -1) @ d["wl"].T.astype(np.float64) + d["bl"]
   np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_program_binaries_come_from_the_device_compiler():
+  """The QCOM compiler's path on any OpenCL: build, then CL_PROGRAM_SIZES/BINARIES give the device's binary; a device
+  that is not an Adreno is refused with the reason (its binaries aren't a6xx code)."""
+  from tiny_runtime_qcom.compiler import AdrenoCompiler
+  from tiny_runtime_qcom.opencl import Context
+  ctx = Context()
+  prg, _ = ctx.build("__kernel void k(__global float* a) { a[get_global_id(0)] *= 2.0f; }", None)
+  blob = ctx.binary(prg)
+  assert len(blob) > 64 and blob != b"\0" * len(blob)
+  ctx.cl.clReleaseProgram(prg)
+  with pytest.raises(RuntimeError, match="not an Adreno GPU"): AdrenoCompiler("a630", ctx)
