@@ -126,6 +126,9 @@ def test_texture_descriptor_fields_are_mesas():
   d2 = a6xx.tex_const(a6xx.TexDesc(a6xx.FMT6_16_16_16_16_FLOAT, 64, 2, 1024, 0x1000))
   assert field(d2[2], "A6XX_TEX_CONST_2_PITCHALIGN") == 4 and field(d2[0], "A6XX_TEX_CONST_0_FMT") == \
     m["FMT6_16_16_16_16_FLOAT"]
+  u = a6xx.tex_const(a6xx.TexDesc(a6xx.FMT6_32_32_32_32_FLOAT, 64, 2, 1024, 0x1000), storage=True)
+  assert [field(u[0], f"A6XX_TEX_CONST_0_SWIZ_{c}") for c in "XYZW"] == [0] * 4 and u[1:] == d2[1:] and \
+    field(u[0], "A6XX_TEX_CONST_0_FMT") == m["FMT6_32_32_32_32_FLOAT"]
   for bad, msg in ((a6xx.TexDesc(a6xx.FMT6_32_32_32_32_FLOAT, 3, 1, 48, 0), "multiple of 64"),
                    (a6xx.TexDesc(a6xx.FMT6_32_32_32_32_FLOAT, 4, 1, 64, 0x1010), "32-byte aligned"),
                    (a6xx.TexDesc(0x30, 4, 1, 64, 0), "texture format")):

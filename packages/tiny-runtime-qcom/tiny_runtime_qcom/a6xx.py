@@ -154,10 +154,11 @@ class TexDesc:
   base: int
 
 
-def tex_const(d: TexDesc) -> list[int]:
-  """The 16 dwords of A6XX_TEX_CONST for `d`: linear tiling, identity swizzle XYZW, TYPE 2D, PITCHALIGN =
-  log2(pitch) - 6 where the pitch is a power-of-two multiple of 64 bytes (else 0), base address, depth 0 (as the
-  Qualcomm OpenCL driver's own 2D image descriptors leave it)."""
+def tex_const(d: TexDesc, storage: bool = False) -> list[int]:
+  """The 16 dwords of A6XX_TEX_CONST for `d`: linear tiling, identity swizzle XYZW (none for a `storage` image: a
+  UAV is written as it is, and the Qualcomm driver's UAV descriptors leave the swizzle zero), TYPE 2D, PITCHALIGN =
+  log2 of the pitch's largest power-of-two divisor - 6, base address, depth 0 (as the Qualcomm OpenCL driver's own
+  2D image descriptors leave it)."""
   if d.fmt not in FORMAT_BYTES:
     raise ValueError(f"texture format {d.fmt:#x}; supported: {list(map(hex, FORMAT_BYTES))}")
   if not (1 <= d.width <= 0x7FFF and 1 <= d.height <= 0x7FFF):
@@ -167,7 +168,8 @@ def tex_const(d: TexDesc) -> list[int]:
                      f"bytes ({d.width * FORMAT_BYTES[d.fmt]}), and below 4 MiB")
   if d.base % BASE_ALIGN: raise ValueError(f"texture base {d.base:#x} is not {BASE_ALIGN}-byte aligned")
   align = (d.pitch & -d.pitch).bit_length() - 7  # log2(largest power of two dividing pitch) - 6
-  return [TEX_X << 4 | TEX_Y << 7 | TEX_Z << 10 | TEX_W << 13 | d.fmt << 22,
+  swizzle = 0 if storage else TEX_X << 4 | TEX_Y << 7 | TEX_Z << 10 | TEX_W << 13
+  return [swizzle | d.fmt << 22,
           d.width | d.height << 15,
           min(align, 15) | d.pitch << 7 | A6XX_TEX_2D << 29,
           0, lo32(d.base), hi32(d.base) & 0x1FFFF] + [0] * 10  # type: ignore[list-item]

@@ -121,7 +121,7 @@ class QCOMProgram(HCQProgram):
       if kind == "buf": ctypes.c_uint64.from_address(base + self.binary.args[i].const_off).value = addr
       else:
         off = lay.tex_off + 64 * self.tex_index[i] if kind == "tex" else lay.uav_off + 64 * self.uav_index[i]
-        desc = a6xx.tex_const(a6xx.TexDesc(a6xx.FMT6_32_32_32_32_FLOAT, w, h, w * 16, addr))
+        desc = a6xx.tex_const(a6xx.TexDesc(a6xx.FMT6_32_32_32_32_FLOAT, w, h, w * 16, addr), storage=kind == "uav")
         (ctypes.c_uint32 * a6xx.TEX_CONST_DWORDS).from_address(base + off)[:] = desc
     for i, v in zip(self.val_args, vals): ctypes.c_int32.from_address(base + self.binary.args[i].const_off).value = v
     samp = a6xx.tex_samp_nearest_unnorm_border()

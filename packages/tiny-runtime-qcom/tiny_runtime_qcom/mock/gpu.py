@@ -23,6 +23,9 @@ from tiny_runtime_qcom.opencl import CL_FLOAT, CL_HALF_FLOAT, CL_MAP_READ, CL_MA
   CL_MEM_OBJECT_IMAGE2D, CL_MEM_READ_ONLY, CL_MEM_READ_WRITE, CL_MEM_USE_HOST_PTR, CL_MEM_WRITE_ONLY, CL_RGBA, \
   Context, check, ffi, load
 
+# PoCL builds unoptimized: its compile time, not the tiny kernels' run time, is what the mock's users wait for (the
+# front end and the work-group compiler dominate; results are the same IEEE operations, FP_CONTRACT OFF)
+BUILD_OPTIONS = "-cl-std=CL2.0 -w -cl-opt-disable"
 CL_FORMATS = {a6xx.FMT6_32_32_32_32_FLOAT: CL_FLOAT, a6xx.FMT6_16_16_16_16_FLOAT: CL_HALF_FLOAT}
 SAMPLER_LINE = re.compile(r"__constant sampler_t (\w+) = ([^;]*);")
 CL_ADDRESS = {a6xx.TEX_CLAMP_TO_BORDER: "CLK_ADDRESS_CLAMP", 1: "CLK_ADDRESS_CLAMP_TO_EDGE", 0: "CLK_ADDRESS_REPEAT",
@@ -61,12 +64,14 @@ def parse_image(raw: bytes) -> dict[str, Any]:
   return json.loads(raw[len(IMAGE_MAGIC) + 4:len(IMAGE_MAGIC) + 4 + n])
 
 
-def decode_tex(d: list[int], what: str) -> a6xx.TexDesc:
-  """A6XX_TEX_CONST -> TexDesc, rejecting what the mock (and a linear 2D RGBA image) doesn't allow."""
+def decode_tex(d: list[int], what: str, storage: bool = False) -> a6xx.TexDesc:
+  """A6XX_TEX_CONST -> TexDesc, rejecting what the mock (and a linear 2D RGBA image) doesn't allow. A texture's
+  swizzle must be XYZW (the mock doesn't reorder channels); a `storage` image (UAV) has none."""
   fmt = (d[0] >> 22) & 0xFF
   if d[0] & 3: raise GPUFault(f"{what}: TILE_MODE {d[0] & 3}; tiny's images are linear (TILE6_LINEAR)")
   swiz = [(d[0] >> s) & 7 for s in (4, 7, 10, 13)]
-  if swiz != [a6xx.TEX_X, a6xx.TEX_Y, a6xx.TEX_Z, a6xx.TEX_W]: raise GPUFault(f"{what}: swizzle {swiz}, expected XYZW")
+  if swiz != ([0] * 4 if storage else [a6xx.TEX_X, a6xx.TEX_Y, a6xx.TEX_Z, a6xx.TEX_W]):
+    raise GPUFault(f"{what}: swizzle {swiz}, expected {'none' if storage else 'XYZW'}")
   if fmt not in CL_FORMATS: raise GPUFault(f"{what}: format {fmt:#x}; the mock knows {list(map(hex, CL_FORMATS))}")
   width, height = d[1] & 0x7FFF, (d[1] >> 15) & 0x7FFF
   typ, pitch, align = d[2] >> 29, (d[2] >> 7) & 0x3FFFFF, d[2] & 0xF
@@ -97,7 +102,7 @@ class Runner:
 
   def program(self, src: str, name: str) -> Any:
     """The built kernel `name` of `src` (BuildError with the log when it doesn't build)."""
-    if (p := self.programs.get((src, name))) is None: p = self.programs[(src, name)] = self.ctx.build(src, name)
+    if (p := self.programs.get((src, name))) is None: p = self.programs[(src, name)] = self.ctx.build(src, name, BUILD_OPTIONS)
     return p[1]
 
   def _image(self, desc: a6xx.TexDesc, flags: int, copy: bool, end: int) -> Any:
@@ -145,7 +150,7 @@ class Runner:
             raise GPUFault(f"texture {a['index']} is {desc.width}x{desc.height}; the kernel reads {a['w']}x{a['h']}")
           mem = self._image(desc, CL_MEM_READ_ONLY, True, d.alloc_end(desc.base))
         else:
-          desc = decode_tex(d.uavs[a["index"]], f"UAV {a['index']}")
+          desc = decode_tex(d.uavs[a["index"]], f"UAV {a['index']}", storage=True)
           mem = self._image(desc, CL_MEM_WRITE_ONLY, False, d.alloc_end(desc.base))
           uavs.append((mem, desc))
         mems.append(mem)
