@@ -102,7 +102,8 @@ class Runner:
 
   def program(self, src: str, name: str) -> Any:
     """The built kernel `name` of `src` (BuildError with the log when it doesn't build)."""
-    if (p := self.programs.get((src, name))) is None: p = self.programs[(src, name)] = self.ctx.build(src, name, BUILD_OPTIONS)
+    if (p := self.programs.get((src, name))) is None:
+      p = self.programs[(src, name)] = self.ctx.build(src, name, BUILD_OPTIONS)
     return p[1]
 
   def _image(self, desc: a6xx.TexDesc, flags: int, copy: bool, end: int) -> Any:
