@@ -34,7 +34,10 @@ PACKAGES = ["tiny-uop", "tiny-codegen", "tiny-runtime-cpu", "tiny-runtime-amd", 
 # PoCL (an OpenCL CPU platform) for the CL device and MOCK+QCOM without an apt install; tinygrad==0.14.0 is a
 # test-only oracle (its generated KGSL/Mesa/OpenCL bindings check the QCOM driver's hardware facts)
 TEST_DEPS = ["pytest>=8", "hypothesis>=6", "numpy>=1.24", "torch==2.13.0", "hatchling>=1.18", "scikit-learn",
-             "ml_dtypes", "pocl-binary-distribution==3.0", "tinygrad==0.14.0"]
+             "ml_dtypes", "pocl-binary-distribution==3.0", "tinygrad==0.14.0", "pytest-xdist>=3"]
+# extra pytest arguments per `tests` parameter: tiny-tensor on MOCK+QCOM runs each new kernel through a PoCL build
+# (~0.15 s of CPU, most of the session), so it runs on both of CI's cores (pytest-xdist workers share PoCL's cache)
+PYTEST_ARGS = {"tiny-tensor@MOCK+QCOM": ["-n", "2"], "tiny-tensor@MOCK+QCOM@IMAGE=1": ["-n", "2"]}
 BENCH_DEPS = ["numpy>=1.24", "torch==2.13.0", "tinygrad==0.14.0"]  # tinygrad's CPU backend also needs clang
 
 
@@ -69,6 +72,7 @@ def tests(session: nox.Session, package: str) -> None:
   ``tiny-tensor@MOCK+QCOM`` on the QCOM backend (the mock KGSL and an Adreno 630 running kernels on PoCL), and
   ``tiny-tensor@MOCK+QCOM@IMAGE=1`` there with images (textures) on."""
   py = _shared_test_python(session)
+  extra_args = PYTEST_ARGS.get(package, [])
   package, *target = package.split("@")
   dev, extra = (target[0], target[1:]) if target else ("", [])
   path = ROOT / "tests" if package == "integration" else ROOT / "packages" / package / "tests"
@@ -76,7 +80,7 @@ def tests(session: nox.Session, package: str) -> None:
   if bad := [e for e in extra if "=" not in e]: session.error(f"{bad}: variables after DEV are NAME=VALUE")
   env = {"PYTHONDONTWRITEBYTECODE": "1", **({"DEV": dev} if dev else {}), **dict(e.split("=", 1) for e in extra)}
   # pytest exits 5 when it collects no test: nox fails the session on it, as it should
-  session.run(py, "-m", "pytest", str(path), *session.posargs, external=True, env=env)
+  session.run(py, "-m", "pytest", str(path), *extra_args, *session.posargs, external=True, env=env)
 
 
 @nox.session

@@ -170,14 +170,17 @@ _DRIVER: MockKGSL | None = None
 
 def driver() -> MockKGSL:
   """The process's mock driver (one mock a630), created on first use. With MOCK_QCOM_STATS=path set, its command
-  processor's counts (submissions, packets, dispatches, rejected) are written there as JSON at exit."""
+  processor's counts (submissions, packets, dispatches, rejected) are appended there as a JSON line at exit (one line
+  per process: test runs with several workers add theirs up)."""
   global _DRIVER
   if _DRIVER is None:
     _DRIVER = MockKGSL()
-    if (path := os.environ.get("MOCK_QCOM_STATS")):
-      drv = _DRIVER
-      atexit.register(lambda: open(path, "w").write(json.dumps(drv.cp.stats if drv._cp else {})))
+    if (path := os.environ.get("MOCK_QCOM_STATS")): atexit.register(_write_stats, _DRIVER, path)
   return _DRIVER
+
+
+def _write_stats(drv: MockKGSL, path: str) -> None:
+  with open(path, "a") as f: f.write(json.dumps(drv.cp.stats if drv._cp is not None else {}) + "\n")
 
 
 class MockFileIO(FileIOInterface):
