@@ -4,8 +4,8 @@ Signatures are those of Khronos `CL/cl.h` (OpenCL 2.0; `cl_int` = int32, `cl_uin
 objects opaque pointers). An implementation is found in this order:
 
 1. `TINY_OPENCL_ICD=/path/libvendor.so`: that vendor library, used as an ICD (below);
-2. the system's `libOpenCL` (an ICD loader such as ocl-icd, or a vendor library such as Adreno's on Android), called
-   by its exported names;
+2. the system's `libOpenCL` (an ICD loader such as ocl-icd, or a vendor library such as Adreno's, which Android keeps
+   in /vendor/lib64), called by its exported names;
 3. PoCL from PyPI (`pip install pocl-binary-distribution`, a test dependency): its library only exports the ICD entry
    points, so it is called the way an ICD loader calls it -- `clIcdGetPlatformIDsKHR` (found with
    `clGetExtensionFunctionAddress`) gives the platforms, and every OpenCL object starts with a pointer to the
@@ -166,6 +166,10 @@ class OpenCL:
     return list(ids)
 
 
+# where Android keeps the vendor's OpenCL (Qualcomm's on Adreno phones); ldconfig-less, so find_library misses it
+ANDROID_LIBS = ("/vendor/lib64/libOpenCL.so", "/system/vendor/lib64/libOpenCL.so")
+
+
 def pypi_pocl() -> str | None:
   """The PoCL library of the `pocl-binary-distribution` wheel (it installs `pyopencl/.libs/pocl.icd` naming it), or
   None where that wheel isn't installed."""
@@ -200,7 +204,8 @@ def load() -> OpenCL:
   tried: list[str] = []
   if (path := os.environ.get("TINY_OPENCL_ICD")):
     return load_icd(path)
-  if (name := ctypes.util.find_library("OpenCL")) is not None:
+  name = ctypes.util.find_library("OpenCL") or next((p for p in ANDROID_LIBS if os.path.exists(p)), None)
+  if name is not None:
     cl = OpenCL(f"loader {name}", ffi.dlopen(name))
     if cl.platforms(): return cl
     tried.append(f"{name} (an ICD loader with no platform installed)")
