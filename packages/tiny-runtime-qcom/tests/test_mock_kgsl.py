@@ -102,7 +102,8 @@ def test_dispatch_state_is_checked_against_the_binary(dev, monkeypatch):
   monkeypatch.undo()
   _works(dev)
   orig = a6xx.tex_const
-  monkeypatch.setattr(a6xx, "tex_const", lambda d: [w if i != 2 else w | (1 << 7) for i, w in enumerate(orig(d))])
+  monkeypatch.setattr(a6xx, "tex_const", lambda d, storage=False: [w if i != 2 else w | (1 << 7)
+                                                                   for i, w in enumerate(orig(d, storage))])
   with Context(IMAGE=1), pytest.raises(GPUFault, match="PITCH"):
     (Tensor(x, device=DEV).reshape(4, 16) @ Tensor(x, device=DEV).reshape(16, 4)).numpy()
   monkeypatch.undo()

@@ -69,7 +69,7 @@ class CommandProcessor:
     self.regs: dict[int, int] = {}
     self.state: dict[tuple[int, int], tuple[int, bytes]] = {}  # (block, type) -> (source address, bytes)
     self.marker = -1
-    self.stats = {"submissions": 0, "packets": 0, "dispatches": 0, "rejected": 0}
+    self.stats = {"submissions": 0, "packets": 0, "dispatches": 0, "texture_dispatches": 0, "rejected": 0}
 
   def _read(self, addr: int, n: int, what: str) -> bytes:
     self.mem.check(addr, n, what)
@@ -260,6 +260,7 @@ class CommandProcessor:
     if local[0] * local[1] * local[2] > 1024: raise bad(f"a work-group of {local} exceeds 1024 work-items")
     if (pvt := self.reg64(a6xx.REG_SP_CS_PVT_MEM_BASE)): self.mem.check(pvt, 1, "SP_CS_PVT_MEM_BASE")
     self.stats["dispatches"] += 1
+    self.stats["texture_dispatches"] += ntex > 0
     tex, uav, samp = (tables[k] for k in ((a6xx.SB6_CS_TEX, a6xx.ST6_CONSTANTS), (a6xx.SB6_CS_SHADER, a6xx.ST6_UAV),
                                           (a6xx.SB6_CS_TEX, a6xx.ST6_SHADER)))
     self.runner.dispatch(Dispatch(img, consts, tex, uav, samp, gsize, local, self.mem.alloc_end))
