@@ -148,3 +148,18 @@ def test_program_binaries_come_from_the_device_compiler():
   assert len(blob) > 64 and blob != b"\0" * len(blob)
   ctx.cl.clReleaseProgram(prg)
   with pytest.raises(RuntimeError, match="not an Adreno GPU"): AdrenoCompiler("a630", ctx)
+
+
+def test_cl_device_runs_on_pypi_pocl_alone():
+  """What a machine without an ICD loader gets: the CL device on the PyPI PoCL (forced with TINY_OPENCL_ICD)."""
+  import os
+  import subprocess
+  import sys
+  from tiny_runtime_qcom.opencl import pypi_pocl
+  path = pypi_pocl()
+  assert path is not None, "pocl-binary-distribution (a test dependency) is not installed"
+  code = ("from tiny_tensor import Tensor; from tiny_uop.plugins import Device\n"
+          "print(Device['CL'].cl.how); print((Tensor([1.0, 2.0, 3.0], device='CL') * 2 + 1).tolist())")
+  env = {**{k: v for k, v in os.environ.items() if k not in ("DEV", "TINY_PLUGINS")}, "TINY_OPENCL_ICD": path}
+  out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+  assert out.splitlines() == [f"icd {path}", "[3.0, 5.0, 7.0]"]
