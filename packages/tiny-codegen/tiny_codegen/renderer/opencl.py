@@ -264,7 +264,9 @@ class OpenCLRenderer(Renderer):
           raise NotImplementedError(f"OpenCL storage-only half: no vector bitcast {src[0].dtype} -> {dt}")
         if self._half_val(dt): w.assign(u, f"_h2f(as_ushort({s[0]}))", "float", "cast")  # the 16 bits, as a half
         else: w.assign(u, f"as_{self.render_dtype(dt)}(_f2h({s[0]}))", self.render_dtype(dt), "cast")  # exact: a half
-      elif op is Ops.BITCAST: w.assign(u, f"as_{self.render_dtype(dt)}({s[0]})", self.render_dtype(dt), "cast")
+      elif op is Ops.BITCAST:  # the operand cast to its own type first: C's promotion makes ushort+ushort an int
+        w.assign(u, f"as_{self.render_dtype(dt)}(({self.render_dtype(src[0].dtype)})({s[0]}))", self.render_dtype(dt),
+                 "cast")
       elif op is Ops.VECTORIZE: w.assign(u, f"({self.render_dtype(dt)})({','.join(s)})", self.render_dtype(dt), "vec")
       elif op is Ops.GEP: r[u] = f"{s[0]}.s{u.arg[0] if isinstance(u.arg, tuple) else u.arg:x}"
       elif op is Ops.WMMA: raise NotImplementedError("OpenCL renderer has no tensor cores (WMMA)")

@@ -170,8 +170,8 @@ _DRIVER: MockKGSL | None = None
 
 def driver() -> MockKGSL:
   """The process's mock driver (one mock a630), created on first use. With MOCK_QCOM_STATS=path set, its command
-  processor's counts (submissions, packets, dispatches, those with textures, rejected) are appended there as a JSON line at exit (one line
-  per process: test runs with several workers add theirs up)."""
+  processor's counts (submissions, packets, dispatches, those with textures, rejected) are appended there as a JSON
+  line at exit (one line per process: test runs with several workers add theirs up)."""
   global _DRIVER
   if _DRIVER is None:
     _DRIVER = MockKGSL()
