@@ -391,6 +391,39 @@ def test_mcjit_fallback_still_links():
     run.check(Prg(addr, name), want)
 
 
+def test_loader_choice_is_explicit_and_a_refusal_never_falls_back(monkeypatch):
+  """`object_loader`: an x86-64 object goes to our loader, another machine's (aarch64) to MCJIT, ``CPU_LOADER``
+  overrides either way and rejects other values. A refused object is an `ObjectLoadError` naming the problem and the
+  ``CPU_LOADER=MCJIT`` escape, and MCJIT is never tried behind it."""
+  from tiny_uop.helpers import Context
+  from tiny_runtime_cpu import cpu
+  from tiny_runtime_cpu.elfload import ObjectLoadError
+  dev, run = Device["CPU"], Runner()
+  (name, obj, want), (mname, mobj, mwant), (bname, bobj, _) = kernels("choice")
+  aarch64 = obj[:18] + struct.pack("<H", 183) + obj[20:]  # e_machine EM_AARCH64 (gABI)
+  assert cpu.object_loader(obj) == "elf" and cpu.object_loader(aarch64) == "mcjit"
+  with Context(CPU_LOADER="MCJIT"): assert cpu.object_loader(obj) == "mcjit"
+  with Context(CPU_LOADER="elf"): assert cpu.object_loader(aarch64) == "elf"
+  with Context(CPU_LOADER="orc"), pytest.raises(ValueError, match="CPU_LOADER='orc': valid are '' .*, ELF and MCJIT"):
+    cpu.object_loader(obj)
+  prg = dev.get_program(name, obj)
+  assert prg.loader == "elf" and prg._image.symbol(name) == prg.addr
+  run.check(prg, want)
+  with Context(CPU_LOADER="MCJIT"): prg = dev.get_program(mname, mobj)  # the escape hatch links and runs
+  assert prg.loader == "mcjit" and not hasattr(prg, "_image")
+  run.check(prg, mwant)
+  with Context(CPU_LOADER="ELF"), pytest.raises(ObjectLoadError, match="machine 183; this loader takes x86-64"):
+    dev.get_program("choice_arm", aarch64)
+
+  class Tried(Exception): pass
+  def jit_load(*args): raise Tried()
+  monkeypatch.setattr(dev.jit, "load", jit_load)
+  with pytest.raises(Tried): dev.get_program("choice_arm", aarch64)  # another machine's object: MCJIT's
+  with pytest.raises(ObjectLoadError, match=r"relocation type 25 at \.text\+0x[0-9a-f]+ is not supported; .*"
+                                            r"\(CPU_LOADER=MCJIT links LLVM objects with llvmlite's MCJIT instead"):
+    dev.get_program(bname, _patch_first_reloc(bobj, 25))
+
+
 # ***** issue #17's scene for real: a 2.2 GB buffer alive in this process while new kernels load *****
 BIG = 2**31 + 64
 BIG_IR = """
