@@ -8,13 +8,18 @@ A UOp has five fields:
   tag    free metadata for passes; part of the identity
 
 Building the same node twice returns the same object, so `is`/`==` are identity and graphs share structure.
-Derived properties (`shape`, `device`, `vmin`/`vmax`, `ranges`, `toposort`) are computed once and cached.
+Interning is thread-safe: a miss in the cache takes a lock, so two threads building the same node get one object.
+Derived properties (`shape`, `device`, `vmin`/`vmax`, `ranges`) are computed once and cached on the node; nothing
+cached on a node refers back to it (a node's toposort is computed on every call, never stored: a stored one would
+make every node a reference cycle, and a chain of n nodes hold n**2/2 entries), so dropping a graph frees it at once,
+without the cyclic GC.
 """
 from __future__ import annotations
 
 import functools
 import itertools
 import math
+import threading
 import weakref
 from dataclasses import dataclass
 from enum import Enum, IntEnum, auto
@@ -114,6 +119,9 @@ def _cmod(a: int, b: int) -> int: return a - _cdiv(a, b) * b if b != 0 else 0
 
 class UOpMetaClass(type):
   ucache: dict[tuple, weakref.ReferenceType[UOp]] = {}
+  # taken on a cache miss only (a hit reads a live node without it): check, create and insert are one step, so two
+  # threads building the same node get the same object. Re-entrant: a weakref callback may run inside the block.
+  lock = threading.RLock()
 
   def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None,
                tag: Any = None) -> UOp:
@@ -121,8 +129,10 @@ class UOpMetaClass(type):
     key = (op, dtype, src, (arg, math.copysign(1.0, arg)) if arg.__class__ is float else
            ((arg, arg.__class__) if arg.__class__ in (int, bool) else arg), tag)
     if (wret := UOpMetaClass.ucache.get(key)) is not None and (ret := wret()) is not None: return ret
-    created = super().__call__(op, dtype, src, arg, tag)
-    UOpMetaClass.ucache[key] = weakref.ref(created, lambda _, k=key: UOpMetaClass.ucache.pop(k, None))  # type: ignore[misc]
+    with UOpMetaClass.lock:
+      if (wret := UOpMetaClass.ucache.get(key)) is not None and (ret := wret()) is not None: return ret
+      created = super().__call__(op, dtype, src, arg, tag)
+      UOpMetaClass.ucache[key] = weakref.ref(created, lambda _, k=key: UOpMetaClass.ucache.pop(k, None))  # type: ignore[misc]
     return created
 
 
@@ -147,8 +157,9 @@ class UOp(metaclass=UOpMetaClass):
 
   # ***** graph walking *****
   def toposort(self, gate: Callable[[UOp], bool] | None = None) -> dict[UOp, None]:
-    """Every node reachable from here, sources before users (iterative: deep graphs are fine)."""
-    if gate is None and (ret := self._cache.get("toposort")) is not None: return ret
+    """Every node reachable from here, sources before users (iterative: deep graphs are fine). `gate(node)` False
+    stops the walk at that node (it is left out). Linear in the graph's size, computed on every call (never stored
+    on the node: see the module docstring), so a caller that needs it twice keeps it."""
     out: dict[UOp, None] = {}
     stack: list[tuple[UOp, bool]] = [(self, False)]
     while stack:
@@ -160,34 +171,61 @@ class UOp(metaclass=UOpMetaClass):
           for s in reversed(node.src):
             if s not in out: stack.append((s, False))
       else: out[node] = None
-    if gate is None: self._cache["toposort"] = out
     return out
 
   def sink(self, *srcs: UOp, **kwargs: Any) -> UOp: return UOp(Ops.SINK, dtypes.void, (self, *srcs), **kwargs)
 
   def substitute(self, dvars: dict[UOp, UOp], name: str | None = None) -> UOp:
-    """Replace nodes by others everywhere below (and including) this one."""
-    from tiny_uop.pattern import graph_rewrite, _substitute
-    return graph_rewrite(self, _substitute, dvars, bottom_up=True, name=name or "substitute")
+    """Replace nodes by others everywhere below (and including) this one; a replacement is itself substituted (as a
+    bottom-up `graph_rewrite` would). One iterative walk that rebuilds only what changes (no rule dispatch); `name`
+    is kept for callers that label their passes. A replacement that leads back to the node it replaces is an error."""
+    if not dvars: return self
+    out: dict[UOp, UOp] = {}
+    busy: set[UOp] = set()
+    stack: list[tuple[UOp, bool]] = [(self, False)]
+    get, push, pop = dvars.get, stack.append, stack.pop
+    while stack:
+      n, done = pop()
+      if done:
+        busy.discard(n)
+        if (m := get(n)) is not None and m is not n: out[n] = out[m]
+        else:
+          src = n.src
+          new_src = tuple([out[x] for x in src])
+          out[n] = n if new_src == src else n.replace(src=new_src)
+        continue
+      if n in out: continue
+      if n in busy: raise RuntimeError(f"substitute {name or ''}: replacing {n.op} leads back to itself (cycle)")
+      busy.add(n)
+      push((n, True))
+      if (m := get(n)) is not None and m is not n:
+        if m not in out: push((m, False))
+      else:
+        for x in n.src:
+          if x not in out: push((x, False))
+    return out[self]
 
   @property
   def ranges(self) -> dict[UOp, None]:
-    """The RANGE nodes this value depends on and that are still open (not closed by a REDUCE/END below it)."""
+    """The RANGE nodes this value depends on and that are still open (not closed by a REDUCE/END below it).
+    Cached per node, filled for the nodes below in one pass; a RANGE's own `{self}` is made on each call (stored, it
+    would be a reference cycle). Treat the result as read-only: nodes with the same ranges share one dict."""
+    if self.op is Ops.RANGE: return {self: None}
     if (ret := self._cache.get("ranges")) is not None: return ret
-    out: dict[UOp, None] = {}
-    for node in self.toposort():
-      if node.op is Ops.RANGE:
-        node._cache["ranges"] = r = {node: None}
-      elif node.op in (Ops.REDUCE, Ops.END):
+    for node in self.toposort(gate=lambda n: n.op is Ops.RANGE or "ranges" not in n._cache):
+      if node.op is Ops.RANGE or "ranges" in node._cache: continue
+      if node.op in (Ops.REDUCE, Ops.END):
         closed = set(node.src[1:])
-        r = {k: None for s in node.src[:1] for k in s._cache["ranges"] if k not in closed}
-        node._cache["ranges"] = r
-      elif "ranges" not in node._cache:
-        r = {}
-        for s in node.src: r.update(s._cache["ranges"])
-        node._cache["ranges"] = r
-    out = self._cache["ranges"]
-    return out
+        r = {k: None for s in node.src[:1] for k in _ranges_of(s) if k not in closed}
+      else:
+        r = _EMPTY_RANGES
+        for s in node.src:
+          sr = _ranges_of(s)
+          if not sr or sr is r: continue
+          if not r: r = sr  # one source's ranges: shared, not copied
+          elif not sr.keys() <= r.keys(): r = {**r, **sr}
+      node._cache["ranges"] = r
+    return self._cache["ranges"]
 
   # ***** shape and device (graph level) *****
   @property
@@ -446,6 +484,13 @@ class UOp(metaclass=UOpMetaClass):
     return render_expr(self.simplify() if simplify else self)
 
   def __repr__(self) -> str: return pretty_print(self)
+
+
+_EMPTY_RANGES: dict[UOp, None] = {}
+
+
+def _ranges_of(u: UOp) -> dict[UOp, None]:
+  return {u: None} if u.op is Ops.RANGE else u._cache["ranges"]
 
 
 _unique_counter = itertools.count()

@@ -14,6 +14,7 @@ after it, `DEBUG>=7` the graph after every stage:
 """
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass, field
 from typing import Callable
@@ -21,7 +22,7 @@ from typing import Callable
 from tiny_uop.device import Renderer
 from tiny_uop.dtype import dtypes
 from tiny_uop.helpers import DEBUG
-from tiny_uop.pattern import graph_rewrite
+from tiny_uop.pattern import PatternMatcher, graph_rewrite
 from tiny_uop.spec import kernel_spec, maybe_verify, program_spec
 from tiny_uop.uop import Ops, UOp, print_uops
 
@@ -30,7 +31,7 @@ from tiny_codegen.lower.dims import Dims, add_gpudims, add_threads, group_reduce
 from tiny_codegen.lower.expander import pm_expander, pm_expander_vectors
 from tiny_codegen.lower.linearize import linearize
 from tiny_codegen.lower.reduce import add_ends, lower_reduces
-from tiny_codegen.lower.simplify import simplify_graph
+from tiny_codegen.lower.simplify import simplifier, simplify_graph
 from tiny_codegen.lower.transcendental import pm_transcendental
 
 __all__ = ["Lowered", "lower", "STAGES"]
@@ -44,9 +45,15 @@ class Lowered:
   sink: UOp | None = None
 
 
+@functools.cache
+def _expand_and_simplify(vectors: bool) -> PatternMatcher:
+  """The expander's rules first, then the index simplifier's: one pass, in which each lane copy the expander makes is
+  simplified as the rewrite walks into it (not a second walk over the whole expanded graph)."""
+  return (pm_expander_vectors if vectors else pm_expander) + simplifier()
+
+
 def _stage_expander(sink: UOp, ren: Renderer, dims: Dims) -> UOp:
-  pm = pm_expander_vectors if ren.vectorize_upcast else pm_expander
-  return simplify_graph(graph_rewrite(sink, pm, name="expander"), name="simplify_expanded")
+  return graph_rewrite(sink, _expand_and_simplify(bool(ren.vectorize_upcast)), name="expander")
 
 
 def _stage_reduce(sink: UOp, ren: Renderer, dims: Dims) -> UOp:

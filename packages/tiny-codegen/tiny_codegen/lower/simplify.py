@@ -85,7 +85,7 @@ def _symbolic() -> PatternMatcher | None:
 
 
 @functools.cache
-def _simplifier() -> PatternMatcher:
+def simplifier() -> PatternMatcher:
   """The shared symbolic rules (when available) plus our constant folding, combined once (combining is costly)."""
   if (sym := _symbolic()) is not None:
     try: return sym + codegen_fold
@@ -95,5 +95,5 @@ def _simplifier() -> PatternMatcher:
 
 def simplify_graph(sink: UOp, name: str = "simplify") -> UOp:
   """The graph with index math simplified (shared symbolic rules when available, plus constant folding)."""
-  return graph_rewrite(sink, _simplifier(), name=name)
+  return graph_rewrite(sink, simplifier(), name=name)
 

@@ -273,58 +273,81 @@ class KernelBuilder:
     return self.param(buf).index(lin, valid).load()
 
   def build(self, root: UOp, idx: tuple[UOp, ...], valid: UOp | None = None) -> UOp:
-    """The kernel expression of graph node `root` at index `idx` (only read where `valid`)."""
-    key = (root, idx, valid, self.version)
-    if (ret := self.memo.get(key)) is not None: return ret
+    """The kernel expression of graph node `root` at index `idx` (only read where `valid`).
+
+    Iterative: each visited (node, index) is a generator (`_steps`) that yields the (source, index, valid, version)
+    it needs and receives that source's kernel expression; a driver loop with an explicit stack runs them, so a
+    graph 10,000 ops deep costs no Python recursion."""
+    return self._run((root, idx, valid, self.version))
+
+  def _run(self, req: tuple) -> UOp:
+    memo = self.memo
+    if (ret := memo.get(req)) is not None: return ret
+    self._visit(req[0])
+    stack: list[tuple[tuple, Any]] = [(req, self._steps(*req))]
+    result: Any = None
+    while stack:
+      key, gen = stack[-1]
+      try: sub = gen.send(result)
+      except StopIteration as stop:
+        stack.pop()
+        result = memo[key] = stop.value
+        continue
+      if (result := memo.get(sub)) is None:
+        self._visit(sub[0])
+        stack.append((sub, self._steps(*sub)))
+    return memo[req]
+
+  def _visit(self, root: UOp) -> None:
     if (n := self.visits.get(root, 0) + 1) > RECOMPUTE_LIMIT and self.costly(root) and self.buffer_of(root) is None:
       raise Recompute(root)
     self.visits[root] = n
-    ret = self.memo[key] = self._build(root, idx, valid)
-    return ret
 
-  def _build(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> UOp:
+  def _steps(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None, version: UOp | None) -> Any:
+    """A generator: yields (source, idx, valid, version) requests, returns the kernel expression of `u` at `idx`."""
     op = u.op
     if (buf := self.buffer_of(u)) is not None:
       self.reads.append(u)
-      if u.op is Ops.BUFFER and self.version is None and u in self.snapshots: buf = self.snapshots[u]
-      elif u.op is Ops.BUFFER: self.buffer_reads.append((u, self.version))
+      if u.op is Ops.BUFFER and version is None and u in self.snapshots: buf = self.snapshots[u]
+      elif u.op is Ops.BUFFER: self.buffer_reads.append((u, version))
       shape = shape_of(u) if u.op is not Ops.BUFFER else (buf.arg,)
       return self.load(buf, flatten_index(idx, tuple(self.ks(s) for s in shape)), valid)
     if op is Ops.CONST: return UOp.const(u.dtype, u.arg)
     if op is Ops.BIND: return u.src[0]
     if op is Ops.DEFINE_VAR: return u
-    if op in (Ops.CONTIGUOUS, Ops.DETACH, Ops.CONTIGUOUS_BACKWARD): return self.build(u.src[0], idx, valid)
+    if op in (Ops.CONTIGUOUS, Ops.DETACH, Ops.CONTIGUOUS_BACKWARD): return (yield (u.src[0], idx, valid, version))
     if op is Ops.ASSIGN and u in self.inline:  # this kernel computes the assign (same element): use its value
-      return self.build(u.src[1], idx, valid)
+      return (yield (u.src[1], idx, valid, version))
     if op is Ops.ASSIGN:  # reading an assign's result reads its target's buffer once the assign has run
       self.assigns_read.append(u)
-      prev = self.version
-      if prev is None: self.version = u  # through a chain of assigns, the outermost one is the version read
-      try: return self.build(u.src[0], idx, valid)
-      finally: self.version = prev
-    if op in GroupOp.Movement: return self._movement(u, idx, valid)
-    if op is Ops.REDUCE_AXIS: return self._reduce(u, idx, valid)
+      # through a chain of assigns, the outermost one is the version read
+      return (yield (u.src[0], idx, valid, u if version is None else version))
+    if op in GroupOp.Movement: return (yield from self._movement(u, idx, valid, version))
+    if op is Ops.REDUCE_AXIS: return (yield from self._reduce(u, idx, valid, version))
     if op in GroupOp.Elementwise:
       if op is Ops.BITCAST and u.dtype.itemsize != u.src[0].dtype.itemsize:
         raise NotImplementedError(f"BITCAST between sizes ({u.src[0].dtype} -> {u.dtype}) is not supported yet")
-      return UOp(op, u.dtype, tuple(self.build(s, idx, valid) for s in u.src), u.arg)
+      srcs = []
+      for s in u.src: srcs.append((yield (s, idx, valid, version)))
+      return UOp(op, u.dtype, tuple(srcs), u.arg)
     raise NotImplementedError(f"the scheduler can't index through {op} (shape {u.shape}); "
                               f"supported: movement, elementwise, REDUCE_AXIS, CONST, BUFFER, CONTIGUOUS, ASSIGN, COPY")
 
-  def _movement(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> UOp:
+  def _movement(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None, version: UOp | None) -> Any:
     src, op, arg = u.src[0], u.op, u.arg
     ps = shape_of(src)
-    if op is Ops.RESHAPE: return self.build(src, reshape_index(idx, shape_of(u), ps, self.ks), valid)
+    if op is Ops.RESHAPE: return (yield (src, reshape_index(idx, shape_of(u), ps, self.ks), valid, version))
     if op is Ops.PERMUTE:
       new = [iconst(0)] * len(ps)
       for i, o in enumerate(arg): new[o] = idx[i]
-      return self.build(src, tuple(new), valid)
+      return (yield (src, tuple(new), valid, version))
     if op is Ops.EXPAND:
-      return self.build(src, tuple(iconst(0) if isinstance(s, int) and s == 1 else i for i, s in zip(idx, ps)), valid)
-    if op is Ops.SHRINK: return self.build(src, tuple(iadd(i, self.ks(b)) for i, (b, _) in zip(idx, arg)), valid)
+      return (yield (src, tuple(iconst(0) if isinstance(s, int) and s == 1 else i for i, s in zip(idx, ps)), valid,
+                     version))
+    if op is Ops.SHRINK: return (yield (src, tuple(iadd(i, self.ks(b)) for i, (b, _) in zip(idx, arg)), valid, version))
     if op is Ops.FLIP:
-      return self.build(src, tuple(isub(isub(self.ks(s), iconst(1)), i) if f else i for i, s, f in zip(idx, ps, arg)),
-                        valid)
+      return (yield (src, tuple(isub(isub(self.ks(s), iconst(1)), i) if f else i for i, s, f in zip(idx, ps, arg)),
+                     valid, version))
     # PAD: read the source inside, 0 outside
     cond: UOp | None = None
     new_idx = []
@@ -334,12 +357,12 @@ class KernelBuilder:
       hi = iadd(kb, ksz)
       if not ix.vmax < _vmin(hi): cond = iand(cond, ix < hi)
       new_idx.append(isub(ix, kb))
-    if cond is None: return self.build(src, tuple(new_idx), valid)
+    if cond is None: return (yield (src, tuple(new_idx), valid, version))
     cond = simplify_index(cond)
-    inner = self.build(src, tuple(new_idx), simplify_index(cond if valid is None else valid & cond))
+    inner = yield (src, tuple(new_idx), simplify_index(cond if valid is None else valid & cond), version)
     return cond.where(inner, UOp.const(u.dtype, 0))
 
-  def _reduce(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> UOp:
+  def _reduce(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None, version: UOp | None) -> Any:
     rop, axes = u.arg
     src = u.src[0]
     sshape = shape_of(src)
@@ -351,7 +374,7 @@ class KernelBuilder:
         continue
       new_idx[a] = r = self.new_range(s, AxisType.REDUCE)
       rngs.append(r)
-    inner = self.build(src, tuple(new_idx), valid)
+    inner = yield (src, tuple(new_idx), valid, version)
     if not rngs: return inner
     if rop is Ops.ADD and len(rngs) == 1 and (folded := collapse_count(inner, rngs[0])) is not None: return folded
     self.has_reduce = True

@@ -158,64 +158,73 @@ def _grows(e: UOp) -> bool:
              for a, b in zip(shape_of(e.src[0]), shape_of(e)))
 
 
+MAX_FUSED_DEPTH = 512
+"""An elementwise value more than this many ops deep in one fused kernel gets its own buffer: compilers' optimizers
+(LLVM's included) take time superlinear in a kernel's longest chain, so a 10,000-op chain is 20 kernels, not one."""
 WINDOW_MIN_BUFFERS = 2  # an elementwise value read by a windowed reduce gets its own kernel when it reads this many
 WINDOW_MIN_SIZE = 1 << 14  # buffers and has at least this many elements (smaller ones are cheap to recompute)
 
 
-def _leaves(u: UOp) -> int:
-  """How many distinct buffers (or copies/assigns) `u` reads."""
-  return sum(1 for x in u.toposort() if x.op in (Ops.BUFFER, Ops.COPY, Ops.ASSIGN))
-
-
 def _decide(sink: UOp) -> tuple[dict[UOp, None], dict[UOp, bool]]:
-  """The nodes to realize, in graph order, and which nodes read memory."""
+  """The nodes to realize, in graph order, and which nodes read memory.
+
+  Linear in the graph: every property is one pass over the toposort (sources first) or its reverse (users first).
+  A user's decision never depends on what is decided for a node before it, so the per-node questions below are
+  answered about the graph's fixed `want` set (requested values, CONTIGUOUS, COPY and its source, ASSIGN)."""
   nodes = list(sink.toposort())
-  children: dict[UOp, dict[UOp, None]] = defaultdict(dict)
+  children: dict[UOp, list[UOp]] = defaultdict(list)
   for n in nodes:
-    for s in n.src: children[s][n] = None
+    for s in dict.fromkeys(n.src): children[s].append(n)
   want: set[UOp] = set(sink.src)
   reads_memory: dict[UOp, bool] = {}
+  # up to WINDOW_MIN_BUFFERS distinct memory leaves (BUFFER/COPY/ASSIGN) below each node: a union of capped sets
+  # capped again is min(|leaves|, cap), which is all the test below needs
+  leaves: dict[UOp, tuple[UOp, ...]] = {}
+  depth: dict[UOp, int] = {}  # ops on the longest chain from a realized value (or an input) to this one
   for n in nodes:
-    reads_memory[n] = n.op in (Ops.BUFFER, Ops.COPY, Ops.ASSIGN) or any(reads_memory[s] for s in n.src)
+    d = max((depth[s] for s in n.src), default=0) + (n.op in GroupOp.Elementwise or n.op is Ops.REDUCE_AXIS)
+    if n.op in GroupOp.Elementwise and d > MAX_FUSED_DEPTH and n.shape is not None and all_int(n.shape): want.add(n)
+    depth[n] = 0 if n in want or n.op in (Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN) else d
+    mem = n.op in (Ops.BUFFER, Ops.COPY, Ops.ASSIGN)
+    reads_memory[n] = mem or any(reads_memory[s] for s in n.src)
+    lv: tuple[UOp, ...] = (n,) if mem else ()
+    for s in n.src:
+      for x in leaves[s]:
+        if len(lv) >= WINDOW_MIN_BUFFERS: break
+        if x not in lv: lv = (*lv, x)
+    leaves[n] = lv
     if n.op in (Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN): want.add(n)
     if n.op is Ops.COPY: want.add(n.src[0])
 
-  def must_realize(u: UOp) -> bool:
-    stops: set[UOp] = set()
-    stack, seen = [u], {u}
-    while stack:
-      x = stack.pop()
-      for c in children[x]:
-        if c.op is Ops.EXPAND and _grows(c): return True
-        if c in want or c.op in (Ops.REDUCE_AXIS, Ops.SINK):
-          stops.add(c)
-          if len(stops) > 1: return True
-          continue
-        if c not in seen:
-          seen.add(c)
-          stack.append(c)
-    return False
-
-  def windowed_into_reduce(u: UOp) -> bool:
-    # u reaches a REDUCE_AXIS through movement ops that include a broadcasting EXPAND (a pooling/convolution
-    # window), then possibly elementwise ops: inlined, the reduce would recompute u once per window position
-    stack, seen = [(u, False)], {u}
-    while stack:
-      x, grown = stack.pop()
-      for c in children[x]:
-        if c in want or c in seen: continue
-        if c.op is Ops.REDUCE_AXIS:
-          if grown: return True
-          continue
-        if c.op not in GroupOp.Movement and not (grown and c.op in GroupOp.ALU): continue
-        seen.add(c)
-        stack.append((c, grown or (c.op is Ops.EXPAND and _grows(c))))
-    return False
+  # users first: must_realize[x] = (a growing EXPAND is reached before any stop, up to two stops reached), walking
+  # from x to its users and stopping at wanted values, REDUCE_AXIS and SINK; windowed[x][g] = a REDUCE_AXIS is reached
+  # through movement ops (then also ALU ops, once `g`: a broadcasting EXPAND was passed) with g true at the reduce
+  expands: dict[UOp, bool] = {}
+  stops: dict[UOp, tuple[UOp, ...]] = {}
+  windowed: dict[UOp, tuple[bool, bool]] = {}
+  for x in reversed(nodes):
+    exp, st, w0, w1 = False, (), False, False
+    for c in children.get(x, ()):
+      grows = c.op is Ops.EXPAND and _grows(c)
+      if grows: exp = True
+      elif c in want or c.op in (Ops.REDUCE_AXIS, Ops.SINK):
+        if c not in st and len(st) < 2: st = (*st, c)
+      else:
+        exp = exp or expands[c]
+        for y in stops[c]:
+          if y not in st and len(st) < 2: st = (*st, y)
+      if c in want: continue
+      if c.op is Ops.REDUCE_AXIS: w1 = True
+      elif c.op in GroupOp.Movement:
+        cw0, cw1 = windowed[c]
+        w0, w1 = w0 or (cw1 if grows else cw0), w1 or cw1
+      elif c.op in GroupOp.ALU: w1 = w1 or windowed[c][1]
+    expands[x], stops[x], windowed[x] = exp, st, (w0, w1)
 
   for n in nodes:
-    if n.op is Ops.REDUCE_AXIS and n not in want and reads_memory[n] and must_realize(n): want.add(n)
-    elif n.op in GroupOp.ALU and n not in want and reads_memory[n] and _leaves(n) >= WINDOW_MIN_BUFFERS and \
-        all_int(shape_of(n)) and prod(shape_of(n)) >= WINDOW_MIN_SIZE and windowed_into_reduce(n): want.add(n)
+    if n.op is Ops.REDUCE_AXIS and n not in want and reads_memory[n] and (expands[n] or len(stops[n]) > 1): want.add(n)
+    elif n.op in GroupOp.ALU and n not in want and reads_memory[n] and len(leaves[n]) >= WINDOW_MIN_BUFFERS and \
+        all_int(shape_of(n)) and prod(shape_of(n)) >= WINDOW_MIN_SIZE and windowed[n][0]: want.add(n)
   return {n: None for n in nodes if n in want and n.op is not Ops.SINK}, reads_memory
 
 
