@@ -43,12 +43,40 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
   sidx = _store_index(k)
   loads = k.loads()
   if has_reduce:
-    if not (ren.vectorize_upcast and _vector_block(k, loads)): _register_block(k, sidx, loads)
+    if _reuse(k, loads) >= REUSE_MIN and not (ren.vectorize_upcast and _vector_block(k, loads)):
+      _register_block(k, sidx, loads)
     _unroll_reduce(k, k.loads())
   elif not ren.has_threads:
     _upcast_contiguous(k, sidx)
   elif ren.vectorize_upcast: _upcast_awkward_elementwise(k, sidx, loads)
   return k
+
+
+REUSE_MIN = 4
+"""Register blocking only for kernels that re-read their data at least this many times on average (matmuls, convs,
+attention scores): a streaming reduction (a layernorm over a recomputed residual sum, a bias gradient) reads each
+element about once, so copying its body per lane only costs compile time (and registers), whatever small vector
+(a bias) the lanes would share."""
+
+
+def _reuse(k: Kernel, loads: list[UOp]) -> float:
+  """How many times the kernel's loads read each element they touch, on average: the loads executed (each load
+  runs once per iteration of the output ranges, and of the reduce ranges when it sits under a REDUCE) over the
+  elements they can touch (the product of the bounds of the ranges in its index)."""
+  out_iters = 1
+  for r in k.output_axes: out_iters *= _bound(r) or 1
+  under: set[UOp] = set()
+  for red in (u for u in k.ast.toposort() if u.op is Ops.REDUCE):
+    under.update(x for x in red.src[0].toposort() if x.op is Ops.LOAD)
+  executed = touched = 0
+  for ld in loads:
+    n = out_iters
+    if ld in under:
+      for r in k.reduce_axes: n *= _bound(r) or 1
+    fp = 1
+    for r in ld.src[0].src[1].ranges: fp *= _bound(r) or 1
+    executed, touched = executed + n, touched + fp
+  return executed / max(touched, 1)
 
 
 def _output_axes_with_bounds(k: Kernel) -> list[tuple[int, UOp, int]]:
