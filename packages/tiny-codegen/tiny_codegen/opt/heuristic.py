@@ -13,6 +13,8 @@ GPU renderers (`has_local`) have their own heuristics in `heuristic_gpu`.
 """
 from __future__ import annotations
 
+from typing import Any
+
 from tiny_uop.device import Renderer
 from tiny_uop.dtype import dtypes
 from tiny_uop.uop import AxisType, GroupOp, Ops, UOp
@@ -60,21 +62,29 @@ element about once, so copying its body per lane only costs compile time (and re
 
 
 def _reuse(k: Kernel, loads: list[UOp]) -> float:
-  """How many times the kernel's loads read each element they touch, on average: the loads executed (each load
-  runs once per iteration of the output ranges, and of the reduce ranges when it sits under a REDUCE) over the
-  elements they can touch (the product of the bounds of the ranges in its index)."""
+  """How many times the kernel's loads read each element they touch, on average: the loads executed over the
+  elements they can touch (the product of the bounds of the ranges in its index). A load that walks a reduce range
+  runs once per iteration of that reduce's loop nest (the output loops it sits in, then its own); one under a REDUCE
+  that doesn't walk its ranges is hoisted out of them (once per element it touches); one outside every reduce runs
+  once per output element."""
   out_iters = 1
   for r in k.output_axes: out_iters *= _bound(r) or 1
-  under: set[UOp] = set()
+  inner: dict[UOp, UOp] = {}  # load -> the innermost REDUCE it sits under
   for red in (u for u in k.ast.toposort() if u.op is Ops.REDUCE):
-    under.update(x for x in red.src[0].toposort() if x.op is Ops.LOAD)
+    for x in red.src[0].toposort(gate=lambda x: x.op is not Ops.REDUCE):
+      if x.op is Ops.LOAD: inner[x] = red
+
+  def iters(rngs: Any) -> int:
+    n = 1
+    for r in rngs: n *= _bound(r) or 1
+    return n
   executed = touched = 0
   for ld in loads:
-    n = out_iters
-    if ld in under:
-      for r in k.reduce_axes: n *= _bound(r) or 1
-    fp = 1
-    for r in ld.src[0].src[1].ranges: fp *= _bound(r) or 1
+    fp = iters(ld.src[0].src[1].ranges)
+    if (red := inner.get(ld)) is not None:
+      walks = any(r in ld.ranges for r in red.src[1:])
+      n = iters({**red.ranges, **dict.fromkeys(red.src[1:])}) if walks else fp
+    else: n = out_iters
     executed, touched = executed + n, touched + fp
   return executed / max(touched, 1)
 

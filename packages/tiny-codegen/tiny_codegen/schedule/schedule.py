@@ -180,11 +180,7 @@ def _decide(sink: UOp) -> tuple[dict[UOp, None], dict[UOp, bool]]:
   # up to WINDOW_MIN_BUFFERS distinct memory leaves (BUFFER/COPY/ASSIGN) below each node: a union of capped sets
   # capped again is min(|leaves|, cap), which is all the test below needs
   leaves: dict[UOp, tuple[UOp, ...]] = {}
-  depth: dict[UOp, int] = {}  # ops on the longest chain from a realized value (or an input) to this one
   for n in nodes:
-    d = max((depth[s] for s in n.src), default=0) + (n.op in GroupOp.Elementwise or n.op is Ops.REDUCE_AXIS)
-    if n.op in GroupOp.Elementwise and d > MAX_FUSED_DEPTH and n.shape is not None and all_int(n.shape): want.add(n)
-    depth[n] = 0 if n in want or n.op in (Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN) else d
     mem = n.op in (Ops.BUFFER, Ops.COPY, Ops.ASSIGN)
     reads_memory[n] = mem or any(reads_memory[s] for s in n.src)
     lv: tuple[UOp, ...] = (n,) if mem else ()
@@ -221,10 +217,14 @@ def _decide(sink: UOp) -> tuple[dict[UOp, None], dict[UOp, bool]]:
       elif c.op in GroupOp.ALU: w1 = w1 or windowed[c][1]
     expands[x], stops[x], windowed[x] = exp, st, (w0, w1)
 
+  depth: dict[UOp, int] = {}  # ops on the longest chain from a realized value (or an input) to this one
   for n in nodes:
     if n.op is Ops.REDUCE_AXIS and n not in want and reads_memory[n] and (expands[n] or len(stops[n]) > 1): want.add(n)
     elif n.op in GroupOp.ALU and n not in want and reads_memory[n] and len(leaves[n]) >= WINDOW_MIN_BUFFERS and \
         all_int(shape_of(n)) and prod(shape_of(n)) >= WINDOW_MIN_SIZE and windowed[n][0]: want.add(n)
+    d = max((depth[s] for s in n.src), default=0) + (n.op in GroupOp.Elementwise or n.op is Ops.REDUCE_AXIS)
+    if n.op in GroupOp.Elementwise and d > MAX_FUSED_DEPTH and n.shape is not None and all_int(n.shape): want.add(n)
+    depth[n] = 0 if n in want else d
   return {n: None for n in nodes if n in want and n.op is not Ops.SINK}, reads_memory
 
 
