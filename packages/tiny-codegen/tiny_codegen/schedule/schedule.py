@@ -161,6 +161,11 @@ def _grows(e: UOp) -> bool:
 MAX_FUSED_DEPTH = 512
 """An elementwise value more than this many ops deep in one fused kernel gets its own buffer: compilers' optimizers
 (LLVM's included) take time superlinear in a kernel's longest chain, so a 10,000-op chain is 20 kernels, not one."""
+SHARED_MIN_BUFFERS = 4
+"""An elementwise value read by two or more kernels gets its own buffer when it reads at least this many buffers:
+recomputed, each of c readers reads its k inputs again (c*k reads), stored it costs k reads, one write and c reads;
+at c = 2 that pays from k = 4. (A transformer's residual stream, recomputed by every later layer, made kernels that
+read 100 buffers.)"""
 WINDOW_MIN_BUFFERS = 2  # an elementwise value read by a windowed reduce gets its own kernel when it reads this many
 WINDOW_MIN_SIZE = 1 << 14  # buffers and has at least this many elements (smaller ones are cheap to recompute)
 
@@ -217,11 +222,21 @@ def _decide(sink: UOp) -> tuple[dict[UOp, None], dict[UOp, bool]]:
       elif c.op in GroupOp.ALU: w1 = w1 or windowed[c][1]
     expands[x], stops[x], windowed[x] = exp, st, (w0, w1)
 
+  # sources first, with the decisions made so far: what each node reads (a realized value is one buffer) and its depth
   depth: dict[UOp, int] = {}  # ops on the longest chain from a realized value (or an input) to this one
+  reads: dict[UOp, tuple[UOp, ...]] = {}  # up to SHARED_MIN_BUFFERS distinct buffers its kernel would read for it
   for n in nodes:
     if n.op is Ops.REDUCE_AXIS and n not in want and reads_memory[n] and (expands[n] or len(stops[n]) > 1): want.add(n)
     elif n.op in GroupOp.ALU and n not in want and reads_memory[n] and len(leaves[n]) >= WINDOW_MIN_BUFFERS and \
         all_int(shape_of(n)) and prod(shape_of(n)) >= WINDOW_MIN_SIZE and windowed[n][0]: want.add(n)
+    rd: tuple[UOp, ...] = (n,) if n.op in (Ops.BUFFER, Ops.COPY, Ops.ASSIGN) else ()
+    for s in n.src:
+      for x in ((s,) if s in want else reads[s]):
+        if len(rd) >= SHARED_MIN_BUFFERS: break
+        if x not in rd: rd = (*rd, x)
+    if n.op in GroupOp.ALU and n not in want and len(stops[n]) > 1 and len(rd) >= SHARED_MIN_BUFFERS and \
+        all_int(shape_of(n)): want.add(n)
+    reads[n] = rd
     d = max((depth[s] for s in n.src), default=0) + (n.op in GroupOp.Elementwise or n.op is Ops.REDUCE_AXIS)
     if n.op in GroupOp.Elementwise and d > MAX_FUSED_DEPTH and n.shape is not None and all_int(n.shape): want.add(n)
     depth[n] = 0 if n in want else d
