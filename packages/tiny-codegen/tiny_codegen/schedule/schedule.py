@@ -166,6 +166,10 @@ SHARED_MIN_BUFFERS = 4
 recomputed, each of c readers reads its k inputs again (c*k reads), stored it costs k reads, one write and c reads;
 at c = 2 that pays from k = 4. (A transformer's residual stream, recomputed by every later layer, made kernels that
 read 100 buffers.)"""
+REDUCE_SPLIT_OUTPUTS = 1024
+"""A reduce whose result (at least this many elements) is reduced again into fewer than this many outputs gets its
+own kernel: fused, the outer kernel would run the inner reduce's outputs as a serial loop (`(a@b).sum()`: one thread,
+no vector lanes); split, the inner one runs in parallel and the outer one sums a buffer."""
 WINDOW_MIN_BUFFERS = 2  # an elementwise value read by a windowed reduce gets its own kernel when it reads this many
 WINDOW_MIN_SIZE = 1 << 14  # buffers and has at least this many elements (smaller ones are cheap to recompute)
 
@@ -203,30 +207,36 @@ def _decide(sink: UOp) -> tuple[dict[UOp, None], dict[UOp, bool]]:
   expands: dict[UOp, bool] = {}
   stops: dict[UOp, tuple[UOp, ...]] = {}
   windowed: dict[UOp, tuple[bool, bool]] = {}
+  reduced_into: dict[UOp, int | None] = {}  # the fewest outputs of a REDUCE_AXIS that reduces this value (fused)
   for x in reversed(nodes):
-    exp, st, w0, w1 = False, (), False, False
+    exp, st, w0, w1, ri = False, (), False, False, None
     for c in children.get(x, ()):
       grows = c.op is Ops.EXPAND and _grows(c)
       if grows: exp = True
       elif c in want or c.op in (Ops.REDUCE_AXIS, Ops.SINK):
         if c not in st and len(st) < 2: st = (*st, c)
+        if c.op is Ops.REDUCE_AXIS and c not in want and all_int(shape_of(c)):
+          ri = prod(shape_of(c)) if ri is None else min(ri, prod(shape_of(c)))
       else:
         exp = exp or expands[c]
         for y in stops[c]:
           if y not in st and len(st) < 2: st = (*st, y)
+        if (cri := reduced_into.get(c)) is not None: ri = cri if ri is None else min(ri, cri)
       if c in want: continue
       if c.op is Ops.REDUCE_AXIS: w1 = True
       elif c.op in GroupOp.Movement:
         cw0, cw1 = windowed[c]
         w0, w1 = w0 or (cw1 if grows else cw0), w1 or cw1
       elif c.op in GroupOp.ALU: w1 = w1 or windowed[c][1]
-    expands[x], stops[x], windowed[x] = exp, st, (w0, w1)
+    expands[x], stops[x], windowed[x], reduced_into[x] = exp, st, (w0, w1), ri
 
   # sources first, with the decisions made so far: what each node reads (a realized value is one buffer) and its depth
   depth: dict[UOp, int] = {}  # ops on the longest chain from a realized value (or an input) to this one
   reads: dict[UOp, tuple[UOp, ...]] = {}  # up to SHARED_MIN_BUFFERS distinct buffers its kernel would read for it
   for n in nodes:
-    if n.op is Ops.REDUCE_AXIS and n not in want and reads_memory[n] and (expands[n] or len(stops[n]) > 1): want.add(n)
+    if n.op is Ops.REDUCE_AXIS and n not in want and reads_memory[n] and (expands[n] or len(stops[n]) > 1 or (
+        (ri := reduced_into[n]) is not None and ri < REDUCE_SPLIT_OUTPUTS and all_int(shape_of(n)) and
+        prod(shape_of(n)) >= REDUCE_SPLIT_OUTPUTS)): want.add(n)
     elif n.op in GroupOp.ALU and n not in want and reads_memory[n] and len(leaves[n]) >= WINDOW_MIN_BUFFERS and \
         all_int(shape_of(n)) and prod(shape_of(n)) >= WINDOW_MIN_SIZE and windowed[n][0]: want.add(n)
     rd: tuple[UOp, ...] = (n,) if n.op in (Ops.BUFFER, Ops.COPY, Ops.ASSIGN) else ()
