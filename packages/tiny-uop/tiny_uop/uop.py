@@ -302,8 +302,12 @@ class UOp(metaclass=UOpMetaClass):
 
   @staticmethod
   def range(end: sint, axis_id: int, axis_type: AxisType = AxisType.LOOP, dtype: DType = dtypes.index) -> UOp:
-    """A loop index in [0, end)."""
-    return UOp(Ops.RANGE, dtype, (sint_to_uop(end),), (axis_id, axis_type))
+    """A loop index in [0, end). A constant `end` beyond `dtype` is an error, never a wrapped bound: a range over
+    more than 2**31-1 elements needs `dtype=dtypes.int64`."""
+    if isinstance(end, int) and not dtypes.min(dtype) <= end <= dtypes.max(dtype):
+      raise ValueError(f"range bound {end} doesn't fit {dtype!r} (at most {dtypes.max(dtype)}); use a wider index "
+                       "dtype (dtypes.int64)")
+    return UOp(Ops.RANGE, dtype, (sint_to_uop(end, dtype),), (axis_id, axis_type))
 
   @staticmethod
   def new_buffer(device: str, size: int, dtype: DType, num: int | None = None) -> UOp:

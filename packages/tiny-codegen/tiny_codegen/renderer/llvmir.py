@@ -213,8 +213,9 @@ class _LLVMEmitter:
       self.lines.append(f"{lbl}.pre:")
       self.emit(f"br label %{lbl}.head")
       self.lines.append(f"{lbl}.head:")
-      self.emit(f"{rv} = phi i32 [ 0, %{lbl}.pre ], [ {rv}.next, %{lbl}.latch ]")
-      self.emit(f"{rv}.cmp = icmp slt i32 {rv}, {self.val(src[0])}")
+      it = ltype(dt)  # i32, or i64 in a kernel over more than 2**31-1 elements
+      self.emit(f"{rv} = phi {it} [ 0, %{lbl}.pre ], [ {rv}.next, %{lbl}.latch ]")
+      self.emit(f"{rv}.cmp = icmp slt {it} {rv}, {self.val(src[0])}")
       self.emit(f"br i1 {rv}.cmp, label %{lbl}.body, label %{lbl}.exit")
       self.lines.append(f"{lbl}.body:")
     elif op is Ops.END:
@@ -222,20 +223,20 @@ class _LLVMEmitter:
       lbl, rv = f"loop{self.loops[rng]}", self.r[rng]
       self.emit(f"br label %{lbl}.latch")
       self.lines.append(f"{lbl}.latch:")
-      self.emit(f"{rv}.next = add nsw i32 {rv}, 1")
+      self.emit(f"{rv}.next = add nsw {ltype(rng.dtype)} {rv}, 1")
       self.emit(f"br label %{lbl}.head")
       self.lines.append(f"{lbl}.exit:")
     elif op is Ops.INDEX:
-      idx = self.val(src[1])
+      idx, it = self.val(src[1]), ltype(src[1].dtype)
       if len(src) > 2:
         self.gates[u] = self.val(src[2])
         safe = self.tmp()
-        self.emit(f"{safe} = select i1 {self.gates[u]}, i32 {idx}, i32 0")
+        self.emit(f"{safe} = select i1 {self.gates[u]}, {it} {idx}, {it} 0")
         idx = safe
       out = self.tmp()
       base = src[0].dtype.base if isinstance(src[0].dtype, PtrDType) else dt
       self.emit(f"{out} = getelementptr inbounds {ltype(base, mem=True)}, {self.ptr_ty(src[0].dtype)} "
-                f"{self.val(src[0])}, i32 {idx}")
+                f"{self.val(src[0])}, {it} {idx}")
       self.r[u] = out
     elif op is Ops.LOAD:
       out = self.tmp()

@@ -27,6 +27,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from tiny_uop.dtype import DType, dtypes
 from tiny_uop.helpers import DEBUG, all_int, getenv, prod, strides_for_shape
 from tiny_uop.spec import kernel_spec, maybe_verify, tensor_spec
 from tiny_uop.uop import GroupOp, Ops, UOp, sint
@@ -100,24 +101,38 @@ class _Template:
   new_buffers: list[UOp]
 
 
-def _unbind(x: sint, memo: dict[UOp, UOp]) -> UOp:
-  """A size or offset as a kernel expression: ints become CONSTs, bound variables their DEFINE_VAR."""
-  if isinstance(x, int): return UOp.const(_index_dtype(), x)
+def _unbind(x: sint, memo: dict[UOp, UOp], dt: DType = dtypes.index) -> UOp:
+  """A size or offset as a kernel expression of index dtype `dt`: ints become CONSTs, bound variables their
+  DEFINE_VAR (cast to `dt` when wider: a kernel argument stays int32)."""
+  if isinstance(x, int): return UOp.const(dt, x)
   if (ret := memo.get(x)) is None:
     sub: dict[UOp, UOp] = {}
     for n in x.toposort():
-      sub[n] = n.src[0] if n.op is Ops.BIND else n.replace(src=tuple(sub[s] for s in n.src))
+      if n.op is Ops.BIND: sub[n] = n.src[0] if n.src[0].dtype == dt else n.src[0].cast(dt)
+      elif n.op is Ops.DEFINE_VAR: sub[n] = n if n.dtype == dt else n.cast(dt)
+      elif n.op is Ops.CONST: sub[n] = n if n.dtype == dt or not dtypes.is_int(n.dtype) else UOp.const(dt, n.arg)
+      else: sub[n] = n.replace(dtype=dt if n.dtype == dtypes.index else n.dtype, src=tuple(sub[s] for s in n.src))
     ret = memo[x] = sub[x]
   return ret
 
 
-def _index_dtype() -> Any:
-  from tiny_uop.dtype import dtypes
+INT32_MAX = 2**31 - 1
+
+
+def _index_dtype(sink: UOp) -> DType:
+  """int64 when some value or buffer of the graph has more than 2**31-1 elements (its indices would wrap in int32),
+  else int32: one index dtype for every kernel of the schedule."""
+  for n in sink.toposort():
+    if n.op is Ops.BUFFER and isinstance(n.arg, int) and n.arg > INT32_MAX: return dtypes.int64
+    if (shp := n.shape) is not None:
+      sz = 1
+      for d in shp: sz *= d if isinstance(d, int) else int(_unbind(d, {}).vmax)
+      if sz > INT32_MAX: return dtypes.int64
   return dtypes.index
 
 
 def _max_int(x: sint, memo: dict[UOp, UOp]) -> int:
-  return x if isinstance(x, int) else int(_unbind(x, memo).vmax)
+  return x if isinstance(x, int) else int(_unbind(x, {}, dtypes.int64).vmax)
 
 
 def _view_of(u: UOp, base_buf: dict[UOp, UOp]) -> tuple[UOp, int] | None:
@@ -304,7 +319,8 @@ def _schedule(sink: UOp, merge: bool = True, safe_assign: bool = False, expose: 
   realize, reads_memory = decided if decided is not None else _decide(sink)
   costly = functools.partial(_costly, reads_memory)
   memo: dict[UOp, UOp] = {}
-  ks = lambda x: _unbind(x, memo)  # noqa: E731
+  idx_dt = _index_dtype(sink)
+  ks = lambda x: _unbind(x, memo, idx_dt)  # noqa: E731
   new_buffers: list[UOp] = []
 
   def new_buffer(like: UOp, device: Any) -> UOp:
