@@ -471,6 +471,8 @@ def _schedule(sink: UOp, merge: bool = True, safe_assign: bool = False, expose: 
   for i, b, ver in writers:  # write-after-read: every reader of the overwritten version runs first
     for j in readers[(b, ver)]:
       if j != i: deps[i].add(j)
+  _snapshot_exposed_versions(becomes, expose, writers, producer, deps, add_call, new_buffer,
+                             lambda b: KernelBuilder(functools.partial(_buffer_of, b, set(), bufs), ks, costly))
   try:
     order = _toposort_calls(deps)
   except RuntimeError:
@@ -486,6 +488,34 @@ def _schedule(sink: UOp, merge: bool = True, safe_assign: bool = False, expose: 
     calls = [c.replace(src=(c.src[0], *(plan.get(b, b) for b in c.src[1:]))) for c in calls]
   used = {b for c in calls for b in c.src[1:]} | {b for _, b, _ in becomes}
   return _Template(calls, becomes, [b for b in new_buffers if b in used])
+
+
+def _snapshot_exposed_versions(becomes: list[tuple[UOp, UOp, UOp | None]], expose: frozenset[UOp],
+                               writers: list[tuple[int, UOp, UOp | None]], producer: dict[UOp, int],
+                               deps: list[set[int]], add_call: Any, new_buffer: Any, builder: Any) -> None:
+  """An ASSIGN result that other live graphs read (`expose`) but that a later ASSIGN of this schedule overwrites
+  can't be read from its buffer afterwards: it is copied into a buffer of its own right after its kernel (before the
+  overwrite), and that copy is what it `becomes`. (Two `Tensor.rand` draws, the second realized first: the first
+  draw's counter version was the counter's final value, so the first draw repeated the second's numbers.)"""
+  def reaches(i: int, target: int) -> bool:
+    stack, seen = [i], {i}
+    while stack:
+      x = stack.pop()
+      if x == target: return True
+      for d in deps[x] - seen:
+        seen.add(d)
+        stack.append(d)
+    return False
+  for k, (node, buf, view) in enumerate(becomes):
+    if node.op is not Ops.ASSIGN or node not in expose or (pa := producer.get(node)) is None: continue
+    later = [i for i, b, _ in writers if b is buf and i != pa and reaches(i, pa)]
+    if not later: continue
+    snap = new_buffer(node, node.device)
+    kb = builder(snap)
+    i = add_call(UOp(Ops.CALL, src=(kb.kernel(node, snap, shape_of(node)), *kb.params)), [], kb.assigns_read)
+    deps[i].add(pa)
+    for j in later: deps[j].add(i)
+    becomes[k] = (node, snap, None)
 
 
 def _reads_elsewhere(ast: UOp, out_param: UOp) -> bool:
