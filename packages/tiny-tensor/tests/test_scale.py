@@ -113,3 +113,12 @@ def test_gpt_training_step_kernels_and_loss():
     kernels.append(GlobalCounters.kernel_count)
   assert kernels[1] == kernels[2] == kernels[3] <= TINYGRAD_KERNELS_PER_STEP, kernels  # captured == replayed
   assert abs(losses[0] - np.log(V)) < 0.5 and losses[3] < losses[0] - 0.05, losses  # it learns
+
+
+def test_engine_program_cache_is_bounded(monkeypatch):
+  from tiny_tensor import engine
+  monkeypatch.setattr(engine, "PROGRAM_CACHE_MAX", 3)
+  x = Tensor(np.arange(5, dtype=np.float32)).realize()
+  for k in range(6):  # six different kernels
+    np.testing.assert_array_equal((x * (k + 2) + k).numpy(), np.arange(5, dtype=np.float32) * (k + 2) + k)
+  assert len(engine._program_cache) <= 3

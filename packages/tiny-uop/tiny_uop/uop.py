@@ -17,6 +17,7 @@ without the cyclic GC.
 from __future__ import annotations
 
 import functools
+import hashlib
 import itertools
 import math
 import threading
@@ -749,6 +750,25 @@ def pretty_print(root: UOp, max_lines: int = 400) -> str:
   if len(lines) > max_lines:
     lines = lines[:max_lines // 2] + [f"... {len(lines) - max_lines} lines ..."] + lines[-max_lines // 2:]
   return "\n".join(lines)
+
+
+def _arg_text(a: Any) -> str:
+  """An arg as exact text for hashing: UOps inside it by their own structure key, floats by repr (-0.0, nan)."""
+  if isinstance(a, UOp): return f"UOp:{structure_key(a)}"
+  if isinstance(a, tuple): return "(" + ",".join(_arg_text(x) for x in a) + ")"
+  return f"{type(a).__name__}:{a!r}"
+
+
+def structure_key(root: UOp) -> str:
+  """A content hash (sha256, hex) of the whole graph under `root`: every node's op, dtype, arg, tag and sources, in
+  structure (not a printout, which cuts big graphs in the middle). Equal graphs have equal keys; graphs that differ
+  anywhere differ in key (up to sha256 collisions). Computed on each call, linear in the graph."""
+  digest: dict[UOp, bytes] = {}
+  for n in root.toposort():
+    h = hashlib.sha256(f"{n.op.name}|{n.dtype!r}|{_arg_text(n.arg)}|{_arg_text(n.tag)}|{len(n.src)}".encode())
+    for s in n.src: h.update(digest[s])
+    digest[n] = h.digest()
+  return digest[root].hex()
 
 
 def print_uops(uops: Sequence[UOp]) -> str:

@@ -22,8 +22,9 @@ from __future__ import annotations
 import functools
 import heapq
 import itertools
+import threading
 import time
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -310,12 +311,12 @@ def _costly(reads_memory: dict[UOp, bool], u: UOp) -> bool:
     u.op not in GroupOp.Movement
 
 
-def _schedule(sink: UOp, merge: bool = True, safe_assign: bool = False, expose: frozenset[UOp] = frozenset()) \
-    -> _Template:
+def _schedule(sink: UOp, merge: bool = True, safe_assign: bool = False, expose: frozenset[UOp] = frozenset(),
+              decided: tuple[dict[UOp, None], dict[UOp, bool]] | None = None) -> _Template:
   """Schedule a normalized sink. `merge`: multi-output kernels; `safe_assign`: every ASSIGN computes its value into a
   temporary first (so all reads happen before all writes: the fallback when assigns would wait on each other);
-  `expose`: nodes that, when they get a buffer anyway, are reported in `becomes` (and kept out of buffer reuse)."""
-  decided = _decided.pop(sink, None)
+  `expose`: nodes that, when they get a buffer anyway, are reported in `becomes` (and kept out of buffer reuse);
+  `decided`: `_decide(sink)` when the caller has it already."""
   realize, reads_memory = decided if decided is not None else _decide(sink)
   costly = functools.partial(_costly, reads_memory)
   memo: dict[UOp, UOp] = {}
@@ -476,8 +477,9 @@ def _schedule(sink: UOp, merge: bool = True, safe_assign: bool = False, expose: 
   try:
     order = _toposort_calls(deps)
   except RuntimeError:
-    if merges: return _schedule(sink, merge=False, safe_assign=safe_assign, expose=expose)
-    if not safe_assign and writers: return _schedule(sink, merge=False, safe_assign=True, expose=expose)  # e.g. a swap
+    if merges: return _schedule(sink, merge=False, safe_assign=safe_assign, expose=expose, decided=decided)
+    if not safe_assign and writers:  # e.g. a swap
+      return _schedule(sink, merge=False, safe_assign=True, expose=expose, decided=decided)
     raise RuntimeError("can't order this schedule: some value needs a buffer as it was between two ASSIGNs into it "
                        "(after one and before the next); realize that value before the second assign") from None
   calls = [calls[i] for i in order]
@@ -594,12 +596,45 @@ def _toposort_calls(deps: list[set[int]]) -> list[int]:
 
 
 # ***** public entry point *****
-_cache: dict[tuple[UOp, frozenset[UOp]], _Template] = {}
 SCHEDULE_CACHE = getenv("SCHEDULE_CACHE", 1)
 """SCHEDULE_CACHE=0 schedules every graph from scratch."""
-_CACHE_MAX = 1024  # graph structures remembered (oldest forgotten first)
-_realized: dict[UOp, frozenset[UOp]] = {}  # normalized sink -> the nodes its schedule gives buffers (not the roots)
-_decided: dict[UOp, tuple[dict[UOp, None], dict[UOp, bool]]] = {}  # _decide's result, handed to the next _schedule
+SCHEDULE_CACHE_NODES = getenv("SCHEDULE_CACHE_NODES", 1 << 20)
+"""The schedule cache keeps graph structures (each holds its normalized graph) up to this many nodes in all, and at
+most SCHEDULE_CACHE_ENTRIES of them; the least recently used go first."""
+SCHEDULE_CACHE_ENTRIES = 1024
+
+
+class _LRU:
+  """A dict bounded by entry count and by a total size (each entry's `size` given when stored), least recently used
+  first out; thread-safe."""
+  def __init__(self, max_entries: int, max_size: int):
+    self.max_entries, self.max_size = max_entries, max_size
+    self.data: OrderedDict[Any, tuple[Any, int]] = OrderedDict()
+    self.size = 0
+    self.lock = threading.Lock()
+
+  def get(self, key: Any) -> Any:
+    with self.lock:
+      if (hit := self.data.get(key)) is None: return None
+      self.data.move_to_end(key)
+      return hit[0]
+
+  def put(self, key: Any, value: Any, size: int) -> None:
+    with self.lock:
+      if (old := self.data.pop(key, None)) is not None: self.size -= old[1]
+      self.data[key] = (value, size)
+      self.size += size
+      while self.data and (len(self.data) > self.max_entries or self.size > self.max_size):
+        self.size -= self.data.popitem(last=False)[1][1]
+
+  def clear(self) -> None:
+    with self.lock: self.data.clear(); self.size = 0  # noqa: E702
+
+  def __len__(self) -> int: return len(self.data)
+
+
+_cache = _LRU(SCHEDULE_CACHE_ENTRIES, SCHEDULE_CACHE_NODES)     # (normalized sink, exposed) -> _Template
+_realized = _LRU(SCHEDULE_CACHE_ENTRIES, SCHEDULE_CACHE_NODES)  # normalized sink -> what its schedule gives buffers
 
 
 def create_schedule(sink: UOp, expose: Iterable[UOp] = ()) -> ScheduleResult:
@@ -619,21 +654,20 @@ def create_schedule(sink: UOp, expose: Iterable[UOp] = ()) -> ScheduleResult:
   norm = _Normalizer()
   nsink = norm.node(sink)
   nexpose: frozenset[UOp] = frozenset()
+  dec = None
+  nodes = len(norm.new)  # the normalized graph's size: what a cache entry keeps alive
   if expose:  # only the nodes that get a buffer anyway matter (and only they key the cache)
     if (realized := _realized.get(nsink)) is None:
-      _decided[nsink] = dec = _decide(nsink)
-      realized = _realized[nsink] = frozenset(u for u in dec[0] if u.op is not Ops.BUFFER) - set(nsink.src)
-      if len(_realized) > _CACHE_MAX: del _realized[next(iter(_realized))]
+      dec = _decide(nsink)
+      realized = frozenset(u for u in dec[0] if u.op is not Ops.BUFFER) - set(nsink.src)
+      _realized.put(nsink, realized, nodes)
     nexpose = frozenset(n for u in expose if (n := norm.new.get(u)) is not None and n in realized)
   key = (nsink, nexpose)
   tmpl = _cache.get(key) if SCHEDULE_CACHE else None
   hit = tmpl is not None
   if tmpl is None:
-    tmpl = _schedule(nsink, expose=nexpose)
-    if SCHEDULE_CACHE:
-      if len(_cache) >= _CACHE_MAX: del _cache[next(iter(_cache))]
-      _cache[key] = tmpl
-  _decided.pop(nsink, None)
+    tmpl = _schedule(nsink, expose=nexpose, decided=dec)
+    if SCHEDULE_CACHE: _cache.put(key, tmpl, nodes)
   sub: dict[UOp, UOp] = {ph: norm.inputs[k] for k, ph in ((b.src[0].arg[1], b) for b in _inputs_of(tmpl))}
   for b in tmpl.new_buffers: sub[b] = UOp.new_buffer(b.src[1].arg, b.arg, b.dtype)
   calls = [c.replace(src=(c.src[0], *(sub[b] for b in c.src[1:]))) for c in tmpl.calls]
@@ -677,4 +711,3 @@ def clear_schedule_cache() -> None:
   """Forget every cached schedule."""
   _cache.clear()
   _realized.clear()
-  _decided.clear()
