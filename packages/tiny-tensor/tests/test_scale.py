@@ -66,7 +66,8 @@ D, H, T, B, V, L = 32, 2, 16, 2, 64, 2
 class _Block:
   def __init__(self) -> None:
     self.ln1, self.ln2 = nn.LayerNorm(D), nn.LayerNorm(D)
-    self.qkv, self.proj, self.fc1, self.fc2 = nn.Linear(D, 3 * D), nn.Linear(D, D), nn.Linear(D, 4 * D), nn.Linear(4 * D, D)
+    self.qkv, self.proj = nn.Linear(D, 3 * D), nn.Linear(D, D)
+    self.fc1, self.fc2 = nn.Linear(D, 4 * D), nn.Linear(4 * D, D)
 
   def __call__(self, x: Tensor) -> Tensor:
     q, k, v = self.qkv(self.ln1(x)).reshape(B, T, 3, H, D // H).permute(2, 0, 3, 1, 4)

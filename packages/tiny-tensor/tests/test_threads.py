@@ -42,7 +42,7 @@ def test_threads_mixed_ops_rand_and_jits_match_numpy():
     own = TinyJit(lambda x: (x.exp() - x * i).sum(0).realize())
     w = rng.standard_normal((5, 3)).astype(np.float32)
     W = Tensor(w).realize()
-    for k in range(ROUNDS):
+    for _ in range(ROUNDS):
       a, b = rng.standard_normal((4, 5)).astype(np.float32), rng.standard_normal((4, 5)).astype(np.float32)
       A, B = Tensor(a), Tensor(b)
       got = ((A @ W) + (A > B).where(A, B).pad(((0, 0), (0, 0))).sum(1, keepdim=True) - A.cast("float16").float()

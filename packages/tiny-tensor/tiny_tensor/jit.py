@@ -502,8 +502,8 @@ class TinyJit(Generic[ReturnType]):
     # fast path of a replay with the very same input tensors as the last replay (same UOps, so the same buffers,
     # shapes, dtypes and devices): skip re-deriving and re-checking them
     st = self._state()
-    if (last := st.last) is not None and not kwargs and not _capturing.jits and JIT.value and len(args) == len(last[0]) \
-       and all(type(a) is _TENSOR[0] and a.uop is u for a, u in zip(args, last[0])):
+    if (last := st.last) is not None and not kwargs and not _capturing.jits and JIT.value and \
+       len(args) == len(last[0]) and all(type(a) is _TENSOR[0] and a.uop is u for a, u in zip(args, last[0])):
       st.cnt += 1
       return st.captured(last[1], {})  # type: ignore[misc]
     inputs, names, info, var_vals, plain = _prepare(args, kwargs)

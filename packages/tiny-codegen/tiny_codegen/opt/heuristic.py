@@ -81,9 +81,9 @@ def _reuse(k: Kernel, loads: list[UOp]) -> float:
   executed = touched = 0
   for ld in loads:
     fp = iters(ld.src[0].src[1].ranges)
-    if (red := inner.get(ld)) is not None:
-      walks = any(r in ld.ranges for r in red.src[1:])
-      n = iters({**red.ranges, **dict.fromkeys(red.src[1:])}) if walks else fp
+    if (rd := inner.get(ld)) is not None:
+      walks = any(r in ld.ranges for r in rd.src[1:])
+      n = iters({**rd.ranges, **dict.fromkeys(rd.src[1:])}) if walks else fp
     else: n = out_iters
     executed, touched = executed + n, touched + fp
   return executed / max(touched, 1)

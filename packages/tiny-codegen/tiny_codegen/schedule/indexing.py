@@ -186,7 +186,8 @@ def _mod_intervals(c: UOp, r: UOp) -> list[tuple[UOp, UOp]] | None:
     if d1 <= d0: continue
     dt = r.dtype
     if sgn == 1: out.append((isub(iconst(d0, dt), x), isub(iconst(d1, dt), x)))  # r = d - x
-    else: out.append((iadd(isub(x, iconst(d1, dt)), iconst(1, dt)), iadd(isub(x, iconst(d0, dt)), iconst(1, dt))))  # r = x - d
+    else:  # r = x - d
+      out.append((iadd(isub(x, iconst(d1, dt)), iconst(1, dt)), iadd(isub(x, iconst(d0, dt)), iconst(1, dt))))
   return out
 
 
@@ -209,7 +210,8 @@ def collapse_count(inner: UOp, r: UOp) -> UOp | None:
     if c.op is not Ops.CMPLT: return None
     a, b = c.src
     if (x := _minus_range(a, r)) is not None and r not in b.toposort(): hi = hi.minimum(isub(b, x))  # r < b - x
-    elif (x := _minus_range(b, r)) is not None and r not in a.toposort(): lo = lo.maximum(iadd(isub(a, x), iconst(1, r.dtype)))
+    elif (x := _minus_range(b, r)) is not None and r not in a.toposort():
+      lo = lo.maximum(iadd(isub(a, x), iconst(1, r.dtype)))
     elif pieces is None and (pieces := _mod_intervals(c, r)) is not None: pass
     else: return None
   count = iconst(0, r.dtype)
@@ -358,7 +360,8 @@ class KernelBuilder:
     new_idx = []
     for ix, sz, (b, _) in zip(idx, ps, arg):
       kb, ksz = self.ks(b), self.ks(sz)
-      if not (isinstance(b, int) and b == 0) and not (ix.vmin >= _vmax(kb)): cond = iand(cond, isub(kb, self.ks(1)) < ix)
+      if not (isinstance(b, int) and b == 0) and not (ix.vmin >= _vmax(kb)):
+        cond = iand(cond, isub(kb, self.ks(1)) < ix)
       hi = iadd(kb, ksz)
       if not ix.vmax < _vmin(hi): cond = iand(cond, ix < hi)
       new_idx.append(isub(ix, kb))

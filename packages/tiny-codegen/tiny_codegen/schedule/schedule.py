@@ -225,7 +225,9 @@ def _decide(sink: UOp) -> tuple[dict[UOp, None], dict[UOp, bool]]:
   windowed: dict[UOp, tuple[bool, bool]] = {}
   reduced_into: dict[UOp, int | None] = {}  # the fewest outputs of a REDUCE_AXIS that reduces this value (fused)
   for x in reversed(nodes):
-    exp, st, w0, w1, ri = False, (), False, False, None
+    exp, w0, w1 = False, False, False
+    st: tuple[UOp, ...] = ()
+    ri: int | None = None
     for c in children.get(x, ()):
       grows = c.op is Ops.EXPAND and _grows(c)
       if grows: exp = True
@@ -508,7 +510,7 @@ def _snapshot_exposed_versions(becomes: list[tuple[UOp, UOp, UOp | None]], expos
         seen.add(d)
         stack.append(d)
     return False
-  for k, (node, buf, view) in enumerate(becomes):
+  for k, (node, buf, _) in enumerate(becomes):
     if node.op is not Ops.ASSIGN or node not in expose or (pa := producer.get(node)) is None: continue
     later = [i for i, b, _ in writers if b is buf and i != pa and reaches(i, pa)]
     if not later: continue
