@@ -16,9 +16,11 @@ happens (raise there to refuse it). Captures nest: each active one is told, inne
 Threads: a capture sees only what its own thread runs (capture state is per thread). `realize` holds `lock` (one
 re-entrant lock for the engine) from scheduling to the last kernel, so concurrent realizes of graphs that share
 nodes (an RNG counter, a parameter) run one after the other and each sees the other's results; `Tensor.realize`
-takes the same lock around finding the shared nodes and pointing live tensors at the new buffers. Kernels launched
-outside it (TinyJit replays) run concurrently. The program cache is bounded (`PROGRAM_CACHE_MAX`, least recently
-used first out) and locked; `GlobalCounters` may miss increments made at the same moment by two threads.
+takes the same lock around finding the shared nodes and pointing live tensors at the new buffers. Every other use of a
+device the engine makes holds it too: filling a new buffer from host data, reading one back (`Tensor.numpy`), a
+TinyJit replay (a GPU's command queues and signals are driven by one thread at a time; on the CPU a kernel's shares
+still run on the thread pool). The program cache is bounded (`PROGRAM_CACHE_MAX`, least recently used first out) and
+locked; `GlobalCounters` may miss increments made at the same moment by two threads.
 """
 from __future__ import annotations
 
@@ -110,8 +112,9 @@ def register_buffer(u: UOp, buf: Buffer) -> UOp:
 def buffer_from_bytes(device: str, size: int, dtype: DType, data: bytes | memoryview | None) -> UOp:
   """A new BUFFER UOp of `size` elements on `device`, allocated now and filled with `data` (if given)."""
   u = UOp.new_buffer(device, size, dtype)
-  buf = get_buffer(u).ensure_allocated()
-  if data is not None and size: buf.copyin(memoryview(data))
+  with lock:
+    buf = get_buffer(u).ensure_allocated()
+    if data is not None and size: buf.copyin(memoryview(data))
   return u
 
 

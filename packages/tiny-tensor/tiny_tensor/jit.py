@@ -360,13 +360,14 @@ class CapturedJit(Generic[ReturnType]):
 
   def __call__(self, inputs: list[Buffer], var_vals: dict[str, int]) -> ReturnType:
     dyn = list(inputs)
-    if DEBUG >= 2:
-      for c in self.plan:
-        c.run(dyn, var_vals)
-        if isinstance(c, _KernelCall): print(f"*** JIT {c.device:8s} {c.name}")
-        if isinstance(c, _GraphCall): print(f"*** JIT {c.device:8s} graph of {len(c.kernels)} kernels")
-    else:
-      for c in self.plan: c.run(dyn, var_vals)
+    with engine.lock:  # the devices' queues: one thread at a time (see tiny_tensor.engine)
+      if DEBUG >= 2:
+        for c in self.plan:
+          c.run(dyn, var_vals)
+          if isinstance(c, _KernelCall): print(f"*** JIT {c.device:8s} {c.name}")
+          if isinstance(c, _GraphCall): print(f"*** JIT {c.device:8s} graph of {len(c.kernels)} kernels")
+      else:
+        for c in self.plan: c.run(dyn, var_vals)
     GlobalCounters.kernel_count += self.kernel_count
     GlobalCounters.global_ops += self.ops
     GlobalCounters.global_mem += self.mem

@@ -269,8 +269,9 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     shape = tuple(int(s) for s in self.shape)
     npdt = to_numpy(self.dtype)
     if prod(shape) == 0: return np.zeros(shape, dtype=npdt)
-    buf = self._buffer()
-    return np.frombuffer(buf.as_buffer(), dtype=npdt).reshape(shape)
+    with engine.lock:  # a device's queues are the engine's to drive: one thread at a time
+      data = self._buffer().as_buffer()
+    return np.frombuffer(data, dtype=npdt).reshape(shape)
 
   def data(self) -> memoryview:
     """The data as a memoryview of the tensor's shape."""
