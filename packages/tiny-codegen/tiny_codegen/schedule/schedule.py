@@ -422,6 +422,7 @@ def _schedule(sink: UOp, merge: bool = True, safe_assign: bool = False, expose: 
       readers[(base, None)].append(i)
       snapshots[base], buf_producer[snap] = snap, i
   grouped: set[UOp] = set()
+  topos: dict[UOp, dict[UOp, None]] = {}  # a requested value's graph, walked once however many siblings ask
   pending_roots = [r for r in realize if r in roots and r.op in _GROUPABLE and r not in merged and r not in merges]
 
   def built(u: UOp) -> bool: return u in bufs or u in views or u in producer
@@ -461,7 +462,7 @@ def _schedule(sink: UOp, merge: bool = True, safe_assign: bool = False, expose: 
         continue
       except MergeFailed:  # each gets its own kernel after all
         for u in merges[r]: kernel(u)
-    also = _siblings(r, pending_roots, realize, built) if merge and r in roots and r.op is not Ops.ASSIGN else ()
+    also = _siblings(r, pending_roots, realize, built, topos) if merge and r in roots and r.op is not Ops.ASSIGN else ()
     grouped.update(also)
     try: kernel(r, also=also)
     except MergeFailed:  # the siblings get their own kernels when their turn comes
@@ -532,13 +533,17 @@ def _reads_elsewhere(ast: UOp, out_param: UOp) -> bool:
 _GROUPABLE = GroupOp.Elementwise | {Ops.REDUCE_AXIS, Ops.CONTIGUOUS}
 
 
-def _siblings(r: UOp, pending: list[UOp], realize: dict[UOp, None], built: Any) -> tuple[UOp, ...]:
+def _siblings(r: UOp, pending: list[UOp], realize: dict[UOp, None], built: Any,
+              topos: dict[UOp, dict[UOp, None]]) -> tuple[UOp, ...]:
   """Requested values after `r` with r's shape and device that share its kernel (one kernel, several STOREs): none
-  depends on another, and every realized value they read already has its kernel."""
+  depends on another, and every realized value they read already has its kernel. `topos` memoizes their graphs."""
+  def topo(u: UOp) -> dict[UOp, None]:
+    if (t := topos.get(u)) is None: t = topos[u] = u.toposort()
+    return t
   out: list[UOp] = []
   for s in pending:
     if s is r or s.shape != r.shape or s.device != r.device or built(s): continue
-    if any(g in s.toposort() or s in g.toposort() for g in (r, *out)): continue
+    if any(g in topo(s) or s in topo(g) for g in (r, *out)): continue
     stack, seen, ok = list(s.src), set(s.src), True
     while stack and ok:
       x = stack.pop()
