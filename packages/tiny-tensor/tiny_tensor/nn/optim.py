@@ -37,7 +37,9 @@ def _state(t: Tensor, device: str, fill: float = 0.0) -> Tensor:
 def _realize_params(ts: list[Tensor]) -> None:
   """Make every parameter a realized buffer so `assign` updates it in place (lazy constants like zeros() aren't)."""
   todo = [t for t in ts if not engine.is_realized(t.uop)]
-  for t in todo: t.uop = t.contiguous().uop
+  # each into a buffer of its own: two parameters built from the same value (every LayerNorm's ones()) are the same
+  # interned graph, and `contiguous()` would give them one buffer, which their updates would then share
+  for t in todo: t.uop = type(t).empty(t.shape, dtype=t.dtype, device=t.device).assign(t.detach()).uop
   if todo: Tensor.realize(*todo)
   # a parameter is a leaf of autograd: forget the graph it was computed from (its random init), which the tensor
   # keeps (`_origin`) so that gradients can flow through values realized before backward
