@@ -28,8 +28,8 @@ from tiny_codegen.schedule import create_schedule
 from tiny_codegen.schedule import schedule as sched_mod
 
 import gpu_cl_runner as clr
-import gpu_ptx_interp as ptxi
 import kernel_runner as kr
+import tiny_runtime_nv.ptx as ptxi  # the PTX executor of tiny-runtime-nv (a test-only dependency)
 
 N = 3_000_000_000  # > 2**31: wraps to -1294967296 as an int32
 i64 = dtypes.int64
