@@ -145,7 +145,8 @@ class IndexingMixin:
     for _, t, s in tensors:
       if not dtypes.is_int(t.dtype): raise IndexError(f"tensors used as indices must be int or bool, got {t.dtype}")
       from tiny_tensor.jit import _capturing
-      if engine.is_realized(t.uop) and t.numel() and not _capturing:  # while a jit captures, data isn't read
+      # while a jit captures (in this thread: the capture state is per thread), data isn't read
+      if engine.is_realized(t.uop) and t.numel() and not _capturing.jits:
         arr = t.numpy()
         if (bad := arr[(arr < -s) | (arr >= s)]).size:
           raise IndexError(f"index {bad.flat[0]} is out of bounds for a dimension of size {s}")
