@@ -174,11 +174,18 @@ class IndexingMixin:
 
   def _lazy_readers(self) -> list[Tensor]:
     """Other live lazy tensors whose graphs read this tensor's buffer (they must be computed before it is written)."""
-    from tiny_tensor.tensor import _lazy_tensors
+    from tiny_tensor.tensor import _lazy_tensors, _live
     if (bv := engine.buffer_view(self.uop)) is None: return []
     buf = bv[0]
-    return [t for t in list(_lazy_tensors.values()) if t is not self and not engine.is_realized(t.uop)
-            and t.uop.op is not Ops.ASSIGN and buf in t.uop.toposort()]
+    cands = [t for t in _live(_lazy_tensors) if t is not self and not engine.is_realized(t.uop)
+             and t.uop.op is not Ops.ASSIGN]
+    if not cands: return []
+    # one walk over all their graphs together (a node's toposort is not cached: one walk per tensor would repeat the
+    # graphs they share), marking every node that reaches the buffer
+    reads: dict[UOp, bool] = {}
+    for n in UOp.sink(*dict.fromkeys(t.uop for t in cands)).toposort():
+      reads[n] = n is buf or any(reads[x] for x in n.src)
+    return [t for t in cands if reads[t.uop]]
 
   def _scatter_tensors(self, tensors: list[tuple[int, Tensor, int]], v: Tensor) -> Tensor:
     """self (a basic view) with `v` (shaped like `self[tensor indices]`) written at the tensor indices; where several

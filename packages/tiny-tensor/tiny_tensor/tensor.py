@@ -1319,14 +1319,14 @@ def _old_value_readers(uops: list[UOp], ts: list[Tensor]) -> list[Tensor]:
   which the backward computes); so this plans the schedule once to see which values get buffers."""
   targets = {bv[0] for u in uops if u.op is Ops.ASSIGN and (bv := engine.buffer_view(u.src[0])) is not None}
   if not targets: return []
-  cands = [t for t in list(_lazy_tensors.values()) if not any(t is x for x in ts) and not engine.is_realized(t.uop)
-           and any(b in t.uop.toposort() for b in targets)]  # (cached walks: most graphs read none of them)
+  cands = [t for t in _live(_lazy_tensors) if not any(t is x for x in ts) and not engine.is_realized(t.uop)]
   if not cands: return []
   def reading(done: Any) -> list[Tensor]:
-    # one walk over all their graphs: a node reads an old value if it is a target buffer or, unless it is an ASSIGN
-    # (its value is the new one) or gets a buffer in this realize (`done`), one of its sources does
+    # one walk over all their graphs (toposorts are not cached on nodes: a walk per tensor would repeat the graphs
+    # they share): a node reads an old value if it is a target buffer or, unless it is an ASSIGN (its value is the
+    # new one) or gets a buffer in this realize (`done`), one of its sources does
     old: dict[UOp, bool] = {}
-    for n in UOp.sink(*[t.uop for t in cands]).toposort():
+    for n in UOp.sink(*dict.fromkeys(t.uop for t in cands)).toposort():
       old[n] = n in targets or (n.op is not Ops.ASSIGN and n not in done and any(old[x] for x in n.src))
     return [t for t in cands if old[t.uop]]
   if not (cands := reading(())): return []
