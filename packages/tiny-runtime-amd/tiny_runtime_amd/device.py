@@ -243,7 +243,7 @@ class AMDDevice(HCQCompiled):
     self._driver: Any = None
     self.mock = target.interface == "MOCK"
     want = dev_arch(device)
-    if self.mock:  # the arch in DEV picks the mocked GPUs: MOCK+AMD:LLVM:gfx942 is a process with two gfx942s
+    if self.mock:  # the arch in DEV picks the mocked GPUs: MOCK+AMD:LLVM:gfx942 is a process with four gfx942s
       from tiny_runtime_amd.mock.driver import mock_fileio
       fio = mock_fileio(want)
       self._driver = fio.kfd_fn()  # type: ignore[attr-defined]

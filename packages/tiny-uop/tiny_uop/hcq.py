@@ -7,8 +7,9 @@
 - `HWQueue`: a recorded list of command dwords; backends implement the commands (`wait`, `signal`, `timestamp`,
   `memory_barrier`, `exec`, `copy`) by appending packets with `q(...)`, and `_submit` to hand them to the GPU.
 - `HCQSignal`: a 64-bit value and a 64-bit timestamp in GPU-visible memory.
-- `HCQCompiled`: a `Compiled` device with a timeline signal; `HCQBuffer`; `HCQAllocator` (copies through host
-  staging buffers on the copy queue); `HCQProgram` (how a kernel's arguments are laid out in memory); `HCQGraph`
+- `HCQCompiled`: a `Compiled` device with a timeline signal; `HCQBuffer`; `HCQAllocator` (copies through the CPU
+  mapping of host-mapped buffers, else through host staging buffers on the copy queue); `HCQProgram` (how a
+  kernel's arguments are laid out in memory); `HCQGraph`
   (TinyJit's device graph: a batch of kernels as one prebuilt command buffer, patched and resubmitted per replay).
 
 Addresses here are integers: a GPU virtual address that is also mapped at the same host address (KFD's SVM
@@ -340,8 +341,10 @@ DeviceT = TypeVar("DeviceT", bound="HCQCompiled")
 
 
 class HCQAllocator(LRUAllocator[HCQBuffer], Generic[DeviceT]):
-  """Allocates through the device's `_gpu_alloc`; copies to and from the host go through a host-visible staging
-  buffer (`batch_size` bytes per copy command) on the device's copy queue, ordered by its timeline signal."""
+  """Allocates through the device's `_gpu_alloc`. Copies of buffers mapped on the host (`cpu_mapped`) go through that
+  mapping once the device is idle (the only way on a device without a copy queue, `hw_copy_queue_t = None`: QCOM);
+  others go through a host-visible staging buffer (`batch_size` bytes per copy command) on the device's copy queue,
+  ordered by its timeline signal."""
 
   def __init__(self, dev: DeviceT, batch_size: int = 2 << 20):
     super().__init__()
@@ -359,7 +362,20 @@ class HCQAllocator(LRUAllocator[HCQBuffer], Generic[DeviceT]):
     if self._staging is None: self._staging = self.dev._gpu_alloc(self.batch_size, host=True)
     return self._staging
 
+  def _cpu_copy(self, *bufs: HCQBuffer) -> bool:
+    """Whether a copy goes through the CPU mapping: every buffer is mapped on the host (any backend), or the device
+    has no copy queue (QCOM), where an unmapped buffer can't be copied at all."""
+    if all(b.cpu_mapped for b in bufs): return True
+    if getattr(self.dev, "hw_copy_queue_t", None) is None:
+      raise RuntimeError(f"{self.dev.device} has no copy queue and a buffer at "
+                         f"{next(b for b in bufs if not b.cpu_mapped).va_addr:#x} is not mapped on the host")
+    return False
+
   def _copyin(self, dest: HCQBuffer, src: memoryview) -> None:
+    if self._cpu_copy(dest):  # after the GPU is done with the buffer (it may read or write it still)
+      self.dev.synchronize()
+      dest.host_view()[:src.nbytes] = src.cast("B") if src.format != "B" else src
+      return
     stg = self.staging()
     for i in range(0, src.nbytes, self.batch_size):
       n = min(self.batch_size, src.nbytes - i)
@@ -369,6 +385,10 @@ class HCQAllocator(LRUAllocator[HCQBuffer], Generic[DeviceT]):
     self.dev.synchronize()
 
   def _copyout(self, dest: memoryview, src: HCQBuffer) -> None:
+    if self._cpu_copy(src):
+      self.dev.synchronize()
+      dest[:] = src.host_view()[:dest.nbytes]
+      return
     stg = self.staging()
     self.dev.synchronize()
     for i in range(0, dest.nbytes, self.batch_size):
@@ -378,17 +398,23 @@ class HCQAllocator(LRUAllocator[HCQBuffer], Generic[DeviceT]):
       dest[i:i + n] = stg.host_view()[:n]
 
   def _transfer(self, dest: HCQBuffer, src: HCQBuffer, size: int) -> None:
-    """Device-to-device copy on this device's copy queue (both buffers mapped in its address space)."""
+    """Device-to-device copy on this device's copy queue (both buffers mapped in its address space), or through the
+    CPU mappings where both are mapped on the host."""
+    if self._cpu_copy(dest, src):
+      self.dev.synchronize()
+      ctypes.memmove(dest.va_addr, src.va_addr, size)
+      return
     self.dev.run_copy(dest.va_addr, src.va_addr, size)
     self.dev.synchronize()
 
 
 class HCQCompiled(Compiled):
   """A command-queue device. Subclasses provide `_gpu_alloc(size, host)`, `_gpu_free(buf)`, `hw_compute_queue_t`,
-  `hw_copy_queue_t` and `new_signal()`. `timeline_signal` counts finished submissions: a submission that signals
-  `next_timeline()` is done when the signal reaches that value."""
+  `hw_copy_queue_t` (None: no copy engine, the allocator copies through the CPU mapping) and `new_signal()`.
+  `timeline_signal` counts finished submissions: a submission that signals `next_timeline()` is done when the signal
+  reaches that value."""
   hw_compute_queue_t: type[HWQueue]
-  hw_copy_queue_t: type[HWQueue]
+  hw_copy_queue_t: type[HWQueue] | None
   _deferred: list[tuple[int, HCQBuffer]]
 
   def __init__(self, device: str, allocator: HCQAllocator, renderers: Sequence[type[Renderer]],
@@ -439,6 +465,7 @@ class HCQCompiled(Compiled):
 
   def run_copy(self, dest: int, src: int, size: int) -> None:
     """Queue `size` bytes from `src` to `dest` (GPU addresses) after all earlier work, signaling the timeline."""
+    if self.hw_copy_queue_t is None: raise RuntimeError(f"{self.device} has no copy queue")
     q = self.hw_copy_queue_t().wait(self.timeline_signal, self.timeline_value - 1).copy(dest, src, size)
     q.signal(self.timeline_signal, self.next_timeline()).submit(self)
 
