@@ -158,14 +158,17 @@ class CreationMixin:
   def _random_bits(cls, num: int, device: str) -> Tensor:
     """`num` random uint32 words: threefry2x32 of counters (c + i, c + i + n/2) under the key (seed low, seed high).
 
-    The counter c lives in a device buffer and advances by an ASSIGN in the same graph, so a TinyJit replay draws
-    new numbers each call (like tinygrad).
+    The counter c lives in a device buffer and advances by an ASSIGN, so a TinyJit replay draws new numbers each call
+    (like tinygrad). The advance and this draw's start are computed at once (one small kernel, captured by a TinyJit
+    like any other): a lazy counter update shared by the draws of several threads could be taken into a graph one
+    thread builds while another realizes it, and so run twice (a draw skipped, another repeated).
     """
     half = ceildiv(num, 2)
-    with _rng_lock:  # threads: each draw advances the counter past the previous one (never the same start)
+    with engine.lock, _rng_lock:  # threads: each draw advances the counter past the previous one (never the same start)
       if (ctr := cls._rng_counters.get(device)) is None:
         ctr = cls._rng_counters[device] = cls(np.zeros(1, np.uint32), device=device, requires_grad=False)
-      start = ctr.assign(ctr + num) - num  # the counter before this draw
+      start = (ctr.assign(ctr + num) - num).contiguous()  # the counter before this draw
+      start.realize(ctr)
     if (idx := _rng_index.get((device, half))) is None:  # 0..half-1 as a realized buffer: O(n), nothing to fold
       if len(_rng_index) > 64: _rng_index.clear()
       idx = _rng_index[(device, half)] = cls(np.arange(half, dtype=np.uint32), device=device, requires_grad=False)
