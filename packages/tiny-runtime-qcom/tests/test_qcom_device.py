@@ -1,6 +1,7 @@
 """The QCOM driver on MOCK+QCOM: KGSL objects and timestamps, kernels compiled by the (mock) device compiler and
 loaded by the driver, buffers, values, textures and samplers (IMAGE=1), storage images (UAVs), image staging for
-unaligned views, launch timing, and TinyJit replays through HCQGraph -- results against numpy."""
+unaligned views, launch timing, and TinyJit replays through one graph (HCQ2 by default, HCQGraph with HCQ2=0) --
+results against numpy."""
 from __future__ import annotations
 
 import ctypes
@@ -10,6 +11,7 @@ import pytest
 from tiny_uop import Context, dtypes
 from tiny_uop.device import Buffer
 from tiny_uop.hcq import HCQGraph
+from tiny_uop.hcq2 import HCQ2Graph
 from tiny_uop.plugins import Device
 
 from tiny_runtime_qcom import a6xx, adreno
@@ -177,7 +179,13 @@ def test_unaligned_texture_view_is_staged(dev):
   np.testing.assert_array_equal(_read(out), x[5:21])
 
 
-def test_jit_replays_through_one_graph_built_once(dev):
+@pytest.mark.parametrize("hcq2", [1, 0])
+def test_jit_replays_through_one_graph_built_once(dev, hcq2):
+  """TinyJit's replays run one graph, built once: QCOMHCQ2Graph by default, the imperative HCQGraph with HCQ2=0."""
+  with Context(HCQ2=hcq2): _jit_replays(hcq2)
+
+
+def _jit_replays(hcq2: int) -> None:
   from tiny_tensor import Tensor, TinyJit
   from tiny_tensor.jit import _GraphCall
   from tiny_uop import Variable
@@ -198,10 +206,11 @@ def test_jit_replays_through_one_graph_built_once(dev):
     np.testing.assert_allclose(e.numpy(), np.exp2(h - an), rtol=1e-5)
     if i >= 2:  # a replay: one submission (wait, CP_INDIRECT_BUFFER to the bound queue, signal) runs every kernel
       assert stats["dispatches"] - before[0] == f.captured.kernel_count and stats["submissions"] - before[1] == 1
-    if i == 2: builds = HCQGraph.builds
+    if i == 2: builds = (HCQGraph.builds, HCQ2Graph.builds)
   graphs = [c for c in f.captured.plan if isinstance(c, _GraphCall)]
-  assert len(graphs) == 1 and isinstance(graphs[0].graph, HCQGraph) and graphs[0].graph.queue.bound
-  assert HCQGraph.builds == builds and f.captured.kernel_count >= 2
+  assert len(graphs) == 1 and isinstance(graphs[0].graph, HCQ2Graph if hcq2 else HCQGraph)
+  assert hcq2 or graphs[0].graph.queue.bound
+  assert (HCQGraph.builds, HCQ2Graph.builds) == builds and f.captured.kernel_count >= 2
 
 
 class _SymKernel:

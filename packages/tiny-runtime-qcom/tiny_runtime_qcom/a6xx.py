@@ -124,10 +124,12 @@ def sp_cs_cntl_0(threadsize: int, hregs: int, fregs: int, branchstack: int) -> i
   return hregs << 1 | fregs << 7 | branchstack << 14 | threadsize << 20
 
 
-def ndrange_0(local_size: Sequence[int]) -> int:
-  """SP_CS_NDRANGE_0: KERNELDIM 1:0 (3), LOCALSIZEX/Y/Z - 1 in 11:2, 21:12, 31:22."""
+def ndrange_0(local_size: Sequence[Any]) -> Any:
+  """SP_CS_NDRANGE_0: KERNELDIM 1:0 (3), LOCALSIZEX/Y/Z - 1 in 11:2, 21:12, 31:22. A size may be a UOp (HCQ2 records
+  a launch whose local size changes between replays): the dword is then an expression; ints are checked here."""
   x, y, z = local_size
-  if not all(1 <= v <= 1024 for v in local_size): raise ValueError(f"local size {tuple(local_size)}; each 1..1024")
+  if not all(1 <= v <= 1024 for v in local_size if isinstance(v, int)):
+    raise ValueError(f"local size {tuple(local_size)}; each 1..1024")
   return 3 | (x - 1) << 2 | (y - 1) << 12 | (z - 1) << 22
 
 
@@ -269,11 +271,17 @@ class QCOMComputeQueue(HWQueue):
     mem[:] = dwords
     return mem
 
+  def indirect_buffer(self, addr: Val, ndwords: Val) -> QCOMComputeQueue:
+    """CP_INDIRECT_BUFFER: run the `ndwords` dwords at `addr` (IB_BASE lo, hi; IB_SIZE in dwords, 20 bits), then
+    continue here. KGSL runs a submission as IB1, so the buffer it jumps to is an IB2 (a6xx has no IB3)."""
+    if isinstance(ndwords, int) and not 0 <= ndwords < 1 << 20:
+      raise ValueError(f"CP_INDIRECT_BUFFER of {ndwords} dwords; valid: 0..{(1 << 20) - 1}")
+    return self.pkt7(CP_INDIRECT_BUFFER, lo32(addr), hi32(addr), ndwords)
+
   def chain(self, other: HWQueue) -> QCOMComputeQueue:
     """Run `other`: a CP_INDIRECT_BUFFER to it when it is bound, else its commands copied in."""
     if not other.bound: return self.q(*other._q)  # type: ignore[return-value]
-    ib = other._ib.va_addr  # type: ignore[attr-defined]
-    return self.pkt7(CP_INDIRECT_BUFFER, lo32(ib), hi32(ib), len(other._mem))
+    return self.indirect_buffer(other._ib.va_addr, len(other._mem))  # type: ignore[attr-defined]
 
   def _submit_bound(self, dev: Any) -> None: dev.submit_ib(self._ib.va_addr, len(self._mem))
   def _free_bound(self, dev: Any, after: int) -> None:
@@ -287,11 +295,11 @@ def _add(a: Val, off: int) -> Val: return a + off
 
 class Derived(HCQVar):
   """A command dword computed from several values (ints or HCQVars) when the queue is resolved: a symbolic launch's
-  global size in work-items is (work-groups x local size), SP_CS_NDRANGE_0 packs the three local sizes. With only
-  ints it is computed now (`Derived(...)` then returns an int)."""
+  global size in work-items is (work-groups x local size), SP_CS_NDRANGE_0 packs the three local sizes. Without
+  HCQVars it is computed now (`Derived(...)` then returns an int, or a UOp expression when HCQ2 records UOps)."""
 
-  def __new__(cls, fn: Any, *args: Val) -> Any:
-    if all(isinstance(a, int) for a in args): return fn(*args)
+  def __new__(cls, fn: Any, *args: Any) -> Any:
+    if not any(isinstance(a, HCQVar) for a in args): return fn(*args)
     return super().__new__(cls)
 
   def __init__(self, fn: Any, *args: Val):

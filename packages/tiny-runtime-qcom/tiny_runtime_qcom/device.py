@@ -7,7 +7,8 @@ address, compiles kernels with the device's own OpenCL compiler (`AdrenoCompiler
 binary), loads the binary's shader image itself (`QCOMProgram`) and dispatches it with a6xx command streams
 (`a6xx.QCOMComputeQueue`), submitted with GPU_COMMAND. Signals are memory written by the GPU (CACHE_FLUSH_TS); a
 host wait first sleeps in KGSL on the submission's timestamp. There is no copy engine: copies go through the CPU
-mapping (`HCQAllocator`). TinyJit replays through `HCQGraph` (one prebuilt indirect buffer, `QCOMGraph`).
+mapping (`HCQAllocator`). TinyJit replays through HCQ2 (`QCOMHCQ2Graph`: tiny_uop.hcq2's passes with QCOM's encoder,
+`encode.pm_lower`), or with `HCQ2=0` through the imperative `HCQGraph` (`QCOMGraph`): one prebuilt indirect buffer.
 
 Without an Adreno GPU, `QCOMDevice("QCOM")` raises RuntimeError("no Adreno GPU (/dev/kgsl-3d0 not found)"), which
 the registry reports; `DEV=MOCK+QCOM` always works where an OpenCL CPU platform (PoCL) is installed.
@@ -19,11 +20,14 @@ from typing import Any, Sequence
 
 from tiny_uop.hcq import ArgsLayout, FileIOInterface, HCQAllocator, HCQBuffer, HCQCompiled, HCQGraph, HCQProgram, \
   HCQSignal
+from tiny_uop.hcq2 import HCQ2Graph
+from tiny_uop.helpers import HCQ2
 from tiny_uop.target import Target
 
 from tiny_runtime_qcom import a6xx, adreno
 from tiny_runtime_qcom import cl as _cl
 from tiny_runtime_qcom.a6xx import QCOMComputeQueue
+from tiny_runtime_qcom.encode import pm_lower
 from tiny_runtime_qcom.kgsl import KGSL_PATH, KGSLIface
 from tiny_runtime_qcom.opencl import OpenCLUnavailable
 
@@ -172,16 +176,27 @@ class QCOMProgram(HCQProgram):
       pass
 
 
-class QCOMGraph(HCQGraph):
-  """`HCQGraph` for QCOM: a kernel whose read-only image is a buffer view not 32-byte aligned (the texture base
-  alignment) runs outside the graph, where its launch stages the image (`QCOMProgram._image_bases`)."""
+def graphable(dev: Any, call: Any) -> bool:
+  """May this captured call join a QCOM graph: a kernel of a `QCOMProgram` (copies run outside: QCOM copies through
+  the CPU mapping) none of whose read-only images is a kept buffer view not 32-byte aligned (the texture base
+  alignment, TEX_CONST_4.BASE_LO): such a kernel runs outside the graph, where its launch stages the image
+  (`QCOMProgram._image_bases`)."""
+  prg = getattr(call, "prg", None)
+  if not isinstance(prg, HCQProgram): return False
+  return not any(not isinstance(b, int) and prg.info.args[i][0] == "tex" and b.va_addr % a6xx.BASE_ALIGN
+                 for i, b in zip(prg.buf_args, call.bufs))
 
-  @staticmethod
-  def supports(dev: Any, kernel: Any) -> bool:
-    if not HCQGraph.supports(dev, kernel): return False
-    prg = kernel.prg
-    return not any(not isinstance(b, int) and prg.info.args[i][0] == "tex" and b.va_addr % a6xx.BASE_ALIGN
-                   for i, b in zip(prg.buf_args, kernel.bufs))
+
+class QCOMGraph(HCQGraph):
+  """The imperative `HCQGraph` for QCOM (`HCQ2=0`), taking the kernels `graphable` accepts."""
+  supports = staticmethod(graphable)
+
+
+class QCOMHCQ2Graph(HCQ2Graph):
+  """TinyJit's graph on QCOM (the default): `HCQ2Graph` with QCOM's encoder (`encode.pm_lower`), taking the kernels
+  `graphable` accepts. A texture or UAV descriptor's base address is an argument patch like a buffer pointer
+  (`QCOMProgram.args_layout` points at its BASE_LO/BASE_HI dwords)."""
+  supports = staticmethod(graphable)
 
 
 class Layout:
@@ -200,6 +215,8 @@ class QCOMDevice(HCQCompiled):
   """``QCOM`` (KGSL, Adreno 6xx) and ``MOCK+QCOM`` (mock KGSL + an a630 that runs kernels on PoCL)."""
   hw_compute_queue_t = QCOMComputeQueue
   hw_copy_queue_t = None  # type: ignore[assignment]  # no copy engine: HCQAllocator copies through the CPU mapping
+  pm_lower = pm_lower  # HCQ2's encoder (encode.py)
+  hcq2_copy_engine = "compute"  # HCQ2: one engine for everything
 
   def __init__(self, device: str):
     target = Target.parse(device).check_interface()
@@ -230,6 +247,28 @@ class QCOMDevice(HCQCompiled):
     ren = QCOMRenderer if "cl_khr_fp16" in self.compiler.extensions else QCOMHalfStorageRenderer
     super().__init__(device, HCQAllocator(self), [ren], QCOMProgram, QCOMGraph, arch=self.kgsl.info.arch)
     self.time_signals = [self.new_signal(), self.new_signal()]
+
+  # TinyJit's device graph: QCOMHCQ2Graph (HCQ2, the default) or with HCQ2=0 the imperative QCOMGraph
+  @property
+  def graph(self) -> Any:
+    g = self.__dict__.get("_graph")
+    if g is QCOMGraph or g is QCOMHCQ2Graph: return QCOMHCQ2Graph if HCQ2.value else QCOMGraph
+    return g
+
+  @graph.setter
+  def graph(self, g: Any) -> None: self.__dict__["_graph"] = g
+
+  def hcq_submitter(self, engine: str) -> Any:
+    """HCQ2's submit: the parts' dwords (a bound command buffer `(address, ndwords)` as a CP_INDIRECT_BUFFER to it)
+    copied into the command ring and submitted with one GPU_COMMAND."""
+    if engine != "compute": raise ValueError(f"{self.device} has only a compute engine, not {engine!r}")
+
+    def submit(parts: list) -> None:
+      if len(parts) == 1 and isinstance(parts[0], list): return self.submit_dwords(parts[0])
+      dwords: list[int] = []
+      for p in parts: dwords += p if isinstance(p, list) else QCOMComputeQueue().indirect_buffer(*p)._q
+      self.submit_dwords(dwords)
+    return submit
 
   def select_renderer(self, name: str | None) -> Any:
     """The renderer, compiling with this device's compiler and sized by its limits."""
