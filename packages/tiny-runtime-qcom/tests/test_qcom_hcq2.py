@@ -143,7 +143,7 @@ def test_wait_signal_barrier_and_indirect_packets_equal_the_queue_builders(dev):
     assert len(addr) == 1 and addr[0].src[0] is body
     got = _ints(p, {}, {addr[0]: _u64(0x12_3456_7890)})
     assert got == a6xx.QCOMComputeQueue().indirect_buffer(0x12_3456_7890, 2 * 4)._q
-    assert _decode(got) == [(7, a6xx.CP_INDIRECT_BUFFER, 3)] and got[1:] == [0x3456_7890, 0x12, 8]  # a barrier is 4 dwords
+    assert _decode(got) == [(7, a6xx.CP_INDIRECT_BUFFER, 3)] and got[1:] == [0x3456_7890, 0x12, 8]  # 2 barriers
   finally: dev._free_signals.append(sig.addr)
   with pytest.raises(ValueError, match="only a compute engine"):
     _lower(dev, UOp(Ops.MEMBAR, dtypes.void, (), "copy"))
@@ -181,7 +181,8 @@ def _jitted(image: int, reps: int = 4):
   with Context(IMAGE=image):
     for i in range(reps):
       rng = np.random.default_rng(i)
-      xn, wn = rng.standard_normal((2, 4, 8, 8)).astype(np.float32), rng.standard_normal((8, 4, 3, 3)).astype(np.float32)
+      xn = rng.standard_normal((2, 4, 8, 8)).astype(np.float32)
+      wn = rng.standard_normal((8, 4, 3, 3)).astype(np.float32)
       x, w = Tensor(xn, device=DEV).realize(), Tensor(wn, device=DEV).realize()
       Device[DEV].synchronize()
       before = (stats["submissions"], stats["dispatches"], stats["texture_dispatches"])
