@@ -275,3 +275,44 @@ def test_texture_base_addresses_are_argument_patches_and_unaligned_views_stay_ou
     assert QCOMHCQ2Graph.supports(dev, K([out._buf, view._buf])) is ok is QCOMGraph.supports(dev, K([out._buf,
                                                                                                   view._buf]))
   assert graphable(dev, K([out._buf, 0]))  # an input: its address is known at replay only
+
+
+@pytest.mark.parametrize("hcq2", [1, 0])
+def test_unaligned_texture_inputs_are_staged_at_replay(dev, hcq2):
+  """IMAGE=1, a jitted conv of an input that is a view 4 bytes into its buffer (not 32-byte aligned, the texture base
+  alignment): each replay reads it through an aligned staging copy, as the eager launch does; numbers against numpy."""
+  from tiny_tensor import Tensor, TinyJit
+  wn = np.random.default_rng(9).standard_normal((8, 4, 3, 3)).astype(np.float32)
+  w = Tensor(wn, device=DEV).realize()
+
+  @TinyJit
+  def f(x: Tensor) -> Tensor: return x.conv2d(w, padding=1).relu().realize()
+  with Context(IMAGE=1, HCQ2=hcq2):
+    for i in range(4):
+      big = np.random.default_rng(i).standard_normal(2 * 4 * 8 * 8 + 1).astype(np.float32)
+      xt = Tensor(big, device=DEV).realize()[1:].reshape(2, 4, 8, 8)
+      got = f(xt).numpy()
+      x = big[1:].reshape(2, 4, 8, 8)
+      win = np.lib.stride_tricks.sliding_window_view(np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1))), (3, 3), axis=(2, 3))
+      np.testing.assert_allclose(got, np.maximum(np.einsum("nchwij,ocij->nohw", win, wn), 0), rtol=1e-4, atol=1e-4)
+  g = _graph(f)
+  assert type(g).__name__ == ("QCOMHCQ2Graph" if hcq2 else "QCOMGraph") and g._tex_inputs and g._staged
+
+
+def test_an_unaligned_input_that_is_also_a_buffer_is_a_clear_error(dev):
+  from tiny_runtime_qcom.device import QCOMHCQ2Graph
+  img, axpb = _load(dev, IMG_SRC, "cp"), _axpb(dev)
+
+  class K:
+    def __init__(self, prg, bufs, ls): self.prg, self.bufs, self.vars, self.name, self.local_size = prg, bufs, (), \
+      prg.name, ls
+    global_size, static_launch = (1, 1, 1), True
+    def launch(self, var_vals): return (1, 1, 1), self.local_size
+  out, out2 = _buf(np.zeros(16)), _buf(np.zeros(256))
+  graph = QCOMHCQ2Graph(dev, [K(img, [out._buf, 0], (4, 1, 1)), K(axpb, [out2._buf, 0], (32, 1, 1))])
+  whole = _buf(np.arange(300))
+  graph([whole._buf], {})  # aligned: runs
+  dev.synchronize()
+  np.testing.assert_array_equal(_read(out), np.arange(16))
+  with pytest.raises(ValueError, match=r"replay input 0 .* read as a texture.* also a buffer of axpb"):
+    graph([whole.view(260, dtypes.float32, 4).ensure_allocated()._buf], {})

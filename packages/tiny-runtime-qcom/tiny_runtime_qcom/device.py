@@ -187,16 +187,90 @@ def graphable(dev: Any, call: Any) -> bool:
                  for i, b in zip(prg.buf_args, call.bufs))
 
 
-class QCOMGraph(HCQGraph):
-  """The imperative `HCQGraph` for QCOM (`HCQ2=0`), taking the kernels `graphable` accepts."""
+class _ImageInputs:
+  """What both QCOM graphs add to their base class: a replay input read as a texture must be 32-byte aligned (the
+  texture base, TEX_CONST_4.BASE_LO), as the eager launch makes it (`QCOMProgram._image_bases`): an unaligned one
+  (a view) is copied, once the device is idle, into a staging buffer the graph keeps, and the replay reads that. An
+  input that is also a plain buffer argument (which a kernel may write) or a write-only image can't be staged: an
+  unaligned one is a ValueError naming it."""
+  dev: Any
+
+  def _find_image_inputs(self, calls: Sequence[Any]) -> None:
+    self._tex_inputs: dict[int, int] = {}  # input slot -> bytes the textures read
+    self._other_inputs: dict[int, str] = {}  # input slot -> how else a kernel uses it
+    for c in calls:
+      prg = c.prg
+      for i, b in zip(prg.buf_args, c.bufs):
+        if not isinstance(b, int): continue
+        kind, h, w = prg.info.args[i]
+        if kind == "tex": self._tex_inputs[b] = max(self._tex_inputs.get(b, 0), h * w * 16)
+        else:
+          what = "a write-only image" if kind == "uav" else "a buffer"
+          self._other_inputs.setdefault(b, f"{what} of {getattr(c, 'name', prg.name)}")
+    self._staged: dict[int, HCQBuffer] = {}
+
+  def _image_inputs(self, inputs: Sequence[Any]) -> Sequence[Any]:
+    for slot, how in self._other_inputs.items():
+      if how.startswith("a write-only") and inputs[slot].va_addr % a6xx.BASE_ALIGN:
+        raise ValueError(f"replay input {slot} at {inputs[slot].va_addr:#x} is {how}, which must be "
+                         f"{a6xx.BASE_ALIGN}-byte aligned")
+    bad = [slot for slot in self._tex_inputs if inputs[slot].va_addr % a6xx.BASE_ALIGN]
+    if not bad: return inputs
+    out = list(inputs)
+    self.dev.synchronize()  # the input is written and the last replay (which read the staging buffers) is done
+    for slot in bad:
+      if slot in self._other_inputs:
+        raise ValueError(f"replay input {slot} at {inputs[slot].va_addr:#x} is read as a texture, which needs a "
+                         f"{a6xx.BASE_ALIGN}-byte aligned base, and is also {self._other_inputs[slot]}: pass an "
+                         "aligned buffer (a contiguous copy)")
+      n = self._tex_inputs[slot]
+      if (tmp := self._staged.get(slot)) is None: tmp = self._staged[slot] = self.dev._gpu_alloc(n)
+      ctypes.memmove(tmp.va_addr, inputs[slot].va_addr, min(n, inputs[slot].size))
+      out[slot] = tmp
+    return out
+
+  def _free_staged(self, after: int) -> None:
+    for tmp in getattr(self, "_staged", {}).values(): self.dev.defer_free(tmp, after)
+
+
+class QCOMGraph(_ImageInputs, HCQGraph):
+  """The imperative `HCQGraph` for QCOM (`HCQ2=0`), taking the kernels `graphable` accepts; unaligned texture inputs
+  are staged (`_ImageInputs`)."""
   supports = staticmethod(graphable)
 
+  def __init__(self, dev: Any, kernels: Sequence[Any]):
+    super().__init__(dev, kernels)
+    self._find_image_inputs(self.kernels)
 
-class QCOMHCQ2Graph(HCQ2Graph):
+  def __call__(self, inputs: Sequence[Any], var_vals: dict[str, int] | None = None) -> None:
+    super().__call__(self._image_inputs(inputs) if self._tex_inputs else inputs, var_vals)
+
+  def __del__(self) -> None:
+    try: self._free_staged(self.last_signal)
+    except Exception:  # interpreter shutdown: the device may be gone  # noqa: S110
+      pass
+    super().__del__()
+
+
+class QCOMHCQ2Graph(_ImageInputs, HCQ2Graph):
   """TinyJit's graph on QCOM (the default): `HCQ2Graph` with QCOM's encoder (`encode.pm_lower`), taking the kernels
   `graphable` accepts. A texture or UAV descriptor's base address is an argument patch like a buffer pointer
-  (`QCOMProgram.args_layout` points at its BASE_LO/BASE_HI dwords)."""
+  (`QCOMProgram.args_layout` points at its BASE_LO/BASE_HI dwords); unaligned texture inputs are staged
+  (`_ImageInputs`)."""
   supports = staticmethod(graphable)
+
+  def __init__(self, dev: Any, calls: Sequence[Any]):
+    super().__init__(dev, calls)
+    self._find_image_inputs(self.calls)
+
+  def __call__(self, inputs: Sequence[Any], var_vals: dict[str, int] | None = None) -> None:
+    self.replay(self._image_inputs(inputs) if self._tex_inputs else inputs, var_vals or {})
+
+  def __del__(self) -> None:
+    try: self._free_staged(self.last_signal)
+    except Exception:  # interpreter shutdown: the device may be gone  # noqa: S110
+      pass
+    super().__del__()
 
 
 class Layout:
