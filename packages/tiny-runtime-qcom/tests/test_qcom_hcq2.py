@@ -2,8 +2,9 @@
 PatternMatcher over a6xx.QCOMComputeQueue's packet builders). Each lowered op's dwords equal the imperative queue's
 for the same op (static and symbolic launches, image arguments, signals, barriers, indirect buffers), decoded as a6xx
 packets; jitted functions (plain and IMAGE=1 textures, whose descriptors' base addresses are patched per replay) give
-the imperative HCQGraph's results bit for bit in one submission per replay, with the same packets in the command
-buffer; symbolic launch sizes are patched; unaligned texture views stay out of graphs."""
+kernel-by-kernel replays' (`JIT=2`) results bit for bit in one submission per replay, their command buffer holding
+what the queue records for the same dispatches; symbolic launch sizes are patched; unaligned texture views stay out
+of graphs, unaligned texture inputs are staged."""
 from __future__ import annotations
 
 import ctypes
@@ -12,7 +13,6 @@ import numpy as np
 import pytest
 from tiny_uop import Context, KernelInfo, Ops, UOp, dtypes
 from tiny_uop.device import Buffer
-from tiny_uop.hcq import HCQGraph
 from tiny_uop.hcq2 import ExecArg, HCQ2Ctx, HCQ2Graph, linear_of, run_pipeline, timeline_vars
 from tiny_uop.pattern import graph_rewrite
 from tiny_uop.plugins import Device
@@ -156,15 +156,22 @@ def _graph(f):
   return graphs[0]
 
 
-def _body_dwords(graph) -> list[int]:
-  """The dwords of the command buffer a replay runs: HCQGraph's bound queue, or HCQ2's body CMDBUF as the resolve pass
-  wrote it (a dword patched per replay read as -1)."""
-  if isinstance(graph, HCQGraph): return list(graph.queue._mem)
+def _body_and_queue(graph) -> tuple[list[int], list[int]]:
+  """The dwords of the command buffer a replay runs (as HCQ2's resolve pass wrote it; a dword patched per replay read
+  as -1), and what `QCOMComputeQueue` records for the same dispatches (a barrier between them, each with its argument
+  region in HCQ2's KERNARGS)."""
   keep: list = []
   run_pipeline(graph.dev, linear_of(graph.dev, graph.calls), keep=keep)
-  (cb,) = [u for u in dict(keep)["resolve"].src if u.op is Ops.CMDBUF]
+  res = dict(keep)["resolve"]
+  (cb,) = [u for u in res.src if u.op is Ops.CMDBUF]
+  (ka,) = [u for u in res.src if u.op is Ops.KERNARGS]
   mem = (ctypes.c_uint32 * len(cb.src)).from_address(cb.arg.mem.va)
-  return [-1 if d.op is Ops.PATCH else mem[i] for i, d in enumerate(cb.src)]
+  q = a6xx.QCOMComputeQueue()
+  for n, ((off, _), k) in enumerate(zip(ka.arg.regions, graph.calls)):
+    if n: q.memory_barrier()
+    gs, ls = k.launch({})
+    q.exec(k.prg, ka.arg.mem.va + off, gs, ls or (1, 1, 1))
+  return [-1 if d.op is Ops.PATCH else mem[i] for i, d in enumerate(cb.src)], q._q
 
 
 def _jitted(image: int, reps: int = 4):
@@ -172,6 +179,7 @@ def _jitted(image: int, reps: int = 4):
   results against numpy, submissions per replay counted."""
   from tiny_tensor import Tensor, TinyJit
   from tiny_uop import Variable
+  from tiny_uop.helpers import JIT
 
   @TinyJit
   def f(x: Tensor, w: Tensor, k) -> tuple[Tensor, Tensor]:
@@ -194,25 +202,25 @@ def _jitted(image: int, reps: int = 4):
       np.testing.assert_allclose(sn, (h * (2 + 5 * i)).sum(axis=(2, 3)), rtol=1e-4, atol=1e-3)
       np.testing.assert_allclose(en, np.exp2(h - 1), rtol=1e-4, atol=1e-5)
       out.append((sn, en, tuple(a - b for a, b in zip(after, before))))
-  return out, _graph(f), f.captured.kernel_count
+  return out, (_graph(f) if JIT.value == 1 else None), f.captured.kernel_count
 
 
 @pytest.mark.parametrize("image", [0, 1])
-def test_jit_through_hcq2_equals_hcqgraph_bit_for_bit(dev, image):
-  with Context(HCQ2=0): ref, g0, n = _jitted(image)
-  with Context(HCQ2=1): got, g1, n1 = _jitted(image)
-  assert isinstance(g0, HCQGraph) and isinstance(g1, HCQ2Graph) and type(g1).__name__ == "QCOMHCQ2Graph" and n == n1
+def test_jit_through_hcq2_equals_kernel_by_kernel_bit_for_bit(dev, image):
+  with Context(JIT=2): ref, _, n = _jitted(image)
+  got, g, n1 = _jitted(image)
+  assert isinstance(g, HCQ2Graph) and type(g).__name__ == "QCOMGraph" and n == n1
   for (s0, e0, _), (s1, e1, _) in zip(ref, got):
     np.testing.assert_array_equal(s0, s1)
     np.testing.assert_array_equal(e0, e1)
-  # a replay (calls 3, 4) is one submission running every kernel on both paths
-  assert [c for _, _, c in got[2:]] == [c for _, _, c in ref[2:]] and got[2][2][:2] == (1, n)
-  texture_kernels = sum(bool(k.prg.layout.n_tex) for k in g1.calls)
-  assert (texture_kernels > 0) == bool(image) and got[2][2][2] == (texture_kernels if image else 0)
-  # the same packets in the command buffer a replay runs (HCQ2's dynamic dwords shown as -1: none on QCOM, whose
-  # launch sizes here are constant; argument-region addresses differ, the packet stream does not)
-  b0, b1 = _body_dwords(g0), _body_dwords(g1)
-  assert _decode(b0) == _decode(b1) and len(b0) == len(b1) and -1 not in b1
+  # a replay (calls 3, 4) is one submission running every kernel (kernel by kernel: one per launch)
+  assert [c[:2] for _, _, c in got[2:]] == [(1, n)] * 2 and [c[:2] for _, _, c in ref[2:]] == [(n, n)] * 2
+  texture_kernels = sum(bool(k.prg.layout.n_tex) for k in g.calls)
+  assert (texture_kernels > 0) == bool(image) and got[2][2][2] == ref[2][2][2] == texture_kernels
+  # the command buffer a replay runs is what the imperative queue records for the same dispatches (no dword of it is
+  # patched per replay here: the launch sizes are constant), a stream the mock's decoder accepts
+  body, want = _body_and_queue(g)
+  assert body == want and _decode(body)
 
 
 class _SymKernel:
@@ -226,11 +234,11 @@ class _SymKernel:
 def test_symbolic_launch_sizes_are_patched_in_the_command_buffer(dev):
   """NDRANGE_0 (local sizes), the 3 global sizes (work-groups x local size) and the 3 work-group counts are patches of
   the body's command buffer; each replay's sizes reach the dispatch."""
-  from tiny_runtime_qcom.device import QCOMHCQ2Graph
+  from tiny_runtime_qcom.device import QCOMGraph
   prg = _axpb(dev)
   x = _buf(np.arange(256))
   outs = [_buf(np.zeros(256)) for _ in range(3)]
-  graph = QCOMHCQ2Graph(dev, [_SymKernel(prg, [0, x._buf])])
+  graph = QCOMGraph(dev, [_SymKernel(prg, [0, x._buf])])
   keep: list = []
   run_pipeline(dev, linear_of(dev, graph.calls), keep=keep)
   (cb,) = [u for u in dict(keep)["patches"].src if u.op is Ops.CMDBUF]
@@ -244,7 +252,7 @@ def test_symbolic_launch_sizes_are_patched_in_the_command_buffer(dev):
 def test_texture_base_addresses_are_argument_patches_and_unaligned_views_stay_out(dev):
   """A texture argument that is a replay input is a 64-bit patch of its descriptor's BASE_LO/BASE_HI (dwords 4-5 of
   A6XX_TEX_CONST); a kernel whose texture is a kept view not 32-byte aligned is not taken into a graph."""
-  from tiny_runtime_qcom.device import QCOMGraph, QCOMHCQ2Graph, graphable
+  from tiny_runtime_qcom.device import QCOMGraph, graphable
   prg = _load(dev, IMG_SRC, "cp")
   xs = [np.arange(16) + 100 * r for r in range(3)]
   out = _buf(np.zeros(16))
@@ -272,13 +280,11 @@ def test_texture_base_addresses_are_argument_patches_and_unaligned_views_stay_ou
   for off, ok in ((0, True), (32, True), (20, False)):
     view = whole.view(16, dtypes.float32, off).ensure_allocated()
     assert graphable(dev, K([out._buf, view._buf])) is ok
-    assert QCOMHCQ2Graph.supports(dev, K([out._buf, view._buf])) is ok is QCOMGraph.supports(dev, K([out._buf,
-                                                                                                  view._buf]))
+    assert QCOMGraph.supports(dev, K([out._buf, view._buf])) is ok
   assert graphable(dev, K([out._buf, 0]))  # an input: its address is known at replay only
 
 
-@pytest.mark.parametrize("hcq2", [1, 0])
-def test_unaligned_texture_inputs_are_staged_at_replay(dev, hcq2):
+def test_unaligned_texture_inputs_are_staged_at_replay(dev):
   """IMAGE=1, a jitted conv of an input that is a view 4 bytes into its buffer (not 32-byte aligned, the texture base
   alignment): each replay reads it through an aligned staging copy, as the eager launch does; numbers against numpy."""
   from tiny_tensor import Tensor, TinyJit
@@ -287,7 +293,7 @@ def test_unaligned_texture_inputs_are_staged_at_replay(dev, hcq2):
 
   @TinyJit
   def f(x: Tensor) -> Tensor: return x.conv2d(w, padding=1).relu().realize()
-  with Context(IMAGE=1, HCQ2=hcq2):
+  with Context(IMAGE=1):
     for i in range(4):
       big = np.random.default_rng(i).standard_normal(2 * 4 * 8 * 8 + 1).astype(np.float32)
       xt = Tensor(big, device=DEV).realize()[1:].reshape(2, 4, 8, 8)
@@ -296,11 +302,11 @@ def test_unaligned_texture_inputs_are_staged_at_replay(dev, hcq2):
       win = np.lib.stride_tricks.sliding_window_view(np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1))), (3, 3), axis=(2, 3))
       np.testing.assert_allclose(got, np.maximum(np.einsum("nchwij,ocij->nohw", win, wn), 0), rtol=1e-4, atol=1e-4)
   g = _graph(f)
-  assert type(g).__name__ == ("QCOMHCQ2Graph" if hcq2 else "QCOMGraph") and g._tex_inputs and g._staged
+  assert type(g).__name__ == "QCOMGraph" and g._tex_inputs and g._staged
 
 
 def test_an_unaligned_input_that_is_also_a_buffer_is_a_clear_error(dev):
-  from tiny_runtime_qcom.device import QCOMHCQ2Graph
+  from tiny_runtime_qcom.device import QCOMGraph
   img, axpb = _load(dev, IMG_SRC, "cp"), _axpb(dev)
 
   class K:
@@ -309,7 +315,7 @@ def test_an_unaligned_input_that_is_also_a_buffer_is_a_clear_error(dev):
     global_size, static_launch = (1, 1, 1), True
     def launch(self, var_vals): return (1, 1, 1), self.local_size
   out, out2 = _buf(np.zeros(16)), _buf(np.zeros(256))
-  graph = QCOMHCQ2Graph(dev, [K(img, [out._buf, 0], (4, 1, 1)), K(axpb, [out2._buf, 0], (32, 1, 1))])
+  graph = QCOMGraph(dev, [K(img, [out._buf, 0], (4, 1, 1)), K(axpb, [out2._buf, 0], (32, 1, 1))])
   whole = _buf(np.arange(300))
   graph([whole._buf], {})  # aligned: runs
   dev.synchronize()

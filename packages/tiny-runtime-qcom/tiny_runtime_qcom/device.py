@@ -7,8 +7,8 @@ address, compiles kernels with the device's own OpenCL compiler (`AdrenoCompiler
 binary), loads the binary's shader image itself (`QCOMProgram`) and dispatches it with a6xx command streams
 (`a6xx.QCOMComputeQueue`), submitted with GPU_COMMAND. Signals are memory written by the GPU (CACHE_FLUSH_TS); a
 host wait first sleeps in KGSL on the submission's timestamp. There is no copy engine: copies go through the CPU
-mapping (`HCQAllocator`). TinyJit replays through HCQ2 (`QCOMHCQ2Graph`: tiny_uop.hcq2's passes with QCOM's encoder,
-`encode.pm_lower`), or with `HCQ2=0` through the imperative `HCQGraph` (`QCOMGraph`): one prebuilt indirect buffer.
+mapping (`HCQAllocator`). TinyJit replays through HCQ2 (`QCOMGraph`: tiny_uop.hcq2's passes with QCOM's encoder,
+`encode.pm_lower`): one command buffer in GPU memory, run with CP_INDIRECT_BUFFER.
 
 Without an Adreno GPU, `QCOMDevice("QCOM")` raises RuntimeError("no Adreno GPU (/dev/kgsl-3d0 not found)"), which
 the registry reports; `DEV=MOCK+QCOM` always works where an OpenCL CPU platform (PoCL) is installed.
@@ -18,10 +18,9 @@ from __future__ import annotations
 import ctypes
 from typing import Any, Sequence
 
-from tiny_uop.hcq import ArgsLayout, FileIOInterface, HCQAllocator, HCQBuffer, HCQCompiled, HCQGraph, HCQProgram, \
+from tiny_uop.hcq import ArgsLayout, FileIOInterface, HCQAllocator, HCQBuffer, HCQCompiled, HCQProgram, \
   HCQSignal
 from tiny_uop.hcq2 import HCQ2Graph
-from tiny_uop.helpers import HCQ2
 from tiny_uop.target import Target
 
 from tiny_runtime_qcom import a6xx, adreno
@@ -187,18 +186,22 @@ def graphable(dev: Any, call: Any) -> bool:
                  for i, b in zip(prg.buf_args, call.bufs))
 
 
-class _ImageInputs:
-  """What both QCOM graphs add to their base class: a replay input read as a texture must be 32-byte aligned (the
-  texture base, TEX_CONST_4.BASE_LO), as the eager launch makes it (`QCOMProgram._image_bases`): an unaligned one
-  (a view) is copied, once the device is idle, into a staging buffer the graph keeps, and the replay reads that. An
-  input that is also a plain buffer argument (which a kernel may write) or a write-only image can't be staged: an
-  unaligned one is a ValueError naming it."""
-  dev: Any
+class QCOMGraph(HCQ2Graph):
+  """TinyJit's graph on QCOM: `HCQ2Graph` with QCOM's encoder (`encode.pm_lower`), taking the kernels `graphable`
+  accepts. A texture or UAV descriptor's base address is an argument patch like a buffer pointer
+  (`QCOMProgram.args_layout` points at its BASE_LO/BASE_HI dwords).
 
-  def _find_image_inputs(self, calls: Sequence[Any]) -> None:
+  A replay input read as a texture must be 32-byte aligned (the texture base, TEX_CONST_4.BASE_LO), as the eager
+  launch makes it (`QCOMProgram._image_bases`): an unaligned one (a view) is copied, once the device is idle, into a
+  staging buffer the graph keeps, and the replay reads that. An input that is also a plain buffer argument (which a
+  kernel may write) or a write-only image can't be staged: an unaligned one is a ValueError naming it."""
+  supports = staticmethod(graphable)
+
+  def __init__(self, dev: Any, calls: Sequence[Any]):
+    super().__init__(dev, calls)
     self._tex_inputs: dict[int, int] = {}  # input slot -> bytes the textures read
     self._other_inputs: dict[int, str] = {}  # input slot -> how else a kernel uses it
-    for c in calls:
+    for c in self.calls:
       prg = c.prg
       for i, b in zip(prg.buf_args, c.bufs):
         if not isinstance(b, int): continue
@@ -208,6 +211,9 @@ class _ImageInputs:
           what = "a write-only image" if kind == "uav" else "a buffer"
           self._other_inputs.setdefault(b, f"{what} of {getattr(c, 'name', prg.name)}")
     self._staged: dict[int, HCQBuffer] = {}
+
+  def __call__(self, inputs: Sequence[Any], var_vals: dict[str, int] | None = None) -> None:
+    self.replay(self._image_inputs(inputs) if self._tex_inputs else inputs, var_vals or {})
 
   def _image_inputs(self, inputs: Sequence[Any]) -> Sequence[Any]:
     for slot, how in self._other_inputs.items():
@@ -229,45 +235,9 @@ class _ImageInputs:
       out[slot] = tmp
     return out
 
-  def _free_staged(self, after: int) -> None:
-    for tmp in getattr(self, "_staged", {}).values(): self.dev.defer_free(tmp, after)
-
-
-class QCOMGraph(_ImageInputs, HCQGraph):
-  """The imperative `HCQGraph` for QCOM (`HCQ2=0`), taking the kernels `graphable` accepts; unaligned texture inputs
-  are staged (`_ImageInputs`)."""
-  supports = staticmethod(graphable)
-
-  def __init__(self, dev: Any, kernels: Sequence[Any]):
-    super().__init__(dev, kernels)
-    self._find_image_inputs(self.kernels)
-
-  def __call__(self, inputs: Sequence[Any], var_vals: dict[str, int] | None = None) -> None:
-    super().__call__(self._image_inputs(inputs) if self._tex_inputs else inputs, var_vals)
-
   def __del__(self) -> None:
-    try: self._free_staged(self.last_signal)
-    except Exception:  # interpreter shutdown: the device may be gone  # noqa: S110
-      pass
-    super().__del__()
-
-
-class QCOMHCQ2Graph(_ImageInputs, HCQ2Graph):
-  """TinyJit's graph on QCOM (the default): `HCQ2Graph` with QCOM's encoder (`encode.pm_lower`), taking the kernels
-  `graphable` accepts. A texture or UAV descriptor's base address is an argument patch like a buffer pointer
-  (`QCOMProgram.args_layout` points at its BASE_LO/BASE_HI dwords); unaligned texture inputs are staged
-  (`_ImageInputs`)."""
-  supports = staticmethod(graphable)
-
-  def __init__(self, dev: Any, calls: Sequence[Any]):
-    super().__init__(dev, calls)
-    self._find_image_inputs(self.calls)
-
-  def __call__(self, inputs: Sequence[Any], var_vals: dict[str, int] | None = None) -> None:
-    self.replay(self._image_inputs(inputs) if self._tex_inputs else inputs, var_vals or {})
-
-  def __del__(self) -> None:
-    try: self._free_staged(self.last_signal)
+    try:
+      for tmp in getattr(self, "_staged", {}).values(): self.dev.defer_free(tmp, self.last_signal)
     except Exception:  # interpreter shutdown: the device may be gone  # noqa: S110
       pass
     super().__del__()
@@ -321,16 +291,6 @@ class QCOMDevice(HCQCompiled):
     ren = QCOMRenderer if "cl_khr_fp16" in self.compiler.extensions else QCOMHalfStorageRenderer
     super().__init__(device, HCQAllocator(self), [ren], QCOMProgram, QCOMGraph, arch=self.kgsl.info.arch)
     self.time_signals = [self.new_signal(), self.new_signal()]
-
-  # TinyJit's device graph: QCOMHCQ2Graph (HCQ2, the default) or with HCQ2=0 the imperative QCOMGraph
-  @property
-  def graph(self) -> Any:
-    g = self.__dict__.get("_graph")
-    if g is QCOMGraph or g is QCOMHCQ2Graph: return QCOMHCQ2Graph if HCQ2.value else QCOMGraph
-    return g
-
-  @graph.setter
-  def graph(self, g: Any) -> None: self.__dict__["_graph"] = g
 
   def hcq_submitter(self, engine: str) -> Any:
     """HCQ2's submit: the parts' dwords (a bound command buffer `(address, ndwords)` as a CP_INDIRECT_BUFFER to it)
