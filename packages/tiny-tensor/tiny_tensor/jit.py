@@ -14,7 +14,7 @@ How it works (docs/ARCHITECTURE.md §5, step 7):
   input the view it made. Buffers are recorded as objects, so intermediates stay allocated for the replays;
 - later calls check that the inputs look the same (shape, dtype, device, which arguments are Tensors), swap the new
   inputs' device buffers into the recorded argument lists, and call the programs in order. On a device with a graph
-  class (`Compiled.graph`, e.g. `HCQ2Graph` on AMD and NV; docs/PIPELINE.md §7-8), each run of consecutive kernels
+  class (`Compiled.graph`, e.g. `HCQ2Graph` on AMD, NV and QCOM; PIPELINE.md §7, §9), each run of consecutive kernels
   is handed to it once after the capture; a replay calls the graph with the new input buffers and variable values,
   and it patches what changed in its prebuilt command buffers and submits them (`JIT=2`: kernel by kernel instead).
 
