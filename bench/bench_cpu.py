@@ -1,4 +1,5 @@
-"""CPU device: elementwise `a+b` and `a.sum()` on 16M float32, and the launch overhead of a cached tiny kernel.
+"""CPU device: elementwise `a+b` and `a.sum()` on 16M float32, the launch overhead of a cached tiny kernel, and the
+time to load a compiled kernel (our ELF loader vs llvmlite's MCJIT, which tiny used before, on the same objects).
 
 `tiny` (and `tiny_clang`): kernel ASTs (docs/PIPELINE.md §3) compiled by tiny-codegen and launched through the
 device API (`Device["CPU"].get_program(...)(*bufs, global_size=...)`) into ready buffers; `tiny_tensor`: the same
@@ -22,6 +23,7 @@ os.environ.setdefault("DEV", "CPU")  # tiny and tinygrad both on the CPU: with a
 
 N = 16 * 1024 * 1024
 REPS = 7
+LOADS = 200  # objects loaded per loader for the load-time rows
 
 
 def best_ms(fn: Callable[[], Any], reps: int = REPS) -> float:
@@ -101,6 +103,54 @@ def launch_overhead_us(fn: Callable[[], None], n: int = 20000) -> float:
   return statistics.median(batches)
 
 
+def load_times(n: int | None = None) -> dict[str, dict[str, float]]:
+  """Median µs to load one compiled small kernel (`exp2(a*1.5+0.25)` over 1024 floats: constants and a libm call)
+  until it can be called, with tiny's loader (`tiny_runtime_cpu.elfload`, x86-64) and with MCJIT, on the same `n`
+  objects (distinct names: MCJIT would otherwise open an engine per object); and the median ms to compile one.
+  The first kernel each loader loads is run and checked against numpy."""
+  import ctypes
+  import platform
+
+  from tiny_codegen import get_program
+  from tiny_codegen.compiler.llvm import LLVMCompiler
+  from tiny_uop.dtype import dtypes
+  from tiny_uop.helpers import Context
+  from tiny_uop.plugins import Device
+  from tiny_uop.uop import KernelInfo, Ops, UOp
+  from tiny_runtime_cpu.cpu import MCJIT
+  f32 = dtypes.float32
+  out, a = UOp(Ops.PARAM, f32.ptr(1024), arg=0), UOp(Ops.PARAM, f32.ptr(1024), arg=1)
+  r = UOp.range(1024, 0)
+  ast = UOp.sink(out.index(r).store((a.index(r).load() * 1.5 + 0.25).exp2()), arg=KernelInfo("bench_load"))
+  with Context(DEV="CPU:LLVM"): src = get_program(ast, Device["CPU"].renderer).src
+  comp, compile_s, objs = LLVMCompiler(), [], []
+  for i in range(LOADS if n is None else n):
+    st = time.perf_counter()
+    objs.append((f"bench_load_{i}", comp.compile(src.replace("@bench_load(", f"@bench_load_{i}("))))
+    compile_s.append(time.perf_counter() - st)
+  loaders: dict[str, Callable[[str, bytes], Any]] = {}  # (name, object) -> (kept alive, address of the function)
+  if platform.machine() in ("x86_64", "AMD64"):
+    from tiny_runtime_cpu.elfload import LoadedObject
+    loaders["tiny"] = lambda name, obj: ((img := LoadedObject(obj, name)), img.symbol(name))
+  jit = MCJIT()
+  jit.load("bench_load_warm", comp.compile(src.replace("@bench_load(", "@bench_load_warm(")))  # its engine made
+  loaders["tiny_mcjit"] = lambda name, obj: (None, jit.load(name, obj)[0])
+  x = np.linspace(-1, 1, 1024, dtype=np.float32)
+  res: dict[str, dict[str, float]] = {"load": {}, "compile": {"tiny": statistics.median(compile_s) * 1e3}}
+  for label, load in loaders.items():
+    keep, times = [], []
+    for name, obj in objs:
+      st = time.perf_counter()
+      keep.append(load(name, obj))
+      times.append(time.perf_counter() - st)
+    res["load"][label] = statistics.median(times) * 1e6
+    y = np.zeros_like(x)
+    fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32)(keep[0][1])
+    fn(y.ctypes.data, x.ctypes.data, 0)
+    if not np.allclose(y, np.exp2(x * 1.5 + 0.25), rtol=1e-6): raise AssertionError(f"{label}: loaded kernel is wrong")
+  return res
+
+
 # ***** tiny_tensor (the whole stack: Tensor -> schedule -> codegen -> CPU), when installed *****
 def _tiny_tensor(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
   try:
@@ -132,6 +182,8 @@ def run() -> dict[str, dict[str, Any]]:
     "a+b 16M float32": {"unit": "ms", "better": "lower", "target": "<= faster of numpy/tinygrad"},
     "a.sum() 16M float32": {"unit": "ms", "better": "lower", "target": "<= faster of numpy/tinygrad"},
     "launch overhead, cached tiny kernel": {"unit": "us", "better": "lower", "target": "<= 20 us"},
+    "load a compiled small kernel": {"unit": "us", "better": "lower", "target": "<= MCJIT's (tiny_mcjit)"},
+    "compile a small kernel (LLVM -O2)": {"unit": "ms", "better": "lower", "target": "reference for the load row"},
   }
   for rname, label in (("LLVM", "tiny"), ("CLANG", "tiny_clang")):
     try: t = TinyCPU(rname, a, b)
@@ -146,6 +198,9 @@ def run() -> dict[str, dict[str, Any]]:
     res["a+b 16M float32"][label] = best_ms(t.add)
     res["a.sum() 16M float32"][label] = best_ms(t.sum)
     res["launch overhead, cached tiny kernel"][label] = launch_overhead_us(t.tiny)
+  loads = load_times()
+  res["load a compiled small kernel"].update(loads["load"])
+  res["compile a small kernel (LLVM -O2)"].update(loads["compile"])
   res["a+b 16M float32"]["numpy"] = best_ms(lambda: a + b)               # allocates its output, like a Tensor op
   res["a+b 16M float32"]["numpy_out"] = best_ms(lambda: np.add(a, b, out=out_np))  # into a ready buffer, like tiny
   res["a.sum() 16M float32"]["numpy"] = best_ms(lambda: a.sum())

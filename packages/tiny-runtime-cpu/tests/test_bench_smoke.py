@@ -14,8 +14,10 @@ def test_bench_cpu_small(monkeypatch):
   spec.loader.exec_module(mod)
   monkeypatch.setattr(mod, "N", 1 << 16)
   monkeypatch.setattr(mod, "REPS", 1)
+  monkeypatch.setattr(mod, "LOADS", 2)
   monkeypatch.setattr(mod, "launch_overhead_us", lambda fn, n=0: (fn(), 1.0)[1])
   res = mod.run()  # run() checks a+b and the sum against numpy itself
-  assert set(res) == {"a+b 16M float32", "a.sum() 16M float32", "launch overhead, cached tiny kernel"}
+  assert set(res) == {"a+b 16M float32", "a.sum() 16M float32", "launch overhead, cached tiny kernel",
+                      "load a compiled small kernel", "compile a small kernel (LLVM -O2)"}
   assert all(isinstance(res[case]["tiny"], float) for case in res)
   assert isinstance(res["a+b 16M float32"]["numpy"], float)

@@ -1,5 +1,6 @@
 """CPU program loading and launching with hand-written kernels (the C ABI of PIPELINE.md §4), no codegen needed:
-LLVM IR compiled by llvmlite to an ELF object (MCJIT), C compiled by clang to a shared object (ctypes), threads."""
+LLVM IR compiled by llvmlite to an ELF object (placed as `cpu.object_loader` says: our loader on x86-64, else MCJIT),
+C compiled by clang to a shared object (ctypes), threads."""
 import subprocess
 import threading
 
@@ -8,8 +9,10 @@ import pytest
 
 from tiny_uop.device import Buffer
 from tiny_uop.dtype import dtypes
+from tiny_uop.helpers import Context
 from tiny_uop.plugins import Device
 from tiny_uop.tools import find_tool, tool_status
+from tiny_runtime_cpu import cpu
 
 # void name(float* d0, float* d1, float* d2, int n, int core_id): d0[i] = d1[i] OP d2[i] over this thread's share
 LLVM_IR = """
@@ -86,12 +89,16 @@ def test_run(kind, nthreads, tmp_path):
   assert np.array_equal(c.numpy(), a + b)
 
 
-def test_same_name_different_code(tmp_path):
-  """Two objects defining the same symbol must each run their own code (they go into different MCJIT engines)."""
+@pytest.mark.parametrize("loader", ["", "MCJIT"])
+def test_same_name_different_code(tmp_path, loader):
+  """Two objects defining the same symbol must each run their own code (each its own mapping with our loader,
+  different engines with MCJIT)."""
   a, b, (c, ab, bb) = bufs(64)
-  dev = Device["CPU"]
-  p_add, p_mul = dev.get_program("same", llvm_obj("same", "fadd")), dev.get_program("same", llvm_obj("same", "fmul"))
-  p_sub = dev.get_program("same", clang_so(tmp_path, "same", "-"))
+  dev, nm = Device["CPU"], f"same{loader}"
+  with Context(CPU_LOADER=loader):
+    p_add, p_mul = dev.get_program(nm, llvm_obj(nm, "fadd")), dev.get_program(nm, llvm_obj(nm, "fmul"))
+  assert p_add.loader == p_mul.loader == (loader.lower() or cpu.object_loader(llvm_obj(nm, "fadd")))
+  p_sub = dev.get_program(nm, clang_so(tmp_path, nm, "-"))
   for prg, want in ((p_add, a + b), (p_mul, a * b), (p_sub, a - b), (p_add, a + b)):
     prg(c._buf, ab._buf, bb._buf, vals=(64,))
     assert np.array_equal(c.numpy(), want)

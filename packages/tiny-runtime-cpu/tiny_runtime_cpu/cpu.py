@@ -1,8 +1,10 @@
 """The CPU device: kernels compiled to native code, run on a persistent pool of threads.
 
 - memory: 64-byte aligned host blocks (`HostAllocator`), zero-copy views and host memoryviews.
-- renderers: `LLVMRenderer` (default; LLVM IR compiled in-process by llvmlite to an ELF object, loaded with MCJIT)
-  and `ClangRenderer` (C compiled to a shared object, loaded with ctypes, by the first of ``$CC``, clang, cc, gcc or
+- renderers: `LLVMRenderer` (default; LLVM IR compiled in-process by llvmlite to an ELF object; on x86-64 our loader
+  (`elfload.LoadedObject`) places each object in one mapping, elsewhere llvmlite's MCJIT links it: `object_loader`,
+  ``CPU_LOADER``) and
+  `ClangRenderer` (C compiled to a shared object, loaded with ctypes, by the first of ``$CC``, clang, cc, gcc or
   ziglang's ``zig cc``: `tiny_uop.tools.find_tool("cc")`). ``DEV=CPU:CLANG`` picks it.
 - calling convention (PIPELINE.md §4): ``void name(T0* data0, ..., int var0, ..., int core_id)``; a launch with
   ``global_size[0] == n`` calls the kernel once per ``core_id`` in ``range(n)``, spread over the thread pool
@@ -20,10 +22,11 @@ import time
 from typing import Any
 
 from tiny_uop.device import Compiled, Program, Renderer
-from tiny_uop.helpers import CPU_THREADS, DEV
+from tiny_uop.helpers import CPU_LOADER, CPU_THREADS, DEV
 from tiny_uop.target import Target
 from tiny_uop.tools import find_tool
 
+from tiny_runtime_cpu.elfload import EM_X86_64, LoadedObject, ObjectLoadError, UnresolvedSymbolError
 from tiny_runtime_cpu.memory import HostAllocator, HostMem
 from tiny_runtime_cpu.threads import ThreadPool, default_threads
 
@@ -34,10 +37,6 @@ SHT_SYMTAB, SHN_UNDEF = 2, 0  # elf.h: the symbol table section type; st_shndx o
 
 class OutOfBoundsError(RuntimeError):
   """A CHECK_OOB kernel accessed memory outside a buffer (the access was skipped; see renderer.OOBCheck)."""
-
-
-class UnresolvedSymbolError(RuntimeError):
-  """A kernel's object file calls a function this process can't provide (the JIT would jump to address 0)."""
 
 
 def elf_undefined_symbols(obj: bytes) -> list[str]:
@@ -104,24 +103,41 @@ class TargetRenderer:
 
 
 class CPUProgram(Program):
-  """A native kernel: an ELF relocatable object (LLVM) loaded with MCJIT, or a shared object (clang) via ctypes."""
+  """A native kernel: an ELF relocatable object (LLVM) placed by our loader (x86-64) or MCJIT (other machines), or a
+  shared object (clang) loaded with ctypes."""
 
   def __init__(self, device: CPUDevice, name: str, lib: bytes, **kwargs: Any):
     super().__init__(device, name, lib)
-    if not isinstance(lib, (bytes, bytearray)) or lib[:4] != ELF_MAGIC:
+    if not isinstance(lib, (bytes, bytearray)) or lib[:4] != ELF_MAGIC or len(lib) < 64:  # 64: an ELF64 header
       raise ValueError(f"CPU program {name!r}: expected an ELF object or shared library, got {bytes(lib[:16])!r}...")
     e_type = struct.unpack_from("<H", lib, 16)[0]
     self._oob: Any = None  # the CHECK_OOB record (renderer.OOBCheck) of a kernel compiled with the checks
+    self.loader = ""  # what placed the code: "elf" (elfload), "mcjit" or "dlopen" (a shared object)
     if e_type == ET_REL:
-      self.addr, oob = device.jit.load(name, bytes(lib), f"{name}_oob")
+      self.addr, oob = self._load_object(device, name, bytes(lib))
       if oob: self._oob = (ctypes.c_int64 * 4).from_address(oob)
     elif e_type == ET_DYN:
+      self.loader = "dlopen"
       self.addr = self._load_shared(name, bytes(lib))
       try: self._oob = (ctypes.c_int64 * 4).in_dll(self._dll, f"{name}_oob")
       except ValueError: pass  # compiled without CHECK_OOB
     else: raise ValueError(f"CPU program {name!r}: ELF type {e_type} is neither an object (1) nor a shared library (3)")
     self._fxns: dict[tuple[int, int], Any] = {}
     self.pool = device.pool
+
+  def _load_object(self, device: CPUDevice, name: str, obj: bytes) -> tuple[int, int]:
+    """(address of function `name`, address of its CHECK_OOB record or 0), placed by `object_loader(obj)`'s choice.
+    Our loader's refusal (`ObjectLoadError`: a relocation type it doesn't know, a malformed object, ...) is an error,
+    never a silent switch to MCJIT: on x86-64 MCJIT is what aborted the process, and a refusal is a gap to fix."""
+    self.loader = object_loader(obj)
+    if self.loader == "mcjit": return device.jit.load(name, obj, f"{name}_oob")
+    try: self._image = LoadedObject(obj, f"kernel {name!r}")  # kept as long as this program: unmapped with it
+    except ObjectLoadError as e:
+      raise ObjectLoadError(f"{e} (CPU_LOADER=MCJIT links LLVM objects with llvmlite's MCJIT instead, which can abort "
+                            "the process when a multi-GB buffer splits the address space)") from e
+    if not (addr := self._image.symbol(name)): raise ValueError(f"object file for kernel {name!r} defines no function "
+                                                                f"{name!r}")
+    return addr, self._image.symbol(f"{name}_oob")
 
   def _load_shared(self, name: str, lib: bytes) -> int:
     fd, path = tempfile.mkstemp(prefix=f"tiny_{name}_", suffix=".so")
@@ -163,9 +179,26 @@ class CPUProgram(Program):
                            f"{what}, which holds {size} elements (valid: 0..{size - 1}); the access was skipped")
 
 
+def object_loader(obj: bytes) -> str:
+  """Which loader places an LLVM relocatable object on this machine: ``"elf"`` (ours, `elfload.LoadedObject`: each
+  kernel in one mapping) for an x86-64 object on a POSIX host, ``"mcjit"`` (llvmlite's MCJIT, `MCJIT`) for any other
+  machine (aarch64, ...), where llvmlite's own memory manager keeps an object's sections together. ``CPU_LOADER=ELF``
+  or ``CPU_LOADER=MCJIT`` overrides the choice (ELF on another machine's object is refused by the loader naming the
+  machine); any other value is an error. The choice is made per object and never changes after a failure."""
+  want = str(CPU_LOADER.value).upper()
+  if want not in ("", "ELF", "MCJIT"):
+    raise ValueError(f"CPU_LOADER={CPU_LOADER.value!r}: valid are '' (tiny's ELF loader on x86-64, MCJIT elsewhere), "
+                     "ELF and MCJIT")
+  if want: return want.lower()
+  return "elf" if struct.unpack_from("<H", obj, 18)[0] == EM_X86_64 and os.name == "posix" else "mcjit"
+
+
 class MCJIT:
-  """ELF objects linked into llvmlite MCJIT execution engines. Kernels with the same name but different code go into
-  different engines (an engine resolves a symbol name once)."""
+  """ELF objects linked into llvmlite MCJIT execution engines: the loader on machines other than x86-64 (there
+  llvmlite's own memory manager keeps an object's sections together). Kernels with the same name but different code
+  go into different engines (an engine resolves a symbol name once). On x86-64 with the default memory manager a
+  multi-GB buffer can put a later kernel's code and constant pool more than 2 GB apart (a relocation overflow that
+  aborts the process): `elfload` exists for that."""
 
   def __init__(self) -> None:
     self.engines: list[tuple[Any, set[str]]] = []

@@ -38,8 +38,9 @@ print("ok")
 
 @pytest.mark.bigmem
 def test_uint8_buffer_past_2_31_on_cpu():
-  # in a process of its own: the 2.2 GB block is returned at its exit, and it doesn't split this process's address
-  # space (kernels loaded later keep their code and data sections within 2 GB of each other)
+  # in a process of its own: the 2.2 GB block is returned at its exit (a split address space is no hazard for the
+  # kernels loaded later: the CPU's ELF loader keeps each in one mapping; tiny-runtime-cpu's test_elfload runs kernels
+  # next to such a buffer in its own process)
   proc = subprocess.run([sys.executable, "-c", _BIG_SCRIPT], capture_output=True, text=True, timeout=900)
   assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-4000:]
 

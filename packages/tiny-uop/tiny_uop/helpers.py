@@ -73,6 +73,8 @@ USE_TC = ContextVar("TC", 1, "the hand-coded heuristic maps matmuls onto the ren
 IMAGE = ContextVar("IMAGE", 0, "OpenCL: kernels read their read-only float32 buffers as images (Adreno)")
 TRACK_MATCH_STATS = ContextVar("TRACK_MATCH_STATS", 0, "count rewrite-rule matches per pattern (2: print them)")
 CPU_THREADS = ContextVar("CPU_THREADS", 0, "worker threads for CPU kernels (0: one per core)")
+CPU_LOADER = ContextVar("CPU_LOADER", "", "what places the CPU's LLVM objects: '' (auto: tiny's ELF loader for x86-64, "
+                        "MCJIT elsewhere), ELF or MCJIT (read when a kernel is loaded)")
 CHECK_OOB = ContextVar("CHECK_OOB", 0, "CPU kernels bounds-check every load/store; an out-of-bounds access raises "
                        "naming the kernel, buffer, index and size (read when a kernel is compiled)")
 TINY_PLUGINS = ContextVar("TINY_PLUGINS", "", "comma-separated allow-list of device plugins")

@@ -3,6 +3,12 @@
 parse -> verify -> optimize (new pass manager, -O2) -> `emit_object`, for the host triple, CPU and features (so AVX2,
 AVX-512 or NEON get used). The object exports one function per kernel under the kernel's name; calls to libm
 (`exp2f`, `log2f`, `sinf`, ...) that LLVM's intrinsics lower to resolve from the loading process.
+
+Objects are position independent (``reloc="pic"``) with the small code model: code reaches its constants through
+32-bit PC-relative displacements, so a loader must keep an object's sections within 2 GB of each other (the CPU
+device's `tiny_runtime_cpu.elfload` maps each kernel as one block); external functions and globals go through the
+PLT/GOT relocations, which a loader can point anywhere. (The large code model would lift the constraint at the cost
+of 64-bit absolute addressing in every kernel.)
 """
 from __future__ import annotations
 
