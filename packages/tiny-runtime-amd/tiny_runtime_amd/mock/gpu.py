@@ -58,6 +58,22 @@ class CheckedMemory(Memory):
     self.gpu.check(addr, len(data), "shader write")
     super().write(addr, data)
 
+  def span(self, addr: int, n: int) -> Any:
+    """A writable numpy uint8 view of [addr, addr+n) when it lies in one allocation mapped into the GPU's VM, else
+    None (the batched emulator then takes the per-wave path, which reports the faulting lane)."""
+    g = self.gpu
+    i = bisect.bisect_right(g.range_starts, addr) - 1
+    if i < 0: return None
+    start = g.range_starts[i]
+    end = g.ranges[start]
+    if addr + n > end: return None
+    views = self.__dict__.setdefault("_views", {})
+    if (v := views.get((start, end))) is None:
+      if len(views) > 4096: views.clear()
+      from tiny_runtime_amd.emu.batch import host_span
+      v = views[(start, end)] = host_span(start, end - start)
+    return v[addr - start:addr - start + n]
+
 
 @dataclass
 class MockQueue:
