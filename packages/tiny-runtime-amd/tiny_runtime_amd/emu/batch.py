@@ -52,7 +52,7 @@ class VRegs(dict):
     self.lanes = lanes
 
   def __missing__(self, r: int) -> np.ndarray:
-    if not 0 <= r <= 259: raise IndexError(f"VGPR {r} is outside v0..v255")
+    if not (0 <= r <= 259 or r >= 512): raise IndexError(f"VGPR {r} is outside v0..v255")  # 512+: temporaries
     v = self[r] = np.zeros(self.lanes, np.uint32)
     return v
 

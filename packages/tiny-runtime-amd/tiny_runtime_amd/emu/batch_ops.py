@@ -650,19 +650,38 @@ def _fma_op(a: Callable[[Batch], Any], bb: Callable[[Batch], Any], c: Callable[[
   return run
 
 
+def addsub(x: Any, y: Any, cin: Any, sub: bool) -> tuple[Any, Any]:
+  """x + y + cin / x - y - cin on uint32 columns (cin: None or a bool column) -> (uint32 result, carry/borrow out)."""
+  x = np.asarray(x, U32)
+  if sub:
+    r = np.subtract(x, y, dtype=U32)
+    c = x < y
+    if cin is not None:
+      c = c | (r < cin)
+      r = np.subtract(r, cin, dtype=U32)
+    return r, c
+  r = np.add(x, y, dtype=U32)
+  c = r < x
+  if cin is not None:
+    r = np.add(r, cin, dtype=U32)
+    c = c | (r < cin)
+  return r, c
+
+
+def _lanes(b: Batch, v: Any) -> np.ndarray:
+  """A result that may be a 0-d value (all operands scalar) as a full column."""
+  return v if v.shape else np.full(b.L, v)
+
+
 def _carry_vop2(op: int, a: Callable[[Batch], Any], c: Callable[[Batch], Any], d: int, nxt: int) -> Op:
   """v_add/sub/subrev_co_ci_u32 (e32): carry in and out through VCC; VCC keeps its bits of lanes off in EXEC."""
   def run(b: Batch) -> int:
-    x, y = np.asarray(a(b), I64), np.asarray(c(b), I64)
     vcc = b.mask_lanes(VCC_LO)
-    cin = np.ones(b.L, I64) if vcc is True else vcc.astype(I64)
-    r = x + y + cin if op == 32 else x - y - cin if op == 33 else y - x - cin
-    put(b, d, r.astype(U32))
-    carry = (r > MASK32) | (r < 0)
-    ex = b.mask_lanes(EXEC_LO)
-    old = np.ones(b.L, bool) if vcc is True else vcc
-    new = carry if ex is True else np.where(ex, carry, old)
-    b.set_mask(VCC_LO, new)
+    cin = np.ones(b.L, bool) if vcc is True else vcc
+    x, y = (c(b), a(b)) if op == 34 else (a(b), c(b))
+    r, carry = addsub(x, y, cin, op != 32)
+    put(b, d, r)
+    b.set_mask(VCC_LO, _lanes(b, carry) if b.mw is True else np.where(b.mw, carry, cin))
     return nxt
   return run
 
@@ -755,49 +774,51 @@ def c_vopc(emu: Any, inst: Inst, pc: int, nxt: int) -> Op:
 
 
 def c_vopd(emu: Any, inst: Inst, pc: int, nxt: int) -> Op:
+  """VOPD: both halves read their sources before either writes. Halves that don't read the other's destination run
+  one after the other straight into their registers (ordered so the first write can't reach the second's sources);
+  else each goes to a temporary column first."""
   f, k = inst.f, inst.literal or 0
-  halves = []
-  for which in ("x", "y"):
-    op, s0, s1, d = f[f"op{which}"], f[f"src0{which}"], 256 + f[f"vsrc{which}1"], f[f"vdst{which}"]
-    halves.append((d, *_vopd_half(op, s0, s1, d, k, inst)))
-
-  (dx, fx, flx), (dy, fy, fly) = halves
+  hx = (f["opx"], f["src0x"], 256 + f["vsrcx1"], f["vdstx"])
+  hy = (f["opy"], f["src0y"], 256 + f["vsrcy1"], f["vdsty"])
+  reads = lambda h: {h[1], h[2]} | ({256 + h[3]} if h[0] == 0 else set())  # noqa: E731
+  x_hits_y, y_hits_x = 256 + hx[3] in reads(hy), 256 + hy[3] in reads(hx)
+  if not x_hits_y: first, second = hx, hy
+  elif not y_hits_x: first, second = hy, hx
+  else:
+    ox, oy = _vopd_half(*hx, k, inst, _TMP), _vopd_half(*hy, k, inst, _TMP + 1)
+    dx, dy = hx[3], hy[3]
+    def via_tmp(b: Batch) -> int:
+      ox(b)
+      oy(b)
+      put(b, dx, b.V[_TMP])
+      put(b, dy, b.V[_TMP + 1])
+      return nxt
+    return via_tmp
+  o1, o2 = _vopd_half(*first, k, inst), _vopd_half(*second, k, inst)
 
   def run(b: Batch) -> int:
-    rx, ry = fx(b), fy(b)
-    (putf if flx else put)(b, dx, rx)
-    (putf if fly else put)(b, dy, ry)
+    o1(b)
+    o2(b)
     return nxt
   return run
 
 
-def _vopd_half(op: int, s0: int, s1: int, d: int, k: int, inst: Inst) -> tuple[Callable[[Batch], Any], bool]:
-  """(fn(b) -> a fresh result column, result is float32) of one VOPD half."""
-  if op == 8:
-    rd = vreader(s0, inst)
-    return (lambda b: np.array(rd(b), U32, copy=True)), False
-  if op in (0, 1, 2):
-    a, c = freader(s0, inst), freader(s1, inst)
-    kf = np.array(k, U32).view(F32)[()]
-    if op == 0:
-      dd = freader(256 + d, inst)
-      return (lambda b: fma32(a(b), c(b), dd(b))), True
-    if op == 1: return (lambda b: fma32(a(b), c(b), kf)), True
-    return (lambda b: fma32(a(b), kf, c(b))), True
-  if op == 9:
-    a, c = vreader(s0, inst), vreader(s1, inst)
-    def cnd(b: Batch) -> Any:
-      m = b.mask_lanes(VCC_LO)
-      return np.array(c(b), U32) if m is True else np.where(m, c(b), a(b)).astype(U32)
-    return cnd, False
-  if op in r3.VOPD_FLOAT and op != 7:
-    fn = _f2(r3.VOPD_FLOAT[op])
-    a, c = freader(s0, inst), freader(s1, inst)
-    return (lambda b: fn(a(b), c(b))), True
-  if op in (16, 17, 18):
-    fi = _i2(r3._VOPD_TO_VOP2[op])
-    a, c = vreader(s0, inst), vreader(s1, inst)
-    return (lambda b: fi(a(b), c(b))), False
+_TMP = 512  # the batch's temporary columns (VRegs accepts 512 and up)
+
+
+def _vopd_half(op: int, s0: int, s1: int, d: int, k: int, inst: Inst, out: int | None = None) -> Op:
+  """One VOPD half as an op writing VGPR `out` (default: its destination `d`)."""
+  o = d if out is None else out
+  kf = np.array(k, U32).view(F32)[()]
+  if op == 8: return _vop1(1, vreader(s0, inst), o, 0)
+  if op == 0: return _fma_op(freader(s0, inst), freader(s1, inst), freader(256 + d, inst), o, 0)
+  if op == 1: return _fma_op(freader(s0, inst), freader(s1, inst), lambda b: kf, o, 0)
+  if op == 2: return _fma_op(freader(s0, inst), lambda b: kf, freader(s1, inst), o, 0)
+  if op == 9: return _cndmask(vreader(s0, inst), vreader(s1, inst), VCC_LO, o, 0)
+  if op in (3, 4, 5, 6): return _fast_f2(r3.VOPD_FLOAT[op], freader(s0, inst), freader(s1, inst), o, 0)
+  if op in (10, 11): return _binop(_f2(r3.VOPD_FLOAT[op]), freader(s0, inst), freader(s1, inst), o, True, 0)
+  if op in (16, 17, 18): return _binop(_i2(r3._VOPD_TO_VOP2[op]), vreader(s0, inst), vreader(s1, inst), o, False, 0)
+  if op == 7: return lanemap(r3.VOP2[7][1], [vreader(s0, inst), vreader(s1, inst)], o, 0)
   raise _Slow
 
 
@@ -921,20 +942,18 @@ def _carry_vop3(op: int, a: Callable[[Batch], Any], c: Callable[[Batch], Any], c
                 nxt: int) -> Op:
   """v_add/sub/subrev_co_ci_u32_e64 (carry in from src2's SGPR) and v_add/sub_co_u32: the carry mask to sdst (lanes
   off in EXEC give 0)."""
+  sub, rev = op in (0x121, 0x122, r3.VOP3_SUB_CO_U32), op == 0x122
+
   def run(b: Batch) -> int:
-    x, y = np.asarray(a(b), I64), np.asarray(c(b), I64)
+    cin = None
     if op < 0x200:
       m = b.mask_lanes(cin_code)
-      cin: Any = 1 if m is True else m.astype(I64)
-    else: cin = 0
-    if op in (0x120, r3.VOP3_ADD_CO_U32): r = x + y + cin
-    elif op in (0x121, r3.VOP3_SUB_CO_U32): r = x - y - cin
-    else: r = y - x - cin
-    r = np.broadcast_to(r, (b.L,))
-    put(b, d, r.astype(U32))
-    carry = (r > MASK32) | (r < 0)
-    if b.mw is not True: carry = carry & b.mw
-    b.set_mask(sdst, carry)
+      cin = np.ones(b.L, bool) if m is True else m
+    x, y = (c(b), a(b)) if rev else (a(b), c(b))
+    r, carry = addsub(x, y, cin, sub)
+    put(b, d, r)
+    carry = _lanes(b, carry)
+    b.set_mask(sdst, carry if b.mw is True else carry & b.mw)
     return nxt
   return run
 
@@ -978,21 +997,40 @@ def _shift64(op: int, sh: Callable[[Batch], Any], code1: int, inst: Inst, d: int
 
 
 # ***** memory *****
-def _span(emu: Any, lo: int, n: int) -> np.ndarray | None:
-  """A writable uint8 view of [lo, lo+n) if the emulator's memory gives one (else the fallback runs the access): a
-  memory with a `span` method decides (the mock's checks its mappings); plain host memory (rdna3.Memory) always
-  does, as only the bytes the lanes address are touched, exactly those the per-wave path would touch."""
-  fn = getattr(emu.mem, "span", None)
-  if fn is not None: return fn(lo, n)
-  return host_span(lo, n) if type(emu.mem) is Memory else None
+def region(emu: Any, lo: int, hi: int, cache: list[Any]) -> tuple[int, np.ndarray, np.ndarray | None] | None:
+  """(start, uint8 view, uint32 view or None) of memory holding [lo, hi), or None (the per-wave path then runs the
+  access and reports any fault). The emulator's memory decides through its `region` method (the mock's: one mapped
+  allocation); plain host memory (rdna3.Memory) is viewed as it is, as only the bytes the lanes address are touched,
+  exactly those the per-wave path touches. `cache` holds the op's last region."""
+  if cache and cache[0] <= lo and hi <= cache[1] and cache[4] == getattr(emu.mem, "generation", 0):
+    return cache[2]
+  find = getattr(emu.mem, "region", None)
+  if find is not None:
+    r = find(lo)
+    if r is None or hi > r[1]: return None
+    start, end, u8 = r
+  elif type(emu.mem) is Memory:
+    start, end = lo & ~4095, (hi + 4095) & ~4095
+    u8 = host_span(start, end - start)
+  else: return None
+  res = (start, u8, u8[:len(u8) & ~3].view(U32) if start % 4 == 0 else None)
+  cache[:] = [start, end, res, None, getattr(emu.mem, "generation", 0)]
+  return res
+
+
+_AR = [np.arange(n, dtype=np.intp) for n in range(5)]
 
 
 def c_flat(emu: Any, inst: Inst, pc: int, nxt: int) -> Op:
+  """FLAT (segment 0) and GLOBAL (segment 2) loads and stores: the active lanes' 64-bit addresses, one region of
+  memory holding them all (else the per-wave path), dword accesses through a uint32 view when aligned, bytes
+  otherwise; stores in lane order (a later lane's bytes win)."""
   f, op, seg = inst.f, inst.op, inst.f["seg"]
   if seg not in (0, 2): raise _Slow
   slow = fallback(emu, inst, pc, nxt)
   va, off = f["addr"], f["offset"]
   sa = f["saddr"] if seg == 2 and f["saddr"] not in (NULL, 0x7F) else None
+  signed, bits, sh = False, 32, 0
   if op in r3.GLOBAL_LOADS:
     n, signed, bits = r3.GLOBAL_LOADS[op]
     kind, nb = ("dw", 4 * n) if bits == 32 else ("sub", bits // 8)
@@ -1004,70 +1042,78 @@ def c_flat(emu: Any, inst: Inst, pc: int, nxt: int) -> Op:
     kind, nb = ("st", 4 * n) if bits == 32 else ("stsub", bits // 8)
   elif op in (36, 37): n, bits, kind, nb = 1, 8 * (op - 35), "sthi", op - 35
   else: raise _Slow
-  vd, data = f["vdst"], f["data"]
-
-  off64 = U64(off & ((1 << 64) - 1))
-
-  def addrs(b: Batch, act: Any) -> np.ndarray:
-    lo = b.V[va][act].astype(U64)
-    if sa is not None:
-      base = b.sval(sa) | (b.sval(sa + 1) << 32)
-      if type(base) is int: return lo + U64(base) + off64
-      return lo + np.repeat(np.asarray(base, I64).astype(U64), b.W)[act] + off64
-    return (lo | (b.V[va + 1][act].astype(U64) << U64(32))) + off64
+  vd, data, cache = f["vdst"], f["data"], []
+  dword = kind in ("dw", "st")
+  ar = _AR[n]
+  top = (1 << 63) - nb
 
   def run(b: Batch) -> int:
-    act = b.act()
-    a = addrs(b, act)
-    if not len(a): return nxt
-    lo, hi = int(a.min()), int(a.max())
-    if hi > (1 << 64) - 1 - nb: return slow(b)
-    mem = _span(emu, lo, hi - lo + nb)
-    if mem is None: return slow(b)
-    rel = (a - U64(lo)).astype(np.intp)
-    if kind in ("dw", "st"):
-      if lo % 4 or (rel & 3).any():  # unaligned: byte by byte
-        idx = rel[:, None] + np.arange(nb)
-        if kind == "dw":
-          vals = np.ascontiguousarray(mem[idx]).view(U32)  # (lanes, n)
-          for i in range(n): _put_act(b, vd + i, act, vals[:, i])
-        else:
-          cols = np.stack([b.V[data + i][act] for i in range(n)], axis=1)
-          mem[idx] = cols.view(np.uint8).reshape(len(rel), nb)
-        return nxt
-      m32 = mem[:(len(mem) // 4) * 4].view(U32)
-      w = rel >> 2
-      if kind == "dw":
-        if n == 1: _put_act(b, vd, act, m32[w])
-        else:
-          vals = m32[w[:, None] + np.arange(n)]
-          for i in range(n): _put_act(b, vd + i, act, vals[:, i])
+    V = b.V
+    act = None if b.mw is True else b.act()
+    lo32 = V[va] if act is None else V[va][act]
+    if not len(lo32): return nxt
+    if sa is not None:
+      base = b.sval(sa) | (b.sval(sa + 1) << 32)
+      a = lo32.astype(np.intp)
+      if type(base) is int:
+        if not 0 <= base + off < top: return slow(b)
+        a += base + off
       else:
-        if n == 1: m32[w] = b.V[data][act]
-        else: m32[w[:, None] + np.arange(n)] = np.stack([b.V[data + i][act] for i in range(n)], axis=1)
+        col = np.repeat(np.asarray(base, np.intp), b.W)
+        a += (col if act is None else col[act]) + off
+    else:
+      hi32 = V[va + 1] if act is None else V[va + 1][act]
+      a = hi32.astype(np.intp)
+      a <<= 32
+      a |= lo32
+      if off: a += off
+    mn, mx = int(a.min()), int(a.max())
+    if mn < 0 or mx > top: return slow(b)  # past 2**63: leave the wrap-around to the per-wave path
+    reg = region(emu, mn, mx + nb, cache)
+    if reg is None: return slow(b)
+    start, u8, u32 = reg
+    a -= start
+    if dword and u32 is not None and not (int(np.bitwise_or.reduce(a)) & 3):
+      a >>= 2
+      if kind == "dw":
+        for i in range(n):
+          w = a if i == 0 else a + i
+          if act is None: V[vd + i][:] = u32[w]
+          else: V[vd + i][act] = u32[w]
+      elif n == 1: u32[a] = V[data] if act is None else V[data][act]
+      else:
+        cols = [V[data + i] if act is None else V[data + i][act] for i in range(n)]
+        u32[a[:, None] + ar] = np.stack(cols, axis=1)
+      return nxt
+    if dword:  # unaligned: byte by byte
+      idx = a[:, None] + np.arange(nb)
+      if kind == "dw":
+        vals = np.ascontiguousarray(u8[idx]).view(U32)  # (lanes, n)
+        for i in range(n): _put_act(b, vd + i, act, vals[:, i])
+      else:
+        cols = np.stack([V[data + i] if act is None else V[data + i][act] for i in range(n)], axis=1)
+        u8[idx] = cols.view(np.uint8).reshape(len(a), nb)
       return nxt
     if kind in ("sub", "d16"):
-      v = mem[rel].astype(U32) if nb == 1 else (mem[rel].astype(U32) | (mem[rel + 1].astype(U32) << U32(8)))
+      v = u8[a].astype(U32) if nb == 1 else (u8[a].astype(U32) | (u8[a + 1].astype(U32) << U32(8)))
       if signed: v = ((v << U32(32 - bits)).view(I32) >> I32(32 - bits)).view(U32)
-      if kind == "sub":
-        _put_act(b, vd, act, v)
+      if kind == "sub": _put_act(b, vd, act, v)
       else:
-        old = b.V[vd][act]
+        old = V[vd] if act is None else V[vd][act]
         keep = U32(~(0xFFFF << sh) & MASK32)
         _put_act(b, vd, act, (old & keep) | ((v & U32(0xFFFF)) << U32(sh)))
       return nxt
-    src = b.V[data][act]
+    src = V[data] if act is None else V[data][act]
     if kind == "sthi": src = src >> U32(16)
-    if nb == 1: mem[rel] = (src & U32(0xFF)).astype(np.uint8)
-    else:
-      pair = np.stack([(src & U32(0xFF)), (src >> U32(8)) & U32(0xFF)], axis=1).astype(np.uint8)
-      mem[rel[:, None] + np.arange(2)] = pair
+    if nb == 1: u8[a] = (src & U32(0xFF)).astype(np.uint8)
+    else: u8[a[:, None] + _AR[2]] = np.stack([src & U32(0xFF), (src >> U32(8)) & U32(0xFF)], axis=1).astype(np.uint8)
     return nxt
   return run
 
 
 def _put_act(b: Batch, d: int, act: Any, vals: Any) -> None:
-  b.V[d][act] = vals
+  if act is None: b.V[d][:] = vals
+  else: b.V[d][act] = vals
 
 
 def c_ds(emu: Any, inst: Inst, pc: int, nxt: int) -> Op:
