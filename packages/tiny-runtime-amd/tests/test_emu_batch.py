@@ -37,6 +37,7 @@ def _kernels():
   from tiny_uop import KernelInfo, Ops, UOp, dtypes
   from tiny_uop.uop import AxisType
   out = [("elementwise", elementwise(1000), dtypes.float, 1000, True), ("matmul", matmul(16), dtypes.float, 256, True),
+         ("matmul64", matmul(64), dtypes.float, 4096, True),  # gfx942 spills to scratch here
          ("sum", reduction(4096), dtypes.float, 4096, True)]
   for name, fn, dt in [("where_exp2", lambda a, b: (a < b).where(a.exp2(), b.sqrt()), dtypes.float),
                        ("div_max", lambda a, b: (a / b).maximum(a * b - 1), dtypes.float),

@@ -31,6 +31,7 @@ from tiny_runtime_amd.emu.rdna3 import EXEC_LO, MASK32, NULL, Inst, Memory, Wave
 
 END, SPLIT = -1, -2  # what an op returns besides the next pc: the waves end / per-wave next pcs are in `Batch.npc`
 MAX_LANES = 1 << 16  # a dispatch runs in batches of whole work-groups of at most this many lanes
+PRIVATE_LIMIT = 1 << 28  # private memory of a batch kept as columns up to this many bytes (else per-wave memory)
 _BIG = 1 << 62  # the pc of a wave that ended
 
 
@@ -108,6 +109,10 @@ class Batch:
     self._lds_base: np.ndarray | None = None
     self.scratch_size = launch.scratch_size
     self.carriers: list[Wave | None] = [None] * N  # per-wave `Wave`s for fallbacks (they keep scratch memory)
+    # private memory as one column of bytes per lane (scratch ops on columns): only with a size from the dispatch,
+    # and when no per-wave fallback holds private bytes of its own (run_waves with pre-filled waves)
+    self.priv_ok = launch.scratch_size is not None and self.L * launch.scratch_size <= PRIVATE_LIMIT
+    self._priv: np.ndarray | None = None
     self._tiles: dict[int, np.ndarray] = {}
     ex = launch.exec
     if W == 32: self.S[EXEC_LO] = _norm(ex.astype(np.int64), N)
@@ -219,6 +224,12 @@ class Batch:
     if m is True: return 1
     r = m.reshape(self.N, self.W).any(axis=1)
     return int(r[0]) if self.N == 1 else r
+
+  def priv(self) -> np.ndarray:
+    """Every lane's private bytes: lane l's are [l * scratch_size, (l + 1) * scratch_size) (zeros at first, as a
+    PrivateMemory's)."""
+    if self._priv is None: self._priv = np.zeros(self.L * (self.scratch_size or 0), np.uint8)
+    return self._priv
 
   # ***** LDS *****
   def lds_base(self) -> np.ndarray:
@@ -420,6 +431,7 @@ def run_waves(emu: Any, groups: list[list[Wave]], code_addr: int) -> None:
     launch.vgpr[r] = np.array([v for w in waves for v in (w.vgpr[r] if r in w.vgpr else [0] * W)], np.uint64) \
       .astype(np.uint32)
   b = Batch(emu, code_addr, launch)
+  b.priv_ok = False  # the waves' own PrivateMemory objects hold their private bytes (see carriers)
   b.scc = _norm(np.array([w.scc for w in waves], np.int64), n) if n > 1 else waves[0].scc
   for gi, g in enumerate(groups):
     if len(g[0].lds): b.lds_buf[gi * b.lds_bytes:gi * b.lds_bytes + len(g[0].lds)] = g[0].lds
