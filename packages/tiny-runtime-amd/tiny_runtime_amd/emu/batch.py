@@ -240,15 +240,16 @@ class Batch:
     return self._lds_base
 
   # ***** fallback: the per-wave interpreter's handler on one wave at a time *****
-  def carrier(self, i: int) -> Wave:
-    """Wave i as a `Wave` (created once; it keeps the wave's private memory), loaded from the batch."""
+  def carrier(self, i: int, sgpr: list[int] | None = None) -> Wave:
+    """Wave i as a `Wave` (created once; it keeps the wave's private memory), loaded from the batch (`sgpr`: its
+    SGPR values when the caller has them)."""
     w = self.carriers[i]
     if w is None:
       w = self.carriers[i] = (Wave() if self.W == 32 else Wave64())
       w.code_addr, w.scratch_size = self.code_addr, self.scratch_size
       g = i // max(1, self.group_waves)
       w.lds = memoryview(self.lds_buf)[g * self.lds_bytes:(g + 1) * self.lds_bytes]  # type: ignore[assignment]
-    w.sgpr = [self._wave_val(v, i) for v in self.S]
+    w.sgpr = sgpr if sgpr is not None else [self._wave_val(v, i) for v in self.S]
     sc = self.scc
     w.scc = sc if type(sc) is int else int(sc[i])
     w.vgpr = _VProxy(self, i)
@@ -263,10 +264,14 @@ class Batch:
     """Run `fn(wave)` on each wave taking part, in wave order, syncing state in and out; returns (wave, result)."""
     waves = range(self.N) if self.wm is None else np.flatnonzero(self.wm).tolist()
     out, sg_changes, scc_changes = [], {}, {}
+    svals = [self.sval(r) for r in range(len(self.S))]  # per-wave values as int64 arrays, the rest ints
+    per_wave = [r for r, v in enumerate(svals) if isinstance(v, np.ndarray)]
     for i in waves:
-      w = self.carrier(i)
+      sg = list(svals)
+      for r in per_wave: sg[r] = int(svals[r][i])
+      w = self.carrier(i, sg)
       w.pc = pc
-      before, scc0 = list(w.sgpr), w.scc
+      before, scc0 = list(sg), w.scc
       try: r = fn(w)
       finally:
         vp = w.vgpr
@@ -323,23 +328,27 @@ def _norm(v: Any, n: int) -> Any:
 
 
 class Program:
-  """A code object's instructions, decoded and compiled once: pc -> op. `raw` keeps the bytes each was decoded from,
-  so a later dispatch can check the code at that address is still the same (`valid`)."""
+  """A code object's instructions, decoded and compiled once: pc -> op. A program known by its bytes (`image`: the
+  code from the entry to the end of its allocation) is shared by every address those bytes are loaded at; else it
+  belongs to one address and `raw` keeps the bytes each instruction was decoded from, so a later run can check the
+  code there is still the same (`valid`)."""
 
-  def __init__(self, code_addr: int):
-    self.code_addr = code_addr
+  def __init__(self, code_addr: int, image: bytes | None = None):
+    self.code_addr, self.image = code_addr, image
     self.ops: dict[int, Callable[[Batch], int]] = {}
     self.raw: dict[int, bytes] = {}
     self.lo, self.hi = 1 << 62, 0
 
   def valid(self, mem: Memory) -> bool:
-    if not self.raw: return True
+    if self.image is not None or not self.raw: return True
     span = mem.read(self.code_addr + self.lo, self.hi - self.lo)
     return all(span[pc - self.lo:pc - self.lo + len(b)] == b for pc, b in self.raw.items())
 
-  def compile(self, emu: Any, pc: int) -> Callable[[Batch], int]:
+  def compile(self, emu: Any, pc: int, code_addr: int) -> Callable[[Batch], int]:
     from tiny_runtime_amd.emu.batch_ops import compile_inst
-    raw = emu.mem.read(self.code_addr + pc, 16)
+    # the 16 bytes the per-wave interpreter reads (from memory when they run past the image: the same faults)
+    img = self.image
+    raw = img[pc:pc + 16] if img is not None and pc + 16 <= len(img) else emu.mem.read(code_addr + pc, 16)
     inst = emu.decode(raw, 0)
     op = self.ops[pc] = compile_inst(emu, inst, pc)
     self.raw[pc] = bytes(raw)
@@ -356,7 +365,7 @@ def execute(emu: Any, prog: Program, b: Batch) -> None:
   try:
     while True:
       if wpc is None:  # every wave at pc: the hot loop
-        op = ops.get(pc) or prog.compile(emu, pc)
+        op = ops.get(pc) or prog.compile(emu, pc, b.code_addr)
         r = op(b)
         steps += b.N
         together += 1
@@ -376,7 +385,7 @@ def execute(emu: Any, prog: Program, b: Batch) -> None:
         continue
       b.wm = wm
       b.refresh_mask()
-      op = ops.get(pc) or prog.compile(emu, pc)
+      op = ops.get(pc) or prog.compile(emu, pc, b.code_addr)
       r = op(b)
       n = int(wm.sum())
       steps += n
@@ -395,8 +404,17 @@ def _too_long(limit: int) -> None: raise RuntimeError(f"wave did not reach s_end
 
 # ***** entry points used by rdna3.Emulator *****
 def program(emu: Any, code_addr: int) -> Program:
-  """The compiled program at `code_addr` (decoded again when the bytes there changed)."""
-  progs = emu.__dict__.setdefault("_programs", {})
+  """The compiled program at `code_addr`: by content when the memory can say which bytes are the code (the mock's
+  `code_bytes`), else by address (decoded again when the bytes there changed)."""
+  d = emu.__dict__
+  image = emu.mem.code_bytes(code_addr) if hasattr(emu.mem, "code_bytes") else None
+  if image is not None:
+    by_image = d.setdefault("_by_image", {})
+    if (p := by_image.get(image)) is None:
+      if len(by_image) >= 4096: by_image.clear()
+      p = by_image[image] = Program(code_addr, image)
+    return p
+  progs = d.setdefault("_programs", {})
   p = progs.get(code_addr)
   if p is None or not p.valid(emu.mem): p = progs[code_addr] = Program(code_addr)
   return p

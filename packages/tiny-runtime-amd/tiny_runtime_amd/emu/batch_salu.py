@@ -59,6 +59,7 @@ _SOP2: dict[int, tuple[Callable[[Any, Any], Any], Callable[[Any, Any, Any], Any]
   34: (lambda a, b: a & ~b & MASK32, lambda a, b, r: _bit(r != 0)),
   36: (lambda a, b: (a | ~b) & MASK32, lambda a, b, r: _bit(r != 0)),
   44: (lambda a, b: _i32(a) * _i32(b), None),
+  46: (lambda a, b: (_i32(a) * _i32(b)) >> 32, None),
   45: (_u64mul_hi, None),
   **{13 + n: ((lambda a, b, n=n: (a << n) + b), (lambda a, b, r: _bit(r > MASK32))) for n in (1, 2, 3, 4)},
   42: (lambda a, b: (((1 << (a & 31)) - 1) << (b & 31)) & MASK32, None),
@@ -105,6 +106,17 @@ def c_sop2(emu: Any, inst: Inst, pc: int, nxt: int) -> Op:
       return nxt
     return bfe
   if op in (9, 11, 13, 49): return _sop2_b64(emu, inst, nxt)
+  if op == 39:  # s_bfe_i32 (per-wave widths go the per-wave way)
+    a, bb = sreader(c0, inst), sreader(c1, inst)
+    slow = fallback(emu, inst, pc, nxt)
+    def bfe_i(b: Batch) -> int:
+      x, y = a(b), bb(b)
+      if _any(x) or _any(y): return slow(b)
+      r = r3._bfe_i32(x, y & 31, (y >> 16) & 0x7F)
+      b.sset(d, r)
+      b.set_scc(int(r != 0))
+      return nxt
+    return bfe_i
   raise Slow
 
 
@@ -233,6 +245,12 @@ def c_sop1(emu: Any, inst: Inst, pc: int, nxt: int) -> Op:
       return nxt
     return movc
   if op in r3.SAVEEXEC: return _saveexec32(emu, inst, nxt)
+  if op in (14, 15):  # s_sext_i32_i8 / s_sext_i32_i16
+    rd, sign = sreader(c, inst), 0x80 if op == 14 else 0x8000
+    def sext(b: Batch) -> int:
+      b.sset(d, (((rd(b) & (2 * sign - 1)) ^ sign) - sign) & MASK32)
+      return nxt
+    return sext
   if op == 30:  # s_not_b32
     rd = sreader(c, inst)
     def snot(b: Batch) -> int:
@@ -307,6 +325,14 @@ _SOPC_FN: list[Callable[[Any, Any], Any]] = [lambda a, b: a == b, lambda a, b: a
 @compiles("SOPC")
 def c_sopc(emu: Any, inst: Inst, pc: int, nxt: int) -> Op:
   op = inst.op
+  if op in (16, 17):  # s_cmp_eq_u64 / s_cmp_lg_u64 on SGPR pairs
+    x64, y64 = sreader64(inst.f["ssrc0"], inst), sreader64(inst.f["ssrc1"], inst)
+    def cmp64(b: Batch) -> int:
+      x, y = x64(b), y64(b)
+      eq = x == y if not (_any(x) or _any(y)) else np.asarray(_u64(x) == _u64(y))
+      b.set_scc(_bit(eq if op == 16 else ~eq if isinstance(eq, np.ndarray) else not eq))
+      return nxt
+    return cmp64
   if op >= 12: raise Slow
   a, bb = sreader(inst.f["ssrc0"], inst), sreader(inst.f["ssrc1"], inst)
   fn = _SOPC_FN[op % 6]

@@ -11,7 +11,7 @@ from tiny_runtime_amd.emu.batch import Batch
 from tiny_runtime_amd.emu.batch_ops import (F32, I32, I64, SREGS, U32, U64, Op, Slow, compare32, compiles,
                                             fma32, fmax32, fmin32, freader, fview, lanemap, lanemap64, modded,
                                             put, putf, sqrt32, sreader, sreader64, vreader, vreader64)
-from tiny_runtime_amd.emu.rdna3 import (EXEC_LO, INLINE_F32, MASK32, VCC_LO, Inst)
+from tiny_runtime_amd.emu.rdna3 import EXEC_LO, INLINE_F32, MASK32, VCC_LO, Inst, vopc_compare
 
 
 # ***** vector ALU *****
@@ -147,6 +147,9 @@ def c_vop2(emu: Any, inst: Inst, pc: int, nxt: int) -> Op:
   f, op = inst.f, inst.op
   d, s0, s1 = f["vdst"], f["src0"], 256 + f["vsrc1"]
   if op in (3, 4, 5, 8): return _fast_f2(op, freader(s0, inst), freader(s1, inst), d, nxt)
+  if op in r3.VOP2_16:  # 16-bit: halves by register bit 7
+    _, _, fp, fn = r3.VOP3_16[r3.VOP2_16[op]]
+    return _op16(fn, [col16(s0, inst, fp), col16(s1, inst, fp)], d & 0x7F, d >> 7, nxt)
   if op in _F2_OPS: return _binop(_f2(op), freader(s0, inst), freader(s1, inst), d, True, nxt)
   if op in _I2_OPS: return _binop(_i2(op), vreader(s0, inst), vreader(s1, inst), d, False, nxt)
   if op == 1: return _cndmask(vreader(s0, inst), vreader(s1, inst), VCC_LO, d, nxt)
@@ -167,6 +170,10 @@ def c_vop1(emu: Any, inst: Inst, pc: int, nxt: int) -> Op:
   f, op = inst.f, inst.op
   d, s0 = f["vdst"], f["src0"]
   if op == 2: return _readfirstlane(vreader(s0, inst), d, nxt)
+  if op == 28: return _op16(lambda x: x, [col16(s0, inst, False)], d & 0x7F, d >> 7, nxt)  # v_mov_b16
+  if op in r3.VOP1_16:
+    _, _, fp, fn = r3.VOP3_16[r3.VOP1_16[op]]
+    return _op16(fn, [col16(s0, inst, fp)], d & 0x7F, d >> 7, nxt)
   return _vop1(op, vreader(s0, inst), d, nxt)
 
 
@@ -220,7 +227,16 @@ def c_vopc(emu: Any, inst: Inst, pc: int, nxt: int) -> Op:
   op = inst.op
   base = op & 0x7F
   cmp = compare32(base)
-  if cmp is None: raise Slow
+  if cmp is None:
+    if 0x30 <= base < 0x40 or base < 0x10 or base == 0x7D:  # 16-bit: VGPR halves by register bit 7
+      fp16 = base < 0x10 or base == 0x7D
+      srcs = [col16(inst.f["src0"], inst, fp16), col16(256 + inst.f["vsrc1"], inst, fp16)]
+      return _cmp_lanes(vopc_compare(op)[1], srcs, bool(op & 0x80), VCC_LO, nxt)
+    if 0x20 <= base < 0x30 or 0x50 <= base < 0x60:  # 64-bit: VGPR / SGPR pairs
+      fp = base < 0x30
+      srcs = [vreader64(inst.f["src0"], inst, fp), vreader64(256 + inst.f["vsrc1"], inst, fp)]
+      return _cmp_lanes(vopc_compare(op)[1], srcs, bool(op & 0x80), VCC_LO, nxt)
+    raise Slow
   fn, flt = cmp
   rdr = freader if flt else vreader
   a, c = rdr(inst.f["src0"], inst), rdr(256 + inst.f["vsrc1"], inst)
@@ -283,6 +299,78 @@ def _vopd_half(op: int, s0: int, s1: int, d: int, k: int, inst: Inst, out: int |
 
 
 # VOP3 opcodes whose abs/neg modifiers the reference accepts (see rdna3.Emulator.vop3)
+# ***** 16-bit ops (true16: a VGPR half) and compares lane by lane, with the tables' own functions *****
+def col16(code: int, inst: Inst, fp: bool) -> Callable[[Batch], Any]:
+  """A 16-bit operand as rdna3.Emulator.col16 reads it: a VGPR half (v.l / v.h by bit 7 of the register) or a
+  scalar's low 16 bits (float inline constants as halves for float ops)."""
+  if code >= 256:
+    r, sh = (code - 256) & 0x7F, U32(16 * ((code - 256) >> 7))
+    return lambda b: (b.V[r] >> sh) & U32(0xFFFF)
+  if fp and code in INLINE_F32:
+    h = U32(r3._f16_bits(r3.f32(INLINE_F32[code])))
+    return lambda b: h
+  s = sreader(code, inst)
+  return lambda b: b.lanes_u32(s(b)) & U32(0xFFFF)
+
+
+def _vals(v: Any, act: Any, b: Batch) -> list[int]:
+  if isinstance(v, np.ndarray) and v.ndim: return v[act].tolist()
+  return [int(v)] * (b.L if b.mw is True else len(act))
+
+
+def _op16(fn: Callable[..., int], srcs: list[Callable[[Batch], Any]], reg: int, hi: int, nxt: int) -> Op:
+  """A 16-bit op of the tables on the active lanes (rdna3.vec_f16: float ops through whole columns of halves), the
+  result into the low (hi = 0) or high half of VGPR `reg`, the other half kept."""
+  sh, keep = U32(16 * hi), U32(~(0xFFFF << (16 * hi)) & MASK32)
+
+  def run(b: Batch) -> int:
+    act = b.act()
+    res = np.array(r3.vec_f16(fn, *(_vals(s(b), act, b) for s in srcs)), dtype=U64).astype(U32)
+    vd = b.V[reg]
+    vd[act] = (vd[act] & keep) | ((res & U32(0xFFFF)) << sh)
+    return nxt
+  return run
+
+
+def _cmp_lanes(fn: Callable[[int, int], bool], srcs: list[Callable[[Batch], Any]], cmpx: bool, d: int,
+               nxt: int) -> Op:
+  """A compare with the table's per-lane predicate on the active lanes: the mask to SGPR d (v_cmpx: to EXEC)."""
+  def run(b: Batch) -> int:
+    act = b.act()
+    bits = np.fromiter(map(fn, *(_vals(s(b), act, b) for s in srcs)), dtype=bool)
+    r = np.zeros(b.L, bool)
+    r[act] = bits
+    b.set_mask(EXEC_LO if cmpx else d, r)
+    return nxt
+  return run
+
+
+def _vop3_16(inst: Inst, f: dict[str, int], nxt: int) -> Op:
+  """16-bit VOP3 ops and compares (rdna3.Emulator.vop3_16): op_sel bit i picks the high half of source i, bit 3 the
+  destination's half; |x| / -x act on float halves."""
+  op = inst.op
+  if f["omod"] or f["clamp"] or op in (0x25D, 0x136): raise Slow
+  fp = r3.VOP3_16[op][2] if op in r3.VOP3_16 else (op & 0x7F < 0x10 or op & 0x7F == 0x7D)
+
+  def src(i: int) -> Callable[[Batch], Any]:
+    code, sh = f[f"src{i}"], U32(16 * (f["opsel"] >> i & 1))
+    if fp and code in INLINE_F32:
+      h = U32(r3._f16_bits(r3.f32(INLINE_F32[code])))
+      rd: Callable[[Batch], Any] = lambda b: h  # noqa: E731
+    else:
+      v = vreader(code, inst)
+      rd = lambda b: (v(b) >> sh) & U32(0xFFFF)  # noqa: E731
+    if fp and (f["abs"] >> i & 1 or f["neg"] >> i & 1):
+      am, nm = U32(0x7FFF if f["abs"] >> i & 1 else 0xFFFF), U32(0x8000 if f["neg"] >> i & 1 else 0)
+      return lambda b: (rd(b) & am) ^ nm
+    return rd
+  if op < 0x100:
+    _, cmp = r3.vopc_compare(op)
+    return _cmp_lanes(cmp, [src(0), src(1)], bool(op & 0x80), f["vdst"], nxt)
+  _, n, _, fn = r3.VOP3_16[op]
+  return _op16(fn, [src(i) for i in range(n)], f["vdst"], f["opsel"] >> 3 & 1, nxt)
+
+
 def _mods_ok(op: int) -> bool:
   return op in (0x101, 0x213, 0x227, 0x237, 0x2FC, 0x31C) or 0x100 + 3 <= op <= 0x100 + 16 or op < 0x100
 
@@ -291,15 +379,22 @@ def _mods_ok(op: int) -> bool:
 def c_vop3(emu: Any, inst: Inst, pc: int, nxt: int) -> Op:
   f, op = dict(inst.f), inst.op
   if op in r3.VOP3SD: f.update(abs=0, opsel=0, clamp=0)
+  if op in r3.VOP3_16 or (op < 0x100 and (0x30 <= op & 0x7F < 0x40 or op & 0x7F < 0x10 or op & 0x7F == 0x7D)):
+    return _vop3_16(inst, f, nxt)
   if f["omod"] or f["clamp"] or f["opsel"]: raise Slow
-  if op in r3.VOP3_16 or op in (0x136, 0x25D, 0x25B, 0x25C, 0x1EA, 0x1EB, 0x311, 0x12F): raise Slow
-  if op < 0x100 and (0x30 <= op & 0x7F < 0x40 or op & 0x7F < 0x10 or op & 0x7F == 0x7D): raise Slow
+  if op in (0x136, 0x25D, 0x25B, 0x25C, 0x1EA, 0x1EB, 0x311, 0x12F): raise Slow
   d = f["vdst"]
 
   def src(i: int) -> Callable[[Batch], Any]:
     return modded(vreader(f[f"src{i}"], inst), f["abs"] >> i & 1, f["neg"] >> i & 1)
   if op < 0x100:  # VOPC promoted: the mask to an SGPR (v_cmpx: to EXEC only)
     cmp = compare32(op & 0x7F)
+    base = op & 0x7F
+    if cmp is None and (0x20 <= base < 0x30 or 0x50 <= base < 0x60):  # 64-bit operands
+      if 0x20 <= base < 0x30:
+        srcs = [_mod64(vreader64(f[f"src{i}"], inst, True), f["abs"] >> i & 1, f["neg"] >> i & 1) for i in range(2)]
+      else: srcs = [vreader64(f[f"src{i}"], inst, False) for i in range(2)]
+      return _cmp_lanes(vopc_compare(op)[1], srcs, bool(op & 0x80), d, nxt)
     if cmp is None: raise Slow
     fn, flt = cmp
     a, c = src(0), src(1)

@@ -75,6 +75,14 @@ class CheckedMemory(Memory):
       v = views[(start, end)] = host_span(start, end - start)
     return start, end, v
 
+  def code_bytes(self, addr: int) -> bytes | None:
+    """The bytes from `addr` to the end of the allocation holding it (at most 1 MiB): what a kernel's code can be,
+    so the emulator keeps compiled code by content."""
+    r = self.region(addr)
+    if r is None: return None
+    start, end, view = r
+    return bytes(view[addr - start:min(end, addr + (1 << 20)) - start])
+
   @property
   def generation(self) -> int:
     """Changes whenever the GPU's mappings change (a cached region is checked against it)."""
