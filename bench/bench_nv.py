@@ -1,5 +1,5 @@
 """MOCK+CUDA and MOCK+NV: PTX executor kernels per second, and the host-side cost of a TinyJit replay through the
-device's graph (CUDAGraph on MOCK+CUDA, HCQGraph on MOCK+NV).
+device's graph (CUDAGraph on MOCK+CUDA, HCQ2Graph on MOCK+NV: HCQGraph with HCQ2=0).
 
 1. kernels/s the PTX executor runs behind the mock driver (libcuda; or the RM/UVM driver whose GPU decodes GPFIFO
    entries, methods and QMDs), through jitted replays waited for: a small elementwise kernel (`a * b + a`, N floats)
@@ -27,11 +27,9 @@ CALLS = 200  # replays per host-overhead measurement
 
 
 def _graph_cls(dev: str) -> Any:
-  if dev == "MOCK+NV":
-    from tiny_uop.hcq import HCQGraph
-    return HCQGraph
-  from tiny_runtime_nv.cuda import CUDAGraph
-  return CUDAGraph
+  """The device's TinyJit graph class (MOCK+NV: HCQ2Graph, or HCQGraph with HCQ2=0; MOCK+CUDA: CUDAGraph)."""
+  from tiny_uop.plugins import Device
+  return Device[dev].graph
 
 
 def _kernels_per_s(name: str, fn: Callable[[], Any], kernels: int, reps: int) -> float:

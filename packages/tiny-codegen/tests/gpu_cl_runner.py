@@ -1,22 +1,18 @@
-"""Test helper: run an OpenCL C ProgramSpec on numpy arrays through libOpenCL (PoCL on CPU) with ctypes.
+"""Test helper: run an OpenCL C ProgramSpec on numpy arrays through the CL device's OpenCL (PoCL on CPU).
 
 `available()` says why not when there is no OpenCL platform; `run(spec, bufs, vals)` launches
 `spec.global_size` work-groups of `spec.local_size` work-items and copies every buffer back into `bufs`. Params the
 kernel declares as images (`dtypes.imagef((h, w, 4))`, IMAGE=1) are passed as RGBA float images made from the
 arrays' floats in order (h x w texels).
-The OpenCL bindings, context and program builds are the `CL` device's (tiny_runtime_qcom.cl); this runner only adds
+The OpenCL bindings (cffi), context and program builds are the `CL` device's (tiny_runtime_qcom); this runner only adds
 launches on numpy arrays (image params read back too, for hand-built image-writing kernels). Tests import it by name
 (conftest.py puts this folder on sys.path).
 """
 from __future__ import annotations
 
-import ctypes
 from typing import Any
 
 import numpy as np
-
-vp, sz = ctypes.c_void_p, ctypes.c_size_t
-CL_MEM_READ_WRITE, CL_MEM_COPY_HOST_PTR = 1 << 0, 1 << 5
 
 
 def _device() -> Any:
@@ -60,10 +56,12 @@ def image_shapes(spec: Any, bufs: list[np.ndarray]) -> dict[int, tuple[int, ...]
 
 def run(spec: Any, bufs: list[np.ndarray], vals: tuple[int, ...] = ()) -> None:
   """Launch `spec` (OpenCL source in spec.src) on `bufs` (by PARAM slot) and `vals` (by spec.vars); in place."""
-  from tiny_runtime_qcom.cl import CL_FLOAT, CL_MEM_OBJECT_IMAGE2D, CL_RGBA, ImageDesc, ImageFormat, check, libcl
-  cl, dev = libcl(), _device()
+  from tiny_runtime_qcom.cl import image_desc
+  from tiny_runtime_qcom.opencl import CL_MEM_COPY_HOST_PTR, CL_MEM_READ_WRITE, check, ffi
+  dev = _device()
+  cl, ctx = dev.cl, dev.ctx
   k = build(spec.src, spec.name)
-  err = ctypes.c_int32()
+  err = ffi.new("cl_int*")
   mems = []
   shapes = image_shapes(spec, bufs)
   for slot in spec.globals:
@@ -71,30 +69,30 @@ def run(spec: Any, bufs: list[np.ndarray], vals: tuple[int, ...] = ()) -> None:
     flags = CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR
     if (shp := shapes.get(slot)) is not None:  # an RGBA float image of (height, width, 4), the array's floats in order
       assert a.flags.c_contiguous and a.size == shp[0] * shp[1] * 4, (slot, a.shape, shp)
-      desc = ImageDesc(CL_MEM_OBJECT_IMAGE2D, shp[1], shp[0], 1, 1, 0, 0, 0, 0, None)
-      m = cl.clCreateImage(dev.ctx, flags, ctypes.byref(ImageFormat(CL_RGBA, CL_FLOAT)), ctypes.byref(desc),
-                           a.ctypes.data, ctypes.byref(err))
-      check(err.value, "clCreateImage")
+      fmt, desc = image_desc(shp[0], shp[1])
+      m = cl.clCreateImage(ctx.ctx, flags, fmt, desc, ffi.from_buffer(a), err)
+      check(err[0], "clCreateImage")
     else:
-      m = cl.clCreateBuffer(dev.ctx, flags, max(a.nbytes, 1), a.ctypes.data, ctypes.byref(err))
-      check(err.value, "clCreateBuffer")
-    mems.append(vp(m))
-  for i, m in enumerate(mems): check(cl.clSetKernelArg(k, i, 8, ctypes.byref(m)), f"clSetKernelArg({i})")
+      m = cl.clCreateBuffer(ctx.ctx, flags, max(a.nbytes, 1), ffi.from_buffer(a) if a.nbytes else ffi.NULL, err)
+      check(err[0], "clCreateBuffer")
+    mems.append(m)
+  for i, m in enumerate(mems): check(cl.clSetKernelArg(k, i, ffi.sizeof("cl_mem"), ffi.new("cl_mem*", m)),
+                                     f"clSetKernelArg({i})")
   for j, v in enumerate(vals):
-    cv = ctypes.c_int32(v)
-    check(cl.clSetKernelArg(k, len(mems) + j, 4, ctypes.byref(cv)), f"clSetKernelArg({len(mems) + j})")
+    check(cl.clSetKernelArg(k, len(mems) + j, 4, ffi.new("cl_int*", v)), f"clSetKernelArg({len(mems) + j})")
   lsz = tuple(spec.local_size or (1, 1, 1))
   gsz = tuple(g * l for g, l in zip(spec.global_size, lsz))
-  check(cl.clEnqueueNDRangeKernel(dev.queue, k, 3, None, (sz * 3)(*gsz), (sz * 3)(*lsz), 0, None, None),
-        "clEnqueueNDRangeKernel")
+  check(cl.clEnqueueNDRangeKernel(ctx.queue, k, 3, ffi.NULL, ffi.new("size_t[3]", list(gsz)),
+                                  ffi.new("size_t[3]", list(lsz)), 0, ffi.NULL, ffi.NULL), "clEnqueueNDRangeKernel")
   for slot, m in zip(spec.globals, mems):
     a = bufs[slot]
     if (shp := shapes.get(slot)) is not None:
-      origin, region = (sz * 3)(0, 0, 0), (sz * 3)(shp[1], shp[0], 1)
-      check(cl.clEnqueueReadImage(dev.queue, m, 1, origin, region, 0, 0, a.ctypes.data, 0, None, None),
+      origin, region = ffi.new("size_t[3]", [0, 0, 0]), ffi.new("size_t[3]", [shp[1], shp[0], 1])
+      check(cl.clEnqueueReadImage(ctx.queue, m, 1, origin, region, 0, 0, ffi.from_buffer(a), 0, ffi.NULL, ffi.NULL),
             "clEnqueueReadImage")
-    else:
-      check(cl.clEnqueueReadBuffer(dev.queue, m, 1, 0, a.nbytes, a.ctypes.data, 0, None, None), "clEnqueueReadBuffer")
+    elif a.nbytes:
+      check(cl.clEnqueueReadBuffer(ctx.queue, m, 1, 0, a.nbytes, ffi.from_buffer(a), 0, ffi.NULL, ffi.NULL),
+            "clEnqueueReadBuffer")
   dev.synchronize()
   for m in mems: cl.clReleaseMemObject(m)
 

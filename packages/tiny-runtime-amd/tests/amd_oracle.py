@@ -122,10 +122,16 @@ def gc11_register(name: str) -> tuple[int, dict[str, tuple[int, int]]]:
 def value(mod: str, name: str) -> Any: return getattr(module(mod), name)
 
 
-@functools.cache
 def cdna_isa() -> types.ModuleType:
   """The CDNA ISA opcode enums (`autogen/amd/cdna/enum.py`, generated from AMD's machine-readable ISA XML; it imports
   only `autogen/amd/common.py`, which imports `enum`): loaded the same way, under stand-in package names."""
+  return isa_enums("cdna")
+
+
+@functools.cache
+def isa_enums(arch: str) -> types.ModuleType:
+  """The opcode enums of one ISA (`autogen/amd/<arch>/enum.py`: "cdna", "rdna3"), generated from AMD's
+  machine-readable ISA XML (see cdna_isa)."""
   root = _root()
   names = ("tinygrad", "tinygrad.runtime", "tinygrad.runtime.autogen", "tinygrad.runtime.autogen.amd",
            "tinygrad.runtime.autogen.amd.common")
@@ -135,16 +141,21 @@ def cdna_isa() -> types.ModuleType:
       sys.modules[k] = types.ModuleType(k)
       sys.modules[k].__path__ = []  # type: ignore[attr-defined]
     _exec("tinygrad.runtime.autogen.amd.common", root / "runtime/autogen/amd/common.py")
-    return _exec("_tinygrad_oracle_cdna_enum", root / "runtime/autogen/amd/cdna/enum.py")
+    return _exec(f"_tinygrad_oracle_{arch}_enum", root / f"runtime/autogen/amd/{arch}/enum.py")
   finally:
     for k in names: sys.modules.pop(k, None)
-    sys.modules.pop("_tinygrad_oracle_cdna_enum", None)
+    sys.modules.pop(f"_tinygrad_oracle_{arch}_enum", None)
     sys.modules.update(saved)
 
 
 def cdna_opcodes(enum: str) -> dict[int, str]:
   """{opcode: lower-case name} of one CDNA ISA enum (SOP1Op, VOP2Op, DSOp, ...)."""
-  return {m.value: m.name.lower() for m in getattr(cdna_isa(), enum)}
+  return isa_opcodes("cdna", enum)
+
+
+def isa_opcodes(arch: str, enum: str) -> dict[int, str]:
+  """{opcode: lower-case name} of one enum (SOPCOp, VOP1Op, ...) of AMD's ISA XML for `arch` ("cdna", "rdna3")."""
+  return {m.value: m.name.lower() for m in getattr(isa_enums(arch), enum)}
 
 
 def gc943_register(name: str) -> tuple[int, dict[str, tuple[int, int]]]:

@@ -1,4 +1,4 @@
-"""A fresh mock KFD per test (two gfx1100s by default), with the real driver's `KFDIface` on it and raw PM4/SDMA
+"""A fresh mock KFD per test (four gfx1100s by default), with the real driver's `KFDIface` on it and raw PM4/SDMA
 queues whose dwords a test writes itself: for feeding the mock command processors packets the driver would never
 build (wrong compare functions, reserved bits, bad lengths) without disturbing the process's `MOCK+AMD` devices."""
 from __future__ import annotations

@@ -24,7 +24,7 @@ from tiny_runtime_amd import pm4
 from tiny_runtime_amd.elf import ELF
 from tiny_runtime_amd.emu import cdna3
 from tiny_runtime_amd.mock import gfx9
-from tiny_runtime_amd.mock.driver import MockFileIO, MockKFD, mock_fileio
+from tiny_runtime_amd.mock.driver import DEFAULT_ARCHS, MockFileIO, MockKFD, mock_fileio
 from tiny_runtime_amd.mock.fields import PacketError
 
 pytestmark = pytest.mark.skipif(find_ld_lld() is None, reason="ld.lld not installed: the AMDGPU compiler can't link")
@@ -259,7 +259,8 @@ def test_gfx942_topology_and_spx_refusal(monkeypatch):
 def test_mock_fileio_picks_the_arch():
   assert mock_fileio(None) is MockFileIO and mock_fileio("gfx1100") is MockFileIO
   fio = mock_fileio("gfx942")
-  assert fio is mock_fileio("gfx942") and [g.arch for g in fio.kfd_fn().gpus] == ["gfx942", "gfx942"]
+  # as many gfx942 nodes as the default mock has gfx1100s (MOCK+AMD:0..3 exist whichever arch DEV names)
+  assert fio is mock_fileio("gfx942") and [g.arch for g in fio.kfd_fn().gpus] == ["gfx942"] * len(DEFAULT_ARCHS)
   with pytest.raises(ValueError, match="no gfx1200 GPU; mocked archs"): mock_fileio("gfx1200")
 
 

@@ -3,13 +3,16 @@ semantics (computed here with Python ints and numpy float32), and a decode check
 from __future__ import annotations
 
 import ctypes
+import math
 
 import numpy as np
 import pytest
+from amd_oracle import isa_opcodes
 from tiny_runtime_amd.emu.encode import (V, Code, ds, glob, smem, sop1, sop2, sopc, sopk, sopp, vop1, vop2, vop3, vopc,
                                            vopd)
 
-from tiny_runtime_amd.emu.rdna3 import EXEC_LO, LITERAL, NULL, VCC_LO, Emulator, UnsupportedInstruction, Wave
+from tiny_runtime_amd.emu.rdna3 import EXEC_LO, LITERAL, NULL, VCC_LO, Emulator, UnsupportedInstruction, Wave, decode
+from tiny_runtime_amd.emu import rdna3
 
 M32 = 0xFFFFFFFF
 rng = np.random.default_rng(0)
@@ -29,6 +32,29 @@ def fbits(x) -> int: return int(np.float32(x).view(np.uint32))
 def lanes_f(vals) -> list[int]: return [int(v) for v in np.asarray(vals, dtype=np.float32).view(np.uint32)]
 def as_f(bits: list[int]) -> np.ndarray: return np.array(bits, dtype=np.uint32).view(np.float32)
 
+
+
+def _vopc_name(op: int) -> str | None:
+  try: return rdna3.vopc_compare(op)[0]
+  except UnsupportedInstruction: return None
+
+
+def _named(table: dict) -> dict[int, str]: return {op: v if isinstance(v, str) else v[0] for op, v in table.items()}
+
+
+@pytest.mark.parametrize("table, enum", [
+  (dict(enumerate(rdna3.SOPC_NAMES)), "SOPCOp"), (rdna3.SOPP_NAMES, "SOPPOp"), (rdna3.SOP2, "SOP2Op"),
+  (rdna3.SOP2_B64, "SOP2Op"), (rdna3.SAVEEXEC, "SOP1Op"), (rdna3.VOP1, "VOP1Op"), (rdna3.VOP1_F64, "VOP1Op"),
+  (rdna3.VOP1_SPECIAL, "VOP1Op"), (rdna3.VOP2, "VOP2Op"), (rdna3.VOP2_SPECIAL, "VOP2Op"), (rdna3.VOP3, "VOP3Op"),
+  (rdna3.VOP3_F64, "VOP3Op"), (rdna3.VOP3_16, "VOP3Op"), (rdna3.DS_NAMES, "DSOp"),
+  ({0x180 + op: n for op, n in _named(rdna3.VOP1_F64).items()}, "VOP3Op"),  # VOP1 ops as VOP3: 0x180 + op
+  ({op: _vopc_name(op) for op in range(256) if _vopc_name(op)}, "VOPCOp"),
+])
+def test_opcode_tables_match_amd_isa_xml(table, enum):
+  """The emulator's opcode numbers and names against AMD's RDNA3 ISA XML (tinygrad 0.14.0's generated enums)."""
+  xml = {op: n.removesuffix("_e32").removesuffix("_e64") for op, n in isa_opcodes("rdna3", enum).items()}
+  mine = _named(table)
+  assert {op: xml.get(op) for op in mine} == mine
 
 # ***** SOP2 / SOP1 / SOPK / SOPC / SOPP *****
 @pytest.mark.parametrize("op, a, b, want, scc", [
@@ -84,6 +110,22 @@ def test_sopc_against_python():
       xx, yy = (x, y) if op < 6 else (x & M32, y & M32)
       assert run(sopc(op, 0, 1), sgpr={0: x & M32, 1: y & M32}).scc == int(fns[op % 6](xx, yy)), (op, x, y)
 
+
+
+def test_sopc_bitcmp():
+  """s_bitcmp0/1_b32 (12, 13) test bit S1[4:0] of S0, the _b64 forms (14, 15) bit S1[5:0] of the pair S0 (the ISA's
+  "SCC = S0.u32[S1.u32[4 : 0]] == 1'0U"): LLVM emits them in float sin/cos to pick the quadrant's sign."""
+  a64 = int(rng.integers(0, 2**63)) | (1 << 63)
+  for bit in (0, 5, 31, 32, 40, 63, 64 + 7, 255):  # the index is masked: 64+7 reads bit 7, 255 bit 31 / bit 63
+    b32, b64 = (a64 >> (bit & 31)) & 1, (a64 >> (bit & 63)) & 1
+    sg = {0: a64 & M32, 1: a64 >> 32, 2: bit}
+    assert run(sopc(12, 0, 2), sgpr=sg, scc=b32).scc == 1 - b32, bit
+    assert run(sopc(13, 0, 2), sgpr=sg, scc=1 - b32).scc == b32, bit
+    assert run(sopc(14, 0, 2), sgpr=sg, scc=b64).scc == 1 - b64, bit
+    assert run(sopc(15, 0, 2), sgpr=sg, scc=1 - b64).scc == b64, bit
+  assert run(sopc(13, 0, 128 + 3), sgpr={0: 0b1000}).scc == 1  # an inline constant as the bit index
+  names = [decode(Code(sopc(op, 0, 2)).buf).name for op in range(12, 16)]
+  assert names == ["s_bitcmp0_b32", "s_bitcmp1_b32", "s_bitcmp0_b64", "s_bitcmp1_b64"]
 
 def test_sopp_branches_loop():
   # s0 = 0; s1 = 5; loop: s0 += s1; s1 -= 1; s_cmp_lg_u32 s1, 0; s_cbranch_scc1 loop  -> 5+4+3+2+1
@@ -294,6 +336,49 @@ def test_float64_alu_compare_and_conversion():
   assert w.vgpr[10] == [int(np.trunc(v)) & M32 for v in x] and np.array_equal(get(12), np.trunc(x))
   np.testing.assert_array_equal(get(14), y * 8)  # v_ldexp_f64 by 3
 
+
+
+def test_float_to_int_conversions_saturate():
+  """v_cvt_i32/u32_f64 and _f32 (VOP1 3/21, 8/7; the VOP3 forms 0x180 + op): truncate toward zero; out-of-range
+  values and infinities saturate to the type's limits; NaN converts to 0 (RDNA3 ISA, f64_to_i32 / f32_to_u32)."""
+  vals = [-math.inf, math.inf, math.nan, -math.nan, 3e9, -3e9, 2.0**31, -2.0**31 - 1, 2.0**32, -0.99, 0.99, -7.5, 1e300,
+          -1e-300, 2.0**31 - 1, 4294967295.5, -2.0**31]
+  vals += [0.0] * (32 - len(vals))
+  x = np.array(vals, np.float64)
+  with np.errstate(over="ignore"): f = x.astype(np.float32)  # the f32 forms see the values rounded (1e300 -> inf)
+  lo = [int(b) & M32 for b in x.view(np.uint64)]
+  hi = [int(b) >> 32 for b in x.view(np.uint64)]
+  w = run(vop1(3, 2, V(0)), vop1(21, 3, V(0)), vop3(0x180 + 3, 4, V(0), 0), vop1(8, 5, V(6)), vop1(7, 7, V(6)),
+          vgpr={0: lo, 1: hi, 6: lanes_f(f)})
+
+  def sat(v: float, lo_: int, hi_: int) -> int: return 0 if v != v else int(min(max(np.trunc(v), lo_), hi_))
+  want_i = [sat(v, -2**31, 2**31 - 1) & M32 for v in vals]
+  want_u = [sat(v, 0, 2**32 - 1) for v in vals]
+  assert w.vgpr[2] == want_i and w.vgpr[4] == want_i  # v_cvt_i32_f64, e32 and e64
+  assert w.vgpr[3] == want_u  # v_cvt_u32_f64
+  assert w.vgpr[5] == [sat(float(v), -2**31, 2**31 - 1) & M32 for v in f]  # v_cvt_i32_f32
+  assert w.vgpr[7] == [sat(float(v), 0, 2**32 - 1) for v in f]  # v_cvt_u32_f32
+  assert w.vgpr[2][:2] == [0x80000000, 0x7FFFFFFF] and w.vgpr[3][:3] == [0, M32, 0]
+
+
+def test_cmp_class_f64():
+  """v_cmp_class_f64 (VOPC 0x7F; v_cmpx 0xFF; VOP3 0x7F): lane bit = bit class(S0.f64) of the 32-bit mask S1, the
+  classes 0 sNaN, 1 qNaN, 2 -inf, 3 -normal, 4 -denormal, 5 -0, 6 +0, 7 +denormal, 8 +normal, 9 +inf (the ISA's
+  pseudocode). Float64 floor division tests its operands with it."""
+  snan, qnan = 0x7FF0000000000001, 0x7FF8000000000000
+  vals = [snan, qnan] + [int(b) for b in np.array([-np.inf, -2.5, -5e-324, -0.0, 0.0, 5e-324, 1.0, np.inf]).view(
+    np.uint64)]
+  bits = (vals * 4)[:32]
+  cls = [i % 10 for i in range(32)]  # lane i's value has class i % 10 (vals are listed in class order)
+  masks = [int(m) for m in rng.integers(0, 1 << 10, 32)]
+  w = run(vopc(0x7F, V(0), 2), vop3(0x7F, 10, V(0), V(2)), vop3(0x7F, 11, V(0), 128 + 0x0C, neg=1),
+          vgpr={0: [b & M32 for b in bits], 1: [b >> 32 for b in bits], 2: masks})
+  want = sum(1 << ln for ln in range(32) if masks[ln] >> cls[ln] & 1)
+  assert w.sgpr[VCC_LO] == want and w.sgpr[10] == want
+  neg = [{2: 9, 3: 8, 4: 7, 5: 6, 6: 5, 7: 4, 8: 3, 9: 2}.get(c, c) for c in cls]  # -S0 (VOP3 NEG): the mirror class
+  assert w.sgpr[11] == sum(1 << ln for ln in range(32) if 0x0C >> neg[ln] & 1)  # mask 0x0C: -inf or -normal
+  w = run(vopc(0xFF, V(0), 2), vgpr={0: [b & M32 for b in bits], 1: [b >> 32 for b in bits], 2: masks})
+  assert w.sgpr[EXEC_LO] == want  # v_cmpx_class_f64 writes EXEC
 
 def test_true16_halves():
   a, b = rng.integers(0, 2**16, 32).tolist(), rng.integers(0, 2**16, 32).tolist()

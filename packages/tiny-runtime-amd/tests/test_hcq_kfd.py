@@ -187,5 +187,7 @@ def test_signals_without_an_event_raise_no_interrupt():
   assert len(pm4.AMDComputeQueue().signal(sig, 1)) == 8 and len(sdma.AMDCopyQueue().signal(sig, 1)) == 8
   d = sdma.AMDCopyQueue().copy(0x2000_0000, 0x1000_0000, sdma.MAX_COPY + 16).resolved()
   assert len(d) == 14 and d[1] == sdma.MAX_COPY - 1 and d[8] == 15  # split at MAX_COPY
-  with pytest.raises(ValueError, match="must fit one packet"):
-    sdma.AMDCopyQueue().copy(HCQVar("d"), 0x1000, sdma.MAX_COPY + 1)
+  # a symbolic destination splits the same way, each packet at the variable + its offset (HCQ2 records UOps alike)
+  d = sdma.AMDCopyQueue().copy(HCQVar("d"), 0x1000, sdma.MAX_COPY + 1).resolved({"d": 0x3_0000_0000})
+  assert len(d) == 14 and d[1] == sdma.MAX_COPY - 1 and d[8] == 0
+  assert (d[5], d[6], d[12], d[13]) == (0, 3, sdma.MAX_COPY, 3) and d[10] == 0x1000 + sdma.MAX_COPY

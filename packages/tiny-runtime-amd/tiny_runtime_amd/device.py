@@ -19,11 +19,12 @@ import time
 from typing import Any
 
 from tiny_uop.hcq import MAP_SHARED, PROT_READ, PROT_WRITE, ArgsLayout, FileIOInterface, HCQAllocator, HCQBuffer, \
-  HCQCompiled, HCQGraph, HCQProgram, HCQSignal
+  HCQCompiled, HCQGraph, HCQProgram, HCQSignal, hi32, lo32
 from tiny_uop.target import Target
 
 from tiny_runtime_amd import kfd, pm4
 from tiny_runtime_amd.elf import ELF
+from tiny_runtime_amd.encode import pm_lower
 from tiny_runtime_amd.kfd import KFD_PATH, KFDEvent, KFDIface
 from tiny_runtime_amd.pm4 import AMDComputeQueue, AMDComputeQueue9
 from tiny_runtime_amd.sdma import AMDCopyQueue
@@ -158,7 +159,7 @@ class AMDProgram(HCQProgram):
         continue
       scratch = self.dev.scratch_buf.va_addr if self.dev.scratch_buf is not None else 0
       a = args_addr if g == "kernarg_segment_ptr" else args_addr - 64 if g == "dispatch_ptr" else scratch
-      out += [a & 0xFFFFFFFF, a >> 32] if isinstance(a, int) else [a.lo, a.hi]
+      out += [lo32(a), hi32(a)]
     return out
 
   def args_layout(self, n_bufs: int, n_vals: int) -> ArgsLayout:
@@ -174,6 +175,12 @@ class AMDProgram(HCQProgram):
     """The start of the hsa_kernel_dispatch_packet_t: setup (3 dims), work-group size, grid size in work-items."""
     pkt = struct.pack("<HHHHHHIIIII", 0, 3, *local_size, 0, *(g * l for g, l in zip(global_size, local_size)), 0, 0)
     ctypes.memmove(base, pkt, len(pkt))
+
+  def launch_fields(self, global_size: Any, local_size: Any) -> list[tuple[int, int, Any]]:
+    """`fill_launch`'s fields: workgroup_size_x/y/z (16 bits at bytes 4, 6, 8), grid_size_x/y/z in work-items (32 bits
+    at bytes 12, 16, 20) of hsa_kernel_dispatch_packet_t."""
+    return [*((8 * (4 + 2 * a), 16, local_size[a]) for a in range(3)),
+            *((8 * (12 + 4 * a), 32, global_size[a] * local_size[a]) for a in range(3))]
 
   def __call__(self, *bufs: Any, global_size: tuple[int, ...] = (1, 1, 1), local_size: tuple[int, ...] | None = None,
                vals: tuple[int, ...] = (), wait: bool = False) -> float | None:
@@ -228,6 +235,7 @@ class AMDDevice(HCQCompiled):
   """``AMD[:n]`` (KFD) and ``MOCK+AMD[:n]`` (mock KFD + RDNA3 emulator; with a gfx942 DEV arch, CDNA3 emulator)."""
   hw_compute_queue_t = AMDComputeQueue
   hw_copy_queue_t = AMDCopyQueue
+  pm_lower = pm_lower  # HCQ2's encoder (encode.py)
 
   def __init__(self, device: str):
     target = Target.parse(device).check_interface()
@@ -235,7 +243,7 @@ class AMDDevice(HCQCompiled):
     self._driver: Any = None
     self.mock = target.interface == "MOCK"
     want = dev_arch(device)
-    if self.mock:  # the arch in DEV picks the mocked GPUs: MOCK+AMD:LLVM:gfx942 is a process with two gfx942s
+    if self.mock:  # the arch in DEV picks the mocked GPUs: MOCK+AMD:LLVM:gfx942 is a process with four gfx942s
       from tiny_runtime_amd.mock.driver import mock_fileio
       fio = mock_fileio(want)
       self._driver = fio.kfd_fn()  # type: ignore[attr-defined]
@@ -264,6 +272,20 @@ class AMDDevice(HCQCompiled):
     self.time_signals = [self.new_signal(), self.new_signal()]
     self.compute_ring = AMDRing(self, kfd.QUEUE_TYPE_COMPUTE)
     self.copy_ring = AMDRing(self, kfd.QUEUE_TYPE_SDMA)
+
+  def hcq_submitter(self, engine: str) -> Any:
+    """HCQ2's submit: the parts' dwords copied into the compute (PM4) or copy (SDMA) ring, one doorbell write (AMD's
+    encoder runs bound command buffers through INDIRECT_BUFFER packets, so every part is a list of dwords)."""
+    ring = {"compute": self.compute_ring, "copy": self.copy_ring}[engine]
+
+    def submit(parts: list) -> None:
+      if len(parts) == 1: return ring.submit(parts[0])
+      dwords: list[int] = []
+      for p in parts:
+        if not isinstance(p, list): raise ValueError(f"{self.device}: a submission part {p!r} is not a list of dwords")
+        dwords += p
+      ring.submit(dwords)
+    return submit
 
   def progress(self) -> None:
     """Let the mock GPU run (no-op on real hardware, which runs by itself)."""

@@ -31,14 +31,10 @@ class AMDCopyQueue(HWQueue):
 
   def copy(self, dest: Val, src: Val, size: int) -> AMDCopyQueue:
     """Copy `size` bytes (split into COPY_LINEAR packets of at most MAX_COPY bytes)."""
-    if isinstance(dest, int) and isinstance(src, int):
-      for off in range(0, size, MAX_COPY):
-        n = min(MAX_COPY, size - off)
-        s, d = src + off, dest + off
-        self.q(header(OP_COPY, SUBOP_COPY_LINEAR), n - 1, 0, lo32(s), hi32(s), lo32(d), hi32(d))
-    else:
-      if size > MAX_COPY: raise ValueError(f"a symbolic copy must fit one packet ({MAX_COPY} bytes), got {size}")
-      self.q(header(OP_COPY, SUBOP_COPY_LINEAR), size - 1, 0, lo32(src), hi32(src), lo32(dest), hi32(dest))
+    for off in range(0, size, MAX_COPY):
+      n = min(MAX_COPY, size - off)
+      s, d = (src + off, dest + off) if off else (src, dest)  # ints, HCQVars or UOp expressions
+      self.q(header(OP_COPY, SUBOP_COPY_LINEAR), n - 1, 0, lo32(s), hi32(s), lo32(d), hi32(d))
     return self
 
   def fence(self, addr: Val, value: Val) -> AMDCopyQueue:

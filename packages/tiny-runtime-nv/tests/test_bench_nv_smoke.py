@@ -17,5 +17,5 @@ def test_bench_nv_small(monkeypatch):
   res = mod.run()
   assert len(res) == 8 and all(isinstance(r["tiny"], float) and r["tiny"] >= 0 for r in res.values())
   assert res["MOCK+CUDA CUDAGraph builds during 25 replays"]["tiny"] == 0.0
-  assert res["MOCK+NV HCQGraph builds during 25 replays"]["tiny"] == 0.0
+  assert res["MOCK+NV HCQ2Graph builds during 25 replays"]["tiny"] == 0.0  # HCQ2 is the default graph
   assert res["MOCK+NV TinyJit replay host cost, 1 kernel"]["tiny first capture"] > 0

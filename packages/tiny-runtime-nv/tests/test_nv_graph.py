@@ -5,12 +5,20 @@ entries on the compute channel: wait for the timeline, the bound buffer as it is
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from tiny_uop import Variable
 from tiny_uop.hcq import HCQGraph
 from tiny_uop.plugins import Device
 
 DEV = "MOCK+NV"
+
+
+@pytest.fixture(autouse=True)
+def imperative_graph():
+  """These tests are about the imperative HCQGraph (`HCQ2=0`); test_hcq2.py / test_nv_hcq2.py cover HCQ2 (default)."""
+  from tiny_uop import Context
+  with Context(HCQ2=0): yield
 
 
 def _t(shape, seed):

@@ -1,4 +1,5 @@
-"""The NV device: NVIDIA GPUs through the kernel driver's RM and UVM ioctls, no CUDA library (HCQ, ARCHITECTURE.md §6).
+"""The NV device: NVIDIA GPUs through the kernel driver's RM and UVM ioctls, no CUDA library (HCQ,
+docs/ARCHITECTURE.md §6).
 
 `NVDevice("NV[:n]")` opens /dev/nvidiactl, /dev/nvidia-uvm and /dev/nvidia<minor> (`rm.RMIface`; an unsupported
 driver branch is an error naming the supported ones), allocates the RM objects of one GPU (device, subdevice, virtual
@@ -27,6 +28,7 @@ from tiny_uop.target import Target
 
 from tiny_runtime_nv import push, rm
 from tiny_runtime_nv.cubin import load_kernel_info
+from tiny_runtime_nv.encode import pm_lower
 from tiny_runtime_nv.push import QMD, NVComputeQueue, NVCopyQueue, Windows
 
 NVIDIACTL_PATH = rm.NVIDIACTL
@@ -175,6 +177,14 @@ class NVProgram(HCQProgram):
     for k, v in fields: q[k] = v
     ctypes.memmove(addr, bytes(q), push.QMD_SIZE)
 
+  def launch_fields(self, global_size: Any, local_size: Any) -> list[tuple[int, int, Any]]:
+    """`fill_launch`'s QMD fields (bit offset in the region, width, value): CTA_RASTER_WIDTH/HEIGHT/DEPTH and
+    CTA_THREAD_DIMENSION0/1/2."""
+    names = ("CTA_RASTER_WIDTH", "CTA_RASTER_HEIGHT", "CTA_RASTER_DEPTH", "CTA_THREAD_DIMENSION0",
+             "CTA_THREAD_DIMENSION1", "CTA_THREAD_DIMENSION2")
+    return [(8 * self.cb0_size + push.QMD_V03_00[n][1], push.QMD_V03_00[n][0] - push.QMD_V03_00[n][1] + 1, v)
+            for n, v in zip(names, (*global_size[:3], *local_size[:3]))]
+
   def qmd_addr(self, args_addr: Val) -> Val: return args_addr + self.cb0_size
 
   def check_launch(self, gs: Sequence[int], ls: Sequence[int]) -> None:
@@ -212,6 +222,7 @@ class NVDevice(HCQCompiled):
   """``NV[:n]`` (the NVIDIA kernel driver) and ``MOCK+NV[:n]`` (`mock/rm.py`)."""
   hw_compute_queue_t = NVComputeQueue
   hw_copy_queue_t = NVCopyQueue
+  pm_lower = pm_lower  # HCQ2's encoder (encode.py)
 
   def __init__(self, device: str):
     target = Target.parse(device).check_interface()
@@ -332,7 +343,16 @@ class NVDevice(HCQCompiled):
 
   def submit_gpfifo(self, queue: HWQueue, *entries: tuple[int, int]) -> None:
     """Append a GPFIFO entry per (address, dwords) to the queue's channel, publish GP_PUT, ring the doorbell once."""
-    fifo = self.copy_fifo if isinstance(queue, NVCopyQueue) else self.compute_fifo
+    self._submit_entries(self.copy_fifo if isinstance(queue, NVCopyQueue) else self.compute_fifo, entries)
+
+  def hcq_submitter(self, engine: str) -> Any:
+    """HCQ2's submit: on the compute or copy channel, each list of method dwords is copied into the command ring and
+    each `(address, ndwords)` (a bound command buffer) runs in place, one GPFIFO entry per part, one doorbell."""
+    fifo = {"compute": self.compute_fifo, "copy": self.copy_fifo}[engine]
+    push_dwords, submit = self.push_dwords, self._submit_entries
+    return lambda parts: submit(fifo, [push_dwords(p) if isinstance(p, list) else p for p in parts])
+
+  def _submit_entries(self, fifo: GPFifo, entries: Sequence[tuple[int, int]]) -> None:
     for addr, ndwords in entries:
       while (fifo.put - fifo.gp_get) % fifo.entries >= fifo.entries - 1: self.progress()
       ctypes.c_uint64.from_address(fifo.ring + 8 * (fifo.put % fifo.entries)).value = push.gp_entry(addr, ndwords)

@@ -1,6 +1,7 @@
-"""The CL device on whatever OpenCL platform is installed (PoCL on CPU here): buffers, kernels from the OpenCL
-renderer with the GPU heuristic's workgroup reductions, and `IMAGE=1` models whose conv/matmul weights and activations
-are read as images -- all against numpy. Skips, with the reason, where no OpenCL platform is installed."""
+"""The CL device on whatever OpenCL platform is installed (PoCL on CPU: the system's, or the PyPI wheel's through our
+own ICD dispatch): buffers, kernels from the OpenCL renderer with the GPU heuristic's workgroup reductions, build logs
+in compile errors, device limits, and `IMAGE=1` models whose conv/matmul weights and activations are read as images --
+all against numpy. PoCL is a test dependency (pocl-binary-distribution), so nothing here skips."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,15 +10,10 @@ from tiny_uop import Context, dtypes
 from tiny_uop.device import Buffer
 
 
-def _open() -> object:
-  from tiny_uop.plugins import Device
-  try: return Device["CL"]
-  except Exception as e:  # noqa: BLE001 -- any reason CL can't open is this module's skip reason
-    pytest.skip(f"CL unavailable: {e}")
-
-
 @pytest.fixture(scope="module")
-def dev() -> object: return _open()
+def dev() -> object:
+  from tiny_uop.plugins import Device
+  return Device["CL"]
 
 
 rng = np.random.default_rng(5)
@@ -48,6 +44,37 @@ def test_renderer_capabilities_are_the_devices(dev):
   assert caps["max_workgroup_size"] >= 1 and len(caps["local_max"]) == 3 and caps["shared_max"] > 0
   assert (r.max_workgroup_size, r.local_max, r.shared_max) == (caps["max_workgroup_size"], caps["local_max"],
                                                                caps["shared_max"])
+
+
+def test_build_log_is_in_the_compile_error(dev):
+  from tiny_runtime_qcom.cl import CLProgram
+  from tiny_uop.device import CompileError
+  with pytest.raises(CompileError, match=r"(?s)error.*undeclared_thing.*--- source ---"):
+    CLProgram(dev, "k", b"__kernel void k(__global float* a) { a[0] = undeclared_thing; }")
+
+
+def test_pypi_pocl_runs_through_the_icd_dispatch_table():
+  """PoCL from PyPI exports only ICD entry points: loaded with our dispatch-table loader it builds and runs a kernel."""
+  import numpy as np
+  from tiny_runtime_qcom import opencl as o
+  path = o.pypi_pocl()
+  assert path is not None, "pocl-binary-distribution (a test dependency) is not installed"
+  cl = o.load_icd(path)
+  ctx = o.Context(cl)
+  assert "Portable Computing Language" in ctx.platform_name and cl.how.startswith("icd ")
+  _, k = ctx.build("__kernel void k(__global float* a) { int i = get_global_id(0); a[i] = a[i] * 2.0f + i; }", "k")
+  x = np.arange(64, dtype=np.float32)
+  err = o.ffi.new("cl_int*")
+  mem = cl.clCreateBuffer(ctx.ctx, o.CL_MEM_READ_WRITE | o.CL_MEM_COPY_HOST_PTR, x.nbytes, o.ffi.from_buffer(x), err)
+  o.check(err[0], "clCreateBuffer")
+  o.check(cl.clSetKernelArg(k, 0, o.ffi.sizeof("cl_mem"), o.ffi.new("cl_mem*", mem)), "clSetKernelArg")
+  o.check(cl.clEnqueueNDRangeKernel(ctx.queue, k, 1, o.ffi.NULL, o.ffi.new("size_t[1]", [64]), o.ffi.NULL, 0,
+                                    o.ffi.NULL, o.ffi.NULL), "clEnqueueNDRangeKernel")
+  out = np.zeros(64, np.float32)
+  o.check(cl.clEnqueueReadBuffer(ctx.queue, mem, 1, 0, out.nbytes, o.ffi.from_buffer(out), 0, o.ffi.NULL, o.ffi.NULL),
+          "clEnqueueReadBuffer")
+  np.testing.assert_array_equal(out, x * 2 + np.arange(64))
+  cl.clReleaseMemObject(mem)
 
 
 def test_tensor_math_on_cl(dev):
@@ -108,3 +135,31 @@ def test_convnet_forward_on_cl(dev, image):
   h64 = _np_pool(np.maximum(_np_conv(h64, d["w2"], d["b2"], 0), 0))
   ref = h64.reshape(2, -1) @ d["wl"].T.astype(np.float64) + d["bl"]
   np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_program_binaries_come_from_the_device_compiler():
+  """The QCOM compiler's path on any OpenCL: build, then CL_PROGRAM_SIZES/BINARIES give the device's binary; a device
+  that is not an Adreno is refused with the reason (its binaries aren't a6xx code)."""
+  from tiny_runtime_qcom.compiler import AdrenoCompiler
+  from tiny_runtime_qcom.opencl import Context
+  ctx = Context()
+  prg, _ = ctx.build("__kernel void k(__global float* a) { a[get_global_id(0)] *= 2.0f; }", None)
+  blob = ctx.binary(prg)
+  assert len(blob) > 64 and blob != b"\0" * len(blob)
+  ctx.cl.clReleaseProgram(prg)
+  with pytest.raises(RuntimeError, match="not an Adreno GPU"): AdrenoCompiler("a630", ctx)
+
+
+def test_cl_device_runs_on_pypi_pocl_alone():
+  """What a machine without an ICD loader gets: the CL device on the PyPI PoCL (forced with TINY_OPENCL_ICD)."""
+  import os
+  import subprocess
+  import sys
+  from tiny_runtime_qcom.opencl import pypi_pocl
+  path = pypi_pocl()
+  assert path is not None, "pocl-binary-distribution (a test dependency) is not installed"
+  code = ("from tiny_tensor import Tensor; from tiny_uop.plugins import Device\n"
+          "print(Device['CL'].cl.how); print((Tensor([1.0, 2.0, 3.0], device='CL') * 2 + 1).tolist())")
+  env = {**{k: v for k, v in os.environ.items() if k not in ("DEV", "TINY_PLUGINS")}, "TINY_OPENCL_ICD": path}
+  out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+  assert out.splitlines() == [f"icd {path}", "[3.0, 5.0, 7.0]"]

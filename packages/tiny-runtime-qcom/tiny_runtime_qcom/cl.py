@@ -1,106 +1,52 @@
-"""The ``CL`` device: any OpenCL 2.0 platform through libOpenCL (ctypes), e.g. PoCL on a CPU.
+"""The ``CL`` device: any OpenCL 2.0 platform through cffi (`tiny_runtime_qcom.opencl`), e.g. PoCL on a CPU.
 
 Buffers are `cl_mem` buffers; views are sub-buffers at offsets the device's base alignment
 (`CL_DEVICE_MEM_BASE_ADDR_ALIGN`) allows, and copies made when the view is made elsewhere. Programs are
 OpenCL C source (what `OpenCLRenderer` renders and `OpenCLCompiler` returns), built at load time for the first
-device of the first platform. A kernel's image params (`IMAGE=1`: the source's `/* image dataN HxW */` lines) are
-made at each launch: an RGBA float image of h x w texels, filled from the buffer passed for that param
-(`clEnqueueCopyBufferToImage`) -- the buffer's floats in order, 4 a texel; outputs stay buffers. Launches are
-queued in order on one in-order queue; `wait=True` finishes the queue and returns the seconds it took. A device
-without `cl_khr_fp16` gets `OpenCLHalfStorageRenderer` (half in memory, half math in float rounded to half).
+device of the first platform; a failed build raises CompileError with the build log and the source. A kernel's image
+params (`IMAGE=1`: the source's `/* image dataN HxW */` lines) are made at each launch: an RGBA float image of h x w
+texels, filled from the buffer passed for that param (`clEnqueueCopyBufferToImage`) -- the buffer's floats in order,
+4 a texel; outputs stay buffers. Launches are queued in order on one in-order queue; `wait=True` finishes the queue
+and returns the seconds it took. A device without `cl_khr_fp16` gets `OpenCLHalfStorageRenderer` (half in memory,
+half math in float rounded to half). The renderer's workgroup and local-memory limits are the device's own
+(clGetDeviceInfo).
 """
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import functools
 import re
 import time
 from typing import Any
 
 from tiny_uop.device import Allocator, BufferSpec, Compiled, CompileError, Program
 
-vp, sz, u32 = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint32
-i32p = ctypes.POINTER(ctypes.c_int32)
-CL_DEVICE_TYPE_ALL, CL_MEM_READ_WRITE, CL_MEM_READ_ONLY = 0xFFFFFFFF, 1 << 0, 1 << 2
-CL_PROGRAM_BUILD_LOG, CL_DEVICE_MEM_BASE_ADDR_ALIGN, CL_BUFFER_CREATE_TYPE_REGION = 0x1183, 0x1019, 0x1220
-CL_DEVICE_NAME, CL_DEVICE_EXTENSIONS = 0x102B, 0x1030
-CL_DEVICE_MAX_WORK_GROUP_SIZE, CL_DEVICE_MAX_WORK_ITEM_SIZES, CL_DEVICE_LOCAL_MEM_SIZE = 0x1004, 0x1005, 0x1023
-CL_RGBA, CL_FLOAT, CL_MEM_OBJECT_IMAGE2D = 0x10B5, 0x10DE, 0x10F1
+from tiny_runtime_qcom.opencl import CL_DEVICE_LOCAL_MEM_SIZE, CL_DEVICE_MAX_WORK_GROUP_SIZE, \
+  CL_DEVICE_MAX_WORK_ITEM_SIZES, CL_BUFFER_CREATE_TYPE_REGION, CL_FLOAT, CL_INVALID_BUFFER_SIZE, \
+  CL_MEM_OBJECT_ALLOCATION_FAILURE, CL_MEM_OBJECT_IMAGE2D, CL_MEM_READ_ONLY, CL_MEM_READ_WRITE, CL_RGBA, \
+  BuildError, CLError, Context, check, ffi, info_int
+
 IMAGE_LINE = re.compile(r"^/\* image data(\d+) (\d+)x(\d+) \*/$", re.M)
 
-
-class ImageFormat(ctypes.Structure):
-  _fields_ = [("order", u32), ("type", u32)]
+__all__ = ["CLBuf", "CLAllocator", "CLProgram", "CLDevice", "CLError", "image_desc"]
 
 
-class ImageDesc(ctypes.Structure):
-  _fields_ = [("type", u32), ("width", sz), ("height", sz), ("depth", sz), ("array_size", sz), ("row_pitch", sz),
-              ("slice_pitch", sz), ("num_mip_levels", u32), ("num_samples", u32), ("buffer", vp)]
-
-
-class Region(ctypes.Structure):
-  _fields_ = [("origin", sz), ("size", sz)]
-
-
-class CLError(RuntimeError):
-  """An OpenCL call failed; the message names the call and the error code."""
-
-
-def check(code: int, what: str) -> None:
-  """Raise CLError naming `what` when an OpenCL status `code` isn't CL_SUCCESS."""
-  if code != 0: raise CLError(f"{what} failed with OpenCL error {code}")
-
-
-@functools.cache
-def libcl() -> Any:
-  """libOpenCL with the signatures this device uses; OSError when it isn't installed."""
-  name = ctypes.util.find_library("OpenCL")
-  if name is None: raise OSError("libOpenCL not found: no OpenCL ICD loader (apt-get install ocl-icd-libopencl1 "
-                                 "pocl-opencl-icd)")
-  cl = ctypes.CDLL(name)
-  u64 = ctypes.c_uint64
-  sigs: dict[str, tuple[Any, list[Any]]] = {
-    "clGetPlatformIDs": (ctypes.c_int32, [u32, vp, ctypes.POINTER(u32)]),
-    "clGetDeviceIDs": (ctypes.c_int32, [vp, u64, u32, ctypes.POINTER(vp), vp]),
-    "clGetDeviceInfo": (ctypes.c_int32, [vp, u32, sz, vp, vp]),
-    "clCreateContext": (vp, [vp, u32, ctypes.POINTER(vp), vp, vp, i32p]),
-    "clCreateCommandQueue": (vp, [vp, vp, u64, i32p]),
-    "clCreateProgramWithSource": (vp, [vp, u32, ctypes.POINTER(ctypes.c_char_p), vp, i32p]),
-    "clBuildProgram": (ctypes.c_int32, [vp, u32, ctypes.POINTER(vp), ctypes.c_char_p, vp, vp]),
-    "clGetProgramBuildInfo": (ctypes.c_int32, [vp, vp, u32, sz, vp, vp]),
-    "clCreateKernel": (vp, [vp, ctypes.c_char_p, i32p]),
-    "clCreateBuffer": (vp, [vp, u64, sz, vp, i32p]),
-    "clCreateSubBuffer": (vp, [vp, u64, u32, vp, i32p]),
-    "clCreateImage": (vp, [vp, u64, ctypes.POINTER(ImageFormat), ctypes.POINTER(ImageDesc), vp, i32p]),
-    "clEnqueueCopyBufferToImage": (ctypes.c_int32, [vp, vp, vp, sz, vp, vp, u32, vp, vp]),
-    "clSetKernelArg": (ctypes.c_int32, [vp, u32, sz, vp]),
-    "clEnqueueNDRangeKernel": (ctypes.c_int32, [vp, vp, u32, vp, vp, vp, u32, vp, vp]),
-    "clEnqueueReadBuffer": (ctypes.c_int32, [vp, vp, u32, sz, sz, vp, u32, vp, vp]),
-    "clEnqueueReadImage": (ctypes.c_int32, [vp, vp, u32, vp, vp, sz, sz, vp, u32, vp, vp]),
-    "clEnqueueWriteBuffer": (ctypes.c_int32, [vp, vp, u32, sz, sz, vp, u32, vp, vp]),
-    "clEnqueueCopyBuffer": (ctypes.c_int32, [vp, vp, vp, sz, sz, sz, u32, vp, vp]),
-    "clFinish": (ctypes.c_int32, [vp]),
-    "clReleaseMemObject": (ctypes.c_int32, [vp]),
-    "clReleaseKernel": (ctypes.c_int32, [vp]),
-    "clReleaseProgram": (ctypes.c_int32, [vp]),
-  }
-  for fn, (res, args) in sigs.items():
-    f = getattr(cl, fn)
-    f.restype, f.argtypes = res, args
-  return cl
+def image_desc(h: int, w: int, row_pitch: int = 0) -> tuple[Any, Any]:
+  """(cl_image_format*, cl_image_desc*) of an RGBA float32 2D image of h x w texels."""
+  fmt = ffi.new("cl_image_format*", {"image_channel_order": CL_RGBA, "image_channel_data_type": CL_FLOAT})
+  desc = ffi.new("cl_image_desc*", {"image_type": CL_MEM_OBJECT_IMAGE2D, "image_width": w, "image_height": h,
+                                    "image_depth": 1, "image_array_size": 1, "image_row_pitch": row_pitch})
+  return fmt, desc
 
 
 class CLBuf:
   """A `cl_mem` of `nbytes`; a view's (`base` set) is released with it (the allocator frees only bases)."""
-  __slots__ = ("mem", "nbytes", "base")
+  __slots__ = ("mem", "nbytes", "base", "cl")
 
-  def __init__(self, mem: Any, nbytes: int, base: CLBuf | None = None):
-    self.mem, self.nbytes, self.base = mem, nbytes, base
+  def __init__(self, cl: Any, mem: Any, nbytes: int, base: CLBuf | None = None):
+    self.cl, self.mem, self.nbytes, self.base = cl, mem, nbytes, base
 
   def __del__(self) -> None:
     if self.base is None: return
-    try: libcl().clReleaseMemObject(self.mem)
+    try: self.cl.clReleaseMemObject(self.mem)
     except Exception:  # noqa: BLE001,S110 -- interpreter shutdown: the driver may be gone already
       pass
 
@@ -112,31 +58,32 @@ class CLAllocator(Allocator[CLBuf]):
 
   def __init__(self, dev: CLDevice): self.dev = dev
 
-  def _alloc(self, size: int, options: BufferSpec) -> CLBuf:
-    err = ctypes.c_int32()
-    mem = libcl().clCreateBuffer(self.dev.ctx, CL_MEM_READ_WRITE, max(size, 1), None, ctypes.byref(err))
-    if err.value == -4 or err.value == -61: raise MemoryError(f"OpenCL can't allocate {size} bytes (error {err.value})")
-    check(err.value, f"clCreateBuffer({size})")
-    return CLBuf(vp(mem), size)
+  def _create(self, size: int) -> Any:
+    err = ffi.new("cl_int*")
+    mem = self.dev.cl.clCreateBuffer(self.dev.ctx.ctx, CL_MEM_READ_WRITE, max(size, 1), ffi.NULL, err)
+    if err[0] in (CL_MEM_OBJECT_ALLOCATION_FAILURE, CL_INVALID_BUFFER_SIZE):
+      raise MemoryError(f"OpenCL can't allocate {size} bytes (error {err[0]})")
+    check(err[0], f"clCreateBuffer({size})")
+    return mem
 
-  def _free(self, opaque: CLBuf, options: BufferSpec) -> None: libcl().clReleaseMemObject(opaque.mem)
+  def _alloc(self, size: int, options: BufferSpec) -> CLBuf: return CLBuf(self.dev.cl, self._create(size), size)
+  def _free(self, opaque: CLBuf, options: BufferSpec) -> None: self.dev.cl.clReleaseMemObject(opaque.mem)
 
   def _copyin(self, dest: CLBuf, src: memoryview) -> None:
     if src.nbytes == 0: return
-    host = (ctypes.c_char * src.nbytes).from_buffer_copy(src) if src.readonly else \
-      (ctypes.c_char * src.nbytes).from_buffer(src.cast("B"))
-    check(libcl().clEnqueueWriteBuffer(self.dev.queue, dest.mem, 1, 0, src.nbytes, host, 0, None, None),
-          "clEnqueueWriteBuffer")
+    host = ffi.from_buffer(src)
+    check(self.dev.cl.clEnqueueWriteBuffer(self.dev.ctx.queue, dest.mem, 1, 0, src.nbytes, host, 0, ffi.NULL,
+                                           ffi.NULL), "clEnqueueWriteBuffer")
 
   def _copyout(self, dest: memoryview, src: CLBuf) -> None:
     if dest.nbytes == 0: return
     self.dev.synchronize()
-    host = (ctypes.c_char * dest.nbytes).from_buffer(dest.cast("B"))
-    check(libcl().clEnqueueReadBuffer(self.dev.queue, src.mem, 1, 0, dest.nbytes, host, 0, None, None),
-          "clEnqueueReadBuffer")
+    host = ffi.from_buffer(dest.cast("B"), require_writable=True)
+    check(self.dev.cl.clEnqueueReadBuffer(self.dev.ctx.queue, src.mem, 1, 0, dest.nbytes, host, 0, ffi.NULL,
+                                          ffi.NULL), "clEnqueueReadBuffer")
 
   def _transfer(self, dest: CLBuf, src: CLBuf, sz_: int, **kwargs: Any) -> None:
-    check(libcl().clEnqueueCopyBuffer(self.dev.queue, src.mem, dest.mem, 0, 0, sz_, 0, None, None),
+    check(self.dev.cl.clEnqueueCopyBuffer(self.dev.ctx.queue, src.mem, dest.mem, 0, 0, sz_, 0, ffi.NULL, ffi.NULL),
           "clEnqueueCopyBuffer")
 
   def _offset(self, buf: CLBuf, size: int, offset: int) -> CLBuf:
@@ -144,18 +91,17 @@ class CLAllocator(Allocator[CLBuf]):
     mid-alignment in OpenCL) a copy of the bytes as they are now, which later writes to the base don't reach."""
     if offset < 0 or size < 0 or offset + size > buf.nbytes:
       raise ValueError(f"view of {size} bytes at offset {offset} is outside a CL buffer of {buf.nbytes} bytes")
-    err = ctypes.c_int32()
+    cl = self.dev.cl
     if offset % self.dev.base_align:
-      mem = vp(libcl().clCreateBuffer(self.dev.ctx, CL_MEM_READ_WRITE, max(size, 1), None, ctypes.byref(err)))
-      check(err.value, f"clCreateBuffer({size})")
-      if size: check(libcl().clEnqueueCopyBuffer(self.dev.queue, buf.mem, mem, offset, 0, size, 0, None, None),
-                     "clEnqueueCopyBuffer")
-      return CLBuf(mem, size, buf)
-    region = Region(offset, max(size, 1))
-    mem = libcl().clCreateSubBuffer(buf.mem, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, ctypes.byref(region),
-                                    ctypes.byref(err))
-    check(err.value, f"clCreateSubBuffer(offset={offset}, size={size})")
-    return CLBuf(vp(mem), size, buf)
+      mem = self._create(size)
+      if size: check(cl.clEnqueueCopyBuffer(self.dev.ctx.queue, buf.mem, mem, offset, 0, size, 0, ffi.NULL,
+                                            ffi.NULL), "clEnqueueCopyBuffer")
+      return CLBuf(cl, mem, size, buf)
+    err = ffi.new("cl_int*")
+    region = ffi.new("cl_buffer_region*", {"origin": offset, "size": max(size, 1)})
+    mem = cl.clCreateSubBuffer(buf.mem, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, region, err)
+    check(err[0], f"clCreateSubBuffer(offset={offset}, size={size})")
+    return CLBuf(cl, mem, size, buf)
 
 
 class CLProgram(Program):
@@ -164,50 +110,47 @@ class CLProgram(Program):
   def __init__(self, device: Compiled, name: str, lib: bytes, **kwargs: Any):
     super().__init__(device, name, lib)
     assert isinstance(device, CLDevice)
-    self.dev = device
-    cl, err, src = libcl(), ctypes.c_int32(), lib.decode()
-    s = ctypes.c_char_p(lib)
-    self.prg = vp(cl.clCreateProgramWithSource(device.ctx, 1, ctypes.byref(s), None, ctypes.byref(err)))
-    check(err.value, "clCreateProgramWithSource")
-    if cl.clBuildProgram(self.prg, 1, ctypes.byref(device.dev), b"-cl-std=CL2.0 -w", None, None) != 0:
-      log = ctypes.create_string_buffer(1 << 16)
-      cl.clGetProgramBuildInfo(self.prg, device.dev, CL_PROGRAM_BUILD_LOG, len(log), log, None)
-      raise CompileError(f"OpenCL build of {name} failed:\n{log.value.decode(errors='replace')}\n--- source ---\n{src}")
-    self.kernel = vp(cl.clCreateKernel(self.prg, name.encode(), ctypes.byref(err)))
-    check(err.value, f"clCreateKernel({name})")
+    self.dev, src = device, lib.decode()
+    try: self.prg, self.kernel = device.ctx.build(src, name)
+    except BuildError as e: raise CompileError(str(e)) from e
     sig = re.search(rf"__kernel void {re.escape(name)}\((.*?)\)\s*\{{", src, re.S)
     slots = [int(x) for x in re.findall(r"\bdata(\d+)\b", sig.group(1))] if sig else []
     shapes = {int(m.group(1)): (int(m.group(2)), int(m.group(3))) for m in IMAGE_LINE.finditer(src)}
     self.images = {i: shapes[slot] for i, slot in enumerate(slots) if slot in shapes}  # arg position -> (h, w)
 
   def _image(self, buf: CLBuf, hw: tuple[int, int]) -> Any:
-    cl, err = libcl(), ctypes.c_int32()
+    cl, err = self.dev.cl, ffi.new("cl_int*")
     h, w = hw
     if buf.nbytes < h * w * 16: raise ValueError(f"{self.name}: a {buf.nbytes}-byte buffer can't fill a {h}x{w} image")
-    desc = ImageDesc(CL_MEM_OBJECT_IMAGE2D, w, h, 1, 1, 0, 0, 0, 0, None)
-    img = vp(cl.clCreateImage(self.dev.ctx, CL_MEM_READ_ONLY, ctypes.byref(ImageFormat(CL_RGBA, CL_FLOAT)),
-                              ctypes.byref(desc), None, ctypes.byref(err)))
-    check(err.value, f"clCreateImage({h}x{w})")
-    check(cl.clEnqueueCopyBufferToImage(self.dev.queue, buf.mem, img, 0, (sz * 3)(0, 0, 0), (sz * 3)(w, h, 1), 0,
-                                        None, None), "clEnqueueCopyBufferToImage")
+    fmt, desc = image_desc(h, w)
+    img = cl.clCreateImage(self.dev.ctx.ctx, CL_MEM_READ_ONLY, fmt, desc, ffi.NULL, err)
+    check(err[0], f"clCreateImage({h}x{w})")
+    origin, region = ffi.new("size_t[3]", [0, 0, 0]), ffi.new("size_t[3]", [w, h, 1])
+    check(cl.clEnqueueCopyBufferToImage(self.dev.ctx.queue, buf.mem, img, 0, origin, region, 0, ffi.NULL, ffi.NULL),
+          "clEnqueueCopyBufferToImage")
     return img
 
   def __call__(self, *bufs: Any, global_size: tuple[int, ...] = (1, 1, 1), local_size: tuple[int, ...] | None = None,
                vals: tuple[int, ...] = (), wait: bool = False) -> float | None:
-    cl = libcl()
+    cl = self.dev.cl
     images = []
+    arg = ffi.new("cl_mem*")
     for i, b in enumerate(bufs):
-      mem = b.mem
-      if i in self.images: images.append(mem := self._image(b, self.images[i]))
-      check(cl.clSetKernelArg(self.kernel, i, ctypes.sizeof(vp), ctypes.byref(mem)), f"clSetKernelArg({i})")
+      arg[0] = b.mem
+      if i in self.images:
+        arg[0] = self._image(b, self.images[i])
+        images.append(arg[0])
+      check(cl.clSetKernelArg(self.kernel, i, ffi.sizeof("cl_mem"), arg), f"clSetKernelArg({i})")
+    cv = ffi.new("cl_int*")
     for j, v in enumerate(vals):
-      cv = ctypes.c_int32(v)
-      check(cl.clSetKernelArg(self.kernel, len(bufs) + j, 4, ctypes.byref(cv)), f"clSetKernelArg({len(bufs) + j})")
+      cv[0] = v
+      check(cl.clSetKernelArg(self.kernel, len(bufs) + j, 4, cv), f"clSetKernelArg({len(bufs) + j})")
     lsz = tuple(local_size or (1, 1, 1))
     gsz = tuple(int(g) * int(x) for g, x in zip(global_size, lsz))
     st = time.perf_counter()
-    check(cl.clEnqueueNDRangeKernel(self.dev.queue, self.kernel, len(gsz), None, (sz * len(gsz))(*gsz),
-                                    (sz * len(lsz))(*lsz), 0, None, None), f"clEnqueueNDRangeKernel({self.name})")
+    check(cl.clEnqueueNDRangeKernel(self.dev.ctx.queue, self.kernel, len(gsz), ffi.NULL,
+                                    ffi.new("size_t[]", list(gsz)), ffi.new("size_t[]", list(lsz)), 0, ffi.NULL,
+                                    ffi.NULL), f"clEnqueueNDRangeKernel({self.name})")
     for img in images: cl.clReleaseMemObject(img)  # freed once the kernel that uses it is done
     if not wait: return None
     self.dev.synchronize()
@@ -215,8 +158,8 @@ class CLProgram(Program):
 
   def __del__(self) -> None:
     try:
-      libcl().clReleaseKernel(self.kernel)
-      libcl().clReleaseProgram(self.prg)
+      self.dev.cl.clReleaseKernel(self.kernel)
+      self.dev.cl.clReleaseProgram(self.prg)
     except Exception:  # noqa: BLE001,S110 -- interpreter shutdown: the driver may be gone already
       pass
 
@@ -225,43 +168,22 @@ class CLDevice(Compiled):
   """``CL``: the first device of the first OpenCL platform, with `OpenCLRenderer` (``IMAGE=1`` for images)."""
 
   def __init__(self, device: str = "CL"):
-    cl = libcl()
-    n = u32()
-    check(cl.clGetPlatformIDs(0, None, ctypes.byref(n)), "clGetPlatformIDs")
-    if n.value == 0: raise RuntimeError("no OpenCL platform installed (apt-get install pocl-opencl-icd)")
-    plats = (vp * n.value)()
-    check(cl.clGetPlatformIDs(n.value, plats, None), "clGetPlatformIDs")
-    self.dev = vp()
-    check(cl.clGetDeviceIDs(vp(plats[0]), CL_DEVICE_TYPE_ALL, 1, ctypes.byref(self.dev), None), "clGetDeviceIDs")
-    err = ctypes.c_int32()
-    self.ctx = vp(cl.clCreateContext(None, 1, ctypes.byref(self.dev), None, None, ctypes.byref(err)))
-    check(err.value, "clCreateContext")
-    self.queue = vp(cl.clCreateCommandQueue(self.ctx, self.dev, 0, ctypes.byref(err)))
-    check(err.value, "clCreateCommandQueue")
-    bits = u32()
-    cl.clGetDeviceInfo(self.dev, CL_DEVICE_MEM_BASE_ADDR_ALIGN, 4, ctypes.byref(bits), None)
-    self.base_align = max(1, bits.value // 8)
-    name = ctypes.create_string_buffer(256)
-    cl.clGetDeviceInfo(self.dev, CL_DEVICE_NAME, len(name), name, None)
+    self.ctx = ctx = Context()
+    self.cl = ctx.cl
+    self.base_align, self.extensions = ctx.base_align, ctx.extensions
     # the renderer's arch names the OpenCL device: loaded programs are cached per (renderer class, arch), so this
     # keeps them apart from NULL:OPENCL's (which compile the same source but launch nothing)
-    self.device_name = re.sub(r"[^A-Za-z0-9_.-]+", "_", name.value.decode(errors="replace")).strip("_") or "cl"
-    ext = ctypes.create_string_buffer(1 << 14)
-    cl.clGetDeviceInfo(self.dev, CL_DEVICE_EXTENSIONS, len(ext), ext, None)
-    self.extensions = set(ext.value.decode(errors="replace").split())
+    self.device_name = re.sub(r"[^A-Za-z0-9_.-]+", "_", ctx.name).strip("_") or "cl"
     from tiny_codegen.renderer.opencl import OpenCLHalfStorageRenderer, OpenCLRenderer
     ren = OpenCLRenderer if "cl_khr_fp16" in self.extensions else OpenCLHalfStorageRenderer  # half math in float
     super().__init__(device, CLAllocator(self), [ren], CLProgram, arch=self.device_name)
     # the optimizer sizes workgroups and shared memory by the device's own limits
-    wg, items, lmem = sz(), (sz * 3)(), ctypes.c_uint64()
-    check(cl.clGetDeviceInfo(self.dev, CL_DEVICE_MAX_WORK_GROUP_SIZE, ctypes.sizeof(wg), ctypes.byref(wg), None),
-          "clGetDeviceInfo(CL_DEVICE_MAX_WORK_GROUP_SIZE)")
-    check(cl.clGetDeviceInfo(self.dev, CL_DEVICE_MAX_WORK_ITEM_SIZES, ctypes.sizeof(items), items, None),
+    wg = info_int(self.cl, "clGetDeviceInfo", ctx.device, CL_DEVICE_MAX_WORK_GROUP_SIZE, "size_t")
+    items = ffi.new("size_t[3]")
+    check(self.cl.clGetDeviceInfo(ctx.device, CL_DEVICE_MAX_WORK_ITEM_SIZES, ffi.sizeof(items), items, ffi.NULL),
           "clGetDeviceInfo(CL_DEVICE_MAX_WORK_ITEM_SIZES)")
-    check(cl.clGetDeviceInfo(self.dev, CL_DEVICE_LOCAL_MEM_SIZE, 8, ctypes.byref(lmem), None),
-          "clGetDeviceInfo(CL_DEVICE_LOCAL_MEM_SIZE)")
-    self.caps = {"max_workgroup_size": int(wg.value), "local_max": tuple(min(int(x), int(wg.value)) for x in items),
-                 "shared_max": int(lmem.value)}
+    lmem = info_int(self.cl, "clGetDeviceInfo", ctx.device, CL_DEVICE_LOCAL_MEM_SIZE, "cl_ulong")
+    self.caps = {"max_workgroup_size": wg, "local_max": tuple(min(int(x), wg) for x in items), "shared_max": lmem}
 
   def select_renderer(self, name: str | None) -> Any:
     """The renderer, with this device's workgroup and local-memory limits as its capabilities."""
@@ -269,4 +191,4 @@ class CLDevice(Compiled):
     for k, v in getattr(self, "caps", {}).items(): setattr(r, k, v)
     return r
 
-  def synchronize(self) -> None: check(libcl().clFinish(self.queue), "clFinish")
+  def synchronize(self) -> None: self.ctx.finish()

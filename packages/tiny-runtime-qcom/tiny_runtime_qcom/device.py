@@ -1,43 +1,292 @@
-"""The QCOM device (a placeholder until the KGSL driver lands) and the CL device (OpenCL, `tiny_runtime_qcom.cl`).
+"""The QCOM device: `QCOM` (KGSL on an Adreno 6xx phone) and `MOCK+QCOM` (the same driver code against `mock/`); and
+the `CL` device (OpenCL, `tiny_runtime_qcom.cl`).
 
-Opening QCOM always raises a RuntimeError that says what is missing, so the registry reports the device as
-unavailable with that reason and other devices keep working; CL does the same where no OpenCL is installed.
+`QCOMDevice(HCQCompiled)` opens `/dev/kgsl-3d0` through a `FileIOInterface` (`KGSLIface`), creates a compute draw
+context, keeps signals, command buffers and kernel arguments in GPU objects that are mapped on the CPU at their GPU
+address, compiles kernels with the device's own OpenCL compiler (`AdrenoCompiler`: OpenCL C -> Qualcomm's program
+binary), loads the binary's shader image itself (`QCOMProgram`) and dispatches it with a6xx command streams
+(`a6xx.QCOMComputeQueue`), submitted with GPU_COMMAND. Signals are memory written by the GPU (CACHE_FLUSH_TS); a
+host wait first sleeps in KGSL on the submission's timestamp. There is no copy engine: copies go through the CPU
+mapping (`HCQAllocator`). TinyJit replays through `HCQGraph` (one prebuilt indirect buffer, `QCOMGraph`).
+
+Without an Adreno GPU, `QCOMDevice("QCOM")` raises RuntimeError("no Adreno GPU (/dev/kgsl-3d0 not found)"), which
+the registry reports; `DEV=MOCK+QCOM` always works where an OpenCL CPU platform (PoCL) is installed.
 """
 from __future__ import annotations
 
-import ctypes.util
-import os
+import ctypes
+from typing import Any, Sequence
 
+from tiny_uop.hcq import ArgsLayout, FileIOInterface, HCQAllocator, HCQBuffer, HCQCompiled, HCQGraph, HCQProgram, \
+  HCQSignal
 from tiny_uop.target import Target
 
+from tiny_runtime_qcom import a6xx, adreno
 from tiny_runtime_qcom import cl as _cl
+from tiny_runtime_qcom.a6xx import QCOMComputeQueue
+from tiny_runtime_qcom.kgsl import KGSL_PATH, KGSLIface
+from tiny_runtime_qcom.opencl import OpenCLUnavailable
 
-KGSL_PATH = "/dev/kgsl-3d0"
+__all__ = ["QCOMDevice", "QCOMProgram", "QCOMSignal", "CLDevice", "KGSL_PATH"]
+
+SIGNAL_PAGE, CMD_RING, KERNARGS_SIZE = 0x1000, 4 << 20, 2 << 20
+ALWAYS_ON_MHZ = 19.2  # CP_ALWAYS_ON_COUNTER ticks per microsecond (the 19.2 MHz XO clock of Snapdragon SoCs)
+MAX_THREADS = 1024     # work-items per work-group on a6xx
 
 
-def _check_interface(device: str, name: str) -> None:
-  if Target.parse(device).check_interface().interface == "MOCK":
-    raise RuntimeError(f"{device}: the mock {name} driver is not implemented yet in tiny-runtime-qcom")
+def _round_up(x: int, a: int) -> int: return (x + a - 1) // a * a
+def _next_pow2(x: int) -> int: return 1 if x <= 1 else 1 << (x - 1).bit_length()
 
 
-class QCOMDevice:
-  """``QCOM`` (KGSL ioctls, Adreno). Not implemented: the constructor raises RuntimeError with the reason."""
+class QCOMSignal(HCQSignal):
+  """A signal in GPU memory whose host wait sleeps in KGSL first: DEVICE_WAITTIMESTAMP_CTXTID on the context's last
+  submission (which wrote every signal submitted before it), then reads the value."""
+
+  def __init__(self, addr: int, dev: QCOMDevice, value: int = 0):
+    super().__init__(addr, value, timestamp_divider=ALWAYS_ON_MHZ)
+    self.dev = dev
+
+  def wait(self, value: int, timeout_ms: int = 30000) -> None:
+    if self.value >= value: return
+    if (ts := self.dev.kgsl.last_timestamp): self.dev.kgsl.wait_timestamp(ts, timeout_ms)
+    super().wait(value, timeout_ms)
+
+
+class QCOMProgram(HCQProgram):
+  """A kernel binary from the device's OpenCL compiler, its shader image loaded into GPU memory by this runtime.
+
+  Argument region (`layout`): the const file (`const_units` vec4s: immediates from the binary, buffer addresses
+  (64-bit) and int32 values at the offsets the binary's argument records give), then a 16-dword texture descriptor
+  per read-only image argument, one per write-only image (UAV), and a 4-dword sampler per sampler the kernel uses.
+  Image arguments are described in place: an RGBA float32 2D image of the (h, w) texels the source declares, at the
+  buffer's address, `w * 16` bytes a row (a multiple of 64: `QCOMRenderer` lays images out so)."""
+
+  def __init__(self, dev: QCOMDevice, name: str, lib: bytes, **kwargs: Any):
+    super().__init__(dev, name, lib)
+    self.dev: QCOMDevice = dev
+    self.info, blob = adreno.unpack_lib(lib)
+    if self.info.name != name: raise ValueError(f"QCOM program for kernel {self.info.name!r} loaded as {name!r}")
+    b = self.binary = adreno.AdrenoBinary.parse(blob, name)
+    if len(b.args) != len(self.info.args):
+      raise ValueError(f"kernel {name}: the source has {len(self.info.args)} arguments, the binary {len(b.args)}")
+    want = {"buf": adreno.ARG_CONST, "val": adreno.ARG_CONST, "tex": adreno.ARG_TEX, "uav": adreno.ARG_UAV}
+    for i, ((kind, _, w), arg) in enumerate(zip(self.info.args, b.args)):
+      if want[kind] != arg.kind: raise ValueError(f"kernel {name}: argument {i} is a {kind} in the source but of kind "
+                                                  f"{arg.kind} in the binary")
+      if kind in ("tex", "uav") and (w * 16) % a6xx.PITCH_ALIGN:
+        raise ValueError(f"kernel {name}: image argument {i} is {w} texels wide, a {w * 16}-byte pitch; a6xx needs a "
+                         f"multiple of {a6xx.PITCH_ALIGN} (render with QCOMRenderer)")
+    self.buf_args = [i for i, a in enumerate(self.info.args) if a[0] != "val"]  # call order: buffers, then values
+    self.val_args = [i for i, a in enumerate(self.info.args) if a[0] == "val"]
+    self.tex_index = {i: n for n, i in enumerate(i for i, a in enumerate(self.info.args) if a[0] == "tex")}
+    self.uav_index = {i: n for n, i in enumerate(i for i, a in enumerate(self.info.args) if a[0] == "uav")}
+    need = max([64] + [a.const_off + (4 if k[0] == "val" else 8) for a, k in zip(b.args, self.info.args)
+                       if k[0] in ("buf", "val")] + [off + sz for _, off, sz in b.consts])
+    const_bytes = _round_up(need, 64)
+    if const_bytes // 16 > 1020: raise ValueError(f"kernel {name} needs {const_bytes} bytes of constants; max 16320")
+    self.layout = Layout(const_bytes, len(self.tex_index), len(self.uav_index), b.samplers)
+    # the shader image, read by CP_LOAD_STATE6 in 128-byte units
+    self.instr_units = (len(b.image) + 127) // 128
+    self.lib_buf = dev._gpu_alloc(self.instr_units * 128)
+    ctypes.memmove(self.lib_buf.va_addr, b.image, len(b.image))
+    self.shader_addr, self.pc_offset = self.lib_buf.va_addr, b.pc_offset
+    self.fregs, self.hregs, self.branchstack = b.fregs, b.hregs, b.branchstack
+    self.shared_units = max(1, (b.shmem - 1) // 1024)  # SP_CS_CNTL_1.SHARED_SIZE, as the Qualcomm driver sets it
+    # private memory, sized as the Qualcomm driver sizes it (traces): 512-byte units per work-item, 128 x 2 waves
+    self.pvtmem_per_item = _round_up(b.pvtmem, 512) >> 9
+    self.pvtmem_total = self.pvtmem_per_item * 128 * 2
+    self.stack_offset = _round_up(_next_pow2(_round_up(b.pvtmem, 512)) * 128 * 16, 0x1000)
+    dev.ensure_stack(self.stack_offset * 4)
+    # work-items per group the register file allows: 384 x 32 full registers per SP (a6xx), in waves of 128
+    self.max_threads = min(MAX_THREADS, (384 * 32 // (max(1, self.fregs + _round_up(self.hregs, 2) // 2) * 128)) * 128)
+
+  def args_layout(self, n_bufs: int, n_vals: int) -> ArgsLayout:
+    if (n_bufs, n_vals) != (len(self.buf_args), len(self.val_args)):
+      raise ValueError(f"kernel {self.name} takes {len(self.buf_args)} buffers and {len(self.val_args)} values, "
+                       f"got {n_bufs} and {n_vals}")
+    lay, args = self.layout, self.binary.args
+    bufs = tuple(lay.tex_off + 64 * self.tex_index[i] + 16 if i in self.tex_index else
+                 lay.uav_off + 64 * self.uav_index[i] + 16 if i in self.uav_index else args[i].const_off
+                 for i in self.buf_args)
+    return ArgsLayout(lay.size, 0, bufs, tuple(args[i].const_off for i in self.val_args))
+
+  def fill_args(self, base: int, bufs: Sequence[int], vals: Sequence[int]) -> int:
+    """The whole argument region: immediates, buffer addresses, values, image descriptors, samplers."""
+    lay = self.layout
+    ctypes.memset(base, 0, lay.size)
+    for value, off, size in self.binary.consts:
+      ctypes.memmove(base + off, value.to_bytes(size, "little"), size)
+    for i, addr in zip(self.buf_args, bufs):
+      kind, h, w = self.info.args[i]
+      if kind == "buf": ctypes.c_uint64.from_address(base + self.binary.args[i].const_off).value = addr
+      else:
+        off = lay.tex_off + 64 * self.tex_index[i] if kind == "tex" else lay.uav_off + 64 * self.uav_index[i]
+        desc = a6xx.tex_const(a6xx.TexDesc(a6xx.FMT6_32_32_32_32_FLOAT, w, h, w * 16, addr), storage=kind == "uav")
+        (ctypes.c_uint32 * a6xx.TEX_CONST_DWORDS).from_address(base + off)[:] = desc
+    for i, v in zip(self.val_args, vals): ctypes.c_int32.from_address(base + self.binary.args[i].const_off).value = v
+    samp = a6xx.tex_samp_nearest_unnorm_border()
+    for n in range(lay.n_samp): (ctypes.c_uint32 * 4).from_address(base + lay.samp_off + 16 * n)[:] = samp
+    return base
+
+  def _image_bases(self, bufs: Sequence[Any]) -> tuple[list[int], list[HCQBuffer]]:
+    """Buffer addresses for the launch; a read-only image whose buffer isn't 32-byte aligned (a view) is read from
+    an aligned copy, freed once the launch is done."""
+    addrs, staged = [], []
+    for i, b in zip(self.buf_args, bufs):
+      kind, h, w = self.info.args[i]
+      if kind == "tex" and b.va_addr % a6xx.BASE_ALIGN:
+        self.dev.synchronize()
+        tmp = self.dev._gpu_alloc(h * w * 16)
+        ctypes.memmove(tmp.va_addr, b.va_addr, min(h * w * 16, b.size))
+        staged.append(tmp)
+        addrs.append(tmp.va_addr)
+      elif kind == "uav" and b.va_addr % a6xx.BASE_ALIGN:
+        raise ValueError(f"kernel {self.name}: write-only image argument {i} at {b.va_addr:#x} is not "
+                         f"{a6xx.BASE_ALIGN}-byte aligned")
+      else: addrs.append(b.va_addr)
+    return addrs, staged
+
+  def __call__(self, *bufs: Any, global_size: tuple[int, ...] = (1, 1, 1), local_size: tuple[int, ...] | None = None,
+               vals: tuple[int, ...] = (), wait: bool = False) -> float | None:
+    gs, ls = (tuple(global_size) + (1, 1, 1))[:3], (tuple(local_size or (1, 1, 1)) + (1, 1, 1))[:3]
+    if ls[0] * ls[1] * ls[2] > self.max_threads:
+      raise RuntimeError(f"kernel {self.name}: a work-group of {ls} is {ls[0] * ls[1] * ls[2]} work-items; its "
+                         f"registers allow {self.max_threads}")
+    dev = self.dev
+    base = dev.kernargs_alloc(self.layout.size)
+    addrs, staged = self._image_bases(bufs)
+    self.fill_args(base, addrs, vals)
+    q = QCOMComputeQueue().wait(dev.timeline_signal, dev.timeline_value - 1).memory_barrier()
+    if wait: q.timestamp(dev.time_signals[0])
+    q.exec(self, base, gs, ls)
+    if wait: q.timestamp(dev.time_signals[1])
+    q.signal(dev.timeline_signal, after := dev.next_timeline()).submit(dev)
+    for tmp in staged: dev.defer_free(tmp, after)
+    if not wait: return None
+    dev.synchronize()
+    return (dev.time_signals[1].timestamp - dev.time_signals[0].timestamp) / 1e6
+
+  def __del__(self) -> None:
+    try: self.dev.defer_free(self.lib_buf, self.dev.timeline_value - 1)
+    except Exception:  # noqa: BLE001,S110 -- interpreter shutdown: the device may be gone already
+      pass
+
+
+class QCOMGraph(HCQGraph):
+  """`HCQGraph` for QCOM: a kernel whose read-only image is a buffer view not 32-byte aligned (the texture base
+  alignment) runs outside the graph, where its launch stages the image (`QCOMProgram._image_bases`)."""
+
+  @staticmethod
+  def supports(dev: Any, kernel: Any) -> bool:
+    if not HCQGraph.supports(dev, kernel): return False
+    prg = kernel.prg
+    return not any(not isinstance(b, int) and prg.info.args[i][0] == "tex" and b.va_addr % a6xx.BASE_ALIGN
+                   for i, b in zip(prg.buf_args, kernel.bufs))
+
+
+class Layout:
+  """Byte offsets in a QCOM argument region (see `QCOMProgram`)."""
+
+  def __init__(self, const_bytes: int, n_tex: int, n_uav: int, n_samp: int):
+    self.const_bytes, self.n_tex, self.n_uav, self.n_samp = const_bytes, n_tex, n_uav, n_samp
+    self.const_units = const_bytes // 16
+    self.tex_off = const_bytes
+    self.uav_off = self.tex_off + 64 * n_tex
+    self.samp_off = self.uav_off + 64 * n_uav
+    self.size = self.samp_off + 16 * n_samp
+
+
+class QCOMDevice(HCQCompiled):
+  """``QCOM`` (KGSL, Adreno 6xx) and ``MOCK+QCOM`` (mock KGSL + an a630 that runs kernels on PoCL)."""
+  hw_compute_queue_t = QCOMComputeQueue
+  hw_copy_queue_t = None  # type: ignore[assignment]  # no copy engine: HCQAllocator copies through the CPU mapping
 
   def __init__(self, device: str):
-    _check_interface(device, "QCOM")
-    if not os.path.exists(KGSL_PATH):
-      raise RuntimeError(f"{KGSL_PATH} not found: no Adreno GPU on this machine (DEV=MOCK+QCOM is the planned mock)")
-    raise RuntimeError(f"{KGSL_PATH} exists, but the QCOM driver is not implemented yet in tiny-runtime-qcom")
+    target = Target.parse(device).check_interface()
+    fio: type[FileIOInterface] = FileIOInterface
+    self._driver: Any = None
+    if target.interface == "MOCK":
+      from tiny_runtime_qcom.mock.driver import MockFileIO, driver
+      fio, self._driver = MockFileIO, driver()
+    self.kgsl = KGSLIface(fio)
+    self.signal_page = self.kgsl.alloc(SIGNAL_PAGE, uncached=True)
+    base = self.signal_page.va_addr
+    self._free_signals = list(range(base, base + SIGNAL_PAGE, HCQSignal.SIZE))[::-1]
+    self.cmd_ring, self._cmd_ptr = self.kgsl.alloc(CMD_RING), 0
+    self.kernargs, self._kernargs_ptr = self.kgsl.alloc(KERNARGS_SIZE), 0
+    self.border = self.kgsl.alloc(0x1000)  # the border color table: zeros (CLK_ADDRESS_CLAMP reads 0 outside)
+    self.border_addr = self.border.va_addr
+    self.stack: HCQBuffer | None = None
+    self.stack_addr, self._old_stacks = 0, []
+    if self._driver is not None:
+      from tiny_runtime_qcom.mock.compiler import MockAdrenoCompiler
+      self.compiler: Any = MockAdrenoCompiler(self._driver)
+    else:
+      from tiny_runtime_qcom.compiler import AdrenoCompiler
+      try: self.compiler = AdrenoCompiler(self.kgsl.info.arch)
+      except OpenCLUnavailable as e:
+        raise RuntimeError(f"{KGSL_PATH} is here but no OpenCL to compile kernels with: {e}") from e
+    from tiny_codegen.renderer.opencl import QCOMHalfStorageRenderer, QCOMRenderer
+    ren = QCOMRenderer if "cl_khr_fp16" in self.compiler.extensions else QCOMHalfStorageRenderer
+    super().__init__(device, HCQAllocator(self), [ren], QCOMProgram, QCOMGraph, arch=self.kgsl.info.arch)
+    self.time_signals = [self.new_signal(), self.new_signal()]
+
+  def select_renderer(self, name: str | None) -> Any:
+    """The renderer, compiling with this device's compiler and sized by its limits."""
+    r = super().select_renderer(name)
+    r.compiler = self.compiler
+    lim = self.compiler.limits
+    r.max_workgroup_size, r.shared_max = lim["max_workgroup_size"], lim["shared_max"]
+    r.local_max = (lim["max_workgroup_size"],) * 3
+    return r
+
+  def new_signal(self, value: int = 0) -> HCQSignal:
+    if not self._free_signals:
+      raise RuntimeError(f"{self.device}: all {SIGNAL_PAGE // HCQSignal.SIZE} signals are in use")
+    return QCOMSignal(self._free_signals.pop(), self, value)
+
+  def _gpu_alloc(self, size: int, host: bool = False) -> HCQBuffer: return self.kgsl.alloc(size)
+  def _gpu_free(self, buf: HCQBuffer) -> None: self.kgsl.free(buf)
+
+  def ensure_stack(self, size: int) -> None:
+    """The private-memory stack buffer holds at least `size` bytes (a replaced one stays: graphs may point at it)."""
+    if not size or (self.stack is not None and self.stack.size >= size): return
+    if self.stack is not None: self._old_stacks.append(self.stack)
+    self.stack = self.kgsl.alloc(size)
+    self.stack_addr = self.stack.va_addr
+
+  def kernargs_alloc(self, size: int) -> int:
+    """A 256-byte aligned slice of the kernel-argument buffer; wraps after waiting for the GPU to finish with it."""
+    size = _round_up(size, 256)
+    if size > KERNARGS_SIZE: raise ValueError(f"{size} bytes of kernel arguments; max {KERNARGS_SIZE}")
+    if self._kernargs_ptr + size > KERNARGS_SIZE:
+      self.synchronize()
+      self._kernargs_ptr = 0
+    addr = self.kernargs.va_addr + self._kernargs_ptr
+    self._kernargs_ptr += size
+    return addr
+
+  def submit_dwords(self, dwords: list[int]) -> None:
+    """Copy a queue's dwords into the command ring and submit them (the ring wraps once the GPU retired it all)."""
+    n = 4 * len(dwords)
+    if n > CMD_RING: raise ValueError(f"a submission of {len(dwords)} dwords does not fit the {CMD_RING}-byte ring")
+    if self._cmd_ptr + n > CMD_RING:
+      if self.kgsl.last_timestamp: self.kgsl.wait_timestamp(self.kgsl.last_timestamp)
+      self._cmd_ptr = 0
+    addr = self.cmd_ring.va_addr + self._cmd_ptr
+    (ctypes.c_uint32 * len(dwords)).from_address(addr)[:] = dwords
+    self._cmd_ptr = _round_up(self._cmd_ptr + n, 64)
+    self.submit_ib(addr, len(dwords))
+
+  def submit_ib(self, addr: int, ndwords: int) -> None: self.kgsl.submit(addr, ndwords)
 
 
 class CLDevice(_cl.CLDevice):
-  """``CL`` (OpenCL through libOpenCL; PoCL runs it on a CPU): see `tiny_runtime_qcom.cl`. Opening it without an
-  OpenCL loader or platform raises RuntimeError with the reason; ``MOCK+CL`` isn't implemented."""
+  """``CL`` (OpenCL through cffi; PoCL runs it on a CPU): see `tiny_runtime_qcom.cl`. Opening it without an OpenCL
+  implementation raises RuntimeError with what was tried; ``MOCK+CL`` has no mock (MOCK+QCOM runs kernels on CL)."""
 
   def __init__(self, device: str = "CL"):
-    _check_interface(device, "CL")
-    if ctypes.util.find_library("OpenCL") is None:
-      raise RuntimeError("libOpenCL not found: no OpenCL ICD loader on this machine (apt-get install ocl-icd-libopencl1"
-                         " pocl-opencl-icd)")
+    if Target.parse(device).check_interface((None,)).interface is not None: raise AssertionError
     try: super().__init__(device)
+    except OpenCLUnavailable as e: raise RuntimeError(str(e)) from e
     except _cl.CLError as e: raise RuntimeError(f"{device}: OpenCL is installed but unusable: {e}") from e

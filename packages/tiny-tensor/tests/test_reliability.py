@@ -1,10 +1,10 @@
 """Regressions of issue #18 at the Tensor level: each item used to crash or give a silently wrong value; now it gives
 the right value (checked against numpy/torch/the documented rule) or an error naming the bad value.
 
-CPU programs run on both CPU renderers (LLVM, and C when clang is installed: CI's .ci/run installs it).
+CPU programs run on both CPU renderers (LLVM, and C with the compiler `find_tool("cc")` finds: clang, gcc or
+ziglang's `zig cc`, a test dependency).
 """
 import math
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -16,9 +16,10 @@ import torch
 from tiny_uop import dtypes
 from tiny_uop.dtype import float_to_int
 from tiny_uop.helpers import Context
-from tiny_tensor import Tensor
+from tiny_uop.tools import find_tool
+from tiny_tensor import Device, Tensor
 
-NEEDS_CLANG = pytest.mark.skipif(shutil.which("clang") is None, reason="CPU:CLANG needs clang (.ci/run installs it)")
+NEEDS_CLANG = pytest.mark.skipif(find_tool("cc") is None, reason="CPU:CLANG: no C compiler (pip install ziglang)")
 RENDERERS = ["LLVM", pytest.param("CLANG", marks=NEEDS_CLANG)]
 
 
@@ -45,11 +46,11 @@ def test_float_to_int_casts_follow_the_rule(ren, n):
 
 def test_float_to_uint64_documented_values():
   # -3.7 truncates to -3, which wraps to 2**64-3 (AVX-512's vcvttsd2usi gave 2**64-1); >= 2**63 goes through x - 2**63
-  t = Tensor([-3.7, 1e19, 2.0**64, math.nan, -math.inf], dtype=dtypes.float64, device="CPU")
+  t = Tensor([-3.7, 1e19, 2.0**64, math.nan, -math.inf], dtype=dtypes.float64)
   want = [2**64 - 3, 10**19, 0, 2**63, 2**63]
   assert t.cast(dtypes.uint64).tolist() == want == t.to("PYTHON").cast(dtypes.uint64).tolist()
-  assert Tensor([300.0, 1e10], device="CPU").cast(dtypes.int8).tolist() == [44, 0]
-  assert Tensor([1e10], device="CPU").cast(dtypes.int32).item() == -2**31
+  assert Tensor([300.0, 1e10]).cast(dtypes.int8).tolist() == [44, 0]
+  assert Tensor([1e10]).cast(dtypes.int32).item() == -2**31
 
 
 def _near_midpoints(rng, dt):
@@ -128,7 +129,7 @@ def test_float_floordiv_and_mod_match_python(npdt):
                                                      0.1]])
   with np.errstate(over="ignore"): A, B = a.astype(npdt), b.astype(npdt)  # 1e30 -> inf in half
   with np.errstate(all="ignore"): wq, wr = np.floor_divide(A, B), np.mod(A, B)
-  for dev in ("CPU", "PYTHON"):
+  for dev in dict.fromkeys((Device.DEFAULT, "CPU", "PYTHON")):
     ta, tb = Tensor(A, device=dev), Tensor(B, device=dev)
     q, r = (ta // tb).numpy(), (ta % tb).numpy()
     np.testing.assert_array_equal(q, wq, err_msg=f"{dev} //")

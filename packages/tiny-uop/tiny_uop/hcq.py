@@ -7,8 +7,9 @@
 - `HWQueue`: a recorded list of command dwords; backends implement the commands (`wait`, `signal`, `timestamp`,
   `memory_barrier`, `exec`, `copy`) by appending packets with `q(...)`, and `_submit` to hand them to the GPU.
 - `HCQSignal`: a 64-bit value and a 64-bit timestamp in GPU-visible memory.
-- `HCQCompiled`: a `Compiled` device with a timeline signal; `HCQBuffer`; `HCQAllocator` (copies through host
-  staging buffers on the copy queue); `HCQProgram` (how a kernel's arguments are laid out in memory); `HCQGraph`
+- `HCQCompiled`: a `Compiled` device with a timeline signal; `HCQBuffer`; `HCQAllocator` (copies through the CPU
+  mapping of host-mapped buffers, else through host staging buffers on the copy queue); `HCQProgram` (how a
+  kernel's arguments are laid out in memory); `HCQGraph`
   (TinyJit's device graph: a batch of kernels as one prebuilt command buffer, patched and resubmitted per replay).
 
 Addresses here are integers: a GPU virtual address that is also mapped at the same host address (KFD's SVM
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Generic, Sequence, TypeVar
 
 from tiny_uop.device import BufferSpec, Compiled, LRUAllocator, Program, Renderer
+from tiny_uop.helpers import HCQ2
 
 # ***** the kernel seam *****
 
@@ -153,6 +155,7 @@ class HCQVar:
 Val = int | HCQVar
 
 
+# the low and high 32 bits of an int, an HCQVar or a UOp expression (HCQ2 records UOps through the same builders)
 def lo32(v: Val) -> Val: return v.lo if isinstance(v, HCQVar) else v & 0xFFFFFFFF
 def hi32(v: Val) -> Val: return v.hi if isinstance(v, HCQVar) else (v >> 32) & 0xFFFFFFFF
 
@@ -183,6 +186,8 @@ class HCQSignal:
   def timestamp(self) -> float:
     """The timestamp written with the last signal, in microseconds."""
     return ctypes.c_uint64.from_address(self.addr + 8).value / self.timestamp_divider
+
+  def __repr__(self) -> str: return f"{type(self).__name__}({self.addr:#x})"
 
   def wait(self, value: int, timeout_ms: int = 30000) -> None:
     """Return once `self.value >= value`; raise TimeoutError naming both values after `timeout_ms`."""
@@ -336,8 +341,10 @@ DeviceT = TypeVar("DeviceT", bound="HCQCompiled")
 
 
 class HCQAllocator(LRUAllocator[HCQBuffer], Generic[DeviceT]):
-  """Allocates through the device's `_gpu_alloc`; copies to and from the host go through a host-visible staging
-  buffer (`batch_size` bytes per copy command) on the device's copy queue, ordered by its timeline signal."""
+  """Allocates through the device's `_gpu_alloc`. Copies of buffers mapped on the host (`cpu_mapped`) go through that
+  mapping once the device is idle (the only way on a device without a copy queue, `hw_copy_queue_t = None`: QCOM);
+  others go through a host-visible staging buffer (`batch_size` bytes per copy command) on the device's copy queue,
+  ordered by its timeline signal."""
 
   def __init__(self, dev: DeviceT, batch_size: int = 2 << 20):
     super().__init__()
@@ -355,7 +362,20 @@ class HCQAllocator(LRUAllocator[HCQBuffer], Generic[DeviceT]):
     if self._staging is None: self._staging = self.dev._gpu_alloc(self.batch_size, host=True)
     return self._staging
 
+  def _cpu_copy(self, *bufs: HCQBuffer) -> bool:
+    """Whether a copy goes through the CPU mapping: every buffer is mapped on the host (any backend), or the device
+    has no copy queue (QCOM), where an unmapped buffer can't be copied at all."""
+    if all(b.cpu_mapped for b in bufs): return True
+    if getattr(self.dev, "hw_copy_queue_t", None) is None:
+      raise RuntimeError(f"{self.dev.device} has no copy queue and a buffer at "
+                         f"{next(b for b in bufs if not b.cpu_mapped).va_addr:#x} is not mapped on the host")
+    return False
+
   def _copyin(self, dest: HCQBuffer, src: memoryview) -> None:
+    if self._cpu_copy(dest):  # after the GPU is done with the buffer (it may read or write it still)
+      self.dev.synchronize()
+      dest.host_view()[:src.nbytes] = src.cast("B") if src.format != "B" else src
+      return
     stg = self.staging()
     for i in range(0, src.nbytes, self.batch_size):
       n = min(self.batch_size, src.nbytes - i)
@@ -365,6 +385,10 @@ class HCQAllocator(LRUAllocator[HCQBuffer], Generic[DeviceT]):
     self.dev.synchronize()
 
   def _copyout(self, dest: memoryview, src: HCQBuffer) -> None:
+    if self._cpu_copy(src):
+      self.dev.synchronize()
+      dest[:] = src.host_view()[:dest.nbytes]
+      return
     stg = self.staging()
     self.dev.synchronize()
     for i in range(0, dest.nbytes, self.batch_size):
@@ -374,17 +398,23 @@ class HCQAllocator(LRUAllocator[HCQBuffer], Generic[DeviceT]):
       dest[i:i + n] = stg.host_view()[:n]
 
   def _transfer(self, dest: HCQBuffer, src: HCQBuffer, size: int) -> None:
-    """Device-to-device copy on this device's copy queue (both buffers mapped in its address space)."""
+    """Device-to-device copy on this device's copy queue (both buffers mapped in its address space), or through the
+    CPU mappings where both are mapped on the host."""
+    if self._cpu_copy(dest, src):
+      self.dev.synchronize()
+      ctypes.memmove(dest.va_addr, src.va_addr, size)
+      return
     self.dev.run_copy(dest.va_addr, src.va_addr, size)
     self.dev.synchronize()
 
 
 class HCQCompiled(Compiled):
   """A command-queue device. Subclasses provide `_gpu_alloc(size, host)`, `_gpu_free(buf)`, `hw_compute_queue_t`,
-  `hw_copy_queue_t` and `new_signal()`. `timeline_signal` counts finished submissions: a submission that signals
-  `next_timeline()` is done when the signal reaches that value."""
+  `hw_copy_queue_t` (None: no copy engine, the allocator copies through the CPU mapping) and `new_signal()`.
+  `timeline_signal` counts finished submissions: a submission that signals `next_timeline()` is done when the signal
+  reaches that value."""
   hw_compute_queue_t: type[HWQueue]
-  hw_copy_queue_t: type[HWQueue]
+  hw_copy_queue_t: type[HWQueue] | None
   _deferred: list[tuple[int, HCQBuffer]]
 
   def __init__(self, device: str, allocator: HCQAllocator, renderers: Sequence[type[Renderer]],
@@ -392,6 +422,25 @@ class HCQCompiled(Compiled):
     super().__init__(device, allocator, renderers, program_cls, graph, arch)
     self.timeline_signal: HCQSignal = self.new_signal(0)
     self.timeline_value = 1  # the value the next submission signals
+
+  # TinyJit's device graph: HCQGraph, or with HCQ2=1 (on devices that have an encoder, `pm_lower`) HCQ2Graph
+  @property
+  def graph(self) -> Any:
+    g = self.__dict__.get("_graph")
+    if g is HCQGraph or (g is not None and getattr(g, "__name__", "") == "HCQ2Graph"):
+      if HCQ2.value and getattr(self, "pm_lower", None) is not None:
+        from tiny_uop.hcq2 import HCQ2Graph
+        return HCQ2Graph
+      return HCQGraph
+    return g
+
+  @graph.setter
+  def graph(self, g: Any) -> None: self.__dict__["_graph"] = g
+
+  def hcq_submitter(self, engine: str) -> Callable[[list], None]:
+    """HCQ2's submit primitive: a function taking a submission's parts (lists of dwords to copy into the `engine`'s
+    queue, or `(address, ndwords)` of a command buffer the queue runs in place) that hands them to the GPU."""
+    raise NotImplementedError(f"{type(self).__name__}.hcq_submitter")
 
   def new_signal(self, value: int = 0) -> HCQSignal: raise NotImplementedError(f"{type(self).__name__}.new_signal")
   def _gpu_alloc(self, size: int, host: bool = False) -> HCQBuffer: raise NotImplementedError
@@ -416,6 +465,7 @@ class HCQCompiled(Compiled):
 
   def run_copy(self, dest: int, src: int, size: int) -> None:
     """Queue `size` bytes from `src` to `dest` (GPU addresses) after all earlier work, signaling the timeline."""
+    if self.hw_copy_queue_t is None: raise RuntimeError(f"{self.device} has no copy queue")
     q = self.hw_copy_queue_t().wait(self.timeline_signal, self.timeline_value - 1).copy(dest, src, size)
     q.signal(self.timeline_signal, self.next_timeline()).submit(self)
 
@@ -447,6 +497,11 @@ class HCQProgram(Program):
 
   def fill_launch(self, base: int, global_size: Sequence[int], local_size: Sequence[int]) -> None:
     """Write launch data the kernel reads from memory (AMD: the dispatch packet's sizes); nothing by default."""
+
+  def launch_fields(self, global_size: Sequence[Any], local_size: Sequence[Any]) -> list[tuple[int, int, Any]]:
+    """Where `fill_launch` puts each launch value: `(bit offset from the region's start, bits, value)` with the
+    values computed from these (possibly symbolic) sizes; HCQ2 patches the ones that change between replays."""
+    return []
 
 
 class HCQGraph:

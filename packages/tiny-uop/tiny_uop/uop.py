@@ -69,6 +69,10 @@ class Ops(FastEnum):
   # multi-device (tensor graph only): MULTI(*shards, arg=axis) is one value split along `axis` over the shards'
   # devices (arg None: a copy on each); its shape is the whole value's, its device the tuple of the shards' devices
   MULTI = auto()
+  # HCQ command streams (tiny_uop.hcq2, docs/PIPELINE.md §9): a JIT replay lowered to hardware queues by rewrites
+  QUEUE = auto(); EXEC = auto(); XFER = auto(); WAIT = auto(); SIGNAL = auto(); MEMBAR = auto()  # noqa: E702
+  INDIRECT = auto(); PACKET = auto(); ADDR = auto(); KERNARGS = auto(); CMDBUF = auto(); PATCH = auto()  # noqa: E702
+  SUBMIT = auto()
 
 
 class GroupOp:

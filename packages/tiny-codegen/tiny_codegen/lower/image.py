@@ -24,13 +24,14 @@ from tiny_uop.uop import Ops, UOp
 IMAGE_MAX_WIDTH = 8192  # texels a row (and rows) of an image2d_t: the OpenCL spec's minimum (Adreno has 16384)
 
 
-def image_shape(size: int, max_width: int = IMAGE_MAX_WIDTH) -> tuple[int, int, int] | None:
-  """(h, w, 4) for a buffer of `size` floats: `w` the largest divisor of size/4 <= max_width; None when size isn't a
-  multiple of 4 or the height would exceed max_width too."""
+def image_shape(size: int, max_width: int = IMAGE_MAX_WIDTH, width_multiple: int = 1) -> tuple[int, int, int] | None:
+  """(h, w, 4) for a buffer of `size` floats: `w` the largest divisor of size/4 <= max_width that is a multiple of
+  `width_multiple` (a device whose image rows must be aligned: Adreno's 64-byte pitch is 4 float texels); None when
+  size isn't a multiple of 4 or no width fits (or the height would exceed max_width too)."""
   if size <= 0 or size % 4: return None
   texels = size // 4
-  w = next(d for d in range(min(texels, max_width), 0, -1) if texels % d == 0)
-  return (texels // w, w, 4) if texels // w <= max_width else None
+  w = next((d for d in range(min(texels, max_width), 0, -1) if texels % d == 0 and d % width_multiple == 0), 0)
+  return (texels // w, w, 4) if w and texels // w <= max_width else None
 
 
 def _read_only(sink: UOp) -> dict[UOp, list[UOp]]:
@@ -49,12 +50,13 @@ def _read_only(sink: UOp) -> dict[UOp, list[UOp]]:
   return {p: idxs for p, idxs in users.items() if p not in bad and p not in stored}
 
 
-def image_params(sink: UOp, max_width: int = IMAGE_MAX_WIDTH) -> UOp:
-  """`sink` with its read-only float32 buffers read as images (see the module docstring)."""
+def image_params(sink: UOp, max_width: int = IMAGE_MAX_WIDTH, width_multiple: int = 1) -> UOp:
+  """`sink` with its read-only float32 buffers read as images (see the module docstring); image widths are
+  multiples of `width_multiple` (`image_shape`)."""
   subs: dict[UOp, UOp] = {}
   for p, idxs in _read_only(sink).items():
     assert isinstance(p.dtype, PtrDType)
-    if (shape := image_shape(p.dtype.size, max_width)) is None: continue
+    if (shape := image_shape(p.dtype.size, max_width, width_multiple)) is None: continue
     w = shape[1]
     img = UOp(Ops.PARAM, dtypes.imagef(shape), arg=p.arg)
     for idx in idxs:
@@ -82,3 +84,12 @@ def _images_rule(s: UOp) -> UOp | None:
 
 
 pm_images = PatternMatcher([(UPat(Ops.SINK, name="s"), _images_rule)], name="images")
+
+
+def _images_pitch64_rule(s: UOp) -> UOp | None:
+  out = image_params(s, width_multiple=4)
+  return out if out is not s else None
+
+
+# images whose rows are a multiple of 4 RGBA float texels (64 bytes: the Adreno a6xx texture pitch alignment)
+pm_images_pitch64 = PatternMatcher([(UPat(Ops.SINK, name="s"), _images_pitch64_rule)], name="images_pitch64")

@@ -30,7 +30,7 @@ from tiny_uop.dtype import INVERSE_DTYPES_DICT, AddrSpace, DType, ImageDType, Pt
 from tiny_uop.uop import Ops, UOp
 
 from tiny_codegen.compiler.opencl import OpenCLCompiler
-from tiny_codegen.lower.image import pm_images
+from tiny_codegen.lower.image import pm_images, pm_images_pitch64
 from tiny_codegen.renderer import CWriter, count_uses, kernel_params, var_args
 
 _CL_TYPES = {"bool": "bool", "int8": "char", "uint8": "uchar", "int16": "short", "uint16": "ushort", "int32": "int",
@@ -70,9 +70,20 @@ CL_CODE: dict[Ops, Callable[[list[str], DType], str]] = {
 }
 
 
-_ROUND_HALF = ("float _h2f(ushort b) { return vload_half(0, (__private half*)&b); }\n"
-               "ushort _f2h(float x) { ushort t; vstore_half_rte(x, 0, (__private half*)&t); return t; }\n"
-               "float _rh(float x) { return _h2f(_f2h(x)); }\n")
+# half <-> float for storage-only half, in integer and float ALU ops only (IEEE 754 binary16, round to nearest even,
+# subnormals, inf, NaN quieted): taking the address of a private (vload_half/vstore_half on `&b`) makes PoCL keep every
+# such value in memory per work-item, and its work-group compiler then takes minutes on a big unrolled kernel
+_ROUND_HALF = (
+  "float _h2f(ushort h) { uint s = (uint)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff;\n"
+  "  if (e == 0x1f) return as_float(s | 0x7f800000u | (m << 13));\n"
+  "  if (e != 0) return as_float(s | ((e + 112) << 23) | (m << 13));\n"
+  "  return copysign((float)m * 5.9604644775390625e-08f, as_float(s | 0x3f800000u)); }\n"
+  "ushort _f2h(float x) { uint u = as_uint(x), s = (u >> 16) & 0x8000, a = u & 0x7fffffffu;\n"
+  "  if (a > 0x7f800000u) return (ushort)(s | 0x7e00 | ((a >> 13) & 0x3ff));\n"
+  "  if (a >= 0x477ff000u) return (ushort)(s | 0x7c00);\n"
+  "  if (a >= 0x38800000u) return (ushort)(s | ((a + 0xfffu + ((a >> 13) & 1u) - 0x38000000u) >> 13));\n"
+  "  return (ushort)(s | (uint)rint(as_float(a) * 16777216.0f)); }\n"
+  "float _rh(float x) { return _h2f(_f2h(x)); }\n")
 
 
 def _multi_use(u: UOp) -> bool:
@@ -169,7 +180,7 @@ class OpenCLRenderer(Renderer):
     return self.half_storage_only and not isinstance(dt, PtrDType) and dt.scalar() == dtypes.float16
 
   def _half_mem(self, idx: UOp) -> bool:
-    """An INDEX into a global half buffer while half is storage-only (vload_half/vstore_half access it)."""
+    """An INDEX into a global half buffer while half is storage-only (its bits are converted by `_h2f`/`_f2h`)."""
     if not self.half_storage_only or idx.op is not Ops.INDEX: return False
     p = idx.src[0].dtype
     return isinstance(p, PtrDType) and not isinstance(p, ImageDType) and p.addrspace is AddrSpace.GLOBAL and \
@@ -253,7 +264,9 @@ class OpenCLRenderer(Renderer):
           raise NotImplementedError(f"OpenCL storage-only half: no vector bitcast {src[0].dtype} -> {dt}")
         if self._half_val(dt): w.assign(u, f"_h2f(as_ushort({s[0]}))", "float", "cast")  # the 16 bits, as a half
         else: w.assign(u, f"as_{self.render_dtype(dt)}(_f2h({s[0]}))", self.render_dtype(dt), "cast")  # exact: a half
-      elif op is Ops.BITCAST: w.assign(u, f"as_{self.render_dtype(dt)}({s[0]})", self.render_dtype(dt), "cast")
+      elif op is Ops.BITCAST:  # the operand cast to its own type first: C's promotion makes ushort+ushort an int
+        w.assign(u, f"as_{self.render_dtype(dt)}(({self.render_dtype(src[0].dtype)})({s[0]}))", self.render_dtype(dt),
+                 "cast")
       elif op is Ops.VECTORIZE: w.assign(u, f"({self.render_dtype(dt)})({','.join(s)})", self.render_dtype(dt), "vec")
       elif op is Ops.GEP: r[u] = f"{s[0]}.s{u.arg[0] if isinstance(u.arg, tuple) else u.arg:x}"
       elif op is Ops.WMMA: raise NotImplementedError("OpenCL renderer has no tensor cores (WMMA)")
@@ -278,9 +291,27 @@ class OpenCLRenderer(Renderer):
 
 class OpenCLHalfStorageRenderer(OpenCLRenderer):
   """OpenCL C for devices without `cl_khr_fp16` (PoCL on CPUs): half buffers are `ushort` bits converted with
-  `vload_half`/`vstore_half_rte` through a private temporary, and half math runs in float, each result rounded to
-  half (as half arithmetic gives: float has the bits for + - * / sqrt to round once). Vector half loads/stores
-  aren't supported here (lowering makes scalar ones)."""
+  integer/float ALU helpers (`_h2f`, `_f2h`: IEEE binary16, round to nearest even), and half math runs in float, each
+  result rounded to half (as half arithmetic gives: float has the bits for + - * / sqrt to round once). Vector half
+  loads/stores aren't supported here (lowering makes scalar ones)."""
+  half_storage_only = True
+
+
+class QCOMRenderer(OpenCLRenderer):
+  """OpenCL C for Adreno GPUs (the `QCOM` device, whose OpenCL compiler builds it): `OpenCLRenderer`, except that with
+  images on, an image's rows are a multiple of 4 RGBA float texels (64 bytes: the a6xx texture descriptor's pitch
+  alignment, so the QCOM runtime can describe the buffer itself as the image)."""
+  device = "QCOM"
+
+  @property
+  def extra_matcher(self) -> Any:
+    """The image params pass with 64-byte aligned rows while images are on."""
+    return pm_images_pitch64 if self.images else None
+
+
+class QCOMHalfStorageRenderer(QCOMRenderer):
+  """`QCOMRenderer` for an OpenCL compiler without `cl_khr_fp16` (MOCK+QCOM executes on PoCL): half in memory only,
+  as `OpenCLHalfStorageRenderer`."""
   half_storage_only = True
 
 

@@ -57,7 +57,7 @@ SOPK_9 = _names("0:s_movk_i32 1:s_cmovk_i32 2:s_cmpk_eq_i32 3:s_cmpk_lg_i32 4:s_
                 "20:s_setreg_imm32_b32")
 SOPC_9 = _names("0:s_cmp_eq_i32 1:s_cmp_lg_i32 2:s_cmp_gt_i32 3:s_cmp_ge_i32 4:s_cmp_lt_i32 5:s_cmp_le_i32 "
                 "6:s_cmp_eq_u32 7:s_cmp_lg_u32 8:s_cmp_gt_u32 9:s_cmp_ge_u32 10:s_cmp_lt_u32 11:s_cmp_le_u32 "
-                "18:s_cmp_eq_u64 19:s_cmp_lg_u64")
+                "12:s_bitcmp0_b32 13:s_bitcmp1_b32 14:s_bitcmp0_b64 15:s_bitcmp1_b64 18:s_cmp_eq_u64 19:s_cmp_lg_u64")
 SOPP_9 = _names("0:s_nop 1:s_endpgm 2:s_branch 4:s_cbranch_scc0 5:s_cbranch_scc1 6:s_cbranch_vccz 7:s_cbranch_vccnz "
                 "8:s_cbranch_execz 9:s_cbranch_execnz 10:s_barrier 12:s_waitcnt 14:s_sleep 15:s_setprio 16:s_sendmsg")
 SMEM_9 = _names("0:s_load_dword 1:s_load_dwordx2 2:s_load_dwordx4 3:s_load_dwordx8 4:s_load_dwordx16 "
@@ -158,7 +158,7 @@ _SOP2_R3 = {0: 0, 1: 1, 2: 2, 3: 3, 4: 4, 5: 5, 6: 18, 7: 19, 8: 20, 9: 21, 10: 
             31: 11, 32: 12, 33: 13, 34: 42, 36: 44, 37: 38, 38: 39, 39: 40, 40: 41, 42: 6, 44: 45, 45: 46, 46: 14,
             47: 15, 48: 16, 49: 17, 50: 50, 51: 51, 52: 52}
 _SOPK_R3 = {0: 0, 1: 2, **{2 + i: 3 + i for i in range(12)}, 14: 15, 15: 16}
-_SOPC_R3 = {**{i: i for i in range(12)}, 18: 16, 19: 17}
+_SOPC_R3 = {**{i: i for i in range(16)}, 18: 16, 19: 17}
 _SOPP_R3 = {0: 0, 1: 48, 2: 32, 4: 33, 5: 34, 6: 35, 7: 36, 8: 37, 9: 38, 10: 61, 12: 9, 14: 3, 15: 53, 16: 54}
 _VOP1_R3 = {1: 1, 2: 2, 3: 3, 4: 4, 5: 5, 6: 6, 7: 7, 8: 8, 12: 12, 13: 13, 15: 15, 16: 16, 17: 17, 18: 18, 19: 19,
             20: 20, 21: 21, 22: 22, 23: 23, 24: 24, 25: 25, 26: 26, 27: 32, 28: 33, 29: 34, 30: 35, 31: 36, 32: 37,

@@ -63,8 +63,20 @@ def _fmax(a: float, b: float) -> float:
   return b if b > a or math.copysign(1.0, b) > 0 else a
 
 
-def _cvt_i32(x: float) -> int: return 0 if math.isnan(x) else max(-(1 << 31), min((1 << 31) - 1, int(x))) & MASK32
-def _cvt_u32(x: float) -> int: return 0 if math.isnan(x) else max(0, min(MASK32, int(x)))
+def _cvt_i32(x: float) -> int:
+  """V_CVT_I32_F32/F64 (f32_to_i32, f64_to_i32): truncate toward zero; out of range, infinities included, saturates
+  to INT_MIN/INT_MAX; NaN gives 0. The clamp comes before int(), which has no value for an infinity."""
+  if math.isnan(x): return 0
+  return (-(1 << 31) if x <= -(1 << 31) else (1 << 31) - 1 if x >= (1 << 31) - 1 else int(x)) & MASK32
+
+
+def _cvt_u32(x: float) -> int:
+  """V_CVT_U32_F32/F64 (f32_to_u32, f64_to_u32): truncate; below 0 (-inf too) gives 0, above 2**32-1 (+inf too)
+  saturates; NaN gives 0."""
+  if math.isnan(x) or x <= 0: return 0
+  return MASK32 if x >= MASK32 else int(x)
+
+
 def _rcp(x: float) -> float: return math.copysign(math.inf, x) if x == 0 else 1.0 / x
 def _sqrt(x: float) -> float: return math.nan if x < 0 or math.isnan(x) else math.sqrt(x)
 def _log2(x: float) -> float: return -math.inf if x == 0 else math.nan if x < 0 or math.isnan(x) else math.log2(x)
@@ -348,10 +360,10 @@ def _whole(fn: Callable[[float], float]) -> Callable[[float], float]:
 
 
 def _cvt_int16(x: float, signed: bool) -> int:
-  """half -> (u)int16: truncate, saturate, NaN -> 0."""
+  """half -> (u)int16: truncate, saturate (infinities too: clamped before int()), NaN -> 0."""
   if math.isnan(x): return 0
   lo, hi = (-(1 << 15), (1 << 15) - 1) if signed else (0, 0xFFFF)
-  return max(lo, min(hi, int(x))) & 0xFFFF
+  return (lo if x <= lo else hi if x >= hi else int(x)) & 0xFFFF
 
 
 def _sin_rev(x: float) -> float: return math.nan if math.isinf(x) or math.isnan(x) else math.sin(2 * math.pi * x)
@@ -492,6 +504,14 @@ def fp_class16(bits: int) -> int:
   return 3 if neg else 8
 
 
+def fp_class64(bits: int) -> int:
+  """The V_CMP_CLASS bit index of a float64 (same numbering as fp_class; exponent 2047 is inf/NaN)."""
+  exp, man, neg = (bits >> 52) & 0x7FF, bits & ((1 << 52) - 1), bits >> 63 & 1
+  if exp == 0x7FF: return (1 if man >> 51 else 0) if man else (2 if neg else 9)
+  if exp == 0: return (5 if neg else 6) if man == 0 else (4 if neg else 7)
+  return 3 if neg else 8
+
+
 def vopc_compare(op: int) -> tuple[str, Callable[[int, int], bool]]:
   """The name and per-lane predicate of VOPC opcode `op` (0x10.. f32, 0x40.. i32, 0x48.. u32)."""
   base = op & 0x7F
@@ -500,6 +520,8 @@ def vopc_compare(op: int) -> tuple[str, Callable[[int, int], bool]]:
     fn16 = _F32_FN[base + 0x10]
     return f"v_cmp{'x' if op & 0x80 else ''}_{_F32_CMP[base + 0x10]}_f16", lambda a, b: fn16(_f16(a), _f16(b))
   if base == 0x7E: return f"v_cmp{'x' if op & 0x80 else ''}_class_f32", lambda a, b: bool(b >> fp_class(a) & 1)
+  if base == 0x7F:  # a 64-bit src0, a 32-bit class mask in src1
+    return f"v_cmp{'x' if op & 0x80 else ''}_class_f64", lambda a, b: bool(b >> fp_class64(a) & 1)
   if 0x20 <= base < 0x30:
     fn64 = _F32_FN[base - 0x10]
     return f"v_cmp{'x' if op & 0x80 else ''}_{_F32_CMP[base - 0x10]}_f64", lambda a, b: fn64(f64(a), f64(b))
@@ -543,8 +565,9 @@ SOP2: dict[int, tuple[str, Callable[[int, int], int]]] = {
 SOP2_ADDC, SOP2_SUBB, SOP2_LSHL_B64, SOP2_AND_B64, SOP2_CSELECT_B32, SOP2_BFE_U32 = 4, 5, 9, 23, 48, 38
 SOP2_B64 = {9: "s_lshl_b64", 11: "s_lshr_b64", 13: "s_ashr_i64", 23: "s_and_b64", 25: "s_or_b64", 27: "s_xor_b64",
             35: "s_and_not1_b64", 37: "s_or_not1_b64", 40: "s_bfe_u64", 41: "s_bfe_i64", 49: "s_cselect_b64"}
-SOPC_NAMES = ["eq_i32", "lg_i32", "gt_i32", "ge_i32", "lt_i32", "le_i32", "eq_u32", "lg_u32", "gt_u32", "ge_u32",
-              "lt_u32", "le_u32", "bitcmp0_b32", "bitcmp1_b32", "bitcmp0_b64", "bitcmp1_b64", "eq_u64", "lg_u64"]
+SOPC_NAMES = [*(f"s_cmp_{c}" for c in ("eq_i32", "lg_i32", "gt_i32", "ge_i32", "lt_i32", "le_i32", "eq_u32", "lg_u32",
+                                        "gt_u32", "ge_u32", "lt_u32", "le_u32")),
+              "s_bitcmp0_b32", "s_bitcmp1_b32", "s_bitcmp0_b64", "s_bitcmp1_b64", "s_cmp_eq_u64", "s_cmp_lg_u64"]
 _SOPC_FN = [_CMP[2], _CMP[5], _CMP[4], _CMP[6], _CMP[1], _CMP[3]]
 SOPP_NAMES = {0: "s_nop", 5: "s_clause", 7: "s_delay_alu", 8: "s_waitcnt_depctr", 9: "s_waitcnt", 32: "s_branch",
               33: "s_cbranch_scc0", 34: "s_cbranch_scc1", 35: "s_cbranch_vccz", 36: "s_cbranch_vccnz",
@@ -672,7 +695,7 @@ def decode(code: bytes | memoryview, pc: int = 0) -> Inst:
     return lit(Inst("SOP1", op, {"sdst": _bits(w0, 16, 7), "ssrc0": w0 & 0xFF}, 4, _sop1_name(op)), w0 & 0xFF)
   if top9 == 0b101111110:
     op = _bits(w0, 16, 7)
-    name = f"s_cmp_{SOPC_NAMES[op]}" if op < len(SOPC_NAMES) else f"sopc_{op}"
+    name = SOPC_NAMES[op] if op < len(SOPC_NAMES) else f"sopc_{op}"
     return lit(Inst("SOPC", op, {"ssrc0": w0 & 0xFF, "ssrc1": _bits(w0, 8, 8)}, 4, name), w0 & 0xFF, _bits(w0, 8, 8))
   if top9 == 0b101111111:
     op = _bits(w0, 16, 7)
@@ -1065,7 +1088,7 @@ class Emulator:
     if (inst.fmt == "VOP1" and (op in VOP1_16 or op in (11, 28) or op in VOP1_F64 or op in (15, 16))) or \
         (inst.fmt == "VOP2" and (op in VOP2_16 or op in (54, 55, 56))) or \
         (inst.fmt == "VOPC" and ((op & 0x7F) < 0x10 or 0x20 <= (op & 0x7F) < 0x40 or 0x50 <= (op & 0x7F) < 0x60
-                                 or op & 0x7F == 0x7D)):
+                                 or op & 0x7F in (0x7D, 0x7F))):
       raise UnsupportedInstruction(f"{inst.name}: DPP on a 16/64-bit operand at {w.pc:#x}")
     src, ex = w.vgpr[d & 0xFF], w.exec
     vals, write = [0] * WAVE, 0
@@ -1221,7 +1244,13 @@ class Emulator:
 
   def sopc(self, w: Wave, inst: Inst) -> None:
     op = inst.op
-    if op >= len(SOPC_NAMES) or 12 <= op < 16: raise UnsupportedInstruction(f"SOPC opcode {op} at {w.pc:#x}")
+    if op >= len(SOPC_NAMES): raise UnsupportedInstruction(f"SOPC opcode {op} at {w.pc:#x}")
+    if 12 <= op < 16:  # s_bitcmp{0,1}_b{32,64}: SCC = bit S1[4:0] (b64: S1[5:0]) of S0 is 0 (bitcmp0) / 1 (bitcmp1)
+      b64 = op >= 14
+      a = self.sread64(w, inst.f["ssrc0"], inst) if b64 else self.sread(w, inst.f["ssrc0"], inst)
+      bit = (a >> (self.sread(w, inst.f["ssrc1"], inst) & (63 if b64 else 31))) & 1
+      w.scc = int(bit == op % 2)
+      return
     if op >= 16:  # s_cmp_eq_u64 / s_cmp_lg_u64
       a, b = self.sread64(w, inst.f["ssrc0"], inst), self.sread64(w, inst.f["ssrc1"], inst)
       w.scc = int((a == b) if op == 16 else (a != b))
@@ -1392,6 +1421,7 @@ class Emulator:
       if 0x30 <= base < 0x40 or base < 0x10 or base == 0x7D:  # 16-bit: VGPR halves by register bit 7
         fp16 = base < 0x10 or base == 0x7D
         a, b = self.vsrc16(w, inst.f["src0"], ln, inst, fp16), self.vsrc16(w, 256 + inst.f["vsrc1"], ln, inst, fp16)
+      elif base == 0x7F: a, b = self.vsrc64(w, inst.f["src0"], ln, inst, True), w.vgpr[inst.f["vsrc1"]][ln]
       elif wide:
         a, b = self.vsrc64(w, inst.f["src0"], ln, inst, fp), self.vsrc64(w, 256 + inst.f["vsrc1"], ln, inst, fp)
       else: a, b = self.vsrc(w, inst.f["src0"], ln, inst), w.vgpr[inst.f["vsrc1"]][ln]
@@ -1507,6 +1537,7 @@ class Emulator:
     if op < 0x100:  # VOPC promoted: result to an SGPR
       _, fn = vopc_compare(op)
       if 0x20 <= op & 0x7F < 0x30: mask = sum(1 << ln for ln in w.lanes() if fn(src64(0, ln), src64(1, ln)))
+      elif op & 0x7F == 0x7F: mask = sum(1 << ln for ln in w.lanes() if fn(src64(0, ln), src(1, ln)))  # class_f64
       elif 0x50 <= op & 0x7F < 0x60:
         mask = sum(1 << ln for ln in w.lanes()
                    if fn(self.vsrc64(w, f["src0"], ln, inst), self.vsrc64(w, f["src1"], ln, inst)))
