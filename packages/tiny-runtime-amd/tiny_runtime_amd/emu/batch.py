@@ -41,7 +41,8 @@ class LaneMask:
   __slots__ = ("lanes", "half", "vals")
 
   def __init__(self, lanes: np.ndarray, half: int = 0):
-    self.lanes, self.half, self.vals = lanes, half, None
+    self.lanes, self.half = lanes, half
+    self.vals: np.ndarray | None = None
 
 
 class VRegs(dict):
@@ -252,7 +253,7 @@ class Batch:
     w.sgpr = sgpr if sgpr is not None else [self._wave_val(v, i) for v in self.S]
     sc = self.scc
     w.scc = sc if type(sc) is int else int(sc[i])
-    w.vgpr = _VProxy(self, i)
+    w.vgpr = _VProxy(self, i)  # type: ignore[assignment]
     return w
 
   def _wave_val(self, v: Any, i: int) -> int:
@@ -263,7 +264,9 @@ class Batch:
   def run_per_wave(self, fn: Callable[[Wave], Any], pc: int) -> list[tuple[int, Any]]:
     """Run `fn(wave)` on each wave taking part, in wave order, syncing state in and out; returns (wave, result)."""
     waves = range(self.N) if self.wm is None else np.flatnonzero(self.wm).tolist()
-    out, sg_changes, scc_changes = [], {}, {}
+    out: list[tuple[int, Any]] = []
+    sg_changes: dict[int, dict[int, int]] = {}
+    scc_changes: dict[int, int] = {}
     svals = [self.sval(r) for r in range(len(self.S))]  # per-wave values as int64 arrays, the rest ints
     per_wave = [r for r, v in enumerate(svals) if isinstance(v, np.ndarray)]
     for i in waves:
@@ -274,7 +277,7 @@ class Batch:
       before, scc0 = list(sg), w.scc
       try: r = fn(w)
       finally:
-        vp = w.vgpr
+        vp: Any = w.vgpr
         lo = i * self.W
         for reg, vals in vp.items():
           if vals is not vp.orig.get(reg) or vals != vp.snap.get(reg):

@@ -62,7 +62,8 @@ def c_flat(emu: Any, inst: Inst, pc: int, nxt: int) -> Op:
     kind, nb = ("st", 4 * n) if bits == 32 else ("stsub", bits // 8)
   elif op in (36, 37): n, bits, kind, nb = 1, 8 * (op - 35), "sthi", op - 35
   else: raise Slow
-  vd, data, cache = f["vdst"], f["data"], []
+  vd, data = f["vdst"], f["data"]
+  cache: list[Any] = []
   dword = kind in ("dw", "st")
   ar = _AR[n]
   top = (1 << 63) - nb
@@ -111,8 +112,8 @@ def c_flat(emu: Any, inst: Inst, pc: int, nxt: int) -> Op:
         vals = np.ascontiguousarray(u8[idx]).view(U32)  # (lanes, n)
         for i in range(n): _put_act(b, vd + i, act, vals[:, i])
       else:
-        cols = np.stack([V[data + i] if act is None else V[data + i][act] for i in range(n)], axis=1)
-        u8[idx] = cols.view(np.uint8).reshape(len(a), nb)
+        stacked = np.stack([V[data + i] if act is None else V[data + i][act] for i in range(n)], axis=1)
+        u8[idx] = stacked.view(np.uint8).reshape(len(a), nb)
       return nxt
     if kind in ("sub", "d16"):
       v = u8[a].astype(U32) if nb == 1 else (u8[a].astype(U32) | (u8[a + 1].astype(U32) << U32(8)))

@@ -38,6 +38,11 @@ def _u64mul_hi(a: Any, b: Any) -> Any:
 
 
 # SOP2 op -> (fn(a, b) -> unbounded result, scc(a, b, r) or None: SCC unchanged)
+def _lshl_add(n: int) -> Callable[[Any, Any], Any]:
+  """s_lshl<n>_add_u32 before the wrap: (a << n) + b."""
+  return lambda a, b: (a << n) + b
+
+
 _SOP2: dict[int, tuple[Callable[[Any, Any], Any], Callable[[Any, Any, Any], Any] | None]] = {
   0: (lambda a, b: a + b, lambda a, b, r: r >> 32),
   1: (lambda a, b: a - b, lambda a, b, r: _bit(b > a)),
@@ -61,14 +66,15 @@ _SOP2: dict[int, tuple[Callable[[Any, Any], Any], Callable[[Any, Any, Any], Any]
   44: (lambda a, b: _i32(a) * _i32(b), None),
   46: (lambda a, b: (_i32(a) * _i32(b)) >> 32, None),
   45: (_u64mul_hi, None),
-  **{13 + n: ((lambda a, b, n=n: (a << n) + b), (lambda a, b, r: _bit(r > MASK32))) for n in (1, 2, 3, 4)},
+  **{13 + n: (_lshl_add(n), lambda a, b, r: _bit(r > MASK32)) for n in (1, 2, 3, 4)},
   42: (lambda a, b: (((1 << (a & 31)) - 1) << (b & 31)) & MASK32, None),
   50: (lambda a, b: (a & 0xFFFF) | ((b & 0xFFFF) << 16), None),
   51: (lambda a, b: (a & 0xFFFF) | (b & 0xFFFF0000), None),
   52: (lambda a, b: (a >> 16) | (b & 0xFFFF0000), None),
 }
-_LANE_BITWISE = {22: np.logical_and, 24: np.logical_or, 26: np.logical_xor,
-                 34: lambda a, b: a & ~b, 36: lambda a, b: a | ~b}  # SOP2 b32 ops done on lane masks
+# SOP2 b32 ops done on lane masks
+_LANE_BITWISE: dict[int, Callable[[Any, Any], Any]] = {22: np.logical_and, 24: np.logical_or, 26: np.logical_xor,
+                                                     34: lambda a, b: a & ~b, 36: lambda a, b: a | ~b}
 _LANE_BITWISE64 = {23: 22, 25: 24, 27: 26, 35: 34, 37: 36}     # b64 twins (wave64 masks)
 
 
