@@ -32,6 +32,7 @@ from tiny_runtime_amd.emu.rdna3 import EXEC_LO, MASK32, NULL, Inst, Memory, Wave
 END, SPLIT = -1, -2  # what an op returns besides the next pc: the waves end / per-wave next pcs are in `Batch.npc`
 MAX_LANES = 1 << 16  # a dispatch runs in batches of whole work-groups of at most this many lanes
 PRIVATE_LIMIT = 1 << 28  # private memory of a batch kept as columns up to this many bytes (else per-wave memory)
+_IMAGES_BYTES = 1 << 26  # code images (and their compiled programs) kept by content, at most this many bytes
 _BIG = 1 << 62  # the pc of a wave that ended
 
 
@@ -414,7 +415,11 @@ def program(emu: Any, code_addr: int) -> Program:
   if image is not None:
     by_image = d.setdefault("_by_image", {})
     if (p := by_image.get(image)) is None:
-      if len(by_image) >= 4096: by_image.clear()
+      held = d.get("_by_image_bytes", 0) + len(image)
+      if len(by_image) >= 4096 or held > _IMAGES_BYTES:  # bounded memory: start over
+        by_image.clear()
+        held = len(image)
+      d["_by_image_bytes"] = held
       p = by_image[image] = Program(code_addr, image)
     return p
   progs = d.setdefault("_programs", {})
