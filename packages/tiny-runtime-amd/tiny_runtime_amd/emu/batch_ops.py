@@ -129,6 +129,11 @@ def freader(code: int, inst: Inst) -> Callable[[Batch], Any]:
   if c is not None:
     x = np.array(c, U32).view(F32)[()]
     return lambda b: x
+  if code in SREGS:  # an SGPR: a float32 scalar when every wave holds the same value, else its waves' lanes
+    def sgpr(b: Batch) -> Any:
+      v = b.sval(code)
+      return U32(v).view(F32) if type(v) is int else b.lanes_u32(v).view(F32)
+    return sgpr
   s = sreader(code, inst)
   return lambda b: np.asarray(b.lanes_u32(s(b))).view(F32)
 
