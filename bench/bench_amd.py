@@ -1,4 +1,4 @@
-"""MOCK+AMD: emulated kernels per second, and the host-side cost of a TinyJit replay through HCQGraph and HCQ2.
+"""MOCK+AMD: emulated kernels per second, and the host-side cost of a TinyJit replay through HCQ2 (its device graph).
 
 1. kernels/s the mock gfx1100 runs (PM4 decoded by the mock command processor, code executed by the RDNA3
    emulator), through jitted replays waited for: a small elementwise kernel (`a * b + a`, N floats) and a small
@@ -7,8 +7,8 @@
    GPU runs the queued kernels after the clock stops): the process CPU time per call, the least over batches (robust
    on a shared, loaded machine), and the median wall time per call; next to the first capture's cost, and the number
    of command buffers built during the timed replays (it must stay 0: a replay patches and resubmits the command
-   buffer built after the capture). Measured for both device graphs in the same run: the imperative HCQGraph
-   (`HCQ2=0`) and HCQ2's generated replay (`HCQ2=1`), side by side in the HCQ2 row.
+   buffer built after the capture). Next to it in the same run: the same calls replayed kernel by kernel without a
+   graph (`JIT=2`, an eager launch per kernel).
 
 `python bench/bench_amd.py` prints the rows; `run()` returns them. Needs ld.lld (the AMDGPU compiler links with it).
 """
@@ -65,17 +65,15 @@ def matmul_kernels_per_s() -> float:
   return rate
 
 
-def replay_overhead(hcq2: int = 0) -> tuple[float, float, float, int]:
+def replay_overhead(jit: int = 1) -> tuple[float, float, float, int]:
   """(CPU µs per replay call (least over batches), wall µs per call (median batch), µs of the first capture, command
-  buffers built during the timed replays), through HCQGraph (`hcq2=0`) or HCQ2 (`hcq2=1`)."""
+  buffers built during the timed replays), through HCQ2's graph (`jit=1`) or kernel by kernel (`jit=2`)."""
   from tiny_tensor import Tensor, TinyJit
   from tiny_uop import Context
-  from tiny_uop.hcq import HCQGraph
   from tiny_uop.hcq2 import HCQ2Graph
   from tiny_uop.plugins import Device
   dev = Device[DEV]
-  graph_cls = HCQ2Graph if hcq2 else HCQGraph
-  with Context(HCQ2=hcq2):
+  with Context(JIT=jit):
     x = Tensor(np.ones(16, np.float32), device=DEV).realize()
     f = TinyJit(lambda x: (x + 1).realize())
     f(x)  # call 1 compiles
@@ -85,7 +83,7 @@ def replay_overhead(hcq2: int = 0) -> tuple[float, float, float, int]:
     capture_us = (time.perf_counter() - st) * 1e6
     f(x)
     dev.synchronize()
-    builds = graph_cls.builds
+    builds = HCQ2Graph.builds
     walls, cpus = [], []
     for _ in range(BATCHES):
       st, cst = time.perf_counter(), time.process_time()
@@ -93,28 +91,24 @@ def replay_overhead(hcq2: int = 0) -> tuple[float, float, float, int]:
       cpus.append((time.process_time() - cst) / CALLS)
       walls.append((time.perf_counter() - st) / CALLS)
       dev.synchronize()  # the mock GPU runs the queued replays here, off the clock
-    rebuilt = graph_cls.builds - builds
+    rebuilt = HCQ2Graph.builds - builds
     assert f(x).tolist() == [2.0] * 16
-    assert type(f.captured.plan[-1].graph) is graph_cls
+    graphs = [type(c.graph) for c in f.captured.plan if hasattr(c, "graph")]
+    assert graphs == ([HCQ2Graph] if jit == 1 else [])
   return min(cpus) * 1e6, sorted(walls)[len(walls) // 2] * 1e6, capture_us, rebuilt
 
 
 def run() -> dict[str, dict[str, Any]]:
-  replay_us, wall_us, capture_us, rebuilt = replay_overhead(0)
-  replay2_us, wall2_us, capture2_us, rebuilt2 = replay_overhead(1)
+  replay_us, wall_us, capture_us, rebuilt = replay_overhead(1)
+  eager_us, eager_wall_us, _, _ = replay_overhead(2)
   return {
     f"MOCK+AMD kernels/s, elementwise {N}": {"tiny": elementwise_kernels_per_s(), "unit": "/s", "better": "higher"},
     f"MOCK+AMD kernels/s, matmul {M}x{M}": {"tiny": matmul_kernels_per_s(), "unit": "/s", "better": "higher"},
     "MOCK+AMD TinyJit replay host cost, 1 kernel": {"tiny": replay_us, "tiny wall": wall_us,
-                                                    "tiny first capture": capture_us, "unit": "us", "better": "lower",
+                                                    "tiny first capture": capture_us, "JIT=2": eager_us,
+                                                    "JIT=2 wall": eager_wall_us, "unit": "us", "better": "lower",
                                                     "target": "replay << capture (no per-call build)"},
-    "MOCK+AMD TinyJit replay host cost, 1 kernel, HCQ2": {"tiny": replay2_us, "HCQGraph": replay_us,
-                                                          "tiny wall": wall2_us, "tiny first capture": capture2_us,
-                                                          "unit": "us", "better": "lower",
-                                                          "target": "HCQ2 <= HCQGraph (no worse than the imperative)"},
-    f"MOCK+AMD HCQGraph builds during {BATCHES * CALLS} replays": {"tiny": float(rebuilt), "unit": "",
-                                                             "better": "lower", "target": "0"},
-    f"MOCK+AMD HCQ2Graph builds during {BATCHES * CALLS} replays": {"tiny": float(rebuilt2), "unit": "",
+    f"MOCK+AMD HCQ2Graph builds during {BATCHES * CALLS} replays": {"tiny": float(rebuilt), "unit": "",
                                                               "better": "lower", "target": "0"},
   }
 

@@ -1,5 +1,5 @@
 """MOCK+CUDA and MOCK+NV: PTX executor kernels per second, and the host-side cost of a TinyJit replay through the
-device's graph (CUDAGraph on MOCK+CUDA, HCQ2Graph on MOCK+NV: HCQGraph with HCQ2=0).
+device's graph (CUDAGraph on MOCK+CUDA, HCQ2Graph on MOCK+NV).
 
 1. kernels/s the PTX executor runs behind the mock driver (libcuda; or the RM/UVM driver whose GPU decodes GPFIFO
    entries, methods and QMDs), through jitted replays waited for: a small elementwise kernel (`a * b + a`, N floats)
@@ -27,7 +27,7 @@ CALLS = 200  # replays per host-overhead measurement
 
 
 def _graph_cls(dev: str) -> Any:
-  """The device's TinyJit graph class (MOCK+NV: HCQ2Graph, or HCQGraph with HCQ2=0; MOCK+CUDA: CUDAGraph)."""
+  """The device's TinyJit graph class (MOCK+NV: HCQ2Graph; MOCK+CUDA: CUDAGraph)."""
   from tiny_uop.plugins import Device
   return Device[dev].graph
 

@@ -1,4 +1,6 @@
-"""Scheduling time of a ResNet-18 forward + backward graph (batch 2, 64x64 images), tiny vs tinygrad when installed.
+"""Scheduling time of a ResNet-18 forward + backward graph (batch 2, 64x64 images), tiny vs tinygrad when installed,
+and the time to realize a 10,000-op chain (`y = y + 1.0` 10,000 times, then `.numpy()`: build, schedule, compile,
+run; checked against numpy). Target for the chain: under a minute.
 
 `run()` returns {case: {implementation: seconds, "unit": "s"}} for bench/run.py; `python bench/bench_schedule.py` prints
 it. Measured: building the graph is not counted; the first schedule (empty cache) and a repeat of the same structure
@@ -96,8 +98,31 @@ def _time_tinygrad() -> dict[str, float] | None:
   return out
 
 
+CHAIN = 10_000
+
+
+def _chain_seconds(Tensor: Any) -> float:
+  """Seconds to build and realize a CHAIN-op chain of `+ 1.0` (from scratch, caches as they are)."""
+  x = np.arange(8, dtype=np.float32)
+  t0 = time.perf_counter()
+  y = Tensor(x)
+  for _ in range(CHAIN): y = y + 1.0
+  got = y.numpy()
+  dt = time.perf_counter() - t0
+  if not np.array_equal(got, x + CHAIN): raise AssertionError(f"the {CHAIN}-op chain computed {got}")
+  return dt
+
+
 def run() -> dict[str, dict[str, Any]]:
-  """ResNet-18 forward+backward: scheduling seconds (first and repeated) and kernel count, tiny vs tinygrad."""
+  """ResNet-18 forward+backward: scheduling seconds (first and repeated) and kernel count, tiny vs tinygrad; the
+  10,000-op chain's seconds."""
+  from tiny_tensor import Tensor as TinyTensor
+  chain: dict[str, Any] = {"tiny": _chain_seconds(TinyTensor), "unit": "s", "better": "lower",
+                           "target": "tiny < 60 s"}
+  try:
+    from tinygrad import Tensor as TgTensor  # type: ignore[import-not-found]
+  except ImportError: pass
+  else: chain["tinygrad"] = _chain_seconds(TgTensor)
   tiny = _time_tiny()
   tg = _time_tinygrad()
   rows: dict[str, dict[str, Any]] = {}
@@ -106,6 +131,7 @@ def run() -> dict[str, dict[str, Any]]:
     if tg is not None: row["tinygrad"] = tg[case]
     rows[f"resnet18 fwd+bwd schedule: {case}"] = row
   rows["resnet18 fwd+bwd graph nodes"] = {"tiny": tiny["nodes"], "unit": "", "better": "none"}
+  rows[f"{CHAIN}-op chain: build + realize"] = chain
   return rows
 
 

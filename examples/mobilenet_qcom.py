@@ -119,7 +119,8 @@ def run(device: str = "MOCK+QCOM", batch: int = 2, size: int = 32, seed: int = 0
           "scale": float(np.abs(ref).max()), "kernels": len(kernels),
           "texture_kernels": sum("read_image" in c.spec.src for c in kernels), "jit_kernels": fwd.captured.kernel_count,
           "half_kernels": sum("half" in c.spec.src or "_rh(" in c.spec.src for c in kernels),
-          "seconds_per_forward": per_call}
+          "seconds_per_forward": per_call,
+          "graphs": [type(c.graph).__name__ for c in fwd.captured.plan if hasattr(c, "graph")]}
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import functools
 import re
 import threading
+import weakref
 from dataclasses import dataclass
 
 from tiny_uop.device import ProgramSpec, Renderer
@@ -29,7 +30,9 @@ class ProgramInfo:
   ins: tuple[int, ...] = ()
 
 
-_names: dict[str, dict[UOp, str]] = {}
+# base name -> (kernel AST -> its name, how many names that base has handed out): weak on the ASTs, so a kernel
+# nothing refers to any more leaves the table (a counter, never reused, keeps later names unique)
+_names: dict[str, tuple[weakref.WeakKeyDictionary[UOp, str], list[int]]] = {}
 _names_lock = threading.Lock()
 
 
@@ -47,9 +50,11 @@ def kernel_name(ast: UOp) -> str:
             (r.src[0].arg[0] if r.src[0].op is Ops.DEFINE_VAR else "n") for r in rngs]
     base = ("r" if red else "E") + ("_" + "_".join(dims) if dims else "")
   with _names_lock:
-    seen = _names.setdefault(base, {})
-    if ast not in seen: seen[ast] = base if not seen else f"{base}n{len(seen)}"
-    return seen[ast]
+    seen, count = _names.setdefault(base, (weakref.WeakKeyDictionary(), [0]))
+    if (name := seen.get(ast)) is None:
+      name = seen[ast] = base if count[0] == 0 else f"{base}n{count[0]}"
+      count[0] += 1
+    return name
 
 
 def _outs_ins(uops: list[UOp]) -> tuple[tuple[int, ...], tuple[int, ...]]:

@@ -1,4 +1,4 @@
-"""Jitted programs the HCQ graph tests run on several devices and graph paths (HCQGraph, HCQ2) to compare results."""
+"""Jitted programs the HCQ graph tests run on several devices and replay paths (HCQ2, JIT=2) to compare results."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,7 +1,8 @@
 """HCQ2 on MOCK+AMD: TinyJit replays lowered by tiny_uop.hcq2's passes with AMD's encoder (`encode.pm_lower`, one
-PatternMatcher over pm4.py/sdma.py's builders). Results are compared with the imperative HCQGraph (bit for bit) and
-numpy; the PM4 it encodes is compared with what HCQGraph records; a kernel -> SDMA copy -> kernel graph runs with its
-compute/copy dependencies; symbolic launch sizes are patched in the command buffer and the dispatch packet."""
+PatternMatcher over pm4.py/sdma.py's builders). Results are compared with kernel-by-kernel replays (`JIT=2`, bit for
+bit) and numpy; the PM4 it encodes is compared with what the PM4 queue records for the same dispatches; a kernel ->
+SDMA copy -> kernel graph runs with its compute/copy dependencies; symbolic launch sizes are patched in the command
+buffer and the dispatch packet."""
 from __future__ import annotations
 
 import ctypes
@@ -14,7 +15,6 @@ from tiny_codegen import get_program
 from tiny_codegen.compiler.amdgpu import find_ld_lld
 from tiny_uop import Context, KernelInfo, Ops, UOp, Variable, dtypes
 from tiny_uop.device import Buffer
-from tiny_uop.hcq import HCQGraph
 from tiny_uop.hcq2 import HCQ2Graph, linear_of, run_pipeline
 from tiny_uop.plugins import Device
 
@@ -41,74 +41,82 @@ def test_the_amd_encoder_is_one_pattern_matcher():
   assert {p.op[0] for p, _ in pm_lower.patterns} == {Ops.EXEC, Ops.XFER, Ops.WAIT, Ops.SIGNAL, Ops.MEMBAR, Ops.INDIRECT}
 
 
-def test_jit_through_hcq2_equals_hcqgraph_bit_for_bit():
-  with Context(HCQ2=0): ref = several_kernels(DEV)
+def test_jit_through_hcq2_equals_kernel_by_kernel_replays_bit_for_bit():
+  with Context(JIT=2): ref = several_kernels(DEV)
   builds = HCQ2Graph.builds
-  with Context(HCQ2=1): got = several_kernels(DEV)
+  got = several_kernels(DEV)
   assert HCQ2Graph.builds == builds + 1  # built once, after the capture; the later calls replayed it
   for (s0, e0), (s1, e1) in zip(ref, got):
     np.testing.assert_array_equal(s0, s1)
     np.testing.assert_array_equal(e0, e1)
 
 
-def test_a_replay_submits_what_hcqgraph_submits():
+def test_hcq2_0_is_a_clear_error():
   from tiny_tensor import Tensor, TinyJit
-  dev = Device[DEV]
-  per_replay = {}
-  for hcq2 in (0, 1):
-    with Context(HCQ2=hcq2):
-      f = TinyJit(lambda a, b: ((a + b).contiguous() * a).sum().realize())
-      for i in range(4):
-        a, b = (Tensor(np.full(16, i + j, np.float32), device=DEV).realize() for j in (1, 2))
-        dev.synchronize()
-        wptr, sdma, dispatches = dev.compute_ring.wptr, dev.copy_ring.wptr, _driver().dispatches
-        out = f(a, b)
-        dev.synchronize()
-        per_replay[hcq2] = (dev.compute_ring.wptr - wptr, dev.copy_ring.wptr - sdma, _driver().dispatches - dispatches)
-        assert out.item() == 16 * (2 * i + 3) * (i + 1)
-      assert isinstance(_graph(f), HCQ2Graph if hcq2 else HCQGraph)
-  # one short ring submission (wait, barrier, INDIRECT_BUFFER, signal), no SDMA work, every kernel dispatched
-  assert per_replay[1] == per_replay[0] and per_replay[1][1] == 0 and per_replay[1][2] == 2
+  f = TinyJit(lambda a: (a * 2).realize())
+  with Context(HCQ2=0), pytest.raises(ValueError, match="HCQ2=0 asks for the imperative HCQGraph, which was removed"):
+    for _ in range(3): f(Tensor(np.ones(4, np.float32), device=DEV))
 
 
-def test_the_encoded_pm4_is_what_hcqgraph_records():
+def test_a_replay_is_one_short_submission():
   from tiny_tensor import Tensor, TinyJit
-  with Context(HCQ2=0):
-    f = TinyJit(lambda a: ((a * 2).contiguous() + a).exp2().realize())
-    x = Tensor(np.ones(32, np.float32), device=DEV).realize()
-    for _ in range(3): f(x)
-  kernels = _graph(f).kernels
   dev = Device[DEV]
-  old = HCQGraph(dev, kernels)
+  f = TinyJit(lambda a, b: ((a + b).contiguous() * a).sum().realize())
+  for i in range(4):
+    a, b = (Tensor(np.full(16, i + j, np.float32), device=DEV).realize() for j in (1, 2))
+    dev.synchronize()
+    wptr, sdma, dispatches = dev.compute_ring.wptr, dev.copy_ring.wptr, _driver().dispatches
+    out = f(a, b)
+    dev.synchronize()
+    per_replay = (dev.compute_ring.wptr - wptr, dev.copy_ring.wptr - sdma, _driver().dispatches - dispatches)
+    assert out.item() == 16 * (2 * i + 3) * (i + 1)
+  assert isinstance(_graph(f), HCQ2Graph)
+  # one ring submission (wait, barrier, INDIRECT_BUFFER, signal), no SDMA work, every kernel dispatched
+  sig = dev.timeline_signal
+  kick = dev.hw_compute_queue_t().wait(sig, 1).memory_barrier().indirect_buffer(0x1000, 8).signal(sig, 2)
+  assert per_replay == (len(kick), 0, 2)
+
+
+def test_the_encoded_pm4_is_what_the_pm4_queue_records():
+  from tiny_tensor import Tensor, TinyJit
+  f = TinyJit(lambda a: ((a * 2).contiguous() + a).exp2().realize())
+  x = Tensor(np.ones(32, np.float32), device=DEV).realize()
+  for _ in range(3): f(x)
+  kernels = _graph(f).calls
+  dev = Device[DEV]
   keep = []
   run_pipeline(dev, linear_of(dev, kernels), keep=keep)
   st = dict(keep)
   cmdbuf = next(u for u in st["resolve"].src if u.op is Ops.CMDBUF)
   ka = next(u for u in st["resolve"].src if u.op is Ops.KERNARGS)
   new = list((ctypes.c_uint32 * len(cmdbuf.src)).from_address(cmdbuf.arg.mem.va))
-  want = list(old.queue._mem)
-  assert len(new) == len(want) and len(ka.arg.regions) == len(kernels) >= 2
-  # the kernarg pointers (USER_DATA) differ only by where each graph put its argument regions
-  for off, _ in ka.arg.regions:
-    a0, a1 = old.kernargs.va_addr + off + 64, ka.arg.mem.va + off + 64
-    i = next(i for i in range(len(want) - 1) if want[i] == a0 & 0xFFFFFFFF and want[i + 1] == a0 >> 32)
-    want[i:i + 2] = [a1 & 0xFFFFFFFF, a1 >> 32]
-  assert new == want
-  for off, _ in ka.arg.regions:  # the dispatch packets (launch sizes) are the same too
-    assert ctypes.string_at(ka.arg.mem.va + off, 24) == ctypes.string_at(old.kernargs.va_addr + off, 24)
+  assert len(ka.arg.regions) == len(kernels) >= 2
+  # the same dispatches recorded by the PM4 queue: a barrier between them, each with its argument region
+  q = dev.hw_compute_queue_t()
+  for n, ((off, _), k) in enumerate(zip(ka.arg.regions, kernels)):
+    if n: q.memory_barrier()
+    gs, ls = k.launch({})
+    lay = k.prg.args_layout(len(k.bufs), len(k.vars))
+    q.exec(k.prg, ka.arg.mem.va + off + lay.args_offset, (tuple(gs) + (1, 1))[:3], (tuple(ls or ()) + (1, 1, 1))[:3])
+  assert new == q.resolved()
+  for (off, _), k in zip(ka.arg.regions, kernels):  # the dispatch packets (launch sizes) are fill_launch's
+    gs, ls = k.launch({})
+    ref = ctypes.create_string_buffer(k.prg.args_layout(len(k.bufs), len(k.vars)).size)
+    k.prg.fill_launch(ctypes.addressof(ref), (tuple(gs) + (1, 1))[:3], (tuple(ls or ()) + (1, 1, 1))[:3])
+    assert ctypes.string_at(ka.arg.mem.va + off, 24) == ref.raw[:24]
 
 
-def test_jitted_convnet_training_through_hcq2_equals_hcqgraph_and_matches_cpu():
+def test_jitted_convnet_training_through_hcq2_equals_kernel_by_kernel_and_matches_cpu():
   from tiny_tensor import Tensor
   Tensor.manual_seed(3)
   cpu, _, _ = train_losses("CPU", 4)
-  runs, builds = {}, (HCQGraph.builds, HCQ2Graph.builds)
-  for hcq2 in (0, 1):
+  runs, builds = {}, HCQ2Graph.builds
+  for jit in (2, 1):
     Tensor.manual_seed(3)
-    with Context(HCQ2=hcq2): runs[hcq2] = train_losses(DEV, 4)
-  assert (HCQGraph.builds - builds[0], HCQ2Graph.builds - builds[1]) == (1, 1)  # one graph for the whole step each
-  assert runs[1][0] == runs[0][0] and runs[1][1] == runs[0][1] > 5  # losses bit for bit, same kernels per step
-  for a, b in zip(runs[0][2], runs[1][2]): np.testing.assert_array_equal(a, b)  # the trained weights too
+    with Context(JIT=jit): runs[jit] = train_losses(DEV, 4)
+  assert HCQ2Graph.builds - builds == 1  # one graph for the whole step
+  assert runs[1][0] == runs[2][0] and runs[1][1] == runs[2][1] > 5  # losses bit for bit, same kernels per step
+  for a, b in zip(runs[2][2], runs[1][2]): np.testing.assert_array_equal(a, b)  # the trained weights too
   np.testing.assert_allclose(runs[1][0], cpu, rtol=1e-4, atol=1e-5)
 
 

@@ -1,4 +1,4 @@
-"""HCQGraph as TinyJit's device graph on MOCK+AMD: the captured kernels become one prebuilt PM4 command buffer (an
+"""TinyJit's device graph on MOCK+AMD (HCQ2Graph): the captured kernels become one prebuilt PM4 command buffer (an
 indirect buffer) built once; replays patch input addresses, variable values and launch sizes and submit a short
 ring queue. Results are checked against numpy; builds, dispatches and ring dwords are counted."""
 from __future__ import annotations
@@ -11,18 +11,11 @@ from tiny_codegen import get_program
 from tiny_codegen.compiler.amdgpu import find_ld_lld
 from tiny_uop import KernelInfo, Ops, UOp, Variable, dtypes
 from tiny_uop.device import Buffer
-from tiny_uop.hcq import HCQGraph
+from tiny_uop.hcq2 import HCQ2Graph, linear_of, run_pipeline
 from tiny_uop.plugins import Device
 
 pytestmark = pytest.mark.skipif(find_ld_lld() is None, reason="ld.lld not installed: the AMDGPU compiler can't link")
 DEV = "MOCK+AMD"
-
-
-@pytest.fixture(autouse=True)
-def imperative_graph():
-  """These tests are about the imperative HCQGraph (`HCQ2=0`); test_hcq2.py / test_nv_hcq2.py cover HCQ2 (default)."""
-  from tiny_uop import Context
-  with Context(HCQ2=0): yield
 
 
 def _rng_t(shape, seed):
@@ -59,11 +52,11 @@ def test_jit_replays_several_kernels_through_one_graph_built_once():
     np.testing.assert_allclose(e.numpy(), np.exp2(h - an), rtol=1e-5)
     if i >= 2:
       assert _driver().dispatches - before == f.captured.kernel_count
-    if i == 2: builds = HCQGraph.builds
+    if i == 2: builds = HCQ2Graph.builds
   graphs = [c for c in f.captured.plan if isinstance(c, _GraphCall)]
   assert len(graphs) == 1 and len(graphs[0].kernels) == f.captured.kernel_count >= 2
-  assert HCQGraph.builds == builds  # replays 3..7 patched the graph built after the capture, never rebuilt it
-  assert isinstance(graphs[0].graph, HCQGraph) and graphs[0].graph.queue.bound
+  assert HCQ2Graph.builds == builds  # replays 3..7 patched the graph built after the capture, never rebuilt it
+  assert isinstance(graphs[0].graph, HCQ2Graph)
 
 
 def test_same_inputs_queue_without_waiting_new_inputs_patch_after_the_last_replay():
@@ -124,83 +117,18 @@ def test_symbolic_launch_sizes_are_patched_in_the_prebuilt_command_buffer():
   xs = [np.arange(256, dtype=np.float32), np.full(256, 0.5, np.float32)]
   ins = [Buffer(DEV, 256, dtypes.float).copyin(memoryview(x)) for x in xs]
   outs = [Buffer(DEV, 256, dtypes.float).copyin(memoryview(np.zeros(256, np.float32))) for _ in range(3)]
-  graph = HCQGraph(dev, [_SymKernel(prg, [0, ins[0]._buf, ins[1]._buf])])
-  assert len(graph.queue._patches) == 6  # 3 grid + 3 block sizes are HCQVars; everything else is constant
+  calls = [_SymKernel(prg, [0, ins[0]._buf, ins[1]._buf])]
+  graph = HCQ2Graph(dev, calls)
+  keep: list = []
+  run_pipeline(dev, linear_of(dev, calls), keep=keep)
+  cmd = [p for u in dict(keep)["patches"].src if u.op is Ops.CMDBUF for p in u.src if p.op is Ops.PATCH]
+  # 3 grid + 3 block sizes are patched in the command buffer (asked of the kernel's `launch` each replay); everything
+  # else there is constant
+  assert len(cmd) == 6 and {v.arg[0] for p in cmd for v in p.src[0].toposort() if v.op is Ops.DEFINE_VAR} == \
+    {f"launch0.{w}{a}" for w in "gl" for a in range(3)}
   for out, groups in zip(outs, (3, 8, 1)):
     graph([out._buf], {"g": groups})
   dev.synchronize()
   for out, groups in zip(outs, (3, 8, 1)):
     want = np.where(np.arange(256) < 32 * groups, xs[0] + xs[1], 0)
     np.testing.assert_array_equal(out.numpy(), want)
-
-
-def test_hcqgraph_on_a_backend_without_indirect_buffers():
-  # a pure-Python HCQ device whose queues have no INDIRECT_BUFFER: the bound command buffer stays in host memory and
-  # `chain` copies its (symbolic) commands into the submission, as an NV/QCOM port starts out
-  import ctypes
-
-  from tiny_uop.hcq import HCQAllocator, HCQBuffer, HCQCompiled, HCQProgram, HCQSignal, HWQueue, hi32, lo32
-
-  class Queue(HWQueue):
-    def wait(self, signal, value=0): return self.q(1, lo32(signal.addr), hi32(signal.addr), lo32(value))
-    def signal(self, signal, value=0): return self.q(2, lo32(signal.addr), hi32(signal.addr), lo32(value), hi32(value))
-    def memory_barrier(self): return self.q(3)
-    def exec(self, prg, args_addr, global_size, local_size):
-      return self.q(4, prg.pid, lo32(args_addr), hi32(args_addr), *global_size, *local_size)
-
-    def _submit(self, dev, d):  # the "GPU": runs the commands at once
-      i = 0
-      while i < len(d):
-        if d[i] == 1:
-          assert ctypes.c_uint64.from_address(d[i + 1] | d[i + 2] << 32).value >= d[i + 3]
-          i += 4
-        elif d[i] == 2:
-          ctypes.c_uint64.from_address(d[i + 1] | d[i + 2] << 32).value = d[i + 3] | d[i + 4] << 32
-          i += 5
-        elif d[i] == 3: i += 1
-        else:
-          dev.programs[d[i + 1]].run(d[i + 2] | d[i + 3] << 32, d[i + 4:i + 7], d[i + 7:i + 10])
-          i += 10
-
-  class Scale(HCQProgram):  # out[i] = in[i] * k for i < global * local
-    def __init__(self, dev, pid):
-      self.dev, self.pid = dev, pid
-      dev.programs[pid] = self
-
-    def run(self, args, gs, ls):
-      out, src = ctypes.c_uint64.from_address(args).value, ctypes.c_uint64.from_address(args + 8).value
-      k = ctypes.c_int32.from_address(args + 16).value
-      for i in range(gs[0] * ls[0]):
-        ctypes.c_float.from_address(out + 4 * i).value = ctypes.c_float.from_address(src + 4 * i).value * k
-
-  class Dev(HCQCompiled):
-    hw_compute_queue_t = hw_copy_queue_t = Queue
-
-    def __init__(self):
-      self.mem, self.programs = [], {}
-      super().__init__("FAKE", HCQAllocator(self), [], Scale)
-    def _gpu_alloc(self, size, host=False):
-      self.mem.append(m := ctypes.create_string_buffer(size))
-      return HCQBuffer(ctypes.addressof(m), size, cpu_mapped=True)
-    def _gpu_free(self, buf): pass
-    def new_signal(self, value=0): return HCQSignal(self._gpu_alloc(16).va_addr, value)
-
-  class K:  # the device-graph contract's kernel
-    def __init__(self, prg, bufs, gsym):
-      self.prg, self.bufs, self.vars, self.static_launch = prg, bufs, (("k", 2),), not gsym
-      self.global_size, self.local_size = ("n" if gsym else 2, 1, 1), (4, 1, 1)
-    def launch(self, vv): return ((vv.get("n", 2) if not self.static_launch else 2), 1, 1), (4, 1, 1)
-
-  dev = Dev()
-  mid = dev._gpu_alloc(64)
-  graph = HCQGraph(dev, [K(Scale(dev, 0), [mid, 0], False), K(Scale(dev, 1), [1, mid], True)])
-  assert graph.queue.bound and len(graph.submit_queue) > len(graph.queue)  # the commands were copied in
-  for n, k in ((2, 3), (1, 5), (2, -1)):
-    x = np.arange(8, dtype=np.float32) + n
-    bx, bo = dev._gpu_alloc(32), dev._gpu_alloc(32)
-    ctypes.memmove(bx.va_addr, x.tobytes(), 32)
-    graph([bx, bo], {"k": k, "n": n})
-    out = np.frombuffer(ctypes.string_at(bo.va_addr, 32), np.float32)
-    np.testing.assert_array_equal(out[:4 * n], x[:4 * n] * k * k)
-    np.testing.assert_array_equal(out[4 * n:], 0)
-  assert dev.timeline_signal.value == 3 and graph.last_signal == 3

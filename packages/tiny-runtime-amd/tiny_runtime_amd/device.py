@@ -19,7 +19,8 @@ import time
 from typing import Any
 
 from tiny_uop.hcq import MAP_SHARED, PROT_READ, PROT_WRITE, ArgsLayout, FileIOInterface, HCQAllocator, HCQBuffer, \
-  HCQCompiled, HCQGraph, HCQProgram, HCQSignal, hi32, lo32
+  HCQCompiled, HCQProgram, HCQSignal, hi32, lo32
+from tiny_uop.hcq2 import HCQ2Graph
 from tiny_uop.target import Target
 
 from tiny_runtime_amd import kfd, pm4
@@ -268,7 +269,7 @@ class AMDDevice(HCQCompiled):
     self.scratch_wave_bytes, self.tmpring_size, self._old_scratch = 0, 0, []
     from tiny_codegen.renderer.amdgpu import AMDGPURenderer
     self._peers: set[int] = set()
-    super().__init__(device, AMDAllocator(self), [AMDGPURenderer], AMDProgram, HCQGraph, arch=self.iface.node.arch)
+    super().__init__(device, AMDAllocator(self), [AMDGPURenderer], AMDProgram, HCQ2Graph, arch=self.iface.node.arch)
     self.time_signals = [self.new_signal(), self.new_signal()]
     self.compute_ring = AMDRing(self, kfd.QUEUE_TYPE_COMPUTE)
     self.copy_ring = AMDRing(self, kfd.QUEUE_TYPE_SDMA)

@@ -14,7 +14,6 @@ headers, `autogen/amd_gpu.py` = nvd.h and `autogen/am/pm4_nv.py`, see tests/test
 """
 from __future__ import annotations
 
-import ctypes
 from typing import Any, Sequence
 
 from tiny_uop.hcq import HCQSignal, HWQueue, Val, hi32, lo32
@@ -171,24 +170,6 @@ class AMDComputeQueue(HWQueue):
     self.set_sh_reg(COMPUTE_RESOURCE_LIMITS, 0)
     self.set_sh_reg(COMPUTE_START_X, 0, 0, 0, *ls)
     return self.pkt3(DISPATCH_DIRECT, *gs, self.INITIATOR)
-
-  # a bound queue is an indirect buffer in host-visible GPU memory: `chain` jumps to it, a patch writes it in place
-  def _bind_mem(self, dev: Any, dwords: list[int]) -> Any:
-    self._ib = dev.iface.alloc(4 * max(len(dwords), 1), host=True)
-    mem = (ctypes.c_uint32 * len(dwords)).from_address(self._ib.va_addr)
-    mem[:] = dwords
-    return mem
-
-  def chain(self, other: HWQueue) -> AMDComputeQueue:
-    """Run `other`: an INDIRECT_BUFFER to it when it is bound, else its commands copied in."""
-    if not other.bound: return self.q(*other._q)  # type: ignore[return-value]
-    return self.indirect_buffer(other._ib.va_addr, len(other._mem))  # type: ignore[attr-defined]
-
-  def _submit_bound(self, dev: Any) -> None:
-    dev.compute_ring.submit(type(self)().indirect_buffer(self._ib.va_addr, len(self._mem)).resolved())
-
-  def _free_bound(self, dev: Any, after: int) -> None:
-    if self._mem is not None: dev.defer_free(self._ib, after)
 
   def _submit(self, dev: Any, dwords: list[int]) -> None: dev.compute_ring.submit(dwords)
 

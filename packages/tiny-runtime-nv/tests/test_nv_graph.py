@@ -1,24 +1,15 @@
-"""TinyJit on MOCK+NV replays through HCQGraph: the captured kernels become one command buffer (a bound NVComputeQueue
-in GPU memory: its QMD launches and barriers) built once; a replay patches input addresses and variable values in the
+"""TinyJit on MOCK+NV replays through HCQ2Graph: the captured kernels become one command buffer (NV's encoder's QMD
+launches and barriers in GPU memory) built once; a replay patches input addresses and variable values in the
 argument regions (constant bank 0 of each kernel) and the launch sizes in their QMDs, then submits three GPFIFO
 entries on the compute channel: wait for the timeline, the bound buffer as it is, signal the timeline."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
-
 from tiny_uop import Variable
-from tiny_uop.hcq import HCQGraph
+from tiny_uop.hcq2 import HCQ2Graph
 from tiny_uop.plugins import Device
 
 DEV = "MOCK+NV"
-
-
-@pytest.fixture(autouse=True)
-def imperative_graph():
-  """These tests are about the imperative HCQGraph (`HCQ2=0`); test_hcq2.py / test_nv_hcq2.py cover HCQ2 (default)."""
-  from tiny_uop import Context
-  with Context(HCQ2=0): yield
 
 
 def _t(shape, seed):
@@ -54,10 +45,10 @@ def test_jit_replays_one_prebuilt_command_buffer_patched_per_call():
     if i >= 2:  # a replay: every captured kernel ran, from 3 GPFIFO entries (wait, the bound buffer, signal)
       assert _launches() - launches == f.captured.kernel_count >= 2
       assert dev.compute_fifo.put - put == 3
-    if i == 2: builds = HCQGraph.builds
+    if i == 2: builds = HCQ2Graph.builds
   graphs = [c for c in f.captured.plan if isinstance(c, _GraphCall)]
-  assert len(graphs) == 1 and isinstance(graphs[0].graph, HCQGraph) and graphs[0].graph.queue.bound
-  assert HCQGraph.builds == builds  # replays 4..6 patched the graph built at the capture, never rebuilt it
+  assert len(graphs) == 1 and isinstance(graphs[0].graph, HCQ2Graph)
+  assert HCQ2Graph.builds == builds  # replays 4..6 patched the graph built at the capture, never rebuilt it
 
 
 class _SymKernel:
@@ -81,7 +72,7 @@ def test_symbolic_launch_sizes_are_patched_into_the_qmds():
   xs = [np.arange(256, dtype=np.float32), np.full(256, 0.5, np.float32)]
   ins = [Buffer(DEV, 256, dtypes.float).copyin(memoryview(x)) for x in xs]
   outs = [Buffer(DEV, 256, dtypes.float).copyin(memoryview(np.zeros(256, np.float32))) for _ in range(3)]
-  graph = HCQGraph(dev, [_SymKernel(prg, [0, ins[0]._buf, ins[1]._buf])])
+  graph = HCQ2Graph(dev, [_SymKernel(prg, [0, ins[0]._buf, ins[1]._buf])])
   for out, groups in zip(outs, (3, 8, 1)): graph([out._buf], {"g": groups})
   dev.synchronize()
   for out, groups in zip(outs, (3, 8, 1)):

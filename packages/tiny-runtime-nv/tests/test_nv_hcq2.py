@@ -1,5 +1,5 @@
 """HCQ2 on MOCK+NV: TinyJit replays lowered by tiny_uop.hcq2's passes with NV's encoder (`encode.pm_lower`, one
-PatternMatcher over push.py's method builders). Results equal the imperative HCQGraph's bit for bit (a jitted
+PatternMatcher over push.py's method builders). Results equal kernel-by-kernel replays' (`JIT=2`) bit for bit (a jitted
 function of several kernels and a Variable, and a jitted training step); a replay is the same three GPFIFO entries;
 a kernel -> copy-engine copy -> kernel graph runs on both channels; symbolic launch sizes are patched in the QMDs."""
 from __future__ import annotations
@@ -9,7 +9,6 @@ import pytest
 
 from tiny_uop import Context, KernelInfo, Ops, UOp, Variable, dtypes
 from tiny_uop.device import Buffer
-from tiny_uop.hcq import HCQGraph
 from tiny_uop.hcq2 import HCQ2Graph
 from tiny_uop.plugins import Device
 
@@ -57,26 +56,22 @@ def _several(reps: int = 5) -> list[tuple[np.ndarray, np.ndarray, int]]:
     np.testing.assert_allclose(s.numpy(), (h * (2 + 5 * i)).sum(axis=1), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(e.numpy(), np.exp2(h - an), rtol=1e-5)
     out.append((s.numpy(), e.numpy(), entries))
-  assert isinstance(_graph(f), HCQ2Graph if _hcq2() else HCQGraph)
+  from tiny_uop.helpers import JIT
+  if JIT.value == 1: assert isinstance(_graph(f), HCQ2Graph)
   return out
 
 
-def _hcq2() -> bool:
-  from tiny_uop.helpers import HCQ2
-  return bool(HCQ2.value)
-
-
-def test_jit_through_hcq2_equals_hcqgraph_bit_for_bit():
-  with Context(HCQ2=0): ref = _several()
-  with Context(HCQ2=1): got = _several()
+def test_jit_through_hcq2_equals_kernel_by_kernel_bit_for_bit():
+  with Context(JIT=2): ref = _several()
+  got = _several()
   for (s0, e0, _), (s1, e1, _) in zip(ref, got):
     np.testing.assert_array_equal(s0, s1)
     np.testing.assert_array_equal(e0, e1)
-  # a replay (calls 3..5) is the same GPFIFO entries on both paths: wait, the bound buffer in place, signal
-  assert [n for _, _, n in got[2:]] == [n for _, _, n in ref[2:]] == [3] * 3
+  # a replay (calls 3..5) is three GPFIFO entries: wait, the body's command buffer in place, signal
+  assert [n for _, _, n in got[2:]] == [3] * 3
 
 
-def test_jitted_convnet_training_through_hcq2_equals_hcqgraph():
+def test_jitted_convnet_training_through_hcq2_equals_kernel_by_kernel():
   from tiny_tensor import Tensor, TinyJit, nn
   from tiny_tensor.nn.state import get_parameters
 
@@ -99,8 +94,8 @@ def test_jitted_convnet_training_through_hcq2_equals_hcqgraph():
                    Tensor(rng.integers(0, 10, 4).astype(np.int32), device=DEV)).item() for _ in range(4)]
     assert step.captured.kernel_count > 5
     return losses, [p.numpy() for p in params]
-  with Context(HCQ2=0): ref = train()
-  with Context(HCQ2=1): got = train()
+  with Context(JIT=2): ref = train()
+  got = train()
   assert got[0] == ref[0]  # every loss bit for bit
   for a, b in zip(ref[1], got[1]): np.testing.assert_array_equal(a, b)  # and the trained weights
 

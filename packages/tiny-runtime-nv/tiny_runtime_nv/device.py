@@ -22,8 +22,9 @@ import struct
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from tiny_uop.hcq import ArgsLayout, FileIOInterface, HCQAllocator, HCQBuffer, HCQCompiled, HCQGraph, HCQProgram, \
+from tiny_uop.hcq import ArgsLayout, FileIOInterface, HCQAllocator, HCQBuffer, HCQCompiled, HCQProgram, \
   HCQSignal, HWQueue, Val, backoff_sleep
+from tiny_uop.hcq2 import HCQ2Graph
 from tiny_uop.target import Target
 
 from tiny_runtime_nv import push, rm
@@ -305,7 +306,7 @@ class NVDevice(HCQCompiled):
       from tiny_runtime_nv.mock.compiler import mock_renderers
       renderers = mock_renderers(cubin=True)  # ptxas cubins carrying their PTX (the mock GPU runs the PTX)
     else: renderers = cubin_renderers(jit)
-    super().__init__(device, HCQAllocator(self), renderers, NVProgram, HCQGraph, arch=self.gpu.arch)
+    super().__init__(device, HCQAllocator(self), renderers, NVProgram, HCQ2Graph, arch=self.gpu.arch)
     self.time_signals = [self.new_signal(), self.new_signal()]
     NVComputeQueue().bind_object(self.compute_class).setup(self.windows.shared, self.windows.local) \
       .signal(self.timeline_signal, self.next_timeline()).submit(self)

@@ -11,7 +11,6 @@ with the same bit positions next to its version 04_00 — this driver launches Q
 """
 from __future__ import annotations
 
-import ctypes
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -129,7 +128,7 @@ class QMD:
 
 class NVQueue(HWQueue):
   """Methods recorded as dwords; `_submit` copies them into the device's command memory and appends a GPFIFO entry
-  (the device's `submit_gpfifo`). A bound queue lives in host-visible GPU memory and is run in place."""
+  (the device's `submit_gpfifo`)."""
   subch = 0
 
   def m(self, mthd: int, *data: Val, subch: int | None = None) -> NVQueue:
@@ -164,34 +163,9 @@ class NVQueue(HWQueue):
     """SET_OBJECT: bind the channel's object of class `cls` to this queue's subchannel."""
     return self.m(SET_OBJECT, cls)
 
-  def chain(self, other: HWQueue) -> NVQueue:
-    """Run `other` at this point: a bound queue becomes its own GPFIFO entry between this queue's segments (the GPU
-    fetches it in place); an unbound one is copied in."""
-    if not other.bound: return self.q(*other._q)  # type: ignore[return-value]
-    self.__dict__.setdefault("_chains", []).append((len(self._q), other))
-    return self
-
-  # a bound queue: its dwords in host-visible GPU memory, submitted as a GPFIFO entry pointing at them
-  def _bind_mem(self, dev: Any, dwords: list[int]) -> Any:
-    self._buf = dev._gpu_alloc(4 * max(len(dwords), 1), host=True)
-    mem = (ctypes.c_uint32 * len(dwords)).from_address(self._buf.va_addr)
-    mem[:] = dwords
-    return mem
-
-  def _submit_bound(self, dev: Any) -> None: dev.submit_gpfifo(self, (self._buf.va_addr, len(self._mem)))
-
-  def _free_bound(self, dev: Any, after: int) -> None:
-    if self._mem is not None: dev.defer_free(self._buf, after)
-
   def _submit(self, dev: Any, dwords: list[int]) -> None:
-    """The dwords as GPFIFO entries (a chained bound queue is an entry of its own), published with one doorbell."""
-    pos, entries = 0, []
-    for at, other in self.__dict__.get("_chains", []):
-      if at > pos: entries.append(dev.push_dwords(dwords[pos:at]))
-      entries.append((other._buf.va_addr, len(other._mem)))
-      pos = at
-    if pos < len(dwords): entries.append(dev.push_dwords(dwords[pos:]))
-    dev.submit_gpfifo(self, *entries)
+    """The dwords as one GPFIFO entry, published with one doorbell."""
+    dev.submit_gpfifo(self, dev.push_dwords(dwords))
 
 
 class NVComputeQueue(NVQueue):
@@ -224,7 +198,7 @@ class NVComputeQueue(NVQueue):
 
   def exec(self, prg: Any, args_addr: Val, global_size: Sequence[Val], local_size: Sequence[Val]) -> NVComputeQueue:
     """Launch `prg` (an NVProgram) whose argument region (constant bank 0, then its QMD) is at `args_addr`; the launch
-    sizes are written into that QMD by `prg.fill_launch` (eager calls) or patched by HCQGraph."""
+    sizes are written into that QMD by `prg.fill_launch` (eager calls) or patched by HCQ2."""
     return self.launch(prg.qmd_addr(args_addr))
 
 

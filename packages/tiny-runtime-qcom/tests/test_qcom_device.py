@@ -1,6 +1,6 @@
 """The QCOM driver on MOCK+QCOM: KGSL objects and timestamps, kernels compiled by the (mock) device compiler and
 loaded by the driver, buffers, values, textures and samplers (IMAGE=1), storage images (UAVs), image staging for
-unaligned views, launch timing, and TinyJit replays through HCQGraph -- results against numpy."""
+unaligned views, launch timing, and TinyJit replays through one graph (HCQ2) -- results against numpy."""
 from __future__ import annotations
 
 import ctypes
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from tiny_uop import Context, dtypes
 from tiny_uop.device import Buffer
-from tiny_uop.hcq import HCQGraph
+from tiny_uop.hcq2 import HCQ2Graph
 from tiny_uop.plugins import Device
 
 from tiny_runtime_qcom import a6xx, adreno
@@ -178,6 +178,7 @@ def test_unaligned_texture_view_is_staged(dev):
 
 
 def test_jit_replays_through_one_graph_built_once(dev):
+  """TinyJit's replays run one graph (QCOMGraph, an HCQ2Graph), built once."""
   from tiny_tensor import Tensor, TinyJit
   from tiny_tensor.jit import _GraphCall
   from tiny_uop import Variable
@@ -198,10 +199,10 @@ def test_jit_replays_through_one_graph_built_once(dev):
     np.testing.assert_allclose(e.numpy(), np.exp2(h - an), rtol=1e-5)
     if i >= 2:  # a replay: one submission (wait, CP_INDIRECT_BUFFER to the bound queue, signal) runs every kernel
       assert stats["dispatches"] - before[0] == f.captured.kernel_count and stats["submissions"] - before[1] == 1
-    if i == 2: builds = HCQGraph.builds
+    if i == 2: builds = HCQ2Graph.builds
   graphs = [c for c in f.captured.plan if isinstance(c, _GraphCall)]
-  assert len(graphs) == 1 and isinstance(graphs[0].graph, HCQGraph) and graphs[0].graph.queue.bound
-  assert HCQGraph.builds == builds and f.captured.kernel_count >= 2
+  assert len(graphs) == 1 and type(graphs[0].graph).__name__ == "QCOMGraph" and isinstance(graphs[0].graph, HCQ2Graph)
+  assert HCQ2Graph.builds == builds and f.captured.kernel_count >= 2
 
 
 class _SymKernel:
@@ -224,8 +225,9 @@ def test_symbolic_launch_sizes_are_patched_in_the_prebuilt_command_buffer(dev):
   xs = [np.arange(256, dtype=np.float32), np.full(256, 0.5, np.float32)]
   ins = [_buf(x) for x in xs]
   outs = [_buf(np.zeros(256, np.float32)) for _ in range(3)]
-  graph = HCQGraph(dev, [_SymKernel(prg, [0, ins[0]._buf, ins[1]._buf])])
-  assert len(graph.queue._patches) == 7  # NDRANGE_0 (local sizes), 3 global sizes, 3 work-group counts
+  from tiny_runtime_qcom.device import QCOMGraph
+  graph = QCOMGraph(dev, [_SymKernel(prg, [0, ins[0]._buf, ins[1]._buf])])
+  assert graph.source.count("B0_32[") + graph.source.count("B1_32[") == 7  # NDRANGE_0, 3 global sizes, 3 counts
   for out, groups in zip(outs, (3, 8, 1)): graph([out._buf], {"g": groups})
   dev.synchronize()
   for out, groups in zip(outs, (3, 8, 1)):

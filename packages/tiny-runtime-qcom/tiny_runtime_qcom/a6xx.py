@@ -12,7 +12,6 @@ submitted buffer as an indirect buffer on the GPU's ring (see `kgsl.KGSLIface.su
 """
 from __future__ import annotations
 
-import ctypes
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -124,10 +123,12 @@ def sp_cs_cntl_0(threadsize: int, hregs: int, fregs: int, branchstack: int) -> i
   return hregs << 1 | fregs << 7 | branchstack << 14 | threadsize << 20
 
 
-def ndrange_0(local_size: Sequence[int]) -> int:
-  """SP_CS_NDRANGE_0: KERNELDIM 1:0 (3), LOCALSIZEX/Y/Z - 1 in 11:2, 21:12, 31:22."""
+def ndrange_0(local_size: Sequence[Any]) -> Any:
+  """SP_CS_NDRANGE_0: KERNELDIM 1:0 (3), LOCALSIZEX/Y/Z - 1 in 11:2, 21:12, 31:22. A size may be a UOp (HCQ2 records
+  a launch whose local size changes between replays): the dword is then an expression; ints are checked here."""
   x, y, z = local_size
-  if not all(1 <= v <= 1024 for v in local_size): raise ValueError(f"local size {tuple(local_size)}; each 1..1024")
+  if not all(1 <= v <= 1024 for v in local_size if isinstance(v, int)):
+    raise ValueError(f"local size {tuple(local_size)}; each 1..1024")
   return 3 | (x - 1) << 2 | (y - 1) << 12 | (z - 1) << 22
 
 
@@ -186,8 +187,7 @@ def tex_samp_nearest_unnorm_border() -> list[int]:
 # ***** the compute queue *****
 class QCOMComputeQueue(HWQueue):
   """An a6xx compute queue: commands append type-4/type-7 packets; `_submit` copies the dwords into GPU memory and
-  submits them with KGSL's GPU_COMMAND. A bound queue lives in GPU memory and `chain` jumps to it with
-  CP_INDIRECT_BUFFER."""
+  submits them with KGSL's GPU_COMMAND. `indirect_buffer` runs a command buffer in GPU memory (HCQ2's bodies)."""
 
   def pkt7(self, opcode: int, *payload: Val) -> QCOMComputeQueue:
     self.q(pkt7(opcode, len(payload)), *payload)
@@ -262,22 +262,12 @@ class QCOMComputeQueue(HWQueue):
              lay.n_samp << SP_CS_CONFIG_NSAMP_SHIFT | lay.n_uav << SP_CS_CONFIG_NUAV_SHIFT)
     return self.pkt7(CP_RUN_OPENCL, 0)
 
-  # a bound queue is an indirect buffer in GPU memory: `chain` jumps to it, a patch writes it in place
-  def _bind_mem(self, dev: Any, dwords: list[int]) -> Any:
-    self._ib = dev._gpu_alloc(4 * max(len(dwords), 1))
-    mem = (ctypes.c_uint32 * len(dwords)).from_address(self._ib.va_addr)
-    mem[:] = dwords
-    return mem
-
-  def chain(self, other: HWQueue) -> QCOMComputeQueue:
-    """Run `other`: a CP_INDIRECT_BUFFER to it when it is bound, else its commands copied in."""
-    if not other.bound: return self.q(*other._q)  # type: ignore[return-value]
-    ib = other._ib.va_addr  # type: ignore[attr-defined]
-    return self.pkt7(CP_INDIRECT_BUFFER, lo32(ib), hi32(ib), len(other._mem))
-
-  def _submit_bound(self, dev: Any) -> None: dev.submit_ib(self._ib.va_addr, len(self._mem))
-  def _free_bound(self, dev: Any, after: int) -> None:
-    if self._mem is not None: dev.defer_free(self._ib, after)
+  def indirect_buffer(self, addr: Val, ndwords: Val) -> QCOMComputeQueue:
+    """CP_INDIRECT_BUFFER: run the `ndwords` dwords at `addr` (IB_BASE lo, hi; IB_SIZE in dwords, 20 bits), then
+    continue here. KGSL runs a submission as IB1, so the buffer it jumps to is an IB2 (a6xx has no IB3)."""
+    if isinstance(ndwords, int) and not 0 <= ndwords < 1 << 20:
+      raise ValueError(f"CP_INDIRECT_BUFFER of {ndwords} dwords; valid: 0..{(1 << 20) - 1}")
+    return self.pkt7(CP_INDIRECT_BUFFER, lo32(addr), hi32(addr), ndwords)
 
   def _submit(self, dev: Any, dwords: list[int]) -> None: dev.submit_dwords(dwords)
 
@@ -287,11 +277,11 @@ def _add(a: Val, off: int) -> Val: return a + off
 
 class Derived(HCQVar):
   """A command dword computed from several values (ints or HCQVars) when the queue is resolved: a symbolic launch's
-  global size in work-items is (work-groups x local size), SP_CS_NDRANGE_0 packs the three local sizes. With only
-  ints it is computed now (`Derived(...)` then returns an int)."""
+  global size in work-items is (work-groups x local size), SP_CS_NDRANGE_0 packs the three local sizes. Without
+  HCQVars it is computed now (`Derived(...)` then returns an int, or a UOp expression when HCQ2 records UOps)."""
 
-  def __new__(cls, fn: Any, *args: Val) -> Any:
-    if all(isinstance(a, int) for a in args): return fn(*args)
+  def __new__(cls, fn: Any, *args: Any) -> Any:
+    if not any(isinstance(a, HCQVar) for a in args): return fn(*args)
     return super().__new__(cls)
 
   def __init__(self, fn: Any, *args: Val):

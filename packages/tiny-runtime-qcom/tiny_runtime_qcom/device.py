@@ -7,7 +7,8 @@ address, compiles kernels with the device's own OpenCL compiler (`AdrenoCompiler
 binary), loads the binary's shader image itself (`QCOMProgram`) and dispatches it with a6xx command streams
 (`a6xx.QCOMComputeQueue`), submitted with GPU_COMMAND. Signals are memory written by the GPU (CACHE_FLUSH_TS); a
 host wait first sleeps in KGSL on the submission's timestamp. There is no copy engine: copies go through the CPU
-mapping (`HCQAllocator`). TinyJit replays through `HCQGraph` (one prebuilt indirect buffer, `QCOMGraph`).
+mapping (`HCQAllocator`). TinyJit replays through HCQ2 (`QCOMGraph`: tiny_uop.hcq2's passes with QCOM's encoder,
+`encode.pm_lower`): one command buffer in GPU memory, run with CP_INDIRECT_BUFFER.
 
 Without an Adreno GPU, `QCOMDevice("QCOM")` raises RuntimeError("no Adreno GPU (/dev/kgsl-3d0 not found)"), which
 the registry reports; `DEV=MOCK+QCOM` always works where an OpenCL CPU platform (PoCL) is installed.
@@ -17,13 +18,15 @@ from __future__ import annotations
 import ctypes
 from typing import Any, Sequence
 
-from tiny_uop.hcq import ArgsLayout, FileIOInterface, HCQAllocator, HCQBuffer, HCQCompiled, HCQGraph, HCQProgram, \
+from tiny_uop.hcq import ArgsLayout, FileIOInterface, HCQAllocator, HCQBuffer, HCQCompiled, HCQProgram, \
   HCQSignal
+from tiny_uop.hcq2 import HCQ2Graph
 from tiny_uop.target import Target
 
 from tiny_runtime_qcom import a6xx, adreno
 from tiny_runtime_qcom import cl as _cl
 from tiny_runtime_qcom.a6xx import QCOMComputeQueue
+from tiny_runtime_qcom.encode import pm_lower
 from tiny_runtime_qcom.kgsl import KGSL_PATH, KGSLIface
 from tiny_runtime_qcom.opencl import OpenCLUnavailable
 
@@ -172,16 +175,72 @@ class QCOMProgram(HCQProgram):
       pass
 
 
-class QCOMGraph(HCQGraph):
-  """`HCQGraph` for QCOM: a kernel whose read-only image is a buffer view not 32-byte aligned (the texture base
-  alignment) runs outside the graph, where its launch stages the image (`QCOMProgram._image_bases`)."""
+def graphable(dev: Any, call: Any) -> bool:
+  """May this captured call join a QCOM graph: a kernel of a `QCOMProgram` (copies run outside: QCOM copies through
+  the CPU mapping) none of whose read-only images is a kept buffer view not 32-byte aligned (the texture base
+  alignment, TEX_CONST_4.BASE_LO): such a kernel runs outside the graph, where its launch stages the image
+  (`QCOMProgram._image_bases`)."""
+  prg = getattr(call, "prg", None)
+  if not isinstance(prg, HCQProgram): return False
+  return not any(not isinstance(b, int) and prg.info.args[i][0] == "tex" and b.va_addr % a6xx.BASE_ALIGN
+                 for i, b in zip(prg.buf_args, call.bufs))
 
-  @staticmethod
-  def supports(dev: Any, kernel: Any) -> bool:
-    if not HCQGraph.supports(dev, kernel): return False
-    prg = kernel.prg
-    return not any(not isinstance(b, int) and prg.info.args[i][0] == "tex" and b.va_addr % a6xx.BASE_ALIGN
-                   for i, b in zip(prg.buf_args, kernel.bufs))
+
+class QCOMGraph(HCQ2Graph):
+  """TinyJit's graph on QCOM: `HCQ2Graph` with QCOM's encoder (`encode.pm_lower`), taking the kernels `graphable`
+  accepts. A texture or UAV descriptor's base address is an argument patch like a buffer pointer
+  (`QCOMProgram.args_layout` points at its BASE_LO/BASE_HI dwords).
+
+  A replay input read as a texture must be 32-byte aligned (the texture base, TEX_CONST_4.BASE_LO), as the eager
+  launch makes it (`QCOMProgram._image_bases`): an unaligned one (a view) is copied, once the device is idle, into a
+  staging buffer the graph keeps, and the replay reads that. An input that is also a plain buffer argument (which a
+  kernel may write) or a write-only image can't be staged: an unaligned one is a ValueError naming it."""
+  supports = staticmethod(graphable)
+
+  def __init__(self, dev: Any, calls: Sequence[Any]):
+    super().__init__(dev, calls)
+    self._tex_inputs: dict[int, int] = {}  # input slot -> bytes the textures read
+    self._other_inputs: dict[int, str] = {}  # input slot -> how else a kernel uses it
+    for c in self.calls:
+      prg = c.prg
+      for i, b in zip(prg.buf_args, c.bufs):
+        if not isinstance(b, int): continue
+        kind, h, w = prg.info.args[i]
+        if kind == "tex": self._tex_inputs[b] = max(self._tex_inputs.get(b, 0), h * w * 16)
+        else:
+          what = "a write-only image" if kind == "uav" else "a buffer"
+          self._other_inputs.setdefault(b, f"{what} of {getattr(c, 'name', prg.name)}")
+    self._staged: dict[int, HCQBuffer] = {}
+
+  def __call__(self, inputs: Sequence[Any], var_vals: dict[str, int] | None = None) -> None:
+    self.replay(self._image_inputs(inputs) if self._tex_inputs else inputs, var_vals or {})
+
+  def _image_inputs(self, inputs: Sequence[Any]) -> Sequence[Any]:
+    for slot, how in self._other_inputs.items():
+      if how.startswith("a write-only") and inputs[slot].va_addr % a6xx.BASE_ALIGN:
+        raise ValueError(f"replay input {slot} at {inputs[slot].va_addr:#x} is {how}, which must be "
+                         f"{a6xx.BASE_ALIGN}-byte aligned")
+    bad = [slot for slot in self._tex_inputs if inputs[slot].va_addr % a6xx.BASE_ALIGN]
+    if not bad: return inputs
+    out = list(inputs)
+    self.dev.synchronize()  # the input is written and the last replay (which read the staging buffers) is done
+    for slot in bad:
+      if slot in self._other_inputs:
+        raise ValueError(f"replay input {slot} at {inputs[slot].va_addr:#x} is read as a texture, which needs a "
+                         f"{a6xx.BASE_ALIGN}-byte aligned base, and is also {self._other_inputs[slot]}: pass an "
+                         "aligned buffer (a contiguous copy)")
+      n = self._tex_inputs[slot]
+      if (tmp := self._staged.get(slot)) is None: tmp = self._staged[slot] = self.dev._gpu_alloc(n)
+      ctypes.memmove(tmp.va_addr, inputs[slot].va_addr, min(n, inputs[slot].size))
+      out[slot] = tmp
+    return out
+
+  def __del__(self) -> None:
+    try:
+      for tmp in getattr(self, "_staged", {}).values(): self.dev.defer_free(tmp, self.last_signal)
+    except Exception:  # interpreter shutdown: the device may be gone  # noqa: S110
+      pass
+    super().__del__()
 
 
 class Layout:
@@ -200,6 +259,8 @@ class QCOMDevice(HCQCompiled):
   """``QCOM`` (KGSL, Adreno 6xx) and ``MOCK+QCOM`` (mock KGSL + an a630 that runs kernels on PoCL)."""
   hw_compute_queue_t = QCOMComputeQueue
   hw_copy_queue_t = None  # type: ignore[assignment]  # no copy engine: HCQAllocator copies through the CPU mapping
+  pm_lower = pm_lower  # HCQ2's encoder (encode.py)
+  hcq2_copy_engine = "compute"  # HCQ2: one engine for everything
 
   def __init__(self, device: str):
     target = Target.parse(device).check_interface()
@@ -230,6 +291,18 @@ class QCOMDevice(HCQCompiled):
     ren = QCOMRenderer if "cl_khr_fp16" in self.compiler.extensions else QCOMHalfStorageRenderer
     super().__init__(device, HCQAllocator(self), [ren], QCOMProgram, QCOMGraph, arch=self.kgsl.info.arch)
     self.time_signals = [self.new_signal(), self.new_signal()]
+
+  def hcq_submitter(self, engine: str) -> Any:
+    """HCQ2's submit: the parts' dwords (a bound command buffer `(address, ndwords)` as a CP_INDIRECT_BUFFER to it)
+    copied into the command ring and submitted with one GPU_COMMAND."""
+    if engine != "compute": raise ValueError(f"{self.device} has only a compute engine, not {engine!r}")
+
+    def submit(parts: list) -> None:
+      if len(parts) == 1 and isinstance(parts[0], list): return self.submit_dwords(parts[0])
+      dwords: list[int] = []
+      for p in parts: dwords += p if isinstance(p, list) else QCOMComputeQueue().indirect_buffer(*p)._q
+      self.submit_dwords(dwords)
+    return submit
 
   def select_renderer(self, name: str | None) -> Any:
     """The renderer, compiling with this device's compiler and sized by its limits."""

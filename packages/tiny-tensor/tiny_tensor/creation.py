@@ -6,6 +6,7 @@ counter-based random numbers (threefry2x32, reproducible for a seed on every dev
 from __future__ import annotations
 
 import math
+import threading
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
 __all__ = ["CreationMixin"]
 
 _rng_index: dict[tuple[str, int], Tensor] = {}  # (device, n) -> a realized uint32 buffer 0..n-1
+_rng_lock = threading.RLock()  # the seed and the per-device draw counters: one draw at a time advances them
 
 
 class CreationMixin:
@@ -131,8 +133,9 @@ class CreationMixin:
   @classmethod
   def manual_seed(cls, seed: int = 0) -> None:
     """Set the seed of the random functions (and restart their counters)."""
-    cls._seed = int(seed)
-    cls._rng_counters.clear()
+    with _rng_lock:
+      cls._seed = int(seed)
+      cls._rng_counters.clear()
 
   @staticmethod
   def _threefry2x32(x0: Tensor, x1: Tensor, k0: int, k1: int) -> tuple[Tensor, Tensor]:
@@ -155,13 +158,17 @@ class CreationMixin:
   def _random_bits(cls, num: int, device: str) -> Tensor:
     """`num` random uint32 words: threefry2x32 of counters (c + i, c + i + n/2) under the key (seed low, seed high).
 
-    The counter c lives in a device buffer and advances by an ASSIGN in the same graph, so a TinyJit replay draws
-    new numbers each call (like tinygrad).
+    The counter c lives in a device buffer and advances by an ASSIGN, so a TinyJit replay draws new numbers each call
+    (like tinygrad). The advance and this draw's start are computed at once (one small kernel, captured by a TinyJit
+    like any other): a lazy counter update shared by the draws of several threads could be taken into a graph one
+    thread builds while another realizes it, and so run twice (a draw skipped, another repeated).
     """
     half = ceildiv(num, 2)
-    if (ctr := cls._rng_counters.get(device)) is None:
-      ctr = cls._rng_counters[device] = cls(np.zeros(1, np.uint32), device=device, requires_grad=False)
-    start = ctr.assign(ctr + num) - num  # the counter before this draw
+    with engine.lock, _rng_lock:  # threads: each draw advances the counter past the previous one (never the same start)
+      if (ctr := cls._rng_counters.get(device)) is None:
+        ctr = cls._rng_counters[device] = cls(np.zeros(1, np.uint32), device=device, requires_grad=False)
+      start = (ctr.assign(ctr + num) - num).contiguous()  # the counter before this draw
+      start.realize(ctr)
     if (idx := _rng_index.get((device, half))) is None:  # 0..half-1 as a realized buffer: O(n), nothing to fold
       if len(_rng_index) > 64: _rng_index.clear()
       idx = _rng_index[(device, half)] = cls(np.arange(half, dtype=np.uint32), device=device, requires_grad=False)

@@ -12,12 +12,23 @@ Capture (used by TinyJit): inside `with capture(on_call, on_host_read):` every C
 it ran, to `on_call` as a `CapturedCall` (what ran, on which Buffers, with which sizes and variable values), and every
 read of device data into host memory other than the engine's own COPYs is reported to `on_host_read(buf)` before it
 happens (raise there to refuse it). Captures nest: each active one is told, innermost last.
+
+Threads: a capture sees only what its own thread runs (capture state is per thread). `realize` holds `lock` (one
+re-entrant lock for the engine) from scheduling to the last kernel, so concurrent realizes of graphs that share
+nodes (an RNG counter, a parameter) run one after the other and each sees the other's results; `Tensor.realize`
+takes the same lock around finding the shared nodes and pointing live tensors at the new buffers. Every other use of a
+device the engine makes holds it too: filling a new buffer from host data, reading one back (`Tensor.numpy`), a
+TinyJit replay (a GPU's command queues and signals are driven by one thread at a time; on the CPU a kernel's shares
+still run on the thread pool). The program cache is bounded (`PROGRAM_CACHE_MAX`, least recently used first out) and
+locked; `GlobalCounters` may miss increments made at the same moment by two threads.
 """
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 import weakref
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Iterable, Iterator, Literal
 
@@ -72,10 +83,15 @@ def _buffer_device(u: UOp) -> str:
   return d
 
 
+_buffers_lock = threading.Lock()
+
+
 def get_buffer(u: UOp) -> Buffer:
-  """The `Buffer` behind a BUFFER UOp, created (not yet allocated) on first use."""
+  """The `Buffer` behind a BUFFER UOp, created (not yet allocated) on first use (once, whichever thread asks)."""
   if u.op is not Ops.BUFFER: raise TypeError(f"get_buffer needs a BUFFER UOp, got {u.op}")
-  if (b := _buffers.get(u)) is None: b = _buffers[u] = _track(Buffer(_buffer_device(u), u.arg, u.dtype))
+  if (b := _buffers.get(u)) is None:
+    with _buffers_lock:
+      if (b := _buffers.get(u)) is None: b = _buffers[u] = _track(Buffer(_buffer_device(u), u.arg, u.dtype))
   return b
 
 
@@ -97,8 +113,9 @@ def register_buffer(u: UOp, buf: Buffer) -> UOp:
 def buffer_from_bytes(device: str, size: int, dtype: DType, data: bytes | memoryview | None) -> UOp:
   """A new BUFFER UOp of `size` elements on `device`, allocated now and filled with `data` (if given)."""
   u = UOp.new_buffer(device, size, dtype)
-  buf = get_buffer(u).ensure_allocated()
-  if data is not None and size: buf.copyin(memoryview(data))
+  with lock:
+    buf = get_buffer(u).ensure_allocated()
+    if data is not None and size: buf.copyin(memoryview(data))
   return u
 
 
@@ -141,19 +158,32 @@ class CapturedCall:
   offset: int = 0
 
 
-# active captures: (on_call, on_host_read or None); the runners check `if _captures:` (a no-op when empty)
-_captures: list[tuple[Callable[[CapturedCall], None], Callable[[Buffer], None] | None]] = []
-_engine_reads = [0]  # > 0 while the engine itself reads device data to the host (a COPY): not reported
+lock = threading.RLock()
+"""The engine lock: held while a graph is scheduled and run (see the module docstring)."""
+
+
+class _ThreadState(threading.local):
+  """Per thread: the active captures ((on_call, on_host_read or None), innermost last; the runners check
+  `if _tls.captures:`, a no-op when empty) and how deep the engine itself is in a host read of device data (a COPY:
+  not reported)."""
+  def __init__(self) -> None:
+    self.captures: list[tuple[Callable[[CapturedCall], None], Callable[[Buffer], None] | None]] = []
+    self.engine_reads = 0
+
+
+_tls = _ThreadState()
+_hook_users = [0]  # captures active in any thread: the host-read hook is installed while > 0
+_hook_lock = threading.Lock()
 
 
 def _host_read(buf: Buffer) -> None:
-  if _engine_reads[0]: return
-  for _, on_read in list(_captures):
+  if _tls.engine_reads: return
+  for _, on_read in list(_tls.captures):
     if on_read is not None: on_read(buf)
 
 
 def _report(call: CapturedCall) -> None:
-  for on_call, _ in list(_captures): on_call(call)
+  for on_call, _ in list(_tls.captures): on_call(call)
 
 
 @contextlib.contextmanager
@@ -173,16 +203,23 @@ def capture(on_call: Callable[[CapturedCall], None],
   [('kernel', 2)]
   """
   entry = (on_call, on_host_read)
-  if not _captures: Buffer.host_read_hooks.append(_host_read)
-  _captures.append(entry)
+  with _hook_lock:
+    if _hook_users[0] == 0: Buffer.host_read_hooks.append(_host_read)
+    _hook_users[0] += 1
+  _tls.captures.append(entry)
   try: yield
   finally:
-    _captures.remove(entry)
-    if not _captures and _host_read in Buffer.host_read_hooks: Buffer.host_read_hooks.remove(_host_read)
+    _tls.captures.remove(entry)
+    with _hook_lock:
+      _hook_users[0] -= 1
+      if _hook_users[0] == 0 and _host_read in Buffer.host_read_hooks: Buffer.host_read_hooks.remove(_host_read)
 
 
 # ***** running *****
-_program_cache: dict[tuple[UOp, type, str, str], tuple[Any, Any]] = {}
+PROGRAM_CACHE_MAX = 4096
+"""Compiled-and-loaded programs kept (by kernel AST, renderer and device); the least recently used go first."""
+_program_cache: OrderedDict[tuple[UOp, type, str, str], tuple[Any, Any]] = OrderedDict()
+_program_lock = threading.Lock()
 
 
 def estimate_ops(ast: UOp) -> int:
@@ -208,14 +245,22 @@ def _get_runner(ast: UOp, device: str) -> tuple[Any, Any]:
   dev = Device._opened.get(device) or Device[device]
   renderer = dev.renderer
   key = (ast, type(renderer), getattr(renderer, "arch", ""), device)
-  if (ret := _program_cache.get(key)) is None:
-    from tiny_codegen import get_program
-    spec = get_program(ast, renderer)  # DEBUG>=4 prints its source there, once per compile
-    if getattr(spec, "estimates", None) is None:
-      try: spec.estimates = {"ops": estimate_ops(ast)}
-      except Exception:  # an AST the estimator doesn't understand only loses the FLOP count  # noqa: S110
-        pass
-    ret = _program_cache[key] = (spec, dev.get_program(spec.name, spec.lib))
+  with _program_lock:
+    if (ret := _program_cache.get(key)) is not None:
+      _program_cache.move_to_end(key)
+      return ret
+  from tiny_codegen import get_program
+  # outside the lock: two threads may compile one kernel; both get a good program. DEBUG>=4 prints its source there,
+  # once per compile
+  spec = get_program(ast, renderer)
+  if getattr(spec, "estimates", None) is None:
+    try: spec.estimates = {"ops": estimate_ops(ast)}
+    except Exception:  # an AST the estimator doesn't understand only loses the FLOP count  # noqa: S110
+      pass
+  ret = (spec, dev.get_program(spec.name, spec.lib))
+  with _program_lock:
+    ret = _program_cache.setdefault(key, ret)
+    while len(_program_cache) > PROGRAM_CACHE_MAX: _program_cache.popitem(last=False)
   return ret
 
 
@@ -249,7 +294,7 @@ def _run_kernel(ast: UOp, bufs: tuple[UOp, ...], var_vals: dict[str, int]) -> No
     print(f"*** {device:8s} {GlobalCounters.kernel_count:4d} {spec.name:32s} {t*1e6:9.2f} us  "
           f"{ops/max(t, 1e-9)*1e-9:8.2f} GFLOPS  {mem/max(t, 1e-9)*1e-9:8.2f} GB/s  "
           f"total {GlobalCounters.time_sum_s*1e3:9.3f} ms")
-  if _captures:
+  if _tls.captures:
     _report(CapturedCall("kernel", tuple(buffers[i] for i in slots), device, spec, prg, spec.global_size,
                          spec.local_size, {v.arg[0]: x for v, x in zip(spec.vars, vals)}, ops, mem))
 
@@ -259,19 +304,19 @@ def _run_copy(bufs: tuple[UOp, ...]) -> None:
   st = time.perf_counter()
   if dst.nbytes != src.nbytes: raise RuntimeError(f"COPY of {src} into {dst}: sizes differ")
   if dst.nbytes:
-    _engine_reads[0] += 1
+    _tls.engine_reads += 1
     try: dst.copyin(src.as_buffer())
-    finally: _engine_reads[0] -= 1
+    finally: _tls.engine_reads -= 1
   GlobalCounters.global_mem += dst.nbytes
   if DEBUG >= 2:
     print(f"*** {dst.device:8s} copy {dst.nbytes:8d} bytes from {src.device:8s} {(time.perf_counter()-st)*1e6:9.2f} us")
-  if _captures: _report(CapturedCall("copy", (dst, src), dst.device))
+  if _tls.captures: _report(CapturedCall("copy", (dst, src), dst.device))
 
 
 def _run_slice(bufs: tuple[UOp, ...], offset: int) -> None:
   if not (bufs[0] in _buffers and _buffers[bufs[0]].is_allocated):
     _buffers[bufs[0]] = get_buffer(bufs[1]).view(bufs[0].arg, bufs[0].dtype, offset)
-  if _captures:
+  if _tls.captures:
     view = _buffers[bufs[0]]
     _report(CapturedCall("slice", (view, get_buffer(bufs[1])), view.device, offset=offset))
 
@@ -288,9 +333,9 @@ def run_schedule(calls: list[UOp], var_vals: dict[str, int]) -> None:
 
 def plan(uops: list[UOp], expose: Iterable[UOp] = ()) -> Any:
   """The schedule that `realize(uops, expose)` would run (the scheduler caches it by graph structure, so realizing
-  the same graphs afterwards doesn't schedule again)."""
+  the same graphs afterwards doesn't schedule again). Under the engine lock, like a realize's scheduling."""
   from tiny_codegen.schedule import create_schedule
-  return create_schedule(UOp.sink(*[u for u in uops if not is_realized(u)]), expose)
+  with lock: return create_schedule(UOp.sink(*[u for u in uops if not is_realized(u)]), expose)
 
 
 def realize(uops: list[UOp], expose: Iterable[UOp] = ()) -> dict[UOp, UOp]:
@@ -298,11 +343,12 @@ def realize(uops: list[UOp], expose: Iterable[UOp] = ()) -> dict[UOp, UOp]:
   covers the nodes of `expose` that got a buffer on the way: values other live graphs still use)."""
   todo = [u for u in uops if not is_realized(u)]
   if not todo: return {}
-  sched = plan(todo, expose)
-  calls = list(sched.calls)
-  before = _totals() if DEBUG >= 1 else None
-  run_schedule(calls, dict(getattr(sched, "var_vals", {}) or {}))
-  if before is not None: _print_realize(calls, before)
+  with lock:
+    sched = plan(todo, expose)
+    calls = list(sched.calls)
+    before = _totals() if DEBUG >= 1 else None
+    run_schedule(calls, dict(getattr(sched, "var_vals", {}) or {}))
+    if before is not None: _print_realize(calls, before)
   return dict(sched.becomes)
 
 

@@ -145,7 +145,8 @@ class IndexingMixin:
     for _, t, s in tensors:
       if not dtypes.is_int(t.dtype): raise IndexError(f"tensors used as indices must be int or bool, got {t.dtype}")
       from tiny_tensor.jit import _capturing
-      if engine.is_realized(t.uop) and t.numel() and not _capturing:  # while a jit captures, data isn't read
+      # while a jit captures (in this thread: the capture state is per thread), data isn't read
+      if engine.is_realized(t.uop) and t.numel() and not _capturing.jits:
         arr = t.numpy()
         if (bad := arr[(arr < -s) | (arr >= s)]).size:
           raise IndexError(f"index {bad.flat[0]} is out of bounds for a dimension of size {s}")
@@ -173,11 +174,18 @@ class IndexingMixin:
 
   def _lazy_readers(self) -> list[Tensor]:
     """Other live lazy tensors whose graphs read this tensor's buffer (they must be computed before it is written)."""
-    from tiny_tensor.tensor import _lazy_tensors
+    from tiny_tensor.tensor import _lazy_tensors, _live
     if (bv := engine.buffer_view(self.uop)) is None: return []
     buf = bv[0]
-    return [t for t in list(_lazy_tensors.values()) if t is not self and not engine.is_realized(t.uop)
-            and t.uop.op is not Ops.ASSIGN and buf in t.uop.toposort()]
+    cands = [t for t in _live(_lazy_tensors) if t is not self and not engine.is_realized(t.uop)
+             and t.uop.op is not Ops.ASSIGN]
+    if not cands: return []
+    # one walk over all their graphs together (a node's toposort is not cached: one walk per tensor would repeat the
+    # graphs they share), marking every node that reaches the buffer
+    reads: dict[UOp, bool] = {}
+    for n in UOp.sink(*dict.fromkeys(t.uop for t in cands)).toposort():
+      reads[n] = n is buf or any(reads[x] for x in n.src)
+    return [t for t in cands if reads[t.uop]]
 
   def _scatter_tensors(self, tensors: list[tuple[int, Tensor, int]], v: Tensor) -> Tensor:
     """self (a basic view) with `v` (shaped like `self[tensor indices]`) written at the tensor indices; where several

@@ -14,7 +14,7 @@ How it works (docs/ARCHITECTURE.md §5, step 7):
   input the view it made. Buffers are recorded as objects, so intermediates stay allocated for the replays;
 - later calls check that the inputs look the same (shape, dtype, device, which arguments are Tensors), swap the new
   inputs' device buffers into the recorded argument lists, and call the programs in order. On a device with a graph
-  class (`Compiled.graph`, e.g. `HCQ2Graph` on AMD and NV; docs/PIPELINE.md §7-8), each run of consecutive kernels
+  class (`Compiled.graph`, e.g. `HCQ2Graph` on AMD, NV and QCOM; PIPELINE.md §7, §9), each run of consecutive kernels
   is handed to it once after the capture; a replay calls the graph with the new input buffers and variable values,
   and it patches what changed in its prebuilt command buffers and submits them (`JIT=2`: kernel by kernel instead).
 
@@ -35,10 +35,17 @@ Not detected: other Python side effects (appending to a list, printing, mutating
 
 `JIT=0` (`Context(JIT=0)`) runs the function eagerly on every call. `jit.reset()` forgets the capture. A captured
 jit pickles: its programs travel as binaries and its buffers (weights included) with their contents.
+
+Threads: a TinyJit keeps its state (call count, capture, last inputs) per thread, so each thread that calls a shared
+jit runs, captures and replays its own copy (its own intermediate and output buffers: one thread's replay never
+overwrites what another's returned). What a capture records is only what its own thread runs. Buffers the function
+updates in place (weights, optimizer state) are shared by the copies, as they are by the eager function. An
+unpickled jit hands its one capture to every thread (their replays share its outputs).
 """
 from __future__ import annotations
 
 import functools
+import threading
 import time
 from typing import Any, Callable, Generic, TypeVar
 
@@ -54,7 +61,13 @@ __all__ = ["TinyJit", "JitError", "CapturedJit"]
 
 ReturnType = TypeVar("ReturnType")
 _SIMPLE = (int, float, bool, str, type(None), bytes)
-_capturing: list[Any] = []
+
+
+class _Capturing(threading.local):
+  def __init__(self) -> None: self.jits: list[Any] = []  # the TinyJit capturing in this thread (at most one)
+
+
+_capturing = _Capturing()
 
 
 class JitError(Exception):
@@ -360,14 +373,15 @@ class CapturedJit(Generic[ReturnType]):
 
   def __call__(self, inputs: list[Buffer], var_vals: dict[str, int]) -> ReturnType:
     dyn = list(inputs)
-    if DEBUG >= 2:
-      for c in self.plan:
-        c.run(dyn, var_vals)
-        if isinstance(c, _KernelCall): print(f"*** JIT {c.device:8s} {c.name}")
-        if isinstance(c, _GraphCall): print(f"*** JIT {c.device:8s} graph of {len(c.kernels)} kernels")
-    elif _trace.RECORDER is not None: self._run_recorded(dyn, var_vals)  # VIZ: each launch, timed
-    else:
-      for c in self.plan: c.run(dyn, var_vals)
+    with engine.lock:  # the devices' queues: one thread at a time (see tiny_tensor.engine)
+      if DEBUG >= 2:
+        for c in self.plan:
+          c.run(dyn, var_vals)
+          if isinstance(c, _KernelCall): print(f"*** JIT {c.device:8s} {c.name}")
+          if isinstance(c, _GraphCall): print(f"*** JIT {c.device:8s} graph of {len(c.kernels)} kernels")
+      elif _trace.RECORDER is not None: self._run_recorded(dyn, var_vals)  # VIZ: each launch, timed
+      else:
+        for c in self.plan: c.run(dyn, var_vals)
     GlobalCounters.kernel_count += self.kernel_count
     GlobalCounters.global_ops += self.ops
     GlobalCounters.global_mem += self.mem
@@ -461,6 +475,15 @@ def _tensor_from_buffer(Tensor: type, buf: Buffer, shape: tuple) -> Any:
   return Tensor(u.reshape(shape) if tuple(shape) != (buf.size,) else u)
 
 
+class _JitState:
+  """One thread's view of a TinyJit: how many times it was called, its capture, its last replay's inputs."""
+  __slots__ = ("cnt", "captured", "last")
+
+  def __init__(self, captured: CapturedJit | None):
+    self.cnt, self.captured = (0 if captured is None else 2), captured
+    self.last: tuple[tuple[UOp, ...], list[Buffer]] | None = None  # the last replay's input UOps and buffers
+
+
 class TinyJit(Generic[ReturnType]):
   """Compile a function of Tensors once and replay its kernels afterwards (see the module documentation).
 
@@ -470,15 +493,26 @@ class TinyJit(Generic[ReturnType]):
 
   def __init__(self, fxn: Callable[..., ReturnType] | None = None, captured: CapturedJit | None = None):
     if fxn is None and captured is None: raise TypeError("TinyJit needs a function (or a CapturedJit)")
-    self.fxn, self.captured = fxn, captured
-    self.cnt = 0 if captured is None else 2
-    self._last: tuple[tuple[UOp, ...], list[Buffer]] | None = None  # the last replay's input UOps and buffers
+    self.fxn, self._template = fxn, captured
+    self._states: dict[int, _JitState] = {}  # thread ident -> that thread's state
+    self._states_lock = threading.Lock()
     if fxn is not None: functools.update_wrapper(self, fxn)  # type: ignore[arg-type]
 
+  def _state(self) -> _JitState:
+    """This thread's state (made on its first call)."""
+    if (st := self._states.get(threading.get_ident())) is None:
+      with self._states_lock: st = self._states.setdefault(threading.get_ident(), _JitState(self._template))
+    return st
+
+  # the calling thread's state, as attributes
+  cnt = property(lambda self: self._state().cnt, lambda self, v: setattr(self._state(), "cnt", v))
+  captured = property(lambda self: self._state().captured, lambda self, v: setattr(self._state(), "captured", v))
+  _last = property(lambda self: self._state().last, lambda self, v: setattr(self._state(), "last", v))
+
   def reset(self) -> None:
-    """Forget the capture: the next call runs eagerly again, the one after captures."""
+    """Forget the capture (every thread's): the next call runs eagerly again, the one after captures."""
     if self.fxn is None: raise JitError("this TinyJit was unpickled without its function; it can't be reset")
-    self.cnt, self.captured, self._last = 0, None, None
+    with self._states_lock: self._states.clear()
 
   def __reduce__(self) -> Any:
     if self.captured is None: raise JitError("can't pickle a TinyJit before it captured (call it twice first)")
@@ -496,10 +530,11 @@ class TinyJit(Generic[ReturnType]):
   def __call__(self, *args: Any, **kwargs: Any) -> ReturnType:
     # fast path of a replay with the very same input tensors as the last replay (same UOps, so the same buffers,
     # shapes, dtypes and devices): skip re-deriving and re-checking them
-    if self._last is not None and not kwargs and not _capturing and JIT.value and len(args) == len(self._last[0]) and \
-       all(type(a) is _TENSOR[0] and a.uop is u for a, u in zip(args, self._last[0])):
-      self.cnt += 1
-      return self.captured(self._last[1], {})  # type: ignore[misc]
+    st = self._state()
+    if (last := st.last) is not None and not kwargs and not _capturing.jits and JIT.value and \
+       len(args) == len(last[0]) and all(type(a) is _TENSOR[0] and a.uop is u for a, u in zip(args, last[0])):
+      st.cnt += 1
+      return st.captured(last[1], {})  # type: ignore[misc]
     inputs, names, info, var_vals, plain = _prepare(args, kwargs)
     if not JIT.value or self.cnt == 0:
       ret = self._eager(args, kwargs)
@@ -508,7 +543,7 @@ class TinyJit(Generic[ReturnType]):
     else:
       cj = self.captured
       assert cj is not None
-      if _capturing:
+      if _capturing.jits:
         raise JitError("a captured TinyJit was replayed while another TinyJit captures; the outer capture can't record "
                        "a replay (nested jits are not supported): call the inner function without TinyJit")
       if names != cj.names or info != cj.info:
@@ -528,13 +563,14 @@ class TinyJit(Generic[ReturnType]):
   def _capture(self, args: tuple, kwargs: dict, inputs: list[Buffer], names: list, info: list,
                var_vals: dict[str, int], plain: list) -> ReturnType:
     if self.fxn is None: raise JitError("this TinyJit has no function to capture")
-    if _capturing: raise JitError("a TinyJit was called while another TinyJit captures; nested jits are not supported")
-    _capturing.append(self)
+    if _capturing.jits:
+      raise JitError("a TinyJit was called while another TinyJit captures; nested jits are not supported")
+    _capturing.jits.append(self)
     try:
       cap = _EngineCapture(inputs, var_vals)
       with engine.capture(cap.on_call, cap.on_host_read):
         ret = self._eager(args, kwargs)
-    finally: _capturing.clear()
+    finally: _capturing.jits.clear()
     _check_ret(ret)
     for t in _ret_tensors(ret):
       if any((b := _buffer_of(p)) is not None and id(b) in cap.slots for p in _parts(t.uop)):

@@ -154,9 +154,6 @@ def _conv(x: Tensor, weight: Tensor, bias: Tensor | None, groups: int, stride: A
   oyx, rcout = tuple(win.shape[2:2 + nd]), cout // groups
   win = win.reshape(bs, groups, cin, 1, *oyx, *HW).expand(bs, groups, cin, rcout, *oyx, *HW)
   win = win.permute(0, 1, 3, *range(4, 4 + nd), 2, *range(4 + nd, 4 + 2 * nd))  # (bs, groups, rcout, *oyx, cin, *HW)
-  # the weight laid out output-channel-last (a small copy): the conv's loads of it are contiguous across output
-  # channels, so a CPU kernel reads one vector of them and reuses it across pixels
-  weight = weight.permute(*range(1, 2 + nd), 0).contiguous().permute(nd + 1, *range(nd + 1))
   prod_ = win * weight.reshape(1, groups, rcout, *[1] * nd, cin, *HW)
   axes = tuple(range(-1 - nd, 0))
   ret = (prod_.sum(axes) if dtype is None else prod_.sum(axes, dtype=dtype)).reshape(bs, cout, *oyx)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import threading
 import weakref
 from typing import Any, Callable, Iterator, Sequence
 
@@ -40,6 +41,12 @@ _grad_tensors: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDicti
 _leaf_tensors: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()  # ... set so by the user
 _lazy_tensors: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()  # may hold a lazy graph
 _origin_tensors: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()  # remember a graph
+_registry_lock = threading.Lock()  # insertions into the registries above vs. listing them from another thread
+
+
+def _live(reg: weakref.WeakValueDictionary[int, Tensor]) -> list[Tensor]:
+  """The tensors of a registry now (a list: another thread may add to it meanwhile)."""
+  with _registry_lock: return list(reg.values())
 _scalar_cache: dict[tuple, UOp] = {}  # (dtype, repr(value), device, shape) -> the broadcast constant
 
 
@@ -153,7 +160,8 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     if u.op is not Ops.MULTI and (isinstance(u.device, tuple) or (u.op is Ops.COPY and u.src[0].op is Ops.MULTI)):
       u = _multi.lower(u)  # an op on a sharded tensor (or a gather of one to a single device)
     self._uop = u
-    if not engine.is_realized(u): _lazy_tensors[id(self)] = self
+    if not engine.is_realized(u):
+      with _registry_lock: _lazy_tensors[id(self)] = self
 
   @property
   def requires_grad(self) -> bool | None:
@@ -163,7 +171,8 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
   @requires_grad.setter
   def requires_grad(self, v: bool | None) -> None:
     self._requires_grad = v
-    if v: _grad_tensors[id(self)] = _leaf_tensors[id(self)] = self
+    if v:
+      with _registry_lock: _grad_tensors[id(self)] = _leaf_tensors[id(self)] = self
 
   @property
   def _origin(self) -> UOp | None:
@@ -173,7 +182,8 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
   @_origin.setter
   def _origin(self, u: UOp | None) -> None:
     self._origin_uop = u
-    if u is not None: _origin_tensors[id(self)] = self
+    if u is not None:
+      with _registry_lock: _origin_tensors[id(self)] = self
 
   @property
   def shape(self) -> tuple[sint, ...]:
@@ -240,12 +250,13 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     Ops.BUFFER
     """
     ts = [self, *lst]
-    uops = [s for t in ts for s in (t.uop.src if t.uop.op is Ops.MULTI else (t.uop,))]  # a sharded tensor: its shards
-    # a lazy tensor that reads a buffer this realize writes (e.g. the loss, after opt.step()) is computed in the same
-    # schedule (which reads before it writes), unless the values it reads get buffers anyway: as if run eagerly
-    uops += [s for t in _old_value_readers(uops, ts) for s in _shards(t.uop)]
-    becomes = engine.realize(uops, _shared_with_other_graphs(uops))
-    if becomes: _apply_becomes(becomes)
+    with engine.lock:  # other threads' realizes see this one's results whole (see tiny_tensor.engine)
+      uops = [s for t in ts for s in (t.uop.src if t.uop.op is Ops.MULTI else (t.uop,))]  # a sharded tensor: shards
+      # a lazy tensor that reads a buffer this realize writes (e.g. the loss, after opt.step()) is computed in the
+      # same schedule (which reads before it writes), unless the values it reads get buffers anyway: as if run eagerly
+      uops += [s for t in _old_value_readers(uops, ts) for s in _shards(t.uop)]
+      becomes = engine.realize(uops, _shared_with_other_graphs(uops))
+      if becomes: _apply_becomes(becomes)
     return self
 
   def schedule(self, *lst: Tensor) -> Any:
@@ -271,8 +282,9 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     shape = tuple(int(s) for s in self.shape)
     npdt = to_numpy(self.dtype)
     if prod(shape) == 0: return np.zeros(shape, dtype=npdt)
-    buf = self._buffer()
-    return np.frombuffer(buf.as_buffer(), dtype=npdt).reshape(shape)
+    with engine.lock:  # a device's queues are the engine's to drive: one thread at a time
+      data = self._buffer().as_buffer()
+    return np.frombuffer(data, dtype=npdt).reshape(shape)
 
   def data(self) -> memoryview:
     """The data as a memoryview of the tensor's shape."""
@@ -405,7 +417,7 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     >>> (w * w).sum().backward().item(), w.grad.tolist()
     (5.0, [2.0, 4.0])
     """
-    live = [t for t in list(_grad_tensors.values()) if t.requires_grad and dtypes.is_float(t.dtype)]
+    live = [t for t in _live(_grad_tensors) if t.requires_grad and dtypes.is_float(t.dtype)]
     # leaves (requires_grad set by the user) and lazy tensors are targets as they are; a realized derived tensor is
     # looked through (its pre-realize graph) so the gradient reaches the leaves it came from, as in torch
     keep = {s for t in live if t._origin is None or id(t) in _leaf_tensors for s in _shards(t.uop)}
@@ -1290,7 +1302,7 @@ def _size_differs(a: sint, b: sint) -> bool:
 def _expand_origins(root: UOp, keep: set[UOp]) -> UOp:
   """root's graph with realized tensors replaced by the graphs they were computed from (not those in `keep`), so
   gradients flow through values that were realized (e.g. printed) before backward."""
-  origins = {u: o for t in list(_origin_tensors.values()) if t._origin is not None and t.uop not in keep
+  origins = {u: o for t in _live(_origin_tensors) if t._origin is not None and t.uop not in keep
              for u, o in zip(_shards(t.uop), _shards(t._origin)) if u not in keep}
   for _ in range(32):
     if not origins or not any(u in origins for u in root.toposort()): break
@@ -1307,14 +1319,14 @@ def _old_value_readers(uops: list[UOp], ts: list[Tensor]) -> list[Tensor]:
   which the backward computes); so this plans the schedule once to see which values get buffers."""
   targets = {bv[0] for u in uops if u.op is Ops.ASSIGN and (bv := engine.buffer_view(u.src[0])) is not None}
   if not targets: return []
-  cands = [t for t in list(_lazy_tensors.values()) if not any(t is x for x in ts) and not engine.is_realized(t.uop)
-           and any(b in t.uop.toposort() for b in targets)]  # (cached walks: most graphs read none of them)
+  cands = [t for t in _live(_lazy_tensors) if not any(t is x for x in ts) and not engine.is_realized(t.uop)]
   if not cands: return []
   def reading(done: Any) -> list[Tensor]:
-    # one walk over all their graphs: a node reads an old value if it is a target buffer or, unless it is an ASSIGN
-    # (its value is the new one) or gets a buffer in this realize (`done`), one of its sources does
+    # one walk over all their graphs (toposorts are not cached on nodes: a walk per tensor would repeat the graphs
+    # they share): a node reads an old value if it is a target buffer or, unless it is an ASSIGN (its value is the
+    # new one) or gets a buffer in this realize (`done`), one of its sources does
     old: dict[UOp, bool] = {}
-    for n in UOp.sink(*[t.uop for t in cands]).toposort():
+    for n in UOp.sink(*dict.fromkeys(t.uop for t in cands)).toposort():
       old[n] = n in targets or (n.op is not Ops.ASSIGN and n not in done and any(old[x] for x in n.src))
     return [t for t in cands if old[t.uop]]
   if not (cands := reading(())): return []
@@ -1326,16 +1338,11 @@ def _shared_with_other_graphs(uops: list[UOp]) -> set[UOp]:
   buffer anyway, those tensors read it instead of computing it again (e.g. `opt.step()` then `loss.realize()` must not
   run the forward pass twice)."""
   roots = set(uops)
-  others = [t.uop for t in _lazy_tensors.values() if t.uop not in roots and not engine.is_realized(t.uop)]
+  others = [t.uop for t in _live(_lazy_tensors) if t.uop not in roots and not engine.is_realized(t.uop)]
   if not others: return set()
   mine = UOp.sink(*uops).toposort()
-  shared: set[UOp] = set()
-  seen: set[UOp] = set()
-  for o in others:
-    if o in seen: continue
-    seen.add(o)
-    shared.update(u for u in o.toposort() if u in mine)
-  return shared
+  # one walk over all the other graphs together (linear in their size, however many tensors share them)
+  return {u for u in UOp.sink(*dict.fromkeys(others)).toposort() if u in mine}
 
 
 def _apply_becomes(becomes: dict[UOp, UOp]) -> None:
@@ -1344,16 +1351,18 @@ def _apply_becomes(becomes: dict[UOp, UOp]) -> None:
   before is kept in `_origin` for autograd."""
   fixed = {k: (v if v.shape == k.shape else v.reshape(k.shape)) for k, v in becomes.items()}  # 0-d may come back 1-d
   lazy: list[Tensor] = []
-  for t in list(_lazy_tensors.values()):
+  for t in _live(_lazy_tensors):
     if (n := fixed.get(t.uop)) is not None:
       if _keeps_origin(t): t._origin = t.uop
       t.uop = n
     if engine.is_realized(t.uop): _lazy_tensors.pop(id(t), None)
     else: lazy.append(t)
   if not lazy: return
-  # which lazy graphs use a realized node (a UOp caches its toposort, so this is a few dict lookups per tensor)
-  keys = list(fixed)
-  todo = [t for t in lazy if any(k in t.uop.toposort() for k in keys)]
+  # which lazy graphs use a realized node: one walk over all of them, marking every node that reaches one
+  uses: dict[UOp, bool] = {}
+  for u in UOp.sink(*dict.fromkeys(t.uop for t in lazy)).toposort():
+    uses[u] = u in fixed or any(uses[x] for x in u.src)
+  todo = [t for t in lazy if uses[t.uop]]
   if not todo: return
   roots = list(dict.fromkeys(t.uop for t in todo))
   new = dict(zip(roots, UOp.sink(*roots).substitute(fixed, name="apply becomes").src))

@@ -313,14 +313,8 @@ def test_a_device_whose_encoder_misses_an_op_is_refused():
   with pytest.raises(RuntimeError, match=r"FAKE's pm_lower does not encode \['XFER'\]"): HCQ2Graph(d, calls)
 
 
-def test_hcq2_flag_selects_the_graph_of_devices_with_an_encoder(dev):
-  from tiny_uop.hcq import HCQGraph
-  dev.graph = HCQGraph
-  with Context(HCQ2=1): assert dev.graph is HCQ2Graph
-  with Context(HCQ2=0): assert dev.graph is HCQGraph
-
-  class NoEncoder(FakeDevice):
-    pm_lower = None
-  d = NoEncoder()
-  d.graph = HCQGraph
-  with Context(HCQ2=1): assert d.graph is HCQGraph  # a backend without pm_lower keeps the imperative graph
+def test_hcq2_0_asks_for_the_removed_imperative_graph_and_is_refused(dev):
+  calls, _, _ = _chain(dev)
+  with Context(HCQ2=0), pytest.raises(ValueError, match="HCQ2=0 asks for the imperative HCQGraph, which was removed"):
+    HCQ2Graph(dev, calls)
+  with Context(HCQ2=1): assert HCQ2Graph(dev, calls).source.startswith("def replay(")

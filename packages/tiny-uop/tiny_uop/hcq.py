@@ -3,14 +3,14 @@
 - `FileIOInterface`: the one seam through which a driver touches the kernel (open/ioctl/mmap/read/write/listdir).
   A mock kernel driver subclasses it (the `MOCK+` interface) and the driver code above it does not change.
 - `HCQVar`: a symbolic 32/64-bit value placed in a command stream; `HWQueue.submit(dev, var_vals)` resolves it, so
-  one recorded queue can be patched and resubmitted (JIT replays).
+  one recorded queue can be resubmitted with other values.
 - `HWQueue`: a recorded list of command dwords; backends implement the commands (`wait`, `signal`, `timestamp`,
   `memory_barrier`, `exec`, `copy`) by appending packets with `q(...)`, and `_submit` to hand them to the GPU.
 - `HCQSignal`: a 64-bit value and a 64-bit timestamp in GPU-visible memory.
 - `HCQCompiled`: a `Compiled` device with a timeline signal; `HCQBuffer`; `HCQAllocator` (copies through the CPU
   mapping of host-mapped buffers, else through host staging buffers on the copy queue); `HCQProgram` (how a
-  kernel's arguments are laid out in memory); `HCQGraph`
-  (TinyJit's device graph: a batch of kernels as one prebuilt command buffer, patched and resubmitted per replay).
+  kernel's arguments are laid out in memory). TinyJit's device graph on these devices is `tiny_uop.hcq2.HCQ2Graph`
+  (a batch of kernels lowered to command buffers by named rewrites, patched and resubmitted per replay).
 
 Addresses here are integers: a GPU virtual address that is also mapped at the same host address (KFD's SVM
 layout; the mock follows it), so host code reads and writes device-visible memory through `ctypes`.
@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from typing import Any, Callable, Generic, Sequence, TypeVar
 
 from tiny_uop.device import BufferSpec, Compiled, LRUAllocator, Program, Renderer
-from tiny_uop.helpers import HCQ2
 
 # ***** the kernel seam *****
 
@@ -216,49 +215,11 @@ class HWQueue:
 
   def __init__(self) -> None:
     self._q: list[Val] = []
-    self._mem: Any = None  # after `bind`: the frozen dwords (a ctypes uint32 array, host or device memory)
-    self._patches: list[tuple[int, HCQVar]] = []
 
   def q(self, *dwords: Val) -> HWQueue:
     """Append raw dwords (32-bit ints or HCQVars resolving to 32-bit values)."""
-    if self._mem is not None: raise RuntimeError(f"{type(self).__name__} is bound: no commands can be added")
     self._q.extend(dwords)
     return self
-
-  @property
-  def bound(self) -> bool: return self._mem is not None
-
-  def bind(self, dev: Any) -> HWQueue:
-    """Freeze the recorded commands into one prebuilt command buffer (built once, here).
-
-    Every constant dword is written now; the positions holding `HCQVar`s are remembered, and `patch` (or `submit`)
-    later writes only those. Backends whose hardware runs a command buffer from memory (AMD: INDIRECT_BUFFER) put it
-    in device memory (`_bind_mem`), so `chain` refers to it instead of copying it.
-    """
-    if self._mem is None:
-      self._patches = [(i, d) for i, d in enumerate(self._q) if isinstance(d, HCQVar)]
-      self._mem = self._bind_mem(dev, [0 if isinstance(d, HCQVar) else d for d in self._q])
-    return self
-
-  def _bind_mem(self, dev: Any, dwords: list[int]) -> Any:
-    """Where a bound queue's dwords live: host memory here; backends override to use device memory."""
-    return (ctypes.c_uint32 * len(dwords))(*dwords)
-
-  def patch(self, var_vals: dict[str, int]) -> int:
-    """Write the HCQVar positions of a bound queue from `var_vals` (only those whose value changed); returns how many
-    dwords were written. The caller makes sure the GPU is not reading the buffer meanwhile."""
-    if self._mem is None: raise RuntimeError(f"{type(self).__name__}.patch needs a bound queue (call bind first)")
-    mem, n = self._mem, 0
-    for i, v in self._patches:
-      x = v.resolve(var_vals)
-      if not 0 <= x <= 0xFFFFFFFF: raise ValueError(f"command dword {i} = {x:#x} ({v.name}) does not fit 32 bits")
-      if mem[i] != x: mem[i], n = x, n + 1
-    return n
-
-  def chain(self, other: HWQueue) -> HWQueue:
-    """Run `other`'s commands at this point. Here they are copied in (still symbolic: this queue's `submit` resolves
-    them); backends that can jump to a bound queue in device memory override it (AMD: INDIRECT_BUFFER)."""
-    return self.q(*other._q)
 
   def __len__(self) -> int: return len(self._q)
 
@@ -300,18 +261,11 @@ class HWQueue:
   def copy(self, dest: Val, src: Val, size: int) -> HWQueue: raise self._missing("copy")
 
   def submit(self, dev: HCQCompiled, var_vals: dict[str, int] | None = None) -> HWQueue:
-    """Resolve the symbols with `var_vals` and hand the dwords to the device; the queue can be resubmitted.
-    A bound queue is patched in place (`patch`) and submitted as it is (`_submit_bound`)."""
-    if self._mem is not None:
-      if self._patches: self.patch(var_vals or {})
-      self._submit_bound(dev)
-    elif self._q: self._submit(dev, self.resolved(var_vals))
+    """Resolve the symbols with `var_vals` and hand the dwords to the device; the queue can be resubmitted."""
+    if self._q: self._submit(dev, self.resolved(var_vals))
     return self
 
   def _submit(self, dev: Any, dwords: list[int]) -> None: raise NotImplementedError(f"{type(self).__name__}._submit")
-  def _submit_bound(self, dev: Any) -> None: self._submit(dev, list(self._mem))
-  def _free_bound(self, dev: Any, after: int) -> None:
-    """Release the bound command buffer once the device timeline reached `after` (host memory: nothing to do)."""
 
 
 # ***** buffers, allocator, device *****
@@ -423,20 +377,6 @@ class HCQCompiled(Compiled):
     self.timeline_signal: HCQSignal = self.new_signal(0)
     self.timeline_value = 1  # the value the next submission signals
 
-  # TinyJit's device graph: HCQGraph, or with HCQ2=1 (on devices that have an encoder, `pm_lower`) HCQ2Graph
-  @property
-  def graph(self) -> Any:
-    g = self.__dict__.get("_graph")
-    if g is HCQGraph or (g is not None and getattr(g, "__name__", "") == "HCQ2Graph"):
-      if HCQ2.value and getattr(self, "pm_lower", None) is not None:
-        from tiny_uop.hcq2 import HCQ2Graph
-        return HCQ2Graph
-      return HCQGraph
-    return g
-
-  @graph.setter
-  def graph(self, g: Any) -> None: self.__dict__["_graph"] = g
-
   def hcq_submitter(self, engine: str) -> Callable[[list], None]:
     """HCQ2's submit primitive: a function taking a submission's parts (lists of dwords to copy into the `engine`'s
     queue, or `(address, ndwords)` of a command buffer the queue runs in place) that hands them to the GPU."""
@@ -481,7 +421,7 @@ class ArgsLayout:
 
 class HCQProgram(Program):
   """A program of an HCQ device. Its argument region is laid out by `args_layout` and written by `fill_args` and
-  `fill_launch`; eager launches and `HCQGraph` use the same three methods. The default: buffer addresses, then
+  `fill_launch`; eager launches and HCQ2 use the same three methods. The default: buffer addresses, then
   int32 values, no launch data."""
 
   def args_layout(self, n_bufs: int, n_vals: int) -> ArgsLayout:
@@ -502,128 +442,3 @@ class HCQProgram(Program):
     """Where `fill_launch` puts each launch value: `(bit offset from the region's start, bits, value)` with the
     values computed from these (possibly symbolic) sizes; HCQ2 patches the ones that change between replays."""
     return []
-
-
-class HCQGraph:
-  """TinyJit's device graph for HCQ devices: a batch of captured kernels as ONE prebuilt command buffer.
-
-  The device-graph contract (docs/PIPELINE.md §7): a `Compiled` device's `graph` attribute is a class;
-  `graph.supports(dev, kernel)` says whether a captured kernel can join a graph; `graph(dev, kernels)` builds once;
-  `graph(inputs, var_vals)` replays. Each kernel has `prg` (the loaded program), `bufs` (an opaque device buffer, or
-  an int: the index into the `inputs` of each replay), `vars` ((name, value at capture) per program value, in order),
-  `global_size`/`local_size`, `static_launch` and `launch(var_vals) -> (global_size, local_size)`.
-
-  Built once: every kernel's argument region (`HCQProgram.args_layout`) is laid out in one host-visible buffer and
-  filled with the static buffer addresses and captured values, and the dispatches are recorded into a compute queue
-  that is bound (`HWQueue.bind`: AMD puts it in GPU memory as an indirect buffer). Symbolic launch sizes are
-  `HCQVar`s in it. A replay patches only what changed since the last one (input addresses and variable values in
-  the argument regions, launch sizes in the command buffer; it first waits for the last replay, which may still read
-  them), then submits a short queue: wait for the device timeline, run the bound buffer, signal the timeline. The
-  queue is never re-recorded: `HCQGraph.builds` counts constructions.
-  """
-  builds = 0
-
-  @staticmethod
-  def supports(dev: Any, kernel: Any) -> bool:
-    """Kernels of `HCQProgram`s (which say how their arguments are laid out) can join a graph."""
-    return isinstance(kernel.prg, HCQProgram)
-
-  def __init__(self, dev: HCQCompiled, kernels: Sequence[Any]):
-    self.dev, self.kernels = dev, list(kernels)
-    layouts = [k.prg.args_layout(len(k.bufs), len(k.vars)) for k in self.kernels]
-    offs, total = [], 0
-    for lay in layouts:
-      offs.append(total)
-      total += (lay.size + 255) & ~255
-    self.kernargs = dev._gpu_alloc(max(total, 256), host=True)
-    base = self.kernargs.va_addr
-    self.input_patches: dict[int, list[int]] = {}           # input index -> addresses of its 64-bit pointers
-    self.var_patches: dict[str, tuple[int, list[int]]] = {}  # var name -> (value at capture, addresses of int32s)
-    self.launches: list[tuple[int, Any, int]] = []           # (kernel index, kernel, region) with symbolic sizes
-    self.launch_vals: dict[str, int] = {}                    # the sizes now in the command buffer, by HCQVar name
-    queue = dev.hw_compute_queue_t()
-    for i, (k, lay, off) in enumerate(zip(self.kernels, layouts, offs)):
-      region = base + off
-      bufs = [0 if isinstance(b, int) else b.va_addr for b in k.bufs]
-      args = k.prg.fill_args(region, bufs, [v for _, v in k.vars])
-      for b, o in zip(k.bufs, lay.buf_offsets):
-        if isinstance(b, int): self.input_patches.setdefault(b, []).append(region + o)
-      for (name, v), o in zip(k.vars, lay.val_offsets): self.var_patches.setdefault(name, (v, []))[1].append(region + o)
-      gs, ls = self._launch(k, {})
-      k.prg.fill_launch(region, gs, ls)
-      gdims: list[Val] = list(gs)
-      ldims: list[Val] = list(ls)
-      if not k.static_launch:
-        self.launches.append((i, k, region))
-        for name, sizes, dims in (("g", gs, gdims), ("l", ls, ldims)):
-          for a, d in enumerate(sizes):
-            self.launch_vals[f"k{i}_{name}{a}"] = d
-            dims[a] = HCQVar(f"k{i}_{name}{a}")
-      if i: queue.memory_barrier()  # a kernel may read what the one before it wrote
-      queue.exec(k.prg, args, gdims, ldims)
-    self.queue = queue.bind(dev)
-    if self.launches: self.queue.patch(self.launch_vals)
-    self.submit_queue = dev.hw_compute_queue_t().wait(dev.timeline_signal, HCQVar("wait_value")).memory_barrier() \
-      .chain(self.queue).signal(dev.timeline_signal, HCQVar("signal_value"))
-    self.last_inputs: dict[int, int] = {i: 0 for i in self.input_patches}
-    self.last_vars: dict[str, int] = {n: v for n, (v, _) in self.var_patches.items()}
-    self.last_signal = 0
-    HCQGraph.builds += 1
-
-  @staticmethod
-  def _launch(k: Any, var_vals: dict[str, int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    gs, ls = k.launch(var_vals)
-    return (tuple(gs) + (1, 1, 1))[:3], (tuple(ls) + (1, 1, 1))[:3] if ls is not None else (1, 1, 1)
-
-  def _idle(self) -> None:
-    """Wait until the last replay finished (it reads the argument regions and the command buffer)."""
-    if self.last_signal: self.dev.timeline_signal.wait(self.last_signal)
-
-  def __call__(self, inputs: Sequence[Any], var_vals: dict[str, int] | None = None) -> None:
-    """Replay with these input buffers (opaque, indexed like the kernels' int `bufs`) and variable values, ordered
-    after everything already queued on the device."""
-    var_vals = var_vals or {}
-    waited = False
-    for slot, addrs in self.input_patches.items():
-      a = inputs[slot].va_addr
-      if a != self.last_inputs[slot]:
-        if not waited: self._idle(); waited = True
-        for p in addrs: ctypes.c_uint64.from_address(p).value = a
-        self.last_inputs[slot] = a
-    if var_vals:
-      for name, (_, addrs) in self.var_patches.items():
-        v = var_vals.get(name)
-        if v is not None and v != self.last_vars[name]:
-          if not waited: self._idle(); waited = True
-          for p in addrs: ctypes.c_int32.from_address(p).value = v
-          self.last_vars[name] = v
-    if self.launches: waited = self._patch_launches(waited, var_vals)
-    dev = self.dev
-    wait_value, signal_value = dev.timeline_value - 1, dev.next_timeline()
-    vv = {"wait_value": wait_value, "signal_value": signal_value}
-    if self.launch_vals: vv.update(self.launch_vals)  # for backends whose `chain` copies the commands in
-    self.submit_queue.submit(dev, vv)
-    self.last_signal = signal_value
-
-  def _patch_launches(self, waited: bool, var_vals: dict[str, int]) -> bool:
-    new: dict[str, int] = {}
-    for i, k, region in self.launches:
-      gs, ls = self._launch(k, {**self.last_vars, **var_vals})
-      for name, dims in (("g", gs), ("l", ls)):
-        for a, d in enumerate(dims): new[f"k{i}_{name}{a}"] = d
-      if any(new[f"k{i}_g{a}"] != self.launch_vals[f"k{i}_g{a}"] for a in range(len(gs))) or \
-         any(new[f"k{i}_l{a}"] != self.launch_vals[f"k{i}_l{a}"] for a in range(len(ls))):
-        if not waited: self._idle(); waited = True
-        k.prg.fill_launch(region, gs, ls)
-    if new != self.launch_vals:
-      if not waited: self._idle(); waited = True
-      self.queue.patch(new)
-      self.launch_vals = new
-    return waited
-
-  def __del__(self) -> None:
-    try:
-      self.dev.defer_free(self.kernargs, self.last_signal)
-      self.queue._free_bound(self.dev, self.last_signal)
-    except Exception:  # interpreter shutdown: the device may be gone  # noqa: S110
-      pass

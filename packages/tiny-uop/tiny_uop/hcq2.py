@@ -703,9 +703,9 @@ def run_pipeline(dev: Any, linear: UOp, ctx: HCQ2Ctx | None = None,
 
 
 class HCQ2Graph:
-  """TinyJit's device graph through the HCQ2 passes (`HCQ2=1`): the same contract as `HCQGraph`
-  (docs/PIPELINE.md §7): `HCQ2Graph(dev, calls)` runs the pipeline once; `graph(inputs, var_vals)` is one call of the
-  generated replay. `HCQ2Graph.builds` counts constructions; `source` is the replay's Python source."""
+  """TinyJit's device graph on HCQ devices (docs/PIPELINE.md §7): `HCQ2Graph(dev, calls)` runs the pipeline once;
+  `graph(inputs, var_vals)` is one call of the generated replay. `HCQ2Graph.builds` counts constructions; `source` is
+  the replay's Python source."""
   builds = 0
 
   @staticmethod
@@ -716,6 +716,8 @@ class HCQ2Graph:
     return getattr(call, "nbytes", 0) > 0
 
   def __init__(self, dev: Any, calls: Sequence[Any]):
+    if not HCQ2.value: raise ValueError("HCQ2=0 asks for the imperative HCQGraph, which was removed: HCQ2 is TinyJit's "
+                                        "graph on HCQ devices (JIT=2 replays kernel by kernel without graphs)")
     self.dev, self.calls = dev, list(calls)
     self.ctx = HCQ2Ctx(dev)
     final, _ = run_pipeline(dev, linear_of(dev, self.calls), self.ctx)

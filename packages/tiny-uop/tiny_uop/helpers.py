@@ -78,8 +78,8 @@ CHECK_OOB = ContextVar("CHECK_OOB", 0, "CPU kernels bounds-check every load/stor
 TINY_PLUGINS = ContextVar("TINY_PLUGINS", "", "comma-separated allow-list of device plugins")
 CACHELEVEL = ContextVar("CACHELEVEL", 2, "0 disables the on-disk compile cache")
 JIT = ContextVar("JIT", 1, "0 disables TinyJit capture (functions run eagerly)")
-HCQ2 = ContextVar("HCQ2", 1, "TinyJit replays on HCQ devices through the HCQ2 passes (tiny_uop.hcq2); 2: and print "
-                  "every pass's output; 0: the imperative HCQGraph")
+HCQ2 = ContextVar("HCQ2", 1, "TinyJit replays on HCQ devices go through the HCQ2 passes (tiny_uop.hcq2); 2: print "
+                  "every pass's output (0 is refused: the imperative HCQGraph is gone; JIT=2 replays without graphs)")
 PROFILE = ContextVar("PROFILE", 0, "collect per-kernel timings")
 TRAINING = ContextVar("TRAINING", 0, "1: training mode (dropout etc. active); also `Tensor.training`")
 VIZ = ContextVar("VIZ", 0, "1: record schedules, kernels, every graph_rewrite and launches into a trace "

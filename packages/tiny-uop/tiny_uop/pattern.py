@@ -282,6 +282,18 @@ class PatternMatcher:
         self.pdict[uop].append(entry)
         compiled[uop].append(rule)
     self.cdict: dict[Ops, tuple[Callable, ...]] = {k: tuple(v) for k, v in compiled.items()}
+    # (op, dtype) -> the compiled rules whose top pattern admits that dtype, built on first use: a float ADD never
+    # calls the rules written for index math (`UPat(Ops.ADD, dtype=ints)`), it doesn't even see them
+    self._tops: dict[Ops, tuple[tuple[DType, ...] | None, ...]] = \
+      {k: tuple(e[0].dtype for e in v) for k, v in self.pdict.items()}
+    self._dispatch: dict[tuple[Ops, DType], tuple[Callable, ...]] = {}
+
+  def _rules_for(self, op: Ops, dtype: DType) -> tuple[Callable, ...]:
+    rules = self.cdict.get(op, ())
+    tops = self._tops.get(op, ())
+    ret = self._dispatch[(op, dtype)] = tuple(r for r, dts in zip(rules, tops)
+                                              if dts is None or dtype in dts or dtype.scalar() in dts)
+    return ret
 
   def __add__(self, more: PatternMatcher) -> PatternMatcher:
     name = f"{self.name}+{more.name}" if self.name or more.name else None
@@ -292,8 +304,7 @@ class PatternMatcher:
   def rewrite(self, uop: UOp, ctx: Any = None) -> UOp | None:
     """The replacement the first matching rule gives, or None."""
     if TRACK_MATCH_STATS.value: return self._rewrite_tracked(uop, ctx)
-    rules = self.cdict.get(uop.op)
-    if rules is None: return None
+    if (rules := self._dispatch.get((uop.op, uop.dtype))) is None: rules = self._rules_for(uop.op, uop.dtype)
     for rule in rules:
       if (ret := rule(uop, ctx)) is not None: return ret
     return None

@@ -8,13 +8,19 @@ A UOp has five fields:
   tag    free metadata for passes; part of the identity
 
 Building the same node twice returns the same object, so `is`/`==` are identity and graphs share structure.
-Derived properties (`shape`, `device`, `vmin`/`vmax`, `ranges`, `toposort`) are computed once and cached.
+Interning is thread-safe: a miss in the cache takes a lock, so two threads building the same node get one object.
+Derived properties (`shape`, `device`, `vmin`/`vmax`, `ranges`) are computed once and cached on the node; nothing
+cached on a node refers back to it (a node's toposort is computed on every call, never stored: a stored one would
+make every node a reference cycle, and a chain of n nodes hold n**2/2 entries), so dropping a graph frees it at once,
+without the cyclic GC.
 """
 from __future__ import annotations
 
 import functools
+import hashlib
 import itertools
 import math
+import threading
 import weakref
 from dataclasses import dataclass
 from enum import Enum, IntEnum, auto
@@ -129,12 +135,18 @@ def _const_key(x: Any) -> Any:
 def _drop_entry(ref: weakref.ReferenceType, key: tuple) -> None:
   """Weakref callback of an interned node: forget its cache entry -- only if the entry is still this node's. A node
   can die (its weakref cleared) before its callback runs (garbage collection of a cycle); an equal node built in
-  between owns the entry now, and deleting it would let a third equal node be built: two "equal" nodes, not one."""
-  if UOpMetaClass.ucache.get(key) is ref: del UOpMetaClass.ucache[key]
+  between owns the entry now, and deleting it would let a third equal node be built: two "equal" nodes, not one.
+  Under the interning lock: the callback may run in another thread while a miss re-inserts this key, and the check
+  and the delete must not straddle that insert."""
+  with UOpMetaClass.lock:
+    if UOpMetaClass.ucache.get(key) is ref: del UOpMetaClass.ucache[key]
 
 
 class UOpMetaClass(type):
   ucache: dict[tuple, weakref.ReferenceType[UOp]] = {}
+  # taken on a cache miss only (a hit reads a live node without it): check, create and insert are one step, so two
+  # threads building the same node get the same object. Re-entrant: a weakref callback may run inside the block.
+  lock = threading.RLock()
 
   def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None,
                tag: Any = None) -> UOp:
@@ -147,8 +159,10 @@ class UOpMetaClass(type):
     else: karg = arg
     key = (op, dtype, src, karg, tag)
     if (wret := UOpMetaClass.ucache.get(key)) is not None and (ret := wret()) is not None: return ret
-    created = super().__call__(op, dtype, src, arg, tag)
-    UOpMetaClass.ucache[key] = weakref.ref(created, lambda r, k=key: _drop_entry(r, k))  # type: ignore[misc]
+    with UOpMetaClass.lock:
+      if (wret := UOpMetaClass.ucache.get(key)) is not None and (ret := wret()) is not None: return ret
+      created = super().__call__(op, dtype, src, arg, tag)
+      UOpMetaClass.ucache[key] = weakref.ref(created, lambda r, k=key: _drop_entry(r, k))  # type: ignore[misc]
     return created
 
 
@@ -173,8 +187,9 @@ class UOp(metaclass=UOpMetaClass):
 
   # ***** graph walking *****
   def toposort(self, gate: Callable[[UOp], bool] | None = None) -> dict[UOp, None]:
-    """Every node reachable from here, sources before users (iterative: deep graphs are fine)."""
-    if gate is None and (ret := self._cache.get("toposort")) is not None: return ret
+    """Every node reachable from here, sources before users (iterative: deep graphs are fine). `gate(node)` False
+    stops the walk at that node (it is left out). Linear in the graph's size, computed on every call (never stored
+    on the node: see the module docstring), so a caller that needs it twice keeps it."""
     out: dict[UOp, None] = {}
     stack: list[tuple[UOp, bool]] = [(self, False)]
     while stack:
@@ -186,34 +201,61 @@ class UOp(metaclass=UOpMetaClass):
           for s in reversed(node.src):
             if s not in out: stack.append((s, False))
       else: out[node] = None
-    if gate is None: self._cache["toposort"] = out
     return out
 
   def sink(self, *srcs: UOp, **kwargs: Any) -> UOp: return UOp(Ops.SINK, dtypes.void, (self, *srcs), **kwargs)
 
   def substitute(self, dvars: dict[UOp, UOp], name: str | None = None) -> UOp:
-    """Replace nodes by others everywhere below (and including) this one."""
-    from tiny_uop.pattern import graph_rewrite, _substitute
-    return graph_rewrite(self, _substitute, dvars, bottom_up=True, name=name or "substitute")
+    """Replace nodes by others everywhere below (and including) this one; a replacement is itself substituted (as a
+    bottom-up `graph_rewrite` would). One iterative walk that rebuilds only what changes (no rule dispatch); `name`
+    is kept for callers that label their passes. A replacement that leads back to the node it replaces is an error."""
+    if not dvars: return self
+    out: dict[UOp, UOp] = {}
+    busy: set[UOp] = set()
+    stack: list[tuple[UOp, bool]] = [(self, False)]
+    get, push, pop = dvars.get, stack.append, stack.pop
+    while stack:
+      n, done = pop()
+      if done:
+        busy.discard(n)
+        if (m := get(n)) is not None and m is not n: out[n] = out[m]
+        else:
+          src = n.src
+          new_src = tuple([out[x] for x in src])
+          out[n] = n if new_src == src else n.replace(src=new_src)
+        continue
+      if n in out: continue
+      if n in busy: raise RuntimeError(f"substitute {name or ''}: replacing {n.op} leads back to itself (cycle)")
+      busy.add(n)
+      push((n, True))
+      if (m := get(n)) is not None and m is not n:
+        if m not in out: push((m, False))
+      else:
+        for x in n.src:
+          if x not in out: push((x, False))
+    return out[self]
 
   @property
   def ranges(self) -> dict[UOp, None]:
-    """The RANGE nodes this value depends on and that are still open (not closed by a REDUCE/END below it)."""
+    """The RANGE nodes this value depends on and that are still open (not closed by a REDUCE/END below it).
+    Cached per node, filled for the nodes below in one pass; a RANGE's own `{self}` is made on each call (stored, it
+    would be a reference cycle). Treat the result as read-only: nodes with the same ranges share one dict."""
+    if self.op is Ops.RANGE: return {self: None}
     if (ret := self._cache.get("ranges")) is not None: return ret
-    out: dict[UOp, None] = {}
-    for node in self.toposort():
-      if node.op is Ops.RANGE:
-        node._cache["ranges"] = r = {node: None}
-      elif node.op in (Ops.REDUCE, Ops.END):
+    for node in self.toposort(gate=lambda n: n.op is Ops.RANGE or "ranges" not in n._cache):
+      if node.op is Ops.RANGE or "ranges" in node._cache: continue
+      if node.op in (Ops.REDUCE, Ops.END):
         closed = set(node.src[1:])
-        r = {k: None for s in node.src[:1] for k in s._cache["ranges"] if k not in closed}
-        node._cache["ranges"] = r
-      elif "ranges" not in node._cache:
-        r = {}
-        for s in node.src: r.update(s._cache["ranges"])
-        node._cache["ranges"] = r
-    out = self._cache["ranges"]
-    return out
+        r = {k: None for s in node.src[:1] for k in _ranges_of(s) if k not in closed}
+      else:
+        r = _EMPTY_RANGES
+        for s in node.src:
+          sr = _ranges_of(s)
+          if not sr or sr is r: continue
+          if not r: r = sr  # one source's ranges: shared, not copied
+          elif not sr.keys() <= r.keys(): r = {**r, **sr}
+      node._cache["ranges"] = r
+    return self._cache["ranges"]
 
   # ***** shape and device (graph level) *****
   @property
@@ -297,8 +339,12 @@ class UOp(metaclass=UOpMetaClass):
 
   @staticmethod
   def range(end: sint, axis_id: int, axis_type: AxisType = AxisType.LOOP, dtype: DType = dtypes.index) -> UOp:
-    """A loop index in [0, end)."""
-    return UOp(Ops.RANGE, dtype, (sint_to_uop(end),), (axis_id, axis_type))
+    """A loop index in [0, end). A constant `end` beyond `dtype` is an error, never a wrapped bound: a range over
+    more than 2**31-1 elements needs `dtype=dtypes.int64`."""
+    if isinstance(end, int) and not dtypes.min(dtype) <= end <= dtypes.max(dtype):
+      raise ValueError(f"range bound {end} doesn't fit {dtype!r} (at most {dtypes.max(dtype)}); use a wider index "
+                       "dtype (dtypes.int64)")
+    return UOp(Ops.RANGE, dtype, (sint_to_uop(end, dtype),), (axis_id, axis_type))
 
   @staticmethod
   def new_buffer(device: str, size: int, dtype: DType, num: int | None = None) -> UOp:
@@ -493,6 +539,13 @@ class UOp(metaclass=UOpMetaClass):
 
 
 _OWN_OPERAND_DTYPES = {Ops.SHL, Ops.SHR, Ops.THREEFRY}  # ops whose operands have dtypes of their own (alu keeps them)
+_EMPTY_RANGES: dict[UOp, None] = {}
+
+
+def _ranges_of(u: UOp) -> dict[UOp, None]:
+  return {u: None} if u.op is Ops.RANGE else u._cache["ranges"]
+
+
 _unique_counter = itertools.count()
 sint = int | UOp
 """A size that may be symbolic."""
@@ -748,6 +801,25 @@ def pretty_print(root: UOp, max_lines: int = 400) -> str:
   if len(lines) > max_lines:
     lines = lines[:max_lines // 2] + [f"... {len(lines) - max_lines} lines ..."] + lines[-max_lines // 2:]
   return "\n".join(lines)
+
+
+def _arg_text(a: Any) -> str:
+  """An arg as exact text for hashing: UOps inside it by their own structure key, floats by repr (-0.0, nan)."""
+  if isinstance(a, UOp): return f"UOp:{structure_key(a)}"
+  if isinstance(a, tuple): return "(" + ",".join(_arg_text(x) for x in a) + ")"
+  return f"{type(a).__name__}:{a!r}"
+
+
+def structure_key(root: UOp) -> str:
+  """A content hash (sha256, hex) of the whole graph under `root`: every node's op, dtype, arg, tag and sources, in
+  structure (not a printout, which cuts big graphs in the middle). Equal graphs have equal keys; graphs that differ
+  anywhere differ in key (up to sha256 collisions). Computed on each call, linear in the graph."""
+  digest: dict[UOp, bytes] = {}
+  for n in root.toposort():
+    h = hashlib.sha256(f"{n.op.name}|{n.dtype!r}|{_arg_text(n.arg)}|{_arg_text(n.tag)}|{len(n.src)}".encode())
+    for s in n.src: h.update(digest[s])
+    digest[n] = h.digest()
+  return digest[root].hex()
 
 
 def print_uops(uops: Sequence[UOp]) -> str:

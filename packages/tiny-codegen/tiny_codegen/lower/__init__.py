@@ -3,7 +3,7 @@
 Stages, in order (each a named pass). `DEBUG>=3` prints the opts applied, `DEBUG>=5` the linear UOps after lowering,
 `DEBUG>=6` the kernel AST before it, `DEBUG>=7` the graph after every stage:
   optimize    `tiny_codegen.opt.optimize_kernel` hook (marks UPCAST/UNROLL/LOCAL/... axes)
-  expander    UPCAST/UNROLL ranges -> per-lane copies
+  expander    UPCAST/UNROLL ranges -> per-lane copies, simplified in the same rewrite
   reduce      GPU: GROUP_REDUCE axes -> workgroup reduction in shared memory; REDUCE -> DEFINE_REG accumulator + loop
   dims        CPU: outermost loop split across threads (`core_id`); GPU: GLOBAL/LOCAL ranges -> SPECIAL gidx/lidx
   decomp      gates folded, MULACC, BIND, our polynomial exp2/log2/sin for the ops in `renderer.decompose_ops`,
@@ -14,6 +14,7 @@ Stages, in order (each a named pass). `DEBUG>=3` prints the opts applied, `DEBUG
 """
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass, field
 from typing import Callable
@@ -22,7 +23,7 @@ from tiny_uop.device import Renderer
 from tiny_uop.dtype import dtypes
 from tiny_uop.helpers import DEBUG
 from tiny_uop import trace as _trace
-from tiny_uop.pattern import graph_rewrite
+from tiny_uop.pattern import PatternMatcher, graph_rewrite
 from tiny_uop.spec import kernel_spec, maybe_verify, program_spec
 from tiny_uop.uop import KernelInfo, Ops, UOp, print_uops
 
@@ -32,7 +33,7 @@ from tiny_codegen.lower.gather import fold_onehot_reduces
 from tiny_codegen.lower.expander import pm_expander, pm_expander_vectors
 from tiny_codegen.lower.linearize import linearize
 from tiny_codegen.lower.reduce import add_ends, lower_reduces
-from tiny_codegen.lower.simplify import simplify_graph
+from tiny_codegen.lower.simplify import simplifier, simplify_graph
 from tiny_codegen.lower.transcendental import pm_transcendental
 
 __all__ = ["Lowered", "lower", "STAGES"]
@@ -46,9 +47,15 @@ class Lowered:
   sink: UOp | None = None
 
 
+@functools.cache
+def _expand_and_simplify(vectors: bool) -> PatternMatcher:
+  """The expander's rules first, then the index simplifier's: one pass, in which each lane copy the expander makes is
+  simplified as the rewrite walks into it (not a second walk over the whole expanded graph)."""
+  return (pm_expander_vectors if vectors else pm_expander) + simplifier()
+
+
 def _stage_expander(sink: UOp, ren: Renderer, dims: Dims) -> UOp:
-  pm = pm_expander_vectors if ren.vectorize_upcast else pm_expander
-  return simplify_graph(graph_rewrite(sink, pm, name="expander"), name="simplify_expanded")
+  return graph_rewrite(sink, _expand_and_simplify(bool(ren.vectorize_upcast)), name="expander")
 
 
 def _stage_reduce(sink: UOp, ren: Renderer, dims: Dims) -> UOp:

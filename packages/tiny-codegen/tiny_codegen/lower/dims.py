@@ -16,7 +16,7 @@ import functools
 from dataclasses import dataclass
 
 from tiny_uop.device import Renderer
-from tiny_uop.dtype import AddrSpace, dtypes
+from tiny_uop.dtype import AddrSpace, DType, dtypes
 from tiny_uop.helpers import prod
 from tiny_uop.uop import AxisType, Ops, UOp
 
@@ -28,6 +28,14 @@ class Dims:
   """The launch shape a lowered kernel needs."""
   global_size: tuple[int, ...] = (1, 1, 1)
   local_size: tuple[int, ...] | None = None
+
+
+def _special(name: str, bound: int, dt: DType) -> UOp:
+  """A launch index (`core_id`, `gidx0`, ...): int32 as hardware and kernel arguments give it, cast to `dt` when
+  the kernel's indices are int64 (its own bound always fits: launch sizes are 32-bit)."""
+  if bound > 0x7FFFFFFF: raise ValueError(f"launch dimension {name} of {bound} exceeds 2**31-1")
+  sp = UOp(Ops.SPECIAL, dtypes.int32, (UOp.const(dtypes.int32, bound),), name)
+  return sp if dt == dtypes.int32 else sp.cast(dt)
 
 
 def _store_ranges(sink: UOp) -> list[UOp]:
@@ -50,7 +58,7 @@ def add_threads(sink: UOp, renderer: Renderer) -> tuple[UOp, Dims]:
   thr = [r for r in _store_ranges(sink) if r.arg[1] is AxisType.THREAD and r.src[0].op is Ops.CONST]
   if thr:
     t = int(thr[0].src[0].arg)
-    core = UOp(Ops.SPECIAL, dtypes.index, (UOp.const(dtypes.index, t),), "core_id")
+    core = _special("core_id", t, thr[0].dtype)
     return sink.substitute({thr[0]: core}, name="thread_axis"), Dims((t, 1, 1))
   nthreads = max(1, int(getattr(renderer, "threads", 1)))
   cands = [r for r in _store_ranges(sink) if r.arg[1] in (AxisType.GLOBAL, AxisType.LOOP, AxisType.THREAD)]
@@ -59,14 +67,14 @@ def add_threads(sink: UOp, renderer: Renderer) -> tuple[UOp, Dims]:
   bound = r.src[0]
   if bound.op is Ops.CONST: nthreads = min(nthreads, int(bound.arg))
   if nthreads <= 1: return sink, Dims()
-  core_id = UOp(Ops.SPECIAL, dtypes.index, (UOp.const(dtypes.index, nthreads),), "core_id")
+  dt = r.dtype  # int64 in a kernel over more than 2**31-1 elements
+  core_id = _special("core_id", nthreads, dt)
   if bound.op is Ops.CONST:
     n = int(bound.arg)
     chunk: UOp | int = -(-n // nthreads)
-    start = core_id * chunk
-    left = UOp.const(dtypes.index, n) - start
-    new_bound = UOp.const(dtypes.index, chunk) if n % nthreads == 0 else \
-      (left < chunk).where(left, UOp.const(dtypes.index, chunk))
+    start = core_id * UOp.const(dt, chunk)
+    left = UOp.const(dt, n) - start
+    new_bound = UOp.const(dt, chunk) if n % nthreads == 0 else (left < chunk).where(left, UOp.const(dt, chunk))
   else:
     chunk = (bound + (nthreads - 1)) // nthreads
     start = core_id * chunk
@@ -97,7 +105,7 @@ def add_gpudims(sink: UOp, renderer: Renderer) -> tuple[UOp, Dims]:
   gsz, lsz = [1, 1, 1], [1, 1, 1]
   for prefix, lst, sz in (("gidx", glob, gsz), ("lidx", loc, lsz)):
     for i, r in enumerate(reversed(lst)):
-      subs[r] = UOp(Ops.SPECIAL, dtypes.index, (r.src[0],), f"{prefix}{i}")
+      subs[r] = _special(f"{prefix}{i}", int(r.src[0].arg), r.dtype)
       sz[i] = int(r.src[0].arg)
   if not subs: return sink, Dims((1, 1, 1), (1, 1, 1))
   return sink.substitute(subs, name="add_gpudims"), Dims(tuple(gsz), tuple(lsz))
@@ -137,7 +145,7 @@ def group_reduces(sink: UOp, renderer: Renderer) -> UOp:
     flat = _flat(new_loc)
     lds = UOp(Ops.DEFINE_LOCAL, red.dtype.ptr(size, AddrSpace.LOCAL), arg=n)
     bar = UOp(Ops.BARRIER, src=(lds.index(flat).store(partial),))
-    g2 = {g: UOp.range(g.src[0], next_id + k, AxisType.REDUCE) for k, g in enumerate(gs)}
+    g2 = {g: UOp.range(g.src[0], next_id + k, AxisType.REDUCE, g.dtype) for k, g in enumerate(gs)}
     next_id += len(gs)
     read = lds.index(_flat([g2.get(r, r) for r in new_loc])).load(bar)
     subs[red] = read.reduce(*g2.values(), arg=red.arg)
@@ -162,7 +170,7 @@ def group_reduces(sink: UOp, renderer: Renderer) -> UOp:
 
 
 def _flat(rngs: list[UOp]) -> UOp:
-  """Row-major linear index of `rngs` (last fastest)."""
-  idx: UOp = UOp.const(dtypes.index, 0)
-  for r in rngs: idx = idx * int(r.src[0].arg) + r
+  """Row-major linear index of `rngs` (last fastest), as int32: it indexes workgroup memory, always small."""
+  idx: UOp = UOp.const(dtypes.int32, 0)
+  for r in rngs: idx = idx * int(r.src[0].arg) + (r if r.dtype == dtypes.int32 else r.cast(dtypes.int32))
   return idx

@@ -28,16 +28,35 @@ def _lanes(r: UOp) -> int:
 
 
 def fast_substitute(root: UOp, mapping: dict[UOp, UOp]) -> UOp:
-  """`root` with the nodes of `mapping` replaced: one pass over its (cached) toposort, rebuilding only what changes.
-  Much cheaper than a graph_rewrite when done once per lane."""
+  """`root` with the RANGEs of `mapping` replaced: only the nodes that depend on one of them (`ranges`, cached per
+  node) are walked and rebuilt, so a lane's copy costs the lane-dependent part of the graph, not all of it. A range
+  closed by a REDUCE below is not open there, so its reduce is left alone (as it must be)."""
+  keys = mapping.keys()
+  if root in mapping: return mapping[root]
+  if keys.isdisjoint(root.ranges): return root
   out: dict[UOp, UOp] = {}
-  for n in root.toposort():
-    if (m := mapping.get(n)) is not None:
-      out[n] = m
-      continue
-    new_src = tuple(out[s] for s in n.src)
-    out[n] = n if all(a is b for a, b in zip(new_src, n.src)) else n.replace(src=new_src)
+  for n in root.toposort(gate=lambda x: x.op is not Ops.RANGE and not keys.isdisjoint(x.ranges)):
+    src = n.src
+    new_src = tuple([m if (m := mapping.get(s)) is not None else out.get(s, s) for s in src])
+    out[n] = n if new_src == src else n.replace(src=new_src)
   return out[root]
+
+
+def _affine_stride(idx: UOp, r: UOp) -> int | None:
+  """The coefficient of `r` in `idx` when every node between them is an ADD/SUB/NEG or a MUL by a constant (so idx
+  is affine in r, and moving r by one moves idx by exactly that); None when some other op depends on r."""
+  coef: dict[UOp, int] = {}
+  for n in idx.toposort(gate=lambda x: x is r or (x.op is not Ops.RANGE and r in x.ranges)):
+    if n is r: coef[n] = 1
+    elif n.op in (Ops.ADD, Ops.SUB):
+      a, b = (coef.get(x, 0) if r in x.ranges or x is r else 0 for x in n.src)
+      coef[n] = a + b if n.op is Ops.ADD else a - b
+    elif n.op is Ops.NEG: coef[n] = -coef[n.src[0]]
+    elif n.op is Ops.MUL and (c := next((x for x in n.src if x.op is Ops.CONST), None)) is not None and \
+        (o := n.src[1] if c is n.src[0] else n.src[0]) is not c and isinstance(c.arg, int):
+      coef[n] = coef.get(o, 0) * c.arg
+    else: return None
+  return coef.get(idx, 0)
 
 
 def _expand_over(x: UOp, rngs: list[UOp]) -> list[UOp]:
@@ -69,6 +88,7 @@ def _stride(idx: UOp, r: UOp) -> int | None:
   Unlike `opt.kernel.stride_of` (the step at the origin, enough to guide the heuristics) this decides correctness:
   a vector load reads lanes 0..n-1 from consecutive addresses."""
   if r not in idx.ranges: return 0
+  if (k := _affine_stride(idx, r)) is not None: return k
   v = UOp.variable(f"_lane{r.arg[0]}", 0, _lanes(r) - 2, r.dtype)
   d = (idx.substitute({r: v + 1}) - idx.substitute({r: v})).simplify()
   return int(d.arg) if d.op is Ops.CONST else None

@@ -41,7 +41,8 @@ def _as_range(x: UOp, ranges: tuple[UOp, ...]) -> UOp | None:
   from tiny_codegen.lower.simplify import simplify_graph
   for cand in (x, x.src[0] if x.op is Ops.CAST else None):
     if cand is None: continue
-    if cand.op is not Ops.RANGE and any(r in cand.toposort() for r in ranges): cand = simplify_graph(cand, "onehot")
+    # one walk of cand's graph for all the ranges (a node's toposort is not cached)
+    if cand.op is not Ops.RANGE and not cand.toposort().keys().isdisjoint(ranges): cand = simplify_graph(cand, "onehot")
     if cand in ranges: return cand
   return None
 

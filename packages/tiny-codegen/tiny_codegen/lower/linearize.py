@@ -85,27 +85,35 @@ def linearize(sink: UOp) -> list[UOp]:
       cur = parent[cur]
     return None
 
-  def subtree(r: UOp) -> list[UOp]:
-    """Every node emitted inside loop `r`, with its RANGE and END."""
-    out, stack = [], [r]
-    while stack:
-      c = stack.pop()
-      out += [c, end_of[c], *members.get(c, [])]
-      stack.extend(children.get(c, []))
-    return out
+  # per loop, bottom-up (deepest loops first): the nodes its body uses from outside it, and its first graph position
+  def inside(x: UOp, r: UOp) -> bool:
+    cur = x if x.op is Ops.RANGE else scope[x]
+    while cur is not None and depth[cur] > depth[r]: cur = parent[cur]
+    return cur is r
+  ext: dict[UOp, set[UOp]] = {}
+  first: dict[UOp, int] = {}
+  for r in sorted(end_of, key=lambda x: -depth[x]):
+    used: set[UOp] = set()
+    body = [*members.get(r, []), end_of[r]]
+    for n in body: used.update(n.src)
+    fpos = min([pos[r], *(pos[n] for n in body)])
+    for c in children.get(r, []):
+      used |= ext[c]
+      fpos = min(fpos, first[c])
+    ext[r] = {x for x in used if not inside(x, r)}
+    first[r] = fpos
 
   def emit(s: UOp | None) -> list[UOp]:
     items: list[Item] = [*members.get(s, []), *(("loop", r) for r in children.get(s, []))]
     deps: dict[Item, set[Item]] = {}
     prio: dict[Item, int] = {}
     for it in items:
-      nodes = subtree(it[1]) if isinstance(it, tuple) else [it]
+      used = ext[it[1]] if isinstance(it, tuple) else it.src
       d: set[Item] = set()
-      for n in nodes:
-        for src in n.src:
-          if (x := item_in(src, s)) is not None and x != it: d.add(x)
+      for src in used:
+        if (x := item_in(src, s)) is not None and x != it: d.add(x)
       deps[it] = d
-      prio[it] = min(pos[n] for n in nodes)
+      prio[it] = first[it[1]] if isinstance(it, tuple) else pos[it]
     users: dict[Item, list[Item]] = {it: [] for it in items}
     for it, d in deps.items():
       for x in d: users[x].append(it)

@@ -76,13 +76,14 @@ codegen_fold = PatternMatcher([
 
 
 @functools.cache
-def _simplifier() -> PatternMatcher:
-  """tiny-uop's symbolic rules plus our constant folding, combined once (combining is costly)."""
+def simplifier() -> PatternMatcher:
+  """tiny-uop's symbolic rules plus our constant folding, combined once (combining is costly); the lowering's
+  expander stage runs it in the same rewrite as its own rules."""
   from tiny_uop.symbolic import symbolic
   return symbolic + codegen_fold
 
 
 def simplify_graph(sink: UOp, name: str = "simplify") -> UOp:
   """The graph with index math simplified (tiny-uop's symbolic rules plus constant folding)."""
-  return graph_rewrite(sink, _simplifier(), name=name)
+  return graph_rewrite(sink, simplifier(), name=name)
 

@@ -13,6 +13,8 @@ GPU renderers (`has_local`) have their own heuristics in `heuristic_gpu`.
 """
 from __future__ import annotations
 
+from typing import Any
+
 from tiny_uop.device import Renderer
 from tiny_uop.dtype import dtypes
 from tiny_uop.uop import AxisType, GroupOp, Ops, UOp
@@ -43,12 +45,48 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
   sidx = _store_index(k)
   loads = k.loads()
   if has_reduce:
-    if not (ren.vectorize_upcast and _vector_block(k, loads)): _register_block(k, sidx, loads)
+    if _reuse(k, loads) >= REUSE_MIN and not (ren.vectorize_upcast and _vector_block(k, loads)):
+      _register_block(k, sidx, loads)
     _unroll_reduce(k, k.loads())
   elif not ren.has_threads:
     _upcast_contiguous(k, sidx)
   elif ren.vectorize_upcast: _upcast_awkward_elementwise(k, sidx, loads)
   return k
+
+
+REUSE_MIN = 4
+"""Register blocking only for kernels that re-read their data at least this many times on average (matmuls, convs,
+attention scores): a streaming reduction (a layernorm over a recomputed residual sum, a bias gradient) reads each
+element about once, so copying its body per lane only costs compile time (and registers), whatever small vector
+(a bias) the lanes would share."""
+
+
+def _reuse(k: Kernel, loads: list[UOp]) -> float:
+  """How many times the kernel's loads read each element they touch, on average: the loads executed over the
+  elements they can touch (the product of the bounds of the ranges in its index). A load that walks a reduce range
+  runs once per iteration of that reduce's loop nest (the output loops it sits in, then its own); one under a REDUCE
+  that doesn't walk its ranges is hoisted out of them (once per element it touches); one outside every reduce runs
+  once per output element."""
+  out_iters = 1
+  for r in k.output_axes: out_iters *= _bound(r) or 1
+  inner: dict[UOp, UOp] = {}  # load -> the innermost REDUCE it sits under
+  for red in (u for u in k.ast.toposort() if u.op is Ops.REDUCE):
+    for x in red.src[0].toposort(gate=lambda x: x.op is not Ops.REDUCE):
+      if x.op is Ops.LOAD: inner[x] = red
+
+  def iters(rngs: Any) -> int:
+    n = 1
+    for r in rngs: n *= _bound(r) or 1
+    return n
+  executed = touched = 0
+  for ld in loads:
+    fp = iters(ld.src[0].src[1].ranges)
+    if (rd := inner.get(ld)) is not None:
+      walks = any(r in ld.ranges for r in rd.src[1:])
+      n = iters({**rd.ranges, **dict.fromkeys(rd.src[1:])}) if walks else fp
+    else: n = out_iters
+    executed, touched = executed + n, touched + fp
+  return executed / max(touched, 1)
 
 
 def _output_axes_with_bounds(k: Kernel) -> list[tuple[int, UOp, int]]:

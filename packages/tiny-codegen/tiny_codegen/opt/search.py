@@ -14,7 +14,7 @@ import time
 from tiny_uop.device import Buffer, Renderer, diskcache_get, diskcache_put
 from tiny_uop.dtype import PtrDType
 from tiny_uop.helpers import DEBUG, getenv
-from tiny_uop.uop import KernelInfo, Ops, UOp
+from tiny_uop.uop import KernelInfo, Ops, UOp, structure_key
 
 from tiny_codegen.opt.kernel import Kernel, KernelOptError, Opt, OptOps
 
@@ -56,9 +56,9 @@ def _buffers_for(ast: UOp, device: str) -> list[Buffer]:
 
 
 def _cache_key(ast: UOp, renderer: Renderer, amt: int) -> str:
-  name = ast.arg.name if isinstance(ast.arg, KernelInfo) else ""
-  return hashlib.sha256(f"{amt}\0{type(renderer).__name__}\0{renderer.arch}\0{name}\0"
-                        f"{ast!r}".encode()).hexdigest()
+  """The disk-cache key of a search: beam width, renderer, arch and the kernel's exact structure (`structure_key`
+  hashes every node; a printed AST is cut in the middle for big graphs, so two kernels could share a key)."""
+  return hashlib.sha256(f"{amt}\0{type(renderer).__name__}\0{renderer.arch}\0{structure_key(ast)}".encode()).hexdigest()
 
 
 def beam_search(ast: UOp, renderer: Renderer, amt: int) -> tuple[Opt, ...]:

@@ -11,6 +11,7 @@ import os
 from typing import Callable, NamedTuple
 
 from tiny_uop.device import Renderer
+from tiny_uop.dtype import DType, dtypes
 from tiny_uop.helpers import CPU_THREADS
 from tiny_uop.uop import AXIS_LETTER, Ops, UOp
 
@@ -84,7 +85,8 @@ class CWriter:
   (`r`), the gates of INDEXes, the body lines at their indentation, fresh names; and the ops every C dialect spells
   the same (`common`). A dialect renders the rest (types, constants, memory, ALU tables) itself."""
 
-  def __init__(self) -> None:
+  def __init__(self, render_dtype: Callable[[DType], str] | None = None) -> None:
+    self.render_dtype = render_dtype  # the dialect's type names (a loop counter is int, or its int64 type)
     self.r: dict[UOp, str] = {}
     self.gates: dict[UOp, str] = {}
     self.lines: list[str] = []
@@ -113,7 +115,8 @@ class CWriter:
     elif op is Ops.DEFINE_VAR: self.r[u] = u.arg[0]
     elif op is Ops.RANGE:
       self.r[u] = f"{AXIS_LETTER.get(u.arg[1], 'r')}idx{u.arg[0]}" if isinstance(u.arg, tuple) else f"ridx{u.arg}"
-      self.emit(f"for (int {self.r[u]} = 0; {self.r[u]} < {s[0]}; {self.r[u]}++) {{")
+      ctype = "int" if u.dtype == dtypes.int32 or self.render_dtype is None else self.render_dtype(u.dtype)
+      self.emit(f"for ({ctype} {self.r[u]} = 0; {self.r[u]} < {s[0]}; {self.r[u]}++) {{")
       self.depth += 1
     elif op is Ops.IF:
       self.emit(f"if ({s[0]}) {{")

@@ -162,7 +162,7 @@ class ClangRenderer(CPURenderer):
     params, dvars = kernel_params(uops)
     args = [f"{self.render_dtype(p.dtype)} restrict data{p.arg}" for p in params] + var_args(dvars, "int")
     args.append("int core_id")
-    w = CWriter()
+    w = CWriter(self.render_dtype)
     r = w.r
     # a BITCAST takes its source's address; MAX writes each operand twice: both need a variable
     uses = count_uses(uops, lambda u: u.op in (Ops.BITCAST, Ops.MAX))

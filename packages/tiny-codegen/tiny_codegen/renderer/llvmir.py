@@ -269,8 +269,9 @@ class _LLVMEmitter:
       self.lines.append(f"{lbl}.pre:")
       self.emit(f"br label %{lbl}.head")
       self.lines.append(f"{lbl}.head:")
-      self.emit(f"{rv} = phi i32 [ 0, %{lbl}.pre ], [ {rv}.next, %{lbl}.latch ]")
-      self.emit(f"{rv}.cmp = icmp slt i32 {rv}, {self.val(src[0])}")
+      it = ltype(dt)  # i32, or i64 in a kernel over more than 2**31-1 elements
+      self.emit(f"{rv} = phi {it} [ 0, %{lbl}.pre ], [ {rv}.next, %{lbl}.latch ]")
+      self.emit(f"{rv}.cmp = icmp slt {it} {rv}, {self.val(src[0])}")
       self.emit(f"br i1 {rv}.cmp, label %{lbl}.body, label %{lbl}.exit")
       self.lines.append(f"{lbl}.body:")
     elif op is Ops.END:
@@ -278,21 +279,21 @@ class _LLVMEmitter:
       lbl, rv = f"loop{self.loops[rng]}", self.r[rng]
       self.emit(f"br label %{lbl}.latch")
       self.lines.append(f"{lbl}.latch:")
-      self.emit(f"{rv}.next = add nsw i32 {rv}, 1")
+      self.emit(f"{rv}.next = add nsw {ltype(rng.dtype)} {rv}, 1")
       self.emit(f"br label %{lbl}.head")
       self.lines.append(f"{lbl}.exit:")
     elif op is Ops.INDEX:
-      idx = self.val(src[1])
-      if u in self.oob: self.bounds_check(u, idx)
+      idx, it = self.val(src[1]), ltype(src[1].dtype)
+      if u in self.oob: self.bounds_check(u, idx, it)
       if u in self.gates or len(src) > 2:
         if u not in self.gates: self.gates[u] = self.val(src[2])
         safe = self.tmp()
-        self.emit(f"{safe} = select i1 {self.gates[u]}, i32 {idx}, i32 0")
+        self.emit(f"{safe} = select i1 {self.gates[u]}, {it} {idx}, {it} 0")
         idx = safe
       out = self.tmp()
       base = src[0].dtype.base if isinstance(src[0].dtype, PtrDType) else dt
       self.emit(f"{out} = getelementptr inbounds {ltype(base, mem=True)}, {self.ptr_ty(src[0].dtype)} "
-                f"{self.val(src[0])}, i32 {idx}")
+                f"{self.val(src[0])}, {it} {idx}")
       self.r[u] = out
     elif op is Ops.LOAD:
       out = self.tmp()
@@ -307,16 +308,18 @@ class _LLVMEmitter:
         out = g
       self.r[u] = out
 
-  def bounds_check(self, u: UOp, idx: str) -> None:
+  def bounds_check(self, u: UOp, idx: str, it: str) -> None:
     """CHECK_OOB (see `renderer.OOBCheck`): the access through INDEX `u` happens only where it is in bounds; an
-    out-of-bounds one (where its gate is true) writes the kernel's record instead (else a scratch copy of it)."""
+    out-of-bounds one (where its gate is true) writes the kernel's record instead (else a scratch copy of it). `it` is
+    the index's LLVM type (i32, or i64 in a kernel indexed in 64 bits)."""
     chk = self.oob[u]
-    lo, hi = self.op(f"icmp sge i32 {idx}, 0"), self.op(f"icmp slt i32 {idx}, {chk.size - chk.width + 1}")
+    lo, hi = self.op(f"icmp sge {it} {idx}, 0"), self.op(f"icmp slt {it} {idx}, {chk.size - chk.width + 1}")
     ok = self.op(f"and i1 {lo}, {hi}")
     gate = self.val(u.src[2]) if len(u.src) > 2 else "true"
     bad = self.op(f"and i1 {gate}, {self.op(f'xor i1 {ok}, true')}")
     rec = self.op(f"select i1 {bad}, ptr @{self.name}_oob, ptr @{self.name}_oob_scratch")
-    for k, v in enumerate((str(chk.kind), str(chk.slot), self.op(f"sext i32 {idx} to i64"), str(chk.size))):
+    idx64 = idx if it == "i64" else self.op(f"sext {it} {idx} to i64")
+    for k, v in enumerate((str(chk.kind), str(chk.slot), idx64, str(chk.size))):
       self.emit(f"store i64 {v}, ptr {self.op(f'getelementptr i64, ptr {rec}, i32 {k}')}")
     self.gates[u] = self.op(f"and i1 {gate}, {ok}")
 

@@ -201,7 +201,7 @@ class OpenCLRenderer(Renderer):
             else f"{self.render_dtype(p.dtype)} restrict data{p.arg}" for p in params]
     args += var_args(dvars, "const int")
     images: dict[UOp, tuple[str, str]] = {}  # image INDEX -> (image, int2 coordinate)
-    w = CWriter()
+    w = CWriter(self.render_dtype)
     r, gates = w.r, w.gates
     uses = count_uses(uops, _multi_use)  # repeated operands must be variables
     scalars = {u.dtype.scalar() for u in uops} | {u.dtype.base.scalar() for u in uops if isinstance(u.dtype, PtrDType)}

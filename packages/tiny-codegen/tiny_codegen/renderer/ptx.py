@@ -465,19 +465,20 @@ class _PTXEmitter:
         reg = self.reg("r")
         self.prologue.append(f"\tmov.u32 {reg}, {sym};")
         self.r[u] = [reg]
-      elif op is Ops.RANGE:
-        reg, p = self.reg("r"), self.reg("p")
+      elif op is Ops.RANGE:  # an s32 counter, or s64 in a kernel over more than 2**31-1 elements
+        wide = dt == dtypes.int64
+        reg, p = self.reg("rd" if wide else "r"), self.reg("p")
         top, done = self.label("loop"), self.label("done")
         loops[u] = (top, done)
-        self.emit(f"mov.u32 {reg}, 0;")
+        self.emit(f"mov.{'u64' if wide else 'u32'} {reg}, 0;")
         self.lines.append(f"{top}:")
-        self.emit(f"setp.ge.s32 {p}, {reg}, {self.r[src[0]][0]};")
+        self.emit(f"setp.ge.{'s64' if wide else 's32'} {p}, {reg}, {self.r[src[0]][0]};")
         self.emit(f"@{p} bra {done};")
         self.r[u] = [reg]
       elif op is Ops.END:
         rng = src[-1]
         top, done = loops[rng]
-        self.emit(f"add.s32 {self.r[rng][0]}, {self.r[rng][0]}, 1;")
+        self.emit(f"add.{'s64' if rng.dtype == dtypes.int64 else 's32'} {self.r[rng][0]}, {self.r[rng][0]}, 1;")
         self.emit(f"bra {top};")
         self.lines.append(f"{done}:")
       elif op is Ops.IF:

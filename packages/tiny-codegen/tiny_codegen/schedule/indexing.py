@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable
 
-from tiny_uop.dtype import dtypes
+from tiny_uop.dtype import DType, dtypes
 from tiny_uop.helpers import all_int
 from tiny_uop.uop import AxisType, GroupOp, KernelInfo, Ops, UOp, sint
 
@@ -45,40 +45,42 @@ def simplify_index(x: UOp) -> UOp:
 
 # ***** index arithmetic with the folds that keep common indices readable *****
 @functools.lru_cache(maxsize=4096)
-def iconst(v: int) -> UOp: return UOp.const(dtypes.index, v)
+def iconst(v: int, dt: DType = dtypes.index) -> UOp:
+  """An index constant of the kernel's index dtype (int32, or int64 in a kernel over more than 2**31-1 elements)."""
+  return UOp.const(dt, v)
 
 def _is_const(x: UOp, v: Any = None) -> bool: return x.op is Ops.CONST and (v is None or x.arg == v)
 
 def iadd(a: UOp, b: UOp) -> UOp:
   if _is_const(a, 0): return b
   if _is_const(b, 0): return a
-  if _is_const(a) and _is_const(b): return iconst(a.arg + b.arg)
+  if _is_const(a) and _is_const(b): return iconst(a.arg + b.arg, a.dtype)
   return a + b
 
 def isub(a: UOp, b: UOp) -> UOp:
   if _is_const(b, 0): return a
-  if _is_const(a) and _is_const(b): return iconst(a.arg - b.arg)
+  if _is_const(a) and _is_const(b): return iconst(a.arg - b.arg, a.dtype)
   return a - b
 
 def imul(a: UOp, b: UOp) -> UOp:
-  if _is_const(a, 0) or _is_const(b, 0): return iconst(0)
+  if _is_const(a, 0) or _is_const(b, 0): return iconst(0, a.dtype)
   if _is_const(a, 1): return b
   if _is_const(b, 1): return a
-  if _is_const(a) and _is_const(b): return iconst(a.arg * b.arg)
+  if _is_const(a) and _is_const(b): return iconst(a.arg * b.arg, a.dtype)
   return a * b
 
 def idiv(a: UOp, b: UOp) -> UOp:
   """Floor division of a non-negative index by a positive size."""
   if _is_const(b, 1): return a
-  if _is_const(a) and _is_const(b): return iconst(a.arg // b.arg)
-  if _is_const(b) and a.vmin >= 0 and a.vmax < b.arg: return iconst(0)  # 0 <= a < b -> a//b = 0
+  if _is_const(a) and _is_const(b): return iconst(a.arg // b.arg, a.dtype)
+  if _is_const(b) and a.vmin >= 0 and a.vmax < b.arg: return iconst(0, a.dtype)  # 0 <= a < b -> a//b = 0
   if a.op is Ops.MUL and a.src[1] is b: return a.src[0]  # (x*b)//b -> x
   return a // b
 
 def imod(a: UOp, b: UOp) -> UOp:
   """Remainder of a non-negative index by a positive size."""
-  if _is_const(b, 1): return iconst(0)
-  if _is_const(a) and _is_const(b): return iconst(a.arg % b.arg)
+  if _is_const(b, 1): return iconst(0, a.dtype)
+  if _is_const(a) and _is_const(b): return iconst(a.arg % b.arg, a.dtype)
   if _is_const(b) and a.vmin >= 0 and a.vmax < b.arg: return a  # 0 <= a < b -> a%b = a
   return a % b
 
@@ -91,7 +93,8 @@ def iand(a: UOp | None, b: UOp | None) -> UOp | None:
 
 def flatten_index(idx: tuple[UOp, ...], shape: tuple[UOp, ...]) -> UOp:
   """Linear (row-major) index of `idx` in `shape`."""
-  ret, stride = iconst(0), iconst(1)
+  dt = shape[0].dtype if shape else dtypes.index
+  ret, stride = iconst(0, dt), iconst(1, dt)
   for i, s in reversed(list(zip(idx, shape))):
     ret = iadd(ret, imul(i, stride))
     stride = imul(stride, s)
@@ -100,7 +103,7 @@ def flatten_index(idx: tuple[UOp, ...], shape: tuple[UOp, ...]) -> UOp:
 
 def split_index(lin: UOp, shape: tuple[UOp, ...]) -> tuple[UOp, ...]:
   """The per-dimension indices of linear index `lin` in `shape`."""
-  out, stride = [], iconst(1)
+  out, stride = [], iconst(1, lin.dtype)
   for i, s in enumerate(reversed(shape)):
     q = idiv(lin, stride)
     # the outermost index needs no `% s`: where the element is valid every index is in range, so lin < prod(shape);
@@ -132,7 +135,7 @@ def reshape_index(idx: tuple[UOp, ...], new: tuple[sint, ...], old: tuple[sint, 
   """Map indices over shape `new` to indices over shape `old` (same number of elements)."""
   sn = [(i, s) for i, s in enumerate(new) if not (isinstance(s, int) and s == 1)]
   so = [(j, s) for j, s in enumerate(old) if not (isinstance(s, int) and s == 1)]
-  out = [iconst(0)] * len(old)
+  out = [ks(0)] * len(old)
   if [s for _, s in sn] == [s for _, s in so]:  # only size-1 dims added or removed
     for (i, _), (j, _) in zip(sn, so): out[j] = idx[i]
     return tuple(out)
@@ -146,7 +149,7 @@ def reshape_index(idx: tuple[UOp, ...], new: tuple[sint, ...], old: tuple[sint, 
 
 def _minus_range(e: UOp, r: UOp) -> UOp | None:
   """x when e == r + x with x independent of r, else None."""
-  if e is r: return iconst(0)
+  if e is r: return iconst(0, r.dtype)
   if e.op is Ops.ADD:
     a, b = e.src
     if r not in b.toposort() and (x := _minus_range(a, r)) is not None: return iadd(x, b)
@@ -156,8 +159,8 @@ def _minus_range(e: UOp, r: UOp) -> UOp | None:
 
 def _affine(e: UOp, r: UOp) -> tuple[UOp, int] | None:
   """(x, k) when e == x + k*r with x independent of r and k an int, else None."""
-  if e is r: return iconst(0), 1
-  if e.op is Ops.MUL and e.src[0] is r and _is_const(e.src[1]): return iconst(0), e.src[1].arg
+  if e is r: return iconst(0, r.dtype), 1
+  if e.op is Ops.MUL and e.src[0] is r and _is_const(e.src[1]): return iconst(0, r.dtype), e.src[1].arg
   if e.op is Ops.ADD:
     a, b = e.src
     if r not in b.toposort() and (xa := _affine(a, r)) is not None: return iadd(xa[0], b), xa[1]
@@ -181,8 +184,10 @@ def _mod_intervals(c: UOp, r: UOp) -> list[tuple[UOp, UOp]] | None:
   out = []
   for d0, d1 in ((0, min(t, m)), (-m, min(t - m, 0)), (m, min(t + m, 2 * m))):
     if d1 <= d0: continue
-    if sgn == 1: out.append((isub(iconst(d0), x), isub(iconst(d1), x)))  # r = d - x
-    else: out.append((iadd(isub(x, iconst(d1)), iconst(1)), iadd(isub(x, iconst(d0)), iconst(1))))  # r = x - d
+    dt = r.dtype
+    if sgn == 1: out.append((isub(iconst(d0, dt), x), isub(iconst(d1, dt), x)))  # r = d - x
+    else:  # r = x - d
+      out.append((iadd(isub(x, iconst(d1, dt)), iconst(1, dt)), iadd(isub(x, iconst(d0, dt)), iconst(1, dt))))
   return out
 
 
@@ -194,7 +199,7 @@ def collapse_count(inner: UOp, r: UOp) -> UOp | None:
   conds, v = [], inner
   while v.op is Ops.WHERE and _is_const(v.src[2], 0): conds.append(v.src[0]); v = v.src[1]  # noqa: E702
   if not conds or r in v.toposort(): return None
-  lo, hi = iconst(0), r.src[0]
+  lo, hi = iconst(0, r.dtype), r.src[0]
   clauses, todo = [], conds
   while todo:
     c = todo.pop()
@@ -205,12 +210,13 @@ def collapse_count(inner: UOp, r: UOp) -> UOp | None:
     if c.op is not Ops.CMPLT: return None
     a, b = c.src
     if (x := _minus_range(a, r)) is not None and r not in b.toposort(): hi = hi.minimum(isub(b, x))  # r < b - x
-    elif (x := _minus_range(b, r)) is not None and r not in a.toposort(): lo = lo.maximum(iadd(isub(a, x), iconst(1)))
+    elif (x := _minus_range(b, r)) is not None and r not in a.toposort():
+      lo = lo.maximum(iadd(isub(a, x), iconst(1, r.dtype)))
     elif pieces is None and (pieces := _mod_intervals(c, r)) is not None: pass
     else: return None
-  count = iconst(0)
-  for start, end in pieces if pieces is not None else [(iconst(0), r.src[0])]:
-    count = iadd(count, isub(end.minimum(hi), start.maximum(lo)).maximum(iconst(0)))
+  count = iconst(0, r.dtype)
+  for start, end in pieces if pieces is not None else [(iconst(0, r.dtype), r.src[0])]:
+    count = iadd(count, isub(end.minimum(hi), start.maximum(lo)).maximum(iconst(0, r.dtype)))
   count = simplify_index(count)
   return count.cast(v.dtype) if _is_const(v, 1) else v * count.cast(v.dtype)
 
@@ -253,7 +259,8 @@ class KernelBuilder:
 
   def new_range(self, size: sint, axis_type: AxisType) -> UOp:
     self.axis += 1
-    return UOp.range(self.ks(size), self.axis - 1, axis_type)
+    bound = self.ks(size)
+    return UOp.range(bound, self.axis - 1, axis_type, bound.dtype)
 
   def param(self, buf: UOp) -> UOp:
     if (p := self.params.get(buf)) is None:
@@ -263,7 +270,7 @@ class KernelBuilder:
 
   def out_ranges(self, shape: tuple[sint, ...]) -> tuple[UOp, ...]:
     """One LOOP range per output dimension (size-1 dims are indexed by 0)."""
-    return tuple(iconst(0) if isinstance(s, int) and s == 1 else self.new_range(s, AxisType.LOOP) for s in shape)
+    return tuple(self.ks(0) if isinstance(s, int) and s == 1 else self.new_range(s, AxisType.LOOP) for s in shape)
 
   def load(self, buf: UOp, lin: UOp, valid: UOp | None) -> UOp:
     lin = simplify_index(lin)
@@ -273,73 +280,97 @@ class KernelBuilder:
     return self.param(buf).index(lin, valid).load()
 
   def build(self, root: UOp, idx: tuple[UOp, ...], valid: UOp | None = None) -> UOp:
-    """The kernel expression of graph node `root` at index `idx` (only read where `valid`)."""
-    key = (root, idx, valid, self.version)
-    if (ret := self.memo.get(key)) is not None: return ret
+    """The kernel expression of graph node `root` at index `idx` (only read where `valid`).
+
+    Iterative: each visited (node, index) is a generator (`_steps`) that yields the (source, index, valid, version)
+    it needs and receives that source's kernel expression; a driver loop with an explicit stack runs them, so a
+    graph 10,000 ops deep costs no Python recursion."""
+    return self._run((root, idx, valid, self.version))
+
+  def _run(self, req: tuple) -> UOp:
+    memo = self.memo
+    if (ret := memo.get(req)) is not None: return ret
+    self._visit(req[0])
+    stack: list[tuple[tuple, Any]] = [(req, self._steps(*req))]
+    result: Any = None
+    while stack:
+      key, gen = stack[-1]
+      try: sub = gen.send(result)
+      except StopIteration as stop:
+        stack.pop()
+        result = memo[key] = stop.value
+        continue
+      if (result := memo.get(sub)) is None:
+        self._visit(sub[0])
+        stack.append((sub, self._steps(*sub)))
+    return memo[req]
+
+  def _visit(self, root: UOp) -> None:
     if (n := self.visits.get(root, 0) + 1) > RECOMPUTE_LIMIT and self.costly(root) and self.buffer_of(root) is None:
       raise Recompute(root)
     self.visits[root] = n
-    ret = self.memo[key] = self._build(root, idx, valid)
-    return ret
 
-  def _build(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> UOp:
+  def _steps(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None, version: UOp | None) -> Any:
+    """A generator: yields (source, idx, valid, version) requests, returns the kernel expression of `u` at `idx`."""
     op = u.op
     if (buf := self.buffer_of(u)) is not None:
       self.reads.append(u)
-      if u.op is Ops.BUFFER and self.version is None and u in self.snapshots: buf = self.snapshots[u]
-      elif u.op is Ops.BUFFER: self.buffer_reads.append((u, self.version))
+      if u.op is Ops.BUFFER and version is None and u in self.snapshots: buf = self.snapshots[u]
+      elif u.op is Ops.BUFFER: self.buffer_reads.append((u, version))
       shape = shape_of(u) if u.op is not Ops.BUFFER else (buf.arg,)
       return self.load(buf, flatten_index(idx, tuple(self.ks(s) for s in shape)), valid)
     if op is Ops.CONST: return UOp.const(u.dtype, u.arg)
     if op is Ops.BIND: return u.src[0]
     if op is Ops.DEFINE_VAR: return u
-    if op in (Ops.CONTIGUOUS, Ops.DETACH, Ops.CONTIGUOUS_BACKWARD): return self.build(u.src[0], idx, valid)
+    if op in (Ops.CONTIGUOUS, Ops.DETACH, Ops.CONTIGUOUS_BACKWARD): return (yield (u.src[0], idx, valid, version))
     if op is Ops.ASSIGN and u in self.inline:  # this kernel computes the assign (same element): use its value
-      return self.build(u.src[1], idx, valid)
+      return (yield (u.src[1], idx, valid, version))
     if op is Ops.ASSIGN:  # reading an assign's result reads its target's buffer once the assign has run
       self.assigns_read.append(u)
-      prev = self.version
-      if prev is None: self.version = u  # through a chain of assigns, the outermost one is the version read
-      try: return self.build(u.src[0], idx, valid)
-      finally: self.version = prev
-    if op in GroupOp.Movement: return self._movement(u, idx, valid)
-    if op is Ops.REDUCE_AXIS: return self._reduce(u, idx, valid)
+      # through a chain of assigns, the outermost one is the version read
+      return (yield (u.src[0], idx, valid, u if version is None else version))
+    if op in GroupOp.Movement: return (yield from self._movement(u, idx, valid, version))
+    if op is Ops.REDUCE_AXIS: return (yield from self._reduce(u, idx, valid, version))
     if op in GroupOp.Elementwise:
       if op is Ops.BITCAST and u.dtype.itemsize != u.src[0].dtype.itemsize:
         raise NotImplementedError(f"BITCAST between sizes ({u.src[0].dtype} -> {u.dtype}) is not supported yet")
-      return UOp(op, u.dtype, tuple(self.build(s, idx, valid) for s in u.src), u.arg)
+      srcs = []
+      for s in u.src: srcs.append((yield (s, idx, valid, version)))
+      return UOp(op, u.dtype, tuple(srcs), u.arg)
     raise NotImplementedError(f"the scheduler can't index through {op} (shape {u.shape}); "
                               f"supported: movement, elementwise, REDUCE_AXIS, CONST, BUFFER, CONTIGUOUS, ASSIGN, COPY")
 
-  def _movement(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> UOp:
+  def _movement(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None, version: UOp | None) -> Any:
     src, op, arg = u.src[0], u.op, u.arg
     ps = shape_of(src)
-    if op is Ops.RESHAPE: return self.build(src, reshape_index(idx, shape_of(u), ps, self.ks), valid)
+    if op is Ops.RESHAPE: return (yield (src, reshape_index(idx, shape_of(u), ps, self.ks), valid, version))
     if op is Ops.PERMUTE:
-      new = [iconst(0)] * len(ps)
+      new = [self.ks(0)] * len(ps)
       for i, o in enumerate(arg): new[o] = idx[i]
-      return self.build(src, tuple(new), valid)
+      return (yield (src, tuple(new), valid, version))
     if op is Ops.EXPAND:
-      return self.build(src, tuple(iconst(0) if isinstance(s, int) and s == 1 else i for i, s in zip(idx, ps)), valid)
-    if op is Ops.SHRINK: return self.build(src, tuple(iadd(i, self.ks(b)) for i, (b, _) in zip(idx, arg)), valid)
+      return (yield (src, tuple(self.ks(0) if isinstance(s, int) and s == 1 else i for i, s in zip(idx, ps)), valid,
+                     version))
+    if op is Ops.SHRINK: return (yield (src, tuple(iadd(i, self.ks(b)) for i, (b, _) in zip(idx, arg)), valid, version))
     if op is Ops.FLIP:
-      return self.build(src, tuple(isub(isub(self.ks(s), iconst(1)), i) if f else i for i, s, f in zip(idx, ps, arg)),
-                        valid)
+      return (yield (src, tuple(isub(isub(self.ks(s), self.ks(1)), i) if f else i for i, s, f in zip(idx, ps, arg)),
+                     valid, version))
     # PAD: read the source inside, 0 outside
     cond: UOp | None = None
     new_idx = []
     for ix, sz, (b, _) in zip(idx, ps, arg):
       kb, ksz = self.ks(b), self.ks(sz)
-      if not (isinstance(b, int) and b == 0) and not (ix.vmin >= _vmax(kb)): cond = iand(cond, isub(kb, iconst(1)) < ix)
+      if not (isinstance(b, int) and b == 0) and not (ix.vmin >= _vmax(kb)):
+        cond = iand(cond, isub(kb, self.ks(1)) < ix)
       hi = iadd(kb, ksz)
       if not ix.vmax < _vmin(hi): cond = iand(cond, ix < hi)
       new_idx.append(isub(ix, kb))
-    if cond is None: return self.build(src, tuple(new_idx), valid)
+    if cond is None: return (yield (src, tuple(new_idx), valid, version))
     cond = simplify_index(cond)
-    inner = self.build(src, tuple(new_idx), simplify_index(cond if valid is None else valid & cond))
+    inner = yield (src, tuple(new_idx), simplify_index(cond if valid is None else valid & cond), version)
     return cond.where(inner, UOp.const(u.dtype, 0))
 
-  def _reduce(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> UOp:
+  def _reduce(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None, version: UOp | None) -> Any:
     rop, axes = u.arg
     src = u.src[0]
     sshape = shape_of(src)
@@ -347,11 +378,11 @@ class KernelBuilder:
     for a in axes:
       s = sshape[a]
       if isinstance(s, int) and s == 1:
-        new_idx[a] = iconst(0)
+        new_idx[a] = self.ks(0)
         continue
       new_idx[a] = r = self.new_range(s, AxisType.REDUCE)
       rngs.append(r)
-    inner = self.build(src, tuple(new_idx), valid)
+    inner = yield (src, tuple(new_idx), valid, version)
     if not rngs: return inner
     if rop is Ops.ADD and len(rngs) == 1 and (folded := collapse_count(inner, rngs[0])) is not None: return folded
     self.has_reduce = True
@@ -398,12 +429,12 @@ class KernelBuilder:
       src = u.src[0]
       if u.op is Ops.RESHAPE: idx = reshape_index(idx, shape_of(u), shape_of(src), self.ks)
       elif u.op is Ops.PERMUTE:
-        new = [iconst(0)] * len(idx)
+        new = [self.ks(0)] * len(idx)
         for i, o in enumerate(u.arg): new[o] = idx[i]
         idx = tuple(new)
       elif u.op is Ops.SHRINK: idx = tuple(iadd(i, self.ks(b)) for i, (b, _) in zip(idx, u.arg))
       elif u.op is Ops.FLIP:
-        idx = tuple(isub(isub(self.ks(s), iconst(1)), i) if f else i for i, s, f in zip(idx, shape_of(src), u.arg))
+        idx = tuple(isub(isub(self.ks(s), self.ks(1)), i) if f else i for i, s, f in zip(idx, shape_of(src), u.arg))
       u = src
     return idx[0], valid
 

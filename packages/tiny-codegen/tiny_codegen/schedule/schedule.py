@@ -22,11 +22,13 @@ from __future__ import annotations
 import functools
 import heapq
 import itertools
+import threading
 import time
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from tiny_uop.dtype import DType, dtypes
 from tiny_uop.helpers import DEBUG, all_int, getenv, prod, strides_for_shape
 from tiny_uop.spec import kernel_spec, maybe_verify, tensor_spec
 from tiny_uop.trace import traced
@@ -101,24 +103,38 @@ class _Template:
   new_buffers: list[UOp]
 
 
-def _unbind(x: sint, memo: dict[UOp, UOp]) -> UOp:
-  """A size or offset as a kernel expression: ints become CONSTs, bound variables their DEFINE_VAR."""
-  if isinstance(x, int): return UOp.const(_index_dtype(), x)
+def _unbind(x: sint, memo: dict[UOp, UOp], dt: DType = dtypes.index) -> UOp:
+  """A size or offset as a kernel expression of index dtype `dt`: ints become CONSTs, bound variables their
+  DEFINE_VAR (cast to `dt` when wider: a kernel argument stays int32)."""
+  if isinstance(x, int): return UOp.const(dt, x)
   if (ret := memo.get(x)) is None:
     sub: dict[UOp, UOp] = {}
     for n in x.toposort():
-      sub[n] = n.src[0] if n.op is Ops.BIND else n.replace(src=tuple(sub[s] for s in n.src))
+      if n.op is Ops.BIND: sub[n] = n.src[0] if n.src[0].dtype == dt else n.src[0].cast(dt)
+      elif n.op is Ops.DEFINE_VAR: sub[n] = n if n.dtype == dt else n.cast(dt)
+      elif n.op is Ops.CONST: sub[n] = n if n.dtype == dt or not dtypes.is_int(n.dtype) else UOp.const(dt, n.arg)
+      else: sub[n] = n.replace(dtype=dt if n.dtype == dtypes.index else n.dtype, src=tuple(sub[s] for s in n.src))
     ret = memo[x] = sub[x]
   return ret
 
 
-def _index_dtype() -> Any:
-  from tiny_uop.dtype import dtypes
+INT32_MAX = 2**31 - 1
+
+
+def _index_dtype(sink: UOp) -> DType:
+  """int64 when some value or buffer of the graph has more than 2**31-1 elements (its indices would wrap in int32),
+  else int32: one index dtype for every kernel of the schedule."""
+  for n in sink.toposort():
+    if n.op is Ops.BUFFER and isinstance(n.arg, int) and n.arg > INT32_MAX: return dtypes.int64
+    if (shp := n.shape) is not None:
+      sz = 1
+      for d in shp: sz *= d if isinstance(d, int) else int(_unbind(d, {}).vmax)
+      if sz > INT32_MAX: return dtypes.int64
   return dtypes.index
 
 
 def _max_int(x: sint, memo: dict[UOp, UOp]) -> int:
-  return x if isinstance(x, int) else int(_unbind(x, memo).vmax)
+  return x if isinstance(x, int) else int(_unbind(x, {}, dtypes.int64).vmax)
 
 
 def _view_of(u: UOp, base_buf: dict[UOp, UOp]) -> tuple[UOp, int] | None:
@@ -159,64 +175,100 @@ def _grows(e: UOp) -> bool:
              for a, b in zip(shape_of(e.src[0]), shape_of(e)))
 
 
+MAX_FUSED_DEPTH = 512
+"""An elementwise value more than this many ops deep in one fused kernel gets its own buffer: compilers' optimizers
+(LLVM's included) take time superlinear in a kernel's longest chain, so a 10,000-op chain is 20 kernels, not one."""
+SHARED_MIN_BUFFERS = 4
+"""An elementwise value read by two or more kernels gets its own buffer when it reads at least this many buffers:
+recomputed, each of c readers reads its k inputs again (c*k reads), stored it costs k reads, one write and c reads;
+at c = 2 that pays from k = 4. (A transformer's residual stream, recomputed by every later layer, made kernels that
+read 100 buffers.)"""
+REDUCE_SPLIT_OUTPUTS = 1024
+"""A reduce whose result (at least this many elements) is reduced again into fewer than this many outputs gets its
+own kernel: fused, the outer kernel would run the inner reduce's outputs as a serial loop (`(a@b).sum()`: one thread,
+no vector lanes); split, the inner one runs in parallel and the outer one sums a buffer."""
 WINDOW_MIN_BUFFERS = 2  # an elementwise value read by a windowed reduce gets its own kernel when it reads this many
 WINDOW_MIN_SIZE = 1 << 14  # buffers and has at least this many elements (smaller ones are cheap to recompute)
 
 
-def _leaves(u: UOp) -> int:
-  """How many distinct buffers (or copies/assigns) `u` reads."""
-  return sum(1 for x in u.toposort() if x.op in (Ops.BUFFER, Ops.COPY, Ops.ASSIGN))
-
-
 def _decide(sink: UOp) -> tuple[dict[UOp, None], dict[UOp, bool]]:
-  """The nodes to realize, in graph order, and which nodes read memory."""
+  """The nodes to realize, in graph order, and which nodes read memory.
+
+  Linear in the graph: every property is one pass over the toposort (sources first) or its reverse (users first).
+  A user's decision never depends on what is decided for a node before it, so the per-node questions below are
+  answered about the graph's fixed `want` set (requested values, CONTIGUOUS, COPY and its source, ASSIGN)."""
   nodes = list(sink.toposort())
-  children: dict[UOp, dict[UOp, None]] = defaultdict(dict)
+  children: dict[UOp, list[UOp]] = defaultdict(list)
   for n in nodes:
-    for s in n.src: children[s][n] = None
+    for s in dict.fromkeys(n.src): children[s].append(n)
   want: set[UOp] = set(sink.src)
   reads_memory: dict[UOp, bool] = {}
+  # up to WINDOW_MIN_BUFFERS distinct memory leaves (BUFFER/COPY/ASSIGN) below each node: a union of capped sets
+  # capped again is min(|leaves|, cap), which is all the test below needs
+  leaves: dict[UOp, tuple[UOp, ...]] = {}
   for n in nodes:
-    reads_memory[n] = n.op in (Ops.BUFFER, Ops.COPY, Ops.ASSIGN) or any(reads_memory[s] for s in n.src)
+    mem = n.op in (Ops.BUFFER, Ops.COPY, Ops.ASSIGN)
+    reads_memory[n] = mem or any(reads_memory[s] for s in n.src)
+    lv: tuple[UOp, ...] = (n,) if mem else ()
+    for s in n.src:
+      for x in leaves[s]:
+        if len(lv) >= WINDOW_MIN_BUFFERS: break
+        if x not in lv: lv = (*lv, x)
+    leaves[n] = lv
     if n.op in (Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN): want.add(n)
     if n.op is Ops.COPY: want.add(n.src[0])
 
-  def must_realize(u: UOp) -> bool:
-    stops: set[UOp] = set()
-    stack, seen = [u], {u}
-    while stack:
-      x = stack.pop()
-      for c in children[x]:
-        if c.op is Ops.EXPAND and _grows(c): return True
-        if c in want or c.op in (Ops.REDUCE_AXIS, Ops.SINK):
-          stops.add(c)
-          if len(stops) > 1: return True
-          continue
-        if c not in seen:
-          seen.add(c)
-          stack.append(c)
-    return False
+  # users first: must_realize[x] = (a growing EXPAND is reached before any stop, up to two stops reached), walking
+  # from x to its users and stopping at wanted values, REDUCE_AXIS and SINK; windowed[x][g] = a REDUCE_AXIS is reached
+  # through movement ops (then also ALU ops, once `g`: a broadcasting EXPAND was passed) with g true at the reduce
+  expands: dict[UOp, bool] = {}
+  stops: dict[UOp, tuple[UOp, ...]] = {}
+  windowed: dict[UOp, tuple[bool, bool]] = {}
+  reduced_into: dict[UOp, int | None] = {}  # the fewest outputs of a REDUCE_AXIS that reduces this value (fused)
+  for x in reversed(nodes):
+    exp, w0, w1 = False, False, False
+    st: tuple[UOp, ...] = ()
+    ri: int | None = None
+    for c in children.get(x, ()):
+      grows = c.op is Ops.EXPAND and _grows(c)
+      if grows: exp = True
+      elif c in want or c.op in (Ops.REDUCE_AXIS, Ops.SINK):
+        if c not in st and len(st) < 2: st = (*st, c)
+        if c.op is Ops.REDUCE_AXIS and c not in want and all_int(shape_of(c)):
+          ri = prod(shape_of(c)) if ri is None else min(ri, prod(shape_of(c)))
+      else:
+        exp = exp or expands[c]
+        for y in stops[c]:
+          if y not in st and len(st) < 2: st = (*st, y)
+        if (cri := reduced_into.get(c)) is not None: ri = cri if ri is None else min(ri, cri)
+      if c in want: continue
+      if c.op is Ops.REDUCE_AXIS: w1 = True
+      elif c.op in GroupOp.Movement:
+        cw0, cw1 = windowed[c]
+        w0, w1 = w0 or (cw1 if grows else cw0), w1 or cw1
+      elif c.op in GroupOp.ALU: w1 = w1 or windowed[c][1]
+    expands[x], stops[x], windowed[x], reduced_into[x] = exp, st, (w0, w1), ri
 
-  def windowed_into_reduce(u: UOp) -> bool:
-    # u reaches a REDUCE_AXIS through movement ops that include a broadcasting EXPAND (a pooling/convolution
-    # window), then possibly elementwise ops: inlined, the reduce would recompute u once per window position
-    stack, seen = [(u, False)], {u}
-    while stack:
-      x, grown = stack.pop()
-      for c in children[x]:
-        if c in want or c in seen: continue
-        if c.op is Ops.REDUCE_AXIS:
-          if grown: return True
-          continue
-        if c.op not in GroupOp.Movement and not (grown and c.op in GroupOp.ALU): continue
-        seen.add(c)
-        stack.append((c, grown or (c.op is Ops.EXPAND and _grows(c))))
-    return False
-
+  # sources first, with the decisions made so far: what each node reads (a realized value is one buffer) and its depth
+  depth: dict[UOp, int] = {}  # ops on the longest chain from a realized value (or an input) to this one
+  reads: dict[UOp, tuple[UOp, ...]] = {}  # up to SHARED_MIN_BUFFERS distinct buffers its kernel would read for it
   for n in nodes:
-    if n.op is Ops.REDUCE_AXIS and n not in want and reads_memory[n] and must_realize(n): want.add(n)
-    elif n.op in GroupOp.ALU and n not in want and reads_memory[n] and _leaves(n) >= WINDOW_MIN_BUFFERS and \
-        all_int(shape_of(n)) and prod(shape_of(n)) >= WINDOW_MIN_SIZE and windowed_into_reduce(n): want.add(n)
+    if n.op is Ops.REDUCE_AXIS and n not in want and reads_memory[n] and (expands[n] or len(stops[n]) > 1 or (
+        (ri := reduced_into[n]) is not None and ri < REDUCE_SPLIT_OUTPUTS and all_int(shape_of(n)) and
+        prod(shape_of(n)) >= REDUCE_SPLIT_OUTPUTS)): want.add(n)
+    elif n.op in GroupOp.ALU and n not in want and reads_memory[n] and len(leaves[n]) >= WINDOW_MIN_BUFFERS and \
+        all_int(shape_of(n)) and prod(shape_of(n)) >= WINDOW_MIN_SIZE and windowed[n][0]: want.add(n)
+    rd: tuple[UOp, ...] = (n,) if n.op in (Ops.BUFFER, Ops.COPY, Ops.ASSIGN) else ()
+    for s in n.src:
+      for x in ((s,) if s in want else reads[s]):
+        if len(rd) >= SHARED_MIN_BUFFERS: break
+        if x not in rd: rd = (*rd, x)
+    if n.op in GroupOp.ALU and n not in want and len(stops[n]) > 1 and len(rd) >= SHARED_MIN_BUFFERS and \
+        all_int(shape_of(n)): want.add(n)
+    reads[n] = rd
+    d = max((depth[s] for s in n.src), default=0) + (n.op in GroupOp.Elementwise or n.op is Ops.REDUCE_AXIS)
+    if n.op in GroupOp.Elementwise and d > MAX_FUSED_DEPTH and n.shape is not None and all_int(n.shape): want.add(n)
+    depth[n] = 0 if n in want else d
   return {n: None for n in nodes if n in want and n.op is not Ops.SINK}, reads_memory
 
 
@@ -262,16 +314,17 @@ def _costly(reads_memory: dict[UOp, bool], u: UOp) -> bool:
     u.op not in GroupOp.Movement
 
 
-def _schedule(sink: UOp, merge: bool = True, safe_assign: bool = False, expose: frozenset[UOp] = frozenset()) \
-    -> _Template:
+def _schedule(sink: UOp, merge: bool = True, safe_assign: bool = False, expose: frozenset[UOp] = frozenset(),
+              decided: tuple[dict[UOp, None], dict[UOp, bool]] | None = None) -> _Template:
   """Schedule a normalized sink. `merge`: multi-output kernels; `safe_assign`: every ASSIGN computes its value into a
   temporary first (so all reads happen before all writes: the fallback when assigns would wait on each other);
-  `expose`: nodes that, when they get a buffer anyway, are reported in `becomes` (and kept out of buffer reuse)."""
-  decided = _decided.pop(sink, None)
+  `expose`: nodes that, when they get a buffer anyway, are reported in `becomes` (and kept out of buffer reuse);
+  `decided`: `_decide(sink)` when the caller has it already."""
   realize, reads_memory = decided if decided is not None else _decide(sink)
   costly = functools.partial(_costly, reads_memory)
   memo: dict[UOp, UOp] = {}
-  ks = lambda x: _unbind(x, memo)  # noqa: E731
+  idx_dt = _index_dtype(sink)
+  ks = lambda x: _unbind(x, memo, idx_dt)  # noqa: E731
   new_buffers: list[UOp] = []
 
   def new_buffer(like: UOp, device: Any) -> UOp:
@@ -370,6 +423,7 @@ def _schedule(sink: UOp, merge: bool = True, safe_assign: bool = False, expose: 
       readers[(base, None)].append(i)
       snapshots[base], buf_producer[snap] = snap, i
   grouped: set[UOp] = set()
+  topos: dict[UOp, dict[UOp, None]] = {}  # a requested value's graph, walked once however many siblings ask
   pending_roots = [r for r in realize if r in roots and r.op in _GROUPABLE and r not in merged and r not in merges]
 
   def built(u: UOp) -> bool: return u in bufs or u in views or u in producer
@@ -409,7 +463,7 @@ def _schedule(sink: UOp, merge: bool = True, safe_assign: bool = False, expose: 
         continue
       except MergeFailed:  # each gets its own kernel after all
         for u in merges[r]: kernel(u)
-    also = _siblings(r, pending_roots, realize, built) if merge and r in roots and r.op is not Ops.ASSIGN else ()
+    also = _siblings(r, pending_roots, realize, built, topos) if merge and r in roots and r.op is not Ops.ASSIGN else ()
     grouped.update(also)
     try: kernel(r, also=also)
     except MergeFailed:  # the siblings get their own kernels when their turn comes
@@ -422,11 +476,14 @@ def _schedule(sink: UOp, merge: bool = True, safe_assign: bool = False, expose: 
   for i, b, ver in writers:  # write-after-read: every reader of the overwritten version runs first
     for j in readers[(b, ver)]:
       if j != i: deps[i].add(j)
+  _snapshot_exposed_versions(becomes, expose, writers, producer, deps, add_call, new_buffer,
+                             lambda b: KernelBuilder(functools.partial(_buffer_of, b, set(), bufs), ks, costly))
   try:
     order = _toposort_calls(deps)
   except RuntimeError:
-    if merges: return _schedule(sink, merge=False, safe_assign=safe_assign, expose=expose)
-    if not safe_assign and writers: return _schedule(sink, merge=False, safe_assign=True, expose=expose)  # e.g. a swap
+    if merges: return _schedule(sink, merge=False, safe_assign=safe_assign, expose=expose, decided=decided)
+    if not safe_assign and writers:  # e.g. a swap
+      return _schedule(sink, merge=False, safe_assign=True, expose=expose, decided=decided)
     raise RuntimeError("can't order this schedule: some value needs a buffer as it was between two ASSIGNs into it "
                        "(after one and before the next); realize that value before the second assign") from None
   calls = [calls[i] for i in order]
@@ -439,6 +496,34 @@ def _schedule(sink: UOp, merge: bool = True, safe_assign: bool = False, expose: 
   return _Template(calls, becomes, [b for b in new_buffers if b in used])
 
 
+def _snapshot_exposed_versions(becomes: list[tuple[UOp, UOp, UOp | None]], expose: frozenset[UOp],
+                               writers: list[tuple[int, UOp, UOp | None]], producer: dict[UOp, int],
+                               deps: list[set[int]], add_call: Any, new_buffer: Any, builder: Any) -> None:
+  """An ASSIGN result that other live graphs read (`expose`) but that a later ASSIGN of this schedule overwrites
+  can't be read from its buffer afterwards: it is copied into a buffer of its own right after its kernel (before the
+  overwrite), and that copy is what it `becomes`. (Two `Tensor.rand` draws, the second realized first: the first
+  draw's counter version was the counter's final value, so the first draw repeated the second's numbers.)"""
+  def reaches(i: int, target: int) -> bool:
+    stack, seen = [i], {i}
+    while stack:
+      x = stack.pop()
+      if x == target: return True
+      for d in deps[x] - seen:
+        seen.add(d)
+        stack.append(d)
+    return False
+  for k, (node, buf, _) in enumerate(becomes):
+    if node.op is not Ops.ASSIGN or node not in expose or (pa := producer.get(node)) is None: continue
+    later = [i for i, b, _ in writers if b is buf and i != pa and reaches(i, pa)]
+    if not later: continue
+    snap = new_buffer(node, node.device)
+    kb = builder(snap)
+    i = add_call(UOp(Ops.CALL, src=(kb.kernel(node, snap, shape_of(node)), *kb.params)), [], kb.assigns_read)
+    deps[i].add(pa)
+    for j in later: deps[j].add(i)
+    becomes[k] = (node, snap, None)
+
+
 def _reads_elsewhere(ast: UOp, out_param: UOp) -> bool:
   """Whether a kernel reads its output buffer anywhere but at the element it writes (a write/read hazard)."""
   store_idx = next(st.src[0] for st in ast.src if st.op is Ops.STORE and st.src[0].src[0] is out_param)
@@ -449,13 +534,17 @@ def _reads_elsewhere(ast: UOp, out_param: UOp) -> bool:
 _GROUPABLE = GroupOp.Elementwise | {Ops.REDUCE_AXIS, Ops.CONTIGUOUS}
 
 
-def _siblings(r: UOp, pending: list[UOp], realize: dict[UOp, None], built: Any) -> tuple[UOp, ...]:
+def _siblings(r: UOp, pending: list[UOp], realize: dict[UOp, None], built: Any,
+              topos: dict[UOp, dict[UOp, None]]) -> tuple[UOp, ...]:
   """Requested values after `r` with r's shape and device that share its kernel (one kernel, several STOREs): none
-  depends on another, and every realized value they read already has its kernel."""
+  depends on another, and every realized value they read already has its kernel. `topos` memoizes their graphs."""
+  def topo(u: UOp) -> dict[UOp, None]:
+    if (t := topos.get(u)) is None: t = topos[u] = u.toposort()
+    return t
   out: list[UOp] = []
   for s in pending:
     if s is r or s.shape != r.shape or s.device != r.device or built(s): continue
-    if any(g in s.toposort() or s in g.toposort() for g in (r, *out)): continue
+    if any(g in topo(s) or s in topo(g) for g in (r, *out)): continue
     stack, seen, ok = list(s.src), set(s.src), True
     while stack and ok:
       x = stack.pop()
@@ -515,12 +604,45 @@ def _toposort_calls(deps: list[set[int]]) -> list[int]:
 
 
 # ***** public entry point *****
-_cache: dict[tuple[UOp, frozenset[UOp]], _Template] = {}
 SCHEDULE_CACHE = getenv("SCHEDULE_CACHE", 1)
 """SCHEDULE_CACHE=0 schedules every graph from scratch."""
-_CACHE_MAX = 1024  # graph structures remembered (oldest forgotten first)
-_realized: dict[UOp, frozenset[UOp]] = {}  # normalized sink -> the nodes its schedule gives buffers (not the roots)
-_decided: dict[UOp, tuple[dict[UOp, None], dict[UOp, bool]]] = {}  # _decide's result, handed to the next _schedule
+SCHEDULE_CACHE_NODES = getenv("SCHEDULE_CACHE_NODES", 1 << 20)
+"""The schedule cache keeps graph structures (each holds its normalized graph) up to this many nodes in all, and at
+most SCHEDULE_CACHE_ENTRIES of them; the least recently used go first."""
+SCHEDULE_CACHE_ENTRIES = 1024
+
+
+class _LRU:
+  """A dict bounded by entry count and by a total size (each entry's `size` given when stored), least recently used
+  first out; thread-safe."""
+  def __init__(self, max_entries: int, max_size: int):
+    self.max_entries, self.max_size = max_entries, max_size
+    self.data: OrderedDict[Any, tuple[Any, int]] = OrderedDict()
+    self.size = 0
+    self.lock = threading.Lock()
+
+  def get(self, key: Any) -> Any:
+    with self.lock:
+      if (hit := self.data.get(key)) is None: return None
+      self.data.move_to_end(key)
+      return hit[0]
+
+  def put(self, key: Any, value: Any, size: int) -> None:
+    with self.lock:
+      if (old := self.data.pop(key, None)) is not None: self.size -= old[1]
+      self.data[key] = (value, size)
+      self.size += size
+      while self.data and (len(self.data) > self.max_entries or self.size > self.max_size):
+        self.size -= self.data.popitem(last=False)[1][1]
+
+  def clear(self) -> None:
+    with self.lock: self.data.clear(); self.size = 0  # noqa: E702
+
+  def __len__(self) -> int: return len(self.data)
+
+
+_cache = _LRU(SCHEDULE_CACHE_ENTRIES, SCHEDULE_CACHE_NODES)     # (normalized sink, exposed) -> _Template
+_realized = _LRU(SCHEDULE_CACHE_ENTRIES, SCHEDULE_CACHE_NODES)  # normalized sink -> what its schedule gives buffers
 
 
 @traced("schedule")  # VIZ: the tensor graph -> the CALLs (one check when nothing records)
@@ -541,21 +663,20 @@ def create_schedule(sink: UOp, expose: Iterable[UOp] = ()) -> ScheduleResult:
   norm = _Normalizer()
   nsink = norm.node(sink)
   nexpose: frozenset[UOp] = frozenset()
+  dec = None
+  nodes = len(norm.new)  # the normalized graph's size: what a cache entry keeps alive
   if expose:  # only the nodes that get a buffer anyway matter (and only they key the cache)
     if (realized := _realized.get(nsink)) is None:
-      _decided[nsink] = dec = _decide(nsink)
-      realized = _realized[nsink] = frozenset(u for u in dec[0] if u.op is not Ops.BUFFER) - set(nsink.src)
-      if len(_realized) > _CACHE_MAX: del _realized[next(iter(_realized))]
+      dec = _decide(nsink)
+      realized = frozenset(u for u in dec[0] if u.op is not Ops.BUFFER) - set(nsink.src)
+      _realized.put(nsink, realized, nodes)
     nexpose = frozenset(n for u in expose if (n := norm.new.get(u)) is not None and n in realized)
   key = (nsink, nexpose)
   tmpl = _cache.get(key) if SCHEDULE_CACHE else None
   hit = tmpl is not None
   if tmpl is None:
-    tmpl = _schedule(nsink, expose=nexpose)
-    if SCHEDULE_CACHE:
-      if len(_cache) >= _CACHE_MAX: del _cache[next(iter(_cache))]
-      _cache[key] = tmpl
-  _decided.pop(nsink, None)
+    tmpl = _schedule(nsink, expose=nexpose, decided=dec)
+    if SCHEDULE_CACHE: _cache.put(key, tmpl, nodes)
   sub: dict[UOp, UOp] = {ph: norm.inputs[k] for k, ph in ((b.src[0].arg[1], b) for b in _inputs_of(tmpl))}
   for b in tmpl.new_buffers: sub[b] = UOp.new_buffer(b.src[1].arg, b.arg, b.dtype)
   calls = [c.replace(src=(c.src[0], *(sub[b] for b in c.src[1:]))) for c in tmpl.calls]
@@ -599,4 +720,3 @@ def clear_schedule_cache() -> None:
   """Forget every cached schedule."""
   _cache.clear()
   _realized.clear()
-  _decided.clear()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from tiny_uop.dtype import dtypes
+from tiny_uop.uop import Ops, UOp
 
 from tiny_tensor import engine
 from tiny_tensor.tensor import Tensor
@@ -34,10 +35,23 @@ def _state(t: Tensor, device: str, fill: float = 0.0) -> Tensor:
   return Tensor(np.full(tuple(int(s) for s in t.shape), fill, dtype=np.float32), device=device, requires_grad=False)
 
 
+def _parts(u: UOp) -> tuple[UOp, ...]: return u.src if u.op is Ops.MULTI else (u,)  # a sharded tensor: its shards
+
+
+def _own_buffers(t: Tensor) -> UOp:
+  """t's value written into new buffers of its own: one, or one per shard for a sharded tensor (same split)."""
+  T = type(t)
+  empties = tuple(T.empty(p.shape, dtype=t.dtype, device=p.device).uop for p in _parts(t.uop))
+  dst = T._new(UOp(Ops.MULTI, t.dtype, empties, t.uop.arg) if t.uop.op is Ops.MULTI else empties[0], False)
+  return dst.assign(t.detach()).uop
+
+
 def _realize_params(ts: list[Tensor]) -> None:
   """Make every parameter a realized buffer so `assign` updates it in place (lazy constants like zeros() aren't)."""
-  todo = [t for t in ts if not engine.is_realized(t.uop)]
-  for t in todo: t.uop = t.contiguous().uop
+  todo = [t for t in ts if not all(map(engine.is_realized, _parts(t.uop)))]
+  # each into a buffer of its own: two parameters built from the same value (every LayerNorm's ones()) are the same
+  # interned graph, and `contiguous()` would give them one buffer, which their updates would then share
+  for t in todo: t.uop = _own_buffers(t)
   if todo: Tensor.realize(*todo)
   # a parameter is a leaf of autograd: forget the graph it was computed from (its random init), which the tensor
   # keeps (`_origin`) so that gradients can flow through values realized before backward

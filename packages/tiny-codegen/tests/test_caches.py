@@ -1,0 +1,84 @@
+"""Caches stay bounded and keys are exact: the schedule cache (entries and total graph size), the kernel-name table
+(weak on the kernels), BEAM's disk-cache key (a hash of the whole AST, not of a printout cut in the middle)."""
+from __future__ import annotations
+
+import gc
+
+from tiny_uop import KernelInfo, Ops, UOp, dtypes
+from tiny_uop.uop import AxisType, structure_key
+
+from tiny_codegen.opt.search import _cache_key
+from tiny_codegen.program import _names, kernel_name
+from tiny_codegen.renderer.llvmir import LLVMRenderer
+from tiny_codegen.schedule import create_schedule
+from tiny_codegen.schedule import schedule as sched_mod
+
+
+def _chain_kernel(n: int, middle: float) -> UOp:
+  """A kernel AST whose value is a chain of n adds of 1.0, one of them (in the middle) adding `middle` instead."""
+  p0, p1 = UOp(Ops.PARAM, dtypes.float32.ptr(16), arg=0), UOp(Ops.PARAM, dtypes.float32.ptr(16), arg=1)
+  r = UOp.range(16, 0, AxisType.LOOP)
+  v = p1.index(r).load()
+  for i in range(n): v = v + UOp.const(dtypes.float32, middle if i == n // 2 else 1.0)
+  return p0.index(r).store(v).sink(arg=KernelInfo("chain"))
+
+
+def test_beam_key_hashes_the_whole_ast():
+  a, b = _chain_kernel(600, 2.0), _chain_kernel(600, 3.0)
+  assert repr(a) == repr(b)  # the printout elides the middle: the old key (a hash of it) was the same for both
+  ren = LLVMRenderer()
+  assert _cache_key(a, ren, 2) != _cache_key(b, ren, 2)
+  assert _cache_key(a, ren, 2) == _cache_key(_chain_kernel(600, 2.0), ren, 2)
+  assert _cache_key(a, ren, 2) != _cache_key(a, ren, 3)
+
+
+def test_structure_key_tells_apart_what_equality_of_values_would_not():
+  keys = {structure_key(UOp.const(dt, v)) for dt, v in ((dtypes.float32, 0.0), (dtypes.float32, -0.0),
+                                                           (dtypes.float64, 0.0), (dtypes.int32, 0))}
+  assert len(keys) == 4
+  x = UOp.variable("x", 0, 10)
+  assert structure_key(x + 1) != structure_key(1 + x) and structure_key(x + 1) == structure_key(x + 1)
+
+
+def test_schedule_cache_is_bounded_by_entries_and_graph_size(monkeypatch):
+  monkeypatch.setattr(sched_mod, "_cache", sched_mod._LRU(4, 10_000))
+  b = UOp.new_buffer("CPU", 64, dtypes.float32)
+  for i in range(12):  # 12 different structures
+    y = b
+    for _ in range(i + 1): y = y * 2.0
+    create_schedule(UOp.sink(y))
+  assert len(sched_mod._cache) == 4
+  small = sched_mod._LRU(100, 50)
+  monkeypatch.setattr(sched_mod, "_cache", small)
+  for i in range(6):
+    y = b
+    for _ in range(8 * (i + 1)): y = y + 1.0
+    create_schedule(UOp.sink(y))
+  assert small.size <= 50 and len(small) < 6  # big graphs pushed the older ones out
+  # a hit moves an entry to the back: it survives the next insertions
+  cache = sched_mod._LRU(2, 1000)
+  cache.put("a", 1, 1)
+  cache.put("b", 2, 1)
+  assert cache.get("a") == 1
+  cache.put("c", 3, 1)
+  assert cache.get("a") == 1 and cache.get("b") is None
+
+
+def test_kernel_name_table_forgets_dead_kernels_and_never_reuses_a_name():
+  def ast(k: int) -> UOp:
+    p0, p1 = UOp(Ops.PARAM, dtypes.float32.ptr(7), arg=0), UOp(Ops.PARAM, dtypes.float32.ptr(7), arg=1)
+    r = UOp.range(7, 0, AxisType.LOOP)
+    return p0.index(r).store(p1.index(r).load() * float(k + 0.5)).sink(arg=KernelInfo())
+  kept = [ast(k) for k in range(3)]
+  names = [kernel_name(a) for a in kept]
+  assert len(set(names)) == 3 and names[0] == "E_7"
+  base = _names["E_7"][0]
+  n_before = len(base)
+  tmp = [ast(k) for k in range(10, 20)]
+  tmp_names = {kernel_name(a) for a in tmp}
+  assert len(base) == n_before + 10
+  del tmp
+  gc.collect()
+  assert len(base) == n_before  # the table holds its kernels weakly
+  fresh = kernel_name(ast(99))
+  assert fresh not in names and fresh not in tmp_names  # the counter moves on: names stay unique
