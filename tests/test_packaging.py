@@ -15,7 +15,7 @@ DEPS = {
   "tiny-uop": set(),
   "tiny-codegen": {"tiny-uop", "llvmlite"},
   "tiny-runtime-cpu": {"tiny-uop", "tiny-codegen"},
-  "tiny-runtime-amd": {"tiny-uop", "tiny-codegen", "cffi"},
+  "tiny-runtime-amd": {"tiny-uop", "tiny-codegen", "cffi", "numpy"},  # numpy: the MOCK+AMD emulator (emu/batch.py)
   "tiny-runtime-nv": {"tiny-uop", "tiny-codegen", "cffi", "numpy"},  # numpy: the PTX executor (MOCK+CUDA), selftest
   "tiny-runtime-qcom": {"tiny-uop", "tiny-codegen", "cffi"},
   "tiny-tensor": {"tiny-uop", "tiny-codegen", "tiny-runtime-cpu", "numpy"},

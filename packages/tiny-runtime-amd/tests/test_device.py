@@ -193,9 +193,9 @@ def test_scratch_kernels_grow_the_scratch_buffer_and_run(monkeypatch):
   from tiny_runtime_amd.mock.driver import driver
   dev = Device["MOCK+AMD"]
   emu, seen = driver().emu, []
-  real_run_group = emu.run_group
-  monkeypatch.setattr(emu, "run_group", lambda waves, entry: (seen.append([w.scratch_size for w in waves]),
-                                                              real_run_group(waves, entry))[1])
+  real_run_launch = emu.run_launch
+  monkeypatch.setattr(emu, "run_launch", lambda entry, launch: (seen.append([launch.scratch_size] * launch.n_waves),
+                                                                real_run_launch(entry, launch))[1])
   comp = AMDGPUCompiler(dev.arch)
   rng = np.random.default_rng(5)
   engines = dev.iface.node.shader_engines  # gfx1100: 12 shader arrays, 2 per engine
@@ -211,7 +211,7 @@ def test_scratch_kernels_grow_the_scratch_buffer_and_run(monkeypatch):
     bin_, bout = Buffer("MOCK+AMD", n, dtypes.float).copyin(memoryview(x)), Buffer("MOCK+AMD", 96, dtypes.float)
     prg(bout._buf, bin_._buf, global_size=(3, 1, 1), local_size=(32, 1, 1), wait=True)
     np.testing.assert_array_equal(bout.numpy(), x[np.arange(96) % n])
-    assert seen[-3:] == [[dev.scratch_wave_bytes // 32]] * 3  # the emulator got each lane's private size
+    assert seen[-1] == [dev.scratch_wave_bytes // 32] * 3  # each of the 3 waves got each lane's private size
     regs = driver().queues[dev.compute_ring.queue_id].regs
     assert regs[pm4.COMPUTE_TMPRING_SIZE] == dev.tmpring_size
     assert regs[pm4.COMPUTE_DISPATCH_SCRATCH_BASE_LO] == (dev.scratch_buf.va_addr >> 8) & 0xFFFFFFFF

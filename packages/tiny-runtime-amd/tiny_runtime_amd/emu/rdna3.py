@@ -1005,13 +1005,36 @@ class Emulator:
     """Forget decoded code: a new dispatch may run different bytes at the same address."""
     self._code: dict[int, dict[int, tuple[Inst, Callable[[Wave, Inst], None] | None]]] = {}
 
+  # run, run_group and run_launch use the batched engine (emu/batch.py: all waves in lockstep as numpy columns, each
+  # code object decoded once); batched = False runs the per-wave interpreter below, the reference it is tested against
+  batched = True
+
   def run(self, w: Wave, code_addr: int) -> None:
     """Execute one wave from `code_addr` until s_endpgm; s_barrier is a no-op (a work-group of one wave)."""
-    for _ in self.steps_until_barrier(w, code_addr): pass
+    if not self.batched: return self.run_reference(w, code_addr)
+    from tiny_runtime_amd.emu.batch import run_waves
+    run_waves(self, [[w]], code_addr)
 
   def run_group(self, waves: list[Wave], code_addr: int) -> None:
-    """Execute the waves of one work-group, round-robin between barriers: each wave runs until it reaches
-    s_barrier (or ends), and all continue once every live wave has arrived."""
+    """Execute the waves of one work-group until each reaches s_endpgm, meeting at barriers."""
+    if not self.batched: return self.run_group_reference(waves, code_addr)
+    from tiny_runtime_amd.emu.batch import run_waves
+    run_waves(self, [waves], code_addr)
+
+  def run_launch(self, code_addr: int, launch: Any) -> None:
+    """Execute every wave of a dispatch (an `emu.batch.Launch`: the registers the dispatcher sets up) together."""
+    from tiny_runtime_amd.emu.batch import launch_waves, run_launch
+    if self.batched: run_launch(self, code_addr, launch)
+    else:
+      for group in launch_waves(launch): self.run_group_reference(group, code_addr)
+
+  def run_reference(self, w: Wave, code_addr: int) -> None:
+    """The per-wave interpreter: execute one wave from `code_addr` until s_endpgm."""
+    for _ in self.steps_until_barrier(w, code_addr): pass
+
+  def run_group_reference(self, waves: list[Wave], code_addr: int) -> None:
+    """The per-wave interpreter on the waves of one work-group, round-robin between barriers: each wave runs until it
+    reaches s_barrier (or ends), and all continue once every live wave has arrived."""
     gens = [self.steps_until_barrier(w, code_addr, barriers=len(waves) > 1) for w in waves]
     while gens:
       alive = []

@@ -10,10 +10,13 @@ wave slots, each engine's waves address their own WAVES * WAVESIZE * 256-byte sl
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
+
+import numpy as np
 
 from tiny_runtime_amd import kfd
-from tiny_runtime_amd.emu.rdna3 import EXEC_LO, Emulator, Wave
+from tiny_runtime_amd.emu.batch import MAX_LANES, Launch
+from tiny_runtime_amd.emu.rdna3 import Emulator
 from tiny_runtime_amd.mock.fields import Field, Layout, PacketError, require
 from tiny_runtime_amd.mock.gpu import ARCHS, CheckedMemory, GPUHang, MockGPU, MockQueue
 
@@ -68,6 +71,33 @@ GFX1100_PROPERTIES = {
 }
 
 
+def run_groups(emu: Any, entry: int, dims: tuple[int, int, int], local: tuple[int, int, int], wave: int,
+               user: list[int], tgid_en: tuple[int, int, int], lds_bytes: int,
+               scratch: tuple[Callable[[Any, Any], Any], int] | None) -> None:
+  """Launch every work-group of a dispatch in the emulator, in batches of whole groups (`emu.batch.Launch`): the user
+  SGPRs, then the enabled work-group ids, then (`scratch`: (fn(group ids, wave in group) -> private segment wave
+  offset, private bytes per lane)) the wave's scratch offset; work-item ids packed in v0 (x | y << 10 | z << 20);
+  EXEC covers the group's work-items."""
+  lx, ly, lz = local
+  threads = lx * ly * lz
+  n_waves = (threads + wave - 1) // wave
+  tids = np.arange(n_waves * wave)  # one work-group's lanes; lanes past its work-items hold 0
+  v0 = np.where(tids < threads, (tids % lx) | (((tids // lx) % ly) << 10) | ((tids // (lx * ly)) << 20), 0)
+  ex = np.array([(1 << min(wave, threads - wv * wave)) - 1 for wv in range(n_waves)], np.uint64)
+  groups = dims[0] * dims[1] * dims[2]
+  per = max(1, MAX_LANES // (n_waves * wave))
+  for g0 in range(0, groups, per):  # group ids: x fastest, then y, then z
+    gid = np.arange(g0, min(groups, g0 + per))
+    sgpr: dict[int, Any] = dict(enumerate(user))
+    s = len(user)
+    for en, g in zip(tgid_en, (gid % dims[0], (gid // dims[0]) % dims[1], gid // (dims[0] * dims[1]))):
+      if en: sgpr[s], s = np.repeat(g, n_waves), s + 1
+    if scratch is not None: sgpr[s] = scratch[0](gid[:, None], np.arange(n_waves)[None, :]).reshape(-1)
+    emu.run_launch(entry, Launch(len(gid) * n_waves, wave, n_waves, np.tile(ex, len(gid)), sgpr,
+                                 {0: np.tile(v0, len(gid)).astype(np.uint32)}, lds_bytes,
+                                 None if scratch is None else scratch[1]))
+
+
 class GFX11(MockGPU):
   """A gfx11 GPU: PM4 compute queues whose dispatches run wave32 code in the RDNA3 emulator."""
   arch = "gfx1100"
@@ -99,8 +129,8 @@ class GFX11(MockGPU):
     return SH_REGISTERS[addr][1].decode(q.regs.get(addr, 0), name)
 
   def dispatch(self, q: MockQueue, dims: tuple[int, int, int], initiator: int, where: str) -> None:
-    """DISPATCH_DIRECT: check the dispatch state, then run every wave of every work-group in the emulator (the
-    waves of a group round-robin between barriers, groups one after another)."""
+    """DISPATCH_DIRECT: check the dispatch state, then run every wave of every work-group in the emulator (batched:
+    the waves of many groups in lockstep, see emu/batch.py)."""
     ini = DISPATCH_INITIATOR.decode(initiator, f"{where} dword 4 (COMPUTE_DISPATCH_INITIATOR)")
     require(ini["compute_shader_en"] == 1, where, "COMPUTE_SHADER_EN = 0: nothing would run")
     require(ini["cs_w32_en"] == 1, where, f"CS_W32_EN = 0 launches wave64 waves; the {self.arch} mock runs wave32 code")
@@ -135,29 +165,11 @@ class GFX11(MockGPU):
     user = [q.regs.get(REG[f"COMPUTE_USER_DATA_{i}"], 0) for i in range(n_user)]
     engines = self.shader_engines
     self.emu.begin_dispatch()
-    group = 0
-    for gz in range(dims[2]):
-      for gy in range(dims[1]):
-        for gx in range(dims[0]):
-          lds, waves = bytearray(lds_bytes), []
-          for wv in range(n_waves):
-            w = Wave(lds=lds)
-            w.sgpr[:n_user] = user
-            s = n_user
-            for en, g in zip(tgid_en, (gx, gy, gz)):
-              if en: w.sgpr[s], s = g, s + 1
-            if scratch is not None:  # the private segment wave offset: this wave's slot in its engine's slice
-              slots, wave_bytes = scratch
-              w.sgpr[s] = ((group % engines) * slots + wv) * wave_bytes
-              w.scratch_size = wave_bytes // WAVE  # the emulator keeps each lane's private bytes itself
-            tids = range(wv * WAVE, min(threads, wv * WAVE + WAVE))
-            for ln, t in enumerate(tids):
-              x, y, z = t % lx, (t // lx) % ly, t // (lx * ly)
-              w.vgpr[0][ln] = x | (y << 10) | (z << 20)
-            w.sgpr[EXEC_LO] = (1 << len(tids)) - 1
-            waves.append(w)
-          self.emu.run_group(waves, entry)
-          group += 1
+    wave_offset = None
+    if scratch is not None:  # the private segment wave offset: this wave's slot in its engine's slice
+      slots, wave_bytes = scratch
+      wave_offset = (lambda gid, wv: ((gid % engines) * slots + wv) * wave_bytes, wave_bytes // WAVE)
+    run_groups(self.emu, entry, dims, (lx, ly, lz), WAVE, user, tgid_en, lds_bytes, wave_offset)
 
   @property
   def shader_engines(self) -> int: return self.props["array_count"] // self.props["simd_arrays_per_engine"]

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from tiny_runtime_amd.emu.cdna3 import CDNA3Emulator
-from tiny_runtime_amd.emu.rdna3 import EXEC_HI, EXEC_LO, Wave64
 from tiny_runtime_amd.mock import pm4 as mpm4
 from tiny_runtime_amd.mock.fields import Field, Layout, require
-from tiny_runtime_amd.mock.gfx11 import GFX11, _layout
+from tiny_runtime_amd.mock.gfx11 import GFX11, _layout, run_groups
 from tiny_runtime_amd.mock.gpu import ARCHS, CheckedMemory, GPUHang, MockQueue
 
 WAVE = 64
@@ -177,26 +178,11 @@ class GFX9(GFX11):
     n_user, tgid_en = r2["user_sgpr"], (r2["tgid_x_en"], r2["tgid_y_en"], r2["tgid_z_en"])
     user = [q.regs.get(REG[f"COMPUTE_USER_DATA_{i}"], 0) for i in range(n_user)]
     self.emu.begin_dispatch()
-    for gz in range(dims[2]):
-      for gy in range(dims[1]):
-        for gx in range(dims[0]):
-          lds, waves = bytearray(lds_bytes), []
-          for wv in range(n_waves):
-            w = Wave64(lds=lds)
-            w.sgpr[:n_user] = user
-            s = n_user
-            for en, g in zip(tgid_en, (gx, gy, gz)):
-              if en: w.sgpr[s], s = g, s + 1
-            if scratch is not None:  # the private segment wave offset: this wave's slot
-              w.sgpr[s] = wv * scratch
-              w.scratch_size = scratch // WAVE
-            tids = range(wv * WAVE, min(threads, wv * WAVE + WAVE))
-            v0 = w.vgpr[0]
-            for ln, t in enumerate(tids): v0[ln] = (t % lx) | (((t // lx) % ly) << 10) | ((t // (lx * ly)) << 20)
-            mask = (1 << len(tids)) - 1
-            w.sgpr[EXEC_LO], w.sgpr[EXEC_HI] = mask & 0xFFFFFFFF, mask >> 32
-            waves.append(w)
-          self.emu.run_group(waves, entry)
+    wave_offset = None
+    if scratch is not None:  # the private segment wave offset: this wave's slot
+      def slot(gid: Any, wv: Any) -> Any: return np.broadcast_to(wv * scratch, np.broadcast(gid, wv).shape)
+      wave_offset = (slot, scratch // WAVE)
+    run_groups(self.emu, entry, dims, (lx, ly, lz), WAVE, user, tgid_en, lds_bytes, wave_offset)
 
   def scratch_setup9(self, q: MockQueue, n_waves: int, where: str) -> int:
     """SCRATCH_EN on gfx9: COMPUTE_DISPATCH_SCRATCH_BASE must hold WAVES * WAVESIZE KiB; the bytes per wave."""

@@ -58,6 +58,36 @@ class CheckedMemory(Memory):
     self.gpu.check(addr, len(data), "shader write")
     super().write(addr, data)
 
+  def region(self, addr: int) -> tuple[int, int, Any] | None:
+    """(start, end, writable numpy uint8 view) of the allocation mapped into the GPU's VM that holds `addr`, or
+    None: the batched emulator accesses memory through it (a lane outside it goes the per-wave way, which reports the
+    fault)."""
+    g = self.gpu
+    i = bisect.bisect_right(g.range_starts, addr) - 1
+    if i < 0: return None
+    start = g.range_starts[i]
+    end = g.ranges[start]
+    if addr >= end: return None
+    views = self.__dict__.setdefault("_views", {})
+    if (v := views.get((start, end))) is None:
+      if len(views) > 4096: views.clear()
+      from tiny_runtime_amd.emu.batch import host_span
+      v = views[(start, end)] = host_span(start, end - start)
+    return start, end, v
+
+  def code_bytes(self, addr: int) -> bytes | None:
+    """The bytes from `addr` to the end of the allocation holding it (at most 1 MiB): what a kernel's code can be,
+    so the emulator keeps compiled code by content."""
+    r = self.region(addr)
+    if r is None: return None
+    start, end, view = r
+    return bytes(view[addr - start:min(end, addr + (1 << 20)) - start])
+
+  @property
+  def generation(self) -> int:
+    """Changes whenever the GPU's mappings change (a cached region is checked against it)."""
+    return self.gpu.vm_generation
+
 
 @dataclass
 class MockQueue:
@@ -97,6 +127,7 @@ class MockGPU:
     self.kfd, self.node, self.gpu_id, self.render_minor = kfd_, node, gpu_id, render_minor
     self.props = {**self.properties, "drm_render_minor": render_minor}
     self.ranges: dict[int, int] = {}  # start -> end of every allocation mapped into this GPU's VM
+    self.vm_generation = 0  # bumped on every map and unmap (the emulator caches memory regions against it)
     self.range_starts: list[int] = []
     self.doorbells = (ctypes.c_uint64 * 1024)()  # one 8 KiB doorbell page
     self.next_doorbell = 1
@@ -109,10 +140,12 @@ class MockGPU:
   def map_range(self, start: int, end: int) -> None:
     self.ranges[start] = end
     self.range_starts = sorted(self.ranges)
+    self.vm_generation += 1
 
   def unmap_range(self, start: int) -> None:
     self.ranges.pop(start, None)
     self.range_starts = sorted(self.ranges)
+    self.vm_generation += 1
 
   def check(self, addr: int, n: int, what: str) -> None:
     """GPUPageFault unless [addr, addr+n) lies in one allocation mapped into this GPU's VM."""

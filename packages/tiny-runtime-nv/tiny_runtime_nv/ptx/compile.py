@@ -118,16 +118,18 @@ class Compiler:
     if tok.startswith("!") and t == "pred": tok, neg = tok[1:], True
     if self.is_reg(tok):
       i = self.reg(tok)
-      if neg: return lambda R: ~R[i]
       rdt = self.reg_dtype[i]
-      if rdt == dt: return lambda R: R[i]
-      if rdt.itemsize == dt.itemsize and np.bool_ not in (rdt, dt): return lambda R: R[i].view(dt)
-      return lambda R: as_type(R[i], dt)
+      # each reader says what it does (`.src`), so blocks.py can write the same read inline
+      if neg: return _tag(lambda R: ~R[i], ("reg", i, "not", np.dtype(np.bool_), rdt))
+      if rdt == dt: return _tag(lambda R: R[i], ("reg", i, "same", dt, rdt))
+      if rdt.itemsize == dt.itemsize and np.bool_ not in (rdt, dt):
+        return _tag(lambda R: R[i].view(dt), ("reg", i, "view", dt, rdt))
+      return _tag(lambda R: as_type(R[i], dt), ("reg", i, "conv", dt, rdt))
     if tok in self.e.shared: v = imm(str(self.e.shared[tok]), t)
     elif tok == self.e.dynamic_shared: v = imm(str(self.e.shared_size), t)
     elif tok in self.e.local: v = imm(str(self.e.local[tok]), t)
     else: v = imm(tok, t)
-    return lambda R: v
+    return _tag(lambda R: v, ("imm", v))
 
   def dst(self, tok: str) -> int:
     if not self.is_reg(tok): raise PTXParseError(f"destination {tok!r} is not a register")
@@ -143,7 +145,7 @@ class Compiler:
         v = as_type(fit(np.asarray(v), rdt), rdt)  # registers always hold their declared type
       if v.shape != (c.L,): v = np.broadcast_to(v, (c.L,))
       c.R[i] = v if m is None else np.where(m, v, c.R[i])
-    return w
+    return _tag(w, (i, rdt))
 
   def sub_writer(self, tok: str) -> Callable[[Any, Any, Any], None]:
     """`w(c, values, m)`: write values computed for the active lanes only (`len(values) == m.sum()`)."""
@@ -202,12 +204,12 @@ class Compiler:
     w = self.writer(a[0])
     if nsrc == 1:
       s0 = srcs[0]
-      return lambda c, m: w(c, f(s0(c.R)), m)
+      return _spec(lambda c, m: w(c, f(s0(c.R)), m), f, srcs, w)
     if nsrc == 2:
       s0, s1 = srcs
-      return lambda c, m: w(c, f(s0(c.R), s1(c.R)), m)
+      return _spec(lambda c, m: w(c, f(s0(c.R), s1(c.R)), m), f, srcs, w)
     s0, s1, s2 = srcs
-    return lambda c, m: w(c, f(s0(c.R), s1(c.R), s2(c.R)), m)
+    return _spec(lambda c, m: w(c, f(s0(c.R), s1(c.R), s2(c.R)), m), f, srcs, w)
 
   @staticmethod
   def _float_mods(parts: list[str]) -> None:
@@ -234,22 +236,22 @@ class Compiler:
     return self._binop(parts, a, _quiet(f), nsrc)
 
   def c_add(self, p: list[str], a: list[str]) -> Callable:
-    if p[-1] in FLOATS: return self._float(p, a, lambda x, y: x + y)
-    return self._binop(p, a, lambda x, y: x + y)
+    if p[-1] in FLOATS: return self._float(p, a, _add)
+    return _wrapping(self._binop(p, a, _add))
 
   def c_sub(self, p: list[str], a: list[str]) -> Callable:
-    if p[-1] in FLOATS: return self._float(p, a, lambda x, y: x - y)
-    return self._binop(p, a, lambda x, y: x - y)
+    if p[-1] in FLOATS: return self._float(p, a, _sub)
+    return _wrapping(self._binop(p, a, _sub))
 
   def c_mul(self, p: list[str], a: list[str]) -> Callable:
     t = p[-1]
-    if t in FLOATS: return self._float(p, a, lambda x, y: x * y)
+    if t in FLOATS: return self._float(p, a, _mul)
     dt, size = np_type(t), np_type(t).itemsize
     if "wide" in p:
       wide = (SIGNED if dt.kind == "i" else UNSIGNED)[2 * size]
       return self._binop(p, a, lambda x, y: np.asarray(x).astype(wide) * np.asarray(y).astype(wide))
     if "hi" in p: return self._binop(p, a, lambda x, y: _mulhi(x, y, dt))
-    return self._binop(p, a, lambda x, y: x * y)
+    return _wrapping(self._binop(p, a, _mul))
 
   def c_mad(self, p: list[str], a: list[str]) -> Callable:
     t = p[-1]
@@ -394,7 +396,7 @@ class Compiler:
   def c_selp(self, p: list[str], a: list[str]) -> Callable:
     t = p[-1]
     x0, x1, q, w = self.src(a[1], t), self.src(a[2], t), self.src(a[3], "pred"), self.writer(a[0])
-    return lambda c, m: w(c, np.where(q(c.R), x0(c.R), x1(c.R)), m)
+    return _spec(lambda c, m: w(c, np.where(q(c.R), x0(c.R), x1(c.R)), m), _selp, [x0, x1, q], w)
 
   def c_slct(self, p: list[str], a: list[str]) -> Callable:
     t, ct = p[-2], p[-1]
@@ -426,12 +428,12 @@ class Compiler:
         out(c, acc, m)
       return pack
     x0, w = self.src(a[1], t), self.writer(a[0])
-    return lambda c, m: w(c, x0(c.R), m)
+    return _spec(lambda c, m: w(c, x0(c.R), m), _same, [x0], w)
 
   def c_cvta(self, p: list[str], a: list[str]) -> Callable:
     space = p[2] if p[1] == "to" else p[1]
     x0, w = self.src(a[1], p[-1]), self.writer(a[0])
-    if space == "global": return lambda c, m: w(c, x0(c.R), m)
+    if space == "global": return _spec(lambda c, m: w(c, x0(c.R), m), _same, [x0], w)
     win = np.uint64(SHARED_WINDOW if space == "shared" else LOCAL_WINDOW)
     if space not in ("shared", "local"): raise NotImplementedError(f"PTX executor: {'.'.join(p)}")
     if p[1] == "to": return lambda c, m: w(c, np.asarray(x0(c.R)).astype(np.uint64) - win, m)
@@ -442,7 +444,7 @@ class Compiler:
     dt_s, st_s = p[-2], p[-1]
     x0, w = self.src(a[1], st_s), self.writer(a[0])
     f = _cvt_fn(dt_s, st_s, mods, ".".join(p))
-    return lambda c, m: w(c, f(np.asarray(x0(c.R))), m)
+    return _spec(lambda c, m: w(c, f(np.asarray(x0(c.R))), m), lambda x: f(np.asarray(x)), [x0], w)
 
   def c_testp(self, p: list[str], a: list[str]) -> Callable:
     kind, t = p[1], p[-1]
@@ -529,6 +531,37 @@ class Compiler:
   def c_red(self, p: list[str], a: list[str]) -> Callable: return self.c_atom(p, a, ret=False)
 
   def c_mma(self, p: list[str], a: list[str]) -> Callable: return mma.compile_mma(self, p, a)
+
+
+def _tag(fn: Any, what: Any) -> Any:
+  """Attach what a reader reads (`.src`: ("reg", index, "same"/"view"/"conv"/"not", read dtype, register dtype) or
+  ("imm", value)) or a writer writes (`.dst`: (index, register dtype)) to it, for blocks.py."""
+  if what and what[0] in ("reg", "imm"): fn.src = what
+  else: fn.dst = what
+  return fn
+
+
+def _spec(fn: Any, f: Callable[..., Any], srcs: list[Any], w: Any) -> Any:
+  """Mark an instruction closure `fn` as `w(c, f(*sources), m)` (`.spec`), which blocks.py can write inline."""
+  fn.spec = (f, srcs, w)
+  return fn
+
+
+def _wrapping(fn: Any) -> Any:
+  """Mark an integer add/sub/mul.lo closure: its result bits don't depend on the operands' signedness (arithmetic
+  modulo 2**bits), so blocks.py may compute it in the registers' own unsigned type, without reinterpreting views."""
+  fn.wrapping = True
+  return fn
+
+
+def _same(x: Any) -> Any: return x
+def _add(x: Any, y: Any) -> Any: return x + y
+def _sub(x: Any, y: Any) -> Any: return x - y
+def _mul(x: Any, y: Any) -> Any: return x * y
+
+
+OPERATORS = {_add: "+", _sub: "-", _mul: "*"}  # ops blocks.py may write as operators
+def _selp(a: Any, b: Any, q: Any) -> Any: return np.where(q, a, b)
 
 
 def _popcount(x: np.ndarray) -> np.ndarray:

@@ -16,11 +16,15 @@ from typing import Any
 
 import numpy as np
 
+from tiny_runtime_nv.ptx.blocks import block_at
 from tiny_runtime_nv.ptx.compile import BRA, LOCAL_WINDOW, OP, RET, SHARED_WINDOW, WINDOW_SIZE, Compiler, Inst
 from tiny_runtime_nv.ptx.memory import GPUFault, Memory
 from tiny_runtime_nv.ptx.parse import Entry, parse_entry
 
 MAX_LANES = 1 << 15
+BLOCKS = True  # straight runs of instructions compiled into one function each (blocks.py); False: every instruction
+               # through its closure (the reference the blocks are tested against)
+_NONE: Any = object()
 LIMITS = {"block": (1024, 1024, 64), "threads": 1024, "grid": (0x7FFFFFFF, 65535, 65535)}  # CUDA compute 7.0+
 
 
@@ -77,6 +81,7 @@ class Lanes:
                first_block: int, nblocks: int, dynamic_shared: int):
     T = block[0] * block[1] * block[2]
     self.L = L = T * nblocks
+    self.at = 0  # the instruction a compiled block is running (for fault messages)
     self.block_threads, self.nblocks = T, nblocks
     self.mem, self.params = mem, params
     zeros: dict[Any, np.ndarray] = {}
@@ -234,10 +239,16 @@ def _run_chunk(k: Kernel, c: Lanes) -> None:
   alive: Any = None      # None: every lane is live
   lane_pc: Any = None    # None: converged at `pc`
   big = np.int64(1 << 40)
+  blocks = k.__dict__.setdefault("blocks", {}) if BLOCKS else {}
   while True:
     if lane_pc is None:
       if pc >= n: return
       mask = alive
+      if (blk := blocks.get(pc, _NONE)) is _NONE: blk = block_at(k, pc) if BLOCKS else None
+      if blk is not None:  # a straight run of unpredicated instructions, compiled into one function (blocks.py)
+        try: pc = blk[0](c, mask)
+        except GPUFault as e: raise GPUFault(f"{k.name}: {e} (at `{insts[c.at].text}`)") from None
+        continue
     else:
       pcs = lane_pc if alive is None else np.where(alive, lane_pc, big)
       pc = int(pcs.min())

@@ -14,6 +14,9 @@ from typing import Any
 import numpy as np
 
 
+_SHIFT = {1: 0, 2: 1, 4: 2, 8: 3, 16: 4}  # element size -> log2
+
+
 class GPUFault(RuntimeError):
   """A kernel touched memory it may not: an unmapped address, a misaligned access or an out-of-range shared offset.
   The executor stops the launch (like a GPU's fault on that context); memory written before the fault stays."""
@@ -26,12 +29,14 @@ class Memory:
     self.starts: list[int] = []
     self.ranges: dict[int, tuple[int, np.ndarray]] = {}  # start -> (end, uint8 view)
     self._typed: dict[tuple[int, Any], np.ndarray] = {}
+    self._last: tuple[int, int] | None = None  # the range the last access fell in
 
   def add(self, start: int, size: int, arr: np.ndarray | None = None) -> None:
     """Register `size` bytes at host address `start` (`arr`: an existing uint8 view of them)."""
     if size <= 0: return
     if arr is None: arr = np.ctypeslib.as_array((ctypes.c_uint8 * size).from_address(start))
     if start in self.ranges: self.remove(start)
+    self._last = None
     self.ranges[start] = (start + size, arr.reshape(-1).view(np.uint8))
     bisect.insort(self.starts, start)
 
@@ -39,6 +44,7 @@ class Memory:
     """Forget the range starting at `start` (a later access to it faults)."""
     if self.ranges.pop(start, None) is None: return
     self.starts.remove(start)
+    self._last = None
     for k in [k for k in self._typed if k[0] == start]: del self._typed[k]
 
   def find(self, addr: int) -> tuple[int, int] | None:
@@ -57,11 +63,15 @@ class Memory:
     return v
 
   def _region(self, addrs: np.ndarray, nbytes: int, what: str) -> int:
-    """The start of the one range holding every access `[a, a + nbytes)`; GPUFault when some access is outside
-    every range. Accesses spread over several ranges are split by the caller (`_split`)."""
+    """The start of the one range holding every access `[a, a + nbytes)`, or -1: accesses spread over several ranges
+    (or outside all) are split by the caller (`_split`, which reports a fault). The last range found is tried first."""
     lo, hi = int(addrs.min()), int(addrs.max()) + nbytes
+    last = self._last
+    if last is not None and last[0] <= lo and hi <= last[1]: return last[0]
     r = self.find(lo)
-    if r is not None and hi <= r[1]: return r[0]
+    if r is not None and hi <= r[1]:
+      self._last = r
+      return r[0]
     return -1
 
   def _fault(self, addrs: np.ndarray, nbytes: int, what: str) -> GPUFault:
@@ -72,8 +82,8 @@ class Memory:
     return GPUFault(f"GPU page fault: {what} of {nbytes} bytes")
 
   def _check_align(self, addrs: np.ndarray, nbytes: int, what: str) -> None:
-    if nbytes > 1 and (bad := (addrs & np.uint64(nbytes - 1))).any():
-      a = int(addrs[np.nonzero(bad)[0][0]])
+    if nbytes > 1 and int(np.bitwise_or.reduce(addrs)) & (nbytes - 1):
+      a = int(addrs[np.nonzero(addrs & np.uint64(nbytes - 1))[0][0]])
       raise GPUFault(f"misaligned address: {what} of {nbytes} bytes at {a:#x} (must be {nbytes}-byte aligned)")
 
   def gather(self, addrs: np.ndarray, dt: np.dtype, n: int = 1, what: str = "load") -> np.ndarray:
@@ -83,7 +93,7 @@ class Memory:
     self._check_align(addrs, nbytes, what)
     start = self._region(addrs, nbytes, what)
     if start < 0: return self._split(addrs, dt, n, what, None)
-    idx = ((addrs - np.uint64(start)) // np.uint64(dt.itemsize)).astype(np.intp)
+    idx = (addrs - np.uint64(start)).astype(np.intp) >> _SHIFT[dt.itemsize]  # aligned: a shift divides
     view = self._typed_view(start, dt)
     return view[idx[:, None] + np.arange(n)] if n > 1 else view[idx][:, None]
 
@@ -97,7 +107,7 @@ class Memory:
     if start < 0:
       self._split(addrs, dt, n, what, vals)
       return
-    idx = ((addrs - np.uint64(start)) // np.uint64(dt.itemsize)).astype(np.intp)
+    idx = (addrs - np.uint64(start)).astype(np.intp) >> _SHIFT[dt.itemsize]
     view = self._typed_view(start, dt)
     if n == 1: view[idx] = vals[:, 0]
     else: view[idx[:, None] + np.arange(n)] = vals
