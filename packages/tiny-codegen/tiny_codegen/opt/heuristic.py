@@ -5,6 +5,8 @@ CPU renderers (no locals; threads split the outermost loop in lowering):
   output axis that is contiguous in the store (16 lanes, 8 for convs) and one more reused axis (8), so each loaded
   value is used by several accumulators. Axes that a load indexes through div/mod (conv backward's windows) or as
   a sliding window (a conv's output row) are blocked last: their lanes share no loads, only index math;
+- streaming reduces (each element read about once) whose reduce axis is strided in memory but whose innermost output
+  axis is contiguous (a column sum, a split `sum()`'s partials): that output axis is upcast into vector accumulators;
 - a small innermost reduce axis (a filter row, <= 8) is unrolled fully (the block leaves room for it); a larger
   contiguous one (a plain sum) is unrolled by up to 16 so independent partial results hide the add latency, as
   long as the loop body is cheap (an unrolled exp2 only slows compiling);
@@ -45,8 +47,9 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
   sidx = _store_index(k)
   loads = k.loads()
   if has_reduce:
-    if _reuse(k, loads) >= REUSE_MIN and not (ren.vectorize_upcast and _vector_block(k, loads)):
-      _register_block(k, sidx, loads)
+    if _reuse(k, loads) >= REUSE_MIN:
+      if not (ren.vectorize_upcast and _vector_block(k, loads)): _register_block(k, sidx, loads)
+    else: _vector_accumulators(k, sidx, loads)
     _unroll_reduce(k, k.loads())
   elif not ren.has_threads:
     _upcast_contiguous(k, sidx)
@@ -164,6 +167,22 @@ def _vector_block(k: Kernel, loads: list[UOp]) -> bool:
       vectors, blocked = vectors * got, blocked + 1
     if blocked == 2 or vectors * 2 > budget: break
   return True
+
+
+def _vector_accumulators(k: Kernel, sidx: UOp | None, loads: list[UOp]) -> None:
+  """A streaming reduce (each element read about once) whose innermost reduce axis no load walks contiguously, but
+  whose innermost output axis both the store and a load do (a column sum; the partial sums of a split `sum()`): that
+  output axis is upcast (whole up to 16, else 16/8 lanes), so each reduce step is one contiguous (vector) load into
+  that many independent accumulators instead of one strided scalar per output."""
+  reds, rngs = k.reduce_axes, k.rngs
+  if sidx is None or not reds: return
+  if any(stride_of(ld.src[0].src[1], reds[-1], rngs) == 1 for ld in loads): return  # _unroll_reduce's case
+  outs = _output_axes_with_bounds(k)
+  if not outs: return
+  i, r, n = outs[-1]
+  if stride_of(sidx, r, rngs) != 1 or not any(stride_of(ld.src[0].src[1], r, rngs) == 1 for ld in loads): return
+  amt = n if n <= 16 else next((a for a in (16, 8) if n % a == 0), 0)
+  if amt > 1: _try(k, Opt(OptOps.UPCAST, i, amt))
 
 
 def _amount(k: Kernel, n: int, amts: tuple[int, ...], max_acc: int) -> int:
