@@ -62,3 +62,20 @@ def test_split_sum_of_ints_is_exact() -> None:
   data = np.random.default_rng(3).integers(-1000, 1000, 1 << 19).astype(np.int32)
   got, kernels = _run(data.shape, Ops.ADD, (0,), data)
   assert len(kernels) == 2 and int(got.reshape(())) == int(data.sum())
+
+
+def test_split_reduce_broadcast_back_and_shared_with_a_later_realize() -> None:
+  # a split reduce that is broadcast (softmax over a big vector), and one another lazy tensor still uses after it is
+  # realized (it must read the realized value, not sum again)
+  data = np.random.default_rng(4).standard_normal(1 << 19).astype(np.float32)
+  x = tt.Tensor(data)
+  e = (x - x.max()).exp()
+  sm = (e / e.sum()).numpy()
+  ref = np.exp(data.astype(np.float64) - data.max())
+  np.testing.assert_allclose(sm, ref / ref.sum(), rtol=1e-4, atol=1e-10)
+  total = x.sum()
+  later = total * 2
+  np.testing.assert_allclose(total.numpy(), data.astype(np.float64).sum(), rtol=1e-4, atol=1e-3)
+  sched = create_schedule(UOp.sink(later.uop))
+  assert len(sched.kernels) == 1  # just the multiply: the sum is a buffer now
+  np.testing.assert_allclose(later.numpy(), 2 * data.astype(np.float64).sum(), rtol=1e-4, atol=1e-3)
