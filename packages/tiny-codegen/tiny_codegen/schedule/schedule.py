@@ -129,7 +129,7 @@ def _split_big_reduce(r: UOp) -> UOp:
   red, outs, per = prod(shp[k:]), prod(shp[:k]), SPLIT_REDUCE_GROUPS * SPLIT_REDUCE_LANES
   if red < SPLIT_REDUCE_MIN or red % per or outs >= REDUCE_SPLIT_OUTPUTS: return r
   part = r.src[0].reshape((*shp[:k], SPLIT_REDUCE_GROUPS, red // per, SPLIT_REDUCE_LANES)).r(op, (k + 1,))
-  return part.r(op, (k, k + 1, k + 2)).reshape(tuple(r.shape))
+  return part.r(op, (k, k + 1, k + 2)).reshape((*shp[:k], *(1,) * len(axes)))  # r.shape: reduced axes kept as 1
 
 
 # ***** the cached part *****
