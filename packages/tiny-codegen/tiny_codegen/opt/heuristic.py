@@ -47,10 +47,9 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
   sidx = _store_index(k)
   loads = k.loads()
   if has_reduce:
-    if _reuse(k, loads) >= REUSE_MIN:
-      if not (ren.vectorize_upcast and _vector_block(k, loads)): _register_block(k, sidx, loads)
-    else: _vector_accumulators(k, sidx, loads)
-    _unroll_reduce(k, k.loads())
+    if (blocked := _reuse(k, loads) >= REUSE_MIN) and not (ren.vectorize_upcast and _vector_block(k, loads)):
+      _register_block(k, sidx, loads)
+    if not _unroll_reduce(k, k.loads()) and not blocked: _vector_accumulators(k, sidx, k.loads())
   elif not ren.has_threads:
     _upcast_contiguous(k, sidx)
   elif ren.vectorize_upcast: _upcast_awkward_elementwise(k, sidx, loads)
@@ -170,8 +169,8 @@ def _vector_block(k: Kernel, loads: list[UOp]) -> bool:
 
 
 def _vector_accumulators(k: Kernel, sidx: UOp | None, loads: list[UOp]) -> None:
-  """A streaming reduce (each element read about once) whose innermost reduce axis no load walks contiguously, but
-  whose innermost output axis both the store and a load do (a column sum; the partial sums of a split `sum()`): that
+  """A streaming reduce (each element read about once) whose innermost reduce axis no load walks contiguously
+  (`_unroll_reduce` found nothing to do), but whose innermost output axis both the store and a load do (a column sum; the partial sums of a split `sum()`): that
   output axis is upcast (whole up to 16, else 16/8 lanes), so each reduce step is one contiguous (vector) load into
   that many independent accumulators instead of one strided scalar per output."""
   reds, rngs = k.reduce_axes, k.rngs
@@ -180,7 +179,6 @@ def _vector_accumulators(k: Kernel, sidx: UOp | None, loads: list[UOp]) -> None:
   # of `sort`, upcast by 3, computed wrong values on CPU:LLVM and right ones on CPU:CLANG: kept out until understood.)
   if any(not dtypes.is_float(u.dtype) for u in k.ast.toposort() if u.op is Ops.REDUCE): return
   if any(len(ld.src[0].src) > 2 for ld in loads): return
-  if any(stride_of(ld.src[0].src[1], reds[-1], rngs) == 1 for ld in loads): return  # _unroll_reduce's case
   outs = _output_axes_with_bounds(k)
   if not outs: return
   i, r, n = outs[-1]
@@ -207,21 +205,24 @@ def _loads_after(k: Kernel, r: UOp, amt: int) -> int:
   return total
 
 
-def _unroll_reduce(k: Kernel, loads: list[UOp]) -> None:
+def _unroll_reduce(k: Kernel, loads: list[UOp]) -> bool:
   """Unroll the innermost reduce axis: a small one (<= 8, e.g. a filter width) fully, a larger one by 16/8/4 when
-  loads walk it contiguously (independent partial results hide the add latency); at most 256 lanes in all."""
+  loads walk it contiguously (independent partial results hide the add latency); at most 256 lanes in all. True
+  when it unrolled or a load walks the axis contiguously (no case for `_vector_accumulators`)."""
   reds = k.reduce_axes
-  if not reds: return
+  if not reds: return False
   r = reds[-1]
   n = _bound(r)
-  if n is None or n < 2: return
-  if n <= 8 and _try(k, Opt(OptOps.UNROLL, len(reds) - 1, 0)): return
+  if n is None or n < 2: return False
+  if n <= 8 and _try(k, Opt(OptOps.UNROLL, len(reds) - 1, 0)): return True
   rngs = k.rngs
-  if n < 8 or not any(stride_of(ld.src[0].src[1], r, rngs) == 1 for ld in loads): return
+  if n < 8: return False
+  if not any(stride_of(ld.src[0].src[1], r, rngs) == 1 for ld in loads): return False
   cost = _alu_cost(k.ast)
   for amt in (16, 8, 4):
     if n % amt == 0 and k.upcast_size * amt <= 256 and cost * amt <= UNROLL_ALU_BUDGET and \
-       _try(k, Opt(OptOps.UNROLL, len(reds) - 1, amt)): return
+       _try(k, Opt(OptOps.UNROLL, len(reds) - 1, amt)): return True
+  return True
 
 
 UNROLL_ALU_BUDGET = 64  # value ALU ops per lane a latency-hiding unroll may copy: more only slows compiling a
