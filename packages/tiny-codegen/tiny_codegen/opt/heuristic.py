@@ -170,9 +170,10 @@ def _vector_block(k: Kernel, loads: list[UOp]) -> bool:
 
 def _vector_accumulators(k: Kernel, sidx: UOp | None, loads: list[UOp]) -> None:
   """A streaming reduce (each element read about once) whose innermost reduce axis no load walks contiguously
-  (`_unroll_reduce` found nothing to do), but whose innermost output axis both the store and a load do (a column sum; the partial sums of a split `sum()`): that
-  output axis is upcast (whole up to 16, else 16/8 lanes), so each reduce step is one contiguous (vector) load into
-  that many independent accumulators instead of one strided scalar per output."""
+  (`_unroll_reduce` found nothing to do), but whose innermost output axis both the store and a load do (a column
+  sum; the partial sums of a split `sum()`): that output axis is upcast (16 or 8 lanes; float reduces of ungated
+  loads only), so each reduce step is one contiguous (vector) load into that many independent accumulators instead
+  of one strided scalar per output."""
   reds, rngs = k.reduce_axes, k.rngs
   if sidx is None or not reds: return
   # only float reduces of plain (ungated) loads, 8 or 16 lanes: what the sums above are. (An int32 counting reduce
