@@ -3,8 +3,8 @@
 This measures everything around the kernel: building the graph, scheduling (cached by structure), the program cache,
 buffer allocation and the launch. Side by side with torch (`a + 1`) and tinygrad (`(a + 1).realize()`) when they are
 importable. Target: <= 50 us for tiny (issue #23). The last row is the same op with VIZ off (the recording hooks
-cost one check each) next to VIZ=1 (recording every schedule and launch into a trace). `python bench/bench_tensor.py` prints the
-table; `run()` returns it.
+cost one check each) next to VIZ=1 (recording every schedule and launch into a trace). `python bench/bench_tensor.py`
+prints the table; `run()` returns it.
 """
 from __future__ import annotations
 
