@@ -245,3 +245,20 @@ def test_workgroup_size_limit_names_the_renderers_limit() -> None:
     apply_opts(ast, ren, (Opt(OptOps.LOCAL, 0, 8), Opt(OptOps.LOCAL, 1, 16)))
   from tiny_codegen.renderer.amdgpu import AMDGPURenderer
   assert AMDGPURenderer("gfx90a").warp_size == 64 and AMDGPURenderer("gfx1100").warp_size == 32
+
+
+def test_heuristics_vector_accumulators_for_a_column_sum() -> None:
+  # a streaming reduce over a strided axis (a column sum): the contiguous output axis becomes 16 independent
+  # accumulators fed by one contiguous load per step (a <16 x float> vector on LLVM) instead of strided scalars
+  ren = Device["CPU"].renderer
+  out, x = UOp(Ops.PARAM, dtypes.float.ptr(64), arg=0), UOp(Ops.PARAM, dtypes.float.ptr(512 * 64), arg=1)
+  j, r = UOp.range(64, 0), UOp.range(512, 1, AxisType.REDUCE)
+  ast = out.index(j).store(x.index(r * 64 + j).load().reduce(r, arg=Ops.ADD)).sink(arg=KernelInfo("r_colsum"))
+  opt = optimize_kernel(ast, ren)
+  assert opt.arg.applied_opts == (Opt(OptOps.UPCAST, 0, 16),), opt.arg.applied_opts
+  assert "<16 x float>" in get_program(ast, ren).src
+  data = np.random.default_rng(5).standard_normal((512, 64)).astype(np.float32)
+  np.testing.assert_allclose(run(ast, "CPU", [data.ravel()], 64), data.astype(np.float64).sum(0), rtol=1e-4, atol=1e-4)
+  # a row sum (the reduce axis contiguous) keeps the reduce unroll instead
+  row = out.index(j).store(x.index(j * 512 + r).load().reduce(r, arg=Ops.ADD)).sink(arg=KernelInfo("r_rowsum"))
+  assert [o.op for o in optimize_kernel(row, ren).arg.applied_opts] == [OptOps.UNROLL]

@@ -257,7 +257,8 @@ class Buffer:
   @property
   def allocator(self) -> Allocator:
     from tiny_uop.plugins import Device
-    return Device[self.device].allocator
+    # hot path (every allocation and free): an opened device by its canonical name, without canonicalizing again
+    return (Device._opened.get(self.device) or Device[self.device]).allocator
 
   def ensure_allocated(self) -> Buffer: return self if self._opaque is not None else self.allocate()
 

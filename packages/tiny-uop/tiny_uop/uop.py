@@ -262,6 +262,9 @@ class UOp(metaclass=UOpMetaClass):
   def shape(self) -> tuple[sint, ...] | None:
     """The shape of a graph-level (tensor) value; None for kernel-level nodes."""
     if "shape" in self._cache: return self._cache["shape"]
+    if all("shape" in s._cache for s in self.src):  # a new node over known ones (every eager op): no walk
+      ret = self._cache["shape"] = _compute_shape(self)
+      return ret
     for node in self.toposort(gate=lambda n: "shape" not in n._cache):
       if "shape" not in node._cache: node._cache["shape"] = _compute_shape(node)
     return self._cache["shape"]
@@ -276,6 +279,9 @@ class UOp(metaclass=UOpMetaClass):
   def device(self) -> str | tuple[str, ...] | None:
     """The device a graph-level value lives on (from its DEVICE sources)."""
     if "device" in self._cache: return self._cache["device"]
+    if self.op not in (Ops.DEVICE, Ops.COPY, Ops.MULTI) and all("device" in s._cache for s in self.src):  # no walk
+      d = self._cache["device"] = next((s._cache["device"] for s in self.src if s._cache["device"] is not None), None)
+      return d
     for node in self.toposort(gate=lambda n: "device" not in n._cache):
       if "device" in node._cache: continue
       if node.op is Ops.DEVICE: d = node.arg

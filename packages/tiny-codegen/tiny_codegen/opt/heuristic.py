@@ -5,6 +5,8 @@ CPU renderers (no locals; threads split the outermost loop in lowering):
   output axis that is contiguous in the store (16 lanes, 8 for convs) and one more reused axis (8), so each loaded
   value is used by several accumulators. Axes that a load indexes through div/mod (conv backward's windows) or as
   a sliding window (a conv's output row) are blocked last: their lanes share no loads, only index math;
+- streaming reduces (each element read about once) whose reduce axis is strided in memory but whose innermost output
+  axis is contiguous (a column sum, a split `sum()`'s partials): that output axis is upcast into vector accumulators;
 - a small innermost reduce axis (a filter row, <= 8) is unrolled fully (the block leaves room for it); a larger
   contiguous one (a plain sum) is unrolled by up to 16 so independent partial results hide the add latency, as
   long as the loop body is cheap (an unrolled exp2 only slows compiling);
@@ -45,9 +47,9 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
   sidx = _store_index(k)
   loads = k.loads()
   if has_reduce:
-    if _reuse(k, loads) >= REUSE_MIN and not (ren.vectorize_upcast and _vector_block(k, loads)):
+    if (blocked := _reuse(k, loads) >= REUSE_MIN) and not (ren.vectorize_upcast and _vector_block(k, loads)):
       _register_block(k, sidx, loads)
-    _unroll_reduce(k, k.loads())
+    if not _unroll_reduce(k, k.loads()) and not blocked: _vector_accumulators(k, sidx, k.loads())
   elif not ren.has_threads:
     _upcast_contiguous(k, sidx)
   elif ren.vectorize_upcast: _upcast_awkward_elementwise(k, sidx, loads)
@@ -166,6 +168,25 @@ def _vector_block(k: Kernel, loads: list[UOp]) -> bool:
   return True
 
 
+def _vector_accumulators(k: Kernel, sidx: UOp | None, loads: list[UOp]) -> None:
+  """A streaming reduce (each element read about once) whose innermost reduce axis no load walks contiguously
+  (`_unroll_reduce` found nothing to do), but whose innermost output axis both the store and a load do (a column
+  sum; the partial sums of a split `sum()`): that output axis is upcast (16 or 8 lanes; float reduces of ungated
+  loads only), so each reduce step is one contiguous (vector) load into that many independent accumulators instead
+  of one strided scalar per output."""
+  reds, rngs = k.reduce_axes, k.rngs
+  if sidx is None or not reds: return
+  # only float reduces of plain (ungated) loads, 8 or 16 lanes: what the sums above are. (An int32 counting reduce
+  # of `sort`, upcast by 3, computed wrong values on CPU:LLVM and right ones on CPU:CLANG: kept out until understood.)
+  if any(not dtypes.is_float(u.dtype) for u in k.ast.toposort() if u.op is Ops.REDUCE): return
+  if any(len(ld.src[0].src) > 2 for ld in loads): return
+  outs = _output_axes_with_bounds(k)
+  if not outs: return
+  i, r, n = outs[-1]
+  if stride_of(sidx, r, rngs) != 1 or not any(stride_of(ld.src[0].src[1], r, rngs) == 1 for ld in loads): return
+  if (amt := next((a for a in (16, 8) if n % a == 0), 0)): _try(k, Opt(OptOps.UPCAST, i, amt))
+
+
 def _amount(k: Kernel, n: int, amts: tuple[int, ...], max_acc: int) -> int:
   """The first of `amts` that divides `n` and keeps the accumulators within `max_acc` (0: none)."""
   return next((a for a in amts if n % a == 0 and k.upcast_size * a <= max_acc), 0)
@@ -185,21 +206,24 @@ def _loads_after(k: Kernel, r: UOp, amt: int) -> int:
   return total
 
 
-def _unroll_reduce(k: Kernel, loads: list[UOp]) -> None:
+def _unroll_reduce(k: Kernel, loads: list[UOp]) -> bool:
   """Unroll the innermost reduce axis: a small one (<= 8, e.g. a filter width) fully, a larger one by 16/8/4 when
-  loads walk it contiguously (independent partial results hide the add latency); at most 256 lanes in all."""
+  loads walk it contiguously (independent partial results hide the add latency); at most 256 lanes in all. True
+  when it unrolled or a load walks the axis contiguously (no case for `_vector_accumulators`)."""
   reds = k.reduce_axes
-  if not reds: return
+  if not reds: return False
   r = reds[-1]
   n = _bound(r)
-  if n is None or n < 2: return
-  if n <= 8 and _try(k, Opt(OptOps.UNROLL, len(reds) - 1, 0)): return
+  if n is None or n < 2: return False
+  if n <= 8 and _try(k, Opt(OptOps.UNROLL, len(reds) - 1, 0)): return True
   rngs = k.rngs
-  if n < 8 or not any(stride_of(ld.src[0].src[1], r, rngs) == 1 for ld in loads): return
+  if n < 8: return False
+  if not any(stride_of(ld.src[0].src[1], r, rngs) == 1 for ld in loads): return False
   cost = _alu_cost(k.ast)
   for amt in (16, 8, 4):
     if n % amt == 0 and k.upcast_size * amt <= 256 and cost * amt <= UNROLL_ALU_BUDGET and \
-       _try(k, Opt(OptOps.UNROLL, len(reds) - 1, amt)): return
+       _try(k, Opt(OptOps.UNROLL, len(reds) - 1, amt)): return True
+  return True
 
 
 UNROLL_ALU_BUDGET = 64  # value ALU ops per lane a latency-hiding unroll may copy: more only slows compiling a

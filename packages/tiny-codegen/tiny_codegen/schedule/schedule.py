@@ -77,8 +77,18 @@ class _Normalizer:
     return a
 
   def node(self, root: UOp) -> UOp:
-    for n in root.toposort(gate=lambda x: x not in self.new):
-      if n in self.new: continue
+    new = self.new
+    if (done := new.get(root)) is not None: return done
+    # root.toposort(gate=lambda x: x not in new), inlined: this walk runs on every realize (the eager hot path)
+    stack: list[tuple[UOp, bool]] = [(root, False)]
+    while stack:
+      n, visited = stack.pop()
+      if n in new: continue
+      if not visited:
+        stack.append((n, True))
+        for s in reversed(n.src):
+          if s not in new: stack.append((s, False))
+        continue
       if n.op is Ops.BUFFER:
         self.new[n] = _placeholder("in", len(self.inputs), n.dtype, n.src[1].arg, n.arg)
         self.inputs.append(n)
@@ -90,9 +100,36 @@ class _Normalizer:
         self.var_vals[var.arg[0]] = val
         self.new[n] = n.replace(src=(var, UOp.const(var.dtype, var.arg[1])))
       else:
-        arg = self.arg(n.arg) if n.op in (Ops.RESHAPE, Ops.EXPAND, Ops.PAD, Ops.SHRINK) else n.arg
-        self.new[n] = n.replace(src=tuple(self.new[s] for s in n.src), arg=arg)
-    return self.new[root]
+        arg = n.arg
+        if n.op in (Ops.RESHAPE, Ops.EXPAND, Ops.PAD, Ops.SHRINK) and not all(x.__class__ is int for x in arg):
+          arg = self.arg(arg)  # symbolic sizes (or PAD/SHRINK's pairs)
+        src = tuple(new[s] for s in n.src)
+        m = n if arg is n.arg and src == n.src else UOp(n.op, n.dtype, src, arg, n.tag)
+        new[n] = _split_big_reduce(m) if n.op is Ops.REDUCE_AXIS else m
+    return new[root]
+
+
+SPLIT_REDUCE_MIN = 1 << 18
+"""A reduce of at least this many elements into each of fewer than REDUCE_SPLIT_OUTPUTS outputs (`a.sum()` of a big
+tensor) is done in two stages: one fused loop would run on one thread with one accumulator chain."""
+SPLIT_REDUCE_GROUPS, SPLIT_REDUCE_LANES = 64, 16
+
+
+def _split_big_reduce(r: UOp) -> UOp:
+  """`r` (a REDUCE_AXIS over the trailing axes of a static shape, SPLIT_REDUCE_MIN or more elements per output, fewer
+  than REDUCE_SPLIT_OUTPUTS outputs) as two reduces: the reduced elements as (G groups, M rows, L lanes), partial
+  results over M into (outputs, G, L), then those reduced. The partial reduce has G*L >= REDUCE_SPLIT_OUTPUTS
+  outputs, so `_decide` gives it its own kernel: its groups run on the CPU's threads, its L lanes (contiguous in
+  memory) are vector accumulators (the CPU heuristic upcasts them). Any other reduce comes back unchanged."""
+  op, axes = r.arg
+  shp = r.src[0].shape
+  if shp is None or not all_int(shp) or not axes: return r
+  k = len(shp) - len(axes)
+  if tuple(axes) != tuple(range(k, len(shp))): return r
+  red, outs, per = prod(shp[k:]), prod(shp[:k]), SPLIT_REDUCE_GROUPS * SPLIT_REDUCE_LANES
+  if red < SPLIT_REDUCE_MIN or red % per or outs >= REDUCE_SPLIT_OUTPUTS: return r
+  part = r.src[0].reshape((*shp[:k], SPLIT_REDUCE_GROUPS, red // per, SPLIT_REDUCE_LANES)).r(op, (k + 1,))
+  return part.r(op, (k, k + 1, k + 2)).reshape((*shp[:k], *(1,) * len(axes)))  # r.shape: reduced axes kept as 1
 
 
 # ***** the cached part *****
@@ -101,6 +138,7 @@ class _Template:
   calls: list[UOp]
   becomes: list[tuple[UOp, UOp, UOp | None]]  # (normalized node, buffer placeholder, view over it or None)
   new_buffers: list[UOp]
+  inputs: list[UOp] | None = None  # the input placeholders it uses (`_inputs_of`), found on first use
 
 
 def _unbind(x: sint, memo: dict[UOp, UOp], dt: DType = dtypes.index) -> UOp:
@@ -677,7 +715,8 @@ def create_schedule(sink: UOp, expose: Iterable[UOp] = ()) -> ScheduleResult:
   if tmpl is None:
     tmpl = _schedule(nsink, expose=nexpose, decided=dec)
     if SCHEDULE_CACHE: _cache.put(key, tmpl, nodes)
-  sub: dict[UOp, UOp] = {ph: norm.inputs[k] for k, ph in ((b.src[0].arg[1], b) for b in _inputs_of(tmpl))}
+  if tmpl.inputs is None: tmpl.inputs = _inputs_of(tmpl)
+  sub: dict[UOp, UOp] = {ph: norm.inputs[ph.src[0].arg[1]] for ph in tmpl.inputs}
   for b in tmpl.new_buffers: sub[b] = UOp.new_buffer(b.src[1].arg, b.arg, b.dtype)
   calls = [c.replace(src=(c.src[0], *(sub[b] for b in c.src[1:]))) for c in tmpl.calls]
   inv: dict[UOp, list[UOp]] = defaultdict(list)
