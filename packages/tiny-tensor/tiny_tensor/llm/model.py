@@ -160,7 +160,9 @@ class Block:
     # normalized activations go to a buffer first (.contiguous()): fused into a matmul, the norm's reduction would be
     # recomputed for every output element
     h = rms_norm(x, self.attn_norm, cfg.norm_eps).contiguous()
-    q, k, v = self.wq(h), self.wk(h), self.wv(h)
+    # each projection in its own buffer: RoPE reads two elements of it, and a kernel holding two matmul reductions
+    # (one per element) is one the optimizer leaves unoptimized
+    q, k, v = self.wq(h).contiguous(), self.wk(h).contiguous(), self.wv(h)
     if self.bq is not None: q, k, v = q + self.bq, k + self.bk, v + self.bv
     q = q.reshape(b, t, cfg.n_heads, cfg.hd)
     k = k.reshape(b, t, cfg.n_kv_heads, cfg.hd)
@@ -182,7 +184,9 @@ class Block:
     attn = (scores.softmax(-1) @ vals).permute(1, 0, 2).reshape(b, t, cfg.n_heads * cfg.hd)
     x = x + self.wo(attn.contiguous())
     h = rms_norm(x, self.ffn_norm, cfg.norm_eps).contiguous()
-    return x + self.w_down((self.w_gate(h).silu() * self.w_up(h)).contiguous())
+    # gate and up in their own buffers, for the same reason (and the optimizer also leaves a matmul whose result feeds
+    # silu of another buffer unoptimized): then one small elementwise kernel makes silu(gate) * up
+    return x + self.w_down((self.w_gate(h).contiguous().silu() * self.w_up(h).contiguous()).contiguous())
 
 
 class Transformer:
