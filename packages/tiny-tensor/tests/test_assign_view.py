@@ -73,6 +73,12 @@ def test_basic_setitem_writes_only_the_box():
   a[1:3, 2, ::-1] = 1.0
   assert len(ks) == 1 and _loop_size(ks[0].spec.name) == 12, [k.spec.name for k in ks]
   np.testing.assert_array_equal(t.numpy(), a)
+  # a box that is the whole buffer (reshaped) still lands in this tensor
+  for idx in ((None, slice(None)), slice(None), Ellipsis):
+    u, b = Tensor(np.arange(3, dtype=np.int32)).realize(), np.arange(3, dtype=np.int32)
+    u[idx] = 7
+    b[idx] = 7
+    np.testing.assert_array_equal(u.numpy(), b)
 
 
 def test_variable_offset_replays_at_the_bound_position_with_constant_kernels():

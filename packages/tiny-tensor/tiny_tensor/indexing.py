@@ -234,8 +234,10 @@ class IndexingMixin:
       view = self.shrink(plan["shrink"])
       if plan["flips"]: view = view.flip(plan["flips"])
       view = view.reshape(plan["out"])
-      view.assign(vt)
-      return
+      if not engine.is_realized(view.uop):  # (the whole buffer, reshaped, is assigned as this tensor, below)
+        view.assign(vt)
+        return
+      del view
     if plan["tensors"]:  # the tensor-indexed part is scattered in the basic view, which then goes back like a slice
       base = self.shrink(plan["shrink"]) if self.ndim else self
       if plan["flips"]: base = base.flip(plan["flips"])
