@@ -2,7 +2,8 @@
 SwiGLU 2048, vocab 16000), tiny's `tiny_tensor.llm` (TinyJit-ed decode step, KV cache at a symbolic position) side
 by side with the same network in torch (eager, torch.no_grad, its own KV cache) on the same CPU, both float32.
 
-torch runs with its default threads and, as a second column, with one thread (tiny's CPU kernels run on one core).
+torch runs with its default threads and, as a second column, with one thread (tiny's CPU kernels use
+`CPU_THREADS` threads, by default one per core).
 Reported: decode tokens/s (higher is better), first-token latency of a 32-token prompt with kernels already compiled
 (lower is better), and tiny's cold first token (compiling included); and tiny's decode with the weights stored as Q8_0
 blocks that the matmul kernels decode. `python bench/bench_llm.py` runs it alone;

@@ -169,6 +169,21 @@ def test_heuristics_window_axis_not_blocked_first() -> None:
   np.testing.assert_allclose(run(opt, "CPU", [inp.ravel(), w.ravel()], 48).reshape(4, 4, 3), want, rtol=1e-4, atol=1e-4)
 
 
+def test_heuristics_matrix_vector_shares_the_vector_across_four_rows() -> None:
+  # y[j] = sum_k x[k] * W[j, k]: W is read once (no register blocking), but four rows at a time share each load of x
+  # and keep four independent accumulators; the contiguous reduce is then unrolled
+  N, K = 64, 96
+  y, x, w = (UOp(Ops.PARAM, dtypes.float.ptr(n), arg=i) for i, n in enumerate((N, K, N * K)))
+  j, k = UOp.range(N, 0), UOp.range(K, 1, AxisType.REDUCE)
+  ast = y.index(j).store((x.index(k).load() * w.index(j * K + k).load()).reduce(k, arg=Ops.ADD)).sink(arg=KernelInfo())
+  opt = optimize_kernel(ast, Device["CPU"].renderer)
+  assert opt.arg.applied_opts[0] == Opt(OptOps.UPCAST, 0, 4), opt.arg.applied_opts
+  assert any(o.op is OptOps.UNROLL for o in opt.arg.applied_opts), opt.arg.applied_opts
+  rng = np.random.default_rng(5)
+  xv, wv = rng.standard_normal(K).astype(np.float32), rng.standard_normal((N, K)).astype(np.float32)
+  np.testing.assert_allclose(run(opt, "CPU", [xv, wv.ravel()], N), wv @ xv, rtol=1e-4, atol=1e-4)
+
+
 def test_heuristics_unroll_plain_sum() -> None:
   out, x = UOp(Ops.PARAM, dtypes.float.ptr(1), arg=0), UOp(Ops.PARAM, dtypes.float.ptr(4096), arg=1)
   r = UOp.range(4096, 0, AxisType.REDUCE)

@@ -166,4 +166,6 @@ def test_assign_into_a_variable_window_in_jit():
   rows = x[1:3]  # a lazy view: it reads the new values once computed
   x.shrink(((1, 3), (1, 3))).shrink(((1, 2), None)).assign(Tensor([[-1.0, -2.0]]))
   assert x.tolist() == [[0, 1, 2, 3], [4, 5, 6, 7], [8, -1, -2, 11]] and rows.tolist()[1] == [8, -1, -2, 11]
-  with pytest.raises(RuntimeError, match="non-contiguous view"): x.permute(1, 0).assign(Tensor.zeros(4, 3))
+  x.permute(1, 0).shrink(((3, 4), None)).assign(Tensor([[-3.0, -7.0, -11.0]]))  # column 3, through a permute
+  assert x.tolist() == [[0, 1, 2, -3], [4, 5, 6, -7], [8, -1, -2, -11]]
+  with pytest.raises(RuntimeError, match="PAD"): x.pad(((1, 0), None)).assign(Tensor.zeros(4, 4))

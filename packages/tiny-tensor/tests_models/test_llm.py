@@ -3,6 +3,7 @@ constant kernel count of the jitted decode step, the CLI and the OpenAI-style se
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -156,6 +157,14 @@ def test_decode_step_kernels_are_constant_and_deterministic(mixed):
   assert len(set(counts)) == 1 and counts[0] > 0
   assert len(set(programs[1:])) == 1
   assert llm.model.step.captured is not None and llm.model.step.captured.kernel_count == counts[0]
+  # the KV-cache writes: one kernel per cache whose loops cover the one new row (1, n_kv, hd), not the whole context
+  cfg = llm.model.cfg
+  caches = {id(engine.get_buffer(engine.buffer_view(c.uop)[0])) for lay in llm.model.layers
+            for c in (lay.cache_k, lay.cache_v)}
+  writes = [c for c in llm.model.step.captured.calls if getattr(c, "refs", None) and id(c.refs[0]) in caches]
+  assert len(writes) == 2 * cfg.n_layers
+  row = rf"[rE]_1_{cfg.n_kv_heads}_{cfg.hd}(n\d+)?"  # a kernel's name is its output shape
+  assert all(re.fullmatch(row, c.name) for c in writes), [c.name for c in writes]
   llm.reset()
   a = list(llm.generate("the cat", max_tokens=6))
   llm.reset()

@@ -65,11 +65,19 @@ def _view_base(u: UOp) -> str | None:
   return None
 
 
-def _shrink_box(u: UOp) -> tuple[UOp, list[tuple[Any, Any]]] | None:
-  """(realized, [(start, end) per dim]) if `u` is one or more SHRINKs (symbolic starts too) of a realized tensor."""
-  n, box = u, None
-  while n.op is Ops.SHRINK:
-    box = list(n.arg) if box is None else [(a + c, a + d) for (a, _), (c, d) in zip(n.arg, box)]
+def _assign_view(u: UOp) -> tuple[UOp, str | None] | None:
+  """(BUFFER, None) if `u` is a view an ASSIGN can write in place: movement ops (reshape, permute, shrink with
+  symbolic starts too, flip) over a realized buffer; (BUFFER, op name) when the chain holds an op that has no
+  one-to-one place in the buffer (EXPAND, PAD); None when `u` is not a movement view of a realized buffer."""
+  n, bad = u, None
+  while n.op in GroupOp.Movement and not engine.is_realized(n):
+    if n.op in (Ops.EXPAND, Ops.PAD): bad = n.op.name
     n = n.src[0]
-  if box is None or not engine.is_realized(n): return None
-  return n, box
+  if n is u or not engine.is_realized(n): return None
+  return (engine.buffer_view(n) or (n, ()))[0], bad
+
+
+def _base_buffer(u: UOp) -> UOp | None:
+  """The BUFFER under the movement ops of `u`, if any."""
+  while u.op in GroupOp.Movement: u = u.src[0]
+  return u if u.op is Ops.BUFFER else None

@@ -228,6 +228,16 @@ class IndexingMixin:
     vt = vt.cast(self.dtype)._broadcast_to(view_shape)
     if any(d == 0 for d in view_shape): return  # nothing to write
     plan = self._index_plan(indices)
+    if not plan["tensors"] and self.ndim and all(k == 1 for k in plan["strides"]) and engine.is_realized(self.uop):
+      # a box of a realized buffer (int or Variable offsets, flips): an assign into that view writes only its elements
+      # (rebinding `view`: a live intermediate view would be a lazy reader of the old values, copied first)
+      view = self.shrink(plan["shrink"])
+      if plan["flips"]: view = view.flip(plan["flips"])
+      view = view.reshape(plan["out"])
+      if not engine.is_realized(view.uop):  # (the whole buffer, reshaped, is assigned as this tensor, below)
+        view.assign(vt)
+        return
+      del view
     if plan["tensors"]:  # the tensor-indexed part is scattered in the basic view, which then goes back like a slice
       base = self.shrink(plan["shrink"]) if self.ndim else self
       if plan["flips"]: base = base.flip(plan["flips"])

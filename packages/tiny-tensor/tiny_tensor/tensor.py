@@ -31,7 +31,7 @@ from tiny_tensor import engine
 from tiny_tensor import multi as _multi
 from tiny_tensor.creation import CreationMixin
 from tiny_tensor.gradient import compute_gradient
-from tiny_tensor.helpers import _broadcast_shape, _canonical_device, _shrink_box, _view_base, argfix
+from tiny_tensor.helpers import _assign_view, _base_buffer, _broadcast_shape, _canonical_device, argfix
 from tiny_tensor.indexing import IndexingMixin
 
 __all__ = ["Tensor"]
@@ -351,15 +351,22 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
       self.uop = UOp(Ops.ASSIGN, self.dtype, (self.uop, x.uop))  # lowered into one ASSIGN per shard
     elif engine.is_realized(self.uop): self.uop = self.uop.assign(x.uop)
     elif self.uop.op is Ops.ASSIGN: self.uop = self.uop.src[0].assign(x.uop)
-    elif (box := _shrink_box(self.uop)) is not None:
-      # a window (shrinks only, offsets may be Variables) of a realized buffer: write the window in the buffer, now,
-      # as `buf[window] = x` (so every tensor on that buffer sees it, and lazy readers of it the old values)
-      buf, window = box
-      Tensor._new(buf, False)[tuple(slice(a, b) for a, b in window)] = x
+    elif (view := _assign_view(self.uop)) is not None:
+      # a view (reshape, permute, shrink at int or Variable offsets, flip) of a realized buffer: one kernel over the
+      # view's elements writes them in the buffer, now (so every tensor on that buffer sees it, and live lazy readers
+      # of the old values are computed first, in the same schedule); under TinyJit the offsets are the kernel's
+      # variables, so a replay writes at the newly bound position
+      if view[1] is not None:
+        raise RuntimeError(f"can't assign into a view of a realized buffer made with {view[1]} (shape {self.shape}): "
+                           f"an {view[1]} has no one-to-one place in the buffer; views made of reshape, permute, "
+                           f"shrink and flip are writable")
+      old, self.uop = self.uop, UOp(Ops.ASSIGN, self.dtype, (self.uop, x.uop))
+      try: self.realize()
+      except BaseException:
+        self.uop = old  # a failed write leaves this view as it was
+        raise
+      self._origin = None
       return self
-    elif (base := _view_base(self.uop)) is not None:
-      raise RuntimeError(f"can't assign into a non-contiguous view ({base}) of a realized buffer; assign into the base "
-                         f"tensor with indexing (base[idx] = value) or make this one .contiguous() first")
     else: self.uop = x.uop
     self._origin = None
     return self
@@ -1317,7 +1324,7 @@ def _old_value_readers(uops: list[UOp], ts: list[Tensor]) -> list[Tensor]:
   Realizing `uops` gives buffers to the values other graphs share with them (`_shared_with_other_graphs`), and a
   reader whose reads of the buffer all go through such values is fine (e.g. the loss reads the forward's activations,
   which the backward computes); so this plans the schedule once to see which values get buffers."""
-  targets = {bv[0] for u in uops if u.op is Ops.ASSIGN and (bv := engine.buffer_view(u.src[0])) is not None}
+  targets = {b for u in uops if u.op is Ops.ASSIGN and (b := _base_buffer(u.src[0])) is not None}
   if not targets: return []
   cands = [t for t in _live(_lazy_tensors) if not any(t is x for x in ts) and not engine.is_realized(t.uop)]
   if not cands: return []

@@ -47,9 +47,12 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
   sidx = _store_index(k)
   loads = k.loads()
   if has_reduce:
-    if (blocked := _reuse(k, loads) >= REUSE_MIN) and not (ren.vectorize_upcast and _vector_block(k, loads)):
-      _register_block(k, sidx, loads)
-    if not _unroll_reduce(k, k.loads()) and not blocked: _vector_accumulators(k, sidx, k.loads())
+    if (blocked := _reuse(k, loads) >= REUSE_MIN):
+      if not (ren.vectorize_upcast and _vector_block(k, loads)): _register_block(k, sidx, loads)
+    else: _shared_load_block(k, loads)
+    # vector accumulators only where nothing above upcast (a matrix-vector product has its four shared-load lanes)
+    if not _unroll_reduce(k, k.loads()) and not blocked and k.upcast_size == 1:
+      _vector_accumulators(k, sidx, k.loads())
   elif not ren.has_threads:
     _upcast_contiguous(k, sidx)
   elif ren.vectorize_upcast: _upcast_awkward_elementwise(k, sidx, loads)
@@ -135,6 +138,17 @@ def _register_block(k: Kernel, sidx: UOp | None, loads: list[UOp]) -> None:
     amts = (16, 8, 4, 2) if not not_contig and chosen == 0 and max_acc >= 128 else (8, 4, 2)
     if not not_contig and chosen == 0 and n <= 8: amts = (n, *amts)  # a short store row (a filter row) whole
     if (amt := _amount(k, n, amts, max_acc)) and _try(k, Opt(OptOps.UPCAST, k.output_axes.index(r), amt)): chosen += 1
+
+
+def _shared_load_block(k: Kernel, loads: list[UOp]) -> None:
+  """A reduction that reads most of its data once (reuse below REUSE_MIN) but has a load some output axis doesn't move
+  (a matrix-vector product: the vector, shared by every output row) gets that axis upcast by 4: four independent
+  accumulators sharing each load of the vector, where one accumulator chains every add (latency-bound). On the CPU
+  (LLVM, one thread) a 2048x768 f32 matrix-vector product ran 2.4x faster (1.0 -> 0.42 ms), a 768x2048 one too."""
+  for _, r, n in _output_axes_with_bounds(k):
+    if n % 4 == 0 and any(r not in ld.src[0].src[1].ranges for ld in loads):
+      _try(k, Opt(OptOps.UPCAST, k.output_axes.index(r), 4))
+      return
 
 
 def _vector_block(k: Kernel, loads: list[UOp]) -> bool:

@@ -312,7 +312,12 @@ def _decide(sink: UOp) -> tuple[dict[UOp, None], dict[UOp, bool]]:
 
 def _plain_assign(a: UOp) -> bool:
   """An ASSIGN whose target is its whole buffer, contiguously (so it writes element i of the buffer at index i)."""
-  return _view_of(_strip_assign(a.src[0]), {}) == (_assign_base(a.src[0])[0], 0)
+  return _whole(_strip_assign(a.src[0]), _assign_base(a.src[0])[0])
+
+
+def _whole(view: UOp, buf: UOp) -> bool:
+  """Whether `view` is all of `buf`, contiguously from element 0 (a prefix of it is not)."""
+  return _view_of(view, {}) == (buf, 0) and prod(shape_of(view)) == buf.arg
 
 
 def _merges(realize: dict[UOp, None]) -> dict[UOp, list[UOp]]:
@@ -446,7 +451,7 @@ def _schedule(sink: UOp, merge: bool = True, safe_assign: bool = False, expose: 
         writers.append((i, abuf, aver))
         producer[a] = i
         tv = _strip_assign(a.src[0])
-        becomes.append((a, abuf, None if _view_of(tv, {}) == (abuf, 0) else tv))
+        becomes.append((a, abuf, None if _whole(tv, abuf) else tv))
       return
     for u, b in ((r, out), *extra):
       bufs[u], producer[u], buf_producer[b] = b, i, i

@@ -7,10 +7,9 @@ Weights keep their GGUF type: a float weight is a float Tensor, a quantized one 
 converter permutes q/k rows for it) and the two halves of each head for NEOX-style architectures (`qwen2`, ...).
 
 Decoding: one token at a time through `Transformer.step`, a TinyJit-ed function whose position is a bound
-`Variable`: the KV cache is written at that position with a mask and read through a symbolic shrink, so the same
-captured kernels serve every position (`Transformer.decode`). The prompt goes through `forward` once, unjitted.
-The masked write rewrites each layer's whole cache (O(context) per token): tiny can't assign into a view of a
-buffer yet, which a one-row write needs.
+`Variable`: the KV cache is written by an assign into its one-row window at that position (a kernel that writes
+n_kv * head_dim elements, whatever the context) and read through a symbolic shrink, so the same captured kernels
+serve every position (`Transformer.decode`). The prompt goes through `forward` once, unjitted.
 """
 from __future__ import annotations
 
@@ -150,19 +149,10 @@ class Block:
     self.cache_v = Tensor.zeros(*shape, device=device).contiguous().realize()
 
   def _write_cache(self, k: Tensor, v: Tensor, start_pos: Any, t: int) -> None:
-    """Store k, v (t, n_kv, hd) at positions start_pos.. of the caches (in place)."""
-    n = self.cfg.max_context
-    if t == 1:  # any position, symbolic included: a mask over the whole cache
-      hit = (Tensor.arange(n, device=k.device) == Tensor(start_pos, device=k.device)).reshape(n, 1, 1)
-      new_k, new_v = hit.where(k, self.cache_k), hit.where(v, self.cache_v)
-    else:
-      sp = int(start_pos)
-      pad = ((sp, n - sp - t), None, None)
-      keep = Tensor.ones(t, 1, 1, dtype=dtypes.bool, device=k.device).pad(pad, value=False)
-      new_k, new_v = keep.where(k.pad(pad), self.cache_k), keep.where(v.pad(pad), self.cache_v)
-    self.cache_k.assign(new_k.contiguous())
-    self.cache_v.assign(new_v.contiguous())
-    Tensor.realize(self.cache_k, self.cache_v)
+    """Store k, v (t, n_kv, hd) at positions start_pos.. of the caches, in place: an assign into the window of each
+    cache (at a bound Variable offset under TinyJit) writes only its t rows."""
+    self.cache_k.shrink(((start_pos, start_pos + t), None, None)).assign(k.cast(self.cache_k.dtype))
+    self.cache_v.shrink(((start_pos, start_pos + t), None, None)).assign(v.cast(self.cache_v.dtype))
 
   def __call__(self, x: Tensor, start_pos: Any, cos: Tensor, sin: Tensor, mask: Tensor | None) -> Tensor:
     cfg = self.cfg
@@ -170,7 +160,9 @@ class Block:
     # normalized activations go to a buffer first (.contiguous()): fused into a matmul, the norm's reduction would be
     # recomputed for every output element
     h = rms_norm(x, self.attn_norm, cfg.norm_eps).contiguous()
-    q, k, v = self.wq(h), self.wk(h), self.wv(h)
+    # each projection in its own buffer: RoPE reads two elements of it, and a kernel holding two matmul reductions
+    # (one per element) is one the optimizer leaves unoptimized
+    q, k, v = self.wq(h).contiguous(), self.wk(h).contiguous(), self.wv(h)
     if self.bq is not None: q, k, v = q + self.bq, k + self.bk, v + self.bv
     q = q.reshape(b, t, cfg.n_heads, cfg.hd)
     k = k.reshape(b, t, cfg.n_kv_heads, cfg.hd)
@@ -192,7 +184,9 @@ class Block:
     attn = (scores.softmax(-1) @ vals).permute(1, 0, 2).reshape(b, t, cfg.n_heads * cfg.hd)
     x = x + self.wo(attn.contiguous())
     h = rms_norm(x, self.ffn_norm, cfg.norm_eps).contiguous()
-    return x + self.w_down((self.w_gate(h).silu() * self.w_up(h)).contiguous())
+    # gate and up in their own buffers, for the same reason (and the optimizer also leaves a matmul whose result feeds
+    # silu of another buffer unoptimized): then one small elementwise kernel makes silu(gate) * up
+    return x + self.w_down((self.w_gate(h).contiguous().silu() * self.w_up(h).contiguous()).contiguous())
 
 
 class Transformer:
