@@ -330,13 +330,3 @@ class AMDDevice(HCQCompiled):
     if self.scratch_buf is not None: self._old_scratch.append(self.scratch_buf)
     self.scratch_buf = self.iface.alloc(engines * waves_per_se * wave)
     self.scratch_wave_bytes, self.tmpring_size = wave, waves_per_se | (wave // gran) << 12
-
-  def kernargs_alloc(self, size: int) -> int:
-    """A 256-byte aligned slice of the kernarg buffer; wraps after waiting for the GPU to finish with it."""
-    size = (size + 255) & ~255
-    if self._kernargs_ptr + size > KERNARGS_SIZE:
-      self.synchronize()
-      self._kernargs_ptr = 0
-    addr = self.kernargs.va_addr + self._kernargs_ptr
-    self._kernargs_ptr += size
-    return addr

@@ -372,16 +372,6 @@ class NVDevice(HCQCompiled):
       raise RuntimeError(f"{self.device}: all {SIGNAL_PAGE // HCQSignal.SIZE} signals are in use")
     return NVSignal(self._free_signals.pop(), value, timestamp_divider=1000.0, progress=self.progress)
 
-  def kernargs_alloc(self, size: int) -> int:
-    """A 256-byte aligned slice of the argument ring; wraps after waiting for the GPU to finish with it."""
-    size = round_up(size, 256)
-    if self._kernargs_ptr + size > KERNARGS_SIZE:
-      self.synchronize()
-      self._kernargs_ptr = 0
-    addr = self.kernargs.va_addr + self._kernargs_ptr
-    self._kernargs_ptr += size
-    return addr
-
   def smem_config(self, nbytes: int) -> int:
     """The SM shared-memory carveout (QMD *_SM_CONFIG_SHARED_MEM_SIZE: KiB / 4 + 1, as Mesa NVK computes it) of the
     smallest configuration of this architecture holding `nbytes` (CUDA Programming Guide carveouts per arch)."""

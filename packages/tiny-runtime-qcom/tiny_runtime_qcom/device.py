@@ -328,17 +328,6 @@ class QCOMDevice(HCQCompiled):
     self.stack = self.kgsl.alloc(size)
     self.stack_addr = self.stack.va_addr
 
-  def kernargs_alloc(self, size: int) -> int:
-    """A 256-byte aligned slice of the kernel-argument buffer; wraps after waiting for the GPU to finish with it."""
-    size = _round_up(size, 256)
-    if size > KERNARGS_SIZE: raise ValueError(f"{size} bytes of kernel arguments; max {KERNARGS_SIZE}")
-    if self._kernargs_ptr + size > KERNARGS_SIZE:
-      self.synchronize()
-      self._kernargs_ptr = 0
-    addr = self.kernargs.va_addr + self._kernargs_ptr
-    self._kernargs_ptr += size
-    return addr
-
   def submit_dwords(self, dwords: list[int]) -> None:
     """Copy a queue's dwords into the command ring and submit them (the ring wraps once the GPU retired it all)."""
     n = 4 * len(dwords)

@@ -364,12 +364,15 @@ class HCQAllocator(LRUAllocator[HCQBuffer], Generic[DeviceT]):
 
 class HCQCompiled(Compiled):
   """A command-queue device. Subclasses provide `_gpu_alloc(size, host)`, `_gpu_free(buf)`, `hw_compute_queue_t`,
-  `hw_copy_queue_t` (None: no copy engine, the allocator copies through the CPU mapping) and `new_signal()`.
+  `hw_copy_queue_t` (None: no copy engine, the allocator copies through the CPU mapping) and `new_signal()`; and,
+  for `kernargs_alloc`, `kernargs` (a host-visible HCQBuffer) with `_kernargs_ptr = 0`.
   `timeline_signal` counts finished submissions: a submission that signals `next_timeline()` is done when the signal
   reaches that value."""
   hw_compute_queue_t: type[HWQueue]
   hw_copy_queue_t: type[HWQueue] | None
   _deferred: list[tuple[int, HCQBuffer]]
+  kernargs: HCQBuffer
+  _kernargs_ptr: int
 
   def __init__(self, device: str, allocator: HCQAllocator, renderers: Sequence[type[Renderer]],
                program_cls: type[Program] | Callable, graph: type | None = None, arch: str = ""):
@@ -390,6 +393,20 @@ class HCQCompiled(Compiled):
     """Reserve and return the timeline value for the next submission."""
     v, self.timeline_value = self.timeline_value, self.timeline_value + 1
     return v
+
+  def kernargs_alloc(self, size: int) -> int:
+    """A 256-byte aligned slice of the device's kernel-argument ring (`self.kernargs`, an HCQBuffer the device
+    allocates host-visible, and `self._kernargs_ptr`, its next free byte); the ring wraps after waiting for the GPU to
+    finish with what it holds."""
+    size = (size + 255) & ~255
+    ring = self.kernargs.size
+    if size > ring: raise ValueError(f"{size} bytes of kernel arguments; {self.device}'s argument ring holds {ring}")
+    if self._kernargs_ptr + size > ring:
+      self.synchronize()
+      self._kernargs_ptr = 0
+    addr = self.kernargs.va_addr + self._kernargs_ptr
+    self._kernargs_ptr += size
+    return addr
 
   def synchronize(self) -> None:
     """Wait until every submission so far has signaled the timeline (then free what `defer_free` was given)."""
