@@ -78,3 +78,29 @@ def test_without_the_peer_mapping_the_copying_gpu_faults():
   d1.synchronize()  # the faulting copy was skipped; the signal after it ran
   d0.iface.free(lonely)
   d1.iface.free(target)
+
+
+@pytest.mark.skipif(find_ld_lld() is None, reason="ld.lld not installed: the AMDGPU compiler can't link")
+def test_tensor_to_another_gpu_copies_device_to_device(monkeypatch):
+  """`Tensor.to` between two AMD GPUs (the engine's COPY, also replayed by TinyJit) runs on the destination's SDMA
+  over a peer mapping: the source's memory is never read by the host."""
+  from tiny_runtime_amd.device import AMDAllocator
+  from tiny_tensor import Tensor, TinyJit
+  rng = np.random.default_rng(3)
+  a = rng.standard_normal((8, 33)).astype(np.float32)
+  x0 = Tensor(a, device=D0).realize()
+  Device[D0].synchronize()
+  copies = []
+  real = AMDAllocator._peer_copy
+  monkeypatch.setattr(AMDAllocator, "_peer_copy", lambda self, *args: (copies.append(args[2]), real(self, *args)))
+  real_out = AMDAllocator._copyout
+
+  def copyout(self, dest, src):
+    if self.dev is Device[D0]: pytest.fail("a GPU-to-GPU copy read the source GPU's memory on the host")
+    return real_out(self, dest, src)
+  monkeypatch.setattr(AMDAllocator, "_copyout", copyout)
+  np.testing.assert_allclose((x0.to(D1) + 1).numpy(), a + 1, rtol=1e-6)
+  step = TinyJit(lambda t: (t.to(D1) * 2).realize())
+  for i in range(4):  # capture, then replays: each output read before the next call reuses its buffer
+    np.testing.assert_allclose(step(Tensor(a + i, device=D0).realize()).numpy(), (a + i) * 2, rtol=1e-6)
+  assert copies and copies[0] == a.nbytes and len(copies) >= 5  # one eager, four through the jit

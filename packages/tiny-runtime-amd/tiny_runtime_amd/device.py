@@ -221,6 +221,11 @@ class AMDAllocator(HCQAllocator["AMDDevice"]):
       .signal(src_dev.timeline_signal, src_dev.next_timeline()).submit(src_dev)
 
 
+  def _peer_copy(self, dest: HCQBuffer, src: HCQBuffer, size: int, src_dev: Any) -> None:
+    """The engine's COPY from another device of this backend (docs/PLUGINS.md): `_transfer` from `src_dev`."""
+    self._transfer(dest, src, size, src_dev=src_dev)
+
+
 def dev_arch(device: str) -> str | None:
   """The arch DEV names for `device` or, failing that, for another index of the same device (`DEV=MOCK+AMD:LLVM:gfx942`
   gives gfx942 for MOCK+AMD and MOCK+AMD:1), else None."""

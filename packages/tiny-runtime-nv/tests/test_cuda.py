@@ -69,6 +69,28 @@ def test_peer_copy_between_devices(dev):
   np.testing.assert_array_equal(_read(other, dst, 64), np.arange(64, dtype=np.float32))
 
 
+def test_tensor_to_another_gpu_is_a_peer_copy(dev, monkeypatch):
+  """`Tensor.to` between two CUDA devices (eager, and replayed by TinyJit) is cuMemcpyPeer: the source is never read
+  by the host."""
+  from tiny_tensor import Tensor, TinyJit
+  src_name, dst_name = dev.device, "MOCK+CUDA:1"
+  a = np.random.default_rng(5).standard_normal((6, 17)).astype(np.float32)
+  calls, real_out = [], cuda.CUDAAllocator._copyout
+  real_peer = cuda.CUDAAllocator._peer_copy
+  monkeypatch.setattr(cuda.CUDAAllocator, "_peer_copy",
+                      lambda self, *args: (calls.append(args[2]), real_peer(self, *args)))
+
+  def copyout(self, dest, src):
+    if self.dev is dev: pytest.fail("a GPU-to-GPU copy read the source GPU's memory on the host")
+    return real_out(self, dest, src)
+  monkeypatch.setattr(cuda.CUDAAllocator, "_copyout", copyout)
+  np.testing.assert_allclose((Tensor(a, device=src_name).to(dst_name) - 1).numpy(), a - 1, rtol=1e-6)
+  step = TinyJit(lambda t: (t.to(dst_name) * 3).realize())
+  for i in range(4):
+    np.testing.assert_allclose(step(Tensor(a + i, device=src_name).realize()).numpy(), (a + i) * 3, rtol=1e-6)
+  assert calls and calls[0] == a.nbytes and len(calls) >= 5
+
+
 def test_driver_rejects_bad_calls(dev):
   drv, lib = dev.drv, mock_libcuda()
   with pytest.raises(CUDAError, match="CUDA_ERROR_INVALID_VALUE"): drv.call("cuMemFree_v2", 0x1234)

@@ -189,6 +189,10 @@ class CUDAAllocator(LRUAllocator[CUDABuffer]):
     self.dev.drv.call("cuMemcpyDtoDAsync_v2", dest.ptr, src.ptr, size, ffi.NULL)
     self.dev.synchronize()
 
+  def _peer_copy(self, dest: CUDABuffer, src: CUDABuffer, size: int, src_dev: CUDADevice) -> None:
+    """The engine's COPY from another CUDA device (docs/PLUGINS.md): `peer_copy`."""
+    self.peer_copy(dest, src_dev, src, size)
+
   def peer_copy(self, dest: CUDABuffer, src_dev: CUDADevice, src: CUDABuffer, size: int) -> None:
     """Copy from another CUDA device's memory (its context) into this device's (cuMemcpyPeerAsync)."""
     src_dev.synchronize()

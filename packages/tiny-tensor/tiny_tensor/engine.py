@@ -2,8 +2,8 @@
 
 `realize(uops)` schedules everything not yet realized (`tiny_codegen.schedule.create_schedule`), then runs the CALLs
 in order: kernels are compiled once per `(ast, renderer)` with `tiny_codegen.get_program` and loaded on their device;
-COPYs go through host memory; SLICEs make zero-copy views. It returns the scheduler's `becomes` map, which
-`Tensor.realize` applies to every live tensor.
+COPYs go through host memory, or device to device between GPUs of one backend that can (`copy_buffer`); SLICEs make
+zero-copy views. It returns the scheduler's `becomes` map, which `Tensor.realize` applies to every live tensor.
 
 The engine also owns the BUFFER-UOp -> `tiny_uop.device.Buffer` registry (weak-keyed: a buffer is freed when no graph
 refers to its BUFFER node any more; `register_buffer` puts an existing Buffer behind a BUFFER UOp) and `GlobalCounters`.
@@ -299,14 +299,26 @@ def _run_kernel(ast: UOp, bufs: tuple[UOp, ...], var_vals: dict[str, int]) -> No
                          spec.local_size, {v.arg[0]: x for v, x in zip(spec.vars, vals)}, ops, mem))
 
 
+def copy_buffer(dst: Buffer, src: Buffer) -> None:
+  """`dst` <- `src` (equal sizes). Between two devices of one backend whose allocator has `_peer_copy` (docs/PLUGINS.md:
+  AMD's SDMA over a peer mapping, CUDA's cuMemcpyPeer) device to device; otherwise through host memory."""
+  if dst.nbytes != src.nbytes: raise RuntimeError(f"COPY of {src} into {dst}: sizes differ")
+  if not dst.nbytes: return
+  dst.ensure_allocated()
+  src.ensure_allocated()
+  alloc = dst.allocator
+  if dst.device != src.device and type(alloc) is type(src.allocator) and hasattr(alloc, "_peer_copy"):
+    alloc._peer_copy(dst._opaque, src._opaque, dst.nbytes, Device[src.device])
+    return
+  _tls.engine_reads += 1
+  try: dst.copyin(src.as_buffer())
+  finally: _tls.engine_reads -= 1
+
+
 def _run_copy(bufs: tuple[UOp, ...]) -> None:
   dst, src = get_buffer(bufs[0]).ensure_allocated(), get_buffer(bufs[1]).ensure_allocated()
   st = time.perf_counter()
-  if dst.nbytes != src.nbytes: raise RuntimeError(f"COPY of {src} into {dst}: sizes differ")
-  if dst.nbytes:
-    _tls.engine_reads += 1
-    try: dst.copyin(src.as_buffer())
-    finally: _tls.engine_reads -= 1
+  copy_buffer(dst, src)
   GlobalCounters.global_mem += dst.nbytes
   if DEBUG >= 2:
     print(f"*** {dst.device:8s} copy {dst.nbytes:8d} bytes from {src.device:8s} {(time.perf_counter()-st)*1e6:9.2f} us")

@@ -146,7 +146,7 @@ class _CopyCall:
   def run(self, dyn: list[Buffer], var_vals: dict[str, int]) -> None:
     dst = self.dst if isinstance(self.dst, Buffer) else dyn[self.dst]
     src = self.src if isinstance(self.src, Buffer) else dyn[self.src]
-    if dst.nbytes: dst.ensure_allocated().copyin(src.as_buffer())
+    engine.copy_buffer(dst, src)
 
 
 class _SliceCall:
