@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tiny_uop import Ops, PatternMatcher, UOp, UPat
-from tiny_uop.hcq2 import exec_parts, packet
+from tiny_uop import Ops, PatternMatcher, UPat
+from tiny_uop.hcq2 import exec_packet, packet
 
 
 def _q(ctx: Any, engine: str) -> Any:
@@ -19,13 +19,8 @@ def _q(ctx: Any, engine: str) -> Any:
   return ctx.dev.hw_compute_queue_t() if engine == "compute" else ctx.dev.hw_copy_queue_t()
 
 
-def _exec(ctx: Any, x: UOp) -> UOp:
-  prg, args, gs, ls = exec_parts(x)
-  return packet(_q(ctx, "compute").exec(prg, args, gs, ls), f"launch {x.arg.name}")
-
-
 pm_lower = PatternMatcher([
-  (UPat(Ops.EXEC, name="x"), _exec),
+  (UPat(Ops.EXEC, name="x"), lambda ctx, x: exec_packet(_q(ctx, "compute"), x, "launch")),
   (UPat(Ops.XFER, name="x"), lambda ctx, x: packet(_q(ctx, "copy").copy(x.src[1], x.src[2], x.arg.nbytes), "copy")),
   (UPat(Ops.WAIT, name="x"), lambda ctx, x: packet(_q(ctx, x.arg[0]).wait(x.arg[1], x.src[0]), "wait")),
   (UPat(Ops.SIGNAL, name="x"), lambda ctx, x: packet(_q(ctx, x.arg[0]).signal(x.arg[1], x.src[0]), "signal")),

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tiny_uop import Ops, PatternMatcher, UOp, UPat
-from tiny_uop.hcq2 import addr_of, body_dwords, exec_parts, packet
+from tiny_uop import Ops, PatternMatcher, UPat
+from tiny_uop.hcq2 import exec_packet, indirect_packet, packet
 
 
 def _q(ctx: Any, engine: str) -> Any:
@@ -25,19 +25,11 @@ def _q(ctx: Any, engine: str) -> Any:
   return ctx.dev.hw_compute_queue_t()
 
 
-def _exec(ctx: Any, x: UOp) -> UOp:
-  prg, args, gs, ls = exec_parts(x)
-  return packet(_q(ctx, "compute").exec(prg, args, gs, ls), f"dispatch {x.arg.name}")
-
-
-def _indirect_buffer(ctx: Any, x: UOp) -> UOp:
-  return packet(_q(ctx, "compute").indirect_buffer(addr_of(x.src[0]), body_dwords(x.src[0])), "indirect buffer")
-
-
 pm_lower = PatternMatcher([
-  (UPat(Ops.EXEC, name="x"), _exec),
+  (UPat(Ops.EXEC, name="x"), lambda ctx, x: exec_packet(_q(ctx, "compute"), x)),
   (UPat(Ops.WAIT, name="x"), lambda ctx, x: packet(_q(ctx, x.arg[0]).wait(x.arg[1], x.src[0]), "wait")),
   (UPat(Ops.SIGNAL, name="x"), lambda ctx, x: packet(_q(ctx, x.arg[0]).signal(x.arg[1], x.src[0]), "signal")),
   (UPat(Ops.MEMBAR, name="x"), lambda ctx, x: packet(_q(ctx, x.arg).memory_barrier(), "barrier")),
-  (UPat(Ops.INDIRECT, arg="compute", src=(UPat(Ops.QUEUE),), name="x"), _indirect_buffer),
+  (UPat(Ops.INDIRECT, arg="compute", src=(UPat(Ops.QUEUE),), name="x"),
+   lambda ctx, x: indirect_packet(_q(ctx, "compute"), x)),
 ], name="qcom pm_lower")

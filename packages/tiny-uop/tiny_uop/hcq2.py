@@ -369,6 +369,18 @@ def exec_parts(x: UOp) -> tuple[Any, UOp, tuple[UOp, ...], tuple[UOp, ...]]:
   return x.arg.prg, x.src[1], x.src[2:5], x.src[5:8]
 
 
+def exec_packet(q: Any, x: UOp, name: str = "dispatch") -> UOp:
+  """The PACKET of an EXEC as the device queue `q` records it: `q.exec(program, args address, global, local)`."""
+  prg, args, gs, ls = exec_parts(x)
+  return packet(q.exec(prg, args, gs, ls), f"{name} {x.arg.name}")
+
+
+def indirect_packet(q: Any, x: UOp) -> UOp:
+  """The PACKET of INDIRECT(body) as `q.indirect_buffer(address, dwords)` records it: the kick runs the body's command
+  buffer in place."""
+  return packet(q.indirect_buffer(addr_of(x.src[0]), body_dwords(x.src[0])), "indirect buffer")
+
+
 def body_dwords(q: UOp) -> int:
   """How many dwords a lowered body QUEUE (a QUEUE of PACKETs) holds."""
   return sum(len(p.src) for p in q.src[1:])
