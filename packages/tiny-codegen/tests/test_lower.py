@@ -36,7 +36,7 @@ def check_linear(uops: list[UOp]) -> None:
   seen: set[UOp] = set()
   open_loops: list[UOp] = []
   for u in uops:
-    for s in u.src: assert s in seen or s.op is Ops.CONST, f"{u.op} before its source {s.op}"
+    for s in u.src: assert s in seen, f"{u.op} before its source {s.op}"
     if u.op is Ops.END:
       assert open_loops and open_loops[-1] is u.src[-1], "END closes a loop that is not the innermost open one"
       open_loops.pop()
@@ -84,6 +84,17 @@ def test_linearize_rejects_unclosed_and_double_closed_ranges():
   with pytest.raises(LinearizeError, match="never closed"): linearize(UOp.sink(st))
   with pytest.raises(LinearizeError, match="two ENDs"):
     linearize(UOp.sink(UOp(Ops.END, src=(st, i)), UOp(Ops.END, src=(UOp(Ops.GROUP, src=(st,)), i))))
+
+
+def test_loop_bound_used_only_by_its_range_comes_before_it():
+  # a size-1 reduce inside a loop: its bound CONST 1 has no other user, and sits after the outer RANGE in graph order.
+  # It was placed after the loops, so the C renderer printed `Ridx1 < ;` (found by test_crosscheck's random kernels)
+  out, inp = P(0, 2, dtypes.int32), P(1, 2, dtypes.int32)
+  r0, r1 = UOp.range(2, 0), UOp.range(1, 1, AxisType.REDUCE)
+  ast = UOp.sink(out.index(r0).store(inp.index(r0 + r1).load().reduce(r1, arg=Ops.ADD)), arg=KernelInfo())
+  low = lower(ast, ClangRenderer())
+  check_linear(low.uops)
+  assert "Ridx1 < 1;" in get_program(ast, ClangRenderer()).src
 
 
 def test_threads_split_outer_loop():

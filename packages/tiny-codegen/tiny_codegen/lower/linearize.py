@@ -93,7 +93,7 @@ def linearize(sink: UOp) -> list[UOp]:
   ext: dict[UOp, set[UOp]] = {}
   first: dict[UOp, int] = {}
   for r in sorted(end_of, key=lambda x: -depth[x]):
-    used: set[UOp] = set()
+    used: set[UOp] = set(r.src)  # the loop's bound is used by the loop: it must come before the RANGE
     body = [*members.get(r, []), end_of[r]]
     for n in body: used.update(n.src)
     fpos = min([pos[r], *(pos[n] for n in body)])
