@@ -19,7 +19,7 @@ def _host_cpu() -> str:
   try:
     from tiny_codegen.compiler.llvm import host_target
     return "_".join(host_target()[1:])
-  except Exception:  # noqa: BLE001 -- without llvmlite: the machine string must do
+  except ImportError:  # without llvmlite: the machine string must do
     return platform.processor()
 
 

@@ -75,7 +75,7 @@ def encode_arg(arg: Any) -> str:
   if "\t" not in text and "\n" not in text:
     try:
       if _same(decode_arg(text), arg): return text
-    except Exception: pass  # noqa: S110 -- not a literal: pickle it
+    except (SyntaxError, NameError, AttributeError, TypeError, ValueError): pass  # noqa: S110 -- not a literal: pickle
   return "pickle:" + base64.b64encode(pickle.dumps(arg)).decode()
 
 
