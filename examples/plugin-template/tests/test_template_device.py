@@ -35,7 +35,7 @@ def test_a_tensor_program():
   assert t.device == DEVICE
 
 
-@pytest.mark.parametrize("group", ["ops", "views", "copies", "dtypes", "jit", "graph"])
+@pytest.mark.parametrize("group", ["ops", "nn", "views", "copies", "dtypes", "jit", "graph"])
 def test_conformance(group):
   """tiny's conformance suite, one group per test: no check may fail (n/a: what the device doesn't do by design)."""
   from tiny_tensor.conformance import format_table, run

@@ -1,12 +1,16 @@
 """Hardware check for a machine with an NVIDIA GPU: `python -m tiny_runtime_nv.selftest` (from the source tree:
 `PYTHONPATH=packages/tiny-uop:packages/tiny-codegen:packages/tiny-runtime-cpu:packages/tiny-runtime-nv:`
-`packages/tiny-tensor python -m tiny_runtime_nv.selftest`; needs numpy and cffi only, imports no llvmlite).
+`packages/tiny-tensor python -m tiny_runtime_nv.selftest`; this process needs numpy and cffi only, imports no
+llvmlite, and never imports tiny-tensor).
 
 1. driver and GPU info (libcuda: driver version and devices; the NV device: the RM driver version, GPU, classes);
-2. a correctness set on each NVIDIA device that opens (`CUDA` through libcuda, `NV` through the RM ioctls; one that
-   can't open says why) against numpy:
-   elementwise, reductions, fp32/fp16/bf16 matmuls (tensor cores), a conv, softmax, copies, TinyJit replay;
-3. speed: fp16/bf16 GEMM TFLOPS, device copy GB/s and TinyJit replay µs (host), next to torch when installed.
+2. on each NVIDIA device that opens (`CUDA` through libcuda, `NV` through the RM ioctls; one that can't open says
+   why): kernels built from UOps by tiny-codegen and launched through the device API, against numpy (elementwise,
+   a row reduction, an fp16 matmul with float accumulation);
+3. when tiny-tensor is installed, its conformance suite on the device in a child process (`python -m
+   tiny_tensor.conformance --device NV --speed ...`: elementwise, reductions, matmuls incl. fp16/bf16 through tensor
+   cores, a conv, softmax, copies, TinyJit replays and device graphs against numpy; then fp16/bf16 GEMM TFLOPS, device
+   copy GB/s and TinyJit replay µs, next to torch on cuda when installed).
 Exit status 0 when every check passed, 1 when one failed, 2 when there is no NVIDIA GPU (said at once, with why).
 `--mock` runs steps 2-3 on MOCK+CUDA and MOCK+NV with small sizes (what the unit test does); `--quick` shrinks the
 sizes. The NV device builds cubins with NVIDIA's ptxas (PTXAS=..., a CUDA toolkit, the nvidia-cuda-nvcc wheel) or
@@ -14,22 +18,23 @@ libcuda's JIT.
 """
 from __future__ import annotations
 
+import importlib.util
 import os
+import subprocess
 import sys
 import time
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 DEVICES = {"CUDA": "tiny_runtime_nv.cuda:CUDADevice", "NV": "tiny_runtime_nv.device:NVDevice"}  # MOCK+ too
+CPU_TARGET = "tiny_runtime_cpu.cpu:CPUDevice"  # for the conformance suite's copies to and from the host device
 
 
 def _register() -> None:
-  """Make CUDA/NV/CPU known without installed entry points (a bare source tree on PYTHONPATH)."""
+  """Make CUDA/NV known without installed entry points (a bare source tree on PYTHONPATH)."""
   from tiny_uop.plugins import DevicePlugin, register_device
-  from tiny_uop.plugins import DevicePlugin as _  # noqa: F401
-  for name, target in {**DEVICES, "CPU": "tiny_runtime_cpu.cpu:CPUDevice"}.items():
-    register_device(DevicePlugin(name, target, priority=25 if name != "CPU" else 90))
+  for name, target in DEVICES.items(): register_device(DevicePlugin(name, target, priority=25))
 
 
 def probe() -> tuple[list[str], list[str]]:
@@ -58,83 +63,64 @@ def _check(name: str, got: np.ndarray, want: np.ndarray, tol: float) -> bool:
   return ok
 
 
-def correctness(dev: str, n: int) -> bool:
-  """The correctness set on device `dev` (matrix size `n`)."""
-  from tiny_tensor import Tensor, TinyJit, dtypes
+def _run_kernel(dev: str, ast: Any, out: tuple[int, Any], ins: list[tuple[np.ndarray, Any]]) -> np.ndarray:
+  """Compile kernel `ast` (slot 0 = the output of `out` = (size, dtype), then `ins`) with tiny-codegen, run it on `dev`
+  through the device API (no tiny-tensor) and return the output."""
+  from tiny_codegen import get_program
+  from tiny_uop.device import Buffer
+  from tiny_uop.plugins import Device
+  d = Device[dev]
+  spec = get_program(ast, d.renderer)
+  bufs = [Buffer(dev, out[0], out[1]).allocate()]
+  bufs += [Buffer(dev, a.size, dt).copyin(memoryview(np.ascontiguousarray(a))) for a, dt in ins]
+  d.get_program(spec.name, spec.lib)(*[bufs[g]._buf for g in spec.globals], global_size=spec.global_size,
+                                     local_size=spec.local_size, vals=(), wait=True)
+  return bufs[0].numpy()
+
+
+def kernels(dev: str, n: int) -> bool:
+  """Kernels built from UOps, compiled by tiny-codegen and launched through the device API, against numpy: an
+  elementwise kernel, a row sum, and an fp16 matmul with float accumulation (tensor cores where the optimizer picks
+  them). The tensor-level set is tiny-tensor's conformance suite (see `main`)."""
+  from tiny_uop.dtype import dtypes
+  from tiny_uop.uop import AxisType, KernelInfo, Ops, UOp
+
+  def param(slot: int, size: int, dt: Any) -> UOp: return UOp(Ops.PARAM, dt.ptr(size), arg=slot)
+  f32, f16 = dtypes.float32, dtypes.float16
   rng = np.random.default_rng(0)
   a, b = rng.standard_normal((n, n)).astype(np.float32), rng.standard_normal((n, n)).astype(np.float32)
-  ta, tb = Tensor(a, device=dev), Tensor(b, device=dev)
-  ok = _check("elementwise", (ta * tb + ta.exp2()).numpy(), a * b + np.exp2(a), 1e-5)
-  ok &= _check("sum / max", np.array([ta.sum().item(), ta.max().item()]), np.array([a.sum(), a.max()]), 1e-4)
-  ok &= _check("matmul fp32", (ta @ tb).numpy(), a @ b, 1e-4)
-  for dt, npdt in ((dtypes.float16, np.float16), (dtypes.bfloat16, None)):
-    ref = a.astype(npdt).astype(np.float32) if npdt else (a.view(np.uint32) & 0xFFFF0000).view(np.float32)
-    refb = b.astype(npdt).astype(np.float32) if npdt else (b.view(np.uint32) & 0xFFFF0000).view(np.float32)
-    got = (ta.cast(dt) @ tb.cast(dt)).cast(dtypes.float32).numpy()
-    ok &= _check(f"matmul {dt.name} (tensor cores)", got, ref @ refb, 2e-2)
-  x, w = rng.standard_normal((2, 3, 16, 16)).astype(np.float32), rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
-  want = np.zeros((2, 4, 14, 14), np.float32)
-  for i in range(3):
-    for j in range(3): want += np.einsum("bchw,oc->bohw", x[:, :, i:i + 14, j:j + 14], w[:, :, i, j])
-  ok &= _check("conv2d 3x3", Tensor(x, device=dev).conv2d(Tensor(w, device=dev)).numpy(), want, 1e-4)
-  e = np.exp(a - a.max(1, keepdims=True))
-  ok &= _check("softmax", ta.softmax(1).numpy(), e / e.sum(1, keepdims=True), 1e-5)
-  ok &= _check("copy to device and back", Tensor(a, device=dev).contiguous().numpy(), a, 0)
-  f = TinyJit(lambda x, y: (x * 2 + y).realize())
-  for i in range(4):
-    xs, ys = rng.standard_normal(64).astype(np.float32), rng.standard_normal(64).astype(np.float32)
-    got = f(Tensor(xs, device=dev), Tensor(ys, device=dev)).numpy()
-    ok &= _check(f"TinyJit replay {i}", got, xs * 2 + ys, 1e-6) if i == 3 else bool(np.allclose(got, xs * 2 + ys))
+  i, j, k = UOp.range(n * n, 0), UOp.range(n, 0), UOp.range(n, 1, AxisType.REDUCE)
+  pa, pb, out = param(1, n * n, f32), param(2, n * n, f32), param(0, n * n, f32)
+  x = pa.index(i).load()
+  ew = UOp.sink(out.index(i).store(x * pb.index(i).load() + x.exp2()), arg=KernelInfo())
+  ok = _check("elementwise a*b+exp2(a)", _run_kernel(dev, ew, (n * n, f32), [(a, f32), (b, f32)]),
+              (a * b + np.exp2(a)).ravel(), 1e-5)
+  rows = UOp.sink(param(0, n, f32).index(j).store(pa.index(j * n + k).load().reduce(k, arg=Ops.ADD)), arg=KernelInfo())
+  ok &= _check("row sums", _run_kernel(dev, rows, (n, f32), [(a, f32)]), a.sum(1), 1e-5)
+  r, c = UOp.range(n, 0), UOp.range(n, 1)
+  kk = UOp.range(n, 2, AxisType.REDUCE)
+  ha, hb = param(1, n * n, f16), param(2, n * n, f16)
+  prod = ha.index(r * n + kk).load().cast(f32) * hb.index(kk * n + c).load().cast(f32)
+  mm = UOp.sink(out.index(r * n + c).store(prod.reduce(kk, arg=Ops.ADD)), arg=KernelInfo())
+  a16, b16 = a.astype(np.float16), b.astype(np.float16)
+  ok &= _check("matmul fp16 (float acc)", _run_kernel(dev, mm, (n * n, f32), [(a16, f16), (b16, f16)]),
+               (a16.astype(np.float32) @ b16.astype(np.float32)).ravel(), 1e-4)
   return bool(ok)
 
 
-def _timeit(fn: Callable[[], Any], sync: Callable[[], None], reps: int) -> float:
-  fn()
-  sync()
-  st = time.perf_counter()
-  for _ in range(reps): fn()
-  sync()
-  return (time.perf_counter() - st) / reps
-
-
-def speed(dev: str, n: int, copy_mb: int, reps: int) -> None:
-  """GEMM TFLOPS, copy GB/s and TinyJit replay µs on `dev`, and torch's on cuda when it is installed."""
-  from tiny_tensor import Tensor, TinyJit, dtypes
-  from tiny_uop.plugins import Device
-  d = Device[dev]
-  rows: dict[str, dict[str, float]] = {}
-  for dt in (dtypes.float16, dtypes.bfloat16):
-    a, b = Tensor.rand(n, n, device=dev).cast(dt).realize(), Tensor.rand(n, n, device=dev).cast(dt).realize()
-    mm = TinyJit(lambda a, b: (a @ b).realize())
-    t = _timeit(lambda mm=mm, a=a, b=b: mm(a, b), d.synchronize, reps)
-    rows[f"GEMM {n}^3 {dt.name} TFLOPS"] = {"tiny": 2 * n ** 3 / t / 1e12}
-  src = Tensor.rand(copy_mb << 18, device=dev).realize()
-  cp = TinyJit(lambda s: (s + 0).realize())
-  rows[f"copy {copy_mb} MB GB/s (read+write)"] = {"tiny": 2 * src.nbytes() / _timeit(lambda: cp(src), d.synchronize,
-                                                                                        reps) / 1e9}
-  x = Tensor.rand(16, device=dev).realize()
-  f = TinyJit(lambda x: (x + 1).realize())
-  for _ in range(3): f(x)
-  d.synchronize()
-  st = time.perf_counter()
-  for _ in range(100): f(x)
-  rows["TinyJit replay host us"] = {"tiny": (time.perf_counter() - st) / 100 * 1e6}
-  d.synchronize()
-  _torch(rows, n, copy_mb, reps)
-  for k, r in rows.items(): print(f"  {k:34s} " + "  ".join(f"{impl}={v:,.2f}" for impl, v in r.items()), flush=True)
-
-
-def _torch(rows: dict[str, dict[str, float]], n: int, copy_mb: int, reps: int) -> None:
-  try:
-    import torch  # type: ignore[import-not-found]
-  except ImportError: return
-  if not torch.cuda.is_available(): return
-  sync = torch.cuda.synchronize
-  for dt, name in ((torch.float16, "float16"), (torch.bfloat16, "bfloat16")):
-    a, b = torch.rand(n, n, device="cuda", dtype=dt), torch.rand(n, n, device="cuda", dtype=dt)
-    rows[f"GEMM {n}^3 {name} TFLOPS"]["torch"] = 2 * n ** 3 / _timeit(lambda a=a, b=b: a @ b, sync, reps) / 1e12
-  s = torch.rand(copy_mb << 18, device="cuda")
-  rows[f"copy {copy_mb} MB GB/s (read+write)"]["torch"] = 2 * s.numel() * 4 / _timeit(lambda: s + 0, sync, reps) / 1e9
+def tensor_checks(dev: str, mock: bool, quick: bool) -> bool:
+  """tiny-tensor's conformance suite (ops, nn, copies, jit, graph) and its speed rows on `dev`, in a child process,
+  when tiny-tensor is installed (this package never imports it). True when it passed or tiny-tensor is absent."""
+  if importlib.util.find_spec("tiny_tensor") is None:
+    print("  tiny-tensor is not installed: `pip install tiny-tensor`, then `python -m tiny_tensor.conformance "
+          f"--device {dev} --speed` runs the tensor-level checks", flush=True)
+    return True
+  gemm, copy_mb, reps = (64, 1, 2) if mock else (1024, 64, 10) if quick else (4096, 1024, 20)
+  cmd = [sys.executable, "-m", "tiny_tensor.conformance", "--device", dev, "--only", "ops,nn,copies,jit,graph",
+         "--speed", "--gemm", str(gemm), "--copy-mb", str(copy_mb), "--reps", str(reps),
+         *[f"--plugin={name}={target}" for name, target in {**DEVICES, "CPU": CPU_TARGET}.items()]]
+  if not mock: cmd += ["--torch", "cuda"]
+  return subprocess.run(cmd, check=False).returncode == 0
 
 
 def main(argv: list[str]) -> int:
@@ -160,8 +146,8 @@ def main(argv: list[str]) -> int:
       continue
     extra = f", driver {d.rm.version}, classes {d.compute_class:#x}/{d.dma_class:#x}" if hasattr(d, "rm") else ""
     print(f"{dev}: {getattr(d, 'name', '') or 'GPU'} arch {d.arch}{extra}", flush=True)
-    ok &= correctness(dev, 32 if mock or quick else 256)
-    speed(dev, *((64, 1, 2) if mock else (1024, 64, 10) if quick else (4096, 1024, 20)))
+    ok &= kernels(dev, 32 if mock or quick else 256)
+    ok &= tensor_checks(dev, mock, quick)
   print(f"selftest {'passed' if ok else 'FAILED'} in {time.perf_counter() - st:.1f}s")
   return 0 if ok else 1
 

@@ -43,7 +43,7 @@ def test_cli_unknown_device_and_group():
   assert r.returncode == 2 and "unknown device 'NOPEDEV'" in r.stderr, r.stderr
   r = subprocess.run([sys.executable, "-m", "tiny_tensor.conformance", "--device", "CPU", "--only", "opz"],
                      capture_output=True, text=True)
-  assert r.returncode == 2 and "unknown check group(s) opz; valid: ops, views" in r.stderr, r.stderr
+  assert r.returncode == 2 and "unknown check group(s) opz; valid: ops, nn, views" in r.stderr, r.stderr
 
 
 # a device that is CPU except that reading device memory back flips one bit of the first byte: the suite must see it

@@ -169,6 +169,25 @@ def test_bitcast_and_helpers():
   assert Tensor([1.5], dtype=dtypes.bfloat16).numpy().tolist() == [1.5]
 
 
+def _bf16(x: np.ndarray) -> np.ndarray:  # float32 rounded to bfloat16 (nearest even), as float32
+  u = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+  return ((u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000).astype(np.uint32).view(np.float32)
+
+
+def test_bfloat16_matmul_and_elementwise_vectorized():
+  # the optimizer upcasts these kernels to vectors; renderers without bf16 arithmetic compute them lane-wise in float32
+  # (vector loads of the raw bits, rounding on every bf16 cast and store). Vectors of bfloat16 once reached LLVM IR as
+  # `insertelement <8 x bfloat> ..., float`: an invalid module
+  r = np.random.default_rng(3)
+  a, b = r.standard_normal((16, 40)).astype(np.float32), r.standard_normal((40, 24)).astype(np.float32)
+  ta, tb = Tensor(a).cast(dtypes.bfloat16), Tensor(b).cast(dtypes.bfloat16)
+  got = (ta @ tb).cast(dtypes.float32).numpy()
+  np.testing.assert_allclose(got, _bf16(_bf16(a) @ _bf16(b)), rtol=1e-2, atol=3e-2)
+  x = r.standard_normal(4096).astype(np.float32)
+  got = (Tensor(x).cast(dtypes.bfloat16) * 3 + 1).cast(dtypes.float32).numpy()
+  assert np.array_equal(got, _bf16(_bf16(_bf16(x) * 3) + 1))  # each bf16 op rounds: bit exact
+
+
 REDUCE_SHAPES = [((3, 4, 5), None), ((3, 4, 5), 1), ((3, 4, 5), -1), ((3, 4, 5), (0, 2)), ((4,), 0), ((), None)]
 
 

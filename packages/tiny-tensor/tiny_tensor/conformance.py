@@ -8,12 +8,18 @@ status is 1 when any check fails, 0 otherwise. A check the device cannot run by 
 support, a JIT graph on a device without `Compiled.graph`) is reported ``n/a`` with the reason and is no failure.
 
 - ops: elementwise float and int arithmetic, comparisons, unary math, reductions, matmul;
+- nn: a 3x3 conv, softmax, float16 (where the renderer has it) and bfloat16 (through float32 where the renderer lacks
+  it) matmuls;
 - views: reshape/permute/expand, pad/shrink/flip, slicing, views of realized buffers (the scheduler's zero-copy SLICE,
   through the allocator's `_offset` or a copy without it), in-place assign;
 - copies: host round trips of odd sizes, copies to and from another device;
 - dtypes: every dtype the device's renderer supports: host round trip, arithmetic, casts;
 - jit: `TinyJit` capture and replay with new inputs, with a symbolic `Variable`;
 - graph: a device graph (`Compiled.graph`) replaying a multi-kernel JIT, and a two-layer MLP forward and backward.
+
+`--speed` then prints GEMM TFLOPS (float16 where supported, and bfloat16), device copy GB/s and the
+host µs of a TinyJit replay, with torch's figures on `--torch DEVICE` (e.g. cuda) when torch is installed. `--plugin
+NAME=module:Class` registers a device class without installed entry points (a bare source tree on PYTHONPATH).
 
 From Python: `run(device)` returns the `Result`s, `format_table(results)` the table. A plugin package's own tests
 call it (see examples/plugin-template) as ``assert not [r for r in run("MYDEV") if r.status == "FAIL"]``.
@@ -36,7 +42,7 @@ from tiny_uop.target import Target
 
 __all__ = ["Result", "NotApplicable", "GROUPS", "CHECKS", "run", "format_table", "main"]
 
-GROUPS = ("ops", "views", "copies", "dtypes", "jit", "graph")
+GROUPS = ("ops", "nn", "views", "copies", "dtypes", "jit", "graph")
 
 
 class NotApplicable(Exception):
@@ -168,6 +174,43 @@ def _matmul(dev: str) -> None:
   c = r.standard_normal((3, 4, 6)).astype(np.float32)
   d = r.standard_normal((3, 6, 2)).astype(np.float32)
   _close((_T(c, dev) @ _T(d, dev)).numpy(), c @ d, "batched", rtol=1e-4, atol=1e-4)
+
+
+# ***** nn *****
+@check("nn", "conv2d 3x3")
+def _conv(dev: str) -> None:
+  r = _rng(30)
+  x, w = r.standard_normal((2, 3, 9, 9)).astype(np.float32), r.standard_normal((4, 3, 3, 3)).astype(np.float32)
+  want = np.zeros((2, 4, 7, 7), np.float32)
+  for i in range(3):
+    for j in range(3): want += np.einsum("bchw,oc->bohw", x[:, :, i:i + 7, j:j + 7], w[:, :, i, j])
+  _close(_T(x, dev).conv2d(_T(w, dev)).numpy(), want, "conv2d", rtol=1e-4, atol=1e-4)
+
+
+@check("nn", "softmax")
+def _softmax(dev: str) -> None:
+  a = _rng(31).standard_normal((5, 33)).astype(np.float32) * 4
+  e = np.exp(a - a.max(1, keepdims=True))
+  _close(_T(a, dev).softmax(1).numpy(), e / e.sum(1, keepdims=True), "softmax", rtol=1e-5, atol=1e-6)
+
+
+_NAMES = {dtypes.float16: "float16", dtypes.bfloat16: "bfloat16"}  # torch's names too
+
+
+def _round_bf16(x: np.ndarray) -> np.ndarray:
+  """float32 values rounded to bfloat16 (to nearest even), as float32."""
+  u = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+  return ((u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000).astype(np.uint32).view(np.float32)
+
+
+@check("nn", "half-precision matmul")
+def _half_matmul(dev: str) -> None:
+  r = _rng(32)
+  a, b = r.standard_normal((16, 40)).astype(np.float32), r.standard_normal((40, 24)).astype(np.float32)
+  for dt, rnd in ((dtypes.float16, lambda x: x.astype(np.float16).astype(np.float32)), (dtypes.bfloat16, _round_bf16)):
+    if dt == dtypes.float16 and not _supports(dev, dt): continue  # bfloat16 runs through float32 where unsupported
+    got = (_T(a, dev).cast(dt) @ _T(b, dev).cast(dt)).cast(dtypes.float32).numpy()
+    _close(got, rnd(rnd(a) @ rnd(b)), f"{_NAMES[dt]} matmul", rtol=2e-2, atol=2e-2)
 
 
 # ***** views *****
@@ -391,6 +434,65 @@ def format_table(results: list[Result]) -> str:
   return "\n".join(line.rstrip() for line in lines)
 
 
+def _timeit(fn: Callable[[], object], sync: Callable[[], None], reps: int) -> float:
+  fn()
+  sync()
+  st = time.perf_counter()
+  for _ in range(reps): fn()
+  sync()
+  return (time.perf_counter() - st) / reps
+
+
+def speed(device: str, n: int = 1024, copy_mb: int = 64, reps: int = 10,
+          torch_device: str | None = None) -> dict[str, dict[str, float]]:
+  """{row: {"tiny": value, "torch": value}}: GEMM n^3 TFLOPS (float16 where supported, and bfloat16), the
+  GB/s of `s + 0` over `copy_mb` MB (read + write) and the host µs per TinyJit replay of a one-kernel function; torch's
+  figures on `torch_device` when given and torch is installed."""
+  from tiny_tensor import Tensor, TinyJit
+  dev = Target.parse(device).name
+  d = Device[dev]
+  rows: dict[str, dict[str, float]] = {}
+  gemm = [dt for dt in (dtypes.float16, dtypes.bfloat16) if dt == dtypes.bfloat16 or _supports(dev, dt)]
+  for dt in gemm:
+    a, b = Tensor.rand(n, n, device=dev).cast(dt).realize(), Tensor.rand(n, n, device=dev).cast(dt).realize()
+    mm = TinyJit(lambda a, b: (a @ b).realize())
+    t = _timeit(lambda mm=mm, a=a, b=b: mm(a, b), d.synchronize, reps)
+    rows[f"GEMM {n}^3 {_NAMES[dt]} TFLOPS"] = {"tiny": 2 * n ** 3 / t / 1e12}
+  src = Tensor.rand(copy_mb << 18, device=dev).realize()
+  cp = TinyJit(lambda s: (s + 0).realize())
+  copy_row = f"copy {copy_mb} MB GB/s (read+write)"
+  rows[copy_row] = {"tiny": 2 * src.nbytes() / _timeit(lambda: cp(src), d.synchronize, reps) / 1e9}
+  x = Tensor.rand(16, device=dev).realize()
+  f = TinyJit(lambda x: (x + 1).realize())
+  for _ in range(3): f(x)
+  d.synchronize()
+  st = time.perf_counter()
+  for _ in range(100): f(x)
+  rows["TinyJit replay host us"] = {"tiny": (time.perf_counter() - st) / 100 * 1e6}
+  d.synchronize()
+  if torch_device is not None:
+    try:
+      import torch  # type: ignore[import-not-found]
+    except ImportError: torch = None
+    if torch is not None:
+      sync = torch.cuda.synchronize if torch_device.startswith("cuda") else (lambda: None)
+      for dt in gemm:
+        ta, tb = (torch.rand(n, n, device=torch_device, dtype=getattr(torch, _NAMES[dt])) for _ in range(2))
+        t = _timeit(lambda a=ta, b=tb: a @ b, sync, reps)
+        rows[f"GEMM {n}^3 {_NAMES[dt]} TFLOPS"]["torch"] = 2 * n ** 3 / t / 1e12
+      ts = torch.rand(copy_mb << 18, device=torch_device)
+      rows[copy_row]["torch"] = 2 * ts.numel() * 4 / _timeit(lambda: ts + 0, sync, reps) / 1e9
+  return rows
+
+
+def _register_plugin(spec: str) -> None:
+  from tiny_uop.plugins import DevicePlugin, register_device
+  name, sep, target = spec.partition("=")
+  if not sep:
+    raise ValueError(f"--plugin {spec!r}: expected NAME=module:Class, e.g. NV=tiny_runtime_nv.device:NVDevice")
+  register_device(DevicePlugin(name.strip().upper(), target.strip()))
+
+
 def main(argv: list[str] | None = None) -> int:
   ap = argparse.ArgumentParser(prog="python -m tiny_tensor.conformance",
                                description="Check a device against numpy: ops, views, copies, dtypes, JIT and graphs. "
@@ -398,16 +500,27 @@ def main(argv: list[str] | None = None) -> int:
   ap.add_argument("--device", required=True, help="the device, as a DEV string: CPU, PYTHON, MOCK+AMD, CPU:CLANG, ...")
   ap.add_argument("--only", default="", help=f"comma-separated groups to run (default all): {','.join(GROUPS)}")
   ap.add_argument("--verbose", action="store_true", help="full tracebacks for failures")
+  ap.add_argument("--speed", action="store_true", help="then print GEMM TFLOPS, copy GB/s and TinyJit replay us")
+  ap.add_argument("--gemm", type=int, default=1024, help="--speed: the GEMM size n (n x n @ n x n; default 1024)")
+  ap.add_argument("--copy-mb", type=int, default=64, help="--speed: MB copied (default 64)")
+  ap.add_argument("--reps", type=int, default=10, help="--speed: timed repetitions (default 10)")
+  ap.add_argument("--torch", default=None, metavar="DEVICE", help="--speed: torch's figures on this device (cuda)")
+  ap.add_argument("--plugin", action="append", default=[], metavar="NAME=module:Class",
+                  help="register a device class without installed entry points (repeatable)")
   args = ap.parse_args(argv)
   groups = [g.strip() for g in args.only.split(",") if g.strip()] or None
   from tiny_uop.plugins import DeviceUnavailableError, UnknownDeviceError
   try:
+    for spec in args.plugin: _register_plugin(spec)
     results = run(args.device, groups, verbose=args.verbose)
   except (DeviceUnavailableError, UnknownDeviceError, ValueError) as e:
     print(f"conformance: {e}", file=sys.stderr)
     return 2
   print(f"tiny conformance: device {args.device}")
-  print(format_table(results))
+  print(format_table(results), flush=True)
+  if args.speed:
+    for k, r in speed(args.device, args.gemm, args.copy_mb, args.reps, args.torch).items():
+      print(f"  {k:34s} " + "  ".join(f"{impl}={v:,.2f}" for impl, v in r.items()), flush=True)
   return 1 if any(r.status == "FAIL" for r in results) else 0
 
 

@@ -5,12 +5,15 @@ LOAD yields 0, a STORE disappears). `pm_decomp`: MULACC -> a*b+c (unfused, exact
 THREEFRY -> uint32 rounds, and the reference semantics (tiny_uop.alu) where hardware differs: integer division by 0
 or -1, shift counts modulo the width, float CDIV as trunc(a/b), TRUNC of an int.
 `bf16_to_float`: bfloat16 through float32 for renderers without bf16 arithmetic: loads and stores move the raw 16 bits
-(as uint16), math runs in float32, and float32 -> bfloat16 rounds to nearest even (NaN stays NaN); float64 -> bfloat16
-goes through float32 rounded to odd, so it rounds once.
+(as uint16), math runs in float32 and each bfloat16 result is rounded to bfloat16 (as bf16 hardware and torch do),
+float32 -> bfloat16 rounds to nearest even (NaN stays NaN); float64 -> bfloat16 goes through float32 rounded to odd, so
+it rounds once. Vectors (after the expander) are handled lane-wise.
 """
 from __future__ import annotations
 
-from tiny_uop.dtype import PtrDType, dtypes
+from typing import Any
+
+from tiny_uop.dtype import DType, PtrDType, dtypes
 from tiny_uop.pattern import PatternMatcher, UPat
 from tiny_uop.uop import GroupOp, Ops, UOp
 
@@ -120,54 +123,76 @@ pm_decomp = PatternMatcher([
 
 
 # ***** bfloat16 through float32 *****
+# After the expander values may be vectors: every helper works lane-wise on `n` lanes (constants broadcast by VECTORIZE)
+def _vc(dt: DType, v: Any, n: int) -> UOp:
+  c = UOp.const(dt, v)
+  return c if n == 1 else UOp(Ops.VECTORIZE, dt.vec(n), (c,) * n)
+
+
+def _v(dt: DType, n: int) -> DType: return dt.vec(n) if n > 1 else dt
+
+
 def _bf16_to_f32(bits: UOp) -> UOp:
   """uint16 bfloat16 bits -> float32 (exact)."""
-  return (bits.cast(dtypes.uint32) << 16).bitcast(dtypes.float32)
+  n = bits.dtype.count
+  return (bits.cast(_v(dtypes.uint32, n)) << _vc(dtypes.uint32, 16, n)).bitcast(_v(dtypes.float32, n))
 
 
 def _f32_to_bf16(x: UOp) -> UOp:
   """float32 -> uint16 bfloat16 bits, round to nearest even; NaN -> quiet NaN."""
-  b = x.bitcast(dtypes.uint32)
-  rounded = (b + (((b >> 16) & 1) + 0x7fff)) >> 16
+  n, u32 = x.dtype.count, dtypes.uint32
+  b = x.bitcast(_v(u32, n))
+  rounded = (b + (((b >> _vc(u32, 16, n)) & _vc(u32, 1, n)) + _vc(u32, 0x7fff, n))) >> _vc(u32, 16, n)
   is_nan = x.ne(x)
-  return is_nan.where(UOp.const(dtypes.uint32, 0x7fc0), rounded).cast(dtypes.uint16)
+  return is_nan.where(_vc(u32, 0x7fc0, n), rounded).cast(_v(dtypes.uint16, n))
 
 
 def _f64_to_f32_odd(x: UOp) -> UOp:
   """float64 -> float32 rounded to odd (truncated toward zero, the last bit set when inexact; NaN as it is): a
   narrower rounding to nearest even after it rounds like one rounding from float64 (float32 keeps 16 more bits than
   bfloat16), where two roundings to nearest could round a value twice across a midpoint."""
-  f = x.cast(dtypes.float32)
-  back = f.cast(dtypes.float64)
+  n, u32 = x.dtype.count, dtypes.uint32
+  f = x.cast(_v(dtypes.float32, n))
+  back = f.cast(_v(dtypes.float64, n))
   inexact = back.ne(x) & x.eq(x)
-  away = inexact & ((x < back) ^ (x < 0.0))  # |back| > |x|: step back toward zero
-  bits = f.bitcast(dtypes.uint32)
-  return ((bits - away.cast(dtypes.uint32)) | inexact.cast(dtypes.uint32)).bitcast(dtypes.float32)
+  away = inexact & ((x < back) ^ (x < _vc(dtypes.float64, 0.0, n)))  # |back| > |x|: step back toward zero
+  bits = f.bitcast(_v(u32, n))
+  return ((bits - away.cast(_v(u32, n))) | inexact.cast(_v(u32, n))).bitcast(_v(dtypes.float32, n))
 
 
 def bf16_to_float(sink: UOp) -> UOp:
-  """Every bfloat16 value computed as float32 and stored as uint16 bits (see the module docstring)."""
+  """Every bfloat16 value computed as float32 and stored as uint16 bits (see the module docstring); vectors of
+  bfloat16 (after the expander) lane-wise."""
   subs: dict[UOp, UOp] = {}
   for u in sink.toposort():
     new_src = tuple(subs.get(s, s) for s in u.src)
     nu = u.replace(src=new_src) if new_src != u.src else u
     dt = nu.dtype
+    n = dt.count if not isinstance(dt, PtrDType) else 1
     if isinstance(dt, PtrDType) and dt.base == dtypes.bfloat16:
       nu = nu.replace(dtype=dtypes.uint16.ptr(dt.size, dt.addrspace))
-    elif u.op is Ops.LOAD and dt == dtypes.bfloat16:
-      nu = _bf16_to_f32(nu.replace(dtype=dtypes.uint16))
-    elif u.op is Ops.STORE and isinstance(u.src[0].dtype, PtrDType) and u.src[0].dtype.base == dtypes.bfloat16:
+    elif isinstance(dt, PtrDType) and dt.base.scalar() == dtypes.bfloat16:  # a pointer to bf16 vectors (vector I/O)
+      nu = nu.replace(dtype=dtypes.uint16.vec(dt.base.count).ptr(dt.size, dt.addrspace))
+    elif isinstance(dt, PtrDType): pass
+    elif u.op is Ops.LOAD and dt.scalar() == dtypes.bfloat16:
+      nu = _bf16_to_f32(nu.replace(dtype=_v(dtypes.uint16, n)))
+    elif u.op is Ops.STORE and isinstance(u.src[0].dtype, PtrDType) and u.src[0].dtype.base.scalar() == dtypes.bfloat16:
       nu = nu.replace(src=(nu.src[0], _f32_to_bf16(nu.src[1]), *nu.src[2:]))
-    elif u.op is Ops.CONST and dt == dtypes.bfloat16:
-      nu = UOp.const(dtypes.float32, u.arg)
-    elif u.op is Ops.CAST and dt == dtypes.bfloat16:  # rounding to bf16 precision, kept in float32
+    elif u.op is Ops.CONST and dt.scalar() == dtypes.bfloat16:
+      nu = UOp.const(_v(dtypes.float32, n), u.arg)
+    elif u.op is Ops.VCONST and dt.scalar() == dtypes.bfloat16:
+      nu = UOp(Ops.VCONST, _v(dtypes.float32, n), arg=tuple(float(x) for x in u.arg))
+    elif u.op is Ops.CAST and dt.scalar() == dtypes.bfloat16:  # rounding to bf16 precision, kept in float32
       src = nu.src[0]
-      nu = _bf16_to_f32(_f32_to_bf16(_f64_to_f32_odd(src) if src.dtype == dtypes.float64 else src.cast(dtypes.float32)))
-    elif u.op is Ops.BITCAST and dt == dtypes.bfloat16:
-      nu = _bf16_to_f32(nu.src[0].bitcast(dtypes.uint16))
-    elif u.op is Ops.BITCAST and u.src[0].dtype == dtypes.bfloat16:
+      f32 = _f64_to_f32_odd(src) if src.dtype.scalar() == dtypes.float64 else src.cast(_v(dtypes.float32, n))
+      nu = _bf16_to_f32(_f32_to_bf16(f32))
+    elif u.op is Ops.BITCAST and dt.scalar() == dtypes.bfloat16:
+      nu = _bf16_to_f32(nu.src[0].bitcast(_v(dtypes.uint16, n)))
+    elif u.op is Ops.BITCAST and u.src[0].dtype.scalar() == dtypes.bfloat16:
       nu = _f32_to_bf16(nu.src[0]).bitcast(dt)
-    elif (u.op in GroupOp.ALU or u.op is Ops.CAST) and dt.scalar() == dtypes.bfloat16:
-      nu = nu.replace(dtype=dtypes.float32)
+    elif u.op in GroupOp.ALU and u.op is not Ops.WHERE and dt.scalar() == dtypes.bfloat16:
+      nu = _bf16_to_f32(_f32_to_bf16(nu.replace(dtype=_v(dtypes.float32, n))))  # bf16 arithmetic rounds every result
+    elif dt.scalar() == dtypes.bfloat16:  # VECTORIZE, GEP, WHERE, ...: the same node in float32
+      nu = nu.replace(dtype=_v(dtypes.float32, n))
     if nu is not u: subs[u] = nu
   return subs.get(sink, sink)
