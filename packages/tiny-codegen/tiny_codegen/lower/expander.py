@@ -78,7 +78,7 @@ def _expand_store(st: UOp, vectorize: bool = False) -> UOp | None:
 
 
 # ***** one UPCAST axis as native vectors *****
-VECTOR_LANES = (4, 8, 16)
+VECTOR_LANES = tuple(range(2, 17))
 _VALUE_OPS = GroupOp.ALU | {Ops.CAST, Ops.BITCAST}
 
 

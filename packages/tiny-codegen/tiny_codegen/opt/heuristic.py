@@ -160,8 +160,7 @@ def _vector_block(k: Kernel, loads: list[UOp]) -> bool:
   rngs, outs = k.rngs, _output_axes_with_bounds(k)
   best: tuple[int, int, int, UOp, list[tuple[int, UOp, int]]] | None = None
   for i, r, n in outs:
-    amt = next((a for a in (16, 8) if n % a == 0), 0)
-    if not amt: continue
+    if not (amt := _vector_width(n)): continue
     for ld in loads:
       idx = ld.src[0].src[1]
       if stride_of(idx, r, rngs) != 1: continue
@@ -180,6 +179,15 @@ def _vector_block(k: Kernel, loads: list[UOp]) -> bool:
       vectors, blocked = vectors * got, blocked + 1
     if blocked == 2 or vectors * 2 > budget: break
   return True
+
+
+def _vector_width(n: int) -> int:
+  """The lanes of a native vector along an axis of size `n`: 16 or 8 when they divide it, else the widest divisor
+  from 4 to 16 (a conv's short output row: 20 -> 10, 10, 6 whole; LLVM widens such a vector to the next register
+  size, so a 10-lane vector is one 16-lane register, not a scalar chain); 0 when there is none (a prime row)."""
+  if n % 16 == 0: return 16
+  if n % 8 == 0: return 8
+  return next((a for a in range(min(n, 16), 3, -1) if n % a == 0), 0)
 
 
 def _vector_accumulators(k: Kernel, sidx: UOp | None, loads: list[UOp]) -> None:
