@@ -4,10 +4,11 @@ Expects: a kernel AST whose UPCAST/UNROLL ranges have constant bounds.
 Guarantees: no UPCAST/UNROLL range is left. A STORE that depends on an UPCAST range becomes a GROUP of one STORE
 per lane; a REDUCE over an UNROLL (or UPCAST) range combines the lanes' values with the reduce op before reducing
 over its remaining ranges. Lane copies are scalar, except on renderers with `vectorize_upcast` (LLVM on the CPU):
-there one UPCAST axis of each STORE (4/8/16 lanes, the one most loads walk contiguously) becomes native vectors
-first — a load contiguous in it is one vector LOAD, a load that doesn't depend on it is broadcast, other loads are
-gathered lane by lane (VECTORIZE), ALU ops and reduces run on the vectors, and the STORE is one vector store when
-contiguous, else one store per lane of a GEP. What SLP would have to rediscover from scalar copies (and, in loop
+there one UPCAST axis of each STORE (4 to 16 lanes, the one most loads walk contiguously; LLVM widens an odd width
+such as a conv's 10-wide row to the next register) becomes native vectors first — a load contiguous in it is one
+vector LOAD, a load that doesn't depend on it is broadcast, other loads are gathered lane by lane (VECTORIZE), ALU
+ops and reduces run on the vectors, and the STORE is one vector store when contiguous, else one store per lane of a
+GEP. (Wider than 16, e.g. a 20-lane row, LLVM's legalization scalarizes the broadcasts: 2x slower than 10 lanes.) What SLP would have to rediscover from scalar copies (and, in loop
 nests, often doesn't) is then explicit.
 """
 from __future__ import annotations
@@ -78,7 +79,7 @@ def _expand_store(st: UOp, vectorize: bool = False) -> UOp | None:
 
 
 # ***** one UPCAST axis as native vectors *****
-VECTOR_LANES = tuple(range(2, 17))
+VECTOR_LANES = tuple(range(4, 17))
 _VALUE_OPS = GroupOp.ALU | {Ops.CAST, Ops.BITCAST}
 
 
@@ -100,7 +101,7 @@ def _contiguous(idx_node: UOp, r: UOp) -> bool:
 
 
 def _vector_axis(st: UOp, rngs: list[UOp]) -> UOp | None:
-  """The UPCAST axis of `st` (4/8/16 lanes) that the most loads (and the store) walk contiguously, wider first; None
+  """The UPCAST axis of `st` (4 to 16 lanes) that the most loads (and the store) walk contiguously, wider first; None
   if none does, or the value has ops a vector can't carry."""
   if st.src[0].op is not Ops.INDEX or st.src[1].dtype.count != 1: return None
   if any(u.op in (Ops.WMMA, Ops.VECTORIZE, Ops.GEP) or (u.op is Ops.LOAD and u.dtype.count != 1)
