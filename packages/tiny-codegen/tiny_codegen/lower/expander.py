@@ -8,8 +8,8 @@ there one UPCAST axis of each STORE (4 to 16 lanes, the one most loads walk cont
 such as a conv's 10-wide row to the next register) becomes native vectors first — a load contiguous in it is one
 vector LOAD, a load that doesn't depend on it is broadcast, other loads are gathered lane by lane (VECTORIZE), ALU
 ops and reduces run on the vectors, and the STORE is one vector store when contiguous, else one store per lane of a
-GEP. (Wider than 16, e.g. a 20-lane row, LLVM's legalization scalarizes the broadcasts: 2x slower than 10 lanes.) What SLP would have to rediscover from scalar copies (and, in loop
-nests, often doesn't) is then explicit.
+GEP. (Wider than 16, e.g. a 20-lane row, LLVM's legalization scalarizes the broadcasts: 2x slower than 10 lanes.)
+What SLP would have to rediscover from scalar copies (and, in loop nests, often doesn't) is then explicit.
 """
 from __future__ import annotations
 

@@ -4,8 +4,9 @@ CPU renderers (no locals; threads split the outermost loop in lowering):
 - matmul/conv-like reduces (a loaded buffer that doesn't depend on an output axis): register blocking — upcast the
   output axis that is contiguous in the store (16 lanes, 8 for convs; with native vectors (LLVM) the widest divisor
   up to 16 of a short conv row, which else got 4 or 2 scalar lanes: conv backward on a 10x10 map ran 7x faster) and
-  one more reused axis (8), so each loaded value is used by several accumulators. Axes that a load indexes through div/mod (conv backward's windows) or as
-  a sliding window (a conv's output row) are blocked last: their lanes share no loads, only index math;
+  one more reused axis (8), so each loaded value is used by several accumulators. Axes that a load indexes through
+  div/mod (conv backward's windows) or as a sliding window (a conv's output row) are blocked last: their lanes share
+  no loads, only index math;
 - streaming reduces (each element read about once) whose reduce axis is strided in memory but whose innermost output
   axis is contiguous (a column sum, a split `sum()`'s partials): that output axis is upcast into vector accumulators;
 - a small innermost reduce axis (a filter row, <= 8) is unrolled fully (the block leaves room for it); a larger
@@ -156,8 +157,8 @@ def _vector_block(k: Kernel, loads: list[UOp]) -> bool:
   """Register blocking around a native vector (renderers whose expander vectorizes an UPCAST axis): the output axis
   (16 or 8 lanes, else the widest divisor from 4 to 16: a conv's 20-wide row as 10) that a load walks contiguously
   while other output axes don't move it — that load is one vector, reused by every lane of those axes (conv: the
-  input row, reused across output channels; matmul: a row of B, reused across rows of A). Then those axes are blocked (8/4/2 lanes) up to 8 vector accumulators. False if no
-  axis qualifies (nothing applied)."""
+  input row, reused across output channels; matmul: a row of B, reused across rows of A). Then those axes are
+  blocked (8/4/2 lanes) up to 8 vector accumulators. False if no axis qualifies (nothing applied)."""
   rngs, outs = k.rngs, _output_axes_with_bounds(k)
   best: tuple[int, int, int, UOp, list[tuple[int, UOp, int]]] | None = None
   for i, r, n in outs:
