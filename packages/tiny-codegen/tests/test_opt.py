@@ -325,7 +325,7 @@ def test_odd_width_vector_upcast_keeps_results(lanes: int) -> None:
   # a gated, shifted load and a contiguous store over it
   ren = Device["CPU"].renderer
   assert ren.vectorize_upcast, f"the CPU default renderer is expected to be LLVM, got {type(ren).__name__}"
-  R, C = 3, lanes * 2
+  R, C = 3, lanes * 4
   c, a = UOp(Ops.PARAM, dtypes.float.ptr(R * C), arg=0), UOp(Ops.PARAM, dtypes.float.ptr(R * C), arg=1)
   i, j = UOp.range(R, 0), UOp.range(C, 1)
   ast = c.index(i * C + j).store(a.index(i * C + j).load() * 3.0 + a.index(i * C + j - 1, j > 0).load()) \
@@ -335,3 +335,12 @@ def test_odd_width_vector_upcast_keeps_results(lanes: int) -> None:
   x = np.random.default_rng(8).standard_normal((R, C)).astype(np.float32)
   want = x * 3.0 + np.concatenate([np.zeros((R, 1), np.float32), x[:, :-1]], axis=1)
   np.testing.assert_allclose(run(ast, "CPU", [x.ravel()], R * C).reshape(R, C), want, rtol=1e-6, atol=1e-6)
+  # with no load contiguous along it (a padding: only the gated, shifted load) an odd width stays scalar lanes (a
+  # vector of gathers is slower); 4/8/16 lanes are still vectors
+  pad = c.index(i * C + j).store(a.index(i * C + j - 1, j > 0).load() + 1.0)
+  for n in (lanes, 4):
+    src = get_program(pad.sink(arg=KernelInfo(opts_to_apply=(Opt(OptOps.UPCAST, 1, n),))), ren).src
+    assert (f"store <{n} x float>" in src) == (n == 4), src
+  got = run(pad.sink(arg=KernelInfo(opts_to_apply=(Opt(OptOps.UPCAST, 1, lanes),))), "CPU", [x.ravel()], R * C)
+  want = np.concatenate([np.zeros((R, 1), np.float32), x[:, :-1]], axis=1) + 1.0
+  np.testing.assert_array_equal(got.reshape(R, C), want)

@@ -80,6 +80,8 @@ def _expand_store(st: UOp, vectorize: bool = False) -> UOp | None:
 
 # ***** one UPCAST axis as native vectors *****
 VECTOR_LANES = tuple(range(4, 17))
+POW2_LANES = (4, 8, 16)  # other widths only where a load walks the axis contiguously: a 10- or 12-lane vector that is
+                         # all gathers (a padding's gated loads) ran 1.3-2x slower than its scalar lanes
 _VALUE_OPS = GroupOp.ALU | {Ops.CAST, Ops.BITCAST}
 
 
@@ -101,8 +103,9 @@ def _contiguous(idx_node: UOp, r: UOp) -> bool:
 
 
 def _vector_axis(st: UOp, rngs: list[UOp]) -> UOp | None:
-  """The UPCAST axis of `st` (4 to 16 lanes) that the most loads (and the store) walk contiguously, wider first; None
-  if none does, or the value has ops a vector can't carry."""
+  """The UPCAST axis of `st` (4 to 16 lanes; other than 4/8/16 only when some load walks it contiguously) that the
+  most loads (and the store) walk contiguously, wider first; None if none does, or the value has ops a vector can't
+  carry."""
   if st.src[0].op is not Ops.INDEX or st.src[1].dtype.count != 1: return None
   if any(u.op in (Ops.WMMA, Ops.VECTORIZE, Ops.GEP) or (u.op is Ops.LOAD and u.dtype.count != 1)
          for u in st.src[1].toposort()): return None
@@ -110,6 +113,7 @@ def _vector_axis(st: UOp, rngs: list[UOp]) -> UOp | None:
   best, score = None, 0
   for r in rngs:
     if r.arg[1] is not AxisType.UPCAST or _lanes(r) not in VECTOR_LANES: continue
+    if _lanes(r) not in POW2_LANES and not any(_contiguous(ld.src[0], r) for ld in loads if r in ld.ranges): continue
     sc = (sum(2 if _contiguous(ld.src[0], r) else 0 for ld in loads if r in ld.ranges) + _contiguous(st.src[0], r)) \
       * _lanes(r)
     if sc > score: best, score = r, sc
