@@ -145,8 +145,11 @@ def test_heuristics_conv_blocks_channels_and_unrolls_filter() -> None:
   ast = conv1d_ast(16, 4, 20, 5)
   opt = optimize_kernel(ast, ren)
   applied = opt.arg.applied_opts
-  # the store-contiguous width (20 -> 4 lanes), the output channels (reuse the input loads), the 5-wide filter whole
-  assert applied == (Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UNROLL, 1, 0)), applied
+  # the store-contiguous width as one native vector (20 -> 10 lanes: its widest divisor up to 16), the output
+  # channels (each reuses the input vector), the 5-wide filter whole
+  assert applied == (Opt(OptOps.UPCAST, 1, 10), Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UNROLL, 1, 0)), applied
+  src = get_program(opt, ren).src  # the 10 lanes are vector loads, FMAs and stores, not scalar copies
+  assert "load <10 x float>" in src and "store <10 x float>" in src, src
   rng = np.random.default_rng(3)
   inp, w = rng.standard_normal((4, 24)).astype(np.float32), rng.standard_normal((16, 4, 5)).astype(np.float32)
   want = np.stack([sum(np.convolve(inp[ci], w[co, ci][::-1], "valid") for ci in range(4)) for co in range(16)])
@@ -277,3 +280,67 @@ def test_heuristics_vector_accumulators_for_a_column_sum() -> None:
   # a row sum (the reduce axis contiguous) keeps the reduce unroll instead
   row = out.index(j).store(x.index(j * 512 + r).load().reduce(r, arg=Ops.ADD)).sink(arg=KernelInfo("r_rowsum"))
   assert [o.op for o in optimize_kernel(row, ren).arg.applied_opts] == [OptOps.UNROLL]
+
+
+def conv2d_ast(B: int, CO: int, CI: int, H: int, W: int, K: int) -> UOp:
+  """out[b, co, y, x] = sum_{ci, ky, kx} inp[b, ci, y + ky, x + kx] * w[co, ci, ky, kx] (a valid NCHW convolution,
+  its ranges as the scheduler builds them: output b, co, y, x; reduce ci, ky, kx)."""
+  OH, OW = H - K + 1, W - K + 1
+  sizes = (B * CO * OH * OW, B * CI * H * W, CO * CI * K * K)
+  out, inp, w = (UOp(Ops.PARAM, dtypes.float.ptr(n), arg=i) for i, n in enumerate(sizes))
+  b, co, y, x = (UOp.range(n, i) for i, n in enumerate((B, CO, OH, OW)))
+  ci, ky, kx = (UOp.range(n, 4 + i, AxisType.REDUCE) for i, n in enumerate((CI, K, K)))
+  val = (inp.index(b * (CI * H * W) + ci * (H * W) + (y + ky) * W + x + kx).load() *
+         w.index(co * (CI * K * K) + ci * (K * K) + ky * K + kx).load()).reduce(ci, ky, kx, arg=Ops.ADD)
+  return out.index(b * (CO * OH * OW) + co * (OH * OW) + y * OW + x).store(val).sink(arg=KernelInfo())
+
+
+@pytest.mark.parametrize("W, lanes", [(12, 10), (8, 6), (22, 10), (18, 16)])
+def test_heuristics_conv2d_row_is_one_vector_of_its_widest_divisor(W: int, lanes: int) -> None:
+  # the output row (W - 2 wide for a 3x3 filter) is the native vector (16 or 8 lanes when they divide it, else its
+  # widest divisor up to 16: 10 -> 10, 6 -> 6, 20 -> 10), 8 output channels share each input vector, the filter row
+  # is unrolled whole; results against numpy
+  ren = Device["CPU"].renderer
+  assert ren.vectorize_upcast, f"the CPU default renderer is expected to be LLVM, got {type(ren).__name__}"
+  B, CO, CI, H, K = 2, 16, 3, 7, 3
+  ast = conv2d_ast(B, CO, CI, H, W, K)
+  opt = optimize_kernel(ast, ren)
+  assert opt.arg.applied_opts == (Opt(OptOps.UPCAST, 3, lanes), Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.UNROLL, 2, 0)), \
+    opt.arg.applied_opts
+  src = get_program(opt, ren).src
+  assert f"load <{lanes} x float>" in src and f"store <{lanes} x float>" in src, src
+  rng = np.random.default_rng(7)
+  inp = rng.standard_normal((B, CI, H, W)).astype(np.float32)
+  w = rng.standard_normal((CO, CI, K, K)).astype(np.float32)
+  OH, OW = H - K + 1, W - K + 1
+  win = np.stack([[inp[:, :, ky:ky + OH, kx:kx + OW] for kx in range(K)] for ky in range(K)])  # ky kx b ci y x
+  want = np.einsum("pqbiyx,oipq->boyx", win.astype(np.float64), w.astype(np.float64))
+  got = run(opt, "CPU", [inp.ravel(), w.ravel()], B * CO * OH * OW).reshape(B, CO, OH, OW)
+  np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("lanes", [5, 6, 7, 12])
+def test_odd_width_vector_upcast_keeps_results(lanes: int) -> None:
+  # an UPCAST of any width from 4 to 16 lanes becomes one native vector on LLVM (widened by LLVM to a register):
+  # a gated, shifted load and a contiguous store over it
+  ren = Device["CPU"].renderer
+  assert ren.vectorize_upcast, f"the CPU default renderer is expected to be LLVM, got {type(ren).__name__}"
+  R, C = 3, lanes * 4
+  c, a = UOp(Ops.PARAM, dtypes.float.ptr(R * C), arg=0), UOp(Ops.PARAM, dtypes.float.ptr(R * C), arg=1)
+  i, j = UOp.range(R, 0), UOp.range(C, 1)
+  ast = c.index(i * C + j).store(a.index(i * C + j).load() * 3.0 + a.index(i * C + j - 1, j > 0).load()) \
+    .sink(arg=KernelInfo(opts_to_apply=(Opt(OptOps.UPCAST, 1, lanes),)))
+  src = get_program(ast, ren).src
+  assert f"store <{lanes} x float>" in src, src
+  x = np.random.default_rng(8).standard_normal((R, C)).astype(np.float32)
+  want = x * 3.0 + np.concatenate([np.zeros((R, 1), np.float32), x[:, :-1]], axis=1)
+  np.testing.assert_allclose(run(ast, "CPU", [x.ravel()], R * C).reshape(R, C), want, rtol=1e-6, atol=1e-6)
+  # with no load contiguous along it (a padding: only the gated, shifted load) an odd width stays scalar lanes (a
+  # vector of gathers is slower); 4/8/16 lanes are still vectors
+  pad = c.index(i * C + j).store(a.index(i * C + j - 1, j > 0).load() + 1.0)
+  for n in (lanes, 4):
+    src = get_program(pad.sink(arg=KernelInfo(opts_to_apply=(Opt(OptOps.UPCAST, 1, n),))), ren).src
+    assert (f"store <{n} x float>" in src) == (n == 4), src
+  got = run(pad.sink(arg=KernelInfo(opts_to_apply=(Opt(OptOps.UPCAST, 1, lanes),))), "CPU", [x.ravel()], R * C)
+  want = np.concatenate([np.zeros((R, 1), np.float32), x[:, :-1]], axis=1) + 1.0
+  np.testing.assert_array_equal(got.reshape(R, C), want)

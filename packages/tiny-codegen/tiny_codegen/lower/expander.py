@@ -4,11 +4,12 @@ Expects: a kernel AST whose UPCAST/UNROLL ranges have constant bounds.
 Guarantees: no UPCAST/UNROLL range is left. A STORE that depends on an UPCAST range becomes a GROUP of one STORE
 per lane; a REDUCE over an UNROLL (or UPCAST) range combines the lanes' values with the reduce op before reducing
 over its remaining ranges. Lane copies are scalar, except on renderers with `vectorize_upcast` (LLVM on the CPU):
-there one UPCAST axis of each STORE (4/8/16 lanes, the one most loads walk contiguously) becomes native vectors
-first — a load contiguous in it is one vector LOAD, a load that doesn't depend on it is broadcast, other loads are
-gathered lane by lane (VECTORIZE), ALU ops and reduces run on the vectors, and the STORE is one vector store when
-contiguous, else one store per lane of a GEP. What SLP would have to rediscover from scalar copies (and, in loop
-nests, often doesn't) is then explicit.
+there one UPCAST axis of each STORE (4 to 16 lanes, the one most loads walk contiguously; LLVM widens an odd width
+such as a conv's 10-wide row to the next register) becomes native vectors first — a load contiguous in it is one
+vector LOAD, a load that doesn't depend on it is broadcast, other loads are gathered lane by lane (VECTORIZE), ALU
+ops and reduces run on the vectors, and the STORE is one vector store when contiguous, else one store per lane of a
+GEP. (Wider than 16, e.g. a 20-lane row, LLVM's legalization scalarizes the broadcasts: 2x slower than 10 lanes.)
+What SLP would have to rediscover from scalar copies (and, in loop nests, often doesn't) is then explicit.
 """
 from __future__ import annotations
 
@@ -78,7 +79,9 @@ def _expand_store(st: UOp, vectorize: bool = False) -> UOp | None:
 
 
 # ***** one UPCAST axis as native vectors *****
-VECTOR_LANES = (4, 8, 16)
+VECTOR_LANES = tuple(range(4, 17))
+POW2_LANES = (4, 8, 16)  # other widths only where a load walks the axis contiguously: a 10- or 12-lane vector that is
+                         # all gathers (a padding's gated loads) ran 1.3-2x slower than its scalar lanes
 _VALUE_OPS = GroupOp.ALU | {Ops.CAST, Ops.BITCAST}
 
 
@@ -100,8 +103,9 @@ def _contiguous(idx_node: UOp, r: UOp) -> bool:
 
 
 def _vector_axis(st: UOp, rngs: list[UOp]) -> UOp | None:
-  """The UPCAST axis of `st` (4/8/16 lanes) that the most loads (and the store) walk contiguously, wider first; None
-  if none does, or the value has ops a vector can't carry."""
+  """The UPCAST axis of `st` (4 to 16 lanes; other than 4/8/16 only when some load walks it contiguously) that the
+  most loads (and the store) walk contiguously, wider first; None if none does, or the value has ops a vector can't
+  carry."""
   if st.src[0].op is not Ops.INDEX or st.src[1].dtype.count != 1: return None
   if any(u.op in (Ops.WMMA, Ops.VECTORIZE, Ops.GEP) or (u.op is Ops.LOAD and u.dtype.count != 1)
          for u in st.src[1].toposort()): return None
@@ -109,6 +113,7 @@ def _vector_axis(st: UOp, rngs: list[UOp]) -> UOp | None:
   best, score = None, 0
   for r in rngs:
     if r.arg[1] is not AxisType.UPCAST or _lanes(r) not in VECTOR_LANES: continue
+    if _lanes(r) not in POW2_LANES and not any(_contiguous(ld.src[0], r) for ld in loads if r in ld.ranges): continue
     sc = (sum(2 if _contiguous(ld.src[0], r) else 0 for ld in loads if r in ld.ranges) + _contiguous(st.src[0], r)) \
       * _lanes(r)
     if sc > score: best, score = r, sc
