@@ -224,7 +224,8 @@ def run() -> dict[str, dict[str, Any]]:
       print(f"{label} unavailable: {type(e).__name__}: {e}", file=sys.stderr)
       continue
     for case, v in got.items():
-      res["a.sum() 16M float32" if case == "sum" else "a+b 16M float32"][label + ("_fresh" if "fresh" in case else "")] = v
+      row = res["a.sum() 16M float32" if case == "sum" else "a+b 16M float32"]
+      row[label + ("_fresh" if "fresh" in case else "")] = v
   return res
 
 

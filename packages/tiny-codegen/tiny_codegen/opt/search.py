@@ -3,8 +3,8 @@
 1. Seeds: the unoptimized kernel and the hand-coded heuristics' opts (`hand_coded_optimizations`), so the search
    starts where the heuristics end and can only replace them with something it measured faster.
 2. Rounds: every kernel of the beam (the `n` fastest so far) grows by one opt of `ACTIONS`; the candidates are
-   compiled and timed (each the least of several runs: `_Timer`); the `n` fastest form the next beam, until a round
-   finds nothing faster than the best so far.
+   compiled and timed (each the least of several runs: `_Timer`; once, if over `CUTOFF` times the best); the `n`
+   fastest form the next beam, until a round finds nothing faster than the best so far.
 3. Final: the few fastest candidates and the heuristics' are timed again, in turns (so that a burst of load on a
    shared machine hits all of them alike); a candidate replaces the heuristics only if it is faster by `MARGIN`.
 
@@ -42,6 +42,8 @@ SEARCH_VERSION = 2  # part of the cache key: bump when the way a winner is chose
 MARGIN = 0.03       # a candidate replaces the heuristics' opts only when at least 3% faster in the final timing
 FINALISTS = 3       # candidates (besides the heuristics') timed again at the end
 MIN_RUNS, MAX_RUNS, RUN_BUDGET = 3, 20, 0.05  # runs per timing: at least 3, more while under 50 ms in all
+CUTOFF = 2.0  # a candidate whose run takes over twice the best time so far is timed once (a naive 1024^2 matmul's
+              # first round of candidates took ~3 minutes at 3 runs each)
 
 
 class _Timer:
@@ -68,9 +70,10 @@ class _Timer:
       p = self.programs[opts] = (prg, args, vals, spec)
     return p
 
-  def time(self, opts: tuple[Opt, ...], min_runs: int = MIN_RUNS) -> float:
+  def time(self, opts: tuple[Opt, ...], min_runs: int = MIN_RUNS, cutoff: float = math.inf) -> float:
     """Seconds of one launch of the kernel with `opts`: the least of `min_runs` runs or more (up to `MAX_RUNS` while
-    the runs take less than `RUN_BUDGET` in all): the least is the run the fewest interruptions slowed."""
+    the runs take less than `RUN_BUDGET` in all): the least is the run the fewest interruptions slowed. A run slower
+    than `cutoff` ends the timing (a candidate that far behind is no contender: one run of it is enough)."""
     prg, args, vals, spec = self._program(opts)
     best, spent, runs = math.inf, 0.0, 0
     while runs < min_runs or (runs < MAX_RUNS and spent < RUN_BUDGET):
@@ -78,6 +81,7 @@ class _Timer:
       t = prg(*args, global_size=spec.global_size, local_size=spec.local_size, vals=vals, wait=True)
       took = time.perf_counter() - st
       best, spent, runs = min(best, t if t is not None else took), spent + took, runs + 1
+      if best > cutoff: break
     return best
 
 
@@ -137,7 +141,8 @@ def _kernel_for(ast: UOp, renderer: Renderer, opts: tuple[Opt, ...]) -> Kernel:
 Timed = list[tuple[tuple[Opt, ...], float]]
 
 
-def beam_candidates(ast: UOp, renderer: Renderer, amt: int, timer: _Timer | None = None) -> tuple[Timed, tuple[Opt, ...]]:
+def beam_candidates(ast: UOp, renderer: Renderer, amt: int,
+                    timer: _Timer | None = None) -> tuple[Timed, tuple[Opt, ...]]:
   """(every opt sequence the search timed, in the order it timed them -- the seeds first: the unoptimized kernel, then
   the heuristics' -- each with its seconds; the chosen one). See the module docstring."""
   timer = timer or _Timer(ast, renderer)
@@ -164,7 +169,7 @@ def beam_candidates(ast: UOp, renderer: Renderer, amt: int, timer: _Timer | None
         if k2.ast in seen: continue
         seen.add(k2.ast)
         opts = tuple(k2.applied_opts)
-        try: t = timer.time(opts)
+        try: t = timer.time(opts, cutoff=CUTOFF * best)
         except Exception as e:  # noqa: BLE001 -- a candidate that fails to compile or run is just not a candidate
           if DEBUG >= 3: print(f"BEAM: {opts} failed: {type(e).__name__}: {e}")
           continue
