@@ -14,7 +14,7 @@ from tiny_uop.plugins import Device
 from tiny_codegen import get_program
 from tiny_codegen.opt import apply_opts
 from tiny_codegen.opt.search import ACTIONS, _buffers_for, _Timer, beam_candidates, beam_search, cache_key, \
-  heuristic_opts
+  heuristic_opts, timing_device
 from tiny_codegen.renderer.cstyle import ClangRenderer
 from tiny_codegen.renderer.llvmir import LLVMRenderer
 
@@ -106,6 +106,17 @@ def test_cache_key_tells_apart_what_it_must() -> None:
   other_cpu.compiler.cachekey = None
   assert cache_key(add_ast(1024), other_cpu, 2) is None
   assert len(ACTIONS) == len(set(ACTIONS))
+
+
+def test_cache_key_tells_a_mock_device_from_the_real_one() -> None:
+  """Timings through MOCK+AMD's emulator say nothing about a real AMD GPU of the same arch."""
+  from tiny_codegen.renderer.amdgpu import AMDGPURenderer
+  ren = AMDGPURenderer("gfx1100")
+  with Context(DEV="AMD:LLVM:gfx1100"): real, real_dev = cache_key(add_ast(1024), ren, 2), timing_device(ren)
+  with Context(DEV="MOCK+AMD:LLVM:gfx1100"): mock, mock_dev = cache_key(add_ast(1024), ren, 2), timing_device(ren)
+  assert real is not None and mock is not None and real != mock
+  assert (real_dev, mock_dev) == ("AMD", "MOCK+AMD")  # where the candidates are timed
+  with Context(DEV="CPU"): assert timing_device(ren) == "AMD" and timing_device(LLVMRenderer()) == "CPU"
 
 
 def test_beam_search_is_cached_per_key(tmp_path, monkeypatch) -> None:

@@ -9,8 +9,9 @@
    shared machine hits all of them alike); a candidate replaces the heuristics only if it is faster by `MARGIN`.
 
 The winner is cached on disk under `cache_key`: the kernel's exact structure (its name aside), the renderer (class,
-arch, device, its instance settings such as the CPU thread count), the compiler's identity (target triple, CPU and
-features, flags), the beam width and the action set. Timing needs the device the renderer belongs to; it is opened
+arch, instance settings such as the CPU thread count), the device it is timed on (`timing_device`: DEV's entry for
+the renderer's device, with its interface: `MOCK+AMD`'s emulator is not an AMD GPU), the compiler's identity (target
+triple, CPU and features, flags), the beam width, the action set and the search's version. The device is opened
 through the plugin registry (codegen never imports a runtime).
 """
 from __future__ import annotations
@@ -51,9 +52,10 @@ class _Timer:
 
   def __init__(self, ast: UOp, renderer: Renderer):
     from tiny_uop.plugins import Device
-    self.ast, self.renderer, self.dev = ast, renderer, Device[renderer.device]
+    device = timing_device(renderer)
+    self.ast, self.renderer, self.dev = ast, renderer, Device[device]
     self.info = ast.arg if isinstance(ast.arg, KernelInfo) else KernelInfo()
-    self.bufs = _buffers_for(ast, renderer.device)
+    self.bufs = _buffers_for(ast, device)
     self.programs: dict[tuple[Opt, ...], Any] = {}
 
   def fixed(self, opts: tuple[Opt, ...]) -> UOp:
@@ -100,16 +102,27 @@ def _buffers_for(ast: UOp, device: str) -> list[Buffer]:
 
 
 def _renderer_text(renderer: Renderer) -> str | None:
-  """Everything about the renderer that changes the code or its speed: class, arch, device, its instance settings
-  (the CPU thread count, ...) and its compiler's identity (triple, CPU name and features, flags). None when the
-  compiler has no identity (no disk cache: `CACHELEVEL=0` when it was made): then nothing is cached."""
+  """Everything about the renderer that changes the code or its speed: class, arch, device and the interface it is
+  timed through (`MOCK+AMD`'s emulator is not an AMD GPU), its instance settings (the CPU thread count, ...) and its
+  compiler's identity (triple, CPU name and features, flags). None when the compiler has no identity (no disk cache:
+  `CACHELEVEL=0` when it was made): then nothing is cached."""
   comp = getattr(renderer, "compiler", None)
   ident = getattr(comp, "cachekey", None)
   if comp is not None and ident is None: return None
   settings = sorted((k, v) for k, v in vars(renderer).items()
                     if not k.startswith("_") and isinstance(v, (bool, int, float, str, tuple)))
-  return (f"{type(renderer).__module__}.{type(renderer).__qualname__}\0{renderer.arch}\0{renderer.device}\0"
+  return (f"{type(renderer).__module__}.{type(renderer).__qualname__}\0{renderer.arch}\0{timing_device(renderer)}\0"
           f"{settings!r}\0{type(comp).__qualname__}\0{ident}")
+
+
+def timing_device(renderer: Renderer) -> str:
+  """The device the search times on: `DEV`'s entry for the renderer's device, with its interface (`MOCK+AMD`: the
+  emulator, when DEV says so), else the renderer's device itself."""
+  from tiny_uop.helpers import DEV
+  from tiny_uop.target import Target
+  for t in Target.parse_list(dev) if (dev := str(DEV.value or "").strip()) else ():
+    if t.device == renderer.device: return t.names[0]
+  return renderer.device
 
 
 def cache_key(ast: UOp, renderer: Renderer, amt: int) -> str | None:
