@@ -138,7 +138,7 @@ def test_timer_times_exactly_the_opts_given() -> None:
   t = _Timer(ast, ren)
   heur = heuristic_opts(ast, ren)
   assert t.time(heur) > 0 and t.time(()) > 0
-  def src(spec): return spec.src.replace(f"@{spec.name}(", "@K(")  # names are made unique per process
+  def src(spec): return spec.src.replace(f"{spec.name}(", "K(")  # names are made unique per process
   assert heur and src(t.programs[heur][3]) == src(get_program(apply_opts(ast, ren, heur), ren))
   plain = ast.replace(arg=KernelInfo("beam_mm", opts_to_apply=()))  # no opts (None would mean: the heuristics')
   assert src(t.programs[()][3]) == src(get_program(plain, ren)) != src(t.programs[heur][3])
