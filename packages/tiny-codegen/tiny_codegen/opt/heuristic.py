@@ -12,7 +12,8 @@ CPU renderers (no locals; threads split the outermost loop in lowering):
 - a small innermost reduce axis (a filter row, <= 8) is unrolled fully (the block leaves room for it); a larger
   contiguous one (a plain sum) is unrolled by up to 16 so independent partial results hide the add latency, as
   long as the loop body is cheap (an unrolled exp2 only slows compiling);
-- elementwise kernels: left to LLVM's loop vectorizer.
+- elementwise kernels: left to LLVM's loop vectorizer, but for a big output (streamed past the cache: the renderer's
+  `nontemporal_min_bytes`), whose contiguous store axis is upcast to one cache line of lanes.
 GPU renderers (`has_local`) have their own heuristics in `heuristic_gpu`.
 """
 from __future__ import annotations
@@ -23,6 +24,7 @@ from tiny_uop.device import Renderer
 from tiny_uop.dtype import dtypes
 from tiny_uop.uop import AxisType, GroupOp, Ops, UOp
 
+from tiny_codegen.lower.expander import VECTOR_LANES
 from tiny_codegen.opt.kernel import Kernel, KernelOptError, Opt, OptOps, _bound, stride_of
 
 
@@ -57,7 +59,9 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
       _vector_accumulators(k, sidx, k.loads())
   elif not ren.has_threads:
     _upcast_contiguous(k, sidx)
-  elif ren.vectorize_upcast: _upcast_awkward_elementwise(k, sidx, loads)
+  elif ren.vectorize_upcast:
+    _upcast_awkward_elementwise(k, sidx, loads)
+    if k.upcast_size == 1: _upcast_streaming_store(k, sidx)
   return k
 
 
@@ -276,6 +280,25 @@ def _upcast_awkward_elementwise(k: Kernel, sidx: UOp | None, loads: list[UOp]) -
     if not awkward: return
     amt = n if n <= 16 else next((a for a in (8, 4) if n % a == 0), n if n <= 32 else 0)
     if amt > 1: _try(k, Opt(OptOps.UPCAST, i, amt))
+    return
+
+
+def _upcast_streaming_store(k: Kernel, sidx: UOp | None) -> None:
+  """A plain elementwise kernel whose output is big enough to be streamed past the cache (the renderer's
+  `nontemporal_min_bytes`): the store's contiguous axis is upcast to one cache line of lanes (16 float32s), so each
+  store is a whole line the renderer can stream (LLVM's loop vectorizer refuses a streaming store it can't prove
+  aligned, so the vectors must be explicit)."""
+  least, line = getattr(k.renderer, "nontemporal_min_bytes", 0), getattr(k.renderer, "cache_line", 0)
+  st = k.stores()
+  if sidx is None or not least or not line or len(st) != 1: return
+  buf = st[0].src[0].src[0]
+  if buf.op is not Ops.PARAM or (size := getattr(buf.dtype, "size", -1)) <= 0: return
+  item = buf.dtype.base.itemsize
+  if size * item < least or line % item or line // item not in VECTOR_LANES: return  # uint8: 64 lanes, no vector
+  rngs, lanes = k.rngs, line // item
+  for i, r, n in reversed(_output_axes_with_bounds(k)):
+    if stride_of(sidx, r, rngs) != 1: continue
+    if n % lanes == 0: _try(k, Opt(OptOps.UPCAST, i, lanes))
     return
 
 

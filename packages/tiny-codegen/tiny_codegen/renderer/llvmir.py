@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import math
 import struct
+from typing import Any
 
 from tiny_uop.dtype import DType, PtrDType, dtypes, round_float
 from tiny_uop.helpers import CHECK_OOB
 from tiny_uop.uop import AXIS_LETTER, Ops, UOp
 
 from tiny_codegen.compiler.llvm import LLVMCompiler
-from tiny_codegen.renderer import CPURenderer, kernel_params, oob_checks
+from tiny_codegen.renderer import CPURenderer, kernel_params, nontemporal_store, oob_checks
 
 _INTR = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc", Ops.POW: "pow"}
 _ALU_OPS = {*_INTR, Ops.WHERE, Ops.NEG, Ops.RECIPROCAL, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.MULACC, Ops.ADD,
@@ -69,7 +70,7 @@ class LLVMRenderer(CPURenderer):
 
   def render(self, uops: list[UOp]) -> str:
     """LLVM IR of the kernel `uops` (ending in a SINK whose arg is a KernelInfo carrying the name)."""
-    return _LLVMEmitter(uops, contract=True, check_oob=bool(CHECK_OOB.value)).render()
+    return _LLVMEmitter(uops, contract=True, check_oob=bool(CHECK_OOB.value), stream=self).render()
 
 
 def accumulations(uops: list[UOp]) -> set[UOp]:
@@ -89,7 +90,7 @@ def accumulations(uops: list[UOp]) -> set[UOp]:
 
 
 class _LLVMEmitter:
-  def __init__(self, uops: list[UOp], contract: bool = False, check_oob: bool = False):
+  def __init__(self, uops: list[UOp], contract: bool = False, check_oob: bool = False, stream: Any = None):
     self.uops = uops
     self.name = getattr(uops[-1].arg, "name", "kernel") if uops else "kernel"
     self.oob = oob_checks(uops) if check_oob else {}
@@ -101,6 +102,8 @@ class _LLVMEmitter:
     self.decls: set[str] = set()
     self.n = 0
     self.loops: dict[UOp, int] = {}
+    self.stream = stream  # the renderer whose streaming-store rule applies (`nontemporal_store`); None: never stream
+    self.streamed = False  # whether any store streamed (the kernel then ends with a fence)
 
   def tmp(self) -> str:
     self.n += 1
@@ -308,6 +311,23 @@ class _LLVMEmitter:
         out = g
       self.r[u] = out
 
+  def streaming_store(self, v: str, vdt: DType, ptr_uop: UOp) -> None:
+    """A whole-cache-line vector store past the cache (`renderer.nontemporal_store`) when its address is aligned to
+    the line at run time (a buffer view can start anywhere), else a plain store: x86 lowers a `!nontemporal` vector
+    store without that alignment to scalar streaming stores, and LLVM may assume the `align` it is given."""
+    ptr, t, line = self.val(ptr_uop), ltype(vdt, mem=True), vdt.itemsize
+    k = self.n = self.n + 1
+    low = self.op(f"and i64 {self.op(f'ptrtoint ptr {ptr} to i64')}, {line - 1}")
+    self.emit(f"br i1 {self.op(f'icmp eq i64 {low}, 0')}, label %nt{k}.line, label %nt{k}.plain")
+    self.lines.append(f"nt{k}.line:")
+    self.emit(f"store {t} {v}, ptr {ptr}, align {line}, !nontemporal !0")
+    self.emit(f"br label %nt{k}.done")
+    self.lines.append(f"nt{k}.plain:")
+    self.emit(f"store {t} {v}, ptr {ptr}{self.align(vdt)}")
+    self.emit(f"br label %nt{k}.done")
+    self.lines.append(f"nt{k}.done:")
+    self.streamed = True
+
   def bounds_check(self, u: UOp, idx: str, it: str) -> None:
     """CHECK_OOB (see `renderer.OOBCheck`): the access through INDEX `u` happens only where it is in bounds; an
     out-of-bounds one (where its gate is true) writes the kernel's record instead (else a scratch copy of it). `it` is
@@ -386,13 +406,17 @@ class _LLVMEmitter:
           self.emit(f"store {ltype(vdt, mem=True)} {v}, ptr {self.val(src[0])}{self.align(vdt)}")
           self.emit(f"br label %st{k}.skip")
           self.lines.append(f"st{k}.skip:")
+        elif self.stream is not None and nontemporal_store(self.stream, u): self.streaming_store(v, vdt, src[0])
         else: self.emit(f"store {ltype(vdt, mem=True)} {v}, ptr {self.val(src[0])}{self.align(vdt)}")
       elif not self.value_op(u): raise NotImplementedError(f"LLVM renderer can't render {op} ({dt})")
     _ = block
+    if self.streamed:  # streaming stores are weakly ordered: drain them before the kernel returns and a thread reads
+      self.emit("fence seq_cst")
     body = "\n".join(self.lines)
     decls = "".join(d + "\n" for d in sorted(self.decls))
     if self.oob:  # the CHECK_OOB record the runtime reads after a launch, and the scratch in-bounds accesses write
       decls += f"@{name}_oob = global [4 x i64] zeroinitializer\n@{name}_oob_scratch = internal global [4 x i64] " \
                "zeroinitializer\n"
+    meta = "!0 = !{i32 1}\n" if self.streamed else ""  # the !nontemporal marker (LLVM LangRef: `store`)
     return (f"{decls}define void @{name}({', '.join(args)}) nounwind {{\nentry:\n" +
-            "".join(a + "\n" for a in self.allocas) + body + "\n  ret void\n}\n")
+            "".join(a + "\n" for a in self.allocas) + body + "\n  ret void\n}\n" + meta)
