@@ -1,6 +1,8 @@
 """The lowering pipeline's structure: linear order, loops, accumulators, threads, GPU dims, expander, names."""
 from __future__ import annotations
 
+import re
+
 import pytest
 from tiny_uop import Context, KernelInfo, Ops, UOp, dtypes
 from tiny_uop.device import Renderer
@@ -178,7 +180,8 @@ def test_unsupported_reduce_op_names_valid_ones():
 
 
 def test_kernel_names():
-  assert kernel_name(matvec(4, 8)) == "r_4_8"
+  # another test in this process may have named a different r_4_8 kernel first: then this one is r_4_8n<k>
+  assert re.fullmatch(r"r_4_8(n\d+)?", kernel_name(matvec(4, 8)))
   c = P(0, 12)
   i = UOp.range(12, 0)
   e1 = c.index(i).store(UOp.const(dtypes.float, 1.0)).sink(arg=KernelInfo())

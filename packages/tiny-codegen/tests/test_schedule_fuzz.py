@@ -152,7 +152,8 @@ def assign_program(draw):
     if draw(st.booleans()):
       k = draw(st.integers(0, 2))
       cur[k] = cur[k].assign(x)
-      vers[cur[k]] = {bufs[k]: cur[k]}
+      # what it read stays a dependency of its readers (they come after it, so after those versions)
+      vers[cur[k]] = {**xv, bufs[k]: cur[k]}
       outs.append(cur[k])
     else:
       x = x.contiguous()
