@@ -65,47 +65,93 @@ def _placeholder(kind: str, k: int, dtype: Any, device: str, size: int) -> UOp:
   return UOp(Ops.BUFFER, dtype, (UOp(Ops.UNIQUE, arg=(kind, k)), UOp(Ops.DEVICE, arg=device)), size)
 
 
+NORM_CACHE_MAX_INPUTS = 8
+"""A node whose graph reads at most this many input buffers remembers its normalized form (see `_Normalizer`)."""
+_NO_REUSE = (Ops.CONTIGUOUS, Ops.ASSIGN, Ops.COPY, Ops.SINK)  # may be in `becomes` themselves: never walked over
+_NEVER = -1  # `_Normalizer.lo` of a node whose form must not be remembered (it binds a variable: values vary)
+_NONE = 1 << 62  # `_Normalizer.lo` of a node that reads no input
+
+
 class _Normalizer:
-  def __init__(self) -> None:
+  """Stage 1: the graph with DETACH/CONTIGUOUS_BACKWARD dropped, input BUFFERs as placeholders numbered in the order
+  a depth-first walk (sources in order, post-order) first meets them, BINDs unbound (their values in `var_vals`).
+
+  Eager reuse: a node whose graph holds no CONTIGUOUS/ASSIGN/COPY/BIND and reads at most NORM_CACHE_MAX_INPUTS
+  inputs remembers its normalized form in `_cache["norm"]`: (normalized node, or None when it is the node itself; the
+  number of its first input; its inputs; their placeholders; its graph's size). A later walk with `reuse` takes it without walking below
+  when its inputs would get the same numbers (the walk has met exactly that many inputs so far, none of these), so
+  `(a + 1).realize()` normalizes one node, not the whole graph. Nodes below a reused one are not in `new` (their
+  images are), so `reuse` is off when the caller needs every node's image (`expose`)."""
+  def __init__(self, reuse: bool = True) -> None:
     self.new: dict[UOp, UOp] = {}
     self.inputs: list[UOp] = []
     self.var_vals: dict[str, int] = {}
+    self.reuse = reuse
+    self.lo: dict[UOp, int] = {}  # node -> the lowest input number in its graph (_NONE: none; _NEVER: binds)
+    self.nodes = 0  # the normalized graph's size (a cache entry keeps it alive): nodes walked + reused graphs' sizes
 
   def arg(self, a: Any) -> Any:
     if isinstance(a, tuple): return tuple(self.arg(x) for x in a)
     if isinstance(a, UOp): return self.node(a)
     return a
 
+  def _take(self, n: UOp, ent: tuple[UOp | None, int, tuple[UOp, ...], tuple[UOp, ...], int]) -> bool:
+    """Reuse n's remembered form if its inputs get the same numbers in this walk (see the class doc)."""
+    norm, first, inputs, places, size = ent
+    new, lo = self.new, self.lo
+    if inputs:
+      if first != len(self.inputs) or any(b in new for b in inputs): return False
+      for k, (b, ph) in enumerate(zip(inputs, places)): new[b], lo[b] = ph, first + k
+      self.inputs.extend(inputs)
+    new[n], lo[n] = (n if norm is None else norm), (first if inputs else _NONE)
+    self.nodes += size
+    return True
+
   def node(self, root: UOp) -> UOp:
-    new = self.new
+    new, lo = self.new, self.lo
     if (done := new.get(root)) is not None: return done
+    pre: dict[UOp, tuple[int, int]] = {}  # node being walked -> (inputs met, nodes walked) when its walk began
+    reuse = self.reuse
     # root.toposort(gate=lambda x: x not in new), inlined: this walk runs on every realize (the eager hot path)
     stack: list[tuple[UOp, bool]] = [(root, False)]
     while stack:
       n, visited = stack.pop()
       if n in new: continue
       if not visited:
+        if reuse and (ent := n._cache.get("norm")) is not None and self._take(n, ent): continue
         stack.append((n, True))
+        pre[n] = (len(self.inputs), self.nodes)
         for s in reversed(n.src):
           if s not in new: stack.append((s, False))
         continue
+      low = min([lo[s] for s in n.src], default=_NONE)
       if n.op is Ops.BUFFER:
-        self.new[n] = _placeholder("in", len(self.inputs), n.dtype, n.src[1].arg, n.arg)
+        new[n], low = _placeholder("in", len(self.inputs), n.dtype, n.src[1].arg, n.arg), len(self.inputs)
         self.inputs.append(n)
-      elif n.op in (Ops.DETACH, Ops.CONTIGUOUS_BACKWARD): self.new[n] = self.new[n.src[0]]
+      elif n.op in (Ops.DETACH, Ops.CONTIGUOUS_BACKWARD): new[n] = new[n.src[0]]
       elif n.op is Ops.BIND:
         var, val = n.unbind()
         if self.var_vals.get(var.arg[0], val) != val:
           raise ValueError(f"Variable {var.arg[0]!r} is bound to two values ({self.var_vals[var.arg[0]]} and {val})")
         self.var_vals[var.arg[0]] = val
-        self.new[n] = n.replace(src=(var, UOp.const(var.dtype, var.arg[1])))
+        new[n], low = n.replace(src=(var, UOp.const(var.dtype, var.arg[1]))), _NEVER
       else:
         arg = n.arg
         if n.op in (Ops.RESHAPE, Ops.EXPAND, Ops.PAD, Ops.SHRINK) and not all(x.__class__ is int for x in arg):
-          arg = self.arg(arg)  # symbolic sizes (or PAD/SHRINK's pairs)
+          arg, low = self.arg(arg), _NEVER  # symbolic sizes (or PAD/SHRINK's pairs)
         src = tuple(new[s] for s in n.src)
         m = n if arg is n.arg and src == n.src else UOp(n.op, n.dtype, src, arg, n.tag)
         new[n] = _split_big_reduce(m) if n.op is Ops.REDUCE_AXIS else m
+      lo[n] = low
+      self.nodes += 1
+      first, nodes = pre.pop(n)
+      # remember n's form when its graph's inputs are exactly those met during its walk (none met earlier)
+      # (a BUFFER never: its entry would hold the BUFFER itself, a reference cycle)
+      if n.op not in _NO_REUSE and n.op is not Ops.BUFFER and low >= first and \
+          len(self.inputs) - first <= NORM_CACHE_MAX_INPUTS:
+        m = new[n]
+        ins = tuple(self.inputs[first:])
+        n._cache["norm"] = (None if m is n else m, first, ins, tuple(new[b] for b in ins), self.nodes - nodes)
     return new[root]
 
 
@@ -703,11 +749,11 @@ def create_schedule(sink: UOp, expose: Iterable[UOp] = ()) -> ScheduleResult:
   if sink.op is not Ops.SINK: raise TypeError(f"create_schedule needs a SINK of tensor values, got {sink.op}")
   maybe_verify(sink, tensor_spec, "tensor graph")
   st = time.perf_counter()
-  norm = _Normalizer()
+  norm = _Normalizer(reuse=not expose)  # expose: each exposed node's image is needed, so every node is walked
   nsink = norm.node(sink)
   nexpose: frozenset[UOp] = frozenset()
   dec = None
-  nodes = len(norm.new)  # the normalized graph's size: what a cache entry keeps alive
+  nodes = norm.nodes  # the normalized graph's size: what a cache entry keeps alive
   if expose:  # only the nodes that get a buffer anyway matter (and only they key the cache)
     if (realized := _realized.get(nsink)) is None:
       dec = _decide(nsink)
