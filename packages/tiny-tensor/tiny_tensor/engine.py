@@ -5,8 +5,9 @@ in order: kernels are compiled once per `(ast, renderer)` with `tiny_codegen.get
 COPYs go through host memory, or device to device between GPUs of one backend that can (`copy_buffer`); SLICEs make
 zero-copy views. It returns the scheduler's `becomes` map, which `Tensor.realize` applies to every live tensor.
 
-The engine also owns the BUFFER-UOp -> `tiny_uop.device.Buffer` registry (weak-keyed: a buffer is freed when no graph
-refers to its BUFFER node any more; `register_buffer` puts an existing Buffer behind a BUFFER UOp) and `GlobalCounters`.
+The engine also owns the BUFFER-UOp -> `tiny_uop.device.Buffer` registry (kept on the node: a buffer is freed when no
+graph refers to its BUFFER node any more; `register_buffer` puts an existing Buffer behind a BUFFER UOp) and
+`GlobalCounters`.
 
 Capture (used by TinyJit): inside `with capture(on_call, on_host_read):` every CALL the engine runs is reported, after
 it ran, to `on_call` as a `CapturedCall` (what ran, on which Buffers, with which sizes and variable values), and every
@@ -27,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Iterable, Iterator, Literal
@@ -64,17 +64,14 @@ class GlobalCounters:
 
 
 # ***** the buffer registry *****
-_buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
-
-
-def _mem_freed(nbytes: int) -> None: GlobalCounters.mem_used -= nbytes
-
-
-def _track(buf: Buffer) -> Buffer:
-  if buf._base is None:
-    GlobalCounters.mem_used += buf.nbytes
-    weakref.finalize(buf, _mem_freed, buf.nbytes)
-  return buf
+# The Buffer behind a BUFFER UOp is kept on the node itself (`u._cache["buffer"]`): it lives exactly as long as some
+# graph refers to the node (nodes are freed by reference counting), and finding it is one dict lookup on the eager hot
+# path (a WeakKeyDictionary made a weak reference per lookup). A Buffer never refers back to its node.
+class _EngineBuffer(Buffer):
+  """A Buffer the engine created for a BUFFER UOp: counted in `GlobalCounters.mem_used` while it exists."""
+  def __del__(self) -> None:
+    GlobalCounters.mem_used -= self.nbytes
+    super().__del__()
 
 
 def _buffer_device(u: UOp) -> str:
@@ -88,10 +85,12 @@ _buffers_lock = threading.Lock()
 
 def get_buffer(u: UOp) -> Buffer:
   """The `Buffer` behind a BUFFER UOp, created (not yet allocated) on first use (once, whichever thread asks)."""
+  if (b := u._cache.get("buffer")) is not None: return b
   if u.op is not Ops.BUFFER: raise TypeError(f"get_buffer needs a BUFFER UOp, got {u.op}")
-  if (b := _buffers.get(u)) is None:
-    with _buffers_lock:
-      if (b := _buffers.get(u)) is None: b = _buffers[u] = _track(Buffer(_buffer_device(u), u.arg, u.dtype))
+  with _buffers_lock:
+    if (b := u._cache.get("buffer")) is None:
+      b = u._cache["buffer"] = _EngineBuffer(_buffer_device(u), u.arg, u.dtype)
+      GlobalCounters.mem_used += b.nbytes
   return b
 
 
@@ -104,9 +103,9 @@ def register_buffer(u: UOp, buf: Buffer) -> UOp:
   if u.op is not Ops.BUFFER: raise TypeError(f"register_buffer needs a BUFFER UOp, got {u.op}")
   if u.arg != buf.size or u.dtype != buf.dtype:
     raise ValueError(f"register_buffer: BUFFER of {u.arg} x {u.dtype} can't hold {buf!r} ({buf.size} x {buf.dtype})")
-  if (old := _buffers.get(u)) is not None and old is not buf:
+  if (old := u._cache.get("buffer")) is not None and old is not buf:
     raise ValueError(f"register_buffer: {u} already has a Buffer ({old!r}); make a new BUFFER UOp for {buf!r}")
-  _buffers[u] = buf
+  u._cache["buffer"] = buf
   return u
 
 
@@ -326,10 +325,10 @@ def _run_copy(bufs: tuple[UOp, ...]) -> None:
 
 
 def _run_slice(bufs: tuple[UOp, ...], offset: int) -> None:
-  if not (bufs[0] in _buffers and _buffers[bufs[0]].is_allocated):
-    _buffers[bufs[0]] = get_buffer(bufs[1]).view(bufs[0].arg, bufs[0].dtype, offset)
+  if not ((old := bufs[0]._cache.get("buffer")) is not None and old.is_allocated):
+    bufs[0]._cache["buffer"] = get_buffer(bufs[1]).view(bufs[0].arg, bufs[0].dtype, offset)
   if _tls.captures:
-    view = _buffers[bufs[0]]
+    view = bufs[0]._cache["buffer"]
     _report(CapturedCall("slice", (view, get_buffer(bufs[1])), view.device, offset=offset))
 
 

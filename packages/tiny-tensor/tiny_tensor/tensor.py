@@ -36,17 +36,49 @@ from tiny_tensor.indexing import IndexingMixin
 
 __all__ = ["Tensor"]
 
+class _Registry:
+  """Live tensors by id, held weakly: a lighter `weakref.WeakValueDictionary` (every eager op registers its result in
+  `_lazy_tensors` and every realize lists it). An entry is a plain weak reference (CPython keeps one per object, so
+  registering costs no allocation) and a dead one is dropped when the registry is listed, or when it has doubled in
+  size since the last sweep; a dead tensor's id that a new object reuses is never taken for it (its reference is
+  dead). Writers hold `_registry_lock`."""
+  __slots__ = ("data", "limit")
+
+  def __init__(self) -> None:
+    self.data: dict[int, weakref.ReferenceType[Tensor]] = {}
+    self.limit = 64
+
+  def __setitem__(self, k: int, t: Tensor) -> None:
+    self.data[k] = weakref.ref(t)
+    if len(self.data) > self.limit: self.live()
+
+  def __contains__(self, k: int) -> bool: return (r := self.data.get(k)) is not None and r() is not None
+  def pop(self, k: int, default: Any = None) -> Any:
+    r = self.data.pop(k, None)
+    return default if r is None or (t := r()) is None else t
+
+  def live(self) -> list[Tensor]:
+    """The live tensors now (a list: another thread may add meanwhile); drops the dead entries. Under the lock."""
+    out, dead = [], []
+    for k, r in self.data.items():
+      if (t := r()) is None: dead.append(k)
+      else: out.append(t)
+    for k in dead: del self.data[k]
+    self.limit = max(64, 2 * len(self.data))
+    return out
+
+
 # registries of live tensors, by id (a WeakSet would compare Tensors with ==, which builds a Tensor)
-_grad_tensors: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()  # requires_grad is True
-_leaf_tensors: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()  # ... set so by the user
-_lazy_tensors: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()  # may hold a lazy graph
-_origin_tensors: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()  # remember a graph
-_registry_lock = threading.Lock()  # insertions into the registries above vs. listing them from another thread
+_grad_tensors = _Registry()  # requires_grad is True
+_leaf_tensors = _Registry()  # ... set so by the user
+_lazy_tensors = _Registry()  # may hold a lazy graph
+_origin_tensors = _Registry()  # remember a graph
+_registry_lock = threading.Lock()  # changes to the registries above vs. listing them from another thread
 
 
-def _live(reg: weakref.WeakValueDictionary[int, Tensor]) -> list[Tensor]:
+def _live(reg: _Registry) -> list[Tensor]:
   """The tensors of a registry now (a list: another thread may add to it meanwhile)."""
-  with _registry_lock: return list(reg.values())
+  with _registry_lock: return reg.live()
 _scalar_cache: dict[tuple, UOp] = {}  # (dtype, repr(value), device, shape) -> the broadcast constant
 
 
@@ -137,7 +169,8 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
   def _new(uop: UOp, requires_grad: bool | None = None) -> Tensor:
     t = object.__new__(Tensor)
     t.uop, t._requires_grad, t.grad, t._origin_uop = uop, requires_grad, None, None
-    if requires_grad: _grad_tensors[id(t)] = t  # propagated from an input: not a leaf
+    if requires_grad:  # propagated from an input: not a leaf
+      with _registry_lock: _grad_tensors[id(t)] = t
     return t
 
   def _wrap(self, uop: UOp, *others: Tensor) -> Tensor:
@@ -1362,7 +1395,8 @@ def _apply_becomes(becomes: dict[UOp, UOp]) -> None:
     if (n := fixed.get(t.uop)) is not None:
       if _keeps_origin(t): t._origin = t.uop
       t.uop = n
-    if engine.is_realized(t.uop): _lazy_tensors.pop(id(t), None)
+    if engine.is_realized(t.uop):
+      with _registry_lock: _lazy_tensors.pop(id(t), None)
     else: lazy.append(t)
   if not lazy: return
   # which lazy graphs use a realized node: one walk over all of them, marking every node that reaches one

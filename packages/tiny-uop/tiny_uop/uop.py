@@ -356,7 +356,10 @@ class UOp(metaclass=UOpMetaClass):
   def new_buffer(device: str, size: int, dtype: DType, num: int | None = None) -> UOp:
     """A graph-level buffer of `size` elements; `num` (default: a fresh number) makes it unique."""
     if num is None: num = next(_unique_counter)
-    return UOp(Ops.BUFFER, dtype, (UOp(Ops.UNIQUE, arg=num), UOp(Ops.DEVICE, arg=device)), size)
+    ret = UOp(Ops.BUFFER, dtype, (UOp(Ops.UNIQUE, arg=num), UOp(Ops.DEVICE, arg=device)), size)
+    # what `shape` and `device` would compute, set now: on a fresh node they would walk (its UNIQUE has neither)
+    if "device" not in ret._cache: ret._cache["shape"], ret._cache["device"] = (size,), device
+    return ret
 
   @staticmethod
   def unique() -> UOp:
