@@ -275,15 +275,20 @@ def _run_kernel(ast: UOp, bufs: tuple[UOp, ...], var_vals: dict[str, int]) -> No
   device = _buffer_device(bufs[0])
   spec, prg = _get_runner(ast, device)
   buffers = [get_buffer(b).ensure_allocated() for b in bufs]
-  slots = spec.globals if spec.globals else list(range(len(buffers)))
-  try: vals = tuple(var_vals[v.arg[0]] for v in spec.vars)
-  except KeyError as e: raise RuntimeError(f"kernel {spec.name} needs Variable {e} but no value is bound") from e
+  slots = spec.globals if spec.globals else range(len(buffers))
+  if spec.vars:
+    try: vals = tuple(var_vals[v.arg[0]] for v in spec.vars)
+    except KeyError as e: raise RuntimeError(f"kernel {spec.name} needs Variable {e} but no value is bound") from e
+  else: vals = ()
   st = time.perf_counter()
   et = prg(*[buffers[i]._buf for i in slots], global_size=spec.global_size, local_size=spec.local_size, vals=vals,
            wait=DEBUG >= 2)
   wall = time.perf_counter() - st
   t = et if et is not None else wall
-  ops, mem = _est(spec, "ops"), _est(spec, "mem") or sum(b.nbytes for b in buffers)
+  est = spec.estimates
+  if est.__class__ is dict:  # what _get_runner sets: {"ops": n} (hot path: no getattr chain)
+    ops, mem = est.get("ops", 0), est.get("mem", 0) or sum([b.nbytes for b in buffers])
+  else: ops, mem = _est(spec, "ops"), _est(spec, "mem") or sum(b.nbytes for b in buffers)
   GlobalCounters.kernel_count += 1
   GlobalCounters.global_ops += ops
   GlobalCounters.global_mem += mem

@@ -132,7 +132,7 @@ def _const_key(x: Any) -> Any:
   return (x, x.__class__) if x.__class__ in (int, bool) else x
 
 
-def _drop_entry(ref: weakref.ReferenceType, key: tuple) -> None:
+def _drop_entry(key: tuple, ref: weakref.ReferenceType) -> None:
   """Weakref callback of an interned node: forget its cache entry -- only if the entry is still this node's. A node
   can die (its weakref cleared) before its callback runs (garbage collection of a cycle); an equal node built in
   between owns the entry now, and deleting it would let a third equal node be built: two "equal" nodes, not one.
@@ -161,8 +161,10 @@ class UOpMetaClass(type):
     if (wret := UOpMetaClass.ucache.get(key)) is not None and (ret := wret()) is not None: return ret
     with UOpMetaClass.lock:
       if (wret := UOpMetaClass.ucache.get(key)) is not None and (ret := wret()) is not None: return ret
-      created = super().__call__(op, dtype, src, arg, tag)
-      UOpMetaClass.ucache[key] = weakref.ref(created, lambda r, k=key: _drop_entry(r, k))  # type: ignore[misc]
+      # UOp.__init__ inlined (every new node of every stage comes through here); the callback a C-level partial
+      created = object.__new__(cls)
+      created.op, created.dtype, created.src, created.arg, created.tag, created._cache = op, dtype, src, arg, tag, {}
+      UOpMetaClass.ucache[key] = weakref.ref(created, functools.partial(_drop_entry, key))
     return created
 
 

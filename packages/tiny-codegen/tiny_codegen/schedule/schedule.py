@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from tiny_uop.dtype import DType, dtypes
-from tiny_uop.helpers import DEBUG, all_int, getenv, prod, strides_for_shape
+from tiny_uop.helpers import DEBUG, SPEC, all_int, getenv, prod, strides_for_shape
 from tiny_uop.spec import kernel_spec, maybe_verify, tensor_spec
 from tiny_uop.trace import traced
 from tiny_uop.uop import GroupOp, Ops, UOp, sint
@@ -68,20 +68,24 @@ def _placeholder(kind: str, k: int, dtype: Any, device: str, size: int) -> UOp:
 NORM_CACHE_MAX_INPUTS = 8
 """A node whose graph reads at most this many input buffers remembers its normalized form (see `_Normalizer`)."""
 _NO_REUSE = (Ops.CONTIGUOUS, Ops.ASSIGN, Ops.COPY, Ops.SINK)  # may be in `becomes` themselves: never walked over
-_NEVER = -1  # `_Normalizer.lo` of a node whose form must not be remembered (it binds a variable: values vary)
+_NEVER = -1  # `_Normalizer.lo` of a node whose form must not be remembered (its graph binds a variable or holds one
+             # of _NO_REUSE)
 _NONE = 1 << 62  # `_Normalizer.lo` of a node that reads no input
+_generation = [0]  # bumped by clear_schedule_cache: normalized forms remembered before are not reused
 
 
 class _Normalizer:
   """Stage 1: the graph with DETACH/CONTIGUOUS_BACKWARD dropped, input BUFFERs as placeholders numbered in the order
   a depth-first walk (sources in order, post-order) first meets them, BINDs unbound (their values in `var_vals`).
 
-  Eager reuse: a node whose graph holds no CONTIGUOUS/ASSIGN/COPY/BIND and reads at most NORM_CACHE_MAX_INPUTS
-  inputs remembers its normalized form in `_cache["norm"]`: (normalized node, or None when it is the node itself; the
-  number of its first input; its inputs; their placeholders; its graph's size). A later walk with `reuse` takes it without walking below
-  when its inputs would get the same numbers (the walk has met exactly that many inputs so far, none of these), so
-  `(a + 1).realize()` normalizes one node, not the whole graph. Nodes below a reused one are not in `new` (their
-  images are), so `reuse` is off when the caller needs every node's image (`expose`)."""
+  Eager reuse: a node whose graph holds no CONTIGUOUS/ASSIGN/COPY/SINK/BIND (nor symbolic movement args) and reads
+  at most NORM_CACHE_MAX_INPUTS inputs remembers its normalized form in `_cache["norm"]`: (normalized node, or None
+  when it is the node itself; the number of its first input; its inputs; their placeholders; its graph's size; the
+  cache generation). A later walk with `reuse` takes it without walking below when its inputs would get the same
+  numbers (the walk has met exactly that many inputs so far, none of these), so `(a + 1).realize()` normalizes one
+  node, not the whole graph. Nodes below a reused one are not in `new` (their images are), so `reuse` is off when the
+  caller needs every node's image (`expose`); the nodes that may be in `becomes` (_NO_REUSE) are never below a
+  reused one. `clear_schedule_cache()` starts a new generation: older remembered forms are ignored."""
   def __init__(self, reuse: bool = True) -> None:
     self.new: dict[UOp, UOp] = {}
     self.inputs: list[UOp] = []
@@ -95,9 +99,10 @@ class _Normalizer:
     if isinstance(a, UOp): return self.node(a)
     return a
 
-  def _take(self, n: UOp, ent: tuple[UOp | None, int, tuple[UOp, ...], tuple[UOp, ...], int]) -> bool:
+  def _take(self, n: UOp, ent: tuple[UOp | None, int, tuple[UOp, ...], tuple[UOp, ...], int, int]) -> bool:
     """Reuse n's remembered form if its inputs get the same numbers in this walk (see the class doc)."""
-    norm, first, inputs, places, size = ent
+    norm, first, inputs, places, size, gen = ent
+    if gen != _generation[0]: return False
     new, lo = self.new, self.lo
     if inputs:
       if first != len(self.inputs) or any(b in new for b in inputs): return False
@@ -142,16 +147,17 @@ class _Normalizer:
         src = tuple(new[s] for s in n.src)
         m = n if arg is n.arg and src == n.src else UOp(n.op, n.dtype, src, arg, n.tag)
         new[n] = _split_big_reduce(m) if n.op is Ops.REDUCE_AXIS else m
+        if n.op in _NO_REUSE: low = _NEVER  # it and every node above it: walked each time (see the class doc)
       lo[n] = low
       self.nodes += 1
       first, nodes = pre.pop(n)
       # remember n's form when its graph's inputs are exactly those met during its walk (none met earlier)
       # (a BUFFER never: its entry would hold the BUFFER itself, a reference cycle)
-      if n.op not in _NO_REUSE and n.op is not Ops.BUFFER and low >= first and \
-          len(self.inputs) - first <= NORM_CACHE_MAX_INPUTS:
+      if n.op is not Ops.BUFFER and low >= first and len(self.inputs) - first <= NORM_CACHE_MAX_INPUTS:
         m = new[n]
         ins = tuple(self.inputs[first:])
-        n._cache["norm"] = (None if m is n else m, first, ins, tuple(new[b] for b in ins), self.nodes - nodes)
+        n._cache["norm"] = (None if m is n else m, first, ins, tuple(new[b] for b in ins), self.nodes - nodes,
+                            _generation[0])
     return new[root]
 
 
@@ -185,6 +191,7 @@ class _Template:
   becomes: list[tuple[UOp, UOp, UOp | None]]  # (normalized node, buffer placeholder, view over it or None)
   new_buffers: list[UOp]
   inputs: list[UOp] | None = None  # the input placeholders it uses (`_inputs_of`), found on first use
+  becomes_nodes: set[UOp] = field(default_factory=set)  # the nodes of `becomes` (found with `inputs`)
 
 
 def _unbind(x: sint, memo: dict[UOp, UOp], dt: DType = dtypes.index) -> UOp:
@@ -766,23 +773,28 @@ def create_schedule(sink: UOp, expose: Iterable[UOp] = ()) -> ScheduleResult:
   if tmpl is None:
     tmpl = _schedule(nsink, expose=nexpose, decided=dec)
     if SCHEDULE_CACHE: _cache.put(key, tmpl, nodes)
-  if tmpl.inputs is None: tmpl.inputs = _inputs_of(tmpl)
-  sub: dict[UOp, UOp] = {ph: norm.inputs[ph.src[0].arg[1]] for ph in tmpl.inputs}
+  # step 5: the caller's buffers in place of the placeholders, a new BUFFER for each buffer the schedule makes
+  if tmpl.inputs is None: tmpl.inputs, tmpl.becomes_nodes = _inputs_of(tmpl), {n for n, _, _ in tmpl.becomes}
+  ins = norm.inputs
+  sub: dict[UOp, UOp] = {ph: ins[ph.src[0].arg[1]] for ph in tmpl.inputs}
   for b in tmpl.new_buffers: sub[b] = UOp.new_buffer(b.src[1].arg, b.arg, b.dtype)
-  calls = [c.replace(src=(c.src[0], *(sub[b] for b in c.src[1:]))) for c in tmpl.calls]
-  inv: dict[UOp, list[UOp]] = defaultdict(list)
-  for orig, n in norm.new.items(): inv[n].append(orig)
+  calls = [UOp(Ops.CALL, c.dtype, (c.src[0], *[sub[b] for b in c.src[1:]]), c.arg, c.tag) for c in tmpl.calls]
+  inv: dict[UOp, list[UOp]] = {}  # normalized node in becomes -> the caller's nodes it stands for
+  want = tmpl.becomes_nodes
+  for orig, n in norm.new.items():
+    if n in want: inv.setdefault(n, []).append(orig)
   becomes: dict[UOp, UOp] = {}
   for node, buf, view in tmpl.becomes:
     real = sub.get(buf, buf)
-    for orig in inv.get(node, []):
+    for orig in inv.get(node, ()):
       if view is None: becomes[orig] = real if orig.shape == real.shape else real.reshape(shape_of(orig))
       else: becomes[orig] = _rebase(view, sub)
   if DEBUG >= 3:
     print(f"schedule: {len(calls)} calls ({sum(c.src[0].op is Ops.SINK for c in calls)} kernels) in "
           f"{(time.perf_counter() - st) * 1e3:.2f} ms{' (cached)' if hit else ''}")
-  for c in calls:
-    if c.src[0].op is Ops.SINK: maybe_verify(c.src[0], kernel_spec, "scheduled kernel")
+  if SPEC:
+    for c in calls:
+      if c.src[0].op is Ops.SINK: maybe_verify(c.src[0], kernel_spec, "scheduled kernel")
   return ScheduleResult(calls, becomes, dict(norm.var_vals))
 
 
@@ -807,6 +819,7 @@ def _rebase(view: UOp, sub: dict[UOp, UOp]) -> UOp:
 
 
 def clear_schedule_cache() -> None:
-  """Forget every cached schedule."""
+  """Forget every cached schedule (and the normalized forms nodes remember)."""
+  _generation[0] += 1
   _cache.clear()
   _realized.clear()
