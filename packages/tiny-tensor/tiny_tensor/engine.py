@@ -26,6 +26,7 @@ locked; `GlobalCounters` may miss increments made at the same moment by two thre
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import time
 from collections import OrderedDict
@@ -347,6 +348,90 @@ def run_schedule(calls: list[UOp], var_vals: dict[str, int]) -> None:
     else: raise RuntimeError(f"the engine can't run a CALL of {ast.op}")
 
 
+# ***** eager replay *****
+REPLAY_MAX_NODES = 64
+"""A realize whose graph has at most this many nodes not seen before tries the replay of its cached schedule."""
+
+
+@dataclass(frozen=True)
+class _Replay:
+  """A cached schedule as the engine runs it again without building it (kept in the schedule cache entry's `runtime`
+  slot, see `tiny_codegen.schedule.cached_template`): kernels only, no variables. Buffer slots: 0..len(inputs)-1 are
+  the graph's inputs in the entry's order, then the buffers the schedule makes (`new`: device, size, dtype), fresh
+  BUFFER UOps each run, as `create_schedule` makes them."""
+  new: tuple[tuple[str, int, DType], ...]
+  kernels: tuple[tuple[Any, Any, tuple[int, ...], int, int], ...]  # (spec, program, argument slots, FLOPs, bytes)
+  used: tuple[int, ...]  # the slots the kernels use (allocated before the first kernel runs)
+  outs: tuple[tuple[int, tuple | None], ...]  # per root: its buffer slot, and the shape it is reshaped to (or None)
+  devices: tuple[tuple[str, Any, Any], ...]  # (name, opened device, its renderer) when recorded: replays check them
+
+
+def _make_replay(sched: Any, todo: list[UOp]) -> _Replay | None:
+  """The replay of a schedule just run for `todo` (nothing exposed), or None when it has a COPY/SLICE, variables, or
+  gives buffers to other nodes than the roots."""
+  if sched.var_vals or set(sched.becomes) != set(todo): return None
+  slot = {b: i for i, b in enumerate(sched.inputs)}
+  new: list[tuple[str, int, DType]] = []
+  kernels, devices = [], {}
+  for c in sched.calls:
+    if c.src[0].op is not Ops.SINK: return None
+    call_slots = []
+    for b in c.src[1:]:
+      if b not in slot:
+        slot[b] = len(slot)
+        new.append((_buffer_device(b), b.arg, b.dtype))
+      call_slots.append(slot[b])
+    device = _buffer_device(c.src[1])
+    spec, prg = _get_runner(c.src[0], device)
+    if spec.vars: return None
+    dev = Device._opened.get(device) or Device[device]
+    devices[device] = (device, dev, dev.renderer)
+    args = tuple(call_slots[i] for i in (spec.globals if spec.globals else range(len(call_slots))))
+    mem = _est(spec, "mem") or sum(b.arg * b.dtype.itemsize for b in c.src[1:])
+    kernels.append((spec, prg, args, _est(spec, "ops"), mem))
+  outs = []
+  for r in todo:
+    v = sched.becomes[r]
+    b = v.src[0] if v.op is Ops.RESHAPE else v
+    if b.op is not Ops.BUFFER or b not in slot or (v is not b and v.src[0] is not b): return None
+    outs.append((slot[b], None if v is b else v.arg))
+  used = tuple(sorted({i for k in kernels for i in k[2]}))
+  return _Replay(tuple(new), tuple(kernels), used, tuple(outs), tuple(devices.values()))
+
+
+@functools.cache
+def _cached_template() -> Callable[..., Any]:
+  from tiny_codegen.schedule import cached_template  # imported on first use, as the scheduler is
+  return cached_template
+
+
+def _replay(todo: list[UOp]) -> dict[UOp, UOp] | None:
+  """Realize `todo` (nothing exposed) by replaying its cached schedule: what `create_schedule` + `run_schedule` would
+  do (new output buffers, the same kernels, GlobalCounters), without building the schedule. None when there is no
+  replay for it, or when something must see the schedule being built or each kernel (VIZ, a capture, DEBUG)."""
+  if _trace.RECORDER is not None or _tls.captures or DEBUG.value >= 1: return None
+  if (found := _cached_template()(tuple(todo), REPLAY_MAX_NODES)) is None: return None
+  tmpl, inputs = found
+  if (rp := tmpl.runtime) is None or rp is False: return None
+  for name, dev, renderer in rp.devices:
+    if Device._opened.get(name) is not dev or dev.renderer is not renderer:  # the device's renderer changed
+      tmpl.runtime = None  # recorded again after the next scheduled run
+      return None
+  bufs = [*inputs, *[UOp.new_buffer(d, n, dt) for d, n, dt in rp.new]]
+  real: list[Any] = [None] * len(bufs)
+  for i in rp.used: real[i] = get_buffer(bufs[i]).ensure_allocated()
+  for spec, prg, args, ops, mem in rp.kernels:  # as _run_kernel with DEBUG=0, no recorder and no capture
+    st = time.perf_counter()
+    et = prg(*[real[i]._buf for i in args], global_size=spec.global_size, local_size=spec.local_size, vals=(),
+             wait=False)
+    t = et if et is not None else time.perf_counter() - st
+    GlobalCounters.kernel_count += 1
+    GlobalCounters.global_ops += ops
+    GlobalCounters.global_mem += mem
+    GlobalCounters.time_sum_s += t
+  return {r: bufs[i] if shape is None else bufs[i].reshape(shape) for r, (i, shape) in zip(todo, rp.outs)}
+
+
 def plan(uops: list[UOp], expose: Iterable[UOp] = ()) -> Any:
   """The schedule that `realize(uops, expose)` would run (the scheduler caches it by graph structure, so realizing
   the same graphs afterwards doesn't schedule again). Under the engine lock, like a realize's scheduling."""
@@ -360,11 +445,14 @@ def realize(uops: list[UOp], expose: Iterable[UOp] = ()) -> dict[UOp, UOp]:
   todo = [u for u in uops if not is_realized(u)]
   if not todo: return {}
   with lock:
+    if not expose and (becomes := _replay(todo)) is not None: return becomes
     sched = plan(todo, expose)
     calls = list(sched.calls)
     before = _totals() if DEBUG >= 1 else None
     run_schedule(calls, dict(getattr(sched, "var_vals", {}) or {}))
     if before is not None: _print_realize(calls, before)
+    if not expose and (tmpl := getattr(sched, "template", None)) is not None and tmpl.runtime is None:
+      tmpl.runtime = _make_replay(sched, todo) or False  # False: this schedule is not replayed
   return dict(sched.becomes)
 
 

@@ -284,7 +284,7 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     """
     ts = [self, *lst]
     with engine.lock:  # other threads' realizes see this one's results whole (see tiny_tensor.engine)
-      uops = [s for t in ts for s in (t.uop.src if t.uop.op is Ops.MULTI else (t.uop,))]  # a sharded tensor: shards
+      uops = [s for t in ts for s in (t._uop.src if t._uop.op is Ops.MULTI else (t._uop,))]  # sharded: its shards
       # a lazy tensor that reads a buffer this realize writes (e.g. the loss, after opt.step()) is computed in the
       # same schedule (which reads before it writes), unless the values it reads get buffers anyway: as if run eagerly
       uops += [s for t in _old_value_readers(uops, ts) for s in _shards(t.uop)]
@@ -1392,10 +1392,10 @@ def _apply_becomes(becomes: dict[UOp, UOp]) -> None:
   fixed = {k: (v if v.shape == k.shape else v.reshape(k.shape)) for k, v in becomes.items()}  # 0-d may come back 1-d
   lazy: list[Tensor] = []
   for t in _live(_lazy_tensors):
-    if (n := fixed.get(t.uop)) is not None:
-      if _keeps_origin(t): t._origin = t.uop
+    if (n := fixed.get(t._uop)) is not None:
+      if _keeps_origin(t): t._origin = t._uop
       t.uop = n
-    if engine.is_realized(t.uop):
+    if engine.is_realized(t._uop):
       with _registry_lock: _lazy_tensors.pop(id(t), None)
     else: lazy.append(t)
   if not lazy: return
@@ -1415,7 +1415,9 @@ def _apply_becomes(becomes: dict[UOp, UOp]) -> None:
 def _keeps_origin(t: Tensor) -> bool:
   """Whether `t`'s graph is kept for autograd when it is realized: not for requires_grad=False, nor for an assign
   (a sharded one too): that is a leaf written in place, whose old graph contains its own buffer."""
-  return t.requires_grad is not False and t._origin is None and all(s.op is not Ops.ASSIGN for s in _shards(t.uop))
+  u = t._uop
+  return t._requires_grad is not False and t._origin_uop is None and \
+    (u.op is not Ops.ASSIGN if u.op is not Ops.MULTI else all(s.op is not Ops.ASSIGN for s in u.src))
 
 
 # the higher-level ops (conv2d, pooling, losses, ...) live in nnops as functions taking a Tensor first

@@ -43,11 +43,14 @@ class ScheduleResult:
   """What `create_schedule` returns.
 
   calls: CALL nodes in execution order; becomes: tensor-graph node -> its realized BUFFER (reshaped to the node's
-  shape); var_vals: the values of the bound symbolic variables, by name.
+  shape); var_vals: the values of the bound symbolic variables, by name; inputs, template: for a runtime that replays
+  cached schedules (`cached_template`).
   """
   calls: list[UOp]
   becomes: dict[UOp, UOp] = field(default_factory=dict)
   var_vals: dict[str, int] = field(default_factory=dict)
+  inputs: list[UOp] = field(default_factory=list)  # the graph's input BUFFERs, in the order `cached_template` gives
+  template: Any = field(default=None, repr=False)  # the cache entry it came from (None: not cached)
 
   @property
   def linear(self) -> UOp:
@@ -86,7 +89,9 @@ class _Normalizer:
   node, not the whole graph. Nodes below a reused one are not in `new` (their images are), so `reuse` is off when the
   caller needs every node's image (`expose`); the nodes that may be in `becomes` (_NO_REUSE) are never below a
   reused one. `clear_schedule_cache()` starts a new generation: older remembered forms are ignored."""
-  def __init__(self, reuse: bool = True) -> None:
+  def __init__(self, reuse: bool = True, budget: int | None = None) -> None:
+    self.budget = budget  # walk at most this many nodes, else stop with `over` set (`cached_template`)
+    self.over = False
     self.new: dict[UOp, UOp] = {}
     self.inputs: list[UOp] = []
     self.var_vals: dict[str, int] = {}
@@ -124,6 +129,11 @@ class _Normalizer:
       if n in new: continue
       if not visited:
         if reuse and (ent := n._cache.get("norm")) is not None and self._take(n, ent): continue
+        if self.budget is not None:
+          if (budget := self.budget - 1) < 0:
+            self.over = True
+            return root  # the caller looks at `over`, not at this
+          self.budget = budget
         stack.append((n, True))
         pre[n] = (len(self.inputs), self.nodes)
         for s in reversed(n.src):
@@ -144,6 +154,7 @@ class _Normalizer:
         arg = n.arg
         if n.op in (Ops.RESHAPE, Ops.EXPAND, Ops.PAD, Ops.SHRINK) and not all(x.__class__ is int for x in arg):
           arg, low = self.arg(arg), _NEVER  # symbolic sizes (or PAD/SHRINK's pairs)
+          if self.over: return root
         src = tuple(new[s] for s in n.src)
         m = n if arg is n.arg and src == n.src else UOp(n.op, n.dtype, src, arg, n.tag)
         new[n] = _split_big_reduce(m) if n.op is Ops.REDUCE_AXIS else m
@@ -191,6 +202,8 @@ class _Template:
   becomes: list[tuple[UOp, UOp, UOp | None]]  # (normalized node, buffer placeholder, view over it or None)
   new_buffers: list[UOp]
   inputs: list[UOp] | None = None  # the input placeholders it uses (`_inputs_of`), found on first use
+  runtime: Any = None  # a runtime's own record for running this schedule again without building it (see
+                       # `cached_template`); it goes with the cache entry
   becomes_nodes: set[UOp] = field(default_factory=set)  # the nodes of `becomes` (found with `inputs`)
 
 
@@ -795,7 +808,27 @@ def create_schedule(sink: UOp, expose: Iterable[UOp] = ()) -> ScheduleResult:
   if SPEC:
     for c in calls:
       if c.src[0].op is Ops.SINK: maybe_verify(c.src[0], kernel_spec, "scheduled kernel")
-  return ScheduleResult(calls, becomes, dict(norm.var_vals))
+  return ScheduleResult(calls, becomes, dict(norm.var_vals), norm.inputs, tmpl if SCHEDULE_CACHE else None)
+
+
+def cached_template(roots: tuple[UOp, ...], max_nodes: int = 64) -> tuple[Any, list[UOp]] | None:
+  """The cache entry of the schedule that `create_schedule(UOp.sink(*roots))` (nothing exposed) would give, and the
+  graph's input BUFFERs in the entry's placeholder order, without building the schedule; None when there is no such
+  entry, when the cache is off or SPEC verification on, when the graph binds a variable, or when more than
+  `max_nodes` new nodes would have to be normalized (a big graph: `create_schedule` will normalize it once).
+
+  For runtimes that replay schedules (tiny-tensor's engine): an entry's `runtime` slot holds what the runtime recorded
+  from a `create_schedule` result of it (`ScheduleResult.template`); the schedule of an entry, with input placeholder
+  `i` standing for `inputs[i]` and new buffers made fresh, is the schedule `create_schedule` would return."""
+  if not SCHEDULE_CACHE or SPEC: return None
+  norm = _Normalizer(budget=max_nodes)
+  nroots = []
+  for r in roots:
+    nroots.append(norm.node(r))
+    if norm.over: return None
+  if norm.var_vals: return None
+  tmpl = _cache.get((UOp(Ops.SINK, dtypes.void, tuple(nroots)), frozenset()))
+  return None if tmpl is None else (tmpl, norm.inputs)
 
 
 def _inputs_of(tmpl: _Template) -> list[UOp]:
