@@ -79,7 +79,8 @@ _registry_lock = threading.Lock()  # changes to the registries above vs. listing
 def _live(reg: _Registry) -> list[Tensor]:
   """The tensors of a registry now (a list: another thread may add to it meanwhile)."""
   with _registry_lock: return reg.live()
-_scalar_cache: dict[tuple, UOp] = {}  # (dtype, repr(value), device, shape) -> the broadcast constant
+_scalar_cache: dict[tuple, UOp] = {}
+_SAME_DTYPE_OPS = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.AND, Ops.OR, Ops.XOR})  # result dtype = operands' dtype  # (dtype, repr(value), device, shape) -> the broadcast constant
 
 
 def _np_from(data: Any, dtype: DType | None) -> np.ndarray:
@@ -488,7 +489,8 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
 
   def _scalar_uop(self, y: Any) -> UOp:
     """Python scalar `y` of this tensor's dtype, broadcast to its shape (cached: a hot path of `x + 1`)."""
-    key = (self.dtype, repr(y), self.device, self.shape)
+    u = self._uop
+    key = (u.dtype, repr(y), u.device, u.shape)
     if (cu := _scalar_cache.get(key)) is None:
       if len(_scalar_cache) > 512: _scalar_cache.clear()
       cu = _scalar_cache[key] = self._const_for(y)._broadcast_to(self.shape).uop
@@ -525,8 +527,10 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
   def _binop(self, op: Ops, y: Any, reverse: bool = False) -> Tensor:
     dt = self.dtype
     if type(y) in (int, float, bool) and (dtypes.is_float(dt) or (dtypes.is_int(dt) and type(y) is int)):
-      cu = self._scalar_uop(y)  # hot path: no temporary Tensor for the constant
-      return Tensor._new(cu.alu(op, self.uop) if reverse else self.uop.alu(op, cu), self.requires_grad)
+      cu, u = self._scalar_uop(y), self._uop  # hot path: no temporary Tensor for the constant
+      if op in _SAME_DTYPE_OPS and cu.dtype == u.dtype:  # what alu builds, without its dtype checks
+        return Tensor._new(UOp(op, u.dtype, (cu, u) if reverse else (u, cu)), self._requires_grad)
+      return Tensor._new(cu.alu(op, u) if reverse else u.alu(op, cu), self._requires_grad)
     a, b = self._broadcasted(y, reverse)
     return a._wrap(a.uop.alu(op, b.uop), b)
 
