@@ -16,7 +16,8 @@ def count_schedules(monkeypatch):
   return calls
 
 
-def _x(seed: int, shape=(16, 16)) -> np.ndarray: return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+def _x(seed: int, shape=(16, 16)) -> np.ndarray:
+  return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 
 
 def test_cached_op_launches_one_kernel_without_the_scheduler(count_schedules):

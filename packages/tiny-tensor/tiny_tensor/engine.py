@@ -5,6 +5,12 @@ in order: kernels are compiled once per `(ast, renderer)` with `tiny_codegen.get
 COPYs go through host memory, or device to device between GPUs of one backend that can (`copy_buffer`); SLICEs make
 zero-copy views. It returns the scheduler's `becomes` map, which `Tensor.realize` applies to every live tensor.
 
+Eager replay (the hot path of `(a + 1).realize()` in a loop): a schedule of kernels only, without variables, that gives
+buffers to the roots alone is recorded in its schedule-cache entry (`_Replay`); a later realize whose graph has the
+same structure (`tiny_codegen.schedule.cached_template`, nothing exposed) runs those kernels on its inputs and fresh
+output buffers without building the schedule, counting them as `_run_kernel` does. A VIZ recorder, a capture and
+DEBUG>=1 see every schedule and kernel, so while one is active every realize is scheduled.
+
 The engine also owns the BUFFER-UOp -> `tiny_uop.device.Buffer` registry (kept on the node: a buffer is freed when no
 graph refers to its BUFFER node any more; `register_buffer` puts an existing Buffer behind a BUFFER UOp) and
 `GlobalCounters`.

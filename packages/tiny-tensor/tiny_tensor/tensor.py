@@ -79,8 +79,10 @@ _registry_lock = threading.Lock()  # changes to the registries above vs. listing
 def _live(reg: _Registry) -> list[Tensor]:
   """The tensors of a registry now (a list: another thread may add to it meanwhile)."""
   with _registry_lock: return reg.live()
-_scalar_cache: dict[tuple, UOp] = {}
-_SAME_DTYPE_OPS = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.AND, Ops.OR, Ops.XOR})  # result dtype = operands' dtype  # (dtype, repr(value), device, shape) -> the broadcast constant
+
+
+_scalar_cache: dict[tuple, UOp] = {}  # (dtype, repr(value), device, shape) -> the broadcast constant
+_SAME_DTYPE_OPS = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.AND, Ops.OR, Ops.XOR})  # result dtype = operands' dtype
 
 
 def _np_from(data: Any, dtype: DType | None) -> np.ndarray:

@@ -9,10 +9,11 @@ A UOp has five fields:
 
 Building the same node twice returns the same object, so `is`/`==` are identity and graphs share structure.
 Interning is thread-safe: a miss in the cache takes a lock, so two threads building the same node get one object.
-Derived properties (`shape`, `device`, `vmin`/`vmax`, `ranges`) are computed once and cached on the node; nothing
-cached on a node refers back to it (a node's toposort is computed on every call, never stored: a stored one would
-make every node a reference cycle, and a chain of n nodes hold n**2/2 entries), so dropping a graph frees it at once,
-without the cyclic GC.
+Derived properties (`shape`, `device`, `vmin`/`vmax`, `ranges`) are computed once and cached on the node (`_cache`,
+where later stages keep per-node facts too: the scheduler's normalized form, the tensor engine's Buffer behind a
+BUFFER node); nothing cached on a node refers back to it (a node's toposort is computed on every call, never stored:
+a stored one would make every node a reference cycle, and a chain of n nodes hold n**2/2 entries), so dropping a graph
+frees it at once, without the cyclic GC.
 """
 from __future__ import annotations
 
@@ -162,7 +163,7 @@ class UOpMetaClass(type):
     with UOpMetaClass.lock:
       if (wret := UOpMetaClass.ucache.get(key)) is not None and (ret := wret()) is not None: return ret
       # UOp.__init__ inlined (every new node of every stage comes through here); the callback a C-level partial
-      created = object.__new__(cls)
+      created: UOp = object.__new__(cls)  # type: ignore[arg-type]
       created.op, created.dtype, created.src, created.arg, created.tag, created._cache = op, dtype, src, arg, tag, {}
       UOpMetaClass.ucache[key] = weakref.ref(created, functools.partial(_drop_entry, key))
     return created
@@ -640,6 +641,11 @@ def _compute_shape(u: UOp) -> tuple[sint, ...] | None:
 
 def _movement_shape(op: Ops, ps: tuple[sint, ...], arg: Any) -> tuple[sint, ...]:
   if op is Ops.RESHAPE:
+    if all(s.__class__ is int for s in arg) and all(s.__class__ is int for s in ps):  # hot path: static shapes
+      if arg and min(arg) < 0: raise ValueError(f"reshape to {arg}: negative dimension")
+      if math.prod(ps) != math.prod(arg):
+        raise ValueError(f"can't reshape {ps} (size {math.prod(ps)}) to {arg} (size {math.prod(arg)})")
+      return tuple(arg)
     if any(isinstance(s, int) and s < 0 for s in arg): raise ValueError(f"reshape to {arg}: negative dimension")
     if all_int(ps) and all_int(arg) and prod(ps) != prod(arg):
       raise ValueError(f"can't reshape {ps} (size {prod(ps)}) to {arg} (size {prod(arg)})")
