@@ -94,6 +94,7 @@ class _Normalizer:
     self.over = False
     self.new: dict[UOp, UOp] = {}
     self.inputs: list[UOp] = []
+    self.places: list[UOp] = []  # their placeholders
     self.var_vals: dict[str, int] = {}
     self.reuse = reuse
     self.lo: dict[UOp, int] = {}  # node -> the lowest input number in its graph (_NONE: none; _NEVER: binds)
@@ -113,36 +114,40 @@ class _Normalizer:
       if first != len(self.inputs) or any(b in new for b in inputs): return False
       for k, (b, ph) in enumerate(zip(inputs, places)): new[b], lo[b] = ph, first + k
       self.inputs.extend(inputs)
+      self.places.extend(places)
     new[n], lo[n] = (n if norm is None else norm), (first if inputs else _NONE)
     self.nodes += size
     return True
 
   def node(self, root: UOp) -> UOp:
-    new, lo = self.new, self.lo
+    new, lo, inputs, places = self.new, self.lo, self.inputs, self.places
     if (done := new.get(root)) is not None: return done
-    pre: dict[UOp, tuple[int, int]] = {}  # node being walked -> (inputs met, nodes walked) when its walk began
     reuse = self.reuse
-    # root.toposort(gate=lambda x: x not in new), inlined: this walk runs on every realize (the eager hot path)
-    stack: list[tuple[UOp, bool]] = [(root, False)]
+    # root.toposort(gate=lambda x: x not in new), inlined: this walk runs on every realize (the eager hot path). An
+    # entry is (node, -1, 0) before its sources are walked, (node, inputs met, nodes walked) when they were
+    stack: list[tuple[UOp, int, int]] = [(root, -1, 0)]
     while stack:
-      n, visited = stack.pop()
+      n, first, nodes = stack.pop()
       if n in new: continue
-      if not visited:
+      if first < 0:
         if reuse and (ent := n._cache.get("norm")) is not None and self._take(n, ent): continue
         if self.budget is not None:
           if (budget := self.budget - 1) < 0:
             self.over = True
             return root  # the caller looks at `over`, not at this
           self.budget = budget
-        stack.append((n, True))
-        pre[n] = (len(self.inputs), self.nodes)
+        stack.append((n, len(inputs), self.nodes))
         for s in reversed(n.src):
-          if s not in new: stack.append((s, False))
+          if s not in new: stack.append((s, -1, 0))
         continue
-      low = min([lo[s] for s in n.src], default=_NONE)
+      low = _NONE
+      for s in n.src:
+        if (v := lo[s]) < low: low = v
       if n.op is Ops.BUFFER:
-        new[n], low = _placeholder("in", len(self.inputs), n.dtype, n.src[1].arg, n.arg), len(self.inputs)
-        self.inputs.append(n)
+        new[n] = ph = _placeholder("in", len(inputs), n.dtype, n.src[1].arg, n.arg)
+        low = len(inputs)
+        inputs.append(n)
+        places.append(ph)
       elif n.op in (Ops.DETACH, Ops.CONTIGUOUS_BACKWARD): new[n] = new[n.src[0]]
       elif n.op is Ops.BIND:
         var, val = n.unbind()
@@ -155,20 +160,18 @@ class _Normalizer:
         if n.op in (Ops.RESHAPE, Ops.EXPAND, Ops.PAD, Ops.SHRINK) and not all(x.__class__ is int for x in arg):
           arg, low = self.arg(arg), _NEVER  # symbolic sizes (or PAD/SHRINK's pairs)
           if self.over: return root
-        src = tuple(new[s] for s in n.src)
+        src = tuple([new[s] for s in n.src])
         m = n if arg is n.arg and src == n.src else UOp(n.op, n.dtype, src, arg, n.tag)
         new[n] = _split_big_reduce(m) if n.op is Ops.REDUCE_AXIS else m
         if n.op in _NO_REUSE: low = _NEVER  # it and every node above it: walked each time (see the class doc)
       lo[n] = low
       self.nodes += 1
-      first, nodes = pre.pop(n)
       # remember n's form when its graph's inputs are exactly those met during its walk (none met earlier)
       # (a BUFFER never: its entry would hold the BUFFER itself, a reference cycle)
-      if n.op is not Ops.BUFFER and low >= first and len(self.inputs) - first <= NORM_CACHE_MAX_INPUTS:
+      if low >= first and len(inputs) - first <= NORM_CACHE_MAX_INPUTS and n.op is not Ops.BUFFER:
         m = new[n]
-        ins = tuple(self.inputs[first:])
-        n._cache["norm"] = (None if m is n else m, first, ins, tuple(new[b] for b in ins), self.nodes - nodes,
-                            _generation[0])
+        n._cache["norm"] = (None if m is n else m, first, tuple(inputs[first:]), tuple(places[first:]),
+                            self.nodes - nodes, _generation[0])
     return new[root]
 
 
