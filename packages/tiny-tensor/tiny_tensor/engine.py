@@ -132,7 +132,9 @@ def buffer_view(u: UOp) -> tuple[UOp, tuple] | None:
   return None
 
 
-def is_realized(u: UOp) -> bool: return buffer_view(u) is not None
+def is_realized(u: UOp) -> bool:
+  """Whether `u` is a realized buffer (what `buffer_view` accepts), without computing its shape."""
+  return u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER)
 
 
 # ***** capture *****

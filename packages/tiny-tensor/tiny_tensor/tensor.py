@@ -196,7 +196,7 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     if u.op is not Ops.MULTI and (isinstance(u.device, tuple) or (u.op is Ops.COPY and u.src[0].op is Ops.MULTI)):
       u = _multi.lower(u)  # an op on a sharded tensor (or a gather of one to a single device)
     self._uop = u
-    if not engine.is_realized(u):
+    if u.op is not Ops.BUFFER and (u.op is not Ops.RESHAPE or u.src[0].op is not Ops.BUFFER):  # not is_realized(u)
       with _registry_lock: _lazy_tensors[id(self)] = self
 
   @property
@@ -1401,7 +1401,7 @@ def _apply_becomes(becomes: dict[UOp, UOp]) -> None:
     if (n := fixed.get(t._uop)) is not None:
       if _keeps_origin(t): t._origin = t._uop
       t.uop = n
-    if engine.is_realized(t._uop):
+    if (u := t._uop).op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER):  # is_realized(u)
       with _registry_lock: _lazy_tensors.pop(id(t), None)
     else: lazy.append(t)
   if not lazy: return

@@ -264,9 +264,11 @@ class UOp(metaclass=UOpMetaClass):
   @property
   def shape(self) -> tuple[sint, ...] | None:
     """The shape of a graph-level (tensor) value; None for kernel-level nodes."""
-    if "shape" in self._cache: return self._cache["shape"]
-    if all("shape" in s._cache for s in self.src):  # a new node over known ones (every eager op): no walk
-      ret = self._cache["shape"] = _compute_shape(self)
+    if "shape" in (c := self._cache): return c["shape"]
+    for s in self.src:  # a new node over known ones (every eager op): no walk (a loop: no generator on this path)
+      if "shape" not in s._cache: break
+    else:
+      ret = c["shape"] = _compute_shape(self)
       return ret
     for node in self.toposort(gate=lambda n: "shape" not in n._cache):
       if "shape" not in node._cache: node._cache["shape"] = _compute_shape(node)
@@ -281,10 +283,15 @@ class UOp(metaclass=UOpMetaClass):
   @property
   def device(self) -> str | tuple[str, ...] | None:
     """The device a graph-level value lives on (from its DEVICE sources)."""
-    if "device" in self._cache: return self._cache["device"]
-    if self.op not in (Ops.DEVICE, Ops.COPY, Ops.MULTI) and all("device" in s._cache for s in self.src):  # no walk
-      d = self._cache["device"] = next((s._cache["device"] for s in self.src if s._cache["device"] is not None), None)
-      return d
+    if "device" in (c := self._cache): return c["device"]
+    if self.op not in (Ops.DEVICE, Ops.COPY, Ops.MULTI):  # over known sources: the first device among them, no walk
+      d = None
+      for s in self.src:
+        if "device" not in (sc := s._cache): break
+        if d is None: d = sc["device"]
+      else:
+        c["device"] = d
+        return d
     for node in self.toposort(gate=lambda n: "device" not in n._cache):
       if "device" in node._cache: continue
       if node.op is Ops.DEVICE: d = node.arg

@@ -823,7 +823,7 @@ def cached_template(roots: tuple[UOp, ...], max_nodes: int = 64) -> tuple[Any, l
   For runtimes that replay schedules (tiny-tensor's engine): an entry's `runtime` slot holds what the runtime recorded
   from a `create_schedule` result of it (`ScheduleResult.template`); the schedule of an entry, with input placeholder
   `i` standing for `inputs[i]` and new buffers made fresh, is the schedule `create_schedule` would return."""
-  if not SCHEDULE_CACHE or SPEC: return None
+  if not SCHEDULE_CACHE or SPEC.value: return None
   norm = _Normalizer(budget=max_nodes)
   nroots = []
   for r in roots:
