@@ -5,8 +5,9 @@ replaying it (the engine's eager replay: no schedule is built), buffer allocatio
 torch (`a + 1`) and tinygrad (`(a + 1).realize()`) when they are importable. Target: <= 50 us for tiny (issue #23).
 `tiny cpu` is the same loop in process CPU time (steadier than wall time on a shared machine). The breakdown: building
 the graph, then that and finding its cached schedule (`cached_template`), then that and building the schedule as a
-realize did before the replay (`create_schedule`, cached). The last row is the same op with VIZ off (the recording hooks cost one check each)
-next to VIZ=1 (recording every schedule and launch into a trace: every realize is scheduled).
+realize did before the replay (`create_schedule`, cached). The last row is the same op with VIZ off (the recording
+hooks cost one check each) next to VIZ=1 (recording every schedule and launch into a trace: every realize is
+scheduled).
 `python bench/bench_tensor.py` prints the table; `run()` returns it.
 """
 from __future__ import annotations

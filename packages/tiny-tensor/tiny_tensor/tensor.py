@@ -1363,7 +1363,9 @@ def _old_value_readers(uops: list[UOp], ts: list[Tensor]) -> list[Tensor]:
   Realizing `uops` gives buffers to the values other graphs share with them (`_shared_with_other_graphs`), and a
   reader whose reads of the buffer all go through such values is fine (e.g. the loss reads the forward's activations,
   which the backward computes); so this plans the schedule once to see which values get buffers."""
-  targets = {b for u in uops if u.op is Ops.ASSIGN and (b := _base_buffer(u.src[0])) is not None}
+  targets: set[UOp] = set()
+  for u in uops:  # (a loop: this runs on every realize)
+    if u.op is Ops.ASSIGN and (b := _base_buffer(u.src[0])) is not None: targets.add(b)
   if not targets: return []
   cands = [t for t in _live(_lazy_tensors) if not any(t is x for x in ts) and not engine.is_realized(t.uop)]
   if not cands: return []

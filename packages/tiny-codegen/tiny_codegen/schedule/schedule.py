@@ -111,7 +111,9 @@ class _Normalizer:
     if gen != _generation[0]: return False
     new, lo = self.new, self.lo
     if inputs:
-      if first != len(self.inputs) or any(b in new for b in inputs): return False
+      if first != len(self.inputs): return False
+      for b in inputs:  # (a loop, not any(): this runs for most nodes of an eager op's walk)
+        if b in new: return False
       for k, (b, ph) in enumerate(zip(inputs, places)): new[b], lo[b] = ph, first + k
       self.inputs.extend(inputs)
       self.places.extend(places)
@@ -160,7 +162,7 @@ class _Normalizer:
         if n.op in (Ops.RESHAPE, Ops.EXPAND, Ops.PAD, Ops.SHRINK) and not all(x.__class__ is int for x in arg):
           arg, low = self.arg(arg), _NEVER  # symbolic sizes (or PAD/SHRINK's pairs)
           if self.over: return root
-        src = tuple([new[s] for s in n.src])
+        src = tuple(map(new.__getitem__, n.src))
         m = n if arg is n.arg and src == n.src else UOp(n.op, n.dtype, src, arg, n.tag)
         new[n] = _split_big_reduce(m) if n.op is Ops.REDUCE_AXIS else m
         if n.op in _NO_REUSE: low = _NEVER  # it and every node above it: walked each time (see the class doc)
