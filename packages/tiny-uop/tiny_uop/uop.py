@@ -635,14 +635,18 @@ def _compute_shape(u: UOp) -> tuple[sint, ...] | None:
     if any(not 0 <= a < len(ps) for a in axes): raise ValueError(f"reduce axes {axes} out of range for shape {ps}")
     return tuple(1 if i in axes else s for i, s in enumerate(ps))
   if op in GroupOp.Elementwise or op in (Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH, Ops.COPY, Ops.ASSIGN):
-    shapes = [s._cache["shape"] for s in u.src if s.op not in (Ops.DEVICE, Ops.UNIQUE)]
-    shapes = [s for s in shapes if s is not None]
-    if not shapes: return None
-    for s in shapes[1:]:
-      if s != shapes[0]: raise ValueError(f"{op} sources have different shapes {shapes}; broadcast them first")
-    if op is Ops.BITCAST and u.dtype.itemsize != u.src[0].dtype.itemsize and shapes[0]:
-      return (*shapes[0][:-1], shapes[0][-1] * u.src[0].dtype.itemsize // u.dtype.itemsize)
-    return shapes[0]
+    first = None
+    for x in u.src:  # every source with a shape has the same one (a loop: every eager op comes through here)
+      if x.op in (Ops.DEVICE, Ops.UNIQUE) or (xs := x._cache["shape"]) is None: continue
+      if first is None: first = xs
+      elif xs != first:
+        shapes = [x._cache["shape"] for x in u.src if x.op not in (Ops.DEVICE, Ops.UNIQUE)]
+        shapes = [x for x in shapes if x is not None]
+        raise ValueError(f"{op} sources have different shapes {shapes}; broadcast them first")
+    if first is None: return None
+    if op is Ops.BITCAST and u.dtype.itemsize != u.src[0].dtype.itemsize and first:
+      return (*first[:-1], first[-1] * u.src[0].dtype.itemsize // u.dtype.itemsize)
+    return first
   return None
 
 
