@@ -57,6 +57,17 @@ class _Registry:
     r = self.data.pop(k, None)
     return default if r is None or (t := r()) is None else t
 
+  def only(self, ts: list[Tensor]) -> bool:
+    """Whether no live tensor but those of `ts` is in the registry (found at once when it holds just them; with dead
+    entries left over, False: the caller lists the registry, which sweeps them)."""
+    if len(self.data) > len(ts): return False
+    for r in list(self.data.values()):
+      if (t := r()) is None: continue
+      for x in ts:
+        if t is x: break
+      else: return False
+    return True
+
   def live(self) -> list[Tensor]:
     """The live tensors now (a list: another thread may add meanwhile); drops the dead entries. Under the lock."""
     out, dead = [], []
@@ -288,10 +299,14 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     ts = [self, *lst]
     with engine.lock:  # other threads' realizes see this one's results whole (see tiny_tensor.engine)
       uops = [s for t in ts for s in (t._uop.src if t._uop.op is Ops.MULTI else (t._uop,))]  # sharded: its shards
-      # a lazy tensor that reads a buffer this realize writes (e.g. the loss, after opt.step()) is computed in the
-      # same schedule (which reads before it writes), unless the values it reads get buffers anyway: as if run eagerly
-      uops += [s for t in _old_value_readers(uops, ts) for s in _shards(t.uop)]
-      becomes = engine.realize(uops, _shared_with_other_graphs(uops))
+      with _registry_lock: alone = _lazy_tensors.only(ts)
+      if alone: becomes = engine.realize(uops)  # no other lazy tensor: none reads old values or shares nodes
+      else:
+        # a lazy tensor that reads a buffer this realize writes (e.g. the loss, after opt.step()) is computed in the
+        # same schedule (which reads before it writes), unless the values it reads get buffers anyway: as if run
+        # eagerly
+        uops += [s for t in _old_value_readers(uops, ts) for s in _shards(t.uop)]
+        becomes = engine.realize(uops, _shared_with_other_graphs(uops))
       if becomes: _apply_becomes(becomes)
     return self
 
