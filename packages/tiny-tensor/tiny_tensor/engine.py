@@ -426,11 +426,11 @@ def _replay(todo: list[UOp]) -> dict[UOp, UOp] | None:
       tmpl.runtime = None  # recorded again after the next scheduled run
       return None
   bufs = [*inputs, *[UOp.new_buffer(d, n, dt) for d, n, dt in rp.new]]
-  real: list[Any] = [None] * len(bufs)
-  for i in rp.used: real[i] = get_buffer(bufs[i]).ensure_allocated()
+  opaque: list[Any] = [None] * len(bufs)  # the device buffers (their Buffers live on the BUFFER nodes in `bufs`)
+  for i in rp.used: opaque[i] = get_buffer(bufs[i]).ensure_allocated()._opaque
   for spec, prg, args, ops, mem in rp.kernels:  # as _run_kernel with DEBUG=0, no recorder and no capture
     st = time.perf_counter()
-    et = prg(*[real[i]._buf for i in args], global_size=spec.global_size, local_size=spec.local_size, vals=(),
+    et = prg(*[opaque[i] for i in args], global_size=spec.global_size, local_size=spec.local_size, vals=(),
              wait=False)
     t = et if et is not None else time.perf_counter() - st
     GlobalCounters.kernel_count += 1

@@ -650,9 +650,12 @@ def _compute_shape(u: UOp) -> tuple[sint, ...] | None:
   return None
 
 
+_INT_ONLY = {int}
+
+
 def _movement_shape(op: Ops, ps: tuple[sint, ...], arg: Any) -> tuple[sint, ...]:
   if op is Ops.RESHAPE:
-    if all(s.__class__ is int for s in arg) and all(s.__class__ is int for s in ps):  # hot path: static shapes
+    if {*map(type, arg), *map(type, ps)} == _INT_ONLY:  # hot path: static shapes (no generator frames)
       if arg and min(arg) < 0: raise ValueError(f"reshape to {arg}: negative dimension")
       if math.prod(ps) != math.prod(arg):
         raise ValueError(f"can't reshape {ps} (size {math.prod(ps)}) to {arg} (size {math.prod(arg)})")

@@ -74,6 +74,7 @@ _NO_REUSE = (Ops.CONTIGUOUS, Ops.ASSIGN, Ops.COPY, Ops.SINK)  # may be in `becom
 _NEVER = -1  # `_Normalizer.lo` of a node whose form must not be remembered (its graph binds a variable or holds one
              # of _NO_REUSE)
 _NONE = 1 << 62  # `_Normalizer.lo` of a node that reads no input
+_INT_ONLY = {int}
 _generation = [0]  # bumped by clear_schedule_cache: normalized forms remembered before are not reused
 
 
@@ -159,7 +160,7 @@ class _Normalizer:
         new[n], low = n.replace(src=(var, UOp.const(var.dtype, var.arg[1]))), _NEVER
       else:
         arg = n.arg
-        if n.op in (Ops.RESHAPE, Ops.EXPAND, Ops.PAD, Ops.SHRINK) and not all(x.__class__ is int for x in arg):
+        if n.op in (Ops.RESHAPE, Ops.EXPAND, Ops.PAD, Ops.SHRINK) and not set(map(type, arg)) <= _INT_ONLY:
           arg, low = self.arg(arg), _NEVER  # symbolic sizes (or PAD/SHRINK's pairs)
           if self.over: return root
         src = tuple(map(new.__getitem__, n.src))
