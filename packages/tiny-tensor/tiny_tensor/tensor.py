@@ -36,6 +36,7 @@ from tiny_tensor.indexing import IndexingMixin
 
 __all__ = ["Tensor"]
 
+
 class _Registry:
   """Live tensors by id, held weakly: a lighter `weakref.WeakValueDictionary` (every eager op registers its result in
   `_lazy_tensors` and every realize lists it). An entry is a plain weak reference (CPython keeps one per object, so
