@@ -1,10 +1,14 @@
 """Tensor eager overhead: `(a + 1).realize()` on a 64x64 float32 tensor, with the kernel already compiled and cached.
 
-This measures everything around the kernel: building the graph, scheduling (cached by structure), the program cache,
-buffer allocation and the launch. Side by side with torch (`a + 1`) and tinygrad (`(a + 1).realize()`) when they are
-importable. Target: <= 50 us for tiny (issue #23). The last row is the same op with VIZ off (the recording hooks
-cost one check each) next to VIZ=1 (recording every schedule and launch into a trace). `python bench/bench_tensor.py`
-prints the table; `run()` returns it.
+This measures everything around the kernel: building the graph, finding its cached schedule by structure and
+replaying it (the engine's eager replay: no schedule is built), buffer allocation and the launch. Side by side with
+torch (`a + 1`) and tinygrad (`(a + 1).realize()`) when they are importable. Target: <= 50 us for tiny (issue #23).
+`tiny cpu` is the same loop in process CPU time (steadier than wall time on a shared machine). The breakdown: building
+the graph, then that and finding its cached schedule (`cached_template`), then that and building the schedule as a
+realize did before the replay (`create_schedule`, cached). The last row is the same op with VIZ off (the recording
+hooks cost one check each) next to VIZ=1 (recording every schedule and launch into a trace: every realize is
+scheduled).
+`python bench/bench_tensor.py` prints the table; `run()` returns it.
 """
 from __future__ import annotations
 
@@ -21,14 +25,14 @@ os.environ.setdefault("DEV", "CPU")  # tiny and tinygrad both on the CPU: with a
 REPS = 200
 
 
-def per_call_us(fn: Callable[[], Any], reps: int = REPS) -> float:
+def per_call_us(fn: Callable[[], Any], reps: int = REPS, clock: Callable[[], float] = time.perf_counter) -> float:
   """Median-of-5 of the mean time per call over `reps` calls, in microseconds (after warm-up)."""
   for _ in range(10): fn()
   means = []
   for _ in range(5):
-    st = time.perf_counter()
+    st = clock()
     for _ in range(reps): fn()
-    means.append((time.perf_counter() - st) / reps)
+    means.append((clock() - st) / reps)
   return sorted(means)[2] * 1e6
 
 
@@ -38,6 +42,7 @@ def run() -> dict[str, dict[str, Any]]:
   from tiny_tensor import Tensor
   a = Tensor(x)
   row["tiny"] = per_call_us(lambda: (a + 1).realize())
+  row["tiny cpu"] = per_call_us(lambda: (a + 1).realize(), clock=time.process_time)
   try:
     import torch
     ta = torch.from_numpy(x)
@@ -50,11 +55,12 @@ def run() -> dict[str, dict[str, Any]]:
   except ImportError: pass
   row["numpy"] = per_call_us(lambda: x + 1)
   # where the time goes: building the graph, scheduling it (cached by structure), then running the kernel
-  from tiny_codegen.schedule import create_schedule
+  from tiny_codegen.schedule import cached_template, create_schedule
   from tiny_uop import UOp
   parts: dict[str, Any] = {"unit": "us", "better": "lower"}
   parts["tiny graph"] = per_call_us(lambda: a + 1)
-  parts["tiny schedule"] = per_call_us(lambda: create_schedule(UOp.sink((a + 1).uop)))
+  parts["tiny find schedule"] = per_call_us(lambda: cached_template(((a + 1).uop,)))
+  parts["tiny schedule (built)"] = per_call_us(lambda: create_schedule(UOp.sink((a + 1).uop)))
   # VIZ: the same cached op with the recording hooks empty (VIZ off, the default: one check per hook) and recording
   viz_row: dict[str, Any] = {"unit": "us", "better": "lower", "target": "VIZ off: as the first row"}
   viz_row["tiny"] = per_call_us(lambda: (a + 1).realize())

@@ -82,3 +82,76 @@ def test_kernel_name_table_forgets_dead_kernels_and_never_reuses_a_name():
   assert len(base) == n_before  # the table holds its kernels weakly
   fresh = kernel_name(ast(99))
   assert fresh not in names and fresh not in tmp_names  # the counter moves on: names stay unique
+
+
+# ***** normalized forms remembered on nodes (the eager path's cache key) *****
+def _random_graphs(seed: int, nbufs: int = 4, nnodes: int = 40) -> list[UOp]:
+  """Graph-level values over `nbufs` buffers of shape (4, 4): sums, products, broadcast constants, DETACHes,
+  CONTIGUOUS and reduces, each built from earlier ones (so graphs share nodes and buffers)."""
+  import random
+  rng = random.Random(seed)
+  pool = [UOp.new_buffer("CPU", 16, dtypes.float32).reshape((4, 4)) for _ in range(nbufs)]
+  for _ in range(nnodes):
+    a, b = rng.choice(pool), rng.choice(pool)
+    k = rng.randrange(6)
+    if k == 0: n = a + b
+    elif k == 1: n = a * b
+    elif k == 2: n = a + UOp.const(dtypes.float32, float(rng.randrange(3)), "CPU", (4, 4))
+    elif k == 3: n = a.detach()
+    elif k == 4: n = a.contiguous()
+    else: n = a.r(Ops.ADD, (1,)).expand((4, 4))
+    pool.append(n)
+  return pool[nbufs:]
+
+
+def test_remembered_normal_forms_give_what_a_full_walk_gives():
+  # whatever was normalized before (other roots, other orders), reusing remembered forms gives the same normalized
+  # graph, the same input numbering and the same image of every root as walking everything
+  import random
+  for seed in range(6):
+    graphs, rng = _random_graphs(seed, nbufs=4 + 2 * seed, nnodes=20 + 4 * seed), random.Random(100 + seed)
+    for _ in range(25):
+      for r in rng.sample(graphs, rng.randrange(1, 4)): sched_mod._Normalizer().node(r)  # remembered in its order
+      roots = tuple(rng.sample(graphs, rng.randrange(1, 4)))
+      fast = sched_mod._Normalizer(reuse=True)
+      got = [fast.node(r) for r in roots]
+      full = sched_mod._Normalizer(reuse=False)
+      want = [full.node(r) for r in roots]
+      assert got == want and fast.inputs == full.inputs and fast.var_vals == full.var_vals
+      assert all(fast.new[r] is full.new[r] for r in roots)
+
+
+def test_a_new_op_on_seen_graphs_normalizes_one_node():
+  a, b = (UOp.new_buffer("CPU", 16, dtypes.float32).reshape((4, 4)) for _ in range(2))
+  x = (a * 2 + b).exp2()
+  sched_mod._Normalizer().node(UOp.sink(x))
+  norm = sched_mod._Normalizer()
+  norm.node(UOp.sink(x + a))  # a is input 0 in x's graph too: x's form is taken, a's placeholder found in it
+  full = sched_mod._Normalizer(reuse=False)
+  assert norm.node(x + a) is full.node(x + a) and norm.inputs == full.inputs == [a.src[0], b.src[0]]
+  walked = [n for n in norm.new if n.op not in (Ops.BUFFER,)]
+  assert x in norm.new and (a * 2) not in norm.new and len(walked) <= 4  # SINK, the ADD, x (taken), a's reshape
+
+
+def test_forms_above_contiguous_or_variables_are_not_remembered():
+  a = UOp.new_buffer("CPU", 16, dtypes.float32).reshape((4, 4))
+  c = a.contiguous() + 1
+  v = UOp.variable("v", 1, 4).bind(2)
+  s = a.shrink(((0, v), (0, 4)))
+  sched_mod._Normalizer().node(UOp.sink(c, s + 1))
+  assert "norm" not in c._cache and "norm" not in a.contiguous()._cache and "norm" not in (s + 1)._cache
+  assert "norm" in a._cache  # the reshape of the buffer is
+
+
+def test_cached_template_finds_the_entry_create_schedule_made():
+  a, b = (UOp.new_buffer("CPU", 16, dtypes.float32).reshape((4, 4)) for _ in range(2))
+  assert sched_mod.cached_template(((a + 1) * b,)) is None or sched_mod.SCHEDULE_CACHE == 0
+  res = create_schedule(UOp.sink((a + 1) * b))
+  c, d = (UOp.new_buffer("CPU", 16, dtypes.float32).reshape((4, 4)) for _ in range(2))
+  found = sched_mod.cached_template(((c + 1) * d,))
+  assert found is not None and found[0] is res.template and found[1] == [c.src[0], d.src[0]]
+  assert res.inputs == [a.src[0], b.src[0]]
+  assert sched_mod.cached_template(((c + 1) * c,)) is None  # one input in both places: another structure
+  assert sched_mod.cached_template(((c + 1) * d,), max_nodes=1) is None  # more new nodes than allowed
+  sched_mod.clear_schedule_cache()
+  assert sched_mod.cached_template(((c + 1) * d,)) is None

@@ -5,8 +5,15 @@ in order: kernels are compiled once per `(ast, renderer)` with `tiny_codegen.get
 COPYs go through host memory, or device to device between GPUs of one backend that can (`copy_buffer`); SLICEs make
 zero-copy views. It returns the scheduler's `becomes` map, which `Tensor.realize` applies to every live tensor.
 
-The engine also owns the BUFFER-UOp -> `tiny_uop.device.Buffer` registry (weak-keyed: a buffer is freed when no graph
-refers to its BUFFER node any more; `register_buffer` puts an existing Buffer behind a BUFFER UOp) and `GlobalCounters`.
+Eager replay (the hot path of `(a + 1).realize()` in a loop): a schedule of kernels only, without variables, that gives
+buffers to the roots alone is recorded in its schedule-cache entry (`_Replay`); a later realize whose graph has the
+same structure (`tiny_codegen.schedule.cached_template`, nothing exposed) runs those kernels on its inputs and fresh
+output buffers without building the schedule, counting them as `_run_kernel` does. A VIZ recorder, a capture and
+DEBUG>=1 see every schedule and kernel, so while one is active every realize is scheduled.
+
+The engine also owns the BUFFER-UOp -> `tiny_uop.device.Buffer` registry (kept on the node: a buffer is freed when no
+graph refers to its BUFFER node any more; `register_buffer` puts an existing Buffer behind a BUFFER UOp) and
+`GlobalCounters`.
 
 Capture (used by TinyJit): inside `with capture(on_call, on_host_read):` every CALL the engine runs is reported, after
 it ran, to `on_call` as a `CapturedCall` (what ran, on which Buffers, with which sizes and variable values), and every
@@ -25,9 +32,9 @@ locked; `GlobalCounters` may miss increments made at the same moment by two thre
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import time
-import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Iterable, Iterator, Literal
@@ -64,17 +71,14 @@ class GlobalCounters:
 
 
 # ***** the buffer registry *****
-_buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
-
-
-def _mem_freed(nbytes: int) -> None: GlobalCounters.mem_used -= nbytes
-
-
-def _track(buf: Buffer) -> Buffer:
-  if buf._base is None:
-    GlobalCounters.mem_used += buf.nbytes
-    weakref.finalize(buf, _mem_freed, buf.nbytes)
-  return buf
+# The Buffer behind a BUFFER UOp is kept on the node itself (`u._cache["buffer"]`): it lives exactly as long as some
+# graph refers to the node (nodes are freed by reference counting), and finding it is one dict lookup on the eager hot
+# path (a WeakKeyDictionary made a weak reference per lookup). A Buffer never refers back to its node.
+class _EngineBuffer(Buffer):
+  """A Buffer the engine created for a BUFFER UOp: counted in `GlobalCounters.mem_used` while it exists."""
+  def __del__(self) -> None:
+    GlobalCounters.mem_used -= self.nbytes
+    super().__del__()
 
 
 def _buffer_device(u: UOp) -> str:
@@ -88,10 +92,12 @@ _buffers_lock = threading.Lock()
 
 def get_buffer(u: UOp) -> Buffer:
   """The `Buffer` behind a BUFFER UOp, created (not yet allocated) on first use (once, whichever thread asks)."""
+  if (b := u._cache.get("buffer")) is not None: return b
   if u.op is not Ops.BUFFER: raise TypeError(f"get_buffer needs a BUFFER UOp, got {u.op}")
-  if (b := _buffers.get(u)) is None:
-    with _buffers_lock:
-      if (b := _buffers.get(u)) is None: b = _buffers[u] = _track(Buffer(_buffer_device(u), u.arg, u.dtype))
+  with _buffers_lock:
+    if (b := u._cache.get("buffer")) is None:
+      b = u._cache["buffer"] = _EngineBuffer(_buffer_device(u), u.arg, u.dtype)
+      GlobalCounters.mem_used += b.nbytes
   return b
 
 
@@ -104,9 +110,9 @@ def register_buffer(u: UOp, buf: Buffer) -> UOp:
   if u.op is not Ops.BUFFER: raise TypeError(f"register_buffer needs a BUFFER UOp, got {u.op}")
   if u.arg != buf.size or u.dtype != buf.dtype:
     raise ValueError(f"register_buffer: BUFFER of {u.arg} x {u.dtype} can't hold {buf!r} ({buf.size} x {buf.dtype})")
-  if (old := _buffers.get(u)) is not None and old is not buf:
+  if (old := u._cache.get("buffer")) is not None and old is not buf:
     raise ValueError(f"register_buffer: {u} already has a Buffer ({old!r}); make a new BUFFER UOp for {buf!r}")
-  _buffers[u] = buf
+  u._cache["buffer"] = buf
   return u
 
 
@@ -126,7 +132,9 @@ def buffer_view(u: UOp) -> tuple[UOp, tuple] | None:
   return None
 
 
-def is_realized(u: UOp) -> bool: return buffer_view(u) is not None
+def is_realized(u: UOp) -> bool:
+  """Whether `u` is a realized buffer (what `buffer_view` accepts), without computing its shape."""
+  return u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER)
 
 
 # ***** capture *****
@@ -273,15 +281,20 @@ def _run_kernel(ast: UOp, bufs: tuple[UOp, ...], var_vals: dict[str, int]) -> No
   device = _buffer_device(bufs[0])
   spec, prg = _get_runner(ast, device)
   buffers = [get_buffer(b).ensure_allocated() for b in bufs]
-  slots = spec.globals if spec.globals else list(range(len(buffers)))
-  try: vals = tuple(var_vals[v.arg[0]] for v in spec.vars)
-  except KeyError as e: raise RuntimeError(f"kernel {spec.name} needs Variable {e} but no value is bound") from e
+  slots = spec.globals if spec.globals else range(len(buffers))
+  if spec.vars:
+    try: vals = tuple(var_vals[v.arg[0]] for v in spec.vars)
+    except KeyError as e: raise RuntimeError(f"kernel {spec.name} needs Variable {e} but no value is bound") from e
+  else: vals = ()
   st = time.perf_counter()
   et = prg(*[buffers[i]._buf for i in slots], global_size=spec.global_size, local_size=spec.local_size, vals=vals,
            wait=DEBUG >= 2)
   wall = time.perf_counter() - st
   t = et if et is not None else wall
-  ops, mem = _est(spec, "ops"), _est(spec, "mem") or sum(b.nbytes for b in buffers)
+  est = spec.estimates
+  if est.__class__ is dict:  # what _get_runner sets: {"ops": n} (hot path: no getattr chain)
+    ops, mem = est.get("ops", 0), est.get("mem", 0) or sum([b.nbytes for b in buffers])
+  else: ops, mem = _est(spec, "ops"), _est(spec, "mem") or sum(b.nbytes for b in buffers)
   GlobalCounters.kernel_count += 1
   GlobalCounters.global_ops += ops
   GlobalCounters.global_mem += mem
@@ -323,10 +336,10 @@ def _run_copy(bufs: tuple[UOp, ...]) -> None:
 
 
 def _run_slice(bufs: tuple[UOp, ...], offset: int) -> None:
-  if not (bufs[0] in _buffers and _buffers[bufs[0]].is_allocated):
-    _buffers[bufs[0]] = get_buffer(bufs[1]).view(bufs[0].arg, bufs[0].dtype, offset)
+  if not ((old := bufs[0]._cache.get("buffer")) is not None and old.is_allocated):
+    bufs[0]._cache["buffer"] = get_buffer(bufs[1]).view(bufs[0].arg, bufs[0].dtype, offset)
   if _tls.captures:
-    view = _buffers[bufs[0]]
+    view = bufs[0]._cache["buffer"]
     _report(CapturedCall("slice", (view, get_buffer(bufs[1])), view.device, offset=offset))
 
 
@@ -338,6 +351,90 @@ def run_schedule(calls: list[UOp], var_vals: dict[str, int]) -> None:
     elif ast.op is Ops.COPY: _run_copy(bufs)
     elif ast.op is Ops.SLICE: _run_slice(bufs, ast.arg or 0)
     else: raise RuntimeError(f"the engine can't run a CALL of {ast.op}")
+
+
+# ***** eager replay *****
+REPLAY_MAX_NODES = 64
+"""A realize whose graph has at most this many nodes not seen before tries the replay of its cached schedule."""
+
+
+@dataclass(frozen=True)
+class _Replay:
+  """A cached schedule as the engine runs it again without building it (kept in the schedule cache entry's `runtime`
+  slot, see `tiny_codegen.schedule.cached_template`): kernels only, no variables. Buffer slots: 0..len(inputs)-1 are
+  the graph's inputs in the entry's order, then the buffers the schedule makes (`new`: device, size, dtype), fresh
+  BUFFER UOps each run, as `create_schedule` makes them."""
+  new: tuple[tuple[str, int, DType], ...]
+  kernels: tuple[tuple[Any, Any, tuple[int, ...], int, int], ...]  # (spec, program, argument slots, FLOPs, bytes)
+  used: tuple[int, ...]  # the slots the kernels use (allocated before the first kernel runs)
+  outs: tuple[tuple[int, tuple | None], ...]  # per root: its buffer slot, and the shape it is reshaped to (or None)
+  devices: tuple[tuple[str, Any, Any], ...]  # (name, opened device, its renderer) when recorded: replays check them
+
+
+def _make_replay(sched: Any, todo: list[UOp]) -> _Replay | None:
+  """The replay of a schedule just run for `todo` (nothing exposed), or None when it has a COPY/SLICE, variables, or
+  gives buffers to other nodes than the roots."""
+  if sched.var_vals or set(sched.becomes) != set(todo): return None
+  slot = {b: i for i, b in enumerate(sched.inputs)}
+  new: list[tuple[str, int, DType]] = []
+  kernels, devices = [], {}
+  for c in sched.calls:
+    if c.src[0].op is not Ops.SINK: return None
+    call_slots = []
+    for b in c.src[1:]:
+      if b not in slot:
+        slot[b] = len(slot)
+        new.append((_buffer_device(b), b.arg, b.dtype))
+      call_slots.append(slot[b])
+    device = _buffer_device(c.src[1])
+    spec, prg = _get_runner(c.src[0], device)
+    if spec.vars: return None
+    dev = Device._opened.get(device) or Device[device]
+    devices[device] = (device, dev, dev.renderer)
+    args = tuple(call_slots[i] for i in (spec.globals if spec.globals else range(len(call_slots))))
+    mem = _est(spec, "mem") or sum(b.arg * b.dtype.itemsize for b in c.src[1:])
+    kernels.append((spec, prg, args, _est(spec, "ops"), mem))
+  outs = []
+  for r in todo:
+    v = sched.becomes[r]
+    b = v.src[0] if v.op is Ops.RESHAPE else v
+    if b.op is not Ops.BUFFER or b not in slot or (v is not b and v.src[0] is not b): return None
+    outs.append((slot[b], None if v is b else v.arg))
+  used = tuple(sorted({i for k in kernels for i in k[2]}))
+  return _Replay(tuple(new), tuple(kernels), used, tuple(outs), tuple(devices.values()))
+
+
+@functools.cache
+def _cached_template() -> Callable[..., Any]:
+  from tiny_codegen.schedule import cached_template  # imported on first use, as the scheduler is
+  return cached_template
+
+
+def _replay(todo: list[UOp]) -> dict[UOp, UOp] | None:
+  """Realize `todo` (nothing exposed) by replaying its cached schedule: what `create_schedule` + `run_schedule` would
+  do (new output buffers, the same kernels, GlobalCounters), without building the schedule. None when there is no
+  replay for it, or when something must see the schedule being built or each kernel (VIZ, a capture, DEBUG)."""
+  if _trace.RECORDER is not None or _tls.captures or DEBUG.value >= 1: return None
+  if (found := _cached_template()(tuple(todo), REPLAY_MAX_NODES)) is None: return None
+  tmpl, inputs = found
+  if (rp := tmpl.runtime) is None or rp is False: return None
+  for name, dev, renderer in rp.devices:
+    if Device._opened.get(name) is not dev or dev.renderer is not renderer:  # the device's renderer changed
+      tmpl.runtime = None  # recorded again after the next scheduled run
+      return None
+  bufs = [*inputs, *[UOp.new_buffer(d, n, dt) for d, n, dt in rp.new]]
+  opaque: list[Any] = [None] * len(bufs)  # the device buffers (their Buffers live on the BUFFER nodes in `bufs`)
+  for i in rp.used: opaque[i] = get_buffer(bufs[i]).ensure_allocated()._opaque
+  for spec, prg, args, ops, mem in rp.kernels:  # as _run_kernel with DEBUG=0, no recorder and no capture
+    st = time.perf_counter()
+    et = prg(*[opaque[i] for i in args], global_size=spec.global_size, local_size=spec.local_size, vals=(),
+             wait=False)
+    t = et if et is not None else time.perf_counter() - st
+    GlobalCounters.kernel_count += 1
+    GlobalCounters.global_ops += ops
+    GlobalCounters.global_mem += mem
+    GlobalCounters.time_sum_s += t
+  return {r: bufs[i] if shape is None else bufs[i].reshape(shape) for r, (i, shape) in zip(todo, rp.outs)}
 
 
 def plan(uops: list[UOp], expose: Iterable[UOp] = ()) -> Any:
@@ -353,11 +450,14 @@ def realize(uops: list[UOp], expose: Iterable[UOp] = ()) -> dict[UOp, UOp]:
   todo = [u for u in uops if not is_realized(u)]
   if not todo: return {}
   with lock:
+    if not expose and (becomes := _replay(todo)) is not None: return becomes
     sched = plan(todo, expose)
     calls = list(sched.calls)
     before = _totals() if DEBUG >= 1 else None
     run_schedule(calls, dict(getattr(sched, "var_vals", {}) or {}))
     if before is not None: _print_realize(calls, before)
+    if not expose and (tmpl := getattr(sched, "template", None)) is not None and tmpl.runtime is None:
+      tmpl.runtime = _make_replay(sched, todo) or False  # False: this schedule is not replayed
   return dict(sched.becomes)
 
 

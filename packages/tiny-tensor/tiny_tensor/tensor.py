@@ -36,18 +36,65 @@ from tiny_tensor.indexing import IndexingMixin
 
 __all__ = ["Tensor"]
 
+
+class _Registry:
+  """Live tensors by id, held weakly: a lighter `weakref.WeakValueDictionary` (every eager op registers its result in
+  `_lazy_tensors` and every realize lists it). An entry is a plain weak reference (CPython keeps one per object, so
+  registering costs no allocation) and a dead one is dropped when the registry is listed, or when it has doubled in
+  size since the last sweep; a dead tensor's id that a new object reuses is never taken for it (its reference is
+  dead). Writers hold `_registry_lock`."""
+  __slots__ = ("data", "limit")
+
+  def __init__(self) -> None:
+    self.data: dict[int, weakref.ReferenceType[Tensor]] = {}
+    self.limit = 64
+
+  def __setitem__(self, k: int, t: Tensor) -> None:
+    self.data[k] = weakref.ref(t)
+    if len(self.data) > self.limit: self.live()
+
+  def __contains__(self, k: int) -> bool: return (r := self.data.get(k)) is not None and r() is not None
+  def pop(self, k: int, default: Any = None) -> Any:
+    r = self.data.pop(k, None)
+    return default if r is None or (t := r()) is None else t
+
+  def only(self, ts: list[Tensor]) -> bool:
+    """Whether no live tensor but those of `ts` is in the registry (found at once when it holds just them; with dead
+    entries left over, False: the caller lists the registry, which sweeps them)."""
+    if len(self.data) > len(ts): return False
+    for r in list(self.data.values()):
+      if (t := r()) is None: continue
+      for x in ts:
+        if t is x: break
+      else: return False
+    return True
+
+  def live(self) -> list[Tensor]:
+    """The live tensors now (a list: another thread may add meanwhile); drops the dead entries. Under the lock."""
+    out, dead = [], []
+    for k, r in self.data.items():
+      if (t := r()) is None: dead.append(k)
+      else: out.append(t)
+    for k in dead: del self.data[k]
+    self.limit = max(64, 2 * len(self.data))
+    return out
+
+
 # registries of live tensors, by id (a WeakSet would compare Tensors with ==, which builds a Tensor)
-_grad_tensors: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()  # requires_grad is True
-_leaf_tensors: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()  # ... set so by the user
-_lazy_tensors: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()  # may hold a lazy graph
-_origin_tensors: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()  # remember a graph
-_registry_lock = threading.Lock()  # insertions into the registries above vs. listing them from another thread
+_grad_tensors = _Registry()  # requires_grad is True
+_leaf_tensors = _Registry()  # ... set so by the user
+_lazy_tensors = _Registry()  # may hold a lazy graph
+_origin_tensors = _Registry()  # remember a graph
+_registry_lock = threading.Lock()  # changes to the registries above vs. listing them from another thread
 
 
-def _live(reg: weakref.WeakValueDictionary[int, Tensor]) -> list[Tensor]:
+def _live(reg: _Registry) -> list[Tensor]:
   """The tensors of a registry now (a list: another thread may add to it meanwhile)."""
-  with _registry_lock: return list(reg.values())
+  with _registry_lock: return reg.live()
+
+
 _scalar_cache: dict[tuple, UOp] = {}  # (dtype, repr(value), device, shape) -> the broadcast constant
+_SAME_DTYPE_OPS = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.AND, Ops.OR, Ops.XOR})  # result dtype = operands' dtype
 
 
 def _np_from(data: Any, dtype: DType | None) -> np.ndarray:
@@ -137,7 +184,8 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
   def _new(uop: UOp, requires_grad: bool | None = None) -> Tensor:
     t = object.__new__(Tensor)
     t.uop, t._requires_grad, t.grad, t._origin_uop = uop, requires_grad, None, None
-    if requires_grad: _grad_tensors[id(t)] = t  # propagated from an input: not a leaf
+    if requires_grad:  # propagated from an input: not a leaf
+      with _registry_lock: _grad_tensors[id(t)] = t
     return t
 
   def _wrap(self, uop: UOp, *others: Tensor) -> Tensor:
@@ -160,7 +208,7 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     if u.op is not Ops.MULTI and (isinstance(u.device, tuple) or (u.op is Ops.COPY and u.src[0].op is Ops.MULTI)):
       u = _multi.lower(u)  # an op on a sharded tensor (or a gather of one to a single device)
     self._uop = u
-    if not engine.is_realized(u):
+    if u.op is not Ops.BUFFER and (u.op is not Ops.RESHAPE or u.src[0].op is not Ops.BUFFER):  # not is_realized(u)
       with _registry_lock: _lazy_tensors[id(self)] = self
 
   @property
@@ -251,11 +299,15 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     """
     ts = [self, *lst]
     with engine.lock:  # other threads' realizes see this one's results whole (see tiny_tensor.engine)
-      uops = [s for t in ts for s in (t.uop.src if t.uop.op is Ops.MULTI else (t.uop,))]  # a sharded tensor: shards
-      # a lazy tensor that reads a buffer this realize writes (e.g. the loss, after opt.step()) is computed in the
-      # same schedule (which reads before it writes), unless the values it reads get buffers anyway: as if run eagerly
-      uops += [s for t in _old_value_readers(uops, ts) for s in _shards(t.uop)]
-      becomes = engine.realize(uops, _shared_with_other_graphs(uops))
+      uops = [s for t in ts for s in (t._uop.src if t._uop.op is Ops.MULTI else (t._uop,))]  # sharded: its shards
+      with _registry_lock: alone = _lazy_tensors.only(ts)
+      if alone: becomes = engine.realize(uops)  # no other lazy tensor: none reads old values or shares nodes
+      else:
+        # a lazy tensor that reads a buffer this realize writes (e.g. the loss, after opt.step()) is computed in the
+        # same schedule (which reads before it writes), unless the values it reads get buffers anyway: as if run
+        # eagerly
+        uops += [s for t in _old_value_readers(uops, ts) for s in _shards(t.uop)]
+        becomes = engine.realize(uops, _shared_with_other_graphs(uops))
       if becomes: _apply_becomes(becomes)
     return self
 
@@ -455,7 +507,8 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
 
   def _scalar_uop(self, y: Any) -> UOp:
     """Python scalar `y` of this tensor's dtype, broadcast to its shape (cached: a hot path of `x + 1`)."""
-    key = (self.dtype, repr(y), self.device, self.shape)
+    u = self._uop
+    key = (u.dtype, repr(y), u.device, u.shape)
     if (cu := _scalar_cache.get(key)) is None:
       if len(_scalar_cache) > 512: _scalar_cache.clear()
       cu = _scalar_cache[key] = self._const_for(y)._broadcast_to(self.shape).uop
@@ -492,8 +545,10 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
   def _binop(self, op: Ops, y: Any, reverse: bool = False) -> Tensor:
     dt = self.dtype
     if type(y) in (int, float, bool) and (dtypes.is_float(dt) or (dtypes.is_int(dt) and type(y) is int)):
-      cu = self._scalar_uop(y)  # hot path: no temporary Tensor for the constant
-      return Tensor._new(cu.alu(op, self.uop) if reverse else self.uop.alu(op, cu), self.requires_grad)
+      cu, u = self._scalar_uop(y), self._uop  # hot path: no temporary Tensor for the constant
+      if op in _SAME_DTYPE_OPS and cu.dtype == u.dtype:  # what alu builds, without its dtype checks
+        return Tensor._new(UOp(op, u.dtype, (cu, u) if reverse else (u, cu)), self._requires_grad)
+      return Tensor._new(cu.alu(op, u) if reverse else u.alu(op, cu), self._requires_grad)
     a, b = self._broadcasted(y, reverse)
     return a._wrap(a.uop.alu(op, b.uop), b)
 
@@ -1324,7 +1379,9 @@ def _old_value_readers(uops: list[UOp], ts: list[Tensor]) -> list[Tensor]:
   Realizing `uops` gives buffers to the values other graphs share with them (`_shared_with_other_graphs`), and a
   reader whose reads of the buffer all go through such values is fine (e.g. the loss reads the forward's activations,
   which the backward computes); so this plans the schedule once to see which values get buffers."""
-  targets = {b for u in uops if u.op is Ops.ASSIGN and (b := _base_buffer(u.src[0])) is not None}
+  targets: set[UOp] = set()
+  for u in uops:  # (a loop: this runs on every realize)
+    if u.op is Ops.ASSIGN and (b := _base_buffer(u.src[0])) is not None: targets.add(b)
   if not targets: return []
   cands = [t for t in _live(_lazy_tensors) if not any(t is x for x in ts) and not engine.is_realized(t.uop)]
   if not cands: return []
@@ -1359,10 +1416,11 @@ def _apply_becomes(becomes: dict[UOp, UOp]) -> None:
   fixed = {k: (v if v.shape == k.shape else v.reshape(k.shape)) for k, v in becomes.items()}  # 0-d may come back 1-d
   lazy: list[Tensor] = []
   for t in _live(_lazy_tensors):
-    if (n := fixed.get(t.uop)) is not None:
-      if _keeps_origin(t): t._origin = t.uop
+    if (n := fixed.get(t._uop)) is not None:
+      if _keeps_origin(t): t._origin = t._uop
       t.uop = n
-    if engine.is_realized(t.uop): _lazy_tensors.pop(id(t), None)
+    if (u := t._uop).op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER):  # is_realized(u)
+      with _registry_lock: _lazy_tensors.pop(id(t), None)
     else: lazy.append(t)
   if not lazy: return
   # which lazy graphs use a realized node: one walk over all of them, marking every node that reaches one
@@ -1381,7 +1439,9 @@ def _apply_becomes(becomes: dict[UOp, UOp]) -> None:
 def _keeps_origin(t: Tensor) -> bool:
   """Whether `t`'s graph is kept for autograd when it is realized: not for requires_grad=False, nor for an assign
   (a sharded one too): that is a leaf written in place, whose old graph contains its own buffer."""
-  return t.requires_grad is not False and t._origin is None and all(s.op is not Ops.ASSIGN for s in _shards(t.uop))
+  u = t._uop
+  return t._requires_grad is not False and t._origin_uop is None and \
+    (u.op is not Ops.ASSIGN if u.op is not Ops.MULTI else all(s.op is not Ops.ASSIGN for s in u.src))
 
 
 # the higher-level ops (conv2d, pooling, losses, ...) live in nnops as functions taking a Tensor first

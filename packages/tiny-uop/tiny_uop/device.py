@@ -19,6 +19,7 @@ from typing import Any, Callable, ClassVar, Generic, Sequence, TypeVar
 from tiny_uop.dtype import DType, ImageDType, PtrDType, dtypes
 from tiny_uop.helpers import CACHELEVEL, cache_dir
 from tiny_uop.uop import Ops, UOp
+from tiny_uop import plugins as _plugins  # the device registry (Buffer.allocator); it imports nothing of this module
 
 
 class CompileError(Exception):
@@ -112,6 +113,7 @@ class BufferSpec:
 
 
 T = TypeVar("T")
+_DEFAULT_SPEC = BufferSpec()  # `options=None`: made once (a frozen dataclass is slow to build and to hash)
 
 
 class Allocator(Generic[T]):
@@ -122,10 +124,10 @@ class Allocator(Generic[T]):
   def alloc(self, size: int, options: BufferSpec | None = None) -> T:
     if not isinstance(size, int) or size < 0:
       raise ValueError(f"allocation size must be a non-negative int, got {size!r}")
-    return self._alloc(size, options if options is not None else BufferSpec())
+    return self._alloc(size, options if options is not None else _DEFAULT_SPEC)
 
   def free(self, opaque: T, size: int, options: BufferSpec | None = None) -> None:
-    self._free(opaque, options if options is not None else BufferSpec())
+    self._free(opaque, options if options is not None else _DEFAULT_SPEC)
 
   def _alloc(self, size: int, options: BufferSpec) -> T: raise NotImplementedError("need _alloc")
   def _free(self, opaque: T, options: BufferSpec) -> None: pass
@@ -134,30 +136,32 @@ class Allocator(Generic[T]):
 
 
 class LRUAllocator(Allocator[T]):
-  """Keeps freed allocations by (size, options) and hands them back instead of allocating again."""
+  """Keeps freed allocations by (size, options) and hands them back instead of allocating again. The default options
+  are keyed as None (the eager hot path frees and reuses one such block per op: no dataclass hash)."""
 
   def __init__(self) -> None:
-    self.cache: dict[tuple[int, BufferSpec], list[T]] = {}
+    self.cache: dict[tuple[int, BufferSpec | None], list[T]] = {}
     self.lock = threading.Lock()
 
   def alloc(self, size: int, options: BufferSpec | None = None) -> T:
-    opts = options if options is not None else BufferSpec()
+    key = (size, None if options is None or options == _DEFAULT_SPEC else options)
     with self.lock:
-      if (lst := self.cache.get((size, opts))): return lst.pop()
-    try: return super().alloc(size, opts)
+      if (lst := self.cache.get(key)): return lst.pop()
+    try: return super().alloc(size, options)
     except MemoryError:
       self.free_cache()
-      return super().alloc(size, opts)
+      return super().alloc(size, options)
 
   def free(self, opaque: T, size: int, options: BufferSpec | None = None) -> None:
-    opts = options if options is not None else BufferSpec()
-    if opts.nolru or opts.external_ptr is not None: return super().free(opaque, size, opts)
-    with self.lock: self.cache.setdefault((size, opts), []).append(opaque)
+    if options is not None and (options.nolru or options.external_ptr is not None):
+      return super().free(opaque, size, options)
+    key = (size, None if options is None or options == _DEFAULT_SPEC else options)
+    with self.lock: self.cache.setdefault(key, []).append(opaque)
 
   def free_cache(self) -> None:
     with self.lock:
       for (_, opts), lst in self.cache.items():
-        for opaque in lst: self._free(opaque, opts)
+        for opaque in lst: self._free(opaque, opts if opts is not None else _DEFAULT_SPEC)
       self.cache.clear()
 
 
@@ -256,9 +260,8 @@ class Buffer:
 
   @property
   def allocator(self) -> Allocator:
-    from tiny_uop.plugins import Device
     # hot path (every allocation and free): an opened device by its canonical name, without canonicalizing again
-    return (Device._opened.get(self.device) or Device[self.device]).allocator
+    return (_plugins.Device._opened.get(self.device) or _plugins.Device[self.device]).allocator
 
   def ensure_allocated(self) -> Buffer: return self if self._opaque is not None else self.allocate()
 

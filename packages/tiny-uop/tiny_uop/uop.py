@@ -9,10 +9,11 @@ A UOp has five fields:
 
 Building the same node twice returns the same object, so `is`/`==` are identity and graphs share structure.
 Interning is thread-safe: a miss in the cache takes a lock, so two threads building the same node get one object.
-Derived properties (`shape`, `device`, `vmin`/`vmax`, `ranges`) are computed once and cached on the node; nothing
-cached on a node refers back to it (a node's toposort is computed on every call, never stored: a stored one would
-make every node a reference cycle, and a chain of n nodes hold n**2/2 entries), so dropping a graph frees it at once,
-without the cyclic GC.
+Derived properties (`shape`, `device`, `vmin`/`vmax`, `ranges`) are computed once and cached on the node (`_cache`,
+where later stages keep per-node facts too: the scheduler's normalized form, the tensor engine's Buffer behind a
+BUFFER node); nothing cached on a node refers back to it (a node's toposort is computed on every call, never stored:
+a stored one would make every node a reference cycle, and a chain of n nodes hold n**2/2 entries), so dropping a graph
+frees it at once, without the cyclic GC.
 """
 from __future__ import annotations
 
@@ -132,7 +133,7 @@ def _const_key(x: Any) -> Any:
   return (x, x.__class__) if x.__class__ in (int, bool) else x
 
 
-def _drop_entry(ref: weakref.ReferenceType, key: tuple) -> None:
+def _drop_entry(key: tuple, ref: weakref.ReferenceType) -> None:
   """Weakref callback of an interned node: forget its cache entry -- only if the entry is still this node's. A node
   can die (its weakref cleared) before its callback runs (garbage collection of a cycle); an equal node built in
   between owns the entry now, and deleting it would let a third equal node be built: two "equal" nodes, not one.
@@ -161,8 +162,10 @@ class UOpMetaClass(type):
     if (wret := UOpMetaClass.ucache.get(key)) is not None and (ret := wret()) is not None: return ret
     with UOpMetaClass.lock:
       if (wret := UOpMetaClass.ucache.get(key)) is not None and (ret := wret()) is not None: return ret
-      created = super().__call__(op, dtype, src, arg, tag)
-      UOpMetaClass.ucache[key] = weakref.ref(created, lambda r, k=key: _drop_entry(r, k))  # type: ignore[misc]
+      # UOp.__init__ inlined (every new node of every stage comes through here); the callback a C-level partial
+      created: UOp = object.__new__(cls)  # type: ignore[arg-type]
+      created.op, created.dtype, created.src, created.arg, created.tag, created._cache = op, dtype, src, arg, tag, {}
+      UOpMetaClass.ucache[key] = weakref.ref(created, functools.partial(_drop_entry, key))
     return created
 
 
@@ -261,9 +264,11 @@ class UOp(metaclass=UOpMetaClass):
   @property
   def shape(self) -> tuple[sint, ...] | None:
     """The shape of a graph-level (tensor) value; None for kernel-level nodes."""
-    if "shape" in self._cache: return self._cache["shape"]
-    if all("shape" in s._cache for s in self.src):  # a new node over known ones (every eager op): no walk
-      ret = self._cache["shape"] = _compute_shape(self)
+    if "shape" in (c := self._cache): return c["shape"]
+    for s in self.src:  # a new node over known ones (every eager op): no walk (a loop: no generator on this path)
+      if "shape" not in s._cache: break
+    else:
+      ret = c["shape"] = _compute_shape(self)
       return ret
     for node in self.toposort(gate=lambda n: "shape" not in n._cache):
       if "shape" not in node._cache: node._cache["shape"] = _compute_shape(node)
@@ -278,10 +283,15 @@ class UOp(metaclass=UOpMetaClass):
   @property
   def device(self) -> str | tuple[str, ...] | None:
     """The device a graph-level value lives on (from its DEVICE sources)."""
-    if "device" in self._cache: return self._cache["device"]
-    if self.op not in (Ops.DEVICE, Ops.COPY, Ops.MULTI) and all("device" in s._cache for s in self.src):  # no walk
-      d = self._cache["device"] = next((s._cache["device"] for s in self.src if s._cache["device"] is not None), None)
-      return d
+    if "device" in (c := self._cache): return c["device"]
+    if self.op not in (Ops.DEVICE, Ops.COPY, Ops.MULTI):  # over known sources: the first device among them, no walk
+      d = None
+      for s in self.src:
+        if "device" not in (sc := s._cache): break
+        if d is None: d = sc["device"]
+      else:
+        c["device"] = d
+        return d
     for node in self.toposort(gate=lambda n: "device" not in n._cache):
       if "device" in node._cache: continue
       if node.op is Ops.DEVICE: d = node.arg
@@ -356,7 +366,10 @@ class UOp(metaclass=UOpMetaClass):
   def new_buffer(device: str, size: int, dtype: DType, num: int | None = None) -> UOp:
     """A graph-level buffer of `size` elements; `num` (default: a fresh number) makes it unique."""
     if num is None: num = next(_unique_counter)
-    return UOp(Ops.BUFFER, dtype, (UOp(Ops.UNIQUE, arg=num), UOp(Ops.DEVICE, arg=device)), size)
+    ret = UOp(Ops.BUFFER, dtype, (UOp(Ops.UNIQUE, arg=num), UOp(Ops.DEVICE, arg=device)), size)
+    # what `shape` and `device` would compute, set now: on a fresh node they would walk (its UNIQUE has neither)
+    if "device" not in ret._cache: ret._cache["shape"], ret._cache["device"] = (size,), device
+    return ret
 
   @staticmethod
   def unique() -> UOp:
@@ -622,19 +635,31 @@ def _compute_shape(u: UOp) -> tuple[sint, ...] | None:
     if any(not 0 <= a < len(ps) for a in axes): raise ValueError(f"reduce axes {axes} out of range for shape {ps}")
     return tuple(1 if i in axes else s for i, s in enumerate(ps))
   if op in GroupOp.Elementwise or op in (Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH, Ops.COPY, Ops.ASSIGN):
-    shapes = [s._cache["shape"] for s in u.src if s.op not in (Ops.DEVICE, Ops.UNIQUE)]
-    shapes = [s for s in shapes if s is not None]
-    if not shapes: return None
-    for s in shapes[1:]:
-      if s != shapes[0]: raise ValueError(f"{op} sources have different shapes {shapes}; broadcast them first")
-    if op is Ops.BITCAST and u.dtype.itemsize != u.src[0].dtype.itemsize and shapes[0]:
-      return (*shapes[0][:-1], shapes[0][-1] * u.src[0].dtype.itemsize // u.dtype.itemsize)
-    return shapes[0]
+    first = None
+    for x in u.src:  # every source with a shape has the same one (a loop: every eager op comes through here)
+      if x.op in (Ops.DEVICE, Ops.UNIQUE) or (xs := x._cache["shape"]) is None: continue
+      if first is None: first = xs
+      elif xs != first:
+        shapes = [x._cache["shape"] for x in u.src if x.op not in (Ops.DEVICE, Ops.UNIQUE)]
+        shapes = [x for x in shapes if x is not None]
+        raise ValueError(f"{op} sources have different shapes {shapes}; broadcast them first")
+    if first is None: return None
+    if op is Ops.BITCAST and u.dtype.itemsize != u.src[0].dtype.itemsize and first:
+      return (*first[:-1], first[-1] * u.src[0].dtype.itemsize // u.dtype.itemsize)
+    return first
   return None
+
+
+_INT_ONLY = {int}
 
 
 def _movement_shape(op: Ops, ps: tuple[sint, ...], arg: Any) -> tuple[sint, ...]:
   if op is Ops.RESHAPE:
+    if {*map(type, arg), *map(type, ps)} == _INT_ONLY:  # hot path: static shapes (no generator frames)
+      if arg and min(arg) < 0: raise ValueError(f"reshape to {arg}: negative dimension")
+      if math.prod(ps) != math.prod(arg):
+        raise ValueError(f"can't reshape {ps} (size {math.prod(ps)}) to {arg} (size {math.prod(arg)})")
+      return tuple(arg)
     if any(isinstance(s, int) and s < 0 for s in arg): raise ValueError(f"reshape to {arg}: negative dimension")
     if all_int(ps) and all_int(arg) and prod(ps) != prod(arg):
       raise ValueError(f"can't reshape {ps} (size {prod(ps)}) to {arg} (size {prod(arg)})")

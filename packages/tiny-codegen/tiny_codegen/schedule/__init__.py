@@ -8,6 +8,6 @@
 1
 """
 from tiny_codegen.schedule.memory import memory_plan
-from tiny_codegen.schedule.schedule import ScheduleResult, clear_schedule_cache, create_schedule
+from tiny_codegen.schedule.schedule import ScheduleResult, cached_template, clear_schedule_cache, create_schedule
 
-__all__ = ["ScheduleResult", "clear_schedule_cache", "create_schedule", "memory_plan"]
+__all__ = ["ScheduleResult", "cached_template", "clear_schedule_cache", "create_schedule", "memory_plan"]

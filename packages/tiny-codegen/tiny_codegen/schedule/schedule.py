@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from tiny_uop.dtype import DType, dtypes
-from tiny_uop.helpers import DEBUG, all_int, getenv, prod, strides_for_shape
+from tiny_uop.helpers import DEBUG, SPEC, all_int, getenv, prod, strides_for_shape
 from tiny_uop.spec import kernel_spec, maybe_verify, tensor_spec
 from tiny_uop.trace import traced
 from tiny_uop.uop import GroupOp, Ops, UOp, sint
@@ -43,11 +43,14 @@ class ScheduleResult:
   """What `create_schedule` returns.
 
   calls: CALL nodes in execution order; becomes: tensor-graph node -> its realized BUFFER (reshaped to the node's
-  shape); var_vals: the values of the bound symbolic variables, by name.
+  shape); var_vals: the values of the bound symbolic variables, by name; inputs, template: for a runtime that replays
+  cached schedules (`cached_template`).
   """
   calls: list[UOp]
   becomes: dict[UOp, UOp] = field(default_factory=dict)
   var_vals: dict[str, int] = field(default_factory=dict)
+  inputs: list[UOp] = field(default_factory=list)  # the graph's input BUFFERs, in the order `cached_template` gives
+  template: Any = field(default=None, repr=False)  # the cache entry it came from (None: not cached)
 
   @property
   def linear(self) -> UOp:
@@ -65,47 +68,113 @@ def _placeholder(kind: str, k: int, dtype: Any, device: str, size: int) -> UOp:
   return UOp(Ops.BUFFER, dtype, (UOp(Ops.UNIQUE, arg=(kind, k)), UOp(Ops.DEVICE, arg=device)), size)
 
 
+NORM_CACHE_MAX_INPUTS = 8
+"""A node whose graph reads at most this many input buffers remembers its normalized form (see `_Normalizer`)."""
+_NO_REUSE = (Ops.CONTIGUOUS, Ops.ASSIGN, Ops.COPY, Ops.SINK)  # may be in `becomes` themselves: never walked over
+_NEVER = -1  # `_Normalizer.lo` of a node whose form must not be remembered (its graph binds a variable or holds one
+             # of _NO_REUSE)
+_NONE = 1 << 62  # `_Normalizer.lo` of a node that reads no input
+_INT_ONLY = {int}
+_generation = [0]  # bumped by clear_schedule_cache: normalized forms remembered before are not reused
+
+
 class _Normalizer:
-  def __init__(self) -> None:
+  """Stage 1: the graph with DETACH/CONTIGUOUS_BACKWARD dropped, input BUFFERs as placeholders numbered in the order
+  a depth-first walk (sources in order, post-order) first meets them, BINDs unbound (their values in `var_vals`).
+
+  Eager reuse: a node whose graph holds no CONTIGUOUS/ASSIGN/COPY/SINK/BIND (nor symbolic movement args) and reads
+  at most NORM_CACHE_MAX_INPUTS inputs remembers its normalized form in `_cache["norm"]`: (normalized node, or None
+  when it is the node itself; the number of its first input; its inputs; their placeholders; its graph's size; the
+  cache generation). A later walk with `reuse` takes it without walking below when its inputs would get the same
+  numbers (the walk has met exactly that many inputs so far, none of these), so `(a + 1).realize()` normalizes one
+  node, not the whole graph. Nodes below a reused one are not in `new` (their images are), so `reuse` is off when the
+  caller needs every node's image (`expose`); the nodes that may be in `becomes` (_NO_REUSE) are never below a
+  reused one. `clear_schedule_cache()` starts a new generation: older remembered forms are ignored."""
+  def __init__(self, reuse: bool = True, budget: int | None = None) -> None:
+    self.budget = budget  # walk at most this many nodes, else stop with `over` set (`cached_template`)
+    self.over = False
     self.new: dict[UOp, UOp] = {}
     self.inputs: list[UOp] = []
+    self.places: list[UOp] = []  # their placeholders
     self.var_vals: dict[str, int] = {}
+    self.reuse = reuse
+    self.lo: dict[UOp, int] = {}  # node -> the lowest input number in its graph (_NONE: none; _NEVER: binds)
+    self.nodes = 0  # the normalized graph's size (a cache entry keeps it alive): nodes walked + reused graphs' sizes
 
   def arg(self, a: Any) -> Any:
     if isinstance(a, tuple): return tuple(self.arg(x) for x in a)
     if isinstance(a, UOp): return self.node(a)
     return a
 
+  def _take(self, n: UOp, ent: tuple[UOp | None, int, tuple[UOp, ...], tuple[UOp, ...], int, int]) -> bool:
+    """Reuse n's remembered form if its inputs get the same numbers in this walk (see the class doc)."""
+    norm, first, inputs, places, size, gen = ent
+    if gen != _generation[0]: return False
+    new, lo = self.new, self.lo
+    if inputs:
+      if first != len(self.inputs): return False
+      for b in inputs:  # (a loop, not any(): this runs for most nodes of an eager op's walk)
+        if b in new: return False
+      for k, (b, ph) in enumerate(zip(inputs, places)): new[b], lo[b] = ph, first + k
+      self.inputs.extend(inputs)
+      self.places.extend(places)
+    new[n], lo[n] = (n if norm is None else norm), (first if inputs else _NONE)
+    self.nodes += size
+    return True
+
   def node(self, root: UOp) -> UOp:
-    new = self.new
+    new, lo, inputs, places = self.new, self.lo, self.inputs, self.places
     if (done := new.get(root)) is not None: return done
-    # root.toposort(gate=lambda x: x not in new), inlined: this walk runs on every realize (the eager hot path)
-    stack: list[tuple[UOp, bool]] = [(root, False)]
+    reuse = self.reuse
+    # root.toposort(gate=lambda x: x not in new), inlined: this walk runs on every realize (the eager hot path). An
+    # entry is (node, -1, 0) before its sources are walked, (node, inputs met, nodes walked) when they were
+    stack: list[tuple[UOp, int, int]] = [(root, -1, 0)]
     while stack:
-      n, visited = stack.pop()
+      n, first, nodes = stack.pop()
       if n in new: continue
-      if not visited:
-        stack.append((n, True))
+      if first < 0:
+        if reuse and (ent := n._cache.get("norm")) is not None and self._take(n, ent): continue
+        if self.budget is not None:
+          if (budget := self.budget - 1) < 0:
+            self.over = True
+            return root  # the caller looks at `over`, not at this
+          self.budget = budget
+        stack.append((n, len(inputs), self.nodes))
         for s in reversed(n.src):
-          if s not in new: stack.append((s, False))
+          if s not in new: stack.append((s, -1, 0))
         continue
+      low = _NONE
+      for s in n.src:
+        if (v := lo[s]) < low: low = v
       if n.op is Ops.BUFFER:
-        self.new[n] = _placeholder("in", len(self.inputs), n.dtype, n.src[1].arg, n.arg)
-        self.inputs.append(n)
-      elif n.op in (Ops.DETACH, Ops.CONTIGUOUS_BACKWARD): self.new[n] = self.new[n.src[0]]
+        new[n] = ph = _placeholder("in", len(inputs), n.dtype, n.src[1].arg, n.arg)
+        low = len(inputs)
+        inputs.append(n)
+        places.append(ph)
+      elif n.op in (Ops.DETACH, Ops.CONTIGUOUS_BACKWARD): new[n] = new[n.src[0]]
       elif n.op is Ops.BIND:
         var, val = n.unbind()
         if self.var_vals.get(var.arg[0], val) != val:
           raise ValueError(f"Variable {var.arg[0]!r} is bound to two values ({self.var_vals[var.arg[0]]} and {val})")
         self.var_vals[var.arg[0]] = val
-        self.new[n] = n.replace(src=(var, UOp.const(var.dtype, var.arg[1])))
+        new[n], low = n.replace(src=(var, UOp.const(var.dtype, var.arg[1]))), _NEVER
       else:
         arg = n.arg
-        if n.op in (Ops.RESHAPE, Ops.EXPAND, Ops.PAD, Ops.SHRINK) and not all(x.__class__ is int for x in arg):
-          arg = self.arg(arg)  # symbolic sizes (or PAD/SHRINK's pairs)
-        src = tuple(new[s] for s in n.src)
+        if n.op in (Ops.RESHAPE, Ops.EXPAND, Ops.PAD, Ops.SHRINK) and not set(map(type, arg)) <= _INT_ONLY:
+          arg, low = self.arg(arg), _NEVER  # symbolic sizes (or PAD/SHRINK's pairs)
+          if self.over: return root
+        src = tuple(map(new.__getitem__, n.src))
         m = n if arg is n.arg and src == n.src else UOp(n.op, n.dtype, src, arg, n.tag)
         new[n] = _split_big_reduce(m) if n.op is Ops.REDUCE_AXIS else m
+        if n.op in _NO_REUSE: low = _NEVER  # it and every node above it: walked each time (see the class doc)
+      lo[n] = low
+      self.nodes += 1
+      # remember n's form when its graph's inputs are exactly those met during its walk (none met earlier)
+      # (a BUFFER never: its entry would hold the BUFFER itself, a reference cycle)
+      if low >= first and len(inputs) - first <= NORM_CACHE_MAX_INPUTS and n.op is not Ops.BUFFER:
+        m = new[n]
+        n._cache["norm"] = (None if m is n else m, first, tuple(inputs[first:]), tuple(places[first:]),
+                            self.nodes - nodes, _generation[0])
     return new[root]
 
 
@@ -139,6 +208,9 @@ class _Template:
   becomes: list[tuple[UOp, UOp, UOp | None]]  # (normalized node, buffer placeholder, view over it or None)
   new_buffers: list[UOp]
   inputs: list[UOp] | None = None  # the input placeholders it uses (`_inputs_of`), found on first use
+  runtime: Any = None  # a runtime's own record for running this schedule again without building it (see
+                       # `cached_template`); it goes with the cache entry
+  becomes_nodes: set[UOp] = field(default_factory=set)  # the nodes of `becomes` (found with `inputs`)
 
 
 def _unbind(x: sint, memo: dict[UOp, UOp], dt: DType = dtypes.index) -> UOp:
@@ -703,11 +775,11 @@ def create_schedule(sink: UOp, expose: Iterable[UOp] = ()) -> ScheduleResult:
   if sink.op is not Ops.SINK: raise TypeError(f"create_schedule needs a SINK of tensor values, got {sink.op}")
   maybe_verify(sink, tensor_spec, "tensor graph")
   st = time.perf_counter()
-  norm = _Normalizer()
+  norm = _Normalizer(reuse=not expose)  # expose: each exposed node's image is needed, so every node is walked
   nsink = norm.node(sink)
   nexpose: frozenset[UOp] = frozenset()
   dec = None
-  nodes = len(norm.new)  # the normalized graph's size: what a cache entry keeps alive
+  nodes = norm.nodes  # the normalized graph's size: what a cache entry keeps alive
   if expose:  # only the nodes that get a buffer anyway matter (and only they key the cache)
     if (realized := _realized.get(nsink)) is None:
       dec = _decide(nsink)
@@ -720,24 +792,49 @@ def create_schedule(sink: UOp, expose: Iterable[UOp] = ()) -> ScheduleResult:
   if tmpl is None:
     tmpl = _schedule(nsink, expose=nexpose, decided=dec)
     if SCHEDULE_CACHE: _cache.put(key, tmpl, nodes)
-  if tmpl.inputs is None: tmpl.inputs = _inputs_of(tmpl)
-  sub: dict[UOp, UOp] = {ph: norm.inputs[ph.src[0].arg[1]] for ph in tmpl.inputs}
+  # step 5: the caller's buffers in place of the placeholders, a new BUFFER for each buffer the schedule makes
+  if tmpl.inputs is None: tmpl.inputs, tmpl.becomes_nodes = _inputs_of(tmpl), {n for n, _, _ in tmpl.becomes}
+  ins = norm.inputs
+  sub: dict[UOp, UOp] = {ph: ins[ph.src[0].arg[1]] for ph in tmpl.inputs}
   for b in tmpl.new_buffers: sub[b] = UOp.new_buffer(b.src[1].arg, b.arg, b.dtype)
-  calls = [c.replace(src=(c.src[0], *(sub[b] for b in c.src[1:]))) for c in tmpl.calls]
-  inv: dict[UOp, list[UOp]] = defaultdict(list)
-  for orig, n in norm.new.items(): inv[n].append(orig)
+  calls = [UOp(Ops.CALL, c.dtype, (c.src[0], *[sub[b] for b in c.src[1:]]), c.arg, c.tag) for c in tmpl.calls]
+  inv: dict[UOp, list[UOp]] = {}  # normalized node in becomes -> the caller's nodes it stands for
+  want = tmpl.becomes_nodes
+  for orig, n in norm.new.items():
+    if n in want: inv.setdefault(n, []).append(orig)
   becomes: dict[UOp, UOp] = {}
   for node, buf, view in tmpl.becomes:
     real = sub.get(buf, buf)
-    for orig in inv.get(node, []):
+    for orig in inv.get(node, ()):
       if view is None: becomes[orig] = real if orig.shape == real.shape else real.reshape(shape_of(orig))
       else: becomes[orig] = _rebase(view, sub)
   if DEBUG >= 3:
     print(f"schedule: {len(calls)} calls ({sum(c.src[0].op is Ops.SINK for c in calls)} kernels) in "
           f"{(time.perf_counter() - st) * 1e3:.2f} ms{' (cached)' if hit else ''}")
-  for c in calls:
-    if c.src[0].op is Ops.SINK: maybe_verify(c.src[0], kernel_spec, "scheduled kernel")
-  return ScheduleResult(calls, becomes, dict(norm.var_vals))
+  if SPEC:
+    for c in calls:
+      if c.src[0].op is Ops.SINK: maybe_verify(c.src[0], kernel_spec, "scheduled kernel")
+  return ScheduleResult(calls, becomes, dict(norm.var_vals), norm.inputs, tmpl if SCHEDULE_CACHE else None)
+
+
+def cached_template(roots: tuple[UOp, ...], max_nodes: int = 64) -> tuple[Any, list[UOp]] | None:
+  """The cache entry of the schedule that `create_schedule(UOp.sink(*roots))` (nothing exposed) would give, and the
+  graph's input BUFFERs in the entry's placeholder order, without building the schedule; None when there is no such
+  entry, when the cache is off or SPEC verification on, when the graph binds a variable, or when more than
+  `max_nodes` new nodes would have to be normalized (a big graph: `create_schedule` will normalize it once).
+
+  For runtimes that replay schedules (tiny-tensor's engine): an entry's `runtime` slot holds what the runtime recorded
+  from a `create_schedule` result of it (`ScheduleResult.template`); the schedule of an entry, with input placeholder
+  `i` standing for `inputs[i]` and new buffers made fresh, is the schedule `create_schedule` would return."""
+  if not SCHEDULE_CACHE or SPEC.value: return None
+  norm = _Normalizer(budget=max_nodes)
+  nroots = []
+  for r in roots:
+    nroots.append(norm.node(r))
+    if norm.over: return None
+  if norm.var_vals: return None
+  tmpl = _cache.get((UOp(Ops.SINK, dtypes.void, tuple(nroots)), frozenset()))
+  return None if tmpl is None else (tmpl, norm.inputs)
 
 
 def _inputs_of(tmpl: _Template) -> list[UOp]:
@@ -761,6 +858,7 @@ def _rebase(view: UOp, sub: dict[UOp, UOp]) -> UOp:
 
 
 def clear_schedule_cache() -> None:
-  """Forget every cached schedule."""
+  """Forget every cached schedule (and the normalized forms nodes remember)."""
+  _generation[0] += 1
   _cache.clear()
   _realized.clear()

@@ -1,0 +1,127 @@
+"""The eager hot path (issue #23): a realize whose graph has the structure of a cached schedule replays the recorded
+kernels (engine `_replay`) without building the schedule; the result must be exactly what scheduling would give."""
+import numpy as np
+import pytest
+
+import tiny_codegen.schedule as sched_mod
+from tiny_tensor import Context, GlobalCounters, Tensor, Variable, engine
+from tiny_uop import trace
+
+
+@pytest.fixture
+def count_schedules(monkeypatch):
+  """How often the engine builds a schedule (create_schedule) from here on."""
+  real, calls = sched_mod.create_schedule, []
+  monkeypatch.setattr(sched_mod, "create_schedule", lambda *a, **k: calls.append(1) or real(*a, **k))
+  return calls
+
+
+def _x(seed: int, shape=(16, 16)) -> np.ndarray:
+  return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def test_cached_op_launches_one_kernel_without_the_scheduler(count_schedules):
+  x = _x(0)
+  a = Tensor(x)
+  first = (a + 1).realize()  # scheduled and compiled once
+  count_schedules.clear()
+  outs = []
+  for _ in range(3):
+    GlobalCounters.reset()
+    outs.append((a + 1).realize())
+    assert GlobalCounters.kernel_count == 1
+  assert not count_schedules
+  # a new output buffer per call (every earlier result is still alive and keeps its value)
+  bufs = [engine.buffer_view(t.uop)[0] for t in (first, *outs)]
+  assert len(set(bufs)) == 4
+  assert len({id(engine.get_buffer(b)._buf) for b in bufs}) == 4  # four allocations
+  for t in (first, *outs): np.testing.assert_array_equal(t.numpy(), x + 1)
+
+
+def test_replay_counts_what_scheduling_counts():
+  a, b = Tensor(_x(1)), Tensor(_x(2))
+  f = lambda: ((a * b).exp() + a).sum(axis=1).realize()  # noqa: E731
+  GlobalCounters.reset()
+  ref = f()  # scheduled
+  counted = (GlobalCounters.kernel_count, GlobalCounters.global_ops, GlobalCounters.global_mem)
+  GlobalCounters.reset()
+  out = f()  # replayed
+  assert (GlobalCounters.kernel_count, GlobalCounters.global_ops, GlobalCounters.global_mem) == counted
+  assert GlobalCounters.time_sum_s > 0
+  np.testing.assert_allclose(out.numpy(), ref.numpy(), rtol=1e-6)
+  np.testing.assert_allclose(out.numpy(), (np.exp(_x(1) * _x(2)) + _x(1)).sum(axis=1), rtol=1e-4)
+
+
+def test_replay_reads_the_new_inputs_and_not_old_ones(count_schedules):
+  # the same structure over other buffers (and the inputs in the other order) computes with those buffers
+  xs = [_x(i, (8, 4)) for i in range(4)]
+  ts = [Tensor(x) for x in xs]
+  (ts[0] - ts[1] * 2).realize()
+  count_schedules.clear()
+  for i, j in ((2, 3), (3, 2), (1, 0)):
+    np.testing.assert_allclose((ts[i] - ts[j] * 2).realize().numpy(), xs[i] - xs[j] * 2, rtol=1e-6)
+  assert not count_schedules
+  # one buffer in both places is another structure (one input): scheduled, and right
+  np.testing.assert_allclose((ts[2] - ts[2] * 2).realize().numpy(), -xs[2], rtol=1e-6)
+  assert len(count_schedules) == 1
+
+
+def test_several_outputs_and_multi_kernel_schedules_replay(count_schedules):
+  x = _x(3, (32, 8))
+  a = Tensor(x)
+  def f():
+    s = a.softmax(axis=1)  # reductions: several kernels
+    return s, a.max(axis=0)
+  Tensor.realize(*f())
+  count_schedules.clear()
+  GlobalCounters.reset()
+  s, m = f()
+  Tensor.realize(s, m)
+  k = GlobalCounters.kernel_count
+  assert not count_schedules and k >= 2
+  e = np.exp(x - x.max(axis=1, keepdims=True))
+  np.testing.assert_allclose(s.numpy(), e / e.sum(axis=1, keepdims=True), rtol=1e-5)
+  np.testing.assert_allclose(m.numpy(), x.max(axis=0), rtol=1e-6)
+
+
+def test_clearing_the_schedule_cache_schedules_again(count_schedules):
+  a = Tensor(_x(4))
+  (a * 3).realize()
+  sched_mod.clear_schedule_cache()
+  count_schedules.clear()
+  np.testing.assert_allclose((a * 3).realize().numpy(), _x(4) * 3, rtol=1e-6)
+  assert len(count_schedules) == 1
+
+
+def test_what_must_see_the_schedule_still_does(count_schedules):
+  a = Tensor(_x(5))
+  (a + 2).realize()
+  count_schedules.clear()
+
+  class Kinds(trace.Recorder):  # a VIZ-like recorder: every schedule and every launch
+    def __init__(self): self.kinds, self.launches = [], 0
+    def context(self, kind, fn, args, kwargs):
+      self.kinds.append(kind)
+      return fn(*args, **kwargs)
+    def launch(self, device, name, start_s, seconds): self.launches += 1
+
+  rec = Kinds()
+  old = trace.install(rec)
+  try: (a + 2).realize()
+  finally: trace.install(old)
+  assert rec.kinds.count("schedule") == 1 and rec.launches == 1
+  calls = []
+  with engine.capture(calls.append): (a + 2).realize()  # TinyJit's capture sees the kernel
+  assert [c.kind for c in calls] == ["kernel"]
+  with Context(DEBUG=1): (a + 2).realize()  # DEBUG prints per realize: scheduled
+  assert len(count_schedules) == 3
+
+
+def test_variables_and_copies_are_scheduled_each_time(count_schedules):
+  v = Variable("n", 1, 8)
+  a = Tensor(_x(6, (8,)))
+  for n in (3, 5):  # a bound variable: its value is an argument of this run
+    np.testing.assert_allclose((a * Tensor(v.bind(n))).realize().numpy(), _x(6, (8,)) * n, rtol=1e-6)
+  b = Tensor(_x(7, (4,)), device="PYTHON")
+  for _ in range(2): np.testing.assert_allclose(b.to("CPU").realize().numpy(), _x(7, (4,)))
+  assert len(count_schedules) == 4
