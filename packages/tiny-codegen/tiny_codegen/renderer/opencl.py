@@ -71,7 +71,8 @@ CL_CODE: dict[Ops, Callable[[list[str], DType], str]] = {
 
 
 # half <-> float for storage-only half, in integer and float ALU ops only (IEEE 754 binary16, round to nearest even,
-# subnormals, inf, NaN quieted): taking the address of a private (vload_half/vstore_half on `&b`) makes PoCL keep every
+# subnormals, inf; a NaN keeps its top 10 payload bits, quiet or signaling, so a half's bits survive _f2h(_h2f(h)), as a
+# BITCAST needs; one whose payload is only in the low 13 bits becomes the quiet NaN): taking the address of a private (vload_half/vstore_half on `&b`) makes PoCL keep every
 # such value in memory per work-item, and its work-group compiler then takes minutes on a big unrolled kernel
 _ROUND_HALF = (
   "float _h2f(ushort h) { uint s = (uint)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff;\n"
@@ -79,7 +80,7 @@ _ROUND_HALF = (
   "  if (e != 0) return as_float(s | ((e + 112) << 23) | (m << 13));\n"
   "  return copysign((float)m * 5.9604644775390625e-08f, as_float(s | 0x3f800000u)); }\n"
   "ushort _f2h(float x) { uint u = as_uint(x), s = (u >> 16) & 0x8000, a = u & 0x7fffffffu;\n"
-  "  if (a > 0x7f800000u) return (ushort)(s | 0x7e00 | ((a >> 13) & 0x3ff));\n"
+  "  if (a > 0x7f800000u) { uint m = (a >> 13) & 0x3ff; return (ushort)(s | 0x7c00 | (m ? m : 0x200)); }\n"
   "  if (a >= 0x477ff000u) return (ushort)(s | 0x7c00);\n"
   "  if (a >= 0x38800000u) return (ushort)(s | ((a + 0xfffu + ((a >> 13) & 1u) - 0x38000000u) >> 13));\n"
   "  return (ushort)(s | (uint)rint(as_float(a) * 16777216.0f)); }\n"
