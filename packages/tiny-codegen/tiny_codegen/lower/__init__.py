@@ -32,6 +32,7 @@ from tiny_codegen.lower.dims import Dims, add_gpudims, add_threads, group_reduce
 from tiny_codegen.lower.gather import fold_onehot_reduces
 from tiny_codegen.lower.expander import pm_expander, pm_expander_vectors
 from tiny_codegen.lower.linearize import linearize
+from tiny_codegen.lower.merge import merge_reduce_ranges
 from tiny_codegen.lower.reduce import add_ends, lower_reduces
 from tiny_codegen.lower.simplify import simplifier, simplify_graph
 from tiny_codegen.lower.transcendental import pm_transcendental
@@ -108,6 +109,7 @@ def lower(ast: UOp, renderer: Renderer, optimize: bool = True) -> Lowered:
   if DEBUG >= 6: print(f"kernel AST:\n{ast}")
   maybe_verify(ast, kernel_spec, "kernel AST")
   ast = fold_onehot_reduces(ast)  # gathers written as one-hot sums load at the index instead
+  ast = merge_reduce_ranges(ast)  # a reduce's nested ranges that every index walks as one contiguous run: one range
   sink = optimize_kernel(ast, renderer) if optimize else ast
   if DEBUG >= 3 and isinstance(info := sink.arg, KernelInfo): print(f"opts {info.name}: {list(info.applied_opts)}")
   maybe_verify(sink, kernel_spec, "optimized kernel AST")
