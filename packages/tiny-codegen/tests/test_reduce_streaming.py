@@ -78,3 +78,47 @@ def test_blocked_reduce_keeps_one_accumulator_per_output_lane() -> None:
   rng = np.random.default_rng(4)
   a, b = rng.standard_normal((8, 16)).astype(np.float32), rng.standard_normal((16, 8)).astype(np.float32)
   np.testing.assert_allclose(run(ast, "CPU", [a.ravel(), b.ravel()], 64).reshape(8, 8), a @ b, rtol=1e-4, atol=1e-4)
+
+
+def padded_conv1d_ast(O: int, H: int, K: int, P: int, plus: bool = False) -> UOp:
+  """out[y] = sum_k pad(x, P)[y + k] * w[k] with x of H elements (the pad a gated load, as the scheduler writes it);
+  `plus`: the terms are pad(x)[y + k] + w[k] instead (not zero in the padding)."""
+  out, x, w = (UOp(Ops.PARAM, dtypes.float.ptr(n), arg=i) for i, n in enumerate((O, H, K)))
+  y, k = UOp.range(O, 0), UOp.range(K, 1, AxisType.REDUCE)
+  valid = ((P - 1) < (y + k)) & ((y + k) < (P + H))
+  xv = valid.where(x.index(y + k - P, valid).load(), UOp.const(dtypes.float, 0.0))
+  term = xv + w.index(k).load() if plus else xv * w.index(k).load()
+  return out.index(y).store(term.reduce(k, arg=Ops.ADD)).sink(arg=KernelInfo("r_padconv", opts_to_apply=()))
+
+
+def _ref_conv1d(x: np.ndarray, w: np.ndarray, P: int, plus: bool = False) -> np.ndarray:
+  xp = np.pad(x.astype(np.float64), P)
+  O = len(xp) - len(w) + 1
+  return np.array([sum((xp[y + k] + w[k]) if plus else xp[y + k] * w[k] for k in range(len(w))) for y in range(O)])
+
+
+def test_padding_is_skipped_by_loop_bounds() -> None:
+  from tiny_codegen.lower import lower
+  ren = Device["CPU"].renderer
+  rng = np.random.default_rng(6)
+  for H, K, P in ((12, 5, 4), (3, 5, 4), (8, 3, 2)):  # a map narrower than the filter too: some loops are empty
+    ast = padded_conv1d_ast(H + 2 * P - K + 1, H, K, P)
+    uops = lower(ast, ren).uops
+    loops = [u for u in uops if u.op is Ops.RANGE and u.arg[1] is AxisType.REDUCE]
+    assert len(loops) == 1 and loops[0].src[0].op is not Ops.CONST  # the filter loop narrowed per output
+    assert not any(u.op is Ops.INDEX and len(u.src) > 2 for u in uops)  # and its loads no longer gated
+    x, w = rng.standard_normal(H).astype(np.float32), rng.standard_normal(K).astype(np.float32)
+    np.testing.assert_allclose(run(ast, "CPU", [x, w], H + 2 * P - K + 1), _ref_conv1d(x, w, P), rtol=1e-5, atol=1e-5)
+    # on the PYTHON device (the IR's reference interpreter) too
+    np.testing.assert_allclose(run(ast, "PYTHON", [x, w], H + 2 * P - K + 1), _ref_conv1d(x, w, P), rtol=1e-5,
+                               atol=1e-5)
+
+
+def test_terms_not_zero_in_the_padding_keep_their_loop() -> None:
+  from tiny_codegen.lower import lower
+  ast = padded_conv1d_ast(16, 12, 5, 4, plus=True)  # pad(x)[y+k] + w[k]: w is summed over the padding too
+  uops = lower(ast, Device["CPU"].renderer).uops
+  assert all(u.src[0].op is Ops.CONST for u in uops if u.op is Ops.RANGE)
+  rng = np.random.default_rng(7)
+  x, w = rng.standard_normal(12).astype(np.float32), rng.standard_normal(5).astype(np.float32)
+  np.testing.assert_allclose(run(ast, "CPU", [x, w], 16), _ref_conv1d(x, w, 4, plus=True), rtol=1e-5, atol=1e-5)

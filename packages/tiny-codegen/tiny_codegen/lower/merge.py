@@ -28,7 +28,7 @@ def _try_merge(ast: UOp, outer: UOp, inner: UOp) -> UOp | None:
   """`ast` with the nested ranges `outer` and `inner` (constant bounds) as one range in every REDUCE over both, or
   None when some index would keep a div/mod of it (or a REDUCE has only one of them)."""
   a, b = _const_bound(outer), _const_bound(inner)
-  if a is None or b is None: return None
+  if a is None or b is None or a < 2 or b < 2: return None  # (an empty or 1-long range: nothing to gain)
   m = UOp.range(a * b, outer.arg[0], AxisType.REDUCE, outer.dtype)
   hi, lo = m // UOp.const(outer.dtype, b), m % UOp.const(outer.dtype, b)
 
