@@ -18,20 +18,12 @@ from tiny_uop.pattern import PatternMatcher, UPat, graph_rewrite
 from tiny_uop.uop import AxisType, Ops, UOp
 
 from tiny_codegen.lower.expander import _affine_stride
+from tiny_codegen.lower.gather import _and_terms
 from tiny_codegen.lower.simplify import simplify_graph
 
 __all__ = ["gates_to_bounds"]
 
 _LANES = (AxisType.UPCAST, AxisType.UNROLL)
-
-
-def _and_terms(c: UOp) -> list[UOp]:
-  out, stack = [], [c]
-  while stack:
-    n = stack.pop()
-    if n.op is Ops.AND and n.dtype == dtypes.bool: stack.extend(reversed(n.src))
-    else: out.append(n)
-  return out
 
 
 def _zero_unless(v: UOp) -> set[UOp]:
@@ -46,7 +38,8 @@ def _zero_unless(v: UOp) -> set[UOp]:
     elif n.op is Ops.WHERE and n.src[2].op is Ops.CONST and n.src[2].arg == 0:
       out.update(_and_terms(n.src[0]))
       stack.append(n.src[1])
-    elif n.op is Ops.LOAD and n.src[0].op is Ops.INDEX and len(n.src[0].src) > 2: out.update(_and_terms(n.src[0].src[2]))
+    elif n.op is Ops.LOAD and n.src[0].op is Ops.INDEX and len(n.src[0].src) > 2:
+      out.update(_and_terms(n.src[0].src[2]))
   return out
 
 

@@ -236,7 +236,7 @@ def _unroll_reduce(k: Kernel, loads: list[UOp]) -> bool:
   partial results hide the add latency; the expander gives each lane of a streaming reduce its own accumulator) as
   long as that REDUCE's body is cheap; at most 256 lanes in all. True when it unrolled or a load walks the axis
   contiguously (no case for `_vector_accumulators`)."""
-  inner = {}
+  inner: dict[UOp, UOp] = {}  # innermost REDUCE range -> its REDUCE
   for red in (u for u in k.ast.toposort() if u.op is Ops.REDUCE):
     if (rs := [r for r in red.src[1:] if r.op is Ops.RANGE and r.arg[1] is AxisType.REDUCE]):
       inner.setdefault(max(rs, key=lambda r: r.arg[0]), red)
