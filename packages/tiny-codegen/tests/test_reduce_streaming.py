@@ -122,3 +122,17 @@ def test_terms_not_zero_in_the_padding_keep_their_loop() -> None:
   rng = np.random.default_rng(7)
   x, w = rng.standard_normal(12).astype(np.float32), rng.standard_normal(5).astype(np.float32)
   np.testing.assert_allclose(run(ast, "CPU", [x, w], 16), _ref_conv1d(x, w, 4, plus=True), rtol=1e-5, atol=1e-5)
+
+
+def test_narrowed_loop_whose_body_ignores_the_output_index() -> None:
+  # cumsum as a padded window sum: out[i, j] = sum_k pad(x)[i, j + k - 49] over k < 50; narrowed to k >= 49 - j, the
+  # body reads x[i, k'] (no j) while the bound still uses j: the loop and its accumulator stay inside j's loop
+  out, x = UOp(Ops.PARAM, dtypes.float.ptr(200), arg=0), UOp(Ops.PARAM, dtypes.float.ptr(200), arg=1)
+  i, j, k = UOp.range(4, 0), UOp.range(50, 1), UOp.range(50, 2, AxisType.REDUCE)
+  valid = UOp.const(dtypes.index, 48) < (j + k)
+  v = valid.where(x.index(i * 50 + j + k - 49, valid).load(), UOp.const(dtypes.float, 0.0))
+  ast = out.index(i * 50 + j).store(v.reduce(k, arg=Ops.ADD)).sink(arg=KernelInfo("r_cumsum", opts_to_apply=()))
+  data = np.random.default_rng(8).standard_normal((4, 50)).astype(np.float32)
+  for dev in ("CPU", "PYTHON"):
+    np.testing.assert_allclose(run(ast, dev, [data.ravel()], 200).reshape(4, 50), np.cumsum(data, 1), rtol=1e-4,
+                               atol=1e-4)

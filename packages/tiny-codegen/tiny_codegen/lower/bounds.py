@@ -43,15 +43,17 @@ def _zero_unless(v: UOp) -> set[UOp]:
   return out
 
 
-def _bound_of(clause: UOp, r: UOp) -> tuple[str, UOp] | None:
-  """('lo', x) for a clause `c < r + f` (r >= c - f + 1), ('hi', x) for `r + f < c` (r < c - f); None otherwise."""
+def _bound_of(clause: UOp, r: UOp, red: UOp) -> tuple[str, UOp] | None:
+  """('lo', x) for a clause `c < r + f` (r >= c - f + 1), ('hi', x) for `r + f < c` (r < c - f); None otherwise,
+  and when `c` or `f` depends on a lane or on a loop of `red` itself (the bound must be known before the loop)."""
   if clause.op is not Ops.CMPLT: return None
   a, b = clause.src
   side, e, c = ("lo", b, a) if r in b.ranges and r not in a.ranges else ("hi", a, b) if r in a.ranges and \
     r not in b.ranges else (None, None, None)
   if side is None or e is None or c is None or _affine_stride(e, r) != 1: return None
   f = e.substitute({r: UOp.const(r.dtype, 0)})
-  if any(x.arg[1] in _LANES for x in (*f.ranges, *c.ranges) if x.op is Ops.RANGE): return None
+  if any(x.arg[1] in _LANES or x in red.src[1:] for x in (*f.ranges, *c.ranges) if x.op is Ops.RANGE):
+    return None
   return (side, c - f + 1) if side == "lo" else (side, c - f)
 
 
@@ -60,7 +62,7 @@ def _narrow(red: UOp) -> UOp | None:
   clauses = _zero_unless(red.src[0])
   for r in red.src[1:]:
     if r.op is not Ops.RANGE or r.arg[1] is not AxisType.REDUCE or r.src[0].op is not Ops.CONST: continue
-    used = [(cl, b) for cl in clauses if r in cl.ranges and (b := _bound_of(cl, r)) is not None]
+    used = [(cl, b) for cl in clauses if r in cl.ranges and (b := _bound_of(cl, r, red)) is not None]
     if not used: continue
     lo: UOp = UOp.const(r.dtype, 0)
     hi: UOp = r.src[0]
