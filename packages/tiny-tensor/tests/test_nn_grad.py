@@ -157,3 +157,25 @@ def test_conv2d_input_gradient_skips_padding_by_loop_bounds(k, pad):
   (torch.nn.functional.conv2d(px, pw, padding=pad) * torch.tensor(up)).sum().backward()
   np.testing.assert_allclose(tx.grad.numpy(), px.grad.numpy(), rtol=1e-4, atol=1e-4)
   np.testing.assert_allclose(tw.grad.numpy(), pw.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_conv2d_forward_vectors_output_channels():
+  # the forward reads its weight copied output-channels-last: on the LLVM CPU renderer the conv's vector axis is 16
+  # output channels (a 20-wide row would fill 10 of 16 lanes); values and gradients vs torch
+  from tiny_tensor import Device, engine
+  x, w = _x(2, 32, 24, 24), _x(32, 32, 5, 5, seed=1)
+  tx, tw = Tensor(x, requires_grad=True), Tensor(w, requires_grad=True)
+  calls: list = []
+  with engine.capture(calls.append): out = tx.conv2d(tw).realize()
+  convs = [c for c in calls if c.kind == "kernel" and c.spec.name.startswith("r_")]
+  assert len(convs) == 1 and len([c for c in calls if c.kind == "kernel"]) == 2  # the conv and the weight copy
+  if Device.DEFAULT == "CPU" and "define void" in convs[0].spec.src:  # LLVM IR
+    assert "load <16 x float>" in convs[0].spec.src
+  px, pw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+  po = torch.nn.functional.conv2d(px, pw)
+  np.testing.assert_allclose(out.numpy(), po.detach().numpy(), rtol=1e-4, atol=1e-3)
+  up = _x(*po.shape, seed=3)
+  (out * Tensor(up)).sum().backward()
+  (po * torch.tensor(up)).sum().backward()
+  np.testing.assert_allclose(tw.grad.numpy(), pw.grad.numpy(), rtol=1e-4, atol=1e-2)
+  np.testing.assert_allclose(tx.grad.numpy(), px.grad.numpy(), rtol=1e-4, atol=1e-3)

