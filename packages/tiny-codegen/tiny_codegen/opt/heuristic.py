@@ -9,9 +9,10 @@ CPU renderers (no locals; threads split the outermost loop in lowering):
   no loads, only index math;
 - streaming reduces (each element read about once) whose reduce axis is strided in memory but whose innermost output
   axis is contiguous (a column sum, a split `sum()`'s partials): that output axis is upcast into vector accumulators;
-- a small innermost reduce axis (a filter row, <= 8) is unrolled fully (the block leaves room for it); a larger
-  contiguous one (a plain sum) is unrolled by up to 16 so independent partial results hide the add latency, as
-  long as the loop body is cheap (an unrolled exp2 only slows compiling);
+- the innermost reduce axis of each REDUCE (a norm's mean and variance are two): a small one (a filter row, <= 8)
+  is unrolled fully (the block leaves room for it); a larger contiguous one (a plain sum) is unrolled by up to 16,
+  each lane its own accumulator (the expander), so independent adds hide the add latency, as long as the loop body
+  is cheap (an unrolled exp2 only slows compiling);
 - elementwise kernels: left to LLVM's loop vectorizer.
 GPU renderers (`has_local`) have their own heuristics in `heuristic_gpu`.
 """
