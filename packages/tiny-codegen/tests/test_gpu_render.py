@@ -257,10 +257,12 @@ def test_wmma_bad_shapes_raise():
 
 
 def test_reduce_loop_and_gates_render():
-  # out[i] = sum_j (j < 3 ? a[i*4 + j] : 0): a loop, an accumulator and a gated load
+  # out[i] = sum_j ((j < 3 ? a[i*4 + j] : 0) + 1): a loop, an accumulator and a gated load (the + 1 keeps the loop
+  # whole: a sum of gated products alone would have its loop narrowed to j < 3, lower/bounds.py)
   c, a = UOp(Ops.PARAM, dtypes.float.ptr(8), arg=0), UOp(Ops.PARAM, dtypes.float.ptr(32), arg=1)
   i, j = UOp.range(8, 0), UOp.range(4, 1, AxisType.REDUCE)
-  ast = c.index(i).store(a.index(i * 4 + j, j < 3).load().reduce(j, arg=Ops.ADD)).sink(arg=KernelInfo("gated"))
+  term = a.index(i * 4 + j, j < 3).load() + UOp.const(dtypes.float, 1.0)
+  ast = c.index(i).store(term.reduce(j, arg=Ops.ADD)).sink(arg=KernelInfo("gated"))
   ptx = render(PTXRenderer, ast)
   assert "bra $L_done" in ptx and "setp.ge.s32" in ptx and ptx.count("@%p") >= 2  # loop exit + predicated load
   ir = render(AMDGPURenderer, ast)
@@ -297,3 +299,19 @@ def test_symbolic_vars_are_kernel_arguments():
   assert "__global float* restrict data1, const int n)" in render(OpenCLRenderer, ast)
   if find_ptxas() is not None: assert PTXCompiler().compile(ptx)[:4] == b"\x7fELF"
   assert AMDGPUCompiler().compile(ir)[:4] == b"\x7fELF"
+
+
+def test_narrowed_reduce_loop_renders_on_gpus():
+  # a sum of gated products (a padded conv row): its loop bound becomes an expression of the output index
+  # (lower/bounds.py), which every GPU renderer spells and its assembler accepts
+  c, a, w = (UOp(Ops.PARAM, dtypes.float.ptr(n), arg=k) for k, n in enumerate((12, 8, 5)))
+  y, k = UOp.range(12, 0), UOp.range(5, 1, AxisType.REDUCE)
+  valid = (UOp.const(dtypes.index, 1) < (y + k)) & ((y + k) < UOp.const(dtypes.index, 10))
+  term = valid.where(a.index(y + k - 2, valid).load(), UOp.const(dtypes.float, 0.0)) * w.index(k).load()
+  ast = c.index(y).store(term.reduce(k, arg=Ops.ADD)).sink(arg=KernelInfo("narrowed"))
+  cl = render(OpenCLRenderer, ast)
+  assert re.search(r"for \(int Ridx1 = 0; Ridx1 < [^0-9]", cl) and "?(*(data1+" not in cl, cl
+  ptx = render(PTXRenderer, ast, "sm_90")
+  if find_ptxas() is not None: assert PTXCompiler("sm_90").compile(ptx)[:4] == b"\x7fELF"
+  ir = render(AMDGPURenderer, ast, "gfx1100")
+  if find_ld_lld() is not None: assert AMDGPUCompiler("gfx1100").compile(ir)[:4] == b"\x7fELF"

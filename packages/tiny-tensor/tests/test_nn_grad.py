@@ -133,3 +133,49 @@ def test_layer_list_is_tinygrads():
                 and getattr(v, "__module__", "") == "tinygrad.nn.optim"}
   missing = theirs_opt - set(nn.optim.__all__)
   assert not missing, f"tinygrad.nn.optim missing here: {sorted(missing)}"
+
+
+@pytest.mark.parametrize("k, pad", [(5, 0), (3, 1), (5, 2)])
+def test_conv2d_input_gradient_skips_padding_by_loop_bounds(k, pad):
+  # the input gradient is a conv of the padded output gradient: only its last dim's padding is stored, the rows of
+  # padding are a gated view whose filter loop the codegen narrows (a RANGE bound that isn't a constant, no gated
+  # load left in that kernel); gradients vs torch
+  from tiny_uop import AxisType, Ops
+  from tiny_tensor import Device, engine
+  x, w = _x(2, 3, 12, 10), _x(4, 3, k, k, seed=1)
+  tx, tw = Tensor(x, requires_grad=True), Tensor(w, requires_grad=True)
+  up = _x(2, 4, 12 + 2 * pad - k + 1, 10 + 2 * pad - k + 1, seed=2)
+  (tx.conv2d(tw, padding=pad) * Tensor(up)).sum().backward()
+  calls: list = []
+  with engine.capture(calls.append): tx.grad.realize()
+  uops = [c.spec.uops for c in calls if c.kind == "kernel"]
+  narrowed = [u for u in uops if any(x.op is Ops.RANGE and x.arg[1] is AxisType.REDUCE and x.src[0].op is not Ops.CONST
+                                     for x in u)]
+  if Device.DEFAULT == "CPU":  # (GPU heuristics may unroll the filter rows or make the output rows lanes instead)
+    assert len(narrowed) == 1 and not any(x.op is Ops.INDEX and len(x.src) > 2 for x in narrowed[0])
+  px, pw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+  (torch.nn.functional.conv2d(px, pw, padding=pad) * torch.tensor(up)).sum().backward()
+  np.testing.assert_allclose(tx.grad.numpy(), px.grad.numpy(), rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(tw.grad.numpy(), pw.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_conv2d_forward_vectors_output_channels():
+  # the forward reads its weight copied output-channels-last: on the LLVM CPU renderer the conv's vector axis is 16
+  # output channels (a 20-wide row would fill 10 of 16 lanes); values and gradients vs torch
+  from tiny_tensor import Device, engine
+  x, w = _x(2, 32, 24, 24), _x(32, 32, 5, 5, seed=1)
+  tx, tw = Tensor(x, requires_grad=True), Tensor(w, requires_grad=True)
+  calls: list = []
+  with engine.capture(calls.append): out = tx.conv2d(tw).realize()
+  convs = [c for c in calls if c.kind == "kernel" and c.spec.name.startswith("r_")]
+  assert len(convs) == 1 and len([c for c in calls if c.kind == "kernel"]) == 2  # the conv and the weight copy
+  if Device.DEFAULT == "CPU" and "define void" in convs[0].spec.src:  # LLVM IR
+    assert "load <16 x float>" in convs[0].spec.src
+  px, pw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+  po = torch.nn.functional.conv2d(px, pw)
+  np.testing.assert_allclose(out.numpy(), po.detach().numpy(), rtol=1e-4, atol=1e-3)
+  up = _x(*po.shape, seed=3)
+  (out * Tensor(up)).sum().backward()
+  (po * torch.tensor(up)).sum().backward()
+  np.testing.assert_allclose(tw.grad.numpy(), pw.grad.numpy(), rtol=1e-4, atol=1e-2)
+  np.testing.assert_allclose(tx.grad.numpy(), px.grad.numpy(), rtol=1e-4, atol=1e-3)

@@ -45,11 +45,15 @@ def test_deep_chain_of_mixed_ops_and_its_gradient():
   np.testing.assert_allclose(t.grad.numpy(), d, rtol=1e-4)
 
 
-def test_conv2d_is_one_kernel():
+def test_conv2d_is_one_kernel_and_a_weight_copy():
+  # the whole conv (windows, padding, products, sum) is one kernel; the weight is first copied output-channels-last
+  # (a kernel over its 108 elements) so the conv's weight loads are contiguous across output channels
   rng = np.random.default_rng(0)
   x, w = rng.standard_normal((2, 3, 9, 9)).astype(np.float32), rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
   y = Tensor(x).realize().conv2d(Tensor(w).realize(), padding=1)
-  assert len(y.schedule().kernels) == 1
+  sched = y.schedule()
+  assert len(sched.kernels) == 2
+  assert sorted(max(b.arg for b in c.src[1:]) for c in sched.calls) == [4 * 3 * 3 * 3, 2 * 4 * 9 * 9]
   import torch
   np.testing.assert_allclose(y.numpy(), torch.nn.functional.conv2d(torch.tensor(x), torch.tensor(w), padding=1).numpy(),
                              rtol=1e-4, atol=1e-4)

@@ -3,6 +3,7 @@
 Stages, in order (each a named pass). `DEBUG>=3` prints the opts applied, `DEBUG>=5` the linear UOps after lowering,
 `DEBUG>=6` the kernel AST before it, `DEBUG>=7` the graph after every stage:
   optimize    `tiny_codegen.opt.optimize_kernel` hook (marks UPCAST/UNROLL/LOCAL/... axes)
+  bounds      a sum's loop narrowed to where its gated terms (a padded read) can be nonzero
   expander    UPCAST/UNROLL ranges -> per-lane copies, simplified in the same rewrite
   reduce      GPU: GROUP_REDUCE axes -> workgroup reduction in shared memory; REDUCE -> DEFINE_REG accumulator + loop
   dims        CPU: outermost loop split across threads (`core_id`); GPU: GLOBAL/LOCAL ranges -> SPECIAL gidx/lidx
@@ -27,11 +28,13 @@ from tiny_uop.pattern import PatternMatcher, graph_rewrite
 from tiny_uop.spec import kernel_spec, maybe_verify, program_spec
 from tiny_uop.uop import KernelInfo, Ops, UOp, print_uops
 
+from tiny_codegen.lower.bounds import gates_to_bounds
 from tiny_codegen.lower.decomp import bf16_to_float, pm_decomp, pm_gates, pm_late
 from tiny_codegen.lower.dims import Dims, add_gpudims, add_threads, group_reduces
 from tiny_codegen.lower.gather import fold_onehot_reduces
 from tiny_codegen.lower.expander import pm_expander, pm_expander_vectors
 from tiny_codegen.lower.linearize import linearize
+from tiny_codegen.lower.merge import merge_reduce_ranges
 from tiny_codegen.lower.reduce import add_ends, lower_reduces
 from tiny_codegen.lower.simplify import simplifier, simplify_graph
 from tiny_codegen.lower.transcendental import pm_transcendental
@@ -91,6 +94,7 @@ def _stage_simplify(sink: UOp, ren: Renderer, dims: Dims) -> UOp:
 
 
 STAGES: list[tuple[str, Callable[[UOp, Renderer, Dims], UOp]]] = [
+  ("bounds", lambda sink, ren, dims: gates_to_bounds(sink)),
   ("expander", _stage_expander),
   ("reduce", _stage_reduce),
   ("dims", _stage_dims),
@@ -108,6 +112,7 @@ def lower(ast: UOp, renderer: Renderer, optimize: bool = True) -> Lowered:
   if DEBUG >= 6: print(f"kernel AST:\n{ast}")
   maybe_verify(ast, kernel_spec, "kernel AST")
   ast = fold_onehot_reduces(ast)  # gathers written as one-hot sums load at the index instead
+  ast = merge_reduce_ranges(ast)  # a reduce's nested ranges that every index walks as one contiguous run: one range
   sink = optimize_kernel(ast, renderer) if optimize else ast
   if DEBUG >= 3 and isinstance(info := sink.arg, KernelInfo): print(f"opts {info.name}: {list(info.applied_opts)}")
   maybe_verify(sink, kernel_spec, "optimized kernel AST")

@@ -161,11 +161,30 @@ def _combine(op: Ops, vals: list[UOp]) -> UOp:
   raise ValueError(f"REDUCE with op {op} is not supported; valid: ADD, MUL, MAX")
 
 
+LANE_ACCUMULATORS = 16  # at most this many lanes of an unrolled streaming reduce get accumulators of their own
+
+
+def _lane_accumulators(red: UOp, erngs: list[UOp], rest: tuple[UOp, ...]) -> bool:
+  """Whether each lane of `red`'s unrolled ranges keeps its own accumulator over the remaining loop (combined once
+  after it) instead of the lanes being combined into one accumulator every iteration: a streaming reduce (scalar, no
+  UPCAST lane in its value: a sum, a norm's statistics) whose loop is then a chain of one dependent add per
+  iteration, latency-bound (4 cycles on a 2-port FPU); with 16 accumulators the adds are independent. Not for
+  blocked reduces (a conv's upcast outputs times its unrolled filter row would multiply the accumulators) nor
+  workgroup (GROUP_REDUCE) ones."""
+  if not rest or red.dtype.count != 1 or any(r.arg[1] is not AxisType.REDUCE for r in rest): return False
+  if any(r.arg[1] is AxisType.UPCAST for r in red.src[0].ranges if r.op is Ops.RANGE): return False
+  lanes = 1
+  for r in erngs: lanes *= _lanes(r)
+  return lanes <= LANE_ACCUMULATORS
+
+
 def _expand_reduce(red: UOp) -> UOp | None:
   erngs = [r for r in red.src[1:] if r.arg[1] in EXPAND_AXES]
   if not erngs: return None
-  val = _combine(red.arg, _expand_over(red.src[0], erngs))
   rest = tuple(r for r in red.src[1:] if r not in erngs)
+  if _lane_accumulators(red, erngs, rest):  # sum over lanes of (sum over the loop): one accumulator per lane
+    return _combine(red.arg, _expand_over(UOp(Ops.REDUCE, red.dtype, (red.src[0], *rest), red.arg), erngs))
+  val = _combine(red.arg, _expand_over(red.src[0], erngs))
   return UOp(Ops.REDUCE, red.dtype, (val, *rest), red.arg) if rest else val
 
 

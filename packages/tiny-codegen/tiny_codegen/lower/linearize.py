@@ -37,7 +37,9 @@ def linearize(sink: UOp) -> list[UOp]:
 
   def get_depth(r: UOp) -> int:  # recursion depth is the loop nesting depth: small
     if r in depth: return depth[r]
-    outs = [x for x in end_of[r].ranges if x.op is Ops.RANGE]
+    # inside every loop its body or its bound depends on (a narrowed loop's bound may use an output index its body
+    # doesn't: lower/bounds.py)
+    outs = list({x: None for x in (*end_of[r].ranges, *r.src[0].ranges) if x.op is Ops.RANGE and x is not r})
     for x in outs: get_depth(x)
     parent[r] = max(outs, key=lambda x: depth[x]) if outs else None
     depth[r] = depth[parent[r]] + 1 if parent[r] is not None else 1  # type: ignore[index]

@@ -66,7 +66,10 @@ def lower_reduces(sink: UOp, acc_counter: itertools.count | None = None) -> UOp:
                        "a reduce's value can't use a reduce over the same ranges")
     subs: dict[UOp, UOp] = {}
     for rngs, reds in groups.items():
-      outer = sorted({x: None for red in reds for x in red.src[0].ranges if x not in rngs}, key=range_key)
+      # the accumulator starts over in every loop the value or a loop bound depends on (a narrowed loop's bound may
+      # use an output index the value doesn't: lower/bounds.py)
+      outer = sorted({x: None for red in reds for x in red.src[0].ranges if x not in rngs} |
+                     {x: None for r in rngs for x in r.src[0].ranges if x not in rngs}, key=range_key)
       inits, upds, accs = [], [], []
       for red in reds:
         acc = UOp(Ops.DEFINE_REG, red.dtype.ptr(1, AddrSpace.REG), arg=next(counter))

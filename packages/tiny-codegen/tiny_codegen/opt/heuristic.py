@@ -9,9 +9,10 @@ CPU renderers (no locals; threads split the outermost loop in lowering):
   no loads, only index math;
 - streaming reduces (each element read about once) whose reduce axis is strided in memory but whose innermost output
   axis is contiguous (a column sum, a split `sum()`'s partials): that output axis is upcast into vector accumulators;
-- a small innermost reduce axis (a filter row, <= 8) is unrolled fully (the block leaves room for it); a larger
-  contiguous one (a plain sum) is unrolled by up to 16 so independent partial results hide the add latency, as
-  long as the loop body is cheap (an unrolled exp2 only slows compiling);
+- the innermost reduce axis of each REDUCE (a norm's mean and variance are two): a small one (a filter row, <= 8)
+  is unrolled fully (the block leaves room for it); a larger contiguous one (a plain sum) is unrolled by up to 16,
+  each lane its own accumulator (the expander), so independent adds hide the add latency, as long as the loop body
+  is cheap (an unrolled exp2 only slows compiling);
 - elementwise kernels: left to LLVM's loop vectorizer, but for a big output (streamed past the cache: the renderer's
   `nontemporal_min_bytes`), whose contiguous store axis is upcast to one cache line of lanes.
 GPU renderers (`has_local`) have their own heuristics in `heuristic_gpu`.
@@ -235,22 +236,32 @@ def _loads_after(k: Kernel, r: UOp, amt: int) -> int:
 
 
 def _unroll_reduce(k: Kernel, loads: list[UOp]) -> bool:
-  """Unroll the innermost reduce axis: a small one (<= 8, e.g. a filter width) fully, a larger one by 16/8/4 when
-  loads walk it contiguously (independent partial results hide the add latency); at most 256 lanes in all. True
-  when it unrolled or a load walks the axis contiguously (no case for `_vector_accumulators`)."""
-  reds = k.reduce_axes
-  if not reds: return False
-  r = reds[-1]
+  """Unroll the innermost reduce axis of each REDUCE (a kernel may hold several, e.g. a norm's mean and variance):
+  a small one (<= 8, e.g. a filter width) fully, a larger one by 16/8/4 when loads walk it contiguously (independent
+  partial results hide the add latency; the expander gives each lane of a streaming reduce its own accumulator) as
+  long as that REDUCE's body is cheap; at most 256 lanes in all. True when it unrolled or a load walks the axis
+  contiguously (no case for `_vector_accumulators`)."""
+  inner: dict[UOp, UOp] = {}  # innermost REDUCE range -> its REDUCE
+  for red in (u for u in k.ast.toposort() if u.op is Ops.REDUCE):
+    if (rs := [r for r in red.src[1:] if r.op is Ops.RANGE and r.arg[1] is AxisType.REDUCE]):
+      inner.setdefault(max(rs, key=lambda r: r.arg[0]), red)
+  done = False
+  for r, red in sorted(inner.items(), key=lambda x: -x[0].arg[0]):
+    if r in k.reduce_axes: done = _unroll_one(k, r, red, loads) or done
+  return done
+
+
+def _unroll_one(k: Kernel, r: UOp, red: UOp, loads: list[UOp]) -> bool:
   n = _bound(r)
   if n is None or n < 2: return False
-  if n <= 8 and _try(k, Opt(OptOps.UNROLL, len(reds) - 1, 0)): return True
+  if n <= 8 and _try(k, Opt(OptOps.UNROLL, k.reduce_axes.index(r), 0)): return True
   rngs = k.rngs
   if n < 8: return False
   if not any(stride_of(ld.src[0].src[1], r, rngs) == 1 for ld in loads): return False
-  cost = _alu_cost(k.ast)
+  cost = _alu_cost(red.src[0])
   for amt in (16, 8, 4):
     if n % amt == 0 and k.upcast_size * amt <= 256 and cost * amt <= UNROLL_ALU_BUDGET and \
-       _try(k, Opt(OptOps.UNROLL, len(reds) - 1, amt)): return True
+       _try(k, Opt(OptOps.UNROLL, k.reduce_axes.index(r), amt)): return True
   return True
 
 

@@ -72,8 +72,9 @@ CL_CODE: dict[Ops, Callable[[list[str], DType], str]] = {
 
 # half <-> float for storage-only half, in integer and float ALU ops only (IEEE 754 binary16, round to nearest even,
 # subnormals, inf; a NaN keeps its top 10 payload bits, quiet or signaling, so a half's bits survive _f2h(_h2f(h)), as a
-# BITCAST needs; one whose payload is only in the low 13 bits becomes the quiet NaN): taking the address of a private (vload_half/vstore_half on `&b`) makes PoCL keep every
-# such value in memory per work-item, and its work-group compiler then takes minutes on a big unrolled kernel
+# BITCAST needs; one whose payload is only in the low 13 bits becomes the quiet NaN): taking the address of a private
+# (vload_half/vstore_half on `&b`) makes PoCL keep every such value in memory per work-item, and its work-group
+# compiler then takes minutes on a big unrolled kernel
 _ROUND_HALF = (
   "float _h2f(ushort h) { uint s = (uint)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff;\n"
   "  if (e == 0x1f) return as_float(s | 0x7f800000u | (m << 13));\n"
