@@ -362,6 +362,20 @@ def test_16bit_op_zeroes_the_high_half_on_gfx9():
   assert all(v & 0xFFFF == 0x1234 for v in w.vgpr[3])
 
 
+@pytest.mark.parametrize("lit", [80, 0x7FFFFFFF])
+def test_mov_b64_of_a_literal(lit):
+  """v_mov_b64_e32 v[0:1], lit (VOP1 opcode 56, src0 255: a literal dword follows): LLVM emits it for a 64-bit integer
+  constant past the inline range (an int64 index offset of 80 broke a conv on gfx942); the pair holds the value."""
+  w = _run_words([(0b0111111 << 25) | (0 << 17) | (56 << 9) | 255, lit], lambda w: None)
+  assert w.vgpr[0] == [lit] * 64 and w.vgpr[1] == [0] * 64
+
+
+def test_mov_b64_of_a_literal_past_2_31_is_refused():
+  # zero- and sign-extension disagree there; LLVM does not emit one (see CDNA3Emulator.sread64)
+  with pytest.raises(cdna3.UnsupportedInstruction, match="v_mov_b64_e32: a literal >= 2\\*\\*31"):
+    _run_words([(0b0111111 << 25) | (0 << 17) | (56 << 9) | 255, 0x80000000], lambda w: None)
+
+
 def test_scratch_kernel_on_gfx942():
   """A private array in scratch: TMPRING_SIZE in 1 KiB units over the whole GPU's wave slots, the scratch base, and
   each lane's private bytes handed to the emulator."""

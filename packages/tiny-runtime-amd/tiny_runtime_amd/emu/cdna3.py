@@ -566,12 +566,16 @@ class CDNA3Emulator(Emulator):
 
   # 64-bit moves and adds, lane counts, packed float32
   def g9mov64(self, w: Wave, inst: Inst) -> None:
-    """v_mov_b64: a 64-bit VGPR pair from a VGPR pair, an SGPR pair or an inline constant (a float one as a double)."""
+    """v_mov_b64: a 64-bit VGPR pair from a VGPR pair, an SGPR pair, an inline constant (a float one as a double) or a
+    32-bit literal (its operand is a 64-bit integer: LLVM emits one for a constant below 2**31, such as an int64 index
+    offset of 80, where zero and sign extension agree; any other literal raises, as in `sread64`)."""
     f = inst.f
     if f["abs"] or f["neg"] or f["clamp"] or f["omod"]: raise UnsupportedInstruction(f"{inst.name}: modifiers")
     lanes = w.lanes()
-    if f["src0"] == LITERAL: raise UnsupportedInstruction(f"{inst.name}: a literal at {w.pc:#x}")
-    v = [self.vsrc64(w, f["src0"], ln, inst, fp=f["src0"] in INLINE_F32) for ln in lanes]
+    if f["src0"] == LITERAL:
+      if (inst.literal or 0) >= 1 << 31: raise UnsupportedInstruction(f"{inst.name}: a literal >= 2**31 at {w.pc:#x}")
+      v = [inst.literal or 0] * len(lanes)
+    else: v = [self.vsrc64(w, f["src0"], ln, inst, fp=f["src0"] in INLINE_F32) for ln in lanes]
     self.store(w, f["vdst"], lanes, [x & MASK32 for x in v])
     self.store(w, f["vdst"] + 1, lanes, [x >> 32 for x in v])
 
