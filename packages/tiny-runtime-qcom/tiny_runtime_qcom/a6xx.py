@@ -244,7 +244,9 @@ class QCOMComputeQueue(HWQueue):
              prg.pvtmem_per_item, lo32(prg.dev.stack_addr), hi32(prg.dev.stack_addr), prg.pvtmem_total)
     self.pkt7(CP_LOAD_STATE6_FRAG, load_state6_0(ST6_CONSTANTS, SS6_INDIRECT, SB6_CS_SHADER, lay.const_units),
               lo32(args_addr), hi32(args_addr))
-    self.pkt7(CP_LOAD_STATE6_FRAG, load_state6_0(ST6_SHADER, SS6_INDIRECT, SB6_CS_SHADER, prg.instr_units),
+    # a preload: NUM_UNIT has 10 bits, so a bigger shader preloads its first 1023 units and the SP fetches the rest
+    # from SP_CS_BASE (SP_CS_INSTR_SIZE units), as Mesa's freedreno preloads only a prefix of big shaders
+    self.pkt7(CP_LOAD_STATE6_FRAG, load_state6_0(ST6_SHADER, SS6_INDIRECT, SB6_CS_SHADER, min(prg.instr_units, 1023)),
               lo32(prg.shader_addr), hi32(prg.shader_addr))
     self.reg(REG_SP_REG_PROG_ID_0, 0xFCFCFCFC, 0xFCFCFCFC, 0xFCFCFCFC, REGID_NONE,
              (lay.const_units >> 2) | SP_CS_CONST_CONFIG_ENABLED)

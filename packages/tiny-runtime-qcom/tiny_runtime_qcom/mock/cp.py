@@ -203,10 +203,11 @@ class CommandProcessor:
     # the shader: loaded from SP_CS_BASE, SP_CS_INSTR_SIZE units of 128 bytes
     if (sh := self.state.get((a6xx.SB6_CS_SHADER, a6xx.ST6_SHADER))) is None: raise bad("no shader loaded")
     base, units = self.reg64(a6xx.REG_SP_CS_BASE), r(a6xx.REG_SP_CS_INSTR_SIZE)
-    if sh[0] != base or len(sh[1]) != units * 128:
+    # the CP_LOAD_STATE6 is a preload of a prefix (NUM_UNIT has 10 bits); the SP fetches the whole shader from memory
+    if sh[0] != base or len(sh[1]) > units * 128 or len(sh[1]) != min(units, 1023) * 128:
       raise bad(f"shader loaded from {sh[0]:#x} ({len(sh[1])} bytes), but SP_CS_BASE is {base:#x} and "
                 f"SP_CS_INSTR_SIZE {units} units")
-    img = parse_image(sh[1])
+    img = parse_image(self._read(base, units * 128, "the shader at SP_CS_BASE"))
     exp = img["regs"]
     cntl0, cntl1 = r(a6xx.REG_SP_CS_CNTL_0), r(a6xx.REG_SP_CS_CNTL_1)
     got = {"hregs": (cntl0 >> 1) & 0x3F, "fregs": (cntl0 >> 7) & 0x3F, "branchstack": (cntl0 >> 14) & 0x3F}
