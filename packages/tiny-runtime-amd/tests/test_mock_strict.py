@@ -13,7 +13,7 @@ from mock_harness import Harness
 from tiny_runtime_amd import kfd, pm4, sdma
 from tiny_runtime_amd.emu.encode import endpgm
 from tiny_runtime_amd.kfd import KFDError
-from tiny_runtime_amd.mock.driver import GPUHang, GPUPageFault, MockKFD, PacketError
+from tiny_runtime_amd.mock.driver import GPUHang, GPUPageFault, MockKFD, PacketError, ShaderFault
 from tiny_runtime_amd.pm4 import AMDComputeQueue
 from tiny_runtime_amd.sdma import AMDCopyQueue
 from tiny_uop.hcq import HCQSignal
@@ -155,9 +155,11 @@ def test_release_mem_alignment_by_data_size(h):
 
 # ***** ACQUIRE_MEM before a dispatch; the dispatch state *****
 def _dispatch(h: Harness, priv: bool = True, acquire: bool = True, rsrc2: int = 0, tmpring: int = 0,
-              scratch: int = 0, initiator_xor: int = 0) -> None:
+              scratch: int = 0, initiator_xor: int = 0, program: list[int] | None = None,
+              tail: tuple[int, ...] | list[int] = ()) -> None:
   code = h.iface.alloc(0x1000, host=True)
-  ctypes.memmove(code.va_addr, struct.pack("<I", *endpgm()), 4)
+  words = endpgm() if program is None else program
+  ctypes.memmove(code.va_addr, struct.pack(f"<{len(words)}I", *words), 4 * len(words))
 
   class Prg:
     entry_addr, rsrc1, rsrc3 = code.va_addr, (pm4.RSRC1_PRIV if priv else 0) | 0x60AF0000, 0
@@ -168,7 +170,7 @@ def _dispatch(h: Harness, priv: bool = True, acquire: bool = True, rsrc2: int = 
   if acquire: q.memory_barrier()
   dwords = q.exec(Prg(), 0, (2, 1, 1), (64, 1, 1)).resolved()
   dwords[-1] ^= initiator_xor  # DISPATCH_DIRECT's last dword: COMPUTE_DISPATCH_INITIATOR
-  h.pm4(dwords)
+  h.pm4(dwords + list(tail))
 
 
 def test_dispatches_need_an_acquire_and_priv_on_a_cwsr_queue(h):
@@ -213,6 +215,23 @@ def test_scratch_needs_every_shader_engines_slots(h):
     _dispatch(h, rsrc2=1, tmpring=tmpring, scratch=small.va_addr)
   big = h.iface.alloc(6 * waves * wave)
   _dispatch(h, rsrc2=1, tmpring=tmpring, scratch=big.va_addr)
+
+
+def test_a_faulting_shader_kills_its_dispatch_not_the_queue(h):
+  """An instruction the emulator does not model stops the dispatch with a ShaderFault naming it; the command processor
+  has moved past that DISPATCH_DIRECT, so the packets after it in the same submission (a signal) and later dispatches
+  still run, as on a GPU that kills the faulting work (before, the queue retried the dispatch forever and every later
+  test of a session failed)."""
+  sig = _signal(h)
+  with pytest.raises(ShaderFault, match=r"DISPATCH_DIRECT: the dispatch's waves stopped: UnsupportedInstruction: "
+                                        r"unknown encoding 0xffffffff"):
+    _dispatch(h, program=[0xFFFFFFFF] + endpgm(), tail=AMDComputeQueue().release_mem(sig.addr, 7, 2).resolved())
+  assert not h.gpu.caches_valid and sig.value == 0
+  h.drv.process()  # the rest of the submission: the release after the killed dispatch
+  assert sig.value == 7 and not h.mock_queue(PM4).pending()
+  before = h.gpu.dispatches
+  _dispatch(h)
+  assert h.gpu.dispatches == before + 1
 
 
 # ***** events: the interrupt after the mailbox write *****

@@ -32,10 +32,10 @@ from tiny_uop.hcq import MAP_FIXED, MAP_PRIVATE, PROT_READ, PROT_WRITE, FileIOIn
 from tiny_runtime_amd import kfd
 from tiny_runtime_amd.mock import gfx9, gfx11  # noqa: F401  (register the gfx9 and gfx11 architectures in ARCHS)
 from tiny_runtime_amd.mock.fields import MockGPUError, PacketError
-from tiny_runtime_amd.mock.gpu import ARCHS, GPUHang, GPUPageFault, MockGPU, MockQueue
+from tiny_runtime_amd.mock.gpu import ARCHS, GPUHang, GPUPageFault, MockGPU, MockQueue, ShaderFault
 
-__all__ = ["MockKFD", "MockFileIO", "driver", "mock_fileio", "GPUPageFault", "GPUHang", "PacketError", "MockGPUError",
-           "GPU_ID"]
+__all__ = ["MockKFD", "MockFileIO", "driver", "mock_fileio", "GPUPageFault", "GPUHang", "ShaderFault", "PacketError",
+           "MockGPUError", "GPU_ID"]
 
 GPU_ID = 0x1100          # the first GPU's id; GPU i has GPU_ID + i (any nonzero ids; topology and ioctls agree)
 RENDER_MINOR = 128       # GPU i's render node is /dev/dri/renderD{128 + i}

@@ -44,6 +44,12 @@ class GPUHang(MockGPUError):
   """A wait the GPU can never leave, or a host wait no interrupt will ever end."""
 
 
+class ShaderFault(MockGPUError):
+  """A wave stopped by the emulator: an instruction it does not model, a register or scratch access out of range, a
+  loop that never reaches s_endpgm. Like a GPU that kills the faulting dispatch, the command processor goes on with
+  the next packet (the dispatch's memory writes so far stay), so one bad kernel does not wedge the queue."""
+
+
 class CheckedMemory(Memory):
   """Emulator memory that only reaches allocations mapped into one GPU's VM (a bad address raises GPUPageFault)."""
 
@@ -246,7 +252,11 @@ class MockGPU:
       require(self.caches_valid, where, "a dispatch with no ACQUIRE_MEM since the host, SDMA or the previous dispatch "
               "last wrote memory: the kernel could read stale kernargs, code or inputs from the GPU caches (invalidate "
               "GLI, GLK, GLV, GL1 and GL2 over the whole address space first)")
-      self.dispatch(q, (f["dim_x"], f["dim_y"], f["dim_z"]), f["initiator"], where)
+      try: self.dispatch(q, (f["dim_x"], f["dim_y"], f["dim_z"]), f["initiator"], where)
+      except MockGPUError: raise
+      except Exception as e:  # from the emulator's waves: re-raised as the dispatch's fault, the queue moves on
+        self.l2_dirty, self.caches_valid = True, False  # waves may have written memory before stopping
+        raise ShaderFault(f"{where}: the dispatch's waves stopped: {type(e).__name__}: {e}") from e
       self.dispatches += 1
       self.kfd.dispatches += 1
       self.l2_dirty, self.caches_valid = True, False
