@@ -89,6 +89,24 @@ def test_handwritten_kernel_with_a_value_and_local_size(dev):
   assert prg.layout.const_units % 4 == 0 and prg.binary.args[2].kind == adreno.ARG_CONST
 
 
+def test_a_shader_over_1023_units_preloads_a_prefix_and_runs_whole(dev):
+  """CP_LOAD_STATE6's NUM_UNIT has 10 bits: a shader of more than 1023 units of 128 bytes is preloaded in part and
+  the SP fetches all SP_CS_INSTR_SIZE units from SP_CS_BASE. A 4000-step kernel (each step a distinct constant, so
+  nothing folds) must still compute every step."""
+  steps = 4000
+  body = "".join(f"  acc = acc * {1 - k * 1e-6:.7f}f + {k * 1e-5:.6f}f;\n" for k in range(steps))
+  src = ("__kernel void chain(__global float* restrict data0, __global const float* restrict data1) {\n"
+         "  int i = get_global_id(0); float acc = data1[i];\n" + body + "  data0[i] = acc;\n}\n")
+  prg = _load(dev, src, "chain")
+  assert prg.instr_units > 1023
+  x = _f32(32)
+  ref = x.astype(np.float64)
+  for k in range(steps): ref = ref * float(np.float32(1 - k * 1e-6)) + float(np.float32(k * 1e-5))
+  out = _buf(np.zeros(32, np.float32))
+  prg(out._buf, _buf(x)._buf, global_size=(32, 1, 1), local_size=(1, 1, 1), wait=True)
+  np.testing.assert_allclose(_read(out), ref, rtol=1e-4, atol=1e-4)
+
+
 def test_bad_launches_and_programs_are_clear_errors(dev):
   prg = _load(dev, SRC, "axpb")
   with pytest.raises(RuntimeError, match="work-items"):
