@@ -344,3 +344,39 @@ def test_odd_width_vector_upcast_keeps_results(lanes: int) -> None:
   got = run(pad.sink(arg=KernelInfo(opts_to_apply=(Opt(OptOps.UPCAST, 1, lanes),))), "CPU", [x.ravel()], R * C)
   want = np.concatenate([np.zeros((R, 1), np.float32), x[:, :-1]], axis=1) + 1.0
   np.testing.assert_array_equal(got.reshape(R, C), want)
+
+
+def test_block_amounts_prefer_the_widest_divisor_to_two() -> None:
+  from tiny_codegen.opt.heuristic import _block_amounts
+  assert _block_amounts(10, 8) == (8, 4, 5, 2)  # tried in order: 5 divides 10 (was 2, leaving a 2 x 2 block)
+  assert _block_amounts(6, 8) == (6, 8, 4, 2) and _block_amounts(24, 8)[0] == 8
+  assert _block_amounts(20, 8)[:2] == (8, 4)  # 4 first: the next axis still gets 2 (4 x 2 = 8 accumulators)
+  assert _block_amounts(10, 2) == (2,) and _block_amounts(3, 2) == (2,)  # room for 2 more: 3 can't be blocked
+
+
+def test_channels_last_conv_on_a_10_wide_row_blocks_5_pixels() -> None:
+  # the weight read channels-last (w[ci, ky, kx, co]): the vector is 16 output channels, reused across the pixels of
+  # the 10-wide output row, 5 of which are blocked (8 and 4 don't divide 10; 2 x 2 left the FMA chains too few);
+  # results vs numpy
+  ren = Device["CPU"].renderer
+  assert ren.vectorize_upcast, f"the CPU default renderer is expected to be LLVM, got {type(ren).__name__}"
+  B, CO, CI, H, W, K = 2, 32, 4, 12, 12, 3
+  OH, OW = H - K + 1, W - K + 1
+  sizes = (B * CO * OH * OW, B * CI * H * W, CI * K * K * CO)
+  out, inp, w = (UOp(Ops.PARAM, dtypes.float.ptr(n), arg=i) for i, n in enumerate(sizes))
+  b, co, y, x = (UOp.range(n, i) for i, n in enumerate((B, CO, OH, OW)))
+  ci, ky, kx = (UOp.range(n, 4 + i, AxisType.REDUCE) for i, n in enumerate((CI, K, K)))
+  val = (inp.index(b * (CI * H * W) + ci * (H * W) + (y + ky) * W + x + kx).load() *
+         w.index(ci * (K * K * CO) + ky * (K * CO) + kx * CO + co).load()).reduce(ci, ky, kx, arg=Ops.ADD)
+  ast = out.index(b * (CO * OH * OW) + co * (OH * OW) + y * OW + x).store(val).sink(arg=KernelInfo())
+  opt = optimize_kernel(ast, ren)
+  assert opt.arg.applied_opts == (Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 3, 5), Opt(OptOps.UNROLL, 2, 0)), \
+    opt.arg.applied_opts
+  assert "load <16 x float>" in get_program(opt, ren).src
+  rng = np.random.default_rng(9)
+  xs = rng.standard_normal((B, CI, H, W)).astype(np.float32)
+  ws = rng.standard_normal((CI, K, K, CO)).astype(np.float32)
+  win = np.stack([[xs[:, :, ky:ky + OH, kx:kx + OW] for kx in range(K)] for ky in range(K)])  # ky kx b ci y x
+  want = np.einsum("pqbiyx,ipqo->boyx", win.astype(np.float64), ws.astype(np.float64))
+  got = run(opt, "CPU", [xs.ravel(), ws.ravel()], B * CO * OH * OW).reshape(B, CO, OH, OW)
+  np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -179,3 +179,25 @@ def test_conv2d_forward_vectors_output_channels():
   (po * torch.tensor(up)).sum().backward()
   np.testing.assert_allclose(tw.grad.numpy(), pw.grad.numpy(), rtol=1e-4, atol=1e-2)
   np.testing.assert_allclose(tx.grad.numpy(), px.grad.numpy(), rtol=1e-4, atol=1e-3)
+
+
+def test_conv2d_input_gradient_vectors_input_channels():
+  # the input gradient (a conv of the padded output gradient with the flipped weight) reads that weight copied
+  # channels-last too: on the LLVM CPU renderer its vector axis is 16 of the forward's input channels, not the
+  # 10-wide rows of the gradient map; its kernels: the padded gradient, the forward's weight copy (not realized yet
+  # here), the flipped weight's copy from it, the conv; values vs torch
+  from tiny_tensor import Device, engine
+  x, w = _x(2, 16, 10, 10), _x(32, 16, 3, 3, seed=1)
+  tx, tw = Tensor(x, requires_grad=True), Tensor(w, requires_grad=True)
+  up = _x(2, 32, 8, 8, seed=2)
+  (tx.conv2d(tw) * Tensor(up)).sum().backward()
+  calls: list = []
+  with engine.capture(calls.append): tx.grad.realize()
+  kernels = [c for c in calls if c.kind == "kernel"]
+  convs = [c for c in kernels if c.spec.name.startswith("r_")]
+  assert len(convs) == 1 and len(kernels) == 4, [c.spec.name for c in kernels]
+  if Device.DEFAULT == "CPU" and "define void" in convs[0].spec.src:  # LLVM IR
+    assert "load <16 x float>" in convs[0].spec.src
+  px, pw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+  (torch.nn.functional.conv2d(px, pw) * torch.tensor(up)).sum().backward()
+  np.testing.assert_allclose(tx.grad.numpy(), px.grad.numpy(), rtol=1e-4, atol=1e-3)

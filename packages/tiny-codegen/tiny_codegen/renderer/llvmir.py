@@ -1,9 +1,10 @@
 """LLVM IR renderer (`LLVMRenderer`): linear UOps -> textual LLVM IR for the host, compiled in-process by llvmlite.
 
-The kernel is `define void @name(ptr noalias %data0, ..., i32 %var0, ..., i32 %core_id)`. Loops are a header
-block with a phi, accumulators are `alloca`s (promoted to registers by the optimizer), gated loads read a safe
-address and select 0, gated stores branch. No fast-math flags: results match IEEE evaluation in source order.
-Transcendentals are LLVM intrinsics (`llvm.exp2.f32`, ...), which become libm calls the loader resolves.
+The kernel is `define void @name(ptr noalias %data0, ..., i32 %var0, ..., i32 %core_id)` (`%core_id` carries its
+`range` when the kernel is split across threads). Loops are a header block with a phi, accumulators are `alloca`s
+(promoted to registers by the optimizer), gated loads read a safe address and select 0, gated stores branch. No
+fast-math flags: results match IEEE evaluation in source order. Transcendentals are LLVM intrinsics
+(`llvm.exp2.f32`, ...), which become libm calls the loader resolves.
 """
 from __future__ import annotations
 
@@ -22,6 +23,18 @@ _INTR = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt", O
 _ALU_OPS = {*_INTR, Ops.WHERE, Ops.NEG, Ops.RECIPROCAL, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.MULACC, Ops.ADD,
             Ops.SUB, Ops.MUL, Ops.FDIV, Ops.CDIV, Ops.CMOD, Ops.SHL, Ops.SHR, Ops.AND, Ops.OR, Ops.XOR}
 _FLOAT_ORDER = {dtypes.float16: 0, dtypes.bfloat16: 0, dtypes.float32: 1, dtypes.float64: 2}
+
+
+def _core_id_range(uops: list[UOp]) -> str:
+  """The `range(i32 0, n)` parameter attribute (LangRef: Parameter Attributes) of `%core_id` in a kernel split over n
+  threads: the runtime calls it with core_id in [0, n) only (PIPELINE.md §4). Without it an index such as
+  `core_id*2048 + i*64 + k` may wrap in i32 as far as LLVM knows, so the 16 lanes `+ 0 .. + 15` of an unrolled
+  reduce are not provably contiguous after widening to 64 bits and the vectorizers load them with a gather (a
+  per-channel sum over (N, H, W) ran ~10x slower split across two threads than on one)."""
+  for u in uops:
+    if u.op is Ops.SPECIAL and u.arg == "core_id" and u.src[0].op is Ops.CONST and int(u.src[0].arg) >= 1:
+      return f" range(i32 0, {int(u.src[0].arg)})"
+  return ""
 
 
 def ltype(dt: DType, mem: bool = False) -> str:
@@ -377,7 +390,7 @@ class _LLVMEmitter:
     for dv in dvars:
       if dv.arg[0] not in seen: args.append(f"i32 %var.{dv.arg[0]}")
       seen.add(dv.arg[0])
-    args.append("i32 %core_id")
+    args.append(f"i32{_core_id_range(uops)} %core_id")
     block = "entry"
     for u in uops:
       op, dt, src = u.op, u.dtype, u.src
