@@ -26,7 +26,7 @@ from tiny_uop.dtype import dtypes
 from tiny_uop.uop import AxisType, GroupOp, Ops, UOp
 
 from tiny_codegen.lower.expander import VECTOR_LANES
-from tiny_codegen.opt.kernel import Kernel, KernelOptError, Opt, OptOps, _bound, stride_of
+from tiny_codegen.opt.kernel import MAX_LANES, Kernel, KernelOptError, Opt, OptOps, _bound, stride_of
 
 
 def _try(k: Kernel, opt: Opt) -> bool:
@@ -175,6 +175,7 @@ def _vector_block(k: Kernel, loads: list[UOp]) -> bool:
       if others and (best is None or (amt, len(others)) > best[:2]): best = (amt, len(others), i, r, others)
   if best is None: return False
   amt, _, i, r, others = best
+  gemm = _gemm_like(k, loads)
   if not _try(k, Opt(OptOps.UPCAST, i, amt)): return False
   vectors, budget, blocked = 1, 8, 0
   # block (up to two of) the axes the vector is reused across: plain ones first, innermost first
@@ -185,7 +186,42 @@ def _vector_block(k: Kernel, loads: list[UOp]) -> bool:
     if got and _try(k, Opt(OptOps.UPCAST, k.output_axes.index(x), got)):
       vectors, blocked = vectors * got, blocked + 1
     if blocked == 2 or vectors * 2 > budget: break
+  if gemm: _widen_vector_block(k, i, amt, vectors)
   return True
+
+
+def _gemm_like(k: Kernel, loads: list[UOp]) -> bool:
+  """A matmul-shaped kernel (plain or batched): no load walks an axis through div/mod or as a sliding window (a
+  conv's rows, its backward's windows: those kernels keep `_vector_block`'s blocking as tuned for them)."""
+  rngs, reds = k.rngs, k.reduce_axes
+  return all(not any(_awkward(r, loads, rngs, reds)) for r in k.output_axes)
+
+
+ACC_REGISTER_SHARE = 0.75
+"""Of the renderer's vector registers, the share a register block's accumulators may take: the rest hold the reused
+vectors (one per vector of the block's row) and the broadcasts. On the 2-core znver4 (32 zmm) a 1024^2 float32
+matmul's 8 rows x 2 vectors of 16 lanes (16 accumulators) ran 80 -> 94-100 GFLOPS over 8 x 1, 512^2 134 -> 194,
+768^2 8 x 3 (24) 110 -> 115; 8 x 4 (32: spilled) fell to 47."""
+
+
+def _widen_vector_block(k: Kernel, i: int, amt: int, vectors: int) -> None:
+  """After `_vector_block` (`vectors` accumulators of `amt` lanes along output axis `i`), upcast axis `i` again by
+  4, 3 or 2 while the accumulators fit `ACC_REGISTER_SHARE` of the renderer's vector registers
+  (`vector_registers`: count, bytes; an accumulator of `amt` lanes of the reduce's dtype takes one register or
+  more): each broadcast load (a row's element) then feeds that many more FMAs — loads per FMA fall from (1 + r)/r to
+  (c + r)/(r*c) for r rows by c vectors. The rows stay as `_vector_block` blocked them (up to 8): more rows, each
+  walking its own strided line, thrash an 8-way L1 set when the row stride is a multiple of 4 KB (1024^2: 16 rows x 1
+  vector ran 49 GFLOPS against 80 for 8 x 1)."""
+  regs, width = getattr(k.renderer, "vector_registers", (0, 0))
+  reds = [u for u in k.ast.toposort() if u.op is Ops.REDUCE]
+  if not regs or not width or not reds: return
+  per_acc = -(-amt * max(r.dtype.scalar().itemsize for r in reds) // width)
+  budget = int(regs * ACC_REGISTER_SHARE)
+  # the same axis, now outside the vector lanes: after the first split it is output axis `i` again
+  n = _bound(k.output_axes[i]) or 0
+  for extra in (4, 3, 2):
+    if n % extra == 0 and vectors * extra * per_acc <= budget and k.upcast_size * extra <= MAX_LANES // 2 and \
+       _try(k, Opt(OptOps.UPCAST, i, extra)): return
 
 
 def _vector_width(n: int) -> int:
