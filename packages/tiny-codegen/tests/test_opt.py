@@ -162,13 +162,14 @@ def test_heuristics_matmul_block_widens_to_the_vector_registers(vector_registers
 
 
 def test_heuristics_half_matmul_widens_float_accumulators(vector_registers) -> None:
-  # half inputs, float accumulation: an accumulator of 16 float lanes is one zmm, as for a float matmul
+  # half inputs multiplied and summed in float (what tiny_tensor's dot builds): an accumulator of 16 float lanes is
+  # one zmm, as for a float matmul
   vector_registers(32, 64)
   M, N, K = 32, 64, 48
   c = UOp(Ops.PARAM, dtypes.float.ptr(M * N), arg=0)
   a, b = (UOp(Ops.PARAM, dtypes.half.ptr(n), arg=i) for i, n in ((1, M * K), (2, K * N)))
   i, j, k = UOp.range(M, 0), UOp.range(N, 1), UOp.range(K, 2, AxisType.REDUCE)
-  prod = (a.index(i * K + k).load() * b.index(k * N + j).load()).cast(dtypes.float)
+  prod = a.index(i * K + k).load().cast(dtypes.float) * b.index(k * N + j).load().cast(dtypes.float)
   ast = c.index(i * N + j).store(prod.reduce(k, arg=Ops.ADD)).sink(arg=KernelInfo())
   ren = Device["CPU"].renderer
   opt = optimize_kernel(ast, ren)
@@ -183,9 +184,7 @@ def test_heuristics_half_matmul_widens_float_accumulators(vector_registers) -> N
   dev.get_program(spec.name, spec.lib)(*[bufs[s]._buf for s in spec.globals], global_size=spec.global_size,
                                         local_size=spec.local_size, vals=(), wait=True)
   got = np.frombuffer(bufs[0].as_buffer(), dtype=np.float32).reshape(M, N)
-  # each product rounded to half (the kernel's MUL is half), summed in float
-  want = (ah[:, :, None] * bh[None, :, :]).astype(np.float32).sum(1)
-  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+  np.testing.assert_allclose(got, ah.astype(np.float64) @ bh.astype(np.float64), rtol=1e-5, atol=1e-4)
 
 
 def test_heuristics_conv_window_kernel_not_widened(vector_registers) -> None:
