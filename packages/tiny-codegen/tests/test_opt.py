@@ -141,20 +141,23 @@ def vector_registers(monkeypatch):
   return use
 
 
-@pytest.mark.parametrize("M, N, K, regs, want_extra", [
-  (64, 64, 64, (32, 64), Opt(OptOps.UPCAST, 1, 2)),   # AVX-512: 8 rows x 2 zmm accumulators (16 of 32 registers)
-  (64, 96, 32, (32, 64), Opt(OptOps.UPCAST, 1, 3)),   # 96 = 16 x 6: 8 x 3 (24: the register share)
-  (64, 64, 64, (16, 32), None),                       # AVX2: 8 x 16 lanes already take 16 ymm: no more
-  (64, 64, 64, (0, 0), None),                         # unknown register file: the plain 8 x 16 block
+@pytest.mark.parametrize("M, N, K, regs, rows, extra, axis", [
+  (64, 64, 64, (32, 64), 8, 2, 1),   # AVX-512: 8 rows x 2 zmm accumulators (16: half the 32 registers)
+  (64, 96, 32, (32, 64), 8, 2, 1),   # 96 = 16 x 6: 8 x 3 would take 24 registers
+  (4, 128, 32, (32, 64), 4, 4, 0),   # only 4 rows (upcast whole: the row axis is gone, B's is output axis 0): 4 x 4
+  (64, 64, 64, (16, 32), 8, 1, 1),   # AVX2: 8 x 16 lanes already take 16 ymm: no more
+  (64, 64, 64, (0, 0), 8, 1, 1),     # unknown register file: the plain 8 x 16 block
 ])
-def test_heuristics_matmul_block_widens_to_the_vector_registers(vector_registers, M, N, K, regs, want_extra) -> None:
+def test_heuristics_matmul_block_widens_to_the_vector_registers(vector_registers, M, N, K, regs, rows, extra,
+                                                                axis) -> None:
   vector_registers(*regs)
   ren = Device["CPU"].renderer
   opt = optimize_kernel(matmul_ast(M, N, K), ren)
-  base = (Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 0, 8))
-  assert opt.arg.applied_opts == base + ((want_extra,) if want_extra else ()), opt.arg.applied_opts
+  want = (Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 0, rows)) + \
+    ((Opt(OptOps.UPCAST, axis, extra),) if extra > 1 else ())
+  assert opt.arg.applied_opts == want, opt.arg.applied_opts
   src = get_program(opt, ren).src
-  accs = 8 * (want_extra.arg if want_extra else 1)
+  accs = rows * extra
   assert src.count("alloca [1 x <16 x float>]") == accs, src  # that many 16-lane vector accumulators
   rng = np.random.default_rng(7)
   a, b = rng.standard_normal((M, K)).astype(np.float32), rng.standard_normal((K, N)).astype(np.float32)

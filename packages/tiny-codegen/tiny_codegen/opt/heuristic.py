@@ -5,7 +5,7 @@ CPU renderers (no locals; threads split the outermost loop in lowering):
   output axis that is contiguous in the store (16 lanes, 8 for convs; with native vectors (LLVM) the widest divisor
   up to 16 of a short conv row, which else got 4 or 2 scalar lanes: conv backward on a 10x10 map ran 7x faster) and
   one more reused axis (8), so each loaded value is used by several accumulators; a matmul's block then widens
-  along its vector axis to 3/4 of the renderer's vector registers (AVX-512: 8 rows x 2-3 vectors). Axes that a load
+  along its vector axis to half the renderer's vector registers (AVX-512: 8 rows x 2 vectors). Axes that a load
   indexes through
   div/mod (conv backward's windows) or as a sliding window (a conv's output row) are blocked last: their lanes share
   no loads, only index math;
@@ -188,7 +188,7 @@ def _vector_block(k: Kernel, loads: list[UOp]) -> bool:
     if got and _try(k, Opt(OptOps.UPCAST, k.output_axes.index(x), got)):
       vectors, blocked = vectors * got, blocked + 1
     if blocked == 2 or vectors * 2 > budget: break
-  if gemm: _widen_vector_block(k, i, amt, vectors)
+  if gemm: _widen_vector_block(k, r.arg[0], amt, vectors)
   return True
 
 
@@ -199,16 +199,19 @@ def _gemm_like(k: Kernel, loads: list[UOp]) -> bool:
   return all(not any(_awkward(r, loads, rngs, reds)) for r in k.output_axes)
 
 
-ACC_REGISTER_SHARE = 0.75
+ACC_REGISTER_SHARE = 0.5
 """Of the renderer's vector registers, the share a register block's accumulators may take: the rest hold the reused
-vectors (one per vector of the block's row) and the broadcasts. On the 2-core znver4 (32 zmm) a 1024^2 float32
-matmul's 8 rows x 2 vectors of 16 lanes (16 accumulators) ran 80 -> 94-100 GFLOPS over 8 x 1, 512^2 134 -> 194,
-768^2 8 x 3 (24) 110 -> 115; 8 x 4 (32: spilled) fell to 47."""
+vectors (one per vector of the block's row), the broadcasts and what LLVM hoists. On the 2-core znver4 (32 zmm, one
+thread, process CPU time, best of 15 under load): a 1024^2 float32 matmul's 8 rows x 2 vectors of 16 lanes (16
+accumulators) ran 86 -> 101 GFLOPS over 8 x 1 (the core's peak is ~100); 8 x 3 (24) lost on 3072x768x3072
+(84 -> 70; 8 x 2: 83) and 768^2 (102 -> 97-100); 8 x 4 (32) spilled (1024^2: 47)."""
 
 
-def _widen_vector_block(k: Kernel, i: int, amt: int, vectors: int) -> None:
-  """After `_vector_block` (`vectors` accumulators of `amt` lanes along output axis `i`), upcast axis `i` again by
-  4, 3 or 2 while the accumulators fit `ACC_REGISTER_SHARE` of the renderer's vector registers
+def _widen_vector_block(k: Kernel, rid: int, amt: int, vectors: int) -> None:
+  """After `_vector_block` (`vectors` accumulators of `amt` lanes along the output axis of id `rid`), upcast what is
+  left of that axis again by
+  4, 3 or 2 (the first that divides it) while the accumulators fit `ACC_REGISTER_SHARE` of the renderer's vector
+  registers
   (`vector_registers`: count, bytes; an accumulator of `amt` lanes of the reduce's dtype takes one register or
   more): each broadcast load (a row's element) then feeds that many more FMAs — loads per FMA fall from (1 + r)/r to
   (c + r)/(r*c) for r rows by c vectors. The rows stay as `_vector_block` blocked them (up to 8): more rows, each
@@ -219,11 +222,13 @@ def _widen_vector_block(k: Kernel, i: int, amt: int, vectors: int) -> None:
   if not regs or not width or not reds: return
   per_acc = -(-amt * max(r.dtype.scalar().itemsize for r in reds) // width)
   budget = int(regs * ACC_REGISTER_SHARE)
-  # the same axis, now outside the vector lanes: after the first split it is output axis `i` again
-  n = _bound(k.output_axes[i]) or 0
+  # what is left of the axis outside the vector lanes keeps its id (gone when the lanes took it whole)
+  left = [(j, x) for j, x in enumerate(k.output_axes) if x.arg[0] == rid and x.arg[1] in (AxisType.LOOP, AxisType.GLOBAL)]
+  if not left: return
+  j, n = left[0][0], _bound(left[0][1]) or 0
   for extra in (4, 3, 2):
     if n % extra == 0 and vectors * extra * per_acc <= budget and k.upcast_size * extra <= MAX_LANES // 2 and \
-       _try(k, Opt(OptOps.UPCAST, i, extra)): return
+       _try(k, Opt(OptOps.UPCAST, j, extra)): return
 
 
 def _vector_width(n: int) -> int:
