@@ -223,7 +223,8 @@ def _widen_vector_block(k: Kernel, rid: int, amt: int, vectors: int) -> None:
   per_acc = -(-amt * max(r.dtype.scalar().itemsize for r in reds) // width)
   budget = int(regs * ACC_REGISTER_SHARE)
   # what is left of the axis outside the vector lanes keeps its id (gone when the lanes took it whole)
-  left = [(j, x) for j, x in enumerate(k.output_axes) if x.arg[0] == rid and x.arg[1] in (AxisType.LOOP, AxisType.GLOBAL)]
+  left = [(j, x) for j, x in enumerate(k.output_axes)
+          if x.arg[0] == rid and x.arg[1] in (AxisType.LOOP, AxisType.GLOBAL)]
   if not left: return
   j, n = left[0][0], _bound(left[0][1]) or 0
   for extra in (4, 3, 2):
