@@ -6,9 +6,8 @@ CPU renderers (no locals; threads split the outermost loop in lowering):
   up to 16 of a short conv row, which else got 4 or 2 scalar lanes: conv backward on a 10x10 map ran 7x faster) and
   one more reused axis (8), so each loaded value is used by several accumulators; a matmul's block then widens
   along its vector axis to half the renderer's vector registers (AVX-512: 8 rows x 2 vectors). Axes that a load
-  indexes through
-  div/mod (conv backward's windows) or as a sliding window (a conv's output row) are blocked last: their lanes share
-  no loads, only index math;
+  indexes through div/mod (conv backward's windows) or as a sliding window (a conv's output row) are blocked last:
+  their lanes share no loads, only index math;
 - streaming reduces (each element read about once) whose reduce axis is strided in memory but whose innermost output
   axis is contiguous (a column sum, a split `sum()`'s partials): that output axis is upcast into vector accumulators;
 - the innermost reduce axis of each REDUCE (a norm's mean and variance are two): a small one (a filter row, <= 8)
@@ -209,14 +208,12 @@ accumulators) ran 86 -> 101 GFLOPS over 8 x 1 (the core's peak is ~100); 8 x 3 (
 
 def _widen_vector_block(k: Kernel, rid: int, amt: int, vectors: int) -> None:
   """After `_vector_block` (`vectors` accumulators of `amt` lanes along the output axis of id `rid`), upcast what is
-  left of that axis again by
-  4, 3 or 2 (the first that divides it) while the accumulators fit `ACC_REGISTER_SHARE` of the renderer's vector
-  registers
-  (`vector_registers`: count, bytes; an accumulator of `amt` lanes of the reduce's dtype takes one register or
-  more): each broadcast load (a row's element) then feeds that many more FMAs — loads per FMA fall from (1 + r)/r to
-  (c + r)/(r*c) for r rows by c vectors. The rows stay as `_vector_block` blocked them (up to 8): more rows, each
-  walking its own strided line, thrash an 8-way L1 set when the row stride is a multiple of 4 KB (1024^2: 16 rows x 1
-  vector ran 49 GFLOPS against 80 for 8 x 1)."""
+  left of that axis again by 4, 3 or 2 (the first that divides it) while the accumulators fit `ACC_REGISTER_SHARE`
+  of the renderer's vector registers (`vector_registers`: count, bytes; an accumulator of `amt` lanes of the
+  reduce's dtype takes one register or more): each broadcast load (a row's element) then feeds that many more
+  FMAs; loads per FMA fall from (1 + r)/r to (c + r)/(r*c) for r rows by c vectors. The rows stay as `_vector_block`
+  blocked them (up to 8): more rows, each walking its own strided line, thrash an 8-way L1 set when the row stride
+  is a multiple of 4 KB (1024^2: 16 rows x 1 vector ran 49 GFLOPS against 80 for 8 x 1)."""
   regs, width = getattr(k.renderer, "vector_registers", (0, 0))
   reds = [u for u in k.ast.toposort() if u.op is Ops.REDUCE]
   if not regs or not width or not reds: return
