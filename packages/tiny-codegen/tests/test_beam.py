@@ -155,3 +155,21 @@ def test_beam_results_match_numpy(tmp_path, monkeypatch) -> None:
     np.testing.assert_allclose(got, m @ n, rtol=1e-5, atol=1e-5)
     s = run(sum_ast(1 << 12), [a], np.empty(1))
     np.testing.assert_allclose(s[0], a.astype(np.float64).sum(), rtol=1e-5)
+
+
+def test_search_starts_from_the_ast_the_optimizer_sees() -> None:
+  # a sum over two nested reduce ranges walked as one contiguous run: lowering merges them into one range before the
+  # optimizer, so opts name that one range. The heuristics' seed, the candidates and their programs must all start
+  # from the merged AST (the bench's 16M sum() had opts chosen on two ranges, which didn't apply when compiled)
+  out, a = UOp(Ops.PARAM, dtypes.float.ptr(1), arg=0), UOp(Ops.PARAM, dtypes.float.ptr(4096), arg=1)
+  r0, r1 = UOp.range(32, 0, AxisType.REDUCE), UOp.range(128, 1, AxisType.REDUCE)
+  ast = out.index(UOp.const(dtypes.index, 0)).store(a.index(r0 * 128 + r1).load().reduce(r0, r1, arg=Ops.ADD)).sink(
+    arg=KernelInfo("beam_nested_sum"))
+  ren = Device["CPU"].renderer
+  heur = heuristic_opts(ast, ren)
+  assert heur and all(o.axis == 0 for o in heur), heur  # the merged kernel has one reduce axis
+  timed, chosen = beam_candidates(ast, ren, 1)
+  assert heur in [o for o, _ in timed] and chosen in [o for o, _ in timed]
+  x = np.random.default_rng(6).standard_normal(4096).astype(np.float32)
+  got = run(ast.replace(arg=KernelInfo("beam_nested_sum", opts_to_apply=chosen)), [x], np.empty(1))
+  np.testing.assert_allclose(got[0], x.astype(np.float64).sum(), rtol=1e-4, atol=1e-4)

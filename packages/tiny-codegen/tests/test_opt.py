@@ -125,9 +125,89 @@ def test_unroll_needs_reduce_axis_and_upcast_limit() -> None:
 def test_heuristics_register_block_matmul() -> None:
   ast = optimize_kernel(matmul_ast(64, 64, 64), Device["CPU"].renderer)
   applied = ast.arg.applied_opts
-  assert Opt(OptOps.UPCAST, 1, 16) in applied, applied  # the store-contiguous axis, up to 16 lanes
+  assert applied[:2] == (Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 0, 8)), applied  # 16 lanes x 8 rows
   types = [u.arg[1] for u in ast.toposort() if u.op is Ops.RANGE]
-  assert types.count(AxisType.UPCAST) == 2 and AxisType.REDUCE in types
+  assert types.count(AxisType.UPCAST) in (2, 3) and AxisType.REDUCE in types  # 3: widened (vector registers)
+
+
+@pytest.fixture
+def vector_registers(monkeypatch):
+  """Set the CPU renderer's vector register file (count, bytes) for the heuristics, whatever this host has."""
+  ren = Device["CPU"].renderer
+  if not hasattr(ren, "vector_registers"): pytest.fail(f"{type(ren).__name__} has no vector_registers")
+
+  def use(regs: int, width: int) -> None:
+    monkeypatch.setattr(type(ren), "vector_registers", property(lambda self: (regs, width)))
+  return use
+
+
+@pytest.mark.parametrize("M, N, K, regs, rows, extra, axis", [
+  (64, 64, 64, (32, 64), 8, 2, 1),   # AVX-512: 8 rows x 2 zmm accumulators (16: half the 32 registers)
+  (64, 96, 32, (32, 64), 8, 2, 1),   # 96 = 16 x 6: 8 x 3 would take 24 registers
+  (4, 128, 32, (32, 64), 4, 4, 0),   # only 4 rows (upcast whole: the row axis is gone, B's is output axis 0): 4 x 4
+  (64, 64, 64, (16, 32), 8, 1, 1),   # AVX2: 8 x 16 lanes already take 16 ymm: no more
+  (64, 64, 64, (0, 0), 8, 1, 1),     # unknown register file: the plain 8 x 16 block
+])
+def test_heuristics_matmul_block_widens_to_the_vector_registers(vector_registers, M, N, K, regs, rows, extra,
+                                                                axis) -> None:
+  vector_registers(*regs)
+  ren = Device["CPU"].renderer
+  opt = optimize_kernel(matmul_ast(M, N, K), ren)
+  want = (Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 0, rows)) + \
+    ((Opt(OptOps.UPCAST, axis, extra),) if extra > 1 else ())
+  assert opt.arg.applied_opts == want, opt.arg.applied_opts
+  src = get_program(opt, ren).src
+  accs = rows * extra
+  assert src.count("alloca [1 x <16 x float>]") == accs, src  # that many 16-lane vector accumulators
+  rng = np.random.default_rng(7)
+  a, b = rng.standard_normal((M, K)).astype(np.float32), rng.standard_normal((K, N)).astype(np.float32)
+  np.testing.assert_allclose(run(opt, "CPU", [a, b], M * N).reshape(M, N), a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_heuristics_half_matmul_widens_float_accumulators(vector_registers) -> None:
+  # half inputs multiplied and summed in float (what tiny_tensor's dot builds): an accumulator of 16 float lanes is
+  # one zmm, as for a float matmul
+  vector_registers(32, 64)
+  M, N, K = 32, 64, 48
+  c = UOp(Ops.PARAM, dtypes.float.ptr(M * N), arg=0)
+  a, b = (UOp(Ops.PARAM, dtypes.half.ptr(n), arg=i) for i, n in ((1, M * K), (2, K * N)))
+  i, j, k = UOp.range(M, 0), UOp.range(N, 1), UOp.range(K, 2, AxisType.REDUCE)
+  prod = a.index(i * K + k).load().cast(dtypes.float) * b.index(k * N + j).load().cast(dtypes.float)
+  ast = c.index(i * N + j).store(prod.reduce(k, arg=Ops.ADD)).sink(arg=KernelInfo())
+  ren = Device["CPU"].renderer
+  opt = optimize_kernel(ast, ren)
+  assert opt.arg.applied_opts == (Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 2))
+  spec = get_program(opt, ren)
+  assert spec.src.count("alloca [1 x <16 x float>]") == 16, spec.src
+  rng = np.random.default_rng(8)
+  ah, bh = rng.standard_normal((M, K)).astype(np.float16), rng.standard_normal((K, N)).astype(np.float16)
+  dev = Device["CPU"]
+  bufs = [Buffer("CPU", M * N, dtypes.float).allocate(), Buffer("CPU", M * K, dtypes.half, initial_value=ah.tobytes()),
+          Buffer("CPU", K * N, dtypes.half, initial_value=bh.tobytes())]
+  dev.get_program(spec.name, spec.lib)(*[bufs[s]._buf for s in spec.globals], global_size=spec.global_size,
+                                        local_size=spec.local_size, vals=(), wait=True)
+  got = np.frombuffer(bufs[0].as_buffer(), dtype=np.float32).reshape(M, N)
+  np.testing.assert_allclose(got, ah.astype(np.float64) @ bh.astype(np.float64), rtol=1e-5, atol=1e-4)
+
+
+def test_heuristics_conv_window_kernel_not_widened(vector_registers) -> None:
+  # a conv's sliding-window row keeps `_vector_block`'s blocking (conv heuristics are tuned on their own)
+  vector_registers(32, 64)
+  opt = optimize_kernel(conv1d_ast(16, 4, 32, 3), Device["CPU"].renderer)
+  assert opt.arg.applied_opts == (Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UNROLL, 1, 0)), \
+    opt.arg.applied_opts
+
+
+@pytest.mark.parametrize("triple, features, want", [
+  ("x86_64-unknown-linux-gnu", "+avx,+avx2,+avx512f,+fma", (32, 64)),
+  ("x86_64-unknown-linux-gnu", "+avx,+avx2,-avx512f,+fma", (16, 32)),
+  ("x86_64-unknown-linux-gnu", "+sse2,-avx", (16, 16)),
+  ("aarch64-unknown-linux-gnu", "+neon", (32, 16)),
+  ("riscv64-unknown-linux-gnu", "+v", (0, 0)),
+])
+def test_vector_registers_from_target_features(triple: str, features: str, want: tuple) -> None:
+  from tiny_codegen.renderer.llvmir import _vector_registers
+  assert _vector_registers(triple, features) == want
 
 
 def conv1d_ast(CO: int, CI: int, W: int, KW: int) -> UOp:

@@ -188,6 +188,28 @@ def test_bfloat16_matmul_and_elementwise_vectorized():
   assert np.array_equal(got, _bf16(_bf16(_bf16(x) * 3) + 1))  # each bf16 op rounds: bit exact
 
 
+@pytest.mark.parametrize("dt", ["float16", "bfloat16"])
+def test_low_precision_matmul_multiplies_in_float(dt):
+  # half/bfloat16 operands: the products are exact in float32 and summed there, rounded once at the end (as torch);
+  # a product rounded to the input dtype first would be off by ~1e-3 relative. The kernel's MUL is float32 and its
+  # loads stay in the input dtype (converted in registers)
+  r = np.random.default_rng(11)
+  a, b = r.standard_normal((3, 48, 64)).astype(np.float32), r.standard_normal((3, 64, 40)).astype(np.float32)
+  ta, tb = Tensor(a).cast(getattr(dtypes, dt)).realize(), Tensor(b).cast(getattr(dtypes, dt)).realize()
+  ra, rb = (ta.cast(dtypes.float32).numpy().astype(np.float64), tb.cast(dtypes.float32).numpy().astype(np.float64))
+  out = ta.dot(tb, dtype=dtypes.float32)
+  ast = out.schedule().kernels[-1].src[0]
+  muls = [u for u in ast.toposort() if u.op.name == "MUL" and u.dtype.scalar() != dtypes.index]
+  assert muls and all(u.dtype == dtypes.float32 for u in muls), [u.dtype for u in muls]
+  np.testing.assert_allclose(out.numpy(), ra @ rb, rtol=2e-5, atol=2e-5)
+  half = (ta @ tb)  # the default output dtype is the operands': the float sum rounded once
+  assert half.dtype == getattr(dtypes, dt)
+  want = (ra @ rb).astype(np.float32)
+  want = want.astype(np.float16).astype(np.float32) if dt == "float16" else _bf16(want)
+  got = half.cast(dtypes.float32).numpy()
+  assert np.mean(got == want) > 0.99, np.mean(got == want)  # float32 vs float64 sums may round a tie differently
+
+
 REDUCE_SHAPES = [((3, 4, 5), None), ((3, 4, 5), 1), ((3, 4, 5), -1), ((3, 4, 5), (0, 2)), ((4,), 0), ((), None)]
 
 

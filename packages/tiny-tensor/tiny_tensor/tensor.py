@@ -1312,7 +1312,11 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
       raise RuntimeError(f"cannot dot {self.shape} and {w.shape}: inner dims {self.shape[-1]} != {w.shape[axis_w]}")
     x = self.reshape(*self.shape[:-1], *[1] * min(dx - 1, dw - 1, 1), self.shape[-1])
     ww = w.reshape(*w.shape[:-2], *[1] * min(dx - 1, dw - 1, 1), *w.shape[axis_w:]).transpose(-1, axis_w)
-    out_dt = least_upper_dtype(x.dtype, ww.dtype) if dtype is None else to_dtype(dtype)
+    in_dt = least_upper_dtype(x.dtype, ww.dtype)
+    out_dt = in_dt if dtype is None else to_dtype(dtype)
+    acc = sum_acc_dtype(in_dt) if dtype is None else out_dt
+    if dtypes.is_float(in_dt) and dtypes.is_float(acc) and acc.itemsize > in_dt.itemsize:
+      x, ww = x.cast(acc), ww.cast(acc)  # half/bfloat16: exact products summed in float, rounded once (as torch)
     return (x * ww).sum(-1, dtype=dtype).cast(out_dt)
 
   def matmul(self, x: Tensor, reverse: bool = False, dtype: Any = None) -> Tensor:

@@ -4,9 +4,10 @@ CPU renderers (no locals; threads split the outermost loop in lowering):
 - matmul/conv-like reduces (a loaded buffer that doesn't depend on an output axis): register blocking — upcast the
   output axis that is contiguous in the store (16 lanes, 8 for convs; with native vectors (LLVM) the widest divisor
   up to 16 of a short conv row, which else got 4 or 2 scalar lanes: conv backward on a 10x10 map ran 7x faster) and
-  one more reused axis (8), so each loaded value is used by several accumulators. Axes that a load indexes through
-  div/mod (conv backward's windows) or as a sliding window (a conv's output row) are blocked last: their lanes share
-  no loads, only index math;
+  one more reused axis (8), so each loaded value is used by several accumulators; a matmul's block then widens
+  along its vector axis to half the renderer's vector registers (AVX-512: 8 rows x 2 vectors). Axes that a load
+  indexes through div/mod (conv backward's windows) or as a sliding window (a conv's output row) are blocked last:
+  their lanes share no loads, only index math;
 - streaming reduces (each element read about once) whose reduce axis is strided in memory but whose innermost output
   axis is contiguous (a column sum, a split `sum()`'s partials): that output axis is upcast into vector accumulators;
 - the innermost reduce axis of each REDUCE (a norm's mean and variance are two): a small one (a filter row, <= 8)
@@ -26,7 +27,7 @@ from tiny_uop.dtype import dtypes
 from tiny_uop.uop import AxisType, GroupOp, Ops, UOp
 
 from tiny_codegen.lower.expander import VECTOR_LANES
-from tiny_codegen.opt.kernel import Kernel, KernelOptError, Opt, OptOps, _bound, stride_of
+from tiny_codegen.opt.kernel import MAX_LANES, Kernel, KernelOptError, Opt, OptOps, _bound, stride_of
 
 
 def _try(k: Kernel, opt: Opt) -> bool:
@@ -175,6 +176,7 @@ def _vector_block(k: Kernel, loads: list[UOp]) -> bool:
       if others and (best is None or (amt, len(others)) > best[:2]): best = (amt, len(others), i, r, others)
   if best is None: return False
   amt, _, i, r, others = best
+  gemm = _gemm_like(k, loads)
   if not _try(k, Opt(OptOps.UPCAST, i, amt)): return False
   vectors, budget, blocked = 1, 8, 0
   # block (up to two of) the axes the vector is reused across: plain ones first, innermost first
@@ -184,6 +186,7 @@ def _vector_block(k: Kernel, loads: list[UOp]) -> bool:
     if got and _try(k, Opt(OptOps.UPCAST, k.output_axes.index(x), got)):
       vectors, blocked = vectors * got, blocked + 1
     if blocked == 2 or vectors * 2 > budget: break
+  if gemm: _widen_vector_block(k, r.arg[0], amt, vectors)
   return True
 
 
@@ -194,6 +197,44 @@ def _block_amounts(m: int, most: int) -> tuple[int, ...]:
   3x3 conv on 10x10 maps ran 2.4x faster), else 2."""
   widest = next((a for a in range(min(m, most), 2, -1) if m % a == 0), 0)
   return tuple(dict.fromkeys(a for a in ((m,) if m <= most else ()) + (8, 4, widest, 2) if 1 < a <= most))
+
+
+def _gemm_like(k: Kernel, loads: list[UOp]) -> bool:
+  """A matmul-shaped kernel (plain or batched): no load walks an axis through div/mod or as a sliding window (a
+  conv's rows, its backward's windows: those kernels keep `_vector_block`'s blocking as tuned for them)."""
+  rngs, reds = k.rngs, k.reduce_axes
+  return all(not any(_awkward(r, loads, rngs, reds)) for r in k.output_axes)
+
+
+ACC_REGISTER_SHARE = 0.5
+"""Of the renderer's vector registers, the share a register block's accumulators may take: the rest hold the reused
+vectors (one per vector of the block's row), the broadcasts and what LLVM hoists. On the 2-core znver4 (32 zmm, one
+thread, process CPU time, best of 15 under load): a 1024^2 float32 matmul's 8 rows x 2 vectors of 16 lanes (16
+accumulators) ran 86 -> 101 GFLOPS over 8 x 1 (the core's peak is ~100); 8 x 3 (24) lost on 3072x768x3072
+(84 -> 70; 8 x 2: 83) and 768^2 (102 -> 97-100); 8 x 4 (32) spilled (1024^2: 47)."""
+
+
+def _widen_vector_block(k: Kernel, rid: int, amt: int, vectors: int) -> None:
+  """After `_vector_block` (`vectors` accumulators of `amt` lanes along the output axis of id `rid`), upcast what is
+  left of that axis again by 4, 3 or 2 (the first that divides it) while the accumulators fit `ACC_REGISTER_SHARE`
+  of the renderer's vector registers (`vector_registers`: count, bytes; an accumulator of `amt` lanes of the
+  reduce's dtype takes one register or more): each broadcast load (a row's element) then feeds that many more
+  FMAs; loads per FMA fall from (1 + r)/r to (c + r)/(r*c) for r rows by c vectors. The rows stay as `_vector_block`
+  blocked them (up to 8): more rows, each walking its own strided line, thrash an 8-way L1 set when the row stride
+  is a multiple of 4 KB (1024^2: 16 rows x 1 vector ran 49 GFLOPS against 80 for 8 x 1)."""
+  regs, width = getattr(k.renderer, "vector_registers", (0, 0))
+  reds = [u for u in k.ast.toposort() if u.op is Ops.REDUCE]
+  if not regs or not width or not reds: return
+  per_acc = -(-amt * max(r.dtype.scalar().itemsize for r in reds) // width)
+  budget = int(regs * ACC_REGISTER_SHARE)
+  # what is left of the axis outside the vector lanes keeps its id (gone when the lanes took it whole)
+  left = [(j, x) for j, x in enumerate(k.output_axes)
+          if x.arg[0] == rid and x.arg[1] in (AxisType.LOOP, AxisType.GLOBAL)]
+  if not left: return
+  j, n = left[0][0], _bound(left[0][1]) or 0
+  for extra in (4, 3, 2):
+    if n % extra == 0 and vectors * extra * per_acc <= budget and k.upcast_size * extra <= MAX_LANES // 2 and \
+       _try(k, Opt(OptOps.UPCAST, j, extra)): return
 
 
 def _vector_width(n: int) -> int:

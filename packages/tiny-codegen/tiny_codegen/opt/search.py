@@ -39,7 +39,8 @@ ACTIONS: list[Opt] = [
   *[Opt(OptOps.PADTO, axis, 32) for axis in range(6)],
   Opt(OptOps.NOLOCALS),
 ]
-SEARCH_VERSION = 2  # part of the cache key: bump when the way a winner is chosen changes
+SEARCH_VERSION = 3  # part of the cache key: bump when the way a winner is chosen changes (3: the CPU heuristics
+                    # seed widened matmul blocks, so an older winner may be slower than the seed)
 MARGIN = 0.03       # a candidate replaces the heuristics' opts only when at least 3% faster in the final timing
 FINALISTS = 3       # candidates (besides the heuristics') timed again at the end
 MIN_RUNS, MAX_RUNS, RUN_BUDGET = 3, 20, 0.05  # runs per timing: at least 3, more while under 50 ms in all
@@ -53,7 +54,7 @@ class _Timer:
   def __init__(self, ast: UOp, renderer: Renderer):
     from tiny_uop.plugins import Device
     device = timing_device(renderer)
-    self.ast, self.renderer, self.dev = ast, renderer, Device[device]
+    self.ast, self.renderer, self.dev = as_optimized(ast), renderer, Device[device]
     self.info = ast.arg if isinstance(ast.arg, KernelInfo) else KernelInfo()
     self.bufs = _buffers_for(ast, device)
     self.programs: dict[tuple[Opt, ...], Any] = {}
@@ -140,9 +141,19 @@ def cache_key(ast: UOp, renderer: Renderer, amt: int) -> str | None:
 _cache_key = cache_key  # the name tests and older callers use
 
 
+def as_optimized(ast: UOp) -> UOp:
+  """`ast` as lowering hands it to the optimizer (one-hot gathers folded, nested reduce ranges merged): opts name axes
+  of that AST, so the heuristics' seed, the candidates and their compiled programs must all start from it. (A 16M
+  `sum()`'s second kernel has 2 reduce ranges, merged into one: opts chosen on the schedule's AST didn't apply.)
+  Both passes leave an AST they already ran on unchanged."""
+  from tiny_codegen.lower.gather import fold_onehot_reduces
+  from tiny_codegen.lower.merge import merge_reduce_ranges
+  return merge_reduce_ranges(fold_onehot_reduces(ast))
+
+
 def heuristic_opts(ast: UOp, renderer: Renderer) -> tuple[Opt, ...]:
-  """The opts the hand-coded heuristics choose for `ast` (the search's seed)."""
-  return tuple(hand_coded_optimizations(Kernel(ast, renderer)).applied_opts)
+  """The opts the hand-coded heuristics choose for `ast` (the search's seed), on the AST the optimizer sees."""
+  return tuple(hand_coded_optimizations(Kernel(as_optimized(ast), renderer)).applied_opts)
 
 
 def _kernel_for(ast: UOp, renderer: Renderer, opts: tuple[Opt, ...]) -> Kernel:
@@ -158,6 +169,7 @@ def beam_candidates(ast: UOp, renderer: Renderer, amt: int,
                     timer: _Timer | None = None) -> tuple[Timed, tuple[Opt, ...]]:
   """(every opt sequence the search timed, in the order it timed them -- the seeds first: the unoptimized kernel, then
   the heuristics' -- each with its seconds; the chosen one). See the module docstring."""
+  ast = as_optimized(ast)
   timer = timer or _Timer(ast, renderer)
   heur = heuristic_opts(ast, renderer)
   timed: dict[tuple[Opt, ...], float] = {}
@@ -207,6 +219,7 @@ def beam_candidates(ast: UOp, renderer: Renderer, amt: int,
 def beam_search(ast: UOp, renderer: Renderer, amt: int) -> tuple[Opt, ...]:
   """The fastest opt sequence found with beam width `amt`, never one measured slower than the heuristics' (cached on
   disk under `cache_key`)."""
+  ast = as_optimized(ast)
   key = cache_key(ast, renderer, amt)
   if key is not None and getenv("IGNORE_BEAM_CACHE", 0) == 0 and (hit := diskcache_get("beam", key)) is not None:
     return pickle.loads(hit)

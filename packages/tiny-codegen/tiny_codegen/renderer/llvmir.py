@@ -8,6 +8,7 @@ fast-math flags: results match IEEE evaluation in source order. Transcendentals 
 """
 from __future__ import annotations
 
+import functools
 import math
 import struct
 from typing import Any
@@ -78,12 +79,31 @@ class LLVMRenderer(CPURenderer):
 
   def make_compiler(self) -> LLVMCompiler: return LLVMCompiler()
 
+  @property
+  def vector_registers(self) -> tuple[int, int]:
+    """(how many vector registers, bytes each) of the CPU the compiler targets, for the heuristics' register
+    blocking; (0, 0) when unknown. x86-64: 32 zmm of 64 bytes with AVX-512F, else 16 ymm of 32 with AVX, else 16
+    xmm of 16 (Intel SDM vol. 1, the AVX-512 and AVX register chapters); AArch64: 32 V registers of 16 bytes (Arm
+    ARM, the SIMD&FP register file). A property, not an instance
+    setting, so BEAM's cache key (the renderer's instance settings and the compiler's identity) is unchanged."""
+    return _vector_registers(getattr(self.compiler, "triple", ""), getattr(self.compiler, "features", ""))
+
   def supported_dtypes(self) -> tuple[DType, ...]:
     return tuple(d for d in dtypes.all if d not in (dtypes.bfloat16, *dtypes.fp8s))
 
   def render(self, uops: list[UOp]) -> str:
     """LLVM IR of the kernel `uops` (ending in a SINK whose arg is a KernelInfo carrying the name)."""
     return _LLVMEmitter(uops, contract=True, check_oob=bool(CHECK_OOB.value), stream=self).render()
+
+
+@functools.cache
+def _vector_registers(triple: str, features: str) -> tuple[int, int]:
+  feats = set(features.split(","))
+  if triple.startswith(("x86_64", "amd64")):
+    if "+avx512f" in feats: return 32, 64
+    return (16, 32) if "+avx" in feats else (16, 16)
+  if triple.startswith(("aarch64", "arm64")): return 32, 16
+  return 0, 0
 
 
 def accumulations(uops: list[UOp]) -> set[UOp]:
