@@ -149,7 +149,10 @@ def test_random_kernels_agree(k):
 def test_random_vectorized_kernels_agree(k, lanes, unroll):
   # the same random kernels with their output axis upcast by 4/8/16: the LLVM renderer makes it native vectors
   # (vector loads where contiguous, gathers, broadcasts, vector accumulators). The same arithmetic in the same order
-  # as the scalar kernel (with the same reduce unroll), so the results must be bit for bit the same
+  # as the scalar kernel, so the results must be bit for bit the same -- except one reassociation: with the reduce
+  # unrolled, the scalar kernel is a streaming reduce that keeps one accumulator per unrolled lane and combines them
+  # after the loop (lower/merge.py), while the vector kernel folds the unrolled lanes into its accumulator each step;
+  # a float ADD/MUL reduce may then differ in the last bits (a 4-long float MUL: 1.4230628 vs 1.4230629)
   from tiny_codegen.renderer.llvmir import LLVMRenderer
   ast, arrays, out_size, dt = k
   n = next(u for u in ast.toposort() if u.op is Ops.RANGE and u.arg[0] == 0).src[0].arg
@@ -164,7 +167,12 @@ def test_random_vectorized_kernels_agree(k, lanes, unroll):
     Device["CPU"].get_program(spec.name, spec.lib)(*[bufs[g]._buf for g in spec.globals],
                                                     global_size=spec.global_size, local_size=spec.local_size, vals=())
     out[len(opts) > len(base)] = bufs[0].numpy()
-  assert np.array_equal(out[False], out[True], equal_nan=True), f"{base} vs +UPCAST {lanes}\n{ast}"
+  msg = f"{base} vs +UPCAST {lanes}\n{ast}"
+  if base and dtypes.is_float(dt) and red is not None and \
+     next(u for u in ast.toposort() if u.op is Ops.REDUCE).arg in (Ops.ADD, Ops.MUL):
+    m = red.src[0].arg  # reassociating m terms: a few ulps per term at most
+    np.testing.assert_allclose(out[True], out[False], rtol=4 * m * float(np.finfo(NP[dt]).eps), atol=0, err_msg=msg)
+  else: assert np.array_equal(out[False], out[True], equal_nan=True), msg
 
 
 # ***** fixed kernels, also against numpy *****
