@@ -4,7 +4,7 @@ CPU-style renderers (`has_threads`): an optimizer's THREAD axis becomes `core_id
 GLOBAL/LOOP range that every store depends on is split across `renderer.threads` threads: range `r` of bound N
 becomes `core_id*chunk + r'` with `r'` in [0, min(chunk, N - core_id*chunk)) and chunk = ceil(N / threads). Small
 kernels run on one thread: those whose cost (`kernel_cost`: bytes loaded and stored in global memory plus ALU lane
-ops, each times the iterations of the loops around it) is below `renderer.thread_min_work`, since waking a helper
+ops, each times the iterations of the loops it depends on) is below `renderer.thread_min_work`, since waking a helper
 thread costs more than such a kernel's work. The kernel always takes `int core_id` last.
 
 GPU-style renderers (`has_local`): GLOBAL ranges, and the constant-bound LOOP ranges every store uses, become
@@ -60,7 +60,7 @@ def _global_access(u: UOp) -> bool:
 
 def kernel_cost(sink: UOp) -> int:
   """A kernel's work in one unit: bytes it loads and stores in global memory plus its ALU ops (one per vector lane),
-  each times the iterations of the loops it sits in (a loop with a variable bound counts `_SYMBOLIC_TRIPS`). Run
+  each times the iterations of the loops it depends on (a loop with a variable bound counts `_SYMBOLIC_TRIPS`). Run
   after the expander and reduce lowering, so loops are RANGEs and upcast axes are vector lanes. A byte and an op are
   weighted alike: the small kernels this decides about run from cache, at roughly one of either per cycle."""
   cost = 0
