@@ -1,4 +1,5 @@
-"""CPU device: elementwise `a+b` and `a.sum()` on 16M float32, the launch overhead of a cached tiny kernel, and the
+"""CPU device: elementwise `a+b` and `a.sum()` on 16M float32, the launch overhead of a cached tiny kernel (also as 2
+thread-pool shares against 1, wall and process CPU time: `python bench/bench_cpu.py shares` prints just those), and the
 time to load a compiled kernel (our ELF loader vs llvmlite's MCJIT, which tiny used before, on the same objects).
 
 `tiny` (and `tiny_clang`): kernel ASTs (docs/PIPELINE.md §3) compiled by tiny-codegen and launched through the
@@ -126,6 +127,8 @@ def launch_shares(n: int = 4000, reps: int = 5) -> dict[str, float]:
       walls.append((time.perf_counter() - st) / n * 1e6)
       cpus.append((time.process_time() - sc) / n * 1e6)
     out[f"tiny_{label}"], out[f"tiny_{label}_cpu"] = statistics.median(walls), statistics.median(cpus)
+    got = float(t.one.numpy()[0])
+    assert got == 2.0, f"the tiny kernel launched as {label} wrote {got}, not 1 + 1"
   return out
 
 
