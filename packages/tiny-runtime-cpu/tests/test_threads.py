@@ -78,7 +78,7 @@ def test_concurrent_launches_from_python_threads(workers: int) -> None:
       seen: list[int] = []
       lock = threading.Lock()
 
-      def share(i: int) -> None:
+      def share(i: int, seen: list[int] = seen, lock: threading.Lock = lock, k: int = k, n: int = n) -> None:
         with lock: seen.append(i)
         if k % 50 == 7 and i == n - 1: raise ValueError(f"launcher {seed} launch {k}")
       try: pool.run(share, n)
