@@ -99,10 +99,11 @@ def test_idle_pool_burns_no_cpu_and_close_ends_its_threads() -> None:
   """After a burst of launches the helpers poll for at most `spin_s`, then sleep: over 0.2 s of idleness the process
   uses under 5% of one core (measured ~0.02%; helpers left polling for seconds measured 12% on a loaded machine,
   where each poll's `sleep(0)` yields for ~50-200 µs). `close` ends the helper threads."""
-  before = threading.active_count()
+  before = set(threading.enumerate())
   pool = ThreadPool(2)
   for _ in range(300): pool.run(lambda i: None, 3)
-  assert threading.active_count() == before + 2  # helpers are reused, not started per launch
+  new = set(threading.enumerate()) - before
+  assert new == set(pool.threads) and len(new) == 2  # helpers are reused, not started per launch
   time.sleep(0.05)  # far longer than spin_s (50 µs)
   c0, w0 = time.process_time(), time.perf_counter()
   time.sleep(0.2)
