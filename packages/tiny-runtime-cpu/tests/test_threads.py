@@ -113,3 +113,17 @@ def test_idle_pool_burns_no_cpu_and_close_ends_its_threads() -> None:
   pool.close()
   for t in threads: t.join(5)
   assert not any(t.is_alive() for t in threads)
+
+
+@pytest.mark.parametrize("spin_s", [0.0, 50e-6, 0.5])
+def test_close_right_after_a_launch_ends_every_helper(spin_s: float) -> None:
+  """`close` while helpers still poll after a launch (spin_s 0.5 s: surely polling) or already block: each helper
+  takes its stop marker either way and ends."""
+  pool = ThreadPool(3)
+  pool.spin_s = spin_s
+  seen: list[int] = []
+  pool.run(seen.append, 4)
+  threads = list(pool.threads)
+  pool.close()
+  for t in threads: t.join(5)
+  assert sorted(seen) == [0, 1, 2, 3] and not any(t.is_alive() for t in threads)

@@ -70,14 +70,14 @@ class ThreadPool:
   def _loop(self) -> None:
     q, get_nowait, clock, pause = self.queue, self.queue.get_nowait, time.perf_counter, time.sleep
     while True:
-      launch = None
+      got = False
       if self.spin_s > 0:  # back-to-back launches (a replay) find this thread awake: no futex wake-up to wait for
         until = clock() + self.spin_s
-        while launch is None and clock() < until:
-          try: launch = get_nowait()
+        while not got and clock() < until:
+          try: launch, got = get_nowait(), True
           except queue.Empty: pause(0)  # releases the GIL for the launching thread
-      if launch is None: launch = q.get()
-      if launch is None: return
+      if not got: launch = q.get()
+      if launch is None: return  # close()'s stop marker, whether it came while polling or blocked
       launch.work()
 
   def run(self, fn: Callable[[int], None], n: int) -> None:
