@@ -1,4 +1,5 @@
-"""CPU device: elementwise `a+b` and `a.sum()` on 16M float32, the launch overhead of a cached tiny kernel, and the
+"""CPU device: elementwise `a+b` and `a.sum()` on 16M float32, the launch overhead of a cached tiny kernel (also as 2
+thread-pool shares against 1, wall and process CPU time: `python bench/bench_cpu.py shares` prints just those), and the
 time to load a compiled kernel (our ELF loader vs llvmlite's MCJIT, which tiny used before, on the same objects).
 
 `tiny` (and `tiny_clang`): kernel ASTs (docs/PIPELINE.md §3) compiled by tiny-codegen and launched through the
@@ -109,6 +110,28 @@ def launch_overhead_us(fn: Callable[[], None], n: int = 20000) -> float:
   return statistics.median(batches)
 
 
+def launch_shares(n: int = 4000, reps: int = 5) -> dict[str, float]:
+  """A cached tiny kernel launched as 1 share (inline) and as 2 shares (the pool's helper thread woken for one):
+  median wall µs and process CPU µs (all threads) per launch over `reps` batches of `n` launches. The kernel's own
+  work is a few ns, so the 2-share figures are the thread pool's cost per launch."""
+  t = TinyCPU("LLVM", np.zeros(16, np.float32), np.zeros(16, np.float32), rows=4)
+  spec, prg = t.specs["tiny"], t.prgs["tiny"]
+  args = [(t.one, t.x)[g]._buf for g in spec.globals]
+  out: dict[str, float] = {}
+  for label, gs in (("1share", (1, 1, 1)), ("2shares", (2, 1, 1))):
+    for _ in range(200): prg(*args, global_size=gs)
+    walls, cpus = [], []
+    for _ in range(reps):
+      st, sc = time.perf_counter(), time.process_time()
+      for _ in range(n): prg(*args, global_size=gs)
+      walls.append((time.perf_counter() - st) / n * 1e6)
+      cpus.append((time.process_time() - sc) / n * 1e6)
+    out[f"tiny_{label}"], out[f"tiny_{label}_cpu"] = statistics.median(walls), statistics.median(cpus)
+    got = float(t.one.numpy()[0])
+    assert got == 2.0, f"the tiny kernel launched as {label} wrote {got}, not 1 + 1"
+  return out
+
+
 def load_times(n: int | None = None) -> dict[str, dict[str, float]]:
   """Median µs to load one compiled small kernel (`exp2(a*1.5+0.25)` over 1024 floats: constants and a libm call)
   until it can be called, with tiny's loader (`tiny_runtime_cpu.elfload`, x86-64) and with MCJIT, on the same `n`
@@ -196,6 +219,8 @@ def run() -> dict[str, dict[str, Any]]:
     "a+b 16M float32": {"unit": "ms", "better": "lower", "target": "tiny_tensor <= 0.5x numpy"},
     "a.sum() 16M float32": {"unit": "ms", "better": "lower", "target": "tiny_tensor <= 0.8x numpy"},
     "launch overhead, cached tiny kernel": {"unit": "us", "better": "lower", "target": "<= 20 us"},
+    "launch of a tiny kernel, 1 vs 2 shares (wall, process CPU)": {"unit": "us", "better": "lower",
+                                                                    "target": "2 shares within a few us of 1"},
     "load a compiled small kernel": {"unit": "us", "better": "lower", "target": "<= MCJIT's (tiny_mcjit)"},
     "compile a small kernel (LLVM -O2)": {"unit": "ms", "better": "lower", "target": "reference for the load row"},
   }
@@ -212,6 +237,7 @@ def run() -> dict[str, dict[str, Any]]:
     res["a+b 16M float32"][label] = best_ms(t.add)
     res["a.sum() 16M float32"][label] = best_ms(t.sum)
     res["launch overhead, cached tiny kernel"][label] = launch_overhead_us(t.tiny)
+  res["launch of a tiny kernel, 1 vs 2 shares (wall, process CPU)"].update(launch_shares())
   loads = load_times()
   res["load a compiled small kernel"].update(loads["load"])
   res["compile a small kernel (LLVM -O2)"].update(loads["compile"])
@@ -230,6 +256,9 @@ def run() -> dict[str, dict[str, Any]]:
 
 
 if __name__ == "__main__":
+  if sys.argv[1:] == ["shares"]:  # just the 1- vs 2-share launch rows (a few seconds)
+    print("  ".join(f"{k}={v:.3g}us" for k, v in launch_shares().items()))
+    sys.exit(0)
   for case, row in run().items():
     unit = row.get("unit", "")
     cells = "  ".join(f"{k}={v:.3g}{unit}" for k, v in row.items() if isinstance(v, float))

@@ -217,3 +217,48 @@ def test_debug_prints_source(capsys):
   with Context(DEBUG=7, NOOPT=1): lower(ast, ClangRenderer())
   out = capsys.readouterr().out
   assert "after expander" in out and "after reduce" in out
+
+
+def _at_dims_stage(ast: UOp, ren: Renderer) -> UOp:
+  """The kernel as the dims stage (which decides threads) sees it: expanded, reduces lowered, unoptimized."""
+  from tiny_codegen.lower import STAGES, Dims
+  sink, dims = ast, Dims()
+  for name, fn in STAGES:
+    if name == "dims": return sink
+    sink = fn(sink, ren, dims)
+  raise AssertionError("no dims stage")
+
+
+def _ew(n: int, dt=dtypes.float) -> UOp:
+  out, a, b = P(0, n, dt), P(1, n, dt), P(2, n, dt)
+  r = UOp.range(n, 0)
+  return out.index(r).store(a.index(r).load() + b.index(r).load()).sink(arg=KernelInfo())
+
+
+def test_kernel_cost_counts_bytes_and_ops():
+  """a+b: 3 global accesses of 4 bytes and one ADD per element; uint8: 1 byte each. A reduce's cost scales with its
+  loop: per extra (i, j) iteration a's 4 bytes, MUL, accumulate and index math (b[j], which depends on j only, is
+  counted per j: a value counts the iterations of the loops it depends on)."""
+  from tiny_codegen.lower.dims import kernel_cost
+  ren = cpu(threads=2)
+  assert kernel_cost(_at_dims_stage(_ew(1000), ren)) == 13 * 1000
+  assert kernel_cost(_at_dims_stage(_ew(1000, dtypes.uint8), ren)) == 4 * 1000
+  c1, c2 = (kernel_cost(_at_dims_stage(matvec(n=16, k=k), ren)) for k in (64, 128))
+  assert 16 * 64 * 8 <= c2 - c1 <= 16 * 64 * 16
+
+
+def test_thread_decision_is_cost_based():
+  """With the CPU renderer's default `thread_min_work`: a small a+b runs on one thread, a big one on all; many cheap
+  iterations (uint8 a+b over 200k, which an iteration count would have split) stay on one thread; few outer
+  iterations carrying much work (4 rows of 1M-element sums) are split."""
+  from tiny_codegen.renderer import CPURenderer
+  def shares(ast: UOp) -> int:
+    r = LLVMRenderer()
+    r.threads = 2
+    assert r.thread_min_work == CPURenderer.thread_min_work
+    return lower(ast, r, optimize=False).dims.global_size[0]
+  assert shares(_ew(4096)) == 1
+  assert shares(_ew(1 << 20)) == 2
+  assert shares(_ew(200_000, dtypes.uint8)) == 1
+  assert shares(matvec(n=4, k=1 << 20)) == 2
+  assert shares(matvec(n=4, k=1 << 10)) == 1

@@ -199,8 +199,9 @@ def test_symbolic_size():
 
 
 def test_threaded_kernel_vs_numpy():
-  """Big enough that the CPU renderers split it over threads (global_size[0] > 1 when the machine has cores)."""
-  n = 1 << 16
+  """Big enough that the CPU renderers split it over threads (its cost, 13 per element, passes the default
+  `thread_min_work` of 3M)."""
+  n = 1 << 19
   r0 = UOp.range(n, 0)
   out = UOp(Ops.PARAM, dtypes.float32.ptr(n), arg=0)
   a_, b_ = UOp(Ops.PARAM, dtypes.float32.ptr(n), arg=1), UOp(Ops.PARAM, dtypes.float32.ptr(n), arg=2)

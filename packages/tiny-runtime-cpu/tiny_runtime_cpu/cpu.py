@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import ctypes
+import functools
 import importlib
 import os
 import struct
@@ -167,7 +168,7 @@ class CPUProgram(Program):
     n = global_size[0] if global_size else 1
     st = time.perf_counter() if wait else 0.0
     if n == 1: fxn(*args, 0)
-    else: self.pool.run(lambda core_id: fxn(*args, core_id), n)
+    else: self.pool.run(functools.partial(fxn, *args), n)  # share i calls fxn(*args, i)
     if self._oob is not None and self._oob[0]: self._raise_oob(bufs)
     return time.perf_counter() - st if wait else None
 

@@ -3,8 +3,9 @@
 CPU-style renderers (`has_threads`): an optimizer's THREAD axis becomes `core_id`; without one, the outermost
 GLOBAL/LOOP range that every store depends on is split across `renderer.threads` threads: range `r` of bound N
 becomes `core_id*chunk + r'` with `r'` in [0, min(chunk, N - core_id*chunk)) and chunk = ceil(N / threads). Small
-kernels (fewer than `renderer.thread_min_work` iterations in all) run on one thread. The kernel always takes
-`int core_id` last.
+kernels run on one thread: those whose cost (`kernel_cost`: bytes loaded and stored in global memory plus ALU lane
+ops, each times the iterations of the loops it depends on) is below `renderer.thread_min_work`, since waking a helper
+thread costs more than such a kernel's work. The kernel always takes `int core_id` last.
 
 GPU-style renderers (`has_local`): GLOBAL ranges, and the constant-bound LOOP ranges every store uses, become
 SPECIAL("gidx{i}") (at most 3 dims, within `global_max`; others stay loops); LOCAL ranges become SPECIAL("lidx{i}").
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from tiny_uop.device import Renderer
 from tiny_uop.dtype import AddrSpace, DType, dtypes
 from tiny_uop.helpers import prod
-from tiny_uop.uop import AxisType, Ops, UOp
+from tiny_uop.uop import AxisType, GroupOp, Ops, UOp
 
 from tiny_codegen.lower.reduce import _stores, range_key
 
@@ -47,9 +48,33 @@ def _store_ranges(sink: UOp) -> list[UOp]:
   return sorted(common, key=range_key)
 
 
-def _work(sink: UOp) -> int:
-  bounds = [r.src[0].arg if r.src[0].op is Ops.CONST else 1 << 16 for r in sink.toposort() if r.op is Ops.RANGE]
-  return prod(bounds)
+_SYMBOLIC_TRIPS = 1 << 16  # assumed iterations of a loop whose bound is a variable
+
+
+def _global_access(u: UOp) -> bool:
+  """Whether LOAD/STORE `u` reaches a kernel buffer (PARAM), not a register array."""
+  p = u.src[0]
+  while p.op in (Ops.INDEX, Ops.CAST, Ops.BITCAST) and p.src: p = p.src[0]
+  return p.op is Ops.PARAM
+
+
+def kernel_cost(sink: UOp) -> int:
+  """A kernel's work in one unit: bytes it loads and stores in global memory plus its ALU ops (one per vector lane),
+  each times the iterations of the loops it depends on (a loop with a variable bound counts `_SYMBOLIC_TRIPS`). Run
+  after the expander and reduce lowering, so loops are RANGEs and upcast axes are vector lanes. Bytes and ops weigh
+  alike: the small kernels this decides about run from cache, where one thread does 50-90 units per ns of either
+  (see `CPURenderer.thread_min_work`)."""
+  cost = 0
+  for u in sink.toposort():
+    if u.op is Ops.LOAD or u.op is Ops.STORE:
+      dt = u.dtype if u.op is Ops.LOAD else u.src[1].dtype
+      units = dt.itemsize if _global_access(u) else dt.count
+    elif u.op in GroupOp.ALU: units = u.dtype.count
+    else: continue
+    trips = 1
+    for r in u.ranges: trips *= int(r.src[0].arg) if r.src[0].op is Ops.CONST else _SYMBOLIC_TRIPS
+    cost += units * trips
+  return cost
 
 
 def add_threads(sink: UOp, renderer: Renderer) -> tuple[UOp, Dims]:
@@ -62,7 +87,7 @@ def add_threads(sink: UOp, renderer: Renderer) -> tuple[UOp, Dims]:
     return sink.substitute({thr[0]: core}, name="thread_axis"), Dims((t, 1, 1))
   nthreads = max(1, int(getattr(renderer, "threads", 1)))
   cands = [r for r in _store_ranges(sink) if r.arg[1] in (AxisType.GLOBAL, AxisType.LOOP, AxisType.THREAD)]
-  if nthreads == 1 or not cands or _work(sink) < getattr(renderer, "thread_min_work", 0): return sink, Dims()
+  if nthreads == 1 or not cands or kernel_cost(sink) < getattr(renderer, "thread_min_work", 0): return sink, Dims()
   r = cands[0]
   bound = r.src[0]
   if bound.op is Ops.CONST: nthreads = min(nthreads, int(bound.arg))

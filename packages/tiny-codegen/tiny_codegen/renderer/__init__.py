@@ -28,7 +28,12 @@ class CPURenderer(Renderer):
   supports_float4 = False
   global_max = None
   local_max = None
-  thread_min_work = 1 << 14  # iterations below which a kernel runs on one thread
+  thread_min_work = 3 << 20
+  """Cost (`lower.dims.kernel_cost`: global bytes loaded/stored + ALU lane ops) below which a kernel runs on one
+  thread. Measured on a 2-core znver4 under load ~6 (bench/bench_cpu.py `launch_shares`, and a+b / per-row sums of
+  4K..1M floats launched as 1 and 2 shares): kernels in cache do 50-90 units/ns on one thread and a 2-share launch
+  pays ~8-15 µs more wall than an inline one, so a split wins from ~2-3M units (a+b 262144: 3.4M units, 207 -> 70 µs;
+  row sums 262144: 2.1M units, 15 -> 24 µs, a loss)."""
   decompose_ops: tuple[Ops, ...] = ()  # EXP2/LOG2/SIN listed here use tiny's polynomials instead of libm
   transcendental_via_f64 = True  # float32 polynomials are evaluated in float64 and rounded once
   nontemporal_min_bytes = 16 << 20
