@@ -102,6 +102,17 @@ class GroupOp:
   Irreducible = {Ops.CONST, Ops.DEFINE_VAR, Ops.SPECIAL, Ops.RANGE}
 
 
+# Hot-path op constants. Python 3.11's EnumType defines `__getattr__`, so each read of `Ops.X` goes through a slow
+# attribute hook (a method-wrapper made and called: ~0.1 us, ten times a global's read); the paths every eager op
+# takes (node creation, shape and device inference, `new_buffer`) read these module constants instead.
+_BUFFER, _UNIQUE, _DEVICE, _VCONST, _BITCAST = Ops.BUFFER, Ops.UNIQUE, Ops.DEVICE, Ops.VCONST, Ops.BITCAST
+_NO_SHAPE_SRC = frozenset({Ops.DEVICE, Ops.UNIQUE})  # sources that carry no shape (an elementwise op's DEVICE, ...)
+_DEVICE_SETTERS = frozenset({Ops.DEVICE, Ops.COPY, Ops.MULTI})  # ops whose device is not their first source's
+_SHAPE_AS_SOURCES = frozenset(GroupOp.Elementwise | {Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH, Ops.COPY,
+                                                     Ops.ASSIGN})  # shape: the sources' common shape
+_MOVEMENT = frozenset(GroupOp.Movement)
+
+
 class AxisType(FastEnum):
   """What the optimizer decided a kernel loop range becomes."""
   GLOBAL = auto(); LOCAL = auto(); LOOP = auto(); REDUCE = auto(); GROUP_REDUCE = auto()  # noqa: E702
@@ -156,7 +167,7 @@ class UOpMetaClass(type):
     karg: Any
     if arg.__class__ is float: karg = (math.nan if arg != arg else arg, math.copysign(1.0, arg))
     elif arg.__class__ in (int, bool): karg = (arg, arg.__class__)
-    elif op is Ops.VCONST and arg.__class__ is tuple: karg = tuple(_const_key(x) for x in arg)
+    elif arg.__class__ is tuple and op is _VCONST: karg = tuple(_const_key(x) for x in arg)
     else: karg = arg
     key = (op, dtype, src, karg, tag)
     if (wret := UOpMetaClass.ucache.get(key)) is not None and (ret := wret()) is not None: return ret
@@ -284,7 +295,7 @@ class UOp(metaclass=UOpMetaClass):
   def device(self) -> str | tuple[str, ...] | None:
     """The device a graph-level value lives on (from its DEVICE sources)."""
     if "device" in (c := self._cache): return c["device"]
-    if self.op not in (Ops.DEVICE, Ops.COPY, Ops.MULTI):  # over known sources: the first device among them, no walk
+    if self.op not in _DEVICE_SETTERS:  # over known sources: the first device among them, no walk
       d = None
       for s in self.src:
         if "device" not in (sc := s._cache): break
@@ -366,7 +377,7 @@ class UOp(metaclass=UOpMetaClass):
   def new_buffer(device: str, size: int, dtype: DType, num: int | None = None) -> UOp:
     """A graph-level buffer of `size` elements; `num` (default: a fresh number) makes it unique."""
     if num is None: num = next(_unique_counter)
-    ret = UOp(Ops.BUFFER, dtype, (UOp(Ops.UNIQUE, arg=num), UOp(Ops.DEVICE, arg=device)), size)
+    ret = UOp(_BUFFER, dtype, (UOp(_UNIQUE, arg=num), UOp(_DEVICE, arg=device)), size)
     # what `shape` and `device` would compute, set now: on a fresh node they would walk (its UNIQUE has neither)
     if "device" not in ret._cache: ret._cache["shape"], ret._cache["device"] = (size,), device
     return ret
@@ -618,35 +629,35 @@ def sym_eval(x: sint, var_vals: dict[str, int]) -> Any:
 # ***** shape inference *****
 def _compute_shape(u: UOp) -> tuple[sint, ...] | None:
   op = u.op
-  if op is Ops.BUFFER: return (u.arg,)
+  if op in _SHAPE_AS_SOURCES:  # first: every eager op comes through here (module constants: see _BUFFER)
+    first = None
+    for x in u.src:  # every source with a shape has the same one (a loop, no generator)
+      if x.op in _NO_SHAPE_SRC or (xs := x._cache["shape"]) is None: continue
+      if first is None: first = xs
+      elif xs != first:
+        shapes = [x._cache["shape"] for x in u.src if x.op not in _NO_SHAPE_SRC]
+        shapes = [x for x in shapes if x is not None]
+        raise ValueError(f"{op} sources have different shapes {shapes}; broadcast them first")
+    if first is None: return None
+    if op is _BITCAST and u.dtype.itemsize != u.src[0].dtype.itemsize and first:
+      return (*first[:-1], first[-1] * u.src[0].dtype.itemsize // u.dtype.itemsize)
+    return first
+  if op in _MOVEMENT:
+    if (ps := u.src[0]._cache["shape"]) is None: raise ValueError(f"{op} needs a source with a shape, got {u.src[0].op}")
+    return _movement_shape(op, ps, u.arg)
+  if op is _BUFFER: return (u.arg,)
   if op is Ops.CONST: return () if u.src else None
   if op in (Ops.DEFINE_VAR, Ops.BIND): return () if op is Ops.BIND or u.src else None
-  if op in (Ops.DEVICE, Ops.UNIQUE) or not u.src: return None
+  if op in _NO_SHAPE_SRC or not u.src: return None
   ps = u.src[0]._cache["shape"]
   if op is Ops.MULTI:  # the shards' shapes, summed along the split axis
     if u.arg is None: return ps
     return tuple(sum(x._cache["shape"][i] for x in u.src) if i == u.arg else d for i, d in enumerate(ps))
-  if op in GroupOp.Movement:
-    if ps is None: raise ValueError(f"{op} needs a source with a shape, got {u.src[0].op}")
-    return _movement_shape(op, ps, u.arg)
   if op is Ops.REDUCE_AXIS:
     if ps is None: return None
     _, axes = u.arg
     if any(not 0 <= a < len(ps) for a in axes): raise ValueError(f"reduce axes {axes} out of range for shape {ps}")
     return tuple(1 if i in axes else s for i, s in enumerate(ps))
-  if op in GroupOp.Elementwise or op in (Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH, Ops.COPY, Ops.ASSIGN):
-    first = None
-    for x in u.src:  # every source with a shape has the same one (a loop: every eager op comes through here)
-      if x.op in (Ops.DEVICE, Ops.UNIQUE) or (xs := x._cache["shape"]) is None: continue
-      if first is None: first = xs
-      elif xs != first:
-        shapes = [x._cache["shape"] for x in u.src if x.op not in (Ops.DEVICE, Ops.UNIQUE)]
-        shapes = [x for x in shapes if x is not None]
-        raise ValueError(f"{op} sources have different shapes {shapes}; broadcast them first")
-    if first is None: return None
-    if op is Ops.BITCAST and u.dtype.itemsize != u.src[0].dtype.itemsize and first:
-      return (*first[:-1], first[-1] * u.src[0].dtype.itemsize // u.dtype.itemsize)
-    return first
   return None
 
 
