@@ -144,20 +144,28 @@ def _const_key(x: Any) -> Any:
   return (x, x.__class__) if x.__class__ in (int, bool) else x
 
 
-def _drop_entry(key: tuple, ref: weakref.ReferenceType) -> None:
+class _NodeRef(weakref.ref):
+  """The interning table's weak reference to a node, carrying the node's key (so its callback finds the entry without
+  a closure per node)."""
+  __slots__ = ("key",)
+  key: tuple
+
+
+def _drop_entry(ref: _NodeRef) -> None:
   """Weakref callback of an interned node: forget its cache entry -- only if the entry is still this node's. A node
   can die (its weakref cleared) before its callback runs (garbage collection of a cycle); an equal node built in
   between owns the entry now, and deleting it would let a third equal node be built: two "equal" nodes, not one.
-  Under the interning lock: the callback may run in another thread while a miss re-inserts this key, and the check
-  and the delete must not straddle that insert."""
+  Under the interning lock: a replacement of a dead entry (also under it) must not straddle the check and the
+  delete."""
   with UOpMetaClass.lock:
-    if UOpMetaClass.ucache.get(key) is ref: del UOpMetaClass.ucache[key]
+    if UOpMetaClass.ucache.get(key := ref.key) is ref: del UOpMetaClass.ucache[key]
 
 
 class UOpMetaClass(type):
-  ucache: dict[tuple, weakref.ReferenceType[UOp]] = {}
-  # taken on a cache miss only (a hit reads a live node without it): check, create and insert are one step, so two
-  # threads building the same node get the same object. Re-entrant: a weakref callback may run inside the block.
+  ucache: dict[tuple, _NodeRef] = {}
+  # taken to replace a dead entry and by the weakref callbacks (a hit reads a live node without it; a new key is
+  # inserted with `setdefault`, one step under the GIL: it runs no Python code once the key is hashed and compared).
+  # Re-entrant: a weakref callback may run inside the block.
   lock = threading.RLock()
 
   def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None,
@@ -170,13 +178,18 @@ class UOpMetaClass(type):
     elif arg.__class__ is tuple and op is _VCONST: karg = tuple(_const_key(x) for x in arg)
     else: karg = arg
     key = (op, dtype, src, karg, tag)
-    if (wret := UOpMetaClass.ucache.get(key)) is not None and (ret := wret()) is not None: return ret
-    with UOpMetaClass.lock:
-      if (wret := UOpMetaClass.ucache.get(key)) is not None and (ret := wret()) is not None: return ret
-      # UOp.__init__ inlined (every new node of every stage comes through here); the callback a C-level partial
-      created: UOp = object.__new__(cls)  # type: ignore[arg-type]
-      created.op, created.dtype, created.src, created.arg, created.tag, created._cache = op, dtype, src, arg, tag, {}
-      UOpMetaClass.ucache[key] = weakref.ref(created, functools.partial(_drop_entry, key))
+    ucache = UOpMetaClass.ucache
+    if (wret := ucache.get(key)) is not None and (ret := wret()) is not None: return ret
+    # UOp.__init__ inlined (every new node of every stage comes through here)
+    created: UOp = object.__new__(cls)  # type: ignore[arg-type]
+    created.op, created.dtype, created.src, created.arg, created.tag, created._cache = op, dtype, src, arg, tag, {}
+    ref = _NodeRef(created, _drop_entry)
+    ref.key = key
+    if (wret := ucache.setdefault(key, ref)) is ref: return created
+    if (ret := wret()) is not None: return ret  # another thread built it meanwhile: that one (ours is dropped)
+    with UOpMetaClass.lock:  # a dead entry whose callback has not run yet: replace it (unless a live one did)
+      if (wret := ucache.get(key)) is not None and (ret := wret()) is not None: return ret
+      ucache[key] = ref
     return created
 
 
@@ -377,7 +390,8 @@ class UOp(metaclass=UOpMetaClass):
   def new_buffer(device: str, size: int, dtype: DType, num: int | None = None) -> UOp:
     """A graph-level buffer of `size` elements; `num` (default: a fresh number) makes it unique."""
     if num is None: num = next(_unique_counter)
-    ret = UOp(_BUFFER, dtype, (UOp(_UNIQUE, arg=num), UOp(_DEVICE, arg=device)), size)
+    void = dtypes.void  # (positional arguments: a keyword one costs ~0.1 us through the metaclass's __call__)
+    ret = UOp(_BUFFER, dtype, (UOp(_UNIQUE, void, (), num), UOp(_DEVICE, void, (), device)), size)
     # what `shape` and `device` would compute, set now: on a fresh node they would walk (its UNIQUE has neither)
     if "device" not in ret._cache: ret._cache["shape"], ret._cache["device"] = (size,), device
     return ret

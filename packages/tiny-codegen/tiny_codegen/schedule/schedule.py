@@ -833,14 +833,48 @@ def cached_template(roots: tuple[UOp, ...], max_nodes: int = 64) -> tuple[Any, l
   from a `create_schedule` result of it (`ScheduleResult.template`); the schedule of an entry, with input placeholder
   `i` standing for `inputs[i]` and new buffers made fresh, is the schedule `create_schedule` would return."""
   if not SCHEDULE_CACHE or SPEC.value: return None
-  norm = _Normalizer(budget=max_nodes)
-  nroots = []
-  for r in roots:
-    nroots.append(norm.node(r))
-    if norm.over: return None
-  if norm.var_vals: return None
-  tmpl = _cache.get((UOp(Ops.SINK, dtypes.void, tuple(nroots)), frozenset()))
-  return None if tmpl is None else (tmpl, norm.inputs)
+  if len(roots) == 1 and max_nodes > 0 and (one := _norm_over_remembered(roots[0])) is not None: nroots, inputs = [one[0]], one[1]
+  else:
+    norm = _Normalizer(budget=max_nodes)
+    nroots = []
+    for r in roots:
+      nroots.append(norm.node(r))
+      if norm.over: return None
+    if norm.var_vals: return None
+    inputs = norm.inputs
+  tmpl = _cache.get((UOp(_SINK, dtypes.void, tuple(nroots)), _NOTHING_EXPOSED))
+  return None if tmpl is None else (tmpl, inputs)
+
+
+_SINK, _NOTHING_EXPOSED = Ops.SINK, frozenset()
+# ops whose normalized form is the node over its sources' forms (`_Normalizer.node`'s last case) when their args are
+# static: what `_norm_over_remembered` may build
+_NORM_SPECIAL = frozenset({Ops.BUFFER, Ops.BIND, Ops.REDUCE_AXIS}) | _DROPPED | _NO_REUSE
+
+
+def _norm_over_remembered(r: UOp) -> tuple[UOp, list[UOp]] | None:
+  """`_Normalizer().node(r)` and its inputs, without a walk, when r remembers its normalized form or is a node whose
+  sources all do, with their inputs numbered from 0 in source order, none read twice: the eager hot path (`a + 1`
+  over a realized `a`: one new node over two known ones). None otherwise (the caller walks the graph)."""
+  gen = _generation[0]
+  if (ent := r._cache.get("norm")) is not None:
+    norm, first, ins, _, _, g = ent
+    return ((r if norm is None else norm), list(ins)) if g == gen and (first == 0 or not ins) else None
+  if (op := r.op) in _NORM_SPECIAL or (op in _SIZED_MOVEMENT and not set(map(type, r.arg)) <= _INT_ONLY): return None
+  src: list[UOp] = []
+  inputs: list[UOp] = []
+  for s in r.src:
+    if (ent := s._cache.get("norm")) is None: return None
+    norm, first, ins, _, _, g = ent
+    if g != gen: return None
+    if ins:
+      if first != len(inputs): return None
+      for b in ins:  # (a loop, not any(): the eager hot path)
+        if b in inputs: return None
+      inputs.extend(ins)
+    src.append(s if norm is None else norm)
+  nsrc = tuple(src)
+  return (r if nsrc == r.src else UOp(op, r.dtype, nsrc, r.arg, r.tag)), inputs
 
 
 def _inputs_of(tmpl: _Template) -> list[UOp]:
