@@ -366,11 +366,12 @@ REPLAY_MAX_NODES = 64
 class _Replay:
   """A cached schedule as the engine runs it again without building it (kept in the schedule cache entry's `runtime`
   slot, see `tiny_codegen.schedule.cached_template`): kernels only, no variables. Buffer slots: 0..len(inputs)-1 are
-  the graph's inputs in the entry's order, then the buffers the schedule makes (`new`: device, size, dtype), fresh
-  BUFFER UOps each run, as `create_schedule` makes them."""
-  new: tuple[tuple[str, int, DType], ...]
+  the graph's inputs in the entry's order, then the buffers the schedule makes (`new`: device, size, dtype, bytes, and
+  whether a kernel uses it: then it is allocated before the first kernel runs), fresh BUFFER UOps each run, as
+  `create_schedule` makes them."""
+  new: tuple[tuple[str, int, DType, int, bool], ...]
   kernels: tuple[tuple[Any, Any, tuple[int, ...], int, int], ...]  # (spec, program, argument slots, FLOPs, bytes)
-  used: tuple[int, ...]  # the slots the kernels use (allocated before the first kernel runs)
+  used: tuple[int, ...]  # the input slots the kernels use (allocated before the first kernel runs)
   outs: tuple[tuple[int, tuple | None], ...]  # per root: its buffer slot, and the shape it is reshaped to (or None)
   devices: tuple[tuple[str, Any, Any], ...]  # (name, opened device, its renderer) when recorded: replays check them
 
@@ -406,8 +407,10 @@ def _make_replay(sched: Any, todo: list[UOp]) -> _Replay | None:
     shape = r.shape  # the root's own shape (a 0-d root's buffer view may be 1-d): replays give exactly that view
     if shape is None or not all(isinstance(s, int) for s in shape): return None
     outs.append((slot[b], None if shape == (b.arg,) else shape))
-  used = tuple(sorted({i for k in kernels for i in k[2]}))
-  return _Replay(tuple(new), tuple(kernels), used, tuple(outs), tuple(devices.values()))
+  used = sorted({i for k in kernels for i in k[2]})
+  n_in = len(sched.inputs)
+  new_used = tuple((d, n, dt, n * dt.itemsize, n_in + j in used) for j, (d, n, dt) in enumerate(new))
+  return _Replay(new_used, tuple(kernels), tuple(i for i in used if i < n_in), tuple(outs), tuple(devices.values()))
 
 
 @functools.cache
@@ -428,9 +431,17 @@ def _replay(todo: list[UOp]) -> dict[UOp, UOp] | None:
     if Device._opened.get(name) is not dev or dev.renderer is not renderer:  # the device's renderer changed
       tmpl.runtime = None  # recorded again after the next scheduled run
       return None
-  bufs = [*inputs, *[UOp.new_buffer(d, n, dt) for d, n, dt in rp.new]]
-  opaque: list[Any] = [None] * len(bufs)  # the device buffers (their Buffers live on the BUFFER nodes in `bufs`)
-  for i in rp.used: opaque[i] = get_buffer(bufs[i]).ensure_allocated()._opaque
+  # the device buffers (their Buffers live on the BUFFER nodes in `bufs`)
+  opaque: list[Any] = [None] * (len(inputs) + len(rp.new))
+  for i in rp.used: opaque[i] = get_buffer(inputs[i]).ensure_allocated()._opaque
+  bufs = list(inputs)
+  for device, n, dt, nbytes, used in rp.new:  # new BUFFERs, allocated now if a kernel uses them (what get_buffer and
+    bufs.append(b := UOp.new_buffer(device, n, dt))  # Buffer.allocate do, for a node no other thread can see yet)
+    if used:
+      dev = Device._opened.get(device) or Device[device]
+      buf = b._cache["buffer"] = _EngineBuffer(device, n, dt, opaque=dev.allocator.alloc(nbytes, None))
+      GlobalCounters.mem_used += nbytes
+      opaque[len(bufs) - 1] = buf._opaque
   for spec, prg, args, ops, mem in rp.kernels:  # as _run_kernel with DEBUG=0, no recorder and no capture
     st = time.perf_counter()
     et = prg(*[opaque[i] for i in args], global_size=spec.global_size, local_size=spec.local_size, vals=(),
