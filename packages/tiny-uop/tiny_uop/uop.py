@@ -657,7 +657,8 @@ def _compute_shape(u: UOp) -> tuple[sint, ...] | None:
       return (*first[:-1], first[-1] * u.src[0].dtype.itemsize // u.dtype.itemsize)
     return first
   if op in _MOVEMENT:
-    if (ps := u.src[0]._cache["shape"]) is None: raise ValueError(f"{op} needs a source with a shape, got {u.src[0].op}")
+    if (ps := u.src[0]._cache["shape"]) is None:
+      raise ValueError(f"{op} needs a source with a shape, got {u.src[0].op}")
     return _movement_shape(op, ps, u.arg)
   if op is _BUFFER: return (u.arg,)
   if op is Ops.CONST: return () if u.src else None

@@ -833,7 +833,8 @@ def cached_template(roots: tuple[UOp, ...], max_nodes: int = 64) -> tuple[Any, l
   from a `create_schedule` result of it (`ScheduleResult.template`); the schedule of an entry, with input placeholder
   `i` standing for `inputs[i]` and new buffers made fresh, is the schedule `create_schedule` would return."""
   if not SCHEDULE_CACHE or SPEC.value: return None
-  if len(roots) == 1 and max_nodes > 0 and (one := _norm_over_remembered(roots[0])) is not None: nroots, inputs = [one[0]], one[1]
+  if len(roots) == 1 and max_nodes > 0 and (one := _norm_over_remembered(roots[0])) is not None:
+    nroots, inputs = [one[0]], one[1]
   else:
     norm = _Normalizer(budget=max_nodes)
     nroots = []
@@ -846,7 +847,8 @@ def cached_template(roots: tuple[UOp, ...], max_nodes: int = 64) -> tuple[Any, l
   return None if tmpl is None else (tmpl, inputs)
 
 
-_SINK, _NOTHING_EXPOSED = Ops.SINK, frozenset()
+_SINK = Ops.SINK
+_NOTHING_EXPOSED: frozenset[UOp] = frozenset()
 # ops whose normalized form is the node over its sources' forms (`_Normalizer.node`'s last case) when their args are
 # static: what `_norm_over_remembered` may build
 _NORM_SPECIAL = frozenset({Ops.BUFFER, Ops.BIND, Ops.REDUCE_AXIS}) | _DROPPED | _NO_REUSE
