@@ -8,7 +8,8 @@ A UOp has five fields:
   tag    free metadata for passes; part of the identity
 
 Building the same node twice returns the same object, so `is`/`==` are identity and graphs share structure.
-Interning is thread-safe: a miss in the cache takes a lock, so two threads building the same node get one object.
+Interning is thread-safe: a new node is inserted with one `setdefault`, so two threads building the same node get
+one object.
 Derived properties (`shape`, `device`, `vmin`/`vmax`, `ranges`) are computed once and cached on the node (`_cache`,
 where later stages keep per-node facts too: the scheduler's normalized form, the tensor engine's Buffer behind a
 BUFFER node); nothing cached on a node refers back to it (a node's toposort is computed on every call, never stored:
