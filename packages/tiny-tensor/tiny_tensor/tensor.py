@@ -1449,7 +1449,7 @@ def _apply_becomes_alone(ts: list[Tensor], becomes: dict[UOp, UOp]) -> bool:
   new = []
   for t in ts:
     if (n := becomes.get(t._uop)) is None or (n.op is not _BUFFER and n.op is not _RESHAPE): return False
-    if n._cache.get("shape") != t._uop.shape: return False
+    if n.shape != t._uop.shape: return False  # (a 0-d root's buffer may come back 1-d from the scheduler)
     new.append(n)
   keep = [_keeps_origin(t) for t in ts]
   with _registry_lock:
