@@ -125,3 +125,76 @@ def test_variables_and_copies_are_scheduled_each_time(count_schedules):
   b = Tensor(_x(7, (4,)), device="PYTHON")
   for _ in range(2): np.testing.assert_allclose(b.to("CPU").realize().numpy(), _x(7, (4,)))
   assert len(count_schedules) == 4
+
+
+def _new_nodes(fn) -> int:
+  """How many UOp nodes `fn()` interns anew (entries it adds to the interning table, counted by wrapping its
+  setdefault: the only way a new node gets in besides replacing a dead entry)."""
+  from tiny_uop.uop import UOpMetaClass
+  real, added = UOpMetaClass.ucache, []
+  class Counting(dict):
+    def setdefault(self, key, ref):
+      got = super().setdefault(key, ref)
+      if got is ref: added.append(key[0])
+      return got
+  UOpMetaClass.ucache = Counting(real)
+  try: fn()
+  finally:
+    new = UOpMetaClass.ucache
+    UOpMetaClass.ucache = real
+    real.clear(); real.update(new)  # the nodes made meanwhile stay interned (their callbacks look in `real`)
+  return len(added)
+
+
+def test_a_cached_op_makes_four_nodes_and_no_schedule(count_schedules):
+  from tiny_uop.uop import Ops
+  a = Tensor(_x(8))
+  (a + 1).realize()
+  count_schedules.clear()
+  kinds = []
+  n = _new_nodes(lambda: kinds.append((a + 1).realize()))
+  # the op's ADD, then its output: UNIQUE + BUFFER and the (16, 16) view of it; the normalized graph, its cache key
+  # and the DEVICE are found, not made
+  assert n == 4, n
+  out = kinds[0]
+  assert out.uop.op is Ops.RESHAPE and out.uop.src[0].op is Ops.BUFFER and out.shape == (16, 16)
+  assert not count_schedules
+  np.testing.assert_array_equal(out.numpy(), _x(8) + 1)
+
+
+def test_the_one_node_normalization_matches_the_walk():
+  # cached_template's shortcut for one new node over remembered ones finds the same entry and inputs as the walk
+  import importlib
+  from tiny_uop import UOp
+  S = importlib.import_module("tiny_codegen.schedule.schedule")
+  _Normalizer, _norm_over_remembered = S._Normalizer, S._norm_over_remembered
+  a, b = Tensor(_x(9)), Tensor(_x(10))
+  for f in (lambda: a * b + 1, lambda: (a * 2) - (b * 3), lambda: b + a):
+    f().realize()
+    g = f().uop
+    norm = _Normalizer()
+    want = norm.node(g)  # its sources remember their forms, numbered as in this walk (as after a realize) ...
+    g._cache.pop("norm")  # ... and g is new
+    got = _norm_over_remembered(g)
+    assert got is not None and got[0] is want and got[1] == norm.inputs
+    found = sched_mod.cached_template((g,))
+    assert found is not None and found[1] == norm.inputs
+    assert found[0] is S._cache.get((UOp.sink(want), frozenset()))
+  # one buffer read through both sources is numbered once by the walk: the shortcut declines
+  for g in ((a * b - b * 2).uop, (a + a).uop):
+    _Normalizer().node(g)
+    g._cache.pop("norm")
+    assert _norm_over_remembered(g) is None
+
+
+def test_replayed_scalars_and_repeated_tensors_keep_shapes_and_values(count_schedules):
+  s = Tensor([2.5]).reshape(()).realize()
+  for _ in range(3):  # a 0-d result: the replay gives its () view, not the buffer's (1,)
+    r = (s * 2).realize()
+    assert r.shape == () and r.item() == 5.0
+  a = Tensor(_x(11, (4, 3)))
+  t = a + 3
+  Tensor.realize(t, t)  # the same tensor twice: applied once
+  np.testing.assert_allclose(t.numpy(), _x(11, (4, 3)) + 3, rtol=1e-6)
+  assert engine.is_realized(t.uop) and t._origin is not None and t._origin.op.name == "ADD"
+  assert len(count_schedules) == 2  # once per structure: later runs replay

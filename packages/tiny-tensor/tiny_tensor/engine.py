@@ -81,8 +81,12 @@ class _EngineBuffer(Buffer):
     super().__del__()
 
 
+# ops read on the eager hot path, as module constants (on Python 3.11 each `Ops.X` read costs ~0.1 us: see tiny_uop.uop)
+_BUFFER, _RESHAPE, _DEVICE = Ops.BUFFER, Ops.RESHAPE, Ops.DEVICE
+
+
 def _buffer_device(u: UOp) -> str:
-  d = u.src[1].arg if len(u.src) > 1 and u.src[1].op is Ops.DEVICE else u.device
+  d = u.src[1].arg if len(u.src) > 1 and u.src[1].op is _DEVICE else u.device
   if not isinstance(d, str): raise TypeError(f"BUFFER has no single device: {d!r}")
   return d
 
@@ -93,7 +97,7 @@ _buffers_lock = threading.Lock()
 def get_buffer(u: UOp) -> Buffer:
   """The `Buffer` behind a BUFFER UOp, created (not yet allocated) on first use (once, whichever thread asks)."""
   if (b := u._cache.get("buffer")) is not None: return b
-  if u.op is not Ops.BUFFER: raise TypeError(f"get_buffer needs a BUFFER UOp, got {u.op}")
+  if u.op is not _BUFFER: raise TypeError(f"get_buffer needs a BUFFER UOp, got {u.op}")
   with _buffers_lock:
     if (b := u._cache.get("buffer")) is None:
       b = u._cache["buffer"] = _EngineBuffer(_buffer_device(u), u.arg, u.dtype)
@@ -134,7 +138,7 @@ def buffer_view(u: UOp) -> tuple[UOp, tuple] | None:
 
 def is_realized(u: UOp) -> bool:
   """Whether `u` is a realized buffer (what `buffer_view` accepts), without computing its shape."""
-  return u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER)
+  return u.op is _BUFFER or (u.op is _RESHAPE and u.src[0].op is _BUFFER)
 
 
 # ***** capture *****
@@ -362,11 +366,12 @@ REPLAY_MAX_NODES = 64
 class _Replay:
   """A cached schedule as the engine runs it again without building it (kept in the schedule cache entry's `runtime`
   slot, see `tiny_codegen.schedule.cached_template`): kernels only, no variables. Buffer slots: 0..len(inputs)-1 are
-  the graph's inputs in the entry's order, then the buffers the schedule makes (`new`: device, size, dtype), fresh
-  BUFFER UOps each run, as `create_schedule` makes them."""
-  new: tuple[tuple[str, int, DType], ...]
+  the graph's inputs in the entry's order, then the buffers the schedule makes (`new`: device, size, dtype, bytes, and
+  whether a kernel uses it: then it is allocated before the first kernel runs), fresh BUFFER UOps each run, as
+  `create_schedule` makes them."""
+  new: tuple[tuple[str, int, DType, int, bool], ...]
   kernels: tuple[tuple[Any, Any, tuple[int, ...], int, int], ...]  # (spec, program, argument slots, FLOPs, bytes)
-  used: tuple[int, ...]  # the slots the kernels use (allocated before the first kernel runs)
+  used: tuple[int, ...]  # the input slots the kernels use (allocated before the first kernel runs)
   outs: tuple[tuple[int, tuple | None], ...]  # per root: its buffer slot, and the shape it is reshaped to (or None)
   devices: tuple[tuple[str, Any, Any], ...]  # (name, opened device, its renderer) when recorded: replays check them
 
@@ -399,9 +404,13 @@ def _make_replay(sched: Any, todo: list[UOp]) -> _Replay | None:
     v = sched.becomes[r]
     b = v.src[0] if v.op is Ops.RESHAPE else v
     if b.op is not Ops.BUFFER or b not in slot or (v is not b and v.src[0] is not b): return None
-    outs.append((slot[b], None if v is b else v.arg))
-  used = tuple(sorted({i for k in kernels for i in k[2]}))
-  return _Replay(tuple(new), tuple(kernels), used, tuple(outs), tuple(devices.values()))
+    shape = r.shape  # the root's own shape (a 0-d root's buffer view may be 1-d): replays give exactly that view
+    if shape is None or not all(isinstance(s, int) for s in shape): return None
+    outs.append((slot[b], None if shape == (b.arg,) else shape))
+  used = sorted({i for k in kernels for i in k[2]})
+  n_in = len(sched.inputs)
+  new_used = tuple((d, n, dt, n * dt.itemsize, n_in + j in used) for j, (d, n, dt) in enumerate(new))
+  return _Replay(new_used, tuple(kernels), tuple(i for i in used if i < n_in), tuple(outs), tuple(devices.values()))
 
 
 @functools.cache
@@ -422,9 +431,17 @@ def _replay(todo: list[UOp]) -> dict[UOp, UOp] | None:
     if Device._opened.get(name) is not dev or dev.renderer is not renderer:  # the device's renderer changed
       tmpl.runtime = None  # recorded again after the next scheduled run
       return None
-  bufs = [*inputs, *[UOp.new_buffer(d, n, dt) for d, n, dt in rp.new]]
-  opaque: list[Any] = [None] * len(bufs)  # the device buffers (their Buffers live on the BUFFER nodes in `bufs`)
-  for i in rp.used: opaque[i] = get_buffer(bufs[i]).ensure_allocated()._opaque
+  # the device buffers (their Buffers live on the BUFFER nodes in `bufs`)
+  opaque: list[Any] = [None] * (len(inputs) + len(rp.new))
+  for i in rp.used: opaque[i] = get_buffer(inputs[i]).ensure_allocated()._opaque
+  bufs = list(inputs)
+  for device, n, dt, nbytes, used in rp.new:  # new BUFFERs, allocated now if a kernel uses them (what get_buffer and
+    bufs.append(b := UOp.new_buffer(device, n, dt))  # Buffer.allocate do, for a node no other thread can see yet)
+    if used:
+      dev = Device._opened.get(device) or Device[device]
+      buf = b._cache["buffer"] = _EngineBuffer(device, n, dt, opaque=dev.allocator.alloc(nbytes, None))
+      GlobalCounters.mem_used += nbytes
+      opaque[len(bufs) - 1] = buf._opaque
   for spec, prg, args, ops, mem in rp.kernels:  # as _run_kernel with DEBUG=0, no recorder and no capture
     st = time.perf_counter()
     et = prg(*[opaque[i] for i in args], global_size=spec.global_size, local_size=spec.local_size, vals=(),
@@ -434,7 +451,15 @@ def _replay(todo: list[UOp]) -> dict[UOp, UOp] | None:
     GlobalCounters.global_ops += ops
     GlobalCounters.global_mem += mem
     GlobalCounters.time_sum_s += t
-  return {r: bufs[i] if shape is None else bufs[i].reshape(shape) for r, (i, shape) in zip(todo, rp.outs)}
+  return {r: bufs[i] if shape is None else _view(bufs[i], shape) for r, (i, shape) in zip(todo, rp.outs)}
+
+
+def _view(b: UOp, shape: tuple[int, ...]) -> UOp:
+  """`b.reshape(shape)` for a new BUFFER `b` and a shape of its size that a recorded schedule validated: the node with
+  its shape and device set at once (UOp.reshape would validate the shape again, ~2 us of the eager hot path)."""
+  v = UOp(_RESHAPE, b.dtype, (b,), shape)
+  if "shape" not in (c := v._cache): c["shape"], c["device"] = shape, b.device
+  return v
 
 
 def plan(uops: list[UOp], expose: Iterable[UOp] = ()) -> Any:

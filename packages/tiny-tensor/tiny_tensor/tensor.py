@@ -93,6 +93,8 @@ def _live(reg: _Registry) -> list[Tensor]:
   with _registry_lock: return reg.live()
 
 
+# ops read on every eager op, as module constants (on Python 3.11 each `Ops.X` read costs ~0.1 us: see tiny_uop.uop)
+_MULTI, _BUFFER, _RESHAPE, _ASSIGN, _COPY = Ops.MULTI, Ops.BUFFER, Ops.RESHAPE, Ops.ASSIGN, Ops.COPY
 _scalar_cache: dict[tuple, UOp] = {}  # (dtype, repr(value), device, shape) -> the broadcast constant
 _SAME_DTYPE_OPS = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.AND, Ops.OR, Ops.XOR})  # result dtype = operands' dtype
 
@@ -205,10 +207,10 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
 
   @uop.setter
   def uop(self, u: UOp) -> None:
-    if u.op is not Ops.MULTI and (isinstance(u.device, tuple) or (u.op is Ops.COPY and u.src[0].op is Ops.MULTI)):
+    if u.op is not _MULTI and (isinstance(u.device, tuple) or (u.op is _COPY and u.src[0].op is _MULTI)):
       u = _multi.lower(u)  # an op on a sharded tensor (or a gather of one to a single device)
     self._uop = u
-    if u.op is not Ops.BUFFER and (u.op is not Ops.RESHAPE or u.src[0].op is not Ops.BUFFER):  # not is_realized(u)
+    if u.op is not _BUFFER and (u.op is not _RESHAPE or u.src[0].op is not _BUFFER):  # not is_realized(u)
       with _registry_lock: _lazy_tensors[id(self)] = self
 
   @property
@@ -299,9 +301,11 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     """
     ts = [self, *lst]
     with engine.lock:  # other threads' realizes see this one's results whole (see tiny_tensor.engine)
-      uops = [s for t in ts for s in (t._uop.src if t._uop.op is Ops.MULTI else (t._uop,))]  # sharded: its shards
+      uops = [s for t in ts for s in (t._uop.src if t._uop.op is _MULTI else (t._uop,))]  # sharded: its shards
       with _registry_lock: alone = _lazy_tensors.only(ts)
-      if alone: becomes = engine.realize(uops)  # no other lazy tensor: none reads old values or shares nodes
+      if alone:  # no other lazy tensor: none reads old values or shares nodes
+        if (becomes := engine.realize(uops)) and not _apply_becomes_alone(ts, becomes): _apply_becomes(becomes)
+        return self
       else:
         # a lazy tensor that reads a buffer this realize writes (e.g. the loss, after opt.step()) is computed in the
         # same schedule (which reads before it writes), unless the values it reads get buffers anyway: as if run
@@ -1423,7 +1427,7 @@ def _apply_becomes(becomes: dict[UOp, UOp]) -> None:
     if (n := fixed.get(t._uop)) is not None:
       if _keeps_origin(t): t._origin = t._uop
       t.uop = n
-    if (u := t._uop).op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER):  # is_realized(u)
+    if (u := t._uop).op is _BUFFER or (u.op is _RESHAPE and u.src[0].op is _BUFFER):  # is_realized(u)
       with _registry_lock: _lazy_tensors.pop(id(t), None)
     else: lazy.append(t)
   if not lazy: return
@@ -1440,12 +1444,34 @@ def _apply_becomes(becomes: dict[UOp, UOp]) -> None:
     t.uop = new[t.uop]
 
 
+def _apply_becomes_alone(ts: list[Tensor], becomes: dict[UOp, UOp]) -> bool:
+  """`_apply_becomes` when `ts` are the only live lazy tensors and each one's node was realized (the eager hot path):
+  each takes its buffer (its graph kept in `_origin`), with no walk over other graphs. False (nothing done) when some
+  tensor of `ts` is not a key of `becomes` (a sharded one, one realized already, a view whose shape differs): the
+  caller applies `becomes` in general."""
+  if len(ts) > 1 and len({id(t) for t in ts}) != len(ts): return False  # `Tensor.realize(a, a)`
+  new = []
+  for t in ts:
+    if (n := becomes.get(t._uop)) is None or (n.op is not _BUFFER and n.op is not _RESHAPE): return False
+    if n.shape != t._uop.shape: return False  # (a 0-d root's buffer may come back 1-d from the scheduler)
+    new.append(n)
+  keep = [_keeps_origin(t) for t in ts]
+  with _registry_lock:
+    for t, n, k in zip(ts, new, keep):
+      if k:
+        t._origin_uop = t._uop
+        _origin_tensors[id(t)] = t
+      t._uop = n  # a buffer view: no longer lazy (what the `uop` setter does for a realized node)
+      _lazy_tensors.pop(id(t), None)
+  return True
+
+
 def _keeps_origin(t: Tensor) -> bool:
   """Whether `t`'s graph is kept for autograd when it is realized: not for requires_grad=False, nor for an assign
   (a sharded one too): that is a leaf written in place, whose old graph contains its own buffer."""
   u = t._uop
   return t._requires_grad is not False and t._origin_uop is None and \
-    (u.op is not Ops.ASSIGN if u.op is not Ops.MULTI else all(s.op is not Ops.ASSIGN for s in u.src))
+    (u.op is not _ASSIGN if u.op is not _MULTI else all(s.op is not _ASSIGN for s in u.src))
 
 
 # the higher-level ops (conv2d, pooling, losses, ...) live in nnops as functions taking a Tensor first

@@ -8,7 +8,8 @@ A UOp has five fields:
   tag    free metadata for passes; part of the identity
 
 Building the same node twice returns the same object, so `is`/`==` are identity and graphs share structure.
-Interning is thread-safe: a miss in the cache takes a lock, so two threads building the same node get one object.
+Interning is thread-safe: a new node is inserted with one `setdefault`, so two threads building the same node get
+one object.
 Derived properties (`shape`, `device`, `vmin`/`vmax`, `ranges`) are computed once and cached on the node (`_cache`,
 where later stages keep per-node facts too: the scheduler's normalized form, the tensor engine's Buffer behind a
 BUFFER node); nothing cached on a node refers back to it (a node's toposort is computed on every call, never stored:
@@ -102,6 +103,17 @@ class GroupOp:
   Irreducible = {Ops.CONST, Ops.DEFINE_VAR, Ops.SPECIAL, Ops.RANGE}
 
 
+# Hot-path op constants. Python 3.11's EnumType defines `__getattr__`, so each read of `Ops.X` goes through a slow
+# attribute hook (a method-wrapper made and called: ~0.1 us, ten times a global's read); the paths every eager op
+# takes (node creation, shape and device inference, `new_buffer`) read these module constants instead.
+_BUFFER, _UNIQUE, _DEVICE, _VCONST, _BITCAST = Ops.BUFFER, Ops.UNIQUE, Ops.DEVICE, Ops.VCONST, Ops.BITCAST
+_NO_SHAPE_SRC = frozenset({Ops.DEVICE, Ops.UNIQUE})  # sources that carry no shape (an elementwise op's DEVICE, ...)
+_DEVICE_SETTERS = frozenset({Ops.DEVICE, Ops.COPY, Ops.MULTI})  # ops whose device is not their first source's
+_SHAPE_AS_SOURCES = frozenset(GroupOp.Elementwise | {Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH, Ops.COPY,
+                                                     Ops.ASSIGN})  # shape: the sources' common shape
+_MOVEMENT = frozenset(GroupOp.Movement)
+
+
 class AxisType(FastEnum):
   """What the optimizer decided a kernel loop range becomes."""
   GLOBAL = auto(); LOCAL = auto(); LOOP = auto(); REDUCE = auto(); GROUP_REDUCE = auto()  # noqa: E702
@@ -133,20 +145,28 @@ def _const_key(x: Any) -> Any:
   return (x, x.__class__) if x.__class__ in (int, bool) else x
 
 
-def _drop_entry(key: tuple, ref: weakref.ReferenceType) -> None:
+class _NodeRef(weakref.ref):
+  """The interning table's weak reference to a node, carrying the node's key (so its callback finds the entry without
+  a closure per node)."""
+  __slots__ = ("key",)
+  key: tuple
+
+
+def _drop_entry(ref: _NodeRef) -> None:
   """Weakref callback of an interned node: forget its cache entry -- only if the entry is still this node's. A node
   can die (its weakref cleared) before its callback runs (garbage collection of a cycle); an equal node built in
   between owns the entry now, and deleting it would let a third equal node be built: two "equal" nodes, not one.
-  Under the interning lock: the callback may run in another thread while a miss re-inserts this key, and the check
-  and the delete must not straddle that insert."""
+  Under the interning lock: a replacement of a dead entry (also under it) must not straddle the check and the
+  delete."""
   with UOpMetaClass.lock:
-    if UOpMetaClass.ucache.get(key) is ref: del UOpMetaClass.ucache[key]
+    if UOpMetaClass.ucache.get(key := ref.key) is ref: del UOpMetaClass.ucache[key]
 
 
 class UOpMetaClass(type):
-  ucache: dict[tuple, weakref.ReferenceType[UOp]] = {}
-  # taken on a cache miss only (a hit reads a live node without it): check, create and insert are one step, so two
-  # threads building the same node get the same object. Re-entrant: a weakref callback may run inside the block.
+  ucache: dict[tuple, _NodeRef] = {}
+  # taken to replace a dead entry and by the weakref callbacks (a hit reads a live node without it; a new key is
+  # inserted with `setdefault`, one step under the GIL: it runs no Python code once the key is hashed and compared).
+  # Re-entrant: a weakref callback may run inside the block.
   lock = threading.RLock()
 
   def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None,
@@ -156,16 +176,21 @@ class UOpMetaClass(type):
     karg: Any
     if arg.__class__ is float: karg = (math.nan if arg != arg else arg, math.copysign(1.0, arg))
     elif arg.__class__ in (int, bool): karg = (arg, arg.__class__)
-    elif op is Ops.VCONST and arg.__class__ is tuple: karg = tuple(_const_key(x) for x in arg)
+    elif arg.__class__ is tuple and op is _VCONST: karg = tuple(_const_key(x) for x in arg)
     else: karg = arg
     key = (op, dtype, src, karg, tag)
-    if (wret := UOpMetaClass.ucache.get(key)) is not None and (ret := wret()) is not None: return ret
-    with UOpMetaClass.lock:
-      if (wret := UOpMetaClass.ucache.get(key)) is not None and (ret := wret()) is not None: return ret
-      # UOp.__init__ inlined (every new node of every stage comes through here); the callback a C-level partial
-      created: UOp = object.__new__(cls)  # type: ignore[arg-type]
-      created.op, created.dtype, created.src, created.arg, created.tag, created._cache = op, dtype, src, arg, tag, {}
-      UOpMetaClass.ucache[key] = weakref.ref(created, functools.partial(_drop_entry, key))
+    ucache = UOpMetaClass.ucache
+    if (wret := ucache.get(key)) is not None and (ret := wret()) is not None: return ret
+    # UOp.__init__ inlined (every new node of every stage comes through here)
+    created: UOp = object.__new__(cls)  # type: ignore[arg-type]
+    created.op, created.dtype, created.src, created.arg, created.tag, created._cache = op, dtype, src, arg, tag, {}
+    ref = _NodeRef(created, _drop_entry)
+    ref.key = key
+    if (wret := ucache.setdefault(key, ref)) is ref: return created
+    if (ret := wret()) is not None: return ret  # another thread built it meanwhile: that one (ours is dropped)
+    with UOpMetaClass.lock:  # a dead entry whose callback has not run yet: replace it (unless a live one did)
+      if (wret := ucache.get(key)) is not None and (ret := wret()) is not None: return ret
+      ucache[key] = ref
     return created
 
 
@@ -284,7 +309,7 @@ class UOp(metaclass=UOpMetaClass):
   def device(self) -> str | tuple[str, ...] | None:
     """The device a graph-level value lives on (from its DEVICE sources)."""
     if "device" in (c := self._cache): return c["device"]
-    if self.op not in (Ops.DEVICE, Ops.COPY, Ops.MULTI):  # over known sources: the first device among them, no walk
+    if self.op not in _DEVICE_SETTERS:  # over known sources: the first device among them, no walk
       d = None
       for s in self.src:
         if "device" not in (sc := s._cache): break
@@ -366,7 +391,8 @@ class UOp(metaclass=UOpMetaClass):
   def new_buffer(device: str, size: int, dtype: DType, num: int | None = None) -> UOp:
     """A graph-level buffer of `size` elements; `num` (default: a fresh number) makes it unique."""
     if num is None: num = next(_unique_counter)
-    ret = UOp(Ops.BUFFER, dtype, (UOp(Ops.UNIQUE, arg=num), UOp(Ops.DEVICE, arg=device)), size)
+    void = dtypes.void  # (positional arguments: a keyword one costs ~0.1 us through the metaclass's __call__)
+    ret = UOp(_BUFFER, dtype, (UOp(_UNIQUE, void, (), num), UOp(_DEVICE, void, (), device)), size)
     # what `shape` and `device` would compute, set now: on a fresh node they would walk (its UNIQUE has neither)
     if "device" not in ret._cache: ret._cache["shape"], ret._cache["device"] = (size,), device
     return ret
@@ -618,35 +644,36 @@ def sym_eval(x: sint, var_vals: dict[str, int]) -> Any:
 # ***** shape inference *****
 def _compute_shape(u: UOp) -> tuple[sint, ...] | None:
   op = u.op
-  if op is Ops.BUFFER: return (u.arg,)
+  if op in _SHAPE_AS_SOURCES:  # first: every eager op comes through here (module constants: see _BUFFER)
+    first = None
+    for x in u.src:  # every source with a shape has the same one (a loop, no generator)
+      if x.op in _NO_SHAPE_SRC or (xs := x._cache["shape"]) is None: continue
+      if first is None: first = xs
+      elif xs != first:
+        shapes = [x._cache["shape"] for x in u.src if x.op not in _NO_SHAPE_SRC]
+        shapes = [x for x in shapes if x is not None]
+        raise ValueError(f"{op} sources have different shapes {shapes}; broadcast them first")
+    if first is None: return None
+    if op is _BITCAST and u.dtype.itemsize != u.src[0].dtype.itemsize and first:
+      return (*first[:-1], first[-1] * u.src[0].dtype.itemsize // u.dtype.itemsize)
+    return first
+  if op in _MOVEMENT:
+    if (ps := u.src[0]._cache["shape"]) is None:
+      raise ValueError(f"{op} needs a source with a shape, got {u.src[0].op}")
+    return _movement_shape(op, ps, u.arg)
+  if op is _BUFFER: return (u.arg,)
   if op is Ops.CONST: return () if u.src else None
   if op in (Ops.DEFINE_VAR, Ops.BIND): return () if op is Ops.BIND or u.src else None
-  if op in (Ops.DEVICE, Ops.UNIQUE) or not u.src: return None
+  if op in _NO_SHAPE_SRC or not u.src: return None
   ps = u.src[0]._cache["shape"]
   if op is Ops.MULTI:  # the shards' shapes, summed along the split axis
     if u.arg is None: return ps
     return tuple(sum(x._cache["shape"][i] for x in u.src) if i == u.arg else d for i, d in enumerate(ps))
-  if op in GroupOp.Movement:
-    if ps is None: raise ValueError(f"{op} needs a source with a shape, got {u.src[0].op}")
-    return _movement_shape(op, ps, u.arg)
   if op is Ops.REDUCE_AXIS:
     if ps is None: return None
     _, axes = u.arg
     if any(not 0 <= a < len(ps) for a in axes): raise ValueError(f"reduce axes {axes} out of range for shape {ps}")
     return tuple(1 if i in axes else s for i, s in enumerate(ps))
-  if op in GroupOp.Elementwise or op in (Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH, Ops.COPY, Ops.ASSIGN):
-    first = None
-    for x in u.src:  # every source with a shape has the same one (a loop: every eager op comes through here)
-      if x.op in (Ops.DEVICE, Ops.UNIQUE) or (xs := x._cache["shape"]) is None: continue
-      if first is None: first = xs
-      elif xs != first:
-        shapes = [x._cache["shape"] for x in u.src if x.op not in (Ops.DEVICE, Ops.UNIQUE)]
-        shapes = [x for x in shapes if x is not None]
-        raise ValueError(f"{op} sources have different shapes {shapes}; broadcast them first")
-    if first is None: return None
-    if op is Ops.BITCAST and u.dtype.itemsize != u.src[0].dtype.itemsize and first:
-      return (*first[:-1], first[-1] * u.src[0].dtype.itemsize // u.dtype.itemsize)
-    return first
   return None
 
 

@@ -70,7 +70,13 @@ def _placeholder(kind: str, k: int, dtype: Any, device: str, size: int) -> UOp:
 
 NORM_CACHE_MAX_INPUTS = 8
 """A node whose graph reads at most this many input buffers remembers its normalized form (see `_Normalizer`)."""
-_NO_REUSE = (Ops.CONTIGUOUS, Ops.ASSIGN, Ops.COPY, Ops.SINK)  # may be in `becomes` themselves: never walked over
+# may be in `becomes` themselves: never walked over
+_NO_REUSE = frozenset({Ops.CONTIGUOUS, Ops.ASSIGN, Ops.COPY, Ops.SINK})
+# ops the normalizer tests on every node, as module constants (on Python 3.11 each `Ops.X` read costs ~0.1 us: the
+# attribute hook of EnumType; see tiny_uop.uop)
+_BUFFER, _BIND, _REDUCE_AXIS = Ops.BUFFER, Ops.BIND, Ops.REDUCE_AXIS
+_DROPPED = frozenset({Ops.DETACH, Ops.CONTIGUOUS_BACKWARD})
+_SIZED_MOVEMENT = frozenset({Ops.RESHAPE, Ops.EXPAND, Ops.PAD, Ops.SHRINK})  # args that may hold symbolic sizes
 _NEVER = -1  # `_Normalizer.lo` of a node whose form must not be remembered (its graph binds a variable or holds one
              # of _NO_REUSE)
 _NONE = 1 << 62  # `_Normalizer.lo` of a node that reads no input
@@ -146,13 +152,13 @@ class _Normalizer:
       low = _NONE
       for s in n.src:
         if (v := lo[s]) < low: low = v
-      if n.op is Ops.BUFFER:
+      if (op := n.op) is _BUFFER:
         new[n] = ph = _placeholder("in", len(inputs), n.dtype, n.src[1].arg, n.arg)
         low = len(inputs)
         inputs.append(n)
         places.append(ph)
-      elif n.op in (Ops.DETACH, Ops.CONTIGUOUS_BACKWARD): new[n] = new[n.src[0]]
-      elif n.op is Ops.BIND:
+      elif op in _DROPPED: new[n] = new[n.src[0]]
+      elif op is _BIND:
         var, val = n.unbind()
         if self.var_vals.get(var.arg[0], val) != val:
           raise ValueError(f"Variable {var.arg[0]!r} is bound to two values ({self.var_vals[var.arg[0]]} and {val})")
@@ -160,18 +166,18 @@ class _Normalizer:
         new[n], low = n.replace(src=(var, UOp.const(var.dtype, var.arg[1]))), _NEVER
       else:
         arg = n.arg
-        if n.op in (Ops.RESHAPE, Ops.EXPAND, Ops.PAD, Ops.SHRINK) and not set(map(type, arg)) <= _INT_ONLY:
+        if op in _SIZED_MOVEMENT and not set(map(type, arg)) <= _INT_ONLY:
           arg, low = self.arg(arg), _NEVER  # symbolic sizes (or PAD/SHRINK's pairs)
           if self.over: return root
         src = tuple(map(new.__getitem__, n.src))
-        m = n if arg is n.arg and src == n.src else UOp(n.op, n.dtype, src, arg, n.tag)
-        new[n] = _split_big_reduce(m) if n.op is Ops.REDUCE_AXIS else m
-        if n.op in _NO_REUSE: low = _NEVER  # it and every node above it: walked each time (see the class doc)
+        m = n if arg is n.arg and src == n.src else UOp(op, n.dtype, src, arg, n.tag)
+        new[n] = _split_big_reduce(m) if op is _REDUCE_AXIS else m
+        if op in _NO_REUSE: low = _NEVER  # it and every node above it: walked each time (see the class doc)
       lo[n] = low
       self.nodes += 1
       # remember n's form when its graph's inputs are exactly those met during its walk (none met earlier)
       # (a BUFFER never: its entry would hold the BUFFER itself, a reference cycle)
-      if low >= first and len(inputs) - first <= NORM_CACHE_MAX_INPUTS and n.op is not Ops.BUFFER:
+      if low >= first and len(inputs) - first <= NORM_CACHE_MAX_INPUTS and op is not _BUFFER:
         m = new[n]
         n._cache["norm"] = (None if m is n else m, first, tuple(inputs[first:]), tuple(places[first:]),
                             self.nodes - nodes, _generation[0])
@@ -827,14 +833,50 @@ def cached_template(roots: tuple[UOp, ...], max_nodes: int = 64) -> tuple[Any, l
   from a `create_schedule` result of it (`ScheduleResult.template`); the schedule of an entry, with input placeholder
   `i` standing for `inputs[i]` and new buffers made fresh, is the schedule `create_schedule` would return."""
   if not SCHEDULE_CACHE or SPEC.value: return None
-  norm = _Normalizer(budget=max_nodes)
-  nroots = []
-  for r in roots:
-    nroots.append(norm.node(r))
-    if norm.over: return None
-  if norm.var_vals: return None
-  tmpl = _cache.get((UOp(Ops.SINK, dtypes.void, tuple(nroots)), frozenset()))
-  return None if tmpl is None else (tmpl, norm.inputs)
+  if len(roots) == 1 and max_nodes > 0 and (one := _norm_over_remembered(roots[0])) is not None:
+    nroots, inputs = [one[0]], one[1]
+  else:
+    norm = _Normalizer(budget=max_nodes)
+    nroots = []
+    for r in roots:
+      nroots.append(norm.node(r))
+      if norm.over: return None
+    if norm.var_vals: return None
+    inputs = norm.inputs
+  tmpl = _cache.get((UOp(_SINK, dtypes.void, tuple(nroots)), _NOTHING_EXPOSED))
+  return None if tmpl is None else (tmpl, inputs)
+
+
+_SINK = Ops.SINK
+_NOTHING_EXPOSED: frozenset[UOp] = frozenset()
+# ops whose normalized form is the node over its sources' forms (`_Normalizer.node`'s last case) when their args are
+# static: what `_norm_over_remembered` may build
+_NORM_SPECIAL = frozenset({Ops.BUFFER, Ops.BIND, Ops.REDUCE_AXIS}) | _DROPPED | _NO_REUSE
+
+
+def _norm_over_remembered(r: UOp) -> tuple[UOp, list[UOp]] | None:
+  """`_Normalizer().node(r)` and its inputs, without a walk, when r remembers its normalized form or is a node whose
+  sources all do, with their inputs numbered from 0 in source order, none read twice: the eager hot path (`a + 1`
+  over a realized `a`: one new node over two known ones). None otherwise (the caller walks the graph)."""
+  gen = _generation[0]
+  if (ent := r._cache.get("norm")) is not None:
+    norm, first, ins, _, _, g = ent
+    return ((r if norm is None else norm), list(ins)) if g == gen and (first == 0 or not ins) else None
+  if (op := r.op) in _NORM_SPECIAL or (op in _SIZED_MOVEMENT and not set(map(type, r.arg)) <= _INT_ONLY): return None
+  src: list[UOp] = []
+  inputs: list[UOp] = []
+  for s in r.src:
+    if (ent := s._cache.get("norm")) is None: return None
+    norm, first, ins, _, _, g = ent
+    if g != gen: return None
+    if ins:
+      if first != len(inputs): return None
+      for b in ins:  # (a loop, not any(): the eager hot path)
+        if b in inputs: return None
+      inputs.extend(ins)
+    src.append(s if norm is None else norm)
+  nsrc = tuple(src)
+  return (r if nsrc == r.src else UOp(op, r.dtype, nsrc, r.arg, r.tag)), inputs
 
 
 def _inputs_of(tmpl: _Template) -> list[UOp]:
