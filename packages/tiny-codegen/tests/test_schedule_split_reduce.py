@@ -136,6 +136,13 @@ def test_small_conv_weight_gradient_is_not_split(monkeypatch) -> None:
   # with a 32 KB one it would take 4 chunks, whose partials (37 KB) are more than a quarter of the inputs: no split
   monkeypatch.setattr(S, "CHUNK_BYTES", 32 << 10)
   assert _out_sizes(_conv_weight_grad(*shapes)[1]) == [16 * 16 * 6 * 6, 2304]
+  # 4 -> 2 channels 5x5 (200 outputs, under STREAMING_REDUCE_MIN_OUTPUTS): not split with an 8 KB budget, though its
+  # 45 KB of inputs are each read by 18+ outputs and 8 chunks' partials would be 6.4 KB
+  monkeypatch.setattr(S, "CHUNK_BYTES", 8 << 10)
+  assert S.STREAMING_REDUCE_MIN_OUTPUTS == 256
+  (xs, ws, gy), few, grad = _conv_weight_grad((16, 4, 12, 12), (2, 4, 5, 5))
+  assert _out_sizes(few) == [16 * 2 * 8 * 8, 200]
+  np.testing.assert_allclose(grad.numpy(), _torch_weight_grad(xs, ws, gy), rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("kw", [dict(padding=2, stride=2), dict(groups=2, dilation=2)])
