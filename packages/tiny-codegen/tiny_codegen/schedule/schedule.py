@@ -165,7 +165,7 @@ class _Normalizer:
           if self.over: return root
         src = tuple(map(new.__getitem__, n.src))
         m = n if arg is n.arg and src == n.src else UOp(n.op, n.dtype, src, arg, n.tag)
-        new[n] = _split_reduce(m) if n.op is Ops.REDUCE_AXIS else m
+        new[n] = _split_big_reduce(m) if n.op is Ops.REDUCE_AXIS else m
         if n.op in _NO_REUSE: low = _NEVER  # it and every node above it: walked each time (see the class doc)
       lo[n] = low
       self.nodes += 1
@@ -184,7 +184,7 @@ tensor) is done in two stages: one fused loop would run on one thread with one a
 SPLIT_REDUCE_GROUPS, SPLIT_REDUCE_LANES = 64, 16
 
 
-def _split_big_reduce(r: UOp) -> UOp:
+def _split_few_outputs_reduce(r: UOp) -> UOp:
   """`r` (a REDUCE_AXIS over the trailing axes of a static shape, SPLIT_REDUCE_MIN or more elements per output, fewer
   than REDUCE_SPLIT_OUTPUTS outputs) as two reduces: the reduced elements as (G groups, M rows, L lanes), partial
   results over M into (outputs, G, L), then those reduced. The partial reduce has G*L >= REDUCE_SPLIT_OUTPUTS
@@ -201,9 +201,10 @@ def _split_big_reduce(r: UOp) -> UOp:
   return part.r(op, (k, k + 1, k + 2)).reshape((*shp[:k], *(1,) * len(axes)))  # r.shape: reduced axes kept as 1
 
 
-def _split_reduce(r: UOp) -> UOp:
-  """`r` split by `_split_big_reduce` (a few outputs), else by `_split_streaming_reduce` (many), else unchanged."""
-  return s if (s := _split_big_reduce(r)) is not r else _split_streaming_reduce(r)
+def _split_big_reduce(r: UOp) -> UOp:
+  """`r` split by `_split_few_outputs_reduce` (a few outputs), else by `_split_streaming_reduce` (many), else
+  unchanged."""
+  return s if (s := _split_few_outputs_reduce(r)) is not r else _split_streaming_reduce(r)
 
 
 CHUNK_BYTES = 1 << 20
