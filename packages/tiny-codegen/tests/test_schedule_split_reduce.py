@@ -10,7 +10,9 @@ from tiny_uop.plugins import Device
 
 from tiny_codegen import get_program
 from tiny_codegen.schedule import create_schedule
+import tiny_codegen.schedule.schedule as S
 from tiny_codegen.schedule.schedule import SPLIT_REDUCE_MIN
+from tiny_uop.helpers import prod
 
 tt = pytest.importorskip("tiny_tensor")
 
@@ -79,3 +81,103 @@ def test_split_reduce_broadcast_back_and_shared_with_a_later_realize() -> None:
   sched = create_schedule(UOp.sink(later.uop))
   assert len(sched.kernels) == 1  # just the multiply: the sum is a buffer now
   np.testing.assert_allclose(later.numpy(), 2 * data.astype(np.float64).sum(), rtol=1e-4, atol=1e-3)
+
+
+# ***** a streaming reduce (many outputs sharing inputs bigger than L2: a conv's weight gradient) *****
+
+
+def _conv_weight_grad(shape_x: tuple[int, ...], shape_w: tuple[int, ...], **kw):
+  """(x, w, gy, w.grad's schedule kernels, w.grad) for sum(conv2d(x, w, **kw) * gy), w.grad not yet realized."""
+  rng = np.random.default_rng(5)
+  x = tt.Tensor(xs := rng.standard_normal(shape_x).astype(np.float32))
+  w = tt.Tensor(ws := rng.standard_normal(shape_w).astype(np.float32), requires_grad=True)
+  out = x.conv2d(w, **kw)
+  gy = rng.standard_normal(out.shape).astype(np.float32)
+  (out * tt.Tensor(gy)).sum().backward()
+  return (xs, ws, gy), create_schedule(UOp.sink(w.grad.uop)).kernels, w.grad
+
+
+def _torch_weight_grad(xs: np.ndarray, ws: np.ndarray, gy: np.ndarray, **kw) -> np.ndarray:
+  import torch  # test-only oracle (a TEST_DEPS package: installed by `nox -s tests`)
+  w = torch.tensor(ws, dtype=torch.float64, requires_grad=True)
+  (torch.nn.functional.conv2d(torch.tensor(xs, dtype=torch.float64), w, **kw) * torch.tensor(gy, dtype=torch.float64)
+   ).sum().backward()
+  assert w.grad is not None
+  return w.grad.numpy()
+
+
+def _out_sizes(kernels: list) -> list[int]:
+  return [k.src[1].arg for k in kernels]  # each kernel's first buffer is its output
+
+
+def test_big_conv_weight_gradient_is_split_over_batch_chunks_and_matches_torch() -> None:
+  # x 32x16x24x24 (1.18 MB) and the gradient 32x16x20x20 (0.82 MB): 2.0 MB of inputs > CHUNK_BYTES, 16*16*5*5 = 6400
+  # outputs, each input element read by 400 of them: two chunks of 16 images (<= 1 MiB each)
+  (xs, ws, gy), kernels, grad = _conv_weight_grad((32, 16, 24, 24), (16, 16, 5, 5))
+  assert S.CHUNK_BYTES == 1 << 20
+  outs = 16 * 16 * 5 * 5
+  sizes = _out_sizes(kernels)
+  assert 2 * outs in sizes and sizes[-1] == outs, sizes  # the partial sums (2 chunks), then their sum
+  assert sizes.index(2 * outs) == len(sizes) - 2
+  np.testing.assert_allclose(grad.numpy(), _torch_weight_grad(xs, ws, gy), rtol=1e-4, atol=1e-3)
+
+
+def test_small_conv_weight_gradient_is_not_split(monkeypatch) -> None:
+  # 16x16x8x8 and 16x16x6x6 inputs (102 KB): they fit in L2, one kernel sums the batch and pixels into 2304 outputs
+  shapes = (16, 16, 8, 8), (16, 16, 3, 3)
+  (xs, ws, gy), kernels, grad = _conv_weight_grad(*shapes)
+  assert _out_sizes(kernels) == [16 * 16 * 6 * 6, 2304]  # the gradient channels-last, the weight gradient
+  np.testing.assert_allclose(grad.numpy(), _torch_weight_grad(xs, ws, gy), rtol=1e-4, atol=1e-4)
+  # with a 64 KB chunk budget: two chunks of 8 images (51 KB each), one kernel more
+  monkeypatch.setattr(S, "CHUNK_BYTES", 64 << 10)
+  (xs, ws, gy), split, grad = _conv_weight_grad(*shapes)
+  assert _out_sizes(split) == [16 * 16 * 6 * 6, 2 * 2304, 2304]
+  np.testing.assert_allclose(grad.numpy(), _torch_weight_grad(xs, ws, gy), rtol=1e-4, atol=1e-4)
+  # with a 32 KB one it would take 4 chunks, whose partials (37 KB) are more than a quarter of the inputs: no split
+  monkeypatch.setattr(S, "CHUNK_BYTES", 32 << 10)
+  assert _out_sizes(_conv_weight_grad(*shapes)[1]) == [16 * 16 * 6 * 6, 2304]
+  # 4 -> 2 channels 5x5 (200 outputs, under STREAMING_REDUCE_MIN_OUTPUTS): not split with an 8 KB budget, though its
+  # 45 KB of inputs are each read by 18+ outputs and 8 chunks' partials would be 6.4 KB
+  monkeypatch.setattr(S, "CHUNK_BYTES", 8 << 10)
+  assert S.STREAMING_REDUCE_MIN_OUTPUTS == 256
+  (xs, ws, gy), few, grad = _conv_weight_grad((16, 4, 12, 12), (2, 4, 5, 5))
+  assert _out_sizes(few) == [16 * 2 * 8 * 8, 200]
+  np.testing.assert_allclose(grad.numpy(), _torch_weight_grad(xs, ws, gy), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("kw", [dict(padding=2, stride=2), dict(groups=2, dilation=2)])
+def test_split_conv_weight_gradient_with_padding_stride_groups_matches_torch(monkeypatch, kw) -> None:
+  monkeypatch.setattr(S, "CHUNK_BYTES", 64 << 10)  # ~100 KB of inputs: two chunks
+  wshape = (16, 16 // kw.get("groups", 1), 3, 3)
+  (xs, ws, gy), kernels, grad = _conv_weight_grad((8, 16, 12, 12), wshape, **kw)
+  outs = prod(wshape)
+  assert _out_sizes(kernels)[-2:] == [2 * outs, outs], _out_sizes(kernels)
+  np.testing.assert_allclose(grad.numpy(), _torch_weight_grad(xs, ws, gy, **kw), rtol=1e-4, atol=1e-4)
+
+
+def test_conv_backward_kernel_counts() -> None:
+  # the whole backward of conv + bias (input, weight and bias gradients): 8 kernels for the small conv (which were 8
+  # for both before the split); the big one has one more, the weight gradient's partial sums
+  def count(shape_x: tuple[int, ...], c: int) -> tuple[int, list[int]]:
+    rng = np.random.default_rng(6)
+    x = tt.Tensor(rng.standard_normal(shape_x).astype(np.float32), requires_grad=True)
+    w = tt.Tensor(rng.standard_normal((c, shape_x[1], 5, 5)).astype(np.float32), requires_grad=True)
+    b = tt.Tensor(rng.standard_normal(c).astype(np.float32), requires_grad=True)
+    x.conv2d(w, b).relu().sum().backward()
+    ks = create_schedule(UOp.sink(x.grad.uop, w.grad.uop, b.grad.uop)).kernels
+    return len(ks), _out_sizes(ks)
+  small, _ = count((2, 4, 12, 12), 4)
+  big, sizes = count((32, 16, 24, 24), 16)
+  assert (small, big) == (8, 9) and 2 * 16 * 16 * 5 * 5 in sizes, (small, big)
+
+
+def test_sum_over_a_batch_and_a_big_matmul_are_not_split() -> None:
+  rng = np.random.default_rng(7)
+  # a (256, 4096) sum over its batch: 4 MB of inputs, but each element is read once (no output block re-reads it)
+  a = rng.standard_normal((256, 4096)).astype(np.float32)
+  got, kernels = _run(a.shape, Ops.ADD, (0,), a)
+  assert len(kernels) == 1
+  np.testing.assert_allclose(got.reshape(4096), a.astype(np.float64).sum(0), rtol=1e-4, atol=1e-3)
+  # a 512x512 @ 512x512 matmul: 2 MB of inputs, but two chunks' partials (2 MB) would be as big as the inputs
+  b, c = tt.Tensor(rng.standard_normal((512, 512)).astype(np.float32)), tt.Tensor(np.ones((512, 512), np.float32))
+  assert len(create_schedule(UOp.sink((b @ c).uop)).kernels) == 1

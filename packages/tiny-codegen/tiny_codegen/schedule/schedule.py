@@ -190,7 +190,7 @@ tensor) is done in two stages: one fused loop would run on one thread with one a
 SPLIT_REDUCE_GROUPS, SPLIT_REDUCE_LANES = 64, 16
 
 
-def _split_big_reduce(r: UOp) -> UOp:
+def _split_few_outputs_reduce(r: UOp) -> UOp:
   """`r` (a REDUCE_AXIS over the trailing axes of a static shape, SPLIT_REDUCE_MIN or more elements per output, fewer
   than REDUCE_SPLIT_OUTPUTS outputs) as two reduces: the reduced elements as (G groups, M rows, L lanes), partial
   results over M into (outputs, G, L), then those reduced. The partial reduce has G*L >= REDUCE_SPLIT_OUTPUTS
@@ -205,6 +205,72 @@ def _split_big_reduce(r: UOp) -> UOp:
   if red < SPLIT_REDUCE_MIN or red % per or outs >= REDUCE_SPLIT_OUTPUTS: return r
   part = r.src[0].reshape((*shp[:k], SPLIT_REDUCE_GROUPS, red // per, SPLIT_REDUCE_LANES)).r(op, (k + 1,))
   return part.r(op, (k, k + 1, k + 2)).reshape((*shp[:k], *(1,) * len(axes)))  # r.shape: reduced axes kept as 1
+
+
+def _split_big_reduce(r: UOp) -> UOp:
+  """`r` split by `_split_few_outputs_reduce` (a few outputs), else by `_split_streaming_reduce` (many), else
+  unchanged."""
+  return s if (s := _split_few_outputs_reduce(r)) is not r else _split_streaming_reduce(r)
+
+
+CHUNK_BYTES = 1 << 20
+"""A chunk of a split streaming reduce reads at most about this many bytes: a CPU core's L2 (1 MiB per core on the
+AMD EPYC (Zen 4) and Intel Xeon (Sapphire Rapids: 2 MiB) machines tiny runs on; lscpu). A kernel whose output blocks
+each stream more than this from its inputs reads them from L3 (or DRAM) once per block."""
+STREAMING_REDUCE_MIN_OUTPUTS = 256
+"""`_split_streaming_reduce` only splits reduces into at least this many outputs, enough for a kernel to block them
+into several output blocks that share inputs (the MNIST step's first conv, 1 -> 32 channels 5x5, has 800: its
+weight gradient ran 3.7-4.1 -> 2.7-3.1 ms of CPU time on one thread, split into 16 chunks)."""
+STREAMING_MIN_REUSE = 16
+"""... and whose source has at least this many elements per element of its inputs: each input element is read by many
+outputs (a conv weight gradient: every gradient element by Cin*k*k of them), so output blocks share their inputs.
+A reduce that reads each input once or a few times (a sum over a batch) streams them once anyway."""
+PARTIAL_SHARE = 4  # the partial sums of a split streaming reduce take at most 1/PARTIAL_SHARE of the bytes it reads
+_REALIZED_LEAVES = (Ops.BUFFER, Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN, Ops.REDUCE_AXIS)
+
+
+def _leaf_bytes(x: UOp, cap: int) -> int:
+  """Bytes of the distinct values `x`'s kernel would read from memory (buffers, and values realized on their own: a
+  CONTIGUOUS, COPY, ASSIGN or REDUCE_AXIS), walking through movement and ALU ops; counting stops past `cap`."""
+  total, seen, stack = 0, {x}, [x]
+  while stack and total <= cap:
+    n = stack.pop()
+    if n is not x and n.op in _REALIZED_LEAVES:
+      shp = shape_of(n) if n.op is not Ops.BUFFER else (n.arg,)
+      if shp is None or not all_int(shp): return cap + 1  # symbolic: treat as big (the caller checks shapes)
+      total += prod(shp) * n.dtype.itemsize
+      continue
+    for s in n.src:
+      if s not in seen:
+        seen.add(s)
+        stack.append(s)
+  return total
+
+
+def _split_streaming_reduce(r: UOp) -> UOp:
+  """`r` (an ADD or MAX REDUCE_AXIS into STREAMING_REDUCE_MIN_OUTPUTS or more outputs, whose inputs are more than
+  CHUNK_BYTES) with its outermost reduced axis (size A) cut into G chunks: a partial reduce into (G, *r.shape),
+  realized (CONTIGUOUS), then its sum over G. A conv's weight gradient sums (batch, pixels) into Cout*Cin*k*k
+  outputs: one kernel blocks its outputs and each block streams the whole input and gradient from L3; each chunk's
+  inputs (1/G of them) stay in L2 while all its output blocks are computed, and the chunks run on the CPU's threads.
+
+  G is the smallest divisor of A with inputs/G <= CHUNK_BYTES, and the split is made only when the partials
+  (G * outputs) are at most 1/PARTIAL_SHARE of the inputs' bytes (writing and reading them again costs less than the
+  traffic saved). Any other reduce comes back unchanged."""
+  op, axes = r.arg
+  shp, out = r.src[0].shape, r.shape
+  if op not in (Ops.ADD, Ops.MAX) or not axes or shp is None or out is None or not all_int(shp) or not all_int(out):
+    return r
+  outs, a = prod(out), min(axes)
+  if outs < STREAMING_REDUCE_MIN_OUTPUTS or shp[a] < 2: return r
+  part_bytes = outs * r.dtype.itemsize
+  inputs = _leaf_bytes(r.src[0], prod(shp) * r.dtype.itemsize // STREAMING_MIN_REUSE)  # past it: no split
+  if inputs <= CHUNK_BYTES or inputs * STREAMING_MIN_REUSE > prod(shp) * r.dtype.itemsize: return r
+  g = next((d for d in range(2, shp[a] + 1) if shp[a] % d == 0 and inputs <= CHUNK_BYTES * d), shp[a])
+  if g * part_bytes * PARTIAL_SHARE > inputs: return r
+  src = r.src[0].reshape((*shp[:a], g, shp[a] // g, *shp[a + 1:]))  # axis a -> (g, A/g): later axes move up one
+  part = src.r(op, tuple(x + 1 for x in axes)).contiguous()  # (.., g, 1, ..): g stays where axis a was
+  return part.r(op, (a,)).reshape(out)
 
 
 # ***** the cached part *****
