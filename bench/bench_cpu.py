@@ -25,6 +25,9 @@ from typing import Any, Callable
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # siblings, also when this file is loaded by path
+from settle import settle  # noqa: E402
+
 os.environ.setdefault("DEV", "CPU")  # tiny and tinygrad both on the CPU: with an OpenCL ICD installed (PoCL)
                                     # tinygrad would otherwise pick CL
 
@@ -34,7 +37,8 @@ LOADS = 200  # objects loaded per loader for the load-time rows
 
 
 def best_ms(fn: Callable[[], Any], reps: int = REPS) -> float:
-  """Best wall time of `reps` calls, in ms (after one warm-up call)."""
+  """Best wall time of `reps` calls, in ms (after one warm-up call; `settle()` first)."""
+  settle()
   fn()
   times = []
   for _ in range(reps):

@@ -17,6 +17,9 @@ from typing import Any, Callable
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # siblings, also when this file is loaded by path
+from settle import settle  # noqa: E402
+
 os.environ.setdefault("DEV", "CPU")  # tiny and tinygrad both on the CPU: with an OpenCL ICD installed (PoCL)
                                     # tinygrad would otherwise pick CL
 
@@ -25,7 +28,8 @@ STEPS = int(os.environ.get("BENCH_TRAIN_STEPS", 3))
 
 
 def _time_steps(step: Callable[[], Any], warmup: int = 2, steps: int = STEPS) -> float:
-  """Median ms per step after `warmup` calls (which compile and capture)."""
+  """Median ms per step after `warmup` calls (which compile and capture), `settle()` first."""
+  settle()
   for _ in range(warmup): step()
   times = []
   for _ in range(steps):
