@@ -362,16 +362,19 @@ def test_heuristics_vector_accumulators_for_a_column_sum() -> None:
   assert [o.op for o in optimize_kernel(row, ren).arg.applied_opts] == [OptOps.UNROLL]
 
 
-def conv2d_ast(B: int, CO: int, CI: int, H: int, W: int, K: int) -> UOp:
+def conv2d_ast(B: int, CO: int, CI: int, H: int, W: int, K: int, channels_last: bool = False) -> UOp:
   """out[b, co, y, x] = sum_{ci, ky, kx} inp[b, ci, y + ky, x + kx] * w[co, ci, ky, kx] (a valid NCHW convolution,
-  its ranges as the scheduler builds them: output b, co, y, x; reduce ci, ky, kx)."""
+  its ranges as the scheduler builds them: output b, co, y, x; reduce ci, ky, kx); `channels_last`: the weight read
+  as w[ci, ky, kx, co], as tiny_tensor's conv2d copies it."""
   OH, OW = H - K + 1, W - K + 1
   sizes = (B * CO * OH * OW, B * CI * H * W, CO * CI * K * K)
   out, inp, w = (UOp(Ops.PARAM, dtypes.float.ptr(n), arg=i) for i, n in enumerate(sizes))
   b, co, y, x = (UOp.range(n, i) for i, n in enumerate((B, CO, OH, OW)))
   ci, ky, kx = (UOp.range(n, 4 + i, AxisType.REDUCE) for i, n in enumerate((CI, K, K)))
+  widx = ci * (K * K * CO) + ky * (K * CO) + kx * CO + co if channels_last else co * (CI * K * K) + ci * (K * K) + \
+    ky * K + kx
   val = (inp.index(b * (CI * H * W) + ci * (H * W) + (y + ky) * W + x + kx).load() *
-         w.index(co * (CI * K * K) + ci * (K * K) + ky * K + kx).load()).reduce(ci, ky, kx, arg=Ops.ADD)
+         w.index(widx).load()).reduce(ci, ky, kx, arg=Ops.ADD)
   return out.index(b * (CO * OH * OW) + co * (OH * OW) + y * OW + x).store(val).sink(arg=KernelInfo())
 
 
@@ -442,14 +445,7 @@ def test_channels_last_conv_on_a_10_wide_row_blocks_5_pixels() -> None:
   assert ren.vectorize_upcast, f"the CPU default renderer is expected to be LLVM, got {type(ren).__name__}"
   B, CO, CI, H, W, K = 2, 32, 4, 12, 12, 3
   OH, OW = H - K + 1, W - K + 1
-  sizes = (B * CO * OH * OW, B * CI * H * W, CI * K * K * CO)
-  out, inp, w = (UOp(Ops.PARAM, dtypes.float.ptr(n), arg=i) for i, n in enumerate(sizes))
-  b, co, y, x = (UOp.range(n, i) for i, n in enumerate((B, CO, OH, OW)))
-  ci, ky, kx = (UOp.range(n, 4 + i, AxisType.REDUCE) for i, n in enumerate((CI, K, K)))
-  val = (inp.index(b * (CI * H * W) + ci * (H * W) + (y + ky) * W + x + kx).load() *
-         w.index(ci * (K * K * CO) + ky * (K * CO) + kx * CO + co).load()).reduce(ci, ky, kx, arg=Ops.ADD)
-  ast = out.index(b * (CO * OH * OW) + co * (OH * OW) + y * OW + x).store(val).sink(arg=KernelInfo())
-  opt = optimize_kernel(ast, ren)
+  opt = optimize_kernel(conv2d_ast(B, CO, CI, H, W, K, channels_last=True), ren)
   assert opt.arg.applied_opts == (Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 3, 5), Opt(OptOps.UNROLL, 2, 0)), \
     opt.arg.applied_opts
   assert "load <16 x float>" in get_program(opt, ren).src
