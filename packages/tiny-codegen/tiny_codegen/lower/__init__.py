@@ -104,6 +104,13 @@ STAGES: list[tuple[str, Callable[[UOp, Renderer, Dims], UOp]]] = [
 ]
 
 
+def pre_optimize(ast: UOp) -> UOp:
+  """`ast` as the optimizer sees it (opts name this AST's axes; BEAM starts from it too): gathers written as one-hot
+  sums load at the index instead, and a reduce's nested ranges that every index walks as one contiguous run become
+  one range. Idempotent: an AST both passes already ran on comes back unchanged."""
+  return merge_reduce_ranges(fold_onehot_reduces(ast))
+
+
 def lower(ast: UOp, renderer: Renderer, optimize: bool = True) -> Lowered:
   """Lower kernel AST `ast` (a SINK of STOREs) for `renderer`: returns the linear UOps and launch dims.
   `optimize=False` skips the optimizer hook (the AST's axis types are lowered as they are)."""
@@ -111,8 +118,7 @@ def lower(ast: UOp, renderer: Renderer, optimize: bool = True) -> Lowered:
   from tiny_codegen.opt import optimize_kernel
   if DEBUG >= 6: print(f"kernel AST:\n{ast}")
   maybe_verify(ast, kernel_spec, "kernel AST")
-  ast = fold_onehot_reduces(ast)  # gathers written as one-hot sums load at the index instead
-  ast = merge_reduce_ranges(ast)  # a reduce's nested ranges that every index walks as one contiguous run: one range
+  ast = pre_optimize(ast)
   sink = optimize_kernel(ast, renderer) if optimize else ast
   if DEBUG >= 3 and isinstance(info := sink.arg, KernelInfo): print(f"opts {info.name}: {list(info.applied_opts)}")
   maybe_verify(sink, kernel_spec, "optimized kernel AST")

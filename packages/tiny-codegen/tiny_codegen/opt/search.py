@@ -145,10 +145,9 @@ def as_optimized(ast: UOp) -> UOp:
   """`ast` as lowering hands it to the optimizer (one-hot gathers folded, nested reduce ranges merged): opts name axes
   of that AST, so the heuristics' seed, the candidates and their compiled programs must all start from it. (A 16M
   `sum()`'s second kernel has 2 reduce ranges, merged into one: opts chosen on the schedule's AST didn't apply.)
-  Both passes leave an AST they already ran on unchanged."""
-  from tiny_codegen.lower.gather import fold_onehot_reduces
-  from tiny_codegen.lower.merge import merge_reduce_ranges
-  return merge_reduce_ranges(fold_onehot_reduces(ast))
+  Both passes leave an AST they already ran on unchanged (`lower.pre_optimize`, the one `lower` runs)."""
+  from tiny_codegen.lower import pre_optimize
+  return pre_optimize(ast)
 
 
 def heuristic_opts(ast: UOp, renderer: Renderer) -> tuple[Opt, ...]:
