@@ -26,7 +26,7 @@ from typing import Any, Callable
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # siblings, also when this file is loaded by path
-from settle import settle  # noqa: E402
+from settle import settle, warm_up  # noqa: E402
 
 os.environ.setdefault("DEV", "CPU")  # tiny and tinygrad both on the CPU: with an OpenCL ICD installed (PoCL)
                                     # tinygrad would otherwise pick CL
@@ -37,9 +37,9 @@ LOADS = 200  # objects loaded per loader for the load-time rows
 
 
 def best_ms(fn: Callable[[], Any], reps: int = REPS) -> float:
-  """Best wall time of `reps` calls, in ms (after one warm-up call; `settle()` first)."""
+  """Best wall time of `reps` calls, in ms (`settle()`, then `warm_up(fn)` first)."""
   settle()
-  fn()
+  warm_up(fn)
   times = []
   for _ in range(reps):
     st = time.perf_counter()

@@ -20,7 +20,7 @@ from typing import Any, Callable
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # siblings, also when this file is loaded by path
-from settle import settle  # noqa: E402
+from settle import settle, warm_up  # noqa: E402
 
 os.environ.setdefault("DEV", "CPU")  # tiny and tinygrad both on the CPU: with an OpenCL ICD installed (PoCL)
                                     # tinygrad would otherwise pick CL
@@ -32,7 +32,7 @@ FLOP = 2 * N ** 3
 
 def _gflops(fn: Callable[[], Any], reps: int = REPS) -> float:
   settle()  # the previous library's spinning workers would take a core
-  fn()
+  warm_up(fn)
   best = min(_timed(fn) for _ in range(reps))
   return FLOP / best / 1e9
 

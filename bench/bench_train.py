@@ -18,7 +18,7 @@ from typing import Any, Callable
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # siblings, also when this file is loaded by path
-from settle import settle  # noqa: E402
+from settle import settle, warm_up  # noqa: E402
 
 os.environ.setdefault("DEV", "CPU")  # tiny and tinygrad both on the CPU: with an OpenCL ICD installed (PoCL)
                                     # tinygrad would otherwise pick CL
@@ -28,9 +28,10 @@ STEPS = int(os.environ.get("BENCH_TRAIN_STEPS", 3))
 
 
 def _time_steps(step: Callable[[], Any], warmup: int = 2, steps: int = STEPS) -> float:
-  """Median ms per step after `warmup` calls (which compile and capture), `settle()` first."""
+  """Median ms per step after `warmup` calls (which compile and capture), `settle()` first, then `warm_up(step)`."""
   settle()
   for _ in range(warmup): step()
+  warm_up(step)
   times = []
   for _ in range(steps):
     st = time.perf_counter()

@@ -1,18 +1,37 @@
-"""Let the thread pools of the library timed before go idle before timing the next one.
+"""Start every timing from the same state: other libraries' thread pools idle, this one's warm.
 
-numpy's OpenBLAS and torch's OpenMP keep their worker threads busy-waiting for new work for a while after a call
-(OpenBLAS: 2**28 cycles by default, ~0.1 s), each on a core. On a 2-core machine a library timed in that window runs
-with one core instead of two: tiny's 1024² matmul timed right after numpy's `a @ b` read 107-141 GFLOPS, after a
-0.5 s pause 132-184 (same process, alternating). Every timing function here calls `settle()` first, whichever
-library it times, so none starts with another's spinning threads.
+`settle()`: numpy's OpenBLAS and torch's OpenMP keep their worker threads busy-waiting for new work for a while
+after a call (OpenBLAS: 2**28 cycles by default, ~0.1 s), each on a core. On a 2-core machine a library timed in
+that window runs with one core instead of two: tiny's 1024² matmul timed right after numpy's `a @ b` read 107-141
+GFLOPS, after a 0.5 s pause 132-184 (same process, alternating). Every timing function here calls `settle()` first,
+whichever library it times, so none starts with another's spinning threads.
+
+`warm_up(fn)`: after that pause the machine's idle cores are slow to come back. On the shared 2-core VM (KVM) a plain
+C program splitting a 64 MB sum over two pthreads ran 1.6-2.1 ms when its runs came 0.3 ms apart, but 3.2-4.2 ms when
+they came 100 ms apart (its second thread started 0.7-1.4 ms late, and even the first read memory at half speed);
+tiny's two-thread `a.sum()` took 30-40 calls (~0.1 s) after a 0.5 s pause to come down from ~3.5 to ~2 ms, while
+numpy's single thread was at its rate from the second call. One warm-up call measured that ramp, not the library.
+So each timing first calls the function for WARM_S seconds (at least once), the same for every library: the
+figures are steady-state ones, as `timeit`'s repeated loops give.
 """
 from __future__ import annotations
 
 import time
+from typing import Any, Callable
 
 SETTLE_S = 0.5
+WARM_S = 0.25
 
 
 def settle(seconds: float = SETTLE_S) -> None:
   """Sleep long enough for other libraries' idle workers to stop spinning and block."""
   time.sleep(seconds)
+
+
+def warm_up(fn: Callable[[], Any], seconds: float = WARM_S) -> int:
+  """Call `fn` until `seconds` have passed (at least once); the number of calls."""
+  end, calls = time.perf_counter() + seconds, 0
+  while True:
+    fn()
+    calls += 1
+    if time.perf_counter() >= end: return calls
