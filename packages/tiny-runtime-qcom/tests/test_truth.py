@@ -12,6 +12,7 @@ import pytest
 from oracle import field
 
 from tiny_runtime_qcom import a6xx, adreno, kgsl, opencl
+from tiny_runtime_qcom.mock import cp
 
 M = oracle.mesa
 
@@ -58,6 +59,15 @@ def test_register_fields_decode_with_mesas_masks():
   names = ("STATE_TYPE", "STATE_SRC", "STATE_BLOCK", "NUM_UNIT", "DST_OFF")
   assert [field(v, f"CP_LOAD_STATE6_0_{f}") for f in names] == [a6xx.ST6_UAV, a6xx.SS6_INDIRECT, a6xx.SB6_CS_SHADER,
                                                                  777, 5]
+  # the most units one CP_LOAD_STATE6 can carry (a bigger shader is preloaded in part), in the driver and the mock,
+  # is the NUM_UNIT field's width in Mesa's mask
+  widest = m["CP_LOAD_STATE6_0_NUM_UNIT__MASK"] >> m["CP_LOAD_STATE6_0_NUM_UNIT__SHIFT"]
+  assert a6xx.LOAD_STATE6_MAX_UNITS == widest == (1 << cp.NUM_UNIT_BITS) - 1
+  most = a6xx.load_state6_0(a6xx.ST6_SHADER, a6xx.SS6_INDIRECT, a6xx.SB6_CS_SHADER, widest)
+  assert field(most, "CP_LOAD_STATE6_0_NUM_UNIT") == widest and field(most, "CP_LOAD_STATE6_0_STATE_BLOCK") == \
+    a6xx.SB6_CS_SHADER
+  with pytest.raises(ValueError, match=f"valid: 0..{widest}"):
+    a6xx.load_state6_0(a6xx.ST6_SHADER, a6xx.SS6_INDIRECT, a6xx.SB6_CS_SHADER, widest + 1)
   v = a6xx.sp_cs_cntl_0(a6xx.THREAD128, 13, 41, 9)
   assert [field(v, f"A6XX_SP_CS_CNTL_0_{f}") for f in ("THREADSIZE", "HALFREGFOOTPRINT", "FULLREGFOOTPRINT",
                                                       "BRANCHSTACK")] == [1, 13, 41, 9]

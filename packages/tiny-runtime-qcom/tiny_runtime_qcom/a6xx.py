@@ -62,9 +62,13 @@ SS6_DIRECT, SS6_INDIRECT = 0, 2
 SB6_CS_TEX, SB6_CS_SHADER = 5, 13
 
 
+LOAD_STATE6_MAX_UNITS = (1 << 10) - 1  # NUM_UNIT is bits 31:22 of CP_LOAD_STATE6_0
+
+
 def load_state6_0(state_type: int, state_src: int, state_block: int, num_unit: int, dst_off: int = 0) -> int:
   """CP_LOAD_STATE6_0: DST_OFF 13:0, STATE_TYPE 15:14, STATE_SRC 17:16, STATE_BLOCK 21:18, NUM_UNIT 31:22."""
-  if not 0 <= num_unit < 1 << 10: raise ValueError(f"CP_LOAD_STATE6 of {num_unit} units; valid: 0..1023")
+  if not 0 <= num_unit <= LOAD_STATE6_MAX_UNITS:
+    raise ValueError(f"CP_LOAD_STATE6 of {num_unit} units; valid: 0..{LOAD_STATE6_MAX_UNITS}")
   return dst_off | state_type << 14 | state_src << 16 | state_block << 18 | num_unit << 22
 
 
@@ -246,7 +250,8 @@ class QCOMComputeQueue(HWQueue):
               lo32(args_addr), hi32(args_addr))
     # a preload: NUM_UNIT has 10 bits, so a bigger shader preloads its first 1023 units and the SP fetches the rest
     # from SP_CS_BASE (SP_CS_INSTR_SIZE units), as Mesa's freedreno preloads only a prefix of big shaders
-    self.pkt7(CP_LOAD_STATE6_FRAG, load_state6_0(ST6_SHADER, SS6_INDIRECT, SB6_CS_SHADER, min(prg.instr_units, 1023)),
+    preload = min(prg.instr_units, LOAD_STATE6_MAX_UNITS)
+    self.pkt7(CP_LOAD_STATE6_FRAG, load_state6_0(ST6_SHADER, SS6_INDIRECT, SB6_CS_SHADER, preload),
               lo32(prg.shader_addr), hi32(prg.shader_addr))
     self.reg(REG_SP_REG_PROG_ID_0, 0xFCFCFCFC, 0xFCFCFCFC, 0xFCFCFCFC, REGID_NONE,
              (lay.const_units >> 2) | SP_CS_CONST_CONFIG_ENABLED)

@@ -25,6 +25,7 @@ from tiny_runtime_qcom.a6xx import odd_parity_bit
 from tiny_runtime_qcom.mock.gpu import Dispatch, GPUFault, parse_image
 
 ALWAYS_ON_HZ = 19_200_000
+NUM_UNIT_BITS = 10  # CP_LOAD_STATE6_0 bits 31:22 (tests/test_truth.py checks the width against Mesa's mask)
 # bytes per CP_LOAD_STATE6 unit, by (state block, state type) -- a6xx: shader instructions in 128-byte groups,
 # constants in vec4s, texture/UAV descriptors of 16 dwords, samplers of 4 dwords
 UNIT_BYTES = {(a6xx.SB6_CS_SHADER, a6xx.ST6_SHADER): 128, (a6xx.SB6_CS_SHADER, a6xx.ST6_CONSTANTS): 16,
@@ -204,7 +205,7 @@ class CommandProcessor:
     if (sh := self.state.get((a6xx.SB6_CS_SHADER, a6xx.ST6_SHADER))) is None: raise bad("no shader loaded")
     base, units = self.reg64(a6xx.REG_SP_CS_BASE), r(a6xx.REG_SP_CS_INSTR_SIZE)
     # the CP_LOAD_STATE6 is a preload of a prefix (NUM_UNIT has 10 bits); the SP fetches the whole shader from memory
-    if sh[0] != base or len(sh[1]) > units * 128 or len(sh[1]) != min(units, 1023) * 128:
+    if sh[0] != base or len(sh[1]) > units * 128 or len(sh[1]) != min(units, (1 << NUM_UNIT_BITS) - 1) * 128:
       raise bad(f"shader loaded from {sh[0]:#x} ({len(sh[1])} bytes), but SP_CS_BASE is {base:#x} and "
                 f"SP_CS_INSTR_SIZE {units} units")
     img = parse_image(self._read(base, units * 128, "the shader at SP_CS_BASE"))
