@@ -14,7 +14,8 @@ from tiny_uop.helpers import CHECK_OOB
 from tiny_uop.uop import Ops, UOp
 
 from tiny_codegen.compiler.clang import ClangCompiler
-from tiny_codegen.renderer import CPURenderer, CWriter, OOBCheck, count_uses, kernel_params, oob_checks, var_args
+from tiny_codegen.renderer import (CPURenderer, CWriter, OOBCheck, count_uses, kernel_params, lane_accumulator_loops,
+                                   oob_checks, var_args)
 
 
 def _fsuf(dt: DType) -> str: return "f" if dt.scalar() in (dtypes.float32, dtypes.float16, dtypes.bfloat16) else ""
@@ -163,6 +164,7 @@ class ClangRenderer(CPURenderer):
     args = [f"{self.render_dtype(p.dtype)} restrict data{p.arg}" for p in params] + var_args(dvars, "int")
     args.append("int core_id")
     w = CWriter(self.render_dtype)
+    if getattr(self.compiler, "is_clang", True): w.no_loop_vectorize = lane_accumulator_loops(uops)  # gcc: no pragma
     r = w.r
     # a BITCAST takes its source's address; MAX writes each operand twice: both need a variable
     uses = count_uses(uops, lambda u: u.op in (Ops.BITCAST, Ops.MAX))

@@ -18,7 +18,7 @@ from tiny_uop.helpers import CHECK_OOB
 from tiny_uop.uop import AXIS_LETTER, Ops, UOp
 
 from tiny_codegen.compiler.llvm import LLVMCompiler
-from tiny_codegen.renderer import CPURenderer, kernel_params, nontemporal_store, oob_checks
+from tiny_codegen.renderer import CPURenderer, kernel_params, lane_accumulator_loops, nontemporal_store, oob_checks
 
 _INTR = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc", Ops.POW: "pow"}
 _ALU_OPS = {*_INTR, Ops.WHERE, Ops.NEG, Ops.RECIPROCAL, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.MULACC, Ops.ADD,
@@ -137,6 +137,9 @@ class _LLVMEmitter:
     self.loops: dict[UOp, int] = {}
     self.stream = stream  # the renderer whose streaming-store rule applies (`nontemporal_store`); None: never stream
     self.streamed = False  # whether any store streamed (the kernel then ends with a fence)
+    # a CPU kernel's loops the loop vectorizer must leave alone: their latches carry !llvm.loop metadata turning it off
+    self.no_loop_vectorize = lane_accumulator_loops(uops) if stream is not None else set()
+    self.loop_meta: list[int] = []  # the metadata ids of those loops
 
   def tmp(self) -> str:
     self.n += 1
@@ -316,7 +319,10 @@ class _LLVMEmitter:
       self.emit(f"br label %{lbl}.latch")
       self.lines.append(f"{lbl}.latch:")
       self.emit(f"{rv}.next = add nsw {ltype(rng.dtype)} {rv}, 1")
-      self.emit(f"br label %{lbl}.head")
+      if rng in self.no_loop_vectorize:  # LangRef: 'llvm.loop.vectorize.enable' metadata
+        self.loop_meta.append(k := 2 + len(self.loop_meta))  # !0 is !nontemporal's, !1 the shared property
+        self.emit(f"br label %{lbl}.head, !llvm.loop !{k}")
+      else: self.emit(f"br label %{lbl}.head")
       self.lines.append(f"{lbl}.exit:")
     elif op is Ops.INDEX:
       idx, it = self.val(src[1]), ltype(src[1].dtype)
@@ -451,5 +457,8 @@ class _LLVMEmitter:
       decls += f"@{name}_oob = global [4 x i64] zeroinitializer\n@{name}_oob_scratch = internal global [4 x i64] " \
                "zeroinitializer\n"
     meta = "!0 = !{i32 1}\n" if self.streamed else ""  # the !nontemporal marker (LLVM LangRef: `store`)
+    if self.loop_meta:
+      meta += '!1 = !{!"llvm.loop.vectorize.enable", i1 false}\n'
+      meta += "".join(f"!{k} = distinct !{{!{k}, !1}}\n" for k in self.loop_meta)
     return (f"{decls}define void @{name}({', '.join(args)}) nounwind {{\nentry:\n" +
             "".join(a + "\n" for a in self.allocas) + body + "\n  ret void\n}\n" + meta)
