@@ -91,3 +91,57 @@ def test_c_renderer_runs_the_decompositions(dt):
     ref = reference(fn, x, dt)
     ok = ~np.isnan(ref)
     assert np.isnan(out[~ok]).all() and ulp_dist(out[ok], ref[ok]).max() <= 1
+
+
+def test_llvm_cpu_decomposes_exp2_and_log2_into_vector_code():
+  """The default LLVM CPU renderer decomposes EXP2 and LOG2 before the expander: an upcast kernel computes them in
+  native vectors (no libm call per lane), within 1 ulp of numpy; SIN keeps libm (accurate at any argument)."""
+  from tiny_codegen.compiler.llvm import LLVMCompiler
+  from tiny_codegen.opt.kernel import Opt, OptOps
+  assert set(LLVMRenderer.decompose_ops) == {Ops.EXP2, Ops.LOG2} and not LLVMRenderer.transcendental_via_f64
+  n = 1024
+  c0, c1, c2, a = [UOp(Ops.PARAM, dtypes.float32.ptr(n), arg=i) for i in range(4)]
+  i = UOp.range(n, 0)
+  v = a.index(i).load()
+  ast = UOp.sink(c0.index(i).store(v.exp2()), c1.index(i).store(v.log2()), c2.index(i).store(v.sin()),
+                 arg=KernelInfo("transc_vec", opts_to_apply=(Opt(OptOps.UPCAST, 0, 16),)))
+  r = LLVMRenderer()
+  r.threads = 1
+  spec = get_program(ast, r)
+  assert not any(f in spec.src for f in ("llvm.exp2", "llvm.log2")) and "llvm.sin" in spec.src
+  ir = LLVMCompiler().optimized_ir(spec.src)
+  assert "exp2f" not in ir and "log2f" not in ir and "<16 x i32>" in ir, ir  # the exponent bits, as a vector
+  x = np.random.default_rng(3).uniform(-100, 100, n).astype(np.float32)
+  x[:8] = [0.0, -0.0, 1e-40, np.inf, -np.inf, np.nan, 88.7, -150.0]
+  outs = [np.zeros(n, np.float32) for _ in range(3)]
+  kr.run(spec, [*outs, x])
+  for out, fn in zip(outs, (np.exp2, np.log2, np.sin)):
+    ref = reference(fn, x, dtypes.float32)
+    nan = np.isnan(ref)
+    assert np.isnan(out[nan]).all() and ulp_dist(out[~nan], ref[~nan]).max() <= 1
+
+
+def test_via_f64_per_op():
+  """`transcendental_via_f64` as a tuple: only those ops of `decompose_ops` evaluate float32 through float64."""
+  n = 64
+  c0, c1, a = [UOp(Ops.PARAM, dtypes.float32.ptr(n), arg=i) for i in range(3)]
+  i = UOp.range(n, 0)
+  v = a.index(i).load()
+  r = LLVMRenderer()
+  r.decompose_ops, r.threads = (Ops.EXP2, Ops.SIN), 1
+  srcs = {}
+  for via in ((), (Ops.SIN,), (Ops.EXP2,)):
+    r.transcendental_via_f64 = via
+    for name, f in (("exp2", v.exp2()), ("sin", v.sin())):
+      ast = UOp.sink(c0.index(i).store(f), arg=KernelInfo(f"via_{name}_{len(via)}_{via[:1]}"))
+      with Context(NOOPT=1): srcs[(name, via)] = get_program(ast, r).src
+  assert "double" not in srcs[("exp2", ())] and "double" not in srcs[("sin", ())]
+  assert "double" not in srcs[("exp2", (Ops.SIN,))] and "double" in srcs[("sin", (Ops.SIN,))]
+  assert "double" in srcs[("exp2", (Ops.EXP2,))] and "double" not in srcs[("sin", (Ops.EXP2,))]
+  x = np.linspace(-30, 30, n).astype(np.float32)
+  for via in ((), (Ops.SIN,)):
+    out = np.zeros(n, np.float32)
+    r.transcendental_via_f64 = via
+    spec = get_program(UOp.sink(c0.index(i).store(v.sin()), arg=KernelInfo(f"via_run_{len(via)}")), r)
+    kr.run(spec, [out, np.zeros(n, np.float32), x])
+    assert ulp_dist(out, reference(np.sin, x, dtypes.float32)).max() <= 1

@@ -500,3 +500,21 @@ def test_channels_last_conv_on_a_10_wide_row_blocks_5_pixels() -> None:
   want = np.einsum("pqbiyx,ipqo->boyx", win.astype(np.float64), ws.astype(np.float64))
   got = run(opt, "CPU", [xs.ravel(), ws.ravel()], B * CO * OH * OW).reshape(B, CO, OH, OW)
   np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_unroll_budget_is_per_vector_on_a_vectorizing_renderer() -> None:
+  """A row sum of exp2 (a softmax's denominator): on LLVM, whose unrolled lanes become vectors, the reduce unrolls by
+  16 (its exp2 is decomposed into vector ALU code); on C, whose lanes stay scalars, the exp2 body is over the budget."""
+  from tiny_codegen.renderer.cstyle import ClangRenderer
+  from tiny_codegen.renderer.llvmir import LLVMRenderer
+  rows, cols = 32, 256
+  out, x = UOp(Ops.PARAM, dtypes.float.ptr(rows), arg=0), UOp(Ops.PARAM, dtypes.float.ptr(rows * cols), arg=1)
+  j, r = UOp.range(rows, 0), UOp.range(cols, 1, AxisType.REDUCE)
+  ast = out.index(j).store(x.index(j * cols + r).load().exp2().reduce(r, arg=Ops.ADD)).sink(
+    arg=KernelInfo("r_expsum"))
+  llvm = LLVMRenderer()
+  assert Opt(OptOps.UNROLL, 0, 16) in optimize_kernel(ast, llvm).arg.applied_opts
+  assert not any(o.op is OptOps.UNROLL for o in optimize_kernel(ast, ClangRenderer()).arg.applied_opts)
+  data = np.random.default_rng(9).uniform(-4, 4, (rows, cols)).astype(np.float32)
+  got = run(ast, "CPU", [data.ravel()], rows)
+  np.testing.assert_allclose(got, np.exp2(data.astype(np.float64)).sum(1), rtol=2e-6)

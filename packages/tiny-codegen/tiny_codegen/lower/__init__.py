@@ -4,10 +4,13 @@ Stages, in order (each a named pass). `DEBUG>=3` prints the opts applied, `DEBUG
 `DEBUG>=6` the kernel AST before it, `DEBUG>=7` the graph after every stage:
   optimize    `tiny_codegen.opt.optimize_kernel` hook (marks UPCAST/UNROLL/LOCAL/... axes)
   bounds      a sum's loop narrowed to where its gated terms (a padded read) can be nonzero
+  transcendental  our polynomial exp2/log2/sin for the ops in `renderer.decompose_ops`, on scalars before the
+              expander, so an upcast copies their ALU ops into lanes like any other (native vectors on LLVM) where a
+              libm call would run lane by lane
   expander    UPCAST/UNROLL ranges -> per-lane copies, simplified in the same rewrite
   reduce      GPU: GROUP_REDUCE axes -> workgroup reduction in shared memory; REDUCE -> DEFINE_REG accumulator + loop
   dims        CPU: outermost loop split across threads (`core_id`); GPU: GLOBAL/LOCAL ranges -> SPECIAL gidx/lidx
-  decomp      gates folded, MULACC, BIND, our polynomial exp2/log2/sin for the ops in `renderer.decompose_ops`,
+  decomp      gates folded, MULACC, BIND, the transcendental rewrite again (for what the decompositions made),
               bfloat16 through float32 where the renderer lacks it, renderer rules
   ends        loops for the stores (END trees)
   simplify    index math through the symbolic simplifier
@@ -57,6 +60,13 @@ def _expand_and_simplify(vectors: bool) -> PatternMatcher:
   return (pm_expander_vectors if vectors else pm_expander) + simplifier()
 
 
+def _transcendental(sink: UOp, ren: Renderer) -> UOp:
+  if not (ops := frozenset(getattr(ren, "decompose_ops", ()))): return sink
+  via = getattr(ren, "transcendental_via_f64", False)
+  return graph_rewrite(sink, pm_transcendental, (ops, ops if via is True else frozenset(via or ())),
+                       name="transcendental")
+
+
 def _stage_expander(sink: UOp, ren: Renderer, dims: Dims) -> UOp:
   return graph_rewrite(sink, _expand_and_simplify(bool(ren.vectorize_upcast)), name="expander")
 
@@ -78,10 +88,7 @@ _pm_decomp_gates = pm_decomp + pm_gates
 
 
 def _stage_decomp(sink: UOp, ren: Renderer, dims: Dims) -> UOp:
-  sink = graph_rewrite(sink, _pm_decomp_gates, name="decomp")
-  if (ops := frozenset(getattr(ren, "decompose_ops", ()))):
-    sink = graph_rewrite(sink, pm_transcendental, (ops, bool(getattr(ren, "transcendental_via_f64", False))),
-                         name="transcendental")
+  sink = _transcendental(graph_rewrite(sink, _pm_decomp_gates, name="decomp"), ren)
   if dtypes.bfloat16 not in ren.supported_dtypes() or getattr(ren, "bf16_through_float", False):
     sink = bf16_to_float(sink)
   if ren.extra_matcher is not None: sink = graph_rewrite(sink, ren.extra_matcher, name="renderer_rules")
@@ -95,6 +102,7 @@ def _stage_simplify(sink: UOp, ren: Renderer, dims: Dims) -> UOp:
 
 STAGES: list[tuple[str, Callable[[UOp, Renderer, Dims], UOp]]] = [
   ("bounds", lambda sink, ren, dims: gates_to_bounds(sink)),
+  ("transcendental", lambda sink, ren, dims: _transcendental(sink, ren)),
   ("expander", _stage_expander),
   ("reduce", _stage_reduce),
   ("dims", _stage_dims),

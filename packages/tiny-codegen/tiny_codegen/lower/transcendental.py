@@ -205,11 +205,11 @@ def sin(x: UOp) -> UOp:
 _DECOMP = {Ops.EXP2: exp2, Ops.LOG2: log2, Ops.SIN: sin}
 
 
-def _decompose(ctx: tuple[frozenset, bool], u: UOp) -> UOp | None:
+def _decompose(ctx: tuple[frozenset, frozenset], u: UOp) -> UOp | None:
   ops, via_f64 = ctx
   if u.op not in ops or u.dtype.count != 1: return None
   dt = u.dtype
-  if dt == dtypes.float32 and via_f64: return _DECOMP[u.op](u.src[0].cast(dtypes.float64)).cast(dtypes.float32)
+  if dt == dtypes.float32 and u.op in via_f64: return _DECOMP[u.op](u.src[0].cast(dtypes.float64)).cast(dtypes.float32)
   if dt in _FMT: return _DECOMP[u.op](u.src[0])
   if dtypes.is_float(dt): return _DECOMP[u.op](u.src[0].cast(dtypes.float32)).cast(dt)  # half/bf16/fp8 via float32
   return None
@@ -217,4 +217,4 @@ def _decompose(ctx: tuple[frozenset, bool], u: UOp) -> UOp | None:
 
 pm_transcendental = PatternMatcher([(UPat((Ops.EXP2, Ops.LOG2, Ops.SIN), name="u"), _decompose)],
                                    name="transcendental")
-"""Rewrites EXP2/LOG2/SIN; ctx = (ops to decompose, compute float32 through float64)."""
+"""Rewrites EXP2/LOG2/SIN; ctx = (ops to decompose, those of them computed for float32 through float64)."""

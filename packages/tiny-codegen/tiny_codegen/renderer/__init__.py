@@ -35,7 +35,8 @@ class CPURenderer(Renderer):
   pays ~8-15 µs more wall than an inline one, so a split wins from ~2-3M units (a+b 262144: 3.4M units, 207 -> 70 µs;
   row sums 262144: 2.1M units, 15 -> 24 µs, a loss)."""
   decompose_ops: tuple[Ops, ...] = ()  # EXP2/LOG2/SIN listed here use tiny's polynomials instead of libm
-  transcendental_via_f64 = True  # float32 polynomials are evaluated in float64 and rounded once
+  transcendental_via_f64: bool | tuple[Ops, ...] = True
+  """Which of `decompose_ops` evaluate float32 through float64 and round once (True: all; a tuple: those)."""
   nontemporal_min_bytes = 16 << 20
   """Stores into an output buffer at least this big are streamed (non-temporal: they skip the cache and the read for
   ownership of each line, a third of an elementwise kernel's memory traffic) where the renderer can: a whole aligned
