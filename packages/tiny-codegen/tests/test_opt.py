@@ -503,18 +503,24 @@ def test_channels_last_conv_on_a_10_wide_row_blocks_5_pixels() -> None:
 
 
 def test_unroll_budget_is_per_vector_on_a_vectorizing_renderer() -> None:
-  """A row sum of exp2 (a softmax's denominator): on LLVM, whose unrolled lanes become vectors, the reduce unrolls by
-  16 (its exp2 is decomposed into vector ALU code); on C, whose lanes stay scalars, the exp2 body is over the budget."""
+  """A row sum of exp2 (a softmax's denominator) over 1M+ elements: on LLVM, whose unrolled lanes become vectors, the
+  reduce unrolls by 16 (its exp2 is decomposed into vector ALU code); on C, whose lanes stay scalars, the exp2 body is
+  over the budget."""
   from tiny_codegen.renderer.cstyle import ClangRenderer
   from tiny_codegen.renderer.llvmir import LLVMRenderer
+  from tiny_codegen.opt.heuristic import VECTOR_UNROLL_MIN_ITERS
+  def expsum(rows: int, cols: int) -> UOp:
+    out, x = UOp(Ops.PARAM, dtypes.float.ptr(rows), arg=0), UOp(Ops.PARAM, dtypes.float.ptr(rows * cols), arg=1)
+    j, r = UOp.range(rows, 0), UOp.range(cols, 1, AxisType.REDUCE)
+    return out.index(j).store(x.index(j * cols + r).load().exp2().reduce(r, arg=Ops.ADD)).sink(
+      arg=KernelInfo(f"r_expsum_{rows}"))
+  unrolled = lambda ast, ren: [o for o in optimize_kernel(ast, ren).arg.applied_opts if o.op is OptOps.UNROLL]
+  big = expsum(VECTOR_UNROLL_MIN_ITERS // 256, 256)
+  assert unrolled(big, LLVMRenderer()) == [Opt(OptOps.UNROLL, 0, 16)] and not unrolled(big, ClangRenderer())
+  # a small kernel's few µs of work would not repay compiling 16 lanes of exp2
   rows, cols = 32, 256
-  out, x = UOp(Ops.PARAM, dtypes.float.ptr(rows), arg=0), UOp(Ops.PARAM, dtypes.float.ptr(rows * cols), arg=1)
-  j, r = UOp.range(rows, 0), UOp.range(cols, 1, AxisType.REDUCE)
-  ast = out.index(j).store(x.index(j * cols + r).load().exp2().reduce(r, arg=Ops.ADD)).sink(
-    arg=KernelInfo("r_expsum"))
-  llvm = LLVMRenderer()
-  assert Opt(OptOps.UNROLL, 0, 16) in optimize_kernel(ast, llvm).arg.applied_opts
-  assert not any(o.op is OptOps.UNROLL for o in optimize_kernel(ast, ClangRenderer()).arg.applied_opts)
+  ast = expsum(rows, cols)
+  assert not unrolled(ast, LLVMRenderer())
   data = np.random.default_rng(9).uniform(-4, 4, (rows, cols)).astype(np.float32)
   got = run(ast, "CPU", [data.ravel()], rows)
   np.testing.assert_allclose(got, np.exp2(data.astype(np.float64)).sum(1), rtol=2e-6)

@@ -336,13 +336,24 @@ def _unroll_one(k: Kernel, r: UOp, red: UOp, loads: list[UOp]) -> bool:
   if not any(stride_of(ld.src[0].src[1], r, rngs) == 1 for ld in loads): return False
   cost = _alu_cost(red.src[0])
   # a renderer with native vectors packs the unrolled lanes of a contiguous reduce into vectors (LLVM's SLP
-  # vectorizer), so its budget is per vector, not per lane: a softmax's sum of exp (decomposed exp2, ~25 ops) unrolls
-  # into 16-lane vector code, 4096² 59 -> 19 ms (numpy 45)
-  lanes = 1 if k.renderer.vectorize_upcast else None
+  # vectorizer), so its budget is per vector, not per lane, in a kernel that runs long enough to repay compiling the
+  # lanes: a softmax's sum of exp (decomposed exp2, ~25 ops) unrolls into 16-lane vector code, 4096² 59 -> 19 ms
+  # (numpy 45), where a 64x64 one would compile in ~80 ms instead of ~15 for a few µs of work
+  lanes = 1 if k.renderer.vectorize_upcast and _iterations(k) >= VECTOR_UNROLL_MIN_ITERS else None
   for amt in (16, 8, 4):
     if n % amt == 0 and k.upcast_size * amt <= 256 and cost * (lanes or amt) <= UNROLL_ALU_BUDGET and \
        _try(k, Opt(OptOps.UNROLL, k.reduce_axes.index(r), amt)): return True
   return True
+
+
+VECTOR_UNROLL_MIN_ITERS = 1 << 20  # loop-body iterations (all ranges) from which an unroll's budget is per vector
+
+
+def _iterations(k: Kernel) -> int:
+  """How many times the kernel's innermost body runs (the product of its loop bounds; a symbolic bound counts 1)."""
+  n = 1
+  for r in k.rngs: n *= _bound(r) or 1
+  return n
 
 
 UNROLL_ALU_BUDGET = 64  # value ALU ops a latency-hiding unroll may copy per lane (per vector where the renderer
