@@ -6,7 +6,8 @@ Stages (docs/PIPELINE.md §2):
 2. decide what is realized: the requested values, CONTIGUOUS, COPY (and its source), ASSIGN, every REDUCE_AXIS
    that reads memory and whose result is broadcast (EXPAND) or used by more than one kernel, and every big
    elementwise value of several buffers that a reduce reads through a broadcasting window (a convolution's or
-   pool's input: inlined, it would be recomputed once per window position);
+   pool's input: inlined, it would be recomputed once per window position), and every exp2/log2/sin/pow that is
+   broadcast (attention's softmax exp, else evaluated once per head dim);
 3. build one kernel per realized value by walking toward its inputs with index expressions (`indexing.py`); a value
    that is only a contiguous view of a buffer costs no kernel (a reshape of it, or a SLICE view at an offset).
    Kernels may store several outputs: a reduce read at the output index of another reduce (softmax's max in its
@@ -369,6 +370,10 @@ REDUCE_SPLIT_OUTPUTS = 1024
 """A reduce whose result (at least this many elements) is reduced again into fewer than this many outputs gets its
 own kernel: fused, the outer kernel would run the inner reduce's outputs as a serial loop (`(a@b).sum()`: one thread,
 no vector lanes); split, the inner one runs in parallel and the outer one sums a buffer."""
+_TRANSCENDENTAL = (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW)
+"""An exp2/log2/sin/pow that is broadcast (a growing EXPAND before any realized value or reduce) gets its own buffer:
+fused, the kernel reading the broadcast would evaluate it once per broadcast element. Attention's P@V read the softmax's
+exp of each score once per head dim (64x): a 32-token prefill's P@V kernels took 4 ms per layer."""
 WINDOW_MIN_BUFFERS = 2  # an elementwise value read by a windowed reduce gets its own kernel when it reads this many
 WINDOW_MIN_SIZE = 1 << 14  # buffers and has at least this many elements (smaller ones are cheap to recompute)
 
@@ -440,6 +445,8 @@ def _decide(sink: UOp) -> tuple[dict[UOp, None], dict[UOp, bool]]:
         prod(shape_of(n)) >= REDUCE_SPLIT_OUTPUTS)): want.add(n)
     elif n.op in GroupOp.ALU and n not in want and reads_memory[n] and len(leaves[n]) >= WINDOW_MIN_BUFFERS and \
         all_int(shape_of(n)) and prod(shape_of(n)) >= WINDOW_MIN_SIZE and windowed[n][0]: want.add(n)
+    elif n.op in _TRANSCENDENTAL and n not in want and reads_memory[n] and expands[n] and all_int(shape_of(n)):
+      want.add(n)
     rd: tuple[UOp, ...] = (n,) if n.op in (Ops.BUFFER, Ops.COPY, Ops.ASSIGN) else ()
     for s in n.src:
       for x in ((s,) if s in want else reads[s]):
