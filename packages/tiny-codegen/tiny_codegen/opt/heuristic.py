@@ -143,9 +143,25 @@ def _register_block(k: Kernel, sidx: UOp | None, loads: list[UOp]) -> None:
     if chosen == 1:  # the second axis: the fewest loads per iteration, given the first (loads can share lanes)
       cands.sort(key=lambda c: (c[0], _loads_after(k, c[4], _amount(k, c[5], (8, 4, 2), max_acc)), *c[1:4]))
     _, not_contig, _, _, r, n = cands.pop(0)
-    amts = (16, 8, 4, 2) if not not_contig and chosen == 0 and max_acc >= 128 else (8, 4, 2)
+    amts = (16, 8, 4, 2) if not not_contig and chosen == 0 and max_acc >= 128 and not _aliased_rows(k, r, loads) \
+      else (8, 4, 2)
     if not not_contig and chosen == 0 and n <= 8: amts = (n, *amts)  # a short store row (a filter row) whole
     if (amt := _amount(k, n, amts, max_acc)) and _try(k, Opt(OptOps.UPCAST, k.output_axes.index(r), amt)): chosen += 1
+
+
+ALIAS_BYTES = 4096
+"""Rows this many bytes apart (or a multiple) map to the same L1 sets (a 4 KB page's worth of sets)."""
+
+
+def _aliased_rows(k: Kernel, r: UOp, loads: list[UOp]) -> bool:
+  """Whether a load reads a different row per lane of axis `r` with a row stride that is a multiple of ALIAS_BYTES:
+  16 such lanes each keep a line in one L1 set (8-way on znver4) and evict each other every step of the reduce. A
+  32-token prefill's (32x2048) @ (768x2048)^T (nn.Linear's layout: both operands contiguous along K) with 16 x 8
+  strided rows ran 2.2-3.1 ms, 8 x 8 0.97-1.6 ms; the same kernel with K=768 (3 KB rows) is fine with 16."""
+  for ld in loads:
+    st = stride_of(ld.src[0].src[1], r, k.rngs)
+    if isinstance(st, int) and st > 1 and st * ld.dtype.itemsize % ALIAS_BYTES == 0: return True
+  return False
 
 
 def _shared_load_block(k: Kernel, loads: list[UOp]) -> None:
