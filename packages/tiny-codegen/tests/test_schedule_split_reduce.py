@@ -171,6 +171,21 @@ def test_conv_backward_kernel_counts() -> None:
   assert (small, big) == (8, 9) and 2 * 16 * 16 * 5 * 5 in sizes, (small, big)
 
 
+def test_linear_layer_of_a_short_prompt_is_not_split() -> None:
+  """x @ W.T with 32 rows of x and a 6 MB W: each weight is read by only 32 outputs, so output blocks re-read W a few
+  times and a K split (which ran the prefill's linear layers 3x slower) is not made; a long-K matmul whose inputs are
+  each read by 64 outputs still is."""
+  rng = np.random.default_rng(3)
+  x, w = rng.standard_normal((32, 2048)).astype(np.float32), rng.standard_normal((768, 2048)).astype(np.float32)
+  out = tt.Tensor(x) @ tt.Tensor(w).T
+  assert len(create_schedule(UOp.sink(out.uop)).kernels) == 1
+  np.testing.assert_allclose(out.numpy(), x @ w.T, rtol=1e-4, atol=1e-3)
+  a, b = rng.standard_normal((64, 32768)).astype(np.float32), rng.standard_normal((32768, 64)).astype(np.float32)
+  long_k = tt.Tensor(a) @ tt.Tensor(b)
+  assert len(create_schedule(UOp.sink(long_k.uop)).kernels) == 2
+  np.testing.assert_allclose(long_k.numpy(), a.astype(np.float64) @ b, rtol=1e-3, atol=1e-2)
+
+
 def test_sum_over_a_batch_and_a_big_matmul_are_not_split() -> None:
   rng = np.random.default_rng(7)
   # a (256, 4096) sum over its batch: 4 MB of inputs, but each element is read once (no output block re-reads it)
