@@ -80,26 +80,27 @@ def _reuse(k: Kernel, loads: list[UOp]) -> float:
   runs once per iteration of that reduce's loop nest (the output loops it sits in, then its own); one under a REDUCE
   that doesn't walk its ranges is hoisted out of them (once per element it touches); one outside every reduce runs
   once per output element."""
-  out_iters = 1
-  for r in k.output_axes: out_iters *= _bound(r) or 1
+  out_iters = _trips(k.output_axes)
   inner: dict[UOp, UOp] = {}  # load -> the innermost REDUCE it sits under
   for red in (u for u in k.ast.toposort() if u.op is Ops.REDUCE):
     for x in red.src[0].toposort(gate=lambda x: x.op is not Ops.REDUCE):
       if x.op is Ops.LOAD: inner[x] = red
-
-  def iters(rngs: Any) -> int:
-    n = 1
-    for r in rngs: n *= _bound(r) or 1
-    return n
   executed = touched = 0
   for ld in loads:
-    fp = iters(ld.src[0].src[1].ranges)
+    fp = _trips(ld.src[0].src[1].ranges)
     if (rd := inner.get(ld)) is not None:
       walks = any(r in ld.ranges for r in rd.src[1:])
-      n = iters({**rd.ranges, **dict.fromkeys(rd.src[1:])}) if walks else fp
+      n = _trips({**rd.ranges, **dict.fromkeys(rd.src[1:])}) if walks else fp
     else: n = out_iters
     executed, touched = executed + n, touched + fp
   return executed / max(touched, 1)
+
+
+def _trips(rngs: Any) -> int:
+  """The product of the ranges' bounds (a symbolic bound counts 1): how many times a body under them all runs."""
+  n = 1
+  for r in rngs: n *= _bound(r) or 1
+  return n
 
 
 def _output_axes_with_bounds(k: Kernel) -> list[tuple[int, UOp, int]]:
@@ -233,23 +234,31 @@ accumulators) ran 86 -> 101 GFLOPS over 8 x 1 (the core's peak is ~100); 8 x 3 (
 def _widen_vector_block(k: Kernel, rid: int, amt: int, vectors: int) -> None:
   """After `_vector_block` (`vectors` accumulators of `amt` lanes along the output axis of id `rid`), upcast what is
   left of that axis again by 4, 3 or 2 (the first that divides it) while the accumulators fit `ACC_REGISTER_SHARE`
-  of the renderer's vector registers (`vector_registers`: count, bytes; an accumulator of `amt` lanes of the
-  reduce's dtype takes one register or more): each broadcast load (a row's element) then feeds that many more
+  of the renderer's vector registers (`_widen`): each broadcast load (a row's element) then feeds that many more
   FMAs; loads per FMA fall from (1 + r)/r to (c + r)/(r*c) for r rows by c vectors. The rows stay as `_vector_block`
   blocked them (up to 8): more rows, each walking its own strided line, thrash an 8-way L1 set when the row stride
   is a multiple of 4 KB (1024^2: 16 rows x 1 vector ran 49 GFLOPS against 80 for 8 x 1)."""
+  _widen(k, rid, amt, vectors, (4, 3, 2))
+
+
+def _widen(k: Kernel, rid: int, amt: int, accs: int, extras: tuple[int, ...], most: int | None = None) -> None:
+  """Upcast what is left of the output axis of id `rid` (its `amt` lanes already upcast, `accs` accumulators of them)
+  again by the first of `extras` that divides it, while the accumulators fit `ACC_REGISTER_SHARE` of the renderer's
+  vector registers (`vector_registers`: count, bytes; an accumulator of `amt` lanes of the reduce's dtype takes one
+  register or more; none known: unchanged), and at most `most` registers per REDUCE when given."""
   regs, width = getattr(k.renderer, "vector_registers", (0, 0))
   reds = [u for u in k.ast.toposort() if u.op is Ops.REDUCE]
   if not regs or not width or not reds: return
   per_acc = -(-amt * max(r.dtype.scalar().itemsize for r in reds) // width)
   budget = int(regs * ACC_REGISTER_SHARE)
+  if most is not None: budget = min(most, budget) * len(reds)
   # what is left of the axis outside the vector lanes keeps its id (gone when the lanes took it whole)
   left = [(j, x) for j, x in enumerate(k.output_axes)
           if x.arg[0] == rid and x.arg[1] in (AxisType.LOOP, AxisType.GLOBAL)]
   if not left: return
   j, n = left[0][0], _bound(left[0][1]) or 0
-  for extra in (4, 3, 2):
-    if n % extra == 0 and vectors * extra * per_acc <= budget and k.upcast_size * extra <= MAX_LANES // 2 and \
+  for extra in extras:
+    if n % extra == 0 and accs * extra * per_acc <= budget and k.upcast_size * extra <= MAX_LANES // 2 and \
        _try(k, Opt(OptOps.UPCAST, j, extra)): return
 
 
@@ -291,21 +300,9 @@ ms (numpy 3.5-4.0)."""
 
 def _widen_accumulators(k: Kernel, rid: int, amt: int) -> None:
   """Upcast what is left of the output axis of id `rid` (its `amt` vector lanes already upcast) again by 8, 4 or 2
-  (the first that divides it) while the accumulators stay within STREAM_ACC_VECTORS vector registers and
-  `ACC_REGISTER_SHARE` of the renderer's (LLVM's `vector_registers`; none known: unchanged)."""
-  regs, width = getattr(k.renderer, "vector_registers", (0, 0))
-  reds = [u for u in k.ast.toposort() if u.op is Ops.REDUCE]
-  if not regs or not width or not reds: return
-  per_acc = -(-amt * max(r.dtype.scalar().itemsize for r in reds) // width)
-  budget = min(STREAM_ACC_VECTORS, int(regs * ACC_REGISTER_SHARE)) * len(reds)
-  left = [(j, x) for j, x in enumerate(k.output_axes)
-          if x.arg[0] == rid and x.arg[1] in (AxisType.LOOP, AxisType.GLOBAL)]
-  if not left: return
-  j, n = left[0][0], _bound(left[0][1]) or 0
-  vectors = per_acc * len(reds)
-  for extra in (8, 4, 2):
-    if n % extra == 0 and vectors * extra <= budget and k.upcast_size * extra <= MAX_LANES // 2 and \
-       _try(k, Opt(OptOps.UPCAST, j, extra)): return
+  (the first that divides it) while each REDUCE's accumulators stay within STREAM_ACC_VECTORS vector registers and
+  `ACC_REGISTER_SHARE` of the renderer's (`_widen`)."""
+  _widen(k, rid, amt, sum(1 for u in k.ast.toposort() if u.op is Ops.REDUCE), (8, 4, 2), STREAM_ACC_VECTORS)
 
 
 def _amount(k: Kernel, n: int, amts: tuple[int, ...], max_acc: int) -> int:
@@ -355,7 +352,7 @@ def _unroll_one(k: Kernel, r: UOp, red: UOp, loads: list[UOp]) -> bool:
   # vectorizer), so its budget is per vector, not per lane, in a kernel that runs long enough to repay compiling the
   # lanes: a softmax's sum of exp (decomposed exp2, ~25 ops) unrolls into 16-lane vector code, 4096² 59 -> 19 ms
   # (numpy 45), where a 64x64 one would compile in ~80 ms instead of ~15 for a few µs of work
-  lanes = 1 if k.renderer.vectorize_upcast and _iterations(k) >= VECTOR_UNROLL_MIN_ITERS else None
+  lanes = 1 if k.renderer.vectorize_upcast and _trips(k.rngs) >= VECTOR_UNROLL_MIN_ITERS else None
   for amt in (16, 8, 4):
     if n % amt == 0 and k.upcast_size * amt <= 256 and cost * (lanes or amt) <= UNROLL_ALU_BUDGET and \
        _try(k, Opt(OptOps.UNROLL, k.reduce_axes.index(r), amt)): return True
@@ -363,13 +360,6 @@ def _unroll_one(k: Kernel, r: UOp, red: UOp, loads: list[UOp]) -> bool:
 
 
 VECTOR_UNROLL_MIN_ITERS = 1 << 20  # loop-body iterations (all ranges) from which an unroll's budget is per vector
-
-
-def _iterations(k: Kernel) -> int:
-  """How many times the kernel's innermost body runs (the product of its loop bounds; a symbolic bound counts 1)."""
-  n = 1
-  for r in k.rngs: n *= _bound(r) or 1
-  return n
 
 
 UNROLL_ALU_BUDGET = 64  # value ALU ops a latency-hiding unroll may copy per lane (per vector where the renderer

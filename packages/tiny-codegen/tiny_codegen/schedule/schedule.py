@@ -27,7 +27,7 @@ import threading
 import time
 from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from tiny_uop.dtype import DType, dtypes
 from tiny_uop.helpers import DEBUG, SPEC, all_int, getenv, prod, strides_for_shape
@@ -238,39 +238,41 @@ PARTIAL_SHARE = 4  # the partial sums of a split streaming reduce take at most 1
 _REALIZED_LEAVES = (Ops.BUFFER, Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN, Ops.REDUCE_AXIS)
 
 
-def _leaf_bytes(x: UOp, cap: int) -> int:
-  """Bytes of the distinct values `x`'s kernel would read from memory (buffers, and values realized on their own: a
-  CONTIGUOUS, COPY, ASSIGN or REDUCE_AXIS), walking through movement and ALU ops; counting stops past `cap`."""
-  total, seen, stack = 0, {x}, [x]
-  while stack and total <= cap:
+def _leaves(x: UOp) -> Iterator[tuple[int, int] | None]:
+  """(elements, itemsize) of each distinct value `x`'s kernel would read from memory (buffers, and values realized on
+  their own: a CONTIGUOUS, COPY, ASSIGN or REDUCE_AXIS), walking through movement and ALU ops; None for one of symbolic
+  size. Lazy: a caller that has seen enough stops the walk."""
+  seen, stack = {x}, [x]
+  while stack:
     n = stack.pop()
     if n is not x and n.op in _REALIZED_LEAVES:
       shp = shape_of(n) if n.op is not Ops.BUFFER else (n.arg,)
-      if shp is None or not all_int(shp): return cap + 1  # symbolic: treat as big (the caller checks shapes)
-      total += prod(shp) * n.dtype.itemsize
+      yield (prod(shp), n.dtype.itemsize) if shp is not None and all_int(shp) else None
       continue
     for s in n.src:
       if s not in seen:
         seen.add(s)
         stack.append(s)
+
+
+def _leaf_bytes(x: UOp, cap: int) -> int:
+  """Bytes of the values `x`'s kernel would read from memory (`_leaves`); counting stops past `cap` (a symbolic one
+  counts as past it: the caller checks shapes)."""
+  total = 0
+  for leaf in _leaves(x):
+    if leaf is None: return cap + 1
+    total += leaf[0] * leaf[1]
+    if total > cap: break
   return total
 
 
 def _least_leaf_reuse(x: UOp, elements: int) -> float:
   """`elements` (a reduce's source size) over the element count of the biggest value `x`'s kernel reads from memory
-  (as `_leaf_bytes` counts them): how many reduce elements read each element of that input, at least."""
-  biggest, seen, stack = 1, {x}, [x]
-  while stack:
-    n = stack.pop()
-    if n is not x and n.op in _REALIZED_LEAVES:
-      shp = shape_of(n) if n.op is not Ops.BUFFER else (n.arg,)
-      if shp is None or not all_int(shp): return 0.0
-      biggest = max(biggest, prod(shp))
-      continue
-    for s in n.src:
-      if s not in seen:
-        seen.add(s)
-        stack.append(s)
+  (`_leaves`): how many reduce elements read each element of that input, at least (0 when one is symbolic)."""
+  biggest = 1
+  for leaf in _leaves(x):
+    if leaf is None: return 0.0
+    biggest = max(biggest, leaf[0])
   return elements / biggest
 
 
