@@ -16,7 +16,7 @@ from tiny_uop.helpers import CPU_THREADS
 from tiny_uop.uop import AXIS_LETTER, AxisType, Ops, UOp
 
 __all__ = ["CPURenderer", "CWriter", "count_uses", "kernel_params", "var_args", "OOBCheck", "oob_checks",
-           "nontemporal_store"]
+           "nontemporal_store", "lane_accumulator_loops"]
 
 
 class CPURenderer(Renderer):

@@ -100,7 +100,7 @@ class LLVMRenderer(CPURenderer):
 
   def render(self, uops: list[UOp]) -> str:
     """LLVM IR of the kernel `uops` (ending in a SINK whose arg is a KernelInfo carrying the name)."""
-    return _LLVMEmitter(uops, contract=True, check_oob=bool(CHECK_OOB.value), stream=self).render()
+    return _LLVMEmitter(uops, contract=True, check_oob=bool(CHECK_OOB.value), stream=self, loop_hints=True).render()
 
 
 @functools.cache
@@ -130,7 +130,8 @@ def accumulations(uops: list[UOp]) -> set[UOp]:
 
 
 class _LLVMEmitter:
-  def __init__(self, uops: list[UOp], contract: bool = False, check_oob: bool = False, stream: Any = None):
+  def __init__(self, uops: list[UOp], contract: bool = False, check_oob: bool = False, stream: Any = None,
+               loop_hints: bool = False):
     self.uops = uops
     self.name = getattr(uops[-1].arg, "name", "kernel") if uops else "kernel"
     self.oob = oob_checks(uops) if check_oob else {}
@@ -144,8 +145,9 @@ class _LLVMEmitter:
     self.loops: dict[UOp, int] = {}
     self.stream = stream  # the renderer whose streaming-store rule applies (`nontemporal_store`); None: never stream
     self.streamed = False  # whether any store streamed (the kernel then ends with a fence)
-    # a CPU kernel's loops the loop vectorizer must leave alone: their latches carry !llvm.loop metadata turning it off
-    self.no_loop_vectorize = lane_accumulator_loops(uops) if stream is not None else set()
+    # `loop_hints` (the host CPU's module, whose metadata this emitter writes): the loops the loop vectorizer must
+    # leave alone (`lane_accumulator_loops`); their latches carry !llvm.loop metadata turning it off
+    self.no_loop_vectorize = lane_accumulator_loops(uops) if loop_hints else set()
     self.loop_meta: list[int] = []  # the metadata ids of those loops
 
   def tmp(self) -> str:
