@@ -1,6 +1,8 @@
 """The lowering pipeline's structure: linear order, loops, accumulators, threads, GPU dims, expander, names."""
 from __future__ import annotations
 
+import numpy as np
+
 import re
 
 import pytest
@@ -260,5 +262,35 @@ def test_thread_decision_is_cost_based():
   assert shares(_ew(4096)) == 1
   assert shares(_ew(1 << 20)) == 2
   assert shares(_ew(200_000, dtypes.uint8)) == 1
-  assert shares(matvec(n=4, k=1 << 20)) == 2
+  assert shares(matvec(n=4, k=1 << 18)) == 2
+  assert shares(matvec(n=4, k=1 << 20)) == 4  # past `balance_min_work`: 4 per thread, at most one per row
   assert shares(matvec(n=4, k=1 << 10)) == 1
+
+
+def test_big_kernels_launch_shares_per_thread():
+  """A kernel costing at least `balance_min_work` launches `shares_per_thread` shares per thread, for the pool's
+  threads to claim as they come free; a cheaper one a share per thread. No share is empty: with N outer iterations
+  there are ceil(N / chunk) shares. Every share's chunk is computed exactly once (the numbers, launched share by
+  share and on concurrent threads)."""
+  import importlib
+  from tiny_codegen import get_program
+  from tiny_codegen.renderer import CPURenderer
+  kr = importlib.import_module("kernel_runner")
+  assert CPURenderer.balance_min_work >= CPURenderer.thread_min_work and CPURenderer.shares_per_thread > 1
+  def ren() -> LLVMRenderer:
+    r = cpu(threads=2)
+    r.balance_min_work, r.shares_per_thread = 1 << 16, 4
+    return r
+  rng = np.random.default_rng(3)
+  for n, k, want in ((64, 2048, 8), (64, 16, 2), (10, 8192, 5), (3, 1 << 15, 3)):
+    spec = get_program(matvec(n=n, k=k), ren())
+    assert spec.global_size == (want, 1, 1), (n, k, spec.global_size)
+    a, b = rng.standard_normal(n * k, dtype=np.float32), rng.standard_normal(k, dtype=np.float32)
+    want_c = a.reshape(n, k).astype(np.float64) @ b.astype(np.float64) + 1.0
+    for threaded in (False, True):
+      c = np.full(n, np.nan, np.float32)
+      kr.run(spec, [c, a, b], threaded=threaded)
+      np.testing.assert_allclose(c, want_c, rtol=1e-4, atol=1e-3)
+  off = ren()
+  off.balance_min_work = 0  # 0 turns balancing off
+  assert get_program(matvec(n=64, k=2048), off).global_size == (2, 1, 1)

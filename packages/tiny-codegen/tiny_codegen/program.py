@@ -77,7 +77,8 @@ def to_program(ast: UOp, renderer: Renderer) -> UOp:
 
 def _renderer_key(r: Renderer) -> tuple:
   """What makes the same AST compile differently on the same renderer object (its settings, optimizer flags)."""
-  return (type(r), r.arch, getattr(r, "threads", None), getattr(r, "thread_min_work", None), NOOPT.value, BEAM.value,
+  return (type(r), r.arch, getattr(r, "threads", None), getattr(r, "thread_min_work", None),
+          getattr(r, "balance_min_work", None), getattr(r, "shares_per_thread", None), NOOPT.value, BEAM.value,
           CHECK_OOB.value, tuple(getattr(r, "decompose_ops", ())), getattr(r, "transcendental_via_f64", None))
 
 

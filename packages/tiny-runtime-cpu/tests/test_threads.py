@@ -53,7 +53,8 @@ def test_threaded_add_matches_numpy(threads: int, n: int) -> None:
   a, b = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
   got, shares = _run(_add(n, f"thr_add_{n}_{threads}"), threads, [a, b], n)
   np.testing.assert_array_equal(got, a * np.float32(3.0) + b)
-  assert shares == (1 if n == 1 else min(threads, n))  # n=10 on 3: shares of 4, 4, 2; on 5: 2 each
+  chunk = -(-n // min(threads, n))
+  assert shares == -(-n // chunk)  # n=10 on 3: shares of 4, 4, 2; on 5: 2 each; n=7 on 5: 2, 2, 2, 1 (none empty)
 
 
 @pytest.mark.parametrize("threads", [2, 3])

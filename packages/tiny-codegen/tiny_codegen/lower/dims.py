@@ -2,10 +2,14 @@
 
 CPU-style renderers (`has_threads`): an optimizer's THREAD axis becomes `core_id`; without one, the outermost
 GLOBAL/LOOP range that every store depends on is split across `renderer.threads` threads: range `r` of bound N
-becomes `core_id*chunk + r'` with `r'` in [0, min(chunk, N - core_id*chunk)) and chunk = ceil(N / threads). Small
+becomes `core_id*chunk + r'` with `r'` in [0, min(chunk, N - core_id*chunk)) and chunk = ceil(N / shares). Small
 kernels run on one thread: those whose cost (`kernel_cost`: bytes loaded and stored in global memory plus ALU lane
 ops, each times the iterations of the loops it depends on) is below `renderer.thread_min_work`, since waking a helper
-thread costs more than such a kernel's work. The kernel always takes `int core_id` last.
+thread costs more than such a kernel's work. A launch's shares are claimed by the threads as they come free, so a
+big kernel (cost at least `renderer.balance_min_work`) gets `renderer.shares_per_thread` shares per thread: when one
+core runs slower than the other (a busy hyperthread sibling, a VM's vCPU losing time to the host, a hybrid CPU's
+efficiency cores) the faster ones take more shares instead of waiting for it. Shares never come out empty: with a
+constant N their count is ceil(N / chunk). The kernel always takes `int core_id` last.
 
 GPU-style renderers (`has_local`): GLOBAL ranges, and the constant-bound LOOP ranges every store uses, become
 SPECIAL("gidx{i}") (at most 3 dims, within `global_max`; others stay loops); LOCAL ranges become SPECIAL("lidx{i}").
@@ -87,10 +91,15 @@ def add_threads(sink: UOp, renderer: Renderer) -> tuple[UOp, Dims]:
     return sink.substitute({thr[0]: core}, name="thread_axis"), Dims((t, 1, 1))
   nthreads = max(1, int(getattr(renderer, "threads", 1)))
   cands = [r for r in _store_ranges(sink) if r.arg[1] in (AxisType.GLOBAL, AxisType.LOOP, AxisType.THREAD)]
-  if nthreads == 1 or not cands or kernel_cost(sink) < getattr(renderer, "thread_min_work", 0): return sink, Dims()
+  if nthreads == 1 or not cands or (cost := kernel_cost(sink)) < getattr(renderer, "thread_min_work", 0):
+    return sink, Dims()
+  if (least := getattr(renderer, "balance_min_work", 0)) > 0 and cost >= least:
+    nthreads *= max(1, int(getattr(renderer, "shares_per_thread", 1)))
   r = cands[0]
   bound = r.src[0]
-  if bound.op is Ops.CONST: nthreads = min(nthreads, int(bound.arg))
+  if bound.op is Ops.CONST:
+    n = int(bound.arg)
+    nthreads = -(-n // -(-n // min(nthreads, n)))  # as many shares as chunks of ceil(n / shares): none empty
   if nthreads <= 1: return sink, Dims()
   dt = r.dtype  # int64 in a kernel over more than 2**31-1 elements
   core_id = _special("core_id", nthreads, dt)

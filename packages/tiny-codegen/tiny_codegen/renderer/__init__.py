@@ -34,6 +34,14 @@ class CPURenderer(Renderer):
   4K..1M floats launched as 1 and 2 shares): kernels in cache do 50-90 units/ns on one thread and a 2-share launch
   pays ~8-15 µs more wall than an inline one, so a split wins from ~2-3M units (a+b 262144: 3.4M units, 207 -> 70 µs;
   row sums 262144: 2.1M units, 15 -> 24 µs, a loss)."""
+  balance_min_work = 32 << 20
+  shares_per_thread = 4
+  """A kernel whose cost is at least `balance_min_work` (units of `thread_min_work`; ~0.5 ms and more on one thread)
+  launches `shares_per_thread` shares per thread, which the pool's threads claim as they come free (see
+  `lower.dims`), instead of one fixed share each. Measured on this project's 2-core VM, where one vCPU often runs a
+  kernel's share 1.3-1.7x slower than the other for tens of ms: a training step's conv kernels alternating 2 and 8
+  shares in one process, 8 shares' median 4-10% lower (the minimum the same); the convnet step's mean 97 -> 94 ms.
+  An extra share costs a few µs (a claim and a ctypes call), under 1% of such a kernel."""
   decompose_ops: tuple[Ops, ...] = ()  # EXP2/LOG2/SIN listed here use tiny's polynomials instead of libm
   transcendental_via_f64: bool | tuple[Ops, ...] = True
   """Which of `decompose_ops` evaluate float32 through float64 and round once (True: all; a tuple: those)."""
