@@ -6,12 +6,20 @@
 2. µs per call of a jitted one-kernel function (`(x + 1).realize()` on 16 floats) once replaying: the cost of the
    replay machinery itself. Target: <= 50 µs.
 
-`python bench/bench_train.py` prints the rows; `run()` returns them. `BENCH_TRAIN_STEPS` (default 7) timed steps,
-the median reported: over 3 the ratio to torch swung 0.88-1.06x between runs of the same code, over 7 0.85-0.98x.
+`python bench/bench_train.py` prints the rows; `run()` returns them.
+
+How the step time is sampled: the libraries take turns (`settle.time_in_turns`). Each of `BENCH_TRAIN_ROUNDS`
+(default 5) rounds gives every library `settle()`, `warm_up(step)`, then `BENCH_TRAIN_STEPS` (default 3) timed
+steps; each library's figure is the median of all its timed steps. On this project's shared 2-core VM the speed of
+the same compute-bound kernel drifts by up to 1.8x over seconds (tiny's largest conv kernel: 15-28 ms between
+back-to-back calls on 2 threads, 29.6-30.9 ms on 1), so timing one library's steps and then the other's compared two
+different machines: the ratio to torch swung 0.88-1.06x over 3 steps and 0.85-1.09x over 7. Taking turns spreads
+every library over the same stretch of time.
 """
 from __future__ import annotations
 
 import os
+import statistics
 import sys
 import time
 from typing import Any, Callable
@@ -19,26 +27,25 @@ from typing import Any, Callable
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # siblings, also when this file is loaded by path
-from settle import settle, warm_up  # noqa: E402
+from settle import time_in_turns  # noqa: E402
 
 os.environ.setdefault("DEV", "CPU")  # tiny and tinygrad both on the CPU: with an OpenCL ICD installed (PoCL)
                                     # tinygrad would otherwise pick CL
 
 BS = 128
-STEPS = int(os.environ.get("BENCH_TRAIN_STEPS", 7))
+STEPS = int(os.environ.get("BENCH_TRAIN_STEPS", 3))
+ROUNDS = int(os.environ.get("BENCH_TRAIN_ROUNDS", 5))
 
 
-def _time_steps(step: Callable[[], Any], warmup: int = 2, steps: int = STEPS) -> float:
-  """Median ms per step after `warmup` calls (which compile and capture), `settle()` first, then `warm_up(step)`."""
-  settle()
+def _prepare(step: Callable[[], Any], warmup: int = 2) -> Callable[[], Any]:
+  """`step` after `warmup` calls (which compile and capture)."""
   for _ in range(warmup): step()
-  warm_up(step)
-  times = []
-  for _ in range(steps):
-    st = time.perf_counter()
-    step()
-    times.append(time.perf_counter() - st)
-  return sorted(times)[len(times) // 2] * 1e3
+  return step
+
+
+def train_in_turns(steps: dict[str, Callable[[], Any]], rounds: int = ROUNDS) -> dict[str, float]:
+  """Median ms per step of each library, the libraries timed in turns (see the module documentation)."""
+  return {name: statistics.median(t) * 1e3 for name, t in time_in_turns(steps, rounds, STEPS).items()}
 
 
 def _data() -> tuple[np.ndarray, np.ndarray]:
@@ -46,7 +53,7 @@ def _data() -> tuple[np.ndarray, np.ndarray]:
   return rng.random((BS, 1, 28, 28), dtype=np.float32), rng.integers(0, 10, BS).astype(np.int32)
 
 
-def tiny_train_ms() -> float:
+def tiny_train_step() -> Callable[[], Any]:
   from tiny_tensor import Tensor, TinyJit, nn
   from tiny_tensor.nn.state import get_parameters
 
@@ -71,10 +78,10 @@ def tiny_train_ms() -> float:
       loss = model(x).sparse_categorical_crossentropy(y).backward()
       opt.step()
       return loss.realize()
-  return _time_steps(lambda: step(x, y))
+  return _prepare(lambda: step(x, y))
 
 
-def torch_train_ms() -> float:
+def torch_train_step() -> Callable[[], Any]:
   import torch
   tnn = torch.nn
   model = tnn.Sequential(tnn.Conv2d(1, 32, 5), tnn.ReLU(), tnn.Conv2d(32, 32, 5), tnn.ReLU(), tnn.BatchNorm2d(32),
@@ -88,10 +95,10 @@ def torch_train_ms() -> float:
     opt.zero_grad()
     tnn.functional.cross_entropy(model(x), y).backward()
     opt.step()
-  return _time_steps(step)
+  return _prepare(step)
 
 
-def tinygrad_train_ms() -> float:
+def tinygrad_train_step() -> Callable[[], Any]:
   from tinygrad import Device, Tensor, TinyJit, nn  # type: ignore[import-not-found]
   dev = Device[Device.DEFAULT]  # its CPU queue runs kernels asynchronously: time until they are done
   layers = [nn.Conv2d(1, 32, 5), Tensor.relu, nn.Conv2d(32, 32, 5), Tensor.relu, nn.BatchNorm(32), Tensor.max_pool2d,
@@ -109,7 +116,7 @@ def tinygrad_train_ms() -> float:
       opt.zero_grad()
       loss = x.sequential(layers).sparse_categorical_crossentropy(y).backward()
       return loss.realize(*opt.schedule_step())
-  return _time_steps(lambda: (step(x, y), dev.synchronize()))
+  return _prepare(lambda: (step(x, y), dev.synchronize()))
 
 
 def _replay_us(make: Callable[[], tuple[Callable, Any]], reps: int = 500) -> float:
@@ -141,16 +148,18 @@ def tinygrad_replay_us() -> float:
 def run() -> dict[str, dict[str, Any]]:
   train: dict[str, Any] = {"unit": "ms", "better": "lower", "target": "faster than tinygrad, <= 1.0x torch"}
   replay: dict[str, Any] = {"unit": "us", "better": "lower", "target": "tiny <= 50 us"}
-  train["tiny"] = tiny_train_ms()
-  replay["tiny"] = tiny_replay_us()
-  try: train["torch"] = torch_train_ms()
+  steps = {"tiny": tiny_train_step()}
+  try: steps["torch"] = torch_train_step()
   except ImportError: pass
   try:
     import tinygrad  # type: ignore[import-not-found]  # noqa: F401
-  except ImportError: pass
+  except ImportError: tinygrad_there = False
   else:
-    train["tinygrad"] = tinygrad_train_ms()
-    replay["tinygrad"] = tinygrad_replay_us()
+    tinygrad_there = True
+    steps["tinygrad"] = tinygrad_train_step()
+  train.update(train_in_turns(steps))
+  replay["tiny"] = tiny_replay_us()
+  if tinygrad_there: replay["tinygrad"] = tinygrad_replay_us()
   return {f"convnet train step, batch {BS} 28x28, Adam": train, "TinyJit replay, one kernel": replay}
 
 
