@@ -93,6 +93,13 @@ def test_cache_key_tells_apart_what_it_must() -> None:
   threads = LLVMRenderer()
   threads.threads = llvm.threads + 1
   others["threads"] = cache_key(add_ast(1024), threads, 2)
+  # a class default (what a new release may change) is in the key as much as an instance's setting
+  for name in ("thread_min_work", "balance_min_work", "shares_per_thread"):
+    assert name not in vars(LLVMRenderer)  # inherited, so deleting the override below restores it
+    setattr(LLVMRenderer, name, getattr(LLVMRenderer, name) + 1)  # on LLVMRenderer: CPURenderer's value shadowed
+    try: others[f"class {name}"] = cache_key(add_ast(1024), llvm, 2)
+    finally: delattr(LLVMRenderer, name)
+  assert cache_key(add_ast(1024), llvm, 2) == base
   arch = LLVMRenderer("znver4" if llvm.arch != "znver4" else "skylake")
   others["arch"] = cache_key(add_ast(1024), arch, 2)
   locals_off = add_ast(1024)

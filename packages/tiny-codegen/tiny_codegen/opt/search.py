@@ -9,8 +9,9 @@
    shared machine hits all of them alike); a candidate replaces the heuristics only if it is faster by `MARGIN`.
 
 The winner is cached on disk under `cache_key`: the kernel's exact structure (its name aside), the renderer (class,
-arch, instance settings such as the CPU thread count), the device it is timed on (`timing_device`: DEV's entry for
-the renderer's device, with its interface: `MOCK+AMD`'s emulator is not an AMD GPU), the compiler's identity (target
+arch, its settings: class defaults and instance values, such as the CPU thread count), the device it is timed on
+(`timing_device`: DEV's entry for the renderer's device, with its interface: `MOCK+AMD`'s emulator is not an AMD
+GPU), the compiler's identity (target
 triple, CPU and features, flags), the beam width, the action set and the search's version. The device is opened
 through the plugin registry (codegen never imports a runtime).
 """
@@ -110,10 +111,22 @@ def _renderer_text(renderer: Renderer) -> str | None:
   comp = getattr(renderer, "compiler", None)
   ident = getattr(comp, "cachekey", None)
   if comp is not None and ident is None: return None
-  settings = sorted((k, v) for k, v in vars(renderer).items()
-                    if not k.startswith("_") and isinstance(v, (bool, int, float, str, tuple)))
+  settings = sorted(_settings(renderer).items())
   return (f"{type(renderer).__module__}.{type(renderer).__qualname__}\0{renderer.arch}\0{timing_device(renderer)}\0"
           f"{settings!r}\0{type(comp).__qualname__}\0{ident}")
+
+
+def _settings(renderer: Renderer) -> dict[str, object]:
+  """The renderer's plain settings, class defaults (`thread_min_work`, `balance_min_work`, ...) overridden by the
+  instance's: a default changed in a new release changes the key too. A value whose repr names an object's address
+  (it differs from process to process) is left out."""
+  out: dict[str, object] = {}
+  for scope in (*(vars(c) for c in reversed(type(renderer).__mro__)), vars(renderer)):
+    for k, v in scope.items():
+      if k.startswith("_") or not isinstance(v, (bool, int, float, str, tuple)): continue
+      if " at 0x" in repr(v): continue
+      out[k] = v
+  return out
 
 
 def timing_device(renderer: Renderer) -> str:
