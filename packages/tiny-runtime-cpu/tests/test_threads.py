@@ -2,6 +2,8 @@
 for every share count, including uneven last shares; the pool runs each share of each launch exactly once under
 concurrent launches from many Python threads, reports errors to the launching thread only, and its helpers use
 (almost) no CPU while idle."""
+import ctypes
+import functools
 import threading
 import time
 
@@ -128,3 +130,113 @@ def test_close_right_after_a_launch_ends_every_helper(spin_s: float) -> None:
   pool.close()
   for t in threads: t.join(5)
   assert sorted(seen) == [0, 1, 2, 3] and not any(t.is_alive() for t in threads)
+
+
+# ***** native dispatch (native_pool): shares claimed and run without the GIL *****
+def _native_kernel(dev) -> tuple[int, int]:
+  """(address, trampoline) of an LLVM kernel `out[core_id] = v * 1000 + core_id + 0.5` (one buffer, one int32
+  value): each share writes its own slot, so a share run twice or never shows."""
+  from tiny_codegen.compiler.llvm import LLVMCompiler
+  ir = """define void @native_probe(ptr noalias %out, i32 %v, i32 %core) nounwind {
+entry:
+  %a = mul i32 %v, 1000
+  %b = add i32 %a, %core
+  %f = sitofp i32 %b to float
+  %g = fadd float %f, 5.000000e-01
+  %p = getelementptr float, ptr %out, i32 %core
+  %old = load float, ptr %p
+  %h = fadd float %old, %g
+  store float %h, ptr %p
+  ret void
+}
+"""
+  prg = dev.get_program("native_probe", LLVMCompiler().compile_cached(ir))
+  dev.pool.run(lambda i: None, 2)  # starts the helpers, and with them native dispatch
+  assert dev.pool.native is not None and dev.pool.native_iters > 0
+  return prg.addr, dev.pool.native.tramp(1, 1)
+
+
+@pytest.mark.parametrize("n", [2, 3, 17, 64])
+def test_native_launch_runs_every_share_once(n: int) -> None:
+  dev = Device["CPU"]
+  addr, tramp = _native_kernel(dev)
+  out = np.zeros(n, np.float32)
+  for v in (7, -3):  # the int32 value reaches the kernel, negative too
+    out[:] = 0
+    assert dev.pool.run_native(tramp, addr, dev.pool.native.args([out.ctypes.data, v]), n)
+    np.testing.assert_array_equal(out, v * 1000 + np.arange(n) + 0.5)
+
+
+def test_native_launches_from_python_threads() -> None:
+  """8 Python threads x 60 launches: one native launch runs at a time, the others take the queue path (both run each
+  share exactly once); a helper that blocked is woken for later launches."""
+  dev = Device["CPU"]
+  addr, tramp = _native_kernel(dev)
+  pool, errors, native_runs = dev.pool, [], [0]
+
+  def worker(t: int) -> None:
+    try:
+      for it in range(60):
+        n = 2 + (t + it) % 9
+        out = np.zeros(n, np.float32)
+        args = pool.native.args([out.ctypes.data, t * 10 + it % 10])
+        if pool.run_native(tramp, addr, args, n): native_runs[0] += 1
+        else: pool.run(functools.partial(ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32)(addr),
+                                         out.ctypes.data, t * 10 + it % 10), n)
+        if not np.array_equal(out, (t * 10 + it % 10) * 1000 + np.arange(n) + 0.5): errors.append((t, it, out))
+        if it % 20 == 19: time.sleep(0.003)  # long enough for the helpers to block: later launches must wake them
+    except BaseException as e:  # noqa: BLE001 -- reported below
+      errors.append(e)
+  ts = [threading.Thread(target=worker, args=(t,)) for t in range(8)]
+  for t in ts: t.start()
+  for t in ts: t.join(60)
+  assert not errors, errors[:3]
+  assert native_runs[0] > 0 and not any(t.is_alive() for t in ts), (native_runs, [t.is_alive() for t in ts])
+
+
+def test_native_helpers_block_when_idle_and_close_ends_them() -> None:
+  """After `native_spin_s` without a launch the helpers block (no CPU burnt); a launch then still gets them, and
+  `close` ends them."""
+  from tiny_runtime_cpu.cpu import CPUDevice
+  dev = CPUDevice("CPU")
+  addr, tramp = _native_kernel(dev)
+  pool = dev.pool
+  time.sleep(0.05)  # far past native_spin_s (1 ms)
+  assert all(pool.asleep) and len(pool.asleep) == pool.workers
+  c0, w0 = time.process_time(), time.perf_counter()
+  time.sleep(0.2)
+  assert (time.process_time() - c0) / (time.perf_counter() - w0) < 0.05
+  out = np.zeros(16, np.float32)
+  assert pool.run_native(tramp, addr, pool.native.args([out.ctypes.data, 1]), 16)
+  np.testing.assert_array_equal(out, 1000 + np.arange(16) + 0.5)
+  threads = list(pool.threads)
+  dev.finalize()
+  for t in threads: t.join(5)
+  assert not any(t.is_alive() for t in threads)
+
+
+@pytest.mark.parametrize("nbufs,nvals", [(1, 0), (3, 2), (9, 4), (2, 7)])
+def test_native_trampoline_calls_with_the_exact_prototype(nbufs: int, nvals: int) -> None:
+  """`tiny_call_<B>_<V>` passes B pointers and V int32 values (more than fit in registers too) and core_id."""
+  from tiny_codegen.compiler.llvm import LLVMCompiler
+  from tiny_runtime_cpu.native_pool import call_ir
+  dev = Device["CPU"]
+  params = [f"ptr %b{i}" for i in range(nbufs)] + [f"i32 %v{i}" for i in range(nvals)] + ["i32 %core"]
+  # buffer i's element core_id gets (i + 1) * 10000 + the values' sum + core_id: each pointer lands in its slot
+  body = ["  %s0 = add i32 0, %core"] + [f"  %s{i + 1} = add i32 %s{i}, %v{i}" for i in range(nvals)]
+  for i in range(nbufs):
+    body += [f"  %t{i} = add i32 %s{nvals}, {(i + 1) * 10000}", f"  %f{i} = sitofp i32 %t{i} to float",
+             f"  %p{i} = getelementptr float, ptr %b{i}, i32 %core", f"  store float %f{i}, ptr %p{i}"]
+  ir = f"define void @proto_{nbufs}_{nvals}({', '.join(params)}) nounwind {{\nentry:\n" + "\n".join(body) + \
+    "\n  ret void\n}\n"
+  comp = LLVMCompiler()
+  kern = dev.get_program(f"proto_{nbufs}_{nvals}", comp.compile_cached(ir))
+  tramp = dev.get_program(f"tiny_call_{nbufs}_{nvals}", comp.compile_cached(call_ir(nbufs, nvals)))
+  bufs = [np.zeros(8, np.float32) for _ in range(nbufs)]
+  vals = [(-1) ** i * (i + 1) * 100 for i in range(nvals)]
+  block = (ctypes.c_int64 * max(1, nbufs + nvals))(*[b.ctypes.data for b in bufs], *vals)
+  call = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32)(tramp.addr)
+  for core in (0, 5): call(kern.addr, ctypes.addressof(block), core)
+  for i, b in enumerate(bufs):
+    base = (i + 1) * 10000 + sum(vals)
+    assert b[0] == base and b[5] == base + 5 and b[1] == 0, (i, b)

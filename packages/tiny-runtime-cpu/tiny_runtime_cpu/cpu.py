@@ -29,6 +29,7 @@ from tiny_uop.tools import find_tool
 
 from tiny_runtime_cpu.elfload import EM_X86_64, LoadedObject, ObjectLoadError, UnresolvedSymbolError
 from tiny_runtime_cpu.memory import HostAllocator, HostMem
+from tiny_runtime_cpu.native_pool import NativePool
 from tiny_runtime_cpu.threads import ThreadPool, default_threads
 
 ELF_MAGIC = b"\x7fELF"
@@ -168,7 +169,9 @@ class CPUProgram(Program):
     n = global_size[0] if global_size else 1
     st = time.perf_counter() if wait else 0.0
     if n == 1: fxn(*args, 0)
-    else: self.pool.run(functools.partial(fxn, *args), n)  # share i calls fxn(*args, i)
+    elif not ((native := self.pool.native) is not None and
+              self.pool.run_native(native.tramp(len(bufs), len(vals)), self.addr, native.args(args), n)):
+      self.pool.run(functools.partial(fxn, *args), n)  # share i calls fxn(*args, i)
     if self._oob is not None and self._oob[0]: self._raise_oob(bufs)
     return time.perf_counter() - st if wait else None
 
@@ -244,7 +247,14 @@ class CPUDevice(TargetRenderer, Compiled):
     super().__init__(device, HostAllocator(), classes, CPUProgram)
     self.jit = MCJIT()
     self._load_lock = threading.Lock()
-    self.pool = ThreadPool(default_threads(int(CPU_THREADS.value)) - 1)  # the launching thread is one of them
+    # the launching thread is one of them; launches are dispatched natively (native_pool) once the helpers start
+    self.pool = ThreadPool(default_threads(int(CPU_THREADS.value)) - 1, make_native=self._make_native)
+
+  def _make_native(self) -> NativePool:
+    from tiny_codegen.compiler.llvm import LLVMCompiler
+    comp = LLVMCompiler()
+    def load(name: str, ir: str) -> int: return self.get_program(name, comp.compile_cached(ir)).addr
+    return NativePool(load, comp.triple)
 
   def select_renderer(self, name: str | None) -> Renderer:
     if name is not None and name.upper() in ("CLANG", "C", "CLANGRENDERER") and find_tool("cc") is None:

@@ -4,16 +4,23 @@ A launch of `n` shares puts itself on the queue once per helper it wants; each h
 claims share numbers from the launch's counter until none are left, so a launch never waits for a busy worker
 and several Python threads can launch at once. Native kernels are called through ctypes, which releases the GIL,
 so the shares run in parallel.
+
+With native dispatch (`make_native`: the CPU device's `native_pool.NativePool`), a kernel launch (`run_native`) is
+instead published in a shared block that the helpers poll natively, without the GIL, for `native_spin_s` after
+their last launch; shares are claimed and run there too, and the launching thread waits for the last share natively.
+A helper that saw no launch for that long blocks on the queue, and the next native launch puts a token there for
+it. One native launch runs at a time: a launch from a second Python thread meanwhile takes the queue path.
 """
 from __future__ import annotations
 
 import _thread
+import ctypes
 import itertools
 import os
 import queue
 import threading
 import time
-from typing import Callable
+from typing import Any, Callable
 
 
 class _Launch:
@@ -47,27 +54,58 @@ class ThreadPool:
   a replay, a few µs apart, find it awake, while an idle pool uses no CPU. (A hot spin would hold the GIL that the
   launching thread needs, and take a core the 2-core machines we measure on don't have to spare.)"""
 
-  def __init__(self, workers: int):
+  native_spin_s = 1e-3
+  """With native dispatch: how long a helper that ran a launch's shares polls for the next launch (natively, without
+  the GIL) before it blocks in Python. OpenMP runtimes and OpenBLAS keep their workers spinning for longer."""
+
+  def __init__(self, workers: int, make_native: Callable[[], Any] | None = None):
+    """`make_native()`, called when the first helper starts, gives a `native_pool.NativePool`: launches of native
+    kernels (`run_native`) are then published to the helpers and claimed without the GIL. None: Python dispatch only."""
     self.workers = max(0, workers)
-    self.queue: queue.SimpleQueue[_Launch | None] = queue.SimpleQueue()
+    self.queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
     self.threads: list[threading.Thread] = []
     self._lock = threading.Lock()
+    self.make_native, self.native = make_native, None
+    self.native_iters = 0  # native polls in native_spin_s: measured when the first helper starts
+    self.asleep: list[bool] = []  # per helper: blocked in Python (a native launch puts a token on the queue for each)
+    self._native_lock = threading.Lock()  # one native launch at a time; others take the Python path
+    self._gens = itertools.count(1)
     if hasattr(os, "register_at_fork"): os.register_at_fork(after_in_child=self._after_fork)
 
+  def _calibrate(self) -> int:
+    """Native polls per `native_spin_s` (a poll's cost differs by CPU: x86's `pause` is 10-150 cycles)."""
+    assert self.native is not None
+    probe, n, best = (ctypes.c_int64 * 8)(), 1 << 14, float("inf")
+    for _ in range(3):
+      st = time.perf_counter()
+      self.native.helper(ctypes.addressof(probe), 0, n)  # the block never changes: n polls
+      best = min(best, time.perf_counter() - st)
+    return max(1, int(n * self.native_spin_s / max(best, 1e-9)))
+
   def _after_fork(self) -> None:
-    """A forked child has none of the parent's threads: start afresh (on the next launch)."""
+    """A forked child has none of the parent's threads: start afresh (on the next launch). A native launch the
+    parent had running is abandoned: its remaining shares can no longer be claimed."""
     self.queue = queue.SimpleQueue()
     self.threads = []
     self._lock = threading.Lock()
+    self._native_lock = threading.Lock()
+    self.asleep = []
+    if self.native is not None: self.native.state[1] = 0  # `next` of generation 0, which no launch uses
 
   def _start(self) -> None:
     with self._lock:
+      if self.make_native is not None and self.native is None and self.workers:
+        self.native = self.make_native()
+        self.native_iters = self._calibrate()
       while len(self.threads) < self.workers:
-        t = threading.Thread(target=self._loop, name=f"tiny-cpu-{len(self.threads)}", daemon=True)
+        self.asleep.append(False)
+        t = threading.Thread(target=self._loop, args=(len(self.threads),), name=f"tiny-cpu-{len(self.threads)}",
+                             daemon=True)
         t.start()
         self.threads.append(t)
 
-  def _loop(self) -> None:
+  def _loop(self, index: int) -> None:
+    if self.native is not None: return self._native_loop(index)
     q, get_nowait, clock, pause = self.queue, self.queue.get_nowait, time.perf_counter, time.sleep
     while True:
       got = False
@@ -79,6 +117,55 @@ class ThreadPool:
       if not got: launch = q.get()
       if launch is None: return  # close()'s stop marker, whether it came while polling or blocked
       launch.work()
+
+  def _native_loop(self, index: int) -> None:
+    """A helper with native dispatch: poll natively for launches and run their shares; after `native_spin_s` without
+    one, block on the queue (a native launch puts a token there for each blocked helper; Python launches and the
+    stop marker come there too)."""
+    native, q = self.native, self.queue
+    assert native is not None
+    seen = -1  # join whatever launch is published now (if it still has shares)
+    while True:
+      got = native.helper(native.state_addr, seen, self.native_iters)
+      if got != seen:  # ran shares of launch `got` (or found none left): take what the queue holds, then poll on
+        seen = got
+        if not self._drain(q): return
+        continue
+      asleep = self.asleep
+      asleep[index] = True  # a list of this pool's helpers: after a fork the child's new list isn't touched
+      try: item = q.get()
+      finally: asleep[index] = False
+      if not self._take(item) or not self._drain(q): return
+      seen = -1
+
+  @staticmethod
+  def _take(item: Any) -> bool:
+    """Handle one queue item of a native helper: a Python launch (run its shares), a wake token (nothing), or the
+    stop marker (False)."""
+    if item is None: return False
+    if isinstance(item, _Launch): item.work()
+    return True
+
+  def _drain(self, q: queue.SimpleQueue[Any]) -> bool:
+    """Take every item the queue holds now (tokens left by launches this helper joined anyway, Python launches made
+    while a native one ran); False on the stop marker."""
+    while True:
+      try: item = q.get_nowait()
+      except queue.Empty: return True
+      if not self._take(item): return False
+
+  def run_native(self, tramp: int, fn: int, args: Any, n: int) -> bool:
+    """Run shares 0..n-1 of native kernel `fn` (called through trampoline `tramp` with argument block `args`) on the
+    helpers and this thread, claimed natively; False, having run nothing, when there is no native dispatch or another
+    thread's native launch is running (then use `run`)."""
+    if self.native is None and self.make_native is not None and self.workers: self._start()
+    if (native := self.native) is None or not self._native_lock.acquire(False): return False
+    try:
+      if len(self.threads) < self.workers: self._start()
+      for _ in range(min(sum(self.asleep), n - 1)): self.queue.put(True)  # wake blocked helpers
+      native.main(native.state_addr, next(self._gens) % 0x7FFFFFFF + 1, n, tramp, fn, ctypes.addressof(args))
+    finally: self._native_lock.release()
+    return True
 
   def run(self, fn: Callable[[int], None], n: int) -> None:
     if n <= 0: return
@@ -96,7 +183,7 @@ class ThreadPool:
     """Stop the helper threads (they finish the launches already queued)."""
     with self._lock:
       for _ in self.threads: self.queue.put(None)
-      self.threads = []
+      self.threads, self.asleep = [], []
 
 
 def default_threads(setting: int) -> int:
