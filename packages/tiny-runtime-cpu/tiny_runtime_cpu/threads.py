@@ -14,6 +14,7 @@ it. One native launch runs at a time: a launch from a second Python thread meanw
 from __future__ import annotations
 
 import _thread
+import atexit
 import ctypes
 import itertools
 import os
@@ -71,6 +72,14 @@ class ThreadPool:
     self._native_lock = threading.Lock()  # one native launch at a time; others take the Python path
     self._gens = itertools.count(1)
     if hasattr(os, "register_at_fork"): os.register_at_fork(after_in_child=self._after_fork)
+    if make_native is not None: atexit.register(self._join_at_exit)
+
+  def _join_at_exit(self) -> None:
+    """Before the interpreter tears modules down (and with them the loaded code the helpers may still be polling
+    in, for up to `native_spin_s`): stop the helpers and wait for them."""
+    threads = list(self.threads)
+    self.close()
+    for t in threads: t.join(1.0)
 
   def _calibrate(self) -> int:
     """Native polls per `native_spin_s` (a poll's cost differs by CPU: x86's `pause` is 10-150 cycles)."""
