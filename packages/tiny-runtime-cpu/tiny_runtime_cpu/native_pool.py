@@ -35,18 +35,17 @@ def _hint(triple: str) -> tuple[str, str]:
   return "", ""
 
 
+_FIELDS = "".join(f"  %{name} = getelementptr i64, ptr %st, i64 {i}\n"
+                  for i, name in enumerate(("pnext", "pfin", "pn", "ptramp", "pfn", "pargs"), start=1))
+"""Pointers to the block's words 1-6 (see the module docstring), as both functions that use them name them."""
+
+
 def pool_ir(triple: str) -> str:
   """LLVM IR of `tiny_pool_main` and `tiny_pool_helper` (see the module docstring)."""
   call, decl = _hint(triple)
   return f"""define internal void @work(ptr %st, i64 %gen) nounwind {{
 entry:
-  %pnext = getelementptr i64, ptr %st, i64 1
-  %pfin = getelementptr i64, ptr %st, i64 2
-  %pn = getelementptr i64, ptr %st, i64 3
-  %ptramp = getelementptr i64, ptr %st, i64 4
-  %pfn = getelementptr i64, ptr %st, i64 5
-  %pargs = getelementptr i64, ptr %st, i64 6
-  br label %look
+{_FIELDS}  br label %look
 look:
   %cur = load atomic i64, ptr %pnext acquire, align 8
   %g = lshr i64 %cur, 32
@@ -76,13 +75,7 @@ out:
 
 define void @tiny_pool_main(ptr %st, i64 %gen, i64 %n, i64 %tramp, i64 %fn, i64 %args) nounwind {{
 entry:
-  %pnext = getelementptr i64, ptr %st, i64 1
-  %pfin = getelementptr i64, ptr %st, i64 2
-  %pn = getelementptr i64, ptr %st, i64 3
-  %ptramp = getelementptr i64, ptr %st, i64 4
-  %pfn = getelementptr i64, ptr %st, i64 5
-  %pargs = getelementptr i64, ptr %st, i64 6
-  store i64 %n, ptr %pn, align 8
+{_FIELDS}  store i64 %n, ptr %pn, align 8
   store i64 %tramp, ptr %ptramp, align 8
   store i64 %fn, ptr %pfn, align 8
   store i64 %args, ptr %pargs, align 8
