@@ -6,6 +6,7 @@ import ctypes
 import functools
 import threading
 import time
+from typing import Any
 
 import numpy as np
 import pytest
@@ -213,6 +214,36 @@ def test_native_helpers_block_when_idle_and_close_ends_them() -> None:
   dev.finalize()
   for t in threads: t.join(5)
   assert not any(t.is_alive() for t in threads)
+
+
+def test_close_while_helpers_poll_natively() -> None:
+  """`close` (as at exit) while the helpers still poll natively after a launch: each one stops cleanly when its
+  poll ends, with no error in the thread (it once indexed the pool's new, empty list of sleeping helpers)."""
+  from tiny_runtime_cpu.cpu import CPUDevice
+  errors: list[Any] = []
+  # set here, not by monkeypatch: pytest installs its own hook for the test's call, over a fixture's
+  hook, threading.excepthook = threading.excepthook, lambda a: errors.append(a.exc_value)
+  try: _close_while_polling(CPUDevice("CPU"))
+  finally: threading.excepthook = hook
+  assert not errors, errors
+
+
+def _close_while_polling(dev: Any) -> None:
+  addr, tramp = _native_kernel(dev)
+  pool = dev.pool
+  pool.native_iters *= 100  # the helpers poll ~100 ms after a launch: close() comes while they do
+  out = np.zeros(4, np.float32)
+  assert pool.run_native(tramp, addr, pool.native.args([out.ctypes.data, 2]), 4)
+  np.testing.assert_array_equal(out, 2000 + np.arange(4) + 0.5)
+  threads, until = list(pool.threads), time.perf_counter() + 5
+  while any(pool.asleep) and time.perf_counter() < until: time.sleep(1e-3)  # a helper that was blocked wakes to poll
+  assert threads and not any(pool.asleep)
+  time.sleep(0.01)  # well inside its poll now
+  pool.close()
+  st = time.perf_counter()
+  for t in threads: t.join(10)
+  assert not any(t.is_alive() for t in threads)
+  assert time.perf_counter() - st > 0.02, "the helpers had stopped polling before close(): nothing was tested"
 
 
 @pytest.mark.parametrize("nbufs,nvals", [(1, 0), (3, 2), (9, 4), (2, 7)])

@@ -132,6 +132,7 @@ class ThreadPool:
     one, block on the queue (a native launch puts a token there for each blocked helper; Python launches and the
     stop marker come there too)."""
     native, q = self.native, self.queue
+    asleep = self.asleep  # this helper's list: close() (or a fork) gives the pool a new one while it may still poll
     assert native is not None
     seen = -1  # join whatever launch is published now (if it still has shares)
     while True:
@@ -140,8 +141,7 @@ class ThreadPool:
         seen = got
         if not self._drain(q): return
         continue
-      asleep = self.asleep
-      asleep[index] = True  # a list of this pool's helpers: after a fork the child's new list isn't touched
+      asleep[index] = True
       try: item = q.get()
       finally: asleep[index] = False
       if not self._take(item) or not self._drain(q): return
