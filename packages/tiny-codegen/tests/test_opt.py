@@ -123,7 +123,8 @@ def test_unroll_needs_reduce_axis_and_upcast_limit() -> None:
     apply_opts(matmul_ast(64, 64, 8), ren, (Opt(OptOps.UPCAST, 0, 0), Opt(OptOps.UPCAST, 0, 0)))
 
 
-def test_heuristics_register_block_matmul() -> None:
+def test_heuristics_register_block_matmul(vector_registers) -> None:
+  vector_registers(32, 64)  # AVX-512 (AVX2's narrower block: below)
   ast = optimize_kernel(matmul_ast(64, 64, 64), Device["CPU"].renderer)
   applied = ast.arg.applied_opts
   assert applied[:2] == (Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 0, 8)), applied  # 16 lanes x 8 rows
@@ -142,24 +143,24 @@ def vector_registers(monkeypatch):
   return use
 
 
-@pytest.mark.parametrize("M, N, K, regs, rows, extra, axis", [
-  (64, 64, 64, (32, 64), 8, 2, 1),   # AVX-512: 8 rows x 2 zmm accumulators (16: half the 32 registers)
-  (64, 96, 32, (32, 64), 8, 2, 1),   # 96 = 16 x 6: 8 x 3 would take 24 registers
-  (4, 128, 32, (32, 64), 4, 4, 0),   # only 4 rows (upcast whole: the row axis is gone, B's is output axis 0): 4 x 4
-  (64, 64, 64, (16, 32), 8, 1, 1),   # AVX2: 8 x 16 lanes already take 16 ymm: no more
-  (64, 64, 64, (0, 0), 8, 1, 1),     # unknown register file: the plain 8 x 16 block
+@pytest.mark.parametrize("M, N, K, regs, lanes, rows, extra, axis", [
+  (64, 64, 64, (32, 64), 16, 8, 2, 1),   # AVX-512: 8 rows x 2 zmm accumulators (16: half the 32 registers)
+  (64, 96, 32, (32, 64), 16, 8, 2, 1),   # 96 = 16 x 6: 8 x 3 would take 24 registers
+  (4, 128, 32, (32, 64), 16, 4, 4, 0),   # only 4 rows (upcast whole: the row axis is gone, B's is output axis 0): 4 x 4
+  (64, 64, 64, (16, 32), 8, 4, 2, 1),    # AVX2: 4 rows x 2 ymm (8 of the 16; 8 rows x 16 lanes spilled), no K unroll
+  (64, 64, 64, (0, 0), 16, 8, 1, 1),     # unknown register file: the plain 8 x 16 block
 ])
-def test_heuristics_matmul_block_widens_to_the_vector_registers(vector_registers, M, N, K, regs, rows, extra,
+def test_heuristics_matmul_block_widens_to_the_vector_registers(vector_registers, M, N, K, regs, lanes, rows, extra,
                                                                 axis) -> None:
   vector_registers(*regs)
   ren = Device["CPU"].renderer
   opt = optimize_kernel(matmul_ast(M, N, K), ren)
-  want = (Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 0, rows)) + \
+  want = (Opt(OptOps.UPCAST, 1, lanes), Opt(OptOps.UPCAST, 0, rows)) + \
     ((Opt(OptOps.UPCAST, axis, extra),) if extra > 1 else ())
   assert opt.arg.applied_opts == want, opt.arg.applied_opts
   src = get_program(opt, ren).src
   accs = rows * extra
-  assert src.count("alloca [1 x <16 x float>]") == accs, src  # that many 16-lane vector accumulators
+  assert src.count(f"alloca [1 x <{lanes} x float>]") == accs, src  # that many vector accumulators
   rng = np.random.default_rng(7)
   a, b = rng.standard_normal((M, K)).astype(np.float32), rng.standard_normal((K, N)).astype(np.float32)
   np.testing.assert_allclose(run(opt, "CPU", [a, b], M * N).reshape(M, N), a @ b, rtol=1e-4, atol=1e-4)

@@ -57,7 +57,10 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
       if not (ren.vectorize_upcast and _vector_block(k, loads)): _register_block(k, sidx, loads)
     else: _shared_load_block(k, loads)
     # vector accumulators only where nothing above upcast (a matrix-vector product has its four shared-load lanes)
-    if not _unroll_reduce(k, k.loads()) and not blocked and k.upcast_size == 1:
+    # a register-blocked matmul has independent accumulators enough: unrolling its K as well (AVX2's 4 x 2 x 8
+    # block, 64 lanes) ran 1.6x slower
+    latency = not (blocked and k.upcast_size >= BLOCK_NO_UNROLL_LANES and _gemm_like(k, loads))
+    if not _unroll_reduce(k, k.loads(), latency) and not blocked and k.upcast_size == 1:
       _vector_accumulators(k, sidx, k.loads())
   elif not ren.has_threads:
     _upcast_contiguous(k, sidx)
@@ -194,8 +197,15 @@ def _vector_block(k: Kernel, loads: list[UOp]) -> bool:
   if best is None: return False
   amt, _, i, r, others = best
   gemm = _gemm_like(k, loads)
+  regs, width, itemsize = _register_file(k)
+  if gemm and width and amt * itemsize > width and (r_n := _bound(r)) and r_n % (width // itemsize) == 0:
+    amt = width // itemsize  # one register per vector (AVX2: 8 floats); `_widen_vector_block` adds vectors later
   if not _try(k, Opt(OptOps.UPCAST, i, amt)): return False
   vectors, budget, blocked = 1, 8, 0
+  if gemm and regs and width:  # a matmul's rows take half of ACC_REGISTER_SHARE of the registers, leaving room to
+    # widen: on AVX2 (16 ymm) 8 rows x 16 lanes took all 16 and spilled in the reduce loop; 4 rows x 2 x 8 lanes
+    # don't (1024^2, one thread on znver3: 26 -> 36 GFLOPS). (Convs keep their tuned blocks: not measured on AVX2.)
+    budget = max(2, min(8, int(regs * ACC_REGISTER_SHARE) // -(-amt * itemsize // width) // 2))
   # block (up to two of) the axes the vector is reused across: plain ones first, innermost first
   others.sort(key=lambda o: (_awkward(o[1], loads, rngs, k.reduce_axes)[0], -o[0]))
   for _, x, m in others:
@@ -205,6 +215,14 @@ def _vector_block(k: Kernel, loads: list[UOp]) -> bool:
     if blocked == 2 or vectors * 2 > budget: break
   if gemm: _widen_vector_block(k, r.arg[0], amt, vectors)
   return True
+
+
+def _register_file(k: Kernel) -> tuple[int, int, int]:
+  """The renderer's vector registers (count, bytes; 0, 0 when unknown) and the widest REDUCE's itemsize (what an
+  accumulator lane takes)."""
+  regs, width = getattr(k.renderer, "vector_registers", (0, 0))
+  reds = [u for u in k.ast.toposort() if u.op is Ops.REDUCE]
+  return regs, width, max((u.dtype.scalar().itemsize for u in reds), default=4)
 
 
 def _block_amounts(m: int, most: int) -> tuple[int, ...]:
@@ -324,28 +342,31 @@ def _loads_after(k: Kernel, r: UOp, amt: int) -> int:
   return total
 
 
-def _unroll_reduce(k: Kernel, loads: list[UOp]) -> bool:
+BLOCK_NO_UNROLL_LANES = 32
+
+
+def _unroll_reduce(k: Kernel, loads: list[UOp], latency: bool = True) -> bool:
   """Unroll the innermost reduce axis of each REDUCE (a kernel may hold several, e.g. a norm's mean and variance):
   a small one (<= 8, e.g. a filter width) fully, a larger one by 16/8/4 when loads walk it contiguously (independent
   partial results hide the add latency; the expander gives each lane of a streaming reduce its own accumulator) as
   long as that REDUCE's body is cheap; at most 256 lanes in all. True when it unrolled or a load walks the axis
-  contiguously (no case for `_vector_accumulators`)."""
+  contiguously (no case for `_vector_accumulators`). `latency`: False leaves a larger axis as it is."""
   inner: dict[UOp, UOp] = {}  # innermost REDUCE range -> its REDUCE
   for red in (u for u in k.ast.toposort() if u.op is Ops.REDUCE):
     if (rs := [r for r in red.src[1:] if r.op is Ops.RANGE and r.arg[1] is AxisType.REDUCE]):
       inner.setdefault(max(rs, key=lambda r: r.arg[0]), red)
   done = False
   for r, red in sorted(inner.items(), key=lambda x: -x[0].arg[0]):
-    if r in k.reduce_axes: done = _unroll_one(k, r, red, loads) or done
+    if r in k.reduce_axes: done = _unroll_one(k, r, red, loads, latency) or done
   return done
 
 
-def _unroll_one(k: Kernel, r: UOp, red: UOp, loads: list[UOp]) -> bool:
+def _unroll_one(k: Kernel, r: UOp, red: UOp, loads: list[UOp], latency: bool = True) -> bool:
   n = _bound(r)
   if n is None or n < 2: return False
   if n <= 8 and _try(k, Opt(OptOps.UNROLL, k.reduce_axes.index(r), 0)): return True
   rngs = k.rngs
-  if n < 8: return False
+  if n < 8 or not latency: return False
   if not any(stride_of(ld.src[0].src[1], r, rngs) == 1 for ld in loads): return False
   cost = _alu_cost(red.src[0])
   # a renderer with native vectors packs the unrolled lanes of a contiguous reduce into vectors (LLVM's SLP
