@@ -222,7 +222,8 @@ def conv1d_ast(CO: int, CI: int, W: int, KW: int) -> UOp:
   return out.index(co * W + x).store(val).sink(arg=KernelInfo())
 
 
-def test_heuristics_conv_blocks_channels_and_unrolls_filter() -> None:
+def test_heuristics_conv_blocks_channels_and_unrolls_filter(vector_registers) -> None:
+  vector_registers(32, 64)  # AVX-512 (AVX2: test_heuristics_conv_blocks_fit_avx2_registers)
   ren = Device["CPU"].renderer
   ast = conv1d_ast(16, 4, 20, 5)
   opt = optimize_kernel(ast, ren)
@@ -437,10 +438,11 @@ def conv2d_ast(B: int, CO: int, CI: int, H: int, W: int, K: int, channels_last: 
 
 
 @pytest.mark.parametrize("W, lanes", [(12, 10), (8, 6), (22, 10), (18, 16)])
-def test_heuristics_conv2d_row_is_one_vector_of_its_widest_divisor(W: int, lanes: int) -> None:
+def test_heuristics_conv2d_row_is_one_vector_of_its_widest_divisor(vector_registers, W: int, lanes: int) -> None:
   # the output row (W - 2 wide for a 3x3 filter) is the native vector (16 or 8 lanes when they divide it, else its
   # widest divisor up to 16: 10 -> 10, 6 -> 6, 20 -> 10), 8 output channels share each input vector, the filter row
-  # is unrolled whole; results against numpy
+  # is unrolled whole; results against numpy. AVX-512's register file (AVX2's: below)
+  vector_registers(32, 64)
   ren = Device["CPU"].renderer
   assert ren.vectorize_upcast, f"the CPU default renderer is expected to be LLVM, got {type(ren).__name__}"
   B, CO, CI, H, K = 2, 16, 3, 7, 3
@@ -495,10 +497,11 @@ def test_block_amounts_prefer_the_widest_divisor_to_two() -> None:
   assert _block_amounts(10, 2) == (2,) and _block_amounts(3, 2) == (2,)  # room for 2 more: 3 can't be blocked
 
 
-def test_channels_last_conv_on_a_10_wide_row_blocks_5_pixels() -> None:
+def test_channels_last_conv_on_a_10_wide_row_blocks_5_pixels(vector_registers) -> None:
   # the weight read channels-last (w[ci, ky, kx, co]): the vector is 16 output channels, reused across the pixels of
   # the 10-wide output row, 5 of which are blocked (8 and 4 don't divide 10; 2 x 2 left the FMA chains too few);
-  # results vs numpy
+  # results vs numpy. AVX-512's register file (AVX2's: below)
+  vector_registers(32, 64)
   ren = Device["CPU"].renderer
   assert ren.vectorize_upcast, f"the CPU default renderer is expected to be LLVM, got {type(ren).__name__}"
   B, CO, CI, H, W, K = 2, 32, 4, 12, 12, 3
@@ -514,6 +517,36 @@ def test_channels_last_conv_on_a_10_wide_row_blocks_5_pixels() -> None:
   want = np.einsum("pqbiyx,ipqo->boyx", win.astype(np.float64), ws.astype(np.float64))
   got = run(opt, "CPU", [xs.ravel(), ws.ravel()], B * CO * OH * OW).reshape(B, CO, OH, OW)
   np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("args, want", [
+  # NCHW weights, a 20-wide output row: 10 lanes take two ymm registers, so 4 channels (8 registers), not 8
+  ((2, 16, 4, 7, 24, 5, False), ((3, 10), (1, 4))),
+  # channels-last: the vector is one register of 8 channels (not 16 in two), blocked by 4 pixels x 2 rows; by 5
+  # pixels of a 10-wide row; 6 of a 6-wide one, whole
+  ((2, 32, 4, 8, 24, 5, True), ((1, 8), (3, 4), (2, 2))),
+  ((2, 32, 4, 12, 12, 3, True), ((1, 8), (3, 5))),
+  ((2, 32, 4, 8, 8, 3, True), ((1, 8), (3, 6))),
+])
+def test_heuristics_conv_blocks_fit_avx2_registers(vector_registers, args, want) -> None:
+  """AVX2 (16 ymm): a conv's accumulators take at most half the registers (`ACC_REGISTER_SHARE`), counting one that
+  spans two registers twice; AVX-512's blocks spilled there (the MNIST step's 5x5 conv: 119 stack accesses in its
+  loop, 37 -> 56-64 GFLOPS on one znver3 thread). Results vs numpy."""
+  vector_registers(16, 32)
+  ren = Device["CPU"].renderer
+  B, CO, CI, H, W, K, cl = args
+  opt = optimize_kernel(conv2d_ast(*args), ren)
+  assert opt.arg.applied_opts == tuple(Opt(OptOps.UPCAST, a, n) for a, n in want) + (Opt(OptOps.UNROLL, 2, 0),), \
+    opt.arg.applied_opts
+  OH, OW = H - K + 1, W - K + 1
+  rng = np.random.default_rng(11)
+  xs = rng.standard_normal((B, CI, H, W)).astype(np.float32)
+  ws = rng.standard_normal((CI, K, K, CO) if cl else (CO, CI, K, K)).astype(np.float32)
+  win = np.stack([[xs[:, :, ky:ky + OH, kx:kx + OW] for kx in range(K)] for ky in range(K)])  # ky kx b ci y x
+  want_out = np.einsum("pqbiyx,ipqo->boyx" if cl else "pqbiyx,oipq->boyx", win.astype(np.float64),
+                       ws.astype(np.float64))
+  got = run(opt, "CPU", [xs.ravel(), ws.ravel()], B * CO * OH * OW).reshape(B, CO, OH, OW)
+  np.testing.assert_allclose(got, want_out, rtol=1e-4, atol=1e-4)
 
 
 def test_unroll_budget_is_per_vector_on_a_vectorizing_renderer() -> None:

@@ -198,14 +198,15 @@ def _vector_block(k: Kernel, loads: list[UOp]) -> bool:
   amt, _, i, r, others = best
   gemm = _gemm_like(k, loads)
   regs, width, itemsize = _register_file(k)
-  if gemm and width and amt * itemsize > width and (r_n := _bound(r)) and r_n % (width // itemsize) == 0:
-    amt = width // itemsize  # one register per vector (AVX2: 8 floats); `_widen_vector_block` adds vectors later
+  if width and amt * itemsize > width and (r_n := _bound(r)) and r_n % (width // itemsize) == 0:
+    amt = width // itemsize  # one register per vector (AVX2: 8 floats); a matmul's `_widen_vector_block` adds more
   if not _try(k, Opt(OptOps.UPCAST, i, amt)): return False
   vectors, budget, blocked = 1, 8, 0
-  if gemm and regs and width:  # a matmul's rows take half of ACC_REGISTER_SHARE of the registers, leaving room to
-    # widen: on AVX2 (16 ymm) 8 rows x 16 lanes took all 16 and spilled in the reduce loop; 4 rows x 2 x 8 lanes
-    # don't (1024^2, one thread on znver3: 26 -> 36 GFLOPS). (Convs keep their tuned blocks: not measured on AVX2.)
-    budget = max(2, min(8, int(regs * ACC_REGISTER_SHARE) // -(-amt * itemsize // width) // 2))
+  if regs and width:  # the accumulators within ACC_REGISTER_SHARE of the registers (a matmul's rows in half of it,
+    # leaving room to widen). On AVX2 (16 ymm) 8 x 16 lanes took all 16 and spilled in the reduce loop: 1024^2 f32,
+    # one thread on znver3, 26 -> 36 GFLOPS as 4 rows x 2 x 8 lanes; conv2 of the MNIST step (32 -> 32 channels, 5x5,
+    # 24x24 maps) 37 -> 64 GFLOPS as 16 channels x 4 pixels (119 -> 24 stack accesses in the loop)
+    budget = max(2, min(8, int(regs * ACC_REGISTER_SHARE) // -(-amt * itemsize // width) // (2 if gemm else 1)))
   # block (up to two of) the axes the vector is reused across: plain ones first, innermost first
   others.sort(key=lambda o: (_awkward(o[1], loads, rngs, k.reduce_axes)[0], -o[0]))
   for _, x, m in others:
