@@ -5,7 +5,8 @@ CPU renderers (no locals; threads split the outermost loop in lowering):
   output axis that is contiguous in the store (16 lanes, 8 for convs; with native vectors (LLVM) the widest divisor
   up to 16 of a short conv row, which else got 4 or 2 scalar lanes: conv backward on a 10x10 map ran 7x faster) and
   one more reused axis (8), so each loaded value is used by several accumulators; a matmul's block then widens
-  along its vector axis to half the renderer's vector registers (AVX-512: 8 rows x 2 vectors). Axes that a load
+  along its vector axis to half the renderer's vector registers (AVX-512: 8 rows x 2 vectors; AVX2: a vector of one
+  register, 8 floats, 4 rows x 2 vectors; every block's accumulators within half the registers). Axes that a load
   indexes through div/mod (conv backward's windows) or as a sliding window (a conv's output row) are blocked last:
   their lanes share no loads, only index math;
 - streaming reduces (each element read about once) whose reduce axis is strided in memory but whose innermost output
