@@ -341,8 +341,9 @@ class MockFileIO(FileIOInterface):
       if size > ctypes.sizeof(g.doorbells): raise OSError(errno.EINVAL, f"doorbell mmap of {size:#x} bytes")
       return ctypes.addressof(g.doorbells)
     if self.path.startswith("/dev/dri/renderD"):
-      m = next((m for m in drv.allocs.values()
-                if m.mmap_offset == offset and self.path == f"/dev/dri/renderD{m.owner.render_minor}"), None)
+      with drv.lock:  # as the ioctls that add and free allocations (other threads allocate meanwhile)
+        m = next((m for m in drv.allocs.values()
+                  if m.mmap_offset == offset and self.path == f"/dev/dri/renderD{m.owner.render_minor}"), None)
       if m is None or m.va != start or size > m.size:
         raise OSError(errno.EINVAL, f"mock render mmap at {start:#x} size {size:#x} offset {offset:#x} matches no "
                                     f"allocation of {self.path}")
