@@ -531,7 +531,7 @@ def test_channels_last_conv_on_a_10_wide_row_blocks_5_pixels(vector_registers) -
 def test_heuristics_conv_blocks_fit_avx2_registers(vector_registers, args, want) -> None:
   """AVX2 (16 ymm): a conv's accumulators take at most half the registers (`ACC_REGISTER_SHARE`), counting one that
   spans two registers twice; AVX-512's blocks spilled there (the MNIST step's 5x5 conv: 119 stack accesses in its
-  loop, 37 -> 56-64 GFLOPS on one znver3 thread). Results vs numpy."""
+  loop, 37 -> 56 GFLOPS on one znver3 thread). Results vs numpy."""
   vector_registers(16, 32)
   ren = Device["CPU"].renderer
   B, CO, CI, H, W, K, cl = args

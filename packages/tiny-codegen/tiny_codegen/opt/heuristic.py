@@ -206,7 +206,7 @@ def _vector_block(k: Kernel, loads: list[UOp]) -> bool:
   if regs and width:  # the accumulators within ACC_REGISTER_SHARE of the registers (a matmul's rows in half of it,
     # leaving room to widen). On AVX2 (16 ymm) 8 x 16 lanes took all 16 and spilled in the reduce loop: 1024^2 f32,
     # one thread on znver3, 26 -> 36 GFLOPS as 4 rows x 2 x 8 lanes; conv2 of the MNIST step (32 -> 32 channels, 5x5,
-    # 24x24 maps) 37 -> 64 GFLOPS as 16 channels x 4 pixels (119 -> 24 stack accesses in the loop)
+    # 24x24 maps) 37 -> 56 GFLOPS as 8 channels x 4 pixels x 2 rows (119 -> 24 stack accesses in the loop)
     budget = max(2, min(8, int(regs * ACC_REGISTER_SHARE) // -(-amt * itemsize // width) // (2 if gemm else 1)))
   # block (up to two of) the axes the vector is reused across: plain ones first, innermost first
   others.sort(key=lambda o: (_awkward(o[1], loads, rngs, k.reduce_axes)[0], -o[0]))
@@ -266,10 +266,10 @@ def _widen(k: Kernel, rid: int, amt: int, accs: int, extras: tuple[int, ...], mo
   again by the first of `extras` that divides it, while the accumulators fit `ACC_REGISTER_SHARE` of the renderer's
   vector registers (`vector_registers`: count, bytes; an accumulator of `amt` lanes of the reduce's dtype takes one
   register or more; none known: unchanged), and at most `most` registers per REDUCE when given."""
-  regs, width = getattr(k.renderer, "vector_registers", (0, 0))
+  regs, width, itemsize = _register_file(k)
   reds = [u for u in k.ast.toposort() if u.op is Ops.REDUCE]
   if not regs or not width or not reds: return
-  per_acc = -(-amt * max(r.dtype.scalar().itemsize for r in reds) // width)
+  per_acc = -(-amt * itemsize // width)
   budget = int(regs * ACC_REGISTER_SHARE)
   if most is not None: budget = min(most, budget) * len(reds)
   # what is left of the axis outside the vector lanes keeps its id (gone when the lanes took it whole)
@@ -345,6 +345,8 @@ def _loads_after(k: Kernel, r: UOp, amt: int) -> int:
 
 
 BLOCK_NO_UNROLL_LANES = 32
+"""A register-blocked matmul with this many lanes or more gets no latency unroll of its K (see
+`hand_coded_optimizations`)."""
 
 
 def _unroll_reduce(k: Kernel, loads: list[UOp], latency: bool = True) -> bool:
