@@ -192,6 +192,57 @@ def test_heuristics_half_matmul_widens_float_accumulators(vector_registers) -> N
   np.testing.assert_allclose(got, ah.astype(np.float64) @ bh.astype(np.float64), rtol=1e-5, atol=1e-4)
 
 
+def packed_matmul_ast(M: int, N: int, K: int, P: int) -> UOp:
+  """C = A @ B with B packed into (N // P, K, P) panels, as tiny_tensor's dot builds it where `gemm_panel` says so:
+  the output's (m, n // P, n % P) axes arrive merged, so B's index takes n's div/mod by the panel."""
+  c = UOp(Ops.PARAM, dtypes.float.ptr(M * N), arg=0)
+  a, b = UOp(Ops.PARAM, dtypes.float.ptr(M * K), arg=1), UOp(Ops.PARAM, dtypes.float.ptr(K * N), arg=2)
+  i, j, k = UOp.range(M, 0), UOp.range(N, 1), UOp.range(K, 2, AxisType.REDUCE)
+  prod = a.index(i * K + k).load() * b.index((j // P) * (K * P) + k * P + j % P).load()
+  return c.index(i * N + j).store(prod.reduce(k, arg=Ops.ADD)).sink(arg=KernelInfo())
+
+
+@pytest.mark.parametrize("P, want", [
+  (16, (Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 2))),  # a panel: 4 rows x 2 ymm
+  (12, (Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.UPCAST, 0, 8))),  # 12 isn't whole vectors: not a gemm block
+])
+def test_heuristics_packed_matmul_gets_the_gemm_block(vector_registers, P: int, want: tuple) -> None:
+  # AVX2: B packed in panels of two vectors is walked by the same 4 x 2 x 8 block as a plain matmul, whose div/mod by
+  # the panel the block's whole vectors make affine; a div/mod by anything else keeps the non-gemm block
+  vector_registers(16, 32)
+  M, N, K = 32, 96, 24
+  ren = Device["CPU"].renderer
+  opt = optimize_kernel(packed_matmul_ast(M, N, K, P), ren)
+  assert opt.arg.applied_opts == want, opt.arg.applied_opts
+  rng = np.random.default_rng(9)
+  a, b = rng.standard_normal((M, K)).astype(np.float32), rng.standard_normal((K, N)).astype(np.float32)
+  packed = np.ascontiguousarray(b.reshape(K, N // P, P).transpose(1, 0, 2))
+  np.testing.assert_allclose(run(opt, "CPU", [a, packed], M * N).reshape(M, N), a @ b, rtol=1e-4, atol=1e-4)
+
+
+class _Regs:
+  def __init__(self, regs: int, width: int) -> None: self.vector_registers = (regs, width)
+
+
+@pytest.mark.parametrize("regs, m, k, n, itemsize, want", [
+  ((16, 32), 1024, 1024, 1024, 4, 16),   # AVX2, 1024^2 float32: 16-column panels (two ymm)
+  ((16, 32), 64, 512, 512, 4, 16),       # B of 1 MB, 64 rows: the smallest packed
+  ((16, 32), 63, 1024, 1024, 4, 0),      # too few rows to pay for the copy (decode's matrix-vector products)
+  ((16, 32), 1024, 256, 256, 4, 0),      # B of 256 KB stays in L2 in place
+  ((16, 32), 1024, 1024, 1000, 4, 0),    # columns not a whole number of panels
+  ((16, 32), 1024, 65536, 16, 4, 0),     # one panel: B already is one
+  ((16, 32), 64, 32768, 64, 4, 0),       # four panels (rows 256 bytes apart): a long-K product splits its K instead
+  ((16, 32), 64, 4096, 256, 4, 16),      # 256 columns (1 KB rows): packed
+  ((16, 32), 1024, 1024, 1024, 8, 0),    # float64: not packed
+  ((32, 64), 1024, 1024, 1024, 4, 0),    # AVX-512: its 8 x 2 x 16 block runs at peak in place
+  ((16, 16), 1024, 1024, 1024, 4, 0),    # SSE: not packed
+  ((0, 0), 1024, 1024, 1024, 4, 0),      # register file unknown
+])
+def test_gemm_panel(regs: tuple, m: int, k: int, n: int, itemsize: int, want: int) -> None:
+  from tiny_codegen.opt.heuristic import gemm_panel
+  assert gemm_panel(_Regs(*regs), m, k, n, itemsize) == want  # type: ignore[arg-type]
+
+
 def test_heuristics_conv_window_kernel_not_widened(vector_registers) -> None:
   # a conv's sliding-window row keeps `_vector_block`'s blocking (conv heuristics are tuned on their own)
   vector_registers(32, 64)

@@ -195,4 +195,6 @@ def test_sum_over_a_batch_and_a_big_matmul_are_not_split() -> None:
   np.testing.assert_allclose(got.reshape(4096), a.astype(np.float64).sum(0), rtol=1e-4, atol=1e-3)
   # a 512x512 @ 512x512 matmul: 2 MB of inputs, but two chunks' partials (2 MB) would be as big as the inputs
   b, c = tt.Tensor(rng.standard_normal((512, 512)).astype(np.float32)), tt.Tensor(np.ones((512, 512), np.float32))
-  assert len(create_schedule(UOp.sink((b @ c).uop)).kernels) == 1
+  # (one reduce kernel: on AVX2 a copy of c into column panels comes first, `gemm_panel`)
+  kernels = create_schedule(UOp.sink((b @ c).uop)).kernels
+  assert sum(any(u.op is Ops.REDUCE for u in k.toposort()) for k in kernels) == 1, kernels

@@ -1321,6 +1321,12 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     acc = sum_acc_dtype(in_dt) if dtype is None else out_dt
     if dtypes.is_float(in_dt) and dtypes.is_float(acc) and acc.itemsize > in_dt.itemsize:
       x, ww = x.cast(acc), ww.cast(acc)  # half/bfloat16: exact products summed in float, rounded once (as torch)
+    if dx >= 2 and dw == 2 and (panel := _gemm_panel(self, w, acc)):
+      # the CPU's register block reads B in column strips: realize B once as contiguous (n // P, k, P) panels
+      k, n = w.shape
+      wp = ww.transpose(-1, -2).reshape(k, n // panel, panel).permute(1, 0, 2).contiguous()
+      xp = x.reshape(*self.shape[:-1], 1, k, 1)
+      return (xp * wp).sum(-2, dtype=dtype).cast(out_dt).reshape(*self.shape[:-1], n)
     return (x * ww).sum(-1, dtype=dtype).cast(out_dt)
 
   def matmul(self, x: Tensor, reverse: bool = False, dtype: Any = None) -> Tensor:
@@ -1337,6 +1343,19 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     """self @ weight + bias (a 1-D weight scales elementwise)."""
     x = self.mul(weight) if weight.ndim == 1 else self.dot(weight)
     return x.add(bias) if bias is not None else x
+
+
+def _gemm_panel(x: Tensor, w: Tensor, acc: DType) -> int:
+  """The panel width `dot` packs its 2-D right operand `w` into for `x @ w` on x's device (0: don't): the CPU
+  heuristics' call (`tiny_codegen.opt.heuristic.gemm_panel`), for plain ints shapes on one device whose renderer
+  knows its vector registers."""
+  if not isinstance(x.device, str) or x.device != w.device or not all(isinstance(s, int) for s in (*x.shape, *w.shape)):
+    return 0
+  from tiny_uop.plugins import Device
+  renderer = Device[x.device].renderer
+  if not hasattr(renderer, "vector_registers"): return 0
+  from tiny_codegen.opt.heuristic import gemm_panel
+  return gemm_panel(renderer, prod(x.shape[:-1]), x.shape[-1], w.shape[1], acc.itemsize if dtypes.is_float(acc) else 0)
 
 
 def _pow_float(b: Tensor, e: Tensor) -> Tensor:

@@ -240,7 +240,54 @@ def _gemm_like(k: Kernel, loads: list[UOp]) -> bool:
   """A matmul-shaped kernel (plain or batched): no load walks an axis through div/mod or as a sliding window (a
   conv's rows, its backward's windows: those kernels keep `_vector_block`'s blocking as tuned for them)."""
   rngs, reds = k.rngs, k.reduce_axes
-  return all(not any(_awkward(r, loads, rngs, reds)) for r in k.output_axes)
+  for r in k.output_axes:
+    nonaffine, window = _awkward(r, loads, rngs, reds)
+    if window or (nonaffine and not _panel_walk(k, r, loads)): return False
+  return True
+
+
+def _panel_walk(k: Kernel, r: UOp, loads: list[UOp]) -> bool:
+  """Whether every div/mod that a load takes of output axis `r` divides by a multiple of the renderer's vector lanes:
+  a matmul whose right operand was packed into panels (`gemm_panel`) reads column n at (n // P, k, n % P), and a
+  block of whole vectors along `r` walks each panel affinely (the output's (m, n // P, n % P) axes arrive merged,
+  since the store is contiguous across them)."""
+  regs, width, itemsize = _register_file(k)
+  if not width: return False
+  lanes = width // itemsize
+  for ld in loads:
+    for u in ld.src[0].src[1].toposort():
+      if u.op in (Ops.CDIV, Ops.CMOD) and r in u.ranges and \
+         not (u.src[1].op is Ops.CONST and isinstance(u.src[1].arg, int) and u.src[1].arg % lanes == 0): return False
+  return True
+
+
+PACK_MIN_BYTES = 1 << 20
+"""The right operand's size from which `gemm_panel` packs it: 512^2 float32 (1 MB) ran 32 -> 45 GFLOPS packed on the
+2-core znver3, 256^2 (256 KB, within its 512 KB L2) 34 -> 31."""
+PACK_MIN_COLUMNS = 256
+"""B's columns from which `gemm_panel` packs it: a narrower B's rows (under 1 KB of float32) lie a few lines apart,
+so its column strips share pages and the prefetcher's streams in place (a long-K (64 x 32768) @ (32768 x 64) reads
+it in four strips and splits its K instead, `SPLIT_REDUCE_MIN`)."""
+PACK_MIN_ROWS = 64
+"""The left operand's rows from which packing pays: the copy costs as much as a matmul of a few rows (decode's
+matrix-vector products read each weight once and are left alone)."""
+
+
+def gemm_panel(renderer: Renderer, m: int, k: int, n: int, itemsize: int) -> int:
+  """The columns of the panels a CPU matmul (m x k) @ (k x n) should first copy its right operand into, (n // P, k, P)
+  contiguous, or 0 to read it in place. Only on a 16-register vector file (AVX2): its register block (4 rows x 2
+  vectors, `_vector_block`) walks a 2-vector-wide column strip of B down all of K; in place that strip's rows are n
+  floats apart, so at 1024 columns (4 KB) its 1024 lines share 16 L2 sets and come from L3 on every row block, and
+  1024^2 float32 ran 29-36 GFLOPS against numpy's 74-80. Packed, a strip is one contiguous 64 KB panel that stays in
+  L2: 89 GFLOPS (two threads), a transposed (nn.Linear) right operand 13 -> 80. AVX-512's 8 x 2 x 16 block reached
+  the core's peak in place (1024^2: 101 GFLOPS a thread) and isn't packed. The strip is P = two vectors of 32-bit
+  floats; other dtypes and small or narrow matrices (`PACK_MIN_BYTES`, `PACK_MIN_COLUMNS`, `PACK_MIN_ROWS`) are read
+  in place."""
+  regs, width = getattr(renderer, "vector_registers", (0, 0))
+  if not regs or regs > 16 or width < 32 or itemsize != 4: return 0
+  panel = 2 * width // itemsize
+  if n % panel or n < PACK_MIN_COLUMNS or m < PACK_MIN_ROWS or k * n * itemsize < PACK_MIN_BYTES: return 0
+  return panel
 
 
 ACC_REGISTER_SHARE = 0.5
