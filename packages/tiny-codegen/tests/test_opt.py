@@ -220,6 +220,46 @@ def test_heuristics_packed_matmul_gets_the_gemm_block(vector_registers, P: int, 
   np.testing.assert_allclose(run(opt, "CPU", [a, packed], M * N).reshape(M, N), a @ b, rtol=1e-4, atol=1e-4)
 
 
+def test_tile_nests_its_loop_inside_the_other_output_loops() -> None:
+  # TILE(0, 4) on a 64-row matmul: rows (16 tiles) -> columns -> 4 rows of a tile -> K; the results stay a @ b
+  M, N, K = 64, 48, 24
+  ren = Device["CPU"].renderer
+  opt = apply_opts(matmul_ast(M, N, K), ren, (Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.TILE, 0, 4)))
+  spec = get_program(opt, ren)
+  assert spec.uops is not None
+  bounds = [u.src[0].arg for u in spec.uops if u.op is Ops.RANGE and u.src[0].op is Ops.CONST]
+  threads = spec.global_size[0]  # the outermost loop (the 16 row tiles) is split across the CPU threads
+  assert bounds == ([16 // threads] if threads > 1 else [16]) + [6, 4, 24], (bounds, threads)
+  rng = np.random.default_rng(10)
+  a, b = rng.standard_normal((M, K)).astype(np.float32), rng.standard_normal((K, N)).astype(np.float32)
+  np.testing.assert_allclose(run(opt, "CPU", [a, b], M * N).reshape(M, N), a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_tile_is_refused_where_it_cant_apply() -> None:
+  ren = Device["CPU"].renderer
+  with pytest.raises(KernelOptError, match="not divisible by 5"):
+    apply_opts(matmul_ast(64, 48, 24), ren, (Opt(OptOps.TILE, 0, 5),))
+  with pytest.raises(KernelOptError, match="already UPCAST"):
+    apply_opts(matmul_ast(64, 48, 24), ren, (Opt(OptOps.UPCAST, 1, 0), Opt(OptOps.TILE, 1, 2)))
+
+  class GPU(type(ren)):  # type: ignore[misc]
+    has_local = True
+  with pytest.raises(KernelOptError, match="TILE nests CPU loops"):
+    apply_opts(matmul_ast(64, 48, 24), GPU(), (Opt(OptOps.TILE, 0, 4),))
+
+
+@pytest.mark.parametrize("n, regs, tile", [
+  (2048, (16, 32), 128),  # AVX2, B of 16 MB: tiles of 128 blocks of 4 rows (4 MB of A)
+  (1024, (16, 32), 0),    # B of 4 MB stays in L3: no tile
+  (2048, (32, 64), 0),    # AVX-512: not tiled (its blocks weren't measured tiled)
+])
+def test_heuristics_tile_the_rows_of_a_big_matmul(vector_registers, n: int, regs: tuple, tile: int) -> None:
+  vector_registers(*regs)
+  applied = optimize_kernel(matmul_ast(n, n, n), Device["CPU"].renderer).arg.applied_opts
+  tiles = [o for o in applied if o.op is OptOps.TILE]
+  assert tiles == ([Opt(OptOps.TILE, 0, tile)] if tile else []), applied
+
+
 class _Regs:
   def __init__(self, regs: int, width: int) -> None: self.vector_registers = (regs, width)
 

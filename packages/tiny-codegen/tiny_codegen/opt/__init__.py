@@ -1,5 +1,5 @@
-"""The kernel optimizer: opts (UPCAST, UNROLL, LOCAL, GROUP, GROUPTOP, NOLOCALS, PADTO, TC, THREAD) applied to a
-kernel AST by splitting its ranges and marking their `AxisType`; chosen by hand-coded heuristics, by BEAM search
+"""The kernel optimizer: opts (UPCAST, UNROLL, LOCAL, GROUP, GROUPTOP, NOLOCALS, PADTO, TC, THREAD, TILE) applied
+to a kernel AST by splitting its ranges and marking their `AxisType`; chosen by hand-coded heuristics, by BEAM search
 (`BEAM=n`, timed on the device, cached on disk), or given explicitly in `KernelInfo.opts_to_apply`.
 
 `optimize_kernel(ast, renderer)` is the hook the lowering pipeline calls first.

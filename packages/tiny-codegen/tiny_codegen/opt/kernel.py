@@ -2,12 +2,14 @@
 
 A kernel's *axes* are its RANGEs. Output axes (LOOP/GLOBAL/LOCAL/UPCAST/THREAD) and reduce axes
 (REDUCE/GROUP_REDUCE/UNROLL) are numbered separately, each in axis-id order:
-  UPCAST, LOCAL, PADTO, THREAD           `axis` counts output axes
+  UPCAST, LOCAL, PADTO, THREAD, TILE     `axis` counts output axes
   UNROLL, GROUP, GROUPTOP                `axis` counts reduce axes
 An opt with `arg=amt` splits axis `r` (bound N) into `outer` (N/amt, keeps its type) and `inner` (amt, the new type):
 `r -> outer*amt + inner` (GROUPTOP puts the new range outside: `r -> inner*(N/amt) + outer`). `arg=0` means the
-whole axis. NOLOCALS forbids LOCAL afterwards. PADTO pads an axis up to a multiple of `arg` and masks the
-extra iterations.
+whole axis. TILE's inner range is a LOOP with the newest id, so it nests inside every other output loop (loops nest
+by type, then id): the axes after `r` run over one tile of `amt` iterations of `r` at a time, which stays in cache
+(CPU renderers only; a GPU's output axes are launch dims). NOLOCALS forbids LOCAL afterwards. PADTO pads an
+axis up to a multiple of `arg` and masks the extra iterations.
 TC (`axis`: which matmul of `tc_candidates`, `arg`: tc_select, -1 = the first tensor core whose dtypes fit) maps a
 REDUCE-ADD of `CAST(a*b)` (or `CAST(a)*CAST(b)`) onto the renderer's tensor core: one warp computes one output tile
 (see `_tc_rewrite`). It must be the first opt, and no opt applies after it. Each tensor core's layout -- which tile
@@ -30,7 +32,7 @@ from tiny_uop.uop import AxisType, KernelInfo, Ops, UOp
 class OptOps(Enum):
   """The optimizations a kernel accepts."""
   UPCAST = auto(); UNROLL = auto(); LOCAL = auto(); GROUP = auto(); GROUPTOP = auto()  # noqa: E702
-  NOLOCALS = auto(); PADTO = auto(); TC = auto(); THREAD = auto()  # noqa: E702
+  NOLOCALS = auto(); PADTO = auto(); TC = auto(); THREAD = auto(); TILE = auto()  # noqa: E702
 
   def __repr__(self) -> str: return f"OptOps.{self.name}"
 
@@ -58,7 +60,7 @@ REDUCE_TYPES = (AxisType.REDUCE, AxisType.GROUP_REDUCE, AxisType.UNROLL)
 _SPLITTABLE_OUT = (AxisType.LOOP, AxisType.GLOBAL, AxisType.THREAD)
 _NEW_TYPE = {OptOps.UPCAST: AxisType.UPCAST, OptOps.UNROLL: AxisType.UNROLL, OptOps.LOCAL: AxisType.LOCAL,
              OptOps.GROUP: AxisType.GROUP_REDUCE, OptOps.GROUPTOP: AxisType.GROUP_REDUCE,
-             OptOps.THREAD: AxisType.THREAD}
+             OptOps.THREAD: AxisType.THREAD, OptOps.TILE: AxisType.LOOP}
 
 
 def _bound(r: UOp) -> int | None:
@@ -136,7 +138,9 @@ class Kernel:
       raise KernelOptError(f"{opt}: amount must be an int > 1 (or 0 = whole), got {amt}")
     if n % amt != 0: raise KernelOptError(f"{opt}: axis {opt.axis} of size {n} is not divisible by {amt}")
     ren, t = self.renderer, r.arg[1]
-    if opt.op in (OptOps.UPCAST, OptOps.LOCAL, OptOps.THREAD) and t not in _SPLITTABLE_OUT:
+    if opt.op is OptOps.TILE and ren.has_local:
+      raise KernelOptError(f"{opt}: TILE nests CPU loops; {type(ren).__name__}'s output axes are launch dims")
+    if opt.op in (OptOps.UPCAST, OptOps.LOCAL, OptOps.THREAD, OptOps.TILE) and t not in _SPLITTABLE_OUT:
       raise KernelOptError(f"{opt}: axis {opt.axis} is already {t.name}; {opt.op.name} splits LOOP/GLOBAL axes")
     if opt.op is OptOps.UNROLL and t is not AxisType.REDUCE:
       raise KernelOptError(f"{opt}: axis {opt.axis} is {t.name}; UNROLL splits REDUCE axes")
