@@ -295,8 +295,9 @@ def _panel_walk(k: Kernel, r: UOp, loads: list[UOp]) -> bool:
 
 
 PACK_MIN_BYTES = 1 << 20
-"""The right operand's size from which `gemm_panel` packs it: 512^2 float32 (1 MB) ran 32 -> 45 GFLOPS packed on the
-2-core znver3, 256^2 (256 KB, within its 512 KB L2) 34 -> 31."""
+"""The right operand's size from which `gemm_panel` packs it. On the 2-core znver3, measured while another job ran,
+256^2 (256 KB, within its 512 KB L2) went 34 -> 31 GFLOPS packed and 512^2 (1 MB) 32 -> 45; alternated on a quiet
+machine 512^2 read 0.41-0.53x numpy in place and 0.47-0.54x packed (within the noise: no loss)."""
 PACK_MIN_COLUMNS = 256
 """B's columns from which `gemm_panel` packs it: a narrower B's rows (under 1 KB of float32) lie a few lines apart,
 so its column strips share pages and the prefetcher's streams in place (a long-K (64 x 32768) @ (32768 x 64) reads
@@ -311,11 +312,11 @@ def gemm_panel(renderer: Renderer, m: int, k: int, n: int, itemsize: int) -> int
   contiguous, or 0 to read it in place. Only on a 16-register vector file (AVX2): its register block (4 rows x 2
   vectors, `_vector_block`) walks a 2-vector-wide column strip of B down all of K; in place that strip's rows are n
   floats apart, so at 1024 columns (4 KB) its 1024 lines share 16 L2 sets and come from L3 on every row block, and
-  1024^2 float32 ran 29-36 GFLOPS against numpy's 74-80. Packed, a strip is one contiguous 64 KB panel that stays in
-  L2: 89 GFLOPS (two threads), a transposed (nn.Linear) right operand 13 -> 80. AVX-512's 8 x 2 x 16 block reached
-  the core's peak in place (1024^2: 101 GFLOPS a thread) and isn't packed. The strip is P = two vectors of 32-bit
-  floats; other dtypes and small or narrow matrices (`PACK_MIN_BYTES`, `PACK_MIN_COLUMNS`, `PACK_MIN_ROWS`) are read
-  in place."""
+  1024^2 float32 ran 0.45-0.46x numpy. Packed, a strip is one contiguous 64 KB panel that stays in L2: 0.76-0.90x
+  (two threads, quiet), a transposed (nn.Linear) right operand 18 -> 104-111 GFLOPS (bench/README.md). AVX-512's
+  8 x 2 x 16 block reached the core's peak in place (1024^2: 101 GFLOPS a thread) and isn't packed. The strip is
+  P = two vectors of 32-bit floats; other dtypes and small or narrow matrices (`PACK_MIN_BYTES`, `PACK_MIN_COLUMNS`,
+  `PACK_MIN_ROWS`) are read in place."""
   regs, width = getattr(renderer, "vector_registers", (0, 0))
   if not regs or regs > 16 or width < 32 or itemsize != 4: return 0
   panel = 2 * width // itemsize
