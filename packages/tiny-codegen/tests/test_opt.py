@@ -251,7 +251,8 @@ def test_tile_is_refused_where_it_cant_apply() -> None:
 @pytest.mark.parametrize("n, regs, tile", [
   (2048, (16, 32), 128),  # AVX2, B of 16 MB: tiles of 128 blocks of 4 rows (4 MB of A)
   (1024, (16, 32), 0),    # B of 4 MB stays in L3: no tile
-  (2048, (32, 64), 0),    # AVX-512: not tiled (its blocks weren't measured tiled)
+  (2048, (32, 64), 64),   # AVX-512: 64 blocks of 8 rows (4 MB of A)
+  (1024, (32, 64), 0),
 ])
 def test_heuristics_tile_the_rows_of_a_big_matmul(vector_registers, n: int, regs: tuple, tile: int) -> None:
   vector_registers(*regs)
@@ -264,23 +265,29 @@ class _Regs:
   def __init__(self, regs: int, width: int) -> None: self.vector_registers = (regs, width)
 
 
-@pytest.mark.parametrize("regs, m, k, n, itemsize, want", [
-  ((16, 32), 1024, 1024, 1024, 4, 16),   # AVX2, 1024^2 float32: 16-column panels (two ymm)
-  ((16, 32), 64, 512, 512, 4, 16),       # B of 1 MB, 64 rows: the smallest packed
-  ((16, 32), 63, 1024, 1024, 4, 0),      # too few rows to pay for the copy (decode's matrix-vector products)
-  ((16, 32), 1024, 256, 256, 4, 0),      # B of 256 KB stays in L2 in place
-  ((16, 32), 1024, 1024, 1000, 4, 0),    # columns not a whole number of panels
-  ((16, 32), 1024, 65536, 16, 4, 0),     # one panel: B already is one
-  ((16, 32), 64, 32768, 64, 4, 0),       # four panels (rows 256 bytes apart): a long-K product splits its K instead
-  ((16, 32), 64, 4096, 256, 4, 16),      # 256 columns (1 KB rows): packed
-  ((16, 32), 1024, 1024, 1024, 8, 0),    # float64: not packed
-  ((32, 64), 1024, 1024, 1024, 4, 0),    # AVX-512: its 8 x 2 x 16 block runs at peak in place
-  ((16, 16), 1024, 1024, 1024, 4, 0),    # SSE: not packed
-  ((0, 0), 1024, 1024, 1024, 4, 0),      # register file unknown
+@pytest.mark.parametrize("regs, m, k, n, itemsize, strided, want", [
+  ((16, 32), 1024, 1024, 1024, 4, False, 16),   # AVX2, 1024^2 float32: 16-column panels (two ymm)
+  ((16, 32), 64, 512, 512, 4, False, 16),       # B of 1 MB, 64 rows: the smallest packed
+  ((16, 32), 63, 1024, 1024, 4, False, 0),      # too few rows to pay for the copy (decode's matrix-vector products)
+  ((16, 32), 1024, 256, 256, 4, False, 0),      # B of 256 KB stays in L2 in place
+  ((16, 32), 1024, 1024, 1000, 4, False, 0),    # columns not a whole number of panels
+  ((16, 32), 1024, 65536, 16, 4, False, 0),     # one panel: B already is one
+  ((16, 32), 64, 32768, 64, 4, False, 0),       # four panels (rows 256 bytes apart): a long-K product splits its K
+  ((16, 32), 64, 4096, 256, 4, False, 16),      # 256 columns (1 KB rows): packed
+  ((16, 32), 1024, 1024, 1024, 8, False, 0),    # float64: not packed
+  ((32, 64), 1024, 1024, 1024, 4, False, 32),   # AVX-512: B of 4 MB, 32-column panels (two zmm)
+  ((32, 64), 1024, 512, 1024, 4, False, 0),     # 2 MB: its 8 x 2 x 16 block keeps up reading B in place
+  ((32, 64), 1024, 256, 256, 4, True, 32),      # transposed B (K contiguous): packed from 256 KB
+  ((32, 64), 1024, 128, 128, 4, True, 0),       # 64 KB transposed: the copy costs more than the gathers
+  ((32, 64), 64, 32768, 64, 4, True, 32),       # transposed, two panels: packed (in place every vector a gather)
+  ((32, 64), 4096, 1024, 32, 4, True, 0),       # transposed, one panel
+  ((16, 32), 4096, 2048, 32, 4, True, 16),      # AVX2: 32 columns are two of its panels
+  ((16, 16), 1024, 1024, 1024, 4, False, 0),    # SSE: not packed
+  ((0, 0), 1024, 1024, 1024, 4, True, 0),       # register file unknown
 ])
-def test_gemm_panel(regs: tuple, m: int, k: int, n: int, itemsize: int, want: int) -> None:
+def test_gemm_panel(regs: tuple, m: int, k: int, n: int, itemsize: int, strided: bool, want: int) -> None:
   from tiny_codegen.opt.heuristic import gemm_panel
-  assert gemm_panel(_Regs(*regs), m, k, n, itemsize) == want  # type: ignore[arg-type]
+  assert gemm_panel(_Regs(*regs), m, k, n, itemsize, strided) == want  # type: ignore[arg-type]
 
 
 def test_heuristics_conv_window_kernel_not_widened(vector_registers) -> None:

@@ -1,6 +1,6 @@
-"""`Tensor.dot` on an AVX2 CPU realizes a large right operand as contiguous column panels first (`gemm_panel`): the
-results, gradients and kernels of those matmuls, with the CPU renderer's register file set to AVX2's or AVX-512's
-whatever this host has."""
+"""`Tensor.dot` on an AVX2 or AVX-512 CPU realizes a large (or transposed) right operand as contiguous column panels
+first (`gemm_panel`): the results, gradients and kernels of those matmuls, with the CPU renderer's register file set
+to AVX2's or AVX-512's whatever this host has."""
 import os
 
 import numpy as np
@@ -32,15 +32,33 @@ def kernels(t: Tensor) -> list[str]:
 rng = np.random.default_rng(23)
 
 
-@pytest.mark.parametrize("regs, packed", [((16, 32), True), ((32, 64), False)])
-def test_matmul_packs_b_on_avx2_only(registers, regs: tuple, packed: bool) -> None:
+@pytest.mark.parametrize("regs, k, transposed, want", [
+  ((16, 32), 512, False, ["E_32_512_16", "r_128_512"]),  # AVX2, B of 1 MB: copied into 32 panels of 16 columns
+  ((32, 64), 512, False, ["r_128_512"]),                 # AVX-512 reads 1 MB in place (its 8-row block keeps up)
+  ((32, 64), 2048, False, ["E_16_2048_32", "r_128_512"]),  # ... and packs 4 MB into 16 panels of 32 columns
+  ((32, 64), 512, True, ["E_16_512_32", "r_128_512"]),   # a transposed 1 MB B is packed on AVX-512 too
+])
+def test_matmul_packs_b_by_register_file(registers, regs: tuple, k: int, transposed: bool, want: list) -> None:
   registers(*regs)
-  a, b = rng.standard_normal((128, 512)).astype(np.float32), rng.standard_normal((512, 512)).astype(np.float32)
-  out = Tensor(a) @ Tensor(b)
+  a, b = rng.standard_normal((128, k)).astype(np.float32), rng.standard_normal((k, 512)).astype(np.float32)
+  bt = np.ascontiguousarray(b.T)
+  out = Tensor(a) @ (Tensor(bt).T if transposed else Tensor(b))
   names = kernels(out)
-  # packed: one copy of B into 32 panels of 16 columns (32 x 512 x 16), then the matmul reading them
-  assert names == (["E_32_512_16", "r_128_512"] if packed else ["r_128_512"]), names
-  np.testing.assert_allclose(out.numpy(), a @ b, rtol=1e-4, atol=1e-4)
+  assert names == want, names
+  np.testing.assert_allclose(out.numpy(), a @ b, rtol=1e-4, atol=2e-4)
+
+
+def test_transposed_narrow_b_is_packed_from_two_panels(registers) -> None:
+  # x @ w.T with w (64 x 1024), nn.Linear's layout: in place each vector of B's columns is a gather, packed it is
+  # two contiguous panels; one panel's width (32 columns on AVX-512) stays in place
+  registers(32, 64)
+  x = rng.standard_normal((256, 1024)).astype(np.float32)
+  for n, copies in ((64, ["E_2_1024_32"]), (32, [])):
+    w = rng.standard_normal((n, 1024)).astype(np.float32)
+    out = Tensor(x) @ Tensor(w).T
+    names = kernels(out)
+    assert [c for c in names if c.startswith("E_")] == copies and len(names) > len(copies), (n, names)
+    np.testing.assert_allclose(out.numpy(), x @ w.T, rtol=1e-4, atol=2e-4)
 
 
 def test_small_and_narrow_matmuls_read_b_in_place(registers) -> None:

@@ -1348,14 +1348,17 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
 def _gemm_panel(x: Tensor, w: Tensor, acc: DType) -> int:
   """The panel width `dot` packs its 2-D right operand `w` into for `x @ w` on x's device (0: don't): the CPU
   heuristics' call (`tiny_codegen.opt.heuristic.gemm_panel`), for plain ints shapes on one device whose renderer
-  knows its vector registers."""
+  knows its vector registers. `w` is read across its rows (strided) when it is a transposed view (`w.T`, as
+  nn.Linear passes its weight)."""
   if not isinstance(x.device, str) or x.device != w.device or not all(isinstance(s, int) for s in (*x.shape, *w.shape)):
     return 0
   from tiny_uop.plugins import Device
   renderer = Device[x.device].renderer
   if not hasattr(renderer, "vector_registers"): return 0
   from tiny_codegen.opt.heuristic import gemm_panel
-  return gemm_panel(renderer, prod(x.shape[:-1]), x.shape[-1], w.shape[1], acc.itemsize if dtypes.is_float(acc) else 0)
+  strided = w.uop.op is Ops.PERMUTE and w.uop.arg == (1, 0)
+  return gemm_panel(renderer, prod(x.shape[:-1]), x.shape[-1], w.shape[1], acc.itemsize if dtypes.is_float(acc) else 0,
+                    strided)
 
 
 def _pow_float(b: Tensor, e: Tensor) -> Tensor:

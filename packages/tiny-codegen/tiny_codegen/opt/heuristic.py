@@ -229,14 +229,16 @@ TILE_BYTES = 4 << 20
 
 
 def _tile_rows(k: Kernel, rid: int, lanes: int) -> None:
-  """Cache blocking of a big matmul on a 16-register file (AVX2): the rows' loop (output axis id `rid`, its `lanes`
+  """Cache blocking of a big matmul on a CPU's vector registers: the rows' loop (output axis id `rid`, its `lanes`
   already a register block) is tiled (`OptOps.TILE`) so that B's column loop runs inside a tile of rows. Else each
   block of rows walks all of B: at 2048^2 float32 that is 16 MB, past this VM's share of L3, so every block of 4 rows
-  streamed B from memory: 36 GFLOPS against 131-140 with tiles of 64-128 blocks (2-4 MB of A) on the 2-core znver3.
-  1024^2 (4 MB of B, in L3) ran the same with or without tiles and isn't tiled. The tile is the most blocks within
+  streamed B from memory: 36 GFLOPS against 131-140 with tiles of 64-128 blocks (2-4 MB of A) on the 2-core znver3
+  (AVX2, two threads); on the znver4 (AVX-512, 8-row blocks, packed B, one thread) 74-81 -> 103-111, 128x4096x4096
+  61-63 -> 91, tiles of 1 to 8 MB of A within the noise. 1024^2 (4 MB of B, in L3) ran the same with or without
+  tiles and isn't tiled. The tile is the most blocks within
   `TILE_BYTES` of A that leaves a tile per thread; B must be `TILE_MIN_BYTES` or more."""
   regs, _, itemsize = _register_file(k)
-  if not regs or regs > 16: return
+  if not regs: return
   loop = [(j, x) for j, x in enumerate(k.output_axes) if x.arg[0] == rid and x.arg[1] in (AxisType.LOOP,
                                                                                            AxisType.GLOBAL)]
   row = next((x for x in k.rngs if x.arg[0] == rid), None)
@@ -295,9 +297,21 @@ def _panel_walk(k: Kernel, r: UOp, loads: list[UOp]) -> bool:
 
 
 PACK_MIN_BYTES = 1 << 20
-"""The right operand's size from which `gemm_panel` packs it. On the 2-core znver3, measured while another job ran,
-256^2 (256 KB, within its 512 KB L2) went 34 -> 31 GFLOPS packed and 512^2 (1 MB) 32 -> 45; alternated on a quiet
-machine 512^2 read 0.41-0.53x numpy in place and 0.47-0.54x packed (within the noise: no loss)."""
+"""The right operand's size from which `gemm_panel` packs it on a 16-register file (AVX2). On the 2-core znver3,
+measured while another job ran, 256^2 (256 KB, within its 512 KB L2) went 34 -> 31 GFLOPS packed and 512^2 (1 MB)
+32 -> 45; alternated on a quiet machine 512^2 read 0.41-0.53x numpy in place and 0.47-0.54x packed (within the
+noise: no loss)."""
+PACK_MIN_BYTES_WIDE = 4 << 20
+"""The same on a 32-register file (AVX-512), whose 8-row block reuses each load of B twice as often as AVX2's 4 rows,
+so B read in place from L3 keeps up longer. On the 2-core znver4 (1 MB L2 a core), one thread, alternated: 512^2
+(1 MB) ran 105 GFLOPS in place and 94 packed, 1024x512x1024 (2 MB) 103 and 104, 1024^2 (4 MB) 98-102 and 104-106,
+2048^2 (16 MB, row tiles) 102 and 112, 1024x2048x2048 100 and 110."""
+PACK_MIN_BYTES_STRIDED = 256 << 10
+"""The size from which a right operand read across its rows (`x @ w.T`, nn.Linear's weight: the vector lanes of a
+column strip lie K elements apart, a gather each) is packed, on either register file. On the znver4, one thread:
+1024^2 14 -> 99 GFLOPS packed, 512^2 27 -> 81, 64x512x512 7 -> 33, 1024x256x256 (256 KB) 57 -> 73, 256^3 51 and
+50; 128^3 (64 KB) lost, 12 -> 7. A strided B is packed from two panels wide (not `PACK_MIN_COLUMNS`): 4096x1024x64
+52 -> 77-95, 4096x1024x128 41 -> 100, the long-K 64x32768x64 5 -> 39; one panel (32 columns) gained nothing."""
 PACK_MIN_COLUMNS = 256
 """B's columns from which `gemm_panel` packs it: a narrower B's rows (under 1 KB of float32) lie a few lines apart,
 so its column strips share pages and the prefetcher's streams in place (a long-K (64 x 32768) @ (32768 x 64) reads
@@ -307,20 +321,23 @@ PACK_MIN_ROWS = 64
 matrix-vector products read each weight once and are left alone)."""
 
 
-def gemm_panel(renderer: Renderer, m: int, k: int, n: int, itemsize: int) -> int:
+def gemm_panel(renderer: Renderer, m: int, k: int, n: int, itemsize: int, strided: bool = False) -> int:
   """The columns of the panels a CPU matmul (m x k) @ (k x n) should first copy its right operand into, (n // P, k, P)
-  contiguous, or 0 to read it in place. Only on a 16-register vector file (AVX2): its register block (4 rows x 2
-  vectors, `_vector_block`) walks a 2-vector-wide column strip of B down all of K; in place that strip's rows are n
-  floats apart, so at 1024 columns (4 KB) its 1024 lines share 16 L2 sets and come from L3 on every row block, and
-  1024^2 float32 ran 0.45-0.46x numpy. Packed, a strip is one contiguous 64 KB panel that stays in L2: 0.76-0.90x
-  (two threads, quiet), a transposed (nn.Linear) right operand 18 -> 104-111 GFLOPS (bench/README.md). AVX-512's
-  8 x 2 x 16 block reached the core's peak in place (1024^2: 101 GFLOPS a thread) and isn't packed. The strip is
-  P = two vectors of 32-bit floats; other dtypes and small or narrow matrices (`PACK_MIN_BYTES`, `PACK_MIN_COLUMNS`,
-  `PACK_MIN_ROWS`) are read in place."""
+  contiguous, or 0 to read it in place; `strided`: B is read across its rows (a transposed view, K contiguous).
+  The register block (`_vector_block`: 4 rows x 2 vectors on AVX2's 16 registers, 8 x 2 on AVX-512's 32) walks a
+  2-vector-wide column strip of B down all of K; in place that strip's rows are n floats apart, so at 1024 columns
+  (4 KB) its 1024 lines share 16 L2 sets and come from L3 on every row block, and on the znver3 (AVX2) 1024^2 float32
+  ran 0.45-0.46x numpy. Packed, a strip is one contiguous panel that stays in L2: 0.76-0.90x (two threads, quiet), a
+  transposed (nn.Linear) right operand 18 -> 104-111 GFLOPS (bench/README.md). AVX-512's block reads B from L3 at
+  the core's peak up to a few MB (`PACK_MIN_BYTES_WIDE`); a strided B is packed from `PACK_MIN_BYTES_STRIDED` on
+  either. The strip is P = two vectors of 32-bit floats; other dtypes and small or narrow matrices
+  (`PACK_MIN_COLUMNS`, two panels when strided, `PACK_MIN_ROWS`) are read in place."""
   regs, width = getattr(renderer, "vector_registers", (0, 0))
-  if not regs or regs > 16 or width < 32 or itemsize != 4: return 0
+  if not regs or width < 32 or itemsize != 4: return 0
   panel = 2 * width // itemsize
-  if n % panel or n < PACK_MIN_COLUMNS or m < PACK_MIN_ROWS or k * n * itemsize < PACK_MIN_BYTES: return 0
+  least = PACK_MIN_BYTES_STRIDED if strided else PACK_MIN_BYTES if regs <= 16 else PACK_MIN_BYTES_WIDE
+  if n % panel or n < (2 * panel if strided else PACK_MIN_COLUMNS) or m < PACK_MIN_ROWS or k * n * itemsize < least:
+    return 0
   return panel
 
 
