@@ -277,7 +277,9 @@ class _Regs:
   ((16, 32), 1024, 1024, 1024, 8, False, 0),    # float64: not packed
   ((32, 64), 1024, 1024, 1024, 4, False, 32),   # AVX-512: B of 4 MB, 32-column panels (two zmm)
   ((32, 64), 1024, 512, 1024, 4, False, 0),     # 2 MB: its 8 x 2 x 16 block keeps up reading B in place
-  ((32, 64), 1024, 256, 256, 4, True, 32),      # transposed B (K contiguous): packed from 256 KB
+  ((32, 64), 1024, 256, 256, 4, True, 32),      # transposed B (K contiguous), 512+ rows: packed from 256 KB
+  ((32, 64), 256, 128, 512, 4, True, 0),        # ... with 256 rows (a small GPT's projection) the copy doesn't pay
+  ((32, 64), 64, 512, 512, 4, True, 32),        # ... from 1 MB it does at 64 rows
   ((32, 64), 1024, 128, 128, 4, True, 0),       # 64 KB transposed: the copy costs more than the gathers
   ((32, 64), 64, 32768, 64, 4, True, 32),       # transposed, two panels: packed (in place every vector a gather)
   ((32, 64), 4096, 1024, 32, 4, True, 0),       # transposed, one panel

@@ -308,10 +308,16 @@ so B read in place from L3 keeps up longer. On the 2-core znver4 (1 MB L2 a core
 2048^2 (16 MB, row tiles) 102 and 112, 1024x2048x2048 100 and 110."""
 PACK_MIN_BYTES_STRIDED = 256 << 10
 """The size from which a right operand read across its rows (`x @ w.T`, nn.Linear's weight: the vector lanes of a
-column strip lie K elements apart, a gather each) is packed, on either register file. On the znver4, one thread:
-1024^2 14 -> 99 GFLOPS packed, 512^2 27 -> 81, 64x512x512 7 -> 33, 1024x256x256 (256 KB) 57 -> 73, 256^3 51 and
-50; 128^3 (64 KB) lost, 12 -> 7. A strided B is packed from two panels wide (not `PACK_MIN_COLUMNS`): 4096x1024x64
-52 -> 77-95, 4096x1024x128 41 -> 100, the long-K 64x32768x64 5 -> 39; one panel (32 columns) gained nothing."""
+column strip lie K elements apart, a gather each) is packed when A has `PACK_STRIDED_ROWS` rows or more; with fewer
+(but `PACK_MIN_ROWS`), from `PACK_MIN_BYTES`; on either register file. On the znver4, one thread: 1024^2 14 -> 99
+GFLOPS packed, 512^2 27 -> 81, 1024x256x256 (256 KB) 57 -> 73, 256^3 51 and 50; 128^3 (64 KB) lost, 12 -> 7. Two
+threads, alternated: 64x512x512 (1 MB) 13-14 -> 42-45, 2048x128x512 (256 KB) 97-131 -> 155-169, 512x256x256 81-91
+-> 84-98; but a 256-row product of a 256 KB B, a small GPT's projections, lost to the extra launch and copy
+(256x128x512 70-74 -> 54-58, 256x512x128 68 -> 53) and 512 KB ones at 256 rows came out even. A strided B is packed
+from two panels wide (not `PACK_MIN_COLUMNS`): 4096x1024x64 52 -> 77-95, 4096x1024x128 41 -> 100, the long-K
+64x32768x64 5 -> 39; one panel (32 columns) gained nothing."""
+PACK_STRIDED_ROWS = 512
+"""A's rows from which a strided B of `PACK_MIN_BYTES_STRIDED` is packed."""
 PACK_MIN_COLUMNS = 256
 """B's columns from which `gemm_panel` packs it: a narrower B's rows (under 1 KB of float32) lie a few lines apart,
 so its column strips share pages and the prefetcher's streams in place (a long-K (64 x 32768) @ (32768 x 64) reads
@@ -329,15 +335,17 @@ def gemm_panel(renderer: Renderer, m: int, k: int, n: int, itemsize: int, stride
   (4 KB) its 1024 lines share 16 L2 sets and come from L3 on every row block, and on the znver3 (AVX2) 1024^2 float32
   ran 0.45-0.46x numpy. Packed, a strip is one contiguous panel that stays in L2: 0.76-0.90x (two threads, quiet), a
   transposed (nn.Linear) right operand 18 -> 104-111 GFLOPS (bench/README.md). AVX-512's block reads B from L3 at
-  the core's peak up to a few MB (`PACK_MIN_BYTES_WIDE`); a strided B is packed from `PACK_MIN_BYTES_STRIDED` on
-  either. The strip is P = two vectors of 32-bit floats; other dtypes and small or narrow matrices
-  (`PACK_MIN_COLUMNS`, two panels when strided, `PACK_MIN_ROWS`) are read in place."""
+  the core's peak up to a few MB (`PACK_MIN_BYTES_WIDE`); a strided B is packed from 1 MB on either, and from
+  `PACK_MIN_BYTES_STRIDED` under `PACK_STRIDED_ROWS` rows or more. The strip is P = two vectors of 32-bit floats;
+  other dtypes and small or narrow matrices (`PACK_MIN_COLUMNS`, two panels when strided, `PACK_MIN_ROWS`) are read
+  in place."""
   regs, width = getattr(renderer, "vector_registers", (0, 0))
   if not regs or width < 32 or itemsize != 4: return 0
   panel = 2 * width // itemsize
-  least = PACK_MIN_BYTES_STRIDED if strided else PACK_MIN_BYTES if regs <= 16 else PACK_MIN_BYTES_WIDE
-  if n % panel or n < (2 * panel if strided else PACK_MIN_COLUMNS) or m < PACK_MIN_ROWS or k * n * itemsize < least:
-    return 0
+  size = k * n * itemsize
+  if strided: least = PACK_MIN_BYTES_STRIDED if m >= PACK_STRIDED_ROWS else PACK_MIN_BYTES
+  else: least = PACK_MIN_BYTES if regs <= 16 else PACK_MIN_BYTES_WIDE
+  if n % panel or n < (2 * panel if strided else PACK_MIN_COLUMNS) or m < PACK_MIN_ROWS or size < least: return 0
   return panel
 
 
