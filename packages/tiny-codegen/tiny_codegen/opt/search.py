@@ -40,8 +40,9 @@ ACTIONS: list[Opt] = [
   *[Opt(OptOps.PADTO, axis, 32) for axis in range(6)],
   Opt(OptOps.NOLOCALS),
 ]
-SEARCH_VERSION = 4  # part of the cache key: bump when the way a winner is chosen changes (3: the CPU heuristics
-                    # seed widened matmul blocks, so an older winner may be slower than the seed; 4: they seed TILE)
+SEARCH_VERSION = 5  # part of the cache key: bump when the way a winner is chosen changes (3: the CPU heuristics
+                    # seed widened matmul blocks, so an older winner may be slower than the seed; 4: they seed TILE;
+                    # 5: they seed TILE on AVX-512 too)
 MARGIN = 0.03       # a candidate replaces the heuristics' opts only when at least 3% faster in the final timing
 FINALISTS = 3       # candidates (besides the heuristics') timed again at the end
 MIN_RUNS, MAX_RUNS, RUN_BUDGET = 3, 20, 0.05  # runs per timing: at least 3, more while under 50 ms in all
