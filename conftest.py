@@ -35,3 +35,17 @@ def pytest_runtest_makereport(item, call):  # noqa: ARG001
   if TOOL_SKIP.search(reason):
     rep.outcome = "failed"
     rep.longrepr = f"skipped for a missing tool, which nox installs from PyPI (noxfile.py TEST_DEPS): {reason}"
+
+
+@pytest.fixture
+def vector_registers(monkeypatch):
+  """Set the CPU renderer's vector register file (count, bytes), whatever this host has: the CPU heuristics' register
+  blocks and `gemm_panel` read it (`LLVMRenderer.vector_registers`). Call the returned function with (count, bytes),
+  e.g. (16, 32) for AVX2, (32, 64) for AVX-512."""
+  from tiny_uop.plugins import Device
+  ren = Device["CPU"].renderer
+  if not hasattr(ren, "vector_registers"): pytest.fail(f"{type(ren).__name__} has no vector_registers")
+
+  def use(regs: int, width: int) -> None:
+    monkeypatch.setattr(type(ren), "vector_registers", property(lambda self: (regs, width)))
+  return use

@@ -132,17 +132,6 @@ def test_heuristics_register_block_matmul(vector_registers) -> None:
   assert types.count(AxisType.UPCAST) in (2, 3) and AxisType.REDUCE in types  # 3: widened (vector registers)
 
 
-@pytest.fixture
-def vector_registers(monkeypatch):
-  """Set the CPU renderer's vector register file (count, bytes) for the heuristics, whatever this host has."""
-  ren = Device["CPU"].renderer
-  if not hasattr(ren, "vector_registers"): pytest.fail(f"{type(ren).__name__} has no vector_registers")
-
-  def use(regs: int, width: int) -> None:
-    monkeypatch.setattr(type(ren), "vector_registers", property(lambda self: (regs, width)))
-  return use
-
-
 @pytest.mark.parametrize("M, N, K, regs, lanes, rows, extra, axis", [
   (64, 64, 64, (32, 64), 16, 8, 2, 1),   # AVX-512: 8 rows x 2 zmm accumulators (16: half the 32 registers)
   (64, 96, 32, (32, 64), 16, 8, 2, 1),   # 96 = 16 x 6: 8 x 3 would take 24 registers

@@ -8,21 +8,9 @@ import pytest
 import torch
 from tiny_tensor import Tensor
 from tiny_uop import Ops, dtypes
-from tiny_uop.plugins import Device
 
 pytestmark = pytest.mark.skipif(os.environ.get("DEV", "CPU") not in ("", "CPU"),
                                 reason="CPU-pinned: the packing is the CPU renderer's; other sessions read B in place")
-
-
-@pytest.fixture
-def registers(monkeypatch):
-  """Set the CPU renderer's vector register file (count, bytes) that `gemm_panel` reads."""
-  ren = Device["CPU"].renderer
-  if not hasattr(ren, "vector_registers"): pytest.fail(f"{type(ren).__name__} has no vector_registers")
-
-  def use(regs: int, width: int) -> None:
-    monkeypatch.setattr(type(ren), "vector_registers", property(lambda self: (regs, width)))
-  return use
 
 
 def kernels(t: Tensor) -> list[str]:
@@ -38,8 +26,8 @@ rng = np.random.default_rng(23)
   ((32, 64), 2048, False, ["E_16_2048_32", "r_128_512"]),  # ... and packs 4 MB into 16 panels of 32 columns
   ((32, 64), 512, True, ["E_16_512_32", "r_128_512"]),   # a transposed 1 MB B is packed on AVX-512 too
 ])
-def test_matmul_packs_b_by_register_file(registers, regs: tuple, k: int, transposed: bool, want: list) -> None:
-  registers(*regs)
+def test_matmul_packs_b_by_register_file(vector_registers, regs: tuple, k: int, transposed: bool, want: list) -> None:
+  vector_registers(*regs)
   a, b = rng.standard_normal((128, k)).astype(np.float32), rng.standard_normal((k, 512)).astype(np.float32)
   bt = np.ascontiguousarray(b.T)
   out = Tensor(a) @ (Tensor(bt).T if transposed else Tensor(b))
@@ -48,10 +36,10 @@ def test_matmul_packs_b_by_register_file(registers, regs: tuple, k: int, transpo
   np.testing.assert_allclose(out.numpy(), a @ b, rtol=1e-4, atol=2e-4)
 
 
-def test_transposed_narrow_b_is_packed_from_two_panels(registers) -> None:
+def test_transposed_narrow_b_is_packed_from_two_panels(vector_registers) -> None:
   # x @ w.T with w (64 x 1024), nn.Linear's layout, 512 rows: in place each vector of B's columns is a gather,
   # packed it is two contiguous panels; one panel's width (32 columns on AVX-512) stays in place
-  registers(32, 64)
+  vector_registers(32, 64)
   x = rng.standard_normal((512, 1024)).astype(np.float32)
   for n, copies in ((64, ["E_2_1024_32"]), (32, [])):
     w = rng.standard_normal((n, 1024)).astype(np.float32)
@@ -64,8 +52,8 @@ def test_transposed_narrow_b_is_packed_from_two_panels(registers) -> None:
   assert not [c for c in kernels(Tensor(x[:256]) @ Tensor(w).T) if c.startswith("E_")]
 
 
-def test_small_and_narrow_matmuls_read_b_in_place(registers) -> None:
-  registers(16, 32)
+def test_small_and_narrow_matmuls_read_b_in_place(vector_registers) -> None:
+  vector_registers(16, 32)
   for m, k, n in ((63, 512, 512), (64, 256, 256), (64, 1024, 1000)):  # few rows; B within L2; no whole panels
     a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
     out = Tensor(a) @ Tensor(b)
@@ -73,17 +61,17 @@ def test_small_and_narrow_matmuls_read_b_in_place(registers) -> None:
     np.testing.assert_allclose(out.numpy(), a @ b, rtol=1e-4, atol=1e-4)
 
 
-def test_packed_matmul_batched_transposed_and_fused(registers) -> None:
+def test_packed_matmul_batched_transposed_and_fused(vector_registers) -> None:
   # a batched left operand (its rows: 2 x 40), B a transposed view (nn.Linear's weight.T), relu fused after
-  registers(16, 32)
+  vector_registers(16, 32)
   x, w = rng.standard_normal((2, 40, 256)).astype(np.float32), rng.standard_normal((1024, 256)).astype(np.float32)
   out = (Tensor(x) @ Tensor(w).T).relu()
   assert len(kernels(out)) == 2
   np.testing.assert_allclose(out.numpy(), np.maximum(x @ w.T, 0), rtol=1e-4, atol=1e-4)
 
 
-def test_packed_half_matmul_sums_in_float(registers) -> None:
-  registers(16, 32)
+def test_packed_half_matmul_sums_in_float(vector_registers) -> None:
+  vector_registers(16, 32)
   a, b = rng.standard_normal((128, 512)).astype(np.float16), rng.standard_normal((512, 512)).astype(np.float16)
   out = Tensor(a) @ Tensor(b)
   assert out.dtype == dtypes.half and len(kernels(out)) == 2
@@ -91,8 +79,8 @@ def test_packed_half_matmul_sums_in_float(registers) -> None:
   np.testing.assert_allclose(out.numpy().astype(np.float32), want.astype(np.float32), rtol=2e-3, atol=2e-2)
 
 
-def test_packed_matmul_gradients_match_torch(registers) -> None:
-  registers(16, 32)
+def test_packed_matmul_gradients_match_torch(vector_registers) -> None:
+  vector_registers(16, 32)
   a, b = rng.standard_normal((64, 512)).astype(np.float32), rng.standard_normal((512, 512)).astype(np.float32)
   g = rng.standard_normal((64, 512)).astype(np.float32)
   ta, tb = Tensor(a, requires_grad=True), Tensor(b, requires_grad=True)
