@@ -233,10 +233,10 @@ def _tile_rows(k: Kernel, rid: int, lanes: int) -> None:
   already a register block) is tiled (`OptOps.TILE`) so that B's column loop runs inside a tile of rows. Else each
   block of rows walks all of B: at 2048^2 float32 that is 16 MB, past this VM's share of L3, so every block of 4 rows
   streamed B from memory: 36 GFLOPS against 131-140 with tiles of 64-128 blocks (2-4 MB of A) on the 2-core znver3
-  (AVX2, two threads); on the znver4 (AVX-512, 8-row blocks, packed B, one thread) 74-81 -> 103-111, 128x4096x4096
-  61-63 -> 91, tiles of 1 to 8 MB of A within the noise. 1024^2 (4 MB of B, in L3) ran the same with or without
-  tiles and isn't tiled. The tile is the most blocks within
-  `TILE_BYTES` of A that leaves a tile per thread; B must be `TILE_MIN_BYTES` or more."""
+  (AVX2, two threads); on the znver4 (AVX-512, 8-row blocks, packed B, one thread beside a CI run, processes
+  alternated) 74-81 -> 103-111, 128x4096x4096 61-63 -> 91, tiles of 1 to 8 MB of A within the noise. 1024^2 (4 MB of
+  B, in L3) ran the same with or without tiles and isn't tiled. The tile is the most blocks within `TILE_BYTES` of A
+  that leaves a tile per thread; B must be `TILE_MIN_BYTES` or more."""
   regs, _, itemsize = _register_file(k)
   if not regs: return
   loop = [(j, x) for j, x in enumerate(k.output_axes) if x.arg[0] == rid and x.arg[1] in (AxisType.LOOP,
@@ -303,19 +303,21 @@ measured while another job ran, 256^2 (256 KB, within its 512 KB L2) went 34 -> 
 noise: no loss)."""
 PACK_MIN_BYTES_WIDE = 4 << 20
 """The same on a 32-register file (AVX-512), whose 8-row block reuses each load of B twice as often as AVX2's 4 rows,
-so B read in place from L3 keeps up longer. On the 2-core znver4 (1 MB L2 a core), one thread, alternated: 512^2
-(1 MB) ran 105 GFLOPS in place and 94 packed, 1024x512x1024 (2 MB) 103 and 104, 1024^2 (4 MB) 98-102 and 104-106,
-2048^2 (16 MB, row tiles) 102 and 112, 1024x2048x2048 100 and 110."""
+so B read in place from L3 keeps up longer. On the 2-core znver4 (1 MB L2 a core), one thread, alternated in one
+process while a CI run used both cores (compare within a pair): 512^2 (1 MB) ran 105 GFLOPS in place and 94 packed,
+1024x512x1024 (2 MB) 103 and 104, 1024^2 (4 MB) 98-102 and 104-106, 2048^2 (16 MB, row tiles) 102 and 112,
+1024x2048x2048 100 and 110."""
 PACK_MIN_BYTES_STRIDED = 256 << 10
 """The size from which a right operand read across its rows (`x @ w.T`, nn.Linear's weight: the vector lanes of a
 column strip lie K elements apart, a gather each) is packed when A has `PACK_STRIDED_ROWS` rows or more; with fewer
-(but `PACK_MIN_ROWS`), from `PACK_MIN_BYTES`; on either register file. On the znver4, one thread: 1024^2 14 -> 99
-GFLOPS packed, 512^2 27 -> 81, 1024x256x256 (256 KB) 57 -> 73, 256^3 51 and 50; 128^3 (64 KB) lost, 12 -> 7. Two
-threads, alternated: 64x512x512 (1 MB) 13-14 -> 42-45, 2048x128x512 (256 KB) 97-131 -> 155-169, 512x256x256 81-91
--> 84-98; but a 256-row product of a 256 KB B, a small GPT's projections, lost to the extra launch and copy
-(256x128x512 70-74 -> 54-58, 256x512x128 68 -> 53) and 512 KB ones at 256 rows came out even. A strided B is packed
-from two panels wide (not `PACK_MIN_COLUMNS`): 4096x1024x64 52 -> 77-95, 4096x1024x128 41 -> 100, the long-K
-64x32768x64 5 -> 39; one panel (32 columns) gained nothing."""
+(but `PACK_MIN_ROWS`), from `PACK_MIN_BYTES`; on either register file. On the znver4, one thread beside a CI run,
+alternated: 1024^2 14 -> 99 GFLOPS packed, 512^2 27 -> 81, 1024x256x256 (256 KB) 57 -> 73, 256^3 51 and 50; 128^3 (64
+KB) lost, 12 -> 7. Two threads, quiet, alternated: 64x512x512 (1 MB) 13-14 -> 42-45, 2048x128x512 (256 KB) 97-131 ->
+155-169, 512x256x256 81-91 -> 84-98; but a 256-row product of a 256 KB B, a small GPT's projections, lost to the extra
+launch and copy (256x128x512 70-74 -> 54-58, 256x512x128 68 -> 53) and 512 KB ones at 256 rows came out even. A
+strided B is packed from two panels wide (not `PACK_MIN_COLUMNS`); one thread beside the CI run, processes alternated:
+4096x1024x64 52 -> 77-95, 4096x1024x128 41 -> 100, the long-K 64x32768x64 5 -> 39; one panel (32 columns) gained
+nothing."""
 PACK_STRIDED_ROWS = 512
 """A's rows from which a strided B of `PACK_MIN_BYTES_STRIDED` is packed."""
 PACK_MIN_COLUMNS = 256
