@@ -1,4 +1,4 @@
-"""nn.state: state dicts, load_state_dict errors, safetensors roundtrip (DISK views), torch_load, gguf_load."""
+"""nn.state: state dicts, load_state_dict errors, safetensors roundtrip, torch_load, gguf_load."""
 import json
 import struct
 
@@ -74,7 +74,7 @@ def test_safetensors_roundtrip(tmp_path):
   for k, t in tensors.items():
     assert loaded[k].dtype == t.dtype and loaded[k].shape == t.shape
     np.testing.assert_array_equal(loaded[k].to("CPU").numpy(), t.numpy())
-  assert loaded["a"].device.startswith("DISK:")  # a zero-copy view of the file until copied
+  assert loaded["a"].device == "CPU"  # a view of one host copy of the file, not of the file (no DISK mapping)
   np.testing.assert_allclose((loaded["a"].to("CPU") * 2).numpy(), tensors["a"].numpy() * 2)
 
 
@@ -193,5 +193,6 @@ def test_gguf_load(tmp_path):
   # quantization error stays within half a step of each block
   assert np.abs(sd["q40"].numpy().reshape(-1)).max() > 0
   with pytest.raises(ValueError, match="magic"): gguf_load(b"GGML" + b"\0" * 20)
-  _write_gguf(tmp_path / "bad.gguf", {}, {"k": (14, (256,), b"\0" * 210)})
-  with pytest.raises(ValueError, match="ggml type 14"): gguf_load(tmp_path / "bad.gguf")
+  _write_gguf(tmp_path / "bad.gguf", {}, {"k": (10, (256,), b"\0" * 84)})  # Q2_K: not decoded here
+  with pytest.raises(ValueError, match="ggml type 10, which is not supported; supported: F32"):
+    gguf_load(tmp_path / "bad.gguf")

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import enum
 import io
+import math
 import os
 import struct
 from dataclasses import dataclass
@@ -78,14 +79,14 @@ _NP_SCALAR = {_UINT8: np.uint8, _INT8: np.int8, _UINT16: np.uint16, _INT16: np.i
 @dataclass(frozen=True)
 class GGUFTensor:
   """One tensor of a GGUF file: its name, shape in numpy order (GGUF stores dims fastest-first), type and raw bytes
-  (a uint8 numpy array, memory-mapped when the file was read from a path)."""
+  (a uint8 numpy array: a view of `read_gguf`'s private copy of the file, never of the file itself)."""
   name: str
   shape: tuple[int, ...]
   ggml_type: GGMLType
   raw: np.ndarray
 
   @property
-  def n_elements(self) -> int: return int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
+  def n_elements(self) -> int: return math.prod(self.shape)
 
   def blocks(self) -> np.ndarray:
     """The raw bytes as (number of blocks, bytes per block)."""
@@ -97,74 +98,215 @@ class GGUFTensor:
 
 
 # ***** reading *****
-class _Cursor:
-  def __init__(self, data: Any, pos: int = 0): self.data, self.pos = data, pos
+_INT_TYPES = (_UINT8, _INT8, _UINT16, _INT16, _UINT32, _INT32, _UINT64, _INT64)
+_MAX_DEPTH = 8      # arrays of arrays nest this deep at most (real files use one level)
+_MAX_DIMS = 4       # ggml tensors have at most 4 dimensions (GGML_MAX_DIMS in ggml.h)
+# the fewest bytes one more item can take: a string (its 8-byte length), an array (4-byte type + 8-byte count), a
+# scalar of each type; a kv (key string + 4-byte type + 1-byte value); a tensor info (name + n_dims + type + offset)
+_MIN_ITEM = {_STRING: 8, _ARRAY: 12, **{t: struct.calcsize(f) for t, f in _SCALAR_FMT.items()}}
+_MIN_KV, _MIN_INFO = 8 + 4 + 1, 8 + 4 + 4 + 8
+# model hyperparameters gguf.md stores as unsigned ints: a negative or non-integer one is a malformed file, and no
+# model anything could run has one beyond a uint32
+_ARCH_COUNTS = ("block_count", "context_length", "embedding_length", "feed_forward_length", "vocab_size",
+                "attention.head_count", "attention.head_count_kv", "attention.key_length", "attention.value_length",
+                "expert_count", "expert_used_count")
 
-  def unpack(self, fmt: str) -> Any:
-    try: v = struct.unpack_from(fmt, self.data, self.pos)
-    except struct.error as e: raise ValueError(f"GGUF: file ends inside its header at byte {self.pos}") from e
+
+class _Reader:
+  """Reads a GGUF header from a byte buffer; every read is bounds-checked against the buffer (a ValueError naming
+  what was read, where, and how much was left; never struct.error, never a read past the end)."""
+
+  def __init__(self, data: memoryview): self.data, self.pos = data, 0
+
+  def need(self, n: int, what: str) -> None:
+    if n > len(self.data) - self.pos:
+      raise ValueError(f"GGUF file truncated: {what} at byte {self.pos} needs {n} bytes, {len(self.data) - self.pos} "
+                       f"are left (file size {len(self.data)})")
+
+  def unpack(self, fmt: str, what: str) -> Any:
+    self.need(struct.calcsize(fmt), what)
+    v = struct.unpack_from(fmt, self.data, self.pos)
     self.pos += struct.calcsize(fmt)
-    return v[0]
+    return v[0] if len(v) == 1 else list(v)
 
-  def string(self) -> str:
-    n = self.unpack("<Q")
-    if self.pos + n > len(self.data): raise ValueError(f"GGUF: a string of {n} bytes runs past the end of the file")
-    s = bytes(self.data[self.pos:self.pos + n]).decode("utf-8", errors="replace")
+  def count(self, what: str, min_item: int) -> int:
+    """A u64 count of items that take at least `min_item` bytes each, refused when the rest of the file can't hold
+    them (so a hostile count never makes us loop or allocate for 2**64 items)."""
+    at, n = self.pos, self.unpack("<Q", what)
+    if n * min_item > len(self.data) - self.pos:
+      raise ValueError(f"GGUF {what} {n} at byte {at} is more than the {len(self.data) - self.pos} bytes left in the "
+                       f"file can hold (each item takes at least {min_item} bytes)")
+    return n
+
+  def string(self, what: str) -> str:
+    at, n = self.pos, self.count(f"{what} length", 1)
+    raw = bytes(self.data[self.pos:self.pos + n])
     self.pos += n
-    return s
+    try: return raw.decode("utf-8")
+    except UnicodeDecodeError as e: raise ValueError(f"GGUF {what} at byte {at} is not valid UTF-8 ({e})") from e
 
-  def value(self, vtype: int) -> Any:
-    if vtype == _STRING: return self.string()
-    if vtype == _ARRAY:
-      itype, n = self.unpack("<I"), self.unpack("<Q")
-      if itype in _NP_SCALAR:  # numeric arrays (token scores, types) in one read
-        dt = np.dtype(_NP_SCALAR[itype]).newbyteorder("<")
-        arr = np.frombuffer(self.data, dtype=dt, count=n, offset=self.pos)
-        self.pos += n * dt.itemsize
-        return arr.tolist()
-      return [self.value(itype) for _ in range(n)]
-    if vtype not in _SCALAR_FMT: raise ValueError(f"GGUF: unknown metadata value type {vtype} at byte {self.pos}")
-    return self.unpack(_SCALAR_FMT[vtype])
+  def array_head(self, key: str) -> list[Any]:
+    """[item type, count] of the array that starts here, both checked."""
+    itype = self.unpack("<I", f"array item type of {key!r}")
+    if itype not in _MIN_ITEM:
+      raise ValueError(f"GGUF {key!r}: unknown array item type {itype}; valid: 0-12 (gguf.md GGUF_TYPE_*)")
+    return [itype, self.count(f"array length of {key!r}", _MIN_ITEM[itype])]
+
+  def value(self, vtype: int, key: str) -> Any:
+    """One metadata value of type `vtype`. Arrays of arrays are read with an explicit stack, at most _MAX_DEPTH deep;
+    a numeric array in one unpack."""
+    if vtype == _STRING: return self.string(f"value of {key!r}")
+    if vtype in _SCALAR_FMT: return self.unpack(_SCALAR_FMT[vtype], f"value of {key!r}")
+    if vtype != _ARRAY:
+      raise ValueError(f"GGUF {key!r}: unknown metadata value type {vtype}; valid: 0-12 (gguf.md GGUF_TYPE_*)")
+    root: list[Any] = []
+    stack = [[root, *self.array_head(key)]]      # [list being filled, item type, items still to read]
+    while stack:
+      top = stack[-1]
+      out, itype, left = top
+      if left == 0: stack.pop()
+      elif itype in _SCALAR_FMT:
+        out.extend(self.unpack(f"<{left}{_SCALAR_FMT[itype][1]}", f"array {key!r}") if left > 1 else
+                   [self.unpack(_SCALAR_FMT[itype], f"array {key!r}")])
+        top[2] = 0
+      elif itype == _STRING:
+        out.append(self.string(f"value of {key!r}"))
+        top[2] -= 1
+      else:
+        if len(stack) >= _MAX_DEPTH:
+          raise ValueError(f"GGUF {key!r}: arrays nested deeper than {_MAX_DEPTH}; valid: up to {_MAX_DEPTH} levels")
+        inner: list[Any] = []
+        out.append(inner)
+        top[2] -= 1
+        stack.append([inner, *self.array_head(key)])
+    return root
+
+
+def _check_alignment(kv: dict[str, Any], vtypes: dict[str, int]) -> int:
+  """general.alignment: gguf.md says a uint32 that is a multiple of 8; llama.cpp and the gguf package need a power of
+  two. Both hold for 8, 16, 32, ... A negative or zero one would put the data section inside the header."""
+  if "general.alignment" not in kv: return 32
+  align, vt = kv["general.alignment"], vtypes["general.alignment"]
+  if vt not in _INT_TYPES or align <= 0 or align % 8 or align & (align - 1):
+    raise ValueError(f"GGUF general.alignment {align!r} must be a positive power of two that is a multiple of 8 "
+                     f"(8, 16, 32, ...; default 32), stored as an integer (gguf.md: uint32; this one has value type {vt})")
+  return align
+
+
+def _check_arch_counts(kv: dict[str, Any], vtypes: dict[str, int]) -> None:
+  """The model hyperparameters gguf.md defines as unsigned counts ({arch}.block_count, ...) must be integers in
+  [0, 2**32) (or arrays of them, as per-layer head counts are)."""
+  arch = kv.get("general.architecture")
+  if not isinstance(arch, str): return
+  for name in _ARCH_COUNTS:
+    key = f"{arch}.{name}"
+    if key not in kv: continue
+    v = kv[key]
+    vals = v if vtypes[key] == _ARRAY else [v]
+    if not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 2**32 for x in vals):
+      raise ValueError(f"GGUF {key} = {v!r:.80} (value type {vtypes[key]}): valid is an unsigned integer below 2**32 "
+                       f"(or an array of them)")
+
+
+@dataclass(frozen=True)
+class _Info:
+  name: str
+  dims: tuple[int, ...]   # GGUF order: fastest-varying first
+  ggml_type: GGMLType
+  offset: int             # bytes from the start of the data section
+  nbytes: int
+
+
+def _tensor_info(r: _Reader, names: set[str]) -> _Info:
+  """One tensor info, checked on its own: a new name, at most 4 dims, a known type, rows of whole blocks."""
+  name = r.string("tensor name")
+  if name in names: raise ValueError(f"GGUF tensor {name!r} appears twice; tensor names must be unique")
+  names.add(name)
+  ndim = r.unpack("<I", f"dims of {name!r}")
+  if ndim > _MAX_DIMS: raise ValueError(f"GGUF tensor {name!r} has {ndim} dims; ggml allows 0-{_MAX_DIMS}")
+  dims = tuple(r.unpack(f"<{ndim}Q", f"shape of {name!r}")) if ndim > 1 else \
+    ((r.unpack("<Q", f"shape of {name!r}"),) if ndim else ())
+  gtype, offset = r.unpack("<I", f"type of {name!r}"), r.unpack("<Q", f"offset of {name!r}")
+  if gtype not in BLOCK:
+    raise ValueError(f"GGUF tensor {name!r} has ggml type {gtype}, which is not supported; supported: "
+                     + ", ".join(f"{x.name} ({x.value})" for x in BLOCK))
+  t = GGMLType(gtype)
+  be, bb = BLOCK[t]
+  # ggml (and gguf.quants) store each row as whole blocks: a row narrower than a block, or not a multiple of it, has
+  # no layout (decoding it as if blocks ran across rows gives wrong numbers)
+  row = dims[0] if dims else 1
+  if row % be:
+    raise ValueError(f"GGUF tensor {name!r} of type {t.name} has rows of {row} elements (dims {list(dims)}), not a "
+                     f"whole number of {t.name} blocks of {be}; valid: a row width that is a multiple of {be}")
+  return _Info(name, dims, t, offset, math.prod(dims) // be * bb)   # Python ints: no overflow
+
+
+def _parse(data: memoryview) -> tuple[dict[str, Any], list[_Info], int]:
+  """(metadata, tensor infos, data section start) of GGUF bytes, everything validated against the buffer's size."""
+  if len(data) < 4 or bytes(data[:4]) != b"GGUF":
+    raise ValueError(f"not a GGUF file: it starts with {bytes(data[:4])!r}, expected the magic b'GGUF'")
+  r = _Reader(data)
+  r.pos = 4
+  version = r.unpack("<I", "version")
+  if version not in (2, 3): raise ValueError(f"GGUF version {version} is not supported; valid: 2, 3")
+  n_tensors = r.count("tensor count", _MIN_INFO)
+  n_kv = r.count("metadata count", _MIN_KV)
+  kv: dict[str, Any] = {}
+  vtypes: dict[str, int] = {}
+  for _ in range(n_kv):
+    k = r.string("metadata key")
+    if k in kv: raise ValueError(f"GGUF metadata key {k!r} appears twice; keys must be unique")
+    vtypes[k] = r.unpack("<I", f"value type of {k!r}")
+    kv[k] = r.value(vtypes[k], k)
+  names: set[str] = set()
+  infos = [_tensor_info(r, names) for _ in range(n_tensors)]
+  align = _check_alignment(kv, vtypes)
+  _check_arch_counts(kv, vtypes)
+  start = -(-r.pos // align) * align     # the data section starts after the header, never inside it
+  data_size = len(data) - start
+  spans = []
+  for i in infos:
+    if i.offset % align:
+      raise ValueError(f"GGUF tensor {i.name!r}: offset {i.offset} is not a multiple of the alignment {align}")
+    if i.offset + i.nbytes > data_size:
+      raise ValueError(f"GGUF tensor {i.name!r}: {i.nbytes} bytes at offset {i.offset} run past the data section of "
+                       f"{max(data_size, 0)} bytes ({i.ggml_type.name}, dims {list(i.dims)}; file size {len(data)}): "
+                       f"the file is truncated or its header is wrong")
+    if i.nbytes: spans.append((i.offset, i.offset + i.nbytes, i.name))
+  spans.sort()
+  for (s0, e0, k0), (s1, e1, k1) in zip(spans, spans[1:]):
+    if s1 < e0: raise ValueError(f"GGUF tensors {k0!r} [{s0}, {e0}) and {k1!r} [{s1}, {e1}) overlap")
+  return kv, infos, start
+
+
+def _read_file(path: str) -> np.ndarray:
+  """The whole file as a private uint8 array: read() into anonymous memory (one copy), so nothing loaded depends on
+  the file afterwards (a memory map, even MAP_PRIVATE, sees later writes to the file and faults after a truncate)."""
+  with open(path, "rb", buffering=0) as f:
+    size = os.fstat(f.fileno()).st_size
+    buf = np.empty(size, dtype=np.uint8)
+    mv, got = memoryview(buf), 0
+    while got < size and (n := f.readinto(mv[got:])): got += n
+    if got != size or f.read(1):
+      raise ValueError(f"{path}: the file changed size while it was read ({size} bytes expected, {got} read)")
+  return buf
 
 
 def read_gguf(src: str | os.PathLike | bytes | bytearray | memoryview) -> tuple[dict[str, Any], dict[str, GGUFTensor]]:
-  """(metadata, {name: GGUFTensor}) of a GGUF v2/v3 file or its bytes. A path is memory-mapped: tensors are views of
-  the file, nothing is copied until used."""
-  if isinstance(src, (bytes, bytearray, memoryview)): data: Any = np.frombuffer(bytes(src), dtype=np.uint8)
-  else: data = np.memmap(os.fspath(src), dtype=np.uint8, mode="r")
-  if len(data) < 24 or bytes(data[:4]) != b"GGUF":
-    raise ValueError(f"not a GGUF file: it starts with {bytes(data[:4])!r}, expected b'GGUF'")
-  c = _Cursor(memoryview(data), 4)
-  version = c.unpack("<I")
-  if version not in (2, 3): raise ValueError(f"GGUF version {version} is not supported (2 and 3 are)")
-  n_tensors, n_kv = c.unpack("<Q"), c.unpack("<Q")
-  kv: dict[str, Any] = {}
-  for _ in range(n_kv):
-    key = c.string()
-    kv[key] = c.value(c.unpack("<I"))
-  infos = []
-  for _ in range(n_tensors):
-    name = c.string()
-    dims = [c.unpack("<Q") for _ in range(c.unpack("<I"))]
-    gtype, offset = c.unpack("<I"), c.unpack("<Q")
-    infos.append((name, dims, gtype, offset))
-  align = int(kv.get("general.alignment", 32))
-  start = -(-c.pos // align) * align
-  tensors: dict[str, GGUFTensor] = {}
-  for name, dims, gtype, offset in infos:
-    try: t = GGMLType(gtype)
-    except ValueError:
-      raise ValueError(f"GGUF tensor {name!r} has ggml type {gtype}, which is not supported; supported: "
-                       + ", ".join(f"{x.name} ({x.value})" for x in BLOCK)) from None
-    n = int(np.prod(dims, dtype=np.int64)) if dims else 1
-    be, bb = BLOCK[t]
-    if n % be: raise ValueError(f"GGUF tensor {name!r}: {n} elements are not whole {t.name} blocks of {be}")
-    nbytes = n // be * bb
-    if start + offset + nbytes > len(data):
-      raise ValueError(f"GGUF tensor {name!r} ({nbytes} bytes at {start + offset}) runs past the end of the file "
-                       f"({len(data)} bytes): the file is truncated")
-    shape = tuple(int(d) for d in reversed(dims))
-    tensors[name] = GGUFTensor(name, shape, t, data[start + offset:start + offset + nbytes])
+  """(metadata, {name: GGUFTensor}) of a GGUF v2/v3 file or its bytes.
+
+  A path is read into private memory (one copy, no memory map): the tensors never change or fault when the file is
+  later rewritten or truncated. The whole header is validated before any tensor is made, and a bad file is a
+  ValueError naming the field, its value and what is valid: truncation, counts the file can't hold, unknown value or
+  ggml types, nested arrays deeper than 8, duplicate keys or tensor names, general.alignment (a power of two, multiple
+  of 8), negative model counts ({arch}.block_count, ...), more than 4 dims, rows that aren't whole blocks, tensor
+  byte ranges (aligned, inside the data section, not overlapping; sizes computed without overflow).
+  """
+  if isinstance(src, (bytes, bytearray, memoryview)): data = np.frombuffer(bytes(src), dtype=np.uint8)
+  else: data = _read_file(os.fspath(src))
+  kv, infos, start = _parse(memoryview(data))
+  tensors = {i.name: GGUFTensor(i.name, tuple(reversed(i.dims)), i.ggml_type,
+                                data[start + i.offset:start + i.offset + i.nbytes]) for i in infos}
   return kv, tensors
 
 
@@ -198,9 +340,15 @@ def write_gguf(dst: str | os.PathLike | BinaryIO, kv: dict[str, Any], tensors: d
   floats FLOAT32) and float `tensors` in numpy shape order, each stored as `types[name]` (default F32), quantized
   with `quantize`."""
   types = types or {}
+  if not isinstance(alignment, int) or alignment <= 0 or alignment % 8 or alignment & (alignment - 1):
+    raise ValueError(f"write_gguf: alignment {alignment!r} must be a positive power of two that is a multiple of 8")
   blobs = []
   for name, arr in tensors.items():
     t = GGMLType(types.get(name, GGMLType.F32))
+    row = np.shape(arr)[-1] if np.ndim(arr) else 1
+    if row % BLOCK[t][0]:
+      raise ValueError(f"write_gguf: tensor {name!r} of shape {np.shape(arr)} has rows of {row} elements, not whole "
+                       f"{t.name} blocks of {BLOCK[t][0]}; valid: a last dim that is a multiple of {BLOCK[t][0]}")
     blobs.append((name, np.asarray(arr).shape, t, quantize(np.asarray(arr, dtype=np.float32), t)))
   f: Any = open(dst, "wb") if isinstance(dst, (str, os.PathLike)) else dst
   try:

@@ -8,11 +8,11 @@
 - `get_state_dict(obj)`: {dotted name: Tensor} found through attributes, lists, tuples and dicts (as in tinygrad).
 - `get_parameters(obj)`: those tensors, each once.
 - `load_state_dict(model, state_dict, strict=True)`: copies in, checking names and shapes (one error lists them all).
-- `safe_save` / `safe_load`: the safetensors format; `safe_load` maps the file through the DISK device (each tensor is
-  a zero-copy view of the file until it is copied to a compute device), falling back to reading it into memory.
-  `safe_save` writes a new file and renames it over the old one, so mapped tensors of the old file stay valid.
+- `safe_save` / `safe_load`: the safetensors format; `safe_load` reads the file once into host memory (tensors are
+  views of that copy, never of the file, so changing the file later changes nothing). `safe_save` writes a new file
+  and renames it over the old one: a reader never sees a half-written file.
 - `torch_load`: PyTorch's zip checkpoint (`torch.save`) read with our own unpickler (no torch needed, no code run).
-- `gguf_load`: GGUF v2/v3 metadata and tensors, dequantizing F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1.
+- `gguf_load`: GGUF v2/v3 metadata and tensors, dequantizing F32, F16, BF16, Q8_0, Q4_0/1, Q5_0/1, Q4_K, Q5_K, Q6_K.
 
 Files are untrusted input: every loader validates the whole header (types, sizes, offsets, overlaps, counts) before
 it touches tensor data, and a bad file is a ValueError that names the entry and what is valid -- never a crash, a
@@ -24,7 +24,6 @@ import io
 import json
 import math
 import os
-import pathlib
 import pickle
 import struct
 import tempfile
@@ -127,7 +126,7 @@ _SAFE_NAMES = {v: k for k, v in _SAFE_DTYPES.items()}
 
 
 def _tensor_on(buf: Buffer, shape: tuple[int, ...]) -> Tensor:
-  """A Tensor whose storage is the existing `buf` (a DISK view, say): no copy."""
+  """A Tensor whose storage is the existing `buf` (a view of a host buffer, say): no copy."""
   u = engine.register_buffer(UOp.new_buffer(buf.device, buf.size, buf.dtype), buf)
   return Tensor(u.reshape(shape) if tuple(shape) != (buf.size,) else u)
 
@@ -217,37 +216,59 @@ def safe_load_metadata(fn: str | os.PathLike) -> dict[str, Any]:
 
 
 def safe_load(fn: str | os.PathLike | Tensor) -> dict[str, Tensor]:
-  """Tensors of a safetensors file, by name. Read through the DISK device: each is a zero-copy view of the file until
-  used (`.to("CPU")`, `load_state_dict`, math on it); falls back to reading into memory when DISK is unavailable.
+  """Tensors of a safetensors file, by name, on the CPU device.
 
-  The whole header is validated before any tensor is made (ValueError naming the entry): dtypes, shapes, offsets
-  inside the file and not overlapping, sizes that match, no duplicate keys, BOOL bytes 0 or 1.
+  The file is read once (read(), no memory map) into one host buffer that the tensors are views of: nothing loaded
+  depends on the file after the call, so rewriting or truncating it later changes no tensor and can't fault (a map,
+  even MAP_PRIVATE, would see later writes and SIGBUS after a truncate). The whole header is validated before any
+  tensor is made (ValueError naming the entry): dtypes, shapes, offsets inside the file and not overlapping, sizes
+  that match, no duplicate keys, BOOL bytes 0 or 1.
   """
   if isinstance(fn, Tensor): return _safe_load_bytes(bytes(fn.numpy().tobytes()))
   path = os.fspath(fn)
-  with open(path, "rb") as f:
+  with open(path, "rb", buffering=0) as f:
     size = os.fstat(f.fileno()).st_size
     try: data_start, header = _read_header(f, size)
     except ValueError as e: raise ValueError(f"{path}: {e}") from e
-    entries = {k: v for k, v in header.items() if k != "__metadata__"}
-    for k, v in entries.items():
-      if v["dtype"] == "BOOL":
-        f.seek(data_start + v["data_offsets"][0])
-        try: _check_bools(k, f.read(v["data_offsets"][1] - v["data_offsets"][0]))
-        except ValueError as e: raise ValueError(f"{path}: {e}") from e
-  from tiny_uop.plugins import DeviceUnavailableError, UnknownDeviceError
-  try:
-    base = Buffer(f"DISK:{os.path.abspath(path)}", size, dtypes.uint8).ensure_allocated()
-  except (UnknownDeviceError, DeviceUnavailableError, OSError):  # no DISK device, or it can't map the file: read it
-    with open(path, "rb") as f: return _safe_load_bytes(f.read(), path)
+    host = _host_buffer(size)
+    if host is None:  # no host device with zero-copy views: plain memory, one array per tensor
+      data = bytearray(size)
+      _read_all(f, path, size, memoryview(data))
+      return _safe_load_bytes(data, path)
+    _read_all(f, path, size, host.as_buffer(force_zero_copy=True))
+  entries = {k: v for k, v in header.items() if k != "__metadata__"}
+  mem = host.as_buffer(force_zero_copy=True)
+  for k, v in entries.items():
+    if v["dtype"] == "BOOL":
+      try: _check_bools(k, mem[data_start + v["data_offsets"][0]:data_start + v["data_offsets"][1]])
+      except ValueError as e: raise ValueError(f"{path}: {e}") from e
   out: dict[str, Tensor] = {}
   for k, v in entries.items():
     dt, shape = _SAFE_DTYPES[v["dtype"]], tuple(v["shape"])
-    out[k] = _tensor_on(base.view(math.prod(shape), dt, data_start + v["data_offsets"][0]), shape)
+    out[k] = _tensor_on(host.view(math.prod(shape), dt, data_start + v["data_offsets"][0]), shape)
   return out
 
 
-def _safe_load_bytes(data: bytes, name: str = "<bytes>") -> dict[str, Tensor]:
+def _host_buffer(size: int) -> Buffer | None:
+  """A CPU Buffer of `size` bytes with zero-copy views and host access (None when the CPU device can't give one)."""
+  from tiny_uop.plugins import DeviceUnavailableError, UnknownDeviceError
+  try: buf = Buffer("CPU", size, dtypes.uint8).ensure_allocated()
+  except (UnknownDeviceError, DeviceUnavailableError):
+    return None
+  return buf if hasattr(buf.allocator, "_as_buffer") and hasattr(buf.allocator, "_offset") else None
+
+
+def _read_all(f: Any, path: str, size: int, mv: memoryview) -> memoryview:
+  """Read the whole file `f` of `size` bytes into `mv` with readinto (one copy, from the start)."""
+  f.seek(0)
+  got = 0
+  while got < size and (n := f.readinto(mv[got:size])): got += n
+  if got != size or f.read(1):
+    raise ValueError(f"{path}: the file changed size while it was read ({size} bytes expected, {got} read)")
+  return mv
+
+
+def _safe_load_bytes(data: bytes | bytearray, name: str = "<bytes>") -> dict[str, Tensor]:
   try:
     data_start, header = _read_header(io.BytesIO(data), len(data))
     out = {}
@@ -498,154 +519,15 @@ def torch_load(fn: str | os.PathLike) -> dict[str, Tensor]:
 
 
 # ***** GGUF *****
-_GGUF_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
-# ggml type -> (block elements, block bytes, name)
-_GGML_TYPES = {0: (1, 4, "F32"), 1: (1, 2, "F16"), 30: (1, 2, "BF16"), 2: (32, 18, "Q4_0"), 3: (32, 20, "Q4_1"),
-               6: (32, 22, "Q5_0"), 7: (32, 24, "Q5_1"), 8: (32, 34, "Q8_0")}
-
-
-_GGUF_MAX_DEPTH = 8   # arrays of arrays nest this deep at most (real files use one level)
-_GGML_MAX_DIMS = 4    # ggml tensors have at most 4 dimensions (GGML_MAX_DIMS in ggml.h)
-# the fewest bytes one more entry can take: a string (8-byte length), a kv (key string + 4-byte type + 1-byte value),
-# a tensor info (name string + 4-byte n_dims + 4-byte type + 8-byte offset), one array item of each value type
-_GGUF_MIN_ITEM = {8: 8, 9: 12, **{t: struct.calcsize(f) for t, f in _GGUF_SCALARS.items()}}
-
-
-class _Reader:
-  """Reads a GGUF byte string; every read is bounds-checked (ValueError naming what and where, never struct.error)."""
-
-  def __init__(self, data: memoryview): self.data, self.pos = data, 0
-
-  def need(self, n: int, what: str) -> None:
-    if n > len(self.data) - self.pos:
-      raise ValueError(f"GGUF file truncated: {what} at byte {self.pos} needs {n} bytes, {len(self.data) - self.pos} "
-                       f"are left (file size {len(self.data)})")
-
-  def unpack(self, fmt: str, what: str = "value") -> Any:
-    self.need(struct.calcsize(fmt), what)
-    v = struct.unpack_from(fmt, self.data, self.pos)
-    self.pos += struct.calcsize(fmt)
-    return v[0] if len(v) == 1 else v
-
-  def count(self, what: str, min_item: int) -> int:
-    """A u64 count of items that each take at least `min_item` bytes: refused when the rest of the file can't hold
-    them (a hostile count would otherwise make us loop or allocate for 2**64 items)."""
-    at, n = self.pos, self.unpack("<Q", what)
-    if n * min_item > len(self.data) - self.pos:
-      raise ValueError(f"GGUF {what} {n} at byte {at} is more than the {len(self.data) - self.pos} bytes left can hold")
-    return n
-
-  def string(self, what: str = "string") -> str:
-    at, n = self.pos, self.count(f"{what} length", 1)
-    raw = bytes(self.data[self.pos:self.pos + n])
-    self.pos += n
-    try: return raw.decode("utf-8")
-    except UnicodeDecodeError as e: raise ValueError(f"GGUF {what} at byte {at} is not valid UTF-8 ({e})") from e
-
-  def value(self, vtype: int, key: str, depth: int = 0) -> Any:
-    if vtype == 8: return self.string(f"value of {key!r}")
-    if vtype == 9:
-      if depth >= _GGUF_MAX_DEPTH: raise ValueError(f"GGUF {key!r}: arrays nested deeper than {_GGUF_MAX_DEPTH}")
-      itype = self.unpack("<I", f"array type of {key!r}")
-      if itype not in _GGUF_MIN_ITEM: raise ValueError(f"GGUF {key!r}: unknown array item type {itype}")
-      n = self.count(f"array length of {key!r}", _GGUF_MIN_ITEM[itype])
-      if itype in _GGUF_SCALARS:  # one unpack for the whole array
-        fmt = _GGUF_SCALARS[itype]
-        vals = self.unpack(f"<{n}{fmt[1]}", f"array {key!r}") if n else ()
-        return list(vals) if n != 1 else [vals]
-      return [self.value(itype, key, depth + 1) for _ in range(n)]
-    if vtype not in _GGUF_SCALARS:
-      raise ValueError(f"GGUF {key!r}: unknown metadata value type {vtype}; valid: 0-12")
-    return self.unpack(_GGUF_SCALARS[vtype], f"value of {key!r}")
-
-
-def _dequant(raw: np.ndarray, ggml_type: int, n: int) -> np.ndarray:
-  """float32 values of `n` elements stored as ggml type `ggml_type` in `raw` (uint8)."""
-  if ggml_type == 0: return raw.view(np.float32)[:n].copy()
-  if ggml_type == 1: return raw.view(np.float16)[:n].astype(np.float32)
-  if ggml_type == 30: return (raw.view(np.uint16)[:n].astype(np.uint32) << 16).view(np.float32)
-  be, bb, _ = _GGML_TYPES[ggml_type]
-  blocks = raw[:n // be * bb].reshape(-1, bb)
-  d = blocks[:, 0:2].copy().view(np.float16).astype(np.float32)  # (nb, 1)
-  if ggml_type == 8:  # Q8_0: d, 32 x int8
-    return (d * blocks[:, 2:].view(np.int8).astype(np.float32)).reshape(-1)
-  if ggml_type in (2, 3):  # Q4_0: d, 16 bytes (x = d*(q-8)); Q4_1: d, m, 16 bytes (x = d*q + m)
-    qs = blocks[:, 2:] if ggml_type == 2 else blocks[:, 4:]
-    q = np.concatenate([qs & 0xF, qs >> 4], axis=1).astype(np.float32)  # low nibbles are elements 0..15
-    if ggml_type == 2: return (d * (q - 8)).reshape(-1)
-    m = blocks[:, 2:4].copy().view(np.float16).astype(np.float32)
-    return (d * q + m).reshape(-1)
-  # Q5_0: d, qh (uint32), 16 bytes; Q5_1: d, m, qh, 16 bytes. The 5th bit of element j is bit j of qh.
-  off = 2 if ggml_type == 6 else 4
-  qh = blocks[:, off:off + 4].copy().view(np.uint32)  # (nb, 1)
-  qs = blocks[:, off + 4:]
-  lo = np.concatenate([qs & 0xF, qs >> 4], axis=1).astype(np.uint32)
-  hi = ((qh >> np.arange(32, dtype=np.uint32)) & 1) << 4
-  q = (lo | hi).astype(np.float32)
-  if ggml_type == 6: return (d * (q - 16)).reshape(-1)
-  m = blocks[:, 2:4].copy().view(np.float16).astype(np.float32)
-  return (d * q + m).reshape(-1)
-
-
 def gguf_load(fn: str | os.PathLike | bytes | Tensor) -> tuple[dict[str, Any], dict[str, Tensor]]:
   """(metadata key/values, {name: float32 Tensor}) of a GGUF (v2/v3) file; quantized tensors are dequantized.
 
   Shapes are numpy order (GGUF lists dims fastest-first, so they come reversed). Supported tensor types: F32, F16,
-  BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1; others raise naming the type. Everything is validated before any tensor is
-  made (ValueError naming the field and byte offset): reads past the end, counts the file can't hold, non-UTF-8
-  strings, nesting, duplicate keys or names, the alignment (a power of two), dims (at most 4), tensor offsets (aligned,
-  inside the data section, not overlapping).
+  BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K; others raise naming the type. The file is parsed and
+  validated by `tiny_tensor.llm.gguf.read_gguf` before any tensor is made (a ValueError naming the field, its value
+  and what is valid). A path is read into private memory once (no memory map) and every tensor is a new float32
+  array: nothing loaded depends on the file after the call (rewriting or truncating it changes nothing).
   """
-  if isinstance(fn, Tensor): data = memoryview(fn.numpy().tobytes())
-  elif isinstance(fn, (bytes, bytearray, memoryview)): data = memoryview(bytes(fn))
-  else: data = memoryview(pathlib.Path(fn).read_bytes())
-  r = _Reader(data)
-  if bytes(data[:4]) != b"GGUF": raise ValueError(f"not a GGUF file: magic {bytes(data[:4])!r}, expected b'GGUF'")
-  r.pos = 4
-  version = r.unpack("<I", "version")
-  if version not in (2, 3): raise ValueError(f"GGUF version {version} is not supported (2 and 3 are)")
-  n_tensors = r.count("tensor count", 8 + 4 + 4 + 8)
-  n_kv = r.count("metadata count", 8 + 4 + 1)
-  kv: dict[str, Any] = {}
-  for _ in range(n_kv):
-    k = r.string("metadata key")
-    if k in kv: raise ValueError(f"GGUF metadata key {k!r} appears twice")
-    kv[k] = r.value(r.unpack("<I", f"type of {k!r}"), k)
-  infos = []
-  for _ in range(n_tensors):
-    name = r.string("tensor name")
-    if any(name == i[0] for i in infos): raise ValueError(f"GGUF tensor {name!r} appears twice")
-    ndim = r.unpack("<I", f"dims of {name!r}")
-    if ndim > _GGML_MAX_DIMS: raise ValueError(f"GGUF tensor {name!r} has {ndim} dims; ggml allows 0-{_GGML_MAX_DIMS}")
-    dims = [r.unpack("<Q", f"shape of {name!r}") for _ in range(ndim)]
-    infos.append((name, dims, r.unpack("<I", f"type of {name!r}"), r.unpack("<Q", f"offset of {name!r}")))
-  align = kv.get("general.alignment", 32)
-  if not _is_int(align) or align <= 0 or align & (align - 1):
-    raise ValueError(f"GGUF general.alignment {align!r} must be a positive power of two (default 32)")
-  start = -(-r.pos // align) * align
-  data_size = len(data) - start
-  spans = []
-  for name, dims, gtype, offset in infos:
-    if gtype not in _GGML_TYPES:
-      raise ValueError(f"GGUF tensor {name!r} has ggml type {gtype}; supported: "
-                       + ", ".join(f"{v[2]} ({k})" for k, v in _GGML_TYPES.items()))
-    n = math.prod(dims)
-    be, bb, tname = _GGML_TYPES[gtype]
-    if n % be: raise ValueError(f"GGUF tensor {name!r}: {n} elements are not whole {tname} blocks of {be}")
-    nbytes = n // be * bb
-    if offset % align: raise ValueError(f"GGUF tensor {name!r}: offset {offset} is not a multiple of the alignment "
-                                        f"{align}")
-    if offset + nbytes > data_size:
-      raise ValueError(f"GGUF tensor {name!r}: {nbytes} bytes at offset {offset} run past the data section of "
-                       f"{max(data_size, 0)} bytes")
-    if nbytes: spans.append((offset, offset + nbytes, name))
-  spans.sort()
-  for (s0, e0, k0), (s1, e1, k1) in zip(spans, spans[1:]):
-    if s1 < e0: raise ValueError(f"GGUF tensors {k0!r} [{s0}, {e0}) and {k1!r} [{s1}, {e1}) overlap")
-  out: dict[str, Tensor] = {}
-  for name, dims, gtype, offset in infos:
-    n = math.prod(dims)
-    nbytes = n // _GGML_TYPES[gtype][0] * _GGML_TYPES[gtype][1]
-    raw = np.frombuffer(data, dtype=np.uint8, count=nbytes, offset=start + offset)
-    out[name] = Tensor(_dequant(raw, gtype, n).reshape(tuple(reversed(dims))))
-  return kv, out
+  from tiny_tensor.llm.gguf import read_gguf  # here: tiny_tensor.llm imports the model code, which needs nn
+  kv, ts = read_gguf(fn.numpy().tobytes() if isinstance(fn, Tensor) else fn)
+  return kv, {name: Tensor(t.numpy()) for name, t in ts.items()}
