@@ -123,11 +123,17 @@ class _Reader:
       raise ValueError(f"GGUF file truncated: {what} at byte {self.pos} needs {n} bytes, {len(self.data) - self.pos} "
                        f"are left (file size {len(self.data)})")
 
-  def unpack(self, fmt: str, what: str) -> Any:
+  def many(self, code: str, n: int, what: str) -> list[Any]:
+    """`n` little-endian values of struct type `code` ("Q", "i", ...), in one read."""
+    fmt = f"<{n}{code}"
     self.need(struct.calcsize(fmt), what)
     v = struct.unpack_from(fmt, self.data, self.pos)
     self.pos += struct.calcsize(fmt)
-    return v[0] if len(v) == 1 else list(v)
+    return list(v)
+
+  def unpack(self, fmt: str, what: str) -> Any:
+    """One value of struct format `fmt` ("<I", "<Q", ...)."""
+    return self.many(fmt[1:], 1, what)[0]
 
   def count(self, what: str, min_item: int) -> int:
     """A u64 count of items that take at least `min_item` bytes each, refused when the rest of the file can't hold
@@ -166,8 +172,7 @@ class _Reader:
       out, itype, left = top
       if left == 0: stack.pop()
       elif itype in _SCALAR_FMT:
-        out.extend(self.unpack(f"<{left}{_SCALAR_FMT[itype][1]}", f"array {key!r}") if left > 1 else
-                   [self.unpack(_SCALAR_FMT[itype], f"array {key!r}")])
+        out.extend(self.many(_SCALAR_FMT[itype][1], left, f"array {key!r}"))
         top[2] = 0
       elif itype == _STRING:
         out.append(self.string(f"value of {key!r}"))
@@ -189,7 +194,7 @@ def _check_alignment(kv: dict[str, Any], vtypes: dict[str, int]) -> int:
   align, vt = kv["general.alignment"], vtypes["general.alignment"]
   if vt not in _INT_TYPES or align <= 0 or align % 8 or align & (align - 1):
     raise ValueError(f"GGUF general.alignment {align!r} must be a positive power of two that is a multiple of 8 "
-                     f"(8, 16, 32, ...; default 32), stored as an integer (gguf.md: uint32; this one has value type {vt})")
+                     f"(8, 16, 32, ...; default 32), stored as an integer (gguf.md: uint32; here value type {vt})")
   return align
 
 
@@ -224,8 +229,7 @@ def _tensor_info(r: _Reader, names: set[str]) -> _Info:
   names.add(name)
   ndim = r.unpack("<I", f"dims of {name!r}")
   if ndim > _MAX_DIMS: raise ValueError(f"GGUF tensor {name!r} has {ndim} dims; ggml allows 0-{_MAX_DIMS}")
-  dims = tuple(r.unpack(f"<{ndim}Q", f"shape of {name!r}")) if ndim > 1 else \
-    ((r.unpack("<Q", f"shape of {name!r}"),) if ndim else ())
+  dims = tuple(r.many("Q", ndim, f"shape of {name!r}"))
   gtype, offset = r.unpack("<I", f"type of {name!r}"), r.unpack("<Q", f"offset of {name!r}")
   if gtype not in BLOCK:
     raise ValueError(f"GGUF tensor {name!r} has ggml type {gtype}, which is not supported; supported: "
