@@ -109,8 +109,9 @@ CRASH_SCRIPT = textwrap.dedent("""
 
 
 def test_safe_save_over_a_mapped_file_is_atomic(tmp_path):
-  """safe_load maps the file; safe_save to the same path writes a new file and renames it, so the old tensors keep
-  reading the old data (a truncate in place was SIGBUS). In a subprocess: a regression must fail, not kill pytest."""
+  """safe_save to the same path writes a new file and renames it, and safe_load's tensors never depend on the file
+  (test_gguf_loaders covers in-place rewrites): the old tensors keep the old data (a truncate under a map was SIGBUS).
+  In a subprocess: a regression must fail, not kill pytest."""
   r = subprocess.run([sys.executable, "-c", CRASH_SCRIPT, str(tmp_path / "m.safetensors")], capture_output=True,
                      text=True, timeout=300)
   assert r.returncode == 0 and r.stdout.strip() == "OK", (r.returncode, r.stderr[-2000:])
