@@ -17,6 +17,7 @@ from typing import Any
 __all__ = ["Tokenizer"]
 
 _CONTROL, _USER_DEFINED, _BYTE = 3, 4, 6
+_WORD_CACHE = 1 << 16  # words whose BPE ids a tokenizer keeps
 # GPT-2's pre-tokenizer: contractions, letters, numbers, other symbols, spaces (\p{L}/\p{N} as [^\W\d_] / \d)
 _GPT2_SPLIT = re.compile(r"""'s|'t|'re|'ve|'m|'ll|'d| ?[^\W\d_]+| ?\d+| ?[^\s\w]+|\s+(?!\S)|\s+|_+""", re.UNICODE)
 
@@ -31,6 +32,50 @@ def _bytes_to_unicode() -> dict[int, str]:
       out[b] = chr(256 + n)
       n += 1
   return out
+
+
+def bpe_merge(symbols: list[str], ranks: dict[tuple[str, ...], int], stats: dict[str, int] | None = None) -> list[str]:
+  """GPT-2 BPE on one word: merge the adjacent pair of lowest rank (the leftmost of equals) until no pair has a rank.
+
+  O(n log n) in the word's length: the symbols form a doubly linked list (merging is O(1)) and the candidate pairs sit
+  in a heap keyed by (rank, position of the left symbol); a merge changes only its two neighbouring pairs, so it pushes
+  at most two candidates, and a candidate whose symbols changed since it was pushed is dropped when it is popped.
+  Positions are indices into `symbols`, which keep their left-to-right order, so ties go to the leftmost pair as in
+  the plain algorithm (rescan all pairs, merge the best, repeat). `stats`, when given, counts heap "pushes"/"pops".
+
+  >>> bpe_merge(list("aaab"), {("a", "a"): 0, ("aa", "a"): 1, ("a", "b"): 2})
+  ['aaa', 'b']
+  """
+  n = len(symbols)
+  if n < 2: return list(symbols)
+  syms = list(symbols)
+  nxt, prv = list(range(1, n + 1)), list(range(-1, n - 1))  # nxt == n: the end; prv == -1: the start
+  # a candidate is one int, rank * n + position (cheaper to compare than tuples: this loop is the tokenizer's hot path)
+  get, push, pop = ranks.get, heapq.heappush, heapq.heappop
+  heap = [r * n + i for i in range(n - 1) if (r := get((syms[i], syms[i + 1]))) is not None]
+  heapq.heapify(heap)
+  pushes, pops = len(heap), 0
+  while heap:
+    rank, i = divmod(pop(heap), n)
+    pops += 1
+    j = nxt[i]
+    # stale: i was merged into its left neighbour (syms[i] == ""), or i or its right neighbour changed since the push
+    if not syms[i] or j == n or get((syms[i], syms[j])) != rank: continue
+    syms[i] = m = syms[i] + syms[j]
+    syms[j] = ""
+    k = nxt[i] = nxt[j]
+    if k < n:
+      prv[k] = i
+      if (r := get((m, syms[k]))) is not None:
+        push(heap, r * n + i)
+        pushes += 1
+    if (h := prv[i]) >= 0 and (r := get((syms[h], m))) is not None:
+      push(heap, r * n + h)
+      pushes += 1
+  if stats is not None:
+    stats["pushes"] = stats.get("pushes", 0) + pushes
+    stats["pops"] = stats.get("pops", 0) + pops
+  return [s for s in syms if s]
 
 
 class Tokenizer:
@@ -53,6 +98,7 @@ class Tokenizer:
     self.ranks = {tuple(m.split(" ", 1)): i for i, m in enumerate(merges or [])}
     self.b2u = _bytes_to_unicode()
     self.u2b = {v: k for k, v in self.b2u.items()}
+    self._word_ids: dict[str, list[int]] = {}  # BPE: the ids of words seen before (text repeats its words)
     self.byte_ids = {int(t[3:5], 16): i for i, t in enumerate(self.tokens) if re.fullmatch(r"<0x[0-9A-Fa-f]{2}>", t)}
 
   @staticmethod
@@ -110,21 +156,21 @@ class Tokenizer:
     return out
 
   def _bpe(self, word: str) -> list[str]:
-    parts = list(word)
-    while len(parts) > 1:
-      best = min(((self.ranks.get((a, b), 1 << 60), i) for i, (a, b) in enumerate(zip(parts, parts[1:]))))
-      if best[0] == 1 << 60: break
-      i = best[1]
-      parts[i:i + 2] = [parts[i] + parts[i + 1]]
-    return parts
+    return bpe_merge(list(word), self.ranks)
 
   def _encode_bpe(self, text: str) -> list[int]:
     out: list[int] = []
+    cache = self._word_ids
     for word in _GPT2_SPLIT.findall(text):
-      mapped = "".join(self.b2u[b] for b in word.encode("utf-8"))
-      for piece in self._bpe(mapped):
-        if piece in self.ids: out.append(self.ids[piece])
-        else: out += [self.ids[c] for c in piece if c in self.ids]
+      if (ids := cache.get(word)) is None:
+        mapped = "".join(self.b2u[b] for b in word.encode("utf-8"))
+        ids = []
+        for piece in self._bpe(mapped):
+          if piece in self.ids: ids.append(self.ids[piece])
+          else: ids += [self.ids[c] for c in piece if c in self.ids]
+        if len(cache) >= _WORD_CACHE: cache.clear()  # bounded: a hostile text of distinct words can't grow it
+        if len(word) <= 64: cache[word] = ids
+      out += ids
     return out
 
   # ***** decoding *****
