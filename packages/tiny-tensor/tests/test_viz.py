@@ -183,10 +183,10 @@ def test_a_failing_kernel_context_is_recorded(tmp_path, monkeypatch):
   ("", "empty file"),
   ('["something", 1, {}]\n', "not a VIZ trace"),
   ('["tiny-viz", 99, {}]\n', "format version 99"),
-  ('["tiny-viz", 1, {}]\n{"a": 1}\n', ":2: a record is a JSON array"),
+  ('["tiny-viz", 1, {}]\n{"a": 1}\n', ":2: a record is a non-empty JSON array"),
   ('["tiny-viz", 1, {}]\n["n", 0, "ADD", "int", "", [5], null]\n', ":2: node 0 refers to nodes [5]"),
   ('["tiny-viz", 1, {}]\n["x", 1]\n', ":2: unknown record type 'x'"),
-  ('["tiny-viz", 1, {}]\n["n", 0]\n', ":2: bad 'n' record"),
+  ('["tiny-viz", 1, {}]\n["n", 0]\n', ":2: a 'n' record has 7 items"),
   ('["tiny-viz", 1, {}]\nnot json\n', ":2: not JSON"),
 ])
 def test_reader_rejects_bad_files(tmp_path, text, msg):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from tiny_tensor.viz.recorder import FORMAT, VERSION
 
@@ -117,52 +117,125 @@ def _fail(path: str, lineno: int, msg: str) -> TraceError:
   return TraceError(f"{path}:{lineno}: {msg}")
 
 
+# what each field of a record must be (the format: tiny_tensor.viz.recorder): a checker per field and its description
+def _int(x: Any) -> bool: return type(x) is int
+def _nat(x: Any) -> bool: return type(x) is int and x >= 0
+def _opt_nat(x: Any) -> bool: return x is None or _nat(x)
+def _str(x: Any) -> bool: return type(x) is str
+def _opt_str(x: Any) -> bool: return x is None or type(x) is str
+def _num(x: Any) -> bool: return type(x) in (int, float) and x == x and abs(x) != float("inf")
+def _ids(x: Any) -> bool: return type(x) is list and all(_nat(i) for i in x)
+def _pair(x: Any) -> bool: return type(x) is list and len(x) == 2 and _nat(x[0]) and _nat(x[1])
+def _fired(x: Any) -> bool: return type(x) is list and all(_pair(p) for p in x)
+def _dict(x: Any) -> bool: return type(x) is dict
+
+
+_NAT, _STR = (_nat, "an id (an integer >= 0)"), (_str, "a string")
+_OPT_NAT, _NUM = (_opt_nat, "an id or null"), (_num, "a finite number")
+RECORDS: dict[str, tuple[tuple[str, tuple[Callable[[Any], bool], str]], ...]] = {
+  "n": (("id", _NAT), ("op", _STR), ("dtype", _STR), ("arg", _STR), ("src", (_ids, "a list of node ids")),
+        ("tag", (_opt_str, "a string or null"))),
+  "r": (("id", _NAT), ("function", _STR), ("where", _STR), ("pattern", _STR)),
+  "s": (("id", _NAT), ("ctx", _NAT), ("name", _STR), ("before", _NAT), ("after", _OPT_NAT),
+        ("depth", (_nat, "an integer >= 0")), ("rules", (_fired, "a list of [rule id, count] pairs")), ("ms", _NUM),
+        ("kind", _STR)),
+  "c": (("id", _NAT), ("kind", _STR), ("name", _STR), ("parent", _OPT_NAT), ("info", (_dict, "a JSON object"))),
+  "l": (("device", _STR), ("name", _STR), ("start_ms", _NUM), ("ms", _NUM)),
+}
+# the keys of a context's info the reader and the page use, and what each must be
+INFO: dict[str, tuple[Callable[[Any], bool], str]] = {
+  "source": (_opt_str, "a string or null"), "device": _STR, "renderer": _STR, "error": _STR, "ast": _NAT,
+  "kernels": (_ids, "a list of node ids"), "calls": (_nat, "an integer >= 0"), "uops": (_nat, "an integer >= 0"),
+  "outputs": (_nat, "an integer >= 0"), "ms": _NUM}
+
+
+def _check(path: str, lineno: int, rec: list, kind: str) -> None:
+  """Raise a TraceError naming the first field of record `rec` (type `kind`) that is not what the format says."""
+  fields = RECORDS[kind]
+  if len(rec) != len(fields) + 1:
+    names = ", ".join(f for f, _ in fields)
+    raise _fail(path, lineno, f"a {kind!r} record has {len(fields) + 1} items ({kind!r}, {names}), got {len(rec)}")
+  for (name, (ok, what)), value in zip(fields, rec[1:]):
+    if not ok(value): raise _fail(path, lineno, f"{kind!r} record: {name} must be {what}, got {_short(value)}")
+  if kind == "c":
+    for key, (ok, what) in INFO.items():
+      if key in rec[5] and not ok(rec[5][key]):
+        raise _fail(path, lineno, f"'c' record: info[{key!r}] must be {what}, got {_short(rec[5][key])}")
+
+
+def _short(value: Any) -> str:
+  text = json.dumps(value)
+  return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
+
+
+def _parse_line(path: str, lineno: int, raw: bytes) -> Any:
+  try: text = raw.decode("utf-8")
+  except UnicodeDecodeError as e:
+    where = f"byte {raw[e.start]:#04x} at column {e.start + 1}"
+    raise _fail(path, lineno, f"not UTF-8 ({where}); a trace is UTF-8 JSON") from e
+  try: return json.loads(text)
+  except json.JSONDecodeError as e: raise _fail(path, lineno, f"not JSON ({e.msg})") from e
+  except RecursionError as e: raise _fail(path, lineno, "JSON nested too deeply for a trace record") from e
+
+
+def _header(path: str, lineno: int, rec: Any) -> dict[str, Any]:
+  if not isinstance(rec, list) or not rec or rec[0] != FORMAT:
+    raise _fail(path, lineno, f"not a VIZ trace: the first line must be [{FORMAT!r}, {VERSION}, {{...}}]")
+  if len(rec) != 3: raise _fail(path, lineno, f"the header is [{FORMAT!r}, version, {{...}}], got {len(rec)} items")
+  if type(rec[1]) is not int or rec[1] != VERSION:
+    raise _fail(path, lineno, f"trace format version {json.dumps(rec[1])[:60]}, this reader knows version {VERSION} "
+                              "(an integer)")
+  if not isinstance(rec[2], dict): raise _fail(path, lineno, f"the header's third item must be a JSON object, got "
+                                                       f"{_short(rec[2])}")
+  return rec[2]
+
+
 def load(path: str) -> Trace:
-  """Read and check the trace at `path`; a TraceError names the first bad line."""
+  """Read and check the trace at `path`: every record against the format (`tiny_tensor.viz.recorder`), every id it
+  refers to defined before it. A TraceError (a ValueError) names the first bad line and what was expected there."""
   nodes: dict[int, Node] = {}
   rules: dict[int, Rule] = {}
   contexts: dict[int, Context] = {}
   steps: list[Step] = []
   launches: list[Launch] = []
   header: dict[str, Any] | None = None
-  with open(path, encoding="utf-8") as f:
-    for lineno, line in enumerate(f, 1):
-      if not line.strip(): continue
-      try: rec = json.loads(line)
-      except json.JSONDecodeError as e: raise _fail(path, lineno, f"not JSON ({e.msg})") from e
-      if not isinstance(rec, list) or not rec: raise _fail(path, lineno, f"a record is a JSON array, got {line[:60]!r}")
-      kind = rec[0]
+  with open(path, "rb") as f:
+    for lineno, raw in enumerate(f, 1):
+      if not raw.strip(): continue
+      rec = _parse_line(path, lineno, raw)
       if header is None:
-        if kind != FORMAT: raise _fail(path, lineno, f"not a VIZ trace: the first line must start with {FORMAT!r}")
-        if rec[1] != VERSION: raise _fail(path, lineno, f"trace format version {rec[1]}, this reader knows {VERSION}")
-        header = rec[2]
+        header = _header(path, lineno, rec)
         continue
-      try:
-        if kind == "n":
-          _, i, op, dtype, arg, src, tag = rec
-          missing = [s for s in src if s not in nodes]
-          if missing: raise _fail(path, lineno, f"node {i} refers to nodes {missing} not defined before it")
-          nodes[i] = Node(op, dtype, arg, tuple(src), tag)
-        elif kind == "r":
-          _, i, fn, where, pattern = rec
-          rules[i] = Rule(fn, where, pattern)
-        elif kind == "s":
-          _, i, cid, name, before, after, depth, fired, ms, skind = rec
-          for n in (before, after):
-            if n is not None and n not in nodes: raise _fail(path, lineno, f"step {i} refers to undefined node {n}")
-          for r, _c in fired:
-            if r not in rules: raise _fail(path, lineno, f"step {i} refers to undefined rule {r}")
-          steps.append(Step(i, cid, name, before, after, depth, [(r, c) for r, c in fired], ms, skind))
-        elif kind == "c":
-          _, i, ckind, name, parent, info = rec
-          contexts[i] = Context(i, ckind, name, parent, info)
-        elif kind == "l":
-          _, device, name, start, ms = rec
-          launches.append(Launch(device, name, start, ms))
-        else: raise _fail(path, lineno, f"unknown record type {kind!r} (known: n, r, s, c, l)")
-      except ValueError as e:  # a record with the wrong number of fields
-        if isinstance(e, TraceError): raise
-        raise _fail(path, lineno, f"bad {kind!r} record: {e}") from e
+      if not isinstance(rec, list) or not rec:
+        raise _fail(path, lineno, f"a record is a non-empty JSON array, got {_short(rec)}")
+      kind = rec[0]
+      if not isinstance(kind, str) or kind not in RECORDS:
+        what = repr(kind) if isinstance(kind, str) else _short(kind)
+        raise _fail(path, lineno, f"unknown record type {what[:60]} (known: n, r, s, c, l)")
+      _check(path, lineno, rec, kind)
+      if kind == "n":
+        _, i, op, dtype, arg, src, tag = rec
+        missing = [s for s in src if s not in nodes]
+        if missing: raise _fail(path, lineno, f"node {i} refers to nodes {missing} not defined before it")
+        nodes[i] = Node(op, dtype, arg, tuple(src), tag)
+      elif kind == "r":
+        _, i, fn, where, pattern = rec
+        rules[i] = Rule(fn, where, pattern)
+      elif kind == "s":
+        _, i, cid, name, before, after, depth, fired, ms, skind = rec
+        for n in (before, after):
+          if n is not None and n not in nodes: raise _fail(path, lineno, f"step {i} refers to undefined node {n}")
+        for r, _c in fired:
+          if r not in rules: raise _fail(path, lineno, f"step {i} refers to undefined rule {r}")
+        steps.append(Step(i, cid, name, before, after, depth, [(r, c) for r, c in fired], ms, skind))
+      elif kind == "c":
+        _, i, ckind, name, parent, info = rec
+        if "ast" in info and info["ast"] not in nodes:
+          raise _fail(path, lineno, f"context {i}: info['ast'] refers to undefined node {info['ast']}")
+        contexts[i] = Context(i, ckind, name, parent, info)
+      else:
+        _, device, name, start, ms = rec
+        launches.append(Launch(device, name, start, ms))
   if header is None: raise TraceError(f"{path}: empty file, not a VIZ trace")
   for s in sorted(steps, key=lambda s: s.id):
     if s.ctx not in contexts:  # the program stopped inside it (killed, or still running when the file was read)

@@ -1,0 +1,101 @@
+"""VIZ against hostile input: the reader on broken and mutated traces (a ValueError naming the line, nothing else), the
+page's script (no trace text ever parsed as HTML) and the server's headers (a Content-Security-Policy). The page with
+a hostile trace in a real browser: test_viz_browser.py; the server's HTTP handling over raw sockets: test_httpd.py."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import urllib.request
+
+import pytest
+
+from tiny_tensor import viz
+from tiny_tensor.viz.server import serve_in_thread, static_file
+
+VALID = [["tiny-viz", 1, {"argv": ["demo.py"], "pid": 1, "time": 1.5}],
+         ["n", 0, "CONST", "int", "1", [], None],
+         ["n", 1, "ADD", "int", "", [0, 0], "t"],
+         ["r", 0, "fold", "rules.py:3", "UPat(Ops.ADD)"],
+         ["s", 0, 4, "simplify", 1, 0, 0, [[0, 2]], 0.25, "rewrite"],
+         ["c", 4, "kernel", "E_4", None, {"device": "CPU", "renderer": "C", "source": "void f(){}", "ast": 1}],
+         ["c", 5, "schedule", "schedule 5", None, {"calls": 1, "kernels": [1]}],
+         ["l", "CPU", "E_4", 0.0, 0.01]]
+
+
+def write(tmp_path, lines: list, name: str = "t.jsonl") -> str:
+  p = tmp_path / name
+  p.write_bytes(b"".join(x if isinstance(x, bytes) else (json.dumps(x) + "\n").encode() for x in lines))
+  return str(p)
+
+
+def test_valid_trace_loads(tmp_path):
+  t = viz.load(write(tmp_path, VALID))
+  assert [k.name for k in t.kernels] == ["E_4"] and t.kernels[0].steps[0].rules == [(0, 2)]
+  assert t.nodes[1] == viz.reader.Node("ADD", "int", "", (0, 0), "t")
+
+
+@pytest.mark.parametrize("lines, msg", [
+  ([["tiny-viz"]], r":1: not a VIZ trace|:1: the header is"),
+  ([["tiny-viz", "1", {}]], r':1: trace format version "1", this reader knows version 1 \(an integer\)'),
+  ([["tiny-viz", 1, []]], r":1: the header's third item must be a JSON object"),
+  ([VALID[0], b'["n", 0, "CONST", "int", "\xff", [], null]\n'], r":2: not UTF-8 \(byte 0xff at column 27\)"),
+  ([VALID[0], ["n", 0, 5, "int", "1", [], None]], r":2: 'n' record: op must be a string, got int 5"),
+  ([VALID[0], ["n", 0, "CONST", "int", "1", "ab", None]], r":2: 'n' record: src must be a list of node ids"),
+  ([VALID[0], ["n", "0", "CONST", "int", "1", [], None]], r":2: 'n' record: id must be an id"),
+  ([VALID[0], ["n", 0, "CONST", "int", "1", [], 3]], r":2: 'n' record: tag must be a string or null"),
+  ([VALID[0], ["c", 1, "kernel", "k", None, []]], r":2: 'c' record: info must be a JSON object, got list"),
+  ([VALID[0], ["c", 1, "kernel", "k", None, {"source": 5}]], r":2: 'c' record: info\['source'\] must be a string"),
+  ([VALID[0], ["c", 1, "kernel", "k", None, {"ast": 9}]], r":2: context 1: info\['ast'\] refers to undefined node 9"),
+  ([VALID[0], ["s", 0, 1, "x", 0, None, 0, [], 1, "rewrite"]], r":2: step 0 refers to undefined node 0"),
+  ([*VALID[:4], ["s", 0, 1, "x", 0, None, -1, [], 1, "rewrite"]], r":5: 's' record: depth must be an integer >= 0"),
+  ([*VALID[:4], ["s", 0, 1, "x", 0, None, 0, [[0]], 1, "rewrite"]], r":5: 's' record: rules must be a list of \["),
+  ([VALID[0], ["l", "CPU", "k", "0", 1]], r":2: 'l' record: start_ms must be a finite number, got str"),
+  ([VALID[0], 7], r":2: a record is a non-empty JSON array, got int 7"),
+  ([VALID[0], [["n"]]], r":2: unknown record type list"),
+  ([VALID[0], b"[" * 100000 + b"\n"], r":2: (not JSON|JSON nested too deeply)"),
+])
+def test_reader_names_the_bad_line_and_what_was_expected(tmp_path, lines, msg):
+  with pytest.raises(viz.TraceError, match=msg): viz.load(write(tmp_path, lines))
+
+
+def _mutate(rng: random.Random, lines: list) -> list:
+  """A copy of `lines` with one mutation: a field replaced by a value of another type, an item dropped or added, a
+  line duplicated, dropped or cut short, or a byte changed."""
+  out = json.loads(json.dumps(lines))
+  k = rng.randrange(len(out))
+  what = rng.randrange(6)
+  values = [None, True, -1, 2**70, 1.5, float("nan"), "", "x", "<b>", [], [1], [[1, 2]], {}, {"a": 1}]
+  if what == 0 and len(out[k]) > 0: out[k][rng.randrange(len(out[k]))] = rng.choice(values)
+  elif what == 1 and out[k]: out[k].pop(rng.randrange(len(out[k])))
+  elif what == 2: out[k].insert(rng.randrange(len(out[k]) + 1), rng.choice(values))
+  elif what == 3: out.insert(k, out[rng.randrange(len(out))])
+  elif what == 4: out.pop(k)
+  else:
+    raw = bytearray(json.dumps(out[k]).encode())
+    if rng.random() < 0.5: raw[rng.randrange(len(raw))] = rng.randrange(256)
+    else: del raw[rng.randrange(len(raw)):]
+    out[k] = bytes(raw) + b"\n"
+  return out
+
+
+def test_reader_fuzz_loads_cleanly_or_raises_trace_error(tmp_path):
+  rng = random.Random(36)
+  outcomes = {"loaded": 0, "rejected": 0}
+  for i in range(600):
+    lines = _mutate(rng, VALID)
+    if rng.random() < 0.3: lines = _mutate(rng, [x for x in lines if not isinstance(x, bytes)])
+    path = write(tmp_path, lines, f"f{i % 8}.jsonl")
+    try: t = viz.load(path)
+    except viz.TraceError as e:  # the only error allowed: a ValueError naming the file and line
+      assert re.match(re.escape(path) + r"(:\d+)?: ", str(e)), str(e)
+      outcomes["rejected"] += 1
+      continue
+    outcomes["loaded"] += 1
+    for c in t.contexts.values():  # what loaded is usable: every step's graph and every context's fields
+      assert isinstance(c.name, str) and isinstance(c.info, dict)
+      for s in c.steps: t.graph(s.before)
+  assert outcomes["loaded"] > 20 and outcomes["rejected"] > 200, outcomes
