@@ -386,3 +386,56 @@ def test_browser_screenshot_of_a_rewrite_step(served, trace_path, tmp_path):
   # the header bar (#1d2330) is at the top, the added nodes' green (#c9f2d0) in the graph
   assert tuple(px[5, w // 2, :3]) == (0x1D, 0x23, 0x30)
   assert ((px[..., :3] == (0xC9, 0xF2, 0xD0)).all(-1)).sum() > 100
+
+
+# ***** a hostile trace: every string the page shows is markup that would run script if it were parsed as HTML *****
+XSS = ['<img src=x onerror="window.__pwned=(window.__pwned||0)+1">',
+       '"><svg onload="window.__pwned=(window.__pwned||0)+1">',
+       "</title><script>window.__pwned=(window.__pwned||0)+1</script>",
+       "javascript:window.__pwned=(window.__pwned||0)+1"]
+
+
+def hostile_trace(path: str) -> None:
+  x = lambda k: XSS[k % len(XSS)] + f" #{k}"  # noqa: E731 -- a hostile string per field, each told apart
+  lines = [["tiny-viz", 1, {"argv": [x(0)], "pid": 1, "time": 1.0}],
+           ["n", 0, x(1), x(2), x(3), [], x(4)],
+           ["n", 1, "SINK", x(5), x(6), [0], None],
+           ["r", 0, x(7), x(8), x(9)],
+           ["s", 0, 2, x(10), 0, 1, 0, [[0, 3]], 0.5, x(11)],
+           ["s", 1, 2, x(12), 1, 1, 1, [], 0.1, "rewrite"],
+           ["c", 2, "kernel", x(13), None, {"device": x(14), "renderer": x(15), "source": x(16), "ast": 1,
+                                           "error": x(17)}],
+           ["c", 3, "schedule", x(18), None, {"calls": 1, "kernels": [1]}],
+           ["l", x(19), x(13), 0.0, 0.25]]
+  with open(path, "w") as f:
+    for rec in lines: f.write(json.dumps(rec) + "\n")
+
+
+def test_browser_hostile_trace_shows_text_and_runs_no_script(page, tmp_path):
+  path = str(tmp_path / "hostile.jsonl")
+  hostile_trace(path)
+  srv, url = serve_in_thread(path)
+  try:
+    open_page(page, url)
+    assert page.js("document.querySelector('#kernels li a').firstChild.textContent") == XSS[13 % 4] + " #13"
+    page.click('#kernels li[data-ctx="2"] a')
+    page.wait("document.querySelectorAll('#steps li').length === 2")
+    for tab in ("rules", "source", "node"):
+      page.click(f'.tabs a[data-tab="{tab}"]')
+      if tab == "node": page.click("#graph g.node")
+      time.sleep(0.2)
+    assert page.js("document.querySelector('#ctx-head h2').textContent") == XSS[13 % 4] + " #13"
+    assert page.js("document.getElementById('kernel-source').textContent") == XSS[16 % 4] + " #16"
+    page.click('#steps li[data-step="0"] a')
+    page.click('.modes a[data-mode="diff"]')
+    page.call("Page.navigate", url=url + "#timeline")
+    page.wait("document.querySelectorAll('#timeline rect.launch').length === 1")
+    page.call("Page.navigate", url=url + "#ctx=3")
+    page.wait("document.querySelector('#ctx-head h2') && document.querySelector('#ctx-head h2').textContent.length")
+    time.sleep(0.5)
+    # no element the trace's text names exists, and none of its handlers ran
+    assert page.js("document.querySelectorAll('img, script:not([src]), [onerror], [onload]').length") == 0
+    assert page.js("window.__pwned || 0") == 0
+  finally:
+    srv.shutdown()
+    srv.server_close()

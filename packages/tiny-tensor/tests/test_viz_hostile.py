@@ -99,3 +99,75 @@ def test_reader_fuzz_loads_cleanly_or_raises_trace_error(tmp_path):
       assert isinstance(c.name, str) and isinstance(c.info, dict)
       for s in c.steps: t.graph(s.before)
   assert outcomes["loaded"] > 20 and outcomes["rejected"] > 200, outcomes
+
+
+# ***** the page's script under node, with a stand-in DOM (the real browser: test_viz_browser.py) *****
+def hostile_lines() -> list:
+  x = lambda k: f'<img src=x onerror="alert({k})"><script>alert({k})</script> #{k}'  # noqa: E731
+  return [["tiny-viz", 1, {"argv": [x(0)], "pid": 1, "time": 1.0}],
+          ["n", 0, x(1), x(2), x(3), [], x(4)],
+          ["n", 1, "SINK", x(5), x(6), [0], None],
+          ["r", 0, x(7), x(8), x(9)],
+          ["s", 0, 2, x(10), 0, 1, 0, [[0, 3]], 0.5, x(11)],
+          ["s", 1, 2, x(12), 1, 1, 1, [], 0.1, "rewrite"],
+          ["c", 2, "kernel", x(13), None, {"device": x(14), "renderer": x(15), "source": x(16), "ast": 1, "error": x(17)}],
+          ["c", 3, "schedule", x(18), None, {"calls": 1, "kernels": [1]}],
+          ["l", x(19), x(13), 0.0, 0.25]]
+
+
+def run_page(trace: str) -> dict:
+  node = shutil.which("node") or shutil.which("nodejs")
+  if node is None: pytest.skip("no node to run viz.js with (the browser test runs it in Chromium)")
+  here = os.path.dirname(os.path.abspath(__file__))
+  js = os.path.join(os.path.dirname(viz.__file__), "static", "viz.js")
+  r = subprocess.run([node, os.path.join(here, "viz_page_harness.js"), js, trace], capture_output=True, text=True,
+                     timeout=120)
+  assert r.returncode == 0, r.stderr
+  return json.loads(r.stdout)
+
+
+def test_page_shows_hostile_trace_text_as_text(tmp_path):
+  out = run_page(write(tmp_path, hostile_lines()))
+  assert out["ready"] == "1", out["error"]
+  assert out["htmlUsed"] == []
+  shown = "\n".join(out["shown"])
+  # each field's text is on the page, whole, as text: names, ops, dtypes, args, tags, rules, source, devices
+  for k in (1, 2, 3, 4, 7, 8, 9, 10, 13, 14, 16, 17, 18, 19):
+    assert f'<img src=x onerror="alert({k})"><script>alert({k})</script> #{k}' in shown, k
+
+
+def test_page_reports_a_bad_trace_line(tmp_path):
+  out = run_page(write(tmp_path, [VALID[0], ["n", 0, 5, "int", "1", [], None]]))
+  assert out["ready"] == "error" and "trace line 2" in out["error"], out
+
+
+# ***** the page's script: no trace text parsed as HTML *****
+def test_viz_js_inserts_no_html():
+  js = static_file("viz.js").decode()
+  code = re.sub(r"//[^\n]*", "", js)  # comments may name what the code avoids
+  for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "DOMParser", "createContextualFragment",
+               "eval(", "new Function", "setTimeout(\"", "javascript:"):
+    assert sink not in code, f"viz.js uses {sink}: trace text must go into the page as text (textContent, createElement)"
+  page = static_file("index.html").decode()
+  assert "<script>" not in page and re.search(r"\son\w+=", page) is None and "style=" not in page
+
+
+def test_viz_js_parses():
+  node = shutil.which("node") or shutil.which("nodejs")
+  if node is None: pytest.skip("no node to syntax-check viz.js with (the browser test loads it)")
+  r = subprocess.run([node, "--check", os.path.join(os.path.dirname(viz.__file__), "static", "viz.js")],
+                     capture_output=True, text=True, timeout=60)
+  assert r.returncode == 0, r.stderr
+
+
+def test_server_sends_a_content_security_policy(tmp_path):
+  srv, url = serve_in_thread(write(tmp_path, VALID))
+  try:
+    for path in ("", "viz.js", "viz.css", "trace.jsonl"):
+      h = urllib.request.urlopen(url + path, timeout=10).headers
+      csp = h["Content-Security-Policy"] or ""
+      assert "default-src 'self'" in csp and "script-src 'self'" in csp and "unsafe-inline" not in csp, csp
+      assert h["X-Content-Type-Options"] == "nosniff"
+  finally:
+    srv.shutdown()
+    srv.server_close()

@@ -3,6 +3,9 @@
 // after a step, the rules that fired, the kernel's source, and a timeline of launches per device.
 // Routing is by location.hash (#ctx=ID&step=K&mode=after|before|diff&tab=rules|source|node, or #timeline), so every
 // view has a link and the browser's back button works. Graph walks are iterative: graphs can be deep.
+// Every text from the trace goes into the page as text: elements are built with E()/S() below (createElement,
+// setAttribute, text nodes), never by parsing HTML, so a trace cannot inject markup or script (the server also sends
+// a Content-Security-Policy that allows only this file's script).
 "use strict";
 
 const MAX_NODES = 2500;   // nodes drawn at most; bigger graphs show the part nearest the root
@@ -14,10 +17,51 @@ const V = { ctx: null, step: 0, mode: "after", tab: "rules", sel: null, hideNoop
 const topoCache = new Map();
 
 const $ = (id) => document.getElementById(id);
-const esc = (s) => String(s).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
+const SVG_NS = "http://www.w3.org/2000/svg";
+// an element `tag` with attributes `attrs` (names from this file; values set as attribute text) and children: nodes,
+// or anything else inserted as a text node; null/false/"" children are left out
+function build(el, attrs, kids) {
+  for (const k in attrs || {}) if (attrs[k] != null && attrs[k] !== false) el.setAttribute(k, String(attrs[k]));
+  for (const c of kids.flat()) if (c != null && c !== false && c !== "") el.append(c instanceof Node ? c : String(c));
+  return el;
+}
+const E = (tag, attrs, ...kids) => build(document.createElement(tag), attrs, kids);   // HTML
+const S = (tag, attrs, ...kids) => build(document.createElementNS(SVG_NS, tag), attrs, kids);   // SVG
 const short = (s, n) => (s.length > n ? s.slice(0, n - 1) + "…" : s);
 
 // ***** loading *****
+// what each record's fields must be (the format: tiny_tensor/viz/recorder.py; the same checks as viz/reader.py)
+const isId = (x) => Number.isInteger(x) && x >= 0, isStr = (x) => typeof x === "string";
+const isNum = (x) => typeof x === "number" && Number.isFinite(x), isObj = (x) => x && typeof x === "object" && !Array.isArray(x);
+const orNull = (f) => (x) => x === null || f(x), isIds = (x) => Array.isArray(x) && x.every(isId);
+const RECORDS = {
+  n: [isId, isStr, isStr, isStr, isIds, orNull(isStr)],
+  r: [isId, isStr, isStr, isStr],
+  s: [isId, isId, isStr, isId, orNull(isId), isId, (x) => Array.isArray(x) && x.every((p) => isIds(p) && p.length === 2),
+      isNum, isStr],
+  c: [isId, isStr, isStr, orNull(isId), isObj],
+  l: [isStr, isStr, isNum, isNum],
+};
+const INFO = { source: orNull(isStr), device: isStr, renderer: isStr, error: isStr, ast: isId, kernels: isIds, calls: isId,
+               uops: isId, outputs: isId, ms: isNum };
+function checkRecord(r, line) {
+  const bad = (what) => { throw new Error(`trace line ${line}: ${what}`); };
+  if (!Array.isArray(r) || !r.length) bad("a record is a non-empty JSON array");
+  if (r[0] === "tiny-viz") {
+    if (r.length !== 3 || r[1] !== 1 || !isObj(r[2])) bad("the header must be [\"tiny-viz\", 1, {...}] (format version 1)");
+    return;
+  }
+  const f = Object.prototype.hasOwnProperty.call(RECORDS, r[0]) ? RECORDS[r[0]] : null;
+  if (!f) bad(`unknown record type ${JSON.stringify(r[0]).slice(0, 40)}`);
+  if (r.length !== f.length + 1) bad(`a ${r[0]} record has ${f.length + 1} items, got ${r.length}`);
+  f.forEach((ok, k) => { if (!ok(r[k + 1])) bad(`item ${k + 1} of a ${r[0]} record has the wrong type`); });
+  if (r[0] === "n") for (const s of r[5]) if (!T.nodes[s]) bad(`node ${r[1]} refers to node ${s}, not defined before it`);
+  if (r[0] === "s") for (const n of [r[4], r[5]]) if (n != null && !T.nodes[n]) bad(`step ${r[1]} refers to undefined node ${n}`);
+  if (r[0] === "c") {
+    for (const k in INFO) if (k in r[5] && !INFO[k](r[5][k])) bad(`info.${k} of context ${r[1]} has the wrong type`);
+    if ("ast" in r[5] && !T.nodes[r[5].ast]) bad(`info.ast of context ${r[1]} refers to undefined node ${r[5].ast}`);
+  }
+}
 function parseTrace(text) {
   const lines = text.split("\n");
   for (let i = 0; i < lines.length; i++) {
@@ -25,6 +69,7 @@ function parseTrace(text) {
     if (!line) continue;
     let r;
     try { r = JSON.parse(line); } catch (e) { throw new Error(`trace line ${i + 1}: not JSON (${e.message})`); }
+    checkRecord(r, i + 1);
     switch (r[0]) {
       case "tiny-viz": T.header = r[2]; break;
       case "n": T.nodes[r[1]] = { op: r[2], dt: r[3], arg: r[4], src: r[5], tag: r[6] }; break;
@@ -228,7 +273,8 @@ function renderGraph(step) {
   const allow = total > MAX_NODES ? nearest(roots, MAX_NODES, leaf) : null;
   const ids = topo(roots, allow, leaf);
   const lay = layout(ids, leaf);
-  let edges = "", nodes = "", nAdded = 0, nRemoved = 0;
+  const edges = [], nodes = [];
+  let nAdded = 0, nRemoved = 0;
   for (const id of ids) {
     const p = lay.pos.get(id), ss = lay.srcs.get(id);
     ss.forEach((s, k) => {
@@ -237,28 +283,30 @@ function renderGraph(step) {
       const dy = Math.max(20, (y2 - y1) / 2);
       const cls = status ? (status(id) === "removed" || status(s) === "removed" ? " removed"
         : (status(id) === "added" || status(s) === "added" ? " added" : "")) : "";
-      edges += `<path class="edge${cls}" data-s="${s}" data-t="${id}" d="M${x1},${y1} C${x1},${y1 + dy} ${x2},${y2 - dy} ${x2},${y2}"/>`;
+      edges.push(S("path", { class: `edge${cls}`, "data-s": s, "data-t": id,
+                             d: `M${x1},${y1} C${x1},${y1 + dy} ${x2},${y2 - dy} ${x2},${y2}` }));
     });
     const n = T.nodes[id], [l1, l2] = nodeLabel(n, id);
     const st = (status ? status(id) : "") + (leaf && leaf.has(id) ? " collapsed" : "");
     if (st.startsWith("added")) nAdded++;
     if (st.startsWith("removed")) nRemoved++;
     const sp = l1.indexOf(" ");
-    const t1 = sp < 0 ? `<tspan class="op">${esc(l1)}</tspan>` : `<tspan font-weight="700">${esc(l1.slice(0, sp))}</tspan>${esc(l1.slice(sp))}`;
-    nodes += `<g class="node${st ? " " + st : ""}${V.sel === id ? " sel" : ""}" data-id="${id}" transform="translate(${p.x},${p.y})">` +
-      `<title>${esc(`#${id} ${n.op} ${n.dt}${n.arg ? "\n" + n.arg : ""}`)}</title>` +
-      `<rect width="${p.w}" height="${p.h}" fill="${opColor(n.op)}"/>` +
-      `<text x="7" y="14">${t1}</text>` + (l2 ? `<text x="7" y="28">${esc(l2)}</text>` : "") + "</g>";
+    const t1 = sp < 0 ? [S("tspan", { class: "op" }, l1)] : [S("tspan", { "font-weight": 700 }, l1.slice(0, sp)), l1.slice(sp)];
+    nodes.push(S("g", { class: `node${st ? " " + st : ""}${V.sel === id ? " sel" : ""}`, "data-id": id,
+                        transform: `translate(${p.x},${p.y})` },
+      S("title", {}, `#${id} ${n.op} ${n.dt}${n.arg ? "\n" + n.arg : ""}`),
+      S("rect", { width: p.w, height: p.h, fill: opColor(n.op) }),
+      S("text", { x: 7, y: 14 }, t1), l2 ? S("text", { x: 7, y: 28 }, l2) : null));
   }
-  svg.innerHTML = `<g id="vp">${edges}${nodes}</g>`;
+  svg.replaceChildren(S("g", { id: "vp" }, edges, nodes));
   V.graph = { bbox: lay.bbox, ids };
   svg.dataset.nodes = ids.length;
   svg.dataset.added = nAdded;
   svg.dataset.removed = nRemoved;
-  let info = `${ids.length} nodes` + (allow ? ` (of ${total}: the ${MAX_NODES} nearest the root)` : "") +
+  const info = `${ids.length} nodes` + (allow ? ` (of ${total}: the ${MAX_NODES} nearest the root)` : "") +
     (leaf ? `, ${leaf.size} kernels as one node each` : "");
-  if (status) info += ` · <span class="plus">+${nAdded} added</span> <span class="minus">−${nRemoved} removed</span>`;
-  $("graph-info").innerHTML = info;
+  $("graph-info").replaceChildren(info, ...(status ? [" · ", E("span", { class: "plus" }, `+${nAdded} added`), " ",
+                                                      E("span", { class: "minus" }, `−${nRemoved} removed`)] : []));
   fitGraph();
 }
 
@@ -342,7 +390,7 @@ function ctxLink(c) {
   a.dataset.ctx = c.id;
   let sub = `${c.steps.length} steps`;
   if (c.kind === "kernel") sub = `${c.info.device || "?"} · ${sub}`;
-  a.innerHTML = `${esc(c.name)}<span class="sub">${esc(sub)}</span>`;
+  a.append(c.name, E("span", { class: "sub" }, sub));
   a.title = `${c.name} (${sub})` + (c.info.error ? `\n${c.info.error}` : "");
   const li = document.createElement("li");
   li.dataset.ctx = c.id;
@@ -385,28 +433,30 @@ function renderCtx(c, stepIdx) {
   if (i.uops != null) meta.push(`${i.uops} linear uops`);
   if (i.ms != null) meta.push(`${i.ms.toFixed(1)} ms`);
   meta.push(`${c.steps.length} steps`);
-  $("ctx-head").innerHTML = `<h2>${esc(c.name)}</h2><span class="meta">${esc(meta.join(" · "))}</span>` +
-    (i.error ? `<div class="error">${esc(i.error)}</div>` : "");
+  $("ctx-head").replaceChildren(E("h2", {}, c.name), E("span", { class: "meta" }, meta.join(" · ")),
+                               i.error ? E("div", { class: "error" }, i.error) : "");
   if (V.ctx !== c) {
     V.ctx = c;
     const ol = $("steps");
-    ol.innerHTML = "";
+    ol.replaceChildren();
     c.steps.forEach((s, k) => {
       const d = stepDelta(s);
       const li = document.createElement("li");
       li.dataset.step = k;
       if (!d.added && !d.removed) li.classList.add("noop");
       const fired = s.rules.reduce((a, r) => a + r[1], 0);
-      li.innerHTML = `<a href="#ctx=${c.id}&step=${k}" title="${esc(`${s.name}: ${fired} rewrites, +${d.added} −${d.removed} nodes, ${s.ms} ms`)}">` +
-        `<span class="idx">${k}</span><span class="nm" style="padding-left:${s.depth * 10}px">${esc(s.name)}</span>` +
-        (s.kind !== "rewrite" ? `<span class="kind ${s.kind}">${s.kind}</span>` : "") +
-        `<span class="delta">${d.added ? `<span class="plus">+${d.added}</span> ` : ""}${d.removed ? `<span class="minus">−${d.removed}</span>` : ""}</span></a>`;
+      const nm = E("span", { class: "nm" }, s.name);
+      nm.style.paddingLeft = `${s.depth * 10}px`;   // the style object, not a style attribute (the CSP allows no inline style)
+      li.append(E("a", { href: `#ctx=${c.id}&step=${k}`, title: `${s.name}: ${fired} rewrites, +${d.added} −${d.removed} nodes, ${s.ms} ms` },
+        E("span", { class: "idx" }, k), nm, s.kind !== "rewrite" ? E("span", { class: `kind ${s.kind}` }, s.kind) : null,
+        E("span", { class: "delta" }, d.added ? E("span", { class: "plus" }, `+${d.added}`) : null, d.added ? " " : null,
+          d.removed ? E("span", { class: "minus" }, `−${d.removed}`) : null)));
       ol.appendChild(li);
     });
     applyHideNoop();
   }
   if (!c.steps.length) {
-    $("graph").innerHTML = "";
+    $("graph").replaceChildren();
     $("graph-info").textContent = "no steps: compiled before recording started";
     $("step-title").textContent = "";
     V.step = null;
@@ -435,48 +485,51 @@ function applyHideNoop() {
 
 function renderRulesTab() {
   const el = $("tab-rules"), c = V.ctx, s = c && V.step != null ? c.steps[V.step] : null;
-  if (!s) { el.innerHTML = `<p class="empty">no step</p>`; return; }
+  if (!s) { el.replaceChildren(E("p", { class: "empty" }, "no step")); return; }
   const d = stepDelta(s);
-  let h = `<p><b>${esc(s.name)}</b> (${esc(s.kind)}${s.depth ? `, nested ${s.depth} deep` : ""}): ${s.ms} ms, ` +
-    `${d.nBefore} → ${d.nAfter} nodes, <span class="plus">+${d.added}</span> <span class="minus">−${d.removed}</span></p>`;
+  const head = E("p", {}, E("b", {}, s.name), ` (${s.kind}${s.depth ? `, nested ${s.depth} deep` : ""}): ${s.ms} ms, ` +
+    `${d.nBefore} → ${d.nAfter} nodes, `, E("span", { class: "plus" }, `+${d.added}`), " ",
+    E("span", { class: "minus" }, `−${d.removed}`));
   if (!s.rules.length) {
-    h += `<p class="empty">${s.kind === "rewrite" ? "no rule fired in this rewrite" :
-      "not one graph_rewrite: see the diff for what it changed"}</p>`;
-  } else {
-    h += `<table id="rules-table"><tr><th>fired</th><th>rule</th></tr>`;
-    for (const [rid, n] of s.rules) {
-      const r = T.rules[rid] || { fn: `rule ${rid}`, where: "?", pat: "" };
-      h += `<tr><td class="n">${n}</td><td><b>${esc(r.fn)}</b> <span class="mono">${esc(r.where)}</span>` +
-        `<div class="pat mono">${esc(r.pat)}</div></td></tr>`;
-    }
-    h += `</table>`;
+    el.replaceChildren(head, E("p", { class: "empty" }, s.kind === "rewrite" ? "no rule fired in this rewrite" :
+      "not one graph_rewrite: see the diff for what it changed"));
+    return;
   }
-  el.innerHTML = h;
+  const table = E("table", { id: "rules-table" }, E("tr", {}, E("th", {}, "fired"), E("th", {}, "rule")));
+  for (const [rid, n] of s.rules) {
+    const r = T.rules[rid] || { fn: `rule ${rid}`, where: "?", pat: "" };
+    table.append(E("tr", {}, E("td", { class: "n" }, n), E("td", {}, E("b", {}, r.fn), " ",
+      E("span", { class: "mono" }, r.where), E("div", { class: "pat mono" }, r.pat))));
+  }
+  el.replaceChildren(head, table);
 }
 function renderSourceTab() {
   const el = $("tab-source"), c = V.ctx;
   if (!c) return;
   if (c.kind === "kernel") {
-    el.innerHTML = c.info.source != null ? `<pre class="source" id="kernel-source">${esc(c.info.source)}</pre>`
-      : `<p class="empty">no source (compiling raised)</p>`;
+    el.replaceChildren(c.info.source != null ? E("pre", { class: "source", id: "kernel-source" }, c.info.source)
+      : E("p", { class: "empty" }, "no source (compiling raised)"));
   } else if (c.kind === "schedule") {
     const byAst = new Map();
     for (const k of T.ctx.values()) if (k.kind === "kernel") byAst.set(k.info.ast, k);
     const ks = (c.info.kernels || []).map((a) => byAst.get(a));
-    el.innerHTML = `<p>${ks.length} kernels in this schedule:</p><ol>` + ks.map((k) => (k ? `<li><a href="#ctx=${k.id}">${esc(k.name)}</a></li>`
-      : `<li class="empty">(compiled before recording, or from the cache)</li>`)).join("") + "</ol>";
-  } else el.innerHTML = `<p class="empty">no source for this context</p>`;
+    el.replaceChildren(E("p", {}, `${ks.length} kernels in this schedule:`), E("ol", {}, ks.map((k) => (k
+      ? E("li", {}, E("a", { href: `#ctx=${k.id}` }, k.name))
+      : E("li", { class: "empty" }, "(compiled before recording, or from the cache)")))));
+  } else el.replaceChildren(E("p", { class: "empty" }, "no source for this context"));
 }
 function renderNodeTab() {
   const el = $("tab-node");
-  if (V.sel == null || !T.nodes[V.sel]) { el.innerHTML = `<p class="empty">click a node of the graph</p>`; return; }
+  if (V.sel == null || !T.nodes[V.sel]) { el.replaceChildren(E("p", { class: "empty" }, "click a node of the graph")); return; }
   const n = T.nodes[V.sel];
-  const srcs = n.src.map((s) => `<a href="#" data-node="${s}">#${s} ${esc(T.nodes[s].op)}</a>`).join(", ") || "none";
-  el.innerHTML = `<dl class="node-info"><dt>node</dt><dd>#${V.sel}</dd><dt>op</dt><dd>${esc(n.op)}</dd>` +
-    `<dt>dtype</dt><dd class="mono">${esc(n.dt)}</dd><dt>arg</dt><dd class="mono">${esc(n.arg || "—")}</dd>` +
-    (n.tag ? `<dt>tag</dt><dd class="mono">${esc(n.tag)}</dd>` : "") + `<dt>sources</dt><dd>${srcs}</dd></dl>` +
-    (kernelOfAst().has(V.sel) ? `<p>the AST of kernel <a href="#ctx=${kernelOfAst().get(V.sel).id}">` +
-      `${esc(kernelOfAst().get(V.sel).name)}</a>: its pipeline, step by step</p>` : "");
+  const srcs = [];
+  n.src.forEach((s, k) => srcs.push(k ? ", " : null, E("a", { href: "#", "data-node": s }, `#${s} ${T.nodes[s].op}`)));
+  const k = kernelOfAst().get(V.sel);
+  el.replaceChildren(E("dl", { class: "node-info" }, E("dt", {}, "node"), E("dd", {}, `#${V.sel}`), E("dt", {}, "op"),
+    E("dd", {}, n.op), E("dt", {}, "dtype"), E("dd", { class: "mono" }, n.dt), E("dt", {}, "arg"),
+    E("dd", { class: "mono" }, n.arg || "—"), n.tag ? [E("dt", {}, "tag"), E("dd", { class: "mono" }, n.tag)] : null,
+    E("dt", {}, "sources"), E("dd", {}, srcs.length ? srcs : "none")),
+    k ? E("p", {}, "the AST of kernel ", E("a", { href: `#ctx=${k.id}` }, k.name), ": its pipeline, step by step") : "");
 }
 function setTab(tab, updateHash = true) {
   V.tab = tab;
@@ -519,7 +572,7 @@ function timeMap(L, collapse) {
 function renderTimeline() {
   showView("timeline-view");
   const L = T.launches, svg = $("timeline");
-  if (!L.length) { $("timeline-info").textContent = "no kernel launches recorded"; svg.innerHTML = ""; return; }
+  if (!L.length) { $("timeline-info").textContent = "no kernel launches recorded"; svg.replaceChildren(); return; }
   const devs = [...new Set(L.map((l) => l.dev))].sort();
   let t0 = Infinity, t1 = -Infinity;
   for (const l of L) { t0 = Math.min(t0, l.start); t1 = Math.max(t1, l.start + l.ms); }
@@ -537,33 +590,34 @@ function renderTimeline() {
   V.tlDraw = () => {
     const view = V.tl, sx = (width - left - 10) / (view.b - view.a), X = (c) => left + (c - view.a) * sx;
     const bottom = 24 + devs.length * laneH;
-    let h = "";
+    const h = [];
     for (let i = 0, ticks = 8; i <= ticks; i++) {
       const c = view.a + ((view.b - view.a) * i) / ticks, x = X(c);
-      h += `<line class="axis" x1="${x}" x2="${x}" y1="18" y2="${bottom}"/><text x="${x + 2}" y="12">${(tm.inv(c) - t0).toFixed(2)} ms</text>`;
+      h.push(S("line", { class: "axis", x1: x, x2: x, y1: 18, y2: bottom }),
+             S("text", { x: x + 2, y: 12 }, `${(tm.inv(c) - t0).toFixed(2)} ms`));
     }
     if (tm.gaps.length < 2000) {
-      for (const g of tm.gaps) if (g >= view.a && g <= view.b) h += `<line class="gap" x1="${X(g)}" x2="${X(g)}" y1="18" y2="${bottom}"/>`;
+      for (const g of tm.gaps) if (g >= view.a && g <= view.b) h.push(S("line", { class: "gap", x1: X(g), x2: X(g), y1: 18, y2: bottom }));
     }
     let drawn = 0;
     devs.forEach((d, di) => {
       const y = 22 + di * laneH;
-      h += `<text x="4" y="${y + 16}" font-weight="700">${esc(d)}</text>`;
+      h.push(S("text", { x: 4, y: y + 16, "font-weight": 700 }, d));
       for (const l of L) {
         if (l.dev !== d || drawn > 20000) continue;
         const c0 = tm.f(l.start), c1 = tm.f(l.start + l.ms);
         if (c1 < view.a || c0 > view.b) continue;
         const x = X(c0), w = Math.max(1, (c1 - c0) * sx);
         const cid = kernelIds.get(l.name);
-        h += `<rect class="launch" x="${x}" y="${y}" width="${w}" height="${laneH - 6}" fill="${hue(l.name)}"` +
-          (cid != null ? ` data-ctx="${cid}"` : "") + `><title>${esc(`${l.name} on ${d}: ${l.ms.toFixed(4)} ms at ${(l.start - t0).toFixed(3)} ms`)}</title></rect>`;
-        if (w > 60) h += `<text x="${x + 3}" y="${y + 14}" pointer-events="none">${esc(short(l.name, Math.floor(w / 6.5)))}</text>`;
+        h.push(S("rect", { class: "launch", x, y, width: w, height: laneH - 6, fill: hue(l.name), "data-ctx": cid },
+          S("title", {}, `${l.name} on ${d}: ${l.ms.toFixed(4)} ms at ${(l.start - t0).toFixed(3)} ms`)));
+        if (w > 60) h.push(S("text", { x: x + 3, y: y + 14, "pointer-events": "none" }, short(l.name, Math.floor(w / 6.5))));
         drawn++;
       }
     });
     svg.setAttribute("width", width);
     svg.setAttribute("height", 30 + devs.length * laneH);
-    svg.innerHTML = h;
+    svg.replaceChildren(...h);
   };
   V.tlDraw();
   if (!svg.dataset.wired) {
@@ -597,9 +651,11 @@ function renderTimeline() {
     p.n++; p.ms += l.ms; per.set(k, p);
   }
   const rows = [...per.values()].sort((a, b) => b.ms - a.ms);
-  $("launch-table").innerHTML = `<tr><th>kernel</th><th>device</th><th>launches</th><th>total ms</th><th>mean µs</th></tr>` +
-    rows.map((p) => `<tr><td>${kernelIds.has(p.name) ? `<a href="#ctx=${kernelIds.get(p.name)}">${esc(p.name)}</a>` : esc(p.name)}</td>` +
-      `<td>${esc(p.dev)}</td><td class="n">${p.n}</td><td class="n">${p.ms.toFixed(3)}</td><td class="n">${((p.ms / p.n) * 1e3).toFixed(1)}</td></tr>`).join("");
+  $("launch-table").replaceChildren(E("tr", {}, ["kernel", "device", "launches", "total ms", "mean µs"].map((t) => E("th", {}, t))),
+    ...rows.map((p) => E("tr", {},
+      E("td", {}, kernelIds.has(p.name) ? E("a", { href: `#ctx=${kernelIds.get(p.name)}` }, p.name) : p.name),
+      E("td", {}, p.dev), E("td", { class: "n" }, p.n), E("td", { class: "n" }, p.ms.toFixed(3)),
+      E("td", { class: "n" }, ((p.ms / p.n) * 1e3).toFixed(1)))));
 }
 function hue(name) {
   let h = 0;
