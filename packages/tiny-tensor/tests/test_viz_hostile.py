@@ -110,7 +110,8 @@ def hostile_lines() -> list:
           ["r", 0, x(7), x(8), x(9)],
           ["s", 0, 2, x(10), 0, 1, 0, [[0, 3]], 0.5, x(11)],
           ["s", 1, 2, x(12), 1, 1, 1, [], 0.1, "rewrite"],
-          ["c", 2, "kernel", x(13), None, {"device": x(14), "renderer": x(15), "source": x(16), "ast": 1, "error": x(17)}],
+          ["c", 2, "kernel", x(13), None,
+           {"device": x(14), "renderer": x(15), "source": x(16), "ast": 1, "error": x(17)}],
           ["c", 3, "schedule", x(18), None, {"calls": 1, "kernels": [1]}],
           ["l", x(19), x(13), 0.0, 0.25]]
 
@@ -145,9 +146,10 @@ def test_page_reports_a_bad_trace_line(tmp_path):
 def test_viz_js_inserts_no_html():
   js = static_file("viz.js").decode()
   code = re.sub(r"//[^\n]*", "", js)  # comments may name what the code avoids
-  for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "DOMParser", "createContextualFragment",
-               "eval(", "new Function", "setTimeout(\"", "javascript:"):
-    assert sink not in code, f"viz.js uses {sink}: trace text must go into the page as text (textContent, createElement)"
+  sinks = ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "DOMParser", "createContextualFragment",
+           "eval(", "new Function", "setTimeout(\"", "javascript:")
+  for sink in sinks:
+    assert sink not in code, f"viz.js uses {sink}: trace text must go into the page as text (textContent, E/S)"
   page = static_file("index.html").decode()
   assert "<script>" not in page and re.search(r"\son\w+=", page) is None and "style=" not in page
 

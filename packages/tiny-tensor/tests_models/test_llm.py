@@ -228,7 +228,8 @@ def test_openai_style_server(tmp_path):
     models = json.load(urllib.request.urlopen(base + "/v1/models"))
     assert models["data"][0]["id"] == "m.gguf"
     page = urllib.request.urlopen(base + "/").read().decode()
-    assert "/v1/chat/completions" in page and "<textarea" in page
+    assert '<script src="chat.js">' in page and "<textarea" in page and "<script>" not in page
+    assert "/v1/chat/completions" in urllib.request.urlopen(base + "/chat.js").read().decode()
     r = json.load(_post(base + "/v1/completions", {"prompt": "the cat", "max_tokens": 5}))
     assert r["object"] == "text_completion" and r["choices"][0]["text"] == want
     raw = _post(base + "/v1/completions", {"prompt": "the cat", "max_tokens": 5, "stream": True}).read().decode()

@@ -231,6 +231,7 @@ class StrictHTTPServer(ThreadingHTTPServer):
   """A thread per connection, at most `handler.limits.max_connections` at once (one more is answered 503 and
   closed); threads are daemons, so stopping the server does not wait for a client."""
   daemon_threads = True
+  request_queue_size = 128  # listen backlog (socketserver's 5 drops a burst of connections' first packets)
 
   def __init__(self, address: tuple[str, int], handler: type[StrictHandler]):
     self.slots = threading.BoundedSemaphore(handler.limits.max_connections)
