@@ -258,3 +258,33 @@ def test_chat_prompt_formats():
   assert chat_prompt(m, "<|start_header_id|>").endswith("<|start_header_id|>assistant<|end_header_id|>\n\n")
   assert chat_prompt(m, "[INST]") == "[INST] <<SYS>>\nbe brief\n<</SYS>>\n\nhi [/INST]"
   assert chat_prompt(m, None) == "System: be brief\nUser: hi\nAssistant:"
+
+
+def test_server_checks_requests_against_the_real_model(tmp_path):
+  """A prompt longer than the context, top_k beyond the vocabulary: 400 before any stream; sampling options reach the
+  model as `LLM.generate` takes them (same seed: the same text)."""
+  from tiny_tensor.llm.serve import make_server
+  path = str(tmp_path / "m.gguf")
+  llm_ref.make_model(path, ctx=16, n_layers=1, seed=4)
+  llm = LLM.load(path)
+  want = "".join(llm.generate("the cat", max_tokens=4, temperature=0.9, top_k=5, seed=11))
+  srv = make_server(llm, "127.0.0.1", 0)
+  threading.Thread(target=srv.serve_forever, daemon=True).start()
+  base = f"http://127.0.0.1:{srv.server_address[1]}"
+  try:
+    n_tokens = len(llm.tokenizer.encode("the cat " * 10))
+    assert n_tokens > 16
+    with pytest.raises(urllib.error.HTTPError) as e:
+      _post(base + "/v1/completions", {"prompt": "the cat " * 10, "stream": True})
+    err = json.load(e.value)["error"]
+    assert e.value.code == 400 and err["param"] == "prompt" and f"{n_tokens} tokens" in err["message"]
+    assert "context holds 16" in err["message"]
+    with pytest.raises(urllib.error.HTTPError) as e:
+      _post(base + "/v1/completions", {"prompt": "the", "top_k": llm.model.cfg.vocab_size + 1})
+    assert e.value.code == 400 and json.load(e.value)["error"]["param"] == "top_k"
+    r = json.load(_post(base + "/v1/completions", {"prompt": "the cat", "max_tokens": 4, "temperature": 0.9,
+                                                   "top_k": 5, "seed": 11}))
+    assert r["choices"][0]["text"] == want
+  finally:
+    srv.shutdown()
+    srv.server_close()
