@@ -141,8 +141,23 @@ class StrictHandler(BaseHTTPRequestHandler):
       self.send_json_error(505, f"HTTP version {m.group(3)!r} is not supported; use HTTP/1.1 or HTTP/1.0")
       return False
     if not self.parse_request(): return False  # headers: the standard library's parser (it answered the error)
+    if (bad := self._malformed_header()) is not None:
+      self.send_json_error(400, f"malformed header line {bad[:100]!r}: expected 'Name: value' (no space before the "
+                                "colon, no folded lines)")
+      return False
     self.headers_read = True
     return True
+
+  def _malformed_header(self) -> str | None:
+    """The first header line the standard library's lenient parser did not take as a header, or None. It stops at
+    such a line (`Content-Length : 5`) and takes the rest for a body: the headers after it, a Content-Length among
+    them, would be ignored, and a body read as the next request."""
+    rest = self.headers.get_payload()
+    if isinstance(rest, str) and rest: return rest.split("\n", 1)[0].rstrip("\r")
+    if self.headers.defects: return str(self.headers.defects[0])
+    for k, v in self.headers.items():
+      if "\n" in v: return f"{k}: {v}"
+    return None
 
   def handle_expect_100(self) -> bool:
     """`Expect: 100-continue`: go on only when the announced body is acceptable (else the error, not 100)."""
