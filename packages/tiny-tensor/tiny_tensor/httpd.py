@@ -58,7 +58,7 @@ class _DeadlineReader(io.RawIOBase):
   """The read side of a socket under one deadline for a whole phase: each recv waits at most the time left."""
 
   def __init__(self, sock: socket.socket):
-    self.sock, self.deadline, self.received = sock, None, 0
+    self.sock, self.deadline = sock, None
 
   def readable(self) -> bool: return True
 
@@ -67,9 +67,7 @@ class _DeadlineReader(io.RawIOBase):
       left = self.deadline - time.monotonic()
       if left <= 0: raise TimeoutError("the time for this part of the request ran out")
       self.sock.settimeout(left)
-    n = self.sock.recv_into(buf)
-    self.received += n
-    return n
+    return self.sock.recv_into(buf)
 
 
 class StrictHandler(BaseHTTPRequestHandler):
@@ -90,10 +88,10 @@ class StrictHandler(BaseHTTPRequestHandler):
   # ***** one request: line, headers, body, then the handler *****
   def handle_one_request(self) -> None:
     """Read one whole request within the time limits, then dispatch it; answer errors as JSON and close."""
-    self.close_connection, self._responded, self._reading = True, False, True
+    self.close_connection, self._responded, self._reading, self._started = True, False, True, False
     self.command, self.path, self.requestline, self.request_version = "", "", "", "HTTP/1.1"
     self.body = b""
-    self._reader.deadline, self._reader.received = time.monotonic() + self.limits.header_timeout, 0
+    self._reader.deadline = time.monotonic() + self.limits.header_timeout
     try:
       if not self._read_head() or not self._read_body(): return
       self._reading, self._reader.deadline = False, None
@@ -107,7 +105,7 @@ class StrictHandler(BaseHTTPRequestHandler):
       self.wfile.flush()
     except TimeoutError:
       self.close_connection = True
-      if self._reading and self._reader.received and not self._responded:
+      if self._reading and self._started and not self._responded:  # (an idle kept-alive connection just closes)
         self.connection.settimeout(self.limits.write_timeout)
         phase = "body" if self.headers_read else "request line and headers"
         self.send_json_error(408, f"the request's {phase} did not arrive in time "
@@ -124,8 +122,9 @@ class StrictHandler(BaseHTTPRequestHandler):
 
   def _read_head(self) -> bool:
     self.headers_read = False
+    if not self.rfile.peek(1): return False  # the client closed the connection between requests
+    self._started = True  # a byte of this request is here (maybe pipelined behind the last one): it gets an answer
     line = self.rfile.readline(MAX_REQUEST_LINE + 1)
-    if not line: return False  # the client closed the connection between requests
     if len(line) > MAX_REQUEST_LINE:
       self.send_json_error(414, f"the request line is longer than {MAX_REQUEST_LINE} bytes")
       return False
