@@ -177,3 +177,20 @@ def test_server_sends_a_content_security_policy(tmp_path):
   finally:
     srv.shutdown()
     srv.server_close()
+
+
+def test_page_renders_a_recorded_trace(tmp_path):
+  import numpy as np
+
+  from tiny_tensor import Tensor
+  from tiny_uop import Context
+  path = str(tmp_path / "rec.jsonl")
+  with Context(DEV="CPU"), viz.record(path):
+    a = Tensor(np.arange(21, dtype=np.float32).reshape(3, 7))
+    ((a * 2 + 1).sum(axis=1).reshape(3, 1) * a).contiguous().realize()
+  t = viz.load(path)
+  out = run_page(path)
+  assert out["ready"] == "1" and out["htmlUsed"] == [], out["error"]
+  shown = set(out["shown"])
+  assert {k.name for k in t.kernels} <= shown and all(k.source in shown for k in t.kernels)
+  assert {s.name for k in t.kernels for s in k.steps} <= shown

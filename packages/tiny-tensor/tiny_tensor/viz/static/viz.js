@@ -32,31 +32,34 @@ const short = (s, n) => (s.length > n ? s.slice(0, n - 1) + "…" : s);
 // ***** loading *****
 // what each record's fields must be (the format: tiny_tensor/viz/recorder.py; the same checks as viz/reader.py)
 const isId = (x) => Number.isInteger(x) && x >= 0, isStr = (x) => typeof x === "string";
-const isNum = (x) => typeof x === "number" && Number.isFinite(x), isObj = (x) => x && typeof x === "object" && !Array.isArray(x);
+const isNum = (x) => typeof x === "number" && Number.isFinite(x);
+const isObj = (x) => x !== null && typeof x === "object" && !Array.isArray(x);
 const orNull = (f) => (x) => x === null || f(x), isIds = (x) => Array.isArray(x) && x.every(isId);
+const isPair = (p) => isIds(p) && p.length === 2;   // [rule id, times fired]
 const RECORDS = {
   n: [isId, isStr, isStr, isStr, isIds, orNull(isStr)],
   r: [isId, isStr, isStr, isStr],
-  s: [isId, isId, isStr, isId, orNull(isId), isId, (x) => Array.isArray(x) && x.every((p) => isIds(p) && p.length === 2),
-      isNum, isStr],
+  s: [isId, isId, isStr, isId, orNull(isId), isId, (x) => Array.isArray(x) && x.every(isPair), isNum, isStr],
   c: [isId, isStr, isStr, orNull(isId), isObj],
   l: [isStr, isStr, isNum, isNum],
 };
-const INFO = { source: orNull(isStr), device: isStr, renderer: isStr, error: isStr, ast: isId, kernels: isIds, calls: isId,
-               uops: isId, outputs: isId, ms: isNum };
+const INFO = { source: orNull(isStr), device: isStr, renderer: isStr, error: isStr, ast: isId, kernels: isIds,
+               calls: isId, uops: isId, outputs: isId, ms: isNum };
 function checkRecord(r, line) {
   const bad = (what) => { throw new Error(`trace line ${line}: ${what}`); };
   if (!Array.isArray(r) || !r.length) bad("a record is a non-empty JSON array");
   if (r[0] === "tiny-viz") {
-    if (r.length !== 3 || r[1] !== 1 || !isObj(r[2])) bad("the header must be [\"tiny-viz\", 1, {...}] (format version 1)");
+    if (r.length !== 3 || r[1] !== 1 || !isObj(r[2])) bad('the header must be ["tiny-viz", 1, {...}] (version 1)');
     return;
   }
   const f = Object.prototype.hasOwnProperty.call(RECORDS, r[0]) ? RECORDS[r[0]] : null;
   if (!f) bad(`unknown record type ${JSON.stringify(r[0]).slice(0, 40)}`);
   if (r.length !== f.length + 1) bad(`a ${r[0]} record has ${f.length + 1} items, got ${r.length}`);
   f.forEach((ok, k) => { if (!ok(r[k + 1])) bad(`item ${k + 1} of a ${r[0]} record has the wrong type`); });
-  if (r[0] === "n") for (const s of r[5]) if (!T.nodes[s]) bad(`node ${r[1]} refers to node ${s}, not defined before it`);
-  if (r[0] === "s") for (const n of [r[4], r[5]]) if (n != null && !T.nodes[n]) bad(`step ${r[1]} refers to undefined node ${n}`);
+  if (r[0] === "n") for (const s of r[5]) if (!T.nodes[s]) bad(`node ${r[1]} refers to node ${s}, undefined before it`);
+  if (r[0] === "s") {
+    for (const n of [r[4], r[5]]) if (n != null && !T.nodes[n]) bad(`step ${r[1]} refers to undefined node ${n}`);
+  }
   if (r[0] === "c") {
     for (const k in INFO) if (k in r[5] && !INFO[k](r[5][k])) bad(`info.${k} of context ${r[1]} has the wrong type`);
     if ("ast" in r[5] && !T.nodes[r[5].ast]) bad(`info.ast of context ${r[1]} refers to undefined node ${r[5].ast}`);
@@ -291,7 +294,8 @@ function renderGraph(step) {
     if (st.startsWith("added")) nAdded++;
     if (st.startsWith("removed")) nRemoved++;
     const sp = l1.indexOf(" ");
-    const t1 = sp < 0 ? [S("tspan", { class: "op" }, l1)] : [S("tspan", { "font-weight": 700 }, l1.slice(0, sp)), l1.slice(sp)];
+    const t1 = sp < 0 ? [S("tspan", { class: "op" }, l1)]
+      : [S("tspan", { "font-weight": 700 }, l1.slice(0, sp)), l1.slice(sp)];
     nodes.push(S("g", { class: `node${st ? " " + st : ""}${V.sel === id ? " sel" : ""}`, "data-id": id,
                         transform: `translate(${p.x},${p.y})` },
       S("title", {}, `#${id} ${n.op} ${n.dt}${n.arg ? "\n" + n.arg : ""}`),
@@ -446,11 +450,13 @@ function renderCtx(c, stepIdx) {
       if (!d.added && !d.removed) li.classList.add("noop");
       const fired = s.rules.reduce((a, r) => a + r[1], 0);
       const nm = E("span", { class: "nm" }, s.name);
-      nm.style.paddingLeft = `${s.depth * 10}px`;   // the style object, not a style attribute (the CSP allows no inline style)
-      li.append(E("a", { href: `#ctx=${c.id}&step=${k}`, title: `${s.name}: ${fired} rewrites, +${d.added} −${d.removed} nodes, ${s.ms} ms` },
-        E("span", { class: "idx" }, k), nm, s.kind !== "rewrite" ? E("span", { class: `kind ${s.kind}` }, s.kind) : null,
-        E("span", { class: "delta" }, d.added ? E("span", { class: "plus" }, `+${d.added}`) : null, d.added ? " " : null,
-          d.removed ? E("span", { class: "minus" }, `−${d.removed}`) : null)));
+      nm.style.paddingLeft = `${s.depth * 10}px`;   // the style object: the CSP allows no style attribute
+      const title = `${s.name}: ${fired} rewrites, +${d.added} −${d.removed} nodes, ${s.ms} ms`;
+      li.append(E("a", { href: `#ctx=${c.id}&step=${k}`, title },
+        E("span", { class: "idx" }, k), nm,
+        s.kind !== "rewrite" ? E("span", { class: `kind ${s.kind}` }, s.kind) : null,
+        E("span", { class: "delta" }, d.added ? E("span", { class: "plus" }, `+${d.added}`) : null,
+          d.added ? " " : null, d.removed ? E("span", { class: "minus" }, `−${d.removed}`) : null)));
       ol.appendChild(li);
     });
     applyHideNoop();
@@ -520,7 +526,10 @@ function renderSourceTab() {
 }
 function renderNodeTab() {
   const el = $("tab-node");
-  if (V.sel == null || !T.nodes[V.sel]) { el.replaceChildren(E("p", { class: "empty" }, "click a node of the graph")); return; }
+  if (V.sel == null || !T.nodes[V.sel]) {
+    el.replaceChildren(E("p", { class: "empty" }, "click a node of the graph"));
+    return;
+  }
   const n = T.nodes[V.sel];
   const srcs = [];
   n.src.forEach((s, k) => srcs.push(k ? ", " : null, E("a", { href: "#", "data-node": s }, `#${s} ${T.nodes[s].op}`)));
@@ -529,7 +538,8 @@ function renderNodeTab() {
     E("dd", {}, n.op), E("dt", {}, "dtype"), E("dd", { class: "mono" }, n.dt), E("dt", {}, "arg"),
     E("dd", { class: "mono" }, n.arg || "—"), n.tag ? [E("dt", {}, "tag"), E("dd", { class: "mono" }, n.tag)] : null,
     E("dt", {}, "sources"), E("dd", {}, srcs.length ? srcs : "none")),
-    k ? E("p", {}, "the AST of kernel ", E("a", { href: `#ctx=${k.id}` }, k.name), ": its pipeline, step by step") : "");
+    k ? E("p", {}, "the AST of kernel ", E("a", { href: `#ctx=${k.id}` }, k.name), ": its pipeline, step by step")
+      : "");
 }
 function setTab(tab, updateHash = true) {
   V.tab = tab;
@@ -597,7 +607,9 @@ function renderTimeline() {
              S("text", { x: x + 2, y: 12 }, `${(tm.inv(c) - t0).toFixed(2)} ms`));
     }
     if (tm.gaps.length < 2000) {
-      for (const g of tm.gaps) if (g >= view.a && g <= view.b) h.push(S("line", { class: "gap", x1: X(g), x2: X(g), y1: 18, y2: bottom }));
+      for (const g of tm.gaps) {
+        if (g >= view.a && g <= view.b) h.push(S("line", { class: "gap", x1: X(g), x2: X(g), y1: 18, y2: bottom }));
+      }
     }
     let drawn = 0;
     devs.forEach((d, di) => {
@@ -611,7 +623,8 @@ function renderTimeline() {
         const cid = kernelIds.get(l.name);
         h.push(S("rect", { class: "launch", x, y, width: w, height: laneH - 6, fill: hue(l.name), "data-ctx": cid },
           S("title", {}, `${l.name} on ${d}: ${l.ms.toFixed(4)} ms at ${(l.start - t0).toFixed(3)} ms`)));
-        if (w > 60) h.push(S("text", { x: x + 3, y: y + 14, "pointer-events": "none" }, short(l.name, Math.floor(w / 6.5))));
+        const label = short(l.name, Math.floor(w / 6.5));
+        if (w > 60) h.push(S("text", { x: x + 3, y: y + 14, "pointer-events": "none" }, label));
         drawn++;
       }
     });
@@ -651,7 +664,8 @@ function renderTimeline() {
     p.n++; p.ms += l.ms; per.set(k, p);
   }
   const rows = [...per.values()].sort((a, b) => b.ms - a.ms);
-  $("launch-table").replaceChildren(E("tr", {}, ["kernel", "device", "launches", "total ms", "mean µs"].map((t) => E("th", {}, t))),
+  const head = ["kernel", "device", "launches", "total ms", "mean µs"].map((t) => E("th", {}, t));
+  $("launch-table").replaceChildren(E("tr", {}, head),
     ...rows.map((p) => E("tr", {},
       E("td", {}, kernelIds.has(p.name) ? E("a", { href: `#ctx=${kernelIds.get(p.name)}` }, p.name) : p.name),
       E("td", {}, p.dev), E("td", { class: "n" }, p.n), E("td", { class: "n" }, p.ms.toFixed(3)),
