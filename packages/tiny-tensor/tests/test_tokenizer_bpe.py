@@ -74,3 +74,11 @@ def test_bpe_merge_is_n_log_n_not_quadratic():
   assert ops[64000] / ops[8000] < 8 * 1.1, ops
   out = bpe_merge(["a"] * 8003, {m: r for r, m in enumerate(merges)})
   assert out == ["aaaaaaaa"] * 1000 + ["aa", "a"]
+
+
+def test_tokenizer_docstring_examples():
+  import doctest
+
+  import tiny_tensor.llm.tokenizer
+  res = doctest.testmod(tiny_tensor.llm.tokenizer)
+  assert res.failed == 0 and res.attempted >= 3
