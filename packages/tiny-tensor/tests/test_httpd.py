@@ -338,6 +338,19 @@ def test_valid_options_reach_the_model_and_stream(llm_server):
   assert llm.calls == [{"ids": want_ids, "max_tokens": 64, "temperature": 1.5, "top_k": 3, "seed": 2**62}]
 
 
+def test_generation_time_limit_stops_with_length(llm_server):
+  class SlowLLM(EchoLLM):
+    def generate_ids(self, ids, max_tokens, temperature, top_k, seed):
+      for t in super().generate_ids(ids, max_tokens, temperature, top_k, seed):
+        time.sleep(0.05)
+        yield t
+  port, _ = llm_server(ServeLimits(http=FAST, max_seconds=0.3), SlowLLM())
+  rs, _ = exchange(port, post("/v1/completions", json.dumps({"prompt": "abcdefghijklmnopqrstuvwxyz" * 2})))
+  choice = json.loads(rs[0][2])["choices"][0]
+  assert rs[0][0] == 200 and choice["finish_reason"] == "length"
+  assert 1 <= len(choice["text"]) <= 12 and "abcdefghijklmnopqrstuvwxyz".startswith(choice["text"])
+
+
 # ***** the queue *****
 def test_bounded_queue_answers_503_when_full(llm_server):
   llm = EchoLLM()
