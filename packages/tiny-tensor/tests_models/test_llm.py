@@ -257,3 +257,39 @@ def test_chat_prompt_formats():
   assert chat_prompt(m, "<|start_header_id|>").endswith("<|start_header_id|>assistant<|end_header_id|>\n\n")
   assert chat_prompt(m, "[INST]") == "[INST] <<SYS>>\nbe brief\n<</SYS>>\n\nhi [/INST]"
   assert chat_prompt(m, None) == "System: be brief\nUser: hi\nAssistant:"
+
+
+# ***** architectures against transformers (issue #38): random tiny models written as llama.cpp's converter does *****
+PROMPT = [1, 40, 51, 300, 77, 12, 290, 100, 5, 9]  # longer than the sliding windows (4) and llama3's original context (8)
+
+
+def _check_against_transformers(tmp_path, case, qtype=None, n=8, **kw):
+  model = llm_ref.hf_model(case, seed=11, **kw)
+  path = str(tmp_path / f"{case}.gguf")
+  llm_ref.write_hf_gguf(model, case, path, qtype)
+  llm = LLM.load(path)
+  np.testing.assert_allclose(llm.model.prefill(PROMPT).numpy(), llm_ref.hf_logits(model, PROMPT)[-1],
+                             rtol=1e-4, atol=1e-4)
+  ref = list(PROMPT)
+  for _ in range(n): ref.append(int(np.argmax(llm_ref.hf_logits(model, ref)[-1])))
+  llm.reset()
+  assert list(llm.generate_ids(PROMPT, max_tokens=n, stop_ids=())) == ref[len(PROMPT):]
+  # the jitted decode steps' logits at the last position
+  llm.reset()
+  llm.model.prefill(PROMPT)
+  for i in range(len(PROMPT), len(ref)): lg = llm.model.decode(ref[i], i)
+  np.testing.assert_allclose(lg.numpy(), llm_ref.hf_logits(model, ref)[-1], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("case", ["llama", "llama3_rope", "qwen2", "qwen3", "gemma", "gemma2", "gemma3"])
+def test_architectures_match_transformers_f32(tmp_path, case):
+  _check_against_transformers(tmp_path, case)
+
+
+@pytest.mark.parametrize("case,qname,kw", [
+  ("qwen2", "Q8_0", {}), ("qwen3", "Q4_0", {}),
+  # K-quant rows are whole 256-element blocks: every matrix's input width is 256
+  ("gemma2", "Q4_K", {"dim": 256, "hidden": 256, "head_dim": 64}), ("llama3_rope", "Q6_K", {"dim": 256, "hidden": 256})])
+def test_architectures_match_transformers_quantized(tmp_path, case, qname, kw):
+  import gguf
+  _check_against_transformers(tmp_path, case, gguf.GGMLQuantizationType[qname], **kw)

@@ -439,7 +439,8 @@ class Transformer:
     cfg = self.cfg
     if t == 1:  # one query at start_pos sees every cached key; a sliding layer only the last sliding_window
       if not cfg.sliding_window: return None, None
-      return None, self.window.shrink(((cfg.max_context - 1 - start_pos, cfg.max_context),)).reshape(1, 1, -1)
+      row = self.window.shrink(((cfg.max_context - 1 - start_pos, cfg.max_context),))   # (start_pos + 1,)
+      return None, row.unsqueeze(0).unsqueeze(0)
     sp = int(start_pos)
     dist = (sp + np.arange(t))[:, None] - np.arange(sp + t)[None, :]       # query position - key position
     causal = np.where(dist < 0, -np.inf, 0).astype(np.float32)
