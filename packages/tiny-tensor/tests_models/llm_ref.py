@@ -193,7 +193,7 @@ def write_hf_gguf(model: Any, case: str, path: str, qtype: Any = None) -> None:
     w.add_rope_freq_base(rp["full_attention"]["rope_theta"])
     w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
     w.add_rope_scaling_factor(rp["full_attention"]["factor"])
-    w.add_sliding_window_pattern(2)
+    w.add_uint32(f"{arch}.attention.sliding_window_pattern", 2)  # llama.cpp reads 6 when absent
   else: w.add_rope_freq_base(rp["rope_theta"])
   if arch in ("gemma2", "gemma3"): w.add_sliding_window(c.sliding_window)
   if arch == "gemma2":

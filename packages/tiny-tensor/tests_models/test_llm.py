@@ -290,7 +290,7 @@ def test_architectures_match_transformers_f32(tmp_path, case):
 @pytest.mark.parametrize("case,qname,kw", [
   ("qwen2", "Q8_0", {}), ("qwen3", "Q4_0", {}),
   # K-quant rows are whole 256-element blocks: every matrix's input width is 256
-  ("gemma2", "Q4_K", {"dim": 256, "hidden": 256, "head_dim": 64}),
+  ("gemma2", "Q4_K", {"dim": 256, "hidden": 256, "head_dim": 64, "query_pre_attn_scalar": 64}),
   ("llama3_rope", "Q6_K", {"dim": 256, "hidden": 256})])
 def test_architectures_match_transformers_quantized(tmp_path, case, qname, kw):
   import gguf
@@ -355,3 +355,16 @@ def test_a_huge_block_count_is_refused_before_listing_tensors(small_file):
   with pytest.raises(ValueError, match=r"block_count = 100000000, but the file holds only 21 tensors"):
     Transformer(cfg, ts)
   assert time.perf_counter() - t0 < 1.0
+
+
+def test_gemma_27b_attention_scale_follows_its_training_config():
+  # transformers' Gemma2Config defaults are gemma-2-9b's; the 27B model has 46 layers, hidden 4608, 32 heads of 128
+  # and query_pre_attn_scalar 144 (its published config), which GGUF files don't store
+  import transformers
+  c9 = transformers.Gemma2Config()
+  cfg9 = Config("gemma2", c9.hidden_size, c9.num_hidden_layers, c9.num_attention_heads, c9.num_key_value_heads,
+                c9.intermediate_size, 512, head_dim=c9.head_dim)
+  assert cfg9.scale == pytest.approx(c9.query_pre_attn_scalar ** -0.5)
+  cfg27 = Config("gemma2", 4608, 46, 32, 16, 36864, 512, head_dim=128)
+  assert cfg27.scale == pytest.approx(144 ** -0.5)
+  assert Config("gemma2", 4608, 46, 32, 16, 36864, 512, head_dim=128, attn_scale=0.5).scale == 0.5

@@ -48,6 +48,10 @@ class ArchSpec:
   post_norms: bool = False           # RMSNorm of the attention and feed-forward outputs before each residual add
   swa_every: int = 0                 # with a sliding window, every swa_every-th layer is global, the others slide
   swa_rope_base: float = 0.0         # RoPE base of the sliding layers when the file names none (0: the global one)
+  # block counts of the models whose scores scale by 1/sqrt(embedding_length / head_count), not 1/sqrt(head_dim): the
+  # 27B Gemma 2 (46 blocks) and Gemma 3 (62) were trained with query_pre_attn_scalar = 144, which their GGUF files
+  # don't hold; llama.cpp picks the scale by block count the same way
+  dim_scale_blocks: tuple[int, ...] = ()
   block: tuple[str, ...] = field(default=tuple(n + ".weight" for n in _BLOCK))  # required per block
   optional: tuple[str, ...] = ()     # allowed per block
 
@@ -66,9 +70,9 @@ ARCHS: dict[str, ArchSpec] = {
   "qwen3": ArchSpec(neox=True, block=_LLAMA_BLOCK + _QK_NORM),
   "gemma": ArchSpec(neox=True, act="gelu_tanh", embed_scale=True),
   "gemma2": ArchSpec(neox=True, act="gelu_tanh", embed_scale=True, post_norms=True, swa_every=2,
-                     block=_LLAMA_BLOCK + _POST),
+                     dim_scale_blocks=(46,), block=_LLAMA_BLOCK + _POST),
   "gemma3": ArchSpec(neox=True, act="gelu_tanh", embed_scale=True, post_norms=True, swa_every=6,
-                     swa_rope_base=10000.0, block=_LLAMA_BLOCK + _POST + _QK_NORM),
+                     swa_rope_base=10000.0, dim_scale_blocks=(62,), block=_LLAMA_BLOCK + _POST + _QK_NORM),
 }
 NEOX_ARCHS = tuple(a for a, s in ARCHS.items() if s.neox)
 # tensors outside the blocks: required, and optional ones (`output` is tied to `token_embd` when absent; `rope_freqs`
@@ -143,6 +147,13 @@ class Config:
 
   @property
   def hd(self) -> int: return self.head_dim or self.dim // self.n_heads
+
+  @property
+  def scale(self) -> float:
+    """The attention scores' scale: attention.scale from the file, else 1/sqrt(head_dim) (1/sqrt(dim / heads) for
+    the architectures' models listed in `ArchSpec.dim_scale_blocks`)."""
+    if self.attn_scale: return self.attn_scale
+    return 1.0 / math.sqrt(self.dim // self.n_heads if self.n_layers in self.spec.dim_scale_blocks else self.hd)
 
   def sliding(self, layer: int) -> bool:
     """Whether `layer` attends only to the last `sliding_window` positions."""
@@ -367,7 +378,7 @@ class Block:
     vals = vals.permute(1, 0, 2).reshape(cfg.n_kv_heads, 1, L, cfg.hd).expand(cfg.n_kv_heads, rep, L, cfg.hd) \
       .reshape(cfg.n_heads, L, cfg.hd)
     qh = q.reshape(t, cfg.n_heads, cfg.hd).permute(1, 0, 2)                 # (H, t, hd)
-    scores = (qh @ keys.transpose(1, 2)) * (cfg.attn_scale or 1.0 / math.sqrt(cfg.hd))  # (H, t, L)
+    scores = (qh @ keys.transpose(1, 2)) * cfg.scale                        # (H, t, L)
     if cfg.attn_softcap: scores = (scores * (1.0 / cfg.attn_softcap)).tanh() * cfg.attn_softcap
     if mask is not None: scores = scores + mask
     return (scores.softmax(-1) @ vals).permute(1, 0, 2).reshape(b, t, cfg.n_heads * cfg.hd)
