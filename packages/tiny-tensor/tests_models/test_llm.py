@@ -345,6 +345,24 @@ def test_unknown_missing_and_misshapen_tensors_are_refused_by_name(small_file):
     Transformer(cfg, {**ts, "rope_freqs.weight": like("rope_freqs.weight")})
   with pytest.raises(ValueError, match=r"'blk.0.attn_k.weight' has shape \(32, 64\), expected \(64, 64\)"):
     Transformer(Config.from_gguf({**kv, "llama.attention.head_count_kv": 4}), ts)
+  zeros = GGUFTensor("rope_freqs.weight", (8,), GGMLType.F32, np.zeros(8, np.float32).view(np.uint8))
+  with pytest.raises(ValueError, match="rope_freqs.weight holds non-positive"):
+    Transformer(cfg, {**ts, zeros.name: zeros})
+
+
+def test_gemma_sliding_window_patterns(small_file):
+  kv, _ = small_file
+  g3 = {**{k.replace("llama.", "gemma3."): v for k, v in kv.items()}, "general.architecture": "gemma3",
+        "gemma3.attention.sliding_window": 4}
+  assert [Config.from_gguf(g3).sliding(i) for i in range(2)] == [True, True]   # every 6th layer is global
+  pat = "gemma3.attention.sliding_window_pattern"
+  assert [Config.from_gguf({**g3, pat: 2}).sliding(i) for i in range(2)] == [True, False]
+  assert [Config.from_gguf({**g3, pat: [False, True]}).sliding(i) for i in range(2)] == [False, True]
+  with pytest.raises(ValueError, match=r"sliding_window_pattern has 3 flags for 2 layers"):
+    Config.from_gguf({**g3, pat: [True, True, False]})
+  with pytest.raises(ValueError, match=r"sliding_window_pattern = \[1, 0\]; expected"):
+    Config.from_gguf({**g3, pat: [1, 0]})
+  assert not Config.from_gguf({k: v for k, v in g3.items() if k != "gemma3.attention.sliding_window"}).sliding(0)
 
 
 def test_a_huge_block_count_is_refused_before_listing_tensors(small_file):
