@@ -58,9 +58,9 @@ class LLM:
 
   @staticmethod
   def load(path: str | os.PathLike, device: str | None = None, max_context: int | None = 4096) -> LLM:
-    """Read a GGUF file (memory-mapped), build the tokenizer and the transformer on `device`. The metadata and every
-    tensor are checked first: an unimplemented architecture, a bad hyperparameter, or an unknown, missing or misshapen
-    tensor is a ValueError naming it."""
+    """Read a GGUF file (into private memory, once: later changes to the file don't reach the model), build the
+    tokenizer and the transformer on `device`. The metadata and every tensor are checked first: an unimplemented
+    architecture, a bad hyperparameter, or an unknown, missing or misshapen tensor is a ValueError naming it."""
     kv, ts = read_gguf(path)
     cfg = Config.from_gguf(kv, max_context)
     return LLM(Transformer(cfg, ts, device), Tokenizer.from_gguf(kv), kv, os.path.basename(os.fspath(path)))

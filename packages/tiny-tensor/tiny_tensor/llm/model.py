@@ -405,7 +405,7 @@ class Transformer:
   """The model: `Transformer(cfg, tensors, device)`; `forward(emb_raw, start_pos)` -> logits of the last position.
 
   The tensors are checked first (`check_tensors`): each one the architecture uses, with its shape, and none other.
-  The token embedding stays in host memory (a memory-mapped GGUF tensor): the rows of the tokens fed are gathered on
+  The token embedding stays in host memory (a GGUF tensor read into memory): the rows of the tokens fed are gathered on
   the host and decoded on the device (`embed_rows`), so the embedding table never moves whole.
   """
 
