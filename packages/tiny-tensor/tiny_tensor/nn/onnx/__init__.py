@@ -26,6 +26,7 @@ accumulates in float32).
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any
 
 import numpy as np
@@ -182,6 +183,14 @@ def _check_shape(name: str, given: tuple, declared: Any, dims: dict[str, tuple[s
                          f"gave {w!r} size {first[1]}; inputs that share a symbolic dim must agree on its size")
 
 
+class _CallState(threading.local):
+  """What one OnnxRunner call keeps while it runs, per thread (see OnnxRunner.__init__)."""
+
+  def __init__(self) -> None:
+    self.host: dict[int, tuple[Tensor, np.ndarray]] = {}
+    self.deferred: list[tuple[Any, str, Tensor]] = []
+
+
 class _Ctx:
   """What an operator function sees besides its inputs and attributes."""
 
@@ -198,7 +207,7 @@ class _Ctx:
     initializer, a Constant node's output or a graph input fed as a numpy array; else None."""
     if i >= len(self.node.input) or not self.node.input[i]: return None
     v = self.scope.get(self.node.input[i])
-    hit = self.runner._host.get(id(v)) if isinstance(v, Tensor) else None
+    hit = self.runner._call.host.get(id(v)) if isinstance(v, Tensor) else None
     return hit[1] if hit is not None and hit[0] is v else None
 
   def check_indices(self, i: int, idx: Tensor, size: Any, what: str) -> None:
@@ -264,12 +273,12 @@ class OnnxRunner:
     missing = sorted({n.op_type for n in self._all_nodes(model.graph)
                       if n.op_type not in OPS and (n.domain, n.op_type) not in self.functions})
     if missing: raise OnnxError(f"unsupported ONNX operators: {missing} (opset {self.opset})")
-    # id(Tensor) -> (Tensor, its value as numpy) for values known on the host (see Ctx.host_value); per call it also
-    # holds the numpy-fed inputs and Constant outputs
-    self._host: dict[int, tuple[Tensor, np.ndarray]] = {}
+    # per thread, for the call it runs: `host`, id(Tensor) -> (Tensor, its value as numpy) for the values known on
+    # the host (initializers, numpy-fed inputs, Constant outputs; see _Ctx.host_value); `deferred`, the runtime index
+    # checks queued, (node, what, lazy [count out of range, min bad, max bad, axis size])
+    self._call = _CallState()
     self._consts = {t.name: self._init_value(t) for t in model.graph.initializer}
-    self._const_host = dict(self._host)
-    self._deferred: list[tuple[Any, str, Tensor]] = []  # (node, what, lazy [count out of range, min, max, size])
+    self._const_host = dict(self._call.host)
     self.inputs = {i.name: i for i in model.graph.input if i.name not in self._consts}
     self.outputs = [o.name for o in model.graph.output]
 
@@ -290,14 +299,14 @@ class OnnxRunner:
 
   def _remember(self, v: Any, arr: Any) -> Any:
     """Note that Tensor `v` holds numpy `arr` (exactly: integer data only, where index checks look)."""
-    if isinstance(v, Tensor) and isinstance(arr, np.ndarray) and arr.dtype.kind in "iub": self._host[id(v)] = (v, arr)
+    if isinstance(v, Tensor) and isinstance(arr, np.ndarray) and arr.dtype.kind in "iub": self._call.host[id(v)] = (v, arr)
     return v
 
   def __call__(self, inputs: dict[str, Any] | None = None, debug: bool = False) -> dict[str, Any]:
     inputs = dict(inputs or {})
     unknown = [k for k in inputs if k not in self.inputs]
     if unknown: raise KeyError(f"unknown ONNX input(s) {unknown}; the model's inputs: {list(self.inputs)}")
-    self._host, self._deferred = dict(self._const_host), []
+    self._call.host, self._call.deferred = dict(self._const_host), []
     feed: dict[str, Any] = {}
     dims: dict[str, tuple[str, int]] = {}  # dim_param -> (the first input that has it, its size there)
     for name, info in self.inputs.items():
@@ -327,12 +336,12 @@ class OnnxRunner:
     bad = (i < -n) | (i >= n)
     stats = Tensor.stack(bad.cast(dtypes.int64).sum(), bad.where(i, 0).min(), bad.where(i, 0).max(),
                          bad.where(n, 0).max())
-    self._deferred.append((node, what, stats))
+    self._call.deferred.append((node, what, stats))
 
   def _run_deferred_checks(self) -> None:
     """Read all queued runtime index checks at once; raise OnnxError for the first node that had a bad index."""
-    if not self._deferred: return
-    checks, self._deferred = self._deferred, []
+    if not self._call.deferred: return
+    checks, self._call.deferred = self._call.deferred, []
     vals = Tensor.stack(*[c[2] for c in checks]).numpy()  # (checks, 4): count, min bad, max bad, its axis size
     for (node, what, _), (cnt, lo, hi, n) in zip(checks, vals.tolist()):
       if cnt:
