@@ -49,6 +49,10 @@ case("grads_match", lambda: (dist.allreduce_grads(ps), [p.grad.tolist() for p in
 case("bcast_shape", lambda: dist.broadcast(Tensor.ones(3) if r == 0 else Tensor.ones(2, 2)).tolist())
 case("bcast_root", lambda: dist.broadcast(Tensor.ones(3), root=r).tolist())
 case("bcast_match", lambda: dist.broadcast(Tensor([7.0, 8.0]) * (r + 1)).tolist())
+try: dist.allreduce(Tensor.ones(2), op="mean" if r == 0 else "sum")  # a bad op on one rank: both raise, none waits
+except dist.CollectiveMismatchError as e: print(f"R{r} badop: MISMATCH {e}", flush=True)
+try: dist.broadcast(Tensor.ones(2), root=2)  # the same bad root on both ranks: both raise ValueError
+except ValueError as e: print(f"R{r} badroot: {type(e).__name__} {e}", flush=True)
 '''
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -88,6 +92,7 @@ def test_mismatched_collectives_fail_on_every_rank_and_matching_ones_reduce(tmp_
     "grads_count": ("of 1 gradient(s)", "of 2 gradient(s)"),
     "bcast_shape": ("shape (3,)", "shape (2, 2)"),
     "bcast_root": ("broadcast(root=0)", "broadcast(root=1)"),
+    "badop": ("allreduce(op='mean')", "allreduce(op='sum')"),
   }
   for name, (side0, side1) in both.items():
     for rk in (0, 1):
@@ -98,6 +103,7 @@ def test_mismatched_collectives_fail_on_every_rank_and_matching_ones_reduce(tmp_
   expect = {"match": repr([3.0, 6.0]), "matchmax": repr([2, 10]), "bcast_match": repr([7.0, 8.0]),
             # grads: rank r has grad i full of r+1+i; the mean of ranks 0 and 1 is i + 1.5
             "grads_match": repr([[1.5, 1.5], [2.5, 2.5, 2.5]])}
+  for rk in (0, 1): assert got.get((rk, "badroot"), "").startswith("ValueError broadcast root 2; valid: 0 .. 1"), got
   for name, want in expect.items():
     for rk in (0, 1): assert got.get((rk, name)) == f"OK {want}", (rk, name, p.stdout + p.stderr)
 

@@ -94,9 +94,9 @@ def _header(t: Tensor) -> tuple[str, tuple[int, ...]]:
 def allreduce(t: Tensor, op: Literal["sum", "max", "min", "prod"] = "sum") -> Tensor:
   """`op` of `t` over all processes, on every process (a new tensor on t's device)."""
   from mpi4py import MPI
-  if op not in _OPS: raise ValueError(f"allreduce op {op!r}; valid: {sorted(_OPS)}")
   comm = init()
-  _agree(comm, ("allreduce", op, _header(t)))
+  _agree(comm, ("allreduce", op, _header(t)))  # first: a check only one rank failed would leave the others waiting
+  if op not in _OPS: raise ValueError(f"allreduce op {op!r}; valid: {sorted(_OPS)}")
   send = np.ascontiguousarray(t.numpy())
   recv = np.empty_like(send)
   comm.Allreduce(send, recv, op=getattr(MPI, _OPS[op]))
@@ -125,8 +125,8 @@ def allreduce_grads(params: Sequence[Tensor], average: bool = True) -> None:
 def broadcast(t: Tensor, root: int = 0) -> Tensor:
   """Overwrite `t` (in place) with process `root`'s value, e.g. so every process starts from the same weights."""
   comm = init()
+  _agree(comm, ("broadcast", root, _header(t)))  # first: a check only one rank failed would leave the others waiting
   if not 0 <= root < comm.Get_size(): raise ValueError(f"broadcast root {root}; valid: 0 .. {comm.Get_size() - 1}")
-  _agree(comm, ("broadcast", root, _header(t)))
   arr = np.ascontiguousarray(t.numpy()).copy()
   comm.Bcast(arr, root=root)
   return t.assign(type(t)(arr, device=t.device, dtype=t.dtype))
