@@ -179,6 +179,26 @@ def test_other_index_taking_operators_refuse_out_of_range_indices():
   np.testing.assert_equal(got, want)
 
 
+def test_maxunpool_and_tensorscatter_refuse_positions_outside_their_output():
+  ins = [_vi("x", [1, 1, 1, 1]), _vi("i", [1, 1, 1, 1], I64)]
+  x = np.full((1, 1, 1, 1), 5.0, np.float32)
+  for bad, how in ((4, "numpy"), (-1, "numpy"), (7, "tensor")):
+    i = np.array(bad, np.int64).reshape(1, 1, 1, 1)
+    with pytest.raises(OnnxError, match=r"MaxUnpool.*out of range.*\[0, 3\]"):
+      _one("MaxUnpool", ins, {"x": x, "i": i if how == "numpy" else Tensor(i)}, kernel_shape=[2, 2], strides=[2, 2])
+  got = _one("MaxUnpool", ins, {"x": x, "i": np.array(3, np.int64).reshape(1, 1, 1, 1)}, kernel_shape=[2, 2],
+             strides=[2, 2])["y"].numpy()
+  np.testing.assert_equal(got, np.array([[[[0, 0], [0, 5]]]], np.float32))  # flat position 3 of the 2x2 output
+  ts = OnnxRunner(_model([helper.make_node("TensorScatter", ["c", "u", "w"], ["y"])],
+                         [_vi("c", [1, 4, 1]), _vi("u", [1, 2, 1]), _vi("w", [1], I64)], [_vi("y", None)], opset=24))
+  c, u = np.zeros((1, 4, 1), np.float32), np.ones((1, 2, 1), np.float32)
+  for w in (3, -1):
+    with pytest.raises(OnnxError, match=rf"write_indices\[0\] = {w}: valid are 0 .. 2"): ts({"c": c, "u": u, "w": [w]})
+  want = c.copy()
+  want[0, 2:] = 1.0
+  np.testing.assert_equal(ts({"c": c, "u": u, "w": np.array([2])})["y"].numpy(), want)
+
+
 def test_onehot_depth_must_be_positive_and_out_of_range_indices_are_all_off():
   ins = [_vi("i", [3], I64), _vi("d", [], I64), _vi("v", [2])]
   feed = {"i": np.array([1, 5, -7]), "v": np.array([0.0, 1.0], np.float32)}

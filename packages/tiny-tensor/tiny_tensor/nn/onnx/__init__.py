@@ -188,7 +188,7 @@ class _CallState(threading.local):
 
   def __init__(self) -> None:
     self.host: dict[int, tuple[Tensor, np.ndarray]] = {}
-    self.deferred: list[tuple[Any, str, Tensor]] = []
+    self.deferred: list[tuple[Any, str, bool, Tensor]] = []
 
 
 class _Ctx:
@@ -210,20 +210,20 @@ class _Ctx:
     hit = self.runner._call.host.get(id(v)) if isinstance(v, Tensor) else None
     return hit[1] if hit is not None and hit[0] is v else None
 
-  def check_indices(self, i: int, idx: Tensor, size: Any, what: str) -> None:
-    """Refuse index values outside [-size, size-1] in the node's `i`-th input `idx` (`size`: an int, or one size per
-    entry of idx's last axis, as GatherND's index tuples). Host-known indices are checked now; others once the graph
-    has run (see OnnxRunner's doc)."""
+  def check_indices(self, i: int, idx: Tensor, size: Any, what: str, negative: bool = True) -> None:
+    """Refuse index values outside [-size, size-1] (`negative=False`: [0, size-1]) in the node's `i`-th input `idx`
+    (`size`: an int, or one size per entry of idx's last axis, as GatherND's index tuples). Host-known indices are
+    checked now; others once the graph has run (see OnnxRunner's doc)."""
     n = np.asarray(size, dtype=np.int64)
     if (host := self.host_value(i)) is not None:
-      bad = (host < -n) | (host >= n)
+      bad = (host < (-n if negative else 0)) | (host >= n)
       if bad.any():
-        v, at = host[bad].reshape(-1)[0], np.broadcast_to(n, host.shape)[bad].reshape(-1)[0]
+        v, at = host[bad].reshape(-1)[0], int(np.broadcast_to(n, host.shape)[bad].reshape(-1)[0])
         raise OnnxError(f"node {self.node.name!r} ({self.node.op_type}): {what} index {int(v)} is out of range "
-                        f"[{-int(at)}, {int(at) - 1}] (an axis of size {int(at)}); ONNX makes this an error")
+                        f"[{-at if negative else 0}, {at - 1}] (a size of {at}); ONNX makes this an error")
       return
     if idx.numel() == 0: return
-    self.runner._defer_index_check(self.node, idx, n, what)
+    self.runner._defer_index_check(self.node, idx, n, what, negative)
 
   def run_graph(self, graph: Any, inputs: list[Any]) -> list[Any]:
     """Run a subgraph with `inputs` bound to its formal inputs, the current scope visible; its outputs in order."""
@@ -299,7 +299,8 @@ class OnnxRunner:
 
   def _remember(self, v: Any, arr: Any) -> Any:
     """Note that Tensor `v` holds numpy `arr` (exactly: integer data only, where index checks look)."""
-    if isinstance(v, Tensor) and isinstance(arr, np.ndarray) and arr.dtype.kind in "iub": self._call.host[id(v)] = (v, arr)
+    if isinstance(v, Tensor) and isinstance(arr, np.ndarray) and arr.dtype.kind in "iub":
+      self._call.host[id(v)] = (v, arr)
     return v
 
   def __call__(self, inputs: dict[str, Any] | None = None, debug: bool = False) -> dict[str, Any]:
@@ -323,7 +324,7 @@ class OnnxRunner:
     self._run_deferred_checks()
     return dict(zip(self.outputs, outs))
 
-  def _defer_index_check(self, node: Any, idx: Tensor, size: np.ndarray, what: str) -> None:
+  def _defer_index_check(self, node: Any, idx: Tensor, size: np.ndarray, what: str, negative: bool) -> None:
     """Queue a check of runtime indices `idx` against [-size, size-1], run after the graph (see the class doc)."""
     if not self.runtime_index_checks: return
     from tiny_tensor.jit import _capturing
@@ -333,21 +334,21 @@ class OnnxRunner:
                       "OnnxRunner(..., runtime_index_checks=False) to capture it (runtime indices are then unchecked)")
     i = idx.cast(dtypes.int64)
     n = Tensor(size, device=idx.device)
-    bad = (i < -n) | (i >= n)
+    bad = (i < (-n if negative else 0)) | (i >= n)
     stats = Tensor.stack(bad.cast(dtypes.int64).sum(), bad.where(i, 0).min(), bad.where(i, 0).max(),
                          bad.where(n, 0).max())
-    self._call.deferred.append((node, what, stats))
+    self._call.deferred.append((node, what, negative, stats))
 
   def _run_deferred_checks(self) -> None:
     """Read all queued runtime index checks at once; raise OnnxError for the first node that had a bad index."""
     if not self._call.deferred: return
     checks, self._call.deferred = self._call.deferred, []
-    vals = Tensor.stack(*[c[2] for c in checks]).numpy()  # (checks, 4): count, min bad, max bad, its axis size
-    for (node, what, _), (cnt, lo, hi, n) in zip(checks, vals.tolist()):
+    vals = Tensor.stack(*[c[3] for c in checks]).numpy()  # (checks, 4): count, min bad, max bad, its axis size
+    for (node, what, negative, _), (cnt, lo, hi, n) in zip(checks, vals.tolist()):
       if cnt:
         bad = lo if lo < 0 else hi  # out-of-range values only: in-range ones counted as 0
         raise OnnxError(f"node {node.name!r} ({node.op_type}): {cnt} {what} index value(s) out of range, e.g. {bad} "
-                        f"(valid: [{-n}, {n - 1}] for an axis of size {n}); ONNX makes this an error")
+                        f"(valid: [{-n if negative else 0}, {n - 1}] for a size of {n}); ONNX makes this an error")
 
   def _run_graph(self, graph: Any, feed: dict[str, Any], outer: dict[str, Any], debug: bool = False) -> list[Any]:
     scope = dict(outer)

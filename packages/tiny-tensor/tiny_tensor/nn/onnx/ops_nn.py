@@ -157,6 +157,7 @@ def max_unpool(ctx: Any, inp: list, attrs: dict) -> Tensor:
   outs = [(i - 1) * s - p[j] - p[j + nd] + k for j, (i, s, k) in enumerate(zip(x.shape[2:], s_, k_))]
   m = int(np.prod(outs))
   n, c = x.shape[:2]
+  ctx.check_indices(1, idx, n * c * m, f"flat (N, C, {', '.join(map(str, outs))})", negative=False)
   # indices are flat positions in (N, C, *default output shape); a larger output_shape pads after
   ar = Tensor.arange(n * c * m, device=x.device).cast(dtypes.int64).reshape(n, c, 1, m)
   hot = idx.reshape(n, c, -1, 1).cast(dtypes.int64).eq(ar)
