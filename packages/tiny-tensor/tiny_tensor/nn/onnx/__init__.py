@@ -240,12 +240,13 @@ class OnnxRunner:
   Inputs are checked against the graph's declarations, as onnxruntime does: a numpy array or Tensor of another
   element type than declared raises TypeError (no cast: feed `x.astype(np.int64)` yourself); a plain Python value
   (scalar, list) is converted to the declared type only when that is exact (a float to a float type rounds, as a
-  literal does), else TypeError. A shape of another rank
-  or a fixed dim of another size raises ValueError naming the input, the declared and the given shape; a symbolic
-  dim (`dim_param`) takes any size but the same size everywhere it appears among the inputs.
+  literal does), else TypeError. A shape of another rank or a fixed dim of another size raises ValueError naming the
+  input, the declared and the given shape; a symbolic dim (`dim_param`) takes any size but the same size everywhere
+  it appears among the inputs.
 
   Index values are data, so checking them needs their values. Index-taking operators (Gather, GatherElements,
-  GatherND, ScatterElements, ScatterND, ...) refuse an index outside [-size, size-1] with OnnxError naming the node:
+  GatherND, ScatterElements, ScatterND; MaxUnpool in [0, size-1]) refuse an index outside [-size, size-1] with
+  OnnxError naming the node (OneHot's out-of-range indices are all-off rows, as the spec says):
   - indices known on the host (initializers, Constant nodes, graph inputs fed as numpy arrays) are checked when the
     node runs, with no device work;
   - other indices (computed in the graph, or fed as Tensors) get a lazy "how many out of range" count; after the
@@ -318,7 +319,7 @@ class OnnxRunner:
         continue
       tt = info.type.tensor_type
       v = _checked_input(name, inputs[name], tt.elem_type)
-      if tt.HasField("shape"): _check_shape(name, tuple(v.shape), tt.shape, dims)
+      if v is not None and tt.HasField("shape"): _check_shape(name, tuple(v.shape), tt.shape, dims)
       feed[name] = self._remember(to_tensor(v, self.device, tt.elem_type), v)
     outs = self._run_graph(self.model.graph, feed, outer=dict(self._consts), debug=debug)
     self._run_deferred_checks()
