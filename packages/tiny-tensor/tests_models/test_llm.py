@@ -15,7 +15,7 @@ import pytest
 
 import llm_ref
 from tiny_tensor import GlobalCounters, Tensor, engine
-from tiny_tensor.llm import LLM, Tokenizer, chat_prompt
+from tiny_tensor.llm import LLM, Config, Tokenizer, Transformer, chat_prompt
 from tiny_tensor.llm import quants
 from tiny_tensor.llm.gguf import BLOCK, GGMLType, dequantize, quantize, read_gguf, write_gguf
 
@@ -288,3 +288,132 @@ def test_server_checks_requests_against_the_real_model(tmp_path):
   finally:
     srv.shutdown()
     srv.server_close()
+
+
+# ***** architectures against transformers (issue #38): random tiny models written as llama.cpp's converter does *****
+# longer than the sliding windows (4) and llama3's original context (8)
+PROMPT = [1, 40, 51, 300, 77, 12, 290, 100, 5, 9]
+
+
+def _check_against_transformers(tmp_path, case, qtype=None, n=8, **kw):
+  model = llm_ref.hf_model(case, seed=11, **kw)
+  path = str(tmp_path / f"{case}.gguf")
+  llm_ref.write_hf_gguf(model, case, path, qtype)
+  llm = LLM.load(path)
+  np.testing.assert_allclose(llm.model.prefill(PROMPT).numpy(), llm_ref.hf_logits(model, PROMPT)[-1],
+                             rtol=1e-4, atol=1e-4)
+  ref = list(PROMPT)
+  for _ in range(n): ref.append(int(np.argmax(llm_ref.hf_logits(model, ref)[-1])))
+  llm.reset()
+  assert list(llm.generate_ids(PROMPT, max_tokens=n, stop_ids=())) == ref[len(PROMPT):]
+  # the jitted decode steps' logits at the last position
+  llm.reset()
+  llm.model.prefill(PROMPT)
+  for i in range(len(PROMPT), len(ref)): lg = llm.model.decode(ref[i], i)
+  np.testing.assert_allclose(lg.numpy(), llm_ref.hf_logits(model, ref)[-1], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("case", ["llama", "llama3_rope", "qwen2", "qwen3", "gemma", "gemma2", "gemma3"])
+def test_architectures_match_transformers_f32(tmp_path, case):
+  _check_against_transformers(tmp_path, case)
+
+
+@pytest.mark.parametrize("case,qname,kw", [
+  ("qwen2", "Q8_0", {}), ("qwen3", "Q4_0", {}),
+  # K-quant rows are whole 256-element blocks: every matrix's input width is 256
+  ("gemma2", "Q4_K", {"dim": 256, "hidden": 256, "head_dim": 64, "query_pre_attn_scalar": 64}),
+  ("llama3_rope", "Q6_K", {"dim": 256, "hidden": 256})])
+def test_architectures_match_transformers_quantized(tmp_path, case, qname, kw):
+  import gguf
+  _check_against_transformers(tmp_path, case, gguf.GGMLQuantizationType[qname], **kw)
+
+
+@pytest.fixture(scope="module")
+def small_file(tmp_path_factory):
+  """A 2-layer llama file's metadata and tensors, for the checks of bad hyperparameters and tensors."""
+  path = str(tmp_path_factory.mktemp("llm") / "small.gguf")
+  llm_ref.make_model(path, n_layers=2)
+  return read_gguf(path)
+
+
+@pytest.mark.parametrize("key,value,match", [
+  ("general.architecture", "phi3", r"'phi3' is not implemented; implemented: \['gemma', 'gemma2', 'gemma3', 'llama'"),
+  ("llama.attention.layer_norm_rms_epsilon", 0.0, "layer_norm_rms_epsilon = 0.0; expected a positive"),
+  ("llama.attention.layer_norm_rms_epsilon", float("nan"), "layer_norm_rms_epsilon = nan"),
+  ("llama.rope.freq_base", -1.0, "freq_base = -1.0; expected a positive"),
+  ("llama.block_count", 0, "block_count = 0; expected a positive integer"),
+  ("llama.attention.head_count", -4, "head_count = -4"),
+  ("llama.attention.head_count_kv", 3, "head_count 4 is not a multiple of head_count_kv 3"),
+  ("llama.attention.head_count", 6, "embedding_length 64 is not a multiple of head_count 6"),
+  ("llama.context_length", 0, "context_length = 0"),
+  ("llama.embedding_length", "64", r"embedding_length = '64' \(str\); expected a positive integer"),
+  ("llama.vocab_size", 0, "vocab_size = 0"),
+  ("llama.feed_forward_length", True, "feed_forward_length = True"),
+  ("llama.rope.scaling.type", "yarn", "'yarn' is not implemented"),
+])
+def test_bad_hyperparameters_are_refused_by_name(small_file, key, value, match):
+  kv, ts = small_file
+  with pytest.raises(ValueError, match=match): Config.from_gguf({**kv, key: value})
+
+
+def test_unknown_missing_and_misshapen_tensors_are_refused_by_name(small_file):
+  from tiny_tensor.llm.gguf import GGUFTensor
+  kv, ts = small_file
+  cfg = Config.from_gguf(kv)
+  norm = ts["output_norm.weight"]
+  def like(name, t=norm): return GGUFTensor(name, t.shape, t.ggml_type, t.raw)
+  # a Qwen3-style q norm in a llama file, a block past block_count, a tensor of another architecture
+  for extra in ["blk.0.attn_q_norm.weight", "blk.2.attn_norm.weight", "blk.01.attn_norm.weight", "pos_embd.weight"]:
+    with pytest.raises(ValueError, match=rf"1 tensor\(s\) a llama model doesn't use: \[{re.escape(repr(extra))}\]"):
+      Transformer(cfg, {**ts, extra: like(extra)})
+  # a qwen3 file without its q/k norms: named as missing
+  q3 = Config.from_gguf({**{k.replace("llama.", "qwen3."): v for k, v in kv.items()}, "general.architecture": "qwen3"})
+  with pytest.raises(ValueError, match=r"lacks 4 tensor\(s\) a qwen3 model needs: \['blk.0.attn_q_norm.weight'"):
+    Transformer(q3, ts)
+  with pytest.raises(ValueError, match=r"'blk.0.ffn_gate.weight' has shape \(96, 64\), expected \(80, 64\)"):
+    Transformer(Config.from_gguf({**kv, "llama.feed_forward_length": 80}), ts)
+  with pytest.raises(ValueError, match=r"'rope_freqs.weight' has shape \(64,\), expected \(8,\)"):
+    Transformer(cfg, {**ts, "rope_freqs.weight": like("rope_freqs.weight")})
+  with pytest.raises(ValueError, match=r"'blk.0.attn_k.weight' has shape \(32, 64\), expected \(64, 64\)"):
+    Transformer(Config.from_gguf({**kv, "llama.attention.head_count_kv": 4}), ts)
+  zeros = GGUFTensor("rope_freqs.weight", (8,), GGMLType.F32, np.zeros(8, np.float32).view(np.uint8))
+  with pytest.raises(ValueError, match="rope_freqs.weight holds non-positive"):
+    Transformer(cfg, {**ts, zeros.name: zeros})
+
+
+def test_gemma_sliding_window_patterns(small_file):
+  kv, _ = small_file
+  g3 = {**{k.replace("llama.", "gemma3."): v for k, v in kv.items()}, "general.architecture": "gemma3",
+        "gemma3.attention.sliding_window": 4}
+  assert [Config.from_gguf(g3).sliding(i) for i in range(2)] == [True, True]   # every 6th layer is global
+  pat = "gemma3.attention.sliding_window_pattern"
+  assert [Config.from_gguf({**g3, pat: 2}).sliding(i) for i in range(2)] == [True, False]
+  assert [Config.from_gguf({**g3, pat: [False, True]}).sliding(i) for i in range(2)] == [False, True]
+  with pytest.raises(ValueError, match=r"sliding_window_pattern has 3 flags for 2 layers"):
+    Config.from_gguf({**g3, pat: [True, True, False]})
+  with pytest.raises(ValueError, match=r"sliding_window_pattern = \[1, 0\]; expected"):
+    Config.from_gguf({**g3, pat: [1, 0]})
+  assert not Config.from_gguf({k: v for k, v in g3.items() if k != "gemma3.attention.sliding_window"}).sliding(0)
+
+
+def test_a_huge_block_count_is_refused_before_listing_tensors(small_file):
+  import time
+  kv, ts = small_file
+  cfg = Config.from_gguf({**kv, "llama.block_count": 10**8})
+  t0 = time.perf_counter()
+  with pytest.raises(ValueError, match=r"block_count = 100000000, but the file holds only 21 tensors"):
+    Transformer(cfg, ts)
+  assert time.perf_counter() - t0 < 1.0
+
+
+def test_gemma_27b_attention_scale_follows_its_training_config():
+  # transformers' Gemma2Config defaults are gemma-2-9b's; the 27B model has 46 layers, hidden 4608, 32 heads of 128
+  # and query_pre_attn_scalar 144 (its published config), which GGUF files don't store
+  import transformers
+  c9 = transformers.Gemma2Config()
+  cfg9 = Config("gemma2", c9.hidden_size, c9.num_hidden_layers, c9.num_attention_heads, c9.num_key_value_heads,
+                c9.intermediate_size, 512, head_dim=c9.head_dim)
+  assert cfg9.scale == pytest.approx(c9.query_pre_attn_scalar ** -0.5)
+  cfg27 = Config("gemma2", 4608, 46, 32, 16, 36864, 512, head_dim=128)
+  assert cfg27.scale == pytest.approx(144 ** -0.5)
+  assert Config("gemma2", 4608, 46, 32, 16, 36864, 512, head_dim=128, attn_scale=0.5).scale == 0.5

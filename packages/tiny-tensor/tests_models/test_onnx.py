@@ -116,6 +116,149 @@ def test_control_flow_if_and_loop():
   assert OnnxRunner(lm)({"n": np.array(5, np.int64), "a0": np.array(0.5, np.float32)})["a"].item() == 10.5
 
 
+# ***** what onnxruntime refuses must fail here too (checked against onnxruntime 1.32 when written) *****
+def _one(op, inputs, feed, inits=(), **attrs):
+  """A one-node model `op(inputs) -> y`; `inputs`: value infos of the graph inputs (initializers go in `inits`)."""
+  names = [i.name for i in inputs] + [t.name for t in inits]
+  return OnnxRunner(_model([helper.make_node(op, names, ["y"], **attrs)], inputs, [_vi("y", None)], inits))(feed)
+
+
+X3 = np.array([10.0, 20.0, 30.0], np.float32)
+I64 = TensorProto.INT64
+
+
+@pytest.mark.parametrize("how", ["numpy", "tensor", "initializer"])
+@pytest.mark.parametrize("bad", [10, -10, 3, -4])
+def test_gather_index_out_of_range_is_an_error(how, bad):
+  idx = np.array([0, bad], np.int64)
+  if how == "initializer":
+    args = ([_vi("x", [3])], {"x": X3}, [numpy_helper.from_array(idx, "i")])
+  else: args = ([_vi("x", [3]), _vi("i", [2], I64)], {"x": X3, "i": idx if how == "numpy" else Tensor(idx)}, [])
+  with pytest.raises(OnnxError, match=rf"Gather.*{bad}.*\[-3, 2\]"): _one("Gather", args[0], args[1], args[2])
+  # in range, negative indices count from the end, as numpy's take
+  ok = {**args[1], "i": np.array([0, -3, 2], np.int64)} if how != "initializer" else args[1]
+  if how != "initializer":
+    got = _one("Gather", [_vi("x", [3]), _vi("i", [3], I64)], ok)["y"].numpy()
+    np.testing.assert_equal(got, np.take(X3, [0, -3, 2]))
+
+
+def test_gather_of_computed_indices_is_checked_after_the_graph_runs():
+  nodes = [helper.make_node("Add", ["i", "i"], ["j"]), helper.make_node("Gather", ["x", "j"], ["y"], name="g")]
+  r = OnnxRunner(_model(nodes, [_vi("x", [3]), _vi("i", [2], I64)], [_vi("y", None)]))
+  with pytest.raises(OnnxError, match=r"'g' \(Gather\): 1 axis-0 index value\(s\) out of range, e.g. -6"):
+    r({"x": X3, "i": np.array([1, -3], np.int64)})
+  np.testing.assert_equal(r({"x": X3, "i": np.array([1, -1], np.int64)})["y"].numpy(), np.take(X3, [2, -2]))
+  scalar = OnnxRunner(_model([helper.make_node("Gather", ["x", "i"], ["y"])], [_vi("x", [3]), _vi("i", [], I64)],
+                             [_vi("y", None)]))
+  with pytest.raises(OnnxError, match=r"index -4 is out of range \[-3, 2\]"): scalar({"x": X3, "i": np.array(-4)})
+
+
+def test_other_index_taking_operators_refuse_out_of_range_indices():
+  x = np.arange(12, dtype=np.float32).reshape(3, 4)
+  xi = [_vi("x", [3, 4])]
+  cases = [
+    ("GatherElements", [_vi("i", [1, 2], I64)], {"i": np.array([[0, 3]])}, {"axis": 0}, r"3 .*\[-3, 2\]"),
+    ("GatherND", [_vi("i", [1, 2], I64)], {"i": np.array([[2, -5]])}, {}, r"-5 .*\[-4, 3\]"),
+    ("ScatterElements", [_vi("i", [1, 1], I64), _vi("u", [1, 1])], {"i": np.array([[4]]), "u": np.ones((1, 1),
+                                                                                                        np.float32)},
+     {"axis": 1}, r"4 .*\[-4, 3\]"),
+    ("ScatterND", [_vi("i", [1, 1], I64), _vi("u", [1, 4])], {"i": np.array([[-4]]), "u": np.ones((1, 4), np.float32)},
+     {}, r"-4 .*\[-3, 2\]"),
+  ]
+  for op, ins, feed, attrs, msg in cases:
+    with pytest.raises(OnnxError, match=rf"\({op}\).*{msg}"): _one(op, xi + ins, {"x": x, **feed}, **attrs)
+    feed_t = {k: Tensor(v) if k == "i" else v for k, v in feed.items()}  # runtime indices: the deferred check
+    with pytest.raises(OnnxError, match=rf"\({op}\).*out of range"): _one(op, xi + ins, {"x": x, **feed_t}, **attrs)
+  # in range (negative ones count from the end), against numpy
+  got = _one("GatherND", xi + [_vi("i", [2, 2], I64)], {"x": x, "i": np.array([[2, -1], [-3, 0]])})["y"].numpy()
+  np.testing.assert_equal(got, x[[2, -3], [-1, 0]])
+  want = x.copy()
+  want[-1] = 7.0
+  got = _one("ScatterND", xi + [_vi("i", [1, 1], I64), _vi("u", [1, 4])],
+             {"x": x, "i": np.array([[-1]]), "u": np.full((1, 4), 7.0, np.float32)})["y"].numpy()
+  np.testing.assert_equal(got, want)
+
+
+def test_maxunpool_and_tensorscatter_refuse_positions_outside_their_output():
+  ins = [_vi("x", [1, 1, 1, 1]), _vi("i", [1, 1, 1, 1], I64)]
+  x = np.full((1, 1, 1, 1), 5.0, np.float32)
+  for bad, how in ((4, "numpy"), (-1, "numpy"), (7, "tensor")):
+    i = np.array(bad, np.int64).reshape(1, 1, 1, 1)
+    with pytest.raises(OnnxError, match=r"MaxUnpool.*out of range.*\[0, 3\]"):
+      _one("MaxUnpool", ins, {"x": x, "i": i if how == "numpy" else Tensor(i)}, kernel_shape=[2, 2], strides=[2, 2])
+  got = _one("MaxUnpool", ins, {"x": x, "i": np.array(3, np.int64).reshape(1, 1, 1, 1)}, kernel_shape=[2, 2],
+             strides=[2, 2])["y"].numpy()
+  np.testing.assert_equal(got, np.array([[[[0, 0], [0, 5]]]], np.float32))  # flat position 3 of the 2x2 output
+  ts = OnnxRunner(_model([helper.make_node("TensorScatter", ["c", "u", "w"], ["y"])],
+                         [_vi("c", [1, 4, 1]), _vi("u", [1, 2, 1]), _vi("w", [1], I64)], [_vi("y", None)], opset=24))
+  c, u = np.zeros((1, 4, 1), np.float32), np.ones((1, 2, 1), np.float32)
+  for w in (3, -1):
+    with pytest.raises(OnnxError, match=rf"write_indices\[0\] = {w}: valid are 0 .. 2"): ts({"c": c, "u": u, "w": [w]})
+  want = c.copy()
+  want[0, 2:] = 1.0
+  np.testing.assert_equal(ts({"c": c, "u": u, "w": np.array([2])})["y"].numpy(), want)
+
+
+def test_onehot_depth_must_be_positive_and_out_of_range_indices_are_all_off():
+  ins = [_vi("i", [3], I64), _vi("d", [], I64), _vi("v", [2])]
+  feed = {"i": np.array([1, 5, -7]), "v": np.array([0.0, 1.0], np.float32)}
+  with pytest.raises(OnnxError, match="OneHot depth is 0"): _one("OneHot", ins, {**feed, "d": np.array(0)})
+  got = _one("OneHot", ins, {**feed, "d": np.array(3)})["y"].numpy()
+  np.testing.assert_equal(got, np.eye(3, dtype=np.float32)[[1]].tolist() + [[0.0] * 3] * 2)  # the spec: all off
+
+
+def test_expand_refuses_shapes_that_dont_broadcast():
+  with pytest.raises(OnnxError, match=r"Expand: input shape \[3\] doesn't broadcast to shape \[4\]"):
+    _one("Expand", [_vi("x", [3]), _vi("s", [1], I64)], {"x": X3, "s": np.array([4])})
+  got = _one("Expand", [_vi("x", [3, 1]), _vi("s", [3], I64)], {"x": X3.reshape(3, 1), "s": np.array([2, 1, 4])})
+  np.testing.assert_equal(got["y"].numpy(), np.broadcast_to(X3.reshape(3, 1), (2, 3, 4)))
+
+
+def test_conv_kernel_shape_attribute_must_match_the_weight():
+  w = numpy_helper.from_array(np.ones((2, 1, 3, 3), np.float32), "w")
+  x = np.ones((1, 1, 5, 5), np.float32)
+  for op in ("Conv", "ConvTranspose"):
+    with pytest.raises(OnnxError, match=rf"{op}: attribute kernel_shape=\[2, 2\] contradicts the weight"):
+      _one(op, [_vi("x", [1, 1, 5, 5])], {"x": x}, [w], kernel_shape=[2, 2])
+  got = _one("Conv", [_vi("x", [1, 1, 5, 5])], {"x": x}, [w], kernel_shape=[3, 3])["y"].numpy()
+  np.testing.assert_equal(got, np.full((1, 2, 3, 3), 9.0, np.float32))  # a 3x3 window of ones
+
+
+def test_inputs_are_checked_against_the_declared_type_and_shape():
+  ident = OnnxRunner(_model([helper.make_node("Identity", ["x"], ["y"])], [_vi("x", [2], I64)], [_vi("y", None)]))
+  with pytest.raises(TypeError, match=r"'x' is declared tensor\(int64\), but an array of float64"):
+    ident({"x": np.array([1e20, 1.0])})
+  with pytest.raises(TypeError, match="an array of int32"): ident({"x": np.array([1, 2], np.int32)})
+  with pytest.raises(TypeError, match="a Tensor of dtypes.float"): ident({"x": Tensor([1.0, 2.0])})
+  with pytest.raises(TypeError, match="isn't exactly representable"): ident({"x": [1.5, 2.0]})
+  assert ident({"x": [7, -3]})["y"].numpy().tolist() == [7, -3]  # Python ints convert exactly
+  with pytest.raises(ValueError, match=r"'x' is declared with shape \[2\] \(rank 1\), but one of shape \[2, 1\]"):
+    ident({"x": np.zeros((2, 1), np.int64)})
+  with pytest.raises(ValueError, match=r"'x' is declared with shape \[2\], but one of shape \[3\].*dim 0: 3 != 2"):
+    ident({"x": np.zeros(3, np.int64)})
+  add = OnnxRunner(_model([helper.make_node("Add", ["a", "b"], ["y"])], [_vi("a", ["n", 2]), _vi("b", ["n", "m"])],
+                          [_vi("y", None)]))
+  with pytest.raises(ValueError, match=r"'b' has size 1 in dim 0, declared 'n', but input 'a' gave 'n' size 3"):
+    add({"a": np.zeros((3, 2), np.float32), "b": np.zeros((1, 2), np.float32)})
+  a, b = np.ones((3, 2), np.float32), np.full((3, 2), 2.0, np.float32)
+  np.testing.assert_equal(add({"a": a, "b": b})["y"].numpy(), a + b)  # any size for 'n', the same in both
+
+
+def test_runtime_index_checks_and_tinyjit():
+  from tiny_tensor import TinyJit
+  m = _model([helper.make_node("Gather", ["w", "i"], ["y"])], [_vi("i", [2], I64)], [_vi("y", None)],
+             [numpy_helper.from_array(X3, "w")])
+  checked = OnnxRunner(m)
+  jit = TinyJit(lambda i: checked({"i": i})["y"].realize())
+  jit(Tensor(np.array([0, 1], np.int64)))  # eager: checked
+  with pytest.raises(OnnxError, match="runtime_index_checks=False"): jit(Tensor(np.array([0, 1], np.int64)))
+  unchecked = OnnxRunner(m, runtime_index_checks=False)
+  jit = TinyJit(lambda i: unchecked({"i": i})["y"].realize())
+  for k in range(4):
+    idx = np.array([k % 3, -1 - k % 3], np.int64)
+    np.testing.assert_equal(jit(Tensor(idx)).numpy(), np.take(X3, idx))
+
+
 def _run_share(i: int, k: int) -> dict:
   """Worker: collect the cases and run every k-th from the i-th; {name: (operator, None | why it failed)}."""
   every = onnx_conformance.collect()

@@ -40,13 +40,18 @@ Threads: a TinyJit keeps its state (call count, capture, last inputs) per thread
 jit runs, captures and replays its own copy (its own intermediate and output buffers: one thread's replay never
 overwrites what another's returned). What a capture records is only what its own thread runs. Buffers the function
 updates in place (weights, optimizer state) are shared by the copies, as they are by the eager function. An
-unpickled jit hands its one capture to every thread (their replays share its outputs).
+unpickled jit hands its one capture to every thread (their replays share its outputs). The per-thread state lives in
+a `threading.local`, not in a table keyed by `threading.get_ident()`: an ident is reused by a later thread once its
+thread ends, and that thread must start afresh rather than replay into the outputs the ended thread returned. A
+thread's state is released when the thread ends (a server that runs each request in a new thread keeps no state for
+finished ones); what the thread returned stays valid as long as it is referenced.
 """
 from __future__ import annotations
 
 import functools
 import threading
 import time
+import weakref
 from typing import Any, Callable, Generic, TypeVar
 
 from tiny_uop import trace as _trace
@@ -477,11 +482,17 @@ def _tensor_from_buffer(Tensor: type, buf: Buffer, shape: tuple) -> Any:
 
 class _JitState:
   """One thread's view of a TinyJit: how many times it was called, its capture, its last replay's inputs."""
-  __slots__ = ("cnt", "captured", "last")
+  __slots__ = ("cnt", "captured", "last", "gen", "__weakref__")
 
-  def __init__(self, captured: CapturedJit | None):
+  def __init__(self, captured: CapturedJit | None, gen: int):
     self.cnt, self.captured = (0 if captured is None else 2), captured
     self.last: tuple[tuple[UOp, ...], list[Buffer]] | None = None  # the last replay's input UOps and buffers
+    self.gen = gen  # the TinyJit's reset generation it was made in (a reset makes every thread's state stale)
+
+
+class _ThreadStates(threading.local):
+  """Per-thread slot for one TinyJit's `_JitState`; CPython drops a thread's slot when the thread ends."""
+  state: _JitState | None = None
 
 
 class TinyJit(Generic[ReturnType]):
@@ -494,15 +505,23 @@ class TinyJit(Generic[ReturnType]):
   def __init__(self, fxn: Callable[..., ReturnType] | None = None, captured: CapturedJit | None = None):
     if fxn is None and captured is None: raise TypeError("TinyJit needs a function (or a CapturedJit)")
     self.fxn, self._template = fxn, captured
-    self._states: dict[int, _JitState] = {}  # thread ident -> that thread's state
-    self._states_lock = threading.Lock()
+    # each thread's state, in a threading.local (an ident can be reused by a later thread; a Thread object can outlive
+    # its thread); `_live` sees them weakly, for `thread_states()`; `_gen` counts resets
+    self._local = _ThreadStates()
+    self._live: weakref.WeakSet[_JitState] = weakref.WeakSet()
+    self._gen = 0
     if fxn is not None: functools.update_wrapper(self, fxn)  # type: ignore[arg-type]
 
   def _state(self) -> _JitState:
-    """This thread's state (made on its first call)."""
-    if (st := self._states.get(threading.get_ident())) is None:
-      with self._states_lock: st = self._states.setdefault(threading.get_ident(), _JitState(self._template))
+    """This thread's state (made on its first call, and again on the first call after a `reset()`)."""
+    if (st := self._local.state) is None or st.gen != self._gen:
+      st = self._local.state = _JitState(self._template, self._gen)
+      self._live.add(st)
     return st
+
+  def thread_states(self) -> int:
+    """How many threads' states this jit holds now (a thread's state is released when the thread ends)."""
+    return sum(st.gen == self._gen for st in list(self._live))
 
   # the calling thread's state, as attributes
   cnt = property(lambda self: self._state().cnt, lambda self, v: setattr(self._state(), "cnt", v))
@@ -512,7 +531,7 @@ class TinyJit(Generic[ReturnType]):
   def reset(self) -> None:
     """Forget the capture (every thread's): the next call runs eagerly again, the one after captures."""
     if self.fxn is None: raise JitError("this TinyJit was unpickled without its function; it can't be reset")
-    with self._states_lock: self._states.clear()
+    self._gen += 1  # every thread's state is now stale: its next call makes a fresh one
 
   def __reduce__(self) -> Any:
     if self.captured is None: raise JitError("can't pickle a TinyJit before it captured (call it twice first)")

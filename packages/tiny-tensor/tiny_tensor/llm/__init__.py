@@ -1,4 +1,6 @@
-"""Run LLaMA-family language models from GGUF files: `python -m tiny_tensor.llm --model FILE.gguf`.
+"""Run LLaMA-family language models (llama, qwen2, qwen3, gemma, gemma2, gemma3) from GGUF files:
+`python -m tiny_tensor.llm --model FILE.gguf`. Other architectures, and files with tensors their architecture
+doesn't use, are refused with a ValueError that names them.
 
 >>> from tiny_tensor.llm import LLM                                  # doctest: +SKIP
 >>> llm = LLM.load("model.gguf")                                     # doctest: +SKIP
@@ -7,8 +9,9 @@
 - `gguf`: our GGUF reader/writer (quantized tensors stay raw GGML blocks) and numpy codecs of the block formats;
 - `quants`: the block formats decoded with Tensor ops (Q8_0, Q4_0/1, Q5_0/1, Q4_K, Q5_K, Q6_K, F16, BF16);
 - `tokenizer`: SentencePiece-style and GPT-2-style BPE tokenizers from the GGUF metadata;
-- `model`: the transformer (RMSNorm, RoPE, GQA, SwiGLU) with a KV cache and a TinyJit-ed decode step whose
-  position is a symbolic Variable;
+- `model`: the transformer (RMSNorm, RoPE, GQA, gated feed-forward; per architecture q/k norms, rope_freqs,
+  soft-capping, sliding windows: `model.ARCHS`) with a KV cache and a TinyJit-ed decode step whose position is a
+  symbolic Variable;
 - `serve`: a local OpenAI-style HTTP server (`--serve`) with a small chat page.
 """
 from __future__ import annotations
@@ -55,7 +58,9 @@ class LLM:
 
   @staticmethod
   def load(path: str | os.PathLike, device: str | None = None, max_context: int | None = 4096) -> LLM:
-    """Read a GGUF file (memory-mapped), build the tokenizer and the transformer on `device`."""
+    """Read a GGUF file (into private memory, once: later changes to the file don't reach the model), build the
+    tokenizer and the transformer on `device`. The metadata and every tensor are checked first: an unimplemented
+    architecture, a bad hyperparameter, or an unknown, missing or misshapen tensor is a ValueError naming it."""
     kv, ts = read_gguf(path)
     cfg = Config.from_gguf(kv, max_context)
     return LLM(Transformer(cfg, ts, device), Tokenizer.from_gguf(kv), kv, os.path.basename(os.fspath(path)))

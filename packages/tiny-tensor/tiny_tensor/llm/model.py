@@ -1,10 +1,16 @@
-"""A LLaMA-family transformer (RMSNorm, RoPE, grouped-query attention, SwiGLU feed-forward) over GGUF weights.
+"""LLaMA-family transformers (RMSNorm, RoPE, grouped-query attention, gated feed-forward) over GGUF weights.
+
+Architectures (`general.architecture`) are a table, `ARCHS`: each names how it differs from LLaMA (RoPE style,
+activation, embedding scale, per-head q/k norms, post-norms, logit soft-capping, sliding-window layers) and which
+tensors it has. A file whose architecture is not in the table, or that holds a tensor the architecture doesn't use,
+is refused by name: nothing is run as the wrong model.
 
 Weights keep their GGUF type: a float weight is a float Tensor, a quantized one a uint8 Tensor of raw blocks that
 `QLinear` decodes with `llm.quants.dequantize` inside the matmul's graph. Names and conventions are llama.cpp's:
 `token_embd`, `blk.N.attn_{norm,q,k,v,output}`, `blk.N.ffn_{norm,gate,up,down}`, `output_norm`, `output` (tied to
 `token_embd` when absent); a weight's numpy shape is (out, in). RoPE rotates adjacent pairs for `llama` (the GGUF
-converter permutes q/k rows for it) and the two halves of each head for NEOX-style architectures (`qwen2`, ...).
+converter permutes q/k rows for it) and the two halves of each head for NEOX-style architectures (`qwen2`, `gemma`,
+...). Gemma's RMSNorm scales by (1 + w): llama.cpp's converter stores 1 + w in the file, so every norm here is x * w.
 
 Decoding: one token at a time through `Transformer.step`, a TinyJit-ed function whose position is a bound
 `Variable`: the KV cache is written by an assign into its one-row window at that position (a kernel that writes
@@ -14,7 +20,8 @@ serve every position (`Transformer.decode`). The prompt goes through `forward` o
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -26,14 +33,75 @@ from tiny_tensor.llm.gguf import BLOCK, GGMLType, GGUFTensor
 from tiny_tensor.llm.quants import SUPPORTED, dequantize
 from tiny_tensor.tensor import Tensor
 
-__all__ = ["Config", "Transformer", "QLinear", "NEOX_ARCHS"]
+__all__ = ["Config", "Transformer", "QLinear", "ArchSpec", "ARCHS", "NEOX_ARCHS"]
 
-NEOX_ARCHS = ("qwen2", "qwen3", "phi3", "stablelm", "gptneox", "olmo2")
+_BIAS = ("attn_q.bias", "attn_k.bias", "attn_v.bias")
+_BLOCK = ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down")
+
+
+@dataclass(frozen=True)
+class ArchSpec:
+  """How one GGUF architecture differs from LLaMA, and the per-block tensors (`blk.N.<name>`) it has."""
+  neox: bool = False                 # RoPE on the two halves of each head (else adjacent pairs)
+  act: str = "silu"                  # the gate's activation: "silu" or "gelu_tanh"
+  embed_scale: bool = False          # embeddings times sqrt(embedding_length) (Gemma)
+  post_norms: bool = False           # RMSNorm of the attention and feed-forward outputs before each residual add
+  swa_every: int = 0                 # with a sliding window, every swa_every-th layer is global, the others slide
+  swa_rope_base: float = 0.0         # RoPE base of the sliding layers when the file names none (0: the global one)
+  # block counts of the models whose scores scale by 1/sqrt(embedding_length / head_count), not 1/sqrt(head_dim): the
+  # 27B Gemma 2 (46 blocks) and Gemma 3 (62) were trained with query_pre_attn_scalar = 144, which their GGUF files
+  # don't hold; llama.cpp picks the scale by block count the same way
+  dim_scale_blocks: tuple[int, ...] = ()
+  block: tuple[str, ...] = field(default=tuple(n + ".weight" for n in _BLOCK))  # required per block
+  optional: tuple[str, ...] = ()     # allowed per block
+
+  @property
+  def qk_norm(self) -> bool:
+    """Whether q and k get a per-head RMSNorm before RoPE (Qwen3, Gemma 3)."""
+    return "attn_q_norm.weight" in self.block
+
+
+_QK_NORM = ("attn_q_norm.weight", "attn_k_norm.weight")
+_POST = ("post_attention_norm.weight", "post_ffw_norm.weight")
+_LLAMA_BLOCK = tuple(n + ".weight" for n in _BLOCK)
+ARCHS: dict[str, ArchSpec] = {
+  "llama": ArchSpec(optional=_BIAS),
+  "qwen2": ArchSpec(neox=True, optional=_BIAS),
+  "qwen3": ArchSpec(neox=True, block=_LLAMA_BLOCK + _QK_NORM),
+  "gemma": ArchSpec(neox=True, act="gelu_tanh", embed_scale=True),
+  "gemma2": ArchSpec(neox=True, act="gelu_tanh", embed_scale=True, post_norms=True, swa_every=2,
+                     dim_scale_blocks=(46,), block=_LLAMA_BLOCK + _POST),
+  "gemma3": ArchSpec(neox=True, act="gelu_tanh", embed_scale=True, post_norms=True, swa_every=6,
+                     swa_rope_base=10000.0, dim_scale_blocks=(62,), block=_LLAMA_BLOCK + _POST + _QK_NORM),
+}
+NEOX_ARCHS = tuple(a for a, s in ARCHS.items() if s.neox)
+# tensors outside the blocks: required, and optional ones (`output` is tied to `token_embd` when absent; `rope_freqs`
+# holds Llama 3.1-style per-dimension frequency divisors)
+_GLOBAL = ("token_embd.weight", "output_norm.weight")
+_GLOBAL_OPTIONAL = ("output.weight", "rope_freqs.weight")
+
+
+def _count(kv: dict[str, Any], key: str, default: Any = None) -> int:
+  """A positive integer hyperparameter from the GGUF metadata."""
+  v = kv.get(key, default)
+  if v is None: raise ValueError(f"GGUF metadata has no {key}, which the model needs")
+  if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+    raise ValueError(f"GGUF metadata {key} = {v!r} ({type(v).__name__}); expected a positive integer")
+  if v <= 0: raise ValueError(f"GGUF metadata {key} = {v}; expected a positive integer")
+  return int(v)
+
+
+def _positive(kv: dict[str, Any], key: str, default: float) -> float:
+  """A positive finite float hyperparameter from the GGUF metadata (`default` when absent)."""
+  v = kv.get(key, default)
+  if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not 0 < v < math.inf:
+    raise ValueError(f"GGUF metadata {key} = {v!r}; expected a positive finite number")
+  return float(v)
 
 
 @dataclass(frozen=True)
 class Config:
-  """Hyperparameters, read from GGUF metadata `{arch}.*` keys by `Config.from_gguf`."""
+  """Hyperparameters, read from GGUF metadata `{arch}.*` keys by `Config.from_gguf`; checked when built."""
   arch: str
   dim: int
   n_layers: int
@@ -45,29 +113,144 @@ class Config:
   rope_theta: float = 10000.0
   max_context: int = 2048
   head_dim: int = 0
+  rope_scale: float = 1.0             # linear RoPE scaling: positions are divided by it (not on sliding layers)
+  rope_theta_swa: float = 0.0         # RoPE base of the sliding-window layers (0: rope_theta)
+  sliding_window: int = 0             # keys older than this many positions are masked on sliding layers (0: none)
+  attn_softcap: float = 0.0           # scores -> c * tanh(scores / c) (Gemma 2), 0: none
+  final_softcap: float = 0.0          # logits -> c * tanh(logits / c) (Gemma 2), 0: none
+  attn_scale: float = 0.0             # the scores' scale (0: 1 / sqrt(head_dim))
+  swa_period: int = 0                 # every swa_period-th layer is global, the others slide (0: the architecture's)
+  swa_layers: tuple[bool, ...] = ()   # or which layers slide, one flag per layer (a file's pattern array)
+
+  def __post_init__(self) -> None:
+    if self.arch not in ARCHS:
+      raise ValueError(f"architecture {self.arch!r} is not implemented; implemented: {sorted(ARCHS)}")
+    for k in ("dim", "n_layers", "n_heads", "n_kv_heads", "hidden_dim", "vocab_size", "max_context"):
+      v = getattr(self, k)
+      if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+        raise ValueError(f"Config.{k} = {v!r}; expected a positive integer")
+    for k in ("norm_eps", "rope_theta", "rope_scale"):
+      if not 0 < getattr(self, k) < math.inf: raise ValueError(f"Config.{k} = {getattr(self, k)}; expected > 0")
+    for k in ("head_dim", "rope_theta_swa", "sliding_window", "attn_softcap", "final_softcap", "attn_scale"):
+      if not 0 <= getattr(self, k) < math.inf: raise ValueError(f"Config.{k} = {getattr(self, k)}; expected >= 0")
+    if self.n_heads % self.n_kv_heads:
+      raise ValueError(f"head_count {self.n_heads} is not a multiple of head_count_kv {self.n_kv_heads}")
+    if not self.head_dim and self.dim % self.n_heads:
+      raise ValueError(f"embedding_length {self.dim} is not a multiple of head_count {self.n_heads} "
+                       "(and the file has no attention.key_length)")
+    if self.swa_layers and len(self.swa_layers) != self.n_layers:
+      raise ValueError(f"sliding_window_pattern has {len(self.swa_layers)} flags for {self.n_layers} layers")
+    if self.hd % 2: raise ValueError(f"head dimension {self.hd} is odd; RoPE rotates pairs")
+
+  @property
+  def spec(self) -> ArchSpec: return ARCHS[self.arch]
 
   @property
   def hd(self) -> int: return self.head_dim or self.dim // self.n_heads
 
+  @property
+  def scale(self) -> float:
+    """The attention scores' scale: attention.scale from the file, else 1/sqrt(head_dim) (1/sqrt(dim / heads) for
+    the architectures' models listed in `ArchSpec.dim_scale_blocks`)."""
+    if self.attn_scale: return self.attn_scale
+    return 1.0 / math.sqrt(self.dim // self.n_heads if self.n_layers in self.spec.dim_scale_blocks else self.hd)
+
+  def sliding(self, layer: int) -> bool:
+    """Whether `layer` attends only to the last `sliding_window` positions."""
+    if not self.sliding_window: return False
+    if self.swa_layers: return bool(self.swa_layers[layer])
+    period = self.swa_period or self.spec.swa_every
+    return bool(period and (layer + 1) % period)
+
   @staticmethod
   def from_gguf(kv: dict[str, Any], max_context: int | None = None) -> Config:
+    """The hyperparameters of a GGUF file's metadata, checked (ValueError naming the bad key and value)."""
     arch = kv.get("general.architecture")
     if arch is None: raise ValueError("GGUF metadata has no general.architecture")
-    def get(k: str, default: Any = None) -> Any:
-      v = kv.get(f"{arch}.{k}", default)
-      if v is None: raise ValueError(f"GGUF metadata has no {arch}.{k}, which a {arch} model needs")
-      return v
-    n_heads = int(get("attention.head_count"))
-    ctx = int(get("context_length", 2048))
-    vocab = kv.get(f"{arch}.vocab_size") or len(kv.get("tokenizer.ggml.tokens", [])) or None
-    if vocab is None: raise ValueError(f"GGUF metadata has neither {arch}.vocab_size nor tokenizer.ggml.tokens")
-    dim = int(get("embedding_length"))
-    return Config(arch=arch, dim=dim, n_layers=int(get("block_count")), n_heads=n_heads,
-                  n_kv_heads=int(get("attention.head_count_kv", n_heads)), hidden_dim=int(get("feed_forward_length")),
-                  vocab_size=int(vocab), norm_eps=float(get("attention.layer_norm_rms_epsilon", 1e-5)),
-                  rope_theta=float(get("rope.freq_base", 10000.0)),
+    if arch not in ARCHS:
+      raise ValueError(f"GGUF architecture {arch!r} is not implemented; implemented: {sorted(ARCHS)}")
+    spec = ARCHS[arch]
+    n_heads = _count(kv, f"{arch}.attention.head_count")
+    ctx = _count(kv, f"{arch}.context_length", 2048)
+    if max_context is not None and (isinstance(max_context, bool) or not isinstance(max_context, int)
+                                    or max_context <= 0):
+      raise ValueError(f"max_context = {max_context!r}; expected a positive integer or None")
+    if f"{arch}.vocab_size" in kv: vocab = _count(kv, f"{arch}.vocab_size")
+    elif kv.get("tokenizer.ggml.tokens"): vocab = len(kv["tokenizer.ggml.tokens"])
+    else: raise ValueError(f"GGUF metadata has neither {arch}.vocab_size nor tokenizer.ggml.tokens")
+    scaling = kv.get(f"{arch}.rope.scaling.type", "none")
+    if scaling not in ("none", "linear"):
+      raise ValueError(f"GGUF {arch}.rope.scaling.type = {scaling!r} is not implemented; implemented: none, linear")
+    window = _count(kv, f"{arch}.attention.sliding_window") if spec.swa_every and \
+      f"{arch}.attention.sliding_window" in kv else 0
+    pattern = kv.get(f"{arch}.attention.sliding_window_pattern", 0) if window else 0
+    if isinstance(pattern, list) and not all(isinstance(f, bool) for f in pattern) or \
+       not isinstance(pattern, list) and (isinstance(pattern, bool) or not isinstance(pattern, int) or pattern < 0):
+      raise ValueError(f"GGUF {arch}.attention.sliding_window_pattern = {pattern!r}; expected a positive integer "
+                       "(every N-th layer global) or one bool per layer (true: sliding)")
+    return Config(arch=arch, dim=_count(kv, f"{arch}.embedding_length"), n_layers=_count(kv, f"{arch}.block_count"),
+                  n_heads=n_heads, n_kv_heads=_count(kv, f"{arch}.attention.head_count_kv", n_heads),
+                  hidden_dim=_count(kv, f"{arch}.feed_forward_length"), vocab_size=vocab,
+                  norm_eps=_positive(kv, f"{arch}.attention.layer_norm_rms_epsilon", 1e-5),
+                  rope_theta=_positive(kv, f"{arch}.rope.freq_base", 10000.0),
                   max_context=min(ctx, max_context) if max_context else ctx,
-                  head_dim=int(kv.get(f"{arch}.attention.key_length", 0)) or dim // n_heads)
+                  head_dim=_count(kv, f"{arch}.attention.key_length", 0) if f"{arch}.attention.key_length" in kv
+                  else 0,
+                  rope_scale=_positive(kv, f"{arch}.rope.scaling.factor", 1.0) if scaling == "linear" else 1.0,
+                  rope_theta_swa=_positive(kv, f"{arch}.rope.freq_base_swa", spec.swa_rope_base or 1.0)
+                  if spec.swa_rope_base or f"{arch}.rope.freq_base_swa" in kv else 0.0,
+                  sliding_window=window, swa_period=pattern if isinstance(pattern, int) else 0,
+                  swa_layers=tuple(pattern) if isinstance(pattern, list) else (),
+                  attn_softcap=_positive(kv, f"{arch}.attn_logit_softcapping", 1.0)
+                  if f"{arch}.attn_logit_softcapping" in kv else 0.0,
+                  final_softcap=_positive(kv, f"{arch}.final_logit_softcapping", 1.0)
+                  if f"{arch}.final_logit_softcapping" in kv else 0.0,
+                  attn_scale=_positive(kv, f"{arch}.attention.scale", 1.0) if f"{arch}.attention.scale" in kv else 0.0)
+
+
+def expected_shapes(cfg: Config, names: list[str]) -> dict[str, tuple[int, ...]]:
+  """The shape (numpy order) each tensor of `names` must have under `cfg`."""
+  d, hd, q, kv = cfg.dim, cfg.hd, cfg.n_heads * cfg.hd, cfg.n_kv_heads * cfg.hd
+  per_block = {"attn_norm.weight": (d,), "ffn_norm.weight": (d,), "post_attention_norm.weight": (d,),
+               "post_ffw_norm.weight": (d,), "attn_q.weight": (q, d), "attn_k.weight": (kv, d),
+               "attn_v.weight": (kv, d), "attn_output.weight": (d, q), "attn_q.bias": (q,), "attn_k.bias": (kv,),
+               "attn_v.bias": (kv,), "attn_q_norm.weight": (hd,), "attn_k_norm.weight": (hd,),
+               "ffn_gate.weight": (cfg.hidden_dim, d), "ffn_up.weight": (cfg.hidden_dim, d),
+               "ffn_down.weight": (d, cfg.hidden_dim)}
+  glob = {"token_embd.weight": (cfg.vocab_size, d), "output.weight": (cfg.vocab_size, d), "output_norm.weight": (d,),
+          "rope_freqs.weight": (hd // 2,)}
+  return {n: glob[n] if n in glob else per_block[n.split(".", 2)[2]] for n in names}
+
+
+_BLK = re.compile(r"blk\.(\d+)\.(.+)")
+
+
+def check_tensors(cfg: Config, ts: dict[str, GGUFTensor]) -> None:
+  """Every tensor of the file is one `cfg.arch` uses, every one it needs is there, each with its expected shape;
+  else ValueError naming the tensors (and, for a shape, the shape found and the one expected)."""
+  spec = cfg.spec
+  if cfg.n_layers > len(ts):  # checked before listing the names a block needs: each block needs its own tensors
+    raise ValueError(f"{cfg.arch}.block_count = {cfg.n_layers}, but the file holds only {len(ts)} tensors")
+  per_block = set(spec.block) | set(spec.optional)
+  unknown = []
+  for name in ts:
+    m = _BLK.fullmatch(name)
+    if m is None: known = name in _GLOBAL or name in _GLOBAL_OPTIONAL
+    else: known = m.group(2) in per_block and m.group(1) == str(int(m.group(1))) and int(m.group(1)) < cfg.n_layers
+    if not known: unknown.append(name)
+  if unknown:
+    raise ValueError(f"the GGUF file has {len(unknown)} tensor(s) a {cfg.arch} model doesn't use: {unknown[:8]}"
+                     f"{' ...' if len(unknown) > 8 else ''} (with {cfg.n_layers} blocks, each of "
+                     f"{sorted(per_block)}); running without them would give wrong results")
+  need = list(_GLOBAL) + [f"blk.{i}.{n}" for i in range(cfg.n_layers) for n in spec.block]
+  if missing := [n for n in need if n not in ts]:
+    raise ValueError(f"the GGUF file lacks {len(missing)} tensor(s) a {cfg.arch} model needs: {missing[:8]}"
+                     f"{' ...' if len(missing) > 8 else ''}")
+  for name, want in expected_shapes(cfg, list(ts)).items():
+    if tuple(ts[name].shape) != want:
+      raise ValueError(f"tensor {name!r} has shape {tuple(ts[name].shape)}, expected {want} for {cfg.arch} with "
+                       f"embedding_length {cfg.dim}, {cfg.n_heads} heads ({cfg.n_kv_heads} kv) of {cfg.hd}, "
+                       f"feed_forward_length {cfg.hidden_dim}, vocab {cfg.vocab_size}")
 
 
 class QLinear:
@@ -129,18 +312,33 @@ def rope(x: Tensor, cos: Tensor, sin: Tensor, neox: bool) -> Tensor:
   return (x1 * c - x2 * s).unsqueeze(-1).cat((x2 * c + x1 * s).unsqueeze(-1), dim=-1).reshape(b, t, h, d)
 
 
+def rope_tables(cfg: Config, theta: float, scale: float, factors: np.ndarray | None,
+                device: str | None) -> tuple[Tensor, Tensor]:
+  """cos and sin (max_context, head_dim/2) of angle pos / scale * theta^(-2i/d) / factors[i]."""
+  hd = cfg.hd
+  freqs = 1.0 / (theta ** (np.arange(0, hd, 2, dtype=np.float64) / hd))
+  if factors is not None: freqs = freqs / factors.astype(np.float64)
+  ang = np.outer(np.arange(cfg.max_context) / scale, freqs)
+  return (Tensor(np.cos(ang).astype(np.float32), device=device).realize(),
+          Tensor(np.sin(ang).astype(np.float32), device=device).realize())
+
+
 class Block:
   """One transformer layer with its KV cache (max_context, n_kv_heads, head_dim) for keys and for values."""
 
   def __init__(self, cfg: Config, ts: dict[str, GGUFTensor], i: int, device: str | None, float_dtype: Any):
     p = f"blk.{i}."
-    self.cfg = cfg
+    self.cfg, self.spec, self.sliding = cfg, cfg.spec, cfg.sliding(i)
     self.attn_norm = _vector(ts[p + "attn_norm.weight"], device)
     self.ffn_norm = _vector(ts[p + "ffn_norm.weight"], device)
     self.wq, self.wk, self.wv = (_linear(ts[p + f"attn_{n}.weight"], device, float_dtype) for n in "qkv")
     self.wo = _linear(ts[p + "attn_output.weight"], device, float_dtype)
     self.bq, self.bk, self.bv = (_vector(ts[p + f"attn_{n}.bias"], device) if p + f"attn_{n}.bias" in ts else None
                                  for n in "qkv")
+    self.q_norm, self.k_norm = ((_vector(ts[p + f"attn_{n}_norm.weight"], device) if self.spec.qk_norm else None)
+                                for n in "qk")
+    self.post_attn_norm, self.post_ffw_norm = ((_vector(ts[p + n], device) if self.spec.post_norms else None)
+                                               for n in _POST)
     self.w_gate, self.w_up = _linear(ts[p + "ffn_gate.weight"], device, float_dtype), \
       _linear(ts[p + "ffn_up.weight"], device, float_dtype)
     self.w_down = _linear(ts[p + "ffn_down.weight"], device, float_dtype)
@@ -154,20 +352,21 @@ class Block:
     self.cache_k.shrink(((start_pos, start_pos + t), None, None)).assign(k.cast(self.cache_k.dtype))
     self.cache_v.shrink(((start_pos, start_pos + t), None, None)).assign(v.cast(self.cache_v.dtype))
 
-  def __call__(self, x: Tensor, start_pos: Any, cos: Tensor, sin: Tensor, mask: Tensor | None) -> Tensor:
+  def _attention(self, h: Tensor, start_pos: Any, rot: tuple[Tensor, Tensor], mask: Tensor | None) -> Tensor:
+    """Grouped-query attention of the normed input h (B, T, dim) over the cache, after writing this step's k, v."""
     cfg = self.cfg
-    b, t, _ = x.shape
-    # normalized activations go to a buffer first (.contiguous()): fused into a matmul, the norm's reduction would be
-    # recomputed for every output element
-    h = rms_norm(x, self.attn_norm, cfg.norm_eps).contiguous()
+    b, t, _ = h.shape
     # each projection in its own buffer: RoPE reads two elements of it, and a kernel holding two matmul reductions
     # (one per element) is one the optimizer leaves unoptimized
     q, k, v = self.wq(h).contiguous(), self.wk(h).contiguous(), self.wv(h)
-    if self.bq is not None: q, k, v = q + self.bq, k + self.bk, v + self.bv
+    if self.bq is not None: q = q + self.bq
+    if self.bk is not None: k = k + self.bk
+    if self.bv is not None: v = v + self.bv
     q = q.reshape(b, t, cfg.n_heads, cfg.hd)
     k = k.reshape(b, t, cfg.n_kv_heads, cfg.hd)
-    neox = cfg.arch in NEOX_ARCHS
-    q, k = rope(q, cos, sin, neox), rope(k, cos, sin, neox)
+    if self.q_norm is not None:  # per-head RMSNorm of q and k, before RoPE
+      q, k = rms_norm(q, self.q_norm, cfg.norm_eps), rms_norm(k, self.k_norm, cfg.norm_eps)
+    q, k = rope(q, rot[0], rot[1], self.spec.neox), rope(k, rot[0], rot[1], self.spec.neox)
     self._write_cache(k.reshape(t, cfg.n_kv_heads, cfg.hd), v.reshape(t, cfg.n_kv_heads, cfg.hd), start_pos, t)
     end = start_pos + t
     keys = self.cache_k.shrink(((0, end), None, None))                      # (L, n_kv, hd)
@@ -179,43 +378,58 @@ class Block:
     vals = vals.permute(1, 0, 2).reshape(cfg.n_kv_heads, 1, L, cfg.hd).expand(cfg.n_kv_heads, rep, L, cfg.hd) \
       .reshape(cfg.n_heads, L, cfg.hd)
     qh = q.reshape(t, cfg.n_heads, cfg.hd).permute(1, 0, 2)                 # (H, t, hd)
-    scores = (qh @ keys.transpose(1, 2)) * (1.0 / math.sqrt(cfg.hd))        # (H, t, L)
+    scores = (qh @ keys.transpose(1, 2)) * cfg.scale                        # (H, t, L)
+    if cfg.attn_softcap: scores = (scores * (1.0 / cfg.attn_softcap)).tanh() * cfg.attn_softcap
     if mask is not None: scores = scores + mask
-    attn = (scores.softmax(-1) @ vals).permute(1, 0, 2).reshape(b, t, cfg.n_heads * cfg.hd)
-    x = x + self.wo(attn.contiguous())
+    return (scores.softmax(-1) @ vals).permute(1, 0, 2).reshape(b, t, cfg.n_heads * cfg.hd)
+
+  def __call__(self, x: Tensor, start_pos: Any, rot: tuple[Tensor, Tensor], mask: Tensor | None) -> Tensor:
+    cfg = self.cfg
+    # normalized activations go to a buffer first (.contiguous()): fused into a matmul, the norm's reduction would be
+    # recomputed for every output element
+    h = rms_norm(x, self.attn_norm, cfg.norm_eps).contiguous()
+    out = self.wo(self._attention(h, start_pos, rot, mask).contiguous())
+    if self.post_attn_norm is not None: out = rms_norm(out, self.post_attn_norm, cfg.norm_eps)
+    x = x + out
     h = rms_norm(x, self.ffn_norm, cfg.norm_eps).contiguous()
     # gate and up in their own buffers, for the same reason (and the optimizer also leaves a matmul whose result feeds
-    # silu of another buffer unoptimized): then one small elementwise kernel makes silu(gate) * up
-    return x + self.w_down((self.w_gate(h).contiguous().silu() * self.w_up(h).contiguous()).contiguous())
+    # silu of another buffer unoptimized): then one small elementwise kernel makes act(gate) * up
+    gate = self.w_gate(h).contiguous()
+    gate = gate.gelu("tanh") if self.spec.act == "gelu_tanh" else gate.silu()
+    out = self.w_down((gate * self.w_up(h).contiguous()).contiguous())
+    if self.post_ffw_norm is not None: out = rms_norm(out, self.post_ffw_norm, cfg.norm_eps)
+    return x + out
 
 
 class Transformer:
   """The model: `Transformer(cfg, tensors, device)`; `forward(emb_raw, start_pos)` -> logits of the last position.
 
-  The token embedding stays in host memory (a memory-mapped GGUF tensor): the rows of the tokens fed are gathered on
+  The tensors are checked first (`check_tensors`): each one the architecture uses, with its shape, and none other.
+  The token embedding stays in host memory (a GGUF tensor read into memory): the rows of the tokens fed are gathered on
   the host and decoded on the device (`embed_rows`), so the embedding table never moves whole.
   """
 
   def __init__(self, cfg: Config, ts: dict[str, GGUFTensor], device: str | None = None,
                float_dtype: Any = dtypes.float32):
+    check_tensors(cfg, ts)
     self.cfg, self.device = cfg, device
-    need = ["token_embd.weight", "output_norm.weight"] + [f"blk.{i}.{n}.weight" for i in range(cfg.n_layers) for n in (
-      "attn_norm", "ffn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")]
-    if missing := [n for n in need if n not in ts]:
-      raise ValueError(f"the GGUF file lacks {len(missing)} tensor(s) a {cfg.arch} model needs: {missing[:8]}"
-                       f"{' ...' if len(missing) > 8 else ''} (is it a LLaMA-family model?)")
     emb = ts["token_embd.weight"]
-    if emb.shape != (cfg.vocab_size, cfg.dim):
-      raise ValueError(f"token_embd.weight has shape {emb.shape}, expected ({cfg.vocab_size}, {cfg.dim})")
     self.emb, self.emb_type = emb.blocks().reshape(cfg.vocab_size, -1), emb.ggml_type
     self.layers = [Block(cfg, ts, i, device, float_dtype) for i in range(cfg.n_layers)]
     self.norm = _vector(ts["output_norm.weight"], device)
     self.output = _linear(ts.get("output.weight", emb), device, float_dtype)
-    hd = cfg.hd
-    freqs = 1.0 / (cfg.rope_theta ** (np.arange(0, hd, 2, dtype=np.float64) / hd))
-    ang = np.outer(np.arange(cfg.max_context), freqs)
-    self.cos = Tensor(np.cos(ang).astype(np.float32), device=device).realize()
-    self.sin = Tensor(np.sin(ang).astype(np.float32), device=device).realize()
+    factors = ts["rope_freqs.weight"].numpy() if "rope_freqs.weight" in ts else None
+    if factors is not None and not (np.isfinite(factors).all() and (factors > 0).all()):
+      raise ValueError(f"rope_freqs.weight holds non-positive or non-finite factors: {factors}")
+    self.rot = rope_tables(cfg, cfg.rope_theta, cfg.rope_scale, factors, device)
+    # sliding layers rotate with their own base and without the linear scaling (Gemma 3's local layers)
+    self.rot_swa = rope_tables(cfg, cfg.rope_theta_swa, 1.0, factors, device) if cfg.rope_theta_swa else self.rot
+    if cfg.sliding_window:
+      # window[j] masks key k for the query at p where j = max_context - 1 - p + k, so the query's row is a shrink
+      # at a (symbolic) offset: -inf where p - k >= sliding_window
+      j = np.arange(cfg.max_context)
+      self.window = Tensor(np.where(j <= cfg.max_context - 1 - cfg.sliding_window, -np.inf, 0).astype(np.float32),
+                           device=device).realize()
     self.step = TinyJit(self._decode_step)
     self.pos_var = Variable("start_pos", 1, cfg.max_context - 1)
 
@@ -228,23 +442,38 @@ class Transformer:
   def _embed(self, rows: Tensor) -> Tensor:
     t = rows.shape[0]
     be, bb = BLOCK[self.emb_type]
-    return dequantize(rows.reshape(-1, bb), self.emb_type, (1, t, self.cfg.dim))
+    x = dequantize(rows.reshape(-1, bb), self.emb_type, (1, t, self.cfg.dim))
+    return x * math.sqrt(self.cfg.dim) if self.cfg.spec.embed_scale else x
+
+  def _masks(self, t: int, start_pos: Any) -> tuple[Tensor | None, Tensor | None]:
+    """The additive masks (1, t, start_pos + t) of the full-attention and of the sliding layers."""
+    cfg = self.cfg
+    if t == 1:  # one query at start_pos sees every cached key; a sliding layer only the last sliding_window
+      if not cfg.sliding_window: return None, None
+      row = self.window.shrink(((cfg.max_context - 1 - start_pos, cfg.max_context),))   # (start_pos + 1,)
+      return None, row.unsqueeze(0).unsqueeze(0)
+    sp = int(start_pos)
+    dist = (sp + np.arange(t))[:, None] - np.arange(sp + t)[None, :]       # query position - key position
+    causal = np.where(dist < 0, -np.inf, 0).astype(np.float32)
+    full = Tensor(causal, device=self.device).reshape(1, t, sp + t)
+    if not cfg.sliding_window: return full, None
+    swa = np.where((dist < 0) | (dist >= cfg.sliding_window), -np.inf, 0).astype(np.float32)
+    return full, Tensor(swa, device=self.device).reshape(1, t, sp + t)
 
   def forward(self, rows: Tensor, start_pos: Any) -> Tensor:
     """Logits (vocab,) of the last of the T tokens whose embedding rows are `rows`, at positions start_pos.. (an int,
     or a bound Variable when T is 1); the KV caches are updated."""
     t = rows.shape[0]
     x = self._embed(rows)
-    cos = self.cos.shrink(((start_pos, start_pos + t), None))
-    sin = self.sin.shrink(((start_pos, start_pos + t), None))
-    mask = None
-    if t > 1:
-      sp = int(start_pos)
-      causal = np.triu(np.full((t, sp + t), -np.inf, np.float32), sp + 1)
-      mask = Tensor(causal, device=self.device).reshape(1, t, sp + t)
-    for layer in self.layers: x = layer(x, start_pos, cos, sin, mask)
+    rot, rot_swa = ((c.shrink(((start_pos, start_pos + t), None)), s.shrink(((start_pos, start_pos + t), None)))
+                    for c, s in (self.rot, self.rot_swa))
+    mask, mask_swa = self._masks(t, start_pos)
+    for layer in self.layers:
+      x = layer(x, start_pos, rot_swa, mask_swa) if layer.sliding else layer(x, start_pos, rot, mask)
     x = rms_norm(x.shrink((None, (t - 1, t), None)), self.norm, self.cfg.norm_eps).contiguous()
-    return self.output(x).reshape(self.cfg.vocab_size)
+    logits = self.output(x).reshape(self.cfg.vocab_size)
+    if self.cfg.final_softcap: logits = (logits * (1.0 / self.cfg.final_softcap)).tanh() * self.cfg.final_softcap
+    return logits
 
   def _decode_step(self, rows: Tensor, start_pos: Any) -> Tensor:
     return self.forward(rows, start_pos).realize()

@@ -26,6 +26,7 @@ accumulates in float32).
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any
 
 import numpy as np
@@ -128,6 +129,68 @@ def _back_to(outs: Any, dt: DType) -> Any:
   return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).cast(dtypes.uint16).bitcast(dtypes.bfloat16)
 
 
+def _checked_input(name: str, v: Any, et: int) -> Any:
+  """Graph input `name` as declared element type `et` requires (see OnnxRunner's doc): arrays and Tensors must have
+  it already; Python values are converted when exact."""
+  if v is None: return v
+  want = _DTYPES.get(et)
+  if isinstance(v, Tensor):
+    if want is not None and v.dtype != want:
+      raise TypeError(f"ONNX input {name!r} is declared {_et_name(et)}, but a Tensor of {v.dtype} was given; cast it "
+                      f"to {want} (onnxruntime refuses another element type too)")
+    return v
+  from onnx import helper
+  np_want = np.dtype(object) if et == STRING else np.dtype(helper.tensor_dtype_to_np_dtype(et))
+  if isinstance(v, (np.ndarray, np.generic)):
+    ok = v.dtype.kind in "OUS" if et == STRING else v.dtype == np_want
+    if not ok:
+      raise TypeError(f"ONNX input {name!r} is declared {_et_name(et)}, but an array of {v.dtype} was given; convert "
+                      f"it with .astype(np.{np_want.name}) if that is what you mean (onnxruntime refuses another "
+                      "element type too)")
+    return np.asarray(v)
+  given = np.asarray(v)
+  if et == STRING or given.dtype.kind in "OUS": return given
+  with np.errstate(all="ignore"): conv = given.astype(np_want)
+  if given.dtype.kind == "f" and np_want.kind == "f": return conv  # a float literal rounds, as writing it in code does
+  if given.dtype.kind not in "biuf" or not np.array_equal(conv.astype(given.dtype), given):
+    raise TypeError(f"ONNX input {name!r} is declared {_et_name(et)}, but {v!r:.80} isn't exactly representable in "
+                    "it; pass a numpy array of that type")
+  return conv
+
+
+def _et_name(et: int) -> str:
+  from onnx import TensorProto
+  return f"tensor({TensorProto.DataType.Name(et).lower()})" if et in TensorProto.DataType.values() else f"type {et}"
+
+
+def _check_shape(name: str, given: tuple, declared: Any, dims: dict[str, tuple[str, int]]) -> None:
+  """Input `name`'s shape against its declared TensorShapeProto; `dims` collects the sizes of symbolic dims."""
+  want = [d.dim_value if d.HasField("dim_value") else d.dim_param if d.HasField("dim_param") else None
+          for d in declared.dim]
+  shown = "[" + ", ".join("?" if w is None else str(w) for w in want) + "]"
+  if len(want) != len(given):
+    raise ValueError(f"ONNX input {name!r} is declared with shape {shown} (rank {len(want)}), but one of shape "
+                     f"{list(given)} (rank {len(given)}) was given")
+  for i, (w, g) in enumerate(zip(want, given)):
+    if not isinstance(g, int) or w is None: continue
+    if isinstance(w, int) and w != g:
+      raise ValueError(f"ONNX input {name!r} is declared with shape {shown}, but one of shape {list(given)} was given "
+                       f"(dim {i}: {g} != {w})")
+    if isinstance(w, str):
+      first = dims.setdefault(w, (name, g))
+      if first[1] != g:
+        raise ValueError(f"ONNX input {name!r} has size {g} in dim {i}, declared {w!r}, but input {first[0]!r} "
+                         f"gave {w!r} size {first[1]}; inputs that share a symbolic dim must agree on its size")
+
+
+class _CallState(threading.local):
+  """What one OnnxRunner call keeps while it runs, per thread (see OnnxRunner.__init__)."""
+
+  def __init__(self) -> None:
+    self.host: dict[int, tuple[Tensor, np.ndarray]] = {}
+    self.deferred: list[tuple[Any, str, bool, Tensor]] = []
+
+
 class _Ctx:
   """What an operator function sees besides its inputs and attributes."""
 
@@ -138,6 +201,29 @@ class _Ctx:
   def opset(self) -> int: return self.runner.opset
   @property
   def device(self) -> str | None: return self.runner.device
+
+  def host_value(self, i: int) -> np.ndarray | None:
+    """The node's `i`-th input as a numpy array when its value is known on the host without reading a device: an
+    initializer, a Constant node's output or a graph input fed as a numpy array; else None."""
+    if i >= len(self.node.input) or not self.node.input[i]: return None
+    v = self.scope.get(self.node.input[i])
+    hit = self.runner._call.host.get(id(v)) if isinstance(v, Tensor) else None
+    return hit[1] if hit is not None and hit[0] is v else None
+
+  def check_indices(self, i: int, idx: Tensor, size: Any, what: str, negative: bool = True) -> None:
+    """Refuse index values outside [-size, size-1] (`negative=False`: [0, size-1]) in the node's `i`-th input `idx`
+    (`size`: an int, or one size per entry of idx's last axis, as GatherND's index tuples). Host-known indices are
+    checked now; others once the graph has run (see OnnxRunner's doc)."""
+    n = np.asarray(size, dtype=np.int64)
+    if (host := self.host_value(i)) is not None:
+      bad = (host < (-n if negative else 0)) | (host >= n)
+      if bad.any():
+        v, at = host[bad].reshape(-1)[0], int(np.broadcast_to(n, host.shape)[bad].reshape(-1)[0])
+        raise OnnxError(f"node {self.node.name!r} ({self.node.op_type}): {what} index {int(v)} is out of range "
+                        f"[{-at if negative else 0}, {at - 1}] (a size of {at}); ONNX makes this an error")
+      return
+    if idx.numel() == 0: return
+    self.runner._defer_index_check(self.node, idx, n, what, negative)
 
   def run_graph(self, graph: Any, inputs: list[Any]) -> list[Any]:
     """Run a subgraph with `inputs` bound to its formal inputs, the current scope visible; its outputs in order."""
@@ -150,15 +236,37 @@ class OnnxRunner:
 
   `opset` is the model's default-domain opset version; operators follow that version's semantics where versions
   differ. Unsupported operators raise OnnxError naming them (all of a model's are listed before anything runs).
+
+  Inputs are checked against the graph's declarations, as onnxruntime does: a numpy array or Tensor of another
+  element type than declared raises TypeError (no cast: feed `x.astype(np.int64)` yourself); a plain Python value
+  (scalar, list) is converted to the declared type only when that is exact (a float to a float type rounds, as a
+  literal does), else TypeError. A shape of another rank or a fixed dim of another size raises ValueError naming the
+  input, the declared and the given shape; a symbolic dim (`dim_param`) takes any size but the same size everywhere
+  it appears among the inputs.
+
+  Index values are data, so checking them needs their values. Index-taking operators (Gather, GatherElements,
+  GatherND, ScatterElements, ScatterND; MaxUnpool in [0, size-1]) refuse an index outside [-size, size-1] with
+  OnnxError naming the node (OneHot's out-of-range indices are all-off rows, as the spec says):
+  - indices known on the host (initializers, Constant nodes, graph inputs fed as numpy arrays) are checked when the
+    node runs, with no device work;
+  - other indices (computed in the graph, or fed as Tensors) get a lazy "how many out of range" count; after the
+    graph has run, the runner reads all those counts in one small host read (the outputs stay lazy) and raises for
+    the first node that had one. The operator itself reads 0 for an out-of-range index, so the check is what stops
+    a wrong result from getting out.
+  A TinyJit capture refuses host reads, so a runner with runtime index checks can't be captured; pass
+  `runtime_index_checks=False` to capture it: runtime indices are then unchecked (an out-of-range one reads 0, as
+  in tiny's own indexing), which is what such a model needs to replay without Python. Host-known indices are still
+  checked.
   """
 
-  def __init__(self, model: Any, device: str | None = None):
+  def __init__(self, model: Any, device: str | None = None, runtime_index_checks: bool = True):
     onnx = _onnx()
     if isinstance(model, (str, os.PathLike)): model = onnx.load(os.fspath(model))
     elif isinstance(model, (bytes, bytearray)): model = onnx.load_from_string(bytes(model))
     if not isinstance(model, onnx.ModelProto):
       raise TypeError(f"OnnxRunner needs a path, bytes or onnx.ModelProto, got {type(model).__name__}")
     self.model, self.device, self._onnx = model, device, onnx
+    self.runtime_index_checks = runtime_index_checks
     self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
     self.functions = {(f.domain, f.name): f for f in model.functions}
     from tiny_tensor.nn.onnx.ops import OPS
@@ -166,7 +274,12 @@ class OnnxRunner:
     missing = sorted({n.op_type for n in self._all_nodes(model.graph)
                       if n.op_type not in OPS and (n.domain, n.op_type) not in self.functions})
     if missing: raise OnnxError(f"unsupported ONNX operators: {missing} (opset {self.opset})")
+    # per thread, for the call it runs: `host`, id(Tensor) -> (Tensor, its value as numpy) for the values known on
+    # the host (initializers, numpy-fed inputs, Constant outputs; see _Ctx.host_value); `deferred`, the runtime index
+    # checks queued, (node, what, lazy [count out of range, min bad, max bad, axis size])
+    self._call = _CallState()
     self._consts = {t.name: self._init_value(t) for t in model.graph.initializer}
+    self._const_host = dict(self._call.host)
     self.inputs = {i.name: i for i in model.graph.input if i.name not in self._consts}
     self.outputs = [o.name for o in model.graph.output]
 
@@ -183,20 +296,60 @@ class OnnxRunner:
 
   def _init_value(self, t: Any) -> Any:
     arr, et = _tensor_value(t, self._onnx)
-    return to_tensor(arr, self.device, et)
+    return self._remember(to_tensor(arr, self.device, et), arr)
+
+  def _remember(self, v: Any, arr: Any) -> Any:
+    """Note that Tensor `v` holds numpy `arr` (exactly: integer data only, where index checks look)."""
+    if isinstance(v, Tensor) and isinstance(arr, np.ndarray) and arr.dtype.kind in "iub":
+      self._call.host[id(v)] = (v, arr)
+    return v
 
   def __call__(self, inputs: dict[str, Any] | None = None, debug: bool = False) -> dict[str, Any]:
     inputs = dict(inputs or {})
     unknown = [k for k in inputs if k not in self.inputs]
     if unknown: raise KeyError(f"unknown ONNX input(s) {unknown}; the model's inputs: {list(self.inputs)}")
+    self._call.host, self._call.deferred = dict(self._const_host), []
     feed: dict[str, Any] = {}
+    dims: dict[str, tuple[str, int]] = {}  # dim_param -> (the first input that has it, its size there)
     for name, info in self.inputs.items():
       if name not in inputs:
         raise KeyError(f"ONNX input {name!r} is missing; the model's inputs: {list(self.inputs)}")
-      et = info.type.tensor_type.elem_type if info.type.HasField("tensor_type") else None
-      feed[name] = to_tensor(inputs[name], self.device, et)
+      if not info.type.HasField("tensor_type"):
+        feed[name] = to_tensor(inputs[name], self.device, None)
+        continue
+      tt = info.type.tensor_type
+      v = _checked_input(name, inputs[name], tt.elem_type)
+      if v is not None and tt.HasField("shape"): _check_shape(name, tuple(v.shape), tt.shape, dims)
+      feed[name] = self._remember(to_tensor(v, self.device, tt.elem_type), v)
     outs = self._run_graph(self.model.graph, feed, outer=dict(self._consts), debug=debug)
+    self._run_deferred_checks()
     return dict(zip(self.outputs, outs))
+
+  def _defer_index_check(self, node: Any, idx: Tensor, size: np.ndarray, what: str, negative: bool) -> None:
+    """Queue a check of runtime indices `idx` against [-size, size-1], run after the graph (see the class doc)."""
+    if not self.runtime_index_checks: return
+    from tiny_tensor.jit import _capturing
+    if _capturing.jits:
+      raise OnnxError(f"node {node.name!r} ({node.op_type}) takes runtime indices, whose range check reads them on "
+                      "the host, which a TinyJit capture refuses: build the runner with "
+                      "OnnxRunner(..., runtime_index_checks=False) to capture it (runtime indices are then unchecked)")
+    i = idx.cast(dtypes.int64)
+    n = Tensor(size, device=idx.device)
+    bad = (i < (-n if negative else 0)) | (i >= n)
+    stats = Tensor.stack(bad.cast(dtypes.int64).sum(), bad.where(i, 0).min(), bad.where(i, 0).max(),
+                         bad.where(n, 0).max())
+    self._call.deferred.append((node, what, negative, stats))
+
+  def _run_deferred_checks(self) -> None:
+    """Read all queued runtime index checks at once; raise OnnxError for the first node that had a bad index."""
+    if not self._call.deferred: return
+    checks, self._call.deferred = self._call.deferred, []
+    vals = Tensor.stack(*[c[3] for c in checks]).numpy()  # (checks, 4): count, min bad, max bad, its axis size
+    for (node, what, negative, _), (cnt, lo, hi, n) in zip(checks, vals.tolist()):
+      if cnt:
+        bad = lo if lo < 0 else hi  # out-of-range values only: in-range ones counted as 0
+        raise OnnxError(f"node {node.name!r} ({node.op_type}): {cnt} {what} index value(s) out of range, e.g. {bad} "
+                        f"(valid: [{-n if negative else 0}, {n - 1}] for a size of {n}); ONNX makes this an error")
 
   def _run_graph(self, graph: Any, feed: dict[str, Any], outer: dict[str, Any], debug: bool = False) -> list[Any]:
     scope = dict(outer)
@@ -226,6 +379,8 @@ class OnnxRunner:
         raise OnnxError(f"node {node.name!r} ({node.op_type}, opset {self.opset}) with inputs {shapes} and "
                         f"attributes {sorted(attrs)} failed: {type(e).__name__}: {e}") from e
     if not isinstance(outs, tuple): outs = (outs,)
+    if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and "value" in attrs:
+      self._remember(outs[0], attrs["value"][0])
     for name, v in zip(node.output, outs):
       if name: scope[name] = v
     if debug: print(f"{node.op_type:24s} {node.name:30s} -> " + ", ".join(str(getattr(o, 'shape', o)) for o in outs))

@@ -495,9 +495,14 @@ def gather(ctx: Any, inp: list, attrs: dict) -> Tensor:
   x, idx = inp
   ax = _axis(attrs.get("axis", 0), x.ndim)
   n = x.shape[ax]
+  if idx.ndim == 0:  # a scalar index is read on the host (the output drops the axis)
+    i = int(idx.item())
+    if not -n <= i < n:
+      raise OnnxError(f"node {ctx.node.name!r} (Gather): index {i} is out of range [{-n}, {n - 1}] for axis {ax} of "
+                      f"size {n}; ONNX makes this an error")
+    return x[tuple([slice(None)] * ax + [i + n if i < 0 else i])]
+  ctx.check_indices(1, idx, n, f"axis-{ax}")
   idx = (idx < 0).where(idx + n, idx)
-  if idx.ndim == 0:
-    return x[tuple([slice(None)] * ax + [int(idx.item())])]
   if idx.numel() == 0:
     return Tensor(np.zeros(x.shape[:ax] + idx.shape + x.shape[ax + 1:], to_numpy(x.dtype)), device=x.device)
   return x[tuple([slice(None)] * ax + [idx.cast(dtypes.int32)])]
@@ -507,6 +512,7 @@ def gather(ctx: Any, inp: list, attrs: dict) -> Tensor:
 def gather_elements(ctx: Any, inp: list, attrs: dict) -> Tensor:
   x, idx = inp
   ax = _axis(attrs.get("axis", 0), x.ndim)
+  ctx.check_indices(1, idx, x.shape[ax], f"axis-{ax}")
   idx = (idx < 0).where(idx + x.shape[ax], idx)
   return x.gather(ax, idx)
 
@@ -517,6 +523,7 @@ def gather_nd(ctx: Any, inp: list, attrs: dict) -> Tensor:
   b = attrs.get("batch_dims", 0)
   k = idx.shape[-1]
   bshape, inner = x.shape[:b], x.shape[b:b + k]
+  ctx.check_indices(1, idx, list(inner), f"dims {b}..{b + k - 1}")
   nb = int(np.prod(bshape, dtype=np.int64))
   xf = x.reshape(nb, int(np.prod(inner, dtype=np.int64)), *x.shape[b + k:])
   idx = idx.cast(dtypes.int64)
@@ -541,7 +548,9 @@ def _scatter_reduce(x: Tensor, ax: int, idx: Tensor, upd: Tensor, red: str) -> T
 @op("ScatterElements", "Scatter")
 def scatter_elements(ctx: Any, inp: list, attrs: dict) -> Tensor:
   x, idx, upd = inp
-  return _scatter_reduce(x, _axis(attrs.get("axis", 0), x.ndim), idx, upd, attrs.get("reduction", "none"))
+  ax = _axis(attrs.get("axis", 0), x.ndim)
+  ctx.check_indices(1, idx, x.shape[ax], f"axis-{ax}")
+  return _scatter_reduce(x, ax, idx, upd, attrs.get("reduction", "none"))
 
 
 @op("ScatterND")
@@ -549,9 +558,12 @@ def scatter_nd(ctx: Any, inp: list, attrs: dict) -> Tensor:
   x, idx, upd = inp
   k = idx.shape[-1]
   inner = x.shape[:k]
+  ctx.check_indices(1, idx, list(inner), f"dims 0..{k - 1}")
   n = int(np.prod(inner, dtype=np.int64))
   strides = np.cumprod([1, *inner[::-1]])[::-1][1:]
-  lin = sum(idx[..., j].cast(dtypes.int64) * int(strides[j]) for j in range(k))
+  idx = idx.cast(dtypes.int64)
+  idx = (idx < 0).where(idx + Tensor(np.array(inner, np.int64), device=idx.device), idx)  # -1: the last, as onnxruntime
+  lin = sum(idx[..., j] * int(strides[j]) for j in range(k))
   m = int(np.prod(idx.shape[:-1], dtype=np.int64))
   rest = x.shape[k:]
   xf = x.reshape(n, *rest)
@@ -567,6 +579,10 @@ def expand(ctx: Any, inp: list, attrs: dict) -> Tensor:
   x, shp = inp[0], _ints(inp[1])
   n = max(len(shp), x.ndim)
   xs, ss = [1] * (n - x.ndim) + list(x.shape), [1] * (n - len(shp)) + shp
+  bad = [i for i, (a, b) in enumerate(zip(xs, ss)) if a != b and a != 1 and b != 1]
+  if bad:
+    raise ValueError(f"Expand: input shape {list(x.shape)} doesn't broadcast to shape {shp} (aligned at the right, "
+                     f"dim {bad[0]}: {xs[bad[0]]} vs {ss[bad[0]]}; each pair must be equal or one of them 1)")
   return x.reshape(xs).expand([max(a, b) if a == 1 or b == 1 else a for a, b in zip(xs, ss)])
 
 
@@ -615,6 +631,7 @@ def eyelike(ctx: Any, inp: list, attrs: dict) -> Tensor:
 def onehot(ctx: Any, inp: list, attrs: dict) -> Tensor:
   idx, depth, vals = inp
   d = int(depth.item())
+  if d <= 0: raise ValueError(f"OneHot depth is {d}; it must be positive (the number of classes)")
   ax = attrs.get("axis", -1)
   ax = ax + idx.ndim + 1 if ax < 0 else ax
   idx = (idx < 0).where(idx + d, idx)

@@ -34,10 +34,20 @@ def _flat_pads(pairs: list[tuple[int, int]]) -> tuple[int, ...]:
   return tuple(v for b, e in reversed(pairs) for v in (b, e))
 
 
+def _kernel_shape(attrs: dict, w: Tensor, op_type: str) -> tuple:
+  """The kernel's spatial shape: the weight's; a `kernel_shape` attribute must agree with it (onnxruntime refuses
+  one that doesn't)."""
+  k_ = tuple(w.shape[2:])
+  if "kernel_shape" in attrs and tuple(attrs["kernel_shape"]) != k_:
+    raise ValueError(f"{op_type}: attribute kernel_shape={list(attrs['kernel_shape'])} contradicts the weight's "
+                     f"shape {list(w.shape)} (its spatial dims are {list(k_)}); fix or drop the attribute")
+  return k_
+
+
 @op("Conv")
 def conv(ctx: Any, inp: list, attrs: dict) -> Tensor:
   x, w, b = inp[0], inp[1], _opt(inp, 2)
-  k_ = tuple(attrs.get("kernel_shape", w.shape[2:]))
+  k_ = _kernel_shape(attrs, w, "Conv")
   nd = len(k_)
   s_, d_ = tuple(attrs.get("strides", [1] * nd)), tuple(attrs.get("dilations", [1] * nd))
   pads = _auto_pads(attrs, tuple(x.shape[2:]), k_, s_, d_)
@@ -47,7 +57,7 @@ def conv(ctx: Any, inp: list, attrs: dict) -> Tensor:
 @op("ConvTranspose")
 def conv_transpose(ctx: Any, inp: list, attrs: dict) -> Tensor:
   x, w, b = inp[0], inp[1], _opt(inp, 2)
-  k_ = tuple(attrs.get("kernel_shape", w.shape[2:]))
+  k_ = _kernel_shape(attrs, w, "ConvTranspose")
   nd = len(k_)
   s_, d_ = tuple(attrs.get("strides", [1] * nd)), tuple(attrs.get("dilations", [1] * nd))
   op_ = list(attrs.get("output_padding", [0] * nd))
@@ -147,6 +157,7 @@ def max_unpool(ctx: Any, inp: list, attrs: dict) -> Tensor:
   outs = [(i - 1) * s - p[j] - p[j + nd] + k for j, (i, s, k) in enumerate(zip(x.shape[2:], s_, k_))]
   m = int(np.prod(outs))
   n, c = x.shape[:2]
+  ctx.check_indices(1, idx, n * c * m, f"flat (N, C, {', '.join(map(str, outs))})", negative=False)
   # indices are flat positions in (N, C, *default output shape); a larger output_shape pads after
   ar = Tensor.arange(n * c * m, device=x.device).cast(dtypes.int64).reshape(n, c, 1, m)
   hot = idx.reshape(n, c, -1, 1).cast(dtypes.int64).eq(ar)

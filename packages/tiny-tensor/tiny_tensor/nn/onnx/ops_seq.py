@@ -213,6 +213,11 @@ def tensor_scatter(ctx: Any, inp: list, attrs: dict) -> Tensor:
   n, s = cache.shape[ax], upd.shape[ax]
   b = cache.shape[0]
   starts = _ints(wi) if wi is not None else [0] * b
+  for bi, w in enumerate(starts):  # onnxruntime refuses these (a linear write must fit in the cache)
+    if not 0 <= w < n or (mode == "linear" and w + s > n):
+      top = n - 1 if mode != "linear" else n - s
+      raise ValueError(f"TensorScatter write_indices[{bi}] = {w}: valid are 0 .. {top} ({mode} mode, a cache of {n} "
+                       f"positions along axis {ax}, {s} update positions)")
   # for every batch row: which update row lands at each cache position (one-hot over s), built on the host
   sel = np.zeros((b, n, s), np.float32)
   hit = np.zeros((b, n), bool)
