@@ -2,7 +2,11 @@
 
 Stages (docs/PIPELINE.md §2):
 1. normalize: DETACH/CONTIGUOUS_BACKWARD removed, input BUFFERs replaced by numbered placeholders and bound variables
-   by their unbound form, so the graph's structure is the schedule cache key;
+   by their unbound form, so the graph's structure is the schedule cache key; a big REDUCE_AXIS is split
+   (`_split_big_reduce`). Accumulation contract (docs/PIPELINE.md §2): a big float sum is blocked (`_blocked_sum`), no
+   accumulator adds more than REDUCE_BLOCK elements or REDUCE_FANIN partials, so its float32 error is of the order of
+   numpy's pairwise sum and a sum of ones is exact wherever float32 holds every partial (counts past 2**31 included:
+   such a schedule's index math is int64, `_index_dtype`); the order of the additions is not part of the contract;
 2. decide what is realized: the requested values, CONTIGUOUS, COPY (and its source), ASSIGN, every REDUCE_AXIS
    that reads memory and whose result is broadcast (EXPAND) or used by more than one kernel, and every big
    elementwise value of several buffers that a reduce reads through a broadcasting window (a convolution's or
@@ -209,12 +213,12 @@ above (each level's partials are a register, not a buffer)."""
 
 def _blocked_sum(x: UOp, a: int, first: int | None = None) -> UOp:
   """`x` (static shape) summed over axis `a` (kept as size 1) as a tree of sums: the innermost REDUCE_AXIS adds blocks
-  of `first` (REDUCE_BLOCK) elements, each level above adds REDUCE_FANIN partials of the level below, until one level adds at most
-  that many (the last, untagged REDUCE_AXIS; the inner ones carry BLOCK_TAG). A level whose size isn't a multiple of
-  its block sums its tail (fewer than a block, a SHRINK: no masked loads in the loops) on its own, and the tails are
-  added to the tree's sum smallest first. For float32 and n elements the error is at most about
-  (first + REDUCE_FANIN * log_FANIN(n / first)) * eps * sum(|x|); for random data it is of the order of numpy's
-  pairwise sum, since no accumulator adds more than a block."""
+  of `first` (default REDUCE_BLOCK) elements, each level above adds REDUCE_FANIN partials of the level below, until
+  one level adds at most that many (the last, untagged REDUCE_AXIS; the inner ones carry BLOCK_TAG). A level whose
+  size isn't a multiple of its block sums its tail (less than a block, a SHRINK: no masked loads in the loops) on its
+  own, and the tails are added to the tree's sum, the lowest level's first. For float32 and n elements the error is
+  at most about (first + REDUCE_FANIN * log_FANIN(n / first)) * eps * sum(|x|); for random data it is of the order
+  of numpy's pairwise sum, since no accumulator adds more than a block."""
   def span(t: UOp, lo: int, hi: int) -> UOp:
     return t.shrink(tuple((lo, hi) if i == a else (0, d) for i, d in enumerate(t.shape)))
   tails: list[UOp] = []
@@ -222,9 +226,10 @@ def _blocked_sum(x: UOp, a: int, first: int | None = None) -> UOp:
   while (s := x.shape[a]) > blk:
     nb = s // blk
     if s % blk: tails.append(UOp(Ops.REDUCE_AXIS, x.dtype, (span(x, nb * blk, s),), (Ops.ADD, (a,)), BLOCK_TAG))
-    shp = span(x, 0, nb * blk).shape
-    part = span(x, 0, nb * blk).reshape((*shp[:a], nb, blk, *shp[a + 1:]))
-    x = UOp(Ops.REDUCE_AXIS, x.dtype, (part,), (Ops.ADD, (a + 1,)), BLOCK_TAG).reshape((*shp[:a], nb, *shp[a + 1:]))
+    head = span(x, 0, nb * blk)
+    shp = head.shape
+    blocks = head.reshape((*shp[:a], nb, blk, *shp[a + 1:]))
+    x = UOp(Ops.REDUCE_AXIS, x.dtype, (blocks,), (Ops.ADD, (a + 1,)), BLOCK_TAG).reshape((*shp[:a], nb, *shp[a + 1:]))
     blk = REDUCE_FANIN
   ret = x.r(Ops.ADD, (a,))
   if not tails: return ret
