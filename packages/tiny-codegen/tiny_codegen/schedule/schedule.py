@@ -280,11 +280,22 @@ def _blocked_reduce(r: UOp) -> UOp:
   return _blocked_sum(flat, len(keep)).reshape(out)
 
 
+SPLIT_MEMO_MAX = 512
+"""`_split_big_reduce` remembers up to this many split or blocked reduces (then starts over): the normalizer meets the
+same normalized REDUCE_AXIS on every eager `t.sum()`, and building a blocked sum's ~20 nodes cost ~40 us each time."""
+_split_memo: dict[tuple[UOp, int, int, int, int], UOp] = {}
+
+
 def _split_big_reduce(r: UOp) -> UOp:
   """`r` split by `_split_few_outputs_reduce` (a few outputs), else blocked by `_blocked_reduce` (a big float sum),
-  else split by `_split_streaming_reduce` (many outputs), else unchanged."""
-  if (s := _split_few_outputs_reduce(r)) is not r: return s
-  return s if (s := _blocked_reduce(r)) is not r else _split_streaming_reduce(r)
+  else split by `_split_streaming_reduce` (many outputs), else unchanged. The first two are remembered per node and
+  block sizes (`_split_memo`; `clear_schedule_cache` forgets them)."""
+  key = (r, REDUCE_BLOCK, REDUCE_FANIN, BLOCKED_SUM_MIN, SPLIT_REDUCE_MIN)
+  if (done := _split_memo.get(key)) is not None: return done
+  if (s := _split_few_outputs_reduce(r)) is r and (s := _blocked_reduce(r)) is r: return _split_streaming_reduce(r)
+  if len(_split_memo) >= SPLIT_MEMO_MAX: _split_memo.clear()
+  _split_memo[key] = s
+  return s
 
 
 CHUNK_BYTES = 1 << 20
@@ -1080,3 +1091,4 @@ def clear_schedule_cache() -> None:
   _generation[0] += 1
   _cache.clear()
   _realized.clear()
+  _split_memo.clear()
