@@ -85,3 +85,23 @@ def test_sum_mean_var_of_a_virtual_10_to_the_8_elements_as_accurate_as_numpy() -
   assert _rel(got_sum, ref_sum) <= _bound(_rel(float(xs.sum()), ref_sum)), _rel(got_sum, ref_sum)
   assert _rel(got_mean, ref_sum / n) <= _bound(_rel(float(xs.mean()), ref_sum / n)) + EPS
   assert _rel(got_var, ref_var) <= _bound(_rel(float(xs.var(ddof=1)), ref_var)), _rel(got_var, ref_var)
+
+
+def test_sum_over_a_leading_axis_of_ones_is_exact() -> None:
+  # a reduce over a leading axis is blocked with its reduced axes moved last (before: 2**24 in each column)
+  got = tt.Tensor.ones(2**25 + 3, 3).sum(0).numpy()
+  np.testing.assert_array_equal(got, np.full(3, np.float32(2**25 + 3)))
+
+
+def test_long_rows_of_many_outputs_as_accurate_as_numpy() -> None:
+  # 1024 rows of 2**18+7 values (a virtual input: a periodic row plus a per-row offset): many outputs, each a sum of
+  # SPLIT_REDUCE_MIN or more elements, is blocked in one kernel (before: 3e-3 off; numpy's pairwise: 1.3e-7)
+  n, rows = 2**18 + 7, 1024
+  row = (tt.Tensor.arange(n) % 1000).cast(tt.dtypes.float32) * np.float32(0.001)
+  offs = tt.Tensor.arange(rows).cast(tt.dtypes.float32).reshape(rows, 1) * np.float32(0.5)
+  got = (row.reshape(1, n).expand(rows, n) + offs).sum(1).numpy()
+  xs = (np.arange(n) % 1000).astype(np.float32) * np.float32(0.001)
+  full = xs[None, :] + (np.arange(rows, dtype=np.float32) * np.float32(0.5))[:, None]
+  ref = full.astype(np.float64).sum(1)
+  np_err = float((np.abs(full.sum(1) - ref) / ref).max())
+  assert float((np.abs(got - ref) / ref).max()) <= _bound(np_err), (np.abs(got - ref) / ref).max()
