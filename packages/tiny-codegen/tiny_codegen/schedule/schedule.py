@@ -280,21 +280,36 @@ def _blocked_reduce(r: UOp) -> UOp:
   return _blocked_sum(flat, len(keep)).reshape(out)
 
 
-SPLIT_MEMO_MAX = 512
-"""`_split_big_reduce` remembers up to this many split or blocked reduces (then starts over): the normalizer meets the
-same normalized REDUCE_AXIS on every eager `t.sum()`, and building a blocked sum's ~20 nodes cost ~40 us each time."""
+SPLIT_MEMO_MAX, SPLIT_MEMO_NODES = 256, 64
+"""`_split_big_reduce` remembers up to SPLIT_MEMO_MAX split or blocked reduces whose graphs have at most
+SPLIT_MEMO_NODES nodes (then starts over): the normalizer meets the same normalized REDUCE_AXIS on every eager
+`t.sum()`, and building a blocked sum's ~20 nodes cost ~40 us each time. (A big graph isn't kept alive for it: the
+schedule cache bounds those by their size.)"""
 _split_memo: dict[tuple[UOp, int, int, int, int], UOp] = {}
+
+
+def _at_most_nodes(x: UOp, limit: int) -> bool:
+  """Whether `x`'s graph has at most `limit` nodes (the walk stops past it)."""
+  seen, stack = {x}, [x]
+  while stack:
+    for s in stack.pop().src:
+      if s not in seen:
+        if len(seen) >= limit: return False
+        seen.add(s)
+        stack.append(s)
+  return True
 
 
 def _split_big_reduce(r: UOp) -> UOp:
   """`r` split by `_split_few_outputs_reduce` (a few outputs), else blocked by `_blocked_reduce` (a big float sum),
   else split by `_split_streaming_reduce` (many outputs), else unchanged. The first two are remembered per node and
-  block sizes (`_split_memo`; `clear_schedule_cache` forgets them)."""
+  block sizes for small graphs (`_split_memo`; `clear_schedule_cache` forgets them)."""
   key = (r, REDUCE_BLOCK, REDUCE_FANIN, BLOCKED_SUM_MIN, SPLIT_REDUCE_MIN)
   if (done := _split_memo.get(key)) is not None: return done
   if (s := _split_few_outputs_reduce(r)) is r and (s := _blocked_reduce(r)) is r: return _split_streaming_reduce(r)
-  if len(_split_memo) >= SPLIT_MEMO_MAX: _split_memo.clear()
-  _split_memo[key] = s
+  if _at_most_nodes(r, SPLIT_MEMO_NODES):
+    if len(_split_memo) >= SPLIT_MEMO_MAX: _split_memo.clear()
+    _split_memo[key] = s
   return s
 
 
