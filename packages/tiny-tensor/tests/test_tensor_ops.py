@@ -254,16 +254,15 @@ def test_var_mean_std_mean_and_correction():
 
 
 
-def test_mean_var_std_of_a_long_offset_vector_as_accurate_as_numpy():
-  # 200003 float32s around 100 (issue #38): the sums are blocked (no accumulator adds more than 1024 terms), so
-  # mean/var/std are within 10x (or 4 roundoffs) of numpy's pairwise float32 error against float64 (with one running
-  # sum per lane the var was off by 7e-4)
-  a = (rng.standard_normal(200003) + 100).astype(np.float32)
-  a64 = a.astype(np.float64)
-  t = Tensor(a)
-  for got, ours32, ref in ((t.mean(), a.mean(), a64.mean()), (t.var(), a.var(ddof=1), a64.var(ddof=1)),
-                           (t.std(), a.std(ddof=1), a64.std(ddof=1))):
-    assert abs(got.item() - ref) <= max(10 * abs(float(ours32) - ref), 4 * 2.0**-24 * abs(ref)), (got.item(), ref)
+def test_mean_of_a_long_offset_vector_as_accurate_as_numpy():
+  # 32771 float32s around 100 (issue #38): the sum is blocked (no accumulator adds more than 1024 terms), so the mean
+  # is within 10x (or 4 roundoffs) of numpy's pairwise float32 error against float64 (one running sum per lane was off
+  # by 2.1e-4). Small: the mock GPUs of CI run this file too (sums, var, std and bigger sizes: tiny-codegen's
+  # test_reduce_accuracy.py)
+  a = (np.random.default_rng(38).standard_normal(32771) + 100).astype(np.float32)
+  ref = a.astype(np.float64).mean()
+  got = Tensor(a).mean().item()
+  assert abs(got - ref) <= max(10 * abs(float(a.mean()) - ref), 4 * 2.0**-24 * abs(ref)), (got, ref)
 
 def test_softmax_family():
   a = rng.standard_normal((3, 5)).astype(np.float32) * 4
