@@ -285,7 +285,7 @@ SPLIT_MEMO_MAX, SPLIT_MEMO_NODES = 256, 64
 SPLIT_MEMO_NODES nodes (then starts over): the normalizer meets the same normalized REDUCE_AXIS on every eager
 `t.sum()`, and building a blocked sum's ~20 nodes cost ~40 us each time. (A big graph isn't kept alive for it: the
 schedule cache bounds those by their size.)"""
-_split_memo: dict[tuple[UOp, int, int, int, int], UOp] = {}
+_split_memo: dict[tuple[UOp, int, int, int, int, int], UOp] = {}
 
 
 def _at_most_nodes(x: UOp, limit: int) -> bool:
@@ -301,12 +301,15 @@ def _at_most_nodes(x: UOp, limit: int) -> bool:
 
 
 def _split_big_reduce(r: UOp) -> UOp:
-  """`r` split by `_split_few_outputs_reduce` (a few outputs), else blocked by `_blocked_reduce` (a big float sum),
-  else split by `_split_streaming_reduce` (many outputs), else unchanged. The first two are remembered per node and
-  block sizes for small graphs (`_split_memo`; `clear_schedule_cache` forgets them)."""
-  key = (r, REDUCE_BLOCK, REDUCE_FANIN, BLOCKED_SUM_MIN, SPLIT_REDUCE_MIN)
+  """`r` split by `_split_few_outputs_reduce` (a few outputs), else by `_split_streaming_reduce` (many outputs sharing
+  inputs bigger than L2: its chunks keep them in cache), else blocked by `_blocked_reduce` (a big float sum), else
+  unchanged. The first and the last are remembered per node and sizes for small graphs (`_split_memo`;
+  `clear_schedule_cache` forgets them)."""
+  key = (r, REDUCE_BLOCK, REDUCE_FANIN, BLOCKED_SUM_MIN, SPLIT_REDUCE_MIN, CHUNK_BYTES)  # (tests patch them)
   if (done := _split_memo.get(key)) is not None: return done
-  if (s := _split_few_outputs_reduce(r)) is r and (s := _blocked_reduce(r)) is r: return _split_streaming_reduce(r)
+  if (s := _split_few_outputs_reduce(r)) is r:
+    if (chunked := _split_streaming_reduce(r)) is not r: return chunked
+    if (s := _blocked_reduce(r)) is r: return r
   if _at_most_nodes(r, SPLIT_MEMO_NODES):
     if len(_split_memo) >= SPLIT_MEMO_MAX: _split_memo.clear()
     _split_memo[key] = s
