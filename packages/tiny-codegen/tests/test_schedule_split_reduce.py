@@ -198,3 +198,16 @@ def test_sum_over_a_batch_and_a_big_matmul_are_not_split() -> None:
   # (one reduce kernel: on AVX2 a copy of c into column panels comes first, `gemm_panel`)
   kernels = create_schedule(UOp.sink((b @ c).uop)).kernels
   assert sum(any(u.op is Ops.REDUCE for u in k.toposort()) for k in kernels) == 1, kernels
+
+
+def test_blocked_split_sum_keeps_its_vector_accumulators() -> None:
+  # 2**23 elements: each of the 1024 partial sums adds 8192 rows, 8 blocks of REDUCE_BLOCK; the level above the
+  # blocks (8 partials) is a loop around theirs, not unrolled in place of the 16 vector lanes (`_unroll_reduce`)
+  n = 1 << 23
+  assert n // (S.SPLIT_REDUCE_GROUPS * S.SPLIT_REDUCE_LANES) == 8 * S.REDUCE_BLOCK
+  data = np.random.default_rng(8).standard_normal(n).astype(np.float32)
+  got, kernels = _run((n,), Ops.ADD, (0,), data)
+  assert len(kernels) == 2, [k.src[0].arg for k in kernels]
+  np.testing.assert_allclose(got.reshape(()), data.astype(np.float64).sum(), rtol=1e-5, atol=1e-2)
+  ren = Device["CPU"].renderer
+  if "LLVM" in type(ren).__name__: assert "<16 x float>" in get_program(kernels[0].src[0], ren).src

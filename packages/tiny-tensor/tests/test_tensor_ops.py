@@ -253,6 +253,17 @@ def test_var_mean_std_mean_and_correction():
   close(s, a.std(0), atol=1e-5); close(m, a.mean(0))  # noqa: E702
 
 
+
+def test_mean_of_a_long_offset_vector_as_accurate_as_numpy():
+  # 32771 float32s around 100 (issue #38): the sum is blocked (no accumulator adds more than 1024 terms), so the mean
+  # is within 10x (or 4 roundoffs) of numpy's pairwise float32 error against float64 (one running sum per lane was off
+  # by 2.1e-4). Small: the mock GPUs of CI run this file too (sums, var, std and bigger sizes: tiny-codegen's
+  # test_reduce_accuracy.py)
+  a = (np.random.default_rng(38).standard_normal(32771) + 100).astype(np.float32)
+  ref = a.astype(np.float64).mean()
+  got = Tensor(a).mean().item()
+  assert abs(got - ref) <= max(10 * abs(float(a.mean()) - ref), 4 * 2.0**-24 * abs(ref)), (got, ref)
+
 def test_softmax_family():
   a = rng.standard_normal((3, 5)).astype(np.float32) * 4
   e = np.exp(a - a.max(-1, keepdims=True))

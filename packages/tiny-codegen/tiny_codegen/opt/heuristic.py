@@ -462,15 +462,26 @@ def _unroll_reduce(k: Kernel, loads: list[UOp], latency: bool = True) -> bool:
   a small one (<= 8, e.g. a filter width) fully, a larger one by 16/8/4 when loads walk it contiguously (independent
   partial results hide the add latency; the expander gives each lane of a streaming reduce its own accumulator) as
   long as that REDUCE's body is cheap; at most 256 lanes in all. True when it unrolled or a load walks the axis
-  contiguously (no case for `_vector_accumulators`). `latency`: False leaves a larger axis as it is."""
+  contiguously (no case for `_vector_accumulators`). `latency`: False leaves a larger axis as it is.
+  A REDUCE whose body runs another REDUCE's loop once per iteration (an upper level of a blocked sum: it adds the
+  partial sums of the blocks below) is not unrolled: its body is a loop, and unrolling it would copy that loop where
+  the lanes or the innermost level's unroll should go."""
   inner: dict[UOp, UOp] = {}  # innermost REDUCE range -> its REDUCE
   for red in (u for u in k.ast.toposort() if u.op is Ops.REDUCE):
-    if (rs := [r for r in red.src[1:] if r.op is Ops.RANGE and r.arg[1] is AxisType.REDUCE]):
+    if (rs := [r for r in red.src[1:] if r.op is Ops.RANGE and r.arg[1] is AxisType.REDUCE]) and \
+       not _runs_a_loop_per_iteration(red, rs):
       inner.setdefault(max(rs, key=lambda r: r.arg[0]), red)
   done = False
   for r, red in sorted(inner.items(), key=lambda x: -x[0].arg[0]):
     if r in k.reduce_axes: done = _unroll_one(k, r, red, loads, latency) or done
   return done
+
+
+def _runs_a_loop_per_iteration(red: UOp, rngs: list[UOp]) -> bool:
+  """True when `red`'s value holds a REDUCE that depends on one of `rngs` (red's own ranges): that REDUCE's loop
+  runs again on every iteration of red's (a softmax's max, computed once per output, does not)."""
+  own = set(rngs)
+  return any(u.op is Ops.REDUCE and any(r in own for r in u.ranges) for u in red.src[0].toposort())
 
 
 def _unroll_one(k: Kernel, r: UOp, red: UOp, loads: list[UOp], latency: bool = True) -> bool:

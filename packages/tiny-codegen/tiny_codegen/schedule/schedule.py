@@ -2,7 +2,11 @@
 
 Stages (docs/PIPELINE.md §2):
 1. normalize: DETACH/CONTIGUOUS_BACKWARD removed, input BUFFERs replaced by numbered placeholders and bound variables
-   by their unbound form, so the graph's structure is the schedule cache key;
+   by their unbound form, so the graph's structure is the schedule cache key; a big REDUCE_AXIS is split
+   (`_split_big_reduce`). Accumulation contract (docs/PIPELINE.md §2): a big float sum is blocked (`_blocked_sum`), no
+   accumulator adds more than REDUCE_BLOCK elements or REDUCE_FANIN partials, so its float32 error is of the order of
+   numpy's pairwise sum and a sum of ones is exact wherever float32 holds every partial (counts past 2**31 included:
+   such a schedule's index math is int64, `_index_dtype`); the order of the additions is not part of the contract;
 2. decide what is realized: the requested values, CONTIGUOUS, COPY (and its source), ASSIGN, every REDUCE_AXIS
    that reads memory and whose result is broadcast (EXPAND) or used by more than one kernel, and every big
    elementwise value of several buffers that a reduce reads through a broadcasting window (a convolution's or
@@ -190,13 +194,62 @@ SPLIT_REDUCE_MIN = 1 << 18
 tensor) is done in two stages: one fused loop would run on one thread with one accumulator chain."""
 SPLIT_REDUCE_GROUPS, SPLIT_REDUCE_LANES = 64, 16
 
+# ***** the accumulation contract of a float sum (docs/PIPELINE.md §2) *****
+REDUCE_BLOCK = 1024
+"""A float sum's innermost accumulator adds at most this many elements of its input before its partial sum goes to the
+level above (blocked summation: the error of a chain of b additions grows with b, a float32 chain of ones stops at
+2**24)."""
+REDUCE_FANIN = 16
+"""... and every accumulator above the innermost adds at most this many partials. With blocks of REDUCE_BLOCK ones a
+level's full partials are powers of two, so sums of ones stay exact wherever float32 holds every partial."""
+BLOCKED_SUM_MIN = 1 << 14
+"""A float sum of at least this many elements into each output (of fewer than REDUCE_SPLIT_OUTPUTS outputs, or of
+SPLIT_REDUCE_MIN or more elements into any number) is blocked (`_blocked_sum`); smaller ones, and a matmul's K, keep
+one accumulator per output (the optimizer's vector lanes and unrolls shorten its chains)."""
+BLOCK_TAG = "sum_block"
+"""The tag of the inner REDUCE_AXIS levels of a blocked sum: `_decide` fuses them into the kernel of the level
+above (each level's partials are a register, not a buffer)."""
+
+
+def _blocked_sum(x: UOp, a: int, first: int | None = None) -> UOp:
+  """`x` (static shape) summed over axis `a` (kept as size 1) as a tree of sums: the innermost REDUCE_AXIS adds blocks
+  of `first` (default REDUCE_BLOCK) elements, each level above adds REDUCE_FANIN partials of the level below, until
+  one level adds at most that many (the last, untagged REDUCE_AXIS; the inner ones carry BLOCK_TAG). A level whose
+  size isn't a multiple of its block sums its tail (less than a block, a SHRINK: no masked loads in the loops) on its
+  own, and the tails are added to the tree's sum, the lowest level's first. For float32 and n elements the error is
+  at most about (first + REDUCE_FANIN * log_FANIN(n / first)) * eps * sum(|x|); for random data it is of the order
+  of numpy's pairwise sum, since no accumulator adds more than a block."""
+  def span(t: UOp, lo: int, hi: int) -> UOp:
+    return t.shrink(tuple((lo, hi) if i == a else (0, d) for i, d in enumerate(t.shape)))
+  tails: list[UOp] = []
+  blk = REDUCE_BLOCK if first is None else first
+  while (s := x.shape[a]) > blk:
+    nb = s // blk
+    if s % blk: tails.append(UOp(Ops.REDUCE_AXIS, x.dtype, (span(x, nb * blk, s),), (Ops.ADD, (a,)), BLOCK_TAG))
+    head = span(x, 0, nb * blk)
+    shp = head.shape
+    blocks = head.reshape((*shp[:a], nb, blk, *shp[a + 1:]))
+    x = UOp(Ops.REDUCE_AXIS, x.dtype, (blocks,), (Ops.ADD, (a + 1,)), BLOCK_TAG).reshape((*shp[:a], nb, *shp[a + 1:]))
+    blk = REDUCE_FANIN
+  ret = x.r(Ops.ADD, (a,))
+  if not tails: return ret
+  total = tails[0]
+  for t in tails[1:]: total = total + t
+  return total + ret
+
+
+def _is_float_sum(r: UOp) -> bool:
+  return r.arg[0] is Ops.ADD and dtypes.is_float(r.dtype)
+
 
 def _split_few_outputs_reduce(r: UOp) -> UOp:
   """`r` (a REDUCE_AXIS over the trailing axes of a static shape, SPLIT_REDUCE_MIN or more elements per output, fewer
   than REDUCE_SPLIT_OUTPUTS outputs) as two reduces: the reduced elements as (G groups, M rows, L lanes), partial
   results over M into (outputs, G, L), then those reduced. The partial reduce has G*L >= REDUCE_SPLIT_OUTPUTS
   outputs, so `_decide` gives it its own kernel: its groups run on the CPU's threads, its L lanes (contiguous in
-  memory) are vector accumulators (the CPU heuristic upcasts them). Any other reduce comes back unchanged."""
+  memory) are vector accumulators (the CPU heuristic upcasts them). A float sum is blocked at both stages
+  (`_blocked_sum`: M in blocks of REDUCE_BLOCK, the G*L partials in blocks of REDUCE_FANIN). Any other reduce comes
+  back unchanged."""
   op, axes = r.arg
   shp = r.src[0].shape
   if shp is None or not all_int(shp) or not axes: return r
@@ -204,14 +257,63 @@ def _split_few_outputs_reduce(r: UOp) -> UOp:
   if tuple(axes) != tuple(range(k, len(shp))): return r
   red, outs, per = prod(shp[k:]), prod(shp[:k]), SPLIT_REDUCE_GROUPS * SPLIT_REDUCE_LANES
   if red < SPLIT_REDUCE_MIN or red % per or outs >= REDUCE_SPLIT_OUTPUTS: return r
-  part = r.src[0].reshape((*shp[:k], SPLIT_REDUCE_GROUPS, red // per, SPLIT_REDUCE_LANES)).r(op, (k + 1,))
-  return part.r(op, (k, k + 1, k + 2)).reshape((*shp[:k], *(1,) * len(axes)))  # r.shape: reduced axes kept as 1
+  src = r.src[0].reshape((*shp[:k], SPLIT_REDUCE_GROUPS, red // per, SPLIT_REDUCE_LANES))
+  if not _is_float_sum(r):
+    part = src.r(op, (k + 1,))
+    return part.r(op, (k, k + 1, k + 2)).reshape((*shp[:k], *(1,) * len(axes)))  # r.shape: reduced axes kept as 1
+  part = _blocked_sum(src, k + 1).reshape((*shp[:k], per))  # (outputs, G*L), realized on its own (`_decide`)
+  return _blocked_sum(part, k, REDUCE_FANIN).reshape(r.shape)
+
+
+def _blocked_reduce(r: UOp) -> UOp:
+  """`r`, a float sum of BLOCKED_SUM_MIN or more elements into each of fewer than REDUCE_SPLIT_OUTPUTS outputs (or
+  of SPLIT_REDUCE_MIN or more into any number), as `_blocked_sum` over its reduced axes moved last and flattened: one
+  kernel still (the inner levels are fused), but no accumulator adds more than REDUCE_BLOCK terms. Any other reduce
+  comes back unchanged."""
+  op, axes = r.arg
+  shp, out = r.src[0].shape, r.shape
+  if not _is_float_sum(r) or not axes or shp is None or out is None or not all_int(shp): return r
+  red, outs = prod(shp[a] for a in axes), prod(out)
+  if red < BLOCKED_SUM_MIN or (outs >= REDUCE_SPLIT_OUTPUTS and red < SPLIT_REDUCE_MIN): return r
+  keep = tuple(i for i in range(len(shp)) if i not in axes)
+  flat = r.src[0].permute((*keep, *axes)).reshape((*(shp[i] for i in keep), red))
+  return _blocked_sum(flat, len(keep)).reshape(out)
+
+
+SPLIT_MEMO_MAX, SPLIT_MEMO_NODES = 256, 64
+"""`_split_big_reduce` remembers up to SPLIT_MEMO_MAX split or blocked reduces whose graphs have at most
+SPLIT_MEMO_NODES nodes (then starts over): the normalizer meets the same normalized REDUCE_AXIS on every eager
+`t.sum()`, and building a blocked sum's ~20 nodes cost ~40 us each time. (A big graph isn't kept alive for it: the
+schedule cache bounds those by their size.)"""
+_split_memo: dict[tuple[UOp, int, int, int, int, int], UOp] = {}
+
+
+def _at_most_nodes(x: UOp, limit: int) -> bool:
+  """Whether `x`'s graph has at most `limit` nodes (the walk stops past it)."""
+  seen, stack = {x}, [x]
+  while stack:
+    for s in stack.pop().src:
+      if s not in seen:
+        if len(seen) >= limit: return False
+        seen.add(s)
+        stack.append(s)
+  return True
 
 
 def _split_big_reduce(r: UOp) -> UOp:
-  """`r` split by `_split_few_outputs_reduce` (a few outputs), else by `_split_streaming_reduce` (many), else
-  unchanged."""
-  return s if (s := _split_few_outputs_reduce(r)) is not r else _split_streaming_reduce(r)
+  """`r` split by `_split_few_outputs_reduce` (a few outputs), else by `_split_streaming_reduce` (many outputs sharing
+  inputs bigger than L2: its chunks keep them in cache), else blocked by `_blocked_reduce` (a big float sum), else
+  unchanged. The first and the last are remembered per node and sizes for small graphs (`_split_memo`;
+  `clear_schedule_cache` forgets them)."""
+  key = (r, REDUCE_BLOCK, REDUCE_FANIN, BLOCKED_SUM_MIN, SPLIT_REDUCE_MIN, CHUNK_BYTES)  # (tests patch them)
+  if (done := _split_memo.get(key)) is not None: return done
+  if (s := _split_few_outputs_reduce(r)) is r:
+    if (chunked := _split_streaming_reduce(r)) is not r: return chunked
+    if (s := _blocked_reduce(r)) is r: return r
+  if _at_most_nodes(r, SPLIT_MEMO_NODES):
+    if len(_split_memo) >= SPLIT_MEMO_MAX: _split_memo.clear()
+    _split_memo[key] = s
+  return s
 
 
 CHUNK_BYTES = 1 << 20
@@ -470,9 +572,9 @@ def _decide(sink: UOp) -> tuple[dict[UOp, None], dict[UOp, bool]]:
   depth: dict[UOp, int] = {}  # ops on the longest chain from a realized value (or an input) to this one
   reads: dict[UOp, tuple[UOp, ...]] = {}  # up to SHARED_MIN_BUFFERS distinct buffers its kernel would read for it
   for n in nodes:
-    if n.op is Ops.REDUCE_AXIS and n not in want and reads_memory[n] and (expands[n] or len(stops[n]) > 1 or (
-        (ri := reduced_into[n]) is not None and ri < REDUCE_SPLIT_OUTPUTS and all_int(shape_of(n)) and
-        prod(shape_of(n)) >= REDUCE_SPLIT_OUTPUTS)): want.add(n)
+    if n.op is Ops.REDUCE_AXIS and n not in want and reads_memory[n] and n.tag != BLOCK_TAG and (
+        expands[n] or len(stops[n]) > 1 or ((ri := reduced_into[n]) is not None and ri < REDUCE_SPLIT_OUTPUTS and
+        all_int(shape_of(n)) and prod(shape_of(n)) >= REDUCE_SPLIT_OUTPUTS)): want.add(n)
     elif n.op in GroupOp.ALU and n not in want and reads_memory[n] and len(leaves[n]) >= WINDOW_MIN_BUFFERS and \
         all_int(shape_of(n)) and prod(shape_of(n)) >= WINDOW_MIN_SIZE and windowed[n][0]: want.add(n)
     elif n.op in _TRANSCENDENTAL and n not in want and reads_memory[n] and expands[n] and all_int(shape_of(n)):
@@ -1007,3 +1109,4 @@ def clear_schedule_cache() -> None:
   _generation[0] += 1
   _cache.clear()
   _realized.clear()
+  _split_memo.clear()
