@@ -198,3 +198,22 @@ def test_renderers_refuse_an_operand_with_no_expression():
       R().render(uops)
   with pytest.raises(RenderError, match="source 0 of RANGE"):
     ClangRenderer().render(uops)
+
+
+def test_c_refuses_a_const_loop_bound_placed_after_its_loop():
+  # the shape of the original bug (fixed in linearize, e62abda): a size-1 reduce's bound CONST 1, used only by its
+  # RANGE, was placed after the loops; C reads constants by name, so the bound printed as nothing
+  import pytest
+  from tiny_codegen.renderer import RenderError
+  out, inp = UOp(Ops.PARAM, dtypes.int32.ptr(2), arg=0), UOp(Ops.PARAM, dtypes.int32.ptr(2), arg=1)
+  r0, r1 = UOp.range(2, 0), UOp.range(1, 1, AxisType.REDUCE)
+  ast = out.index(r0).store(inp.index(r0 + r1).load().reduce(r1, arg=Ops.ADD)).sink(arg=KernelInfo("r"))
+  r = ClangRenderer()
+  r.threads = 1
+  uops = lower(ast, r).uops
+  assert "Ridx1 < 1;" in r.render(uops)
+  rng = next(u for u in uops if u.op is Ops.RANGE and u.arg[0] == 1)
+  moved = [u for u in uops if u is not rng.src[0]]
+  moved.insert(len(moved) - 1, rng.src[0])  # before the SINK, after every loop
+  with pytest.raises(RenderError, match="source 0 of RANGE .* CONST"):
+    r.render(moved)
