@@ -34,3 +34,9 @@ def test_pow_clip_gradient_matches_torch():
   t = torch.tensor(v, requires_grad=True)
   t.pow(0.7).clip(0, 1).sum().backward()
   np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy(), rtol=1e-5)
+
+
+def test_adding_zero_gives_positive_zero_like_numpy():
+  a = np.array([-0.0, 0.0, 1.0, -2.0], dtype=np.float32)
+  np.testing.assert_array_equal(np.signbit((Tensor(a) + 0).numpy()), np.signbit(a + np.float32(0)))
+  np.testing.assert_array_equal(np.signbit((Tensor(a) - 0).numpy()), np.signbit(a - np.float32(0)))

@@ -155,3 +155,14 @@ def test_where_of_two_python_scalars_keeps_their_values():
     for v in SAMPLES:
       got = ref_eval(w, {"x": v})[w]
       assert _same(got, float(x if v < 0.0 else y)), f"where({v} < 0, {x}, {y}) = {got}"
+
+
+@pytest.mark.parametrize("e, folds", [(X + 0.0, False), (X + (-0.0), True), (X - 0.0, True), (X - (-0.0), False),
+                                      (UOp.const(dtypes.float32, 0.0) + X, False)])
+def test_adding_zero_keeps_the_sign_of_zero(e: UOp, folds: bool):
+  # -0.0 + 0.0 is +0.0: x+0.0 -> x would keep a -0.0 (1/(x+0) = -inf instead of inf); x + (-0.0) is exactly x
+  s = simplify(e)
+  assert (s is X) == folds
+  for v in SAMPLES:
+    want, got = ref_eval(e, {"x": v})[e], ref_eval(s, {"x": v})[s]
+    assert _same(want, got) and math.copysign(1.0, want) == math.copysign(1.0, got), f"{e.render()} at {v}: {got}"
