@@ -168,3 +168,70 @@ def test_adding_zero_keeps_the_sign_of_zero(e: UOp, folds: bool):
   for v in SAMPLES:
     want, got = ref_eval(e, {"x": v})[e], ref_eval(s, {"x": v})[s]
     assert _same(want, got), f"{e.render()} at {v}: {got}"
+
+
+# ***** ints and floats mixed: casts both ways, int division and remainder with negative values *****
+V = UOp.variable("v", -6, 6)
+_INT_DTS = [dtypes.int32, dtypes.uint8, dtypes.int8, dtypes.int64, dtypes.uint32]
+
+
+def _mixed_float(draw, depth: int) -> UOp:
+  if depth == 0 or draw(st.integers(0, 3)) == 0:
+    k = draw(st.integers(0, 2))
+    if k == 0: return X
+    if k == 1: return V.cast(dtypes.float32)
+    return UOp.const(dtypes.float32, draw(st.sampled_from(_SPECIAL + [2.5, -2.5, 255.5, 1e10])))
+  kind = draw(st.sampled_from(["+", "*", "max", "where", "cast", "icast"]))
+  if kind == "icast": return _mixed_int(draw, depth - 1).cast(dtypes.float32)
+  a = _mixed_float(draw, depth - 1)
+  if kind == "cast":
+    return a.cast(draw(st.sampled_from([dtypes.float16, dtypes.float64, dtypes.bool, *_INT_DTS]))).cast(dtypes.float32)
+  b = _mixed_float(draw, depth - 1)
+  if kind == "+": return a + b
+  if kind == "*": return a * b
+  if kind == "max": return a.maximum(b)
+  return _mixed_cmp(draw, depth - 1).where(a, b)
+
+
+def _mixed_int(draw, depth: int) -> UOp:
+  if depth == 0 or draw(st.integers(0, 3)) == 0:
+    return V if draw(st.booleans()) else UOp.const(dtypes.index, draw(st.integers(-300, 300)))
+  kind = draw(st.sampled_from(["+", "*", "max", "where", "fcast", "//", "%", "cast"]))
+  if kind == "fcast": return _mixed_float(draw, depth - 1).cast(draw(st.sampled_from(_INT_DTS))).cast(dtypes.index)
+  a = _mixed_int(draw, depth - 1)
+  if kind == "cast": return a.cast(draw(st.sampled_from([dtypes.bool, *_INT_DTS]))).cast(dtypes.index)
+  if kind == "//": return a // draw(st.sampled_from([-7, -2, -1, 1, 3, 4]))
+  if kind == "%": return a % draw(st.sampled_from([-7, -2, 1, 3, 4]))
+  b = _mixed_int(draw, depth - 1)
+  if kind == "+": return a + b
+  if kind == "*": return a * b
+  if kind == "max": return a.maximum(b)
+  return _mixed_cmp(draw, depth - 1).where(a, b)
+
+
+def _mixed_cmp(draw, depth: int) -> UOp:
+  if draw(st.booleans()): a, b = _mixed_float(draw, depth), _mixed_float(draw, depth)
+  else: a, b = _mixed_int(draw, depth), _mixed_int(draw, depth)
+  kind = draw(st.sampled_from(["<", "!=", "==", "not<"]))
+  if kind == "<": return a < b
+  if kind == "!=": return a.ne(b)
+  if kind == "==": return a.eq(b)
+  return (a < b).logical_not()
+
+
+@st.composite
+def mixed_expressions(draw):
+  k = draw(st.integers(0, 2))
+  return _mixed_cmp(draw, 3) if k == 0 else _mixed_float(draw, 3) if k == 1 else _mixed_int(draw, 3)
+
+
+@settings(max_examples=150, deadline=None)
+@given(mixed_expressions())
+def test_mixed_int_float_simplify_matches_brute_force(e: UOp):
+  s = simplify(e)
+  for x, v in itertools.product(SAMPLES, (-6, -1, 0, 5, 6)):
+    env = {"x": x, "v": v}
+    ve, vs = ref_eval(e, env), ref_eval(s, env)
+    assert _same(ve[e], vs[s]), f"{e.render()} = {ve[e]!r} but simplified {s.render()} = {vs[s]!r} at {env}"
+    _check_node_ranges(ve)
+    _check_node_ranges(vs)
