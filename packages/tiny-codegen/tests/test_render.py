@@ -217,3 +217,13 @@ def test_c_refuses_a_const_loop_bound_placed_after_its_loop():
   moved.insert(len(moved) - 1, rng.src[0])  # before the SINK, after every loop
   with pytest.raises(RenderError, match="source 0 of RANGE .* CONST"):
     r.render(moved)
+
+
+def test_ptx_refuses_an_operand_with_no_register():
+  # the PTX renderer read registers with a plain dict: a source rendered after its user was a bare KeyError
+  import pytest
+  from tiny_codegen.renderer import RenderError
+  from tiny_codegen.renderer.ptx import PTXRenderer
+  uops, _ = _bound_after_its_loop()
+  with pytest.raises(RenderError, match="ADD dtypes.int"):
+    PTXRenderer("sm_80").render(uops)

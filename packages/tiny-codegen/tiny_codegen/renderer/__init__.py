@@ -8,15 +8,15 @@ Both use the CPU calling convention `void name(T0* data0, ..., int var0, ..., in
 from __future__ import annotations
 
 import os
-from typing import Callable, Iterator, NamedTuple, Sequence, overload
+from typing import Any, Callable, Iterator, NamedTuple, Sequence, overload
 
 from tiny_uop.device import Renderer
 from tiny_uop.dtype import DType, dtypes
 from tiny_uop.helpers import CPU_THREADS
 from tiny_uop.uop import AXIS_LETTER, AxisType, Ops, UOp
 
-__all__ = ["CPURenderer", "CWriter", "SourceExprs", "RenderError", "count_uses", "kernel_params", "var_args",
-           "OOBCheck", "oob_checks", "nontemporal_store", "lane_accumulator_loops"]
+__all__ = ["CPURenderer", "CWriter", "SourceExprs", "RenderError", "ValueNames", "count_uses", "kernel_params",
+           "var_args", "OOBCheck", "oob_checks", "nontemporal_store", "lane_accumulator_loops"]
 
 
 class CPURenderer(Renderer):
@@ -146,6 +146,15 @@ def _describe(u: UOp) -> str:
   return f"{u.op.name} {u.dtype} arg={u.arg!r} ({len(u.src)} sources: {', '.join(x.op.name for x in u.src)})"
 
 
+class ValueNames(dict):
+  """A renderer's map from a UOp to its rendered value (an expression, register names): reading a UOp that has none
+  yet raises `RenderError` naming it, instead of a bare KeyError (or an empty string)."""
+
+  def __missing__(self, u: UOp) -> Any:
+    raise RenderError(f"{_describe(u)} is used before it has a value: it must be rendered before its users "
+                      "(lowering or renderer bug)")
+
+
 class SourceExprs(Sequence[str]):
   """The expressions of `u`'s sources in `r`, looked up when one is read: a source with no expression (not rendered
   yet, or an op that has none) or an empty one raises `RenderError` naming both UOps. It never reads as "", so a
@@ -177,7 +186,7 @@ class CWriter:
 
   def __init__(self, render_dtype: Callable[[DType], str] | None = None) -> None:
     self.render_dtype = render_dtype  # the dialect's type names (a loop counter is int, or its int64 type)
-    self.r: dict[UOp, str] = {}
+    self.r: dict[UOp, str] = ValueNames()
     self.gates: dict[UOp, str] = {}
     self.lines: list[str] = []
     self.depth = 1

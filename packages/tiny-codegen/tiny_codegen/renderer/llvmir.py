@@ -18,8 +18,8 @@ from tiny_uop.helpers import CHECK_OOB
 from tiny_uop.uop import AXIS_LETTER, Ops, UOp
 
 from tiny_codegen.compiler.llvm import LLVMCompiler
-from tiny_codegen.renderer import (CPURenderer, RenderError, kernel_params, lane_accumulator_loops, nontemporal_store,
-                                   oob_checks)
+from tiny_codegen.renderer import (CPURenderer, RenderError, ValueNames, kernel_params, lane_accumulator_loops,
+                                   nontemporal_store, oob_checks)
 
 _INTR = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc", Ops.POW: "pow"}
 _ALU_OPS = {*_INTR, Ops.WHERE, Ops.NEG, Ops.RECIPROCAL, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.MULACC, Ops.ADD,
@@ -137,7 +137,7 @@ class _LLVMEmitter:
     self.name = getattr(uops[-1].arg, "name", "kernel") if uops else "kernel"
     self.oob = oob_checks(uops) if check_oob else {}
     self.contract = accumulations(uops) if contract else set()
-    self.r: dict[UOp, str] = {}
+    self.r: dict[UOp, str] = ValueNames()
     self.gates: dict[UOp, str] = {}
     self.lines: list[str] = []
     self.allocas: list[str] = []
