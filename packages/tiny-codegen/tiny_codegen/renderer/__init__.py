@@ -146,7 +146,7 @@ def _describe(u: UOp) -> str:
   return f"{u.op.name} {u.dtype} arg={u.arg!r} ({len(u.src)} sources: {', '.join(x.op.name for x in u.src)})"
 
 
-class ValueNames(dict):
+class ValueNames(dict[UOp, Any]):
   """A renderer's map from a UOp to its rendered value (an expression, register names): reading a UOp that has none
   yet raises `RenderError` naming it, instead of a bare KeyError (or an empty string)."""
 
