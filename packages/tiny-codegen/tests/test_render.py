@@ -167,3 +167,63 @@ def test_llvm_contracts_only_reduce_accumulations_into_fma():
   src = render(LLVMRenderer, ast)
   assert re.search(r"= fmul contract float", src) and re.search(r"= fadd contract float %", src)
   assert len(re.findall(r"= fmul float", src)) == 1 and len(re.findall(r"= fadd float", src)) == 1, src
+
+
+def _bound_after_its_loop() -> tuple[list[UOp], UOp]:
+  """A lowered kernel whose loop bound is an expression (n+1), with the bound moved after the RANGE that uses it:
+  linear UOps no renderer can spell (a lowering bug would look like this)."""
+  n = UOp.variable("n", 1, 8)
+  c, a = UOp(Ops.PARAM, dtypes.float.ptr(9), arg=0), UOp(Ops.PARAM, dtypes.float.ptr(9), arg=1)
+  i = UOp(Ops.RANGE, dtypes.int32, (n + 1,), arg=(0, AxisType.LOOP))
+  ast = c.index(i).store(a.index(i).load() * 2.0).sink(arg=KernelInfo("E_n"))
+  r = ClangRenderer()
+  r.threads = 1
+  uops = lower(ast, r, optimize=False).uops
+  rng = next(u for u in uops if u.op is Ops.RANGE)
+  bound = rng.src[0]
+  assert bound.op is Ops.ADD and uops.index(bound) < uops.index(rng)
+  uops = [u for u in uops if u is not bound]
+  uops.insert(uops.index(rng) + 1, bound)
+  return uops, bound
+
+
+def test_renderers_refuse_an_operand_with_no_expression():
+  # issue #38: the C renderer printed `for (int Ridx1 = 0; Ridx1 < ; ...)` for a loop bound it had no expression for
+  # (a missing source read as ""); every renderer raises instead, naming the UOp
+  import pytest
+  from tiny_codegen.renderer import RenderError
+  uops, bound = _bound_after_its_loop()
+  for R in (ClangRenderer, LLVMRenderer):
+    with pytest.raises(RenderError, match="ADD dtypes.int"):
+      R().render(uops)
+  with pytest.raises(RenderError, match="source 0 of RANGE"):
+    ClangRenderer().render(uops)
+
+
+def test_c_refuses_a_const_loop_bound_placed_after_its_loop():
+  # the shape of the original bug (fixed in linearize, e62abda): a size-1 reduce's bound CONST 1, used only by its
+  # RANGE, was placed after the loops; C reads constants by name, so the bound printed as nothing
+  import pytest
+  from tiny_codegen.renderer import RenderError
+  out, inp = UOp(Ops.PARAM, dtypes.int32.ptr(2), arg=0), UOp(Ops.PARAM, dtypes.int32.ptr(2), arg=1)
+  r0, r1 = UOp.range(2, 0), UOp.range(1, 1, AxisType.REDUCE)
+  ast = out.index(r0).store(inp.index(r0 + r1).load().reduce(r1, arg=Ops.ADD)).sink(arg=KernelInfo("r"))
+  r = ClangRenderer()
+  r.threads = 1
+  uops = lower(ast, r).uops
+  assert "Ridx1 < 1;" in r.render(uops)
+  rng = next(u for u in uops if u.op is Ops.RANGE and u.arg[0] == 1)
+  moved = [u for u in uops if u is not rng.src[0]]
+  moved.insert(len(moved) - 1, rng.src[0])  # before the SINK, after every loop
+  with pytest.raises(RenderError, match="source 0 of RANGE .* CONST"):
+    r.render(moved)
+
+
+def test_ptx_refuses_an_operand_with_no_register():
+  # the PTX renderer read registers with a plain dict: a source rendered after its user was a bare KeyError
+  import pytest
+  from tiny_codegen.renderer import RenderError
+  from tiny_codegen.renderer.ptx import PTXRenderer
+  uops, _ = _bound_after_its_loop()
+  with pytest.raises(RenderError, match="ADD dtypes.int"):
+    PTXRenderer("sm_80").render(uops)

@@ -276,7 +276,7 @@ bx = x < 5
   (UOp(Ops.NEG, dtypes.index, (UOp(Ops.NEG, dtypes.index, (x,)),)), x),
   (x.cast(dtypes.index), x), (x.cast(dtypes.int64).cast(dtypes.int32), x),
   (x < x, UOp.const(dtypes.bool, False)), (x.ne(x), UOp.const(dtypes.bool, False)),
-  (fx * 1.0, fx), (fx + 0.0, fx), (fx / 1.0, fx),
+  (fx * 1.0, fx), (fx + -0.0, fx), (fx - 0.0, fx), (fx / 1.0, fx),
 ])
 def test_symbolic_simple_identities(expr: UOp, want: UOp):
   assert graph_rewrite(expr, symbolic_simple) is want
@@ -285,6 +285,9 @@ def test_symbolic_simple_identities(expr: UOp, want: UOp):
 def test_float_rules_that_must_not_fire():
   # 0*inf and 0*NaN are NaN; NaN != NaN
   assert graph_rewrite(fx * 0.0, symbolic_simple) is fx * 0.0
+  # -0.0 + 0.0 is +0.0: x+0.0 and x-(-0.0) are not x
+  assert graph_rewrite(fx + 0.0, symbolic_simple) is fx + 0.0
+  assert graph_rewrite(fx - (-0.0), symbolic_simple) is fx - (-0.0)
   assert graph_rewrite(fx.ne(fx), symbolic_simple) is fx.ne(fx)
   assert simplify(fx * 0.0) is fx * 0.0
   # (cast(int8 -> uint8) -> int32) changes negative values: not removable

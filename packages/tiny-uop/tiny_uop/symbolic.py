@@ -97,6 +97,14 @@ def _cast_cast(x: UOp, y: UOp, z: UOp) -> UOp | None:
 def _where_not(c: UOp, a: UOp, b: UOp) -> UOp: return UOp(Ops.WHERE, a.dtype, (c, b, a))
 
 
+def _is_additive_identity(c: UOp, dt: DType, sub: bool) -> bool:
+  """Whether `x + c` (or `x - c` when `sub`) is `x` for every x of dtype `dt`. For floats only x + (-0.0) and
+  x - (+0.0) are: -0.0 + 0.0 is +0.0, so folding x + 0.0 -> x would turn a +0.0 into -0.0 (and 1/(x+0) into -inf)."""
+  if c.arg != 0: return False
+  if not dtypes.is_float(dt): return True
+  return (math.copysign(1.0, c.arg) > 0) == sub
+
+
 def _neq_bool(x: UOp, c: UOp) -> UOp | None:
   # x != False -> x (bool x)
   return x if x.dtype == dtypes.bool and c.arg is False else None
@@ -116,10 +124,10 @@ def _neg_divisor(x: UOp, d: UOp) -> UOp | None:
 symbolic_simple = PatternMatcher([
   # op(consts...) -> const
   (UPat(tuple(GroupOp.ALU | {Ops.CAST}), name="x"), _fold_const),
-  # x+0 -> x, x*1 -> x, x-0 -> x, x//1 -> x, x/1 -> x
-  (UPat.var("x") + 0, lambda x: x),
+  # x+0 -> x, x*1 -> x, x-0 -> x, x//1 -> x, x/1 -> x (floats: x+(-0.0) and x-(+0.0) only, see _is_additive_identity)
+  (UPat.var("x") + UPat.cvar("c", vec=False), lambda x, c: x if _is_additive_identity(c, x.dtype, sub=False) else None),
   (UPat.var("x") * 1, lambda x: x),
-  (UPat.var("x") - 0, lambda x: x),
+  (UPat.var("x") - UPat.cvar("c", vec=False), lambda x, c: x if _is_additive_identity(c, x.dtype, sub=True) else None),
   (UPat.var("x") // 1, lambda x: x),
   (UPat.var("x") / 1.0, lambda x: x),
   # x*0 -> 0 (ints only: 0*inf is NaN)

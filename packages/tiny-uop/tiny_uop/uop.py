@@ -452,7 +452,10 @@ class UOp(metaclass=UOpMetaClass):
   def where(self, x: Any, y: Any) -> UOp:
     """`x` where this condition is true, else `y`."""
     if isinstance(x, UOp): xu = x
-    else: xu = y.const_like(x) if isinstance(y, UOp) else self.const_like(x).cast(dtypes.from_py(x))
+    elif isinstance(y, UOp): xu = y.const_like(x)
+    else:  # both Python scalars: a constant of x's own dtype (not the bool condition's: 0.5 isn't True)
+      dev = self._device_of() if self.shape is not None else None
+      xu = UOp.const(dtypes.from_py(x), x, dev, self.shape if dev is not None else None)
     yu = y if isinstance(y, UOp) else xu.const_like(y)
     if xu.dtype != yu.dtype: raise TypeError(f"where: branches have different dtypes {xu.dtype} and {yu.dtype}")
     return UOp(Ops.WHERE, xu.dtype, (self, xu, yu))
@@ -716,7 +719,19 @@ def _movement_shape(op: Ops, ps: tuple[sint, ...], arg: Any) -> tuple[sint, ...]
 
 # ***** value range analysis *****
 def _compute_min_max(u: UOp) -> tuple[ConstType, ConstType]:
-  """A sound [vmin, vmax] of `u` from its sources' ranges (the value, wrapping included, always lies inside)."""
+  """A sound [vmin, vmax] of `u` from its sources' ranges (the value, wrapping included, always lies inside).
+
+  Floats: a range narrower than the dtype's whole [-inf, inf] also promises the value is never NaN; the whole range
+  means "unknown, NaN included". A NaN bound (a NaN constant, or one computed from it) is never kept: it becomes the
+  whole range, since Python's min/max and comparisons with NaN give order-dependent or always-false answers that
+  would fold `where(c, nan, x) > 0` or `x**0.7 > 1` to a wrong constant.
+  """
+  lo, hi = _node_min_max(u)
+  if lo != lo or hi != hi: return (dtypes.min(u.dtype), dtypes.max(u.dtype))  # a NaN bound: unknown
+  return (lo, hi)
+
+
+def _node_min_max(u: UOp) -> tuple[ConstType, ConstType]:
   dt = u.dtype
   if u.op is Ops.CONST: return (u.arg, u.arg) if not isinstance(u.arg, UOp) else u.arg._min_max
   if u.op is Ops.VCONST: return (min(u.arg), max(u.arg))
@@ -783,6 +798,8 @@ def _alu_range(op: Ops, dt: DType, mm: list[tuple[Any, Any]], u: UOp) -> tuple[A
 
 
 def _cmp_range(op: Ops, a: tuple[Any, Any], b: tuple[Any, Any]) -> tuple[bool, bool]:
+  # sound for floats: a possibly-NaN operand has the range [-inf, inf] (see _compute_min_max), which can't be
+  # disjoint from another range nor a single point, so only "always false" folds of </== (true for NaN too) remain
   (a0, a1), (b0, b1) = a, b
   if op is Ops.CMPLT: return (bool(a1 < b0), bool(a0 < b1))  # always true only if a1 < b0
   disjoint, same_point = a1 < b0 or b1 < a0, a0 == a1 == b0 == b1

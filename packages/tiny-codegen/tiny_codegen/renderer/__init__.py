@@ -8,15 +8,15 @@ Both use the CPU calling convention `void name(T0* data0, ..., int var0, ..., in
 from __future__ import annotations
 
 import os
-from typing import Callable, NamedTuple
+from typing import Any, Callable, Iterator, NamedTuple, Sequence, overload
 
 from tiny_uop.device import Renderer
 from tiny_uop.dtype import DType, dtypes
 from tiny_uop.helpers import CPU_THREADS
 from tiny_uop.uop import AXIS_LETTER, AxisType, Ops, UOp
 
-__all__ = ["CPURenderer", "CWriter", "count_uses", "kernel_params", "var_args", "OOBCheck", "oob_checks",
-           "nontemporal_store", "lane_accumulator_loops"]
+__all__ = ["CPURenderer", "CWriter", "SourceExprs", "RenderError", "ValueNames", "count_uses", "kernel_params",
+           "var_args", "OOBCheck", "oob_checks", "nontemporal_store", "lane_accumulator_loops"]
 
 
 class CPURenderer(Renderer):
@@ -138,6 +138,47 @@ def kernel_params(uops: list[UOp]) -> tuple[list[UOp], list[UOp]]:
   return params, dvars
 
 
+class RenderError(RuntimeError):
+  """A renderer met linear UOps it can't spell: a bug in lowering or in the renderer, never in the user's program."""
+
+
+def _describe(u: UOp) -> str:
+  return f"{u.op.name} {u.dtype} arg={u.arg!r} ({len(u.src)} sources: {', '.join(x.op.name for x in u.src)})"
+
+
+class ValueNames(dict[UOp, Any]):
+  """A renderer's map from a UOp to its rendered value (an expression, register names): reading a UOp that has none
+  yet raises `RenderError` naming it, instead of a bare KeyError (or an empty string)."""
+
+  def __missing__(self, u: UOp) -> Any:
+    raise RenderError(f"{_describe(u)} is used before it has a value: it must be rendered before its users "
+                      "(lowering or renderer bug)")
+
+
+class SourceExprs(Sequence[str]):
+  """The expressions of `u`'s sources in `r`, looked up when one is read: a source with no expression (not rendered
+  yet, or an op that has none) or an empty one raises `RenderError` naming both UOps. It never reads as "", so a
+  renderer can't print `Ridx1 < ;`. Sources a renderer doesn't read (ordering-only ones) are never looked up."""
+
+  def __init__(self, r: dict[UOp, str], u: UOp) -> None: self.r, self.u = r, u
+
+  def __len__(self) -> int: return len(self.u.src)
+
+  @overload
+  def __getitem__(self, i: int) -> str: ...
+  @overload
+  def __getitem__(self, i: slice) -> list[str]: ...
+  def __getitem__(self, i: int | slice) -> str | list[str]:
+    if isinstance(i, slice): return [self[j] for j in range(*i.indices(len(self)))]
+    x = self.u.src[i]
+    if not (e := self.r.get(x)):
+      raise RenderError(f"source {i} of {_describe(self.u)} has {'an empty' if x in self.r else 'no'} expression: "
+                        f"{_describe(x)}; it must be rendered before its users (lowering or renderer bug)")
+    return e
+
+  def __iter__(self) -> Iterator[str]: return (self[i] for i in range(len(self)))
+
+
 class CWriter:
   """What a C-like renderer (C, OpenCL C) keeps while it walks linear UOps: each value's expression or variable
   (`r`), the gates of INDEXes, the body lines at their indentation, fresh names; and the ops every C dialect spells
@@ -145,7 +186,7 @@ class CWriter:
 
   def __init__(self, render_dtype: Callable[[DType], str] | None = None) -> None:
     self.render_dtype = render_dtype  # the dialect's type names (a loop counter is int, or its int64 type)
-    self.r: dict[UOp, str] = {}
+    self.r: dict[UOp, str] = ValueNames()
     self.gates: dict[UOp, str] = {}
     self.lines: list[str] = []
     self.depth = 1
@@ -161,12 +202,13 @@ class CWriter:
 
   def assign(self, u: UOp, expr: str, ctype: str, prefix: str, inline: bool = False) -> None:
     """`u` is `expr`: written where it is used when `inline`, else a fresh variable `prefix<n>` of type `ctype`."""
+    if not expr: raise RenderError(f"empty expression for {_describe(u)}")
     if inline: self.r[u] = expr
     else:
       self.r[u] = self.fresh(prefix)
       self.emit(f"{ctype} {self.r[u]} = {expr};")
 
-  def common(self, u: UOp, s: list[str]) -> bool:
+  def common(self, u: UOp, s: Sequence[str]) -> bool:
     """Render `u` (source expressions `s`) if it is a buffer/variable name, a loop or IF, a pointer INDEX, or an op
     with no code; False for anything else."""
     op = u.op

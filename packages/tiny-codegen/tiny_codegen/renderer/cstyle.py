@@ -7,51 +7,51 @@ compiler's libm builtins; half is `__fp16` (clang) or `_Float16` (gcc); bfloat16
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Callable, Sequence
 
 from tiny_uop.dtype import DType, PtrDType, dtypes, round_float
 from tiny_uop.helpers import CHECK_OOB
 from tiny_uop.uop import Ops, UOp
 
 from tiny_codegen.compiler.clang import ClangCompiler
-from tiny_codegen.renderer import (CPURenderer, CWriter, OOBCheck, count_uses, kernel_params, lane_accumulator_loops,
-                                   oob_checks, var_args)
+from tiny_codegen.renderer import (CPURenderer, CWriter, OOBCheck, SourceExprs, count_uses, kernel_params,
+                                   lane_accumulator_loops, oob_checks, var_args)
 
 
 def _fsuf(dt: DType) -> str: return "f" if dt.scalar() in (dtypes.float32, dtypes.float16, dtypes.bfloat16) else ""
 
 
-def _math(fn: str) -> Callable[[list[str], DType], str]:
-  def render(s: list[str], dt: DType) -> str:
+def _math(fn: str) -> Callable[[Sequence[str], DType], str]:
+  def render(s: Sequence[str], dt: DType) -> str:
     if dt.scalar() == dtypes.float16: return f"(__builtin_{fn}f((float){s[0]}))"
     return f"__builtin_{fn}{_fsuf(dt)}({s[0]})"
   return render
 
 
-def _max(s: list[str], dt: DType) -> str:
+def _max(s: Sequence[str], dt: DType) -> str:
   if not dtypes.is_float(dt): return f"(({s[0]}>{s[1]})?{s[0]}:{s[1]})"
   # as numpy's maximum: NaN propagates (a+b is NaN), and of two equal zeros +0 wins (-0 + +0 = +0)
   a, b = s
   return f"((({a}!={a})|({b}!={b}))?({a}+{b}):(({a}>{b})?{a}:(({b}>{a})?{b}:(({a}==0)?({a}+{b}):{a}))))"
 
 
-def _mod(s: list[str], dt: DType) -> str:
+def _mod(s: Sequence[str], dt: DType) -> str:
   if dtypes.is_float(dt): return f"__builtin_fmod{_fsuf(dt)}({s[0]}, {s[1]})"
   return f"({s[0]}%{s[1]})"
 
 
-def _neg(s: list[str], dt: DType) -> str: return f"(!{s[0]})" if dt == dtypes.bool else f"(-{s[0]})"
+def _neg(s: Sequence[str], dt: DType) -> str: return f"(!{s[0]})" if dt == dtypes.bool else f"(-{s[0]})"
 
 
-def _pow(s: list[str], dt: DType) -> str:
+def _pow(s: Sequence[str], dt: DType) -> str:
   if dt.scalar() == dtypes.float16: return f"(__builtin_powf((float){s[0]}, (float){s[1]}))"
   return f"__builtin_pow{_fsuf(dt)}({s[0]}, {s[1]})"
 
 
-def _shr(s: list[str], dt: DType) -> str: return f"({s[0]}>>{s[1]})"
+def _shr(s: Sequence[str], dt: DType) -> str: return f"({s[0]}>>{s[1]})"
 
 
-BASE_CODE: dict[Ops, Callable[[list[str], DType], str]] = {
+BASE_CODE: dict[Ops, Callable[[Sequence[str], DType], str]] = {
   Ops.ADD: lambda s, dt: f"({s[0]}+{s[1]})", Ops.SUB: lambda s, dt: f"({s[0]}-{s[1]})",
   Ops.MUL: lambda s, dt: f"({s[0]}*{s[1]})", Ops.FDIV: lambda s, dt: f"({s[0]}/{s[1]})",
   Ops.CDIV: lambda s, dt: f"({s[0]}/{s[1]})", Ops.CMOD: _mod,
@@ -91,7 +91,7 @@ _CAST_HELPERS = {
 }
 
 
-def _bounds_check(w: CWriter, u: UOp, s: list[str], chk: OOBCheck, name: str) -> None:
+def _bounds_check(w: CWriter, u: UOp, s: Sequence[str], chk: OOBCheck, name: str) -> None:
   """CHECK_OOB: the access through INDEX `u` happens only where it is in bounds (its gate gets the test); an
   out-of-bounds one (where its gate is true) writes the kernel's record instead."""
   ok = f"({s[1]}>=0&&{s[1]}<={chk.size - chk.width})"
@@ -173,7 +173,7 @@ class ClangRenderer(CPURenderer):
     oob = oob_checks(uops) if CHECK_OOB else {}
     for u in uops:
       op, dt, src = u.op, u.dtype, u.src
-      s = [r.get(x, "") for x in src]
+      s = SourceExprs(r, u)
       if dt.count > 1 and not isinstance(dt, PtrDType) and dt not in vecs: vecs.append(dt)
       if op in (Ops.IF, Ops.ENDIF): raise NotImplementedError(f"C renderer has no {op} (CPU kernels have no IFs)")
       if w.common(u, s):

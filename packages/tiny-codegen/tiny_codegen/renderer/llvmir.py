@@ -18,7 +18,8 @@ from tiny_uop.helpers import CHECK_OOB
 from tiny_uop.uop import AXIS_LETTER, Ops, UOp
 
 from tiny_codegen.compiler.llvm import LLVMCompiler
-from tiny_codegen.renderer import CPURenderer, kernel_params, lane_accumulator_loops, nontemporal_store, oob_checks
+from tiny_codegen.renderer import (CPURenderer, RenderError, ValueNames, kernel_params, lane_accumulator_loops,
+                                   nontemporal_store, oob_checks)
 
 _INTR = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc", Ops.POW: "pow"}
 _ALU_OPS = {*_INTR, Ops.WHERE, Ops.NEG, Ops.RECIPROCAL, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.MULACC, Ops.ADD,
@@ -136,7 +137,7 @@ class _LLVMEmitter:
     self.name = getattr(uops[-1].arg, "name", "kernel") if uops else "kernel"
     self.oob = oob_checks(uops) if check_oob else {}
     self.contract = accumulations(uops) if contract else set()
-    self.r: dict[UOp, str] = {}
+    self.r: dict[UOp, str] = ValueNames()
     self.gates: dict[UOp, str] = {}
     self.lines: list[str] = []
     self.allocas: list[str] = []
@@ -162,7 +163,11 @@ class _LLVMEmitter:
     if u.op is Ops.CONST: return lconst(u.arg, u.dtype)
     if u.op is Ops.VCONST:
       return "<" + ", ".join(f"{ltype(u.dtype.scalar())} {lconst(x, u.dtype)}" for x in u.arg) + ">"
-    return self.r[u]
+    if not (ret := self.r.get(u)):  # used before it is defined, or an op with no value: never print an empty operand
+      what = "an empty" if u in self.r else "no"
+      raise RenderError(f"LLVM IR: {u.op.name} {u.dtype} arg={u.arg!r} is used but has {what} value yet: it must be "
+                        "rendered before its users (lowering or renderer bug)")
+    return ret
 
   def typed(self, u: UOp) -> str: return f"{ltype(u.dtype)} {self.val(u)}"
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from tiny_uop.device import Renderer
 from tiny_uop.helpers import IMAGE
@@ -31,7 +31,7 @@ from tiny_uop.uop import Ops, UOp
 
 from tiny_codegen.compiler.opencl import OpenCLCompiler
 from tiny_codegen.lower.image import pm_images, pm_images_pitch64
-from tiny_codegen.renderer import CWriter, count_uses, kernel_params, var_args
+from tiny_codegen.renderer import CWriter, SourceExprs, count_uses, kernel_params, var_args
 
 _CL_TYPES = {"bool": "bool", "int8": "char", "uint8": "uchar", "int16": "short", "uint16": "ushort", "int32": "int",
              "uint32": "uint", "int64": "long", "uint64": "ulong", "float16": "half", "float32": "float",
@@ -39,17 +39,17 @@ _CL_TYPES = {"bool": "bool", "int8": "char", "uint8": "uchar", "int16": "short",
 _VEC_SIZES = (2, 3, 4, 8, 16)
 
 
-def _fmax(s: list[str]) -> str:
+def _fmax(s: Sequence[str]) -> str:
   """numpy's maximum: a NaN operand gives NaN (a+b), and of two equal zeros +0 wins (-0 + +0 = +0). The operands are
   variables (see `_multi_use`), so repeating them costs nothing."""
   a, b = s
   return f"((({a}!={a})|({b}!={b}))?({a}+{b}):(({a}>{b})?{a}:(({b}>{a})?{b}:(({a}==0)?({a}+{b}):{a}))))"
 
 
-def _fn(name: str) -> Callable[[list[str], DType], str]: return lambda s, dt: f"{name}({', '.join(s)})"
+def _fn(name: str) -> Callable[[Sequence[str], DType], str]: return lambda s, dt: f"{name}({', '.join(s)})"
 
 
-CL_CODE: dict[Ops, Callable[[list[str], DType], str]] = {
+CL_CODE: dict[Ops, Callable[[Sequence[str], DType], str]] = {
   Ops.ADD: lambda s, dt: f"({s[0]}+{s[1]})" if dt.scalar() != dtypes.bool else f"({s[0]}|{s[1]})",
   Ops.SUB: lambda s, dt: f"({s[0]}-{s[1]})" if dt.scalar() != dtypes.bool else f"({s[0]}!={s[1]})",
   Ops.MUL: lambda s, dt: f"({s[0]}*{s[1]})" if dt.scalar() != dtypes.bool else f"({s[0]}&{s[1]})",
@@ -209,7 +209,7 @@ class OpenCLRenderer(Renderer):
     scalars = {u.dtype.scalar() for u in uops} | {u.dtype.base.scalar() for u in uops if isinstance(u.dtype, PtrDType)}
     for u in uops:
       op, dt, src = u.op, u.dtype, u.src
-      s = [r.get(x, "") for x in src]
+      s = SourceExprs(r, u)
       if op is Ops.INDEX and isinstance(src[0].dtype, ImageDType):
         if src[1].dtype != dtypes.int32.vec(2): raise TypeError(f"image INDEX needs an int2 (x, y), got {src[1].dtype}")
         images[u] = (s[0], s[1])

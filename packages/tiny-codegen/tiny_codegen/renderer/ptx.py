@@ -36,7 +36,7 @@ from tiny_uop.uop import Ops, UOp
 
 from tiny_codegen.compiler.ptx import PTXCompiler
 from tiny_codegen.lower import transcendental
-from tiny_codegen.renderer import kernel_params
+from tiny_codegen.renderer import ValueNames, kernel_params
 
 # dtype -> (PTX instruction type, register class)
 _TYPES: dict[DType, tuple[str, str]] = {
@@ -164,7 +164,7 @@ class _PTXEmitter:
   def __init__(self, ren: PTXRenderer, uops: list[UOp]):
     self.ren, self.uops = ren, uops
     self.counts: dict[str, int] = {}
-    self.r: dict[UOp, list[str]] = {}
+    self.r: dict[UOp, list[str]] = ValueNames()  # a missing value is a RenderError naming the UOp
     self.addr: dict[UOp, tuple[str, Any, str | None]] = {}  # INDEX -> (state space, address register(s), gate)
     self.lines: list[str] = []
     self.prologue: list[str] = []
