@@ -243,3 +243,45 @@ def test_the_drivers_jit_builds_cubins_the_nv_device_runs():
   with pytest.raises(CompileError, match="the driver's JIT rejected the PTX for sm_90: cuLinkAddData_v2 failed: "
                                          "CUDA_ERROR_INVALID_PTX"):
     jit.compile("not ptx")
+
+
+def test_host_memory_is_allocated_on_the_gpus_own_file():
+  # NV_ESC_RM_ALLOC_MEMORY (OS-descriptor host memory: the command queue, signals, the FIFOs' error notifiers) is an
+  # "actual device" escape (escape.c RmIoctl, NV_ACTUAL_DEVICE_ONLY): on /dev/nvidiactl RM fails it with EINVAL
+  dev = Device["MOCK+NV"]
+  d = _driver()
+  sent: list[tuple[str, int]] = []
+  orig = d.escape
+  def spy(fd, nr, size, buf):
+    sent.append((d.files[fd][0], nr))
+    return orig(fd, nr, size, buf)
+  d.escape = spy
+  try: buf = dev.mem.alloc(0x2000, host=True)
+  finally: del d.escape
+  assert (f"/dev/nvidia{dev.handles.minor}", rm.ESC_RM_ALLOC_MEMORY) in sent
+  assert all(path == rm.NVIDIACTL for path, nr in sent if nr != rm.ESC_RM_ALLOC_MEMORY)
+  ctypes.memmove(buf.va_addr, b"\x2a" * 16, 16)  # our own pages, visible at the GPU address
+  assert d.mems[buf.meta.handle].kind == "os" and d.mems[buf.meta.handle].backing == buf.va_addr
+  dev.mem.free(buf)
+
+
+def test_mock_rejects_escapes_on_the_wrong_file_like_rm():
+  from tiny_runtime_nv.mock.rm import ESCAPE_FILES
+  dev = Device["MOCK+NV"]
+  r = dev.rm
+  # the rule table covers every escape the driver sends
+  assert set(ESCAPE_FILES) == set(rm.ESCAPES) | {rm.ESC_CARD_INFO}
+  args = r._new("nv_ioctl_nvos02_parameters_with_fd", {"fd": -1})
+  p = args.params
+  p.hRoot, p.hObjectParent, p.hObjectNew, p.hClass = r.root, dev.handles.device, 0xCAFE0F00, \
+    rm.NV01_MEMORY_SYSTEM_OS_DESCRIPTOR
+  with pytest.raises(rm.RMError, match=r"RM alloc of OS memory: ioctl failed: EINVAL"):
+    r.escape(r.ctl, rm.ESC_RM_ALLOC_MEMORY, args, "RM alloc of OS memory")
+  ctl_only = r._new("NVOS54_PARAMETERS", {"hClient": r.root, "hObject": r.root})
+  with pytest.raises(rm.RMError, match=r"ioctl failed: EINVAL"):  # RM_CONTROL is NV_CTL_DEVICE_ONLY
+    r.escape(dev.gpu_fd, rm.ESC_RM_CONTROL, ctl_only, "RM control")
+  cards = r.ffi.new(f"nv_ioctl_card_info_t[{rm.MAX_CARDS}]")
+  with pytest.raises(OSError) as e:  # nv.c nvidia_ioctl: NV_ESC_CARD_INFO is NV_CTL_DEVICE_ONLY
+    dev.gpu_fd.ioctl(rm.escape_number(rm.ESC_CARD_INFO, r.ffi.sizeof(cards)), r.ffi.buffer(cards))
+  assert e.value.errno == 22
+  assert 0xCAFE0F00 not in _driver().objects

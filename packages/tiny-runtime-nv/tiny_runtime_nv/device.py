@@ -274,7 +274,7 @@ class NVDevice(HCQCompiled):
     uid = {"uuid": list(uuid)}
     r.uvm(rm.UVM_REGISTER_GPU, gpu_uuid=uid, rmCtrlFd=-1)
     r.uvm(rm.UVM_REGISTER_GPU_VASPACE, gpuUuid=uid, rmCtrlFd=r._fd(r.ctl), hClient=r.root, hVaSpace=vaspace)
-    self.mem = rm.NVMemory(r, h)
+    self.mem = rm.NVMemory(r, h, self.gpu_fd)
     gr = [rm.GR_INFO_SM_VERSION, rm.GR_INFO_NUM_GPCS, rm.GR_INFO_NUM_TPC_PER_GPC, rm.GR_INFO_NUM_SM_PER_TPC,
           rm.GR_INFO_MAX_WARPS_PER_SM]
     lst = r.ffi.new(f"NV2080_CTRL_GR_INFO[{len(gr)}]", [{"index": i} for i in gr])
