@@ -5,8 +5,9 @@
 real driver does, decoding each parameter block with the driver branch's cffi layouts (`rm.layouts("580")`). It
 checks what the real driver checks: escape numbers, the file each escape is sent on (`ESCAPE_FILES`), parameter-block
 sizes, object handles and their parents, classes the GPU offers, control commands and parameter sizes, alignment and
-overlap of UVM ranges, that memory is DMA-mapped in the VA space before UVM maps it. Memory is host memory at the GPU virtual address (GPU VA = CPU VA), so
-the GPU (`mock/gpu.py`, the PTX executor behind it) and the host see the same bytes. GPU 0 is an H200 (Hopper
+overlap of UVM ranges, that memory is DMA-mapped in the VA space before UVM maps it. Memory is host memory at the GPU
+virtual address (GPU VA = CPU VA), so the GPU (`mock/gpu.py`, the PTX executor behind it) and the host see the same
+bytes. GPU 0 is an H200 (Hopper
 classes, sm_90), GPU 1 an A100 (Ampere classes, sm_80); the driver version is 580.95.05. The GPU runs when the host
 polls (`MockRM.process`, called by the device's signal waits).
 """
