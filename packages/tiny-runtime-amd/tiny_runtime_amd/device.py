@@ -28,7 +28,7 @@ from tiny_runtime_amd.elf import ELF
 from tiny_runtime_amd.encode import pm_lower
 from tiny_runtime_amd.kfd import KFD_PATH, KFDEvent, KFDIface
 from tiny_runtime_amd.pm4 import AMDComputeQueue, AMDComputeQueue9
-from tiny_runtime_amd.sdma import AMDCopyQueue
+from tiny_runtime_amd.sdma import AMDCopyQueue, AMDCopyQueue9
 
 __all__ = ["AMDDevice", "AMDProgram", "AMDSignal", "AMDAllocator", "KFD_PATH"]
 
@@ -214,7 +214,7 @@ class AMDAllocator(HCQAllocator["AMDDevice"]):
                        "the same KFD process")
     dev.peer_link(src_dev)
     dev.iface.map(src)
-    q = AMDCopyQueue().wait(src_dev.timeline_signal, src_dev.timeline_value - 1) \
+    q = dev.hw_copy_queue_t().wait(src_dev.timeline_signal, src_dev.timeline_value - 1) \
       .wait(dev.timeline_signal, dev.timeline_value - 1).copy(dest.va_addr, src.va_addr, size)
     q.signal(dev.timeline_signal, dev.next_timeline()).submit(dev)
     src_dev.hw_compute_queue_t().wait(dev.timeline_signal, dev.timeline_value - 1) \
@@ -258,7 +258,7 @@ class AMDDevice(HCQCompiled):
     if want is not None and want != node.arch:
       raise RuntimeError(f"{device}: DEV asks for arch {want} but this GPU is {node.arch}")
     self.wave_size = 64 if node.arch.startswith("gfx9") else 32
-    if self.wave_size == 64: self.hw_compute_queue_t = AMDComputeQueue9
+    if self.wave_size == 64: self.hw_compute_queue_t, self.hw_copy_queue_t = AMDComputeQueue9, AMDCopyQueue9
     if dict(node.props).get("num_xcc", 1) > 1:
       raise RuntimeError(f"{device}: {node.arch} node {node.node} spans {dict(node.props)['num_xcc']} XCCs; a PM4 "
                          "dispatch there runs on every XCC and needs cross-XCC fences, which this driver does not "

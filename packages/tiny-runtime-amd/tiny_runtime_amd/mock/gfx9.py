@@ -22,6 +22,7 @@ import numpy as np
 
 from tiny_runtime_amd.emu.cdna3 import CDNA3Emulator
 from tiny_runtime_amd.mock import pm4 as mpm4
+from tiny_runtime_amd.mock import sdma as msdma
 from tiny_runtime_amd.mock.fields import Field, Layout, require
 from tiny_runtime_amd.mock.gfx11 import GFX11, _layout, run_groups
 from tiny_runtime_amd.mock.gpu import ARCHS, CheckedMemory, GPUHang, MockQueue
@@ -114,6 +115,7 @@ class GFX9(GFX11):
   """A gfx942 (CDNA3) GPU: PM4 compute queues with the gfx9 packet forms, wave64 dispatches in the CDNA3 emulator."""
   arch = "gfx942"
   properties = GFX942_PROPERTIES
+  sdma_layouts = msdma.LAYOUTS_V4
   sh_registers = SH_REGISTERS
   needs_priv_with_cwsr = False
   pm4_decoders = DECODERS9
@@ -135,7 +137,7 @@ class GFX9(GFX11):
     require(f["int_sel"] in (0, 2), where, f"INT_SEL {f['int_sel']} ({mpm4.INT_SEL[f['int_sel']]}) is not modelled; "
             "KFD reads the event mailbox in the interrupt handler, so the interrupt must follow the confirmed write "
             "(2, SEND_INTERRUPT_AFTER_WRITE_CONFIRM)")
-    if f["tc_wb_action_ena"] and f["tc_action_ena"]: self.l2_dirty = False
+    if f["tc_wb_action_ena"] and f["tc_action_ena"]: self.write_back_l2()
     self._release_write(f, where, "amdgpu's gfx9 fence writes back and invalidates: EOP TC_WB, TC, TCL1, TC_MD")
 
   def _acquire_mem(self, f: dict[str, int], where: str) -> None:
@@ -143,7 +145,7 @@ class GFX9(GFX11):
     require(f["coher_base"] == 0 and f["coher_size"] >= (1 << 40) - 1, where, f"COHER_BASE {f['coher_base']:#x} / "
             f"COHER_SIZE {f['coher_size']:#x} (in 256-byte units): only actions over the whole address space are "
             "modelled")
-    if f["tc_wb_action_ena"]: self.l2_dirty = False
+    if f["tc_wb_action_ena"]: self.write_back_l2()
     if all(f[k] for k in ("sh_icache_action_ena", "sh_kcache_action_ena", "tc_action_ena", "tcl1_action_ena")):
       self.caches_valid = True
 
