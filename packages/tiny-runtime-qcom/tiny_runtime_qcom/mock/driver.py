@@ -61,6 +61,11 @@ class MockKGSL:
     if i < 0 or addr + n > self.ranges[self.range_starts[i]]:
       raise GPUFault(f"GPU page fault: {what}: {n} bytes at {addr:#x} are outside every GPU object")
 
+  def alloc_start(self, addr: int) -> int:
+    """The start of the GPU object holding `addr` (GPUFault when none does)."""
+    self.check(addr, 1, "buffer address")
+    return self.range_starts[bisect.bisect_right(self.range_starts, addr) - 1]
+
   def alloc_end(self, addr: int) -> int:
     """The end of the GPU object holding `addr` (GPUFault when none does)."""
     self.check(addr, 1, "buffer address")
@@ -146,6 +151,9 @@ class MockKGSL:
       try:
         self.cp.stats["submissions"] += 1
         for addr, n in ibs: self.cp.run(addr, n)
+        # KGSL ends every submission with its own CP_EVENT_WRITE CACHE_FLUSH_TS, the event that writes the context's
+        # end-of-pipe timestamp (msm kgsl adreno_ringbuffer.c / a6xx_ringbuffer.c addcmds): the caches are written back
+        self.cp.cache.flush()
       except GPUFault:
         self.cp.stats["rejected"] += 1
         raise
