@@ -13,7 +13,8 @@ What hardware rejects is rejected: unknown methods (named with the bound class),
 incrementing methods, bits set outside a method's fields, unaligned or unmapped semaphores and pushbuffers, QMDs of
 another version than the bound compute class reads (03_00 on Ampere/Ada, 04_00 on HOPPER_COMPUTE_A), bits set
 outside the QMD fields the mock implements, launch sizes, register, shared- or local-memory needs beyond what the
-QMD grants or the GPU has. A rejection or a kernel's memory fault is reported the way the driver sees channel errors: the channel's error notifier (NvNotification: info32 = the Xid, 13 for an engine
+QMD grants or the GPU has. A rejection or a kernel's memory fault is reported the way the driver sees channel
+errors: the channel's error notifier (NvNotification: info32 = the Xid, 13 for an engine
 exception, 31 for an MMU fault; status nonzero) is written and `MockRM.last_fault` keeps the text. A rejected method
 drops the rest of its GPFIFO entry; a kernel that faults is cut short and the methods after it still run (a real
 channel would need recovery after either; the mock keeps going so the device survives and reports).
