@@ -8,9 +8,10 @@ tinygrad 0.14.0's bindings of the same headers, `autogen/am/regs.py` gc_9_4_3 an
 - packets: Linux soc15d.h (PACKET3_RELEASE_MEM with the EOP_* cache actions, PACKET3_ACQUIRE_MEM with CP_COHER_CNTL,
   6 body dwords) and the cache actions amdgpu's gfx_v9_0/gfx_v9_4_3 fence and mem-sync program;
 - the node: what KFD's topology reports for an MI300X partition in CPX mode (one XCC per node: 38 CUs of 4 SIMDs,
-  wave64, gfx_target_version 90402, num_xcc 1). In SPX mode one node spans 8 XCCs (num_xcc 8): every XCC's MEC runs
-  the queue, which a PM4 driver must fence across XCCs; the driver refuses such nodes (see device.py) and
-  `gfx942_spx` presents one so that refusal is tested.
+  wave64, gfx_target_version 90402, num_xcc 1). In SPX mode (how MI300X ships) one node spans 8 XCCs (num_xcc 8,
+  `gfx942_spx`): an AQL queue runs on every XCC, but a PM4 queue "will be only processed in one XCC" (amdkfd "Add PM4
+  target XCC"), the one queue_percentage bits 15:8 name (CREATE_QUEUE refuses an XCC the node lacks), so its
+  dispatches run on that XCC's 38 CUs and its fences need no cross-XCC barrier.
 Wave launch on gfx90a+ (LLVM AMDGPUUsage "Initial Kernel Execution State"): user SGPRs, then the enabled work-group
 ids, then the private segment wave offset (SCRATCH_EN); work-item ids packed in v0 (x | y << 10 | z << 20).
 """
@@ -202,7 +203,8 @@ class GFX9(GFX11):
 
 
 class GFX9SPX(GFX9):
-  """A gfx942 node in SPX mode: one KFD node over all 8 XCCs (num_xcc 8, 304 CUs)."""
+  """A gfx942 node in SPX mode: one KFD node over all 8 XCCs (num_xcc 8, 304 CUs). A PM4 queue runs on its target
+  XCC only (see the module docstring)."""
   arch = "gfx942"
   properties = {**GFX942_PROPERTIES, "simd_count": 1216, "array_count": 32, "num_xcc": 8}
 
