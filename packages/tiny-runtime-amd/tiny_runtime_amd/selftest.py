@@ -10,8 +10,8 @@
    tiny_tensor.conformance --device AMD --speed ...`), next to torch on cuda (ROCm's torch) when installed.
 Exit status 0 when every check passed, 1 when one failed, 2 when there is no AMD GPU (said at once, with why).
 `--mock` runs steps 2-3 on MOCK+AMD (gfx1100, the RDNA3 emulator; with `DEV=MOCK+AMD:LLVM:gfx942`, the mocked MI300
-and the CDNA3 emulator: the arch is a process-wide choice) with small sizes (what the unit test does); `--quick` shrinks the sizes; `--no-tensor` skips step 3. Compiling needs
-LLVM's AMDGPU backend (llvmlite) and ld.lld.
+and the CDNA3 emulator: the arch is a process-wide choice) with small sizes (what the unit test does); `--quick`
+shrinks the sizes; `--no-tensor` skips step 3. Compiling needs LLVM's AMDGPU backend (llvmlite) and ld.lld.
 """
 from __future__ import annotations
 
