@@ -151,13 +151,14 @@ class MockKGSL:
       try:
         self.cp.stats["submissions"] += 1
         for addr, n in ibs: self.cp.run(addr, n)
-        # KGSL ends every submission with its own CP_EVENT_WRITE CACHE_FLUSH_TS, the event that writes the context's
-        # end-of-pipe timestamp (msm kgsl adreno_ringbuffer.c / a6xx_ringbuffer.c addcmds): the caches are written back
-        self.cp.cache.flush()
       except GPUFault:
         self.cp.stats["rejected"] += 1
         raise
-      finally: ctx["retired"] = ts
+      finally:
+        # KGSL ends every submission (a faulting one too) with its own CP_EVENT_WRITE CACHE_FLUSH_TS, the event that
+        # writes the context's end-of-pipe timestamp (msm kgsl a6xx_ringbuffer.c addcmds): the caches are written back
+        self.cp.cache.flush()
+        ctx["retired"] = ts
 
   def _device_waittimestamp_ctxtid(self, a: Any) -> None:
     ctx = self.contexts.get(a.context_id)
