@@ -156,7 +156,7 @@ class MockKGSL:
         raise
       finally:
         # KGSL ends every submission (a faulting one too) with its own CP_EVENT_WRITE CACHE_FLUSH_TS, the event that
-        # writes the context's end-of-pipe timestamp (msm kgsl a6xx_ringbuffer.c addcmds): the caches are written back
+        # writes the context's end-of-pipe timestamp (msm kgsl adreno_a6xx_ringbuffer.c a6xx_ringbuffer_addcmds)
         self.cp.cache.flush()
         ctx["retired"] = ts
 
