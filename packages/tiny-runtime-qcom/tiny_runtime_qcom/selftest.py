@@ -10,7 +10,8 @@
    tiny_tensor.conformance --device QCOM --speed ...`).
 Exit status 0 when every check passed, 1 when one failed, 2 when there is no Adreno GPU (said at once, with why).
 `--mock` runs steps 2-3 on MOCK+QCOM (the mock KGSL and an a630 running kernels on PoCL) with small sizes (what the
-unit test does); `--quick` shrinks the sizes; `--no-tensor` skips step 3.
+unit test does); `--quick` shrinks the sizes; `--no-tensor` skips step 3. The checks compare against numpy, which this
+package does not otherwise need (`pip install numpy`).
 """
 from __future__ import annotations
 
@@ -18,9 +19,9 @@ import importlib.util
 import subprocess
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING: import numpy as np
 
 DEVICES = {"QCOM": "tiny_runtime_qcom.device:QCOMDevice"}  # MOCK+QCOM too
 CPU_TARGET = "tiny_runtime_cpu.cpu:CPUDevice"  # for the conformance suite's copies to and from the host device
@@ -45,6 +46,7 @@ def probe() -> tuple[list[str], list[str]]:
 
 
 def _check(name: str, got: np.ndarray, want: np.ndarray, tol: float) -> bool:
+  import numpy as np
   err = float(np.max(np.abs(got.astype(np.float64) - want)) / (np.max(np.abs(want)) + 1e-9)) if want.size else 0.0
   ok = bool(np.isfinite(err) and err <= tol)
   print(f"  {'ok  ' if ok else 'FAIL'} {name:28s} rel err {err:.2e} (tol {tol:g})", flush=True)
@@ -54,6 +56,7 @@ def _check(name: str, got: np.ndarray, want: np.ndarray, tol: float) -> bool:
 def _run_kernel(dev: str, ast: Any, out: tuple[int, Any], ins: list[tuple[np.ndarray, Any]]) -> np.ndarray:
   """Compile kernel `ast` (slot 0 = the output of `out` = (size, dtype), then `ins`) with tiny-codegen, run it on `dev`
   through the device API (no tiny-tensor) and return the output."""
+  import numpy as np
   from tiny_codegen import get_program
   from tiny_uop.device import Buffer
   from tiny_uop.plugins import Device
@@ -69,6 +72,7 @@ def _run_kernel(dev: str, ast: Any, out: tuple[int, Any], ins: list[tuple[np.nda
 def kernels(dev: str, n: int) -> bool:
   """Kernels built from UOps, compiled by tiny-codegen and launched through the device API, against numpy: an
   elementwise kernel, a row sum, an fp16 matmul with float accumulation; then a copy round trip."""
+  import numpy as np
   from tiny_uop.device import Buffer
   from tiny_uop.dtype import dtypes
   from tiny_uop.uop import AxisType, KernelInfo, Ops, UOp
@@ -115,6 +119,9 @@ def tensor_checks(dev: str, mock: bool, quick: bool) -> bool:
 def main(argv: list[str]) -> int:
   """Run the checks (see the module docstring); the exit status."""
   mock, quick, tensor = "--mock" in argv, "--quick" in argv, "--no-tensor" not in argv
+  if importlib.util.find_spec("numpy") is None:
+    print("the selftest compares kernels against numpy, which is not installed: pip install numpy", file=sys.stderr)
+    return 1
   _register()
   st = time.perf_counter()
   if mock: devices = ["MOCK+QCOM"]
