@@ -241,19 +241,49 @@ def test_gfx9_mock_rejects_the_gfx11_packet_forms():
   assert h.word(sig) == 7
 
 
-def test_gfx942_topology_and_spx_refusal(monkeypatch):
+def test_gfx942_topology_and_spx_node():
   h = Harness9().h
   node = h.iface.node
-  assert (node.arch, node.cu_count, dict(node.props)["wave_front_size"], dict(node.props)["num_xcc"]) == \
-    ("gfx942", 38, 64, 1)
+  assert (node.arch, node.cu_count, dict(node.props)["wave_front_size"], node.num_xcc) == ("gfx942", 38, 64, 1)
   spx = Harness9(("gfx942_spx",)).h
   cw1, cw8 = node.cwsr, spx.iface.node.cwsr
-  assert cw8 is not None and cw1 is not None and cw8.num_xcc == 8
+  assert cw8 is not None and cw1 is not None and cw8.num_xcc == spx.iface.node.num_xcc == 8
+  assert spx.iface.node.cu_count == 8 * 38  # MI300X in SPX mode: one node over 8 XCCs of 38 CUs
   assert cw8.alloc_size == -(-(cw8.ctx_save_restore_size + cw8.debug_memory_size) * 8 // 4096) * 4096
-  from tiny_runtime_amd import device
+
+
+def test_mi300x_in_spx_mode_runs_kernels_and_copies_on_one_xcc(monkeypatch):
+  """An MI300X in SPX mode (one KFD node, num_xcc 8) opens and runs: its PM4 queue is processed by one XCC (amdkfd
+  "Add PM4 target XCC": queue_percentage bits 15:8), so fences need no cross-XCC barrier and scratch is one XCC's wave
+  slots. A kernel with scratch and an SDMA round trip, against numpy; the old driver refused the node."""
+  from tiny_runtime_amd import device, kfd
   from tiny_runtime_amd.mock import driver
-  monkeypatch.setattr(driver, "mock_fileio", lambda arch: spx.fio)
-  with pytest.raises(RuntimeError, match="spans 8 XCCs"): device.AMDDevice("MOCK+AMD")
+  drv = MockKFD(("gfx942_spx",) * 2)
+  fio = type("SPXFileIO", (MockFileIO,), {"kfd_fn": staticmethod(lambda: drv)})
+  monkeypatch.setattr(driver, "mock_fileio", lambda arch: fio)
+  dev = device.AMDDevice("MOCK+AMD:LLVM:gfx942")
+  assert dev.iface.node.num_xcc == 8 and dev.arch == "gfx942"
+  q = next(q for q in drv.queues.values() if q.qtype == kfd.QUEUE_TYPE_COMPUTE and q.gpu is drv.gpus[0])
+  assert q.xcc == device.PM4_TARGET_XCC == 0
+  n = 256
+  c, a = UOp(Ops.PARAM, dtypes.float.ptr(n), arg=0), UOp(Ops.PARAM, dtypes.float.ptr(n), arg=1)
+  i = UOp.range(n, 0)
+  spec = get_program(c.index(i).store(a.index(i).load() * 3.0 - 1.0).sink(arg=KernelInfo("spx_axpb")), dev.renderer)
+  x = np.arange(n, dtype=np.float32) - 100
+  src, out = dev.allocator.alloc(4 * n), dev.allocator.alloc(4 * n)
+  dev.allocator._copyin(src, memoryview(x).cast("B"))  # through the SDMA queue
+  dev.get_program(spec.name, spec.lib)(out, src, global_size=spec.global_size, local_size=spec.local_size, wait=True)
+  got = np.empty(n, np.float32)
+  dev.allocator._copyout(memoryview(got).cast("B"), out)
+  np.testing.assert_array_equal(got, x * 3 - 1)
+  dev.ensure_scratch(64)  # one XCC's wave slots: 38 CUs x 32 (max_slots_scratch_cu), not the node's 304 CUs
+  assert dev.tmpring_size & 0xFFF == 38 * 32
+  # the mock refuses a PM4 queue on an XCC the node lacks (KFD passes bits 15:8 on to the MQD unchecked)
+  with pytest.raises(kfd.KFDError, match=r"PM4 target XCC 8 \(queue_percentage bits 15:8\); .* XCCs 0\.\.7"):
+    dev.iface.create_queue(ring_base_address=dev.compute_ring.ring.va_addr, ring_size=0x1000,
+                           queue_type=kfd.QUEUE_TYPE_COMPUTE, queue_percentage=100 | 8 << 8, queue_priority=7,
+                           read_pointer_address=dev.compute_ring.ptrs.va_addr,
+                           write_pointer_address=dev.compute_ring.ptrs.va_addr + 8)
 
 
 def test_mock_fileio_picks_the_arch():

@@ -216,3 +216,19 @@ def test_scratch_kernels_grow_the_scratch_buffer_and_run(monkeypatch):
     assert regs[pm4.COMPUTE_TMPRING_SIZE] == dev.tmpring_size
     assert regs[pm4.COMPUTE_DISPATCH_SCRATCH_BASE_LO] == (dev.scratch_buf.va_addr >> 8) & 0xFFFFFFFF
   assert len(dev._old_scratch) >= 1  # it grew, and kept the smaller buffers that earlier command buffers refer to
+
+
+@pytest.mark.parametrize("arch", [None, "gfx942"])
+def test_copy_queue_signals_reach_the_host(arch):
+  """The copy queue's fences must be uncached (SDMA v6: MTYPE 3, as amdgpu): a cached fence sits in the GPU's L2 and
+  the host waiting for the signal (or KFD reading the event mailbox) never sees it."""
+  from tiny_uop.helpers import Context
+  name = "MOCK+AMD" if arch is None else "MOCK+AMD:LLVM:gfx942"
+  with Context(DEV=name):
+    dev = Device[name]
+    sig = dev.new_signal()
+    dev.hw_copy_queue_t().signal(sig, 0x1_0000_0005).submit(dev)
+    sig.wait(0x1_0000_0005, timeout_ms=2000)
+    src = np.arange(64, dtype=np.float32)
+    buf = Buffer(name, 64, dtypes.float).copyin(memoryview(src))  # through the SDMA queue, waited on by the host
+    np.testing.assert_array_equal(buf.numpy(), src)

@@ -15,7 +15,7 @@ from tiny_runtime_amd.emu.encode import endpgm
 from tiny_runtime_amd.kfd import KFDError
 from tiny_runtime_amd.mock.driver import GPUHang, GPUPageFault, MockKFD, PacketError, ShaderFault
 from tiny_runtime_amd.pm4 import AMDComputeQueue
-from tiny_runtime_amd.sdma import AMDCopyQueue
+from tiny_runtime_amd.sdma import AMDCopyQueue, AMDCopyQueue9
 from tiny_uop.hcq import HCQSignal
 
 PM4, SDMA = kfd.QUEUE_TYPE_COMPUTE, kfd.QUEUE_TYPE_SDMA
@@ -318,3 +318,33 @@ def test_bad_sdma_packets(h):
     h.sdma(AMDCopyQueue().copy(sig.addr, 0x1000, 16).resolved())
   h.sdma(AMDCopyQueue().fence(sig.addr, 9).resolved())
   assert sig.value == 9
+
+
+# ***** SDMA fences and the L2 *****
+def test_the_drivers_sdma_fences_are_uncached_as_amdgpus():
+  # sdma_v5_0/v5_2/v6_0/v7_0_ring_emit_fence: SDMA_PKT_FENCE_HEADER_MTYPE(0x3) (UC); v4_4_2 has no MTYPE field
+  assert (AMDCopyQueue().fence(0x1000, 1).resolved()[0] >> 16) & 7 == 3
+  assert AMDCopyQueue9().fence(0x1000, 1).resolved()[0] == sdma.OP_FENCE
+
+
+def test_a_cached_sdma_fence_stays_in_l2_until_a_write_back(h):
+  """A FENCE with MTYPE 0 is not refused by the SDMA engine: the write goes through L2, where the GPU's own polls see
+  it and the host does not, until an L2 write-back (the old driver's signals were late or never seen)."""
+  sig, done = _signal(h), _signal(h)
+  h.sdma([sdma.header(sdma.OP_FENCE), sig.addr & 0xFFFFFFFF, sig.addr >> 32, 7])
+  assert sig.value == 0 and h.gpu.l2_lines == {sig.addr: 7}
+  h.sdma(AMDCopyQueue().wait(sig, 7).fence(done.addr, 1).resolved())  # the GPU reads through L2: the poll passes
+  assert done.value == 1 and sig.value == 0
+  h.pm4(AMDComputeQueue().acquire_mem().resolved())  # GCR GL2_WB: the line reaches memory
+  assert sig.value == 7 and not h.gpu.l2_lines
+  h.sdma(AMDCopyQueue().fence(sig.addr, 8).resolved())  # the driver's UC fence is visible at once
+  assert sig.value == 8
+
+
+def test_gfx942s_sdma_fence_has_no_mtype_field():
+  h = Harness(drv=MockKFD(("gfx942",)))
+  sig = _signal(h)
+  with pytest.raises(PacketError, match=r"SDMA FENCE dword 0: reserved bit\(s\) \[16, 17\]"):
+    h.sdma(AMDCopyQueue().fence(sig.addr, 1).resolved())  # the SDMA v6 header
+  h.sdma(AMDCopyQueue9().fence(sig.addr, 2).resolved())
+  assert sig.value == 2

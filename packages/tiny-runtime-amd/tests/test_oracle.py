@@ -344,7 +344,8 @@ def test_sdma_packets_the_driver_builds():
   q = sdma.AMDCopyQueue().copy(dst, src, sdma.MAX_COPY + 16).wait(sig, 77).signal(sig, 0x3_0000_0009).timestamp(sig)
   copy = lambda s, d, n: [_sd("COPY_LINEAR", "HEADER", op=sd.SDMA_OP_COPY, sub_op=sd.SDMA_SUBOP_COPY_LINEAR),  # noqa: E731
                           _sd("COPY_LINEAR", "COUNT", count=n - 1), 0, s & 0xFFFFFFFF, s >> 32, d & 0xFFFFFFFF, d >> 32]
-  fence = lambda a, v: [_sd("FENCE", "HEADER", op=sd.SDMA_OP_FENCE), a & 0xFFFFFFFF, a >> 32, v]  # noqa: E731
+  # fences uncached (MTYPE 3), as amdgpu's sdma_v6_0_ring_emit_fence and tinygrad's SDMA queue write them
+  fence = lambda a, v: [_sd("FENCE", "HEADER", op=sd.SDMA_OP_FENCE, mtype=3), a & 0xFFFFFFFF, a >> 32, v]  # noqa: E731
   theirs = copy(src, dst, sdma.MAX_COPY) + copy(src + sdma.MAX_COPY, dst + sdma.MAX_COPY, 16) + \
     [_sd("POLL_REGMEM", "HEADER", op=sd.SDMA_OP_POLL_REGMEM, func=5, mem_poll=1), sig.addr & 0xFFFFFFFF,
      sig.addr >> 32, 77, 0xFFFFFFFF, _sd("POLL_REGMEM", "DW5", interval=10, retry_count=0xFFF)] + \
@@ -353,6 +354,11 @@ def test_sdma_packets_the_driver_builds():
     [_sd("TIMESTAMP_GET_GLOBAL", "HEADER", op=sd.SDMA_OP_TIMESTAMP, sub_op=sd.SDMA_SUBOP_TIMESTAMP_GET_GLOBAL),
      _sd("TIMESTAMP_GET_GLOBAL", "WRITE_ADDR_LO", write_addr_31_3=(sig.addr + 8) >> 3), (sig.addr + 8) >> 32]
   assert_packets("SDMA", q.resolved(), theirs)
+  # gfx942's SDMA v4.4.2: the FENCE header is op and sub-op only (sdma_4_0_0's bindings have no MTYPE field)
+  s4 = o.module("sdma_4_0_0")
+  assert not hasattr(s4, "SDMA_PKT_FENCE_HEADER_MTYPE")
+  assert sdma.AMDCopyQueue9().fence(sig.addr, 9).resolved() == \
+    [s4.SDMA_PKT_FENCE_HEADER_OP(s4.SDMA_OP_FENCE), sig.addr & 0xFFFFFFFF, sig.addr >> 32, 9]
   assert sdma.TRAP_INT_CONTEXT_MASK == o.sdma_dword("TRAP", "INT_CONTEXT")[1]["int_context"]
   assert sdma.MAX_COPY - 1 <= o.sdma_dword("COPY_LINEAR", "COUNT")[1]["count"]
 

@@ -9,7 +9,8 @@ Without an AMD GPU, `AMDDevice("AMD")` raises DeviceUnavailableError("no /dev/kf
 DEV=MOCK+AMD"), which the registry reports as it is (no traceback); `DEV=MOCK+AMD` always works (an in-process pair
 of gfx1100s running code in the RDNA3 emulator), and `DEV=MOCK+AMD:LLVM:gfx942` gives a pair of MI300s (gfx942:
 wave64, the gfx9 PM4 forms of `AMDComputeQueue9`, code run in the CDNA3 emulator). A gfx942 node spanning several
-XCCs (SPX mode) is refused: see the MI300 section of the README.
+XCCs (an MI300X in SPX mode) runs its PM4 queue on one XCC, as KFD schedules PM4 queues there (`PM4_TARGET_XCC`;
+see the MI300 section of the README).
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from tiny_runtime_amd.elf import ELF
 from tiny_runtime_amd.encode import pm_lower
 from tiny_runtime_amd.kfd import KFD_PATH, KFDEvent, KFDIface
 from tiny_runtime_amd.pm4 import AMDComputeQueue, AMDComputeQueue9
-from tiny_runtime_amd.sdma import AMDCopyQueue
+from tiny_runtime_amd.sdma import AMDCopyQueue, AMDCopyQueue9
 
 __all__ = ["AMDDevice", "AMDProgram", "AMDSignal", "AMDAllocator", "KFD_PATH"]
 
@@ -36,6 +37,7 @@ SIGNAL_PAGE = 0x10000
 KERNARGS_SIZE = 1 << 20
 SPIN_S = 0.002        # a waiter polls this long before it sleeps in KFD's WAIT_EVENTS
 SLEEP_MS = 1000       # the longest single sleep (the loop then re-checks the value)
+PM4_TARGET_XCC = 0    # the XCC (in the node's partition) that runs the PM4 compute queue on a multi-XCC node
 
 
 class AMDSignal(HCQSignal):
@@ -75,7 +77,11 @@ class AMDRing:
                                      cw.debug_memory_size * cw.num_xcc), 8)
         extra.update(ctx_save_restore_address=self.ctx.va_addr, ctx_save_restore_size=cw.ctx_save_restore_size,
                      ctl_stack_size=cw.ctl_stack_size)
-    q = iface.create_queue(ring_base_address=self.ring.va_addr, ring_size=size, queue_type=qtype, queue_percentage=100,
+    # queue_percentage bits 7:0 the percentage, bits 15:8 the XCC a PM4 queue runs on in a multi-XCC partition
+    # (amdkfd "Add PM4 target XCC": "unlike AQL queues, the PM4 queue will be only processed in one XCC";
+    # kfd_chardev.c set_queue_properties_from_user, kfd_mqd_manager_v9.c init_mqd_v9_4_3 pm4_target_xcc_in_xcp)
+    pct = 100 | (PM4_TARGET_XCC << 8 if qtype == kfd.QUEUE_TYPE_COMPUTE else 0)
+    q = iface.create_queue(ring_base_address=self.ring.va_addr, ring_size=size, queue_type=qtype, queue_percentage=pct,
                            queue_priority=7, read_pointer_address=self.ptrs.va_addr,
                            write_pointer_address=self.ptrs.va_addr + 8, **extra)
     self.queue_id = q.queue_id
@@ -214,7 +220,7 @@ class AMDAllocator(HCQAllocator["AMDDevice"]):
                        "the same KFD process")
     dev.peer_link(src_dev)
     dev.iface.map(src)
-    q = AMDCopyQueue().wait(src_dev.timeline_signal, src_dev.timeline_value - 1) \
+    q = dev.hw_copy_queue_t().wait(src_dev.timeline_signal, src_dev.timeline_value - 1) \
       .wait(dev.timeline_signal, dev.timeline_value - 1).copy(dest.va_addr, src.va_addr, size)
     q.signal(dev.timeline_signal, dev.next_timeline()).submit(dev)
     src_dev.hw_compute_queue_t().wait(dev.timeline_signal, dev.timeline_value - 1) \
@@ -258,12 +264,7 @@ class AMDDevice(HCQCompiled):
     if want is not None and want != node.arch:
       raise RuntimeError(f"{device}: DEV asks for arch {want} but this GPU is {node.arch}")
     self.wave_size = 64 if node.arch.startswith("gfx9") else 32
-    if self.wave_size == 64: self.hw_compute_queue_t = AMDComputeQueue9
-    if dict(node.props).get("num_xcc", 1) > 1:
-      raise RuntimeError(f"{device}: {node.arch} node {node.node} spans {dict(node.props)['num_xcc']} XCCs; a PM4 "
-                         "dispatch there runs on every XCC and needs cross-XCC fences, which this driver does not "
-                         "build yet: use a partition mode with one XCC per KFD node (CPX: amd-smi set "
-                         "--compute-partition CPX)")
+    if self.wave_size == 64: self.hw_compute_queue_t, self.hw_copy_queue_t = AMDComputeQueue9, AMDCopyQueue9
     self.event: KFDEvent = self.iface.create_event()
     self.signal_page = self.iface.alloc(SIGNAL_PAGE, host=True, uncached=True)
     base = self.signal_page.va_addr
@@ -331,7 +332,9 @@ class AMDDevice(HCQCompiled):
     node = self.iface.node
     # gfx11: WAVES counts one shader engine's slots (each engine addresses its own slice); gfx9: the whole GPU's
     engines = node.shader_engines if self.wave_size == 32 else 1
-    waves_per_se = min(node.cu_count // engines * dict(node.props).get("max_slots_scratch_cu", 32), 4095)
+    # the PM4 queue runs on one XCC of a multi-XCC node (see AMDRing): that XCC's CUs hold its waves
+    cus = node.cu_count // node.num_xcc
+    waves_per_se = min(cus // engines * dict(node.props).get("max_slots_scratch_cu", 32), 4095)
     if self.scratch_buf is not None: self._old_scratch.append(self.scratch_buf)
     self.scratch_buf = self.iface.alloc(engines * waves_per_se * wave)
     self.scratch_wave_bytes, self.tmpring_size = wave, waves_per_se | (wave // gran) << 12

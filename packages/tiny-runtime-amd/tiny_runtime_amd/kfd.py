@@ -129,6 +129,11 @@ class GPUNode:
   def cu_count(self) -> int: return self.simd_count // max(self.simd_per_cu, 1)
 
   @property
+  def num_xcc(self) -> int:
+    """XCCs (compute dies) this node spans: 8 for an MI300X in SPX mode, 1 for a CPX partition or a one-die GPU."""
+    return max(dict(self.props).get("num_xcc", 1), 1)
+
+  @property
   def shader_engines(self) -> int:
     """Shader engines: array_count (shader arrays) / simd_arrays_per_engine (1 when the topology lacks them)."""
     p = dict(self.props)

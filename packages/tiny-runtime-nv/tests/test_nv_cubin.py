@@ -1,20 +1,30 @@
 """The NV device's cubin reader against NVIDIA's own tools: kernels assembled by ptxas (the `nvidia-cuda-nvcc` wheel)
 are read by `cubin.load_kernel_info` and dumped by cuobjdump (the `nvidia-cuda-cuobjdump` wheel, a test dependency);
 the attribute ids, formats and values (registers, parameter bank offset and size, each parameter's ordinal, offset
-and size), the shared-memory size and the target must agree."""
+and size), the shared-memory size and the target must agree. The target is read from e_flags by ELF ABI version (7:
+bits 7:0, ptxas <= 12 and the driver's JIT; 8: bits 15:8, ptxas 13): `data/ptxas12_sm_80.cubin` is ptxas 12.9.86's
+output for `data/ptxas12_sm_80.ptx` (nvidia-cuda-nvcc-cu12 wheel, `ptxas -arch=sm_80`), kept because the test
+environment has ptxas 13 only."""
 from __future__ import annotations
 
 import glob
 import os
+import pathlib
 import re
+import struct
 import subprocess
 import sysconfig
 
+import numpy as np
 import pytest
 
 from tiny_codegen.compiler.ptx import PTXCompiler, find_ptxas
+from tiny_uop import dtypes
+from tiny_uop.device import Buffer
+from tiny_uop.plugins import Device
 
 from tiny_runtime_nv import cubin
+from tiny_runtime_nv.mock.compiler import with_ptx
 
 PTX = """.version 7.8
 .target {arch}
@@ -102,3 +112,48 @@ def test_a_kernel_that_is_not_there_and_bytes_that_are_no_cubin():
   lib = PTXCompiler("sm_90", use_ptxas=True).compile(PTX.format(arch="sm_90", n="x", shared=4))
   with pytest.raises(cubin.CubinError, match=r"no kernel 'nope'; it has \['k_x'\]"): cubin.load_kernel_info(lib, "nope")
   with pytest.raises(cubin.CubinError, match="not a cubin"): cubin.load_kernel_info(b".version 7.8", "k_x")
+
+
+DATA = pathlib.Path(__file__).parent / "data"
+
+
+def _with_header(lib: bytes, abi: int, flags: int) -> bytes:
+  """`lib` with e_ident[EI_ABIVERSION] = `abi` and e_flags = `flags` (ELF64: e_flags at byte 0x30)."""
+  b = bytearray(lib)
+  b[8] = abi
+  struct.pack_into("<I", b, 0x30, flags)
+  return bytes(b)
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_86", "sm_90"])
+def test_the_target_is_read_by_elf_abi_version(arch):
+  sm = int(arch[3:])
+  lib = PTXCompiler(arch, use_ptxas=True).compile(PTX.format(arch=arch, n="abi", shared=4))
+  # ptxas 13 writes ABI 8, the SM in bits 15:8
+  assert lib[8] == cubin.ELFABIVERSION_CUDA_V2 and (struct.unpack_from("<I", lib, 0x30)[0] >> 8) & 0xFF == sm
+  assert cubin.load_kernel_info(lib, "k_abi").arch == arch
+  # the same cubin with an ABI 7 header as ptxas 12 writes it: SM in bits 7:0 and again in the virtual-SM field
+  # 23:16, EF_CUDA_TEXMODE_UNIFIED 0x100 | EF_CUDA_64BIT_ADDRESS 0x400 in bits 15:8 (0x005a055a for sm_90)
+  old = _with_header(lib, cubin.ELFABIVERSION_CUDA_V1, sm << 16 | 0x500 | sm)
+  assert cubin.load_kernel_info(old, "k_abi").arch == arch
+  assert cubin.cubin_arch(7, 0x005A055A) == cubin.cubin_arch(8, 0x06005A04) == "sm_90"
+  with pytest.raises(cubin.CubinError, match=r"cubin ELF ABI version 9 is unknown; known are 7 .* and 8"):
+    cubin.load_kernel_info(_with_header(lib, 9, 0x06005A04), "k_abi")
+
+
+def test_a_ptxas_12_cubin_loads_and_runs_on_its_gpu():
+  lib, src = (DATA / "ptxas12_sm_80.cubin").read_bytes(), (DATA / "ptxas12_sm_80.ptx").read_text()
+  assert lib[8] == cubin.ELFABIVERSION_CUDA_V1 and struct.unpack_from("<I", lib, 0x30)[0] == 0x00500550
+  info = cubin.load_kernel_info(lib, "k_x")
+  assert info.arch == "sm_80" and [p.size for p in info.params] == [8, 8, 4]
+  # ptxas 13 on the same PTX: the same parameter facts (the reader agrees across ABI versions)
+  new = cubin.load_kernel_info(PTXCompiler("sm_80", use_ptxas=True).compile(src), "k_x")
+  assert (new.arch, new.params, new.param_offset, new.param_size) == \
+    (info.arch, info.params, info.param_offset, info.param_size)
+  dev = Device["MOCK+NV:1"]  # the mock A100 (sm_80); the mock GPU executes the PTX kept beside the cubin
+  prg = dev.get_program("k_x", with_ptx(lib, src))
+  x = np.arange(100, dtype=np.float32) - 7
+  inp = Buffer("MOCK+NV:1", 128, dtypes.float).copyin(memoryview(np.concatenate([x, np.ones(28, np.float32)])))
+  out = Buffer("MOCK+NV:1", 128, dtypes.float).copyin(memoryview(np.zeros(128, np.float32)))
+  prg(out._buf, inp._buf, global_size=(1, 1, 1), local_size=(128, 1, 1), vals=(100,), wait=True)
+  np.testing.assert_array_equal(out.numpy(), np.concatenate([x * 2, np.zeros(28, np.float32)]))

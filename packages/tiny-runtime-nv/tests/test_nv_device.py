@@ -82,6 +82,7 @@ def test_launch_runs_the_real_cubin_and_the_qmd_carries_its_facts(name):
   prg(out._buf, *[b._buf for b in ins], global_size=spec.global_size, local_size=spec.local_size, wait=True)
   np.testing.assert_array_equal(out.numpy(), xs[0] + xs[1])
   q = _driver().gpus[int(name.endswith(":1"))].last_qmd
+  assert q["version"] == (4 if name == "MOCK+NV" else 3)  # Hopper's compute class reads QMD 04_00, Ampere's 03_00
   assert q["program"] == prg.image.va_addr + info.text_offset
   assert q["registers"] == info.registers and q["shared"] == prg.shared_size >= info.shared_size
   assert q["grid"] == tuple(spec.global_size) and q["block"] == tuple(spec.local_size)
@@ -140,11 +141,11 @@ def _launch_qmd(dev, prg, spec, out, ins, **override):
   base = dev.kernargs_alloc(prg.args_layout(3, 0).size)
   prg.fill_args(base, [out._buf.va_addr] + [b._buf.va_addr for b in ins], [])
   prg.fill_launch(base, spec.global_size, spec.local_size)
-  qmd = base + prg.cb0_size
+  qmd, ver = base + prg.cb0_size, prg.qmd_version
   if override:
-    q = push.QMD(ctypes.string_at(qmd, push.QMD_SIZE))
-    for k, v in override.items(): q[k] = v
-    ctypes.memmove(qmd, bytes(q), push.QMD_SIZE)
+    q = push.QMD(ctypes.string_at(qmd, ver.size), ver)
+    for k, v in override.items(): q[ver.registers if k == "REGISTERS" else k] = v
+    ctypes.memmove(qmd, bytes(q), ver.size)
   return NVComputeQueue().launch(qmd)
 
 
@@ -154,19 +155,20 @@ def test_mock_rejects_qmd_fields_out_of_range():
   ins = _bufs("MOCK+NV", np.ones(256, np.float32), np.ones(256, np.float32))
   out = _bufs("MOCK+NV", np.zeros(256, np.float32))[0]
   regs = prg.info.registers
-  _rejected(dev, _launch_qmd(dev, prg, spec, out, ins, REGISTER_COUNT_V=regs - 1),
+  _rejected(dev, _launch_qmd(dev, prg, spec, out, ins, REGISTERS=regs - 1),
             rf"uses {regs} registers; the QMD gives {regs - 1}")
   _rejected(dev, _launch_qmd(dev, prg, spec, out, ins, CTA_THREAD_DIMENSION2=65), r"z <= 64")
-  _rejected(dev, _launch_qmd(dev, prg, spec, out, ins, QMD_MAJOR_VERSION=4), r"QMD version 4\.0")
+  _rejected(dev, _launch_qmd(dev, prg, spec, out, ins, QMD_MINOR_VERSION=1), r"QMD version 4\.1")
+  _rejected(dev, _launch_qmd(dev, prg, spec, out, ins, QMD_TYPE=3), r"QMD_TYPE 3: the mock runs GRID_CTA")
   _rejected(dev, _launch_qmd(dev, prg, spec, out, ins, SHARED_MEMORY_SIZE=250 << 10), r"SHARED_MEMORY_SIZE 256000")
   _rejected(dev, _launch_qmd(dev, prg, spec, out, ins, CONSTANT_BUFFER_SIZE_SHIFTED4_0=1),
             r"constant buffer 0 of 16 bytes")
-  # a bit set outside every field the mock implements (DEPENDENT_QMD0_ENABLE, bit 512)
+  # a bit set outside every field the mock implements (QMD 04_00 RELEASE_ENABLE(0), bit 320)
   base = dev.kernargs_alloc(prg.args_layout(3, 0).size)
   prg.fill_args(base, [out._buf.va_addr] + [b._buf.va_addr for b in ins], [])
   prg.fill_launch(base, spec.global_size, spec.local_size)
-  ctypes.c_uint32.from_address(base + prg.cb0_size + 64).value |= 1
-  _rejected(dev, NVComputeQueue().launch(base + prg.cb0_size), r"QMD bits set outside the fields .* at bit 512")
+  ctypes.c_uint32.from_address(base + prg.cb0_size + 40).value |= 1
+  _rejected(dev, NVComputeQueue().launch(base + prg.cb0_size), r"QMD bits set outside the fields .* at bit 320")
   assert out.numpy().tolist() == [0.0] * 256  # nothing ran
 
 
@@ -243,3 +245,68 @@ def test_the_drivers_jit_builds_cubins_the_nv_device_runs():
   with pytest.raises(CompileError, match="the driver's JIT rejected the PTX for sm_90: cuLinkAddData_v2 failed: "
                                          "CUDA_ERROR_INVALID_PTX"):
     jit.compile("not ptx")
+
+
+def test_host_memory_is_allocated_on_the_gpus_own_file():
+  # NV_ESC_RM_ALLOC_MEMORY (OS-descriptor host memory: the command queue, signals, the FIFOs' error notifiers) is an
+  # "actual device" escape (escape.c RmIoctl, NV_ACTUAL_DEVICE_ONLY): on /dev/nvidiactl RM fails it with EINVAL
+  dev = Device["MOCK+NV"]
+  d = _driver()
+  sent: list[tuple[str, int]] = []
+  orig = d.escape
+  def spy(fd, nr, size, buf):
+    sent.append((d.files[fd][0], nr))
+    return orig(fd, nr, size, buf)
+  d.escape = spy
+  try: buf = dev.mem.alloc(0x2000, host=True)
+  finally: del d.escape
+  assert (f"/dev/nvidia{dev.handles.minor}", rm.ESC_RM_ALLOC_MEMORY) in sent
+  assert all(path == rm.NVIDIACTL for path, nr in sent if nr != rm.ESC_RM_ALLOC_MEMORY)
+  ctypes.memmove(buf.va_addr, b"\x2a" * 16, 16)  # our own pages, visible at the GPU address
+  assert d.mems[buf.meta.handle].kind == "os" and d.mems[buf.meta.handle].backing == buf.va_addr
+  dev.mem.free(buf)
+
+
+def test_mock_rejects_escapes_on_the_wrong_file_like_rm():
+  from tiny_runtime_nv.mock.rm import ESCAPE_FILES
+  dev = Device["MOCK+NV"]
+  r = dev.rm
+  # the rule table covers every escape the driver sends
+  assert set(ESCAPE_FILES) == set(rm.ESCAPES) | {rm.ESC_CARD_INFO}
+  args = r._new("nv_ioctl_nvos02_parameters_with_fd", {"fd": -1})
+  p = args.params
+  p.hRoot, p.hObjectParent, p.hObjectNew, p.hClass = r.root, dev.handles.device, 0xCAFE0F00, \
+    rm.NV01_MEMORY_SYSTEM_OS_DESCRIPTOR
+  with pytest.raises(rm.RMError, match=r"RM alloc of OS memory: ioctl failed: EINVAL"):
+    r.escape(r.ctl, rm.ESC_RM_ALLOC_MEMORY, args, "RM alloc of OS memory")
+  ctl_only = r._new("NVOS54_PARAMETERS", {"hClient": r.root, "hObject": r.root})
+  with pytest.raises(rm.RMError, match=r"ioctl failed: EINVAL"):  # RM_CONTROL is NV_CTL_DEVICE_ONLY
+    r.escape(dev.gpu_fd, rm.ESC_RM_CONTROL, ctl_only, "RM control")
+  cards = r.ffi.new(f"nv_ioctl_card_info_t[{rm.MAX_CARDS}]")
+  with pytest.raises(OSError) as e:  # nv.c nvidia_ioctl: NV_ESC_CARD_INFO is NV_CTL_DEVICE_ONLY
+    dev.gpu_fd.ioctl(rm.escape_number(rm.ESC_CARD_INFO, r.ffi.sizeof(cards)), r.ffi.buffer(cards))
+  assert e.value.errno == 22
+  assert 0xCAFE0F00 not in _driver().objects
+
+
+@pytest.mark.parametrize("name", DEVS)
+def test_each_compute_class_gets_its_qmd_version_and_the_mock_rejects_the_other(name):
+  """HOPPER_COMPUTE_A reads QMD 04_00 (clcbc0qmd.h; Mesa NVK's Hopper launches), the Ampere/Ada classes 03_00: the
+  driver builds the class's version, and the mock refuses a QMD of the other version on that class (the old driver
+  launched 03_00 on Hopper)."""
+  dev = Device[name]
+  hopper = name == "MOCK+NV"
+  spec, prg = _add_kernel(dev, name="E_qmdver")
+  assert prg.qmd_version is (push.QMD_04_00 if hopper else push.QMD_03_00)
+  assert push.qmd_of_class(rm.HOPPER_COMPUTE_A).major == 4 and push.qmd_of_class(rm.AMPERE_COMPUTE_A).major == 3
+  with pytest.raises(ValueError, match=r"compute class 0x1234 has no known QMD version"): push.qmd_of_class(0x1234)
+  ins = _bufs(name, np.ones(256, np.float32), np.ones(256, np.float32))
+  out = _bufs(name, np.zeros(256, np.float32))[0]
+  other = 3 if hopper else 4
+  _rejected(dev, _launch_qmd(dev, prg, spec, out, ins, QMD_MAJOR_VERSION=other),
+            rf"QMD version {other}\.x on compute class {dev.compute_class:#x}, which reads QMD {7 - other}\.0")
+  assert out.numpy().tolist() == [0.0] * 256  # nothing ran
+  q = push.QMD(version=push.QMD_04_00)
+  q.set_cb0(0x12_3456_7840)
+  assert (q["CONSTANT_BUFFER_ADDR_LOWER_SHIFTED6_0"], q.cb0()) == (0x12_3456_7840 >> 6 & 0xFFFFFFFF, 0x12_3456_7840)
+  with pytest.raises(ValueError, match="not 64-aligned"): q.set_cb0(0x1020)

@@ -9,7 +9,12 @@ EIATTR_PARAM_CBANK 0x0a (symbol of `.nv.constant0.<kernel>`, u16 offset, u16 siz
 EIATTR_FRAME_SIZE 0x11, EIATTR_MIN_STACK_SIZE 0x12 (symbol, u32 bytes), EIATTR_KPARAM_INFO 0x17 (u32 index,
 u16 ordinal, u16 offset, u32 flags with the size in bits 31:18), EIATTR_CBANK_PARAM_SIZE 0x19 (HVAL),
 EIATTR_MAXREG_COUNT 0x1b (HVAL), EIATTR_REGCOUNT 0x2f (symbol, u32 registers). Shared memory is the size of the
-NOBITS section `.nv.shared.<kernel>`; the target is `sm_<(e_flags >> 8) & 0xff>`.
+NOBITS section `.nv.shared.<kernel>`.
+
+The target SM (major * 10 + minor) is in e_flags, where depends on the ELF ABI version (e_ident[EI_ABIVERSION]), as
+LLVM's `ELFObjectFileBase::getNVPTXCPUName` and `llvm/BinaryFormat/ELF.h` read it: ABI 7 (ELFABIVERSION_CUDA_V1:
+ptxas up to CUDA 12, the driver's JIT) keeps it in bits 7:0 (EF_CUDA_SM, e.g. 0x005a055a for sm_90), ABI 8
+(ELFABIVERSION_CUDA_V2: ptxas 13) in bits 15:8 (EF_CUDA_SM_MASK 0xff00, EF_CUDA_SM_OFFSET 8, e.g. 0x06005a04).
 """
 from __future__ import annotations
 
@@ -24,6 +29,8 @@ EIATTR_CBANK_PARAM_SIZE, EIATTR_MAXREG_COUNT, EIATTR_REGCOUNT = 0x19, 0x1B, 0x2F
 SHF_ALLOC = 0x2
 SHT_REL, SHT_RELA = 9, 4
 EM_CUDA = 190
+ELFABIVERSION_CUDA_V1, ELFABIVERSION_CUDA_V2 = 7, 8
+EF_CUDA_SM, EF_CUDA_SM_MASK, EF_CUDA_SM_OFFSET = 0xFF, 0xFF00, 8
 
 
 class CubinError(ValueError):
@@ -71,11 +78,23 @@ def _attributes(data: bytes) -> list[tuple[int, int, bytes | int]]:
   return out
 
 
+def cubin_arch(abi_version: int, e_flags: int) -> str:
+  """The target ("sm_90") of a cubin with ELF ABI version `abi_version` and `e_flags`; CubinError for an ABI
+  version this reader does not know."""
+  if abi_version == ELFABIVERSION_CUDA_V1: sm = e_flags & EF_CUDA_SM
+  elif abi_version == ELFABIVERSION_CUDA_V2: sm = (e_flags & EF_CUDA_SM_MASK) >> EF_CUDA_SM_OFFSET
+  else:
+    raise CubinError(f"cubin ELF ABI version {abi_version} is unknown; known are {ELFABIVERSION_CUDA_V1} (ptxas "
+                     f"<= CUDA 12, the driver's JIT) and {ELFABIVERSION_CUDA_V2} (ptxas 13)")
+  return f"sm_{sm}"
+
+
 def load_kernel_info(lib: bytes, name: str) -> KernelInfo:
   """Read kernel `name`'s launch facts from cubin `lib` (CubinError when they aren't there)."""
   try: elf = ELF(lib)
   except ELFError as e: raise CubinError(f"not a cubin: {e}") from e
   if elf.machine != EM_CUDA: raise CubinError(f"ELF machine {elf.machine}, not EM_CUDA ({EM_CUDA})")
+  arch = cubin_arch(elf.abi_version, elf.flags)
   for s in elf.sections:
     if s.type in (SHT_REL, SHT_RELA) and s.size and s.info and elf.sections[s.info].flags & SHF_ALLOC:
       raise CubinError(f"cubin has relocations ({s.name}) against loaded section {elf.sections[s.info].name}: the NV "
@@ -111,6 +130,6 @@ def load_kernel_info(lib: bytes, name: str) -> KernelInfo:
   c0 = elf.section(f".nv.constant0.{name}")
   if c0 is None: raise CubinError(f"cubin: no .nv.constant0.{name}")
   if shared is not None and shared.type != SHT_NOBITS: raise CubinError(f".nv.shared.{name} is not NOBITS")
-  return KernelInfo(name, f"sm_{(elf.flags >> 8) & 0xFF}", text.offset, text.size, regs,
+  return KernelInfo(name, arch, text.offset, text.size, regs,
                     shared.size if shared is not None else 0, stack if stack is not None else (frame or 0),
                     cbank[0], cbank[1], c0.size, tuple(sorted(params, key=lambda p: p.ordinal)))

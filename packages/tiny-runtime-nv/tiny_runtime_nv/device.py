@@ -8,8 +8,9 @@ GPFIFO, compute and copy classes from the GPU's class list, maps the usermode do
 copy GPFIFO channel (ring and USERD in CPU-visible VRAM below 2**40) and binds their objects. Memory has the same GPU
 and CPU address (`rm.NVMemory`). Work is recorded as methods (`push.py`), copied into a command ring and submitted as
 GPFIFO entries (write the entry, GP_PUT in USERD, the channel's work-submit token to the doorbell). Kernels are cubins
-(`NVProgram`: `cubin.py` reads their launch facts) launched with QMD 03_00 descriptors whose constant bank 0 holds the
-driver's window addresses and the parameters. Signals are host-memory semaphores (value, then GPU time in ns).
+(`NVProgram`: `cubin.py` reads their launch facts) launched with QMD descriptors (03_00 on Ampere/Ada, 04_00 on
+Hopper) whose constant bank 0 holds the driver's window addresses and the parameters. Signals are host-memory
+semaphores (value, then GPU time in ns).
 
 `MOCK+NV[:n]` runs the same code against `mock/rm.py` (an H200 as GPU 0, an A100 as GPU 1), whose GPU decodes what
 is submitted and runs the kernels' PTX on the package's PTX executor. Without a GPU, opening `NV` says why:
@@ -104,8 +105,8 @@ class NVProgram(HCQProgram):
 
   Argument region (`args_layout`): constant bank 0 (`cbank0_size` rounded to 256 bytes: the driver area, then the
   parameters at the cubin's EIATTR_PARAM_CBANK offset, laid out as EIATTR_KPARAM_INFO says: a 64-bit address per
-  buffer, then an int32 per value), then this launch's 256-byte QMD, filled from a per-program template with the
-  constant-bank address (`fill_args`) and the launch sizes (`fill_launch`)."""
+  buffer, then an int32 per value), then this launch's QMD (256 bytes in 03_00, 384 in 04_00), filled from a
+  per-program template with the constant-bank address (`fill_args`) and the launch sizes (`fill_launch`)."""
 
   def __init__(self, dev: NVDevice, name: str, lib: bytes, **kwargs: Any):
     super().__init__(dev, name, lib)
@@ -123,14 +124,17 @@ class NVProgram(HCQProgram):
     if self.shared_size > dev.max_shared:
       raise RuntimeError(f"kernel {name} needs {self.shared_size} bytes of shared memory; {dev.arch} has "
                          f"{dev.max_shared} per block")
-    q = QMD()
-    for k, v in (("QMD_MAJOR_VERSION", push.QMD_MAJOR), ("QMD_VERSION", push.QMD_MINOR), ("QMD_GROUP_ID", 0x3F),
-                 ("SM_GLOBAL_CACHING_ENABLE", 1), ("INVALIDATE_TEXTURE_HEADER_CACHE", 1),
+    self.qmd_version = ver = dev.qmd_version
+    q = QMD(version=ver)
+    if ver.major == 3: q["SM_GLOBAL_CACHING_ENABLE"] = 1
+    else: q["QMD_TYPE"] = push.QMD_TYPE_GRID_CTA  # 04_00: a grid of CTAs (no clusters)
+    for k, v in (("QMD_MAJOR_VERSION", ver.major), (ver.minor, 0), ("QMD_GROUP_ID", 0x3F),
+                 ("INVALIDATE_TEXTURE_HEADER_CACHE", 1),
                  ("INVALIDATE_TEXTURE_SAMPLER_CACHE", 1), ("INVALIDATE_TEXTURE_DATA_CACHE", 1),
                  ("INVALIDATE_SHADER_DATA_CACHE", 1), ("CWD_MEMBAR_TYPE", push.CWD_MEMBAR_TYPE_L1_SYSMEMBAR),
                  ("API_VISIBLE_CALL_LIMIT", push.API_VISIBLE_CALL_LIMIT_NO_CHECK),
                  ("SAMPLER_INDEX", push.SAMPLER_INDEX_VIA_HEADER_INDEX), ("BARRIER_COUNT", 1),
-                 ("SHARED_MEMORY_SIZE", self.shared_size), ("REGISTER_COUNT_V", info.registers),
+                 ("SHARED_MEMORY_SIZE", self.shared_size), (ver.registers, info.registers),
                  ("SHADER_LOCAL_MEMORY_HIGH_SIZE", self.local_size), ("SASS_VERSION", dev.gpu.sass_version),
                  ("PROGRAM_ADDRESS_LOWER", self.prog_addr & 0xFFFFFFFF),
                  ("PROGRAM_ADDRESS_UPPER", self.prog_addr >> 32),
@@ -151,7 +155,7 @@ class NVProgram(HCQProgram):
       raise RuntimeError(f"kernel {self.name}: the cubin's parameters are {[p.size for p in ps]} bytes; a launch with "
                          f"{n_bufs} buffers and {n_vals} values needs {want}")
     base = self.info.param_offset
-    return ArgsLayout(self.cb0_size + push.QMD_SIZE, 0, tuple(base + p.offset for p in ps[:n_bufs]),
+    return ArgsLayout(self.cb0_size + self.qmd_version.size, 0, tuple(base + p.offset for p in ps[:n_bufs]),
                       tuple(base + p.offset for p in ps[n_bufs:]))
 
   def fill_args(self, base: int, bufs: Sequence[int], vals: Sequence[int]) -> int:
@@ -161,29 +165,29 @@ class NVProgram(HCQProgram):
     for o, a in zip(lay.buf_offsets, bufs): ctypes.c_uint64.from_address(base + o).value = a
     for o, v in zip(lay.val_offsets, vals): ctypes.c_int32.from_address(base + o).value = v
     qmd = base + self.cb0_size
-    ctypes.memmove(qmd, self.qmd, push.QMD_SIZE)
-    self._write_qmd(qmd, ("CONSTANT_BUFFER_ADDR_LOWER_0", base & 0xFFFFFFFF),
-                    ("CONSTANT_BUFFER_ADDR_UPPER_0", base >> 32))
+    q = QMD(self.qmd, self.qmd_version)
+    q.set_cb0(base)
+    ctypes.memmove(qmd, bytes(q), self.qmd_version.size)
     return base
 
   def fill_launch(self, base: int, global_size: Sequence[int], local_size: Sequence[int]) -> None:
-    """The grid (CTA_RASTER_*) and block (CTA_THREAD_DIMENSION*) sizes into this region's QMD."""
+    """The grid (03_00 CTA_RASTER_*, 04_00 GRID_*) and block (CTA_THREAD_DIMENSION*) sizes into this region's QMD."""
     gs, ls = (tuple(global_size) + (1, 1, 1))[:3], (tuple(local_size) + (1, 1, 1))[:3]
-    self._write_qmd(base + self.cb0_size, *zip(("CTA_RASTER_WIDTH", "CTA_RASTER_HEIGHT", "CTA_RASTER_DEPTH"), gs),
+    self._write_qmd(base + self.cb0_size, *zip(self.qmd_version.grid, gs),
                     *zip(("CTA_THREAD_DIMENSION0", "CTA_THREAD_DIMENSION1", "CTA_THREAD_DIMENSION2"), ls))
 
-  @staticmethod
-  def _write_qmd(addr: int, *fields: tuple[str, int]) -> None:
-    q = QMD(ctypes.string_at(addr, push.QMD_SIZE))
+  def _write_qmd(self, addr: int, *fields: tuple[str, int]) -> None:
+    ver = self.qmd_version
+    q = QMD(ctypes.string_at(addr, ver.size), ver)
     for k, v in fields: q[k] = v
-    ctypes.memmove(addr, bytes(q), push.QMD_SIZE)
+    ctypes.memmove(addr, bytes(q), ver.size)
 
   def launch_fields(self, global_size: Any, local_size: Any) -> list[tuple[int, int, Any]]:
-    """`fill_launch`'s QMD fields (bit offset in the region, width, value): CTA_RASTER_WIDTH/HEIGHT/DEPTH and
-    CTA_THREAD_DIMENSION0/1/2."""
-    names = ("CTA_RASTER_WIDTH", "CTA_RASTER_HEIGHT", "CTA_RASTER_DEPTH", "CTA_THREAD_DIMENSION0",
-             "CTA_THREAD_DIMENSION1", "CTA_THREAD_DIMENSION2")
-    return [(8 * self.cb0_size + push.QMD_V03_00[n][1], push.QMD_V03_00[n][0] - push.QMD_V03_00[n][1] + 1, v)
+    """`fill_launch`'s QMD fields (bit offset in the region, width, value): the grid size (CTA_RASTER_* in 03_00,
+    GRID_* in 04_00) and CTA_THREAD_DIMENSION0/1/2."""
+    lay = self.qmd_version.layout
+    names = (*self.qmd_version.grid, "CTA_THREAD_DIMENSION0", "CTA_THREAD_DIMENSION1", "CTA_THREAD_DIMENSION2")
+    return [(8 * self.cb0_size + lay[n][1], lay[n][0] - lay[n][1] + 1, v)
             for n, v in zip(names, (*global_size[:3], *local_size[:3]))]
 
   def qmd_addr(self, args_addr: Val) -> Val: return args_addr + self.cb0_size
@@ -264,6 +268,7 @@ class NVDevice(HCQCompiled):
                          f"({', '.join(f'{c:#x}' for c in options)}); it lists {sorted(hex(c) for c in have)}")
     self.usermode_class, self.gpfifo_class = pick("usermode", rm.USERMODE_CLASSES), pick("GPFIFO", rm.GPFIFO_CLASSES)
     self.compute_class, self.dma_class = pick("compute", rm.COMPUTE_CLASSES), pick("copy", rm.DMA_CLASSES)
+    self.qmd_version = push.qmd_of_class(self.compute_class)  # Hopper's compute class reads QMD 04_00
     usermode = r.alloc(sub, self.usermode_class)
     self.doorbell = r.map_to_cpu(dev, minor, usermode, USERMODE_SIZE)
     vaspace = r.alloc(dev, rm.FERMI_VASPACE_A, vaBase=0x1000, vaSize=0x1FFFFFB000000,
@@ -274,7 +279,7 @@ class NVDevice(HCQCompiled):
     uid = {"uuid": list(uuid)}
     r.uvm(rm.UVM_REGISTER_GPU, gpu_uuid=uid, rmCtrlFd=-1)
     r.uvm(rm.UVM_REGISTER_GPU_VASPACE, gpuUuid=uid, rmCtrlFd=r._fd(r.ctl), hClient=r.root, hVaSpace=vaspace)
-    self.mem = rm.NVMemory(r, h)
+    self.mem = rm.NVMemory(r, h, self.gpu_fd)
     gr = [rm.GR_INFO_SM_VERSION, rm.GR_INFO_NUM_GPCS, rm.GR_INFO_NUM_TPC_PER_GPC, rm.GR_INFO_NUM_SM_PER_TPC,
           rm.GR_INFO_MAX_WARPS_PER_SM]
     lst = r.ffi.new(f"NV2080_CTRL_GR_INFO[{len(gr)}]", [{"index": i} for i in gr])

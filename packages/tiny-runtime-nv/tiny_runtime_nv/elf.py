@@ -51,7 +51,7 @@ class ELF:
       raise ELFError(f"not a little-endian ELF64 image (starts {bytes(blob[:6])!r})")
     self.blob = bytes(blob)
     h = EHDR.unpack_from(blob)
-    self.machine, self.flags = h[2], h[7]
+    self.machine, self.flags, self.abi_version = h[2], h[7], blob[8]   # e_ident[EI_ABIVERSION] is byte 8
     shoff, shentsize, shnum, shstrndx = h[6], h[11], h[12], h[13]
     if shentsize != SHDR.size or shoff + shnum * SHDR.size > len(blob):
       raise ELFError(f"section header table at {shoff:#x} ({shnum} x {shentsize}) is outside the image")

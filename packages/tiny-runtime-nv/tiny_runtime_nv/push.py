@@ -5,9 +5,11 @@ Sources (NVIDIA open-gpu-doc / open-gpu-kernel-modules `class/`): the GPFIFO hos
 (AMPERE_CHANNEL_GPFIFO_A) and `clc86f.h` (HOPPER_CHANNEL_GPFIFO_A): `NVC56F_DMA_*` method headers, `NVC56F_GP_ENTRY*`,
 `NVC56F_SEM_*`, `NVC56F_WFI`; the compute classes `clc6c0.h` (AMPERE_COMPUTE_A; `clc7c0.h`, `clc9c0.h`, `clcbc0.h`
 use the same offsets for the methods here); the copy classes `clc6b5.h` (AMPERE_DMA_COPY_A; `clc7b5.h`, `clc8b5.h`
-likewise); the QMD `clc6c0qmd.h` version 03_00 (`NVC6C0_QMDV03_00_*`), which `clcbc0qmd.h` (HOPPER_COMPUTE_A) defines
-with the same bit positions next to its version 04_00 — this driver launches QMD 03_00 on Ampere and Hopper alike.
-`tests/test_nv_oracle.py` checks every offset, field and value against tinygrad 0.14.0's `nv_580.py`.
+likewise); the QMD: version 03_00 (`clc6c0qmd.h`, `NVC6C0_QMDV03_00_*`) for the Ampere and Ada compute classes, version
+04_00 (open-gpu-doc `classes/compute/clcbc0qmd.h`, `NVCBC0_QMDV04_00_*`, 3072 bits) for HOPPER_COMPUTE_A, as Mesa's
+NVK launches Hopper grids (`QMD_VERSIONS`). clcbc0qmd.h also lists a 03_00 layout, but no driver known to work on
+Hopper launches it there (tinygrad 0.14 does not drive Hopper's compute class at all), so this driver does not either.
+`tests/test_nv_oracle.py` checks every offset, field and value of 03_00 against tinygrad 0.14.0's `nv_580.py`.
 """
 from __future__ import annotations
 
@@ -94,34 +96,103 @@ QMD_V03_00: dict[str, tuple[int, int]] = {
   "PROGRAM_ADDRESS_LOWER": (1567, 1536), "PROGRAM_ADDRESS_UPPER": (1584, 1568),
   "SHADER_LOCAL_MEMORY_HIGH_SIZE": (1623, 1600), "SASS_VERSION": (1663, 1656),
 }
-QMD_MAJOR, QMD_MINOR = 3, 0
-CWD_MEMBAR_TYPE_L1_SYSMEMBAR = 1      # QMDV03_00_CWD_MEMBAR_TYPE_L1_SYSMEMBAR
+# ***** QMD version 04_00 (open-gpu-doc classes/compute/clcbc0qmd.h, NVCBC0_QMDV04_00_*): the fields used here *****
+
+QMD_V04_00: dict[str, tuple[int, int]] = {
+  "QMD_GROUP_ID": (21, 16), "QMD_TYPE": (25, 23),
+  "CONSTANT_BUFFER_VALID_0": (416, 416), "CONSTANT_BUFFER_INVALIDATE_0": (419, 419),
+  "SHADER_LOCAL_MEMORY_LOW_SIZE": (535, 512), "SASS_VERSION": (543, 536), "SHADER_LOCAL_MEMORY_HIGH_SIZE": (567, 544),
+  "API_VISIBLE_CALL_LIMIT": (568, 568), "SAMPLER_INDEX": (569, 569), "QMD_MINOR_VERSION": (579, 576),
+  "QMD_MAJOR_VERSION": (583, 580), "SHARED_MEMORY_SIZE": (601, 584),
+  "INVALIDATE_TEXTURE_HEADER_CACHE": (602, 602), "INVALIDATE_TEXTURE_SAMPLER_CACHE": (603, 603),
+  "INVALIDATE_TEXTURE_DATA_CACHE": (604, 604), "INVALIDATE_SHADER_DATA_CACHE": (605, 605),
+  "INVALIDATE_INSTRUCTION_CACHE": (606, 606), "INVALIDATE_SHADER_CONSTANT_CACHE": (607, 607),
+  "MIN_SM_CONFIG_SHARED_MEM_SIZE": (613, 608), "MAX_SM_CONFIG_SHARED_MEM_SIZE": (619, 614),
+  "TARGET_SM_CONFIG_SHARED_MEM_SIZE": (625, 620),
+  "GRID_WIDTH": (1055, 1024), "GRID_HEIGHT": (1071, 1056), "GRID_DEPTH": (1103, 1088), "CWD_MEMBAR_TYPE": (1137, 1136),
+  "CTA_THREAD_DIMENSION0": (1167, 1152), "CTA_THREAD_DIMENSION1": (1183, 1168), "CTA_THREAD_DIMENSION2": (1199, 1184),
+  "REGISTER_COUNT": (1208, 1200), "BARRIER_COUNT": (1215, 1211),
+  "PROGRAM_ADDRESS_LOWER": (1247, 1216), "PROGRAM_ADDRESS_UPPER": (1272, 1248),
+  "CONSTANT_BUFFER_ADDR_LOWER_SHIFTED6_0": (1567, 1536), "CONSTANT_BUFFER_ADDR_UPPER_SHIFTED6_0": (1586, 1568),
+  "CONSTANT_BUFFER_SIZE_SHIFTED4_0": (1599, 1587),
+}
+QMD_TYPE_GRID_CTA = 2                 # NVCBC0_QMDV04_00_QMD_TYPE_GRID_CTA (a plain grid of CTAs, no clusters)
+QMD_MAJOR, QMD_MINOR = 3, 0           # the 03_00 template's version (QMD() without a version)
+CWD_MEMBAR_TYPE_L1_SYSMEMBAR = 1      # QMDV03_00/QMDV04_00_CWD_MEMBAR_TYPE_L1_SYSMEMBAR
 API_VISIBLE_CALL_LIMIT_NO_CHECK = 1
 SAMPLER_INDEX_VIA_HEADER_INDEX = 1
 
 
-class QMD:
-  """A QMD 03_00 under construction: `q["FIELD"] = v` checks that v fits the field's bits; `bytes()` the result."""
+@dataclass(frozen=True)
+class QMDVersion:
+  """One QMD version: its field layout, size, and the names of the fields whose name or meaning differs between
+  versions (the grid size, the register count, the minor version, constant bank 0's address and its shift)."""
+  major: int
+  layout: dict[str, tuple[int, int]]
+  size: int                           # bytes
+  grid: tuple[str, str, str]
+  registers: str
+  minor: str
+  cb0_lower: str
+  cb0_upper: str
+  cb0_shift: int                      # the address fields hold address >> cb0_shift
 
-  def __init__(self, data: bytes | None = None):
+
+QMD_03_00 = QMDVersion(3, QMD_V03_00, QMD_SIZE, ("CTA_RASTER_WIDTH", "CTA_RASTER_HEIGHT", "CTA_RASTER_DEPTH"),
+                       "REGISTER_COUNT_V", "QMD_VERSION", "CONSTANT_BUFFER_ADDR_LOWER_0",
+                       "CONSTANT_BUFFER_ADDR_UPPER_0", 0)
+QMD_04_00 = QMDVersion(4, QMD_V04_00, 384, ("GRID_WIDTH", "GRID_HEIGHT", "GRID_DEPTH"), "REGISTER_COUNT",
+                       "QMD_MINOR_VERSION", "CONSTANT_BUFFER_ADDR_LOWER_SHIFTED6_0",
+                       "CONSTANT_BUFFER_ADDR_UPPER_SHIFTED6_0", 6)
+QMD_VERSIONS = {3: QMD_03_00, 4: QMD_04_00}
+QMD_MAJOR_BITS = (583, 580)           # QMD_MAJOR_VERSION sits here in both versions: a reader learns which it has
+QMD_MAX_SIZE = max(v.size for v in QMD_VERSIONS.values())
+# the QMD version each compute class reads (clc6c0qmd.h / clc7c0 / clc9c0qmd.h: 03_00; clcbc0qmd.h: Hopper, 04_00)
+QMD_OF_CLASS = {0xC6C0: QMD_03_00, 0xC7C0: QMD_03_00, 0xC9C0: QMD_03_00, 0xCBC0: QMD_04_00}
+
+
+def qmd_of_class(cls: int) -> QMDVersion:
+  """The QMD version compute class `cls` reads; ValueError for a class this driver has no QMD for."""
+  if cls not in QMD_OF_CLASS:
+    raise ValueError(f"compute class {cls:#x} has no known QMD version; known: "
+                     f"{', '.join(f'{c:#x}: {v.major}.0' for c, v in QMD_OF_CLASS.items())}")
+  return QMD_OF_CLASS[cls]
+
+
+class QMD:
+  """A QMD under construction (`version`: 03_00 by default): `q["FIELD"] = v` checks that v fits the field's bits;
+  `bytes()` the result."""
+
+  def __init__(self, data: bytes | None = None, version: QMDVersion = QMD_03_00):
+    self.version = version
     self.bits = int.from_bytes(data, "little") if data is not None else 0
 
+  def _field(self, name: str) -> tuple[int, int]:
+    if name not in self.version.layout:
+      raise KeyError(f"QMD {self.version.major}.0 has no field {name}")
+    return self.version.layout[name]
+
   def __setitem__(self, name: str, value: int) -> None:
-    hi, lo = QMD_V03_00[name]
+    hi, lo = self._field(name)
     if not 0 <= value < 1 << (hi - lo + 1):
       raise ValueError(f"QMD field {name} ({hi}:{lo}) can't hold {value:#x}: valid 0..{(1 << (hi - lo + 1)) - 1:#x}")
     self.bits = (self.bits & ~(((1 << (hi - lo + 1)) - 1) << lo)) | (value << lo)
 
   def __getitem__(self, name: str) -> int:
-    hi, lo = QMD_V03_00[name]
+    hi, lo = self._field(name)
     return (self.bits >> lo) & ((1 << (hi - lo + 1)) - 1)
 
-  def __bytes__(self) -> bytes: return self.bits.to_bytes(QMD_SIZE, "little")
+  def __bytes__(self) -> bytes: return self.bits.to_bytes(self.version.size, "little")
 
-  @staticmethod
-  def dword_of(name: str) -> int:
-    """The index of the 32-bit word holding field `name` (fields patched per launch are whole dwords or halves)."""
-    return QMD_V03_00[name][1] // 32
+  def set_cb0(self, addr: int) -> None:
+    """Constant bank 0's address, in the version's fields (04_00 stores address >> 6: 64-byte aligned)."""
+    v = self.version
+    if addr % (1 << v.cb0_shift): raise ValueError(f"constant bank 0 at {addr:#x} is not {1 << v.cb0_shift}-aligned")
+    self[v.cb0_lower], self[v.cb0_upper] = (addr >> v.cb0_shift) & 0xFFFFFFFF, addr >> v.cb0_shift >> 32
+
+  def cb0(self) -> int:
+    v = self.version
+    return (self[v.cb0_lower] | self[v.cb0_upper] << 32) << v.cb0_shift
 
 
 # ***** queues *****

@@ -9,7 +9,11 @@ Facts and their sources (NVIDIA open-gpu-kernel-modules, `src/common/sdk/nvidia/
   (`NV_CHANNELGPFIFO_ALLOCATION_PARAMETERS`), `nvos.h` (`NV_MEMORY_ALLOCATION_PARAMS`, NVOS02/32/33/46 flags);
 - controls: `ctrl/ctrl0000/*`, `ctrl0080gpu.h`, `ctrl2080gpu.h`, `ctrl2080gr.h`, `ctrla06c.h`, `ctrlc36f.h`;
 - UVM: `kernel-open/nvidia-uvm/uvm_ioctl.h` (the ioctl number is the command itself, not `_IOC`-encoded);
-- status codes: `nvstatuscodes.h`.
+- status codes: `nvstatuscodes.h`;
+- which file an escape goes to (`src/nvidia/arch/nvalloc/unix/src/escape.c` RmIoctl, `kernel-open/nvidia/nv.c`
+  nvidia_ioctl): NV_ESC_RM_ALLOC_MEMORY only on the GPU's /dev/nvidiaN (NV_ACTUAL_DEVICE_ONLY); RM_ALLOC, _FREE,
+  _CONTROL, _MAP_MEMORY, _MAP_MEMORY_DMA and CARD_INFO only on /dev/nvidiactl (NV_CTL_DEVICE_ONLY); REGISTER_FD on
+  either. The wrong file fails the ioctl with EINVAL.
 Layouts differ between driver branches (the 570 and 580 headers disagree on five structs used here), so each
 supported branch has its own cffi declarations (`layouts(branch)`); the branch is read from the driver with
 NV0000_CTRL_CMD_SYSTEM_GET_BUILD_VERSION_V2, whose parameter block is the same in every branch. Every constant,
@@ -467,8 +471,11 @@ class NVMemory:
   UVM_MAP_EXTERNAL_ALLOCATION).
   """
 
-  def __init__(self, rm: RMIface, h: NVDeviceHandles):
+  def __init__(self, rm: RMIface, h: NVDeviceHandles, gpu_file: FileIOInterface | None = None):
     self.rm, self.h = rm, h
+    # NV_ESC_RM_ALLOC_MEMORY goes to the GPU's own file: RM refuses it on nvidiactl (escape.c RmIoctl,
+    # NV_ACTUAL_DEVICE_ONLY -> NV_ERR_INVALID_ARGUMENT)
+    self.gpu_file = gpu_file if gpu_file is not None else rm.gpu_fd(h.minor)
     self.low = LowVA.of(rm.fio)
 
   def alloc(self, size: int, host: bool = False, cpu_access: bool = False, low: bool = False,
@@ -488,7 +495,7 @@ class NVMemory:
           (OS02_FLAGS_COHERENCY_CACHED << OS02_FLAGS_COHERENCY_SHIFT) | \
           (OS02_FLAGS_MAPPING_NO_MAP << OS02_FLAGS_MAPPING_SHIFT)
         p.pMemory, p.limit = va, size - 1
-        rm.escape(rm.ctl, ESC_RM_ALLOC_MEMORY, args, "RM alloc of OS memory")
+        rm.escape(self.gpu_file, ESC_RM_ALLOC_MEMORY, args, "RM alloc of OS memory")
         if p.status != NV_OK:
           raise RMError(f"RM alloc of {size:#x} bytes of host memory failed: {status_name(p.status)}", p.status)
         handle = int(p.hObjectNew)

@@ -250,3 +250,65 @@ def test_symbolic_launch_sizes_are_patched_in_the_prebuilt_command_buffer(dev):
   dev.synchronize()
   for out, groups in zip(outs, (3, 8, 1)):
     np.testing.assert_array_equal(_read(out), np.where(np.arange(256) < 32 * groups, xs[0] + xs[1], 0))
+
+
+# ***** caches: a dispatch's writes sit in UCHE until a CACHE_FLUSH_TS *****
+def _axpb(dev):
+  from tiny_codegen import get_program
+  from tiny_uop import KernelInfo, Ops, UOp
+  c, a = UOp(Ops.PARAM, dtypes.float.ptr(256), arg=0), UOp(Ops.PARAM, dtypes.float.ptr(256), arg=1)
+  i = UOp.range(256, 0)
+  spec = get_program(c.index(i).store(a.index(i).load() * 2.0 + 1.0).sink(arg=KernelInfo("axpb2")), dev.renderer)
+  return dev.get_program(spec.name, spec.lib), spec
+
+
+def _args(dev, prg, out: Buffer, inp: Buffer) -> int:
+  base = dev.kernargs_alloc(prg.layout.size)
+  prg.fill_args(base, [out._buf.va_addr, inp._buf.va_addr], ())
+  return base
+
+
+def test_two_dispatches_with_a_barrier_in_one_submission_see_each_others_results(dev):
+  """exec, memory_barrier, exec in one submission (what a JIT graph replays): the barrier must write the first
+  kernel's results back before it invalidates the caches, else the second reads stale memory (tinygrad and Mesa
+  write back first; the old barrier only invalidated, and the mock's UCHE drops dirty lines on an invalidate)."""
+  prg, spec = _axpb(dev)
+  x = _f32(256)
+  bx, by, bz = _buf(x), _buf(np.zeros(256, np.float32)), _buf(np.full(256, -5, np.float32))
+  q = dev.hw_compute_queue_t().wait(dev.timeline_signal, dev.timeline_value - 1).memory_barrier()
+  q.exec(prg, _args(dev, prg, by, bx), spec.global_size, spec.local_size).memory_barrier()
+  q.exec(prg, _args(dev, prg, bz, by), spec.global_size, spec.local_size)
+  q.signal(dev.timeline_signal, dev.next_timeline()).submit(dev)
+  dev.synchronize()
+  assert driver().cp.cache.lost == 0
+  np.testing.assert_allclose(_read(by), x * 2 + 1, rtol=1e-6)
+  np.testing.assert_allclose(_read(bz), (x * 2 + 1) * 2 + 1, rtol=1e-6)
+
+
+def _sync(dev) -> None:
+  """Wait for everything submitted (raw submissions don't bump the timeline: a signal after them does)."""
+  dev.hw_compute_queue_t().signal(dev.timeline_signal, dev.next_timeline()).submit(dev)
+  dev.synchronize()
+
+
+def test_mock_uche_holds_results_until_a_write_back_and_an_invalidate_loses_them(dev):
+  prg, spec = _axpb(dev)
+  x = _f32(256)
+  bx, by = _buf(x), _buf(np.zeros(256, np.float32))
+  exec_q = dev.hw_compute_queue_t().exec(prg, _args(dev, prg, by, bx), spec.global_size, spec.local_size)
+  wb = dev.hw_compute_queue_t().write_back()._q
+  assert exec_q._q[-len(wb):] == wb  # the driver writes back after each dispatch
+  bare = exec_q._q[:-len(wb)]
+  cp, lost = driver().cp, driver().cp.cache.lost
+  # the dispatch alone: its results wait in UCHE; KGSL's end-of-submission CACHE_FLUSH_TS writes them back
+  dev.submit_dwords(bare)
+  _sync(dev)
+  np.testing.assert_allclose(_read(by), x * 2 + 1, rtol=1e-6)
+  assert not cp.cache.dirty
+  # dispatch, then CACHE_INVALIDATE without a write-back: the dirty lines are dropped, memory keeps the old bytes
+  bz = _buf(np.full(256, 7, np.float32))
+  bare = dev.hw_compute_queue_t().exec(prg, _args(dev, prg, bz, bx), spec.global_size, spec.local_size)._q[:-len(wb)]
+  dev.submit_dwords(bare + [a6xx.pkt7(a6xx.CP_EVENT_WRITE, 1), a6xx.CACHE_INVALIDATE])
+  _sync(dev)
+  assert cp.cache.lost == lost + 1
+  np.testing.assert_array_equal(_read(bz), np.full(256, 7, np.float32))

@@ -103,7 +103,7 @@ def test_dispatch_packets_equal_the_queue_builder(dev, which):
          "uav": lambda: _load(dev, UAV_SRC, "fill")}[which]()
   args = dev.kernargs_alloc(prg.layout.size)
   gs, ls = (3, 2, 1), (4, 1, 1)
-  want = a6xx.QCOMComputeQueue().exec(prg, args, gs, ls)._q
+  want = dev.hw_compute_queue_t().exec(prg, args, gs, ls)._q
   assert all(isinstance(d, int) for d in want)
   for sizes in ((*gs, *ls), ("g0", "g1", 1, "l0", 1, 1)):
     x = UOp(Ops.EXEC, dtypes.void, (UOp(Ops.DEVICE, arg=DEV), _u64(args), *map(_idx, sizes)),
@@ -112,7 +112,7 @@ def test_dispatch_packets_equal_the_queue_builder(dev, which):
     assert p.arg == f"dispatch {prg.name}"
     assert _ints(p, {"g0": 3, "g1": 2, "l0": 4}) == want
   ops = [(t, w) for t, w, _ in _decode(want)]
-  assert ops[-1] == (7, a6xx.CP_RUN_OPENCL)
+  assert ops[-2:] == [(7, a6xx.CP_RUN_OPENCL), (7, a6xx.CP_EVENT_WRITE)]  # the dispatch, then its write-back
   loads = sum(o == (7, a6xx.CP_LOAD_STATE6_FRAG) for o in ops)
   assert loads == 2 + (prg.layout.n_tex > 0) + (prg.layout.n_samp > 0) + (prg.layout.n_uav > 0)
   assert (which == "texture") == (prg.layout.n_tex == 1 == prg.layout.n_samp)
@@ -125,16 +125,17 @@ def test_wait_signal_barrier_and_indirect_packets_equal_the_queue_builders(dev):
   try:
     wait_v, signal_v = timeline_vars(DEV)
     for op, name, want in (
-        (UOp(Ops.WAIT, dtypes.void, (wait_v,), ("compute", sig)), "wait", a6xx.QCOMComputeQueue().wait(sig, 41)),
+        (UOp(Ops.WAIT, dtypes.void, (wait_v,), ("compute", sig)), "wait", dev.hw_compute_queue_t().wait(sig, 41)),
         (UOp(Ops.SIGNAL, dtypes.void, (signal_v,), ("compute", sig)), "signal",
-         a6xx.QCOMComputeQueue().signal(sig, 42)),
-        (UOp(Ops.SIGNAL, dtypes.void, (_u64(0),), ("compute", sig)), "signal", a6xx.QCOMComputeQueue().signal(sig, 0)),
-        (UOp(Ops.MEMBAR, dtypes.void, (), "compute"), "barrier", a6xx.QCOMComputeQueue().memory_barrier())):
+         dev.hw_compute_queue_t().signal(sig, 42)),
+        (UOp(Ops.SIGNAL, dtypes.void, (_u64(0),), ("compute", sig)), "signal",
+         dev.hw_compute_queue_t().signal(sig, 0)),
+        (UOp(Ops.MEMBAR, dtypes.void, (), "compute"), "barrier", dev.hw_compute_queue_t().memory_barrier())):
       p = _lower(dev, op)
       assert p.arg == name and _ints(p, {f"{DEV}:wait": 41, f"{DEV}:signal": 42}) == want._q
-    assert [w for _, w, _ in _decode(a6xx.QCOMComputeQueue().wait(sig, 1)._q)] == [a6xx.CP_WAIT_REG_MEM]
-    assert [w for _, w, _ in _decode(a6xx.QCOMComputeQueue().signal(sig, 1)._q)] == [a6xx.CP_WAIT_FOR_IDLE,
-                                                                                    a6xx.CP_EVENT_WRITE]
+    assert [w for _, w, _ in _decode(dev.hw_compute_queue_t().wait(sig, 1)._q)] == [a6xx.CP_WAIT_REG_MEM]
+    assert [w for _, w, _ in _decode(dev.hw_compute_queue_t().signal(sig, 1)._q)] == [a6xx.CP_WAIT_FOR_IDLE,
+                                                                                       a6xx.CP_EVENT_WRITE]
     # INDIRECT(body) -> CP_INDIRECT_BUFFER to the body's command buffer: ADDR(body) until HCQ2 bufferizes it
     body_pkts = [_lower(dev, UOp(Ops.MEMBAR, dtypes.void, (), "compute")) for _ in range(2)]
     body = UOp(Ops.QUEUE, dtypes.void, (UOp(Ops.DEVICE, arg=DEV), *body_pkts), ("compute", "body"))
@@ -142,8 +143,9 @@ def test_wait_signal_barrier_and_indirect_packets_equal_the_queue_builders(dev):
     addr = [u for u in p.toposort() if u.op is Ops.ADDR]
     assert len(addr) == 1 and addr[0].src[0] is body
     got = _ints(p, {}, {addr[0]: _u64(0x12_3456_7890)})
-    assert got == a6xx.QCOMComputeQueue().indirect_buffer(0x12_3456_7890, 2 * 4)._q
-    assert _decode(got) == [(7, a6xx.CP_INDIRECT_BUFFER, 3)] and got[1:] == [0x3456_7890, 0x12, 8]  # 2 barriers
+    n = 2 * len(dev.hw_compute_queue_t().memory_barrier()._q)  # 2 barriers of 10 dwords
+    assert got == dev.hw_compute_queue_t().indirect_buffer(0x12_3456_7890, n)._q
+    assert _decode(got) == [(7, a6xx.CP_INDIRECT_BUFFER, 3)] and got[1:] == [0x3456_7890, 0x12, 20]
   finally: dev._free_signals.append(sig.addr)
   with pytest.raises(ValueError, match="only a compute engine"):
     _lower(dev, UOp(Ops.MEMBAR, dtypes.void, (), "copy"))
@@ -166,7 +168,7 @@ def _body_and_queue(graph) -> tuple[list[int], list[int]]:
   (cb,) = [u for u in res.src if u.op is Ops.CMDBUF]
   (ka,) = [u for u in res.src if u.op is Ops.KERNARGS]
   mem = (ctypes.c_uint32 * len(cb.src)).from_address(cb.arg.mem.va)
-  q = a6xx.QCOMComputeQueue()
+  q = graph.dev.hw_compute_queue_t()
   for n, ((off, _), k) in enumerate(zip(ka.arg.regions, graph.calls)):
     if n: q.memory_barrier()
     gs, ls = k.launch({})

@@ -103,15 +103,25 @@ def test_queue_commands_decode_with_mesas_fields():
   """wait / signal / timestamp / barrier as Mesa's field definitions read them."""
   m = M()
   sig = types.SimpleNamespace(addr=0x1234_5678_9AB0)
-  q = a6xx.QCOMComputeQueue().wait(sig, 41).signal(sig, 42).timestamp(sig).memory_barrier()  # type: ignore[arg-type]
+  flush = 0x1234_5678_9AF0
+  q = type("Q", (a6xx.QCOMComputeQueue,), {"flush_addr": flush})()
+  q.wait(sig, 41).signal(sig, 42).timestamp(sig)  # type: ignore[arg-type]
   pk = _queue_packets(q.resolved())
+  barrier = _queue_packets(q.memory_barrier().resolved())[len(pk):]
   wait = next(b for t, op, b in pk if t == 7 and op == m["CP_WAIT_REG_MEM"])
   assert field(wait[0], "CP_WAIT_REG_MEM_0_FUNCTION") == m["WRITE_GE"]
   assert field(wait[0], "CP_WAIT_REG_MEM_0_POLL") == m["POLL_MEMORY"]
   assert wait[1] | wait[2] << 32 == sig.addr and wait[3] == 41 and wait[4] == 0xFFFFFFFF
   ev = [b for t, op, b in pk if t == 7 and op == m["CP_EVENT_WRITE"]]
   assert field(ev[0][0], "CP_EVENT_WRITE_0_EVENT") == m["CACHE_FLUSH_TS"] and ev[0][1] | ev[0][2] << 32 == sig.addr
-  assert ev[0][3] == 42 and field(ev[-1][0], "CP_EVENT_WRITE_0_EVENT") == m["CACHE_INVALIDATE"]
+  assert ev[0][3] == 42
+  # the barrier in Mesa turnip's tu6_emit_flushes order: write back (CACHE_FLUSH_TS), invalidate, wait for memory
+  # writes, wait for idle -- after waiting for the earlier dispatches
+  ops = [(op, field(b[0], "CP_EVENT_WRITE_0_EVENT") if op == m["CP_EVENT_WRITE"] else None) for _, op, b in barrier]
+  assert ops == [(m["CP_WAIT_FOR_IDLE"], None), (m["CP_EVENT_WRITE"], m["CACHE_FLUSH_TS"]),
+                 (m["CP_EVENT_WRITE"], m["CACHE_INVALIDATE"]), (m["CP_WAIT_MEM_WRITES"], None),
+                 (m["CP_WAIT_FOR_IDLE"], None)]
+  assert barrier[1][2][1] | barrier[1][2][2] << 32 == flush
   r2m = next(b for t, op, b in pk if t == 7 and op == m["CP_REG_TO_MEM"])
   assert field(r2m[0], "CP_REG_TO_MEM_0_REG") == m["REG_A6XX_CP_ALWAYS_ON_COUNTER"]
   assert field(r2m[0], "CP_REG_TO_MEM_0_CNT") == 2 and r2m[0] & m["CP_REG_TO_MEM_0_64B"]

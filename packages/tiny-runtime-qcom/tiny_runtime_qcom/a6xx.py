@@ -191,7 +191,14 @@ def tex_samp_nearest_unnorm_border() -> list[int]:
 # ***** the compute queue *****
 class QCOMComputeQueue(HWQueue):
   """An a6xx compute queue: commands append type-4/type-7 packets; `_submit` copies the dwords into GPU memory and
-  submits them with KGSL's GPU_COMMAND. `indirect_buffer` runs a command buffer in GPU memory (HCQ2's bodies)."""
+  submits them with KGSL's GPU_COMMAND. `indirect_buffer` runs a command buffer in GPU memory (HCQ2's bodies).
+
+  Caches: a dispatch's writes sit in the GPU's L2 (UCHE) until a CACHE_FLUSH_TS writes them back, and CACHE_INVALIDATE
+  drops lines, so every dispatch is followed by a write-back and `memory_barrier` writes back before it invalidates
+  (Mesa turnip's `tu6_emit_flushes` order: CACHE_FLUSH_TS, CACHE_INVALIDATE, CP_WAIT_MEM_WRITES, CP_WAIT_FOR_IDLE; as
+  tinygrad 0.14's QCOM queue). CACHE_FLUSH_TS always writes a timestamp: to `flush_addr`, a dword of the device's that
+  nobody reads (each device's queue class sets it, `QCOMDevice.hw_compute_queue_t`)."""
+  flush_addr: int = 0
 
   def pkt7(self, opcode: int, *payload: Val) -> QCOMComputeQueue:
     self.q(pkt7(opcode, len(payload)), *payload)
@@ -218,10 +225,17 @@ class QCOMComputeQueue(HWQueue):
     ts = signal.addr + 8
     return self.pkt7(CP_REG_TO_MEM, REG_CP_ALWAYS_ON_COUNTER | 2 << 18 | CP_REG_TO_MEM_0_64B, lo32(ts), hi32(ts))
 
+  def write_back(self) -> QCOMComputeQueue:
+    """CACHE_FLUSH_TS: write the dirty cache lines back to memory (its timestamp goes to `flush_addr`)."""
+    if not self.flush_addr:
+      raise RuntimeError("QCOMComputeQueue.flush_addr is unset: use the device's queue class (dev.hw_compute_queue_t)")
+    return self.pkt7(CP_EVENT_WRITE, CACHE_FLUSH_TS, lo32(self.flush_addr), hi32(self.flush_addr), 0)
+
   def memory_barrier(self) -> QCOMComputeQueue:
-    """Wait for earlier memory writes and dispatches, then invalidate the caches for what follows."""
-    self.pkt7(CP_WAIT_MEM_WRITES).pkt7(CP_WAIT_FOR_IDLE)
-    return self.pkt7(CP_EVENT_WRITE, CACHE_INVALIDATE)
+    """Wait for earlier dispatches, write the caches back, invalidate them for what follows, then wait for the memory
+    writes (Mesa's flush order, see the class docstring)."""
+    self.pkt7(CP_WAIT_FOR_IDLE).write_back().pkt7(CP_EVENT_WRITE, CACHE_INVALIDATE)
+    return self.pkt7(CP_WAIT_MEM_WRITES).pkt7(CP_WAIT_FOR_IDLE)
 
   def exec(self, prg: Any, args_addr: Val, global_size: Sequence[Val], local_size: Sequence[Val]) -> QCOMComputeQueue:
     """Dispatch `prg` (a `QCOMProgram`) over `global_size` work-groups of `local_size` work-items with its argument
@@ -267,7 +281,7 @@ class QCOMComputeQueue(HWQueue):
         self.reg(REG_TPL1_CS_BORDER_COLOR_BASE, lo32(prg.dev.border_addr), hi32(prg.dev.border_addr))
     self.reg(REG_SP_CS_CONFIG, SP_CS_CONFIG_ENABLED | lay.n_tex << SP_CS_CONFIG_NTEX_SHIFT |
              lay.n_samp << SP_CS_CONFIG_NSAMP_SHIFT | lay.n_uav << SP_CS_CONFIG_NUAV_SHIFT)
-    return self.pkt7(CP_RUN_OPENCL, 0)
+    return self.pkt7(CP_RUN_OPENCL, 0).write_back()  # the results leave the cache (as tinygrad after each exec)
 
   def indirect_buffer(self, addr: Val, ndwords: Val) -> QCOMComputeQueue:
     """CP_INDIRECT_BUFFER: run the `ndwords` dwords at `addr` (IB_BASE lo, hi; IB_SIZE in dwords, 20 bits), then

@@ -159,7 +159,7 @@ class QCOMProgram(HCQProgram):
     base = dev.kernargs_alloc(self.layout.size)
     addrs, staged = self._image_bases(bufs)
     self.fill_args(base, addrs, vals)
-    q = QCOMComputeQueue().wait(dev.timeline_signal, dev.timeline_value - 1).memory_barrier()
+    q = dev.hw_compute_queue_t().wait(dev.timeline_signal, dev.timeline_value - 1).memory_barrier()
     if wait: q.timestamp(dev.time_signals[0])
     q.exec(self, base, gs, ls)
     if wait: q.timestamp(dev.time_signals[1])
@@ -273,6 +273,8 @@ class QCOMDevice(HCQCompiled):
     self.signal_page = self.kgsl.alloc(SIGNAL_PAGE, uncached=True)
     base = self.signal_page.va_addr
     self._free_signals = list(range(base, base + SIGNAL_PAGE, HCQSignal.SIZE))[::-1]
+    # the CACHE_FLUSH_TS timestamp of cache write-backs: one signal slot nobody waits on, in this device's queue class
+    self.hw_compute_queue_t = type("QCOMComputeQueue", (QCOMComputeQueue,), {"flush_addr": self._free_signals.pop()})
     self.cmd_ring, self._cmd_ptr = self.kgsl.alloc(CMD_RING), 0
     self.kernargs, self._kernargs_ptr = self.kgsl.alloc(KERNARGS_SIZE), 0
     self.border = self.kgsl.alloc(0x1000)  # the border color table: zeros (CLK_ADDRESS_CLAMP reads 0 outside)
@@ -300,7 +302,7 @@ class QCOMDevice(HCQCompiled):
     def submit(parts: list) -> None:
       if len(parts) == 1 and isinstance(parts[0], list): return self.submit_dwords(parts[0])
       dwords: list[int] = []
-      for p in parts: dwords += p if isinstance(p, list) else QCOMComputeQueue().indirect_buffer(*p)._q
+      for p in parts: dwords += p if isinstance(p, list) else self.hw_compute_queue_t().indirect_buffer(*p)._q
       self.submit_dwords(dwords)
     return submit
 

@@ -202,9 +202,17 @@ class MockKFD:
                  f"type {a.queue_type}")
     if a.ring_size < 1024 or a.ring_size & (a.ring_size - 1):
       raise _err(errno.EINVAL, f"CREATE_QUEUE: ring size {a.ring_size} is not a power of 2 >= 1024")
-    if a.queue_percentage > 100 or a.queue_priority > 15:
-      raise _err(errno.EINVAL, f"CREATE_QUEUE: percentage {a.queue_percentage} / priority {a.queue_priority}; "
+    # kfd_chardev.c set_queue_properties_from_user: bits 7:0 the percentage (<= KFD_MAX_QUEUE_PERCENTAGE), bits 15:8
+    # the XCC a PM4 queue runs on in a multi-XCC partition ("unlike AQL queues, the PM4 queue will be only processed
+    # in one XCC", amdkfd "Add PM4 target XCC"; kfd_mqd_manager_v9.c init_mqd_v9_4_3 pm4_target_xcc_in_xcp)
+    pct, xcc = a.queue_percentage & 0xFF, (a.queue_percentage >> 8) & 0xFF
+    if pct > 100 or a.queue_priority > 15:
+      raise _err(errno.EINVAL, f"CREATE_QUEUE: percentage {pct} / priority {a.queue_priority}; "
                  "valid: <= 100 / <= 15")
+    n_xcc = max(g.props.get("num_xcc", 1), 1)
+    if a.queue_type == kfd.QUEUE_TYPE_COMPUTE and xcc >= n_xcc:  # KFD passes it on unchecked; no XCC has that index
+      raise _err(errno.EINVAL, f"CREATE_QUEUE: PM4 target XCC {xcc} (queue_percentage bits 15:8); {g.name} has "
+                 f"XCCs 0..{n_xcc - 1}")
     try:
       g.check(a.ring_base_address, a.ring_size, "ring")
       g.check(a.read_pointer_address, 8, "read pointer")
@@ -217,7 +225,8 @@ class MockKFD:
     a.doorbell_offset = (DOORBELL_MMAP_TYPE << 62) | (g.gpu_id << 46) | (slot * 8)
     self.queues[qid] = MockQueue(qid, a.queue_type, g, a.ring_base_address, a.ring_size, a.write_pointer_address,
                                  a.read_pointer_address, ctypes.addressof(g.doorbells) + slot * 8,
-                                 cwsr=a.queue_type == kfd.QUEUE_TYPE_COMPUTE and bool(a.ctx_save_restore_address))
+                                 cwsr=a.queue_type == kfd.QUEUE_TYPE_COMPUTE and bool(a.ctx_save_restore_address),
+                                 xcc=xcc if a.queue_type == kfd.QUEUE_TYPE_COMPUTE else 0)
 
   def _destroy_queue(self, a: Any) -> None:
     if self.queues.pop(a.queue_id, None) is None: raise _err(errno.EINVAL, f"DESTROY_QUEUE: unknown queue {a.queue_id}")

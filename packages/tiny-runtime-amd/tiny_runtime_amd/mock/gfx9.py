@@ -8,9 +8,10 @@ tinygrad 0.14.0's bindings of the same headers, `autogen/am/regs.py` gc_9_4_3 an
 - packets: Linux soc15d.h (PACKET3_RELEASE_MEM with the EOP_* cache actions, PACKET3_ACQUIRE_MEM with CP_COHER_CNTL,
   6 body dwords) and the cache actions amdgpu's gfx_v9_0/gfx_v9_4_3 fence and mem-sync program;
 - the node: what KFD's topology reports for an MI300X partition in CPX mode (one XCC per node: 38 CUs of 4 SIMDs,
-  wave64, gfx_target_version 90402, num_xcc 1). In SPX mode one node spans 8 XCCs (num_xcc 8): every XCC's MEC runs
-  the queue, which a PM4 driver must fence across XCCs; the driver refuses such nodes (see device.py) and
-  `gfx942_spx` presents one so that refusal is tested.
+  wave64, gfx_target_version 90402, num_xcc 1). In SPX mode (how MI300X ships) one node spans 8 XCCs (num_xcc 8,
+  `gfx942_spx`): an AQL queue runs on every XCC, but a PM4 queue "will be only processed in one XCC" (amdkfd "Add PM4
+  target XCC"), the one queue_percentage bits 15:8 name (CREATE_QUEUE refuses an XCC the node lacks), so its
+  dispatches run on that XCC's 38 CUs and its fences need no cross-XCC barrier.
 Wave launch on gfx90a+ (LLVM AMDGPUUsage "Initial Kernel Execution State"): user SGPRs, then the enabled work-group
 ids, then the private segment wave offset (SCRATCH_EN); work-item ids packed in v0 (x | y << 10 | z << 20).
 """
@@ -22,6 +23,7 @@ import numpy as np
 
 from tiny_runtime_amd.emu.cdna3 import CDNA3Emulator
 from tiny_runtime_amd.mock import pm4 as mpm4
+from tiny_runtime_amd.mock import sdma as msdma
 from tiny_runtime_amd.mock.fields import Field, Layout, require
 from tiny_runtime_amd.mock.gfx11 import GFX11, _layout, run_groups
 from tiny_runtime_amd.mock.gpu import ARCHS, CheckedMemory, GPUHang, MockQueue
@@ -114,6 +116,7 @@ class GFX9(GFX11):
   """A gfx942 (CDNA3) GPU: PM4 compute queues with the gfx9 packet forms, wave64 dispatches in the CDNA3 emulator."""
   arch = "gfx942"
   properties = GFX942_PROPERTIES
+  sdma_layouts = msdma.LAYOUTS_V4
   sh_registers = SH_REGISTERS
   needs_priv_with_cwsr = False
   pm4_decoders = DECODERS9
@@ -135,7 +138,7 @@ class GFX9(GFX11):
     require(f["int_sel"] in (0, 2), where, f"INT_SEL {f['int_sel']} ({mpm4.INT_SEL[f['int_sel']]}) is not modelled; "
             "KFD reads the event mailbox in the interrupt handler, so the interrupt must follow the confirmed write "
             "(2, SEND_INTERRUPT_AFTER_WRITE_CONFIRM)")
-    if f["tc_wb_action_ena"] and f["tc_action_ena"]: self.l2_dirty = False
+    if f["tc_wb_action_ena"] and f["tc_action_ena"]: self.write_back_l2()
     self._release_write(f, where, "amdgpu's gfx9 fence writes back and invalidates: EOP TC_WB, TC, TCL1, TC_MD")
 
   def _acquire_mem(self, f: dict[str, int], where: str) -> None:
@@ -143,7 +146,7 @@ class GFX9(GFX11):
     require(f["coher_base"] == 0 and f["coher_size"] >= (1 << 40) - 1, where, f"COHER_BASE {f['coher_base']:#x} / "
             f"COHER_SIZE {f['coher_size']:#x} (in 256-byte units): only actions over the whole address space are "
             "modelled")
-    if f["tc_wb_action_ena"]: self.l2_dirty = False
+    if f["tc_wb_action_ena"]: self.write_back_l2()
     if all(f[k] for k in ("sh_icache_action_ena", "sh_kcache_action_ena", "tc_action_ena", "tcl1_action_ena")):
       self.caches_valid = True
 
@@ -200,7 +203,8 @@ class GFX9(GFX11):
 
 
 class GFX9SPX(GFX9):
-  """A gfx942 node in SPX mode: one KFD node over all 8 XCCs (num_xcc 8, 304 CUs)."""
+  """A gfx942 node in SPX mode: one KFD node over all 8 XCCs (num_xcc 8, 304 CUs). A PM4 queue runs on its target
+  XCC only (see the module docstring)."""
   arch = "gfx942"
   properties = {**GFX942_PROPERTIES, "simd_count": 1216, "array_count": 32, "num_xcc": 8}
 

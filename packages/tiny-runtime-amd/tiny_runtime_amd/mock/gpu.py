@@ -12,6 +12,11 @@ Cache model (what the mock checks, from amdgpu's gfx11 fence and mem-sync packet
 - a dispatch may read what the host (kernargs, new code), SDMA or an earlier dispatch wrote: since its queue's last
   doorbell, an SDMA write or the previous dispatch, an ACQUIRE_MEM must have invalidated the instruction, scalar,
   vector, L1 and L2 caches over the whole address space (`caches_valid`).
+- an SDMA FENCE whose MTYPE is not UC (3) writes through the GPU's L2 (amdgpu's
+  `sdma_v5_0/v5_2/v6_0/v7_0_ring_emit_fence` set MTYPE 3, "Ucached(UC)", so a fence is visible to the host at once):
+  when the address is host-visible (a signal, an event mailbox) the value waits in `l2_lines`, where the GPU's own polls see it but the host and KFD's interrupt
+  handler do not, until an L2 write-back (GL2_WB / TC_WB) puts it in memory. (The SDMA engine does not reject the
+  packet: the write is cached, so a driver that leaves MTYPE 0 sees its signals late or never.)
 Memory the GPU reaches (rings, packets' addresses, the emulator's loads and stores) must be mapped in its VM, else
 GPUPageFault.
 """
@@ -107,6 +112,7 @@ class MockQueue:
   rptr_addr: int
   doorbell: int
   cwsr: bool = False
+  xcc: int = 0   # the XCC a PM4 queue runs on (a multi-XCC node runs each PM4 queue on one XCC)
   rptr: int = 0  # in dwords (PM4) or bytes (SDMA), like the hardware's pointers
   seen_doorbell: int = 0
   regs: dict[int, int] = field(default_factory=dict)
@@ -128,6 +134,7 @@ class MockGPU:
   sh_registers: dict[int, tuple[str, Layout]] = {}  # byte address -> (name, fields)
   needs_priv_with_cwsr = False                      # gfx11: RSRC1.PRIV must be set when the queue has a CWSR area
   pm4_decoders = mpm4.DECODERS                      # PM4 opcode -> body decoder (gfx9 has its own RELEASE/ACQUIRE_MEM)
+  sdma_layouts = msdma.LAYOUTS                      # SDMA packet layouts (gfx9: SDMA v4.4.2's)
 
   def __init__(self, kfd_: MockKFD, node: int, gpu_id: int, render_minor: int):
     self.kfd, self.node, self.gpu_id, self.render_minor = kfd_, node, gpu_id, render_minor
@@ -139,6 +146,7 @@ class MockGPU:
     self.next_doorbell = 1
     self.vm_fd: int | None = None      # the render node fd ACQUIRE_VM bound this GPU's VM to
     self.l2_dirty, self.caches_valid = False, False
+    self.l2_lines: dict[int, int] = {}  # host-visible dwords written with a cached MTYPE: in L2, not yet in memory
     self.dispatches = self.copies = 0
     self.emu = self.make_emulator()
 
@@ -167,6 +175,17 @@ class MockGPU:
   def sysfs(self) -> str: return "".join(f"{k} {v}\n" for k, v in self.props.items())
 
   # ***** architecture hooks *****
+  # ***** the L2 lines the host can't see *****
+  def read32(self, addr: int) -> int:
+    """A dword as the GPU's command processors read it: through L2 (a cached SDMA write not yet in memory)."""
+    return self.l2_lines.get(addr, ctypes.c_uint32.from_address(addr).value)
+
+  def write_back_l2(self) -> None:
+    """An L2 write-back (GCR GL2_WB, gfx9 TC_WB): kernels' results and cached SDMA writes reach memory."""
+    for addr, v in self.l2_lines.items(): ctypes.c_uint32.from_address(addr).value = v
+    self.l2_lines.clear()
+    self.l2_dirty = False
+
   def make_emulator(self) -> Any: raise NotImplementedError(f"{type(self).__name__}.make_emulator")
   def dispatch(self, q: MockQueue, dims: tuple[int, int, int], initiator: int, where: str) -> None:
     raise NotImplementedError(f"{type(self).__name__}.dispatch")
@@ -286,7 +305,7 @@ class MockGPU:
     require(f["mes_intr_pipe"] == 0 and f["mes_action"] == 0 and f["optimize_ace_offload_mode"] == 0, where,
             "the MES/offload fields are for the MES firmware; a user queue leaves them 0")
     self.check(f["addr"], 4, "WAIT_REG_MEM poll")
-    v = ctypes.c_uint32.from_address(f["addr"]).value & f["mask"]
+    v = self.read32(f["addr"]) & f["mask"]
     if compare(f["function"], v, f["reference"]): return True
     q.blocked = (f"WAIT_REG_MEM: (*(u32*){f['addr']:#x} = {v}) & {f['mask']:#x} "
                  f"{mpm4.WAIT_FUNCTIONS[f['function']]} {f['reference']} is false")
@@ -306,7 +325,7 @@ class MockGPU:
     require(f["int_sel"] in (0, 2), where, f"INT_SEL {f['int_sel']} ({mpm4.INT_SEL[f['int_sel']]}) is not modelled; "
             "KFD reads the event mailbox in the interrupt handler, so the interrupt must follow the confirmed write "
             "(2, SEND_INTERRUPT_AFTER_WRITE_CONFIRM)")
-    if f["gl2_wb"]: self.l2_dirty = False
+    if f["gl2_wb"]: self.write_back_l2()
     self._release_write(f, where, "amdgpu's gfx11 fence writes back and invalidates: SEQ, GL2_WB/INV/US, "
                         "GL1/GLV/GLM_INV, GLM_WB")
 
@@ -322,6 +341,7 @@ class MockGPU:
                           f"dispatch without an L2 write-back: the kernel's results may still sit in L2 when the host "
                           f"sees the value ({hint})")
       val = f["data"] if sel == 2 else f["data"] & 0xFFFFFFFF if sel == 1 else self.timestamp()
+      for a in range(addr, addr + n, 4): self.l2_lines.pop(a, None)  # the write replaces any cached line there
       (ctypes.c_uint32 if n == 4 else ctypes.c_uint64).from_address(addr).value = val
     if f["int_sel"] == 2: self.kfd.interrupt(self, f["int_ctxid"], 32)
 
@@ -333,7 +353,7 @@ class MockGPU:
     require(whole, where, f"COHER_BASE {f['coher_base']:#x} * 256 / COHER_SIZE {f['coher_size']:#x} * 256 with GL1/GL2 "
             f"range modes {f['gl1_range']}/{f['gl2_range']} and GLI_INV {f['gli_inv']}: only actions over the whole "
             "48-bit address space are modelled")
-    if f["gl2_wb"]: self.l2_dirty = False
+    if f["gl2_wb"]: self.write_back_l2()
     if f["gli_inv"] == 1 and all(f[k] for k in ("glk_inv", "glv_inv", "gl1_inv", "gl2_inv")): self.caches_valid = True
 
   def _event_write(self, f: dict[str, int], where: str) -> None:
@@ -362,7 +382,7 @@ class MockGPU:
     return 4 * n
 
   def exec_sdma(self, q: MockQueue, name: str, words: list[int], where: str) -> bool:
-    f = msdma.decode(name, words, where)
+    f = msdma.decode(name, words, where, self.sdma_layouts)
     if name == "COPY_LINEAR":
       for k in ("encrypt", "tmz", "backwards", "broadcast", "dst_sw", "src_sw"):
         require(f[k] == 0, where, f"{k.upper()} = {f[k]} is not modelled")
@@ -373,11 +393,16 @@ class MockGPU:
       self.copies += 1
       for g in self.kfd.gpus: g.caches_valid = False
     elif name == "FENCE":
-      require(f["gpa"] == 0, where, "GPA (a physical address) is not modelled")
+      require(f.get("gpa", 0) == 0, where, "GPA (a physical address) is not modelled")
       addr = f["dw1"] | (f["dw2"] << 32)
       require(addr % 4 == 0, where, f"address {addr:#x} is not dword aligned")
       self.check(addr, 4, "SDMA fence write")
-      ctypes.c_uint32.from_address(addr).value = f["dw3"]
+      # SDMA v4.4.2 has no MTYPE in the header (the page's own memory type applies: the signal page is uncached)
+      if f.get("mtype", msdma.MTYPE_UC) != msdma.MTYPE_UC and self.kfd.host_visible(addr):
+        self.l2_lines[addr] = f["dw3"]  # a cached write: in L2 until a write-back (see the module docstring)
+      else:
+        self.l2_lines.pop(addr, None)
+        ctypes.c_uint32.from_address(addr).value = f["dw3"]
     elif name == "TRAP": self.kfd.interrupt(self, f["int_context"], 28)
     elif name == "POLL_REGMEM":
       require(f["mem_poll"] == 1 and f["hdp_flush"] == 0, where, "register polls / HDP flushes are not modelled")
@@ -386,7 +411,7 @@ class MockGPU:
       addr = f["dw1"] | (f["dw2"] << 32)
       require(addr % 4 == 0, where, f"address {addr:#x} is not dword aligned")
       self.check(addr, 4, "SDMA poll")
-      v = ctypes.c_uint32.from_address(addr).value & f["dw4"]
+      v = self.read32(addr) & f["dw4"]
       if not compare(f["func"], v, f["dw3"]):
         q.blocked = (f"POLL_REGMEM: (*(u32*){addr:#x} = {v}) & {f['dw4']:#x} {msdma.FUNCS[f['func']]} {f['dw3']} "
                      "is false")

@@ -42,6 +42,11 @@ LAYOUTS: dict[str, tuple[Layout | None, ...]] = {
     Layout((Field("write_addr_31_3", 3, 29),)), None),
 }
 LAYOUTS["TIMESTAMP_GET"] = LAYOUTS["TIMESTAMP_GET_GLOBAL"]
+# SDMA v4.4.2 (gfx942), where it differs for the packets modelled: its FENCE header is op and sub-op only (Linux
+# `sdma_v4_4_2_pkt_open.h` SDMA_PKT_FENCE_HEADER; `sdma_v4_4_2_ring_emit_fence` writes the bare op), so the MTYPE bits
+# of SDMA v5+ are reserved there
+LAYOUTS_V4 = {**LAYOUTS, "FENCE": (Layout((OP, SUB_OP)), None, None, None)}
+MTYPE_UC = 3  # amdgpu's AMDGPU_MTYPE_UC; sdma_v5_0/v5_2/v6_0/v7_0_ring_emit_fence: SDMA_PKT_FENCE_HEADER_MTYPE(0x3)
 # (op, sub_op) -> packet
 PACKETS = {(0, 0): "NOP", (1, 0): "COPY_LINEAR", (5, 0): "FENCE", (6, 0): "TRAP", (8, 0): "POLL_REGMEM",
            (13, 1): "TIMESTAMP_GET", (13, 2): "TIMESTAMP_GET_GLOBAL"}
@@ -58,10 +63,12 @@ def packet_of(header: int, where: str) -> tuple[str, int]:
   return name, n
 
 
-def decode(name: str, words: list[int], where: str) -> dict[str, int]:
-  """The fields of packet `name` (words[0] is its header): dword i's layout fields, plus `dw<i>` for full values."""
+def decode(name: str, words: list[int], where: str,
+           layouts: dict[str, tuple[Layout | None, ...]] = LAYOUTS) -> dict[str, int]:
+  """The fields of packet `name` (words[0] is its header): dword i's layout fields, plus `dw<i>` for full values
+  (`layouts`: the SDMA version's, LAYOUTS for v6 or LAYOUTS_V4)."""
   out: dict[str, int] = {}
-  for i, (lay, w) in enumerate(zip(LAYOUTS[name], words)):
+  for i, (lay, w) in enumerate(zip(layouts[name], words)):
     if lay is None: out[f"dw{i}"] = w
     else: out.update(lay.decode(w, f"{where}: SDMA {name} dword {i}"))
   return out

@@ -11,9 +11,10 @@ four-word semaphore releases). A wait that isn't satisfied parks the channel unt
 
 What hardware rejects is rejected: unknown methods (named with the bound class), method opcodes other than
 incrementing methods, bits set outside a method's fields, unaligned or unmapped semaphores and pushbuffers, QMDs of
-another version, bits set outside the QMD fields the mock implements, launch sizes, register, shared- or local-memory
-needs beyond what the QMD grants or the GPU has. A rejection or a kernel's memory fault is reported the way the
-driver sees channel errors: the channel's error notifier (NvNotification: info32 = the Xid, 13 for an engine
+another version than the bound compute class reads (03_00 on Ampere/Ada, 04_00 on HOPPER_COMPUTE_A), bits set
+outside the QMD fields the mock implements, launch sizes, register, shared- or local-memory needs beyond what the
+QMD grants or the GPU has. A rejection or a kernel's memory fault is reported the way the driver sees channel
+errors: the channel's error notifier (NvNotification: info32 = the Xid, 13 for an engine
 exception, 31 for an MMU fault; status nonzero) is written and `MockRM.last_fault` keeps the text. A rejected method
 drops the rest of its GPFIFO entry; a kernel that faults is cut short and the methods after it still run (a real
 channel would need recovery after either; the mock keeps going so the device survives and reports).
@@ -42,7 +43,8 @@ from tiny_runtime_nv.ptx import GPUFault, Kernel, load_kernel
 
 XID_GR_EXCEPTION, XID_MMU_FAULT = 13, 31
 WINDOW_SIZE = 1 << 32   # the mock treats the shared and local windows as 4 GiB each
-QMD_KNOWN_BITS = sum(((1 << (hi - lo + 1)) - 1) << lo for hi, lo in push.QMD_V03_00.values())
+QMD_KNOWN_BITS = {v.major: sum(((1 << (hi - lo + 1)) - 1) << lo for hi, lo in v.layout.values())
+                  for v in push.QMD_VERSIONS.values()}
 
 
 class ChannelError(Exception):
@@ -311,22 +313,32 @@ class MockGPU:
   # ***** QMD launches *****
   def launch(self, ch: MockChannel, qmd_addr: int) -> None:
     """Decode the QMD at `qmd_addr`, check it against the GPU and the cubin, run the kernel."""
-    raw = self.read(qmd_addr, push.QMD_SIZE, "QMD read")
-    q = push.QMD(raw)
-    if (q["QMD_MAJOR_VERSION"], q["QMD_VERSION"]) != (push.QMD_MAJOR, push.QMD_MINOR):
-      raise ChannelError(XID_GR_EXCEPTION, f"QMD version {q['QMD_MAJOR_VERSION']}.{q['QMD_VERSION']}; class "
-                         f"{ch.subch.get(push.SUBCH_COMPUTE, 0):#x} is mocked with QMD 3.0")
-    if extra := q.bits & ~QMD_KNOWN_BITS:
+    # which QMD version a compute class reads: Ampere/Ada 03_00, Hopper 04_00 (clcbc0qmd.h; what Mesa NVK launches on
+    # HOPPER_COMPUTE_A). QMD_MAJOR_VERSION has the same bits (583:580) in both, so the header word tells them apart.
+    cls = ch.subch.get(push.SUBCH_COMPUTE, 0)
+    ver = push.QMD_OF_CLASS.get(cls)
+    if ver is None: raise ChannelError(XID_GR_EXCEPTION, f"QMD launch on class {cls:#x}, which reads no known QMD")
+    hi, lo = push.QMD_MAJOR_BITS
+    major = (int.from_bytes(self.read(qmd_addr + lo // 32 * 4, 4, "QMD read"), "little") >> lo % 32) & 0xF
+    if major != ver.major:
+      raise ChannelError(XID_GR_EXCEPTION, f"QMD version {major}.x on compute class {cls:#x}, which reads QMD "
+                         f"{ver.major}.0 (Ampere/Ada classes 03_00, HOPPER_COMPUTE_A 04_00)")
+    q = push.QMD(self.read(qmd_addr, ver.size, "QMD read"), ver)
+    if q[ver.minor] != 0: raise ChannelError(XID_GR_EXCEPTION, f"QMD version {major}.{q[ver.minor]}")
+    if extra := q.bits & ~QMD_KNOWN_BITS[major]:
       raise ChannelError(XID_GR_EXCEPTION, f"QMD bits set outside the fields the mock implements: first at bit "
                          f"{(extra & -extra).bit_length() - 1}")
-    d = {k: q[k] for k in push.QMD_V03_00}
-    grid = (d["CTA_RASTER_WIDTH"], d["CTA_RASTER_HEIGHT"], d["CTA_RASTER_DEPTH"])
+    if major == 4 and q["QMD_TYPE"] != push.QMD_TYPE_GRID_CTA:
+      raise ChannelError(XID_GR_EXCEPTION, f"QMD_TYPE {q['QMD_TYPE']}: the mock runs GRID_CTA (2) grids")
+    d = {k: q[k] for k in ver.layout}
+    grid = tuple(d[k] for k in ver.grid)
     block = (d["CTA_THREAD_DIMENSION0"], d["CTA_THREAD_DIMENSION1"], d["CTA_THREAD_DIMENSION2"])
     prog = d["PROGRAM_ADDRESS_LOWER"] | (d["PROGRAM_ADDRESS_UPPER"] << 32)
-    cb0 = d["CONSTANT_BUFFER_ADDR_LOWER_0"] | (d["CONSTANT_BUFFER_ADDR_UPPER_0"] << 32)
+    cb0 = q.cb0()
     cb0_size = d["CONSTANT_BUFFER_SIZE_SHIFTED4_0"] << 4
-    self.last_qmd = {"fields": d, "grid": grid, "block": block, "program": prog, "cb0": (cb0, cb0_size),
-                     "registers": d["REGISTER_COUNT_V"], "shared": d["SHARED_MEMORY_SIZE"],
+    regs = d[ver.registers]
+    self.last_qmd = {"fields": d, "version": major, "grid": grid, "block": block, "program": prog,
+                     "cb0": (cb0, cb0_size), "registers": regs, "shared": d["SHARED_MEMORY_SIZE"],
                      "local": d["SHADER_LOCAL_MEMORY_HIGH_SIZE"], "sass_version": d["SASS_VERSION"]}
     cfg = self.cfg
     sass = ((cfg.sm_version >> 4) & 0xF0) | (cfg.sm_version & 0xF)
@@ -339,7 +351,6 @@ class MockGPU:
     if not d["CONSTANT_BUFFER_VALID_0"]: raise ChannelError(XID_GR_EXCEPTION, "constant buffer 0 is not valid")
     k, info, ptx_text = self._kernel(prog)
     threads = block[0] * block[1] * block[2]
-    regs = d["REGISTER_COUNT_V"]
     if regs < info.registers or regs > 255 or threads * ((regs * 32 + 255) // 256 * 256) // 32 > 65536:
       raise ChannelError(XID_GR_EXCEPTION, f"kernel {info.name} uses {info.registers} registers; the QMD gives {regs} "
                          f"for {threads} threads (<= 255 each, 64K per SM)")

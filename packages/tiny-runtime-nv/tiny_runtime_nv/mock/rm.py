@@ -3,10 +3,11 @@
 
 `MockFileIO` opens /dev/nvidiactl, /dev/nvidia-uvm and /dev/nvidia0..1 and answers the same ioctls and mmaps the
 real driver does, decoding each parameter block with the driver branch's cffi layouts (`rm.layouts("580")`). It
-checks what the real driver checks: escape numbers and parameter-block sizes, object handles and their parents,
-classes the GPU offers, control commands and parameter sizes, alignment and overlap of UVM ranges, that memory is
-DMA-mapped in the VA space before UVM maps it. Memory is host memory at the GPU virtual address (GPU VA = CPU VA), so
-the GPU (`mock/gpu.py`, the PTX executor behind it) and the host see the same bytes. GPU 0 is an H200 (Hopper
+checks what the real driver checks: escape numbers, the file each escape is sent on (`ESCAPE_FILES`), parameter-block
+sizes, object handles and their parents, classes the GPU offers, control commands and parameter sizes, alignment and
+overlap of UVM ranges, that memory is DMA-mapped in the VA space before UVM maps it. Memory is host memory at the GPU
+virtual address (GPU VA = CPU VA), so the GPU (`mock/gpu.py`, the PTX executor behind it) and the host see the same
+bytes. GPU 0 is an H200 (Hopper
 classes, sm_90), GPU 1 an A100 (Ampere classes, sm_80); the driver version is 580.95.05. The GPU runs when the host
 polls (`MockRM.process`, called by the device's signal waits).
 """
@@ -56,6 +57,29 @@ A100 = GPUConfig("NVIDIA A100 (MOCK+NV)", COMMON_CLASSES + (
   rm.TURING_USERMODE_A, rm.AMPERE_USERMODE_A, rm.AMPERE_CHANNEL_GPFIFO_A, rm.AMPERE_COMPUTE_A, rm.AMPERE_DMA_COPY_A),
   0x800, 8, 8, 2, 64, 163 << 10)
 GPUS = (H200, A100)
+
+
+# Which file each escape the driver sends must be issued on: "ctl" (/dev/nvidiactl), "gpu" (/dev/nvidiaN) or "any".
+# A wrong file fails the ioctl itself with EINVAL: RM's NV_CTL_DEVICE_ONLY / NV_ACTUAL_DEVICE_ONLY checks return
+# NV_ERR_INVALID_ARGUMENT from rm_ioctl, which nvidia_ioctl turns into -EINVAL (open-gpu-kernel-modules 595.45.04,
+# src/nvidia/arch/nvalloc/unix/src/escape.c RmIoctl; kernel-open/nvidia/nv.c nvidia_ioctl, whose own escapes use the
+# same two macros with -EINVAL).
+ESCAPE_FILES: dict[int, str] = {
+  rm.ESC_RM_ALLOC_MEMORY: "gpu",     # escape.c RmIoctl: NV_ACTUAL_DEVICE_ONLY (OS descriptors and NVOS02 memory)
+  rm.ESC_RM_FREE: "ctl",             # escape.c RmIoctl: NV_CTL_DEVICE_ONLY
+  rm.ESC_RM_CONTROL: "ctl",          # escape.c RmIoctl: NV_CTL_DEVICE_ONLY
+  rm.ESC_RM_ALLOC: "ctl",            # escape.c RmIoctl: NV_CTL_DEVICE_ONLY for every class but NV01_EVENT*
+  rm.ESC_RM_MAP_MEMORY: "ctl",       # escape.c RmIoctl: NV_CTL_DEVICE_ONLY (the mmap then goes to params.fd)
+  rm.ESC_RM_MAP_MEMORY_DMA: "ctl",   # escape.c RmIoctl: NV_CTL_DEVICE_ONLY
+  rm.ESC_REGISTER_FD: "any",         # escape.c RmIoctl: "valid for both actual devices and ctrl devices"
+  rm.ESC_CARD_INFO: "ctl",           # nv.c nvidia_ioctl: NV_CTL_DEVICE_ONLY
+}
+FILE_KIND_NAMES = {"ctl": "/dev/nvidiactl", "gpu": "a per-GPU /dev/nvidiaN", "any": "any RM file"}
+
+
+def file_kind(path: str) -> str:
+  """"ctl" for /dev/nvidiactl, "gpu" for /dev/nvidiaN (NV_FLAG_CONTROL is set on the control device only)."""
+  return "ctl" if path == rm.NVIDIACTL else "gpu"
 
 
 class RMStatus(Exception):
@@ -133,25 +157,32 @@ class MockRM:
   def escape(self, fd: int, nr: int, size: int, buf: Any) -> None:
     path, state = self.files[fd]
     name = rm.ESCAPES.get(nr)
+    want = ESCAPE_FILES.get(nr)
+    if want is None: raise OSError(25, f"mock RM: unknown escape {nr:#x} on {path}")
+    if want != "any" and file_kind(path) != want:
+      raise OSError(22, f"mock RM: escape {nr:#x} ({name or 'NV_ESC_CARD_INFO'}) on {path}: RM accepts it only on "
+                    f"{FILE_KIND_NAMES[want]} (escape.c/nv.c NV_{'CTL' if want == 'ctl' else 'ACTUAL'}_DEVICE_ONLY: "
+                    "NV_ERR_INVALID_ARGUMENT, -EINVAL)")
     if nr == rm.ESC_CARD_INFO:
       n = size // self.ffi.sizeof("nv_ioctl_card_info_t")
-      if n * self.ffi.sizeof("nv_ioctl_card_info_t") != size or path != rm.NVIDIACTL:
+      if n * self.ffi.sizeof("nv_ioctl_card_info_t") != size:
         raise OSError(22, f"NV_ESC_CARD_INFO: {size} bytes is not an array of nv_ioctl_card_info_t (on {path})")
       cards = self.ffi.from_buffer("nv_ioctl_card_info_t[]", buf)
       for i, _ in enumerate(self.gpus[:n]):
         cards[i].valid, cards[i].gpu_id, cards[i].minor_number = 1, 0x100 + i, i
         cards[i].pci_info.vendor_id, cards[i].pci_info.device_id = 0x10DE, 0x2335 if i == 0 else 0x20B2
       return
-    if name is None: raise OSError(25, f"mock RM: unknown escape {nr:#x} on {path}")
+    assert name is not None
     if size != self.ffi.sizeof(name):
       raise OSError(22, f"mock RM: escape {nr:#x} ({name}) with a {size}-byte block; the driver's is "
                     f"{self.ffi.sizeof(name)}")
     p = self.ffi.from_buffer(f"{name} *", buf)
     if nr == rm.ESC_REGISTER_FD:
-      if not path.startswith("/dev/nvidia") or path in (rm.NVIDIACTL, rm.NVIDIA_UVM):
-        raise OSError(22, f"NV_ESC_REGISTER_FD on {path}")
-      if self.files.get(p.ctl_fd, ("",))[0] != rm.NVIDIACTL:
-        raise OSError(22, f"REGISTER_FD: {p.ctl_fd} is not nvidiactl")
+      # escape.c RmIoctl NV_ESC_REGISTER_FD: ctl_fd must be a control file, not this one, and this file must not be
+      # registered already (NV_ERR_INVALID_ARGUMENT / NV_ERR_INVALID_STATE: -EINVAL either way)
+      if self.files.get(p.ctl_fd, ("",))[0] != rm.NVIDIACTL or p.ctl_fd == fd:
+        raise OSError(22, f"REGISTER_FD: {p.ctl_fd} is not another open /dev/nvidiactl")
+      if state.get("registered"): raise OSError(22, f"REGISTER_FD: {path} (fd {fd}) is registered already")
       state["registered"] = True
       return
     st = p.params if name.endswith("_with_fd") else p

@@ -8,7 +8,9 @@ state is read from memory when the packet runs, as the hardware does), CP_WAIT_R
 CP_REG_TO_MEM (the always-on counter), CP_INDIRECT_BUFFER (IB2; no deeper), CP_SET_MARKER, CP_WAIT_FOR_IDLE,
 CP_WAIT_MEM_WRITES, CP_NOP, and the dispatches CP_RUN_OPENCL / CP_EXEC_CS, which check that the programmed state is
 consistent (shader address and size, register footprint and shared memory against the binary's, const file length,
-descriptor counts, NDRANGE against the work-group counts) before `gpu.Runner` runs the kernel. A violation raises
+descriptor counts, NDRANGE against the work-group counts) before `gpu.Runner` runs the kernel. CP_EVENT_WRITE acts on
+the cache model (`UCHE`): a dispatch's writes stay in the GPU's L2 until a CACHE_FLUSH_TS (or KGSL's end-of-submission
+CACHE_FLUSH_TS) writes them back; CACHE_INVALIDATE drops every line, dirty ones with their data. A violation raises
 `MalformedPacket` (a `GPUFault`) naming the packet, its offset and the field; the faulting packet is dropped and the
 rest of the IB runs (so the submission still signals its fence), then the fault is raised. A malformed header ends
 the IB (its length can't be trusted).
@@ -61,6 +63,46 @@ def decode_header(h: int, where: str) -> tuple[int, int, int]:
                         "streams hold those only")
 
 
+class UCHE:
+  """The a630's unified L2 (UCHE) as far as a driver must manage it: what a dispatch wrote is in the cache, seen by
+  later dispatches but not by the host (nor by anything reading memory) until a write-back; an invalidate drops every
+  line. The a6xx event list (Mesa `adreno_pm4.xml` vgt_event_type) has CACHE_FLUSH_TS (write back dirty lines, then
+  write the timestamp) and CACHE_INVALIDATE (invalidate lines), and Mesa's turnip always writes back before it
+  invalidates (`tu6_emit_flushes`: CACHE_FLUSH_TS, then CACHE_INVALIDATE, then CP_WAIT_MEM_WRITES, CP_WAIT_FOR_IDLE),
+  as tinygrad 0.14's QCOM queue does: a CACHE_INVALIDATE with dirty lines loses their data here.
+
+  Granularity: whole GPU objects. `dirty` maps an object's start to the GPU's view of its bytes; memory keeps what
+  was last written back."""
+
+  def __init__(self, mem: Any):
+    self.mem = mem
+    self.dirty: dict[int, bytes] = {}
+    self.lost = 0  # objects whose dirty data an invalidate dropped
+
+  def dispatch(self, starts: set[int], run: Callable[[], None]) -> None:
+    """Run `run` (a dispatch that may write the objects at `starts`) through the cache: it sees the dirty lines, and
+    what it changes becomes dirty instead of reaching memory."""
+    objs = {s: self.mem.alloc_end(s) - s for s in starts | set(self.dirty)}
+    ram = {s: ctypes.string_at(s, n) for s, n in objs.items()}
+    for s, data in self.dirty.items(): ctypes.memmove(s, data, len(data))
+    try: run()
+    finally:
+      for s, n in objs.items():
+        now = ctypes.string_at(s, n)
+        if now != ram[s]: self.dirty[s] = now
+        ctypes.memmove(s, ram[s], n)
+
+  def flush(self) -> None:
+    """Write every dirty line back to memory."""
+    for s, data in self.dirty.items(): ctypes.memmove(s, data, len(data))
+    self.dirty.clear()
+
+  def invalidate(self) -> None:
+    """Drop every line; a dirty line's data never reaches memory."""
+    self.lost += len(self.dirty)
+    self.dirty.clear()
+
+
 class CommandProcessor:
   """Executes command streams against GPU memory `mem` (the mock driver: `check(addr, n)`, `alloc_end(addr)`) and
   runs dispatches with `runner`. Register state persists across submissions, as on the hardware."""
@@ -70,6 +112,7 @@ class CommandProcessor:
     self.regs: dict[int, int] = {}
     self.state: dict[tuple[int, int], tuple[int, bytes]] = {}  # (block, type) -> (source address, bytes)
     self.marker = -1
+    self.cache = UCHE(mem)
     self.stats = {"submissions": 0, "packets": 0, "dispatches": 0, "texture_dispatches": 0, "rejected": 0}
 
   def _read(self, addr: int, n: int, what: str) -> bytes:
@@ -154,8 +197,11 @@ class CommandProcessor:
       addr = b[1] | b[2] << 32
       if addr % 4: raise MalformedPacket(f"{where}: CACHE_FLUSH_TS address {addr:#x} is not 4-byte aligned")
       self.mem.check(addr, 4, "CACHE_FLUSH_TS address")
+      self.cache.flush()  # dirty lines written back, then the timestamp
       ctypes.c_uint32.from_address(addr).value = b[3]
-    elif ev == a6xx.CACHE_INVALIDATE: self._len(a6xx.CP_EVENT_WRITE, b, 1, where)
+    elif ev == a6xx.CACHE_INVALIDATE:
+      self._len(a6xx.CP_EVENT_WRITE, b, 1, where)
+      self.cache.invalidate()
     else: raise MalformedPacket(f"{where}: CP_EVENT_WRITE event {ev}; the mock knows CACHE_FLUSH_TS, CACHE_INVALIDATE")
 
   def _wait(self, b: tuple[int, ...], where: str) -> None:
@@ -265,4 +311,9 @@ class CommandProcessor:
     self.stats["texture_dispatches"] += ntex > 0
     tex, uav, samp = (tables[k] for k in ((a6xx.SB6_CS_TEX, a6xx.ST6_CONSTANTS), (a6xx.SB6_CS_SHADER, a6xx.ST6_UAV),
                                           (a6xx.SB6_CS_TEX, a6xx.ST6_SHADER)))
-    self.runner.dispatch(Dispatch(img, consts, tex, uav, samp, gsize, local, self.mem.alloc_end))
+    # the objects the kernel can write: its buffer arguments and its storage images
+    starts = {self.mem.alloc_start(struct.unpack_from("<Q", consts, a["off"])[0]) for a in img["args"]
+              if a["kind"] == "buf"}
+    starts |= {self.mem.alloc_start(d[4] | (d[5] & 0x1FFFF) << 32) for d in uav}
+    d = Dispatch(img, consts, tex, uav, samp, gsize, local, self.mem.alloc_end)
+    self.cache.dispatch(starts, lambda: self.runner.dispatch(d))

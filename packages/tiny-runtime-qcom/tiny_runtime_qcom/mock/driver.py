@@ -61,6 +61,11 @@ class MockKGSL:
     if i < 0 or addr + n > self.ranges[self.range_starts[i]]:
       raise GPUFault(f"GPU page fault: {what}: {n} bytes at {addr:#x} are outside every GPU object")
 
+  def alloc_start(self, addr: int) -> int:
+    """The start of the GPU object holding `addr` (GPUFault when none does)."""
+    self.check(addr, 1, "buffer address")
+    return self.range_starts[bisect.bisect_right(self.range_starts, addr) - 1]
+
   def alloc_end(self, addr: int) -> int:
     """The end of the GPU object holding `addr` (GPUFault when none does)."""
     self.check(addr, 1, "buffer address")
@@ -149,7 +154,11 @@ class MockKGSL:
       except GPUFault:
         self.cp.stats["rejected"] += 1
         raise
-      finally: ctx["retired"] = ts
+      finally:
+        # KGSL ends every submission (a faulting one too) with its own CP_EVENT_WRITE CACHE_FLUSH_TS, the event that
+        # writes the context's end-of-pipe timestamp (msm kgsl adreno_a6xx_ringbuffer.c a6xx_ringbuffer_addcmds)
+        self.cp.cache.flush()
+        ctx["retired"] = ts
 
   def _device_waittimestamp_ctxtid(self, a: Any) -> None:
     ctx = self.contexts.get(a.context_id)
