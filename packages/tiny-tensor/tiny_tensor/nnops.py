@@ -198,7 +198,9 @@ def _conv_gradient(out: Tensor, x: Tensor, weight: Tensor, groups: int, s_: tupl
     # loads are contiguous across output channels, a vector reused across input channels and filter taps
     nd = len(kk)
     g_cl = T.from_uop(ctx).permute(0, *range(2, 2 + nd), 1).contiguous().permute(0, 1 + nd, *range(1, 1 + nd))
-    return gx.uop, compute_gradient(ou, g_cl.uop, {wu}, custom=False).get(wu)
+    # stop at the input: its graph may hold this same weight (one weight in a chain of convs), whose gradient there
+    # is the earlier conv's to give (through gx), not this one's
+    return gx.uop, compute_gradient(ou, g_cl.uop, {wu}, custom=False, stop={xu}).get(wu)
   custom_gradient(out.uop, (xu, wu), grads)
 
 
