@@ -163,9 +163,9 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
         raise TypeError(f"can't make a Tensor from {type(data).__name__}; valid: scalar, list, tuple, numpy array, "
                         f"bytes, UOp or None")
     self.uop = uop
-    self.requires_grad = requires_grad
     self.grad: Tensor | None = None
     self._origin_uop: UOp | None = None
+    self.requires_grad = requires_grad
 
   @staticmethod
   def _from_numpy(arr: np.ndarray, dev: str, dt: DType | None) -> UOp:
@@ -222,7 +222,17 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
   def requires_grad(self, v: bool | None) -> None:
     self._requires_grad = v
     if v:
+      if not _has_identity(self._uop): self._materialize()
       with _registry_lock: _grad_tensors[id(self)] = _leaf_tensors[id(self)] = self
+
+  def _materialize(self) -> None:
+    """Compute this tensor into a fresh buffer of its own, now. A parameter is an identity: built from constants
+    alone (`Tensor(2.0)`, `Tensor.zeros(3)`, arange) its graph would be the very node (UOps are hash-consed) of every
+    equal constant, which would then share its gradient."""
+    shape = tuple(int(s) for s in self.shape)
+    buf = engine.buffer_from_bytes(self.device, prod(shape), self.dtype, None).reshape(shape)
+    self.uop = buf.assign(self._uop)
+    self.realize()
 
   @property
   def _origin(self) -> UOp | None:
@@ -1382,6 +1392,15 @@ def _pow_float(b: Tensor, e: Tensor) -> Tensor:
 def _shards(u: UOp) -> tuple[UOp, ...]:
   """The per-device graphs of a sharded tensor's UOp (the UOp itself otherwise)."""
   return u.src if u.op is Ops.MULTI else (u,)
+
+
+def _has_identity(u: UOp) -> bool:
+  """Whether `u` is unlike any other graph: it reads a buffer (a realized tensor, a random number's counter). One of
+  constants alone (consts, arange) is equal to (the same node as) every equal graph; a sharded or symbolic-shaped
+  one is left as it is."""
+  if engine.is_realized(u) or u.op is _MULTI or isinstance(u.device, tuple): return True
+  if any(not isinstance(s, int) for s in (u.shape or ())): return True
+  return any(n.op is _BUFFER for n in u.toposort())
 
 
 def _size_differs(a: sint, b: sint) -> bool:
