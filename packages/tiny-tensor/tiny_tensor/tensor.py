@@ -916,8 +916,10 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     from tiny_tensor.mathops import with_gradient
     return with_gradient(out, (x,), lambda g, s, _: (g * s * (1 - s),))
   def hardsigmoid(self, alpha: float = 1 / 6, beta: float = 0.5) -> Tensor:
-    """Piecewise-linear sigmoid: clip(alpha*x + beta, 0, 1)."""
-    return (alpha * self + beta).relu() - (alpha * self + beta - 1).relu()
+    """Piecewise-linear sigmoid: clip(alpha*x + beta, 0, 1); the gradient is alpha strictly inside (0 at the kinks, as
+    torch)."""
+    y = alpha * self + beta
+    return (y <= 0).where(0, (y >= 1).where(1, y))
   def logsigmoid(self) -> Tensor:
     """log(sigmoid(x)), computed stably."""
     return -(-self).softplus()
@@ -934,16 +936,23 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     """Inverse hyperbolic tangent."""
     return ((1 + self) / (1 - self)).log() / 2
   def asinh(self) -> Tensor:
-    """Inverse hyperbolic sine."""
-    return (self + (self.square() + 1).sqrt()).log()
+    """Inverse hyperbolic sine, odd: log(a + sqrt(a^2 + 1)) of a = |x| (x + sqrt(x^2 + 1) cancels for x << 0)."""
+    neg = self < 0
+    a = neg.where(-self, self)
+    r = (a + (a.square() + 1).sqrt()).log()
+    return neg.where(-r, r)
   def acosh(self) -> Tensor:
     """Inverse hyperbolic cosine."""
     return (self + (self.square() - 1).sqrt()).log()
   def erf(self) -> Tensor:
-    """Error function (Abramowitz-Stegun 7.1.26, |err| < 1.5e-7)."""
-    t = 1.0 / (1.0 + 0.3275911 * self.abs())
-    return self.sign() * (1.0 - t * polyN(t, [1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592]) *
-                          (-self.square()).exp())
+    """Error function (Abramowitz-Stegun 7.1.26, |err| < 1.5e-7); its gradient is the exact 2/sqrt(pi) exp(-x^2)
+    (the approximation's own, through |x| and sign(x), is 0 at 0)."""
+    from tiny_tensor.mathops import with_gradient
+    x = self._float()
+    t = 1.0 / (1.0 + 0.3275911 * x.abs())
+    out = x.sign() * (1.0 - t * polyN(t, [1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592]) *
+                      (-x.square()).exp())
+    return with_gradient(out, (x,), lambda g, _, x: (g * (2 / math.sqrt(math.pi)) * (-x.square()).exp(),))
   def gelu(self, approximate: str = "tanh") -> Tensor:
     """GELU: `approximate="tanh"` (the default, as tinygrad) or `"none"` (exact, through erf)."""
     if approximate == "tanh": return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self ** 3)).tanh())
@@ -957,33 +966,39 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     return self * self.sigmoid()
   swish = silu
   def relu6(self) -> Tensor:
-    """min(max(x, 0), 6)."""
-    return self.relu() - (self - 6).relu()
+    """min(max(x, 0), 6); the gradient is 1 strictly inside (0 at 0 and 6, as torch)."""
+    return self.hardtanh(0, 6)
   def hardswish(self) -> Tensor:
-    """x * relu6(x + 3) / 6."""
-    return self * (self + 3).relu6() * (1 / 6)
+    """x * relu6(x + 3) / 6, with torch's gradient at the kinks (x/3 + 1/2 on (-3, 3), 0 at -3, 1 at 3)."""
+    return (self <= -3).where(0, (self < 3).where(self * (self + 3) * (1 / 6), self))
   def hardtanh(self, min_val: float = -1, max_val: float = 1) -> Tensor:
-    """Clamp into [min_val, max_val]."""
-    return self.clip(min_val, max_val)
+    """Clamp into [min_val, max_val]; the gradient is 1 strictly inside (0 at the bounds, as torch)."""
+    return (self <= min_val).where(min_val, (self >= max_val).where(max_val, self))
+  def _negative_part(self) -> Tensor:
+    """x where x <= 0, else 0: an argument for the x <= 0 branch of a piecewise function that stays finite (exp(x) of
+    a large x the other branch takes would be inf, and its 0 gradient times inf NaN)."""
+    return (self > 0).where(0, self)
   def elu(self, alpha: float = 1.0) -> Tensor:
-    """Exponential linear unit: x if x > 0 else alpha*(exp(x)-1)."""
-    return self.relu() - alpha * (1 - self.exp()).relu()
+    """Exponential linear unit: x if x > 0 else alpha*(exp(x)-1) (the gradient at 0 is alpha, as torch)."""
+    return (self > 0).where(self, alpha * (self._negative_part().exp() - 1))
   def celu(self, alpha: float = 1.0) -> Tensor:
     """Continuously differentiable ELU: max(0,x) + min(0, alpha*(exp(x/alpha)-1))."""
-    return self.maximum(0) + (alpha * ((self / alpha).exp() - 1)).minimum(0)
+    return (self > 0).where(self, alpha * ((self._negative_part() / alpha).exp() - 1))
   def selu(self, alpha: float = 1.67326, gamma: float = 1.0507) -> Tensor:
-    """Scaled ELU."""
-    return gamma * (self >= 0).detach().where(self, alpha * (self.exp() - 1))
+    """Scaled ELU: gamma * (x if x > 0 else alpha*(exp(x)-1)) (the gradient at 0 is gamma*alpha, as torch)."""
+    return gamma * (self > 0).where(self, alpha * (self._negative_part().exp() - 1))
   def softplus(self, beta: float = 1.0) -> Tensor:
-    """log(1 + exp(beta * x)) / beta, computed stably."""
+    """log(1 + exp(beta * x)) / beta, computed stably as max(bx, 0) + log(1 + exp(-|bx|)) with both pieces written
+    through x's sign (the derivative is sigmoid(bx) everywhere: 0.5 at 0, where |x| alone would give 0)."""
     bx = self * beta
-    return (bx.relu() + (1 + (-bx.abs()).exp()).log()) * (1 / beta)
+    pos, neg = (bx > 0).where(bx, 0), bx._negative_part()  # bx = pos + neg, -|bx| = neg - pos
+    return (pos + (1 + (neg - pos).exp()).log()) * (1 / beta)
   def mish(self) -> Tensor:
     """x * tanh(softplus(x))."""
     return self * self.softplus().tanh()
   def leaky_relu(self, neg_slope: float = 0.01) -> Tensor:
-    """x if x >= 0 else neg_slope * x."""
-    return (self < 0).where(neg_slope * self, self)
+    """x if x > 0 else neg_slope * x (the gradient at 0 is neg_slope, as torch)."""
+    return (self > 0).where(self, neg_slope * self)
   def softsign(self) -> Tensor:
     """x / (1 + |x|)."""
     return self / (1 + self.abs())
