@@ -1481,7 +1481,7 @@ def _apply_becomes(becomes: dict[UOp, UOp]) -> None:
   lazy: list[Tensor] = []
   for t in _live(_lazy_tensors):
     if (n := fixed.get(t._uop)) is not None:
-      if _keeps_origin(t): t._origin = t._uop
+      if _keeps_origin(t, n): t._origin = t._uop
       t.uop = n
     if (u := t._uop).op is _BUFFER or (u.op is _RESHAPE and u.src[0].op is _BUFFER):  # is_realized(u)
       with _registry_lock: _lazy_tensors.pop(id(t), None)
@@ -1511,7 +1511,7 @@ def _apply_becomes_alone(ts: list[Tensor], becomes: dict[UOp, UOp]) -> bool:
     if (n := becomes.get(t._uop)) is None or (n.op is not _BUFFER and n.op is not _RESHAPE): return False
     if n.shape != t._uop.shape: return False  # (a 0-d root's buffer may come back 1-d from the scheduler)
     new.append(n)
-  keep = [_keeps_origin(t) for t in ts]
+  keep = [_keeps_origin(t, n) for t, n in zip(ts, new)]
   with _registry_lock:
     for t, n, k in zip(ts, new, keep):
       if k:
@@ -1522,12 +1522,24 @@ def _apply_becomes_alone(ts: list[Tensor], becomes: dict[UOp, UOp]) -> bool:
   return True
 
 
-def _keeps_origin(t: Tensor) -> bool:
-  """Whether `t`'s graph is kept for autograd when it is realized: not for requires_grad=False, nor for an assign
-  (a sharded one too): that is a leaf written in place, whose old graph contains its own buffer."""
+def _keeps_origin(t: Tensor, new: UOp | None = None) -> bool:
+  """Whether `t`'s graph is kept for autograd when it is realized (into `new`): not for requires_grad=False, nor for
+  an assign (a sharded one too): that is a leaf written in place, whose old graph contains its own buffer; nor when
+  `new` is a view the old graph is made of (`p.reshape(3, 1).contiguous()` of a realized `p` is p's buffer, no copy):
+  the realized view leads to the leaves itself, and an origin that contains it would substitute into itself."""
   u = t._uop
   return t._requires_grad is not False and t._origin_uop is None and \
-    (u.op is not _ASSIGN if u.op is not _MULTI else all(s.op is not _ASSIGN for s in u.src))
+    (u.op is not _ASSIGN if u.op is not _MULTI else all(s.op is not _ASSIGN for s in u.src)) and \
+    (new is None or not _aliases(u, new))
+
+
+def _aliases(old: UOp, new: UOp) -> bool:
+  """Whether `new` (a realized view) is reached from `old` down its chain of one-source ops (contiguous, views): the
+  scheduler gave `old` an existing buffer instead of a copy. A chain walk, so cheap on every realize."""
+  while True:
+    if old is new: return True
+    if len(old.src) != 1 or old.op is _BUFFER: return False
+    old = old.src[0]
 
 
 # the higher-level ops (conv2d, pooling, losses, ...) live in nnops as functions taking a Tensor first
