@@ -127,7 +127,7 @@ def run(prog: Program, lib: str) -> tuple[np.ndarray, dict[str, np.ndarray | Non
   T = Tensor if lib == "tiny" else torch.tensor
   terms = [env[o] * T(rand(prog.loss_seed + k, tuple(env[o].shape))) for k, o in enumerate(prog.outs)]
   loss = sum(t.sum() for t in terms)
-  loss.backward()
+  if lib == "tiny" or loss.requires_grad: loss.backward()  # (torch: no parameter reaches the loss differentiably)
   if lib == "tiny":
     Tensor.realize(loss, *[env[p].grad for p in params if env[p].grad is not None])  # one schedule for all
     return loss.numpy(), {p: None if env[p].grad is None else env[p].grad.numpy() for p in params}, 0.0
@@ -161,9 +161,10 @@ def check(prog: Program, tol: float = 1e-4) -> str | None:
 
 
 def torch_ok(prog: Program) -> bool:
-  """Whether torch's loss and gradients are finite (else the program tests nothing sound)."""
+  """Whether torch's loss and gradients are finite and some parameter gets one (else the program tests nothing)."""
   loss, grads, _ = run(prog, "torch")
-  return bool(np.isfinite(loss).all()) and all(g is None or np.isfinite(g).all() for g in grads.values())
+  return bool(np.isfinite(loss).all()) and any(g is not None for g in grads.values()) and \
+    all(g is None or np.isfinite(g).all() for g in grads.values())
 
 
 # ***** shrinking *****
@@ -301,8 +302,8 @@ class _Gen:
     if r < 0.6:  # an existing parameter under another view
       for v in self.vals:
         if v.param and v.t.numel() == math.prod(shape) and tuple(v.t.shape) != shape and len(shape) >= 1:
-          if len(shape) == 2 and tuple(v.t.shape) == shape[::-1]: return self.step("{0}.T", "{0}.T", (v.name,), False)
-          return self.step(f"{{0}}.reshape({shape})", f"{{0}}.reshape({shape})", (v.name,), False)
+          if len(shape) == 2 and tuple(v.t.shape) == shape[::-1]: return self.step("{0}.T", "{0}.T", (v.name,), v.ties)
+          return self.step(f"{{0}}.reshape({shape})", f"{{0}}.reshape({shape})", (v.name,), v.ties)
     bshape = tuple(1 if self.rng.random() < 0.4 else s for s in shape)
     if self.rng.random() < 0.3: bshape = bshape[self.rng.integers(len(bshape) + 1):]
     r = self.rng.random()
@@ -410,19 +411,20 @@ def _op_matmul(g: _Gen) -> None:
   # a conv weight reshaped into a matmul weight, the same parameter transposed, or a (k, n) parameter
   for v in g.vals:
     if v.param and v.t.ndim == 4 and v.t.shape[0] == k and g.rng.random() < 0.7:
-      w = g.step(f"{{0}}.reshape({k}, -1)", f"{{0}}.reshape({k}, -1)", (v.name,), False)
+      w = g.step(f"{{0}}.reshape({k}, -1)", f"{{0}}.reshape({k}, -1)", (v.name,), v.ties)
       break
     if v.param and v.t.ndim == 2 and v.t.shape[0] == k and g.rng.random() < 0.5:
       w = v
       break
     if v.param and v.t.ndim == 2 and v.t.shape[1] == k and g.rng.random() < 0.5:
-      w = g.step("{0}.T", "{0}.T", (v.name,), False)
+      w = g.step("{0}.T", "{0}.T", (v.name,), v.ties)
       break
   else: w = g.leaf("param", (k, int(SIZES[g.rng.integers(len(SIZES))])), )
   if w is None: return
   if g.rng.random() < 0.3 and x.t.ndim == 2:
-    g.step("Tensor.einsum('ij,jk->ik', {0}, {1})", "torch.einsum('ij,jk->ik', {0}, {1})", (x.name, w.name), x.ties)
-  else: g.step("{0} @ {1}", "{0} @ {1}", (x.name, w.name), x.ties)
+    g.step("Tensor.einsum('ij,jk->ik', {0}, {1})", "torch.einsum('ij,jk->ik', {0}, {1})", (x.name, w.name),
+           x.ties or w.ties)
+  else: g.step("{0} @ {1}", "{0} @ {1}", (x.name, w.name), x.ties or w.ties)
 
 
 def _op_einsum(g: _Gen) -> None:
@@ -459,14 +461,15 @@ def _op_conv(g: _Gen) -> None:
     bias = ", {2}" if g.rng.random() < 0.5 else ""
     args = (x.name, wt.name) + ((g.exact((co,)).name,) if bias else ())
     kw = f"stride={s}, padding={p}, dilation={d}"
-    g.step(f"{{0}}.conv2d({{1}}{bias}, {kw})", f"F.conv2d({{0}}, {{1}}{bias}, {kw})", args, x.ties)
+    # ties: a constant weight, or outputs that read only padding (dilation) are equal
+    g.step(f"{{0}}.conv2d({{1}}{bias}, {kw})", f"F.conv2d({{0}}, {{1}}{bias}, {kw})", args, x.ties or wt.ties or p > 0)
   elif kind == 2:  # conv_transpose2d with a (c, c) weight, shared with the conv2ds
     k, s, p = int(g.rng.choice([1, 2, 3])), int(g.rng.choice([1, 2])), 0
     if max(h, w) * s > 16: return
     wt = _conv_weight(g, c, c, k)
     kw = f"stride={s}, padding={p}"
     g.step(f"{{0}}.conv_transpose2d({{1}}, {kw})", f"F.conv_transpose2d({{0}}, {{1}}, {kw})", (x.name, wt.name),
-           x.ties)
+           True)  # (stride > kernel leaves zeros between outputs)
   elif kind == 3:
     k = int(g.rng.choice([2, 3]))
     s, p = int(g.rng.choice([1, 2])), int(g.rng.integers(0, k // 2 + 1))
@@ -477,6 +480,9 @@ def _op_conv(g: _Gen) -> None:
     k = int(g.rng.choice([2, 3]))
     s, p = int(g.rng.choice([1, 2])), int(g.rng.integers(0, k // 2 + 1))
     if min(h, w) + 2 * p < k: return
+    # MAXPOOL_1X1_PADDED (not fixed yet, see test_grad_regressions.py): a conv's bias and weight gradients realized
+    # together through a padded max_pool2d whose output is 1 pixel wide are NaN (each alone is right)
+    if p > 0 and s > 1 and min((h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1) == 1: return
     kw = f"stride={s}, padding={p}"
     g.step(f"{{0}}.max_pool2d({k}, {kw})", f"F.max_pool2d({{0}}, {k}, {kw})", (x.name,), False)
 
