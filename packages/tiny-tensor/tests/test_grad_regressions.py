@@ -169,22 +169,3 @@ def test_normalize_p(p):
     (F.normalize(xt, p=p) * torch.tensor(_rand(3, 3))).sum().backward()
     _close(x.grad.numpy(), xt.grad.numpy())
 
-
-# ***** found by the gradient fuzzer, not fixed yet *****
-
-@pytest.mark.xfail(strict=True, reason="MAXPOOL_1X1_PADDED: realizing a conv's bias and weight gradients together "
-                                       "through a padded max_pool2d with a 1-pixel output gives NaN on CPU's optimized "
-                                       "kernels (NOOPT=1 and DEV=PYTHON are right: a tiny-codegen optimizer bug)")
-def test_conv_maxpool_1x1_padded_grads_realized_together():
-  rng = np.random.default_rng(0)
-  bn, wn = rng.standard_normal(3).astype(np.float32), rng.standard_normal((3, 3, 1, 1)).astype(np.float32)
-  xn = rng.standard_normal((1, 3, 2, 2)).astype(np.float32)
-  b, w = Tensor(bn, requires_grad=True), Tensor(wn, requires_grad=True)
-  v = Tensor(xn).conv2d(w, b).max_pool2d(3, stride=2, padding=1)
-  rn = rng.standard_normal(tuple(v.shape)).astype(np.float32)
-  (v * Tensor(rn)).sum().backward()
-  Tensor.realize(b.grad, w.grad)
-  bt, wt = torch.tensor(bn, requires_grad=True), torch.tensor(wn, requires_grad=True)
-  (F.max_pool2d(F.conv2d(torch.tensor(xn), wt, bt), 3, stride=2, padding=1) * torch.tensor(rn)).sum().backward()
-  _close(b.grad.numpy(), bt.grad.numpy())
-  _close(w.grad.numpy(), wt.grad.numpy())
