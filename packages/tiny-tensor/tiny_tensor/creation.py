@@ -43,7 +43,8 @@ class CreationMixin:
   def full(cls, shape: Any, fill_value: Any, **kwargs: Any) -> Tensor:
     """A constant tensor of `shape` filled with `fill_value` (a lazy constant that folds into its users)."""
     shp = _check_shape(argfix(shape))
-    return cls(fill_value, **kwargs).reshape((1,) * len(shp)).expand(shp)
+    rg = kwargs.pop("requires_grad", None)  # the full tensor is the leaf (not the scalar it is expanded from)
+    return cls(fill_value, **kwargs).reshape((1,) * len(shp)).expand(shp).requires_grad_(rg)
 
   @classmethod
   def zeros(cls, *shape: Any, **kwargs: Any) -> Tensor:

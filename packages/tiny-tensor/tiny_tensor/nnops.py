@@ -198,7 +198,9 @@ def _conv_gradient(out: Tensor, x: Tensor, weight: Tensor, groups: int, s_: tupl
     # loads are contiguous across output channels, a vector reused across input channels and filter taps
     nd = len(kk)
     g_cl = T.from_uop(ctx).permute(0, *range(2, 2 + nd), 1).contiguous().permute(0, 1 + nd, *range(1, 1 + nd))
-    return gx.uop, compute_gradient(ou, g_cl.uop, {wu}, custom=False).get(wu)
+    # stop at the input: its graph may hold this same weight (one weight in a chain of convs), whose gradient there
+    # is the earlier conv's to give (through gx), not this one's
+    return gx.uop, compute_gradient(ou, g_cl.uop, {wu}, custom=False, stop={xu}).get(wu)
   custom_gradient(out.uop, (xu, wu), grads)
 
 
@@ -607,8 +609,8 @@ def _reduce_loss(x: Tensor, reduction: str) -> Tensor:
 
 
 def _logsigmoid(x: Tensor) -> Tensor:
-  """log(sigmoid(x)) = -(max(-x, 0) + log(1 + exp(-|x|))), stable for large |x|."""
-  return -((-x).relu() + (-x.abs()).exp().add(1).log())
+  """log(sigmoid(x)) = -softplus(-x), stable for large |x| and with the derivative sigmoid(-x) everywhere (0.5 at 0)."""
+  return -(-x).softplus()
 
 
 def binary_crossentropy(self: Tensor, Y: Tensor, reduction: ReductionStr = "mean") -> Tensor:
@@ -1263,8 +1265,17 @@ def normalize(self: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) ->
   [[0.6000000238418579, 0.800000011920929]]
   """
   if p == 0: return self / self.ne(0).sum(dim, keepdim=True).maximum(eps)
-  s = self.abs().pow(p).sum(dim, keepdim=True)
-  big = s > eps ** p  # below, the norm is clamped to eps: keep pow(1/p)'s infinite slope at 0 out of the gradient
+  a = self.abs()
+  if p > 0:  # |x|**p with torch's 0 gradient at x = 0 (pow's slope there is inf for p < 1, and times sign(0) NaN)
+    nz = a > 0
+    a = nz.where(nz.where(a, 1.0).pow(p), 0.0)
+  else: a = a.pow(p)
+  s = a.sum(dim, keepdim=True)
+  # the norm s**(1/p) is above eps where s > eps**p for p > 0, where s < eps**p for p < 0 (s**(1/p) decreases); else
+  # it is clamped to eps, with pow(1/p)'s infinite slope at 0 kept out of the gradient. eps**p past float range: inf
+  log_thr = p * math.log(eps) if eps > 0 else (-math.inf if p > 0 else math.inf)
+  thr = math.inf if log_thr > 700 else eps ** p
+  big = s > thr if p > 0 else s < thr
   return self / big.where(big.where(s, 1.0).pow(1 / p), eps)
 
 

@@ -163,9 +163,9 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
         raise TypeError(f"can't make a Tensor from {type(data).__name__}; valid: scalar, list, tuple, numpy array, "
                         f"bytes, UOp or None")
     self.uop = uop
-    self.requires_grad = requires_grad
     self.grad: Tensor | None = None
     self._origin_uop: UOp | None = None
+    self.requires_grad = requires_grad
 
   @staticmethod
   def _from_numpy(arr: np.ndarray, dev: str, dt: DType | None) -> UOp:
@@ -222,7 +222,17 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
   def requires_grad(self, v: bool | None) -> None:
     self._requires_grad = v
     if v:
+      if not _has_identity(self._uop): self._materialize()
       with _registry_lock: _grad_tensors[id(self)] = _leaf_tensors[id(self)] = self
+
+  def _materialize(self) -> None:
+    """Compute this tensor into a fresh buffer of its own, now. A parameter is an identity: built from constants
+    alone (`Tensor(2.0)`, `Tensor.zeros(3)`, arange) its graph would be the very node (UOps are hash-consed) of every
+    equal constant, which would then share its gradient."""
+    shape = tuple(int(s) for s in self.shape)
+    buf = engine.buffer_from_bytes(self.device, prod(shape), self.dtype, None).reshape(shape)
+    self.uop = buf.assign(self._uop)
+    self.realize()
 
   @property
   def _origin(self) -> UOp | None:
@@ -906,8 +916,10 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     from tiny_tensor.mathops import with_gradient
     return with_gradient(out, (x,), lambda g, s, _: (g * s * (1 - s),))
   def hardsigmoid(self, alpha: float = 1 / 6, beta: float = 0.5) -> Tensor:
-    """Piecewise-linear sigmoid: clip(alpha*x + beta, 0, 1)."""
-    return (alpha * self + beta).relu() - (alpha * self + beta - 1).relu()
+    """Piecewise-linear sigmoid: clip(alpha*x + beta, 0, 1); the gradient is alpha strictly inside (0 at the kinks, as
+    torch)."""
+    y = alpha * self + beta
+    return (y <= 0).where(0, (y >= 1).where(1, y))
   def logsigmoid(self) -> Tensor:
     """log(sigmoid(x)), computed stably."""
     return -(-self).softplus()
@@ -924,16 +936,23 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     """Inverse hyperbolic tangent."""
     return ((1 + self) / (1 - self)).log() / 2
   def asinh(self) -> Tensor:
-    """Inverse hyperbolic sine."""
-    return (self + (self.square() + 1).sqrt()).log()
+    """Inverse hyperbolic sine, odd: log(a + sqrt(a^2 + 1)) of a = |x| (x + sqrt(x^2 + 1) cancels for x << 0)."""
+    neg = self < 0
+    a = neg.where(-self, self)
+    r = (a + (a.square() + 1).sqrt()).log()
+    return neg.where(-r, r)
   def acosh(self) -> Tensor:
     """Inverse hyperbolic cosine."""
     return (self + (self.square() - 1).sqrt()).log()
   def erf(self) -> Tensor:
-    """Error function (Abramowitz-Stegun 7.1.26, |err| < 1.5e-7)."""
-    t = 1.0 / (1.0 + 0.3275911 * self.abs())
-    return self.sign() * (1.0 - t * polyN(t, [1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592]) *
-                          (-self.square()).exp())
+    """Error function (Abramowitz-Stegun 7.1.26, |err| < 1.5e-7); its gradient is the exact 2/sqrt(pi) exp(-x^2)
+    (the approximation's own, through |x| and sign(x), is 0 at 0)."""
+    from tiny_tensor.mathops import with_gradient
+    x = self._float()
+    t = 1.0 / (1.0 + 0.3275911 * x.abs())
+    out = x.sign() * (1.0 - t * polyN(t, [1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592]) *
+                      (-x.square()).exp())
+    return with_gradient(out, (x,), lambda g, _, x: (g * (2 / math.sqrt(math.pi)) * (-x.square()).exp(),))
   def gelu(self, approximate: str = "tanh") -> Tensor:
     """GELU: `approximate="tanh"` (the default, as tinygrad) or `"none"` (exact, through erf)."""
     if approximate == "tanh": return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self ** 3)).tanh())
@@ -947,33 +966,39 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     return self * self.sigmoid()
   swish = silu
   def relu6(self) -> Tensor:
-    """min(max(x, 0), 6)."""
-    return self.relu() - (self - 6).relu()
+    """min(max(x, 0), 6); the gradient is 1 strictly inside (0 at 0 and 6, as torch)."""
+    return self.hardtanh(0, 6)
   def hardswish(self) -> Tensor:
-    """x * relu6(x + 3) / 6."""
-    return self * (self + 3).relu6() * (1 / 6)
+    """x * relu6(x + 3) / 6, with torch's gradient at the kinks (x/3 + 1/2 on (-3, 3), 0 at -3, 1 at 3)."""
+    return (self <= -3).where(0, (self < 3).where(self * (self + 3) * (1 / 6), self))
   def hardtanh(self, min_val: float = -1, max_val: float = 1) -> Tensor:
-    """Clamp into [min_val, max_val]."""
-    return self.clip(min_val, max_val)
+    """Clamp into [min_val, max_val]; the gradient is 1 strictly inside (0 at the bounds, as torch)."""
+    return (self <= min_val).where(min_val, (self >= max_val).where(max_val, self))
+  def _negative_part(self) -> Tensor:
+    """x where x <= 0, else 0: an argument for the x <= 0 branch of a piecewise function that stays finite (exp(x) of
+    a large x the other branch takes would be inf, and its 0 gradient times inf NaN)."""
+    return (self > 0).where(0, self)
   def elu(self, alpha: float = 1.0) -> Tensor:
-    """Exponential linear unit: x if x > 0 else alpha*(exp(x)-1)."""
-    return self.relu() - alpha * (1 - self.exp()).relu()
+    """Exponential linear unit: x if x > 0 else alpha*(exp(x)-1) (the gradient at 0 is alpha, as torch)."""
+    return (self > 0).where(self, alpha * (self._negative_part().exp() - 1))
   def celu(self, alpha: float = 1.0) -> Tensor:
     """Continuously differentiable ELU: max(0,x) + min(0, alpha*(exp(x/alpha)-1))."""
-    return self.maximum(0) + (alpha * ((self / alpha).exp() - 1)).minimum(0)
+    return (self > 0).where(self, alpha * ((self._negative_part() / alpha).exp() - 1))
   def selu(self, alpha: float = 1.67326, gamma: float = 1.0507) -> Tensor:
-    """Scaled ELU."""
-    return gamma * (self >= 0).detach().where(self, alpha * (self.exp() - 1))
+    """Scaled ELU: gamma * (x if x > 0 else alpha*(exp(x)-1)) (the gradient at 0 is gamma*alpha, as torch)."""
+    return gamma * (self > 0).where(self, alpha * (self._negative_part().exp() - 1))
   def softplus(self, beta: float = 1.0) -> Tensor:
-    """log(1 + exp(beta * x)) / beta, computed stably."""
+    """log(1 + exp(beta * x)) / beta, computed stably as max(bx, 0) + log(1 + exp(-|bx|)) with both pieces written
+    through x's sign (the derivative is sigmoid(bx) everywhere: 0.5 at 0, where |x| alone would give 0)."""
     bx = self * beta
-    return (bx.relu() + (1 + (-bx.abs()).exp()).log()) * (1 / beta)
+    pos, neg = (bx > 0).where(bx, 0), bx._negative_part()  # bx = pos + neg, -|bx| = neg - pos
+    return (pos + (1 + (neg - pos).exp()).log()) * (1 / beta)
   def mish(self) -> Tensor:
     """x * tanh(softplus(x))."""
     return self * self.softplus().tanh()
   def leaky_relu(self, neg_slope: float = 0.01) -> Tensor:
-    """x if x >= 0 else neg_slope * x."""
-    return (self < 0).where(neg_slope * self, self)
+    """x if x > 0 else neg_slope * x (the gradient at 0 is neg_slope, as torch)."""
+    return (self > 0).where(self, neg_slope * self)
   def softsign(self) -> Tensor:
     """x / (1 + |x|)."""
     return self / (1 + self.abs())
@@ -1384,6 +1409,15 @@ def _shards(u: UOp) -> tuple[UOp, ...]:
   return u.src if u.op is Ops.MULTI else (u,)
 
 
+def _has_identity(u: UOp) -> bool:
+  """Whether `u` is unlike any other graph: it reads a buffer (a realized tensor, a random number's counter). One of
+  constants alone (consts, arange) is equal to (the same node as) every equal graph; a sharded or symbolic-shaped
+  one is left as it is."""
+  if engine.is_realized(u) or u.op is _MULTI or isinstance(u.device, tuple): return True
+  if any(not isinstance(s, int) for s in (u.shape or ())): return True
+  return any(n.op is _BUFFER for n in u.toposort())
+
+
 def _size_differs(a: sint, b: sint) -> bool:
   """a != b for sizes; symbolic ones are compared after simplifying (4*n*1 is 4*n)."""
   if isinstance(a, int) and isinstance(b, int): return a != b
@@ -1447,7 +1481,7 @@ def _apply_becomes(becomes: dict[UOp, UOp]) -> None:
   lazy: list[Tensor] = []
   for t in _live(_lazy_tensors):
     if (n := fixed.get(t._uop)) is not None:
-      if _keeps_origin(t): t._origin = t._uop
+      if _keeps_origin(t, n): t._origin = t._uop
       t.uop = n
     if (u := t._uop).op is _BUFFER or (u.op is _RESHAPE and u.src[0].op is _BUFFER):  # is_realized(u)
       with _registry_lock: _lazy_tensors.pop(id(t), None)
@@ -1477,7 +1511,7 @@ def _apply_becomes_alone(ts: list[Tensor], becomes: dict[UOp, UOp]) -> bool:
     if (n := becomes.get(t._uop)) is None or (n.op is not _BUFFER and n.op is not _RESHAPE): return False
     if n.shape != t._uop.shape: return False  # (a 0-d root's buffer may come back 1-d from the scheduler)
     new.append(n)
-  keep = [_keeps_origin(t) for t in ts]
+  keep = [_keeps_origin(t, n) for t, n in zip(ts, new)]
   with _registry_lock:
     for t, n, k in zip(ts, new, keep):
       if k:
@@ -1488,12 +1522,24 @@ def _apply_becomes_alone(ts: list[Tensor], becomes: dict[UOp, UOp]) -> bool:
   return True
 
 
-def _keeps_origin(t: Tensor) -> bool:
-  """Whether `t`'s graph is kept for autograd when it is realized: not for requires_grad=False, nor for an assign
-  (a sharded one too): that is a leaf written in place, whose old graph contains its own buffer."""
+def _keeps_origin(t: Tensor, new: UOp | None = None) -> bool:
+  """Whether `t`'s graph is kept for autograd when it is realized (into `new`): not for requires_grad=False, nor for
+  an assign (a sharded one too): that is a leaf written in place, whose old graph contains its own buffer; nor when
+  `new` is a view the old graph is made of (`p.reshape(3, 1).contiguous()` of a realized `p` is p's buffer, no copy):
+  the realized view leads to the leaves itself, and an origin that contains it would substitute into itself."""
   u = t._uop
   return t._requires_grad is not False and t._origin_uop is None and \
-    (u.op is not _ASSIGN if u.op is not _MULTI else all(s.op is not _ASSIGN for s in u.src))
+    (u.op is not _ASSIGN if u.op is not _MULTI else all(s.op is not _ASSIGN for s in u.src)) and \
+    (new is None or not _aliases(u, new))
+
+
+def _aliases(old: UOp, new: UOp) -> bool:
+  """Whether `new` (a realized view) is reached from `old` down its chain of one-source ops (contiguous, views): the
+  scheduler gave `old` an existing buffer instead of a copy. A chain walk, so cheap on every realize."""
+  while True:
+    if old is new: return True
+    if len(old.src) != 1 or old.op is _BUFFER: return False
+    old = old.src[0]
 
 
 # the higher-level ops (conv2d, pooling, losses, ...) live in nnops as functions taking a Tensor first
