@@ -14,31 +14,24 @@ llvmlite, and never imports tiny-tensor).
 Exit status 0 when every check passed, 1 when one failed, 2 when there is no NVIDIA GPU (said at once, with why).
 `--mock` runs steps 2-3 on MOCK+CUDA and MOCK+NV with small sizes (what the unit test does); `--quick` shrinks the
 sizes. The NV device builds cubins with NVIDIA's ptxas (PTXAS=..., a CUDA toolkit, the nvidia-cuda-nvcc wheel) or
-libcuda's JIT.
+libcuda's JIT. The steps, the checks and the exit status are tiny-uop's shared selftest
+(`tiny_uop.plugins.selftest`); this module says what is NVIDIA's: the libcuda and RM probe, the mock devices, how a
+device describes itself.
 """
 from __future__ import annotations
 
-import importlib.util
 import os
-import subprocess
 import sys
-import time
 from typing import Any
 
-import numpy as np
+from tiny_uop.plugins import selftest
 
 DEVICES = {"CUDA": "tiny_runtime_nv.cuda:CUDADevice", "NV": "tiny_runtime_nv.device:NVDevice"}  # MOCK+ too
-CPU_TARGET = "tiny_runtime_cpu.cpu:CPUDevice"  # for the conformance suite's copies to and from the host device
 
 
-def _register() -> None:
-  """Make CUDA/NV known without installed entry points (a bare source tree on PYTHONPATH)."""
-  from tiny_uop.plugins import DevicePlugin, register_device
-  for name, target in DEVICES.items(): register_device(DevicePlugin(name, target, priority=25))
-
-
-def probe() -> tuple[list[str], list[str]]:
-  """(info lines, reasons there is no usable NVIDIA GPU) without opening a device."""
+def probe() -> tuple[list[str], list[str], list[str]]:
+  """(info lines, reasons there is no usable NVIDIA GPU, the devices to check: CUDA and NV when libcuda sees a
+  device or the RM driver is loaded, none otherwise) without opening a device."""
   from tiny_runtime_nv import cuda
   info, missing = [], []
   try:
@@ -53,103 +46,31 @@ def probe() -> tuple[list[str], list[str]]:
   if not os.path.exists("/dev/nvidiactl"):
     missing.append("NV: /dev/nvidiactl missing (NVIDIA kernel driver not loaded)")
   else: info.append("NV: /dev/nvidiactl present")
-  return info, missing
+  cuda_ok = any(line.startswith("libcuda") for line in info) and not any(m.startswith("libcuda reports no")
+                                                                        for m in missing)
+  return info, missing, ["CUDA", "NV"] if cuda_ok or any(line.startswith("NV:") for line in info) else []
 
 
-def _check(name: str, got: np.ndarray, want: np.ndarray, tol: float) -> bool:
-  err = float(np.max(np.abs(got.astype(np.float64) - want)) / (np.max(np.abs(want)) + 1e-9)) if want.size else 0.0
-  ok = bool(np.isfinite(err) and err <= tol)
-  print(f"  {'ok  ' if ok else 'FAIL'} {name:28s} rel err {err:.2e} (tol {tol:g})", flush=True)
-  return ok
+def describe(dev: str, d: Any) -> str:
+  """The opened device: its GPU name and arch; through the RM ioctls also the driver version and classes."""
+  extra = f", driver {d.rm.version}, classes {d.compute_class:#x}/{d.dma_class:#x}" if hasattr(d, "rm") else ""
+  return f"{getattr(d, 'name', '') or 'GPU'} arch {d.arch}{extra}"
 
 
-def _run_kernel(dev: str, ast: Any, out: tuple[int, Any], ins: list[tuple[np.ndarray, Any]]) -> np.ndarray:
-  """Compile kernel `ast` (slot 0 = the output of `out` = (size, dtype), then `ins`) with tiny-codegen, run it on `dev`
-  through the device API (no tiny-tensor) and return the output."""
+def _get_program(ast: Any, renderer: Any) -> Any:
   from tiny_codegen import get_program
-  from tiny_uop.device import Buffer
-  from tiny_uop.plugins import Device
-  d = Device[dev]
-  spec = get_program(ast, d.renderer)
-  bufs = [Buffer(dev, out[0], out[1]).allocate()]
-  bufs += [Buffer(dev, a.size, dt).copyin(memoryview(np.ascontiguousarray(a))) for a, dt in ins]
-  d.get_program(spec.name, spec.lib)(*[bufs[g]._buf for g in spec.globals], global_size=spec.global_size,
-                                     local_size=spec.local_size, vals=(), wait=True)
-  return bufs[0].numpy()
+  return get_program(ast, renderer)
 
 
-def kernels(dev: str, n: int) -> bool:
-  """Kernels built from UOps, compiled by tiny-codegen and launched through the device API, against numpy: an
-  elementwise kernel, a row sum, and an fp16 matmul with float accumulation (tensor cores where the optimizer picks
-  them). The tensor-level set is tiny-tensor's conformance suite (see `main`)."""
-  from tiny_uop.dtype import dtypes
-  from tiny_uop.uop import AxisType, KernelInfo, Ops, UOp
-
-  def param(slot: int, size: int, dt: Any) -> UOp: return UOp(Ops.PARAM, dt.ptr(size), arg=slot)
-  f32, f16 = dtypes.float32, dtypes.float16
-  rng = np.random.default_rng(0)
-  a, b = rng.standard_normal((n, n)).astype(np.float32), rng.standard_normal((n, n)).astype(np.float32)
-  i, j, k = UOp.range(n * n, 0), UOp.range(n, 0), UOp.range(n, 1, AxisType.REDUCE)
-  pa, pb, out = param(1, n * n, f32), param(2, n * n, f32), param(0, n * n, f32)
-  x = pa.index(i).load()
-  ew = UOp.sink(out.index(i).store(x * pb.index(i).load() + x.exp2()), arg=KernelInfo())
-  ok = _check("elementwise a*b+exp2(a)", _run_kernel(dev, ew, (n * n, f32), [(a, f32), (b, f32)]),
-              (a * b + np.exp2(a)).ravel(), 1e-5)
-  rows = UOp.sink(param(0, n, f32).index(j).store(pa.index(j * n + k).load().reduce(k, arg=Ops.ADD)), arg=KernelInfo())
-  ok &= _check("row sums", _run_kernel(dev, rows, (n, f32), [(a, f32)]), a.sum(1), 1e-5)
-  r, c = UOp.range(n, 0), UOp.range(n, 1)
-  kk = UOp.range(n, 2, AxisType.REDUCE)
-  ha, hb = param(1, n * n, f16), param(2, n * n, f16)
-  prod = ha.index(r * n + kk).load().cast(f32) * hb.index(kk * n + c).load().cast(f32)
-  mm = UOp.sink(out.index(r * n + c).store(prod.reduce(kk, arg=Ops.ADD)), arg=KernelInfo())
-  a16, b16 = a.astype(np.float16), b.astype(np.float16)
-  ok &= _check("matmul fp16 (float acc)", _run_kernel(dev, mm, (n * n, f32), [(a16, f16), (b16, f16)]),
-               (a16.astype(np.float32) @ b16.astype(np.float32)).ravel(), 1e-4)
-  return bool(ok)
-
-
-def tensor_checks(dev: str, mock: bool, quick: bool) -> bool:
-  """tiny-tensor's conformance suite (ops, nn, copies, jit, graph) and its speed rows on `dev`, in a child process,
-  when tiny-tensor is installed (this package never imports it). True when it passed or tiny-tensor is absent."""
-  if importlib.util.find_spec("tiny_tensor") is None:
-    print("  tiny-tensor is not installed: `pip install tiny-tensor`, then `python -m tiny_tensor.conformance "
-          f"--device {dev} --speed` runs the tensor-level checks", flush=True)
-    return True
-  gemm, copy_mb, reps = (64, 1, 2) if mock else (1024, 64, 10) if quick else (4096, 1024, 20)
-  cmd = [sys.executable, "-m", "tiny_tensor.conformance", "--device", dev, "--only", "ops,nn,copies,jit,graph",
-         "--speed", "--gemm", str(gemm), "--copy-mb", str(copy_mb), "--reps", str(reps),
-         *[f"--plugin={name}={target}" for name, target in {**DEVICES, "CPU": CPU_TARGET}.items()]]
-  if not mock: cmd += ["--torch", "cuda"]
-  return subprocess.run(cmd, check=False).returncode == 0
+# no copy round trip; a device that does not open (CUDA or NV) is reported and the other one still checked
+SPEC = selftest.SelfTest(gpu="NVIDIA GPU", devices=DEVICES, probe=probe, mock_devices=lambda: ["MOCK+CUDA", "MOCK+NV"],
+                         describe=describe, get_program=_get_program, sizes=(32, 32, 256), mock_gemm=64,
+                         interfaces=(), copy_round_trip=False, unavailable_fails=False, torch="cuda")
 
 
 def main(argv: list[str]) -> int:
-  mock, quick = "--mock" in argv, "--quick" in argv
-  _register()
-  st = time.perf_counter()
-  if mock: devices = ["MOCK+CUDA", "MOCK+NV"]
-  else:
-    info, missing = probe()
-    for line in info: print(line)
-    cuda_ok = any(line.startswith("libcuda") for line in info) and not any(m.startswith("libcuda reports no")
-                                                                          for m in missing)
-    if not cuda_ok and not any(line.startswith("NV:") for line in info):
-      print("no NVIDIA GPU usable here:\n  " + "\n  ".join(missing), file=sys.stderr)
-      return 2
-    devices = ["CUDA", "NV"]
-  from tiny_uop.plugins import Device, DeviceUnavailableError
-  ok = True
-  for dev in devices:
-    try: d = Device[dev]
-    except DeviceUnavailableError as e:
-      print(f"{dev}: unavailable: {e}")
-      continue
-    extra = f", driver {d.rm.version}, classes {d.compute_class:#x}/{d.dma_class:#x}" if hasattr(d, "rm") else ""
-    print(f"{dev}: {getattr(d, 'name', '') or 'GPU'} arch {d.arch}{extra}", flush=True)
-    ok &= kernels(dev, 32 if mock or quick else 256)
-    ok &= tensor_checks(dev, mock, quick)
-  print(f"selftest {'passed' if ok else 'FAILED'} in {time.perf_counter() - st:.1f}s")
-  return 0 if ok else 1
+  """Run the checks (see the module docstring); the exit status."""
+  return selftest.main(SPEC, argv)
 
 
 if __name__ == "__main__":

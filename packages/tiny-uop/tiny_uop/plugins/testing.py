@@ -14,10 +14,13 @@ import os
 import re
 import subprocess
 import sys
+from dataclasses import dataclass
+from pathlib import Path
 
 from tiny_uop.plugins import DevicePlugin, api_mismatch
 
 CPU_PRIORITY = 90
+_IMPORTED = "selftest-imported:"  # the line a selftest's process ends its stderr with: the packages it imported
 
 
 def hardware_present(need: str) -> bool:
@@ -75,3 +78,48 @@ def check_unavailable(name: str, msg: str) -> None:
   status = Device.status(name)
   assert status is not None and re.search(msg, status), f"status of {name} is {status!r}"
   assert name not in list(Device.get_available_devices()), f"{name} is listed as available"
+
+
+@dataclass(frozen=True)
+class SelftestRun:
+  """A finished `python -m <runtime>.selftest`: its exit status, its output, and the packages its process imported."""
+  returncode: int
+  stdout: str
+  stderr: str
+  imported: frozenset[str]  # top-level names: "tiny_tensor" in it means the selftest imported tiny-tensor itself
+
+
+@dataclass(frozen=True)
+class SourceTreeSelftest:
+  """A runtime's `python -m <package>.selftest` run as from a bare source tree, for its tests: PYTHONPATH is
+  `root`/packages/ tiny-uop, tiny-codegen, tiny-runtime-cpu, the runtime's own package and tiny-tensor (no installed
+  entry points), DEV is unset unless given, the working directory is outside the tree.
+
+  >>> SELFTEST = SourceTreeSelftest("tiny_runtime_amd", ROOT)          # doctest: +SKIP
+  >>> assert SELFTEST.run("--mock", "--no-tensor").returncode == 0      # doctest: +SKIP
+  """
+  package: str  # the runtime's import package, e.g. "tiny_runtime_amd"
+  root: Path  # the repository root (the folder holding packages/)
+
+  def run(self, *args: str, dev: str = "", timeout: float = 600) -> SelftestRun:
+    """Run the selftest with `args` (DEV=`dev` when given) and return how it ended."""
+    packages = ("tiny-uop", "tiny-codegen", "tiny-runtime-cpu", self.package.replace("_", "-"), "tiny-tensor")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(Path(self.root) / "packages" / p) for p in packages)}
+    env.pop("DEV", None)
+    if dev: env["DEV"] = dev
+    code = (f"import runpy, sys\nsys.argv[1:] = {list(args)!r}\n"
+            f"try: runpy.run_module('{self.package}.selftest', run_name='__main__')\n"
+            f"finally: print({_IMPORTED!r}, *sorted({{m.partition('.')[0] for m in sys.modules}}), file=sys.stderr)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=timeout,
+                       cwd=str(Path(self.root).parent), check=False)
+    stderr, found, last = p.stderr.rpartition(_IMPORTED)
+    assert found, f"the selftest ended (exit status {p.returncode}) without saying what it imported (killed or " \
+                  f"crashed?):\n{p.stdout}{p.stderr}"
+    return SelftestRun(p.returncode, p.stdout, stderr, frozenset(last.split()))
+
+  def check_without_gpu(self, gpu: str, *reasons: str) -> None:
+    """On a machine without the GPU, the selftest ends at once with exit status 2 and says `no {gpu} usable here` and
+    each of `reasons` on stderr."""
+    p = self.run(timeout=300)
+    assert p.returncode == 2, f"exit status {p.returncode}, expected 2:\n{p.stdout}{p.stderr}"
+    for want in (f"no {gpu} usable here", *reasons): assert want in p.stderr, f"{want!r} not in stderr:\n{p.stderr}"
