@@ -130,13 +130,17 @@ def _fexpr(draw, depth: int) -> UOp:
   return _fcmp(draw, depth - 1).where(a, b)
 
 
-def _fcmp(draw, depth: int) -> UOp:
-  a, b = _fexpr(draw, depth), _fexpr(draw, depth)
+def _compare(draw, a: UOp, b: UOp) -> UOp:
+  """One of the comparisons the simplifier folds by ranges, drawn: a < b, a != b, a == b or not (a < b)."""
   kind = draw(st.sampled_from(["<", "!=", "==", "not<"]))
   if kind == "<": return a < b
   if kind == "!=": return a.ne(b)
   if kind == "==": return a.eq(b)
   return (a < b).logical_not()
+
+
+def _fcmp(draw, depth: int) -> UOp:
+  return _compare(draw, _fexpr(draw, depth), _fexpr(draw, depth))
 
 
 @st.composite
@@ -212,11 +216,7 @@ def _mixed_int(draw, depth: int) -> UOp:
 def _mixed_cmp(draw, depth: int) -> UOp:
   if draw(st.booleans()): a, b = _mixed_float(draw, depth), _mixed_float(draw, depth)
   else: a, b = _mixed_int(draw, depth), _mixed_int(draw, depth)
-  kind = draw(st.sampled_from(["<", "!=", "==", "not<"]))
-  if kind == "<": return a < b
-  if kind == "!=": return a.ne(b)
-  if kind == "==": return a.eq(b)
-  return (a < b).logical_not()
+  return _compare(draw, a, b)
 
 
 @st.composite
