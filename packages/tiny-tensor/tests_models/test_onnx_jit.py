@@ -1,0 +1,216 @@
+"""OnnxRunner(jit=True): graphs that compute shapes (Shape -> Gather -> Unsqueeze -> Concat -> Reshape) keep those
+values on the host, so they run under TinyJit; outputs are checked against numpy and torch, and a replay must not
+re-capture or change its kernel count."""
+import math
+
+import numpy as np
+import pytest
+import torch
+from onnx import TensorProto, helper, numpy_helper
+
+from tiny_tensor import Tensor
+from tiny_tensor.jit import JitError, TinyJit
+from tiny_tensor.nn.onnx import OnnxError, OnnxRunner
+
+F, I64 = TensorProto.FLOAT, TensorProto.INT64
+H, D = 2, 8  # heads, model width
+
+
+def _model(nodes, inputs, outputs, inits=(), opset=17):
+  g = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+  return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _c(name, value): return numpy_helper.from_array(np.asarray(value), name)
+
+
+def _heads_nodes(x, out, prefix):
+  """(B, T, D) -> (B, H, T, D/H) through a reshape whose target is computed from Shape(x)."""
+  n = helper.make_node
+  return [n("Shape", [x], [f"{prefix}s"]),
+          n("Gather", [f"{prefix}s", "i0"], [f"{prefix}b"], axis=0),
+          n("Gather", [f"{prefix}s", "i1"], [f"{prefix}t"], axis=0),
+          n("Unsqueeze", [f"{prefix}b", "ax0"], [f"{prefix}bu"]),
+          n("Unsqueeze", [f"{prefix}t", "ax0"], [f"{prefix}tu"]),
+          n("Concat", [f"{prefix}bu", f"{prefix}tu", "heads", "hd"], [f"{prefix}shape"], axis=0),
+          n("Reshape", [x, f"{prefix}shape"], [f"{prefix}r"]),
+          n("Transpose", [f"{prefix}r"], [out], perm=[0, 2, 1, 3])]
+
+
+def _attention_nodes(q, k, v, out, mask=None):
+  """Scaled dot-product attention on (B, H, T, hd); the scale is sqrt(hd) computed from Shape(q) in float."""
+  n = helper.make_node
+  nodes = [n("Shape", [q], ["qs"]), n("Gather", ["qs", "i3"], ["hdi"], axis=0),
+           n("Cast", ["hdi"], ["hdf"], to=F), n("Sqrt", ["hdf"], ["scale"]),
+           n("Transpose", [k], ["kt"], perm=[0, 1, 3, 2]), n("MatMul", [q, "kt"], ["qk"]),
+           n("Div", ["qk", "scale"], ["sc"])]
+  if mask is not None: nodes += [n("Where", [mask, "sc", "ninf"], ["scm"])]
+  nodes += [n("Softmax", ["scm" if mask is not None else "sc"], ["p"], axis=-1), n("MatMul", ["p", v], ["a"]),
+            n("Transpose", ["a"], ["at"], perm=[0, 2, 1, 3]),
+            n("Shape", ["at"], ["as"]), n("Slice", ["as", "s0", "s2"], ["bt"]),       # [B, T]
+            n("Concat", ["bt", "dm"], ["oshape"], axis=0), n("Reshape", ["at", "oshape"], [out])]
+  return nodes
+
+
+def _common_inits(rng):
+  return [_c("i0", np.int64(0)), _c("i1", np.int64(1)), _c("i3", np.int64(3)), _c("ax0", np.array([0], np.int64)),
+          _c("heads", np.array([H], np.int64)), _c("hd", np.array([D // H], np.int64)),
+          _c("s0", np.array([0], np.int64)), _c("s2", np.array([2], np.int64)), _c("dm", np.array([D], np.int64)),
+          _c("wq", rng.standard_normal((D, D)).astype(np.float32)),
+          _c("wk", rng.standard_normal((D, D)).astype(np.float32)),
+          _c("wv", rng.standard_normal((D, D)).astype(np.float32))]
+
+
+def _bert_like():
+  """x (B, T, D) -> one self-attention layer, every reshape target computed from shapes."""
+  rng = np.random.default_rng(0)
+  n = helper.make_node
+  nodes = [n("MatMul", ["x", "wq"], ["q0"]), n("MatMul", ["x", "wk"], ["k0"]), n("MatMul", ["x", "wv"], ["v0"])]
+  for p in "qkv": nodes += _heads_nodes(f"{p}0", p, f"{p}_")
+  nodes += _attention_nodes("q", "k", "v", "y")
+  inits = _common_inits(rng)
+  return _model(nodes, [helper.make_tensor_value_info("x", F, ["B", "T", D])],
+                [helper.make_tensor_value_info("y", F, None)], inits), {i.name: numpy_helper.to_array(i) for i in inits}
+
+
+def _gpt_like():
+  """ids (B, T) -> token + position embeddings (positions by Range over Shape), causal attention whose mask comes
+  from Range/Unsqueeze/LessOrEqual on the sequence length."""
+  rng = np.random.default_rng(1)
+  n = helper.make_node
+  nodes = [n("Gather", ["wte", "ids"], ["te"]), n("Shape", ["ids"], ["is"]), n("Gather", ["is", "i1"], ["T"]),
+           n("Range", ["zero", "T", "one"], ["pos"]), n("Gather", ["wpe", "pos"], ["pe"]),
+           n("Add", ["te", "pe"], ["x"]),
+           n("Unsqueeze", ["pos", "ax0"], ["row"]), n("Unsqueeze", ["pos", "ax1"], ["col"]),
+           n("LessOrEqual", ["row", "col"], ["mask"]),
+           n("MatMul", ["x", "wq"], ["q0"]), n("MatMul", ["x", "wk"], ["k0"]), n("MatMul", ["x", "wv"], ["v0"])]
+  for p in "qkv": nodes += _heads_nodes(f"{p}0", p, f"{p}_")
+  nodes += _attention_nodes("q", "k", "v", "y", mask="mask")
+  inits = _common_inits(rng) + [
+    _c("wte", rng.standard_normal((50, D)).astype(np.float32)),
+    _c("wpe", rng.standard_normal((16, D)).astype(np.float32)),
+    _c("zero", np.int64(0)), _c("one", np.int64(1)), _c("ax1", np.array([1], np.int64)),
+    _c("ninf", np.float32(-1e9))]
+  return _model(nodes, [helper.make_tensor_value_info("ids", I64, ["B", "T"])],
+                [helper.make_tensor_value_info("y", F, None)], inits), {i.name: numpy_helper.to_array(i) for i in inits}
+
+
+def _np_attention(x, w, mask=None):
+  b, t, _ = x.shape
+  q, k, v = ((x @ w[m]).reshape(b, t, H, D // H).transpose(0, 2, 1, 3) for m in ("wq", "wk", "wv"))
+  s = q @ k.transpose(0, 1, 3, 2) / math.sqrt(D // H)
+  if mask is not None: s = np.where(mask, s, np.float32(-1e9))
+  p = np.exp(s - s.max(-1, keepdims=True))
+  p /= p.sum(-1, keepdims=True)
+  return (p @ v).transpose(0, 2, 1, 3).reshape(b, t, D)
+
+
+def _np_gpt(ids, w):
+  t = ids.shape[1]
+  x = w["wte"][ids] + w["wpe"][np.arange(t)]
+  return _np_attention(x, w, np.arange(t)[None, :] <= np.arange(t)[:, None])
+
+
+def test_bert_like_shape_chain_runs_under_jit_like_eager_and_numpy():
+  m, w = _bert_like()
+  eager, jit = OnnxRunner(m), OnnxRunner(m, jit=True)
+  rng = np.random.default_rng(2)
+  for _ in range(4):
+    x = rng.standard_normal((2, 5, D)).astype(np.float32)
+    want = _np_attention(x, w)
+    np.testing.assert_allclose(eager({"x": x})["y"].numpy(), want, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(jit({"x": x})["y"].numpy(), want, rtol=1e-4, atol=1e-5)
+  (fn,) = jit.jits.values()
+  assert fn.captured is not None and fn.cnt == 4
+
+
+def test_gpt_like_shape_chain_runs_under_jit_and_replays_without_recapture():
+  m, w = _gpt_like()
+  run = OnnxRunner(m, jit=True)
+  rng = np.random.default_rng(3)
+  kernels, captured = None, None
+  for i in range(5):
+    ids = rng.integers(0, 50, (2, 6)).astype(np.int64)
+    np.testing.assert_allclose(run({"ids": ids})["y"].numpy(), _np_gpt(ids, w), rtol=1e-4, atol=1e-5)
+    (fn,) = run.jits.values()
+    if i >= 1:  # call 2 captured; replays keep that very capture and its kernel count
+      if captured is None: captured, kernels = fn.captured, fn.captured.kernel_count
+      assert fn.captured is captured and fn.captured.kernel_count == kernels
+  assert fn.cnt == 5 and kernels > 0
+  # another sequence length: a capture of its own, the first one untouched
+  ids = rng.integers(0, 50, (1, 9)).astype(np.int64)
+  for _ in range(3): np.testing.assert_allclose(run({"ids": ids})["y"].numpy(), _np_gpt(ids, w), rtol=1e-4, atol=1e-5)
+  assert len(run.jits) == 2 and captured.kernel_count == kernels
+
+
+def test_shape_chain_under_a_users_tinyjit_reads_no_device_data():
+  """Before shapes stayed on the host, Reshape read its Shape-computed target back: TinyJit refused the capture."""
+  m, w = _bert_like()
+  run = OnnxRunner(m)
+  step = TinyJit(lambda x: run({"x": x})["y"].realize())
+  rng = np.random.default_rng(4)
+  for _ in range(4):
+    x = rng.standard_normal((3, 4, D)).astype(np.float32)
+    np.testing.assert_allclose(step(Tensor(x)).numpy(), _np_attention(x, w), rtol=1e-4, atol=1e-5)
+
+
+def test_runtime_index_checks_work_under_jit():
+  m, w = _gpt_like()
+  run = OnnxRunner(m, jit=True)  # runtime_index_checks=True: the jit returns the check and the runner reads it
+  ok = np.array([[1, 2, 3]], np.int64)
+  for _ in range(3): np.testing.assert_allclose(run({"ids": ok})["y"].numpy(), _np_gpt(ok, w), rtol=1e-4, atol=1e-5)
+  with pytest.raises(OnnxError, match=r"index value\(s\) out of range, e.g. 50 \(valid: \[-50, 49\]"):
+    run({"ids": np.array([[1, 50, 3]], np.int64)})  # a replay
+  np.testing.assert_allclose(run({"ids": ok})["y"].numpy(), _np_gpt(ok, w), rtol=1e-4, atol=1e-5)
+
+
+def test_jit_refuses_inputs_it_cant_capture():
+  m = _model([helper.make_node("Identity", ["s"], ["y"])],
+             [helper.make_tensor_value_info("s", TensorProto.STRING, [1])],
+             [helper.make_tensor_value_info("y", TensorProto.STRING, [1])])
+  with pytest.raises(TypeError, match=r"jit=True.*'s'.*jit=False"): OnnxRunner(m, jit=True)({"s": np.array(["a"])})
+
+
+class _TorchBlock(torch.nn.Module):
+  """A tiny transformer block whose head split reshapes by sizes read at run time (x.shape), so an export with dynamic
+  axes keeps Shape -> Gather -> Unsqueeze -> Concat -> Reshape chains in the graph."""
+
+  def __init__(self):
+    super().__init__()
+    self.qkv, self.proj, self.ln = torch.nn.Linear(D, 3 * D), torch.nn.Linear(D, D), torch.nn.LayerNorm(D)
+
+  def forward(self, x):
+    b, t, _ = x.shape
+    q, k, v = self.qkv(self.ln(x)).split(D, dim=-1)
+    q, k, v = (z.reshape(b, t, H, D // H).transpose(1, 2) for z in (q, k, v))
+    s = (q @ k.transpose(-1, -2)) / math.sqrt(D // H)
+    causal = torch.ones(t, t, dtype=torch.bool).tril()
+    a = s.masked_fill(~causal, float("-inf")).softmax(-1) @ v
+    return x + self.proj(a.transpose(1, 2).reshape(b, t, D))
+
+
+def test_torch_exported_block_with_dynamic_axes_runs_under_jit(tmp_path):
+  torch.manual_seed(0)
+  mod = _TorchBlock().eval()
+  path = tmp_path / "block.onnx"
+  torch.onnx.export(mod, (torch.randn(2, 5, D),), str(path), input_names=["x"], output_names=["y"],
+                    dynamic_axes={"x": {0: "B", 1: "T"}}, dynamo=False, opset_version=17)
+  import onnx
+  ops = {n.op_type for n in onnx.load(str(path)).graph.node}
+  assert {"Shape", "Gather", "Concat", "Reshape"} <= ops, ops  # the chains under test are there
+  run = OnnxRunner(path, jit=True)
+  rng = np.random.default_rng(5)
+  for shape in [(2, 5, D)] * 4 + [(1, 7, D)] * 3:
+    x = rng.standard_normal(shape).astype(np.float32)
+    with torch.no_grad(): want = mod(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(run({"x": x})["y"].numpy(), want, rtol=1e-4, atol=1e-5)
+  assert len(run.jits) == 2 and all(fn.captured is not None for fn in run.jits.values())
+
+
+def test_a_capture_that_needs_data_on_the_host_says_so():
+  # NonZero's output shape depends on the data: no capture can replay it
+  m = _model([helper.make_node("NonZero", ["x"], ["y"])], [helper.make_tensor_value_info("x", F, [4])],
+             [helper.make_tensor_value_info("y", I64, None)])
+  run = OnnxRunner(m, jit=True)
+  run({"x": np.array([0, 1, 0, 2], np.float32)})
+  with pytest.raises(JitError, match="reads tensor data"): run({"x": np.array([0, 1, 0, 2], np.float32)})
