@@ -61,10 +61,6 @@ def size(ctx: Any, vals: list, attrs: dict, in_shape: tuple) -> np.ndarray:
   return np.array(math.prod(in_shape), np.int64)
 
 
-@host_op("Identity")
-def identity(ctx: Any, vals: list, attrs: dict) -> np.ndarray: return vals[0]
-
-
 @host_op("Gather")
 def gather(ctx: Any, vals: list, attrs: dict) -> np.ndarray:
   x, idx = vals

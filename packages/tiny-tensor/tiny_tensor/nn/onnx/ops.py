@@ -859,8 +859,11 @@ def gemm(ctx: Any, inp: list, attrs: dict) -> Tensor:
   a, b, c = inp[0], inp[1], _opt(inp, 2)
   if attrs.get("transA", 0): a = a.T
   if attrs.get("transB", 0): b = b.T
-  y = attrs.get("alpha", 1.0) * (a @ b)
-  if c is not None: y = y + attrs.get("beta", 1.0) * c
+  # alpha = beta = 1 (what exporters write for Linear layers) multiply nothing: a scaled product is no longer the
+  # plain multiply-accumulate that the kernel optimizer tiles as a matmul
+  alpha, beta = attrs.get("alpha", 1.0), attrs.get("beta", 1.0)
+  y = a @ b if alpha == 1.0 else alpha * (a @ b)
+  if c is not None: y = y + (c if beta == 1.0 else beta * c)
   return y.cast(a.dtype)
 
 
