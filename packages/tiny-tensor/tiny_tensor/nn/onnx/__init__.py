@@ -196,6 +196,16 @@ def _constant_value(attrs: dict[str, Any]) -> np.ndarray | None:
   return None
 
 
+def _raise_bad_indices(checks: list[tuple[Any, str, bool]], vals: np.ndarray) -> None:
+  """Raise OnnxError for the first runtime index check (node, what, negative) whose row of `vals` (count out of
+  range, min bad, max bad, the axis size) counted a bad index."""
+  for (node, what, negative), (cnt, lo, hi, n) in zip(checks, vals.tolist()):
+    if cnt:
+      bad = lo if lo < 0 else hi  # out-of-range values only: in-range ones counted as 0
+      raise OnnxError(f"node {node.name!r} ({node.op_type}): {cnt} {what} index value(s) out of range, e.g. {bad} "
+                      f"(valid: [{-n if negative else 0}, {n - 1}] for a size of {n}); ONNX makes this an error")
+
+
 class _CallState(threading.local):
   """What one OnnxRunner call keeps while it runs, per thread (see OnnxRunner.__init__)."""
 
@@ -400,8 +410,7 @@ class OnnxRunner:
     if ran_python: self._jit_checks[key] = self._call.jit_checks
     if checks := self._jit_checks[key]:
       stats, outs = outs[-1], outs[:-1]
-      self._call.deferred = [(node, what, negative, stats[i]) for i, (node, what, negative) in enumerate(checks)]
-      self._run_deferred_checks()
+      _raise_bad_indices(checks, stats.numpy())  # the jit's realized output: a plain copy, no kernel
     return dict(zip(self.outputs, outs))
 
   def _jit_body(self, *args: Any) -> tuple:
@@ -435,12 +444,7 @@ class OnnxRunner:
     """Read all queued runtime index checks at once; raise OnnxError for the first node that had a bad index."""
     if not self._call.deferred: return
     checks, self._call.deferred = self._call.deferred, []
-    vals = Tensor.stack(*[c[3] for c in checks]).numpy()  # (checks, 4): count, min bad, max bad, its axis size
-    for (node, what, negative, _), (cnt, lo, hi, n) in zip(checks, vals.tolist()):
-      if cnt:
-        bad = lo if lo < 0 else hi  # out-of-range values only: in-range ones counted as 0
-        raise OnnxError(f"node {node.name!r} ({node.op_type}): {cnt} {what} index value(s) out of range, e.g. {bad} "
-                        f"(valid: [{-n if negative else 0}, {n - 1}] for a size of {n}); ONNX makes this an error")
+    _raise_bad_indices([c[:3] for c in checks], Tensor.stack(*[c[3] for c in checks]).numpy())
 
   def _run_graph(self, graph: Any, feed: dict[str, Any], outer: dict[str, Any], debug: bool = False) -> list[Any]:
     scope = dict(outer)
