@@ -256,3 +256,19 @@ def test_exported_transformers_run_under_jit_like_transformers(kind, tmp_path):
     np.testing.assert_allclose(run({"ids": ids, "mask": mask})["y"].numpy(), want, rtol=1e-4, atol=1e-4)
   (fn,) = run.jits.values()
   assert fn.captured is not None and fn.cnt == 4
+
+
+def test_bad_shape_arithmetic_on_the_host_names_the_node():
+  n = helper.make_node
+  m = _model([n("Shape", ["x"], ["s"]), n("Reshape", ["s", "bad"], ["r"], name="fold"),
+              n("Reshape", ["x", "r"], ["y"])], [helper.make_tensor_value_info("x", F, [2, 3])],
+             [helper.make_tensor_value_info("y", F, None)], [_c("bad", np.array([3], np.int64))])
+  with pytest.raises(OnnxError, match=r"node 'fold' \(Reshape, opset 17\) with inputs \[\(2,\), \(1,\)\].*size 2 into "
+                                      r"shape \(3,\)"):
+    OnnxRunner(m)({"x": np.zeros((2, 3), np.float32)})
+  # gathering outside the shape is refused on the host, with the index and the valid range
+  m = _model([n("Shape", ["x"], ["s"]), n("Gather", ["s", "i"], ["d"], name="dim"), n("Unsqueeze", ["d", "ax"], ["u"]),
+              n("Reshape", ["x", "u"], ["y"])], [helper.make_tensor_value_info("x", F, [2, 3])],
+             [helper.make_tensor_value_info("y", F, None)], [_c("i", np.int64(2)), _c("ax", np.array([0], np.int64))])
+  with pytest.raises(OnnxError, match=r"node 'dim' \(Gather\): index 2 is out of range \[-2, 1\]"):
+    OnnxRunner(m, jit=True)({"x": np.zeros((2, 3), np.float32)})

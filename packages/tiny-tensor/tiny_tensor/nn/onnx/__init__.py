@@ -461,14 +461,14 @@ class OnnxRunner:
     attrs = {a.name: _attr(a, self._onnx) for a in node.attribute}
     ctx = _Ctx(self, node, scope)
     if (node.domain, node.op_type) in self.functions: outs = self._run_function(node, args, attrs, ctx)
-    elif (host := self._host_inputs(node, args, attrs)) is not None:
-      outs = self._run_on_host(ctx, args, host, attrs)
     else:
-      low = _low_precision(node.op_type, args)
+      host = self._host_inputs(node, args, attrs)
+      low = _low_precision(node.op_type, args) if host is None else None
       if low is not None:
         args = [a.cast(dtypes.float32) if isinstance(a, Tensor) and a.dtype == low else a for a in args]
       try:
-        outs = self._ops[node.op_type](ctx, args, attrs)
+        if host is not None: outs = self._run_on_host(ctx, args, host, attrs)
+        else: outs = self._ops[node.op_type](ctx, args, attrs)
         if low is not None: outs = _back_to(outs, low)
       except OnnxError: raise
       except (NotImplementedError, ValueError, TypeError, IndexError, RuntimeError, KeyError) as e:
@@ -483,7 +483,7 @@ class OnnxRunner:
 
   def _host_inputs(self, node: Any, args: list[Any], attrs: dict[str, Any]) -> list[Any] | None:
     """The node's inputs as numpy values when it is evaluated on the host (see host.py: a Shape/Size, or shape
-    arithmetic on host values that descend from one), else None."""
+    arithmetic on constants known on the host), else None."""
     from tiny_tensor.nn.onnx.host import FROM_SHAPE, HOST_OPS, host_can_run
     if node.domain not in ("", "ai.onnx") or node.op_type not in HOST_OPS: return None
     if node.op_type in FROM_SHAPE: return [] if isinstance(args[0], Tensor) else None
