@@ -57,7 +57,8 @@ def _resnet18() -> Any:
     def forward(self, x: Any) -> Any:
       return (self.b2(self.c2(self.b1(self.c1(x)).relu())) + self.down(x)).relu()
 
-  layers: list[nn.Module] = [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(3, 2, 1)]
+  layers: list[nn.Module] = [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
+                             nn.MaxPool2d(3, 2, 1)]
   cin = 64
   for cout, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
     layers += [Block(cin, cout, stride), Block(cout, cout, 1)]
