@@ -304,7 +304,8 @@ class OnnxRunner:
 
   `jit=True` runs the graph under a TinyJit of the runner's own, one per input signature (names, shapes, dtypes):
   call 1 runs eagerly, call 2 captures, later calls with inputs of that signature replay the captured kernels with
-  no Python per node; inputs of a new shape get a capture of their own. Input checks run before each call as above.
+  no Python per node; inputs of a new shape get a capture of their own (`runner.jits`, {signature: TinyJit}; each
+  keeps its intermediate buffers: `runner.jits.clear()` frees them). Input checks run before each call as above.
   Under jit, inputs are data: their values are never used on the host (numpy-fed indices are checked at run time).
   The graph must not need device data on the host (a data-dependent shape: NonZero, Compress, TopK, Unique, Loop
   and If on computed values): its capture raises JitError; run it with jit=False. The returned Tensors are the
