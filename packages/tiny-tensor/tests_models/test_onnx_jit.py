@@ -272,3 +272,29 @@ def test_bad_shape_arithmetic_on_the_host_names_the_node():
              [helper.make_tensor_value_info("y", F, None)], [_c("i", np.int64(2)), _c("ax", np.array([0], np.int64))])
   with pytest.raises(OnnxError, match=r"node 'dim' \(Gather\): index 2 is out of range \[-2, 1\]"):
     OnnxRunner(m, jit=True)({"x": np.zeros((2, 3), np.float32)})
+
+
+@pytest.mark.parametrize("t", [5, 300])  # a 5x5 mask is folded on the host; 300x300 exceeds host.HOST_MAX: device
+def test_masks_built_from_shapes_match_numpy_under_jit(t):
+  n = helper.make_node
+  m = _model([n("Shape", ["x"], ["s"]), n("Gather", ["s", "i1"], ["T"]), n("Range", ["zero", "T", "one"], ["pos"]),
+              n("Unsqueeze", ["pos", "ax0"], ["row"]), n("Unsqueeze", ["pos", "ax1"], ["col"]),
+              n("Less", ["col", "row"], ["future"]), n("Where", ["future", "ninf", "x"], ["y"])],  # i < j
+             [helper.make_tensor_value_info("x", F, ["T", "T"])], [helper.make_tensor_value_info("y", F, None)],
+             [_c("i1", np.int64(1)), _c("zero", np.int64(0)), _c("one", np.int64(1)),
+              _c("ax0", np.array([0], np.int64)), _c("ax1", np.array([1], np.int64)), _c("ninf", np.float32(-1e9))])
+  run = OnnxRunner(m, jit=True)
+  rng = np.random.default_rng(7)
+  for _ in range(3):
+    x = rng.standard_normal((t, t)).astype(np.float32)
+    np.testing.assert_equal(run({"x": x})["y"].numpy(), np.where(np.triu(np.ones((t, t), bool), 1), -1e9, x))
+
+
+def test_host_size_limit_counts_the_broadcast_output():
+  from tiny_tensor.nn.onnx.host import HOST_MAX, host_can_run
+  side = int(HOST_MAX ** 0.5) + 1  # row (1, side) against column (side, 1): side² > HOST_MAX elements out
+  row, col = np.zeros((1, side), np.int64), np.zeros((side, 1), np.int64)
+  assert not host_can_run("Less", [row, col], {})
+  assert host_can_run("Less", [row[:, :8], col[:8]], {})
+  assert not host_can_run("Expand", [row, np.array([side, side], np.int64)], {})
+  assert host_can_run("Expand", [row[:, :8], np.array([8, 8], np.int64)], {})

@@ -191,10 +191,23 @@ def expand(ctx: Any, vals: list, attrs: dict) -> np.ndarray:
   return np.broadcast_to(x, out_shape).copy()
 
 
+def _broadcast_bound(shapes: list[tuple[int, ...]]) -> int:
+  """The element count of `shapes` broadcast together (right-aligned, each dim the largest): exact when they
+  broadcast, an upper bound when they don't (the operator then reports the mismatch)."""
+  n = max((len(s) for s in shapes), default=0)
+  dims = [max((s[len(s) - n + i] for s in shapes if len(s) - n + i >= 0), default=1) for i in range(n)]
+  return math.prod(max(d, 0) for d in dims)
+
+
+_ELEMENTWISE = {"Add", "Sub", "Mul", "Div", "Mod", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And",
+                "Or", "Where", "Max", "Min"}
+
+
 def _size_of(op_type: str, vals: list, attrs: dict) -> int:
   """An upper bound of the output's element count, known before computing it (for the HOST_MAX limit)."""
-  if op_type == "ConstantOfShape": return math.prod(_ints(vals[0]))
-  if op_type == "Expand": return max(math.prod(_ints(vals[1])), vals[0].size) * max(vals[0].size, 1)
+  if op_type == "ConstantOfShape": return math.prod(max(d, 0) for d in _ints(vals[0]))
+  if op_type == "Expand": return _broadcast_bound([vals[0].shape, tuple(_ints(vals[1]))])
+  if op_type in _ELEMENTWISE: return _broadcast_bound([v.shape for v in vals if v is not None])
   if op_type == "Range":
     s, l, d = (float(v.reshape(-1)[0]) for v in vals)
     return max(int(math.ceil((l - s) / d)), 0) if d else 0
