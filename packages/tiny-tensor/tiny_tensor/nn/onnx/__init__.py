@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from tiny_uop.dtype import DType, dtypes
+from tiny_tensor.jit import JitError, TinyJit
 from tiny_tensor.tensor import Tensor
 
 __all__ = ["OnnxRunner", "OnnxError", "onnx_dtype", "to_tensor"]
@@ -215,6 +216,7 @@ class _CallState(threading.local):
     self.deferred: list[tuple[Any, str, bool, Tensor]] = []
     self.own_jit = False  # the call runs inside the runner's own TinyJit (jit=True), which returns the index checks
     self.jit_checks: list[tuple[Any, str, bool]] = []  # the checks the last _jit_body run returned
+    self.node: Any = None  # the node running now (named when a jit capture fails in it)
 
 
 class _Active(threading.local):
@@ -404,10 +406,14 @@ class OnnxRunner:
                       "and sequences run on the host): build the runner with jit=False")
     key = tuple((k, None) if v is None else (k, tuple(v.shape), v.dtype) for k, v in feed.items())
     if (fn := self.jits.get(key)) is None:
-      from tiny_tensor.jit import TinyJit
       fn = self.jits[key] = TinyJit(self._jit_body)
     ran_python = fn.cnt < 2  # calls 1 (eager) and 2 (capture) run _jit_body; replays don't
-    outs = fn(*[feed[k] for k in self.inputs])
+    try: outs = fn(*[feed[k] for k in self.inputs])
+    except JitError as e:  # a capture that can't replay faithfully: say which node, and what to do
+      node, self._call.node = self._call.node, None
+      where = f"node {node.name!r} ({node.op_type}) needs device data on the host" if node is not None else "it"
+      raise OnnxError(f"OnnxRunner(jit=True) can't capture this model: {where}: {e}. Build the runner with "
+                      "jit=False to run it eagerly") from e
     if ran_python: self._jit_checks[key] = self._call.jit_checks
     if checks := self._jit_checks[key]:
       stats, outs = outs[-1], outs[:-1]
@@ -421,6 +427,7 @@ class OnnxRunner:
     prev, _ACTIVE.host, self._call.own_jit = _ACTIVE.host, self._call.host, True
     try: outs = self._run_graph(self.model.graph, dict(zip(self.inputs, args)), outer=dict(self._consts))
     finally: _ACTIVE.host, self._call.own_jit = prev, False
+    self._call.node = None  # the graph ran: a JitError from here on is about the capture as a whole
     checks, self._call.deferred = self._call.deferred, []
     self._call.jit_checks = [(node, what, negative) for node, what, negative, _ in checks]
     if not checks: return tuple(outs)
@@ -456,6 +463,7 @@ class OnnxRunner:
     return [scope[o.name] for o in graph.output]
 
   def _run_node(self, node: Any, scope: dict[str, Any], debug: bool) -> None:
+    self._call.node = node
     try: args = [scope[i] if i else None for i in node.input]
     except KeyError as e:
       raise OnnxError(f"node {node.name!r} ({node.op_type}) reads {e}, which nothing made") from None
