@@ -310,9 +310,9 @@ class OnnxRunner:
   keeps its intermediate buffers: `runner.jits.clear()` frees them). Input checks run before each call as above.
   Under jit, inputs are data: their values are never used on the host (numpy-fed indices are checked at run time).
   The graph must not need device data on the host (a data-dependent shape: NonZero, Compress, TopK, Unique, Loop
-  and If on computed values): its capture raises JitError; run it with jit=False. The returned Tensors are the
-  jit's own, overwritten by the next call of the same signature (copy what you keep: `.numpy()` or `.clone()`),
-  which is why jit is not the default. `debug=True` runs eagerly.
+  and If on computed values): its capture raises OnnxError naming the node; run it with jit=False. The returned
+  Tensors are the jit's own, overwritten by the next call of the same signature (copy what you keep: `.numpy()` or
+  `.clone()`), which is why jit is not the default. `debug=True` runs eagerly.
   """
 
   def __init__(self, model: Any, device: str | None = None, runtime_index_checks: bool = True, jit: bool = False):
