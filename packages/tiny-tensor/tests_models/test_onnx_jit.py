@@ -169,6 +169,13 @@ def test_jit_refuses_inputs_it_cant_capture():
              [helper.make_tensor_value_info("s", TensorProto.STRING, [1])],
              [helper.make_tensor_value_info("y", TensorProto.STRING, [1])])
   with pytest.raises(TypeError, match=r"jit=True.*'s'.*jit=False"): OnnxRunner(m, jit=True)({"s": np.array(["a"])})
+  # the declared element type and shape are checked on every call, replays included
+  run = OnnxRunner(_bert_like()[0], jit=True)
+  for _ in range(3): run({"x": np.zeros((1, 2, D), np.float32)})
+  with pytest.raises(TypeError, match=r"'x' is declared tensor\(float\), but an array of float64"):
+    run({"x": np.zeros((1, 2, D))})
+  with pytest.raises(ValueError, match=r"'x' is declared with shape \[B, T, 8\], but one of shape \[1, 2, 4\]"):
+    run({"x": np.zeros((1, 2, 4), np.float32)})
 
 
 class _TorchBlock(torch.nn.Module):
