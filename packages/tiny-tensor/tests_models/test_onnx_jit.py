@@ -307,3 +307,39 @@ def test_host_size_limit_counts_the_broadcast_output():
   assert host_can_run("Less", [row[:, :8], col[:8]], {})
   assert not host_can_run("Expand", [row, np.array([side, side], np.int64)], {})
   assert host_can_run("Expand", [row[:, :8], np.array([8, 8], np.int64)], {})
+
+
+class _ShuffleViT(torch.nn.Module):
+  """ShuffleNet's channel shuffle and ViT's patchify + class token, with sizes read at run time: exported with a
+  dynamic batch they are Shape -> Gather -> Concat -> Reshape/Expand chains (the models the issue couldn't jit)."""
+
+  def __init__(self):
+    super().__init__()
+    self.conv, self.patch = torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.Conv2d(8, D, 4, stride=4)
+    self.cls = torch.nn.Parameter(torch.randn(1, 1, D))
+
+  def forward(self, x):
+    y = self.conv(x)
+    b, c, h, w = y.shape
+    y = y.reshape(b, 2, c // 2, h, w).transpose(1, 2).reshape(b, c, h, w)       # channel shuffle, 2 groups
+    p = self.patch(y).flatten(2).transpose(1, 2)                                # (B, patches, D)
+    return torch.cat([self.cls.expand(b, -1, -1), p], dim=1)
+
+
+def test_torch_exported_channel_shuffle_and_patchify_run_under_jit(tmp_path):
+  torch.manual_seed(1)
+  mod = _ShuffleViT().eval()
+  path = tmp_path / "sv.onnx"
+  torch.onnx.export(mod, (torch.randn(2, 3, 8, 8),), str(path), input_names=["x"], output_names=["y"],
+                    dynamic_axes={"x": {0: "B"}}, dynamo=False, opset_version=17)
+  run = OnnxRunner(path, jit=True)
+  rng = np.random.default_rng(8)
+  for b in (2, 2, 2, 3):
+    x = rng.standard_normal((b, 3, 8, 8)).astype(np.float32)
+    with torch.no_grad(): want = mod(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(run({"x": x})["y"].numpy(), want, rtol=1e-4, atol=1e-5)
+  import onnx
+  ops = {n.op_type for n in onnx.load(str(path)).graph.node}
+  assert {"Shape", "Gather", "Concat", "Reshape", "Expand"} <= ops, ops  # the chains under test are there
+  (sig,) = [k for k in run.jits if k[0][1] == (2, 3, 8, 8)]
+  assert run.jits[sig].captured is not None and run.jits[sig].cnt == 3 and len(run.jits) == 2
