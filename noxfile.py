@@ -57,7 +57,8 @@ TEST_DEPS = ["pytest>=8", "hypothesis>=6", "numpy>=1.24", "torch==2.13.0", "hatc
 # extra pytest arguments per `tests` parameter: tiny-tensor on MOCK+QCOM runs each new kernel through a PoCL build
 # (~0.15 s of CPU, most of the session), so it runs on both of CI's cores (pytest-xdist workers share PoCL's cache)
 PYTEST_ARGS = {"tiny-tensor@MOCK+QCOM": ["-n", "2"], "tiny-tensor@MOCK+QCOM@IMAGE=1": ["-n", "2"]}
-BENCH_DEPS = ["numpy>=1.24", "torch==2.13.0", "tinygrad==0.14.0"]  # tinygrad's CPU backend also needs clang
+BENCH_DEPS = ["numpy>=1.24", "torch==2.13.0", "tinygrad==0.14.0",  # tinygrad's CPU backend also needs clang
+              "onnx", "onnxruntime", "transformers>=5"]  # bench_models.py: ONNX exports checked against onnxruntime
 
 
 def package_version(pkg: str) -> str:

@@ -10,7 +10,11 @@ The `onnx` package (`pip install tiny-tensor[onnx]`) parses the protobuf; everyt
 (`ops.py`: one function per ONNX operator, registered by name with the opset it was written against). A node's
 attributes arrive as Python values with the operator's defaults filled in where they matter; its inputs as Tensors,
 None for an omitted optional input, or lists for ONNX sequences. Inputs that ONNX treats as shape data (Reshape's
-shape, Slice's starts, ...) are read back to the host: an ONNX graph mixes data and shapes, a tiny kernel does not.
+shape, Slice's starts, ...) are needed on the host: an ONNX graph mixes data and shapes, a tiny kernel does not. Shape
+arithmetic stays on the host (`host.py`): `Shape`/`Size` and the nodes that compute only from them and from constants
+(Gather, Slice, Concat, Unsqueeze, Cast, Add, Range, ConstantOfShape, ...) are evaluated with numpy, and operators
+read such values without touching the device (`known_value`). Only shape data computed from a graph input's values
+(or a data-dependent operator: NonZero, TopK, Unique, ...) is read back from the device, which TinyJit refuses.
 
 Subgraphs (If, Loop, Scan, SequenceMap) run through the same runner with the outer scope's values visible.
 
@@ -32,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from tiny_uop.dtype import DType, dtypes
+from tiny_tensor.jit import JitError, TinyJit
 from tiny_tensor.tensor import Tensor
 
 __all__ = ["OnnxRunner", "OnnxError", "onnx_dtype", "to_tensor"]
@@ -183,12 +188,53 @@ def _check_shape(name: str, given: tuple, declared: Any, dims: dict[str, tuple[s
                          f"gave {w!r} size {first[1]}; inputs that share a symbolic dim must agree on its size")
 
 
+def _constant_value(attrs: dict[str, Any]) -> np.ndarray | None:
+  """The numpy value of a Constant node with attributes `attrs` (None for strings and sparse tensors)."""
+  if "value" in attrs: return attrs["value"][0]
+  for key, dt in (("value_float", np.float32), ("value_floats", np.float32), ("value_int", np.int64),
+                  ("value_ints", np.int64)):
+    if key in attrs: return np.array(attrs[key], dt)
+  return None
+
+
+def _raise_bad_indices(checks: list[tuple[Any, str, bool]], vals: np.ndarray) -> None:
+  """Raise OnnxError for the first runtime index check (node, what, negative) whose row of `vals` (count out of
+  range, min bad, max bad, the axis size) counted a bad index."""
+  for (node, what, negative), (cnt, lo, hi, n) in zip(checks, vals.tolist()):
+    if cnt:
+      bad = lo if lo < 0 else hi  # out-of-range values only: in-range ones counted as 0
+      raise OnnxError(f"node {node.name!r} ({node.op_type}): {cnt} {what} index value(s) out of range, e.g. {bad} "
+                      f"(valid: [{-n if negative else 0}, {n - 1}] for a size of {n}); ONNX makes this an error")
+
+
 class _CallState(threading.local):
   """What one OnnxRunner call keeps while it runs, per thread (see OnnxRunner.__init__)."""
 
   def __init__(self) -> None:
     self.host: dict[int, tuple[Tensor, np.ndarray]] = {}
+    self.foldable: set[int] = set()  # ids of the host values not fed as inputs: shape arithmetic (see host.py)
     self.deferred: list[tuple[Any, str, bool, Tensor]] = []
+    self.own_jit = False  # the call runs inside the runner's own TinyJit (jit=True), which returns the index checks
+    self.jit_checks: list[tuple[Any, str, bool]] = []  # the checks the last _jit_body run returned
+    self.node: Any = None  # the node running now (named when a jit capture fails in it)
+
+
+class _Active(threading.local):
+  """The host values of the OnnxRunner call running in this thread (None outside a call): `known_value` reads them."""
+  host: dict[int, tuple[Tensor, np.ndarray]] | None = None
+
+
+_ACTIVE = _Active()
+_HOST_FLOAT_MAX = 4096  # float values are remembered on the host up to this many elements (integer ones always)
+
+
+def known_value(x: Any) -> np.ndarray | None:
+  """The numpy value of Tensor `x` when the running OnnxRunner call knows it on the host (an initializer, a Constant,
+  a numpy-fed input outside jit, a shape value), else None. Operators read shape data through this (`ops._np`), so a
+  shape computed on the host never needs a device read."""
+  if not isinstance(x, Tensor) or _ACTIVE.host is None: return None
+  hit = _ACTIVE.host.get(id(x))
+  return hit[1] if hit is not None and hit[0] is x else None
 
 
 class _Ctx:
@@ -253,13 +299,23 @@ class OnnxRunner:
     graph has run, the runner reads all those counts in one small host read (the outputs stay lazy) and raises for
     the first node that had one. The operator itself reads 0 for an out-of-range index, so the check is what stops
     a wrong result from getting out.
-  A TinyJit capture refuses host reads, so a runner with runtime index checks can't be captured; pass
-  `runtime_index_checks=False` to capture it: runtime indices are then unchecked (an out-of-range one reads 0, as
-  in tiny's own indexing), which is what such a model needs to replay without Python. Host-known indices are still
-  checked.
+  A TinyJit capture refuses host reads, so a runner with runtime index checks can't be captured inside your own
+  TinyJit; pass `runtime_index_checks=False` to capture it: runtime indices are then unchecked (an out-of-range one
+  reads 0, as in tiny's own indexing). Host-known indices are still checked. With `jit=True` (below) the checks do
+  work: the runner's jit returns their counts as one more output and the runner reads them after each call.
+
+  `jit=True` runs the graph under a TinyJit of the runner's own, one per input signature (names, shapes, dtypes):
+  call 1 runs eagerly, call 2 captures, later calls with inputs of that signature replay the captured kernels with
+  no Python per node; inputs of a new shape get a capture of their own (`runner.jits`, {signature: TinyJit}; each
+  keeps its intermediate buffers: `runner.jits.clear()` frees them). Input checks run before each call as above.
+  Under jit, inputs are data: their values are never used on the host (numpy-fed indices are checked at run time).
+  The graph must not need device data on the host (a data-dependent shape: NonZero, Compress, TopK, Unique, Loop
+  and If on computed values): its capture raises OnnxError naming the node; run it with jit=False. The returned
+  Tensors are the jit's own, overwritten by the next call of the same signature (copy what you keep: `.numpy()` or
+  `.clone()`), which is why jit is not the default. `debug=True` runs eagerly.
   """
 
-  def __init__(self, model: Any, device: str | None = None, runtime_index_checks: bool = True):
+  def __init__(self, model: Any, device: str | None = None, runtime_index_checks: bool = True, jit: bool = False):
     onnx = _onnx()
     if isinstance(model, (str, os.PathLike)): model = onnx.load(os.fspath(model))
     elif isinstance(model, (bytes, bytearray)): model = onnx.load_from_string(bytes(model))
@@ -282,6 +338,11 @@ class OnnxRunner:
     self._const_host = dict(self._call.host)
     self.inputs = {i.name: i for i in model.graph.input if i.name not in self._consts}
     self.outputs = [o.name for o in model.graph.output]
+    self.jit = jit
+    # jit=True: one TinyJit per input signature (names, shapes, dtypes; a capture fits only its shapes)
+    self.jits: dict[tuple, Any] = {}
+    # per signature, the runtime index checks its capture returns, in order: (node, what, negative)
+    self._jit_checks: dict[tuple, list[tuple[Any, str, bool]]] = {}
 
   def _all_nodes(self, graph: Any) -> list[Any]:
     out, todo = [], [graph]
@@ -298,17 +359,23 @@ class OnnxRunner:
     arr, et = _tensor_value(t, self._onnx)
     return self._remember(to_tensor(arr, self.device, et), arr)
 
-  def _remember(self, v: Any, arr: Any) -> Any:
-    """Note that Tensor `v` holds numpy `arr` (exactly: integer data only, where index checks look)."""
-    if isinstance(v, Tensor) and isinstance(arr, np.ndarray) and arr.dtype.kind in "iub":
-      self._call.host[id(v)] = (v, arr)
+  def _remember(self, v: Any, arr: Any, foldable: bool = True) -> Any:
+    """Note that Tensor `v` holds numpy `arr` (integer and bool data; float data up to _HOST_FLOAT_MAX elements, in
+    the Tensor's own dtype only: shape arithmetic mixes in small float constants). `foldable`: a constant, which
+    host.py's operators may compute with (False for the values of inputs, which are data)."""
+    if not (isinstance(v, Tensor) and isinstance(arr, np.ndarray)): return v
+    if arr.dtype.kind in "iub" or (arr.dtype.kind == "f" and arr.size <= _HOST_FLOAT_MAX and
+                                   arr.dtype.itemsize == v.dtype.itemsize):
+      self._call.host[id(v)] = (v, np.asarray(arr))
+      if foldable: self._call.foldable.add(id(v))
     return v
 
   def __call__(self, inputs: dict[str, Any] | None = None, debug: bool = False) -> dict[str, Any]:
     inputs = dict(inputs or {})
     unknown = [k for k in inputs if k not in self.inputs]
     if unknown: raise KeyError(f"unknown ONNX input(s) {unknown}; the model's inputs: {list(self.inputs)}")
-    self._call.host, self._call.deferred = dict(self._const_host), []
+    jit = self.jit and not debug
+    self._call.host, self._call.foldable, self._call.deferred = dict(self._const_host), set(self._const_host), []
     feed: dict[str, Any] = {}
     dims: dict[str, tuple[str, int]] = {}  # dim_param -> (the first input that has it, its size there)
     for name, info in self.inputs.items():
@@ -320,16 +387,57 @@ class OnnxRunner:
       tt = info.type.tensor_type
       v = _checked_input(name, inputs[name], tt.elem_type)
       if v is not None and tt.HasField("shape"): _check_shape(name, tuple(v.shape), tt.shape, dims)
-      feed[name] = self._remember(to_tensor(v, self.device, tt.elem_type), v)
-    outs = self._run_graph(self.model.graph, feed, outer=dict(self._consts), debug=debug)
+      # under jit an input's value changes from call to call: only its shape may be used on the host
+      feed[name] = to_tensor(v, self.device, tt.elem_type)
+      if not jit: self._remember(feed[name], v, foldable=False)
+    if jit: return self._call_jit(feed)
+    prev, _ACTIVE.host = _ACTIVE.host, self._call.host
+    try: outs = self._run_graph(self.model.graph, feed, outer=dict(self._consts), debug=debug)
+    finally: _ACTIVE.host = prev
     self._run_deferred_checks()
     return dict(zip(self.outputs, outs))
+
+  def _call_jit(self, feed: dict[str, Any]) -> dict[str, Any]:
+    """Run the graph through the runner's TinyJit (call 1 eager, call 2 captures, then replays); the runtime index
+    checks come back as one more output, read after the call, outside the capture."""
+    bad = {k: type(v).__name__ for k, v in feed.items() if v is not None and not isinstance(v, Tensor)}
+    if bad:
+      raise TypeError(f"OnnxRunner(jit=True) runs models whose inputs are tensors; inputs {bad} are not (strings "
+                      "and sequences run on the host): build the runner with jit=False")
+    key = tuple((k, None) if v is None else (k, tuple(v.shape), v.dtype) for k, v in feed.items())
+    if (fn := self.jits.get(key)) is None:
+      fn = self.jits[key] = TinyJit(self._jit_body)
+    ran_python = fn.cnt < 2  # calls 1 (eager) and 2 (capture) run _jit_body; replays don't
+    try: outs = fn(*[feed[k] for k in self.inputs])
+    except JitError as e:  # a capture that can't replay faithfully: say which node, and what to do
+      node, self._call.node = self._call.node, None
+      where = f"node {node.name!r} ({node.op_type}) needs device data on the host" if node is not None else "it"
+      raise OnnxError(f"OnnxRunner(jit=True) can't capture this model: {where}: {e}. Build the runner with "
+                      "jit=False to run it eagerly") from e
+    if ran_python: self._jit_checks[key] = self._call.jit_checks
+    if checks := self._jit_checks[key]:
+      stats, outs = outs[-1], outs[:-1]
+      _raise_bad_indices(checks, stats.numpy())  # the jit's realized output: a plain copy, no kernel
+    return dict(zip(self.outputs, outs))
+
+  def _jit_body(self, *args: Any) -> tuple:
+    """The function the runner's TinyJit captures: the graph on `args` (the inputs in declaration order); its
+    outputs, and a (checks, 4) Tensor of the runtime index checks' statistics when there are any."""
+    self._call.host, self._call.foldable, self._call.deferred = dict(self._const_host), set(self._const_host), []
+    prev, _ACTIVE.host, self._call.own_jit = _ACTIVE.host, self._call.host, True
+    try: outs = self._run_graph(self.model.graph, dict(zip(self.inputs, args)), outer=dict(self._consts))
+    finally: _ACTIVE.host, self._call.own_jit = prev, False
+    self._call.node = None  # the graph ran: a JitError from here on is about the capture as a whole
+    checks, self._call.deferred = self._call.deferred, []
+    self._call.jit_checks = [(node, what, negative) for node, what, negative, _ in checks]
+    if not checks: return tuple(outs)
+    return (*outs, Tensor.stack(*[c[3] for c in checks]))
 
   def _defer_index_check(self, node: Any, idx: Tensor, size: np.ndarray, what: str, negative: bool) -> None:
     """Queue a check of runtime indices `idx` against [-size, size-1], run after the graph (see the class doc)."""
     if not self.runtime_index_checks: return
     from tiny_tensor.jit import _capturing
-    if _capturing.jits:
+    if _capturing.jits and not self._call.own_jit:
       raise OnnxError(f"node {node.name!r} ({node.op_type}) takes runtime indices, whose range check reads them on "
                       "the host, which a TinyJit capture refuses: build the runner with "
                       "OnnxRunner(..., runtime_index_checks=False) to capture it (runtime indices are then unchecked)")
@@ -344,12 +452,7 @@ class OnnxRunner:
     """Read all queued runtime index checks at once; raise OnnxError for the first node that had a bad index."""
     if not self._call.deferred: return
     checks, self._call.deferred = self._call.deferred, []
-    vals = Tensor.stack(*[c[3] for c in checks]).numpy()  # (checks, 4): count, min bad, max bad, its axis size
-    for (node, what, negative, _), (cnt, lo, hi, n) in zip(checks, vals.tolist()):
-      if cnt:
-        bad = lo if lo < 0 else hi  # out-of-range values only: in-range ones counted as 0
-        raise OnnxError(f"node {node.name!r} ({node.op_type}): {cnt} {what} index value(s) out of range, e.g. {bad} "
-                        f"(valid: [{-n if negative else 0}, {n - 1}] for a size of {n}); ONNX makes this an error")
+    _raise_bad_indices([c[:3] for c in checks], Tensor.stack(*[c[3] for c in checks]).numpy())
 
   def _run_graph(self, graph: Any, feed: dict[str, Any], outer: dict[str, Any], debug: bool = False) -> list[Any]:
     scope = dict(outer)
@@ -360,6 +463,7 @@ class OnnxRunner:
     return [scope[o.name] for o in graph.output]
 
   def _run_node(self, node: Any, scope: dict[str, Any], debug: bool) -> None:
+    self._call.node = node
     try: args = [scope[i] if i else None for i in node.input]
     except KeyError as e:
       raise OnnxError(f"node {node.name!r} ({node.op_type}) reads {e}, which nothing made") from None
@@ -367,11 +471,13 @@ class OnnxRunner:
     ctx = _Ctx(self, node, scope)
     if (node.domain, node.op_type) in self.functions: outs = self._run_function(node, args, attrs, ctx)
     else:
-      low = _low_precision(node.op_type, args)
+      host = self._host_inputs(node, args, attrs)
+      low = _low_precision(node.op_type, args) if host is None else None
       if low is not None:
         args = [a.cast(dtypes.float32) if isinstance(a, Tensor) and a.dtype == low else a for a in args]
       try:
-        outs = self._ops[node.op_type](ctx, args, attrs)
+        if host is not None: outs = self._run_on_host(ctx, args, host, attrs)
+        else: outs = self._ops[node.op_type](ctx, args, attrs)
         if low is not None: outs = _back_to(outs, low)
       except OnnxError: raise
       except (NotImplementedError, ValueError, TypeError, IndexError, RuntimeError, KeyError) as e:
@@ -379,11 +485,31 @@ class OnnxRunner:
         raise OnnxError(f"node {node.name!r} ({node.op_type}, opset {self.opset}) with inputs {shapes} and "
                         f"attributes {sorted(attrs)} failed: {type(e).__name__}: {e}") from e
     if not isinstance(outs, tuple): outs = (outs,)
-    if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and "value" in attrs:
-      self._remember(outs[0], attrs["value"][0])
+    if node.op_type == "Constant" and node.domain in ("", "ai.onnx"): self._remember(outs[0], _constant_value(attrs))
     for name, v in zip(node.output, outs):
       if name: scope[name] = v
     if debug: print(f"{node.op_type:24s} {node.name:30s} -> " + ", ".join(str(getattr(o, 'shape', o)) for o in outs))
+
+  def _host_inputs(self, node: Any, args: list[Any], attrs: dict[str, Any]) -> list[Any] | None:
+    """The node's inputs as numpy values when it is evaluated on the host (see host.py: a Shape/Size, or shape
+    arithmetic on constants known on the host), else None."""
+    from tiny_tensor.nn.onnx.host import FROM_SHAPE, HOST_OPS, host_can_run
+    if node.domain not in ("", "ai.onnx") or node.op_type not in HOST_OPS: return None
+    if node.op_type in FROM_SHAPE: return [] if isinstance(args[0], Tensor) else None
+    vals = []
+    for a in args:
+      hit = self._call.host.get(id(a)) if isinstance(a, Tensor) else None
+      if a is not None and (hit is None or hit[0] is not a or id(a) not in self._call.foldable): return None
+      vals.append(None if a is None else hit[1])
+    return vals if vals and host_can_run(node.op_type, vals, attrs) else None
+
+  def _run_on_host(self, ctx: _Ctx, args: list[Any], vals: list[Any], attrs: dict[str, Any]) -> Tensor:
+    """Evaluate the node with numpy (host.py); its output is a Tensor whose value the runner remembers."""
+    from tiny_tensor.nn.onnx.host import FROM_SHAPE, HOST_OPS
+    op_type = ctx.node.op_type
+    fn = HOST_OPS[op_type]
+    arr = np.asarray(fn(ctx, vals, attrs, tuple(args[0].shape)) if op_type in FROM_SHAPE else fn(ctx, vals, attrs))
+    return self._remember(to_tensor(arr, self.device), arr)
 
   def _run_function(self, node: Any, args: list[Any], attrs: dict[str, Any], ctx: _Ctx) -> tuple:
     """A model-local function: its body with the formal inputs bound and attribute references resolved."""

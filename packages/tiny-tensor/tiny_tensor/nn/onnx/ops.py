@@ -15,7 +15,7 @@ from typing import Any, Callable
 import numpy as np
 
 from tiny_uop.dtype import DType, dtypes, to_numpy
-from tiny_tensor.nn.onnx import _DTYPES, STRING, OnnxError, to_tensor
+from tiny_tensor.nn.onnx import _DTYPES, STRING, OnnxError, known_value, to_tensor
 from tiny_tensor.tensor import Tensor
 
 OPS: dict[str, Callable[..., Any]] = {}
@@ -31,8 +31,16 @@ def op(*names: str) -> Callable:
 
 # ***** helpers *****
 def _np(x: Any) -> np.ndarray:
-  """Host value of a Tensor (numpy arrays pass through)."""
-  return x if isinstance(x, np.ndarray) else x.numpy()
+  """Host value of a Tensor: the one the runner knows (a shape value, a constant; no device read) or else read from
+  the device (numpy arrays pass through)."""
+  if isinstance(x, np.ndarray): return x
+  known = known_value(x)
+  return known if known is not None else x.numpy()
+
+
+def _item(x: Any) -> Any:
+  """The single value of a Tensor as a Python scalar (read as `_np` does)."""
+  return _np(x).reshape(-1)[0].item()
 
 
 def _ints(x: Any) -> list[int]:
@@ -496,7 +504,7 @@ def gather(ctx: Any, inp: list, attrs: dict) -> Tensor:
   ax = _axis(attrs.get("axis", 0), x.ndim)
   n = x.shape[ax]
   if idx.ndim == 0:  # a scalar index is read on the host (the output drops the axis)
-    i = int(idx.item())
+    i = int(_item(idx))
     if not -n <= i < n:
       raise OnnxError(f"node {ctx.node.name!r} (Gather): index {i} is out of range [{-n}, {n - 1}] for axis {ax} of "
                       f"size {n}; ONNX makes this an error")
@@ -610,7 +618,7 @@ def constant(ctx: Any, inp: list, attrs: dict) -> Any:
 
 @op("Range")
 def range_(ctx: Any, inp: list, attrs: dict) -> Tensor:
-  s, l, d = (x.item() for x in inp)
+  s, l, d = (_item(x) for x in inp)
   n = max(int(math.ceil((l - s) / d)), 0)
   return (Tensor.arange(n, device=ctx.device).cast(inp[0].dtype) * d + s).cast(inp[0].dtype) if n else \
     Tensor(np.zeros(0, to_numpy(inp[0].dtype)), device=ctx.device)
@@ -630,7 +638,7 @@ def eyelike(ctx: Any, inp: list, attrs: dict) -> Tensor:
 @op("OneHot")
 def onehot(ctx: Any, inp: list, attrs: dict) -> Tensor:
   idx, depth, vals = inp
-  d = int(depth.item())
+  d = int(_item(depth))
   if d <= 0: raise ValueError(f"OneHot depth is {d}; it must be positive (the number of classes)")
   ax = attrs.get("axis", -1)
   ax = ax + idx.ndim + 1 if ax < 0 else ax
@@ -643,7 +651,7 @@ def onehot(ctx: Any, inp: list, attrs: dict) -> Tensor:
 @op("Trilu")
 def trilu(ctx: Any, inp: list, attrs: dict) -> Tensor:
   x = inp[0]
-  k = int(_opt(inp, 1).item()) if _opt(inp, 1) is not None else 0
+  k = int(_item(_opt(inp, 1))) if _opt(inp, 1) is not None else 0
   r, c = x.shape[-2:]
   ii = Tensor.arange(r, device=x.device).reshape(r, 1)
   jj = Tensor.arange(c, device=x.device).reshape(1, c)
@@ -654,7 +662,7 @@ def trilu(ctx: Any, inp: list, attrs: dict) -> Tensor:
 def _cum(kind: str) -> Callable:
   def run(ctx: Any, inp: list, attrs: dict) -> Tensor:
     x = inp[0]
-    ax = _axis(int(inp[1].item()), x.ndim)
+    ax = _axis(int(_item(inp[1])), x.ndim)
     if attrs.get("reverse", 0): x = x.flip(ax)
     y = x.cumsum(ax) if kind == "sum" else x.cumprod(ax)
     if attrs.get("exclusive", 0):
@@ -713,7 +721,7 @@ def pad(ctx: Any, inp: list, attrs: dict) -> Tensor:
   else:
     pads = _ints(inp[1])
     cv = _opt(inp, 2)
-    value = cv.item() if cv is not None and cv.numel() else 0
+    value = _item(cv) if cv is not None and cv.numel() else 0
     axes = _ints(_opt(inp, 3)) or None
   nd = x.ndim
   axes = [_axis(a, nd) for a in axes] if axes else list(range(nd))
@@ -750,7 +758,7 @@ def reverse_sequence(ctx: Any, inp: list, attrs: dict) -> Tensor:
 @op("TopK")
 def topk(ctx: Any, inp: list, attrs: dict) -> tuple:
   x = inp[0]
-  k = attrs["k"] if ctx.opset < 10 else int(inp[1].item())
+  k = attrs["k"] if ctx.opset < 10 else int(_item(inp[1]))
   ax = _axis(attrs.get("axis", -1), x.ndim)
   largest = bool(attrs.get("largest", 1))
   arr = _np(x)
@@ -851,8 +859,11 @@ def gemm(ctx: Any, inp: list, attrs: dict) -> Tensor:
   a, b, c = inp[0], inp[1], _opt(inp, 2)
   if attrs.get("transA", 0): a = a.T
   if attrs.get("transB", 0): b = b.T
-  y = attrs.get("alpha", 1.0) * (a @ b)
-  if c is not None: y = y + attrs.get("beta", 1.0) * c
+  # alpha = beta = 1 (what exporters write for Linear layers) multiply nothing: a scaled product is no longer the
+  # plain multiply-accumulate that the kernel optimizer tiles as a matmul
+  alpha, beta = attrs.get("alpha", 1.0), attrs.get("beta", 1.0)
+  y = a @ b if alpha == 1.0 else alpha * (a @ b)
+  if c is not None: y = y + (c if beta == 1.0 else beta * c)
   return y.cast(a.dtype)
 
 

@@ -8,7 +8,7 @@ import numpy as np
 
 from tiny_uop.dtype import dtypes, to_numpy
 from tiny_tensor.nn.onnx import OnnxError, to_tensor
-from tiny_tensor.nn.onnx.ops import _axis, _ints, _np, _opt, op
+from tiny_tensor.nn.onnx.ops import _axis, _ints, _item, _np, _opt, op
 from tiny_tensor.tensor import Tensor
 
 
@@ -22,7 +22,7 @@ def seq_empty(ctx: Any, inp: list, attrs: dict) -> list: return []
 
 
 @op("SequenceAt")
-def seq_at(ctx: Any, inp: list, attrs: dict) -> Tensor: return inp[0][int(inp[1].item())]
+def seq_at(ctx: Any, inp: list, attrs: dict) -> Tensor: return inp[0][int(_item(inp[1]))]
 
 
 @op("SequenceLength")
@@ -33,7 +33,7 @@ def seq_length(ctx: Any, inp: list, attrs: dict) -> Tensor: return Tensor(np.arr
 @op("SequenceInsert")
 def seq_insert(ctx: Any, inp: list, attrs: dict) -> list:
   s = list(inp[0])
-  pos = int(inp[2].item()) if _opt(inp, 2) is not None else len(s)
+  pos = int(_item(inp[2])) if _opt(inp, 2) is not None else len(s)
   s.insert(pos if pos >= 0 else pos + len(s), inp[1])
   return s
 
@@ -41,7 +41,7 @@ def seq_insert(ctx: Any, inp: list, attrs: dict) -> list:
 @op("SequenceErase")
 def seq_erase(ctx: Any, inp: list, attrs: dict) -> list:
   s = list(inp[0])
-  pos = int(inp[1].item()) if _opt(inp, 1) is not None else -1
+  pos = int(_item(inp[1])) if _opt(inp, 1) is not None else -1
   del s[pos]
   return s
 
@@ -106,8 +106,8 @@ def if_(ctx: Any, inp: list, attrs: dict) -> tuple:
 def loop(ctx: Any, inp: list, attrs: dict) -> tuple:
   g = attrs["body"]
   m, cond = _opt(inp, 0), _opt(inp, 1)
-  trip = int(m.item()) if m is not None else None
-  go = bool(cond.item()) if cond is not None else True
+  trip = int(_item(m)) if m is not None else None
+  go = bool(_item(cond)) if cond is not None else True
   carried = list(inp[2:])
   n_carried = len(carried)
   scans: list[list] = [[] for _ in range(len(g.output) - 1 - n_carried)]
@@ -210,9 +210,9 @@ def center_crop_pad(ctx: Any, inp: list, attrs: dict) -> Tensor:
 @op("NonMaxSuppression")
 def non_max_suppression(ctx: Any, inp: list, attrs: dict) -> Tensor:
   boxes, scores = _np(inp[0]), _np(inp[1])
-  mx = int(inp[2].item()) if _opt(inp, 2) is not None else 0
-  iou_t = float(inp[3].item()) if _opt(inp, 3) is not None else 0.0
-  sc_t = float(inp[4].item()) if _opt(inp, 4) is not None else -np.inf
+  mx = int(_item(inp[2])) if _opt(inp, 2) is not None else 0
+  iou_t = float(_item(inp[3])) if _opt(inp, 3) is not None else 0.0
+  sc_t = float(_item(inp[4])) if _opt(inp, 4) is not None else -np.inf
   center = attrs.get("center_point_box", 0)
   out = []
   for b in range(scores.shape[0]):

@@ -8,7 +8,7 @@ import numpy as np
 
 from tiny_uop.dtype import dtypes, to_numpy
 from tiny_tensor.nn.onnx import _DTYPES, OnnxError
-from tiny_tensor.nn.onnx.ops import _axis, _ints, _is_float, _np, _opt, cast_to, op
+from tiny_tensor.nn.onnx.ops import _axis, _ints, _is_float, _item, _np, _opt, cast_to, op
 from tiny_tensor.tensor import Tensor
 
 
@@ -268,8 +268,8 @@ def lrn(ctx: Any, inp: list, attrs: dict) -> Tensor:
 @op("Dropout")
 def dropout(ctx: Any, inp: list, attrs: dict) -> Any:
   x = inp[0]
-  ratio = attrs.get("ratio", 0.5) if ctx.opset < 12 else (float(inp[1].item()) if _opt(inp, 1) is not None else 0.5)
-  training = bool(_opt(inp, 2).item()) if _opt(inp, 2) is not None else False
+  ratio = attrs.get("ratio", 0.5) if ctx.opset < 12 else (float(_item(inp[1])) if _opt(inp, 1) is not None else 0.5)
+  training = bool(_item(_opt(inp, 2))) if _opt(inp, 2) is not None else False
   if not training or ratio == 0:
     mask = Tensor.ones(*x.shape, dtype=dtypes.bool, device=x.device) if x.shape else Tensor(True, device=x.device)
     return x, mask
@@ -649,7 +649,7 @@ def qlinear_conv(ctx: Any, inp: list, attrs: dict) -> Tensor:
 # ***** windows *****
 def _window(coefs: list[float]) -> Callable:
   def run(ctx: Any, inp: list, attrs: dict) -> Tensor:
-    n = int(inp[0].item())
+    n = int(_item(inp[0]))
     periodic = attrs.get("periodic", 1)
     nn = n if periodic else n - 1
     k = Tensor.arange(n, device=ctx.device).cast(dtypes.float64)

@@ -8,7 +8,7 @@ import numpy as np
 
 from tiny_uop.dtype import dtypes
 from tiny_tensor.nn.onnx import _DTYPES, OnnxError
-from tiny_tensor.nn.onnx.ops import _axis, _ints, _np, _opt, op
+from tiny_tensor.nn.onnx.ops import _axis, _ints, _item, _np, _opt, op
 from tiny_tensor.tensor import Tensor
 
 _ACT: dict[str, Callable[..., Tensor]] = {
@@ -114,12 +114,12 @@ def dft(ctx: Any, inp: list, attrs: dict) -> Tensor:
   x = inp[0]
   n_in = _opt(inp, 1)
   if ctx.opset < 20: ax = attrs.get("axis", 1)
-  else: ax = int(_opt(inp, 2).item()) if _opt(inp, 2) is not None else -2
+  else: ax = int(_item(_opt(inp, 2))) if _opt(inp, 2) is not None else -2
   ax = _axis(ax, x.ndim)                                  # an axis of x; the same axis of re/im (x less its last dim)
   inverse, onesided = attrs.get("inverse", 0), attrs.get("onesided", 0)
   if x.shape[-1] == 1: re, im = x[..., 0], None
   else: re, im = x[..., 0], x[..., 1]
-  if n_in is not None and n_in.numel(): n = int(n_in.item())
+  if n_in is not None and n_in.numel(): n = int(_item(n_in))
   else: n = 2 * (re.shape[ax] - 1) if inverse and onesided else re.shape[ax]
   m_in = n // 2 + 1 if inverse and onesided else n   # samples read along ax
   def fit(v: Tensor) -> Tensor:  # zero-pad or cut the signal to m_in samples along ax
