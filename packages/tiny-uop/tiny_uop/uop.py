@@ -152,22 +152,23 @@ class _NodeRef(weakref.ref):
   key: tuple
 
 
-def _drop_entry(ref: _NodeRef) -> None:
-  """Weakref callback of an interned node: forget its cache entry -- only if the entry is still this node's. A node
-  can die (its weakref cleared) before its callback runs (garbage collection of a cycle); an equal node built in
-  between owns the entry now, and deleting it would let a third equal node be built: two "equal" nodes, not one.
-  Under the interning lock: a replacement of a dead entry (also under it) must not straddle the check and the
-  delete."""
-  with UOpMetaClass.lock:
-    if UOpMetaClass.ucache.get(key := ref.key) is ref: del UOpMetaClass.ucache[key]
-
-
 class UOpMetaClass(type):
   ucache: dict[tuple, _NodeRef] = {}
   # taken to replace a dead entry and by the weakref callbacks (a hit reads a live node without it; a new key is
   # inserted with `setdefault`, one step under the GIL: it runs no Python code once the key is hashed and compared).
   # Re-entrant: a weakref callback may run inside the block.
   lock = threading.RLock()
+
+  @classmethod
+  def drop_entry(mcs, ref: _NodeRef) -> None:
+    """Weakref callback of an interned node: forget its cache entry -- only if the entry is still this node's. A node
+    can die (its weakref cleared) before its callback runs (garbage collection of a cycle); an equal node built in
+    between owns the entry now, and deleting it would let a third equal node be built: two "equal" nodes, not one.
+    Under the interning lock: a replacement of a dead entry (also under it) must not straddle the check and the
+    delete. A bound classmethod, not a module function: callbacks still run at interpreter shutdown, after the
+    module's globals are cleared, and the bound class keeps the table and the lock reachable."""
+    with mcs.lock:
+      if mcs.ucache.get(key := ref.key) is ref: del mcs.ucache[key]
 
   def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None,
                tag: Any = None) -> UOp:
@@ -184,7 +185,7 @@ class UOpMetaClass(type):
     # UOp.__init__ inlined (every new node of every stage comes through here)
     created: UOp = object.__new__(cls)  # type: ignore[arg-type]
     created.op, created.dtype, created.src, created.arg, created.tag, created._cache = op, dtype, src, arg, tag, {}
-    ref = _NodeRef(created, _drop_entry)
+    ref = _NodeRef(created, UOpMetaClass.drop_entry)
     ref.key = key
     if (wret := ucache.setdefault(key, ref)) is ref: return created
     if (ret := wret()) is not None: return ret  # another thread built it meanwhile: that one (ours is dropped)
