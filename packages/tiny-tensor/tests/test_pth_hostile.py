@@ -7,6 +7,7 @@ import os
 import pickle
 import pickletools
 import random
+import struct
 import subprocess
 import sys
 import textwrap
@@ -253,3 +254,28 @@ def test_mutation_fuzz_pth(tmp_path):
       assert tracemalloc.get_traced_memory()[1] < 100 << 20, (case, tracemalloc.get_traced_memory())
   finally: tracemalloc.stop()
   assert outcomes["refused"] > 50 and outcomes["compared"] > 20, outcomes
+
+
+def _amplifying_pickle(callee: bytes, items: bytes, reps: int, spread: bool) -> bytes:
+  """A pickle that builds one tuple of `items`, then calls `callee` (a GLOBAL) `reps` times, on the tuple (or, with
+  `spread`, on its items as the arguments), and keeps every result in a list: each call costs 6 bytes of pickle and
+  copies the whole tuple."""
+  args = b"h\x02" if spread else b"h\x03"
+  return (b"\x80\x02c" + callee + b"q\x01" + b"0"            # GLOBAL fn -> memo 1
+          + b"(" + items + b"tq\x02\x85q\x03" + b"0"           # (items...) -> memo 2, ((items...),) -> memo 3
+          + b"](" + (b"h\x01" + args + b"R") * reps + b"e.")    # [fn(*args) for each rep]
+
+
+@pytest.mark.parametrize("callee", [b"__builtin__\nlist\n", b"collections\nOrderedDict\n", b"mymod\nAnything\n"])
+def test_pickled_calls_cannot_amplify_memory(tmp_path, callee):
+  # < 100 KB of pickle asking for 2000 copies of a 20000-element list / 2000-entry dict / 20000-argument record:
+  # hundreds of MB if each copy were free
+  if b"Ordered" in callee: items = b"".join(b"M" + struct.pack("<H", i) + b"K\x00\x86" for i in range(2000))
+  else: items = b"K\x00" * 20000
+  p = tmp_path / "amp.pth"
+  with zipfile.ZipFile(p, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+    zf.writestr("archive/data.pkl", _amplifying_pickle(callee, items, 2000, spread=b"mymod" in callee))
+  assert p.stat().st_size < 100_000
+  out, growth_kb = _load_in_subprocess(p)
+  assert "over torch_load's memory budget max_bytes=67108864" in out and "a pickled call" in out, out
+  assert growth_kb < 100 * 1024, growth_kb

@@ -407,24 +407,45 @@ def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, budget: _Budget) ->
 class _Opaque:
   """Stands in for a class or function a checkpoint names that we don't load (hooks, metadata classes, tensor
   subclasses). Nothing of it runs: building or calling one only records the arguments, so tensors hidden inside can
-  be reported instead of silently dropped. Each global gets its own subclass (`find_class`), named after it."""
+  be reported instead of silently dropped. Each global gets its own subclass (`find_class`), named after it, holding
+  the load's budget: recording copies the arguments (`*args`), and a few bytes of pickle can repeat a call whose
+  argument tuple is huge, so every record is charged. (No __init__: object's ignores the arguments.)"""
   _global = "?"
+  _budget: _Budget
 
   def __new__(cls, *args: Any, **kwargs: Any) -> _Opaque:  # NEWOBJ builds with cls.__new__(cls, *args)
+    cls._budget.take(_ITEM_BYTES * (len(args) + len(kwargs) + 1), f"a pickled call of {cls._global}")
     obj = object.__new__(cls)
     obj.args, obj.state = (args, kwargs), None
     return obj
 
-  def __init__(self, *args: Any, **kwargs: Any): self.args = (args, kwargs)
   def __setstate__(self, state: Any) -> None: self.state = state
   def __call__(self, *args: Any, **kwargs: Any) -> Any: return type(self)(*args, **kwargs)
   def __setitem__(self, key: Any, value: Any) -> None: self.state = (self.state, key, value)  # SETITEM(S) on it
   def append(self, x: Any) -> None: self.state = (self.state, x)                             # APPEND(S) on it
-  def extend(self, xs: Any) -> None: self.state = (self.state, list(xs))
+
+  def extend(self, xs: Any) -> None:
+    xs = _charged(list, self._budget, f"{self._global}.extend")(xs)
+    self.state = (self.state, xs)
 
 
-def _opaque_class(module: str, name: str) -> type[_Opaque]:
-  return type(name, (_Opaque,), {"_global": f"{module}.{name}", "__module__": "tiny_tensor.nn.state.unloaded"})
+def _opaque_class(module: str, name: str, budget: _Budget) -> type[_Opaque]:
+  return type(name, (_Opaque,), {"_global": f"{module}.{name}", "_budget": budget,
+                                 "__module__": "tiny_tensor.nn.state.unloaded"})
+
+
+# what one element of a container a pickle rebuilds costs, roughly (a pointer plus hash-table slack): the budget's unit
+_ITEM_BYTES = 64
+
+
+def _charged(fn: Any, budget: _Budget, name: str) -> Any:
+  """`fn` (a container type a pickle may call) charging `budget` for the elements it copies first: `list(big)`
+  repeated costs a few bytes of pickle per call and a full copy each time."""
+  def build(*args: Any) -> Any:
+    n = sum(len(a) for a in args if isinstance(a, (list, tuple, dict, set, frozenset, str, bytes)))
+    budget.take(_ITEM_BYTES * (n + 1), f"a pickled call {name}() of {n} elements")
+    return fn(*args)
+  return build
 
 
 def _check_ints(what: str, xs: Any) -> tuple[int, ...]:
@@ -478,9 +499,11 @@ def _rebuild_parameter(data: Any, requires_grad: bool = False, backward_hooks: A
 
 _TORCH_UTILS = {"_rebuild_tensor": _rebuild_tensor, "_rebuild_tensor_v2": _rebuild_tensor,
                 "_rebuild_parameter": _rebuild_parameter, "_rebuild_parameter_with_state": _rebuild_parameter}
-# containers and numbers only: e.g. bytes(10**12) would be a pickle that allocates a terabyte
+# containers and numbers only: e.g. bytes(10**12) would be a pickle that allocates a terabyte; the containers are
+# charged to the budget for what they copy (_charged)
 _BUILTINS = {"set": set, "frozenset": frozenset, "dict": dict, "list": list, "tuple": tuple, "int": int,
              "float": float, "bool": bool}
+_COPYING = (set, frozenset, dict, list, tuple)
 
 
 class _TorchUnpickler(pickle.Unpickler):
@@ -496,9 +519,11 @@ class _TorchUnpickler(pickle.Unpickler):
     if module == "torch._utils" and name in _TORCH_UTILS: return _TORCH_UTILS[name]
     if module == "torch" and name in _TORCH_STORAGES: return _TORCH_STORAGES[name]
     if module == "torch" and name in _TORCH_DTYPES: return _TORCH_DTYPES[name]
-    if module == "collections" and name == "OrderedDict": return OrderedDict
-    if module in ("builtins", "__builtin__") and name in _BUILTINS: return _BUILTINS[name]
-    return _opaque_class(module, name)  # hooks, torch.Size, metadata classes: recorded, never run
+    if module == "collections" and name == "OrderedDict": return _charged(OrderedDict, self.budget, "OrderedDict")
+    if module in ("builtins", "__builtin__") and name in _BUILTINS:
+      fn = _BUILTINS[name]
+      return _charged(fn, self.budget, name) if fn in _COPYING else fn
+    return _opaque_class(module, name, self.budget)  # hooks, torch.Size, metadata classes: recorded, never run
 
   def persistent_load(self, pid: Any) -> Any:
     # ('storage', storage type (a DType here, or torch.UntypedStorage), key, location, numel)
