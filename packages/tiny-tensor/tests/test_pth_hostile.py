@@ -2,6 +2,7 @@
 zip members, a memory budget that refuses deflate bombs and huge stride-0 views before allocating, a pickle that
 can't size a memo table to gigabytes, and a seeded mutation fuzz over a real torch.save file where every outcome is
 a load equal to torch.load(weights_only=True) or a ValueError. torch is the reference writer and reader."""
+import argparse
 import io
 import os
 import pickle
@@ -279,3 +280,23 @@ def test_pickled_calls_cannot_amplify_memory(tmp_path, callee):
   out, growth_kb = _load_in_subprocess(p)
   assert "over torch_load's memory budget max_bytes=67108864" in out and "a pickled call" in out, out
   assert growth_kb < 100 * 1024, growth_kb
+
+
+class _Evil:
+  def __init__(self, fn, *args): self.fn, self.args = fn, args
+  def __reduce__(self): return (self.fn, self.args)
+
+
+@pytest.mark.parametrize("evil", [_Evil(os.system, "true"), _Evil(eval, "1+1"), _Evil(getattr, 1, "real"),
+                                  _Evil(bytes, 10**12), argparse.Namespace(lr=0.1)])
+def test_weights_only_refuses_any_other_global_like_torch(tmp_path, evil):
+  p = tmp_path / "e.pth"
+  torch.save({"w": torch.arange(3.0), "x": evil}, p)
+  with pytest.raises(pickle.UnpicklingError): torch.load(p, weights_only=True)  # the reference refuses it too
+  with pytest.raises(ValueError, match=r"weights_only=True refuses the global \w+\.\w+; allowed: torch._utils"):
+    torch_load(p, weights_only=True)
+  np.testing.assert_array_equal(torch_load(p)["w"].numpy(), np.arange(3.0, dtype=np.float32))  # default: recorded
+  torch.save({"w": torch.arange(3.0), "o": OrderedDict(a=torch.ones(2))}, p)  # only allowed globals: both load it
+  ref = _flat_torch(torch.load(p, weights_only=True))
+  ours = torch_load(p, weights_only=True)
+  assert sorted(ours) == sorted(ref) and all(np.array_equal(ours[k].numpy(), v) for k, v in ref.items())

@@ -510,9 +510,9 @@ class _TorchUnpickler(pickle.Unpickler):
   """Resolves only the globals a state dict needs (tensor rebuilders, storages, dtypes, plain containers); any other
   name becomes an `_Opaque` stand-in, so a checkpoint can't run code here."""
 
-  def __init__(self, f: Any, zf: zipfile.ZipFile, prefix: str, budget: _Budget):
+  def __init__(self, f: Any, zf: zipfile.ZipFile, prefix: str, budget: _Budget, weights_only: bool = False):
     super().__init__(f)
-    self.zf, self.prefix, self.budget = zf, prefix, budget
+    self.zf, self.prefix, self.budget, self.weights_only = zf, prefix, budget, weights_only
     self.storages: dict[str, _TorchStorage] = {}
 
   def find_class(self, module: str, name: str) -> Any:
@@ -523,6 +523,10 @@ class _TorchUnpickler(pickle.Unpickler):
     if module in ("builtins", "__builtin__") and name in _BUILTINS:
       fn = _BUILTINS[name]
       return _charged(fn, self.budget, name) if fn in _COPYING else fn
+    if self.weights_only:
+      raise pickle.UnpicklingError(
+        f"weights_only=True refuses the global {module}.{name}; allowed: torch._utils.{{{', '.join(_TORCH_UTILS)}}}, "
+        "torch.<dtype>/<Type>Storage, collections.OrderedDict, builtins.{" + ", ".join(_BUILTINS) + "}")
     return _opaque_class(module, name, self.budget)  # hooks, torch.Size, metadata classes: recorded, never run
 
   def persistent_load(self, pid: Any) -> Any:
@@ -595,14 +599,15 @@ def _check_pickle_ops(data: bytes | bytearray, member: str) -> None:
     raise ValueError(f"corrupt PyTorch checkpoint ({member}: {e})") from e
 
 
-def torch_load(fn: str | os.PathLike, max_bytes: int | None = None) -> dict[str, Tensor]:
+def torch_load(fn: str | os.PathLike, max_bytes: int | None = None, weights_only: bool = False) -> dict[str, Tensor]:
   """The tensors of a PyTorch checkpoint saved with `torch.save` (zip format), without torch.
 
   Nested dicts/lists of tensors are flattened to dotted names (`{"model": {"w": t}}` -> `"model.w"`); non-tensor
   values are dropped. Nothing in the file runs: classes other than tensors, storages and plain containers are
   recorded, not imported, and a tensor inside one of them (a tensor subclass, a custom container) is an error that
-  names the class, not a silently missing weight. Every tensor's size/stride/offset is checked against its storage,
-  every storage against its archive member.
+  names the class, not a silently missing weight. `weights_only=True` (as torch.load's) refuses any global but the
+  tensor rebuilders, storages, dtypes and plain containers with a ValueError naming it, instead of recording it.
+  Every tensor's size/stride/offset is checked against its storage, every storage against its archive member.
 
   `max_bytes` bounds what loading allocates (the archive members read plus the tensors built, an expanded stride-0
   view counting its full size); default: 4x the file size, at least 64 MiB. Going over it is a ValueError naming the
@@ -627,7 +632,7 @@ def torch_load(fn: str | os.PathLike, max_bytes: int | None = None) -> dict[str,
       prefix = pkl[0][:-len("data.pkl")]
       data = _read_member(zf, zf.getinfo(pkl[0]), budget)
       _check_pickle_ops(data, pkl[0])
-      obj = _TorchUnpickler(io.BytesIO(data), zf, prefix, budget).load()
+      obj = _TorchUnpickler(io.BytesIO(data), zf, prefix, budget, weights_only).load()
   except (pickle.UnpicklingError, EOFError, zipfile.BadZipFile, AttributeError, IndexError, TypeError, KeyError,
           struct.error, UnicodeDecodeError, RecursionError, OverflowError, MemoryError, NotImplementedError,
           RuntimeError, zlib.error) as e:  # RuntimeError, NotImplementedError: zipfile's "encrypted", unknown method
