@@ -50,7 +50,15 @@ def _bounds(n: int, k: int) -> list[tuple[int, int]]:
 
 
 def shard_uop(u: UOp, devices: Sequence[str], axis: int | None) -> UOp:
-  """MULTI of `u` (a single-device value) split along `axis` over `devices` (None: copied to each)."""
+  """MULTI of `u` (a single-device value) split along `axis` over `devices` (None: copied to each).
+
+  Raises ValueError for no devices, an axis `u` doesn't have (a 0-d value has none: replicate it with axis=None) and
+  a dim that doesn't split evenly."""
+  if len(devices) == 0: raise ValueError("can't shard over no devices: devices is empty; give one or more devices")
+  if axis is not None and not 0 <= axis < len(u.shape):
+    valid = "none (a 0-d tensor has no dim to split; use axis=None to copy it to each device)" if not u.shape else \
+      f"0..{len(u.shape) - 1} (or negative from the end)"
+    raise ValueError(f"can't shard along axis {axis}: the tensor has shape {tuple(u.shape)}; valid axes: {valid}")
   if axis is not None:
     n = u.shape[axis]
     if not isinstance(n, int) or n % len(devices):

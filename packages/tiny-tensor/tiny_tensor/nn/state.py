@@ -28,6 +28,7 @@ import pickle
 import struct
 import tempfile
 import zipfile
+import zlib
 from collections import OrderedDict
 from typing import Any
 
@@ -190,6 +191,7 @@ def _check_entries(header: dict[str, Any], data_size: int) -> None:
     shape, offs = v["shape"], v["data_offsets"]
     if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
       raise ValueError(f"tensor {k!r}: shape {shape!r:.100} must be a list of non-negative ints")
+    _check_representable(f"tensor {k!r}", shape, _SAFE_DTYPES[v["dtype"]].itemsize)
     if not isinstance(offs, list) or len(offs) != 2 or not all(_is_int(o) for o in offs):
       raise ValueError(f"tensor {k!r}: data_offsets {offs!r:.100} must be [start, end] ints")
     start, end = offs
@@ -203,6 +205,24 @@ def _check_entries(header: dict[str, Any], data_size: int) -> None:
   spans.sort()
   for (s0, e0, k0), (s1, e1, k1) in zip(spans, spans[1:]):
     if s1 < e0: raise ValueError(f"tensors {k0!r} [{s0}, {e0}) and {k1!r} [{s1}, {e1}) overlap in the data")
+
+
+# numpy's limits (and so .numpy()'s): at most 32 dims (numpy 1; numpy 2 allows 64), and an array's bytes -- the
+# product of its non-zero dims times the item size, zero dims ignored -- must fit in a signed 64-bit index
+_MAX_NDIM, _MAX_ARRAY_BYTES = 32, 2**63 - 1
+
+
+def _check_representable(what: str, shape: Any, itemsize: int) -> None:
+  """A shape of non-negative ints that numpy can hold, else a ValueError naming `what`, the shape and the limit.
+
+  A zero-element tensor with a huge other dim ((0, 2**62) say) is valid when numpy can make it (its bytes, counting
+  the non-zero dims only, fit the limit): e.g. (0, 2**40) of float32 loads, (0, 2**62) of float32 does not."""
+  if len(shape) > _MAX_NDIM:
+    raise ValueError(f"{what}: shape has {len(shape)} dims; at most {_MAX_NDIM} are supported")
+  nbytes = math.prod(d for d in shape if d) * itemsize
+  if nbytes > _MAX_ARRAY_BYTES:
+    raise ValueError(f"{what}: shape {tuple(shape)} needs {nbytes} bytes (its non-zero dims times the {itemsize}-byte "
+                     f"item size), over the limit of {_MAX_ARRAY_BYTES} (2**63-1) bytes that numpy can index")
 
 
 def _check_bools(name: str, data: bytes | memoryview) -> None:
@@ -341,33 +361,91 @@ _TORCH_DTYPES: dict[str, DType] = {"float32": dtypes.float32, "float": dtypes.fl
                                    "int8": dtypes.int8, "uint8": dtypes.uint8, "bool": dtypes.bool}
 
 
-class _TorchStorage:
-  __slots__ = ("dtype", "key", "data")
+class _Budget:
+  """The bytes torch_load may still allocate (storages read from the archive plus tensors it builds), so a small
+  file can't make it allocate gigabytes (a deflate bomb, a stride-0 view of a huge size)."""
 
-  def __init__(self, dtype: DType, key: str, data: bytes): self.dtype, self.key, self.data = dtype, key, data
+  def __init__(self, limit: int, archive_size: int): self.limit, self.used, self.archive_size = limit, 0, archive_size
+
+  def take(self, n: int, what: str) -> None:
+    """Count `n` more bytes for `what`, or raise a ValueError naming the budget before anything is allocated."""
+    if self.used + n > self.limit:
+      raise ValueError(f"{what} needs {n} bytes, over torch_load's memory budget max_bytes={self.limit} "
+                       f"({self.used} bytes already used); pass a larger max_bytes= if you trust the file")
+    self.used += n
+
+
+class _TorchStorage:
+  __slots__ = ("dtype", "key", "data", "budget")
+
+  def __init__(self, dtype: DType, key: str, data: bytes | bytearray, budget: _Budget):
+    self.dtype, self.key, self.data, self.budget = dtype, key, data, budget
+
+
+def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, budget: _Budget) -> bytearray:
+  """The bytes of one archive member, read in chunks into a buffer of its declared size (counted in `budget` first):
+  a member that decompresses to more or less than its header declares is refused after at most one extra byte, and
+  one whose local header or compressed data would lie outside the archive is refused before any read."""
+  size = info.file_size
+  if not 0 <= info.header_offset <= budget.archive_size - 30 or info.compress_size > budget.archive_size:
+    raise ValueError(f"zip member {info.filename!r}: its header offset {info.header_offset} / compressed size "
+                     f"{info.compress_size} lie outside the {budget.archive_size}-byte archive")
+  budget.take(size, f"zip member {info.filename!r}")
+  out = bytearray(size)
+  got = 0
+  with zf.open(info) as f:
+    while got <= size and (chunk := f.read(min(1 << 20, size + 1 - got))):
+      if got + len(chunk) > size:
+        raise ValueError(f"zip member {info.filename!r} holds more than the {size} bytes its header declares")
+      out[got:got + len(chunk)] = chunk
+      got += len(chunk)
+  if got != size:
+    raise ValueError(f"zip member {info.filename!r} is truncated: {got} of the {size} bytes its header declares")
+  return out
 
 
 class _Opaque:
   """Stands in for a class or function a checkpoint names that we don't load (hooks, metadata classes, tensor
   subclasses). Nothing of it runs: building or calling one only records the arguments, so tensors hidden inside can
-  be reported instead of silently dropped. Each global gets its own subclass (`find_class`), named after it."""
+  be reported instead of silently dropped. Each global gets its own subclass (`find_class`), named after it, holding
+  the load's budget: recording copies the arguments (`*args`), and a few bytes of pickle can repeat a call whose
+  argument tuple is huge, so every record is charged. (No __init__: object's ignores the arguments.)"""
   _global = "?"
+  _budget: _Budget
 
   def __new__(cls, *args: Any, **kwargs: Any) -> _Opaque:  # NEWOBJ builds with cls.__new__(cls, *args)
+    cls._budget.take(_ITEM_BYTES * (len(args) + len(kwargs) + 1), f"a pickled call of {cls._global}")
     obj = object.__new__(cls)
     obj.args, obj.state = (args, kwargs), None
     return obj
 
-  def __init__(self, *args: Any, **kwargs: Any): self.args = (args, kwargs)
   def __setstate__(self, state: Any) -> None: self.state = state
   def __call__(self, *args: Any, **kwargs: Any) -> Any: return type(self)(*args, **kwargs)
   def __setitem__(self, key: Any, value: Any) -> None: self.state = (self.state, key, value)  # SETITEM(S) on it
   def append(self, x: Any) -> None: self.state = (self.state, x)                             # APPEND(S) on it
-  def extend(self, xs: Any) -> None: self.state = (self.state, list(xs))
+
+  def extend(self, xs: Any) -> None:
+    xs = _charged(list, self._budget, f"{self._global}.extend")(xs)
+    self.state = (self.state, xs)
 
 
-def _opaque_class(module: str, name: str) -> type[_Opaque]:
-  return type(name, (_Opaque,), {"_global": f"{module}.{name}", "__module__": "tiny_tensor.nn.state.unloaded"})
+def _opaque_class(module: str, name: str, budget: _Budget) -> type[_Opaque]:
+  return type(name, (_Opaque,), {"_global": f"{module}.{name}", "_budget": budget,
+                                 "__module__": "tiny_tensor.nn.state.unloaded"})
+
+
+# what one element of a container a pickle rebuilds costs, roughly (a pointer plus hash-table slack): the budget's unit
+_ITEM_BYTES = 64
+
+
+def _charged(fn: Any, budget: _Budget, name: str) -> Any:
+  """`fn` (a container type a pickle may call) charging `budget` for the elements it copies first: `list(big)`
+  repeated costs a few bytes of pickle per call and a full copy each time."""
+  def build(*args: Any) -> Any:
+    n = sum(len(a) for a in args if isinstance(a, (list, tuple, dict, set, frozenset, str, bytes)))
+    budget.take(_ITEM_BYTES * (n + 1), f"a pickled call {name}() of {n} elements")
+    return fn(*args)
+  return build
 
 
 def _check_ints(what: str, xs: Any) -> tuple[int, ...]:
@@ -389,12 +467,15 @@ def _rebuild_tensor(storage: Any, storage_offset: Any, size: Any, stride: Any, *
   try: npdt = np.dtype(to_numpy(dt))
   except TypeError: npdt = np.dtype({2: np.uint16, 1: np.uint8}[dt.itemsize])  # bf16/fp8: bit patterns
   numel = len(storage.data) // npdt.itemsize
+  _check_representable(f"torch_load: tensor on storage {storage.key!r}", size, npdt.itemsize)
   n = math.prod(size)
   if n == 0: return _TorchArray(np.zeros(size, dtype=npdt), dt)
   last = storage_offset + sum((s - 1) * st for s, st in zip(size, stride))  # the highest element index read
   if last >= numel:
     raise ValueError(f"torch_load: tensor of size {size}, stride {stride} at offset {storage_offset} reads element "
                      f"{last} of storage {storage.key!r}, which holds {numel} {dt} elements")
+  # an expanded (stride-0) view is n elements once materialised, however few it reads: counted before it's made
+  storage.budget.take(n * npdt.itemsize, f"tensor of size {size}, stride {stride} on storage {storage.key!r}")
   base = np.frombuffer(storage.data, dtype=npdt, count=numel)
   view = np.lib.stride_tricks.as_strided(base[storage_offset:], shape=size,
                                          strides=tuple(st * npdt.itemsize for st in stride), writeable=False)
@@ -418,27 +499,35 @@ def _rebuild_parameter(data: Any, requires_grad: bool = False, backward_hooks: A
 
 _TORCH_UTILS = {"_rebuild_tensor": _rebuild_tensor, "_rebuild_tensor_v2": _rebuild_tensor,
                 "_rebuild_parameter": _rebuild_parameter, "_rebuild_parameter_with_state": _rebuild_parameter}
-# containers and numbers only: e.g. bytes(10**12) would be a pickle that allocates a terabyte
+# containers and numbers only: e.g. bytes(10**12) would be a pickle that allocates a terabyte; the containers are
+# charged to the budget for what they copy (_charged)
 _BUILTINS = {"set": set, "frozenset": frozenset, "dict": dict, "list": list, "tuple": tuple, "int": int,
              "float": float, "bool": bool}
+_COPYING = (set, frozenset, dict, list, tuple)
 
 
 class _TorchUnpickler(pickle.Unpickler):
   """Resolves only the globals a state dict needs (tensor rebuilders, storages, dtypes, plain containers); any other
   name becomes an `_Opaque` stand-in, so a checkpoint can't run code here."""
 
-  def __init__(self, f: Any, zf: zipfile.ZipFile, prefix: str):
+  def __init__(self, f: Any, zf: zipfile.ZipFile, prefix: str, budget: _Budget, weights_only: bool = False):
     super().__init__(f)
-    self.zf, self.prefix = zf, prefix
+    self.zf, self.prefix, self.budget, self.weights_only = zf, prefix, budget, weights_only
     self.storages: dict[str, _TorchStorage] = {}
 
   def find_class(self, module: str, name: str) -> Any:
     if module == "torch._utils" and name in _TORCH_UTILS: return _TORCH_UTILS[name]
     if module == "torch" and name in _TORCH_STORAGES: return _TORCH_STORAGES[name]
     if module == "torch" and name in _TORCH_DTYPES: return _TORCH_DTYPES[name]
-    if module == "collections" and name == "OrderedDict": return OrderedDict
-    if module in ("builtins", "__builtin__") and name in _BUILTINS: return _BUILTINS[name]
-    return _opaque_class(module, name)  # hooks, torch.Size, metadata classes: recorded, never run
+    if module == "collections" and name == "OrderedDict": return _charged(OrderedDict, self.budget, "OrderedDict")
+    if module in ("builtins", "__builtin__") and name in _BUILTINS:
+      fn = _BUILTINS[name]
+      return _charged(fn, self.budget, name) if fn in _COPYING else fn
+    if self.weights_only:
+      raise pickle.UnpicklingError(
+        f"weights_only=True refuses the global {module}.{name}; allowed: torch._utils.{{{', '.join(_TORCH_UTILS)}}}, "
+        "torch.<dtype>/<Type>Storage, collections.OrderedDict, builtins.{" + ", ".join(_BUILTINS) + "}")
+    return _opaque_class(module, name, self.budget)  # hooks, torch.Size, metadata classes: recorded, never run
 
   def persistent_load(self, pid: Any) -> Any:
     # ('storage', storage type (a DType here, or torch.UntypedStorage), key, location, numel)
@@ -447,12 +536,16 @@ class _TorchUnpickler(pickle.Unpickler):
     dt, key = pid[1], str(pid[2])
     if not isinstance(dt, DType): dt = dtypes.uint8
     if key not in self.storages:
-      try: info = self.zf.getinfo(f"{self.prefix}data/{key}")
-      except KeyError: raise pickle.UnpicklingError(f"storage {key!r} has no file data/{key} in the archive") from None
-      if len(pid) > 4 and _is_int(pid[4]) and info.file_size < pid[4] * dt.itemsize:
+      member = f"{self.prefix}data/{key}"
+      try: info = self.zf.getinfo(member)
+      except KeyError:
+        raise pickle.UnpicklingError(f"storage {key!r} has no file data/{key} in the archive (zip member {member!r} "
+                                     "is missing)") from None
+      # torch.save writes each storage whole: its record holds exactly numel * itemsize bytes
+      if len(pid) > 4 and _is_int(pid[4]) and info.file_size != pid[4] * dt.itemsize:
         raise pickle.UnpicklingError(f"storage {key!r} declares {pid[4]} {dt} elements ({pid[4] * dt.itemsize} "
                                      f"bytes) but data/{key} holds {info.file_size} bytes")
-      self.storages[key] = _TorchStorage(dt, key, self.zf.read(info))
+      self.storages[key] = _TorchStorage(dt, key, _read_member(self.zf, info, self.budget), self.budget)
     st = self.storages[key]
     if st.dtype != dt: raise pickle.UnpicklingError(f"storage {key!r} is used as both {st.dtype} and {dt}")
     return st
@@ -473,30 +566,76 @@ def _tensors_inside(x: Any) -> bool:
   return False
 
 
-def torch_load(fn: str | os.PathLike) -> dict[str, Tensor]:
+# the first bytes of torch.save's pre-1.6 format: a pickled magic number (0x1950a86a20f9469cfc6c)
+_LEGACY_MAGIC = b"\x80\x02\x8a\x0al\xfc\x9cF\xf9 j\xa8P\x19"
+_PTH_BUDGET_FLOOR, _PTH_BUDGET_FACTOR = 64 << 20, 4
+
+
+def _not_a_zip(path: str) -> str:
+  """Why a file zipfile can't open is not a checkpoint we read, from its first bytes."""
+  with open(path, "rb") as f: head = f.read(len(_LEGACY_MAGIC))
+  if head.startswith(_LEGACY_MAGIC):
+    return "not a zip-format PyTorch checkpoint: the pre-1.6 legacy format is not supported; re-save it with a " \
+           "recent torch.save"
+  if head.startswith(b"PK"):
+    return "a truncated or corrupt zip archive (its end-of-central-directory record is missing or damaged)"
+  return f"not a zip-format PyTorch checkpoint: it starts with {head[:8]!r}, not b'PK' (zip) or legacy torch.save"
+
+
+def _check_pickle_ops(data: bytes | bytearray, member: str) -> None:
+  """Opcodes the C unpickler would run with a huge allocation are refused first: a memo index (BINPUT/LONG_BINPUT,
+  `r\xff\xff\xff\x7f` is 5 bytes) sizes its memo table to twice the index -- up to 32 GB. Valid pickles number their
+  memo entries from 0, one per opcode at most, so an index past the opcode count is corrupt."""
+  import pickletools
+  n_ops = 0
+  try:
+    for op, arg, pos in pickletools.genops(io.BytesIO(data)):
+      n_ops += 1
+      if op.name in ("PUT", "BINPUT", "LONG_BINPUT") and (not _is_int(arg) or not 0 <= arg <= n_ops):
+        raise ValueError(f"memo index {arg!r} at byte {pos} is past the {n_ops} opcodes read so far")
+  except (pickle.UnpicklingError, UnicodeDecodeError, OverflowError) as e:
+    raise ValueError(f"corrupt PyTorch checkpoint ({member}: {type(e).__name__}: {e})") from e
+  except ValueError as e:  # genops: an unknown opcode, a truncated argument, no STOP
+    raise ValueError(f"corrupt PyTorch checkpoint ({member}: {e})") from e
+
+
+def torch_load(fn: str | os.PathLike, max_bytes: int | None = None, weights_only: bool = False) -> dict[str, Tensor]:
   """The tensors of a PyTorch checkpoint saved with `torch.save` (zip format), without torch.
 
   Nested dicts/lists of tensors are flattened to dotted names (`{"model": {"w": t}}` -> `"model.w"`); non-tensor
   values are dropped. Nothing in the file runs: classes other than tensors, storages and plain containers are
   recorded, not imported, and a tensor inside one of them (a tensor subclass, a custom container) is an error that
-  names the class, not a silently missing weight. Every tensor's size/stride/offset is checked against its storage.
-  Raises ValueError for the pre-1.6 legacy (non-zip) format and for a corrupt file.
+  names the class, not a silently missing weight. `weights_only=True` (as torch.load's) refuses any global but the
+  tensor rebuilders, storages, dtypes and plain containers with a ValueError naming it, instead of recording it.
+  Every tensor's size/stride/offset is checked against its storage, every storage against its archive member.
+
+  `max_bytes` bounds what loading allocates (the archive members read plus the tensors built, an expanded stride-0
+  view counting its full size); default: 4x the file size, at least 64 MiB. Going over it is a ValueError naming the
+  budget, raised before the allocation (a deflate bomb is refused by its declared size, and a member that inflates
+  past its declared size is stopped one byte later). Raises ValueError for a truncated or corrupt archive, a missing
+  data.pkl or storage record (naming the member), the pre-1.6 legacy format and any other bad file.
   """
   path = os.fspath(fn)
+  if max_bytes is not None and (not _is_int(max_bytes) or max_bytes < 0):
+    raise ValueError(f"torch_load: max_bytes={max_bytes!r} must be a non-negative int (or None for the default)")
   try: is_zip = zipfile.is_zipfile(path)
   except zipfile.BadZipFile as e: raise ValueError(f"{path}: corrupt zip archive ({e})") from e
-  if not is_zip:
-    raise ValueError(f"{path}: not a zip-format PyTorch checkpoint (the pre-1.6 legacy format is not supported; "
-                     "re-save it with a recent torch.save)")
+  if not is_zip: raise ValueError(f"{path}: {_not_a_zip(path)}")
+  file_size = os.path.getsize(path)
+  budget = _Budget(max_bytes if max_bytes is not None else max(_PTH_BUDGET_FLOOR, _PTH_BUDGET_FACTOR * file_size),
+                   file_size)
   try:
     with zipfile.ZipFile(path) as zf:
       pkl = [n for n in zf.namelist() if n.endswith("data.pkl")]
-      if not pkl: raise ValueError(f"{path}: a zip file without data.pkl is not a PyTorch checkpoint")
+      if not pkl: raise ValueError(f"a zip archive without a data.pkl member is not a PyTorch checkpoint (members: "
+                                   f"{zf.namelist()[:8]!r:.300})")
       prefix = pkl[0][:-len("data.pkl")]
-      obj = _TorchUnpickler(io.BytesIO(zf.read(pkl[0])), zf, prefix).load()
+      data = _read_member(zf, zf.getinfo(pkl[0]), budget)
+      _check_pickle_ops(data, pkl[0])
+      obj = _TorchUnpickler(io.BytesIO(data), zf, prefix, budget, weights_only).load()
   except (pickle.UnpicklingError, EOFError, zipfile.BadZipFile, AttributeError, IndexError, TypeError, KeyError,
           struct.error, UnicodeDecodeError, RecursionError, OverflowError, MemoryError, NotImplementedError,
-          RuntimeError) as e:  # RuntimeError, NotImplementedError: zipfile's "encrypted", unknown compression
+          RuntimeError, zlib.error) as e:  # RuntimeError, NotImplementedError: zipfile's "encrypted", unknown method
     raise ValueError(f"{path}: corrupt PyTorch checkpoint ({type(e).__name__}: {e})") from e
   except ValueError as e: raise ValueError(f"{path}: {e}") from e
   out: dict[str, Tensor] = {}
@@ -530,4 +669,6 @@ def gguf_load(fn: str | os.PathLike | bytes | Tensor) -> tuple[dict[str, Any], d
   """
   from tiny_tensor.llm.gguf import read_gguf  # here: tiny_tensor.llm imports the model code, which needs nn
   kv, ts = read_gguf(fn.numpy().tobytes() if isinstance(fn, Tensor) else fn)
+  for name, t in ts.items():  # zero-element tensors with a huge other dim pass the byte checks: can numpy hold them?
+    _check_representable(f"GGUF tensor {name!r}", t.shape, dtypes.float32.itemsize)
   return kv, {name: Tensor(t.numpy()) for name, t in ts.items()}
