@@ -36,7 +36,6 @@ def test_shard_valid_cases_still_match_numpy():
 
 
 # pad/repeat live in tensor.py, which another change owns; the fix is in the report of issue #36 (nn.state part)
-@pytest.mark.xfail(strict=True, reason="fix in tensor.py pending")
 @pytest.mark.parametrize("pad", [(-5, 0), (-3, 2), (0, -3)])
 def test_pad_removing_more_than_the_dim_names_the_padding(pad):
   with pytest.raises(RuntimeError):  # torch refuses these too (narrow(): length must be non-negative)
@@ -51,7 +50,6 @@ def test_pad_negative_within_the_dim_matches_torch():
     np.testing.assert_array_equal(Tensor([1.0, 2.0]).pad((pad,)).numpy(), ref)
 
 
-@pytest.mark.xfail(strict=True, reason="fix in tensor.py pending")
 @pytest.mark.parametrize("reps", [(-1,), (2, -3)])
 def test_repeat_negative_names_the_repeats(reps):
   with pytest.raises(RuntimeError): torch.ones(2).repeat(*reps)

@@ -1249,6 +1249,10 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
       if len(padding) != self.ndim: raise ValueError(f"padding {padding} needs one pair per dim of shape {self.shape}")
       pairs = tuple((0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding)
     if mode != "constant" and value != 0: raise ValueError(f"pad mode {mode!r} takes no value (got {value})")
+    for d, ((b, a), s) in enumerate(zip(pairs, self.shape)):
+      if isinstance(s, int) and -min(b, 0) - min(a, 0) > s:
+        raise ValueError(f"pad {padding}: dim {d} of size {s} with padding ({b}, {a}) would remove "
+                         f"{-min(b, 0) - min(a, 0)} elements; negative padding may remove at most the dim's {s}")
     # negative padding shrinks first
     x = self
     if any(b < 0 or a < 0 for b, a in pairs):
@@ -1297,6 +1301,8 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
   def repeat(self, repeats: Any, *args: Any) -> Tensor:
     """Tile the tensor: `repeats` per dim (may add leading dims)."""
     reps = argfix(repeats, *args)
+    if bad := [r for r in reps if not isinstance(r, int) or isinstance(r, bool) or r < 0]:
+      raise ValueError(f"repeat {tuple(reps)}: repeats must be non-negative ints, got {bad[0]!r}")
     if len(reps) < self.ndim: raise ValueError(f"repeat {reps} has fewer dims than shape {self.shape}")
     base = (1,) * (len(reps) - self.ndim) + self.shape
     x = self.reshape([v for s in base for v in (1, s)]).expand([v for r, s in zip(reps, base) for v in (r, s)])
