@@ -94,6 +94,15 @@ def test_huge_dims_are_refused_not_zero_sized(loader, dims):
     LOADERS[loader](blob)
 
 
+@pytest.mark.parametrize("loader", LOADERS)
+@pytest.mark.parametrize("dims", [(0, 2**64 - 1), (0, 2**32, 2**32)])
+def test_empty_tensors_with_huge_dims_are_refused(loader, dims):
+  # zero bytes fit any data section: the other dims must still be countable (an int64 in ggml, numpy's limit)
+  blob = _gguf(infos=_info("t", dims, 0, 0), n_tensors=1, data=b"\0" * 64)
+  with pytest.raises(ValueError, match=r"GGUF tensor 't' has dims .*over the 2\*\*63-1 elements"):
+    LOADERS[loader](blob)
+
+
 # ***** 3. rows of whole blocks, and every decoder against the gguf package *****
 def test_rows_narrower_than_a_block_are_refused(tmp_path):
   # the gguf package (like llama.cpp) can't make such a tensor: a row is a whole number of blocks

@@ -236,6 +236,11 @@ def _tensor_info(r: _Reader, names: set[str]) -> _Info:
                      + ", ".join(f"{x.name} ({x.value})" for x in BLOCK))
   t = GGMLType(gtype)
   be, bb = BLOCK[t]
+  # a zero dim makes the tensor empty, so its byte range can't catch the other dims: ggml holds each dim and their
+  # product in an int64 (`ne`), and numpy can't make such an array either
+  if 0 in dims and (n := math.prod(d for d in dims if d)) > 2**63 - 1:
+    raise ValueError(f"GGUF tensor {name!r} has dims {list(dims)}: its non-zero dims multiply to {n}, over the "
+                     f"2**63-1 elements an int64 (ggml's ne) can count")
   # ggml (and gguf.quants) store each row as whole blocks: a row narrower than a block, or not a multiple of it, has
   # no layout (decoding it as if blocks ran across rows gives wrong numbers)
   row = dims[0] if dims else 1
