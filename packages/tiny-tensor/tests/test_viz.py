@@ -19,8 +19,9 @@ from tiny_uop import Ops, UOp, dtypes, trace
 
 # These tests pin the CPU: the nox sessions on other devices (tiny-tensor@MOCK+AMD, ...) leave them to the CPU session
 # and run test_viz_device.py, which records on their device.
-pytestmark = pytest.mark.skipif(os.environ.get("DEV", "CPU") not in ("", "CPU"),
-                                reason="CPU-pinned VIZ test: it runs in the CPU session; test_viz_device.py runs here")
+# CPU-pinned VIZ test: it runs in the CPU session; test_viz_device.py runs here
+# (the conftest deselects it in the other sessions)
+pytestmark = pytest.mark.dev_session("CPU")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
