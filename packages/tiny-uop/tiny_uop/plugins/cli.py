@@ -25,8 +25,8 @@ USER_ERRORS: tuple[type[BaseException], ...] = (UnknownDeviceError, DeviceUnavai
 
 
 def run_main(main: Callable[[], object], prog: str) -> int:
-  """Run a program's `main()` and return its exit status (what it returned when that is an int, else 0); an error in `USER_ERRORS` becomes one line on stderr
-  and status 1, with the traceback too when ``DEBUG>=1``."""
+  """Run a program's `main()` and return its exit status (what it returned when that is an int, else 0); an error
+  in `USER_ERRORS` becomes one line on stderr and status 1, with the traceback too when ``DEBUG>=1``."""
   try:
     rc = main()
     return rc if isinstance(rc, int) else 0
