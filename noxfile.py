@@ -253,8 +253,8 @@ def fresh(session: nox.Session) -> None:
   the runtimes from those wheels plus the test dependencies (TEST_DEPS less the heavy oracles), then run the demo
   (3 steps) and FRESH_TESTS detached from any terminal, with a PATH of nothing but the venv, a shell and env: no
   compiler, linker, OpenCL or CUDA, only the toolchains PyPI packages bring (tiny_uop.tools finds them).
-  Measured on CI's kind of machine (2 busy cores): about 7 minutes (wheels and installs 4.3, demo 0.5, tests 2.4);
-  `.ci/run` runs it after `nox -s tests`."""
+  Measured on a shared 2-core machine: 7 to 11 minutes (wheels and installs 4.3-7.5, most of it pip installing
+  torch; demo 0.5; 205 tests 2.5); `.ci/run` runs it after `nox -s tests`."""
   start = time.perf_counter()
   work = ROOT / ".nox" / "fresh"
   shutil.rmtree(work, ignore_errors=True)
