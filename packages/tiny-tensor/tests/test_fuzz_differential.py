@@ -27,8 +27,9 @@ from tiny_tensor import Tensor
 
 # the programs name their devices (CPU, PYTHON): a session for another default device (tiny-tensor@MOCK+AMD) would
 # only run them again
-pytestmark = pytest.mark.skipif(os.environ.get("DEV", "CPU").split(":")[0] not in ("", "CPU"),
-                                reason="runs in the plain tiny-tensor session; its devices are CPU and PYTHON")
+# runs in the plain tiny-tensor session; its devices are CPU and PYTHON
+# (the conftest deselects it in the other sessions)
+pytestmark = pytest.mark.dev_session("CPU")
 N_PROGRAMS = int(os.environ.get("FUZZ_PROGRAMS", "240"))  # per CI run; FUZZ_PROGRAMS=5000 for a long local run
 SEED0 = int(os.environ.get("FUZZ_SEED", "0"))
 SETITEM_WAITING_FOR_19 = ("duplicate indices (numpy: the last write wins)", "lazy out-of-range index tensors")

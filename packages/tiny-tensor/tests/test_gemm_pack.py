@@ -1,7 +1,6 @@
 """`Tensor.dot` on an AVX2 or AVX-512 CPU realizes a large (or transposed) right operand as contiguous column panels
 first (`gemm_panel`): the results, gradients and kernels of those matmuls, with the CPU renderer's register file set
 to AVX2's or AVX-512's whatever this host has."""
-import os
 
 import numpy as np
 import pytest
@@ -9,8 +8,9 @@ import torch
 from tiny_tensor import Tensor
 from tiny_uop import Ops, dtypes
 
-pytestmark = pytest.mark.skipif(os.environ.get("DEV", "CPU") not in ("", "CPU"),
-                                reason="CPU-pinned: the packing is the CPU renderer's; other sessions read B in place")
+# CPU-pinned: the packing is the CPU renderer's; other sessions read B in place
+# (the conftest deselects it in the other sessions)
+pytestmark = pytest.mark.dev_session("CPU")
 
 
 def kernels(t: Tensor) -> list[str]:

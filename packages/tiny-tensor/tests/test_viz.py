@@ -19,8 +19,9 @@ from tiny_uop import Ops, UOp, dtypes, trace
 
 # These tests pin the CPU: the nox sessions on other devices (tiny-tensor@MOCK+AMD, ...) leave them to the CPU session
 # and run test_viz_device.py, which records on their device.
-pytestmark = pytest.mark.skipif(os.environ.get("DEV", "CPU") not in ("", "CPU"),
-                                reason="CPU-pinned VIZ test: it runs in the CPU session; test_viz_device.py runs here")
+# CPU-pinned VIZ test: it runs in the CPU session; test_viz_device.py runs here
+# (the conftest deselects it in the other sessions)
+pytestmark = pytest.mark.dev_session("CPU")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
@@ -271,17 +272,34 @@ def test_viz_env_writes_the_trace_and_prints_the_command_without_blocking(tmp_pa
   assert len(t.kernels) == 1 and len(t.launches) == 1 and t.kernels[0].source
 
 
-def test_viz_env_serves_at_exit_when_stdout_is_a_terminal(tmp_path):
-  import pty
-  import re
-  import select
+def _own_terminal_session() -> None:
+  """In the child before exec: a new session whose controlling terminal is its stdout (the pty's slave), so the pty
+  is its own, and SIGINT at its default: a test run detached (`setsid nohup nox ... &`) inherits SIGINT ignored."""
+  import fcntl
   import signal
+  import termios
+  fcntl.ioctl(1, termios.TIOCSCTTY, 0)  # start_new_session made this process a session leader: take the pty
+  signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _viz_in_a_pty(tmp_path, preexec) -> tuple[subprocess.Popen, int, str]:
+  import pty
   out = tmp_path / "t.jsonl"
   master, slave = pty.openpty()
   env = {**os.environ, "DEV": "CPU", "VIZ": "1", "VIZ_OUT": str(out)}
   proc = subprocess.Popen([sys.executable, "-c", "from tiny_tensor import Tensor; (Tensor([3.0]) * 4).realize()"],
-                          stdout=slave, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env)
+                          stdout=slave, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env,
+                          start_new_session=True, preexec_fn=preexec)
   os.close(slave)
+  return proc, master, str(out)
+
+
+def test_viz_env_serves_at_exit_when_stdout_is_a_terminal(tmp_path):
+  """The child runs in its own session on its own pty, whatever terminal (or none) pytest has; Ctrl-C typed on that
+  terminal (the pty turns ^C into SIGINT for its foreground process group) stops the server and the program."""
+  import re
+  import select
+  proc, master, out = _viz_in_a_pty(tmp_path, _own_terminal_session)
   try:
     err, url = b"", None
     while url is None:
@@ -289,10 +307,30 @@ def test_viz_env_serves_at_exit_when_stdout_is_a_terminal(tmp_path):
       assert ready and proc.poll() is None, f"no server came up: {err.decode()}"
       err += os.read(proc.stderr.fileno(), 4096)  # type: ignore[union-attr]
       if (m := re.search(rb"serving .* at (http://127\.0\.0\.1:\d+/)", err)): url = m.group(1).decode()
-    assert urllib.request.urlopen(url + "trace.jsonl", timeout=30).read() == out.read_bytes()
+    with open(out, "rb") as f: assert urllib.request.urlopen(url + "trace.jsonl", timeout=30).read() == f.read()
     assert b'id="kernels"' in urllib.request.urlopen(url, timeout=30).read()
-    proc.send_signal(signal.SIGINT)  # Ctrl-C stops the server and the program exits cleanly
+    os.write(master, b"\x03")  # Ctrl-C on the child's terminal
     assert proc.wait(timeout=60) == 0
+  finally:
+    if proc.poll() is None: proc.kill()
+    proc.wait()
+    os.close(master)
+
+
+def _sigint_ignored() -> None:
+  import signal
+  signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def test_viz_env_does_not_serve_when_sigint_is_ignored(tmp_path):
+  """A terminal on stdout but SIGINT ignored (how `cmd &` starts a job without job control): Ctrl-C could not stop a
+  server, so it prints the command, says why it doesn't serve, and exits instead of blocking forever."""
+  proc, master, out = _viz_in_a_pty(tmp_path, _sigint_ignored)
+  try:
+    assert proc.wait(timeout=120) == 0
+    err = proc.stderr.read().decode()  # type: ignore[union-attr]
+    assert f"-m tiny_tensor.viz {out}" in err and "not serving: SIGINT is ignored" in err, err
+    assert "serving" not in err.replace("not serving", "")
   finally:
     if proc.poll() is None: proc.kill()
     proc.wait()

@@ -33,8 +33,9 @@ from tiny_tensor.viz.server import serve_in_thread
 
 # These tests pin the CPU: the nox sessions on other devices (tiny-tensor@MOCK+AMD, ...) leave them to the CPU session
 # and run test_viz_device.py, which records on their device.
-pytestmark = pytest.mark.skipif(os.environ.get("DEV", "CPU") not in ("", "CPU"),
-                                reason="CPU-pinned VIZ test: it runs in the CPU session; test_viz_device.py runs here")
+# CPU-pinned VIZ test: it runs in the CPU session; test_viz_device.py runs here
+# (the conftest deselects it in the other sessions)
+pytestmark = pytest.mark.dev_session("CPU")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
          "--disable-sync", "--no-first-run", "--window-size=1400,900"]
 MAX_NODES = 2500  # viz.js draws at most this many nodes of a graph

@@ -525,4 +525,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-  raise SystemExit(main())
+  from tiny_uop.plugins.cli import run_main
+  raise SystemExit(run_main(main, "python -m tiny_tensor.conformance"))

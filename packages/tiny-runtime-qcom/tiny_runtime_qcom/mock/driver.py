@@ -114,6 +114,17 @@ class MockKGSL:
       self.range_starts = sorted(self.ranges)
       return addr
 
+  def unmap(self, addr: int, size: int) -> None:
+    """munmap of an object's CPU mapping: its GPU address range goes with it, at once and under the lock, since the
+    host may hand that address to the next mmap (another thread's object) before this one's GPUOBJ_FREE."""
+    with self.lock:
+      if self.ranges.get(addr) != addr + size: raise OSError(22, f"munmap of {size:#x} bytes at {addr:#x}")
+      FileIOInterface().munmap(addr, size)
+      self.ranges.pop(addr)
+      self.range_starts = sorted(self.ranges)
+      for obj, (a, n) in self.objs.items():
+        if a == addr: self.objs[obj] = (0, n)  # unmapped: GPUOBJ_FREE then has no range to drop
+
   def _gpuobj_info(self, a: Any) -> None:
     if a.id not in self.objs: raise OSError(22, f"GPUOBJ_INFO of unknown object {a.id}")
     addr, size = self.objs[a.id]
@@ -215,10 +226,7 @@ class MockFileIO(FileIOInterface):
       raise OSError(22, f"mock mmap of {self.path!r} at {start:#x} offset {offset:#x}")
     return self.drv.map(offset // kgsl.PAGE, size)
 
-  def munmap(self, addr: int, size: int) -> None:
-    with self.drv.lock:
-      if self.drv.ranges.get(addr) != addr + size: raise OSError(22, f"munmap of {size:#x} bytes at {addr:#x}")
-    FileIOInterface().munmap(addr, size)
+  def munmap(self, addr: int, size: int) -> None: self.drv.unmap(addr, size)
 
   @staticmethod
   def exists(path: str) -> bool: return path == kgsl.KGSL_PATH

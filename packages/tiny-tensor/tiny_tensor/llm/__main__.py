@@ -53,4 +53,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  from tiny_uop.plugins.cli import run_main
+  sys.exit(run_main(main, "python -m tiny_tensor.llm"))

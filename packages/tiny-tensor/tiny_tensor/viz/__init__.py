@@ -32,6 +32,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import signal
 import sys
 import tempfile
 from typing import Iterator
@@ -94,13 +95,19 @@ def _at_exit() -> None:
   print(f"VIZ: {c['schedule']} schedules, {c['kernel']} kernels, {rec.n_steps} rewrite steps, {rec.n_launches} "
         f"launches in {path}\nVIZ: view it with: {view_command(path)}", file=sys.stderr, flush=True)
   if not sys.stdout.isatty(): return  # run by another program (stdout not a terminal): never block
+  if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    # started with SIGINT ignored (a `cmd &` background job of a non-interactive shell, nohup, some CI runners):
+    # Ctrl-C could never stop the server, so serving would block this process forever
+    print("VIZ: not serving: SIGINT is ignored in this process, so Ctrl-C could not stop the server",
+          file=sys.stderr, flush=True)
+    return
   from tiny_tensor.viz.server import serve_forever
   serve_forever(path)
 
 
 def start_from_env() -> VizRecorder:
   """VIZ=1: record from now on into `default_path()`; at exit print how to view it, and serve it at once when stdout
-  is a terminal (Ctrl-C stops the server). Called by `import tiny_tensor`."""
+  is a terminal and SIGINT is not ignored (Ctrl-C stops the server). Called by `import tiny_tensor`."""
   rec = enable()
   atexit.register(_at_exit)
   return rec
