@@ -23,6 +23,7 @@ import ctypes.util
 import errno
 import functools
 import os
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, Sequence, TypeVar
@@ -371,6 +372,7 @@ class HCQCompiled(Compiled):
   hw_compute_queue_t: type[HWQueue]
   hw_copy_queue_t: type[HWQueue] | None
   _deferred: list[tuple[int, HCQBuffer]]
+  _deferred_lock = threading.Lock()   # one for all devices: held for a list operation, never across a wait
   kernargs: HCQBuffer
   _kernargs_ptr: int
 
@@ -409,16 +411,21 @@ class HCQCompiled(Compiled):
     return addr
 
   def synchronize(self) -> None:
-    """Wait until every submission so far has signaled the timeline (then free what `defer_free` was given)."""
-    self.timeline_signal.wait(self.timeline_value - 1)
-    if (deferred := getattr(self, "_deferred", None)):
-      self._deferred = []
-      for _, buf in deferred: self._gpu_free(buf)
+    """Wait until every submission so far has signaled the timeline, then free what `defer_free` was given for
+    values the timeline reached. Another thread may submit and defer a free between the wait and the free: that
+    buffer stays deferred (its `after` is past the value waited for), so a running kernel never loses its memory."""
+    self.timeline_signal.wait(reached := self.timeline_value - 1)
+    with self._deferred_lock:
+      deferred = self.__dict__.get("_deferred", [])
+      done = [buf for after, buf in deferred if after <= reached]
+      self._deferred = [(after, buf) for after, buf in deferred if after > reached]
+    for buf in done: self._gpu_free(buf)
 
   def defer_free(self, buf: HCQBuffer, after: int) -> None:
     """Free `buf` once the timeline reached `after` (at a later `synchronize`): the GPU may still read it."""
     if after <= self.timeline_signal.value: self._gpu_free(buf)
-    else: self.__dict__.setdefault("_deferred", []).append((after, buf))
+    else:
+      with self._deferred_lock: self.__dict__.setdefault("_deferred", []).append((after, buf))
 
   def run_copy(self, dest: int, src: int, size: int) -> None:
     """Queue `size` bytes from `src` to `dest` (GPU addresses) after all earlier work, signaling the timeline."""
