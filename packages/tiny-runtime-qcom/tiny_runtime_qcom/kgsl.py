@@ -8,6 +8,7 @@ Struct layouts, ioctl numbers and flag values are those of the Linux UAPI header
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -131,6 +132,7 @@ class KGSLIface:
       field(CONTEXT_PREEMPT_STYLE_FINEGRAIN, CONTEXT_PREEMPT_STYLE_SHIFT, CONTEXT_PREEMPT_STYLE_MASK)
     self.ctx = self.ioctl("DRAWCTXT_CREATE", flags=flags).drawctxt_id
     self.last_timestamp = 0
+    self._map_lock = threading.Lock()
 
   def ioctl(self, name: str, **fields: Any) -> Any:
     """Run `IOCTL_KGSL_<name>` with a fresh argument struct filled from `fields`; return the struct after the call."""
@@ -150,20 +152,24 @@ class KGSLIface:
     flags = MEMFLAGS_USE_CPU_MAP | field(12, MEMALIGN_SHIFT, MEMALIGN_MASK) | field(MEMTYPE_CL, MEMTYPE_SHIFT,
                                                                                      MEMTYPE_MASK)
     if uncached: flags |= field(CACHEMODE_UNCACHED, CACHEMODE_SHIFT, CACHEMODE_MASK)
-    obj = self.ioctl("GPUOBJ_ALLOC", size=size, flags=flags, va_len=0, mmapsize=size)
-    addr = self.dev.mmap(0, size, PROT_READ | PROT_WRITE, MAP_SHARED, obj.id * PAGE)
-    info = self.ioctl("GPUOBJ_INFO", id=obj.id)
+    with self._map_lock:  # the object and its CPU mapping come and go together (the mapping is its GPU address)
+      obj = self.ioctl("GPUOBJ_ALLOC", size=size, flags=flags, va_len=0, mmapsize=size)
+      addr = self.dev.mmap(0, size, PROT_READ | PROT_WRITE, MAP_SHARED, obj.id * PAGE)
+      info = self.ioctl("GPUOBJ_INFO", id=obj.id)
+      if info.gpuaddr != addr:
+        self.dev.munmap(addr, size)
+        self.ioctl("GPUOBJ_FREE", id=obj.id)
     if info.gpuaddr != addr:
-      self.dev.munmap(addr, size)
-      self.ioctl("GPUOBJ_FREE", id=obj.id)
       raise KGSLError(f"GPU object {obj.id}: GPU address {info.gpuaddr:#x} is not its CPU mapping {addr:#x} "
                       "(KGSL_MEMFLAGS_USE_CPU_MAP unsupported?)")
     return HCQBuffer(addr, size, meta=obj.id, cpu_mapped=True)
 
   def free(self, buf: HCQBuffer) -> None:
-    """Unmap and free a GPU object from `alloc`."""
-    self.dev.munmap(buf.va_addr, buf.size)
-    self.ioctl("GPUOBJ_FREE", id=buf.meta)
+    """Unmap and free a GPU object from `alloc`. Both under one lock with `alloc`'s: between the unmap and the free,
+    another thread's new mapping could take the same address, which is still this object's GPU address."""
+    with self._map_lock:
+      self.dev.munmap(buf.va_addr, buf.size)
+      self.ioctl("GPUOBJ_FREE", id=buf.meta)
 
   def submit(self, ib_addr: int, ndwords: int) -> int:
     """GPU_COMMAND of one indirect buffer (`ndwords` dwords at GPU address `ib_addr`); returns its timestamp."""
