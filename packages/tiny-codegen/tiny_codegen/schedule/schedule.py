@@ -1134,7 +1134,7 @@ def create_schedule(sink: UOp, expose: Iterable[UOp] = ()) -> ScheduleResult:
   st = time.perf_counter()
   norm = _Normalizer(reuse=not expose)  # expose: each exposed node's image is needed, so every node is walked
   nsink = norm.node(sink)
-  if _trace.RECORDER is not None or DEBUG >= 3: _show_stage("normalize", sink, nsink, st)
+  if show := (_trace.RECORDER is not None or DEBUG >= 3): _show_stage("normalize", sink, nsink, st)
   nexpose: frozenset[UOp] = frozenset()
   dec = None
   nodes = norm.nodes  # the normalized graph's size: what a cache entry keeps alive
@@ -1152,7 +1152,7 @@ def create_schedule(sink: UOp, expose: Iterable[UOp] = ()) -> ScheduleResult:
     if SCHEDULE_CACHE: _cache.put(key, tmpl, nodes)
   # pass `rebind` (step 5): the caller's buffers in place of the placeholders, a new BUFFER for each buffer the
   # schedule makes
-  t_rebind = time.perf_counter()
+  t_rebind = time.perf_counter() if show else 0.0
   if tmpl.inputs is None: tmpl.inputs, tmpl.becomes_nodes = _inputs_of(tmpl), {n for n, _, _ in tmpl.becomes}
   ins = norm.inputs
   sub: dict[UOp, UOp] = {ph: ins[ph.src[0].arg[1]] for ph in tmpl.inputs}
@@ -1168,8 +1168,7 @@ def create_schedule(sink: UOp, expose: Iterable[UOp] = ()) -> ScheduleResult:
     for orig in inv.get(node, ()):
       if view is None: becomes[orig] = real if orig.shape == real.shape else real.reshape(shape_of(orig))
       else: becomes[orig] = _rebase(view, sub)
-  if _trace.RECORDER is not None or DEBUG >= 3:
-    _show_stage("rebind", UOp(Ops.LINEAR, src=tuple(tmpl.calls)), UOp(Ops.LINEAR, src=tuple(calls)), t_rebind)
+  if show: _show_stage("rebind", UOp(Ops.LINEAR, src=tuple(tmpl.calls)), UOp(Ops.LINEAR, src=tuple(calls)), t_rebind)
   if DEBUG >= 3:
     print(f"schedule: {len(calls)} calls ({sum(c.src[0].op is Ops.SINK for c in calls)} kernels) in "
           f"{(time.perf_counter() - st) * 1e3:.2f} ms{' (cached)' if hit else ''}")
