@@ -165,6 +165,24 @@ def test_kernel_builder_says_which_value_needs_a_buffer():
   np.testing.assert_allclose(ref.realized_value(sched, env, z), want, rtol=1e-4)
 
 
+def test_rebind_pass_puts_the_callers_buffers_into_a_cached_schedule():
+  (ab, a, av), (bb, b, bv) = tensor(4, 8), tensor(4, 8)
+  (cb, c, cv), (db, d, dv) = tensor(4, 8), tensor(4, 8)
+  clear_schedule_cache()
+  first = create_schedule(UOp.sink(softmax(a * b, (4, 8))[2]))
+  rec = _Stages()
+  old = trace.install(rec)
+  try: sched = create_schedule(UOp.sink(out := softmax(c * d, (4, 8))[2]))  # same structure: a cache hit
+  finally: trace.install(old)
+  assert [n for n, _, _ in rec.seen] == ["normalize", "rebind"] and sched.template is first.template
+  before, after = rec.seen[1][1], rec.seen[1][2]
+  assert {x.src[0].arg[0] for call in before.src for x in call.src[1:]} == {"in", "new"}  # placeholders
+  bufs = {x for call in after.src for x in call.src[1:]}
+  assert {cb, db} <= bufs and not bufs & {ab, bb} and not bufs & {x for call in first.calls for x in call.src[1:]}
+  env = ref.run_schedule(sched, {cb: cv, db: dv})
+  np.testing.assert_allclose(ref.realized_value(sched, env, out), np_softmax(cv * dv), rtol=1e-5)
+
+
 # ***** tracing *****
 class _Stages(trace.Recorder):
   def __init__(self) -> None: self.seen: list[tuple[str, UOp, UOp]] = []
