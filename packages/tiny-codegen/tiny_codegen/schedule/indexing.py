@@ -10,6 +10,7 @@ input BUFFER or another kernel's output) becomes `LOAD(INDEX(PARAM(slot), idx, v
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from tiny_uop.dtype import DType, dtypes
@@ -147,25 +148,39 @@ def reshape_index(idx: tuple[UOp, ...], new: tuple[sint, ...], old: tuple[sint, 
   return tuple(out)
 
 
+def _peel_sum(e: UOp, r: UOp, base: Callable[[UOp], Any]) -> tuple[Any, list[tuple[UOp, bool]]] | None:
+  """Walk down the ADDs of `e` toward the one term that holds `r` (an explicit loop, no recursion): `base(term)` of
+  the term where the walk stops and the other operands met on the way, outermost first (each with whether it was the
+  right operand); None when the walk stops at a term `base` rejects (returns None) or `r` is in both operands."""
+  path: list[tuple[UOp, bool]] = []
+  while (found := base(e)) is None:
+    if e.op is not Ops.ADD: return None
+    a, b = e.src
+    if r not in b.toposort(): path.append((b, True)); e = a  # noqa: E702
+    elif r not in a.toposort(): path.append((a, False)); e = b  # noqa: E702
+    else: return None
+  return found, path
+
+
+def _rebuild_sum(x: UOp, path: list[tuple[UOp, bool]]) -> UOp:
+  """`x` put back in place of the term `_peel_sum` stopped at: the operands of `path` added around it."""
+  for other, right in reversed(path): x = iadd(x, other) if right else iadd(other, x)
+  return x
+
+
 def _minus_range(e: UOp, r: UOp) -> UOp | None:
   """x when e == r + x with x independent of r, else None."""
-  if e is r: return iconst(0, r.dtype)
-  if e.op is Ops.ADD:
-    a, b = e.src
-    if r not in b.toposort() and (x := _minus_range(a, r)) is not None: return iadd(x, b)
-    if r not in a.toposort() and (x := _minus_range(b, r)) is not None: return iadd(a, x)
-  return None
+  if (peeled := _peel_sum(e, r, lambda t: True if t is r else None)) is None: return None
+  return _rebuild_sum(iconst(0, r.dtype), peeled[1])
 
 
 def _affine(e: UOp, r: UOp) -> tuple[UOp, int] | None:
   """(x, k) when e == x + k*r with x independent of r and k an int, else None."""
-  if e is r: return iconst(0, r.dtype), 1
-  if e.op is Ops.MUL and e.src[0] is r and _is_const(e.src[1]): return iconst(0, r.dtype), e.src[1].arg
-  if e.op is Ops.ADD:
-    a, b = e.src
-    if r not in b.toposort() and (xa := _affine(a, r)) is not None: return iadd(xa[0], b), xa[1]
-    if r not in a.toposort() and (xb := _affine(b, r)) is not None: return iadd(a, xb[0]), xb[1]
-  return None
+  def coeff(t: UOp) -> int | None:  # k when the term t is k*r (r itself: 1)
+    if t is r: return 1
+    return t.src[1].arg if t.op is Ops.MUL and t.src[0] is r and _is_const(t.src[1]) else None
+  if (peeled := _peel_sum(e, r, coeff)) is None: return None
+  return _rebuild_sum(iconst(0, r.dtype), peeled[1]), peeled[0]
 
 
 def _mod_intervals(c: UOp, r: UOp) -> list[tuple[UOp, UOp]] | None:
@@ -225,15 +240,18 @@ RECOMPUTE_LIMIT = 32
 """A value read at more than this many different indices inside one kernel is realized into a buffer instead."""
 
 
-class Recompute(Exception):
-  """A value would be recomputed at too many different indices inside one kernel (e.g. a chain of stencils)."""
-  def __init__(self, node: UOp):
-    super().__init__(f"{node.op} is read at more than {RECOMPUTE_LIMIT} indices in one kernel")
-    self.node = node
+@dataclass(frozen=True)
+class NeedsBuffer:
+  """Why a kernel was not built: `node` would be recomputed at more than RECOMPUTE_LIMIT different indices inside it
+  (e.g. a chain of stencils). The caller gives `node` its own kernel first, then builds this one again."""
+  node: UOp
 
 
-class MergeFailed(Exception):
-  """A value meant to be stored by another value's kernel is not computed there at the same index."""
+@dataclass(frozen=True)
+class NotMerged:
+  """Why a multi-output kernel was not built: a value meant to be stored by it is not computed there at its output
+  index (`reason` says which). The caller builds the values' kernels separately."""
+  reason: str
 
 
 class KernelBuilder:
@@ -256,6 +274,7 @@ class KernelBuilder:
     self.inline: set[UOp] = set()      # ASSIGNs this kernel performs itself (extra outputs)
     self.snapshots: dict[UOp, UOp] = {}  # BUFFER -> copy of its value before any ASSIGN (read instead of it)
     self.buffer_reads: list[tuple[UOp, UOp | None]] = []   # (BUFFER, version) pairs read
+    self.needs: NeedsBuffer | None = None  # set when `build` stopped: the value to realize first
 
   def new_range(self, size: sint, axis_type: AxisType) -> UOp:
     self.axis += 1
@@ -279,18 +298,19 @@ class KernelBuilder:
     if valid is not None and _is_const(valid, False): return UOp.const(buf.dtype, 0)
     return self.param(buf).index(lin, valid).load()
 
-  def build(self, root: UOp, idx: tuple[UOp, ...], valid: UOp | None = None) -> UOp:
-    """The kernel expression of graph node `root` at index `idx` (only read where `valid`).
+  def build(self, root: UOp, idx: tuple[UOp, ...], valid: UOp | None = None) -> UOp | None:
+    """The kernel expression of graph node `root` at index `idx` (only read where `valid`); None when a value would be
+    recomputed at too many indices (`self.needs` then names it).
 
     Iterative: each visited (node, index) is a generator (`_steps`) that yields the (source, index, valid, version)
     it needs and receives that source's kernel expression; a driver loop with an explicit stack runs them, so a
     graph 10,000 ops deep costs no Python recursion."""
     return self._run((root, idx, valid, self.version))
 
-  def _run(self, req: tuple) -> UOp:
+  def _run(self, req: tuple) -> UOp | None:
     memo = self.memo
     if (ret := memo.get(req)) is not None: return ret
-    self._visit(req[0])
+    if not self._visit(req[0]): return None
     stack: list[tuple[tuple, Any]] = [(req, self._steps(*req))]
     result: Any = None
     while stack:
@@ -301,14 +321,17 @@ class KernelBuilder:
         result = memo[key] = stop.value
         continue
       if (result := memo.get(sub)) is None:
-        self._visit(sub[0])
+        if not self._visit(sub[0]): return None  # the unfinished generators are dropped with the stack
         stack.append((sub, self._steps(*sub)))
     return memo[req]
 
-  def _visit(self, root: UOp) -> None:
+  def _visit(self, root: UOp) -> bool:
+    """Count a visit of `root`; False (and `self.needs` set) when a costly value goes past RECOMPUTE_LIMIT visits."""
     if (n := self.visits.get(root, 0) + 1) > RECOMPUTE_LIMIT and self.costly(root) and self.buffer_of(root) is None:
-      raise Recompute(root)
+      self.needs = NeedsBuffer(root)
+      return False
     self.visits[root] = n
+    return True
 
   def _steps(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None, version: UOp | None) -> Any:
     """A generator: yields (source, idx, valid, version) requests, returns the kernel expression of `u` at `idx`."""
@@ -389,18 +412,23 @@ class KernelBuilder:
     return inner.reduce(*rngs, arg=rop)
 
   def kernel(self, value: UOp, out_buf: UOp, shape: tuple[sint, ...], out_view: UOp | None = None,
-             extra: tuple[tuple[UOp, UOp], ...] = (), also: tuple[tuple[UOp, UOp], ...] = ()) -> UOp:
+             extra: tuple[tuple[UOp, UOp], ...] = (), also: tuple[tuple[UOp, UOp], ...] = ()) \
+      -> UOp | NeedsBuffer | NotMerged:
     """The SINK storing `value` (of `shape`) into `out_buf` (through the movement ops of `out_view` when given).
 
     `extra` are (node, buffer) pairs of values of the same shape that this kernel computes anyway at its output index
-    (a reduce feeding this one): each gets its own STORE. Raises MergeFailed when one is not computed at that index.
+    (a reduce feeding this one): each gets its own STORE; NotMerged when one is not computed at that index.
     `also` are (value, buffer) pairs of independent values of the same shape computed and stored by this kernel too.
+    NeedsBuffer: a value would be recomputed at too many indices (nothing is stored; realize it first).
     """
     out_param = self.param(out_buf)
     for _, b in (*extra, *also): self.param(b)
     rngs = self.out_ranges(shape)
-    val = self.build(value, rngs)
-    also_vals = [(self.build(v, rngs), b) for v, b in also]
+    if (val := self.build(value, rngs)) is None: return self._stopped()
+    also_vals: list[tuple[UOp, UOp]] = []
+    for v, b in also:
+      if (aval := self.build(v, rngs)) is None: return self._stopped()
+      also_vals.append((aval, b))
     if out_view is None:
       lin, valid = flatten_index(rngs, tuple(self.ks(s) for s in shape)), None
     else:
@@ -410,11 +438,15 @@ class KernelBuilder:
     stores = [target.store(val)]
     for u, b in extra:
       if (uval := self.memo.get((u, rngs, None, None))) is None:
-        raise MergeFailed(f"{u.op} is not computed at the output index of this kernel")
+        return NotMerged(f"{u.op} is not computed at the output index of this kernel")
       stores.append(self.param(b).index(lin).store(uval))
     for aval, b in also_vals: stores.append(self.param(b).index(lin).store(aval))
     name = ("r_" if self.has_reduce else "E_") + "_".join(str(s) if isinstance(s, int) else "n" for s in shape)
     return UOp(Ops.SINK, dtypes.void, tuple(stores), arg=KernelInfo(name or "E"))
+
+  def _stopped(self) -> NeedsBuffer:
+    assert self.needs is not None, "build stopped without naming the value to realize"
+    return self.needs
 
   def store_index(self, view: UOp, idx: tuple[UOp, ...]) -> tuple[UOp, UOp | None]:
     """Linear index into the base buffer of a view (movement ops over a BUFFER or an ASSIGN) and its validity."""

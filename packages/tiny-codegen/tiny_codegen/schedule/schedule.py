@@ -21,6 +21,11 @@ Stages (docs/PIPELINE.md §2):
    values go through temporaries and original contents are snapshotted), then let the memory planner reuse freed
    intermediate buffers;
 5. put the caller's buffers back in place of the placeholders (the cached part is steps 2-4).
+
+As passes (docs/PIPELINE.md §2, each a step in VIZ and DEBUG): `normalize` (1), then STAGES, the cached part:
+`decide` (2), `kernels` (3), `order` and `memory` (4), then `rebind` (5). A decision that may fail is a result, not an
+exception: `KernelBuilder.kernel` returns `NeedsBuffer` or `NotMerged`, `order` None (`_next_attempt` decides what
+to try next).
 """
 from __future__ import annotations
 
@@ -31,15 +36,16 @@ import threading
 import time
 from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from tiny_uop.dtype import DType, dtypes
 from tiny_uop.helpers import DEBUG, SPEC, all_int, getenv, prod, strides_for_shape
 from tiny_uop.spec import kernel_spec, maybe_verify, tensor_spec
+from tiny_uop import trace as _trace
 from tiny_uop.trace import traced
 from tiny_uop.uop import GroupOp, Ops, UOp, sint
 
-from tiny_codegen.schedule.indexing import KernelBuilder, MergeFailed, Recompute, shape_of
+from tiny_codegen.schedule.indexing import KernelBuilder, NeedsBuffer, NotMerged, shape_of
 from tiny_codegen.schedule.memory import memory_plan
 
 
@@ -476,7 +482,18 @@ def _view_of(u: UOp, base_buf: dict[UOp, UOp]) -> tuple[UOp, int] | None:
   return buf, offset
 
 
-def _flat(a: Any) -> list[Any]: return [y for x in a for y in (_flat(x) if isinstance(x, tuple) else [x])]
+def _flat(a: Any) -> list[Any]:
+  """The leaves of a nested tuple (a movement op's arg), in order."""
+  out: list[Any] = []
+  stack = [iter(a)]
+  while stack:
+    if (x := next(stack[-1], _END)) is _END: stack.pop()
+    elif isinstance(x, tuple): stack.append(iter(x))
+    else: out.append(x)
+  return out
+
+
+_END = object()
 
 
 def _contiguous(shape: tuple[sint, ...], strides: tuple[sint, ...]) -> bool:
@@ -640,214 +657,342 @@ def _costly(reads_memory: dict[UOp, bool], u: UOp) -> bool:
     u.op not in GroupOp.Movement
 
 
-def _schedule(sink: UOp, merge: bool = True, safe_assign: bool = False, expose: frozenset[UOp] = frozenset(),
+def _schedule(sink: UOp, expose: frozenset[UOp] = frozenset(),
               decided: tuple[dict[UOp, None], dict[UOp, bool]] | None = None) -> _Template:
-  """Schedule a normalized sink. `merge`: multi-output kernels; `safe_assign`: every ASSIGN computes its value into a
-  temporary first (so all reads happen before all writes: the fallback when assigns would wait on each other);
-  `expose`: nodes that, when they get a buffer anyway, are reported in `becomes` (and kept out of buffer reuse);
-  `decided`: `_decide(sink)` when the caller has it already."""
-  realize, reads_memory = decided if decided is not None else _decide(sink)
-  costly = functools.partial(_costly, reads_memory)
-  memo: dict[UOp, UOp] = {}
-  idx_dt = _index_dtype(sink)
-  ks = lambda x: _unbind(x, memo, idx_dt)  # noqa: E731
-  new_buffers: list[UOp] = []
+  """Schedule a normalized sink: the passes of STAGES in order. `expose`: nodes that, when they get a buffer anyway,
+  are reported in `becomes` (and kept out of buffer reuse); `decided`: `_decide(sink)` when the caller has it.
 
-  def new_buffer(like: UOp, device: Any) -> UOp:
-    b = _placeholder("new", len(new_buffers), like.dtype, device, _max_int(prod(shape_of(like)), memo))
-    new_buffers.append(b)
+  When the `order` pass finds a cycle, `_next_attempt` decides how to build the kernels again."""
+  merge, safe_assign = True, False
+  while True:
+    st = _Scheduler(sink, merge, safe_assign, expose, decided)
+    graph: UOp | None = sink
+    for name, fn in STAGES:
+      prev, t0 = graph, time.perf_counter()
+      if (graph := fn(st, prev)) is None: break
+      _show_stage(name, prev, graph, t0)
+    if graph is not None: return st.template()
+    decided = st.decided
+    merge, safe_assign = _next_attempt(st)
+
+
+def _next_attempt(st: _Scheduler) -> tuple[bool, bool]:
+  """(merge, safe_assign) for the next attempt after `st`'s calls could not be ordered (a dependency cycle): without
+  multi-output kernels when it had some; then, when it assigns (e.g. a swap), every ASSIGN computing its value into a
+  temporary first (all reads happen before all writes). A RuntimeError when neither is left to try."""
+  if st.merges: return False, st.safe_assign
+  if not st.safe_assign and st.writers: return False, True
+  raise RuntimeError("can't order this schedule: some value needs a buffer as it was between two ASSIGNs into it "
+                     "(after one and before the next); realize that value before the second assign")
+
+
+def _show_stage(name: str, before: UOp, after: UOp, t0: float) -> None:
+  """A scheduler stage's step for tracing: VIZ (`Recorder.stage`), `DEBUG>=3` a line (its output's size and time),
+  `DEBUG>=7` its output graph."""
+  if _trace.RECORDER is not None: _trace.RECORDER.stage(name, before, after)
+  if DEBUG >= 3:
+    print(f"  sched {name:9s} {len(after.src):6d} {'calls' if after.op is Ops.LINEAR else 'values'} in "
+          f"{(time.perf_counter() - t0) * 1e3:.2f} ms")
+  if DEBUG >= 7: print(f"after {name}:\n{after}")
+
+
+class _Scheduler:
+  """One attempt at scheduling a normalized sink: the state that the passes of STAGES (decide, kernels, order,
+  memory) share. `merge`: multi-output kernels; `safe_assign`: every ASSIGN computes its value into a temporary
+  first. Lives for one `_schedule` attempt; nothing of it is stored on the graph."""
+
+  def __init__(self, sink: UOp, merge: bool = True, safe_assign: bool = False, expose: frozenset[UOp] = frozenset(),
+               decided: tuple[dict[UOp, None], dict[UOp, bool]] | None = None) -> None:
+    self.merge, self.safe_assign, self.expose = merge, safe_assign, expose
+    self.decided = decided  # (values to realize in graph order, which nodes read memory): the `decide` pass
+    self.realize: dict[UOp, None] = {}
+    self.costly: Any = None
+    self.memo: dict[UOp, UOp] = {}
+    self.idx_dt = _index_dtype(sink)
+    self.new_buffers: list[UOp] = []
+    self.roots = set(sink.src)
+    self.bufs: dict[UOp, UOp] = {}       # realized node -> BUFFER holding it contiguously (read through it)
+    self.views: dict[UOp, UOp] = {}      # realized node that is a view: the buffer standing for it (walked through)
+    self.producer: dict[UOp, int] = {}   # realized node (or ASSIGN) -> index of the call that makes it
+    self.buf_producer: dict[UOp, int] = {}  # new BUFFER -> index of the call that writes it
+    self.calls: list[UOp] = []
+    self.deps: list[set[int]] = []
+    self.call_reads: list[list[UOp]] = []
+    self.call_assigns: list[list[UOp]] = []   # the ASSIGN results each call reads (it runs after them)
+    self.readers: dict[tuple[UOp, UOp | None], list[int]] = defaultdict(list)   # (BUFFER, ASSIGN version) -> calls
+    self.writers: list[tuple[int, UOp, UOp | None]] = []                       # (call, BUFFER, version it overwrites)
+    self.becomes: list[tuple[UOp, UOp, UOp | None]] = []
+    self.slice_bufs: set[UOp] = set()
+    self.snapshots: dict[UOp, UOp] = {}
+    self.merges: dict[UOp, list[UOp]] = {}
+    self.merged: set[UOp] = set()
+    self.ordered: list[UOp] = []      # the calls in execution order (the `order` pass)
+    self.planned: list[UOp] = []      # ... with buffers reused (the `memory` pass)
+
+  # ***** the passes (STAGES): each takes the graph the one before gave *****
+  def decide(self, sink: UOp) -> UOp:
+    """Pass `decide` (stage 2): the normalized sink -> a SINK of the values to realize, in graph order (`_decide`)."""
+    if self.decided is None: self.decided = _decide(sink)
+    self.realize, reads_memory = self.decided
+    self.costly = functools.partial(_costly, reads_memory)
+    return UOp.sink(*self.realize)
+
+  def kernels(self, realized: UOp) -> UOp:
+    """Pass `kernels` (stage 3): the SINK of values to realize -> a LINEAR of their CALLs in the order they were
+    built (`build_kernels`)."""
+    self.build_kernels()
+    return UOp(Ops.LINEAR, src=tuple(self.calls))
+
+  def order(self, built: UOp) -> UOp | None:
+    """Pass `order` (stage 4): the built CALLs -> a LINEAR of them in execution order, from read-after-write and
+    write-after-read dependencies (plus the copies `snapshot_exposed_versions` adds); None when they have a cycle."""
+    deps, buf_producer, producer = self.deps, self.buf_producer, self.producer
+    for i, reads in enumerate(self.call_reads):
+      deps[i] |= {buf_producer[b] for b in reads if b in buf_producer and buf_producer[b] != i}
+      deps[i] |= {producer[a] for a in self.call_assigns[i] if producer[a] != i}
+    for i, b, ver in self.writers:  # write-after-read: every reader of the overwritten version runs first
+      for j in self.readers[(b, ver)]:
+        if j != i: deps[i].add(j)
+    self.snapshot_exposed_versions()
+    if (order := _toposort_calls(deps)) is None: return None
+    self.ordered = [self.calls[i] for i in order]
+    return UOp(Ops.LINEAR, src=tuple(self.ordered))
+
+  def memory(self, ordered: UOp) -> UOp:
+    """Pass `memory` (stage 4): the ordered CALLs -> the same with intermediate buffers reused once freed
+    (`memory_plan`); the caller's buffers (inputs, results, SLICE views) are kept."""
+    calls = list(ordered.src)
+    inputs = {b for b in itertools.chain.from_iterable(c.src[1:] for c in calls) if b.src[0].arg[0] == "in"}
+    keep_bufs = {b for _, b, _ in self.becomes} | self.slice_bufs | inputs
+    if plan := memory_plan(calls, keep_bufs):
+      calls = [c.replace(src=(c.src[0], *(plan.get(b, b) for b in c.src[1:]))) for c in calls]
+    self.planned = calls
+    return UOp(Ops.LINEAR, src=tuple(calls))
+
+  def template(self) -> _Template:
+    """The cache entry: the planned calls, what the values become, the new buffers they use."""
+    used = {b for c in self.planned for b in c.src[1:]} | {b for _, b, _ in self.becomes}
+    return _Template(self.planned, self.becomes, [b for b in self.new_buffers if b in used])
+
+  # ***** helpers *****
+  def ks(self, x: sint) -> UOp: return _unbind(x, self.memo, self.idx_dt)
+
+  def new_buffer(self, like: UOp, device: Any) -> UOp:
+    b = _placeholder("new", len(self.new_buffers), like.dtype, device, _max_int(prod(shape_of(like)), self.memo))
+    self.new_buffers.append(b)
     return b
 
-  roots = set(sink.src)
-  bufs: dict[UOp, UOp] = {}       # realized node -> BUFFER holding it contiguously (read through it)
-  views: dict[UOp, UOp] = {}      # realized node that is a view: the buffer standing for it (walked through)
-  producer: dict[UOp, int] = {}   # realized node (or ASSIGN) -> index of the call that makes it
-  buf_producer: dict[UOp, int] = {}  # new BUFFER -> index of the call that writes it
-  calls: list[UOp] = []
-  deps: list[set[int]] = []
-  call_reads: list[list[UOp]] = []
-  call_assigns: list[list[UOp]] = []   # the ASSIGN results each call reads (it runs after them)
-  readers: dict[tuple[UOp, UOp | None], list[int]] = defaultdict(list)   # (BUFFER, ASSIGN version) -> calls
-  writers: list[tuple[int, UOp, UOp | None]] = []                       # (call, BUFFER, version it overwrites)
-  becomes: list[tuple[UOp, UOp, UOp | None]] = []
-  slice_bufs: set[UOp] = set()
-  snapshots: dict[UOp, UOp] = {}
-  merges = _merges(realize) if merge else {}
-  merged = {u for us in merges.values() for u in us}
-  for u in merged:
-    if u.op is not Ops.ASSIGN: bufs[u] = new_buffer(u, u.device)  # an ASSIGN writes its target's buffer
+  def add_call(self, call: UOp, reads: list[UOp], assigns: list[UOp] | None = None) -> int:
+    self.calls.append(call)
+    self.deps.append(set())
+    self.call_reads.append(reads)
+    self.call_assigns.append(assigns or [])
+    return len(self.calls) - 1
 
-  def add_call(call: UOp, reads: list[UOp], assigns: list[UOp] | None = None) -> int:
-    calls.append(call)
-    deps.append(set())
-    call_reads.append(reads)
-    call_assigns.append(assigns or [])
-    return len(calls) - 1
+  def builder(self, current: UOp, inline: set[UOp] | None = None) -> KernelBuilder:
+    """A KernelBuilder for `current`'s kernel (reading the values realized so far, not those in `inline`; an
+    assigned buffer's original value from its snapshot, if it has one)."""
+    kb = KernelBuilder(functools.partial(_buffer_of, current, inline or set(), self.bufs), self.ks, self.costly)
+    kb.snapshots = self.snapshots
+    return kb
 
-  def kernel(r: UOp, extra: tuple[tuple[UOp, UOp], ...] = (), also: tuple[UOp, ...] = ()) -> None:
-    """Build r's kernel; a value it would recompute at too many indices gets its own kernel first (then retry)."""
-    while True:
-      try: return kernel_once(r, extra, also)
-      except Recompute as e:
-        if e.node in set(also) | {u for u, _ in extra}: raise MergeFailed("a value stored here is recomputed") from e
-        if e.node in bufs: raise RuntimeError(f"scheduler: realizing {e.node.op} did not stop its recomputation") from e
-        kernel(e.node)  # every source of it comes earlier in graph order, so it can be built now
+  def built(self, u: UOp) -> bool: return u in self.bufs or u in self.views or u in self.producer
 
-  def kernel_once(r: UOp, extra: tuple[tuple[UOp, UOp], ...] = (), also: tuple[UOp, ...] = ()) -> None:
+  # ***** stage 3: one kernel per realized value *****
+  def kernel(self, r: UOp, extra: tuple[tuple[UOp, UOp], ...] = (), also: tuple[UOp, ...] = ()) -> NotMerged | None:
+    """Build r's kernel (storing `extra` and `also` too); a value it would recompute at too many indices gets its own
+    kernel first, then r's is built again (an explicit stack of the kernels waiting). NotMerged: a value meant to be
+    stored by r's kernel isn't computed there (nothing was built for r)."""
+    stored_here = set(also) | {u for u, _ in extra}
+    stack: list[tuple[UOp, tuple[tuple[UOp, UOp], ...], tuple[UOp, ...]]] = [(r, extra, also)]
+    while stack:
+      node, ex, al = stack[-1]
+      res = self.kernel_once(node, ex, al)
+      if isinstance(res, NotMerged): return res
+      if res is None:
+        stack.pop()
+        continue
+      if len(stack) == 1 and res.node in stored_here: return NotMerged("a value stored here is recomputed")
+      if res.node in self.bufs: raise RuntimeError(f"scheduler: realizing {res.node.op} did not stop its recomputation")
+      stack.append((res.node, (), ()))  # every source of it comes earlier in graph order, so it can be built now
+    return None
+
+  def kernel_once(self, r: UOp, extra: tuple[tuple[UOp, UOp], ...] = (),
+                  also: tuple[UOp, ...] = ()) -> NeedsBuffer | NotMerged | None:
+    """Build r's kernel, or say why not (a value to realize first; a merge that doesn't hold)."""
     inline = {u for u, _ in extra} | set(also)
-    kb = KernelBuilder(functools.partial(_buffer_of, r, inline, bufs), ks, costly)
+    kb = self.builder(r, inline)
     kb.inline = {u for u in inline if u.op is Ops.ASSIGN}
-    kb.snapshots = snapshots
     if r.op is Ops.ASSIGN:
-      target, value = r.src
-      out = _assign_base(target)[0]
-      ast = kb.kernel(value, out, shape_of(r), out_view=target, extra=extra)
-      if extra and any(_reads_elsewhere(ast, kb.params[b]) for b in (out, *(b for _, b in extra))):
-        raise MergeFailed("an assign in this kernel reads a target at other elements")
-      if safe_assign or _reads_elsewhere(ast, kb.params[out]):  # e.g. x.assign(x.T): into a temporary first
-        tmp = new_buffer(r, r.device)
-        kt = KernelBuilder(functools.partial(_buffer_of, value, set(), bufs), ks, costly)
-        kt.snapshots = snapshots
-        tast = kt.kernel(value, tmp, shape_of(r))
-        it = add_call(UOp(Ops.CALL, src=(tast, *kt.params)), list(kt.params)[1:], kt.assigns_read)
-        for b, ver in kt.buffer_reads: readers[(b, ver)].append(it)
-        buf_producer[tmp] = it
-        kb = KernelBuilder(functools.partial(_buffer_of, r, set(), bufs), ks, costly)
-        ast = kb.kernel(tmp.reshape(shape_of(r)), out, shape_of(r), out_view=target)
+      res = self.assign_ast(kb, r, extra)
+      if not isinstance(res, tuple): return res
+      ast, kb, out = res
     else:
-      out = bufs[r] if r in bufs else new_buffer(r, r.device)
-      also_bufs = tuple((a, bufs[a] if a in bufs else new_buffer(a, a.device)) for a in also)
+      out = self.bufs[r] if r in self.bufs else self.new_buffer(r, r.device)
+      also_bufs = tuple((a, self.bufs[a] if a in self.bufs else self.new_buffer(a, a.device)) for a in also)
       ast = kb.kernel(r.src[0] if r.op is Ops.CONTIGUOUS else r, out, shape_of(r), extra=extra,
                       also=tuple((a.src[0] if a.op is Ops.CONTIGUOUS else a, b) for a, b in also_bufs))
+      if not isinstance(ast, UOp): return ast
       extra = extra + also_bufs
     nout = 1 + len(extra)
     if len(devs := {b.src[1].arg for b in kb.params}) > 1:
       raise ValueError(f"a kernel for {r.op} {shape_of(r)} reads buffers on several devices {sorted(devs)}; "
                        f"move them to one device first (Tensor.to / COPY)")
-    i = add_call(UOp(Ops.CALL, src=(ast, *kb.params)), list(kb.params)[nout:], kb.assigns_read)
-    for b, ver in kb.buffer_reads: readers[(b, ver)].append(i)
-    producer[r] = i
+    i = self.add_call(UOp(Ops.CALL, src=(ast, *kb.params)), list(kb.params)[nout:], kb.assigns_read)
+    for b, ver in kb.buffer_reads: self.readers[(b, ver)].append(i)
+    self.producer[r] = i
     if r.op is Ops.ASSIGN:
       for a, _ in ((r, out), *extra):
         abuf, aver = _assign_base(a.src[0])
-        if aver is not None: call_assigns[i].append(aver)
-        writers.append((i, abuf, aver))
-        producer[a] = i
+        if aver is not None: self.call_assigns[i].append(aver)
+        self.writers.append((i, abuf, aver))
+        self.producer[a] = i
         tv = _strip_assign(a.src[0])
-        becomes.append((a, abuf, None if _whole(tv, abuf) else tv))
-      return
+        self.becomes.append((a, abuf, None if _whole(tv, abuf) else tv))
+      return None
     for u, b in ((r, out), *extra):
-      bufs[u], producer[u], buf_producer[b] = b, i, i
-      if u in roots or u.op is Ops.CONTIGUOUS or u in expose: becomes.append((u, b, None))
+      self.bufs[u], self.producer[u], self.buf_producer[b] = b, i, i
+      if u in self.roots or u.op is Ops.CONTIGUOUS or u in self.expose: self.becomes.append((u, b, None))
+    return None
 
-  if safe_assign:  # copy every assigned buffer first; reads of its old value read the copy (no read waits on a write)
-    for a in realize:
-      if a.op is not Ops.ASSIGN or (base := _assign_base(a.src[0])[0]) in snapshots: continue
-      snap = new_buffer(base, base.src[1].arg)
-      kc = KernelBuilder(functools.partial(_buffer_of, snap, set(), bufs), ks)
-      i = add_call(UOp(Ops.CALL, src=(kc.kernel(base, snap, (base.arg,)), *kc.params)), [base])
-      readers[(base, None)].append(i)
-      snapshots[base], buf_producer[snap] = snap, i
-  grouped: set[UOp] = set()
-  topos: dict[UOp, dict[UOp, None]] = {}  # a requested value's graph, walked once however many siblings ask
-  pending_roots = [r for r in realize if r in roots and r.op in _GROUPABLE and r not in merged and r not in merges]
+  def assign_ast(self, kb: KernelBuilder, r: UOp, extra: tuple[tuple[UOp, UOp], ...]) \
+      -> tuple[UOp, KernelBuilder, UOp] | NeedsBuffer | NotMerged:
+    """The kernel AST of ASSIGN `r` (and the assigns in `extra`), its builder and the buffer it writes; a value that
+    reads the target elsewhere than where it writes (e.g. `x.assign(x.T)`, or every ASSIGN under `safe_assign`) is
+    computed into a temporary first (a call of its own)."""
+    target, value = r.src
+    out = _assign_base(target)[0]
+    ast = kb.kernel(value, out, shape_of(r), out_view=target, extra=extra)
+    if not isinstance(ast, UOp): return ast
+    if extra and any(_reads_elsewhere(ast, kb.params[b]) for b in (out, *(b for _, b in extra))):
+      return NotMerged("an assign in this kernel reads a target at other elements")
+    if self.safe_assign or _reads_elsewhere(ast, kb.params[out]):
+      tmp = self.new_buffer(r, r.device)
+      kt = self.builder(value)
+      if not isinstance(tast := kt.kernel(value, tmp, shape_of(r)), UOp): return tast
+      it = self.add_call(UOp(Ops.CALL, src=(tast, *kt.params)), list(kt.params)[1:], kt.assigns_read)
+      for b, ver in kt.buffer_reads: self.readers[(b, ver)].append(it)
+      self.buf_producer[tmp] = it
+      kb = KernelBuilder(functools.partial(_buffer_of, r, set(), self.bufs), self.ks, self.costly)
+      ast = kb.kernel(tmp.reshape(shape_of(r)), out, shape_of(r), out_view=target)
+      assert isinstance(ast, UOp), "a kernel copying a temporary reads nothing twice"
+    return ast, kb, out
 
-  def built(u: UOp) -> bool: return u in bufs or u in views or u in producer
+  def snapshot_assigned(self) -> None:
+    """safe_assign: copy every assigned buffer first; reads of its old value read the copy (no read waits on a
+    write)."""
+    for a in self.realize:
+      if a.op is not Ops.ASSIGN or (base := _assign_base(a.src[0])[0]) in self.snapshots: continue
+      snap = self.new_buffer(base, base.src[1].arg)
+      kc = KernelBuilder(functools.partial(_buffer_of, snap, set(), self.bufs), self.ks)
+      ast = kc.kernel(base, snap, (base.arg,))
+      assert isinstance(ast, UOp), "a copy of a buffer reads nothing twice"
+      i = self.add_call(UOp(Ops.CALL, src=(ast, *kc.params)), [base])
+      self.readers[(base, None)].append(i)
+      self.snapshots[base], self.buf_producer[snap] = snap, i
 
-  for r in realize:
-    keep = r in roots or r.op in (Ops.CONTIGUOUS, Ops.ASSIGN, Ops.COPY) or r in expose
-    if r.op is Ops.BUFFER:
-      if keep: becomes.append((r, r, None))
-      continue
-    if r in merged: continue  # stored by the kernel of the reduce that reads it
-    if r.op is Ops.COPY:
-      src = r.src[0]
-      inb = bufs.get(src, views.get(src, src if src.op is Ops.BUFFER else None))
-      if inb is None: raise RuntimeError(f"COPY source {src.op} was not realized")
-      out = new_buffer(r, r.src[1].arg)
-      i = add_call(UOp(Ops.CALL, src=(UOp(Ops.COPY), out, inb)), [inb])
-      readers[(inb, None)].append(i)
-      bufs[r], producer[r], buf_producer[out] = out, i, i
-      becomes.append((r, out, None))
-      continue
-    if r.op is not Ops.ASSIGN and (v := _view_of(r.src[0] if r.op is Ops.CONTIGUOUS else r, bufs)) is not None:
-      base, off = v
-      if off == 0 and prod(shape_of(r)) == base.arg: views[r] = base
-      else:
-        out = new_buffer(r, r.device)
-        i = add_call(UOp(Ops.CALL, src=(UOp(Ops.SLICE, arg=off * base.dtype.itemsize), out, base)), [base])
-        readers[(base, None)].append(i)
-        slice_bufs.update((out, base))
-        views[r] = out
-        producer[r] = buf_producer[out] = i
-      if keep: becomes.append((r, views[r], None))
-      continue
-    if r in grouped: continue  # stored by the kernel of an earlier output of the same shape
-    if r in merges:
-      try:
-        kernel(r, tuple((u, bufs[u] if u.op is not Ops.ASSIGN else _assign_base(u.src[0])[0]) for u in merges[r]))
+  def copy(self, r: UOp) -> None:
+    """A COPY: a call copying its (realized) source to a new buffer on its device."""
+    src = r.src[0]
+    inb = self.bufs.get(src, self.views.get(src, src if src.op is Ops.BUFFER else None))
+    if inb is None: raise RuntimeError(f"COPY source {src.op} was not realized")
+    out = self.new_buffer(r, r.src[1].arg)
+    i = self.add_call(UOp(Ops.CALL, src=(UOp(Ops.COPY), out, inb)), [inb])
+    self.readers[(inb, None)].append(i)
+    self.bufs[r], self.producer[r], self.buf_producer[out] = out, i, i
+    self.becomes.append((r, out, None))
+
+  def view(self, r: UOp, base: UOp, off: int, keep: bool) -> None:
+    """A value that is a contiguous view of buffer `base` at element offset `off`: no kernel (the buffer itself, or a
+    SLICE call)."""
+    if off == 0 and prod(shape_of(r)) == base.arg: self.views[r] = base
+    else:
+      out = self.new_buffer(r, r.device)
+      i = self.add_call(UOp(Ops.CALL, src=(UOp(Ops.SLICE, arg=off * base.dtype.itemsize), out, base)), [base])
+      self.readers[(base, None)].append(i)
+      self.slice_bufs.update((out, base))
+      self.views[r] = out
+      self.producer[r] = self.buf_producer[out] = i
+    if keep: self.becomes.append((r, self.views[r], None))
+
+  def build_kernels(self) -> None:
+    """Stage 3: a call for every realized value, in graph order (kernels, COPYs, SLICE views)."""
+    self.merges = _merges(self.realize) if self.merge else {}
+    self.merged = {u for us in self.merges.values() for u in us}
+    for u in self.merged:
+      if u.op is not Ops.ASSIGN: self.bufs[u] = self.new_buffer(u, u.device)  # an ASSIGN writes its target's buffer
+    if self.safe_assign: self.snapshot_assigned()
+    grouped: set[UOp] = set()
+    topos: dict[UOp, dict[UOp, None]] = {}  # a requested value's graph, walked once however many siblings ask
+    merges, merged, realize, roots = self.merges, self.merged, self.realize, self.roots
+    pending_roots = [r for r in realize if r in roots and r.op in _GROUPABLE and r not in merged and r not in merges]
+    for r in realize:
+      keep = r in roots or r.op in (Ops.CONTIGUOUS, Ops.ASSIGN, Ops.COPY) or r in self.expose
+      if r.op is Ops.BUFFER:
+        if keep: self.becomes.append((r, r, None))
         continue
-      except MergeFailed:  # each gets its own kernel after all
-        for u in merges[r]: kernel(u)
-    also = _siblings(r, pending_roots, realize, built, topos) if merge and r in roots and r.op is not Ops.ASSIGN else ()
-    grouped.update(also)
-    try: kernel(r, also=also)
-    except MergeFailed:  # the siblings get their own kernels when their turn comes
-      grouped.difference_update(also)
-      kernel(r)
+      if r in merged: continue  # stored by the kernel of the reduce that reads it
+      if r.op is Ops.COPY:
+        self.copy(r)
+        continue
+      if r.op is not Ops.ASSIGN and (v := _view_of(r.src[0] if r.op is Ops.CONTIGUOUS else r, self.bufs)) is not None:
+        self.view(r, v[0], v[1], keep)
+        continue
+      if r in grouped: continue  # stored by the kernel of an earlier output of the same shape
+      if r in merges:
+        extra = tuple((u, self.bufs[u] if u.op is not Ops.ASSIGN else _assign_base(u.src[0])[0]) for u in merges[r])
+        if self.kernel(r, extra) is None: continue
+        for u in merges[r]: self.kernel(u)  # each gets its own kernel after all
+      also = _siblings(r, pending_roots, realize, self.built, topos) if self.merge and r in roots and \
+        r.op is not Ops.ASSIGN else ()
+      grouped.update(also)
+      if self.kernel(r, also=also) is not None:  # the siblings get their own kernels when their turn comes
+        grouped.difference_update(also)
+        self.kernel(r)
 
-  for i, reads in enumerate(call_reads):
-    deps[i] |= {buf_producer[b] for b in reads if b in buf_producer and buf_producer[b] != i}
-    deps[i] |= {producer[a] for a in call_assigns[i] if producer[a] != i}
-  for i, b, ver in writers:  # write-after-read: every reader of the overwritten version runs first
-    for j in readers[(b, ver)]:
-      if j != i: deps[i].add(j)
-  _snapshot_exposed_versions(becomes, expose, writers, producer, deps, add_call, new_buffer,
-                             lambda b: KernelBuilder(functools.partial(_buffer_of, b, set(), bufs), ks, costly))
-  try:
-    order = _toposort_calls(deps)
-  except RuntimeError:
-    if merges: return _schedule(sink, merge=False, safe_assign=safe_assign, expose=expose, decided=decided)
-    if not safe_assign and writers:  # e.g. a swap
-      return _schedule(sink, merge=False, safe_assign=True, expose=expose, decided=decided)
-    raise RuntimeError("can't order this schedule: some value needs a buffer as it was between two ASSIGNs into it "
-                       "(after one and before the next); realize that value before the second assign") from None
-  calls = [calls[i] for i in order]
-  inputs = {b for b in itertools.chain.from_iterable(c.src[1:] for c in calls) if b.src[0].arg[0] == "in"}
-  keep_bufs = {b for _, b, _ in becomes} | slice_bufs | inputs
-  plan = memory_plan(calls, keep_bufs)
-  if plan:
-    calls = [c.replace(src=(c.src[0], *(plan.get(b, b) for b in c.src[1:]))) for c in calls]
-  used = {b for c in calls for b in c.src[1:]} | {b for _, b, _ in becomes}
-  return _Template(calls, becomes, [b for b in new_buffers if b in used])
+  # ***** stage 4 *****
+  def snapshot_exposed_versions(self) -> None:
+    """An ASSIGN result that other live graphs read (`expose`) but that a later ASSIGN of this schedule overwrites
+    can't be read from its buffer afterwards: it is copied into a buffer of its own right after its kernel (before the
+    overwrite), and that copy is what it `becomes`. (Two `Tensor.rand` draws, the second realized first: the first
+    draw's counter version was the counter's final value, so the first draw repeated the second's numbers.)"""
+    for k, (node, buf, _) in enumerate(self.becomes):
+      if node.op is not Ops.ASSIGN or node not in self.expose or (pa := self.producer.get(node)) is None: continue
+      later = [i for i, b, _ in self.writers if b is buf and i != pa and _reaches(self.deps, i, pa)]
+      if not later: continue
+      snap = self.new_buffer(node, node.device)
+      kb = KernelBuilder(functools.partial(_buffer_of, snap, set(), self.bufs), self.ks, self.costly)
+      ast = kb.kernel(node, snap, shape_of(node))
+      assert isinstance(ast, UOp), "a copy of an assigned buffer reads nothing twice"
+      i = self.add_call(UOp(Ops.CALL, src=(ast, *kb.params)), [], kb.assigns_read)
+      self.deps[i].add(pa)
+      for j in later: self.deps[j].add(i)
+      self.becomes[k] = (node, snap, None)
 
 
-def _snapshot_exposed_versions(becomes: list[tuple[UOp, UOp, UOp | None]], expose: frozenset[UOp],
-                               writers: list[tuple[int, UOp, UOp | None]], producer: dict[UOp, int],
-                               deps: list[set[int]], add_call: Any, new_buffer: Any, builder: Any) -> None:
-  """An ASSIGN result that other live graphs read (`expose`) but that a later ASSIGN of this schedule overwrites
-  can't be read from its buffer afterwards: it is copied into a buffer of its own right after its kernel (before the
-  overwrite), and that copy is what it `becomes`. (Two `Tensor.rand` draws, the second realized first: the first
-  draw's counter version was the counter's final value, so the first draw repeated the second's numbers.)"""
-  def reaches(i: int, target: int) -> bool:
-    stack, seen = [i], {i}
-    while stack:
-      x = stack.pop()
-      if x == target: return True
-      for d in deps[x] - seen:
-        seen.add(d)
-        stack.append(d)
-    return False
-  for k, (node, buf, _) in enumerate(becomes):
-    if node.op is not Ops.ASSIGN or node not in expose or (pa := producer.get(node)) is None: continue
-    later = [i for i, b, _ in writers if b is buf and i != pa and reaches(i, pa)]
-    if not later: continue
-    snap = new_buffer(node, node.device)
-    kb = builder(snap)
-    i = add_call(UOp(Ops.CALL, src=(kb.kernel(node, snap, shape_of(node)), *kb.params)), [], kb.assigns_read)
-    deps[i].add(pa)
-    for j in later: deps[j].add(i)
-    becomes[k] = (node, snap, None)
+
+STAGES: list[tuple[str, Callable[[_Scheduler, UOp], UOp | None]]] = [
+  ("decide", _Scheduler.decide),
+  ("kernels", _Scheduler.kernels),
+  ("order", _Scheduler.order),
+  ("memory", _Scheduler.memory),
+]
+"""The cached part of the scheduler as named passes, in order (docs/PIPELINE.md §2): each, a method of the attempt's
+`_Scheduler` (the state they share), takes the graph the one before returned and returns its own (shown in VIZ and by
+DEBUG, `_show_stage`); `order` returns None when the calls have a cycle (`_next_attempt`). `normalize` before them and
+`rebind` after them run outside the schedule cache, in `create_schedule`."""
+
+
+def _reaches(deps: list[set[int]], i: int, target: int) -> bool:
+  """Whether call `i` depends on call `target`, directly or not."""
+  stack, seen = [i], {i}
+  while stack:
+    x = stack.pop()
+    if x == target: return True
+    for d in deps[x] - seen:
+      seen.add(d)
+      stack.append(d)
+  return False
 
 
 def _reads_elsewhere(ast: UOp, out_param: UOp) -> bool:
@@ -894,13 +1039,13 @@ def _buffer_of(current: UOp, inline: set[UOp], bufs: dict[UOp, UOp], u: UOp) -> 
 
 
 def _assign_base(target: UOp) -> tuple[UOp, UOp | None]:
-  """The BUFFER an ASSIGN writes and the ASSIGN whose result it overwrites (None: the buffer's original value)."""
-  x = target
+  """The BUFFER an ASSIGN writes and the ASSIGN whose result it overwrites (None: the buffer's original value): the
+  first ASSIGN on the way down the target's view chain, and the BUFFER at its bottom (through nested ASSIGNs)."""
+  x, version = target, None
   while x.op is not Ops.BUFFER:
-    if x.op is Ops.ASSIGN:
-      return _assign_base(x.src[0])[0], x
+    if x.op is Ops.ASSIGN and version is None: version = x
     x = x.src[0]
-  return x, None
+  return x, version
 
 
 def _strip_assign(view: UOp) -> UOp:
@@ -911,7 +1056,9 @@ def _strip_assign(view: UOp) -> UOp:
   return new[view]
 
 
-def _toposort_calls(deps: list[set[int]]) -> list[int]:
+def _toposort_calls(deps: list[set[int]]) -> list[int] | None:
+  """Call indices in an order where every call comes after those it depends on (`deps[i]`), the lowest index first
+  among those ready; None when the dependencies have a cycle."""
   users: dict[int, list[int]] = defaultdict(list)
   indeg = [len(d) for d in deps]
   for i, d in enumerate(deps):
@@ -925,8 +1072,7 @@ def _toposort_calls(deps: list[set[int]]) -> list[int]:
     for u in users[i]:
       indeg[u] -= 1
       if indeg[u] == 0: heapq.heappush(ready, u)
-  if len(out) != len(deps): raise RuntimeError("the schedule has a dependency cycle (an ASSIGN reads its own result?)")
-  return out
+  return out if len(out) == len(deps) else None
 
 
 # ***** public entry point *****
@@ -988,6 +1134,7 @@ def create_schedule(sink: UOp, expose: Iterable[UOp] = ()) -> ScheduleResult:
   st = time.perf_counter()
   norm = _Normalizer(reuse=not expose)  # expose: each exposed node's image is needed, so every node is walked
   nsink = norm.node(sink)
+  if show := (_trace.RECORDER is not None or DEBUG >= 3): _show_stage("normalize", sink, nsink, st)
   nexpose: frozenset[UOp] = frozenset()
   dec = None
   nodes = norm.nodes  # the normalized graph's size: what a cache entry keeps alive
@@ -1003,7 +1150,9 @@ def create_schedule(sink: UOp, expose: Iterable[UOp] = ()) -> ScheduleResult:
   if tmpl is None:
     tmpl = _schedule(nsink, expose=nexpose, decided=dec)
     if SCHEDULE_CACHE: _cache.put(key, tmpl, nodes)
-  # step 5: the caller's buffers in place of the placeholders, a new BUFFER for each buffer the schedule makes
+  # pass `rebind` (step 5): the caller's buffers in place of the placeholders, a new BUFFER for each buffer the
+  # schedule makes
+  t_rebind = time.perf_counter() if show else 0.0
   if tmpl.inputs is None: tmpl.inputs, tmpl.becomes_nodes = _inputs_of(tmpl), {n for n, _, _ in tmpl.becomes}
   ins = norm.inputs
   sub: dict[UOp, UOp] = {ph: ins[ph.src[0].arg[1]] for ph in tmpl.inputs}
@@ -1019,6 +1168,7 @@ def create_schedule(sink: UOp, expose: Iterable[UOp] = ()) -> ScheduleResult:
     for orig in inv.get(node, ()):
       if view is None: becomes[orig] = real if orig.shape == real.shape else real.reshape(shape_of(orig))
       else: becomes[orig] = _rebase(view, sub)
+  if show: _show_stage("rebind", UOp(Ops.LINEAR, src=tuple(tmpl.calls)), UOp(Ops.LINEAR, src=tuple(calls)), t_rebind)
   if DEBUG >= 3:
     print(f"schedule: {len(calls)} calls ({sum(c.src[0].op is Ops.SINK for c in calls)} kernels) in "
           f"{(time.perf_counter() - st) * 1e3:.2f} ms{' (cached)' if hit else ''}")

@@ -1,0 +1,236 @@
+"""The scheduler's passes one at a time (`tiny_codegen.schedule.schedule.STAGES`, docs/PIPELINE.md §2): each pass's
+output checked on its own, and the calls it gives run by the numpy reference evaluator (test_schedule_ref.py)
+against numpy on the same inputs. Also: every pass is a step for VIZ and DEBUG, and the scheduler's source keeps the
+shape issue #33 asks for (no exception used to steer it, no function over 100 lines, no recursion)."""
+from __future__ import annotations
+
+import ast
+import pathlib
+from types import SimpleNamespace
+
+import numpy as np
+
+from tiny_uop import Ops, UOp, dtypes
+from tiny_uop import trace
+from tiny_uop.helpers import Context
+
+from tiny_codegen.schedule import clear_schedule_cache, create_schedule
+from tiny_codegen.schedule import schedule as S
+from tiny_codegen.schedule.indexing import KernelBuilder, NeedsBuffer
+
+import test_schedule_ref as ref
+
+RNG = np.random.default_rng(33)
+SCHEDULE_DIR = pathlib.Path(S.__file__).parent
+
+
+def tensor(*shape: int) -> tuple[UOp, UOp, np.ndarray]:
+  b = UOp.new_buffer("CPU", int(np.prod(shape)), dtypes.float32)
+  return b, b.reshape(shape), RNG.standard_normal(shape).astype(np.float32)
+
+
+def run_passes(sink: UOp, upto: str, **kw) -> tuple[S._Normalizer, S._Scheduler, dict[str, UOp | None]]:
+  """Normalize `sink`, then run STAGES up to and including `upto`; each pass's output by name."""
+  norm = S._Normalizer(reuse=False)
+  graph: UOp | None = norm.node(sink)
+  st, outs = S._Scheduler(graph, **kw), {}
+  for name, fn in S.STAGES:
+    graph = outs[name] = fn(st, graph)
+    if name == upto or graph is None: break
+  return norm, st, outs
+
+
+def run_calls(calls: UOp, norm: S._Normalizer, inputs: dict[UOp, np.ndarray]) -> dict[UOp, np.ndarray]:
+  """Execute a LINEAR of CALLs (over the normalizer's placeholders) with the reference evaluator."""
+  ph = {norm.places[norm.inputs.index(b)]: v for b, v in inputs.items()}
+  env = ref.run_schedule(SimpleNamespace(calls=list(calls.src), var_vals={}), ph)
+  return {b: env[norm.places[norm.inputs.index(b)]] for b in inputs} | {"env": env}  # type: ignore[dict-item]
+
+
+def value_of(st: S._Scheduler, norm: S._Normalizer, env: dict, orig: UOp) -> np.ndarray:
+  """The value a pass's calls gave `orig` (a requested value, or an intermediate with a buffer of its own)."""
+  node = norm.new[orig]
+  buf = next((b for n, b, v in st.becomes if n is node and v is None), None)
+  if buf is None: buf = st.bufs[node]
+  return env[buf].reshape(orig.shape)
+
+
+def softmax(x: UOp, shape: tuple[int, int]) -> tuple[UOp, UOp, UOp]:
+  m = x.r(Ops.MAX, (1,))
+  e = (x - m.expand(shape)).exp2()
+  s = e.r(Ops.ADD, (1,))
+  return m, s, e / s.expand(shape)
+
+
+def np_softmax(v: np.ndarray) -> np.ndarray:
+  e = np.exp2(v - v.max(1, keepdims=True))
+  return e / e.sum(1, keepdims=True)
+
+
+# ***** each pass alone *****
+def test_decide_pass_realizes_the_broadcast_reduces_only():
+  xb, x, xv = tensor(4, 8)
+  m, s, out = softmax(x, (4, 8))
+  norm, st, outs = run_passes(UOp.sink(out), "decide")
+  realized = outs["decide"]
+  assert realized.op is Ops.SINK
+  assert norm.new[m] in realized.src and norm.new[s] in realized.src and norm.new[out] in realized.src
+  assert norm.new[x - m.expand((4, 8))] not in realized.src  # elementwise: fused into its readers
+  # the decision is one the rest of the pipeline computes the right numbers from
+  sched = create_schedule(UOp.sink(out))
+  env = ref.run_schedule(sched, {xb: xv})
+  np.testing.assert_allclose(ref.realized_value(sched, env, out), np_softmax(xv), rtol=1e-5)
+
+
+def test_kernels_pass_builds_softmax_in_two_kernels_that_match_numpy():
+  xb, x, xv = tensor(4, 8)
+  m, s, out = softmax(x, (4, 8))
+  norm, st, outs = run_passes(UOp.sink(out), "kernels")
+  built = outs["kernels"]
+  assert built.op is Ops.LINEAR and all(c.op is Ops.CALL for c in built.src)
+  assert len(built.src) == 2  # the max stored by its sum's kernel (multi-output), then the output
+  assert len(built.src[0].src[0].src) == 2  # that first kernel's two STOREs
+  env = run_calls(built, norm, {xb: xv})["env"]  # a graph without assigns: build order is an execution order
+  np.testing.assert_allclose(value_of(st, norm, env, out), np_softmax(xv), rtol=1e-5)
+  np.testing.assert_allclose(value_of(st, norm, env, s).reshape(4), np.exp2(xv - xv.max(1, keepdims=True)).sum(1),
+                             rtol=1e-5)
+
+
+def test_order_pass_reports_a_cycle_and_the_next_attempt_orders_a_swap():
+  (ab, a, av), (bb, b, bv) = tensor(2, 3), tensor(2, 3)
+  sink = UOp.sink(a.assign(b), b.assign(a))
+  norm, st, outs = run_passes(sink, "order")
+  assert outs["order"] is None  # a cycle: a result, not an exception
+  assert S._next_attempt(st) == (False, True)
+  norm, st, outs = run_passes(sink, "order", merge=False, safe_assign=True)
+  env = run_calls(outs["order"], norm, {ab: av, bb: bv})
+  np.testing.assert_equal(env[ab].reshape(2, 3), bv)
+  np.testing.assert_equal(env[bb].reshape(2, 3), av)
+
+
+def test_next_attempt_gives_up_with_a_clear_error():
+  st = S._Scheduler(UOp(Ops.SINK, dtypes.void, ()), merge=False, safe_assign=True)
+  st.writers.append((0, UOp.new_buffer("CPU", 1, dtypes.float32), None))
+  try:
+    S._next_attempt(st)
+  except RuntimeError as e:
+    assert "can't order this schedule" in str(e)
+  else: raise AssertionError("no attempt is left: _next_attempt must say so")
+
+
+def test_memory_pass_reuses_freed_buffers_and_keeps_the_numbers():
+  xb, x, xv = tensor(4, 8)
+  y, want = x, xv
+  for _ in range(4):  # a chain of broadcast reduces: each realized, each read only by the next step
+    y = (y - y.r(Ops.MAX, (1,)).expand((4, 8))).exp2() * y.r(Ops.ADD, (1,)).expand((4, 8))
+    want = np.exp2(want - want.max(1, keepdims=True)) * want.sum(1, keepdims=True)
+  norm, st, outs = run_passes(UOp.sink(y), "memory")
+  bufs = lambda g: {b for c in g.src for b in c.src[1:]}  # noqa: E731
+  assert len(bufs(outs["memory"])) < len(bufs(outs["order"]))
+  assert [c.src[0] for c in outs["memory"].src] == [c.src[0] for c in outs["order"].src]  # same kernels, same order
+  env = run_calls(outs["memory"], norm, {xb: xv})["env"]
+  np.testing.assert_allclose(value_of(st, norm, env, y), want, rtol=1e-4)
+
+
+def test_normalize_pass_numbers_inputs_and_drops_detach():
+  (ab, a, av), (bb, b, bv) = tensor(3, 3), tensor(3, 3)
+  out = (b.detach() * a) + b
+  norm = S._Normalizer(reuse=False)
+  nout = norm.node(UOp.sink(out))
+  assert norm.inputs == [bb, ab]  # depth-first, sources in order
+  assert not any(u.op in (Ops.DETACH, Ops.BUFFER) and u in (ab, bb) for u in nout.toposort())
+  assert all(u.op is not Ops.DETACH for u in nout.toposort())
+  sched = create_schedule(UOp.sink(out))
+  env = ref.run_schedule(sched, {ab: av, bb: bv})
+  np.testing.assert_allclose(ref.realized_value(sched, env, out), bv * av + bv, rtol=1e-6)
+
+
+def test_kernel_builder_says_which_value_needs_a_buffer():
+  ab, a, av = tensor(64)
+  y = (a * a + a).exp2()  # reads memory: costly to recompute
+  z = y.pad(((40, 40),)).shrink(((40, 104),))
+  for k in range(1, 40): z = z + y.pad(((40, 40),)).shrink(((40 + k, 104 + k),))  # y at 40 indices
+  norm = S._Normalizer(reuse=False)
+  nz = norm.node(UOp.sink(z)).src[0]
+  _, reads_memory = S._decide(UOp.sink(nz))
+  kb = KernelBuilder(lambda u: u if u.op is Ops.BUFFER else None, lambda v: UOp.const(dtypes.index, v),
+                     lambda u: S._costly(reads_memory, u))
+  res = kb.kernel(nz, UOp.new_buffer("CPU", 64, dtypes.float32), (64,))
+  assert isinstance(res, NeedsBuffer) and res.node is norm.new[y]
+  sched = create_schedule(UOp.sink(z))  # the scheduler gives y its own kernel, then builds z's again
+  assert sum(c.src[0].op is Ops.SINK for c in sched.calls) == 2
+  env = ref.run_schedule(sched, {ab: av})
+  yv, pad = np.exp2(av * av + av), np.zeros(40, np.float32)
+  want = sum(np.concatenate([pad, yv, pad])[40 + k:104 + k] for k in range(40))
+  np.testing.assert_allclose(ref.realized_value(sched, env, z), want, rtol=1e-4)
+
+
+def test_rebind_pass_puts_the_callers_buffers_into_a_cached_schedule():
+  (ab, a, av), (bb, b, bv) = tensor(4, 8), tensor(4, 8)
+  (cb, c, cv), (db, d, dv) = tensor(4, 8), tensor(4, 8)
+  clear_schedule_cache()
+  first = create_schedule(UOp.sink(softmax(a * b, (4, 8))[2]))
+  rec = _Stages()
+  old = trace.install(rec)
+  try: sched = create_schedule(UOp.sink(out := softmax(c * d, (4, 8))[2]))  # same structure: a cache hit
+  finally: trace.install(old)
+  assert [n for n, _, _ in rec.seen] == ["normalize", "rebind"] and sched.template is first.template
+  before, after = rec.seen[1][1], rec.seen[1][2]
+  assert {x.src[0].arg[0] for call in before.src for x in call.src[1:]} == {"in", "new"}  # placeholders
+  bufs = {x for call in after.src for x in call.src[1:]}
+  assert {cb, db} <= bufs and not bufs & {ab, bb} and not bufs & {x for call in first.calls for x in call.src[1:]}
+  env = ref.run_schedule(sched, {cb: cv, db: dv})
+  np.testing.assert_allclose(ref.realized_value(sched, env, out), np_softmax(cv * dv), rtol=1e-5)
+
+
+# ***** tracing *****
+class _Stages(trace.Recorder):
+  def __init__(self) -> None: self.seen: list[tuple[str, UOp, UOp]] = []
+  def stage(self, name: str, before: UOp, after: UOp) -> None: self.seen.append((name, before, after))
+
+
+def test_every_pass_is_a_step_in_viz_and_in_debug(capsys):
+  xb, x, xv = tensor(4, 8)
+  _, _, out = softmax(x * 3, (4, 8))
+  clear_schedule_cache()
+  rec = _Stages()
+  old = trace.install(rec)
+  try: sched = create_schedule(UOp.sink(out))
+  finally: trace.install(old)
+  assert [n for n, _, _ in rec.seen] == ["normalize", *(n for n, _ in S.STAGES), "rebind"]
+  assert [n for n, _ in S.STAGES] == ["decide", "kernels", "order", "memory"]
+  for (_, _, after), (_, before, _) in zip(rec.seen[1:], rec.seen[2:-1]): assert after is before  # a chain
+  assert list(rec.seen[-1][2].src) == sched.calls
+  env = ref.run_schedule(sched, {xb: xv})
+  np.testing.assert_allclose(ref.realized_value(sched, env, out), np_softmax(xv * 3), rtol=1e-5)
+  clear_schedule_cache()
+  with Context(DEBUG=3): create_schedule(UOp.sink(out))
+  printed = [line.split()[1] for line in capsys.readouterr().out.splitlines() if line.startswith("  sched ")]
+  assert printed == ["normalize", "decide", "kernels", "order", "memory", "rebind"]
+
+
+# ***** the shape of the code (issue #33) *****
+def _functions() -> list[tuple[str, ast.FunctionDef]]:
+  out = []
+  for f in sorted(SCHEDULE_DIR.glob("*.py")):
+    out += [(f.name, n) for n in ast.walk(ast.parse(f.read_text())) if isinstance(n, ast.FunctionDef)]
+  return out
+
+
+def test_scheduler_functions_are_short_and_not_recursive():
+  long = [(f, n.name, n.end_lineno - n.lineno + 1) for f, n in _functions() if n.end_lineno - n.lineno + 1 > 100]
+  assert not long, long
+  recursive = []
+  for f, n in _functions():
+    called = {c.func.id for c in ast.walk(n) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)}
+    called |= {c.func.attr for c in ast.walk(n) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
+               and isinstance(c.func.value, ast.Name) and c.func.value.id == "self"}
+    if n.name in called: recursive.append((f, n.name))
+  assert recursive == [("schedule.py", "arg")], recursive  # (the normalizer's walk over a nested arg tuple)
+
+
+def test_scheduler_defines_no_exception_classes():
+  for f in SCHEDULE_DIR.glob("*.py"):
+    for n in ast.walk(ast.parse(f.read_text())):
+      if isinstance(n, ast.ClassDef):
+        assert not any(isinstance(b, ast.Name) and b.id.endswith(("Exception", "Error")) for b in n.bases), n.name
