@@ -1,0 +1,857 @@
+"""The aten ops the tiny device runs itself, as tiny Tensor code, keyed by `OpOverload` (registration next to
+definition: `@op(aten.add.Tensor, promote=RESULT)` fills the table with the function under it).
+
+A function in `OPS` gets its arguments unwrapped: TinyTensors as tiny Tensors (their values, read from the storage),
+0-dim CPU tensors as Python scalars, everything else as torch passed it. It returns tiny Tensors (or tuples of them);
+`backend.dispatch` casts them to the dtypes torch gives the op (from a meta run) and wraps them. `promote` casts the
+tensor arguments first: RESULT to `torch.result_type` of the first two arguments (arithmetic and comparisons), OUT to
+the op's output dtype (ops that make floats from ints: div, exp, ...).
+
+Every aten op not listed here is decomposed (`DECOMPS`: torch's decomposition table, ops written with smaller aten
+ops), or runs its CompositeImplicit decomposition; `SPECIAL` ops see the raw TinyTensors (copies between devices,
+`.item()`, random numbers drawn on the CPU, `*_scatter` written through a view).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from torch._decomp import decomposition_table
+from tiny_tensor import Tensor, dtypes
+
+from tiny_torch import backend as B
+
+aten = torch.ops.aten
+RESULT, OUT = "result", "out"
+OPS: dict[Any, Callable[..., Any]] = {}
+PROMOTE: dict[Any, str] = {}
+NO_META: set[Any] = set()  # data-dependent output shapes: no meta run
+RAW_OUT: set[Any] = set()  # the function returns torch values itself (bools, CPU tensors)
+SPECIAL: dict[Any, Callable[..., Any]] = {}
+DECOMPOSE_FIRST: set[Any] = set()  # ops that write an argument but are not plain `foo_` in-place ops
+
+
+def op(*funcs: Any, promote: str | None = None, meta: bool = True, raw: bool = False) -> Callable:
+  """Register the decorated function as the tiny implementation of aten overloads `funcs`."""
+  def deco(fn: Callable) -> Callable:
+    for f in funcs:
+      OPS[f] = fn
+      if promote: PROMOTE[f] = promote
+      if not meta: NO_META.add(f)
+      if raw: RAW_OUT.add(f)
+    return fn
+  return deco
+
+
+def special(*funcs: Any) -> Callable:
+  """Register the decorated function for `funcs`, called with the raw arguments (TinyTensors, CPU tensors)."""
+  def deco(fn: Callable) -> Callable:
+    for f in funcs: SPECIAL[f] = fn
+    return fn
+  return deco
+
+
+def _axes(x: Tensor, dim: Any) -> tuple[int, ...]:
+  if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0): return tuple(range(x.ndim))
+  dims = dim if isinstance(dim, (list, tuple)) else [dim]
+  return tuple(sorted({d % max(x.ndim, 1) for d in dims}))
+
+
+def _tdt(dt: Any) -> Any: return B.to_tiny_dtype(dt)
+
+
+def _float(x: Tensor) -> Tensor:
+  return x if dtypes.is_float(x.dtype) else x.cast(dtypes.float32)
+
+
+# ***** elementwise *****
+
+_UNARY = {aten.abs.default: Tensor.abs, aten.neg.default: Tensor.neg, aten.exp.default: Tensor.exp,
+          aten.exp2.default: Tensor.exp2, aten.log.default: Tensor.log, aten.log2.default: Tensor.log2,
+          aten.sqrt.default: Tensor.sqrt, aten.rsqrt.default: Tensor.rsqrt, aten.sin.default: Tensor.sin,
+          aten.cos.default: Tensor.cos, aten.tan.default: Tensor.tan, aten.sinh.default: Tensor.sinh,
+          aten.cosh.default: Tensor.cosh, aten.tanh.default: Tensor.tanh, aten.asin.default: Tensor.asin,
+          aten.acos.default: Tensor.acos, aten.atan.default: Tensor.atan, aten.asinh.default: Tensor.asinh,
+          aten.acosh.default: Tensor.acosh, aten.atanh.default: Tensor.atanh, aten.sigmoid.default: Tensor.sigmoid,
+          aten.erf.default: Tensor.erf, aten.floor.default: Tensor.floor, aten.ceil.default: Tensor.ceil,
+          aten.trunc.default: Tensor.trunc, aten.sign.default: Tensor.sign, aten.reciprocal.default: Tensor.reciprocal,
+          aten.relu.default: Tensor.relu, aten.silu.default: Tensor.silu, aten.log10.default: Tensor.log10,
+          aten.mish.default: Tensor.mish, aten.hardswish.default: Tensor.hardswish,
+          aten.hardsigmoid.default: Tensor.hardsigmoid}
+for _f, _fn in _UNARY.items(): op(_f, promote=OUT)(lambda x, _fn=_fn: _fn(x))
+
+
+@op(aten.round.default, promote=OUT)
+def _round(x: Tensor) -> Tensor:
+  """Half to even, as torch rounds."""
+  if not dtypes.is_float(x.dtype): return x
+  f = x.floor()
+  d = x - f
+  even = (f / 2).floor() * 2 == f
+  return (d > 0.5).where(f + 1, (d < 0.5).where(f, even.where(f, f + 1)))
+
+
+@op(aten.expm1.default, promote=OUT)
+def _expm1(x: Tensor) -> Tensor:
+  """exp(x)-1 without cancellation near 0: (u-1)*x/log(u) with u=exp(x) (Kahan's trick)."""
+  u = x.exp()
+  return (u == 1).where(x, (u - 1 == -1).where(-1.0, (u - 1) * x / u.log()))
+
+
+@op(aten.log1p.default, promote=OUT)
+def _log1p(x: Tensor) -> Tensor:
+  """log(1+x) accurate near 0: log(u)*x/(u-1) with u=1+x (Goldberg)."""
+  u = x + 1
+  return (u == 1).where(x, u.log() * x / (u - 1))
+
+
+@op(aten.gelu.default, promote=OUT)
+def _gelu(x: Tensor, approximate: str = "none") -> Tensor:
+  if approximate == "tanh": return x.gelu()
+  if approximate != "none": raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+  return 0.5 * x * (1 + (x / math.sqrt(2)).erf())
+
+
+@op(aten.logical_not.default)
+def _logical_not(x: Tensor) -> Tensor: return x.cast(dtypes.bool).logical_not()
+
+
+@op(aten.bitwise_not.default)
+def _bitwise_not(x: Tensor) -> Tensor: return x.logical_not() if x.dtype == dtypes.bool else x.bitwise_not()
+
+
+@op(aten.isnan.default)
+def _isnan(x: Tensor) -> Tensor: return x.isnan() if dtypes.is_float(x.dtype) else Tensor.zeros_like(x).cast(dtypes.bool)
+
+
+@op(aten.isinf.default)
+def _isinf(x: Tensor) -> Tensor: return x.isinf() if dtypes.is_float(x.dtype) else Tensor.zeros_like(x).cast(dtypes.bool)
+
+
+@op(aten.leaky_relu.default, promote=OUT)
+def _leaky_relu(x: Tensor, negative_slope: float = 0.01) -> Tensor: return (x > 0).where(x, x * negative_slope)
+
+
+@op(aten.hardtanh.default, promote=OUT)
+def _hardtanh(x: Tensor, min_val: float = -1.0, max_val: float = 1.0) -> Tensor: return x.clip(min_val, max_val)
+
+
+@op(aten.elu.default, promote=OUT)
+def _elu(x: Tensor, alpha: float = 1.0, scale: float = 1.0, input_scale: float = 1.0) -> Tensor:
+  return (x > 0).where(x * scale, ((x * input_scale).exp() - 1) * (alpha * scale))
+
+
+@op(aten.softplus.default, promote=OUT)
+def _softplus(x: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
+  return (x * beta > threshold).where(x, ((x * beta).exp() + 1).log() / beta)
+
+
+def _binary(fn: Callable[[Any, Any], Tensor], promote: str, *funcs: Any) -> None:
+  op(*funcs, promote=promote)(lambda a, b, fn=fn: fn(a, b) if isinstance(a, Tensor) else fn(_scalar_like(a, b), b))
+
+
+def _scalar_like(a: Any, like: Tensor) -> Tensor: return Tensor.full((), a, dtype=like.dtype, device=like.device)
+
+
+@op(aten.add.Tensor, aten.add.Scalar, promote=RESULT)
+def _add(a: Any, b: Any, alpha: Any = 1) -> Any:
+  if not isinstance(a, Tensor): a = _scalar_like(a, b)
+  return a + (b if alpha == 1 else b * alpha)
+
+
+@op(aten.sub.Tensor, aten.sub.Scalar, promote=RESULT)
+def _sub(a: Any, b: Any, alpha: Any = 1) -> Any:
+  if not isinstance(a, Tensor): a = _scalar_like(a, b)
+  return a - (b if alpha == 1 else b * alpha)
+
+
+_binary(lambda a, b: a * b, RESULT, aten.mul.Tensor, aten.mul.Scalar)
+_binary(lambda a, b: a.maximum(b), RESULT, aten.maximum.default)
+_binary(lambda a, b: a.minimum(b), RESULT, aten.minimum.default)
+_binary(lambda a, b: a == b, RESULT, aten.eq.Tensor, aten.eq.Scalar)
+_binary(lambda a, b: a != b, RESULT, aten.ne.Tensor, aten.ne.Scalar)
+_binary(lambda a, b: a < b, RESULT, aten.lt.Tensor, aten.lt.Scalar)
+_binary(lambda a, b: a <= b, RESULT, aten.le.Tensor, aten.le.Scalar)
+_binary(lambda a, b: a > b, RESULT, aten.gt.Tensor, aten.gt.Scalar)
+_binary(lambda a, b: a >= b, RESULT, aten.ge.Tensor, aten.ge.Scalar)
+_binary(lambda a, b: a.atan2(b) if hasattr(a, "atan2") else _atan2(a, b), OUT, aten.atan2.default)
+
+
+def _bool(x: Any) -> Any: return x.cast(dtypes.bool) if isinstance(x, Tensor) else bool(x)
+
+
+_binary(lambda a, b: _bool(a) & _bool(b), RESULT, aten.logical_and.default)
+_binary(lambda a, b: _bool(a) | _bool(b), RESULT, aten.logical_or.default)
+_binary(lambda a, b: _bool(a) ^ _bool(b), RESULT, aten.logical_xor.default)
+_binary(lambda a, b: a & b, RESULT, aten.bitwise_and.Tensor, aten.bitwise_and.Scalar)
+_binary(lambda a, b: a | b, RESULT, aten.bitwise_or.Tensor, aten.bitwise_or.Scalar)
+_binary(lambda a, b: a ^ b, RESULT, aten.bitwise_xor.Tensor, aten.bitwise_xor.Scalar)
+
+
+def _atan2(y: Tensor, x: Tensor) -> Tensor:
+  base = (y / x).atan()
+  return (x > 0).where(base, (x < 0).where((y >= 0).where(base + math.pi, base - math.pi),
+                                           (y > 0).where(math.pi / 2, (y < 0).where(-math.pi / 2, 0.0))))
+
+
+@op(aten.div.Tensor, aten.div.Scalar, promote=OUT)
+def _div(a: Any, b: Any) -> Any:
+  if not isinstance(a, Tensor): a = _scalar_like(a, b)
+  return a / b
+
+
+@op(aten.div.Tensor_mode, aten.div.Scalar_mode, promote=RESULT)
+def _div_mode(a: Any, b: Any, rounding_mode: str | None = None) -> Any:
+  if not isinstance(a, Tensor): a = _scalar_like(a, b)
+  if rounding_mode is None: return _float(a) / b
+  if rounding_mode not in ("trunc", "floor"):
+    raise ValueError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '{rounding_mode}'")
+  if dtypes.is_float(a.dtype): q = a / b
+  else:
+    q = _float(a) / (b if not isinstance(b, Tensor) else _float(b))
+    return (q.trunc() if rounding_mode == "trunc" else q.floor()).cast(a.dtype)
+  return q.trunc() if rounding_mode == "trunc" else q.floor()
+
+
+@op(aten.remainder.Tensor, aten.remainder.Scalar, promote=RESULT)
+def _remainder(a: Any, b: Any) -> Any:
+  """Python's modulo: the sign of the divisor."""
+  if not isinstance(a, Tensor): a = _scalar_like(a, b)
+  if dtypes.is_float(a.dtype): return a - (a / b).floor() * b
+  r = a.mod(b) if hasattr(a, "mod") else a % b
+  return r
+
+
+@op(aten.fmod.Tensor, aten.fmod.Scalar, promote=RESULT)
+def _fmod(a: Any, b: Any) -> Any:
+  """C's fmod: the sign of the dividend."""
+  if dtypes.is_float(a.dtype): return a - (a / b).trunc() * b
+  return a.fmod(b)
+
+
+@op(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar, aten.pow.Scalar, promote=RESULT)
+def _pow(a: Any, b: Any) -> Any:
+  if not isinstance(a, Tensor): a = _scalar_like(a, b)
+  return a.pow(b)
+
+
+@op(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
+def _where(cond: Tensor, a: Any, b: Any) -> Tensor:
+  if isinstance(a, Tensor) and isinstance(b, Tensor) and a.dtype != b.dtype:
+    dt = B.TORCH_TO_TINY[torch.promote_types(B.TINY_TO_TORCH[a.dtype], B.TINY_TO_TORCH[b.dtype])]
+    a, b = a.cast(dt), b.cast(dt)
+  return cond.cast(dtypes.bool).where(a, b)
+
+
+@op(aten.clamp.default, aten.clamp.Tensor, promote=OUT)
+def _clamp(x: Tensor, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002 -- torch's argument names
+  if min is not None: x = x.maximum(min)
+  if max is not None: x = x.minimum(max)
+  return x
+
+
+@op(aten.clamp_min.default, aten.clamp_min.Tensor, promote=OUT)
+def _clamp_min(x: Tensor, m: Any) -> Tensor: return x.maximum(m)
+
+
+@op(aten.clamp_max.default, aten.clamp_max.Tensor, promote=OUT)
+def _clamp_max(x: Tensor, m: Any) -> Tensor: return x.minimum(m)
+
+
+@op(aten.lerp.Scalar, aten.lerp.Tensor, promote=OUT)
+def _lerp(a: Tensor, b: Tensor, w: Any) -> Tensor: return a + (b - a) * w
+
+
+# ***** reductions *****
+
+@op(aten.sum.default, aten.sum.dim_IntList)
+def _sum(x: Tensor, dim: Any = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
+  if dtype is not None: x = x.cast(_tdt(dtype))
+  elif x.dtype == dtypes.bool or (not dtypes.is_float(x.dtype)): x = x.cast(dtypes.int64)
+  return x.sum(_axes(x, dim), keepdim=keepdim) if x.ndim else x
+
+
+@op(aten.mean.default, aten.mean.dim)
+def _mean(x: Tensor, dim: Any = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
+  if dtype is not None: x = x.cast(_tdt(dtype))
+  return x.mean(_axes(x, dim), keepdim=keepdim) if x.ndim else x
+
+
+@op(aten.prod.default, aten.prod.dim_int)
+def _prod(x: Tensor, dim: Any = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
+  if dtype is not None: x = x.cast(_tdt(dtype))
+  elif not dtypes.is_float(x.dtype): x = x.cast(dtypes.int64)
+  return x.prod(_axes(x, dim), keepdim=keepdim) if x.ndim else x
+
+
+@op(aten.amax.default)
+def _amax(x: Tensor, dim: Any = (), keepdim: bool = False) -> Tensor:
+  return x.max(_axes(x, dim), keepdim=keepdim) if x.ndim else x
+
+
+@op(aten.amin.default)
+def _amin(x: Tensor, dim: Any = (), keepdim: bool = False) -> Tensor:
+  return x.min(_axes(x, dim), keepdim=keepdim) if x.ndim else x
+
+
+@op(aten.max.default)
+def _max_all(x: Tensor) -> Tensor:
+  if x.numel() == 0: raise RuntimeError("max(): Expected reduction dim to be specified for input.numel() == 0.")
+  return x.max()
+
+
+@op(aten.min.default)
+def _min_all(x: Tensor) -> Tensor:
+  if x.numel() == 0: raise RuntimeError("min(): Expected reduction dim to be specified for input.numel() == 0.")
+  return x.min()
+
+
+def _arg(x: Tensor, dim: Any, keepdim: bool, largest: bool) -> Tensor:
+  if x.ndim == 0: return Tensor.zeros((), dtype=dtypes.int32, device=x.device)
+  if dim is None:
+    r = (x.flatten().argmax() if largest else x.flatten().argmin())
+    return r.reshape((1,) * x.ndim) if keepdim else r
+  return x.argmax(dim, keepdim=keepdim) if largest else x.argmin(dim, keepdim=keepdim)
+
+
+@op(aten.argmax.default)
+def _argmax(x: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor: return _arg(x, dim, keepdim, True)
+
+
+@op(aten.argmin.default)
+def _argmin(x: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor: return _arg(x, dim, keepdim, False)
+
+
+@op(aten.max.dim)
+def _max_dim(x: Tensor, dim: int, keepdim: bool = False) -> tuple[Tensor, Tensor]:
+  if x.ndim == 0: return x, Tensor.zeros((), dtype=dtypes.int32, device=x.device)
+  return x.max(dim, keepdim=keepdim), x.argmax(dim, keepdim=keepdim)
+
+
+@op(aten.min.dim)
+def _min_dim(x: Tensor, dim: int, keepdim: bool = False) -> tuple[Tensor, Tensor]:
+  if x.ndim == 0: return x, Tensor.zeros((), dtype=dtypes.int32, device=x.device)
+  return x.min(dim, keepdim=keepdim), x.argmin(dim, keepdim=keepdim)
+
+
+@op(aten.var.correction)
+def _var(x: Tensor, dim: Any = None, correction: Any = None, keepdim: bool = False) -> Tensor:
+  return x.var(_axes(x, dim), keepdim=keepdim, correction=1 if correction is None else correction)
+
+
+@op(aten.any.default, aten.any.dim, aten.any.dims)
+def _any(x: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
+  return x.cast(dtypes.bool).any(_axes(x, dim), keepdim=keepdim) if x.ndim else x.cast(dtypes.bool)
+
+
+@op(aten.all.default, aten.all.dim, aten.all.dims)
+def _all(x: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
+  return x.cast(dtypes.bool).all(_axes(x, dim), keepdim=keepdim) if x.ndim else x.cast(dtypes.bool)
+
+
+@op(aten.cumsum.default)
+def _cumsum(x: Tensor, dim: int, dtype: Any = None) -> Tensor:
+  if dtype is not None: x = x.cast(_tdt(dtype))
+  elif not dtypes.is_float(x.dtype): x = x.cast(dtypes.int64)
+  return x.cumsum(dim % x.ndim) if x.ndim else x
+
+
+@op(aten.cumprod.default)
+def _cumprod(x: Tensor, dim: int, dtype: Any = None) -> Tensor:
+  if dtype is not None: x = x.cast(_tdt(dtype))
+  elif not dtypes.is_float(x.dtype): x = x.cast(dtypes.int64)
+  return x.cumprod(dim % x.ndim) if x.ndim else x
+
+
+# ***** data movement *****
+
+@op(aten.clone.default, aten.lift_fresh_copy.default, aten.alias_copy.default)
+def _clone(x: Tensor, memory_format: Any = None) -> Tensor: return x.contiguous()
+
+
+@op(aten._unsafe_view.default, aten.view_copy.default, aten._reshape_copy.default)
+def _unsafe_view(x: Tensor, size: Any) -> Tensor: return x.reshape(tuple(size))
+
+
+@op(aten.cat.default)
+def _cat(tensors: list[Tensor], dim: int = 0) -> Tensor:
+  ts = [t for t in tensors if not (t.ndim == 1 and t.shape[0] == 0)]  # torch skips legacy empty (0,) tensors
+  if not ts: return tensors[0]
+  dt = ts[0].dtype
+  for t in ts[1:]:
+    dt = B.TORCH_TO_TINY[torch.promote_types(B.TINY_TO_TORCH[dt], B.TINY_TO_TORCH[t.dtype])]
+  ts = [t.cast(dt) for t in ts]
+  return ts[0].cat(*ts[1:], dim=dim) if len(ts) > 1 else ts[0].contiguous()
+
+
+@op(aten.constant_pad_nd.default)
+def _constant_pad_nd(x: Tensor, pad: Any, value: Any = 0) -> Tensor:
+  pads = [(pad[2 * i], pad[2 * i + 1]) for i in range(len(pad) // 2)]
+  full = [(0, 0)] * (x.ndim - len(pads)) + pads[::-1]
+  if all(a >= 0 and b >= 0 for a, b in full): return x.pad(tuple(full), value=value)
+  return x.pad2d(list(pad), value=value)
+
+
+@op(aten.flip.default)
+def _flip(x: Tensor, dims: Any) -> Tensor: return x.flip(_axes(x, dims)) if dims and x.ndim else x.contiguous()
+
+
+@op(aten.roll.default)
+def _roll(x: Tensor, shifts: Any, dims: Any = ()) -> Tensor:
+  return x.roll(list(shifts), list(dims) if dims else None)
+
+
+@op(aten.repeat.default)
+def _repeat(x: Tensor, repeats: Any) -> Tensor: return x.repeat(tuple(repeats))
+
+
+@op(aten.tril.default)
+def _tril(x: Tensor, diagonal: int = 0) -> Tensor: return x.tril(diagonal)
+
+
+@op(aten.triu.default)
+def _triu(x: Tensor, diagonal: int = 0) -> Tensor: return x.triu(diagonal)
+
+
+@op(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
+def _masked_fill(x: Tensor, mask: Tensor, value: Any) -> Tensor:
+  if isinstance(value, Tensor): value = value.cast(x.dtype)
+  return mask.cast(dtypes.bool).where(value, x).cast(x.dtype)
+
+
+@op(aten.fill.Scalar, aten.fill.Tensor)
+def _fill(x: Tensor, value: Any) -> Tensor:
+  if isinstance(value, Tensor): return value.cast(x.dtype).reshape(()).expand(x.shape).contiguous()
+  return Tensor.full(x.shape, value, dtype=x.dtype, device=x.device).contiguous()
+
+
+@op(aten.zero.default)
+def _zero(x: Tensor) -> Tensor: return Tensor.zeros(*x.shape, dtype=x.dtype, device=x.device).contiguous()
+
+
+def _like(x: Tensor, fill: Any, size: Any = None, dtype: Any = None, device: Any = None) -> Any:
+  shape = tuple(x.shape) if size is None else tuple(size)
+  dt = B.TINY_TO_TORCH[x.dtype] if dtype is None else dtype
+  if device is not None and torch.device(device).type == "cpu": return torch.full(shape, fill, dtype=dt)
+  dev = x.device if device is None else B.tiny_device_name(torch.device(device).index)
+  return Tensor.full(shape, fill, dtype=_tdt(dt), device=dev).contiguous()
+
+
+@op(aten.empty_like.default, aten.zeros_like.default)
+def _zeros_like(x: Tensor, dtype: Any = None, layout: Any = None, device: Any = None, pin_memory: Any = None,
+                memory_format: Any = None) -> Any: return _like(x, 0, dtype=dtype, device=device)
+
+
+@op(aten.ones_like.default)
+def _ones_like(x: Tensor, dtype: Any = None, layout: Any = None, device: Any = None, pin_memory: Any = None,
+               memory_format: Any = None) -> Any: return _like(x, 1, dtype=dtype, device=device)
+
+
+@op(aten.full_like.default)
+def _full_like(x: Tensor, fill_value: Any, dtype: Any = None, layout: Any = None, device: Any = None,
+               pin_memory: Any = None, memory_format: Any = None) -> Any:
+  return _like(x, fill_value, dtype=dtype, device=device)
+
+
+@op(aten.new_empty.default, aten.new_zeros.default)
+def _new_zeros(x: Tensor, size: Any, dtype: Any = None, layout: Any = None, device: Any = None,
+               pin_memory: Any = None) -> Any: return _like(x, 0, size, dtype, device)
+
+
+@op(aten.new_ones.default)
+def _new_ones(x: Tensor, size: Any, dtype: Any = None, layout: Any = None, device: Any = None,
+              pin_memory: Any = None) -> Any: return _like(x, 1, size, dtype, device)
+
+
+@op(aten.new_full.default)
+def _new_full(x: Tensor, size: Any, fill_value: Any, dtype: Any = None, layout: Any = None, device: Any = None,
+              pin_memory: Any = None) -> Any: return _like(x, fill_value, size, dtype, device)
+
+
+@op(aten.new_empty_strided.default)
+def _new_empty_strided(x: Tensor, size: Any, stride: Any, dtype: Any = None, layout: Any = None, device: Any = None,
+                       pin_memory: Any = None) -> Any: return _like(x, 0, size, dtype, device)
+
+
+# ***** indexing *****
+
+def _norm_indices(x: Tensor, indices: list[Any]) -> list[Tensor | None]:
+  """Index tensors for torch's `indices` (None = the whole dim): bool masks become their nonzero positions (a host
+  read, as torch's CPU kernel does), negative positions wrap."""
+  out: list[Tensor | None] = []
+  d = 0
+  for ix in indices:
+    if ix is None:
+      out.append(None)
+      d += 1
+    elif ix.dtype == dtypes.bool:
+      nz = np.nonzero(ix.numpy())
+      for k, a in enumerate(nz):
+        out.append(Tensor(a.astype(np.int32), device=x.device))
+      d += ix.ndim
+    else:
+      ix = ix.cast(dtypes.int32)
+      out.append((ix < 0).where(ix + x.shape[d], ix))
+      d += 1
+  return out + [None] * (x.ndim - len(out))
+
+
+def _flat_plan(x: Tensor, idx: list[Tensor | None]) -> tuple[Tensor, Tensor, tuple[int, ...], list[int], bool]:
+  """(x with the indexed dims first, flattened into one; the linear positions (N,); the broadcast index shape;
+  the indexed dims; whether they are adjacent, which keeps the result's index dims in place)."""
+  dims = [i for i, t in enumerate(idx) if t is not None]
+  rest = [i for i in range(x.ndim) if i not in dims]
+  bshape = tuple(np.broadcast_shapes(*[tuple(idx[d].shape) for d in dims]))
+  lin = None
+  for d in dims:
+    t = idx[d].reshape((1,) * (len(bshape) - idx[d].ndim) + tuple(idx[d].shape)).expand(bshape)
+    lin = t if lin is None else lin * x.shape[d] + t
+  xp = x.permute(*dims, *rest).reshape(math.prod(x.shape[d] for d in dims), *[x.shape[r] for r in rest])
+  adjacent = dims == list(range(dims[0], dims[-1] + 1))
+  return xp, lin.reshape(math.prod(bshape)), bshape, dims, adjacent
+
+
+@op(aten.index.Tensor, meta=False)
+def _index(x: Tensor, indices: list[Any]) -> Tensor:
+  idx = _norm_indices(x, list(indices))
+  xp, lin, bshape, dims, adjacent = _flat_plan(x, idx)
+  rest_shape = tuple(xp.shape[1:])
+  g = xp.gather(0, lin.reshape(-1, *([1] * len(rest_shape))).expand(lin.shape[0], *rest_shape)) if rest_shape \
+    else xp.gather(0, lin)
+  out = g.reshape(*bshape, *rest_shape)
+  if adjacent and dims[0] > 0:  # the index dims stay where the indexed dims were
+    nb, before = len(bshape), dims[0]
+    out = out.permute(*range(nb, nb + before), *range(nb), *range(nb + before, out.ndim))
+  return out
+
+
+@op(aten.index_put.default, meta=False)
+def _index_put(x: Tensor, indices: list[Any], values: Tensor | Any, accumulate: bool = False) -> Tensor:
+  idx = _norm_indices(x, list(indices))
+  xp, lin, bshape, dims, adjacent = _flat_plan(x, idx)
+  rest_shape = tuple(xp.shape[1:])
+  if not isinstance(values, Tensor): values = Tensor.full((), values, dtype=x.dtype, device=x.device)
+  values = values.cast(x.dtype)
+  nb = len(bshape)
+  if adjacent and dims[0] > 0:  # values come shaped like x[indices]: move the index dims to the front
+    before = dims[0]
+    vshape = tuple(rest_shape[:before]) + bshape + tuple(rest_shape[before:])
+    values = values.reshape((1,) * (len(vshape) - values.ndim) + tuple(values.shape)).expand(vshape)
+    values = values.permute(*range(before, before + nb), *range(before), *range(before + nb, len(vshape)))
+  vshape = bshape + rest_shape
+  v = values.reshape((1,) * (len(vshape) - values.ndim) + tuple(values.shape)).expand(vshape)
+  v = v.reshape(lin.shape[0], *rest_shape)
+  ix = lin.reshape(-1, *([1] * len(rest_shape))).expand(lin.shape[0], *rest_shape)
+  out = xp.scatter_reduce(0, ix, v, "sum") if accumulate else xp.scatter(0, ix, v)
+  rest = [i for i in range(x.ndim) if i not in dims]
+  out = out.reshape(*[x.shape[d] for d in dims], *rest_shape)
+  order = dims + rest
+  return out.permute(*sorted(range(x.ndim), key=lambda k: order[k]))
+
+
+@op(aten.index_select.default)
+def _index_select(x: Tensor, dim: int, index: Tensor) -> Tensor:
+  if x.ndim == 0: return x.reshape(()) if index.ndim == 0 else x.reshape(1)
+  dim %= x.ndim
+  return _index(x, [None] * dim + [index.reshape(-1)])
+
+
+@op(aten.gather.default)
+def _gather(x: Tensor, dim: int, index: Tensor, sparse_grad: bool = False) -> Tensor:
+  if x.ndim == 0: return x
+  index = index.cast(dtypes.int32)
+  return x.gather(dim % x.ndim, (index < 0).where(index + x.shape[dim], index))
+
+
+@op(aten.scatter.src, aten.scatter.value)
+def _scatter(x: Tensor, dim: int, index: Tensor, src: Any) -> Tensor:
+  if isinstance(src, Tensor): src = src.cast(x.dtype)
+  return x.scatter(dim % max(x.ndim, 1), index.cast(dtypes.int32), src)
+
+
+@op(aten.scatter_add.default)
+def _scatter_add(x: Tensor, dim: int, index: Tensor, src: Tensor) -> Tensor:
+  return x.scatter_reduce(dim % max(x.ndim, 1), index.cast(dtypes.int32), src.cast(x.dtype), "sum")
+
+
+@op(aten.scatter_reduce.two)
+def _scatter_reduce(x: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str, include_self: bool = True) -> Tensor:
+  return x.scatter_reduce(dim % max(x.ndim, 1), index.cast(dtypes.int32), src.cast(x.dtype), reduce,
+                          include_self=include_self)
+
+
+@op(aten.sort.default)
+def _sort(x: Tensor, dim: int = -1, descending: bool = False) -> tuple[Tensor, Tensor]:
+  if x.ndim == 0: return x, Tensor.zeros((), dtype=dtypes.int32, device=x.device)
+  return x.sort(dim, descending=descending)
+
+
+@op(aten.sort.stable)
+def _sort_stable(x: Tensor, stable: Any = None, dim: int = -1, descending: bool = False) -> tuple[Tensor, Tensor]:
+  return _sort(x, dim, descending)
+
+
+@op(aten.topk.default)
+def _topk(x: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> tuple[Tensor, Tensor]:  # noqa: A002
+  if x.ndim == 0: return x, Tensor.zeros((), dtype=dtypes.int32, device=x.device)
+  return x.topk(k, dim, largest=largest)
+
+
+@op(aten.nonzero.default, meta=False)
+def _nonzero(x: Tensor) -> Tensor:
+  nz = np.stack(np.nonzero(x.numpy().reshape(x.shape)), axis=1) if x.ndim else np.zeros((int(x.item() != 0), 0))
+  return Tensor(nz.astype(np.int64), device=x.device) if nz.size else Tensor.zeros(*nz.shape, dtype=dtypes.int64,
+                                                                                   device=x.device)
+
+
+@op(aten.masked_select.default, meta=False)
+def _masked_select(x: Tensor, mask: Tensor) -> Tensor:
+  shape = tuple(np.broadcast_shapes(tuple(x.shape), tuple(mask.shape)))
+  m = mask.cast(dtypes.bool).expand(shape).numpy().reshape(-1)
+  pos = np.nonzero(m)[0].astype(np.int32)
+  flat = x.expand(shape).reshape(-1)
+  return flat[Tensor(pos, device=x.device)] if pos.size else Tensor.zeros(0, dtype=x.dtype, device=x.device)
+
+
+# ***** linear algebra and nn *****
+
+@op(aten.mm.default, aten.bmm.default, promote=RESULT)
+def _mm(a: Tensor, b: Tensor) -> Tensor: return a @ b
+
+
+@op(aten.dot.default, aten.vdot.default, promote=RESULT)
+def _dot(a: Tensor, b: Tensor) -> Tensor: return (a * b).sum()
+
+
+@op(aten.mv.default, promote=RESULT)
+def _mv(a: Tensor, b: Tensor) -> Tensor: return a @ b
+
+
+@op(aten.addmm.default)
+def _addmm(x: Tensor, m1: Tensor, m2: Tensor, beta: Any = 1, alpha: Any = 1) -> Tensor:
+  prod = m1 @ m2
+  if alpha != 1: prod = prod * alpha
+  if beta == 0: return prod
+  return (x if beta == 1 else x * beta) + prod
+
+
+@op(aten._softmax.default)
+def _softmax(x: Tensor, dim: int, half_to_float: bool) -> Tensor:
+  return (x.cast(dtypes.float32) if half_to_float else x).softmax(dim) if x.ndim else x * 0 + 1
+
+
+@op(aten._log_softmax.default)
+def _log_softmax(x: Tensor, dim: int, half_to_float: bool) -> Tensor:
+  return (x.cast(dtypes.float32) if half_to_float else x).log_softmax(dim) if x.ndim else x * 0
+
+
+def _conv(x: Tensor, w: Tensor, b: Tensor | None, stride: Any, padding: Any, dilation: Any, transposed: bool,
+          output_padding: Any, groups: int) -> Tensor:
+  if transposed:
+    return x.conv_transpose2d(w, b, groups=groups, stride=list(stride), dilation=list(dilation),
+                              padding=list(padding), output_padding=list(output_padding))
+  return x.conv2d(w, b, groups=groups, stride=list(stride), dilation=list(dilation), padding=list(padding))
+
+
+@op(aten.convolution.default, promote=RESULT)
+def _convolution(x: Tensor, w: Tensor, b: Tensor | None, stride: Any, padding: Any, dilation: Any, transposed: bool,
+                 output_padding: Any, groups: int) -> Tensor:
+  return _conv(x, w, b, stride, padding, dilation, transposed, output_padding, groups)
+
+
+def _grads_of(fn: Callable[..., Tensor], grad: Tensor, inputs: list[Tensor | None],
+              mask: list[bool]) -> tuple[Tensor | None, ...]:
+  """The gradients of fn(*inputs) with output gradient `grad`, for the inputs `mask` asks for, by tiny's autograd
+  over fresh leaves (so a backward op is the derivative of the same tiny code as its forward)."""
+  leaves = [None if t is None else t.detach().requires_grad_(True) for t in inputs]
+  out = fn(*leaves)
+  want = [lf for lf, m in zip(leaves, mask) if m and lf is not None]
+  got = iter(out.gradient(*want, gradient=grad) if want else [])
+  return tuple(next(got) if m and lf is not None else None for lf, m in zip(leaves, mask))
+
+
+@op(aten.convolution_backward.default)
+def _convolution_backward(grad: Tensor, x: Tensor, w: Tensor, bias_sizes: Any, stride: Any, padding: Any,
+                          dilation: Any, transposed: bool, output_padding: Any, groups: int,
+                          output_mask: Any) -> tuple[Any, ...]:
+  gx, gw = _grads_of(lambda a, b: _conv(a, b, None, stride, padding, dilation, transposed, output_padding, groups),
+                     grad, [x, w], list(output_mask[:2]))
+  gb = grad.sum(tuple(i for i in range(grad.ndim) if i != 1)) if output_mask[2] else None
+  return gx, gw, gb
+
+
+@op(aten.max_pool2d_with_indices.default)
+def _max_pool2d_with_indices(x: Tensor, kernel_size: Any, stride: Any = (), padding: Any = 0, dilation: Any = 1,
+                             ceil_mode: bool = False) -> tuple[Tensor, Tensor]:
+  return x.max_pool2d(tuple(kernel_size), tuple(stride) or None, _pair(dilation), _pair(padding), ceil_mode,
+                      return_indices=True)
+
+
+def _pair(v: Any) -> Any: return tuple(v) if isinstance(v, (list, tuple)) else v
+
+
+@op(aten.max_pool2d_with_indices_backward.default)
+def _max_pool2d_backward(grad: Tensor, x: Tensor, kernel_size: Any, stride: Any, padding: Any, dilation: Any,
+                         ceil_mode: bool, indices: Tensor) -> Tensor:
+  def fwd(a: Tensor) -> Tensor:
+    return a.max_pool2d(tuple(kernel_size), tuple(stride) or None, _pair(dilation), _pair(padding), ceil_mode)
+  return _grads_of(fwd, grad, [x], [True])[0]
+
+
+def _avg(a: Tensor, kernel_size: Any, stride: Any, padding: Any, ceil_mode: bool, count_include_pad: bool,
+         divisor_override: Any) -> Tensor:
+  if divisor_override is not None:
+    raise NotImplementedError(f"avg_pool2d: divisor_override={divisor_override} is not supported on the tiny device")
+  return a.avg_pool2d(tuple(kernel_size), tuple(stride) or None, 1, _pair(padding), ceil_mode, count_include_pad)
+
+
+@op(aten.avg_pool2d.default)
+def _avg_pool2d(x: Tensor, kernel_size: Any, stride: Any = (), padding: Any = 0, ceil_mode: bool = False,
+                count_include_pad: bool = True, divisor_override: Any = None) -> Tensor:
+  return _avg(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+
+
+@op(aten.avg_pool2d_backward.default)
+def _avg_pool2d_backward(grad: Tensor, x: Tensor, kernel_size: Any, stride: Any, padding: Any, ceil_mode: bool,
+                         count_include_pad: bool, divisor_override: Any) -> Tensor:
+  return _grads_of(lambda a: _avg(a, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override),
+                   grad, [x], [True])[0]
+
+
+# ***** ops that see the TinyTensors themselves *****
+
+def _target_index(device: Any, default: int) -> int:
+  return default if device is None else (torch.device(device).index or 0)
+
+
+@special(aten._to_copy.default)
+def _to_copy(x: torch.Tensor, dtype: Any = None, layout: Any = None, device: Any = None, pin_memory: Any = None,
+             non_blocking: bool = False, memory_format: Any = None) -> torch.Tensor:
+  dt = dtype or x.dtype
+  if device is not None and torch.device(device).type == "cpu": return B.to_cpu(x).to(dt)
+  if device is not None and torch.device(device).type != B.BACKEND:
+    return B.to_cpu(x).to(device=device, dtype=dt)
+  t = B.read(x)
+  idx = _target_index(device, x.device.index or 0)
+  if idx != (x.device.index or 0): t = t.to(B.tiny_device_name(idx))
+  return B.wrap(t.cast(B.to_tiny_dtype(dt)).contiguous(), dt)
+
+
+@special(aten.copy_.default)
+def _copy_(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
+  if isinstance(dst, B.TinyTensor):
+    if tuple(np.broadcast_shapes(tuple(src.shape), tuple(dst.shape))) != tuple(dst.shape):
+      raise RuntimeError(f"The size of tensor a ({tuple(dst.shape)}) must match the size of tensor b "
+                         f"({tuple(src.shape)}) for copy_")
+    val = B.read(src) if isinstance(src, B.TinyTensor) else B.read(B.from_torch(src, dst.device.index or 0))
+    B.write(dst, val)
+  else:
+    dst.copy_(B.to_cpu(src))
+  return dst
+
+
+@special(aten._copy_from.default)
+def _copy_from(src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
+  return _copy_(dst, src)
+
+
+@special(aten._copy_from_and_resize.default)
+def _copy_from_and_resize(src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
+  return _copy_(dst, src)
+
+
+@special(aten._local_scalar_dense.default)
+def _item(x: torch.Tensor) -> Any: return B.to_cpu(x).item()
+
+
+@special(aten.equal.default)
+def _equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+  return a.shape == b.shape and bool(torch.equal(B.to_cpu(a), B.to_cpu(b) if isinstance(b, B.TinyTensor) else b))
+
+
+@special(aten.lift_fresh.default, aten.lift.default)
+def _lift(x: torch.Tensor) -> torch.Tensor: return x
+
+
+@special(aten.is_pinned.default)
+def _is_pinned(x: torch.Tensor, device: Any = None) -> bool: return False
+
+
+@special(aten._fused_sdp_choice.default)
+def _sdp_choice(*args: Any, **kwargs: Any) -> int:
+  """The math attention (written with aten ops) rather than a fused kernel tiny does not have."""
+  return int(torch.nn.attention.SDPBackend.MATH.value) if hasattr(torch.nn, "attention") else 0
+
+
+@special(aten.resize_.default)
+def _resize_(x: torch.Tensor, size: Any, memory_format: Any = None) -> torch.Tensor:
+  if tuple(size) == tuple(x.shape): return x
+  raise NotImplementedError(f"resize_ of a tiny tensor from {tuple(x.shape)} to {tuple(size)} is not supported "
+                            "(its metadata is torch's, fixed at creation); pass a tensor of the right shape")
+
+
+# random numbers: drawn by torch on the CPU (its generator, so torch.manual_seed reproduces CPU runs), then copied
+_RANDOM_INPLACE = [aten.normal_.default, aten.uniform_.default, aten.bernoulli_.float, aten.bernoulli_.Tensor,
+                   aten.random_.default, getattr(aten.random_, "from"), aten.random_.to, aten.exponential_.default,
+                   aten.geometric_.default, aten.log_normal_.default, aten.cauchy_.default]
+
+
+def _random_inplace(func: Any) -> Callable[..., torch.Tensor]:
+  def run(x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+    cpu = torch.empty(tuple(x.shape), dtype=x.dtype)
+    args = tuple(B.to_cpu(a) if isinstance(a, B.TinyTensor) else a for a in args)
+    func(cpu, *args, **kwargs)
+    B.write(x, B.read(B.from_torch(cpu, x.device.index or 0)))
+    return x
+  return run
+
+
+for _f in _RANDOM_INPLACE: SPECIAL[_f] = _random_inplace(_f)
+
+_RANDOM_FUNCTIONAL = [aten.bernoulli.default, aten.bernoulli.p, aten.normal.Tensor_float, aten.normal.float_Tensor,
+                      aten.normal.Tensor_Tensor, aten.multinomial.default, aten.poisson.default,
+                      aten.rand_like.default, aten.randn_like.default, aten.randint_like.default,
+                      aten.randint_like.low_dtype]
+
+
+def _random_functional(func: Any) -> Callable[..., Any]:
+  def run(*args: Any, **kwargs: Any) -> Any:
+    index = next((a.device.index or 0 for a in args if isinstance(a, B.TinyTensor)), 0)
+    kwargs = {k: v for k, v in kwargs.items() if k != "device"}
+    out = func(*tree_to_cpu(args), **tree_to_cpu(kwargs))
+    return B.from_torch(out, index)
+  return run
+
+
+def tree_to_cpu(tree: Any) -> Any:
+  """A pytree with each TinyTensor replaced by a CPU copy."""
+  from torch.utils._pytree import tree_map
+  return tree_map(lambda a: B.to_cpu(a) if isinstance(a, B.TinyTensor) else a, tree)
+
+
+for _f in _RANDOM_FUNCTIONAL: SPECIAL[_f] = _random_functional(_f)
+
+
+def _scatter_into_view(view_op: Any) -> Callable[..., torch.Tensor]:
+  """`foo_scatter(x, src, *args)`: a copy of x with `src` written into its `foo(*args)` view."""
+  def run(x: torch.Tensor, src: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+    out = B.wrap(B.read(x).contiguous())
+    view = B.dispatch(view_op, (out, *args), kwargs)
+    if tuple(view.shape) != tuple(src.shape):
+      raise RuntimeError(f"{view_op}: expected src to have a size equal to the slice of self. src size = "
+                         f"{list(src.shape)}, slice size = {list(view.shape)}")
+    B.write(view, B.read(src) if isinstance(src, B.TinyTensor) else B.read(B.from_torch(src)))
+    return out
+  return run
+
+
+SPECIAL[aten.slice_scatter.default] = _scatter_into_view(aten.slice.Tensor)
+SPECIAL[aten.select_scatter.default] = _scatter_into_view(aten.select.int)
+SPECIAL[aten.diagonal_scatter.default] = _scatter_into_view(aten.diagonal.default)
+SPECIAL[aten.as_strided_scatter.default] = _scatter_into_view(aten.as_strided.default)
+
+# decompositions: torch's table minus what tiny runs itself
+DECOMPS: dict[Any, Callable[..., Any]] = {k: v for k, v in decomposition_table.items()
+                                          if isinstance(k, torch._ops.OpOverload) and k not in OPS and k not in SPECIAL}
