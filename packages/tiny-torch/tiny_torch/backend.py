@@ -80,10 +80,19 @@ def _dev_index(device: Any) -> int:
 
 class Storage:
   """The elements a tensor and all its views share: `data` is a 1-D tiny Tensor, replaced (not mutated) by writes."""
-  __slots__ = ("data", "__weakref__")
+  __slots__ = ("_data", "__weakref__")
 
   def __init__(self, data: Tensor) -> None:
     self.data = data
+
+  @property
+  def data(self) -> Tensor:
+    """The elements (1-D). torch does the autograd: tiny keeps no gradient graph for them (requires_grad=False)."""
+    return self._data
+
+  @data.setter
+  def data(self, t: Tensor) -> None:
+    self._data = t.detach()
 
 
 _dirty: weakref.WeakSet[Storage] = weakref.WeakSet()
@@ -406,10 +415,11 @@ def dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
   from tiny_torch import ops  # the op table imports this module
   if func in ops.SPECIAL: return ops.SPECIAL[func](*args, **kwargs)
   _check_devices(func, args, kwargs)
-  if func.is_view: return _run_view(func, args, kwargs)
-  name = func._schema.name
-  if name.startswith("aten::_foreach_"): return _run_foreach(func, args, kwargs)
   if func in ops.OPS: return _run_table(func, args, kwargs)
+  implicit = func.has_kernel_for_dispatch_key(torch._C.DispatchKey.CompositeImplicitAutograd)
+  if implicit: return func.decompose(*args, **kwargs)  # (`to`, `reshape`, ...: written with other aten ops)
+  if func.is_view: return _run_view(func, args, kwargs)
+  if func._schema.name.startswith("aten::_foreach_"): return _run_foreach(func, args, kwargs)
   written, outs = _mutated_args(func, args, kwargs)
   if written and func not in ops.DECOMPOSE_FIRST:
     fn = _functional_of(func)
@@ -425,8 +435,6 @@ def dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
         write(args[0], read(res))
         return args[0]
   if func in ops.DECOMPS: return ops.DECOMPS[func](*args, **kwargs)
-  if func.has_kernel_for_dispatch_key(torch._C.DispatchKey.CompositeImplicitAutograd):
-    return func.decompose(*args, **kwargs)
   if _cpu_fallback[0]: return _cpu_run(func, args, kwargs)
   raise NotImplementedError(f"aten op {func} is not implemented for the tiny device (tiny_torch); "
                             "tiny_torch.allow_cpu_fallback(True) runs such ops on the CPU instead")

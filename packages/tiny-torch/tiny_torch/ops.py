@@ -665,7 +665,7 @@ def _grads_of(fn: Callable[..., Tensor], grad: Tensor, inputs: list[Tensor | Non
               mask: list[bool]) -> tuple[Tensor | None, ...]:
   """The gradients of fn(*inputs) with output gradient `grad`, for the inputs `mask` asks for, by tiny's autograd
   over fresh leaves (so a backward op is the derivative of the same tiny code as its forward)."""
-  leaves = [None if t is None else t.detach().requires_grad_(True) for t in inputs]
+  leaves = [None if t is None else t.detach().contiguous().requires_grad_(True) for t in inputs]
   out = fn(*leaves)
   want = [lf for lf, m in zip(leaves, mask) if m and lf is not None]
   got = iter(out.gradient(*want, gradient=grad) if want else [])
@@ -855,3 +855,44 @@ SPECIAL[aten.as_strided_scatter.default] = _scatter_into_view(aten.as_strided.de
 # decompositions: torch's table minus what tiny runs itself
 DECOMPS: dict[Any, Callable[..., Any]] = {k: v for k, v in decomposition_table.items()
                                           if isinstance(k, torch._ops.OpOverload) and k not in OPS and k not in SPECIAL}
+
+# ***** the prims some decompositions (torch._refs) lower to *****
+prims = torch.ops.prims
+
+
+@op(prims.var.default)
+def _prims_var(x: Tensor, dims: Any, correction: float, output_dtype: Any = None) -> Tensor:
+  return x.var(_axes(x, dims), correction=correction)
+
+
+@op(prims.sum.default)
+def _prims_sum(x: Tensor, dims: Any, output_dtype: Any = None) -> Tensor: return x.sum(_axes(x, dims))
+
+
+@op(prims.amax.default)
+def _prims_amax(x: Tensor, dims: Any) -> Tensor: return x.max(_axes(x, dims))
+
+
+@op(prims.amin.default)
+def _prims_amin(x: Tensor, dims: Any) -> Tensor: return x.min(_axes(x, dims))
+
+
+@op(prims.convert_element_type.default)
+def _prims_convert(x: Tensor, dtype: Any) -> Tensor: return x.cast(_tdt(dtype))
+
+
+@op(aten.var_mean.correction)
+def _var_mean(x: Tensor, dim: Any = None, correction: Any = None, keepdim: bool = False) -> tuple[Tensor, Tensor]:
+  ax = _axes(x, dim)
+  return x.var(ax, keepdim=keepdim, correction=1 if correction is None else correction), x.mean(ax, keepdim=keepdim)
+
+
+@op(aten.std.correction)
+def _std(x: Tensor, dim: Any = None, correction: Any = None, keepdim: bool = False) -> Tensor:
+  return x.std(_axes(x, dim), keepdim=keepdim, correction=1 if correction is None else correction)
+
+
+@op(aten.std_mean.correction)
+def _std_mean(x: Tensor, dim: Any = None, correction: Any = None, keepdim: bool = False) -> tuple[Tensor, Tensor]:
+  ax = _axes(x, dim)
+  return x.std(ax, keepdim=keepdim, correction=1 if correction is None else correction), x.mean(ax, keepdim=keepdim)
