@@ -140,7 +140,7 @@ class TinyTensor(torch.Tensor):
 
   @classmethod
   def __torch_dispatch__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-    return dispatch(func, args, kwargs or {})
+    return _dispatch_untraced(func, args, kwargs or {})
 
   def tiny(self) -> Tensor:
     """This tensor's values as a (lazy) tiny Tensor of the same shape: a copy, not a view."""
@@ -410,10 +410,18 @@ def _cpu_run(func: Any, args: tuple, kwargs: dict) -> Any:
   return tree_map(lambda x: by_id.get(id(x)) or (from_torch(x, index) if isinstance(x, torch.Tensor) else x), out)
 
 
+_INDEXING = {torch.ops.aten.index.Tensor, torch.ops.aten.index_put.default, torch.ops.aten.index_put_.default,
+             torch.ops.aten._index_put_impl_.default}
+
+
 def dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
   """Run aten op `func` with TinyTensor arguments (stage 3 of the module docstring)."""
   from tiny_torch import ops  # the op table imports this module
   if func in ops.SPECIAL: return ops.SPECIAL[func](*args, **kwargs)
+  if func in _INDEXING:  # torch lets CPU index tensors index a tensor on another device
+    index = args[0].device.index or 0
+    idx = [from_torch(i, index) if isinstance(i, torch.Tensor) and i.device.type == "cpu" else i for i in args[1]]
+    args = (args[0], idx, *args[2:])
   _check_devices(func, args, kwargs)
   if func in ops.OPS: return _run_table(func, args, kwargs)
   implicit = func.has_kernel_for_dispatch_key(torch._C.DispatchKey.CompositeImplicitAutograd)
@@ -569,6 +577,14 @@ def register() -> None:
   lib.impl("full", _full)
   lib.impl("arange.start_step", _arange)
   lib.impl("scalar_tensor", _scalar_tensor)
+  from tiny_torch import ops  # torch.tensor(data, device="tiny") copies with the Python key off: these see it
+  lib.impl("_copy_from", ops.SPECIAL[torch.ops.aten._copy_from.default])
+  lib.impl("_copy_from_and_resize", ops.SPECIAL[torch.ops.aten._copy_from_and_resize.default])
 
 
 _libs: list[Any] = []
+
+
+# TorchDynamo can't trace this Python subclass: code under torch.compile that meets a TinyTensor graph-breaks and runs
+# eagerly, and the eager dispatch must not itself be traced (it would be compiled as a graph over meta tensors)
+_dispatch_untraced = torch._dynamo.disable(dispatch, recursive=True)

@@ -896,3 +896,29 @@ def _std(x: Tensor, dim: Any = None, correction: Any = None, keepdim: bool = Fal
 def _std_mean(x: Tensor, dim: Any = None, correction: Any = None, keepdim: bool = False) -> tuple[Tensor, Tensor]:
   ax = _axes(x, dim)
   return x.std(ax, keepdim=keepdim, correction=1 if correction is None else correction), x.mean(ax, keepdim=keepdim)
+
+
+@op(prims.broadcast_in_dim.default)
+def _prims_broadcast_in_dim(x: Tensor, shape: Any, broadcast_dimensions: Any) -> Tensor:
+  """x's dims go to `broadcast_dimensions` of `shape`, the others are broadcast."""
+  dims = list(broadcast_dimensions)
+  full = [shape[i] if i not in dims else x.shape[dims.index(i)] for i in range(len(shape))]
+  return x.reshape(tuple(full[i] if i in dims else 1 for i in range(len(shape)))).expand(tuple(shape))
+
+
+def _prims_alias(name: str) -> None:
+  """prims.<name> means what aten.<name> means for the elementwise ops: share its tiny implementation."""
+  p, a = getattr(prims, name, None), getattr(aten, name, None)
+  if p is None or a is None: return
+  for ov in ("default", "Tensor"):
+    if ov in a.overloads() and getattr(a, ov) in OPS:
+      op(p.default, promote=PROMOTE.get(getattr(a, ov)))(OPS[getattr(a, ov)])
+      return
+
+
+for _n in ("add", "sub", "mul", "div", "neg", "abs", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos",
+           "tan", "tanh", "sigmoid", "erf", "floor", "ceil", "trunc", "sign", "reciprocal", "maximum", "minimum",
+           "eq", "ne", "lt", "le", "gt", "ge", "pow", "where", "bitwise_and", "bitwise_or", "bitwise_xor",
+           "bitwise_not", "atan2", "fmod", "remainder", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh",
+           "atanh", "log10", "log1p", "expm1", "round", "isnan", "clone", "cat"):
+  _prims_alias(_n)
