@@ -553,9 +553,10 @@ def _index_put(x: Tensor, indices: list[Any], values: Tensor | Any, accumulate: 
 
 @op(aten.index_select.default)
 def _index_select(x: Tensor, dim: int, index: Tensor) -> Tensor:
-  if x.ndim == 0: return x.reshape(()) if index.ndim == 0 else x.reshape(1)
+  if x.ndim == 0: return x.contiguous()  # torch keeps a 0-dim input 0-dim
   dim %= x.ndim
-  return _index(x, [None] * dim + [index.reshape(-1)])
+  out = _index(x, [None] * dim + [index.reshape(-1)])
+  return out.reshape(()) if x.ndim == 1 and index.ndim == 0 else out
 
 
 @op(aten.gather.default)
@@ -922,3 +923,119 @@ for _n in ("add", "sub", "mul", "div", "neg", "abs", "exp", "exp2", "log", "log2
            "bitwise_not", "atan2", "fmod", "remainder", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh",
            "atanh", "log10", "log1p", "expm1", "round", "isnan", "clone", "cat"):
   _prims_alias(_n)
+
+
+# ***** more elementwise math (what torch's refs lower these ops to) *****
+
+def _both(name: str, pname: str | None = None) -> list[Any]:
+  """aten.<name>.default and prims.<pname or name>.default, those that exist."""
+  out = [getattr(aten, name).default] if hasattr(aten, name) else []
+  p = getattr(prims, pname or name, None)
+  return out + ([p.default] if p is not None else [])
+
+
+@op(*_both("signbit"))
+def _signbit(x: Tensor) -> Tensor:
+  """x < 0, and -0.0 too (1/-0.0 is -inf)."""
+  if not dtypes.is_float(x.dtype): return x < 0
+  return (x < 0) | ((x == 0) & (x.reciprocal() < 0))
+
+
+@op(*_both("fmax"), promote=RESULT)
+def _fmax(a: Tensor, b: Tensor) -> Tensor:
+  """max ignoring a NaN (NaN only when both are)."""
+  if not isinstance(b, Tensor): b = _scalar_like(b, a)
+  return a.isnan().where(b, b.isnan().where(a, a.maximum(b))) if dtypes.is_float(a.dtype) else a.maximum(b)
+
+
+@op(*_both("fmin"), promote=RESULT)
+def _fmin(a: Tensor, b: Tensor) -> Tensor:
+  """min ignoring a NaN (NaN only when both are)."""
+  if not isinstance(b, Tensor): b = _scalar_like(b, a)
+  return a.isnan().where(b, b.isnan().where(a, a.minimum(b))) if dtypes.is_float(a.dtype) else a.minimum(b)
+
+
+@op(*_both("hypot"), promote=RESULT)
+def _hypot(a: Tensor, b: Tensor) -> Tensor:
+  """sqrt(a^2 + b^2), scaled by max(|a|, |b|) so that it neither overflows nor underflows."""
+  m = a.abs().maximum(b.abs())
+  safe = (m == 0).where(1.0, m)
+  return (m == 0).where(0.0, ((a / safe).square() + (b / safe).square()).sqrt() * m)
+
+
+@op(*_both("erfc"), promote=OUT)
+def _erfc(x: Tensor) -> Tensor: return 1 - x.erf()
+
+
+@op(aten.angle.default, promote=OUT)
+def _angle(x: Tensor) -> Tensor:
+  """The argument of a real number: pi for negatives, 0 otherwise, NaN stays NaN."""
+  return x.isnan().where(x, (x < 0).where(math.pi, 0.0)) if dtypes.is_float(x.dtype) else (x < 0).where(math.pi, 0.0)
+
+
+# Lanczos approximation of the gamma function (g=7, 9 terms: the published coefficients)
+_LANCZOS = [0.99999999999980993, 676.5203681218851, -1259.1392167224028, 771.32342877765313, -176.61502916214059,
+            12.507343278686905, -0.13857109526572012, 9.9843695780195716e-6, 1.5056327351493116e-7]
+
+
+def _lgamma_pos(z: Tensor) -> Tensor:
+  """log|Gamma(z)| for z >= 0.5 (Lanczos)."""
+  z = z - 1
+  a = z * 0 + _LANCZOS[0]
+  for i, c in enumerate(_LANCZOS[1:], start=1): a = a + c / (z + i)
+  t = z + 7.5
+  return 0.5 * math.log(2 * math.pi) + (z + 0.5) * t.log() - t + a.log()
+
+
+@op(*_both("lgamma"), promote=OUT)
+def _lgamma(x: Tensor) -> Tensor:
+  """log|Gamma(x)|, with the reflection formula below 0.5; +inf at the poles (0, -1, -2, ...)."""
+  small = x < 0.5
+  refl = (math.pi / (x * math.pi).sin().abs()).log() - _lgamma_pos(small.where(1 - x, 1.0))
+  pole = small & (x == x.floor())
+  return pole.where(math.inf, small.where(refl, _lgamma_pos(small.where(1.0, x))))
+
+
+@op(*_both("digamma"), promote=OUT)
+def _digamma(x: Tensor) -> Tensor:
+  """psi(x): the recurrence psi(x) = psi(x+1) - 1/x up to x >= 6, then the asymptotic series; reflection
+  psi(x) = psi(1-x) - pi/tan(pi x) below 0; NaN at the poles 0, -1, -2, ... (-inf at 0 as torch gives)."""
+  neg = x < 0
+  y = neg.where(1 - x, x)
+  acc = y * 0
+  for _ in range(6):
+    low = y < 6
+    acc = acc - low.where(1 / y, 0.0)
+    y = low.where(y + 1, y)
+  inv = 1 / y
+  inv2 = inv * inv
+  series = y.log() - 0.5 * inv - inv2 * (1 / 12 - inv2 * (1 / 120 - inv2 / 252))
+  res = series + acc
+  res = neg.where(res - math.pi / (x * math.pi).tan(), res)
+  res = (x == 0).where(-math.inf, res)
+  return (neg & (x == x.floor())).where(math.nan, res)
+
+
+@op(aten.scatter.reduce, aten.scatter.value_reduce)
+def _scatter_reduce_legacy(x: Tensor, dim: int, index: Tensor, src: Any, reduce: str) -> Tensor:
+  if reduce not in ("add", "multiply"):
+    raise RuntimeError(f"reduce argument must be either add or multiply, got {reduce}")
+  if isinstance(src, Tensor): src = src.cast(x.dtype)
+  return x.scatter(dim % max(x.ndim, 1), index.cast(dtypes.int32), src, reduce=reduce)
+
+
+@op(aten.masked_scatter.default, meta=False)
+def _masked_scatter(x: Tensor, mask: Tensor, source: Tensor) -> Tensor:
+  """The elements of `source`, in order, where `mask` (broadcast to x) is True (positions read to the host)."""
+  shape = tuple(np.broadcast_shapes(tuple(x.shape), tuple(mask.shape)))
+  m = mask.cast(dtypes.bool).expand(shape).numpy().reshape(-1)
+  pos = np.nonzero(m)[0].astype(np.int32)
+  flat = x.expand(shape).reshape(-1).contiguous()
+  if not pos.size: return flat.reshape(shape)
+  if pos.size > source.numel():
+    raise RuntimeError(f"masked_scatter: expected source to have at least {pos.size} elements, got {source.numel()}")
+  vals = source.reshape(-1).shrink(((0, pos.size),)).cast(x.dtype)
+  return flat.scatter(0, Tensor(pos, device=x.device), vals).reshape(shape)
+
+
+OPS[prims.where.default] = _where
