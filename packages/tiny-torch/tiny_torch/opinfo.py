@@ -48,7 +48,7 @@ def _op_db() -> list[Any]:
   """torch's OpInfo list. torch.testing._internal imports `expecttest` (a test-only package torch's wheel does not
   depend on) for its TestCase base class alone: where it is not installed, a stand-in module with unittest's
   TestCase takes its place (the OpInfo samples don't use it)."""
-  if importlib.util.find_spec("expecttest") is None and "expecttest" not in sys.modules:
+  if "expecttest" not in sys.modules and importlib.util.find_spec("expecttest") is None:
     stub = types.ModuleType("expecttest")
     stub.TestCase = unittest.TestCase  # type: ignore[attr-defined]
     sys.modules["expecttest"] = stub
