@@ -29,7 +29,7 @@ nox.options.sessions = ["tests"]
 ROOT = Path(__file__).resolve().parent
 # dependency order: installing them together makes pip take the siblings from here, never from an index
 PACKAGES = ["tiny-uop", "tiny-codegen", "tiny-runtime-cpu", "tiny-runtime-amd", "tiny-runtime-nv", "tiny-runtime-qcom",
-            "tiny-tensor"]
+            "tiny-tensor", "tiny-torch"]
 # torch is a test-only dependency (gradients are checked against it); ==2.13.0 is the CPU build that this
 # project's machines keep on disk (a looser pin would download a multi-GB CUDA build); hatchling lets
 # tests/test_plugin_template.py build the template plugin without reaching an index.

@@ -27,6 +27,7 @@ def test_subset_is_found() -> None:
 
 
 def test_table_counts() -> None:
-  res = [opinfo.Result("a", "unary", 2, 1, "error X"), opinfo.Result("b", "shape", 3, 3)]
+  res = [opinfo.Result("a", "unary", 2, 1, "error X", failures=["error X"]), opinfo.Result("b", "shape", 3, 3),
+         opinfo.Result("c", "shape", 1, 0, "mismatch: y", failures=["mismatch: y"])]
   text = opinfo.table(res)
-  assert "| all | 2 | 5 | 4 | 80.0 |" in text and "| a (unary) | 1/2 | error X |" in text
+  assert "| all | 3 | 6 | 4 | 66.7 | 1 |" in text and "| a (unary) | 1/2 | error X |" in text

@@ -129,11 +129,12 @@ def measure(names: list[str] | None = None, per_op: int = 4, kinds: tuple[str, .
 
 def table(results: list[Result]) -> str:
   """The markdown summary: per kind ops / samples / passed, then each failing op and why."""
-  lines = ["| kind | ops | samples | passed | % |", "|---|---:|---:|---:|---:|"]
+  lines = ["| kind | ops | samples | passed | % | wrong results |", "|---|---:|---:|---:|---:|---:|"]
   for kind in ("unary", "binary", "reduction", "shape", "all"):
     rs = [r for r in results if kind == "all" or r.kind == kind]
     s, p = sum(r.samples for r in rs), sum(r.passed for r in rs)
-    lines.append(f"| {kind} | {len(rs)} | {s} | {p} | {100 * p / max(s, 1):.1f} |")
+    wrong = sum(1 for r in rs for f in r.failures if not f.startswith("error"))  # mismatches, missing errors
+    lines.append(f"| {kind} | {len(rs)} | {s} | {p} | {100 * p / max(s, 1):.1f} | {wrong} |")
   lines += ["", "| failing op | passed | first failure |", "|---|---:|---|"]
   for r in sorted(results, key=lambda r: (r.kind, r.name)):
     if r.passed < r.samples:
