@@ -26,7 +26,8 @@ def test_compile_inference_matches_eager_and_replays() -> None:
     x = torch.randn(2, 3, 4, 4)
     torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=1e-5)
   (g,) = _graphs()
-  assert g.jit and [j.cnt for j in g.jits.values()] == [3]  # call 1 eager (aliases noted), then jit: run, capture, replay
+  # call 1 eager (aliases noted), then the jit's calls: run, capture, replay
+  assert g.jit and [j.cnt for j in g.jits.values()] == [3]
 
 
 def test_compile_training_step_matches_eager() -> None:

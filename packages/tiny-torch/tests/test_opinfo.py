@@ -15,7 +15,10 @@ def _ops() -> list:
           if op.name + (f".{op.variant_test_name}" if op.variant_test_name else "") in SUBSET]
 
 
-@pytest.mark.parametrize("op", _ops(), ids=lambda op: op.name + (f".{op.variant_test_name}" * bool(op.variant_test_name)))
+def _name(op) -> str: return op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
+
+
+@pytest.mark.parametrize("op", _ops(), ids=_name)
 def test_opinfo_samples(op) -> None:
   for i, sample in enumerate(op.sample_inputs("cpu", torch.float32, requires_grad=False)):
     if i >= 2: break
