@@ -262,14 +262,15 @@ def write(w: torch.Tensor, v: Tensor) -> None:
 
 # ***** host <-> tiny *****
 
-def from_torch(t: torch.Tensor, index: int = 0) -> TinyTensor:
-  """A TinyTensor on `tiny:index` with the values of CPU tensor `t` (copied)."""
+def from_torch(t: torch.Tensor, index: int = 0, realize: bool = True) -> TinyTensor:
+  """A TinyTensor on `tiny:index` with the values of CPU tensor `t` (copied now, or lazily with realize=False)."""
   to_tiny_dtype(t.dtype)
   src = t.detach().contiguous()
   arr = src.float().numpy() if src.dtype == torch.bfloat16 else src.numpy()
   tt = Tensor(arr.copy(), device=tiny_device_name(index)).cast(TORCH_TO_TINY[t.dtype]) if arr.size else \
     Tensor.zeros(*src.shape, dtype=TORCH_TO_TINY[t.dtype], device=tiny_device_name(index))
-  return wrap(tt.reshape(tuple(src.shape)).realize())
+  tt = tt.reshape(tuple(src.shape))
+  return wrap(tt.realize() if realize else tt)
 
 
 def to_cpu(w: torch.Tensor) -> torch.Tensor:

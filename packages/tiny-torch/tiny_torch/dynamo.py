@@ -65,7 +65,7 @@ class CompiledGraph:
   """One aten graph as a callable over torch tensors (see the module docstring, stages 2-4)."""
   instances: "weakref.WeakSet[CompiledGraph]"  # every live one (tests count graphs and replays)
 
-  def __init__(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> None:
+  def __init__(self, gm: torch.fx.GraphModule, example_inputs: list[Any], n_user: int | None = None) -> None:
     tiny_in = [x for x in example_inputs if isinstance(x, torch.Tensor) and x.device.type == B.BACKEND]
     self.index = (tiny_in[0].device.index or 0) if tiny_in else 0
     self.on_cpu = not tiny_in
@@ -77,6 +77,7 @@ class CompiledGraph:
     self.computed: list[int] = []
     self.other: dict[int, Any] = {}
     self.n_out = 0
+    self.n_user = n_user  # outputs the caller sees; a forward graph's others are saved for backward: they stay on tiny
     CompiledGraph.instances.add(self)
 
   def _graph(self, args: tuple) -> tuple[list[Any], list[Any]]:
@@ -107,8 +108,8 @@ class CompiledGraph:
     return [B.read(o).contiguous() if isinstance(o, B.TinyTensor) else o for o in outs]
 
   def __call__(self, *args: Any) -> Any:
-    tiny_args = tuple(self._in(a) for a in args)
-    if self.alias is None: return [self._out(o) for o in self._first(tiny_args)]
+    tiny_args = self._inputs(args)
+    if self.alias is None: return [self._out(o, k) for k, o in enumerate(self._first(tiny_args))]
     if self.jit and all(isinstance(a, (Tensor, int, float, bool)) for a in tiny_args) and self.computed:
       key = tuple((tuple(a.shape), a.dtype) if isinstance(a, Tensor) else a for a in tiny_args)
       fn = self.jits.setdefault(key, TinyJit(self._run_tiny))
@@ -121,26 +122,44 @@ class CompiledGraph:
       src = tiny_args[j]
       outs[k] = B.read(B.TinyTensor(B.Storage(src.reshape(src.numel())), size, stride, off,
                                     B.TINY_TO_TORCH[src.dtype], self.index))
-    return [self._out(o) for o in outs]
+    return [self._out(o, k) for k, o in enumerate(outs)]
 
-  def _in(self, a: Any) -> Any:
-    if isinstance(a, B.TinyTensor): return B.read(a).contiguous().realize()
-    if isinstance(a, torch.Tensor): return B.read(B.from_torch(a, self.index))
-    return a
+  def _inputs(self, args: tuple) -> tuple[Any, ...]:
+    """The arguments as realized tiny Tensors (one schedule for all of them), each its own buffer: TinyJit takes a
+    buffer once, so one passed twice (two saved activations over the same storage) is copied."""
+    ts = [B.read(a).contiguous() if isinstance(a, B.TinyTensor) else
+          B.read(B.from_torch(a, self.index, realize=False)) if isinstance(a, torch.Tensor) else a for a in args]
+    if tensors := [t for t in ts if isinstance(t, Tensor)]: Tensor.realize(*tensors)
+    seen: set[Any] = set()
+    for k, t in enumerate(ts):
+      if not isinstance(t, Tensor): continue
+      if t.uop in seen: ts[k] = t = t.clone().realize()  # (realized nodes are interned: one node, one buffer)
+      seen.add(t.uop)
+    return tuple(ts)
 
-  def _out(self, o: Any) -> Any:
+  def _out(self, o: Any, k: int) -> Any:
     if not isinstance(o, Tensor): return o
     w = B.wrap(o)
-    return B.to_cpu(w) if self.on_cpu else w
+    return B.to_cpu(w) if self.on_cpu and (self.n_user is None or k < self.n_user) else w
 
 
 CompiledGraph.instances = weakref.WeakSet()
 
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
-  """AOTAutograd's forward/backward compiler: an aten graph to a boxed callable running it on tiny."""
+  """AOTAutograd's backward (and inference) compiler: an aten graph to a boxed callable running it on tiny."""
   from torch._functorch.aot_autograd import make_boxed_func
   return make_boxed_func(CompiledGraph(gm, list(example_inputs)))
+
+
+def compile_forward(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+  """AOTAutograd's forward compiler: like `compile_graph`, but the activations it saves for the backward graph (the
+  outputs after AOTAutograd's `num_forward_returns`) stay on tiny instead of being copied to the CPU and back."""
+  from torch._functorch.aot_autograd import make_boxed_func
+  ctx = torch._guards.TracingContext.try_get()
+  meta = getattr(ctx, "fw_metadata", None) if ctx is not None else None
+  n_user = getattr(meta, "num_forward_returns", None)
+  return make_boxed_func(CompiledGraph(gm, list(example_inputs), n_user))
 
 
 def tiny_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Callable[..., Any]:
@@ -152,7 +171,7 @@ def tiny_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], **kwargs: 
   6.0
   """
   from torch._functorch.aot_autograd import aot_module_simplified
-  return aot_module_simplified(gm, example_inputs, fw_compiler=compile_graph, bw_compiler=compile_graph,
+  return aot_module_simplified(gm, example_inputs, fw_compiler=compile_forward, bw_compiler=compile_graph,
                                decompositions=_decompositions())
 
 
