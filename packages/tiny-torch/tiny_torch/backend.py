@@ -12,10 +12,11 @@ The contract, stage by stage:
    movement ops; `write()` puts new values back into the storage, so an in-place op on a view writes through to its
    base and every other view of it, as in torch.
 3. Dispatch (`TinyTensor.__torch_dispatch__`, below autograd, so torch's autograd, optimizers and nn work
-   unchanged): special ops (copies between devices, `.item()`), views, `_foreach_*` lists, in-place and `out=`
-   variants (the functional op, then `write()`), then the functional ops of `tiny_torch.ops.OPS` (tiny Tensor code),
-   else torch's decomposition of the op into smaller aten ops (`torch._decomp`), else its CompositeImplicit
-   decomposition, else the CPU when `allow_cpu_fallback(True)`, else NotImplementedError naming the op.
+   unchanged), in this order: special ops (copies between devices, `.item()`, random draws); the device check; the
+   ops of `tiny_torch.ops.OPS` (tiny Tensor code); CompositeImplicit ops (their own decomposition); views;
+   `_foreach_*` lists (per element); in-place and `out=` variants (the functional op, then `write()`); torch's
+   decomposition of the op into smaller aten ops (`torch._decomp`); the CPU when `allow_cpu_fallback(True)`; else
+   NotImplementedError naming the op.
    Output shapes and dtypes come from running the op on meta tensors first: a shape mismatch raises torch's own
    RuntimeError before tiny runs anything, and tiny's result is cast to torch's dtype (int64 indices, promotion).
 4. Laziness: tiny Tensors stay lazy; a storage written in place keeps a growing graph until it is realized, so
@@ -35,7 +36,7 @@ from typing import Any, Callable
 
 import numpy as np
 import torch
-from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
+from torch.utils._pytree import tree_flatten, tree_map
 from tiny_tensor import Device, Tensor, dtypes
 
 BACKEND = "tiny"
@@ -430,7 +431,7 @@ def dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
   if func.is_view: return _run_view(func, args, kwargs)
   if func._schema.name.startswith("aten::_foreach_"): return _run_foreach(func, args, kwargs)
   written, outs = _mutated_args(func, args, kwargs)
-  if written and func not in ops.DECOMPOSE_FIRST:
+  if written:  # (an op that also writes other arguments, like native_batch_norm, decomposes below)
     fn = _functional_of(func)
     if fn is not None and fn is not func and (fn in ops.OPS or fn in ops.DECOMPS or fn.has_kernel_for_dispatch_key(
         torch._C.DispatchKey.CompositeImplicitAutograd)):

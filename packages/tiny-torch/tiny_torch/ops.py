@@ -30,7 +30,6 @@ PROMOTE: dict[Any, str] = {}
 NO_META: set[Any] = set()  # data-dependent output shapes: no meta run
 RAW_OUT: set[Any] = set()  # the function returns torch values itself (bools, CPU tensors)
 SPECIAL: dict[Any, Callable[..., Any]] = {}
-DECOMPOSE_FIRST: set[Any] = set()  # ops that write an argument but are not plain `foo_` in-place ops
 
 
 def op(*funcs: Any, promote: str | None = None, meta: bool = True, raw: bool = False) -> Callable:
