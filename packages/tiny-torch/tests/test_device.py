@@ -111,6 +111,11 @@ def test_missing_op_names_itself_or_falls_back_on_request() -> None:
       warnings.simplefilter("always")
       _same(torch.histc(x.to("tiny"), bins=3, min=0, max=3), torch.histc(x, bins=3, min=0, max=3))
     assert any("histc" in str(m.message) for m in w)
+    t, ref = x.to("tiny"), x.clone()
+    view = t[1:]
+    assert view.polygamma_(1) is view  # an in-place op on the CPU: written back through the view, self returned
+    ref[1:].polygamma_(1)
+    _same(t, ref)
   finally:
     tiny_torch.allow_cpu_fallback(False)
   with pytest.raises(TypeError, match="bool"):

@@ -408,8 +408,13 @@ def _cpu_run(func: Any, args: tuple, kwargs: dict) -> Any:
   written, _ = _mutated_args(func, args, kwargs)
   for w in _tensors(written):
     if isinstance(w, TinyTensor): write(w, read(from_torch(cpu_of[id(w)], index)))
-  by_id = {id(c): t for t in _tensors((args, kwargs)) if isinstance(t, TinyTensor) for c in [cpu_of.get(id(t))]}
-  return tree_map(lambda x: by_id.get(id(x)) or (from_torch(x, index) if isinstance(x, torch.Tensor) else x), out)
+  # an output that is a written argument (in-place ops return self) is that TinyTensor; other tensors are copied
+  by_id = {id(cpu_of[id(t)]): t for t in _tensors((args, kwargs)) if isinstance(t, TinyTensor) and id(t) in cpu_of}
+
+  def back(x: Any) -> Any:
+    if not isinstance(x, torch.Tensor): return x
+    return by_id[id(x)] if id(x) in by_id else from_torch(x, index)
+  return tree_map(back, out)
 
 
 _INDEXING = {torch.ops.aten.index.Tensor, torch.ops.aten.index_put.default, torch.ops.aten.index_put_.default,
