@@ -575,8 +575,13 @@ def register() -> None:
   """Register the `tiny` device (idempotent): PrivateUse1 renamed, a Python device guard, the factory ops."""
   if _registered[0]: return
   _registered[0] = True
-  from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
-  _setup_privateuseone_for_python_backend(rename=BACKEND, backend_module=_DeviceModule())
+  from torch.utils import backend_registration
+  setup = getattr(backend_registration, "_setup_privateuseone_for_python_backend", None)
+  if setup is None:
+    raise ImportError(f"tiny_torch needs a torch with a Python device guard for PrivateUse1 "
+                      f"(torch.utils.backend_registration._setup_privateuseone_for_python_backend); torch "
+                      f"{torch.__version__} has none: upgrade torch (tested with 2.13)")
+  setup(rename=BACKEND, backend_module=_DeviceModule())
   lib = torch.library.Library("aten", "IMPL", "PrivateUse1")
   _libs.append(lib)
   lib.impl("empty.memory_format", _empty)
