@@ -72,3 +72,13 @@ def test_compile_with_tiny_inputs_graph_breaks_to_eager_tiny() -> None:
   out = f(a.to("tiny"), b.to("tiny"))
   assert out.device.type == "tiny"
   torch.testing.assert_close(out.cpu(), (a @ b).softmax(-1))
+
+
+def test_compile_new_shapes_recompile_or_rejit() -> None:
+  """A new batch size: Dynamo recompiles (or passes the size as an int), and each signature gets its own capture."""
+  torch._dynamo.reset()
+  model = _model().eval()
+  compiled = torch.compile(copy.deepcopy(model), backend="tiny")
+  for bs in (2, 3, 2, 5, 3, 3):
+    x = torch.randn(bs, 3, 4, 4)
+    torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=1e-5)
