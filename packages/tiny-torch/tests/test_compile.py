@@ -82,3 +82,14 @@ def test_compile_new_shapes_recompile_or_rejit() -> None:
   for bs in (2, 3, 2, 5, 3, 3):
     x = torch.randn(bs, 3, 4, 4)
     torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=1e-5)
+
+
+def test_compile_dropout_draws_anew_each_call() -> None:
+  """A graph that draws random numbers is not replayed by TinyJit (the replay would repeat the first mask)."""
+  torch._dynamo.reset()
+  f = torch.compile(lambda x: torch.nn.functional.dropout(x, 0.5, training=True), backend="tiny")
+  x = torch.ones(4000)
+  masks = [f(x) != 0 for _ in range(4)]
+  assert all(0.45 < m.float().mean().item() < 0.55 for m in masks)
+  assert all(not torch.equal(masks[0], m) for m in masks[1:])
+  assert set(f(x).unique().tolist()) <= {0.0, 2.0}
