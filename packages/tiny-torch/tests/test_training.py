@@ -79,3 +79,18 @@ def test_transformer_encoder_sgd() -> None:
   losses, got = _train(copy.deepcopy(model), sgd, toks, targets, "tiny", 3)
   assert losses == pytest.approx(ref_losses, abs=1e-3)
   _compare(ref, got)
+
+
+@pytest.mark.parametrize("make", [lambda p: torch.optim.AdamW(p, lr=1e-2, weight_decay=0.1),
+                                  lambda p: torch.optim.RMSprop(p, lr=1e-2, momentum=0.5),
+                                  lambda p: torch.optim.Adagrad(p, lr=1e-1),
+                                  lambda p: torch.optim.Adam(p, lr=1e-2, amsgrad=True, foreach=False)],
+                         ids=["AdamW", "RMSprop", "Adagrad", "Adam-amsgrad-forloop"])
+def test_optimizers_match_cpu(make) -> None:
+  torch.manual_seed(2)
+  model = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 3))
+  xs, ys = [torch.randn(5, 6) for _ in range(3)], [torch.randint(0, 3, (5,)) for _ in range(3)]
+  ref_losses, ref = _train(copy.deepcopy(model), make, xs, ys, "cpu", 3)
+  losses, got = _train(copy.deepcopy(model), make, xs, ys, "tiny", 3)
+  assert losses == pytest.approx(ref_losses, abs=1e-4)
+  _compare(ref, got)
