@@ -99,7 +99,8 @@ SUBSETS = {"tiny-tensor@MOCK+AMD:LLVM:gfx942": ["test_tensor_ops.py", "test_auto
 @nox.session(venv_backend="none")
 @nox.parametrize("package", [*PACKAGES, "tiny-tensor@MOCK+AMD", "tiny-tensor@MOCK+AMD:LLVM:gfx942",
                              "tiny-tensor@MOCK+CUDA", "tiny-tensor@MOCK+NV", "tiny-tensor@MOCK+QCOM",
-                             "tiny-tensor@MOCK+QCOM@IMAGE=1", "tiny-tensor:models@CPU", "integration"])
+                             "tiny-tensor@MOCK+QCOM@IMAGE=1", "tiny-tensor:models@CPU", "tiny-torch@MOCK+AMD",
+                             "integration"])
 def tests(session: nox.Session, package: str) -> None:
   """Run one package's tests (``packages/<package>/tests``), or the cross-package ``tests/`` for 'integration'.
   ``PACKAGE@DEV`` runs that package's suite with ``DEV`` set, and ``PACKAGE@DEV@NAME=VALUE...`` with those variables
@@ -112,6 +113,7 @@ def tests(session: nox.Session, package: str) -> None:
   ``tiny-tensor@MOCK+NV`` on the NV backend: the mock RM/UVM driver whose GPU runs ptxas cubins' PTX;
   ``tiny-tensor@MOCK+QCOM`` on the QCOM backend (the mock KGSL and an Adreno 630 running kernels on PoCL), and
   ``tiny-tensor@MOCK+QCOM@IMAGE=1`` there with images (textures) on;
+  ``tiny-torch@MOCK+AMD`` runs PyTorch code on device="tiny" with tiny's default device the mocked AMD GPU (~40 s);
   ``tiny-tensor:models@CPU`` runs ``packages/tiny-tensor/tests_models`` (model zoo vs torch, the LLM, ONNX and its
   node conformance cases) on the CPU only: heavy whole-model tests the per-device suites don't repeat."""
   py = _shared_test_python(session)
