@@ -32,7 +32,7 @@ nox.options.sessions = ["tests"]
 ROOT = Path(__file__).resolve().parent
 # dependency order: installing them together makes pip take the siblings from here, never from an index
 PACKAGES = ["tiny-uop", "tiny-codegen", "tiny-runtime-cpu", "tiny-runtime-amd", "tiny-runtime-nv", "tiny-runtime-qcom",
-            "tiny-tensor"]
+            "tiny-tensor", "tiny-torch"]
 # torch is a test-only dependency (gradients are checked against it); ==2.13.0 is the CPU build that this
 # project's machines keep on disk (a looser pin would download a multi-GB CUDA build); hatchling lets
 # tests/test_plugin_template.py build the template plugin without reaching an index.
@@ -105,7 +105,8 @@ SUBSETS = {"tiny-tensor@MOCK+AMD:LLVM:gfx942": ["test_tensor_ops.py", "test_auto
 @nox.session(venv_backend="none")
 @nox.parametrize("package", [*PACKAGES, "tiny-tensor@MOCK+AMD", "tiny-tensor@MOCK+AMD:LLVM:gfx942",
                              "tiny-tensor@MOCK+CUDA", "tiny-tensor@MOCK+NV", "tiny-tensor@MOCK+QCOM",
-                             "tiny-tensor@MOCK+QCOM@IMAGE=1", "tiny-tensor:models@CPU", "integration"])
+                             "tiny-tensor@MOCK+QCOM@IMAGE=1", "tiny-tensor:models@CPU", "tiny-torch@MOCK+AMD",
+                             "integration"])
 def tests(session: nox.Session, package: str) -> None:
   """Run one package's tests (``packages/<package>/tests``), or the cross-package ``tests/`` for 'integration'.
   ``PACKAGE@DEV`` runs that package's suite with ``DEV`` set, and ``PACKAGE@DEV@NAME=VALUE...`` with those variables
@@ -118,6 +119,7 @@ def tests(session: nox.Session, package: str) -> None:
   ``tiny-tensor@MOCK+NV`` on the NV backend: the mock RM/UVM driver whose GPU runs ptxas cubins' PTX;
   ``tiny-tensor@MOCK+QCOM`` on the QCOM backend (the mock KGSL and an Adreno 630 running kernels on PoCL), and
   ``tiny-tensor@MOCK+QCOM@IMAGE=1`` there with images (textures) on;
+  ``tiny-torch@MOCK+AMD`` runs PyTorch code on device="tiny" with tiny's default device the mocked AMD GPU (~40 s);
   ``tiny-tensor:models@CPU`` runs ``packages/tiny-tensor/tests_models`` (model zoo vs torch, the LLM, ONNX and its
   node conformance cases) on the CPU only: heavy whole-model tests the per-device suites don't repeat."""
   py = _shared_test_python(session)
