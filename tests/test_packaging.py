@@ -9,7 +9,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SIBLING = {"tiny-uop", "tiny-codegen", "tiny-runtime-cpu", "tiny-runtime-amd", "tiny-runtime-nv", "tiny-runtime-qcom",
-           "tiny-tensor"}
+           "tiny-tensor", "tiny-torch"}
 # package -> its dependencies (names only), as in docs/ARCHITECTURE.md §1; arrows only point down this table
 DEPS = {
   "tiny-uop": set(),
@@ -19,6 +19,7 @@ DEPS = {
   "tiny-runtime-nv": {"tiny-uop", "tiny-codegen", "cffi", "numpy"},  # numpy: the PTX executor (MOCK+CUDA), selftest
   "tiny-runtime-qcom": {"tiny-uop", "tiny-codegen", "cffi"},
   "tiny-tensor": {"tiny-uop", "tiny-codegen", "tiny-runtime-cpu", "numpy"},
+  "tiny-torch": {"tiny-tensor", "torch", "numpy"},  # PyTorch's `tiny` device and torch.compile backend
 }
 ENTRY_POINTS = {
   "tiny-codegen": {"tiny.renderers": {"C": "tiny_codegen.renderer.cstyle:ClangRenderer",
@@ -31,6 +32,7 @@ ENTRY_POINTS = {
   "tiny-runtime-amd": {"tiny.devices": {"AMD": "tiny_runtime_amd:plugin"}},
   "tiny-runtime-nv": {"tiny.devices": {"NV": "tiny_runtime_nv:NV_PLUGIN", "CUDA": "tiny_runtime_nv:CUDA_PLUGIN"}},
   "tiny-runtime-qcom": {"tiny.devices": {"QCOM": "tiny_runtime_qcom:QCOM_PLUGIN", "CL": "tiny_runtime_qcom:CL_PLUGIN"}},
+  "tiny-torch": {"torch_dynamo_backends": {"tiny": "tiny_torch.dynamo:tiny_backend"}},
 }
 
 
