@@ -39,12 +39,17 @@ from tiny_uop.dtype import DType, dtypes
 from tiny_tensor.jit import JitError, TinyJit
 from tiny_tensor.tensor import Tensor
 
-__all__ = ["OnnxRunner", "OnnxError", "onnx_dtype", "to_tensor"]
+__all__ = ["OnnxRunner", "OnnxError", "OnnxModelError", "onnx_dtype", "to_tensor"]
 
 
 class OnnxError(RuntimeError):
   """An ONNX model tiny can't run: an unsupported operator or attribute, or a node that failed (the message names
   the node, its operator and inputs)."""
+
+
+class OnnxModelError(OnnxError, ValueError):
+  """An ONNX model that is malformed or asks for too much: external data outside its folder, a graph output nothing
+  makes, a recursive function, a Range with delta 0, a Loop past `max_loop_trips` (the message names the culprit)."""
 
 
 def _onnx() -> Any:
@@ -89,27 +94,62 @@ def to_tensor(x: Any, device: str | None = None, elem_type: int | None = None) -
   return Tensor(arr, device=device)
 
 
-def _attr(a: Any, onnx: Any) -> Any:
-  """An AttributeProto as a Python value (tensors as numpy arrays, graphs as GraphProto)."""
+def _attr(a: Any, onnx: Any, base_dir: str | None = None) -> Any:
+  """An AttributeProto as a Python value (tensors as numpy arrays, graphs as GraphProto); `base_dir`: the folder
+  external tensor data may be read from (see _tensor_value)."""
   A = onnx.AttributeProto
   if a.type == A.FLOAT: return a.f
   if a.type == A.INT: return a.i
   if a.type == A.STRING: return a.s.decode("utf-8", errors="replace")
-  if a.type == A.TENSOR: return _tensor_value(a.t, onnx)
+  if a.type == A.TENSOR: return _tensor_value(a.t, onnx, base_dir)
   if a.type == A.GRAPH: return a.g
   if a.type == A.FLOATS: return list(a.floats)
   if a.type == A.INTS: return list(a.ints)
   if a.type == A.STRINGS: return [s.decode("utf-8", errors="replace") for s in a.strings]
   if a.type == A.SPARSE_TENSOR: return a.sparse_tensor
-  if a.type == A.TENSORS: return [_tensor_value(t, onnx) for t in a.tensors]
+  if a.type == A.TENSORS: return [_tensor_value(t, onnx, base_dir) for t in a.tensors]
   if a.type == A.GRAPHS: return list(a.graphs)
   raise OnnxError(f"attribute {a.name!r} has unsupported type {a.type}")
 
 
-def _tensor_value(t: Any, onnx: Any) -> Any:
-  """(numpy array, ONNX elem_type) of a TensorProto."""
+def _tensor_value(t: Any, onnx: Any, base_dir: str | None = None) -> Any:
+  """(numpy array, ONNX elem_type) of a TensorProto. External data is read only from inside folder `base_dir`
+  (None: refused), with the file name, offset and length checked (see _read_external)."""
   from onnx import numpy_helper
+  if t.data_location == onnx.TensorProto.EXTERNAL:
+    t2 = onnx.TensorProto()
+    t2.CopyFrom(t)
+    t2.raw_data = _read_external(t, base_dir)
+    t2.data_location = onnx.TensorProto.DEFAULT
+    del t2.external_data[:]
+    t = t2
   return (numpy_helper.to_array(t), t.data_type)
+
+
+def _read_external(t: Any, base_dir: str | None) -> bytes:
+  """The bytes of TensorProto `t`'s external data: its `location` resolved (symlinks too) must be a file inside
+  `base_dir`, and `offset`/`length` inside that file; anything else raises OnnxModelError naming the tensor."""
+  info = {e.key: e.value for e in t.external_data}
+  loc = info.get("location", "")
+  what = f"tensor {t.name!r} has external data at location {loc!r}"
+  if base_dir is None:
+    raise OnnxModelError(f"{what}, but the model was given as bytes or a ModelProto: external data is read only next "
+                         "to a model loaded from a path, or from the folder passed as OnnxRunner(..., base_dir=...)")
+  if not loc or os.path.isabs(loc) or loc.startswith(("/", "\\")) or ".." in loc.replace("\\", "/").split("/"):
+    raise OnnxModelError(f"{what}: the location must be a relative path inside the model's folder {base_dir!r} "
+                         "(no '..', no absolute path)")
+  root = os.path.realpath(base_dir)
+  path = os.path.realpath(os.path.join(root, loc))
+  if os.path.commonpath([root, path]) != root or not os.path.isfile(path):
+    raise OnnxModelError(f"{what}, which is not a file inside the model's folder {root!r}")
+  try: offset, length = int(info.get("offset", 0)), int(info["length"]) if "length" in info else None
+  except ValueError as e: raise OnnxModelError(f"{what}: offset/length {info} are not integers") from e
+  size = os.path.getsize(path)
+  if offset < 0 or offset > size or (length is not None and (length < 0 or offset + length > size)):
+    raise OnnxModelError(f"{what}: offset {offset} and length {length} are outside the file's {size} bytes")
+  with open(path, "rb") as f:
+    f.seek(offset)
+    return f.read(size - offset if length is None else length)
 
 
 _KEEP_DTYPE = {"Cast", "CastLike", "DequantizeLinear", "QuantizeLinear", "DynamicQuantizeLinear", "Shape", "Size"}
@@ -313,12 +353,23 @@ class OnnxRunner:
   and If on computed values): its capture raises OnnxError naming the node; run it with jit=False. The returned
   Tensors are the jit's own, overwritten by the next call of the same signature (copy what you keep: `.numpy()` or
   `.clone()`), which is why jit is not the default. `debug=True` runs eagerly.
+
+  External tensor data is read only from the model's folder (a model given by path) or from `base_dir` (required
+  for a model given as bytes or a ModelProto); a location outside that folder (`..`, an absolute path, a symlink out)
+  or an offset/length outside the file raises OnnxModelError (a ValueError) naming the tensor and the location.
   """
 
-  def __init__(self, model: Any, device: str | None = None, runtime_index_checks: bool = True, jit: bool = False):
+  def __init__(self, model: Any, device: str | None = None, runtime_index_checks: bool = True, jit: bool = False,
+               base_dir: str | os.PathLike | None = None):
     onnx = _onnx()
-    if isinstance(model, (str, os.PathLike)): model = onnx.load(os.fspath(model))
-    elif isinstance(model, (bytes, bytearray)): model = onnx.load_from_string(bytes(model))
+    if isinstance(model, (str, os.PathLike)):
+      if base_dir is None: base_dir = os.path.dirname(os.path.abspath(os.fspath(model)))
+      model = onnx.load(os.fspath(model), load_external_data=False)  # read by _tensor_value, checked
+    elif isinstance(model, (bytes, bytearray)):
+      try: model = onnx.load_from_string(bytes(model))
+      except Exception as e:  # protobuf's DecodeError and friends: no common public base class
+        raise OnnxModelError(f"the bytes given are not a valid ONNX model: {type(e).__name__}: {e}") from e
+    self.base_dir = None if base_dir is None else os.fspath(base_dir)
     if not isinstance(model, onnx.ModelProto):
       raise TypeError(f"OnnxRunner needs a path, bytes or onnx.ModelProto, got {type(model).__name__}")
     self.model, self.device, self._onnx = model, device, onnx
@@ -356,7 +407,7 @@ class OnnxRunner:
     return out
 
   def _init_value(self, t: Any) -> Any:
-    arr, et = _tensor_value(t, self._onnx)
+    arr, et = _tensor_value(t, self._onnx, self.base_dir)
     return self._remember(to_tensor(arr, self.device, et), arr)
 
   def _remember(self, v: Any, arr: Any, foldable: bool = True) -> Any:
@@ -467,7 +518,7 @@ class OnnxRunner:
     try: args = [scope[i] if i else None for i in node.input]
     except KeyError as e:
       raise OnnxError(f"node {node.name!r} ({node.op_type}) reads {e}, which nothing made") from None
-    attrs = {a.name: _attr(a, self._onnx) for a in node.attribute}
+    attrs = {a.name: _attr(a, self._onnx, self.base_dir) for a in node.attribute}
     ctx = _Ctx(self, node, scope)
     if (node.domain, node.op_type) in self.functions: outs = self._run_function(node, args, attrs, ctx)
     else:
@@ -516,7 +567,7 @@ class OnnxRunner:
     f = self.functions[(node.domain, node.op_type)]
     inner = {formal: a for formal, a in zip(f.input, args)}
     for a in f.attribute_proto:
-      if a.name not in attrs: attrs[a.name] = _attr(a, self._onnx)
+      if a.name not in attrs: attrs[a.name] = _attr(a, self._onnx, self.base_dir)
     body = self._onnx.helper.make_graph([self._bind_attrs(n, attrs) for n in f.node], f.name, [], [])
     scope = dict(ctx.scope)
     scope.update(inner)
