@@ -29,6 +29,7 @@ accumulates in float32).
 """
 from __future__ import annotations
 
+import math
 import os
 import threading
 from typing import Any
@@ -237,6 +238,16 @@ def _constant_value(attrs: dict[str, Any]) -> np.ndarray | None:
   return None
 
 
+def _range_count(node: Any, start: Any, limit: Any, delta: Any) -> int:
+  """The element count of ONNX Range(start, limit, delta), max(ceil((limit - start) / delta), 0); a delta of 0 or a
+  start/limit/delta that is infinite or NaN raises OnnxModelError naming the node."""
+  s, l, d = float(start), float(limit), float(delta)
+  if d == 0 or not all(math.isfinite(v) for v in (s, l, d)):
+    raise OnnxModelError(f"node {node.name!r} (Range): start {start}, limit {limit}, delta {delta} give no finite "
+                         "range; delta must be nonzero and all three finite")
+  return max(int(math.ceil((l - s) / d)), 0)
+
+
 def _raise_bad_indices(checks: list[tuple[Any, str, bool]], vals: np.ndarray) -> None:
   """Raise OnnxError for the first runtime index check (node, what, negative) whose row of `vals` (count out of
   range, min bad, max bad, the axis size) counted a bad index."""
@@ -357,10 +368,12 @@ class OnnxRunner:
   External tensor data is read only from the model's folder (a model given by path) or from `base_dir` (required
   for a model given as bytes or a ModelProto); a location outside that folder (`..`, an absolute path, a symlink out)
   or an offset/length outside the file raises OnnxModelError (a ValueError) naming the tensor and the location.
+  Malformed models are refused at load with OnnxModelError (a graph output nothing makes, local functions that call
+  themselves); a Loop that would run more than `max_loop_trips` iterations raises OnnxModelError naming the node.
   """
 
   def __init__(self, model: Any, device: str | None = None, runtime_index_checks: bool = True, jit: bool = False,
-               base_dir: str | os.PathLike | None = None):
+               base_dir: str | os.PathLike | None = None, max_loop_trips: int = 10**6):
     onnx = _onnx()
     if isinstance(model, (str, os.PathLike)):
       if base_dir is None: base_dir = os.path.dirname(os.path.abspath(os.fspath(model)))
@@ -374,6 +387,9 @@ class OnnxRunner:
       raise TypeError(f"OnnxRunner needs a path, bytes or onnx.ModelProto, got {type(model).__name__}")
     self.model, self.device, self._onnx = model, device, onnx
     self.runtime_index_checks = runtime_index_checks
+    if not isinstance(max_loop_trips, int) or max_loop_trips < 0:
+      raise ValueError(f"max_loop_trips must be an int >= 0, got {max_loop_trips!r}")
+    self.max_loop_trips = max_loop_trips
     self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
     self.functions = {(f.domain, f.name): f for f in model.functions}
     from tiny_tensor.nn.onnx.ops import OPS
@@ -381,6 +397,8 @@ class OnnxRunner:
     missing = sorted({n.op_type for n in self._all_nodes(model.graph)
                       if n.op_type not in OPS and (n.domain, n.op_type) not in self.functions})
     if missing: raise OnnxError(f"unsupported ONNX operators: {missing} (opset {self.opset})")
+    self._check_function_cycles()
+    self._check_outputs_made(model.graph)
     # per thread, for the call it runs: `host`, id(Tensor) -> (Tensor, its value as numpy) for the values known on
     # the host (initializers, numpy-fed inputs, Constant outputs; see _Ctx.host_value); `deferred`, the runtime index
     # checks queued, (node, what, lazy [count out of range, min bad, max bad, axis size])
@@ -394,6 +412,56 @@ class OnnxRunner:
     self.jits: dict[tuple, Any] = {}
     # per signature, the runtime index checks its capture returns, in order: (node, what, negative)
     self._jit_checks: dict[tuple, list[tuple[Any, str, bool]]] = {}
+
+  def _subgraphs(self, nodes: Any) -> list[Any]:
+    """The graphs in the attributes of `nodes` (one level: If branches, Loop/Scan bodies)."""
+    A = self._onnx.AttributeProto
+    return [g for n in nodes for a in n.attribute for g in ([a.g] if a.type == A.GRAPH else
+                                                             list(a.graphs) if a.type == A.GRAPHS else [])]
+
+  def _check_function_cycles(self) -> None:
+    """Refuse a model whose local functions call each other in a cycle (it would recurse forever): OnnxModelError
+    naming the cycle. Iterative depth-first search over the call graph."""
+    calls: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for key, f in self.functions.items():
+      callees, todo = set(), [list(f.node)]
+      while todo:
+        nodes = todo.pop()
+        callees |= {(n.domain, n.op_type) for n in nodes if (n.domain, n.op_type) in self.functions}
+        todo.extend(list(g.node) for g in self._subgraphs(nodes))
+      calls[key] = sorted(callees)
+    state: dict[tuple[str, str], int] = {}  # 1: on the current path, 2: done
+    for root in calls:
+      if state.get(root): continue
+      path, stack = [root], [iter(calls[root])]
+      state[root] = 1
+      while stack:
+        nxt = next(stack[-1], None)
+        if nxt is None:
+          state[path.pop()] = 2
+          stack.pop()
+        elif state.get(nxt) == 1:
+          cyc = path[path.index(nxt):] + [nxt]
+          raise OnnxModelError(f"local function {nxt[1]!r} (domain {nxt[0]!r}) calls itself: "
+                               + " -> ".join(c[1] for c in cyc) + "; recursive functions can't be run")
+        elif not state.get(nxt):
+          state[nxt] = 1
+          path.append(nxt)
+          stack.append(iter(calls[nxt]))
+
+  def _check_outputs_made(self, graph: Any) -> None:
+    """Refuse a graph (or subgraph) with an output that no input, initializer or node makes (nor an outer scope's
+    value): OnnxModelError naming it."""
+    todo = [(graph, frozenset())]
+    while todo:
+      g, outer = todo.pop()
+      known = set(outer) | {i.name for i in g.input} | {t.name for t in g.initializer}
+      known |= {t.values.name for t in g.sparse_initializer}
+      known |= {o for n in g.node for o in n.output if o}
+      for o in g.output:
+        if o.name not in known:
+          raise OnnxModelError(f"graph {g.name!r} has output {o.name!r}, which no node, input or initializer makes")
+      todo.extend((sub, frozenset(known)) for sub in self._subgraphs(g.node))
 
   def _all_nodes(self, graph: Any) -> list[Any]:
     out, todo = [], [graph]
