@@ -124,7 +124,10 @@ def _tensor_value(t: Any, onnx: Any, base_dir: str | None = None) -> Any:
     t2.data_location = onnx.TensorProto.DEFAULT
     del t2.external_data[:]
     t = t2
-  return (numpy_helper.to_array(t), t.data_type)
+  try: return (numpy_helper.to_array(t), t.data_type)
+  except (ValueError, TypeError, KeyError) as e:  # data that doesn't fit its dims, an unknown element type
+    raise OnnxModelError(f"tensor {t.name!r} (dims {list(t.dims)}, element type {t.data_type}) can't be read: "
+                         f"{type(e).__name__}: {e}") from e
 
 
 def _read_external(t: Any, base_dir: str | None) -> bytes:
@@ -369,11 +372,12 @@ class OnnxRunner:
   for a model given as bytes or a ModelProto); a location outside that folder (`..`, an absolute path, a symlink out)
   or an offset/length outside the file raises OnnxModelError (a ValueError) naming the tensor and the location.
   Malformed models are refused at load with OnnxModelError (a graph output nothing makes, local functions that call
-  themselves); a Loop that would run more than `max_loop_trips` iterations raises OnnxModelError naming the node.
+  themselves); a Loop that would run more than `max_loop_trips` iterations (default 10**5: each runs its body in
+  Python, ~0.5 ms, so the default bounds a runaway Loop to about a minute) raises OnnxModelError naming the node.
   """
 
   def __init__(self, model: Any, device: str | None = None, runtime_index_checks: bool = True, jit: bool = False,
-               base_dir: str | os.PathLike | None = None, max_loop_trips: int = 10**6):
+               base_dir: str | os.PathLike | None = None, max_loop_trips: int = 10**5):
     onnx = _onnx()
     if isinstance(model, (str, os.PathLike)):
       if base_dir is None: base_dir = os.path.dirname(os.path.abspath(os.fspath(model)))
