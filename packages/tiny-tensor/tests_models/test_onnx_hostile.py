@@ -299,3 +299,12 @@ def test_initializer_that_does_not_fit_its_dims(dims, et):
   with pytest.raises((ValueError, TypeError)): numpy_helper.to_array(w)
   m = _model([helper.make_node("Add", ["x", "w"], ["y"])], [_vi("x", shape=[2, 3])], [_vi("y")], [w])
   with pytest.raises(OnnxModelError, match=r"tensor 'w' \(dims"): OnnxRunner(m)
+
+
+def test_corrupt_file_and_bytes(tmp_path):
+  junk = b"\x0a\xff\xff\xff\xff\x0f"  # a length-delimited field longer than the data
+  with pytest.raises(Exception) as ref: onnx.load_from_string(junk)  # onnx's own parser refuses it too
+  assert not isinstance(ref.value, (OnnxError, ValueError))
+  (tmp_path / "bad.onnx").write_bytes(junk)
+  with pytest.raises(OnnxModelError, match="bad.onnx.*not a valid ONNX model"): OnnxRunner(str(tmp_path / "bad.onnx"))
+  with pytest.raises(OnnxModelError, match="bytes given are not a valid ONNX model"): OnnxRunner(junk)

@@ -381,7 +381,10 @@ class OnnxRunner:
     onnx = _onnx()
     if isinstance(model, (str, os.PathLike)):
       if base_dir is None: base_dir = os.path.dirname(os.path.abspath(os.fspath(model)))
-      model = onnx.load(os.fspath(model), load_external_data=False)  # read by _tensor_value, checked
+      try: model = onnx.load(os.fspath(model), load_external_data=False)  # read by _tensor_value, checked
+      except OSError: raise
+      except Exception as e:  # protobuf's DecodeError and friends: no common public base class
+        raise OnnxModelError(f"{os.fspath(model)!r} is not a valid ONNX model: {type(e).__name__}: {e}") from e
     elif isinstance(model, (bytes, bytearray)):
       try: model = onnx.load_from_string(bytes(model))
       except Exception as e:  # protobuf's DecodeError and friends: no common public base class
