@@ -29,6 +29,7 @@ accumulates in float32).
 """
 from __future__ import annotations
 
+import math
 import os
 import threading
 from typing import Any
@@ -39,12 +40,17 @@ from tiny_uop.dtype import DType, dtypes
 from tiny_tensor.jit import JitError, TinyJit
 from tiny_tensor.tensor import Tensor
 
-__all__ = ["OnnxRunner", "OnnxError", "onnx_dtype", "to_tensor"]
+__all__ = ["OnnxRunner", "OnnxError", "OnnxModelError", "onnx_dtype", "to_tensor"]
 
 
 class OnnxError(RuntimeError):
   """An ONNX model tiny can't run: an unsupported operator or attribute, or a node that failed (the message names
   the node, its operator and inputs)."""
+
+
+class OnnxModelError(OnnxError, ValueError):
+  """An ONNX model that is malformed or asks for too much: external data outside its folder, a graph output nothing
+  makes, a recursive function, a Range with delta 0, a Loop past `max_loop_trips` (the message names the culprit)."""
 
 
 def _onnx() -> Any:
@@ -89,27 +95,65 @@ def to_tensor(x: Any, device: str | None = None, elem_type: int | None = None) -
   return Tensor(arr, device=device)
 
 
-def _attr(a: Any, onnx: Any) -> Any:
-  """An AttributeProto as a Python value (tensors as numpy arrays, graphs as GraphProto)."""
+def _attr(a: Any, onnx: Any, base_dir: str | None = None) -> Any:
+  """An AttributeProto as a Python value (tensors as numpy arrays, graphs as GraphProto); `base_dir`: the folder
+  external tensor data may be read from (see _tensor_value)."""
   A = onnx.AttributeProto
   if a.type == A.FLOAT: return a.f
   if a.type == A.INT: return a.i
   if a.type == A.STRING: return a.s.decode("utf-8", errors="replace")
-  if a.type == A.TENSOR: return _tensor_value(a.t, onnx)
+  if a.type == A.TENSOR: return _tensor_value(a.t, onnx, base_dir)
   if a.type == A.GRAPH: return a.g
   if a.type == A.FLOATS: return list(a.floats)
   if a.type == A.INTS: return list(a.ints)
   if a.type == A.STRINGS: return [s.decode("utf-8", errors="replace") for s in a.strings]
   if a.type == A.SPARSE_TENSOR: return a.sparse_tensor
-  if a.type == A.TENSORS: return [_tensor_value(t, onnx) for t in a.tensors]
+  if a.type == A.TENSORS: return [_tensor_value(t, onnx, base_dir) for t in a.tensors]
   if a.type == A.GRAPHS: return list(a.graphs)
   raise OnnxError(f"attribute {a.name!r} has unsupported type {a.type}")
 
 
-def _tensor_value(t: Any, onnx: Any) -> Any:
-  """(numpy array, ONNX elem_type) of a TensorProto."""
+def _tensor_value(t: Any, onnx: Any, base_dir: str | None = None) -> Any:
+  """(numpy array, ONNX elem_type) of a TensorProto. External data is read only from inside folder `base_dir`
+  (None: refused), with the file name, offset and length checked (see _read_external)."""
   from onnx import numpy_helper
-  return (numpy_helper.to_array(t), t.data_type)
+  if t.data_location == onnx.TensorProto.EXTERNAL:
+    t2 = onnx.TensorProto()
+    t2.CopyFrom(t)
+    t2.raw_data = _read_external(t, base_dir)
+    t2.data_location = onnx.TensorProto.DEFAULT
+    del t2.external_data[:]
+    t = t2
+  try: return (numpy_helper.to_array(t), t.data_type)
+  except (ValueError, TypeError, KeyError) as e:  # data that doesn't fit its dims, an unknown element type
+    raise OnnxModelError(f"tensor {t.name!r} (dims {list(t.dims)}, element type {t.data_type}) can't be read: "
+                         f"{type(e).__name__}: {e}") from e
+
+
+def _read_external(t: Any, base_dir: str | None) -> bytes:
+  """The bytes of TensorProto `t`'s external data: its `location` resolved (symlinks too) must be a file inside
+  `base_dir`, and `offset`/`length` inside that file; anything else raises OnnxModelError naming the tensor."""
+  info = {e.key: e.value for e in t.external_data}
+  loc = info.get("location", "")
+  what = f"tensor {t.name!r} has external data at location {loc!r}"
+  if base_dir is None:
+    raise OnnxModelError(f"{what}, but the model was given as bytes or a ModelProto: external data is read only next "
+                         "to a model loaded from a path, or from the folder passed as OnnxRunner(..., base_dir=...)")
+  if not loc or os.path.isabs(loc) or loc.startswith(("/", "\\")) or ".." in loc.replace("\\", "/").split("/"):
+    raise OnnxModelError(f"{what}: the location must be a relative path inside the model's folder {base_dir!r} "
+                         "(no '..', no absolute path)")
+  root = os.path.realpath(base_dir)
+  path = os.path.realpath(os.path.join(root, loc))
+  if os.path.commonpath([root, path]) != root or not os.path.isfile(path):
+    raise OnnxModelError(f"{what}, which is not a file inside the model's folder {root!r}")
+  try: offset, length = int(info.get("offset", 0)), int(info["length"]) if "length" in info else None
+  except ValueError as e: raise OnnxModelError(f"{what}: offset/length {info} are not integers") from e
+  size = os.path.getsize(path)
+  if offset < 0 or offset > size or (length is not None and (length < 0 or offset + length > size)):
+    raise OnnxModelError(f"{what}: offset {offset} and length {length} are outside the file's {size} bytes")
+  with open(path, "rb") as f:
+    f.seek(offset)
+    return f.read(size - offset if length is None else length)
 
 
 _KEEP_DTYPE = {"Cast", "CastLike", "DequantizeLinear", "QuantizeLinear", "DynamicQuantizeLinear", "Shape", "Size"}
@@ -195,6 +239,16 @@ def _constant_value(attrs: dict[str, Any]) -> np.ndarray | None:
                   ("value_ints", np.int64)):
     if key in attrs: return np.array(attrs[key], dt)
   return None
+
+
+def _range_count(node: Any, start: Any, limit: Any, delta: Any) -> int:
+  """The element count of ONNX Range(start, limit, delta), max(ceil((limit - start) / delta), 0); a delta of 0 or a
+  start/limit/delta that is infinite or NaN raises OnnxModelError naming the node."""
+  s, l, d = float(start), float(limit), float(delta)
+  if d == 0 or not all(math.isfinite(v) for v in (s, l, d)):
+    raise OnnxModelError(f"node {node.name!r} (Range): start {start}, limit {limit}, delta {delta} give no finite "
+                         "range; delta must be nonzero and all three finite")
+  return max(int(math.ceil((l - s) / d)), 0)
 
 
 def _raise_bad_indices(checks: list[tuple[Any, str, bool]], vals: np.ndarray) -> None:
@@ -313,16 +367,36 @@ class OnnxRunner:
   and If on computed values): its capture raises OnnxError naming the node; run it with jit=False. The returned
   Tensors are the jit's own, overwritten by the next call of the same signature (copy what you keep: `.numpy()` or
   `.clone()`), which is why jit is not the default. `debug=True` runs eagerly.
+
+  External tensor data is read only from the model's folder (a model given by path) or from `base_dir` (required
+  for a model given as bytes or a ModelProto); a location outside that folder (`..`, an absolute path, a symlink out)
+  or an offset/length outside the file raises OnnxModelError (a ValueError) naming the tensor and the location.
+  Malformed models are refused at load with OnnxModelError (a graph output nothing makes, local functions that call
+  themselves); a Loop that would run more than `max_loop_trips` iterations (default 10**5: each runs its body in
+  Python, ~0.5 ms, so the default bounds a runaway Loop to about a minute) raises OnnxModelError naming the node.
   """
 
-  def __init__(self, model: Any, device: str | None = None, runtime_index_checks: bool = True, jit: bool = False):
+  def __init__(self, model: Any, device: str | None = None, runtime_index_checks: bool = True, jit: bool = False,
+               base_dir: str | os.PathLike | None = None, max_loop_trips: int = 10**5):
     onnx = _onnx()
-    if isinstance(model, (str, os.PathLike)): model = onnx.load(os.fspath(model))
-    elif isinstance(model, (bytes, bytearray)): model = onnx.load_from_string(bytes(model))
+    if isinstance(model, (str, os.PathLike)):
+      if base_dir is None: base_dir = os.path.dirname(os.path.abspath(os.fspath(model)))
+      try: model = onnx.load(os.fspath(model), load_external_data=False)  # read by _tensor_value, checked
+      except OSError: raise
+      except Exception as e:  # protobuf's DecodeError and friends: no common public base class
+        raise OnnxModelError(f"{os.fspath(model)!r} is not a valid ONNX model: {type(e).__name__}: {e}") from e
+    elif isinstance(model, (bytes, bytearray)):
+      try: model = onnx.load_from_string(bytes(model))
+      except Exception as e:  # protobuf's DecodeError and friends: no common public base class
+        raise OnnxModelError(f"the bytes given are not a valid ONNX model: {type(e).__name__}: {e}") from e
+    self.base_dir = None if base_dir is None else os.fspath(base_dir)
     if not isinstance(model, onnx.ModelProto):
       raise TypeError(f"OnnxRunner needs a path, bytes or onnx.ModelProto, got {type(model).__name__}")
     self.model, self.device, self._onnx = model, device, onnx
     self.runtime_index_checks = runtime_index_checks
+    if not isinstance(max_loop_trips, int) or max_loop_trips < 0:
+      raise ValueError(f"max_loop_trips must be an int >= 0, got {max_loop_trips!r}")
+    self.max_loop_trips = max_loop_trips
     self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
     self.functions = {(f.domain, f.name): f for f in model.functions}
     from tiny_tensor.nn.onnx.ops import OPS
@@ -330,6 +404,8 @@ class OnnxRunner:
     missing = sorted({n.op_type for n in self._all_nodes(model.graph)
                       if n.op_type not in OPS and (n.domain, n.op_type) not in self.functions})
     if missing: raise OnnxError(f"unsupported ONNX operators: {missing} (opset {self.opset})")
+    self._check_function_cycles()
+    self._check_outputs_made(model.graph)
     # per thread, for the call it runs: `host`, id(Tensor) -> (Tensor, its value as numpy) for the values known on
     # the host (initializers, numpy-fed inputs, Constant outputs; see _Ctx.host_value); `deferred`, the runtime index
     # checks queued, (node, what, lazy [count out of range, min bad, max bad, axis size])
@@ -344,6 +420,56 @@ class OnnxRunner:
     # per signature, the runtime index checks its capture returns, in order: (node, what, negative)
     self._jit_checks: dict[tuple, list[tuple[Any, str, bool]]] = {}
 
+  def _subgraphs(self, nodes: Any) -> list[Any]:
+    """The graphs in the attributes of `nodes` (one level: If branches, Loop/Scan bodies)."""
+    A = self._onnx.AttributeProto
+    return [g for n in nodes for a in n.attribute for g in ([a.g] if a.type == A.GRAPH else
+                                                             list(a.graphs) if a.type == A.GRAPHS else [])]
+
+  def _check_function_cycles(self) -> None:
+    """Refuse a model whose local functions call each other in a cycle (it would recurse forever): OnnxModelError
+    naming the cycle. Iterative depth-first search over the call graph."""
+    calls: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for key, f in self.functions.items():
+      callees, todo = set(), [list(f.node)]
+      while todo:
+        nodes = todo.pop()
+        callees |= {(n.domain, n.op_type) for n in nodes if (n.domain, n.op_type) in self.functions}
+        todo.extend(list(g.node) for g in self._subgraphs(nodes))
+      calls[key] = sorted(callees)
+    state: dict[tuple[str, str], int] = {}  # 1: on the current path, 2: done
+    for root in calls:
+      if state.get(root): continue
+      path, stack = [root], [iter(calls[root])]
+      state[root] = 1
+      while stack:
+        nxt = next(stack[-1], None)
+        if nxt is None:
+          state[path.pop()] = 2
+          stack.pop()
+        elif state.get(nxt) == 1:
+          cyc = path[path.index(nxt):] + [nxt]
+          raise OnnxModelError(f"local function {nxt[1]!r} (domain {nxt[0]!r}) calls itself: "
+                               + " -> ".join(c[1] for c in cyc) + "; recursive functions can't be run")
+        elif not state.get(nxt):
+          state[nxt] = 1
+          path.append(nxt)
+          stack.append(iter(calls[nxt]))
+
+  def _check_outputs_made(self, graph: Any) -> None:
+    """Refuse a graph (or subgraph) with an output that no input, initializer or node makes (nor an outer scope's
+    value): OnnxModelError naming it."""
+    todo = [(graph, frozenset())]
+    while todo:
+      g, outer = todo.pop()
+      known = set(outer) | {i.name for i in g.input} | {t.name for t in g.initializer}
+      known |= {t.values.name for t in g.sparse_initializer}
+      known |= {o for n in g.node for o in n.output if o}
+      for o in g.output:
+        if o.name not in known:
+          raise OnnxModelError(f"graph {g.name!r} has output {o.name!r}, which no node, input or initializer makes")
+      todo.extend((sub, frozenset(known)) for sub in self._subgraphs(g.node))
+
   def _all_nodes(self, graph: Any) -> list[Any]:
     out, todo = [], [graph]
     while todo:
@@ -356,7 +482,7 @@ class OnnxRunner:
     return out
 
   def _init_value(self, t: Any) -> Any:
-    arr, et = _tensor_value(t, self._onnx)
+    arr, et = _tensor_value(t, self._onnx, self.base_dir)
     return self._remember(to_tensor(arr, self.device, et), arr)
 
   def _remember(self, v: Any, arr: Any, foldable: bool = True) -> Any:
@@ -467,7 +593,7 @@ class OnnxRunner:
     try: args = [scope[i] if i else None for i in node.input]
     except KeyError as e:
       raise OnnxError(f"node {node.name!r} ({node.op_type}) reads {e}, which nothing made") from None
-    attrs = {a.name: _attr(a, self._onnx) for a in node.attribute}
+    attrs = {a.name: _attr(a, self._onnx, self.base_dir) for a in node.attribute}
     ctx = _Ctx(self, node, scope)
     if (node.domain, node.op_type) in self.functions: outs = self._run_function(node, args, attrs, ctx)
     else:
@@ -516,7 +642,7 @@ class OnnxRunner:
     f = self.functions[(node.domain, node.op_type)]
     inner = {formal: a for formal, a in zip(f.input, args)}
     for a in f.attribute_proto:
-      if a.name not in attrs: attrs[a.name] = _attr(a, self._onnx)
+      if a.name not in attrs: attrs[a.name] = _attr(a, self._onnx, self.base_dir)
     body = self._onnx.helper.make_graph([self._bind_attrs(n, attrs) for n in f.node], f.name, [], [])
     scope = dict(ctx.scope)
     scope.update(inner)

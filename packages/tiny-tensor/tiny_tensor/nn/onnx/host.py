@@ -22,7 +22,7 @@ from typing import Any, Callable
 import numpy as np
 
 from tiny_uop.dtype import to_numpy
-from tiny_tensor.nn.onnx import _DTYPES, OnnxError
+from tiny_tensor.nn.onnx import _DTYPES, OnnxError, _range_count
 
 HOST_MAX = 1 << 16  # largest host-evaluated output, in elements: shape values are short, masks built from them not
 HOST_OPS: dict[str, Callable[..., np.ndarray]] = {}
@@ -177,8 +177,7 @@ def constant_of_shape(ctx: Any, vals: list, attrs: dict) -> np.ndarray:
 @host_op("Range")
 def range_(ctx: Any, vals: list, attrs: dict) -> np.ndarray:
   s, l, d = (v.reshape(-1)[0] for v in vals)
-  if d == 0: raise OnnxError(f"node {ctx.node.name!r} (Range): delta is 0")
-  n = max(int(math.ceil((float(l) - float(s)) / float(d))), 0)
+  n = _range_count(ctx.node, s, l, d)
   return (s + np.arange(n, dtype=vals[0].dtype) * d).astype(vals[0].dtype)
 
 
@@ -210,7 +209,8 @@ def _size_of(op_type: str, vals: list, attrs: dict) -> int:
   if op_type in _ELEMENTWISE: return _broadcast_bound([v.shape for v in vals if v is not None])
   if op_type == "Range":
     s, l, d = (float(v.reshape(-1)[0]) for v in vals)
-    return max(int(math.ceil((l - s) / d)), 0) if d else 0
+    # a degenerate range (delta 0, inf, NaN) counts 0 here: range_ then raises naming the node
+    return max(int(math.ceil((l - s) / d)), 0) if d and all(math.isfinite(v) for v in (s, l, d)) else 0
   return sum(v.size for v in vals if v is not None)
 
 

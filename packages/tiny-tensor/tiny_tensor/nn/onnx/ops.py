@@ -15,7 +15,7 @@ from typing import Any, Callable
 import numpy as np
 
 from tiny_uop.dtype import DType, dtypes, to_numpy
-from tiny_tensor.nn.onnx import _DTYPES, STRING, OnnxError, known_value, to_tensor
+from tiny_tensor.nn.onnx import _DTYPES, STRING, OnnxError, _range_count, known_value, to_tensor
 from tiny_tensor.tensor import Tensor
 
 OPS: dict[str, Callable[..., Any]] = {}
@@ -619,7 +619,7 @@ def constant(ctx: Any, inp: list, attrs: dict) -> Any:
 @op("Range")
 def range_(ctx: Any, inp: list, attrs: dict) -> Tensor:
   s, l, d = (_item(x) for x in inp)
-  n = max(int(math.ceil((l - s) / d)), 0)
+  n = _range_count(ctx.node, s, l, d)
   return (Tensor.arange(n, device=ctx.device).cast(inp[0].dtype) * d + s).cast(inp[0].dtype) if n else \
     Tensor(np.zeros(0, to_numpy(inp[0].dtype)), device=ctx.device)
 

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from tiny_uop.dtype import dtypes, to_numpy
-from tiny_tensor.nn.onnx import OnnxError, to_tensor
+from tiny_tensor.nn.onnx import OnnxError, OnnxModelError, to_tensor
 from tiny_tensor.nn.onnx.ops import _axis, _ints, _item, _np, _opt, op
 from tiny_tensor.tensor import Tensor
 
@@ -111,8 +111,12 @@ def loop(ctx: Any, inp: list, attrs: dict) -> tuple:
   carried = list(inp[2:])
   n_carried = len(carried)
   scans: list[list] = [[] for _ in range(len(g.output) - 1 - n_carried)]
-  i = 0
+  i, limit = 0, ctx.runner.max_loop_trips
   while go and (trip is None or i < trip):
+    if i >= limit:
+      raise OnnxModelError(f"node {ctx.node.name!r} (Loop) would run more than {limit} iterations (trip count "
+                           f"{'unbounded' if trip is None else trip}, condition still true); if that is meant, raise "
+                           "the limit: OnnxRunner(..., max_loop_trips=N)")
     out = ctx.run_graph(g, [Tensor(np.array(i, np.int64), device=ctx.device),
                             Tensor(np.array(go), device=ctx.device), *carried])
     go = bool(_np(out[0]).reshape(-1)[0]) if isinstance(out[0], Tensor) else True
