@@ -242,7 +242,14 @@ class _LLVMEmitter:
     return self.op(f"fptrunc {tf} {self.op(f'bitcast {ti} {odd} to {tf}')} to {ltype(dst)}")
 
   def cast(self, x: str, src: DType, dst: DType) -> str:
-    """Value `x` of type `src` converted to `dst` (tiny_uop.alu's CAST semantics; to bool means != 0)."""
+    """Value `x` of type `src` converted to `dst` (tiny_uop.alu's CAST semantics; to bool means != 0).
+
+    bool -> float16/32/64 is `select x, 1.0, 0.0`, not `uitofp`: LLVM 22's x86 backend with AVX-512 miscompiles
+    `select mask, (uitofp <N x i1> b) / d, 0` when lanes of b are known false and `mask` is a splat ANDed with a
+    constant: it drops the constant from the mask (it takes those lanes of the quotient for zero, but 0/0 is NaN), so
+    a gated-off lane's NaN leaks into the result. The pattern is what an upcast kernel whose lanes are partly padding
+    computes (a max-pool's gradient: `(x == max) / count * grad` with count 0 in the pad lanes; issue #38). The
+    select is the same value and no slower (one masked blend instead of a mask-to-int and a convert)."""
     s, d = src.scalar(), dst.scalar()
     ts, td = ltype(src), ltype(dst)
     if ts == td: return x
@@ -252,6 +259,8 @@ class _LLVMEmitter:
     if d == dtypes.bool:
       if dtypes.is_float(s): self.emit(f"{out} = fcmp une {ts} {x}, zeroinitializer")
       else: self.emit(f"{out} = icmp ne {ts} {x}, zeroinitializer")
+    elif s == dtypes.bool and d in _FLOAT_ORDER and d != dtypes.bfloat16:  # see the docstring
+      self.emit(f"{out} = select {ts} {x}, {td} {self.splat(lconst(1.0, d), dst)}, {td} zeroinitializer")
     elif s == dtypes.bool: self.emit(f"{out} = {'uitofp' if dtypes.is_float(d) else 'zext'} {ts} {x} to {td}")
     elif dtypes.is_float(s) and dtypes.is_float(d):
       self.emit(f"{out} = {'fpext' if _FLOAT_ORDER[d] > _FLOAT_ORDER[s] else 'fptrunc'} {ts} {x} to {td}")
