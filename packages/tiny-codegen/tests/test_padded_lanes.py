@@ -4,8 +4,8 @@ Issue #38: the gradient of a 1-pixel-wide padded max-pool (`where(valid, (x == m
 the window), upcast 4 wide with its window unrolled, came out NaN on the CPU's LLVM kernels on AVX-512 hosts. LLVM
 22's x86 backend takes lanes of `(uitofp <N x i1> b) / d` whose bool is known false to be 0 (they are 0/0 = NaN) and
 so drops the constant part of the `select` mask that was to zero them: the NaN leaks. The LLVM renderer now writes
-bool -> float as a select, which the backend reads correctly. The same bug through `sitofp` of an int load is not
-fixed yet (test_int_to_float_padding_lanes, a strict xfail on AVX-512 hosts).
+bool -> float as a select, and an int vector -> float (`sitofp`, the same bug through an int load) through
+`llvm.arithmetic.fence`, which the backend reads correctly.
 """
 from __future__ import annotations
 
@@ -97,11 +97,6 @@ def test_llvm_bool_to_float_is_a_select() -> None:
   assert "uitofp" not in src and "select <4 x i1>" in src, src
 
 
-def _avx512() -> bool:
-  from tiny_codegen.compiler.llvm import host_target
-  return "+avx512f" in host_target()[2].split(",")
-
-
 def int_lane_ast(opts: tuple[Opt, ...]) -> UOp:
   """pool_grad_ast's gates with an int buffer's gated load as the numerator: out = sum of where(valid, float(n[i]) /
   cnt[i] * g[i], 0); the padding lanes are sitofp of known-0 ints, divided by 0."""
@@ -121,13 +116,9 @@ def int_lane_ast(opts: tuple[Opt, ...]) -> UOp:
   return out.index(i * 16 + a * 4 + b).store(val.reduce(c, d, arg=Ops.ADD)).sink(arg=KernelInfo(opts_to_apply=opts))
 
 
-@pytest.mark.parametrize("dev", ["CPU:LLVM", "PYTHON"])
-def test_int_to_float_padding_lanes(dev: str, request: pytest.FixtureRequest) -> None:
-  """The same LLVM bug through `sitofp` of an int load (not fixed: an int -> float cast has no select form; see the
-  report of issue #38). Expected to fail only where the bug shows: the LLVM kernels on an AVX-512 host."""
-  if dev == "CPU:LLVM" and _avx512():
-    request.applymarker(pytest.mark.xfail(strict=True, reason="LLVM 22 x86 AVX-512: (sitofp known-0 lanes) / 0 taken "
-                                                              "for 0 under a select mask (issue #38, not fixed)"))
+@pytest.mark.parametrize("dev", ["CPU:LLVM", "CPU:CLANG", "PYTHON"])
+def test_int_to_float_padding_lanes(dev: str) -> None:
+  """The same miscompile through `sitofp` of an int load's known-0 padding lanes (NaN on AVX-512 hosts before)."""
   nv, cnt = np.array([1, 0, 2], np.int32), np.array([1.0, 2.0, 4.0], np.float32)
   g = np.array([3.0, 5.0, 7.0], np.float32)
   want = np.zeros(OUT, np.float32)  # numpy, term by term where valid (p, q in 0, 5, 10)
@@ -143,3 +134,10 @@ def test_int_to_float_padding_lanes(dev: str, request: pytest.FixtureRequest) ->
     prg(*[bufs[s]._buf for s in spec.globals], global_size=spec.global_size, local_size=spec.local_size, vals=(),
         wait=True)
   np.testing.assert_allclose(np.frombuffer(bufs[0].as_buffer(), dtype=np.float32), want, rtol=1e-6, atol=0)
+
+
+def test_llvm_int_to_float_vector_is_fenced() -> None:
+  """The rendered cast (the guard holds on hosts without AVX-512 too, where the miscompile doesn't show)."""
+  with Context(DEV="CPU:LLVM"):
+    src = get_program(int_lane_ast(OPTS), Device["CPU"].renderer).src
+  assert "call <4 x float> @llvm.arithmetic.fence.v4f32(<4 x float>" in src, src
