@@ -45,12 +45,12 @@ def test_shrink_keeps_a_failure():
   assert fails(small) is not None and len(small.steps) < len(prog.steps)
 
 
-# ***** found by the fuzzer, not fixed yet (here: the CPU session only, where the bug is) *****
+# ***** found by the fuzzer *****
 
-@pytest.mark.xfail(strict=True, reason="MAXPOOL_1X1_PADDED: realizing a conv's bias and weight gradients together "
-                                       "through a padded max_pool2d with a 1-pixel output gives NaN on CPU's optimized "
-                                       "kernels (NOOPT=1 and DEV=PYTHON are right: a tiny-codegen optimizer bug)")
 def test_conv_maxpool_1x1_padded_grads_realized_together():
+  """MAXPOOL_1X1_PADDED (issue #38): a conv's bias and weight gradients realized together through a padded max_pool2d
+  with a 1-pixel output were NaN on the CPU's LLVM kernels (AVX-512 hosts): LLVM's x86 backend let the 0/0 of the
+  pool gradient's padding lanes through their select mask. Kernel-level test: tiny-codegen's test_padded_lanes.py."""
   rng = np.random.default_rng(0)
   bn, wn = rng.standard_normal(3).astype(np.float32), rng.standard_normal((3, 3, 1, 1)).astype(np.float32)
   xn = rng.standard_normal((1, 3, 2, 2)).astype(np.float32)

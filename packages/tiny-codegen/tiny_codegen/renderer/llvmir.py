@@ -101,7 +101,8 @@ class LLVMRenderer(CPURenderer):
 
   def render(self, uops: list[UOp]) -> str:
     """LLVM IR of the kernel `uops` (ending in a SINK whose arg is a KernelInfo carrying the name)."""
-    return _LLVMEmitter(uops, contract=True, check_oob=bool(CHECK_OOB.value), stream=self, loop_hints=True).render()
+    return _LLVMEmitter(uops, contract=True, check_oob=bool(CHECK_OOB.value), stream=self, loop_hints=True,
+                        fence_int_to_float=True).render()
 
 
 @functools.cache
@@ -132,8 +133,9 @@ def accumulations(uops: list[UOp]) -> set[UOp]:
 
 class _LLVMEmitter:
   def __init__(self, uops: list[UOp], contract: bool = False, check_oob: bool = False, stream: Any = None,
-               loop_hints: bool = False):
+               loop_hints: bool = False, fence_int_to_float: bool = False):
     self.uops = uops
+    self.fence_int_to_float = fence_int_to_float  # the host CPU's module: see `cast`
     self.name = getattr(uops[-1].arg, "name", "kernel") if uops else "kernel"
     self.oob = oob_checks(uops) if check_oob else {}
     self.contract = accumulations(uops) if contract else set()
@@ -242,7 +244,16 @@ class _LLVMEmitter:
     return self.op(f"fptrunc {tf} {self.op(f'bitcast {ti} {odd} to {tf}')} to {ltype(dst)}")
 
   def cast(self, x: str, src: DType, dst: DType) -> str:
-    """Value `x` of type `src` converted to `dst` (tiny_uop.alu's CAST semantics; to bool means != 0)."""
+    """Value `x` of type `src` converted to `dst` (tiny_uop.alu's CAST semantics; to bool means != 0).
+
+    bool -> float16/32/64 is `select x, 1.0, 0.0`, not `uitofp`: LLVM 22's x86 backend with AVX-512 miscompiles
+    `select mask, (uitofp <N x i1> b) / d, 0` when lanes of b are known false and `mask` is a splat ANDed with a
+    constant: it drops the constant from the mask (it takes those lanes of the quotient for zero, but 0/0 is NaN), so
+    a gated-off lane's NaN leaks into the result. The pattern is what an upcast kernel whose lanes are partly padding
+    computes (a max-pool's gradient: `(x == max) / count * grad` with count 0 in the pad lanes; issue #38). The
+    select is the same value and no slower (one masked blend instead of a mask-to-int and a convert). An int vector
+    -> float (`sitofp`/`uitofp`, same bug: its known-0 lanes) goes through `llvm.arithmetic.fence` on the host CPU
+    (`fence_int_to_float`), which the backend doesn't look through and which compiles to nothing."""
     s, d = src.scalar(), dst.scalar()
     ts, td = ltype(src), ltype(dst)
     if ts == td: return x
@@ -252,10 +263,15 @@ class _LLVMEmitter:
     if d == dtypes.bool:
       if dtypes.is_float(s): self.emit(f"{out} = fcmp une {ts} {x}, zeroinitializer")
       else: self.emit(f"{out} = icmp ne {ts} {x}, zeroinitializer")
+    elif s == dtypes.bool and d in _FLOAT_ORDER and d != dtypes.bfloat16:  # see the docstring
+      self.emit(f"{out} = select {ts} {x}, {td} {self.splat(lconst(1.0, d), dst)}, {td} zeroinitializer")
     elif s == dtypes.bool: self.emit(f"{out} = {'uitofp' if dtypes.is_float(d) else 'zext'} {ts} {x} to {td}")
     elif dtypes.is_float(s) and dtypes.is_float(d):
       self.emit(f"{out} = {'fpext' if _FLOAT_ORDER[d] > _FLOAT_ORDER[s] else 'fptrunc'} {ts} {x} to {td}")
-    elif dtypes.is_float(d): self.emit(f"{out} = {'uitofp' if dtypes.is_unsigned(s) else 'sitofp'} {ts} {x} to {td}")
+    elif dtypes.is_float(d):
+      self.emit(f"{out} = {'uitofp' if dtypes.is_unsigned(s) else 'sitofp'} {ts} {x} to {td}")
+      if self.fence_int_to_float and dst.count > 1 and d in _FLOAT_ORDER and d != dtypes.bfloat16:  # see the docstring
+        return self.intrinsic("arithmetic.fence", dst, [out])
     elif d.itemsize < s.itemsize: self.emit(f"{out} = trunc {ts} {x} to {td}")
     else: self.emit(f"{out} = {'zext' if dtypes.is_unsigned(s) else 'sext'} {ts} {x} to {td}")
     return out
