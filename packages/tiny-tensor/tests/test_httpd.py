@@ -9,7 +9,6 @@ text is the prompt's first max_tokens bytes): generation itself is checked again
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
 import socket
@@ -28,8 +27,7 @@ from tiny_tensor.viz.server import serve_in_thread
 
 # Device-independent (sockets, parsing, the page's script): they run in the CPU session only; the nox sessions on other
 # devices (tiny-tensor@MOCK+AMD, ...) would repeat them unchanged.
-pytestmark = pytest.mark.skipif(os.environ.get("DEV", "CPU") not in ("", "CPU"),
-                                reason="device-independent test: it runs in the CPU session")
+pytestmark = pytest.mark.dev_session("CPU")
 FAST = Limits(header_timeout=0.4, body_timeout=0.4, write_timeout=2.0, max_body=16384, max_connections=64)
 STATUS = re.compile(rb"HTTP/1\.[01] (\d{3}) [^\r\n]*\r\n")
 

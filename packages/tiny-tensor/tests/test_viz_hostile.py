@@ -19,8 +19,7 @@ from tiny_tensor.viz.server import serve_in_thread, static_file
 
 # Device-independent (sockets, parsing, the page's script): they run in the CPU session only; the nox sessions on other
 # devices (tiny-tensor@MOCK+AMD, ...) would repeat them unchanged.
-pytestmark = pytest.mark.skipif(os.environ.get("DEV", "CPU") not in ("", "CPU"),
-                                reason="device-independent test: it runs in the CPU session")
+pytestmark = pytest.mark.dev_session("CPU")
 VALID = [["tiny-viz", 1, {"argv": ["demo.py"], "pid": 1, "time": 1.5}],
          ["n", 0, "CONST", "int", "1", [], None],
          ["n", 1, "ADD", "int", "", [0, 0], "t"],
