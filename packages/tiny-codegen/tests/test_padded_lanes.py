@@ -26,19 +26,25 @@ C, OUT = 3, 48
 OPTS = (Opt(OptOps.UPCAST, 2, 4), Opt(OptOps.UNROLL, 1, 0))  # what the heuristics chose: the failing pair
 
 
+def window_gates() -> tuple[tuple[UOp, ...], tuple[UOp, ...]]:
+  """The output's (a, b) and reduce (c, d) ranges' window arithmetic shared by both kernels: the ranges, then
+  the gates (in bounds, the two pool windows) and the window rows/columns p // 5, q // 5, with p = a + 4c, q = b + 4d."""
+  a, b = UOp.range(4, 1), UOp.range(4, 2)
+  c, d = UOp.range(4, 3, AxisType.REDUCE), UOp.range(4, 4, AxisType.REDUCE)
+  p, q = a + c * 4, b + d * 4
+  pr, pc, qr, qc = p // 5, p % 5, q // 5, q % 5
+  w2 = (pr < 3) & (pc < 2) & (qr < 3) & (qc < 2)
+  w1 = (pr < 3) & (pc < 1) & (qr < 3) & (qc < 1)
+  return (a, b, c, d), ((p < 15) & (q < 15), w2, w1, pr, qr)
+
+
 def pool_grad_ast(opts: tuple[Opt, ...] | None) -> UOp:
   """out[i, a, b] = sum over c, d of where(valid(p, q), float(v == mx[i]) / cnt[i] * g[i], 0) with p = a + 4c,
   q = b + 4d, v the conv output (conv[i] + bias[i]) at window cell (p // 5, q // 5), -inf in the padding."""
   out = UOp(Ops.PARAM, dtypes.float.ptr(OUT), arg=0)
   conv = UOp(Ops.PARAM, dtypes.float.ptr(4 * C), arg=1)
   bias, mx, cnt, g = (UOp(Ops.PARAM, dtypes.float.ptr(C), arg=k) for k in (2, 3, 4, 5))
-  i, a, b = UOp.range(C, 0), UOp.range(4, 1), UOp.range(4, 2)
-  c, d = UOp.range(4, 3, AxisType.REDUCE), UOp.range(4, 4, AxisType.REDUCE)
-  p, q = a + c * 4, b + d * 4
-  inb = (p < 15) & (q < 15)
-  pr, pc, qr, qc = p // 5, p % 5, q // 5, q % 5
-  w2 = (pr < 3) & (pc < 2) & (qr < 3) & (qc < 2)
-  w1 = (pr < 3) & (pc < 1) & (qr < 3) & (qc < 1)
+  i, (a, b, c, d), (inb, w2, w1, pr, qr) = UOp.range(C, 0), *window_gates()
   zero = UOp.const(dtypes.int, 0)
   real = (zero < pr) & (pr < 3) & (zero < qr) & (qr < 3)  # not padding
   gate = inb & w2 & w1
@@ -103,13 +109,7 @@ def int_lane_ast(opts: tuple[Opt, ...]) -> UOp:
   out = UOp(Ops.PARAM, dtypes.float.ptr(OUT), arg=0)
   n = UOp(Ops.PARAM, dtypes.int.ptr(C), arg=1)
   cnt, g = (UOp(Ops.PARAM, dtypes.float.ptr(C), arg=k) for k in (2, 3))
-  i, a, b = UOp.range(C, 0), UOp.range(4, 1), UOp.range(4, 2)
-  c, d = UOp.range(4, 3, AxisType.REDUCE), UOp.range(4, 4, AxisType.REDUCE)
-  p, q = a + c * 4, b + d * 4
-  inb = (p < 15) & (q < 15)
-  pr, pc, qr, qc = p // 5, p % 5, q // 5, q % 5
-  w2 = (pr < 3) & (pc < 2) & (qr < 3) & (qc < 2)
-  w1 = (pr < 3) & (pc < 1) & (qr < 3) & (qc < 1)
+  i, (a, b, c, d), (inb, w2, w1, _, _) = UOp.range(C, 0), *window_gates()
   gate = inb & w2 & w1
   e = n.index(i, gate).load().cast(dtypes.float) / cnt.index(i, gate).load() * g.index(i, gate).load()
   val = inb.where(w2.where(w1.where(e, 0.0), 0.0), 0.0)
