@@ -28,7 +28,8 @@ OPTS = (Opt(OptOps.UPCAST, 2, 4), Opt(OptOps.UNROLL, 1, 0))  # what the heuristi
 
 def window_gates() -> tuple[tuple[UOp, ...], tuple[UOp, ...]]:
   """The output's (a, b) and reduce (c, d) ranges' window arithmetic shared by both kernels: the ranges, then
-  the gates (in bounds, the two pool windows) and the window rows/columns p // 5, q // 5, with p = a + 4c, q = b + 4d."""
+  the gates (in bounds, the two pool windows) and the window rows/columns p // 5, q // 5, with p = a + 4c,
+  q = b + 4d."""
   a, b = UOp.range(4, 1), UOp.range(4, 2)
   c, d = UOp.range(4, 3, AxisType.REDUCE), UOp.range(4, 4, AxisType.REDUCE)
   p, q = a + c * 4, b + d * 4

@@ -166,7 +166,7 @@ def test_kernel_builder_says_which_value_needs_a_buffer():
 
 
 def test_rebind_pass_puts_the_callers_buffers_into_a_cached_schedule():
-  (ab, a, av), (bb, b, bv) = tensor(4, 8), tensor(4, 8)
+  (ab, a, _), (bb, b, _) = tensor(4, 8), tensor(4, 8)
   (cb, c, cv), (db, d, dv) = tensor(4, 8), tensor(4, 8)
   clear_schedule_cache()
   first = create_schedule(UOp.sink(softmax(a * b, (4, 8))[2]))

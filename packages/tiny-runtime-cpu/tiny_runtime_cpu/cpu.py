@@ -259,9 +259,9 @@ class CPUDevice(TargetRenderer, Compiled):
 
   def select_renderer(self, name: str | None) -> Renderer:
     if name is not None and name.upper() in ("CLANG", "C", "CLANGRENDERER") and find_tool("cc") is None:
-      raise DeviceUnavailableError(f"DEV={self.device}:{name} needs a C compiler (clang or gcc), none is installed: apt-get "
-                         f"install clang (or gcc), or pip install ziglang; or use {self.device}:LLVM, which needs only "
-                         f"llvmlite")
+      raise DeviceUnavailableError(f"DEV={self.device}:{name} needs a C compiler (clang or gcc), none is installed: "
+                                   f"apt-get install clang (or gcc), or pip install ziglang; or use "
+                                   f"{self.device}:LLVM, which needs only llvmlite")
     if name is not None and name.upper() == "C": name = "CLANG"
     if name is not None and name.upper() in self.renderer_errors:
       raise RuntimeError(f"renderer {name} for {self.device} failed to import: {self.renderer_errors[name.upper()]}")

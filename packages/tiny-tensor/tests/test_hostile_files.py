@@ -193,7 +193,8 @@ GGUF_CORPUS = {
               "'a' \\[0, 64\\) and 'b' \\[32, 64\\) overlap"),
   "duplicate_tensor": (_gguf(infos=_info("a", (1,), 0, 0) * 2, n_tensors=2, data=b"\0" * 8), "'a' appears twice"),
   "truncated_data": (VALID_GGUF[:-2], "'b': 4 bytes at offset 32 run past the data section of 34"),
-  "not_whole_blocks": (_gguf(infos=_info("q", (16,), 8, 0), n_tensors=1, data=b"\0" * 34), "rows of 16 elements .*not a whole number of Q8_0 blocks of 32"),
+  "not_whole_blocks": (_gguf(infos=_info("q", (16,), 8, 0), n_tensors=1, data=b"\0" * 34),
+                       "rows of 16 elements .*not a whole number of Q8_0 blocks of 32"),
 }
 
 

@@ -312,7 +312,7 @@ class _Gen:
     return self.leaf("param" if r < 0.8 else "input", bshape)
 
 
-def _exact(g: "_Gen", shape: tuple[int, ...]) -> _Val:
+def _exact(g: _Gen, shape: tuple[int, ...]) -> _Val:
   """An existing parameter of exactly `shape` (reused), or a new one."""
   for v in g.vals:
     if v.param and tuple(v.t.shape) == shape and g.rng.random() < 0.7: return v
@@ -435,7 +435,7 @@ def _op_einsum(g: _Gen) -> None:
   if y is None or tuple(y.t.shape) != (a, b): y = x
   eq = ["ij,ij->i", "ij,ij->j", "ij,kj->ik", "ij->ji", "ij,ij->"][g.rng.integers(5)]
   args = (x.name,) if eq == "ij->ji" else (x.name, y.name)
-  tiny = "Tensor.einsum('%s', %s)" % (eq, ", ".join("{%d}" % i for i in range(len(args))))
+  tiny = f"Tensor.einsum('{eq}', {', '.join(f'{{{i}}}' for i in range(len(args)))})"
   g.step(tiny, tiny.replace("Tensor.", "torch."), args, x.ties or y.ties)
 
 

@@ -257,7 +257,7 @@ def test_exported_transformers_run_under_jit_like_transformers(kind, tmp_path):
                     dynamo=False, opset_version=17)
   run = OnnxRunner(path, jit=True)
   rng = np.random.default_rng(6)
-  for i in range(4):
+  for _ in range(4):
     ids = rng.integers(0, 60, (2, 7)).astype(np.int64)
     mask = np.ones_like(ids)
     mask[1, 5:] = 0  # padding in the second row: the mask is data, not baked into the capture

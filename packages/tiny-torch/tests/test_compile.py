@@ -47,7 +47,7 @@ def test_compile_training_step_matches_eager() -> None:
       losses.append(loss.item())
     assert abs(losses[0] - losses[1]) < 1e-4
   for (n, a), b in zip(ref.state_dict().items(), got.state_dict().values()):
-    torch.testing.assert_close(b, a, atol=1e-4, rtol=1e-4, msg=lambda m: f"{n}: {m}")  # BN running stats too
+    torch.testing.assert_close(b, a, atol=1e-4, rtol=1e-4, msg=lambda m, n=n: f"{n}: {m}")  # BN running stats too
 
 
 def test_compile_graph_break_falls_back() -> None:

@@ -44,7 +44,7 @@ def _train(model: nn.Module, opt_fn, xs, ys, device: str, steps: int) -> tuple[l
 def _compare(m_cpu: nn.Module, m_tiny: nn.Module) -> None:
   for (n, a), (_, b) in zip(m_cpu.state_dict().items(), m_tiny.state_dict().items()):
     assert b.device.type == "tiny", n
-    torch.testing.assert_close(b.cpu().to(a.dtype), a, atol=1e-3, rtol=1e-3, msg=lambda m: f"{n}: {m}")
+    torch.testing.assert_close(b.cpu().to(a.dtype), a, atol=1e-3, rtol=1e-3, msg=lambda m, n=n: f"{n}: {m}")
 
 
 def test_convnet_batchnorm_adam() -> None:

@@ -63,7 +63,7 @@ def _to_tiny_graph(gm: torch.fx.GraphModule, index: int) -> None:
 
 class CompiledGraph:
   """One aten graph as a callable over torch tensors (see the module docstring, stages 2-4)."""
-  instances: "weakref.WeakSet[CompiledGraph]"  # every live one (tests count graphs and replays)
+  instances: weakref.WeakSet[CompiledGraph]  # every live one (tests count graphs and replays)
 
   def __init__(self, gm: torch.fx.GraphModule, example_inputs: list[Any], n_user: int | None = None) -> None:
     tiny_in = [x for x in example_inputs if isinstance(x, torch.Tensor) and x.device.type == B.BACKEND]

@@ -29,7 +29,7 @@ def _norm_indices(x: Tensor, indices: list[Any]) -> list[Tensor | None]:
       d += 1
     elif ix.dtype == dtypes.bool:
       nz = np.nonzero(ix.numpy())
-      for k, a in enumerate(nz):
+      for a in nz:
         out.append(Tensor(a.astype(np.int32), device=x.device))
       d += ix.ndim
     else:

@@ -14,7 +14,8 @@ Cache model (what the mock checks, from amdgpu's gfx11 fence and mem-sync packet
   vector, L1 and L2 caches over the whole address space (`caches_valid`).
 - an SDMA FENCE whose MTYPE is not UC (3) writes through the GPU's L2 (amdgpu's
   `sdma_v5_0/v5_2/v6_0/v7_0_ring_emit_fence` set MTYPE 3, "Ucached(UC)", so a fence is visible to the host at once):
-  when the address is host-visible (a signal, an event mailbox) the value waits in `l2_lines`, where the GPU's own polls see it but the host and KFD's interrupt
+  when the address is host-visible (a signal, an event mailbox) the value waits in `l2_lines`, where the GPU's own
+  polls see it but the host and KFD's interrupt
   handler do not, until an L2 write-back (GL2_WB / TC_WB) puts it in memory. (The SDMA engine does not reject the
   packet: the write is cached, so a driver that leaves MTYPE 0 sees its signals late or never.)
 Memory the GPU reaches (rings, packets' addresses, the emulator's loads and stores) must be mapped in its VM, else
