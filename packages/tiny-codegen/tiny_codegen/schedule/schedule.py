@@ -36,7 +36,7 @@ import threading
 import time
 from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, cast
 
 from tiny_uop.dtype import DType, dtypes
 from tiny_uop.helpers import DEBUG, SPEC, all_int, getenv, prod, strides_for_shape
@@ -225,15 +225,16 @@ def _blocked_sum(x: UOp, a: int, first: int | None = None) -> UOp:
   own, and the tails are added to the tree's sum, the lowest level's first. For float32 and n elements the error is
   at most about (first + REDUCE_FANIN * log_FANIN(n / first)) * eps * sum(|x|); for random data it is of the order
   of numpy's pairwise sum, since no accumulator adds more than a block."""
+  def static(t: UOp) -> tuple[int, ...]: return cast(tuple[int, ...], t.shape)  # checked by the caller (`_decide`)
   def span(t: UOp, lo: int, hi: int) -> UOp:
-    return t.shrink(tuple((lo, hi) if i == a else (0, d) for i, d in enumerate(t.shape)))
+    return t.shrink(tuple((lo, hi) if i == a else (0, d) for i, d in enumerate(static(t))))
   tails: list[UOp] = []
   blk = REDUCE_BLOCK if first is None else first
-  while (s := x.shape[a]) > blk:
+  while (s := static(x)[a]) > blk:
     nb = s // blk
     if s % blk: tails.append(UOp(Ops.REDUCE_AXIS, x.dtype, (span(x, nb * blk, s),), (Ops.ADD, (a,)), BLOCK_TAG))
     head = span(x, 0, nb * blk)
-    shp = head.shape
+    shp = static(head)
     blocks = head.reshape((*shp[:a], nb, blk, *shp[a + 1:]))
     x = UOp(Ops.REDUCE_AXIS, x.dtype, (blocks,), (Ops.ADD, (a + 1,)), BLOCK_TAG).reshape((*shp[:a], nb, *shp[a + 1:]))
     blk = REDUCE_FANIN
@@ -268,7 +269,7 @@ def _split_few_outputs_reduce(r: UOp) -> UOp:
     part = src.r(op, (k + 1,))
     return part.r(op, (k, k + 1, k + 2)).reshape((*shp[:k], *(1,) * len(axes)))  # r.shape: reduced axes kept as 1
   part = _blocked_sum(src, k + 1).reshape((*shp[:k], per))  # (outputs, G*L), realized on its own (`_decide`)
-  return _blocked_sum(part, k, REDUCE_FANIN).reshape(r.shape)
+  return _blocked_sum(part, k, REDUCE_FANIN).reshape(cast(tuple[int, ...], r.shape))
 
 
 def _blocked_reduce(r: UOp) -> UOp:
@@ -666,12 +667,15 @@ def _schedule(sink: UOp, expose: frozenset[UOp] = frozenset(),
   merge, safe_assign = True, False
   while True:
     st = _Scheduler(sink, merge, safe_assign, expose, decided)
-    graph: UOp | None = sink
+    graph, done = sink, True
     for name, fn in STAGES:
-      prev, t0 = graph, time.perf_counter()
-      if (graph := fn(st, prev)) is None: break
-      _show_stage(name, prev, graph, t0)
-    if graph is not None: return st.template()
+      t0 = time.perf_counter()
+      if (nxt := fn(st, graph)) is None:
+        done = False
+        break
+      _show_stage(name, graph, nxt, t0)
+      graph = nxt
+    if done: return st.template()
     decided = st.decided
     merge, safe_assign = _next_attempt(st)
 
@@ -830,9 +834,10 @@ class _Scheduler:
     else:
       out = self.bufs[r] if r in self.bufs else self.new_buffer(r, r.device)
       also_bufs = tuple((a, self.bufs[a] if a in self.bufs else self.new_buffer(a, a.device)) for a in also)
-      ast = kb.kernel(r.src[0] if r.op is Ops.CONTIGUOUS else r, out, shape_of(r), extra=extra,
-                      also=tuple((a.src[0] if a.op is Ops.CONTIGUOUS else a, b) for a, b in also_bufs))
-      if not isinstance(ast, UOp): return ast
+      built = kb.kernel(r.src[0] if r.op is Ops.CONTIGUOUS else r, out, shape_of(r), extra=extra,
+                        also=tuple((a.src[0] if a.op is Ops.CONTIGUOUS else a, b) for a, b in also_bufs))
+      if not isinstance(built, UOp): return built
+      ast = built
       extra = extra + also_bufs
     nout = 1 + len(extra)
     if len(devs := {b.src[1].arg for b in kb.params}) > 1:
