@@ -417,3 +417,32 @@ def test_gemma_27b_attention_scale_follows_its_training_config():
   cfg27 = Config("gemma2", 4608, 46, 32, 16, 36864, 512, head_dim=128)
   assert cfg27.scale == pytest.approx(144 ** -0.5)
   assert Config("gemma2", 4608, 46, 32, 16, 36864, 512, head_dim=128, attn_scale=0.5).scale == 0.5
+
+
+# ***** tokenizer metadata that doesn't fit the vocabulary (a short scores list was an IndexError mid-encode) *****
+@pytest.mark.parametrize("change, msg", [
+  ({"tokenizer.ggml.scores": [0.0, 0.0]}, r"tokenizer.ggml.scores has 2 entries for \d+ tokens"),
+  ({"tokenizer.ggml.token_type": [1]}, r"tokenizer.ggml.token_type has 1 entries for \d+ tokens"),
+  ({"tokenizer.ggml.eos_token_id": 10**6}, r"tokenizer.ggml.eos_token_id is 1000000; valid: a token id in \[0, "),
+  ({"tokenizer.ggml.merges": ["ab"]}, r"tokenizer.ggml.merges\[0\] is 'ab'; valid: two tokens separated by one space"),
+  ({"tokenizer.ggml.tokens": []}, r"tokenizer.ggml.tokens is empty"),
+])
+def test_tokenizer_metadata_is_checked(change, msg):
+  toks, scores, types = llm_ref.vocab()
+  kv = {"tokenizer.ggml.model": "llama", "tokenizer.ggml.tokens": toks, "tokenizer.ggml.scores": scores,
+        "tokenizer.ggml.token_type": types, "tokenizer.ggml.bos_token_id": 1, "tokenizer.ggml.eos_token_id": 2}
+  kv.update(change)
+  with pytest.raises(ValueError, match=msg): Tokenizer.from_gguf(kv)
+
+
+def test_a_vocabulary_shorter_than_the_embedding_is_refused(tmp_path):
+  # the model could pick an id past the token list: an error at load, not at the first such token in generation
+  llm_ref.make_model(str(tmp_path / "m.gguf"), n_layers=1)
+  kv, ts = read_gguf(str(tmp_path / "m.gguf"))
+  n = len(kv["tokenizer.ggml.tokens"])
+  kv.update({k: kv[k][:n - 5] for k in ("tokenizer.ggml.tokens", "tokenizer.ggml.scores", "tokenizer.ggml.token_type")})
+  kv["llama.vocab_size"] = n   # the embedding's rows (without it the vocabulary is the token list's length)
+  write_gguf(str(tmp_path / "short.gguf"), kv, {k: t.numpy() for k, t in ts.items()})
+  with pytest.raises(ValueError, match=f"the model has {n} token embeddings but tokenizer.ggml.tokens lists only "
+                                       f"{n - 5} tokens"):
+    LLM.load(str(tmp_path / "short.gguf"))

@@ -63,7 +63,11 @@ class LLM:
     architecture, a bad hyperparameter, or an unknown, missing or misshapen tensor is a ValueError naming it."""
     kv, ts = read_gguf(path)
     cfg = Config.from_gguf(kv, max_context)
-    return LLM(Transformer(cfg, ts, device), Tokenizer.from_gguf(kv), kv, os.path.basename(os.fspath(path)))
+    tok = Tokenizer.from_gguf(kv)
+    if tok.vocab_size < cfg.vocab_size:  # the model could pick an id that has no text
+      raise ValueError(f"the model has {cfg.vocab_size} token embeddings but tokenizer.ggml.tokens lists only "
+                       f"{tok.vocab_size} tokens; every id the model can produce needs a token")
+    return LLM(Transformer(cfg, ts, device), tok, kv, os.path.basename(os.fspath(path)))
 
   def reset(self) -> None:
     """Forget the context (the KV cache is overwritten from position 0 on)."""

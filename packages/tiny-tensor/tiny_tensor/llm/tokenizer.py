@@ -78,6 +78,27 @@ def bpe_merge(symbols: list[str], ranks: dict[tuple[str, ...], int], stats: dict
   return [s for s in syms if s]
 
 
+def _check_vocab(tokens: list, scores: list, types: list, merges: list | None, bos_id: Any, eos_id: Any) -> None:
+  """The tokenizer metadata is consistent, else a ValueError naming the GGUF key, what it holds and what is valid:
+  one string per token, one score and one type per token, merges of two space-separated parts, special ids inside
+  the vocabulary (a short scores list indexed past its end; an eos id past it never stops generation)."""
+  if not tokens: raise ValueError("tokenizer.ggml.tokens is empty; a tokenizer needs at least one token")
+  if (bad := next((i for i, t in enumerate(tokens) if not isinstance(t, str)), None)) is not None:
+    raise ValueError(f"tokenizer.ggml.tokens[{bad}] is {tokens[bad]!r}; every token must be a string")
+  for key, vals, kind in (("tokenizer.ggml.scores", scores, (int, float)), ("tokenizer.ggml.token_type", types, int)):
+    if len(vals) != len(tokens):
+      raise ValueError(f"{key} has {len(vals)} entries for {len(tokens)} tokens; it needs one per token")
+    if (bad := next((i for i, v in enumerate(vals) if not isinstance(v, kind) or isinstance(v, bool)), None)) \
+        is not None:
+      raise ValueError(f"{key}[{bad}] is {vals[bad]!r}; valid: a number per token")
+  for i, m in enumerate(merges or []):
+    if not isinstance(m, str) or len(m.split(" ")) != 2:
+      raise ValueError(f"tokenizer.ggml.merges[{i}] is {m!r}; valid: two tokens separated by one space")
+  for key, v in (("tokenizer.ggml.bos_token_id", bos_id), ("tokenizer.ggml.eos_token_id", eos_id)):
+    if v is not None and (not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < len(tokens)):
+      raise ValueError(f"{key} is {v!r}; valid: a token id in [0, {len(tokens)})")
+
+
 class Tokenizer:
   """Text <-> token ids with the vocabulary of a GGUF file; `bos_id`/`eos_id` and the special (control and
   user-defined) tokens, which are matched whole in the text before splitting it."""
@@ -90,6 +111,7 @@ class Tokenizer:
     self.model, self.tokens = model, list(tokens)
     self.scores = list(scores) if scores is not None else [0.0] * len(tokens)
     self.types = list(types) if types is not None else [1] * len(tokens)
+    _check_vocab(self.tokens, self.scores, self.types, merges, bos_id, eos_id)
     self.ids = {t: i for i, t in enumerate(self.tokens)}
     self.bos_id, self.eos_id, self.add_bos, self.add_space_prefix = bos_id, eos_id, add_bos, add_space_prefix
     special = (t for t, ty in zip(self.tokens, self.types) if ty in (_CONTROL, _USER_DEFINED) and len(t) > 1)
