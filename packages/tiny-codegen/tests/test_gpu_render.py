@@ -315,3 +315,25 @@ def test_narrowed_reduce_loop_renders_on_gpus():
   if find_ptxas() is not None: assert PTXCompiler("sm_90").compile(ptx)[:4] == b"\x7fELF"
   ir = render(AMDGPURenderer, ast, "gfx1100")
   if find_ld_lld() is not None: assert AMDGPUCompiler("gfx1100").compile(ir)[:4] == b"\x7fELF"
+
+
+def half_from_bytes_kernel() -> UOp:
+  """out[i] = the half whose two bytes are in[2i], in[2i+1] (as the GGUF F16/K-quant decoders build it): a ushort OR
+  ushort << 8, which C's integer promotion makes an int, bitcast to half."""
+  out, inp = UOp(Ops.PARAM, dtypes.float.ptr(4), arg=0), UOp(Ops.PARAM, dtypes.uint8.ptr(8), arg=1)
+  i = UOp.range(4, 0)
+  lo, hi = (inp.index(i * 2 + k).load().cast(dtypes.uint16) for k in (0, 1))
+  return out.index(i).store((lo | (hi << 8)).bitcast(dtypes.half).cast(dtypes.float)).sink(arg=KernelInfo("E_4"))
+
+
+@needs_clang
+@pytest.mark.parametrize("storage_only", [False, True])
+def test_opencl_half_bitcast_of_a_promoted_expression_compiles(storage_only):
+  # `as_ushort(a | b << 8)` of ushorts is as_ushort of an int: "invalid reinterpretation" in every OpenCL compiler
+  # (PoCL's CPU device has no cl_khr_fp16: half is storage-only there, converted by _h2f, the path that missed it)
+  ren = OpenCLRenderer()
+  ren.half_storage_only = storage_only
+  src = ren.render(lower(half_from_bytes_kernel(), ren).uops)
+  want = r"_h2f\(as_ushort\(\(ushort\)\(" if storage_only else r"as_half\(\(ushort\)\("
+  assert re.search(want, src), src
+  OpenCLCompiler().compile(src)

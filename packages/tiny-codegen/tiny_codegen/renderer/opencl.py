@@ -264,7 +264,8 @@ class OpenCLRenderer(Renderer):
       elif op is Ops.BITCAST and (self._half_val(dt) or self._half_val(src[0].dtype)):
         if dt.count != 1:
           raise NotImplementedError(f"OpenCL storage-only half: no vector bitcast {src[0].dtype} -> {dt}")
-        if self._half_val(dt): w.assign(u, f"_h2f(as_ushort({s[0]}))", "float", "cast")  # the 16 bits, as a half
+        if self._half_val(dt):  # the 16 bits, as a half; cast first: ushort|ushort (C's promotion) is an int
+          w.assign(u, f"_h2f(as_ushort((ushort)({s[0]})))", "float", "cast")
         else: w.assign(u, f"as_{self.render_dtype(dt)}(_f2h({s[0]}))", self.render_dtype(dt), "cast")  # exact: a half
       elif op is Ops.BITCAST:  # the operand cast to its own type first: C's promotion makes ushort+ushort an int
         w.assign(u, f"as_{self.render_dtype(dt)}(({self.render_dtype(src[0].dtype)})({s[0]}))", self.render_dtype(dt),
