@@ -72,11 +72,17 @@ def pytest_runtest_makereport(item, call):  # noqa: ARG001
 def vector_registers(monkeypatch):
   """Set the CPU renderer's vector register file (count, bytes), whatever this host has: the CPU heuristics' register
   blocks and `gemm_panel` read it (`LLVMRenderer.vector_registers`). Call the returned function with (count, bytes),
-  e.g. (16, 32) for AVX2, (32, 64) for AVX-512."""
+  e.g. (16, 32) for AVX2, (32, 64) for AVX-512. The renderer's machine model (`LLVMRenderer.machine`) is pinned to
+  `Machine.default` with that register file (the stated default caches: 1 MB L2, 32 MB L3 over 8 cores), so the
+  cache-derived thresholds the tests assert don't follow the host."""
+  from tiny_codegen.machine import Machine
   from tiny_uop.plugins import Device
   ren = Device["CPU"].renderer
   if not hasattr(ren, "vector_registers"): pytest.fail(f"{type(ren).__name__} has no vector_registers")
 
   def use(regs: int, width: int) -> None:
     monkeypatch.setattr(type(ren), "vector_registers", property(lambda self: (regs, width)))
+    if hasattr(ren, "machine"):
+      pinned = Machine.default(vector_bytes=width, vector_registers=regs)
+      monkeypatch.setattr(type(ren), "machine", property(lambda self: pinned))
   return use

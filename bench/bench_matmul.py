@@ -8,7 +8,9 @@
    on 64x64), median of several, with the disk cache off (`CACHELEVEL=0`). Each repetition uses a different
    constant `k`, so every one is a new kernel (no in-memory cache hit either). Target: <= 30 ms.
 
-`python bench/bench_matmul.py` prints the rows; `run()` returns them for bench/run.py.
+`python bench/bench_matmul.py [N ...]` prints the rows (N: the matmul sizes, 1024 by default; e.g. `1024 4096`) and
+the CPU's name and machine model (`tiny_codegen.machine`: the heuristics' cache thresholds derive from it);
+`run()` returns them for bench/run.py.
 """
 from __future__ import annotations
 
@@ -29,45 +31,57 @@ os.environ.setdefault("DEV", "CPU")  # tiny and tinygrad both on the CPU: with a
 N = 1024
 REPS = 5
 ROUNDS = 3
-FLOP = 2 * N ** 3
 
 
-def _gflops_in_turns(fns: dict[str, Callable[[], Any]]) -> dict[str, float]:
+def _gflops_in_turns(fns: dict[str, Callable[[], Any]], n: int = N) -> dict[str, float]:
   """GFLOPS of each library's best call, the libraries timed in turns (`settle.time_in_turns`: `ROUNDS` rounds of
   `settle()`, `warm_up`, `REPS` calls). Best of one library's 5 calls in a row read 101 GFLOPS for tiny where numpy's
   5, taken a second later, read 190 (the same code at 192-205 in turns); in turns a slow spell hits both."""
-  return {name: FLOP / min(t) / 1e9 for name, t in time_in_turns(fns, ROUNDS, REPS).items()}
+  flop = 2 * n ** 3
+  return {name: flop / min(t) / 1e9 for name, t in time_in_turns(fns, ROUNDS, REPS).items()}
 
 
-def _inputs() -> tuple[np.ndarray, np.ndarray]:
+def _inputs(n: int = N) -> tuple[np.ndarray, np.ndarray]:
   rng = np.random.default_rng(0)
-  return rng.standard_normal((N, N), dtype=np.float32), rng.standard_normal((N, N), dtype=np.float32)
+  return rng.standard_normal((n, n), dtype=np.float32), rng.standard_normal((n, n), dtype=np.float32)
 
 
-def tiny_matmul() -> Callable[[], Any]:
+def cpu_name() -> str:
+  """The CPU's model name and family/model from /proc/cpuinfo (bench figures name the CPU they came from)."""
+  info: dict[str, str] = {}
+  try:
+    with open("/proc/cpuinfo") as f:
+      for line in f:
+        key, _, val = line.partition(":")
+        info.setdefault(key.strip(), val.strip())
+  except OSError: return "unknown CPU"
+  return f"{info.get('model name', '?')} (family {info.get('cpu family', '?')} model {info.get('model', '?')})"
+
+
+def tiny_matmul(n: int = N) -> Callable[[], Any]:
   from tiny_tensor import Tensor
-  a, b = _inputs()
+  a, b = _inputs(n)
   ta, tb = Tensor(a).realize(), Tensor(b).realize()
   got = (ta @ tb).numpy()
   if not np.allclose(got, a @ b, rtol=1e-3, atol=1e-2): raise AssertionError("tiny matmul is wrong")
   return lambda: (ta @ tb).realize()
 
 
-def numpy_matmul() -> Callable[[], Any]:
-  a, b = _inputs()
+def numpy_matmul(n: int = N) -> Callable[[], Any]:
+  a, b = _inputs(n)
   return lambda: a @ b
 
 
-def torch_matmul() -> Callable[[], Any]:
+def torch_matmul(n: int = N) -> Callable[[], Any]:
   import torch
-  a, b = (torch.from_numpy(x) for x in _inputs())
+  a, b = (torch.from_numpy(x) for x in _inputs(n))
   return lambda: a @ b
 
 
-def tinygrad_matmul() -> Callable[[], Any]:
+def tinygrad_matmul(n: int = N) -> Callable[[], Any]:
   from tinygrad import Device, Tensor  # type: ignore[import-not-found]
   dev = Device[Device.DEFAULT]  # its CPU queue runs kernels asynchronously: time until they are done
-  ta, tb = (Tensor(x).realize() for x in _inputs())
+  ta, tb = (Tensor(x).realize() for x in _inputs(n))
   return lambda: ((ta @ tb).realize(), dev.synchronize())
 
 
@@ -93,19 +107,33 @@ def tiny_compile_ms(reps: int = 15) -> float:
   return statistics.median(times) * 1e3
 
 
-def run() -> dict[str, dict[str, Any]]:
-  mm: dict[str, Any] = {"unit": "GFLOPS", "better": "higher", "target": "tiny >= 0.9x numpy"}
-  fns = {"tiny": tiny_matmul(), "numpy": numpy_matmul()}
-  for name, make in (("torch", torch_matmul), ("tinygrad", tinygrad_matmul)):
-    try: fns[name] = make()
-    except ImportError: pass
-  mm.update(_gflops_in_turns(fns))
-  comp: dict[str, Any] = {"unit": "ms", "better": "lower", "target": "tiny <= 30 ms median"}
-  comp["tiny"] = tiny_compile_ms()
-  return {f"matmul {N}x{N} float32, no BEAM": mm, "compile latency, elementwise+reduce, CACHELEVEL=0": comp}
+def run(sizes: tuple[int, ...] = (N,), compile_latency: bool = True,
+        libs: tuple[str, ...] = ("torch", "tinygrad")) -> dict[str, dict[str, Any]]:
+  """The rows: one matmul row per size in `sizes` (tiny, numpy and those of `libs` importable), then the compile
+  latency when `compile_latency`."""
+  out: dict[str, dict[str, Any]] = {}
+  makers = {"torch": torch_matmul, "tinygrad": tinygrad_matmul}
+  for n in sizes:
+    mm: dict[str, Any] = {"unit": "GFLOPS", "better": "higher", "target": "tiny >= 0.9x the faster of numpy, torch"}
+    fns = {"tiny": tiny_matmul(n), "numpy": numpy_matmul(n)}
+    for name in libs:
+      try: fns[name] = makers[name](n)
+      except ImportError: pass
+    mm.update(_gflops_in_turns(fns, n))
+    out[f"matmul {n}x{n} float32, no BEAM"] = mm
+  if compile_latency:
+    comp: dict[str, Any] = {"unit": "ms", "better": "lower", "target": "tiny <= 30 ms median"}
+    comp["tiny"] = tiny_compile_ms()
+    out["compile latency, elementwise+reduce, CACHELEVEL=0"] = comp
+  return out
 
 
 if __name__ == "__main__":
-  for case, r in run().items():
+  import importlib
+  import importlib.util
+  sizes = tuple(int(a) for a in sys.argv[1:]) or (N,)
+  has_model = importlib.util.find_spec("tiny_codegen.machine") is not None  # a checkout from before the model: none
+  print(cpu_name(), importlib.import_module("tiny_codegen.machine").host_machine() if has_model else "")
+  for case, r in run(sizes, compile_latency=sizes == (N,), libs=("torch",)).items():
     print(case, "  ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()))
   sys.exit(0)

@@ -238,9 +238,11 @@ def test_tile_is_refused_where_it_cant_apply() -> None:
 
 
 @pytest.mark.parametrize("n, regs, tile", [
-  (2048, (16, 32), 128),  # AVX2, B of 16 MB: tiles of 128 blocks of 4 rows (4 MB of A)
-  (1024, (16, 32), 0),    # B of 4 MB stays in L3: no tile
-  (2048, (32, 64), 64),   # AVX-512: 64 blocks of 8 rows (4 MB of A)
+  # the fixture's machine (`Machine.default`): 32 MB of L3 over 8 cores, a 4 MB share: B above it is tiled, in tiles
+  # of half that share of A (`tile_bytes`: 2 MB)
+  (2048, (16, 32), 64),   # AVX2, B of 16 MB: tiles of 64 blocks of 4 rows of 8 KB (2 MB of A)
+  (1024, (16, 32), 0),    # B of 4 MB stays in the L3 share: no tile
+  (2048, (32, 64), 32),   # AVX-512: 32 blocks of 8 rows (2 MB of A)
   (1024, (32, 64), 0),
 ])
 def test_heuristics_tile_the_rows_of_a_big_matmul(vector_registers, n: int, regs: tuple, tile: int) -> None:
@@ -251,12 +253,15 @@ def test_heuristics_tile_the_rows_of_a_big_matmul(vector_registers, n: int, regs
 
 
 class _Regs:
-  def __init__(self, regs: int, width: int) -> None: self.vector_registers = (regs, width)
+  def __init__(self, regs: int, width: int) -> None:
+    from tiny_codegen.machine import Machine
+    self.vector_registers = (regs, width)
+    self.machine = Machine.default(vector_bytes=width, vector_registers=regs)  # 1 MB L2, 32 MB L3 over 8 cores
 
 
 @pytest.mark.parametrize("regs, m, k, n, itemsize, strided, want", [
   ((16, 32), 1024, 1024, 1024, 4, False, 16),   # AVX2, 1024^2 float32: 16-column panels (two ymm)
-  ((16, 32), 64, 512, 512, 4, False, 16),       # B of 1 MB, 64 rows: the smallest packed
+  ((16, 32), 64, 512, 512, 4, False, 16),       # B of 1 MB (the L2), 64 rows: the smallest packed
   ((16, 32), 63, 1024, 1024, 4, False, 0),      # too few rows to pay for the copy (decode's matrix-vector products)
   ((16, 32), 1024, 256, 256, 4, False, 0),      # B of 256 KB stays in L2 in place
   ((16, 32), 1024, 1024, 1000, 4, False, 0),    # columns not a whole number of panels
@@ -265,7 +270,8 @@ class _Regs:
   ((16, 32), 64, 4096, 256, 4, False, 16),      # 256 columns (1 KB rows): packed
   ((16, 32), 1024, 1024, 1024, 8, False, 0),    # float64: not packed
   ((32, 64), 1024, 1024, 1024, 4, False, 32),   # AVX-512: B of 4 MB, 32-column panels (two zmm)
-  ((32, 64), 1024, 512, 1024, 4, False, 0),     # 2 MB: its 8 x 2 x 16 block keeps up reading B in place
+  ((32, 64), 1024, 256, 1024, 4, False, 0),     # 1 MB, under 2 L2s: its 8-row block keeps up reading B in place
+  ((32, 64), 1024, 512, 1024, 4, False, 32),    # 2 MB fills two L2s: packed (`pack_min_bytes`)
   ((32, 64), 1024, 256, 256, 4, True, 32),      # transposed B (K contiguous), 512+ rows: packed from 256 KB
   ((32, 64), 256, 128, 512, 4, True, 0),        # ... with 256 rows (a small GPT's projection) the copy doesn't pay
   ((32, 64), 64, 512, 512, 4, True, 32),        # ... from 1 MB it does at 64 rows

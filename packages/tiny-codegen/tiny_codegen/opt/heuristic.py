@@ -28,6 +28,7 @@ from tiny_uop.dtype import PtrDType, dtypes
 from tiny_uop.uop import AxisType, GroupOp, Ops, UOp
 
 from tiny_codegen.lower.expander import VECTOR_LANES
+from tiny_codegen.machine import Machine, machine_of
 from tiny_codegen.opt.kernel import MAX_LANES, Kernel, KernelOptError, Opt, OptOps, _bound, stride_of
 
 
@@ -154,18 +155,23 @@ def _register_block(k: Kernel, sidx: UOp | None, loads: list[UOp]) -> None:
     if (amt := _amount(k, n, amts, max_acc)) and _try(k, Opt(OptOps.UPCAST, k.output_axes.index(r), amt)): chosen += 1
 
 
-ALIAS_BYTES = 4096
-"""Rows this many bytes apart (or a multiple) map to the same L1 sets (a 4 KB page's worth of sets)."""
+def alias_bytes(m: Machine) -> int:
+  """Rows this many bytes apart (or a multiple) map to the same L1d sets: the L1d's size over its ways
+  (`Machine.l1d_set_span`; 4 KB on Zen 4's 32 KB 8-way and on a 48 KB 12-way L1d, 16 KB on Neoverse N1's 64 KB
+  4-way)."""
+  return m.l1d_set_span
 
 
 def _aliased_rows(k: Kernel, r: UOp, loads: list[UOp]) -> bool:
-  """Whether a load reads a different row per lane of axis `r` with a row stride that is a multiple of ALIAS_BYTES:
-  16 such lanes each keep a line in one L1 set (8-way on znver4) and evict each other every step of the reduce. A
-  32-token prefill's (32x2048) @ (768x2048)^T (nn.Linear's layout: both operands contiguous along K) with 16 x 8
-  strided rows ran 2.2-3.1 ms, 8 x 8 0.97-1.6 ms; the same kernel with K=768 (3 KB rows) is fine with 16."""
+  """Whether a load reads a different row per lane of axis `r` with a row stride that is a multiple of
+  `alias_bytes`: 16 such lanes each keep a line in one L1d set (8-way on znver4) and evict each other every step of
+  the reduce. A 32-token prefill's (32x2048) @ (768x2048)^T (nn.Linear's layout: both operands contiguous along K)
+  with 16 x 8 strided rows ran 2.2-3.1 ms, 8 x 8 0.97-1.6 ms; the same kernel with K=768 (3 KB rows) is fine with
+  16."""
+  span = alias_bytes(machine_of(k.renderer))
   for ld in loads:
     st = stride_of(ld.src[0].src[1], r, k.rngs)
-    if isinstance(st, int) and st > 1 and st * ld.dtype.itemsize % ALIAS_BYTES == 0: return True
+    if isinstance(st, int) and st > 1 and st * ld.dtype.itemsize % span == 0: return True
   return False
 
 
@@ -222,10 +228,19 @@ def _vector_block(k: Kernel, loads: list[UOp]) -> bool:
   return True
 
 
-TILE_MIN_BYTES = 8 << 20
-"""The size of a matmul's reused operand (B: the load no row axis moves) from which `_tile_rows` tiles the rows."""
-TILE_BYTES = 4 << 20
-"""The most bytes of A (rows x K) a row tile spans."""
+def tile_min_bytes(m: Machine) -> int:
+  """The size of a matmul's reused operand (B: the load no row axis moves) above which `_tile_rows` tiles the rows:
+  one core's share of the L3 (`Machine.l3_per_core`). Up to it, B stays in the core's L3 share while every block of
+  rows walks it; past it each block streams B from memory. Zen 3/4 (32 MB over 8 cores): 4 MB, so 1024^2 float32
+  (4 MB) isn't tiled and 2048^2 (16 MB) is, as measured (`_tile_rows`)."""
+  return m.l3_per_core
+
+
+def tile_bytes(m: Machine) -> int:
+  """The most bytes of A (rows x K) a row tile spans: half the core's L3 share, the other half left to B's strips as
+  they stream through and to C's rows (BLIS sizes a cache's resident block to about half of it). Zen 3/4: 2 MB (tiles
+  of 1 to 8 MB of A measured within the noise of each other on the znver4, `_tile_rows`)."""
+  return m.l3_per_core // 2
 
 
 def _tile_rows(k: Kernel, rid: int, lanes: int) -> None:
@@ -235,8 +250,8 @@ def _tile_rows(k: Kernel, rid: int, lanes: int) -> None:
   streamed B from memory: 36 GFLOPS against 131-140 with tiles of 64-128 blocks (2-4 MB of A) on the 2-core znver3
   (AVX2, two threads); on the znver4 (AVX-512, 8-row blocks, packed B, one thread beside a CI run, processes
   alternated) 74-81 -> 103-111, 128x4096x4096 61-63 -> 91, tiles of 1 to 8 MB of A within the noise. 1024^2 (4 MB of
-  B, in L3) ran the same with or without tiles and isn't tiled. The tile is the most blocks within `TILE_BYTES` of A
-  that leaves a tile per thread; B must be `TILE_MIN_BYTES` or more."""
+  B, in L3) ran the same with or without tiles and isn't tiled. The tile is the most blocks within `tile_bytes` of A
+  that leaves a tile per thread; B must be more than `tile_min_bytes` (both derived from the machine model)."""
   regs, _, itemsize = _register_file(k)
   if not regs: return
   loop = [(j, x) for j, x in enumerate(k.output_axes) if x.arg[0] == rid and x.arg[1] in (AxisType.LOOP,
@@ -247,9 +262,10 @@ def _tile_rows(k: Kernel, rid: int, lanes: int) -> None:
   reused = [ld for ld in k.loads() if row not in ld.src[0].src[1].ranges]
   b_bytes = max((ld.src[0].src[0].dtype.size * ld.dtype.itemsize for ld in reused
                  if isinstance(ld.src[0].src[0].dtype, PtrDType)), default=0)
-  if b_bytes < TILE_MIN_BYTES: return
+  m = machine_of(k.renderer)
+  if b_bytes <= tile_min_bytes(m): return
   block = lanes * _trips(k.reduce_axes) * itemsize  # A's bytes per block of rows
-  most = min(TILE_BYTES // max(block, 1), n // max(1, int(getattr(k.renderer, "threads", 1))))
+  most = min(tile_bytes(m) // max(block, 1), n // max(1, int(getattr(k.renderer, "threads", 1))))
   tile = next((t for t in range(min(most, n - 1), 1, -1) if n % t == 0), 0)
   if tile: _try(k, Opt(OptOps.TILE, j, tile))
 
@@ -296,37 +312,52 @@ def _panel_walk(k: Kernel, r: UOp, loads: list[UOp]) -> bool:
   return True
 
 
-PACK_MIN_BYTES = 1 << 20
-"""The right operand's size from which `gemm_panel` packs it on a 16-register file (AVX2). On the 2-core znver3,
-measured while another job ran, 256^2 (256 KB, within its 512 KB L2) went 34 -> 31 GFLOPS packed and 512^2 (1 MB)
-32 -> 45; alternated on a quiet machine 512^2 read 0.41-0.53x numpy in place and 0.47-0.54x packed (within the
-noise: no loss)."""
-PACK_MIN_BYTES_WIDE = 4 << 20
-"""The same on a 32-register file (AVX-512), whose 8-row block reuses each load of B twice as often as AVX2's 4 rows,
-so B read in place from L3 keeps up longer. On the 2-core znver4 (1 MB L2 a core), one thread, alternated in one
-process while a CI run used both cores (compare within a pair): 512^2 (1 MB) ran 105 GFLOPS in place and 94 packed,
-1024x512x1024 (2 MB) 103 and 104, 1024^2 (4 MB) 98-102 and 104-106, 2048^2 (16 MB, row tiles) 102 and 112,
-1024x2048x2048 100 and 110."""
+def pack_min_bytes(m: Machine, regs: int) -> int:
+  """The right operand's size from which `gemm_panel` packs it (B contiguous in its columns; strided with fewer
+  than `PACK_STRIDED_ROWS` rows: from `m.l2`). In place, the register block's column strip walks rows of B n floats
+  apart, so the strip's lines spread over few L2 sets; they stay cached between row blocks only while all of B fits
+  the L2 beside A's rows, and beyond that they come from L3 once per block of rows. A block of R rows (R = half the
+  registers' accumulator share, `_vector_block`: 4 on AVX2's 16, 8 on AVX-512's 32) reuses each load of B R times,
+  so L3's bandwidth feeds it as well as L2 feeds a 4-row block while B is within L2 x R / 4. Packing from there:
+  AVX2 from the L2 (znver3, 512 KB: 256^2 (256 KB) lost packed, 34 -> 31 GFLOPS, 512^2 (1 MB) gained, 32 -> 45),
+  AVX-512 from two L2s (znver4, 1 MB L2, one thread beside a CI run, in place and packed alternated: 1024x512x1024
+  (2 MB) 103 and 104, 1024^2 (4 MB) 98-102 and 104-106, 1024x2048x2048 100 and 110; 512^2 (1 MB) lost, 105 -> 94)."""
+  rows = max(1, int(regs * ACC_REGISTER_SHARE) // 2)
+  return m.l2 * rows // 4
+
+
 PACK_MIN_BYTES_STRIDED = 256 << 10
 """The size from which a right operand read across its rows (`x @ w.T`, nn.Linear's weight: the vector lanes of a
 column strip lie K elements apart, a gather each) is packed when A has `PACK_STRIDED_ROWS` rows or more; with fewer
-(but `PACK_MIN_ROWS`), from `PACK_MIN_BYTES`; on either register file. On the znver4, one thread beside a CI run,
-alternated: 1024^2 14 -> 99 GFLOPS packed, 512^2 27 -> 81, 1024x256x256 (256 KB) 57 -> 73, 256^3 51 and 50; 128^3 (64
-KB) lost, 12 -> 7. Two threads, quiet, alternated: 64x512x512 (1 MB) 13-14 -> 42-45, 2048x128x512 (256 KB) 97-131 ->
-155-169, 512x256x256 81-91 -> 84-98; but a 256-row product of a 256 KB B, a small GPT's projections, lost to the extra
-launch and copy (256x128x512 70-74 -> 54-58, 256x512x128 68 -> 53) and 512 KB ones at 256 rows came out even. A
-strided B is packed from two panels wide (not `PACK_MIN_COLUMNS`); one thread beside the CI run, processes alternated:
-4096x1024x64 52 -> 77-95, 4096x1024x128 41 -> 100, the long-K 64x32768x64 5 -> 39; one panel (32 columns) gained
-nothing."""
+(but `PACK_MIN_ROWS`), from the L2's size (`pack_min_bytes` of a 4-row block); on either register file. Not derived
+from the caches: a gather costs its lanes' loads whether they hit L1 or not (256^3, a 32 KB strip per column panel,
+within the L1, and 1024x256x256, the same strip, came out even and 57 -> 73), so this weighs the copy and its launch
+against the gathers it saves, a ratio of instruction costs that no sysfs file reports. On the znver4, one thread
+beside a CI run, alternated: 1024^2 14 -> 99 GFLOPS packed, 512^2 27 -> 81, 1024x256x256 (256 KB) 57 -> 73, 256^3 51
+and 50; 128^3 (64 KB) lost, 12 -> 7. Two threads, quiet, alternated: 64x512x512 (1 MB) 13-14 -> 42-45, 2048x128x512
+(256 KB) 97-131 -> 155-169, 512x256x256 81-91 -> 84-98; but a 256-row product of a 256 KB B, a small GPT's
+projections, lost to the extra launch and copy (256x128x512 70-74 -> 54-58, 256x512x128 68 -> 53) and 512 KB ones at
+256 rows came out even. A strided B is packed from two panels wide (not `pack_min_columns`); one thread beside the CI
+run, processes alternated: 4096x1024x64 52 -> 77-95, 4096x1024x128 41 -> 100, the long-K 64x32768x64 5 -> 39; one
+panel (32 columns) gained nothing."""
 PACK_STRIDED_ROWS = 512
-"""A's rows from which a strided B of `PACK_MIN_BYTES_STRIDED` is packed."""
-PACK_MIN_COLUMNS = 256
-"""B's columns from which `gemm_panel` packs it: a narrower B's rows (under 1 KB of float32) lie a few lines apart,
-so its column strips share pages and the prefetcher's streams in place (a long-K (64 x 32768) @ (32768 x 64) reads
-it in four strips and splits its K instead, `SPLIT_REDUCE_MIN`)."""
+"""A's rows from which a strided B of `PACK_MIN_BYTES_STRIDED` is packed: like that size, where the copy's cost
+meets the gathers' (not a cache property)."""
+
+
+def pack_min_columns(m: Machine, itemsize: int) -> int:
+  """B's columns from which `gemm_panel` packs it: rows of a quarter page or less (1 KB of float32 in 4 KB pages)
+  put four or more consecutive rows of a column strip in one page, and the hardware prefetchers, which follow a
+  stream within a page (Intel's optimization manual, the L2 streamer; AMD's L2 stream prefetcher likewise), keep
+  fetching it in place (a long-K (64 x 32768) @ (32768 x 64) reads it in four strips and splits its K instead,
+  `SPLIT_REDUCE_MIN`)."""
+  return max(1, m.page_size // 4 // max(1, itemsize))
+
+
 PACK_MIN_ROWS = 64
 """The left operand's rows from which packing pays: the copy costs as much as a matmul of a few rows (decode's
-matrix-vector products read each weight once and are left alone)."""
+matrix-vector products read each weight once and are left alone). Like `PACK_MIN_BYTES_STRIDED`, an amortization of
+the copy and its launch, not a cache property."""
 
 
 def gemm_panel(renderer: Renderer, m: int, k: int, n: int, itemsize: int, strided: bool = False) -> int:
@@ -336,18 +367,20 @@ def gemm_panel(renderer: Renderer, m: int, k: int, n: int, itemsize: int, stride
   2-vector-wide column strip of B down all of K; in place that strip's rows are n floats apart, so at 1024 columns
   (4 KB) its 1024 lines share 16 L2 sets and come from L3 on every row block, and on the znver3 (AVX2) 1024^2 float32
   ran 0.45-0.46x numpy. Packed, a strip is one contiguous panel that stays in L2: 0.76-0.90x (two threads, quiet), a
-  transposed (nn.Linear) right operand 18 -> 104-111 GFLOPS (bench/README.md). AVX-512's block reads B from L3 at
-  the core's peak up to a few MB (`PACK_MIN_BYTES_WIDE`); a strided B is packed from 1 MB on either, and from
-  `PACK_MIN_BYTES_STRIDED` under `PACK_STRIDED_ROWS` rows or more. The strip is P = two vectors of 32-bit floats;
-  other dtypes and small or narrow matrices (`PACK_MIN_COLUMNS`, two panels when strided, `PACK_MIN_ROWS`) are read
-  in place."""
+  transposed (nn.Linear) right operand 18 -> 104-111 GFLOPS (bench/README.md). The sizes come from the machine model
+  (`machine_of(renderer)`): B is packed from `pack_min_bytes` (the L2 on AVX2, two L2s on AVX-512, whose 8-row block
+  reads B from L3 at the core's peak longer); a strided B from the L2 on either, and from `PACK_MIN_BYTES_STRIDED`
+  under `PACK_STRIDED_ROWS` rows or more. The strip is P = two vectors of 32-bit floats; other dtypes and small or
+  narrow matrices (`pack_min_columns`, two panels when strided, `PACK_MIN_ROWS`) are read in place."""
   regs, width = getattr(renderer, "vector_registers", (0, 0))
   if not regs or width < 32 or itemsize != 4: return 0
+  mach = machine_of(renderer)
   panel = 2 * width // itemsize
   size = k * n * itemsize
-  if strided: least = PACK_MIN_BYTES_STRIDED if m >= PACK_STRIDED_ROWS else PACK_MIN_BYTES
-  else: least = PACK_MIN_BYTES if regs <= 16 else PACK_MIN_BYTES_WIDE
-  if n % panel or n < (2 * panel if strided else PACK_MIN_COLUMNS) or m < PACK_MIN_ROWS or size < least: return 0
+  if strided: least = PACK_MIN_BYTES_STRIDED if m >= PACK_STRIDED_ROWS else pack_min_bytes(mach, 16)
+  else: least = pack_min_bytes(mach, regs)
+  if n % panel or n < (2 * panel if strided else pack_min_columns(mach, itemsize)) or m < PACK_MIN_ROWS or \
+     size < least: return 0
   return panel
 
 

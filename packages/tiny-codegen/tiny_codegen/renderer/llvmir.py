@@ -18,6 +18,7 @@ from tiny_uop.helpers import CHECK_OOB
 from tiny_uop.uop import AXIS_LETTER, Ops, UOp
 
 from tiny_codegen.compiler.llvm import LLVMCompiler
+from tiny_codegen.machine import Machine, host_machine
 from tiny_codegen.renderer import (CPURenderer, RenderError, ValueNames, kernel_params, lane_accumulator_loops,
                                    nontemporal_store, oob_checks)
 
@@ -88,13 +89,22 @@ class LLVMRenderer(CPURenderer):
   def make_compiler(self) -> LLVMCompiler: return LLVMCompiler()
 
   @property
+  def machine(self) -> Machine:
+    """The machine model the CPU heuristics derive their blocking from (`tiny_codegen.machine.host_machine`: this
+    host's caches and vector registers, `TINY_MACHINE` overrides applied). A property, not an instance setting, so
+    BEAM's cache key (the renderer's instance settings and the compiler's identity) is unchanged."""
+    return host_machine()
+
+  @property
   def vector_registers(self) -> tuple[int, int]:
-    """(how many vector registers, bytes each) of the CPU the compiler targets, for the heuristics' register
-    blocking; (0, 0) when unknown. x86-64: 32 zmm of 64 bytes with AVX-512F, else 16 ymm of 32 with AVX, else 16
-    xmm of 16 (Intel SDM vol. 1, the AVX-512 and AVX register chapters); AArch64: 32 V registers of 16 bytes (Arm
-    ARM, the SIMD&FP register file). A property, not an instance
-    setting, so BEAM's cache key (the renderer's instance settings and the compiler's identity) is unchanged."""
-    return _vector_registers(getattr(self.compiler, "triple", ""), getattr(self.compiler, "features", ""))
+    """(how many vector registers, bytes each) for the heuristics' register blocking, from the machine model
+    (`machine`), never more than the compiler's target has (`_vector_registers` of its triple and features: what the
+    code is compiled for); (0, 0) when unknown."""
+    m = self.machine
+    target = _vector_registers(getattr(self.compiler, "triple", ""), getattr(self.compiler, "features", ""))
+    if not m.vector_registers or not m.vector_bytes: return target
+    if not target[0]: return m.vector_registers, m.vector_bytes
+    return min(m.vector_registers, target[0]), min(m.vector_bytes, target[1])
 
   def supported_dtypes(self) -> tuple[DType, ...]:
     return tuple(d for d in dtypes.all if d not in (dtypes.bfloat16, *dtypes.fp8s))
@@ -107,6 +117,9 @@ class LLVMRenderer(CPURenderer):
 
 @functools.cache
 def _vector_registers(triple: str, features: str) -> tuple[int, int]:
+  """(count, bytes) of the vector registers LLVM's target has: x86-64: 32 zmm of 64 bytes with AVX-512F, else 16 ymm
+  of 32 with AVX, else 16 xmm of 16 (Intel SDM vol. 1, the AVX-512 and AVX register chapters); AArch64: 32 V
+  registers of 16 bytes (Arm ARM, the SIMD&FP register file); (0, 0) for others."""
   feats = set(features.split(","))
   if triple.startswith(("x86_64", "amd64")):
     if "+avx512f" in feats: return 32, 64

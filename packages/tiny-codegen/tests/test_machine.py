@@ -1,0 +1,196 @@
+"""The machine model (`tiny_codegen.machine`) read from fake sysfs trees of real CPUs, and the CPU heuristics'
+thresholds and choices following it. Cache sizes are the vendors' published ones (AMD Zen 3/Zen 4 and Intel
+Sapphire Rapids product pages, Arm's Neoverse N1 TRM); the trees have the files Linux writes for them."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from tiny_uop.plugins import Device
+
+from tiny_codegen.machine import DEFAULTS, L3_SHARE_MAX_L2, Machine, host_machine, parse_overrides
+from tiny_codegen.opt import Opt, OptOps, optimize_kernel
+
+KB, MB = 1 << 10, 1 << 20
+X86_AVX2 = "flags\t\t: fpu sse sse2 avx avx2 fma\n"
+X86_AVX512 = "flags\t\t: fpu sse sse2 avx avx2 fma avx512f avx512bw\n"
+ARM = "Features\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics\n"
+
+
+def fake_tree(root: str, cpuinfo: str, caches: list[tuple[int, str, str, str, int]], online: str = "0-7") -> str:
+  """A sysfs + cpuinfo tree under `root`: caches as (level, type, size, shared_cpu_list, ways)."""
+  os.makedirs(os.path.join(root, "proc"))
+  with open(os.path.join(root, "proc/cpuinfo"), "w") as f: f.write(f"processor\t: 0\n{cpuinfo}\n")
+  cpu = os.path.join(root, "sys/devices/system/cpu")
+  os.makedirs(cpu)
+  with open(os.path.join(cpu, "online"), "w") as f: f.write(online + "\n")
+  for i, (level, kind, size, shared, ways) in enumerate(caches):
+    d = os.path.join(cpu, f"cpu0/cache/index{i}")
+    os.makedirs(d)
+    for name, val in (("level", level), ("type", kind), ("size", size), ("shared_cpu_list", shared),
+                      ("ways_of_associativity", ways), ("coherency_line_size", 64)):
+      with open(os.path.join(d, name), "w") as f: f.write(f"{val}\n")
+  return root
+
+
+# (cpuinfo, caches, online CPUs) of one core complex / socket as its Linux sysfs lists them
+TREES = {
+  "znver3": (X86_AVX2, [(1, "Data", "32K", "0", 8), (1, "Instruction", "32K", "0", 8), (2, "Unified", "512K", "0", 8),
+                        (3, "Unified", "32768K", "0-7", 16)], "0-7"),
+  "znver4": (X86_AVX512, [(1, "Data", "32K", "0", 8), (2, "Unified", "1024K", "0", 8),
+                          (3, "Unified", "32768K", "0-7", 16)], "0-7"),
+  "sapphire_rapids": (X86_AVX512, [(1, "Data", "48K", "0", 12), (1, "Instruction", "32K", "0", 8),
+                                   (2, "Unified", "2048K", "0", 16), (3, "Unified", "107520K", "0-55", 15)], "0-55"),
+  "neoverse_n1": (ARM, [(1, "Data", "64K", "0", 4), (1, "Instruction", "64K", "0", 4), (2, "Unified", "1024K", "0", 8)],
+                  "0-79"),
+  "no_cache_info": (X86_AVX512, [], "0-3"),
+}
+
+
+@pytest.fixture(params=sorted(TREES))
+def tree(request, tmp_path) -> tuple[str, Machine]:
+  cpuinfo, caches, online = TREES[request.param]
+  return request.param, Machine.from_sysfs(fake_tree(str(tmp_path), cpuinfo, caches, online))
+
+
+# name: (arch, vector bytes, registers, L1d, L1d ways, L2, L3, CPUs sharing L3, cores)
+WANT = {
+  "znver3": ("x86_64", 32, 16, 32 * KB, 8, 512 * KB, 32 * MB, 8, 8),
+  "znver4": ("x86_64", 64, 32, 32 * KB, 8, 1 * MB, 32 * MB, 8, 8),
+  "sapphire_rapids": ("x86_64", 64, 32, 48 * KB, 12, 2 * MB, 105 * MB, 56, 56),
+  "neoverse_n1": ("aarch64", 16, 32, 64 * KB, 4, 1 * MB, 0, 8, 80),  # no L3 listed (the SLC is not a CPU cache)
+  "no_cache_info": ("x86_64", 64, 32, DEFAULTS["l1d"], DEFAULTS["l1d_ways"], DEFAULTS["l2"], DEFAULTS["l3"],
+                    DEFAULTS["l3_shared"], 4),
+}
+
+
+def test_model_read_from_sysfs(tree) -> None:
+  name, m = tree
+  got = (m.arch, m.vector_bytes, m.vector_registers, m.l1d, m.l1d_ways, m.l2, m.l3, m.l3_shared, m.cores)
+  assert got == WANT[name], (name, m)
+  assert m.fma_units == 2 and m.line == 64 and m.page_size == 4096
+
+
+# name: (L3 share a core, L1d set span, B from which a contiguous B is packed, B above which rows are tiled)
+DERIVED = {
+  "znver3": (4 * MB, 4 * KB, 512 * KB, 4 * MB),          # AVX2: 4-row block, B packed from the L2
+  "znver4": (4 * MB, 4 * KB, 2 * MB, 4 * MB),            # AVX-512: 8-row block, from two L2s
+  "sapphire_rapids": (105 * MB // 56, 4 * KB, 4 * MB, 105 * MB // 56),
+  "neoverse_n1": (1 * MB, 16 * KB, 2 * MB, 1 * MB),      # no L3: the L2 is the last level
+  "no_cache_info": (4 * MB, 4 * KB, 2 * MB, 4 * MB),     # the stated defaults: Zen 4's caches
+}
+
+
+def test_thresholds_follow_the_caches(tree) -> None:
+  from tiny_codegen.opt.heuristic import alias_bytes, pack_min_bytes, tile_bytes, tile_min_bytes
+  name, m = tree
+  share, span, pack, tile_min = DERIVED[name]
+  assert (m.l3_per_core, alias_bytes(m), pack_min_bytes(m, m.vector_registers), tile_min_bytes(m)) == \
+    (share, span, pack, tile_min), name
+  assert tile_bytes(m) == share // 2
+
+
+def test_vm_l3_share_is_capped() -> None:
+  # a 2-vCPU guest sees the host's whole L3 as shared by its two CPUs: its share is capped at L3_SHARE_MAX_L2 L2s
+  m = Machine.default().with_overrides("l2=2M,l3=300M,l3_shared=2")
+  assert m.l3_per_core == L3_SHARE_MAX_L2 * 2 * MB
+
+
+class _Target:
+  """A renderer stand-in for `gemm_panel`: a register file and a machine."""
+  def __init__(self, m: Machine) -> None: self.vector_registers, self.machine = (m.vector_registers, m.vector_bytes), m
+
+
+@pytest.mark.parametrize("m, k, n, strided, want", [
+  (1024, 256, 1024, False, {"znver3": 16, "znver4": 0, "sapphire_rapids": 0, "neoverse_n1": 0, "no_cache_info": 0}),
+  (1024, 512, 1024, False, {"znver3": 16, "znver4": 32, "sapphire_rapids": 0, "neoverse_n1": 0, "no_cache_info": 32}),
+  (1024, 1024, 1024, False, {"znver3": 16, "znver4": 32, "sapphire_rapids": 32, "neoverse_n1": 0,
+                             "no_cache_info": 32}),
+  (64, 512, 512, True, {"znver3": 16, "znver4": 32, "sapphire_rapids": 0, "neoverse_n1": 0, "no_cache_info": 32}),
+])
+def test_packing_follows_the_l2(tree, m: int, k: int, n: int, strided: bool, want: dict) -> None:
+  # B of 1 MB (256 x 1024) fills znver3's 512 KB L2 (packed, 16-column AVX2 panels) but not the AVX-512 machines'
+  # two L2s; 2 MB fills znver4's (1 MB) two but not Sapphire Rapids' (2 MB) ; NEON's 16-byte vectors aren't packed
+  from tiny_codegen.opt.heuristic import gemm_panel
+  name, mach = tree
+  assert gemm_panel(_Target(mach), m, k, n, 4, strided) == want[name]  # type: ignore[arg-type]
+
+
+def _matmul_ast(M: int, N: int, K: int, opts: tuple | None = None):
+  from tiny_uop import AxisType, KernelInfo, Ops, UOp, dtypes
+  c, a, b = (UOp(Ops.PARAM, dtypes.float.ptr(n), arg=i) for i, n in enumerate((M * N, M * K, K * N)))
+  i, j, k = UOp.range(M, 0), UOp.range(N, 1), UOp.range(K, 2, AxisType.REDUCE)
+  val = (a.index(i * K + k).load() * b.index(k * N + j).load()).reduce(k, arg=Ops.ADD)
+  return c.index(i * N + j).store(val).sink(arg=KernelInfo(opts_to_apply=opts))
+
+
+@pytest.fixture
+def on_machine(monkeypatch):
+  """Make the CPU renderer's heuristics see machine `m` (its caches and register file)."""
+  ren = Device["CPU"].renderer
+  if not hasattr(ren, "machine"): pytest.skip(f"{type(ren).__name__} has no machine model (DEV=CPU:CLANG)")
+
+  def use(m: Machine) -> None:
+    monkeypatch.setattr(type(ren), "machine", property(lambda self: m))
+    monkeypatch.setattr(type(ren), "vector_registers", property(lambda self: (m.vector_registers, m.vector_bytes)))
+    monkeypatch.setattr(ren, "threads", 2)
+  return use
+
+
+def test_row_tiles_follow_the_l3_share(tree, on_machine) -> None:
+  """1024 x 512 @ 512 x 1024 (B 2 MB): within Zen's 4 MB L3 share B is read untiled; past Sapphire Rapids' 1.9 MB
+  share (and Neoverse N1's 1 MB L2, its last level) the rows are tiled, each tile at most half the share of A."""
+  name, m = tree
+  on_machine(m)
+  applied = optimize_kernel(_matmul_ast(1024, 1024, 512), Device["CPU"].renderer).arg.applied_opts
+  tiles = [o for o in applied if o.op is OptOps.TILE]
+  # Sapphire Rapids: 8-row blocks of 16 KB of A, 0.94 MB a tile: 60 blocks, whose largest divisor of 128 is 32;
+  # Neoverse N1: NEON's block is 8 rows too (16 KB), 512 KB a tile: 32 blocks
+  want = {"sapphire_rapids": [Opt(OptOps.TILE, 0, 32)], "neoverse_n1": [Opt(OptOps.TILE, 0, 32)]}.get(name, [])
+  assert tiles == want, (name, applied)
+
+
+def test_tiled_matmul_matches_numpy(on_machine) -> None:
+  """The kernel the Sapphire Rapids model tiles computes the product numpy does."""
+  cpuinfo, caches, online = TREES["sapphire_rapids"]
+  import tempfile
+  with tempfile.TemporaryDirectory() as d: m = Machine.from_sysfs(fake_tree(d, cpuinfo, caches, online))
+  on_machine(m)
+  from tiny_codegen import get_program
+  from tiny_uop import dtypes
+  from tiny_uop.device import Buffer
+  M, N, K = 256, 1024, 512  # B 2 MB > the 1.9 MB share: tiled
+  dev = Device["CPU"]
+  applied = optimize_kernel(_matmul_ast(M, N, K), dev.renderer).arg.applied_opts
+  assert any(o.op is OptOps.TILE for o in applied), applied
+  spec = get_program(_matmul_ast(M, N, K, applied), dev.renderer)
+  rng = np.random.default_rng(0)
+  a, b = rng.standard_normal((M, K), dtype=np.float32), rng.standard_normal((K, N), dtype=np.float32)
+  bufs = [Buffer("CPU", M * N, dtypes.float).allocate()] + \
+    [Buffer("CPU", x.size, dtypes.float, initial_value=x.tobytes()) for x in (a, b)]
+  prg = dev.get_program(spec.name, spec.lib)
+  prg(*[bufs[s]._buf for s in spec.globals], global_size=spec.global_size, local_size=spec.local_size, vals=(),
+      wait=True)
+  got = np.frombuffer(bufs[0].as_buffer(), dtype=np.float32).reshape(M, N)
+  np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-3)
+
+
+def test_overrides_and_bad_values(monkeypatch) -> None:
+  m = Machine.default().with_overrides("l2=512K, l3=64M,l3_shared=16,vector_registers=16,vector_bytes=32,arch=x86_64")
+  assert (m.l2, m.l3, m.l3_shared, m.vector_registers, m.vector_bytes) == (512 * KB, 64 * MB, 16, 16, 32)
+  monkeypatch.setenv("TINY_MACHINE", "l2=3M")
+  assert host_machine().l2 == 3 * MB
+  with pytest.raises(ValueError, match="l4"): parse_overrides("l4=1M")
+  with pytest.raises(ValueError, match="'lots'"): parse_overrides("l2=lots")
+  with pytest.raises(ValueError, match="field=value"): parse_overrides("l2")
+
+
+def test_host_model_reads_this_machine() -> None:
+  """The real machine's model: the cores this process may use, the page size and (where sysfs lists it) the L1d."""
+  m = Machine.from_sysfs("/")
+  assert m.cores == len(os.sched_getaffinity(0)) and m.page_size == os.sysconf("SC_PAGE_SIZE")
+  idx0 = "/sys/devices/system/cpu/cpu0/cache/index0"
+  if os.path.exists(f"{idx0}/size") and open(f"{idx0}/type").read().strip() == "Data":
+    size = open(f"{idx0}/size").read().strip()
+    assert m.l1d == int(size[:-1]) << 10 and size.endswith("K")
