@@ -26,6 +26,7 @@ import os
 import platform
 import re
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = ["Machine", "DEFAULTS", "host_machine", "machine_of", "parse_overrides", "L3_SHARE_MAX_L2"]
 
@@ -109,7 +110,8 @@ class Machine:
 
   def with_overrides(self, spec: str) -> Machine:
     """This machine with the `TINY_MACHINE`-style overrides in `spec` applied (see `parse_overrides`)."""
-    return dataclasses.replace(self, **parse_overrides(spec))
+    changes: dict[str, Any] = dict(parse_overrides(spec))
+    return dataclasses.replace(self, **changes)
 
 
 def parse_overrides(spec: str) -> dict[str, int | str]:

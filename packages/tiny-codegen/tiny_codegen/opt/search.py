@@ -12,7 +12,8 @@ The winner is cached on disk under `cache_key`: the kernel's exact structure (it
 arch, its settings: class defaults and instance values, such as the CPU thread count), the device it is timed on
 (`timing_device`: DEV's entry for the renderer's device, with its interface: `MOCK+AMD`'s emulator is not an AMD
 GPU), the compiler's identity (target
-triple, CPU and features, flags), the beam width, the action set and the search's version. The device is opened
+triple, CPU and features, flags), the CPU renderer's machine model (`tiny_codegen.machine`: caches, vector registers,
+cores), the beam width, the action set and the search's version. The device is opened
 through the plugin registry (codegen never imports a runtime).
 """
 from __future__ import annotations
@@ -113,8 +114,10 @@ def _renderer_text(renderer: Renderer) -> str | None:
   ident = getattr(comp, "cachekey", None)
   if comp is not None and ident is None: return None
   settings = sorted(_settings(renderer).items())
+  # the CPU heuristics' seed follows the machine model (caches, TINY_MACHINE overrides): part of the key
+  machine = getattr(renderer, "machine", None)
   return (f"{type(renderer).__module__}.{type(renderer).__qualname__}\0{renderer.arch}\0{timing_device(renderer)}\0"
-          f"{settings!r}\0{type(comp).__qualname__}\0{ident}")
+          f"{settings!r}\0{type(comp).__qualname__}\0{ident}\0{machine!r}")
 
 
 def _settings(renderer: Renderer) -> dict[str, object]:
