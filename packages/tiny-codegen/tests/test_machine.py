@@ -194,3 +194,18 @@ def test_host_model_reads_this_machine() -> None:
   if os.path.exists(f"{idx0}/size") and open(f"{idx0}/type").read().strip() == "Data":
     size = open(f"{idx0}/size").read().strip()
     assert m.l1d == int(size[:-1]) << 10 and size.endswith("K")
+
+
+def test_cpu_renderer_threads_are_the_cores_this_process_may_use(monkeypatch) -> None:
+  """Without CPU_THREADS, a CPU renderer splits kernels into one share per core of the machine model: the CPUs in
+  this process's affinity mask (what the CPU runtime's pool runs), not `os.cpu_count()`."""
+  from tiny_codegen.renderer import CPURenderer
+  from tiny_uop.helpers import Context
+  monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2})  # pinned to 3 CPUs, whatever the host has
+  monkeypatch.setattr(os, "cpu_count", lambda: 64)
+  monkeypatch.setenv("TINY_MACHINE", "page_size=4096")  # a model not cached yet: read under the patched mask
+  with Context(CPU_THREADS=0):
+    assert CPURenderer().threads == 3
+    monkeypatch.setenv("TINY_MACHINE", "cores=5")
+    assert CPURenderer().threads == 5
+  with Context(CPU_THREADS=7): assert CPURenderer().threads == 7

@@ -7,7 +7,6 @@ Both use the CPU calling convention `void name(T0* data0, ..., int var0, ..., in
 """
 from __future__ import annotations
 
-import os
 from typing import Any, Callable, Iterator, NamedTuple, Sequence, overload
 
 from tiny_uop.device import Renderer
@@ -15,12 +14,15 @@ from tiny_uop.dtype import DType, dtypes
 from tiny_uop.helpers import CPU_THREADS
 from tiny_uop.uop import AXIS_LETTER, AxisType, Ops, UOp
 
+from tiny_codegen.machine import host_machine
+
 __all__ = ["CPURenderer", "CWriter", "SourceExprs", "RenderError", "ValueNames", "count_uses", "kernel_params",
            "var_args", "OOBCheck", "oob_checks", "nontemporal_store", "lane_accumulator_loops"]
 
 
 class CPURenderer(Renderer):
-  """Shared capabilities of the CPU renderers: no GPU dims, a thread index, threads from CPU_THREADS."""
+  """Shared capabilities of the CPU renderers: no GPU dims, a thread index, threads from CPU_THREADS (else the machine
+  model's cores, `tiny_codegen.machine`)."""
   device = "CPU"
   has_local = False
   has_shared = False
@@ -55,7 +57,9 @@ class CPURenderer(Renderer):
 
   def __init__(self, arch: str = ""):
     super().__init__(arch)
-    self.threads: int = int(CPU_THREADS.value) or os.cpu_count() or 1
+    # the cores this process may run on (the machine model's, as the CPU runtime's pool counts them), not every CPU
+    # of the host: in a container pinned to 2 of 64 CPUs, 64 shares ran on 2 cores
+    self.threads: int = int(CPU_THREADS.value) or host_machine().cores
 
 
 def nontemporal_store(renderer: Renderer, st: UOp) -> bool:
