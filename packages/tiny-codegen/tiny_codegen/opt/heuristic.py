@@ -18,6 +18,11 @@ CPU renderers (no locals; threads split the outermost loop in lowering):
 - elementwise kernels: left to LLVM's loop vectorizer, but for a big output (streamed past the cache: the renderer's
   `nontemporal_min_bytes`), whose contiguous store axis is upcast to one cache line of lanes.
 GPU renderers (`has_local`) have their own heuristics in `heuristic_gpu`.
+
+Thresholds that depend on the caches (when to pack B, when and how far to tile the rows, which row strides alias in
+L1) are functions of the machine model (`tiny_codegen.machine`, `machine_of(renderer)`), each docstring saying how it
+derives; the constants left (`PACK_MIN_BYTES_STRIDED`, `PACK_STRIDED_ROWS`, `PACK_MIN_ROWS`, `REUSE_MIN`, the unroll
+budgets) weigh instruction costs, not cache sizes, and say so.
 """
 from __future__ import annotations
 
