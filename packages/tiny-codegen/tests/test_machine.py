@@ -209,3 +209,15 @@ def test_cpu_renderer_threads_are_the_cores_this_process_may_use(monkeypatch) ->
     monkeypatch.setenv("TINY_MACHINE", "cores=5")
     assert CPURenderer().threads == 5
   with Context(CPU_THREADS=7): assert CPURenderer().threads == 7
+
+
+@pytest.mark.parametrize("spec, want", [
+  ("l2=1M,l3=32M,l3_shared=2,cores=2", 8 * MB),    # a 2-vCPU znver4 guest: 8 MB shares (capped at 8 L2s) x 2 / 2
+  ("l2=2M,l3=300M,l3_shared=2,cores=2", 16 * MB),  # a 2-vCPU Xeon guest seeing the host's 300 MB L3
+  ("l2=1M,l3=32M,l3_shared=8,cores=8", 16 * MB),   # a whole Zen 4 CCX: half its L3
+  ("l2=1M,l3=0,cores=4", 2 * MB),                  # no L3 (Neoverse N1 as sysfs lists it): half the 4 L2s
+])
+def test_streaming_stores_follow_the_l3(monkeypatch, spec: str, want: int) -> None:
+  from tiny_codegen.renderer import CPURenderer
+  monkeypatch.setenv("TINY_MACHINE", spec)
+  assert CPURenderer().nontemporal_min_bytes == want

@@ -14,7 +14,7 @@ from tiny_uop.dtype import DType, dtypes
 from tiny_uop.helpers import CPU_THREADS
 from tiny_uop.uop import AXIS_LETTER, AxisType, Ops, UOp
 
-from tiny_codegen.machine import host_machine
+from tiny_codegen.machine import Machine, host_machine
 
 __all__ = ["CPURenderer", "CWriter", "SourceExprs", "RenderError", "ValueNames", "count_uses", "kernel_params",
            "var_args", "OOBCheck", "oob_checks", "nontemporal_store", "lane_accumulator_loops"]
@@ -51,6 +51,7 @@ class CPURenderer(Renderer):
   """Stores into an output buffer at least this big are streamed (non-temporal: they skip the cache and the read for
   ownership of each line, a third of an elementwise kernel's memory traffic) where the renderer can: a whole aligned
   cache line at once (see `nontemporal_store`). Smaller outputs stay cached for the kernel that reads them next.
+  Set per machine in `__init__` (`streaming_min_bytes`); this class value is what the stated default machine gets.
   Measured on a 2-core znver4 (L3 32 MB): a+b over 4M floats (16 MB out) 2.2 -> 1.4 ms, 16M 8.9 -> 3.5 ms (a C
   microbenchmark into prefaulted buffers, 2 threads); at 1M (4 MB, all three arrays in L3) no gain."""
   cache_line = 64  # bytes: a non-temporal store must fill whole lines, else the write-combining buffer flushes partial
@@ -59,7 +60,20 @@ class CPURenderer(Renderer):
     super().__init__(arch)
     # the cores this process may run on (the machine model's, as the CPU runtime's pool counts them), not every CPU
     # of the host: in a container pinned to 2 of 64 CPUs, 64 shares ran on 2 cores
-    self.threads: int = int(CPU_THREADS.value) or host_machine().cores
+    m = host_machine()
+    self.threads: int = int(CPU_THREADS.value) or m.cores
+    self.nontemporal_min_bytes: int = streaming_min_bytes(m)
+    self.cache_line: int = m.line
+
+
+def streaming_min_bytes(m: Machine) -> int:
+  """The output size from which stores stream past the cache (`CPURenderer.nontemporal_min_bytes`): half the L3 this
+  process's cores reach (their shares, `Machine.l3_per_core`, at most the whole L3; the L2s without an L3). Such an
+  output, with the inputs it was computed from (an elementwise kernel's are as big), doesn't stay cached for the
+  next kernel anyway, so writing it through the cache only adds the reads for ownership. The 2-core znver4 VM (32 MB
+  L3 listed as shared by its 2 vCPUs, 8 MB a core): 8 MB, between the measured no-gain at 4 MB and the gain at 16."""
+  reach = min(m.l3, m.l3_per_core * m.cores) if m.l3 else m.l2 * m.cores
+  return max(m.line, reach // 2)
 
 
 def nontemporal_store(renderer: Renderer, st: UOp) -> bool:
