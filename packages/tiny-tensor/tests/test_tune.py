@@ -45,3 +45,15 @@ def test_tune_refuses_bad_arguments(capsys) -> None:
     with pytest.raises(SystemExit):
       tune.main(args)
     assert what in capsys.readouterr().err
+
+
+def test_tune_bad_machine_override_is_one_line(tmp_path) -> None:
+  """A mistyped TINY_MACHINE field: argparse's usage error (status 2) naming it and the valid fields, no traceback."""
+  import os
+  import subprocess
+  import sys
+  env = {**os.environ, "TINY_MACHINE": "l4=1M", "TINY_CACHE_DIR": str(tmp_path), "DEBUG": "0"}
+  r = subprocess.run([sys.executable, "-m", "tiny_tensor.tune", "--list", "--sizes", "8", "--no-conv"],
+                     capture_output=True, text=True, env=env, timeout=300, stdin=subprocess.DEVNULL)
+  assert r.returncode == 2, (r.returncode, r.stderr[-2000:])
+  assert "Traceback" not in r.stderr and "'l4=1M'" in r.stderr and "l3_shared" in r.stderr, r.stderr

@@ -63,8 +63,10 @@ def main(argv: list[str] | None = None) -> int:
   args = ap.parse_args(argv)
   if args.beam < 1: ap.error(f"--beam must be 1 or more, got {args.beam}")
   if any(n < 1 for n in args.sizes): ap.error(f"--sizes must be positive, got {args.sizes}")
+  try: machine = host_machine()
+  except ValueError as e: ap.error(str(e))  # a bad TINY_MACHINE: its message names the field or value
   ren = Device["CPU"].renderer
-  print(f"machine: {host_machine()}")
+  print(f"machine: {machine}")
   for label, ast in bench_kernels(tuple(args.sizes), not args.no_conv):
     key = cache_key(as_optimized(ast), ren, args.beam)
     if key is None:
@@ -83,4 +85,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  from tiny_uop.plugins.cli import run_main
+  sys.exit(run_main(main, "python -m tiny_tensor.tune"))
