@@ -221,3 +221,22 @@ def test_streaming_stores_follow_the_l3(monkeypatch, spec: str, want: int) -> No
   from tiny_codegen.renderer import CPURenderer
   monkeypatch.setenv("TINY_MACHINE", spec)
   assert CPURenderer().nontemporal_min_bytes == want
+
+
+def test_beam_can_search_the_row_tile(on_machine) -> None:
+  """The row tile the heuristics size from the L3 share is one of BEAM's actions too: from the heuristics' blocked
+  matmul, some TILE action applies (BEAM can try another tile size or add one)."""
+  from tiny_codegen.opt.heuristic import hand_coded_optimizations
+  from tiny_codegen.opt.kernel import Kernel, KernelOptError
+  from tiny_codegen.opt.search import ACTIONS, as_optimized
+  on_machine(Machine.default())
+  ast = as_optimized(_matmul_ast(512, 512, 512))
+  heur = hand_coded_optimizations(Kernel(ast, Device["CPU"].renderer)).applied_opts
+  legal = []
+  for act in (a for a in ACTIONS if a.op is OptOps.TILE):
+    k = Kernel(ast, Device["CPU"].renderer)
+    for o in heur: k.apply_opt(o)
+    try: k.apply_opt(act)
+    except KernelOptError: continue
+    legal.append(act)
+  assert legal and all(o.arg in (8, 16, 32, 64, 128) for o in legal), (heur, legal)

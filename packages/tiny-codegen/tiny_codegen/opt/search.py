@@ -39,6 +39,8 @@ ACTIONS: list[Opt] = [
   *[Opt(OptOps.GROUPTOP, axis, amt) for amt in (13, 16, 28, 29, 32, 49, 64, 256) for axis in range(3)],
   *[Opt(OptOps.GROUP, axis, amt) for amt in (0, 4, 8, 16) for axis in range(3)],
   *[Opt(OptOps.PADTO, axis, 32) for axis in range(6)],
+  # the CPU heuristics' row tiles (`_tile_rows`, sized from the machine's L3 share): BEAM searches their size too
+  *[Opt(OptOps.TILE, axis, amt) for amt in (8, 16, 32, 64, 128) for axis in range(2)],
   Opt(OptOps.NOLOCALS),
 ]
 SEARCH_VERSION = 5  # part of the cache key: bump when the way a winner is chosen changes (3: the CPU heuristics
