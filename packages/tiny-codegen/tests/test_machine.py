@@ -240,3 +240,15 @@ def test_beam_can_search_the_row_tile(on_machine) -> None:
     except KernelOptError: continue
     legal.append(act)
   assert legal and all(o.arg in (8, 16, 32, 64, 128) for o in legal), (heur, legal)
+
+
+def test_unknown_vector_file_defers_to_llvm(tmp_path, monkeypatch) -> None:
+  """An x86-64 tree without cpuinfo flags (macOS has no /proc) knows no vector file: the LLVM renderer then reports
+  its target's (from LLVM's host features), instead of assuming SSE."""
+  m = Machine.from_sysfs(fake_tree(str(tmp_path), "", [], "0"), arch="x86_64")
+  assert (m.vector_bytes, m.vector_registers) == (0, 0)
+  ren = Device["CPU"].renderer
+  if not hasattr(ren, "machine"): pytest.skip(f"{type(ren).__name__} has no machine model (DEV=CPU:CLANG)")
+  from tiny_codegen.renderer.llvmir import _vector_registers
+  monkeypatch.setattr(type(ren), "machine", property(lambda self: m))
+  assert ren.vector_registers == _vector_registers(ren.compiler.triple, ren.compiler.features)

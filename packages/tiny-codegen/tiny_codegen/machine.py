@@ -164,10 +164,12 @@ def _arch_of(cpuinfo: str) -> str:
 
 
 def _vector_file(arch: str, cpuinfo: str) -> tuple[int, int]:
-  """(bytes, count) of the vector registers (see the module docstring); (0, 0) for an unknown architecture."""
+  """(bytes, count) of the vector registers (see the module docstring); (0, 0) for an unknown architecture or an
+  x86-64 without a cpuinfo flags line (macOS: the renderer then takes LLVM's host features alone)."""
   if arch == "x86_64":
     m = re.search(r"^flags\s*:(.*)$", cpuinfo, re.M)
-    flags = set(m.group(1).split()) if m else set()
+    if m is None: return 0, 0
+    flags = set(m.group(1).split())
     if "avx512f" in flags: return 64, 32
     return (32, 16) if "avx" in flags else (16, 16)
   if arch == "aarch64": return 16, 32
