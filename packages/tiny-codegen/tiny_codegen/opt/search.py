@@ -25,7 +25,7 @@ from typing import Any
 
 from tiny_uop.device import Buffer, Renderer, diskcache_get, diskcache_put
 from tiny_uop.dtype import PtrDType
-from tiny_uop.helpers import DEBUG, getenv
+from tiny_uop.helpers import DEBUG, IGNORE_BEAM_CACHE
 from tiny_uop.uop import KernelInfo, Ops, UOp, structure_key
 
 from tiny_codegen.opt.heuristic import hand_coded_optimizations
@@ -234,7 +234,7 @@ def beam_search(ast: UOp, renderer: Renderer, amt: int) -> tuple[Opt, ...]:
   disk under `cache_key`)."""
   ast = as_optimized(ast)
   key = cache_key(ast, renderer, amt)
-  if key is not None and getenv("IGNORE_BEAM_CACHE", 0) == 0 and (hit := diskcache_get("beam", key)) is not None:
+  if key is not None and not IGNORE_BEAM_CACHE and (hit := diskcache_get("beam", key)) is not None:
     return pickle.loads(hit)
   best = beam_candidates(ast, renderer, amt)[1]
   if key is not None: diskcache_put("beam", key, pickle.dumps(best))
