@@ -93,7 +93,8 @@ VIZ = ContextVar("VIZ", 0, "1: record schedules, kernels, every graph_rewrite an
 VIZ_OUT = ContextVar("VIZ_OUT", "", "where VIZ=1 writes its trace (default: tiny-viz-PID.jsonl in the temp dir)")
 IGNORE_BEAM_CACHE = ContextVar("IGNORE_BEAM_CACHE", 0, "1: BEAM searches again instead of reusing a cached result "
                                "(read at each search)")
-RING = ContextVar("RING", 1, "multi-device allreduce over more than 2 devices: 1 ring, 0 naive (read at each allreduce)")
+RING = ContextVar("RING", 1, "multi-device allreduce over more than 2 devices: 1 ring, 0 naive (read at each "
+                  "allreduce)")
 
 # ***** tinygrad 0.14's other flags: accepted, no effect *****
 # tinygrad code sets these (`Context(WINO=1)`, `JIT_BATCH_SIZE=8 python ...`); tiny accepts each name and value so that
@@ -146,7 +147,8 @@ TINYGRAD_NOOP_FLAGS: dict[str, tuple[Any, str]] = {
   "PMA": (0, "tinygrad's NVIDIA performance monitor; tiny's NV runtime has none"),
   "HCQ_RUNTIME_DEV": ("CPU", "the device tinygrad's HCQ2 runtime runs on; tiny's hcq2 passes need none"),
 }
-for _k, (_default, _why) in TINYGRAD_NOOP_FLAGS.items(): ContextVar(_k, _default, "no effect in tiny (tinygrad: " + _why + ")")
+for _k, (_default, _why) in TINYGRAD_NOOP_FLAGS.items():
+  ContextVar(_k, _default, "no effect in tiny (tinygrad: " + _why + ")")
 
 
 # ***** pure utilities *****
