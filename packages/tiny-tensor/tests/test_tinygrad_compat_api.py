@@ -51,3 +51,71 @@ def test_context_noop_flags_are_documented():
   from tiny_uop.helpers import TINYGRAD_NOOP_FLAGS
   readme = (pathlib.Path(__file__).parents[2] / "tiny-uop" / "README.md").read_text()
   assert (missing := [k for k in TINYGRAD_NOOP_FLAGS if f"`{k}`" not in readme]) == [], missing
+
+
+def test_stack_and_cat_take_a_sequence():
+  import torch
+  a, b = np.array([1, 2], np.int32), np.array([3, 4], np.int32)
+  ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+  np.testing.assert_equal(Tensor.stack((Tensor(a), Tensor(b))).numpy(), torch.stack((ta, tb)).numpy())
+  np.testing.assert_equal(Tensor.stack([Tensor(a), Tensor(b)], dim=1).numpy(), torch.stack([ta, tb], dim=1).numpy())
+  np.testing.assert_equal(Tensor.cat((Tensor(a), Tensor(b))).numpy(), torch.cat((ta, tb)).numpy())
+  with pytest.raises(TypeError, match="int 3"): Tensor.stack((Tensor(a), 3))
+  with pytest.raises(ValueError, match=r"\(2,\) and \(3,\)"): Tensor.stack(Tensor(a), Tensor([1, 2, 3]))
+
+
+@pytest.mark.parametrize("diagonal", [-1, 0, 1])
+def test_tril_triu_keep_bool(diagonal):
+  import torch
+  x = np.array([[1, 0, 1, 1], [1, 1, 0, 1], [0, 1, 1, 1]], dtype=bool)
+  for name in ("tril", "triu"):
+    got = getattr(Tensor(x), name)(diagonal)
+    want = getattr(torch, name)(torch.from_numpy(x), diagonal).numpy()
+    assert got.dtype == dtypes.bool
+    np.testing.assert_equal(got.numpy(), want)
+
+
+def test_sigmoid_extremes_finite():
+  import torch
+  v = [-np.inf, -1e4, -1000.0, -100.0, -30.0, 0.0, 30.0, 100.0, 1000.0, 1e4, np.inf]
+  for dt, tdt in [("float32", torch.float32), ("float16", torch.float16), ("float64", torch.float64)]:
+    x = Tensor(v, dtype=dt, requires_grad=True)
+    x.sigmoid().sum().backward()
+    tx = torch.tensor(v, dtype=tdt, requires_grad=True)
+    torch.sigmoid(tx).sum().backward()
+    np.testing.assert_allclose(x.sigmoid().numpy(), torch.sigmoid(tx).detach().numpy(), rtol=1e-3, atol=0)
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-3, atol=1e-30)
+
+
+@pytest.mark.parametrize("args", [(2**31, 2**31 + 3), (-2**31 - 2, -2**31 + 1), (2**40, 2**40 - 10, -3),
+                                  (0, 2**31 + 2, 2**30), (2**62, 2**62 + 5, 2), (5,), (10, 0, -3)])
+def test_arange_picks_int64_past_int32(args):
+  import torch
+  t, want = Tensor.arange(*args), torch.arange(*args)
+  assert t.dtype == (dtypes.int32 if want.abs().max() < 2**31 else dtypes.int64)
+  np.testing.assert_equal(t.numpy(), want.numpy())
+  with pytest.raises(ValueError, match="not representable in dtype dtypes.int32"):
+    Tensor.arange(2**31, 2**31 + 3, dtype=dtypes.int32)
+
+
+def test_bitwise_with_unsigned_spelled_masks():
+  a = np.array([1, 2, -5, 2**31 - 1, -2**31], np.int32)
+  np.testing.assert_equal((Tensor(a) | 0xFFFFFFFF).numpy(), a | np.uint32(0xFFFFFFFF).view(np.int32))
+  np.testing.assert_equal((0xFFFF0000 & Tensor(a)).numpy(), a & np.uint32(0xFFFF0000).view(np.int32))
+  np.testing.assert_equal((Tensor(a) ^ 0x80000000).numpy(), a ^ np.uint32(0x80000000).view(np.int32))
+  u = a.view(np.uint32)
+  np.testing.assert_equal((Tensor(u) & -1).numpy(), u & np.int32(-1).view(np.uint32))
+  with pytest.raises(ValueError, match="1099511627776 is out of range"): Tensor(a) | 2**40
+
+
+@pytest.mark.parametrize("name", ["float16", "half", "bfloat16", "int32", "uint8", "int64", "float64", "bool"])
+def test_dtype_names_as_strings(name):
+  import torch
+  tname = {"half": "float16"}.get(name, name)
+  want = torch.tensor([1.5, 0.0, -2.0]).to(getattr(torch, tname))
+  got = Tensor([1.5, 0.0, -2.0], dtype=name)
+  assert got.dtype == getattr(dtypes, name)
+  np.testing.assert_equal(got.numpy(), want.float().numpy() if tname == "bfloat16" else want.numpy())
+  np.testing.assert_equal(Tensor([1.5, 0.0, -2.0]).cast(name).numpy(), got.numpy())
+  assert Tensor.zeros(2, dtype=name).dtype == Tensor.full((2,), 1, dtype=name).dtype == getattr(dtypes, name)
+  with pytest.raises(ValueError, match="unknown dtype 'floatx'; valid names: .*bfloat16"): Tensor([1], dtype="floatx")

@@ -867,6 +867,11 @@ def _tri_mask(x: Tensor, diagonal: int, upper: bool) -> Tensor:
   return rows <= cols if upper else rows >= cols
 
 
+def _zero_of(x: Tensor) -> bool | int:
+  """The zero that keeps `x`'s dtype in `where` (a Python 0 would promote a bool tensor to int32)."""
+  return False if x.dtype == dtypes.bool else 0
+
+
 def triu(self: Tensor, diagonal: int = 0) -> Tensor:
   """The upper triangle of the last two dims (j - i >= diagonal); the rest is zero.
 
@@ -874,7 +879,7 @@ def triu(self: Tensor, diagonal: int = 0) -> Tensor:
   >>> Tensor([[1, 2], [3, 4]]).triu().tolist()
   [[1, 2], [0, 4]]
   """
-  return _tri_mask(self, diagonal, upper=True).where(self, 0)
+  return _tri_mask(self, diagonal, upper=True).where(self, _zero_of(self))
 
 
 def tril(self: Tensor, diagonal: int = 0) -> Tensor:
@@ -884,7 +889,7 @@ def tril(self: Tensor, diagonal: int = 0) -> Tensor:
   >>> Tensor([[1, 2], [3, 4]]).tril().tolist()
   [[1, 0], [3, 4]]
   """
-  return _tri_mask(self, diagonal, upper=False).where(self, 0)
+  return _tri_mask(self, diagonal, upper=False).where(self, _zero_of(self))
 
 
 # ***** cumulative ops *****

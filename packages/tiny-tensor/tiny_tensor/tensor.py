@@ -24,14 +24,14 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 
 from tiny_uop.dtype import (DType, dtypes, from_numpy, least_upper_dtype, least_upper_float, sum_acc_dtype, to_dtype,
-                            to_numpy)
+                            to_numpy, truncate_int)
 from tiny_uop.helpers import TRAINING, Context, ceildiv, polyN, prod
 from tiny_uop.uop import Ops, UOp, sint
 from tiny_tensor import engine
 from tiny_tensor import multi as _multi
 from tiny_tensor.creation import CreationMixin
 from tiny_tensor.gradient import compute_gradient
-from tiny_tensor.helpers import _assign_view, _base_buffer, _broadcast_shape, _canonical_device, argfix
+from tiny_tensor.helpers import _assign_view, _base_buffer, _broadcast_shape, _canonical_device, argfix, tensor_seq
 from tiny_tensor.indexing import IndexingMixin
 
 __all__ = ["Tensor"]
@@ -715,20 +715,28 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     if not (dtypes.is_int(self.dtype) or self.dtype == dtypes.bool):
       raise RuntimeError(f"bitwise ops need an int or bool tensor, got {self.dtype}")
 
+  def _bit_pattern(self, y: Any) -> Any:
+    """A Python int operand of a bitwise op on an int tensor as the bits it spells in the tensor's width:
+    `x | 0xFFFFFFFF` on int32 is `x | -1` (as tinygrad), `u32 & -1` is `u32 & 0xFFFFFFFF`. An int wider than the
+    dtype stays as it is (and is refused as out of range: its high bits would be dropped silently)."""
+    if type(y) is not int or not dtypes.is_int(self.dtype): return y
+    bits = self.dtype.itemsize * 8
+    return truncate_int(y, self.dtype) if -(1 << (bits - 1)) <= y < (1 << bits) else y
+
   def bitwise_and(self, x: Any, reverse: bool = False) -> Tensor:
     """Bitwise (logical for bool) and."""
     self._check_bitwise()
-    return self._binop(Ops.AND, x, reverse)
+    return self._binop(Ops.AND, self._bit_pattern(x), reverse)
 
   def bitwise_or(self, x: Any, reverse: bool = False) -> Tensor:
     """Bitwise (logical for bool) or."""
     self._check_bitwise()
-    return self._binop(Ops.OR, x, reverse)
+    return self._binop(Ops.OR, self._bit_pattern(x), reverse)
 
   def bitwise_xor(self, x: Any, reverse: bool = False) -> Tensor:
     """Bitwise (logical for bool) xor."""
     self._check_bitwise()
-    return self._binop(Ops.XOR, x, reverse)
+    return self._binop(Ops.XOR, self._bit_pattern(x), reverse)
 
   def bitwise_not(self) -> Tensor:
     """Bitwise not (logical not for bool)."""
@@ -1279,6 +1287,7 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
 
   def cat(self, *args: Tensor, dim: int = 0) -> Tensor:
     """Concatenate along `dim`; the other dims must match."""
+    self, *args = tensor_seq("cat", self, args)
     d = self._resolve_dim(dim)
     ts = [self, *args]
     for t in args:
@@ -1294,9 +1303,12 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     return ret
 
   def stack(self, *args: Tensor, dim: int = 0) -> Tensor:
-    """Stack tensors of one shape along a new dim."""
-    d = self._resolve_dim(dim, extra=True)
-    return Tensor.cat(*[t.unsqueeze(d) for t in (self, *args)], dim=d)
+    """Stack tensors of one shape along a new dim (`Tensor.stack(a, b)`, `a.stack(b)` or `Tensor.stack([a, b])`)."""
+    ts = tensor_seq("stack", self, args)
+    if bad := [t.shape for t in ts if t.shape != ts[0].shape]:
+      raise ValueError(f"stack needs tensors of one shape, got {ts[0].shape} and {bad[0]}")
+    d = ts[0]._resolve_dim(dim, extra=True)
+    return Tensor.cat(*[t.unsqueeze(d) for t in ts], dim=d)
 
   def repeat(self, repeats: Any, *args: Any) -> Tensor:
     """Tile the tensor: `repeats` per dim (may add leading dims)."""
