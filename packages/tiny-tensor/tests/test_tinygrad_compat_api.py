@@ -119,3 +119,62 @@ def test_dtype_names_as_strings(name):
   np.testing.assert_equal(Tensor([1.5, 0.0, -2.0]).cast(name).numpy(), got.numpy())
   assert Tensor.zeros(2, dtype=name).dtype == Tensor.full((2,), 1, dtype=name).dtype == getattr(dtypes, name)
   with pytest.raises(ValueError, match="unknown dtype 'floatx'; valid names: .*bfloat16"): Tensor([1], dtype="floatx")
+
+
+def _views_of_realized_scalar(x):
+  # the fuzzer's find: realizing x.flatten() (x's own buffer, no copy) left x.flatten().reshape(()) with an origin
+  # that contains its new node, x's `RESHAPE(B, ())`: backward raised "replacing Ops.RESHAPE leads back to itself"
+  f = x.flatten()
+  z = f.reshape(())
+  y = z + f.reshape(())
+  keep = (z.reshape((1,)), f * z.reshape((1,)))
+  f.tolist()
+  return y.unsqueeze(0), keep
+
+
+def _contiguous_then_view(x):  # "replacing Ops.BUFFER leads back to itself"
+  c = x.contiguous()
+  u = c.unsqueeze(0)
+  Tensor.realize(c)
+  Tensor.realize(u)
+  return u * 2, (c, u)
+
+
+def _nested_unsqueeze(x):  # the realized view (1, 1) of x's buffer kept no origin: a gradient of 1.0 instead of 8.0
+  a = x.unsqueeze(0)
+  b = a.unsqueeze(0)
+  b.realize()
+  return (b * b + b).reshape(1) + a, (a, b)
+
+
+def _realized(f):  # `x -> f(x).realize() * 2`, the realized view kept alive: its gradient was None
+  def prog(x):
+    v = f(x).realize()
+    return v * 2, (v,)
+  return prog
+
+
+_VIEW_PROGRAMS = {  # tiny program, the same values in torch (where realize is a no-op)
+  "views": (_views_of_realized_scalar, lambda x: (x + x).unsqueeze(0)),
+  "contiguous": (_contiguous_then_view, lambda x: x.unsqueeze(0) * 2),
+  "nested_unsqueeze": (_nested_unsqueeze, lambda x: (x * x + x).reshape(1) + x.unsqueeze(0)),
+  "flatten": (_realized(lambda x: x.flatten()), lambda x: x.flatten() * 2),
+  "unsqueeze": (_realized(lambda x: x.unsqueeze(0)), lambda x: x.unsqueeze(0) * 2),
+  "view": (_realized(lambda x: x.view(1, 1)), lambda x: x.view(1, 1) * 2),
+  "slice": (_realized(lambda x: x[None]), lambda x: x[None] * 2),
+}
+
+
+@pytest.mark.parametrize("name", list(_VIEW_PROGRAMS))
+def test_views_of_a_realized_0d_tensor_backward(name):
+  import torch
+  prog, ref = _VIEW_PROGRAMS[name]
+  x = Tensor(3.0, requires_grad=True)
+  out, _keep = prog(x)
+  out.sum().backward()
+  tx = torch.tensor(3.0, requires_grad=True)
+  tout = ref(tx)
+  tout.sum().backward()
+  np.testing.assert_allclose(out.numpy(), tout.detach().numpy())
+  assert x.grad is not None, "gradient lost through the realized view"
+  np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy())

@@ -1499,7 +1499,8 @@ def _apply_becomes(becomes: dict[UOp, UOp]) -> None:
   lazy: list[Tensor] = []
   for t in _live(_lazy_tensors):
     if (n := fixed.get(t._uop)) is not None:
-      if _keeps_origin(t, n): t._origin = t._uop
+      n, origin = _realized_node(t, n)
+      if origin is not t._origin_uop: t._origin = origin
       t.uop = n
     if (u := t._uop).op is _BUFFER or (u.op is _RESHAPE and u.src[0].op is _BUFFER):  # is_realized(u)
       with _registry_lock: _lazy_tensors.pop(id(t), None)
@@ -1514,7 +1515,10 @@ def _apply_becomes(becomes: dict[UOp, UOp]) -> None:
   roots = list(dict.fromkeys(t.uop for t in todo))
   new = dict(zip(roots, UOp.sink(*roots).substitute(fixed, name="apply becomes").src))
   for t in todo:
-    if _keeps_origin(t): t._origin = t.uop
+    # as for a realized tensor: a graph that collapses onto a node it is made of (`x.flatten().reshape(())` once
+    # `x.flatten()` is realized is x's own view) keeps no origin, which would contain its own key
+    if _keeps_origin(t, new[t.uop]): t._origin = t.uop
+    elif t._origin_uop is not None and _aliases(t._origin_uop, new[t.uop]): t._origin = None
     t.uop = new[t.uop]
 
 
@@ -1528,16 +1532,41 @@ def _apply_becomes_alone(ts: list[Tensor], becomes: dict[UOp, UOp]) -> bool:
   for t in ts:
     if (n := becomes.get(t._uop)) is None or (n.op is not _BUFFER and n.op is not _RESHAPE): return False
     if n.shape != t._uop.shape: return False  # (a 0-d root's buffer may come back 1-d from the scheduler)
-    new.append(n)
-  keep = [_keeps_origin(t, n) for t, n in zip(ts, new)]
+    new.append(_realized_node(t, n))
   with _registry_lock:
-    for t, n, k in zip(ts, new, keep):
-      if k:
-        t._origin_uop = t._uop
-        _origin_tensors[id(t)] = t
+    for t, (n, origin) in zip(ts, new):
+      if origin is not t._origin_uop:
+        t._origin_uop = origin
+        if origin is not None: _origin_tensors[id(t)] = t
       t._uop = n  # a buffer view: no longer lazy (what the `uop` setter does for a realized node)
       _lazy_tensors.pop(id(t), None)
   return True
+
+
+def _realized_node(t: Tensor, new: UOp) -> tuple[UOp, UOp | None]:
+  """The node tensor `t` takes when realize gives it `new`, and the origin it keeps for autograd (`_keeps_origin`).
+
+  An origin must not contain its own key: substituting it at backward would lead back to itself (`substitute: ...
+  leads back to itself (cycle)`). Realize copies nothing for a pure view of a realized buffer and gives `t` a view
+  of that buffer, which can be a node of `t`'s own graph (or origin):
+  - a bare BUFFER (`x.flatten()` of a realized 0-d `x`, whose node is `RESHAPE(B, ())`, is `B` itself) is the bottom
+    of every such chain and leads to no leaf: `t` takes a same-shape RESHAPE of it, a node of its own (unless that
+    one is on the chain too), so that its origin, which reads `B`, still leads gradients to `x`;
+  - another view that is on the chain (`x.flatten().reshape(())` is `x`'s own node): `t` is that node, whose graph
+    leads to the leaves by itself, and keeps no origin."""
+  origin = t._origin_uop
+  if new.op is _BUFFER and t._requires_grad is not False and \
+     (_chain_base(t._uop) is new or (origin is not None and _chain_base(origin) is new)):
+    own = UOp(_RESHAPE, new.dtype, (new,), new.shape)
+    if not (_aliases(t._uop, own) or (origin is not None and _aliases(origin, own))): new = own
+  if origin is not None: return new, (None if _aliases(origin, new) else origin)
+  return new, (t._uop if _keeps_origin(t, new) else None)
+
+
+def _chain_base(u: UOp) -> UOp:
+  """The node at the bottom of `u`'s chain of one-source ops (views, contiguous): the buffer a pure view reads."""
+  while len(u.src) == 1 and u.op is not _BUFFER: u = u.src[0]
+  return u
 
 
 def _keeps_origin(t: Tensor, new: UOp | None = None) -> bool:
