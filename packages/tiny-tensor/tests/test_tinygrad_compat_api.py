@@ -178,3 +178,69 @@ def test_views_of_a_realized_0d_tensor_backward(name):
   np.testing.assert_allclose(out.numpy(), tout.detach().numpy())
   assert x.grad is not None, "gradient lost through the realized view"
   np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy())
+
+
+# ***** ml_dtypes arrays <-> tensors *****
+_ML_EXACT = {"bfloat16": "bfloat16", "float8_e4m3fn": "fp8e4m3", "float8_e5m2": "fp8e5m2"}
+
+
+@pytest.mark.parametrize("name", list(_ML_EXACT))
+def test_ml_dtypes_array_to_tensor_and_back_bit_exact(name):
+  import ml_dtypes
+  mlt = getattr(ml_dtypes, name)
+  if name == "bfloat16":  # every class of value: normals, subnormals, zeros, infs, NaN
+    a = np.random.default_rng(0).integers(0, 2**16, 4096, dtype=np.uint16).view(mlt).reshape(64, 64)
+  else:  # all 256 bit patterns
+    a = np.arange(256, dtype=np.uint8).view(mlt).reshape(16, 16)
+  t = Tensor(a)
+  assert t.dtype == getattr(dtypes, _ML_EXACT[name]) and t.shape == a.shape
+  got = t.numpy()
+  assert got.dtype == np.float32  # as tinygrad: bfloat16/fp8 come back as float32
+  np.testing.assert_array_equal(got, a.astype(np.float32))  # NaN where ml_dtypes has NaN
+  np.testing.assert_array_equal(np.signbit(got), np.signbit(a.astype(np.float32)))
+  np.testing.assert_array_equal(Tensor(a[3]).numpy(), a[3].astype(np.float32))  # a non-contiguous view
+  np.testing.assert_array_equal(Tensor(a[0, 0]).numpy(), a[0, 0].astype(np.float32))  # 0-d
+
+
+@pytest.mark.parametrize("name", list(_ML_EXACT))
+def test_floats_to_narrow_dtype_round_as_ml_dtypes(name):
+  import ml_dtypes
+  mlt = getattr(ml_dtypes, name)
+  fin = ml_dtypes.finfo(mlt)
+  rng = np.random.default_rng(1)
+  # random magnitudes over the whole finite range (subnormals too) and exact ties between neighbours
+  lo, hi = int(np.log2(float(fin.smallest_subnormal))), int(np.log2(float(fin.max)))
+  vals = np.float32(rng.uniform(-1, 1, 2000)) * np.float32(2.0) ** rng.integers(lo, hi, 2000)
+  grid = np.arange(256, dtype=np.uint8).view(mlt).astype(np.float32) if name != "bfloat16" else \
+    np.arange(0, 2**16, 97, dtype=np.uint16).view(mlt).astype(np.float32)
+  grid = np.sort(grid[np.isfinite(grid)])
+  ties = (grid[1:].astype(np.float64) + grid[:-1]) / 2  # exactly representable in float32
+  vals = np.concatenate([vals, ties]).astype(np.float32)
+  vals = vals[np.abs(vals) <= float(fin.max)]  # past max, tiny's fp8s saturate (as tinygrad); ml_dtypes gives NaN
+  got = Tensor(vals, dtype=getattr(dtypes, _ML_EXACT[name])).numpy()
+  np.testing.assert_array_equal(got, vals.astype(mlt).astype(np.float32))
+
+
+@pytest.mark.parametrize("name, widened, as_type", [
+  ("int4", "int8", np.int64), ("uint4", "uint8", np.int64), ("int2", "int8", np.int64), ("uint2", "uint8", np.int64),
+  ("float4_e2m1fn", "float16", np.float64), ("float6_e2m3fn", "float16", np.float64),
+  ("float6_e3m2fn", "float16", np.float64), ("float8_e4m3", "float16", np.float64),
+  ("float8_e3m4", "float16", np.float64), ("float8_e4m3fnuz", "float16", np.float64),
+  ("float8_e5m2fnuz", "float16", np.float64), ("float8_e4m3b11fnuz", "float16", np.float64),
+  ("float8_e8m0fnu", "float32", np.float64)])
+def test_ml_dtypes_without_a_tiny_dtype_widen_exactly(name, widened, as_type):
+  import ml_dtypes
+  mlt = getattr(ml_dtypes, name)
+  if as_type is np.int64:
+    info = ml_dtypes.iinfo(mlt)
+    a = np.arange(int(info.min), int(info.max) + 1).astype(mlt)
+  else:  # every value: the 256 bit patterns (narrower formats repeat theirs)
+    a = np.unique(np.arange(256, dtype=np.uint8).view(mlt).astype(np.float64)).astype(mlt)
+  t = Tensor(a)
+  assert t.dtype == getattr(dtypes, widened)
+  np.testing.assert_array_equal(t.numpy().astype(as_type), a.astype(as_type))
+
+
+def test_numpy_dtype_without_a_tiny_dtype_is_a_clear_error():
+  with pytest.raises(TypeError, match=r"numpy dtype 'complex64' has no tiny dtype; supported: .*float8_e4m3fn"):
+    Tensor(np.zeros(2, np.complex64))

@@ -23,8 +23,8 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from tiny_uop.dtype import (DType, dtypes, from_numpy, least_upper_dtype, least_upper_float, sum_acc_dtype, to_dtype,
-                            to_numpy, truncate_int)
+from tiny_uop.dtype import (DType, dtypes, float_to_narrow_bits, from_numpy, least_upper_dtype, least_upper_float,
+                            ml_dtypes_name, narrow_bits_to_float32, sum_acc_dtype, to_dtype, to_numpy, truncate_int)
 from tiny_uop.helpers import TRAINING, Context, ceildiv, polyN, prod
 from tiny_uop.uop import Ops, UOp, sint
 from tiny_tensor import engine
@@ -170,8 +170,14 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
   @staticmethod
   def _from_numpy(arr: np.ndarray, dev: str, dt: DType | None) -> UOp:
     target = dt if dt is not None else from_numpy(arr.dtype)
+    if (ml := ml_dtypes_name(target)) is not None and (arr.dtype.name == ml or target in dtypes.fp8s):
+      # an ml_dtypes array of the type: its bits as they are; fp8 from other data: rounded here (no device computes
+      # fp8, so a lazy cast could never run)
+      bits = arr.view(f"u{arr.dtype.itemsize}") if arr.dtype.name == ml else float_to_narrow_bits(arr, target)
+      bits = np.ascontiguousarray(bits).reshape(arr.shape)
+      return engine.buffer_from_bytes(dev, bits.size, target, bits.tobytes() if bits.size else None).reshape(arr.shape)
     try: npdt = to_numpy(target)
-    except TypeError: npdt = None  # bfloat16/fp8: store as float32, cast lazily
+    except TypeError: npdt = None  # bfloat16: store as float32, cast lazily
     if npdt is None:
       return Tensor._from_numpy(arr.astype(np.float32), dev, dtypes.float32).cast(target)
     if arr.dtype != npdt:
@@ -343,14 +349,15 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     array([[1, 3],
            [2, 4]], dtype=int32)
     """
-    if self.dtype.scalar() in (dtypes.bfloat16, *dtypes.fp8s): return self.cast(dtypes.float32).numpy()
     if isinstance(self.device, tuple): return self.to(self.device[0]).numpy()
     shape = tuple(int(s) for s in self.shape)
-    npdt = to_numpy(self.dtype)
-    if prod(shape) == 0: return np.zeros(shape, dtype=npdt)
+    narrow = ml_dtypes_name(self.dtype) is not None  # bfloat16/fp8: their bits, decoded on the host (exact)
+    npdt = np.dtype(f"u{self.dtype.itemsize}") if narrow else to_numpy(self.dtype)
+    if prod(shape) == 0: return np.zeros(shape, dtype=np.float32 if narrow else npdt)
     with engine.lock:  # a device's queues are the engine's to drive: one thread at a time
       data = self._buffer().as_buffer()
-    return np.frombuffer(data, dtype=npdt).reshape(shape)
+    arr = np.frombuffer(data, dtype=npdt).reshape(shape)
+    return narrow_bits_to_float32(arr, self.dtype) if narrow else arr
 
   def data(self) -> memoryview:
     """The data as a memoryview of the tensor's shape."""

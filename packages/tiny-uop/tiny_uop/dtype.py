@@ -485,6 +485,45 @@ _NP_NAMES: dict[DType, str] = {
   dtypes.float16: "float16", dtypes.float32: "float32", dtypes.float64: "float64"}
 
 
+# numpy dtypes that the ml_dtypes package adds (bfloat16, fp8s, int4, ...), by name: the ones tiny has map to them,
+# bit for bit; the narrower ones tiny lacks widen to the smallest computable tiny dtype that holds every value exactly
+_ML_DTYPES: dict[str, DType] = {"bfloat16": dtypes.bfloat16, "float8_e4m3fn": dtypes.fp8e4m3,
+                                "float8_e5m2": dtypes.fp8e5m2}
+_ML_WIDEN: dict[str, DType] = {
+  "int4": dtypes.int8, "int2": dtypes.int8, "uint4": dtypes.uint8, "uint2": dtypes.uint8,
+  "float4_e2m1fn": dtypes.float16, "float6_e2m3fn": dtypes.float16, "float6_e3m2fn": dtypes.float16,
+  "float8_e4m3": dtypes.float16, "float8_e3m4": dtypes.float16, "float8_e4m3b11fnuz": dtypes.float16,
+  "float8_e4m3fnuz": dtypes.float16, "float8_e5m2fnuz": dtypes.float16, "float8_e8m0fnu": dtypes.float32}
+_ML_NAMES: dict[DType, str] = {v: k for k, v in _ML_DTYPES.items()}
+
+
+def ml_dtypes_name(dtype: DType) -> str | None:
+  """The name of the ml_dtypes numpy type with `dtype`'s exact bits (bfloat16, float8_e4m3fn, float8_e5m2), or None."""
+  return _ML_NAMES.get(dtype.scalar())
+
+
+def narrow_bits_to_float32(bits: Any, dtype: DType) -> Any:
+  """A numpy array of bfloat16/fp8 bit patterns (uint16/uint8) decoded to float32, exactly (NaNs stay NaN)."""
+  import numpy as np
+  sd = dtype.scalar()
+  if sd is dtypes.bfloat16: return (np.asarray(bits, np.uint16).astype(np.uint32) << 16).view(np.float32)
+  if sd in dtypes.fp8s:  # the sign from bit 7 (the table's NaNs have none)
+    b = np.asarray(bits, np.uint8)
+    return np.copysign(np.array(_FP8_DECODE[sd], np.float32)[b], np.where(b & 0x80, -1.0, 1.0)).astype(np.float32)
+  raise TypeError(f"narrow_bits_to_float32: {dtype} is not bfloat16 or an fp8; valid: bfloat16, fp8e4m3, fp8e5m2")
+
+
+def float_to_narrow_bits(values: Any, dtype: DType) -> Any:
+  """A numpy array of floats rounded to bfloat16/fp8 bit patterns (uint16/uint8), each once, as `float_to_bits` does
+  (round to nearest even; fp8s saturate finite overflow, as tinygrad does)."""
+  import numpy as np
+  sd = dtype.scalar()
+  if sd is not dtypes.bfloat16 and sd not in dtypes.fp8s:
+    raise TypeError(f"float_to_narrow_bits: {dtype} is not bfloat16 or an fp8; valid: bfloat16, fp8e4m3, fp8e5m2")
+  enc = np.frompyfunc(lambda v: float_to_bits(float(v), sd), 1, 1)
+  return enc(np.asarray(values, np.float64)).astype(np.uint16 if sd is dtypes.bfloat16 else np.uint8)
+
+
 def to_numpy(dtype: DType) -> Any:
   """The numpy dtype holding `dtype` values; bfloat16 and fp8 (which numpy lacks) raise a clear TypeError."""
   import numpy as np
@@ -493,12 +532,16 @@ def to_numpy(dtype: DType) -> Any:
 
 
 def from_numpy(npdtype: Any) -> DType:
-  """The DType of a numpy dtype (or scalar type)."""
+  """The DType of a numpy dtype (or scalar type). ml_dtypes' types (see `_ML_DTYPES`) map to bfloat16 and the fp8s
+  bit for bit; its narrower types tiny lacks (int4, uint2, float4_e2m1fn, fnuz fp8s, ...) to the smallest tiny dtype
+  that holds every value exactly (int8, uint8, float16; float32 for float8_e8m0fnu)."""
   import numpy as np
   name = np.dtype(npdtype).name
   for k, v in _NP_NAMES.items():
     if v == name: return k
-  raise TypeError(f"numpy dtype {name!r} has no tiny dtype; supported: {', '.join(sorted(_NP_NAMES.values()))}")
+  if (dt := _ML_DTYPES.get(name, _ML_WIDEN.get(name))) is not None: return dt
+  raise TypeError(f"numpy dtype {name!r} has no tiny dtype; supported: {', '.join(sorted(_NP_NAMES.values()))} and "
+                  f"ml_dtypes' {', '.join(sorted({**_ML_DTYPES, **_ML_WIDEN}))}")
 
 
 Fmt = Literal["?", "b", "B", "h", "H", "i", "I", "q", "Q", "e", "f", "d"]
