@@ -181,7 +181,8 @@ def test_views_of_a_realized_0d_tensor_backward(name):
 
 
 # ***** ml_dtypes arrays <-> tensors *****
-_ML_EXACT = {"bfloat16": "bfloat16", "float8_e4m3fn": "fp8e4m3", "float8_e5m2": "fp8e5m2"}
+_ML_EXACT = {"bfloat16": "bfloat16", "float8_e4m3fn": "fp8e4m3", "float8_e5m2": "fp8e5m2",
+             "float8_e4m3fnuz": "fp8e4m3fnuz", "float8_e5m2fnuz": "fp8e5m2fnuz"}
 
 
 @pytest.mark.parametrize("name", list(_ML_EXACT))
@@ -225,8 +226,7 @@ def test_floats_to_narrow_dtype_round_as_ml_dtypes(name):
   ("int4", "int8", np.int64), ("uint4", "uint8", np.int64), ("int2", "int8", np.int64), ("uint2", "uint8", np.int64),
   ("float4_e2m1fn", "float16", np.float64), ("float6_e2m3fn", "float16", np.float64),
   ("float6_e3m2fn", "float16", np.float64), ("float8_e4m3", "float16", np.float64),
-  ("float8_e3m4", "float16", np.float64), ("float8_e4m3fnuz", "float16", np.float64),
-  ("float8_e5m2fnuz", "float16", np.float64), ("float8_e4m3b11fnuz", "float16", np.float64),
+  ("float8_e3m4", "float16", np.float64), ("float8_e4m3b11fnuz", "float16", np.float64),
   ("float8_e8m0fnu", "float32", np.float64)])
 def test_ml_dtypes_without_a_tiny_dtype_widen_exactly(name, widened, as_type):
   import ml_dtypes
@@ -244,3 +244,25 @@ def test_ml_dtypes_without_a_tiny_dtype_widen_exactly(name, widened, as_type):
 def test_numpy_dtype_without_a_tiny_dtype_is_a_clear_error():
   with pytest.raises(TypeError, match=r"numpy dtype 'complex64' has no tiny dtype; supported: .*float8_e4m3fn"):
     Tensor(np.zeros(2, np.complex64))
+
+
+def test_fnuz_fp8_dtypes_as_tinygrad():
+  # tinygrad 0.14 has fp8e4m3fnuz/fp8e5m2fnuz (AMD's fp8s): the names, the bits and the promotion are tinygrad's
+  import ml_dtypes
+  from tinygrad import dtypes as tg
+  for name in ("fp8e4m3fnuz", "fp8e5m2fnuz"):
+    ours, theirs = getattr(dtypes, name), getattr(tg, name)
+    assert (ours.itemsize, dtypes.finfo(ours)) == (theirs.itemsize, tg.finfo(theirs))
+    assert ours in dtypes.fp8s and ours in dtypes.fp8_fnuz and dtypes.is_float(ours)
+  from tiny_uop.dtype import least_upper_dtype
+  from tinygrad.dtype import least_upper_dtype as tg_lud
+  for a, b in [("fp8e4m3fnuz", "int8"), ("fp8e4m3fnuz", "fp8e5m2fnuz"), ("fp8e5m2fnuz", "fp8e4m3"),
+               ("fp8e4m3fnuz", "bfloat16"), ("uint64", "fp8e5m2fnuz")]:
+    assert repr(least_upper_dtype(getattr(dtypes, a), getattr(dtypes, b))) == \
+      repr(tg_lud(getattr(tg, a), getattr(tg, b))).replace("dtypes.half", "dtypes.float16")
+  # inf and NaN are the one NaN 0x80, -0.0 is +0.0, overflow saturates (tinygrad); the rest rounds as ml_dtypes
+  x = Tensor([np.inf, -np.inf, np.nan, -0.0, 1e6, -1e6, 0.3], dtype=dtypes.fp8e4m3fnuz).numpy()
+  want = np.array([np.nan, np.nan, np.nan, 0.0, 240.0, -240.0, np.float32(0.3).astype(ml_dtypes.float8_e4m3fnuz)],
+                  np.float32)
+  np.testing.assert_array_equal(x, want)
+  assert not np.signbit(x[3])
