@@ -266,3 +266,19 @@ def test_fnuz_fp8_dtypes_as_tinygrad():
                   np.float32)
   np.testing.assert_array_equal(x, want)
   assert not np.signbit(x[3])
+
+
+@pytest.mark.parametrize("flt, it", [("float16", "int64"), ("float64", "int16"), ("bfloat16", "int32")])
+def test_context_default_float_and_int_as_tinygrad(flt, it):
+  import tinygrad
+  with tinygrad.Context(DEFAULT_FLOAT=flt, DEFAULT_INT=it):
+    want = [tinygrad.Tensor(v).dtype.name for v in ([1.5], [1], [[1, 2.0]])] + \
+      [(tinygrad.Tensor([1]) / 2).dtype.name, tinygrad.Tensor.arange(3).dtype.name]
+  with Context(DEFAULT_FLOAT=flt, DEFAULT_INT=it):
+    got = [Tensor(v).dtype.name for v in ([1.5], [1], [[1, 2.0]])] + \
+      [(Tensor([1]) / 2).dtype.name, Tensor.arange(3).dtype.name]
+    np.testing.assert_array_equal(Tensor([1.5, -2.25]).numpy(), np.array([1.5, -2.25], np.float32))
+  assert got == want
+  assert dtypes.default_float == dtypes.float32 and dtypes.default_int == dtypes.int32  # restored
+  with pytest.raises(ValueError, match=r"DEFAULT_FLOAT='int8' is not a float dtype; valid: .*float16"):
+    with Context(DEFAULT_FLOAT="int8"): Tensor([1.5])

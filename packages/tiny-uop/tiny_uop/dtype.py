@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, Final, Literal
 
+from tiny_uop.helpers import DEFAULT_FLOAT, DEFAULT_INT, ContextVar
+
 ConstType = float | int | bool
 
 
@@ -128,7 +130,42 @@ def _dtype_from_repr(name: str, count: int) -> DType:
   return getattr(dtypes, INVERSE_DTYPES_DICT[name]).vec(count)
 
 
-class dtypes:
+class _DTypesMeta(type):
+  """`dtypes.default_float` / `dtypes.default_int` are the DEFAULT_FLOAT / DEFAULT_INT flags (the environment,
+  `Context(DEFAULT_FLOAT="float16")`), as tinygrad's are; assigning a dtype (or its name) sets the flag."""
+
+  @property
+  def default_float(cls) -> DType:
+    v = DEFAULT_FLOAT.value
+    return v if v.__class__ is DType else _resolve_default(DEFAULT_FLOAT.key, v, "float")  # (a hot path)
+  @default_float.setter
+  def default_float(cls, dt: Any) -> None: _set_default(DEFAULT_FLOAT, dt, "float")
+
+  @property
+  def default_int(cls) -> DType:
+    v = DEFAULT_INT.value
+    return v if v.__class__ is DType else _resolve_default(DEFAULT_INT.key, v, "int")
+  @default_int.setter
+  def default_int(cls, dt: Any) -> None: _set_default(DEFAULT_INT, dt, "int")
+
+
+def _set_default(flag: ContextVar, dt: Any, kind: str) -> None:
+  _resolve_default(flag.key, dt, kind)  # a bad value raises before the flag changes
+  flag.value = dt
+
+
+@functools.cache  # a name resolves once (dtypes.default_float is read on every tensor op)
+def _resolve_default(key: str, v: Any, kind: str) -> DType:
+  """The dtype DEFAULT_FLOAT/DEFAULT_INT value `v` (a DType or its name) names; a ValueError naming the valid ones."""
+  is_kind = dtypes.is_float if kind == "float" else dtypes.is_int
+  dt = v if isinstance(v, DType) else DTYPES_DICT.get(v.lower()) if isinstance(v, str) else None
+  if dt is None or not is_kind(dt):
+    valid = ", ".join(sorted(k for k, d in DTYPES_DICT.items() if is_kind(d)))
+    raise ValueError(f"{key}={v!r} is not {'a float' if kind == 'float' else 'an int'} dtype; valid: {valid}")
+  return dt
+
+
+class dtypes(metaclass=_DTypesMeta):
   """The namespace of all dtypes and helpers about them."""
   void: Final[DType] = DType.new(-1, 0, "void", None)
   bool: Final[DType] = DType.new(0, 1, "bool", "?")
@@ -165,8 +202,6 @@ class dtypes:
   # the index type of kernels: int32 unless a buffer needs more
   index = int32
 
-  default_float: DType = float32
-  default_int: DType = int32
 
   floats: tuple[DType, ...] = ()
   uints: tuple[DType, ...] = ()
@@ -281,6 +316,9 @@ dtypes.all = (dtypes.bool, *dtypes.ints, *dtypes.floats)
 
 DTYPES_DICT: dict[str, DType] = {
   k: v for k, v in dtypes.__dict__.items() if isinstance(v, DType) and not k.startswith(("default", "void", "index"))}
+# the environment's DEFAULT_FLOAT/DEFAULT_INT names, checked now (as tinygrad does at import) and held as DTypes: the
+# fast path of `dtypes.default_float`
+DEFAULT_FLOAT.value, DEFAULT_INT.value = dtypes.default_float, dtypes.default_int
 INVERSE_DTYPES_DICT: dict[str, str] = {**{v.name: k for k, v in DTYPES_DICT.items() if k not in (
   "half", "float", "double", "uchar", "ushort", "uint", "ulong", "char", "short", "int", "long")}, "void": "void"}
 

@@ -93,6 +93,10 @@ VIZ = ContextVar("VIZ", 0, "1: record schedules, kernels, every graph_rewrite an
 VIZ_OUT = ContextVar("VIZ_OUT", "", "where VIZ=1 writes its trace (default: tiny-viz-PID.jsonl in the temp dir)")
 IGNORE_BEAM_CACHE = ContextVar("IGNORE_BEAM_CACHE", 0, "1: BEAM searches again instead of reusing a cached result "
                                "(read at each search)")
+DEFAULT_FLOAT = ContextVar("DEFAULT_FLOAT", "float32", "the dtype of Python floats in tensors "
+                           "(`dtypes.default_float`): a float dtype's name, as tinygrad's")
+DEFAULT_INT = ContextVar("DEFAULT_INT", "int32", "the dtype of Python ints in tensors (`dtypes.default_int`): an int "
+                         "dtype's name, as tinygrad's")
 RING = ContextVar("RING", 1, "multi-device allreduce over more than 2 devices: 1 ring, 0 naive (read at each "
                   "allreduce)")
 
@@ -100,7 +104,8 @@ RING = ContextVar("RING", 1, "multi-device allreduce over more than 2 devices: 1
 # tinygrad code sets these (`Context(WINO=1)`, `JIT_BATCH_SIZE=8 python ...`); tiny accepts each name and value so that
 # such code runs unchanged, and acts on none of them. Each line says what it does in tinygrad and why tiny ignores it.
 # (The names tinygrad 0.14 defines that tiny implements are declared above: DEBUG, DEV, BEAM, NOOPT, IMAGE, JIT, TC,
-# TRAINING, CACHELEVEL, IGNORE_BEAM_CACHE, RING, VIZ, PROFILE, SPEC, CHECK_OOB, TRACK_MATCH_STATS.)
+# TRAINING, CACHELEVEL, IGNORE_BEAM_CACHE, RING, DEFAULT_FLOAT, DEFAULT_INT, VIZ, PROFILE, SPEC, CHECK_OOB,
+# TRACK_MATCH_STATS.)
 TINYGRAD_NOOP_FLAGS: dict[str, tuple[Any, str]] = {
   "FLOAT16": (0, "tinygrad's example scripts: half-precision weights; tiny models take a dtype argument"),
   "OPENPILOT_HACKS": (0, "tinygrad's openpilot-specific kernel workarounds; tiny has none"),
@@ -125,8 +130,6 @@ TINYGRAD_NOOP_FLAGS: dict[str, tuple[Any, str]] = {
   "MAX_BUFFER_SIZE": (0, "tinygrad's cap on one buffer's size"),
   "MAX_KERNEL_BUFFERS": (0, "tinygrad's cap on buffers per kernel; tiny's renderers state their own"),
   "EMULATED_DTYPES": ("", "dtypes tinygrad emulates on request; tiny emulates what a renderer lacks, always"),
-  "DEFAULT_FLOAT": ("float32", "tinygrad's default float from the environment; tiny: assign dtypes.default_float"),
-  "DEFAULT_INT": ("int32", "tinygrad's default int from the environment; tiny: assign dtypes.default_int"),
   "CAPTURE_PROCESS_REPLAY": (0, "tinygrad's CI kernel-diff capture"),
   "NUM_CPU_THREADS": (0, "tinygrad's CPU worker count; tiny's is CPU_THREADS"),
   "NULL_ALLOW_COPYOUT": (0, "tinygrad's NULL device copy-out switch; tiny has no NULL device"),
