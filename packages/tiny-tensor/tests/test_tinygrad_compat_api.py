@@ -147,6 +147,19 @@ def _nested_unsqueeze(x):  # the realized view (1, 1) of x's buffer kept no orig
   return (b * b + b).reshape(1) + a, (a, b)
 
 
+def _views_realized_into_each_other(x):
+  # v = p[None] is p's buffer C itself, then s = v.squeeze() is p's node again: s's origin (a view of v's node) and
+  # v's (a view of p's node) led into each other: "replacing Ops.RESHAPE leads back to itself (cycle)"
+  p = x * 2
+  p.tolist()
+  v = p[None]
+  w = v + p.reshape(1)
+  Tensor.realize(v)
+  s = v.squeeze()
+  s.tolist()
+  return s * 3 + w.sum(), (p, v, w, s)
+
+
 def _realized(f):  # `x -> f(x).realize() * 2`, the realized view kept alive: its gradient was None
   def prog(x):
     v = f(x).realize()
@@ -157,6 +170,8 @@ def _realized(f):  # `x -> f(x).realize() * 2`, the realized view kept alive: it
 _VIEW_PROGRAMS = {  # tiny program, the same values in torch (where realize is a no-op)
   "views": (_views_of_realized_scalar, lambda x: (x + x).unsqueeze(0)),
   "contiguous": (_contiguous_then_view, lambda x: x.unsqueeze(0) * 2),
+  "into_each_other": (_views_realized_into_each_other,
+                      lambda x: (x * 2) * 3 + ((x * 2)[None] + (x * 2).reshape(1)).sum()),
   "nested_unsqueeze": (_nested_unsqueeze, lambda x: (x * x + x).reshape(1) + x.unsqueeze(0)),
   "flatten": (_realized(lambda x: x.flatten()), lambda x: x.flatten() * 2),
   "unsqueeze": (_realized(lambda x: x.unsqueeze(0)), lambda x: x.unsqueeze(0) * 2),

@@ -1453,12 +1453,48 @@ def _size_differs(a: sint, b: sint) -> bool:
 def _expand_origins(root: UOp, keep: set[UOp]) -> UOp:
   """root's graph with realized tensors replaced by the graphs they were computed from (not those in `keep`), so
   gradients flow through values that were realized (e.g. printed) before backward."""
-  origins = {u: o for t in _live(_origin_tensors) if t._origin is not None and t.uop not in keep
-             for u, o in zip(_shards(t.uop), _shards(t._origin)) if u not in keep}
+  origins: dict[UOp, UOp] = {}
+  views: dict[UOp, UOp] = {}  # origins that are a view chain of their own node's buffer (realize copied nothing)
+  for t in _live(_origin_tensors):
+    if t._origin is None or t.uop in keep: continue
+    for u, o in zip(_shards(t.uop), _shards(t._origin)):
+      if u in keep: continue
+      if engine.is_realized(u) and _chain_base(o) is (u if u.op is _BUFFER else u.src[0]): views[u] = o
+      else: origins[u] = o
+  # a node two tensors were realized into: the one computed wins over one that only views it; views of one buffer
+  # realized into each other (`a.flatten()` and `a.flatten().reshape(())` both realized) lead nowhere but in a loop
+  origins.update(_acyclic_views({u: o for u, o in views.items() if u not in origins}))
   for _ in range(32):
     if not origins or not any(u in origins for u in root.toposort()): break
     root = root.substitute(origins)
   return root
+
+
+def _acyclic_views(views: dict[UOp, UOp]) -> dict[UOp, UOp]:
+  """`views` without the entries that lead back to themselves through the others' chains (each chain is a few
+  one-source nodes, so the walks are short)."""
+  succ = {u: [n for n in _chain(o) if n in views and n is not u] for u, o in views.items()}
+  def loops(u: UOp) -> bool:
+    seen, stack = set(), list(succ[u])
+    while stack:
+      if (n := stack.pop()) is u: return True
+      if n not in seen:
+        seen.add(n)
+        stack.extend(succ[n])
+    return False
+  return {u: o for u, o in views.items() if not loops(u) and not _on_chain(o, u)}
+
+
+def _chain(u: UOp) -> list[UOp]:
+  """u and the nodes down its chain of one-source ops."""
+  out = [u]
+  while len(u.src) == 1 and u.op is not _BUFFER:
+    u = u.src[0]
+    out.append(u)
+  return out
+
+
+def _on_chain(o: UOp, u: UOp) -> bool: return any(n is u for n in _chain(o))
 
 
 def _old_value_readers(uops: list[UOp], ts: list[Tensor]) -> list[Tensor]:
