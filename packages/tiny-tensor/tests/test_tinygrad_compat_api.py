@@ -160,6 +160,16 @@ def _views_realized_into_each_other(x):
   return s * 3 + w.sum(), (p, v, w, s)
 
 
+def _contiguous_realized_with_its_source(x):
+  # c = y.contiguous() is y's buffer (no copy): c took y's node with no origin, and backward took that node for a
+  # leaf's, stopping there (x.grad None instead of 14)
+  y = x * x + x
+  y.realize()
+  c = y.contiguous()
+  Tensor.realize(c, y)
+  return c + y, (y, c)
+
+
 def _realized(f):  # `x -> f(x).realize() * 2`, the realized view kept alive: its gradient was None
   def prog(x):
     v = f(x).realize()
@@ -172,6 +182,7 @@ _VIEW_PROGRAMS = {  # tiny program, the same values in torch (where realize is a
   "contiguous": (_contiguous_then_view, lambda x: x.unsqueeze(0) * 2),
   "into_each_other": (_views_realized_into_each_other,
                       lambda x: (x * 2) * 3 + ((x * 2)[None] + (x * 2).reshape(1)).sum()),
+  "contiguous_with_source": (_contiguous_realized_with_its_source, lambda x: 2 * (x * x + x)),
   "nested_unsqueeze": (_nested_unsqueeze, lambda x: (x * x + x).reshape(1) + x.unsqueeze(0)),
   "flatten": (_realized(lambda x: x.flatten()), lambda x: x.flatten() * 2),
   "unsqueeze": (_realized(lambda x: x.unsqueeze(0)), lambda x: x.unsqueeze(0) * 2),

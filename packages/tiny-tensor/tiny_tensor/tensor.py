@@ -1458,7 +1458,7 @@ def _expand_origins(root: UOp, keep: set[UOp]) -> UOp:
   for t in _live(_origin_tensors):
     if t._origin is None or t.uop in keep: continue
     for u, o in zip(_shards(t.uop), _shards(t._origin)):
-      if u in keep: continue
+      if u in keep or o is u: continue  # (a node that is another value's: no origin of its own)
       if engine.is_realized(u) and _chain_base(o) is (u if u.op is _BUFFER else u.src[0]): views[u] = o
       else: origins[u] = o
   # a node two tensors were realized into: the one computed wins over one that only views it; views of one buffer
@@ -1558,11 +1558,13 @@ def _apply_becomes(becomes: dict[UOp, UOp]) -> None:
   roots = list(dict.fromkeys(t.uop for t in todo))
   new = dict(zip(roots, UOp.sink(*roots).substitute(fixed, name="apply becomes").src))
   for t in todo:
-    # as for a realized tensor: a graph that collapses onto a node it is made of (`x.flatten().reshape(())` once
-    # `x.flatten()` is realized is x's own view) keeps no origin, which would contain its own key
-    if _keeps_origin(t, new[t.uop]): t._origin = t.uop
-    elif t._origin_uop is not None and _aliases(t._origin_uop, new[t.uop]): t._origin = None
-    t.uop = new[t.uop]
+    # as for a realized tensor (`_realized_node`): a graph that collapses onto a node it is made of
+    # (`x.flatten().reshape(())` once `x.flatten()` is realized is x's own node) keeps that node as its origin, not
+    # its old graph, which would contain its own key
+    n = new[t.uop]
+    if _keeps_origin(t, n): t._origin = t.uop
+    elif _keeps_origin(t) or (t._origin_uop is not None and _aliases(t._origin_uop, n)): t._origin = n
+    t.uop = n
 
 
 def _apply_becomes_alone(ts: list[Tensor], becomes: dict[UOp, UOp]) -> bool:
@@ -1596,14 +1598,16 @@ def _realized_node(t: Tensor, new: UOp) -> tuple[UOp, UOp | None]:
     of every such chain and leads to no leaf: `t` takes a same-shape RESHAPE of it, a node of its own (unless that
     one is on the chain too), so that its origin, which reads `B`, still leads gradients to `x`;
   - another view that is on the chain (`x.flatten().reshape(())` is `x`'s own node): `t` is that node, whose graph
-    leads to the leaves by itself, and keeps no origin."""
+    leads to the leaves by itself; its origin is that node itself (a no-op at backward), not none, which would make
+    backward take the node for a leaf's and stop there (`c = y.contiguous()` realized with `y` is `y`'s node)."""
   origin = t._origin_uop
   if new.op is _BUFFER and t._requires_grad is not False and \
      (_chain_base(t._uop) is new or (origin is not None and _chain_base(origin) is new)):
     own = UOp(_RESHAPE, new.dtype, (new,), new.shape)
     if not (_aliases(t._uop, own) or (origin is not None and _aliases(origin, own))): new = own
-  if origin is not None: return new, (None if _aliases(origin, new) else origin)
-  return new, (t._uop if _keeps_origin(t, new) else None)
+  if origin is not None: return new, (new if _aliases(origin, new) else origin)
+  if _keeps_origin(t, new): return new, t._uop
+  return new, (new if _keeps_origin(t) else None)
 
 
 def _chain_base(u: UOp) -> UOp:
