@@ -28,6 +28,45 @@ def _sym_name(u: Any) -> str:
   return str(u.arg[0]) if u.op is Ops.DEFINE_VAR else u.render()
 
 
+def _symbolic_bound(b: Any, s: int, d: int) -> Any:
+  """A slice bound that may be symbolic (a bound Variable or an expression of one): a negative one counts from the
+  end, as in Python; one whose sign depends on the Variable's value has no single meaning and is refused."""
+  if not isinstance(b, UOp): return b + s if b < 0 else b
+  if b.vmin >= 0: return b
+  if b.vmax < 0: return ssimplify(b + s)
+  raise IndexError(f"symbolic slice bound {_sym_name(b)} ranges over [{b.vmin}, {b.vmax}] at dimension {d}: it is "
+                   f"negative for some values and not for others; bound the Variable so its sign is fixed")
+
+
+def _symbolic_slice(i: slice, s: int, d: int) -> tuple[tuple[Any, Any], int, Any]:
+  """((start, stop), step, length) of a slice with symbolic bounds over a dim of size `s`. The length may be symbolic
+  (`a[:, :i]`) with step 1; another positive int step needs a constant length (`a[i:i+4:2]`): every k-th element of a
+  symbolic length is a dim whose size is a quotient of the Variable, which a shape can't hold (tinygrad refuses steps
+  with symbolic bounds: TypeError too)."""
+  if i.step is not None and (isinstance(i.step, UOp) or not isinstance(i.step, int) or i.step <= 0):
+    raise TypeError(f"a slice with symbolic bounds needs a positive int step, got {_sym_name(i.step)} in "
+                    f"{_sym_name(i.start)}:{_sym_name(i.stop)}:{_sym_name(i.step)}")
+  k = 1 if i.step is None else i.step
+  start = 0 if i.start is None else _symbolic_bound(i.start, s, d)
+  stop = s if i.stop is None else _symbolic_bound(i.stop, s, d)
+  length = ssimplify(stop - start)
+  lo, hi = (start.vmin if isinstance(start, UOp) else start), (stop.vmax if isinstance(stop, UOp) else stop)
+  if lo < 0 or hi > s:
+    raise IndexError(f"symbolic slice {_sym_name(start)}:{_sym_name(stop)} spans [{lo}, {hi}) at its extremes, "
+                     f"out of bounds for dimension {d} with size {s}")
+  if isinstance(length, UOp) and length.vmin < 0:
+    raise IndexError(f"symbolic slice {_sym_name(start)}:{_sym_name(stop)} at dimension {d} has length "
+                     f"{_sym_name(length)}, negative for some values of its Variables (range [{length.vmin}, "
+                     f"{length.vmax}])")
+  if isinstance(length, int):
+    if length < 0: length = 0
+    return (start, stop), k, ceildiv(length, k)
+  if k != 1:
+    raise TypeError(f"a slice with symbolic bounds and a step needs a constant length, got length "
+                    f"{_sym_name(length)} with step {k}")
+  return (start, stop), 1, length
+
+
 # the values with no buffer of their own to write through to (a setitem into a view of one changes the view only)
 _NO_BUFFER_OPS = frozenset({Ops.CONST, Ops.BIND, Ops.DEFINE_VAR, Ops.MULTI, Ops.BUFFER})
 
@@ -83,17 +122,10 @@ class IndexingMixin:
           raise IndexError(f"symbolic index {_sym_name(i)} with range [{i.vmin}, {i.vmax}] is out of bounds for "
                            f"dimension {d} with size {s}")
         shrink.append((i, i + 1)); strides.append(1); mid_shape.append(1)  # noqa: E702
-      elif isinstance(i, slice) and any(isinstance(x, UOp) for x in (i.start, i.stop)):
-        start, stop = (0 if i.start is None else i.start), (s if i.stop is None else i.stop)
-        n = ssimplify(stop - start)
-        if i.step not in (None, 1) or not isinstance(n, int) or n < 0:
-          raise IndexError(f"a symbolic slice needs step 1 and a constant length, got {_sym_name(i.start)}:"
-                           f"{_sym_name(i.stop)}:{_sym_name(i.step)}")
-        lo, hi = (start.vmin if isinstance(start, UOp) else start), (stop.vmax if isinstance(stop, UOp) else stop)
-        if lo < 0 or hi > s:
-          raise IndexError(f"symbolic slice {_sym_name(start)}:{_sym_name(stop)} spans [{lo}, {hi}) at its extremes, "
-                           f"out of bounds for dimension {d} with size {s}")
-        shrink.append((start, stop)); strides.append(1); mid_shape.append(n); out_shape.append(n)  # noqa: E702
+      elif isinstance(i, slice) and any(isinstance(x, UOp) for x in (i.start, i.stop, i.step)):
+        (start, stop), k, n = _symbolic_slice(i, s, d)
+        shrink.append((start, stop if k == 1 else start + (n - 1) * k + 1)); strides.append(k)  # noqa: E702
+        mid_shape.append(n); out_shape.append(n)  # noqa: E702
       elif isinstance(i, int):
         if not -s <= i < s: raise IndexError(f"index {i} is out of bounds for dimension {d} with size {s}")
         i = i + s if i < 0 else i
@@ -262,6 +294,14 @@ class IndexingMixin:
     vt = vt._broadcast_to(view_shape)
     if any(d == 0 for d in view_shape): return  # nothing to write
     plan = self._index_plan(indices)
+    sym = next((n for n in plan["out"] if isinstance(n, UOp)), None)
+    if sym is not None and not engine.is_realized(self.uop) and _writable_view(self.uop) is None:
+      # a slice of symbolic length (`t[:, :i] = v`) is written through a view of a buffer (a PAD can't place a
+      # symbolic-sized value): a lazy tensor gets its buffer first
+      if self.requires_grad:
+        raise RuntimeError(f"setitem at a slice of symbolic length ({_sym_name(sym)}) into a lazy tensor that requires "
+                           f"grad is not supported; realize the tensor first or slice with a constant length")
+      self.realize()
     if not (engine.is_realized(self.uop) or self.uop.op is Ops.ASSIGN):
       if (w := _writable_view(self.uop)) is None and not self.requires_grad and \
          (b := _view_bottom(self.uop)) is not self.uop and b.op not in _NO_BUFFER_OPS:
