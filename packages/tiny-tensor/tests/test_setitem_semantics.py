@@ -2,10 +2,12 @@
 which writes go through to the base buffer (views made by permute, flip, chained indexing, detach), the dtype rule,
 gradients through setitem, the errors for a lazy tensor with live views, and a TinyJit function that sets an item of
 its input and returns it."""
+import pickle
+
 import numpy as np
 import pytest
 import torch
-from tiny_tensor import Tensor, dtypes
+from tiny_tensor import Tensor, TinyJit, dtypes
 
 A = np.arange(12, dtype=np.float32).reshape(3, 4)
 
@@ -214,3 +216,32 @@ def test_setitem_into_a_lazy_tensor_with_a_live_view_raises():
   r[0] = 0.0
   np.testing.assert_array_equal(reader.numpy(), (A * 2).sum(1))
   np.testing.assert_array_equal(r.numpy()[0], np.zeros(4))
+
+
+def test_tinyjit_sets_an_item_of_its_input_and_returns_it():
+  @TinyJit
+  def f(x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+    x[1] = 5.0
+    x[2:] = y[:2] * 2
+    return x, (x + y).realize()
+
+  for k in range(5):  # eager, capture, replays
+    xa, ya = np.full(4, float(k), np.float32), np.arange(4, dtype=np.float32) + 10 * k
+    x, y = Tensor(xa.copy()).realize(), Tensor(ya).realize()
+    rx, ry = torch.tensor(xa.copy()), torch.tensor(ya)
+    got, s = f(x, y)
+    rx[1] = 5.0
+    rx[2:] = ry[:2] * 2
+    assert got is x  # the very input, written in place (tinygrad 0.14 returns the first call's buffer)
+    np.testing.assert_array_equal(x.numpy(), rx.numpy())
+    np.testing.assert_array_equal(s.numpy(), (rx + ry).numpy())
+  assert f.captured is not None
+  got, _ = f(x, y)  # the same input tensors again (the fast path): still this call's x
+  assert got is x
+  rx[1] = 5.0
+  rx[2:] = ry[:2] * 2
+  np.testing.assert_array_equal(x.numpy(), rx.numpy())
+  g = pickle.loads(pickle.dumps(f))  # a pickled capture returns the call's input too
+  x2 = Tensor(np.zeros(4, np.float32)).realize()
+  assert g(x2, y)[0] is x2
+  np.testing.assert_array_equal(x2.numpy(), [0.0, 5.0, *(ry[:2] * 2).tolist()])
