@@ -154,6 +154,24 @@ def test_grad_flows_to_the_set_value():  # set_backward: the value's gradient is
   np.testing.assert_allclose(v.grad.numpy(), rv.grad.numpy())
 
 
+def test_grad_value_into_a_realized_tensor_is_refused_and_a_lazy_copy_carries_it():
+  # a write into a buffer carries no gradient (tinygrad fails at backward): refused at once, not a gradient lost
+  xr = Tensor(np.zeros((2, 4), np.float32)).realize()
+  w, rw = Tensor([5.0, 6.0, 7.0, 8.0], requires_grad=True), torch.tensor([5.0, 6.0, 7.0, 8.0], requires_grad=True)
+  with pytest.raises(RuntimeError, match=r"requires grad into a realized tensor \(shape \(2, 4\)\).*contiguous"):
+    xr[1] = w * 3
+  with pytest.raises(RuntimeError, match="requires grad into a realized tensor"): xr.permute(1, 0)[:, 1] = w
+  np.testing.assert_array_equal(xr.numpy(), np.zeros((2, 4)))
+  x, rx = xr.contiguous(), torch.zeros(2, 4)
+  x[1] = w * 3
+  rx[1] = rw * 3
+  wt = np.stack([W, -W])
+  ((x * Tensor(wt)).sum() + (w * w).sum()).backward()
+  ((rx * torch.tensor(wt)).sum() + (rw * rw).sum()).backward()
+  np.testing.assert_array_equal(x.numpy(), rx.detach().numpy())
+  np.testing.assert_allclose(w.grad.numpy(), rw.grad.numpy())
+
+
 def test_grad_through_iadd_setitem():
   x, rx = Tensor(np.ones(4, np.float32), requires_grad=True), torch.ones(4, requires_grad=True)
   y, ry = x * 2, rx * 2
