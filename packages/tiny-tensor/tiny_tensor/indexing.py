@@ -338,8 +338,8 @@ class IndexingMixin:
     writable = engine.is_realized(self.uop) or _assign_view(self.uop) is not None
     if (writable or self.uop.op is Ops.ASSIGN) and vt.requires_grad:
       raise RuntimeError(f"setitem of a value that requires grad into a realized tensor (shape {self.shape}): the "
-                         f"write goes into its buffer, which carries no gradient; set into a lazy copy (t = t.contiguous(); "
-                         f"t[...] = v) to get the value's gradient, or write v.detach()")
+                         f"write goes into its buffer, which carries no gradient; set into a lazy copy "
+                         f"(t = t.contiguous(); t[...] = v) to get the value's gradient, or write v.detach()")
     if not plan["tensors"] and self.ndim and all(k == 1 for k in plan["strides"]) and writable:
       # a box of a realized buffer (int or Variable offsets, flips): an assign into that view writes only its elements
       # (rebinding `view`: a live intermediate view would be a lazy reader of the old values, copied first)
