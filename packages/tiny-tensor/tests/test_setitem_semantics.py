@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 from tiny_tensor import Tensor, TinyJit, dtypes
+from tiny_tensor.engine import GlobalCounters
 
 A = np.arange(12, dtype=np.float32).reshape(3, 4)
 
@@ -213,6 +214,15 @@ def test_setitem_into_unrealized_compute_is_functional():
   i = Tensor.arange(6)
   i[1] = 9
   np.testing.assert_array_equal(i.numpy(), [0, 9, 2, 3, 4, 5])
+  # a reshaped lazy value no other tensor holds is replaced, not realized first: one fused kernel
+  GlobalCounters.reset()
+  r = Tensor.arange(12).reshape(3, 4)
+  r[1] = 5
+  r.realize()
+  assert GlobalCounters.kernel_count == 1
+  b = np.arange(12).reshape(3, 4)
+  b[1] = 5
+  np.testing.assert_array_equal(r.numpy(), b)
 
 
 def test_setitem_into_a_lazy_tensor_with_a_live_view_raises():

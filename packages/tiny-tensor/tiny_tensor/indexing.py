@@ -304,9 +304,10 @@ class IndexingMixin:
       self.realize()
     if not (engine.is_realized(self.uop) or self.uop.op is Ops.ASSIGN):
       if (w := _writable_view(self.uop)) is None and not self.requires_grad and \
-         (b := _view_bottom(self.uop)) is not self.uop and b.op not in _NO_BUFFER_OPS:
-        # a view of a lazy value (`t[1][2] = v` on a computed t): the value gets its buffer now (every tensor on it,
-        # this view too, then reads that buffer), so the write reaches it as in torch (in tinygrad it is lost)
+         (b := _view_bottom(self.uop)) is not self.uop and b.op not in _NO_BUFFER_OPS and self._viewed_elsewhere(b):
+        # a view of a lazy value another tensor holds (`t[1][2] = v` on a computed t): the value gets its buffer now
+        # (every tensor on it, this view too, then reads that buffer), so the write reaches t as in torch (in tinygrad
+        # it is lost); a value only this tensor holds is just replaced, below
         T._new(b, False).realize()
         w = _writable_view(self.uop)
       if w is not None:  # a view of a realized buffer: the write goes through to it
@@ -318,6 +319,11 @@ class IndexingMixin:
         return
       self._refuse_live_views(v)
     self._write(plan, vt)
+
+  def _viewed_elsewhere(self, b: UOp) -> bool:
+    """Whether a live tensor other than this one is the lazy value `b` or a view of it."""
+    from tiny_tensor.tensor import _lazy_tensors, _live
+    return any(t is not self and _view_bottom(t.uop) is b for t in _live(_lazy_tensors))
 
   def _refuse_live_views(self, v: Any) -> None:
     """tinygrad's rule for a setitem into a lazy tensor: no other live tensor may be a view of it (movement ops,
