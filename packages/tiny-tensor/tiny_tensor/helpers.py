@@ -77,6 +77,26 @@ def _assign_view(u: UOp) -> tuple[UOp, str | None] | None:
   return (engine.buffer_view(n) or (n, ()))[0], bad
 
 
+def _view_bottom(u: UOp) -> UOp:
+  """The node under the movement ops and DETACHes on top of `u` (what a view made of them reads)."""
+  while u.op in GroupOp.Movement or u.op is Ops.DETACH: u = u.src[0]
+  return u
+
+
+def _writable_view(u: UOp) -> UOp | None:
+  """`u` with the DETACHes of its chain dropped, when `u` is a view (movement ops and DETACHes) of a realized buffer
+  that is not itself realized: a setitem into it writes through to the buffer (DETACH only cuts gradients: torch's
+  and tinygrad's `t.detach()` shares t's storage). None otherwise."""
+  chain: list[UOp] = []
+  n = u
+  while not engine.is_realized(n) and (n.op in GroupOp.Movement or n.op is Ops.DETACH):
+    if n.op is not Ops.DETACH: chain.append(n)
+    n = n.src[0]
+  if n is u or not engine.is_realized(n): return None
+  for m in reversed(chain): n = m.replace(src=(n, *m.src[1:]))  # rebuilt bottom up, without the DETACHes
+  return n
+
+
 def _base_buffer(u: UOp) -> UOp | None:
   """The BUFFER under the movement ops of `u`, if any."""
   while u.op in GroupOp.Movement: u = u.src[0]

@@ -28,7 +28,8 @@ What is detected (JitError), because a replay could not reproduce it:
 - the function reads tensor data into Python while capturing (`.numpy()`, `.item()`, `.tolist()`): the value read
   would be stale on replay;
 - the return value holds something other than Tensors (in tuples, lists, dicts) or None: it would be stale;
-- a returned Tensor is (a view of) an input: the replay could not return the new input;
+- a returned Tensor is a view of an input: the replay could not return a view of the new input (an input argument
+  itself may be returned: a replay returns that call's argument, e.g. after `x[1] = v; return x`);
 - the same buffer is passed as two inputs; the function ran no kernel at all; a TinyJit captures or replays inside
   another's capture (an inner jit still on its eager first call just runs, and is captured as part of the outer).
 Not detected: other Python side effects (appending to a list, printing, mutating globals) run only on calls 1-2.
@@ -48,6 +49,7 @@ finished ones); what the thread returned stays valid as long as it is referenced
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 import functools
 import threading
 import time
@@ -339,11 +341,38 @@ def _describe_change(names: list, info: list, new_names: list, new_info: list) -
 
 
 # ***** the captured graph *****
+@dataclass(frozen=True)
+class _RetArg:
+  """In a captured return value: the input argument at this position (int) or keyword (str), returned as it is (a
+  replay returns that call's argument)."""
+  key: Any
+
+
+def _ret_leaves(ret: Any) -> list[Any]:
+  """The leaves of a return value (what is not a tuple, list or dict)."""
+  out, todo = [], [ret]
+  while todo:
+    x = todo.pop()
+    if isinstance(x, (tuple, list)): todo.extend(x)
+    elif isinstance(x, dict): todo.extend(x.values())
+    else: out.append(x)
+  return out
+
+
+def _ret_template(ret: Any, args: dict[int, _RetArg]) -> Any:
+  """`ret` with the Tensors whose ids are in `args` replaced by their `_RetArg`."""
+  if not args: return ret
+  if isinstance(ret, (tuple, list)): return type(ret)(_ret_template(x, args) for x in ret)
+  if isinstance(ret, dict): return {k: _ret_template(x, args) for k, x in ret.items()}
+  return args.get(id(ret), ret)
+
+
 class CapturedJit(Generic[ReturnType]):
   """The replayable result of a capture: the calls, the return value (Tensors the replays overwrite), input checks."""
 
   def __init__(self, calls: list[Any], ret: Any, names: list, info: list, plain: list, n_inputs: int):
     self.calls, self.ret, self.names, self.info, self.plain, self.n_inputs = calls, ret, names, info, plain, n_inputs
+    self.has_ret_args = any(isinstance(x, _RetArg) for x in _ret_leaves(ret))
     self.kernel_count = sum(isinstance(c, _KernelCall) for c in calls)
     self.ops = sum(c.ops for c in calls if isinstance(c, _KernelCall))
     self.mem = sum(c.mem for c in calls if isinstance(c, _KernelCall))
@@ -392,6 +421,14 @@ class CapturedJit(Generic[ReturnType]):
     GlobalCounters.global_mem += self.mem
     return self.ret
 
+  def returned(self, ret: Any, args: tuple, kwargs: dict) -> Any:
+    """`ret` (the captured return value) with each returned input argument (`_RetArg`) this call's argument."""
+    if not self.has_ret_args: return ret
+    if isinstance(ret, _RetArg): return args[ret.key] if isinstance(ret.key, int) else kwargs[ret.key]
+    if isinstance(ret, (tuple, list)): return type(ret)(self.returned(x, args, kwargs) for x in ret)
+    if isinstance(ret, dict): return {k: self.returned(x, args, kwargs) for k, x in ret.items()}
+    return ret
+
   def _run_recorded(self, dyn: list[Buffer], var_vals: dict[str, int]) -> None:
     for c in self.plan:
       st = time.perf_counter()
@@ -424,6 +461,7 @@ class CapturedJit(Generic[ReturnType]):
       return ("slice", c.out, c.src, c.size, c.dtype, c.offset)
 
     def ret_state(x: Any) -> Any:
+      if isinstance(x, _RetArg): return ("arg", x.key)
       if isinstance(x, Tensor) and x.uop.op is Ops.MULTI:
         return ("multi", [(bref(_buffer_of(p)), tuple(p.shape)) for p in x.uop.src], x.uop.arg)
       if isinstance(x, Tensor):
@@ -463,6 +501,7 @@ class CapturedJit(Generic[ReturnType]):
 
     def ret_load(x: Any) -> Any:
       kind, v = x[0], x[1]
+      if kind == "arg": return _RetArg(v)
       if kind == "tensor": return _tensor_from_buffer(Tensor, r(v), x[2])
       if kind == "multi":
         parts = tuple(_tensor_from_buffer(Tensor, r(b), shape).uop for b, shape in v)
@@ -553,7 +592,7 @@ class TinyJit(Generic[ReturnType]):
     if (last := st.last) is not None and not kwargs and not _capturing.jits and JIT.value and \
        len(args) == len(last[0]) and all(type(a) is _TENSOR[0] and a.uop is u for a, u in zip(args, last[0])):
       st.cnt += 1
-      return st.captured(last[1], {})  # type: ignore[misc]
+      return st.captured.returned(st.captured(last[1], {}), args, kwargs)  # type: ignore[union-attr]
     inputs, names, info, var_vals, plain = _prepare(args, kwargs)
     if not JIT.value or self.cnt == 0:
       ret = self._eager(args, kwargs)
@@ -573,7 +612,7 @@ class TinyJit(Generic[ReturnType]):
         bad = [(a, b) for a, b in zip(cj.plain, plain) if a != b] or [(cj.plain, plain)]
         raise JitError(f"TinyJit: non-Tensor argument changed: captured {bad[0][0]}, now {bad[0][1]}; its value was "
                        "baked into the captured kernels (pass it as a Tensor or a bound Variable, or call .reset())")
-      ret = cj(inputs, var_vals)
+      ret = cj.returned(cj(inputs, var_vals), args, kwargs)
       if not kwargs and not var_vals and len(inputs) == len(args) and all(type(a) is _TENSOR[0] for a in args):
         self._last = (tuple(a.uop for a in args), inputs)
     self.cnt += 1
@@ -591,12 +630,17 @@ class TinyJit(Generic[ReturnType]):
         ret = self._eager(args, kwargs)
     finally: _capturing.jits.clear()
     _check_ret(ret)
+    # an input argument returned as it is (`x[1] = v; return x`): a replay returns that call's argument instead
+    arg_keys = {id(a): k for k, a in (*enumerate(args), *kwargs.items()) if isinstance(a, _tensor_cls())}
+    ret_args: dict[int, Any] = {}
     for t in _ret_tensors(ret):
-      if any((b := _buffer_of(p)) is not None and id(b) in cap.slots for p in _parts(t.uop)):
-        raise JitError("the TinyJit function returns one of its inputs (or a view of one); a replay can't return the "
-                       "new input: return a computed tensor (e.g. x.clone()) or don't return it")
+      if not any((b := _buffer_of(p)) is not None and id(b) in cap.slots for p in _parts(t.uop)): continue
+      if id(t) not in arg_keys:
+        raise JitError("the TinyJit function returns a view of one of its inputs; a replay can't return a view of "
+                       "the new input: return the input itself, or a computed tensor (e.g. x.clone())")
+      ret_args[id(t)] = _RetArg(arg_keys[id(t)])
     if not any(isinstance(c, _KernelCall) for c in cap.calls):
       raise JitError("TinyJit captured no kernel: the function must compute (and realize or return) Tensors")
-    self.captured = CapturedJit(cap.calls, ret, names, info, plain, len(inputs))
+    self.captured = CapturedJit(cap.calls, _ret_template(ret, ret_args), names, info, plain, len(inputs))
     if DEBUG >= 1: print(f"JIT captured {self.captured.kernel_count} kernels with {len(inputs)} inputs")
     return ret

@@ -32,7 +32,7 @@ from tiny_tensor import multi as _multi
 from tiny_tensor.creation import CreationMixin
 from tiny_tensor.gradient import compute_gradient
 from tiny_tensor.helpers import _assign_view, _base_buffer, _broadcast_shape, _canonical_device, argfix
-from tiny_tensor.indexing import IndexingMixin
+from tiny_tensor.indexing import IndexingMixin, _view_bottom_buffer
 
 __all__ = ["Tensor"]
 
@@ -1453,7 +1453,9 @@ def _old_value_readers(uops: list[UOp], ts: list[Tensor]) -> list[Tensor]:
   for u in uops:  # (a loop: this runs on every realize)
     if u.op is Ops.ASSIGN and (b := _base_buffer(u.src[0])) is not None: targets.add(b)
   if not targets: return []
-  cands = [t for t in _live(_lazy_tensors) if not any(t is x for x in ts) and not engine.is_realized(t.uop)]
+  # a view of a target (movement ops and detach: torch's views) reads the buffer after the write, and sees it
+  cands = [t for t in _live(_lazy_tensors) if not any(t is x for x in ts) and not engine.is_realized(t.uop)
+           and _view_bottom_buffer(t.uop) not in targets]
   if not cands: return []
   def reading(done: Any) -> list[Tensor]:
     # one walk over all their graphs (toposorts are not cached on nodes: a walk per tensor would repeat the graphs
