@@ -224,3 +224,19 @@ def test_non_differentiable_ops_give_zero_gradient(name):
   ref(xp, yp).sum().backward()
   _close(x.grad, xp.grad)
   if yp.grad is not None: _close(y.grad, yp.grad)
+
+
+@pytest.mark.parametrize("gather", [False, True])
+def test_sharded_parameters_get_grads_without_requires_grad(gather):
+  from tiny_tensor import Device
+  devs = tuple(f"{Device.DEFAULT.split(':')[0]}:{i}" for i in range(2))
+  a, x = _arr(4, 3), _arr(6, 4)
+  w = Tensor(a).shard(devs).realize()  # a realized replicated parameter
+  xs = Tensor(x).shard(devs, 0)  # a lazy input split over the devices
+  out = xs @ w  # a held intermediate (computed from both: it gets no .grad on this path)
+  loss = (out.to(devs[0]) if gather else out).square().sum()
+  loss.backward()
+  wp, xp = torch.tensor(a, requires_grad=True), torch.tensor(x, requires_grad=True)
+  (xp @ wp).square().sum().backward()
+  for t, ref in ((w, wp), (xs, xp)):
+    _close(t.grad.to(devs[0]) if isinstance(t.grad.device, tuple) else t.grad, ref.grad, atol=1e-3)

@@ -525,17 +525,18 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
       is_leaf = t._origin is None or id(t) in _leaf_tensors or not _has_identity(t._origin)
       (leaves if is_leaf else derived).append(t)
     keep = {s for t in leaves for s in _shards(t.uop)}
-    if isinstance(self.device, tuple) or any(isinstance(t.device, tuple) for t in cands):
-      nodes = UOp.sink(*[_expand_origins(s, keep) for s in _shards(self.uop)]).toposort()
-      targets = [t for t in leaves if all(s in nodes for s in _shards(t.uop)) and _has_identity(t.uop)]
-      grads = self.gradient(*targets, gradient=root_grad) if targets else []
-    else:
-      sink = _expand_origins(UOp.sink(self.uop, *[t._origin for t in derived]), keep)
-      root, nodes = sink.src[0], sink.src[0].toposort()
-      pairs = [(t, t.uop) for t in leaves if t.uop in nodes and _has_identity(t.uop)]
-      pairs += [(t, o) for t, o in zip(derived, sink.src[1:]) if o in nodes]
-      gmap = compute_gradient(root, root_grad.uop.cast(self.dtype), {n for _, n in pairs})
+    sink = _expand_origins(UOp.sink(self.uop, *[t._origin for t in derived]), keep)
+    root, nodes = sink.src[0], sink.src[0].toposort()
+    pairs = [(t, t.uop) for t in leaves if any(s in nodes for s in _shards(t.uop)) and _has_identity(t.uop)]
+    pairs += [(t, o) for t, o in zip(derived, sink.src[1:]) if any(s in nodes for s in _shards(o))]
+    if isinstance(self.device, tuple) or any(isinstance(t.device, tuple) for t, _ in pairs):
+      # sharded: through the multi-device gradient, a derived target standing in as a tensor of its expanded graph
+      pairs = _multi_targets(self, pairs)
       targets = [t for t, _ in pairs]
+      grads = self.gradient(*[t if n is t.uop else Tensor._new(n) for t, n in pairs], gradient=root_grad)
+    else:
+      targets = [t for t, _ in pairs]
+      gmap = compute_gradient(root, root_grad.uop.cast(self.dtype), {n for _, n in pairs})
       grads = [Tensor._new(gmap[n]) if n in gmap else t.zeros_like() for t, n in pairs]
     for t, g in zip(targets, grads):
       if g.shape != t.shape: raise RuntimeError(f"gradient shape {g.shape} doesn't match tensor shape {t.shape}")
@@ -1461,6 +1462,19 @@ def _grad_candidates() -> list[Tensor]:
         seen.add(id(t))
         out.append(t)
   return out
+
+
+def _multi_targets(root: Tensor, pairs: list[tuple[Tensor, UOp]]) -> list[tuple[Tensor, UOp]]:
+  """The (tensor, node) targets backward can fill through the multi-device gradient, which stops at every target's
+  shards (one shard of a replicated tensor may be a copy of another): the root, realized tensors, tensors set
+  requires_grad=True, and a lazy or realized derived tensor whose graph holds no other target (a `.shard()` of
+  data). A held intermediate computed from another target is left out: stopping at it would cut that one's gradient."""
+  def plain(t: Tensor, n: UOp) -> bool:
+    return t is root or id(t) in _leaf_tensors or (n is t.uop and all(engine.is_realized(s) for s in _shards(n)))
+  shard_of = {s: t for t, n in pairs for s in _shards(n)}
+  def upstream_free(t: Tensor, n: UOp) -> bool:
+    return all(shard_of.get(u, t) is t for u in UOp.sink(*_shards(n)).toposort())
+  return [(t, n) for t, n in pairs if plain(t, n) or upstream_free(t, n)]
 
 
 def _shards(u: UOp) -> tuple[UOp, ...]:
