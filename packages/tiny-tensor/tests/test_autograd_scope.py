@@ -69,7 +69,9 @@ def test_realized_parameters_still_get_grads():
   out = lin(Tensor(x)).relu().sum()
   out.realize()
   out.backward()
-  with torch.no_grad(): ref.weight.copy_(torch.tensor(lin.weight.numpy())), ref.bias.copy_(torch.tensor(lin.bias.numpy()))
+  with torch.no_grad():
+    ref.weight.copy_(torch.tensor(lin.weight.numpy()))
+    ref.bias.copy_(torch.tensor(lin.bias.numpy()))
   ref(torch.tensor(x)).relu().sum().backward()
   _close(lin.weight.grad, ref.weight.grad)
   _close(lin.bias.grad, ref.bias.grad)

@@ -520,7 +520,8 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     # a leaf is a target as it is: no graph kept, set so by the user, or realized from constants alone (looking
     # through those would give a constant node); a realized derived tensor is looked through (its pre-realize graph),
     # as in torch, and is the target of the node its graph expands to
-    leaves, derived = [], []
+    leaves: list[Tensor] = []
+    derived: list[Tensor] = []
     for t in cands:
       is_leaf = t._origin is None or id(t) in _leaf_tensors or not _has_identity(t._origin)
       (leaves if is_leaf else derived).append(t)
