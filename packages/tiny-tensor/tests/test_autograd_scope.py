@@ -242,3 +242,16 @@ def test_sharded_parameters_get_grads_without_requires_grad(gather):
   (xp @ wp).square().sum().backward()
   for t, ref in ((w, wp), (xs, xp)):
     _close(t.grad.to(devs[0]) if isinstance(t.grad.device, tuple) else t.grad, ref.grad, atol=1e-3)
+
+
+def test_tracking_holds_no_dead_tensors():
+  # every realized tensor is now tracked for backward (weakly): dropped ones must not pile up in the registries
+  from tiny_tensor import tensor as tensor_mod
+  base = np.ones(4, np.float32)
+  for i in range(600):
+    t = Tensor(base + i)
+    (t * 2).realize()
+  del t
+  regs = (tensor_mod._real_tensors, tensor_mod._lazy_tensors, tensor_mod._origin_tensors)
+  assert all(len(r.data) < 400 for r in regs), [len(r.data) for r in regs]
+  assert len(tensor_mod._grad_candidates()) < 100

@@ -218,7 +218,9 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
 
   @property
   def requires_grad(self) -> bool | None:
-    """True: gradients are computed for this tensor by backward(); None: only if it is in a graph that needs them."""
+    """Whether backward() fills this tensor's `.grad`: None (the default) and True when it is a float tensor in the
+    graph (True also gives a constant-only tensor a buffer of its own, and makes optimizers train it); False never
+    (`detach()` gives False). An op's result is True if an operand is, else None if one is, else False."""
     return self._requires_grad
 
   @requires_grad.setter
