@@ -85,6 +85,7 @@ _grad_tensors = _Registry()  # requires_grad is True
 _leaf_tensors = _Registry()  # ... set so by the user
 _lazy_tensors = _Registry()  # may hold a lazy graph
 _origin_tensors = _Registry()  # remember a graph
+_real_tensors = _Registry()  # were set to a realized buffer without keeping a graph (data, assigns): backward's leaves
 _registry_lock = threading.Lock()  # changes to the registries above vs. listing them from another thread
 
 
@@ -212,10 +213,14 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     self._uop = u
     if u.op is not _BUFFER and (u.op is not _RESHAPE or u.src[0].op is not _BUFFER):  # not is_realized(u)
       with _registry_lock: _lazy_tensors[id(self)] = self
+    else:  # a leaf backward may fill .grad of (found through here when it is in no other registry)
+      with _registry_lock: _real_tensors[id(self)] = self
 
   @property
   def requires_grad(self) -> bool | None:
-    """True: gradients are computed for this tensor by backward(); None: only if it is in a graph that needs them."""
+    """Whether backward() fills this tensor's `.grad`: None (the default) and True when it is a float tensor in the
+    graph (True also gives a constant-only tensor a buffer of its own, and makes optimizers train it); False never
+    (`detach()` gives False). An op's result is True if an operand is, else None if one is, else False."""
     return self._requires_grad
 
   @requires_grad.setter
@@ -461,43 +466,82 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     """Identity forward; makes the gradient contiguous."""
     return self._wrap(UOp(Ops.CONTIGUOUS_BACKWARD, self.dtype, (self.uop,)))
 
-  def gradient(self, *targets: Tensor, gradient: Tensor | None = None, materialize_grads: bool = False) -> list[Tensor]:
-    """d(self)/d(target) for each target, as new (lazy) tensors."""
+  def _root_grad(self, gradient: Tensor | None) -> Tensor:
+    """The gradient flowing into self for gradient()/backward(): `gradient`, checked, or 1 for a scalar."""
     if gradient is None:
-      if self.shape != (): raise RuntimeError(f"gradient of a non-scalar tensor (shape {self.shape}) needs gradient=")
-      gradient = Tensor(1.0, dtype=self.dtype, device=self.device, requires_grad=False)
+      if self.shape != ():
+        raise RuntimeError(f"the gradient of a non-scalar tensor (shape {self.shape}) needs gradient= (a tensor of "
+                           f"that shape), or call it on a scalar such as .sum()")
+      return Tensor(1.0, dtype=self.dtype, device=self.device, requires_grad=False)
+    if not isinstance(gradient, Tensor): raise TypeError(f"gradient= must be a Tensor, not {type(gradient).__name__}")
     if gradient.shape != self.shape: raise ValueError(f"gradient shape {gradient.shape} != tensor shape {self.shape}")
+    return gradient
+
+  def gradient(self, *targets: Tensor, gradient: Tensor | None = None, materialize_grads: bool = True) -> list[Tensor]:
+    """d(self)/d(target) for each target, as new (lazy) tensors. A target self does not depend on (not in its graph,
+    or reached only through comparisons, detach, ...) gets zeros, as in tinygrad; `materialize_grads=False` raises for
+    one not in the graph instead.
+
+    >>> x, y = Tensor([1.0, 2.0]), Tensor([3.0])
+    >>> [g.tolist() for g in (x * x).sum().gradient(x, y)]
+    [[2.0, 4.0], [0.0]]
+    """
+    gradient = self._root_grad(gradient)
     if not dtypes.is_float(self.dtype) or any(not dtypes.is_float(t.dtype) for t in targets):
       raise RuntimeError(f"only float Tensors have gradients; got {self.dtype} w.r.t. {[t.dtype for t in targets]}")
     if isinstance(self.device, tuple) or any(isinstance(t.device, tuple) for t in targets):
       mg = _multi.gradient(self, targets, gradient, _expand_origins)
       if not materialize_grads and any(g is None for g in mg): raise RuntimeError("a target is not part of the graph")
       return [t.zeros_like() if g is None else g for t, g in zip(targets, mg)]
-    keep = {t.uop for t in targets if t is not self}
-    grads = compute_gradient(_expand_origins(self.uop, keep), gradient.uop.cast(self.dtype), keep)
-    out = []
-    for t in targets:
-      if t.uop not in grads:
-        if not materialize_grads: raise RuntimeError(f"{t!r} is not part of the graph of {self!r}; no gradient")
-        out.append(t.zeros_like())
-      else: out.append(Tensor._new(grads[t.uop]))
-    return out
+    keep = {t.uop for t in targets if t is not self}  # (self is its own target: the root's gradient)
+    root = _expand_origins(self.uop, keep)
+    grads = compute_gradient(root, gradient.uop.cast(self.dtype), keep)
+    if not materialize_grads:
+      nodes = root.toposort()
+      if lost := [t for t in targets if t is not self and t.uop not in nodes]:
+        raise RuntimeError(f"{lost[0]!r} is not part of the graph of {self!r}; no gradient (materialize_grads=True "
+                           f"gives zeros)")
+    return [gradient.cast(self.dtype) if t is self else Tensor._new(grads[t.uop]) if t.uop in grads else
+            t.zeros_like() for t in targets]
 
   def backward(self, gradient: Tensor | None = None) -> Tensor:
-    """Accumulate d(self)/d(t) into `t.grad` for every tensor t with requires_grad=True in self's graph.
+    """Accumulate d(self)/d(t) into `t.grad` for every live floating-point tensor t in self's graph, as tinygrad
+    does: parameters and inputs without requires_grad=True too, and intermediate tensors still held (a realized one
+    is looked through, so the gradient also reaches what it was computed from). `requires_grad=False` opts a tensor
+    out; int/bool tensors get none. A tensor of constants alone (unrealized `Tensor.ones(3)`) gets none unless its
+    requires_grad is True: it is the very graph node of every equal constant, whose uses can't be told apart.
 
-    >>> w = Tensor([1.0, 2.0], requires_grad=True)
+    >>> w = Tensor([1.0, 2.0])
     >>> (w * w).sum().backward().item(), w.grad.tolist()
     (5.0, [2.0, 4.0])
     """
-    live = [t for t in _live(_grad_tensors) if t.requires_grad and dtypes.is_float(t.dtype)]
-    # leaves (requires_grad set by the user) and lazy tensors are targets as they are; a realized derived tensor is
-    # looked through (its pre-realize graph) so the gradient reaches the leaves it came from, as in torch
-    keep = {s for t in live if t._origin is None or id(t) in _leaf_tensors for s in _shards(t.uop)}
-    nodes = UOp.sink(*[_expand_origins(s, keep) for s in _shards(self.uop)]).toposort()
-    targets = [t for t in live if any(s in nodes for s in _shards(t.uop))]
-    if not targets: raise RuntimeError("backward: no tensor in the graph has requires_grad=True")
-    for t, g in zip(targets, self.gradient(*targets, gradient=gradient, materialize_grads=True)):
+    root_grad = self._root_grad(gradient)
+    if not dtypes.is_float(self.dtype):
+      raise RuntimeError(f"only float Tensors have gradients; backward() on a {self.dtype} tensor (cast it first)")
+    cands = _grad_candidates()
+    # a leaf is a target as it is: no graph kept, set so by the user, or realized from constants alone (looking
+    # through those would give a constant node); a realized derived tensor is looked through (its pre-realize graph),
+    # as in torch, and is the target of the node its graph expands to
+    leaves: list[Tensor] = []
+    derived: list[Tensor] = []
+    for t in cands:
+      is_leaf = t._origin is None or id(t) in _leaf_tensors or not _has_identity(t._origin)
+      (leaves if is_leaf else derived).append(t)
+    keep = {s for t in leaves for s in _shards(t.uop)}
+    sink = _expand_origins(UOp.sink(self.uop, *[t._origin for t in derived]), keep)
+    root, nodes = sink.src[0], sink.src[0].toposort()
+    pairs = [(t, t.uop) for t in leaves if any(s in nodes for s in _shards(t.uop)) and _has_identity(t.uop)]
+    pairs += [(t, o) for t, o in zip(derived, sink.src[1:]) if any(s in nodes for s in _shards(o))]
+    if isinstance(self.device, tuple) or any(isinstance(t.device, tuple) for t, _ in pairs):
+      # sharded: through the multi-device gradient, a derived target standing in as a tensor of its expanded graph
+      pairs = _multi_targets(self, pairs)
+      targets = [t for t, _ in pairs]
+      grads = self.gradient(*[t if n is t.uop else Tensor._new(n) for t, n in pairs], gradient=root_grad)
+    else:
+      targets = [t for t, _ in pairs]
+      gmap = compute_gradient(root, root_grad.uop.cast(self.dtype), {n for _, n in pairs})
+      grads = [Tensor._new(gmap[n]) if n in gmap else t.zeros_like() for t, n in pairs]
+    for t, g in zip(targets, grads):
       if g.shape != t.shape: raise RuntimeError(f"gradient shape {g.shape} doesn't match tensor shape {t.shape}")
       g = g.cast(t.dtype) if g.dtype != t.dtype else g
       t.grad = g if t.grad is None else (t.grad + g)
@@ -1410,6 +1454,32 @@ def _pow_float(b: Tensor, e: Tensor) -> Tensor:
   return with_gradient(out, (b, e), grad)
 
 
+def _grad_candidates() -> list[Tensor]:
+  """The live floating-point tensors whose requires_grad is not False (backward may fill their .grad), each once:
+  every such tensor is in one of these registries (lazy, realized with or without its graph, or set requires_grad)."""
+  seen: set[int] = set()
+  out: list[Tensor] = []
+  for reg in (_grad_tensors, _lazy_tensors, _origin_tensors, _real_tensors):
+    for t in _live(reg):
+      if id(t) not in seen and t._requires_grad is not False and dtypes.is_float(t._uop.dtype):
+        seen.add(id(t))
+        out.append(t)
+  return out
+
+
+def _multi_targets(root: Tensor, pairs: list[tuple[Tensor, UOp]]) -> list[tuple[Tensor, UOp]]:
+  """The (tensor, node) targets backward can fill through the multi-device gradient, which stops at every target's
+  shards (one shard of a replicated tensor may be a copy of another): the root, realized tensors, tensors set
+  requires_grad=True, and a lazy or realized derived tensor whose graph holds no other target (a `.shard()` of
+  data). A held intermediate computed from another target is left out: stopping at it would cut that one's gradient."""
+  def plain(t: Tensor, n: UOp) -> bool:
+    return t is root or id(t) in _leaf_tensors or (n is t.uop and all(engine.is_realized(s) for s in _shards(n)))
+  shard_of = {s: t for t, n in pairs for s in _shards(n)}
+  def upstream_free(t: Tensor, n: UOp) -> bool:
+    return all(shard_of.get(u, t) is t for u in UOp.sink(*_shards(n)).toposort())
+  return [(t, n) for t, n in pairs if plain(t, n) or upstream_free(t, n)]
+
+
 def _shards(u: UOp) -> tuple[UOp, ...]:
   """The per-device graphs of a sharded tensor's UOp (the UOp itself otherwise)."""
   return u.src if u.op is Ops.MULTI else (u,)
@@ -1421,7 +1491,15 @@ def _has_identity(u: UOp) -> bool:
   one is left as it is."""
   if engine.is_realized(u) or u.op is _MULTI or isinstance(u.device, tuple): return True
   if any(not isinstance(s, int) for s in (u.shape or ())): return True
-  return any(n.op is _BUFFER for n in u.toposort())
+  stack, seen = [u], {u}
+  while stack:  # depth first, stopping at the first buffer (a realized source is usually a few nodes down)
+    n = stack.pop()
+    if n.op is _BUFFER: return True
+    for s in n.src:
+      if s not in seen:
+        seen.add(s)
+        stack.append(s)
+  return False
 
 
 def _size_differs(a: sint, b: sint) -> bool:
@@ -1525,6 +1603,7 @@ def _apply_becomes_alone(ts: list[Tensor], becomes: dict[UOp, UOp]) -> bool:
       if k:
         t._origin_uop = t._uop
         _origin_tensors[id(t)] = t
+      else: _real_tensors[id(t)] = t  # (one whose graph is kept is found by backward in `_origin_tensors`)
       t._uop = n  # a buffer view: no longer lazy (what the `uop` setter does for a realized node)
       _lazy_tensors.pop(id(t), None)
   return True
