@@ -32,6 +32,7 @@ from tiny_tensor import multi as _multi
 from tiny_tensor.creation import CreationMixin
 from tiny_tensor.gradient import compute_gradient
 from tiny_tensor.helpers import ArgumentError as _ArgumentError
+from tiny_tensor.helpers import DTypeArgumentError as _DTypeArgumentError
 from tiny_tensor.helpers import _assign_view, _base_buffer, _broadcast_shape, _canonical_device, argfix
 from tiny_tensor.indexing import IndexingMixin
 
@@ -701,7 +702,10 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     return a._inverse().maximum(b._inverse())._inverse()
 
   def where(self, x: Any, y: Any) -> Tensor:
-    """`x` where self is true, else `y` (broadcasting; x and y promote to a common dtype)."""
+    """`x` where self (a bool tensor) is true, else `y` (broadcasting; x and y promote to a common dtype)."""
+    if self.dtype != dtypes.bool:  # tinygrad 0.14 and torch refuse it (a RuntimeError): 0.5 is not a truth value
+      raise _DTypeArgumentError(f"where's condition must be a bool tensor, got {self.dtype}; compare it first "
+                                "(`t != 0`) or cast it (`t.cast(dtypes.bool)`)")
     if isinstance(x, Tensor): x, y = x._broadcasted(y)
     elif isinstance(y, Tensor): y, x = y._broadcasted(x)
     cond, xt = self._broadcasted(x, match_dtype=False)
@@ -1248,8 +1252,14 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     if mode not in ("constant", "reflect", "replicate", "circular"):
       raise NotImplementedError(f"pad mode {mode!r}; valid: 'constant', 'reflect', 'replicate', 'circular'")
     padding = tuple(padding)
-    flat = all(isinstance(p, int) for p in padding)
+    flat = not any(p is None or isinstance(p, (tuple, list)) for p in padding)
+    if not flat and (bad := [q for q in padding if not (q is None or (isinstance(q, (tuple, list)) and len(q) == 2))]):
+      raise _ArgumentError(f"pad {padding}: give flat ints, or a (before, after) pair or None per dim; got {bad[0]!r}")
+    amounts = padding if flat else [v for q in padding if q is not None for v in q]
+    if bad := [v for v in amounts if not isinstance(v, (int, np.integer, UOp)) or isinstance(v, (bool, np.bool_))]:
+      raise _ArgumentError(f"pad {padding}: padding amounts must be ints, got {bad[0]!r}")  # tinygrad: RuntimeError
     if flat:
+      padding = tuple(int(v) if isinstance(v, np.integer) else v for v in padding)
       if len(padding) % 2: raise ValueError(f"flat padding {padding} must have an even number of values")
       if len(padding) // 2 > self.ndim: raise ValueError(f"padding {padding} has more dims than shape {self.shape}")
       pairs = ((0, 0),) * (self.ndim - len(padding) // 2) + tuple(zip(padding[-2::-2], padding[::-2]))
