@@ -477,7 +477,7 @@ def _einsum(formula: str, *operands: Any, dtype: Any = None) -> Tensor:
     letters = "".join(terms)
     rhs = ell + "".join(sorted(c for c in set(letters) if letters.count(c) == 1 and c not in ell))
   if len(set(rhs)) != len(rhs) or any(c not in "".join(terms) for c in rhs) or not all(c.isalpha() for c in rhs):
-    raise ValueError(f"einsum output {rhs!r} must name distinct letters that appear in the inputs {terms}")
+    raise ArgumentError(f"einsum output {rhs!r} must name distinct letters that appear in the inputs {terms}")
   # take the diagonal for a letter repeated within one operand
   for n_, (t, x) in enumerate(zip(terms, xs)):
     while (c := next((c for c in t if t.count(c) > 1), None)) is not None:
@@ -1028,8 +1028,8 @@ def gather(self: Tensor, dim: int, index: Tensor) -> Tensor:
   >>> Tensor([[1, 2], [3, 4]]).gather(1, Tensor([[0, 0], [1, 0]])).tolist()
   [[1, 1], [4, 3]]
   """
-  if index.ndim != self.ndim:
-    raise ValueError(f"index of shape {index.shape} must have the {self.ndim} dims of {self.shape}")
+  if index.ndim != self.ndim:  # a RuntimeError in tinygrad 0.14 and torch
+    raise ArgumentError(f"index of shape {index.shape} must have the {self.ndim} dims of {self.shape}")
   if not dtypes.is_int(index.dtype):  # a RuntimeError in tinygrad 0.14 and torch
     raise DTypeArgumentError(f"index must be an integer tensor, got {index.dtype}")
   dim = _resolve_dim(self, dim)
@@ -1046,7 +1046,8 @@ def _pre_scatter(self: Tensor, dim: int, index: Tensor, src: Tensor) -> tuple[in
   dim = _resolve_dim(self, dim)
   if not index.ndim == self.ndim == src.ndim:
     raise ValueError(f"self {self.shape}, index {index.shape} and src {src.shape} must have the same number of dims")
-  if not dtypes.is_int(index.dtype): raise TypeError(f"index must be an integer tensor, got {index.dtype}")
+  if not dtypes.is_int(index.dtype):  # a RuntimeError in tinygrad 0.14 and torch
+    raise DTypeArgumentError(f"index must be an integer tensor, got {index.dtype}")
   if any((d != dim and i > s) or i > r for d, (s, i, r) in enumerate(zip(self.shape, index.shape, src.shape))):
     raise ValueError(f"index {index.shape} must be no larger than src {src.shape}, and than self {self.shape} "
                      f"outside dim {dim}")
