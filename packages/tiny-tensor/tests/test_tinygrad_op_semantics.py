@@ -223,10 +223,33 @@ def test_sweep_fixes_raise_tinygrads_types():
   # tinygrad 0.14: RuntimeError("cannot dot (1, 2, 3, 4) and (1, 2, 5, 3)")
   q = Tensor(_arange(1, 2, 3, 4))
   with pytest.raises(RuntimeError, match="last dim"): q.scaled_dot_product_attention(Tensor(_arange(1, 2, 3, 5)), q)
+  # tinygrad 0.14: RuntimeError("self.ndim must equal index.ndim, self.ndim=2, index.ndim=1")
+  with pytest.raises(RuntimeError, match="dims"): t.gather(1, Tensor([0, 1]))
+  # tinygrad 0.14: RuntimeError("_one_hot_along_dim expects int index tensor, getting dtypes.float")
+  with pytest.raises(RuntimeError, match="integer"): t.scatter(1, Tensor(_arange(2, 3)), 1.0)
+  # tinygrad 0.14: RuntimeError("order is not a valid permutation, getting (0,)")
+  with pytest.raises(RuntimeError): torch.einsum("ij->k", torch.ones(2, 3))
+  with pytest.raises(RuntimeError, match="'k'"): Tensor.einsum("ij->k", t)
+  # tinygrad 0.14: RuntimeError("shape must be int, got dtypes.weakfloat in (1.5,)")
+  with pytest.raises(RuntimeError, match="1.5"): Tensor(_arange(3)).pad((1.5, 1))
   # and the ValueError contract of these errors holds
   with pytest.raises(ValueError): t.reshape(-1, -1)
   with pytest.raises(ValueError): t + Tensor(_arange(4))
   with pytest.raises(TypeError): t.gather(1, Tensor(_arange(2, 3)))
+
+
+def test_where_condition_must_be_bool():
+  # a float condition silently meant "nonzero"; torch and tinygrad 0.14 refuse it
+  c = [0.0, 0.5, 2.0]
+  with pytest.raises(RuntimeError): torch.where(torch.tensor(c), 1.0, 0.0)
+  with pytest.raises(RuntimeError): torch.tensor(c).masked_fill(torch.tensor(c), 0.0)
+  # tinygrad 0.14: RuntimeError("where cond must be bool, got dtypes.float")
+  with pytest.raises(RuntimeError, match="bool"): Tensor(c).where(1.0, 0.0)
+  with pytest.raises(RuntimeError, match="bool"): Tensor(c).masked_fill(Tensor(c), 0.0)
+  with pytest.raises(TypeError, match="float"): Tensor(c).where(1.0, 0.0)
+  c, a = np.array([True, False, True]), _arange(3)
+  np.testing.assert_array_equal(Tensor(c).where(Tensor(a), -1.0).numpy(),
+                                torch.where(torch.from_numpy(c), torch.from_numpy(a), -1.0).numpy())
 
 
 # ***** the sweep: exception types compared live with tinygrad 0.14 on its PYTHON device *****
@@ -315,6 +338,40 @@ SWEEP: dict[str, Callable[[Any], Any]] = {
   "cumsum oob": lambda T: _f(T, 3).cumsum(1), "argmax oob": lambda T: _f(T, 3).argmax(1),
   "dropout p": lambda T: _f(T, 3).dropout(1.5), "rearrange bad": lambda T: _f(T, 2, 3).rearrange("a b -> a c"),
   "multinomial 3d": lambda T: _f(T, 1, 2, 3).multinomial(),
+  "tensor from str": lambda T: T("abc"), "ragged list": lambda T: T([[1, 2], [3]]),
+  "interpolate size len": lambda T: _f(T, 1, 1, 2, 2).interpolate((4,)),
+  "avg_pool stride0": lambda T: _f(T, 1, 1, 4, 4).avg_pool2d(kernel_size=(2, 2), stride=0),
+  "conv2d stride0": lambda T: _f(T, 1, 1, 4, 4).conv2d(_f(T, 1, 1, 3, 3), stride=0),
+  "conv2d 3d weight": lambda T: _f(T, 1, 1, 4, 4).conv2d(_f(T, 1, 3, 3)),
+  "var oob": lambda T: _f(T, 2, 3).var(2), "std oob": lambda T: _f(T, 2, 3).std(-3),
+  "logsumexp oob": lambda T: _f(T, 2, 3).logsumexp(2), "cumprod oob": lambda T: _f(T, 3).cumprod(1),
+  "cummax oob": lambda T: _f(T, 3).cummax(1), "argsort oob": lambda T: _f(T, 3).argsort(1),
+  "topk oob dim": lambda T: _f(T, 3).topk(1, dim=1), "log_softmax oob": lambda T: _f(T, 3).log_softmax(1),
+  "mean oob": lambda T: _f(T, 3).mean(1), "any oob": lambda T: (_f(T, 3) > 1).any(1),
+  "prod oob": lambda T: _f(T, 3).prod(1), "flatten oob": lambda T: _f(T, 2, 3).flatten(3),
+  "unflatten bad": lambda T: _f(T, 6).unflatten(0, (4, 2)),
+  "repeat_interleave oob": lambda T: _f(T, 3).repeat_interleave(2, dim=1),
+  "split oob": lambda T: _f(T, 4).split(2, dim=1), "chunk oob": lambda T: _f(T, 4).chunk(2, dim=1),
+  "gather ndim": lambda T: _f(T, 2, 3).gather(1, T([0, 1])),
+  "scatter float idx": lambda T: _f(T, 2, 3).scatter(1, _f(T, 2, 3), 1.0),
+  "masked_fill float mask": lambda T: _f(T, 3).masked_fill(_f(T, 3), 0),
+  "where float cond": lambda T: _f(T, 3).where(1.0, 0.0), "linear bad": lambda T: _f(T, 2, 3).linear(_f(T, 4, 2)),
+  "pad float": lambda T: _f(T, 3).pad((1.5, 1)), "pad reflect empty": lambda T: _f(T, 0).pad((1, 1), mode="reflect"),
+  "pad replicate empty": lambda T: _f(T, 2, 0).pad((1, 1), mode="replicate"),
+  "pad circular crop all": lambda T: _f(T, 3).pad((-4, 0), mode="circular"),
+  "pad constant crop all": lambda T: _f(T, 3).pad((-4, 0)),
+  "sdpa gqa heads": lambda T: _f(T, 1, 4, 3, 4).scaled_dot_product_attention(
+    _f(T, 1, 3, 3, 4), _f(T, 1, 3, 3, 4), enable_gqa=True),
+  "binary_ce shape": lambda T: _f(T, 3).sigmoid().binary_crossentropy(_f(T, 4)),
+  "nll shape": lambda T: _f(T, 2, 3).nll_loss(T([1])),
+  "cross_entropy reduction": lambda T: _f(T, 2, 3).cross_entropy(T([1, 2]), reduction="avg"),
+  "meshgrid no args": lambda T: _f(T, 3).meshgrid(), "diagonal 1d": lambda T: _f(T, 3).diagonal(),
+  "unfold 0d": lambda T: T(1.0).unfold(0, 1, 1), "roll 0d": lambda T: T(1.0).roll(1),
+  "einsum two arrows": lambda T: T.einsum("ij->j->i", _f(T, 2, 3)),
+  "einsum out repeat": lambda T: T.einsum("ij->jj", _f(T, 2, 3)),
+  "einsum out unknown": lambda T: T.einsum("ij->k", _f(T, 2, 3)),
+  "rand neg": lambda T: T.rand(-1), "full_like str": lambda T: _f(T, 3).full_like("x"),
+  "eye float": lambda T: T.eye(2.5), "arange float step int dtype": lambda T: T.arange(0, 3, 0.5, dtype="int32"),
 }
 
 # where we differ from tinygrad 0.14 on purpose: the type we raise (None: we compute), and why
@@ -322,7 +379,15 @@ INTENDED: dict[str, tuple[type[BaseException] | None, str]] = {
   **{k: (ValueError, "tinygrad raises a bare AssertionError") for k in (
     "cat mismatch", "cat ndim", "stack mismatch", "split bad", "chunk zero", "conv2d channels", "conv2d groups",
     "avg_pool big", "max_pool big", "interpolate mode", "cross_entropy smoothing", "item multi", "rearrange bad",
-    "multinomial 3d")},
+    "multinomial 3d", "conv2d 3d weight")},
+  **{k: (ValueError, "tinygrad divides by the stride (ZeroDivisionError)")
+     for k in ("avg_pool stride0", "conv2d stride0")},
+  "tensor from str": (TypeError, "a str is the wrong type of argument (torch: TypeError; tinygrad: RuntimeError)"),
+  "full_like str": (TypeError, "a str fill value is the wrong type (torch: TypeError; tinygrad: float()'s ValueError)"),
+  "nll shape": (ValueError, "torch refuses labels of another batch size; tinygrad broadcasts them"),
+  "eye float": (ValueError, "torch refuses a float size; tinygrad computes an eye of another size"),
+  "arange float step int dtype": (None, "torch gives [0, 0, 1, 1, 2, 2]; tinygrad gives zeros"),
+  "einsum out repeat": (RuntimeError, "torch refuses a repeated output letter; tinygrad fails inside (IndexError)"),
   "arange step0": (ValueError, "tinygrad divides by the step (ZeroDivisionError)"),
   "full neg shape": (ValueError, "tinygrad makes a (1, 2) tensor from shape (-1, 2); torch refuses it"),
   "einsum bad char": (RuntimeError, "tinygrad takes '1' as a letter; torch refuses non-letters (RuntimeError)"),
@@ -357,8 +422,9 @@ def test_sweep_against_tinygrad(name: str):
   if name in INTENDED:
     want, why = INTENDED[name]
     assert (exc is None) if want is None else isinstance(exc, want), f"{name}: expected {want} ({why}), got {exc!r}"
-    assert not (tg_exc is None and exc is None) and not (exc is not None and isinstance(exc, type(tg_exc))), \
-      f"{name}: no longer differs from tinygrad ({tg_exc!r}); drop it from INTENDED"
+    same = isinstance(exc, type(tg_exc)) if exc is not None and tg_exc is not None else \
+      exc is None and tg_exc is None and all(o.shape == w.shape and np.allclose(o, w) for o, w in zip(out, tg_out))
+    assert not same, f"{name}: no longer differs from tinygrad ({tg_exc!r}); drop it from INTENDED"
     return
   if tg_exc is not None:
     assert exc is not None, f"{name}: tinygrad raises {tg_exc!r}, we compute"
