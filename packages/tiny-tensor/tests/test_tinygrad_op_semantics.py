@@ -44,6 +44,19 @@ def test_getitem_sequences_of_sequences(index: Any):
   np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("index", [[[0, 1], [2, 0]], ((0, 2),), [(0, 2), (1, 3)]],
+                         ids=["list-of-lists", "tuple-in-tuple", "list-of-tuples"])
+def test_setitem_reads_the_index_as_getitem(index: Any):
+  a = _arange(3, 4)
+  want = torch.from_numpy(a.copy())
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore", UserWarning)
+    want[index] = -1.0
+  t = Tensor(a).contiguous().realize()
+  t[index] = -1.0
+  np.testing.assert_array_equal(t.numpy(), want.numpy())
+
+
 def test_getitem_int_list_is_one_index():
   a = _arange(3, 4)
   np.testing.assert_array_equal(Tensor(a)[[2, 0, 2]].numpy(), torch.from_numpy(a)[[2, 0, 2]].numpy())
