@@ -83,17 +83,24 @@ def _view_bottom_buffer(u: UOp) -> UOp | None:
   return bv[0] if bv is not None else (n if n.op is Ops.BUFFER else None)
 
 
+def _is_index_list(indices: Any) -> bool:
+  """Whether a list index means one index per dim, as a tuple would: a list holding anything but ints (a list, a
+  tuple, a slice, a Tensor...). torch and tinygrad 0.14 read `t[[[0, 1], [2, 0]]]` as `t[[0, 1], [2, 0]]`; a list
+  of ints (or bools) is one index into the first dim."""
+  return isinstance(indices, list) and not all(isinstance(i, (int, np.integer)) for i in indices)
+
+
 class IndexingMixin:
   """`__getitem__`/`__setitem__` of `Tensor`."""
   __slots__ = ()
 
   def _index_plan(self, indices: Any) -> dict:
     """Parse an index into movement steps (shrink, flip, stride, reshape) and the tensor indices left over."""
-    idx = list(indices) if isinstance(indices, tuple) else [indices]
+    idx = list(indices) if isinstance(indices, tuple) or _is_index_list(indices) else [indices]
     norm: list[Any] = []
     for i in idx:
       if isinstance(i, np.integer): i = int(i)
-      if isinstance(i, (list, np.ndarray)): i = type(self)(i, device=self.device, requires_grad=False)
+      if isinstance(i, (list, tuple, np.ndarray)): i = type(self)(i, device=self.device, requires_grad=False)
       if isinstance(i, type(self)) and i.dtype == dtypes.bool:
         arr = i.numpy()
         norm.extend(type(self)(n.astype(np.int32), device=self.device, requires_grad=False) for n in np.nonzero(arr))

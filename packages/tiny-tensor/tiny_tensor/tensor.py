@@ -31,6 +31,8 @@ from tiny_tensor import engine
 from tiny_tensor import multi as _multi
 from tiny_tensor.creation import CreationMixin
 from tiny_tensor.gradient import compute_gradient
+from tiny_tensor.helpers import ArgumentError as _ArgumentError
+from tiny_tensor.helpers import DTypeArgumentError as _DTypeArgumentError
 from tiny_tensor.helpers import _assign_view, _base_buffer, _broadcast_shape, _canonical_device, argfix
 from tiny_tensor.indexing import IndexingMixin, _view_bottom_buffer
 
@@ -713,6 +715,10 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     >>> (Tensor([-2.0, 4.0, 0.0]) ** Tensor([3.0, 0.5, -1.0])).tolist()
     [-8.0, 2.0, inf]
     """
+    if not reverse and isinstance(x, int) and not isinstance(x, bool) and x < 0 and not dtypes.is_float(self.dtype):
+      # torch refuses it and tinygrad 0.14 too (a RuntimeError there): 2 ** -1 has no integer result
+      raise _ArgumentError(f"an integer tensor ({self.dtype}) to the negative integer power {x} is not defined; "
+                           f"cast it to a float dtype first, or pass a float exponent ({float(x)})")
     if not reverse and isinstance(x, (int, float)) and not isinstance(x, bool):
       if x == 0:
         return self.ones_like() if dtypes.is_float(self.dtype) or isinstance(x, int) else self.ones_like().float()
@@ -740,7 +746,10 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     return a._inverse().maximum(b._inverse())._inverse()
 
   def where(self, x: Any, y: Any) -> Tensor:
-    """`x` where self is true, else `y` (broadcasting; x and y promote to a common dtype)."""
+    """`x` where self (a bool tensor) is true, else `y` (broadcasting; x and y promote to a common dtype)."""
+    if self.dtype != dtypes.bool:  # tinygrad 0.14 and torch refuse it (a RuntimeError): 0.5 is not a truth value
+      raise _DTypeArgumentError(f"where's condition must be a bool tensor, got {self.dtype}; compare it first "
+                                "(`t != 0`) or cast it (`t.cast(dtypes.bool)`)")
     if isinstance(x, Tensor): x, y = x._broadcasted(y)
     elif isinstance(y, Tensor): y, x = y._broadcasted(x)
     cond, xt = self._broadcasted(x, match_dtype=False)
@@ -1197,7 +1206,7 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     new = tuple(int(s) if isinstance(s, np.integer) else s for s in new)
     new = tuple(self.shape[i] if s is None else s for i, s in enumerate(new))
     if sum(1 for s in new if isinstance(s, int) and s == -1) > 1:
-      raise ValueError(f"reshape {new}: only one dim can be -1")
+      raise _ArgumentError(f"reshape {new}: only one dim can be -1")  # a RuntimeError in tinygrad 0.14 and torch
     if any(isinstance(s, int) and s < -1 for s in new): raise ValueError(f"reshape {new}: negative dimension")
     if -1 in new:
       rest = prod([s for s in new if not (isinstance(s, int) and s == -1)])
@@ -1265,7 +1274,10 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
 
   def flip(self, axis: Any, *args: Any) -> Tensor:
     """Reverse the order of elements along the given axes."""
-    axes = {self._resolve_dim(a) for a in argfix(axis, *args)}
+    axes_ = [self._resolve_dim(a) for a in argfix(axis, *args)]
+    if len(set(axes_)) != len(axes_):  # tinygrad 0.14 and torch refuse it (a RuntimeError)
+      raise _ArgumentError(f"flip {argfix(axis, *args)}: each dim may appear at most once")
+    axes = set(axes_)
     return self._wrap(self.uop.flip(tuple(i in axes for i in range(self.ndim)))) if axes else self
 
   def _pad_raw(self, arg: tuple[tuple[int, int], ...], value: Any = 0.0) -> Tensor:
@@ -1284,8 +1296,14 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     if mode not in ("constant", "reflect", "replicate", "circular"):
       raise NotImplementedError(f"pad mode {mode!r}; valid: 'constant', 'reflect', 'replicate', 'circular'")
     padding = tuple(padding)
-    flat = all(isinstance(p, int) for p in padding)
+    flat = not any(p is None or isinstance(p, (tuple, list)) for p in padding)
+    if not flat and (bad := [q for q in padding if not (q is None or (isinstance(q, (tuple, list)) and len(q) == 2))]):
+      raise _ArgumentError(f"pad {padding}: give flat ints, or a (before, after) pair or None per dim; got {bad[0]!r}")
+    amounts = padding if flat else [v for q in padding if q is not None for v in q]
+    if bad := [v for v in amounts if not isinstance(v, (int, np.integer, UOp)) or isinstance(v, (bool, np.bool_))]:
+      raise _ArgumentError(f"pad {padding}: padding amounts must be ints, got {bad[0]!r}")  # tinygrad: RuntimeError
     if flat:
+      padding = tuple(int(v) if isinstance(v, np.integer) else v for v in padding)
       if len(padding) % 2: raise ValueError(f"flat padding {padding} must have an even number of values")
       if len(padding) // 2 > self.ndim: raise ValueError(f"padding {padding} has more dims than shape {self.shape}")
       pairs = ((0, 0),) * (self.ndim - len(padding) // 2) + tuple(zip(padding[-2::-2], padding[::-2]))
@@ -1297,11 +1315,12 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
       if isinstance(s, int) and -min(b, 0) - min(a, 0) > s:
         raise ValueError(f"pad {padding}: dim {d} of size {s} with padding ({b}, {a}) would remove "
                          f"{-min(b, 0) - min(a, 0)} elements; negative padding may remove at most the dim's {s}")
-    # negative padding shrinks first
-    x = self
-    if any(b < 0 or a < 0 for b, a in pairs):
-      x = x.shrink(tuple((-min(b, 0), s + min(a, 0)) for (b, a), s in zip(pairs, x.shape)))
-      pairs = tuple((max(b, 0), max(a, 0)) for b, a in pairs)
+    # negative padding shrinks: first for constant and circular (wrapping sees the kept part), last for reflect and
+    # replicate (they mirror/repeat the full data first: [1, 2] reflect-padded by (1, -1) is [2, 1], as torch)
+    x, crop = self, tuple((-min(b, 0), min(a, 0)) for b, a in pairs)
+    if any(c != (0, 0) for c in crop) and mode in ("constant", "circular"):
+      x, crop = x.shrink(tuple((lo, s + hi) for (lo, hi), s in zip(crop, x.shape))), ()
+    pairs = tuple((max(b, 0), max(a, 0)) for b, a in pairs)
     if mode == "constant": return x._pad_raw(pairs, value)
     for d, (b, a) in enumerate(pairs):
       if b == 0 and a == 0: continue
@@ -1319,6 +1338,7 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
         if b > s or a > s: raise ValueError(f"circular padding ({b}, {a}) must be <= the dim size {s} (dim {d})")
         parts = [sl(s - b, s), x, sl(0, a)]
       x = Tensor.cat(*[p for p in parts if p.shape[d] != 0], dim=d)
+    if any(c != (0, 0) for c in crop): x = x.shrink(tuple((lo, s + hi) for (lo, hi), s in zip(crop, x.shape)))
     return x
 
   def cat(self, *args: Tensor, dim: int = 0) -> Tensor:
