@@ -47,7 +47,7 @@ from tiny_uop.uop import GroupOp, Ops, UOp
 from tiny_uop.plugins import Device
 
 __all__ = ["GlobalCounters", "realize", "get_buffer", "register_buffer", "buffer_from_bytes", "is_realized",
-           "buffer_view", "run_schedule", "CapturedCall", "capture"]
+           "buffer_view", "run_schedule", "CapturedCall", "capture", "replay_root"]
 
 
 class GlobalCounters:
@@ -230,8 +230,14 @@ def capture(on_call: Callable[[CapturedCall], None],
 # ***** running *****
 PROGRAM_CACHE_MAX = 4096
 """Compiled-and-loaded programs kept (by kernel AST, renderer and device); the least recently used go first."""
-_program_cache: OrderedDict[tuple[UOp, type, str, str], tuple[Any, Any]] = OrderedDict()
+_program_cache: OrderedDict[tuple[UOp, type, str, str, tuple], tuple[Any, Any]] = OrderedDict()
 _program_lock = threading.Lock()
+
+
+@functools.cache
+def _codegen_flags() -> Callable[[], tuple]:
+  from tiny_codegen.program import codegen_flags  # imported on first use, as the compiler is
+  return codegen_flags
 
 
 def estimate_ops(ast: UOp) -> int:
@@ -251,12 +257,13 @@ def estimate_ops(ast: UOp) -> int:
 
 
 def _get_runner(ast: UOp, device: str) -> tuple[Any, Any]:
-  """(ProgramSpec, loaded Program) for a kernel AST on a device, compiled once per (ast, renderer class, arch) and
-  loaded once per device (two devices may share a renderer, never a loaded program)."""
+  """(ProgramSpec, loaded Program) for a kernel AST on a device, compiled once per (ast, renderer class, arch, values
+  of the codegen flags: `tiny_codegen.program.CODEGEN_FLAGS`) and loaded once per device (two devices may share a
+  renderer, never a loaded program)."""
   # hot path: the registry's opened devices by canonical name (Device[...] canonicalizes first, ~20 us)
   dev = Device._opened.get(device) or Device[device]
   renderer = dev.renderer
-  key = (ast, type(renderer), getattr(renderer, "arch", ""), device)
+  key = (ast, type(renderer), getattr(renderer, "arch", ""), device, _codegen_flags()())
   with _program_lock:
     if (ret := _program_cache.get(key)) is not None:
       _program_cache.move_to_end(key)
@@ -370,10 +377,20 @@ class _Replay:
   whether a kernel uses it: then it is allocated before the first kernel runs), fresh BUFFER UOps each run, as
   `create_schedule` makes them."""
   new: tuple[tuple[str, int, DType, int, bool], ...]
-  kernels: tuple[tuple[Any, Any, tuple[int, ...], int, int], ...]  # (spec, program, argument slots, FLOPs, bytes)
+  kernels: tuple[tuple[Callable[..., Any], tuple[int, ...], int, int], ...]  # (launch, argument slots, FLOPs, bytes)
   used: tuple[int, ...]  # the input slots the kernels use (allocated before the first kernel runs)
   outs: tuple[tuple[int, tuple | None], ...]  # per root: its buffer slot, and the shape it is reshaped to (or None)
   devices: tuple[tuple[str, Any, Any], ...]  # (name, opened device, its renderer) when recorded: replays check them
+  flags: tuple  # the codegen flags' values the programs were compiled under (`codegen_flags()`): replays check them
+
+
+def _launcher(spec: Any, prg: Any, nbufs: int) -> Callable[..., Any]:
+  """A function of a kernel's `nbufs` opaque buffers (in argument order) that launches it without waiting and returns
+  what the program returns (seconds or None): the program's own `launcher` when it has one (the CPU's decides the
+  argument conversion once), else a call with the spec's sizes and no variables."""
+  gs, ls = spec.global_size, spec.local_size
+  if (make := getattr(prg, "launcher", None)) is not None and (fn := make(nbufs, gs, ls)) is not None: return fn
+  return lambda *bufs: prg(*bufs, global_size=gs, local_size=ls, vals=(), wait=False)
 
 
 def _make_replay(sched: Any, todo: list[UOp]) -> _Replay | None:
@@ -383,6 +400,7 @@ def _make_replay(sched: Any, todo: list[UOp]) -> _Replay | None:
   slot = {b: i for i, b in enumerate(sched.inputs)}
   new: list[tuple[str, int, DType]] = []
   kernels, devices = [], {}
+  flags = _codegen_flags()()
   for c in sched.calls:
     if c.src[0].op is not Ops.SINK: return None
     call_slots = []
@@ -398,7 +416,7 @@ def _make_replay(sched: Any, todo: list[UOp]) -> _Replay | None:
     devices[device] = (device, dev, dev.renderer)
     args = tuple(call_slots[i] for i in (spec.globals if spec.globals else range(len(call_slots))))
     mem = _est(spec, "mem") or sum(b.arg * b.dtype.itemsize for b in c.src[1:])
-    kernels.append((spec, prg, args, _est(spec, "ops"), mem))
+    kernels.append((_launcher(spec, prg, len(args)), args, _est(spec, "ops"), mem))
   outs = []
   for r in todo:
     v = sched.becomes[r]
@@ -407,10 +425,11 @@ def _make_replay(sched: Any, todo: list[UOp]) -> _Replay | None:
     shape = r.shape  # the root's own shape (a 0-d root's buffer view may be 1-d): replays give exactly that view
     if shape is None or not all(isinstance(s, int) for s in shape): return None
     outs.append((slot[b], None if shape == (b.arg,) else shape))
-  used = sorted({i for k in kernels for i in k[2]})
+  used = sorted({i for k in kernels for i in k[1]})
   n_in = len(sched.inputs)
   new_used = tuple((d, n, dt, n * dt.itemsize, n_in + j in used) for j, (d, n, dt) in enumerate(new))
-  return _Replay(new_used, tuple(kernels), tuple(i for i in used if i < n_in), tuple(outs), tuple(devices.values()))
+  return _Replay(new_used, tuple(kernels), tuple(i for i in used if i < n_in), tuple(outs), tuple(devices.values()),
+                 flags)
 
 
 @functools.cache
@@ -419,18 +438,22 @@ def _cached_template() -> Callable[..., Any]:
   return cached_template
 
 
-def _replay(todo: list[UOp]) -> dict[UOp, UOp] | None:
-  """Realize `todo` (nothing exposed) by replaying its cached schedule: what `create_schedule` + `run_schedule` would
-  do (new output buffers, the same kernels, GlobalCounters), without building the schedule. None when there is no
-  replay for it, or when something must see the schedule being built or each kernel (VIZ, a capture, DEBUG)."""
+def _replay_run(roots: tuple[UOp, ...]) -> tuple[_Replay, list[UOp]] | None:
+  """Run the recorded replay of `roots` (nothing exposed): what `create_schedule` + `run_schedule` would do (new
+  output buffers, the same kernels, GlobalCounters) without building the schedule; its record and every buffer slot's
+  BUFFER. None (nothing ran) when there is no replay for it, or when something must see the schedule being built or
+  each kernel (VIZ, a capture, DEBUG)."""
   if _trace.RECORDER is not None or _tls.captures or DEBUG.value >= 1: return None
-  if (found := _cached_template()(tuple(todo), REPLAY_MAX_NODES)) is None: return None
+  if (found := _cached_template()(roots, REPLAY_MAX_NODES)) is None: return None
   tmpl, inputs = found
   if (rp := tmpl.runtime) is None or rp is False: return None
   for name, dev, renderer in rp.devices:
     if Device._opened.get(name) is not dev or dev.renderer is not renderer:  # the device's renderer changed
       tmpl.runtime = None  # recorded again after the next scheduled run
       return None
+  if _codegen_flags()() != rp.flags:  # e.g. `with Context(NOOPT=1)`: the recorded programs compiled otherwise
+    tmpl.runtime = None
+    return None
   # the device buffers (their Buffers live on the BUFFER nodes in `bufs`)
   opaque: list[Any] = [None] * (len(inputs) + len(rp.new))
   for i in rp.used: opaque[i] = get_buffer(inputs[i]).ensure_allocated()._opaque
@@ -442,16 +465,34 @@ def _replay(todo: list[UOp]) -> dict[UOp, UOp] | None:
       buf = b._cache["buffer"] = _EngineBuffer(device, n, dt, opaque=dev.allocator.alloc(nbytes, None))
       GlobalCounters.mem_used += nbytes
       opaque[len(bufs) - 1] = buf._opaque
-  for spec, prg, args, ops, mem in rp.kernels:  # as _run_kernel with DEBUG=0, no recorder and no capture
+  for launch, args, ops, mem in rp.kernels:  # as _run_kernel with DEBUG=0, no recorder and no capture
     st = time.perf_counter()
-    et = prg(*[opaque[i] for i in args], global_size=spec.global_size, local_size=spec.local_size, vals=(),
-             wait=False)
+    et = launch(*[opaque[i] for i in args])
     t = et if et is not None else time.perf_counter() - st
     GlobalCounters.kernel_count += 1
     GlobalCounters.global_ops += ops
     GlobalCounters.global_mem += mem
     GlobalCounters.time_sum_s += t
+  return rp, bufs
+
+
+def _replay(todo: list[UOp]) -> dict[UOp, UOp] | None:
+  """Realize `todo` (nothing exposed) by replaying its cached schedule (`_replay_run`): the `becomes` map, or None."""
+  if (got := _replay_run(tuple(todo))) is None: return None
+  rp, bufs = got
   return {r: bufs[i] if shape is None else _view(bufs[i], shape) for r, (i, shape) in zip(todo, rp.outs)}
+
+
+def replay_root(u: UOp) -> UOp | None:
+  """Realize the one graph `u` (not a buffer yet; no other live graph shares its nodes) by replaying its cached
+  schedule, as `realize([u])[u]` would: its realized buffer view; None when it has no replay (nothing ran: the caller
+  realizes it). The eager hot path of `Tensor.realize` (`(a + 1).realize()`): one kernel launch, no schedule built,
+  no graph walked."""
+  with lock:
+    if (got := _replay_run((u,))) is None: return None
+    rp, bufs = got
+  i, shape = rp.outs[0]
+  return bufs[i] if shape is None else _view(bufs[i], shape)
 
 
 def _view(b: UOp, shape: tuple[int, ...]) -> UOp:
@@ -469,13 +510,14 @@ def plan(uops: list[UOp], expose: Iterable[UOp] = ()) -> Any:
   with lock: return create_schedule(UOp.sink(*[u for u in uops if not is_realized(u)]), expose)
 
 
-def realize(uops: list[UOp], expose: Iterable[UOp] = ()) -> dict[UOp, UOp]:
+def realize(uops: list[UOp], expose: Iterable[UOp] = (), replay: bool = True) -> dict[UOp, UOp]:
   """Realize every graph in `uops` that is not a buffer yet; returns the scheduler's `becomes` map (which also
-  covers the nodes of `expose` that got a buffer on the way: values other live graphs still use)."""
+  covers the nodes of `expose` that got a buffer on the way: values other live graphs still use). `replay=False`:
+  don't look for a recorded replay (the caller's `replay_root` of these graphs just found none)."""
   todo = [u for u in uops if not is_realized(u)]
   if not todo: return {}
   with lock:
-    if not expose and (becomes := _replay(todo)) is not None: return becomes
+    if replay and not expose and (becomes := _replay(todo)) is not None: return becomes
     sched = plan(todo, expose)
     calls = list(sched.calls)
     before = _totals() if DEBUG >= 1 else None
