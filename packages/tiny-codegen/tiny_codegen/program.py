@@ -20,7 +20,7 @@ __all__ = ["ProgramInfo", "to_program", "get_program", "spec_from_program", "ker
 
 CODEGEN_FLAGS: tuple[ContextVar, ...] = (NOOPT, BEAM, CHECK_OOB, USE_TC, IMAGE)
 """The flags whose values change what a kernel AST compiles to (opts, bounds checks, tensor cores, images): part of
-the key of every cache of compiled programs (`to_program`'s, a runtime's), so a `Context` that sets one compiles anew."""
+the key of every cache of compiled programs (`to_program`'s, a runtime's): a `Context` that sets one compiles anew."""
 
 
 def codegen_flags() -> tuple:

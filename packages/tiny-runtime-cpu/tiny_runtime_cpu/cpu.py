@@ -15,6 +15,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import importlib
+import operator
 import os
 import struct
 import tempfile
@@ -105,6 +106,9 @@ class TargetRenderer:
     return r if arch is None or arch == r.arch else type(r)(arch)
 
 
+_ADDR = operator.attrgetter("addr")  # a HostMem's address (a kernel argument)
+
+
 class CPUProgram(Program):
   """A native kernel: an ELF relocatable object (LLVM) placed by our loader (x86-64) or MCJIT (other machines), or a
   shared object (clang) loaded with ctypes."""
@@ -178,14 +182,14 @@ class CPUProgram(Program):
 
   def launcher(self, nbufs: int, global_size: tuple[int, ...] | None,
                local_size: tuple[int, ...] | None = None) -> Callable[..., None] | None:
-    """A function of the kernel's `nbufs` buffers (HostMem or addresses) that launches it as `__call__` does with no
-    variables and no wait, with the argument conversion decided once (the engine's eager replay: ~1 us less per
-    launch); None when the kernel runs in shares on the thread pool (then `__call__` is the way)."""
+    """A function of the kernel's `nbufs` buffers (HostMem: what the CPU allocator gives) that launches it as
+    `__call__` does with no variables and no wait, its argument conversion decided once (the engine's eager replay);
+    None when the kernel runs in shares on the thread pool (then `__call__` is the way)."""
     if (global_size[0] if global_size else 1) != 1: return None
     fxn, oob = self._fxn(nbufs, 0), self._oob
 
-    def launch(*bufs: Any) -> None:
-      fxn(*[b.addr if b.__class__ is HostMem else b for b in bufs], 0)
+    def launch(*bufs: HostMem) -> None:
+      fxn(*map(_ADDR, bufs), 0)
       if oob is not None and oob[0]: self._raise_oob(bufs)
     return launch
 

@@ -228,3 +228,37 @@ def test_a_codegen_flag_set_later_compiles_anew(count_schedules):
     for _ in range(2): np.testing.assert_allclose(f().numpy(), x @ y, rtol=1e-4, atol=1e-4)
     assert len(count_schedules) == 2  # ... recorded again under NOOPT, then replayed
   np.testing.assert_allclose(f().numpy(), x @ y, rtol=1e-4, atol=1e-4)
+
+
+def test_a_cached_op_schedules_lowers_and_walks_nothing(count_schedules, monkeypatch):
+  # issue #39: on a cached op the engine launches the recorded kernel on a fresh buffer; nothing of the scheduler,
+  # the lowering/compiler or the program cache runs, and no graph is walked (counted by wrapping each entry point)
+  import importlib
+  import tiny_codegen.program as prog_mod
+  from tiny_uop import UOp
+  S = importlib.import_module("tiny_codegen.schedule.schedule")
+  x = _x(30, (64, 64))
+  a = Tensor(x)
+  for _ in range(2): (a + 1).realize()  # scheduled, compiled and recorded; then replayed
+  count_schedules.clear()
+  counts: dict[str, int] = {}
+
+  def counting(owner, name):
+    real = getattr(owner, name)
+    def wrapped(*args, **kwargs):
+      counts[name] = counts.get(name, 0) + 1
+      return real(*args, **kwargs)
+    monkeypatch.setattr(owner, name, wrapped)
+
+  for owner, name in ((prog_mod, "get_program"), (prog_mod, "to_program"), (prog_mod, "_to_program"),
+                      (engine, "_get_runner"), (engine, "run_schedule"), (S, "_schedule"), (S._Normalizer, "node"),
+                      (UOp, "toposort"), (UOp, "substitute")):
+    counting(owner, name)
+  GlobalCounters.reset()
+  outs = [(a + 1).realize() for _ in range(5)]
+  assert counts == {} and not count_schedules
+  assert GlobalCounters.kernel_count == 5
+  for t in outs: np.testing.assert_array_equal(t.numpy(), x + 1)
+  # the wrappers do count: a new structure goes through them
+  (a * 7).realize()
+  assert counts.get("_schedule") == 1 and counts.get("_get_runner", 0) >= 1 and len(count_schedules) == 1

@@ -312,7 +312,8 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     ts = [self, *lst]
     with engine.lock:  # other threads' realizes see this one's results whole (see tiny_tensor.engine)
       tried = False
-      if not lst and (u := self._uop).op is not _MULTI and not engine.is_realized(u):  # the eager hot path
+      if not lst and (op := (u := self._uop).op) is not _MULTI and op is not _BUFFER and \
+         (op is not _RESHAPE or u.src[0].op is not _BUFFER):  # one lazy tensor (not is_realized(u)): the eager hot path
         with _registry_lock: alone = tried = _lazy_tensors.only(ts)
         if alone and (n := engine.replay_root(u)) is not None:  # a cached op: its recorded kernels, no schedule
           _take_realized(self, n)
