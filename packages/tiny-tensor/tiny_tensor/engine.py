@@ -83,7 +83,7 @@ class GlobalCounters:
 class _EngineBuffer(Buffer):
   """A Buffer the engine created for a BUFFER UOp: counted in `GlobalCounters.mem_used` while it exists."""
   def __del__(self) -> None:
-    GlobalCounters.mem_used -= self.nbytes
+    GlobalCounters.mem_used -= self.size * self.dtype.itemsize  # (nbytes, without its property: the eager hot path)
     super().__del__()
 
 
