@@ -83,8 +83,13 @@ class GlobalCounters:
 class _EngineBuffer(Buffer):
   """A Buffer the engine created for a BUFFER UOp: counted in `GlobalCounters.mem_used` while it exists."""
   def __del__(self) -> None:
-    GlobalCounters.mem_used -= self.size * self.dtype.itemsize  # (nbytes, without its property: the eager hot path)
-    super().__del__()
+    nbytes = self.size * self.dtype.itemsize  # (nbytes without its property: this is the eager hot path's free)
+    GlobalCounters.mem_used -= nbytes
+    if self._opaque is not None and self.options is None and self._base is None and \
+       (dev := Device._opened.get(self.device)) is not None:  # a plain buffer: what Buffer.__del__ does, in one frame
+      dev.allocator.free(self._opaque, nbytes, None)
+      self._opaque = None
+    else: super().__del__()
 
 
 # ops read on the eager hot path, as module constants (on Python 3.11 each `Ops.X` read costs ~0.1 us: see tiny_uop.uop)
