@@ -8,14 +8,29 @@ import weakref
 from dataclasses import dataclass
 
 from tiny_uop.device import ProgramSpec, Renderer
-from tiny_uop.helpers import BEAM, CHECK_OOB, DEBUG, NOOPT
+from tiny_uop.helpers import BEAM, CHECK_OOB, DEBUG, IMAGE, NOOPT, USE_TC, ContextVar
 from tiny_uop.trace import traced
 from tiny_uop.uop import KernelInfo, Ops, UOp
 
 from tiny_codegen.lower import lower
 from tiny_codegen.renderer import kernel_params
 
-__all__ = ["ProgramInfo", "to_program", "get_program", "spec_from_program", "kernel_name"]
+__all__ = ["ProgramInfo", "to_program", "get_program", "spec_from_program", "kernel_name", "CODEGEN_FLAGS",
+           "codegen_flags"]
+
+CODEGEN_FLAGS: tuple[ContextVar, ...] = (NOOPT, BEAM, CHECK_OOB, USE_TC, IMAGE)
+"""The flags whose values change what a kernel AST compiles to (opts, bounds checks, tensor cores, images): part of
+the key of every cache of compiled programs (`to_program`'s, a runtime's): a `Context` that sets one compiles anew."""
+
+
+def codegen_flags() -> tuple:
+  """The values of `CODEGEN_FLAGS` now (a cache key part).
+
+  >>> from tiny_uop.helpers import Context
+  >>> with Context(NOOPT=1): codegen_flags()[0]
+  1
+  """
+  return tuple([f.value for f in CODEGEN_FLAGS])
 
 
 @dataclass(frozen=True)
@@ -78,8 +93,8 @@ def to_program(ast: UOp, renderer: Renderer) -> UOp:
 def _renderer_key(r: Renderer) -> tuple:
   """What makes the same AST compile differently on the same renderer object (its settings, optimizer flags)."""
   return (type(r), r.arch, getattr(r, "threads", None), getattr(r, "thread_min_work", None),
-          getattr(r, "balance_min_work", None), getattr(r, "shares_per_thread", None), NOOPT.value, BEAM.value,
-          CHECK_OOB.value, tuple(getattr(r, "decompose_ops", ())), getattr(r, "transcendental_via_f64", None))
+          getattr(r, "balance_min_work", None), getattr(r, "shares_per_thread", None), codegen_flags(),
+          tuple(getattr(r, "decompose_ops", ())), getattr(r, "transcendental_via_f64", None))
 
 
 @functools.lru_cache(maxsize=4096)

@@ -318,10 +318,18 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     """
     ts = [self, *lst]
     with engine.lock:  # other threads' realizes see this one's results whole (see tiny_tensor.engine)
+      tried = False
+      if not lst and (op := (u := self._uop).op) is not _MULTI and op is not _BUFFER and \
+         (op is not _RESHAPE or u.src[0].op is not _BUFFER):  # one lazy tensor (not is_realized(u)): the eager hot path
+        with _registry_lock: alone = tried = _lazy_tensors.only(ts)
+        if alone and (n := engine.replay_root(u)) is not None:  # a cached op: its recorded kernels, no schedule
+          _take_realized(self, n)
+          return self
       uops = [s for t in ts for s in (t._uop.src if t._uop.op is _MULTI else (t._uop,))]  # sharded: its shards
       with _registry_lock: alone = _lazy_tensors.only(ts)
       if alone:  # no other lazy tensor: none reads old values or shares nodes
-        if (becomes := engine.realize(uops)) and not _apply_becomes_alone(ts, becomes): _apply_becomes(becomes)
+        if (becomes := engine.realize(uops, replay=not tried)) and not _apply_becomes_alone(ts, becomes):
+          _apply_becomes(becomes)
         return self
       else:
         # a lazy tensor that reads a buffer this realize writes (e.g. the loss, after opt.step()) is computed in the
@@ -1627,6 +1635,18 @@ def _apply_becomes_alone(ts: list[Tensor], becomes: dict[UOp, UOp]) -> bool:
       t._uop = n  # a buffer view: no longer lazy (what the `uop` setter does for a realized node)
       _lazy_tensors.pop(id(t), None)
   return True
+
+
+def _take_realized(t: Tensor, new: UOp) -> None:
+  """`_apply_becomes_alone([t], {t.uop: new})` for a lone lazy tensor `t` whose realized view `new` has its shape
+  already (`engine.replay_root`'s): `t` takes it, its graph kept in `_origin`."""
+  keep = _keeps_origin(t, new)
+  with _registry_lock:
+    if keep:
+      t._origin_uop = t._uop
+      _origin_tensors[id(t)] = t
+    t._uop = new  # a buffer view: no longer lazy (what the `uop` setter does for a realized node)
+    _lazy_tensors.pop(id(t), None)
 
 
 def _keeps_origin(t: Tensor, new: UOp | None = None) -> bool:
