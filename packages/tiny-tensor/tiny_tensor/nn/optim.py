@@ -35,6 +35,12 @@ def _state(t: Tensor, device: str, fill: float = 0.0) -> Tensor:
   return Tensor(np.full(tuple(int(s) for s in t.shape), fill, dtype=np.float32), device=device, requires_grad=False)
 
 
+def _to(x: Tensor, device: str | tuple[str, ...]) -> Tensor:
+  """x on `device` (optimizer state kept on another device than the parameters, e.g. offloaded to CPU)."""
+  if x.device == device or isinstance(x.device, tuple) or isinstance(device, tuple): return x
+  return x.contiguous().to(device)
+
+
 def _parts(u: UOp) -> tuple[UOp, ...]: return u.src if u.op is Ops.MULTI else (u,)  # a sharded tensor: its shards
 
 
@@ -61,7 +67,12 @@ def _realize_params(ts: list[Tensor]) -> None:
 
 class Optimizer:
   """Base class: `params` with `requires_grad` not False are trained (None becomes True); those with False are
-  buffers (e.g. BatchNorm running statistics) that `step` realizes along with the updates."""
+  buffers (e.g. BatchNorm running statistics) that `step` realizes along with the updates.
+
+  `device` is where the optimizer state (learning rate, moments, momentum) lives, the first parameter's by default.
+  On another device (e.g. state offloaded to CPU), each gradient is copied to it, the update is computed there and
+  copied back to its parameter's device. The state is float32 whatever the parameters' dtype (fp16 parameters get
+  float32 moments; the update is cast to the parameter's dtype before it is subtracted)."""
 
   def __init__(self, params: list[Tensor], lr: float, device: str | None = None):
     if lr < 0: raise ValueError(f"invalid learning rate {lr}: must be >= 0")
@@ -95,7 +106,7 @@ class Optimizer:
     # like torch, a parameter without a gradient (unused in this loss) is left alone, and so is its state
     live = [i for i, p in enumerate(self.params) if p.grad is not None]
     updates, extra = self._step([self.params[i] for i in live], [self.params[i].grad for i in live], live)  # type: ignore[misc]
-    for i, up in zip(live, updates): self.params[i].assign(self.params[i].detach() - up)
+    for i, up in zip(live, updates): self.params[i].assign(self.params[i].detach() - _to(up, self.params[i].device))
     return extra + self.params + self.buffers
 
   def _step(self, params: list[Tensor], grads: list[Tensor], idx: list[int]) -> tuple[list[Tensor], list[Tensor]]:
@@ -142,8 +153,8 @@ class LARS(Optimizer):
   def _step(self, params: list[Tensor], grads: list[Tensor], idx: list[int]) -> tuple[list[Tensor], list[Tensor]]:
     ret = []
     for i, t, g in zip(idx, params, grads):
-      g = g.cast(dtypes.float32)
-      w = t.detach().cast(dtypes.float32)
+      g = _to(g, self.device).cast(dtypes.float32)
+      w = _to(t.detach(), self.device).cast(dtypes.float32)
       r: Tensor | float = 1.0
       if self.tcoef != 0:
         r1, r2 = w.square().sum().sqrt(), g.square().sum().sqrt()
@@ -210,15 +221,16 @@ class LAMB(Optimizer):
     self.b1_t.assign(self.b1_t * self.b1)
     self.b2_t.assign(self.b2_t * self.b2)
     for i, t, g in zip(idx, params, grads):
-      g = g.cast(dtypes.float32)
+      g = _to(g, self.device).cast(dtypes.float32)
+      w = _to(t.detach(), self.device).cast(dtypes.float32)
       self.m[i].assign(self.b1 * self.m[i] + (1.0 - self.b1) * g)
       self.v[i].assign(self.b2 * self.v[i] + (1.0 - self.b2) * (g * g))
       m_hat = self.m[i] / (1.0 - self.b1_t)
       v_hat = self.v[i] / (1.0 - self.b2_t)
-      up = m_hat / (v_hat.sqrt() + self.eps) + self.wd * t.detach().cast(dtypes.float32)
+      up = m_hat / (v_hat.sqrt() + self.eps) + self.wd * w
       r: Tensor | float = 1.0
       if not self.adam:
-        r1, r2 = t.detach().cast(dtypes.float32).square().sum().sqrt(), up.square().sum().sqrt()
+        r1, r2 = w.square().sum().sqrt(), up.square().sum().sqrt()
         r = (r1 > 0).where((r2 > 0).where(r1 / r2, 1.0), 1.0)
       ret.append((self.lr * r * up).cast(t.dtype))
     return ret, [self.b1_t, self.b2_t] + self.m + self.v
