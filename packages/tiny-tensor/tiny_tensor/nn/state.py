@@ -86,14 +86,18 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
   """Copy `state_dict`'s tensors into the model's (`get_state_dict(model)`), casting to the model's dtypes.
 
   `strict`: every model tensor must be in `state_dict` and every `state_dict` entry must belong to the model. Shapes
-  must always match. One `KeyError`/`ValueError` names every missing, unexpected or mis-shaped key. `consume` removes
-  loaded entries from `state_dict`; `realize` copies now. Returns the model tensors that were loaded.
+  must always match (a scalar and a one-element vector count as matching). One `KeyError`/`ValueError` names every
+  missing, unexpected or mis-shaped key. `consume` removes loaded entries from `state_dict`; `realize` copies now.
+  Returns the model tensors that were loaded.
   """
   model_sd = get_state_dict(model)
   missing = [k for k in model_sd if k not in state_dict]
   unexpected = [k for k in state_dict if k not in model_sd]
+  # a scalar and a one-element vector load into each other (torch and tinygrad both allow it: old checkpoints store
+  # scalars such as num_batches_tracked as (1,)); any other shape difference is an error
   shapes = [f"{k}: model {tuple(v.shape)}, state_dict {tuple(state_dict[k].shape)}" for k, v in model_sd.items()
-            if k in state_dict and tuple(v.shape) != tuple(state_dict[k].shape)]
+            if k in state_dict and tuple(v.shape) != tuple(state_dict[k].shape)
+            and {tuple(v.shape), tuple(state_dict[k].shape)} != {(), (1,)}]
   if shapes: raise ValueError(f"load_state_dict: shape mismatch for {len(shapes)} key(s): " + "; ".join(shapes))
   if strict and (missing or unexpected):
     msg = []
@@ -105,6 +109,7 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
   for k, v in model_sd.items():
     if k not in state_dict: continue
     src = state_dict[k].to(v.device)
+    if tuple(src.shape) != tuple(v.shape): src = src.reshape(v.shape)  # () <-> (1,), checked above
     if src.dtype != v.dtype: src = src.cast(v.dtype)
     # a realized model tensor is written in place (a TinyJit that captured its buffer sees the new values);
     # a lazy one (not computed yet) becomes a copy of the source
