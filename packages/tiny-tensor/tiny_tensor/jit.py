@@ -62,7 +62,7 @@ from tiny_uop.uop import Ops, UOp
 from tiny_tensor import engine
 from tiny_tensor.engine import GlobalCounters
 
-__all__ = ["TinyJit", "JitError", "CapturedJit"]
+__all__ = ["TinyJit", "JitError", "CapturedJit", "prune_calls"]
 
 ReturnType = TypeVar("ReturnType")
 _SIMPLE = (int, float, bool, str, type(None), bytes)
@@ -97,7 +97,7 @@ class _KernelCall:
   value), `global_size`, `local_size`, `static_launch`, `launch(var_vals)`.
   """
   __slots__ = ("prg", "name", "device", "refs", "args", "dyn", "global_size", "local_size", "vars", "ops", "mem",
-               "static_launch", "bufs")
+               "static_launch", "bufs", "rw")
 
   def __init__(self, prg: Any, name: str, device: str, refs: list[BufRef], global_size: Any, local_size: Any,
                var_names: list[str], bound: dict[str, int], ops: int, mem: int):
@@ -111,6 +111,8 @@ class _KernelCall:
     self.args = [r._buf if isinstance(r, Buffer) else None for r in refs]
     self.dyn = tuple((i, r) for i, r in enumerate(refs) if not isinstance(r, Buffer))
     self.bufs = [r if a is None else a for r, a in zip(refs, self.args)]
+    # (read positions, written positions) in `refs`, for TinyJit(prune=True); None: unknown (never pruned)
+    self.rw: tuple[tuple[int, ...], tuple[int, ...]] | None = None
 
   def launch(self, var_vals: dict[str, int]) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
     """(global_size, local_size) with symbolic sizes resolved (a variable not given keeps its capture value)."""
@@ -190,8 +192,14 @@ class _EngineCapture:
       spec = c.spec
       bound = {n: self.var_vals.get(n, v) for n, v in c.var_vals.items()}
       names = [v.arg[0] for v in spec.vars]
-      self.calls.append(_KernelCall(c.prg, spec.name, c.device, [self.ref(b) for b in c.bufs], c.global_size,
-                                    c.local_size, names, {n: bound[n] for n in names}, c.ops, c.mem))
+      kc = _KernelCall(c.prg, spec.name, c.device, [self.ref(b) for b in c.bufs], c.global_size, c.local_size,
+                       names, {n: bound[n] for n in names}, c.ops, c.mem)
+      slots = list(getattr(spec, "globals", None) or [])
+      if len(slots) == len(c.bufs):  # argument i is PARAM slots[i]; the spec names the slots loaded and stored
+        ins, outs = set(getattr(spec, "ins", ())), set(getattr(spec, "outs", ()))
+        kc.rw = (tuple(i for i, sl in enumerate(slots) if sl in ins),
+                 tuple(i for i, sl in enumerate(slots) if sl in outs))
+      self.calls.append(kc)
     elif c.kind == "copy":
       dst, src = c.bufs
       if isinstance(self.ref(dst), int):
@@ -210,6 +218,41 @@ class _EngineCapture:
     raise JitError("the function reads tensor data into Python (.numpy()/.item()/.tolist()) while TinyJit captures "
                    f"it ({buf!r}); that value would be stale on replay: return the Tensor instead, or run "
                    "this function without TinyJit")
+
+
+def _buf_key(r: BufRef) -> tuple[str, int]:
+  """What a reference aliases: an input slot, or a buffer's base allocation (views of one base alias each other)."""
+  if not isinstance(r, Buffer): return ("dyn", r)
+  return ("buf", id(r._base if r._base is not None else r))
+
+
+def _reads_writes(c: Any) -> tuple[set, set] | None:
+  """The buffers a recorded call reads and writes (as `_buf_key`s), None where unknown."""
+  if isinstance(c, _CopyCall): return {_buf_key(c.src)}, {_buf_key(c.dst)}
+  if isinstance(c, _KernelCall) and c.rw is not None:
+    return {_buf_key(c.refs[i]) for i in c.rw[0]}, {_buf_key(c.refs[i]) for i in c.rw[1]}
+  return None
+
+
+def prune_calls(calls: list[Any]) -> list[Any]:
+  """The calls a replay must run (TinyJit(prune=True)); the others already ran at capture and would recompute the same.
+
+  A call is kept when it reads or writes an input (or a view of one), reads a buffer it also writes (state updated
+  in place, like `counter.assign(counter + 1)`), reads or writes a buffer a kept call writes, or when what it
+  touches is unknown. The rest (weights' transforms, independent copies) depend only on buffers no replay changes:
+  their outputs keep the values computed at capture, and buffers only they used are freed with them.
+  """
+  rws = [_reads_writes(c) for c in calls]
+  keep = [isinstance(c, _SliceCall) or rw is None or bool(rw[0] & rw[1]) or
+          any(k[0] == "dyn" for k in rw[0] | rw[1]) for c, rw in zip(calls, rws)]
+  changed = True
+  while changed:  # a fixed point: what a kept call writes makes its readers (and other writers) kept
+    changed = False
+    kept_writes = set().union(*(rw[1] for rw, k in zip(rws, keep) if k and rw is not None))
+    for i, rw in enumerate(rws):
+      if not keep[i] and rw is not None and (rw[0] & kept_writes or rw[1] & kept_writes):
+        keep[i] = changed = True
+  return [c for c, k in zip(calls, keep) if k]
 
 
 # ***** inputs *****
@@ -500,11 +543,24 @@ class TinyJit(Generic[ReturnType]):
 
   Use as a decorator (`@TinyJit`) or call `TinyJit(fxn)`; methods work too (`__get__`). Call 1 runs eagerly, call 2
   captures, calls 3+ replay. The returned Tensors are the same objects on every replay, overwritten in place.
+
+  `prune=True` (`@TinyJit(prune=True)` or `TinyJit(fxn, prune=True)`, as in tinygrad) drops from the replays the
+  kernels and copies that depend on no input (`prune_calls`): they ran once at capture, their outputs keep those
+  values and the buffers only they used are freed. Only for functions whose other reads don't change between calls
+  (a weight updated outside the jit would be read stale by a pruned kernel).
   """
 
-  def __init__(self, fxn: Callable[..., ReturnType] | None = None, captured: CapturedJit | None = None):
+  def __new__(cls, fxn: Callable[..., ReturnType] | None = None, captured: CapturedJit | None = None,
+              prune: bool = False) -> Any:
+    if fxn is None and captured is None:  # `@TinyJit(prune=True)`: a decorator that makes the TinyJit
+      return functools.partial(cls, captured=None, prune=prune)
+    return super().__new__(cls)
+
+  def __init__(self, fxn: Callable[..., ReturnType] | None = None, captured: CapturedJit | None = None,
+               prune: bool = False):
     if fxn is None and captured is None: raise TypeError("TinyJit needs a function (or a CapturedJit)")
-    self.fxn, self._template = fxn, captured
+    if not isinstance(prune, bool): raise TypeError(f"TinyJit(prune=...) takes a bool, got {prune!r}")
+    self.fxn, self._template, self.prune = fxn, captured, prune
     # each thread's state, in a threading.local (an ident can be reused by a later thread; a Thread object can outlive
     # its thread); `_live` sees them weakly, for `thread_states()`; `_gen` counts resets
     self._local = _ThreadStates()
@@ -535,7 +591,7 @@ class TinyJit(Generic[ReturnType]):
 
   def __reduce__(self) -> Any:
     if self.captured is None: raise JitError("can't pickle a TinyJit before it captured (call it twice first)")
-    return (TinyJit, (None, self.captured))
+    return (TinyJit, (None, self.captured, self.prune))
 
   def __get__(self, obj: Any, objtype: Any = None) -> Any:
     return self if obj is None else functools.partial(self.__call__, obj)
@@ -597,6 +653,8 @@ class TinyJit(Generic[ReturnType]):
                        "new input: return a computed tensor (e.g. x.clone()) or don't return it")
     if not any(isinstance(c, _KernelCall) for c in cap.calls):
       raise JitError("TinyJit captured no kernel: the function must compute (and realize or return) Tensors")
-    self.captured = CapturedJit(cap.calls, ret, names, info, plain, len(inputs))
+    calls = prune_calls(cap.calls) if self.prune else cap.calls
+    if DEBUG >= 1 and self.prune: print(f"JIT pruned {len(cap.calls)} -> {len(calls)} calls")
+    self.captured = CapturedJit(calls, ret, names, info, plain, len(inputs))
     if DEBUG >= 1: print(f"JIT captured {self.captured.kernel_count} kernels with {len(inputs)} inputs")
     return ret

@@ -1,0 +1,224 @@
+"""nn / optim / TinyJit semantics that tinygrad 0.14 defines, checked against torch numbers (issue #35).
+
+Embedding in one kernel, load_state_dict's strictness and shape errors, BatchNorm's num_batches_tracked, fp16
+parameters with float32 optimizer state, optimizer state on another device than the parameters, and TinyJit
+pruning of the kernels that don't depend on its inputs (their buffers freed).
+"""
+import numpy as np
+import pytest
+
+from tiny_tensor import GlobalCounters, Tensor, TinyJit, dtypes, nn
+from tiny_tensor.nn.state import get_state_dict, load_state_dict
+
+torch = pytest.importorskip("torch")
+
+RNG = np.random.default_rng(35)
+
+
+# ***** Embedding *****
+def test_embedding_forward_is_one_kernel_and_matches_torch():
+  emb = nn.Embedding(11, 5)
+  idx = RNG.integers(0, 11, size=(2, 7))
+  ti = Tensor(idx.astype(np.int32)).realize()
+  emb.weight.realize()
+  GlobalCounters.reset()
+  out = emb(ti).realize()
+  assert GlobalCounters.kernel_count == 1
+  ref = torch.nn.functional.embedding(torch.tensor(idx), torch.tensor(emb.weight.numpy()))
+  np.testing.assert_array_equal(out.numpy(), ref.numpy())
+  with pytest.raises(TypeError, match="integer"): emb(Tensor([1.0]))
+
+
+# ***** load_state_dict *****
+class _Net:
+  def __init__(self):
+    self.lin = nn.Linear(3, 2)
+    self.bn = nn.BatchNorm(2)
+
+
+def _torch_sd() -> dict:
+  m = torch.nn.Module()
+  m.lin, m.bn = torch.nn.Linear(3, 2), torch.nn.BatchNorm1d(2)
+  with torch.no_grad(): m.bn.running_mean.copy_(torch.tensor([0.5, -0.5]))
+  m.bn.num_batches_tracked += 7
+  return {k: v.detach().numpy().copy() for k, v in m.state_dict().items()}
+
+
+def test_load_state_dict_takes_a_torch_state_dict_with_num_batches_tracked():
+  sd = _torch_sd()
+  net = _Net()
+  load_state_dict(net, {k: Tensor(v) for k, v in sd.items()})
+  ours = get_state_dict(net)
+  assert sorted(ours) == sorted(sd)
+  for k, v in sd.items(): np.testing.assert_allclose(ours[k].numpy(), v, err_msg=k)
+  # torch keeps num_batches_tracked as a long scalar; so do tinygrad and we
+  assert str(torch.nn.BatchNorm1d(2).num_batches_tracked.dtype) == "torch.int64"
+  assert ours["bn.num_batches_tracked"].dtype == dtypes.int64 and ours["bn.num_batches_tracked"].shape == ()
+
+
+def test_load_state_dict_scalar_and_one_element_vector_load_into_each_other():
+  sd = {k: Tensor(v) for k, v in _torch_sd().items()}
+  sd["bn.num_batches_tracked"] = Tensor([7], dtype=dtypes.int64)  # an old checkpoint's (1,) scalar
+  net = _Net()
+  load_state_dict(net, sd)
+  assert net.bn.num_batches_tracked.shape == () and net.bn.num_batches_tracked.item() == 7
+  # torch accepts the same checkpoint (it takes a (1,) tensor into a () buffer)
+  tm = torch.nn.BatchNorm1d(2)
+  tm.load_state_dict({**tm.state_dict(), "num_batches_tracked": torch.tensor([7])})
+  assert int(tm.num_batches_tracked) == 7
+
+
+def test_load_state_dict_errors_have_tinygrads_types():
+  sd = {k: Tensor(v) for k, v in _torch_sd().items()}
+  net = _Net()
+  with pytest.raises(ValueError, match=r"lin.weight.*\(2, 3\).*\(3, 2\)"):
+    load_state_dict(net, {**sd, "lin.weight": Tensor.zeros(3, 2)})
+  missing = {k: v for k, v in sd.items() if k != "lin.bias"}
+  with pytest.raises(KeyError, match="lin.bias"): load_state_dict(net, missing)
+  before = net.lin.bias.numpy().copy()
+  load_state_dict(net, missing, strict=False)  # not strict: the missing key is left alone
+  np.testing.assert_array_equal(net.lin.bias.numpy(), before)
+  np.testing.assert_allclose(net.lin.weight.numpy(), sd["lin.weight"].numpy())
+
+
+# ***** BatchNorm num_batches_tracked *****
+def test_batchnorm_counts_batches_like_torch():
+  x = RNG.standard_normal((4, 3, 2, 2)).astype(np.float32)
+  ours, ref = nn.BatchNorm(3), torch.nn.BatchNorm2d(3)
+  with Tensor.train():
+    for _ in range(3): ours(Tensor(x)).realize()
+  for _ in range(3): ref(torch.tensor(x))
+  assert ours.num_batches_tracked.item() == int(ref.num_batches_tracked) == 3
+  np.testing.assert_allclose(ours.running_mean.numpy(), ref.running_mean.numpy(), rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(ours.running_var.numpy(), ref.running_var.numpy(), rtol=1e-5, atol=1e-6)
+  ours(Tensor(x)).realize()  # eval mode: no count
+  assert ours.num_batches_tracked.item() == 3
+
+
+# ***** optimizers: fp16 parameters, float32 state *****
+W16 = (RNG.standard_normal((4, 3)) * 0.5).astype(np.float16)
+
+
+def _torch_mixed(kind: str, steps: int, lr: float) -> np.ndarray:
+  """A torch reference with fp16 parameters and float32 state: the update is computed in float32 from the fp16
+  gradient, cast to fp16 and subtracted from the fp16 parameter (tinygrad's `t - up.cast(t.dtype)`)."""
+  w = torch.tensor(W16, requires_grad=True)
+  m, v, b = (torch.zeros(W16.shape, dtype=torch.float32) for _ in range(3))
+  b1, b2, eps = 0.9, 0.999, 1e-8 if kind == "adam" else 1e-6
+  for t in range(1, steps + 1):
+    w.grad = None
+    (w.float() ** 3).sum().backward()
+    g = w.grad.float()
+    with torch.no_grad():
+      if kind == "sgd":
+        b = 0.9 * b + g
+        up = lr * b
+      else:
+        m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
+        up = (m / (1 - b1 ** t)) / ((v / (1 - b2 ** t)).sqrt() + eps)
+        if kind == "lamb":
+          r1, r2 = w.float().norm(), up.norm()
+          up = up * (r1 / r2 if r1 > 0 and r2 > 0 else 1.0)
+        up = lr * up
+      w -= up.half()
+  return w.detach().numpy()
+
+
+def _tiny_mixed(make, steps: int, device: str | None = None) -> tuple[np.ndarray, nn.optim.Optimizer]:
+  w = Tensor(W16.copy(), requires_grad=True)
+  opt = make([w]) if device is None else make([w], device=device)
+  with Tensor.train():
+    for _ in range(steps):
+      opt.zero_grad()
+      (w.float() ** 3).sum().backward()
+      opt.step()
+  assert w.dtype == dtypes.float16
+  return w.numpy(), opt
+
+
+@pytest.mark.parametrize("kind", ["sgd", "adam", "lamb"])
+def test_fp16_params_with_fp32_state_match_torch(kind):
+  makers = {"sgd": lambda p, **kw: nn.optim.SGD(p, lr=0.01, momentum=0.9, **kw),
+            "adam": lambda p, **kw: nn.optim.Adam(p, lr=0.01, **kw),
+            "lamb": lambda p, **kw: nn.optim.LAMB(p, lr=0.01, **kw)}
+  got, opt = _tiny_mixed(makers[kind], 4)
+  state = opt.b if kind == "sgd" else opt.m + opt.v
+  assert state and all(s.dtype == dtypes.float32 for s in state)
+  np.testing.assert_allclose(got.astype(np.float32), _torch_mixed(kind, 4, 0.01).astype(np.float32), atol=2e-3)
+
+
+# ***** optimizer state on another device (CPU offload) *****
+@pytest.mark.parametrize("kind", ["sgd", "adam", "lamb"])
+def test_optimizer_state_on_another_device(kind):
+  makers = {"sgd": lambda p, **kw: nn.optim.SGD(p, lr=0.01, momentum=0.9, **kw),
+            "adam": lambda p, **kw: nn.optim.Adam(p, lr=0.01, **kw),
+            "lamb": lambda p, **kw: nn.optim.LAMB(p, lr=0.01, **kw)}
+  got, opt = _tiny_mixed(makers[kind], 3, device="CPU:1")
+  state = opt.b if kind == "sgd" else opt.m + opt.v
+  assert all(s.device == "CPU:1" for s in state) and opt.lr.device == "CPU:1"
+  np.testing.assert_allclose(got.astype(np.float32), _torch_mixed(kind, 3, 0.01).astype(np.float32), atol=2e-3)
+
+
+# ***** TinyJit: pruning *****
+def test_jit_prune_drops_kernels_that_dont_depend_on_inputs():
+  w = Tensor(RNG.standard_normal((8,)).astype(np.float32)).realize()
+  runs = []
+
+  def f(x: Tensor):
+    runs.append(1)
+    const = (w.exp() * 2 + 1).contiguous()  # independent of x: computed once
+    copy = (w + 0).contiguous()  # an independent copy of a weight
+    return (x * const).sum().realize(), copy.realize()
+
+  plain, pruned = TinyJit(f), TinyJit(f, prune=True)
+  for _ in range(4):
+    x = RNG.standard_normal((8,)).astype(np.float32)
+    a, _ = plain(Tensor(x))
+    b, cb = pruned(Tensor(x))
+    ref = (torch.tensor(x) * (torch.tensor(w.numpy()).exp() * 2 + 1)).sum()
+    np.testing.assert_allclose(a.numpy(), ref.numpy(), rtol=1e-5)
+    np.testing.assert_allclose(b.numpy(), ref.numpy(), rtol=1e-5)
+    np.testing.assert_array_equal(cb.numpy(), w.numpy())
+  assert pruned.captured.kernel_count < plain.captured.kernel_count
+  assert pruned.captured.kernel_count == 1  # only the kernel that reads x is replayed
+  GlobalCounters.reset()
+  pruned(Tensor(RNG.standard_normal((8,)).astype(np.float32)))
+  assert GlobalCounters.kernel_count == 1
+
+
+def test_jit_prune_keeps_kernels_that_update_state_in_place():
+  counter = Tensor([0.0]).realize()
+
+  def f(x: Tensor) -> Tensor:
+    counter.assign(counter + 1).realize()  # independent of x, but changes on every call: never pruned
+    return (x + counter).realize()
+
+  j = TinyJit(f, prune=True)
+  outs = [j(Tensor([1.0, 2.0])).numpy().copy() for _ in range(4)]
+  np.testing.assert_array_equal(np.stack(outs), np.array([[2.0, 3.0], [3.0, 4.0], [4.0, 5.0], [5.0, 6.0]]))
+  assert counter.item() == 4.0
+
+
+def test_jit_prune_decorator_form_and_frees_pruned_buffers():
+  w = Tensor(RNG.standard_normal((1024,)).astype(np.float32)).realize()
+
+  @TinyJit(prune=True)
+  def f(x: Tensor) -> Tensor:
+    big = (w * 3).contiguous().realize()  # an intermediate only pruned kernels use ...
+    total = big.sum().realize()  # ... and their (kept) output, read by the one replayed kernel
+    return (x + total).realize()
+
+  @TinyJit
+  def g(x: Tensor) -> Tensor:
+    big = (w * 3).contiguous().realize()
+    total = big.sum().realize()
+    return (x + total).realize()
+
+  x = Tensor([1.0]).realize()
+  for _ in range(2): f(x), g(x)
+  # the plain jit holds `w` and `big` (4 KiB each); the pruned one only the 4-byte ones
+  held = {id(b): b.nbytes for c in g.captured.calls for b in getattr(c, "refs", []) if not isinstance(b, int)}
+  held_pruned = {id(b): b.nbytes for c in f.captured.calls for b in getattr(c, "refs", []) if not isinstance(b, int)}
+  assert 4096 in held.values() and 4096 not in held_pruned.values()
+  ref = 1.0 + (torch.tensor(w.numpy()) * 3).sum()
+  for _ in range(2): np.testing.assert_allclose(f(Tensor([1.0])).numpy(), [ref.item()], rtol=1e-5)
