@@ -70,9 +70,10 @@ class IndexingMixin:
       elif isinstance(i, slice) and any(isinstance(x, UOp) for x in (i.start, i.stop)):
         start, stop = (0 if i.start is None else i.start), (s if i.stop is None else i.stop)
         n = ssimplify(stop - start)
-        if i.step not in (None, 1) or not isinstance(n, int) or n < 0:
-          raise IndexError(f"a symbolic slice needs step 1 and a constant length, got {_sym_name(i.start)}:"
-                           f"{_sym_name(i.stop)}:{_sym_name(i.step)}")
+        # a variable length (t[:v], t[v:]) gives a symbolic dim, as `shrink` does; it must never be negative
+        if i.step not in (None, 1) or (n.vmin if isinstance(n, UOp) else n) < 0:
+          raise IndexError(f"a symbolic slice needs step 1 and a length that can't be negative, got "
+                           f"{_sym_name(i.start)}:{_sym_name(i.stop)}:{_sym_name(i.step)}")
         lo, hi = (start.vmin if isinstance(start, UOp) else start), (stop.vmax if isinstance(stop, UOp) else stop)
         if lo < 0 or hi > s:
           raise IndexError(f"symbolic slice {_sym_name(start)}:{_sym_name(stop)} spans [{lo}, {hi}) at its extremes, "
