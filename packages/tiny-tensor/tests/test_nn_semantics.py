@@ -222,3 +222,67 @@ def test_jit_prune_decorator_form_and_frees_pruned_buffers():
   assert 4096 in held.values() and 4096 not in held_pruned.values()
   ref = 1.0 + (torch.tensor(w.numpy()) * 3).sum()
   for _ in range(2): np.testing.assert_allclose(f(Tensor([1.0])).numpy(), [ref.item()], rtol=1e-5)
+
+
+# ***** fused optimizers (tinygrad's FUSE_OPTIM) *****
+def _two_params():
+  a = (RNG.standard_normal((3, 2)) * 0.5).astype(np.float32)
+  b = (RNG.standard_normal((4,)) * 0.5).astype(np.float32)
+  return a, b
+
+
+def _tiny_fused(make, a, b, steps=3):
+  ta, tb = Tensor(a.copy(), requires_grad=True), Tensor(b.copy(), requires_grad=True)
+  opt = make([ta, tb])
+  with Tensor.train():
+    for _ in range(steps):
+      opt.zero_grad()
+      ((ta ** 3).sum() + (tb * tb).sum() * 2).backward()
+      opt.step()
+  return ta.numpy(), tb.numpy(), opt
+
+
+def test_fused_adam_and_sgd_match_torch():
+  a, b = _two_params()
+  for make, tmake in [(lambda p: nn.optim.Adam(p, lr=0.05, fused=True), lambda p: torch.optim.Adam(p, lr=0.05)),
+                      (lambda p: nn.optim.SGD(p, lr=0.05, momentum=0.9, fused=True),
+                       lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9))]:
+    ga, gb, opt = _tiny_fused(make, a, b)
+    state = opt.b if hasattr(opt, "b") and opt.b else opt.m
+    assert len(state) == 1 and state[0].shape == (10,)  # one flat buffer for both parameters
+    qa, qb = torch.tensor(a, requires_grad=True), torch.tensor(b, requires_grad=True)
+    topt = tmake([qa, qb])
+    for _ in range(3):
+      topt.zero_grad()
+      ((qa ** 3).sum() + (qb * qb).sum() * 2).backward()
+      topt.step()
+    np.testing.assert_allclose(ga, qa.detach().numpy(), rtol=1e-5, atol=1e-5)  # steps of lr=0.05: 2e-4 of one
+    np.testing.assert_allclose(gb, qb.detach().numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_fused_lamb_trust_ratio_is_over_all_parameters():
+  a, b = _two_params()
+  ga, gb, _ = _tiny_fused(lambda p: nn.optim.LAMB(p, lr=0.05, fused=True), a, b)
+  # torch reference: LAMB on the concatenation of both parameters (one trust ratio)
+  w = torch.tensor(np.concatenate([a.ravel(), b.ravel()]), requires_grad=True)
+  m, v = torch.zeros(10), torch.zeros(10)
+  for t in range(1, 4):
+    w.grad = None
+    ((w[:6] ** 3).sum() + (w[6:] * w[6:]).sum() * 2).backward()
+    with torch.no_grad():
+      g = w.grad
+      m, v = 0.9 * m + 0.1 * g, 0.999 * v + 0.001 * g * g
+      up = (m / (1 - 0.9 ** t)) / ((v / (1 - 0.999 ** t)).sqrt() + 1e-6)
+      w -= 0.05 * (w.norm() / up.norm()) * up
+  np.testing.assert_allclose(np.concatenate([ga.ravel(), gb.ravel()]), w.detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_fused_errors():
+  a = Tensor([1.0, 2.0], requires_grad=True)
+  with pytest.raises(ValueError, match="one dtype"):
+    nn.optim.Adam([a, Tensor([1.0], dtype=dtypes.float16, requires_grad=True)], fused=True)
+  b = Tensor([3.0], requires_grad=True)
+  opt = nn.optim.SGD([a, b], fused=True)
+  with Tensor.train():
+    (a * a).sum().backward()
+    with pytest.raises(RuntimeError, match=r"parameters \[1\] have no .grad"): opt.step()
