@@ -4,6 +4,8 @@ Embedding in one kernel, load_state_dict's strictness and shape errors, BatchNor
 parameters with float32 optimizer state, optimizer state on another device than the parameters, and TinyJit
 pruning of the kernels that don't depend on its inputs (their buffers freed).
 """
+import gc
+
 import numpy as np
 import pytest
 
@@ -222,6 +224,26 @@ def test_jit_prune_decorator_form_and_frees_pruned_buffers():
   assert 4096 in held.values() and 4096 not in held_pruned.values()
   ref = 1.0 + (torch.tensor(w.numpy()) * 3).sum()
   for _ in range(2): np.testing.assert_allclose(f(Tensor([1.0])).numpy(), [ref.item()], rtol=1e-5)
+
+
+def test_jit_prune_frees_intermediates_in_mem_used():
+  w = Tensor(np.ones(1 << 14, dtype=np.float32)).realize()
+
+  def body(x: Tensor) -> Tensor:
+    big = (w * 3).contiguous().realize()  # 64 KiB, used only by kernels that don't read x
+    return (x + big.sum().realize()).realize()
+
+  held = {}
+  for prune in (False, True):
+    j, x = TinyJit(body, prune=prune), Tensor([1.0]).realize()
+    j(x)
+    gc.collect()
+    before = GlobalCounters.mem_used
+    j(x)  # the capture: what the jit keeps allocated for its replays
+    gc.collect()
+    held[prune] = GlobalCounters.mem_used - before
+    np.testing.assert_allclose(j(x).numpy(), [1.0 + 3.0 * (1 << 14)])
+  assert held[False] >= 4 << 14 and held[True] < 64
 
 
 # ***** fused optimizers (tinygrad's FUSE_OPTIM) *****
