@@ -77,6 +77,14 @@ def test_load_state_dict_errors_have_tinygrads_types():
     load_state_dict(net, {**sd, "lin.weight": Tensor.zeros(3, 2)})
   missing = {k: v for k, v in sd.items() if k != "lin.bias"}
   with pytest.raises(KeyError, match="lin.bias"): load_state_dict(net, missing)
+  # strict is about the model's tensors (tinygrad's rule): an extra entry, like a torch checkpoint's unused head, is
+  # skipped and the rest loads
+  extra = {**sd, "head.weight": Tensor.ones(4, 2)}
+  load_state_dict(net, extra)
+  np.testing.assert_allclose(net.bn.running_mean.numpy(), _torch_sd()["bn.running_mean"])
+  assert "head.weight" in extra  # (only consume=True removes what was loaded)
+  load_state_dict(net, extra, consume=True)
+  assert sorted(extra) == ["head.weight"]
   before = net.lin.bias.numpy().copy()
   load_state_dict(net, missing, strict=False)  # not strict: the missing key is left alone
   np.testing.assert_array_equal(net.lin.bias.numpy(), before)
