@@ -120,6 +120,70 @@ def _backward_nonscalar(L):
   return x.grad
 
 
+def _set(L, layer, **tensors):
+  """`layer` with its weights replaced by the given nested lists (the same numbers in both libraries)."""
+  for k, v in tensors.items(): setattr(layer, k, None if v is None else L.Tensor(v, dtype=L.dtypes.float32))
+  return layer
+
+
+def _embedding_grad(L) -> list:
+  e = _set(L, L.nn.Embedding(4, 2), weight=[[0.0, 1.0], [2.0, 3.0], [4.0, 5.0], [6.0, 7.0]])
+  e.weight.requires_grad = True
+  (e(L.Tensor([[1, 1, 3]])) * L.Tensor([[[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]])).sum().backward()
+  return e.weight.grad
+
+
+def _safetensors_roundtrip(L) -> list:
+  import os
+  import tempfile
+  fd, fn = tempfile.mkstemp(suffix=".safetensors")
+  os.close(fd)
+  try:
+    L.nn.state.safe_save({"a": L.Tensor([[1.0, 2.0]]), "b": L.Tensor([3], dtype=L.dtypes.int16)}, fn)
+    loaded = L.nn.state.safe_load(fn)
+    return [sorted(loaded), loaded["a"].tolist(), loaded["b"].dtype, loaded["b"].tolist()]
+  finally: os.unlink(fn)
+
+
+def _optimizer_group(L) -> list:
+  a, b = L.Tensor([1.0, 2.0]), L.Tensor([3.0])
+  a.requires_grad = b.requires_grad = True
+  opt = L.nn.optim.OptimizerGroup(L.nn.optim.SGD([a], lr=0.1), L.nn.optim.Adam([b], lr=0.1))
+  with L.Context(TRAINING=1):
+    for _ in range(2):
+      opt.zero_grad()
+      ((a * a).sum() + (b * b * b).sum()).backward()
+      opt.step()
+  return [a, b]
+
+
+def _jit_kwargs_dict(L) -> list:
+  @L.TinyJit
+  def f(x, y=None): return {"s": (x + y).realize(), "p": (x * y).realize()}
+  out = []
+  for i in range(3):
+    r = f(L.Tensor([1.0, float(i)]), y=L.Tensor([2.0, 3.0]))
+    out.append([r["s"].tolist(), r["p"].tolist()])
+  return out
+
+
+def _jit_optimizer_step(L) -> list:
+  w = L.Tensor([1.0, -2.0, 3.0])
+  w.requires_grad = True
+  opt = L.nn.optim.Adam([w], lr=0.1)
+
+  @L.TinyJit
+  def step(x):
+    opt.zero_grad()
+    loss = ((w * x).sum() ** 2)
+    loss.backward()
+    opt.step()
+    return loss.realize()
+  with L.Context(TRAINING=1):
+    losses = [step(L.Tensor([1.0, 0.5, float(i) / 4])).item() for i in range(4)]
+  return [losses, w]
+
+
 def _setitem(L, key, value):
   t = _seq(L, 3, 4).contiguous().realize()
   t[key] = value
@@ -396,6 +460,54 @@ P["diag"] = lambda L: L.Tensor([1, 2, 3]).diag()
 P["dot_vectors"] = lambda L: L.Tensor([1.0, 2.0]).dot(L.Tensor([3.0, 4.0]))
 P["isclose_allclose"] = lambda L: [L.Tensor([1.0, 2.0]).isclose(L.Tensor([1.0, 2.1])),
                                    L.Tensor([1.0]).allclose(L.Tensor([1.0 + 1e-9]))]
+
+# ***** more nn / optim / state / jit *****
+P["nn_batchnorm_no_affine_no_stats"] = lambda L: L.nn.BatchNorm(2, affine=False, track_running_stats=False)(
+  _seq(L, 3, 2, 2))
+P["nn_layernorm_no_affine"] = lambda L: L.nn.LayerNorm((2, 3), elementwise_affine=False)(_seq(L, 2, 2, 3))
+P["nn_layernorm2d"] = lambda L: L.nn.LayerNorm2d(2)(_seq(L, 1, 2, 2, 2))
+P["nn_instancenorm"] = lambda L: L.nn.InstanceNorm(2)(_seq(L, 1, 2, 3))
+# (a half result: tinygrad's PYTHON device keeps halves unrounded, so the test compares them to half precision)
+P["nn_rmsnorm_half"] = lambda L: L.nn.RMSNorm(3)(_seq(L, 2, 3, dtype=L.dtypes.float16)).cast(L.dtypes.float16)
+P["nn_conv2d_groups_dilation"] = lambda L: _set(L, L.nn.Conv2d(2, 2, 2, dilation=2, groups=2), bias=[0.0, 1.0],
+                                                weight=[[[[1.0, 2.0], [3.0, 4.0]]], [[[0.5, 0.0], [0.0, -1.0]]]])(
+  _seq(L, 1, 2, 4, 4))
+P["nn_convtranspose2d_values"] = lambda L: _set(L, L.nn.ConvTranspose2d(1, 1, 2, stride=2), bias=[0.5],
+                                                weight=[[[[1.0, 2.0], [3.0, 4.0]]]])(_seq(L, 1, 1, 2, 2))
+P["nn_conv1d_padding_same"] = lambda L: _set(L, L.nn.Conv1d(1, 1, 3, padding="same"), bias=[0.0],
+                                             weight=[[[1.0, 0.0, -1.0]]])(_seq(L, 1, 1, 5))
+P["nn_lstmcell_values"] = lambda L: list(_set(
+  L, L.nn.LSTMCell(2, 1), weight_ih=[[0.1, 0.2], [0.3, 0.4], [0.5, 0.6], [0.7, 0.8]],
+  weight_hh=[[0.1], [-0.1], [0.2], [-0.2]], bias_ih=[0.0, 0.1, 0.0, 0.1], bias_hh=[0.1, 0.0, 0.1, 0.0])(
+  L.Tensor([[1.0, -1.0]]), (L.Tensor([[0.5]]), L.Tensor([[-0.5]]))))
+P["nn_embedding_grad"] = _embedding_grad
+P["nn_linear_no_bias_grad"] = lambda L: _grad_of(L, lambda x: _set(L, L.nn.Linear(2, 2, bias=False),
+                                                                 weight=[[1.0, 2.0], [3.0, 4.0]])(x), [[1.0, 1.0]])
+P["nn_state_dict_nested"] = lambda L: sorted(L.nn.state.get_state_dict(
+  {"blocks": [L.nn.LayerNorm(2), {"x": L.nn.Linear(1, 1, bias=False)}], "t": L.Tensor([1.0])}).keys())
+P["nn_parameters_shared_dedup"] = lambda L: (lambda lin: len(L.nn.state.get_parameters([lin, lin])))(
+  L.nn.Linear(2, 2))
+P["nn_load_state_dict_consume"] = lambda L: (lambda sd: (L.nn.state.load_state_dict(
+  L.nn.Linear(1, 1), sd, verbose=False, consume=True), sorted(sd))[1])(
+  {"weight": L.Tensor([[2.0]]), "bias": L.Tensor([1.0]), "extra": L.Tensor([0.0])})
+P["nn_load_state_dict_not_strict"] = lambda L: (lambda lin: (L.nn.state.load_state_dict(
+  lin, {"weight": L.Tensor([[2.0]])}, strict=False, verbose=False), lin.weight)[1])(L.nn.Linear(1, 1))
+P["nn_load_state_dict_casts"] = lambda L: (lambda lin: (L.nn.state.load_state_dict(
+  lin, {"weight": L.Tensor([[2.0]], dtype=L.dtypes.float16), "bias": L.Tensor([1.0])}, verbose=False),
+  lin.weight)[1])(L.nn.Linear(1, 1))
+P["nn_safetensors_roundtrip"] = _safetensors_roundtrip
+P["optim_muon"] = lambda L: _train_step(L, lambda L, p: L.nn.optim.Muon(p, lr=0.05))
+P["optim_sgd_classic_wd"] = lambda L: _train_step(
+  L, lambda L, p: L.nn.optim.SGD(p, lr=0.05, momentum=0.5, weight_decay=0.1, classic=True))
+P["optim_lamb_wd"] = lambda L: _train_step(L, lambda L, p: L.nn.optim.LAMB(p, lr=0.05, weight_decay=0.1))
+P["optim_adam_fused"] = lambda L: _train_step(L, lambda L, p: L.nn.optim.Adam(p, lr=0.1, fused=True))
+P["optim_group"] = _optimizer_group
+P["optim_negative_momentum"] = lambda L: L.nn.optim.SGD([L.Tensor([1.0])], momentum=-0.5)
+P["optim_negative_weight_decay"] = lambda L: L.nn.optim.LAMB([L.Tensor([1.0])], weight_decay=-0.5)
+P["optim_lr_dtype"] = lambda L: L.nn.optim.SGD([L.Tensor([1.0])], lr=0.1).lr.dtype
+P["jit_kwargs_dict"] = _jit_kwargs_dict
+P["jit_optimizer_step"] = _jit_optimizer_step
+P["jit_non_tensor_return"] = lambda L: [L.TinyJit(lambda x: ((x + 1).realize(), 3))(L.Tensor([1.0])) for _ in range(3)]
 
 PROGRAMS: dict[str, Callable] = P
 
