@@ -509,6 +509,46 @@ P["jit_kwargs_dict"] = _jit_kwargs_dict
 P["jit_optimizer_step"] = _jit_optimizer_step
 P["jit_non_tensor_return"] = lambda L: [L.TinyJit(lambda x: ((x + 1).realize(), 3))(L.Tensor([1.0])) for _ in range(3)]
 
+# ***** more ops *****
+P["sum_acc_dtype_half"] = lambda L: L.Tensor([1.0, 2.0], dtype=L.dtypes.float16).sum().dtype
+P["sum_uint8_dtype"] = lambda L: L.Tensor([200, 100], dtype=L.dtypes.uint8).sum()
+P["mean_half_dtype"] = lambda L: L.Tensor([1.0, 2.0], dtype=L.dtypes.float16).mean().dtype
+P["max_int_axis_keepdim"] = lambda L: L.Tensor([[1, 5], [7, 2]]).max(axis=0, keepdim=True)
+P["min_bool"] = lambda L: L.Tensor([True, False]).min()
+P["argmax_keepdim"] = lambda L: _seq(L, 2, 3).argmax(1, keepdim=True)
+P["var_single_element"] = lambda L: L.Tensor([1.0]).var()
+P["softmax_half_dtype"] = lambda L: _seq(L, 3, dtype=L.dtypes.float16).softmax().dtype
+P["floordiv_negative_divisor"] = lambda L: L.Tensor([-7, 7]) // L.Tensor([2, -2])
+P["int_mul_overflow_int8"] = lambda L: L.Tensor([100], dtype=L.dtypes.int8) * 2
+P["exp2_log2"] = lambda L: [L.Tensor([3.0]).exp2(), L.Tensor([8.0]).log2()]
+P["reciprocal"] = lambda L: L.Tensor([2.0, 4.0]).reciprocal()
+P["square_cube"] = lambda L: [L.Tensor([3]).square(), L.Tensor([2.0]) ** 3]
+P["erf"] = lambda L: L.Tensor([0.0, 0.5, -1.0]).erf()
+P["hardtanh_relu6"] = lambda L: [L.Tensor([-2.0, 0.5, 7.0]).hardtanh(), L.Tensor([-2.0, 7.0]).relu6()]
+P["elu_selu"] = lambda L: [L.Tensor([-1.0, 1.0]).elu(), L.Tensor([-1.0, 1.0]).selu()]
+P["mish_swish"] = lambda L: [L.Tensor([-1.0, 1.0]).mish(), L.Tensor([-1.0, 1.0]).swish()]
+P["logical_ops_int_error"] = lambda L: L.Tensor([1.5]) & L.Tensor([2.5])
+P["where_dtype_promo"] = lambda L: L.Tensor([True, False]).where(L.Tensor([1]), L.Tensor([2.5]))
+P["cast_neg_float_to_uint"] = lambda L: L.Tensor([3.7]).cast(L.dtypes.uint8)
+P["movement_errors_permute"] = lambda L: _seq(L, 2, 3).permute(0, 0)
+P["movement_pad_reflect"] = lambda L: L.Tensor([1.0, 2.0, 3.0]).pad((2, 1), mode="reflect")
+P["movement_pad_replicate"] = lambda L: L.Tensor([[1.0, 2.0]]).pad((1, 2), mode="replicate")
+P["movement_shrink_to"] = lambda L: _seq(L, 3, 4).shrink_to(2, 2)
+P["movement_unfold_like"] = lambda L: _seq(L, 6).reshape(2, 3).transpose(0, 1).flatten()
+P["index_setitem_neg_slice"] = lambda L: _setitem(L, (slice(None), slice(-2, None)), 0.0)
+P["index_getitem_tensor_neg"] = lambda L: _seq(L, 4)[L.Tensor([-1, -4])]
+P["index_slice_out_of_range_clamps"] = lambda L: _seq(L, 4)[2:10]
+P["gather_negative_dim"] = lambda L: _seq(L, 2, 3).gather(-1, L.Tensor([[0], [2]]))
+P["cat_mixed_dtype"] = lambda L: L.Tensor.cat(L.Tensor([1]), L.Tensor([2.5]))
+P["stack_shape_mismatch"] = lambda L: L.Tensor.stack(L.Tensor([1, 2]), L.Tensor([3]))
+P["grad_mean_var"] = lambda L: _grad_of(L, lambda x: x.var() + x.mean(), [1.0, 2.0, 4.0])
+P["grad_cumsum"] = lambda L: _grad_of(L, lambda x: x.cumsum() * L.Tensor([1.0, 2.0, 3.0]), [1.0, 2.0, 3.0])
+P["grad_logsumexp"] = lambda L: _grad_of(L, lambda x: x.logsumexp(), [1.0, 2.0, 3.0])
+P["grad_conv2d"] = lambda L: _grad_of(L, lambda x, w: x.conv2d(w), [[[[1.0, 2.0, 3.0], [4.0, 5.0, 6.0],
+                                                                      [7.0, 8.0, 9.0]]]], [[[[1.0, -1.0]]]])
+P["grad_cross_entropy"] = lambda L: _grad_of(L, lambda x: x.cross_entropy(L.Tensor([1, 0])),
+                                             [[1.0, 2.0, 0.5], [0.1, 0.2, 0.3]])
+
 PROGRAMS: dict[str, Callable] = P
 
 if __name__ == "__main__":  # the subprocess side: run every program with the library named in argv[1], print JSON

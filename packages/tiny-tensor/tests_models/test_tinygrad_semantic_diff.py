@@ -39,7 +39,7 @@ INTENDED: dict[str, str] = {
   "jit_optimizer_step": "a loss realized after opt.step() has its value before the step (torch's); tinygrad computes "
                         "it from the updated weights",
   "jit_shape_change": "tinygrad replays the captured kernels on a (3,) input and returns 2 elements; we raise JitError",
-  "item_multi_element": _ASSERT, "variable_bind_out_of_range": _ASSERT,
+  "item_multi_element": _ASSERT, "variable_bind_out_of_range": _ASSERT, "stack_shape_mismatch": _ASSERT,
   "isclose_allclose": "allclose returns a Python bool (torch, numpy); tinygrad returns a 0-d Tensor",
 }
 
