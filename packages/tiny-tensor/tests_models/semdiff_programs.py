@@ -102,6 +102,11 @@ def _jit_var(L) -> list:
   return out
 
 
+def _bn_train(L, bn, steps: int) -> None:
+  with L.Context(TRAINING=1):
+    for i in range(steps): bn(_seq(L, 3, 2) * (i + 1)).realize()
+
+
 def _batchnorm_train(L) -> list:
   bn = L.nn.BatchNorm(2)
   with L.Context(TRAINING=1): bn(_seq(L, 3, 2)).realize()
@@ -182,6 +187,41 @@ def _jit_optimizer_step(L) -> list:
   with L.Context(TRAINING=1):
     losses = [step(L.Tensor([1.0, 0.5, float(i) / 4])).item() for i in range(4)]
   return [losses, w]
+
+
+def _jit_list_input(L) -> list:
+  @L.TinyJit
+  def f(xs): return (xs[0] * xs[1]).realize()
+  return [f([L.Tensor([1.0, float(i)]), L.Tensor([2.0, 3.0])]).tolist() for i in range(4)]
+
+
+def _jit_duplicate_input(L) -> list:
+  f = L.TinyJit(lambda a, b: (a + b).realize())
+  t = L.Tensor([1.0, 2.0]).realize()
+  return [f(t, t).tolist() for _ in range(3)]
+
+
+def _optim_unused_param(L) -> list:
+  a, b = L.Tensor([1.0, 2.0]), L.Tensor([5.0])
+  a.requires_grad = b.requires_grad = True
+  opt = L.nn.optim.SGD([a, b], lr=0.1)
+  with L.Context(TRAINING=1):
+    (a * a).sum().backward()
+    opt.step()
+  return [a, b]
+
+
+def _optim_lr_assign(L) -> list:
+  w = L.Tensor([1.0, 2.0])
+  w.requires_grad = True
+  opt = L.nn.optim.SGD([w], lr=0.1)
+  with L.Context(TRAINING=1):
+    for lr in (0.1, 0.5):
+      opt.lr.assign(L.Tensor([lr], dtype=opt.lr.dtype, device=opt.lr.device)).realize()
+      opt.zero_grad()
+      (w * w).sum().backward()
+      opt.step()
+  return w
 
 
 def _setitem(L, key, value):
@@ -548,6 +588,21 @@ P["grad_conv2d"] = lambda L: _grad_of(L, lambda x, w: x.conv2d(w), [[[[1.0, 2.0,
                                                                       [7.0, 8.0, 9.0]]]], [[[[1.0, -1.0]]]])
 P["grad_cross_entropy"] = lambda L: _grad_of(L, lambda x: x.cross_entropy(L.Tensor([1, 0])),
                                              [[1.0, 2.0, 0.5], [0.1, 0.2, 0.3]])
+
+# ***** more jit / optim / nn / variables *****
+P["jit_list_input"] = _jit_list_input
+P["jit_duplicate_input"] = _jit_duplicate_input
+P["jit_returns_input"] = lambda L: (lambda f: [f(L.Tensor([1.0])).tolist() for _ in range(3)])(L.TinyJit(lambda x: x))
+P["optim_unused_param"] = _optim_unused_param
+P["optim_lr_assign"] = _optim_lr_assign
+P["nn_linear_3d_input"] = lambda L: _linear(L)(_seq(L, 2, 2, 3))
+P["nn_embedding_2d_index_shape"] = lambda L: L.nn.Embedding(5, 3)(L.Tensor([[0, 1], [2, 4], [3, 3]])).shape
+P["nn_conv2d_padding_tuple"] = lambda L: L.nn.Conv2d(1, 1, 3, padding=(1, 2))(L.Tensor.ones(1, 1, 4, 4)).shape
+P["nn_batchnorm_momentum"] = lambda L: (lambda bn: (_bn_train(L, bn, 2), [bn.running_mean, bn.running_var])[1])(
+  L.nn.BatchNorm(2, momentum=0.5))
+P["variable_attrs"] = lambda L: (lambda v: [v.vmin, v.vmax, v.unbind()[1]])(L.Variable("q", 2, 9).bind(4))
+P["variable_ones"] = lambda L: L.Tensor.ones(L.Variable("r", 1, 8).bind(5)).sum()
+P["variable_mul_index"] = lambda L: _seq(L, 10)[L.Variable("s", 0, 4).bind(3) * 2]
 
 PROGRAMS: dict[str, Callable] = P
 
