@@ -9,7 +9,7 @@ import gc
 import numpy as np
 import pytest
 
-from tiny_tensor import GlobalCounters, Tensor, TinyJit, dtypes, nn
+from tiny_tensor import GlobalCounters, Tensor, TinyJit, Variable, dtypes, nn
 from tiny_tensor.nn.state import get_state_dict, load_state_dict
 
 torch = pytest.importorskip("torch")
@@ -207,6 +207,19 @@ def test_jit_prune_keeps_kernels_that_update_state_in_place():
   outs = [j(Tensor([1.0, 2.0])).numpy().copy() for _ in range(4)]
   np.testing.assert_array_equal(np.stack(outs), np.array([[2.0, 3.0], [3.0, 4.0], [4.0, 5.0], [5.0, 6.0]]))
   assert counter.item() == 4.0
+
+
+def test_jit_prune_keeps_kernels_that_use_a_variable():
+  w = Tensor(np.arange(8, dtype=np.float32)).realize()
+
+  @TinyJit(prune=True)
+  def f(x: Tensor, n) -> Tensor:
+    head = w[:n].sum().realize()  # reads no input buffer, but its size is the bound Variable
+    return (x * head).realize()
+
+  for k in (3, 5, 7, 2):
+    got = f(Tensor([1.0, 2.0]), Variable("n", 1, 8).bind(k)).numpy()
+    np.testing.assert_allclose(got, np.array([1.0, 2.0]) * np.arange(8)[:k].sum())
 
 
 def test_jit_prune_decorator_form_and_frees_pruned_buffers():

@@ -237,14 +237,14 @@ def _reads_writes(c: Any) -> tuple[set, set] | None:
 def prune_calls(calls: list[Any]) -> list[Any]:
   """The calls a replay must run (TinyJit(prune=True)); the others already ran at capture and would recompute the same.
 
-  A call is kept when it reads or writes an input (or a view of one), reads a buffer it also writes (state updated
-  in place, like `counter.assign(counter + 1)`), reads or writes a buffer a kept call writes, or when what it
-  touches is unknown. The rest (weights' transforms, independent copies) depend only on buffers no replay changes:
+  A call is kept when it reads or writes an input (or a view of one), uses a symbolic variable (a bound Variable
+  may change per call), reads a buffer it also writes (state updated in place, like `counter.assign(counter + 1)`),
+  reads or writes a buffer a kept call writes, or when what it touches is unknown. The rest (weights' transforms, independent copies) depend only on buffers no replay changes:
   their outputs keep the values computed at capture, and buffers only they used are freed with them.
   """
   rws = [_reads_writes(c) for c in calls]
   keep = [isinstance(c, _SliceCall) or rw is None or bool(rw[0] & rw[1]) or
-          any(k[0] == "dyn" for k in rw[0] | rw[1]) for c, rw in zip(calls, rws)]
+          any(k[0] == "dyn" for k in rw[0] | rw[1]) or bool(getattr(c, "vars", ())) for c, rw in zip(calls, rws)]
   changed = True
   while changed:  # a fixed point: what a kept call writes makes its readers (and other writers) kept
     changed = False
