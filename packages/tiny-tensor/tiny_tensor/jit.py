@@ -239,8 +239,9 @@ def prune_calls(calls: list[Any]) -> list[Any]:
 
   A call is kept when it reads or writes an input (or a view of one), uses a symbolic variable (a bound Variable
   may change per call), reads a buffer it also writes (state updated in place, like `counter.assign(counter + 1)`),
-  reads or writes a buffer a kept call writes, or when what it touches is unknown. The rest (weights' transforms, independent copies) depend only on buffers no replay changes:
-  their outputs keep the values computed at capture, and buffers only they used are freed with them.
+  reads or writes a buffer a kept call writes, or when what it touches is unknown. The rest (weights' transforms,
+  independent copies) depend only on buffers no replay changes: their outputs keep the values computed at capture,
+  and buffers only they used are freed with them.
   """
   rws = [_reads_writes(c) for c in calls]
   keep = [isinstance(c, _SliceCall) or rw is None or bool(rw[0] & rw[1]) or
