@@ -12,6 +12,7 @@ How it works (docs/ARCHITECTURE.md §5, step 7):
 - call 2 runs it again while recording every CALL the engine executes: for a kernel its loaded program, the device
   buffers in argument order, launch sizes and symbolic variable names; for a COPY the two buffers; for a SLICE of an
   input the view it made. Buffers are recorded as objects, so intermediates stay allocated for the replays;
+  after the capture `plan_memory` gives intermediates whose lifetimes don't overlap one buffer (the rest is freed);
 - later calls check that the inputs look the same (shape, dtype, device, which arguments are Tensors), swap the new
   inputs' device buffers into the recorded argument lists, and call the programs in order. On a device with a graph
   class (`Compiled.graph`, e.g. `HCQ2Graph` on AMD, NV and QCOM; PIPELINE.md §7, §9), each run of consecutive kernels
@@ -254,6 +255,72 @@ def prune_calls(calls: list[Any]) -> list[Any]:
       if not keep[i] and rw is not None and (rw[0] & kept_writes or rw[1] & kept_writes):
         keep[i] = changed = True
   return [c for c, k in zip(calls, keep) if k]
+
+
+def _held_buffers() -> set[int]:
+  """ids of the Buffers some live BUFFER node still refers to (a live Tensor, a returned value, a remembered graph):
+  the memory planner must not share those."""
+  held: set[int] = set()
+  for ref in list(UOp.__class__.ucache.values()):  # type: ignore[attr-defined]
+    if (u := ref()) is not None and u.op is Ops.BUFFER and (b := u._cache.get("buffer")) is not None: held.add(id(b))
+  return held
+
+
+def plan_memory(calls: list[Any]) -> list[Any]:
+  """The calls with their intermediate buffers shared where their lifetimes don't overlap (tinygrad's JIT memory
+  planning): the capture's working set is freed and a replay runs in less memory.
+
+  An intermediate is a whole (not a view, not viewed) buffer that no live node refers to after the capture, that is
+  not an input, and whose first use in the calls is a kernel's write (it holds nothing from before the call). Two
+  intermediates of the same device, size and dtype whose [first use, last use] ranges don't overlap get one buffer.
+  Calls whose reads/writes are unknown keep all their buffers.
+  """
+  first: dict[int, int] = {}
+  last: dict[int, int] = {}
+  bufs: dict[int, Buffer] = {}
+  excluded: set[int] = set()
+  for i, c in enumerate(calls):
+    refs = list(c.refs) if isinstance(c, _KernelCall) else [c.dst, c.src] if isinstance(c, _CopyCall) else []
+    rw = c.rw if isinstance(c, _KernelCall) else None
+    for pos, r in enumerate(refs):
+      if not isinstance(r, Buffer): continue
+      if r._base is not None:  # a view and its base are never planned
+        excluded.update((id(r), id(r._base)))
+        continue
+      k = id(r)
+      bufs[k] = r
+      if k not in first:
+        written_first = rw is not None and pos in rw[1] and pos not in rw[0]
+        if not written_first: excluded.add(k)
+        first[k] = i
+      last[k] = i
+  held = _held_buffers()
+  cands = sorted((k for k in first if k not in excluded and k not in held), key=lambda k: first[k])
+  free: dict[tuple, list[tuple[int, Buffer]]] = {}  # (device, size, dtype) -> [(last use, buffer)] to reuse
+  remap: dict[int, Buffer] = {}
+  for k in cands:
+    b = bufs[k]
+    key = (b.device, b.size, b.dtype)
+    pool = free.setdefault(key, [])
+    slot = next((j for j, (end, _) in enumerate(pool) if end < first[k]), None)
+    if slot is None:
+      pool.append((last[k], b))
+      continue
+    remap[k] = pool[slot][1]
+    pool[slot] = (last[k], pool[slot][1])
+  if not remap: return calls
+
+  def m(r: BufRef) -> BufRef: return remap.get(id(r), r) if isinstance(r, Buffer) else r
+  out: list[Any] = []
+  for c in calls:
+    if isinstance(c, _KernelCall):
+      nc = _KernelCall(c.prg, c.name, c.device, [m(r) for r in c.refs], c.global_size, c.local_size,
+                       [n for n, _ in c.vars], dict(c.vars), c.ops, c.mem)
+      nc.rw = c.rw
+      out.append(nc)
+    elif isinstance(c, _CopyCall): out.append(_CopyCall(m(c.dst), m(c.src)))
+    else: out.append(c)
+  return out
 
 
 # ***** inputs *****
@@ -656,6 +723,8 @@ class TinyJit(Generic[ReturnType]):
       raise JitError("TinyJit captured no kernel: the function must compute (and realize or return) Tensors")
     calls = prune_calls(cap.calls) if self.prune else cap.calls
     if DEBUG >= 1 and self.prune: print(f"JIT pruned {len(cap.calls)} -> {len(calls)} calls")
+    del cap  # (its call list holds the capture's whole working set)
+    calls = plan_memory(calls)
     self.captured = CapturedJit(calls, ret, names, info, plain, len(inputs))
     if DEBUG >= 1: print(f"JIT captured {self.captured.kernel_count} kernels with {len(inputs)} inputs")
     return ret
