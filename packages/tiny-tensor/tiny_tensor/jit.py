@@ -12,6 +12,7 @@ How it works (docs/ARCHITECTURE.md §5, step 7):
 - call 2 runs it again while recording every CALL the engine executes: for a kernel its loaded program, the device
   buffers in argument order, launch sizes and symbolic variable names; for a COPY the two buffers; for a SLICE of an
   input the view it made. Buffers are recorded as objects, so intermediates stay allocated for the replays;
+  after the capture `plan_memory` gives intermediates whose lifetimes don't overlap one buffer (the rest is freed);
 - later calls check that the inputs look the same (shape, dtype, device, which arguments are Tensors), swap the new
   inputs' device buffers into the recorded argument lists, and call the programs in order. On a device with a graph
   class (`Compiled.graph`, e.g. `HCQ2Graph` on AMD, NV and QCOM; PIPELINE.md §7, §9), each run of consecutive kernels
@@ -64,7 +65,7 @@ from tiny_uop.uop import Ops, UOp
 from tiny_tensor import engine
 from tiny_tensor.engine import GlobalCounters
 
-__all__ = ["TinyJit", "JitError", "CapturedJit"]
+__all__ = ["TinyJit", "JitError", "CapturedJit", "prune_calls"]
 
 ReturnType = TypeVar("ReturnType")
 _SIMPLE = (int, float, bool, str, type(None), bytes)
@@ -99,7 +100,7 @@ class _KernelCall:
   value), `global_size`, `local_size`, `static_launch`, `launch(var_vals)`.
   """
   __slots__ = ("prg", "name", "device", "refs", "args", "dyn", "global_size", "local_size", "vars", "ops", "mem",
-               "static_launch", "bufs")
+               "static_launch", "bufs", "rw")
 
   def __init__(self, prg: Any, name: str, device: str, refs: list[BufRef], global_size: Any, local_size: Any,
                var_names: list[str], bound: dict[str, int], ops: int, mem: int):
@@ -113,6 +114,8 @@ class _KernelCall:
     self.args = [r._buf if isinstance(r, Buffer) else None for r in refs]
     self.dyn = tuple((i, r) for i, r in enumerate(refs) if not isinstance(r, Buffer))
     self.bufs = [r if a is None else a for r, a in zip(refs, self.args)]
+    # (read positions, written positions) in `refs`, for TinyJit(prune=True); None: unknown (never pruned)
+    self.rw: tuple[tuple[int, ...], tuple[int, ...]] | None = None
 
   def launch(self, var_vals: dict[str, int]) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
     """(global_size, local_size) with symbolic sizes resolved (a variable not given keeps its capture value)."""
@@ -192,8 +195,14 @@ class _EngineCapture:
       spec = c.spec
       bound = {n: self.var_vals.get(n, v) for n, v in c.var_vals.items()}
       names = [v.arg[0] for v in spec.vars]
-      self.calls.append(_KernelCall(c.prg, spec.name, c.device, [self.ref(b) for b in c.bufs], c.global_size,
-                                    c.local_size, names, {n: bound[n] for n in names}, c.ops, c.mem))
+      kc = _KernelCall(c.prg, spec.name, c.device, [self.ref(b) for b in c.bufs], c.global_size, c.local_size,
+                       names, {n: bound[n] for n in names}, c.ops, c.mem)
+      slots = list(getattr(spec, "globals", None) or [])
+      if len(slots) == len(c.bufs):  # argument i is PARAM slots[i]; the spec names the slots loaded and stored
+        ins, outs = set(getattr(spec, "ins", ())), set(getattr(spec, "outs", ()))
+        kc.rw = (tuple(i for i, sl in enumerate(slots) if sl in ins),
+                 tuple(i for i, sl in enumerate(slots) if sl in outs))
+      self.calls.append(kc)
     elif c.kind == "copy":
       dst, src = c.bufs
       if isinstance(self.ref(dst), int):
@@ -212,6 +221,108 @@ class _EngineCapture:
     raise JitError("the function reads tensor data into Python (.numpy()/.item()/.tolist()) while TinyJit captures "
                    f"it ({buf!r}); that value would be stale on replay: return the Tensor instead, or run "
                    "this function without TinyJit")
+
+
+def _buf_key(r: BufRef) -> tuple[str, int]:
+  """What a reference aliases: an input slot, or a buffer's base allocation (views of one base alias each other)."""
+  if not isinstance(r, Buffer): return ("dyn", r)
+  return ("buf", id(r._base if r._base is not None else r))
+
+
+def _reads_writes(c: Any) -> tuple[set, set] | None:
+  """The buffers a recorded call reads and writes (as `_buf_key`s), None where unknown."""
+  if isinstance(c, _CopyCall): return {_buf_key(c.src)}, {_buf_key(c.dst)}
+  if isinstance(c, _KernelCall) and c.rw is not None:
+    return {_buf_key(c.refs[i]) for i in c.rw[0]}, {_buf_key(c.refs[i]) for i in c.rw[1]}
+  return None
+
+
+def prune_calls(calls: list[Any]) -> list[Any]:
+  """The calls a replay must run (TinyJit(prune=True)); the others already ran at capture and would recompute the same.
+
+  A call is kept when it reads or writes an input (or a view of one), uses a symbolic variable (a bound Variable
+  may change per call), reads a buffer it also writes (state updated in place, like `counter.assign(counter + 1)`),
+  reads or writes a buffer a kept call writes, or when what it touches is unknown. The rest (weights' transforms,
+  independent copies) depend only on buffers no replay changes: their outputs keep the values computed at capture,
+  and buffers only they used are freed with them.
+  """
+  rws = [_reads_writes(c) for c in calls]
+  keep = [isinstance(c, _SliceCall) or rw is None or bool(rw[0] & rw[1]) or
+          any(k[0] == "dyn" for k in rw[0] | rw[1]) or bool(getattr(c, "vars", ())) for c, rw in zip(calls, rws)]
+  changed = True
+  while changed:  # a fixed point: what a kept call writes makes its readers (and other writers) kept
+    changed = False
+    kept_writes = set().union(*(rw[1] for rw, k in zip(rws, keep) if k and rw is not None))
+    for i, rw in enumerate(rws):
+      if not keep[i] and rw is not None and (rw[0] & kept_writes or rw[1] & kept_writes):
+        keep[i] = changed = True
+  return [c for c, k in zip(calls, keep) if k]
+
+
+def _held_buffers() -> set[int]:
+  """ids of the Buffers some live BUFFER node still refers to (a live Tensor, a returned value, a remembered graph):
+  the memory planner must not share those."""
+  held: set[int] = set()
+  for ref in list(UOp.__class__.ucache.values()):  # type: ignore[attr-defined]
+    if (u := ref()) is not None and u.op is Ops.BUFFER and (b := u._cache.get("buffer")) is not None: held.add(id(b))
+  return held
+
+
+def plan_memory(calls: list[Any]) -> list[Any]:
+  """The calls with their intermediate buffers shared where their lifetimes don't overlap (tinygrad's JIT memory
+  planning): the capture's working set is freed and a replay runs in less memory.
+
+  An intermediate is a whole (not a view, not viewed) buffer that no live node refers to after the capture, that is
+  not an input, and whose first use in the calls is a kernel's write (it holds nothing from before the call). Two
+  intermediates of the same device, size and dtype whose [first use, last use] ranges don't overlap get one buffer.
+  Calls whose reads/writes are unknown keep all their buffers.
+  """
+  first: dict[int, int] = {}
+  last: dict[int, int] = {}
+  bufs: dict[int, Buffer] = {}
+  excluded: set[int] = set()
+  for i, c in enumerate(calls):
+    refs = list(c.refs) if isinstance(c, _KernelCall) else [c.dst, c.src] if isinstance(c, _CopyCall) else []
+    rw = c.rw if isinstance(c, _KernelCall) else None
+    for pos, r in enumerate(refs):
+      if not isinstance(r, Buffer): continue
+      if r._base is not None:  # a view and its base are never planned
+        excluded.update((id(r), id(r._base)))
+        continue
+      k = id(r)
+      bufs[k] = r
+      if k not in first:
+        written_first = rw is not None and pos in rw[1] and pos not in rw[0]
+        if not written_first: excluded.add(k)
+        first[k] = i
+      last[k] = i
+  held = _held_buffers()
+  cands = sorted((k for k in first if k not in excluded and k not in held), key=lambda k: first[k])
+  free: dict[tuple, list[tuple[int, Buffer]]] = {}  # (device, size, dtype) -> [(last use, buffer)] to reuse
+  remap: dict[int, Buffer] = {}
+  for k in cands:
+    b = bufs[k]
+    key = (b.device, b.size, b.dtype)
+    pool = free.setdefault(key, [])
+    slot = next((j for j, (end, _) in enumerate(pool) if end < first[k]), None)
+    if slot is None:
+      pool.append((last[k], b))
+      continue
+    remap[k] = pool[slot][1]
+    pool[slot] = (last[k], pool[slot][1])
+  if not remap: return calls
+
+  def m(r: BufRef) -> BufRef: return remap.get(id(r), r) if isinstance(r, Buffer) else r
+  out: list[Any] = []
+  for c in calls:
+    if isinstance(c, _KernelCall):
+      nc = _KernelCall(c.prg, c.name, c.device, [m(r) for r in c.refs], c.global_size, c.local_size,
+                       [n for n, _ in c.vars], dict(c.vars), c.ops, c.mem)
+      nc.rw = c.rw
+      out.append(nc)
+    elif isinstance(c, _CopyCall): out.append(_CopyCall(m(c.dst), m(c.src)))
+    else: out.append(c)
+  return out
 
 
 # ***** inputs *****
@@ -539,11 +650,24 @@ class TinyJit(Generic[ReturnType]):
 
   Use as a decorator (`@TinyJit`) or call `TinyJit(fxn)`; methods work too (`__get__`). Call 1 runs eagerly, call 2
   captures, calls 3+ replay. The returned Tensors are the same objects on every replay, overwritten in place.
+
+  `prune=True` (`@TinyJit(prune=True)` or `TinyJit(fxn, prune=True)`, as in tinygrad) drops from the replays the
+  kernels and copies that depend on no input (`prune_calls`): they ran once at capture, their outputs keep those
+  values and the buffers only they used are freed. Only for functions whose other reads don't change between calls
+  (a weight updated outside the jit would be read stale by a pruned kernel).
   """
 
-  def __init__(self, fxn: Callable[..., ReturnType] | None = None, captured: CapturedJit | None = None):
+  def __new__(cls, fxn: Callable[..., ReturnType] | None = None, captured: CapturedJit | None = None,
+              prune: bool = False) -> Any:
+    if fxn is None and captured is None:  # `@TinyJit(prune=True)`: a decorator that makes the TinyJit
+      return functools.partial(cls, captured=None, prune=prune)
+    return super().__new__(cls)
+
+  def __init__(self, fxn: Callable[..., ReturnType] | None = None, captured: CapturedJit | None = None,
+               prune: bool = False):
     if fxn is None and captured is None: raise TypeError("TinyJit needs a function (or a CapturedJit)")
-    self.fxn, self._template = fxn, captured
+    if not isinstance(prune, bool): raise TypeError(f"TinyJit(prune=...) takes a bool, got {prune!r}")
+    self.fxn, self._template, self.prune = fxn, captured, prune
     # each thread's state, in a threading.local (an ident can be reused by a later thread; a Thread object can outlive
     # its thread); `_live` sees them weakly, for `thread_states()`; `_gen` counts resets
     self._local = _ThreadStates()
@@ -574,7 +698,7 @@ class TinyJit(Generic[ReturnType]):
 
   def __reduce__(self) -> Any:
     if self.captured is None: raise JitError("can't pickle a TinyJit before it captured (call it twice first)")
-    return (TinyJit, (None, self.captured))
+    return (TinyJit, (None, self.captured, self.prune))
 
   def __get__(self, obj: Any, objtype: Any = None) -> Any:
     return self if obj is None else functools.partial(self.__call__, obj)
@@ -641,6 +765,10 @@ class TinyJit(Generic[ReturnType]):
       ret_args[id(t)] = _RetArg(arg_keys[id(t)])
     if not any(isinstance(c, _KernelCall) for c in cap.calls):
       raise JitError("TinyJit captured no kernel: the function must compute (and realize or return) Tensors")
-    self.captured = CapturedJit(cap.calls, _ret_template(ret, ret_args), names, info, plain, len(inputs))
+    calls = prune_calls(cap.calls) if self.prune else cap.calls
+    if DEBUG >= 1 and self.prune: print(f"JIT pruned {len(cap.calls)} -> {len(calls)} calls")
+    del cap  # (its call list holds the capture's whole working set)
+    calls = plan_memory(calls)
+    self.captured = CapturedJit(calls, _ret_template(ret, ret_args), names, info, plain, len(inputs))
     if DEBUG >= 1: print(f"JIT captured {self.captured.kernel_count} kernels with {len(inputs)} inputs")
     return ret

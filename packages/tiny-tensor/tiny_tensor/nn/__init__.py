@@ -59,7 +59,7 @@ class BatchNorm:
     self.eps, self.track_running_stats, self.momentum = eps, track_running_stats, momentum
     self.weight: Tensor | None = _param(1.0, sz) if affine else None
     self.bias: Tensor | None = _param(0.0, sz) if affine else None
-    self.num_batches_tracked = _buffer(0, (), dtypes.int32)
+    self.num_batches_tracked = _buffer(0, (), dtypes.int64)  # torch's and tinygrad's dtype: long
     if track_running_stats: self.running_mean, self.running_var = _buffer(0.0, (sz,)), _buffer(1.0, (sz,))
 
   def calc_stats(self, x: Tensor) -> tuple[Tensor, Tensor]:

@@ -7,7 +7,8 @@
 
 - `get_state_dict(obj)`: {dotted name: Tensor} found through attributes, lists, tuples and dicts (as in tinygrad).
 - `get_parameters(obj)`: those tensors, each once.
-- `load_state_dict(model, state_dict, strict=True)`: copies in, checking names and shapes (one error lists them all).
+- `load_state_dict(model, state_dict, strict=True)`: copies in, checking the model's names and all shapes (one error
+  lists them all).
 - `safe_save` / `safe_load`: the safetensors format; `safe_load` reads the file once into host memory (tensors are
   views of that copy, never of the file, so changing the file later changes nothing). `safe_save` writes a new file
   and renames it over the old one: a reader never sees a half-written file.
@@ -85,19 +86,24 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
                     consume: bool = False, realize: bool = True) -> list[Tensor]:
   """Copy `state_dict`'s tensors into the model's (`get_state_dict(model)`), casting to the model's dtypes.
 
-  `strict`: every model tensor must be in `state_dict` and every `state_dict` entry must belong to the model. Shapes
-  must always match. One `KeyError`/`ValueError` names every missing, unexpected or mis-shaped key. `consume` removes
-  loaded entries from `state_dict`; `realize` copies now. Returns the model tensors that were loaded.
+  `strict`: every model tensor must be in `state_dict` (a KeyError names the missing ones); entries of `state_dict`
+  the model doesn't have are skipped, as in tinygrad (`verbose` names them). Shapes must always match (a scalar and a
+  one-element vector count as matching); a ValueError names every mis-shaped key. `consume` removes loaded entries
+  from `state_dict`; `realize` copies now. Returns the model tensors that were loaded.
   """
   model_sd = get_state_dict(model)
   missing = [k for k in model_sd if k not in state_dict]
   unexpected = [k for k in state_dict if k not in model_sd]
+  # a scalar and a one-element vector load into each other (torch and tinygrad both allow it: old checkpoints store
+  # scalars such as num_batches_tracked as (1,)); any other shape difference is an error
   shapes = [f"{k}: model {tuple(v.shape)}, state_dict {tuple(state_dict[k].shape)}" for k, v in model_sd.items()
-            if k in state_dict and tuple(v.shape) != tuple(state_dict[k].shape)]
+            if k in state_dict and tuple(v.shape) != tuple(state_dict[k].shape)
+            and {tuple(v.shape), tuple(state_dict[k].shape)} != {(), (1,)}]
   if shapes: raise ValueError(f"load_state_dict: shape mismatch for {len(shapes)} key(s): " + "; ".join(shapes))
-  if strict and (missing or unexpected):
-    msg = []
-    if missing: msg.append(f"missing keys (in the model, not in the state_dict): {missing}")
+  # strict is about the model's tensors, as in tinygrad: each must be loaded; extra state_dict entries (a checkpoint's
+  # unused head, a buffer the model doesn't keep) are skipped, and named in a missing-key error or when verbose
+  if strict and missing:
+    msg = [f"missing keys (in the model, not in the state_dict): {missing}"]
     if unexpected: msg.append(f"unexpected keys (in the state_dict, not in the model): {unexpected}")
     raise KeyError("load_state_dict(strict=True): " + "; ".join(msg) + " (pass strict=False to skip them)")
   if verbose and (missing or unexpected): print(f"load_state_dict: missing {missing}, unexpected {unexpected}")
@@ -105,6 +111,7 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
   for k, v in model_sd.items():
     if k not in state_dict: continue
     src = state_dict[k].to(v.device)
+    if tuple(src.shape) != tuple(v.shape): src = src.reshape(v.shape)  # () <-> (1,), checked above
     if src.dtype != v.dtype: src = src.cast(v.dtype)
     # a realized model tensor is written in place (a TinyJit that captured its buffer sees the new values);
     # a lazy one (not computed yet) becomes a copy of the source
