@@ -45,9 +45,7 @@ INTENDED: dict[str, str] = {
 }
 
 # program name -> why it differs today: another engineer fixes it in parallel (the integrator empties this)
-PENDING: dict[str, str] = {
-  "backward_no_requires_grad": "fixed in parallel (autograd scope: backward without requires_grad)",
-}
+PENDING: dict[str, str] = {}
 
 
 # a 16-bit float result is compared to its precision: tinygrad's PYTHON device computes halves in Python floats
