@@ -20,6 +20,7 @@ from typing import Any, Sequence
 import cffi
 
 from tiny_uop.device import BufferSpec, Compiled, LRUAllocator, Program
+from tiny_uop.helpers import del_errors
 from tiny_uop.target import Target
 
 # the subset of cuda.h used here (types and signatures as in cuda.h of CUDA 12/13; the _v2 entry points are the
@@ -242,9 +243,8 @@ class CUDAProgram(Program):
     return float(ms[0]) / 1e3
 
   def __del__(self) -> None:
-    try: self.dev.drv.lib.cuModuleUnload(self.module)
-    except Exception:  # interpreter shutdown: the driver may be gone  # noqa: S110
-      pass
+    if getattr(self, "module", None) is None: return  # the load failed: nothing to unload
+    with del_errors("CUDAProgram.__del__ (cuModuleUnload)"): self.dev.drv.lib.cuModuleUnload(self.module)
 
 
 class CUDAGraph:

@@ -26,6 +26,7 @@ from typing import Any, Sequence
 from tiny_uop.hcq import ArgsLayout, FileIOInterface, HCQAllocator, HCQBuffer, HCQCompiled, HCQProgram, \
   HCQSignal, HWQueue, Val, backoff_sleep
 from tiny_uop.hcq2 import HCQ2Graph
+from tiny_uop.helpers import del_errors
 from tiny_uop.target import Target
 
 from tiny_runtime_nv import push, rm
@@ -218,9 +219,9 @@ class NVProgram(HCQProgram):
     return (dev.time_signals[1].timestamp - dev.time_signals[0].timestamp) / 1e6
 
   def __del__(self) -> None:
-    try: self.dev.defer_free(self.image, self.dev.timeline_value - 1)
-    except Exception:  # interpreter shutdown: the device may be gone  # noqa: S110
-      pass
+    if getattr(self, "image", None) is None: return  # refused before its code image was allocated
+    with del_errors("NVProgram.__del__ (freeing its code image)"):
+      self.dev.defer_free(self.image, self.dev.timeline_value - 1)
 
 
 class NVDevice(HCQCompiled):

@@ -21,6 +21,7 @@ from typing import Any, Sequence
 from tiny_uop.hcq import ArgsLayout, FileIOInterface, HCQAllocator, HCQBuffer, HCQCompiled, HCQProgram, \
   HCQSignal
 from tiny_uop.hcq2 import HCQ2Graph
+from tiny_uop.helpers import del_errors
 from tiny_uop.target import Target
 
 from tiny_runtime_qcom import a6xx, adreno
@@ -170,9 +171,9 @@ class QCOMProgram(HCQProgram):
     return (dev.time_signals[1].timestamp - dev.time_signals[0].timestamp) / 1e6
 
   def __del__(self) -> None:
-    try: self.dev.defer_free(self.lib_buf, self.dev.timeline_value - 1)
-    except Exception:  # noqa: BLE001,S110 -- interpreter shutdown: the device may be gone already
-      pass
+    if getattr(self, "lib_buf", None) is None: return  # refused before its code buffer was allocated
+    with del_errors("QCOMProgram.__del__ (freeing its code buffer)"):
+      self.dev.defer_free(self.lib_buf, self.dev.timeline_value - 1)
 
 
 def graphable(dev: Any, call: Any) -> bool:
@@ -236,10 +237,8 @@ class QCOMGraph(HCQ2Graph):
     return out
 
   def __del__(self) -> None:
-    try:
+    with del_errors("QCOMGraph.__del__ (freeing its staged textures)"):
       for tmp in getattr(self, "_staged", {}).values(): self.dev.defer_free(tmp, self.last_signal)
-    except Exception:  # interpreter shutdown: the device may be gone  # noqa: S110
-      pass
     super().__del__()
 
 
