@@ -306,7 +306,8 @@ class NVDevice(HCQCompiled):
     self._free_signals = list(range(self.signal_page.va_addr, self.signal_page.va_addr + SIGNAL_PAGE, 16))[::-1]
     self.kernargs = self.mem.alloc(KERNARGS_SIZE, host=True, low=True)
     self._kernargs_ptr = 0
-    self.local_per_thread, self.local_mem = 0, None
+    self.local_per_thread = 0
+    self.local_mem: HCQBuffer | None = None
     self._old_local: list[HCQBuffer] = []
     if self._mock is not None:
       from tiny_runtime_nv.mock.compiler import mock_renderers
@@ -344,7 +345,8 @@ class NVDevice(HCQCompiled):
       self.synchronize()
       self.cmdq_put = 0
     addr = self.cmdq.va_addr + self.cmdq_put
-    (ctypes.c_uint32 * len(dwords)).from_address(addr)[:] = dwords
+    # typeshed: a c_uint32 array slice takes ints
+    (ctypes.c_uint32 * len(dwords)).from_address(addr)[:] = dwords  # type: ignore[assignment]
     self.cmdq_put = round_up(self.cmdq_put + n, 16)
     return addr, len(dwords)
 

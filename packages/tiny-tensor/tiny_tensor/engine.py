@@ -282,7 +282,7 @@ def _est(spec: Any, name: str) -> int:
   if v is None and isinstance(est, dict): v = est.get(name)
   if v is None: return 0
   if isinstance(v, UOp): return int(v.arg) if v.op is Ops.CONST else 0  # a symbolic estimate is not counted
-  if isinstance(v, numbers.Real) and not isinstance(v, bool): return int(v)
+  if isinstance(v, (numbers.Integral, float)) and not isinstance(v, bool): return int(v)
   raise TypeError(f"kernel {getattr(spec, 'name', '?')}: estimate {name!r} is {v!r} ({type(v).__name__}); "
                   "expected an int, a float or a UOp")
 
@@ -434,7 +434,8 @@ def _replay(todo: list[UOp]) -> dict[UOp, UOp] | None:
   tmpl, inputs = found
   if (rp := tmpl.runtime) is None or rp is False: return None
   for name, dev, renderer in rp.devices:
-    if Device._opened.get(name) is not dev or dev.renderer is not renderer:  # the device's renderer changed
+    opened = Device._opened.get(name)
+    if opened is None or opened is not dev or opened.renderer is not renderer:  # closed, or its renderer changed
       tmpl.runtime = None  # recorded again after the next scheduled run
       return None
   # the device buffers (their Buffers live on the BUFFER nodes in `bufs`)
