@@ -21,8 +21,6 @@ ROOT = Path(__file__).resolve().parents[1]
 IR_CORE = frozenset({"tiny_uop.alu", "tiny_uop.pattern", "tiny_uop.symbolic", "tiny_uop.trace", "tiny_uop.uop"})
 
 KNOWN_CIRCLES: set[frozenset[str]] = {
-  frozenset({"tiny_codegen.lower", "tiny_codegen.opt", "tiny_codegen.opt.search", "tiny_codegen.program"}),
-  frozenset({"tiny_codegen.opt.heuristic", "tiny_codegen.opt.heuristic_gpu"}),
   frozenset({"tiny_runtime_amd.emu.batch", "tiny_runtime_amd.emu.batch_g9", "tiny_runtime_amd.emu.batch_mem",
              "tiny_runtime_amd.emu.batch_ops", "tiny_runtime_amd.emu.batch_salu", "tiny_runtime_amd.emu.batch_valu",
              "tiny_runtime_amd.emu.cdna3", "tiny_runtime_amd.emu.rdna3"}),
