@@ -20,8 +20,8 @@ from typing import Any
 from tiny_uop.device import CompileError
 from tiny_uop.hcq import MAP_PRIVATE, PROT_READ, PROT_WRITE, FileIOInterface
 
-from tiny_runtime_nv import cuda
-from tiny_runtime_nv.cuda import ffi
+from tiny_runtime_nv import cuda_api as cuda
+from tiny_runtime_nv.cuda_api import ffi
 from tiny_runtime_nv.mock import compiler
 from tiny_runtime_nv.mock.compiler import ptx_of, ptxas_checker
 from tiny_runtime_nv.ptx import GPUFault, Memory, PTXParseError, load_kernel
