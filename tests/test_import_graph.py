@@ -26,8 +26,6 @@ KNOWN_CIRCLES: set[frozenset[str]] = {
              "tiny_runtime_amd.emu.cdna3", "tiny_runtime_amd.emu.rdna3"}),
   frozenset({"tiny_tensor.gradient", "tiny_tensor.indexing", "tiny_tensor.jit", "tiny_tensor.mathops",
              "tiny_tensor.multi", "tiny_tensor.nnops", "tiny_tensor.tensor"}),
-  frozenset({"tiny_tensor.nn.onnx", "tiny_tensor.nn.onnx.host", "tiny_tensor.nn.onnx.ops",
-             "tiny_tensor.nn.onnx.ops_more", "tiny_tensor.nn.onnx.ops_nn", "tiny_tensor.nn.onnx.ops_seq"}),
   frozenset({"tiny_torch.backend", "tiny_torch.ops", "tiny_torch.ops_nn"}),
 }
 
