@@ -387,7 +387,7 @@ class OnnxRunner:
   def _check_outputs_made(self, graph: Any) -> None:
     """Refuse a graph (or subgraph) with an output that no input, initializer or node makes (nor an outer scope's
     value): OnnxModelError naming it."""
-    todo = [(graph, frozenset())]
+    todo: list[tuple[Any, frozenset[str]]] = [(graph, frozenset())]
     while todo:
       g, outer = todo.pop()
       known = set(outer) | {i.name for i in g.input} | {t.name for t in g.initializer}
@@ -523,6 +523,7 @@ class OnnxRunner:
       raise OnnxError(f"node {node.name!r} ({node.op_type}) reads {e}, which nothing made") from None
     attrs = {a.name: _attr(a, self._onnx, self.base_dir) for a in node.attribute}
     ctx = _Ctx(self, node, scope)
+    outs: Any  # a Tensor, a tuple of them, a list (a sequence) or a numpy array (strings)
     if (node.domain, node.op_type) in self.functions: outs = self._run_function(node, args, attrs, ctx)
     else:
       host = self._host_inputs(node, args, attrs)
@@ -550,11 +551,14 @@ class OnnxRunner:
     from tiny_tensor.nn.onnx.host import FROM_SHAPE, HOST_OPS, host_can_run
     if node.domain not in ("", "ai.onnx") or node.op_type not in HOST_OPS: return None
     if node.op_type in FROM_SHAPE: return [] if isinstance(args[0], Tensor) else None
-    vals = []
+    vals: list[np.ndarray | None] = []
     for a in args:
+      if a is None:
+        vals.append(None)
+        continue
       hit = self._call.host.get(id(a)) if isinstance(a, Tensor) else None
-      if a is not None and (hit is None or hit[0] is not a or id(a) not in self._call.foldable): return None
-      vals.append(None if a is None else hit[1])
+      if hit is None or hit[0] is not a or id(a) not in self._call.foldable: return None
+      vals.append(hit[1])
     return vals if vals and host_can_run(node.op_type, vals, attrs) else None
 
   def _run_on_host(self, ctx: _Ctx, args: list[Any], vals: list[Any], attrs: dict[str, Any]) -> Tensor:
