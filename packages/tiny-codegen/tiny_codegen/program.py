@@ -91,7 +91,7 @@ def _to_program(ast: UOp, renderer: Renderer, key: tuple) -> UOp:
   name = kernel_name(ast)
   info_arg = ast.arg if isinstance(ast.arg, KernelInfo) else KernelInfo()
   named = ast.replace(arg=KernelInfo(name, info_arg.opts_to_apply, info_arg.applied_opts, info_arg.dont_use_locals))
-  low = lower(named, renderer, search=_beam)
+  low = lower(named, renderer, True, _beam)  # optimize, with BEAM's search
   src = renderer.render(low.uops)
   if DEBUG >= 4: print(f"*** source of {name} ({type(renderer).__name__}):\n{src}")  # once: this is cached
   lib = renderer.compiler.compile_cached(src)
