@@ -30,6 +30,19 @@ KNOWN_CIRCLES: set[frozenset[str]] = {
 }
 
 
+# docs/ARCHITECTURE.md §1's table, "depends on" (in-repository packages only): imports point down it, transitively
+DEPENDS_ON: dict[str, set[str]] = {
+  "tiny_uop": set(),
+  "tiny_codegen": {"tiny_uop"},
+  "tiny_runtime_cpu": {"tiny_uop", "tiny_codegen"},
+  "tiny_runtime_amd": {"tiny_uop", "tiny_codegen"},
+  "tiny_runtime_nv": {"tiny_uop", "tiny_codegen"},
+  "tiny_runtime_qcom": {"tiny_uop", "tiny_codegen"},
+  "tiny_tensor": {"tiny_uop", "tiny_codegen", "tiny_runtime_cpu"},
+  "tiny_torch": {"tiny_tensor"},
+}
+
+
 def package_modules() -> dict[str, Path]:
   """Every module of every package: dotted name -> file."""
   mods: dict[str, Path] = {}
@@ -132,3 +145,24 @@ def test_only_the_ir_core_and_the_known_circles_remain():
   assert not new, f"new import circles (move the shared piece down, or pass it in): {sorted(map(sorted, new))}"
   gone = KNOWN_CIRCLES - found
   assert not gone, f"circles no longer there: take them off KNOWN_CIRCLES: {sorted(map(sorted, gone))}"
+
+
+def _allowed(pkg: str) -> set[str]:
+  """The packages `pkg` may import: its dependencies and theirs."""
+  out: set[str] = set()
+  todo = [pkg]
+  while todo:
+    for d in DEPENDS_ON[todo.pop()] - out:
+      out.add(d)
+      todo.append(d)
+  return out
+
+
+def test_imports_follow_the_package_layers():
+  # e.g. a runtime's selftest reaching up into tiny-tensor (its conformance suite runs in a child process instead)
+  graph = import_graph(package_modules())
+  assert {m.split(".")[0] for m in graph} == set(DEPENDS_ON)
+  bad = sorted(f"{m} -> {t}" for m, ts in graph.items() for t in ts
+               if t.split(".")[0] != m.split(".")[0] and t.split(".")[0] not in _allowed(m.split(".")[0]))
+  assert not bad, f"imports against docs/ARCHITECTURE.md's package table: {bad}"
+
