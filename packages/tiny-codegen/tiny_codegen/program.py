@@ -6,6 +6,7 @@ import re
 import threading
 import weakref
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from tiny_uop.device import ProgramSpec, Renderer
 from tiny_uop.helpers import BEAM, CHECK_OOB, DEBUG, IMAGE, NOOPT, USE_TC, ContextVar
@@ -14,6 +15,9 @@ from tiny_uop.uop import KernelInfo, Ops, UOp
 
 from tiny_codegen.lower import lower
 from tiny_codegen.renderer import kernel_params
+
+if TYPE_CHECKING:
+  from tiny_codegen.opt.kernel import Opt
 
 __all__ = ["ProgramInfo", "to_program", "get_program", "spec_from_program", "kernel_name", "CODEGEN_FLAGS",
            "codegen_flags"]
@@ -102,7 +106,7 @@ def _to_program(ast: UOp, renderer: Renderer, key: tuple) -> UOp:
   name = kernel_name(ast)
   info_arg = ast.arg if isinstance(ast.arg, KernelInfo) else KernelInfo()
   named = ast.replace(arg=KernelInfo(name, info_arg.opts_to_apply, info_arg.applied_opts, info_arg.dont_use_locals))
-  low = lower(named, renderer)
+  low = lower(named, renderer, True, _beam)  # optimize, with BEAM's search
   src = renderer.render(low.uops)
   if DEBUG >= 4: print(f"*** source of {name} ({type(renderer).__name__}):\n{src}")  # once: this is cached
   lib = renderer.compiler.compile_cached(src)
@@ -124,6 +128,12 @@ def spec_from_program(prg: UOp) -> ProgramSpec:
   _, dev, linear, source, binary = prg.src
   return ProgramSpec(info.name, source.arg, dev.arg, binary.arg, info.global_size, info.local_size, list(info.vars),
                      list(info.globals), list(info.outs), list(info.ins), None, list(linear.src))
+
+
+def _beam(ast: UOp, renderer: Renderer, amt: int) -> tuple[Opt, ...]:
+  """BEAM's search (`optimize_kernel` calls it when `BEAM>=1`), timing candidates compiled by `get_program`."""
+  from tiny_codegen.opt.search import beam_search  # lazy: BEAM is rare and opens a device
+  return beam_search(ast, renderer, amt, compile=get_program)
 
 
 def get_program(ast: UOp, renderer: Renderer) -> ProgramSpec:

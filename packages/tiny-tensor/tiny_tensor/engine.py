@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import numbers
 import operator
 import threading
 import time
@@ -301,11 +302,16 @@ def _get_runner(ast: UOp, device: str) -> tuple[Any, Any]:
 
 
 def _est(spec: Any, name: str) -> int:
+  """A program's estimate `name` ("ops", "mem") as an int: 0 when it has none, or when it is symbolic (it depends on
+  variables only bound at run time). Any other kind of value is a bug of whoever made the spec: a TypeError."""
   est = getattr(spec, "estimates", None)
   v = getattr(est, name, None) if est is not None else None
   if v is None and isinstance(est, dict): v = est.get(name)
-  try: return int(v) if v is not None else 0
-  except TypeError: return 0  # a symbolic estimate
+  if v is None: return 0
+  if isinstance(v, UOp): return int(v.arg) if v.op is Ops.CONST else 0  # a symbolic estimate is not counted
+  if isinstance(v, (numbers.Integral, float)) and not isinstance(v, bool): return int(v)
+  raise TypeError(f"kernel {getattr(spec, 'name', '?')}: estimate {name!r} is {v!r} ({type(v).__name__}); "
+                  "expected an int, a float or a UOp")
 
 
 def _run_kernel(ast: UOp, bufs: tuple[UOp, ...], var_vals: dict[str, int]) -> None:
@@ -483,7 +489,8 @@ def _replay_run(roots: tuple[UOp, ...]) -> tuple[_Replay, list[UOp]] | None:
   tmpl, inputs = found
   if (rp := tmpl.runtime) is None or rp is False: return None
   for name, dev, renderer in rp.devices:
-    if Device._opened.get(name) is not dev or dev.renderer is not renderer:  # the device's renderer changed
+    opened = Device._opened.get(name)
+    if opened is None or opened is not dev or opened.renderer is not renderer:  # closed, or its renderer changed
       tmpl.runtime = None  # recorded again after the next scheduled run
       return None
   if _codegen_flags() != rp.flags:  # e.g. `with Context(NOOPT=1)`: the recorded programs compiled otherwise

@@ -55,15 +55,18 @@ import functools
 import threading
 import time
 import weakref
-from typing import Any, Callable, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Generic, TypeVar
 
 from tiny_uop import trace as _trace
 from tiny_uop.device import Buffer
-from tiny_uop.helpers import DEBUG, JIT
+from tiny_uop.helpers import DEBUG, JIT, unwrap
 from tiny_uop.uop import Ops, UOp
 
 from tiny_tensor import engine
 from tiny_tensor.engine import GlobalCounters
+
+if TYPE_CHECKING:  # tensor.py imports this module: Tensor is looked up when first needed (_tensor_cls)
+  from tiny_tensor.tensor import Tensor
 
 __all__ = ["TinyJit", "JitError", "CapturedJit", "prune_calls"]
 
@@ -326,10 +329,10 @@ def plan_memory(calls: list[Any]) -> list[Any]:
 
 
 # ***** inputs *****
-_TENSOR: list[type] = []
+_TENSOR: list[type[Tensor]] = []
 
 
-def _tensor_cls() -> type:
+def _tensor_cls() -> type[Tensor]:
   if not _TENSOR:
     from tiny_tensor.tensor import Tensor
     _TENSOR.append(Tensor)
@@ -574,7 +577,7 @@ class CapturedJit(Generic[ReturnType]):
     def ret_state(x: Any) -> Any:
       if isinstance(x, _RetArg): return ("arg", x.key)
       if isinstance(x, Tensor) and x.uop.op is Ops.MULTI:
-        return ("multi", [(bref(_buffer_of(p)), tuple(p.shape)) for p in x.uop.src], x.uop.arg)
+        return ("multi", [(bref(_buffer_of(p)), tuple(unwrap(p.shape))) for p in x.uop.src], x.uop.arg)
       if isinstance(x, Tensor):
         b = _buffer_of(x.uop)
         return ("tensor", bref(b), tuple(x.shape))
@@ -673,7 +676,7 @@ class TinyJit(Generic[ReturnType]):
     self._local = _ThreadStates()
     self._live: weakref.WeakSet[_JitState] = weakref.WeakSet()
     self._gen = 0
-    if fxn is not None: functools.update_wrapper(self, fxn)  # type: ignore[arg-type]
+    if fxn is not None: functools.update_wrapper(self, fxn)
 
   def _state(self) -> _JitState:
     """This thread's state (made on its first call, and again on the first call after a `reset()`)."""

@@ -31,7 +31,7 @@ import tempfile
 import zipfile
 import zlib
 from collections import OrderedDict
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
@@ -47,7 +47,7 @@ __all__ = ["get_state_dict", "get_parameters", "load_state_dict", "safe_load", "
 
 
 # ***** walking models *****
-def get_state_dict(obj: Any, prefix: str = "", tensor_type: type = Tensor) -> dict[str, Tensor]:
+def get_state_dict(obj: Any, prefix: str = "", tensor_type: type[Tensor] = Tensor) -> dict[str, Tensor]:
   """Every Tensor reachable from `obj` through attributes (`__dict__`), lists/tuples (by index) and dicts (by key),
   named by its dotted path: `{"layers.0.weight": ...}`.
 
@@ -159,7 +159,7 @@ class _NoDupDict(dict):
       self[k] = v
 
 
-def _is_int(x: Any) -> bool: return isinstance(x, int) and not isinstance(x, bool)
+def _is_int(x: Any) -> TypeGuard[int]: return isinstance(x, int) and not isinstance(x, bool)
 
 
 def _read_header(f: Any, file_size: int) -> tuple[int, dict[str, Any]]:
@@ -419,6 +419,8 @@ class _Opaque:
   argument tuple is huge, so every record is charged. (No __init__: object's ignores the arguments.)"""
   _global = "?"
   _budget: _Budget
+  args: tuple[tuple, dict]  # the recorded call: (positional, keyword) arguments
+  state: Any  # what __setstate__ was given, if anything
 
   def __new__(cls, *args: Any, **kwargs: Any) -> _Opaque:  # NEWOBJ builds with cls.__new__(cls, *args)
     cls._budget.take(_ITEM_BYTES * (len(args) + len(kwargs) + 1), f"a pickled call of {cls._global}")
