@@ -719,7 +719,7 @@ class TinyJit(Generic[ReturnType]):
     if (last := st.last) is not None and not kwargs and not _capturing.jits and JIT.value and \
        len(args) == len(last[0]) and all(type(a) is _TENSOR[0] and a.uop is u for a, u in zip(args, last[0])):
       st.cnt += 1
-      return st.captured.returned(st.captured(last[1], {}), args, kwargs)  # type: ignore[union-attr]
+      return st.captured.returned(st.captured(last[1], {}), args, kwargs)  # type: ignore[union-attr,misc]
     inputs, names, info, var_vals, plain = _prepare(args, kwargs)
     if not JIT.value or self.cnt == 0:
       ret = self._eager(args, kwargs)
