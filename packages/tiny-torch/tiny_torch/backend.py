@@ -479,7 +479,9 @@ def _run_table(func: Any, args: tuple, kwargs: dict) -> Any:
   meta = None if func in ops.NO_META else meta_run(func, args, kwargs)
   targs, tkwargs = tree_map(_unwrap, args), tree_map(_unwrap, kwargs)
   if (policy := ops.PROMOTE.get(func)) is not None:
-    if policy == ops.OUT: dt = (meta[0] if isinstance(meta, (tuple, list)) else meta).dtype
+    if policy == ops.OUT:
+      if meta is None: raise RuntimeError(f"{func}: its dtype comes from the meta run's output, but it is in NO_META")
+      dt = (meta[0] if isinstance(meta, (tuple, list)) else meta).dtype
     else: dt = torch.result_type(*[_to_meta(a) for a in args[:2]]) if len(args) > 1 else args[0].dtype
     tdt = TORCH_TO_TINY[dt]
     targs = tuple(a.cast(tdt) if isinstance(a, Tensor) and a.dtype != tdt else a for a in targs)

@@ -10,6 +10,8 @@ import functools
 import math
 import operator
 import os
+import sys
+import warnings
 from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 T = TypeVar("T")
@@ -249,3 +251,22 @@ def polyN(x: Any, p: Sequence[float]) -> Any:
 
 
 def is_nan(x: float) -> bool: return isinstance(x, float) and math.isnan(x)
+
+
+class FinalizerWarning(RuntimeWarning):
+  """A `__del__` failed while the interpreter was running: the resource it frees may have leaked."""
+
+
+@contextlib.contextmanager
+def del_errors(what: str) -> Iterator[None]:
+  """Run the body of a `__del__`: at interpreter shutdown (`sys.is_finalizing()`) an error is ignored (the driver or
+  module it needs may be torn down already); while running it is reported as a `FinalizerWarning` naming `what`, and
+  the rest of the `__del__` still runs (a free that fails is a bug to see, not to hide).
+
+  Use:  `def __del__(self): with del_errors("CUDAProgram.__del__"): unload(self.module)`
+  """
+  try: yield
+  except Exception as e:  # noqa: BLE001 -- reported below (raising out of __del__ would skip the caller's other frees)
+    if sys.is_finalizing(): return
+    warnings.warn(f"{what} failed: {type(e).__name__}: {e}", FinalizerWarning, stacklevel=3)
+

@@ -34,6 +34,7 @@ import heapq
 import itertools
 import threading
 import time
+import weakref
 from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, cast
@@ -1195,6 +1196,10 @@ def cached_template(roots: tuple[UOp, ...], max_nodes: int = 64) -> tuple[Any, l
   if not SCHEDULE_CACHE or SPEC.value: return None
   if len(roots) == 1 and max_nodes > 0 and (one := _norm_over_remembered(roots[0])) is not None:
     nroots, inputs = [one[0]], one[1]
+    # the eager hot path: the entry found for this normalized root before (a weak reference: the entry's life is the
+    # cache's), without its key (a SINK) and the cache's lock
+    if (memo := one[0]._cache.get("tmpl")) is not None and memo[0] == _generation[0] and (t := memo[1]()) is not None:
+      return t, inputs
   else:
     norm = _Normalizer(budget=max_nodes)
     nroots = []
@@ -1204,7 +1209,9 @@ def cached_template(roots: tuple[UOp, ...], max_nodes: int = 64) -> tuple[Any, l
     if norm.var_vals: return None
     inputs = norm.inputs
   tmpl = _cache.get((UOp(_SINK, dtypes.void, tuple(nroots)), _NOTHING_EXPOSED))
-  return None if tmpl is None else (tmpl, inputs)
+  if tmpl is None: return None
+  if len(nroots) == 1: nroots[0]._cache["tmpl"] = (_generation[0], weakref.ref(tmpl))
+  return tmpl, inputs
 
 
 _SINK = Ops.SINK

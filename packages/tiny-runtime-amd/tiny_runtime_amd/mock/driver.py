@@ -365,14 +365,14 @@ class MockFileIO(FileIOInterface):
     return data.encode() if binary else data
 
   @classmethod
-  def exists(cls, path: str) -> bool:  # type: ignore[override]
+  def exists(cls, path: str) -> bool:
     drv = cls.kfd_fn()
     return path in drv.fds or path in drv.files or any(f.startswith(path.rstrip("/") + "/") for f in drv.files)
 
   @classmethod
-  def listdir(cls, path: str) -> list[str]:  # type: ignore[override]
+  def listdir(cls, path: str) -> list[str]:
     pre = path.rstrip("/") + "/"
     return sorted({f[len(pre):].split("/")[0] for f in cls.kfd_fn().files if f.startswith(pre)})
 
   @classmethod
-  def access(cls, path: str, mode: int) -> bool: return cls.exists(path)  # type: ignore[override]
+  def access(cls, path: str, mode: int) -> bool: return cls.exists(path)

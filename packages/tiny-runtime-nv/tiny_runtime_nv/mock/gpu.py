@@ -88,7 +88,7 @@ class MockGPU:
     self.uuid = _uuid.uuid5(_uuid.NAMESPACE_OID, f"tiny-mock-nv-{index}").bytes
     self.usermode = (ctypes.c_uint32 * (0x10000 // 4))()
     self.channels: dict[int, MockChannel] = {}
-    self.kernels: dict[tuple[int, int], tuple[Kernel, KernelInfo, bytes]] = {}
+    self.kernels: dict[tuple[int, int], tuple[Kernel, KernelInfo, str]] = {}
     self.launches = 0
     self.last_qmd: dict[str, Any] = {}
 

@@ -59,7 +59,9 @@ _REG = re.compile(r"\.reg\s+(?:\.v\d\s+)?\.(\w+)\s+(.+)")
 
 def split_operands(s: str) -> list[str]:
   """Split on the commas that are not inside `{}` or `[]`."""
-  out, depth, cur = [], 0, []
+  out: list[str] = []
+  cur: list[str] = []
+  depth = 0
   for ch in s:
     if ch in "{[": depth += 1
     elif ch in "}]": depth -= 1
