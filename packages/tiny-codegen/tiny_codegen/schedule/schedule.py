@@ -34,6 +34,7 @@ import heapq
 import itertools
 import threading
 import time
+import weakref
 from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, cast
@@ -92,7 +93,14 @@ _NEVER = -1  # `_Normalizer.lo` of a node whose form must not be remembered (its
              # of _NO_REUSE)
 _NONE = 1 << 62  # `_Normalizer.lo` of a node that reads no input
 _INT_ONLY = {int}
-_generation = [0]  # bumped by clear_schedule_cache: normalized forms remembered before are not reused
+_NormEntry = tuple[UOp | None, int, tuple[UOp, ...], tuple[UOp, ...], int]
+_norm_memo: weakref.WeakKeyDictionary[UOp, _NormEntry] = weakref.WeakKeyDictionary()
+"""The scheduler's memo of normalized forms (see `_Normalizer`): node -> (normalized node, or None when it is the
+node itself; the number of its first input; its inputs; their placeholders; its graph's size). Keyed weakly: an entry
+lives as long as its node and no longer (it holds the node's inputs, never the node); `clear_schedule_cache` empties
+it. Nothing of it is stored on the UOps."""
+_norm_memo_get = _norm_memo.data.get
+_ref = weakref.ref  # the dict under it, read by weak reference: the normalizer's hot path
 
 
 class _Normalizer:
@@ -100,13 +108,12 @@ class _Normalizer:
   a depth-first walk (sources in order, post-order) first meets them, BINDs unbound (their values in `var_vals`).
 
   Eager reuse: a node whose graph holds no CONTIGUOUS/ASSIGN/COPY/SINK/BIND (nor symbolic movement args) and reads
-  at most NORM_CACHE_MAX_INPUTS inputs remembers its normalized form in `_cache["norm"]`: (normalized node, or None
-  when it is the node itself; the number of its first input; its inputs; their placeholders; its graph's size; the
-  cache generation). A later walk with `reuse` takes it without walking below when its inputs would get the same
-  numbers (the walk has met exactly that many inputs so far, none of these), so `(a + 1).realize()` normalizes one
+  at most NORM_CACHE_MAX_INPUTS inputs has its normalized form remembered in `_norm_memo` (the scheduler's, keyed
+  weakly by the node; nothing is stored on the node). A later walk with `reuse` takes it without walking below when
+  its inputs would get the same numbers (the walk has met exactly that many inputs so far, none of these), so `(a + 1).realize()` normalizes one
   node, not the whole graph. Nodes below a reused one are not in `new` (their images are), so `reuse` is off when the
   caller needs every node's image (`expose`); the nodes that may be in `becomes` (_NO_REUSE) are never below a
-  reused one. `clear_schedule_cache()` starts a new generation: older remembered forms are ignored."""
+  reused one. `clear_schedule_cache()` forgets every remembered form."""
   def __init__(self, reuse: bool = True, budget: int | None = None) -> None:
     self.budget = budget  # walk at most this many nodes, else stop with `over` set (`cached_template`)
     self.over = False
@@ -123,10 +130,9 @@ class _Normalizer:
     if isinstance(a, UOp): return self.node(a)
     return a
 
-  def _take(self, n: UOp, ent: tuple[UOp | None, int, tuple[UOp, ...], tuple[UOp, ...], int, int]) -> bool:
+  def _take(self, n: UOp, ent: _NormEntry) -> bool:
     """Reuse n's remembered form if its inputs get the same numbers in this walk (see the class doc)."""
-    norm, first, inputs, places, size, gen = ent
-    if gen != _generation[0]: return False
+    norm, first, inputs, places, size = ent
     new, lo = self.new, self.lo
     if inputs:
       if first != len(self.inputs): return False
@@ -150,7 +156,7 @@ class _Normalizer:
       n, first, nodes = stack.pop()
       if n in new: continue
       if first < 0:
-        if reuse and (ent := n._cache.get("norm")) is not None and self._take(n, ent): continue
+        if reuse and (ent := _norm_memo_get(_ref(n))) is not None and self._take(n, ent): continue
         if self.budget is not None:
           if (budget := self.budget - 1) < 0:
             self.over = True
@@ -190,8 +196,8 @@ class _Normalizer:
       # (a BUFFER never: its entry would hold the BUFFER itself, a reference cycle)
       if low >= first and len(inputs) - first <= NORM_CACHE_MAX_INPUTS and op is not _BUFFER:
         m = new[n]
-        n._cache["norm"] = (None if m is n else m, first, tuple(inputs[first:]), tuple(places[first:]),
-                            self.nodes - nodes, _generation[0])
+        _norm_memo[n] = (None if m is n else m, first, tuple(inputs[first:]), tuple(places[first:]),
+                         self.nodes - nodes)
     return new[root]
 
 
@@ -1218,17 +1224,15 @@ def _norm_over_remembered(r: UOp) -> tuple[UOp, list[UOp]] | None:
   """`_Normalizer().node(r)` and its inputs, without a walk, when r remembers its normalized form or is a node whose
   sources all do, with their inputs numbered from 0 in source order, none read twice: the eager hot path (`a + 1`
   over a realized `a`: one new node over two known ones). None otherwise (the caller walks the graph)."""
-  gen = _generation[0]
-  if (ent := r._cache.get("norm")) is not None:
-    norm, first, ins, _, _, g = ent
-    return ((r if norm is None else norm), list(ins)) if g == gen and (first == 0 or not ins) else None
+  if (ent := _norm_memo_get(_ref(r))) is not None:
+    norm, first, ins, _, _ = ent
+    return ((r if norm is None else norm), list(ins)) if first == 0 or not ins else None
   if (op := r.op) in _NORM_SPECIAL or (op in _SIZED_MOVEMENT and not set(map(type, r.arg)) <= _INT_ONLY): return None
   src: list[UOp] = []
   inputs: list[UOp] = []
   for s in r.src:
-    if (ent := s._cache.get("norm")) is None: return None
-    norm, first, ins, _, _, g = ent
-    if g != gen: return None
+    if (ent := _norm_memo_get(_ref(s))) is None: return None
+    norm, first, ins, _, _ = ent
     if ins:
       if first != len(inputs): return None
       for b in ins:  # (a loop, not any(): the eager hot path)
@@ -1261,7 +1265,7 @@ def _rebase(view: UOp, sub: dict[UOp, UOp]) -> UOp:
 
 def clear_schedule_cache() -> None:
   """Forget every cached schedule (and the normalized forms nodes remember)."""
-  _generation[0] += 1
+  _norm_memo.clear()
   _cache.clear()
   _realized.clear()
   _split_memo.clear()
