@@ -9,7 +9,7 @@ import pathlib
 
 import numpy as np
 
-from tiny_uop import Ops, UOp, dtypes
+from tiny_uop import UOp, dtypes
 
 from tiny_codegen.schedule import clear_schedule_cache, create_schedule
 from tiny_codegen.schedule import schedule as S
@@ -53,3 +53,52 @@ def test_the_scheduler_reads_no_uop_cache():
   for name, tree in _trees():
     hits = [(name, n.lineno) for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == "_cache"]
     assert not hits, hits
+
+
+# ***** the source's shape *****
+def test_no_function_in_the_scheduler_is_over_100_lines():
+  long = [(name, n.name, n.end_lineno - n.lineno + 1) for name, tree in _trees() for n in ast.walk(tree)
+          if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 > 100]
+  assert not long, long
+
+
+def _names(node: ast.AST | None) -> set[str]:
+  """The class names an `except` clause or a `raise` names (`X`, `X(...)`, `(X, Y)`, `mod.X`)."""
+  if node is None: return set()
+  if isinstance(node, ast.Call): return _names(node.func)
+  if isinstance(node, ast.Tuple): return set().union(*(_names(e) for e in node.elts))
+  if isinstance(node, ast.Name): return {node.id}
+  if isinstance(node, ast.Attribute): return {node.attr}
+  return set()
+
+
+def test_no_exception_of_the_scheduler_steers_it():
+  trees = _trees()
+  local = {n.name for _, t in trees for n in ast.walk(t) if isinstance(n, ast.ClassDef)}
+  raised = set().union(*(_names(n.exc) for _, t in trees for n in ast.walk(t) if isinstance(n, ast.Raise)))
+  caught = set().union(*(_names(n.type) for _, t in trees for n in ast.walk(t) if isinstance(n, ast.ExceptHandler)))
+  assert not (local & raised & caught), local & raised & caught  # raised here to be caught here: control flow
+  # ... nor one that is caught wholesale and dropped
+  for name, t in trees:
+    for h in (n for n in ast.walk(t) if isinstance(n, ast.ExceptHandler)):
+      assert not (_names(h.type) & {"Exception", "BaseException"} or h.type is None) or \
+        any(isinstance(s, ast.Raise) for s in ast.walk(h)), (name, h.lineno)
+
+
+def _named_rewrites() -> list[str]:
+  out = []
+  for _, t in _trees():
+    for n in ast.walk(t):
+      if isinstance(n, ast.Call) and _names(n.func) & {"graph_rewrite", "graph_rewrite_map"}:
+        out += [ast.unparse(k.value) for k in n.keywords if k.arg == "name"]
+  return out
+
+
+def test_at_least_four_passes_are_named_graph_rewrites():
+  named = _named_rewrites()
+  stages = [name for name, _ in S.STAGES]
+  assert len(named) >= 4 and len(set(named)) == len(named), named
+  assert {ast.literal_eval(n) for n in named} <= set(stages), (named, stages)  # each is a stage of the table
+  # ... over a PatternMatcher of its own, named as its pass
+  matchers = {getattr(S, n).name for n in dir(S) if n.startswith("pm_")}
+  assert {ast.literal_eval(n) for n in named} == matchers, matchers
