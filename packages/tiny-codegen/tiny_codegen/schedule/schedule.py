@@ -3,8 +3,8 @@
 Stages (docs/PIPELINE.md §2):
 1. normalize: DETACH/CONTIGUOUS_BACKWARD removed, input BUFFERs replaced by numbered placeholders and bound variables
    by their unbound form, so the graph's structure is the schedule cache key. Then rewrites of the tensor graph:
-   chains of reshapes or permutes merged (`views`), big float sums blocked (`blocked_sums`) and big reduces split
-   (`split_reduces`: `_split_reduce`). Accumulation contract (docs/PIPELINE.md §2): a big float sum is blocked
+   view round trips removed (`views`), big reduces split (`split_reduces`: `_split_reduce`) and the big
+   float sums left blocked (`blocked_sums`). Accumulation contract (docs/PIPELINE.md §2): a big float sum is blocked
    (`_blocked_sum`), no accumulator adds more than REDUCE_BLOCK elements or REDUCE_FANIN partials, so its float32
    error is of the order of numpy's pairwise sum and a sum of ones is exact wherever float32 holds every partial
    (counts past 2**31 included: such a schedule's index math is int64, `_index_dtype`); the order of the additions is
@@ -25,8 +25,8 @@ Stages (docs/PIPELINE.md §2):
 5. put the caller's buffers back in place of the placeholders (the cached part: step 1's rewrites to step 4).
 
 As passes (docs/PIPELINE.md §2, each a step in VIZ and DEBUG): `normalize` (1), then STAGES, the cached part:
-`views`, `blocked_sums`, `split_reduces` (1), `decide` (2), `kernels` (3), `order` and `memory` (4), then `rebind` (5).
-`views`, `blocked_sums`, `split_reduces` and `memory` are `graph_rewrite`s over PatternMatchers (`pm_*`). A decision
+`views`, `split_reduces`, `blocked_sums` (1), `decide` (2), `kernels` (3), `order` and `memory` (4), then `rebind` (5).
+`views`, `split_reduces`, `blocked_sums` and `memory` are `graph_rewrite`s over PatternMatchers (`pm_*`). A decision
 that may fail is a result, not an exception: `KernelBuilder.kernel` returns `NeedsBuffer` or `NotMerged`, `order`
 None (`_next_attempt` decides what to try next).
 """
@@ -223,6 +223,8 @@ BLOCKED_SUM_MIN = 1 << 14
 """A float sum of at least this many elements into each output (of fewer than REDUCE_SPLIT_OUTPUTS outputs, or of
 SPLIT_REDUCE_MIN or more elements into any number) is blocked (`_blocked_sum`); smaller ones, and a matmul's K, keep
 one accumulator per output (the optimizer's vector lanes and unrolls shorten its chains)."""
+SPLIT_TAG = "split_chunk"
+"""The tag of a split streaming reduce's partial REDUCE_AXIS (one chunk's reduce, realized on its own)."""
 BLOCK_TAG = "sum_block"
 """The tag of the inner REDUCE_AXIS levels of a blocked sum: `_decide` fuses them into the kernel of the level
 above (each level's partials are a register, not a buffer)."""
@@ -319,11 +321,11 @@ def _at_most_nodes(x: UOp, limit: int) -> bool:
 
 
 def _memo_split(kind: str, fn: Callable[[UOp], UOp], r: UOp) -> UOp:
-  """`fn(r)`, remembered per node and sizes for small graphs (`_split_memo`; `clear_schedule_cache` forgets it)."""
+  """`fn(r)`, remembered per node and sizes when it changes r and r's graph is small (`_split_memo`;
+  `clear_schedule_cache` forgets it)."""
   key = (kind, r, REDUCE_BLOCK, REDUCE_FANIN, BLOCKED_SUM_MIN, SPLIT_REDUCE_MIN, CHUNK_BYTES)  # (tests patch them)
   if (done := _split_memo.get(key)) is not None: return done
-  s = fn(r)
-  if _at_most_nodes(r, SPLIT_MEMO_NODES):
+  if (s := fn(r)) is not r and _at_most_nodes(r, SPLIT_MEMO_NODES):
     if len(_split_memo) >= SPLIT_MEMO_MAX: _split_memo.clear()
     _split_memo[key] = s
   return s
@@ -348,42 +350,43 @@ def _new_nodes(s: UOp, below: UOp) -> set[UOp]:
   return seen
 
 
-def _block_rule(ctx: set[UOp], r: UOp) -> UOp | None:
-  """# r (a float sum of many elements per output) -> a tree of sums (`_blocked_reduce`), unless `split_reduces`
-  splits it (its split blocks what it must itself); nodes this rewrite made (ctx) and inner levels are final."""
-  if r.tag == BLOCK_TAG or r in ctx or _split_reduce(r) is not r: return None
-  if (s := _memo_split("blocked", _blocked_reduce, r)) is r: return None
-  ctx.update(_new_nodes(s, r.src[0]))
-  return s
-
-
 def _split_rule(ctx: set[UOp], r: UOp) -> UOp | None:
   """# r (a big reduce into few outputs, or one streaming inputs bigger than L2) -> partial reduces, then their
-  reduce (`_split_reduce`); nodes this rewrite made (ctx) and blocked sums' inner levels are final."""
-  if r.tag == BLOCK_TAG or r in ctx or (s := _split_reduce(r)) is r: return None
+  reduce (`_split_reduce`); the nodes a split made (ctx) are final."""
+  if r in ctx or (s := _split_reduce(r)) is r: return None
   ctx.update(_new_nodes(s, r.src[0]))
   return s
 
 
-def _merge_reshapes(x: UOp, a: UOp, b: UOp) -> UOp | None:
-  """# x.reshape(s1).reshape(s2) -> x.reshape(s2) (row-major reshapes compose; x itself when s2 is x's shape)"""
-  return None if a.tag is not None or b.tag is not None else x.reshape(b.arg)
+def _block_rule(r: UOp) -> UOp | None:
+  """# r (a float sum of many elements per output) -> a tree of sums (`_blocked_reduce`); a split's partial
+  reduces (tagged: they were blocked as the split needs, or are chunks of a streaming reduce) and the inner levels
+  of a tree (BLOCK_TAG) are final."""
+  if r.tag is not None or (s := _memo_split("blocked", _blocked_reduce, r)) is r: return None
+  return s
 
 
-def _merge_permutes(x: UOp, p: UOp, q: UOp) -> UOp | None:
-  """# x.permute(p).permute(q) -> x.permute(p[q]) (x itself when that is the identity)"""
-  return None if p.tag is not None or q.tag is not None else x.permute(tuple(p.arg[i] for i in q.arg))
+def _reshape_round_trip(x: UOp, a: UOp, b: UOp) -> UOp | None:
+  """# x.reshape(s).reshape(x.shape) -> x (row-major reshapes compose: back to x's own shape is x)"""
+  return x if a.tag is None and b.tag is None and b.arg == x.shape else None
+
+
+def _permute_round_trip(x: UOp, p: UOp, q: UOp) -> UOp | None:
+  """# x.permute(p).permute(q) -> x where p[q] is the identity (`.T.T`)"""
+  return x if p.tag is None and q.tag is None and all(p.arg[i] == k for k, i in enumerate(q.arg)) else None
 
 
 pm_views = PatternMatcher([
-  (UPat(Ops.RESHAPE, src=(UPat(Ops.RESHAPE, src=(UPat.var("x"),), name="a"),), name="b"), _merge_reshapes),
-  (UPat(Ops.PERMUTE, src=(UPat(Ops.PERMUTE, src=(UPat.var("x"),), name="p"),), name="q"), _merge_permutes),
+  (UPat(Ops.RESHAPE, src=(UPat(Ops.RESHAPE, src=(UPat.var("x"),), name="a"),), name="b"), _reshape_round_trip),
+  (UPat(Ops.PERMUTE, src=(UPat(Ops.PERMUTE, src=(UPat.var("x"),), name="p"),), name="q"), _permute_round_trip),
 ], name="views")
-"""Pass `views`: chains of reshapes (or of permutes) become one view op, so index expressions are built once."""
-pm_blocked_sums = PatternMatcher([(UPat(Ops.REDUCE_AXIS, name="r"), _block_rule)], name="blocked_sums")
-"""Pass `blocked_sums`: the accumulation contract (`_blocked_sum`), ctx: the set of nodes the pass made."""
+"""Pass `views`: a view that goes back to its source's own layout (reshape and back, permute and back) is the
+source itself. (Merging every chain of reshapes, not only round trips, rebuilt most of a ResNet's backward graph
+(89 merges) and cost more schedule time than its simpler index expressions saved.)"""
 pm_split_reduces = PatternMatcher([(UPat(Ops.REDUCE_AXIS, name="r"), _split_rule)], name="split_reduces")
-"""Pass `split_reduces`: big reduces into few outputs, and streaming reduces, in two stages; ctx as above."""
+"""Pass `split_reduces`: big reduces into few outputs, and streaming reduces, in two stages; ctx: the nodes it made."""
+pm_blocked_sums = PatternMatcher([(UPat(Ops.REDUCE_AXIS, name="r"), _block_rule)], name="blocked_sums")
+"""Pass `blocked_sums`: the accumulation contract (`_blocked_sum`) for every big float sum left."""
 pm_reuse_buffers = PatternMatcher([(UPat(Ops.BUFFER, name="b"), lambda ctx, b: ctx.get(b))], name="memory")
 """Pass `memory`: # BUFFER b -> the earlier buffer whose storage it reuses (ctx: `memory_plan`'s map, one step: a
 buffer handed out is never itself replaced)."""
@@ -475,7 +478,8 @@ def _split_streaming_reduce(r: UOp) -> UOp:
   g = next((d for d in range(2, shp[a] + 1) if shp[a] % d == 0 and inputs <= CHUNK_BYTES * d), shp[a])
   if g * part_bytes * PARTIAL_SHARE > inputs: return r
   src = r.src[0].reshape((*shp[:a], g, shp[a] // g, *shp[a + 1:]))  # axis a -> (g, A/g): later axes move up one
-  part = src.r(op, tuple(x + 1 for x in axes)).contiguous()  # (.., g, 1, ..): g stays where axis a was
+  # (.., g, 1, ..): g stays where axis a was; tagged: `blocked_sums` leaves a chunk's sum as it is
+  part = UOp(Ops.REDUCE_AXIS, r.dtype, (src,), (op, tuple(sorted(x + 1 for x in axes))), SPLIT_TAG).contiguous()
   return part.r(op, (a,)).reshape(out)
 
 
@@ -783,7 +787,7 @@ class _Scheduler:
     self.merge, self.safe_assign = merge, safe_assign
     self.expose_pre = expose  # as the caller names them (nodes of the normalized graph) ...
     self.expose: frozenset[UOp] = expose  # ... and their images after the graph passes (the `kernels` pass)
-    self.image: dict[UOp, UOp] | None = None  # normalized node -> its image after views/blocked_sums/split_reduces
+    self.image: dict[UOp, UOp] | None = None  # normalized node -> its image after views/split_reduces/blocked_sums
     self.decided = decided  # (values to realize in graph order, which nodes read memory): the `decide` pass
     self.decided_sink = sink  # the graph `decide` was given (a retry starts over from `kernels` with it)
     self.realize: dict[UOp, None] = {}
@@ -818,18 +822,19 @@ class _Scheduler:
     return m[sink]
 
   def views(self, sink: UOp) -> UOp:
-    """Pass `views` (stage 1b, `pm_views`): the normalized sink with chains of reshapes (or of permutes) merged."""
+    """Pass `views` (stage 1b, `pm_views`): the normalized sink with view round trips (reshape or permute and back)
+    removed."""
     return self.rewritten(sink, graph_rewrite_map(sink, pm_views, name="views"))
 
-  def blocked_sums(self, sink: UOp) -> UOp:
-    """Pass `blocked_sums` (stage 1c, `pm_blocked_sums`): every big float sum that `split_reduces` won't split as a
-    tree of sums (`_blocked_reduce`, the accumulation contract); inner levels carry BLOCK_TAG."""
-    return self.rewritten(sink, graph_rewrite_map(sink, pm_blocked_sums, ctx=set(), name="blocked_sums"))
-
   def split_reduces(self, sink: UOp) -> UOp:
-    """Pass `split_reduces` (stage 1d, `pm_split_reduces`): a big reduce into few outputs, or one whose inputs are
+    """Pass `split_reduces` (stage 1c, `pm_split_reduces`): a big reduce into few outputs, or one whose inputs are
     bigger than L2, as partial reduces and their reduce (`_split_reduce`)."""
     return self.rewritten(sink, graph_rewrite_map(sink, pm_split_reduces, ctx=set(), name="split_reduces"))
+
+  def blocked_sums(self, sink: UOp) -> UOp:
+    """Pass `blocked_sums` (stage 1d, `pm_blocked_sums`): every big float sum `split_reduces` left as a tree of sums
+    (`_blocked_reduce`, the accumulation contract); inner levels carry BLOCK_TAG."""
+    return self.rewritten(sink, graph_rewrite_map(sink, pm_blocked_sums, name="blocked_sums"))
 
   def decide(self, sink: UOp) -> UOp:
     """Pass `decide` (stage 2): the rewritten sink -> a SINK of the values to realize, in graph order (`_decide`)."""
@@ -1093,8 +1098,8 @@ class _Scheduler:
 
 STAGES: list[tuple[str, Callable[[_Scheduler, UOp], UOp | None]]] = [
   ("views", _Scheduler.views),
-  ("blocked_sums", _Scheduler.blocked_sums),
   ("split_reduces", _Scheduler.split_reduces),
+  ("blocked_sums", _Scheduler.blocked_sums),
   ("decide", _Scheduler.decide),
   ("kernels", _Scheduler.kernels),
   ("order", _Scheduler.order),
@@ -1103,7 +1108,7 @@ STAGES: list[tuple[str, Callable[[_Scheduler, UOp], UOp | None]]] = [
 """The cached part of the scheduler as named passes, in order (docs/PIPELINE.md §2): each, a method of the attempt's
 `_Scheduler` (the state they share), takes the graph the one before returned and returns its own (shown in VIZ and by
 DEBUG, `_show_stage`); `order` returns None when the calls have a cycle (`_next_attempt`). The first three rewrite
-the tensor graph (`graph_rewrite` with `pm_views`, `pm_blocked_sums`, `pm_split_reduces`), `memory` the CALLs' buffers
+the tensor graph (`graph_rewrite` with `pm_views`, `pm_split_reduces`, `pm_blocked_sums`), `memory` the CALLs' buffers
 (`pm_reuse_buffers`). `normalize` before them and
 `rebind` after them run outside the schedule cache, in `create_schedule`."""
 _STAGE_AT = {name: k for k, (name, _) in enumerate(STAGES)}
