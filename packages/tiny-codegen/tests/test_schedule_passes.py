@@ -93,6 +93,20 @@ def test_views_pass_removes_view_round_trips():
   np.testing.assert_allclose(ref.realized_value(sched, env, z), xv.reshape(6, 4) * 2, rtol=1e-6)
 
 
+def test_becomes_names_the_callers_nodes_through_the_rewrites():
+  # a requested value and an exposed one whose images the views pass changed: `becomes` still maps the caller's nodes
+  ab, a, av = tensor(4, 8)
+  c = (a * 2).contiguous()
+  v = c.reshape((8, 4)).reshape((4, 8))  # a round trip: its image is c
+  out = v.permute((1, 0)).permute((1, 0)) + 1  # the requested value reads v through another round trip
+  clear_schedule_cache()
+  sched = create_schedule(UOp.sink(out), expose=[v])
+  assert len(sched.kernels) == 2 and {c, v, out} <= set(sched.becomes)
+  env = ref.run_schedule(sched, {ab: av})
+  np.testing.assert_allclose(ref.realized_value(sched, env, v), av * 2, rtol=1e-6)
+  np.testing.assert_allclose(ref.realized_value(sched, env, out), av * 2 + 1, rtol=1e-6)
+
+
 def test_blocked_sums_pass_bounds_every_accumulator_and_matches_numpy():
   n = 3 * S.REDUCE_BLOCK * S.REDUCE_FANIN + 5  # above BLOCKED_SUM_MIN, below SPLIT_REDUCE_MIN: blocked, not split
   assert S.BLOCKED_SUM_MIN <= n < S.SPLIT_REDUCE_MIN
