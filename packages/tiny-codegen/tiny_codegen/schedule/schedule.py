@@ -300,43 +300,34 @@ def _blocked_reduce(r: UOp) -> UOp:
   return _blocked_sum(flat, len(keep)).reshape(out)
 
 
-SPLIT_MEMO_MAX, SPLIT_MEMO_NODES = 256, 64
-"""`_memo_split` remembers up to SPLIT_MEMO_MAX split or blocked reduces whose graphs have at most SPLIT_MEMO_NODES
-nodes (then starts over): an eager `t.sum()` of each new structure meets the same REDUCE_AXIS, and building a blocked
-sum's ~20 nodes cost ~40 us each time. (A big graph isn't kept alive for it: the schedule cache bounds those by their
-size.)"""
-_split_memo: dict[tuple[str, UOp, int, int, int, int, int], UOp] = {}
-
-
-def _at_most_nodes(x: UOp, limit: int) -> bool:
-  """Whether `x`'s graph has at most `limit` nodes (the walk stops past it)."""
-  seen, stack = {x}, [x]
-  while stack:
-    for s in stack.pop().src:
-      if s not in seen:
-        if len(seen) >= limit: return False
-        seen.add(s)
-        stack.append(s)
-  return True
+_split_memo: weakref.WeakKeyDictionary[UOp, dict[str, tuple[tuple[int, ...], UOp | None]]] = \
+  weakref.WeakKeyDictionary()
+"""What `_memo_split` remembers: reduce -> {kind: (the sizes it was split by, its split or None: unchanged)}. Keyed
+weakly: an entry lives as long as its reduce (a split is built over the reduce's source, never over the reduce), so
+a graph scheduled again, or one sharing reduces with one scheduled before (a JIT's capture step after its first
+step), asks each reduce's split once and gets the same nodes. `clear_schedule_cache` empties it."""
 
 
 def _memo_split(kind: str, fn: Callable[[UOp], UOp], r: UOp) -> UOp:
-  """`fn(r)`, remembered per node and sizes when it changes r and r's graph is small (`_split_memo`;
-  `clear_schedule_cache` forgets it)."""
-  key = (kind, r, REDUCE_BLOCK, REDUCE_FANIN, BLOCKED_SUM_MIN, SPLIT_REDUCE_MIN, CHUNK_BYTES)  # (tests patch them)
-  if (done := _split_memo.get(key)) is not None: return done
-  if (s := fn(r)) is not r and _at_most_nodes(r, SPLIT_MEMO_NODES):
-    if len(_split_memo) >= SPLIT_MEMO_MAX: _split_memo.clear()
-    _split_memo[key] = s
+  """`fn(r)`, remembered per reduce and sizes (`_split_memo`)."""
+  sizes = (REDUCE_BLOCK, REDUCE_FANIN, BLOCKED_SUM_MIN, SPLIT_REDUCE_MIN, CHUNK_BYTES)  # (tests patch them)
+  if (ent := _split_memo.get(r)) is None: ent = _split_memo[r] = {}
+  if (hit := ent.get(kind)) is not None and hit[0] == sizes: return r if hit[1] is None else hit[1]
+  s = fn(r)
+  ent[kind] = (sizes, None if s is r else s)
   return s
 
 
-def _split_reduce(r: UOp) -> UOp:
-  """`r` split by `_split_few_outputs_reduce` (a few outputs; remembered, `_memo_split`), else by
-  `_split_streaming_reduce` (many outputs sharing inputs bigger than L2: its chunks keep them in cache), else
-  unchanged."""
-  if (s := _memo_split("few", _split_few_outputs_reduce, r)) is not r: return s
+def _split_reduce_once(r: UOp) -> UOp:
+  """`r` split by `_split_few_outputs_reduce` (a few outputs), else by `_split_streaming_reduce` (many outputs
+  sharing inputs bigger than L2: its chunks keep them in cache), else unchanged."""
+  if (s := _split_few_outputs_reduce(r)) is not r: return s
   return _split_streaming_reduce(r)
+
+
+def _split_reduce(r: UOp) -> UOp:
+  """`_split_reduce_once(r)`, remembered (`_memo_split`)."""
+  return _memo_split("split", _split_reduce_once, r)
 
 
 def _new_nodes(s: UOp, below: UOp) -> set[UOp]:
@@ -493,6 +484,9 @@ class _Template:
   runtime: Any = None  # a runtime's own record for running this schedule again without building it (see
                        # `cached_template`); it goes with the cache entry
   becomes_nodes: set[UOp] = field(default_factory=set)  # the nodes of `becomes` (found with `inputs`)
+  graph: UOp | None = None  # the tensor graph after the rewrite passes, kept alive with the entry: a later graph that
+                            # shares most of it (a JIT's capture step) rewrites into the same interned nodes, whose
+                            # shapes and devices are known already
 
 
 def _unbind(x: sint, memo: dict[UOp, UOp], dt: DType = dtypes.index) -> UOp:
@@ -896,7 +890,7 @@ class _Scheduler:
       for k, v in self.image.items():
         if v in wanted: pre[v].append(k)
       becomes = [(k, b, view) for n, b, view in becomes for k in pre.get(n, (n,))]
-    return _Template(self.planned, becomes, [b for b in self.new_buffers if b in used])
+    return _Template(self.planned, becomes, [b for b in self.new_buffers if b in used], graph=self.decided_sink)
 
   # ***** helpers *****
   def ks(self, x: sint) -> UOp: return _unbind(x, self.memo, self.idx_dt)
