@@ -174,16 +174,16 @@ def test_the_one_node_normalization_matches_the_walk():
     g = f().uop
     norm = _Normalizer()
     want = norm.node(g)  # its sources remember their forms, numbered as in this walk (as after a realize) ...
-    g._cache.pop("norm")  # ... and g is new
+    S._norm_memo.pop(g)  # ... and g is new (the memo is the scheduler's, not on the node)
     got = _norm_over_remembered(g)
     assert got is not None and got[0] is want and got[1] == norm.inputs
     found = sched_mod.cached_template((g,))
     assert found is not None and found[1] == norm.inputs
-    assert found[0] is S._cache.get((UOp.sink(want), frozenset()))
+    assert found[0] is S._cache.get(S._schedule_key(UOp.sink(want), frozenset()))
   # one buffer read through both sources is numbered once by the walk: the shortcut declines
   for g in ((a * b - b * 2).uop, (a + a).uop):
     _Normalizer().node(g)
-    g._cache.pop("norm")
+    S._norm_memo.pop(g)
     assert _norm_over_remembered(g) is None
 
 
