@@ -116,9 +116,11 @@ class GFX9(GFX11):
   """A gfx942 (CDNA3) GPU: PM4 compute queues with the gfx9 packet forms, wave64 dispatches in the CDNA3 emulator."""
   arch = "gfx942"
   properties = GFX942_PROPERTIES
+  ip_versions = {11: (9, 4, 3), 42: (4, 4, 2), 108: (7, 9, 0)}  # MI300: GC 9.4.3, SDMA 4.4.2, NBIO 7.9.0
   sdma_layouts = msdma.LAYOUTS_V4
   sh_registers = SH_REGISTERS
   needs_priv_with_cwsr = False
+  sdma_writes_through_l2 = False  # SDMA v4.4.2: not modelled as an L2 client; a copy invalidates the whole cache state
   pm4_decoders = DECODERS9
 
   def make_emulator(self) -> Any: return CDNA3Emulator(CheckedMemory(self))
@@ -147,8 +149,9 @@ class GFX9(GFX11):
             f"COHER_SIZE {f['coher_size']:#x} (in 256-byte units): only actions over the whole address space are "
             "modelled")
     if f["tc_wb_action_ena"]: self.write_back_l2()
-    if all(f[k] for k in ("sh_icache_action_ena", "sh_kcache_action_ena", "tc_action_ena", "tcl1_action_ena")):
-      self.caches_valid = True
+    if f["sh_kcache_action_ena"] and f["tcl1_action_ena"]:  # the CU-side caches (scalar K$, vector TCL1)
+      self.cu_caches_valid = True
+      if f["sh_icache_action_ena"] and f["tc_action_ena"]: self.caches_valid = True
 
   def dispatch(self, q: MockQueue, dims: tuple[int, int, int], initiator: int, where: str) -> None:
     """DISPATCH_DIRECT: check the dispatch state, then run every wave64 of every work-group in the emulator."""

@@ -129,9 +129,11 @@ def _dw(layout: Layout, body: list[int], i: int, name: str, where: str) -> dict[
 def decode_wait_reg_mem(body: list[int], where: str) -> dict[str, int]:
   _len("WAIT_REG_MEM", body, 6, where)
   f = _dw(WAIT_REG_MEM_DW1, body, 0, "WAIT_REG_MEM", where)
-  if f["mem_space"] == 1: f["addr"] = _dw(ADDR_LO_DWORD, body, 1, "WAIT_REG_MEM", where)["addr_lo"] << 2
-  else: f["addr"] = _dw(REG_ADDR, body, 1, "WAIT_REG_MEM", where)["reg_addr"]
-  f["addr"] |= body[2] << 32
+  if f["mem_space"] == 1:
+    f["addr"] = (_dw(ADDR_LO_DWORD, body, 1, "WAIT_REG_MEM", where)["addr_lo"] << 2) | body[2] << 32
+  else:  # registers: dword 1 the one written (operation WR_WAIT_WR_REG) or polled, dword 2 the one polled after a write
+    f["addr"] = _dw(REG_ADDR, body, 1, "WAIT_REG_MEM", where)["reg_addr"]
+    f["reg_done"] = _dw(REG_ADDR, body, 2, "WAIT_REG_MEM", where)["reg_addr"]
   f.update(reference=body[3], mask=body[4], **_dw(WAIT_REG_MEM_DW6, body, 5, "WAIT_REG_MEM", where))
   return f
 
@@ -151,7 +153,12 @@ def decode_release_mem(body: list[int], where: str) -> dict[str, int]:
 def decode_acquire_mem(body: list[int], where: str) -> dict[str, int]:
   _len("ACQUIRE_MEM", body, 7, where)
   _dw(ACQUIRE_MEM_DW1, body, 0, "ACQUIRE_MEM", where)
-  f = {"coher_size": body[1] | (_dw(COHER_SIZE_HI, body, 2, "ACQUIRE_MEM", where)["coher_size_hi"] << 32),
+  # "all memory": amdgpu's gfx_v11_0_emit_mem_sync writes COHER_SIZE 0xffffffff, COHER_SIZE_HI 0xffffff, tinygrad
+  # 0xffffffff in both; the CP takes bits 7:0 of the high dword, so above them only a full-range size may set bits
+  full = body[1] == 0xFFFFFFFF and body[2] & 0xFF == 0xFF
+  hi = _dw(COHER_SIZE_HI, body[:2] + [0xFF], 2, "ACQUIRE_MEM", where) if full else \
+    _dw(COHER_SIZE_HI, body, 2, "ACQUIRE_MEM", where)
+  f = {"coher_size": body[1] | (hi["coher_size_hi"] << 32),
        "coher_base": body[3] | (_dw(COHER_BASE_HI, body, 4, "ACQUIRE_MEM", where)["coher_base_hi"] << 32)}
   f.update(_dw(POLL_INTERVAL, body, 5, "ACQUIRE_MEM", where))
   f.update(_dw(GCR_CNTL, body, 6, "ACQUIRE_MEM", where))
