@@ -40,7 +40,7 @@ def h() -> Harness: return Harness()
 
 
 def test_hw_exception_and_memory_events_exist_and_can_be_waited_on(h):
-  h.iface.wait_event  # noqa: B018  (the harness's driver made the event page and its signal event already)
+  sig_ev = h.iface.create_event()  # the event page and a signal event
   ids = []
   for etype in (3, 8):
     ev = h.iface.ioctl("CREATE_EVENT", event_type=etype, auto_reset=0)
@@ -51,6 +51,9 @@ def test_hw_exception_and_memory_events_exist_and_can_be_waited_on(h):
   for i, eid in enumerate(ids): ctypes.c_uint32.from_address(ctypes.addressof(data) + 48 * i + 40).value = eid
   out = h.iface.ioctl("WAIT_EVENTS", events_ptr=ctypes.addressof(data), num_events=2, wait_for_all=0, timeout=0)
   assert out.wait_result == kfd.WAIT_RESULT_TIMEOUT  # nothing faulted
+  ctypes.c_uint64.from_address(sig_ev.mailbox).value = sig_ev.event_id  # the signal event's slot written
+  h.drv.interrupt(h.gpu, 0xFFFF, 32)  # an unknown context id: the exhaustive search, which skips slotless events
+  assert h.drv.events[sig_ev.event_id].signaled and not any(h.drv.events[i].signaled for i in ids)
 
 
 def test_queues_without_runtime_enable(h):
@@ -151,3 +154,27 @@ def test_dispatch_after_an_sdma_copy_needs_only_the_cu_caches_on_gfx11(h):
   before = h.gpu.dispatches
   h.drv.process()
   assert h.gpu.dispatches == before + 1 and ctypes.string_at(dst.va_addr, 4) == b"\x07" * 4
+
+
+def test_gfx9_full_range_acquire_and_write_back_only_fence():
+  """gfx942: ACQUIRE_MEM with COHER_SIZE_HI 0xffffffff (tinygrad; the field is 24 bits) is the whole address space;
+  a RELEASE_MEM with EOP TC_WB | TC_NC (amdgpu's write-back-only fence, tinygrad's signal) writes L2 back, so it may
+  write a host-visible signal after a dispatch; without TC_WB it may not."""
+  from tiny_runtime_amd.mock.driver import MockKFD
+  from tiny_runtime_amd.pm4 import EOP_TC_NC_ACTION_EN, EOP_TC_WB_ACTION_EN, AMDComputeQueue9
+  h = Harness(drv=MockKFD(("gfx942",)))
+  acq = AMDComputeQueue9().acquire_mem().resolved()
+  acq[3] = 0xFFFFFFFF
+  h.pm4(acq)
+  assert h.gpu.caches_valid and h.gpu.cu_caches_valid
+  acq[2], acq[3] = 0x1000, 0x1000000  # a sized range: bits above the 24-bit field stay reserved
+  with pytest.raises(PacketError, match=r"ACQUIRE_MEM dword 3: reserved bit\(s\) \[24\]"): h.pm4(acq)
+  sig = HCQSignal(h.iface.alloc(0x1000, host=True, uncached=True).va_addr, 0)
+  rel = AMDComputeQueue9().release_mem(sig.addr, 9, pm4.DATA_SEL_32).resolved()
+  rel[1] = (rel[1] & 0xFFF) | EOP_TC_WB_ACTION_EN | EOP_TC_NC_ACTION_EN  # the event, write-back-only actions
+  h.gpu.l2_dirty = True  # as after a dispatch
+  h.pm4(rel)
+  assert sig.value == 9 and not h.gpu.l2_dirty
+  rel[1] &= ~EOP_TC_WB_ACTION_EN
+  h.gpu.l2_dirty = True
+  with pytest.raises(PacketError, match="after a dispatch without an L2 write-back"): h.pm4(rel)

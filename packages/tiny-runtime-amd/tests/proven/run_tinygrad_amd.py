@@ -54,12 +54,14 @@ compiler_llvm.AMDLLVMCompiler = OurAMDCompiler  # type: ignore[misc]  (AMDLLVMRe
 
 from tinygrad import Device, Tensor, TinyJit  # noqa: E402
 from test.mockgpu import mockgpu  # noqa: E402
-from tiny_runtime_amd.mock.driver import driver  # noqa: E402
 
 RNG = np.random.default_rng(32)
 
 
 def rand(*shape: int) -> np.ndarray: return RNG.standard_normal(shape).astype(np.float32)
+
+
+def driver() -> Any: return mockgpu.kfd()
 
 
 def counters() -> dict[str, int]:

@@ -293,7 +293,8 @@ class MockKFD:
     slots = (ctypes.c_uint64 * kfd.SIGNAL_EVENT_LIMIT).from_address(page.va)
     ctxid &= (1 << valid_bits) - 1
     if ctxid in self.events and slots[ctxid] != UNSIGNALED_EVENT_SLOT: hits = [ctxid]
-    else: hits = [i for i in self.events if slots[i] != UNSIGNALED_EVENT_SLOT]  # the exhaustive search
+    else:  # the exhaustive search, over signal events (the others have no slot)
+      hits = [i for i in self.events if i < kfd.SIGNAL_EVENT_LIMIT and slots[i] != UNSIGNALED_EVENT_SLOT]
     for i in hits:
       slots[i] = UNSIGNALED_EVENT_SLOT
       self.events[i].signaled = True

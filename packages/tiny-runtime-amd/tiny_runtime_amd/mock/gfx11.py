@@ -135,6 +135,12 @@ class GFX11(MockGPU):
     addr = REG[name]
     return SH_REGISTERS[addr][1].decode(q.regs.get(addr, 0), name)
 
+  def check_restart(self, q: MockQueue, where: str) -> None:
+    """COMPUTE_RESTART_X/Y/Z (tinygrad's driver writes 0s): the group a preempted dispatch resumes at."""
+    restart = [self.reg(q, f"COMPUTE_RESTART_{a}")["restart"] for a in "XYZ"]
+    require(restart == [0, 0, 0], where, f"COMPUTE_RESTART_X/Y/Z = {restart}: resuming a preempted dispatch is not "
+            "modelled (a new dispatch leaves them 0)")
+
   def dispatch(self, q: MockQueue, dims: tuple[int, int, int], initiator: int, where: str) -> None:
     """DISPATCH_DIRECT: check the dispatch state, then run every wave of every work-group in the emulator (batched:
     the waves of many groups in lockstep, see emu/batch.py)."""
@@ -147,9 +153,7 @@ class GFX11(MockGPU):
     if not ini["force_start_at_000"]:
       starts = [self.reg(q, f"COMPUTE_START_{a}")["start"] for a in "XYZ"]
       require(starts == [0, 0, 0], where, f"COMPUTE_START_X/Y/Z = {starts}: only dispatches from group 0 are modelled")
-    restart = [self.reg(q, f"COMPUTE_RESTART_{a}")["restart"] for a in "XYZ"]
-    require(restart == [0, 0, 0], where, f"COMPUTE_RESTART_X/Y/Z = {restart}: resuming a preempted dispatch is not "
-            "modelled (a new dispatch leaves them 0)")
+    self.check_restart(q, where)
     r1, r2, r3 = self.reg(q, "COMPUTE_PGM_RSRC1"), self.reg(q, "COMPUTE_PGM_RSRC2"), self.reg(q, "COMPUTE_PGM_RSRC3")
     if self.needs_priv_with_cwsr and q.cwsr and not r1["priv"]:
       raise PacketError(f"{where}: COMPUTE_PGM_RSRC1.PRIV = 0 on a queue with a CWSR area: on {self.arch} waves run "

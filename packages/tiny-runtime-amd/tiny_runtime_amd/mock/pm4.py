@@ -150,15 +150,20 @@ def decode_release_mem(body: list[int], where: str) -> dict[str, int]:
   return f
 
 
+def coher_size_hi(layout: Layout, body: list[int], i: int, where: str) -> int:
+  """ACQUIRE_MEM's COHER_SIZE_HI (body dword `i`, COHER_SIZE before it). "All memory" is written with more ones than
+  the field has: amdgpu's gfx_v11_0_emit_mem_sync puts 0xffffff in gfx11's 8-bit field, tinygrad 0xffffffff in gfx11's
+  and gfx9's (24 bits); the CP takes the field's bits. So a full-range size (COHER_SIZE and the field all ones) may set
+  the bits above the field; any other size must leave them 0."""
+  ones = (1 << layout.fields[0].width) - 1
+  if body[i - 1] == 0xFFFFFFFF and body[i] & ones == ones: return ones
+  return _dw(layout, body, i, "ACQUIRE_MEM", where)[layout.fields[0].name]
+
+
 def decode_acquire_mem(body: list[int], where: str) -> dict[str, int]:
   _len("ACQUIRE_MEM", body, 7, where)
   _dw(ACQUIRE_MEM_DW1, body, 0, "ACQUIRE_MEM", where)
-  # "all memory": amdgpu's gfx_v11_0_emit_mem_sync writes COHER_SIZE 0xffffffff, COHER_SIZE_HI 0xffffff, tinygrad
-  # 0xffffffff in both; the CP takes bits 7:0 of the high dword, so above them only a full-range size may set bits
-  full = body[1] == 0xFFFFFFFF and body[2] & 0xFF == 0xFF
-  hi = _dw(COHER_SIZE_HI, body[:2] + [0xFF], 2, "ACQUIRE_MEM", where) if full else \
-    _dw(COHER_SIZE_HI, body, 2, "ACQUIRE_MEM", where)
-  f = {"coher_size": body[1] | (hi["coher_size_hi"] << 32),
+  f = {"coher_size": body[1] | (coher_size_hi(COHER_SIZE_HI, body, 2, where) << 32),
        "coher_base": body[3] | (_dw(COHER_BASE_HI, body, 4, "ACQUIRE_MEM", where)["coher_base_hi"] << 32)}
   f.update(_dw(POLL_INTERVAL, body, 5, "ACQUIRE_MEM", where))
   f.update(_dw(GCR_CNTL, body, 6, "ACQUIRE_MEM", where))

@@ -21,7 +21,10 @@ import time
 from typing import Any
 
 from tiny_uop.hcq import MAP_ANONYMOUS, FileIOInterface
-from tiny_runtime_amd.mock.driver import MockFileIO, MockKFD, driver
+from tiny_runtime_amd.mock.driver import MockFileIO, MockKFD, mock_fileio
+
+# which mocked GPUs tinygrad finds: $PROVEN_AMD_ARCH (gfx1100, the default mock, or gfx942: four MI300 nodes)
+_FILEIO: type[MockFileIO] = mock_fileio(os.environ.get("PROVEN_AMD_ARCH") or None)
 
 __all__ = ["MockFileIOInterface", "gpu_errors", "ioctl_log"]
 
@@ -49,12 +52,12 @@ def _start_gpu(drv: MockKFD) -> None:
 
 
 class MockFileIOInterface:
-  """tinygrad's FileIOInterface over the process's mock KFD (four gfx1100 GPUs)."""
+  """tinygrad's FileIOInterface over the process's mock KFD (four gfx1100 GPUs, or $PROVEN_AMD_ARCH's)."""
 
   def __init__(self, path: str = "", flags: int = os.O_RDONLY, fd: int | None = None):
     if fd is not None: raise OSError(errno.ENODEV, f"mock KFD: file descriptors from outside ({fd}) are not modeled")
     self.path = path
-    self.io = MockFileIO(path, flags)
+    self.io = _FILEIO(path, flags)
     self.fd = self.io.fd
     _start_gpu(self.io.drv)
 
@@ -78,7 +81,7 @@ class MockFileIOInterface:
 
   def listdir(self) -> list[str]:
     """The entries of this sysfs directory."""
-    return MockFileIO.listdir(self.path)
+    return _FILEIO.listdir(self.path)
 
   def seek(self, offset: int) -> None: pass
 
@@ -91,7 +94,7 @@ class MockFileIOInterface:
   def munmap(buf: int, sz: int) -> None: FileIOInterface().munmap(buf, sz)
 
   @staticmethod
-  def exists(path: str) -> bool: return MockFileIO.exists(path)
+  def exists(path: str) -> bool: return _FILEIO.exists(path)
 
   @staticmethod
   def readlink(path: str) -> str: raise OSError(errno.ENOENT, f"mock KFD: no link {path!r}")
@@ -103,4 +106,4 @@ class MockFileIOInterface:
 
 def kfd() -> MockKFD:
   """The mock KFD tinygrad's driver talks to."""
-  return driver()
+  return _FILEIO.kfd_fn()
