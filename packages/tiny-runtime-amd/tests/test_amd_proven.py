@@ -144,3 +144,30 @@ def test_gfx942_device_copy_and_kernels(proven942):
   m = _case(proven942, "matmul")
   ma, mb = np.array(m["a"], np.float32), np.array(m["b"], np.float32)
   np.testing.assert_allclose(np.array(m["out"], np.float32), ma @ mb, rtol=1e-5, atol=1e-5)
+
+
+# the entries of the two drivers' streams whose counts differ: each is a row of the README's table
+DOCUMENTED_DIFFERENCES = {
+  "ioctl RUNTIME_ENABLE mode 0", "ioctl RUNTIME_ENABLE mode 1", "ioctl CREATE_EVENT type 0",
+  "ioctl CREATE_EVENT type 3",
+  "ioctl CREATE_EVENT type 8", "ioctl ALLOC_MEMORY_OF_GPU USERPTR|PUBLIC", "ioctl ALLOC_MEMORY_OF_GPU GTT|PUBLIC",
+  "ioctl ALLOC_MEMORY_OF_GPU VRAM|PUBLIC", "ioctl ALLOC_MEMORY_OF_GPU GTT|UNCACHED|COHERENT",
+  "ioctl ALLOC_MEMORY_OF_GPU GTT|PUBLIC|UNCACHED|COHERENT", "ioctl ALLOC_MEMORY_OF_GPU VRAM",
+  "ioctl MAP_MEMORY_TO_GPU", "ioctl WAIT_EVENTS", "PM4 WAIT_REG_MEM", "PM4 ACQUIRE_MEM",
+  "PM4 SET_SH_REG COMPUTE_DISPATCH_SCRATCH_BASE_LO,COMPUTE_DISPATCH_SCRATCH_BASE_HI",
+  "PM4 SET_SH_REG COMPUTE_RESTART_X,COMPUTE_RESTART_Y,COMPUTE_RESTART_Z",
+  "PM4 SET_SH_REG COMPUTE_START_X,COMPUTE_START_Y,COMPUTE_START_Z,COMPUTE_NUM_THREAD_X,COMPUTE_NUM_THREAD_Y,"
+  "COMPUTE_NUM_THREAD_Z",
+  "PM4 SET_SH_REG COMPUTE_START_X,COMPUTE_START_Y,COMPUTE_START_Z,COMPUTE_NUM_THREAD_X,COMPUTE_NUM_THREAD_Y,"
+  "COMPUTE_NUM_THREAD_Z,COMPUTE_PIPELINESTAT_ENABLE,COMPUTE_PERFCOUNT_ENABLE",
+  "SDMA COPY_LINEAR", "SDMA POLL_REGMEM", "SDMA TRAP", "SDMA FENCE"}
+
+
+def test_driver_stream_differences_are_the_documented_ones():
+  """The ioctl/PM4/SDMA streams of tinygrad's driver and ours for one copy in, one kernel, one copy out differ only
+  in the entries the README's table justifies (a new difference fails here until it is fixed or documented)."""
+  sys.path.insert(0, str(RUNNER.parent))
+  import record_streams
+  got = set(record_streams.diff())
+  assert got <= DOCUMENTED_DIFFERENCES, f"undocumented differences: {sorted(got - DOCUMENTED_DIFFERENCES)}"
+  assert {"PM4 WAIT_REG_MEM", "ioctl RUNTIME_ENABLE mode 0", "ioctl ALLOC_MEMORY_OF_GPU USERPTR|PUBLIC"} <= got

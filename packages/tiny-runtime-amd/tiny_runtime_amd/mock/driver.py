@@ -98,6 +98,9 @@ class MockKFD:
     self.fds: dict[str, int] = {kfd.KFD_PATH: 3, **{f"/dev/dri/renderD{g.render_minor}": 4 + i
                                                     for i, g in enumerate(self.gpus)}}
     self.lock = threading.RLock()
+    # when a list: what drivers did, in order: ("ioctl", name, fields), ("PM4", opcode, detail), ("SDMA", op, "")
+    # (tests/proven/record_streams.py compares tinygrad's driver's stream with ours)
+    self.trace: list[tuple[str, str, str]] | None = None
 
   @property
   def emu(self) -> Any: return self.gpus[0].emu
@@ -132,7 +135,9 @@ class MockKFD:
   def ioctl(self, name: str, a: Any) -> None:
     handler = getattr(self, f"_{name.lower()}", None)
     if handler is None: raise _err(errno.EINVAL, f"mock KFD does not implement {name}")
-    with self.lock: handler(a)
+    with self.lock:
+      if self.trace is not None: self.trace.append(("ioctl", name, _ioctl_detail(name, a)))
+      handler(a)
 
   def _get_version(self, a: Any) -> None: a.major_version, a.minor_version = 1, 17
 
@@ -320,6 +325,20 @@ class MockKFD:
     return ("Blocked: " + "; ".join(stuck)) if stuck else \
       "Every queue is drained: the work that should have signaled never raised an interrupt with the event's mailbox " \
       "slot written (RELEASE_MEM INT_SEL / SDMA TRAP after the signal write)"
+
+
+def _ioctl_detail(name: str, a: Any) -> str:
+  """The fields of an ioctl that say what was asked (for traces): memory domain and flags, queue and event types."""
+  if name == "ALLOC_MEMORY_OF_GPU":
+    dom = [n for n, bit in (("VRAM", kfd.ALLOC_VRAM), ("GTT", kfd.ALLOC_GTT), ("USERPTR", kfd.ALLOC_USERPTR),
+                            ("PUBLIC", kfd.ALLOC_PUBLIC), ("UNCACHED", kfd.ALLOC_UNCACHED),
+                            ("COHERENT", kfd.ALLOC_COHERENT)) if a.flags & bit]
+    return "|".join(dom)
+  if name == "CREATE_QUEUE":
+    return f"type {a.queue_type} cwsr {int(bool(a.ctx_save_restore_address))} eop {int(bool(a.eop_buffer_address))}"
+  if name == "CREATE_EVENT": return f"type {a.event_type}" + (" +page" if a.event_page_offset else "")
+  if name == "RUNTIME_ENABLE": return f"mode {a.mode_mask}"
+  return ""
 
 
 _DRIVER: MockKFD | None = None

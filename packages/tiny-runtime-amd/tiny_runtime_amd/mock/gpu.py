@@ -248,6 +248,7 @@ class MockGPU:
                           f"submission ends after {target - q.rptr - 1}")
       body = self._ring(q, q.rptr + 1, hdr.body)
       if not self.exec_pm4(q, hdr, body, where, in_ib=False): return 0
+      self.traced(hdr, body)
     except MockGPUError:
       self._advance(q, skip)
       raise
@@ -266,12 +267,22 @@ class MockGPU:
                           f"indirect buffer ends after {n - pos - 1}")
       body = list((ctypes.c_uint32 * hdr.body).from_address(addr + 4 * (pos + 1)))
       if not self.exec_pm4(q, hdr, body, where, in_ib=True): return 0
+      self.traced(hdr, body)
     except MockGPUError:
       q.ib = None  # the rest of a faulting indirect buffer is dropped
       raise
     q.ib[2] = pos + 1 + hdr.body
     if q.ib[2] >= n: q.ib = None
     return 1 + hdr.body
+
+  def traced(self, hdr: mpm4.Header, body: list[int]) -> None:
+    """Add an executed PM4 packet to the KFD's trace (when tracing): SET_SH_REG names its registers."""
+    if self.kfd.trace is None or hdr.opcode == 0x10: return
+    detail = ""
+    if hdr.opcode == 0x76:
+      base = SH_REG_BASE + 4 * (body[0] & 0xFFFF)
+      detail = ",".join(self.sh_registers.get(base + 4 * i, (hex(base + 4 * i),))[0] for i in range(len(body) - 1))
+    self.kfd.trace.append(("PM4", hdr.name, detail))
 
   def exec_pm4(self, q: MockQueue, hdr: mpm4.Header, body: list[int], where: str, in_ib: bool) -> bool:
     """Execute one PM4 packet; False when it must wait (WAIT_REG_MEM not yet satisfied)."""
@@ -417,6 +428,7 @@ class MockGPU:
                           f"{(target - q.rptr) // 4}")
       words = self._ring(q, q.rptr // 4, n)
       if not self.exec_sdma(q, name, words, f"{where}: SDMA {name}"): return 0
+      if self.kfd.trace is not None: self.kfd.trace.append(("SDMA", name, ""))
     except MockGPUError:
       self._advance(q, skip)
       raise
