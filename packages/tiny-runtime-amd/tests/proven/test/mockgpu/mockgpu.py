@@ -13,7 +13,6 @@ fails with the mock's message instead of a wait timeout.
 """
 from __future__ import annotations
 
-import ctypes
 import errno
 import os
 import threading
@@ -23,8 +22,12 @@ from typing import Any
 from tiny_uop.hcq import MAP_ANONYMOUS, FileIOInterface
 from tiny_runtime_amd.mock.driver import MockFileIO, MockKFD, mock_fileio
 
-# which mocked GPUs tinygrad finds: $PROVEN_AMD_ARCH (gfx1100, the default mock, or gfx942: four MI300 nodes)
-_FILEIO: type[MockFileIO] = mock_fileio(os.environ.get("PROVEN_AMD_ARCH") or None)
+
+
+def _fileio() -> type[MockFileIO]:
+  """Which mocked GPUs tinygrad finds: $PROVEN_AMD_ARCH's (gfx1100, the default mock, or gfx942: four MI300 nodes)."""
+  return mock_fileio(os.environ.get("PROVEN_AMD_ARCH") or None)
+
 
 __all__ = ["MockFileIOInterface", "gpu_errors", "ioctl_log"]
 
@@ -57,7 +60,7 @@ class MockFileIOInterface:
   def __init__(self, path: str = "", flags: int = os.O_RDONLY, fd: int | None = None):
     if fd is not None: raise OSError(errno.ENODEV, f"mock KFD: file descriptors from outside ({fd}) are not modeled")
     self.path = path
-    self.io = _FILEIO(path, flags)
+    self.io = _fileio()(path, flags)
     self.fd = self.io.fd
     _start_gpu(self.io.drv)
 
@@ -81,7 +84,7 @@ class MockFileIOInterface:
 
   def listdir(self) -> list[str]:
     """The entries of this sysfs directory."""
-    return _FILEIO.listdir(self.path)
+    return _fileio().listdir(self.path)
 
   def seek(self, offset: int) -> None: pass
 
@@ -94,7 +97,7 @@ class MockFileIOInterface:
   def munmap(buf: int, sz: int) -> None: FileIOInterface().munmap(buf, sz)
 
   @staticmethod
-  def exists(path: str) -> bool: return _FILEIO.exists(path)
+  def exists(path: str) -> bool: return _fileio().exists(path)
 
   @staticmethod
   def readlink(path: str) -> str: raise OSError(errno.ENOENT, f"mock KFD: no link {path!r}")
@@ -106,4 +109,4 @@ class MockFileIOInterface:
 
 def kfd() -> MockKFD:
   """The mock KFD tinygrad's driver talks to."""
-  return _FILEIO.kfd_fn()
+  return _fileio().kfd_fn()
