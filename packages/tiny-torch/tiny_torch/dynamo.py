@@ -18,8 +18,20 @@ usual):
    first draw, or skip the read.
 4. Inputs on the CPU (a model left on the CPU) are copied to tiny and outputs copied back.
 
-Code whose inputs are already TinyTensors is not traced: Dynamo can't trace this Python tensor subclass, so it
-graph-breaks and the ops run eagerly on `tiny` (correct, not compiled). Compile a model that lives on the CPU.
+Code whose inputs are already TinyTensors (`torch.compile(model.to("tiny"))`) is not traced: it graph-breaks and the
+ops run eagerly on `tiny` (correct, not compiled; tests/test_compile.py checks it). Compile a model that lives on the
+CPU. Why this can't be fixed in tiny_torch with torch 2.13 (checked, not assumed):
+- Dynamo traces a tensor argument only when its class keeps torch's own `__torch_dispatch__` or is a traceable
+  wrapper subclass (`__tensor_flatten__`/`__tensor_unflatten__`); any other subclass becomes an opaque Python object
+  and its first op graph-breaks ("Dynamo does not know how to trace builtin operator `matmul` with argument types
+  ['TinyTensor', 'TinyTensor']").
+- Keeping torch's `__torch_dispatch__` (and serving the ops from a PrivateUse1 fallback kernel instead) is refused:
+  `_make_wrapper_subclass` raises "TinyTensor must define __torch_dispatch__"; a PrivateUse1 tensor with a real
+  TensorImpl needs an allocator registered from C++ (an extension: tiny-torch is pure Python).
+- A traceable wrapper subclass is desugared by AOTAutograd into the inner torch Tensors its `__tensor_flatten__`
+  names: the subclass's `__torch_dispatch__` is traced over fake inner tensors into torch ops on them, and the
+  compiled graph runs on the inner tensors. A TinyTensor's elements are a tiny Tensor, not a torch Tensor, and its
+  dispatch runs tiny code, so there is no inner tensor to flatten to and no torch op to trace.
 """
 from __future__ import annotations
 
