@@ -124,3 +124,31 @@ def test_sum_over_the_dynamic_dim() -> None:
     torch.testing.assert_close(cf(x, w), f(x, w), atol=1e-5, rtol=1e-5)
   (g,) = _graphs()
   assert g.symbolic is not None and len(g.symbolic.captures) == 1
+
+
+class _Block(nn.Module):
+  """A pre-norm transformer block (one head): LayerNorm, attention, GELU MLP, residuals."""
+
+  def __init__(self) -> None:
+    super().__init__()
+    self.ln, self.q, self.k, self.v = nn.LayerNorm(8), nn.Linear(8, 8), nn.Linear(8, 8), nn.Linear(8, 8)
+    self.mlp = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 8))
+
+  def forward(self, x: torch.Tensor) -> torch.Tensor:
+    h = self.ln(x)
+    x = x + _attention(self.q(h), self.k(h) * 2 ** -0.5 * 2.0, self.v(h))
+    return x + self.mlp(self.ln(x))
+
+
+def test_transformer_block_over_sequence_lengths_one_capture() -> None:
+  _fresh()
+  torch.manual_seed(0)
+  model = _Block().eval()
+  f = torch.compile(model, backend="tiny", dynamic=True)
+  with torch.no_grad():
+    for s in (3, 6, 9, 4):
+      x = torch.randn(2, s, 8)
+      torch.testing.assert_close(f(x), model(x), atol=1e-5, rtol=1e-5)
+  (g,) = _graphs()
+  assert g.symbolic is not None, g.symbolic_fallback
+  assert [j.cnt for j in g.symbolic.captures.values()] == [4]

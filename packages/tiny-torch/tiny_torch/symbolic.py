@@ -64,7 +64,13 @@ _VIEWS: dict[Any, Callable[..., Tensor]] = {
 SYMBOLIC_OPS = {aten.addmm.default, aten.mm.default, aten.bmm.default, aten.relu.default, aten.add.Tensor,
                 aten.sub.Tensor, aten.mul.Tensor, aten.div.Tensor, aten._softmax.default, aten.exp.default,
                 aten.tanh.default, aten.sigmoid.default, aten.neg.default, aten.clone.default, aten.sum.dim_IntList,
-                prims.broadcast_in_dim.default}
+                aten.gelu.default, aten.rsqrt.default, aten.sqrt.default, aten.mean.dim, aten.amax.default,
+                prims.broadcast_in_dim.default, prims.var.default, prims.sum.default, prims.amax.default,
+                prims.add.default, prims.sub.default, prims.mul.default, prims.div.default, prims.exp.default}
+
+# reshaping views whose result is best read from the node's (symbolic) output shape: the SymInt expressions of
+# its dims become expressions over the bound Variables
+_RESHAPES = {prims.collapse_view.default, prims.split_dim.default}
 
 _SYM_ARITH = {operator.add, operator.sub, operator.mul, operator.floordiv}
 
@@ -87,6 +93,39 @@ def _input_view_chain(o: Any) -> list | None:
   return [o] + chain[::-1]
 
 
+def _expr_ok(d: Any, known: set) -> bool:
+  """Whether `_as_uop` can write SymInt/int `d`: integers, the known size symbols, sums and products of them."""
+  if not isinstance(d, torch.SymInt): return True
+  stack = [d.node.expr]
+  while stack:
+    e = stack.pop()
+    if not (e.is_Integer or (e.is_Symbol and e in known) or e.is_Add or e.is_Mul): return False
+    stack.extend(e.args)
+  return True
+
+
+def _as_uop(d: Any, bound: dict) -> Any:
+  """A SymInt dim as an int or an expression over the bound Variables (sums and products of sizes; anything else is
+  a NotImplementedError naming it)."""
+  if not isinstance(d, torch.SymInt): return int(d)
+  stack, order = [d.node.expr], []  # post-order walk of the sympy expression, without recursion
+  while stack:
+    e = stack.pop()
+    order.append(e)
+    stack.extend(e.args)
+  vals: dict[Any, Any] = {}
+  for e in reversed(order):
+    if e.is_Integer: vals[e] = int(e)
+    elif e.is_Symbol and e in bound: vals[e] = bound[e]
+    elif e.is_Add or e.is_Mul:
+      parts = [vals[x] for x in e.args]
+      acc = parts[0]
+      for p in parts[1:]: acc = acc + p if e.is_Add else acc * p
+      vals[e] = acc
+    else: raise NotImplementedError(f"tiny_torch: the symbolic size {d} has no tiny expression")  # (plan() checks)
+  return vals[d.node.expr]
+
+
 def bucket(n: int) -> int:
   """The Variable bound for size n: the power of two >= n, at least MIN_BOUND."""
   return max(MIN_BOUND, 1 << max(int(n) - 1, 0).bit_length())
@@ -105,6 +144,7 @@ class SymbolicGraph:
     self.places = [n for n in gm.graph.nodes if n.op == "placeholder"]
     self.names = {s: f"tiny_dyn_{k}" for k, s in enumerate(syms.values())}
     self.captures: dict[tuple, TinyJit] = {}  # bucket per symbol -> its TinyJit (tests count them)
+    self._bound: dict[Any, Any] = {}  # symbol -> its bound Variable, for the call being run
 
   @staticmethod
   def plan(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> tuple[SymbolicGraph | None, str]:
@@ -125,7 +165,9 @@ class SymbolicGraph:
     for node in gm.graph.nodes:
       if node.op != "call_function": continue
       t = node.target
-      if t in _VIEWS or t in SYMBOLIC_OPS or t in _SYM_ARITH or t is aten.sym_size.int: continue
+      if t in _RESHAPES and not all(_expr_ok(d, known) for d in node.meta["val"].shape):
+        return None, f"{t}'s output shape {tuple(node.meta['val'].shape)} is not sums and products of sizes"
+      if t in _VIEWS or t in SYMBOLIC_OPS or t in _SYM_ARITH or t in _RESHAPES or t is aten.sym_size.int: continue
       return None, f"op {t} has no symbolic-shape support in tiny_torch"
     (ret,) = [n for n in gm.graph.nodes if n.op == "output"]
     outs: list[tuple | list | int] = []
@@ -159,6 +201,7 @@ class SymbolicGraph:
         a, kw = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: env[n])
         t = node.target
         if t in _VIEWS: env[node] = _VIEWS[t](*a, **kw)
+        elif t in _RESHAPES: env[node] = a[0].reshape(tuple(_as_uop(d, self._bound) for d in node.meta["val"].shape))
         elif t is aten.sym_size.int: env[node] = a[0].shape[a[1]]
         elif t in _SYM_ARITH: env[node] = t(*a)
         else:
@@ -181,6 +224,7 @@ class SymbolicGraph:
     for i, a in enumerate(args):
       if i in self.syms: jargs.append(bound[self.syms[i]])
       else: jargs.append(self._symbolic_input(a, self.dims[i], bound, dict(zip(self.syms.values(), key))))
+    self._bound = bound  # (read by _run while it is captured)
     jit = self.captures.get(key)
     if jit is None:
       log.debug("tiny_torch: new symbolic TinyJit capture for size bounds %s", key)
