@@ -7,14 +7,15 @@ symbolic sizes once and replays them for any size:
 
 1. `SymbolicGraph.plan(gm, example_inputs)` decides at compile time whether the graph can run symbolically: every
    SymInt placeholder is one size symbol, every dynamic dim of a tensor input is exactly one of them, every op is in
-   `SYMBOLIC_OPS` (tiny Tensor code known to take symbolic dims). An output that is an input or a view of one (a
-   training graph's saved input, a weight's transpose) is made outside the jit from the call's concrete input (a
-   replay can't return an input). Otherwise it
-   returns None with the reason (logged at debug level; `CompiledGraph.symbolic_fallback` keeps it) and the graph
-   falls back to a capture per size.
+   `SYMBOLIC_OPS` (tiny Tensor code known to take symbolic dims), a view, a reshaping view whose sizes are sums and
+   products of the symbols, or SymInt arithmetic. Otherwise it returns None with the reason (logged at debug level;
+   `CompiledGraph.symbolic_fallback` keeps it) and the graph falls back to a capture per size. An output that is an
+   input or a view of one (a training graph's saved input, a weight's transpose) is made outside the jit from the
+   call's concrete input (a replay can't return an input); a SymInt output (a size saved for backward) is the call's
+   int.
 2. A call binds each symbol to `Variable(name, 1, bound)`, `bound` the size's power-of-two bucket (at least
    `MIN_BOUND`): sizes of one bucket share one capture (a kernel's buffers are allocated for the bound, so a bucket
-   keeps memory within 2x of the largest size in it); a larger size opens a new bucket, a new capture.
+   bound is less than twice the largest size in it, past MIN_BOUND); a larger size opens a new bucket, a new capture.
 3. Each tensor input is copied into a buffer of the bound's size and viewed with the symbolic shape; the graph runs
    node by node on tiny Tensors (`SYMBOLIC_OPS`, views as tiny movement ops, SymInt arithmetic on Variables); each
    output is made contiguous and realized, and after the jit call viewed back at the call's concrete shape (its
