@@ -67,11 +67,21 @@ SYMBOLIC_OPS = {aten.addmm.default, aten.mm.default, aten.bmm.default, aten.relu
                 aten.tanh.default, aten.sigmoid.default, aten.neg.default, aten.clone.default, aten.sum.dim_IntList,
                 aten.gelu.default, aten.rsqrt.default, aten.sqrt.default, aten.mean.dim, aten.amax.default,
                 prims.broadcast_in_dim.default, prims.var.default, prims.sum.default, prims.amax.default,
-                prims.add.default, prims.sub.default, prims.mul.default, prims.div.default, prims.exp.default}
+                prims.add.default, prims.sub.default, prims.mul.default, prims.div.default, prims.exp.default,
+                aten.le.Scalar, aten.gt.Scalar, aten.where.self, aten.threshold_backward.default}
 
 # reshaping views whose result is best read from the node's (symbolic) output shape: the SymInt expressions of
 # its dims become expressions over the bound Variables
-_RESHAPES = {prims.collapse_view.default, prims.split_dim.default}
+_RESHAPES = {prims.collapse_view.default, prims.split_dim.default, aten.as_strided.default}
+
+
+def _as_strided_is_reshape(node: torch.fx.Node) -> bool:
+  """Whether `as_strided(x, size, stride, 0)` only reshapes: x contiguous from offset 0, the same number of elements,
+  contiguous strides for `size` (what a backward's bias gradient does)."""
+  x, out = node.args[0].meta.get("val"), node.meta.get("val")
+  if not isinstance(x, torch.Tensor) or not isinstance(out, torch.Tensor): return False
+  return (x.is_contiguous() and x.storage_offset() == 0 and out.storage_offset() == 0 and
+          x.numel() == out.numel() and out.is_contiguous())
 
 _SYM_ARITH = {operator.add, operator.sub, operator.mul, operator.floordiv}
 
@@ -140,7 +150,7 @@ class SymbolicGraph:
     self.syms = syms  # placeholder position -> sympy symbol (the SymInt inputs)
     self.dims = dims  # placeholder position -> per dim: an int or a sympy symbol (the tensor inputs)
     # per output: its dims as ints or sympy expressions, or the view chain from the input it is, or the position of
-    # the SymInt input it is
+    # the SymInt input it is, or None
     self.outs = outs
     self.places = [n for n in gm.graph.nodes if n.op == "placeholder"]
     self.names = {s: f"tiny_dyn_{k}" for k, s in enumerate(syms.values())}
@@ -166,13 +176,19 @@ class SymbolicGraph:
     for node in gm.graph.nodes:
       if node.op != "call_function": continue
       t = node.target
+      if t is aten.as_strided.default and not _as_strided_is_reshape(node):
+        return None, f"{node.name}: as_strided that is not a reshape"
+      if t is aten.scalar_tensor.default: continue
       if t in _RESHAPES and not all(_expr_ok(d, known) for d in node.meta["val"].shape):
         return None, f"{t}'s output shape {tuple(node.meta['val'].shape)} is not sums and products of sizes"
       if t in _VIEWS or t in SYMBOLIC_OPS or t in _SYM_ARITH or t in _RESHAPES or t is aten.sym_size.int: continue
       return None, f"op {t} has no symbolic-shape support in tiny_torch"
     (ret,) = [n for n in gm.graph.nodes if n.op == "output"]
-    outs: list[tuple | list | int] = []
+    outs: list[tuple | list | int | None] = []
     for o in ret.args[0]:
+      if o is None:  # (a backward graph's gradient of an input that needs none)
+        outs.append(None)
+        continue
       chain = _input_view_chain(o)
       if chain is not None:  # the input itself or a view of it: made from the concrete input at call time
         outs.append(chain)
@@ -204,6 +220,10 @@ class SymbolicGraph:
         if t in _VIEWS: env[node] = _VIEWS[t](*a, **kw)
         elif t in _RESHAPES: env[node] = a[0].reshape(tuple(_as_uop(d, self._bound) for d in node.meta["val"].shape))
         elif t is aten.sym_size.int: env[node] = a[0].shape[a[1]]
+        elif t is aten.scalar_tensor.default:
+          dev = kw.get("device")
+          env[node] = Tensor.full((), a[0], dtype=B.TORCH_TO_TINY[node.meta["val"].dtype],
+                                  device=B.tiny_device_name(dev.index if isinstance(dev, torch.device) else 0))
         elif t in _SYM_ARITH: env[node] = t(*a)
         else:
           want = B.TORCH_TO_TINY[node.meta["val"].dtype]
@@ -211,7 +231,8 @@ class SymbolicGraph:
           out = ops.OPS[t](*a, **kw)
           env[node] = out.cast(want) if out.dtype != want else out
       elif node.op == "output":
-        res = tuple(env[o].contiguous() for o in node.args[0] if o.op != "placeholder" and _input_view_chain(o) is None)
+        res = tuple(env[o].contiguous() for o in node.args[0]
+                    if o is not None and o.op != "placeholder" and _input_view_chain(o) is None)
       else: raise NotImplementedError(f"tiny_torch: fx node {node.op} in a symbolic graph")
     Tensor.realize(*res)
     return res
@@ -231,8 +252,8 @@ class SymbolicGraph:
       log.debug("tiny_torch: new symbolic TinyJit capture for size bounds %s", key)
       jit = self.captures[key] = TinyJit(self._run)
     computed = iter(jit(*jargs))
-    return [args[o] if isinstance(o, int) else self._input_view(o, args) if isinstance(o, list) else
-            self._concrete(next(computed), o, values) for o in self.outs]
+    return [o if o is None else args[o] if isinstance(o, int) else self._input_view(o, args) if isinstance(o, list)
+            else self._concrete(next(computed), o, values) for o in self.outs]
 
   def _input_view(self, chain: list, args: tuple) -> Tensor:
     """An output that is a view of an input: the view ops of `chain` on the call's concrete input."""
