@@ -92,6 +92,10 @@ class MockGPU:
     self.kernels: dict[tuple[int, int], tuple[Kernel, KernelInfo, bytes]] = {}
     self.launches = 0
     self.last_qmd: dict[str, Any] = {}
+    # ("compute"/"copy" channel, class of the method's engine or 0 for host methods, method offset, value) of every
+    # method run, once each, when a list is set here (README's stream comparison with tinygrad's driver)
+    self.trace: list[tuple[str, int, int, int]] | None = None
+    self._traced: dict[int, tuple[int, int]] = {}
 
   def add_channel(self, h: int, cls: int, data: dict[str, Any]) -> None:
     self.channels[h] = MockChannel(h, cls, data["ring"], data["entries"], data["userd_mem"], data["userd_off"],
@@ -189,10 +193,21 @@ class MockGPU:
         raise ChannelError(XID_GR_EXCEPTION, f"method {mthd:#x} x{count} runs past the pushbuffer's {n} dwords")
       for i in range(count):
         ch.pb = (addr, n, pos)
+        if self.trace is not None: self._trace(ch, addr, pos + 1 + i, subch, mthd + 4 * i, words[pos + 1 + i])
         if not self._method(ch, subch, mthd + 4 * i, words[pos + 1 + i]):
           return False  # parked: the method group runs again from its header (its other dwords only set registers)
       pos += 1 + count
+    self._traced.pop(ch.handle, None)
     return True
+
+  def _trace(self, ch: MockChannel, addr: int, idx: int, subch: int, m: int, v: int) -> None:
+    """Record a method once: a parked group's re-run from its header does not record its dwords again."""
+    last = self._traced.get(ch.handle)
+    if last is not None and last[0] == addr and idx <= last[1]: return
+    self._traced[ch.handle] = (addr, idx)
+    assert self.trace is not None
+    kind = "compute" if any(c in rm.COMPUTE_CLASSES for c in ch.engines) else "copy"
+    self.trace.append((kind, 0 if m < 0x100 else ch.subch.get(subch, -1), m, v))
 
   def _method(self, ch: MockChannel, subch: int, m: int, v: int) -> bool:
     if m < 0x100: return self._host(ch, m, v)
