@@ -337,7 +337,8 @@ class MockGPU:
 
   def _after_grid(self, d: dict[str, int]) -> int | None:
     """What a 03_00 QMD does when its grid completes: its release semaphores (four words: the 64-bit payload and a
-    timestamp; one word: the payload's low 32 bits), then the dependent QMD it schedules (its address, or None)."""
+    timestamp; two words: the 64-bit payload; one word: its low 32 bits), then the dependent QMD it schedules (its
+    address, or None)."""
     for i in (0, 1):
       if not d.get(f"RELEASE{i}_ENABLE"): continue
       addr = d[f"RELEASE{i}_ADDRESS_LOWER"] | d[f"RELEASE{i}_ADDRESS_UPPER"] << 32
@@ -346,6 +347,10 @@ class MockGPU:
         if addr % 16: raise ChannelError(XID_GR_EXCEPTION, f"QMD release{i} (four words) at {addr:#x}: not 16-aligned")
         self.mapped(addr, 16, f"QMD release{i}")
         ctypes.memmove(addr, struct.pack("<QQ", payload, time.perf_counter_ns()), 16)
+      elif d[f"RELEASE{i}_STRUCTURE_SIZE"] == push.RELEASE_STRUCTURE_TWO_WORDS:
+        if addr % 8: raise ChannelError(XID_GR_EXCEPTION, f"QMD release{i} (two words) at {addr:#x}: not 8-aligned")
+        self.mapped(addr, 8, f"QMD release{i}")
+        ctypes.c_uint64.from_address(addr).value = payload
       elif d[f"RELEASE{i}_STRUCTURE_SIZE"] == push.RELEASE_STRUCTURE_ONE_WORD:
         if addr % 4: raise ChannelError(XID_GR_EXCEPTION, f"QMD release{i} (one word) at {addr:#x}: not 4-aligned")
         self.mapped(addr, 4, f"QMD release{i}")
