@@ -474,6 +474,9 @@ class MockGPU:
     if d["SHARED_MEMORY_SIZE"] < k.shared_size:
       raise ChannelError(XID_GR_EXCEPTION, f"QMD SHARED_MEMORY_SIZE {d['SHARED_MEMORY_SIZE']}: kernel {k.name} needs "
                          f"{k.shared_size}")
+    if d["SHADER_LOCAL_MEMORY_HIGH_SIZE"] < k.local_size:
+      raise ChannelError(XID_GR_EXCEPTION, f"kernel {k.name} needs {k.local_size} bytes of local memory per thread, "
+                         f"the QMD gives {d['SHADER_LOCAL_MEMORY_HIGH_SIZE']}")
     self.mapped(cb0, self.MOCK_ABI_CB0_SIZE + 8 * len(k.params), "constant buffer 0 and the MOCK ABI arguments")
     nbufs, nvals = struct.unpack("<II", ctypes.string_at(cb0 + self.MOCK_ABI_COUNTS, 8))
     if nbufs + nvals != len(k.params):

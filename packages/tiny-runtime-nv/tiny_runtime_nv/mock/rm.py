@@ -8,7 +8,8 @@ sizes, object handles and their parents, classes the GPU offers, control command
 overlap of UVM ranges, that memory is DMA-mapped in the VA space before UVM maps it. Memory is host memory at the GPU
 virtual address (GPU VA = CPU VA), so the GPU (`mock/gpu.py`, the PTX executor behind it) and the host see the same
 bytes. GPU 0 is an H200 (Hopper
-classes, sm_90), GPU 1 an A100 (Ampere classes, sm_80); the driver version is 580.95.05. The GPU runs when the host
+classes, sm_90), GPU 1 an A100 (Ampere classes, sm_80), GPU 2 a GA102 / RTX 3090 (AMPERE_COMPUTE_B, sm_86: the GPU
+tinygrad 0.14's NV driver opens in tests/test_nv_proven.py); the driver version is 580.95.05. The GPU runs when the host
 polls (`MockRM.process`, called by the device's signal waits).
 """
 from __future__ import annotations
