@@ -128,6 +128,11 @@ class Compiler:
     if tok in self.e.shared: v = imm(str(self.e.shared[tok]), t)
     elif tok == self.e.dynamic_shared: v = imm(str(self.e.shared_size), t)
     elif tok in self.e.local: v = imm(str(self.e.local[tok]), t)
+    elif (m := re.fullmatch(r"([\w$]+)\s*\[\s*(\d+)\s*\]", tok)) and m.group(1) in {**self.e.shared, **self.e.local}:
+      # `mov.u64 %rd, A[5]`: the address of A's element 5 (PTX ISA, mov: "move address of A[5] into ptr")
+      name = m.group(1)
+      base = self.e.shared[name] if name in self.e.shared else self.e.local[name]
+      v = imm(str(base + int(m.group(2)) * self.e.elem_size.get(name, 1)), t)
     else: v = imm(tok, t)
     return _tag(lambda R: v, ("imm", v))
 

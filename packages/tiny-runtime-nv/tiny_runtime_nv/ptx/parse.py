@@ -48,6 +48,7 @@ class Entry:
   local_size: int = 0
   stmts: list[Stmt] = field(default_factory=list)
   labels: dict[str, int] = field(default_factory=dict)     # label -> index of the next statement
+  elem_size: dict[str, int] = field(default_factory=dict)  # shared/local array -> bytes per element
 
 
 _COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
@@ -129,6 +130,7 @@ def _declare(e: Entry, decl: str) -> bool:
       e.dynamic_shared = name
       return True
     size = _TYPE_SIZE.get(typ, 1) * int(count)
+    e.elem_size[name] = _TYPE_SIZE.get(typ, 1)
     if space == "shared":
       e.shared_size = _align(e.shared_size, a)
       e.shared[name] = e.shared_size
