@@ -55,12 +55,13 @@ def _conv_ref() -> np.ndarray:
 
 def compare_kernel(ast: Any, renderer: Any, width: int, reps: int = REPS) -> dict[str, Any]:
   """One kernel: the heuristics' and BEAM's opts, each timed (s) in turns on the same buffers, and the search's s."""
+  from tiny_codegen import get_program
   from tiny_codegen.opt.search import _Timer, beam_search, heuristic_opts
   heur = heuristic_opts(ast, renderer)
   st = time.perf_counter()
-  beam = beam_search(ast, renderer, width)
+  beam = beam_search(ast, renderer, width, compile=get_program)
   search = time.perf_counter() - st
-  timer = _Timer(ast, renderer)
+  timer = _Timer(ast, renderer, get_program)
   th = tb = float("inf")
   for _ in range(reps):
     th = min(th, timer.time(heur))

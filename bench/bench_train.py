@@ -69,7 +69,8 @@ def tiny_train_step() -> Callable[[], Any]:
   model = Net()
   opt = nn.optim.Adam(get_parameters(model))
   xs, ys = _data()
-  x, y = Tensor(xs), Tensor(ys)
+  # data: no gradient wanted (tinygrad's semantics would compute x.grad before opt.step overwrites the weights)
+  x, y = Tensor(xs, requires_grad=False), Tensor(ys, requires_grad=False)
 
   @TinyJit
   def step(x: Tensor, y: Tensor) -> Tensor:

@@ -93,7 +93,9 @@ def main(argv: list[str] | None = None) -> dict:
   bar = tqdm(range(steps), desc="train", disable=args.quiet, mininterval=0.5)
   for i in bar:
     idx = rng.integers(0, len(X_train), args.batch)
-    x, y = Tensor(augment(X_train[idx], rng) if args.augment else X_train[idx]), Tensor(Y_train[idx])
+    # the batch is data: requires_grad=False, or backward would fill x.grad too (tinygrad's semantics)
+    x = Tensor(augment(X_train[idx], rng) if args.augment else X_train[idx], requires_grad=False)
+    y = Tensor(Y_train[idx], requires_grad=False)
     if i in (int(steps * 0.6), int(steps * 0.85)):  # step decay: lr is a tensor the jitted kernels read
       opt.lr.assign(opt.lr * 0.3).realize()
     GlobalCounters.reset()

@@ -53,7 +53,7 @@ def run(ast: UOp, inputs: list[np.ndarray], out: np.ndarray) -> np.ndarray:
 def test_heuristic_opts_are_candidates_and_the_choice_was_timed(ast: UOp) -> None:
   ren = Device["CPU"].renderer
   heur = heuristic_opts(ast, ren)
-  timed, chosen = beam_candidates(ast, ren, 2)
+  timed, chosen = beam_candidates(ast, ren, 2, compile=get_program)
   opts = [o for o, _ in timed]
   assert opts[0] == () and heur in opts[:2]  # both seeds timed first (one, when the heuristics apply nothing)
   assert chosen in opts and len(set(opts)) == len(opts) and all(t > 0 for _, t in timed)
@@ -130,19 +130,19 @@ def test_beam_search_is_cached_per_key(tmp_path, monkeypatch) -> None:
   monkeypatch.setenv("TINY_CACHE_DIR", str(tmp_path))
   ren = Device["CPU"].renderer
   ast = add_ast(1 << 12, name="beam_cached")
-  first = beam_search(ast, ren, 1)
+  first = beam_search(ast, ren, 1, compile=get_program)
   import tiny_codegen.opt.search as search
 
   def no_search(*a, **k): raise AssertionError("searched again")
   monkeypatch.setattr(search, "beam_candidates", no_search)
-  assert beam_search(ast.replace(arg=KernelInfo("renamed")), ren, 1) == first
-  with pytest.raises(AssertionError, match="searched again"): beam_search(add_ast(1 << 13), ren, 1)
+  assert beam_search(ast.replace(arg=KernelInfo("renamed")), ren, 1, compile=get_program) == first
+  with pytest.raises(AssertionError, match="searched again"): beam_search(add_ast(1 << 13), ren, 1, compile=get_program)
 
 
 def test_timer_times_exactly_the_opts_given() -> None:
   ren = Device["CPU"].renderer
   ast = matmul_ast(16, 16, 8)
-  t = _Timer(ast, ren)
+  t = _Timer(ast, ren, get_program)
   heur = heuristic_opts(ast, ren)
   assert t.time(heur) > 0 and t.time(()) > 0
   def src(spec): return spec.src.replace(f"{spec.name}(", "K(")  # names are made unique per process
@@ -175,7 +175,7 @@ def test_search_starts_from_the_ast_the_optimizer_sees() -> None:
   ren = Device["CPU"].renderer
   heur = heuristic_opts(ast, ren)
   assert heur and all(o.axis == 0 for o in heur), heur  # the merged kernel has one reduce axis
-  timed, chosen = beam_candidates(ast, ren, 1)
+  timed, chosen = beam_candidates(ast, ren, 1, compile=get_program)
   assert heur in [o for o, _ in timed] and chosen in [o for o, _ in timed]
   x = np.random.default_rng(6).standard_normal(4096).astype(np.float32)
   got = run(ast.replace(arg=KernelInfo("beam_nested_sum", opts_to_apply=chosen)), [x], np.empty(1))

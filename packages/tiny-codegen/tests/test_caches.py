@@ -71,7 +71,8 @@ def test_kernel_name_table_forgets_dead_kernels_and_never_reuses_a_name():
     return p0.index(r).store(p1.index(r).load() * float(k + 0.5)).sink(arg=KernelInfo())
   kept = [ast(k) for k in range(3)]
   names = [kernel_name(a) for a in kept]
-  assert len(set(names)) == 3 and names[0] == "E_7"
+  # (another test of the same process may hold an E_7 kernel alive: then ours are E_7n1...; the base name is E_7)
+  assert len(set(names)) == 3 and all(n.startswith("E_7") for n in names), names
   base = _names["E_7"][0]
   n_before = len(base)
   tmp = [ast(k) for k in range(10, 20)]
@@ -84,7 +85,7 @@ def test_kernel_name_table_forgets_dead_kernels_and_never_reuses_a_name():
   assert fresh not in names and fresh not in tmp_names  # the counter moves on: names stay unique
 
 
-# ***** normalized forms remembered on nodes (the eager path's cache key) *****
+# ***** normalized forms remembered per node by the scheduler (the eager path's cache key) *****
 def _random_graphs(seed: int, nbufs: int = 4, nnodes: int = 40) -> list[UOp]:
   """Graph-level values over `nbufs` buffers of shape (4, 4): sums, products, broadcast constants, DETACHes,
   CONTIGUOUS and reduces, each built from earlier ones (so graphs share nodes and buffers)."""
@@ -139,8 +140,9 @@ def test_forms_above_contiguous_or_variables_are_not_remembered():
   v = UOp.variable("v", 1, 4).bind(2)
   s = a.shrink(((0, v), (0, 4)))
   sched_mod._Normalizer().node(UOp.sink(c, s + 1))
-  assert "norm" not in c._cache and "norm" not in a.contiguous()._cache and "norm" not in (s + 1)._cache
-  assert "norm" in a._cache  # the reshape of the buffer is
+  memo = sched_mod._norm_memo  # the scheduler's memo (keyed weakly by node), not the nodes' `_cache`
+  assert c not in memo and a.contiguous() not in memo and (s + 1) not in memo
+  assert a in memo  # the reshape of the buffer is
 
 
 def test_cached_template_finds_the_entry_create_schedule_made():

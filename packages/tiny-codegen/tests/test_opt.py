@@ -392,12 +392,12 @@ def test_beam_search_finds_legal_opts_that_keep_results() -> None:
   ren = Device["CPU"].renderer
   ast = matmul_ast(16, 16, 4)
   with Context(BEAM=0):
-    opts = beam_search(ast, ren, 2)
+    opts = beam_search(ast, ren, 2, compile=get_program)
   tuned = apply_opts(ast, ren, opts)  # raises if the search returned an illegal sequence
   rng = np.random.default_rng(3)
   a, b = rng.standard_normal((16, 4)).astype(np.float32), rng.standard_normal((4, 16)).astype(np.float32)
   np.testing.assert_allclose(run(tuned, "CPU", [a, b], 256).reshape(16, 16), a @ b, rtol=1e-5, atol=1e-5)
-  assert beam_search(ast, ren, 2) == opts  # the second search is answered from the disk cache
+  assert beam_search(ast, ren, 2, compile=get_program) == opts  # the second search is answered from the disk cache
 
 
 def test_beam_env_compiles_through_the_search(tmp_path, monkeypatch) -> None:
@@ -650,7 +650,7 @@ def test_unroll_budget_is_per_vector_on_a_vectorizing_renderer() -> None:
   over the budget."""
   from tiny_codegen.renderer.cstyle import ClangRenderer
   from tiny_codegen.renderer.llvmir import LLVMRenderer
-  from tiny_codegen.opt.heuristic import VECTOR_UNROLL_MIN_ITERS
+  from tiny_codegen.opt.heuristic_common import VECTOR_UNROLL_MIN_ITERS
   def expsum(rows: int, cols: int) -> UOp:
     out, x = UOp(Ops.PARAM, dtypes.float.ptr(rows), arg=0), UOp(Ops.PARAM, dtypes.float.ptr(rows * cols), arg=1)
     j, r = UOp.range(rows, 0), UOp.range(cols, 1, AxisType.REDUCE)

@@ -68,6 +68,78 @@ def np_softmax(v: np.ndarray) -> np.ndarray:
 
 
 # ***** each pass alone *****
+def _reduce_sizes(g: UOp) -> list[tuple[int, int]]:
+  """(elements added per output, outputs) of every REDUCE_AXIS in `g`."""
+  out = []
+  for u in g.toposort():
+    if u.op is Ops.REDUCE_AXIS:
+      shp = u.src[0].shape
+      out.append((int(np.prod([shp[a] for a in u.arg[1]])), int(np.prod(u.shape))))
+  return out
+
+
+def test_views_pass_removes_view_round_trips():
+  xb, x, xv = tensor(2, 3, 4)
+  y = x.reshape((6, 4)).reshape((2, 3, 4)).permute((2, 0, 1)).permute((1, 2, 0)).exp2()  # = exp2(x)
+  z = x.reshape((4, 6)).reshape((6, 4)) * 2  # not a round trip: kept
+  norm, st, outs = run_passes(UOp.sink(y, z), "views")
+  ny, nz = st.image[norm.new[y]], st.image[norm.new[z]]
+  assert ny.op is Ops.EXP2 and ny.src[0] is norm.new[x]  # the round trips are gone
+  assert ny is outs["views"].src[0]  # each normalized node's image is kept for `becomes`
+  assert nz is norm.new[z] and nz.src[0].op is Ops.RESHAPE and nz.src[0].src[0].op is Ops.RESHAPE
+  sched = create_schedule(UOp.sink(y, z))
+  env = ref.run_schedule(sched, {xb: xv})
+  np.testing.assert_allclose(ref.realized_value(sched, env, y), np.exp2(xv), rtol=1e-6)
+  np.testing.assert_allclose(ref.realized_value(sched, env, z), xv.reshape(6, 4) * 2, rtol=1e-6)
+
+
+def test_becomes_names_the_callers_nodes_through_the_rewrites():
+  # a requested value and an exposed one whose images the views pass changed: `becomes` still maps the caller's nodes
+  ab, a, av = tensor(4, 8)
+  c = (a * 2).contiguous()
+  v = c.reshape((8, 4)).reshape((4, 8))  # a round trip: its image is c
+  out = v.permute((1, 0)).permute((1, 0)) + 1  # the requested value reads v through another round trip
+  clear_schedule_cache()
+  sched = create_schedule(UOp.sink(out), expose=[v])
+  assert len(sched.kernels) == 2 and {c, v, out} <= set(sched.becomes)
+  env = ref.run_schedule(sched, {ab: av})
+  np.testing.assert_allclose(ref.realized_value(sched, env, v), av * 2, rtol=1e-6)
+  np.testing.assert_allclose(ref.realized_value(sched, env, out), av * 2 + 1, rtol=1e-6)
+
+
+def test_blocked_sums_pass_bounds_every_accumulator_and_matches_numpy():
+  n = 3 * S.REDUCE_BLOCK * S.REDUCE_FANIN + 5  # above BLOCKED_SUM_MIN, below SPLIT_REDUCE_MIN: blocked, not split
+  assert S.BLOCKED_SUM_MIN <= n < S.SPLIT_REDUCE_MIN
+  xb, x, _ = tensor(n)
+  xv = (RNG.standard_normal(n) + 100).astype(np.float32)  # an offset: a single float32 chain would drift
+  total = x.r(Ops.ADD, (0,))
+  norm, st, outs = run_passes(UOp.sink(total), "blocked_sums")
+  assert _reduce_sizes(norm.new[total]) == [(n, 1)]
+  assert outs["split_reduces"] is norm.new[UOp.sink(total)]  # not one for the split
+  blocked = _reduce_sizes(outs["blocked_sums"])
+  assert len(blocked) > 2 and all(k <= S.REDUCE_BLOCK for k, _ in blocked), blocked
+  sched = create_schedule(UOp.sink(total))
+  assert len(sched.kernels) == 1  # the levels of the tree are one kernel
+  got = ref.realized_value(sched, ref.run_schedule(sched, {xb: xv}), total)
+  np.testing.assert_allclose(got.reshape(()), xv.astype(np.float64).sum(), rtol=2e-6)
+
+
+def test_split_reduces_pass_splits_a_big_sum_into_partials_and_matches_numpy():
+  n = S.SPLIT_REDUCE_MIN  # one output of 2**18 elements: partial sums into G*L outputs, then their sum
+  xb, x, _ = tensor(n)
+  xv = RNG.standard_normal(n).astype(np.float32)
+  total = x.r(Ops.ADD, (0,))
+  norm, st, outs = run_passes(UOp.sink(total), "blocked_sums")
+  assert outs["blocked_sums"] is outs["split_reduces"]  # the split blocked what it needed: nothing left to block
+  sizes = _reduce_sizes(outs["split_reduces"])
+  assert any(o == S.SPLIT_REDUCE_GROUPS * S.SPLIT_REDUCE_LANES for _, o in sizes), sizes  # the partials
+  assert all(k <= S.REDUCE_BLOCK for k, _ in sizes), sizes  # both stages blocked
+  sched = create_schedule(UOp.sink(total))
+  assert len(sched.kernels) == 2
+  got = ref.realized_value(sched, ref.run_schedule(sched, {xb: xv}), total)
+  np.testing.assert_allclose(got.reshape(()), xv.astype(np.float64).sum(), rtol=1e-5, atol=1e-3)
+
+
 def test_decide_pass_realizes_the_broadcast_reduces_only():
   xb, x, xv = tensor(4, 8)
   m, s, out = softmax(x, (4, 8))
@@ -198,7 +270,7 @@ def test_every_pass_is_a_step_in_viz_and_in_debug(capsys):
   try: sched = create_schedule(UOp.sink(out))
   finally: trace.install(old)
   assert [n for n, _, _ in rec.seen] == ["normalize", *(n for n, _ in S.STAGES), "rebind"]
-  assert [n for n, _ in S.STAGES] == ["decide", "kernels", "order", "memory"]
+  assert [n for n, _ in S.STAGES] == ["views", "split_reduces", "blocked_sums", "decide", "kernels", "order", "memory"]
   for (_, _, after), (_, before, _) in zip(rec.seen[1:], rec.seen[2:-1]): assert after is before  # a chain
   assert list(rec.seen[-1][2].src) == sched.calls
   env = ref.run_schedule(sched, {xb: xv})
@@ -206,7 +278,30 @@ def test_every_pass_is_a_step_in_viz_and_in_debug(capsys):
   clear_schedule_cache()
   with Context(DEBUG=3): create_schedule(UOp.sink(out))
   printed = [line.split()[1] for line in capsys.readouterr().out.splitlines() if line.startswith("  sched ")]
-  assert printed == ["normalize", "decide", "kernels", "order", "memory", "rebind"]
+  assert printed == ["normalize", *(n for n, _ in S.STAGES), "rebind"]
+
+
+class _Rewrites(trace.Recorder):
+  def __init__(self) -> None: self.names: list[str] = []
+  def rewrite_begin(self, name: str, sink: UOp) -> None: self.names.append(name)
+
+
+def test_the_graph_rewrite_passes_are_traced_one_by_one_in_order():
+  # VIZ lists each graph_rewrite by name (tiny_uop.trace): the scheduler's are there, in the order of STAGES
+  xb, x, xv = tensor(4, 8)
+  y, want = x.reshape((32,)).reshape((4, 8)), xv
+  for _ in range(4):  # a chain of broadcast reduces, each read only by the next step: the memory pass reuses buffers
+    y = (y - y.r(Ops.MAX, (1,)).expand((4, 8))).exp2() * y.r(Ops.ADD, (1,)).expand((4, 8))
+    want = np.exp2(want - want.max(1, keepdims=True)) * want.sum(1, keepdims=True)
+  clear_schedule_cache()
+  rec = _Rewrites()
+  old = trace.install(rec)
+  try: sched = create_schedule(UOp.sink(y))
+  finally: trace.install(old)
+  ours = [n for n in rec.names if n in {name for name, _ in S.STAGES}]
+  assert ours == ["views", "split_reduces", "blocked_sums", "memory"], rec.names
+  env = ref.run_schedule(sched, {xb: xv})
+  np.testing.assert_allclose(ref.realized_value(sched, env, y), want, rtol=1e-4)
 
 
 # ***** the shape of the code (issue #33) *****

@@ -6,16 +6,35 @@ import re
 import threading
 import weakref
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from tiny_uop.device import ProgramSpec, Renderer
-from tiny_uop.helpers import BEAM, CHECK_OOB, DEBUG, NOOPT
+from tiny_uop.helpers import BEAM, CHECK_OOB, DEBUG, IMAGE, NOOPT, USE_TC, ContextVar
 from tiny_uop.trace import traced
 from tiny_uop.uop import KernelInfo, Ops, UOp
 
 from tiny_codegen.lower import lower
 from tiny_codegen.renderer import kernel_params
 
-__all__ = ["ProgramInfo", "to_program", "get_program", "spec_from_program", "kernel_name"]
+if TYPE_CHECKING:
+  from tiny_codegen.opt.kernel import Opt
+
+__all__ = ["ProgramInfo", "to_program", "get_program", "spec_from_program", "kernel_name", "CODEGEN_FLAGS",
+           "codegen_flags"]
+
+CODEGEN_FLAGS: tuple[ContextVar, ...] = (NOOPT, BEAM, CHECK_OOB, USE_TC, IMAGE)
+"""The flags whose values change what a kernel AST compiles to (opts, bounds checks, tensor cores, images): part of
+the key of every cache of compiled programs (`to_program`'s, a runtime's): a `Context` that sets one compiles anew."""
+
+
+def codegen_flags() -> tuple:
+  """The values of `CODEGEN_FLAGS` now (a cache key part).
+
+  >>> from tiny_uop.helpers import Context
+  >>> with Context(NOOPT=1): codegen_flags()[0]
+  1
+  """
+  return tuple([f.value for f in CODEGEN_FLAGS])
 
 
 @dataclass(frozen=True)
@@ -78,8 +97,8 @@ def to_program(ast: UOp, renderer: Renderer) -> UOp:
 def _renderer_key(r: Renderer) -> tuple:
   """What makes the same AST compile differently on the same renderer object (its settings, optimizer flags)."""
   return (type(r), r.arch, getattr(r, "threads", None), getattr(r, "thread_min_work", None),
-          getattr(r, "balance_min_work", None), getattr(r, "shares_per_thread", None), NOOPT.value, BEAM.value,
-          CHECK_OOB.value, tuple(getattr(r, "decompose_ops", ())), getattr(r, "transcendental_via_f64", None))
+          getattr(r, "balance_min_work", None), getattr(r, "shares_per_thread", None), codegen_flags(),
+          tuple(getattr(r, "decompose_ops", ())), getattr(r, "transcendental_via_f64", None))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -87,7 +106,7 @@ def _to_program(ast: UOp, renderer: Renderer, key: tuple) -> UOp:
   name = kernel_name(ast)
   info_arg = ast.arg if isinstance(ast.arg, KernelInfo) else KernelInfo()
   named = ast.replace(arg=KernelInfo(name, info_arg.opts_to_apply, info_arg.applied_opts, info_arg.dont_use_locals))
-  low = lower(named, renderer)
+  low = lower(named, renderer, True, _beam)  # optimize, with BEAM's search
   src = renderer.render(low.uops)
   if DEBUG >= 4: print(f"*** source of {name} ({type(renderer).__name__}):\n{src}")  # once: this is cached
   lib = renderer.compiler.compile_cached(src)
@@ -109,6 +128,12 @@ def spec_from_program(prg: UOp) -> ProgramSpec:
   _, dev, linear, source, binary = prg.src
   return ProgramSpec(info.name, source.arg, dev.arg, binary.arg, info.global_size, info.local_size, list(info.vars),
                      list(info.globals), list(info.outs), list(info.ins), None, list(linear.src))
+
+
+def _beam(ast: UOp, renderer: Renderer, amt: int) -> tuple[Opt, ...]:
+  """BEAM's search (`optimize_kernel` calls it when `BEAM>=1`), timing candidates compiled by `get_program`."""
+  from tiny_codegen.opt.search import beam_search  # lazy: BEAM is rare and opens a device
+  return beam_search(ast, renderer, amt, compile=get_program)
 
 
 def get_program(ast: UOp, renderer: Renderer) -> ProgramSpec:

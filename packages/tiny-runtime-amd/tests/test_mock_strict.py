@@ -66,7 +66,7 @@ def _wait_dwords(addr: int, dw1: int) -> list[int]:
   (5 | 1 << 4 | 1 << 3, r"dword 1: reserved bit\(s\) \[3\] set"),
   (7 | 1 << 4, r"function = 7 is reserved; valid: 0 ALWAYS, 1 LT, 2 LE, 3 EQ, 4 NE, 5 GE, 6 GT"),
   (5 | 2 << 4, r"mem_space = 2 is reserved"),
-  (5, r"MEM_SPACE REGISTER: polling a register is not modelled"),
+  (5, r"MEM_SPACE REGISTER: only the HDP flush is modelled \(operation 1 WR_WAIT_WR_REG, write 0xe26"),
   (5 | 1 << 4 | 1 << 8, r"reserved bit\(s\) \[8\]"),
 ])
 def test_bad_wait_reg_mem_dwords_are_rejected(h, dw1, match):
@@ -179,15 +179,43 @@ def test_dispatches_need_an_acquire_and_priv_on_a_cwsr_queue(h):
     _dispatch(h, priv=False)
   before = h.gpu.dispatches
   _dispatch(h)
-  assert h.gpu.dispatches == before + 1 and h.gpu.l2_dirty and not h.gpu.caches_valid
+  assert h.gpu.dispatches == before + 1 and h.gpu.l2_dirty and h.gpu.caches_valid and not h.gpu.cu_caches_valid
   acq = AMDComputeQueue().acquire_mem().resolved()
   acq[-1] &= ~pm4.ACQ_GL2_INV
-  h.pm4(acq)  # an acquire that keeps L2: not enough for the next dispatch
-  assert not h.gpu.caches_valid
-  with pytest.raises(PacketError, match="no ACQUIRE_MEM"): _dispatch(h, acquire=False)
+  h.pm4(acq)  # an acquire that keeps L2 after new host work (the doorbell): not enough for the next dispatch
+  assert not h.gpu.caches_valid and h.gpu.cu_caches_valid
+  with pytest.raises(PacketError, match="no ACQUIRE_MEM since the host"): _dispatch(h, acquire=False)
+  for hi in (0xFFFFFF, 0xFFFFFFFF):  # full range: amdgpu's gfx_v11_0_emit_mem_sync writes 0xffffff, tinygrad all ones
+    full = AMDComputeQueue().acquire_mem().resolved()
+    full[3] = hi
+    h.pm4(full)
   bad = AMDComputeQueue().acquire_mem().resolved()
-  bad[3] = 0xFFFFFF  # COHER_SIZE_HI is 8 bits: what amdgpu's own emit_mem_sync writes sets reserved bits
-  with pytest.raises(PacketError, match=r"ACQUIRE_MEM dword 3: reserved bit\(s\) \[8, .*23\]"): h.pm4(bad)
+  bad[2], bad[3] = 0x1000, 0x100  # a sized range: COHER_SIZE_HI's bits above 7:0 stay reserved
+  with pytest.raises(PacketError, match=r"ACQUIRE_MEM dword 3: reserved bit\(s\) \[8\]"): h.pm4(bad)
+
+
+def test_dispatch_after_dispatch_needs_only_the_cu_caches_invalidated(h):
+  """Two dispatches in one submission: the first one's results are in the GPU's L2, which every CU reads through, so
+  an ACQUIRE_MEM of GLK/GLV/GL1 (without GLI and GL2, what tinygrad's HCQ graph puts before each kernel) is enough;
+  none at all is not (the CUs' caches may hold stale lines)."""
+  code = h.iface.alloc(0x1000, host=True)
+  ctypes.memmove(code.va_addr, struct.pack("<1I", *endpgm()), 4)
+
+  class Prg:
+    entry_addr, rsrc1, rsrc2, rsrc3 = code.va_addr, pm4.RSRC1_PRIV | 0x60AF0000, 0, 0
+    def scratch(self): return None
+    def user_data(self, args): return []
+  cu_only = AMDComputeQueue().acquire_mem().resolved()
+  cu_only[-1] &= ~(pm4.ACQ_GL2_INV | pm4.ACQ_GL2_WB | pm4.ACQ_GLI_INV_ALL)
+  q = AMDComputeQueue()
+  q.memory_barrier()
+  first = q.exec(Prg(), 0, (1, 1, 1), (32, 1, 1)).resolved()
+  second = AMDComputeQueue().exec(Prg(), 0, (1, 1, 1), (32, 1, 1)).resolved()
+  before = h.gpu.dispatches
+  h.pm4(first + cu_only + second)
+  assert h.gpu.dispatches == before + 2
+  with pytest.raises(PacketError, match="no ACQUIRE_MEM since the previous dispatch wrote memory"):
+    h.pm4(first + second)
 
 
 @pytest.mark.parametrize("bit, match", [(15, "CS_W32_EN = 0 launches wave64 waves"), (0, "COMPUTE_SHADER_EN = 0"),
@@ -226,7 +254,7 @@ def test_a_faulting_shader_kills_its_dispatch_not_the_queue(h):
   with pytest.raises(ShaderFault, match=r"DISPATCH_DIRECT: the dispatch's waves stopped: UnsupportedInstruction: "
                                         r"unknown encoding 0xffffffff"):
     _dispatch(h, program=[0xFFFFFFFF] + endpgm(), tail=AMDComputeQueue().release_mem(sig.addr, 7, 2).resolved())
-  assert not h.gpu.caches_valid and sig.value == 0
+  assert not h.gpu.cu_caches_valid and sig.value == 0
   h.drv.process()  # the rest of the submission: the release after the killed dispatch
   assert sig.value == 7 and not h.mock_queue(PM4).pending()
   before = h.gpu.dispatches
@@ -262,10 +290,11 @@ def test_kfd_event_and_runtime_rules():
   with pytest.raises(KFDError, match="EBUSY"):  # the harness's first queue enabled the runtime; a second call fails
     h.queue(PM4)
     h.iface.ioctl("RUNTIME_ENABLE", mode_mask=kfd.RUNTIME_ENABLE_MODE_ENABLE_MASK)
+  solo = Harness()
+  solo.iface.proc.runtime_enabled = True  # pretend, so CREATE_QUEUE goes first: kfd_ioctl_create_queue allows it
+  solo.queue(SDMA)                        # (tinygrad's driver calls RUNTIME_ENABLE with mode_mask 0: disabled)
+  assert not solo.drv.runtime_enabled and len(solo.drv.queues) == 1
   fresh = Harness()
-  fresh.iface.proc.runtime_enabled = True  # pretend, so CREATE_QUEUE goes first
-  with pytest.raises(KFDError, match="CREATE_QUEUE before RUNTIME_ENABLE"): fresh.queue(SDMA)
-  fresh.iface.proc.runtime_enabled = False
   fresh.queue(SDMA)
   late = Harness(drv=fresh.drv)  # another opener of the same KFD process: EBUSY means "already enabled"
   late.queue(PM4)
@@ -276,7 +305,8 @@ def test_kfd_event_and_runtime_rules():
   page = small.iface.alloc(0x1000, host=True)
   with pytest.raises(KFDError, match="an event page of 0x1000 bytes; it needs 0x8000"):
     small.iface.ioctl("CREATE_EVENT", event_type=kfd.EVENT_SIGNAL, auto_reset=1, event_page_offset=page.meta.handle)
-  with pytest.raises(KFDError, match="models signal events"): small.iface.ioctl("CREATE_EVENT", event_type=3)
+  with pytest.raises(KFDError, match=r"event type 9; the mock models signal \(0\), hardware exception \(3\)"):
+    small.iface.ioctl("CREATE_EVENT", event_type=9)
   with pytest.raises(KFDError, match="unknown events"):
     small.iface.wait_event(kfd.KFDEvent(77, 0), 10)
 

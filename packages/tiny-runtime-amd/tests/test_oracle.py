@@ -116,7 +116,8 @@ def test_mock_register_table_is_gc_11_0_0():
     assert _layout_fields(lay) == fields, name
   _, fields = o.gc11_register("COMPUTE_DISPATCH_INITIATOR")
   assert _layout_fields(mgfx11.DISPATCH_INITIATOR) == fields
-  assert len(mgfx11.SH_REGISTERS) == 31  # start, num_thread, pgm, scratch base, rsrc1-3, limits, tmpring, user data
+  # start, num_thread, pipelinestat/perfcount enable, pgm, scratch base, rsrc1-3, limits, tmpring, restart, user data
+  assert len(mgfx11.SH_REGISTERS) == 36
 
 
 def test_dispatch_and_resource_bits():

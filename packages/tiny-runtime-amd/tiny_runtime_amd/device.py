@@ -51,7 +51,7 @@ class AMDSignal(HCQSignal):
 
   def _idle(self, waited_s: float, left_s: float) -> None:
     if not self.dev.mock and waited_s < SPIN_S: return time.sleep(0)
-    self.dev.iface.wait_event(self.event, min(left_s * 1000, SLEEP_MS))
+    self.dev.iface.wait_event(self.event, int(min(left_s * 1000, SLEEP_MS)))
 
 
 class AMDRing:
@@ -102,8 +102,9 @@ class AMDRing:
     ring = (ctypes.c_uint32 * cap).from_address(self.ring.va_addr)
     start = (self.wptr // per) % cap
     first = min(len(dwords), cap - start)
-    ring[start:start + first] = dwords[:first]
-    if first < len(dwords): ring[:len(dwords) - first] = dwords[first:]
+    # typeshed types a ctypes array slice as a list of c_uint32 | int (invariant): ints are what it takes
+    ring[start:start + first] = dwords[:first]  # type: ignore[assignment]
+    if first < len(dwords): ring[:len(dwords) - first] = dwords[first:]  # type: ignore[assignment]
     self.wptr += len(dwords) * per
     ctypes.c_uint64.from_address(self.ptrs.va_addr + 8).value = self.wptr
     ctypes.c_uint64.from_address(self.doorbell).value = self.wptr
@@ -258,7 +259,7 @@ class AMDDevice(HCQCompiled):
     if self.mock:  # the arch in DEV picks the mocked GPUs: MOCK+AMD:LLVM:gfx942 is a process with four gfx942s
       from tiny_runtime_amd.mock.driver import mock_fileio
       fio = mock_fileio(want)
-      self._driver = fio.kfd_fn()  # type: ignore[attr-defined]
+      self._driver = fio.kfd_fn()
     self.iface = KFDIface(target.indices[0] if target.indices else 0, fio)
     node = self.iface.node
     if want is not None and want != node.arch:
@@ -272,7 +273,8 @@ class AMDDevice(HCQCompiled):
     self.kernargs = self.iface.alloc(KERNARGS_SIZE, host=True)
     self._kernargs_ptr = 0
     self.scratch_buf: HCQBuffer | None = None  # grows on demand (ensure_scratch); earlier ones stay allocated
-    self.scratch_wave_bytes, self.tmpring_size, self._old_scratch = 0, 0, []
+    self.scratch_wave_bytes, self.tmpring_size = 0, 0
+    self._old_scratch: list[HCQBuffer] = []
     from tiny_codegen.renderer.amdgpu import AMDGPURenderer
     self._peers: set[int] = set()
     super().__init__(device, AMDAllocator(self), [AMDGPURenderer], AMDProgram, HCQ2Graph, arch=self.iface.node.arch)

@@ -30,7 +30,8 @@ def probe() -> tuple[list[str], list[str], list[str]]:
   """(info lines, reasons there is no usable AMD GPU, the devices `AMD:n` to check) without opening a device."""
   from tiny_runtime_amd import kfd
   from tiny_uop.hcq import FileIOInterface
-  info, missing = [], []
+  info: list[str] = []
+  missing: list[str] = []
   if not FileIOInterface.exists(kfd.KFD_PATH):
     missing.append(f"{kfd.KFD_PATH} missing (the amdgpu kernel driver with KFD is not loaded)")
     return info, missing, []

@@ -15,12 +15,13 @@ from __future__ import annotations
 import ctypes
 import functools
 import importlib
+import operator
 import os
 import struct
 import tempfile
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 from tiny_uop.device import Compiled, Program, Renderer
 from tiny_uop.helpers import CPU_LOADER, CPU_THREADS, DEV
@@ -105,6 +106,9 @@ class TargetRenderer:
     return r if arch is None or arch == r.arch else type(r)(arch)
 
 
+_ADDR = operator.attrgetter("addr")  # a HostMem's address (a kernel argument)
+
+
 class CPUProgram(Program):
   """A native kernel: an ELF relocatable object (LLVM) placed by our loader (x86-64) or MCJIT (other machines), or a
   shared object (clang) loaded with ctypes."""
@@ -175,6 +179,19 @@ class CPUProgram(Program):
       self.pool.run(functools.partial(fxn, *args), n)  # share i calls fxn(*args, i)
     if self._oob is not None and self._oob[0]: self._raise_oob(bufs)
     return time.perf_counter() - st if wait else None
+
+  def launcher(self, nbufs: int, global_size: tuple[int, ...] | None,
+               local_size: tuple[int, ...] | None = None) -> Callable[..., None] | None:
+    """A function of the kernel's `nbufs` buffers (HostMem: what the CPU allocator gives) that launches it as
+    `__call__` does with no variables and no wait, its argument conversion decided once (the engine's eager replay);
+    None when the kernel runs in shares on the thread pool (then `__call__` is the way)."""
+    if (global_size[0] if global_size else 1) != 1: return None
+    fxn, oob = self._fxn(nbufs, 0), self._oob
+
+    def launch(*bufs: HostMem) -> None:
+      fxn(*map(_ADDR, bufs), 0)
+      if oob is not None and oob[0]: self._raise_oob(bufs)
+    return launch
 
   def _raise_oob(self, bufs: tuple[Any, ...]) -> None:
     kind, slot, idx, size = list(self._oob)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from tiny_uop.plugins import Device
-from tiny_runtime_nv import cuda
+from tiny_runtime_nv import cuda, cuda_api
 from tiny_runtime_nv.cuda import CUDAError, ffi
 from tiny_runtime_nv.mock.libcuda import mock_libcuda
 
@@ -45,7 +45,7 @@ def _read(dev, b, n) -> np.ndarray:
 
 def test_device_info(dev):
   assert dev.arch == "sm_90" and "H200" in dev.name
-  assert dev.attribute(cuda.ATTR_MULTIPROCESSOR_COUNT) == 132
+  assert dev.attribute(cuda_api.ATTR_MULTIPROCESSOR_COUNT) == 132
 
 
 def test_launch_copy_and_timing(dev):

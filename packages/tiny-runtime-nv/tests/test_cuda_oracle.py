@@ -1,4 +1,4 @@
-"""Independent truth for the CUDA driver's facts: every constant and every function signature `tiny_runtime_nv.cuda`
+"""Independent truth for the CUDA driver's facts: every constant and every function signature `tiny_runtime_nv.cuda_api`
 encodes, against tinygrad 0.14.0's bindings generated from cuda.h (`tinygrad/runtime/autogen/cuda.py`, a test-only
 dependency), so a mistyped value or a swapped argument can't hide behind a mock written from the same reading."""
 from __future__ import annotations
@@ -8,11 +8,11 @@ import re
 
 import tinygrad.runtime.autogen.cuda as tg  # tinygrad==0.14.0: a test dependency (noxfile), never skipped
 
-from tiny_runtime_nv import cuda
+from tiny_runtime_nv import cuda_api
 
 
 def test_error_codes_match_cuda_h():
-  ours = {k: v for k, v in vars(cuda).items() if k.startswith("CUDA_ERROR_") or k == "CUDA_SUCCESS"}
+  ours = {k: v for k, v in vars(cuda_api).items() if k.startswith("CUDA_ERROR_") or k == "CUDA_SUCCESS"}
   assert len(ours) >= 15
   for name, v in ours.items(): assert getattr(tg, name) == v, name
 
@@ -25,11 +25,11 @@ def test_attributes_match_cuda_h():
            "ATTR_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN": "CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN",
            "FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE_BYTES": "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES",
            "JIT_TARGET": "CU_JIT_TARGET", "JIT_INPUT_PTX": "CU_JIT_INPUT_PTX"}
-  for ours, theirs in pairs.items(): assert getattr(cuda, ours) == getattr(tg, theirs), ours
+  for ours, theirs in pairs.items(): assert getattr(cuda_api, ours) == getattr(tg, theirs), ours
 
 
 def test_function_signatures_match_cuda_h():
-  funcs = re.findall(r"CUresult (\w+)\((.*?)\);", cuda.CDEF.replace("\n", " "))
+  funcs = re.findall(r"CUresult (\w+)\((.*?)\);", cuda_api.CDEF.replace("\n", " "))
   assert len(funcs) >= 30
   for name, params in funcs:
     ours = [p.strip().split()[-1].lstrip("*") for p in params.split(",")] if params.strip() != "void" else []

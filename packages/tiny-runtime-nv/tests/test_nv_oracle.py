@@ -73,7 +73,7 @@ def test_classes_controls_and_status_codes():
            "FERMI_CONTEXT_SHARE_A", "TURING_USERMODE_A", "AMPERE_USERMODE_A", "HOPPER_USERMODE_A",
            "AMPERE_CHANNEL_GPFIFO_A", "HOPPER_CHANNEL_GPFIFO_A", "AMPERE_COMPUTE_A", "AMPERE_COMPUTE_B",
            "ADA_COMPUTE_A",
-           "HOPPER_COMPUTE_A", "AMPERE_DMA_COPY_A", "AMPERE_DMA_COPY_B", "HOPPER_DMA_COPY_A"]
+           "HOPPER_COMPUTE_A", "AMPERE_DMA_COPY_A", "AMPERE_DMA_COPY_B", "HOPPER_DMA_COPY_A", "GT200_DEBUGGER"]
   for n in names: assert getattr(rm, n) == getattr(tg, n), n
   ctrl = {"CTRL_SYSTEM_GET_BUILD_VERSION_V2": "NV0000_CTRL_CMD_SYSTEM_GET_BUILD_VERSION_V2",
           "CTRL_GPU_GET_ID_INFO_V2": "NV0000_CTRL_CMD_GPU_GET_ID_INFO_V2",
@@ -81,7 +81,9 @@ def test_classes_controls_and_status_codes():
           "CTRL_GPU_GET_GID_INFO": "NV2080_CTRL_CMD_GPU_GET_GID_INFO",
           "CTRL_GR_GET_INFO": "NV2080_CTRL_CMD_GR_GET_INFO",
           "CTRL_GPFIFO_SCHEDULE": "NVA06C_CTRL_CMD_GPFIFO_SCHEDULE",
-          "CTRL_GPFIFO_GET_WORK_SUBMIT_TOKEN": "NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN"}
+          "CTRL_GPFIFO_GET_WORK_SUBMIT_TOKEN": "NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN",
+          "CTRL_GPU_GET_CLASSLIST": "NV0080_CTRL_CMD_GPU_GET_CLASSLIST",
+          "CTRL_PERF_BOOST": "NV2080_CTRL_CMD_PERF_BOOST"}
   for ours, theirs in ctrl.items(): assert getattr(rm, ours) == getattr(tg, theirs), theirs
   for v, name in rm.STATUS_NAMES.items(): assert getattr(tg, name) == v, name
   gr = {"GR_INFO_SM_VERSION": "NV2080_CTRL_GR_INFO_INDEX_SM_VERSION",
@@ -235,6 +237,13 @@ def test_qmd_v03_00_bit_positions():
   assert tg.NVC6C0_QMDV03_00_CWD_MEMBAR_TYPE_L1_SYSMEMBAR == push.CWD_MEMBAR_TYPE_L1_SYSMEMBAR
   assert tg.NVC6C0_QMDV03_00_API_VISIBLE_CALL_LIMIT_NO_CHECK == push.API_VISIBLE_CALL_LIMIT_NO_CHECK
   assert tg.NVC6C0_QMDV03_00_SAMPLER_INDEX_VIA_HEADER_INDEX == push.SAMPLER_INDEX_VIA_HEADER_INDEX
+  assert tg.NVC6C0_QMDV03_00_DEPENDENT_QMD0_ACTION_QMD_SCHEDULE == push.DEPENDENT_QMD_ACTION_SCHEDULE
+  sizes = [getattr(tg, f"NVC6C0_QMDV03_00_RELEASE0_STRUCTURE_SIZE_SEMAPHORE_{w}_WORD{'S' * (w != 'ONE')}")
+           for w in ("FOUR", "ONE", "TWO")]
+  assert sizes == [push.RELEASE_STRUCTURE_FOUR_WORDS, push.RELEASE_STRUCTURE_ONE_WORD, push.RELEASE_STRUCTURE_TWO_WORDS]
+  # the PCAS actions the mock GPU schedules on (mock/gpu.py _compute)
+  assert (tg.NVC6C0_SEND_SIGNALING_PCAS2_B_PCAS_ACTION_PREFETCH_SCHEDULE,
+          tg.NVC6C0_SEND_SIGNALING_PCAS2_B_PCAS_ACTION_INVALIDATE_PREFETCH_COPY_SCHEDULE) == (9, 0xA)
   assert max(hi for hi, _ in (getattr(tg, n) for n in dir(tg) if n.startswith("NVC6C0_QMDV03_00_") and
                               isinstance(getattr(tg, n), tuple))) == 8 * push.QMD_SIZE - 1
 

@@ -149,3 +149,19 @@ def test_launch_limits_are_checked():
     k.launch(Memory(), k.pack_params([0]), (1, 1, 1), (1024, 2, 1))
   with pytest.raises(ValueError, match="grid dim y"):
     k.launch(Memory(), k.pack_params([0]), (1, 70000, 1), (1, 1, 1))
+
+
+def test_mov_of_array_element_address():
+  # `mov.u32 %r, A[i]` is the address of A's element i (PTX ISA, mov: "move address of A[5] into ptr"); tinygrad's
+  # PTXRenderer writes `mov.u64 %local_u64_0, local0[0];`. Each thread stores tid*10 at sarr[tid], then every thread
+  # reads sarr[2] and pad8[3] through addresses taken that way.
+  body = OUT_ADDR + """
+mov.u32 %r5, sarr; shl.b32 %r7, %r0, 2; add.s32 %r8, %r5, %r7; mul.lo.s32 %r9, %r0, 10; st.shared.u32 [%r8], %r9;
+mov.u32 %r10, pad8; add.s32 %r10, %r10, %r0; cvt.u16.u32 %rs0, %r0; st.shared.u8 [%r10], %rs0; bar.sync 0;
+mov.u32 %r6, sarr[2]; ld.shared.u32 %r11, [%r6];
+mov.u64 %rd4, pad8[3]; cvt.u32.u64 %r12, %rd4; ld.shared.u8 %rs1, [%r12]; cvt.u32.u16 %r13, %rs1;
+mad.lo.s32 %r14, %r13, 1000, %r11; st.global.u32 [%rd3], %r14;"""
+  ptx = assembled(kernel(".shared .align 4 .b8 pad8[16];\n.shared .align 4 .u32 sarr[8];\n" + body))
+  out = np.zeros(8, np.int32)
+  run(ptx, "k", [out], (1, 1, 1), (8, 1, 1))
+  np.testing.assert_array_equal(out, np.full(8, 3 * 1000 + 2 * 10))

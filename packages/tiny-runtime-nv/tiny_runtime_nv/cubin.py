@@ -63,7 +63,8 @@ class KernelInfo:
 
 def _attributes(data: bytes) -> list[tuple[int, int, bytes | int]]:
   """(format, attribute, payload bytes or 16-bit value) of an `.nv.info` section."""
-  out, off = [], 0
+  out: list[tuple[int, int, bytes | int]] = []
+  off = 0
   while off < len(data):
     if off + 4 > len(data): raise CubinError(f".nv.info: truncated attribute header at {off}")
     fmt, attr, size = struct.unpack_from("<BBH", data, off)

@@ -26,6 +26,7 @@ from typing import Any, Sequence
 from tiny_uop.hcq import ArgsLayout, FileIOInterface, HCQAllocator, HCQBuffer, HCQCompiled, HCQProgram, \
   HCQSignal, HWQueue, Val, backoff_sleep
 from tiny_uop.hcq2 import HCQ2Graph
+from tiny_uop.helpers import del_errors
 from tiny_uop.target import Target
 
 from tiny_runtime_nv import push, rm
@@ -218,9 +219,9 @@ class NVProgram(HCQProgram):
     return (dev.time_signals[1].timestamp - dev.time_signals[0].timestamp) / 1e6
 
   def __del__(self) -> None:
-    try: self.dev.defer_free(self.image, self.dev.timeline_value - 1)
-    except Exception:  # interpreter shutdown: the device may be gone  # noqa: S110
-      pass
+    if getattr(self, "image", None) is None: return  # refused before its code image was allocated
+    with del_errors("NVProgram.__del__ (freeing its code image)"):
+      self.dev.defer_free(self.image, self.dev.timeline_value - 1)
 
 
 class NVDevice(HCQCompiled):
@@ -305,7 +306,8 @@ class NVDevice(HCQCompiled):
     self._free_signals = list(range(self.signal_page.va_addr, self.signal_page.va_addr + SIGNAL_PAGE, 16))[::-1]
     self.kernargs = self.mem.alloc(KERNARGS_SIZE, host=True, low=True)
     self._kernargs_ptr = 0
-    self.local_per_thread, self.local_mem = 0, None
+    self.local_per_thread = 0
+    self.local_mem: HCQBuffer | None = None
     self._old_local: list[HCQBuffer] = []
     if self._mock is not None:
       from tiny_runtime_nv.mock.compiler import mock_renderers
@@ -343,7 +345,8 @@ class NVDevice(HCQCompiled):
       self.synchronize()
       self.cmdq_put = 0
     addr = self.cmdq.va_addr + self.cmdq_put
-    (ctypes.c_uint32 * len(dwords)).from_address(addr)[:] = dwords
+    # typeshed: a c_uint32 array slice takes ints
+    (ctypes.c_uint32 * len(dwords)).from_address(addr)[:] = dwords  # type: ignore[assignment]
     self.cmdq_put = round_up(self.cmdq_put + n, 16)
     return addr, len(dwords)
 

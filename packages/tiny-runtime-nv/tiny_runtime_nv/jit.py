@@ -10,7 +10,7 @@ from typing import Any
 
 from tiny_uop.device import CompileError, Compiler
 
-from tiny_runtime_nv.cuda import JIT_INPUT_PTX, JIT_TARGET, CUDAError, Driver, ffi
+from tiny_runtime_nv.cuda_api import JIT_INPUT_PTX, JIT_TARGET, CUDAError, Driver, ffi
 
 
 class DriverJITCompiler(Compiler):

@@ -14,7 +14,7 @@ Hopper launches it there (tinygrad 0.14 does not drive Hopper's compute class at
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Self, Sequence
 
 from tiny_uop.hcq import HCQSignal, HCQVar, HWQueue, Val, hi32, lo32
 
@@ -95,7 +95,19 @@ QMD_V03_00: dict[str, tuple[int, int]] = {
   "CONSTANT_BUFFER_INVALIDATE_0": (1074, 1074), "CONSTANT_BUFFER_SIZE_SHIFTED4_0": (1087, 1075),
   "PROGRAM_ADDRESS_LOWER": (1567, 1536), "PROGRAM_ADDRESS_UPPER": (1584, 1568),
   "SHADER_LOCAL_MEMORY_HIGH_SIZE": (1623, 1600), "SASS_VERSION": (1663, 1656),
+  # not set by this driver; tinygrad 0.14's driver sets them (program prefetch, chained QMDs, release semaphores)
+  "PROGRAM_PREFETCH_ADDR_LOWER_SHIFTED": (287, 256), "PROGRAM_PREFETCH_ADDR_UPPER_SHIFTED": (1640, 1632),
+  "PROGRAM_PREFETCH_SIZE": (1649, 1641),
+  "DEPENDENT_QMD0_POINTER": (511, 480), "DEPENDENT_QMD0_ENABLE": (512, 512), "DEPENDENT_QMD0_ACTION": (515, 513),
+  "DEPENDENT_QMD0_PREFETCH": (516, 516),
+  "RELEASE0_ADDRESS_LOWER": (799, 768), "RELEASE0_ADDRESS_UPPER": (807, 800), "RELEASE0_ENABLE": (823, 823),
+  "RELEASE0_STRUCTURE_SIZE": (831, 830), "RELEASE0_PAYLOAD_LOWER": (863, 832), "RELEASE0_PAYLOAD_UPPER": (895, 864),
+  "RELEASE1_ADDRESS_LOWER": (927, 896), "RELEASE1_ADDRESS_UPPER": (935, 928), "RELEASE1_ENABLE": (951, 951),
+  "RELEASE1_STRUCTURE_SIZE": (959, 958), "RELEASE1_PAYLOAD_LOWER": (991, 960), "RELEASE1_PAYLOAD_UPPER": (1023, 992),
 }
+DEPENDENT_QMD_ACTION_SCHEDULE = 1     # clc6c0qmd.h QMDV03_00_DEPENDENT_QMD0_ACTION_QMD_SCHEDULE
+# QMDV03_00_RELEASE0_STRUCTURE_SIZE_SEMAPHORE_*: 64-bit payload + timestamp, 32-bit payload, 64-bit payload
+RELEASE_STRUCTURE_FOUR_WORDS, RELEASE_STRUCTURE_ONE_WORD, RELEASE_STRUCTURE_TWO_WORDS = 0, 1, 2
 # ***** QMD version 04_00 (open-gpu-doc classes/compute/clcbc0qmd.h, NVCBC0_QMDV04_00_*): the fields used here *****
 
 QMD_V04_00: dict[str, tuple[int, int]] = {
@@ -202,35 +214,35 @@ class NVQueue(HWQueue):
   (the device's `submit_gpfifo`)."""
   subch = 0
 
-  def m(self, mthd: int, *data: Val, subch: int | None = None) -> NVQueue:
+  def m(self, mthd: int, *data: Val, subch: int | None = None) -> Self:
     """Method `mthd` with `data` (consecutive methods)."""
     self.q(method(self.subch if subch is None else subch, mthd, len(data)), *data)
     return self
 
-  def _sem(self, addr: Val, value: Val, execute: int) -> NVQueue:
+  def _sem(self, addr: Val, value: Val, execute: int) -> Self:
     return self.m(SEM_ADDR_LO, lo32(addr), hi32(addr), lo32(value), hi32(value), execute, subch=0)
 
-  def wait(self, signal: HCQSignal, value: Val = 0) -> NVQueue:
+  def wait(self, signal: HCQSignal, value: Val = 0) -> Self:
     """Stall the channel until the signal's 64-bit value >= `value` (ACQ_CIRC_GEQ, 64-bit payload)."""
     return self._sem(signal.addr, value, SEM_OP_ACQ_CIRC_GEQ | (SEM_PAYLOAD_SIZE_64BIT << SEM_PAYLOAD_SIZE_SHIFT))
 
-  def release(self, addr: Val, value: Val, timestamp: bool = False) -> NVQueue:
+  def release(self, addr: Val, value: Val, timestamp: bool = False) -> Self:
     """After all earlier work (RELEASE_WFI), write the 64-bit `value` to `addr` (and the GPU time to `addr + 8`)."""
     return self._sem(addr, value, SEM_OP_RELEASE | (1 << SEM_RELEASE_WFI_SHIFT) | (int(timestamp) <<
                      SEM_RELEASE_TIMESTAMP_SHIFT) | (SEM_PAYLOAD_SIZE_64BIT << SEM_PAYLOAD_SIZE_SHIFT))
 
-  def signal(self, signal: HCQSignal, value: Val = 0) -> NVQueue:
+  def signal(self, signal: HCQSignal, value: Val = 0) -> Self:
     return self.release(signal.addr, value, timestamp=True)
 
-  def timestamp(self, signal: HCQSignal) -> NVQueue:
+  def timestamp(self, signal: HCQSignal) -> Self:
     """The GPU time into the signal's timestamp (a release of value 0: use a signal kept for timing)."""
     return self.release(signal.addr, 0, timestamp=True)
 
-  def memory_barrier(self) -> NVQueue:
+  def memory_barrier(self) -> Self:
     """Wait for the channel's engines to go idle (host WFI), so later work sees earlier writes."""
     return self.m(WFI, 0, subch=0)
 
-  def bind_object(self, cls: int) -> NVQueue:
+  def bind_object(self, cls: int) -> Self:
     """SET_OBJECT: bind the channel's object of class `cls` to this queue's subchannel."""
     return self.m(SET_OBJECT, cls)
 
@@ -252,12 +264,12 @@ class NVComputeQueue(NVQueue):
   def setup(self, shared_window: int, local_window: int) -> NVComputeQueue:
     """Windows of the generic address space that mean shared and local memory (addresses >> 0: A = upper bits)."""
     self.m(SET_SHADER_SHARED_MEMORY_WINDOW_A, hi32(shared_window), lo32(shared_window))
-    return self.m(SET_SHADER_LOCAL_MEMORY_WINDOW_A, hi32(local_window), lo32(local_window))  # type: ignore[return-value]
+    return self.m(SET_SHADER_LOCAL_MEMORY_WINDOW_A, hi32(local_window), lo32(local_window))
 
   def set_local_memory(self, addr: int, bytes_per_tpc: int, max_sm: int) -> NVComputeQueue:
     """The local-memory (stack) buffer: its address, bytes per TPC and the SMs it serves."""
     self.m(SET_SHADER_LOCAL_MEMORY_A, hi32(addr), lo32(addr))
-    return self.m(SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_A, hi32(bytes_per_tpc), lo32(bytes_per_tpc),  # type: ignore
+    return self.m(SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_A, hi32(bytes_per_tpc), lo32(bytes_per_tpc),
                   max_sm)
 
   def launch(self, qmd_addr: Val) -> NVComputeQueue:
@@ -265,7 +277,7 @@ class NVComputeQueue(NVQueue):
     a = qmd_addr._derive(">>8", lambda v: v >> 8) if isinstance(qmd_addr, HCQVar) else qmd_addr >> 8
     if isinstance(qmd_addr, int) and qmd_addr % 256: raise ValueError(f"QMD at {qmd_addr:#x} is not 256-byte aligned")
     self.m(SEND_PCAS_A, a)
-    return self.m(SEND_SIGNALING_PCAS2_B, PCAS_ACTION_INVALIDATE_COPY_SCHEDULE)  # type: ignore[return-value]
+    return self.m(SEND_SIGNALING_PCAS2_B, PCAS_ACTION_INVALIDATE_COPY_SCHEDULE)
 
   def exec(self, prg: Any, args_addr: Val, global_size: Sequence[Val], local_size: Sequence[Val]) -> NVComputeQueue:
     """Launch `prg` (an NVProgram) whose argument region (constant bank 0, then its QMD) is at `args_addr`; the launch
@@ -292,7 +304,7 @@ class NVCopyQueue(NVQueue):
     """After earlier copies, release a four-word semaphore: the low 32 bits of `value` (timeline values stay below
     2**32), a zero word, then the GPU time, which is HCQSignal's layout (value, timestamp)."""
     self.m(SET_SEMAPHORE_A, hi32(signal.addr), lo32(signal.addr), lo32(value))
-    return self.m(LAUNCH_DMA, (1 << DMA_FLUSH_ENABLE_SHIFT) |  # type: ignore[return-value]
+    return self.m(LAUNCH_DMA, (1 << DMA_FLUSH_ENABLE_SHIFT) |
                   (DMA_SEMAPHORE_RELEASE_FOUR_WORD << DMA_SEMAPHORE_TYPE_SHIFT))
 
   def timestamp(self, signal: HCQSignal) -> NVCopyQueue: return self.signal(signal, 0)

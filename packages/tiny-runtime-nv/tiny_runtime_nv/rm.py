@@ -105,6 +105,10 @@ typedef struct { uint64_t base; uint64_t length; uint64_t offset; UvmGpuMappingA
   uint64_t gpuAttributesCount; int32_t rmCtrlFd; uint32_t hClient; uint32_t hMemory; uint32_t rmStatus; }
   UVM_MAP_EXTERNAL_ALLOCATION_PARAMS;
 typedef struct { uint64_t base; uint64_t length; uint32_t rmStatus; } UVM_FREE_PARAMS;
+typedef struct { uint32_t numClasses; uint64_t classList; } NV0080_CTRL_GPU_GET_CLASSLIST_PARAMS;
+typedef struct { uint32_t flags; uint32_t duration; } NV2080_CTRL_PERF_BOOST_PARAMS;
+typedef struct { uint32_t hDebuggerClient_Obsolete; uint32_t hAppClient; uint32_t hClass3dObject; }
+  NV83DE_ALLOC_PARAMETERS;
 """
 
 # what differs between the branches' headers (nvos.h NVOS46, cl90f1.h, ctrl0080gpu.h, ctrla06c.h)
@@ -190,20 +194,26 @@ DMA_CLASSES = (HOPPER_DMA_COPY_A, AMPERE_DMA_COPY_B, AMPERE_DMA_COPY_A)
 CTRL_SYSTEM_GET_BUILD_VERSION_V2, CTRL_GPU_GET_ID_INFO_V2 = 0x13E, 0x205
 CTRL_GPU_GET_CLASSLIST_V2, CTRL_GPU_GET_GID_INFO, CTRL_GR_GET_INFO = 0x800292, 0x2080014A, 0x20801201
 CTRL_GPFIFO_SCHEDULE, CTRL_GPFIFO_GET_WORK_SUBMIT_TOKEN = 0xA06C0101, 0xC36F0108
+# the pointer form of the class list (ctrl0080gpu.h; tinygrad 0.14 asks it) and the clock boost CUDA requests
+# (ctrl2080perf.h)
+CTRL_GPU_GET_CLASSLIST, CTRL_PERF_BOOST = 0x800201, 0x2080200A
+GT200_DEBUGGER = 0x83DE  # cl83de.h: a debugger object on a compute object (tinygrad 0.14 allocates one per device)
 CONTROLS: dict[int, str] = {CTRL_SYSTEM_GET_BUILD_VERSION_V2: "NV0000_CTRL_SYSTEM_GET_BUILD_VERSION_V2_PARAMS",
                             CTRL_GPU_GET_ID_INFO_V2: "NV0000_CTRL_GPU_GET_ID_INFO_V2_PARAMS",
                             CTRL_GPU_GET_CLASSLIST_V2: "NV0080_CTRL_GPU_GET_CLASSLIST_V2_PARAMS",
                             CTRL_GPU_GET_GID_INFO: "NV2080_CTRL_GPU_GET_GID_INFO_PARAMS",
                             CTRL_GR_GET_INFO: "NV2080_CTRL_GR_GET_INFO_PARAMS",
                             CTRL_GPFIFO_SCHEDULE: "NVA06C_CTRL_GPFIFO_SCHEDULE_PARAMS",
-                            CTRL_GPFIFO_GET_WORK_SUBMIT_TOKEN: "NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN_PARAMS"}
+                            CTRL_GPFIFO_GET_WORK_SUBMIT_TOKEN: "NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN_PARAMS",
+                            CTRL_GPU_GET_CLASSLIST: "NV0080_CTRL_GPU_GET_CLASSLIST_PARAMS",
+                            CTRL_PERF_BOOST: "NV2080_CTRL_PERF_BOOST_PARAMS"}
 # allocation parameter blocks by class (None: the class takes no parameters)
 ALLOC_PARAMS: dict[int, str | None] = {
   NV01_ROOT_CLIENT: None, NV01_DEVICE_0: "NV0080_ALLOC_PARAMETERS", NV20_SUBDEVICE_0: "NV2080_ALLOC_PARAMETERS",
   NV01_MEMORY_VIRTUAL: "NV_MEMORY_VIRTUAL_ALLOCATION_PARAMS", NV1_MEMORY_USER: "NV_MEMORY_ALLOCATION_PARAMS",
   NV1_MEMORY_SYSTEM: "NV_MEMORY_ALLOCATION_PARAMS", FERMI_VASPACE_A: "NV_VASPACE_ALLOCATION_PARAMETERS",
   KEPLER_CHANNEL_GROUP_A: "NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS",
-  FERMI_CONTEXT_SHARE_A: "NV_CTXSHARE_ALLOCATION_PARAMETERS",
+  FERMI_CONTEXT_SHARE_A: "NV_CTXSHARE_ALLOCATION_PARAMETERS", GT200_DEBUGGER: "NV83DE_ALLOC_PARAMETERS",
   **{c: None for c in USERMODE_CLASSES + COMPUTE_CLASSES + DMA_CLASSES},
   **{c: "NV_CHANNELGPFIFO_ALLOCATION_PARAMETERS" for c in GPFIFO_CLASSES}}
 

@@ -177,7 +177,7 @@ def tex_const(d: TexDesc, storage: bool = False) -> list[int]:
   return [swizzle | d.fmt << 22,
           d.width | d.height << 15,
           min(align, 15) | d.pitch << 7 | A6XX_TEX_2D << 29,
-          0, lo32(d.base), hi32(d.base) & 0x1FFFF] + [0] * 10  # type: ignore[list-item]
+          0, d.base & 0xFFFFFFFF, (d.base >> 32) & 0x1FFFF] + [0] * 10
 
 
 def tex_samp_nearest_unnorm_border() -> list[int]:

@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 from tiny_uop.device import Allocator, BufferSpec, Compiled, CompileError, Program
+from tiny_uop.helpers import del_errors
 
 from tiny_runtime_qcom.opencl import CL_DEVICE_LOCAL_MEM_SIZE, CL_DEVICE_MAX_WORK_GROUP_SIZE, \
   CL_DEVICE_MAX_WORK_ITEM_SIZES, CL_BUFFER_CREATE_TYPE_REGION, CL_FLOAT, CL_INVALID_BUFFER_SIZE, \
@@ -46,9 +47,7 @@ class CLBuf:
 
   def __del__(self) -> None:
     if self.base is None: return
-    try: self.cl.clReleaseMemObject(self.mem)
-    except Exception:  # noqa: BLE001,S110 -- interpreter shutdown: the driver may be gone already
-      pass
+    with del_errors("CLBuf.__del__ (clReleaseMemObject)"): self.cl.clReleaseMemObject(self.mem)
 
   def __repr__(self) -> str: return f"<CLBuf {self.nbytes} bytes>"
 
@@ -157,11 +156,10 @@ class CLProgram(Program):
     return time.perf_counter() - st
 
   def __del__(self) -> None:
-    try:
+    if getattr(self, "kernel", None) is None: return  # the build failed: nothing was made
+    with del_errors(f"CLProgram.__del__ ({getattr(self, 'name', '?')})"):
       self.dev.cl.clReleaseKernel(self.kernel)
       self.dev.cl.clReleaseProgram(self.prg)
-    except Exception:  # noqa: BLE001,S110 -- interpreter shutdown: the driver may be gone already
-      pass
 
 
 class CLDevice(Compiled):

@@ -16,11 +16,12 @@ the registry reports; `DEV=MOCK+QCOM` always works where an OpenCL CPU platform 
 from __future__ import annotations
 
 import ctypes
-from typing import Any, Sequence
+from typing import Any, Sequence, cast
 
 from tiny_uop.hcq import ArgsLayout, FileIOInterface, HCQAllocator, HCQBuffer, HCQCompiled, HCQProgram, \
   HCQSignal
 from tiny_uop.hcq2 import HCQ2Graph
+from tiny_uop.helpers import del_errors
 from tiny_uop.target import Target
 
 from tiny_runtime_qcom import a6xx, adreno
@@ -125,10 +126,13 @@ class QCOMProgram(HCQProgram):
       else:
         off = lay.tex_off + 64 * self.tex_index[i] if kind == "tex" else lay.uav_off + 64 * self.uav_index[i]
         desc = a6xx.tex_const(a6xx.TexDesc(a6xx.FMT6_32_32_32_32_FLOAT, w, h, w * 16, addr), storage=kind == "uav")
-        (ctypes.c_uint32 * a6xx.TEX_CONST_DWORDS).from_address(base + off)[:] = desc
+        # typeshed: a c_uint32 array slice takes ints
+        (ctypes.c_uint32 * a6xx.TEX_CONST_DWORDS).from_address(base + off)[:] = desc  # type: ignore[assignment]
     for i, v in zip(self.val_args, vals): ctypes.c_int32.from_address(base + self.binary.args[i].const_off).value = v
     samp = a6xx.tex_samp_nearest_unnorm_border()
-    for n in range(lay.n_samp): (ctypes.c_uint32 * 4).from_address(base + lay.samp_off + 16 * n)[:] = samp
+    # typeshed: a c_uint32 array slice takes ints
+    for n in range(lay.n_samp):
+      (ctypes.c_uint32 * 4).from_address(base + lay.samp_off + 16 * n)[:] = samp  # type: ignore[assignment]
     return base
 
   def _image_bases(self, bufs: Sequence[Any]) -> tuple[list[int], list[HCQBuffer]]:
@@ -170,9 +174,9 @@ class QCOMProgram(HCQProgram):
     return (dev.time_signals[1].timestamp - dev.time_signals[0].timestamp) / 1e6
 
   def __del__(self) -> None:
-    try: self.dev.defer_free(self.lib_buf, self.dev.timeline_value - 1)
-    except Exception:  # noqa: BLE001,S110 -- interpreter shutdown: the device may be gone already
-      pass
+    if getattr(self, "lib_buf", None) is None: return  # refused before its code buffer was allocated
+    with del_errors("QCOMProgram.__del__ (freeing its code buffer)"):
+      self.dev.defer_free(self.lib_buf, self.dev.timeline_value - 1)
 
 
 def graphable(dev: Any, call: Any) -> bool:
@@ -181,7 +185,7 @@ def graphable(dev: Any, call: Any) -> bool:
   alignment, TEX_CONST_4.BASE_LO): such a kernel runs outside the graph, where its launch stages the image
   (`QCOMProgram._image_bases`)."""
   prg = getattr(call, "prg", None)
-  if not isinstance(prg, HCQProgram): return False
+  if not isinstance(prg, QCOMProgram): return False
   return not any(not isinstance(b, int) and prg.info.args[i][0] == "tex" and b.va_addr % a6xx.BASE_ALIGN
                  for i, b in zip(prg.buf_args, call.bufs))
 
@@ -236,10 +240,8 @@ class QCOMGraph(HCQ2Graph):
     return out
 
   def __del__(self) -> None:
-    try:
+    with del_errors("QCOMGraph.__del__ (freeing its staged textures)"):
       for tmp in getattr(self, "_staged", {}).values(): self.dev.defer_free(tmp, self.last_signal)
-    except Exception:  # interpreter shutdown: the device may be gone  # noqa: S110
-      pass
     super().__del__()
 
 
@@ -258,7 +260,7 @@ class Layout:
 class QCOMDevice(HCQCompiled):
   """``QCOM`` (KGSL, Adreno 6xx) and ``MOCK+QCOM`` (mock KGSL + an a630 that runs kernels on PoCL)."""
   hw_compute_queue_t = QCOMComputeQueue
-  hw_copy_queue_t = None  # type: ignore[assignment]  # no copy engine: HCQAllocator copies through the CPU mapping
+  hw_copy_queue_t = None  # no copy engine: HCQAllocator copies through the CPU mapping
   pm_lower = pm_lower  # HCQ2's encoder (encode.py)
   hcq2_copy_engine = "compute"  # HCQ2: one engine for everything
 
@@ -274,13 +276,15 @@ class QCOMDevice(HCQCompiled):
     base = self.signal_page.va_addr
     self._free_signals = list(range(base, base + SIGNAL_PAGE, HCQSignal.SIZE))[::-1]
     # the CACHE_FLUSH_TS timestamp of cache write-backs: one signal slot nobody waits on, in this device's queue class
-    self.hw_compute_queue_t = type("QCOMComputeQueue", (QCOMComputeQueue,), {"flush_addr": self._free_signals.pop()})
+    flush = {"flush_addr": self._free_signals.pop()}
+    self.hw_compute_queue_t = cast(type[QCOMComputeQueue], type("QCOMComputeQueue", (QCOMComputeQueue,), flush))
     self.cmd_ring, self._cmd_ptr = self.kgsl.alloc(CMD_RING), 0
     self.kernargs, self._kernargs_ptr = self.kgsl.alloc(KERNARGS_SIZE), 0
     self.border = self.kgsl.alloc(0x1000)  # the border color table: zeros (CLK_ADDRESS_CLAMP reads 0 outside)
     self.border_addr = self.border.va_addr
     self.stack: HCQBuffer | None = None
-    self.stack_addr, self._old_stacks = 0, []
+    self.stack_addr = 0
+    self._old_stacks: list[HCQBuffer] = []
     if self._driver is not None:
       from tiny_runtime_qcom.mock.compiler import MockAdrenoCompiler
       self.compiler: Any = MockAdrenoCompiler(self._driver)
@@ -302,7 +306,9 @@ class QCOMDevice(HCQCompiled):
     def submit(parts: list) -> None:
       if len(parts) == 1 and isinstance(parts[0], list): return self.submit_dwords(parts[0])
       dwords: list[int] = []
-      for p in parts: dwords += p if isinstance(p, list) else self.hw_compute_queue_t().indirect_buffer(*p)._q
+      for p in parts:  # a queue made here holds no HCQVar (those are HCQ2's): its dwords are ints
+        q = p if isinstance(p, list) else self.hw_compute_queue_t().indirect_buffer(*p)._q
+        dwords += q  # type: ignore[arg-type]
       self.submit_dwords(dwords)
     return submit
 
@@ -338,7 +344,8 @@ class QCOMDevice(HCQCompiled):
       if self.kgsl.last_timestamp: self.kgsl.wait_timestamp(self.kgsl.last_timestamp)
       self._cmd_ptr = 0
     addr = self.cmd_ring.va_addr + self._cmd_ptr
-    (ctypes.c_uint32 * len(dwords)).from_address(addr)[:] = dwords
+    # typeshed: a c_uint32 array slice takes ints
+    (ctypes.c_uint32 * len(dwords)).from_address(addr)[:] = dwords  # type: ignore[assignment]
     self._cmd_ptr = _round_up(self._cmd_ptr + n, 64)
     self.submit_ib(addr, len(dwords))
 

@@ -156,8 +156,8 @@ def test_gradient_api():
   (dx,) = y.gradient(x)
   assert dx.tolist() == [2.0, 4.0, 6.0]
   z = Tensor([5.0])
-  with pytest.raises(RuntimeError, match="not part of the graph"): y.gradient(z)
-  assert y.gradient(z, materialize_grads=True)[0].tolist() == [0.0]
+  assert y.gradient(z)[0].tolist() == [0.0]  # tinygrad 0.14: a target not in the graph gets zeros
+  with pytest.raises(RuntimeError, match="not part of the graph"): y.gradient(z, materialize_grads=False)
   v = x * 2
   (dv,) = v.gradient(x, gradient=Tensor([1.0, 0.0, 1.0]))
   assert dv.tolist() == [2.0, 0.0, 2.0]
@@ -168,7 +168,8 @@ def test_requires_grad_propagation_and_errors():
   a, b, c = Tensor([1.0], requires_grad=True), Tensor([2.0]), Tensor([3.0], requires_grad=False)
   assert (a + b).requires_grad is True and (b + c).requires_grad is None and (c * 2).requires_grad is False
   assert a.detach().requires_grad is False
-  with pytest.raises(RuntimeError, match="requires_grad"): (c * 2).sum().backward()
+  (c * 2).sum().backward()  # tinygrad 0.14: nothing to fill is no error; requires_grad=False opts c out
+  assert c.grad is None
   with pytest.raises(RuntimeError, match="scalar"): Tensor([1.0, 2.0], requires_grad=True).backward()
 
 

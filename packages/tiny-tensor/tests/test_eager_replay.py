@@ -174,16 +174,16 @@ def test_the_one_node_normalization_matches_the_walk():
     g = f().uop
     norm = _Normalizer()
     want = norm.node(g)  # its sources remember their forms, numbered as in this walk (as after a realize) ...
-    g._cache.pop("norm")  # ... and g is new
+    S._norm_memo.pop(g)  # ... and g is new (the memo is the scheduler's, not on the node)
     got = _norm_over_remembered(g)
     assert got is not None and got[0] is want and got[1] == norm.inputs
     found = sched_mod.cached_template((g,))
     assert found is not None and found[1] == norm.inputs
-    assert found[0] is S._cache.get((UOp.sink(want), frozenset()))
+    assert found[0] is S._cache.get(S._schedule_key(UOp.sink(want), frozenset()))
   # one buffer read through both sources is numbered once by the walk: the shortcut declines
   for g in ((a * b - b * 2).uop, (a + a).uop):
     _Normalizer().node(g)
-    g._cache.pop("norm")
+    S._norm_memo.pop(g)
     assert _norm_over_remembered(g) is None
 
 
@@ -198,3 +198,67 @@ def test_replayed_scalars_and_repeated_tensors_keep_shapes_and_values(count_sche
   np.testing.assert_allclose(t.numpy(), _x(11, (4, 3)) + 3, rtol=1e-6)
   assert engine.is_realized(t.uop) and t._origin is not None and t._origin.op.name == "ADD"
   assert len(count_schedules) == 2  # once per structure: later runs replay
+
+
+def test_a_codegen_flag_set_later_compiles_anew(count_schedules):
+  # NOOPT (a codegen flag) set after the kernel was compiled and its replay recorded: the engine runs what a compile
+  # under NOOPT gives -- its program cache and the replay record are keyed by the flags -- and caches that too
+  from tiny_codegen import get_program
+  from tiny_uop import Ops
+  from tiny_uop.plugins import Device
+  x, y = _x(20, (32, 32)), _x(21, (32, 32))
+  a, b = Tensor(x), Tensor(y)
+  f = lambda: (a @ b).realize()  # noqa: E731
+  ast = next(c.src[0] for c in engine.plan([(a @ b).uop]).calls if c.src[0].op is Ops.SINK)
+  renderer = Device[a.device].renderer
+
+  def launched_src() -> str:
+    calls = []
+    with engine.capture(calls.append): out = f()
+    np.testing.assert_allclose(out.numpy(), x @ y, rtol=1e-4, atol=1e-4)
+    return calls[0].spec.src
+
+  assert launched_src() == get_program(ast, renderer).src
+  for _ in range(2): f()  # recorded, then replayed
+  count_schedules.clear()
+  with Context(NOOPT=1):
+    assert launched_src() == get_program(ast, renderer).src  # the program cache: compiled under NOOPT
+    np.testing.assert_allclose(f().numpy(), x @ y, rtol=1e-4, atol=1e-4)  # not the default-flags replay ...
+    assert len(count_schedules) == 2  # (the capture's and this one's)
+    for _ in range(2): np.testing.assert_allclose(f().numpy(), x @ y, rtol=1e-4, atol=1e-4)
+    assert len(count_schedules) == 2  # ... recorded again under NOOPT, then replayed
+  np.testing.assert_allclose(f().numpy(), x @ y, rtol=1e-4, atol=1e-4)
+
+
+def test_a_cached_op_schedules_lowers_and_walks_nothing(count_schedules, monkeypatch):
+  # issue #39: on a cached op the engine launches the recorded kernel on a fresh buffer; nothing of the scheduler,
+  # the lowering/compiler or the program cache runs, and no graph is walked (counted by wrapping each entry point)
+  import importlib
+  import tiny_codegen.program as prog_mod
+  from tiny_uop import UOp
+  S = importlib.import_module("tiny_codegen.schedule.schedule")
+  x = _x(30, (64, 64))
+  a = Tensor(x)
+  for _ in range(2): (a + 1).realize()  # scheduled, compiled and recorded; then replayed
+  count_schedules.clear()
+  counts: dict[str, int] = {}
+
+  def counting(owner, name):
+    real = getattr(owner, name)
+    def wrapped(*args, **kwargs):
+      counts[name] = counts.get(name, 0) + 1
+      return real(*args, **kwargs)
+    monkeypatch.setattr(owner, name, wrapped)
+
+  for owner, name in ((prog_mod, "get_program"), (prog_mod, "to_program"), (prog_mod, "_to_program"),
+                      (engine, "_get_runner"), (engine, "run_schedule"), (S, "_schedule"), (S._Normalizer, "node"),
+                      (UOp, "toposort"), (UOp, "substitute")):
+    counting(owner, name)
+  GlobalCounters.reset()
+  outs = [(a + 1).realize() for _ in range(5)]
+  assert counts == {} and not count_schedules
+  assert GlobalCounters.kernel_count == 5
+  for t in outs: np.testing.assert_array_equal(t.numpy(), x + 1)
+  # the wrappers do count: a new structure goes through them
+  (a * 7).realize()
+  assert counts.get("_schedule") == 1 and counts.get("_get_runner", 0) >= 1 and len(count_schedules) == 1

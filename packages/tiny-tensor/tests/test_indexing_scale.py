@@ -113,7 +113,10 @@ def test_variable_index_reads_and_bounds():
   with pytest.raises(IndexError, match="symbolic index j with range"): t[Variable("j", 0, 9).bind(1)]
   k = Variable("k", 0, 5).bind(1)
   with pytest.raises(IndexError, match=r"symbolic slice k:\(k\+2\) spans \[0, 7\)"): t[k:k + 2]
-  with pytest.raises(IndexError, match="constant length, got k:"): t[k:]
+  assert t[k:].sum().item() == np.arange(6)[1:].sum()  # a symbolic length (see test_symbolic_slicing.py)
+  with pytest.raises(TypeError, match="constant length"): t[k::2]
+  assert t[:Variable("n", 1, 6).bind(4)].sum().item() == float(np.arange(6)[:4].sum())
+  with pytest.raises(IndexError, match="negative for some values"): t[k:1]
 
 
 def test_setitem_at_variable_index_eager():

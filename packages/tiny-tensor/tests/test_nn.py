@@ -138,6 +138,6 @@ def test_inits_follow_the_bounds():
   assert nn.ConvTranspose2d(4, 6, 3, groups=2).weight.shape == (4, 3, 3, 3)
   bn = nn.BatchNorm(3)
   assert bn.weight.tolist() == [1.0] * 3 and bn.running_var.tolist() == [1.0] * 3
-  assert bn.num_batches_tracked.dtype == dtypes.int32
+  assert bn.num_batches_tracked.dtype == dtypes.int64  # torch.nn.BatchNorm2d: torch.long
   assert nn.BatchNorm(3, affine=False).weight is None
   with pytest.raises(ValueError, match="'same'"): nn.Conv2d(1, 1, 3, padding="valid")

@@ -412,7 +412,7 @@ def test_loss_errors():
 def test_one_hot():
   y = rng.integers(0, 5, (2, 3))
   np.testing.assert_array_equal(Tensor(y).one_hot(6).numpy(), F.one_hot(torch.tensor(y), 6).numpy())
-  np.testing.assert_array_equal(Tensor(y).one_hot().numpy(), F.one_hot(torch.tensor(y)).numpy())
+  np.testing.assert_array_equal(Tensor(y).one_hot(int(y.max()) + 1).numpy(), F.one_hot(torch.tensor(y)).numpy())
   assert Tensor([1, 0]).one_hot(2).tolist() == [[0, 1], [1, 0]]
 
 

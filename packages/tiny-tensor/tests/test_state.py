@@ -37,7 +37,7 @@ def test_load_state_dict_copies_and_casts():
   net.layers[0].weight.realize()  # a realized tensor is written in place, a lazy one replaced: test both
   load_state_dict(net, {k: Tensor(v) for k, v in src.items()})
   for k, v in get_state_dict(net).items():
-    assert v.dtype == (dtypes.int32 if k.endswith("num_batches_tracked") else dtypes.float32)
+    assert v.dtype == (dtypes.int64 if k.endswith("num_batches_tracked") else dtypes.float32)
     np.testing.assert_allclose(v.numpy(), src[k].astype(v.numpy().dtype), rtol=1e-6)
 
 

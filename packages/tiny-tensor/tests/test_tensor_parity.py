@@ -223,3 +223,46 @@ def test_surface_matches_tinygrad():
   theirs = {n for n in dir(TG) if not n.startswith("_")}
   ours = {n for n in dir(Tensor) if not n.startswith("_")}
   assert sorted(theirs - ours - set(LEFT_OUT)) == []
+
+
+# what of tinygrad 0.14's nn, nn.optim, nn.state we leave out, and why (README: "Not from tinygrad")
+NN_LEFT_OUT = {
+  "state.TensorIO": "a file object over a uint8 Tensor (tinygrad reads archives through it; ours reads bytes)",
+  "state.accept_filename": "tinygrad's decorator plumbing (our loaders take a path or a Tensor themselves)",
+  "state.fs_store": "tinygrad's TINYFS network store", "state.fs_load": "tinygrad's TINYFS network store",
+  "state.zip_extract": "archive member extraction; torch_load reads the zip format itself",
+  "state.tar_extract": "archive member extraction (tar); no loader here needs it",
+}
+
+# tinygrad 0.14 parameter names we don't take, and why: (module, callable, parameter)
+PARAMS_LEFT_OUT = {
+  ("state", "safe_load_metadata", "t"): "positional in both; ours is named fn (a path or a Tensor)",
+  ("state", "torch_load", "t"): "positional in both; ours is named fn (a path or a Tensor)",
+}
+
+
+def _defined_names(mod) -> dict:
+  """Public classes and functions a module defines itself (not the helpers it imports)."""
+  import inspect
+  return {n: o for n, o in vars(mod).items() if not n.startswith("_") and (inspect.isclass(o) or inspect.isfunction(o))
+          and getattr(o, "__module__", None) == mod.__name__}
+
+
+def test_nn_surface_matches_tinygrad():
+  """Every public class/function of tinygrad's nn, nn.optim and nn.state exists here, taking every parameter name
+  tinygrad's takes (ours may take more); TinyJit takes tinygrad's `prune`."""
+  import inspect
+  pytest.importorskip("tinygrad", reason="tinygrad==0.14.0 is a test oracle in BENCH_DEPS")
+  from tinygrad import nn as tg_nn
+  from tiny_tensor import TinyJit, nn
+  missing, params = [], []
+  for key, theirs, ours in [("nn", tg_nn, nn), ("optim", tg_nn.optim, nn.optim), ("state", tg_nn.state, nn.state)]:
+    for name, obj in _defined_names(theirs).items():
+      if not hasattr(ours, name):
+        if f"{key}.{name}" not in NN_LEFT_OUT: missing.append(f"{key}.{name}")
+        continue
+      want = [p for p in inspect.signature(obj).parameters if p not in ("self", "args", "kwargs")]
+      have = set(inspect.signature(getattr(ours, name)).parameters)
+      params += [f"{key}.{name}({p})" for p in want if p not in have and (key, name, p) not in PARAMS_LEFT_OUT]
+  assert missing == [] and params == []
+  assert "prune" in inspect.signature(TinyJit).parameters

@@ -12,6 +12,22 @@ from tiny_tensor.tensor import Tensor
 __all__ = ["Tensor", "dtypes", "Device", "Variable", "Context", "GlobalCounters", "__version__"]
 __version__ = "0.1.0"  # the package version (pyproject.toml reads it from here)
 
+# subpackages reachable as attributes without their own import (`tiny_tensor.nn.Linear`, as `tinygrad.nn`), imported
+# on first use so that `import tiny_tensor` stays light
+_LAZY_SUBMODULES = ("nn",)
+
+
+def __getattr__(name: str) -> object:
+  """Import a lazy subpackage (`nn`) on first attribute access; any other missing name is an AttributeError."""
+  if name in _LAZY_SUBMODULES:
+    import importlib
+    return importlib.import_module(f"{__name__}.{name}")
+  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+  return sorted({*globals(), *_LAZY_SUBMODULES})
+
 try:
   from tiny_tensor.jit import TinyJit  # noqa: F401
 except ImportError as _e:  # only while tiny_tensor.jit is being written: any other error must surface

@@ -27,6 +27,8 @@ call it (see examples/plugin-template) as ``assert not [r for r in run("MYDEV") 
 from __future__ import annotations
 
 import argparse
+import functools
+import operator
 import sys
 import time
 import traceback
@@ -34,6 +36,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from tiny_uop.dtype import DType, dtypes, to_numpy
 from tiny_uop.helpers import Context
@@ -82,7 +85,7 @@ def check(group: str, name: str) -> Callable[[Callable[[str], None]], Callable[[
 def _rng(seed: int) -> np.random.Generator: return np.random.default_rng(seed)
 
 
-def _close(got: np.ndarray, want: np.ndarray, what: str, rtol: float = 1e-5, atol: float = 1e-6) -> None:
+def _close(got: ArrayLike, want: ArrayLike, what: str, rtol: float = 1e-5, atol: float = 1e-6) -> None:
   got, want = np.asarray(got), np.asarray(want)
   assert got.shape == want.shape, f"{what}: shape {got.shape}, numpy's is {want.shape}"
   if want.dtype.kind in "biu": ok, err = np.array_equal(got, want), "values differ"
@@ -456,7 +459,7 @@ def speed(device: str, n: int = 1024, copy_mb: int = 64, reps: int = 10,
   for dt in gemm:
     a, b = Tensor.rand(n, n, device=dev).cast(dt).realize(), Tensor.rand(n, n, device=dev).cast(dt).realize()
     mm = TinyJit(lambda a, b: (a @ b).realize())
-    t = _timeit(lambda mm=mm, a=a, b=b: mm(a, b), d.synchronize, reps)
+    t = _timeit(functools.partial(mm, a, b), d.synchronize, reps)
     rows[f"GEMM {n}^3 {_NAMES[dt]} TFLOPS"] = {"tiny": 2 * n ** 3 / t / 1e12}
   src = Tensor.rand(copy_mb << 18, device=dev).realize()
   cp = TinyJit(lambda s: (s + 0).realize())
@@ -472,13 +475,13 @@ def speed(device: str, n: int = 1024, copy_mb: int = 64, reps: int = 10,
   d.synchronize()
   if torch_device is not None:
     try:
-      import torch  # type: ignore[import-not-found]
+      import torch
     except ImportError: torch = None
     if torch is not None:
       sync = torch.cuda.synchronize if torch_device.startswith("cuda") else (lambda: None)
       for dt in gemm:
         ta, tb = (torch.rand(n, n, device=torch_device, dtype=getattr(torch, _NAMES[dt])) for _ in range(2))
-        t = _timeit(lambda a=ta, b=tb: a @ b, sync, reps)
+        t = _timeit(functools.partial(operator.matmul, ta, tb), sync, reps)
         rows[f"GEMM {n}^3 {_NAMES[dt]} TFLOPS"]["torch"] = 2 * n ** 3 / t / 1e12
       ts = torch.rand(copy_mb << 18, device=torch_device)
       rows[copy_row]["torch"] = 2 * ts.numel() * 4 / _timeit(lambda: ts + 0, sync, reps) / 1e9

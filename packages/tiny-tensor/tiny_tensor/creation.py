@@ -98,21 +98,34 @@ class CreationMixin:
     """
     if stop is None: start, stop = 0, start
     if step == 0: raise ValueError("arange: step must not be 0")
-    dt = to_dtype(kwargs.pop("dtype", dtypes.default_float if any(isinstance(x, float) for x in (start, stop, step))
-                                      else dtypes.default_int))
-    n = max(0, math.ceil((stop - start) / step))
-    if n and (start < dt.min or dt.max < start + (n - 1) * step):
+    all_int = not any(isinstance(x, float) for x in (start, stop, step))
+    # exact for ints: a float quotient loses the count past 2**53
+    n = max(0, -((start - stop) // step) if all_int else math.ceil((stop - start) / step))
+    lo, hi = sorted((start, start + (n - 1) * step)) if n else (start, start)
+    # an int range default_int can't hold picks int64 (uint64 past it), as tinygrad and torch do
+    dt = to_dtype(kwargs.pop("dtype", dtypes.int_for(lo, hi) if all_int else dtypes.default_float))
+    if n and (lo < dt.min or dt.max < hi):
       raise ValueError(f"arange [{start}, {stop}) is not representable in dtype {dt}")
     idx = cls._arange_idx(n, kwargs.pop("device", None))
     if dtypes.is_float(dt): ret = (idx.cast(dt) - 1) * step + start
-    else: ret = ((idx - 1) * step + start).cast(dt)
+    elif dtypes.min(dtypes.int32) <= min(lo, step) and max(hi, step) <= dtypes.max(dtypes.int32):
+      ret = ((idx - 1) * step + start).cast(dt)  # int32 index math, then the dtype
+    else: ret = (idx.cast(dt) - 1) * step + start  # values past int32: the math in the wide dtype itself
     return ret.requires_grad_(kwargs.get("requires_grad"))
 
   @classmethod
   def linspace(cls, start: Any, stop: Any, steps: int, **kwargs: Any) -> Tensor:
-    """`steps` evenly spaced values from start to stop (inclusive)."""
-    if steps < 0: raise ValueError(f"linspace: steps must be >= 0, got {steps}")
+    """`steps` evenly spaced values from start to stop (inclusive).
+
+    >>> Tensor.linspace(0, 1, 3).tolist()
+    [0.0, 0.5, 1.0]
+    """
+    # a count must be an int (as torch; tinygrad 0.14 computes a float count's ceil-many values)
+    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)):
+      raise TypeError(f"linspace: steps must be an int (the number of values), got {type(steps).__name__} {steps!r}")
+    if (steps := int(steps)) < 0: raise ValueError(f"linspace: steps must be >= 0, got {steps}")
     dt = to_dtype(kwargs.pop("dtype", dtypes.default_float))
+    if dt == dtypes.bool: raise ValueError("linspace: dtype bool is not supported; valid: an int or float dtype")
     if steps == 1: return cls([start], dtype=dt, **kwargs)
     delta = (stop - start) / max(steps - 1, 1)
     return (start + cls.arange(steps, dtype=dtypes.float32, **kwargs) * delta).cast(dt)

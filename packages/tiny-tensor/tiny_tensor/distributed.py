@@ -23,6 +23,7 @@ different dtypes into garbage, or fail on one rank only (MPI_ERR_TRUNCATE) while
 """
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any, Literal, Sequence
 
 import numpy as np
@@ -107,18 +108,18 @@ def allreduce_grads(params: Sequence[Tensor], average: bool = True) -> None:
   """Replace each parameter's `.grad` by its sum (or mean) over all processes: one MPI call for all of them."""
   from mpi4py import MPI
   comm, n = init(), world_size()
-  with_grad = [p for p in params if p.grad is not None]
+  with_grad = [(p, p.grad) for p in params if p.grad is not None]
   _agree(comm, ("allreduce_grads", average,
                 tuple((i, *_header(p.grad)[::-1]) for i, p in enumerate(params) if p.grad is not None)))
   if not with_grad: return
-  flat = np.concatenate([p.grad.numpy().astype(np.float32, copy=False).reshape(-1) for p in with_grad])
+  flat = np.concatenate([g.numpy().astype(np.float32, copy=False).reshape(-1) for _, g in with_grad])
   out = np.empty_like(flat)
   comm.Allreduce(flat, out, op=MPI.SUM)
   if average: out /= n
   off = 0
-  for p in with_grad:
-    k = int(np.prod(p.shape, dtype=np.int64))
-    p.grad = type(p)(out[off:off + k].reshape(p.shape), device=p.device).cast(p.grad.dtype)
+  for p, g in with_grad:
+    k = math.prod(int(d) for d in p.shape)
+    p.grad = type(p)(out[off:off + k].reshape(p.shape), device=p.device).cast(g.dtype)
     off += k
 
 

@@ -1,14 +1,19 @@
 """The execution engine: turns tensor graphs into running kernels (docs/PIPELINE.md §6).
 
 `realize(uops)` schedules everything not yet realized (`tiny_codegen.schedule.create_schedule`), then runs the CALLs
-in order: kernels are compiled once per `(ast, renderer)` with `tiny_codegen.get_program` and loaded on their device;
+in order: kernels are compiled once per `(ast, renderer, codegen flags)` with `tiny_codegen.get_program` (the flags:
+`tiny_codegen.program.CODEGEN_FLAGS`, e.g. NOOPT, BEAM, CHECK_OOB) and loaded on their device;
 COPYs go through host memory, or device to device between GPUs of one backend that can (`copy_buffer`); SLICEs make
 zero-copy views. It returns the scheduler's `becomes` map, which `Tensor.realize` applies to every live tensor.
 
 Eager replay (the hot path of `(a + 1).realize()` in a loop): a schedule of kernels only, without variables, that gives
 buffers to the roots alone is recorded in its schedule-cache entry (`_Replay`); a later realize whose graph has the
 same structure (`tiny_codegen.schedule.cached_template`, nothing exposed) runs those kernels on its inputs and fresh
-output buffers without building the schedule, counting them as `_run_kernel` does. A VIZ recorder, a capture and
+output buffers without building the schedule, counting them as `_run_kernel` does. `replay_root(u)` is that for one
+tensor (`Tensor.realize`'s hot path): it returns the new buffer view itself. A record holds, per kernel, the program's
+launcher (`Program.launcher` where a runtime has one: the CPU's binds the ctypes call once) and its argument slots;
+per new buffer, the attributes a `Buffer` starts with. A replay is dropped (the next realize schedules and records
+again) when a device's renderer or a codegen flag changed since it was recorded. A VIZ recorder, a capture and
 DEBUG>=1 see every schedule and kernel, so while one is active every realize is scheduled.
 
 The engine also owns the BUFFER-UOp -> `tiny_uop.device.Buffer` registry (kept on the node: a buffer is freed when no
@@ -33,6 +38,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import numbers
+import operator
 import threading
 import time
 from collections import OrderedDict
@@ -47,7 +54,7 @@ from tiny_uop.uop import GroupOp, Ops, UOp
 from tiny_uop.plugins import Device
 
 __all__ = ["GlobalCounters", "realize", "get_buffer", "register_buffer", "buffer_from_bytes", "is_realized",
-           "buffer_view", "run_schedule", "CapturedCall", "capture"]
+           "buffer_view", "run_schedule", "CapturedCall", "capture", "replay_root"]
 
 
 class GlobalCounters:
@@ -77,8 +84,13 @@ class GlobalCounters:
 class _EngineBuffer(Buffer):
   """A Buffer the engine created for a BUFFER UOp: counted in `GlobalCounters.mem_used` while it exists."""
   def __del__(self) -> None:
-    GlobalCounters.mem_used -= self.nbytes
-    super().__del__()
+    nbytes = self.size * self.dtype.itemsize  # (nbytes without its property: this is the eager hot path's free)
+    GlobalCounters.mem_used -= nbytes
+    if self._opaque is not None and self.options is None and self._base is None and \
+       (dev := Device._opened.get(self.device)) is not None:  # a plain buffer: what Buffer.__del__ does, in one frame
+      dev.allocator.free(self._opaque, nbytes, None)
+      self._opaque = None
+    else: super().__del__()
 
 
 # ops read on the eager hot path, as module constants (on Python 3.11 each `Ops.X` read costs ~0.1 us: see tiny_uop.uop)
@@ -229,9 +241,24 @@ def capture(on_call: Callable[[CapturedCall], None],
 
 # ***** running *****
 PROGRAM_CACHE_MAX = 4096
-"""Compiled-and-loaded programs kept (by kernel AST, renderer and device); the least recently used go first."""
-_program_cache: OrderedDict[tuple[UOp, type, str, str], tuple[Any, Any]] = OrderedDict()
+"""Compiled-and-loaded programs kept (by kernel AST, renderer, device and the codegen flags' values); the least
+recently used go first."""
+_program_cache: OrderedDict[tuple[UOp, type, str, str, tuple], tuple[Any, Any]] = OrderedDict()
 _program_lock = threading.Lock()
+
+
+@functools.cache
+def _codegen_flag_vars() -> tuple:
+  from tiny_codegen.program import CODEGEN_FLAGS  # imported on first use, as the compiler is
+  return CODEGEN_FLAGS
+
+
+_VALUE = operator.attrgetter("value")
+
+
+def _codegen_flags() -> tuple:
+  """`tiny_codegen.program.codegen_flags()`: the values of the flags that change what a kernel compiles to."""
+  return tuple(map(_VALUE, _codegen_flag_vars()))
 
 
 def estimate_ops(ast: UOp) -> int:
@@ -251,12 +278,13 @@ def estimate_ops(ast: UOp) -> int:
 
 
 def _get_runner(ast: UOp, device: str) -> tuple[Any, Any]:
-  """(ProgramSpec, loaded Program) for a kernel AST on a device, compiled once per (ast, renderer class, arch) and
-  loaded once per device (two devices may share a renderer, never a loaded program)."""
+  """(ProgramSpec, loaded Program) for a kernel AST on a device, compiled once per (ast, renderer class, arch, values
+  of the codegen flags: `tiny_codegen.program.CODEGEN_FLAGS`) and loaded once per device (two devices may share a
+  renderer, never a loaded program)."""
   # hot path: the registry's opened devices by canonical name (Device[...] canonicalizes first, ~20 us)
   dev = Device._opened.get(device) or Device[device]
   renderer = dev.renderer
-  key = (ast, type(renderer), getattr(renderer, "arch", ""), device)
+  key = (ast, type(renderer), getattr(renderer, "arch", ""), device, _codegen_flags())
   with _program_lock:
     if (ret := _program_cache.get(key)) is not None:
       _program_cache.move_to_end(key)
@@ -274,11 +302,16 @@ def _get_runner(ast: UOp, device: str) -> tuple[Any, Any]:
 
 
 def _est(spec: Any, name: str) -> int:
+  """A program's estimate `name` ("ops", "mem") as an int: 0 when it has none, or when it is symbolic (it depends on
+  variables only bound at run time). Any other kind of value is a bug of whoever made the spec: a TypeError."""
   est = getattr(spec, "estimates", None)
   v = getattr(est, name, None) if est is not None else None
   if v is None and isinstance(est, dict): v = est.get(name)
-  try: return int(v) if v is not None else 0
-  except TypeError: return 0  # a symbolic estimate
+  if v is None: return 0
+  if isinstance(v, UOp): return int(v.arg) if v.op is Ops.CONST else 0  # a symbolic estimate is not counted
+  if isinstance(v, (numbers.Integral, float)) and not isinstance(v, bool): return int(v)
+  raise TypeError(f"kernel {getattr(spec, 'name', '?')}: estimate {name!r} is {v!r} ({type(v).__name__}); "
+                  "expected an int, a float or a UOp")
 
 
 def _run_kernel(ast: UOp, bufs: tuple[UOp, ...], var_vals: dict[str, int]) -> None:
@@ -367,13 +400,35 @@ class _Replay:
   """A cached schedule as the engine runs it again without building it (kept in the schedule cache entry's `runtime`
   slot, see `tiny_codegen.schedule.cached_template`): kernels only, no variables. Buffer slots: 0..len(inputs)-1 are
   the graph's inputs in the entry's order, then the buffers the schedule makes (`new`: device, size, dtype, bytes, and
-  whether a kernel uses it: then it is allocated before the first kernel runs), fresh BUFFER UOps each run, as
-  `create_schedule` makes them."""
-  new: tuple[tuple[str, int, DType, int, bool], ...]
-  kernels: tuple[tuple[Any, Any, tuple[int, ...], int, int], ...]  # (spec, program, argument slots, FLOPs, bytes)
+  the opened device to allocate it on before the first kernel runs, or None when no kernel uses it), fresh BUFFER
+  UOps each run, as `create_schedule` makes them."""
+  new: tuple[tuple[str, int, DType, int, Any], ...]
+  # per kernel: (launch, its arguments from the slots (`operator.itemgetter`, a tuple), FLOPs, bytes)
+  kernels: tuple[tuple[Callable[..., Any], Callable[[list], tuple], int, int], ...]
   used: tuple[int, ...]  # the input slots the kernels use (allocated before the first kernel runs)
   outs: tuple[tuple[int, tuple | None], ...]  # per root: its buffer slot, and the shape it is reshaped to (or None)
   devices: tuple[tuple[str, Any, Any], ...]  # (name, opened device, its renderer) when recorded: replays check them
+  flags: tuple  # the codegen flags' values the programs were compiled under (`codegen_flags()`): replays check them
+  # per new buffer: the attributes of a `Buffer(device, size, dtype)` not yet allocated (copied into each new one:
+  # what its constructor sets, without running it on the hot path)
+  protos: tuple[dict[str, Any], ...]
+
+
+def _slots_getter(args: tuple[int, ...]) -> Callable[[list], tuple]:
+  """`lambda slots: tuple(slots[i] for i in args)`, in C (`operator.itemgetter`; one index gives a 1-tuple too)."""
+  if len(args) == 1:
+    get1 = operator.itemgetter(args[0])
+    return lambda slots: (get1(slots),)
+  return operator.itemgetter(*args)
+
+
+def _launcher(spec: Any, prg: Any, nbufs: int) -> Callable[..., Any]:
+  """A function of a kernel's `nbufs` opaque buffers (in argument order) that launches it without waiting and returns
+  what the program returns (seconds or None): the program's own `launcher` when it has one (the CPU's decides the
+  argument conversion once), else a call with the spec's sizes and no variables."""
+  gs, ls = spec.global_size, spec.local_size
+  if (make := getattr(prg, "launcher", None)) is not None and (fn := make(nbufs, gs, ls)) is not None: return fn
+  return lambda *bufs: prg(*bufs, global_size=gs, local_size=ls, vals=(), wait=False)
 
 
 def _make_replay(sched: Any, todo: list[UOp]) -> _Replay | None:
@@ -383,6 +438,7 @@ def _make_replay(sched: Any, todo: list[UOp]) -> _Replay | None:
   slot = {b: i for i, b in enumerate(sched.inputs)}
   new: list[tuple[str, int, DType]] = []
   kernels, devices = [], {}
+  flags = _codegen_flags()
   for c in sched.calls:
     if c.src[0].op is not Ops.SINK: return None
     call_slots = []
@@ -398,7 +454,7 @@ def _make_replay(sched: Any, todo: list[UOp]) -> _Replay | None:
     devices[device] = (device, dev, dev.renderer)
     args = tuple(call_slots[i] for i in (spec.globals if spec.globals else range(len(call_slots))))
     mem = _est(spec, "mem") or sum(b.arg * b.dtype.itemsize for b in c.src[1:])
-    kernels.append((spec, prg, args, _est(spec, "ops"), mem))
+    kernels.append((_launcher(spec, prg, len(args)), args, _est(spec, "ops"), mem, dev))
   outs = []
   for r in todo:
     v = sched.becomes[r]
@@ -407,10 +463,14 @@ def _make_replay(sched: Any, todo: list[UOp]) -> _Replay | None:
     shape = r.shape  # the root's own shape (a 0-d root's buffer view may be 1-d): replays give exactly that view
     if shape is None or not all(isinstance(s, int) for s in shape): return None
     outs.append((slot[b], None if shape == (b.arg,) else shape))
-  used = sorted({i for k in kernels for i in k[2]})
+  used = sorted({i for k in kernels for i in k[1]})
   n_in = len(sched.inputs)
-  new_used = tuple((d, n, dt, n * dt.itemsize, n_in + j in used) for j, (d, n, dt) in enumerate(new))
-  return _Replay(new_used, tuple(kernels), tuple(i for i in used if i < n_in), tuple(outs), tuple(devices.values()))
+  opened = {name: dev for name, dev, _ in devices.values()}
+  new_bufs = tuple((d, n, dt, n * dt.itemsize, opened[d] if n_in + j in used else None)
+                   for j, (d, n, dt) in enumerate(new))
+  protos = tuple(dict(vars(Buffer(d, n, dt))) for d, n, dt in new)
+  return _Replay(new_bufs, tuple((k[0], _slots_getter(k[1]), k[2], k[3]) for k in kernels),
+                 tuple(i for i in used if i < n_in), tuple(outs), tuple(devices.values()), flags, protos)
 
 
 @functools.cache
@@ -419,39 +479,69 @@ def _cached_template() -> Callable[..., Any]:
   return cached_template
 
 
-def _replay(todo: list[UOp]) -> dict[UOp, UOp] | None:
-  """Realize `todo` (nothing exposed) by replaying its cached schedule: what `create_schedule` + `run_schedule` would
-  do (new output buffers, the same kernels, GlobalCounters), without building the schedule. None when there is no
-  replay for it, or when something must see the schedule being built or each kernel (VIZ, a capture, DEBUG)."""
+def _replay_run(roots: tuple[UOp, ...]) -> tuple[_Replay, list[UOp]] | None:
+  """Run the recorded replay of `roots` (nothing exposed): what `create_schedule` + `run_schedule` would do (new
+  output buffers, the same kernels, GlobalCounters) without building the schedule; its record and every buffer slot's
+  BUFFER. None (nothing ran) when there is no replay for it, or when something must see the schedule being built or
+  each kernel (VIZ, a capture, DEBUG)."""
   if _trace.RECORDER is not None or _tls.captures or DEBUG.value >= 1: return None
-  if (found := _cached_template()(tuple(todo), REPLAY_MAX_NODES)) is None: return None
+  if (found := _cached_template()(roots, REPLAY_MAX_NODES)) is None: return None
   tmpl, inputs = found
   if (rp := tmpl.runtime) is None or rp is False: return None
   for name, dev, renderer in rp.devices:
-    if Device._opened.get(name) is not dev or dev.renderer is not renderer:  # the device's renderer changed
+    opened = Device._opened.get(name)
+    if opened is None or opened is not dev or opened.renderer is not renderer:  # closed, or its renderer changed
       tmpl.runtime = None  # recorded again after the next scheduled run
       return None
+  if _codegen_flags() != rp.flags:  # e.g. `with Context(NOOPT=1)`: the recorded programs compiled otherwise
+    tmpl.runtime = None
+    return None
   # the device buffers (their Buffers live on the BUFFER nodes in `bufs`)
   opaque: list[Any] = [None] * (len(inputs) + len(rp.new))
-  for i in rp.used: opaque[i] = get_buffer(inputs[i]).ensure_allocated()._opaque
+  for i in rp.used:
+    if (ib := inputs[i]._cache.get("buffer")) is None or ib._opaque is None:
+      ib = get_buffer(inputs[i]).ensure_allocated()
+    opaque[i] = ib._opaque
   bufs = list(inputs)
-  for device, n, dt, nbytes, used in rp.new:  # new BUFFERs, allocated now if a kernel uses them (what get_buffer and
-    bufs.append(b := UOp.new_buffer(device, n, dt))  # Buffer.allocate do, for a node no other thread can see yet)
-    if used:
-      dev = Device._opened.get(device) or Device[device]
-      buf = b._cache["buffer"] = _EngineBuffer(device, n, dt, opaque=dev.allocator.alloc(nbytes, None))
+  for (device, n, dt, nbytes, dev), proto in zip(rp.new, rp.protos):
+    bufs.append(b := UOp.new_buffer(device, n, dt))  # a new BUFFER, allocated now if a kernel uses it: what get_buffer
+    if dev is not None:  # and Buffer.allocate do, for a node no other thread can see yet
+      buf = object.__new__(_EngineBuffer)
+      vars(buf).update(proto)
+      buf._opaque = opaque[len(bufs) - 1] = dev.allocator.alloc(nbytes, None)
+      b._cache["buffer"] = buf
       GlobalCounters.mem_used += nbytes
-      opaque[len(bufs) - 1] = buf._opaque
-  for spec, prg, args, ops, mem in rp.kernels:  # as _run_kernel with DEBUG=0, no recorder and no capture
+  for launch, args_of, ops, mem in rp.kernels:  # as _run_kernel with DEBUG=0, no recorder and no capture
     st = time.perf_counter()
-    et = prg(*[opaque[i] for i in args], global_size=spec.global_size, local_size=spec.local_size, vals=(),
-             wait=False)
+    et = launch(*args_of(opaque))
     t = et if et is not None else time.perf_counter() - st
     GlobalCounters.kernel_count += 1
     GlobalCounters.global_ops += ops
     GlobalCounters.global_mem += mem
     GlobalCounters.time_sum_s += t
+  return rp, bufs
+
+
+def _replay(todo: list[UOp]) -> dict[UOp, UOp] | None:
+  """Realize `todo` (nothing exposed) by replaying its cached schedule (`_replay_run`): the `becomes` map, or None."""
+  if (got := _replay_run(tuple(todo))) is None: return None
+  rp, bufs = got
   return {r: bufs[i] if shape is None else _view(bufs[i], shape) for r, (i, shape) in zip(todo, rp.outs)}
+
+
+def replay_root(u: UOp) -> UOp | None:
+  """Realize the one graph `u` (not a buffer yet; no other live graph shares its nodes) by replaying its cached
+  schedule, as `realize([u])[u]` would: its realized buffer view; None when it has no replay (nothing ran: the caller
+  realizes it). The eager hot path of `Tensor.realize` (`(a + 1).realize()`): one kernel launch, no schedule built,
+  no graph walked."""
+  with lock:
+    if (got := _replay_run((u,))) is None: return None
+  i, shape = got[0].outs[0]
+  b = got[1][i]
+  if shape is None: return b
+  v = UOp(_RESHAPE, b.dtype, (b,), shape)  # _view, inlined (the hot path)
+  if "shape" not in (c := v._cache): c["shape"], c["device"] = shape, b._cache["device"]  # (new_buffer set it)
+  return v
 
 
 def _view(b: UOp, shape: tuple[int, ...]) -> UOp:
@@ -469,13 +559,14 @@ def plan(uops: list[UOp], expose: Iterable[UOp] = ()) -> Any:
   with lock: return create_schedule(UOp.sink(*[u for u in uops if not is_realized(u)]), expose)
 
 
-def realize(uops: list[UOp], expose: Iterable[UOp] = ()) -> dict[UOp, UOp]:
+def realize(uops: list[UOp], expose: Iterable[UOp] = (), replay: bool = True) -> dict[UOp, UOp]:
   """Realize every graph in `uops` that is not a buffer yet; returns the scheduler's `becomes` map (which also
-  covers the nodes of `expose` that got a buffer on the way: values other live graphs still use)."""
+  covers the nodes of `expose` that got a buffer on the way: values other live graphs still use). `replay=False`:
+  don't look for a recorded replay (the caller's `replay_root` of these graphs just found none)."""
   todo = [u for u in uops if not is_realized(u)]
   if not todo: return {}
   with lock:
-    if not expose and (becomes := _replay(todo)) is not None: return becomes
+    if replay and not expose and (becomes := _replay(todo)) is not None: return becomes
     sched = plan(todo, expose)
     calls = list(sched.calls)
     before = _totals() if DEBUG >= 1 else None

@@ -13,6 +13,7 @@ import math
 import weakref
 from typing import Callable
 
+from tiny_uop.dtype import dtypes
 from tiny_uop.pattern import PatternMatcher, UPat
 from tiny_uop.uop import GroupOp, Ops, UOp
 from tiny_uop.helpers import argsort
@@ -127,6 +128,8 @@ def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp], custom: bool 
         raise NotImplementedError(f"no gradient rule for {node.op}")
       continue
     for src, g in zip(node.src, local):
-      if g is None: continue
+      # an int/bool value is piecewise constant in its float inputs (a cast to int, a comparison, argmax): no
+      # gradient flows into it, and none on through the bool/int ops beneath (AND, OR, ...) that have no rule
+      if g is None or not dtypes.is_float(src.dtype): continue
       grads[src] = grads[src] + g if src in grads else g
   return {t: grads[t] for t in targets if t in grads}

@@ -8,7 +8,23 @@ from tiny_uop.uop import GroupOp, Ops, UOp, sint
 from tiny_tensor import engine
 from tiny_tensor.progress import tqdm, trange  # noqa: F401  (tinygrad keeps its progress bar in helpers)
 
-__all__ = ["argfix", "tqdm", "trange"]
+__all__ = ["ArgumentError", "BroadcastError", "DTypeArgumentError", "argfix", "tqdm", "trange"]
+
+
+class ArgumentError(ValueError, RuntimeError):
+  """An op's argument is invalid (a shape, dim, size or mode it cannot take).
+
+  A ValueError, and also a RuntimeError: the type tinygrad 0.14 (and torch) raise for the same call, so code written
+  against either library catches it.
+  """
+
+
+class BroadcastError(ValueError, IndexError):
+  """Shapes that do not broadcast together: a ValueError (as numpy raises), and an IndexError as tinygrad 0.14 does."""
+
+
+class DTypeArgumentError(TypeError, RuntimeError):
+  """An op got a tensor of a dtype it does not take; a TypeError, and a RuntimeError as tinygrad 0.14 raises."""
 
 _device_cache: dict[tuple[str | None, str], str] = {}
 
@@ -38,14 +54,26 @@ def argfix(*x: Any) -> tuple:
   return tuple(x)
 
 
+def tensor_seq(fname: str, first: Any, rest: tuple) -> list:
+  """The tensors of `Tensor.stack(a, b)`, `a.stack(b)` or `Tensor.stack((a, b))` / `([a, b])` (as tinygrad's `stack`
+  and torch's `stack`/`cat` take them); anything that is not a Tensor is a TypeError naming it."""
+  from tiny_tensor.tensor import Tensor
+  ts = list(first) + list(rest) if isinstance(first, (tuple, list)) else [first, *rest]
+  if not ts: raise ValueError(f"{fname} needs at least one tensor, got an empty sequence")
+  if bad := [t for t in ts if not isinstance(t, Tensor)]:
+    raise TypeError(f"{fname} takes Tensors (separately or as one tuple/list), got {type(bad[0]).__name__} {bad[0]!r}")
+  return ts
+
+
 def _broadcast_shape(*shapes: tuple[sint, ...]) -> tuple[sint, ...]:
   n = max((len(s) for s in shapes), default=0)
   padded = [(1,) * (n - len(s)) + tuple(s) for s in shapes]
   out: list[sint] = []
   for dims in zip(*padded):
     non1 = {d for d in dims if not (isinstance(d, int) and d == 1)}
-    if len(non1) > 1: raise ValueError(f"cannot broadcast shapes {', '.join(str(tuple(s)) for s in shapes)}: "
-                                       f"sizes {sorted(non1, key=str)} differ in one dimension")
+    if len(non1) > 1:
+      raise BroadcastError(f"cannot broadcast shapes {', '.join(str(tuple(s)) for s in shapes)}: "
+                           f"sizes {sorted(non1, key=str)} differ in one dimension")
     out.append(non1.pop() if non1 else 1)
   return tuple(out)
 
@@ -75,6 +103,26 @@ def _assign_view(u: UOp) -> tuple[UOp, str | None] | None:
     n = n.src[0]
   if n is u or not engine.is_realized(n): return None
   return (engine.buffer_view(n) or (n, ()))[0], bad
+
+
+def _view_bottom(u: UOp) -> UOp:
+  """The node under the movement ops and DETACHes on top of `u` (what a view made of them reads)."""
+  while u.op in GroupOp.Movement or u.op is Ops.DETACH: u = u.src[0]
+  return u
+
+
+def _writable_view(u: UOp) -> UOp | None:
+  """`u` with the DETACHes of its chain dropped, when `u` is a view (movement ops and DETACHes) of a realized buffer
+  that is not itself realized: a setitem into it writes through to the buffer (DETACH only cuts gradients: torch's
+  and tinygrad's `t.detach()` shares t's storage). None otherwise."""
+  chain: list[UOp] = []
+  n = u
+  while not engine.is_realized(n) and (n.op in GroupOp.Movement or n.op is Ops.DETACH):
+    if n.op is not Ops.DETACH: chain.append(n)
+    n = n.src[0]
+  if n is u or not engine.is_realized(n): return None
+  for m in reversed(chain): n = m.replace(src=(n, *m.src[1:]))  # rebuilt bottom up, without the DETACHes
+  return n
 
 
 def _base_buffer(u: UOp) -> UOp | None:

@@ -58,7 +58,8 @@ class _DeadlineReader(io.RawIOBase):
   """The read side of a socket under one deadline for a whole phase: each recv waits at most the time left."""
 
   def __init__(self, sock: socket.socket):
-    self.sock, self.deadline = sock, None
+    self.sock = sock
+    self.deadline: float | None = None
 
   def readable(self) -> bool: return True
 
@@ -82,7 +83,8 @@ class StrictHandler(BaseHTTPRequestHandler):
   def setup(self) -> None:
     super().setup()
     self._reader = _DeadlineReader(self.connection)
-    self.rfile = io.BufferedReader(self._reader, 1 << 16)
+    self._in = io.BufferedReader(self._reader, 1 << 16)  # typed as what it is: rfile is declared BufferedIOBase
+    self.rfile = self._in
     self.body = b""
 
   # ***** one request: line, headers, body, then the handler *****
@@ -122,7 +124,7 @@ class StrictHandler(BaseHTTPRequestHandler):
 
   def _read_head(self) -> bool:
     self.headers_read = False
-    if not self.rfile.peek(1): return False  # the client closed the connection between requests
+    if not self._in.peek(1): return False  # the client closed the connection between requests
     self._started = True  # a byte of this request is here (maybe pipelined behind the last one): it gets an answer
     line = self.rfile.readline(MAX_REQUEST_LINE + 1)
     if len(line) > MAX_REQUEST_LINE:
@@ -248,13 +250,14 @@ class StrictHTTPServer(ThreadingHTTPServer):
   request_queue_size = 128  # listen backlog (socketserver's 5 drops a burst of connections' first packets)
 
   def __init__(self, address: tuple[str, int], handler: type[StrictHandler]):
+    self.limits = handler.limits
     self.slots = threading.BoundedSemaphore(handler.limits.max_connections)
     super().__init__(address, handler)
 
   def process_request(self, request: Any, client_address: Any) -> None:
     """Serve `request` in a thread if a slot is free, else answer 503 and close it."""
     if not self.slots.acquire(blocking=False):
-      n = self.RequestHandlerClass.limits.max_connections
+      n = self.limits.max_connections
       body = error_body(503, f"the server is serving its maximum of {n} connections; retry later", None, "server_busy")
       head = f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n" \
              "Connection: close\r\nRetry-After: 1\r\n\r\n"

@@ -11,9 +11,9 @@ import numpy as np
 
 from tiny_uop.dtype import dtypes, sum_acc_dtype
 from tiny_uop.helpers import ceildiv
-from tiny_uop.uop import Ops, UOp, ssimplify
+from tiny_uop.uop import GroupOp, Ops, UOp, ssimplify
 from tiny_tensor import engine
-from tiny_tensor.helpers import _broadcast_shape, _view_base
+from tiny_tensor.helpers import _assign_view, _broadcast_shape, _view_bottom, _writable_view
 
 if TYPE_CHECKING:
   from tiny_tensor.tensor import Tensor
@@ -28,17 +28,79 @@ def _sym_name(u: Any) -> str:
   return str(u.arg[0]) if u.op is Ops.DEFINE_VAR else u.render()
 
 
+def _symbolic_bound(b: Any, s: int, d: int) -> Any:
+  """A slice bound that may be symbolic (a bound Variable or an expression of one): a negative one counts from the
+  end, as in Python; one whose sign depends on the Variable's value has no single meaning and is refused."""
+  if not isinstance(b, UOp): return b + s if b < 0 else b
+  if b.vmin >= 0: return b
+  if b.vmax < 0: return ssimplify(b + s)
+  raise IndexError(f"symbolic slice bound {_sym_name(b)} ranges over [{b.vmin}, {b.vmax}] at dimension {d}: it is "
+                   f"negative for some values and not for others; bound the Variable so its sign is fixed")
+
+
+def _symbolic_slice(i: slice, s: int, d: int) -> tuple[tuple[Any, Any], int, Any]:
+  """((start, stop), step, length) of a slice with symbolic bounds over a dim of size `s`. The length may be symbolic
+  (`a[:, :i]`) with step 1; another positive int step needs a constant length (`a[i:i+4:2]`): every k-th element of a
+  symbolic length is a dim whose size is a quotient of the Variable, which a shape can't hold (tinygrad refuses steps
+  with symbolic bounds: TypeError too)."""
+  if i.step is not None and (isinstance(i.step, UOp) or not isinstance(i.step, int) or i.step <= 0):
+    raise TypeError(f"a slice with symbolic bounds needs a positive int step, got {_sym_name(i.step)} in "
+                    f"{_sym_name(i.start)}:{_sym_name(i.stop)}:{_sym_name(i.step)}")
+  k = 1 if i.step is None else i.step
+  start = 0 if i.start is None else _symbolic_bound(i.start, s, d)
+  stop = s if i.stop is None else _symbolic_bound(i.stop, s, d)
+  length = ssimplify(stop - start)
+  lo, hi = (start.vmin if isinstance(start, UOp) else start), (stop.vmax if isinstance(stop, UOp) else stop)
+  if lo < 0 or hi > s:
+    raise IndexError(f"symbolic slice {_sym_name(start)}:{_sym_name(stop)} spans [{lo}, {hi}) at its extremes, "
+                     f"out of bounds for dimension {d} with size {s}")
+  if isinstance(length, UOp) and length.vmin < 0:
+    raise IndexError(f"symbolic slice {_sym_name(start)}:{_sym_name(stop)} at dimension {d} has length "
+                     f"{_sym_name(length)}, negative for some values of its Variables (range [{length.vmin}, "
+                     f"{length.vmax}])")
+  if isinstance(length, int):
+    if length < 0: length = 0
+    return (start, stop), k, ceildiv(length, k)
+  if k != 1:
+    raise TypeError(f"a slice with symbolic bounds and a step needs a constant length, got length "
+                    f"{_sym_name(length)} with step {k}")
+  return (start, stop), 1, length
+
+
+# the values with no buffer of their own to write through to (a setitem into a view of one changes the view only)
+_NO_BUFFER_OPS = frozenset({Ops.CONST, Ops.BIND, Ops.DEFINE_VAR, Ops.MULTI, Ops.BUFFER})
+
+
+def _view_bottom_at(u: UOp, target: UOp) -> bool:
+  """Whether `u` is `target` or a view of it (movement ops and DETACHes on top of it)."""
+  while u is not target and (u.op in GroupOp.Movement or u.op is Ops.DETACH): u = u.src[0]
+  return u is target
+
+
+def _view_bottom_buffer(u: UOp) -> UOp | None:
+  """The BUFFER a view (movement ops and DETACHes) reads, when `u` is one; else None."""
+  bv = engine.buffer_view(n := _view_bottom(u))
+  return bv[0] if bv is not None else (n if n.op is Ops.BUFFER else None)
+
+
+def _is_index_list(indices: Any) -> bool:
+  """Whether a list index means one index per dim, as a tuple would: a list holding anything but ints (a list, a
+  tuple, a slice, a Tensor...). torch and tinygrad 0.14 read `t[[[0, 1], [2, 0]]]` as `t[[0, 1], [2, 0]]`; a list
+  of ints (or bools) is one index into the first dim."""
+  return isinstance(indices, list) and not all(isinstance(i, (int, np.integer)) for i in indices)
+
+
 class IndexingMixin:
   """`__getitem__`/`__setitem__` of `Tensor`."""
   __slots__ = ()
 
   def _index_plan(self, indices: Any) -> dict:
     """Parse an index into movement steps (shrink, flip, stride, reshape) and the tensor indices left over."""
-    idx = list(indices) if isinstance(indices, tuple) else [indices]
+    idx = list(indices) if isinstance(indices, tuple) or _is_index_list(indices) else [indices]
     norm: list[Any] = []
     for i in idx:
       if isinstance(i, np.integer): i = int(i)
-      if isinstance(i, (list, np.ndarray)): i = type(self)(i, device=self.device, requires_grad=False)
+      if isinstance(i, (list, tuple, np.ndarray)): i = type(self)(i, device=self.device, requires_grad=False)
       if isinstance(i, type(self)) and i.dtype == dtypes.bool:
         arr = i.numpy()
         norm.extend(type(self)(n.astype(np.int32), device=self.device, requires_grad=False) for n in np.nonzero(arr))
@@ -67,29 +129,24 @@ class IndexingMixin:
           raise IndexError(f"symbolic index {_sym_name(i)} with range [{i.vmin}, {i.vmax}] is out of bounds for "
                            f"dimension {d} with size {s}")
         shrink.append((i, i + 1)); strides.append(1); mid_shape.append(1)  # noqa: E702
-      elif isinstance(i, slice) and any(isinstance(x, UOp) for x in (i.start, i.stop)):
-        start, stop = (0 if i.start is None else i.start), (s if i.stop is None else i.stop)
-        n = ssimplify(stop - start)
-        if i.step not in (None, 1) or not isinstance(n, int) or n < 0:
-          raise IndexError(f"a symbolic slice needs step 1 and a constant length, got {_sym_name(i.start)}:"
-                           f"{_sym_name(i.stop)}:{_sym_name(i.step)}")
-        lo, hi = (start.vmin if isinstance(start, UOp) else start), (stop.vmax if isinstance(stop, UOp) else stop)
-        if lo < 0 or hi > s:
-          raise IndexError(f"symbolic slice {_sym_name(start)}:{_sym_name(stop)} spans [{lo}, {hi}) at its extremes, "
-                           f"out of bounds for dimension {d} with size {s}")
-        shrink.append((start, stop)); strides.append(1); mid_shape.append(n); out_shape.append(n)  # noqa: E702
+      elif isinstance(i, slice) and any(isinstance(x, UOp) for x in (i.start, i.stop, i.step)):
+        (start, stop), k, n = _symbolic_slice(i, s, d)
+        shrink.append((start, stop if k == 1 else start + (n - 1) * k + 1)); strides.append(k)  # noqa: E702
+        mid_shape.append(n); out_shape.append(n)  # noqa: E702
       elif isinstance(i, int):
         if not -s <= i < s: raise IndexError(f"index {i} is out of bounds for dimension {d} with size {s}")
         i = i + s if i < 0 else i
         shrink.append((i, i + 1)); strides.append(1); mid_shape.append(1)  # noqa: E702
       elif isinstance(i, slice):
         start, stop, step = i.indices(s)
+        # the shrink spans n*|step| elements where the dim has them, so taking every |step|-th one needs no PAD (a
+        # view with no PAD is one a setitem can write through: `t[0, ::2][1] = v`)
         if step > 0:
           n = max(0, ceildiv(stop - start, step))
-          shrink.append((start, start + (n - 1) * step + 1) if n else (0, 0))
+          shrink.append((start, min(s, start + n * step)) if n else (0, 0))
         else:
           n = max(0, ceildiv(start - stop, -step))
-          shrink.append((start + (n - 1) * step, start + 1) if n else (0, 0))
+          shrink.append((max(0, start + 1 + n * step), start + 1) if n else (0, 0))
           if n: flips.append(d)
         strides.append(abs(step)); mid_shape.append(n); out_shape.append(n)  # noqa: E702
       else:
@@ -177,8 +234,9 @@ class IndexingMixin:
     from tiny_tensor.tensor import _lazy_tensors, _live
     if (bv := engine.buffer_view(self.uop)) is None: return []
     buf = bv[0]
+    # (a view of the buffer, made of movement ops and detach, reads it after the write: it sees the new values)
     cands = [t for t in _live(_lazy_tensors) if t is not self and not engine.is_realized(t.uop)
-             and t.uop.op is not Ops.ASSIGN]
+             and t.uop.op is not Ops.ASSIGN and _view_bottom_buffer(t.uop) is not buf]
     if not cands: return []
     # one walk over all their graphs together (a node's toposort is not cached: one walk per tensor would repeat the
     # graphs they share), marking every node that reaches the buffer
@@ -222,13 +280,80 @@ class IndexingMixin:
     return new.permute([int(i) for i in np.argsort(pos + rest)])
 
   def __setitem__(self, indices: Any, v: Any) -> None:
-    """Write `v` into the indexed part of this tensor (an ASSIGN into its buffer when realized)."""
+    """Write `v` into the indexed part of this tensor, like torch and tinygrad 0.14:
+
+    - a realized tensor, or a view of one (permute, flip, shrink, reshape, `detach()`, chained `t[1][2] = v`): the
+      write goes into the buffer (an ASSIGN), so every tensor on the buffer sees it; live lazy tensors that compute
+      from the old values (not views) are computed first, as if run eagerly;
+    - a lazy tensor: it becomes the updated graph; a live view of it (which can't see the write) is refused;
+    - a Tensor value must have this tensor's dtype (RuntimeError otherwise); a Python value is cast to it.
+
+    >>> t = Tensor.zeros(2, 3).contiguous().realize()
+    >>> t.permute(1, 0)[2] = Tensor([1.0, 2.0]); t.tolist()
+    [[0.0, 0.0, 1.0], [0.0, 0.0, 2.0]]
+    """
+    T = type(self)
+    if isinstance(v, T) and v.dtype != self.dtype:
+      raise RuntimeError(f"setitem dtype mismatch: the tensor is {self.dtype}, the value is {v.dtype}; cast the value "
+                         f"first (value.cast({self.dtype}))")
     view_shape = self[indices].shape  # (the view itself must not live on: it would be a lazy reader of the target)
-    vt = v if isinstance(v, type(self)) else type(self)(v, device=self.device, dtype=self.dtype)
-    vt = vt.cast(self.dtype)._broadcast_to(view_shape)
+    vt = v if isinstance(v, T) else T(v, device=self.device, dtype=self.dtype)
+    vt = vt._broadcast_to(view_shape)
     if any(d == 0 for d in view_shape): return  # nothing to write
     plan = self._index_plan(indices)
-    if not plan["tensors"] and self.ndim and all(k == 1 for k in plan["strides"]) and engine.is_realized(self.uop):
+    sym = next((n for n in plan["out"] if isinstance(n, UOp)), None)
+    if sym is not None and not engine.is_realized(self.uop) and _writable_view(self.uop) is None:
+      # a slice of symbolic length (`t[:, :i] = v`) is written through a view of a buffer (a PAD can't place a
+      # symbolic-sized value): a lazy tensor gets its buffer first
+      if self.requires_grad:
+        raise RuntimeError(f"setitem at a slice of symbolic length ({_sym_name(sym)}) into a lazy tensor that requires "
+                           f"grad is not supported; realize the tensor first or slice with a constant length")
+      self.realize()
+    if not (engine.is_realized(self.uop) or self.uop.op is Ops.ASSIGN):
+      if (w := _writable_view(self.uop)) is None and not self.requires_grad and \
+         (b := _view_bottom(self.uop)) is not self.uop and b.op not in _NO_BUFFER_OPS and self._viewed_elsewhere(b):
+        # a view of a lazy value another tensor holds (`t[1][2] = v` on a computed t): the value gets its buffer now
+        # (every tensor on it, this view too, then reads that buffer), so the write reaches t as in torch (in tinygrad
+        # it is lost); a value only this tensor holds is just replaced, below
+        T._new(b, False).realize()
+        w = _writable_view(self.uop)
+      if w is not None:  # a view of a realized buffer: the write goes through to it
+        if (av := _assign_view(w)) is not None and av[1] is not None:
+          raise RuntimeError(f"can't setitem into a view of a realized buffer made with {av[1]} (shape {self.shape}): "
+                             f"its elements have no one-to-one place in the buffer; index the base tensor in one go "
+                             f"(t[0, ::3][1] = v is t[0, 3] = v)")
+        T._new(w, False)._write(plan, vt)
+        return
+      self._refuse_live_views(v)
+    self._write(plan, vt)
+
+  def _viewed_elsewhere(self, b: UOp) -> bool:
+    """Whether a live tensor other than this one is the lazy value `b` or a view of it."""
+    from tiny_tensor.tensor import _lazy_tensors, _live
+    return any(t is not self and _view_bottom(t.uop) is b for t in _live(_lazy_tensors))
+
+  def _refuse_live_views(self, v: Any) -> None:
+    """tinygrad's rule for a setitem into a lazy tensor: no other live tensor may be a view of it (movement ops,
+    detach), since that view keeps the old graph and could not see the write (torch's views would)."""
+    from tiny_tensor.tensor import _lazy_tensors, _live
+    target = self.uop
+    views = [t for t in _live(_lazy_tensors) if t is not self and t is not v and _view_bottom_at(t.uop, target)]
+    if views and isinstance(v, type(self)):  # a view the value reads (`t[2:4] = t[0:2]`) is fine
+      in_v = set(v.uop.toposort())
+      views = [t for t in views if t.uop not in in_v]
+    if views:
+      raise RuntimeError(f"can't setitem on a tensor with other uses: a live view of it (shape {views[0].shape}) "
+                         f"would not see the write; realize the tensor first (t.realize()) so its views share its "
+                         f"buffer, or drop the view")
+
+  def _write(self, plan: dict, vt: Tensor) -> None:
+    """Write `vt` (shaped like the indexed part) at `plan` (see `_index_plan`) into this tensor."""
+    writable = engine.is_realized(self.uop) or _assign_view(self.uop) is not None
+    if (writable or self.uop.op is Ops.ASSIGN) and vt.requires_grad:
+      raise RuntimeError(f"setitem of a value that requires grad into a realized tensor (shape {self.shape}): the "
+                         f"write goes into its buffer, which carries no gradient; set into a lazy copy "
+                         f"(t = t.contiguous(); t[...] = v) to get the value's gradient, or write v.detach()")
+    if not plan["tensors"] and self.ndim and all(k == 1 for k in plan["strides"]) and writable:
       # a box of a realized buffer (int or Variable offsets, flips): an assign into that view writes only its elements
       # (rebinding `view`: a live intermediate view would be a lazy reader of the old values, copied first)
       view = self.shrink(plan["shrink"])
@@ -250,10 +375,8 @@ class IndexingMixin:
       return t._unshrink(plan["shrink"], self.shape) if self.ndim else t
     mask = inverse(type(self).full(plan["out"], True, dtype=dtypes.bool, device=self.device))
     new = mask.where(inverse(vt.detach() if not vt.requires_grad else vt), self)
-    if engine.is_realized(self.uop) or self.uop.op is Ops.ASSIGN:
+    if writable or self.uop.op is Ops.ASSIGN:
       readers = self._lazy_readers()
-      self.assign(new.cast(self.dtype))
+      self.assign(new.cast(self.dtype))  # (a view of a realized buffer: written now, through the view)
       self.realize(*readers)  # lazy reads made before this write see the old values, as if run eagerly
-    elif _view_base(self.uop) is not None:
-      raise RuntimeError("can't setitem into a non-contiguous view of a realized buffer; index the base tensor instead")
     else: self.uop = new.cast(self.dtype).uop

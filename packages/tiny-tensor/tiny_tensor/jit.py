@@ -12,6 +12,7 @@ How it works (docs/ARCHITECTURE.md §5, step 7):
 - call 2 runs it again while recording every CALL the engine executes: for a kernel its loaded program, the device
   buffers in argument order, launch sizes and symbolic variable names; for a COPY the two buffers; for a SLICE of an
   input the view it made. Buffers are recorded as objects, so intermediates stay allocated for the replays;
+  after the capture `plan_memory` gives intermediates whose lifetimes don't overlap one buffer (the rest is freed);
 - later calls check that the inputs look the same (shape, dtype, device, which arguments are Tensors), swap the new
   inputs' device buffers into the recorded argument lists, and call the programs in order. On a device with a graph
   class (`Compiled.graph`, e.g. `HCQ2Graph` on AMD, NV and QCOM; PIPELINE.md §7, §9), each run of consecutive kernels
@@ -28,7 +29,8 @@ What is detected (JitError), because a replay could not reproduce it:
 - the function reads tensor data into Python while capturing (`.numpy()`, `.item()`, `.tolist()`): the value read
   would be stale on replay;
 - the return value holds something other than Tensors (in tuples, lists, dicts) or None: it would be stale;
-- a returned Tensor is (a view of) an input: the replay could not return the new input;
+- a returned Tensor is a view of an input: the replay could not return a view of the new input (an input argument
+  itself may be returned: a replay returns that call's argument, e.g. after `x[1] = v; return x`);
 - the same buffer is passed as two inputs; the function ran no kernel at all; a TinyJit captures or replays inside
   another's capture (an inner jit still on its eager first call just runs, and is captured as part of the outer).
 Not detected: other Python side effects (appending to a list, printing, mutating globals) run only on calls 1-2.
@@ -48,21 +50,25 @@ finished ones); what the thread returned stays valid as long as it is referenced
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 import functools
 import threading
 import time
 import weakref
-from typing import Any, Callable, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Generic, TypeVar
 
 from tiny_uop import trace as _trace
 from tiny_uop.device import Buffer
-from tiny_uop.helpers import DEBUG, JIT
+from tiny_uop.helpers import DEBUG, JIT, unwrap
 from tiny_uop.uop import Ops, UOp
 
 from tiny_tensor import engine
 from tiny_tensor.engine import GlobalCounters
 
-__all__ = ["TinyJit", "JitError", "CapturedJit"]
+if TYPE_CHECKING:  # tensor.py imports this module: Tensor is looked up when first needed (_tensor_cls)
+  from tiny_tensor.tensor import Tensor
+
+__all__ = ["TinyJit", "JitError", "CapturedJit", "prune_calls"]
 
 ReturnType = TypeVar("ReturnType")
 _SIMPLE = (int, float, bool, str, type(None), bytes)
@@ -97,7 +103,7 @@ class _KernelCall:
   value), `global_size`, `local_size`, `static_launch`, `launch(var_vals)`.
   """
   __slots__ = ("prg", "name", "device", "refs", "args", "dyn", "global_size", "local_size", "vars", "ops", "mem",
-               "static_launch", "bufs")
+               "static_launch", "bufs", "rw")
 
   def __init__(self, prg: Any, name: str, device: str, refs: list[BufRef], global_size: Any, local_size: Any,
                var_names: list[str], bound: dict[str, int], ops: int, mem: int):
@@ -111,6 +117,8 @@ class _KernelCall:
     self.args = [r._buf if isinstance(r, Buffer) else None for r in refs]
     self.dyn = tuple((i, r) for i, r in enumerate(refs) if not isinstance(r, Buffer))
     self.bufs = [r if a is None else a for r, a in zip(refs, self.args)]
+    # (read positions, written positions) in `refs`, for TinyJit(prune=True); None: unknown (never pruned)
+    self.rw: tuple[tuple[int, ...], tuple[int, ...]] | None = None
 
   def launch(self, var_vals: dict[str, int]) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
     """(global_size, local_size) with symbolic sizes resolved (a variable not given keeps its capture value)."""
@@ -190,8 +198,14 @@ class _EngineCapture:
       spec = c.spec
       bound = {n: self.var_vals.get(n, v) for n, v in c.var_vals.items()}
       names = [v.arg[0] for v in spec.vars]
-      self.calls.append(_KernelCall(c.prg, spec.name, c.device, [self.ref(b) for b in c.bufs], c.global_size,
-                                    c.local_size, names, {n: bound[n] for n in names}, c.ops, c.mem))
+      kc = _KernelCall(c.prg, spec.name, c.device, [self.ref(b) for b in c.bufs], c.global_size, c.local_size,
+                       names, {n: bound[n] for n in names}, c.ops, c.mem)
+      slots = list(getattr(spec, "globals", None) or [])
+      if len(slots) == len(c.bufs):  # argument i is PARAM slots[i]; the spec names the slots loaded and stored
+        ins, outs = set(getattr(spec, "ins", ())), set(getattr(spec, "outs", ()))
+        kc.rw = (tuple(i for i, sl in enumerate(slots) if sl in ins),
+                 tuple(i for i, sl in enumerate(slots) if sl in outs))
+      self.calls.append(kc)
     elif c.kind == "copy":
       dst, src = c.bufs
       if isinstance(self.ref(dst), int):
@@ -212,11 +226,113 @@ class _EngineCapture:
                    "this function without TinyJit")
 
 
+def _buf_key(r: BufRef) -> tuple[str, int]:
+  """What a reference aliases: an input slot, or a buffer's base allocation (views of one base alias each other)."""
+  if not isinstance(r, Buffer): return ("dyn", r)
+  return ("buf", id(r._base if r._base is not None else r))
+
+
+def _reads_writes(c: Any) -> tuple[set, set] | None:
+  """The buffers a recorded call reads and writes (as `_buf_key`s), None where unknown."""
+  if isinstance(c, _CopyCall): return {_buf_key(c.src)}, {_buf_key(c.dst)}
+  if isinstance(c, _KernelCall) and c.rw is not None:
+    return {_buf_key(c.refs[i]) for i in c.rw[0]}, {_buf_key(c.refs[i]) for i in c.rw[1]}
+  return None
+
+
+def prune_calls(calls: list[Any]) -> list[Any]:
+  """The calls a replay must run (TinyJit(prune=True)); the others already ran at capture and would recompute the same.
+
+  A call is kept when it reads or writes an input (or a view of one), uses a symbolic variable (a bound Variable
+  may change per call), reads a buffer it also writes (state updated in place, like `counter.assign(counter + 1)`),
+  reads or writes a buffer a kept call writes, or when what it touches is unknown. The rest (weights' transforms,
+  independent copies) depend only on buffers no replay changes: their outputs keep the values computed at capture,
+  and buffers only they used are freed with them.
+  """
+  rws = [_reads_writes(c) for c in calls]
+  keep = [isinstance(c, _SliceCall) or rw is None or bool(rw[0] & rw[1]) or
+          any(k[0] == "dyn" for k in rw[0] | rw[1]) or bool(getattr(c, "vars", ())) for c, rw in zip(calls, rws)]
+  changed = True
+  while changed:  # a fixed point: what a kept call writes makes its readers (and other writers) kept
+    changed = False
+    kept_writes = set().union(*(rw[1] for rw, k in zip(rws, keep) if k and rw is not None))
+    for i, rw in enumerate(rws):
+      if not keep[i] and rw is not None and (rw[0] & kept_writes or rw[1] & kept_writes):
+        keep[i] = changed = True
+  return [c for c, k in zip(calls, keep) if k]
+
+
+def _held_buffers() -> set[int]:
+  """ids of the Buffers some live BUFFER node still refers to (a live Tensor, a returned value, a remembered graph):
+  the memory planner must not share those."""
+  held: set[int] = set()
+  for ref in list(UOp.__class__.ucache.values()):  # type: ignore[attr-defined]
+    if (u := ref()) is not None and u.op is Ops.BUFFER and (b := u._cache.get("buffer")) is not None: held.add(id(b))
+  return held
+
+
+def plan_memory(calls: list[Any]) -> list[Any]:
+  """The calls with their intermediate buffers shared where their lifetimes don't overlap (tinygrad's JIT memory
+  planning): the capture's working set is freed and a replay runs in less memory.
+
+  An intermediate is a whole (not a view, not viewed) buffer that no live node refers to after the capture, that is
+  not an input, and whose first use in the calls is a kernel's write (it holds nothing from before the call). Two
+  intermediates of the same device, size and dtype whose [first use, last use] ranges don't overlap get one buffer.
+  Calls whose reads/writes are unknown keep all their buffers.
+  """
+  first: dict[int, int] = {}
+  last: dict[int, int] = {}
+  bufs: dict[int, Buffer] = {}
+  excluded: set[int] = set()
+  for i, c in enumerate(calls):
+    refs = list(c.refs) if isinstance(c, _KernelCall) else [c.dst, c.src] if isinstance(c, _CopyCall) else []
+    rw = c.rw if isinstance(c, _KernelCall) else None
+    for pos, r in enumerate(refs):
+      if not isinstance(r, Buffer): continue
+      if r._base is not None:  # a view and its base are never planned
+        excluded.update((id(r), id(r._base)))
+        continue
+      k = id(r)
+      bufs[k] = r
+      if k not in first:
+        written_first = rw is not None and pos in rw[1] and pos not in rw[0]
+        if not written_first: excluded.add(k)
+        first[k] = i
+      last[k] = i
+  held = _held_buffers()
+  cands = sorted((k for k in first if k not in excluded and k not in held), key=lambda k: first[k])
+  free: dict[tuple, list[tuple[int, Buffer]]] = {}  # (device, size, dtype) -> [(last use, buffer)] to reuse
+  remap: dict[int, Buffer] = {}
+  for k in cands:
+    b = bufs[k]
+    key = (b.device, b.size, b.dtype)
+    pool = free.setdefault(key, [])
+    slot = next((j for j, (end, _) in enumerate(pool) if end < first[k]), None)
+    if slot is None:
+      pool.append((last[k], b))
+      continue
+    remap[k] = pool[slot][1]
+    pool[slot] = (last[k], pool[slot][1])
+  if not remap: return calls
+
+  def m(r: BufRef) -> BufRef: return remap.get(id(r), r) if isinstance(r, Buffer) else r
+  out: list[Any] = []
+  for c in calls:
+    if isinstance(c, _KernelCall):
+      nc = _KernelCall(c.prg, c.name, c.device, [m(r) for r in c.refs], c.global_size, c.local_size,
+                       [n for n, _ in c.vars], dict(c.vars), c.ops, c.mem)
+      nc.rw = c.rw
+      out.append(nc)
+    elif isinstance(c, _CopyCall): out.append(_CopyCall(m(c.dst), m(c.src)))
+    else: out.append(c)
+  return out
+
+
 # ***** inputs *****
-_TENSOR: list[type] = []
+_TENSOR: list[type[Tensor]] = []
 
 
-def _tensor_cls() -> type:
+def _tensor_cls() -> type[Tensor]:
   if not _TENSOR:
     from tiny_tensor.tensor import Tensor
     _TENSOR.append(Tensor)
@@ -339,11 +455,38 @@ def _describe_change(names: list, info: list, new_names: list, new_info: list) -
 
 
 # ***** the captured graph *****
+@dataclass(frozen=True)
+class _RetArg:
+  """In a captured return value: the input argument at this position (int) or keyword (str), returned as it is (a
+  replay returns that call's argument)."""
+  key: Any
+
+
+def _ret_leaves(ret: Any) -> list[Any]:
+  """The leaves of a return value (what is not a tuple, list or dict)."""
+  out, todo = [], [ret]
+  while todo:
+    x = todo.pop()
+    if isinstance(x, (tuple, list)): todo.extend(x)
+    elif isinstance(x, dict): todo.extend(x.values())
+    else: out.append(x)
+  return out
+
+
+def _ret_template(ret: Any, args: dict[int, _RetArg]) -> Any:
+  """`ret` with the Tensors whose ids are in `args` replaced by their `_RetArg`."""
+  if not args: return ret
+  if isinstance(ret, (tuple, list)): return type(ret)(_ret_template(x, args) for x in ret)
+  if isinstance(ret, dict): return {k: _ret_template(x, args) for k, x in ret.items()}
+  return args.get(id(ret), ret)
+
+
 class CapturedJit(Generic[ReturnType]):
   """The replayable result of a capture: the calls, the return value (Tensors the replays overwrite), input checks."""
 
   def __init__(self, calls: list[Any], ret: Any, names: list, info: list, plain: list, n_inputs: int):
     self.calls, self.ret, self.names, self.info, self.plain, self.n_inputs = calls, ret, names, info, plain, n_inputs
+    self.has_ret_args = any(isinstance(x, _RetArg) for x in _ret_leaves(ret))
     self.kernel_count = sum(isinstance(c, _KernelCall) for c in calls)
     self.ops = sum(c.ops for c in calls if isinstance(c, _KernelCall))
     self.mem = sum(c.mem for c in calls if isinstance(c, _KernelCall))
@@ -392,6 +535,14 @@ class CapturedJit(Generic[ReturnType]):
     GlobalCounters.global_mem += self.mem
     return self.ret
 
+  def returned(self, ret: Any, args: tuple, kwargs: dict) -> Any:
+    """`ret` (the captured return value) with each returned input argument (`_RetArg`) this call's argument."""
+    if not self.has_ret_args: return ret
+    if isinstance(ret, _RetArg): return args[ret.key] if isinstance(ret.key, int) else kwargs[ret.key]
+    if isinstance(ret, (tuple, list)): return type(ret)(self.returned(x, args, kwargs) for x in ret)
+    if isinstance(ret, dict): return {k: self.returned(x, args, kwargs) for k, x in ret.items()}
+    return ret
+
   def _run_recorded(self, dyn: list[Buffer], var_vals: dict[str, int]) -> None:
     for c in self.plan:
       st = time.perf_counter()
@@ -424,8 +575,9 @@ class CapturedJit(Generic[ReturnType]):
       return ("slice", c.out, c.src, c.size, c.dtype, c.offset)
 
     def ret_state(x: Any) -> Any:
+      if isinstance(x, _RetArg): return ("arg", x.key)
       if isinstance(x, Tensor) and x.uop.op is Ops.MULTI:
-        return ("multi", [(bref(_buffer_of(p)), tuple(p.shape)) for p in x.uop.src], x.uop.arg)
+        return ("multi", [(bref(_buffer_of(p)), tuple(unwrap(p.shape))) for p in x.uop.src], x.uop.arg)
       if isinstance(x, Tensor):
         b = _buffer_of(x.uop)
         return ("tensor", bref(b), tuple(x.shape))
@@ -463,6 +615,7 @@ class CapturedJit(Generic[ReturnType]):
 
     def ret_load(x: Any) -> Any:
       kind, v = x[0], x[1]
+      if kind == "arg": return _RetArg(v)
       if kind == "tensor": return _tensor_from_buffer(Tensor, r(v), x[2])
       if kind == "multi":
         parts = tuple(_tensor_from_buffer(Tensor, r(b), shape).uop for b, shape in v)
@@ -500,17 +653,30 @@ class TinyJit(Generic[ReturnType]):
 
   Use as a decorator (`@TinyJit`) or call `TinyJit(fxn)`; methods work too (`__get__`). Call 1 runs eagerly, call 2
   captures, calls 3+ replay. The returned Tensors are the same objects on every replay, overwritten in place.
+
+  `prune=True` (`@TinyJit(prune=True)` or `TinyJit(fxn, prune=True)`, as in tinygrad) drops from the replays the
+  kernels and copies that depend on no input (`prune_calls`): they ran once at capture, their outputs keep those
+  values and the buffers only they used are freed. Only for functions whose other reads don't change between calls
+  (a weight updated outside the jit would be read stale by a pruned kernel).
   """
 
-  def __init__(self, fxn: Callable[..., ReturnType] | None = None, captured: CapturedJit | None = None):
+  def __new__(cls, fxn: Callable[..., ReturnType] | None = None, captured: CapturedJit | None = None,
+              prune: bool = False) -> Any:
+    if fxn is None and captured is None:  # `@TinyJit(prune=True)`: a decorator that makes the TinyJit
+      return functools.partial(cls, captured=None, prune=prune)
+    return super().__new__(cls)
+
+  def __init__(self, fxn: Callable[..., ReturnType] | None = None, captured: CapturedJit | None = None,
+               prune: bool = False):
     if fxn is None and captured is None: raise TypeError("TinyJit needs a function (or a CapturedJit)")
-    self.fxn, self._template = fxn, captured
+    if not isinstance(prune, bool): raise TypeError(f"TinyJit(prune=...) takes a bool, got {prune!r}")
+    self.fxn, self._template, self.prune = fxn, captured, prune
     # each thread's state, in a threading.local (an ident can be reused by a later thread; a Thread object can outlive
     # its thread); `_live` sees them weakly, for `thread_states()`; `_gen` counts resets
     self._local = _ThreadStates()
     self._live: weakref.WeakSet[_JitState] = weakref.WeakSet()
     self._gen = 0
-    if fxn is not None: functools.update_wrapper(self, fxn)  # type: ignore[arg-type]
+    if fxn is not None: functools.update_wrapper(self, fxn)
 
   def _state(self) -> _JitState:
     """This thread's state (made on its first call, and again on the first call after a `reset()`)."""
@@ -535,7 +701,7 @@ class TinyJit(Generic[ReturnType]):
 
   def __reduce__(self) -> Any:
     if self.captured is None: raise JitError("can't pickle a TinyJit before it captured (call it twice first)")
-    return (TinyJit, (None, self.captured))
+    return (TinyJit, (None, self.captured, self.prune))
 
   def __get__(self, obj: Any, objtype: Any = None) -> Any:
     return self if obj is None else functools.partial(self.__call__, obj)
@@ -553,7 +719,7 @@ class TinyJit(Generic[ReturnType]):
     if (last := st.last) is not None and not kwargs and not _capturing.jits and JIT.value and \
        len(args) == len(last[0]) and all(type(a) is _TENSOR[0] and a.uop is u for a, u in zip(args, last[0])):
       st.cnt += 1
-      return st.captured(last[1], {})  # type: ignore[misc]
+      return st.captured.returned(st.captured(last[1], {}), args, kwargs)  # type: ignore[union-attr,misc]
     inputs, names, info, var_vals, plain = _prepare(args, kwargs)
     if not JIT.value or self.cnt == 0:
       ret = self._eager(args, kwargs)
@@ -573,7 +739,7 @@ class TinyJit(Generic[ReturnType]):
         bad = [(a, b) for a, b in zip(cj.plain, plain) if a != b] or [(cj.plain, plain)]
         raise JitError(f"TinyJit: non-Tensor argument changed: captured {bad[0][0]}, now {bad[0][1]}; its value was "
                        "baked into the captured kernels (pass it as a Tensor or a bound Variable, or call .reset())")
-      ret = cj(inputs, var_vals)
+      ret = cj.returned(cj(inputs, var_vals), args, kwargs)
       if not kwargs and not var_vals and len(inputs) == len(args) and all(type(a) is _TENSOR[0] for a in args):
         self._last = (tuple(a.uop for a in args), inputs)
     self.cnt += 1
@@ -591,12 +757,21 @@ class TinyJit(Generic[ReturnType]):
         ret = self._eager(args, kwargs)
     finally: _capturing.jits.clear()
     _check_ret(ret)
+    # an input argument returned as it is (`x[1] = v; return x`): a replay returns that call's argument instead
+    arg_keys = {id(a): k for k, a in (*enumerate(args), *kwargs.items()) if isinstance(a, _tensor_cls())}
+    ret_args: dict[int, Any] = {}
     for t in _ret_tensors(ret):
-      if any((b := _buffer_of(p)) is not None and id(b) in cap.slots for p in _parts(t.uop)):
-        raise JitError("the TinyJit function returns one of its inputs (or a view of one); a replay can't return the "
-                       "new input: return a computed tensor (e.g. x.clone()) or don't return it")
+      if not any((b := _buffer_of(p)) is not None and id(b) in cap.slots for p in _parts(t.uop)): continue
+      if id(t) not in arg_keys:
+        raise JitError("the TinyJit function returns a view of one of its inputs; a replay can't return a view of "
+                       "the new input: return the input itself, or a computed tensor (e.g. x.clone())")
+      ret_args[id(t)] = _RetArg(arg_keys[id(t)])
     if not any(isinstance(c, _KernelCall) for c in cap.calls):
       raise JitError("TinyJit captured no kernel: the function must compute (and realize or return) Tensors")
-    self.captured = CapturedJit(cap.calls, ret, names, info, plain, len(inputs))
+    calls = prune_calls(cap.calls) if self.prune else cap.calls
+    if DEBUG >= 1 and self.prune: print(f"JIT pruned {len(cap.calls)} -> {len(calls)} calls")
+    del cap  # (its call list holds the capture's whole working set)
+    calls = plan_memory(calls)
+    self.captured = CapturedJit(calls, _ret_template(ret, ret_args), names, info, plain, len(inputs))
     if DEBUG >= 1: print(f"JIT captured {self.captured.kernel_count} kernels with {len(inputs)} inputs")
     return ret

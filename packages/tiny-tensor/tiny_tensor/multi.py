@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Literal, Sequence
 
 from tiny_uop.dtype import dtypes
-from tiny_uop.helpers import getenv, prod
+from tiny_uop.helpers import RING, prod
 from tiny_uop.uop import GroupOp, Ops, UOp
 from tiny_tensor.gradient import compute_gradient
 
@@ -135,7 +135,7 @@ def _allreduce_ring(shards: list[UOp], op: Ops) -> list[UOp]:
 
 
 def _allreduce(shards: list[UOp], op: Ops, mode: str | None = None) -> list[UOp]:
-  mode = mode or ("ring" if len(shards) > 2 and getenv("RING", 1) else "naive")
+  mode = mode or ("ring" if len(shards) > 2 and RING else "naive")
   if mode not in ("ring", "naive"): raise ValueError(f"allreduce mode {mode!r}; valid: 'ring', 'naive'")
   return _allreduce_ring(shards, op) if mode == "ring" else _allreduce_naive(shards, op)
 

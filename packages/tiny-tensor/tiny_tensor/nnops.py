@@ -22,6 +22,7 @@ import string
 from typing import TYPE_CHECKING, Any, Literal, Sequence
 
 from tiny_uop.dtype import DType, dtypes, least_upper_dtype
+from tiny_tensor.helpers import ArgumentError, DTypeArgumentError
 
 if TYPE_CHECKING:
   from tiny_tensor.tensor import Tensor
@@ -457,9 +458,10 @@ def _einsum(formula: str, *operands: Any, dtype: Any = None) -> Tensor:
   for t, x in zip(terms, xs):
     body = t.replace("...", "")
     if not all(c in string.ascii_letters for c in body) or t.count("...") > 1 or "." in body:
-      raise ValueError(f"einsum term {t!r} may contain only letters and at most one '...'")
+      # a RuntimeError in tinygrad 0.14 and torch
+      raise ArgumentError(f"einsum term {t!r} may contain only letters and at most one '...'")
     if ("..." in t and x.ndim < len(body)) or ("..." not in t and x.ndim != len(body)):
-      raise ValueError(f"einsum term {t!r} doesn't match an operand of shape {x.shape}")
+      raise ArgumentError(f"einsum term {t!r} doesn't match an operand of shape {x.shape}")
   ell = ""
   if "..." in formula:
     free = [c for c in string.ascii_letters if c not in formula]
@@ -467,14 +469,15 @@ def _einsum(formula: str, *operands: Any, dtype: Any = None) -> Tensor:
     ell = "".join(free[:n_ell])
     terms = [t.replace("...", ell[n_ell - (x.ndim - len(t) + 3):]) if "..." in t else t for t, x in zip(terms, xs)]
   if arrow:
-    if rhs.count("...") > 1 or ("..." in rhs and "..." not in lhs):
-      raise ValueError(f"einsum output {rhs!r} may hold '...' only once, and only if the inputs do")
+    if rhs.count("...") > 1 or "." in rhs.replace("...", ""):
+      raise ArgumentError(f"einsum output {rhs!r} may hold '...' only once")
+    # an output '...' with no '...' in the inputs stands for no dims (as torch and tinygrad 0.14)
     rhs = rhs.replace("...", ell)
   else:
     letters = "".join(terms)
     rhs = ell + "".join(sorted(c for c in set(letters) if letters.count(c) == 1 and c not in ell))
   if len(set(rhs)) != len(rhs) or any(c not in "".join(terms) for c in rhs) or not all(c.isalpha() for c in rhs):
-    raise ValueError(f"einsum output {rhs!r} must name distinct letters that appear in the inputs {terms}")
+    raise ArgumentError(f"einsum output {rhs!r} must name distinct letters that appear in the inputs {terms}")
   # take the diagonal for a letter repeated within one operand
   for n_, (t, x) in enumerate(zip(terms, xs)):
     while (c := next((c for c in t if t.count(c) > 1), None)) is not None:
@@ -494,7 +497,7 @@ def _einsum(formula: str, *operands: Any, dtype: Any = None) -> Tensor:
   for t, x in zip(terms, xs):
     for c, s in zip(t, x.shape):
       if sizes.get(c, 1) not in (1, s) and s != 1:
-        raise ValueError(f"einsum letter {c!r} has sizes {sizes[c]} and {s}")
+        raise ArgumentError(f"einsum letter {c!r} has sizes {sizes[c]} and {s}")  # tinygrad 0.14: a RuntimeError
       sizes[c] = s if sizes.get(c, 1) == 1 else sizes[c]
   alpha = sorted(sizes)
   aligned = [(x.permute(tuple(t.index(c) for c in sorted(t))) if t else x)
@@ -575,15 +578,16 @@ def scaled_dot_product_attention(self: Tensor, key: Tensor, value: Tensor, attn_
   """
   if self.ndim < 2 or key.ndim < 2 or value.ndim < 2:
     raise ValueError(f"query {self.shape}, key {key.shape} and value {value.shape} must have at least 2 dims")
-  if self.shape[-1] != key.shape[-1] or key.shape[-2] != value.shape[-2]:
-    raise ValueError(f"query {self.shape} and key {key.shape} must share the last dim, key and value {value.shape} "
+  if self.shape[-1] != key.shape[-1] or key.shape[-2] != value.shape[-2]:  # tinygrad 0.14 and torch: RuntimeError
+    raise ArgumentError(f"query {self.shape} and key {key.shape} must share the last dim, key and value {value.shape} "
                      "the sequence dim (-2)")
   if enable_gqa:
     key, value = (_repeat_heads(t, self.shape[-3] // t.shape[-3]) for t in (key, value))
   acc = least_upper_dtype(self.dtype, key.dtype, dtypes.float32)
   qk = self.cast(acc).matmul(key.cast(acc).transpose(-2, -1)) / math.sqrt(self.shape[-1])
   if is_causal:
-    if attn_mask is not None: raise ValueError("attn_mask must be None when is_causal=True")
+    # tinygrad 0.14 and torch refuse both (a RuntimeError there): which mask would win is ambiguous
+    if attn_mask is not None: raise ArgumentError("attn_mask must be None when is_causal=True (pass one of them)")
     attn_mask = _tri_mask(qk, 0, upper=False)
   if attn_mask is not None:
     if attn_mask.dtype == dtypes.bool: attn_mask = attn_mask.where(0, -math.inf)
@@ -672,7 +676,9 @@ def cross_entropy(self: Tensor, Y: Tensor, reduction: ReductionStr = "mean", lab
   n = self.shape[cdim]
   if tuple(self.shape) != tuple(Y.shape):
     if tuple(Y.shape) != tuple(s for d, s in enumerate(self.shape) if d != cdim):
-      raise ValueError(f"target of shape {Y.shape} must be the logits' shape {self.shape} or it without dim {cdim}")
+      # an (N, 1) target is refused, as tinygrad 0.14 and torch do (their RuntimeError): class indices are (N,)
+      raise ArgumentError(f"target of shape {Y.shape} must be the logits' shape {self.shape} (class probabilities) "
+                          f"or it without dim {cdim} (class indices)")
     hot = Y.unsqueeze(cdim).eq(_arange(Y, n).reshape(n, *[1] * (self.ndim - cdim - 1)))
     Y = hot.where(1.0 - label_smoothing + label_smoothing / n, label_smoothing / n)
   elif label_smoothing: Y = Y * (1 - label_smoothing) + label_smoothing / n
@@ -696,17 +702,18 @@ def nll_loss(self: Tensor, Y: Tensor, weight: Tensor | None = None, ignore_index
   return nll.sum() / w.sum() if reduction == "mean" else _reduce_loss(nll, reduction)
 
 
-def one_hot(self: Tensor, num_classes: int = -1) -> Tensor:
-  """One-hot encoding of integer `self` along a new last axis (int32 0/1); `num_classes=-1` takes max+1 (realizes).
+def one_hot(self: Tensor, num_classes: int) -> Tensor:
+  """One-hot encoding of integer `self` along a new last axis (int32 0/1) of `num_classes` classes; a value outside
+  [0, num_classes) gives a row of zeros. As tinygrad 0.14, `num_classes` is required (torch's -1, "infer it from the
+  data", is refused: it would read the tensor back).
 
   >>> from tiny_tensor import Tensor
   >>> Tensor([0, 2]).one_hot(3).tolist()
   [[1, 0, 0], [0, 0, 1]]
   """
-  if not dtypes.is_int(self.dtype): raise TypeError(f"one_hot needs an integer tensor, got {self.dtype}")
-  if num_classes == -1: num_classes = int(self.max().item()) + 1 if self.numel() else 0
-  if not isinstance(num_classes, int) or num_classes < 0:
-    raise ValueError(f"num_classes={num_classes!r} must be a non-negative int (or -1 to infer it)")
+  if not dtypes.is_int(self.dtype): raise DTypeArgumentError(f"one_hot needs an integer tensor, got {self.dtype}")
+  if not isinstance(num_classes, int) or isinstance(num_classes, bool) or num_classes < 0:
+    raise ValueError(f"num_classes={num_classes!r} must be a non-negative int (the class count)")
   return _one_hot_bool(self, num_classes).where(1, 0).cast(dtypes.int32)
 
 
@@ -867,6 +874,11 @@ def _tri_mask(x: Tensor, diagonal: int, upper: bool) -> Tensor:
   return rows <= cols if upper else rows >= cols
 
 
+def _zero_of(x: Tensor) -> bool | int:
+  """The zero that keeps `x`'s dtype in `where` (a Python 0 would promote a bool tensor to int32)."""
+  return False if x.dtype == dtypes.bool else 0
+
+
 def triu(self: Tensor, diagonal: int = 0) -> Tensor:
   """The upper triangle of the last two dims (j - i >= diagonal); the rest is zero.
 
@@ -874,7 +886,7 @@ def triu(self: Tensor, diagonal: int = 0) -> Tensor:
   >>> Tensor([[1, 2], [3, 4]]).triu().tolist()
   [[1, 2], [0, 4]]
   """
-  return _tri_mask(self, diagonal, upper=True).where(self, 0)
+  return _tri_mask(self, diagonal, upper=True).where(self, _zero_of(self))
 
 
 def tril(self: Tensor, diagonal: int = 0) -> Tensor:
@@ -884,7 +896,7 @@ def tril(self: Tensor, diagonal: int = 0) -> Tensor:
   >>> Tensor([[1, 2], [3, 4]]).tril().tolist()
   [[1, 0], [3, 4]]
   """
-  return _tri_mask(self, diagonal, upper=False).where(self, 0)
+  return _tri_mask(self, diagonal, upper=False).where(self, _zero_of(self))
 
 
 # ***** cumulative ops *****
@@ -998,11 +1010,14 @@ def roll(self: Tensor, shifts: int | Sequence[int], dims: int | Sequence[int] | 
   [4, 1, 2, 3]
   """
   if dims is None:
-    if not isinstance(shifts, int): raise ValueError(f"shifts={shifts!r} must be one int when dims is None")
+    if not isinstance(shifts, int) and len(shifts) != 1:  # tinygrad 0.14 and torch: a RuntimeError
+      raise ArgumentError(f"shifts={shifts!r} must be one int when dims is None (it rolls the flattened tensor)")
+    if not isinstance(shifts, int): shifts = shifts[0]
     return roll(self.reshape(-1) if self.ndim != 1 else self, shifts, 0).reshape(self.shape)
   dims_ = (dims,) if isinstance(dims, int) else tuple(dims)
   shifts_ = (shifts,) if isinstance(shifts, int) else tuple(shifts)
-  if len(dims_) != len(shifts_): raise ValueError(f"shifts {shifts!r} and dims {dims!r} must have the same length")
+  if len(dims_) != len(shifts_):
+    raise ArgumentError(f"shifts {shifts!r} and dims {dims!r} must have the same length")
   total: dict[int, int] = {}
   for d, s in zip(dims_, shifts_): total[_resolve_dim(self, d)] = total.get(_resolve_dim(self, d), 0) + s
   if self.ndim == 0 or 0 in self.shape: return self
@@ -1018,9 +1033,10 @@ def gather(self: Tensor, dim: int, index: Tensor) -> Tensor:
   >>> Tensor([[1, 2], [3, 4]]).gather(1, Tensor([[0, 0], [1, 0]])).tolist()
   [[1, 1], [4, 3]]
   """
-  if index.ndim != self.ndim:
-    raise ValueError(f"index of shape {index.shape} must have the {self.ndim} dims of {self.shape}")
-  if not dtypes.is_int(index.dtype): raise TypeError(f"index must be an integer tensor, got {index.dtype}")
+  if index.ndim != self.ndim:  # a RuntimeError in tinygrad 0.14 and torch
+    raise ArgumentError(f"index of shape {index.shape} must have the {self.ndim} dims of {self.shape}")
+  if not dtypes.is_int(index.dtype):  # a RuntimeError in tinygrad 0.14 and torch
+    raise DTypeArgumentError(f"index must be an integer tensor, got {index.dtype}")
   dim = _resolve_dim(self, dim)
   if any(i > s for d, (s, i) in enumerate(zip(self.shape, index.shape)) if d != dim):
     raise ValueError(f"index of shape {index.shape} is larger than self {self.shape} outside dim {dim}")
@@ -1035,7 +1051,8 @@ def _pre_scatter(self: Tensor, dim: int, index: Tensor, src: Tensor) -> tuple[in
   dim = _resolve_dim(self, dim)
   if not index.ndim == self.ndim == src.ndim:
     raise ValueError(f"self {self.shape}, index {index.shape} and src {src.shape} must have the same number of dims")
-  if not dtypes.is_int(index.dtype): raise TypeError(f"index must be an integer tensor, got {index.dtype}")
+  if not dtypes.is_int(index.dtype):  # a RuntimeError in tinygrad 0.14 and torch
+    raise DTypeArgumentError(f"index must be an integer tensor, got {index.dtype}")
   if any((d != dim and i > s) or i > r for d, (s, i, r) in enumerate(zip(self.shape, index.shape, src.shape))):
     raise ValueError(f"index {index.shape} must be no larger than src {src.shape}, and than self {self.shape} "
                      f"outside dim {dim}")
@@ -1128,9 +1145,15 @@ def unfold(self: Tensor, dim: int, size: int, step: int) -> Tensor:
   [[1, 2], [3, 4]]
   """
   dim = _resolve_dim(self, dim)
-  if not isinstance(step, int) or step < 1: raise ValueError(f"step={step!r} must be a positive int")
-  if not isinstance(size, int) or not 1 <= size <= self.shape[dim]:
-    raise ValueError(f"size={size!r} must be in [1, {self.shape[dim]}] (dim {dim} of {self.shape})")
+  # bad sizes raise a RuntimeError in tinygrad 0.14 and torch: ArgumentError is one (and a ValueError)
+  if not isinstance(step, int) or isinstance(step, bool) or step < 1:
+    raise ArgumentError(f"step={step!r} must be a positive int")
+  if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size <= self.shape[dim]:
+    raise ArgumentError(f"size={size!r} must be in [0, {self.shape[dim]}] (dim {dim} of {self.shape})")
+  if size == 0:  # as torch: (n - 0) // step + 1 empty windows
+    n_win = (self.shape[dim] - size) // step + 1
+    empty = self.unsqueeze(-1).shrink(tuple((0, s) for s in self.shape) + ((0, 0),))  # (..., 0): no elements
+    return empty.reshape(self.shape[:dim] + (n_win,) + self.shape[dim + 1:] + (0,))
   order = tuple(d for d in range(self.ndim) if d != dim) + (dim,)
   win = _pool(self.permute(order), (size,), (step,), (1,))            # (..others, n_windows, size)
   back = [order.index(d) for d in range(self.ndim)]
@@ -1145,7 +1168,8 @@ def diagonal(self: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Ten
   [1, 5]
   """
   d1, d2 = _resolve_dim(self, dim1), _resolve_dim(self, dim2)
-  if d1 == d2: raise ValueError(f"dim1={dim1} and dim2={dim2} name the same dim of {self.shape}")
+  if d1 == d2:  # a RuntimeError in tinygrad 0.14 and torch
+    raise ArgumentError(f"dim1={dim1} and dim2={dim2} name the same dim of {self.shape}; pick two different dims")
   rest = [d for d in range(self.ndim) if d not in (d1, d2)]
   x = self.permute(tuple(rest) + (d1, d2))
   r, c = x.shape[-2:]
@@ -1175,15 +1199,18 @@ def diag(self: Tensor) -> Tensor:
 
 
 def meshgrid(self: Tensor, *args: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
-  """Coordinate grids from 1-d tensors, as torch.meshgrid ("ij": matrix indexing, "xy": first two dims swapped).
+  """Coordinate grids from 0-d or 1-d tensors, as torch.meshgrid ("ij": matrix indexing, "xy": first two dims swapped);
+  a 0-d tensor counts as one element.
 
   >>> from tiny_tensor import Tensor
   >>> [t.tolist() for t in Tensor([1, 2]).meshgrid(Tensor([3, 4, 5]))]
   [[[1, 1, 1], [2, 2, 2]], [[3, 4, 5], [3, 4, 5]]]
   """
-  if indexing not in ("ij", "xy"): raise ValueError(f"indexing={indexing!r} must be 'ij' or 'xy'")
+  if indexing not in ("ij", "xy"): raise ArgumentError(f"indexing={indexing!r} must be 'ij' or 'xy'")
   ts = (self, *args)
-  if any(t.ndim != 1 for t in ts): raise ValueError(f"meshgrid needs 1-d tensors, got shapes {[t.shape for t in ts]}")
+  if any(t.ndim > 1 for t in ts):  # torch refuses these (tinygrad 0.14 flattens them)
+    raise ArgumentError(f"meshgrid needs 0-d or 1-d tensors, got shapes {[t.shape for t in ts]}")
+  ts = tuple(t.reshape(1) if t.ndim == 0 else t for t in ts)
   axes = list(range(len(ts)))
   if indexing == "xy" and len(ts) > 1: axes[0], axes[1] = 1, 0
   shape = [0] * len(ts)

@@ -53,7 +53,7 @@ class tqdm(Generic[T]):
       try: total = len(iterable)  # type: ignore[arg-type]
       except (TypeError, AttributeError): total = None
     self.total = total
-    self.n = 0
+    self.n: float = 0
     self.start_t = self.last_print_t = time.perf_counter()
     self.closed = False
     self.refresh()

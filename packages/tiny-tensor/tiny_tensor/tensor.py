@@ -23,16 +23,18 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from tiny_uop.dtype import (DType, dtypes, from_numpy, least_upper_dtype, least_upper_float, sum_acc_dtype, to_dtype,
-                            to_numpy)
+from tiny_uop.dtype import (DType, dtypes, float_to_narrow_bits, from_numpy, least_upper_dtype, least_upper_float,
+                            ml_dtypes_name, narrow_bits_to_float32, sum_acc_dtype, to_dtype, to_numpy, truncate_int)
 from tiny_uop.helpers import TRAINING, Context, ceildiv, polyN, prod
 from tiny_uop.uop import Ops, UOp, sint
 from tiny_tensor import engine
 from tiny_tensor import multi as _multi
 from tiny_tensor.creation import CreationMixin
 from tiny_tensor.gradient import compute_gradient
-from tiny_tensor.helpers import _assign_view, _base_buffer, _broadcast_shape, _canonical_device, argfix
-from tiny_tensor.indexing import IndexingMixin
+from tiny_tensor.helpers import ArgumentError as _ArgumentError
+from tiny_tensor.helpers import DTypeArgumentError as _DTypeArgumentError
+from tiny_tensor.helpers import _assign_view, _base_buffer, _broadcast_shape, _canonical_device, argfix, tensor_seq
+from tiny_tensor.indexing import IndexingMixin, _view_bottom_buffer
 
 __all__ = ["Tensor"]
 
@@ -85,6 +87,7 @@ _grad_tensors = _Registry()  # requires_grad is True
 _leaf_tensors = _Registry()  # ... set so by the user
 _lazy_tensors = _Registry()  # may hold a lazy graph
 _origin_tensors = _Registry()  # remember a graph
+_real_tensors = _Registry()  # were set to a realized buffer without keeping a graph (data, assigns): backward's leaves
 _registry_lock = threading.Lock()  # changes to the registries above vs. listing them from another thread
 
 
@@ -170,8 +173,14 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
   @staticmethod
   def _from_numpy(arr: np.ndarray, dev: str, dt: DType | None) -> UOp:
     target = dt if dt is not None else from_numpy(arr.dtype)
+    if (ml := ml_dtypes_name(target)) is not None and (arr.dtype.name == ml or target in dtypes.fp8s):
+      # an ml_dtypes array of the type: its bits as they are; fp8 from other data: rounded here (no device computes
+      # fp8, so a lazy cast could never run)
+      bits = arr.view(f"u{arr.dtype.itemsize}") if arr.dtype.name == ml else float_to_narrow_bits(arr, target)
+      bits = np.ascontiguousarray(bits).reshape(arr.shape)
+      return engine.buffer_from_bytes(dev, bits.size, target, bits.tobytes() if bits.size else None).reshape(arr.shape)
     try: npdt = to_numpy(target)
-    except TypeError: npdt = None  # bfloat16/fp8: store as float32, cast lazily
+    except TypeError: npdt = None  # bfloat16: store as float32, cast lazily
     if npdt is None:
       return Tensor._from_numpy(arr.astype(np.float32), dev, dtypes.float32).cast(target)
     if arr.dtype != npdt:
@@ -212,10 +221,14 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     self._uop = u
     if u.op is not _BUFFER and (u.op is not _RESHAPE or u.src[0].op is not _BUFFER):  # not is_realized(u)
       with _registry_lock: _lazy_tensors[id(self)] = self
+    else:  # a leaf backward may fill .grad of (found through here when it is in no other registry)
+      with _registry_lock: _real_tensors[id(self)] = self
 
   @property
   def requires_grad(self) -> bool | None:
-    """True: gradients are computed for this tensor by backward(); None: only if it is in a graph that needs them."""
+    """Whether backward() fills this tensor's `.grad`: None (the default) and True when it is a float tensor in the
+    graph (True also gives a constant-only tensor a buffer of its own, and makes optimizers train it); False never
+    (`detach()` gives False). An op's result is True if an operand is, else None if one is, else False."""
     return self._requires_grad
 
   @requires_grad.setter
@@ -311,10 +324,18 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     """
     ts = [self, *lst]
     with engine.lock:  # other threads' realizes see this one's results whole (see tiny_tensor.engine)
+      tried = False
+      if not lst and (op := (u := self._uop).op) is not _MULTI and op is not _BUFFER and \
+         (op is not _RESHAPE or u.src[0].op is not _BUFFER):  # one lazy tensor (not is_realized(u)): the eager hot path
+        with _registry_lock: alone = tried = _lazy_tensors.only(ts)
+        if alone and (n := engine.replay_root(u)) is not None:  # a cached op: its recorded kernels, no schedule
+          _take_realized(self, n)
+          return self
       uops = [s for t in ts for s in (t._uop.src if t._uop.op is _MULTI else (t._uop,))]  # sharded: its shards
       with _registry_lock: alone = _lazy_tensors.only(ts)
       if alone:  # no other lazy tensor: none reads old values or shares nodes
-        if (becomes := engine.realize(uops)) and not _apply_becomes_alone(ts, becomes): _apply_becomes(becomes)
+        if (becomes := engine.realize(uops, replay=not tried)) and not _apply_becomes_alone(ts, becomes):
+          _apply_becomes(becomes)
         return self
       else:
         # a lazy tensor that reads a buffer this realize writes (e.g. the loss, after opt.step()) is computed in the
@@ -343,14 +364,15 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     array([[1, 3],
            [2, 4]], dtype=int32)
     """
-    if self.dtype.scalar() in (dtypes.bfloat16, *dtypes.fp8s): return self.cast(dtypes.float32).numpy()
     if isinstance(self.device, tuple): return self.to(self.device[0]).numpy()
     shape = tuple(int(s) for s in self.shape)
-    npdt = to_numpy(self.dtype)
-    if prod(shape) == 0: return np.zeros(shape, dtype=npdt)
+    narrow = ml_dtypes_name(self.dtype) is not None  # bfloat16/fp8: their bits, decoded on the host (exact)
+    npdt = np.dtype(f"u{self.dtype.itemsize}") if narrow else to_numpy(self.dtype)
+    if prod(shape) == 0: return np.zeros(shape, dtype=np.float32 if narrow else npdt)
     with engine.lock:  # a device's queues are the engine's to drive: one thread at a time
       data = self._buffer().as_buffer()
-    return np.frombuffer(data, dtype=npdt).reshape(shape)
+    arr = np.frombuffer(data, dtype=npdt).reshape(shape)
+    return narrow_bits_to_float32(arr, self.dtype) if narrow else arr
 
   def data(self) -> memoryview:
     """The data as a memoryview of the tensor's shape."""
@@ -461,43 +483,82 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     """Identity forward; makes the gradient contiguous."""
     return self._wrap(UOp(Ops.CONTIGUOUS_BACKWARD, self.dtype, (self.uop,)))
 
-  def gradient(self, *targets: Tensor, gradient: Tensor | None = None, materialize_grads: bool = False) -> list[Tensor]:
-    """d(self)/d(target) for each target, as new (lazy) tensors."""
+  def _root_grad(self, gradient: Tensor | None) -> Tensor:
+    """The gradient flowing into self for gradient()/backward(): `gradient`, checked, or 1 for a scalar."""
     if gradient is None:
-      if self.shape != (): raise RuntimeError(f"gradient of a non-scalar tensor (shape {self.shape}) needs gradient=")
-      gradient = Tensor(1.0, dtype=self.dtype, device=self.device, requires_grad=False)
+      if self.shape != ():
+        raise RuntimeError(f"the gradient of a non-scalar tensor (shape {self.shape}) needs gradient= (a tensor of "
+                           f"that shape), or call it on a scalar such as .sum()")
+      return Tensor(1.0, dtype=self.dtype, device=self.device, requires_grad=False)
+    if not isinstance(gradient, Tensor): raise TypeError(f"gradient= must be a Tensor, not {type(gradient).__name__}")
     if gradient.shape != self.shape: raise ValueError(f"gradient shape {gradient.shape} != tensor shape {self.shape}")
+    return gradient
+
+  def gradient(self, *targets: Tensor, gradient: Tensor | None = None, materialize_grads: bool = True) -> list[Tensor]:
+    """d(self)/d(target) for each target, as new (lazy) tensors. A target self does not depend on (not in its graph,
+    or reached only through comparisons, detach, ...) gets zeros, as in tinygrad; `materialize_grads=False` raises for
+    one not in the graph instead.
+
+    >>> x, y = Tensor([1.0, 2.0]), Tensor([3.0])
+    >>> [g.tolist() for g in (x * x).sum().gradient(x, y)]
+    [[2.0, 4.0], [0.0]]
+    """
+    gradient = self._root_grad(gradient)
     if not dtypes.is_float(self.dtype) or any(not dtypes.is_float(t.dtype) for t in targets):
       raise RuntimeError(f"only float Tensors have gradients; got {self.dtype} w.r.t. {[t.dtype for t in targets]}")
     if isinstance(self.device, tuple) or any(isinstance(t.device, tuple) for t in targets):
       mg = _multi.gradient(self, targets, gradient, _expand_origins)
       if not materialize_grads and any(g is None for g in mg): raise RuntimeError("a target is not part of the graph")
       return [t.zeros_like() if g is None else g for t, g in zip(targets, mg)]
-    keep = {t.uop for t in targets if t is not self}
-    grads = compute_gradient(_expand_origins(self.uop, keep), gradient.uop.cast(self.dtype), keep)
-    out = []
-    for t in targets:
-      if t.uop not in grads:
-        if not materialize_grads: raise RuntimeError(f"{t!r} is not part of the graph of {self!r}; no gradient")
-        out.append(t.zeros_like())
-      else: out.append(Tensor._new(grads[t.uop]))
-    return out
+    keep = {t.uop for t in targets if t is not self}  # (self is its own target: the root's gradient)
+    root = _expand_origins(self.uop, keep)
+    grads = compute_gradient(root, gradient.uop.cast(self.dtype), keep)
+    if not materialize_grads:
+      nodes = root.toposort()
+      if lost := [t for t in targets if t is not self and t.uop not in nodes]:
+        raise RuntimeError(f"{lost[0]!r} is not part of the graph of {self!r}; no gradient (materialize_grads=True "
+                           f"gives zeros)")
+    return [gradient.cast(self.dtype) if t is self else Tensor._new(grads[t.uop]) if t.uop in grads else
+            t.zeros_like() for t in targets]
 
   def backward(self, gradient: Tensor | None = None) -> Tensor:
-    """Accumulate d(self)/d(t) into `t.grad` for every tensor t with requires_grad=True in self's graph.
+    """Accumulate d(self)/d(t) into `t.grad` for every live floating-point tensor t in self's graph, as tinygrad
+    does: parameters and inputs without requires_grad=True too, and intermediate tensors still held (a realized one
+    is looked through, so the gradient also reaches what it was computed from). `requires_grad=False` opts a tensor
+    out; int/bool tensors get none. A tensor of constants alone (unrealized `Tensor.ones(3)`) gets none unless its
+    requires_grad is True: it is the very graph node of every equal constant, whose uses can't be told apart.
 
-    >>> w = Tensor([1.0, 2.0], requires_grad=True)
+    >>> w = Tensor([1.0, 2.0])
     >>> (w * w).sum().backward().item(), w.grad.tolist()
     (5.0, [2.0, 4.0])
     """
-    live = [t for t in _live(_grad_tensors) if t.requires_grad and dtypes.is_float(t.dtype)]
-    # leaves (requires_grad set by the user) and lazy tensors are targets as they are; a realized derived tensor is
-    # looked through (its pre-realize graph) so the gradient reaches the leaves it came from, as in torch
-    keep = {s for t in live if t._origin is None or id(t) in _leaf_tensors for s in _shards(t.uop)}
-    nodes = UOp.sink(*[_expand_origins(s, keep) for s in _shards(self.uop)]).toposort()
-    targets = [t for t in live if any(s in nodes for s in _shards(t.uop))]
-    if not targets: raise RuntimeError("backward: no tensor in the graph has requires_grad=True")
-    for t, g in zip(targets, self.gradient(*targets, gradient=gradient, materialize_grads=True)):
+    root_grad = self._root_grad(gradient)
+    if not dtypes.is_float(self.dtype):
+      raise RuntimeError(f"only float Tensors have gradients; backward() on a {self.dtype} tensor (cast it first)")
+    cands = _grad_candidates()
+    # a leaf is a target as it is: no graph kept, set so by the user, or realized from constants alone (looking
+    # through those would give a constant node); a realized derived tensor is looked through (its pre-realize graph),
+    # as in torch, and is the target of the node its graph expands to
+    leaves: list[Tensor] = []
+    derived: list[Tensor] = []
+    for t in cands:
+      is_leaf = t._origin is None or id(t) in _leaf_tensors or not _has_identity(t._origin)
+      (leaves if is_leaf else derived).append(t)
+    keep = {s for t in leaves for s in _shards(t.uop)}
+    sink = _expand_origins(UOp.sink(self.uop, *[t._origin for t in derived]), keep)
+    root, nodes = sink.src[0], sink.src[0].toposort()
+    pairs = [(t, t.uop) for t in leaves if any(s in nodes for s in _shards(t.uop)) and _has_identity(t.uop)]
+    pairs += [(t, o) for t, o in zip(derived, sink.src[1:]) if any(s in nodes for s in _shards(o))]
+    if isinstance(self.device, tuple) or any(isinstance(t.device, tuple) for t, _ in pairs):
+      # sharded: through the multi-device gradient, a derived target standing in as a tensor of its expanded graph
+      pairs = _multi_targets(self, pairs)
+      targets = [t for t, _ in pairs]
+      grads = self.gradient(*[t if n is t.uop else Tensor._new(n) for t, n in pairs], gradient=root_grad)
+    else:
+      targets = [t for t, _ in pairs]
+      gmap = compute_gradient(root, root_grad.uop.cast(self.dtype), {n for _, n in pairs})
+      grads = [Tensor._new(gmap[n]) if n in gmap else t.zeros_like() for t, n in pairs]
+    for t, g in zip(targets, grads):
       if g.shape != t.shape: raise RuntimeError(f"gradient shape {g.shape} doesn't match tensor shape {t.shape}")
       g = g.cast(t.dtype) if g.dtype != t.dtype else g
       t.grad = g if t.grad is None else (t.grad + g)
@@ -669,6 +730,10 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     >>> (Tensor([-2.0, 4.0, 0.0]) ** Tensor([3.0, 0.5, -1.0])).tolist()
     [-8.0, 2.0, inf]
     """
+    if not reverse and isinstance(x, int) and not isinstance(x, bool) and x < 0 and not dtypes.is_float(self.dtype):
+      # torch refuses it and tinygrad 0.14 too (a RuntimeError there): 2 ** -1 has no integer result
+      raise _ArgumentError(f"an integer tensor ({self.dtype}) to the negative integer power {x} is not defined; "
+                           f"cast it to a float dtype first, or pass a float exponent ({float(x)})")
     if not reverse and isinstance(x, (int, float)) and not isinstance(x, bool):
       if x == 0:
         return self.ones_like() if dtypes.is_float(self.dtype) or isinstance(x, int) else self.ones_like().float()
@@ -696,7 +761,10 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     return a._inverse().maximum(b._inverse())._inverse()
 
   def where(self, x: Any, y: Any) -> Tensor:
-    """`x` where self is true, else `y` (broadcasting; x and y promote to a common dtype)."""
+    """`x` where self (a bool tensor) is true, else `y` (broadcasting; x and y promote to a common dtype)."""
+    if self.dtype != dtypes.bool:  # tinygrad 0.14 and torch refuse it (a RuntimeError): 0.5 is not a truth value
+      raise _DTypeArgumentError(f"where's condition must be a bool tensor, got {self.dtype}; compare it first "
+                                "(`t != 0`) or cast it (`t.cast(dtypes.bool)`)")
     if isinstance(x, Tensor): x, y = x._broadcasted(y)
     elif isinstance(y, Tensor): y, x = y._broadcasted(x)
     cond, xt = self._broadcasted(x, match_dtype=False)
@@ -715,20 +783,28 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     if not (dtypes.is_int(self.dtype) or self.dtype == dtypes.bool):
       raise RuntimeError(f"bitwise ops need an int or bool tensor, got {self.dtype}")
 
+  def _bit_pattern(self, y: Any) -> Any:
+    """A Python int operand of a bitwise op on an int tensor as the bits it spells in the tensor's width:
+    `x | 0xFFFFFFFF` on int32 is `x | -1` (as tinygrad), `u32 & -1` is `u32 & 0xFFFFFFFF`. An int wider than the
+    dtype stays as it is (and is refused as out of range: its high bits would be dropped silently)."""
+    if type(y) is not int or not dtypes.is_int(self.dtype): return y
+    bits = self.dtype.itemsize * 8
+    return truncate_int(y, self.dtype) if -(1 << (bits - 1)) <= y < (1 << bits) else y
+
   def bitwise_and(self, x: Any, reverse: bool = False) -> Tensor:
     """Bitwise (logical for bool) and."""
     self._check_bitwise()
-    return self._binop(Ops.AND, x, reverse)
+    return self._binop(Ops.AND, self._bit_pattern(x), reverse)
 
   def bitwise_or(self, x: Any, reverse: bool = False) -> Tensor:
     """Bitwise (logical for bool) or."""
     self._check_bitwise()
-    return self._binop(Ops.OR, x, reverse)
+    return self._binop(Ops.OR, self._bit_pattern(x), reverse)
 
   def bitwise_xor(self, x: Any, reverse: bool = False) -> Tensor:
     """Bitwise (logical for bool) xor."""
     self._check_bitwise()
-    return self._binop(Ops.XOR, x, reverse)
+    return self._binop(Ops.XOR, self._bit_pattern(x), reverse)
 
   def bitwise_not(self) -> Tensor:
     """Bitwise not (logical not for bool)."""
@@ -1153,7 +1229,7 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     new = tuple(int(s) if isinstance(s, np.integer) else s for s in new)
     new = tuple(self.shape[i] if s is None else s for i, s in enumerate(new))
     if sum(1 for s in new if isinstance(s, int) and s == -1) > 1:
-      raise ValueError(f"reshape {new}: only one dim can be -1")
+      raise _ArgumentError(f"reshape {new}: only one dim can be -1")  # a RuntimeError in tinygrad 0.14 and torch
     if any(isinstance(s, int) and s < -1 for s in new): raise ValueError(f"reshape {new}: negative dimension")
     if -1 in new:
       rest = prod([s for s in new if not (isinstance(s, int) and s == -1)])
@@ -1221,7 +1297,10 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
 
   def flip(self, axis: Any, *args: Any) -> Tensor:
     """Reverse the order of elements along the given axes."""
-    axes = {self._resolve_dim(a) for a in argfix(axis, *args)}
+    axes_ = [self._resolve_dim(a) for a in argfix(axis, *args)]
+    if len(set(axes_)) != len(axes_):  # tinygrad 0.14 and torch refuse it (a RuntimeError)
+      raise _ArgumentError(f"flip {argfix(axis, *args)}: each dim may appear at most once")
+    axes = set(axes_)
     return self._wrap(self.uop.flip(tuple(i in axes for i in range(self.ndim)))) if axes else self
 
   def _pad_raw(self, arg: tuple[tuple[int, int], ...], value: Any = 0.0) -> Tensor:
@@ -1240,8 +1319,14 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     if mode not in ("constant", "reflect", "replicate", "circular"):
       raise NotImplementedError(f"pad mode {mode!r}; valid: 'constant', 'reflect', 'replicate', 'circular'")
     padding = tuple(padding)
-    flat = all(isinstance(p, int) for p in padding)
+    flat = not any(p is None or isinstance(p, (tuple, list)) for p in padding)
+    if not flat and (bad := [q for q in padding if not (q is None or (isinstance(q, (tuple, list)) and len(q) == 2))]):
+      raise _ArgumentError(f"pad {padding}: give flat ints, or a (before, after) pair or None per dim; got {bad[0]!r}")
+    amounts = padding if flat else [v for q in padding if q is not None for v in q]
+    if bad := [v for v in amounts if not isinstance(v, (int, np.integer, UOp)) or isinstance(v, (bool, np.bool_))]:
+      raise _ArgumentError(f"pad {padding}: padding amounts must be ints, got {bad[0]!r}")  # tinygrad: RuntimeError
     if flat:
+      padding = tuple(int(v) if isinstance(v, np.integer) else v for v in padding)
       if len(padding) % 2: raise ValueError(f"flat padding {padding} must have an even number of values")
       if len(padding) // 2 > self.ndim: raise ValueError(f"padding {padding} has more dims than shape {self.shape}")
       pairs = ((0, 0),) * (self.ndim - len(padding) // 2) + tuple(zip(padding[-2::-2], padding[::-2]))
@@ -1253,11 +1338,12 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
       if isinstance(s, int) and -min(b, 0) - min(a, 0) > s:
         raise ValueError(f"pad {padding}: dim {d} of size {s} with padding ({b}, {a}) would remove "
                          f"{-min(b, 0) - min(a, 0)} elements; negative padding may remove at most the dim's {s}")
-    # negative padding shrinks first
-    x = self
-    if any(b < 0 or a < 0 for b, a in pairs):
-      x = x.shrink(tuple((-min(b, 0), s + min(a, 0)) for (b, a), s in zip(pairs, x.shape)))
-      pairs = tuple((max(b, 0), max(a, 0)) for b, a in pairs)
+    # negative padding shrinks: first for constant and circular (wrapping sees the kept part), last for reflect and
+    # replicate (they mirror/repeat the full data first: [1, 2] reflect-padded by (1, -1) is [2, 1], as torch)
+    x, crop = self, tuple((-min(b, 0), min(a, 0)) for b, a in pairs)
+    if any(c != (0, 0) for c in crop) and mode in ("constant", "circular"):
+      x, crop = x.shrink(tuple((lo, s + hi) for (lo, hi), s in zip(crop, x.shape))), ()
+    pairs = tuple((max(b, 0), max(a, 0)) for b, a in pairs)
     if mode == "constant": return x._pad_raw(pairs, value)
     for d, (b, a) in enumerate(pairs):
       if b == 0 and a == 0: continue
@@ -1275,10 +1361,12 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
         if b > s or a > s: raise ValueError(f"circular padding ({b}, {a}) must be <= the dim size {s} (dim {d})")
         parts = [sl(s - b, s), x, sl(0, a)]
       x = Tensor.cat(*[p for p in parts if p.shape[d] != 0], dim=d)
+    if any(c != (0, 0) for c in crop): x = x.shrink(tuple((lo, s + hi) for (lo, hi), s in zip(crop, x.shape)))
     return x
 
   def cat(self, *args: Tensor, dim: int = 0) -> Tensor:
     """Concatenate along `dim`; the other dims must match."""
+    self, *args = tensor_seq("cat", self, args)
     d = self._resolve_dim(dim)
     ts = [self, *args]
     for t in args:
@@ -1294,9 +1382,12 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     return ret
 
   def stack(self, *args: Tensor, dim: int = 0) -> Tensor:
-    """Stack tensors of one shape along a new dim."""
-    d = self._resolve_dim(dim, extra=True)
-    return Tensor.cat(*[t.unsqueeze(d) for t in (self, *args)], dim=d)
+    """Stack tensors of one shape along a new dim (`Tensor.stack(a, b)`, `a.stack(b)` or `Tensor.stack([a, b])`)."""
+    ts = tensor_seq("stack", self, args)
+    if bad := [t.shape for t in ts if t.shape != ts[0].shape]:
+      raise ValueError(f"stack needs tensors of one shape, got {ts[0].shape} and {bad[0]}")
+    d = ts[0]._resolve_dim(dim, extra=True)
+    return Tensor.cat(*[t.unsqueeze(d) for t in ts], dim=d)
 
   def repeat(self, repeats: Any, *args: Any) -> Tensor:
     """Tile the tensor: `repeats` per dim (may add leading dims)."""
@@ -1410,6 +1501,32 @@ def _pow_float(b: Tensor, e: Tensor) -> Tensor:
   return with_gradient(out, (b, e), grad)
 
 
+def _grad_candidates() -> list[Tensor]:
+  """The live floating-point tensors whose requires_grad is not False (backward may fill their .grad), each once:
+  every such tensor is in one of these registries (lazy, realized with or without its graph, or set requires_grad)."""
+  seen: set[int] = set()
+  out: list[Tensor] = []
+  for reg in (_grad_tensors, _lazy_tensors, _origin_tensors, _real_tensors):
+    for t in _live(reg):
+      if id(t) not in seen and t._requires_grad is not False and dtypes.is_float(t._uop.dtype):
+        seen.add(id(t))
+        out.append(t)
+  return out
+
+
+def _multi_targets(root: Tensor, pairs: list[tuple[Tensor, UOp]]) -> list[tuple[Tensor, UOp]]:
+  """The (tensor, node) targets backward can fill through the multi-device gradient, which stops at every target's
+  shards (one shard of a replicated tensor may be a copy of another): the root, realized tensors, tensors set
+  requires_grad=True, and a lazy or realized derived tensor whose graph holds no other target (a `.shard()` of
+  data). A held intermediate computed from another target is left out: stopping at it would cut that one's gradient."""
+  def plain(t: Tensor, n: UOp) -> bool:
+    return t is root or id(t) in _leaf_tensors or (n is t.uop and all(engine.is_realized(s) for s in _shards(n)))
+  shard_of = {s: t for t, n in pairs for s in _shards(n)}
+  def upstream_free(t: Tensor, n: UOp) -> bool:
+    return all(shard_of.get(u, t) is t for u in UOp.sink(*_shards(n)).toposort())
+  return [(t, n) for t, n in pairs if plain(t, n) or upstream_free(t, n)]
+
+
 def _shards(u: UOp) -> tuple[UOp, ...]:
   """The per-device graphs of a sharded tensor's UOp (the UOp itself otherwise)."""
   return u.src if u.op is Ops.MULTI else (u,)
@@ -1421,7 +1538,15 @@ def _has_identity(u: UOp) -> bool:
   one is left as it is."""
   if engine.is_realized(u) or u.op is _MULTI or isinstance(u.device, tuple): return True
   if any(not isinstance(s, int) for s in (u.shape or ())): return True
-  return any(n.op is _BUFFER for n in u.toposort())
+  stack, seen = [u], {u}
+  while stack:  # depth first, stopping at the first buffer (a realized source is usually a few nodes down)
+    n = stack.pop()
+    if n.op is _BUFFER: return True
+    for s in n.src:
+      if s not in seen:
+        seen.add(s)
+        stack.append(s)
+  return False
 
 
 def _size_differs(a: sint, b: sint) -> bool:
@@ -1434,12 +1559,48 @@ def _size_differs(a: sint, b: sint) -> bool:
 def _expand_origins(root: UOp, keep: set[UOp]) -> UOp:
   """root's graph with realized tensors replaced by the graphs they were computed from (not those in `keep`), so
   gradients flow through values that were realized (e.g. printed) before backward."""
-  origins = {u: o for t in _live(_origin_tensors) if t._origin is not None and t.uop not in keep
-             for u, o in zip(_shards(t.uop), _shards(t._origin)) if u not in keep}
+  origins: dict[UOp, UOp] = {}
+  views: dict[UOp, UOp] = {}  # origins that are a view chain of their own node's buffer (realize copied nothing)
+  for t in _live(_origin_tensors):
+    if t._origin is None or t.uop in keep: continue
+    for u, o in zip(_shards(t.uop), _shards(t._origin)):
+      if u in keep or o is u: continue  # (a node that is another value's: no origin of its own)
+      if engine.is_realized(u) and _chain_base(o) is (u if u.op is _BUFFER else u.src[0]): views[u] = o
+      else: origins[u] = o
+  # a node two tensors were realized into: the one computed wins over one that only views it; views of one buffer
+  # realized into each other (`a.flatten()` and `a.flatten().reshape(())` both realized) lead nowhere but in a loop
+  origins.update(_acyclic_views({u: o for u, o in views.items() if u not in origins}))
   for _ in range(32):
     if not origins or not any(u in origins for u in root.toposort()): break
     root = root.substitute(origins)
   return root
+
+
+def _acyclic_views(views: dict[UOp, UOp]) -> dict[UOp, UOp]:
+  """`views` without the entries that lead back to themselves through the others' chains (each chain is a few
+  one-source nodes, so the walks are short)."""
+  succ = {u: [n for n in _chain(o) if n in views and n is not u] for u, o in views.items()}
+  def loops(u: UOp) -> bool:
+    seen, stack = set(), list(succ[u])
+    while stack:
+      if (n := stack.pop()) is u: return True
+      if n not in seen:
+        seen.add(n)
+        stack.extend(succ[n])
+    return False
+  return {u: o for u, o in views.items() if not loops(u) and not _on_chain(o, u)}
+
+
+def _chain(u: UOp) -> list[UOp]:
+  """u and the nodes down its chain of one-source ops."""
+  out = [u]
+  while len(u.src) == 1 and u.op is not _BUFFER:
+    u = u.src[0]
+    out.append(u)
+  return out
+
+
+def _on_chain(o: UOp, u: UOp) -> bool: return any(n is u for n in _chain(o))
 
 
 def _old_value_readers(uops: list[UOp], ts: list[Tensor]) -> list[Tensor]:
@@ -1453,7 +1614,9 @@ def _old_value_readers(uops: list[UOp], ts: list[Tensor]) -> list[Tensor]:
   for u in uops:  # (a loop: this runs on every realize)
     if u.op is Ops.ASSIGN and (b := _base_buffer(u.src[0])) is not None: targets.add(b)
   if not targets: return []
-  cands = [t for t in _live(_lazy_tensors) if not any(t is x for x in ts) and not engine.is_realized(t.uop)]
+  # a view of a target (movement ops and detach: torch's views) reads the buffer after the write, and sees it
+  cands = [t for t in _live(_lazy_tensors) if not any(t is x for x in ts) and not engine.is_realized(t.uop)
+           and _view_bottom_buffer(t.uop) not in targets]
   if not cands: return []
   def reading(done: Any) -> list[Tensor]:
     # one walk over all their graphs (toposorts are not cached on nodes: a walk per tensor would repeat the graphs
@@ -1487,7 +1650,8 @@ def _apply_becomes(becomes: dict[UOp, UOp]) -> None:
   lazy: list[Tensor] = []
   for t in _live(_lazy_tensors):
     if (n := fixed.get(t._uop)) is not None:
-      if _keeps_origin(t, n): t._origin = t._uop
+      n, origin = _realized_node(t, n)
+      if origin is not t._origin_uop: t._origin = origin
       t.uop = n
     if (u := t._uop).op is _BUFFER or (u.op is _RESHAPE and u.src[0].op is _BUFFER):  # is_realized(u)
       with _registry_lock: _lazy_tensors.pop(id(t), None)
@@ -1502,8 +1666,13 @@ def _apply_becomes(becomes: dict[UOp, UOp]) -> None:
   roots = list(dict.fromkeys(t.uop for t in todo))
   new = dict(zip(roots, UOp.sink(*roots).substitute(fixed, name="apply becomes").src))
   for t in todo:
-    if _keeps_origin(t): t._origin = t.uop
-    t.uop = new[t.uop]
+    # as for a realized tensor (`_realized_node`): a graph that collapses onto a node it is made of
+    # (`x.flatten().reshape(())` once `x.flatten()` is realized is x's own node) keeps that node as its origin, not
+    # its old graph, which would contain its own key
+    n = new[t.uop]
+    if _keeps_origin(t, n): t._origin = t.uop
+    elif _keeps_origin(t) or (t._origin_uop is not None and _aliases(t._origin_uop, n)): t._origin = n
+    t.uop = n
 
 
 def _apply_becomes_alone(ts: list[Tensor], becomes: dict[UOp, UOp]) -> bool:
@@ -1516,16 +1685,60 @@ def _apply_becomes_alone(ts: list[Tensor], becomes: dict[UOp, UOp]) -> bool:
   for t in ts:
     if (n := becomes.get(t._uop)) is None or (n.op is not _BUFFER and n.op is not _RESHAPE): return False
     if n.shape != t._uop.shape: return False  # (a 0-d root's buffer may come back 1-d from the scheduler)
-    new.append(n)
-  keep = [_keeps_origin(t, n) for t, n in zip(ts, new)]
+    new.append(_realized_node(t, n))
   with _registry_lock:
-    for t, n, k in zip(ts, new, keep):
-      if k:
-        t._origin_uop = t._uop
-        _origin_tensors[id(t)] = t
+    for t, (n, origin) in zip(ts, new):
+      _set_origin(t, origin)
       t._uop = n  # a buffer view: no longer lazy (what the `uop` setter does for a realized node)
       _lazy_tensors.pop(id(t), None)
   return True
+
+
+def _realized_node(t: Tensor, new: UOp) -> tuple[UOp, UOp | None]:
+  """The node tensor `t` takes when realize gives it `new`, and the origin it keeps for autograd (`_keeps_origin`).
+
+  An origin must not contain its own key: substituting it at backward would lead back to itself (`substitute: ...
+  leads back to itself (cycle)`). Realize copies nothing for a pure view of a realized buffer and gives `t` a view
+  of that buffer, which can be a node of `t`'s own graph (or origin):
+  - a bare BUFFER (`x.flatten()` of a realized 0-d `x`, whose node is `RESHAPE(B, ())`, is `B` itself) is the bottom
+    of every such chain and leads to no leaf: `t` takes a same-shape RESHAPE of it, a node of its own (unless that
+    one is on the chain too), so that its origin, which reads `B`, still leads gradients to `x`;
+  - another view that is on the chain (`x.flatten().reshape(())` is `x`'s own node): `t` is that node, whose graph
+    leads to the leaves by itself; its origin is that node itself (a no-op at backward), not none, which would make
+    backward take the node for a leaf's and stop there (`c = y.contiguous()` realized with `y` is `y`'s node)."""
+  origin = t._origin_uop
+  if new.op is _BUFFER and t._requires_grad is not False and \
+     (_chain_base(t._uop) is new or (origin is not None and _chain_base(origin) is new)):
+    own = UOp(_RESHAPE, new.dtype, (new,), new.shape)
+    if not (_aliases(t._uop, own) or (origin is not None and _aliases(origin, own))): new = own
+  if origin is not None: return new, (new if _aliases(origin, new) else origin)
+  if _keeps_origin(t, new): return new, t._uop
+  return new, (new if _keeps_origin(t) else None)
+
+
+def _chain_base(u: UOp) -> UOp:
+  """The node at the bottom of `u`'s chain of one-source ops (views, contiguous): the buffer a pure view reads."""
+  while len(u.src) == 1 and u.op is not _BUFFER: u = u.src[0]
+  return u
+
+
+def _set_origin(t: Tensor, origin: UOp | None) -> None:
+  """Record the graph `t` keeps for autograd once realized (under `_registry_lock`): one with a graph is found by
+  backward in `_origin_tensors`, one without is a leaf of backward's (`_real_tensors`)."""
+  if origin is not t._origin_uop:
+    t._origin_uop = origin
+    if origin is not None: _origin_tensors[id(t)] = t
+  if origin is None: _real_tensors[id(t)] = t
+
+
+def _take_realized(t: Tensor, new: UOp) -> None:
+  """`_apply_becomes_alone([t], {t.uop: new})` for a lone lazy tensor `t` whose realized view `new` has its shape
+  already (`engine.replay_root`'s): `t` takes it (`_realized_node`), its graph kept as its origin."""
+  n, origin = _realized_node(t, new)
+  with _registry_lock:
+    _set_origin(t, origin)
+    t._uop = n  # a buffer view: no longer lazy (what the `uop` setter does for a realized node)
+    _lazy_tensors.pop(id(t), None)
 
 
 def _keeps_origin(t: Tensor, new: UOp | None = None) -> bool:

@@ -1,6 +1,7 @@
 """torch.compile(backend="tiny") against eager torch: inference, a training step, graph breaks, the TinyJit replay."""
 import copy
 
+import pytest
 import torch
 import torch.nn as nn
 
@@ -93,3 +94,27 @@ def test_compile_dropout_draws_anew_each_call() -> None:
   assert all(0.45 < m.float().mean().item() < 0.55 for m in masks)
   assert all(not torch.equal(masks[0], m) for m in masks[1:])
   assert set(f(x).unique().tolist()) <= {0.0, 2.0}
+
+
+@pytest.mark.filterwarnings("ignore:Dynamo does not know how to trace the builtin")
+def test_compile_model_on_tiny_falls_back_to_eager_tiny_with_right_results() -> None:
+  """torch.compile(model.to("tiny")): Dynamo can't trace TinyTensor (see dynamo.py's docstring for why), so no graph
+  reaches the backend and the model runs eagerly on tiny: forward and a training step match the CPU."""
+  torch._dynamo.reset()
+  dynamo.CompiledGraph.instances.clear()
+  ref = _model()
+  got = torch.compile(copy.deepcopy(ref).to("tiny"), backend="tiny")
+  opt_r = torch.optim.SGD(ref.parameters(), lr=0.1)
+  opt_g = torch.optim.SGD(got.parameters(), lr=0.1)
+  for _ in range(2):
+    x, y = torch.randn(4, 3, 4, 4), torch.randint(0, 3, (4,))
+    out_r, out_g = ref(x), got(x.to("tiny"))
+    assert out_g.device.type == "tiny"
+    torch.testing.assert_close(out_g.cpu(), out_r, atol=1e-5, rtol=1e-5)
+    for m, opt, out in ((ref, opt_r, out_r), (got, opt_g, out_g)):
+      opt.zero_grad()
+      nn.functional.cross_entropy(out, y.to(out.device)).backward()
+      opt.step()
+  for a, b in zip(ref.parameters(), got.parameters()):
+    torch.testing.assert_close(b.cpu(), a, atol=1e-4, rtol=1e-4)
+  assert not _graphs()  # nothing was compiled: the clean eager fallback

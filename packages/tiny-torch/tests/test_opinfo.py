@@ -7,7 +7,7 @@ from tiny_torch import opinfo
 # a few of each kind, including ones whose tiny code is tiny_torch's own (erfc, lgamma, hypot, masked_scatter)
 SUBSET = ["exp", "sigmoid", "erfc", "lgamma", "round", "add", "div.floor_rounding", "remainder", "hypot", "fmax",
           "sum", "amax", "var", "argmax", "prod", "cat", "permute", "gather", "index_put", "masked_scatter", "roll",
-          "tril", "nn.functional.pad.constant"]
+          "tril", "nn.functional.pad.constant", "diag_embed"]
 
 
 def _ops() -> list:

@@ -339,11 +339,42 @@ def _wrap_out(out: Any, meta: Any, func: Any) -> Any:
   return out
 
 
+def resize(w: torch.Tensor, size: Any, memory_format: Any = None) -> torch.Tensor:
+  """`w.resize_(size)` for TinyTensor `w`, with torch's semantics: the same storage and offset, the new sizes with
+  contiguous strides (or `memory_format`'s), the storage grown (with zeros; torch leaves them uninitialized) when
+  the new sizes need more elements than it has, so every view of it sees the grown storage. Returns `w`.
+
+  The sizes, strides and errors (negative sizes) are torch's own: the same resize_ runs on a meta tensor first."""
+  st = w._st
+  numel = int(st.data.shape[0])
+  m = torch.empty(numel, dtype=w.dtype, device="meta").as_strided(tuple(w.shape), tuple(w.stride()),
+                                                                   w.storage_offset())
+  m.resize_(tuple(size), memory_format=memory_format) if memory_format is not None else m.resize_(tuple(size))
+  need = m.untyped_storage().nbytes() // m.element_size()
+  if need > numel:
+    st.data = st.data.pad(((0, need - numel),))
+    _mark_written(st)
+  meta = (tuple(m.shape), tuple(m.stride()), m.storage_offset())
+  if meta != _meta_of(w):
+    # the TensorImpl's sizes/strides/offset are replaced in place (torch's `Tensor.data` setter), the Python object
+    # (and its autograd identity) stays: what resize_ does to a CPU tensor
+    with torch.no_grad():
+      w.data = TinyTensor(st, *meta, w.dtype, w.device.index or 0)
+  return w
+
+
 def _write_outs(dst: Any, src: Any) -> None:
+  """Write an op's result(s) into its out= tensor(s); an out= tensor of another shape is resized first, with torch's
+  warning when it had elements (torch's `resize_output`)."""
   if isinstance(dst, TinyTensor):
     if tuple(dst.shape) != tuple(src.shape):
-      raise RuntimeError(f"the out= tensor has shape {tuple(dst.shape)} but the result has shape {tuple(src.shape)}; "
-                         "tiny tensors cannot be resized: pass an out= tensor of the result's shape")
+      if dst.numel() != 0:
+        warnings.warn(f"An output with one or more elements was resized since it had shape {list(dst.shape)}, which "
+                      f"does not match the required output shape {list(src.shape)}. This behavior is deprecated, and "
+                      "in a future PyTorch release outputs will not be resized unless they have zero elements. You "
+                      "can explicitly reuse an out tensor t by resizing it, inplace, to zero elements with "
+                      "t.resize_(0).", UserWarning, stacklevel=4)
+      resize(dst, tuple(src.shape))
     write(dst, read(src))
   elif isinstance(dst, (tuple, list)):
     for d, s in zip(dst, src): _write_outs(d, s)
@@ -361,6 +392,15 @@ def _functional_of(func: Any) -> Any:
   if name.endswith("_") and not name.endswith("__"): name = name[:-1]
   packet = getattr(torch.ops.aten, name, None)
   if packet is None: return None
+  if any(a.is_out for a in func._schema.arguments):
+    # the overload taking the same arguments less the out= ones (and optional keywords: arange's dtype, device)
+    pos = [(a.name, str(a.type)) for a in func._schema.arguments if not a.is_out and not a.kwarg_only]
+    kw = {(a.name, str(a.type)) for a in func._schema.arguments if not a.is_out and a.kwarg_only}
+    for cand in packet.overloads():
+      args = getattr(packet, cand)._schema.arguments
+      if [(a.name, str(a.type)) for a in args if not a.kwarg_only] == pos and all(
+          (a.name, str(a.type)) in kw or a.has_default_value() for a in args if a.kwarg_only) and \
+          kw <= {(a.name, str(a.type)) for a in args}: return getattr(packet, cand)
   if ov == "out": return _overload(packet, ["default", "Tensor"])
   if ov.endswith("_out"): return _overload(packet, [ov[:-4], "default"])
   return _overload(packet, [ov, "default"])
@@ -442,7 +482,10 @@ def dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
         torch._C.DispatchKey.CompositeImplicitAutograd)):
       if outs:
         fargs = {k: v for k, v in kwargs.items() if k not in {a.name for a in func._schema.arguments if a.is_out}}
-        res = dispatch(fn, args, fargs)
+        if not _tensors((args, fargs)) and "device" in {a.name for a in fn._schema.arguments}:
+          # a factory's out= variant (arange.start_out): the result is made on the out= tensor's device, its dtype
+          res = fn(*args, **fargs, dtype=outs[0].dtype, device=outs[0].device)
+        else: res = dispatch(fn, args, fargs)
         _write_outs(outs[0] if len(outs) == 1 else outs, res)
         return outs[0] if len(outs) == 1 else tuple(outs)
       if len(written) == 1 and written[0] is args[0]:
@@ -479,7 +522,9 @@ def _run_table(func: Any, args: tuple, kwargs: dict) -> Any:
   meta = None if func in ops.NO_META else meta_run(func, args, kwargs)
   targs, tkwargs = tree_map(_unwrap, args), tree_map(_unwrap, kwargs)
   if (policy := ops.PROMOTE.get(func)) is not None:
-    if policy == ops.OUT: dt = (meta[0] if isinstance(meta, (tuple, list)) else meta).dtype
+    if policy == ops.OUT:
+      if meta is None: raise RuntimeError(f"{func}: its dtype comes from the meta run's output, but it is in NO_META")
+      dt = (meta[0] if isinstance(meta, (tuple, list)) else meta).dtype
     else: dt = torch.result_type(*[_to_meta(a) for a in args[:2]]) if len(args) > 1 else args[0].dtype
     tdt = TORCH_TO_TINY[dt]
     targs = tuple(a.cast(tdt) if isinstance(a, Tensor) and a.dtype != tdt else a for a in targs)

@@ -9,17 +9,33 @@ usual):
 2. `compile_graph` turns one aten graph into a function over tiny Tensors: the graph runs on TinyTensors (so every
    aten op means what it means on the `tiny` device, views included), with CPU constants and `device=cpu` factory
    arguments moved to tiny.
-3. That function runs under a TinyJit per input signature (shapes, dtypes and the Python ints of dynamic shapes: a
-   new signature is a new capture, so dynamic shapes recompile): call 1 eager, call 2 captures, later calls replay
-   the kernels. A graph that draws random numbers or reads data to the host (`.item()`, `nonzero`) is not jitted: a
-   replay would repeat the first draw, or skip the read.
+3. That function runs under a TinyJit per input signature (shapes, dtypes and the Python ints of dynamic shapes):
+   call 1 eager, call 2 captures, later calls replay the kernels. A graph with dynamic sizes (SymInt inputs) whose
+   ops all take symbolic sizes runs instead over tiny Variables (`tiny_torch.symbolic`): one capture serves every
+   size of a power-of-two bucket; otherwise (the reason logged at debug level on the "tiny_torch.dynamo" logger, kept
+   in `CompiledGraph.symbolic_fallback`) each size is its own signature, eager once, then captured. A graph that
+   draws random numbers or reads data to the host (`.item()`, `nonzero`) is not jitted: a replay would repeat the
+   first draw, or skip the read.
 4. Inputs on the CPU (a model left on the CPU) are copied to tiny and outputs copied back.
 
-Code whose inputs are already TinyTensors is not traced: Dynamo can't trace this Python tensor subclass, so it
-graph-breaks and the ops run eagerly on `tiny` (correct, not compiled). Compile a model that lives on the CPU.
+Code whose inputs are already TinyTensors (`torch.compile(model.to("tiny"))`) is not traced: it graph-breaks and the
+ops run eagerly on `tiny` (correct, not compiled; tests/test_compile.py checks it). Compile a model that lives on the
+CPU. Why this can't be fixed in tiny_torch with torch 2.13 (checked, not assumed):
+- Dynamo traces a tensor argument only when its class keeps torch's own `__torch_dispatch__` or is a traceable
+  wrapper subclass (`__tensor_flatten__`/`__tensor_unflatten__`); any other subclass becomes an opaque Python object
+  and its first op graph-breaks ("Dynamo does not know how to trace builtin operator `matmul` with argument types
+  ['TinyTensor', 'TinyTensor']").
+- Keeping torch's `__torch_dispatch__` (and serving the ops from a PrivateUse1 fallback kernel instead) is refused:
+  `_make_wrapper_subclass` raises "TinyTensor must define __torch_dispatch__"; a PrivateUse1 tensor with a real
+  TensorImpl needs an allocator registered from C++ (an extension: tiny-torch is pure Python).
+- A traceable wrapper subclass is desugared by AOTAutograd into the inner torch Tensors its `__tensor_flatten__`
+  names: the subclass's `__torch_dispatch__` is traced over fake inner tensors into torch ops on them, and the
+  compiled graph runs on the inner tensors. A TinyTensor's elements are a tiny Tensor, not a torch Tensor, and its
+  dispatch runs tiny code, so there is no inner tensor to flatten to and no torch op to trace.
 """
 from __future__ import annotations
 
+import logging
 import weakref
 from typing import Any, Callable
 
@@ -27,6 +43,9 @@ import torch
 from tiny_tensor import Tensor, TinyJit
 
 from tiny_torch import backend as B
+from tiny_torch.symbolic import SymbolicGraph
+
+log = logging.getLogger("tiny_torch.dynamo")
 
 NAME = "tiny"
 
@@ -73,11 +92,21 @@ class CompiledGraph:
     self.gm = gm
     self.jit = _jittable(gm)
     self.jits: dict[tuple, TinyJit] = {}
-    self.alias: dict[int, tuple] | None = None  # output -> (input, sizes, strides, offset) when it is an input's view
+    # per input signature: output -> (input, sizes, strides, offset) for the outputs that are (views of) inputs (their
+    # sizes change with the inputs' when the sizes are dynamic)
+    self.aliases: dict[tuple, dict[int, tuple]] = {}
     self.computed: list[int] = []
     self.other: dict[int, Any] = {}
     self.n_out = 0
     self.n_user = n_user  # outputs the caller sees; a forward graph's others are saved for backward: they stay on tiny
+    # dynamic sizes: one capture over tiny Variables where the graph allows (tiny_torch.symbolic), else why not
+    self.symbolic: SymbolicGraph | None = None
+    self.symbolic_fallback = ""
+    if self.jit and any(isinstance(x, torch.SymInt) for x in example_inputs):
+      self.symbolic, self.symbolic_fallback = SymbolicGraph.plan(gm, list(example_inputs))
+      if self.symbolic is None:
+        log.debug("tiny_torch: graph with dynamic sizes falls back to a TinyJit capture per size: %s",
+                  self.symbolic_fallback)
     CompiledGraph.instances.add(self)
 
   def _graph(self, args: tuple) -> tuple[list[Any], list[Any]]:
@@ -93,32 +122,42 @@ class CompiledGraph:
     if res: Tensor.realize(*res)
     return res
 
-  def _first(self, args: tuple) -> list[Any]:
+  @staticmethod
+  def _signature(args: tuple) -> tuple:
+    """What a TinyJit capture depends on: the tensors' shapes and dtypes, the Python values (dynamic sizes)."""
+    return tuple((tuple(a.shape), a.dtype) if isinstance(a, Tensor) else a if isinstance(a, (int, float, bool))
+                 else type(a).__name__ for a in args)
+
+  def _first(self, args: tuple, key: tuple) -> list[Any]:
     """Run eagerly and note which outputs are (views of) inputs: TinyJit can't return those, they are rebuilt from
-    the inputs on every call."""
+    the inputs on every call of this signature."""
     wrapped, outs = self._graph(args)
     storages = {id(w._st): j for j, w in enumerate(wrapped) if isinstance(w, B.TinyTensor)}
-    self.alias, self.computed, self.other = {}, [], {}
+    alias: dict[int, tuple] = {}
+    self.computed, self.other = [], {}
     for k, o in enumerate(outs):
       if isinstance(o, B.TinyTensor) and id(o._st) in storages:
-        self.alias[k] = (storages[id(o._st)], tuple(o.shape), tuple(o.stride()), o.storage_offset())
+        alias[k] = (storages[id(o._st)], tuple(o.shape), tuple(o.stride()), o.storage_offset())
       elif isinstance(o, B.TinyTensor): self.computed.append(k)
       else: self.other[k] = o
     self.n_out = len(outs)
+    self.aliases[key] = alias
     return [B.read(o).contiguous() if isinstance(o, B.TinyTensor) else o for o in outs]
 
   def __call__(self, *args: Any) -> Any:
     tiny_args = self._inputs(args)
-    if self.alias is None: return [self._out(o, k) for k, o in enumerate(self._first(tiny_args))]
+    if self.symbolic is not None:
+      return [self._out(o, k) for k, o in enumerate(self.symbolic(tiny_args))]
+    key = self._signature(tiny_args)
+    if key not in self.aliases: return [self._out(o, k) for k, o in enumerate(self._first(tiny_args, key))]
     if self.jit and all(isinstance(a, (Tensor, int, float, bool)) for a in tiny_args) and self.computed:
-      key = tuple((tuple(a.shape), a.dtype) if isinstance(a, Tensor) else a for a in tiny_args)
       fn = self.jits.setdefault(key, TinyJit(self._run_tiny))
       computed = fn(*tiny_args)
     else: computed = self._run_tiny(*tiny_args) if self.computed else ()
     outs: list[Any] = [None] * self.n_out
     for k, v in zip(self.computed, computed): outs[k] = v
     for k, v in self.other.items(): outs[k] = v
-    for k, (j, size, stride, off) in self.alias.items():
+    for k, (j, size, stride, off) in self.aliases[key].items():
       src = tiny_args[j]
       outs[k] = B.read(B.TinyTensor(B.Storage(src.reshape(src.numel())), size, stride, off,
                                     B.TINY_TO_TORCH[src.dtype], self.index))

@@ -302,6 +302,9 @@ def _copy_from(src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False)
 
 @special(aten._copy_from_and_resize.default)
 def _copy_from_and_resize(src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
+  """Copy `src` into `dst`, first resizing `dst` to `src`'s shape when they differ (no warning: torch gives none)."""
+  if isinstance(dst, B.TinyTensor) and tuple(dst.shape) != tuple(src.shape): B.resize(dst, tuple(src.shape))
+  elif not isinstance(dst, B.TinyTensor) and tuple(dst.shape) != tuple(src.shape): dst.resize_(tuple(src.shape))
   return _copy_(dst, src)
 
 
@@ -330,9 +333,14 @@ def _sdp_choice(*args: Any, **kwargs: Any) -> int:
 
 @special(aten.resize_.default)
 def _resize_(x: torch.Tensor, size: Any, memory_format: Any = None) -> torch.Tensor:
-  if tuple(size) == tuple(x.shape): return x
-  raise NotImplementedError(f"resize_ of a tiny tensor from {tuple(x.shape)} to {tuple(size)} is not supported "
-                            "(its metadata is torch's, fixed at creation); pass a tensor of the right shape")
+  """torch's resize_: same storage and offset, new sizes, contiguous strides, the storage grown when too small."""
+  return B.resize(x, size, memory_format)
+
+
+@special(aten.resize_as_.default)
+def _resize_as_(x: torch.Tensor, other: torch.Tensor, memory_format: Any = None) -> torch.Tensor:
+  """torch's resize_as_: resize_ to `other`'s sizes."""
+  return B.resize(x, tuple(other.shape), memory_format)
 
 
 # random numbers: drawn by torch on the CPU (its generator, so torch.manual_seed reproduces CPU runs), then copied

@@ -99,7 +99,7 @@ def test_min_max():
 def test_finfo():
   assert {d: dtypes.finfo(d) for d in dtypes.floats} == {
     D.float16: (5, 10), D.bfloat16: (8, 7), D.float32: (8, 23), D.float64: (11, 52), D.fp8e4m3: (4, 3),
-    D.fp8e5m2: (5, 2)}
+    D.fp8e5m2: (5, 2), D.fp8e4m3fnuz: (4, 3), D.fp8e5m2fnuz: (5, 2)}
   np = pytest.importorskip("numpy")
   for d in (D.float16, D.float32, D.float64):
     fi = np.finfo(d.fmt)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Generic, Sequence, TypeVar
 
 from tiny_uop.dtype import DType, ImageDType, PtrDType, dtypes
-from tiny_uop.helpers import CACHELEVEL, cache_dir
+from tiny_uop.helpers import CACHELEVEL, cache_dir, del_errors
 from tiny_uop.uop import Ops, UOp
 from tiny_uop import plugins as _plugins  # the device registry (Buffer.allocator); it imports nothing of this module
 
@@ -294,12 +294,11 @@ class Buffer:
     return self._opaque
 
   def __del__(self) -> None:
-    try:
+    if getattr(self, "_opaque", None) is None: return  # never allocated (or refused by __init__)
+    with del_errors("Buffer.__del__ (allocator.free)"):
       owned = self.options is None or self.options.external_ptr is None
-      if self._opaque is not None and (self._base is None or self._copied_view) and owned:
+      if (self._base is None or self._copied_view) and owned:
         self.allocator.free(self._opaque, self.nbytes, self.options)
-    except Exception:  # interpreter shutdown: the device registry may be gone already  # noqa: S110
-      pass
 
   def view(self, size: int, dtype: DType, offset: int) -> Buffer:
     """A buffer sharing this one's memory, starting `offset` bytes in."""

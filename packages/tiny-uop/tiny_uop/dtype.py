@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, Final, Literal
 
+from tiny_uop.helpers import DEFAULT_FLOAT, DEFAULT_INT, ContextVar
+
 ConstType = float | int | bool
 
 
@@ -128,7 +130,42 @@ def _dtype_from_repr(name: str, count: int) -> DType:
   return getattr(dtypes, INVERSE_DTYPES_DICT[name]).vec(count)
 
 
-class dtypes:
+class _DTypesMeta(type):
+  """`dtypes.default_float` / `dtypes.default_int` are the DEFAULT_FLOAT / DEFAULT_INT flags (the environment,
+  `Context(DEFAULT_FLOAT="float16")`), as tinygrad's are; assigning a dtype (or its name) sets the flag."""
+
+  @property
+  def default_float(cls) -> DType:
+    v = DEFAULT_FLOAT.value
+    return v if v.__class__ is DType else _resolve_default(DEFAULT_FLOAT.key, v, "float")  # (a hot path)
+  @default_float.setter
+  def default_float(cls, dt: Any) -> None: _set_default(DEFAULT_FLOAT, dt, "float")
+
+  @property
+  def default_int(cls) -> DType:
+    v = DEFAULT_INT.value
+    return v if v.__class__ is DType else _resolve_default(DEFAULT_INT.key, v, "int")
+  @default_int.setter
+  def default_int(cls, dt: Any) -> None: _set_default(DEFAULT_INT, dt, "int")
+
+
+def _set_default(flag: ContextVar, dt: Any, kind: str) -> None:
+  _resolve_default(flag.key, dt, kind)  # a bad value raises before the flag changes
+  flag.value = dt
+
+
+@functools.cache  # a name resolves once (dtypes.default_float is read on every tensor op)
+def _resolve_default(key: str, v: Any, kind: str) -> DType:
+  """The dtype DEFAULT_FLOAT/DEFAULT_INT value `v` (a DType or its name) names; a ValueError naming the valid ones."""
+  is_kind = dtypes.is_float if kind == "float" else dtypes.is_int
+  dt = v if isinstance(v, DType) else DTYPES_DICT.get(v.lower()) if isinstance(v, str) else None
+  if dt is None or not is_kind(dt):
+    valid = ", ".join(sorted(k for k, d in DTYPES_DICT.items() if is_kind(d)))
+    raise ValueError(f"{key}={v!r} is not {'a float' if kind == 'float' else 'an int'} dtype; valid: {valid}")
+  return dt
+
+
+class dtypes(metaclass=_DTypesMeta):
   """The namespace of all dtypes and helpers about them."""
   void: Final[DType] = DType.new(-1, 0, "void", None)
   bool: Final[DType] = DType.new(0, 1, "bool", "?")
@@ -142,6 +179,9 @@ class dtypes:
   uint64: Final[DType] = DType.new(8, 8, "unsigned long", "Q")
   fp8e4m3: Final[DType] = DType.new(9, 1, "float8_e4m3", None)
   fp8e5m2: Final[DType] = DType.new(10, 1, "float8_e5m2", None)
+  # AMD's (MI300) fp8s: "fnuz" = finite (no inf), one NaN (0x80), no negative zero; exponent bias one more
+  fp8e4m3fnuz: Final[DType] = DType.new(9, 1, "float8_e4m3fnuz", None)
+  fp8e5m2fnuz: Final[DType] = DType.new(10, 1, "float8_e5m2fnuz", None)
   float16: Final[DType] = DType.new(11, 2, "half", "e")
   bfloat16: Final[DType] = DType.new(12, 2, "__bf16", None)
   float32: Final[DType] = DType.new(13, 4, "float", "f")
@@ -162,14 +202,14 @@ class dtypes:
   # the index type of kernels: int32 unless a buffer needs more
   index = int32
 
-  default_float: DType = float32
-  default_int: DType = int32
 
   floats: tuple[DType, ...] = ()
   uints: tuple[DType, ...] = ()
   sints: tuple[DType, ...] = ()
   ints: tuple[DType, ...] = ()
   fp8s: tuple[DType, ...] = ()
+  fp8_ocp: tuple[DType, ...] = ()
+  fp8_fnuz: tuple[DType, ...] = ()
   all: tuple[DType, ...] = ()
 
   @staticmethod
@@ -263,9 +303,11 @@ class dtypes:
 
 FLOAT_BITS: dict[DType, tuple[int, int]] = {
   dtypes.float16: (5, 10), dtypes.bfloat16: (8, 7), dtypes.float32: (8, 23), dtypes.float64: (11, 52),
-  dtypes.fp8e4m3: (4, 3), dtypes.fp8e5m2: (5, 2)}
+  dtypes.fp8e4m3: (4, 3), dtypes.fp8e5m2: (5, 2), dtypes.fp8e4m3fnuz: (4, 3), dtypes.fp8e5m2fnuz: (5, 2)}
 
-dtypes.fp8s = (dtypes.fp8e4m3, dtypes.fp8e5m2)
+dtypes.fp8_ocp = (dtypes.fp8e4m3, dtypes.fp8e5m2)
+dtypes.fp8_fnuz = (dtypes.fp8e4m3fnuz, dtypes.fp8e5m2fnuz)
+dtypes.fp8s = dtypes.fp8_ocp + dtypes.fp8_fnuz
 dtypes.floats = (*dtypes.fp8s, dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
 dtypes.uints = (dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64)
 dtypes.sints = (dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64)
@@ -274,6 +316,9 @@ dtypes.all = (dtypes.bool, *dtypes.ints, *dtypes.floats)
 
 DTYPES_DICT: dict[str, DType] = {
   k: v for k, v in dtypes.__dict__.items() if isinstance(v, DType) and not k.startswith(("default", "void", "index"))}
+# the environment's DEFAULT_FLOAT/DEFAULT_INT names, checked now (as tinygrad does at import) and held as DTypes: the
+# fast path of `dtypes.default_float`
+DEFAULT_FLOAT.value, DEFAULT_INT.value = dtypes.default_float, dtypes.default_int
 INVERSE_DTYPES_DICT: dict[str, str] = {**{v.name: k for k, v in DTYPES_DICT.items() if k not in (
   "half", "float", "double", "uchar", "ushort", "uint", "ulong", "char", "short", "int", "long")}, "void": "void"}
 
@@ -296,8 +341,8 @@ _PROMO: dict[DType, tuple[DType, ...]] = {
   dtypes.bool: (dtypes.int8, dtypes.uint8), dtypes.int8: (dtypes.int16,), dtypes.int16: (dtypes.int32,),
   dtypes.int32: (dtypes.int64,), dtypes.int64: (_WEAK_FLOAT,), dtypes.uint8: (dtypes.int16, dtypes.uint16),
   dtypes.uint16: (dtypes.int32, dtypes.uint32), dtypes.uint32: (dtypes.int64, dtypes.uint64),
-  dtypes.uint64: (_WEAK_FLOAT,), _WEAK_FLOAT: (dtypes.fp8e4m3, dtypes.fp8e5m2),
-  dtypes.fp8e5m2: (dtypes.float16, dtypes.bfloat16), dtypes.fp8e4m3: (dtypes.float16, dtypes.bfloat16),
+  dtypes.uint64: (_WEAK_FLOAT,), _WEAK_FLOAT: dtypes.fp8s,
+  **{d: (dtypes.float16, dtypes.bfloat16) for d in dtypes.fp8s},
   dtypes.float16: (dtypes.float32,), dtypes.bfloat16: (dtypes.float32,), dtypes.float32: (dtypes.float64,),
   dtypes.float64: ()}
 
@@ -349,11 +394,13 @@ def truncate_int(x: int, dtype: DType) -> int:
 
 # ***** float rounding to narrow formats (bit-exact, round to nearest even, from the exact double value) *****
 def float_to_bits(x: float, dtype: DType) -> int:
-  """The bit pattern of float `x` rounded to `dtype` (float16, bfloat16, float32, float64, fp8e4m3, fp8e5m2).
+  """The bit pattern of float `x` rounded to `dtype` (float16, bfloat16, float32, float64 or an fp8).
 
   Every format rounds once, to nearest even, from the exact value of `x`. Overflow: float16/bfloat16/float32 give
   inf; the fp8s saturate finite values to their largest finite value (as tinygrad and CUDA's satfinite mode do);
-  fp8e4m3 (the "fn" variant: no inf) turns +-inf into NaN. NaNs keep their sign bit.
+  fp8e4m3 (the "fn" variant: no inf) turns +-inf into NaN. NaNs keep their sign bit, except in the fnuz fp8s, whose
+  one NaN (0x80, also what +-inf become) has none and which have no negative zero (-0.0 and values rounding to
+  zero are 0x00), as in tinygrad and ml_dtypes.
   """
   sd = dtype.scalar()
   if sd is dtypes.float64: return struct.unpack("<Q", struct.pack("<d", x))[0]
@@ -398,10 +445,19 @@ def round_float(x: float, dtype: DType) -> float:
 
 # (exponent bits, mantissa bits, exponent bias, largest unbiased exponent of a finite value, saturate?)
 _SMALL_FLOATS: dict[DType, tuple[int, int, int, int, bool]] = {
-  dtypes.bfloat16: (8, 7, 127, 127, False), dtypes.fp8e5m2: (5, 2, 15, 15, True), dtypes.fp8e4m3: (4, 3, 7, 8, True)}
+  dtypes.bfloat16: (8, 7, 127, 127, False), dtypes.fp8e5m2: (5, 2, 15, 15, True), dtypes.fp8e4m3: (4, 3, 7, 8, True),
+  dtypes.fp8e4m3fnuz: (4, 3, 8, 7, True), dtypes.fp8e5m2fnuz: (5, 2, 16, 15, True)}
 
 
 def _pack_small(x: float, dtype: DType) -> int:
+  if dtype in dtypes.fp8_fnuz:
+    if x != x or abs(x) == math.inf: return 0x80  # the one NaN
+    b = _pack_small_finite(x, dtype)
+    return 0 if b & 0x7f == 0 else b  # no negative zero
+  return _pack_small_finite(x, dtype)
+
+
+def _pack_small_finite(x: float, dtype: DType) -> int:
   e_bits, m_bits, bias, emax, saturate = _SMALL_FLOATS[dtype]
   sign = (1 << (e_bits + m_bits)) if math.copysign(1.0, x) < 0 else 0
   exp_all = ((1 << e_bits) - 1) << m_bits
@@ -415,7 +471,7 @@ def _pack_small(x: float, dtype: DType) -> int:
   n = round(math.ldexp(ax, m_bits - q))     # exact scaling; Python's round() is round-half-even
   if n == 1 << (m_bits + 1): n, q = n >> 1, q + 1
   if n * 2.0 ** (q - m_bits) > max_finite:
-    if saturate: return sign | _pack_small(max_finite, dtype)
+    if saturate: return sign | _pack_small_finite(max_finite, dtype)
     return sign | exp_all
   if n < 1 << m_bits: return sign | n  # subnormal (or zero after rounding)
   return sign | (q + bias) << m_bits | (n - (1 << m_bits))
@@ -425,7 +481,9 @@ def _unpack_fp8(b: int, dtype: DType) -> float:
   e_bits, m_bits, bias, _, _ = _SMALL_FLOATS[dtype]
   sign = -1.0 if b & 0x80 else 1.0
   exp, man = (b >> m_bits) & ((1 << e_bits) - 1), b & ((1 << m_bits) - 1)
-  if dtype is dtypes.fp8e4m3:
+  if dtype in dtypes.fp8_fnuz:
+    if b == 0x80: return math.nan  # fnuz: no infinities, no negative zero: 0x80 is the one NaN
+  elif dtype is dtypes.fp8e4m3:
     if exp == 0xf and man == 0x7: return math.nan  # e4m3fn: no infinities, one NaN pattern (0x7f/0xff)
   elif exp == (1 << e_bits) - 1: return sign * math.inf if man == 0 else math.nan
   if exp == 0: return sign * man * 2.0 ** (1 - bias - m_bits)
@@ -485,6 +543,50 @@ _NP_NAMES: dict[DType, str] = {
   dtypes.float16: "float16", dtypes.float32: "float32", dtypes.float64: "float64"}
 
 
+# numpy dtypes that the ml_dtypes package adds (bfloat16, fp8s, int4, ...), by name: the ones tiny has map to them,
+# bit for bit; the narrower ones tiny lacks widen to the smallest computable tiny dtype that holds every value exactly
+_ML_DTYPES: dict[str, DType] = {"bfloat16": dtypes.bfloat16, "float8_e4m3fn": dtypes.fp8e4m3,
+                                "float8_e5m2": dtypes.fp8e5m2, "float8_e4m3fnuz": dtypes.fp8e4m3fnuz,
+                                "float8_e5m2fnuz": dtypes.fp8e5m2fnuz}
+_ML_WIDEN: dict[str, DType] = {
+  "int4": dtypes.int8, "int2": dtypes.int8, "uint4": dtypes.uint8, "uint2": dtypes.uint8,
+  "float4_e2m1fn": dtypes.float16, "float6_e2m3fn": dtypes.float16, "float6_e3m2fn": dtypes.float16,
+  "float8_e4m3": dtypes.float16, "float8_e3m4": dtypes.float16, "float8_e4m3b11fnuz": dtypes.float16,
+  "float8_e8m0fnu": dtypes.float32}
+_ML_NAMES: dict[DType, str] = {v: k for k, v in _ML_DTYPES.items()}
+
+
+def ml_dtypes_name(dtype: DType) -> str | None:
+  """The name of the ml_dtypes numpy type with `dtype`'s exact bits (bfloat16 and the fp8s), or None."""
+  return _ML_NAMES.get(dtype.scalar())
+
+
+def narrow_bits_to_float32(bits: Any, dtype: DType) -> Any:
+  """A numpy array of bfloat16/fp8 bit patterns (uint16/uint8) decoded to float32, exactly (NaNs stay NaN)."""
+  import numpy as np
+  sd = dtype.scalar()
+  if sd is dtypes.bfloat16: return (np.asarray(bits, np.uint16).astype(np.uint32) << 16).view(np.float32)
+  if sd in dtypes.fp8s:  # the sign from bit 7 (the table's NaNs have none; the fnuz NaN 0x80 is -NaN, as ml_dtypes)
+    b = np.asarray(bits, np.uint8)
+    return np.copysign(np.array(_FP8_DECODE[sd], np.float32)[b], np.where(b & 0x80, -1.0, 1.0)).astype(np.float32)
+  raise TypeError(f"narrow_bits_to_float32: {dtype} is not bfloat16 or an fp8; valid: bfloat16, "
+                  f"{', '.join(map(repr, dtypes.fp8s))}")
+
+
+def float_to_narrow_bits(values: Any, dtype: DType) -> Any:
+  """A numpy array of floats rounded to bfloat16/fp8 bit patterns (uint16/uint8), each once, as `float_to_bits` does
+  (round to nearest even; fp8s saturate finite overflow, as tinygrad does)."""
+  import numpy as np
+  sd = dtype.scalar()
+  if sd is not dtypes.bfloat16 and sd not in dtypes.fp8s:
+    raise TypeError(f"float_to_narrow_bits: {dtype} is not bfloat16 or an fp8; valid: bfloat16, "
+                    f"{', '.join(map(repr, dtypes.fp8s))}")
+  enc = np.frompyfunc(lambda v: float_to_bits(float(v), sd), 1, 1)
+  with np.errstate(invalid="ignore"):  # comparisons of NaN inputs in float_to_bits set the FPU's invalid flag
+    bits = enc(np.asarray(values, np.float64))
+  return bits.astype(np.uint16 if sd is dtypes.bfloat16 else np.uint8)
+
+
 def to_numpy(dtype: DType) -> Any:
   """The numpy dtype holding `dtype` values; bfloat16 and fp8 (which numpy lacks) raise a clear TypeError."""
   import numpy as np
@@ -493,12 +595,16 @@ def to_numpy(dtype: DType) -> Any:
 
 
 def from_numpy(npdtype: Any) -> DType:
-  """The DType of a numpy dtype (or scalar type)."""
+  """The DType of a numpy dtype (or scalar type). ml_dtypes' types (see `_ML_DTYPES`) map to bfloat16 and the fp8s
+  bit for bit; its narrower types tiny lacks (int4, uint2, float4_e2m1fn, fnuz fp8s, ...) to the smallest tiny dtype
+  that holds every value exactly (int8, uint8, float16; float32 for float8_e8m0fnu)."""
   import numpy as np
   name = np.dtype(npdtype).name
   for k, v in _NP_NAMES.items():
     if v == name: return k
-  raise TypeError(f"numpy dtype {name!r} has no tiny dtype; supported: {', '.join(sorted(_NP_NAMES.values()))}")
+  if (dt := _ML_DTYPES.get(name, _ML_WIDEN.get(name))) is not None: return dt
+  raise TypeError(f"numpy dtype {name!r} has no tiny dtype; supported: {', '.join(sorted(_NP_NAMES.values()))} and "
+                  f"ml_dtypes' {', '.join(sorted({**_ML_DTYPES, **_ML_WIDEN}))}")
 
 
 Fmt = Literal["?", "b", "B", "h", "H", "i", "I", "q", "Q", "e", "f", "d"]

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 from tiny_uop.dtype import dtypes
-from tiny_uop.helpers import HCQ2
+from tiny_uop.helpers import HCQ2, del_errors
 from tiny_uop.pattern import PatternMatcher, UPat, graph_rewrite
 from tiny_uop.uop import Ops, UOp, pretty_print
 
@@ -478,11 +478,14 @@ def _write_cmdbuf(b: UOp) -> UOp | None:
   return b.replace(arg=replace(a, written=True))
 
 
-def _capture_value(u: UOp, defaults: dict[str, int]) -> int:
-  """A launch size or value at capture (a replay patches it before the kernel runs if it is not constant)."""
+def _capture_value(u: UOp, ctx: HCQ2Ctx) -> int:
+  """A launch size at capture: a constant, or a symbolic size evaluated with the captured variable values. A size
+  over a variable with no captured value (a launch hook's `launch<k>.<g|l><axis>`, or one every replay must give:
+  `_need`) is patched by each replay before the kernel runs: 1 stands in. Anything else that can't be evaluated is
+  an error (it used to be written as 1 too: a kernel launched with one workgroup)."""
   if u.op is Ops.CONST: return int(u.arg)
-  try: return int(u.sym_infer(defaults))
-  except (KeyError, TypeError, ValueError): return 1
+  if not {v.arg[0] for v in u.vars} <= ctx.defaults.keys(): return 1  # patched at replay (see the docstring)
+  return int(u.sym_infer(ctx.defaults))
 
 
 def _write_kernargs(ctx: HCQ2Ctx, k: UOp) -> UOp | None:
@@ -495,7 +498,7 @@ def _write_kernargs(ctx: HCQ2Ctx, k: UOp) -> UOp | None:
     bufs = [int(b.arg) if b.op is Ops.CONST else 0 for b in e.src[8:8 + e.arg.nbufs]]
     vals = [ctx.defaults[v.arg[0]] for v in e.src[8 + e.arg.nbufs:]]
     prg.fill_args(region, bufs, vals)
-    prg.fill_launch(region, *([_capture_value(d, ctx.defaults) for d in dims] for dims in (gs, ls)))
+    prg.fill_launch(region, *([_capture_value(d, ctx) for d in dims] for dims in (gs, ls)))
   return k.replace(arg=replace(a, written=True))
 
 
@@ -744,11 +747,10 @@ class HCQ2Graph:
     self.replay(inputs, var_vals or {})
 
   def __del__(self) -> None:
-    try:
+    if getattr(self, "ctx", None) is None: return  # refused before it allocated anything (HCQ2=0)
+    with del_errors("HCQ2Graph.__del__ (freeing its buffers and signals)"):
       last = self.ctx.ns.get("LAST", [0])[0]
       for buf in self.ctx.allocs: self.dev.defer_free(buf, last)
       if self.ctx.signals and self.dev.timeline_signal.value >= last and hasattr(self.dev, "_free_signals"):
         self.dev._free_signals += [s.addr for s in self.ctx.signals]
-    except Exception:  # interpreter shutdown: the device may be gone  # noqa: S110
-      pass
 

@@ -10,6 +10,8 @@ import functools
 import math
 import operator
 import os
+import sys
+import warnings
 from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 T = TypeVar("T")
@@ -45,7 +47,11 @@ class ContextVar:
 
 
 class Context(contextlib.ContextDecorator):
-  """Scope new values of flags: `with Context(DEBUG=2): ...`. Unknown flag names raise a KeyError naming them."""
+  """Scope new values of flags: `with Context(DEBUG=2): ...`. Unknown flag names raise a KeyError naming them.
+
+  Every flag name tinygrad 0.14 defines is accepted; those tiny does not act on are listed, with why, in
+  `TINYGRAD_NOOP_FLAGS` (setting them changes nothing).
+  """
 
   def __init__(self, **kwargs: Any):
     unknown = [k for k in kwargs if k not in ContextVar._cache]
@@ -87,6 +93,67 @@ TRAINING = ContextVar("TRAINING", 0, "1: training mode (dropout etc. active); al
 VIZ = ContextVar("VIZ", 0, "1: record schedules, kernels, every graph_rewrite and launches into a trace "
                  "(tiny_tensor.viz), print how to view it at exit and serve it when stdout is a terminal")
 VIZ_OUT = ContextVar("VIZ_OUT", "", "where VIZ=1 writes its trace (default: tiny-viz-PID.jsonl in the temp dir)")
+IGNORE_BEAM_CACHE = ContextVar("IGNORE_BEAM_CACHE", 0, "1: BEAM searches again instead of reusing a cached result "
+                               "(read at each search)")
+DEFAULT_FLOAT = ContextVar("DEFAULT_FLOAT", "float32", "the dtype of Python floats in tensors "
+                           "(`dtypes.default_float`): a float dtype's name, as tinygrad's")
+DEFAULT_INT = ContextVar("DEFAULT_INT", "int32", "the dtype of Python ints in tensors (`dtypes.default_int`): an int "
+                         "dtype's name, as tinygrad's")
+RING = ContextVar("RING", 1, "multi-device allreduce over more than 2 devices: 1 ring, 0 naive (read at each "
+                  "allreduce)")
+
+# ***** tinygrad 0.14's other flags: accepted, no effect *****
+# tinygrad code sets these (`Context(WINO=1)`, `JIT_BATCH_SIZE=8 python ...`); tiny accepts each name and value so that
+# such code runs unchanged, and acts on none of them. Each line says what it does in tinygrad and why tiny ignores it.
+# (The names tinygrad 0.14 defines that tiny implements are declared above: DEBUG, DEV, BEAM, NOOPT, IMAGE, JIT, TC,
+# TRAINING, CACHELEVEL, IGNORE_BEAM_CACHE, RING, DEFAULT_FLOAT, DEFAULT_INT, VIZ, PROFILE, SPEC, CHECK_OOB,
+# TRACK_MATCH_STATS.)
+TINYGRAD_NOOP_FLAGS: dict[str, tuple[Any, str]] = {
+  "FLOAT16": (0, "tinygrad's example scripts: half-precision weights; tiny models take a dtype argument"),
+  "OPENPILOT_HACKS": (0, "tinygrad's openpilot-specific kernel workarounds; tiny has none"),
+  "JIT_BATCH_SIZE": (32, "kernels per batched graph in tinygrad's JIT; tiny's JIT replays one graph per capture"),
+  "WINO": (0, "Winograd conv2d in tinygrad; tiny's conv2d has one lowering"),
+  "CAPTURING": (1, "tinygrad's internal JIT capture switch (not a user setting)"),
+  "TRACEMETA": (1, "tinygrad's op metadata tracing; tiny's VIZ records its own"),
+  "NO_COLOR": (0, "tinygrad's colored DEBUG output; tiny prints no colors"),
+  "TC_SELECT": (-1, "which tensor core tinygrad picks; tiny picks the renderer's first that fits"),
+  "TC_OPT": (0, "tinygrad's tensor-core padding level; tiny's heuristic decides"),
+  "TRANSCENDENTAL": (1, "tinygrad's forced software sin/exp/log; tiny decomposes per renderer"),
+  "NOLOCALS": (0, "tinygrad's ban on local memory in opts; tiny's BEAM/heuristic decide"),
+  "SPLIT_REDUCEOP": (1, "tinygrad's split of large reductions; tiny's scheduler decides"),
+  "NO_MEMORY_PLANNER": (0, "tinygrad's buffer-reuse planner switch; tiny's JIT plans memory always"),
+  "LRU": (1, "tinygrad's allocator LRU cache switch; tiny's allocators keep their own"),
+  "ALL2ALL": (0, "tinygrad's all-to-all allreduce; tiny has ring and naive (RING)"),
+  "ALLREDUCE_CAST": (1, "tinygrad's allreduce in a narrower dtype; tiny reduces in the tensor's dtype"),
+  "VALIDATE_WITH_CPU": (0, "tinygrad re-runs kernels on CPU to compare; tiny tests do that instead"),
+  "DISABLE_FAST_IDIV": (1, "tinygrad's magic-number integer division switch; tiny's lowering decides"),
+  "FUSE_OPTIM": (0, "tinygrad fuses optimizer steps into one kernel; tiny's scheduler decides"),
+  "ALLOW_DEVICE_USAGE": (1, "tinygrad's guard against device use in tests"),
+  "MAX_BUFFER_SIZE": (0, "tinygrad's cap on one buffer's size"),
+  "MAX_KERNEL_BUFFERS": (0, "tinygrad's cap on buffers per kernel; tiny's renderers state their own"),
+  "EMULATED_DTYPES": ("", "dtypes tinygrad emulates on request; tiny emulates what a renderer lacks, always"),
+  "CAPTURE_PROCESS_REPLAY": (0, "tinygrad's CI kernel-diff capture"),
+  "NUM_CPU_THREADS": (0, "tinygrad's CPU worker count; tiny's is CPU_THREADS"),
+  "NULL_ALLOW_COPYOUT": (0, "tinygrad's NULL device copy-out switch; tiny has no NULL device"),
+  "PARALLEL": (0, "tinygrad's parallel BEAM compiles; tiny's BEAM compiles in one process"),
+  "PCONTIG": (0, "tinygrad's rangeify partial-contiguous switch; tiny has no rangeify"),
+  "DEBUG_RANGEIFY": (0, "tinygrad's rangeify debug output; tiny has no rangeify"),
+  "TUPLE_ORDER": (1, "tinygrad's linearizer sort order; tiny's linearizer has one order"),
+  "CCACHE": (1, "tinygrad's compiler cache switch; tiny's is CACHELEVEL"),
+  "ALLOW_TF32": (0, "tinygrad's TF32 tensor cores on NVIDIA; tiny keeps float32 matmuls in float32"),
+  "SCACHE": (1, "tinygrad's schedule cache switch; tiny's is SCHEDULE_CACHE"),
+  "USE_ATOMICS": (0, "tinygrad's atomic embedding backward; tiny's uses no atomics"),
+  "DISALLOW_BROADCAST": (0, "tinygrad's debugging ban on implicit broadcasts"),
+  "REWRITE_STACK_LIMIT": (250000, "tinygrad's graph_rewrite depth guard; tiny's rewrites use no stack limit"),
+  "SQTT": (0, "tinygrad's AMD thread traces; tiny's AMD runtime has none"),
+  "SQTT_ITRACE_SE_MASK": (3, "as SQTT"), "SQTT_LIMIT_SE": (0, "as SQTT"), "SQTT_SIMD_SEL": (0, "as SQTT"),
+  "SQTT_TOKEN_EXCLUDE": (0, "as SQTT"),
+  "PMC": (0, "tinygrad's AMD performance counters; tiny's AMD runtime has none"),
+  "PMA": (0, "tinygrad's NVIDIA performance monitor; tiny's NV runtime has none"),
+  "HCQ_RUNTIME_DEV": ("CPU", "the device tinygrad's HCQ2 runtime runs on; tiny's hcq2 passes need none"),
+}
+for _k, (_default, _why) in TINYGRAD_NOOP_FLAGS.items():
+  ContextVar(_k, _default, "no effect in tiny (tinygrad: " + _why + ")")
 
 
 # ***** pure utilities *****
@@ -184,3 +251,22 @@ def polyN(x: Any, p: Sequence[float]) -> Any:
 
 
 def is_nan(x: float) -> bool: return isinstance(x, float) and math.isnan(x)
+
+
+class FinalizerWarning(RuntimeWarning):
+  """A `__del__` failed while the interpreter was running: the resource it frees may have leaked."""
+
+
+@contextlib.contextmanager
+def del_errors(what: str) -> Iterator[None]:
+  """Run the body of a `__del__`: at interpreter shutdown (`sys.is_finalizing()`) an error is ignored (the driver or
+  module it needs may be torn down already); while running it is reported as a `FinalizerWarning` naming `what`, and
+  the rest of the `__del__` still runs (a free that fails is a bug to see, not to hide).
+
+  Use:  `def __del__(self): with del_errors("CUDAProgram.__del__"): unload(self.module)`
+  """
+  try: yield
+  except Exception as e:  # noqa: BLE001 -- reported below (raising out of __del__ would skip the caller's other frees)
+    if sys.is_finalizing(): return
+    warnings.warn(f"{what} failed: {type(e).__name__}: {e}", FinalizerWarning, stacklevel=3)
+

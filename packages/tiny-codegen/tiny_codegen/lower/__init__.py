@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import itertools
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from tiny_uop.device import Renderer
 from tiny_uop.dtype import dtypes
@@ -41,6 +41,9 @@ from tiny_codegen.lower.merge import merge_reduce_ranges
 from tiny_codegen.lower.reduce import add_ends, lower_reduces
 from tiny_codegen.lower.simplify import simplifier, simplify_graph
 from tiny_codegen.lower.transcendental import pm_transcendental
+
+if TYPE_CHECKING:  # the optimizer imports lowering pieces (lower.expander): a runtime import here would be circular
+  from tiny_codegen.opt import Search
 
 __all__ = ["Lowered", "lower", "STAGES"]
 
@@ -122,15 +125,16 @@ def pre_optimize(ast: UOp) -> UOp:
   return merge_reduce_ranges(fold_onehot_reduces(ast))
 
 
-def lower(ast: UOp, renderer: Renderer, optimize: bool = True) -> Lowered:
+def lower(ast: UOp, renderer: Renderer, optimize: bool = True, search: Search | None = None) -> Lowered:
   """Lower kernel AST `ast` (a SINK of STOREs) for `renderer`: returns the linear UOps and launch dims.
-  `optimize=False` skips the optimizer hook (the AST's axis types are lowered as they are)."""
+  `optimize=False` skips the optimizer hook (the AST's axis types are lowered as they are); `search` is BEAM's
+  (`optimize_kernel`'s argument: `tiny_codegen.get_program` passes it)."""
   if ast.op is not Ops.SINK: raise ValueError(f"lower needs a kernel SINK, got {ast.op}")
   from tiny_codegen.opt import optimize_kernel
   if DEBUG >= 6: print(f"kernel AST:\n{ast}")
   maybe_verify(ast, kernel_spec, "kernel AST")
   ast = pre_optimize(ast)
-  sink = optimize_kernel(ast, renderer) if optimize else ast
+  sink = optimize_kernel(ast, renderer, search) if optimize else ast
   if DEBUG >= 3 and isinstance(info := sink.arg, KernelInfo): print(f"opts {info.name}: {list(info.applied_opts)}")
   maybe_verify(sink, kernel_spec, "optimized kernel AST")
   dims = Dims()

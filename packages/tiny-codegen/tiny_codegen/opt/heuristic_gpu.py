@@ -23,8 +23,8 @@ from tiny_uop.dtype import PtrDType
 from tiny_uop.helpers import USE_TC, prod
 from tiny_uop.uop import AxisType, Ops, UOp
 
-from tiny_codegen.opt.heuristic import (_output_axes_with_bounds, _register_block, _store_index, _try, _unroll_reduce,
-                                        _upcast_contiguous)
+from tiny_codegen.opt.heuristic_common import (_output_axes_with_bounds, _register_block, _store_index, _try,
+                                               _unroll_reduce, _upcast_contiguous)
 from tiny_codegen.opt.kernel import Kernel, Opt, OptOps, _bound, stride_of
 
 GROUP_MIN_REDUCE = 32    # reduce elements per output below which one thread's serial loop beats a workgroup

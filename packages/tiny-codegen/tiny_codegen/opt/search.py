@@ -15,6 +15,10 @@ GPU), the compiler's identity (target
 triple, CPU and features, flags), the CPU renderer's machine model (`tiny_codegen.machine`: caches, vector registers,
 cores), the beam width, the action set and the search's version. The device is opened
 through the plugin registry (codegen never imports a runtime).
+
+The search is given the compiler it times candidates with (`compile`: `tiny_codegen.get_program`, which passes it):
+the compiler runs the lowering pipeline, whose optimizer hook calls this search, so importing it here would close
+an import circle (issue #33).
 """
 from __future__ import annotations
 
@@ -22,11 +26,11 @@ import hashlib
 import math
 import pickle
 import time
-from typing import Any
+from typing import Any, Callable
 
-from tiny_uop.device import Buffer, Renderer, diskcache_get, diskcache_put
+from tiny_uop.device import Buffer, ProgramSpec, Renderer, diskcache_get, diskcache_put
 from tiny_uop.dtype import PtrDType
-from tiny_uop.helpers import DEBUG, getenv
+from tiny_uop.helpers import DEBUG, IGNORE_BEAM_CACHE
 from tiny_uop.uop import KernelInfo, Ops, UOp, structure_key
 
 from tiny_codegen.opt.heuristic import hand_coded_optimizations
@@ -53,16 +57,22 @@ CUTOFF = 2.0  # a candidate whose run takes over twice the best time so far is t
               # first round of candidates took ~3 minutes at 3 runs each)
 
 
-class _Timer:
-  """Compiles and times opt sequences of one kernel on fresh buffers of its own (allocated once per search)."""
+Compile = Callable[[UOp, Renderer], ProgramSpec]
+"""Lower, render and compile a kernel AST for a renderer (`tiny_codegen.get_program`)."""
 
-  def __init__(self, ast: UOp, renderer: Renderer):
+
+class _Timer:
+  """Compiles (with `compile`) and times opt sequences of one kernel on fresh buffers of its own (allocated once per
+  search)."""
+
+  def __init__(self, ast: UOp, renderer: Renderer, compile: Compile):
     from tiny_uop.plugins import Device
     device = timing_device(renderer)
     self.ast, self.renderer, self.dev = as_optimized(ast), renderer, Device[device]
     self.info = ast.arg if isinstance(ast.arg, KernelInfo) else KernelInfo()
     self.bufs = _buffers_for(ast, device)
     self.programs: dict[tuple[Opt, ...], Any] = {}
+    self.compile = compile
 
   def fixed(self, opts: tuple[Opt, ...]) -> UOp:
     """The kernel with exactly `opts` to apply: compiling it applies them and starts no search."""
@@ -70,8 +80,7 @@ class _Timer:
 
   def _program(self, opts: tuple[Opt, ...]) -> Any:
     if (p := self.programs.get(opts)) is None:
-      from tiny_codegen.program import get_program
-      spec = get_program(self.fixed(opts), self.renderer)
+      spec = self.compile(self.fixed(opts), self.renderer)
       prg = self.dev.get_program(spec.name, spec.lib)
       args = [self.bufs[s]._buf for s in spec.globals]
       vals = tuple(v.arg[1] for v in spec.vars)  # symbolic sizes are timed at their smallest value
@@ -183,12 +192,12 @@ def _kernel_for(ast: UOp, renderer: Renderer, opts: tuple[Opt, ...]) -> Kernel:
 Timed = list[tuple[tuple[Opt, ...], float]]
 
 
-def beam_candidates(ast: UOp, renderer: Renderer, amt: int,
-                    timer: _Timer | None = None) -> tuple[Timed, tuple[Opt, ...]]:
+def beam_candidates(ast: UOp, renderer: Renderer, amt: int, timer: _Timer | None = None, *,
+                    compile: Compile) -> tuple[Timed, tuple[Opt, ...]]:
   """(every opt sequence the search timed, in the order it timed them -- the seeds first: the unoptimized kernel, then
-  the heuristics' -- each with its seconds; the chosen one). See the module docstring."""
+  the heuristics' -- each with its seconds; the chosen one), compiling with `compile`. See the module docstring."""
   ast = as_optimized(ast)
-  timer = timer or _Timer(ast, renderer)
+  timer = timer or _Timer(ast, renderer, compile)
   heur = heuristic_opts(ast, renderer)
   timed: dict[tuple[Opt, ...], float] = {}
   seen: set[UOp] = set()
@@ -234,13 +243,13 @@ def beam_candidates(ast: UOp, renderer: Renderer, amt: int,
   return list(timed.items()), win
 
 
-def beam_search(ast: UOp, renderer: Renderer, amt: int) -> tuple[Opt, ...]:
+def beam_search(ast: UOp, renderer: Renderer, amt: int, *, compile: Compile) -> tuple[Opt, ...]:
   """The fastest opt sequence found with beam width `amt`, never one measured slower than the heuristics' (cached on
-  disk under `cache_key`)."""
+  disk under `cache_key`); candidates are compiled with `compile` (`tiny_codegen.get_program`)."""
   ast = as_optimized(ast)
   key = cache_key(ast, renderer, amt)
-  if key is not None and getenv("IGNORE_BEAM_CACHE", 0) == 0 and (hit := diskcache_get("beam", key)) is not None:
+  if key is not None and not IGNORE_BEAM_CACHE and (hit := diskcache_get("beam", key)) is not None:
     return pickle.loads(hit)
-  best = beam_candidates(ast, renderer, amt)[1]
+  best = beam_candidates(ast, renderer, amt, compile=compile)[1]
   if key is not None: diskcache_put("beam", key, pickle.dumps(best))
   return best

@@ -2,11 +2,13 @@
 
 Stages (docs/PIPELINE.md §2):
 1. normalize: DETACH/CONTIGUOUS_BACKWARD removed, input BUFFERs replaced by numbered placeholders and bound variables
-   by their unbound form, so the graph's structure is the schedule cache key; a big REDUCE_AXIS is split
-   (`_split_big_reduce`). Accumulation contract (docs/PIPELINE.md §2): a big float sum is blocked (`_blocked_sum`), no
-   accumulator adds more than REDUCE_BLOCK elements or REDUCE_FANIN partials, so its float32 error is of the order of
-   numpy's pairwise sum and a sum of ones is exact wherever float32 holds every partial (counts past 2**31 included:
-   such a schedule's index math is int64, `_index_dtype`); the order of the additions is not part of the contract;
+   by their unbound form, so the graph's structure is the schedule cache key. Then rewrites of the tensor graph:
+   view round trips removed (`views`), big reduces split (`split_reduces`: `_split_reduce`) and the big
+   float sums left blocked (`blocked_sums`). Accumulation contract (docs/PIPELINE.md §2): a big float sum is blocked
+   (`_blocked_sum`), no accumulator adds more than REDUCE_BLOCK elements or REDUCE_FANIN partials, so its float32
+   error is of the order of numpy's pairwise sum and a sum of ones is exact wherever float32 holds every partial
+   (counts past 2**31 included: such a schedule's index math is int64, `_index_dtype`); the order of the additions is
+   not part of the contract;
 2. decide what is realized: the requested values, CONTIGUOUS, COPY (and its source), ASSIGN, every REDUCE_AXIS
    that reads memory and whose result is broadcast (EXPAND) or used by more than one kernel, and every big
    elementwise value of several buffers that a reduce reads through a broadcasting window (a convolution's or
@@ -20,12 +22,13 @@ Stages (docs/PIPELINE.md §2):
 4. order the CALLs by read-after-write and write-after-read dependencies (when assigns can't be ordered, e.g. a swap,
    values go through temporaries and original contents are snapshotted), then let the memory planner reuse freed
    intermediate buffers;
-5. put the caller's buffers back in place of the placeholders (the cached part is steps 2-4).
+5. put the caller's buffers back in place of the placeholders (the cached part: step 1's rewrites to step 4).
 
 As passes (docs/PIPELINE.md §2, each a step in VIZ and DEBUG): `normalize` (1), then STAGES, the cached part:
-`decide` (2), `kernels` (3), `order` and `memory` (4), then `rebind` (5). A decision that may fail is a result, not an
-exception: `KernelBuilder.kernel` returns `NeedsBuffer` or `NotMerged`, `order` None (`_next_attempt` decides what
-to try next).
+`views`, `split_reduces`, `blocked_sums` (1), `decide` (2), `kernels` (3), `order` and `memory` (4), then `rebind` (5).
+`views`, `split_reduces`, `blocked_sums` and `memory` are `graph_rewrite`s over PatternMatchers (`pm_*`). A decision
+that may fail is a result, not an exception: `KernelBuilder.kernel` returns `NeedsBuffer` or `NotMerged`, `order`
+None (`_next_attempt` decides what to try next).
 """
 from __future__ import annotations
 
@@ -34,12 +37,14 @@ import heapq
 import itertools
 import threading
 import time
+import weakref
 from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, cast
 
 from tiny_uop.dtype import DType, dtypes
 from tiny_uop.helpers import DEBUG, SPEC, all_int, getenv, prod, strides_for_shape
+from tiny_uop.pattern import PatternMatcher, UPat, graph_rewrite, graph_rewrite_map
 from tiny_uop.spec import kernel_spec, maybe_verify, tensor_spec
 from tiny_uop import trace as _trace
 from tiny_uop.trace import traced
@@ -85,14 +90,22 @@ NORM_CACHE_MAX_INPUTS = 8
 _NO_REUSE = frozenset({Ops.CONTIGUOUS, Ops.ASSIGN, Ops.COPY, Ops.SINK})
 # ops the normalizer tests on every node, as module constants (on Python 3.11 each `Ops.X` read costs ~0.1 us: the
 # attribute hook of EnumType; see tiny_uop.uop)
-_BUFFER, _BIND, _REDUCE_AXIS = Ops.BUFFER, Ops.BIND, Ops.REDUCE_AXIS
+_BUFFER, _BIND = Ops.BUFFER, Ops.BIND
 _DROPPED = frozenset({Ops.DETACH, Ops.CONTIGUOUS_BACKWARD})
 _SIZED_MOVEMENT = frozenset({Ops.RESHAPE, Ops.EXPAND, Ops.PAD, Ops.SHRINK})  # args that may hold symbolic sizes
 _NEVER = -1  # `_Normalizer.lo` of a node whose form must not be remembered (its graph binds a variable or holds one
              # of _NO_REUSE)
 _NONE = 1 << 62  # `_Normalizer.lo` of a node that reads no input
 _INT_ONLY = {int}
-_generation = [0]  # bumped by clear_schedule_cache: normalized forms remembered before are not reused
+_NormEntry = tuple[UOp | None, int, tuple[UOp, ...], tuple[UOp, ...], int]
+_norm_memo: weakref.WeakKeyDictionary[UOp, _NormEntry] = weakref.WeakKeyDictionary()
+"""The scheduler's memo of normalized forms (see `_Normalizer`): node -> (normalized node, or None when it is the
+node itself; the number of its first input; its inputs; their placeholders; its graph's size). Keyed weakly: an entry
+lives as long as its node and no longer (it holds the node's inputs, never the node); `clear_schedule_cache` empties
+it. Nothing of it is stored on the UOps."""
+# the dict under it, read by weak reference: the normalizer's hot path (one call, not WeakKeyDictionary.get's two)
+_norm_memo_get: Callable[[weakref.ref], _NormEntry | None] = _norm_memo.data.get  # type: ignore[attr-defined]
+_ref = weakref.ref
 
 
 class _Normalizer:
@@ -100,13 +113,12 @@ class _Normalizer:
   a depth-first walk (sources in order, post-order) first meets them, BINDs unbound (their values in `var_vals`).
 
   Eager reuse: a node whose graph holds no CONTIGUOUS/ASSIGN/COPY/SINK/BIND (nor symbolic movement args) and reads
-  at most NORM_CACHE_MAX_INPUTS inputs remembers its normalized form in `_cache["norm"]`: (normalized node, or None
-  when it is the node itself; the number of its first input; its inputs; their placeholders; its graph's size; the
-  cache generation). A later walk with `reuse` takes it without walking below when its inputs would get the same
-  numbers (the walk has met exactly that many inputs so far, none of these), so `(a + 1).realize()` normalizes one
-  node, not the whole graph. Nodes below a reused one are not in `new` (their images are), so `reuse` is off when the
-  caller needs every node's image (`expose`); the nodes that may be in `becomes` (_NO_REUSE) are never below a
-  reused one. `clear_schedule_cache()` starts a new generation: older remembered forms are ignored."""
+  at most NORM_CACHE_MAX_INPUTS inputs has its normalized form remembered in `_norm_memo` (the scheduler's, keyed
+  weakly by the node; nothing is stored on the node). A later walk with `reuse` takes it without walking below when
+  its inputs would get the same numbers (the walk has met exactly that many inputs so far, none of these), so
+  `(a + 1).realize()` normalizes one node, not the whole graph. Nodes below a reused one are not in `new` (their
+  images are), so `reuse` is off when the caller needs every node's image (`expose`); the nodes that may be in
+  `becomes` (_NO_REUSE) are never below a reused one. `clear_schedule_cache()` forgets every remembered form."""
   def __init__(self, reuse: bool = True, budget: int | None = None) -> None:
     self.budget = budget  # walk at most this many nodes, else stop with `over` set (`cached_template`)
     self.over = False
@@ -123,10 +135,9 @@ class _Normalizer:
     if isinstance(a, UOp): return self.node(a)
     return a
 
-  def _take(self, n: UOp, ent: tuple[UOp | None, int, tuple[UOp, ...], tuple[UOp, ...], int, int]) -> bool:
+  def _take(self, n: UOp, ent: _NormEntry) -> bool:
     """Reuse n's remembered form if its inputs get the same numbers in this walk (see the class doc)."""
-    norm, first, inputs, places, size, gen = ent
-    if gen != _generation[0]: return False
+    norm, first, inputs, places, size = ent
     new, lo = self.new, self.lo
     if inputs:
       if first != len(self.inputs): return False
@@ -150,7 +161,7 @@ class _Normalizer:
       n, first, nodes = stack.pop()
       if n in new: continue
       if first < 0:
-        if reuse and (ent := n._cache.get("norm")) is not None and self._take(n, ent): continue
+        if reuse and (ent := _norm_memo_get(_ref(n))) is not None and self._take(n, ent): continue
         if self.budget is not None:
           if (budget := self.budget - 1) < 0:
             self.over = True
@@ -182,7 +193,7 @@ class _Normalizer:
           if self.over: return root
         src = tuple(map(new.__getitem__, n.src))
         m = n if arg is n.arg and src == n.src else UOp(op, n.dtype, src, arg, n.tag)
-        new[n] = _split_big_reduce(m) if op is _REDUCE_AXIS else m
+        new[n] = m
         if op in _NO_REUSE: low = _NEVER  # it and every node above it: walked each time (see the class doc)
       lo[n] = low
       self.nodes += 1
@@ -190,8 +201,8 @@ class _Normalizer:
       # (a BUFFER never: its entry would hold the BUFFER itself, a reference cycle)
       if low >= first and len(inputs) - first <= NORM_CACHE_MAX_INPUTS and op is not _BUFFER:
         m = new[n]
-        n._cache["norm"] = (None if m is n else m, first, tuple(inputs[first:]), tuple(places[first:]),
-                            self.nodes - nodes, _generation[0])
+        _norm_memo[n] = (None if m is n else m, first, tuple(inputs[first:]), tuple(places[first:]),
+                         self.nodes - nodes)
     return new[root]
 
 
@@ -212,6 +223,8 @@ BLOCKED_SUM_MIN = 1 << 14
 """A float sum of at least this many elements into each output (of fewer than REDUCE_SPLIT_OUTPUTS outputs, or of
 SPLIT_REDUCE_MIN or more elements into any number) is blocked (`_blocked_sum`); smaller ones, and a matmul's K, keep
 one accumulator per output (the optimizer's vector lanes and unrolls shorten its chains)."""
+SPLIT_TAG = "split_chunk"
+"""The tag of a split streaming reduce's partial REDUCE_AXIS (one chunk's reduce, realized on its own)."""
 BLOCK_TAG = "sum_block"
 """The tag of the inner REDUCE_AXIS levels of a blocked sum: `_decide` fuses them into the kernel of the level
 above (each level's partials are a register, not a buffer)."""
@@ -287,40 +300,87 @@ def _blocked_reduce(r: UOp) -> UOp:
   return _blocked_sum(flat, len(keep)).reshape(out)
 
 
-SPLIT_MEMO_MAX, SPLIT_MEMO_NODES = 256, 64
-"""`_split_big_reduce` remembers up to SPLIT_MEMO_MAX split or blocked reduces whose graphs have at most
-SPLIT_MEMO_NODES nodes (then starts over): the normalizer meets the same normalized REDUCE_AXIS on every eager
-`t.sum()`, and building a blocked sum's ~20 nodes cost ~40 us each time. (A big graph isn't kept alive for it: the
-schedule cache bounds those by their size.)"""
-_split_memo: dict[tuple[UOp, int, int, int, int, int], UOp] = {}
+_split_memo: weakref.WeakKeyDictionary[UOp, dict[str, tuple[tuple[int, ...], UOp | None]]] = \
+  weakref.WeakKeyDictionary()
+"""What `_memo_split` remembers: reduce -> {kind: (the sizes it was split by, its split or None: unchanged)}. Keyed
+weakly: an entry lives as long as its reduce (a split is built over the reduce's source, never over the reduce), so
+a graph scheduled again, or one sharing reduces with one scheduled before (a JIT's capture step after its first
+step), asks each reduce's split once and gets the same nodes. `clear_schedule_cache` empties it."""
 
 
-def _at_most_nodes(x: UOp, limit: int) -> bool:
-  """Whether `x`'s graph has at most `limit` nodes (the walk stops past it)."""
-  seen, stack = {x}, [x]
-  while stack:
-    for s in stack.pop().src:
-      if s not in seen:
-        if len(seen) >= limit: return False
-        seen.add(s)
-        stack.append(s)
-  return True
-
-
-def _split_big_reduce(r: UOp) -> UOp:
-  """`r` split by `_split_few_outputs_reduce` (a few outputs), else by `_split_streaming_reduce` (many outputs sharing
-  inputs bigger than L2: its chunks keep them in cache), else blocked by `_blocked_reduce` (a big float sum), else
-  unchanged. The first and the last are remembered per node and sizes for small graphs (`_split_memo`;
-  `clear_schedule_cache` forgets them)."""
-  key = (r, REDUCE_BLOCK, REDUCE_FANIN, BLOCKED_SUM_MIN, SPLIT_REDUCE_MIN, CHUNK_BYTES)  # (tests patch them)
-  if (done := _split_memo.get(key)) is not None: return done
-  if (s := _split_few_outputs_reduce(r)) is r:
-    if (chunked := _split_streaming_reduce(r)) is not r: return chunked
-    if (s := _blocked_reduce(r)) is r: return r
-  if _at_most_nodes(r, SPLIT_MEMO_NODES):
-    if len(_split_memo) >= SPLIT_MEMO_MAX: _split_memo.clear()
-    _split_memo[key] = s
+def _memo_split(kind: str, fn: Callable[[UOp], UOp], r: UOp) -> UOp:
+  """`fn(r)`, remembered per reduce and sizes (`_split_memo`)."""
+  sizes = (REDUCE_BLOCK, REDUCE_FANIN, BLOCKED_SUM_MIN, SPLIT_REDUCE_MIN, CHUNK_BYTES)  # (tests patch them)
+  if (ent := _split_memo.get(r)) is None: ent = _split_memo[r] = {}
+  if (hit := ent.get(kind)) is not None and hit[0] == sizes: return r if hit[1] is None else hit[1]
+  s = fn(r)
+  ent[kind] = (sizes, None if s is r else s)
   return s
+
+
+def _split_reduce_once(r: UOp) -> UOp:
+  """`r` split by `_split_few_outputs_reduce` (a few outputs), else by `_split_streaming_reduce` (many outputs
+  sharing inputs bigger than L2: its chunks keep them in cache), else unchanged."""
+  if (s := _split_few_outputs_reduce(r)) is not r: return s
+  return _split_streaming_reduce(r)
+
+
+def _split_reduce(r: UOp) -> UOp:
+  """`_split_reduce_once(r)`, remembered (`_memo_split`)."""
+  return _memo_split("split", _split_reduce_once, r)
+
+
+def _new_nodes(s: UOp, below: UOp) -> set[UOp]:
+  """The nodes of `s`'s graph above `below`: what a split of a reduce over `below` built (it reads nothing else)."""
+  seen, stack = {s}, [s]
+  while stack:
+    for x in stack.pop().src:
+      if x is not below and x not in seen:
+        seen.add(x)
+        stack.append(x)
+  return seen
+
+
+def _split_rule(ctx: set[UOp], r: UOp) -> UOp | None:
+  """# r (a big reduce into few outputs, or one streaming inputs bigger than L2) -> partial reduces, then their
+  reduce (`_split_reduce`); the nodes a split made (ctx) are final."""
+  if r in ctx or (s := _split_reduce(r)) is r: return None
+  ctx.update(_new_nodes(s, r.src[0]))
+  return s
+
+
+def _block_rule(r: UOp) -> UOp | None:
+  """# r (a float sum of many elements per output) -> a tree of sums (`_blocked_reduce`); a split's partial
+  reduces (tagged: they were blocked as the split needs, or are chunks of a streaming reduce) and the inner levels
+  of a tree (BLOCK_TAG) are final."""
+  if r.tag is not None or (s := _memo_split("blocked", _blocked_reduce, r)) is r: return None
+  return s
+
+
+def _reshape_round_trip(x: UOp, a: UOp, b: UOp) -> UOp | None:
+  """# x.reshape(s).reshape(x.shape) -> x (row-major reshapes compose: back to x's own shape is x)"""
+  return x if a.tag is None and b.tag is None and b.arg == x.shape else None
+
+
+def _permute_round_trip(x: UOp, p: UOp, q: UOp) -> UOp | None:
+  """# x.permute(p).permute(q) -> x where p[q] is the identity (`.T.T`)"""
+  return x if p.tag is None and q.tag is None and all(p.arg[i] == k for k, i in enumerate(q.arg)) else None
+
+
+pm_views = PatternMatcher([
+  (UPat(Ops.RESHAPE, src=(UPat(Ops.RESHAPE, src=(UPat.var("x"),), name="a"),), name="b"), _reshape_round_trip),
+  (UPat(Ops.PERMUTE, src=(UPat(Ops.PERMUTE, src=(UPat.var("x"),), name="p"),), name="q"), _permute_round_trip),
+], name="views")
+"""Pass `views`: a view that goes back to its source's own layout (reshape and back, permute and back) is the
+source itself. (Merging every chain of reshapes, not only round trips, rebuilt most of a ResNet's backward graph
+(89 merges) and cost more schedule time than its simpler index expressions saved.)"""
+pm_split_reduces = PatternMatcher([(UPat(Ops.REDUCE_AXIS, name="r"), _split_rule)], name="split_reduces")
+"""Pass `split_reduces`: big reduces into few outputs, and streaming reduces, in two stages; ctx: the nodes it made."""
+pm_blocked_sums = PatternMatcher([(UPat(Ops.REDUCE_AXIS, name="r"), _block_rule)], name="blocked_sums")
+"""Pass `blocked_sums`: the accumulation contract (`_blocked_sum`) for every big float sum left."""
+pm_reuse_buffers = PatternMatcher([(UPat(Ops.BUFFER, name="b"), lambda ctx, b: ctx.get(b))], name="memory")
+"""Pass `memory`: # BUFFER b -> the earlier buffer whose storage it reuses (ctx: `memory_plan`'s map, one step: a
+buffer handed out is never itself replaced)."""
 
 
 CHUNK_BYTES = 1 << 20
@@ -409,7 +469,8 @@ def _split_streaming_reduce(r: UOp) -> UOp:
   g = next((d for d in range(2, shp[a] + 1) if shp[a] % d == 0 and inputs <= CHUNK_BYTES * d), shp[a])
   if g * part_bytes * PARTIAL_SHARE > inputs: return r
   src = r.src[0].reshape((*shp[:a], g, shp[a] // g, *shp[a + 1:]))  # axis a -> (g, A/g): later axes move up one
-  part = src.r(op, tuple(x + 1 for x in axes)).contiguous()  # (.., g, 1, ..): g stays where axis a was
+  # (.., g, 1, ..): g stays where axis a was; tagged: `blocked_sums` leaves a chunk's sum as it is
+  part = UOp(Ops.REDUCE_AXIS, r.dtype, (src,), (op, tuple(sorted(x + 1 for x in axes))), SPLIT_TAG).contiguous()
   return part.r(op, (a,)).reshape(out)
 
 
@@ -423,6 +484,9 @@ class _Template:
   runtime: Any = None  # a runtime's own record for running this schedule again without building it (see
                        # `cached_template`); it goes with the cache entry
   becomes_nodes: set[UOp] = field(default_factory=set)  # the nodes of `becomes` (found with `inputs`)
+  graph: UOp | None = None  # the tensor graph after the rewrite passes, kept alive with the entry: a later graph that
+                            # shares most of it (a JIT's capture step) rewrites into the same interned nodes, whose
+                            # shapes and devices are known already
 
 
 def _unbind(x: sint, memo: dict[UOp, UOp], dt: DType = dtypes.index) -> UOp:
@@ -658,26 +722,33 @@ def _costly(reads_memory: dict[UOp, bool], u: UOp) -> bool:
     u.op not in GroupOp.Movement
 
 
-def _schedule(sink: UOp, expose: frozenset[UOp] = frozenset(),
-              decided: tuple[dict[UOp, None], dict[UOp, bool]] | None = None) -> _Template:
+def _schedule(sink: UOp, expose: frozenset[UOp] = frozenset(), started: tuple[_Scheduler, UOp] | None = None) \
+    -> _Template:
   """Schedule a normalized sink: the passes of STAGES in order. `expose`: nodes that, when they get a buffer anyway,
-  are reported in `becomes` (and kept out of buffer reuse); `decided`: `_decide(sink)` when the caller has it.
+  are reported in `becomes` (and kept out of buffer reuse); `started`: an attempt that ran the passes up to `decide`
+  (`_run_stages`) and that pass's output, to go on from.
 
-  When the `order` pass finds a cycle, `_next_attempt` decides how to build the kernels again."""
-  merge, safe_assign = True, False
+  When the `order` pass finds a cycle, `_next_attempt` decides how to build the kernels again (from `kernels` on)."""
+  if started is None:
+    st = _Scheduler(sink, expose=expose)
+    graph, start = _run_stages(st, sink, 0, _STAGE_AT["decide"] + 1), _STAGE_AT["decide"] + 1
+  else: (st, graph), start = started, _STAGE_AT["decide"] + 1
+  st.expose_pre = expose
   while True:
-    st = _Scheduler(sink, merge, safe_assign, expose, decided)
-    graph, done = sink, True
-    for name, fn in STAGES:
-      t0 = time.perf_counter()
-      if (nxt := fn(st, graph)) is None:
-        done = False
-        break
-      _show_stage(name, graph, nxt, t0)
-      graph = nxt
-    if done: return st.template()
-    decided = st.decided
-    merge, safe_assign = _next_attempt(st)
+    assert graph is not None, "the passes before `order` always give a graph"
+    if _run_stages(st, graph, start) is not None: return st.template()
+    st, graph = st.retry()
+
+
+def _run_stages(st: _Scheduler, graph: UOp, start: int, stop: int | None = None) -> UOp | None:
+  """Run STAGES[start:stop] on `graph` with attempt `st`, each shown as a step (`_show_stage`); the last one's output,
+  None when a pass gives None (`order`: a cycle)."""
+  for name, fn in STAGES[start:stop]:
+    t0 = time.perf_counter()
+    if (nxt := fn(st, graph)) is None: return None
+    _show_stage(name, graph, nxt, t0)
+    graph = nxt
+  return graph
 
 
 def _next_attempt(st: _Scheduler) -> tuple[bool, bool]:
@@ -707,16 +778,20 @@ class _Scheduler:
 
   def __init__(self, sink: UOp, merge: bool = True, safe_assign: bool = False, expose: frozenset[UOp] = frozenset(),
                decided: tuple[dict[UOp, None], dict[UOp, bool]] | None = None) -> None:
-    self.merge, self.safe_assign, self.expose = merge, safe_assign, expose
+    self.merge, self.safe_assign = merge, safe_assign
+    self.expose_pre = expose  # as the caller names them (nodes of the normalized graph) ...
+    self.expose: frozenset[UOp] = expose  # ... and their images after the graph passes (the `kernels` pass)
+    self.image: dict[UOp, UOp] | None = None  # normalized node -> its image after views/split_reduces/blocked_sums
     self.decided = decided  # (values to realize in graph order, which nodes read memory): the `decide` pass
+    self.decided_sink = sink  # the graph `decide` was given (a retry starts over from `kernels` with it)
     self.realize: dict[UOp, None] = {}
     self.costly: Any = None
     self.memo: dict[UOp, UOp] = {}
-    self.idx_dt = _index_dtype(sink)
+    self.idx_dt: DType = dtypes.index  # (the `decide` pass: `_index_dtype` of its graph)
     self.new_buffers: list[UOp] = []
-    self.roots = set(sink.src)
+    self.roots: set[UOp] = set(sink.src)
     self.bufs: dict[UOp, UOp] = {}       # realized node -> BUFFER holding it contiguously (read through it)
-    self.views: dict[UOp, UOp] = {}      # realized node that is a view: the buffer standing for it (walked through)
+    self.view_bufs: dict[UOp, UOp] = {}  # realized node that is a view: the buffer standing for it (walked through)
     self.producer: dict[UOp, int] = {}   # realized node (or ASSIGN) -> index of the call that makes it
     self.buf_producer: dict[UOp, int] = {}  # new BUFFER -> index of the call that writes it
     self.calls: list[UOp] = []
@@ -734,16 +809,41 @@ class _Scheduler:
     self.planned: list[UOp] = []      # ... with buffers reused (the `memory` pass)
 
   # ***** the passes (STAGES): each takes the graph the one before gave *****
+  def rewritten(self, sink: UOp, m: dict[UOp, UOp]) -> UOp:
+    """`sink`'s image under a tensor-graph rewrite whose node map is `m`; each normalized node's image is kept (what
+    the template's `becomes` and `expose` are translated through)."""
+    self.image = m if self.image is None else {k: m[v] for k, v in self.image.items() if v in m}
+    return m[sink]
+
+  def views(self, sink: UOp) -> UOp:
+    """Pass `views` (stage 1b, `pm_views`): the normalized sink with view round trips (reshape or permute and back)
+    removed."""
+    return self.rewritten(sink, graph_rewrite_map(sink, pm_views, name="views"))
+
+  def split_reduces(self, sink: UOp) -> UOp:
+    """Pass `split_reduces` (stage 1c, `pm_split_reduces`): a big reduce into few outputs, or one whose inputs are
+    bigger than L2, as partial reduces and their reduce (`_split_reduce`)."""
+    return self.rewritten(sink, graph_rewrite_map(sink, pm_split_reduces, ctx=set(), name="split_reduces"))
+
+  def blocked_sums(self, sink: UOp) -> UOp:
+    """Pass `blocked_sums` (stage 1d, `pm_blocked_sums`): every big float sum `split_reduces` left as a tree of sums
+    (`_blocked_reduce`, the accumulation contract); inner levels carry BLOCK_TAG."""
+    return self.rewritten(sink, graph_rewrite_map(sink, pm_blocked_sums, name="blocked_sums"))
+
   def decide(self, sink: UOp) -> UOp:
-    """Pass `decide` (stage 2): the normalized sink -> a SINK of the values to realize, in graph order (`_decide`)."""
+    """Pass `decide` (stage 2): the rewritten sink -> a SINK of the values to realize, in graph order (`_decide`)."""
     if self.decided is None: self.decided = _decide(sink)
+    self.decided_sink = sink
     self.realize, reads_memory = self.decided
     self.costly = functools.partial(_costly, reads_memory)
+    self.idx_dt, self.roots = _index_dtype(sink), set(sink.src)
     return UOp.sink(*self.realize)
 
   def kernels(self, realized: UOp) -> UOp:
     """Pass `kernels` (stage 3): the SINK of values to realize -> a LINEAR of their CALLs in the order they were
     built (`build_kernels`)."""
+    img = self.image
+    self.expose = self.expose_pre if img is None else frozenset(img[e] for e in self.expose_pre if e in img)
     self.build_kernels()
     return UOp(Ops.LINEAR, src=tuple(self.calls))
 
@@ -768,15 +868,29 @@ class _Scheduler:
     calls = list(ordered.src)
     inputs = {b for b in itertools.chain.from_iterable(c.src[1:] for c in calls) if b.src[0].arg[0] == "in"}
     keep_bufs = {b for _, b, _ in self.becomes} | self.slice_bufs | inputs
-    if plan := memory_plan(calls, keep_bufs):
-      calls = [c.replace(src=(c.src[0], *(plan.get(b, b) for b in c.src[1:]))) for c in calls]
-    self.planned = calls
-    return UOp(Ops.LINEAR, src=tuple(calls))
+    if plan := memory_plan(calls, keep_bufs): ordered = graph_rewrite(ordered, pm_reuse_buffers, plan, name="memory")
+    self.planned = list(ordered.src)
+    return ordered
+
+  def retry(self) -> tuple[_Scheduler, UOp]:
+    """The next attempt (`_next_attempt`) after this one's calls could not be ordered, and its `decide` output: it
+    goes on from `kernels`, with this one's graph passes and decisions."""
+    merge, safe_assign = _next_attempt(self)
+    nxt = _Scheduler(self.decided_sink, merge, safe_assign, self.expose_pre, self.decided)
+    nxt.image = self.image
+    return nxt, nxt.decide(self.decided_sink)
 
   def template(self) -> _Template:
-    """The cache entry: the planned calls, what the values become, the new buffers they use."""
+    """The cache entry: the planned calls, what the values become (named by the normalized nodes they are images
+    of), the new buffers they use."""
     used = {b for c in self.planned for b in c.src[1:]} | {b for _, b, _ in self.becomes}
-    return _Template(self.planned, self.becomes, [b for b in self.new_buffers if b in used])
+    becomes = self.becomes
+    if self.image is not None:
+      wanted, pre = {n for n, _, _ in becomes}, defaultdict(list)
+      for k, v in self.image.items():
+        if v in wanted: pre[v].append(k)
+      becomes = [(k, b, view) for n, b, view in becomes for k in pre.get(n, (n,))]
+    return _Template(self.planned, becomes, [b for b in self.new_buffers if b in used], graph=self.decided_sink)
 
   # ***** helpers *****
   def ks(self, x: sint) -> UOp: return _unbind(x, self.memo, self.idx_dt)
@@ -800,7 +914,7 @@ class _Scheduler:
     kb.snapshots = self.snapshots
     return kb
 
-  def built(self, u: UOp) -> bool: return u in self.bufs or u in self.views or u in self.producer
+  def built(self, u: UOp) -> bool: return u in self.bufs or u in self.view_bufs or u in self.producer
 
   # ***** stage 3: one kernel per realized value *****
   def kernel(self, r: UOp, extra: tuple[tuple[UOp, UOp], ...] = (), also: tuple[UOp, ...] = ()) -> NotMerged | None:
@@ -899,7 +1013,7 @@ class _Scheduler:
   def copy(self, r: UOp) -> None:
     """A COPY: a call copying its (realized) source to a new buffer on its device."""
     src = r.src[0]
-    inb = self.bufs.get(src, self.views.get(src, src if src.op is Ops.BUFFER else None))
+    inb = self.bufs.get(src, self.view_bufs.get(src, src if src.op is Ops.BUFFER else None))
     if inb is None: raise RuntimeError(f"COPY source {src.op} was not realized")
     out = self.new_buffer(r, r.src[1].arg)
     i = self.add_call(UOp(Ops.CALL, src=(UOp(Ops.COPY), out, inb)), [inb])
@@ -910,15 +1024,15 @@ class _Scheduler:
   def view(self, r: UOp, base: UOp, off: int, keep: bool) -> None:
     """A value that is a contiguous view of buffer `base` at element offset `off`: no kernel (the buffer itself, or a
     SLICE call)."""
-    if off == 0 and prod(shape_of(r)) == base.arg: self.views[r] = base
+    if off == 0 and prod(shape_of(r)) == base.arg: self.view_bufs[r] = base
     else:
       out = self.new_buffer(r, r.device)
       i = self.add_call(UOp(Ops.CALL, src=(UOp(Ops.SLICE, arg=off * base.dtype.itemsize), out, base)), [base])
       self.readers[(base, None)].append(i)
       self.slice_bufs.update((out, base))
-      self.views[r] = out
+      self.view_bufs[r] = out
       self.producer[r] = self.buf_producer[out] = i
-    if keep: self.becomes.append((r, self.views[r], None))
+    if keep: self.becomes.append((r, self.view_bufs[r], None))
 
   def build_kernels(self) -> None:
     """Stage 3: a call for every realized value, in graph order (kernels, COPYs, SLICE views)."""
@@ -977,6 +1091,9 @@ class _Scheduler:
 
 
 STAGES: list[tuple[str, Callable[[_Scheduler, UOp], UOp | None]]] = [
+  ("views", _Scheduler.views),
+  ("split_reduces", _Scheduler.split_reduces),
+  ("blocked_sums", _Scheduler.blocked_sums),
   ("decide", _Scheduler.decide),
   ("kernels", _Scheduler.kernels),
   ("order", _Scheduler.order),
@@ -984,8 +1101,11 @@ STAGES: list[tuple[str, Callable[[_Scheduler, UOp], UOp | None]]] = [
 ]
 """The cached part of the scheduler as named passes, in order (docs/PIPELINE.md §2): each, a method of the attempt's
 `_Scheduler` (the state they share), takes the graph the one before returned and returns its own (shown in VIZ and by
-DEBUG, `_show_stage`); `order` returns None when the calls have a cycle (`_next_attempt`). `normalize` before them and
+DEBUG, `_show_stage`); `order` returns None when the calls have a cycle (`_next_attempt`). The first three rewrite
+the tensor graph (`graph_rewrite` with `pm_views`, `pm_split_reduces`, `pm_blocked_sums`), `memory` the CALLs' buffers
+(`pm_reuse_buffers`). `normalize` before them and
 `rebind` after them run outside the schedule cache, in `create_schedule`."""
+_STAGE_AT = {name: k for k, (name, _) in enumerate(STAGES)}
 
 
 def _reaches(deps: list[set[int]], i: int, target: int) -> bool:
@@ -1118,8 +1238,8 @@ class _LRU:
   def __len__(self) -> int: return len(self.data)
 
 
-_cache = _LRU(SCHEDULE_CACHE_ENTRIES, SCHEDULE_CACHE_NODES)     # (normalized sink, exposed) -> _Template
-_realized = _LRU(SCHEDULE_CACHE_ENTRIES, SCHEDULE_CACHE_NODES)  # normalized sink -> what its schedule gives buffers
+_cache = _LRU(SCHEDULE_CACHE_ENTRIES, SCHEDULE_CACHE_NODES)     # _schedule_key(sink, exposed) -> _Template
+_realized = _LRU(SCHEDULE_CACHE_ENTRIES, SCHEDULE_CACHE_NODES)  # _schedule_key(sink, None) -> what gets buffers
 
 
 @traced("schedule")  # VIZ: the tensor graph -> the CALLs (one check when nothing records)
@@ -1141,19 +1261,19 @@ def create_schedule(sink: UOp, expose: Iterable[UOp] = ()) -> ScheduleResult:
   nsink = norm.node(sink)
   if show := (_trace.RECORDER is not None or DEBUG >= 3): _show_stage("normalize", sink, nsink, st)
   nexpose: frozenset[UOp] = frozenset()
-  dec = None
+  started = None
   nodes = norm.nodes  # the normalized graph's size: what a cache entry keeps alive
   if expose:  # only the nodes that get a buffer anyway matter (and only they key the cache)
-    if (realized := _realized.get(nsink)) is None:
-      dec = _decide(nsink)
-      realized = frozenset(u for u in dec[0] if u.op is not Ops.BUFFER) - set(nsink.src)
-      _realized.put(nsink, realized, nodes)
+    if (realized := _realized.get(rkey := _schedule_key(nsink, None))) is None:
+      started = _start_schedule(nsink)
+      realized = _realized_nodes(started[0]) - set(nsink.src)
+      _realized.put(rkey, realized, nodes)
     nexpose = frozenset(n for u in expose if (n := norm.new.get(u)) is not None and n in realized)
-  key = (nsink, nexpose)
+  key = _schedule_key(nsink, nexpose)
   tmpl = _cache.get(key) if SCHEDULE_CACHE else None
   hit = tmpl is not None
   if tmpl is None:
-    tmpl = _schedule(nsink, expose=nexpose, decided=dec)
+    tmpl = _schedule(nsink, expose=nexpose, started=started)
     if SCHEDULE_CACHE: _cache.put(key, tmpl, nodes)
   # pass `rebind` (step 5): the caller's buffers in place of the placeholders, a new BUFFER for each buffer the
   # schedule makes
@@ -1183,6 +1303,40 @@ def create_schedule(sink: UOp, expose: Iterable[UOp] = ()) -> ScheduleResult:
   return ScheduleResult(calls, becomes, dict(norm.var_vals), norm.inputs, tmpl if SCHEDULE_CACHE else None)
 
 
+def _schedule_sizes() -> tuple:
+  """The sizes the graph passes split and block reduces by (the cached part reads them; tests patch them)."""
+  return (REDUCE_BLOCK, REDUCE_FANIN, BLOCKED_SUM_MIN, SPLIT_REDUCE_MIN, CHUNK_BYTES)
+
+
+def _schedule_key(nsink: UOp, nexpose: frozenset[UOp] | None) -> tuple:
+  """The schedule cache's key: the normalized sink, the exposed nodes among those realized anyway, and
+  `_schedule_sizes()`."""
+  return (nsink, nexpose, *_schedule_sizes())
+
+
+# cached_template's eager hot path: a normalized one-root graph's root -> (the sizes then, a weak reference to its
+# cache entry), so a hit builds no key (a SINK) and takes no lock; the scheduler's own table (no state on the UOps),
+# an entry dying with its node, the entry's life the cache's
+_tmpl_memo: weakref.WeakKeyDictionary[UOp, tuple[tuple, weakref.ref]] = weakref.WeakKeyDictionary()
+_tmpl_memo_get: Callable[[weakref.ref], tuple[tuple, weakref.ref] | None] = _tmpl_memo.data.get  # type: ignore[attr-defined]
+
+
+def _start_schedule(nsink: UOp) -> tuple[_Scheduler, UOp]:
+  """An attempt at scheduling `nsink` that ran the passes up to `decide`, and that pass's output (`_schedule` goes on
+  from there)."""
+  st = _Scheduler(nsink)
+  graph = _run_stages(st, nsink, 0, _STAGE_AT["decide"] + 1)
+  assert graph is not None, "the passes before `order` always give a graph"
+  return st, graph
+
+
+def _realized_nodes(st: _Scheduler) -> frozenset[UOp]:
+  """The normalized nodes whose images the `decide` pass of `st` realizes (buffers aside)."""
+  real = {u for u in st.realize if u.op is not Ops.BUFFER}
+  if st.image is None: return frozenset(real)
+  return frozenset(k for k, v in st.image.items() if v in real)
+
+
 def cached_template(roots: tuple[UOp, ...], max_nodes: int = 64) -> tuple[Any, list[UOp]] | None:
   """The cache entry of the schedule that `create_schedule(UOp.sink(*roots))` (nothing exposed) would give, and the
   graph's input BUFFERs in the entry's placeholder order, without building the schedule; None when there is no such
@@ -1195,6 +1349,11 @@ def cached_template(roots: tuple[UOp, ...], max_nodes: int = 64) -> tuple[Any, l
   if not SCHEDULE_CACHE or SPEC.value: return None
   if len(roots) == 1 and max_nodes > 0 and (one := _norm_over_remembered(roots[0])) is not None:
     nroots, inputs = [one[0]], one[1]
+    # the eager hot path: the entry found for this normalized root before (a weak reference: the entry's life is the
+    # cache's), without its key (a SINK) and the cache's lock
+    if (memo := _tmpl_memo_get(_ref(one[0]))) is not None and memo[0] == _schedule_sizes() and \
+       (t := memo[1]()) is not None:
+      return t, inputs
   else:
     norm = _Normalizer(budget=max_nodes)
     nroots = []
@@ -1203,32 +1362,33 @@ def cached_template(roots: tuple[UOp, ...], max_nodes: int = 64) -> tuple[Any, l
       if norm.over: return None
     if norm.var_vals: return None
     inputs = norm.inputs
-  tmpl = _cache.get((UOp(_SINK, dtypes.void, tuple(nroots)), _NOTHING_EXPOSED))
-  return None if tmpl is None else (tmpl, inputs)
+  key = _schedule_key(UOp(_SINK, dtypes.void, tuple(nroots)), _NOTHING_EXPOSED)
+  tmpl = _cache.get(key)
+  if tmpl is None: return None
+  if len(nroots) == 1: _tmpl_memo[nroots[0]] = (key[2:], weakref.ref(tmpl))
+  return tmpl, inputs
 
 
 _SINK = Ops.SINK
 _NOTHING_EXPOSED: frozenset[UOp] = frozenset()
 # ops whose normalized form is the node over its sources' forms (`_Normalizer.node`'s last case) when their args are
 # static: what `_norm_over_remembered` may build
-_NORM_SPECIAL = frozenset({Ops.BUFFER, Ops.BIND, Ops.REDUCE_AXIS}) | _DROPPED | _NO_REUSE
+_NORM_SPECIAL = frozenset({Ops.BUFFER, Ops.BIND}) | _DROPPED | _NO_REUSE
 
 
 def _norm_over_remembered(r: UOp) -> tuple[UOp, list[UOp]] | None:
   """`_Normalizer().node(r)` and its inputs, without a walk, when r remembers its normalized form or is a node whose
   sources all do, with their inputs numbered from 0 in source order, none read twice: the eager hot path (`a + 1`
   over a realized `a`: one new node over two known ones). None otherwise (the caller walks the graph)."""
-  gen = _generation[0]
-  if (ent := r._cache.get("norm")) is not None:
-    norm, first, ins, _, _, g = ent
-    return ((r if norm is None else norm), list(ins)) if g == gen and (first == 0 or not ins) else None
+  if (ent := _norm_memo_get(_ref(r))) is not None:
+    norm, first, ins, _, _ = ent
+    return ((r if norm is None else norm), list(ins)) if first == 0 or not ins else None
   if (op := r.op) in _NORM_SPECIAL or (op in _SIZED_MOVEMENT and not set(map(type, r.arg)) <= _INT_ONLY): return None
   src: list[UOp] = []
   inputs: list[UOp] = []
   for s in r.src:
-    if (ent := s._cache.get("norm")) is None: return None
-    norm, first, ins, _, _, g = ent
-    if g != gen: return None
+    if (ent := _norm_memo_get(_ref(s))) is None: return None
+    norm, first, ins, _, _ = ent
     if ins:
       if first != len(inputs): return None
       for b in ins:  # (a loop, not any(): the eager hot path)
@@ -1261,7 +1421,8 @@ def _rebase(view: UOp, sub: dict[UOp, UOp]) -> UOp:
 
 def clear_schedule_cache() -> None:
   """Forget every cached schedule (and the normalized forms nodes remember)."""
-  _generation[0] += 1
+  _norm_memo.clear()
+  _tmpl_memo.clear()
   _cache.clear()
   _realized.clear()
   _split_memo.clear()

@@ -19,6 +19,7 @@ An encoding or opcode this emulator does not run raises `UnsupportedInstruction`
 from __future__ import annotations
 
 import math
+import operator
 import struct
 from typing import Any, Callable
 
@@ -360,8 +361,9 @@ def decode9(code: bytes | memoryview, pc: int = 0) -> Inst:
     if src0 == SDWA:
       inner = _e32(kind, op, name, {**f, "src0": 256})
       if inner.fmt in ("G9BAD", "G9MOV64", "G9NOP"): return Inst("G9BAD", op, f, 8, name + "_sdwa")
-      return Inst("G9SDWA", op, {"sdwa": w1, "kind": {"VOP1": 1, "VOP2": 2, "VOPC": 3}[kind], "inner": inner,
-                                 "vsrc1": f.get("vsrc1", 0)}, 8, name + "_sdwa")  # type: ignore[dict-item]
+      return Inst("G9SDWA", op, {"sdwa": w1, "kind": {"VOP1": 1, "VOP2": 2, "VOPC": 3}[kind],
+                                 "inner": inner,  # type: ignore[dict-item]  # SDWA keeps its decoded inner Inst
+                                 "vsrc1": f.get("vsrc1", 0)}, 8, name + "_sdwa")
     inst = _e32(kind, op, name, f)
     return lit(inst, f["src0"], *([LITERAL] if kind == "VOP2" and op in (23, 24) else []))
   return Inst("G9BAD", -1, {}, 4, f"unknown encoding {w0:#010x}")
@@ -623,7 +625,8 @@ class CDNA3Emulator(Emulator):
       return c
     if op == 51: lo, hi = halves[0][f["opsel"] & 1], halves[1][f["opsel"] >> 1 & 1]
     else:
-      fn = {48: r3._fma, 49: lambda a, b: a * b, 50: lambda a, b: a + b}[op]
+      fns: dict[int, Callable[..., float]] = {48: r3._fma, 49: operator.mul, 50: operator.add}
+      fn = fns[op]
       lo, hi = vec_f32(fn, *(pick(i, 0) for i in range(n))), vec_f32(fn, *(pick(i, 1) for i in range(n)))
     self.store(w, f["vdst"], lanes, lo)
     self.store(w, f["vdst"] + 1, lanes, hi)

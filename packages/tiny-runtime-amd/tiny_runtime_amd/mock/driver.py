@@ -13,7 +13,9 @@ ACQUIRE_VM with the GPU's own render node before memory on it; handles carry the
 mapped fails with EBUSY; RUNTIME_ENABLE once (EBUSY) and before any queue (EEXIST); the event page (first
 CREATE_EVENT, at least KFD_SIGNAL_EVENT_LIMIT * 8 bytes) is set to UNSIGNALED_EVENT_SLOT (all ones); an interrupt with
 context id `id` signals event `id` if its slot was written (else every event whose slot was written), and acknowledges
-it by resetting the slot. Stricter than the kernel, as ROCr behaves: CREATE_QUEUE needs the runtime enabled first.
+it by resetting the slot. As the kernel: CREATE_QUEUE works whether or not the runtime was enabled; sizes are
+rounded up to pages; every VRAM/GTT allocation can be mmapped through the render node; hardware-exception and memory
+events exist (never signaled: the mock raises its faults instead).
 A host wait no interrupt can end (every queue drained or stuck, the event unsignaled) raises GPUHang with what each
 queue waits for, instead of sleeping until the timeout.
 """
@@ -43,6 +45,9 @@ DEFAULT_ARCHS = ("gfx1100",) * 4  # MOCK+AMD:0..3 (multi-device tests use up to 
 UNSIGNALED_EVENT_SLOT = (1 << 64) - 1
 DOORBELL_MMAP_TYPE = 3   # KFD_MMAP_TYPE_DOORBELL (kfd_priv.h): bits 63:62 of the mmap offset; gpu_id in bits 61:46
 EVENT_DATA_SIZE, EVENT_DATA_ID_OFFSET = 48, 40  # struct kfd_event_data: its size, where event_id sits
+# kfd_events.h: events other than signal/debug get ids from KFD_FIRST_NONSIGNAL_EVENT_ID (KFD_EVENT_ID_NONSIGNAL_MASK)
+FIRST_NONSIGNAL_EVENT_ID = 0x80000000
+OTHER_EVENT_TYPES = (3, 8)  # KFD_IOC_EVENT_HW_EXCEPTION, KFD_IOC_EVENT_MEMORY (tinygrad's driver waits on both)
 
 
 def _err(code: int, msg: str) -> OSError: return OSError(code, msg)
@@ -93,15 +98,23 @@ class MockKFD:
     self.fds: dict[str, int] = {kfd.KFD_PATH: 3, **{f"/dev/dri/renderD{g.render_minor}": 4 + i
                                                     for i, g in enumerate(self.gpus)}}
     self.lock = threading.RLock()
+    # when a list: what drivers did, in order: ("ioctl", name, fields), ("PM4", opcode, detail), ("SDMA", op, "")
+    # (tests/proven/record_streams.py compares tinygrad's driver's stream with ours)
+    self.trace: list[tuple[str, str, str]] | None = None
 
   @property
   def emu(self) -> Any: return self.gpus[0].emu
 
   def sysfs_files(self) -> dict[str, str]:
-    """The topology: a CPU node 0, then one node per GPU."""
+    """The topology: a CPU node 0, then one node per GPU; and each GPU's IP discovery versions (amdgpu_discovery.c's
+    sysfs, read by drivers that pick packet formats per IP version)."""
     t = kfd.TOPOLOGY
     out = {f"{t}/0/gpu_id": "0\n", f"{t}/0/properties": "cpu_cores_count 16\nsimd_count 0\n"}
-    for g in self.gpus: out.update({f"{t}/{g.node}/gpu_id": f"{g.gpu_id}\n", f"{t}/{g.node}/properties": g.sysfs()})
+    for g in self.gpus:
+      out.update({f"{t}/{g.node}/gpu_id": f"{g.gpu_id}\n", f"{t}/{g.node}/properties": g.sysfs()})
+      base = f"/sys/class/drm/renderD{g.render_minor}/device/ip_discovery/die/0"
+      for hw_id, ver in g.ip_versions.items():
+        out.update({f"{base}/{hw_id}/0/{part}": f"{v}\n" for part, v in zip(("major", "minor", "revision"), ver)})
     return out
 
   def gpu(self, gpu_id: int, what: str) -> MockGPU:
@@ -122,7 +135,9 @@ class MockKFD:
   def ioctl(self, name: str, a: Any) -> None:
     handler = getattr(self, f"_{name.lower()}", None)
     if handler is None: raise _err(errno.EINVAL, f"mock KFD does not implement {name}")
-    with self.lock: handler(a)
+    with self.lock:
+      if self.trace is not None: self.trace.append(("ioctl", name, _ioctl_detail(name, a)))
+      handler(a)
 
   def _get_version(self, a: Any) -> None: a.major_version, a.minor_version = 1, 17
 
@@ -145,21 +160,23 @@ class MockKFD:
   def _alloc_memory_of_gpu(self, a: Any) -> None:
     g = self.gpu(a.gpu_id, "ALLOC_MEMORY_OF_GPU")
     if g.vm_fd is None: raise _err(errno.EINVAL, f"ALLOC_MEMORY_OF_GPU on {g.name} before its ACQUIRE_VM")
-    if a.size == 0 or a.size % 0x1000 or a.va_addr % 0x1000:
-      raise _err(errno.EINVAL, f"ALLOC_MEMORY_OF_GPU: va {a.va_addr:#x} / size {a.size:#x} not page aligned")
+    if a.size == 0 or a.va_addr % 0x1000:
+      raise _err(errno.EINVAL, f"ALLOC_MEMORY_OF_GPU: va {a.va_addr:#x} / size {a.size:#x}; the va must be page "
+                 "aligned and the size nonzero")
+    size = (a.size + 0xFFF) & ~0xFFF  # amdgpu_amdkfd_gpuvm_alloc_memory_of_gpu: aligned_size = PAGE_ALIGN(size)
     domains = a.flags & (kfd.ALLOC_VRAM | kfd.ALLOC_GTT | kfd.ALLOC_USERPTR | kfd.ALLOC_DOORBELL | 0x10)
     if domains not in (kfd.ALLOC_VRAM, kfd.ALLOC_GTT, kfd.ALLOC_USERPTR):
       raise _err(errno.EINVAL, f"ALLOC_MEMORY_OF_GPU: flags {a.flags:#x} must name one of VRAM, GTT, USERPTR")
     i = bisect.bisect_right(self.va_starts, a.va_addr)
     for o in (self.by_va[s] for s in self.va_starts[max(i - 1, 0):i + 1]):  # the neighbours below and above
-      if o.va < a.va_addr + a.size and a.va_addr < o.va + o.size:
-        raise _err(errno.EINVAL, f"ALLOC_MEMORY_OF_GPU: [{a.va_addr:#x}, +{a.size:#x}) overlaps handle {o.handle:#x}")
+      if o.va < a.va_addr + size and a.va_addr < o.va + o.size:
+        raise _err(errno.EINVAL, f"ALLOC_MEMORY_OF_GPU: [{a.va_addr:#x}, +{size:#x}) overlaps handle {o.handle:#x}")
     if not a.flags & kfd.ALLOC_USERPTR:  # back the reserved VA with memory (the GPU and the host share it)
-      FileIOInterface.anon_mmap(a.va_addr, a.size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED)
+      FileIOInterface.anon_mmap(a.va_addr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED)
     a.handle = (g.gpu_id << 32) | self.next_idr  # MAKE_HANDLE(gpu_id, idr handle)
     a.mmap_offset = self.next_idr << 20         # where the render node maps it (a DRM fake offset)
     self.next_idr += 1
-    self.allocs[a.handle] = self.by_va[a.va_addr] = MockAlloc(a.handle, a.va_addr, a.size, a.flags, g, a.mmap_offset)
+    self.allocs[a.handle] = self.by_va[a.va_addr] = MockAlloc(a.handle, a.va_addr, size, a.flags, g, a.mmap_offset)
     bisect.insort(self.va_starts, a.va_addr)
 
   def _free_memory_of_gpu(self, a: Any) -> None:
@@ -194,9 +211,8 @@ class MockKFD:
 
   def _create_queue(self, a: Any) -> None:
     g = self.gpu(a.gpu_id, "CREATE_QUEUE")
-    if not self.runtime_enabled:
-      raise _err(errno.EINVAL, "CREATE_QUEUE before RUNTIME_ENABLE: ROCr enables the runtime before its first queue "
-                 "(the debugger attaches to and MES sets up CWSR/traps for runtime-enabled processes)")
+    # no runtime check: kfd_ioctl_create_queue creates queues of a process that never enabled the runtime (tinygrad's
+    # driver calls RUNTIME_ENABLE with mode_mask 0, i.e. disabled); only the debugger needs it enabled
     if a.queue_type not in (kfd.QUEUE_TYPE_COMPUTE, kfd.QUEUE_TYPE_SDMA):
       raise _err(errno.EINVAL, f"CREATE_QUEUE: the {g.arch} mock models PM4 compute (0) and SDMA (1) queues, not "
                  f"type {a.queue_type}")
@@ -232,8 +248,14 @@ class MockKFD:
     if self.queues.pop(a.queue_id, None) is None: raise _err(errno.EINVAL, f"DESTROY_QUEUE: unknown queue {a.queue_id}")
 
   def _create_event(self, a: Any) -> None:
+    if a.event_type in OTHER_EVENT_TYPES:  # kfd_events.c kfd_event_create: default case, create_other_event
+      eid = next(i for i in range(FIRST_NONSIGNAL_EVENT_ID, 1 << 32) if i not in self.events)
+      self.events[eid] = MockEvent(eid, bool(a.auto_reset))  # signaled by faults only, which the mock raises instead
+      a.event_id = a.event_trigger_data = eid
+      return
     if a.event_type != kfd.EVENT_SIGNAL:
-      raise _err(errno.EINVAL, f"CREATE_EVENT: the mock models signal events (0), not type {a.event_type}")
+      raise _err(errno.EINVAL, f"CREATE_EVENT: event type {a.event_type}; the mock models signal (0), hardware "
+                 "exception (3) and memory (8) events")
     if a.event_page_offset:
       if self.event_page is not None: raise _err(errno.EINVAL, "CREATE_EVENT: the event page is already set")
       m = self.alloc_of(a.event_page_offset, "CREATE_EVENT event_page_offset")
@@ -276,7 +298,8 @@ class MockKFD:
     slots = (ctypes.c_uint64 * kfd.SIGNAL_EVENT_LIMIT).from_address(page.va)
     ctxid &= (1 << valid_bits) - 1
     if ctxid in self.events and slots[ctxid] != UNSIGNALED_EVENT_SLOT: hits = [ctxid]
-    else: hits = [i for i in self.events if slots[i] != UNSIGNALED_EVENT_SLOT]  # the exhaustive search
+    else:  # the exhaustive search, over signal events (the others have no slot)
+      hits = [i for i in self.events if i < kfd.SIGNAL_EVENT_LIMIT and slots[i] != UNSIGNALED_EVENT_SLOT]
     for i in hits:
       slots[i] = UNSIGNALED_EVENT_SLOT
       self.events[i].signaled = True
@@ -288,7 +311,12 @@ class MockKFD:
       progress = True
       while progress:
         progress = False
-        for q in list(self.queues.values()):
+        queues = list(self.queues.values())
+        # every doorbell rung since the last pass counts as rung now, before any queue runs: the host rang them in
+        # some order the GPU can't see, so a barrier one queue runs in this pass follows all of them (noticing them
+        # queue by queue would put a later-seen doorbell after a barrier the host ordered after it)
+        for q in queues: q.gpu.notice_doorbell(q)
+        for q in queues:
           if q.gpu.run_queue(q): progress = True
 
   def stall_report(self) -> str:
@@ -297,6 +325,20 @@ class MockKFD:
     return ("Blocked: " + "; ".join(stuck)) if stuck else \
       "Every queue is drained: the work that should have signaled never raised an interrupt with the event's mailbox " \
       "slot written (RELEASE_MEM INT_SEL / SDMA TRAP after the signal write)"
+
+
+def _ioctl_detail(name: str, a: Any) -> str:
+  """The fields of an ioctl that say what was asked (for traces): memory domain and flags, queue and event types."""
+  if name == "ALLOC_MEMORY_OF_GPU":
+    dom = [n for n, bit in (("VRAM", kfd.ALLOC_VRAM), ("GTT", kfd.ALLOC_GTT), ("USERPTR", kfd.ALLOC_USERPTR),
+                            ("PUBLIC", kfd.ALLOC_PUBLIC), ("UNCACHED", kfd.ALLOC_UNCACHED),
+                            ("COHERENT", kfd.ALLOC_COHERENT)) if a.flags & bit]
+    return "|".join(dom)
+  if name == "CREATE_QUEUE":
+    return f"type {a.queue_type} cwsr {int(bool(a.ctx_save_restore_address))} eop {int(bool(a.eop_buffer_address))}"
+  if name == "CREATE_EVENT": return f"type {a.event_type}" + (" +page" if a.event_page_offset else "")
+  if name == "RUNTIME_ENABLE": return f"mode {a.mode_mask}"
+  return ""
 
 
 _DRIVER: MockKFD | None = None
@@ -356,7 +398,11 @@ class MockFileIO(FileIOInterface):
       if m is None or m.va != start or size > m.size:
         raise OSError(errno.EINVAL, f"mock render mmap at {start:#x} size {size:#x} offset {offset:#x} matches no "
                                     f"allocation of {self.path}")
-      if not m.host_visible: raise OSError(errno.EINVAL, f"mock render mmap of handle {m.handle:#x}: not CPU visible")
+      # amdgpu_gem_object_mmap refuses userptr BOs (EPERM) and NO_CPU_ACCESS ones; KFD stopped creating the latter
+      # ("drm/amdkfd: Allow CPU access for all VRAM BOs": a VRAM BO without PUBLIC gets no CPU_ACCESS flag either
+      # way, amdgpu_amdkfd_gpuvm_alloc_memory_of_gpu), so every VRAM and GTT allocation can be mapped.
+      if m.flags & kfd.ALLOC_USERPTR:
+        raise OSError(errno.EPERM, f"mock render mmap of handle {m.handle:#x}: a userptr allocation is host memory")
       return start  # the allocation is already backed at its VA
     raise OSError(errno.ENODEV, f"mock mmap of {self.path!r} offset {offset:#x} is not supported")
 
@@ -365,14 +411,14 @@ class MockFileIO(FileIOInterface):
     return data.encode() if binary else data
 
   @classmethod
-  def exists(cls, path: str) -> bool:  # type: ignore[override]
+  def exists(cls, path: str) -> bool:
     drv = cls.kfd_fn()
     return path in drv.fds or path in drv.files or any(f.startswith(path.rstrip("/") + "/") for f in drv.files)
 
   @classmethod
-  def listdir(cls, path: str) -> list[str]:  # type: ignore[override]
+  def listdir(cls, path: str) -> list[str]:
     pre = path.rstrip("/") + "/"
     return sorted({f[len(pre):].split("/")[0] for f in cls.kfd_fn().files if f.startswith(pre)})
 
   @classmethod
-  def access(cls, path: str, mode: int) -> bool: return cls.exists(path)  # type: ignore[override]
+  def access(cls, path: str, mode: int) -> bool: return cls.exists(path)

@@ -68,6 +68,6 @@ class Layout:
 ANY32 = Layout((Field("value", 0, 32),))
 
 
-def require(cond: bool, where: str, what: str) -> None:
+def require(cond: object, where: str, what: str) -> None:
   """PacketError(`where: what`) unless `cond`: for values the hardware accepts but this mock does not model."""
   if not cond: raise PacketError(f"{where}: {what}")

@@ -48,12 +48,17 @@ RESOURCE_LIMITS = _layout(waves_per_sh=(0, 9), tg_per_cu=(12, 15), lock_threshol
                           force_simd_dist=(23, 23), cu_group_count=(24, 26))
 DATA32, DATA8 = _layout(data=(0, 31)), _layout(data=(0, 7))
 START = _layout(start=(0, 31))
+RESTART = _layout(restart=(0, 31))  # the group a preempted dispatch resumes at (CWSR restore); 0 for a new one
+PIPELINESTAT, PERFCOUNT = _layout(pipelinestat_enable=(0, 0)), _layout(perfcount_enable=(0, 0))
 
 # byte address -> (regCOMPUTE_* name, fields): the compute registers a PM4 queue may set with SET_SH_REG
 SH_REGISTERS: dict[int, tuple[str, Layout]] = {
   0xB810: ("COMPUTE_START_X", START), 0xB814: ("COMPUTE_START_Y", START), 0xB818: ("COMPUTE_START_Z", START),
   0xB81C: ("COMPUTE_NUM_THREAD_X", NUM_THREAD), 0xB820: ("COMPUTE_NUM_THREAD_Y", NUM_THREAD),
   0xB824: ("COMPUTE_NUM_THREAD_Z", NUM_THREAD),
+  0xB828: ("COMPUTE_PIPELINESTAT_ENABLE", PIPELINESTAT), 0xB82C: ("COMPUTE_PERFCOUNT_ENABLE", PERFCOUNT),
+  0xB86C: ("COMPUTE_RESTART_X", RESTART), 0xB870: ("COMPUTE_RESTART_Y", RESTART),
+  0xB874: ("COMPUTE_RESTART_Z", RESTART),
   0xB830: ("COMPUTE_PGM_LO", DATA32), 0xB834: ("COMPUTE_PGM_HI", DATA8),
   0xB840: ("COMPUTE_DISPATCH_SCRATCH_BASE_LO", DATA32), 0xB844: ("COMPUTE_DISPATCH_SCRATCH_BASE_HI", DATA8),
   0xB848: ("COMPUTE_PGM_RSRC1", RSRC1), 0xB84C: ("COMPUTE_PGM_RSRC2", RSRC2),
@@ -102,8 +107,10 @@ class GFX11(MockGPU):
   """A gfx11 GPU: PM4 compute queues whose dispatches run wave32 code in the RDNA3 emulator."""
   arch = "gfx1100"
   properties = GFX1100_PROPERTIES
+  ip_versions = {11: (11, 0, 0), 42: (6, 0, 0), 108: (4, 3, 0)}  # Navi 31: GC 11.0.0, SDMA 6.0.0, NBIO 4.3.0
   sh_registers = SH_REGISTERS
   needs_priv_with_cwsr = True
+  sdma_writes_through_l2 = True  # SDMA v6 reads and writes through GL2 (its COPY/FENCE packets carry GL2 policies)
 
   def make_emulator(self) -> Any: return Emulator(CheckedMemory(self))
 
@@ -128,6 +135,12 @@ class GFX11(MockGPU):
     addr = REG[name]
     return SH_REGISTERS[addr][1].decode(q.regs.get(addr, 0), name)
 
+  def check_restart(self, q: MockQueue, where: str) -> None:
+    """COMPUTE_RESTART_X/Y/Z (tinygrad's driver writes 0s): the group a preempted dispatch resumes at."""
+    restart = [self.reg(q, f"COMPUTE_RESTART_{a}")["restart"] for a in "XYZ"]
+    require(restart == [0, 0, 0], where, f"COMPUTE_RESTART_X/Y/Z = {restart}: resuming a preempted dispatch is not "
+            "modelled (a new dispatch leaves them 0)")
+
   def dispatch(self, q: MockQueue, dims: tuple[int, int, int], initiator: int, where: str) -> None:
     """DISPATCH_DIRECT: check the dispatch state, then run every wave of every work-group in the emulator (batched:
     the waves of many groups in lockstep, see emu/batch.py)."""
@@ -140,6 +153,7 @@ class GFX11(MockGPU):
     if not ini["force_start_at_000"]:
       starts = [self.reg(q, f"COMPUTE_START_{a}")["start"] for a in "XYZ"]
       require(starts == [0, 0, 0], where, f"COMPUTE_START_X/Y/Z = {starts}: only dispatches from group 0 are modelled")
+    self.check_restart(q, where)
     r1, r2, r3 = self.reg(q, "COMPUTE_PGM_RSRC1"), self.reg(q, "COMPUTE_PGM_RSRC2"), self.reg(q, "COMPUTE_PGM_RSRC3")
     if self.needs_priv_with_cwsr and q.cwsr and not r1["priv"]:
       raise PacketError(f"{where}: COMPUTE_PGM_RSRC1.PRIV = 0 on a queue with a CWSR area: on {self.arch} waves run "

@@ -25,7 +25,7 @@ from tiny_runtime_amd.emu.cdna3 import CDNA3Emulator
 from tiny_runtime_amd.mock import pm4 as mpm4
 from tiny_runtime_amd.mock import sdma as msdma
 from tiny_runtime_amd.mock.fields import Field, Layout, require
-from tiny_runtime_amd.mock.gfx11 import GFX11, _layout, run_groups
+from tiny_runtime_amd.mock.gfx11 import PERFCOUNT, PIPELINESTAT, RESTART, GFX11, _layout, run_groups
 from tiny_runtime_amd.mock.gpu import ARCHS, CheckedMemory, GPUHang, MockQueue
 
 WAVE = 64
@@ -55,6 +55,9 @@ SH_REGISTERS: dict[int, tuple[str, Layout]] = {  # byte address -> (regCOMPUTE_*
   _reg(0xE04): ("COMPUTE_START_X", START), _reg(0xE05): ("COMPUTE_START_Y", START),
   _reg(0xE06): ("COMPUTE_START_Z", START), _reg(0xE07): ("COMPUTE_NUM_THREAD_X", NUM_THREAD),
   _reg(0xE08): ("COMPUTE_NUM_THREAD_Y", NUM_THREAD), _reg(0xE09): ("COMPUTE_NUM_THREAD_Z", NUM_THREAD),
+  _reg(0xE0A): ("COMPUTE_PIPELINESTAT_ENABLE", PIPELINESTAT), _reg(0xE0B): ("COMPUTE_PERFCOUNT_ENABLE", PERFCOUNT),
+  _reg(0xE1B): ("COMPUTE_RESTART_X", RESTART), _reg(0xE1C): ("COMPUTE_RESTART_Y", RESTART),
+  _reg(0xE1D): ("COMPUTE_RESTART_Z", RESTART),
   _reg(0xE0C): ("COMPUTE_PGM_LO", DATA32), _reg(0xE0D): ("COMPUTE_PGM_HI", DATA8),
   _reg(0xE10): ("COMPUTE_DISPATCH_SCRATCH_BASE_LO", DATA32), _reg(0xE11): ("COMPUTE_DISPATCH_SCRATCH_BASE_HI", DATA8),
   _reg(0xE12): ("COMPUTE_PGM_RSRC1", RSRC1), _reg(0xE13): ("COMPUTE_PGM_RSRC2", RSRC2),
@@ -95,7 +98,7 @@ def decode_release_mem9(body: list[int], where: str) -> dict[str, int]:
 def decode_acquire_mem9(body: list[int], where: str) -> dict[str, int]:
   mpm4._len("ACQUIRE_MEM", body, 6, where)
   f = mpm4._dw(COHER_CNTL, body, 0, "ACQUIRE_MEM", where)
-  f["coher_size"] = body[1] | (mpm4._dw(COHER_SIZE_HI, body, 2, "ACQUIRE_MEM", where)["coher_size_hi"] << 32)
+  f["coher_size"] = body[1] | (mpm4.coher_size_hi(COHER_SIZE_HI, body, 2, where) << 32)
   f["coher_base"] = body[3] | (mpm4._dw(mpm4.COHER_BASE_HI, body, 4, "ACQUIRE_MEM", where)["coher_base_hi"] << 32)
   f.update(mpm4._dw(mpm4.POLL_INTERVAL, body, 5, "ACQUIRE_MEM", where))
   return f
@@ -116,9 +119,11 @@ class GFX9(GFX11):
   """A gfx942 (CDNA3) GPU: PM4 compute queues with the gfx9 packet forms, wave64 dispatches in the CDNA3 emulator."""
   arch = "gfx942"
   properties = GFX942_PROPERTIES
+  ip_versions = {11: (9, 4, 3), 42: (4, 4, 2), 108: (7, 9, 0)}  # MI300: GC 9.4.3, SDMA 4.4.2, NBIO 7.9.0
   sdma_layouts = msdma.LAYOUTS_V4
   sh_registers = SH_REGISTERS
   needs_priv_with_cwsr = False
+  sdma_writes_through_l2 = False  # SDMA v4.4.2: not modelled as an L2 client; a copy invalidates the whole cache state
   pm4_decoders = DECODERS9
 
   def make_emulator(self) -> Any: return CDNA3Emulator(CheckedMemory(self))
@@ -138,8 +143,10 @@ class GFX9(GFX11):
     require(f["int_sel"] in (0, 2), where, f"INT_SEL {f['int_sel']} ({mpm4.INT_SEL[f['int_sel']]}) is not modelled; "
             "KFD reads the event mailbox in the interrupt handler, so the interrupt must follow the confirmed write "
             "(2, SEND_INTERRUPT_AFTER_WRITE_CONFIRM)")
-    if f["tc_wb_action_ena"] and f["tc_action_ena"]: self.write_back_l2()
-    self._release_write(f, where, "amdgpu's gfx9 fence writes back and invalidates: EOP TC_WB, TC, TCL1, TC_MD")
+    # a write-back: amdgpu's gfx_v9_0_ring_emit_fence sets EOP_TC_WB with either the invalidating actions (TC, TCL1,
+    # TC_MD) or, for a write-back-only fence (AMDGPU_FENCE_FLAG_TC_WB_ONLY), EOP_TC_NC (what tinygrad's signal uses)
+    if f["tc_wb_action_ena"] and (f["tc_action_ena"] or f["tc_nc_action_ena"]): self.write_back_l2()
+    self._release_write(f, where, "amdgpu's gfx9 fence writes back: EOP TC_WB with TC (and TCL1, TC_MD) or TC_NC")
 
   def _acquire_mem(self, f: dict[str, int], where: str) -> None:
     require(f["cb_action_ena"] == 0 and f["db_action_ena"] == 0, where, "CB/DB actions on a compute queue")
@@ -147,8 +154,9 @@ class GFX9(GFX11):
             f"COHER_SIZE {f['coher_size']:#x} (in 256-byte units): only actions over the whole address space are "
             "modelled")
     if f["tc_wb_action_ena"]: self.write_back_l2()
-    if all(f[k] for k in ("sh_icache_action_ena", "sh_kcache_action_ena", "tc_action_ena", "tcl1_action_ena")):
-      self.caches_valid = True
+    if f["sh_kcache_action_ena"] and f["tcl1_action_ena"]:  # the CU-side caches (scalar K$, vector TCL1)
+      self.cu_caches_valid = True
+      if f["sh_icache_action_ena"] and f["tc_action_ena"]: self.caches_valid = True
 
   def dispatch(self, q: MockQueue, dims: tuple[int, int, int], initiator: int, where: str) -> None:
     """DISPATCH_DIRECT: check the dispatch state, then run every wave64 of every work-group in the emulator."""
@@ -160,6 +168,7 @@ class GFX9(GFX11):
     if not ini["force_start_at_000"]:
       starts = [self.reg(q, f"COMPUTE_START_{a}")["start"] for a in "XYZ"]
       require(starts == [0, 0, 0], where, f"COMPUTE_START_X/Y/Z = {starts}: only dispatches from group 0 are modelled")
+    self.check_restart(q, where)
     r2, r3 = self.reg(q, "COMPUTE_PGM_RSRC2"), self.reg(q, "COMPUTE_PGM_RSRC3")
     self.reg(q, "COMPUTE_PGM_RSRC1")
     for k in ("trap_present", "tg_size_en", "excp_en_msb", "excp_en", "skip_usgpr0"):

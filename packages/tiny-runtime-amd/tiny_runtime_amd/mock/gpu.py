@@ -9,9 +9,13 @@ Cache model (what the mock checks, from amdgpu's gfx11 fence and mem-sync packet
 - after a dispatch, its writes may sit in the GPU's L2 (`l2_dirty`) and its CUs' L0/L1 caches are not coherent with
   anything else: a RELEASE_MEM that writes a host-visible location (a signal, a timestamp) while L2 is dirty must
   write L2 back (GCR GL2_WB), else the host could see the signal before the data. GLM_WB needs GLM_INV with it.
-- a dispatch may read what the host (kernargs, new code), SDMA or an earlier dispatch wrote: since its queue's last
-  doorbell, an SDMA write or the previous dispatch, an ACQUIRE_MEM must have invalidated the instruction, scalar,
-  vector, L1 and L2 caches over the whole address space (`caches_valid`).
+- a dispatch may read what the host (kernargs, new code) or SDMA wrote: since the GPU last noticed a doorbell (all
+  doorbells rung since the previous pass count as rung together, before any queue runs) or an SDMA copy, an
+  ACQUIRE_MEM must have invalidated the instruction, scalar, vector, L1 and L2 caches over the whole address space
+  (`caches_valid`). On gfx11, where SDMA is a GL2 client, a copy leaves its own GPU's L2 valid. What an earlier
+  dispatch of the same GPU wrote sits in (or behind) that GPU's L2, which every CU reads through: between two
+  dispatches only the CU-side caches (scalar GLK, vector GLV, GL1; gfx9: K$, TCL1) must be invalidated
+  (`cu_caches_valid`), as tinygrad's HCQ graph does (an ACQUIRE_MEM without GLI/GL2 before each kernel).
 - an SDMA FENCE whose MTYPE is not UC (3) writes through the GPU's L2 (amdgpu's
   `sdma_v5_0/v5_2/v6_0/v7_0_ring_emit_fence` set MTYPE 3, "Ucached(UC)", so a fence is visible to the host at once):
   when the address is host-visible (a signal, an event mailbox) the value waits in `l2_lines`, where the GPU's own
@@ -101,6 +105,10 @@ class CheckedMemory(Memory):
     return self.gpu.vm_generation
 
 
+# NBIO BIF_BX_PF0_GPU_HDP_FLUSH_REQ / _DONE dword offsets (nbio_4_3_0_offset.h for gfx11's NBIO 4.3, the same values in
+# nbio_7_9_0_offset.h for MI300's NBIO 7.9: base 0 + 0x0e26 / 0x0e27), what amdgpu's HDP flush packet names
+HDP_FLUSH_REQ_DONE = (0xE26, 0xE27)
+
 @dataclass
 class MockQueue:
   """A user-mode queue registered by CREATE_QUEUE."""
@@ -136,6 +144,12 @@ class MockGPU:
   needs_priv_with_cwsr = False                      # gfx11: RSRC1.PRIV must be set when the queue has a CWSR area
   pm4_decoders = mpm4.DECODERS                      # PM4 opcode -> body decoder (gfx9 has its own RELEASE/ACQUIRE_MEM)
   sdma_layouts = msdma.LAYOUTS                      # SDMA packet layouts (gfx9: SDMA v4.4.2's)
+  # gfx10+: the SDMA engines are GL2 clients (their packets carry GL2 cache policies/MTYPEs, see the FENCE model
+  # below), so a copy is coherent with the same GPU's L2 and only the CU caches need invalidating after it
+  sdma_writes_through_l2 = False
+  # IP discovery: hardware id (soc15_hw_ip.h GC_HWID 11, SDMA0_HWID 42, NBIF_HWID 108) -> (major, minor, revision),
+  # what amdgpu_discovery.c lists under the render node's device/ip_discovery/die/0/<hw_id>/0/
+  ip_versions: dict[int, tuple[int, int, int]] = {}
 
   def __init__(self, kfd_: MockKFD, node: int, gpu_id: int, render_minor: int):
     self.kfd, self.node, self.gpu_id, self.render_minor = kfd_, node, gpu_id, render_minor
@@ -146,7 +160,7 @@ class MockGPU:
     self.doorbells = (ctypes.c_uint64 * 1024)()  # one 8 KiB doorbell page
     self.next_doorbell = 1
     self.vm_fd: int | None = None      # the render node fd ACQUIRE_VM bound this GPU's VM to
-    self.l2_dirty, self.caches_valid = False, False
+    self.l2_dirty, self.caches_valid, self.cu_caches_valid = False, False, False
     self.l2_lines: dict[int, int] = {}  # host-visible dwords written with a cached MTYPE: in L2, not yet in memory
     self.dispatches = self.copies = 0
     self.emu = self.make_emulator()
@@ -193,12 +207,17 @@ class MockGPU:
   def check_compute_queue(self, a: Any) -> None: """CREATE_QUEUE checks of a compute queue (EOP/CWSR sizes)."""
 
   # ***** the command processors *****
+  def notice_doorbell(self, q: MockQueue) -> int:
+    """The doorbell value of `q`; new work from the host, which may have written memory the caches hold, invalidates
+    the cache state."""
+    target = ctypes.c_uint64.from_address(q.doorbell).value
+    if target != q.seen_doorbell: q.seen_doorbell, self.caches_valid, self.cu_caches_valid = target, False, False
+    return target
+
   def run_queue(self, q: MockQueue) -> bool:
     """Run `q` up to its doorbell; True if anything ran. A failing packet is skipped (the queue goes on with the next
     one, like a GPU resetting that work) and its error raised."""
-    target = ctypes.c_uint64.from_address(q.doorbell).value
-    if target != q.seen_doorbell:  # new work from the host, which may have written memory the caches hold
-      q.seen_doorbell, self.caches_valid = target, False
+    target = self.notice_doorbell(q)
     ran = False
     while q.ib is not None or q.rptr < target:
       step = self._pm4_step(q, target) if q.qtype == kfd.QUEUE_TYPE_COMPUTE else self._sdma_step(q, target)
@@ -229,6 +248,7 @@ class MockGPU:
                           f"submission ends after {target - q.rptr - 1}")
       body = self._ring(q, q.rptr + 1, hdr.body)
       if not self.exec_pm4(q, hdr, body, where, in_ib=False): return 0
+      self.traced(hdr, body)
     except MockGPUError:
       self._advance(q, skip)
       raise
@@ -247,12 +267,22 @@ class MockGPU:
                           f"indirect buffer ends after {n - pos - 1}")
       body = list((ctypes.c_uint32 * hdr.body).from_address(addr + 4 * (pos + 1)))
       if not self.exec_pm4(q, hdr, body, where, in_ib=True): return 0
+      self.traced(hdr, body)
     except MockGPUError:
       q.ib = None  # the rest of a faulting indirect buffer is dropped
       raise
     q.ib[2] = pos + 1 + hdr.body
     if q.ib[2] >= n: q.ib = None
     return 1 + hdr.body
+
+  def traced(self, hdr: mpm4.Header, body: list[int]) -> None:
+    """Add an executed PM4 packet to the KFD's trace (when tracing): SET_SH_REG names its registers."""
+    if self.kfd.trace is None or hdr.opcode == 0x10: return
+    detail = ""
+    if hdr.opcode == 0x76:
+      base = SH_REG_BASE + 4 * (body[0] & 0xFFFF)
+      detail = ",".join(self.sh_registers.get(base + 4 * i, (hex(base + 4 * i),))[0] for i in range(len(body) - 1))
+    self.kfd.trace.append(("PM4", hdr.name, detail))
 
   def exec_pm4(self, q: MockQueue, hdr: mpm4.Header, body: list[int], where: str, in_ib: bool) -> bool:
     """Execute one PM4 packet; False when it must wait (WAIT_REG_MEM not yet satisfied)."""
@@ -269,17 +299,20 @@ class MockGPU:
     elif op == 0x58: self._acquire_mem(f, where)
     elif op == 0x46: self._event_write(f, where)
     elif op == 0x15:
-      require(self.caches_valid, where, "a dispatch with no ACQUIRE_MEM since the host, SDMA or the previous dispatch "
-              "last wrote memory: the kernel could read stale kernargs, code or inputs from the GPU caches (invalidate "
-              "GLI, GLK, GLV, GL1 and GL2 over the whole address space first)")
+      require(self.caches_valid, where, "a dispatch with no ACQUIRE_MEM since the host or SDMA last wrote memory: "
+              "the kernel could read stale kernargs, code or inputs from the GPU caches (invalidate GLI, GLK, GLV, GL1 "
+              "and GL2 over the whole address space first)")
+      require(self.cu_caches_valid, where, "a dispatch with no ACQUIRE_MEM since the previous dispatch wrote memory: "
+              "its results are in L2, but the CUs' scalar, vector and L1 caches may hold stale lines (invalidate GLK, "
+              "GLV and GL1 first)")
       try: self.dispatch(q, (f["dim_x"], f["dim_y"], f["dim_z"]), f["initiator"], where)
       except MockGPUError: raise
       except Exception as e:  # from the emulator's waves: re-raised as the dispatch's fault, the queue moves on
-        self.l2_dirty, self.caches_valid = True, False  # waves may have written memory before stopping
+        self.l2_dirty, self.cu_caches_valid = True, False  # waves may have written memory before stopping
         raise ShaderFault(f"{where}: the dispatch's waves stopped: {type(e).__name__}: {e}") from e
       self.dispatches += 1
       self.kfd.dispatches += 1
-      self.l2_dirty, self.caches_valid = True, False
+      self.l2_dirty, self.cu_caches_valid = True, False
     elif op == 0x3F:
       require(not in_ib, where, "an INDIRECT_BUFFER inside an indirect buffer (the MEC runs one level)")
       require(f["valid"] == 1, where, "VALID (bit 23 of dword 3) is 0: the CP would skip the buffer")
@@ -301,7 +334,7 @@ class MockGPU:
       q.regs[addr] = v
 
   def _wait_reg_mem(self, q: MockQueue, f: dict[str, int], where: str) -> bool:
-    require(f["mem_space"] == 1, where, "MEM_SPACE REGISTER: polling a register is not modelled")
+    if f["mem_space"] == 0: return self._hdp_flush(f, where)
     require(f["operation"] == 0, where, f"OPERATION {f['operation']} is not modelled (0: WAIT_REG_MEM)")
     require(f["mes_intr_pipe"] == 0 and f["mes_action"] == 0 and f["optimize_ace_offload_mode"] == 0, where,
             "the MES/offload fields are for the MES firmware; a user queue leaves them 0")
@@ -311,6 +344,23 @@ class MockGPU:
     q.blocked = (f"WAIT_REG_MEM: (*(u32*){f['addr']:#x} = {v}) & {f['mask']:#x} "
                  f"{mpm4.WAIT_FUNCTIONS[f['function']]} {f['reference']} is false")
     return False
+
+  def _hdp_flush(self, f: dict[str, int], where: str) -> bool:
+    """WAIT_REG_MEM on registers: the one pair a user queue writes and polls is the HDP flush (amdgpu's
+    gfx_v11_0_ring_emit_hdp_flush / gfx_v9_0_ring_emit_hdp_flush: write GPU_HDP_FLUSH_REQ, wait until
+    GPU_HDP_FLUSH_DONE & mask == ref). The mock has no HDP (host writes land in memory at once), so the flush is done
+    at once: DONE reads back the requested bits."""
+    req, done = HDP_FLUSH_REQ_DONE
+    require((f["addr"], f["reg_done"]) == (req, done) and f["operation"] == 1, where,
+            f"MEM_SPACE REGISTER: only the HDP flush is modelled (operation 1 WR_WAIT_WR_REG, write {req:#x} "
+            f"GPU_HDP_FLUSH_REQ, poll {done:#x} GPU_HDP_FLUSH_DONE); got operation {f['operation']}, "
+            f"registers {f['addr']:#x}/{f['reg_done']:#x}")
+    require(f["mes_intr_pipe"] == 0 and f["mes_action"] == 0 and f["optimize_ace_offload_mode"] == 0, where,
+            "the MES/offload fields are for the MES firmware; a user queue leaves them 0")
+    require(compare(f["function"], f["reference"] & f["mask"], f["reference"]), where,
+            f"HDP flush: DONE & {f['mask']:#x} {mpm4.WAIT_FUNCTIONS[f['function']]} {f['reference']:#x} can never "
+            "hold (DONE reads back the requested bits)")
+    return True
 
   def _release_mem(self, f: dict[str, int], where: str) -> None:
     ev, idx = f["event_type"], f["event_index"]
@@ -355,7 +405,9 @@ class MockGPU:
             f"range modes {f['gl1_range']}/{f['gl2_range']} and GLI_INV {f['gli_inv']}: only actions over the whole "
             "48-bit address space are modelled")
     if f["gl2_wb"]: self.write_back_l2()
-    if f["gli_inv"] == 1 and all(f[k] for k in ("glk_inv", "glv_inv", "gl1_inv", "gl2_inv")): self.caches_valid = True
+    if all(f[k] for k in ("glk_inv", "glv_inv", "gl1_inv")):
+      self.cu_caches_valid = True
+      if f["gli_inv"] == 1 and f["gl2_inv"]: self.caches_valid = True
 
   def _event_write(self, f: dict[str, int], where: str) -> None:
     require(f["event_type"] == 7 and f["event_index"] == 4, where, f"EVENT_TYPE {f['event_type']} "
@@ -376,6 +428,7 @@ class MockGPU:
                           f"{(target - q.rptr) // 4}")
       words = self._ring(q, q.rptr // 4, n)
       if not self.exec_sdma(q, name, words, f"{where}: SDMA {name}"): return 0
+      if self.kfd.trace is not None: self.kfd.trace.append(("SDMA", name, ""))
     except MockGPUError:
       self._advance(q, skip)
       raise
@@ -392,7 +445,10 @@ class MockGPU:
       self.check(dst, n, "SDMA copy write")
       ctypes.memmove(dst, src, n)
       self.copies += 1
-      for g in self.kfd.gpus: g.caches_valid = False
+      for g in self.kfd.gpus:
+        g.cu_caches_valid = False
+        # the copying GPU's own L2 saw the writes when its SDMA is an L2 client; any other GPU's L2 may be stale
+        if g is not self or not self.sdma_writes_through_l2: g.caches_valid = False
     elif name == "FENCE":
       require(f.get("gpa", 0) == 0, where, "GPA (a physical address) is not modelled")
       addr = f["dw1"] | (f["dw2"] << 32)

@@ -129,9 +129,11 @@ def _dw(layout: Layout, body: list[int], i: int, name: str, where: str) -> dict[
 def decode_wait_reg_mem(body: list[int], where: str) -> dict[str, int]:
   _len("WAIT_REG_MEM", body, 6, where)
   f = _dw(WAIT_REG_MEM_DW1, body, 0, "WAIT_REG_MEM", where)
-  if f["mem_space"] == 1: f["addr"] = _dw(ADDR_LO_DWORD, body, 1, "WAIT_REG_MEM", where)["addr_lo"] << 2
-  else: f["addr"] = _dw(REG_ADDR, body, 1, "WAIT_REG_MEM", where)["reg_addr"]
-  f["addr"] |= body[2] << 32
+  if f["mem_space"] == 1:
+    f["addr"] = (_dw(ADDR_LO_DWORD, body, 1, "WAIT_REG_MEM", where)["addr_lo"] << 2) | body[2] << 32
+  else:  # registers: dword 1 the one written (operation WR_WAIT_WR_REG) or polled, dword 2 the one polled after a write
+    f["addr"] = _dw(REG_ADDR, body, 1, "WAIT_REG_MEM", where)["reg_addr"]
+    f["reg_done"] = _dw(REG_ADDR, body, 2, "WAIT_REG_MEM", where)["reg_addr"]
   f.update(reference=body[3], mask=body[4], **_dw(WAIT_REG_MEM_DW6, body, 5, "WAIT_REG_MEM", where))
   return f
 
@@ -148,10 +150,20 @@ def decode_release_mem(body: list[int], where: str) -> dict[str, int]:
   return f
 
 
+def coher_size_hi(layout: Layout, body: list[int], i: int, where: str) -> int:
+  """ACQUIRE_MEM's COHER_SIZE_HI (body dword `i`, COHER_SIZE before it). "All memory" is written with more ones than
+  the field has: amdgpu's gfx_v11_0_emit_mem_sync puts 0xffffff in gfx11's 8-bit field, tinygrad 0xffffffff in gfx11's
+  and gfx9's (24 bits); the CP takes the field's bits. So a full-range size (COHER_SIZE and the field all ones) may set
+  the bits above the field; any other size must leave them 0."""
+  ones = (1 << layout.fields[0].width) - 1
+  if body[i - 1] == 0xFFFFFFFF and body[i] & ones == ones: return ones
+  return _dw(layout, body, i, "ACQUIRE_MEM", where)[layout.fields[0].name]
+
+
 def decode_acquire_mem(body: list[int], where: str) -> dict[str, int]:
   _len("ACQUIRE_MEM", body, 7, where)
   _dw(ACQUIRE_MEM_DW1, body, 0, "ACQUIRE_MEM", where)
-  f = {"coher_size": body[1] | (_dw(COHER_SIZE_HI, body, 2, "ACQUIRE_MEM", where)["coher_size_hi"] << 32),
+  f = {"coher_size": body[1] | (coher_size_hi(COHER_SIZE_HI, body, 2, where) << 32),
        "coher_base": body[3] | (_dw(COHER_BASE_HI, body, 4, "ACQUIRE_MEM", where)["coher_base_hi"] << 32)}
   f.update(_dw(POLL_INTERVAL, body, 5, "ACQUIRE_MEM", where))
   f.update(_dw(GCR_CNTL, body, 6, "ACQUIRE_MEM", where))

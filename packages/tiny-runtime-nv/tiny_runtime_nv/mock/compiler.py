@@ -11,6 +11,7 @@ The renderer classes keep their names (`DEV=MOCK+CUDA:PTX` / `:NVPTX` pick them)
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import queue
 import re
@@ -87,6 +88,11 @@ _ENTRY = re.compile(r"(\.entry\s+)([\w$]+)(\s*\()")
 _HEADER = re.compile(r"^\s*\.(version|target|address_size)\b[^\n]*\n", re.M)
 
 
+def _suffixed(m: re.Match[str], i: int) -> str:
+  """An `.entry name(` renamed `name__m<i>(`: module `i`'s kernels keep distinct names in a joined batch."""
+  return f"{m.group(1)}{m.group(2)}__m{i}{m.group(3)}"
+
+
 class PtxasChecker:
   """Assembles PTX modules with ptxas in a background thread, up to `batch` kernels per ptxas run (modules with the
   same header are joined into one, their entries renamed apart); a rejected batch is retried module by module to
@@ -139,8 +145,8 @@ class PtxasChecker:
       for text, arch in items:
         groups.setdefault(("".join(m.group(0) for m in _HEADER.finditer(text)), arch), []).append(text)
       for (header, arch), texts in groups.items():
-        joined = header + "".join(_ENTRY.sub(lambda m, i=i: f"{m.group(1)}{m.group(2)}__m{i}{m.group(3)}",
-                                             _HEADER.sub("", t)) for i, t in enumerate(texts))
+        joined = header + "".join(_ENTRY.sub(functools.partial(_suffixed, i=i), _HEADER.sub("", t))
+                                  for i, t in enumerate(texts))
         if len(texts) > 1 and self._assemble(joined, arch) is None: pass
         else:
           for t in texts:

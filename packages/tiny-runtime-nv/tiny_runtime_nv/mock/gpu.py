@@ -28,6 +28,7 @@ bank 0 in GPU memory.
 from __future__ import annotations
 
 import ctypes
+import re
 import struct
 import time
 import uuid as _uuid
@@ -88,9 +89,13 @@ class MockGPU:
     self.uuid = _uuid.uuid5(_uuid.NAMESPACE_OID, f"tiny-mock-nv-{index}").bytes
     self.usermode = (ctypes.c_uint32 * (0x10000 // 4))()
     self.channels: dict[int, MockChannel] = {}
-    self.kernels: dict[tuple[int, int], tuple[Kernel, KernelInfo, bytes]] = {}
+    self.kernels: dict[tuple[int, int], tuple[Kernel, KernelInfo, str]] = {}
     self.launches = 0
     self.last_qmd: dict[str, Any] = {}
+    # ("compute"/"copy" channel, class of the method's engine or 0 for host methods, method offset, value) of every
+    # method run, once each, when a list is set here (README's stream comparison with tinygrad's driver)
+    self.trace: list[tuple[str, int, int, int]] | None = None
+    self._traced: dict[int, tuple[int, int]] = {}
 
   def add_channel(self, h: int, cls: int, data: dict[str, Any]) -> None:
     self.channels[h] = MockChannel(h, cls, data["ring"], data["entries"], data["userd_mem"], data["userd_off"],
@@ -188,10 +193,21 @@ class MockGPU:
         raise ChannelError(XID_GR_EXCEPTION, f"method {mthd:#x} x{count} runs past the pushbuffer's {n} dwords")
       for i in range(count):
         ch.pb = (addr, n, pos)
+        if self.trace is not None: self._trace(ch, addr, pos + 1 + i, subch, mthd + 4 * i, words[pos + 1 + i])
         if not self._method(ch, subch, mthd + 4 * i, words[pos + 1 + i]):
           return False  # parked: the method group runs again from its header (its other dwords only set registers)
       pos += 1 + count
+    self._traced.pop(ch.handle, None)
     return True
+
+  def _trace(self, ch: MockChannel, addr: int, idx: int, subch: int, m: int, v: int) -> None:
+    """Record a method once: a parked group's re-run from its header does not record its dwords again."""
+    last = self._traced.get(ch.handle)
+    if last is not None and last[0] == addr and idx <= last[1]: return
+    self._traced[ch.handle] = (addr, idx)
+    assert self.trace is not None
+    kind = "compute" if any(c in rm.COMPUTE_CLASSES for c in ch.engines) else "copy"
+    self.trace.append((kind, 0 if m < 0x100 else ch.subch.get(subch, -1), m, v))
 
   def _method(self, ch: MockChannel, subch: int, m: int, v: int) -> bool:
     if m < 0x100: return self._host(ch, m, v)
@@ -269,8 +285,11 @@ class MockGPU:
       raise ChannelError(XID_GR_EXCEPTION, f"compute method {m:#x} = {v:#x}: bits {bad:#x} outside its fields")
     ch.regs[0x10000 | m] = v
     if m == push.SEND_SIGNALING_PCAS2_B:
-      if v not in (push.PCAS_ACTION_INVALIDATE_COPY_SCHEDULE, 2):
-        raise ChannelError(XID_GR_EXCEPTION, f"PCAS action {v}: the mock schedules (2, 3) only")
+      # clc6c0.h SEND_SIGNALING_PCAS2_B_PCAS_ACTION: SCHEDULE 2, INVALIDATE_COPY_SCHEDULE 3, PREFETCH_SCHEDULE 9
+      # (tinygrad 0.14 launches with it), INVALIDATE_PREFETCH_COPY_SCHEDULE 0xA: each schedules the QMD (the mock has
+      # no QMD cache to invalidate or prefetch into)
+      if v not in (2, push.PCAS_ACTION_INVALIDATE_COPY_SCHEDULE, 9, 0xA):
+        raise ChannelError(XID_GR_EXCEPTION, f"PCAS action {v}: the mock schedules (2, 3, 9, 0xA) only")
       self.launch(ch, ch.regs.get(0x10000 | push.SEND_PCAS_A, 0) << 8)
 
   def _cregs(self, ch: MockChannel, a: int) -> int:
@@ -312,7 +331,38 @@ class MockGPU:
 
   # ***** QMD launches *****
   def launch(self, ch: MockChannel, qmd_addr: int) -> None:
-    """Decode the QMD at `qmd_addr`, check it against the GPU and the cubin, run the kernel."""
+    """Run the QMD at `qmd_addr`, then the QMDs it schedules on completion (DEPENDENT_QMD0, a chain: no recursion)."""
+    nxt: int | None = qmd_addr
+    while nxt is not None: nxt = self._launch_one(ch, nxt)
+
+  def _after_grid(self, d: dict[str, int]) -> int | None:
+    """What a 03_00 QMD does when its grid completes: its release semaphores (four words: the 64-bit payload and a
+    timestamp; two words: the 64-bit payload; one word: its low 32 bits), then the dependent QMD it schedules (its
+    address, or None)."""
+    for i in (0, 1):
+      if not d.get(f"RELEASE{i}_ENABLE"): continue
+      addr = d[f"RELEASE{i}_ADDRESS_LOWER"] | d[f"RELEASE{i}_ADDRESS_UPPER"] << 32
+      payload = d[f"RELEASE{i}_PAYLOAD_LOWER"] | d[f"RELEASE{i}_PAYLOAD_UPPER"] << 32
+      if d[f"RELEASE{i}_STRUCTURE_SIZE"] == push.RELEASE_STRUCTURE_FOUR_WORDS:
+        if addr % 16: raise ChannelError(XID_GR_EXCEPTION, f"QMD release{i} (four words) at {addr:#x}: not 16-aligned")
+        self.mapped(addr, 16, f"QMD release{i}")
+        ctypes.memmove(addr, struct.pack("<QQ", payload, time.perf_counter_ns()), 16)
+      elif d[f"RELEASE{i}_STRUCTURE_SIZE"] == push.RELEASE_STRUCTURE_TWO_WORDS:
+        if addr % 8: raise ChannelError(XID_GR_EXCEPTION, f"QMD release{i} (two words) at {addr:#x}: not 8-aligned")
+        self.mapped(addr, 8, f"QMD release{i}")
+        ctypes.c_uint64.from_address(addr).value = payload
+      elif d[f"RELEASE{i}_STRUCTURE_SIZE"] == push.RELEASE_STRUCTURE_ONE_WORD:
+        if addr % 4: raise ChannelError(XID_GR_EXCEPTION, f"QMD release{i} (one word) at {addr:#x}: not 4-aligned")
+        self.mapped(addr, 4, f"QMD release{i}")
+        ctypes.c_uint32.from_address(addr).value = payload & 0xFFFFFFFF
+      else: raise ChannelError(XID_GR_EXCEPTION, f"QMD release{i} structure size {d[f'RELEASE{i}_STRUCTURE_SIZE']}")
+    if not d.get("DEPENDENT_QMD0_ENABLE"): return None
+    if d["DEPENDENT_QMD0_ACTION"] != push.DEPENDENT_QMD_ACTION_SCHEDULE:
+      raise ChannelError(XID_GR_EXCEPTION, f"dependent QMD action {d['DEPENDENT_QMD0_ACTION']}: the mock schedules (1)")
+    return d["DEPENDENT_QMD0_POINTER"] << 8
+
+  def _launch_one(self, ch: MockChannel, qmd_addr: int) -> int | None:
+    """Decode the QMD at `qmd_addr`, check it against the GPU and the cubin, run the kernel; the next QMD or None."""
     # which QMD version a compute class reads: Ampere/Ada 03_00, Hopper 04_00 (clcbc0qmd.h; what Mesa NVK launches on
     # HOPPER_COMPUTE_A). QMD_MAJOR_VERSION has the same bits (583:580) in both, so the header word tells them apart.
     cls = ch.subch.get(push.SUBCH_COMPUTE, 0)
@@ -349,6 +399,9 @@ class MockGPU:
       raise ChannelError(XID_GR_EXCEPTION, f"launch of {grid} blocks of {block} threads (each >= 1, <= 1024 threads, "
                          "z <= 64)")
     if not d["CONSTANT_BUFFER_VALID_0"]: raise ChannelError(XID_GR_EXCEPTION, "constant buffer 0 is not valid")
+    if self._is_ptx_image(prog):
+      if not self._run_ptx_image(ch, prog, cb0, d, grid, block): return None
+      return self._after_grid(d)
     k, info, ptx_text = self._kernel(prog)
     threads = block[0] * block[1] * block[2]
     if regs < info.registers or regs > 255 or threads * ((regs * 32 + 255) // 256 * 256) // 32 > 65536:
@@ -383,11 +436,54 @@ class MockGPU:
     params = ctypes.string_at(cb0 + info.param_offset, info.param_size)
     if len(params) < k.param_size: raise ChannelError(XID_GR_EXCEPTION, f"parameters of {len(params)} bytes; the PTX "
                                                       f"reads {k.param_size}")
+    if not self._run_grid(ch, k, params, grid, block): return None
+    return self._after_grid(d)
+
+  def _run_grid(self, ch: MockChannel, k: Kernel, params: bytes, grid: tuple[int, ...], block: tuple[int, ...]) -> bool:
+    """Run a grid on the executor; a kernel fault is reported (the channel goes on with its next method): False."""
     self.launches += 1
     try: k.launch(self.drv.memory, params, grid, block)
     except GPUFault as e:  # the kernel is cut short and reported; the channel goes on with its next method
       self._fault(ch, ChannelError(XID_GR_EXCEPTION if "misaligned" in str(e) else XID_MMU_FAULT,
-                                   f"kernel {info.name}: {e}"))
+                                   f"kernel {k.name}: {e}"))
+      return False
+    return True
+
+  # tinygrad 0.14's MOCK interface ABI (ops_nv.py MOCKIface): the program image is the PTX text itself; constant bank 0
+  # is 0x160 bytes with word 80 the buffer count and word 81 the value count, and the arguments follow it as 64-bit
+  # slots (buffer addresses, then values), in the kernel's parameter order.
+  MOCK_ABI_CB0_SIZE, MOCK_ABI_COUNTS = 0x160, 80 * 4
+
+  def _is_ptx_image(self, prog: int) -> bool:
+    r = self.drv.memory.find(prog)
+    if r is None or prog != r[0]: return False
+    head = ctypes.string_at(prog, 16).lstrip(b"\n\t ")
+    return head.startswith((b".version", b"//"))
+
+  def _run_ptx_image(self, ch: MockChannel, prog: int, cb0: int, d: dict[str, int], grid: tuple[int, ...],
+                     block: tuple[int, ...]) -> bool:
+    """Launch a PTX-text program image with its arguments in the MOCK ABI's slots after constant bank 0."""
+    r = self.drv.memory.find(prog)
+    assert r is not None
+    text = ctypes.string_at(prog, r[1] - prog).split(b"\0", 1)[0].decode(errors="replace")
+    names = re.findall(r"\.entry\s+([A-Za-z_$%][\w$]*)", text)
+    if len(names) != 1: raise ChannelError(XID_GR_EXCEPTION, f"PTX program image at {prog:#x} has {len(names)} entries")
+    try: k = load_kernel(text, names[0])
+    except (ValueError, KeyError, NotImplementedError) as e:
+      raise ChannelError(XID_GR_EXCEPTION, f"PTX program image at {prog:#x}: {e}") from None
+    if d["SHARED_MEMORY_SIZE"] < k.shared_size:
+      raise ChannelError(XID_GR_EXCEPTION, f"QMD SHARED_MEMORY_SIZE {d['SHARED_MEMORY_SIZE']}: kernel {k.name} needs "
+                         f"{k.shared_size}")
+    if d["SHADER_LOCAL_MEMORY_HIGH_SIZE"] < k.local_size:
+      raise ChannelError(XID_GR_EXCEPTION, f"kernel {k.name} needs {k.local_size} bytes of local memory per thread, "
+                         f"the QMD gives {d['SHADER_LOCAL_MEMORY_HIGH_SIZE']}")
+    self.mapped(cb0, self.MOCK_ABI_CB0_SIZE + 8 * len(k.params), "constant buffer 0 and the MOCK ABI arguments")
+    nbufs, nvals = struct.unpack("<II", ctypes.string_at(cb0 + self.MOCK_ABI_COUNTS, 8))
+    if nbufs + nvals != len(k.params):
+      raise ChannelError(XID_GR_EXCEPTION, f"kernel {k.name} takes {len(k.params)} parameters; constant bank 0 gives "
+                         f"{nbufs} buffers and {nvals} values")
+    vals = struct.unpack(f"<{len(k.params)}Q", ctypes.string_at(cb0 + self.MOCK_ABI_CB0_SIZE, 8 * len(k.params)))
+    return self._run_grid(ch, k, k.pack_params(list(vals)), grid, block)
 
   def _check_local(self, ch: MockChannel, info: KernelInfo, per_thread: int) -> None:
     if per_thread < info.local_size:

@@ -20,8 +20,8 @@ from typing import Any
 from tiny_uop.device import CompileError
 from tiny_uop.hcq import MAP_PRIVATE, PROT_READ, PROT_WRITE, FileIOInterface
 
-from tiny_runtime_nv import cuda
-from tiny_runtime_nv.cuda import ffi
+from tiny_runtime_nv import cuda_api as cuda
+from tiny_runtime_nv.cuda_api import ffi
 from tiny_runtime_nv.mock import compiler
 from tiny_runtime_nv.mock.compiler import ptx_of, ptxas_checker
 from tiny_runtime_nv.ptx import GPUFault, Memory, PTXParseError, load_kernel
@@ -48,7 +48,8 @@ class MockContext:
   """A context: its device and the sticky error of a faulted kernel (0: healthy)."""
 
   def __init__(self, dev: int):
-    self.dev, self.error, self.peers = dev, 0, set()
+    self.dev, self.error = dev, 0
+    self.peers: set[int] = set()
 
 
 class MockLibCUDA:
@@ -227,8 +228,8 @@ class MockLibCUDA:
     head = bytes(ffi.buffer(image, 4))
     if head == b"\x7fELF":
       from tiny_runtime_nv.elf import ELF, EHDR
-      h = EHDR.unpack_from(bytes(ffi.buffer(image, EHDR.size)))
-      size = h[6] + h[11] * h[12]  # the section header table ends the cubin
+      hdr = EHDR.unpack_from(bytes(ffi.buffer(image, EHDR.size)))
+      size = hdr[6] + hdr[11] * hdr[12]  # the section header table ends the cubin
       try: text = ptx_of(bytes(ffi.buffer(image, size)))
       except ValueError: return cuda.CUDA_ERROR_INVALID_IMAGE
       ELF(bytes(ffi.buffer(image, size)))

@@ -8,7 +8,8 @@ sizes, object handles and their parents, classes the GPU offers, control command
 overlap of UVM ranges, that memory is DMA-mapped in the VA space before UVM maps it. Memory is host memory at the GPU
 virtual address (GPU VA = CPU VA), so the GPU (`mock/gpu.py`, the PTX executor behind it) and the host see the same
 bytes. GPU 0 is an H200 (Hopper
-classes, sm_90), GPU 1 an A100 (Ampere classes, sm_80); the driver version is 580.95.05. The GPU runs when the host
+classes, sm_90), GPU 1 an A100 (Ampere classes, sm_80), GPU 2 a GA102 / RTX 3090 (AMPERE_COMPUTE_B, sm_86: the GPU
+tinygrad 0.14's NV driver opens in tests/test_nv_proven.py); the driver version is 580.95.05. The GPU runs when the host
 polls (`MockRM.process`, called by the device's signal waits).
 """
 from __future__ import annotations
@@ -28,7 +29,7 @@ VERSION = "580.95.05"
 BRANCH = "580"
 COMMON_CLASSES = (rm.NV01_ROOT_CLIENT, rm.NV01_DEVICE_0, rm.NV20_SUBDEVICE_0, rm.NV01_MEMORY_VIRTUAL,
                   rm.NV1_MEMORY_USER, rm.NV1_MEMORY_SYSTEM, rm.NV01_MEMORY_SYSTEM_OS_DESCRIPTOR, rm.FERMI_VASPACE_A,
-                  rm.KEPLER_CHANNEL_GROUP_A, rm.FERMI_CONTEXT_SHARE_A)
+                  rm.KEPLER_CHANNEL_GROUP_A, rm.FERMI_CONTEXT_SHARE_A, rm.GT200_DEBUGGER)
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,7 @@ class GPUConfig:
   num_sm_per_tpc: int
   max_warps_per_sm: int
   max_shared: int           # bytes of shared memory a block may use
+  pci_device_id: int = 0    # what NV_ESC_CARD_INFO reports as pci_info.device_id
 
   @property
   def gr_info(self) -> dict[int, int]:
@@ -52,11 +54,18 @@ class GPUConfig:
 
 H200 = GPUConfig("NVIDIA H200 (MOCK+NV)", COMMON_CLASSES + (
   rm.TURING_USERMODE_A, rm.AMPERE_USERMODE_A, rm.HOPPER_USERMODE_A, rm.HOPPER_CHANNEL_GPFIFO_A, rm.HOPPER_COMPUTE_A,
-  rm.HOPPER_DMA_COPY_A), 0x900, 8, 9, 2, 64, 227 << 10)
+  rm.HOPPER_DMA_COPY_A), 0x900, 8, 9, 2, 64, 227 << 10, 0x2335)
 A100 = GPUConfig("NVIDIA A100 (MOCK+NV)", COMMON_CLASSES + (
   rm.TURING_USERMODE_A, rm.AMPERE_USERMODE_A, rm.AMPERE_CHANNEL_GPFIFO_A, rm.AMPERE_COMPUTE_A, rm.AMPERE_DMA_COPY_A),
-  0x800, 8, 8, 2, 64, 163 << 10)
-GPUS = (H200, A100)
+  0x800, 8, 8, 2, 64, 163 << 10, 0x20B2)
+# GA102 (GeForce RTX 3090): AMPERE_COMPUTE_B, AMPERE_DMA_COPY_B, AMPERE_CHANNEL_GPFIFO_A and the Turing/Ampere usermode
+# classes, as open-gpu-kernel-modules' src/nvidia/generated/g_gpu_class_list.c gpuGetClassDescriptorList_GA102 lists
+# them. tinygrad 0.14's NV driver picks its compute class from BLACKWELL_COMPUTE_B, ADA_COMPUTE_A and
+# AMPERE_COMPUTE_B only, so this is the mock GPU it opens (tests/test_nv_proven.py).
+RTX3090 = GPUConfig("NVIDIA GeForce RTX 3090 (MOCK+NV)", COMMON_CLASSES + (
+  rm.TURING_USERMODE_A, rm.AMPERE_USERMODE_A, rm.AMPERE_CHANNEL_GPFIFO_A, rm.AMPERE_COMPUTE_B, rm.AMPERE_DMA_COPY_B),
+  0x806, 7, 6, 2, 48, 99 << 10, 0x2204)
+GPUS = (H200, A100, RTX3090)
 
 
 # Which file each escape the driver sends must be issued on: "ctl" (/dev/nvidiactl), "gpu" (/dev/nvidiaN) or "any".
@@ -170,7 +179,7 @@ class MockRM:
       cards = self.ffi.from_buffer("nv_ioctl_card_info_t[]", buf)
       for i, _ in enumerate(self.gpus[:n]):
         cards[i].valid, cards[i].gpu_id, cards[i].minor_number = 1, 0x100 + i, i
-        cards[i].pci_info.vendor_id, cards[i].pci_info.device_id = 0x10DE, 0x2335 if i == 0 else 0x20B2
+        cards[i].pci_info.vendor_id, cards[i].pci_info.device_id = 0x10DE, self.configs[i].pci_device_id
       return
     assert name is not None
     if size != self.ffi.sizeof(name):
@@ -201,10 +210,13 @@ class MockRM:
     cls, parent = p.hClass, p.hObjectParent
     if cls not in rm.ALLOC_PARAMS: raise RMStatus(rm.NV_ERR_INVALID_CLASS, f"class {cls:#x} is unknown")
     pname = rm.ALLOC_PARAMS[cls]
-    if pname is None:
-      if p.paramsSize: raise RMStatus(rm.NV_ERR_INVALID_PARAM_STRUCT, f"class {cls:#x} takes no parameters")
-      a = None
-    else: a = self.params(pname, p.pAllocParms, p.paramsSize)
+    # RM sizes the parameter block by its class, not by NVOS21's paramsSize, which it ignores: param_copy.c
+    # rmapiParamsCopyInit takes paramsSize from rmapiGetClassAllocParamSize(hClass) and refuses only a NULL block for a
+    # class that needs one (NV_ERR_INVALID_ARGUMENT). tinygrad 0.14's driver leaves paramsSize 0.
+    if pname is None: a = None
+    elif not p.pAllocParms:
+      raise RMStatus(rm.NV_ERR_INVALID_ARGUMENT, f"class {cls:#x} needs a {pname} block; pAllocParms is NULL")
+    else: a = self.params(pname, p.pAllocParms, self.ffi.sizeof(pname))
     if cls == rm.NV01_ROOT_CLIENT:
       if parent or p.hRoot: raise RMStatus(rm.NV_ERR_INVALID_OBJECT_PARENT, "a root client has no parent")
       h = p.hObjectNew or self._handle()
@@ -234,8 +246,10 @@ class MockRM:
 
   def _free(self, p: Any) -> None:
     o = self.obj(p.hObjectOld, what="object to free")
-    if p.hObjectOld in self.mems and any(h == p.hObjectOld for _, h in self.mapped.values()):
-      raise RMStatus(rm.NV_ERR_INVALID_ARGUMENT, f"memory {p.hObjectOld:#x} is still mapped by UVM (UVM_FREE first)")
+    # Freeing memory UVM still maps is allowed: UVM_MAP_EXTERNAL_ALLOCATION dups the handle into UVM's own client,
+    # "takes a ref count on the physical allocation so it can't go away under us" (kernel-open/nvidia-uvm/
+    # uvm_map_external.c, nvUvmInterfaceDupMemory), so the mapping (`self.mapped`) lives on until UVM_FREE.
+    # tinygrad 0.14's driver frees in that order (NV_ESC_RM_FREE, then UVM_FREE).
     if p.hObjectParent != o.parent and o.cls in (rm.NV1_MEMORY_USER, rm.NV01_MEMORY_SYSTEM_OS_DESCRIPTOR):
       raise RMStatus(rm.NV_ERR_INVALID_OBJECT_PARENT, f"{p.hObjectOld:#x}'s parent is {o.parent:#x}")
     self.objects.pop(p.hObjectOld)
@@ -369,11 +383,19 @@ def _alloc_gpfifo(r: MockRM, cls: int, parent: int, a: Any) -> tuple[int, dict]:
                             "userd_off": int(a.userdOffset[0]), "error": a.hObjectError, "group": parent}
 
 
+def _alloc_debugger(r: MockRM, cls: int, parent: int, a: Any) -> tuple[int, dict]:
+  """GT200_DEBUGGER under a device, bound to a compute object of the client (cl83de.h NV83DE_ALLOC_PARAMETERS)."""
+  dev = r.obj(parent, rm.NV01_DEVICE_0, what="debugger parent")
+  r.obj(a.hAppClient, rm.NV01_ROOT_CLIENT, what="debugger hAppClient")
+  r.obj(a.hClass3dObject, *rm.COMPUTE_CLASSES, what="debugger hClass3dObject")
+  return dev.gpu, {}
+
+
 ALLOCATORS: dict[int, Callable[..., tuple[int, dict]]] = {
   rm.NV01_DEVICE_0: _alloc_device, rm.NV20_SUBDEVICE_0: _alloc_child(rm.NV01_DEVICE_0),
   rm.NV01_MEMORY_VIRTUAL: _alloc_child(rm.NV01_DEVICE_0), rm.NV1_MEMORY_USER: _alloc_vram,
   rm.NV1_MEMORY_SYSTEM: _alloc_vram, rm.FERMI_VASPACE_A: _alloc_vaspace, rm.KEPLER_CHANNEL_GROUP_A: _alloc_group,
-  rm.FERMI_CONTEXT_SHARE_A: _alloc_ctxshare}
+  rm.FERMI_CONTEXT_SHARE_A: _alloc_ctxshare, rm.GT200_DEBUGGER: _alloc_debugger}
 
 
 # ***** controls: (rm, object, params) *****
@@ -395,6 +417,25 @@ def _ctrl_classlist(r: MockRM, h: int, a: Any) -> None:
   cls = r.configs[o.gpu].classes
   a.numClasses = len(cls)
   for i, c in enumerate(cls): a.classList[i] = c
+
+
+def _ctrl_classlist_ptr(r: MockRM, h: int, a: Any) -> None:
+  """NV0080_CTRL_CMD_GPU_GET_CLASSLIST: deviceCtrlCmdGpuGetClasslist_IMPL -> gpuGetClassList (gpu.c): with a NULL
+  classList it returns the count in numClasses; with a list, numClasses must hold them all
+  (NV_ERR_INVALID_PARAM_STRUCT otherwise) and the list is filled."""
+  o = r.obj(h, rm.NV01_DEVICE_0, what="device")
+  cls = r.configs[o.gpu].classes
+  if a.classList:
+    if a.numClasses < len(cls):
+      raise RMStatus(rm.NV_ERR_INVALID_PARAM_STRUCT, f"class list of {a.numClasses} entries; the GPU has {len(cls)}")
+    lst = r.ffi.cast("uint32_t *", a.classList)
+    for i, c in enumerate(cls): lst[i] = c
+  a.numClasses = len(cls)
+
+
+def _ctrl_perf_boost(r: MockRM, h: int, a: Any) -> None:
+  """NV2080_CTRL_CMD_PERF_BOOST: accepted on a subdevice; the mock's clocks do not change."""
+  r.obj(h, rm.NV20_SUBDEVICE_0, what="subdevice")
 
 
 def _ctrl_gid(r: MockRM, h: int, a: Any) -> None:
@@ -429,7 +470,8 @@ CONTROLS: dict[int, Callable[[MockRM, int, Any], None]] = {
   rm.CTRL_SYSTEM_GET_BUILD_VERSION_V2: _ctrl_version, rm.CTRL_GPU_GET_ID_INFO_V2: _ctrl_id_info,
   rm.CTRL_GPU_GET_CLASSLIST_V2: _ctrl_classlist, rm.CTRL_GPU_GET_GID_INFO: _ctrl_gid,
   rm.CTRL_GR_GET_INFO: _ctrl_gr_info, rm.CTRL_GPFIFO_SCHEDULE: _ctrl_schedule,
-  rm.CTRL_GPFIFO_GET_WORK_SUBMIT_TOKEN: _ctrl_token}
+  rm.CTRL_GPFIFO_GET_WORK_SUBMIT_TOKEN: _ctrl_token, rm.CTRL_GPU_GET_CLASSLIST: _ctrl_classlist_ptr,
+  rm.CTRL_PERF_BOOST: _ctrl_perf_boost}
 
 
 # ***** UVM handlers *****

@@ -128,6 +128,11 @@ class Compiler:
     if tok in self.e.shared: v = imm(str(self.e.shared[tok]), t)
     elif tok == self.e.dynamic_shared: v = imm(str(self.e.shared_size), t)
     elif tok in self.e.local: v = imm(str(self.e.local[tok]), t)
+    elif (m := re.fullmatch(r"([\w$]+)\s*\[\s*(\d+)\s*\]", tok)) and m.group(1) in {**self.e.shared, **self.e.local}:
+      # `mov.u64 %rd, A[5]`: the address of A's element 5 (PTX ISA, mov: "move address of A[5] into ptr")
+      name = m.group(1)
+      base = self.e.shared[name] if name in self.e.shared else self.e.local[name]
+      v = imm(str(base + int(m.group(2)) * self.e.elem_size.get(name, 1)), t)
     else: v = imm(tok, t)
     return _tag(lambda R: v, ("imm", v))
 
@@ -408,23 +413,23 @@ class Compiler:
     if a[0].startswith("{"):  # unpack: the first register gets the low bits
       outs = [self.writer(x) for x in _vec(a[0])]
       x0 = self.src(a[1], "u" + t[1:] if t[0] == "b" else t)
-      w = np_type(t).itemsize * 8 // len(outs)
-      part = UNSIGNED[w // 8]
+      bits = np_type(t).itemsize * 8 // len(outs)
+      part = UNSIGNED[bits // 8]
 
       def unpack(c: Any, m: Any) -> None:
         x = np.asarray(x0(c.R))
-        for j, o in enumerate(outs): o(c, (x >> x.dtype.type(w * j)).astype(part), m)
+        for j, o in enumerate(outs): o(c, (x >> x.dtype.type(bits * j)).astype(part), m)
       return unpack
     if a[1].startswith("{"):
       ins = _vec(a[1])
-      w = np_type(t).itemsize * 8 // len(ins)
-      srcs = [self.src(x, f"b{w}") for x in ins]
+      bits = np_type(t).itemsize * 8 // len(ins)
+      srcs = [self.src(x, f"b{bits}") for x in ins]
       wide = UNSIGNED[np_type(t).itemsize]
       out = self.writer(a[0])
 
       def pack(c: Any, m: Any) -> None:
         acc = np.asarray(srcs[0](c.R)).astype(wide)
-        for j, s in enumerate(srcs[1:], 1): acc = acc | (np.asarray(s(c.R)).astype(wide) << wide.type(w * j))
+        for j, s in enumerate(srcs[1:], 1): acc = acc | (np.asarray(s(c.R)).astype(wide) << wide.type(bits * j))
         out(c, acc, m)
       return pack
     x0, w = self.src(a[1], t), self.writer(a[0])
@@ -448,8 +453,9 @@ class Compiler:
 
   def c_testp(self, p: list[str], a: list[str]) -> Callable:
     kind, t = p[1], p[-1]
-    f = {"finite": np.isfinite, "infinite": np.isinf, "number": lambda x: ~np.isnan(x),
-         "notanumber": np.isnan}.get(kind)
+    tests: dict[str, Callable[[Any], Any]] = {"finite": np.isfinite, "infinite": np.isinf,
+                                              "number": lambda x: ~np.isnan(x), "notanumber": np.isnan}
+    f = tests.get(kind)
     if f is None: raise NotImplementedError(f"PTX executor: testp.{kind}")
     x0, w = self.src(a[1], t), self.writer(a[0])
     return lambda c, m: w(c, f(x0(c.R)), m)

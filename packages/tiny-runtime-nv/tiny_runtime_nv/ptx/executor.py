@@ -25,7 +25,8 @@ MAX_LANES = 1 << 15
 BLOCKS = True  # straight runs of instructions compiled into one function each (blocks.py); False: every instruction
                # through its closure (the reference the blocks are tested against)
 _NONE: Any = object()
-LIMITS = {"block": (1024, 1024, 64), "threads": 1024, "grid": (0x7FFFFFFF, 65535, 65535)}  # CUDA compute 7.0+
+# CUDA compute 7.0+
+LIMITS: dict[str, Any] = {"block": (1024, 1024, 64), "threads": 1024, "grid": (0x7FFFFFFF, 65535, 65535)}
 
 
 class Kernel:
@@ -110,7 +111,7 @@ class Lanes:
           self.R[idx] = np.full(L, dims["xyz".index(name[-1])], np.uint32)
 
   # memory: `addrs` and `m` select the active lanes (addrs already restricted to them)
-  def _space_view(self, space: str, addrs: np.ndarray, m: Any, nbytes: int) -> tuple[np.ndarray, np.ndarray, int]:
+  def _space_view(self, space: str, addrs: np.ndarray, m: Any, nbytes: int) -> tuple[np.ndarray, np.ndarray]:
     """(uint8 memory, byte offsets) for shared or local accesses, bounds-checked."""
     if space == "shared":
       base, arr, size = self.sh_base, self.shared, self.shared_bytes

@@ -48,6 +48,7 @@ class Entry:
   local_size: int = 0
   stmts: list[Stmt] = field(default_factory=list)
   labels: dict[str, int] = field(default_factory=dict)     # label -> index of the next statement
+  elem_size: dict[str, int] = field(default_factory=dict)  # shared/local array -> bytes per element
 
 
 _COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
@@ -59,7 +60,9 @@ _REG = re.compile(r"\.reg\s+(?:\.v\d\s+)?\.(\w+)\s+(.+)")
 
 def split_operands(s: str) -> list[str]:
   """Split on the commas that are not inside `{}` or `[]`."""
-  out, depth, cur = [], 0, []
+  out: list[str] = []
+  cur: list[str] = []
+  depth = 0
   for ch in s:
     if ch in "{[": depth += 1
     elif ch in "}]": depth -= 1
@@ -127,6 +130,7 @@ def _declare(e: Entry, decl: str) -> bool:
       e.dynamic_shared = name
       return True
     size = _TYPE_SIZE.get(typ, 1) * int(count)
+    e.elem_size[name] = _TYPE_SIZE.get(typ, 1)
     if space == "shared":
       e.shared_size = _align(e.shared_size, a)
       e.shared[name] = e.shared_size

@@ -279,7 +279,7 @@ class CommandProcessor:
     want_n = {"tex": kinds.count("tex"), "samp": exp["samplers"], "uav": kinds.count("uav")}
     if (ntex, nsamp, nuav) != (want_n["tex"], want_n["samp"], want_n["uav"]):
       raise bad(f"SP_CS_CONFIG NTEX/NSAMP/NUAV {ntex}/{nsamp}/{nuav}; the kernel has {want_n}")
-    tables = {}
+    tables: dict[tuple[int, int], list[list[int]]] = {}
     for key, cnt, reg, dw in (((a6xx.SB6_CS_TEX, a6xx.ST6_CONSTANTS), ntex, a6xx.REG_SP_CS_TEXMEMOBJ_BASE, 16),
                               ((a6xx.SB6_CS_SHADER, a6xx.ST6_UAV), nuav, a6xx.REG_SP_CS_UAV_BASE, 16),
                               ((a6xx.SB6_CS_TEX, a6xx.ST6_SHADER), nsamp, a6xx.REG_SP_CS_SAMPLER_BASE, 4)):

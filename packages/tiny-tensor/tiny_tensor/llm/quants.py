@@ -17,13 +17,14 @@ from __future__ import annotations
 from typing import Any
 
 from tiny_uop.dtype import dtypes
+from tiny_uop.uop import sint
 from tiny_tensor.llm.gguf import BLOCK, GGMLType
 from tiny_tensor.tensor import Tensor
 
 __all__ = ["dequantize", "SUPPORTED"]
 
 
-def _cols(raw: Tensor, a: int, b: int) -> Tensor:
+def _cols(raw: Tensor, a: sint, b: sint) -> Tensor:
   """Bytes a..b-1 of every block."""
   return raw.shrink((None, (a, b)))
 

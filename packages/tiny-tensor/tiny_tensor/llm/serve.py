@@ -156,10 +156,10 @@ def validate(body: dict[str, Any], chat: bool, llm: Any, limits: ServeLimits) ->
   """The prompt's token ids and the sampling options of request `body`, every field checked; else a RequestError
   naming the field and what is valid. The prompt must fit the context (prompt + generated tokens)."""
   ctx, vocab = llm.model.cfg.max_context, llm.model.cfg.vocab_size
-  opts = {"max_tokens": _integer(body, "max_tokens", 128, 1, ctx),
-          "temperature": _number(body, "temperature", 0.0, 0.0, 2.0),
-          "top_k": _integer(body, "top_k", 0, 0, vocab),
-          "seed": _integer(body, "seed", -1, 0, 2**63 - 1)}
+  opts: dict[str, Any] = {"max_tokens": _integer(body, "max_tokens", 128, 1, ctx),
+                          "temperature": _number(body, "temperature", 0.0, 0.0, 2.0),
+                          "top_k": _integer(body, "top_k", 0, 0, vocab),
+                          "seed": _integer(body, "seed", -1, 0, 2**63 - 1)}
   if opts["seed"] == -1: opts["seed"] = None
   if body.get("stream") is not None and type(body["stream"]) is not bool:
     raise RequestError(f"'stream' must be true or false, got {_kind(body['stream'])}", "stream")

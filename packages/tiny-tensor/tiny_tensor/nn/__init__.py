@@ -36,6 +36,12 @@ def _buffer(value: float, shape: tuple[int, ...], dtype: Any = dtypes.float32) -
   return Tensor(np.full(shape, value, dtype=to_numpy(dtype)), dtype=dtype, requires_grad=False)
 
 
+def _param(value: float, *shape: int) -> Tensor:
+  """A trainable tensor filled with `value` (norm weights and biases) in a buffer of its own: a lazy `Tensor.ones`
+  is the same graph node as every equal constant, so backward could not give it a gradient of its own."""
+  return Tensor(np.full(shape, value, dtype=np.float32), dtype=dtypes.default_float)
+
+
 class BatchNorm:
   """Batch normalization over the channel axis (1) of a (N, C, ...) input, with running statistics.
 
@@ -51,9 +57,9 @@ class BatchNorm:
   def __init__(self, sz: int, eps: float = 1e-5, affine: bool = True, track_running_stats: bool = True,
                momentum: float = 0.1):
     self.eps, self.track_running_stats, self.momentum = eps, track_running_stats, momentum
-    self.weight: Tensor | None = Tensor.ones(sz) if affine else None
-    self.bias: Tensor | None = Tensor.zeros(sz) if affine else None
-    self.num_batches_tracked = _buffer(0, (), dtypes.int32)
+    self.weight: Tensor | None = _param(1.0, sz) if affine else None
+    self.bias: Tensor | None = _param(0.0, sz) if affine else None
+    self.num_batches_tracked = _buffer(0, (), dtypes.int64)  # torch's and tinygrad's dtype: long
     if track_running_stats: self.running_mean, self.running_var = _buffer(0.0, (sz,)), _buffer(1.0, (sz,))
 
   def calc_stats(self, x: Tensor) -> tuple[Tensor, Tensor]:
@@ -177,8 +183,8 @@ class GroupNorm:
     if num_channels % num_groups:
       raise ValueError(f"num_channels={num_channels} must divide by num_groups={num_groups}")
     self.num_groups, self.num_channels, self.eps = num_groups, num_channels, eps
-    self.weight: Tensor | None = Tensor.ones(num_channels) if affine else None
-    self.bias: Tensor | None = Tensor.zeros(num_channels) if affine else None
+    self.weight: Tensor | None = _param(1.0, num_channels) if affine else None
+    self.bias: Tensor | None = _param(0.0, num_channels) if affine else None
 
   def __call__(self, x: Tensor) -> Tensor:
     y = x.reshape(x.shape[0], self.num_groups, -1).layernorm(eps=self.eps).reshape(x.shape)
@@ -190,8 +196,8 @@ class InstanceNorm:
 
   def __init__(self, num_features: int, eps: float = 1e-5, affine: bool = True):
     self.num_features, self.eps = num_features, eps
-    self.weight: Tensor | None = Tensor.ones(num_features) if affine else None
-    self.bias: Tensor | None = Tensor.zeros(num_features) if affine else None
+    self.weight: Tensor | None = _param(1.0, num_features) if affine else None
+    self.bias: Tensor | None = _param(0.0, num_features) if affine else None
 
   def __call__(self, x: Tensor) -> Tensor:
     y = x.reshape(x.shape[0], self.num_features, -1).layernorm(eps=self.eps).reshape(x.shape)
@@ -209,8 +215,8 @@ class LayerNorm:
   def __init__(self, normalized_shape: int | tuple[int, ...], eps: float = 1e-5, elementwise_affine: bool = True):
     self.normalized_shape: tuple[int, ...] = _tuple(normalized_shape, 1)
     self.axis, self.eps = tuple(-1 - i for i in range(len(self.normalized_shape))), eps
-    self.weight: Tensor | None = Tensor.ones(*self.normalized_shape) if elementwise_affine else None
-    self.bias: Tensor | None = Tensor.zeros(*self.normalized_shape) if elementwise_affine else None
+    self.weight: Tensor | None = _param(1.0, *self.normalized_shape) if elementwise_affine else None
+    self.bias: Tensor | None = _param(0.0, *self.normalized_shape) if elementwise_affine else None
 
   def __call__(self, x: Tensor) -> Tensor:
     if tuple(x.shape[-len(self.normalized_shape):]) != self.normalized_shape:
@@ -236,7 +242,7 @@ class RMSNorm:
 
   def __init__(self, dim: int, eps: float = 1e-6, elementwise_affine: bool = True):
     self.eps = eps
-    self.weight: Tensor | None = Tensor.ones(dim) if elementwise_affine else None
+    self.weight: Tensor | None = _param(1.0, dim) if elementwise_affine else None
 
   def _norm(self, x: Tensor) -> Tensor: return x * (x.square().mean(-1, keepdim=True) + self.eps).rsqrt()
 
@@ -276,8 +282,8 @@ class LSTMCell:
     stdv = 1.0 / math.sqrt(hidden_size)
     self.weight_ih = Tensor.uniform(hidden_size * 4, input_size, low=-stdv, high=stdv)
     self.weight_hh = Tensor.uniform(hidden_size * 4, hidden_size, low=-stdv, high=stdv)
-    self.bias_ih: Tensor | None = Tensor.zeros(hidden_size * 4) if bias else None
-    self.bias_hh: Tensor | None = Tensor.zeros(hidden_size * 4) if bias else None
+    self.bias_ih: Tensor | None = _param(0.0, hidden_size * 4) if bias else None
+    self.bias_hh: Tensor | None = _param(0.0, hidden_size * 4) if bias else None
 
   def __call__(self, x: Tensor, hc: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
     if hc is None: hc = (Tensor.zeros(x.shape[0], self.weight_hh.shape[1], dtype=x.dtype, device=x.device),) * 2

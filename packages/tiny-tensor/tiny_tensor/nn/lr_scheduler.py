@@ -63,7 +63,7 @@ class LRScheduler:
     # as torch's group["initial_lr"]: the rate before any scheduler touched it, shared by every scheduler of `o`
     for o in self.optimizers:
       if getattr(o, "initial_lr", None) is None: o.initial_lr = _read_lr(o)
-    self.base_lrs: list[float] = [o.initial_lr for o in self.optimizers]
+    self.base_lrs: list[float] = [_read_lr(o) if o.initial_lr is None else o.initial_lr for o in self.optimizers]
     self.last_epoch = -1
     self._last_lr: list[float] = []
     self.step()  # step 0: apply the schedule's first rate, as torch does

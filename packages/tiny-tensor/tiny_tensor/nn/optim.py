@@ -35,6 +35,12 @@ def _state(t: Tensor, device: str, fill: float = 0.0) -> Tensor:
   return Tensor(np.full(tuple(int(s) for s in t.shape), fill, dtype=np.float32), device=device, requires_grad=False)
 
 
+def _to(x: Tensor, device: str | tuple[str, ...]) -> Tensor:
+  """x on `device` (optimizer state kept on another device than the parameters, e.g. offloaded to CPU)."""
+  if x.device == device or isinstance(x.device, tuple) or isinstance(device, tuple): return x
+  return x.contiguous().to(device)
+
+
 def _parts(u: UOp) -> tuple[UOp, ...]: return u.src if u.op is Ops.MULTI else (u,)  # a sharded tensor: its shards
 
 
@@ -61,9 +67,16 @@ def _realize_params(ts: list[Tensor]) -> None:
 
 class Optimizer:
   """Base class: `params` with `requires_grad` not False are trained (None becomes True); those with False are
-  buffers (e.g. BatchNorm running statistics) that `step` realizes along with the updates."""
+  buffers (e.g. BatchNorm running statistics) that `step` realizes along with the updates.
 
-  def __init__(self, params: list[Tensor], lr: float, device: str | None = None):
+  `device` is where the optimizer state (learning rate, moments, momentum) lives, the first parameter's by default.
+  On another device (e.g. state offloaded to CPU), each gradient is copied to it, the update is computed there and
+  copied back to its parameter's device. `fused=True` (tinygrad's FUSE_OPTIM) updates all parameters as one flat
+  tensor: one state buffer per kind, and trust ratios over all parameters together. The state is float32 whatever
+  the parameters' dtype (fp16 parameters get float32 moments; the update is cast to the parameter's dtype before it is
+  subtracted)."""
+
+  def __init__(self, params: list[Tensor], lr: float, device: str | None = None, fused: bool = False):
     if lr < 0: raise ValueError(f"invalid learning rate {lr}: must be >= 0")
     for x in params:
       if x.requires_grad is None: x.requires_grad = True
@@ -72,10 +85,21 @@ class Optimizer:
       raise ValueError("the optimizer got no parameter to train (every tensor has requires_grad=False)")
     self.buffers: list[Tensor] = _dedup([x for x in params if not x.requires_grad])
     self.device = device or self.params[0].device
+    self.fused = fused
+    if fused and any(isinstance(p.device, tuple) for p in self.params):
+      raise ValueError("fused=True needs unsharded parameters (it concatenates them into one tensor); got sharded ones")
+    if fused and len({p.dtype for p in self.params}) > 1:
+      raise ValueError(f"fused=True needs parameters of one dtype, got {sorted({str(p.dtype) for p in self.params})}")
     _realize_params(self.params + self.buffers)
     # the learning rate is a tensor (float32 at least), so changing it (opt.lr.assign(...)) doesn't recompile
     self.lr = Tensor(np.array([lr], dtype=np.float32), device=self.device, requires_grad=False)
     self.initial_lr: float | None = None  # set by the first LR scheduler (torch's param_group["initial_lr"])
+
+  def _new_state(self) -> list[Tensor]:
+    """Zeroed float32 optimizer state on `self.device`: one per parameter, or one flat buffer of them all (fused)."""
+    if not self.fused: return [_state(p, self.device) for p in self.params]
+    total = sum(int(np.prod(tuple(int(s) for s in p.shape))) for p in self.params)
+    return [Tensor(np.zeros((total,), dtype=np.float32), device=self.device, requires_grad=False)]
 
   def zero_grad(self) -> None:
     """Drop every parameter's gradient (`backward` then starts from zero)."""
@@ -92,10 +116,28 @@ class Optimizer:
                          "(or set Tensor.training = True)")
     if all(p.grad is None for p in self.params):
       raise RuntimeError("no parameter has a .grad: call loss.backward() before step()")
+    if self.fused: return self._fused_step()
     # like torch, a parameter without a gradient (unused in this loss) is left alone, and so is its state
     live = [i for i, p in enumerate(self.params) if p.grad is not None]
     updates, extra = self._step([self.params[i] for i in live], [self.params[i].grad for i in live], live)  # type: ignore[misc]
-    for i, up in zip(live, updates): self.params[i].assign(self.params[i].detach() - up)
+    for i, up in zip(live, updates): self.params[i].assign(self.params[i].detach() - _to(up, self.params[i].device))
+    return extra + self.params + self.buffers
+
+  def _fused_step(self) -> list[Tensor]:
+    """fused=True (tinygrad's FUSE_OPTIM): every parameter and gradient flattened into one tensor, one update for it,
+    split back. Trust ratios (LARS, LAMB) are then over all parameters together, as in tinygrad."""
+    if (no_grad := [i for i, p in enumerate(self.params) if p.grad is None]):
+      raise RuntimeError(f"fused=True updates every parameter together, but parameters {no_grad} have no .grad "
+                         "(unused in the loss): use fused=False to leave them alone")
+    flat_p = Tensor.cat(*[p.detach().flatten() for p in self.params])
+    flat_g = Tensor.cat(*[p.grad.contiguous().flatten() for p in self.params])  # type: ignore[union-attr]
+    (up,), extra = self._step([flat_p], [flat_g], [0])
+    up = _to(up, self.params[0].device)
+    pos = 0
+    for p in self.params:
+      n = int(np.prod(tuple(int(s) for s in p.shape)))
+      p.assign(p.detach() - up[pos:pos + n].reshape(p.shape))
+      pos += n
     return extra + self.params + self.buffers
 
   def _step(self, params: list[Tensor], grads: list[Tensor], idx: list[int]) -> tuple[list[Tensor], list[Tensor]]:
@@ -128,22 +170,23 @@ class LARS(Optimizer):
 
   def __init__(self, params: list[Tensor], lr: float = 0.001, momentum: float = 0.9, weight_decay: float = 1e-4,
                ns_steps: int = 0, ns_coefficients: tuple[float, ...] | None = None, nesterov: bool = False,
-               classic: bool = True, pre_wd: bool = True, tcoef: float = 0.001, device: str | None = None):
+               classic: bool = True, pre_wd: bool = True, tcoef: float = 0.001, device: str | None = None,
+               fused: bool = False):
     if momentum < 0: raise ValueError(f"invalid momentum {momentum}: must be >= 0")
     if weight_decay < 0: raise ValueError(f"invalid weight_decay {weight_decay}: must be >= 0")
     if ns_coefficients is not None and (ns_steps < 1 or len(ns_coefficients) < 1):
       raise ValueError(f"Newton-Schulz needs ns_steps >= 1 and coefficients, got ns_steps={ns_steps}, "
                        f"ns_coefficients={ns_coefficients}")
-    super().__init__(params, lr, device)
+    super().__init__(params, lr, device, fused)
     self.momentum, self.wd, self.nesterov, self.classic, self.tcoef = momentum, weight_decay, nesterov, classic, tcoef
     self.ns_steps, self.ns_coefficients, self.pre_wd = ns_steps, ns_coefficients, pre_wd
-    self.b = [_state(p, self.device) for p in self.params] if momentum else []
+    self.b = self._new_state() if momentum else []
 
   def _step(self, params: list[Tensor], grads: list[Tensor], idx: list[int]) -> tuple[list[Tensor], list[Tensor]]:
     ret = []
     for i, t, g in zip(idx, params, grads):
-      g = g.cast(dtypes.float32)
-      w = t.detach().cast(dtypes.float32)
+      g = _to(g, self.device).cast(dtypes.float32)
+      w = _to(t.detach(), self.device).cast(dtypes.float32)
       r: Tensor | float = 1.0
       if self.tcoef != 0:
         r1, r2 = w.square().sum().sqrt(), g.square().sum().sqrt()
@@ -163,19 +206,19 @@ class LARS(Optimizer):
 
 
 def SGD(params: list[Tensor], lr: float = 0.001, momentum: float = 0.0, weight_decay: float = 0.0,
-        nesterov: bool = False, classic: bool = False, device: str | None = None) -> LARS:
+        nesterov: bool = False, classic: bool = False, device: str | None = None, fused: bool = False) -> LARS:
   """Stochastic gradient descent with optional momentum (PyTorch's rule, dampening 0), nesterov and weight decay.
 
   >>> from tiny_tensor import Tensor, nn
   >>> opt = nn.optim.SGD([Tensor([1.0], requires_grad=True)], lr=0.1, momentum=0.9)
   """
   return LARS(params, lr, momentum, weight_decay, 0, None, nesterov, classic=classic, pre_wd=True, tcoef=0.0,
-              device=device)
+              device=device, fused=fused)
 
 
 def Muon(params: list[Tensor], lr: float = 0.001, momentum: float = 0.95, weight_decay: float = 0.1, ns_steps: int = 5,
          ns_coefficients: tuple[float, ...] = (3.4445, -4.775, 2.0315), nesterov: bool = True,
-         device: str | None = None) -> LARS:
+         device: str | None = None, fused: bool = False) -> LARS:
   """Muon (Jordan et al., 2024; Liu et al., arXiv:2502.16982): SGD-momentum (nesterov by default) whose step, seen as a
   (rows, rest) matrix, is orthogonalized by `ns_steps` quintic Newton-Schulz iterations, then decoupled weight decay:
   b = m*b + g;  u = NS(g + m*b);  w -= lr * (u + wd * w).
@@ -184,7 +227,7 @@ def Muon(params: list[Tensor], lr: float = 0.001, momentum: float = 0.95, weight
   >>> opt = nn.optim.Muon([Tensor.ones(4, 4, requires_grad=True)], lr=0.02)
   """
   return LARS(params, lr, momentum, weight_decay, ns_steps, tuple(ns_coefficients), nesterov, classic=False,
-              pre_wd=False, tcoef=0.0, device=device)
+              pre_wd=False, tcoef=0.0, device=device, fused=fused)
 
 
 class LAMB(Optimizer):
@@ -194,49 +237,49 @@ class LAMB(Optimizer):
   """
 
   def __init__(self, params: list[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-6,
-               weight_decay: float = 0.0, adam: bool = False, device: str | None = None):
+               weight_decay: float = 0.0, adam: bool = False, device: str | None = None, fused: bool = False):
     if weight_decay < 0: raise ValueError(f"invalid weight_decay {weight_decay}: must be >= 0")
     if not (0 <= b1 < 1 and 0 <= b2 < 1): raise ValueError(f"invalid betas ({b1}, {b2}): each must be in [0, 1)")
-    super().__init__(params, lr, device)
+    super().__init__(params, lr, device, fused)
     self.b1, self.b2, self.eps, self.wd, self.adam = b1, b2, eps, weight_decay, adam
     # b1^t and b2^t, kept as tensors so a jitted step stays correct on every replay
     self.b1_t = Tensor(np.ones((1,), dtype=np.float32), device=self.device, requires_grad=False)
     self.b2_t = Tensor(np.ones((1,), dtype=np.float32), device=self.device, requires_grad=False)
-    self.m = [_state(p, self.device) for p in self.params]
-    self.v = [_state(p, self.device) for p in self.params]
+    self.m, self.v = self._new_state(), self._new_state()
 
   def _step(self, params: list[Tensor], grads: list[Tensor], idx: list[int]) -> tuple[list[Tensor], list[Tensor]]:
     ret = []
     self.b1_t.assign(self.b1_t * self.b1)
     self.b2_t.assign(self.b2_t * self.b2)
     for i, t, g in zip(idx, params, grads):
-      g = g.cast(dtypes.float32)
+      g = _to(g, self.device).cast(dtypes.float32)
+      w = _to(t.detach(), self.device).cast(dtypes.float32)
       self.m[i].assign(self.b1 * self.m[i] + (1.0 - self.b1) * g)
       self.v[i].assign(self.b2 * self.v[i] + (1.0 - self.b2) * (g * g))
       m_hat = self.m[i] / (1.0 - self.b1_t)
       v_hat = self.v[i] / (1.0 - self.b2_t)
-      up = m_hat / (v_hat.sqrt() + self.eps) + self.wd * t.detach().cast(dtypes.float32)
+      up = m_hat / (v_hat.sqrt() + self.eps) + self.wd * w
       r: Tensor | float = 1.0
       if not self.adam:
-        r1, r2 = t.detach().cast(dtypes.float32).square().sum().sqrt(), up.square().sum().sqrt()
+        r1, r2 = w.square().sum().sqrt(), up.square().sum().sqrt()
         r = (r1 > 0).where((r2 > 0).where(r1 / r2, 1.0), 1.0)
       ret.append((self.lr * r * up).cast(t.dtype))
     return ret, [self.b1_t, self.b2_t] + self.m + self.v
 
 
 def Adam(params: list[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
-         device: str | None = None) -> LAMB:
+         device: str | None = None, fused: bool = False) -> LAMB:
   """Adam (Kingma & Ba), matching torch.optim.Adam.
 
   >>> from tiny_tensor import Tensor, nn
   >>> opt = nn.optim.Adam([Tensor([1.0], requires_grad=True)], lr=1e-3)
   """
-  return LAMB(params, lr, b1, b2, eps, 0.0, adam=True, device=device)
+  return LAMB(params, lr, b1, b2, eps, 0.0, adam=True, device=device, fused=fused)
 
 
 def AdamW(params: list[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
-          weight_decay: float = 0.01, device: str | None = None) -> LAMB:
+          weight_decay: float = 0.01, device: str | None = None, fused: bool = False) -> LAMB:
   """Adam with decoupled weight decay (Loshchilov & Hutter), matching torch.optim.AdamW."""
-  return LAMB(params, lr, b1, b2, eps, weight_decay, adam=True, device=device)
+  return LAMB(params, lr, b1, b2, eps, weight_decay, adam=True, device=device, fused=fused)
 
 

@@ -7,7 +7,8 @@
 
 - `get_state_dict(obj)`: {dotted name: Tensor} found through attributes, lists, tuples and dicts (as in tinygrad).
 - `get_parameters(obj)`: those tensors, each once.
-- `load_state_dict(model, state_dict, strict=True)`: copies in, checking names and shapes (one error lists them all).
+- `load_state_dict(model, state_dict, strict=True)`: copies in, checking the model's names and all shapes (one error
+  lists them all).
 - `safe_save` / `safe_load`: the safetensors format; `safe_load` reads the file once into host memory (tensors are
   views of that copy, never of the file, so changing the file later changes nothing). `safe_save` writes a new file
   and renames it over the old one: a reader never sees a half-written file.
@@ -30,7 +31,7 @@ import tempfile
 import zipfile
 import zlib
 from collections import OrderedDict
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
@@ -46,7 +47,7 @@ __all__ = ["get_state_dict", "get_parameters", "load_state_dict", "safe_load", "
 
 
 # ***** walking models *****
-def get_state_dict(obj: Any, prefix: str = "", tensor_type: type = Tensor) -> dict[str, Tensor]:
+def get_state_dict(obj: Any, prefix: str = "", tensor_type: type[Tensor] = Tensor) -> dict[str, Tensor]:
   """Every Tensor reachable from `obj` through attributes (`__dict__`), lists/tuples (by index) and dicts (by key),
   named by its dotted path: `{"layers.0.weight": ...}`.
 
@@ -85,19 +86,24 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
                     consume: bool = False, realize: bool = True) -> list[Tensor]:
   """Copy `state_dict`'s tensors into the model's (`get_state_dict(model)`), casting to the model's dtypes.
 
-  `strict`: every model tensor must be in `state_dict` and every `state_dict` entry must belong to the model. Shapes
-  must always match. One `KeyError`/`ValueError` names every missing, unexpected or mis-shaped key. `consume` removes
-  loaded entries from `state_dict`; `realize` copies now. Returns the model tensors that were loaded.
+  `strict`: every model tensor must be in `state_dict` (a KeyError names the missing ones); entries of `state_dict`
+  the model doesn't have are skipped, as in tinygrad (`verbose` names them). Shapes must always match (a scalar and a
+  one-element vector count as matching); a ValueError names every mis-shaped key. `consume` removes loaded entries
+  from `state_dict`; `realize` copies now. Returns the model tensors that were loaded.
   """
   model_sd = get_state_dict(model)
   missing = [k for k in model_sd if k not in state_dict]
   unexpected = [k for k in state_dict if k not in model_sd]
+  # a scalar and a one-element vector load into each other (torch and tinygrad both allow it: old checkpoints store
+  # scalars such as num_batches_tracked as (1,)); any other shape difference is an error
   shapes = [f"{k}: model {tuple(v.shape)}, state_dict {tuple(state_dict[k].shape)}" for k, v in model_sd.items()
-            if k in state_dict and tuple(v.shape) != tuple(state_dict[k].shape)]
+            if k in state_dict and tuple(v.shape) != tuple(state_dict[k].shape)
+            and {tuple(v.shape), tuple(state_dict[k].shape)} != {(), (1,)}]
   if shapes: raise ValueError(f"load_state_dict: shape mismatch for {len(shapes)} key(s): " + "; ".join(shapes))
-  if strict and (missing or unexpected):
-    msg = []
-    if missing: msg.append(f"missing keys (in the model, not in the state_dict): {missing}")
+  # strict is about the model's tensors, as in tinygrad: each must be loaded; extra state_dict entries (a checkpoint's
+  # unused head, a buffer the model doesn't keep) are skipped, and named in a missing-key error or when verbose
+  if strict and missing:
+    msg = [f"missing keys (in the model, not in the state_dict): {missing}"]
     if unexpected: msg.append(f"unexpected keys (in the state_dict, not in the model): {unexpected}")
     raise KeyError("load_state_dict(strict=True): " + "; ".join(msg) + " (pass strict=False to skip them)")
   if verbose and (missing or unexpected): print(f"load_state_dict: missing {missing}, unexpected {unexpected}")
@@ -105,6 +111,7 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
   for k, v in model_sd.items():
     if k not in state_dict: continue
     src = state_dict[k].to(v.device)
+    if tuple(src.shape) != tuple(v.shape): src = src.reshape(v.shape)  # () <-> (1,), checked above
     if src.dtype != v.dtype: src = src.cast(v.dtype)
     # a realized model tensor is written in place (a TinyJit that captured its buffer sees the new values);
     # a lazy one (not computed yet) becomes a copy of the source
@@ -152,7 +159,7 @@ class _NoDupDict(dict):
       self[k] = v
 
 
-def _is_int(x: Any) -> bool: return isinstance(x, int) and not isinstance(x, bool)
+def _is_int(x: Any) -> TypeGuard[int]: return isinstance(x, int) and not isinstance(x, bool)
 
 
 def _read_header(f: Any, file_size: int) -> tuple[int, dict[str, Any]]:
@@ -412,6 +419,8 @@ class _Opaque:
   argument tuple is huge, so every record is charged. (No __init__: object's ignores the arguments.)"""
   _global = "?"
   _budget: _Budget
+  args: tuple[tuple, dict]  # the recorded call: (positional, keyword) arguments
+  state: Any  # what __setstate__ was given, if anything
 
   def __new__(cls, *args: Any, **kwargs: Any) -> _Opaque:  # NEWOBJ builds with cls.__new__(cls, *args)
     cls._budget.take(_ITEM_BYTES * (len(args) + len(kwargs) + 1), f"a pickled call of {cls._global}")

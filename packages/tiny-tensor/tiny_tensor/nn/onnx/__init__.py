@@ -29,7 +29,6 @@ accumulates in float32).
 """
 from __future__ import annotations
 
-import math
 import os
 import threading
 from typing import Any
@@ -39,18 +38,10 @@ import numpy as np
 from tiny_uop.dtype import DType, dtypes
 from tiny_tensor.jit import JitError, TinyJit
 from tiny_tensor.tensor import Tensor
+from tiny_tensor.nn.onnx.base import (_ACTIVE, _DTYPES, STRING, OnnxError, OnnxModelError, _back_to, onnx_dtype,
+                                     to_tensor)
 
 __all__ = ["OnnxRunner", "OnnxError", "OnnxModelError", "onnx_dtype", "to_tensor"]
-
-
-class OnnxError(RuntimeError):
-  """An ONNX model tiny can't run: an unsupported operator or attribute, or a node that failed (the message names
-  the node, its operator and inputs)."""
-
-
-class OnnxModelError(OnnxError, ValueError):
-  """An ONNX model that is malformed or asks for too much: external data outside its folder, a graph output nothing
-  makes, a recursive function, a Range with delta 0, a Loop past `max_loop_trips` (the message names the culprit)."""
 
 
 def _onnx() -> Any:
@@ -59,40 +50,6 @@ def _onnx() -> Any:
   except ImportError as e:
     raise ImportError("tiny_tensor.nn.onnx needs the onnx package: pip install 'tiny-tensor[onnx]'") from e
   return onnx
-
-
-# TensorProto.DataType -> tiny dtype (types tiny lacks map to the dtype that holds their values; see the module doc)
-_DTYPES: dict[int, DType] = {
-  1: dtypes.float32, 2: dtypes.uint8, 3: dtypes.int8, 4: dtypes.uint16, 5: dtypes.int16, 6: dtypes.int32,
-  7: dtypes.int64, 9: dtypes.bool, 10: dtypes.float16, 11: dtypes.float64, 12: dtypes.uint32, 13: dtypes.uint64,
-  16: dtypes.bfloat16, 17: dtypes.float32, 18: dtypes.float32, 19: dtypes.float32, 20: dtypes.float32,
-  21: dtypes.uint8, 22: dtypes.int8, 23: dtypes.float32, 24: dtypes.float32, 25: dtypes.uint8, 26: dtypes.int8,
-}
-STRING = 8
-
-
-def onnx_dtype(elem_type: int) -> DType:
-  """The tiny dtype that holds values of ONNX element type `elem_type` (a TensorProto.DataType number)."""
-  if elem_type not in _DTYPES:
-    raise OnnxError(f"ONNX element type {elem_type} has no tiny dtype; supported: {sorted(_DTYPES)}")
-  return _DTYPES[elem_type]
-
-
-def to_tensor(x: Any, device: str | None = None, elem_type: int | None = None) -> Any:
-  """A Tensor from a numpy array (or scalar); string arrays stay numpy object arrays; lists (sequences) and None
-  pass through."""
-  if x is None or isinstance(x, Tensor): return x
-  if isinstance(x, list): return [to_tensor(v, device, elem_type) for v in x]
-  arr = np.asarray(x)
-  if arr.dtype.kind in "OUS": return arr.astype(object)
-  if elem_type is not None and elem_type in _DTYPES and elem_type != 16:
-    return Tensor(arr.astype(np.float32) if arr.dtype.kind == "V" or arr.dtype.itemsize < 1 else arr,
-                  device=device, dtype=_DTYPES[elem_type])
-  if arr.dtype.name == "bfloat16": return Tensor(arr.view(np.uint16), device=device).bitcast(dtypes.bfloat16)
-  if arr.dtype.kind == "V" or arr.dtype.name.startswith(("float8", "float4", "int4", "uint4")):
-    kind = dtypes.int8 if arr.dtype.name == "int4" else dtypes.uint8 if arr.dtype.name == "uint4" else dtypes.float32
-    return Tensor(arr.astype(np.float32), device=device).cast(kind)
-  return Tensor(arr, device=device)
 
 
 def _attr(a: Any, onnx: Any, base_dir: str | None = None) -> Any:
@@ -168,16 +125,6 @@ def _low_precision(op_type: str, args: list[Any]) -> DType | None:
   return None
 
 
-def _back_to(outs: Any, dt: DType) -> Any:
-  if isinstance(outs, tuple): return tuple(_back_to(o, dt) for o in outs)
-  if not (isinstance(outs, Tensor) and outs.dtype == dtypes.float32): return outs
-  if dt != dtypes.bfloat16: return outs.cast(dt)
-  # float32 -> bfloat16 rounding to nearest even with integer ops: the CPU backend's vectorized fptrunc to bfloat16
-  # renders invalid LLVM IR (reported)
-  bits = outs.bitcast(dtypes.uint32)
-  return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).cast(dtypes.uint16).bitcast(dtypes.bfloat16)
-
-
 def _checked_input(name: str, v: Any, et: int) -> Any:
   """Graph input `name` as declared element type `et` requires (see OnnxRunner's doc): arrays and Tensors must have
   it already; Python values are converted when exact."""
@@ -241,16 +188,6 @@ def _constant_value(attrs: dict[str, Any]) -> np.ndarray | None:
   return None
 
 
-def _range_count(node: Any, start: Any, limit: Any, delta: Any) -> int:
-  """The element count of ONNX Range(start, limit, delta), max(ceil((limit - start) / delta), 0); a delta of 0 or a
-  start/limit/delta that is infinite or NaN raises OnnxModelError naming the node."""
-  s, l, d = float(start), float(limit), float(delta)
-  if d == 0 or not all(math.isfinite(v) for v in (s, l, d)):
-    raise OnnxModelError(f"node {node.name!r} (Range): start {start}, limit {limit}, delta {delta} give no finite "
-                         "range; delta must be nonzero and all three finite")
-  return max(int(math.ceil((l - s) / d)), 0)
-
-
 def _raise_bad_indices(checks: list[tuple[Any, str, bool]], vals: np.ndarray) -> None:
   """Raise OnnxError for the first runtime index check (node, what, negative) whose row of `vals` (count out of
   range, min bad, max bad, the axis size) counted a bad index."""
@@ -273,22 +210,14 @@ class _CallState(threading.local):
     self.node: Any = None  # the node running now (named when a jit capture fails in it)
 
 
-class _Active(threading.local):
-  """The host values of the OnnxRunner call running in this thread (None outside a call): `known_value` reads them."""
-  host: dict[int, tuple[Tensor, np.ndarray]] | None = None
-
-
-_ACTIVE = _Active()
 _HOST_FLOAT_MAX = 4096  # float values are remembered on the host up to this many elements (integer ones always)
 
 
-def known_value(x: Any) -> np.ndarray | None:
-  """The numpy value of Tensor `x` when the running OnnxRunner call knows it on the host (an initializer, a Constant,
-  a numpy-fed input outside jit, a shape value), else None. Operators read shape data through this (`ops._np`), so a
-  shape computed on the host never needs a device read."""
-  if not isinstance(x, Tensor) or _ACTIVE.host is None: return None
-  hit = _ACTIVE.host.get(id(x))
-  return hit[1] if hit is not None and hit[0] is x else None
+def _operators() -> dict[str, Any]:
+  """Every operator by op_type. The modules that define them, listed here, register them with `ops.op` as they are
+  imported (ops.py used to import the other three at its bottom, while they import ops.py: issue #33)."""
+  from tiny_tensor.nn.onnx import ops, ops_more, ops_nn, ops_seq  # noqa: F401 -- importing them fills ops.OPS
+  return ops.OPS
 
 
 class _Ctx:
@@ -399,10 +328,9 @@ class OnnxRunner:
     self.max_loop_trips = max_loop_trips
     self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
     self.functions = {(f.domain, f.name): f for f in model.functions}
-    from tiny_tensor.nn.onnx.ops import OPS
-    self._ops = OPS
+    self._ops = _operators()
     missing = sorted({n.op_type for n in self._all_nodes(model.graph)
-                      if n.op_type not in OPS and (n.domain, n.op_type) not in self.functions})
+                      if n.op_type not in self._ops and (n.domain, n.op_type) not in self.functions})
     if missing: raise OnnxError(f"unsupported ONNX operators: {missing} (opset {self.opset})")
     self._check_function_cycles()
     self._check_outputs_made(model.graph)
@@ -459,7 +387,7 @@ class OnnxRunner:
   def _check_outputs_made(self, graph: Any) -> None:
     """Refuse a graph (or subgraph) with an output that no input, initializer or node makes (nor an outer scope's
     value): OnnxModelError naming it."""
-    todo = [(graph, frozenset())]
+    todo: list[tuple[Any, frozenset[str]]] = [(graph, frozenset())]
     while todo:
       g, outer = todo.pop()
       known = set(outer) | {i.name for i in g.input} | {t.name for t in g.initializer}
@@ -595,6 +523,7 @@ class OnnxRunner:
       raise OnnxError(f"node {node.name!r} ({node.op_type}) reads {e}, which nothing made") from None
     attrs = {a.name: _attr(a, self._onnx, self.base_dir) for a in node.attribute}
     ctx = _Ctx(self, node, scope)
+    outs: Any  # a Tensor, a tuple of them, a list (a sequence) or a numpy array (strings)
     if (node.domain, node.op_type) in self.functions: outs = self._run_function(node, args, attrs, ctx)
     else:
       host = self._host_inputs(node, args, attrs)
@@ -622,11 +551,14 @@ class OnnxRunner:
     from tiny_tensor.nn.onnx.host import FROM_SHAPE, HOST_OPS, host_can_run
     if node.domain not in ("", "ai.onnx") or node.op_type not in HOST_OPS: return None
     if node.op_type in FROM_SHAPE: return [] if isinstance(args[0], Tensor) else None
-    vals = []
+    vals: list[np.ndarray | None] = []
     for a in args:
+      if a is None:
+        vals.append(None)
+        continue
       hit = self._call.host.get(id(a)) if isinstance(a, Tensor) else None
-      if a is not None and (hit is None or hit[0] is not a or id(a) not in self._call.foldable): return None
-      vals.append(None if a is None else hit[1])
+      if hit is None or hit[0] is not a or id(a) not in self._call.foldable: return None
+      vals.append(hit[1])
     return vals if vals and host_can_run(node.op_type, vals, attrs) else None
 
   def _run_on_host(self, ctx: _Ctx, args: list[Any], vals: list[Any], attrs: dict[str, Any]) -> Tensor:

@@ -22,7 +22,7 @@ from typing import Any, Callable
 import numpy as np
 
 from tiny_uop.dtype import to_numpy
-from tiny_tensor.nn.onnx import _DTYPES, OnnxError, _range_count
+from tiny_tensor.nn.onnx.base import _DTYPES, OnnxError, _range_count
 
 HOST_MAX = 1 << 16  # largest host-evaluated output, in elements: shape values are short, masks built from them not
 HOST_OPS: dict[str, Callable[..., np.ndarray]] = {}
@@ -137,7 +137,8 @@ def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
   return np.where((a < 0) != (b < 0), -q, q)
 
 
-for _name, _fn in {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": _int_div}.items():
+_ARITH: dict[str, Callable] = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": _int_div}
+for _name, _fn in _ARITH.items():
   HOST_OPS[_name] = _same(_fn)
 for _name, _fn in {"Equal": np.equal, "Less": np.less, "Greater": np.greater, "LessOrEqual": np.less_equal,
                    "GreaterOrEqual": np.greater_equal, "And": np.logical_and, "Or": np.logical_or}.items():

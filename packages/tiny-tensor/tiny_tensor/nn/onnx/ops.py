@@ -1,5 +1,8 @@
 """ONNX operators as Tensor ops: `OPS[op_type](ctx, inputs, attrs) -> output | tuple of outputs`.
 
+`op` registers a function in `OPS`; this module, `ops_more`, `ops_nn` and `ops_seq` define them, and the runner
+imports all four (`_operators` in `__init__`): a table read before then is partial.
+
 Each function follows the ONNX operator specification (onnx/docs/Operators.md) for every opset from 7 up to the
 default one, switching on `ctx.opset` where versions differ (an attribute that became an input, a changed default).
 Inputs are Tensors, None (an omitted optional input), lists (sequences) or, for strings, numpy object arrays.
@@ -15,7 +18,7 @@ from typing import Any, Callable
 import numpy as np
 
 from tiny_uop.dtype import DType, dtypes, to_numpy
-from tiny_tensor.nn.onnx import _DTYPES, STRING, OnnxError, _range_count, known_value, to_tensor
+from tiny_tensor.nn.onnx.base import _DTYPES, STRING, OnnxError, _range_count, known_value, to_tensor
 from tiny_tensor.tensor import Tensor
 
 OPS: dict[str, Callable[..., Any]] = {}
@@ -347,7 +350,7 @@ def cast_to(x: Any, et: int, saturate: int = 1, device: str | None = None) -> An
     return to_tensor(arr.astype(_np_dtype_for(et)), device, et)
   if dt == dtypes.bool: return x.ne(0)
   if dt == dtypes.bfloat16 and x.dtype != dtypes.bfloat16:
-    from tiny_tensor.nn.onnx import _back_to
+    from tiny_tensor.nn.onnx.base import _back_to
     return _back_to(x.cast(dtypes.float32), dtypes.bfloat16)
   if x.dtype == dtypes.float64 and dt in (dtypes.float16, dtypes.bfloat16):
     # through float32: the CPU backend's direct double -> half conversion calls a runtime helper it doesn't link
@@ -877,5 +880,3 @@ def det(ctx: Any, inp: list, attrs: dict) -> Tensor:
   x = inp[0]
   return Tensor(np.linalg.det(_np(x)).astype(to_numpy(x.dtype)), device=x.device)
 
-
-from tiny_tensor.nn.onnx import ops_more, ops_nn, ops_seq  # noqa: E402,F401  (they register the rest of the operators)

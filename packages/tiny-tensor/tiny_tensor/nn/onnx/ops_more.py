@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from tiny_uop.dtype import dtypes, to_numpy
-from tiny_tensor.nn.onnx import OnnxError, OnnxModelError, to_tensor
+from tiny_tensor.nn.onnx.base import OnnxError, OnnxModelError, to_tensor
 from tiny_tensor.nn.onnx.ops import _axis, _ints, _item, _np, _opt, op
 from tiny_tensor.tensor import Tensor
 

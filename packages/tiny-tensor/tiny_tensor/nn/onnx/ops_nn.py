@@ -7,7 +7,7 @@ from typing import Any, Callable
 import numpy as np
 
 from tiny_uop.dtype import dtypes, to_numpy
-from tiny_tensor.nn.onnx import _DTYPES, OnnxError
+from tiny_tensor.nn.onnx.base import _DTYPES, OnnxError
 from tiny_tensor.nn.onnx.ops import _axis, _ints, _is_float, _item, _np, _opt, cast_to, op
 from tiny_tensor.tensor import Tensor
 

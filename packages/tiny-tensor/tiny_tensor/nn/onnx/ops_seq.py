@@ -7,7 +7,7 @@ from typing import Any, Callable
 import numpy as np
 
 from tiny_uop.dtype import dtypes
-from tiny_tensor.nn.onnx import _DTYPES, OnnxError
+from tiny_tensor.nn.onnx.base import _DTYPES, OnnxError
 from tiny_tensor.nn.onnx.ops import _axis, _ints, _item, _np, _opt, op
 from tiny_tensor.tensor import Tensor
 
@@ -197,8 +197,8 @@ def col2im(ctx: Any, inp: list, attrs: dict) -> Tensor:
   m = np.zeros((int(np.prod(blk)) * L, P), np.float32)
   # column order of x: channel-major (c, *blk), then L blocks; rows above are (L, blk)
   order = np.array(rows).reshape(L, -1)                             # (L, K)
-  for li in range(L):
-    for k in range(order.shape[1]): m[k * L + li, order[li, k]] = 1
+  for blk_i in range(L):
+    for k in range(order.shape[1]): m[k * L + blk_i, order[blk_i, k]] = 1
   y = x.reshape(n, c, -1).cast(dtypes.float32) @ Tensor(m, device=x.device)  # (n, c, P)
   y = y.reshape(n, c, *padded)
   y = y.shrink((None, None) + tuple((pads[d], pads[d] + img[d]) for d in range(nd)))

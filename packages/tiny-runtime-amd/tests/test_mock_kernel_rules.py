@@ -1,0 +1,180 @@
+"""What tinygrad 0.14's proven AMD driver does that our mock used to refuse, each decided from the kernel sources
+(issue #32; tests/test_amd_proven.py runs that driver end to end). Every case here failed before the mock was fixed.
+
+- CREATE_EVENT of HW_EXCEPTION (3) / MEMORY (8) events: kfd_events.c kfd_event_create's default case
+  (create_other_event), ids from KFD_FIRST_NONSIGNAL_EVENT_ID (0x80000000, kfd_events.h).
+- CREATE_QUEUE in a process that never enabled the runtime: kfd_ioctl_create_queue has no such check.
+- ALLOC_MEMORY_OF_GPU of a size that is not a page multiple: amdgpu_amdkfd_gpuvm_alloc_memory_of_gpu rounds it up
+  (aligned_size = PAGE_ALIGN(size)).
+- mmap of a VRAM allocation without PUBLIC through the render node: KFD no longer gives such BOs NO_CPU_ACCESS
+  ("drm/amdkfd: Allow CPU access for all VRAM BOs"), so amdgpu_gem_object_mmap maps them; userptr BOs it refuses.
+- the render node's ip_discovery sysfs (amdgpu_discovery.c): GC/SDMA/NBIO versions.
+- the HDP flush (WAIT_REG_MEM on GPU_HDP_FLUSH_REQ/DONE), COMPUTE_RESTART_X/Y/Z = 0, COMPUTE_PIPELINESTAT_ENABLE /
+  PERFCOUNT_ENABLE, and ACQUIRE_MEM's full-range COHER_SIZE_HI (amdgpu itself writes 0xffffff there).
+- a dispatch after an SDMA copy on gfx11 with only the CU caches invalidated (SDMA v6 is a GL2 client), with the
+  doorbells the host rang before the barrier's submission counted before it.
+"""
+from __future__ import annotations
+
+import ctypes
+import errno
+import mmap
+import struct
+
+import pytest
+from mock_harness import Harness
+
+from tiny_runtime_amd import kfd, pm4
+from tiny_runtime_amd.emu.encode import endpgm
+from tiny_runtime_amd.kfd import KFDError
+from tiny_runtime_amd.mock.driver import PacketError
+from tiny_runtime_amd.pm4 import AMDComputeQueue
+from tiny_runtime_amd.sdma import AMDCopyQueue
+from tiny_uop.hcq import HCQSignal
+
+PM4, SDMA = kfd.QUEUE_TYPE_COMPUTE, kfd.QUEUE_TYPE_SDMA
+
+
+@pytest.fixture
+def h() -> Harness: return Harness()
+
+
+def test_hw_exception_and_memory_events_exist_and_can_be_waited_on(h):
+  sig_ev = h.iface.create_event()  # the event page and a signal event
+  ids = []
+  for etype in (3, 8):
+    ev = h.iface.ioctl("CREATE_EVENT", event_type=etype, auto_reset=0)
+    assert ev.event_id >= 0x80000000 and ev.event_trigger_data == ev.event_id
+    ids.append(ev.event_id)
+  assert ids[0] != ids[1]
+  data = (ctypes.c_uint8 * (48 * 2))()  # two struct kfd_event_data, event_id at byte 40
+  for i, eid in enumerate(ids): ctypes.c_uint32.from_address(ctypes.addressof(data) + 48 * i + 40).value = eid
+  out = h.iface.ioctl("WAIT_EVENTS", events_ptr=ctypes.addressof(data), num_events=2, wait_for_all=0, timeout=0)
+  assert out.wait_result == kfd.WAIT_RESULT_TIMEOUT  # nothing faulted
+  ctypes.c_uint64.from_address(sig_ev.mailbox).value = sig_ev.event_id  # the signal event's slot written
+  h.drv.interrupt(h.gpu, 0xFFFF, 32)  # an unknown context id: the exhaustive search, which skips slotless events
+  assert h.drv.events[sig_ev.event_id].signaled and not any(h.drv.events[i].signaled for i in ids)
+
+
+def test_queues_without_runtime_enable(h):
+  h.iface.proc.runtime_enabled = True  # the harness's driver would enable it; pretend it did not
+  h.queue(SDMA)
+  h.queue(PM4)
+  assert not h.drv.runtime_enabled and len(h.drv.queues) == 2
+
+
+def test_allocation_sizes_round_up_to_pages(h):
+  gpu = h.iface.node.gpu_id
+  va = h.iface.kfd.anon_mmap(0, 0x2000, 0, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+  flags = kfd.ALLOC_VRAM | kfd.ALLOC_WRITABLE
+  a = h.iface.ioctl("ALLOC_MEMORY_OF_GPU", va_addr=va, size=0x100, gpu_id=gpu, flags=flags)
+  assert h.drv.allocs[a.handle].size == 0x1000
+  b = h.iface.ioctl("ALLOC_MEMORY_OF_GPU", va_addr=va + 0x1000, size=0x1, gpu_id=gpu, flags=flags)  # the next page
+  assert h.drv.allocs[b.handle].size == 0x1000
+  with pytest.raises(KFDError, match="the va must be page aligned and the size nonzero"):
+    h.iface.ioctl("ALLOC_MEMORY_OF_GPU", va_addr=va + 0x10, size=0x1000, gpu_id=gpu, flags=flags)
+
+
+def test_render_node_maps_plain_vram_but_not_userptr(h):
+  vram = h.iface.alloc(0x1000)  # VRAM without PUBLIC
+  m = h.drv.by_va[vram.va_addr]
+  assert not m.flags & kfd.ALLOC_PUBLIC
+  render = h.fio(f"/dev/dri/renderD{h.gpu.render_minor}")
+  prot, flags = mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED | 0x10  # MAP_FIXED
+  assert render.mmap(m.va, m.size, prot, flags, m.mmap_offset) == m.va
+  cpu = h.iface.kfd.anon_mmap(0, 0x1000, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+  a = h.iface.ioctl("ALLOC_MEMORY_OF_GPU", va_addr=cpu, size=0x1000, gpu_id=h.iface.node.gpu_id,
+                    flags=kfd.ALLOC_USERPTR | kfd.ALLOC_WRITABLE, mmap_offset=cpu)
+  u = h.drv.allocs[a.handle]
+  with pytest.raises(OSError, match="a userptr allocation is host memory") as e:
+    render.mmap(u.va, u.size, prot, flags, u.mmap_offset)
+  assert e.value.errno == errno.EPERM
+
+
+@pytest.mark.parametrize("arch, versions", [("gfx1100", {"11": (11, 0, 0), "42": (6, 0, 0), "108": (4, 3, 0)}),
+                                            ("gfx942", {"11": (9, 4, 3), "42": (4, 4, 2), "108": (7, 9, 0)})])
+def test_ip_discovery_sysfs(arch, versions):
+  from tiny_runtime_amd.mock.driver import MockKFD
+  drv = MockKFD((arch,))
+  base = f"/sys/class/drm/renderD{drv.gpus[0].render_minor}/device/ip_discovery/die/0"
+  got = {hw: tuple(int(drv.files[f"{base}/{hw}/0/{p}"]) for p in ("major", "minor", "revision")) for hw in versions}
+  assert got == versions
+
+
+def test_hdp_flush_runs_and_other_register_waits_are_refused(h):
+  sig = HCQSignal(h.iface.alloc(0x1000, host=True, uncached=True).va_addr, 0)
+  hdp = [pm4.header(pm4.WAIT_REG_MEM, 6), 3 | 1 << 6, 0xE26, 0xE27, 0xFFFFFFFF, 0xFFFFFFFF, 4]  # EQ, WR_WAIT_WR_REG
+  h.pm4(hdp + AMDComputeQueue().release_mem(sig.addr, 5, pm4.DATA_SEL_32 << 29 >> 29).resolved())
+  assert sig.value == 5
+  other = list(hdp)
+  other[2] = 0xE28
+  with pytest.raises(PacketError, match="only the HDP flush is modelled"): h.pm4(other)
+
+
+def _code(h: Harness) -> int:
+  code = h.iface.alloc(0x1000, host=True)
+  words = endpgm()
+  ctypes.memmove(code.va_addr, struct.pack(f"<{len(words)}I", *words), 4 * len(words))
+  return code.va_addr
+
+
+class _Prg:
+  rsrc1, rsrc2, rsrc3 = pm4.RSRC1_PRIV | 0x60AF0000, 0, 0
+  def __init__(self, entry: int): self.entry_addr = entry
+  def scratch(self): return None
+  def user_data(self, args): return []
+
+
+def test_restart_and_counter_enable_registers(h):
+  prg = _Prg(_code(h))
+  q = AMDComputeQueue().memory_barrier()
+  q.set_sh_reg(0xB828, 0, 0).set_sh_reg(0xB86C, 0, 0, 0)  # PIPELINESTAT/PERFCOUNT_ENABLE, RESTART_X/Y/Z
+  before = h.gpu.dispatches
+  h.pm4(q.exec(prg, 0, (1, 1, 1), (32, 1, 1)).resolved())
+  assert h.gpu.dispatches == before + 1
+  q = AMDComputeQueue().memory_barrier().set_sh_reg(0xB870, 3)
+  with pytest.raises(PacketError, match=r"COMPUTE_RESTART_X/Y/Z = \[0, 3, 0\]: resuming a preempted dispatch"):
+    h.pm4(q.exec(prg, 0, (1, 1, 1), (32, 1, 1)).resolved())
+
+
+def test_dispatch_after_an_sdma_copy_needs_only_the_cu_caches_on_gfx11(h):
+  """tinygrad's graph: a barrier, a wait for the copy's signal, then per kernel an ACQUIRE_MEM without GLI/GL2. The
+  copy goes through the GPU's L2, so the kernel reads it; the SDMA doorbell the host rang before the compute one
+  counts as before the barrier even when the mock looks at the compute queue first."""
+  prg = _Prg(_code(h))
+  sig = HCQSignal(h.iface.alloc(0x1000, host=True, uncached=True).va_addr, 0)
+  src, dst = h.iface.alloc(0x1000), h.iface.alloc(0x1000)
+  ctypes.memset(src.va_addr, 7, 0x100)
+  h.queue(PM4)  # the compute queue first in the mock's queue order
+  cu_only = AMDComputeQueue().acquire_mem().resolved()
+  cu_only[-1] &= ~(pm4.ACQ_GL2_INV | pm4.ACQ_GL2_WB | pm4.ACQ_GLI_INV_ALL)
+  h.sdma(AMDCopyQueue().copy(dst.va_addr, src.va_addr, 0x100).fence(sig.addr, 1).resolved(), run=False)
+  compute = AMDComputeQueue().memory_barrier().wait_reg_mem(sig.addr, 1).resolved()
+  h.pm4(compute + cu_only + AMDComputeQueue().exec(prg, 0, (1, 1, 1), (32, 1, 1)).resolved(), run=False)
+  before = h.gpu.dispatches
+  h.drv.process()
+  assert h.gpu.dispatches == before + 1 and ctypes.string_at(dst.va_addr, 4) == b"\x07" * 4
+
+
+def test_gfx9_full_range_acquire_and_write_back_only_fence():
+  """gfx942: ACQUIRE_MEM with COHER_SIZE_HI 0xffffffff (tinygrad; the field is 24 bits) is the whole address space;
+  a RELEASE_MEM with EOP TC_WB | TC_NC (amdgpu's write-back-only fence, tinygrad's signal) writes L2 back, so it may
+  write a host-visible signal after a dispatch; without TC_WB it may not."""
+  from tiny_runtime_amd.mock.driver import MockKFD
+  from tiny_runtime_amd.pm4 import EOP_TC_NC_ACTION_EN, EOP_TC_WB_ACTION_EN, AMDComputeQueue9
+  h = Harness(drv=MockKFD(("gfx942",)))
+  acq = AMDComputeQueue9().acquire_mem().resolved()
+  acq[3] = 0xFFFFFFFF
+  h.pm4(acq)
+  assert h.gpu.caches_valid and h.gpu.cu_caches_valid
+  acq[2], acq[3] = 0x1000, 0x1000000  # a sized range: bits above the 24-bit field stay reserved
+  with pytest.raises(PacketError, match=r"ACQUIRE_MEM dword 3: reserved bit\(s\) \[24\]"): h.pm4(acq)
+  sig = HCQSignal(h.iface.alloc(0x1000, host=True, uncached=True).va_addr, 0)
+  rel = AMDComputeQueue9().release_mem(sig.addr, 9, pm4.DATA_SEL_32).resolved()
+  rel[1] = (rel[1] & 0xFFF) | EOP_TC_WB_ACTION_EN | EOP_TC_NC_ACTION_EN  # the event, write-back-only actions
+  h.gpu.l2_dirty = True  # as after a dispatch
+  h.pm4(rel)
+  assert sig.value == 9 and not h.gpu.l2_dirty
+  rel[1] &= ~EOP_TC_WB_ACTION_EN
+  h.gpu.l2_dirty = True
+  with pytest.raises(PacketError, match="after a dispatch without an L2 write-back"): h.pm4(rel)
