@@ -83,7 +83,8 @@ DERIVED = {
 
 
 def test_thresholds_follow_the_caches(tree) -> None:
-  from tiny_codegen.opt.heuristic import alias_bytes, pack_min_bytes, tile_bytes, tile_min_bytes
+  from tiny_codegen.opt.heuristic import pack_min_bytes, tile_bytes, tile_min_bytes
+  from tiny_codegen.opt.heuristic_common import alias_bytes
   name, m = tree
   share, span, pack, tile_min = DERIVED[name]
   assert (m.l3_per_core, alias_bytes(m), pack_min_bytes(m, m.vector_registers), tile_min_bytes(m)) == \

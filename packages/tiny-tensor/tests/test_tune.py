@@ -19,7 +19,7 @@ def test_tune_warms_the_cache_a_beam_run_reads(monkeypatch, tmp_path, capsys) ->
   winner = (Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UNROLL, 0, 4))
   searched: list[str] = []
 
-  def fake_search(ast, renderer, amt):  # noqa: ARG001
+  def fake_search(ast, renderer, amt, compile=None):  # noqa: ARG001
     searched.append(ast.arg.name)
     return [], winner
   monkeypatch.setattr(search, "beam_candidates", fake_search)

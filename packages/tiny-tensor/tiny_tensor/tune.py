@@ -54,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
   from tiny_codegen.machine import host_machine
   from tiny_codegen.opt.heuristic import hand_coded_optimizations
   from tiny_codegen.opt.kernel import Kernel
+  from tiny_codegen import get_program
   from tiny_codegen.opt.search import as_optimized, beam_search, cache_key
   ap = argparse.ArgumentParser(prog="python -m tiny_tensor.tune", description=__doc__.split("\n\n")[0])
   ap.add_argument("--beam", type=int, default=2, help="beam width (run with the same BEAM=n to use the winners)")
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
       continue
     heur = hand_coded_optimizations(Kernel(as_optimized(ast), ren)).applied_opts
     st = time.perf_counter()
-    win = beam_search(ast, ren, args.beam)
+    win = beam_search(ast, ren, args.beam, compile=get_program)
     same = " (the heuristics')" if tuple(win) == tuple(heur) else f" (heuristics: {heur})"
     print(f"{label}: {win}{same} in {time.perf_counter() - st:.1f} s")
   return 0

@@ -33,7 +33,7 @@ from tiny_uop.uop import AxisType, Ops, UOp
 from tiny_codegen.lower.expander import VECTOR_LANES
 from tiny_codegen.machine import Machine, machine_of
 from tiny_codegen.opt.heuristic_common import (_awkward, _output_axes_with_bounds, _register_block, _store_index,
-                                               _trips, _try, _unroll_reduce, _upcast_contiguous, alias_bytes)
+                                               _trips, _try, _unroll_reduce, _upcast_contiguous)
 from tiny_codegen.opt.kernel import MAX_LANES, Kernel, Opt, OptOps, _bound, stride_of
 
 
