@@ -147,9 +147,9 @@ class CUDAProgram(Program):
     drv.call("cuEventElapsedTime", ms, dev.events[0], dev.events[1])
     return float(ms[0]) / 1e3
 
-  def __del__(self) -> None:
+  def __del__(self, _errors: type[del_errors] = del_errors) -> None:
     if getattr(self, "module", None) is None: return  # the load failed: nothing to unload
-    with del_errors("CUDAProgram.__del__ (cuModuleUnload)"): self.dev.drv.lib.cuModuleUnload(self.module)
+    with _errors("CUDAProgram.__del__ (cuModuleUnload)"): self.dev.drv.lib.cuModuleUnload(self.module)
 
 
 class CUDAGraph:

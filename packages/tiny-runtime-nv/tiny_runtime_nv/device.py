@@ -218,9 +218,9 @@ class NVProgram(HCQProgram):
     dev.synchronize()
     return (dev.time_signals[1].timestamp - dev.time_signals[0].timestamp) / 1e6
 
-  def __del__(self) -> None:
+  def __del__(self, _errors: type[del_errors] = del_errors) -> None:
     if getattr(self, "image", None) is None: return  # refused before its code image was allocated
-    with del_errors("NVProgram.__del__ (freeing its code image)"):
+    with _errors("NVProgram.__del__ (freeing its code image)"):
       self.dev.defer_free(self.image, self.dev.timeline_value - 1)
 
 

@@ -45,9 +45,9 @@ class CLBuf:
   def __init__(self, cl: Any, mem: Any, nbytes: int, base: CLBuf | None = None):
     self.cl, self.mem, self.nbytes, self.base = cl, mem, nbytes, base
 
-  def __del__(self) -> None:
+  def __del__(self, _errors: type[del_errors] = del_errors) -> None:
     if self.base is None: return
-    with del_errors("CLBuf.__del__ (clReleaseMemObject)"): self.cl.clReleaseMemObject(self.mem)
+    with _errors("CLBuf.__del__ (clReleaseMemObject)"): self.cl.clReleaseMemObject(self.mem)
 
   def __repr__(self) -> str: return f"<CLBuf {self.nbytes} bytes>"
 
@@ -155,9 +155,9 @@ class CLProgram(Program):
     self.dev.synchronize()
     return time.perf_counter() - st
 
-  def __del__(self) -> None:
+  def __del__(self, _errors: type[del_errors] = del_errors) -> None:
     if getattr(self, "kernel", None) is None: return  # the build failed: nothing was made
-    with del_errors(f"CLProgram.__del__ ({getattr(self, 'name', '?')})"):
+    with _errors(f"CLProgram.__del__ ({getattr(self, 'name', '?')})"):
       self.dev.cl.clReleaseKernel(self.kernel)
       self.dev.cl.clReleaseProgram(self.prg)
 

@@ -173,9 +173,9 @@ class QCOMProgram(HCQProgram):
     dev.synchronize()
     return (dev.time_signals[1].timestamp - dev.time_signals[0].timestamp) / 1e6
 
-  def __del__(self) -> None:
+  def __del__(self, _errors: type[del_errors] = del_errors) -> None:
     if getattr(self, "lib_buf", None) is None: return  # refused before its code buffer was allocated
-    with del_errors("QCOMProgram.__del__ (freeing its code buffer)"):
+    with _errors("QCOMProgram.__del__ (freeing its code buffer)"):
       self.dev.defer_free(self.lib_buf, self.dev.timeline_value - 1)
 
 
@@ -239,8 +239,8 @@ class QCOMGraph(HCQ2Graph):
       out[slot] = tmp
     return out
 
-  def __del__(self) -> None:
-    with del_errors("QCOMGraph.__del__ (freeing its staged textures)"):
+  def __del__(self, _errors: type[del_errors] = del_errors) -> None:
+    with _errors("QCOMGraph.__del__ (freeing its staged textures)"):
       for tmp in getattr(self, "_staged", {}).values(): self.dev.defer_free(tmp, self.last_signal)
     super().__del__()
 

@@ -48,7 +48,7 @@ def test_the_rest_of_del_still_runs_after_a_reported_error():
 
 
 def test_at_shutdown_an_error_is_silent(monkeypatch):
-  monkeypatch.setattr(sys, "is_finalizing", lambda: True)
+  monkeypatch.setattr(del_errors, "_finalizing", staticmethod(lambda: True))
   unraisable: list = []
   monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
   with warnings.catch_warnings(record=True) as caught:
@@ -71,3 +71,27 @@ def test_a_buffer_freed_at_real_interpreter_exit_prints_nothing():
   """)
   r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
   assert r.returncode == 0 and "FinalizerWarning" not in r.stderr and "OSError" not in r.stderr, r.stderr
+
+
+def test_a_del_whose_module_globals_were_cleared_prints_nothing(monkeypatch):
+  # at exit the interpreter sets module globals to None: a __del__ that looked `del_errors` up as a global then called
+  # None ("Exception ignored in CLProgram.__del__ ... 'NoneType' object is not callable", seen at the end of a CI
+  # session); bound as a default argument, with what it calls kept on its class, it still works
+  monkeypatch.setattr(del_errors, "_finalizing", staticmethod(lambda: True))
+  unraisable: list = []
+  monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+  ns: dict = {"del_errors": del_errors}
+  exec(textwrap.dedent("""
+    class Res:
+      def __del__(self, _errors=del_errors):
+        with _errors("Res.__del__"): raise OSError("driver torn down")
+    class Old:
+      def __del__(self):
+        with del_errors("Old.__del__"): raise OSError("driver torn down")
+  """), ns)
+  res, old = ns["Res"](), ns["Old"]()
+  ns["del_errors"] = None  # what module teardown does
+  del res
+  assert unraisable == []
+  del old  # the global lookup: the failure this guards against
+  assert len(unraisable) == 1 and isinstance(unraisable[0].exc_value, TypeError)

@@ -293,9 +293,9 @@ class Buffer:
     if self._opaque is None: self.allocate()
     return self._opaque
 
-  def __del__(self) -> None:
+  def __del__(self, _errors: type[del_errors] = del_errors) -> None:
     if getattr(self, "_opaque", None) is None: return  # never allocated (or refused by __init__)
-    with del_errors("Buffer.__del__ (allocator.free)"):
+    with _errors("Buffer.__del__ (allocator.free)"):
       owned = self.options is None or self.options.external_ptr is None
       if (self._base is None or self._copied_view) and owned:
         self.allocator.free(self._opaque, self.nbytes, self.options)

@@ -746,9 +746,9 @@ class HCQ2Graph:
   def __call__(self, inputs: Sequence[Any], var_vals: dict[str, int] | None = None) -> None:
     self.replay(inputs, var_vals or {})
 
-  def __del__(self) -> None:
+  def __del__(self, _errors: type[del_errors] = del_errors) -> None:
     if getattr(self, "ctx", None) is None: return  # refused before it allocated anything (HCQ2=0)
-    with del_errors("HCQ2Graph.__del__ (freeing its buffers and signals)"):
+    with _errors("HCQ2Graph.__del__ (freeing its buffers and signals)"):
       last = self.ctx.ns.get("LAST", [0])[0]
       for buf in self.ctx.allocs: self.dev.defer_free(buf, last)
       if self.ctx.signals and self.dev.timeline_signal.value >= last and hasattr(self.dev, "_free_signals"):

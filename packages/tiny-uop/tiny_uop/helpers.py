@@ -257,16 +257,28 @@ class FinalizerWarning(RuntimeWarning):
   """A `__del__` failed while the interpreter was running: the resource it frees may have leaked."""
 
 
-@contextlib.contextmanager
-def del_errors(what: str) -> Iterator[None]:
+class del_errors:
   """Run the body of a `__del__`: at interpreter shutdown (`sys.is_finalizing()`) an error is ignored (the driver or
   module it needs may be torn down already); while running it is reported as a `FinalizerWarning` naming `what`, and
   the rest of the `__del__` still runs (a free that fails is a bug to see, not to hide).
 
-  Use:  `def __del__(self): with del_errors("CUDAProgram.__del__"): unload(self.module)`
+  Bind it as a default argument, so that it is still there when module globals are cleared at shutdown (a `__del__`
+  that looks `del_errors` up as a global then finds None); it keeps what it calls on the class for the same reason.
+  Use:  `def __del__(self, _errors=del_errors): with _errors("CUDAProgram.__del__"): unload(self.module)`
   """
-  try: yield
-  except Exception as e:  # noqa: BLE001 -- reported below (raising out of __del__ would skip the caller's other frees)
-    if sys.is_finalizing(): return
-    warnings.warn(f"{what} failed: {type(e).__name__}: {e}", FinalizerWarning, stacklevel=3)
+  __slots__ = ("what",)
+  _finalizing = staticmethod(sys.is_finalizing)
+  _warn = staticmethod(warnings.warn)
+  _category = FinalizerWarning
+
+  def __init__(self, what: str) -> None: self.what = what
+
+  def __enter__(self) -> None: return None
+
+  def __exit__(self, typ: Any, e: Any, tb: Any) -> bool:
+    # an Exception is reported (raising out of __del__ would skip the caller's other frees); BaseExceptions propagate
+    if typ is None or not issubclass(typ, Exception): return False
+    cls = type(self)
+    if not cls._finalizing(): cls._warn(f"{self.what} failed: {typ.__name__}: {e}", cls._category, stacklevel=2)
+    return True
 
