@@ -161,3 +161,26 @@ def test_power_constraint_context_and_setproperty(dev):
   with pytest.raises(KGSLError, match="SETPROPERTY"): setprop(ctx, tk.KGSL_CONSTRAINT_PWRLEVEL, 1, size=8)
   k.ioctl("DRAWCTXT_DESTROY", drawctxt_id=ctx)
   _works(dev)
+
+
+def test_const_config_constlen_zero_is_bounded_by_the_const_ram_mode(dev, monkeypatch):
+  """SP_CS_CONST_CONFIG as tinygrad 0.14's a630 queue writes it (CONSTLEN 0 | ENABLED: its 256 overflows the 8-bit
+  field) runs, bounded by SP_CS_CNTL_1.CONSTANTRAMMODE; a nonzero CONSTLEN below the loaded const file still faults."""
+  import numpy as np
+  from tiny_tensor import Tensor
+  from tiny_runtime_qcom.mock import cp as mock_cp
+  orig = mock_cp.CommandProcessor._regs
+  x = np.linspace(-3, 3, 64, dtype=np.float32)
+
+  def with_const_config(value: int):
+    def regs(self, reg, vals, where):
+      vals = tuple(value if reg + k == a6xx.REG_SP_CS_CONST_CONFIG else v for k, v in enumerate(vals))
+      return orig(self, reg, vals, where)
+    return regs
+
+  monkeypatch.setattr(mock_cp.CommandProcessor, "_regs", with_const_config(a6xx.SP_CS_CONST_CONFIG_ENABLED))
+  np.testing.assert_allclose((Tensor(x, device=DEV) * 3 - 1).numpy(), x * 3 - 1, rtol=1e-6)
+  monkeypatch.setattr(mock_cp, "CONST_RAM_VEC4", (0, 0, 0, 0))  # a const RAM too small for any const file
+  with pytest.raises(MalformedPacket, match="SP_CS_CONST_CONFIG"): (Tensor(x, device=DEV) * 5).numpy()
+  monkeypatch.undo()
+  _works(dev)
