@@ -91,10 +91,11 @@ class MockKGSL:
     """KGSL_PROP_PWR_CONSTRAINT only, checked as KGSL's adreno_setproperty does: a struct kgsl_device_constraint of its
     size, for an existing context; type NONE clears the context's constraint, type PWRLEVEL carries a struct
     kgsl_device_constraint_pwrlevel whose level is PWR_MIN or PWR_MAX (KGSL_CONSTRAINT_PWR_MAXLEVELS is 2)."""
-    if a.type != kgsl.PROP_PWR_CONSTRAINT: raise OSError(22, f"SETPROPERTY {a.type:#x} is not mocked (PWR_CONSTRAINT "
-                                                             f"{kgsl.PROP_PWR_CONSTRAINT:#x} is)")
+    if a.type != kgsl.PROP_PWR_CONSTRAINT:
+      raise OSError(22, f"SETPROPERTY {a.type:#x} is not mocked (PWR_CONSTRAINT {kgsl.PROP_PWR_CONSTRAINT:#x} is)")
     want = kgsl.ffi.sizeof("struct kgsl_device_constraint")
-    if a.sizebytes != want: raise OSError(22, f"SETPROPERTY PWR_CONSTRAINT of {a.sizebytes} bytes; the struct is {want}")
+    if a.sizebytes != want:
+      raise OSError(22, f"SETPROPERTY PWR_CONSTRAINT of {a.sizebytes} bytes; struct kgsl_device_constraint is {want}")
     c = kgsl.ffi.cast("struct kgsl_device_constraint*", a.value)
     ctx = self.contexts.get(c.context_id)
     if ctx is None: raise OSError(22, f"SETPROPERTY PWR_CONSTRAINT for unknown context {c.context_id}")
