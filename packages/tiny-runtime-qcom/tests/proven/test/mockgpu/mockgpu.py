@@ -23,16 +23,21 @@ from tiny_uop.hcq import MAP_ANONYMOUS, FileIOInterface
 from tiny_runtime_qcom import kgsl
 from tiny_runtime_qcom.mock.driver import MockFileIO, MockKGSL, driver
 
-__all__ = ["MockFileIOInterface", "gpu_errors", "ioctl_log", "kgsl_driver"]
+__all__ = ["MockFileIOInterface", "gpu_errors", "gpu_running", "ioctl_log", "kgsl_driver"]
 
 gpu_errors: list[BaseException] = []      # what the GPU thread's mock raised (a test asserts it is empty)
 ioctl_log: list[str] = []                 # the name of every ioctl tinygrad issued, in order
 _gpu_thread: threading.Thread | None = None
+# cleared: the GPU thread idles and submissions run only at the host's timestamp waits, so a fault is raised to the
+# waiter, deterministically (a case that expects one clears it)
+gpu_running = threading.Event()
+gpu_running.set()
 
 
 def _gpu_loop(drv: MockKGSL) -> None:
   """The asynchronous GPU: run every context's queued submissions, then idle briefly."""
   while True:
+    gpu_running.wait()
     try:
       with drv.lock:
         for ctx in list(drv.contexts.values()):
