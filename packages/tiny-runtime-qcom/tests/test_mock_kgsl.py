@@ -129,3 +129,58 @@ def test_kgsl_ioctls_check_their_arguments(dev):
     k.ioctl("DEVICE_WAITTIMESTAMP_CTXTID", context_id=k.ctx, timestamp=k.last_timestamp + 5, timeout=10)
   with pytest.raises(GPUFault, match="page fault"): k.submit(0x1000, 4)
   _works(dev)
+
+
+def test_power_constraint_context_and_setproperty(dev):
+  """tinygrad 0.14's driver, which runs on real a630s, creates its context with KGSL_CONTEXT_PWR_CONSTRAINT and sets
+  KGSL_PROP_PWR_CONSTRAINT (PWRLEVEL, PWR_MAX) on it: msm_kgsl.h defines both (the flag 0x800, the property 0x12 with
+  `struct kgsl_device_constraint`), so the mock accepts them; the struct is built here with the layout of tinygrad's
+  header-generated `autogen/kgsl.py`, not ours. Bad constraints get EINVAL naming the valid values."""
+  import ctypes
+
+  import oracle
+
+  from tiny_runtime_qcom import kgsl
+  from tiny_runtime_qcom.kgsl import KGSLError
+  k, tk = dev.kgsl, oracle.kgsl()
+  ctx = k.ioctl("DRAWCTXT_CREATE", flags=tk.KGSL_CONTEXT_PWR_CONSTRAINT | tk.KGSL_CONTEXT_PREAMBLE).drawctxt_id
+
+  def setprop(ctx_id: int, typ: int, level: int, size: int = 4, total: int | None = None) -> None:
+    lvl = tk.struct_kgsl_device_constraint_pwrlevel(level=level)
+    c = tk.struct_kgsl_device_constraint(type=typ, context_id=ctx_id, data=ctypes.addressof(lvl), size=size)
+    k.ioctl("SETPROPERTY", type=tk.KGSL_PROP_PWR_CONSTRAINT, value=kgsl.ffi.cast("void*", ctypes.addressof(c)),
+            sizebytes=ctypes.sizeof(c) if total is None else total)
+
+  setprop(ctx, tk.KGSL_CONSTRAINT_PWRLEVEL, tk.KGSL_CONSTRAINT_PWR_MAX)
+  assert driver().contexts[ctx]["pwr_constraint"] == tk.KGSL_CONSTRAINT_PWR_MAX
+  setprop(ctx, tk.KGSL_CONSTRAINT_NONE, 0)
+  assert driver().contexts[ctx]["pwr_constraint"] is None
+  with pytest.raises(KGSLError, match="SETPROPERTY"): setprop(ctx, tk.KGSL_CONSTRAINT_PWRLEVEL, 2)
+  with pytest.raises(KGSLError, match="SETPROPERTY"): setprop(ctx + 100, tk.KGSL_CONSTRAINT_PWRLEVEL, 1)
+  with pytest.raises(KGSLError, match="SETPROPERTY"): setprop(ctx, tk.KGSL_CONSTRAINT_PWRLEVEL, 1, total=16)
+  with pytest.raises(KGSLError, match="SETPROPERTY"): setprop(ctx, tk.KGSL_CONSTRAINT_PWRLEVEL, 1, size=8)
+  k.ioctl("DRAWCTXT_DESTROY", drawctxt_id=ctx)
+  _works(dev)
+
+
+def test_const_config_constlen_zero_is_bounded_by_the_const_ram_mode(dev, monkeypatch):
+  """SP_CS_CONST_CONFIG as tinygrad 0.14's a630 queue writes it (CONSTLEN 0 | ENABLED: its 256 overflows the 8-bit
+  field) runs, bounded by SP_CS_CNTL_1.CONSTANTRAMMODE; a nonzero CONSTLEN below the loaded const file still faults."""
+  import numpy as np
+  from tiny_tensor import Tensor
+  from tiny_runtime_qcom.mock import cp as mock_cp
+  orig = mock_cp.CommandProcessor._regs
+  x = np.linspace(-3, 3, 64, dtype=np.float32)
+
+  def with_const_config(value: int):
+    def regs(self, reg, vals, where):
+      vals = tuple(value if reg + k == a6xx.REG_SP_CS_CONST_CONFIG else v for k, v in enumerate(vals))
+      return orig(self, reg, vals, where)
+    return regs
+
+  monkeypatch.setattr(mock_cp.CommandProcessor, "_regs", with_const_config(a6xx.SP_CS_CONST_CONFIG_ENABLED))
+  np.testing.assert_allclose((Tensor(x, device=DEV) * 3 - 1).numpy(), x * 3 - 1, rtol=1e-6)
+  monkeypatch.setattr(mock_cp, "CONST_RAM_VEC4", (0, 0, 0, 0))  # a const RAM too small for any const file
+  with pytest.raises(MalformedPacket, match="SP_CS_CONST_CONFIG"): (Tensor(x, device=DEV) * 5).numpy()
+  monkeypatch.undo()
+  _works(dev)

@@ -177,7 +177,9 @@ def test_kgsl_ioctl_numbers_and_struct_layouts_are_the_headers():
       assert kgsl.ffi.sizeof(kgsl.ffi.typeof(f"struct {ours}").fields[[f for f, _ in kgsl.ffi.typeof(
         f"struct {ours}").fields].index(fname)][1].type) == ctypes.sizeof(ftype), (ours, fname)
   for ours, theirs in (("kgsl_devinfo", "struct_kgsl_devinfo"), ("kgsl_version", "struct_kgsl_version"),
-                       ("kgsl_command_object", "struct_kgsl_command_object")):
+                       ("kgsl_command_object", "struct_kgsl_command_object"),
+                       ("kgsl_device_constraint", "struct_kgsl_device_constraint"),
+                       ("kgsl_device_constraint_pwrlevel", "struct_kgsl_device_constraint_pwrlevel")):
     st = getattr(k, theirs)
     assert kgsl.ffi.sizeof(f"struct {ours}") == st.SIZE
     assert {f: kgsl.ffi.offsetof(f"struct {ours}", f) for f, _, _ in st._real_fields_} == \
@@ -200,7 +202,11 @@ def test_kgsl_flags_are_the_headers():
            "KGSL_CACHEMODE_MASK": kgsl.CACHEMODE_MASK, "KGSL_CACHEMODE_UNCACHED": kgsl.CACHEMODE_UNCACHED,
            "KGSL_MEMTYPE_SHIFT": kgsl.MEMTYPE_SHIFT, "KGSL_MEMTYPE_MASK": kgsl.MEMTYPE_MASK,
            "KGSL_MEMTYPE_CL": kgsl.MEMTYPE_CL, "KGSL_CMDLIST_IB": kgsl.CMDLIST_IB,
-           "KGSL_TIMESTAMP_RETIRED": kgsl.TIMESTAMP_RETIRED, "KGSL_IOC_TYPE": kgsl.KGSL_IOC_TYPE}
+           "KGSL_TIMESTAMP_RETIRED": kgsl.TIMESTAMP_RETIRED, "KGSL_IOC_TYPE": kgsl.KGSL_IOC_TYPE,
+           "KGSL_PROP_PWR_CONSTRAINT": kgsl.PROP_PWR_CONSTRAINT, "KGSL_CONTEXT_PWR_CONSTRAINT":
+           kgsl.CONTEXT_PWR_CONSTRAINT, "KGSL_CONSTRAINT_NONE": kgsl.CONSTRAINT_NONE,
+           "KGSL_CONSTRAINT_PWRLEVEL": kgsl.CONSTRAINT_PWRLEVEL, "KGSL_CONSTRAINT_PWR_MIN": kgsl.CONSTRAINT_PWR_MIN,
+           "KGSL_CONSTRAINT_PWR_MAX": kgsl.CONSTRAINT_PWR_MAX}
   for name, v in pairs.items(): assert getattr(k, name) == v, name
 
 

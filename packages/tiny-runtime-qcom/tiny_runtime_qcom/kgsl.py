@@ -23,6 +23,8 @@ struct kgsl_devinfo { uint32_t device_id; uint32_t chip_id; uint32_t mmu_enabled
                       uint32_t gpu_id; uint64_t gmem_sizebytes; };
 struct kgsl_version { uint32_t drv_major; uint32_t drv_minor; uint32_t dev_major; uint32_t dev_minor; };
 struct kgsl_device_getproperty { uint32_t type; void *value; uint64_t sizebytes; };
+struct kgsl_device_constraint { uint32_t type; uint32_t context_id; void *data; uint64_t size; };
+struct kgsl_device_constraint_pwrlevel { uint32_t level; };
 struct kgsl_device_waittimestamp_ctxtid { uint32_t context_id; uint32_t timestamp; uint32_t timeout; };
 struct kgsl_cmdstream_readtimestamp_ctxtid { uint32_t context_id; uint32_t type; uint32_t timestamp; };
 struct kgsl_drawctxt_create { uint32_t flags; uint32_t drawctxt_id; };
@@ -45,6 +47,7 @@ IOCTLS: dict[str, tuple[int, int, str]] = {
   "DEVICE_GETPROPERTY": (_IOWR, 0x02, "kgsl_device_getproperty"),
   "DEVICE_WAITTIMESTAMP_CTXTID": (_IOW, 0x07, "kgsl_device_waittimestamp_ctxtid"),
   "DRAWCTXT_CREATE": (_IOWR, 0x13, "kgsl_drawctxt_create"),
+  "SETPROPERTY": (_IOW, 0x32, "kgsl_device_getproperty"),
   "DRAWCTXT_DESTROY": (_IOW, 0x14, "kgsl_drawctxt_destroy"),
   "CMDSTREAM_READTIMESTAMP_CTXTID": (_IOWR, 0x16, "kgsl_cmdstream_readtimestamp_ctxtid"),
   "GPUOBJ_ALLOC": (_IOWR, 0x45, "kgsl_gpuobj_alloc"),
@@ -63,8 +66,11 @@ def ioctl_number(name: str) -> int:
 IOCTL_BY_NUMBER: dict[int, str] = {ioctl_number(n): n for n in IOCTLS}
 
 # msm_kgsl.h: properties, context flags, memory flags, command flags, timestamp types
-PROP_DEVICE_INFO, PROP_VERSION = 0x1, 0x8
+PROP_DEVICE_INFO, PROP_VERSION, PROP_PWR_CONSTRAINT = 0x1, 0x8, 0x12
 CONTEXT_NO_GMEM_ALLOC, CONTEXT_PREAMBLE, CONTEXT_NO_FAULT_TOLERANCE = 0x2, 0x10, 0x200
+CONTEXT_PWR_CONSTRAINT = 0x800  # the context may carry a power constraint (set with SETPROPERTY PWR_CONSTRAINT)
+# struct kgsl_device_constraint: its types, and the PWRLEVEL levels (only two: min and max frequency)
+CONSTRAINT_NONE, CONSTRAINT_PWRLEVEL, CONSTRAINT_PWR_MIN, CONSTRAINT_PWR_MAX = 0, 1, 0, 1
 CONTEXT_PRIORITY_SHIFT, CONTEXT_PRIORITY_MASK = 12, 0xF000
 CONTEXT_TYPE_SHIFT, CONTEXT_TYPE_MASK, CONTEXT_TYPE_CL = 20, 0x01F00000, 2
 CONTEXT_PREEMPT_STYLE_SHIFT, CONTEXT_PREEMPT_STYLE_MASK, CONTEXT_PREEMPT_STYLE_FINEGRAIN = 25, 0x0E000000, 0x2

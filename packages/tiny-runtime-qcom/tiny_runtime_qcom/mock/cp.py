@@ -33,6 +33,8 @@ NUM_UNIT_BITS = 10  # CP_LOAD_STATE6_0 bits 31:22 (tests/test_truth.py checks th
 UNIT_BYTES = {(a6xx.SB6_CS_SHADER, a6xx.ST6_SHADER): 128, (a6xx.SB6_CS_SHADER, a6xx.ST6_CONSTANTS): 16,
               (a6xx.SB6_CS_SHADER, a6xx.ST6_UAV): 64, (a6xx.SB6_CS_TEX, a6xx.ST6_CONSTANTS): 64,
               (a6xx.SB6_CS_TEX, a6xx.ST6_SHADER): 16}
+# SP_CS_CNTL_1.CONSTANTRAMMODE (Mesa a6xx.xml enum a6xx_const_ram_mode): CONSTLEN_128/192/256/512, in vec4s
+CONST_RAM_VEC4 = (128, 192, 256, 512)
 # CP_WAIT_REG_MEM functions (adreno_pm4.xml, enum cp_cond_function): ALWAYS, LT, LE, EQ, NE, GE, GT
 WAIT_FUNCS: dict[int, Callable[[int, int], bool]] = {
   0: lambda v, r: True, 1: lambda v, r: v < r, 2: lambda v, r: v <= r, 3: lambda v, r: v == r, 4: lambda v, r: v != r,
@@ -266,9 +268,15 @@ class CommandProcessor:
     if (cs := self.state.get((a6xx.SB6_CS_SHADER, a6xx.ST6_CONSTANTS))) is None: raise bad("no constants loaded")
     consts = cs[1]
     cc = r(a6xx.REG_SP_CS_CONST_CONFIG)
-    if not cc & a6xx.SP_CS_CONST_CONFIG_ENABLED or (cc & 0xFF) * 4 * 16 < len(consts):
-      raise bad(f"SP_CS_CONST_CONFIG {cc:#x}: constants disabled or CONSTLEN below the {len(consts) // 16} loaded "
-                "vec4s")
+    constlen = (cc & 0xFF) * 4  # vec4s (CONSTLEN holds the count >> 2)
+    if constlen == 0:
+      # CONSTLEN 0 with ENABLED is what tinygrad 0.14's QCOM queue writes (it packs 256 unshifted, which overflows the
+      # 8-bit field into ENABLED), and its kernels read their arguments on real a630s: the const file the shader sees
+      # is then bounded by SP_CS_CNTL_1.CONSTANTRAMMODE only, which is what the mock checks
+      constlen = CONST_RAM_VEC4[(cntl1 >> 5) & 3]
+    if not cc & a6xx.SP_CS_CONST_CONFIG_ENABLED or constlen * 16 < len(consts):
+      raise bad(f"SP_CS_CONST_CONFIG {cc:#x} (SP_CS_CNTL_1 {cntl1:#x}): constants disabled or a const file of "
+                f"{constlen} vec4s, below the {len(consts) // 16} loaded")
     need = max([16] + [a["off"] + (8 if a["kind"] == "buf" else 4) for a in img["args"] if "off" in a])
     if len(consts) < need: raise bad(f"{len(consts)} bytes of constants loaded; the kernel's arguments need {need}")
     for value, off, size in img["imm"]:

@@ -26,7 +26,7 @@ from tiny_runtime_qcom.mock.gpu import GPUFault, Runner
 
 CHIP_ID, GPU_ID, GMEM = 0x06030001, 630, 1 << 20  # Adreno 630 (Snapdragon 845): chip id 6.3.0 patch 1, 1 MiB GMEM
 KNOWN_CONTEXT_FLAGS = kgsl.CONTEXT_PREAMBLE | kgsl.CONTEXT_NO_GMEM_ALLOC | kgsl.CONTEXT_NO_FAULT_TOLERANCE | \
-  kgsl.CONTEXT_PRIORITY_MASK | kgsl.CONTEXT_TYPE_MASK | kgsl.CONTEXT_PREEMPT_STYLE_MASK
+  kgsl.CONTEXT_PWR_CONSTRAINT | kgsl.CONTEXT_PRIORITY_MASK | kgsl.CONTEXT_TYPE_MASK | kgsl.CONTEXT_PREEMPT_STYLE_MASK
 KNOWN_MEM_FLAGS = kgsl.MEMFLAGS_USE_CPU_MAP | kgsl.MEMALIGN_MASK | kgsl.CACHEMODE_MASK | kgsl.MEMTYPE_MASK
 
 
@@ -87,10 +87,33 @@ class MockKGSL:
       v.drv_major, v.drv_minor, v.dev_major, v.dev_minor = 3, 14, 3, 14
     else: raise OSError(22, f"KGSL_PROP {a.type:#x} is not mocked")
 
+  def _setproperty(self, a: Any) -> None:
+    """KGSL_PROP_PWR_CONSTRAINT only, checked as KGSL's adreno_setproperty does: a struct kgsl_device_constraint of its
+    size, for an existing context; type NONE clears the context's constraint, type PWRLEVEL carries a struct
+    kgsl_device_constraint_pwrlevel whose level is PWR_MIN or PWR_MAX (KGSL_CONSTRAINT_PWR_MAXLEVELS is 2)."""
+    if a.type != kgsl.PROP_PWR_CONSTRAINT:
+      raise OSError(22, f"SETPROPERTY {a.type:#x} is not mocked (PWR_CONSTRAINT {kgsl.PROP_PWR_CONSTRAINT:#x} is)")
+    want = kgsl.ffi.sizeof("struct kgsl_device_constraint")
+    if a.sizebytes != want:
+      raise OSError(22, f"SETPROPERTY PWR_CONSTRAINT of {a.sizebytes} bytes; struct kgsl_device_constraint is {want}")
+    c = kgsl.ffi.cast("struct kgsl_device_constraint*", a.value)
+    ctx = self.contexts.get(c.context_id)
+    if ctx is None: raise OSError(22, f"SETPROPERTY PWR_CONSTRAINT for unknown context {c.context_id}")
+    if c.type == kgsl.CONSTRAINT_NONE: ctx["pwr_constraint"] = None
+    elif c.type == kgsl.CONSTRAINT_PWRLEVEL:
+      if c.size != kgsl.ffi.sizeof("struct kgsl_device_constraint_pwrlevel"):
+        raise OSError(22, f"PWRLEVEL constraint data of {c.size} bytes; struct kgsl_device_constraint_pwrlevel is 4")
+      level = kgsl.ffi.cast("struct kgsl_device_constraint_pwrlevel*", c.data).level
+      if level not in (kgsl.CONSTRAINT_PWR_MIN, kgsl.CONSTRAINT_PWR_MAX):
+        raise OSError(22, f"PWRLEVEL constraint level {level}; valid: 0 (PWR_MIN), 1 (PWR_MAX)")
+      ctx["pwr_constraint"] = level
+    else: raise OSError(22, f"power constraint type {c.type}; valid: 0 (NONE), 1 (PWRLEVEL)")
+
   def _drawctxt_create(self, a: Any) -> None:
     if a.flags & ~KNOWN_CONTEXT_FLAGS: raise OSError(22, f"DRAWCTXT_CREATE flags {a.flags:#x}: unknown bits")
     a.drawctxt_id, self.next_id = self.next_id, self.next_id + 1
-    self.contexts[a.drawctxt_id] = {"issued": 0, "retired": 0, "queue": deque(), "fault": None}
+    self.contexts[a.drawctxt_id] = {"issued": 0, "retired": 0, "queue": deque(), "fault": None, "flags": a.flags,
+                                    "pwr_constraint": None}
 
   def _drawctxt_destroy(self, a: Any) -> None:
     if self.contexts.pop(a.drawctxt_id, None) is None: raise OSError(22, f"DRAWCTXT_DESTROY of {a.drawctxt_id}")
