@@ -21,9 +21,10 @@ channel would need recovery after either; the mock keeps going so the device sur
 
 A QMD launch decodes every field the driver sets (`MockGPU.last_qmd`), finds the cubin image whose `.text.<kernel>`
 is at PROGRAM_ADDRESS in GPU memory (and checks those bytes are the cubin's), refuses a cubin for another SM (read
-by the mock itself, by ELF ABI version: `cubin_sm`), checks the QMD against the cubin's facts (`cubin.load_kernel_info`: registers, shared and local memory, the parameters' place in constant bank 0), and
-runs the kernel's PTX (the cubin's `.tiny.ptx` section) on the PTX executor with the parameters read from constant
-bank 0 in GPU memory.
+by the mock itself, by ELF ABI version: `cubin_sm`), checks the QMD against the cubin's facts
+(`cubin.load_kernel_info`: registers, shared and local memory, the parameters' place in constant bank 0), and runs the
+kernel's PTX (the cubin's `.tiny.ptx` section) on the PTX executor with the parameters read from constant bank 0 in
+GPU memory.
 """
 from __future__ import annotations
 
