@@ -20,10 +20,11 @@ drops the rest of its GPFIFO entry; a kernel that faults is cut short and the me
 channel would need recovery after either; the mock keeps going so the device survives and reports).
 
 A QMD launch decodes every field the driver sets (`MockGPU.last_qmd`), finds the cubin image whose `.text.<kernel>`
-is at PROGRAM_ADDRESS in GPU memory (and checks those bytes are the cubin's), checks the QMD against the cubin's
-facts (`cubin.load_kernel_info`: registers, shared and local memory, the parameters' place in constant bank 0), and
-runs the kernel's PTX (the cubin's `.tiny.ptx` section) on the PTX executor with the parameters read from constant
-bank 0 in GPU memory.
+is at PROGRAM_ADDRESS in GPU memory (and checks those bytes are the cubin's), refuses a cubin for another SM (read
+by the mock itself, by ELF ABI version: `cubin_sm`), checks the QMD against the cubin's facts
+(`cubin.load_kernel_info`: registers, shared and local memory, the parameters' place in constant bank 0), and runs the
+kernel's PTX (the cubin's `.tiny.ptx` section) on the PTX executor with the parameters read from constant bank 0 in
+GPU memory.
 """
 from __future__ import annotations
 
@@ -46,6 +47,21 @@ XID_GR_EXCEPTION, XID_MMU_FAULT = 13, 31
 WINDOW_SIZE = 1 << 32   # the mock treats the shared and local windows as 4 GiB each
 QMD_KNOWN_BITS = {v.major: sum(((1 << (hi - lo + 1)) - 1) << lo for hi, lo in v.layout.values())
                   for v in push.QMD_VERSIONS.values()}
+# The cubin's SM, read by the mock on its own (not through the driver's `cubin.cubin_arch`, so a driver that misreads
+# it is caught here): e_ident[EI_ABIVERSION] (byte 8) picks where e_flags (ELF64: bytes 0x30..0x33) keeps it. LLVM's
+# llvm/include/llvm/BinaryFormat/ELF.h: ELFABIVERSION_CUDA_V1 = 7 with EF_CUDA_SM = 0xff (bits 7:0; ptxas <= CUDA 12),
+# ELFABIVERSION_CUDA_V2 = 8 with EF_CUDA_SM_MASK = 0xff00, EF_CUDA_SM_OFFSET = 8 (bits 15:8; ptxas 13); its
+# ELFObjectFileBase::getNVPTXCPUName reads them the same way. Another ABI version: the mock refuses the image.
+CUBIN_SM_FIELD = {7: (0xFF, 0), 8: (0xFF00, 8)}   # ABI version -> (mask, shift) of the SM in e_flags
+
+
+def cubin_sm(image: bytes) -> int:
+  """The SM (major * 10 + minor) a cubin image targets, by its ELF ABI version; ValueError for an unknown one."""
+  abi, flags = image[8], struct.unpack_from("<I", image, 0x30)[0]
+  if abi not in CUBIN_SM_FIELD:
+    raise ValueError(f"cubin ELF ABI version {abi}; the mock reads {sorted(CUBIN_SM_FIELD)} (CUDA 12 / 13 ptxas)")
+  mask, shift = CUBIN_SM_FIELD[abi]
+  return (flags & mask) >> shift
 
 
 class ChannelError(Exception):
@@ -517,10 +533,15 @@ class MockGPU:
       name = next(s.name[6:] for s in elf.sections if s.name.startswith(".text.") and base + s.offset == prog)
       info = load_kernel_info(image, name)
       ptx_text = ptx_of(image)
+      sm = cubin_sm(image)
     except (StopIteration, CubinError, ValueError) as e:
       raise ChannelError(XID_GR_EXCEPTION, f"program at {prog:#x}: no kernel's code starts there ({e})") from None
     want = f"sm_{self.cfg.sm_version >> 8}{self.cfg.sm_version & 0xF}"
-    if info.arch != want: raise ChannelError(XID_GR_EXCEPTION, f"cubin for {info.arch} on a {want} GPU")
+    # SASS is per SM: the GPU can't run another SM's code (the CUDA driver refuses such a module with
+    # CUDA_ERROR_NO_BINARY_FOR_GPU); the SM here is the mock's own reading of the header (`cubin_sm`)
+    if f"sm_{sm}" != want:
+      raise ChannelError(XID_GR_EXCEPTION, f"cubin for sm_{sm} (ELF ABI {image[8]}, e_flags "
+                         f"{struct.unpack_from('<I', image, 0x30)[0]:#010x}) on a {want} GPU")
     k = load_kernel(ptx_text, name)
     self.kernels[key] = (k, info, ptx_text)
     return k, info, ptx_text
