@@ -6,8 +6,8 @@ Every op builds UOps (docs/PIPELINE.md §1); nothing runs until `realize()`, `nu
 Realize (engine.py) returns the scheduler's `becomes` map; every live tensor whose node was realized then points at
 its buffer, and lazy tensors whose graphs use a realized node get the buffer substituted in. A realized tensor keeps
 the graph it came from (`_origin`) so that backward still reaches the leaves. Creation and random numbers live in
-creation.py, indexing in indexing.py, autograd rules in gradient.py; the higher-level ops (conv2d, losses, ...) are
-functions in nnops.py bound here as methods.
+creation.py, indexing in indexing.py, autograd rules in gradient.py; the higher-level ops (conv2d, losses, ...) in
+nnops.py and the composed math ops in mathops.py: each of those modules is a mixin class that `Tensor` inherits.
 
 >>> from tiny_tensor import Tensor
 >>> (Tensor([1.0, 2.0, 3.0]) * 2 + 1).tolist()
@@ -35,6 +35,8 @@ from tiny_tensor.helpers import ArgumentError as _ArgumentError
 from tiny_tensor.helpers import DTypeArgumentError as _DTypeArgumentError
 from tiny_tensor.helpers import _assign_view, _base_buffer, _broadcast_shape, _canonical_device, argfix, tensor_seq
 from tiny_tensor.indexing import IndexingMixin, _view_bottom_buffer
+from tiny_tensor.mathops import MathOpsMixin, bitcast_sized, with_gradient
+from tiny_tensor.nnops import NNOpsMixin, float_divmod
 
 __all__ = ["Tensor"]
 
@@ -125,7 +127,7 @@ class _TensorMeta(type):
     TRAINING.value = getenv("TRAINING", 0)
 
 
-class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
+class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_TensorMeta):
   """A lazy n-dimensional array: `Tensor(data, device=None, dtype=None, requires_grad=None)`.
 
   `data` is a Python scalar (a lazy constant), a (nested) list/tuple, a numpy array, `bytes` (uint8), a `UOp`, or None
@@ -648,7 +650,6 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     if dt.itemsize != self.dtype.itemsize:
       if not self.shape or (self.shape[-1] * self.dtype.itemsize) % dt.itemsize:
         raise RuntimeError(f"bitcast {self.dtype} -> {dt}: shape {self.shape} doesn't fit the new item size")
-      from tiny_tensor.mathops import bitcast_sized
       return bitcast_sized(self, dt)
     return self._wrap(self.uop.bitcast(dt))
 
@@ -704,7 +705,7 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     if rounding_mode not in ("trunc", "floor"):
       raise ValueError(f"rounding_mode {rounding_mode!r}; valid: None, 'trunc', 'floor'")
     if dtypes.is_float(a.dtype):
-      if rounding_mode == "floor": return _nnops.float_divmod(a, b)[0]
+      if rounding_mode == "floor": return float_divmod(a, b)[0]
       return a._wrap(a.uop.alu(Ops.FDIV, b.uop), b).trunc()
     if a.dtype == dtypes.bool: a, b = a.int(), b.int()
     q = a._wrap(a.uop.alu(Ops.CDIV, b.uop), b)
@@ -720,7 +721,7 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
   def mod(self, x: Any, reverse: bool = False) -> Tensor:
     """Python-style remainder (the sign of the divisor)."""
     a, b = self._broadcasted(x, reverse)
-    if dtypes.is_float(a.dtype): return _nnops.float_divmod(a, b)[1]  # numpy's, exactly
+    if dtypes.is_float(a.dtype): return float_divmod(a, b)[1]  # numpy's, exactly
     ret = a - a.div(b, rounding_mode="floor") * b
     return b.eq(0).where(0, ret)  # int x % 0 is 0 (as numpy, and CMOD)
 
@@ -989,7 +990,6 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     """
     x = self._float()
     out = (1 + (x * (-1 / math.log(2))).exp2()).reciprocal()
-    from tiny_tensor.mathops import with_gradient
     return with_gradient(out, (x,), lambda g, s, _: (g * s * (1 - s),))
   def hardsigmoid(self, alpha: float = 1 / 6, beta: float = 0.5) -> Tensor:
     """Piecewise-linear sigmoid: clip(alpha*x + beta, 0, 1); the gradient is alpha strictly inside (0 at the kinks, as
@@ -1023,7 +1023,6 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
   def erf(self) -> Tensor:
     """Error function (Abramowitz-Stegun 7.1.26, |err| < 1.5e-7); its gradient is the exact 2/sqrt(pi) exp(-x^2)
     (the approximation's own, through |x| and sign(x), is 0 at 0)."""
-    from tiny_tensor.mathops import with_gradient
     x = self._float()
     t = 1.0 / (1.0 + 0.3275911 * x.abs())
     out = x.sign() * (1.0 - t * polyN(t, [1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592]) *
@@ -1130,7 +1129,6 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
       nz_prod = zero.where(1.0, x)._reduce(Ops.MUL, axes, True)  # the product of the nonzero elements
       gi = zero.where((nzero == 1).where(nz_prod, 0.0), (nzero == 0).where(nz_prod / zero.where(1.0, x), 0.0))
       return (g.reshape(kshape) * gi,)
-    from tiny_tensor.mathops import with_gradient
     return with_gradient(out, (x,), grad)
 
   def max(self, axis: Any = None, keepdim: bool = False) -> Tensor:
@@ -1497,7 +1495,6 @@ def _pow_float(b: Tensor, e: Tensor) -> Tensor:
     db = (e == 0).where(0.0, g * e * _pow_float(b.detach(), e.detach() - 1))
     de = ((b == 0) & (e >= 0)).where(0.0, g * r * b.log())
     return db, de
-  from tiny_tensor.mathops import with_gradient
   return with_gradient(out, (b, e), grad)
 
 
@@ -1759,16 +1756,3 @@ def _aliases(old: UOp, new: UOp) -> bool:
     if old is new: return True
     if len(old.src) != 1 or old.op is _BUFFER: return False
     old = old.src[0]
-
-
-# the higher-level ops (conv2d, pooling, losses, ...) live in nnops as functions taking a Tensor first
-try:
-  from tiny_tensor import nnops as _nnops
-except ImportError as _e:  # only while nnops is being written: any other error must surface
-  if getattr(_e, "name", None) != "tiny_tensor.nnops": raise
-  _nnops = None  # type: ignore[assignment]
-if _nnops is not None:
-  for _n in _nnops.__all__: setattr(Tensor, _n, getattr(_nnops, _n))
-from tiny_tensor import mathops as _mathops  # noqa: E402  (it needs Tensor defined)
-for _n in _mathops.__all__: setattr(Tensor, _n, getattr(_mathops, _n))
-
