@@ -3,7 +3,7 @@ normalization, dropout, attention, losses, sorting, cumulative ops, gather/scatt
 diagonals, einops-style rearrange, and sampling (multinomial, randperm).
 
 The ops are the methods of `NNOpsMixin`, one of `Tensor`'s bases, each with tinygrad's method signature (`einsum`
-and `randperm` are static). Nothing here adds a UOp or touches numpy: each op is a graph of
+is static, `randperm` a classmethod). Nothing here adds a UOp or touches numpy: each op is a graph of
 movement, elementwise and reduce ops, so autograd differentiates it and the scheduler fuses it like any other.
 
 Constants (`arange`, `ones`, `rand`) are created through `type(self)` on `self.device`, so the ops work on any
@@ -509,21 +509,6 @@ def _rearrange_side(side: str, formula: str) -> list[list[str]]:
     else: raise ValueError(f"rearrange {formula!r}: bad axis name {tok!r}")
   if cur is not None: raise ValueError(f"rearrange {formula!r}: unbalanced parentheses")
   return groups
-
-
-# ***** normalizing, sampling *****
-
-
-def _randperm(n: int, device: str | None = None, dtype: DType = dtypes.int32, **kwargs: Any) -> Tensor:
-  """A random permutation of 0..n-1: `Tensor.randperm(5)`.
-
-  >>> from tiny_tensor import Tensor
-  >>> sorted(Tensor.randperm(5).tolist())
-  [0, 1, 2, 3, 4]
-  """
-  from tiny_tensor.tensor import Tensor
-  if not isinstance(n, int) or n < 0: raise ValueError(f"randperm n={n!r} must be a non-negative int")
-  return Tensor.rand(n, device=device, **kwargs).argsort().cast(dtype)
 
 
 class NNOpsMixin:
@@ -1315,5 +1300,15 @@ class NNOpsMixin:
       keys = type(self).rand(rows, n, device=self.device, dtype=dtypes.float32).log() / w.cast(dtypes.float32)
       idx = keys.topk(num_samples, 1)[1]
     return (idx.squeeze(0) if self.ndim == 1 else idx).cast(dtypes.int32)
-  randperm = staticmethod(_randperm)
-  randperm.__doc__ = _randperm.__doc__
+
+  @classmethod
+  def randperm(cls: type[Tensor], n: int, device: str | None = None, dtype: DType = dtypes.int32,
+               **kwargs: Any) -> Tensor:
+    """A random permutation of 0..n-1: `Tensor.randperm(5)`.
+
+    >>> from tiny_tensor import Tensor
+    >>> sorted(Tensor.randperm(5).tolist())
+    [0, 1, 2, 3, 4]
+    """
+    if not isinstance(n, int) or n < 0: raise ValueError(f"randperm n={n!r} must be a non-negative int")
+    return cls.rand(n, device=device, **kwargs).argsort().cast(dtype)

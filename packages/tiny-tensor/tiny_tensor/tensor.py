@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import threading
-import weakref
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -30,78 +28,34 @@ from tiny_uop.uop import Ops, UOp, sint
 from tiny_tensor import engine
 from tiny_tensor import multi as _multi
 from tiny_tensor.creation import CreationMixin
+from tiny_tensor import gradient as _gradient
 from tiny_tensor.gradient import compute_gradient
 from tiny_tensor.helpers import ArgumentError as _ArgumentError
 from tiny_tensor.helpers import DTypeArgumentError as _DTypeArgumentError
-from tiny_tensor.helpers import _assign_view, _base_buffer, _broadcast_shape, _canonical_device, argfix, tensor_seq
+from tiny_tensor.helpers import _assign_view, _base_buffer, _broadcast_shape, _canonical_device, argfix
 from tiny_tensor.indexing import IndexingMixin, _view_bottom_buffer
 from tiny_tensor.mathops import MathOpsMixin, bitcast_sized, with_gradient
 from tiny_tensor.nnops import NNOpsMixin, float_divmod
+from tiny_tensor.live import (_grad_tensors, _lazy_tensors, _leaf_tensors, _live, _origin_tensors, _real_tensors,
+                              _registry_lock)
 
 __all__ = ["Tensor"]
-
-
-class _Registry:
-  """Live tensors by id, held weakly: a lighter `weakref.WeakValueDictionary` (every eager op registers its result in
-  `_lazy_tensors` and every realize lists it). An entry is a plain weak reference (CPython keeps one per object, so
-  registering costs no allocation) and a dead one is dropped when the registry is listed, or when it has doubled in
-  size since the last sweep; a dead tensor's id that a new object reuses is never taken for it (its reference is
-  dead). Writers hold `_registry_lock`."""
-  __slots__ = ("data", "limit")
-
-  def __init__(self) -> None:
-    self.data: dict[int, weakref.ReferenceType[Tensor]] = {}
-    self.limit = 64
-
-  def __setitem__(self, k: int, t: Tensor) -> None:
-    self.data[k] = weakref.ref(t)
-    if len(self.data) > self.limit: self.live()
-
-  def __contains__(self, k: int) -> bool: return (r := self.data.get(k)) is not None and r() is not None
-  def pop(self, k: int, default: Any = None) -> Any:
-    r = self.data.pop(k, None)
-    return default if r is None or (t := r()) is None else t
-
-  def only(self, ts: list[Tensor]) -> bool:
-    """Whether no live tensor but those of `ts` is in the registry (found at once when it holds just them; with dead
-    entries left over, False: the caller lists the registry, which sweeps them)."""
-    if len(self.data) > len(ts): return False
-    for r in list(self.data.values()):
-      if (t := r()) is None: continue
-      for x in ts:
-        if t is x: break
-      else: return False
-    return True
-
-  def live(self) -> list[Tensor]:
-    """The live tensors now (a list: another thread may add meanwhile); drops the dead entries. Under the lock."""
-    out, dead = [], []
-    for k, r in self.data.items():
-      if (t := r()) is None: dead.append(k)
-      else: out.append(t)
-    for k in dead: del self.data[k]
-    self.limit = max(64, 2 * len(self.data))
-    return out
-
-
-# registries of live tensors, by id (a WeakSet would compare Tensors with ==, which builds a Tensor)
-_grad_tensors = _Registry()  # requires_grad is True
-_leaf_tensors = _Registry()  # ... set so by the user
-_lazy_tensors = _Registry()  # may hold a lazy graph
-_origin_tensors = _Registry()  # remember a graph
-_real_tensors = _Registry()  # were set to a realized buffer without keeping a graph (data, assigns): backward's leaves
-_registry_lock = threading.Lock()  # changes to the registries above vs. listing them from another thread
-
-
-def _live(reg: _Registry) -> list[Tensor]:
-  """The tensors of a registry now (a list: another thread may add to it meanwhile)."""
-  with _registry_lock: return reg.live()
 
 
 # ops read on every eager op, as module constants (on Python 3.11 each `Ops.X` read costs ~0.1 us: see tiny_uop.uop)
 _MULTI, _BUFFER, _RESHAPE, _ASSIGN, _COPY = Ops.MULTI, Ops.BUFFER, Ops.RESHAPE, Ops.ASSIGN, Ops.COPY
 _scalar_cache: dict[tuple, UOp] = {}  # (dtype, repr(value), device, shape) -> the broadcast constant
 _SAME_DTYPE_OPS = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.AND, Ops.OR, Ops.XOR})  # result dtype = operands' dtype
+
+
+def tensor_seq(fname: str, first: Any, rest: tuple) -> list:
+  """The tensors of `Tensor.stack(a, b)`, `a.stack(b)` or `Tensor.stack((a, b))` / `([a, b])` (as tinygrad's `stack`
+  and torch's `stack`/`cat` take them); anything that is not a Tensor is a TypeError naming it."""
+  ts = list(first) + list(rest) if isinstance(first, (tuple, list)) else [first, *rest]
+  if not ts: raise ValueError(f"{fname} needs at least one tensor, got an empty sequence")
+  if bad := [t for t in ts if not isinstance(t, Tensor)]:
+    raise TypeError(f"{fname} takes Tensors (separately or as one tuple/list), got {type(bad[0]).__name__} {bad[0]!r}")
+  return ts
 
 
 def _np_from(data: Any, dtype: DType | None) -> np.ndarray:
@@ -1756,3 +1710,6 @@ def _aliases(old: UOp, new: UOp) -> bool:
     if old is new: return True
     if len(old.src) != 1 or old.op is _BUFFER: return False
     old = old.src[0]
+
+
+_gradient.set_cos(lambda x: Tensor(x).cos().uop)  # d sin x = cos x as Tensor.cos builds it (gradient.py is below)
