@@ -49,3 +49,15 @@ def test_sin_gradient_uses_tensor_cos_against_torch():
   t = torch.tensor(x, requires_grad=True)
   t.sin().sum().backward()
   np.testing.assert_allclose(a.grad.numpy(), t.grad.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_ops_reworded_for_the_type_checker_match_numpy_and_torch():
+  # tensor.py is type-checked now: data() returns the array's own memoryview, argmax subtracts with sub(reverse=True),
+  # split's sizes got a typed name
+  for v in ([[1.0, 2.0], [3.0, 4.0]], [True, False, True], [1, -2, 3]):
+    m, ref = Tensor(v).data(), memoryview(np.array(v, dtype=Tensor(v).numpy().dtype))
+    assert (m.format, m.shape, m.tolist()) == (ref.format, ref.shape, ref.tolist())
+  x = np.array([[1.0, 5.0, 2.0, 5.0], [7.0, 0.0, 7.0, -1.0]], dtype=np.float32)
+  np.testing.assert_array_equal(Tensor(x).argmax(1).numpy(), torch.tensor(x).argmax(1).numpy())
+  parts = Tensor(np.arange(7.0)).split([3, 4])
+  assert [p.tolist() for p in parts] == [a.tolist() for a in np.split(np.arange(7.0), [3])]

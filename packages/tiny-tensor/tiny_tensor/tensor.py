@@ -23,7 +23,7 @@ import numpy as np
 
 from tiny_uop.dtype import (DType, dtypes, float_to_narrow_bits, from_numpy, least_upper_dtype, least_upper_float,
                             ml_dtypes_name, narrow_bits_to_float32, sum_acc_dtype, to_dtype, to_numpy, truncate_int)
-from tiny_uop.helpers import TRAINING, Context, ceildiv, polyN, prod
+from tiny_uop.helpers import TRAINING, Context, ceildiv, polyN, prod, unwrap
 from tiny_uop.uop import Ops, UOp, sint
 from tiny_tensor import engine
 from tiny_tensor import multi as _multi
@@ -48,7 +48,7 @@ _scalar_cache: dict[tuple, UOp] = {}  # (dtype, repr(value), device, shape) -> t
 _SAME_DTYPE_OPS = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.AND, Ops.OR, Ops.XOR})  # result dtype = operands' dtype
 
 
-def tensor_seq(fname: str, first: Any, rest: tuple) -> list:
+def tensor_seq(fname: str, first: Any, rest: tuple) -> list[Tensor]:
   """The tensors of `Tensor.stack(a, b)`, `a.stack(b)` or `Tensor.stack((a, b))` / `([a, b])` (as tinygrad's `stack`
   and torch's `stack`/`cat` take them); anything that is not a Tensor is a TypeError naming it."""
   ts = list(first) + list(rest) if isinstance(first, (tuple, list)) else [first, *rest]
@@ -332,7 +332,7 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
 
   def data(self) -> memoryview:
     """The data as a memoryview of the tensor's shape."""
-    return memoryview(self.numpy().copy(order="C"))
+    return self.numpy().copy(order="C").data
 
   def item(self) -> Any:
     """The single element as a Python number."""
@@ -501,7 +501,7 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
       is_leaf = t._origin is None or id(t) in _leaf_tensors or not _has_identity(t._origin)
       (leaves if is_leaf else derived).append(t)
     keep = {s for t in leaves for s in _shards(t.uop)}
-    sink = _expand_origins(UOp.sink(self.uop, *[t._origin for t in derived]), keep)
+    sink = _expand_origins(UOp.sink(self.uop, *[t._origin for t in derived if t._origin is not None]), keep)
     root, nodes = sink.src[0], sink.src[0].toposort()
     pairs = [(t, t.uop) for t in leaves if any(s in nodes for s in _shards(t.uop)) and _has_identity(t.uop)]
     pairs += [(t, o) for t, o in zip(derived, sink.src[1:]) if any(s in nodes for s in _shards(o))]
@@ -606,34 +606,6 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
         raise RuntimeError(f"bitcast {self.dtype} -> {dt}: shape {self.shape} doesn't fit the new item size")
       return bitcast_sized(self, dt)
     return self._wrap(self.uop.bitcast(dt))
-
-  def float(self) -> Tensor:
-    """Cast to float32."""
-    return self.cast(dtypes.float32)
-  def half(self) -> Tensor:
-    """Cast to float16."""
-    return self.cast(dtypes.float16)
-  def double(self) -> Tensor:
-    """Cast to float64."""
-    return self.cast(dtypes.float64)
-  def bfloat16(self) -> Tensor:
-    """Cast to bfloat16."""
-    return self.cast(dtypes.bfloat16)
-  def int(self) -> Tensor:
-    """Cast to int32."""
-    return self.cast(dtypes.int32)
-  def long(self) -> Tensor:
-    """Cast to int64."""
-    return self.cast(dtypes.int64)
-  def short(self) -> Tensor:
-    """Cast to int16."""
-    return self.cast(dtypes.int16)
-  def char(self) -> Tensor:
-    """Cast to int8."""
-    return self.cast(dtypes.int8)
-  def bool(self) -> Tensor:
-    """Cast to bool (nonzero is True)."""
-    return self.cast(dtypes.bool)
 
   # ***** binary math *****
   def add(self, x: Any, reverse: bool = False) -> Tensor:
@@ -838,7 +810,7 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
   def __ifloordiv__(self, x: Any) -> Tensor: return self.assign(self // x)
   def __imod__(self, x: Any) -> Tensor: return self.assign(self.mod(x))
   def __ipow__(self, x: Any) -> Tensor: return self.assign(self.pow(x))
-  def __imatmul__(self, x: Any) -> Tensor: return self.assign(self.matmul(x))
+  def __imatmul__(self, x: Tensor) -> Tensor: return self.assign(self.matmul(x))
   def __iand__(self, x: Any) -> Tensor: return self.assign(self.bitwise_and(x))
   def __ior__(self, x: Any) -> Tensor: return self.assign(self.bitwise_or(x))
   def __ixor__(self, x: Any) -> Tensor: return self.assign(self.bitwise_xor(x))
@@ -1160,7 +1132,7 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
     is_max = self == self.max(axis=axis, keepdim=True)
     if dtypes.is_float(self.dtype): is_max = is_max | self.isnan()  # max is NaN where one is: the first NaN wins
     rev = Tensor.arange(n, 0, -1, device=self.device).reshape(n, *[1] * (self.ndim - axis - 1))
-    return (n - (is_max * rev).max(axis=axis, keepdim=keepdim)).cast(dtypes.int32)
+    return (is_max * rev).max(axis=axis, keepdim=keepdim).sub(n, reverse=True).cast(dtypes.int32)  # n - max
 
   def argmin(self, axis: int | None = None, keepdim: bool = False) -> Tensor:
     """Index of the (first) minimum along `axis`."""
@@ -1255,7 +1227,7 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
     axes = set(axes_)
     return self._wrap(self.uop.flip(tuple(i in axes for i in range(self.ndim)))) if axes else self
 
-  def _pad_raw(self, arg: tuple[tuple[int, int], ...], value: Any = 0.0) -> Tensor:
+  def _pad_raw(self, arg: tuple[tuple[sint, sint], ...], value: Any = 0.0) -> Tensor:
     if all(b == 0 and a == 0 for b, a in arg): return self
     ret = self._wrap(self.uop.pad(arg))
     if value == 0: return ret
@@ -1300,7 +1272,7 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
     for d, (b, a) in enumerate(pairs):
       if b == 0 and a == 0: continue
       s = x.shape[d]
-      def sl(lo: int, hi: int, xx: Tensor = x, dd: int = d) -> Tensor:
+      def sl(lo: sint, hi: sint, xx: Tensor = x, dd: int = d) -> Tensor:
         return xx.shrink(tuple((lo, hi) if i == dd else None for i in range(xx.ndim)))
       if mode == "reflect":
         if b >= s or a >= s: raise ValueError(f"reflect padding ({b}, {a}) must be < the dim size {s} (dim {d})")
@@ -1318,10 +1290,10 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
 
   def cat(self, *args: Tensor, dim: int = 0) -> Tensor:
     """Concatenate along `dim`; the other dims must match."""
-    self, *args = tensor_seq("cat", self, args)
+    self, *others = tensor_seq("cat", self, args)
     d = self._resolve_dim(dim)
-    ts = [self, *args]
-    for t in args:
+    ts = [self, *others]
+    for t in others:
       if t.ndim != self.ndim or any(a != b for i, (a, b) in enumerate(zip(self.shape, t.shape)) if i != d):
         raise ValueError(f"cat: shapes {self.shape} and {t.shape} differ outside dim {d}")
     dt = least_upper_dtype(*[t.dtype for t in ts])
@@ -1362,13 +1334,15 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
     """Split along `dim` into chunks of `sizes` (an int: equal chunks, the last smaller)."""
     d = self._resolve_dim(dim)
     n = self.shape[d]
+    parts: Sequence[sint]
     if isinstance(sizes, int):
       if sizes <= 0: raise ValueError(f"split size must be > 0, got {sizes}")
-      sizes = [min(sizes, n - i) for i in range(0, max(n, 1), sizes)] if n else [0]
-    if sum(sizes) != n: raise ValueError(f"split sizes {list(sizes)} don't sum to dim {d} of size {n}")
-    starts = list(itertools.accumulate(sizes, initial=0))
+      parts = [min(sizes, n - i) for i in range(0, max(n, 1), sizes)] if n else [0]
+    else: parts = sizes
+    if sum(parts) != n: raise ValueError(f"split sizes {list(parts)} don't sum to dim {d} of size {n}")
+    starts = list(itertools.accumulate(parts, initial=0))
     return tuple(self.shrink(tuple((starts[i], starts[i] + sz) if j == d else None for j in range(self.ndim)))
-                 for i, sz in enumerate(sizes))
+                 for i, sz in enumerate(parts))
 
   def chunk(self, chunks: int, dim: int = 0) -> list[Tensor]:
     """Split into `chunks` pieces along `dim`."""
@@ -1418,6 +1392,38 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
     x = self.mul(weight) if weight.ndim == 1 else self.dot(weight)
     return x.add(bias) if bias is not None else x
 
+  # ***** casts by name *****
+  # last in the class: these methods are named bool/int/float, and a type checker would read those names in the
+  # annotations below them (`keepdim: bool`) as the methods, not the builtins
+  def float(self) -> Tensor:
+    """Cast to float32."""
+    return self.cast(dtypes.float32)
+  def half(self) -> Tensor:
+    """Cast to float16."""
+    return self.cast(dtypes.float16)
+  def double(self) -> Tensor:
+    """Cast to float64."""
+    return self.cast(dtypes.float64)
+  def bfloat16(self) -> Tensor:
+    """Cast to bfloat16."""
+    return self.cast(dtypes.bfloat16)
+  def int(self) -> Tensor:
+    """Cast to int32."""
+    return self.cast(dtypes.int32)
+  def long(self) -> Tensor:
+    """Cast to int64."""
+    return self.cast(dtypes.int64)
+  def short(self) -> Tensor:
+    """Cast to int16."""
+    return self.cast(dtypes.int16)
+  def char(self) -> Tensor:
+    """Cast to int8."""
+    return self.cast(dtypes.int8)
+  def bool(self) -> Tensor:
+    """Cast to bool (nonzero is True)."""
+    return self.cast(dtypes.bool)
+
+
 
 def _gemm_panel(x: Tensor, w: Tensor, acc: DType) -> int:
   """The panel width `dot` packs its 2-D right operand `w` into for `x @ w` on x's device (0: don't): the CPU
@@ -1426,12 +1432,14 @@ def _gemm_panel(x: Tensor, w: Tensor, acc: DType) -> int:
   nn.Linear passes its weight)."""
   if not isinstance(x.device, str) or x.device != w.device or not all(isinstance(s, int) for s in (*x.shape, *w.shape)):
     return 0
+  k, n = x.shape[-1], w.shape[1]
+  if not isinstance(k, int) or not isinstance(n, int): return 0  # never (all dims are ints): narrows the types
   from tiny_uop.plugins import Device
   renderer = Device[x.device].renderer
   if not hasattr(renderer, "vector_registers"): return 0
   from tiny_codegen.opt.heuristic import gemm_panel
   strided = w.uop.op is Ops.PERMUTE and w.uop.arg == (1, 0)
-  return gemm_panel(renderer, prod(x.shape[:-1]), x.shape[-1], w.shape[1], acc.itemsize if dtypes.is_float(acc) else 0,
+  return gemm_panel(renderer, prod(x.shape[:-1]), k, n, acc.itemsize if dtypes.is_float(acc) else 0,
                     strided)
 
 
@@ -1597,7 +1605,8 @@ def _apply_becomes(becomes: dict[UOp, UOp]) -> None:
   """Point every live tensor at the realized buffers: a tensor whose node was realized takes its buffer, and a lazy
   tensor whose graph uses a realized node has it substituted (so it is not computed again). The graph a tensor had
   before is kept in `_origin` for autograd."""
-  fixed = {k: (v if v.shape == k.shape else v.reshape(k.shape)) for k, v in becomes.items()}  # 0-d may come back 1-d
+  # a 0-d value may come back 1-d
+  fixed = {k: (v if v.shape == k.shape else v.reshape(unwrap(k.shape))) for k, v in becomes.items()}
   lazy: list[Tensor] = []
   for t in _live(_lazy_tensors):
     if (n := fixed.get(t._uop)) is not None:
