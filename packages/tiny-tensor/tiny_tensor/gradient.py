@@ -65,10 +65,20 @@ def _shrink_grad(ctx: UOp, ret: UOp) -> tuple[UOp]:
   return (ctx.pad(tuple((b, s - e) for s, (b, e) in zip(ret.src[0].shape, ret.arg))),)  # type: ignore[arg-type]
 
 
+# cos of a node as Tensor.cos builds it (sin(pi/2 - x) rounds pi/2 - x to x's ulp: wrong at large x). Tensor.cos is
+# defined above this module (nnops), so tensor.py passes it in with `set_cos` when it defines Tensor.
+_COS: list[Callable[[UOp], UOp]] = []
+
+
+def set_cos(fn: Callable[[UOp], UOp]) -> None:
+  """Give the SIN rule its cosine: `fn(x)` is the node of cos(x) (tensor.py passes `Tensor(x).cos().uop`)."""
+  _COS[:] = [fn]
+
+
 def _cos(x: UOp) -> UOp:
-  """cos x as Tensor.cos builds it (sin(pi/2 - x) rounds pi/2 - x to x's ulp: wrong at large x)."""
-  from tiny_tensor.tensor import Tensor
-  return Tensor(x).cos().uop
+  """cos x for d sin x; `set_cos` must have been called (importing tiny_tensor.tensor does)."""
+  if not _COS: raise RuntimeError("the gradient of sin needs Tensor.cos: import tiny_tensor.tensor first (set_cos)")
+  return _COS[0](x)
 
 
 pm_gradient = PatternMatcher([

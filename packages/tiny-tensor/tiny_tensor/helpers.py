@@ -54,17 +54,6 @@ def argfix(*x: Any) -> tuple:
   return tuple(x)
 
 
-def tensor_seq(fname: str, first: Any, rest: tuple) -> list:
-  """The tensors of `Tensor.stack(a, b)`, `a.stack(b)` or `Tensor.stack((a, b))` / `([a, b])` (as tinygrad's `stack`
-  and torch's `stack`/`cat` take them); anything that is not a Tensor is a TypeError naming it."""
-  from tiny_tensor.tensor import Tensor
-  ts = list(first) + list(rest) if isinstance(first, (tuple, list)) else [first, *rest]
-  if not ts: raise ValueError(f"{fname} needs at least one tensor, got an empty sequence")
-  if bad := [t for t in ts if not isinstance(t, Tensor)]:
-    raise TypeError(f"{fname} takes Tensors (separately or as one tuple/list), got {type(bad[0]).__name__} {bad[0]!r}")
-  return ts
-
-
 def _broadcast_shape(*shapes: tuple[sint, ...]) -> tuple[sint, ...]:
   n = max((len(s) for s in shapes), default=0)
   padded = [(1,) * (n - len(s)) + tuple(s) for s in shapes]

@@ -14,6 +14,7 @@ from tiny_uop.helpers import ceildiv
 from tiny_uop.uop import GroupOp, Ops, UOp, ssimplify
 from tiny_tensor import engine
 from tiny_tensor.helpers import _assign_view, _broadcast_shape, _view_bottom, _writable_view
+from tiny_tensor.live import _capturing, _lazy_tensors, _live
 
 if TYPE_CHECKING:
   from tiny_tensor.tensor import Tensor
@@ -201,7 +202,6 @@ class IndexingMixin:
     idxs = []
     for _, t, s in tensors:
       if not dtypes.is_int(t.dtype): raise IndexError(f"tensors used as indices must be int or bool, got {t.dtype}")
-      from tiny_tensor.jit import _capturing
       # while a jit captures (in this thread: the capture state is per thread), data isn't read
       if engine.is_realized(t.uop) and t.numel() and not _capturing.jits:
         arr = t.numpy()
@@ -231,7 +231,6 @@ class IndexingMixin:
 
   def _lazy_readers(self) -> list[Tensor]:
     """Other live lazy tensors whose graphs read this tensor's buffer (they must be computed before it is written)."""
-    from tiny_tensor.tensor import _lazy_tensors, _live
     if (bv := engine.buffer_view(self.uop)) is None: return []
     buf = bv[0]
     # (a view of the buffer, made of movement ops and detach, reads it after the write: it sees the new values)
@@ -329,13 +328,11 @@ class IndexingMixin:
 
   def _viewed_elsewhere(self, b: UOp) -> bool:
     """Whether a live tensor other than this one is the lazy value `b` or a view of it."""
-    from tiny_tensor.tensor import _lazy_tensors, _live
     return any(t is not self and _view_bottom(t.uop) is b for t in _live(_lazy_tensors))
 
   def _refuse_live_views(self, v: Any) -> None:
     """tinygrad's rule for a setitem into a lazy tensor: no other live tensor may be a view of it (movement ops,
     detach), since that view keeps the old graph and could not see the write (torch's views would)."""
-    from tiny_tensor.tensor import _lazy_tensors, _live
     target = self.uop
     views = [t for t in _live(_lazy_tensors) if t is not self and t is not v and _view_bottom_at(t.uop, target)]
     if views and isinstance(v, type(self)):  # a view the value reads (`t[2:4] = t[0:2]`) is fine

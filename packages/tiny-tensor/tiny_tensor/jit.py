@@ -64,6 +64,7 @@ from tiny_uop.uop import Ops, UOp
 
 from tiny_tensor import engine
 from tiny_tensor.engine import GlobalCounters
+from tiny_tensor.live import _capturing
 
 if TYPE_CHECKING:  # tensor.py imports this module: Tensor is looked up when first needed (_tensor_cls)
   from tiny_tensor.tensor import Tensor
@@ -73,12 +74,6 @@ __all__ = ["TinyJit", "JitError", "CapturedJit", "prune_calls"]
 ReturnType = TypeVar("ReturnType")
 _SIMPLE = (int, float, bool, str, type(None), bytes)
 
-
-class _Capturing(threading.local):
-  def __init__(self) -> None: self.jits: list[Any] = []  # the TinyJit capturing in this thread (at most one)
-
-
-_capturing = _Capturing()
 
 
 class JitError(Exception):

@@ -2,9 +2,9 @@
 data-dependent selection (nonzero, masked_select), bitcasts between item sizes, Newton-Schulz and QR, and the small
 shape helpers of tinygrad's Tensor (pad_to, shrink_to, max_shape).
 
-Like nnops, every public function takes the tensor first and `tiny_tensor.tensor` binds each name in `__all__` as a
-`Tensor` method. Ops whose composed graph would differentiate badly (a polynomial approximation, a formula that hits
-inf * 0) get their exact derivative through `with_gradient`.
+Like nnops', the ops are the methods of a mixin, `MathOpsMixin`, one of `Tensor`'s bases. Ops whose composed graph
+would differentiate badly (a polynomial approximation, a formula that hits inf * 0) get their exact derivative
+through `with_gradient`.
 
 >>> from tiny_tensor import Tensor
 >>> round(Tensor([1.0]).atan().item(), 6), Tensor([3, -3]).fmod(2).tolist()
@@ -22,8 +22,7 @@ from tiny_uop.helpers import polyN, prod
 if TYPE_CHECKING:
   from tiny_tensor.tensor import Tensor
 
-__all__ = ["acos", "asin", "atan", "copysign", "fmod", "isclose", "allclose", "log10", "logaddexp", "nonzero",
-           "masked_select", "pad_to", "shrink_to", "const_like", "usum", "uprod", "max_numel", "newton_schulz", "qr"]
+__all__ = ["MathOpsMixin"]
 
 
 def with_gradient(out: Tensor, inputs: Sequence[Tensor], fn: Callable[..., Sequence[Tensor | None]]) -> Tensor:
@@ -54,126 +53,7 @@ _ATAN = [0.0028662257, -0.0161657367, 0.0429096138, -0.0752896400, 0.1065626393,
          -0.3333314528, 1.0]
 
 
-def acos(self: Tensor) -> Tensor:
-  """Inverse cosine in [0, pi]; NaN outside [-1, 1].
-
-  >>> from tiny_tensor import Tensor
-  >>> [round(v, 5) for v in Tensor([1.0, 0.0, -1.0]).acos().tolist()]
-  [0.0, 1.5708, 3.14159]
-  """
-  x = self._float()
-  a = _abs(x)
-  r = (1 - a).sqrt() * polyN(a, _ACOS)
-  out = (x < 0).where(math.pi - r, r)
-  return with_gradient(out, (x,), lambda g, _, x: (-g * (1 - x * x).rsqrt(),))  # d acos = -1/sqrt(1-x^2)
-
-
-def asin(self: Tensor) -> Tensor:
-  """Inverse sine in [-pi/2, pi/2]; NaN outside [-1, 1].
-
-  >>> from tiny_tensor import Tensor
-  >>> round(Tensor([1.0]).asin().item(), 5)
-  1.5708
-  """
-  x = self._float()
-  a = _abs(x)
-  r = math.pi / 2 - (1 - a).sqrt() * polyN(a, _ACOS)
-  out = (x < 0).where(-r, r)
-  return with_gradient(out, (x,), lambda g, _, x: (g * (1 - x * x).rsqrt(),))  # d asin = 1/sqrt(1-x^2)
-
-
-def atan(self: Tensor) -> Tensor:
-  """Inverse tangent in (-pi/2, pi/2) (atan(+-inf) = +-pi/2).
-
-  >>> from tiny_tensor import Tensor
-  >>> round(Tensor([-1.0]).atan().item(), 5)
-  -0.7854
-  """
-  x = self._float()
-  a = _abs(x)
-  big = a > 1
-  t = big.where(a.reciprocal(), a)  # atan(a) = pi/2 - atan(1/a) for a > 1
-  r = t * polyN(t * t, _ATAN)
-  r = big.where(math.pi / 2 - r, r)
-  out = (x < 0).where(-r, r)
-  return with_gradient(out, (x,), lambda g, _, x: (g / (1 + x * x),))  # d atan = 1/(1+x^2)
-
-
 # ***** elementwise *****
-
-
-def log10(self: Tensor) -> Tensor:
-  """Base-10 logarithm.
-
-  >>> from tiny_tensor import Tensor
-  >>> Tensor([100.0]).log10().item()
-  2.0
-  """
-  return self.log2() * math.log10(2)
-
-
-def copysign(self: Tensor, other: Any) -> Tensor:
-  """|self| with the sign of `other` (-0.0 counts as negative), like numpy and torch.
-
-  >>> from tiny_tensor import Tensor
-  >>> Tensor([1.0, 2.0]).copysign(Tensor([-0.0, 3.0])).tolist()
-  [-1.0, 2.0]
-  """
-  a, b = self._float()._broadcasted(other)
-  a, b = a._float(), b._float()
-  mag = _abs(a)
-  return ((b < 0) | (b.reciprocal() < 0)).where(-mag, mag)
-
-
-def fmod(self: Tensor, x: Any) -> Tensor:
-  """C remainder of self / x: the sign follows the dividend (`%` follows the divisor).
-
-  >>> from tiny_tensor import Tensor
-  >>> Tensor([-7, 7]).fmod(3).tolist(), Tensor([-7.5]).fmod(2).tolist()
-  ([-1, 1], [-1.5])
-  """
-  a, b = self._broadcasted(x)
-  if not dtypes.is_float(a.dtype): return a - a.div(b, rounding_mode="trunc") * b
-  return a - (a / b).trunc() * b
-
-
-def logaddexp(self: Tensor, other: Any) -> Tensor:
-  """log(exp(self) + exp(other)), computed stably (-inf and -inf give -inf).
-
-  >>> from tiny_tensor import Tensor
-  >>> round(Tensor([0.0]).logaddexp(0.0).item(), 5)
-  0.69315
-  """
-  a, b = self._float()._broadcasted(other)
-  a, b = a._float(), b._float()
-  m = a.maximum(b).detach()
-  m = m.isinf().where(0, m)
-  return ((a - m).exp() + (b - m).exp()).log() + m
-
-
-def isclose(self: Tensor, other: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> Tensor:
-  """|self - other| <= atol + rtol * |other| elementwise (equal infinities are close; NaNs only with equal_nan).
-
-  >>> from tiny_tensor import Tensor
-  >>> Tensor([1.0, 1.1, float('nan')]).isclose(Tensor([1.0 + 1e-9, 1.0, float('nan')])).tolist()
-  [True, False, False]
-  """
-  a, b = self._broadcasted(other)
-  if not dtypes.is_float(a.dtype): a, b = a._float(), b._float()
-  diff = a - b
-  close = (a == b) | (_abs(diff) <= atol + rtol * _abs(b))
-  close = close & a.isfinite() & b.isfinite() | (a == b)
-  return close | (a.isnan() & b.isnan()) if equal_nan else close
-
-
-def allclose(self: Tensor, other: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> bool:
-  """True when every element is `isclose` (realizes).
-
-  >>> from tiny_tensor import Tensor
-  >>> Tensor([1.0, 2.0]).allclose(Tensor([1.0, 2.0 + 1e-7]))
-  True
-  """
-  return bool(isclose(self, other, rtol, atol, equal_nan).all().item())
 
 
 # ***** data-dependent selection *****
@@ -196,94 +76,7 @@ def _count(mask: Tensor, size: int | None) -> int:
   return int(mask.cast(dtypes.int32).sum().item())  # data-dependent: realizes the mask
 
 
-def nonzero(self: Tensor, size: int | None = None, fill_value: Any = 0) -> Tensor:
-  """Indices of the nonzero elements, shape (n, ndim) int32, in row-major order. `size=N` gives exactly N rows
-  (padded with `fill_value` or truncated) without reading the data; `size=None` reads how many there are.
-
-  >>> from tiny_tensor import Tensor
-  >>> Tensor([[1, 0], [0, 2]]).nonzero().tolist()
-  [[0, 0], [1, 1]]
-  """
-  mask = self.flatten().ne(0) if self.ndim else self.reshape(1).ne(0)
-  n = _count(mask, size)
-  flat = _compact(mask, n)
-  strides = [prod(self.shape[i + 1:]) for i in range(self.ndim)]
-  cols = [(flat // st) % sh for st, sh in zip(strides, self.shape)] if self.ndim else []
-  T = type(self)
-  out = T.stack(*cols, dim=1) if cols else T.zeros(n, 0, dtype=dtypes.int32, device=self.device)
-  return (flat < 0).reshape(-1, 1).where(fill_value, out).cast(dtypes.int32) if cols else out
-
-
-def masked_select(self: Tensor, mask: Tensor, size: int | None = None, fill_value: Any = 0) -> Tensor:
-  """The elements of `self` where the bool `mask` (broadcast to self's shape) is True, as a 1-D tensor. `size=N`
-  gives exactly N elements (padded with `fill_value`) without reading the data.
-
-  >>> from tiny_tensor import Tensor
-  >>> Tensor([[1, 2], [3, 4]]).masked_select(Tensor([[True, False], [False, True]])).tolist()
-  [1, 4]
-  """
-  if mask.dtype != dtypes.bool: raise TypeError(f"masked_select needs a bool mask, got {mask.dtype}")
-  m = mask._broadcast_to(self.shape).flatten()
-  x = self.flatten()
-  n = _count(m, size)
-  flat = _compact(m, n)
-  picked = (flat.reshape(-1, 1) == type(self).arange(x.shape[0], device=self.device).reshape(1, -1))
-  vals = picked.where(x.reshape(1, -1), 0).sum(1, dtype=self.dtype) if self.dtype != dtypes.bool else \
-    (picked & x.reshape(1, -1)).any(1)
-  return (flat < 0).where(fill_value, vals).cast(self.dtype)
-
-
 # ***** shapes *****
-
-
-def pad_to(self: Tensor, shape: Any, *args: Any, value: Any = 0) -> Tensor:
-  """Pad at the end of each dim up to `shape` (None keeps a dim).
-
-  >>> from tiny_tensor import Tensor
-  >>> Tensor([1, 2]).pad_to(4).tolist()
-  [1, 2, 0, 0]
-  """
-  from tiny_tensor.helpers import argfix
-  new = argfix(shape, *args)
-  if len(new) != self.ndim: raise ValueError(f"pad_to {new} needs one size per dim of {self.shape}")
-  pads = tuple((0, 0 if n is None else n - s) for s, n in zip(self.shape, new))
-  if any(isinstance(a, int) and a < 0 for _, a in pads): raise ValueError(f"pad_to {new} is smaller than {self.shape}")
-  return self._pad_raw(pads, value)
-
-
-def shrink_to(self: Tensor, shape: Any, *args: Any) -> Tensor:
-  """Keep the first `shape[i]` elements of each dim (None keeps a dim).
-
-  >>> from tiny_tensor import Tensor
-  >>> Tensor([1, 2, 3]).shrink_to(2).tolist()
-  [1, 2]
-  """
-  from tiny_tensor.helpers import argfix
-  new = argfix(shape, *args)
-  if len(new) != self.ndim: raise ValueError(f"shrink_to {new} needs one size per dim of {self.shape}")
-  return self.shrink(tuple(None if n is None else (0, n) for n in new))
-
-
-def const_like(self: Tensor, b: Any) -> Tensor:
-  """A constant with this tensor's shape, dtype and device."""
-  return self.full_like(b)
-
-
-def usum(self: Tensor, *xs: Any) -> Tensor:
-  """self + x1 + x2 + ... (or for bool tensors)."""
-  from tiny_tensor.helpers import argfix
-  return functools.reduce(lambda a, b: a | b if a.dtype == dtypes.bool else a + b, argfix(*xs), self)
-
-
-def uprod(self: Tensor, *xs: Any) -> Tensor:
-  """self * x1 * x2 * ... (and for bool tensors)."""
-  from tiny_tensor.helpers import argfix
-  return functools.reduce(lambda a, b: a & b if a.dtype == dtypes.bool else a * b, argfix(*xs), self)
-
-
-def max_numel(self: Tensor) -> int:
-  """The number of elements with every symbolic dim at its maximum."""
-  return prod(self.max_shape)
 
 
 def _max_shape(self: Tensor) -> tuple[int, ...]:
@@ -292,57 +85,6 @@ def _max_shape(self: Tensor) -> tuple[int, ...]:
 
 
 # ***** linear algebra *****
-
-
-def newton_schulz(self: Tensor, steps: int, params: Sequence[float], eps: float = 1.0e-7) -> Tensor:
-  """`steps` Newton-Schulz iterations of the odd polynomial with coefficients `params` on the last two dims, after
-  scaling by the Frobenius norm: X <- sum_i params[i] * (X X^T)^i X (Muon's orthogonalization).
-
-  >>> from tiny_tensor import Tensor
-  >>> Tensor([[3.0, 0.0], [0.0, 1.0]]).newton_schulz(10, (1.5, -0.5)).round().tolist()
-  [[1.0, 0.0], [0.0, 1.0]]
-  """
-  if self.ndim < 2: raise ValueError(f"newton_schulz needs at least 2 dims, got shape {self.shape}")
-  if self.shape[-2] > self.shape[-1]: return newton_schulz(self.transpose(-2, -1), steps, params, eps).transpose(-2, -1)
-  g = self / (self.square().sum(axis=(-2, -1), keepdim=True).sqrt() + eps)
-  for _ in range(steps):
-    gram = g @ g.transpose(-2, -1)
-    term, acc = g, g * params[0]
-    for p in params[1:]:
-      term = gram @ term
-      acc = acc + p * term
-    g = acc
-  return g
-
-
-def qr(self: Tensor) -> tuple[Tensor, Tensor]:
-  """QR decomposition of the last two dims (m, n) by Householder reflections: Q (m, m) orthogonal, R (m, n) upper
-  triangular, Q @ R = self. Signs follow LAPACK's (R's diagonal may be negative), as numpy and torch.
-
-  >>> from tiny_tensor import Tensor
-  >>> q, r = Tensor([[3.0, 1.0], [4.0, 2.0]]).qr()
-  >>> [round(v, 4) for v in (q @ r).flatten().tolist()]
-  [3.0, 1.0, 4.0, 2.0]
-  """
-  if self.ndim < 2: raise ValueError(f"qr needs at least 2 dims, got shape {self.shape}")
-  T = type(self)
-  m, n = int(self.shape[-2]), int(self.shape[-1])
-  batch = tuple(self.shape[:-2])
-  r = self._float()
-  q = T.eye(m, dtype=r.dtype, device=self.device).reshape((1,) * len(batch) + (m, m)).expand(*batch, m, m)
-  rows = T.arange(m, device=self.device).reshape(-1, 1)
-  for k in range(min(m - 1, n)):
-    col = r[..., :, k:k + 1]  # (..., m, 1)
-    x = (rows >= k).where(col, 0)
-    xk = r[..., k:k + 1, k:k + 1]
-    norm = x.square().sum(-2, keepdim=True).sqrt()
-    alpha = -copysign(norm, xk)  # reflect onto -sign(x_k) * |x| e_k (no cancellation)
-    v = x - (rows == k).where(alpha, 0)
-    vv = v.square().sum(-2, keepdim=True)
-    beta = (vv > 0).where(2 / (vv > 0).where(vv, 1), 0)  # a zero column needs no reflection
-    r = r - v @ (beta * (v.transpose(-2, -1) @ r))
-    q = q - (q @ v) @ (beta * v.transpose(-2, -1))
-  return q, r
 
 
 # ***** bitcast between item sizes *****
@@ -369,3 +111,248 @@ def bitcast_sized(x: Tensor, dt: DType) -> Tensor:
   acc = lanes[0].squeeze(-1)
   for i in range(1, k): acc = acc | (lanes[i].squeeze(-1) << (8 * a * i))
   return acc.bitcast(dt)
+
+
+class MathOpsMixin:
+  """The composed math ops of `Tensor` (one of its bases): `x.atan()`, `x.isclose(y)`, `x.qr()`."""
+  __slots__ = ()
+
+  def acos(self: Tensor) -> Tensor:
+    """Inverse cosine in [0, pi]; NaN outside [-1, 1].
+
+    >>> from tiny_tensor import Tensor
+    >>> [round(v, 5) for v in Tensor([1.0, 0.0, -1.0]).acos().tolist()]
+    [0.0, 1.5708, 3.14159]
+    """
+    x = self._float()
+    a = _abs(x)
+    r = (1 - a).sqrt() * polyN(a, _ACOS)
+    out = (x < 0).where(math.pi - r, r)
+    return with_gradient(out, (x,), lambda g, _, x: (-g * (1 - x * x).rsqrt(),))  # d acos = -1/sqrt(1-x^2)
+
+  def asin(self: Tensor) -> Tensor:
+    """Inverse sine in [-pi/2, pi/2]; NaN outside [-1, 1].
+
+    >>> from tiny_tensor import Tensor
+    >>> round(Tensor([1.0]).asin().item(), 5)
+    1.5708
+    """
+    x = self._float()
+    a = _abs(x)
+    r = math.pi / 2 - (1 - a).sqrt() * polyN(a, _ACOS)
+    out = (x < 0).where(-r, r)
+    return with_gradient(out, (x,), lambda g, _, x: (g * (1 - x * x).rsqrt(),))  # d asin = 1/sqrt(1-x^2)
+
+  def atan(self: Tensor) -> Tensor:
+    """Inverse tangent in (-pi/2, pi/2) (atan(+-inf) = +-pi/2).
+
+    >>> from tiny_tensor import Tensor
+    >>> round(Tensor([-1.0]).atan().item(), 5)
+    -0.7854
+    """
+    x = self._float()
+    a = _abs(x)
+    big = a > 1
+    t = big.where(a.reciprocal(), a)  # atan(a) = pi/2 - atan(1/a) for a > 1
+    r = t * polyN(t * t, _ATAN)
+    r = big.where(math.pi / 2 - r, r)
+    out = (x < 0).where(-r, r)
+    return with_gradient(out, (x,), lambda g, _, x: (g / (1 + x * x),))  # d atan = 1/(1+x^2)
+
+  def log10(self: Tensor) -> Tensor:
+    """Base-10 logarithm.
+
+    >>> from tiny_tensor import Tensor
+    >>> Tensor([100.0]).log10().item()
+    2.0
+    """
+    return self.log2() * math.log10(2)
+
+  def copysign(self: Tensor, other: Any) -> Tensor:
+    """|self| with the sign of `other` (-0.0 counts as negative), like numpy and torch.
+
+    >>> from tiny_tensor import Tensor
+    >>> Tensor([1.0, 2.0]).copysign(Tensor([-0.0, 3.0])).tolist()
+    [-1.0, 2.0]
+    """
+    a, b = self._float()._broadcasted(other)
+    a, b = a._float(), b._float()
+    mag = _abs(a)
+    return ((b < 0) | (b.reciprocal() < 0)).where(-mag, mag)
+
+  def fmod(self: Tensor, x: Any) -> Tensor:
+    """C remainder of self / x: the sign follows the dividend (`%` follows the divisor).
+
+    >>> from tiny_tensor import Tensor
+    >>> Tensor([-7, 7]).fmod(3).tolist(), Tensor([-7.5]).fmod(2).tolist()
+    ([-1, 1], [-1.5])
+    """
+    a, b = self._broadcasted(x)
+    if not dtypes.is_float(a.dtype): return a - a.div(b, rounding_mode="trunc") * b
+    return a - (a / b).trunc() * b
+
+  def logaddexp(self: Tensor, other: Any) -> Tensor:
+    """log(exp(self) + exp(other)), computed stably (-inf and -inf give -inf).
+
+    >>> from tiny_tensor import Tensor
+    >>> round(Tensor([0.0]).logaddexp(0.0).item(), 5)
+    0.69315
+    """
+    a, b = self._float()._broadcasted(other)
+    a, b = a._float(), b._float()
+    m = a.maximum(b).detach()
+    m = m.isinf().where(0, m)
+    return ((a - m).exp() + (b - m).exp()).log() + m
+
+  def isclose(self: Tensor, other: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> Tensor:
+    """|self - other| <= atol + rtol * |other| elementwise (equal infinities are close; NaNs only with equal_nan).
+
+    >>> from tiny_tensor import Tensor
+    >>> Tensor([1.0, 1.1, float('nan')]).isclose(Tensor([1.0 + 1e-9, 1.0, float('nan')])).tolist()
+    [True, False, False]
+    """
+    a, b = self._broadcasted(other)
+    if not dtypes.is_float(a.dtype): a, b = a._float(), b._float()
+    diff = a - b
+    close = (a == b) | (_abs(diff) <= atol + rtol * _abs(b))
+    close = close & a.isfinite() & b.isfinite() | (a == b)
+    return close | (a.isnan() & b.isnan()) if equal_nan else close
+
+  def allclose(self: Tensor, other: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> bool:
+    """True when every element is `isclose` (realizes).
+
+    >>> from tiny_tensor import Tensor
+    >>> Tensor([1.0, 2.0]).allclose(Tensor([1.0, 2.0 + 1e-7]))
+    True
+    """
+    return bool(self.isclose(other, rtol, atol, equal_nan).all().item())
+
+  def nonzero(self: Tensor, size: int | None = None, fill_value: Any = 0) -> Tensor:
+    """Indices of the nonzero elements, shape (n, ndim) int32, in row-major order. `size=N` gives exactly N rows
+    (padded with `fill_value` or truncated) without reading the data; `size=None` reads how many there are.
+
+    >>> from tiny_tensor import Tensor
+    >>> Tensor([[1, 0], [0, 2]]).nonzero().tolist()
+    [[0, 0], [1, 1]]
+    """
+    mask = self.flatten().ne(0) if self.ndim else self.reshape(1).ne(0)
+    n = _count(mask, size)
+    flat = _compact(mask, n)
+    strides = [prod(self.shape[i + 1:]) for i in range(self.ndim)]
+    cols = [(flat // st) % sh for st, sh in zip(strides, self.shape)] if self.ndim else []
+    T = type(self)
+    out = T.stack(*cols, dim=1) if cols else T.zeros(n, 0, dtype=dtypes.int32, device=self.device)
+    return (flat < 0).reshape(-1, 1).where(fill_value, out).cast(dtypes.int32) if cols else out
+
+  def masked_select(self: Tensor, mask: Tensor, size: int | None = None, fill_value: Any = 0) -> Tensor:
+    """The elements of `self` where the bool `mask` (broadcast to self's shape) is True, as a 1-D tensor. `size=N`
+    gives exactly N elements (padded with `fill_value`) without reading the data.
+
+    >>> from tiny_tensor import Tensor
+    >>> Tensor([[1, 2], [3, 4]]).masked_select(Tensor([[True, False], [False, True]])).tolist()
+    [1, 4]
+    """
+    if mask.dtype != dtypes.bool: raise TypeError(f"masked_select needs a bool mask, got {mask.dtype}")
+    m = mask._broadcast_to(self.shape).flatten()
+    x = self.flatten()
+    n = _count(m, size)
+    flat = _compact(m, n)
+    picked = (flat.reshape(-1, 1) == type(self).arange(x.shape[0], device=self.device).reshape(1, -1))
+    vals = picked.where(x.reshape(1, -1), 0).sum(1, dtype=self.dtype) if self.dtype != dtypes.bool else \
+      (picked & x.reshape(1, -1)).any(1)
+    return (flat < 0).where(fill_value, vals).cast(self.dtype)
+
+  def pad_to(self: Tensor, shape: Any, *args: Any, value: Any = 0) -> Tensor:
+    """Pad at the end of each dim up to `shape` (None keeps a dim).
+
+    >>> from tiny_tensor import Tensor
+    >>> Tensor([1, 2]).pad_to(4).tolist()
+    [1, 2, 0, 0]
+    """
+    from tiny_tensor.helpers import argfix
+    new = argfix(shape, *args)
+    if len(new) != self.ndim: raise ValueError(f"pad_to {new} needs one size per dim of {self.shape}")
+    pads = tuple((0, 0 if n is None else n - s) for s, n in zip(self.shape, new))
+    if any(isinstance(a, int) and a < 0 for _, a in pads):
+      raise ValueError(f"pad_to {new} is smaller than {self.shape}")
+    return self._pad_raw(pads, value)
+
+  def shrink_to(self: Tensor, shape: Any, *args: Any) -> Tensor:
+    """Keep the first `shape[i]` elements of each dim (None keeps a dim).
+
+    >>> from tiny_tensor import Tensor
+    >>> Tensor([1, 2, 3]).shrink_to(2).tolist()
+    [1, 2]
+    """
+    from tiny_tensor.helpers import argfix
+    new = argfix(shape, *args)
+    if len(new) != self.ndim: raise ValueError(f"shrink_to {new} needs one size per dim of {self.shape}")
+    return self.shrink(tuple(None if n is None else (0, n) for n in new))
+
+  def const_like(self: Tensor, b: Any) -> Tensor:
+    """A constant with this tensor's shape, dtype and device."""
+    return self.full_like(b)
+
+  def usum(self: Tensor, *xs: Any) -> Tensor:
+    """self + x1 + x2 + ... (or for bool tensors)."""
+    from tiny_tensor.helpers import argfix
+    return functools.reduce(lambda a, b: a | b if a.dtype == dtypes.bool else a + b, argfix(*xs), self)
+
+  def uprod(self: Tensor, *xs: Any) -> Tensor:
+    """self * x1 * x2 * ... (and for bool tensors)."""
+    from tiny_tensor.helpers import argfix
+    return functools.reduce(lambda a, b: a & b if a.dtype == dtypes.bool else a * b, argfix(*xs), self)
+
+  def max_numel(self: Tensor) -> int:
+    """The number of elements with every symbolic dim at its maximum."""
+    return prod(self.max_shape)
+
+  def newton_schulz(self: Tensor, steps: int, params: Sequence[float], eps: float = 1.0e-7) -> Tensor:
+    """`steps` Newton-Schulz iterations of the odd polynomial with coefficients `params` on the last two dims, after
+    scaling by the Frobenius norm: X <- sum_i params[i] * (X X^T)^i X (Muon's orthogonalization).
+
+    >>> from tiny_tensor import Tensor
+    >>> Tensor([[3.0, 0.0], [0.0, 1.0]]).newton_schulz(10, (1.5, -0.5)).round().tolist()
+    [[1.0, 0.0], [0.0, 1.0]]
+    """
+    if self.ndim < 2: raise ValueError(f"newton_schulz needs at least 2 dims, got shape {self.shape}")
+    if self.shape[-2] > self.shape[-1]:
+      return self.transpose(-2, -1).newton_schulz(steps, params, eps).transpose(-2, -1)
+    g = self / (self.square().sum(axis=(-2, -1), keepdim=True).sqrt() + eps)
+    for _ in range(steps):
+      gram = g @ g.transpose(-2, -1)
+      term, acc = g, g * params[0]
+      for p in params[1:]:
+        term = gram @ term
+        acc = acc + p * term
+      g = acc
+    return g
+
+  def qr(self: Tensor) -> tuple[Tensor, Tensor]:
+    """QR decomposition of the last two dims (m, n) by Householder reflections: Q (m, m) orthogonal, R (m, n) upper
+    triangular, Q @ R = self. Signs follow LAPACK's (R's diagonal may be negative), as numpy and torch.
+
+    >>> from tiny_tensor import Tensor
+    >>> q, r = Tensor([[3.0, 1.0], [4.0, 2.0]]).qr()
+    >>> [round(v, 4) for v in (q @ r).flatten().tolist()]
+    [3.0, 1.0, 4.0, 2.0]
+    """
+    if self.ndim < 2: raise ValueError(f"qr needs at least 2 dims, got shape {self.shape}")
+    T = type(self)
+    m, n = int(self.shape[-2]), int(self.shape[-1])
+    batch = tuple(self.shape[:-2])
+    r = self._float()
+    q = T.eye(m, dtype=r.dtype, device=self.device).reshape((1,) * len(batch) + (m, m)).expand(*batch, m, m)
+    rows = T.arange(m, device=self.device).reshape(-1, 1)
+    for k in range(min(m - 1, n)):
+      col = r[..., :, k:k + 1]  # (..., m, 1)
+      x = (rows >= k).where(col, 0)
+      xk = r[..., k:k + 1, k:k + 1]
+      norm = x.square().sum(-2, keepdim=True).sqrt()
+      alpha = -norm.copysign(xk)  # reflect onto -sign(x_k) * |x| e_k (no cancellation)
+      v = x - (rows == k).where(alpha, 0)
+      vv = v.square().sum(-2, keepdim=True)
+      beta = (vv > 0).where(2 / (vv > 0).where(vv, 1), 0)  # a zero column needs no reflection
+      r = r - v @ (beta * (v.transpose(-2, -1) @ r))
+      q = q - (q @ v) @ (beta * v.transpose(-2, -1))
+    return q, r

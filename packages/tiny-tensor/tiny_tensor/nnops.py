@@ -2,9 +2,8 @@
 normalization, dropout, attention, losses, sorting, cumulative ops, gather/scatter, triangular masks, windows and
 diagonals, einops-style rearrange, and sampling (multinomial, randperm).
 
-Every public function takes the tensor as its first argument `self` and has tinygrad's method signature;
-`tiny_tensor.tensor` binds each name in `__all__` as a `Tensor` method, so `x.conv2d(w)` and
-`nnops.conv2d(x, w)` are the same call. Nothing here adds a UOp or touches numpy: each op is a graph of
+The ops are the methods of `NNOpsMixin`, one of `Tensor`'s bases, each with tinygrad's method signature (`einsum`
+is static, `randperm` a classmethod). Nothing here adds a UOp or touches numpy: each op is a graph of
 movement, elementwise and reduce ops, so autograd differentiates it and the scheduler fuses it like any other.
 
 Constants (`arange`, `ones`, `rand`) are created through `type(self)` on `self.device`, so the ops work on any
@@ -30,12 +29,7 @@ if TYPE_CHECKING:
 
 ReductionStr = Literal["mean", "sum", "none"]
 
-__all__ = ["conv2d", "conv_transpose2d", "avg_pool2d", "max_pool2d", "max_unpool2d", "interpolate", "einsum",
-           "layernorm", "batchnorm", "dropout", "scaled_dot_product_attention", "binary_crossentropy",
-           "binary_crossentropy_logits", "sparse_categorical_crossentropy", "cross_entropy", "nll_loss", "one_hot",
-           "sort", "argsort", "topk", "tril", "triu", "cumsum", "cumprod", "cummax", "cummin", "logcumsumexp", "roll",
-           "gather", "scatter", "scatter_reduce", "masked_fill", "pad2d", "unfold", "diagonal", "diag", "meshgrid",
-           "rearrange", "normalize", "softmin", "multinomial", "randperm", "cos"]
+__all__ = ["NNOpsMixin"]
 
 # ***** small helpers (shapes are tuples of ints here) *****
 
@@ -219,55 +213,6 @@ def _check_conv(x: Tensor, weight: Tensor, groups: int, transposed: bool) -> Non
                      f"{weight.shape[1] * groups}; weight.shape[0]={weight.shape[0]} must be divisible by groups")
 
 
-def conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: Any = 1,
-           dilation: Any = 1, padding: int | Sequence[int] = 0, dtype: Any = None) -> Tensor:
-  """Convolution (cross-correlation, like torch) of `self` (N, Cin, *spatial) with `weight` (Cout, Cin/groups, *kernel).
-
-  Any number of spatial dims (1-d, 2-d, 3-d, ...). `padding` is an int, one int per spatial dim, or torch's flat
-  form `(left, right, top, bottom, ...)` (negative values crop), or torch's "valid" / "same". `dtype` is the
-  accumulation dtype.
-
-  >>> from tiny_tensor import Tensor
-  >>> Tensor.arange(9).reshape(1, 1, 3, 3).float().conv2d(Tensor.ones(1, 1, 2, 2)).tolist()
-  [[[[8.0, 12.0], [20.0, 24.0]]]]
-  """
-  _check_conv(self, weight, groups, transposed=False)
-  nd = weight.ndim - 2
-  if isinstance(padding, str):  # torch's "valid" (none) and "same" (output size = input size; any odd pad goes after)
-    if padding not in ("valid", "same"): raise ValueError(f"padding={padding!r} must be 'valid', 'same' or ints")
-    if padding == "same" and any(s != 1 for s in _ints(stride, nd, "stride")):
-      raise ValueError(f"padding='same' needs stride 1, got stride={stride!r}")
-    span = [d * (k - 1) if padding == "same" else 0 for d, k in zip(_ints(dilation, nd, "dilation"), weight.shape[2:])]
-    return _conv(self, weight, bias, groups, stride, dilation, tuple((t // 2, t - t // 2) for t in span), dtype,
-                 weight_channel_last=True)
-  return _conv(self, weight, bias, groups, stride, dilation, _grouped_pads(padding, nd), dtype,
-               weight_channel_last=True)
-
-
-def conv_transpose2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: Any = 1,
-                     dilation: Any = 1, padding: int | Sequence[int] = 0, output_padding: Any = 0) -> Tensor:
-  """Transposed convolution of `self` (N, Cin, *spatial) with `weight` (Cin, Cout/groups, *kernel), any spatial rank.
-
-  Output size per dim: (i-1)*stride - pad_before - pad_after + dilation*(k-1) + output_padding + 1.
-
-  >>> from tiny_tensor import Tensor
-  >>> Tensor.ones(1, 1, 2, 2).conv_transpose2d(Tensor.ones(1, 1, 2, 2)).tolist()
-  [[[[1.0, 2.0, 1.0], [2.0, 4.0, 2.0], [1.0, 2.0, 1.0]]]]
-  """
-  _check_conv(self, weight, groups, transposed=True)
-  HW, nd = tuple(weight.shape[2:]), weight.ndim - 2
-  cin, rcout = weight.shape[:2]
-  s_, d_ = _ints(stride, nd, "stride"), _ints(dilation, nd, "dilation")
-  op_ = _ints(output_padding, nd, "output_padding")
-  if any(s < 1 for s in s_) or any(d < 1 for d in d_): raise ValueError(f"stride {s_} and dilation {d_} must be >= 1")
-  if any(not 0 <= o < max(s, d) for o, s, d in zip(op_, s_, d_)):
-    raise ValueError(f"output_padding {op_} must be >= 0 and smaller than stride {s_} or dilation {d_}")
-  pads = _grouped_pads(padding, nd)
-  x = _zero_stuff(self, s_)
-  conv_pads = tuple(((k - 1) * d - pb, (k - 1) * d - pa + o) for k, d, (pb, pa), o in zip(HW, d_, pads, op_))
-  return _conv(x, _transposed_weight(weight, groups), bias, groups, 1, d_, conv_pads)
-
-
 def _transposed_weight(weight: Tensor, groups: int) -> Tensor:
   """(Cin, Cout/g, *k) -> (Cout, Cin/g, *k) spatially flipped: the conv weight that scatters each input over its
   window (a transposed conv's weight as a conv's, and a conv's weight for its input gradient)."""
@@ -309,83 +254,6 @@ def _ceil_extra(i_: Sequence[int], k_, s_, d_, pads) -> tuple[int, ...]:
   return tuple(extra)
 
 
-def avg_pool2d(self: Tensor, kernel_size: Any = (2, 2), stride: Any = None, dilation: Any = 1,
-               padding: int | Sequence[int] = 0, ceil_mode: bool = False, count_include_pad: bool = True) -> Tensor:
-  """Average pooling over the last len(kernel_size) dims (any number of them, not only 2).
-
-  `padding` as in conv2d. `ceil_mode` rounds the output size up; `count_include_pad=False` divides by the number of
-  input (not padding) elements in each window.
-
-  >>> from tiny_tensor import Tensor
-  >>> Tensor.arange(16).reshape(1, 1, 4, 4).float().avg_pool2d().tolist()
-  [[[[2.5, 4.5], [10.5, 12.5]]]]
-  """
-  k_, s_, d_, pads = _pool_args(self, kernel_size, stride, dilation, padding)
-  nd, nb = len(k_), self.ndim - len(k_)
-  i_ = tuple(self.shape[nb:])
-  extra = _ceil_extra(i_, k_, s_, d_, pads) if ceil_mode else (0,) * nd
-  axes = tuple(range(-nd, 0))
-  full = tuple((pb, pa + e) for (pb, pa), e in zip(pads, extra))
-  win = _pool(_pad(self, ((0, 0),) * nb + full), k_, s_, d_)
-  if count_include_pad and not ceil_mode: return win.mean(axes)
-  # divisor: how many counted cells each window covers (padding counts unless count_include_pad=False; the ceil_mode
-  # extension never counts)
-  ones = _ones(self, i_)
-  if count_include_pad: ones = _pad(ones, pads, 1.0)
-  cnt = _pool(_pad(ones, ((0, e) for e in extra) if count_include_pad else full), k_, s_, d_).sum(axes)
-  return win.sum(axes) / cnt
-
-
-def max_pool2d(self: Tensor, kernel_size: Any = (2, 2), stride: Any = None, dilation: Any = 1,
-               padding: int | Sequence[int] = 0, ceil_mode: bool = False,
-               return_indices: bool = False) -> Tensor | tuple[Tensor, Tensor]:
-  """Max pooling over the last len(kernel_size) dims; padding reads as the dtype's minimum.
-
-  With `return_indices=True` also returns, for each output, the flat index (int32) of its maximum within the input's
-  spatial dims (the first one on ties), as torch does.
-
-  >>> from tiny_tensor import Tensor
-  >>> Tensor.arange(16).reshape(1, 1, 4, 4).max_pool2d().tolist()
-  [[[[5, 7], [13, 15]]]]
-  """
-  k_, s_, d_, pads = _pool_args(self, kernel_size, stride, dilation, padding)
-  nd, nb = len(k_), self.ndim - len(k_)
-  i_ = tuple(self.shape[nb:])
-  extra = _ceil_extra(i_, k_, s_, d_, pads) if ceil_mode else (0,) * nd
-  full = tuple((pb, pa + e) for (pb, pa), e in zip(pads, extra))
-  axes = tuple(range(-nd, 0))
-  win = _pool(_pad(self, ((0, 0),) * nb + full, self.dtype.min), k_, s_, d_)
-  out = win.max(axes)
-  if not return_indices: return out
-  # count positions down from n so that max() picks the first maximum; padding gets the smallest int
-  n = math.prod(i_)
-  rev = _pool(_pad(_arange(self, n, 0, -1, dtype=dtypes.int32).reshape(*i_), full, dtypes.int32.min), k_, s_, d_)
-  idx = win.eq(out.reshape(*out.shape, *[1] * nd)).where(rev, 0).max(axes)
-  return out, (n - idx).cast(dtypes.int32)
-
-
-def max_unpool2d(self: Tensor, indices: Tensor, kernel_size: Any = (2, 2), stride: Any = None, dilation: Any = 1,
-                 padding: int | Sequence[int] = 0, output_size: Sequence[int] | None = None) -> Tensor:
-  """Partial inverse of max_pool2d: puts each value of `self` (N, C, *spatial) at its flat `indices`, zeros elsewhere.
-
-  >>> from tiny_tensor import Tensor
-  >>> Tensor([[[[5., 7.]]]]).max_unpool2d(Tensor([[[[1, 3]]]]), kernel_size=(1, 2)).tolist()
-  [[[[0.0, 5.0, 0.0, 7.0]]]]
-  """
-  bs, c, sp = self.shape[0], self.shape[1], tuple(self.shape[2:])
-  if tuple(indices.shape) != tuple(self.shape):
-    raise ValueError(f"indices of shape {indices.shape} must have the shape of the pooled values {self.shape}")
-  if output_size is None:
-    k_ = _ints(kernel_size, len(sp), "kernel_size")
-    s_, d_ = _ints(stride if stride is not None else k_, len(sp), "stride"), _ints(dilation, len(sp), "dilation")
-    pads = _grouped_pads(padding, len(sp))
-    out_ = tuple((i - 1) * s - pb - pa + d * (k - 1) + 1 for i, k, s, d, (pb, pa) in zip(sp, k_, s_, d_, pads))
-  else: out_ = tuple(output_size)[-len(sp):]
-  n, m = math.prod(out_), math.prod(sp)
-  hot = _one_hot_bool(indices.reshape(bs, c, m), n)  # (bs, c, m, n)
-  return hot.where(self.reshape(bs, c, m, 1), 0).sum(2).cast(self.dtype).reshape(bs, c, *out_)
-
-
 # ***** resampling *****
 
 
@@ -394,46 +262,6 @@ def _select(x: Tensor, axis: int, index: Tensor, n: int) -> Tensor:
   xt = x.transpose(axis, -1).unsqueeze(-2)                       # (..., 1, n)
   out = _one_hot_bool(index, n).where(xt, 0).sum(-1).cast(x.dtype)  # (..., len(index))
   return out.transpose(axis, -1)
-
-
-def interpolate(self: Tensor, size: Sequence[int], mode: str = "linear", align_corners: bool = False) -> Tensor:
-  """Resample the last len(size) dims to `size`; dims before them are batch dims.
-
-  `mode` is "linear" (bilinear/trilinear for 2/3 dims), "nearest" or "nearest-exact"; coordinates follow torch
-  (`align_corners` only for linear). The result has `self`'s dtype.
-
-  >>> from tiny_tensor import Tensor
-  >>> Tensor([[1., 2.]]).interpolate(size=(4,)).tolist()
-  [[1.0, 1.25, 1.75, 2.0]]
-  """
-  if not isinstance(size, (tuple, list)) or not all(isinstance(s, int) and s > 0 for s in size) \
-     or not 0 < len(size) <= self.ndim:
-    raise ValueError(f"size={size!r} must be a tuple of 1 to {self.ndim} positive ints")
-  if mode not in ("linear", "nearest", "nearest-exact"):
-    raise ValueError(f"mode={mode!r} is not supported; valid: 'linear', 'nearest', 'nearest-exact'")
-  if align_corners and mode != "linear": raise ValueError(f"align_corners=True needs mode='linear', got {mode!r}")
-  x = self
-  for axis, out in zip(range(self.ndim - len(size), self.ndim), size):
-    inp = self.shape[axis]
-    if mode == "linear":
-      # source coordinate num/den, exactly: align_corners -> dst*(in-1)/(out-1), else (dst+0.5)*in/out - 0.5
-      arr = _arange(self, out)
-      if align_corners: num, den = arr * (inp - 1), max(out - 1, 1)
-      else: num, den = (arr * 2 + 1) * inp - out, 2 * out
-      num = num.maximum(0).minimum((inp - 1) * den)
-      low, high = num // den, ((num + den - 1) // den)
-      frac = ((num - low * den).cast(dtypes.float32) / den).unsqueeze(1)
-      # one weighted reduce per axis: out[o] = sum_i x[i] * w[o, i], reading only the two neighbours of o (so an
-      # inf elsewhere in the row doesn't turn 0*inf into nan)
-      hot_lo, hot_hi = _one_hot_bool(low, inp), _one_hot_bool(high, inp)       # (out, in)
-      w = hot_lo.where(1 - frac, 0) + hot_hi.where(frac, 0)
-      xt = x.transpose(axis, -1).unsqueeze(-2)                               # (..., 1, in)
-      x = (hot_lo | hot_hi).where(xt * w, 0).sum(-1).transpose(axis, -1)
-    else:
-      pos = _arange(self, out, dtype=dtypes.float32)
-      if mode == "nearest-exact": pos = pos + 0.5
-      x = _select(x, axis, (pos * (inp / out)).cast(dtypes.int32).minimum(inp - 1), inp)
-  return x.cast(self.dtype)
 
 
 # ***** einsum *****
@@ -510,89 +338,13 @@ def _einsum(formula: str, *operands: Any, dtype: Any = None) -> Tensor:
   return ret.permute(tuple(kept.index(c) for c in rhs)) if kept else ret
 
 
-einsum = staticmethod(_einsum)
-einsum.__doc__ = _einsum.__doc__
-
 # ***** normalization, dropout, attention *****
-
-
-def layernorm(self: Tensor, axis: int | tuple[int, ...] = -1, eps: float = 1e-5) -> Tensor:
-  """Normalize to zero mean and unit variance over `axis` (no affine part; see nn.LayerNorm).
-
-  >>> from tiny_tensor import Tensor
-  >>> Tensor([[1., 3.]]).layernorm().tolist()  # doctest: +ELLIPSIS
-  [[-0.99..., 0.99...]]
-  """
-  y = self - self.mean(axis, keepdim=True)
-  return y * (y * y).mean(axis, keepdim=True).add(eps).rsqrt()
-
-
-def batchnorm(self: Tensor, weight: Tensor | None, bias: Tensor | None, mean: Tensor, invstd: Tensor,
-              axis: int | tuple[int, ...] = 1) -> Tensor:
-  """(self - mean) * weight * invstd + bias, with the 1-d parameters laid along `axis` (the channel dim).
-
-  >>> from tiny_tensor import Tensor
-  >>> Tensor([[1., 2.], [3., 4.]]).batchnorm(None, None, Tensor([1., 2.]), Tensor([1., 0.5])).tolist()
-  [[0.0, 0.0], [2.0, 1.0]]
-  """
-  axes = (axis,) if isinstance(axis, int) else tuple(axis)
-  axes = tuple(_resolve_dim(self, a) for a in axes)
-  shape = tuple(s if d in axes else 1 for d, s in enumerate(self.shape))
-  x = self - mean.reshape(shape)
-  if weight is not None: x = x * weight.reshape(shape)
-  x = x * (invstd.reshape(shape) if invstd.ndim == len(axes) else invstd)
-  return x + bias.reshape(shape) if bias is not None else x
 
 
 def _training(x: Tensor) -> bool:
   if getattr(type(x), "training", False): return True
   from tiny_uop import helpers
   return bool(getattr(helpers, "TRAINING", False))
-
-
-def dropout(self: Tensor, p: float = 0.5) -> Tensor:
-  """Zero each element with probability `p` and scale the rest by 1/(1-p); only when `Tensor.training` is set.
-
-  >>> from tiny_tensor import Tensor
-  >>> Tensor([1., 2.]).dropout(0.5).tolist()  # not training: unchanged
-  [1.0, 2.0]
-  """
-  if not 0 <= p <= 1: raise ValueError(f"dropout probability p={p!r} must be in [0, 1]")
-  if not _training(self) or p == 0: return self
-  if p == 1: return self.zeros_like()
-  keep = type(self).rand(*self.shape, device=self.device, dtype=dtypes.default_float) >= p
-  return keep.where(self, 0) / (1.0 - p)
-
-
-def scaled_dot_product_attention(self: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
-                                 dropout_p: float = 0.0, is_causal: bool = False, enable_gqa: bool = False) -> Tensor:
-  """softmax(self @ key^T / sqrt(d) + mask) @ value; query `self` (..., L, d), key (..., S, d), value (..., S, dv).
-
-  A bool `attn_mask` marks the positions to attend; a float one is added. `is_causal` masks the future (top-left
-  aligned, as torch). `enable_gqa` repeats key/value heads (dim -3) to match the query's.
-
-  >>> from tiny_tensor import Tensor
-  >>> q = Tensor.ones(1, 2, 4)
-  >>> q.scaled_dot_product_attention(q, Tensor([[[1., 2, 3, 4], [5, 6, 7, 8]]])).tolist()
-  [[[3.0, 4.0, 5.0, 6.0], [3.0, 4.0, 5.0, 6.0]]]
-  """
-  if self.ndim < 2 or key.ndim < 2 or value.ndim < 2:
-    raise ValueError(f"query {self.shape}, key {key.shape} and value {value.shape} must have at least 2 dims")
-  if self.shape[-1] != key.shape[-1] or key.shape[-2] != value.shape[-2]:  # tinygrad 0.14 and torch: RuntimeError
-    raise ArgumentError(f"query {self.shape} and key {key.shape} must share the last dim, key and value {value.shape} "
-                     "the sequence dim (-2)")
-  if enable_gqa:
-    key, value = (_repeat_heads(t, self.shape[-3] // t.shape[-3]) for t in (key, value))
-  acc = least_upper_dtype(self.dtype, key.dtype, dtypes.float32)
-  qk = self.cast(acc).matmul(key.cast(acc).transpose(-2, -1)) / math.sqrt(self.shape[-1])
-  if is_causal:
-    # tinygrad 0.14 and torch refuse both (a RuntimeError there): which mask would win is ambiguous
-    if attn_mask is not None: raise ArgumentError("attn_mask must be None when is_causal=True (pass one of them)")
-    attn_mask = _tri_mask(qk, 0, upper=False)
-  if attn_mask is not None:
-    if attn_mask.dtype == dtypes.bool: attn_mask = attn_mask.where(0, -math.inf)
-    qk = qk + attn_mask
-  return dropout(qk.softmax(-1).cast(self.dtype), dropout_p) @ value
 
 
 def _repeat_heads(t: Tensor, n: int) -> Tensor:
@@ -617,151 +369,7 @@ def _logsigmoid(x: Tensor) -> Tensor:
   return -(-x).softplus()
 
 
-def binary_crossentropy(self: Tensor, Y: Tensor, reduction: ReductionStr = "mean") -> Tensor:
-  """Binary cross-entropy between probabilities `self` and targets `Y`: -(Y*log(p) + (1-Y)*log(1-p)).
-
-  >>> from tiny_tensor import Tensor
-  >>> round(Tensor([0.1, 0.9, 0.2]).binary_crossentropy(Tensor([0., 1., 0.])).item(), 4)
-  0.1446
-  """
-  return _reduce_loss(-Y * self.log() - (1 - Y) * (1 - self).log(), reduction)
-
-
-def binary_crossentropy_logits(self: Tensor, Y: Tensor, reduction: ReductionStr = "mean",
-                               pos_weight: Tensor | None = None) -> Tensor:
-  """Binary cross-entropy on logits `self` (stable, like torch's BCEWithLogitsLoss), optional `pos_weight`.
-
-  >>> from tiny_tensor import Tensor
-  >>> round(Tensor([-1., 2., -3.]).binary_crossentropy_logits(Tensor([0., 1., 0.])).item(), 4)
-  0.1629
-  """
-  pos = _logsigmoid(self) * Y
-  if pos_weight is not None: pos = pos * pos_weight
-  return _reduce_loss(-(pos + (1 - Y) * _logsigmoid(-self)), reduction)
-
-
-def sparse_categorical_crossentropy(self: Tensor, Y: Tensor, ignore_index: int = -1, label_smoothing: float = 0.0,
-                                    reduction: ReductionStr = "mean") -> Tensor:
-  """Cross-entropy of logits `self` (..., C) against integer labels `Y` (...); the class axis is the last one.
-
-  Labels equal to `ignore_index` don't count (with the default -1 every row counts, and a -1 label matches no class).
-  `label_smoothing` mixes in the mean log-probability; "mean" divides by the number of counted labels.
-
-  >>> from tiny_tensor import Tensor
-  >>> round(Tensor([[-1., 2., -3.], [1., -2., 3.]]).sparse_categorical_crossentropy(Tensor([1, 2])).item(), 4)
-  0.0939
-  """
-  if not 0.0 <= label_smoothing <= 1.0: raise ValueError(f"label_smoothing={label_smoothing!r} must be in [0, 1]")
-  if tuple(Y.shape) != tuple(self.shape[:-1]):
-    raise ValueError(f"labels of shape {Y.shape} must match the logits' shape {self.shape} without the class axis")
-  log_probs = self.log_softmax(-1)
-  counted = Y.ne(ignore_index) if ignore_index != -1 else _ones(Y, Y.shape, dtypes.bool)
-  picked = (_one_hot_bool(Y, self.shape[-1]) & counted.unsqueeze(-1)).where(log_probs, 0).sum(-1)
-  unreduced = (1 - label_smoothing) * picked + label_smoothing * counted.where(log_probs.mean(-1), 0)
-  if reduction == "mean": return -unreduced.sum() / counted.sum()
-  return -_reduce_loss(unreduced, reduction)
-
-
-def cross_entropy(self: Tensor, Y: Tensor, reduction: ReductionStr = "mean", label_smoothing: float = 0.0) -> Tensor:
-  """Cross-entropy of logits `self` (N, C, ...) or (C,) against class indices or class probabilities `Y`.
-
-  As torch.nn.functional.cross_entropy: the class axis is 1 (0 for 1-d logits).
-
-  >>> from tiny_tensor import Tensor
-  >>> round(Tensor([[-1., 2., -3.], [1., -2., 3.]]).cross_entropy(Tensor([1, 2])).item(), 4)
-  0.0939
-  """
-  if not 0.0 <= label_smoothing <= 1.0: raise ValueError(f"label_smoothing={label_smoothing!r} must be in [0, 1]")
-  cdim = 0 if self.ndim == 1 else 1
-  n = self.shape[cdim]
-  if tuple(self.shape) != tuple(Y.shape):
-    if tuple(Y.shape) != tuple(s for d, s in enumerate(self.shape) if d != cdim):
-      # an (N, 1) target is refused, as tinygrad 0.14 and torch do (their RuntimeError): class indices are (N,)
-      raise ArgumentError(f"target of shape {Y.shape} must be the logits' shape {self.shape} (class probabilities) "
-                          f"or it without dim {cdim} (class indices)")
-    hot = Y.unsqueeze(cdim).eq(_arange(Y, n).reshape(n, *[1] * (self.ndim - cdim - 1)))
-    Y = hot.where(1.0 - label_smoothing + label_smoothing / n, label_smoothing / n)
-  elif label_smoothing: Y = Y * (1 - label_smoothing) + label_smoothing / n
-  return _reduce_loss(-(self.log_softmax(cdim) * Y).sum(cdim), reduction)
-
-
-def nll_loss(self: Tensor, Y: Tensor, weight: Tensor | None = None, ignore_index: int | None = None,
-             reduction: ReductionStr = "mean") -> Tensor:
-  """Negative log-likelihood of log-probabilities `self` (N, C, ...) at labels `Y` (N, ...), optional class `weight`.
-
-  >>> from tiny_tensor import Tensor
-  >>> Tensor([[-1., -2.], [-3., -4.]]).nll_loss(Tensor([1, 0])).item()
-  2.5
-  """
-  if self.ndim < 2 or tuple(Y.shape) != (self.shape[0], *self.shape[2:]):
-    raise ValueError(f"log-probs {self.shape} must be (N, C, ...) and labels {Y.shape} (N, ...)")
-  n = self.shape[1]
-  w = _ones(Y, Y.shape, self.dtype) if weight is None else _select(weight, 0, Y.flatten(), n).reshape(Y.shape)
-  if ignore_index is not None: w = Y.ne(ignore_index).where(w, 0)
-  nll = -gather(self, 1, Y.unsqueeze(1)).squeeze(1) * w  # an out-of-range label (ignore_index) picks 0
-  return nll.sum() / w.sum() if reduction == "mean" else _reduce_loss(nll, reduction)
-
-
-def one_hot(self: Tensor, num_classes: int) -> Tensor:
-  """One-hot encoding of integer `self` along a new last axis (int32 0/1) of `num_classes` classes; a value outside
-  [0, num_classes) gives a row of zeros. As tinygrad 0.14, `num_classes` is required (torch's -1, "infer it from the
-  data", is refused: it would read the tensor back).
-
-  >>> from tiny_tensor import Tensor
-  >>> Tensor([0, 2]).one_hot(3).tolist()
-  [[1, 0, 0], [0, 0, 1]]
-  """
-  if not dtypes.is_int(self.dtype): raise DTypeArgumentError(f"one_hot needs an integer tensor, got {self.dtype}")
-  if not isinstance(num_classes, int) or isinstance(num_classes, bool) or num_classes < 0:
-    raise ValueError(f"num_classes={num_classes!r} must be a non-negative int (the class count)")
-  return _one_hot_bool(self, num_classes).where(1, 0).cast(dtypes.int32)
-
-
 # ***** sorting *****
-
-
-def sort(self: Tensor, dim: int = -1, descending: bool = False) -> tuple[Tensor, Tensor]:
-  """Sort along `dim` with a bitonic network; returns (values, int32 indices). Equal values keep their order; NaNs
-  sort after +inf (first when `descending`), -0.0 equals 0.0.
-
-  >>> from tiny_tensor import Tensor
-  >>> v, i = Tensor([3., 1., 2., 1.]).sort()
-  >>> v.tolist(), i.tolist()
-  ([1.0, 1.0, 2.0, 3.0], [1, 3, 2, 0])
-  """
-  if self.ndim == 0: return self, self.zeros_like(dtype=dtypes.int32)
-  dim = _resolve_dim(self, dim)
-  n = self.shape[dim]
-  if n <= 1: return self, self.zeros_like(dtype=dtypes.int32)
-  if self.dtype in _SORT_KEY_INTS:  # floats sort by an int key: NaN compares unequal even to itself
-    idx = sort(_float_sort_key(self), dim, descending)[1]
-    return gather(self, dim, idx), idx
-  stages = (n - 1).bit_length()
-  shp = tuple(self.shape)
-  # pad to 2**stages with values that sort last, then view the axis as `stages` binary digits (most significant first)
-  x = _pad(self, tuple((0, (1 << stages) - n) if d == dim else (0, 0) for d in range(self.ndim)),
-           self.dtype.min if descending else self.dtype.max)
-  x = x.reshape(*shp[:dim], *(2,) * stages, *shp[dim + 1:])
-  def bit_axis(b: int) -> int: return dim + stages - 1 - b
-  for k in range(1, stages + 1):        # merge bitonic runs into sorted runs of 2**k
-    if k < stages:  # a run sorts up or down by bit k of its position (up where it is 0, for ascending order)
-      up = _arange(self, 2).eq(int(descending)).reshape(*[2 if d == bit_axis(k) else 1 for d in range(x.ndim)])
-    for j in range(k - 1, -1, -1):     # compare-and-swap partners 2**j apart
-      ax = bit_axis(j)
-      lo, hi = _shrink_axis(x, ax, 0, 1), _shrink_axis(x, ax, 1, 2)
-      small, big = lo.minimum(hi), lo.maximum(hi)
-      if k < stages: first, second = up.where(small, big), up.where(big, small)
-      else: first, second = (big, small) if descending else (small, big)
-      x = first.cat(second, dim=ax).contiguous()
-  x = _shrink_axis(x.reshape(*shp[:dim], 1 << stages, *shp[dim + 1:]), dim, 0, n)
-  # indices: the r-th copy of a value in the output is the r-th copy of it in the input
-  b_le_a = (_arange(self, n).unsqueeze(1) >= _arange(self, n)).reshape(n, n, *[1] * (self.ndim - dim - 1))
-  def occurrence(t: Tensor) -> Tensor:  # [..a..] = #{b <= a : t[b] == t[a]}
-    return (t.unsqueeze(dim + 1).eq(t.unsqueeze(dim)) & b_le_a).sum(dim + 1)
-  same = x.unsqueeze(dim + 1).eq(self.unsqueeze(dim)) \
-    & occurrence(x).unsqueeze(dim + 1).eq(occurrence(self).unsqueeze(dim))
-  pos = _arange(self, n).reshape(n, *[1] * (self.ndim - dim - 1))
-  return x, same.where(pos, 0).sum(dim + 1).cast(dtypes.int32)
 
 
 _SORT_KEY_INTS = {dtypes.float16: dtypes.int16, dtypes.bfloat16: dtypes.int16, dtypes.float32: dtypes.int32,
@@ -774,35 +382,6 @@ def _float_sort_key(x: Tensor) -> Tensor:
   it = _SORT_KEY_INTS[x.dtype]
   b = x.isnan().where(math.nan, x.eq(0).where(0.0, x)).bitcast(it)
   return (b < 0).where(b ^ int(dtypes.max(it)), b)
-
-
-def argsort(self: Tensor, dim: int = -1, descending: bool = False) -> Tensor:
-  """The indices that sort `self` along `dim` (stable).
-
-  >>> from tiny_tensor import Tensor
-  >>> Tensor([2, 3, 1]).argsort().tolist()
-  [2, 0, 1]
-  """
-  return sort(self, dim, descending)[1]
-
-
-def topk(self: Tensor, k: int, dim: int = -1, largest: bool = True, sorted_: bool = True) -> tuple[Tensor, Tensor]:
-  """The `k` largest (or smallest) values along `dim` and their int32 indices, in sorted order.
-
-  `sorted_=False` allows any order; this returns them sorted either way.
-
-  >>> from tiny_tensor import Tensor
-  >>> v, i = Tensor([1., 5., 3.]).topk(2)
-  >>> v.tolist(), i.tolist()
-  ([5.0, 3.0], [1, 2])
-  """
-  dim = _resolve_dim(self, dim)
-  n = self.shape[dim] if self.ndim else 1
-  if not isinstance(k, int) or not 0 <= k <= n:
-    raise ValueError(f"k={k!r} must be in [0, {n}] for dim {dim} of {self.shape}")
-  v, i = sort(self, dim, descending=largest)
-  if self.ndim == 0: return v, i
-  return _shrink_axis(v, dim, 0, k), _shrink_axis(i, dim, 0, k)
 
 
 def float_divmod(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
@@ -842,31 +421,6 @@ def float_divmod(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
   return q, r
 
 
-def cos(self: Tensor) -> Tensor:
-  """Cosine, accurate for large arguments too (`sin(pi/2 - x)` rounds `pi/2 - x` to x's ulp: `cos(3e7)` was 0.16).
-
-  |x| <= 1 (and beyond max/4, where 2x overflows): 1 - 2 sin(x/2)**2, which stays near 1; else sin(2x) / (2 sin x):
-  2x and x are exact, and sin is accurate relative to its value even near its zeros. Half precision goes through
-  float32. The gradient is -sin(x) (differentiating the formula would cancel badly near multiples of pi).
-
-  >>> from tiny_tensor import Tensor
-  >>> round(Tensor([3e7], device="CPU").cos().item(), 4)  # libm's sin: accurate at any argument
-  -0.2654
-  """
-  from tiny_tensor.gradient import custom_gradient
-  x = self._float()
-  if x.dtype.itemsize < 4: return cos(x.cast(dtypes.float32)).cast(x.dtype)
-  ax = x.abs()
-  e, m = dtypes.finfo(x.dtype)
-  near = (ax <= 1) | (ax > (2 - 2.0 ** -m) * 2.0 ** (2 ** (e - 1) - 1) / 4)  # a quarter of the largest finite value
-  half = (x * 0.5).sin()
-  xs = near.where(1.0, x)  # the ratio's argument where it is used; 1 elsewhere (no 0/0, no inf)
-  out = near.where(1.0 - 2.0 * half * half, (xs * 2.0).sin() / (xs.sin() * 2.0))
-  xu = x.uop
-  custom_gradient(out.uop, (xu,), lambda ctx, _: (-(xu.sin()) * ctx,))
-  return out
-
-
 def _tri_mask(x: Tensor, diagonal: int, upper: bool) -> Tensor:
   if x.ndim < 2: raise ValueError(f"tril/triu need at least 2 dims, got shape {x.shape}")
   r, c = x.shape[-2:]
@@ -877,26 +431,6 @@ def _tri_mask(x: Tensor, diagonal: int, upper: bool) -> Tensor:
 def _zero_of(x: Tensor) -> bool | int:
   """The zero that keeps `x`'s dtype in `where` (a Python 0 would promote a bool tensor to int32)."""
   return False if x.dtype == dtypes.bool else 0
-
-
-def triu(self: Tensor, diagonal: int = 0) -> Tensor:
-  """The upper triangle of the last two dims (j - i >= diagonal); the rest is zero.
-
-  >>> from tiny_tensor import Tensor
-  >>> Tensor([[1, 2], [3, 4]]).triu().tolist()
-  [[1, 2], [0, 4]]
-  """
-  return _tri_mask(self, diagonal, upper=True).where(self, _zero_of(self))
-
-
-def tril(self: Tensor, diagonal: int = 0) -> Tensor:
-  """The lower triangle of the last two dims (j - i <= diagonal); the rest is zero.
-
-  >>> from tiny_tensor import Tensor
-  >>> Tensor([[1, 2], [3, 4]]).tril().tolist()
-  [[1, 0], [3, 4]]
-  """
-  return _tri_mask(self, diagonal, upper=False).where(self, _zero_of(self))
 
 
 # ***** cumulative ops *****
@@ -930,120 +464,7 @@ def _cumulative(x: Tensor, axis: int, op: str) -> Tensor:
   return _shrink_axis(out, out.ndim - 1, pad, n + pad).transpose(axis, -1)
 
 
-def cumsum(self: Tensor, axis: int = 0) -> Tensor:
-  """Cumulative sum along `axis` (one fused kernel: a triangular window summed, no Python loop).
-
-  >>> from tiny_tensor import Tensor
-  >>> Tensor([1, 2, 3]).cumsum().tolist()
-  [1, 3, 6]
-  """
-  return _cumulative(self, axis, "sum")
-
-
-def cumprod(self: Tensor, axis: int) -> Tensor:
-  """Cumulative product along `axis`.
-
-  >>> from tiny_tensor import Tensor
-  >>> Tensor([1, 2, 3]).cumprod(0).tolist()
-  [1, 2, 6]
-  """
-  return _cumulative(self, axis, "prod")
-
-
-def cummax(self: Tensor, axis: int = 0) -> tuple[Tensor, Tensor]:
-  """Cumulative max along `axis` and the int32 index where each running max first occurred (tinygrad's rule).
-
-  >>> from tiny_tensor import Tensor
-  >>> v, i = Tensor([0, 2, 1, 2, 3]).cummax(0)
-  >>> v.tolist(), i.tolist()
-  ([0, 2, 2, 2, 3], [0, 1, 1, 1, 4])
-  """
-  values = _cumulative(self, axis, "max")
-  if self.ndim == 0 or 0 in self.shape: return values, self.zeros_like(dtype=dtypes.int32)
-  axis = _resolve_dim(self, axis)
-  n = self.shape[axis]
-  xt, vt = self.transpose(axis, -1), values.transpose(axis, -1)
-  # [.., i, j]: x[j] reached the running max at i, for j <= i; the smallest such j wins (counted down from n)
-  seen = xt.unsqueeze(-2).eq(vt.unsqueeze(-1)) & (_arange(self, n).unsqueeze(1) >= _arange(self, n))
-  first = n - seen.where(_arange(self, n, 0, -1), 0).max(-1)
-  return values, first.cast(dtypes.int32).transpose(axis, -1)
-
-
-def cummin(self: Tensor, axis: int = 0) -> tuple[Tensor, Tensor]:
-  """Cumulative min along `axis` and the int32 index where each running min first occurred.
-
-  >>> from tiny_tensor import Tensor
-  >>> Tensor([3, 1, 2]).cummin(0)[0].tolist()
-  [3, 1, 1]
-  """
-  def flip(t: Tensor) -> Tensor:  # an order-reversing bijection of the dtype
-    return t.logical_not() if t.dtype == dtypes.bool else ~t if dtypes.is_int(t.dtype) else -t
-  values, idx = cummax(flip(self), axis)
-  return flip(values), idx
-
-
-def logcumsumexp(self: Tensor, axis: int = 0) -> Tensor:
-  """log(cumsum(exp(self))) along `axis`, stable for large values.
-
-  >>> from tiny_tensor import Tensor
-  >>> [round(v, 4) for v in Tensor([0., 0., 0.]).logcumsumexp().tolist()]
-  [0.0, 0.6931, 1.0986]
-  """
-  if self.ndim == 0: return self
-  axis = _resolve_dim(self, axis)
-  x = self.transpose(axis, -1)
-  n = x.shape[-1]
-  m = cummax(x, -1)[0].detach()                                  # running max, a constant for autograd
-  below = _arange(self, n).unsqueeze(1) >= _arange(self, n)       # [i, j]: j <= i
-  terms = below.where(x.unsqueeze(-2) - m.unsqueeze(-1), -math.inf).exp()
-  return (terms.sum(-1).log() + m).transpose(-1, axis)
-
-
 # ***** indexing-like ops *****
-
-
-def roll(self: Tensor, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Tensor:
-  """Rotate elements along `dims` by `shifts` (wrapping around); with `dims=None`, over the flattened tensor.
-
-  >>> from tiny_tensor import Tensor
-  >>> Tensor([1, 2, 3, 4]).roll(1).tolist()
-  [4, 1, 2, 3]
-  """
-  if dims is None:
-    if not isinstance(shifts, int) and len(shifts) != 1:  # tinygrad 0.14 and torch: a RuntimeError
-      raise ArgumentError(f"shifts={shifts!r} must be one int when dims is None (it rolls the flattened tensor)")
-    if not isinstance(shifts, int): shifts = shifts[0]
-    return roll(self.reshape(-1) if self.ndim != 1 else self, shifts, 0).reshape(self.shape)
-  dims_ = (dims,) if isinstance(dims, int) else tuple(dims)
-  shifts_ = (shifts,) if isinstance(shifts, int) else tuple(shifts)
-  if len(dims_) != len(shifts_):
-    raise ArgumentError(f"shifts {shifts!r} and dims {dims!r} must have the same length")
-  total: dict[int, int] = {}
-  for d, s in zip(dims_, shifts_): total[_resolve_dim(self, d)] = total.get(_resolve_dim(self, d), 0) + s
-  if self.ndim == 0 or 0 in self.shape: return self
-  x = _repeat(self, [2 if d in total else 1 for d in range(self.ndim)])
-  return x.shrink(tuple((n - total[d] % n, 2 * n - total[d] % n) if d in total else (0, n)
-                        for d, n in enumerate(self.shape)))
-
-
-def gather(self: Tensor, dim: int, index: Tensor) -> Tensor:
-  """out[i][j][k] = self[index[i][j][k]][j][k] (for dim=0): pick along `dim` at integer `index` (same ndim as self).
-
-  >>> from tiny_tensor import Tensor
-  >>> Tensor([[1, 2], [3, 4]]).gather(1, Tensor([[0, 0], [1, 0]])).tolist()
-  [[1, 1], [4, 3]]
-  """
-  if index.ndim != self.ndim:  # a RuntimeError in tinygrad 0.14 and torch
-    raise ArgumentError(f"index of shape {index.shape} must have the {self.ndim} dims of {self.shape}")
-  if not dtypes.is_int(index.dtype):  # a RuntimeError in tinygrad 0.14 and torch
-    raise DTypeArgumentError(f"index must be an integer tensor, got {index.dtype}")
-  dim = _resolve_dim(self, dim)
-  if any(i > s for d, (s, i) in enumerate(zip(self.shape, index.shape)) if d != dim):
-    raise ValueError(f"index of shape {index.shape} is larger than self {self.shape} outside dim {dim}")
-  n = self.shape[dim]
-  x = self.shrink(tuple((0, n) if d == dim else (0, i) for d, i in enumerate(index.shape)))
-  x = x.unsqueeze(-1).transpose(-1, dim)  # (..., 1 at dim, ..., n)
-  return _one_hot_bool(index, n).where(x, 0).sum(-1).cast(self.dtype)
 
 
 def _pre_scatter(self: Tensor, dim: int, index: Tensor, src: Tensor) -> tuple[int, Tensor, Tensor]:
@@ -1065,158 +486,7 @@ def _pre_scatter(self: Tensor, dim: int, index: Tensor, src: Tensor) -> tuple[in
   return dim, _pad(src, pads, 0), _pad(mask, pads, False)
 
 
-def scatter(self: Tensor, dim: int, index: Tensor, src: Tensor | float | int | bool,
-            reduce: Literal["multiply", "add"] | None = None) -> Tensor:
-  """Write `src` into a copy of `self` at `index` along `dim` (the last write wins on repeated indices).
-
-  `src` may be a scalar. `reduce="add"`/`"multiply"` combines instead (see scatter_reduce).
-
-  >>> from tiny_tensor import Tensor
-  >>> Tensor.zeros(3).scatter(0, Tensor([2, 0]), Tensor([5., 7.])).tolist()
-  [7.0, 0.0, 5.0]
-  """
-  if reduce not in (None, "add", "multiply"): raise ValueError(f"reduce={reduce!r} must be None, 'add' or 'multiply'")
-  if isinstance(src, (int, float, bool)):
-    src = type(self).full(tuple(index.shape), src, dtype=self.dtype, device=self.device)
-  if reduce is not None: return scatter_reduce(self, dim, index, src, "sum" if reduce == "add" else "prod")
-  _, src, mask = _pre_scatter(self, dim, index, src)
-  q = mask.shape[-1]
-  last = mask.where(_arange(self, 1, q + 1), 0).max(-1)  # 1 + the last q writing each place, 0 where none writes
-  chosen = last.unsqueeze(-1).eq(_arange(self, 1, q + 1))
-  return (last > 0).where(chosen.where(src, 0).sum(-1).cast(self.dtype), self)
-
-
-def scatter_reduce(self: Tensor, dim: int, index: Tensor, src: Tensor,
-                   reduce: Literal["sum", "prod", "mean", "amax", "amin"], include_self: bool = True) -> Tensor:
-  """Combine `src` into `self` at `index` along `dim` with `reduce` ("sum", "prod", "mean", "amax", "amin").
-
-  With `include_self=False`, the places that receive values start from the reduction's identity instead of `self`.
-
-  >>> from tiny_tensor import Tensor
-  >>> Tensor([1., 1.]).scatter_reduce(0, Tensor([0, 0, 1]), Tensor([2., 3., 4.]), "sum").tolist()
-  [6.0, 5.0]
-  """
-  if reduce not in ("sum", "prod", "mean", "amax", "amin"):
-    raise ValueError(f"reduce={reduce!r} must be one of 'sum', 'prod', 'mean', 'amax', 'amin'")
-  _, src, mask = _pre_scatter(self, dim, index, src)
-  hit = mask.any(-1)
-  def base(ident: Any) -> Tensor | Any: return self if include_self else hit.where(ident, self)
-  if reduce == "sum": return mask.where(src, 0).sum(-1).cast(self.dtype) + base(0)
-  if reduce == "prod": return mask.where(src, 1).prod(-1).cast(self.dtype) * base(1)
-  if reduce == "amax": return mask.where(src, self.dtype.min).max(-1).maximum(base(self.dtype.min))
-  if reduce == "amin": return mask.where(src, self.dtype.max).min(-1).minimum(base(self.dtype.max))
-  count = mask.where(1, 0).sum(-1) + (1 if include_self else hit.where(0, 1))
-  total = mask.where(src, 0).sum(-1).cast(self.dtype) + base(0)
-  return (total / count).floor().cast(self.dtype) if dtypes.is_int(self.dtype) else total / count
-
-
-def masked_fill(self: Tensor, mask: Tensor, value: Tensor | float | int | bool) -> Tensor:
-  """`value` where `mask` is True, else `self` (broadcasting).
-
-  >>> from tiny_tensor import Tensor
-  >>> Tensor([1, 2, 3]).masked_fill(Tensor([True, False, True]), 0).tolist()
-  [0, 2, 0]
-  """
-  return mask.where(value, self)
-
-
-def pad2d(self: Tensor, padding: Sequence[int], value: float = 0.0) -> Tensor:
-  """Constant-pad the last len(padding)//2 dims, torch-style flat `(left, right, top, bottom, ...)`; negatives crop.
-
-  >>> from tiny_tensor import Tensor
-  >>> Tensor([[1, 2]]).pad2d((1, 0, 0, 1)).tolist()
-  [[0, 1, 2], [0, 0, 0]]
-  """
-  p = tuple(padding)
-  if len(p) % 2 or len(p) // 2 > self.ndim:
-    raise ValueError(f"padding={padding!r} must hold (before, after) pairs for at most {self.ndim} dims")
-  nd = len(p) // 2
-  return _pad(self, ((0, 0),) * (self.ndim - nd) + _grouped_pads(p, nd), value)
-
-
 # ***** windows, diagonals, grids, einops-style rearrange *****
-
-
-def unfold(self: Tensor, dim: int, size: int, step: int) -> Tensor:
-  """Windows of `size` elements every `step` along `dim`: that dim becomes the window count, a new last dim the window.
-
-  >>> from tiny_tensor import Tensor
-  >>> Tensor([1, 2, 3, 4, 5]).unfold(0, 2, 2).tolist()
-  [[1, 2], [3, 4]]
-  """
-  dim = _resolve_dim(self, dim)
-  # bad sizes raise a RuntimeError in tinygrad 0.14 and torch: ArgumentError is one (and a ValueError)
-  if not isinstance(step, int) or isinstance(step, bool) or step < 1:
-    raise ArgumentError(f"step={step!r} must be a positive int")
-  if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size <= self.shape[dim]:
-    raise ArgumentError(f"size={size!r} must be in [0, {self.shape[dim]}] (dim {dim} of {self.shape})")
-  if size == 0:  # as torch: (n - 0) // step + 1 empty windows
-    n_win = (self.shape[dim] - size) // step + 1
-    empty = self.unsqueeze(-1).shrink(tuple((0, s) for s in self.shape) + ((0, 0),))  # (..., 0): no elements
-    return empty.reshape(self.shape[:dim] + (n_win,) + self.shape[dim + 1:] + (0,))
-  order = tuple(d for d in range(self.ndim) if d != dim) + (dim,)
-  win = _pool(self.permute(order), (size,), (step,), (1,))            # (..others, n_windows, size)
-  back = [order.index(d) for d in range(self.ndim)]
-  return win.permute(tuple(back) + (self.ndim,))
-
-
-def diagonal(self: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
-  """The diagonal of dims (dim1, dim2) as a new last dim (`offset` > 0 above the main one, < 0 below), like torch.
-
-  >>> from tiny_tensor import Tensor
-  >>> Tensor.arange(9).reshape(3, 3).diagonal(1).tolist()
-  [1, 5]
-  """
-  d1, d2 = _resolve_dim(self, dim1), _resolve_dim(self, dim2)
-  if d1 == d2:  # a RuntimeError in tinygrad 0.14 and torch
-    raise ArgumentError(f"dim1={dim1} and dim2={dim2} name the same dim of {self.shape}; pick two different dims")
-  rest = [d for d in range(self.ndim) if d not in (d1, d2)]
-  x = self.permute(tuple(rest) + (d1, d2))
-  r, c = x.shape[-2:]
-  r0, c0 = min(max(-offset, 0), r), min(max(offset, 0), c)
-  n = max(0, min(r - r0, c - c0))
-  lead = tuple(x.shape[:-2])
-  x = x.shrink(tuple((0, s) for s in lead) + ((r0, r0 + n), (c0, c0 + n)))
-  if n == 0: return x.reshape(lead + (0,))
-  # (.., n, n) -> (.., n*n) -> pad to (.., n*(n+1)) -> (.., n, n+1): column 0 of row a is element (a, a)
-  x = _pad(x.reshape(lead + (n * n,)), ((0, 0),) * len(lead) + ((0, n),)).reshape(lead + (n, n + 1))
-  return _shrink_axis(x, x.ndim - 1, 0, 1).reshape(lead + (n,))
-
-
-def diag(self: Tensor) -> Tensor:
-  """A square matrix with the 1-d `self` on its diagonal.
-
-  >>> from tiny_tensor import Tensor
-  >>> Tensor([1, 2]).diag().tolist()
-  [[1, 0], [0, 2]]
-  """
-  if self.ndim != 1: raise ValueError(f"diag needs a 1-d tensor, got shape {self.shape}")
-  n = self.shape[0]
-  if n == 0: return self.reshape(0, 0)
-  # row a = (x_a, n zeros); flattened, x_a lands at a*(n+1): the diagonal of an (n, n) view
-  flat = _pad(self.unsqueeze(-1), ((0, 0), (0, n))).reshape(n * (n + 1))
-  return flat.shrink(((0, n * n),)).reshape(n, n)
-
-
-def meshgrid(self: Tensor, *args: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
-  """Coordinate grids from 0-d or 1-d tensors, as torch.meshgrid ("ij": matrix indexing, "xy": first two dims swapped);
-  a 0-d tensor counts as one element.
-
-  >>> from tiny_tensor import Tensor
-  >>> [t.tolist() for t in Tensor([1, 2]).meshgrid(Tensor([3, 4, 5]))]
-  [[[1, 1, 1], [2, 2, 2]], [[3, 4, 5], [3, 4, 5]]]
-  """
-  if indexing not in ("ij", "xy"): raise ArgumentError(f"indexing={indexing!r} must be 'ij' or 'xy'")
-  ts = (self, *args)
-  if any(t.ndim > 1 for t in ts):  # torch refuses these (tinygrad 0.14 flattens them)
-    raise ArgumentError(f"meshgrid needs 0-d or 1-d tensors, got shapes {[t.shape for t in ts]}")
-  ts = tuple(t.reshape(1) if t.ndim == 0 else t for t in ts)
-  axes = list(range(len(ts)))
-  if indexing == "xy" and len(ts) > 1: axes[0], axes[1] = 1, 0
-  shape = [0] * len(ts)
-  for t, a in zip(ts, axes): shape[a] = t.shape[0]
-  return tuple(t.reshape(tuple(t.shape[0] if d == a else 1 for d in range(len(ts)))).expand(tuple(shape))
-               for t, a in zip(ts, axes))
 
 
 def _rearrange_side(side: str, formula: str) -> list[list[str]]:
@@ -1241,119 +511,804 @@ def _rearrange_side(side: str, formula: str) -> list[list[str]]:
   return groups
 
 
-def rearrange(self: Tensor, formula: str, **sizes: int) -> Tensor:
-  """einops-style reshape/permute: `x.rearrange("b (h w) c -> b c h w", h=4)`. Groups in () split or merge dims,
-  `1` is a unit dim, `...` stands for the dims not named; give the sizes a split can't infer.
+class NNOpsMixin:
+  """The higher-level ops of `Tensor` (one of its bases): `x.conv2d(w)`, `x.sort()`, `Tensor.einsum(...)`."""
+  __slots__ = ()
 
-  >>> from tiny_tensor import Tensor
-  >>> Tensor.arange(6).reshape(2, 3).rearrange("a b -> b a").tolist()
-  [[0, 3], [1, 4], [2, 5]]
-  """
-  if formula.count("->") != 1: raise ValueError(f"rearrange {formula!r} needs exactly one '->'")
-  lhs_s, rhs_s = formula.split("->")
-  lhs, rhs = _rearrange_side(lhs_s, formula), _rearrange_side(rhs_s, formula)
-  if lhs.count(["..."]) > 1 or rhs.count(["..."]) > 1: raise ValueError(f"rearrange {formula!r}: '...' twice on a side")
-  if ["..."] not in lhs and len(lhs) != self.ndim:
-    raise ValueError(f"rearrange {formula!r}: the left side names {len(lhs)} dims, the tensor has shape {self.shape}")
-  if ["..."] in lhs:
-    n_ell = self.ndim - len(lhs) + 1
-    if n_ell < 0: raise ValueError(f"rearrange {formula!r} names more dims than the tensor's shape {self.shape}")
-    def expand_ell(side: list[list[str]]) -> list[list[str]]:
-      out: list[list[str]] = []
-      for g in side: out += [[f"...{i}"] for i in range(n_ell)] if g == ["..."] else [g]
-      return out
-    lhs, rhs = expand_ell(lhs), expand_ell(rhs)
-  names_l, names_r = [n for g in lhs for n in g], [n for g in rhs for n in g]
-  if "..." in names_l + names_r or sorted(names_l) != sorted(names_r) or len(set(names_l)) != len(names_l):
-    raise ValueError(f"rearrange {formula!r}: both sides must name the same axes, each once (and '...' not inside ())")
-  for k in sizes:
-    if k not in names_l: raise ValueError(f"rearrange {formula!r}: size given for unknown axis {k!r}")
-  # the size of every named axis, from the input's shape and the given sizes
-  size: dict[str, int] = {}
-  for g, s in zip(lhs, self.shape):
-    known = [sizes[n] for n in g if n in sizes]
-    unknown = [n for n in g if n not in sizes]
-    if len(unknown) > 1 or (not unknown and math.prod(known) != s) or (unknown and s % max(math.prod(known), 1)):
-      raise ValueError(f"rearrange {formula!r}: can't split a dim of size {s} into {g} with sizes {sizes}")
-    for n in g: size[n] = sizes[n] if n in sizes else s // max(math.prod(known), 1)
-  x = self.reshape(tuple(size[n] for n in names_l))
-  x = x.permute(tuple(names_l.index(n) for n in names_r))
-  return x.reshape(tuple(math.prod(size[n] for n in g) for g in rhs))
+  def conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: Any = 1,
+             dilation: Any = 1, padding: int | Sequence[int] = 0, dtype: Any = None) -> Tensor:
+    """Convolution (cross-correlation, like torch) of `self` (N, Cin, *spatial) with `weight`
+    (Cout, Cin/groups, *kernel).
 
+    Any number of spatial dims (1-d, 2-d, 3-d, ...). `padding` is an int, one int per spatial dim, or torch's flat
+    form `(left, right, top, bottom, ...)` (negative values crop), or torch's "valid" / "same". `dtype` is the
+    accumulation dtype.
 
-# ***** normalizing, sampling *****
+    >>> from tiny_tensor import Tensor
+    >>> Tensor.arange(9).reshape(1, 1, 3, 3).float().conv2d(Tensor.ones(1, 1, 2, 2)).tolist()
+    [[[[8.0, 12.0], [20.0, 24.0]]]]
+    """
+    _check_conv(self, weight, groups, transposed=False)
+    nd = weight.ndim - 2
+    if isinstance(padding, str):  # torch's "valid" (none) and "same" (output size = input size; any odd pad goes after)
+      if padding not in ("valid", "same"): raise ValueError(f"padding={padding!r} must be 'valid', 'same' or ints")
+      if padding == "same" and any(s != 1 for s in _ints(stride, nd, "stride")):
+        raise ValueError(f"padding='same' needs stride 1, got stride={stride!r}")
+      span = [d * (k - 1) if padding == "same" else 0
+              for d, k in zip(_ints(dilation, nd, "dilation"), weight.shape[2:])]
+      return _conv(self, weight, bias, groups, stride, dilation, tuple((t // 2, t - t // 2) for t in span), dtype,
+                   weight_channel_last=True)
+    return _conv(self, weight, bias, groups, stride, dilation, _grouped_pads(padding, nd), dtype,
+                 weight_channel_last=True)
 
+  def conv_transpose2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: Any = 1,
+                       dilation: Any = 1, padding: int | Sequence[int] = 0, output_padding: Any = 0) -> Tensor:
+    """Transposed convolution of `self` (N, Cin, *spatial) with `weight` (Cin, Cout/groups, *kernel), any spatial rank.
 
-def normalize(self: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
-  """self / max(||self||_p over `dim`, eps), as torch.nn.functional.normalize.
+    Output size per dim: (i-1)*stride - pad_before - pad_after + dilation*(k-1) + output_padding + 1.
 
-  >>> from tiny_tensor import Tensor
-  >>> Tensor([[3., 4.]]).normalize().tolist()
-  [[0.6000000238418579, 0.800000011920929]]
-  """
-  if p == 0: return self / self.ne(0).sum(dim, keepdim=True).maximum(eps)
-  a = self.abs()
-  if p > 0:  # |x|**p with torch's 0 gradient at x = 0 (pow's slope there is inf for p < 1, and times sign(0) NaN)
-    nz = a > 0
-    a = nz.where(nz.where(a, 1.0).pow(p), 0.0)
-  else: a = a.pow(p)
-  s = a.sum(dim, keepdim=True)
-  # the norm s**(1/p) is above eps where s > eps**p for p > 0, where s < eps**p for p < 0 (s**(1/p) decreases); else
-  # it is clamped to eps, with pow(1/p)'s infinite slope at 0 kept out of the gradient. eps**p past float range: inf
-  log_thr = p * math.log(eps) if eps > 0 else (-math.inf if p > 0 else math.inf)
-  thr = math.inf if log_thr > 700 else eps ** p
-  big = s > thr if p > 0 else s < thr
-  return self / big.where(big.where(s, 1.0).pow(1 / p), eps)
+    >>> from tiny_tensor import Tensor
+    >>> Tensor.ones(1, 1, 2, 2).conv_transpose2d(Tensor.ones(1, 1, 2, 2)).tolist()
+    [[[[1.0, 2.0, 1.0], [2.0, 4.0, 2.0], [1.0, 2.0, 1.0]]]]
+    """
+    _check_conv(self, weight, groups, transposed=True)
+    HW, nd = tuple(weight.shape[2:]), weight.ndim - 2
+    cin, rcout = weight.shape[:2]
+    s_, d_ = _ints(stride, nd, "stride"), _ints(dilation, nd, "dilation")
+    op_ = _ints(output_padding, nd, "output_padding")
+    if any(s < 1 for s in s_) or any(d < 1 for d in d_): raise ValueError(f"stride {s_} and dilation {d_} must be >= 1")
+    if any(not 0 <= o < max(s, d) for o, s, d in zip(op_, s_, d_)):
+      raise ValueError(f"output_padding {op_} must be >= 0 and smaller than stride {s_} or dilation {d_}")
+    pads = _grouped_pads(padding, nd)
+    x = _zero_stuff(self, s_)
+    conv_pads = tuple(((k - 1) * d - pb, (k - 1) * d - pa + o) for k, d, (pb, pa), o in zip(HW, d_, pads, op_))
+    return _conv(x, _transposed_weight(weight, groups), bias, groups, 1, d_, conv_pads)
 
+  def avg_pool2d(self: Tensor, kernel_size: Any = (2, 2), stride: Any = None, dilation: Any = 1,
+                 padding: int | Sequence[int] = 0, ceil_mode: bool = False, count_include_pad: bool = True) -> Tensor:
+    """Average pooling over the last len(kernel_size) dims (any number of them, not only 2).
 
-def softmin(self: Tensor, axis: int = -1, dtype: Any = None) -> Tensor:
-  """softmax(-self) along `axis`.
+    `padding` as in conv2d. `ceil_mode` rounds the output size up; `count_include_pad=False` divides by the number of
+    input (not padding) elements in each window.
 
-  >>> from tiny_tensor import Tensor
-  >>> [round(v, 4) for v in Tensor([1., 2.]).softmin().tolist()]
-  [0.7311, 0.2689]
-  """
-  return (-self).softmax(axis, dtype) if dtype is not None else (-self).softmax(axis)
+    >>> from tiny_tensor import Tensor
+    >>> Tensor.arange(16).reshape(1, 1, 4, 4).float().avg_pool2d().tolist()
+    [[[[2.5, 4.5], [10.5, 12.5]]]]
+    """
+    k_, s_, d_, pads = _pool_args(self, kernel_size, stride, dilation, padding)
+    nd, nb = len(k_), self.ndim - len(k_)
+    i_ = tuple(self.shape[nb:])
+    extra = _ceil_extra(i_, k_, s_, d_, pads) if ceil_mode else (0,) * nd
+    axes = tuple(range(-nd, 0))
+    full = tuple((pb, pa + e) for (pb, pa), e in zip(pads, extra))
+    win = _pool(_pad(self, ((0, 0),) * nb + full), k_, s_, d_)
+    if count_include_pad and not ceil_mode: return win.mean(axes)
+    # divisor: how many counted cells each window covers (padding counts unless count_include_pad=False; the ceil_mode
+    # extension never counts)
+    ones = _ones(self, i_)
+    if count_include_pad: ones = _pad(ones, pads, 1.0)
+    cnt = _pool(_pad(ones, ((0, e) for e in extra) if count_include_pad else full), k_, s_, d_).sum(axes)
+    return win.sum(axes) / cnt
 
+  def max_pool2d(self: Tensor, kernel_size: Any = (2, 2), stride: Any = None, dilation: Any = 1,
+                 padding: int | Sequence[int] = 0, ceil_mode: bool = False,
+                 return_indices: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+    """Max pooling over the last len(kernel_size) dims; padding reads as the dtype's minimum.
 
-def multinomial(self: Tensor, num_samples: int = 1, replacement: bool = False) -> Tensor:
-  """Sample `num_samples` int32 indices per row of the non-negative weights `self` (1-d or 2-d).
+    With `return_indices=True` also returns, for each output, the flat index (int32) of its maximum within the input's
+    spatial dims (the first one on ties), as torch does.
 
-  With replacement: inverse-CDF sampling; without: the Efraimidis-Spirakis keys log(u)/w, top `num_samples`.
+    >>> from tiny_tensor import Tensor
+    >>> Tensor.arange(16).reshape(1, 1, 4, 4).max_pool2d().tolist()
+    [[[[5, 7], [13, 15]]]]
+    """
+    k_, s_, d_, pads = _pool_args(self, kernel_size, stride, dilation, padding)
+    nd, nb = len(k_), self.ndim - len(k_)
+    i_ = tuple(self.shape[nb:])
+    extra = _ceil_extra(i_, k_, s_, d_, pads) if ceil_mode else (0,) * nd
+    full = tuple((pb, pa + e) for (pb, pa), e in zip(pads, extra))
+    axes = tuple(range(-nd, 0))
+    win = _pool(_pad(self, ((0, 0),) * nb + full, self.dtype.min), k_, s_, d_)
+    out = win.max(axes)
+    if not return_indices: return out
+    # count positions down from n so that max() picks the first maximum; padding gets the smallest int
+    n = math.prod(i_)
+    rev = _pool(_pad(_arange(self, n, 0, -1, dtype=dtypes.int32).reshape(*i_), full, dtypes.int32.min), k_, s_, d_)
+    idx = win.eq(out.reshape(*out.shape, *[1] * nd)).where(rev, 0).max(axes)
+    return out, (n - idx).cast(dtypes.int32)
 
-  >>> from tiny_tensor import Tensor
-  >>> Tensor([0., 0., 1.]).multinomial(2, replacement=True).tolist()
-  [2, 2]
-  """
-  if not 1 <= self.ndim <= 2: raise ValueError(f"multinomial needs 1-d or 2-d weights, got shape {self.shape}")
-  if not isinstance(num_samples, int) or num_samples < 1:
-    raise ValueError(f"num_samples={num_samples!r} must be a positive int")
-  w = self.unsqueeze(0) if self.ndim == 1 else self
-  rows, n = w.shape
-  if not replacement and num_samples > n:
-    raise ValueError(f"can't draw {num_samples} samples without replacement from {n} categories")
-  if replacement or num_samples == 1:
-    cw = cumsum(w, 1).cast(dtypes.float32)
-    cdf = cw / _shrink_axis(cw, 1, n - 1, n)
-    u = type(self).rand(num_samples, rows, 1, device=self.device, dtype=dtypes.float32)
-    idx = (u >= cdf).sum(2).minimum(n - 1).permute(1, 0)  # the first category whose cdf passes u
-  else:
-    keys = type(self).rand(rows, n, device=self.device, dtype=dtypes.float32).log() / w.cast(dtypes.float32)
-    idx = topk(keys, num_samples, 1)[1]
-  return (idx.squeeze(0) if self.ndim == 1 else idx).cast(dtypes.int32)
+  def max_unpool2d(self: Tensor, indices: Tensor, kernel_size: Any = (2, 2), stride: Any = None, dilation: Any = 1,
+                   padding: int | Sequence[int] = 0, output_size: Sequence[int] | None = None) -> Tensor:
+    """Partial inverse of max_pool2d: puts each value of `self` (N, C, *spatial) at its flat `indices`, zeros elsewhere.
 
+    >>> from tiny_tensor import Tensor
+    >>> Tensor([[[[5., 7.]]]]).max_unpool2d(Tensor([[[[1, 3]]]]), kernel_size=(1, 2)).tolist()
+    [[[[0.0, 5.0, 0.0, 7.0]]]]
+    """
+    bs, c, sp = self.shape[0], self.shape[1], tuple(self.shape[2:])
+    if tuple(indices.shape) != tuple(self.shape):
+      raise ValueError(f"indices of shape {indices.shape} must have the shape of the pooled values {self.shape}")
+    if output_size is None:
+      k_ = _ints(kernel_size, len(sp), "kernel_size")
+      s_, d_ = _ints(stride if stride is not None else k_, len(sp), "stride"), _ints(dilation, len(sp), "dilation")
+      pads = _grouped_pads(padding, len(sp))
+      out_ = tuple((i - 1) * s - pb - pa + d * (k - 1) + 1 for i, k, s, d, (pb, pa) in zip(sp, k_, s_, d_, pads))
+    else: out_ = tuple(output_size)[-len(sp):]
+    n, m = math.prod(out_), math.prod(sp)
+    hot = _one_hot_bool(indices.reshape(bs, c, m), n)  # (bs, c, m, n)
+    return hot.where(self.reshape(bs, c, m, 1), 0).sum(2).cast(self.dtype).reshape(bs, c, *out_)
 
-def _randperm(n: int, device: str | None = None, dtype: DType = dtypes.int32, **kwargs: Any) -> Tensor:
-  """A random permutation of 0..n-1: `Tensor.randperm(5)`.
+  def interpolate(self: Tensor, size: Sequence[int], mode: str = "linear", align_corners: bool = False) -> Tensor:
+    """Resample the last len(size) dims to `size`; dims before them are batch dims.
 
-  >>> from tiny_tensor import Tensor
-  >>> sorted(Tensor.randperm(5).tolist())
-  [0, 1, 2, 3, 4]
-  """
-  from tiny_tensor.tensor import Tensor
-  if not isinstance(n, int) or n < 0: raise ValueError(f"randperm n={n!r} must be a non-negative int")
-  return argsort(Tensor.rand(n, device=device, **kwargs)).cast(dtype)
+    `mode` is "linear" (bilinear/trilinear for 2/3 dims), "nearest" or "nearest-exact"; coordinates follow torch
+    (`align_corners` only for linear). The result has `self`'s dtype.
 
+    >>> from tiny_tensor import Tensor
+    >>> Tensor([[1., 2.]]).interpolate(size=(4,)).tolist()
+    [[1.0, 1.25, 1.75, 2.0]]
+    """
+    if not isinstance(size, (tuple, list)) or not all(isinstance(s, int) and s > 0 for s in size) \
+       or not 0 < len(size) <= self.ndim:
+      raise ValueError(f"size={size!r} must be a tuple of 1 to {self.ndim} positive ints")
+    if mode not in ("linear", "nearest", "nearest-exact"):
+      raise ValueError(f"mode={mode!r} is not supported; valid: 'linear', 'nearest', 'nearest-exact'")
+    if align_corners and mode != "linear": raise ValueError(f"align_corners=True needs mode='linear', got {mode!r}")
+    x = self
+    for axis, out in zip(range(self.ndim - len(size), self.ndim), size):
+      inp = self.shape[axis]
+      if mode == "linear":
+        # source coordinate num/den, exactly: align_corners -> dst*(in-1)/(out-1), else (dst+0.5)*in/out - 0.5
+        arr = _arange(self, out)
+        if align_corners: num, den = arr * (inp - 1), max(out - 1, 1)
+        else: num, den = (arr * 2 + 1) * inp - out, 2 * out
+        num = num.maximum(0).minimum((inp - 1) * den)
+        low, high = num // den, ((num + den - 1) // den)
+        frac = ((num - low * den).cast(dtypes.float32) / den).unsqueeze(1)
+        # one weighted reduce per axis: out[o] = sum_i x[i] * w[o, i], reading only the two neighbours of o (so an
+        # inf elsewhere in the row doesn't turn 0*inf into nan)
+        hot_lo, hot_hi = _one_hot_bool(low, inp), _one_hot_bool(high, inp)       # (out, in)
+        w = hot_lo.where(1 - frac, 0) + hot_hi.where(frac, 0)
+        xt = x.transpose(axis, -1).unsqueeze(-2)                               # (..., 1, in)
+        x = (hot_lo | hot_hi).where(xt * w, 0).sum(-1).transpose(axis, -1)
+      else:
+        pos = _arange(self, out, dtype=dtypes.float32)
+        if mode == "nearest-exact": pos = pos + 0.5
+        x = _select(x, axis, (pos * (inp / out)).cast(dtypes.int32).minimum(inp - 1), inp)
+    return x.cast(self.dtype)
+  einsum = staticmethod(_einsum)
+  einsum.__doc__ = _einsum.__doc__
 
-randperm = staticmethod(_randperm)
-randperm.__doc__ = _randperm.__doc__
+  def layernorm(self: Tensor, axis: int | tuple[int, ...] = -1, eps: float = 1e-5) -> Tensor:
+    """Normalize to zero mean and unit variance over `axis` (no affine part; see nn.LayerNorm).
+
+    >>> from tiny_tensor import Tensor
+    >>> Tensor([[1., 3.]]).layernorm().tolist()  # doctest: +ELLIPSIS
+    [[-0.99..., 0.99...]]
+    """
+    y = self - self.mean(axis, keepdim=True)
+    return y * (y * y).mean(axis, keepdim=True).add(eps).rsqrt()
+
+  def batchnorm(self: Tensor, weight: Tensor | None, bias: Tensor | None, mean: Tensor, invstd: Tensor,
+                axis: int | tuple[int, ...] = 1) -> Tensor:
+    """(self - mean) * weight * invstd + bias, with the 1-d parameters laid along `axis` (the channel dim).
+
+    >>> from tiny_tensor import Tensor
+    >>> Tensor([[1., 2.], [3., 4.]]).batchnorm(None, None, Tensor([1., 2.]), Tensor([1., 0.5])).tolist()
+    [[0.0, 0.0], [2.0, 1.0]]
+    """
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    axes = tuple(_resolve_dim(self, a) for a in axes)
+    shape = tuple(s if d in axes else 1 for d, s in enumerate(self.shape))
+    x = self - mean.reshape(shape)
+    if weight is not None: x = x * weight.reshape(shape)
+    x = x * (invstd.reshape(shape) if invstd.ndim == len(axes) else invstd)
+    return x + bias.reshape(shape) if bias is not None else x
+
+  def dropout(self: Tensor, p: float = 0.5) -> Tensor:
+    """Zero each element with probability `p` and scale the rest by 1/(1-p); only when `Tensor.training` is set.
+
+    >>> from tiny_tensor import Tensor
+    >>> Tensor([1., 2.]).dropout(0.5).tolist()  # not training: unchanged
+    [1.0, 2.0]
+    """
+    if not 0 <= p <= 1: raise ValueError(f"dropout probability p={p!r} must be in [0, 1]")
+    if not _training(self) or p == 0: return self
+    if p == 1: return self.zeros_like()
+    keep = type(self).rand(*self.shape, device=self.device, dtype=dtypes.default_float) >= p
+    return keep.where(self, 0) / (1.0 - p)
+
+  def scaled_dot_product_attention(self: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
+                                   dropout_p: float = 0.0, is_causal: bool = False, enable_gqa: bool = False) -> Tensor:
+    """softmax(self @ key^T / sqrt(d) + mask) @ value; query `self` (..., L, d), key (..., S, d), value (..., S, dv).
+
+    A bool `attn_mask` marks the positions to attend; a float one is added. `is_causal` masks the future (top-left
+    aligned, as torch). `enable_gqa` repeats key/value heads (dim -3) to match the query's.
+
+    >>> from tiny_tensor import Tensor
+    >>> q = Tensor.ones(1, 2, 4)
+    >>> q.scaled_dot_product_attention(q, Tensor([[[1., 2, 3, 4], [5, 6, 7, 8]]])).tolist()
+    [[[3.0, 4.0, 5.0, 6.0], [3.0, 4.0, 5.0, 6.0]]]
+    """
+    if self.ndim < 2 or key.ndim < 2 or value.ndim < 2:
+      raise ValueError(f"query {self.shape}, key {key.shape} and value {value.shape} must have at least 2 dims")
+    if self.shape[-1] != key.shape[-1] or key.shape[-2] != value.shape[-2]:  # tinygrad 0.14 and torch: RuntimeError
+      raise ArgumentError(f"query {self.shape} and key {key.shape} must share the last dim, key and value "
+                          f"{value.shape} the sequence dim (-2)")
+    if enable_gqa:
+      key, value = (_repeat_heads(t, self.shape[-3] // t.shape[-3]) for t in (key, value))
+    acc = least_upper_dtype(self.dtype, key.dtype, dtypes.float32)
+    qk = self.cast(acc).matmul(key.cast(acc).transpose(-2, -1)) / math.sqrt(self.shape[-1])
+    if is_causal:
+      # tinygrad 0.14 and torch refuse both (a RuntimeError there): which mask would win is ambiguous
+      if attn_mask is not None: raise ArgumentError("attn_mask must be None when is_causal=True (pass one of them)")
+      attn_mask = _tri_mask(qk, 0, upper=False)
+    if attn_mask is not None:
+      if attn_mask.dtype == dtypes.bool: attn_mask = attn_mask.where(0, -math.inf)
+      qk = qk + attn_mask
+    return qk.softmax(-1).cast(self.dtype).dropout(dropout_p) @ value
+
+  def binary_crossentropy(self: Tensor, Y: Tensor, reduction: ReductionStr = "mean") -> Tensor:
+    """Binary cross-entropy between probabilities `self` and targets `Y`: -(Y*log(p) + (1-Y)*log(1-p)).
+
+    >>> from tiny_tensor import Tensor
+    >>> round(Tensor([0.1, 0.9, 0.2]).binary_crossentropy(Tensor([0., 1., 0.])).item(), 4)
+    0.1446
+    """
+    return _reduce_loss(-Y * self.log() - (1 - Y) * (1 - self).log(), reduction)
+
+  def binary_crossentropy_logits(self: Tensor, Y: Tensor, reduction: ReductionStr = "mean",
+                                 pos_weight: Tensor | None = None) -> Tensor:
+    """Binary cross-entropy on logits `self` (stable, like torch's BCEWithLogitsLoss), optional `pos_weight`.
+
+    >>> from tiny_tensor import Tensor
+    >>> round(Tensor([-1., 2., -3.]).binary_crossentropy_logits(Tensor([0., 1., 0.])).item(), 4)
+    0.1629
+    """
+    pos = _logsigmoid(self) * Y
+    if pos_weight is not None: pos = pos * pos_weight
+    return _reduce_loss(-(pos + (1 - Y) * _logsigmoid(-self)), reduction)
+
+  def sparse_categorical_crossentropy(self: Tensor, Y: Tensor, ignore_index: int = -1, label_smoothing: float = 0.0,
+                                      reduction: ReductionStr = "mean") -> Tensor:
+    """Cross-entropy of logits `self` (..., C) against integer labels `Y` (...); the class axis is the last one.
+
+    Labels equal to `ignore_index` don't count (with the default -1 every row counts, and a -1 label matches no class).
+    `label_smoothing` mixes in the mean log-probability; "mean" divides by the number of counted labels.
+
+    >>> from tiny_tensor import Tensor
+    >>> round(Tensor([[-1., 2., -3.], [1., -2., 3.]]).sparse_categorical_crossentropy(Tensor([1, 2])).item(), 4)
+    0.0939
+    """
+    if not 0.0 <= label_smoothing <= 1.0: raise ValueError(f"label_smoothing={label_smoothing!r} must be in [0, 1]")
+    if tuple(Y.shape) != tuple(self.shape[:-1]):
+      raise ValueError(f"labels of shape {Y.shape} must match the logits' shape {self.shape} without the class axis")
+    log_probs = self.log_softmax(-1)
+    counted = Y.ne(ignore_index) if ignore_index != -1 else _ones(Y, Y.shape, dtypes.bool)
+    picked = (_one_hot_bool(Y, self.shape[-1]) & counted.unsqueeze(-1)).where(log_probs, 0).sum(-1)
+    unreduced = (1 - label_smoothing) * picked + label_smoothing * counted.where(log_probs.mean(-1), 0)
+    if reduction == "mean": return -unreduced.sum() / counted.sum()
+    return -_reduce_loss(unreduced, reduction)
+
+  def cross_entropy(self: Tensor, Y: Tensor, reduction: ReductionStr = "mean", label_smoothing: float = 0.0) -> Tensor:
+    """Cross-entropy of logits `self` (N, C, ...) or (C,) against class indices or class probabilities `Y`.
+
+    As torch.nn.functional.cross_entropy: the class axis is 1 (0 for 1-d logits).
+
+    >>> from tiny_tensor import Tensor
+    >>> round(Tensor([[-1., 2., -3.], [1., -2., 3.]]).cross_entropy(Tensor([1, 2])).item(), 4)
+    0.0939
+    """
+    if not 0.0 <= label_smoothing <= 1.0: raise ValueError(f"label_smoothing={label_smoothing!r} must be in [0, 1]")
+    cdim = 0 if self.ndim == 1 else 1
+    n = self.shape[cdim]
+    if tuple(self.shape) != tuple(Y.shape):
+      if tuple(Y.shape) != tuple(s for d, s in enumerate(self.shape) if d != cdim):
+        # an (N, 1) target is refused, as tinygrad 0.14 and torch do (their RuntimeError): class indices are (N,)
+        raise ArgumentError(f"target of shape {Y.shape} must be the logits' shape {self.shape} (class probabilities) "
+                            f"or it without dim {cdim} (class indices)")
+      hot = Y.unsqueeze(cdim).eq(_arange(Y, n).reshape(n, *[1] * (self.ndim - cdim - 1)))
+      Y = hot.where(1.0 - label_smoothing + label_smoothing / n, label_smoothing / n)
+    elif label_smoothing: Y = Y * (1 - label_smoothing) + label_smoothing / n
+    return _reduce_loss(-(self.log_softmax(cdim) * Y).sum(cdim), reduction)
+
+  def nll_loss(self: Tensor, Y: Tensor, weight: Tensor | None = None, ignore_index: int | None = None,
+               reduction: ReductionStr = "mean") -> Tensor:
+    """Negative log-likelihood of log-probabilities `self` (N, C, ...) at labels `Y` (N, ...), optional class `weight`.
+
+    >>> from tiny_tensor import Tensor
+    >>> Tensor([[-1., -2.], [-3., -4.]]).nll_loss(Tensor([1, 0])).item()
+    2.5
+    """
+    if self.ndim < 2 or tuple(Y.shape) != (self.shape[0], *self.shape[2:]):
+      raise ValueError(f"log-probs {self.shape} must be (N, C, ...) and labels {Y.shape} (N, ...)")
+    n = self.shape[1]
+    w = _ones(Y, Y.shape, self.dtype) if weight is None else _select(weight, 0, Y.flatten(), n).reshape(Y.shape)
+    if ignore_index is not None: w = Y.ne(ignore_index).where(w, 0)
+    nll = -self.gather(1, Y.unsqueeze(1)).squeeze(1) * w  # an out-of-range label (ignore_index) picks 0
+    return nll.sum() / w.sum() if reduction == "mean" else _reduce_loss(nll, reduction)
+
+  def one_hot(self: Tensor, num_classes: int) -> Tensor:
+    """One-hot encoding of integer `self` along a new last axis (int32 0/1) of `num_classes` classes; a value outside
+    [0, num_classes) gives a row of zeros. As tinygrad 0.14, `num_classes` is required (torch's -1, "infer it from the
+    data", is refused: it would read the tensor back).
+
+    >>> from tiny_tensor import Tensor
+    >>> Tensor([0, 2]).one_hot(3).tolist()
+    [[1, 0, 0], [0, 0, 1]]
+    """
+    if not dtypes.is_int(self.dtype): raise DTypeArgumentError(f"one_hot needs an integer tensor, got {self.dtype}")
+    if not isinstance(num_classes, int) or isinstance(num_classes, bool) or num_classes < 0:
+      raise ValueError(f"num_classes={num_classes!r} must be a non-negative int (the class count)")
+    return _one_hot_bool(self, num_classes).where(1, 0).cast(dtypes.int32)
+
+  def sort(self: Tensor, dim: int = -1, descending: bool = False) -> tuple[Tensor, Tensor]:
+    """Sort along `dim` with a bitonic network; returns (values, int32 indices). Equal values keep their order; NaNs
+    sort after +inf (first when `descending`), -0.0 equals 0.0.
+
+    >>> from tiny_tensor import Tensor
+    >>> v, i = Tensor([3., 1., 2., 1.]).sort()
+    >>> v.tolist(), i.tolist()
+    ([1.0, 1.0, 2.0, 3.0], [1, 3, 2, 0])
+    """
+    if self.ndim == 0: return self, self.zeros_like(dtype=dtypes.int32)
+    dim = _resolve_dim(self, dim)
+    n = self.shape[dim]
+    if n <= 1: return self, self.zeros_like(dtype=dtypes.int32)
+    if self.dtype in _SORT_KEY_INTS:  # floats sort by an int key: NaN compares unequal even to itself
+      idx = _float_sort_key(self).sort(dim, descending)[1]
+      return self.gather(dim, idx), idx
+    stages = (n - 1).bit_length()
+    shp = tuple(self.shape)
+    # pad to 2**stages with values that sort last, then view the axis as `stages` binary digits (most significant first)
+    x = _pad(self, tuple((0, (1 << stages) - n) if d == dim else (0, 0) for d in range(self.ndim)),
+             self.dtype.min if descending else self.dtype.max)
+    x = x.reshape(*shp[:dim], *(2,) * stages, *shp[dim + 1:])
+    def bit_axis(b: int) -> int: return dim + stages - 1 - b
+    for k in range(1, stages + 1):        # merge bitonic runs into sorted runs of 2**k
+      if k < stages:  # a run sorts up or down by bit k of its position (up where it is 0, for ascending order)
+        up = _arange(self, 2).eq(int(descending)).reshape(*[2 if d == bit_axis(k) else 1 for d in range(x.ndim)])
+      for j in range(k - 1, -1, -1):     # compare-and-swap partners 2**j apart
+        ax = bit_axis(j)
+        lo, hi = _shrink_axis(x, ax, 0, 1), _shrink_axis(x, ax, 1, 2)
+        small, big = lo.minimum(hi), lo.maximum(hi)
+        if k < stages: first, second = up.where(small, big), up.where(big, small)
+        else: first, second = (big, small) if descending else (small, big)
+        x = first.cat(second, dim=ax).contiguous()
+    x = _shrink_axis(x.reshape(*shp[:dim], 1 << stages, *shp[dim + 1:]), dim, 0, n)
+    # indices: the r-th copy of a value in the output is the r-th copy of it in the input
+    b_le_a = (_arange(self, n).unsqueeze(1) >= _arange(self, n)).reshape(n, n, *[1] * (self.ndim - dim - 1))
+    def occurrence(t: Tensor) -> Tensor:  # [..a..] = #{b <= a : t[b] == t[a]}
+      return (t.unsqueeze(dim + 1).eq(t.unsqueeze(dim)) & b_le_a).sum(dim + 1)
+    same = x.unsqueeze(dim + 1).eq(self.unsqueeze(dim)) \
+      & occurrence(x).unsqueeze(dim + 1).eq(occurrence(self).unsqueeze(dim))
+    pos = _arange(self, n).reshape(n, *[1] * (self.ndim - dim - 1))
+    return x, same.where(pos, 0).sum(dim + 1).cast(dtypes.int32)
+
+  def argsort(self: Tensor, dim: int = -1, descending: bool = False) -> Tensor:
+    """The indices that sort `self` along `dim` (stable).
+
+    >>> from tiny_tensor import Tensor
+    >>> Tensor([2, 3, 1]).argsort().tolist()
+    [2, 0, 1]
+    """
+    return self.sort(dim, descending)[1]
+
+  def topk(self: Tensor, k: int, dim: int = -1, largest: bool = True, sorted_: bool = True) -> tuple[Tensor, Tensor]:
+    """The `k` largest (or smallest) values along `dim` and their int32 indices, in sorted order.
+
+    `sorted_=False` allows any order; this returns them sorted either way.
+
+    >>> from tiny_tensor import Tensor
+    >>> v, i = Tensor([1., 5., 3.]).topk(2)
+    >>> v.tolist(), i.tolist()
+    ([5.0, 3.0], [1, 2])
+    """
+    dim = _resolve_dim(self, dim)
+    n = self.shape[dim] if self.ndim else 1
+    if not isinstance(k, int) or not 0 <= k <= n:
+      raise ValueError(f"k={k!r} must be in [0, {n}] for dim {dim} of {self.shape}")
+    v, i = self.sort(dim, descending=largest)
+    if self.ndim == 0: return v, i
+    return _shrink_axis(v, dim, 0, k), _shrink_axis(i, dim, 0, k)
+
+  def cos(self: Tensor) -> Tensor:
+    """Cosine, accurate for large arguments too (`sin(pi/2 - x)` rounds `pi/2 - x` to x's ulp: `cos(3e7)` was 0.16).
+
+    |x| <= 1 (and beyond max/4, where 2x overflows): 1 - 2 sin(x/2)**2, which stays near 1; else sin(2x) / (2 sin x):
+    2x and x are exact, and sin is accurate relative to its value even near its zeros. Half precision goes through
+    float32. The gradient is -sin(x) (differentiating the formula would cancel badly near multiples of pi).
+
+    >>> from tiny_tensor import Tensor
+    >>> round(Tensor([3e7], device="CPU").cos().item(), 4)  # libm's sin: accurate at any argument
+    -0.2654
+    """
+    from tiny_tensor.gradient import custom_gradient
+    x = self._float()
+    if x.dtype.itemsize < 4: return x.cast(dtypes.float32).cos().cast(x.dtype)
+    ax = x.abs()
+    e, m = dtypes.finfo(x.dtype)
+    near = (ax <= 1) | (ax > (2 - 2.0 ** -m) * 2.0 ** (2 ** (e - 1) - 1) / 4)  # a quarter of the largest finite value
+    half = (x * 0.5).sin()
+    xs = near.where(1.0, x)  # the ratio's argument where it is used; 1 elsewhere (no 0/0, no inf)
+    out = near.where(1.0 - 2.0 * half * half, (xs * 2.0).sin() / (xs.sin() * 2.0))
+    xu = x.uop
+    custom_gradient(out.uop, (xu,), lambda ctx, _: (-(xu.sin()) * ctx,))
+    return out
+
+  def triu(self: Tensor, diagonal: int = 0) -> Tensor:
+    """The upper triangle of the last two dims (j - i >= diagonal); the rest is zero.
+
+    >>> from tiny_tensor import Tensor
+    >>> Tensor([[1, 2], [3, 4]]).triu().tolist()
+    [[1, 2], [0, 4]]
+    """
+    return _tri_mask(self, diagonal, upper=True).where(self, _zero_of(self))
+
+  def tril(self: Tensor, diagonal: int = 0) -> Tensor:
+    """The lower triangle of the last two dims (j - i <= diagonal); the rest is zero.
+
+    >>> from tiny_tensor import Tensor
+    >>> Tensor([[1, 2], [3, 4]]).tril().tolist()
+    [[1, 0], [3, 4]]
+    """
+    return _tri_mask(self, diagonal, upper=False).where(self, _zero_of(self))
+
+  def cumsum(self: Tensor, axis: int = 0) -> Tensor:
+    """Cumulative sum along `axis` (one fused kernel: a triangular window summed, no Python loop).
+
+    >>> from tiny_tensor import Tensor
+    >>> Tensor([1, 2, 3]).cumsum().tolist()
+    [1, 3, 6]
+    """
+    return _cumulative(self, axis, "sum")
+
+  def cumprod(self: Tensor, axis: int) -> Tensor:
+    """Cumulative product along `axis`.
+
+    >>> from tiny_tensor import Tensor
+    >>> Tensor([1, 2, 3]).cumprod(0).tolist()
+    [1, 2, 6]
+    """
+    return _cumulative(self, axis, "prod")
+
+  def cummax(self: Tensor, axis: int = 0) -> tuple[Tensor, Tensor]:
+    """Cumulative max along `axis` and the int32 index where each running max first occurred (tinygrad's rule).
+
+    >>> from tiny_tensor import Tensor
+    >>> v, i = Tensor([0, 2, 1, 2, 3]).cummax(0)
+    >>> v.tolist(), i.tolist()
+    ([0, 2, 2, 2, 3], [0, 1, 1, 1, 4])
+    """
+    values = _cumulative(self, axis, "max")
+    if self.ndim == 0 or 0 in self.shape: return values, self.zeros_like(dtype=dtypes.int32)
+    axis = _resolve_dim(self, axis)
+    n = self.shape[axis]
+    xt, vt = self.transpose(axis, -1), values.transpose(axis, -1)
+    # [.., i, j]: x[j] reached the running max at i, for j <= i; the smallest such j wins (counted down from n)
+    seen = xt.unsqueeze(-2).eq(vt.unsqueeze(-1)) & (_arange(self, n).unsqueeze(1) >= _arange(self, n))
+    first = n - seen.where(_arange(self, n, 0, -1), 0).max(-1)
+    return values, first.cast(dtypes.int32).transpose(axis, -1)
+
+  def cummin(self: Tensor, axis: int = 0) -> tuple[Tensor, Tensor]:
+    """Cumulative min along `axis` and the int32 index where each running min first occurred.
+
+    >>> from tiny_tensor import Tensor
+    >>> Tensor([3, 1, 2]).cummin(0)[0].tolist()
+    [3, 1, 1]
+    """
+    def flip(t: Tensor) -> Tensor:  # an order-reversing bijection of the dtype
+      return t.logical_not() if t.dtype == dtypes.bool else ~t if dtypes.is_int(t.dtype) else -t
+    values, idx = flip(self).cummax(axis)
+    return flip(values), idx
+
+  def logcumsumexp(self: Tensor, axis: int = 0) -> Tensor:
+    """log(cumsum(exp(self))) along `axis`, stable for large values.
+
+    >>> from tiny_tensor import Tensor
+    >>> [round(v, 4) for v in Tensor([0., 0., 0.]).logcumsumexp().tolist()]
+    [0.0, 0.6931, 1.0986]
+    """
+    if self.ndim == 0: return self
+    axis = _resolve_dim(self, axis)
+    x = self.transpose(axis, -1)
+    n = x.shape[-1]
+    m = x.cummax(-1)[0].detach()  # running max, a constant for autograd
+    below = _arange(self, n).unsqueeze(1) >= _arange(self, n)       # [i, j]: j <= i
+    terms = below.where(x.unsqueeze(-2) - m.unsqueeze(-1), -math.inf).exp()
+    return (terms.sum(-1).log() + m).transpose(-1, axis)
+
+  def roll(self: Tensor, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Tensor:
+    """Rotate elements along `dims` by `shifts` (wrapping around); with `dims=None`, over the flattened tensor.
+
+    >>> from tiny_tensor import Tensor
+    >>> Tensor([1, 2, 3, 4]).roll(1).tolist()
+    [4, 1, 2, 3]
+    """
+    if dims is None:
+      if not isinstance(shifts, int) and len(shifts) != 1:  # tinygrad 0.14 and torch: a RuntimeError
+        raise ArgumentError(f"shifts={shifts!r} must be one int when dims is None (it rolls the flattened tensor)")
+      if not isinstance(shifts, int): shifts = shifts[0]
+      return (self.reshape(-1) if self.ndim != 1 else self).roll(shifts, 0).reshape(self.shape)
+    dims_ = (dims,) if isinstance(dims, int) else tuple(dims)
+    shifts_ = (shifts,) if isinstance(shifts, int) else tuple(shifts)
+    if len(dims_) != len(shifts_):
+      raise ArgumentError(f"shifts {shifts!r} and dims {dims!r} must have the same length")
+    total: dict[int, int] = {}
+    for d, s in zip(dims_, shifts_): total[_resolve_dim(self, d)] = total.get(_resolve_dim(self, d), 0) + s
+    if self.ndim == 0 or 0 in self.shape: return self
+    x = _repeat(self, [2 if d in total else 1 for d in range(self.ndim)])
+    return x.shrink(tuple((n - total[d] % n, 2 * n - total[d] % n) if d in total else (0, n)
+                          for d, n in enumerate(self.shape)))
+
+  def gather(self: Tensor, dim: int, index: Tensor) -> Tensor:
+    """out[i][j][k] = self[index[i][j][k]][j][k] (for dim=0): pick along `dim` at integer `index` (same ndim as self).
+
+    >>> from tiny_tensor import Tensor
+    >>> Tensor([[1, 2], [3, 4]]).gather(1, Tensor([[0, 0], [1, 0]])).tolist()
+    [[1, 1], [4, 3]]
+    """
+    if index.ndim != self.ndim:  # a RuntimeError in tinygrad 0.14 and torch
+      raise ArgumentError(f"index of shape {index.shape} must have the {self.ndim} dims of {self.shape}")
+    if not dtypes.is_int(index.dtype):  # a RuntimeError in tinygrad 0.14 and torch
+      raise DTypeArgumentError(f"index must be an integer tensor, got {index.dtype}")
+    dim = _resolve_dim(self, dim)
+    if any(i > s for d, (s, i) in enumerate(zip(self.shape, index.shape)) if d != dim):
+      raise ValueError(f"index of shape {index.shape} is larger than self {self.shape} outside dim {dim}")
+    n = self.shape[dim]
+    x = self.shrink(tuple((0, n) if d == dim else (0, i) for d, i in enumerate(index.shape)))
+    x = x.unsqueeze(-1).transpose(-1, dim)  # (..., 1 at dim, ..., n)
+    return _one_hot_bool(index, n).where(x, 0).sum(-1).cast(self.dtype)
+
+  def scatter(self: Tensor, dim: int, index: Tensor, src: Tensor | float | int | bool,
+              reduce: Literal["multiply", "add"] | None = None) -> Tensor:
+    """Write `src` into a copy of `self` at `index` along `dim` (the last write wins on repeated indices).
+
+    `src` may be a scalar. `reduce="add"`/`"multiply"` combines instead (see scatter_reduce).
+
+    >>> from tiny_tensor import Tensor
+    >>> Tensor.zeros(3).scatter(0, Tensor([2, 0]), Tensor([5., 7.])).tolist()
+    [7.0, 0.0, 5.0]
+    """
+    if reduce not in (None, "add", "multiply"): raise ValueError(f"reduce={reduce!r} must be None, 'add' or 'multiply'")
+    if isinstance(src, (int, float, bool)):
+      src = type(self).full(tuple(index.shape), src, dtype=self.dtype, device=self.device)
+    if reduce is not None: return self.scatter_reduce(dim, index, src, "sum" if reduce == "add" else "prod")
+    _, src, mask = _pre_scatter(self, dim, index, src)
+    q = mask.shape[-1]
+    last = mask.where(_arange(self, 1, q + 1), 0).max(-1)  # 1 + the last q writing each place, 0 where none writes
+    chosen = last.unsqueeze(-1).eq(_arange(self, 1, q + 1))
+    return (last > 0).where(chosen.where(src, 0).sum(-1).cast(self.dtype), self)
+
+  def scatter_reduce(self: Tensor, dim: int, index: Tensor, src: Tensor,
+                     reduce: Literal["sum", "prod", "mean", "amax", "amin"], include_self: bool = True) -> Tensor:
+    """Combine `src` into `self` at `index` along `dim` with `reduce` ("sum", "prod", "mean", "amax", "amin").
+
+    With `include_self=False`, the places that receive values start from the reduction's identity instead of `self`.
+
+    >>> from tiny_tensor import Tensor
+    >>> Tensor([1., 1.]).scatter_reduce(0, Tensor([0, 0, 1]), Tensor([2., 3., 4.]), "sum").tolist()
+    [6.0, 5.0]
+    """
+    if reduce not in ("sum", "prod", "mean", "amax", "amin"):
+      raise ValueError(f"reduce={reduce!r} must be one of 'sum', 'prod', 'mean', 'amax', 'amin'")
+    _, src, mask = _pre_scatter(self, dim, index, src)
+    hit = mask.any(-1)
+    def base(ident: Any) -> Tensor | Any: return self if include_self else hit.where(ident, self)
+    if reduce == "sum": return mask.where(src, 0).sum(-1).cast(self.dtype) + base(0)
+    if reduce == "prod": return mask.where(src, 1).prod(-1).cast(self.dtype) * base(1)
+    if reduce == "amax": return mask.where(src, self.dtype.min).max(-1).maximum(base(self.dtype.min))
+    if reduce == "amin": return mask.where(src, self.dtype.max).min(-1).minimum(base(self.dtype.max))
+    count = mask.where(1, 0).sum(-1) + (1 if include_self else hit.where(0, 1))
+    total = mask.where(src, 0).sum(-1).cast(self.dtype) + base(0)
+    return (total / count).floor().cast(self.dtype) if dtypes.is_int(self.dtype) else total / count
+
+  def masked_fill(self: Tensor, mask: Tensor, value: Tensor | float | int | bool) -> Tensor:
+    """`value` where `mask` is True, else `self` (broadcasting).
+
+    >>> from tiny_tensor import Tensor
+    >>> Tensor([1, 2, 3]).masked_fill(Tensor([True, False, True]), 0).tolist()
+    [0, 2, 0]
+    """
+    return mask.where(value, self)
+
+  def pad2d(self: Tensor, padding: Sequence[int], value: float = 0.0) -> Tensor:
+    """Constant-pad the last len(padding)//2 dims, torch-style flat `(left, right, top, bottom, ...)`; negatives crop.
+
+    >>> from tiny_tensor import Tensor
+    >>> Tensor([[1, 2]]).pad2d((1, 0, 0, 1)).tolist()
+    [[0, 1, 2], [0, 0, 0]]
+    """
+    p = tuple(padding)
+    if len(p) % 2 or len(p) // 2 > self.ndim:
+      raise ValueError(f"padding={padding!r} must hold (before, after) pairs for at most {self.ndim} dims")
+    nd = len(p) // 2
+    return _pad(self, ((0, 0),) * (self.ndim - nd) + _grouped_pads(p, nd), value)
+
+  def unfold(self: Tensor, dim: int, size: int, step: int) -> Tensor:
+    """Windows of `size` elements every `step` along `dim`: that dim becomes the window count, a new last dim the
+    window.
+
+    >>> from tiny_tensor import Tensor
+    >>> Tensor([1, 2, 3, 4, 5]).unfold(0, 2, 2).tolist()
+    [[1, 2], [3, 4]]
+    """
+    dim = _resolve_dim(self, dim)
+    # bad sizes raise a RuntimeError in tinygrad 0.14 and torch: ArgumentError is one (and a ValueError)
+    if not isinstance(step, int) or isinstance(step, bool) or step < 1:
+      raise ArgumentError(f"step={step!r} must be a positive int")
+    if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size <= self.shape[dim]:
+      raise ArgumentError(f"size={size!r} must be in [0, {self.shape[dim]}] (dim {dim} of {self.shape})")
+    if size == 0:  # as torch: (n - 0) // step + 1 empty windows
+      n_win = (self.shape[dim] - size) // step + 1
+      empty = self.unsqueeze(-1).shrink(tuple((0, s) for s in self.shape) + ((0, 0),))  # (..., 0): no elements
+      return empty.reshape(self.shape[:dim] + (n_win,) + self.shape[dim + 1:] + (0,))
+    order = tuple(d for d in range(self.ndim) if d != dim) + (dim,)
+    win = _pool(self.permute(order), (size,), (step,), (1,))            # (..others, n_windows, size)
+    back = [order.index(d) for d in range(self.ndim)]
+    return win.permute(tuple(back) + (self.ndim,))
+
+  def diagonal(self: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+    """The diagonal of dims (dim1, dim2) as a new last dim (`offset` > 0 above the main one, < 0 below), like torch.
+
+    >>> from tiny_tensor import Tensor
+    >>> Tensor.arange(9).reshape(3, 3).diagonal(1).tolist()
+    [1, 5]
+    """
+    d1, d2 = _resolve_dim(self, dim1), _resolve_dim(self, dim2)
+    if d1 == d2:  # a RuntimeError in tinygrad 0.14 and torch
+      raise ArgumentError(f"dim1={dim1} and dim2={dim2} name the same dim of {self.shape}; pick two different dims")
+    rest = [d for d in range(self.ndim) if d not in (d1, d2)]
+    x = self.permute(tuple(rest) + (d1, d2))
+    r, c = x.shape[-2:]
+    r0, c0 = min(max(-offset, 0), r), min(max(offset, 0), c)
+    n = max(0, min(r - r0, c - c0))
+    lead = tuple(x.shape[:-2])
+    x = x.shrink(tuple((0, s) for s in lead) + ((r0, r0 + n), (c0, c0 + n)))
+    if n == 0: return x.reshape(lead + (0,))
+    # (.., n, n) -> (.., n*n) -> pad to (.., n*(n+1)) -> (.., n, n+1): column 0 of row a is element (a, a)
+    x = _pad(x.reshape(lead + (n * n,)), ((0, 0),) * len(lead) + ((0, n),)).reshape(lead + (n, n + 1))
+    return _shrink_axis(x, x.ndim - 1, 0, 1).reshape(lead + (n,))
+
+  def diag(self: Tensor) -> Tensor:
+    """A square matrix with the 1-d `self` on its diagonal.
+
+    >>> from tiny_tensor import Tensor
+    >>> Tensor([1, 2]).diag().tolist()
+    [[1, 0], [0, 2]]
+    """
+    if self.ndim != 1: raise ValueError(f"diag needs a 1-d tensor, got shape {self.shape}")
+    n = self.shape[0]
+    if n == 0: return self.reshape(0, 0)
+    # row a = (x_a, n zeros); flattened, x_a lands at a*(n+1): the diagonal of an (n, n) view
+    flat = _pad(self.unsqueeze(-1), ((0, 0), (0, n))).reshape(n * (n + 1))
+    return flat.shrink(((0, n * n),)).reshape(n, n)
+
+  def meshgrid(self: Tensor, *args: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
+    """Coordinate grids from 0-d or 1-d tensors, as torch.meshgrid ("ij": matrix indexing, "xy": first two dims
+    swapped); a 0-d tensor counts as one element.
+
+    >>> from tiny_tensor import Tensor
+    >>> [t.tolist() for t in Tensor([1, 2]).meshgrid(Tensor([3, 4, 5]))]
+    [[[1, 1, 1], [2, 2, 2]], [[3, 4, 5], [3, 4, 5]]]
+    """
+    if indexing not in ("ij", "xy"): raise ArgumentError(f"indexing={indexing!r} must be 'ij' or 'xy'")
+    ts = (self, *args)
+    if any(t.ndim > 1 for t in ts):  # torch refuses these (tinygrad 0.14 flattens them)
+      raise ArgumentError(f"meshgrid needs 0-d or 1-d tensors, got shapes {[t.shape for t in ts]}")
+    ts = tuple(t.reshape(1) if t.ndim == 0 else t for t in ts)
+    axes = list(range(len(ts)))
+    if indexing == "xy" and len(ts) > 1: axes[0], axes[1] = 1, 0
+    shape = [0] * len(ts)
+    for t, a in zip(ts, axes): shape[a] = t.shape[0]
+    return tuple(t.reshape(tuple(t.shape[0] if d == a else 1 for d in range(len(ts)))).expand(tuple(shape))
+                 for t, a in zip(ts, axes))
+
+  def rearrange(self: Tensor, formula: str, **sizes: int) -> Tensor:
+    """einops-style reshape/permute: `x.rearrange("b (h w) c -> b c h w", h=4)`. Groups in () split or merge dims,
+    `1` is a unit dim, `...` stands for the dims not named; give the sizes a split can't infer.
+
+    >>> from tiny_tensor import Tensor
+    >>> Tensor.arange(6).reshape(2, 3).rearrange("a b -> b a").tolist()
+    [[0, 3], [1, 4], [2, 5]]
+    """
+    if formula.count("->") != 1: raise ValueError(f"rearrange {formula!r} needs exactly one '->'")
+    lhs_s, rhs_s = formula.split("->")
+    lhs, rhs = _rearrange_side(lhs_s, formula), _rearrange_side(rhs_s, formula)
+    if lhs.count(["..."]) > 1 or rhs.count(["..."]) > 1:
+      raise ValueError(f"rearrange {formula!r}: '...' twice on a side")
+    if ["..."] not in lhs and len(lhs) != self.ndim:
+      raise ValueError(f"rearrange {formula!r}: the left side names {len(lhs)} dims, the tensor has shape {self.shape}")
+    if ["..."] in lhs:
+      n_ell = self.ndim - len(lhs) + 1
+      if n_ell < 0: raise ValueError(f"rearrange {formula!r} names more dims than the tensor's shape {self.shape}")
+      def expand_ell(side: list[list[str]]) -> list[list[str]]:
+        out: list[list[str]] = []
+        for g in side: out += [[f"...{i}"] for i in range(n_ell)] if g == ["..."] else [g]
+        return out
+      lhs, rhs = expand_ell(lhs), expand_ell(rhs)
+    names_l, names_r = [n for g in lhs for n in g], [n for g in rhs for n in g]
+    if "..." in names_l + names_r or sorted(names_l) != sorted(names_r) or len(set(names_l)) != len(names_l):
+      raise ValueError(f"rearrange {formula!r}: both sides must name the same axes, each once "
+                       "(and '...' not inside ())")
+    for k in sizes:
+      if k not in names_l: raise ValueError(f"rearrange {formula!r}: size given for unknown axis {k!r}")
+    # the size of every named axis, from the input's shape and the given sizes
+    size: dict[str, int] = {}
+    for g, s in zip(lhs, self.shape):
+      known = [sizes[n] for n in g if n in sizes]
+      unknown = [n for n in g if n not in sizes]
+      if len(unknown) > 1 or (not unknown and math.prod(known) != s) or (unknown and s % max(math.prod(known), 1)):
+        raise ValueError(f"rearrange {formula!r}: can't split a dim of size {s} into {g} with sizes {sizes}")
+      for n in g: size[n] = sizes[n] if n in sizes else s // max(math.prod(known), 1)
+    x = self.reshape(tuple(size[n] for n in names_l))
+    x = x.permute(tuple(names_l.index(n) for n in names_r))
+    return x.reshape(tuple(math.prod(size[n] for n in g) for g in rhs))
+
+  def normalize(self: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
+    """self / max(||self||_p over `dim`, eps), as torch.nn.functional.normalize.
+
+    >>> from tiny_tensor import Tensor
+    >>> Tensor([[3., 4.]]).normalize().tolist()
+    [[0.6000000238418579, 0.800000011920929]]
+    """
+    if p == 0: return self / self.ne(0).sum(dim, keepdim=True).maximum(eps)
+    a = self.abs()
+    if p > 0:  # |x|**p with torch's 0 gradient at x = 0 (pow's slope there is inf for p < 1, and times sign(0) NaN)
+      nz = a > 0
+      a = nz.where(nz.where(a, 1.0).pow(p), 0.0)
+    else: a = a.pow(p)
+    s = a.sum(dim, keepdim=True)
+    # the norm s**(1/p) is above eps where s > eps**p for p > 0, where s < eps**p for p < 0 (s**(1/p) decreases); else
+    # it is clamped to eps, with pow(1/p)'s infinite slope at 0 kept out of the gradient. eps**p past float range: inf
+    log_thr = p * math.log(eps) if eps > 0 else (-math.inf if p > 0 else math.inf)
+    thr = math.inf if log_thr > 700 else eps ** p
+    big = s > thr if p > 0 else s < thr
+    return self / big.where(big.where(s, 1.0).pow(1 / p), eps)
+
+  def softmin(self: Tensor, axis: int = -1, dtype: Any = None) -> Tensor:
+    """softmax(-self) along `axis`.
+
+    >>> from tiny_tensor import Tensor
+    >>> [round(v, 4) for v in Tensor([1., 2.]).softmin().tolist()]
+    [0.7311, 0.2689]
+    """
+    return (-self).softmax(axis, dtype) if dtype is not None else (-self).softmax(axis)
+
+  def multinomial(self: Tensor, num_samples: int = 1, replacement: bool = False) -> Tensor:
+    """Sample `num_samples` int32 indices per row of the non-negative weights `self` (1-d or 2-d).
+
+    With replacement: inverse-CDF sampling; without: the Efraimidis-Spirakis keys log(u)/w, top `num_samples`.
+
+    >>> from tiny_tensor import Tensor
+    >>> Tensor([0., 0., 1.]).multinomial(2, replacement=True).tolist()
+    [2, 2]
+    """
+    if not 1 <= self.ndim <= 2: raise ValueError(f"multinomial needs 1-d or 2-d weights, got shape {self.shape}")
+    if not isinstance(num_samples, int) or num_samples < 1:
+      raise ValueError(f"num_samples={num_samples!r} must be a positive int")
+    w = self.unsqueeze(0) if self.ndim == 1 else self
+    rows, n = w.shape
+    if not replacement and num_samples > n:
+      raise ValueError(f"can't draw {num_samples} samples without replacement from {n} categories")
+    if replacement or num_samples == 1:
+      cw = w.cumsum(1).cast(dtypes.float32)
+      cdf = cw / _shrink_axis(cw, 1, n - 1, n)
+      u = type(self).rand(num_samples, rows, 1, device=self.device, dtype=dtypes.float32)
+      idx = (u >= cdf).sum(2).minimum(n - 1).permute(1, 0)  # the first category whose cdf passes u
+    else:
+      keys = type(self).rand(rows, n, device=self.device, dtype=dtypes.float32).log() / w.cast(dtypes.float32)
+      idx = keys.topk(num_samples, 1)[1]
+    return (idx.squeeze(0) if self.ndim == 1 else idx).cast(dtypes.int32)
+
+  @classmethod
+  def randperm(cls: type[Tensor], n: int, device: str | None = None, dtype: DType = dtypes.int32,
+               **kwargs: Any) -> Tensor:
+    """A random permutation of 0..n-1: `Tensor.randperm(5)`.
+
+    >>> from tiny_tensor import Tensor
+    >>> sorted(Tensor.randperm(5).tolist())
+    [0, 1, 2, 3, 4]
+    """
+    if not isinstance(n, int) or n < 0: raise ValueError(f"randperm n={n!r} must be a non-negative int")
+    return cls.rand(n, device=device, **kwargs).argsort().cast(dtype)

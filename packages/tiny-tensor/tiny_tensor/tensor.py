@@ -6,8 +6,8 @@ Every op builds UOps (docs/PIPELINE.md §1); nothing runs until `realize()`, `nu
 Realize (engine.py) returns the scheduler's `becomes` map; every live tensor whose node was realized then points at
 its buffer, and lazy tensors whose graphs use a realized node get the buffer substituted in. A realized tensor keeps
 the graph it came from (`_origin`) so that backward still reaches the leaves. Creation and random numbers live in
-creation.py, indexing in indexing.py, autograd rules in gradient.py; the higher-level ops (conv2d, losses, ...) are
-functions in nnops.py bound here as methods.
+creation.py, indexing in indexing.py, autograd rules in gradient.py; the higher-level ops (conv2d, losses, ...) in
+nnops.py and the composed math ops in mathops.py: each of those modules is a mixin class that `Tensor` inherits.
 
 >>> from tiny_tensor import Tensor
 >>> (Tensor([1.0, 2.0, 3.0]) * 2 + 1).tolist()
@@ -17,89 +17,45 @@ from __future__ import annotations
 
 import itertools
 import math
-import threading
-import weakref
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
 from tiny_uop.dtype import (DType, dtypes, float_to_narrow_bits, from_numpy, least_upper_dtype, least_upper_float,
                             ml_dtypes_name, narrow_bits_to_float32, sum_acc_dtype, to_dtype, to_numpy, truncate_int)
-from tiny_uop.helpers import TRAINING, Context, ceildiv, polyN, prod
+from tiny_uop.helpers import TRAINING, Context, ceildiv, polyN, prod, unwrap
 from tiny_uop.uop import Ops, UOp, sint
 from tiny_tensor import engine
 from tiny_tensor import multi as _multi
 from tiny_tensor.creation import CreationMixin
+from tiny_tensor import gradient as _gradient
 from tiny_tensor.gradient import compute_gradient
 from tiny_tensor.helpers import ArgumentError as _ArgumentError
 from tiny_tensor.helpers import DTypeArgumentError as _DTypeArgumentError
-from tiny_tensor.helpers import _assign_view, _base_buffer, _broadcast_shape, _canonical_device, argfix, tensor_seq
+from tiny_tensor.helpers import _assign_view, _base_buffer, _broadcast_shape, _canonical_device, argfix
 from tiny_tensor.indexing import IndexingMixin, _view_bottom_buffer
+from tiny_tensor.mathops import MathOpsMixin, bitcast_sized, with_gradient
+from tiny_tensor.nnops import NNOpsMixin, float_divmod
+from tiny_tensor.live import (_grad_tensors, _lazy_tensors, _leaf_tensors, _live, _origin_tensors, _real_tensors,
+                              _registry_lock)
 
 __all__ = ["Tensor"]
-
-
-class _Registry:
-  """Live tensors by id, held weakly: a lighter `weakref.WeakValueDictionary` (every eager op registers its result in
-  `_lazy_tensors` and every realize lists it). An entry is a plain weak reference (CPython keeps one per object, so
-  registering costs no allocation) and a dead one is dropped when the registry is listed, or when it has doubled in
-  size since the last sweep; a dead tensor's id that a new object reuses is never taken for it (its reference is
-  dead). Writers hold `_registry_lock`."""
-  __slots__ = ("data", "limit")
-
-  def __init__(self) -> None:
-    self.data: dict[int, weakref.ReferenceType[Tensor]] = {}
-    self.limit = 64
-
-  def __setitem__(self, k: int, t: Tensor) -> None:
-    self.data[k] = weakref.ref(t)
-    if len(self.data) > self.limit: self.live()
-
-  def __contains__(self, k: int) -> bool: return (r := self.data.get(k)) is not None and r() is not None
-  def pop(self, k: int, default: Any = None) -> Any:
-    r = self.data.pop(k, None)
-    return default if r is None or (t := r()) is None else t
-
-  def only(self, ts: list[Tensor]) -> bool:
-    """Whether no live tensor but those of `ts` is in the registry (found at once when it holds just them; with dead
-    entries left over, False: the caller lists the registry, which sweeps them)."""
-    if len(self.data) > len(ts): return False
-    for r in list(self.data.values()):
-      if (t := r()) is None: continue
-      for x in ts:
-        if t is x: break
-      else: return False
-    return True
-
-  def live(self) -> list[Tensor]:
-    """The live tensors now (a list: another thread may add meanwhile); drops the dead entries. Under the lock."""
-    out, dead = [], []
-    for k, r in self.data.items():
-      if (t := r()) is None: dead.append(k)
-      else: out.append(t)
-    for k in dead: del self.data[k]
-    self.limit = max(64, 2 * len(self.data))
-    return out
-
-
-# registries of live tensors, by id (a WeakSet would compare Tensors with ==, which builds a Tensor)
-_grad_tensors = _Registry()  # requires_grad is True
-_leaf_tensors = _Registry()  # ... set so by the user
-_lazy_tensors = _Registry()  # may hold a lazy graph
-_origin_tensors = _Registry()  # remember a graph
-_real_tensors = _Registry()  # were set to a realized buffer without keeping a graph (data, assigns): backward's leaves
-_registry_lock = threading.Lock()  # changes to the registries above vs. listing them from another thread
-
-
-def _live(reg: _Registry) -> list[Tensor]:
-  """The tensors of a registry now (a list: another thread may add to it meanwhile)."""
-  with _registry_lock: return reg.live()
 
 
 # ops read on every eager op, as module constants (on Python 3.11 each `Ops.X` read costs ~0.1 us: see tiny_uop.uop)
 _MULTI, _BUFFER, _RESHAPE, _ASSIGN, _COPY = Ops.MULTI, Ops.BUFFER, Ops.RESHAPE, Ops.ASSIGN, Ops.COPY
 _scalar_cache: dict[tuple, UOp] = {}  # (dtype, repr(value), device, shape) -> the broadcast constant
 _SAME_DTYPE_OPS = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.AND, Ops.OR, Ops.XOR})  # result dtype = operands' dtype
+
+
+def tensor_seq(fname: str, first: Any, rest: tuple) -> list[Tensor]:
+  """The tensors of `Tensor.stack(a, b)`, `a.stack(b)` or `Tensor.stack((a, b))` / `([a, b])` (as tinygrad's `stack`
+  and torch's `stack`/`cat` take them); anything that is not a Tensor is a TypeError naming it."""
+  ts = list(first) + list(rest) if isinstance(first, (tuple, list)) else [first, *rest]
+  if not ts: raise ValueError(f"{fname} needs at least one tensor, got an empty sequence")
+  if bad := [t for t in ts if not isinstance(t, Tensor)]:
+    raise TypeError(f"{fname} takes Tensors (separately or as one tuple/list), got {type(bad[0]).__name__} {bad[0]!r}")
+  return ts
 
 
 def _np_from(data: Any, dtype: DType | None) -> np.ndarray:
@@ -125,7 +81,7 @@ class _TensorMeta(type):
     TRAINING.value = getenv("TRAINING", 0)
 
 
-class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
+class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_TensorMeta):
   """A lazy n-dimensional array: `Tensor(data, device=None, dtype=None, requires_grad=None)`.
 
   `data` is a Python scalar (a lazy constant), a (nested) list/tuple, a numpy array, `bytes` (uint8), a `UOp`, or None
@@ -376,7 +332,7 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
 
   def data(self) -> memoryview:
     """The data as a memoryview of the tensor's shape."""
-    return memoryview(self.numpy().copy(order="C"))
+    return self.numpy().copy(order="C").data
 
   def item(self) -> Any:
     """The single element as a Python number."""
@@ -545,7 +501,7 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
       is_leaf = t._origin is None or id(t) in _leaf_tensors or not _has_identity(t._origin)
       (leaves if is_leaf else derived).append(t)
     keep = {s for t in leaves for s in _shards(t.uop)}
-    sink = _expand_origins(UOp.sink(self.uop, *[t._origin for t in derived]), keep)
+    sink = _expand_origins(UOp.sink(self.uop, *[t._origin for t in derived if t._origin is not None]), keep)
     root, nodes = sink.src[0], sink.src[0].toposort()
     pairs = [(t, t.uop) for t in leaves if any(s in nodes for s in _shards(t.uop)) and _has_identity(t.uop)]
     pairs += [(t, o) for t, o in zip(derived, sink.src[1:]) if any(s in nodes for s in _shards(o))]
@@ -648,37 +604,8 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     if dt.itemsize != self.dtype.itemsize:
       if not self.shape or (self.shape[-1] * self.dtype.itemsize) % dt.itemsize:
         raise RuntimeError(f"bitcast {self.dtype} -> {dt}: shape {self.shape} doesn't fit the new item size")
-      from tiny_tensor.mathops import bitcast_sized
       return bitcast_sized(self, dt)
     return self._wrap(self.uop.bitcast(dt))
-
-  def float(self) -> Tensor:
-    """Cast to float32."""
-    return self.cast(dtypes.float32)
-  def half(self) -> Tensor:
-    """Cast to float16."""
-    return self.cast(dtypes.float16)
-  def double(self) -> Tensor:
-    """Cast to float64."""
-    return self.cast(dtypes.float64)
-  def bfloat16(self) -> Tensor:
-    """Cast to bfloat16."""
-    return self.cast(dtypes.bfloat16)
-  def int(self) -> Tensor:
-    """Cast to int32."""
-    return self.cast(dtypes.int32)
-  def long(self) -> Tensor:
-    """Cast to int64."""
-    return self.cast(dtypes.int64)
-  def short(self) -> Tensor:
-    """Cast to int16."""
-    return self.cast(dtypes.int16)
-  def char(self) -> Tensor:
-    """Cast to int8."""
-    return self.cast(dtypes.int8)
-  def bool(self) -> Tensor:
-    """Cast to bool (nonzero is True)."""
-    return self.cast(dtypes.bool)
 
   # ***** binary math *****
   def add(self, x: Any, reverse: bool = False) -> Tensor:
@@ -704,7 +631,7 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     if rounding_mode not in ("trunc", "floor"):
       raise ValueError(f"rounding_mode {rounding_mode!r}; valid: None, 'trunc', 'floor'")
     if dtypes.is_float(a.dtype):
-      if rounding_mode == "floor": return _nnops.float_divmod(a, b)[0]
+      if rounding_mode == "floor": return float_divmod(a, b)[0]
       return a._wrap(a.uop.alu(Ops.FDIV, b.uop), b).trunc()
     if a.dtype == dtypes.bool: a, b = a.int(), b.int()
     q = a._wrap(a.uop.alu(Ops.CDIV, b.uop), b)
@@ -720,7 +647,7 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
   def mod(self, x: Any, reverse: bool = False) -> Tensor:
     """Python-style remainder (the sign of the divisor)."""
     a, b = self._broadcasted(x, reverse)
-    if dtypes.is_float(a.dtype): return _nnops.float_divmod(a, b)[1]  # numpy's, exactly
+    if dtypes.is_float(a.dtype): return float_divmod(a, b)[1]  # numpy's, exactly
     ret = a - a.div(b, rounding_mode="floor") * b
     return b.eq(0).where(0, ret)  # int x % 0 is 0 (as numpy, and CMOD)
 
@@ -883,7 +810,7 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
   def __ifloordiv__(self, x: Any) -> Tensor: return self.assign(self // x)
   def __imod__(self, x: Any) -> Tensor: return self.assign(self.mod(x))
   def __ipow__(self, x: Any) -> Tensor: return self.assign(self.pow(x))
-  def __imatmul__(self, x: Any) -> Tensor: return self.assign(self.matmul(x))
+  def __imatmul__(self, x: Tensor) -> Tensor: return self.assign(self.matmul(x))
   def __iand__(self, x: Any) -> Tensor: return self.assign(self.bitwise_and(x))
   def __ior__(self, x: Any) -> Tensor: return self.assign(self.bitwise_or(x))
   def __ixor__(self, x: Any) -> Tensor: return self.assign(self.bitwise_xor(x))
@@ -989,7 +916,6 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     """
     x = self._float()
     out = (1 + (x * (-1 / math.log(2))).exp2()).reciprocal()
-    from tiny_tensor.mathops import with_gradient
     return with_gradient(out, (x,), lambda g, s, _: (g * s * (1 - s),))
   def hardsigmoid(self, alpha: float = 1 / 6, beta: float = 0.5) -> Tensor:
     """Piecewise-linear sigmoid: clip(alpha*x + beta, 0, 1); the gradient is alpha strictly inside (0 at the kinks, as
@@ -1023,7 +949,6 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
   def erf(self) -> Tensor:
     """Error function (Abramowitz-Stegun 7.1.26, |err| < 1.5e-7); its gradient is the exact 2/sqrt(pi) exp(-x^2)
     (the approximation's own, through |x| and sign(x), is 0 at 0)."""
-    from tiny_tensor.mathops import with_gradient
     x = self._float()
     t = 1.0 / (1.0 + 0.3275911 * x.abs())
     out = x.sign() * (1.0 - t * polyN(t, [1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592]) *
@@ -1130,7 +1055,6 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
       nz_prod = zero.where(1.0, x)._reduce(Ops.MUL, axes, True)  # the product of the nonzero elements
       gi = zero.where((nzero == 1).where(nz_prod, 0.0), (nzero == 0).where(nz_prod / zero.where(1.0, x), 0.0))
       return (g.reshape(kshape) * gi,)
-    from tiny_tensor.mathops import with_gradient
     return with_gradient(out, (x,), grad)
 
   def max(self, axis: Any = None, keepdim: bool = False) -> Tensor:
@@ -1208,7 +1132,7 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     is_max = self == self.max(axis=axis, keepdim=True)
     if dtypes.is_float(self.dtype): is_max = is_max | self.isnan()  # max is NaN where one is: the first NaN wins
     rev = Tensor.arange(n, 0, -1, device=self.device).reshape(n, *[1] * (self.ndim - axis - 1))
-    return (n - (is_max * rev).max(axis=axis, keepdim=keepdim)).cast(dtypes.int32)
+    return (is_max * rev).max(axis=axis, keepdim=keepdim).sub(n, reverse=True).cast(dtypes.int32)  # n - max
 
   def argmin(self, axis: int | None = None, keepdim: bool = False) -> Tensor:
     """Index of the (first) minimum along `axis`."""
@@ -1303,7 +1227,7 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     axes = set(axes_)
     return self._wrap(self.uop.flip(tuple(i in axes for i in range(self.ndim)))) if axes else self
 
-  def _pad_raw(self, arg: tuple[tuple[int, int], ...], value: Any = 0.0) -> Tensor:
+  def _pad_raw(self, arg: tuple[tuple[sint, sint], ...], value: Any = 0.0) -> Tensor:
     if all(b == 0 and a == 0 for b, a in arg): return self
     ret = self._wrap(self.uop.pad(arg))
     if value == 0: return ret
@@ -1348,7 +1272,7 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     for d, (b, a) in enumerate(pairs):
       if b == 0 and a == 0: continue
       s = x.shape[d]
-      def sl(lo: int, hi: int, xx: Tensor = x, dd: int = d) -> Tensor:
+      def sl(lo: sint, hi: sint, xx: Tensor = x, dd: int = d) -> Tensor:
         return xx.shrink(tuple((lo, hi) if i == dd else None for i in range(xx.ndim)))
       if mode == "reflect":
         if b >= s or a >= s: raise ValueError(f"reflect padding ({b}, {a}) must be < the dim size {s} (dim {d})")
@@ -1366,10 +1290,10 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
 
   def cat(self, *args: Tensor, dim: int = 0) -> Tensor:
     """Concatenate along `dim`; the other dims must match."""
-    self, *args = tensor_seq("cat", self, args)
+    self, *others = tensor_seq("cat", self, args)
     d = self._resolve_dim(dim)
-    ts = [self, *args]
-    for t in args:
+    ts = [self, *others]
+    for t in others:
       if t.ndim != self.ndim or any(a != b for i, (a, b) in enumerate(zip(self.shape, t.shape)) if i != d):
         raise ValueError(f"cat: shapes {self.shape} and {t.shape} differ outside dim {d}")
     dt = least_upper_dtype(*[t.dtype for t in ts])
@@ -1410,13 +1334,15 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     """Split along `dim` into chunks of `sizes` (an int: equal chunks, the last smaller)."""
     d = self._resolve_dim(dim)
     n = self.shape[d]
+    parts: Sequence[sint]
     if isinstance(sizes, int):
       if sizes <= 0: raise ValueError(f"split size must be > 0, got {sizes}")
-      sizes = [min(sizes, n - i) for i in range(0, max(n, 1), sizes)] if n else [0]
-    if sum(sizes) != n: raise ValueError(f"split sizes {list(sizes)} don't sum to dim {d} of size {n}")
-    starts = list(itertools.accumulate(sizes, initial=0))
+      parts = [min(sizes, n - i) for i in range(0, max(n, 1), sizes)] if n else [0]
+    else: parts = sizes
+    if sum(parts) != n: raise ValueError(f"split sizes {list(parts)} don't sum to dim {d} of size {n}")
+    starts = list(itertools.accumulate(parts, initial=0))
     return tuple(self.shrink(tuple((starts[i], starts[i] + sz) if j == d else None for j in range(self.ndim)))
-                 for i, sz in enumerate(sizes))
+                 for i, sz in enumerate(parts))
 
   def chunk(self, chunks: int, dim: int = 0) -> list[Tensor]:
     """Split into `chunks` pieces along `dim`."""
@@ -1466,6 +1392,38 @@ class Tensor(CreationMixin, IndexingMixin, metaclass=_TensorMeta):
     x = self.mul(weight) if weight.ndim == 1 else self.dot(weight)
     return x.add(bias) if bias is not None else x
 
+  # ***** casts by name *****
+  # last in the class: these methods are named bool/int/float, and a type checker would read those names in the
+  # annotations below them (`keepdim: bool`) as the methods, not the builtins
+  def float(self) -> Tensor:
+    """Cast to float32."""
+    return self.cast(dtypes.float32)
+  def half(self) -> Tensor:
+    """Cast to float16."""
+    return self.cast(dtypes.float16)
+  def double(self) -> Tensor:
+    """Cast to float64."""
+    return self.cast(dtypes.float64)
+  def bfloat16(self) -> Tensor:
+    """Cast to bfloat16."""
+    return self.cast(dtypes.bfloat16)
+  def int(self) -> Tensor:
+    """Cast to int32."""
+    return self.cast(dtypes.int32)
+  def long(self) -> Tensor:
+    """Cast to int64."""
+    return self.cast(dtypes.int64)
+  def short(self) -> Tensor:
+    """Cast to int16."""
+    return self.cast(dtypes.int16)
+  def char(self) -> Tensor:
+    """Cast to int8."""
+    return self.cast(dtypes.int8)
+  def bool(self) -> Tensor:
+    """Cast to bool (nonzero is True)."""
+    return self.cast(dtypes.bool)
+
+
 
 def _gemm_panel(x: Tensor, w: Tensor, acc: DType) -> int:
   """The panel width `dot` packs its 2-D right operand `w` into for `x @ w` on x's device (0: don't): the CPU
@@ -1474,12 +1432,14 @@ def _gemm_panel(x: Tensor, w: Tensor, acc: DType) -> int:
   nn.Linear passes its weight)."""
   if not isinstance(x.device, str) or x.device != w.device or not all(isinstance(s, int) for s in (*x.shape, *w.shape)):
     return 0
+  k, n = x.shape[-1], w.shape[1]
+  if not isinstance(k, int) or not isinstance(n, int): return 0  # never (all dims are ints): narrows the types
   from tiny_uop.plugins import Device
   renderer = Device[x.device].renderer
   if not hasattr(renderer, "vector_registers"): return 0
   from tiny_codegen.opt.heuristic import gemm_panel
   strided = w.uop.op is Ops.PERMUTE and w.uop.arg == (1, 0)
-  return gemm_panel(renderer, prod(x.shape[:-1]), x.shape[-1], w.shape[1], acc.itemsize if dtypes.is_float(acc) else 0,
+  return gemm_panel(renderer, prod(x.shape[:-1]), k, n, acc.itemsize if dtypes.is_float(acc) else 0,
                     strided)
 
 
@@ -1497,7 +1457,6 @@ def _pow_float(b: Tensor, e: Tensor) -> Tensor:
     db = (e == 0).where(0.0, g * e * _pow_float(b.detach(), e.detach() - 1))
     de = ((b == 0) & (e >= 0)).where(0.0, g * r * b.log())
     return db, de
-  from tiny_tensor.mathops import with_gradient
   return with_gradient(out, (b, e), grad)
 
 
@@ -1646,7 +1605,8 @@ def _apply_becomes(becomes: dict[UOp, UOp]) -> None:
   """Point every live tensor at the realized buffers: a tensor whose node was realized takes its buffer, and a lazy
   tensor whose graph uses a realized node has it substituted (so it is not computed again). The graph a tensor had
   before is kept in `_origin` for autograd."""
-  fixed = {k: (v if v.shape == k.shape else v.reshape(k.shape)) for k, v in becomes.items()}  # 0-d may come back 1-d
+  # a 0-d value may come back 1-d
+  fixed = {k: (v if v.shape == k.shape else v.reshape(unwrap(k.shape))) for k, v in becomes.items()}
   lazy: list[Tensor] = []
   for t in _live(_lazy_tensors):
     if (n := fixed.get(t._uop)) is not None:
@@ -1761,14 +1721,4 @@ def _aliases(old: UOp, new: UOp) -> bool:
     old = old.src[0]
 
 
-# the higher-level ops (conv2d, pooling, losses, ...) live in nnops as functions taking a Tensor first
-try:
-  from tiny_tensor import nnops as _nnops
-except ImportError as _e:  # only while nnops is being written: any other error must surface
-  if getattr(_e, "name", None) != "tiny_tensor.nnops": raise
-  _nnops = None  # type: ignore[assignment]
-if _nnops is not None:
-  for _n in _nnops.__all__: setattr(Tensor, _n, getattr(_nnops, _n))
-from tiny_tensor import mathops as _mathops  # noqa: E402  (it needs Tensor defined)
-for _n in _mathops.__all__: setattr(Tensor, _n, getattr(_mathops, _n))
-
+_gradient.set_cos(lambda x: Tensor(x).cos().uop)  # d sin x = cos x as Tensor.cos builds it (gradient.py is below)
