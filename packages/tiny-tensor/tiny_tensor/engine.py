@@ -49,7 +49,7 @@ from typing import Any, Callable, ClassVar, Iterable, Iterator, Literal
 from tiny_uop import trace as _trace
 from tiny_uop.device import Buffer
 from tiny_uop.dtype import DType
-from tiny_uop.helpers import DEBUG
+from tiny_uop.helpers import DEBUG, del_errors
 from tiny_uop.uop import GroupOp, Ops, UOp
 from tiny_uop.plugins import Device
 
@@ -83,14 +83,14 @@ class GlobalCounters:
 # path (a WeakKeyDictionary made a weak reference per lookup). A Buffer never refers back to its node.
 class _EngineBuffer(Buffer):
   """A Buffer the engine created for a BUFFER UOp: counted in `GlobalCounters.mem_used` while it exists."""
-  def __del__(self) -> None:
+  def __del__(self, _errors: type[del_errors] = del_errors) -> None:
     nbytes = self.size * self.dtype.itemsize  # (nbytes without its property: this is the eager hot path's free)
     GlobalCounters.mem_used -= nbytes
     if self._opaque is not None and self.options is None and self._base is None and \
        (dev := Device._opened.get(self.device)) is not None:  # a plain buffer: what Buffer.__del__ does, in one frame
       dev.allocator.free(self._opaque, nbytes, None)
       self._opaque = None
-    else: super().__del__()
+    else: super().__del__(_errors)
 
 
 # ops read on the eager hot path, as module constants (on Python 3.11 each `Ops.X` read costs ~0.1 us: see tiny_uop.uop)

@@ -111,7 +111,7 @@ def test_compile_model_on_tiny_falls_back_to_eager_tiny_with_right_results() -> 
     out_r, out_g = ref(x), got(x.to("tiny"))
     assert out_g.device.type == "tiny"
     torch.testing.assert_close(out_g.cpu(), out_r, atol=1e-5, rtol=1e-5)
-    for m, opt, out in ((ref, opt_r, out_r), (got, opt_g, out_g)):
+    for _m, opt, out in ((ref, opt_r, out_r), (got, opt_g, out_g)):
       opt.zero_grad()
       nn.functional.cross_entropy(out, y.to(out.device)).backward()
       opt.step()

@@ -62,8 +62,8 @@ class CPURenderer(Renderer):
     # of the host: in a container pinned to 2 of 64 CPUs, 64 shares ran on 2 cores
     m = host_machine()
     self.threads: int = int(CPU_THREADS.value) or m.cores
-    self.nontemporal_min_bytes: int = streaming_min_bytes(m)
-    self.cache_line: int = m.line
+    self.nontemporal_min_bytes = streaming_min_bytes(m)
+    self.cache_line = m.line
 
 
 def streaming_min_bytes(m: Machine) -> int:
