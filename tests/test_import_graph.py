@@ -26,7 +26,6 @@ KNOWN_CIRCLES: set[frozenset[str]] = {
              "tiny_runtime_amd.emu.cdna3", "tiny_runtime_amd.emu.rdna3"}),
   frozenset({"tiny_tensor.gradient", "tiny_tensor.indexing", "tiny_tensor.jit", "tiny_tensor.mathops",
              "tiny_tensor.multi", "tiny_tensor.nnops", "tiny_tensor.tensor"}),
-  frozenset({"tiny_torch.backend", "tiny_torch.ops", "tiny_torch.ops_nn"}),
 }
 
 

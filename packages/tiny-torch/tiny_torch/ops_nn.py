@@ -10,8 +10,8 @@ import numpy as np
 import torch
 from tiny_tensor import Tensor, dtypes
 
-from tiny_torch import backend as B
-from tiny_torch.ops import RESULT, SPECIAL, op, special
+from tiny_torch import _core as B
+from tiny_torch._table import RESULT, SPECIAL, op, special
 
 aten = torch.ops.aten
 
