@@ -21,9 +21,6 @@ ROOT = Path(__file__).resolve().parents[1]
 IR_CORE = frozenset({"tiny_uop.alu", "tiny_uop.pattern", "tiny_uop.symbolic", "tiny_uop.trace", "tiny_uop.uop"})
 
 KNOWN_CIRCLES: set[frozenset[str]] = {
-  frozenset({"tiny_runtime_amd.emu.batch", "tiny_runtime_amd.emu.batch_g9", "tiny_runtime_amd.emu.batch_mem",
-             "tiny_runtime_amd.emu.batch_ops", "tiny_runtime_amd.emu.batch_salu", "tiny_runtime_amd.emu.batch_valu",
-             "tiny_runtime_amd.emu.cdna3", "tiny_runtime_amd.emu.rdna3"}),
   frozenset({"tiny_tensor.gradient", "tiny_tensor.indexing", "tiny_tensor.jit", "tiny_tensor.mathops",
              "tiny_tensor.multi", "tiny_tensor.nnops", "tiny_tensor.tensor"}),
 }
