@@ -20,12 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 IR_CORE = frozenset({"tiny_uop.alu", "tiny_uop.pattern", "tiny_uop.symbolic", "tiny_uop.trace", "tiny_uop.uop"})
 
-KNOWN_CIRCLES: set[frozenset[str]] = {
-  frozenset({"tiny_runtime_amd.emu.batch", "tiny_runtime_amd.emu.batch_g9", "tiny_runtime_amd.emu.batch_mem",
-             "tiny_runtime_amd.emu.batch_ops", "tiny_runtime_amd.emu.batch_salu", "tiny_runtime_amd.emu.batch_valu",
-             "tiny_runtime_amd.emu.cdna3", "tiny_runtime_amd.emu.rdna3"}),
-  frozenset({"tiny_torch.backend", "tiny_torch.ops", "tiny_torch.ops_nn"}),
-}
+KNOWN_CIRCLES: set[frozenset[str]] = set()  # none left: only the IR core's own circle (issue #33)
 
 
 # docs/ARCHITECTURE.md §1's table, "depends on" (in-repository packages only): imports point down it, transitively

@@ -133,3 +133,13 @@ def test_second_device_and_module_to() -> None:
   assert all(p.device.type == "tiny" and isinstance(p, torch.nn.Parameter) for p in lin.parameters())
   torch.testing.assert_close(lin(torch.ones(1, 3, device="tiny")).cpu(), ref)
   assert np.allclose(lin.weight.detach().cpu().numpy(), lin.weight.detach().cpu().numpy())
+
+
+def test_aten_index_with_no_index_tensor_is_a_clear_error() -> None:
+  # torch's own CPU kernel fails an internal assert here; tiny says what is wrong instead of an IndexError
+  x = torch.arange(6.0, device="tiny").reshape(2, 3)
+  with pytest.raises(ValueError, match="at least one index tensor"):
+    torch.ops.aten.index.Tensor(x, [None])
+  # with one given (and a None before it) the values are torch's
+  idx = torch.tensor([2, 0])
+  _same(torch.ops.aten.index.Tensor(x, [None, idx.to("tiny")]), torch.ops.aten.index.Tensor(x.cpu(), [None, idx]))

@@ -21,35 +21,12 @@ import torch
 from torch._decomp import decomposition_table
 from tiny_tensor import Tensor, dtypes
 
-from tiny_torch import backend as B
+from tiny_torch import _core as B
+from tiny_torch._table import NO_META, OPS, OUT, PROMOTE, RAW_OUT, RESULT, SPECIAL, op, special
+
+__all__ = ["DECOMPS", "NO_META", "OPS", "OUT", "PROMOTE", "RAW_OUT", "RESULT", "SPECIAL", "op", "special"]
 
 aten = torch.ops.aten
-RESULT, OUT = "result", "out"
-OPS: dict[Any, Callable[..., Any]] = {}
-PROMOTE: dict[Any, str] = {}
-NO_META: set[Any] = set()  # data-dependent output shapes: no meta run
-RAW_OUT: set[Any] = set()  # the function returns torch values itself (bools, CPU tensors)
-SPECIAL: dict[Any, Callable[..., Any]] = {}
-
-
-def op(*funcs: Any, promote: str | None = None, meta: bool = True, raw: bool = False) -> Callable:
-  """Register the decorated function as the tiny implementation of aten overloads `funcs`."""
-  def deco(fn: Callable) -> Callable:
-    for f in funcs:
-      OPS[f] = fn
-      if promote: PROMOTE[f] = promote
-      if not meta: NO_META.add(f)
-      if raw: RAW_OUT.add(f)
-    return fn
-  return deco
-
-
-def special(*funcs: Any) -> Callable:
-  """Register the decorated function for `funcs`, called with the raw arguments (TinyTensors, CPU tensors)."""
-  def deco(fn: Callable) -> Callable:
-    for f in funcs: SPECIAL[f] = fn
-    return fn
-  return deco
 
 
 def _axes(x: Tensor, dim: Any) -> tuple[int, ...]:

@@ -10,8 +10,8 @@ import numpy as np
 import torch
 from tiny_tensor import Tensor, dtypes
 
-from tiny_torch import backend as B
-from tiny_torch.ops import RESULT, SPECIAL, op, special
+from tiny_torch import _core as B
+from tiny_torch._table import RESULT, SPECIAL, op, special
 
 aten = torch.ops.aten
 
@@ -42,13 +42,16 @@ def _norm_indices(x: Tensor, indices: list[Any]) -> list[Tensor | None]:
 def _flat_plan(x: Tensor, idx: list[Tensor | None]) -> tuple[Tensor, Tensor, tuple[int, ...], list[int], bool]:
   """(x with the indexed dims first, flattened into one; the linear positions (N,); the broadcast index shape;
   the indexed dims; whether they are adjacent, which keeps the result's index dims in place)."""
-  dims = [i for i, t in enumerate(idx) if t is not None]
+  given = [(i, t) for i, t in enumerate(idx) if t is not None]
+  if not given: raise ValueError("index: expected at least one index tensor, got none")
+  dims = [i for i, _ in given]
   rest = [i for i in range(x.ndim) if i not in dims]
-  bshape = tuple(np.broadcast_shapes(*[tuple(idx[d].shape) for d in dims]))
-  lin = None
-  for d in dims:
-    t = idx[d].reshape((1,) * (len(bshape) - idx[d].ndim) + tuple(idx[d].shape)).expand(bshape)
+  bshape = tuple(int(n) for n in np.broadcast_shapes(*[tuple(int(n) for n in t.shape) for _, t in given]))
+  lin: Tensor | None = None
+  for d, t in given:
+    t = t.reshape((1,) * (len(bshape) - t.ndim) + tuple(t.shape)).expand(bshape)
     lin = t if lin is None else lin * x.shape[d] + t
+  assert lin is not None  # (given is not empty)
   xp = x.permute(*dims, *rest).reshape(math.prod(x.shape[d] for d in dims), *[x.shape[r] for r in rest])
   adjacent = dims == list(range(dims[0], dims[-1] + 1))
   return xp, lin.reshape(math.prod(bshape)), bshape, dims, adjacent
@@ -215,6 +218,13 @@ def _grads_of(fn: Callable[..., Tensor], grad: Tensor, inputs: list[Tensor | Non
   return tuple(next(got) if m and lf is not None else None for lf, m in zip(leaves, mask))
 
 
+def _grad_of(fn: Callable[[Tensor], Tensor], grad: Tensor, x: Tensor) -> Tensor:
+  """The gradient of fn(x) for its one input `x` (see _grads_of)."""
+  (g,) = _grads_of(fn, grad, [x], [True])
+  if g is None: raise RuntimeError("tiny_torch internal error: tiny's autograd gave no gradient for a required input")
+  return g
+
+
 @op(aten.convolution_backward.default)
 def _convolution_backward(grad: Tensor, x: Tensor, w: Tensor, bias_sizes: Any, stride: Any, padding: Any,
                           dilation: Any, transposed: bool, output_padding: Any, groups: int,
@@ -240,7 +250,7 @@ def _max_pool2d_backward(grad: Tensor, x: Tensor, kernel_size: Any, stride: Any,
                          ceil_mode: bool, indices: Tensor) -> Tensor:
   def fwd(a: Tensor) -> Tensor:
     return a.max_pool2d(tuple(kernel_size), tuple(stride) or None, _pair(dilation), _pair(padding), ceil_mode)
-  return _grads_of(fwd, grad, [x], [True])[0]
+  return _grad_of(fwd, grad, x)
 
 
 def _avg(a: Tensor, kernel_size: Any, stride: Any, padding: Any, ceil_mode: bool, count_include_pad: bool,
@@ -259,8 +269,8 @@ def _avg_pool2d(x: Tensor, kernel_size: Any, stride: Any = (), padding: Any = 0,
 @op(aten.avg_pool2d_backward.default)
 def _avg_pool2d_backward(grad: Tensor, x: Tensor, kernel_size: Any, stride: Any, padding: Any, ceil_mode: bool,
                          count_include_pad: bool, divisor_override: Any) -> Tensor:
-  return _grads_of(lambda a: _avg(a, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override),
-                   grad, [x], [True])[0]
+  return _grad_of(lambda a: _avg(a, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override),
+                  grad, x)
 
 
 # ***** ops that see the TinyTensors themselves *****

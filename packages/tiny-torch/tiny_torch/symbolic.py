@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 import torch
 from tiny_tensor import Tensor, TinyJit, engine
-from tiny_uop import Variable
+from tiny_uop import UOp, Variable
 
 from tiny_torch import backend as B
 
@@ -142,10 +142,18 @@ def bucket(n: int) -> int:
   return max(MIN_BOUND, 1 << max(int(n) - 1, 0).bit_length())
 
 
+def _buffer_of(t: Tensor) -> UOp:
+  """The BUFFER of a realized contiguous tiny Tensor (what the symbolic views are cut from)."""
+  view = engine.buffer_view(t.uop)
+  if view is None: raise RuntimeError(f"tiny_torch internal error: expected a realized buffer, got a {t.uop.op} graph")
+  return view[0]
+
+
 class SymbolicGraph:
   """One aten graph run over tiny Variables for its dynamic dims (see the module docstring)."""
 
-  def __init__(self, gm: torch.fx.GraphModule, syms: dict[int, Any], dims: dict[int, tuple], outs: list[tuple]) -> None:
+  def __init__(self, gm: torch.fx.GraphModule, syms: dict[int, Any], dims: dict[int, tuple],
+               outs: list[tuple | list | int | None]) -> None:
     self.gm = gm
     self.syms = syms  # placeholder position -> sympy symbol (the SymInt inputs)
     self.dims = dims  # placeholder position -> per dim: an int or a sympy symbol (the tensor inputs)
@@ -237,8 +245,9 @@ class SymbolicGraph:
     Tensor.realize(*res)
     return res
 
-  def __call__(self, args: tuple) -> list[Tensor]:
-    """Run on concrete inputs (tiny Tensors and the sizes as ints): the outputs at the call's concrete shapes."""
+  def __call__(self, args: tuple) -> list[Tensor | int | None]:
+    """Run on concrete inputs (tiny Tensors and the sizes as ints): the outputs at the call's concrete shapes (an
+    input size saved for backward as that int, a gradient the graph does not compute as None)."""
     values = {s: int(args[i]) for i, s in self.syms.items()}
     key = tuple(bucket(values[s]) for s in self.syms.values())
     bound = {s: Variable(self.names[s], 1, b).bind(values[s]) for s, b in zip(self.syms.values(), key)}
@@ -269,15 +278,15 @@ class SymbolicGraph:
     """`t` copied into a buffer sized for the bounds, viewed with its dynamic dims as bound Variables."""
     full = tuple(d if isinstance(d, int) else bounds[d] for d in dims)
     padded = t.pad(tuple((0, f - s) for f, s in zip(full, t.shape))).contiguous().realize()
-    buf = engine.buffer_view(padded.uop)[0]
+    buf = _buffer_of(padded)
     sym = tuple(d if isinstance(d, int) else bound[d] for d in dims)
     n = math.prod(full)
-    view = buf.shrink(((0, n),)).reshape(full) if buf.shape[0] != n else buf.reshape(full)
+    view = buf.shrink(((0, n),)).reshape(full) if int(buf.arg) != n else buf.reshape(full)  # (a BUFFER's arg: size)
     return Tensor.from_uop(view.shrink(tuple((0, s) for s in sym)))
 
   @staticmethod
   def _concrete(o: Tensor, shape: tuple, values: dict) -> Tensor:
     """A realized contiguous symbolic-shaped output as a tiny Tensor of the call's concrete shape."""
     dims = tuple(d if isinstance(d, int) else int(d.xreplace(values)) for d in shape)
-    buf = engine.buffer_view(o.uop)[0]
+    buf = _buffer_of(o)
     return Tensor.from_uop(buf).shrink(((0, math.prod(dims)),)).reshape(dims)

@@ -7,11 +7,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-from tiny_runtime_amd.emu import cdna3
 from tiny_runtime_amd.emu.batch import Batch, LaneMask
 from tiny_runtime_amd.emu.batch_ops import (I32, I64, SREGS, U32, U64, Op, Slow, compare32, compiles, fallback,
                                             lanemap, put, sreader, sreader64, vreader)
-from tiny_runtime_amd.emu.rdna3 import EXEC_LO, INLINE_F32, LITERAL, MASK32, NULL, Inst, vopc_compare
+from tiny_runtime_amd.emu.isa import EXEC_LO, INLINE_F32, LITERAL, MASK32, NULL, VOP3_EXTRA, vopc_compare
+from tiny_runtime_amd.emu.state import Inst
 
 
 @compiles("G9NOP")
@@ -57,7 +57,7 @@ def c_g9vop3(emu: Any, inst: Inst, pc: int, nxt: int) -> Op:
       put(b, d, (np.bitwise_count(np.asarray(a(b), U32) & m.astype(U32)).astype(U32) + c(b)).astype(U32))
       return nxt
     return mbcnt
-  return lanemap(cdna3.VOP3_EXTRA[inst.name], [vreader(f[f"src{i}"], inst) for i in range(3)], d, nxt)
+  return lanemap(VOP3_EXTRA[inst.name], [vreader(f[f"src{i}"], inst) for i in range(3)], d, nxt)
 
 
 @compiles("G9VOPC")
@@ -144,7 +144,7 @@ def c_g9mov64(emu: Any, inst: Inst, pc: int, nxt: int) -> Op:
       return nxt
     return mov_pair
   if code in INLINE_F32:
-    from tiny_runtime_amd.emu.rdna3 import INLINE_F64
+    from tiny_runtime_amd.emu.isa import INLINE_F64
     v = U64(INLINE_F64[code])
     rd: Callable[[Batch], Any] = lambda b: v  # noqa: E731
   else: rd = _v64(code, inst)

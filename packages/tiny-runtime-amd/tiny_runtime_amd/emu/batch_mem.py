@@ -6,12 +6,12 @@ from typing import Any
 
 import numpy as np
 
-from tiny_runtime_amd.emu import rdna3 as r3
+from tiny_runtime_amd.emu import isa as r3
 from tiny_runtime_amd.emu.batch import Batch, host_span
 from tiny_runtime_amd.emu.batch_ops import (I32, I64, U32, Op, Slow, compiles,
                                             fallback, sreader)
-from tiny_runtime_amd.emu.rdna3 import (MASK32, NULL, Inst,
-                                        Memory)
+from tiny_runtime_amd.emu.isa import MASK32, NULL
+from tiny_runtime_amd.emu.state import Inst, Memory
 
 
 # ***** memory *****

@@ -13,9 +13,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from tiny_runtime_amd.emu import rdna3 as r3
+from tiny_runtime_amd.emu import isa as r3
 from tiny_runtime_amd.emu.batch import SPLIT, Batch
-from tiny_runtime_amd.emu.rdna3 import (EXEC_LO, INLINE_F32, LITERAL, M0, MASK32, NULL, SCC_SRC, VCC_HI, VCC_LO, Inst)
+from tiny_runtime_amd.emu.isa import EXEC_LO, INLINE_F32, LITERAL, M0, MASK32, NULL, SCC_SRC, VCC_HI, VCC_LO
+from tiny_runtime_amd.emu.state import Inst
 
 U32, I32, F32, U64, I64, F64 = np.uint32, np.int32, np.float32, np.uint64, np.int64, np.float64
 SREGS = frozenset([*range(106), VCC_LO, VCC_HI, M0, EXEC_LO, EXEC_LO + 1])
@@ -29,7 +30,7 @@ class Slow(Exception):
 Op = Callable[[Batch], int]
 
 
-COMPILERS: dict[str, Callable[[Any, Inst, int, int], Op]] = {}  # format -> compiler, filled by the batch_* modules
+COMPILERS: dict[str, Callable[[Any, Inst, int, int], Op]] = {}  # format -> compiler (batch_*; engine imports)
 
 
 def compiles(*fmts: str) -> Callable[[Callable[[Any, Inst, int, int], Op]], Callable[[Any, Inst, int, int], Op]]:
@@ -42,8 +43,6 @@ def compiles(*fmts: str) -> Callable[[Callable[[Any, Inst, int, int], Op]], Call
 
 def compile_inst(emu: Any, inst: Inst, pc: int) -> Op:
   """The op that runs `inst` (at byte offset `pc`) on a batch."""
-  if not COMPILERS:
-    from tiny_runtime_amd.emu import batch_g9, batch_mem, batch_salu, batch_valu  # noqa: F401 (they register)
   nxt = pc + inst.size
   comp = COMPILERS.get(inst.fmt)
   if comp is not None and "dpp" not in inst.f:

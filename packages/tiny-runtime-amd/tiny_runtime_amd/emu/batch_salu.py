@@ -7,11 +7,12 @@ from typing import Any, Callable
 
 import numpy as np
 
-from tiny_runtime_amd.emu import rdna3 as r3
+from tiny_runtime_amd.emu import isa as r3
 from tiny_runtime_amd.emu.batch import END, SPLIT, Batch, LaneMask
 from tiny_runtime_amd.emu.batch_ops import (I64, SREGS, U64, Op, Slow, compiles,
                                             fallback, sreader, sreader64)
-from tiny_runtime_amd.emu.rdna3 import (EXEC_LO, MASK32, NULL, VCC_HI, VCC_LO, Inst)
+from tiny_runtime_amd.emu.isa import EXEC_LO, MASK32, NULL, VCC_HI, VCC_LO
+from tiny_runtime_amd.emu.state import Inst
 
 
 # ***** scalar ALU *****

@@ -6,12 +6,13 @@ from typing import Any, Callable
 
 import numpy as np
 
-from tiny_runtime_amd.emu import rdna3 as r3
+from tiny_runtime_amd.emu import isa as r3
 from tiny_runtime_amd.emu.batch import Batch
 from tiny_runtime_amd.emu.batch_ops import (F32, I32, I64, SREGS, U32, U64, Op, Slow, compare32, compiles,
                                             fma32, fmax32, fmin32, freader, fview, lanemap, lanemap64, modded,
                                             put, putf, sqrt32, sreader, sreader64, vreader, vreader64)
-from tiny_runtime_amd.emu.rdna3 import EXEC_LO, INLINE_F32, MASK32, VCC_LO, Inst, vopc_compare
+from tiny_runtime_amd.emu.isa import EXEC_LO, INLINE_F32, MASK32, VCC_LO, vopc_compare
+from tiny_runtime_amd.emu.state import Inst
 
 
 # ***** vector ALU *****

@@ -24,8 +24,9 @@ import struct
 from typing import Any, Callable
 
 from tiny_runtime_amd.emu import rdna3 as r3
+from tiny_runtime_amd.emu.isa import VOP3_EXTRA, _popcount
 from tiny_runtime_amd.emu.rdna3 import (INLINE_F32, LITERAL, MASK32, MASK64, NULL, SCC_SRC, VCC_LO, VOP3_16, Emulator,
-                                        Inst, UnsupportedInstruction, Wave, _bf16, _f16, _f16_bits, _ff, _med3, bits32,
+                                        Inst, UnsupportedInstruction, Wave, _bf16, _f16, _f16_bits, bits32,
                                         f32, sext, vec_f16, vec_f32, vopc_compare)
 
 M0_GFX9, M0_RDNA3 = 124, 125
@@ -200,32 +201,6 @@ OPS16: dict[str, tuple[int, bool, Callable[..., int], bool]] = {
   **{VOP3_9[o]: _op16(VOP3_9[o], False) for o in (*range(500, 509), 516, 517, 518, 519)},
   **{VOP3_9[o]: _op16(VOP3_9[o], True) for o in (491, 492, 494, 495)}}
 
-# VOP3-only ops the RDNA3 tables lack: name -> fn(a, b, c) on 32-bit patterns
-_bits = lambda v: bin(v).count("1")  # noqa: E731
-
-
-def _perm(a: int, b: int, sel: int) -> int:
-  """V_PERM_B32: each byte of the result picks (by the selector byte of S2) a byte of {S0, S1}, a sign-replicated
-  byte (8..11), 0x00 (12) or 0xFF (13 and up)."""
-  src, out = (a << 32) | b, 0
-  for i in range(4):
-    s = (sel >> (8 * i)) & 0xFF
-    if s < 8: v = (src >> (8 * s)) & 0xFF
-    elif s < 12: v = 0xFF if (src >> (16 * (s - 8) + 15)) & 1 else 0
-    elif s == 12: v = 0
-    else: v = 0xFF
-    out |= v << (8 * i)
-  return out
-
-
-VOP3_EXTRA: dict[str, Callable[[int, int, int], int]] = {
-  "v_med3_f32": _ff(_med3), "v_perm_b32": _perm,
-  "v_alignbyte_b32": lambda a, b, c: (((a << 32) | b) >> (8 * (c & 3))) & MASK32,
-  "v_bcnt_u32_b32": lambda a, b, c: (_bits(a) + b) & MASK32,
-  "v_bfm_b32": lambda a, b, c: (((1 << (a & 31)) - 1) << (b & 31)) & MASK32,
-  "v_add_i32": lambda a, b, c: (r3.i32(a) + r3.i32(b)) & MASK32,
-  "v_sub_i32": lambda a, b, c: (r3.i32(a) - r3.i32(b)) & MASK32,
-}
 MFMA = {77: _f16, 97: _bf16}  # v_mfma_f32_16x16x16_{f16,bf16}: input element -> float
 HW_REG_MODE = 1
 
@@ -594,7 +569,7 @@ class CDNA3Emulator(Emulator):
     elif op in (652, 653):  # v_mbcnt_lo/hi_u32_b32: D = popcount(S0 & the mask bits of lanes below this one) + S1
       a, b = self.col(w, f["src0"], lanes, inst), self.col(w, f["src1"], lanes, inst)
       below = [((1 << ln) - 1) if op == 652 else ((1 << ln) - 1) >> 32 for ln in lanes]
-      self.store(w, f["vdst"], lanes, [(_bits(x & m & MASK32) + y) & MASK32 for x, y, m in zip(a, b, below)])
+      self.store(w, f["vdst"], lanes, [(_popcount(x & m & MASK32) + y) & MASK32 for x, y, m in zip(a, b, below)])
     else:
       fn = VOP3_EXTRA[inst.name]
       self.store(w, f["vdst"], lanes, list(map(fn, *(self.col(w, f[f"src{i}"], lanes, inst) for i in range(3)))))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ctypes
 
-from tiny_runtime_amd.emu.rdna3 import NULL
+from tiny_runtime_amd.emu.isa import NULL
 
 
 def V(n: int) -> int: return 256 + n  # a VGPR as a 9-bit source operand

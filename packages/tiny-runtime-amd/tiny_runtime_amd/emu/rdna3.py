@@ -11,927 +11,31 @@ never a wrong value. Memory is addressed by integers that are host addresses (th
 
 Speed: vector ops run on whole columns of lane values (a VGPR is a list of 32 ints; with every lane active a result
 replaces the list), a wave's nearby dword loads read memory once; `python -m tiny_runtime_amd.emu.bench` measures it.
+
+Layers: the ISA tables and lane functions are `emu/isa.py`, the decoder and wave state `emu/state.py`; this module is
+the per-wave interpreter over them (`Emulator`) and re-exports their names. The batched engine (`emu/batch*.py`) reads
+isa/state too, never this module, so `Emulator.run*` can hand waves to it without an import circle.
 """
 from __future__ import annotations
 
-import ctypes
-import functools
 import math
-import operator
-from fractions import Fraction
 import struct
-from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Iterator
-
-MASK32, MASK64 = 0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF
-WAVE = 32
-VCC_LO, VCC_HI, NULL, M0, EXEC_LO, EXEC_HI, SCC_SRC, LITERAL = 106, 107, 124, 125, 126, 127, 253, 255
-DPP8, DPP8_FI, DPP16 = 233, 234, 250  # src0 codes that announce a DPP dword
-# inline float constants (operand codes 240..248) as float32 bits
-INLINE_F32 = {240: 0x3F000000, 241: 0xBF000000, 242: 0x3F800000, 243: 0xBF800000, 244: 0x40000000, 245: 0xC0000000,
-              246: 0x40800000, 247: 0xC0800000, 248: 0x3E22F983}
-
-
-class UnsupportedInstruction(NotImplementedError):
-  """The emulator met an encoding/opcode it does not implement."""
-
-
-def f32(bits: int) -> float: return struct.unpack("<f", struct.pack("<I", bits & MASK32))[0]
-
-
-def bits32(x: float) -> int:
-  """float -> float32 bits (round to nearest even; overflow to inf)."""
-  try: return struct.unpack("<I", struct.pack("<f", x))[0]
-  except OverflowError: return 0x7F800000 if x > 0 else 0xFF800000
-
-
-def sext(v: int, bits: int) -> int: return v - (1 << bits) if v & (1 << (bits - 1)) else v
-def i32(v: int) -> int: return sext(v & MASK32, 32)
-
-
-def _fmin(a: float, b: float) -> float:
-  """V_MIN_*: a NaN operand yields the other one; -0 counts as less than +0."""
-  if a != a: return b
-  if b != b or a < b: return a
-  return b if b < a or math.copysign(1.0, b) < 0 else a
-
-
-def _fmax(a: float, b: float) -> float:
-  """V_MAX_*: a NaN operand yields the other one; +0 counts as greater than -0."""
-  if a != a: return b
-  if b != b or a > b: return a
-  return b if b > a or math.copysign(1.0, b) > 0 else a
-
-
-def _cvt_i32(x: float) -> int:
-  """V_CVT_I32_F32/F64 (f32_to_i32, f64_to_i32): truncate toward zero; out of range, infinities included, saturates
-  to INT_MIN/INT_MAX; NaN gives 0. The clamp comes before int(), which has no value for an infinity."""
-  if math.isnan(x): return 0
-  return (-(1 << 31) if x <= -(1 << 31) else (1 << 31) - 1 if x >= (1 << 31) - 1 else int(x)) & MASK32
-
-
-def _cvt_u32(x: float) -> int:
-  """V_CVT_U32_F32/F64 (f32_to_u32, f64_to_u32): truncate; below 0 (-inf too) gives 0, above 2**32-1 (+inf too)
-  saturates; NaN gives 0."""
-  if math.isnan(x) or x <= 0: return 0
-  return MASK32 if x >= MASK32 else int(x)
-
-
-def _rcp(x: float) -> float: return math.copysign(math.inf, x) if x == 0 else 1.0 / x
-def _sqrt(x: float) -> float: return math.nan if x < 0 or math.isnan(x) else math.sqrt(x)
-def _log2(x: float) -> float: return -math.inf if x == 0 else math.nan if x < 0 or math.isnan(x) else math.log2(x)
-
-
-def _exp2(x: float) -> float:
-  try: return math.pow(2.0, x)
-  except OverflowError: return math.inf
-
-
-def _ldexp(x: float, e: int) -> float:
-  try: return math.ldexp(x, max(-2000, min(2000, e)))
-  except OverflowError: return math.copysign(math.inf, x)
-
-
-def _div_fixup(q: int, den: int, num: int) -> int:
-  """V_DIV_FIXUP_F32: the final quotient num/den with IEEE special cases (NaN, inf, 0); the approximation `q` from
-  the V_DIV_SCALE/V_RCP/V_FMA/V_DIV_FMAS sequence is the correctly rounded quotient, which is computed directly."""
-  n, d = f32(num), f32(den)
-  if math.isnan(n) or math.isnan(d): return 0x7FC00000
-  if d == 0: return 0x7FC00000 if n == 0 else (0x7F800000 | ((num ^ den) & 0x80000000))
-  if math.isinf(d): return 0x7FC00000 if math.isinf(n) else (num ^ den) & 0x80000000
-  return bits32(n / d)
-
-
-def _i24(a: int) -> int: return sext(a & 0xFFFFFF, 24)
-
-
-def _bfe_i32(a: int, off: int, width: int) -> int:
-  return (sext((a >> off) & ((1 << width) - 1), width) if width else 0) & MASK32
-
-
-def _f16(bits: int) -> float: return struct.unpack("<e", struct.pack("<H", bits & 0xFFFF))[0]
-
-
-def _f16_bits(x: float) -> int:
-  """float -> half bits, round to nearest even (overflow to inf)."""
-  try: return struct.unpack("<H", struct.pack("<e", x))[0]
-  except OverflowError: return 0x7C00 | (0x8000 if x < 0 else 0)
-
-
-def f64(bits: int) -> float: return struct.unpack("<d", struct.pack("<Q", bits & MASK64))[0]
-def bits64(x: float) -> int: return struct.unpack("<Q", struct.pack("<d", x))[0]
-
-
-# inline float constants for 64-bit float operands (operand codes 240..248)
-INLINE_F64 = {k: bits64(f32(v)) if k != 248 else 0x3FC45F306DC9C882 for k, v in INLINE_F32.items()}
-
-
-def _fract(x: float, below_one: int) -> float:
-  """V_FRACT: x - floor(x), never rounding up to 1.0 (the largest value below 1: `below_one` bits); inf -> NaN."""
-  if math.isinf(x) or math.isnan(x): return math.nan
-  r = x - math.floor(x)
-  top = f32(below_one) if below_one == 0x3F7FFFFF else f64(below_one)
-  return min(r, top)
-
-
-def _frexp_exp(x: float) -> int: return 0 if math.isinf(x) or math.isnan(x) else math.frexp(x)[1] & MASK32
-
-
-def _fd(fn: Callable[..., float]) -> Callable[..., int]:
-  """A float64 op on 64-bit patterns."""
-  def op(*a: int) -> int:
-    try: return bits64(fn(*map(f64, a)))
-    except OverflowError: return 0x7FF0000000000000
-    except (ValueError, ZeroDivisionError): return 0x7FF8000000000000
-  return op
-
-
-def _div_fixup64(den: int, num: int) -> int:
-  n, d = f64(num), f64(den)
-  if math.isnan(n) or math.isnan(d): return 0x7FF8000000000000
-  if d == 0: return 0x7FF8000000000000 if n == 0 else (0x7FF0000000000000 | ((num ^ den) & (1 << 63)))
-  if math.isinf(d): return 0x7FF8000000000000 if math.isinf(n) else (num ^ den) & (1 << 63)
-  return bits64(n / d)
-
-
-def vec_f32(fn: Callable[..., float], *cols: list[int]) -> list[int]:
-  """Apply a float op lane-wise to columns of float32 bit patterns, converting whole columns at once (the hot path
-  of the emulator); falls back to one lane at a time when a result overflows float32."""
-  si, sf = _structs(len(cols[0]))
-  res = list(map(fn, *(sf.unpack(si.pack(*c)) for c in cols)))
-  try: return list(si.unpack(sf.pack(*res)))
-  except OverflowError: return [bits32(r) for r in res]
-
-
-@functools.lru_cache(maxsize=8)
-def _dwords(n: int) -> struct.Struct: return struct.Struct(f"<{n}I")
-
-
-_SUBDWORD = {(8, False): struct.Struct("<B"), (8, True): struct.Struct("<b"), (16, False): struct.Struct("<H"),
-             (16, True): struct.Struct("<h")}  # (bits, signed) -> one element
-
-
-@functools.lru_cache(maxsize=64)
-def _structs(n: int) -> tuple[struct.Struct, struct.Struct]: return struct.Struct(f"<{n}I"), struct.Struct(f"<{n}f")
-
-
-def _mul_dx9(a: float, b: float) -> float:
-  """V_MUL_DX9_ZERO_F32: a zero operand gives +0 whatever the other one is (inf, NaN), else a * b."""
-  return 0.0 if a == 0 or b == 0 else a * b
-
-
-def _fma(a: float, b: float, c: float) -> float:
-  """a*b+c for float32/half/mixed operands, as a double rounded to odd: rounding it once more to float32 or half
-  gives the correctly rounded fused multiply-add (the product is exact in a double; TwoSum recovers the sum's
-  rounding error, and a 53-bit round-to-odd result rounds correctly to any format of 51 bits or fewer)."""
-  p = a * b
-  s = p + c
-  if s - s != 0: return s  # inf / nan
-  bb = s - p
-  e = (p - (s - bb)) + (c - bb)
-  if e == 0 or int(math.frexp(s)[0] * 9007199254740992.0) & 1: return s
-  return math.nextafter(s, math.inf if e > 0 else -math.inf)
-
-
-def _fma64(a: float, b: float, c: float) -> float:
-  """The correctly rounded double fused multiply-add (exact rational arithmetic; IEEE special cases and the sign of
-  an exact zero as the standard has them)."""
-  if not (math.isfinite(a) and math.isfinite(b) and math.isfinite(c)): return a * b + c
-  exact = Fraction(a) * Fraction(b) + Fraction(c)
-  if exact == 0: return -0.0 if math.copysign(1, a * b) < 0 and math.copysign(1, c) < 0 else 0.0
-  try: return float(exact)
-  except OverflowError: return math.copysign(math.inf, exact)
-
-
-def _ff(fn: Callable[..., float]) -> Callable[..., int]:
-  """A float32 op on bit patterns: decode the operands, compute in double, round to float32."""
-  return lambda *a: bits32(fn(*map(f32, a)))
-
-
-# ***** opcode tables (RDNA3 ISA guide, "Instructions" chapter) *****
-# VOP1: op -> fn(src) -> bits
-VOP1: dict[int, tuple[str, Callable[[int], int]]] = {
-  1: ("v_mov_b32", lambda a: a),
-  5: ("v_cvt_f32_i32", lambda a: bits32(float(i32(a)))), 6: ("v_cvt_f32_u32", lambda a: bits32(float(a))),
-  7: ("v_cvt_u32_f32", lambda a: _cvt_u32(f32(a))), 8: ("v_cvt_i32_f32", lambda a: _cvt_i32(f32(a))),
-  33: ("v_trunc_f32", _ff(lambda x: x if math.isinf(x) or math.isnan(x) else float(math.trunc(x)))),
-  34: ("v_ceil_f32", _ff(lambda x: x if math.isinf(x) or math.isnan(x) else float(math.ceil(x)))),
-  36: ("v_floor_f32", _ff(lambda x: x if math.isinf(x) or math.isnan(x) else float(math.floor(x)))),
-  37: ("v_exp_f32", _ff(_exp2)), 39: ("v_log_f32", _ff(_log2)),
-  42: ("v_rcp_f32", _ff(_rcp)), 43: ("v_rcp_iflag_f32", _ff(_rcp)),
-  51: ("v_sqrt_f32", _ff(_sqrt)),
-  **{17 + n: (f"v_cvt_f32_ubyte{n}", lambda a, n=n: bits32(float((a >> (8 * n)) & 0xFF))) for n in range(4)},
-  55: ("v_not_b32", lambda a: ~a & MASK32), 56: ("v_bfrev_b32", lambda a: int(f"{a:032b}"[::-1], 2)),
-  35: ("v_rndne_f32", _ff(lambda x: _round_even(x))), 32: ("v_fract_f32", lambda a: bits32(_fract(f32(a), 0x3F7FFFFF))),
-  46: ("v_rsq_f32", _ff(lambda x: _rsq(x))),
-  53: ("v_sin_f32", _ff(lambda x: _sin_rev(x))), 54: ("v_cos_f32", _ff(lambda x: _cos_rev(x))),
-  64: ("v_frexp_mant_f32", _ff(lambda x: x if math.isinf(x) or math.isnan(x) else math.frexp(x)[0])),
-  63: ("v_frexp_exp_i32_f32", lambda a: _frexp_exp(f32(a))),
-  57: ("v_clz_i32_u32", lambda a: MASK32 if a == 0 else 32 - a.bit_length()),
-  58: ("v_ctz_i32_b32", lambda a: MASK32 if a == 0 else (a & -a).bit_length() - 1),
-  # v_cls_i32 (RDNA3 ISA): position, from the MSB, of the first bit unlike the sign bit; -1 for 0 and -1. LLVM uses
-  # it to convert int64 to float
-  59: ("v_cls_i32", lambda a: MASK32 if a in (0, MASK32) else 32 - (a if a < 0x80000000 else ~a & MASK32).bit_length()),
-  13: ("v_cvt_floor_i32_f32", lambda a: _cvt_i32(_whole(math.floor)(f32(a)))),
-  12: ("v_cvt_nearest_i32_f32", lambda a: _cvt_i32(_whole(math.floor)(f32(a) + 0.5))),
-}
-# VOP2: op -> (name, fn(src0, src1) -> bits); v_cndmask/v_fmac/carry ops are handled in execute
-VOP2: dict[int, tuple[str, Callable[[int, int], int]]] = {
-  3: ("v_add_f32", _ff(lambda a, b: a + b)), 4: ("v_sub_f32", _ff(lambda a, b: a - b)),
-  7: ("v_mul_dx9_zero_f32", _ff(lambda a, b: _mul_dx9(a, b))),
-  5: ("v_subrev_f32", _ff(lambda a, b: b - a)), 8: ("v_mul_f32", _ff(lambda a, b: a * b)),
-  9: ("v_mul_i32_i24", lambda a, b: (sext(a & 0xFFFFFF, 24) * sext(b & 0xFFFFFF, 24)) & MASK32),
-  10: ("v_mul_hi_i32_i24", lambda a, b: ((sext(a & 0xFFFFFF, 24) * sext(b & 0xFFFFFF, 24)) >> 32) & MASK32),
-  12: ("v_mul_hi_u32_u24", lambda a, b: ((a & 0xFFFFFF) * (b & 0xFFFFFF)) >> 32),
-  11: ("v_mul_u32_u24", lambda a, b: ((a & 0xFFFFFF) * (b & 0xFFFFFF)) & MASK32),
-  15: ("v_min_f32", _ff(_fmin)), 16: ("v_max_f32", _ff(_fmax)),
-  17: ("v_min_i32", lambda a, b: min(i32(a), i32(b)) & MASK32),
-  18: ("v_max_i32", lambda a, b: max(i32(a), i32(b)) & MASK32),
-  19: ("v_min_u32", min), 20: ("v_max_u32", max),
-  24: ("v_lshlrev_b32", lambda a, b: (b << (a & 31)) & MASK32), 25: ("v_lshrrev_b32", lambda a, b: b >> (a & 31)),
-  26: ("v_ashrrev_i32", lambda a, b: (i32(b) >> (a & 31)) & MASK32),
-  27: ("v_and_b32", lambda a, b: a & b), 28: ("v_or_b32", lambda a, b: a | b), 29: ("v_xor_b32", lambda a, b: a ^ b),
-  37: ("v_add_nc_u32", lambda a, b: (a + b) & MASK32), 38: ("v_sub_nc_u32", lambda a, b: (a - b) & MASK32),
-  39: ("v_subrev_nc_u32", lambda a, b: (b - a) & MASK32),
-}
-# VOP1 ops executed by special cases in Emulator.vop1 (e32 only): their names, for the decoder
-VOP1_SPECIAL = {2: "v_readfirstlane_b32", 10: "v_cvt_f16_f32", 11: "v_cvt_f32_f16", 15: "v_cvt_f32_f64",
-                16: "v_cvt_f64_f32", 28: "v_mov_b16", 106: "v_cvt_i32_i16", 107: "v_cvt_u32_u16"}
-VOP2_FLOAT = {3: operator.add, 4: operator.sub, 5: lambda a, b: b - a, 8: operator.mul,
-              15: _fmin, 16: _fmax, 7: _mul_dx9}  # VOP2 float ops by column (vec_f32)
-VOPD_FLOAT = {3: 8, 4: 3, 5: 4, 6: 5, 10: 16, 11: 15, 7: 7}  # VOPD op -> VOP2 op, for the float ones
-VOP2_CNDMASK, VOP2_FMAC, VOP2_FMAMK, VOP2_FMAAK, VOP2_ADD_CO_CI = 1, 43, 44, 45, 32
-VOP2_SPECIAL = {1: "v_cndmask_b32", 43: "v_fmac_f32", 44: "v_fmamk_f32", 45: "v_fmaak_f32", 32: "v_add_co_ci_u32",
-                33: "v_sub_co_ci_u32", 34: "v_subrev_co_ci_u32", 54: "v_fmac_f16", 55: "v_fmamk_f16", 56: "v_fmaak_f16",
-                47: "v_cvt_pk_rtz_f16_f32"}
-# VOP3-only: op -> (name, fn(a, b, c) -> bits)
-VOP3: dict[int, tuple[str, Callable[[int, int, int], int]]] = {
-  0x20A: ("v_mad_i32_i24", lambda a, b, c: (_i24(a) * _i24(b) + c) & MASK32),
-  0x20B: ("v_mad_u32_u24", lambda a, b, c: ((a & 0xFFFFFF) * (b & 0xFFFFFF) + c) & MASK32),
-  0x219: ("v_min3_f32", _ff(lambda a, b, c: _fmin(_fmin(a, b), c))),
-  0x21A: ("v_min3_i32", lambda a, b, c: min(i32(a), i32(b), i32(c)) & MASK32), 0x21B: ("v_min3_u32", min),
-  0x21C: ("v_max3_f32", _ff(lambda a, b, c: _fmax(_fmax(a, b), c))),
-  0x21D: ("v_max3_i32", lambda a, b, c: max(i32(a), i32(b), i32(c)) & MASK32), 0x21E: ("v_max3_u32", max),
-  0x220: ("v_med3_i32", lambda a, b, c: sorted((i32(a), i32(b), i32(c)))[1] & MASK32),
-  0x221: ("v_med3_u32", lambda a, b, c: sorted((a, b, c))[1]),
-  0x210: ("v_bfe_u32", lambda a, b, c: (a >> (b & 31)) & ((1 << (c & 31)) - 1)),
-  0x211: ("v_bfe_i32", lambda a, b, c: _bfe_i32(a, b & 31, c & 31)),
-  0x212: ("v_bfi_b32", lambda a, b, c: (a & b) | (~a & c & MASK32)),
-  0x213: ("v_fma_f32", _ff(_fma)),
-  0x246: ("v_lshl_add_u32", lambda a, b, c: ((a << (b & 31)) + c) & MASK32),
-  0x247: ("v_add_lshl_u32", lambda a, b, c: ((a + b) << (c & 31)) & MASK32),
-  0x255: ("v_add3_u32", lambda a, b, c: (a + b + c) & MASK32),
-  0x256: ("v_lshl_or_b32", lambda a, b, c: ((a << (b & 31)) & MASK32) | c),
-  0x257: ("v_and_or_b32", lambda a, b, c: (a & b) | c), 0x258: ("v_or3_b32", lambda a, b, c: a | b | c),
-  0x227: ("v_div_fixup_f32", lambda a, b, c: _div_fixup(a, b, c)),
-  0x31C: ("v_ldexp_f32", lambda a, b, c: bits32(_ldexp(f32(a), i32(b)))),
-  0x216: ("v_alignbit_b32", lambda a, b, c: (((a << 32) | b) >> (c & 31)) & MASK32),
-  0x245: ("v_xad_u32", lambda a, b, c: ((a ^ b) + c) & MASK32),
-  0x32E: ("v_mul_hi_i32", lambda a, b, c: ((i32(a) * i32(b)) >> 32) & MASK32),
-  0x32C: ("v_mul_lo_u32", lambda a, b, c: (a * b) & MASK32), 0x32D: ("v_mul_hi_u32", lambda a, b, c: (a * b) >> 32),
-}
-VOP3_ADD_CO_U32, VOP3_SUB_CO_U32, VOP3_MAD_U64_U32, VOP3_LSHLREV_B64 = 0x300, 0x301, 0x2FE, 0x33C
-# float64 VOP3 ops: op -> (name, fn on 64-bit patterns); ldexp takes an int32 second operand
-VOP3_F64: dict[int, tuple[str, Callable[..., int]]] = {
-  0x214: ("v_fma_f64", _fd(_fma64)), 0x327: ("v_add_f64", _fd(lambda a, b: a + b)),
-  0x328: ("v_mul_f64", _fd(lambda a, b: a * b)), 0x329: ("v_min_f64", _fd(_fmin)), 0x32A: ("v_max_f64", _fd(_fmax)),
-  0x228: ("v_div_fixup_f64", lambda q, d, n: _div_fixup64(d, n)),
-}
-VOP1_F64 = {  # op -> (name, source is f64, destination is f64, fn)
-  3: ("v_cvt_i32_f64", True, False, lambda x: _cvt_i32(f64(x))),
-  4: ("v_cvt_f64_i32", False, True, lambda a: bits64(i32(a))),
-  21: ("v_cvt_u32_f64", True, False, lambda x: _cvt_u32(f64(x))),
-  22: ("v_cvt_f64_u32", False, True, lambda a: bits64(a)),
-  23: ("v_trunc_f64", True, True, _fd(lambda x: x if math.isinf(x) or math.isnan(x) else float(math.trunc(x)))),
-  24: ("v_ceil_f64", True, True, _fd(lambda x: x if math.isinf(x) or math.isnan(x) else float(math.ceil(x)))),
-  26: ("v_floor_f64", True, True, _fd(lambda x: x if math.isinf(x) or math.isnan(x) else float(math.floor(x)))),
-  47: ("v_rcp_f64", True, True, _fd(_rcp)), 52: ("v_sqrt_f64", True, True, _fd(_sqrt)),
-  49: ("v_rsq_f64", True, True, _fd(lambda x: _rsq(x))), 25: ("v_rndne_f64", True, True, _fd(lambda x: _round_even(x))),
-  62: ("v_fract_f64", True, True, _fd(lambda x: _fract(x, 0x3FEFFFFFFFFFFFFF))),
-  61: ("v_frexp_mant_f64", True, True, _fd(lambda x: x if math.isinf(x) or math.isnan(x) else math.frexp(x)[0])),
-  60: ("v_frexp_exp_i32_f64", True, False, lambda a: _frexp_exp(f64(a))),
-}
-def _h(fn: Callable[..., float]) -> Callable[..., int]:
-  """A float16 op on 16-bit patterns (computed in double, rounded once to half); `.raw` is the float op, for
-  vec_f16."""
-  op: Any = lambda *a: _f16_bits(fn(*map(_f16, a)))
-  op.raw = fn
-  return op
-
-
-def vec_f16(fn: Callable[..., int], *cols: list[int]) -> list[int]:
-  """Apply a 16-bit op lane-wise to columns of 16-bit patterns: an _h float op converts whole columns at once (a
-  result beyond the half range falls back to one lane at a time), any other op maps lane by lane."""
-  raw = getattr(fn, "raw", None)
-  if raw is None: return list(map(fn, *cols))
-  n = len(cols[0])
-  sh, se = struct.Struct(f"<{n}H"), struct.Struct(f"<{n}e")
-  res = list(map(raw, *(se.unpack(sh.pack(*c)) for c in cols)))
-  try: return list(sh.unpack(se.pack(*res)))
-  except (OverflowError, struct.error): return [_f16_bits(r) for r in res]
-
-
-def _s16(v: int) -> int: return sext(v & 0xFFFF, 16)
-
-
-# 16-bit VOP3 ops (gfx11 true16: halves chosen by opsel): op -> (name, operands, is float, fn on 16-bit patterns)
-VOP3_16: dict[int, tuple[str, int, bool, Callable[..., int]]] = {
-  0x132: ("v_add_f16", 2, True, _h(lambda a, b: a + b)), 0x133: ("v_sub_f16", 2, True, _h(lambda a, b: a - b)),
-  0x134: ("v_subrev_f16", 2, True, _h(lambda a, b: b - a)), 0x135: ("v_mul_f16", 2, True, _h(lambda a, b: a * b)),
-  0x303: ("v_add_nc_u16", 2, False, lambda a, b: (a + b) & 0xFFFF),
-  0x304: ("v_sub_nc_u16", 2, False, lambda a, b: (a - b) & 0xFFFF),
-  0x305: ("v_mul_lo_u16", 2, False, lambda a, b: (a * b) & 0xFFFF),
-  0x338: ("v_lshlrev_b16", 2, False, lambda a, b: (b << (a & 15)) & 0xFFFF),
-  0x339: ("v_lshrrev_b16", 2, False, lambda a, b: b >> (a & 15)),
-  0x33A: ("v_ashrrev_i16", 2, False, lambda a, b: (_s16(b) >> (a & 15)) & 0xFFFF),
-  0x362: ("v_and_b16", 2, False, lambda a, b: a & b), 0x363: ("v_or_b16", 2, False, lambda a, b: a | b),
-  0x364: ("v_xor_b16", 2, False, lambda a, b: a ^ b),
-  0x241: ("v_mad_u16", 3, False, lambda a, b, c: (a * b + c) & 0xFFFF),
-  0x24A: ("v_min3_i16", 3, False, lambda a, b, c: min(_s16(a), _s16(b), _s16(c)) & 0xFFFF),
-  0x24B: ("v_min3_u16", 3, False, lambda a, b, c: min(a, b, c)),
-  0x24D: ("v_max3_i16", 3, False, lambda a, b, c: max(_s16(a), _s16(b), _s16(c)) & 0xFFFF),
-  0x24E: ("v_max3_u16", 3, False, lambda a, b, c: max(a, b, c)),
-}
-
-
-def _round_even(x: float) -> float: return x if math.isinf(x) or math.isnan(x) else float(round(x))
-def _whole(fn: Callable[[float], float]) -> Callable[[float], float]:
-  return lambda x: x if math.isinf(x) or math.isnan(x) else float(fn(x))
-
-
-def _cvt_int16(x: float, signed: bool) -> int:
-  """half -> (u)int16: truncate, saturate (infinities too: clamped before int()), NaN -> 0."""
-  if math.isnan(x): return 0
-  lo, hi = (-(1 << 15), (1 << 15) - 1) if signed else (0, 0xFFFF)
-  return (lo if x <= lo else hi if x >= hi else int(x)) & 0xFFFF
-
-
-def _sin_rev(x: float) -> float: return math.nan if math.isinf(x) or math.isnan(x) else math.sin(2 * math.pi * x)
-def _cos_rev(x: float) -> float: return math.nan if math.isinf(x) or math.isnan(x) else math.cos(2 * math.pi * x)
-def _rsq(x: float) -> float: return _rcp(_sqrt(x)) if x != 0 else math.copysign(math.inf, x)
-def _med3(a: float, b: float, c: float) -> float: return _fmax(_fmin(a, b), _fmin(_fmax(a, b), c))
-
-
-def _div_fixup16(den: int, num: int) -> int:
-  """V_DIV_FIXUP_F16: the correctly rounded half quotient num/den with the IEEE special cases (see _div_fixup)."""
-  n, d = _f16(num), _f16(den)
-  if math.isnan(n) or math.isnan(d): return 0x7E00
-  if d == 0: return 0x7E00 if n == 0 else (0x7C00 | ((num ^ den) & 0x8000))
-  if math.isinf(d): return 0x7E00 if math.isinf(n) else (num ^ den) & 0x8000
-  return _f16_bits(n / d)
-
-
-def _f16_bits_rtz(x: float) -> int:
-  """float -> half bits rounding toward zero (V_CVT_PK_RTZ_F16_F32): a finite value never becomes inf."""
-  if math.isnan(x): return 0x7E00
-  r = _f16_bits(x)
-  if math.isinf(x): return r
-  if abs(_f16(r)) > abs(x): r -= 1  # rounded away from zero: the next half toward zero (same sign)
-  return r
-
-
-VOP3_16.update({
-  0x139: ("v_max_f16", 2, True, _h(_fmax)), 0x13A: ("v_min_f16", 2, True, _h(_fmin)),
-  0x13B: ("v_ldexp_f16", 2, True, lambda a, b: _f16_bits(_ldexp(_f16(a), _s16(b)))),
-  0x248: ("v_fma_f16", 3, True, _h(_fma)),
-  0x249: ("v_min3_f16", 3, True, _h(lambda a, b, c: _fmin(_fmin(a, b), c))),
-  0x24C: ("v_max3_f16", 3, True, _h(lambda a, b, c: _fmax(_fmax(a, b), c))),
-  0x24F: ("v_med3_f16", 3, True, _h(_med3)),
-  0x254: ("v_div_fixup_f16", 3, True, lambda q, d, n: _div_fixup16(d, n)),
-  0x309: ("v_max_u16", 2, False, max), 0x30A: ("v_max_i16", 2, False, lambda a, b: max(_s16(a), _s16(b)) & 0xFFFF),
-  0x30B: ("v_min_u16", 2, False, min), 0x30C: ("v_min_i16", 2, False, lambda a, b: min(_s16(a), _s16(b)) & 0xFFFF),
-  0x30D: ("v_add_nc_i16", 2, False, lambda a, b: (a + b) & 0xFFFF),
-  0x30E: ("v_sub_nc_i16", 2, False, lambda a, b: (a - b) & 0xFFFF),
-  0x253: ("v_mad_i16", 3, False, lambda a, b, c: (_s16(a) * _s16(b) + _s16(c)) & 0xFFFF),
-  0x250: ("v_med3_i16", 3, False, lambda a, b, c: sorted((_s16(a), _s16(b), _s16(c)))[1] & 0xFFFF),
-  0x251: ("v_med3_u16", 3, False, lambda a, b, c: sorted((a, b, c))[1]),
-  0x180 + 105: ("v_not_b16", 1, False, lambda a: ~a & 0xFFFF),
-  # VOP1 16-bit ops promoted to VOP3 (0x180 + VOP1 opcode)
-  0x180 + 80: ("v_cvt_f16_u16", 1, False, lambda a: _f16_bits(float(a))),
-  0x180 + 81: ("v_cvt_f16_i16", 1, False, lambda a: _f16_bits(float(_s16(a)))),
-  0x180 + 82: ("v_cvt_u16_f16", 1, True, lambda a: _cvt_int16(_f16(a), False)),
-  0x180 + 83: ("v_cvt_i16_f16", 1, True, lambda a: _cvt_int16(_f16(a), True)),
-  0x180 + 84: ("v_rcp_f16", 1, True, _h(_rcp)), 0x180 + 85: ("v_sqrt_f16", 1, True, _h(_sqrt)),
-  0x180 + 86: ("v_rsq_f16", 1, True, _h(_rsq)), 0x180 + 87: ("v_log_f16", 1, True, _h(_log2)),
-  0x180 + 88: ("v_exp_f16", 1, True, _h(_exp2)), 0x180 + 91: ("v_floor_f16", 1, True, _h(_whole(math.floor))),
-  0x180 + 92: ("v_ceil_f16", 1, True, _h(_whole(math.ceil))),
-  0x180 + 93: ("v_trunc_f16", 1, True, _h(_whole(math.trunc))),
-  0x180 + 94: ("v_rndne_f16", 1, True, _h(_round_even)),
-  0x180 + 96: ("v_sin_f16", 1, True, _h(_sin_rev)), 0x180 + 97: ("v_cos_f16", 1, True, _h(_cos_rev)),
-})
-# VOP2 e32 opcodes with a 16-bit VOP3 twin (register bit 7 picks the half)
-VOP2_16 = {50: 0x132, 51: 0x133, 52: 0x134, 53: 0x135, 57: 0x139, 58: 0x13A, 59: 0x13B}
-VOP1_16 = {op - 0x180: op for op in VOP3_16 if 0x180 <= op < 0x200}  # VOP1 e32 16-bit ops -> their VOP3 twin
-
-
-def _bf16(bits: int) -> float: return f32((bits & 0xFFFF) << 16)
-
-
-def _bf16_bits(x: float) -> int:
-  """float -> bfloat16 bits: round the float32 to nearest even in its top 16 bits (NaN stays a quiet NaN)."""
-  b = bits32(x)
-  if (b & 0x7F800000) == 0x7F800000 and b & 0x7FFFFF: return (b >> 16) | 0x40
-  return ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) & 0xFFFF
-
-
-def _u16(v: int) -> int: return v & 0xFFFF
-
-
-# VOP3P packed 16-bit ops: op -> (name, operands, kind, fn on 16-bit patterns); kind "f" float (neg flips the sign
-# bit), "i" integer (neg not allowed). Each half of the result takes its operands' halves chosen by op_sel (low
-# result) and op_sel_hi (high result); gfx11 packed ops read an inline float constant as its half in both halves.
-VOP3P_PK: dict[int, tuple[str, int, str, Callable[..., int]]] = {
-  0: ("v_pk_mad_i16", 3, "i", lambda a, b, c: (_s16(a) * _s16(b) + _s16(c)) & 0xFFFF),
-  1: ("v_pk_mul_lo_u16", 2, "i", lambda a, b: (a * b) & 0xFFFF),
-  2: ("v_pk_add_i16", 2, "i", lambda a, b: (a + b) & 0xFFFF),
-  3: ("v_pk_sub_i16", 2, "i", lambda a, b: (a - b) & 0xFFFF),
-  4: ("v_pk_lshlrev_b16", 2, "i", lambda a, b: (b << (a & 15)) & 0xFFFF),
-  5: ("v_pk_lshrrev_b16", 2, "i", lambda a, b: b >> (a & 15)),
-  6: ("v_pk_ashrrev_i16", 2, "i", lambda a, b: (_s16(b) >> (a & 15)) & 0xFFFF),
-  7: ("v_pk_max_i16", 2, "i", lambda a, b: max(_s16(a), _s16(b)) & 0xFFFF),
-  8: ("v_pk_min_i16", 2, "i", lambda a, b: min(_s16(a), _s16(b)) & 0xFFFF),
-  9: ("v_pk_mad_u16", 3, "i", lambda a, b, c: (a * b + c) & 0xFFFF),
-  10: ("v_pk_add_u16", 2, "i", lambda a, b: (a + b) & 0xFFFF),
-  11: ("v_pk_sub_u16", 2, "i", lambda a, b: (a - b) & 0xFFFF),
-  12: ("v_pk_max_u16", 2, "i", max), 13: ("v_pk_min_u16", 2, "i", min),
-  14: ("v_pk_fma_f16", 3, "f", _h(_fma)), 15: ("v_pk_add_f16", 2, "f", _h(lambda a, b: a + b)),
-  16: ("v_pk_mul_f16", 2, "f", _h(lambda a, b: a * b)), 17: ("v_pk_min_f16", 2, "f", _h(_fmin)),
-  18: ("v_pk_max_f16", 2, "f", _h(_fmax)),
-}
-VOP3P_NAMES = {19: "v_dot2_f32_f16", 22: "v_dot4_i32_iu8", 23: "v_dot4_u32_u8", 26: "v_dot2_f32_bf16",
-               32: "v_fma_mix_f32", 33: "v_fma_mixlo_f16", 34: "v_fma_mixhi_f16",
-               64: "v_wmma_f32_16x16x16_f16", 65: "v_wmma_f32_16x16x16_bf16", 66: "v_wmma_f16_16x16x16_f16",
-               67: "v_wmma_bf16_16x16x16_bf16", 68: "v_wmma_i32_16x16x16_iu8", 69: "v_wmma_i32_16x16x16_iu4",
-               **{k: v[0] for k, v in VOP3P_PK.items()}}
-# WMMA (wave32): op -> (input half -> float, output is float32, output 16-bit pattern from float)
-WMMA = {64: (_f16, True, None), 65: (_bf16, True, None), 66: (_f16, False, _f16_bits), 67: (_bf16, False, _bf16_bits)}
-
-
-# VOP3 opcodes whose result is a float32 (the ones omod/clamp may modify)
-VOP3_F32_RESULT = {*(0x100 + o for o in (3, 4, 5, 7, 8, 15, 16, 43)), 0x213, 0x219, 0x21C, 0x227, 0x237, 0x31C,
-                   *(0x180 + o for o in (5, 6, 17, 18, 19, 20, 33, 34, 36, 37, 39, 42, 43, 51))}
-# ops with a scalar carry-out (sdst) in bits 14:8
-VOP3SD = {0x120, 0x121, 0x122, 0x2FC, 0x2FD, 0x2FE, 0x2FF, 0x300, 0x301, 0x302}
-# VOPC: compare kinds by (op & 0x7F) >> 3 group; cmp functions by op & 7 (f, lt, eq, le, gt, ne/lg, ge, t)
-_CMP = [lambda a, b: False, lambda a, b: a < b, lambda a, b: a == b, lambda a, b: a <= b, lambda a, b: a > b,
-        lambda a, b: a != b, lambda a, b: a >= b, lambda a, b: True]
-_F32_CMP = {0x10: "f", 0x11: "lt", 0x12: "eq", 0x13: "le", 0x14: "gt", 0x15: "lg", 0x16: "ge", 0x17: "o", 0x18: "u",
-            0x19: "nge", 0x1A: "nlg", 0x1B: "ngt", 0x1C: "nle", 0x1D: "neq", 0x1E: "nlt", 0x1F: "t"}
-
-# Python float comparisons are false when either side is NaN, which is the ordered (o) semantics; n* are negations
-_F32_FN: dict[int, Callable[[float, float], bool]] = {
-  0x10: lambda x, y: False, 0x11: lambda x, y: x < y, 0x12: lambda x, y: x == y, 0x13: lambda x, y: x <= y,
-  0x14: lambda x, y: x > y, 0x15: lambda x, y: x < y or x > y, 0x16: lambda x, y: x >= y,
-  0x17: lambda x, y: x == x and y == y, 0x18: lambda x, y: x != x or y != y, 0x19: lambda x, y: not x >= y,
-  0x1A: lambda x, y: not (x < y or x > y), 0x1B: lambda x, y: not x > y, 0x1C: lambda x, y: not x <= y,
-  0x1D: lambda x, y: not x == y, 0x1E: lambda x, y: not x < y, 0x1F: lambda x, y: True}
-
-
-def fp_class(bits: int) -> int:
-  """The V_CMP_CLASS bit index of a float32: 0 sNaN, 1 qNaN, 2 -inf, 3 -normal, 4 -denorm, 5 -0, 6 +0, 7 +denorm,
-  8 +normal, 9 +inf."""
-  exp, man, neg = (bits >> 23) & 0xFF, bits & 0x7FFFFF, bits >> 31 & 1
-  if exp == 0xFF: return (1 if man >> 22 else 0) if man else (2 if neg else 9)
-  if exp == 0: return (5 if neg else 6) if man == 0 else (4 if neg else 7)
-  return 3 if neg else 8
-
-
-def fp_class16(bits: int) -> int:
-  """The V_CMP_CLASS bit index of a half (same numbering as fp_class)."""
-  exp, man, neg = (bits >> 10) & 0x1F, bits & 0x3FF, bits >> 15 & 1
-  if exp == 0x1F: return (1 if man >> 9 else 0) if man else (2 if neg else 9)
-  if exp == 0: return (5 if neg else 6) if man == 0 else (4 if neg else 7)
-  return 3 if neg else 8
-
-
-def fp_class64(bits: int) -> int:
-  """The V_CMP_CLASS bit index of a float64 (same numbering as fp_class; exponent 2047 is inf/NaN)."""
-  exp, man, neg = (bits >> 52) & 0x7FF, bits & ((1 << 52) - 1), bits >> 63 & 1
-  if exp == 0x7FF: return (1 if man >> 51 else 0) if man else (2 if neg else 9)
-  if exp == 0: return (5 if neg else 6) if man == 0 else (4 if neg else 7)
-  return 3 if neg else 8
-
-
-def vopc_compare(op: int) -> tuple[str, Callable[[int, int], bool]]:
-  """The name and per-lane predicate of VOPC opcode `op` (0x10.. f32, 0x40.. i32, 0x48.. u32)."""
-  base = op & 0x7F
-  if base == 0x7D: return f"v_cmp{'x' if op & 0x80 else ''}_class_f16", lambda a, b: bool(b >> fp_class16(a) & 1)
-  if base < 0x10:  # f16 compares: operands are half patterns
-    fn16 = _F32_FN[base + 0x10]
-    return f"v_cmp{'x' if op & 0x80 else ''}_{_F32_CMP[base + 0x10]}_f16", lambda a, b: fn16(_f16(a), _f16(b))
-  if base == 0x7E: return f"v_cmp{'x' if op & 0x80 else ''}_class_f32", lambda a, b: bool(b >> fp_class(a) & 1)
-  if base == 0x7F:  # a 64-bit src0, a 32-bit class mask in src1
-    return f"v_cmp{'x' if op & 0x80 else ''}_class_f64", lambda a, b: bool(b >> fp_class64(a) & 1)
-  if 0x20 <= base < 0x30:
-    fn64 = _F32_FN[base - 0x10]
-    return f"v_cmp{'x' if op & 0x80 else ''}_{_F32_CMP[base - 0x10]}_f64", lambda a, b: fn64(f64(a), f64(b))
-  if base in _F32_CMP:
-    fn = _F32_FN[base]
-    return f"v_cmp{'x' if op & 0x80 else ''}_{_F32_CMP[base]}_f32", lambda a, b: fn(f32(a), f32(b))
-  if 0x31 <= base <= 0x36 or 0x39 <= base <= 0x3E:  # 16-bit integer compares (operands are halves)
-    signed, fn = base < 0x38, _CMP[base & 7]
-    names = ["f", "lt", "eq", "le", "gt", "ne", "ge", "t"]
-    return (f"v_cmp{'x' if op & 0x80 else ''}_{names[base & 7]}_{'i' if signed else 'u'}16",
-            (lambda a, b: fn(_s16(a), _s16(b))) if signed else fn)
-  if 0x40 <= base < 0x60:  # 0x40 i32, 0x48 u32, 0x50 i64, 0x58 u64
-    signed, bits, fn = not base & 8, 32 if base < 0x50 else 64, _CMP[base & 7]
-    names = ["f", "lt", "eq", "le", "gt", "ne", "ge", "t"]
-    return (f"v_cmp{'x' if op & 0x80 else ''}_{names[base & 7]}_{'i' if signed else 'u'}{bits}",
-            (lambda a, b: fn(sext(a, bits), sext(b, bits))) if signed else fn)
-  raise UnsupportedInstruction(f"VOPC opcode {op:#x}")
-
-
-SOP2: dict[int, tuple[str, Callable[[int, int], int]]] = {
-  0: ("s_add_u32", lambda a, b: a + b), 1: ("s_sub_u32", lambda a, b: a - b),
-  2: ("s_add_i32", lambda a, b: i32(a) + i32(b)), 3: ("s_sub_i32", lambda a, b: i32(a) - i32(b)),
-  8: ("s_lshl_b32", lambda a, b: a << (b & 31)), 10: ("s_lshr_b32", lambda a, b: a >> (b & 31)),
-  12: ("s_ashr_i32", lambda a, b: i32(a) >> (b & 31)),
-  18: ("s_min_i32", lambda a, b: min(i32(a), i32(b))), 19: ("s_min_u32", min),
-  20: ("s_max_i32", lambda a, b: max(i32(a), i32(b))), 21: ("s_max_u32", max),
-  22: ("s_and_b32", lambda a, b: a & b), 24: ("s_or_b32", lambda a, b: a | b), 26: ("s_xor_b32", lambda a, b: a ^ b),
-  34: ("s_and_not1_b32", lambda a, b: a & ~b & MASK32),
-  44: ("s_mul_i32", lambda a, b: i32(a) * i32(b)), 45: ("s_mul_hi_u32", lambda a, b: (a * b) >> 32),
-  28: ("s_nand_b32", lambda a, b: ~(a & b) & MASK32), 30: ("s_nor_b32", lambda a, b: ~(a | b) & MASK32),
-  32: ("s_xnor_b32", lambda a, b: ~(a ^ b) & MASK32), 36: ("s_or_not1_b32", lambda a, b: (a | ~b) & MASK32),
-  6: ("s_absdiff_i32", lambda a, b: abs(i32(a) - i32(b))),
-  42: ("s_bfm_b32", lambda a, b: (((1 << (a & 31)) - 1) << (b & 31)) & MASK32),
-  50: ("s_pack_ll_b32_b16", lambda a, b: (a & 0xFFFF) | ((b & 0xFFFF) << 16)),
-  51: ("s_pack_lh_b32_b16", lambda a, b: (a & 0xFFFF) | (b & 0xFFFF0000)),
-  52: ("s_pack_hh_b32_b16", lambda a, b: (a >> 16) | (b & 0xFFFF0000)),
-  46: ("s_mul_hi_i32", lambda a, b: (i32(a) * i32(b)) >> 32),
-  **{13 + n: (f"s_lshl{n}_add_u32", lambda a, b, n=n: (a << n) + b) for n in (1, 2, 3, 4)},
-  39: ("s_bfe_i32", lambda a, b: _bfe_i32(a, b & 31, (b >> 16) & 0x7F)),
-}
-SOP2_ADDC, SOP2_SUBB, SOP2_LSHL_B64, SOP2_AND_B64, SOP2_CSELECT_B32, SOP2_BFE_U32 = 4, 5, 9, 23, 48, 38
-SOP2_B64 = {9: "s_lshl_b64", 11: "s_lshr_b64", 13: "s_ashr_i64", 23: "s_and_b64", 25: "s_or_b64", 27: "s_xor_b64",
-            35: "s_and_not1_b64", 37: "s_or_not1_b64", 40: "s_bfe_u64", 41: "s_bfe_i64", 49: "s_cselect_b64"}
-SOPC_NAMES = [*(f"s_cmp_{c}" for c in ("eq_i32", "lg_i32", "gt_i32", "ge_i32", "lt_i32", "le_i32", "eq_u32", "lg_u32",
-                                        "gt_u32", "ge_u32", "lt_u32", "le_u32")),
-              "s_bitcmp0_b32", "s_bitcmp1_b32", "s_bitcmp0_b64", "s_bitcmp1_b64", "s_cmp_eq_u64", "s_cmp_lg_u64"]
-_SOPC_FN = [_CMP[2], _CMP[5], _CMP[4], _CMP[6], _CMP[1], _CMP[3]]
-SOPP_NAMES = {0: "s_nop", 5: "s_clause", 7: "s_delay_alu", 8: "s_waitcnt_depctr", 9: "s_waitcnt", 32: "s_branch",
-              33: "s_cbranch_scc0", 34: "s_cbranch_scc1", 35: "s_cbranch_vccz", 36: "s_cbranch_vccnz",
-              37: "s_cbranch_execz", 38: "s_cbranch_execnz", 48: "s_endpgm", 54: "s_sendmsg", 61: "s_barrier",
-              4: "s_set_inst_prefetch_distance", 31: "s_code_end", 3: "s_sleep", 53: "s_setprio", 18: "s_denorm_mode",
-              17: "s_round_mode"}
-SMEM_LOADS = {0: 1, 1: 2, 2: 4, 3: 8, 4: 16}  # s_load_b32/64/128/256/512: dwords
-GLOBAL_LOADS = {16: (1, False, 8), 17: (1, True, 8), 18: (1, False, 16), 19: (1, True, 16), 20: (1, False, 32),
-                21: (2, False, 32), 22: (3, False, 32), 23: (4, False, 32)}  # op: (dwords, signed, bits)
-GLOBAL_STORES = {24: (1, 8), 25: (1, 16), 26: (1, 32), 27: (2, 32), 28: (3, 32), 29: (4, 32)}
-GLOBAL_D16 = {30: (8, False, 0), 31: (8, True, 0), 32: (16, False, 0), 33: (8, False, 16), 34: (8, True, 16),
-              35: (16, False, 16)}  # op: (bits, signed, destination shift)
-# DS (LDS) ops: op -> (name, kind, dwords or bits, stride): kind "st"/"ld" single address (16-bit offset),
-# "st2"/"ld2" two addresses (offset0/offset1 times stride bytes)
-DS_OPS = {13: ("ds_store_b32", "st", 32, 0), 14: ("ds_store_2addr_b32", "st2", 32, 4),
-          15: ("ds_store_2addr_stride64_b32", "st2", 32, 256), 30: ("ds_store_b8", "st", 8, 0),
-          31: ("ds_store_b16", "st", 16, 0), 77: ("ds_store_b64", "st", 64, 0),
-          78: ("ds_store_2addr_b64", "st2", 64, 8),
-          222: ("ds_store_b96", "st", 96, 0), 223: ("ds_store_b128", "st", 128, 0),
-          54: ("ds_load_b32", "ld", 32, 0), 55: ("ds_load_2addr_b32", "ld2", 32, 4),
-          56: ("ds_load_2addr_stride64_b32", "ld2", 32, 256), 57: ("ds_load_i8", "ld", -8, 0),
-          58: ("ds_load_u8", "ld", 8, 0), 59: ("ds_load_i16", "ld", -16, 0), 60: ("ds_load_u16", "ld", 16, 0),
-          118: ("ds_load_b64", "ld", 64, 0), 119: ("ds_load_2addr_b64", "ld2", 64, 8),
-          254: ("ds_load_b96", "ld", 96, 0),
-          255: ("ds_load_b128", "ld", 128, 0)}
-DS_OPS.update({79: ("ds_store_2addr_stride64_b64", "st2", 64, 512),
-               120: ("ds_load_2addr_stride64_b64", "ld2", 64, 512)})
-# DS d16 ops: op -> (name, bits, signed, half): loads fill one VGPR half (keeping the other), stores write from the
-# high half (half = 1)
-DS_D16 = {160: ("ds_store_b8_d16_hi", 8, False, 1), 161: ("ds_store_b16_d16_hi", 16, False, 1),
-          162: ("ds_load_u8_d16", 8, False, 0), 163: ("ds_load_u8_d16_hi", 8, False, 1),
-          164: ("ds_load_i8_d16", 8, True, 0), 165: ("ds_load_i8_d16_hi", 8, True, 1),
-          166: ("ds_load_u16_d16", 16, False, 0), 167: ("ds_load_u16_d16_hi", 16, False, 1)}
-DS_NAMES = {**{k: v[0] for k, v in DS_OPS.items()}, **{k: v[0] for k, v in DS_D16.items()}}
-DS_PERMUTE = {53: "ds_swizzle_b32", 178: "ds_permute_b32", 179: "ds_bpermute_b32"}
-FLAT_NAMES = {30: "load_d16_u8", 31: "load_d16_i8", 32: "load_d16_b16", 33: "load_d16_hi_u8", 34: "load_d16_hi_i8",
-              35: "load_d16_hi_b16", 16: "load_u8", 17: "load_i8", 18: "load_u16", 19: "load_i16", 20: "load_b32",
-              21: "load_b64",
-              22: "load_b96", 23: "load_b128", 24: "store_b8", 25: "store_b16", 26: "store_b32", 27: "store_b64",
-              28: "store_b96", 29: "store_b128", 36: "store_d16_hi_b8", 37: "store_d16_hi_b16"}
-# FLAT/GLOBAL atomics: op -> (kind, bits); the name is {kind}_{b32|u32|...} as in the ISA
-_ATOMIC_KINDS = ["swap_b", "cmpswap_b", "add_u", "sub_u", "csub_u", "min_i", "min_u", "max_i", "max_u", "and_b",
-                 "or_b", "xor_b", "inc_u", "dec_u"]
-FLAT_ATOMICS: dict[int, tuple[str, int]] = {
-  **{51 + i: (k + "32", 32) for i, k in enumerate(_ATOMIC_KINDS)},
-  **{65 + i: (k + "64", 64) for i, k in enumerate(k for k in _ATOMIC_KINDS if k != "csub_u")},
-  80: ("cmpswap_f32", 32), 81: ("min_f32", 32), 82: ("max_f32", 32), 86: ("add_f32", 32)}
-# DS atomics: op -> (kind, bits, returns the old value)
-_DS_KINDS = {0: "add_u", 1: "sub_u", 2: "rsub_u", 3: "inc_u", 4: "dec_u", 5: "min_i", 6: "max_i", 7: "min_u",
-             8: "max_u", 9: "and_b", 10: "or_b", 11: "xor_b", 16: "cmpswap_b"}
-DS_ATOMICS: dict[int, tuple[str, int, bool]] = {
-  **{op: (k + "32", 32, False) for op, k in _DS_KINDS.items()},
-  **{op + 32: (k + "32", 32, True) for op, k in _DS_KINDS.items()}, 45: ("swap_b32", 32, True),
-  18: ("min_f32", 32, False), 19: ("max_f32", 32, False), 21: ("add_f32", 32, False),
-  50: ("min_f32", 32, True), 51: ("max_f32", 32, True), 121: ("add_f32", 32, True),
-  **{op + 64: (k + "64", 64, False) for op, k in _DS_KINDS.items()},
-  **{op + 96: (k + "64", 64, True) for op, k in _DS_KINDS.items()}, 109: ("swap_b64", 64, True)}
-
-
-def atomic_result(kind: str, bits: int, old: int, data: int, cmp: int = 0) -> int:
-  """The value an atomic leaves in memory (RDNA3 ISA "FLAT/GLOBAL atomics" and "DS atomics"); `kind` is e.g.
-  add_u32, min_i64, cmpswap_b32 (data = new value, cmp = the compare value), add_f32."""
-  mask = (1 << bits) - 1
-  op = kind[:-2]
-  if op.endswith("_f"):
-    a, b = f32(old), f32(data)
-    if op == "add_f": return bits32(a + b)
-    if op == "min_f": return bits32(_fmin(a, b))
-    if op == "max_f": return bits32(_fmax(a, b))
-    if op == "cmpswap_f": return data if a == f32(cmp) else old
-  sa, sd = sext(old, bits), sext(data, bits)
-  r = {"swap_b": lambda: data, "cmpswap_b": lambda: data if old == cmp else old, "add_u": lambda: old + data,
-       "sub_u": lambda: old - data, "rsub_u": lambda: data - old, "csub_u": lambda: max(old - data, 0),
-       "min_i": lambda: min(sa, sd), "max_i": lambda: max(sa, sd), "min_u": lambda: min(old, data),
-       "max_u": lambda: max(old, data), "and_b": lambda: old & data, "or_b": lambda: old | data,
-       "xor_b": lambda: old ^ data, "inc_u": lambda: 0 if old >= data else old + 1,
-       "dec_u": lambda: data if old == 0 or old > data else old - 1}.get(op)
-  if r is None: raise UnsupportedInstruction(f"atomic {kind}")
-  return r() & mask
-
-
-VOPD_OPS = {0: "fmac_f32", 1: "fmaak_f32", 2: "fmamk_f32", 3: "mul_f32", 4: "add_f32", 5: "sub_f32", 6: "subrev_f32",
-            8: "mov_b32", 9: "cndmask_b32", 10: "max_f32", 11: "min_f32", 16: "add_nc_u32", 17: "lshlrev_b32",
-            18: "and_b32", 7: "mul_dx9_zero_f32", 12: "dot2acc_f32_f16", 13: "dot2acc_f32_bf16"}
-_VOPD_TO_VOP2 = {3: 8, 4: 3, 5: 4, 6: 5, 10: 16, 11: 15, 16: 37, 17: 24, 18: 27, 7: 7}
-
-
-@dataclass
-class Inst:
-  """A decoded instruction: encoding name, opcode, fields, size in bytes, mnemonic."""
-  fmt: str
-  op: int
-  f: dict[str, int]
-  size: int
-  name: str
-  literal: int | None = None
-
-
-def _bits(w: int, lo: int, n: int) -> int: return (w >> lo) & ((1 << n) - 1)
-
-
-def decode(code: bytes | memoryview, pc: int = 0) -> Inst:
-  """Decode the instruction at byte offset `pc` of `code`."""
-  w0 = struct.unpack_from("<I", code, pc)[0]
-  w1 = struct.unpack_from("<I", code, pc + 4)[0] if pc + 8 <= len(code) else 0
-
-  def lit(inst: Inst, *srcs: int) -> Inst:
-    if LITERAL in srcs:
-      inst.literal = struct.unpack_from("<I", code, pc + inst.size)[0]
-      inst.size += 4
-    return inst
-
-  def dpp(inst: Inst) -> Inst:
-    """VOP1/VOP2/VOPC with src0 = DPP16 (250) or DPP8 (233, 234 with fetch-inactive): the next dword holds the real
-    src0 VGPR and the lane pattern (see Emulator.dpp)."""
-    if inst.f["src0"] not in (DPP16, DPP8, DPP8_FI): return inst
-    d = struct.unpack_from("<I", code, pc + 4)[0]
-    inst.f = {**inst.f, "dpp_kind": inst.f["src0"], "dpp": d, "src0": 256 + (d & 0xFF)}
-    inst.size, inst.name = 8, inst.name + ("_dpp" if inst.f["dpp_kind"] == DPP16 else "_dpp8")
-    return inst
-
-  top9, top6 = w0 >> 23, w0 >> 26
-  if top9 == 0b101111101:
-    op = _bits(w0, 8, 8)
-    return lit(Inst("SOP1", op, {"sdst": _bits(w0, 16, 7), "ssrc0": w0 & 0xFF}, 4, _sop1_name(op)), w0 & 0xFF)
-  if top9 == 0b101111110:
-    op = _bits(w0, 16, 7)
-    name = SOPC_NAMES[op] if op < len(SOPC_NAMES) else f"sopc_{op}"
-    return lit(Inst("SOPC", op, {"ssrc0": w0 & 0xFF, "ssrc1": _bits(w0, 8, 8)}, 4, name), w0 & 0xFF, _bits(w0, 8, 8))
-  if top9 == 0b101111111:
-    op = _bits(w0, 16, 7)
-    return Inst("SOPP", op, {"simm16": w0 & 0xFFFF}, 4, SOPP_NAMES.get(op, f"sopp_{op}"))
-  if w0 >> 28 == 0b1011:
-    op = _bits(w0, 23, 5)
-    names = {0: "s_movk_i32", 2: "s_cmovk_i32", 15: "s_addk_i32", 16: "s_mulk_i32", 23: "s_waitcnt_vmcnt",
-             24: "s_waitcnt_vscnt",
-             25: "s_waitcnt_expcnt", 26: "s_waitcnt_lgkmcnt",
-             **{3 + i: f"s_cmpk_{c}_i32" for i, c in enumerate(("eq", "lg", "gt", "ge", "lt", "le"))},
-             **{9 + i: f"s_cmpk_{c}_u32" for i, c in enumerate(("eq", "lg", "gt", "ge", "lt", "le"))}}
-    return Inst("SOPK", op, {"sdst": _bits(w0, 16, 7), "simm16": w0 & 0xFFFF}, 4, names.get(op, f"sopk_{op}"))
-  if w0 >> 30 == 0b10:
-    op = _bits(w0, 23, 7)
-    name = SOP2[op][0] if op in SOP2 else {4: "s_addc_u32", 5: "s_subb_u32", 48: "s_cselect_b32", 38: "s_bfe_u32",
-                                             **SOP2_B64}.get(op, f"sop2_{op}")
-    return lit(Inst("SOP2", op, {"sdst": _bits(w0, 16, 7), "ssrc0": w0 & 0xFF, "ssrc1": _bits(w0, 8, 8)}, 4, name),
-               w0 & 0xFF, _bits(w0, 8, 8))
-  if top6 == 0b111101:
-    op = _bits(w0, 18, 8)
-    f = {"sbase": (w0 & 0x3F) * 2, "sdata": _bits(w0, 6, 7), "offset": sext(w1 & 0x1FFFFF, 21), "soffset": w1 >> 25}
-    return Inst("SMEM", op, f, 8, f"s_load_b{32 * SMEM_LOADS[op]}" if op in SMEM_LOADS else f"smem_{op}")
-  if top6 == 0b110110:
-    op = _bits(w0, 18, 8)
-    f = {"offset0": w0 & 0xFF, "offset1": _bits(w0, 8, 8), "addr": w1 & 0xFF, "data0": _bits(w1, 8, 8),
-         "data1": _bits(w1, 16, 8), "vdst": w1 >> 24}
-    name = DS_NAMES.get(op) or DS_PERMUTE.get(op) or (_ds_atomic_name(op) if op in DS_ATOMICS else f"ds_op{op}")
-    return Inst("DS", op, f, 8, name)
-  if top6 == 0b111000:
-    op = _bits(w0, 18, 8)
-    return Inst("MUBUF", op, {}, 8, {43: "buffer_gl0_inv", 44: "buffer_gl1_inv"}.get(op, f"buffer_op{op}"))
-  if top6 == 0b110111:
-    op, seg = _bits(w0, 18, 7), _bits(w0, 16, 2)
-    f = {"offset": sext(w0 & 0x1FFF, 13), "seg": seg, "addr": w1 & 0xFF, "data": _bits(w1, 8, 8),
-         "saddr": _bits(w1, 16, 7), "sve": _bits(w1, 23, 1), "vdst": w1 >> 24, "glc": _bits(w0, 14, 1)}
-    seg_name = ["flat", "scratch", "global"][seg] if seg < 3 else "seg3"
-    name = f"{seg_name}_atomic_{FLAT_ATOMICS[op][0]}" if op in FLAT_ATOMICS else \
-      f"{seg_name}_{FLAT_NAMES.get(op, f'op{op}')}"
-    return Inst("FLAT", op, f, 8, name)
-  if top6 == 0b110010:
-    opx, opy = _bits(w0, 22, 4), _bits(w0, 17, 5)
-    vdstx = w1 >> 24
-    f = {"opx": opx, "opy": opy, "src0x": w0 & 0x1FF, "vsrcx1": _bits(w0, 9, 8), "src0y": w1 & 0x1FF,
-         "vsrcy1": _bits(w1, 9, 8), "vdstx": vdstx, "vdsty": (_bits(w1, 17, 7) << 1) | ((vdstx & 1) ^ 1)}
-    name = f"v_dual_{VOPD_OPS.get(opx, opx)} :: v_dual_{VOPD_OPS.get(opy, opy)}"
-    return lit(Inst("VOPD", opx, f, 8, name), f["src0x"], f["src0y"], *([LITERAL] if {opx, opy} & {1, 2} else []))
-  if w0 >> 24 == 0xCC:  # VOP3P: op_sel/op_sel_hi pick source halves; neg_lo/neg_hi negate them (0xCD.. VINTERP)
-    op = _bits(w0, 16, 7)
-    f = {"vdst": w0 & 0xFF, "neg_hi": _bits(w0, 8, 3), "opsel": _bits(w0, 11, 3),
-         "opsel_hi": _bits(w1, 27, 2) | (_bits(w0, 14, 1) << 2), "clamp": _bits(w0, 15, 1), "src0": w1 & 0x1FF,
-         "src1": _bits(w1, 9, 9), "src2": _bits(w1, 18, 9), "neg": w1 >> 29}
-    return lit(Inst("VOP3P", op, f, 8, VOP3P_NAMES.get(op, f"vop3p_{op}")), f["src0"], f["src1"], f["src2"])
-  if top6 == 0b110101:
-    op = _bits(w0, 16, 10)
-    f = {"vdst": w0 & 0xFF, "sdst": _bits(w0, 8, 7), "abs": _bits(w0, 8, 3), "opsel": _bits(w0, 11, 4),
-         "clamp": _bits(w0, 15, 1), "src0": w1 & 0x1FF, "src1": _bits(w1, 9, 9), "src2": _bits(w1, 18, 9),
-         "omod": _bits(w1, 27, 2), "neg": w1 >> 29}
-    if f["src0"] in (DPP8, DPP8_FI, DPP16):  # VOP3 with a DPP dword after the 8 bytes (see Emulator.dpp)
-      d = struct.unpack_from("<I", code, pc + 8)[0]
-      f = {**f, "dpp_kind": f["src0"], "dpp": d, "src0": 256 + (d & 0xFF)}
-      return Inst("VOP3", op, f, 12, _vop3_name(op) + ("_dpp" if f["dpp_kind"] == DPP16 else "_dpp8"))
-    return lit(Inst("VOP3", op, f, 8, _vop3_name(op)), f["src0"], f["src1"], f["src2"])
-  if w0 >> 25 == 0b0111111:
-    op = _bits(w0, 9, 8)
-    name = VOP1[op][0] if op in VOP1 else VOP1_F64[op][0] if op in VOP1_F64 else VOP3_16[VOP1_16[op]][0] \
-      if op in VOP1_16 else VOP1_SPECIAL.get(op, f"vop1_{op}")
-    return dpp(lit(Inst("VOP1", op, {"vdst": _bits(w0, 17, 8), "src0": w0 & 0x1FF}, 4, name), w0 & 0x1FF))
-  if w0 >> 25 == 0b0111110:
-    op = _bits(w0, 17, 8)
-    try: name = vopc_compare(op)[0]
-    except UnsupportedInstruction: name = f"vopc_{op}"
-    return dpp(lit(Inst("VOPC", op, {"src0": w0 & 0x1FF, "vsrc1": _bits(w0, 9, 8)}, 4, name), w0 & 0x1FF))
-  if w0 >> 31 == 0:
-    op = _bits(w0, 25, 6)
-    name = VOP2[op][0] if op in VOP2 else VOP3_16[VOP2_16[op]][0] if op in VOP2_16 else \
-      VOP2_SPECIAL.get(op, f"vop2_{op}")
-    inst = Inst("VOP2", op, {"vdst": _bits(w0, 17, 8), "src0": w0 & 0x1FF, "vsrc1": _bits(w0, 9, 8)}, 4, name)
-    return dpp(lit(inst, w0 & 0x1FF, *([LITERAL] if op in (VOP2_FMAMK, VOP2_FMAAK, 55, 56) else [])))
-  raise UnsupportedInstruction(f"unknown encoding {w0:#010x} at offset {pc:#x}")
-
-
-def _ds_atomic_name(op: int) -> str:
-  kind, bits, rtn = DS_ATOMICS[op]
-  k = kind.replace("cmpswap_b", "cmpstore_b").replace("swap_b", "storexchg_b")
-  base, suffix = k.rsplit("_", 1)
-  return f"ds_{base}_rtn_{suffix}" if rtn else f"ds_{base}_{suffix}"
-
-
-SAVEEXEC: dict[int, tuple[str, Callable[[int, int], int]]] = {  # SOP1 op -> (name, fn(src, exec) -> new exec)
-  32: ("s_and_saveexec_b32", lambda s, e: s & e), 34: ("s_or_saveexec_b32", lambda s, e: s | e),
-  36: ("s_xor_saveexec_b32", lambda s, e: s ^ e), 38: ("s_nand_saveexec_b32", lambda s, e: ~(s & e) & MASK32),
-  40: ("s_nor_saveexec_b32", lambda s, e: ~(s | e) & MASK32),
-  42: ("s_xnor_saveexec_b32", lambda s, e: ~(s ^ e) & MASK32),
-  44: ("s_and_not0_saveexec_b32", lambda s, e: ~s & e & MASK32),
-  46: ("s_or_not0_saveexec_b32", lambda s, e: (~s | e) & MASK32),
-  48: ("s_and_not1_saveexec_b32", lambda s, e: s & ~e & MASK32),
-  50: ("s_or_not1_saveexec_b32", lambda s, e: (s | ~e) & MASK32)}
-
-
-def _sop1_name(op: int) -> str:
-  if op in SAVEEXEC: return SAVEEXEC[op][0]
-  return {0: "s_mov_b32", 1: "s_mov_b64", 2: "s_cmov_b32", 4: "s_brev_b32", 71: "s_getpc_b64", 72: "s_setpc_b64",
-          73: "s_swappc_b64", 9: "s_ctz_i32_b64", 25: "s_bcnt1_i32_b64", 8: "s_ctz_i32_b32", 10: "s_clz_i32_u32",
-          14: "s_sext_i32_i8", 15: "s_sext_i32_i16", 16: "s_bitset0_b32", 18: "s_bitset1_b32", 21: "s_abs_i32",
-          22: "s_bcnt0_i32_b32", 24: "s_bcnt1_i32_b32", 30: "s_not_b32"}.get(op, f"sop1_{op}")
-
-
-def _vop3_name(op: int) -> str:
-  if op in VOP3_16: return VOP3_16[op][0] + ("_e64" if op < 0x200 else "")
-  if op < 0x100:
-    try: return vopc_compare(op)[0] + "_e64"
-    except UnsupportedInstruction: return f"vop3_vopc_{op}"
-  if op < 0x180:
-    return (VOP2[op - 0x100][0] if op - 0x100 in VOP2 else VOP2_SPECIAL.get(op - 0x100, f"vop2_{op - 0x100}")) + "_e64"
-  if op < 0x200:
-    o = op - 0x180
-    return (VOP1[o][0] if o in VOP1 else VOP1_SPECIAL.get(o, f"vop1_{o}")) + "_e64"
-  if op in VOP3: return VOP3[op][0]
-  if op in VOP3_F64: return VOP3_F64[op][0]
-  if 0x180 <= op < 0x200 and op - 0x180 in VOP1_F64: return VOP1_F64[op - 0x180][0] + "_e64"
-  return {0x25B: "v_permlane16_b32", 0x25C: "v_permlanex16_b32", 0x311: "v_pack_b32_f16", 0x12F: "v_cvt_pk_rtz_f16_f32",
-          0x136: "v_fmac_f16_e64", 0x25D: "v_cndmask_b16", 0x33D: "v_lshrrev_b64",
-          0x33E: "v_ashrrev_i64", 0x32B: "v_ldexp_f64", 0x2FD: "v_div_scale_f64",
-          0x238: "v_div_fmas_f64", VOP3_ADD_CO_U32: "v_add_co_u32", 0x2FC: "v_div_scale_f32", 0x237: "v_div_fmas_f32",
-          VOP3_SUB_CO_U32: "v_sub_co_u32", VOP3_MAD_U64_U32: "v_mad_u64_u32", 0x360: "v_readlane_b32",
-          0x361: "v_writelane_b32",
-          VOP3_LSHLREV_B64: "v_lshlrev_b64"}.get(op, f"vop3_{op:#x}")
-
-
-class Memory:
-  """Byte access to host addresses (the GPU VA space of the mock)."""
-  def read(self, addr: int, n: int) -> bytes: return ctypes.string_at(addr, n)
-  def write(self, addr: int, data: bytes) -> None: ctypes.memmove(addr, data, len(data))
-  def read32(self, addr: int) -> int: return ctypes.c_uint32.from_address(addr).value
-
-
-class VGPRFile(dict[int, list[int]]):
-  """A wave's VGPRs, register number -> one value per lane (`lanes`: 32, or 64 for a wave64); a register is allocated
-  (zeros) when first touched, so a wave costs only the registers its code uses. Registers 256..259 are the
-  emulator's hidden operands (DPP, SDWA)."""
-  lanes = WAVE
-
-  def __missing__(self, r: int) -> list[int]:
-    if not 0 <= r <= 259: raise IndexError(f"VGPR {r} is outside v0..v255")
-    v = self[r] = [0] * self.lanes
-    return v
-
-
-class VGPRFile64(VGPRFile):
-  """The VGPRs of a wave64: 64 lane values per register."""
-  lanes = 64
-
-
-class PrivateMemory(Memory):
-  """One lane's private (scratch) memory: byte offsets 0..size-1, bounds-checked. With no size from the dispatch
-  (size None) it grows on demand up to SCRATCH_GROW_LIMIT bytes."""
-  SCRATCH_GROW_LIMIT = 1 << 20
-
-  def __init__(self, size: int | None):
-    self.size, self.buf = size, bytearray(size or 0)
-
-  def _at(self, addr: int, n: int) -> int:
-    limit = self.size if self.size is not None else self.SCRATCH_GROW_LIMIT
-    if addr < 0 or addr + n > limit:
-      raise RuntimeError(f"scratch access of {n} bytes at {addr:#x} is outside the lane's {limit} private bytes"
-                         + ("" if self.size is not None else " (no size given: the growth limit)"))
-    if addr + n > len(self.buf): self.buf.extend(bytes(addr + n - len(self.buf)))
-    return addr
-
-  def read(self, addr: int, n: int) -> bytes: return bytes(self.buf[self._at(addr, n):addr + n])
-  def write(self, addr: int, data: bytes) -> None: self.buf[self._at(addr, len(data)):addr + len(data)] = data
-  def read32(self, addr: int) -> int: return int.from_bytes(self.read(addr, 4), "little")
-
-
-@dataclass
-class Wave:
-  """The state of one wave32: SGPRs (with VCC, M0, EXEC at their operand codes), VGPRs by lane, SCC, PC.
-  `size` is the lane count (`Wave64` for the 64 lanes of gfx9 waves)."""
-  size: ClassVar[int] = WAVE
-  sgpr: list[int] = field(default_factory=lambda: [0] * 128)
-  vgpr: VGPRFile = field(default_factory=lambda: VGPRFile())
-  scc: int = 0
-  pc: int = 0  # byte offset from code_addr, where the wave started
-  code_addr: int = 0
-  lds: bytearray = field(default_factory=bytearray)  # the work-group's LDS (shared by its waves)
-  # private (scratch) bytes per lane, from the dispatch (the kernel descriptor's private_segment_fixed_size, or more
-  # when the stack is dynamic); None: not given, each lane's memory grows on demand (PrivateMemory)
-  scratch_size: int | None = None
-  scratch: dict[int, PrivateMemory] = field(default_factory=dict)
-
-  def private(self, lane: int) -> PrivateMemory:
-    """Lane `lane`'s private memory, created on first use."""
-    if (m := self.scratch.get(lane)) is None: m = self.scratch[lane] = PrivateMemory(self.scratch_size)
-    return m
-
-  @property
-  def exec(self) -> int: return self.sgpr[EXEC_LO]
-  @exec.setter
-  def exec(self, v: int) -> None: self.sgpr[EXEC_LO] = v & MASK32
-  @property
-  def vcc(self) -> int: return self.sgpr[VCC_LO]
-  @vcc.setter
-  def vcc(self, v: int) -> None: self.sgpr[VCC_LO] = v & MASK32
-
-  def lanes(self) -> tuple[int, ...]:
-    """The active lanes in order (a cached tuple per EXEC value)."""
-    return _lanes_cached(self.sgpr[EXEC_LO] & MASK32)
-
-
-@functools.lru_cache(maxsize=4096)
-def _lanes_cached(mask: int) -> tuple[int, ...]: return tuple(i for i in range(WAVE) if mask >> i & 1)
-
-
-@dataclass
-class Wave64(Wave):
-  """A wave64 (gfx9/CDNA): 64 lanes; EXEC and VCC are 64-bit masks in the SGPR pairs exec_lo/hi and vcc_lo/hi."""
-  size: ClassVar[int] = 64
-  vgpr: VGPRFile = field(default_factory=lambda: VGPRFile64())
-  agpr: VGPRFile = field(default_factory=lambda: VGPRFile64())  # the accumulation registers (a0..a255) of MFMA
-
-  @property
-  def exec(self) -> int: return self.sgpr[EXEC_LO] | (self.sgpr[EXEC_HI] << 32)
-  @exec.setter
-  def exec(self, v: int) -> None: self.sgpr[EXEC_LO], self.sgpr[EXEC_HI] = v & MASK32, (v >> 32) & MASK32
-  @property
-  def vcc(self) -> int: return self.sgpr[VCC_LO] | (self.sgpr[VCC_HI] << 32)
-  @vcc.setter
-  def vcc(self, v: int) -> None: self.sgpr[VCC_LO], self.sgpr[VCC_HI] = v & MASK32, (v >> 32) & MASK32
-
-  def lanes(self) -> tuple[int, ...]: return _lanes_cached64(self.sgpr[EXEC_LO] | (self.sgpr[EXEC_HI] << 32))
-
-
-@functools.lru_cache(maxsize=4096)
-def _lanes_cached64(mask: int) -> tuple[int, ...]: return tuple(i for i in range(64) if mask >> i & 1)
-
-
+from typing import Any, Callable, Iterator
+
+from tiny_runtime_amd.emu.isa import (DPP16, DPP8, DPP8_FI, DS_ATOMICS, DS_D16, DS_NAMES, DS_OPS, DS_PERMUTE, EXEC_HI,
+                                      EXEC_LO, FLAT_ATOMICS, GLOBAL_D16, GLOBAL_LOADS, GLOBAL_STORES, INLINE_F32,
+                                      INLINE_F64, LITERAL, M0, MASK32, MASK64, NULL, SAVEEXEC, SCC_SRC, SMEM_LOADS,
+                                      SOP2, SOP2_ADDC, SOP2_B64, SOP2_BFE_U32, SOP2_CSELECT_B32, SOP2_SUBB, SOPC_NAMES,
+                                      SOPP_NAMES, UnsupportedInstruction, VCC_HI, VCC_LO, VOP1, VOP1_16, VOP1_F64,
+                                      VOP1_SPECIAL, VOP2, VOP2_16, VOP2_ADD_CO_CI, VOP2_CNDMASK, VOP2_FLOAT,
+                                      VOP2_FMAAK, VOP2_FMAC, VOP2_FMAMK, VOP2_SPECIAL, VOP3, VOP3P_PK, VOP3SD, VOP3_16,
+                                      VOP3_ADD_CO_U32, VOP3_F32_RESULT, VOP3_F64, VOP3_LSHLREV_B64,
+                                      VOP3_MAD_U64_U32, VOP3_SUB_CO_U32, VOPD_FLOAT, WAVE, WMMA, _F32_FN, _SOPC_FN,
+                                      _SUBDWORD, _VOPD_TO_VOP2, _bf16, _bfe_i32, _cvt_i32, _dwords, _f16, _f16_bits,
+                                      _f16_bits_rtz, _ff, _fma, _fma64, _fmax, _fmin, _ldexp, _med3, _s16, _sqrt,
+                                      _structs, atomic_result, bits32, bits64, f32, f64, i32, sext, vec_f16, vec_f32,
+                                      vopc_compare)
+from tiny_runtime_amd.emu.state import Inst, Memory, PrivateMemory, Wave, Wave64, _bits, decode
 
 
 class Emulator:
@@ -1005,25 +109,26 @@ class Emulator:
     """Forget decoded code: a new dispatch may run different bytes at the same address."""
     self._code: dict[int, dict[int, tuple[Inst, Callable[[Wave, Inst], None] | None]]] = {}
 
-  # run, run_group and run_launch use the batched engine (emu/batch.py: all waves in lockstep as numpy columns, each
-  # code object decoded once); batched = False runs the per-wave interpreter below, the reference it is tested against
+  # run, run_group and run_launch use the batched engine (emu/engine.py over emu/batch.py: all waves in lockstep as
+  # numpy columns, each code object decoded once); batched = False runs the per-wave interpreter below, the reference
+  # it is tested against
   batched = True
 
   def run(self, w: Wave, code_addr: int) -> None:
     """Execute one wave from `code_addr` until s_endpgm; s_barrier is a no-op (a work-group of one wave)."""
     if not self.batched: return self.run_reference(w, code_addr)
-    from tiny_runtime_amd.emu.batch import run_waves
+    from tiny_runtime_amd.emu.engine import run_waves
     run_waves(self, [[w]], code_addr)
 
   def run_group(self, waves: list[Wave], code_addr: int) -> None:
     """Execute the waves of one work-group until each reaches s_endpgm, meeting at barriers."""
     if not self.batched: return self.run_group_reference(waves, code_addr)
-    from tiny_runtime_amd.emu.batch import run_waves
+    from tiny_runtime_amd.emu.engine import run_waves
     run_waves(self, [waves], code_addr)
 
   def run_launch(self, code_addr: int, launch: Any) -> None:
     """Execute every wave of a dispatch (an `emu.batch.Launch`: the registers the dispatcher sets up) together."""
-    from tiny_runtime_amd.emu.batch import launch_waves, run_launch
+    from tiny_runtime_amd.emu.engine import launch_waves, run_launch
     if self.batched: run_launch(self, code_addr, launch)
     else:
       for group in launch_waves(launch): self.run_group_reference(group, code_addr)
@@ -1360,24 +465,24 @@ class Emulator:
       self.store16(w, f["vdst"] & 0x7F, f["vdst"] >> 7, lanes, vec_f16(fn, a, b))
       return
     if inst.op in (54, 55, 56):  # v_fmac_f16 (D.l += S0*S1), v_fmamk_f16 (S0*K + S1), v_fmaak_f16 (S0*S1 + K)
-      k = (inst.literal or 0) & 0xFFFF
+      k16 = (inst.literal or 0) & 0xFFFF
       fma = VOP3_16[0x248][3]
       for ln in w.lanes():
-        a, b = self.vsrc16(w, f["src0"], ln, inst, True), self.vsrc16(w, 256 + f["vsrc1"], ln, inst, True)
-        r = fma(a, b, self.vsrc16(w, 256 + f["vdst"], ln, inst, True)) if inst.op == 54 else \
-          fma(a, k, b) if inst.op == 55 else fma(a, b, k)
-        self.vwrite16(w, f["vdst"], ln, r)
+        x, y = self.vsrc16(w, f["src0"], ln, inst, True), self.vsrc16(w, 256 + f["vsrc1"], ln, inst, True)
+        r16 = fma(x, y, self.vsrc16(w, 256 + f["vdst"], ln, inst, True)) if inst.op == 54 else \
+          fma(x, k16, y) if inst.op == 55 else fma(x, y, k16)
+        self.vwrite16(w, f["vdst"], ln, r16)
       return
     if inst.op == 47:  # v_cvt_pk_rtz_f16_f32: D = {rtz_f16(S1), rtz_f16(S0)}
       for ln in w.lanes():
-        a, b = self.vsrc(w, f["src0"], ln, inst), w.vgpr[f["vsrc1"]][ln]
-        w.vgpr[f["vdst"]][ln] = _f16_bits_rtz(f32(a)) | (_f16_bits_rtz(f32(b)) << 16)
+        x, y = self.vsrc(w, f["src0"], ln, inst), w.vgpr[f["vsrc1"]][ln]
+        w.vgpr[f["vdst"]][ln] = _f16_bits_rtz(f32(x)) | (_f16_bits_rtz(f32(y)) << 16)
       return
     if inst.op in (VOP2_ADD_CO_CI, VOP2_ADD_CO_CI + 1, VOP2_ADD_CO_CI + 2):  # add/sub/subrev_co_ci_u32: VCC in/out
       carry = 0
       for ln in w.lanes():
-        a, b, c = self.vsrc(w, f["src0"], ln, inst), w.vgpr[f["vsrc1"]][ln], w.vcc >> ln & 1
-        r = a + b + c if inst.op == 32 else a - b - c if inst.op == 33 else b - a - c
+        x, y, ci = self.vsrc(w, f["src0"], ln, inst), w.vgpr[f["vsrc1"]][ln], w.vcc >> ln & 1
+        r = x + y + ci if inst.op == 32 else x - y - ci if inst.op == 33 else y - x - ci
         w.vgpr[f["vdst"]][ln] = r & MASK32
         if r > MASK32 or r < 0: carry |= 1 << ln
       w.vcc = (w.vcc & ~w.exec) | carry
@@ -1417,15 +522,15 @@ class Emulator:
       if inst.op & 0x80: w.exec = mask
       else: w.vcc = mask
       return
-    for ln in w.lanes():
+    for ln in w.lanes():  # one lane at a time: x, y are its two operands
       if 0x30 <= base < 0x40 or base < 0x10 or base == 0x7D:  # 16-bit: VGPR halves by register bit 7
         fp16 = base < 0x10 or base == 0x7D
-        a, b = self.vsrc16(w, inst.f["src0"], ln, inst, fp16), self.vsrc16(w, 256 + inst.f["vsrc1"], ln, inst, fp16)
-      elif base == 0x7F: a, b = self.vsrc64(w, inst.f["src0"], ln, inst, True), w.vgpr[inst.f["vsrc1"]][ln]
+        x, y = self.vsrc16(w, inst.f["src0"], ln, inst, fp16), self.vsrc16(w, 256 + inst.f["vsrc1"], ln, inst, fp16)
+      elif base == 0x7F: x, y = self.vsrc64(w, inst.f["src0"], ln, inst, True), w.vgpr[inst.f["vsrc1"]][ln]
       elif wide:
-        a, b = self.vsrc64(w, inst.f["src0"], ln, inst, fp), self.vsrc64(w, 256 + inst.f["vsrc1"], ln, inst, fp)
-      else: a, b = self.vsrc(w, inst.f["src0"], ln, inst), w.vgpr[inst.f["vsrc1"]][ln]
-      if fn(a, b): mask |= 1 << ln
+        x, y = self.vsrc64(w, inst.f["src0"], ln, inst, fp), self.vsrc64(w, 256 + inst.f["vsrc1"], ln, inst, fp)
+      else: x, y = self.vsrc(w, inst.f["src0"], ln, inst), w.vgpr[inst.f["vsrc1"]][ln]
+      if fn(x, y): mask |= 1 << ln
     if inst.op & 0x80: w.exec = mask
     else: w.vcc = mask
 
@@ -1465,11 +570,11 @@ class Emulator:
     if op in (0x25B, 0x25C):  # v_permlane16_b32 / v_permlanex16_b32: lane i reads lane sel[i%16] of its (other) row
       if f["src0"] < 256: raise UnsupportedInstruction(f"{inst.name}: src0 must be a VGPR at {w.pc:#x}")
       sel = self.sread(w, f["src1"], inst) | (self.sread(w, f["src2"], inst) << 32)
-      fi, bc, src, ex = f["opsel"] & 1, f["opsel"] >> 1 & 1, w.vgpr[f["src0"] - 256], w.exec
+      fi, bc, s0col, ex = f["opsel"] & 1, f["opsel"] >> 1 & 1, w.vgpr[f["src0"] - 256], w.exec
       out = {}
       for ln in w.lanes():
         j = ((ln & 16) ^ (16 if op == 0x25C else 0)) | ((sel >> (4 * (ln & 15))) & 15)
-        if fi or ex >> j & 1: out[ln] = src[j]
+        if fi or ex >> j & 1: out[ln] = s0col[j]
         elif bc: out[ln] = 0
       for ln, v in out.items(): w.vgpr[f["vdst"]][ln] = v
       return
@@ -1480,30 +585,30 @@ class Emulator:
       return
     if op in (0x311, 0x12F) and not (f["omod"] or f["clamp"]):  # v_pack_b32_f16 / v_cvt_pk_rtz_f16_f32
       for ln in w.lanes():
-        a, b = self.vsrc(w, f["src0"], ln, inst), self.vsrc(w, f["src1"], ln, inst)
+        x, y = self.vsrc(w, f["src0"], ln, inst), self.vsrc(w, f["src1"], ln, inst)
         if op == 0x12F:
           if f["opsel"]: raise UnsupportedInstruction(f"{inst.name}: opsel at {w.pc:#x}")
-          a, b = (self._f32_mods(v, i, f) for i, v in enumerate((a, b)))
-          w.vgpr[f["vdst"]][ln] = _f16_bits_rtz(f32(a)) | (_f16_bits_rtz(f32(b)) << 16)
+          x, y = (self._f32_mods(v, i, f) for i, v in enumerate((x, y)))
+          w.vgpr[f["vdst"]][ln] = _f16_bits_rtz(f32(x)) | (_f16_bits_rtz(f32(y)) << 16)
           continue
-        h = [((v >> (16 * (f["opsel"] >> i & 1))) & 0xFFFF) for i, v in enumerate((a, b))]
+        h = [((v >> (16 * (f["opsel"] >> i & 1))) & 0xFFFF) for i, v in enumerate((x, y))]
         h = [(v & (0x7FFF if f["abs"] >> i & 1 else 0xFFFF)) ^ (0x8000 if f["neg"] >> i & 1 else 0)
              for i, v in enumerate(h)]
         w.vgpr[f["vdst"]][ln] = h[0] | (h[1] << 16)
       return
     if op in (0x125, 0x126) and f["clamp"] and not (f["omod"] or f["opsel"]):  # v_add/sub_nc_u32 clamp: saturate
       for ln in w.lanes():
-        a, b = self.vsrc(w, f["src0"], ln, inst), self.vsrc(w, f["src1"], ln, inst)
-        w.vgpr[f["vdst"]][ln] = max(0, min(MASK32, a + b if op == 0x125 else a - b))
+        x, y = self.vsrc(w, f["src0"], ln, inst), self.vsrc(w, f["src1"], ln, inst)
+        w.vgpr[f["vdst"]][ln] = max(0, min(MASK32, x + y if op == 0x125 else x - y))
       return
     if (f["omod"] or f["clamp"]) and not f["opsel"] and op in VOP3_F32_RESULT:
       # output modifiers of a float32 result: x2 / x4 / /2 (omod 1/2/3), then clamp to [0, 1] (NaN -> 0)
       self.vop3(w, Inst(inst.fmt, op, {**inst.f, "omod": 0, "clamp": 0}, inst.size, inst.name, inst.literal))
       scale, lanes, vd = (1.0, 2.0, 4.0, 0.5)[f["omod"]], w.lanes(), w.vgpr[f["vdst"]]
       for ln in lanes:
-        x = f32(vd[ln]) * scale
-        if f["clamp"]: x = 0.0 if x != x else min(max(x, 0.0), 1.0)
-        vd[ln] = bits32(x)
+        fx = f32(vd[ln]) * scale
+        if f["clamp"]: fx = 0.0 if fx != fx else min(max(fx, 0.0), 1.0)
+        vd[ln] = bits32(fx)
       return
     if f["omod"] or f["clamp"] or f["opsel"]:
       raise UnsupportedInstruction(f"{inst.name}: omod/clamp/opsel at {w.pc:#x}")
@@ -1541,12 +646,14 @@ class Emulator:
       elif 0x50 <= op & 0x7F < 0x60:
         mask = sum(1 << ln for ln in w.lanes()
                    if fn(self.vsrc64(w, f["src0"], ln, inst), self.vsrc64(w, f["src1"], ln, inst)))
+      elif 0x10 <= op & 0x7F < 0x20 and lanes:  # float32: convert the columns at once
+        si, sf = _structs(len(lanes))
+        ca, cb = cols(2)
+        fcmp = _F32_FN[op & 0x7F]
+        mask = sum(1 << ln for ln, x, y in zip(lanes, sf.unpack(si.pack(*ca)), sf.unpack(si.pack(*cb))) if fcmp(x, y))
       else:
-        a, b = cols(2)
-        if 0x10 <= op & 0x7F < 0x20 and lanes:  # float32: convert the columns at once
-          si, sf = _structs(len(lanes))
-          a, b, fn = list(sf.unpack(si.pack(*a))), list(sf.unpack(si.pack(*b))), _F32_FN[op & 0x7F]
-        mask = sum(1 << ln for ln, x, y in zip(lanes, a, b) if fn(x, y))
+        ca, cb = cols(2)
+        mask = sum(1 << ln for ln, x, y in zip(lanes, ca, cb) if fn(x, y))
       if op & 0x80: w.exec = mask
       else: self.wmask(w, f["vdst"], mask)
       return
@@ -1554,8 +661,8 @@ class Emulator:
       self.store(w, f["vdst"], lanes, vec_f32(_fma, *cols(3)))
       return
     if op in VOP3_F64:
-      fn, n = VOP3_F64[op][1], 3 if op in (0x214, 0x228) else 2
-      for ln in w.lanes(): self.vwrite64(w, f["vdst"], ln, fn(*(src64(i, ln) for i in range(n))))
+      f64op, n = VOP3_F64[op][1], 3 if op in (0x214, 0x228) else 2
+      for ln in w.lanes(): self.vwrite64(w, f["vdst"], ln, f64op(*(src64(i, ln) for i in range(n))))
       return
     if op == 0x32B:  # v_ldexp_f64
       for ln in w.lanes(): self.vwrite64(w, f["vdst"], ln, bits64(_ldexp(f64(src64(0, ln)), i32(src(1, ln)))))
@@ -1567,11 +674,11 @@ class Emulator:
       if op == 0x2FD: self.wmask(w, f["sdst"], 0)
       return
     if op - 0x180 in VOP1_F64 and 0x180 <= op < 0x200:
-      _, s64, d64, fn = VOP1_F64[op - 0x180]
+      _, s64, d64, f1op = VOP1_F64[op - 0x180]
       for ln in w.lanes():
-        r = fn(src64(0, ln) if s64 else src(0, ln))
-        if d64: self.vwrite64(w, f["vdst"], ln, r)
-        else: w.vgpr[f["vdst"]][ln] = r & MASK32
+        res = f1op(src64(0, ln) if s64 else src(0, ln))
+        if d64: self.vwrite64(w, f["vdst"], ln, res)
+        else: w.vgpr[f["vdst"]][ln] = res & MASK32
       return
     if f["abs"] or f["neg"]:
       if not (op in (0x101, 0x213, 0x227, 0x237, 0x2FC, 0x31C) or 0x100 + 3 <= op <= 0x100 + 16 or op < 0x100):
@@ -1826,11 +933,11 @@ class Emulator:
         for k in range(len(lanes)):  # lane after lane, each lane's accesses in order (later lanes win)
           for j, col in enumerate(addrs): st.pack_into(lds, col[k], *(d[k] for d in data[j]))
       return
-    for ln in w.lanes():
+    for ln in w.lanes():  # one lane at a time: its one or two addresses
       base = w.vgpr[f["addr"]][ln]
-      if kind in ("st", "ld"): addrs = [(base + (f["offset1"] << 8 | f["offset0"])) & MASK32]
-      else: addrs = [(base + f["offset0"] * stride) & MASK32, (base + f["offset1"] * stride) & MASK32]
-      for j, a in enumerate(addrs):
+      if kind in ("st", "ld"): lane_addrs = [(base + (f["offset1"] << 8 | f["offset0"])) & MASK32]
+      else: lane_addrs = [(base + f["offset0"] * stride) & MASK32, (base + f["offset1"] * stride) & MASK32]
+      for j, a in enumerate(lane_addrs):
         if kind.startswith("st"):
           src = f["data0"] if j == 0 else f["data1"]
           val = sum(w.vgpr[src + i][ln] << (32 * i) for i in range(max(1, nbytes // 4)))
@@ -2013,3 +1120,18 @@ class Emulator:
   def _vwrite_wide(w: Wave, r: int, ln: int, bits: int, v: int) -> None:
     w.vgpr[r][ln] = v & MASK32
     if bits == 64: w.vgpr[r + 1][ln] = (v >> 32) & MASK32
+
+
+# the ISA tables, decoder and wave state are re-exported: `from tiny_runtime_amd.emu.rdna3 import Wave, EXEC_LO`
+__all__ = ["DPP16", "DPP8", "DPP8_FI", "DS_ATOMICS", "DS_D16", "DS_NAMES", "DS_OPS", "DS_PERMUTE", "EXEC_HI",
+           "EXEC_LO", "Emulator", "FLAT_ATOMICS", "GLOBAL_D16", "GLOBAL_LOADS", "GLOBAL_STORES", "INLINE_F32",
+           "INLINE_F64", "Inst", "LITERAL", "M0", "MASK32", "MASK64", "Memory", "NULL", "PrivateMemory", "SAVEEXEC",
+           "SCC_SRC", "SMEM_LOADS", "SOP2", "SOP2_ADDC", "SOP2_B64", "SOP2_BFE_U32", "SOP2_CSELECT_B32", "SOP2_SUBB",
+           "SOPC_NAMES", "SOPP_NAMES", "UnsupportedInstruction", "VCC_HI", "VCC_LO", "VOP1", "VOP1_16", "VOP1_F64",
+           "VOP1_SPECIAL", "VOP2", "VOP2_16", "VOP2_ADD_CO_CI", "VOP2_CNDMASK", "VOP2_FLOAT", "VOP2_FMAAK",
+           "VOP2_FMAC", "VOP2_FMAMK", "VOP2_SPECIAL", "VOP3", "VOP3P_PK", "VOP3SD", "VOP3_16", "VOP3_ADD_CO_U32",
+           "VOP3_F32_RESULT", "VOP3_F64", "VOP3_LSHLREV_B64", "VOP3_MAD_U64_U32", "VOP3_SUB_CO_U32", "VOPD_FLOAT",
+           "WAVE", "WMMA", "Wave", "Wave64", "_F32_FN", "_SOPC_FN", "_SUBDWORD", "_VOPD_TO_VOP2", "_bf16", "_bfe_i32",
+           "_bits", "_cvt_i32", "_dwords", "_f16", "_f16_bits", "_f16_bits_rtz", "_ff", "_fma", "_fma64", "_fmax",
+           "_fmin", "_ldexp", "_med3", "_s16", "_sqrt", "_structs", "atomic_result", "bits32", "bits64", "decode",
+           "f32", "f64", "i32", "sext", "vec_f16", "vec_f32", "vopc_compare"]
