@@ -169,6 +169,11 @@ def test_stream_differences_are_documented():
   # both: device info first among the queries, one submission for the work, waited on through KGSL
   assert [k for k in tg["work"] if k[0] != "GPUOBJ_ALLOC"] == [k for k in us["work"] if k[0] not in (
     "GPUOBJ_ALLOC", "GPUOBJ_INFO")] == [["GPU_COMMAND", "flags=0x0", "numcmds=1"], ["DEVICE_WAITTIMESTAMP_CTXTID"]]
+  # the two rows of extra waits / write-backs, exactly: ours one more CP_WAIT_FOR_IDLE, one fewer CACHE_FLUSH_TS
+  def count(s: list, key: tuple) -> int: return sum(tuple(k) == key for k in s)
+  assert count(us["packets"], ("CP_WAIT_FOR_IDLE",)) - count(tg["packets"], ("CP_WAIT_FOR_IDLE",)) == 1
+  flush = ("CP_EVENT_WRITE", "CACHE_FLUSH_TS")
+  assert count(tg["packets"], flush) - count(us["packets"], flush) == 1
   # the dispatch: the same packets and registers in the same order once the documented extra waits/flushes are removed
   def order(s: list) -> list: return [k[0] for k in s if tuple(k) not in DOCUMENTED_PACKETS]
   assert order(tg["packets"]) == order(us["packets"]) and order(us["packets"]).count("CP_RUN_OPENCL") == 1

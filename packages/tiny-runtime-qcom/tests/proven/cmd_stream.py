@@ -28,8 +28,8 @@ IOCTLS: list[list[Any]] = []
 PACKETS: list[list[Any]] = []
 SIZES: list[int] = []
 # registers whose value is a GPU address (or half of one): compared as "addr"
-ADDR_REGS = {a6xx.REG_SP_CS_BASE, a6xx.REG_SP_CS_PVT_MEM_BASE, a6xx.REG_SP_CS_SAMPLER_BASE, a6xx.REG_SP_CS_TEXMEMOBJ_BASE,
-             a6xx.REG_SP_CS_UAV_BASE, a6xx.REG_TPL1_CS_BORDER_COLOR_BASE}
+ADDR_REGS = {a6xx.REG_SP_CS_BASE, a6xx.REG_SP_CS_PVT_MEM_BASE, a6xx.REG_SP_CS_SAMPLER_BASE,
+             a6xx.REG_SP_CS_TEXMEMOBJ_BASE, a6xx.REG_SP_CS_UAV_BASE, a6xx.REG_TPL1_CS_BORDER_COLOR_BASE}
 ADDR_REGS |= {r + 1 for r in ADDR_REGS}
 EVENTS = {a6xx.CACHE_FLUSH_TS: "CACHE_FLUSH_TS", a6xx.CACHE_INVALIDATE: "CACHE_INVALIDATE"}
 
@@ -96,7 +96,11 @@ def main(which: str) -> None:
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
     os.environ["DEV"] = "MOCK+QCOM"
     import run_tinygrad_qcom  # noqa: F401  (the mock compiler swap and tinygrad's MOCK FileIOInterface)
+    from test.mockgpu import mockgpu
     from tinygrad import Device, Tensor
+    # the mock's GPU thread paused: submissions run at tinygrad's KGSL timestamp waits, as ours do, so the stream does
+    # not depend on whether the thread finished the work before the host began to wait (then tinygrad issues no wait)
+    mockgpu.gpu_running.clear()
     Device["QCOM"].synchronize()
     dev = "QCOM"
     mk: Any = Tensor
