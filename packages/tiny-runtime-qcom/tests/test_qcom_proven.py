@@ -125,12 +125,18 @@ def test_hcq_graph_reads_constants_past_its_kernargs_buffer(proven):
 STREAM = pathlib.Path(__file__).parent / "proven" / "cmd_stream.py"
 
 
-def _stream(which: str) -> dict[str, Any]:
+def _streams() -> tuple[dict[str, Any], dict[str, Any]]:
+  """tinygrad's and our recordings (tests/proven/cmd_stream.py), each in its own process, run side by side."""
   env = {k: v for k, v in os.environ.items() if k not in ("DEV", "QCOM", "DEBUG", "JIT", "BEAM", "NOOPT", "IMAGE")}
   env["PYTHONPATH"] = os.pathsep.join([str(STREAM.parent), *(p for p in sys.path if p)])
-  p = subprocess.run([sys.executable, str(STREAM), which], capture_output=True, text=True, env=env, timeout=300)
-  assert p.returncode == 0, f"{which} driver's stream recording failed:\n{p.stderr[-6000:]}"
-  return json.loads(p.stdout)
+  procs = {w: subprocess.Popen([sys.executable, str(STREAM), w], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env=env) for w in ("tinygrad", "ours")}
+  out = {}
+  for which, p in procs.items():
+    stdout, stderr = p.communicate(timeout=300)
+    assert p.returncode == 0, f"{which} driver's stream recording failed:\n{stderr[-6000:]}"
+    out[which] = json.loads(stdout)
+  return out["tinygrad"], out["ours"]
 
 
 def _count_diff(a: list, b: list) -> set:
@@ -161,7 +167,7 @@ def test_stream_differences_are_documented():
   copy two arrays in, one add kernel, copy out; both sums vs numpy): the ioctls, CP packets and register values that
   differ are exactly those README.md's table justifies, the dispatch programs the same registers in the same order, and
   each driver's stream is its own (not empty)."""
-  tg, us = _stream("tinygrad"), _stream("ours")
+  tg, us = _streams()
   assert tg["ok"] and us["ok"]
   assert _count_diff(tg["open"], us["open"]) <= DOCUMENTED_OPEN, _count_diff(tg["open"], us["open"]) - DOCUMENTED_OPEN
   assert _count_diff(tg["work"], us["work"]) <= DOCUMENTED_WORK, _count_diff(tg["work"], us["work"]) - DOCUMENTED_WORK
