@@ -174,6 +174,40 @@ def test_decode_step_kernels_are_constant_and_deterministic(mixed):
   assert list(llm.generate("the cat", max_tokens=6, temperature=0.8, seed=1)) == b
 
 
+def _kernel_ast(call):
+  """The AST the engine compiled a captured kernel call's program from."""
+  return next(key[0] for key, (spec, prg) in engine._program_cache.items() if prg is call.prg)
+
+
+def test_decode_step_quantized_matvec_reads_only_the_packed_blocks(mixed):
+  """Each quantized weight of the decode step is read by ONE kernel (the matvec: decoding fused with the dot
+  product), which moves about the weight's packed bytes (plus the activations), and whose loads are all ungated:
+  the nibble and 6-bit-scale unpacking are index math, not concatenations (a `cat` gated every load of the kernel
+  by which half an element is in, and the Q4_K matvec ran 3x slower than the f32 one)."""
+  from tiny_tensor.llm.model import QLinear
+  llm = mixed[2]
+  llm.reset()
+  llm.model.prefill([1, 40, 41])
+  for pos in range(3, 6): llm.model.decode(50 + pos, pos).numpy()
+  calls = llm.model.step.captured.calls
+  qlins = [lin for lay in llm.model.layers for lin in (lay.wq, lay.wk, lay.wv, lay.wo, lay.w_gate, lay.w_up,
+                                                       lay.w_down) if isinstance(lin, QLinear)]
+  qlins += [llm.model.output] if isinstance(llm.model.output, QLinear) else []
+  assert {q.ggml_type for q in qlins} >= set(MIXED.values()) - {GGMLType.Q6_K}
+  for q in qlins:
+    raw = engine.get_buffer(engine.buffer_view(q.raw.uop)[0])
+    readers = [c for c in calls if any(r is raw for r in getattr(c, "refs", []))]
+    assert len(readers) == 1, (q.ggml_type.name, [c.name for c in readers])
+    c, packed = readers[0], raw.nbytes
+    # the rest: the activations (and, for v, the KV cache its kernel writes a row of: counted whole)
+    others = sum(r.nbytes for r in c.refs if r is not raw and hasattr(r, "nbytes"))
+    assert packed <= c.mem <= packed + others, (q.ggml_type.name, c.mem, packed, others)
+    gated = [u for u in _kernel_ast(c).toposort() if u.op.name == "INDEX" and len(u.src) > 2]
+    assert not gated, (q.ggml_type.name, c.name, len(gated))
+    # the flops of one output element: about one multiply-add per weight element, not a float copy of the weight
+    assert c.ops >= 2 * q.shape[0] * q.shape[1]
+
+
 def test_context_limits_and_bad_files(tmp_path):
   path = str(tmp_path / "m.gguf")
   llm_ref.make_model(path, ctx=16, n_layers=1)
