@@ -208,6 +208,35 @@ def test_decode_step_quantized_matvec_reads_only_the_packed_blocks(mixed):
     assert c.ops >= 2 * q.shape[0] * q.shape[1]
 
 
+@pytest.mark.parametrize("t", [GGMLType.Q8_0, GGMLType.Q4_K], ids=lambda t: t.name)
+def test_quantized_matvec_loop_order_reads_rows_contiguously(t):
+  """The CPU heuristics give a matvec over packed blocks a K unroll (each row's bytes read contiguously) and no
+  upcast of the output rows (lanes a row of blocks apart, each gathering single bytes: Q8_0 ran ~2x slower); an f32
+  matvec keeps its row lanes. Values checked against the gguf package's dequantization."""
+  import gguf
+  from tiny_codegen.opt import optimize_kernel
+  from tiny_uop.plugins import Device
+  from tiny_tensor.llm.model import Linear, QLinear
+  from tiny_tensor.jit import TinyJit
+  rng = np.random.default_rng(5)
+  w, x = rng.standard_normal((64, 512), dtype=np.float32), rng.standard_normal((1, 1, 512), dtype=np.float32)
+  raw = np.frombuffer(quantize(w, t), np.uint8)
+  lin = QLinear(Tensor(raw.reshape(-1, BLOCK[t][1])).realize(), t, w.shape)
+  step = TinyJit(lambda v: lin(v).realize())
+  for _ in range(3): y = step(Tensor(x)).numpy()
+  ref = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType(int(t))).reshape(w.shape)
+  np.testing.assert_allclose(y.reshape(-1), ref @ x.reshape(-1), rtol=1e-5, atol=1e-4)
+  (call,) = step.captured.calls
+  opts = optimize_kernel(_kernel_ast(call), Device[call.device].renderer).arg.applied_opts
+  assert any(o.op.name == "UNROLL" for o in opts) and not any(o.op.name == "UPCAST" for o in opts), opts
+  flin = Linear(Tensor(w).realize())
+  fstep = TinyJit(lambda v: flin(v).realize())
+  for _ in range(3): fstep(Tensor(x))
+  (fcall,) = fstep.captured.calls
+  assert any(o.op.name == "UPCAST" for o in
+             optimize_kernel(_kernel_ast(fcall), Device[fcall.device].renderer).arg.applied_opts)
+
+
 def test_context_limits_and_bad_files(tmp_path):
   path = str(tmp_path / "m.gguf")
   llm_ref.make_model(path, ctx=16, n_layers=1)
