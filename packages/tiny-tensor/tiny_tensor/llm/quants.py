@@ -1,7 +1,8 @@
 """GGML block formats decoded with Tensor ops: the raw blocks of a quantized weight stay on the device (a uint8 Tensor
 of shape (blocks, bytes per block)) and `dequantize` builds the graph that turns them into floats. Used lazily inside
 a matmul, the decoding fuses into the kernel that reads the weight, so a quantized model moves only its quantized
-bytes.
+bytes. Bit fields are unpacked with shifts and `where` whose per-position amounts come from the index (`arange`),
+never by concatenating pieces: fused into the matvec, a `cat` gates every load of the kernel (see `_halves`).
 
 The layouts are the ones `tiny_tensor.llm.gguf` documents (and checks, in numpy, against the `gguf` package).
 
