@@ -6,7 +6,8 @@ torch runs with its default threads and, as a second column, with one thread (ti
 `CPU_THREADS` threads, by default one per core).
 Reported: decode tokens/s (higher is better), first-token latency of a 32-token prompt with kernels already compiled
 (lower is better), and tiny's cold first token (compiling included); and tiny's decode with the weights stored as Q8_0
-blocks that the matmul kernels decode. `python bench/bench_llm.py` runs it alone;
+and as Q4_K blocks that the matvec kernels decode in registers (one kernel per weight, reading its packed bytes:
+with fewer bytes per token than f32, both should decode faster). `python bench/bench_llm.py` runs it alone;
 `LLM_BENCH_TOKENS` sets how many tokens are decoded (default 32).
 """
 from __future__ import annotations
@@ -124,15 +125,17 @@ def run() -> dict[str, dict[str, float | str]]:
   params = sum(v.size for v in ws.values())
   tiny = _tiny(ws, n)
   th, th1 = _torch(ws, n), _torch(ws, n, threads=1)
-  q8 = _tiny(ws, n, "Q8_0")
+  q8, q4k = _tiny(ws, n, "Q8_0"), _tiny(ws, n, "Q4_K")
   tps: dict[str, float | str] = {"tiny": tiny["tps"], "unit": " tok/s", "better": "higher",
                                  "target": f">= torch; {params / 1e6:.0f}M params, f32"}
   first: dict[str, float | str] = {"tiny": tiny["first"] * 1e3, "unit": " ms", "better": "lower",
                                    "target": f"{PROMPT}-token prompt, compiled"}
   if th is not None: tps["torch"], first["torch"] = th["tps"], th["first"] * 1e3
   if th1 is not None: tps["torch 1 thread"], first["torch 1 thread"] = th1["tps"], th1["first"] * 1e3
-  return {"llm decode": tps, "llm decode, Q8_0 weights (decoded in the matmuls)": {"tiny": q8["tps"], "unit": " tok/s",
-                                                                                  "better": "higher"},
+  quant = {f"llm decode, {name} weights (decoded in the matvecs)": {"tiny": r["tps"], "unit": " tok/s",
+                                                                   "better": "higher", "target": "> tiny f32"}
+           for name, r in (("Q8_0", q8), ("Q4_K", q4k))}
+  return {"llm decode": tps, **quant,
           "llm first token": first,
           "llm first token (cold, compiling)": {"tiny": tiny["cold"] * 1e3, "unit": " ms", "better": "lower"}}
 

@@ -174,6 +174,69 @@ def test_decode_step_kernels_are_constant_and_deterministic(mixed):
   assert list(llm.generate("the cat", max_tokens=6, temperature=0.8, seed=1)) == b
 
 
+def _kernel_ast(call):
+  """The AST the engine compiled a captured kernel call's program from."""
+  return next(key[0] for key, (spec, prg) in engine._program_cache.items() if prg is call.prg)
+
+
+def test_decode_step_quantized_matvec_reads_only_the_packed_blocks(mixed):
+  """Each quantized weight of the decode step is read by ONE kernel (the matvec: decoding fused with the dot
+  product), which moves about the weight's packed bytes (plus the activations), and whose loads are all ungated:
+  the nibble and 6-bit-scale unpacking are index math, not concatenations (a `cat` gated every load of the kernel
+  by which half an element is in, and the Q4_K matvec ran 3x slower than the f32 one)."""
+  from tiny_tensor.llm.model import QLinear
+  llm = mixed[2]
+  llm.reset()
+  llm.model.prefill([1, 40, 41])
+  for pos in range(3, 6): llm.model.decode(50 + pos, pos).numpy()
+  calls = llm.model.step.captured.calls
+  qlins = [lin for lay in llm.model.layers for lin in (lay.wq, lay.wk, lay.wv, lay.wo, lay.w_gate, lay.w_up,
+                                                       lay.w_down) if isinstance(lin, QLinear)]
+  qlins += [llm.model.output] if isinstance(llm.model.output, QLinear) else []
+  assert {q.ggml_type for q in qlins} >= set(MIXED.values()) - {GGMLType.Q6_K}
+  for q in qlins:
+    raw = engine.get_buffer(engine.buffer_view(q.raw.uop)[0])
+    readers = [c for c in calls if any(r is raw for r in getattr(c, "refs", []))]
+    assert len(readers) == 1, (q.ggml_type.name, [c.name for c in readers])
+    c, packed = readers[0], raw.nbytes
+    # the rest: the activations (and, for v, the KV cache its kernel writes a row of: counted whole)
+    others = sum(r.nbytes for r in c.refs if r is not raw and hasattr(r, "nbytes"))
+    assert packed <= c.mem <= packed + others, (q.ggml_type.name, c.mem, packed, others)
+    gated = [u for u in _kernel_ast(c).toposort() if u.op.name == "INDEX" and len(u.src) > 2]
+    assert not gated, (q.ggml_type.name, c.name, len(gated))
+    # the flops of one output element: about one multiply-add per weight element, not a float copy of the weight
+    assert c.ops >= 2 * q.shape[0] * q.shape[1]
+
+
+@pytest.mark.parametrize("t", [GGMLType.Q8_0, GGMLType.Q4_K], ids=lambda t: t.name)
+def test_quantized_matvec_loop_order_reads_rows_contiguously(t):
+  """The CPU heuristics give a matvec over packed blocks a K unroll (each row's bytes read contiguously) and no
+  upcast of the output rows (lanes a row of blocks apart, each gathering single bytes: Q8_0 ran ~2x slower); an f32
+  matvec keeps its row lanes. Values checked against the gguf package's dequantization."""
+  import gguf
+  from tiny_codegen.opt import optimize_kernel
+  from tiny_uop.plugins import Device
+  from tiny_tensor.llm.model import Linear, QLinear
+  from tiny_tensor.jit import TinyJit
+  rng = np.random.default_rng(5)
+  w, x = rng.standard_normal((64, 512), dtype=np.float32), rng.standard_normal((1, 1, 512), dtype=np.float32)
+  raw = np.frombuffer(quantize(w, t), np.uint8)
+  lin = QLinear(Tensor(raw.reshape(-1, BLOCK[t][1])).realize(), t, w.shape)
+  step = TinyJit(lambda v: lin(v).realize())
+  for _ in range(3): y = step(Tensor(x)).numpy()
+  ref = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType(int(t))).reshape(w.shape)
+  np.testing.assert_allclose(y.reshape(-1), ref @ x.reshape(-1), rtol=1e-5, atol=1e-4)
+  (call,) = step.captured.calls
+  opts = optimize_kernel(_kernel_ast(call), Device[call.device].renderer).arg.applied_opts
+  assert any(o.op.name == "UNROLL" for o in opts) and not any(o.op.name == "UPCAST" for o in opts), opts
+  flin = Linear(Tensor(w).realize())
+  fstep = TinyJit(lambda v: flin(v).realize())
+  for _ in range(3): fstep(Tensor(x))
+  (fcall,) = fstep.captured.calls
+  assert any(o.op.name == "UPCAST" for o in
+             optimize_kernel(_kernel_ast(fcall), Device[fcall.device].renderer).arg.applied_opts)
+
+
 def test_context_limits_and_bad_files(tmp_path):
   path = str(tmp_path / "m.gguf")
   llm_ref.make_model(path, ctx=16, n_layers=1)

@@ -1,7 +1,8 @@
 """GGML block formats decoded with Tensor ops: the raw blocks of a quantized weight stay on the device (a uint8 Tensor
 of shape (blocks, bytes per block)) and `dequantize` builds the graph that turns them into floats. Used lazily inside
 a matmul, the decoding fuses into the kernel that reads the weight, so a quantized model moves only its quantized
-bytes.
+bytes. Bit fields are unpacked with shifts and `where` whose per-position amounts come from the index (`arange`),
+never by concatenating pieces: fused into the matvec, a `cat` gates every load of the kernel (see `_halves`).
 
 The layouts are the ones `tiny_tensor.llm.gguf` documents (and checks, in numpy, against the `gguf` package).
 
@@ -41,9 +42,21 @@ def _u32(raw: Tensor, a: int) -> Tensor:
   return parts[0] | parts[1] | parts[2] | parts[3]
 
 
+def _halves(qs: Tensor, dim: int) -> Tensor:
+  """The low and the high nibbles of the bytes `qs`, along a new axis of size 2 inserted at `dim` (low first).
+
+  A shift by a per-half amount (0 or 4, from the index), not `(qs & 15).cat(qs >> 4)`: fused into a matmul, a
+  concatenation makes every load of the kernel a gated one (which half is this element in?), and the matvec over a
+  Q4_K weight ran 3x slower than with the shift."""
+  shape = [1] * (qs.ndim + 1)
+  shape[dim] = 2
+  shift = (Tensor.arange(2, device=qs.device) * 4).cast(qs.dtype).reshape(*shape)
+  return (qs.unsqueeze(dim) >> shift) & 15
+
+
 def _nibbles(qs: Tensor) -> Tensor:
   """(nb, 16) bytes -> (nb, 32) values: low nibbles are elements 0..15, high nibbles 16..31."""
-  return (qs & 15).cat(qs >> 4, dim=1)
+  return _halves(qs, 1).reshape(qs.shape[0], 32)
 
 
 def _legacy(raw: Tensor, t: GGMLType) -> Tensor:
@@ -61,10 +74,16 @@ def _legacy(raw: Tensor, t: GGMLType) -> Tensor:
 
 
 def _scale_min_k4(s: Tensor) -> tuple[Tensor, Tensor]:
-  """(nb, 12) bytes -> eight 6-bit scales and mins, (nb, 8) each (ggml-quants.c get_scale_min_k4)."""
-  s0, s1, s2 = _cols(s, 0, 4), _cols(s, 4, 8), _cols(s, 8, 12)
-  sc = (s0 & 63).cat((s2 & 15) | ((s0 >> 6) << 4), dim=1)
-  mn = (s1 & 63).cat((s2 >> 4) | ((s1 >> 6) << 4), dim=1)
+  """(nb, 12) bytes -> eight 6-bit scales and mins, (nb, 8) each (ggml-quants.c get_scale_min_k4). Scales 0..3 are
+  the low 6 bits of bytes 0..3 (mins: 4..7); scales 4..7 take their low 4 bits from bytes 8..11 and their high 2
+  from the top of bytes 0..3 (mins: the high nibbles of 8..11, the tops of 4..7). Both halves are computed from the
+  same three 4-byte groups and picked per half with `where`, not concatenated: a concatenation gates every load of
+  the kernel it fuses into by which half the element is in."""
+  nb = s.shape[0]
+  s0, s1, s2 = (_cols(s, a, a + 4).reshape(nb, 1, 4) for a in (0, 4, 8))
+  first = Tensor.arange(2, device=s.device).reshape(1, 2, 1) == 0   # (1, 2, 1): scales 0..3, else 4..7
+  sc = first.where(s0 & 63, (s2 & 15) | ((s0 >> 6) << 4)).reshape(nb, 8)
+  mn = first.where(s1 & 63, (s2 >> 4) | ((s1 >> 6) << 4)).reshape(nb, 8)
   return sc.cast(dtypes.float32), mn.cast(dtypes.float32)
 
 
@@ -73,8 +92,8 @@ def _k4(raw: Tensor, t: GGMLType) -> Tensor:
   nb = raw.shape[0]
   d, dmin = _f16(raw, 0), _f16(raw, 2)
   sc, mn = _scale_min_k4(_cols(raw, 4, 16))
-  qs = _cols(raw, raw.shape[1] - 128, raw.shape[1]).reshape(nb, 4, 1, 32)
-  q = (qs & 15).cat(qs >> 4, dim=2).reshape(nb, 8, 32)  # chunk c: sub-block 2c low nibbles, 2c+1 high
+  qs = _cols(raw, raw.shape[1] - 128, raw.shape[1])
+  q = _halves(qs.reshape(nb, 4, 32), 2).reshape(nb, 8, 32)  # chunk c: sub-block 2c low nibbles, 2c+1 high
   if t == GGMLType.Q5_K:
     qh = _cols(raw, 16, 48).reshape(nb, 1, 32)
     bit = Tensor.arange(8, device=raw.device, dtype=dtypes.uint8).reshape(1, 8, 1)
@@ -85,9 +104,9 @@ def _k4(raw: Tensor, t: GGMLType) -> Tensor:
 def _q6_k(raw: Tensor) -> Tensor:
   """Q6_K: 256 = 16 sub-blocks of 16 with int8 scales; 4 low bits in ql, 2 high bits in qh."""
   nb = raw.shape[0]
-  ql, qh = _cols(raw, 0, 128).reshape(nb, 2, 1, 64), _cols(raw, 128, 192).reshape(nb, 2, 1, 32)
-  lo = (ql & 15).cat(ql >> 4, dim=2).reshape(nb, 2, 4, 32)  # quarters: ql[:32]&15, ql[32:]&15, ql[:32]>>4, ql[32:]>>4
-  shift = Tensor([0, 2, 4, 6], device=raw.device, dtype=dtypes.uint8).reshape(1, 1, 4, 1)
+  ql, qh = _cols(raw, 0, 128).reshape(nb, 2, 64), _cols(raw, 128, 192).reshape(nb, 2, 1, 32)
+  lo = _halves(ql, 2).reshape(nb, 2, 4, 32)  # quarters: ql[:32]&15, ql[32:]&15, ql[:32]>>4, ql[32:]>>4
+  shift = (Tensor.arange(4, device=raw.device) * 2).cast(dtypes.uint8).reshape(1, 1, 4, 1)  # from the index
   hi = (qh >> shift) & 3                                     # (nb, 2, 4, 32)
   q = (lo | (hi << 4)).cast(dtypes.float32) - 32
   sc = _cols(raw, 192, 208).bitcast(dtypes.int8).cast(dtypes.float32).reshape(nb, 2, 4, 2, 1)
