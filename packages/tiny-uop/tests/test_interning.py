@@ -69,3 +69,18 @@ def test_threads_building_the_same_nodes_get_one_object() -> None:
   for i in range(steps): assert len(set(seen[i])) == 1, (i, seen[i])
   kept = [k[0] for k in keep if k]
   assert len(kept) == steps // 2 and all(k.src[0].src[0].arg == float(i * 2) for i, k in enumerate(kept))
+
+
+class _EqualsAll:
+  def __eq__(self, o: object) -> bool: return True
+  def __ne__(self, o: object) -> bool: return False
+  __hash__ = object.__hash__
+
+
+def test_uop_equality_is_identity_and_defers_to_other_types() -> None:
+  a, b = UOp.const(dtypes.int32, 1), UOp.const(dtypes.int32, 2)
+  assert a == UOp.const(dtypes.int32, 1) and not (a != UOp.const(dtypes.int32, 1))
+  assert a != b and not (a == b) and a != UOp.const(dtypes.float32, 1.0)
+  assert a != 1 and not (a == 1) and a in (b, a) and a not in (b,)
+  assert a == _EqualsAll() and not (a != _EqualsAll())  # NotImplemented for a non-UOp: the other side answers
+  assert len({a, b, UOp.const(dtypes.int32, 1)}) == 2

@@ -502,8 +502,10 @@ class UOp(metaclass=UOpMetaClass):
   def __lshift__(self, x: Any) -> UOp: return self.alu(Ops.SHL, x)
   def __rshift__(self, x: Any) -> UOp: return self.alu(Ops.SHR, x)
   def __invert__(self) -> UOp: return self.logical_not() if self.dtype == dtypes.bool else self ^ -1
-  # UOps are interned: equality is identity. Use .eq()/.ne() to build comparisons.
-  __eq__ = object.__eq__
+  # UOps are interned: equality is identity. Use .eq()/.ne() to build comparisons. Spelled out (not object's): with a
+  # Python __lt__ on the class, object's == takes the slow generic path (NotImplemented both ways, then identity)
+  def __eq__(self, x: object) -> bool: return self is x if isinstance(x, UOp) else NotImplemented
+  def __ne__(self, x: object) -> bool: return self is not x if isinstance(x, UOp) else NotImplemented
   __hash__ = object.__hash__
 
   def __bool__(self) -> bool:
