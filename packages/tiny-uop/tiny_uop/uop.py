@@ -195,6 +195,7 @@ class UOpMetaClass(type):
 
 
 _DROP_ENTRY = UOpMetaClass.drop_entry  # one bound method for every node's weakref (not a new one per node)
+_INTERN = UOpMetaClass.__call__  # `UOp(...)` without the metaclass call slot, for hot builders
 
 
 class UOp(metaclass=UOpMetaClass):
@@ -394,8 +395,11 @@ class UOp(metaclass=UOpMetaClass):
   def new_buffer(device: str, size: int, dtype: DType, num: int | None = None) -> UOp:
     """A graph-level buffer of `size` elements; `num` (default: a fresh number) makes it unique."""
     if num is None: num = next(_unique_counter)
-    void = dtypes.void  # (positional arguments: a keyword one costs ~0.1 us through the metaclass's __call__)
-    ret = UOp(_BUFFER, dtype, (UOp(_UNIQUE, void, (), num), UOp(_DEVICE, void, (), device)), size)
+    # the interning function called directly, not through the type's call slot (positional arguments: a keyword one
+    # costs ~0.1 us): every eager op's output buffer comes through here
+    void, intern = dtypes.void, _INTERN
+    ret = intern(UOp, _BUFFER, dtype, (intern(UOp, _UNIQUE, void, (), num), intern(UOp, _DEVICE, void, (), device)),
+                 size)
     # what `shape` and `device` would compute, set now: on a fresh node they would walk (its UNIQUE has neither)
     if "device" not in ret._cache: ret._cache["shape"], ret._cache["device"] = (size,), device
     return ret
