@@ -577,7 +577,7 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
     dt = self.dtype
     if type(y) in (int, float, bool) and (dtypes.is_float(dt) or (dtypes.is_int(dt) and type(y) is int)):
       cu, u = self._scalar_uop(y), self._uop  # hot path: no temporary Tensor for the constant
-      if op in _SAME_DTYPE_OPS and cu.dtype == u.dtype:  # what alu builds, without its dtype checks
+      if op in _SAME_DTYPE_OPS and cu.dtype is u.dtype:  # what alu builds, without its dtype checks (interned)
         return Tensor._new(UOp(op, u.dtype, (cu, u) if reverse else (u, cu)), self._requires_grad)
       return Tensor._new(cu.alu(op, u) if reverse else u.alu(op, cu), self._requires_grad)
     a, b = self._broadcasted(y, reverse)

@@ -44,6 +44,11 @@ class DType:
   def __reduce__(self) -> Any: return (_dtype_from_repr, (self.scalar().name, self.count))
   def __lt__(self, o: DType) -> bool:
     return (self.priority, self.itemsize, self.name, self.count) < (o.priority, o.itemsize, o.name, o.count)
+  # `==` is identity, as object's; spelled out because a class with a Python `__lt__` sends `==` through the slow
+  # generic path (object's __eq__, NotImplemented, the reflected one, then identity: ~5x the cost of this)
+  def __eq__(self, o: object) -> builtins.bool: return self is o if isinstance(o, DType) else NotImplemented
+  def __ne__(self, o: object) -> builtins.bool: return self is not o if isinstance(o, DType) else NotImplemented
+  __hash__ = object.__hash__
 
   @property
   def base(self) -> DType: return self
@@ -218,13 +223,21 @@ class dtypes(metaclass=_DTypesMeta):
   def imagef(shp: tuple[builtins.int, ...]) -> ImageDType: return ImageDType.new_image(dtypes.float32, shp)
 
   @staticmethod
-  def is_float(x: DType) -> builtins.bool: return x.scalar() in dtypes.floats or isinstance(x, ImageDType)
+  def is_float(x: DType) -> builtins.bool:
+    """Whether `x` (or its lanes' type) is a floating point type; Adreno images count as float."""
+    # frozensets, not the tuples: a miss in a tuple compares with every member; `x._scalar or x` is `x.scalar()` for
+    # every type whose answer can be True (a pointer's scalar() is a pointer, never a member)
+    return (x._scalar or x) in _FLOATS or isinstance(x, ImageDType)
   @staticmethod
-  def is_int(x: DType) -> builtins.bool: return x.scalar() in dtypes.ints
+  def is_int(x: DType) -> builtins.bool:
+    """Whether `x` (or its lanes' type) is a signed or unsigned integer type (bool is not)."""
+    return (x._scalar or x) in _INTS
   @staticmethod
-  def is_unsigned(x: DType) -> builtins.bool: return x.scalar() in dtypes.uints
+  def is_unsigned(x: DType) -> builtins.bool:
+    """Whether `x` (or its lanes' type) is an unsigned integer type."""
+    return (x._scalar or x) in _UINTS
   @staticmethod
-  def is_bool(x: DType) -> builtins.bool: return x.scalar() == dtypes.bool
+  def is_bool(x: DType) -> builtins.bool: return (x._scalar or x) is dtypes.bool
 
   @staticmethod
   def from_py(x: Any) -> DType:
@@ -313,6 +326,8 @@ dtypes.uints = (dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64)
 dtypes.sints = (dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64)
 dtypes.ints = tuple(sorted(dtypes.uints + dtypes.sints))
 dtypes.all = (dtypes.bool, *dtypes.ints, *dtypes.floats)
+# membership sets behind dtypes.is_float / is_int / is_unsigned (the tuples above keep their documented order)
+_FLOATS, _INTS, _UINTS = frozenset(dtypes.floats), frozenset(dtypes.ints), frozenset(dtypes.uints)
 
 DTYPES_DICT: dict[str, DType] = {
   k: v for k, v in dtypes.__dict__.items() if isinstance(v, DType) and not k.startswith(("default", "void", "index"))}

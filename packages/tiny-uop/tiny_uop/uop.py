@@ -8,8 +8,8 @@ A UOp has five fields:
   tag    free metadata for passes; part of the identity
 
 Building the same node twice returns the same object, so `is`/`==` are identity and graphs share structure.
-Interning is thread-safe: a new node is inserted with one `setdefault`, so two threads building the same node get
-one object.
+Interning is thread-safe and lock-free: a new node is inserted with one `setdefault`, a dead one removed only while
+dead (see `UOpMetaClass`), so two threads building the same node get one object.
 Derived properties (`shape`, `device`, `vmin`/`vmax`, `ranges`) are computed once and cached on the node (`_cache`,
 where later stages keep per-node facts too: the scheduler's normalized form, the tensor engine's Buffer behind a
 BUFFER node); nothing cached on a node refers back to it (a node's toposort is computed on every call, never stored:
@@ -22,8 +22,9 @@ import functools
 import hashlib
 import itertools
 import math
-import threading
 import weakref
+# deletes a dict entry only if its value is a dead weakref, in one step (CPython's WeakValueDictionary relies on it)
+from _weakref import _remove_dead_weakref  # type: ignore[attr-defined]
 from dataclasses import dataclass
 from enum import Enum, IntEnum, auto
 from typing import Any, Callable, Iterator, Sequence
@@ -153,22 +154,21 @@ class _NodeRef(weakref.ref):
 
 
 class UOpMetaClass(type):
+  """Interns UOps: `ucache` maps a node's key (its five fields, constants told apart by `_const_key`) to a weak
+  reference to the one live node with that key. Lock-free, and thread-safe by two rules, each one atomic step under
+  the GIL: an entry is only ever added with `setdefault` (it runs no Python code once the key is hashed), and only
+  ever removed by `_remove_dead_weakref` (deletes the entry only if its reference is dead). So a live entry is never
+  overwritten or dropped, and two threads building the same node get one object."""
   ucache: dict[tuple, _NodeRef] = {}
-  # taken to replace a dead entry and by the weakref callbacks (a hit reads a live node without it; a new key is
-  # inserted with `setdefault`, one step under the GIL: it runs no Python code once the key is hashed and compared).
-  # Re-entrant: a weakref callback may run inside the block.
-  lock = threading.RLock()
 
   @classmethod
   def drop_entry(mcs, ref: _NodeRef) -> None:
-    """Weakref callback of an interned node: forget its cache entry -- only if the entry is still this node's. A node
-    can die (its weakref cleared) before its callback runs (garbage collection of a cycle); an equal node built in
-    between owns the entry now, and deleting it would let a third equal node be built: two "equal" nodes, not one.
-    Under the interning lock: a replacement of a dead entry (also under it) must not straddle the check and the
-    delete. A bound classmethod, not a module function: callbacks still run at interpreter shutdown, after the
-    module's globals are cleared, and the bound class keeps the table and the lock reachable."""
-    with mcs.lock:
-      if mcs.ucache.get(key := ref.key) is ref: del mcs.ucache[key]
+    """Weakref callback of an interned node: forget its cache entry -- only if that entry is dead. A node can die (its
+    weakref cleared) before its callback runs (garbage collection of a cycle); an equal node built in between owns
+    the entry now, and deleting it would let a third equal node be built: two "equal" nodes, not one. A bound
+    classmethod, not a module function: callbacks still run at interpreter shutdown, after the module's globals are
+    cleared, and the bound class keeps the table reachable."""
+    _remove_dead_weakref(mcs.ucache, ref.key)
 
   def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None,
                tag: Any = None) -> UOp:
@@ -185,14 +185,17 @@ class UOpMetaClass(type):
     # UOp.__init__ inlined (every new node of every stage comes through here)
     created: UOp = object.__new__(cls)  # type: ignore[arg-type]
     created.op, created.dtype, created.src, created.arg, created.tag, created._cache = op, dtype, src, arg, tag, {}
-    ref = _NodeRef(created, UOpMetaClass.drop_entry)
+    ref = _NodeRef(created, _DROP_ENTRY)
     ref.key = key
-    if (wret := ucache.setdefault(key, ref)) is ref: return created
-    if (ret := wret()) is not None: return ret  # another thread built it meanwhile: that one (ours is dropped)
-    with UOpMetaClass.lock:  # a dead entry whose callback has not run yet: replace it (unless a live one did)
-      if (wret := ucache.get(key)) is not None and (ret := wret()) is not None: return ret
-      ucache[key] = ref
+    while (wret := ucache.setdefault(key, ref)) is not ref:
+      if (ret := wret()) is not None: return ret  # another thread built it meanwhile: that one (ours is dropped)
+      # a dead entry whose callback has not run yet: remove it (only if still dead) and try again
+      _remove_dead_weakref(ucache, key)
     return created
+
+
+_DROP_ENTRY = UOpMetaClass.drop_entry  # one bound method for every node's weakref (not a new one per node)
+_INTERN = UOpMetaClass.__call__  # `UOp(...)` without the metaclass call slot, for hot builders
 
 
 class UOp(metaclass=UOpMetaClass):
@@ -392,8 +395,11 @@ class UOp(metaclass=UOpMetaClass):
   def new_buffer(device: str, size: int, dtype: DType, num: int | None = None) -> UOp:
     """A graph-level buffer of `size` elements; `num` (default: a fresh number) makes it unique."""
     if num is None: num = next(_unique_counter)
-    void = dtypes.void  # (positional arguments: a keyword one costs ~0.1 us through the metaclass's __call__)
-    ret = UOp(_BUFFER, dtype, (UOp(_UNIQUE, void, (), num), UOp(_DEVICE, void, (), device)), size)
+    # the interning function called directly, not through the type's call slot (positional arguments: a keyword one
+    # costs ~0.1 us): every eager op's output buffer comes through here
+    void, intern = dtypes.void, _INTERN
+    ret = intern(UOp, _BUFFER, dtype, (intern(UOp, _UNIQUE, void, (), num), intern(UOp, _DEVICE, void, (), device)),
+                 size)
     # what `shape` and `device` would compute, set now: on a fresh node they would walk (its UNIQUE has neither)
     if "device" not in ret._cache: ret._cache["shape"], ret._cache["device"] = (size,), device
     return ret
@@ -500,8 +506,10 @@ class UOp(metaclass=UOpMetaClass):
   def __lshift__(self, x: Any) -> UOp: return self.alu(Ops.SHL, x)
   def __rshift__(self, x: Any) -> UOp: return self.alu(Ops.SHR, x)
   def __invert__(self) -> UOp: return self.logical_not() if self.dtype == dtypes.bool else self ^ -1
-  # UOps are interned: equality is identity. Use .eq()/.ne() to build comparisons.
-  __eq__ = object.__eq__
+  # UOps are interned: equality is identity. Use .eq()/.ne() to build comparisons. Spelled out (not object's): with a
+  # Python __lt__ on the class, object's == takes the slow generic path (NotImplemented both ways, then identity)
+  def __eq__(self, x: object) -> bool: return self is x if isinstance(x, UOp) else NotImplemented
+  def __ne__(self, x: object) -> bool: return self is not x if isinstance(x, UOp) else NotImplemented
   __hash__ = object.__hash__
 
   def __bool__(self) -> bool:
