@@ -13,6 +13,11 @@
   PERFCOUNT_ENABLE, and ACQUIRE_MEM's full-range COHER_SIZE_HI (amdgpu itself writes 0xffffff there).
 - a dispatch after an SDMA copy on gfx11 with only the CU caches invalidated (SDMA v6 is a GL2 client), with the
   doorbells the host rang before the barrier's submission counted before it.
+- the same on gfx942 for a copy into the GPU's own VRAM or into system memory: gmc_v9_0.c
+  gmc_v9_0_get_coherence_flags (IP 9.4.3, dGPU) maps local VRAM MTYPE_RW and system memory MTYPE_UC, and
+  mmhub_v1_8.c mmhub_v1_8_init_snoop_override_regs makes SDMA writes probe-invalidate RW lines. Still refused, as the
+  hardware has the hazard: a GPU reading a peer GPU's VRAM (MTYPE_NC, not probed) after an SDMA write into it with
+  its L2 (TC) not invalidated.
 """
 from __future__ import annotations
 
@@ -178,3 +183,68 @@ def test_gfx9_full_range_acquire_and_write_back_only_fence():
   rel[1] &= ~EOP_TC_WB_ACTION_EN
   h.gpu.l2_dirty = True
   with pytest.raises(PacketError, match="after a dispatch without an L2 write-back"): h.pm4(rel)
+
+
+# ***** gfx942: which SDMA writes leave a GPU's L2 coherent (mock/gfx9.py's docstring has the kernel sources) *****
+GFX9_ENDPGM = 0xBF810000  # s_endpgm in the GFX9 (CDNA3 ISA) SOPP encoding
+COHER_CU_ONLY9 = pm4.COHER_SH_KCACHE_ACTION_ENA | pm4.COHER_TCL1_ACTION_ENA  # tinygrad's acquire_mem(gli=0, gl2=0)
+
+
+class _Prg9(_Prg):
+  rsrc1 = 0x002F0000  # no PRIV on gfx9 (a KFD queue's waves run unprivileged)
+
+
+def _gfx9_code(h: Harness) -> int:
+  code = h.iface.alloc(0x1000, host=True)
+  ctypes.memmove(code.va_addr, struct.pack("<2I", GFX9_ENDPGM, 0), 8)
+  return code.va_addr
+
+
+def _gfx9_copy_then_dispatch(copier: Harness, reader: Harness, dst, full_acquire: bool) -> None:
+  """On `copier`'s SDMA: copy 0x100 bytes of 7s into `dst` and signal; on `reader`'s PM4 queue: a full barrier, a wait
+  for that signal, an ACQUIRE_MEM (the CU caches only, or also TC with write-back), a dispatch."""
+  from tiny_runtime_amd.pm4 import AMDComputeQueue9
+  from tiny_runtime_amd.sdma import AMDCopyQueue9
+  prg = _Prg9(_gfx9_code(reader))
+  sig_buf, src = copier.iface.alloc(0x1000, host=True, uncached=True), copier.iface.alloc(0x1000)
+  reader.iface.map(sig_buf)
+  sig = HCQSignal(sig_buf.va_addr, 0)
+  ctypes.memset(src.va_addr, 7, 0x100)
+  ctypes.memset(dst.va_addr, 0, 0x100)
+  reader.queue(PM4)
+  acq = AMDComputeQueue9().acquire_mem().resolved()
+  if not full_acquire: acq[1] = COHER_CU_ONLY9
+  copier.sdma(AMDCopyQueue9().copy(dst.va_addr, src.va_addr, 0x100).fence(sig.addr, 1).resolved(), run=False)
+  q = AMDComputeQueue9().memory_barrier().wait_reg_mem(sig.addr, 1).resolved()
+  reader.pm4(q + acq + AMDComputeQueue9().exec(prg, 0, (1, 1, 1), (64, 1, 1)).resolved(), run=False)
+  before = reader.gpu.dispatches
+  reader.drv.process()
+  assert reader.gpu.dispatches == before + 1
+  assert ctypes.string_at(dst.va_addr, 0x100) == bytes([7]) * 0x100  # the SDMA engine's bytes, what numpy would copy
+
+
+@pytest.mark.parametrize("host, uncached, mtype", [(False, False, "RW"), (True, False, "UC"), (True, True, "UC")],
+                         ids=["own VRAM", "GTT", "uncached GTT"])
+def test_gfx942_dispatch_after_an_sdma_copy_into_coherent_memory_needs_only_the_cu_caches(host, uncached, mtype):
+  """tinygrad's HCQ graph on MI300: its buffers are VRAM without UNCACHED (MTYPE_RW in their own GPU's VM), its copy
+  staging is host memory (MTYPE_UC); between the copy and the kernel it invalidates only K$ and TCL1."""
+  from tiny_runtime_amd.mock.driver import MockKFD
+  h = Harness(drv=MockKFD(("gfx942",)))
+  dst = h.iface.alloc(0x1000, host=host, uncached=uncached)
+  assert h.gpu.l2_mtype(h.drv.alloc_at(dst.va_addr)) == mtype
+  _gfx9_copy_then_dispatch(h, h, dst, full_acquire=False)
+
+
+def test_gfx942_peer_vram_written_by_sdma_is_stale_in_the_readers_l2():
+  """A peer's VRAM is MTYPE_NC in the reading GPU's VM: cached in its L2 and not probe-invalidated, so after an SDMA
+  write into it a dispatch there must invalidate TC; the owner (MTYPE_RW) needs only its CU caches invalidated."""
+  from tiny_runtime_amd.mock.driver import MockKFD
+  drv = MockKFD(("gfx942", "gfx942"))
+  h0, h1 = Harness(0, drv), Harness(1, drv)
+  dst = h0.iface.alloc(0x1000)  # GPU 0's VRAM
+  h1.iface.map(dst)
+  assert (h0.gpu.l2_mtype(drv.alloc_at(dst.va_addr)), h1.gpu.l2_mtype(drv.alloc_at(dst.va_addr))) == ("RW", "NC")
+  with pytest.raises(PacketError, match="a dispatch with no ACQUIRE_MEM since the host or SDMA last wrote memory"):
+    _gfx9_copy_then_dispatch(h0, h1, dst, full_acquire=False)
+  _gfx9_copy_then_dispatch(h0, h1, dst, full_acquire=True)    # TC invalidated (and written back): accepted
+  _gfx9_copy_then_dispatch(h1, h0, dst, full_acquire=False)   # the owner, RW lines probed by GPU 1's SDMA write

@@ -126,10 +126,14 @@ class MockKFD:
     if (a := self.allocs.get(handle)) is None: raise _err(errno.EINVAL, f"{what}: unknown handle {handle:#x}")
     return a
 
+  def alloc_at(self, addr: int) -> MockAlloc | None:
+    """The allocation `addr` lies in, or None."""
+    i = bisect.bisect_right(self.va_starts, addr) - 1
+    return a if i >= 0 and addr < (a := self.by_va[self.va_starts[i]]).va + a.size else None
+
   def host_visible(self, addr: int) -> bool:
     """Whether `addr` lies in memory the host can read (GTT, userptr or CPU-visible VRAM)."""
-    i = bisect.bisect_right(self.va_starts, addr) - 1
-    return i >= 0 and addr < (a := self.by_va[self.va_starts[i]]).va + a.size and a.host_visible
+    return (a := self.alloc_at(addr)) is not None and a.host_visible
 
   # ***** ioctls: each takes the decoded cffi struct and fills its outputs *****
   def ioctl(self, name: str, a: Any) -> None:

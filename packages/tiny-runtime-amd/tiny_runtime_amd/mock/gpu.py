@@ -12,7 +12,10 @@ Cache model (what the mock checks, from amdgpu's gfx11 fence and mem-sync packet
 - a dispatch may read what the host (kernargs, new code) or SDMA wrote: since the GPU last noticed a doorbell (all
   doorbells rung since the previous pass count as rung together, before any queue runs) or an SDMA copy, an
   ACQUIRE_MEM must have invalidated the instruction, scalar, vector, L1 and L2 caches over the whole address space
-  (`caches_valid`). On gfx11, where SDMA is a GL2 client, a copy leaves its own GPU's L2 valid. What an earlier
+  (`caches_valid`). Whether an SDMA copy leaves a GPU's L2 valid is the architecture's `l2_coherent_after_sdma_write`:
+  on gfx11, where SDMA is a GL2 client, its own GPU's L2 only; on gfx942 every GPU that maps the destination MTYPE_RW
+  (its own VRAM: SDMA writes probe-invalidate RW lines) or MTYPE_UC (system memory), not one that maps it MTYPE_NC (a
+  peer's VRAM); `mock/gfx9.py` cites the kernel sources. What an earlier
   dispatch of the same GPU wrote sits in (or behind) that GPU's L2, which every CU reads through: between two
   dispatches only the CU-side caches (scalar GLK, vector GLV, GL1; gfx9: K$, TCL1) must be invalidated
   (`cu_caches_valid`), as tinygrad's HCQ graph does (an ACQUIRE_MEM without GLI/GL2 before each kernel).
@@ -40,7 +43,7 @@ from tiny_runtime_amd.mock import sdma as msdma
 from tiny_runtime_amd.mock.fields import Layout, MockGPUError, PacketError, require
 
 if TYPE_CHECKING:
-  from tiny_runtime_amd.mock.driver import MockKFD
+  from tiny_runtime_amd.mock.driver import MockAlloc, MockKFD
 
 SH_REG_BASE = 0xB000  # byte address of SH register dword 0x2C00 (SET_SH_REG offsets count from it)
 TIMESTAMP_HZ = 100_000_000
@@ -147,6 +150,9 @@ class MockGPU:
   # gfx10+: the SDMA engines are GL2 clients (their packets carry GL2 cache policies/MTYPEs, see the FENCE model
   # below), so a copy is coherent with the same GPU's L2 and only the CU caches need invalidating after it
   sdma_writes_through_l2 = False
+  # MI-series (mmhub 1.7/1.8): the SDMA write client is forced snooped, so its writes probe-invalidate L2 lines of
+  # MTYPE RW/CC (Linux mmhub_v1_8.c mmhub_v1_8_init_snoop_override_regs: "SDMA writes probe-invalidates RW lines")
+  sdma_writes_snooped = False
   # IP discovery: hardware id (soc15_hw_ip.h GC_HWID 11, SDMA0_HWID 42, NBIF_HWID 108) -> (major, minor, revision),
   # what amdgpu_discovery.c lists under the render node's device/ip_discovery/die/0/<hw_id>/0/
   ip_versions: dict[int, tuple[int, int, int]] = {}
@@ -200,6 +206,12 @@ class MockGPU:
     for addr, v in self.l2_lines.items(): ctypes.c_uint32.from_address(addr).value = v
     self.l2_lines.clear()
     self.l2_dirty = False
+
+  def l2_coherent_after_sdma_write(self, copier: MockGPU, alloc: MockAlloc | None) -> bool:
+    """Whether this GPU's L2 holds no stale line after `copier`'s SDMA engine wrote into `alloc`, so a dispatch here
+    needs only the CU caches invalidated. This default (gfx11): only the copying GPU's own L2 saw the write, when its
+    SDMA is a GL2 client; any other GPU may cache the memory non-coherently."""
+    return copier is self and self.sdma_writes_through_l2
 
   def make_emulator(self) -> Any: raise NotImplementedError(f"{type(self).__name__}.make_emulator")
   def dispatch(self, q: MockQueue, dims: tuple[int, int, int], initiator: int, where: str) -> None:
@@ -445,10 +457,10 @@ class MockGPU:
       self.check(dst, n, "SDMA copy write")
       ctypes.memmove(dst, src, n)
       self.copies += 1
+      dst_alloc = self.kfd.alloc_at(dst)
       for g in self.kfd.gpus:
-        g.cu_caches_valid = False
-        # the copying GPU's own L2 saw the writes when its SDMA is an L2 client; any other GPU's L2 may be stale
-        if g is not self or not self.sdma_writes_through_l2: g.caches_valid = False
+        g.cu_caches_valid = False  # no SDMA write reaches the CUs' own caches
+        if not g.l2_coherent_after_sdma_write(self, dst_alloc): g.caches_valid = False
     elif name == "FENCE":
       require(f.get("gpa", 0) == 0, where, "GPA (a physical address) is not modelled")
       addr = f["dw1"] | (f["dw2"] << 32)
