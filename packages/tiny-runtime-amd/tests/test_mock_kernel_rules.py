@@ -13,6 +13,8 @@
   PERFCOUNT_ENABLE, and ACQUIRE_MEM's full-range COHER_SIZE_HI (amdgpu itself writes 0xffffff there).
 - a dispatch after an SDMA copy on gfx11 with only the CU caches invalidated (SDMA v6 is a GL2 client), with the
   doorbells the host rang before the barrier's submission counted before it.
+- CREATE_QUEUE with a ring smaller than 1024 bytes (a power of 2, or 0): kfd_chardev.c set_queue_properties_from_user
+  clamps it to KFD_MIN_QUEUE_RING_SIZE; only a size that is not a power of 2 is EINVAL.
 - the same on gfx942 for a copy into the GPU's own VRAM or into system memory: gmc_v9_0.c
   gmc_v9_0_get_coherence_flags (IP 9.4.3, dGPU) maps local VRAM MTYPE_RW and system memory MTYPE_UC, and
   mmhub_v1_8.c mmhub_v1_8_init_snoop_override_regs makes SDMA writes probe-invalidate RW lines. Still refused, as the
@@ -66,6 +68,18 @@ def test_queues_without_runtime_enable(h):
   h.queue(SDMA)
   h.queue(PM4)
   assert not h.drv.runtime_enabled and len(h.drv.queues) == 2
+
+
+@pytest.mark.parametrize("size, want", [(0, 1024), (256, 1024), (1024, 1024), (0x4000, 0x4000), (3000, None)])
+def test_ring_sizes_below_the_minimum_are_clamped(h, size, want):
+  ring, ptrs = h.iface.alloc(0x4000, host=True), h.iface.alloc(0x1000, host=True)
+  args = dict(ring_base_address=ring.va_addr, ring_size=size, queue_type=SDMA, queue_percentage=100, queue_priority=7,
+              read_pointer_address=ptrs.va_addr, write_pointer_address=ptrs.va_addr + 8)
+  if want is None:
+    with pytest.raises(KFDError, match="ring size 3000 is not a power of 2"): h.iface.create_queue(**args)
+    return
+  q = h.iface.create_queue(**args)
+  assert q.ring_size == want and h.drv.queues[q.queue_id].ring_size == want
 
 
 def test_allocation_sizes_round_up_to_pages(h):

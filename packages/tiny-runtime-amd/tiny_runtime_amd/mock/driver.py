@@ -220,8 +220,11 @@ class MockKFD:
     if a.queue_type not in (kfd.QUEUE_TYPE_COMPUTE, kfd.QUEUE_TYPE_SDMA):
       raise _err(errno.EINVAL, f"CREATE_QUEUE: the {g.arch} mock models PM4 compute (0) and SDMA (1) queues, not "
                  f"type {a.queue_type}")
-    if a.ring_size < 1024 or a.ring_size & (a.ring_size - 1):
-      raise _err(errno.EINVAL, f"CREATE_QUEUE: ring size {a.ring_size} is not a power of 2 >= 1024")
+    # kfd_chardev.c set_queue_properties_from_user: "Ring size must be a power of 2 or 0" (EINVAL); a smaller one is
+    # clamped to KFD_MIN_QUEUE_RING_SIZE (1024 bytes, kfd_ioctl.h), not refused
+    if a.ring_size & (a.ring_size - 1):
+      raise _err(errno.EINVAL, f"CREATE_QUEUE: ring size {a.ring_size} is not a power of 2 (or 0)")
+    ring_size = a.ring_size = max(a.ring_size, kfd.MIN_QUEUE_RING_SIZE)  # written back: the args are _IOWR
     # kfd_chardev.c set_queue_properties_from_user: bits 7:0 the percentage (<= KFD_MAX_QUEUE_PERCENTAGE), bits 15:8
     # the XCC a PM4 queue runs on in a multi-XCC partition ("unlike AQL queues, the PM4 queue will be only processed
     # in one XCC", amdkfd "Add PM4 target XCC"; kfd_mqd_manager_v9.c init_mqd_v9_4_3 pm4_target_xcc_in_xcp)
@@ -234,7 +237,7 @@ class MockKFD:
       raise _err(errno.EINVAL, f"CREATE_QUEUE: PM4 target XCC {xcc} (queue_percentage bits 15:8); {g.name} has "
                  f"XCCs 0..{n_xcc - 1}")
     try:
-      g.check(a.ring_base_address, a.ring_size, "ring")
+      g.check(a.ring_base_address, ring_size, "ring")  # kfd_queue.c kfd_queue_acquire_buffers: the ring BO
       g.check(a.read_pointer_address, 8, "read pointer")
       g.check(a.write_pointer_address, 8, "write pointer")
     except GPUPageFault as e: raise _err(errno.EINVAL, f"CREATE_QUEUE: {e}") from e
@@ -243,7 +246,7 @@ class MockKFD:
     self.next_queue, g.next_doorbell = qid + 1, slot + 1
     a.queue_id = qid
     a.doorbell_offset = (DOORBELL_MMAP_TYPE << 62) | (g.gpu_id << 46) | (slot * 8)
-    self.queues[qid] = MockQueue(qid, a.queue_type, g, a.ring_base_address, a.ring_size, a.write_pointer_address,
+    self.queues[qid] = MockQueue(qid, a.queue_type, g, a.ring_base_address, ring_size, a.write_pointer_address,
                                  a.read_pointer_address, ctypes.addressof(g.doorbells) + slot * 8,
                                  cwsr=a.queue_type == kfd.QUEUE_TYPE_COMPUTE and bool(a.ctx_save_restore_address),
                                  xcc=xcc if a.queue_type == kfd.QUEUE_TYPE_COMPUTE else 0)
