@@ -169,6 +169,12 @@ CTX_HEADER_SIZE = 40  # sizeof(HsaUserContextSaveAreaHeader)
 def _align(x: int, a: int) -> int: return (x + a - 1) // a * a
 
 
+def cwsr_alloc_size(ctx_save_restore_size: int, cw: CWSRSizes) -> int:
+  """The CWSR BO KFD requires for a queue asking `ctx_save_restore_size` (kfd_queue.c kfd_queue_acquire_buffers:
+  ALIGN((ctx_save_restore_area_size + debug_memory_size) * NUM_XCC, PAGE_SIZE))."""
+  return _align((ctx_save_restore_size + cw.debug_memory_size) * cw.num_xcc, PAGE)
+
+
 def cwsr_sizes(props: dict[str, int]) -> CWSRSizes | None:
   """CWSR sizes for a GPU node from its topology properties, as the amdgpu KFD computes and checks them (kfd_queue.c;
   the ROCm thunk's queues.c agrees): per CU the VGPR file (0x60000 bytes on gfx1100/1101/1200/1201, 0x80000 on

@@ -236,11 +236,11 @@ class MockKFD:
     if a.queue_type == kfd.QUEUE_TYPE_COMPUTE and xcc >= n_xcc:  # KFD passes it on unchecked; no XCC has that index
       raise _err(errno.EINVAL, f"CREATE_QUEUE: PM4 target XCC {xcc} (queue_percentage bits 15:8); {g.name} has "
                  f"XCCs 0..{n_xcc - 1}")
-    try:
-      g.check(a.ring_base_address, ring_size, "ring")  # kfd_queue.c kfd_queue_acquire_buffers: the ring BO
-      g.check(a.read_pointer_address, 8, "read pointer")
-      g.check(a.write_pointer_address, 8, "write pointer")
-    except GPUPageFault as e: raise _err(errno.EINVAL, f"CREATE_QUEUE: {e}") from e
+    # kfd_queue.c kfd_queue_acquire_buffers: the write and read pointers each in a one-page BO, the ring a BO of
+    # exactly ring_size bytes (kfd_queue_buffer_get; a ring under a page is checked for its start only)
+    g.check_queue_buffer(a.write_pointer_address, kfd.PAGE, "write pointer")
+    g.check_queue_buffer(a.read_pointer_address, kfd.PAGE, "read pointer")
+    g.check_queue_buffer(a.ring_base_address, ring_size, "ring")
     if a.queue_type == kfd.QUEUE_TYPE_COMPUTE: g.check_compute_queue(a)
     qid, slot = self.next_queue, g.next_doorbell
     self.next_queue, g.next_doorbell = qid + 1, slot + 1

@@ -190,6 +190,18 @@ class MockGPU:
       raise GPUPageFault(f"GPU page fault on {self.name}: {what} of {n} bytes at {addr:#x} is outside every "
                          "allocation mapped into this GPU's VM")
 
+  def check_queue_buffer(self, addr: int, size: int, what: str) -> None:
+    """kfd_queue.c kfd_queue_buffer_get (CREATE_QUEUE): `addr`'s page must be the first page of a BO mapped into this
+    GPU's VM, and that mapping exactly `size` bytes long when `size` is a page or more (a queue buffer is a whole BO);
+    else EINVAL."""
+    page = addr & ~(kfd.PAGE - 1)
+    if (end := self.ranges.get(page)) is None:
+      raise OSError(22, f"CREATE_QUEUE: the {what} at {addr:#x} is not in the first page of a BO mapped into "
+                        f"{self.name} (kfd_queue_buffer_get: the mapping must start at its page)")
+    if size >= kfd.PAGE and end - page != size // kfd.PAGE * kfd.PAGE:
+      raise OSError(22, f"CREATE_QUEUE: the {what} BO at {page:#x} is {end - page:#x} bytes; KFD wants exactly "
+                        f"{size // kfd.PAGE * kfd.PAGE:#x} (kfd_queue_buffer_get)")
+
   @property
   def name(self) -> str: return f"gpu {self.gpu_id:#x} ({self.arch}, node {self.node})"
 
