@@ -15,6 +15,12 @@
   doorbells the host rang before the barrier's submission counted before it.
 - CREATE_QUEUE with a ring smaller than 1024 bytes (a power of 2, or 0): kfd_chardev.c set_queue_properties_from_user
   clamps it to KFD_MIN_QUEUE_RING_SIZE; only a size that is not a power of 2 is EINVAL.
+- an event page in VRAM: kfd_kmap_event_page -> amdgpu_amdkfd_gpuvm_map_gtt_bo_to_kernel pins any BO but a userptr
+  one in GTT (a VRAM BO moves there), so only userptr pages are EINVAL.
+- ALLOC_MEMORY_OF_GPU naming several domains: amdgpu_amdkfd_gpuvm_alloc_memory_of_gpu takes VRAM, else GTT, else
+  USERPTR, so VRAM | GTT is a VRAM BO, not EINVAL.
+- FREE_MEMORY_OF_GPU of the event page is EPERM ("Free signal BO is not allowed", checked before the EBUSY of a BO
+  that is still mapped).
 - the same on gfx942 for a copy into the GPU's own VRAM or into system memory: gmc_v9_0.c
   gmc_v9_0_get_coherence_flags (IP 9.4.3, dGPU) maps local VRAM MTYPE_RW and system memory MTYPE_UC, and
   mmhub_v1_8.c mmhub_v1_8_init_snoop_override_regs makes SDMA writes probe-invalidate RW lines. Still refused, as the
@@ -61,6 +67,33 @@ def test_hw_exception_and_memory_events_exist_and_can_be_waited_on(h):
   ctypes.c_uint64.from_address(sig_ev.mailbox).value = sig_ev.event_id  # the signal event's slot written
   h.drv.interrupt(h.gpu, 0xFFFF, 32)  # an unknown context id: the exhaustive search, which skips slotless events
   assert h.drv.events[sig_ev.event_id].signaled and not any(h.drv.events[i].signaled for i in ids)
+
+
+@pytest.mark.parametrize("flags, ok", [(kfd.ALLOC_VRAM, True), (kfd.ALLOC_GTT, True), (kfd.ALLOC_USERPTR, False)],
+                         ids=["VRAM", "GTT", "USERPTR"])
+def test_event_page_may_be_any_bo_but_userptr(h, flags, ok):
+  size = kfd.SIGNAL_EVENT_LIMIT * 8
+  va = h.iface.kfd.anon_mmap(0, size, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+  page = h.iface.ioctl("ALLOC_MEMORY_OF_GPU", va_addr=va, size=size, gpu_id=h.iface.node.gpu_id,
+                       flags=flags | kfd.ALLOC_WRITABLE, mmap_offset=va)
+  args = dict(event_type=kfd.EVENT_SIGNAL, auto_reset=1, node_id=h.iface.node.node, event_page_offset=page.handle)
+  if not ok:
+    with pytest.raises(KFDError, match="the event page is a userptr allocation"): h.iface.ioctl("CREATE_EVENT", **args)
+    return
+  ev = h.iface.ioctl("CREATE_EVENT", **args)
+  assert h.drv.event_page is h.drv.allocs[page.handle]
+  assert ctypes.c_uint64.from_address(va + 8 * ev.event_slot_index).value == (1 << 64) - 1  # UNSIGNALED_EVENT_SLOT
+
+
+def test_several_domains_pick_vram_first_and_the_event_page_is_never_freed(h):
+  va = h.iface.kfd.anon_mmap(0, 0x1000, 0, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+  a = h.iface.ioctl("ALLOC_MEMORY_OF_GPU", va_addr=va, size=0x1000, gpu_id=h.iface.node.gpu_id,
+                    flags=kfd.ALLOC_VRAM | kfd.ALLOC_GTT | kfd.ALLOC_WRITABLE)
+  m = h.drv.allocs[a.handle]
+  assert m.flags & (kfd.ALLOC_VRAM | kfd.ALLOC_GTT) == kfd.ALLOC_VRAM and not m.host_visible
+  h.iface.create_event()  # the event page, mapped into the GPU
+  page = h.iface.proc.event_page
+  with pytest.raises(KFDError, match="EPERM"): h.iface.ioctl("FREE_MEMORY_OF_GPU", handle=page.meta.handle)
 
 
 def test_queues_without_runtime_enable(h):

@@ -318,9 +318,12 @@ def test_memory_rules(h):
   with pytest.raises(KFDError, match="overlaps"):
     h.iface.ioctl("ALLOC_MEMORY_OF_GPU", va_addr=buf.va_addr, size=0x1000, gpu_id=h.iface.node.gpu_id,
                   flags=kfd.ALLOC_VRAM)
-  with pytest.raises(KFDError, match="must name one of VRAM, GTT, USERPTR"):
+  with pytest.raises(KFDError, match="name no domain"):
     h.iface.ioctl("ALLOC_MEMORY_OF_GPU", va_addr=0x7000_0000_0000, size=0x1000, gpu_id=h.iface.node.gpu_id,
-                  flags=kfd.ALLOC_VRAM | kfd.ALLOC_GTT)
+                  flags=kfd.ALLOC_WRITABLE)
+  with pytest.raises(KFDError, match="USERPTR without the user address"):
+    h.iface.ioctl("ALLOC_MEMORY_OF_GPU", va_addr=0x7000_0000_0000, size=0x1000, gpu_id=h.iface.node.gpu_id,
+                  flags=kfd.ALLOC_USERPTR, mmap_offset=0)
   other = MockKFD()  # a GPU whose VM nobody acquired refuses memory
   with pytest.raises(KFDError, match="before its ACQUIRE_VM"):
     Harness(drv=other).iface.ioctl("ALLOC_MEMORY_OF_GPU", va_addr=0x7000_0000_0000, size=0x1000,

@@ -164,31 +164,33 @@ class MockKFD:
   def _alloc_memory_of_gpu(self, a: Any) -> None:
     g = self.gpu(a.gpu_id, "ALLOC_MEMORY_OF_GPU")
     if g.vm_fd is None: raise _err(errno.EINVAL, f"ALLOC_MEMORY_OF_GPU on {g.name} before its ACQUIRE_VM")
+    # kfd_ioctl_alloc_memory_of_gpu refuses size 0; an unaligned va fails when amdgpu_vm_bo_map maps it (the mock
+    # refuses it here, at once)
     if a.size == 0 or a.va_addr % 0x1000:
       raise _err(errno.EINVAL, f"ALLOC_MEMORY_OF_GPU: va {a.va_addr:#x} / size {a.size:#x}; the va must be page "
                  "aligned and the size nonzero")
     size = (a.size + 0xFFF) & ~0xFFF  # amdgpu_amdkfd_gpuvm_alloc_memory_of_gpu: aligned_size = PAGE_ALIGN(size)
-    domains = a.flags & (kfd.ALLOC_VRAM | kfd.ALLOC_GTT | kfd.ALLOC_USERPTR | kfd.ALLOC_DOORBELL | 0x10)
-    if domains not in (kfd.ALLOC_VRAM, kfd.ALLOC_GTT, kfd.ALLOC_USERPTR):
-      raise _err(errno.EINVAL, f"ALLOC_MEMORY_OF_GPU: flags {a.flags:#x} must name one of VRAM, GTT, USERPTR")
+    flags = a.flags & ~ALLOC_DOMAINS | _alloc_domain(a)
+    # amdgpu_vm_bo_map refuses a VA range that overlaps another BO's mapping ("conflict with", EINVAL; at map time)
     i = bisect.bisect_right(self.va_starts, a.va_addr)
     for o in (self.by_va[s] for s in self.va_starts[max(i - 1, 0):i + 1]):  # the neighbours below and above
       if o.va < a.va_addr + size and a.va_addr < o.va + o.size:
         raise _err(errno.EINVAL, f"ALLOC_MEMORY_OF_GPU: [{a.va_addr:#x}, +{size:#x}) overlaps handle {o.handle:#x}")
-    if not a.flags & kfd.ALLOC_USERPTR:  # back the reserved VA with memory (the GPU and the host share it)
+    if not flags & kfd.ALLOC_USERPTR:  # back the reserved VA with memory (the GPU and the host share it)
       FileIOInterface.anon_mmap(a.va_addr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED)
     a.handle = (g.gpu_id << 32) | self.next_idr  # MAKE_HANDLE(gpu_id, idr handle)
     a.mmap_offset = self.next_idr << 20         # where the render node maps it (a DRM fake offset)
     self.next_idr += 1
-    self.allocs[a.handle] = self.by_va[a.va_addr] = MockAlloc(a.handle, a.va_addr, size, a.flags, g, a.mmap_offset)
+    self.allocs[a.handle] = self.by_va[a.va_addr] = MockAlloc(a.handle, a.va_addr, size, flags, g, a.mmap_offset)
     bisect.insort(self.va_starts, a.va_addr)
 
   def _free_memory_of_gpu(self, a: Any) -> None:
     m = self.alloc_of(a.handle, "FREE_MEMORY_OF_GPU")
-    if m.mapped:
+    if m is self.event_page:  # kfd_ioctl_free_memory_of_gpu, first: "Free signal BO is not allowed" (EPERM)
+      raise _err(errno.EPERM, "FREE_MEMORY_OF_GPU: the event page (signal BO) is freed only with the process")
+    if m.mapped:  # amdgpu_amdkfd_gpuvm_free_memory_of_gpu: "BO VA ... is still mapped" (EBUSY)
       raise _err(errno.EBUSY, f"FREE_MEMORY_OF_GPU: handle {a.handle:#x} is still mapped to "
                  f"{sorted(map(hex, m.mapped))}")
-    if m is self.event_page: raise _err(errno.EBUSY, "FREE_MEMORY_OF_GPU: the event page is in use")
     del self.allocs[a.handle], self.by_va[m.va]
     self.va_starts.remove(m.va)
 
@@ -229,7 +231,7 @@ class MockKFD:
     # the XCC a PM4 queue runs on in a multi-XCC partition ("unlike AQL queues, the PM4 queue will be only processed
     # in one XCC", amdkfd "Add PM4 target XCC"; kfd_mqd_manager_v9.c init_mqd_v9_4_3 pm4_target_xcc_in_xcp)
     pct, xcc = a.queue_percentage & 0xFF, (a.queue_percentage >> 8) & 0xFF
-    if pct > 100 or a.queue_priority > 15:
+    if pct > 100 or a.queue_priority > 15:  # KFD_MAX_QUEUE_PERCENTAGE, KFD_MAX_QUEUE_PRIORITY (kfd_ioctl.h): EINVAL
       raise _err(errno.EINVAL, f"CREATE_QUEUE: percentage {pct} / priority {a.queue_priority}; "
                  "valid: <= 100 / <= 15")
     n_xcc = max(g.props.get("num_xcc", 1), 1)
@@ -245,6 +247,8 @@ class MockKFD:
     qid, slot = self.next_queue, g.next_doorbell
     self.next_queue, g.next_doorbell = qid + 1, slot + 1
     a.queue_id = qid
+    # kfd_chardev.c kfd_ioctl_create_queue: KFD_MMAP_TYPE_DOORBELL | KFD_MMAP_GPU_ID(gpu_id), and on SOC15 the byte
+    # offset of the queue's 64-bit doorbell in the process's 2-page doorbell slice (pqm_create_queue)
     a.doorbell_offset = (DOORBELL_MMAP_TYPE << 62) | (g.gpu_id << 46) | (slot * 8)
     self.queues[qid] = MockQueue(qid, a.queue_type, g, a.ring_base_address, ring_size, a.write_pointer_address,
                                  a.read_pointer_address, ctypes.addressof(g.doorbells) + slot * 8,
@@ -264,13 +268,18 @@ class MockKFD:
       raise _err(errno.EINVAL, f"CREATE_EVENT: event type {a.event_type}; the mock models signal (0), hardware "
                  "exception (3) and memory (8) events")
     if a.event_page_offset:
+      # kfd_events.c kfd_kmap_event_page: "Event page is already set" (EINVAL); the handle names the BO
       if self.event_page is not None: raise _err(errno.EINVAL, "CREATE_EVENT: the event page is already set")
       m = self.alloc_of(a.event_page_offset, "CREATE_EVENT event_page_offset")
-      if m.size < kfd.SIGNAL_EVENT_LIMIT * 8:
+      if m.size < kfd.SIGNAL_EVENT_LIMIT * 8:  # kfd_events.c kfd_event_page_set: KFD_SIGNAL_EVENT_LIMIT 8-byte slots
         raise _err(errno.EINVAL, f"CREATE_EVENT: an event page of {m.size:#x} bytes; it needs "
                    f"{kfd.SIGNAL_EVENT_LIMIT * 8:#x}")
-      if not m.flags & kfd.ALLOC_GTT:
-        raise _err(errno.EINVAL, "CREATE_EVENT: the event page must be GTT (host) memory: KFD maps it into the kernel")
+      # kfd_events.c kfd_kmap_event_page -> amdgpu_amdkfd_gpuvm_map_gtt_bo_to_kernel: "userptr can't be mapped to
+      # kernel" (EINVAL); any other BO is pinned in AMDGPU_GEM_DOMAIN_GTT (a VRAM BO, whose allowed domains include
+      # GTT, moves there) and kmapped
+      if m.flags & kfd.ALLOC_USERPTR:
+        raise _err(errno.EINVAL, "CREATE_EVENT: the event page is a userptr allocation, which KFD cannot map into the "
+                   "kernel (amdgpu_amdkfd_gpuvm_map_gtt_bo_to_kernel); allocate it as GTT")
       ctypes.memset(m.va, 0xFF, kfd.SIGNAL_EVENT_LIMIT * 8)  # every slot UNSIGNALED_EVENT_SLOT
       self.event_page = m
     eid = next(i for i in range(kfd.SIGNAL_EVENT_LIMIT) if i not in self.events)
@@ -332,6 +341,25 @@ class MockKFD:
     return ("Blocked: " + "; ".join(stuck)) if stuck else \
       "Every queue is drained: the work that should have signaled never raised an interrupt with the event's mailbox " \
       "slot written (RELEASE_MEM INT_SEL / SDMA TRAP after the signal write)"
+
+
+ALLOC_DOMAINS = kfd.ALLOC_VRAM | kfd.ALLOC_GTT | kfd.ALLOC_USERPTR | kfd.ALLOC_DOORBELL | kfd.ALLOC_MMIO_REMAP
+
+
+def _alloc_domain(a: Any) -> int:
+  """The one domain flag an ALLOC_MEMORY_OF_GPU gets, in amdgpu_amdkfd_gpuvm_alloc_memory_of_gpu's order: VRAM, else
+  GTT, else USERPTR (which needs the user address in mmap_offset), else DOORBELL / MMIO_REMAP (not modelled), else
+  EINVAL."""
+  for bit in (kfd.ALLOC_VRAM, kfd.ALLOC_GTT):
+    if a.flags & bit: return bit
+  if a.flags & kfd.ALLOC_USERPTR:
+    if not a.mmap_offset:
+      raise _err(errno.EINVAL, "ALLOC_MEMORY_OF_GPU: USERPTR without the user address in mmap_offset")
+    return kfd.ALLOC_USERPTR
+  if a.flags & (kfd.ALLOC_DOORBELL | kfd.ALLOC_MMIO_REMAP):
+    raise _err(errno.EINVAL, f"ALLOC_MEMORY_OF_GPU: flags {a.flags:#x}: DOORBELL / MMIO_REMAP BOs are not modelled")
+  raise _err(errno.EINVAL, f"ALLOC_MEMORY_OF_GPU: flags {a.flags:#x} name no domain (VRAM, GTT, USERPTR, DOORBELL, "
+             "MMIO_REMAP)")
 
 
 def _ioctl_detail(name: str, a: Any) -> str:

@@ -125,7 +125,9 @@ class MockQueue:
   doorbell: int
   cwsr: bool = False
   xcc: int = 0   # the XCC a PM4 queue runs on (a multi-XCC node runs each PM4 queue on one XCC)
-  rptr: int = 0  # in dwords (PM4) or bytes (SDMA), like the hardware's pointers
+  # the doorbell/pointer units: dwords on PM4 queues (gfx_v11_0_ring_set_wptr_compute writes ring->wptr, counted in
+  # dwords), bytes on SDMA queues (sdma_v6_0_ring_set_wptr / sdma_v4_4_2_ring_set_wptr write ring->wptr << 2)
+  rptr: int = 0
   seen_doorbell: int = 0
   regs: dict[int, int] = field(default_factory=dict)
   ib: list[int] | None = None  # [address, dwords, position] of the indirect buffer being executed
