@@ -1,7 +1,8 @@
 """The mock RM/UVM driver accepts what the real one accepts, where tinygrad 0.14's NV driver showed it did not (each
 case decided from NVIDIA's open-gpu-kernel-modules, cited in `tiny_runtime_nv/mock/rm.py`): alloc parameter blocks are
 sized by their class, not by NVOS21.paramsSize; memory may be freed in RM while UVM still maps it; the pointer form of
-the GPU class list; the GA102 mock GPU with the classes its class list in the kernel source names."""
+the GPU class list; the GA102 mock GPU with the classes its class list in the kernel source names; UVM_INITIALIZE
+with the flags uvm_api_initialize accepts."""
 from __future__ import annotations
 
 import pytest
@@ -80,3 +81,18 @@ def test_ga102_mock_gpu_classes():
   ga102 = GPUS[2]
   assert GA102_CLASSES <= set(ga102.classes) and ga102.sm_version == 0x806 and ga102.pci_device_id == 0x2204
   assert rm.HOPPER_COMPUTE_A not in ga102.classes and rm.AMPERE_COMPUTE_A not in ga102.classes
+
+
+def test_uvm_initialize_flags():
+  # uvm.c uvm_api_initialize: any flags within UVM_INIT_FLAGS_MASK (0x3: DISABLE_HMM, MULTI_PROCESS_SHARING_MODE);
+  # others, or re-initializing with different flags, are NV_ERR_INVALID_ARGUMENT
+  from types import SimpleNamespace
+
+  from tiny_runtime_nv.mock.rm import UVM, MockRM, RMStatus
+  r = MockRM()
+  UVM[rm.UVM_INITIALIZE](r, SimpleNamespace(flags=0x1))
+  UVM[rm.UVM_INITIALIZE](r, SimpleNamespace(flags=0x1))  # the same flags again
+  for flags in (0x0, 0x4):
+    with pytest.raises(RMStatus) as e: UVM[rm.UVM_INITIALIZE](r, SimpleNamespace(flags=flags))
+    assert e.value.status == rm.NV_ERR_INVALID_ARGUMENT
+  UVM[rm.UVM_INITIALIZE](MockRM(), SimpleNamespace(flags=0x3))

@@ -198,6 +198,8 @@ class GFX11(MockGPU):
     """A dispatch with RSRC2.SCRATCH_EN: COMPUTE_DISPATCH_SCRATCH_BASE must point at memory holding every engine's
     WAVES * WAVESIZE * 256 bytes; returns (wave slots per engine, bytes per wave)."""
     tmp = self.reg(q, "COMPUTE_TMPRING_SIZE")
+    # WAVESIZE granule: 256 bytes on gfx11, 1 KiB before (Mesa ac_gpu_info.c ac_get_scratch_tmpring_size shifts the
+    # bytes per wave by 8 from GFX11, by 10 before; gfx9.py's scratch_setup9)
     slots, wave_bytes = tmp["waves"], tmp["wavesize"] * 256
     require(slots > 0 and wave_bytes > 0, where, f"SCRATCH_EN with COMPUTE_TMPRING_SIZE WAVES={slots} "
             f"WAVESIZE={tmp['wavesize']} (both must be nonzero)")

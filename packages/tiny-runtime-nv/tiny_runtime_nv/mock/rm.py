@@ -129,7 +129,7 @@ class MockRM:
     self.next_handle = 0xC1D00000
     self.files: dict[int, tuple[str, dict[str, Any]]] = {}   # fd -> (path, state)
     self.next_fd = 100
-    self.uvm_initialized = False
+    self.uvm_initialized, self.uvm_init_flags = False, 0
     self.uvm_gpus: set[bytes] = set()
     self.ranges: dict[int, int] = {}          # UVM external ranges: base -> length
     self.mapped: dict[int, tuple[int, int]] = {}  # UVM mappings: base -> (length, memory handle)
@@ -476,9 +476,18 @@ CONTROLS: dict[int, Callable[[MockRM, int, Any], None]] = {
 
 # ***** UVM handlers *****
 
+UVM_INIT_FLAGS_MASK = 0x3  # uvm_types.h: UVM_INIT_FLAGS_DISABLE_HMM 0x1 | UVM_INIT_FLAGS_MULTI_PROCESS_SHARING_MODE 0x2
+
+
 def _uvm_init(r: MockRM, p: Any) -> None:
-  if p.flags: raise RMStatus(rm.NV_ERR_INVALID_ARGUMENT, f"UVM_INITIALIZE flags {p.flags:#x}")
-  r.uvm_initialized = True
+  """uvm.c uvm_api_initialize: flags outside UVM_INIT_FLAGS_MASK, or a second INITIALIZE with other flags than the
+  first, is NV_ERR_INVALID_ARGUMENT; the same flags again are fine."""
+  if p.flags & ~UVM_INIT_FLAGS_MASK:
+    raise RMStatus(rm.NV_ERR_INVALID_ARGUMENT, f"UVM_INITIALIZE flags {p.flags:#x}: valid bits {UVM_INIT_FLAGS_MASK:#x}")
+  if r.uvm_initialized and p.flags != r.uvm_init_flags:
+    raise RMStatus(rm.NV_ERR_INVALID_ARGUMENT, f"UVM_INITIALIZE flags {p.flags:#x}: the VA space was initialized with "
+                   f"{r.uvm_init_flags:#x}")
+  r.uvm_initialized, r.uvm_init_flags = True, p.flags
 
 
 def _uvm_mm_init(r: MockRM, p: Any) -> None:
