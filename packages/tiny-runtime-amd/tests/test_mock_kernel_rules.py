@@ -21,6 +21,9 @@
   USERPTR, so VRAM | GTT is a VRAM BO, not EINVAL.
 - FREE_MEMORY_OF_GPU of the event page is EPERM ("Free signal BO is not allowed", checked before the EBUSY of a BO
   that is still mapped).
+- a dispatch on one gfx1100 after another's SDMA copy into a COHERENT / UNCACHED BO with only the CU caches
+  invalidated: gmc_v11_0.c gmc_v11_0_get_vm_pte maps those BOs MTYPE_UC (never in GL2); any other BO is MTYPE_NC in
+  the reader's GL2, still refused.
 - the same on gfx942 for a copy into the GPU's own VRAM or into system memory: gmc_v9_0.c
   gmc_v9_0_get_coherence_flags (IP 9.4.3, dGPU) maps local VRAM MTYPE_RW and system memory MTYPE_UC, and
   mmhub_v1_8.c mmhub_v1_8_init_snoop_override_regs makes SDMA writes probe-invalidate RW lines. Still refused, as the
@@ -295,3 +298,44 @@ def test_gfx942_peer_vram_written_by_sdma_is_stale_in_the_readers_l2():
     _gfx9_copy_then_dispatch(h0, h1, dst, full_acquire=False)
   _gfx9_copy_then_dispatch(h0, h1, dst, full_acquire=True)    # TC invalidated (and written back): accepted
   _gfx9_copy_then_dispatch(h1, h0, dst, full_acquire=False)   # the owner, RW lines probed by GPU 1's SDMA write
+
+
+@pytest.mark.parametrize("uncached, ok", [(True, True), (False, False)], ids=["COHERENT|UNCACHED (MTYPE_UC)", "NC"])
+def test_gfx11_peer_gl2_after_an_sdma_copy_follows_the_mtype(uncached, ok):
+  """GPU 0's SDMA writes a host buffer mapped into GPU 1 too; GPU 1 then dispatches with only its CU caches
+  invalidated: fine for an MTYPE_UC BO, a stale-GL2 hazard for an MTYPE_NC one."""
+  from tiny_runtime_amd.mock.driver import MockKFD
+  drv = MockKFD(("gfx1100", "gfx1100"))
+  h0, h1 = Harness(0, drv), Harness(1, drv)
+  prg = _Prg(_code(h1))
+  sig_buf, src = h0.iface.alloc(0x1000, host=True, uncached=True), h0.iface.alloc(0x1000)
+  dst = h0.iface.alloc(0x1000, host=True, uncached=uncached)
+  for b in (sig_buf, dst): h1.iface.map(b)
+  sig = HCQSignal(sig_buf.va_addr, 0)
+  ctypes.memset(src.va_addr, 9, 0x100)
+  h1.queue(PM4)
+  cu_only = AMDComputeQueue().acquire_mem().resolved()
+  cu_only[-1] &= ~(pm4.ACQ_GL2_INV | pm4.ACQ_GL2_WB | pm4.ACQ_GLI_INV_ALL)
+  h0.sdma(AMDCopyQueue().copy(dst.va_addr, src.va_addr, 0x100).fence(sig.addr, 1).resolved(), run=False)
+  q = AMDComputeQueue().memory_barrier().wait_reg_mem(sig.addr, 1).resolved()
+  h1.pm4(q + cu_only + AMDComputeQueue().exec(prg, 0, (1, 1, 1), (32, 1, 1)).resolved(), run=False)
+  if not ok:
+    with pytest.raises(PacketError, match="a dispatch with no ACQUIRE_MEM since the host or SDMA last wrote memory"):
+      drv.process()
+    return
+  before = h1.gpu.dispatches
+  drv.process()
+  assert h1.gpu.dispatches == before + 1 and ctypes.string_at(dst.va_addr, 0x100) == bytes([9]) * 0x100
+
+
+def test_gfx942_mtype_table():
+  """gmc_v9_0_get_coherence_flags, IP 9.4.3, dGPU, per allocation kind and mapping GPU (the owner / a peer)."""
+  from tiny_runtime_amd.mock.driver import MockAlloc, MockKFD
+  drv = MockKFD(("gfx942", "gfx942"))
+  g0, g1 = drv.gpus
+  want = {kfd.ALLOC_VRAM: ("RW", "NC"), kfd.ALLOC_VRAM | kfd.ALLOC_EXT_COHERENT: ("CC", "UC"),
+          kfd.ALLOC_VRAM | kfd.ALLOC_UNCACHED: ("UC", "UC"), kfd.ALLOC_GTT: ("UC", "UC"),
+          kfd.ALLOC_USERPTR: ("UC", "UC")}
+  for flags, mtypes in want.items():
+    a = MockAlloc(1, 0x1000, 0x1000, flags, g0, 0)
+    assert (g0.l2_mtype(a), g1.l2_mtype(a)) == mtypes, hex(flags)

@@ -114,6 +114,14 @@ class GFX11(MockGPU):
 
   def make_emulator(self) -> Any: return Emulator(CheckedMemory(self))
 
+  def l2_coherent_after_sdma_write(self, copier: MockGPU, alloc: Any) -> bool:
+    """gfx11 (GC 11.0.0): SDMA v6 writes through its own GPU's GL2, so that GL2 stays valid. Another GPU's GL2 holds
+    no line of a BO mapped MTYPE_UC, which gmc_v11_0.c gmc_v11_0_get_vm_pte gives COHERENT, EXT_COHERENT and
+    UNCACHED BOs; any other BO is MTYPE_NC there (cached, not coherent), so that GL2 may be stale."""
+    if copier is self and self.sdma_writes_through_l2: return True
+    uc = kfd.ALLOC_COHERENT | kfd.ALLOC_EXT_COHERENT | kfd.ALLOC_UNCACHED
+    return alloc is not None and bool(alloc.flags & uc)
+
   def check_compute_queue(self, a: Any) -> None:
     """What kfd_queue.c kfd_queue_acquire_buffers checks of a compute queue (node sizes from
     kfd_queue_ctx_save_restore_size, `kfd.cwsr_sizes`): an EOP buffer, when given, of exactly the node's

@@ -15,8 +15,8 @@ tinygrad 0.14.0's bindings of the same headers, `autogen/am/regs.py` gc_9_4_3 an
 - the L2 after an SDMA copy (decided from the kernel sources, issue #32): what a GPU's L2 does with a line depends on
   the MTYPE of the page, which amdgpu picks per mapping in gmc_v9_0.c `gmc_v9_0_get_coherence_flags` (case
   IP_VERSION(9, 4, 3), a dGPU): KFD's UNCACHED (AMDGPU_GEM_CREATE_UNCACHED) -> UC; VRAM of the mapping GPU ->
-  `mtype_local`, MTYPE_RW by default (amdgpu_drv.c `amdgpu_mtype_local` 0); EXT_COHERENT local VRAM -> CC; another
-  GPU's VRAM -> NC; GTT / userptr (system memory) -> UC; `snoop` set on every mapping. UC is never cached in L2. RW
+  `mtype_local`, MTYPE_RW by default (amdgpu_drv.c `amdgpu_mtype_local` 0); EXT_COHERENT: local VRAM CC, else
+  UC; another GPU's VRAM -> NC; GTT / userptr (system memory) -> UC; `snoop` set on every mapping. UC is never cached in L2. RW
   and CC lines are probe-invalidated by snooped writes, and mmhub_v1_8.c `mmhub_v1_8_init_snoop_override_regs` forces
   the SDMA write client snooped ("SDMA writes probe-invalidates RW lines", amdgpu "Set snoop bit for SDMA for MI
   series"; LLVM AMDGPUUsage, GFX942 memory model: local-memory L2 lines are invalidated by coherent writes of other
@@ -147,13 +147,16 @@ class GFX9(GFX11):
     amdgpu_mtype_local at its default (RW). Memory the mock does not know is taken as NC (cached, not coherent)."""
     if alloc is None: return "NC"
     if alloc.flags & kfd.ALLOC_UNCACHED: return "UC"  # AMDGPU_GEM_CREATE_UNCACHED
+    local = bool(alloc.flags & kfd.ALLOC_VRAM) and alloc.owner is self  # is_local: VRAM of this device
+    if alloc.flags & kfd.ALLOC_EXT_COHERENT: return "CC" if local else "UC"  # ext_coherent (rev_id > 0, MI300X)
     if not alloc.flags & kfd.ALLOC_VRAM: return "UC"  # system memory on a dGPU: not local, not VRAM
-    return "RW" if alloc.owner is self else "NC"      # is_local (same device) -> mtype_local; remote VRAM -> NC
+    return "RW" if local else "NC"                    # local -> mtype_local; remote VRAM -> NC
 
   def l2_coherent_after_sdma_write(self, copier: MockGPU, alloc: MockAlloc | None) -> bool:
-    """UC lines are never in L2; RW lines are probe-invalidated by a snooped SDMA write; NC lines stay stale."""
+    """UC lines are never in L2; RW and CC lines are probe-invalidated by a snooped SDMA write; NC lines stay
+    stale."""
     mtype = self.l2_mtype(alloc)
-    return mtype == "UC" or (mtype == "RW" and copier.sdma_writes_snooped)
+    return mtype == "UC" or (mtype in ("RW", "CC") and copier.sdma_writes_snooped)
 
   def make_emulator(self) -> Any: return CDNA3Emulator(CheckedMemory(self))
 
