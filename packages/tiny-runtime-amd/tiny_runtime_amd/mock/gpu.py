@@ -13,7 +13,8 @@ Cache model (what the mock checks, from amdgpu's gfx11 fence and mem-sync packet
   doorbells rung since the previous pass count as rung together, before any queue runs) or an SDMA copy, an
   ACQUIRE_MEM must have invalidated the instruction, scalar, vector, L1 and L2 caches over the whole address space
   (`caches_valid`). Whether an SDMA copy leaves a GPU's L2 valid is the architecture's `l2_coherent_after_sdma_write`:
-  on gfx11, where SDMA is a GL2 client, its own GPU's L2 only; on gfx942 every GPU that maps the destination MTYPE_RW
+  on gfx11, where SDMA is a GL2 client, its own GPU's L2 and any GL2 that maps the destination MTYPE_UC (COHERENT /
+  UNCACHED BOs, `gmc_v11_0_get_vm_pte`); on gfx942 every GPU that maps the destination MTYPE_RW
   (its own VRAM: SDMA writes probe-invalidate RW lines) or MTYPE_UC (system memory), not one that maps it MTYPE_NC (a
   peer's VRAM); `mock/gfx9.py` cites the kernel sources. What an earlier
   dispatch of the same GPU wrote sits in (or behind) that GPU's L2, which every CU reads through: between two
