@@ -2,7 +2,8 @@
 case decided from NVIDIA's open-gpu-kernel-modules, cited in `tiny_runtime_nv/mock/rm.py`): alloc parameter blocks are
 sized by their class, not by NVOS21.paramsSize; memory may be freed in RM while UVM still maps it; the pointer form of
 the GPU class list; the GA102 mock GPU with the classes its class list in the kernel source names; UVM_INITIALIZE
-with the flags uvm_api_initialize accepts."""
+with the flags uvm_api_initialize accepts; UVM calls that need a registered GPU or GPU VA space refuse with
+NV_ERR_INVALID_DEVICE."""
 from __future__ import annotations
 
 import pytest
@@ -96,3 +97,21 @@ def test_uvm_initialize_flags():
     with pytest.raises(RMStatus) as e: UVM[rm.UVM_INITIALIZE](r, SimpleNamespace(flags=flags))
     assert e.value.status == rm.NV_ERR_INVALID_ARGUMENT
   UVM[rm.UVM_INITIALIZE](MockRM(), SimpleNamespace(flags=0x3))
+
+
+def test_uvm_calls_that_need_a_registered_gpu():
+  # uvm_va_space_register_gpu_va_space: the GPU must be registered (UVM_REGISTER_GPU); uvm_register_channel and
+  # uvm_map_external_allocation: it must have a GPU VA space. Otherwise NV_ERR_INVALID_DEVICE.
+  from tiny_runtime_nv.mock.rm import UVM, MockRM, RMStatus
+  r = MockRM()
+
+  def params(cmd: int, field: str = "gpuUuid"):
+    p = r.ffi.new(f"{rm.UVM_IOCTLS[cmd]} *")
+    r.ffi.memmove(getattr(p, field).uuid, r.gpus[0].uuid, 16)
+    return p
+  for cmd in (rm.UVM_REGISTER_GPU_VASPACE, rm.UVM_REGISTER_CHANNEL):
+    with pytest.raises(RMStatus) as e: UVM[cmd](r, params(cmd))
+    assert e.value.status == rm.NV_ERR_INVALID_DEVICE, hex(cmd)
+  UVM[rm.UVM_REGISTER_GPU](r, params(rm.UVM_REGISTER_GPU, "gpu_uuid"))  # registered, but no GPU VA space yet
+  with pytest.raises(RMStatus) as e: UVM[rm.UVM_REGISTER_CHANNEL](r, params(rm.UVM_REGISTER_CHANNEL))
+  assert e.value.status == rm.NV_ERR_INVALID_DEVICE
