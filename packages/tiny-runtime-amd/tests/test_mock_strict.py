@@ -424,3 +424,14 @@ def test_compute_queue_eop_and_cwsr_bos_follow_kfd():
     h.iface.create_queue(**args(0x1000, bigger, cw.alloc_size))  # the BO sized for the node's cwsr_size
   q = h.iface.create_queue(**args(0x1000, bigger, want))
   assert h.drv.queues[q.queue_id].cwsr
+
+
+def test_doorbell_mmap_is_the_whole_slice(h):
+  """kfd_doorbell_mmap maps the process's whole doorbell slice (8 KiB on SOC15) or nothing (EINVAL)."""
+  q = h.iface.create_queue(**_queue_args(h))
+  off = q.doorbell_offset & ~0x1FFF
+  for size in (0x1000, 0x4000):
+    with pytest.raises(OSError, match="whole 0x2000-byte process doorbell slice") as e:
+      h.iface.kfd.mmap(0, size, 3, 1, off)
+    assert e.value.errno == 22
+  assert h.iface.kfd.mmap(0, 0x2000, 3, 1, off)

@@ -424,7 +424,11 @@ class MockFileIO(FileIOInterface):
     drv = self.drv
     if self.path == kfd.KFD_PATH and offset >> 62 == DOORBELL_MMAP_TYPE:
       g = drv.gpu((offset >> 46) & 0xFFFF, "doorbell mmap")
-      if size > ctypes.sizeof(g.doorbells): raise OSError(errno.EINVAL, f"doorbell mmap of {size:#x} bytes")
+      # kfd_doorbell.c kfd_doorbell_mmap: only the whole process doorbell slice (kfd_doorbell_process_slice: 1024
+      # 64-bit doorbells, 8 KiB on SOC15) can be mapped, else EINVAL
+      if size != ctypes.sizeof(g.doorbells):
+        raise OSError(errno.EINVAL, f"doorbell mmap of {size:#x} bytes; KFD maps the whole "
+                                    f"{ctypes.sizeof(g.doorbells):#x}-byte process doorbell slice only")
       return ctypes.addressof(g.doorbells)
     if self.path.startswith("/dev/dri/renderD"):
       with drv.lock:  # as the ioctls that add and free allocations (other threads allocate meanwhile)
