@@ -15,9 +15,9 @@ tinygrad 0.14.0's bindings of the same headers, `autogen/am/regs.py` gc_9_4_3 an
 - the L2 after an SDMA copy (decided from the kernel sources, issue #32): what a GPU's L2 does with a line depends on
   the MTYPE of the page, which amdgpu picks per mapping in gmc_v9_0.c `gmc_v9_0_get_coherence_flags` (case
   IP_VERSION(9, 4, 3), a dGPU): KFD's UNCACHED (AMDGPU_GEM_CREATE_UNCACHED) -> UC; VRAM of the mapping GPU ->
-  `mtype_local`, MTYPE_RW by default (amdgpu_drv.c `amdgpu_mtype_local` 0); EXT_COHERENT: local VRAM CC, else
-  UC; another GPU's VRAM -> NC; GTT / userptr (system memory) -> UC; `snoop` set on every mapping. UC is never cached in L2. RW
-  and CC lines are probe-invalidated by snooped writes, and mmhub_v1_8.c `mmhub_v1_8_init_snoop_override_regs` forces
+  `mtype_local`, MTYPE_RW by default (amdgpu_drv.c `amdgpu_mtype_local` 0); EXT_COHERENT: local VRAM CC, else UC;
+  another GPU's VRAM -> NC; GTT / userptr (system memory) -> UC; `snoop` set on every mapping. UC is never cached in L2.
+  RW and CC lines are probe-invalidated by snooped writes, and mmhub_v1_8.c `mmhub_v1_8_init_snoop_override_regs` forces
   the SDMA write client snooped ("SDMA writes probe-invalidates RW lines", amdgpu "Set snoop bit for SDMA for MI
   series"; LLVM AMDGPUUsage, GFX942 memory model: local-memory L2 lines are invalidated by coherent writes of other
   agents). NC lines (another GPU's VRAM) are not: that GPU's L2 may keep a stale copy until a TC invalidate. So on

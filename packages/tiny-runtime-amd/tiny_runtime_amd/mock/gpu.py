@@ -224,8 +224,8 @@ class MockGPU:
 
   def l2_coherent_after_sdma_write(self, copier: MockGPU, alloc: MockAlloc | None) -> bool:
     """Whether this GPU's L2 holds no stale line after `copier`'s SDMA engine wrote into `alloc`, so a dispatch here
-    needs only the CU caches invalidated. This default (gfx11): only the copying GPU's own L2 saw the write, when its
-    SDMA is a GL2 client; any other GPU may cache the memory non-coherently."""
+    needs only the CU caches invalidated. This default, for an architecture without its own rule: only the copying
+    GPU's own L2 saw the write, when its SDMA is a GL2 client; any other GPU may cache the memory non-coherently."""
     return copier is self and self.sdma_writes_through_l2
 
   def make_emulator(self) -> Any: raise NotImplementedError(f"{type(self).__name__}.make_emulator")

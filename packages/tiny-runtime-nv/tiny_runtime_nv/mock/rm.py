@@ -484,7 +484,8 @@ def _uvm_init(r: MockRM, p: Any) -> None:
   """uvm.c uvm_api_initialize: flags outside UVM_INIT_FLAGS_MASK, or a second INITIALIZE with other flags than the
   first, is NV_ERR_INVALID_ARGUMENT; the same flags again are fine."""
   if p.flags & ~UVM_INIT_FLAGS_MASK:
-    raise RMStatus(rm.NV_ERR_INVALID_ARGUMENT, f"UVM_INITIALIZE flags {p.flags:#x}: valid bits {UVM_INIT_FLAGS_MASK:#x}")
+    raise RMStatus(rm.NV_ERR_INVALID_ARGUMENT,
+                   f"UVM_INITIALIZE flags {p.flags:#x}: valid bits {UVM_INIT_FLAGS_MASK:#x}")
   if r.uvm_initialized and p.flags != r.uvm_init_flags:
     raise RMStatus(rm.NV_ERR_INVALID_ARGUMENT, f"UVM_INITIALIZE flags {p.flags:#x}: the VA space was initialized with "
                    f"{r.uvm_init_flags:#x}")

@@ -118,7 +118,8 @@ class MockKGSL:
     """adreno_drawctxt.c adreno_drawctxt_create: bits it does not know are dropped (the kept flags are written back);
     a context without both PREAMBLE and NO_GMEM_ALLOC is EINVAL ("legacy context switch not supported")."""
     a.flags &= KNOWN_CONTEXT_FLAGS
-    if a.flags & (kgsl.CONTEXT_PREAMBLE | kgsl.CONTEXT_NO_GMEM_ALLOC) != kgsl.CONTEXT_PREAMBLE | kgsl.CONTEXT_NO_GMEM_ALLOC:
+    need = kgsl.CONTEXT_PREAMBLE | kgsl.CONTEXT_NO_GMEM_ALLOC
+    if a.flags & need != need:
       raise OSError(22, f"DRAWCTXT_CREATE flags {a.flags:#x}: KGSL needs PREAMBLE (0x10) and NO_GMEM_ALLOC (0x2), "
                         "legacy context switching is not supported")
     a.drawctxt_id, self.next_id = self.next_id, self.next_id + 1
