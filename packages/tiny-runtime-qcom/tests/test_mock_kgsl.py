@@ -152,6 +152,24 @@ def test_gpuobj_alloc_and_context_flags_as_kgsl_decides(dev):
   _works(dev)
 
 
+def test_gpu_command_without_commands_is_a_marker(dev):
+  """kgsl.c _process_command_input: a GPU_COMMAND with no command objects (and no SYNC flag) is a marker, which
+  retires with the context's next timestamp; more than KGSL_MAX_NUMIBS objects is EINVAL."""
+  from tiny_runtime_qcom import kgsl
+  from tiny_runtime_qcom.kgsl import KGSLError
+  k = dev.kgsl
+  before = k.last_timestamp
+  m = k.ioctl("GPU_COMMAND", cmdlist=0, cmdsize=0, numcmds=0, context_id=k.ctx)
+  assert m.timestamp == before + 1
+  k.ioctl("DEVICE_WAITTIMESTAMP_CTXTID", context_id=k.ctx, timestamp=m.timestamp, timeout=10)
+  ts = k.ioctl("CMDSTREAM_READTIMESTAMP_CTXTID", context_id=k.ctx, type=kgsl.TIMESTAMP_RETIRED)
+  assert ts.timestamp == m.timestamp
+  k.last_timestamp = m.timestamp
+  with pytest.raises(KGSLError, match="GPU_COMMAND.*EINVAL"):
+    k.ioctl("GPU_COMMAND", cmdlist=0, cmdsize=0, numcmds=100001, context_id=k.ctx)
+  _works(dev)
+
+
 def test_power_constraint_context_and_setproperty(dev):
   """tinygrad 0.14's driver, which runs on real a630s, creates its context with KGSL_CONTEXT_PWR_CONSTRAINT and sets
   KGSL_PROP_PWR_CONSTRAINT (PWRLEVEL, PWR_MAX) on it: msm_kgsl.h defines both (the flag 0x800, the property 0x12 with
