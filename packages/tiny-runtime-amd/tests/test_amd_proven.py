@@ -48,10 +48,11 @@ def proven() -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def proven942() -> dict[str, Any]:
-  """The same on four mocked gfx942 (MI300, one XCC per node: tinygrad picks its PM4 queue, not AQL). Not the JIT:
-  tinygrad's HCQ graph reads an SDMA copy's output after an ACQUIRE_MEM without TC (L2) invalidation, which the mock
-  refuses on gfx9, whose SDMA v4.4.2 it does not treat as an L2 client (README, "tinygrad's driver on the mock")."""
-  return _run("gfx942", CASES[:-1])
+  """The same on four mocked gfx942 (MI300, one XCC per node: tinygrad picks its PM4 queue, not AQL), the JIT
+  included: tinygrad's HCQ graph reads an SDMA copy's output after an ACQUIRE_MEM without TC (L2) invalidation, which
+  is coherent on MI300 because its buffers are local VRAM (MTYPE_RW, gmc_v9_0.c gmc_v9_0_get_coherence_flags) whose L2
+  lines SDMA writes probe-invalidate (mmhub_v1_8.c mmhub_v1_8_init_snoop_override_regs); see mock/gfx9.py."""
+  return _run("gfx942", CASES)
 
 
 def _case(proven: dict[str, Any], name: str) -> dict[str, Any]:
@@ -144,6 +145,18 @@ def test_gfx942_device_copy_and_kernels(proven942):
   m = _case(proven942, "matmul")
   ma, mb = np.array(m["a"], np.float32), np.array(m["b"], np.float32)
   np.testing.assert_allclose(np.array(m["out"], np.float32), ma @ mb, rtol=1e-5, atol=1e-5)
+
+
+def test_gfx942_tinyjit_replay_through_hcq_graph(proven942):
+  """gfx942: tinygrad's HCQGraph replays (a full barrier, the wait for the input copies, then per kernel an ACQUIRE_MEM
+  of K$ and TCL1 only) run on the mock's MI300 cache model; each replay vs numpy."""
+  r = _case(proven942, "jit")
+  assert r["graphs"] == ["HCQGraph"]
+  timelines = [run["timeline"] for run in r["runs"]]
+  assert timelines == sorted(set(timelines)), f"the device timeline must advance on every replay: {timelines}"
+  for run in r["runs"]:
+    a, b = np.array(run["a"], np.float32), np.array(run["b"], np.float32)
+    np.testing.assert_allclose(np.array(run["out"], np.float32), (a * b + 1).sum(axis=0), rtol=1e-5, atol=1e-5)
 
 
 # the entries of the two drivers' streams whose counts differ: each is a row of the README's table

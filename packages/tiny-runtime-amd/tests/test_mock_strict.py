@@ -318,9 +318,12 @@ def test_memory_rules(h):
   with pytest.raises(KFDError, match="overlaps"):
     h.iface.ioctl("ALLOC_MEMORY_OF_GPU", va_addr=buf.va_addr, size=0x1000, gpu_id=h.iface.node.gpu_id,
                   flags=kfd.ALLOC_VRAM)
-  with pytest.raises(KFDError, match="must name one of VRAM, GTT, USERPTR"):
+  with pytest.raises(KFDError, match="name no domain"):
     h.iface.ioctl("ALLOC_MEMORY_OF_GPU", va_addr=0x7000_0000_0000, size=0x1000, gpu_id=h.iface.node.gpu_id,
-                  flags=kfd.ALLOC_VRAM | kfd.ALLOC_GTT)
+                  flags=kfd.ALLOC_WRITABLE)
+  with pytest.raises(KFDError, match="USERPTR without the user address"):
+    h.iface.ioctl("ALLOC_MEMORY_OF_GPU", va_addr=0x7000_0000_0000, size=0x1000, gpu_id=h.iface.node.gpu_id,
+                  flags=kfd.ALLOC_USERPTR, mmap_offset=0)
   other = MockKFD()  # a GPU whose VM nobody acquired refuses memory
   with pytest.raises(KFDError, match="before its ACQUIRE_VM"):
     Harness(drv=other).iface.ioctl("ALLOC_MEMORY_OF_GPU", va_addr=0x7000_0000_0000, size=0x1000,
@@ -378,3 +381,57 @@ def test_gfx942s_sdma_fence_has_no_mtype_field():
     h.sdma(AMDCopyQueue().fence(sig.addr, 1).resolved())  # the SDMA v6 header
   h.sdma(AMDCopyQueue9().fence(sig.addr, 2).resolved())
   assert sig.value == 2
+
+
+# ***** CREATE_QUEUE's buffers (kfd_queue.c kfd_queue_acquire_buffers / kfd_queue_buffer_get) *****
+def _queue_args(h: Harness, ring_alloc: int = 0x1000, ring_size: int = 0x1000, ptr_alloc: int = 0x1000,
+                ptr_offset: int = 0) -> dict:
+  ring, ptrs = h.iface.alloc(ring_alloc, host=True), h.iface.alloc(ptr_alloc, host=True)
+  return dict(ring_base_address=ring.va_addr, ring_size=ring_size, queue_type=SDMA, queue_percentage=100,
+              queue_priority=7, read_pointer_address=ptrs.va_addr + ptr_offset,
+              write_pointer_address=ptrs.va_addr + ptr_offset + 8)
+
+
+@pytest.mark.parametrize("kw, match", [
+  (dict(ring_alloc=0x2000), "the ring BO at .* is 0x2000 bytes; KFD wants exactly 0x1000"),
+  (dict(ptr_alloc=0x2000), "the write pointer BO at .* is 0x2000 bytes; KFD wants exactly 0x1000"),
+  (dict(ptr_alloc=0x2000, ptr_offset=0x1000), "the write pointer at .* is not in the first page of a BO")])
+def test_queue_buffers_must_be_whole_bos(h, kw, match):
+  """kfd_queue_buffer_get: the ring is a BO of exactly ring_size bytes, each pointer a one-page BO (its first page)."""
+  with pytest.raises(KFDError, match=match): h.iface.create_queue(**_queue_args(h, **kw))
+  h.iface.create_queue(**_queue_args(h))  # the same with whole BOs
+
+
+def test_compute_queue_eop_and_cwsr_bos_follow_kfd():
+  """The EOP buffer is a BO of exactly eop_buffer_size; ctx_save_restore_size may exceed the node's cwsr_size (KFD
+  refuses only less), the CWSR BO then being ALIGN((that + debug_memory_size) * num_xcc, PAGE)."""
+  h = Harness()
+  cw = h.iface.node.cwsr
+  base = _queue_args(h)
+  base.update(queue_type=PM4, ctl_stack_size=cw.ctl_stack_size)
+  def args(eop_alloc: int, ctx_size: int, ctx_alloc: int) -> dict:
+    eop, ctx = h.iface.alloc(eop_alloc), h.iface.alloc(ctx_alloc, host=True)
+    return {**base, "eop_buffer_address": eop.va_addr, "eop_buffer_size": cw.eop_buffer_size,
+            "ctx_save_restore_address": ctx.va_addr, "ctx_save_restore_size": ctx_size}
+  bigger = cw.ctx_save_restore_size + 0x3000
+  want = (bigger + cw.debug_memory_size + 0xFFF) // 0x1000 * 0x1000  # one XCC
+  assert kfd.cwsr_alloc_size(bigger, cw) == want == cw.alloc_size + 0x3000
+  with pytest.raises(KFDError, match="the EOP buffer BO at .* is 0x2000 bytes; KFD wants exactly 0x1000"):
+    h.iface.create_queue(**args(0x2000, cw.ctx_save_restore_size, cw.alloc_size))
+  with pytest.raises(KFDError, match="ctx_save_restore_size .* is less than the node's cwsr_size"):
+    h.iface.create_queue(**args(0x1000, cw.ctx_save_restore_size - 0x1000, cw.alloc_size))
+  with pytest.raises(KFDError, match=f"need {want:#x}"):
+    h.iface.create_queue(**args(0x1000, bigger, cw.alloc_size))  # the BO sized for the node's cwsr_size
+  q = h.iface.create_queue(**args(0x1000, bigger, want))
+  assert h.drv.queues[q.queue_id].cwsr
+
+
+def test_doorbell_mmap_is_the_whole_slice(h):
+  """kfd_doorbell_mmap maps the process's whole doorbell slice (8 KiB on SOC15) or nothing (EINVAL)."""
+  q = h.iface.create_queue(**_queue_args(h))
+  off = q.doorbell_offset & ~0x1FFF
+  for size in (0x1000, 0x4000):
+    with pytest.raises(OSError, match="whole 0x2000-byte process doorbell slice") as e:
+      h.iface.kfd.mmap(0, size, 3, 1, off)
+    assert e.value.errno == 22
+  assert h.iface.kfd.mmap(0, 0x2000, 3, 1, off)

@@ -71,6 +71,8 @@ SIGNAL_EVENT_LIMIT = 4096  # KFD_SIGNAL_EVENT_LIMIT: slots in the event page, 8 
 ALLOC_VRAM, ALLOC_GTT, ALLOC_USERPTR, ALLOC_DOORBELL = 1 << 0, 1 << 1, 1 << 2, 1 << 3
 ALLOC_WRITABLE, ALLOC_EXECUTABLE, ALLOC_PUBLIC = 1 << 31, 1 << 30, 1 << 29
 ALLOC_NO_SUBSTITUTE, ALLOC_AQL_QUEUE_MEM, ALLOC_COHERENT, ALLOC_UNCACHED = 1 << 28, 1 << 27, 1 << 26, 1 << 25
+ALLOC_MMIO_REMAP, ALLOC_EXT_COHERENT = 1 << 4, 1 << 24  # KFD_IOC_ALLOC_MEM_FLAGS_MMIO_REMAP / _EXT_COHERENT
+MIN_QUEUE_RING_SIZE = 1024  # KFD_MIN_QUEUE_RING_SIZE: CREATE_QUEUE clamps a smaller (power of 2 or 0) ring to it
 RUNTIME_ENABLE_MODE_ENABLE_MASK, RUNTIME_ENABLE_MODE_TTMP_SAVE_MASK = 1, 2
 
 _IOW, _IOR, _IOWR = 1, 2, 3
@@ -166,6 +168,12 @@ CTX_HEADER_SIZE = 40  # sizeof(HsaUserContextSaveAreaHeader)
 
 
 def _align(x: int, a: int) -> int: return (x + a - 1) // a * a
+
+
+def cwsr_alloc_size(ctx_save_restore_size: int, cw: CWSRSizes) -> int:
+  """The CWSR BO KFD requires for a queue asking `ctx_save_restore_size` (kfd_queue.c kfd_queue_acquire_buffers:
+  ALIGN((ctx_save_restore_area_size + debug_memory_size) * NUM_XCC, PAGE_SIZE))."""
+  return _align((ctx_save_restore_size + cw.debug_memory_size) * cw.num_xcc, PAGE)
 
 
 def cwsr_sizes(props: dict[str, int]) -> CWSRSizes | None:

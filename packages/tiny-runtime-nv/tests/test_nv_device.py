@@ -172,6 +172,29 @@ def test_mock_rejects_qmd_fields_out_of_range():
   assert out.numpy().tolist() == [0.0] * 256  # nothing ran
 
 
+def test_mock_rejects_what_the_hardware_and_driver_tables_forbid():
+  """One case per launch-rule family, each with its source (mock/gpu.py cites them): the SM version nibbles
+  (SASS_VERSION), the block limits of the CUDA guide's technical specifications, the shared-memory carveout encoding
+  (Mesa gv100_sm_config_smem_size: KiB / 4 + 1) and the SM's carveout maximum, and constant bank 0's driver area
+  (the shared and local windows at bytes 0x18 and 0x20)."""
+  dev = Device["MOCK+NV"]  # an H200: sm_90, 227 KB of shared memory a block
+  spec, prg = _add_kernel(dev, name="E_rules")
+  ins = _bufs("MOCK+NV", np.ones(256, np.float32), np.ones(256, np.float32))
+  out = _bufs("MOCK+NV", np.zeros(256, np.float32))[0]
+  _rejected(dev, _launch_qmd(dev, prg, spec, out, ins, SASS_VERSION=0x80), r"SASS_VERSION 0x80; this GPU runs 0x90")
+  _rejected(dev, _launch_qmd(dev, prg, spec, out, ins, CTA_THREAD_DIMENSION0=1025), r"<= 1024 threads")
+  # 8 KiB of shared memory in a carveout of target 2 (4 KiB): too small; a max of 63 (248 KiB): beyond the SM
+  _rejected(dev, _launch_qmd(dev, prg, spec, out, ins, SHARED_MEMORY_SIZE=8192, MIN_SM_CONFIG_SHARED_MEM_SIZE=1,
+                             TARGET_SM_CONFIG_SHARED_MEM_SIZE=2), r"carveout min 1 <= target 2 <= max")
+  _rejected(dev, _launch_qmd(dev, prg, spec, out, ins, MAX_SM_CONFIG_SHARED_MEM_SIZE=63), r"carveout .* max 63")
+  base = dev.kernargs_alloc(prg.args_layout(3, 0).size)
+  prg.fill_args(base, [out._buf.va_addr] + [b._buf.va_addr for b in ins], [])
+  prg.fill_launch(base, spec.global_size, spec.local_size)
+  ctypes.c_uint64.from_address(base + 0x18).value ^= 0x1000  # the shared window, moved
+  _rejected(dev, NVComputeQueue().launch(base + prg.cb0_size), r"constant bank 0 holds windows")
+  assert out.numpy().tolist() == [0.0] * 256  # nothing ran
+
+
 def test_an_unsupported_driver_is_a_clear_error(monkeypatch):
   from tiny_runtime_nv.device import NVDevice
   from tiny_runtime_nv.mock import rm as mrm

@@ -1,7 +1,9 @@
 """The mock RM/UVM driver accepts what the real one accepts, where tinygrad 0.14's NV driver showed it did not (each
 case decided from NVIDIA's open-gpu-kernel-modules, cited in `tiny_runtime_nv/mock/rm.py`): alloc parameter blocks are
 sized by their class, not by NVOS21.paramsSize; memory may be freed in RM while UVM still maps it; the pointer form of
-the GPU class list; the GA102 mock GPU with the classes its class list in the kernel source names."""
+the GPU class list; the GA102 mock GPU with the classes its class list in the kernel source names; UVM_INITIALIZE
+with the flags uvm_api_initialize accepts; UVM calls that need a registered GPU or GPU VA space refuse with
+NV_ERR_INVALID_DEVICE."""
 from __future__ import annotations
 
 import pytest
@@ -80,3 +82,36 @@ def test_ga102_mock_gpu_classes():
   ga102 = GPUS[2]
   assert GA102_CLASSES <= set(ga102.classes) and ga102.sm_version == 0x806 and ga102.pci_device_id == 0x2204
   assert rm.HOPPER_COMPUTE_A not in ga102.classes and rm.AMPERE_COMPUTE_A not in ga102.classes
+
+
+def test_uvm_initialize_flags():
+  # uvm.c uvm_api_initialize: any flags within UVM_INIT_FLAGS_MASK (0x3: DISABLE_HMM, MULTI_PROCESS_SHARING_MODE);
+  # others, or re-initializing with different flags, are NV_ERR_INVALID_ARGUMENT
+  from types import SimpleNamespace
+
+  from tiny_runtime_nv.mock.rm import UVM, MockRM, RMStatus
+  r = MockRM()
+  UVM[rm.UVM_INITIALIZE](r, SimpleNamespace(flags=0x1))
+  UVM[rm.UVM_INITIALIZE](r, SimpleNamespace(flags=0x1))  # the same flags again
+  for flags in (0x0, 0x4):
+    with pytest.raises(RMStatus) as e: UVM[rm.UVM_INITIALIZE](r, SimpleNamespace(flags=flags))
+    assert e.value.status == rm.NV_ERR_INVALID_ARGUMENT
+  UVM[rm.UVM_INITIALIZE](MockRM(), SimpleNamespace(flags=0x3))
+
+
+def test_uvm_calls_that_need_a_registered_gpu():
+  # uvm_va_space_register_gpu_va_space: the GPU must be registered (UVM_REGISTER_GPU); uvm_register_channel and
+  # uvm_map_external_allocation: it must have a GPU VA space. Otherwise NV_ERR_INVALID_DEVICE.
+  from tiny_runtime_nv.mock.rm import UVM, MockRM, RMStatus
+  r = MockRM()
+
+  def params(cmd: int, field: str = "gpuUuid"):
+    p = r.ffi.new(f"{rm.UVM_IOCTLS[cmd]} *")
+    r.ffi.memmove(getattr(p, field).uuid, r.gpus[0].uuid, 16)
+    return p
+  for cmd in (rm.UVM_REGISTER_GPU_VASPACE, rm.UVM_REGISTER_CHANNEL):
+    with pytest.raises(RMStatus) as e: UVM[cmd](r, params(cmd))
+    assert e.value.status == rm.NV_ERR_INVALID_DEVICE, hex(cmd)
+  UVM[rm.UVM_REGISTER_GPU](r, params(rm.UVM_REGISTER_GPU, "gpu_uuid"))  # registered, but no GPU VA space yet
+  with pytest.raises(RMStatus) as e: UVM[rm.UVM_REGISTER_CHANNEL](r, params(rm.UVM_REGISTER_CHANNEL))
+  assert e.value.status == rm.NV_ERR_INVALID_DEVICE

@@ -131,6 +131,45 @@ def test_kgsl_ioctls_check_their_arguments(dev):
   _works(dev)
 
 
+def test_gpuobj_alloc_and_context_flags_as_kgsl_decides(dev):
+  """kgsl.c kgsl_ioctl_gpuobj_alloc / gpumem_alloc_entry: any size from 1 byte to UINT_MAX (rounded up to pages, the
+  size and mmapsize written back), unknown flag bits dropped; adreno_drawctxt_create: unknown bits dropped, but a
+  context without PREAMBLE and NO_GMEM_ALLOC is EINVAL (no legacy context switching)."""
+  from tiny_runtime_qcom import kgsl
+  from tiny_runtime_qcom.kgsl import KGSLError
+  k = dev.kgsl
+  obj = k.ioctl("GPUOBJ_ALLOC", size=100, flags=kgsl.MEMFLAGS_USE_CPU_MAP | 1 << 40, mmapsize=0)
+  assert (obj.size, obj.mmapsize, obj.flags) == (0x1000, 0x1000, kgsl.MEMFLAGS_USE_CPU_MAP)
+  k.ioctl("GPUOBJ_FREE", id=obj.id)
+  for size in (0, 1 << 32):
+    with pytest.raises(KGSLError, match="GPUOBJ_ALLOC.*EINVAL"):
+      k.ioctl("GPUOBJ_ALLOC", size=size, flags=kgsl.MEMFLAGS_USE_CPU_MAP)
+  with pytest.raises(KGSLError, match="DRAWCTXT_CREATE.*EINVAL"):
+    k.ioctl("DRAWCTXT_CREATE", flags=kgsl.CONTEXT_PREAMBLE)  # NO_GMEM_ALLOC missing
+  ctx = k.ioctl("DRAWCTXT_CREATE", flags=kgsl.CONTEXT_PREAMBLE | kgsl.CONTEXT_NO_GMEM_ALLOC | 1 << 31)
+  assert ctx.flags == kgsl.CONTEXT_PREAMBLE | kgsl.CONTEXT_NO_GMEM_ALLOC
+  k.ioctl("DRAWCTXT_DESTROY", drawctxt_id=ctx.drawctxt_id)
+  _works(dev)
+
+
+def test_gpu_command_without_commands_is_a_marker(dev):
+  """kgsl.c _process_command_input: a GPU_COMMAND with no command objects (and no SYNC flag) is a marker, which
+  retires with the context's next timestamp; more than KGSL_MAX_NUMIBS objects is EINVAL."""
+  from tiny_runtime_qcom import kgsl
+  from tiny_runtime_qcom.kgsl import KGSLError
+  k = dev.kgsl
+  before = k.last_timestamp
+  m = k.ioctl("GPU_COMMAND", cmdlist=0, cmdsize=0, numcmds=0, context_id=k.ctx)
+  assert m.timestamp == before + 1
+  k.ioctl("DEVICE_WAITTIMESTAMP_CTXTID", context_id=k.ctx, timestamp=m.timestamp, timeout=10)
+  ts = k.ioctl("CMDSTREAM_READTIMESTAMP_CTXTID", context_id=k.ctx, type=kgsl.TIMESTAMP_RETIRED)
+  assert ts.timestamp == m.timestamp
+  k.last_timestamp = m.timestamp
+  with pytest.raises(KGSLError, match="GPU_COMMAND.*EINVAL"):
+    k.ioctl("GPU_COMMAND", cmdlist=0, cmdsize=0, numcmds=100001, context_id=k.ctx)
+  _works(dev)
+
+
 def test_power_constraint_context_and_setproperty(dev):
   """tinygrad 0.14's driver, which runs on real a630s, creates its context with KGSL_CONTEXT_PWR_CONSTRAINT and sets
   KGSL_PROP_PWR_CONSTRAINT (PWRLEVEL, PWR_MAX) on it: msm_kgsl.h defines both (the flag 0x800, the property 0x12 with
@@ -143,7 +182,8 @@ def test_power_constraint_context_and_setproperty(dev):
   from tiny_runtime_qcom import kgsl
   from tiny_runtime_qcom.kgsl import KGSLError
   k, tk = dev.kgsl, oracle.kgsl()
-  ctx = k.ioctl("DRAWCTXT_CREATE", flags=tk.KGSL_CONTEXT_PWR_CONSTRAINT | tk.KGSL_CONTEXT_PREAMBLE).drawctxt_id
+  ctx = k.ioctl("DRAWCTXT_CREATE", flags=tk.KGSL_CONTEXT_PWR_CONSTRAINT | tk.KGSL_CONTEXT_PREAMBLE |
+                tk.KGSL_CONTEXT_NO_GMEM_ALLOC).drawctxt_id
 
   def setprop(ctx_id: int, typ: int, level: int, size: int = 4, total: int | None = None) -> None:
     lvl = tk.struct_kgsl_device_constraint_pwrlevel(level=level)

@@ -126,10 +126,14 @@ class MockKFD:
     if (a := self.allocs.get(handle)) is None: raise _err(errno.EINVAL, f"{what}: unknown handle {handle:#x}")
     return a
 
+  def alloc_at(self, addr: int) -> MockAlloc | None:
+    """The allocation `addr` lies in, or None."""
+    i = bisect.bisect_right(self.va_starts, addr) - 1
+    return a if i >= 0 and addr < (a := self.by_va[self.va_starts[i]]).va + a.size else None
+
   def host_visible(self, addr: int) -> bool:
     """Whether `addr` lies in memory the host can read (GTT, userptr or CPU-visible VRAM)."""
-    i = bisect.bisect_right(self.va_starts, addr) - 1
-    return i >= 0 and addr < (a := self.by_va[self.va_starts[i]]).va + a.size and a.host_visible
+    return (a := self.alloc_at(addr)) is not None and a.host_visible
 
   # ***** ioctls: each takes the decoded cffi struct and fills its outputs *****
   def ioctl(self, name: str, a: Any) -> None:
@@ -160,31 +164,33 @@ class MockKFD:
   def _alloc_memory_of_gpu(self, a: Any) -> None:
     g = self.gpu(a.gpu_id, "ALLOC_MEMORY_OF_GPU")
     if g.vm_fd is None: raise _err(errno.EINVAL, f"ALLOC_MEMORY_OF_GPU on {g.name} before its ACQUIRE_VM")
+    # kfd_ioctl_alloc_memory_of_gpu refuses size 0; an unaligned va fails when amdgpu_vm_bo_map maps it (the mock
+    # refuses it here, at once)
     if a.size == 0 or a.va_addr % 0x1000:
       raise _err(errno.EINVAL, f"ALLOC_MEMORY_OF_GPU: va {a.va_addr:#x} / size {a.size:#x}; the va must be page "
                  "aligned and the size nonzero")
     size = (a.size + 0xFFF) & ~0xFFF  # amdgpu_amdkfd_gpuvm_alloc_memory_of_gpu: aligned_size = PAGE_ALIGN(size)
-    domains = a.flags & (kfd.ALLOC_VRAM | kfd.ALLOC_GTT | kfd.ALLOC_USERPTR | kfd.ALLOC_DOORBELL | 0x10)
-    if domains not in (kfd.ALLOC_VRAM, kfd.ALLOC_GTT, kfd.ALLOC_USERPTR):
-      raise _err(errno.EINVAL, f"ALLOC_MEMORY_OF_GPU: flags {a.flags:#x} must name one of VRAM, GTT, USERPTR")
+    flags = a.flags & ~ALLOC_DOMAINS | _alloc_domain(a)
+    # amdgpu_vm_bo_map refuses a VA range that overlaps another BO's mapping ("conflict with", EINVAL; at map time)
     i = bisect.bisect_right(self.va_starts, a.va_addr)
     for o in (self.by_va[s] for s in self.va_starts[max(i - 1, 0):i + 1]):  # the neighbours below and above
       if o.va < a.va_addr + size and a.va_addr < o.va + o.size:
         raise _err(errno.EINVAL, f"ALLOC_MEMORY_OF_GPU: [{a.va_addr:#x}, +{size:#x}) overlaps handle {o.handle:#x}")
-    if not a.flags & kfd.ALLOC_USERPTR:  # back the reserved VA with memory (the GPU and the host share it)
+    if not flags & kfd.ALLOC_USERPTR:  # back the reserved VA with memory (the GPU and the host share it)
       FileIOInterface.anon_mmap(a.va_addr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED)
     a.handle = (g.gpu_id << 32) | self.next_idr  # MAKE_HANDLE(gpu_id, idr handle)
     a.mmap_offset = self.next_idr << 20         # where the render node maps it (a DRM fake offset)
     self.next_idr += 1
-    self.allocs[a.handle] = self.by_va[a.va_addr] = MockAlloc(a.handle, a.va_addr, size, a.flags, g, a.mmap_offset)
+    self.allocs[a.handle] = self.by_va[a.va_addr] = MockAlloc(a.handle, a.va_addr, size, flags, g, a.mmap_offset)
     bisect.insort(self.va_starts, a.va_addr)
 
   def _free_memory_of_gpu(self, a: Any) -> None:
     m = self.alloc_of(a.handle, "FREE_MEMORY_OF_GPU")
-    if m.mapped:
+    if m is self.event_page:  # kfd_ioctl_free_memory_of_gpu, first: "Free signal BO is not allowed" (EPERM)
+      raise _err(errno.EPERM, "FREE_MEMORY_OF_GPU: the event page (signal BO) is freed only with the process")
+    if m.mapped:  # amdgpu_amdkfd_gpuvm_free_memory_of_gpu: "BO VA ... is still mapped" (EBUSY)
       raise _err(errno.EBUSY, f"FREE_MEMORY_OF_GPU: handle {a.handle:#x} is still mapped to "
                  f"{sorted(map(hex, m.mapped))}")
-    if m is self.event_page: raise _err(errno.EBUSY, "FREE_MEMORY_OF_GPU: the event page is in use")
     del self.allocs[a.handle], self.by_va[m.va]
     self.va_starts.remove(m.va)
 
@@ -216,30 +222,35 @@ class MockKFD:
     if a.queue_type not in (kfd.QUEUE_TYPE_COMPUTE, kfd.QUEUE_TYPE_SDMA):
       raise _err(errno.EINVAL, f"CREATE_QUEUE: the {g.arch} mock models PM4 compute (0) and SDMA (1) queues, not "
                  f"type {a.queue_type}")
-    if a.ring_size < 1024 or a.ring_size & (a.ring_size - 1):
-      raise _err(errno.EINVAL, f"CREATE_QUEUE: ring size {a.ring_size} is not a power of 2 >= 1024")
+    # kfd_chardev.c set_queue_properties_from_user: "Ring size must be a power of 2 or 0" (EINVAL); a smaller one is
+    # clamped to KFD_MIN_QUEUE_RING_SIZE (1024 bytes, kfd_ioctl.h), not refused
+    if a.ring_size & (a.ring_size - 1):
+      raise _err(errno.EINVAL, f"CREATE_QUEUE: ring size {a.ring_size} is not a power of 2 (or 0)")
+    ring_size = a.ring_size = max(a.ring_size, kfd.MIN_QUEUE_RING_SIZE)  # written back: the args are _IOWR
     # kfd_chardev.c set_queue_properties_from_user: bits 7:0 the percentage (<= KFD_MAX_QUEUE_PERCENTAGE), bits 15:8
     # the XCC a PM4 queue runs on in a multi-XCC partition ("unlike AQL queues, the PM4 queue will be only processed
     # in one XCC", amdkfd "Add PM4 target XCC"; kfd_mqd_manager_v9.c init_mqd_v9_4_3 pm4_target_xcc_in_xcp)
     pct, xcc = a.queue_percentage & 0xFF, (a.queue_percentage >> 8) & 0xFF
-    if pct > 100 or a.queue_priority > 15:
+    if pct > 100 or a.queue_priority > 15:  # KFD_MAX_QUEUE_PERCENTAGE, KFD_MAX_QUEUE_PRIORITY (kfd_ioctl.h): EINVAL
       raise _err(errno.EINVAL, f"CREATE_QUEUE: percentage {pct} / priority {a.queue_priority}; "
                  "valid: <= 100 / <= 15")
     n_xcc = max(g.props.get("num_xcc", 1), 1)
     if a.queue_type == kfd.QUEUE_TYPE_COMPUTE and xcc >= n_xcc:  # KFD passes it on unchecked; no XCC has that index
       raise _err(errno.EINVAL, f"CREATE_QUEUE: PM4 target XCC {xcc} (queue_percentage bits 15:8); {g.name} has "
                  f"XCCs 0..{n_xcc - 1}")
-    try:
-      g.check(a.ring_base_address, a.ring_size, "ring")
-      g.check(a.read_pointer_address, 8, "read pointer")
-      g.check(a.write_pointer_address, 8, "write pointer")
-    except GPUPageFault as e: raise _err(errno.EINVAL, f"CREATE_QUEUE: {e}") from e
+    # kfd_queue.c kfd_queue_acquire_buffers: the write and read pointers each in a one-page BO, the ring a BO of
+    # exactly ring_size bytes (kfd_queue_buffer_get; a ring under a page is checked for its start only)
+    g.check_queue_buffer(a.write_pointer_address, kfd.PAGE, "write pointer")
+    g.check_queue_buffer(a.read_pointer_address, kfd.PAGE, "read pointer")
+    g.check_queue_buffer(a.ring_base_address, ring_size, "ring")
     if a.queue_type == kfd.QUEUE_TYPE_COMPUTE: g.check_compute_queue(a)
     qid, slot = self.next_queue, g.next_doorbell
     self.next_queue, g.next_doorbell = qid + 1, slot + 1
     a.queue_id = qid
+    # kfd_chardev.c kfd_ioctl_create_queue: KFD_MMAP_TYPE_DOORBELL | KFD_MMAP_GPU_ID(gpu_id), and on SOC15 the byte
+    # offset of the queue's 64-bit doorbell in the process's 2-page doorbell slice (pqm_create_queue)
     a.doorbell_offset = (DOORBELL_MMAP_TYPE << 62) | (g.gpu_id << 46) | (slot * 8)
-    self.queues[qid] = MockQueue(qid, a.queue_type, g, a.ring_base_address, a.ring_size, a.write_pointer_address,
+    self.queues[qid] = MockQueue(qid, a.queue_type, g, a.ring_base_address, ring_size, a.write_pointer_address,
                                  a.read_pointer_address, ctypes.addressof(g.doorbells) + slot * 8,
                                  cwsr=a.queue_type == kfd.QUEUE_TYPE_COMPUTE and bool(a.ctx_save_restore_address),
                                  xcc=xcc if a.queue_type == kfd.QUEUE_TYPE_COMPUTE else 0)
@@ -257,13 +268,18 @@ class MockKFD:
       raise _err(errno.EINVAL, f"CREATE_EVENT: event type {a.event_type}; the mock models signal (0), hardware "
                  "exception (3) and memory (8) events")
     if a.event_page_offset:
+      # kfd_events.c kfd_kmap_event_page: "Event page is already set" (EINVAL); the handle names the BO
       if self.event_page is not None: raise _err(errno.EINVAL, "CREATE_EVENT: the event page is already set")
       m = self.alloc_of(a.event_page_offset, "CREATE_EVENT event_page_offset")
-      if m.size < kfd.SIGNAL_EVENT_LIMIT * 8:
+      if m.size < kfd.SIGNAL_EVENT_LIMIT * 8:  # kfd_events.c kfd_event_page_set: KFD_SIGNAL_EVENT_LIMIT 8-byte slots
         raise _err(errno.EINVAL, f"CREATE_EVENT: an event page of {m.size:#x} bytes; it needs "
                    f"{kfd.SIGNAL_EVENT_LIMIT * 8:#x}")
-      if not m.flags & kfd.ALLOC_GTT:
-        raise _err(errno.EINVAL, "CREATE_EVENT: the event page must be GTT (host) memory: KFD maps it into the kernel")
+      # kfd_events.c kfd_kmap_event_page -> amdgpu_amdkfd_gpuvm_map_gtt_bo_to_kernel: "userptr can't be mapped to
+      # kernel" (EINVAL); any other BO is pinned in AMDGPU_GEM_DOMAIN_GTT (a VRAM BO, whose allowed domains include
+      # GTT, moves there) and kmapped
+      if m.flags & kfd.ALLOC_USERPTR:
+        raise _err(errno.EINVAL, "CREATE_EVENT: the event page is a userptr allocation, which KFD cannot map into the "
+                   "kernel (amdgpu_amdkfd_gpuvm_map_gtt_bo_to_kernel); allocate it as GTT")
       ctypes.memset(m.va, 0xFF, kfd.SIGNAL_EVENT_LIMIT * 8)  # every slot UNSIGNALED_EVENT_SLOT
       self.event_page = m
     eid = next(i for i in range(kfd.SIGNAL_EVENT_LIMIT) if i not in self.events)
@@ -325,6 +341,25 @@ class MockKFD:
     return ("Blocked: " + "; ".join(stuck)) if stuck else \
       "Every queue is drained: the work that should have signaled never raised an interrupt with the event's mailbox " \
       "slot written (RELEASE_MEM INT_SEL / SDMA TRAP after the signal write)"
+
+
+ALLOC_DOMAINS = kfd.ALLOC_VRAM | kfd.ALLOC_GTT | kfd.ALLOC_USERPTR | kfd.ALLOC_DOORBELL | kfd.ALLOC_MMIO_REMAP
+
+
+def _alloc_domain(a: Any) -> int:
+  """The one domain flag an ALLOC_MEMORY_OF_GPU gets, in amdgpu_amdkfd_gpuvm_alloc_memory_of_gpu's order: VRAM, else
+  GTT, else USERPTR (which needs the user address in mmap_offset), else DOORBELL / MMIO_REMAP (not modelled), else
+  EINVAL."""
+  for bit in (kfd.ALLOC_VRAM, kfd.ALLOC_GTT):
+    if a.flags & bit: return bit
+  if a.flags & kfd.ALLOC_USERPTR:
+    if not a.mmap_offset:
+      raise _err(errno.EINVAL, "ALLOC_MEMORY_OF_GPU: USERPTR without the user address in mmap_offset")
+    return kfd.ALLOC_USERPTR
+  if a.flags & (kfd.ALLOC_DOORBELL | kfd.ALLOC_MMIO_REMAP):
+    raise _err(errno.EINVAL, f"ALLOC_MEMORY_OF_GPU: flags {a.flags:#x}: DOORBELL / MMIO_REMAP BOs are not modelled")
+  raise _err(errno.EINVAL, f"ALLOC_MEMORY_OF_GPU: flags {a.flags:#x} name no domain (VRAM, GTT, USERPTR, DOORBELL, "
+             "MMIO_REMAP)")
 
 
 def _ioctl_detail(name: str, a: Any) -> str:
@@ -389,7 +424,11 @@ class MockFileIO(FileIOInterface):
     drv = self.drv
     if self.path == kfd.KFD_PATH and offset >> 62 == DOORBELL_MMAP_TYPE:
       g = drv.gpu((offset >> 46) & 0xFFFF, "doorbell mmap")
-      if size > ctypes.sizeof(g.doorbells): raise OSError(errno.EINVAL, f"doorbell mmap of {size:#x} bytes")
+      # kfd_doorbell.c kfd_doorbell_mmap: only the whole process doorbell slice (kfd_doorbell_process_slice: 1024
+      # 64-bit doorbells, 8 KiB on SOC15) can be mapped, else EINVAL
+      if size != ctypes.sizeof(g.doorbells):
+        raise OSError(errno.EINVAL, f"doorbell mmap of {size:#x} bytes; KFD maps the whole "
+                                    f"{ctypes.sizeof(g.doorbells):#x}-byte process doorbell slice only")
       return ctypes.addressof(g.doorbells)
     if self.path.startswith("/dev/dri/renderD"):
       with drv.lock:  # as the ioctls that add and free allocations (other threads allocate meanwhile)

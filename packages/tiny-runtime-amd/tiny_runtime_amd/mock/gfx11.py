@@ -114,22 +114,36 @@ class GFX11(MockGPU):
 
   def make_emulator(self) -> Any: return Emulator(CheckedMemory(self))
 
+  def l2_coherent_after_sdma_write(self, copier: MockGPU, alloc: Any) -> bool:
+    """gfx11 (GC 11.0.0): SDMA v6 writes through its own GPU's GL2, so that GL2 stays valid. Another GPU's GL2 holds
+    no line of a BO mapped MTYPE_UC, which gmc_v11_0.c gmc_v11_0_get_vm_pte gives COHERENT, EXT_COHERENT and
+    UNCACHED BOs; any other BO is MTYPE_NC there (cached, not coherent), so that GL2 may be stale."""
+    if copier is self and self.sdma_writes_through_l2: return True
+    uc = kfd.ALLOC_COHERENT | kfd.ALLOC_EXT_COHERENT | kfd.ALLOC_UNCACHED
+    return alloc is not None and bool(alloc.flags & uc)
+
   def check_compute_queue(self, a: Any) -> None:
-    """What kfd_queue_acquire_buffers checks: the EOP and CWSR sizes equal the node's, and the CWSR area is one
-    allocation of exactly (cwsr + debug) * num_xcc bytes, page aligned, mapped into this GPU."""
+    """What kfd_queue.c kfd_queue_acquire_buffers checks of a compute queue (node sizes from
+    kfd_queue_ctx_save_restore_size, `kfd.cwsr_sizes`): an EOP buffer, when given, of exactly the node's
+    eop_buffer_size in a BO of that size; ctl_stack_size equal to the node's; ctx_save_restore_size at least the
+    node's cwsr_size; the CWSR area one BO of exactly ALIGN((ctx_save_restore_size + debug_memory_size) * num_xcc,
+    PAGE) bytes."""
     cw = kfd.cwsr_sizes(self.props)
     assert cw is not None
-    if a.eop_buffer_address and a.eop_buffer_size != cw.eop_buffer_size:
-      raise OSError(22, f"CREATE_QUEUE: eop_buffer_size {a.eop_buffer_size:#x}, node needs {cw.eop_buffer_size:#x}")
+    if a.eop_buffer_address:
+      if a.eop_buffer_size != cw.eop_buffer_size:
+        raise OSError(22, f"CREATE_QUEUE: eop_buffer_size {a.eop_buffer_size:#x}, node needs {cw.eop_buffer_size:#x}")
+      self.check_queue_buffer(a.eop_buffer_address, a.eop_buffer_size, "EOP buffer")
     if a.ctl_stack_size != cw.ctl_stack_size:
       raise OSError(22, f"CREATE_QUEUE: ctl_stack_size {a.ctl_stack_size:#x}, node needs {cw.ctl_stack_size:#x}")
-    if a.ctx_save_restore_size != cw.ctx_save_restore_size:
-      raise OSError(22, f"CREATE_QUEUE: ctx_save_restore_size {a.ctx_save_restore_size:#x}, node needs "
-                        f"{cw.ctx_save_restore_size:#x}")
+    if a.ctx_save_restore_size < cw.ctx_save_restore_size:
+      raise OSError(22, f"CREATE_QUEUE: ctx_save_restore_size {a.ctx_save_restore_size:#x} is less than the node's "
+                        f"cwsr_size {cw.ctx_save_restore_size:#x}")
+    want = kfd.cwsr_alloc_size(a.ctx_save_restore_size, cw)
     size = self.ranges.get(a.ctx_save_restore_address, 0) - a.ctx_save_restore_address
-    if size != cw.alloc_size:
+    if size != want:
       raise OSError(22, f"CREATE_QUEUE: the CWSR area at {a.ctx_save_restore_address:#x} is {max(size, 0):#x} bytes "
-                        f"of one allocation mapped into {self.name}; need {cw.alloc_size:#x}")
+                        f"of one allocation mapped into {self.name}; need {want:#x}")
 
   def reg(self, q: MockQueue, name: str) -> dict[str, int]:
     addr = REG[name]
@@ -192,6 +206,8 @@ class GFX11(MockGPU):
     """A dispatch with RSRC2.SCRATCH_EN: COMPUTE_DISPATCH_SCRATCH_BASE must point at memory holding every engine's
     WAVES * WAVESIZE * 256 bytes; returns (wave slots per engine, bytes per wave)."""
     tmp = self.reg(q, "COMPUTE_TMPRING_SIZE")
+    # WAVESIZE granule: 256 bytes on gfx11, 1 KiB before (Mesa ac_gpu_info.c ac_get_scratch_tmpring_size shifts the
+    # bytes per wave by 8 from GFX11, by 10 before; gfx9.py's scratch_setup9)
     slots, wave_bytes = tmp["waves"], tmp["wavesize"] * 256
     require(slots > 0 and wave_bytes > 0, where, f"SCRATCH_EN with COMPUTE_TMPRING_SIZE WAVES={slots} "
             f"WAVESIZE={tmp['wavesize']} (both must be nonzero)")

@@ -12,21 +12,36 @@ tinygrad 0.14.0's bindings of the same headers, `autogen/am/regs.py` gc_9_4_3 an
   `gfx942_spx`): an AQL queue runs on every XCC, but a PM4 queue "will be only processed in one XCC" (amdkfd "Add PM4
   target XCC"), the one queue_percentage bits 15:8 name (CREATE_QUEUE refuses an XCC the node lacks), so its
   dispatches run on that XCC's 38 CUs and its fences need no cross-XCC barrier.
+- the L2 after an SDMA copy (decided from the kernel sources, issue #32): what a GPU's L2 does with a line depends on
+  the MTYPE of the page, which amdgpu picks per mapping in gmc_v9_0.c `gmc_v9_0_get_coherence_flags` (case
+  IP_VERSION(9, 4, 3), a dGPU): KFD's UNCACHED (AMDGPU_GEM_CREATE_UNCACHED) -> UC; VRAM of the mapping GPU ->
+  `mtype_local`, MTYPE_RW by default (amdgpu_drv.c `amdgpu_mtype_local` 0); EXT_COHERENT: local VRAM CC, else UC;
+  another GPU's VRAM -> NC; GTT / userptr (system memory) -> UC; `snoop` set on every mapping. UC is never cached in L2.
+  RW and CC lines are probe-invalidated by snooped writes, and mmhub_v1_8.c `mmhub_v1_8_init_snoop_override_regs` forces
+  the SDMA write client snooped ("SDMA writes probe-invalidates RW lines", amdgpu "Set snoop bit for SDMA for MI
+  series"; LLVM AMDGPUUsage, GFX942 memory model: local-memory L2 lines are invalidated by coherent writes of other
+  agents). NC lines (another GPU's VRAM) are not: that GPU's L2 may keep a stale copy until a TC invalidate. So on
+  gfx942 an SDMA copy into a GPU's own VRAM or into system memory leaves its L2 valid (tinygrad's HCQ graph relies on
+  it: only the CU caches are invalidated between the copy and the kernel), and one into a peer's VRAM does not.
 Wave launch on gfx90a+ (LLVM AMDGPUUsage "Initial Kernel Execution State"): user SGPRs, then the enabled work-group
 ids, then the private segment wave offset (SCRATCH_EN); work-item ids packed in v0 (x | y << 10 | z << 20).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tiny_runtime_amd import kfd
 from tiny_runtime_amd.emu.cdna3 import CDNA3Emulator
 from tiny_runtime_amd.mock import pm4 as mpm4
 from tiny_runtime_amd.mock import sdma as msdma
 from tiny_runtime_amd.mock.fields import Field, Layout, require
 from tiny_runtime_amd.mock.gfx11 import PERFCOUNT, PIPELINESTAT, RESTART, GFX11, _layout, run_groups
-from tiny_runtime_amd.mock.gpu import ARCHS, CheckedMemory, GPUHang, MockQueue
+from tiny_runtime_amd.mock.gpu import ARCHS, CheckedMemory, GPUHang, MockGPU, MockQueue
+
+if TYPE_CHECKING:
+  from tiny_runtime_amd.mock.driver import MockAlloc
 
 WAVE = 64
 GC_BASE_GFX9 = 0x2000  # soc15 GC_BASE.instance[0].segment[0] on gfx9 (dwords)
@@ -123,8 +138,25 @@ class GFX9(GFX11):
   sdma_layouts = msdma.LAYOUTS_V4
   sh_registers = SH_REGISTERS
   needs_priv_with_cwsr = False
-  sdma_writes_through_l2 = False  # SDMA v4.4.2: not modelled as an L2 client; a copy invalidates the whole cache state
+  sdma_writes_through_l2 = False  # SDMA v4.4.2 reaches memory through the MMHUB, not through the GC's L2 (TCC)
+  sdma_writes_snooped = True  # mmhub_v1_8.c mmhub_v1_8_init_snoop_override_regs (module docstring)
   pm4_decoders = DECODERS9
+
+  def l2_mtype(self, alloc: MockAlloc | None) -> str:
+    """The MTYPE `alloc` gets in this GPU's VM: gmc_v9_0.c gmc_v9_0_get_coherence_flags, IP_VERSION(9, 4, 3), dGPU,
+    amdgpu_mtype_local at its default (RW). Memory the mock does not know is taken as NC (cached, not coherent)."""
+    if alloc is None: return "NC"
+    if alloc.flags & kfd.ALLOC_UNCACHED: return "UC"  # AMDGPU_GEM_CREATE_UNCACHED
+    local = bool(alloc.flags & kfd.ALLOC_VRAM) and alloc.owner is self  # is_local: VRAM of this device
+    if alloc.flags & kfd.ALLOC_EXT_COHERENT: return "CC" if local else "UC"  # ext_coherent (rev_id > 0, MI300X)
+    if not alloc.flags & kfd.ALLOC_VRAM: return "UC"  # system memory on a dGPU: not local, not VRAM
+    return "RW" if local else "NC"                    # local -> mtype_local; remote VRAM -> NC
+
+  def l2_coherent_after_sdma_write(self, copier: MockGPU, alloc: MockAlloc | None) -> bool:
+    """UC lines are never in L2; RW and CC lines are probe-invalidated by a snooped SDMA write; NC lines stay
+    stale."""
+    mtype = self.l2_mtype(alloc)
+    return mtype == "UC" or (mtype in ("RW", "CC") and copier.sdma_writes_snooped)
 
   def make_emulator(self) -> Any: return CDNA3Emulator(CheckedMemory(self))
 

@@ -12,7 +12,11 @@ Cache model (what the mock checks, from amdgpu's gfx11 fence and mem-sync packet
 - a dispatch may read what the host (kernargs, new code) or SDMA wrote: since the GPU last noticed a doorbell (all
   doorbells rung since the previous pass count as rung together, before any queue runs) or an SDMA copy, an
   ACQUIRE_MEM must have invalidated the instruction, scalar, vector, L1 and L2 caches over the whole address space
-  (`caches_valid`). On gfx11, where SDMA is a GL2 client, a copy leaves its own GPU's L2 valid. What an earlier
+  (`caches_valid`). Whether an SDMA copy leaves a GPU's L2 valid is the architecture's `l2_coherent_after_sdma_write`:
+  on gfx11, where SDMA is a GL2 client, its own GPU's L2 and any GL2 that maps the destination MTYPE_UC (COHERENT /
+  UNCACHED BOs, `gmc_v11_0_get_vm_pte`); on gfx942 every GPU that maps the destination MTYPE_RW
+  (its own VRAM: SDMA writes probe-invalidate RW lines) or MTYPE_UC (system memory), not one that maps it MTYPE_NC (a
+  peer's VRAM); `mock/gfx9.py` cites the kernel sources. What an earlier
   dispatch of the same GPU wrote sits in (or behind) that GPU's L2, which every CU reads through: between two
   dispatches only the CU-side caches (scalar GLK, vector GLV, GL1; gfx9: K$, TCL1) must be invalidated
   (`cu_caches_valid`), as tinygrad's HCQ graph does (an ACQUIRE_MEM without GLI/GL2 before each kernel).
@@ -40,7 +44,7 @@ from tiny_runtime_amd.mock import sdma as msdma
 from tiny_runtime_amd.mock.fields import Layout, MockGPUError, PacketError, require
 
 if TYPE_CHECKING:
-  from tiny_runtime_amd.mock.driver import MockKFD
+  from tiny_runtime_amd.mock.driver import MockAlloc, MockKFD
 
 SH_REG_BASE = 0xB000  # byte address of SH register dword 0x2C00 (SET_SH_REG offsets count from it)
 TIMESTAMP_HZ = 100_000_000
@@ -122,7 +126,9 @@ class MockQueue:
   doorbell: int
   cwsr: bool = False
   xcc: int = 0   # the XCC a PM4 queue runs on (a multi-XCC node runs each PM4 queue on one XCC)
-  rptr: int = 0  # in dwords (PM4) or bytes (SDMA), like the hardware's pointers
+  # the doorbell/pointer units: dwords on PM4 queues (gfx_v11_0_ring_set_wptr_compute writes ring->wptr, counted in
+  # dwords), bytes on SDMA queues (sdma_v6_0_ring_set_wptr / sdma_v4_4_2_ring_set_wptr write ring->wptr << 2)
+  rptr: int = 0
   seen_doorbell: int = 0
   regs: dict[int, int] = field(default_factory=dict)
   ib: list[int] | None = None  # [address, dwords, position] of the indirect buffer being executed
@@ -147,6 +153,9 @@ class MockGPU:
   # gfx10+: the SDMA engines are GL2 clients (their packets carry GL2 cache policies/MTYPEs, see the FENCE model
   # below), so a copy is coherent with the same GPU's L2 and only the CU caches need invalidating after it
   sdma_writes_through_l2 = False
+  # MI-series (mmhub 1.7/1.8): the SDMA write client is forced snooped, so its writes probe-invalidate L2 lines of
+  # MTYPE RW/CC (Linux mmhub_v1_8.c mmhub_v1_8_init_snoop_override_regs: "SDMA writes probe-invalidates RW lines")
+  sdma_writes_snooped = False
   # IP discovery: hardware id (soc15_hw_ip.h GC_HWID 11, SDMA0_HWID 42, NBIF_HWID 108) -> (major, minor, revision),
   # what amdgpu_discovery.c lists under the render node's device/ip_discovery/die/0/<hw_id>/0/
   ip_versions: dict[int, tuple[int, int, int]] = {}
@@ -184,6 +193,18 @@ class MockGPU:
       raise GPUPageFault(f"GPU page fault on {self.name}: {what} of {n} bytes at {addr:#x} is outside every "
                          "allocation mapped into this GPU's VM")
 
+  def check_queue_buffer(self, addr: int, size: int, what: str) -> None:
+    """kfd_queue.c kfd_queue_buffer_get (CREATE_QUEUE): `addr`'s page must be the first page of a BO mapped into this
+    GPU's VM, and that mapping exactly `size` bytes long when `size` is a page or more (a queue buffer is a whole BO);
+    else EINVAL."""
+    page = addr & ~(kfd.PAGE - 1)
+    if (end := self.ranges.get(page)) is None:
+      raise OSError(22, f"CREATE_QUEUE: the {what} at {addr:#x} is not in the first page of a BO mapped into "
+                        f"{self.name} (kfd_queue_buffer_get: the mapping must start at its page)")
+    if size >= kfd.PAGE and end - page != size // kfd.PAGE * kfd.PAGE:
+      raise OSError(22, f"CREATE_QUEUE: the {what} BO at {page:#x} is {end - page:#x} bytes; KFD wants exactly "
+                        f"{size // kfd.PAGE * kfd.PAGE:#x} (kfd_queue_buffer_get)")
+
   @property
   def name(self) -> str: return f"gpu {self.gpu_id:#x} ({self.arch}, node {self.node})"
 
@@ -200,6 +221,12 @@ class MockGPU:
     for addr, v in self.l2_lines.items(): ctypes.c_uint32.from_address(addr).value = v
     self.l2_lines.clear()
     self.l2_dirty = False
+
+  def l2_coherent_after_sdma_write(self, copier: MockGPU, alloc: MockAlloc | None) -> bool:
+    """Whether this GPU's L2 holds no stale line after `copier`'s SDMA engine wrote into `alloc`, so a dispatch here
+    needs only the CU caches invalidated. This default, for an architecture without its own rule: only the copying
+    GPU's own L2 saw the write, when its SDMA is a GL2 client; any other GPU may cache the memory non-coherently."""
+    return copier is self and self.sdma_writes_through_l2
 
   def make_emulator(self) -> Any: raise NotImplementedError(f"{type(self).__name__}.make_emulator")
   def dispatch(self, q: MockQueue, dims: tuple[int, int, int], initiator: int, where: str) -> None:
@@ -445,10 +472,10 @@ class MockGPU:
       self.check(dst, n, "SDMA copy write")
       ctypes.memmove(dst, src, n)
       self.copies += 1
+      dst_alloc = self.kfd.alloc_at(dst)
       for g in self.kfd.gpus:
-        g.cu_caches_valid = False
-        # the copying GPU's own L2 saw the writes when its SDMA is an L2 client; any other GPU's L2 may be stale
-        if g is not self or not self.sdma_writes_through_l2: g.caches_valid = False
+        g.cu_caches_valid = False  # no SDMA write reaches the CUs' own caches
+        if not g.l2_coherent_after_sdma_write(self, dst_alloc): g.caches_valid = False
     elif name == "FENCE":
       require(f.get("gpa", 0) == 0, where, "GPA (a physical address) is not modelled")
       addr = f["dw1"] | (f["dw2"] << 32)

@@ -408,8 +408,11 @@ class MockGPU:
                      "local": d["SHADER_LOCAL_MEMORY_HIGH_SIZE"], "sass_version": d["SASS_VERSION"]}
     cfg = self.cfg
     sass = ((cfg.sm_version >> 4) & 0xF0) | (cfg.sm_version & 0xF)
+    # SASS_VERSION is the SM version as two nibbles (major << 4 | minor): clc6c0qmd.h / clcbc0qmd.h QMD field
     if d["SASS_VERSION"] != sass:
       raise ChannelError(XID_GR_EXCEPTION, f"QMD SASS_VERSION {d['SASS_VERSION']:#x}; this GPU runs {sass:#x}")
+    # CUDA C++ Programming Guide, "Features and Technical Specifications" (CC 8.x/9.0): <= 1024 threads a block, its
+    # z dimension <= 64
     if any(g == 0 for g in grid) or any(b == 0 for b in block) or block[0] * block[1] * block[2] > 1024 or \
        block[2] > 64:
       raise ChannelError(XID_GR_EXCEPTION, f"launch of {grid} blocks of {block} threads (each >= 1, <= 1024 threads, "
@@ -420,13 +423,19 @@ class MockGPU:
       return self._after_grid(d)
     k, info, ptx_text = self._kernel(prog)
     threads = block[0] * block[1] * block[2]
+    # the same table: <= 255 registers a thread, 64K a block; registers are allocated per warp in units of 256 (the
+    # CUDA Occupancy Calculator's "register allocation unit size", granularity warp)
     if regs < info.registers or regs > 255 or threads * ((regs * 32 + 255) // 256 * 256) // 32 > 65536:
       raise ChannelError(XID_GR_EXCEPTION, f"kernel {info.name} uses {info.registers} registers; the QMD gives {regs} "
                          f"for {threads} threads (<= 255 each, 64K per SM)")
+    # shared memory a block may use (the CUDA guide's opt-in maximum: 227 KB on sm_90, 163 KB on sm_80, 99 KB on
+    # sm_86) plus the 1 KB the driver reserves per block ("1 KB of shared memory is reserved for system use", CC 8.x)
     need_shared = info.shared_size
     if d["SHARED_MEMORY_SIZE"] < need_shared or d["SHARED_MEMORY_SIZE"] > cfg.max_shared + 1024:
       raise ChannelError(XID_GR_EXCEPTION, f"QMD SHARED_MEMORY_SIZE {d['SHARED_MEMORY_SIZE']}: kernel {info.name} "
                          f"needs {need_shared}, the SM has {cfg.max_shared}")
+    # the SM's shared-memory carveout fields count 4 KiB units plus one (Mesa nvk_cmd_dispatch.c
+    # gv100_sm_config_smem_size: size / 4096 + 1, the size rounded up to 8/16/32/64/96 KiB)
     lo_cfg, tgt, hi_cfg = d["MIN_SM_CONFIG_SHARED_MEM_SIZE"], d["TARGET_SM_CONFIG_SHARED_MEM_SIZE"], \
       d["MAX_SM_CONFIG_SHARED_MEM_SIZE"]
     if not 1 <= lo_cfg <= tgt <= hi_cfg or (tgt - 1) * 4096 < d["SHARED_MEMORY_SIZE"] or \
@@ -440,6 +449,9 @@ class MockGPU:
     self.mapped(cb0, cb0_size, "constant buffer 0")
     sw = self._cregs(ch, push.SET_SHADER_SHARED_MEMORY_WINDOW_A)
     lw = self._cregs(ch, push.SET_SHADER_LOCAL_MEMORY_WINDOW_A)
+    # constant bank 0's driver area: the shared and local window base addresses at bytes 0x18 and 0x20, which
+    # compiled SASS reads for generic-to-shared/local conversions (what tinygrad 0.14's ops_nv.py NVProgram and
+    # CUDA's driver write there; the kernel's own parameters start at cubin.load_kernel_info's param_offset)
     head = ctypes.string_at(cb0 + 0x18, 16)
     if struct.unpack("<QQ", head) != (sw, lw) or not sw or not lw:
       raise ChannelError(XID_GR_EXCEPTION, f"constant bank 0 holds windows {head.hex()}, the channel set shared "
@@ -509,6 +521,8 @@ class MockGPU:
     buf = self._cregs(ch, push.SET_SHADER_LOCAL_MEMORY_A)
     per_tpc = self._cregs(ch, push.SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_A)
     c = self.cfg
+    # Mesa nvk_device.c nvk_slm_area_ensure: bytes per warp aligned to 0x200, times the SM's max warps, times SMs per
+    # TPC: the local memory each TPC needs (SET_SHADER_LOCAL_MEMORY_NON_THROTTLED)
     need = (per_thread * 32 + 0x1FF) // 0x200 * 0x200 * c.max_warps_per_sm * c.num_sm_per_tpc
     if not buf or per_tpc < need:
       raise ChannelError(XID_GR_EXCEPTION, f"local memory of {per_thread} bytes per thread needs {need} bytes per TPC; "

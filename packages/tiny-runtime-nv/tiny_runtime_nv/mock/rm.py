@@ -129,8 +129,9 @@ class MockRM:
     self.next_handle = 0xC1D00000
     self.files: dict[int, tuple[str, dict[str, Any]]] = {}   # fd -> (path, state)
     self.next_fd = 100
-    self.uvm_initialized = False
+    self.uvm_initialized, self.uvm_init_flags = False, 0
     self.uvm_gpus: set[bytes] = set()
+    self.uvm_gpu_vaspaces: set[bytes] = set()  # GPUs with a GPU VA space registered (UVM_REGISTER_GPU_VASPACE)
     self.ranges: dict[int, int] = {}          # UVM external ranges: base -> length
     self.mapped: dict[int, tuple[int, int]] = {}  # UVM mappings: base -> (length, memory handle)
     self.memory = Memory()                    # what the GPUs can reach (the PTX executor's view)
@@ -476,9 +477,19 @@ CONTROLS: dict[int, Callable[[MockRM, int, Any], None]] = {
 
 # ***** UVM handlers *****
 
+UVM_INIT_FLAGS_MASK = 0x3  # uvm_types.h: UVM_INIT_FLAGS_DISABLE_HMM 0x1 | UVM_INIT_FLAGS_MULTI_PROCESS_SHARING_MODE 0x2
+
+
 def _uvm_init(r: MockRM, p: Any) -> None:
-  if p.flags: raise RMStatus(rm.NV_ERR_INVALID_ARGUMENT, f"UVM_INITIALIZE flags {p.flags:#x}")
-  r.uvm_initialized = True
+  """uvm.c uvm_api_initialize: flags outside UVM_INIT_FLAGS_MASK, or a second INITIALIZE with other flags than the
+  first, is NV_ERR_INVALID_ARGUMENT; the same flags again are fine."""
+  if p.flags & ~UVM_INIT_FLAGS_MASK:
+    raise RMStatus(rm.NV_ERR_INVALID_ARGUMENT,
+                   f"UVM_INITIALIZE flags {p.flags:#x}: valid bits {UVM_INIT_FLAGS_MASK:#x}")
+  if r.uvm_initialized and p.flags != r.uvm_init_flags:
+    raise RMStatus(rm.NV_ERR_INVALID_ARGUMENT, f"UVM_INITIALIZE flags {p.flags:#x}: the VA space was initialized with "
+                   f"{r.uvm_init_flags:#x}")
+  r.uvm_initialized, r.uvm_init_flags = True, p.flags
 
 
 def _uvm_mm_init(r: MockRM, p: Any) -> None:
@@ -494,14 +505,28 @@ def _uuid(r: MockRM, u: Any) -> bytes:
 def _uvm_register_gpu(r: MockRM, p: Any) -> None: r.uvm_gpus.add(_uuid(r, p.gpu_uuid))
 
 
+def _with_gpu_va_space(r: MockRM, u: Any, what: str) -> bytes:
+  """The GPU `u` names, which must have a GPU VA space in this UVM VA space: uvm_user_channel.c uvm_register_channel
+  and uvm_map_external.c look it up with uvm_va_space_get_gpu_by_uuid_with_gpu_va_space, NV_ERR_INVALID_DEVICE
+  when there is none."""
+  if (b := _uuid(r, u)) not in r.uvm_gpu_vaspaces:
+    raise RMStatus(rm.NV_ERR_INVALID_DEVICE, f"{what}: GPU {b.hex()} has no GPU VA space registered with UVM "
+                   "(UVM_REGISTER_GPU, then UVM_REGISTER_GPU_VASPACE)")
+  return b
+
+
 def _uvm_register_vaspace(r: MockRM, p: Any) -> None:
-  if _uuid(r, p.gpuUuid) not in r.uvm_gpus: raise RMStatus(rm.NV_ERR_INVALID_ARGUMENT, "GPU not registered with UVM")
+  # uvm_va_space.c uvm_va_space_register_gpu_va_space: a GPU not registered (UVM_REGISTER_GPU) is
+  # NV_ERR_INVALID_DEVICE (uvm_va_space_retain_gpu_by_uuid)
+  if (b := _uuid(r, p.gpuUuid)) not in r.uvm_gpus:
+    raise RMStatus(rm.NV_ERR_INVALID_DEVICE, f"UVM_REGISTER_GPU_VASPACE: GPU {b.hex()} is not registered with UVM")
   if r.files.get(p.rmCtrlFd, ("",))[0] != rm.NVIDIACTL: raise RMStatus(rm.NV_ERR_INVALID_ARGUMENT, "rmCtrlFd")
   r.obj(p.hVaSpace, rm.FERMI_VASPACE_A, what="hVaSpace")
+  r.uvm_gpu_vaspaces.add(b)
 
 
 def _uvm_register_channel(r: MockRM, p: Any) -> None:
-  _uuid(r, p.gpuUuid)
+  _with_gpu_va_space(r, p.gpuUuid, "UVM_REGISTER_CHANNEL")
   r.obj(p.hChannel, *rm.GPFIFO_CLASSES, what="hChannel")
   if p.base % rm.PAGE or p.length % rm.PAGE or not p.length:
     raise RMStatus(rm.NV_ERR_INVALID_ADDRESS, f"channel VA {p.base:#x}+{p.length:#x}")
@@ -527,7 +552,7 @@ def _uvm_map_external(r: MockRM, p: Any) -> None:
     raise RMStatus(rm.NV_ERR_INVALID_ADDRESS, f"memory {p.hMemory:#x} is not DMA-mapped at {base:#x} in the VA space "
                    "(NV_ESC_RM_MAP_MEMORY_DMA first)")
   if p.gpuAttributesCount != 1: raise RMStatus(rm.NV_ERR_INVALID_ARGUMENT, f"{p.gpuAttributesCount} GPU attributes")
-  if _uuid(r, p.perGpuAttributes[0].gpuUuid) not in r.uvm_gpus: raise RMStatus(rm.NV_ERR_INVALID_ARGUMENT, "GPU")
+  _with_gpu_va_space(r, p.perGpuAttributes[0].gpuUuid, "UVM_MAP_EXTERNAL_ALLOCATION")
   if m.backing is None:
     r.back(base, m.size)
     m.backing = base

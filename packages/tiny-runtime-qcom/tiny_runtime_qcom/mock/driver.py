@@ -25,9 +25,16 @@ from tiny_runtime_qcom.mock.cp import CommandProcessor
 from tiny_runtime_qcom.mock.gpu import GPUFault, Runner
 
 CHIP_ID, GPU_ID, GMEM = 0x06030001, 630, 1 << 20  # Adreno 630 (Snapdragon 845): chip id 6.3.0 patch 1, 1 MiB GMEM
+# the draw-context flags the mock keeps (adreno_drawctxt_create keeps these and a few more: PER_CONTEXT_TS,
+# USER_GENERATED_TS, CTX_SWITCH, IFH_NOP, SECURE) and drops the rest
 KNOWN_CONTEXT_FLAGS = kgsl.CONTEXT_PREAMBLE | kgsl.CONTEXT_NO_GMEM_ALLOC | kgsl.CONTEXT_NO_FAULT_TOLERANCE | \
   kgsl.CONTEXT_PWR_CONSTRAINT | kgsl.CONTEXT_PRIORITY_MASK | kgsl.CONTEXT_TYPE_MASK | kgsl.CONTEXT_PREEMPT_STYLE_MASK
-KNOWN_MEM_FLAGS = kgsl.MEMFLAGS_USE_CPU_MAP | kgsl.MEMALIGN_MASK | kgsl.CACHEMODE_MASK | kgsl.MEMTYPE_MASK
+# kgsl.h: the most command objects one GPU_COMMAND may carry (sdm845's msm-4.9 kgsl; later kgsl releases: 2000)
+KGSL_MAX_NUMIBS = 100000
+# the GPU object flags kgsl.c gpumem_alloc_entry keeps (it drops every other bit): GPUREADONLY, CACHEMODE, MEMTYPE,
+# MEMALIGN, USE_CPU_MAP, SECURE, FORCE_32BIT (msm_kgsl.h values)
+KNOWN_MEM_FLAGS = kgsl.MEMFLAGS_USE_CPU_MAP | kgsl.MEMALIGN_MASK | kgsl.CACHEMODE_MASK | kgsl.MEMTYPE_MASK | \
+  kgsl.MEMFLAGS_GPUREADONLY | kgsl.MEMFLAGS_SECURE | kgsl.MEMFLAGS_FORCE_32BIT
 
 
 class MockKGSL:
@@ -110,7 +117,13 @@ class MockKGSL:
     else: raise OSError(22, f"power constraint type {c.type}; valid: 0 (NONE), 1 (PWRLEVEL)")
 
   def _drawctxt_create(self, a: Any) -> None:
-    if a.flags & ~KNOWN_CONTEXT_FLAGS: raise OSError(22, f"DRAWCTXT_CREATE flags {a.flags:#x}: unknown bits")
+    """adreno_drawctxt.c adreno_drawctxt_create: bits it does not know are dropped (the kept flags are written back);
+    a context without both PREAMBLE and NO_GMEM_ALLOC is EINVAL ("legacy context switch not supported")."""
+    a.flags &= KNOWN_CONTEXT_FLAGS
+    need = kgsl.CONTEXT_PREAMBLE | kgsl.CONTEXT_NO_GMEM_ALLOC
+    if a.flags & need != need:
+      raise OSError(22, f"DRAWCTXT_CREATE flags {a.flags:#x}: KGSL needs PREAMBLE (0x10) and NO_GMEM_ALLOC (0x2), "
+                        "legacy context switching is not supported")
     a.drawctxt_id, self.next_id = self.next_id, self.next_id + 1
     self.contexts[a.drawctxt_id] = {"issued": 0, "retired": 0, "queue": deque(), "fault": None, "flags": a.flags,
                                     "pwr_constraint": None}
@@ -119,10 +132,14 @@ class MockKGSL:
     if self.contexts.pop(a.drawctxt_id, None) is None: raise OSError(22, f"DRAWCTXT_DESTROY of {a.drawctxt_id}")
 
   def _gpuobj_alloc(self, a: Any) -> None:
-    if a.size == 0 or a.size % kgsl.PAGE or a.mmapsize != a.size:
-      raise OSError(22, f"GPUOBJ_ALLOC size {a.size:#x} / mmapsize {a.mmapsize:#x}: page multiples, equal")
-    if a.flags & ~KNOWN_MEM_FLAGS: raise OSError(22, f"GPUOBJ_ALLOC flags {a.flags:#x}: unknown bits")
+    """kgsl.c kgsl_ioctl_gpuobj_alloc / gpumem_alloc_entry: unknown flag bits are dropped; a size of 0 or above
+    UINT_MAX is EINVAL; the object is whole pages (kgsl_allocate_user), and size, flags, mmapsize and id are outputs."""
+    a.flags &= KNOWN_MEM_FLAGS
+    if a.size == 0 or a.size > 0xFFFFFFFF:
+      raise OSError(22, f"GPUOBJ_ALLOC size {a.size:#x}: KGSL allocates 1 byte to 4 GiB - 1 (UINT_MAX)")
+    if a.flags & kgsl.MEMFLAGS_SECURE: raise OSError(95, "GPUOBJ_ALLOC of secure memory is not mocked")
     if not a.flags & kgsl.MEMFLAGS_USE_CPU_MAP: raise OSError(22, "GPUOBJ_ALLOC without USE_CPU_MAP is not mocked")
+    a.size = a.mmapsize = (a.size + kgsl.PAGE - 1) // kgsl.PAGE * kgsl.PAGE
     a.id, self.next_id = self.next_id, self.next_id + 1
     self.objs[a.id] = (0, a.size)
 
@@ -161,11 +178,17 @@ class MockKGSL:
       self.range_starts = sorted(self.ranges)
 
   def _gpu_command(self, a: Any) -> None:
+    """kgsl.c kgsl_ioctl_gpu_command: more than KGSL_MAX_NUMIBS commands is EINVAL (_process_command_input), so is an
+    unknown context; no commands makes a marker, which retires with the context's next timestamp; each command object
+    needs a CMDLIST flag (kgsl_drawobj.c kgsl_drawobj_cmd_add_cmdlist; the mock runs plain IBs, and takes the
+    command objects at their own size only)."""
+    if a.numcmds > KGSL_MAX_NUMIBS: raise OSError(22, f"GPU_COMMAND numcmds {a.numcmds} > {KGSL_MAX_NUMIBS}")
     ctx = self.contexts.get(a.context_id)
     if ctx is None: raise OSError(22, f"GPU_COMMAND on unknown context {a.context_id}")
     if a.numobjs or a.numsyncs: raise OSError(22, "GPU_COMMAND with object or sync lists is not mocked")
-    if a.cmdsize != kgsl.ffi.sizeof("struct kgsl_command_object") or not 1 <= a.numcmds <= 64:
-      raise OSError(22, f"GPU_COMMAND cmdsize {a.cmdsize} / numcmds {a.numcmds}")
+    if a.numcmds and a.cmdsize != kgsl.ffi.sizeof("struct kgsl_command_object"):
+      raise OSError(22, f"GPU_COMMAND cmdsize {a.cmdsize}: the mock reads struct kgsl_command_object "
+                        f"({kgsl.ffi.sizeof('struct kgsl_command_object')} bytes) only")
     cmds = kgsl.ffi.cast("struct kgsl_command_object*", a.cmdlist)
     ibs = []
     for k in range(a.numcmds):
