@@ -4,7 +4,8 @@ packing thresholds from, instead of constants measured on one machine.
 `Machine.from_sysfs(root)` reads, under `root` (the real machine: "/"; tests: a fake tree):
 - the vector ISA from `proc/cpuinfo` (x86-64 `flags`: avx512f -> 32 registers of 64 bytes, avx -> 16 of 32, else 16
   of 16 (Intel SDM vol. 1, the AVX-512 and AVX register chapters); aarch64 `Features`: NEON's 32 V registers of 16
-  bytes (Arm ARM, the SIMD&FP register file; SVE's length isn't in cpuinfo, NEON is what LLVM targets by default));
+  bytes (Arm ARM, the SIMD&FP register file; SVE's length isn't in cpuinfo, NEON is what LLVM targets by default)),
+  and the x86-64 `ISA_FLAGS` it lists (`Machine.isa`: what the CPU reports; `tiny_codegen.cpu_probe` checks it runs);
 - the caches from `sys/devices/system/cpu/cpu0/cache/index*/{level,type,size,shared_cpu_list,ways_of_associativity,
   number_of_sets,coherency_line_size}` (the same files on x86-64 and aarch64 Linux);
 - the cores this process may run on (`os.sched_getaffinity` on the real machine, `sys/devices/system/cpu/online` in
