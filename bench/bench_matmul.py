@@ -4,7 +4,10 @@
    of 3 rounds in which the libraries take turns (each: a pause, a warm-up, 5 calls); side by side with numpy, torch
    (CPU, default threads) and tinygrad when importable.
    Target: tiny >= 0.9x numpy (issue #23); sizes other than 1024 as arguments (below).
-2. ms to schedule + lower + render + compile a fused elementwise+reduce kernel (`((a * b + c).exp2() * k).sum(1)`
+2. GFLOPS of the same product in bfloat16 (float32 sums, a bfloat16 result) through `Tensor`, beside torch's bfloat16
+   matmul (oneDNN: AMX or AVX512-BF16 where the CPU runs them), in turns likewise; 1024 only.
+   Target (issue #39): tiny >= 1.0x torch.
+3. ms to schedule + lower + render + compile a fused elementwise+reduce kernel (`((a * b + c).exp2() * k).sum(1)`
    on 64x64), median of several, with the disk cache off (`CACHELEVEL=0`). Each repetition uses a different
    constant `k`, so every one is a new kernel (no in-memory cache hit either). Target: <= 30 ms.
 
@@ -79,6 +82,29 @@ def torch_matmul(n: int = N) -> Callable[[], Any]:
   return lambda: a @ b
 
 
+def tiny_matmul_bf16(n: int = N) -> Callable[[], Any]:
+  from tiny_tensor import Tensor, dtypes
+  a, b = _inputs(n)
+  ta, tb = Tensor(a).cast(dtypes.bfloat16).realize(), Tensor(b).cast(dtypes.bfloat16).realize()
+  got = (ta @ tb).float().numpy()
+  want = _bf16(a) @ _bf16(b)  # bfloat16 inputs, float32 sums, one rounding: bfloat16's step at the largest value
+  if not np.allclose(got, want, rtol=0, atol=2 ** -7 * float(np.abs(want).max())):
+    raise AssertionError("tiny bfloat16 matmul is wrong")
+  return lambda: (ta @ tb).realize()
+
+
+def _bf16(x: np.ndarray) -> np.ndarray:
+  """float32 -> the nearest bfloat16 values (ties to even), as float32."""
+  bits = x.view(np.uint32).astype(np.uint64)
+  return ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).astype(np.uint32).view(np.float32)
+
+
+def torch_matmul_bf16(n: int = N) -> Callable[[], Any]:
+  import torch
+  a, b = (torch.from_numpy(x).bfloat16() for x in _inputs(n))
+  return lambda: a @ b
+
+
 def tinygrad_matmul(n: int = N) -> Callable[[], Any]:
   from tinygrad import Device, Tensor  # type: ignore[import-not-found]
   dev = Device[Device.DEFAULT]  # its CPU queue runs kernels asynchronously: time until they are done
@@ -109,9 +135,9 @@ def tiny_compile_ms(reps: int = 15) -> float:
 
 
 def run(sizes: tuple[int, ...] = (N,), compile_latency: bool = True,
-        libs: tuple[str, ...] = ("torch", "tinygrad")) -> dict[str, dict[str, Any]]:
-  """The rows: one matmul row per size in `sizes` (tiny, numpy and those of `libs` importable), then the compile
-  latency when `compile_latency`."""
+        libs: tuple[str, ...] = ("torch", "tinygrad"), bf16_sizes: tuple[int, ...] = (N,)) -> dict[str, dict[str, Any]]:
+  """The rows: one float32 matmul row per size in `sizes` (tiny, numpy and those of `libs` importable), a bfloat16
+  one (tiny and torch) per size in `bf16_sizes`, then the compile latency when `compile_latency`."""
   out: dict[str, dict[str, Any]] = {}
   makers = {"torch": torch_matmul, "tinygrad": tinygrad_matmul}
   for n in sizes:
@@ -122,6 +148,13 @@ def run(sizes: tuple[int, ...] = (N,), compile_latency: bool = True,
       except ImportError: pass
     mm.update(_gflops_in_turns(fns, n))
     out[f"matmul {n}x{n} float32, no BEAM"] = mm
+  for n in bf16_sizes:
+    row: dict[str, Any] = {"unit": "GFLOPS", "better": "higher", "target": "tiny >= 1.0x torch (issue #39)"}
+    fns = {"tiny": tiny_matmul_bf16(n)}
+    try: fns["torch"] = torch_matmul_bf16(n)
+    except ImportError: pass
+    row.update(_gflops_in_turns(fns, n))
+    out[f"matmul {n}x{n} bfloat16 (float32 sums), no BEAM"] = row
   if compile_latency:
     comp: dict[str, Any] = {"unit": "ms", "better": "lower", "target": "tiny <= 30 ms median"}
     comp["tiny"] = tiny_compile_ms()
@@ -137,6 +170,6 @@ if __name__ == "__main__":
   print(cpu_name(), importlib.import_module("tiny_codegen.machine").host_machine() if has_model else "")
   # the compile latency is the no-BEAM path's (with BEAM set, CACHELEVEL=0 would search every new kernel)
   latency = sizes == (N,) and not int(os.environ.get("BEAM", "0") or 0)
-  for case, r in run(sizes, compile_latency=latency, libs=("torch",)).items():
+  for case, r in run(sizes, compile_latency=latency, libs=("torch",), bf16_sizes=(N,) if N in sizes else ()).items():
     print(case, "  ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()))
   sys.exit(0)

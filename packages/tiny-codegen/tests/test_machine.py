@@ -72,13 +72,14 @@ def test_model_read_from_sysfs(tree) -> None:
   assert m.fma_units == 2 and m.line == 64 and m.page_size == 4096
 
 
-# name: (L3 share a core, L1d set span, B from which a contiguous B is packed, B above which rows are tiled)
+# name: (L3 share a core, L1d set span, B from which a contiguous B is packed, B above which rows are tiled: the L2,
+# or the L3 share where that is smaller)
 DERIVED = {
-  "znver3": (4 * MB, 4 * KB, 512 * KB, 4 * MB),          # AVX2: 4-row block, B packed from the L2
-  "znver4": (4 * MB, 4 * KB, 2 * MB, 4 * MB),            # AVX-512: 8-row block, from two L2s
-  "sapphire_rapids": (105 * MB // 56, 4 * KB, 4 * MB, 105 * MB // 56),
+  "znver3": (4 * MB, 4 * KB, 512 * KB, 512 * KB),        # AVX2: 4-row block, B packed from the L2
+  "znver4": (4 * MB, 4 * KB, 2 * MB, 1 * MB),            # AVX-512: 8-row block, from two L2s
+  "sapphire_rapids": (105 * MB // 56, 4 * KB, 4 * MB, 105 * MB // 56),  # 1.9 MB of L3 a core, under its 2 MB L2
   "neoverse_n1": (1 * MB, 16 * KB, 2 * MB, 1 * MB),      # no L3: the L2 is the last level
-  "no_cache_info": (4 * MB, 4 * KB, 2 * MB, 4 * MB),     # the stated defaults: Zen 4's caches
+  "no_cache_info": (4 * MB, 4 * KB, 2 * MB, 1 * MB),     # the stated defaults: Zen 4's caches
 }
 
 
@@ -139,29 +140,36 @@ def on_machine(monkeypatch):
   return use
 
 
-def test_row_tiles_follow_the_l3_share(tree, on_machine) -> None:
-  """1024 x 512 @ 512 x 1024 (B 2 MB): within Zen's 4 MB L3 share B is read untiled; past Sapphire Rapids' 1.9 MB
-  share (and Neoverse N1's 1 MB L2, its last level) the rows are tiled, each tile at most half the share of A."""
+@pytest.mark.parametrize("k, want", [
+  # 1024 x 512 @ 512 x 1024, B 2 MB: past every model's L2 (Sapphire Rapids: its 1.9 MB L3 share) the rows are
+  # tiled, each tile at most half the L3 share of A and at least one a thread (2): znver3's 4-row blocks of 8 KB,
+  # 2 MB a tile: 256 blocks, 128 a thread; znver4's 8-row blocks of 16 KB: 128, 64 a thread; Sapphire Rapids' 16 KB
+  # blocks in 0.94 MB: 60, whose largest divisor of 128 is 32; Neoverse N1 (NEON's 8-row block, 512 KB): 32
+  (512, {"znver3": 128, "znver4": 64, "sapphire_rapids": 32, "neoverse_n1": 32, "no_cache_info": 64}),
+  # 1024 x 128 @ 128 x 1024, B 512 KB: within every L2 but znver3's (512 KB is not past it): untiled
+  (128, {}),
+])
+def test_row_tiles_follow_the_l2(tree, on_machine, k: int, want: dict) -> None:
+  """Whether and how far a matmul's rows are tiled follows the model's L2 (`tile_min_bytes`) and L3 share
+  (`tile_bytes`)."""
   name, m = tree
   on_machine(m)
-  applied = optimize_kernel(_matmul_ast(1024, 1024, 512), Device["CPU"].renderer).arg.applied_opts
+  applied = optimize_kernel(_matmul_ast(1024, 1024, k), Device["CPU"].renderer).arg.applied_opts
   tiles = [o for o in applied if o.op is OptOps.TILE]
-  # Sapphire Rapids: 8-row blocks of 16 KB of A, 0.94 MB a tile: 60 blocks, whose largest divisor of 128 is 32;
-  # Neoverse N1: NEON's block is 8 rows too (16 KB), 512 KB a tile: 32 blocks
-  want = {"sapphire_rapids": [Opt(OptOps.TILE, 0, 32)], "neoverse_n1": [Opt(OptOps.TILE, 0, 32)]}.get(name, [])
-  assert tiles == want, (name, applied)
+  assert tiles == ([Opt(OptOps.TILE, 0, want[name])] if name in want else []), (name, applied)
 
 
-def test_tiled_matmul_matches_numpy(on_machine) -> None:
-  """The kernel the Sapphire Rapids model tiles computes the product numpy does."""
-  cpuinfo, caches, online = TREES["sapphire_rapids"]
+@pytest.mark.parametrize("name", ["sapphire_rapids", "znver3", "znver4"])
+def test_tiled_matmul_matches_numpy(on_machine, name: str) -> None:
+  """The kernel each model tiles (B of 2 MB past its L2) computes the product numpy does."""
+  cpuinfo, caches, online = TREES[name]
   import tempfile
   with tempfile.TemporaryDirectory() as d: m = Machine.from_sysfs(fake_tree(d, cpuinfo, caches, online))
   on_machine(m)
   from tiny_codegen import get_program
   from tiny_uop import dtypes
   from tiny_uop.device import Buffer
-  M, N, K = 256, 1024, 512  # B 2 MB > the 1.9 MB share: tiled
+  M, N, K = 256, 1024, 512  # B 2 MB, past each L2: tiled
   dev = Device["CPU"]
   applied = optimize_kernel(_matmul_ast(M, N, K), dev.renderer).arg.applied_opts
   assert any(o.op is OptOps.TILE for o in applied), applied

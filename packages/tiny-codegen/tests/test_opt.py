@@ -238,12 +238,13 @@ def test_tile_is_refused_where_it_cant_apply() -> None:
 
 
 @pytest.mark.parametrize("n, regs, tile", [
-  # the fixture's machine (`Machine.default`): 32 MB of L3 over 8 cores, a 4 MB share: B above it is tiled, in tiles
-  # of half that share of A (`tile_bytes`: 2 MB)
+  # the fixture's machine (`Machine.default`): a 1 MB L2, 32 MB of L3 over 8 cores (a 4 MB share): B past the L2 is
+  # tiled (`tile_min_bytes`), in tiles of half the L3 share of A (`tile_bytes`: 2 MB)
   (2048, (16, 32), 64),   # AVX2, B of 16 MB: tiles of 64 blocks of 4 rows of 8 KB (2 MB of A)
-  (1024, (16, 32), 0),    # B of 4 MB stays in the L3 share: no tile
+  (1024, (16, 32), 128),  # B of 4 MB, past the L2: 128 blocks of 4 rows of 4 KB (2 MB of A)
   (2048, (32, 64), 32),   # AVX-512: 32 blocks of 8 rows (2 MB of A)
-  (1024, (32, 64), 0),
+  (1024, (32, 64), 64),   # 64 blocks of 8 rows of 4 KB (2 MB), the most that leaves each of 2 threads a tile
+  (512, (32, 64), 0),     # B of 1 MB stays in the L2: no tile
 ])
 def test_heuristics_tile_the_rows_of_a_big_matmul(vector_registers, n: int, regs: tuple, tile: int) -> None:
   vector_registers(*regs)

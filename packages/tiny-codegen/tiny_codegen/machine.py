@@ -4,7 +4,8 @@ packing thresholds from, instead of constants measured on one machine.
 `Machine.from_sysfs(root)` reads, under `root` (the real machine: "/"; tests: a fake tree):
 - the vector ISA from `proc/cpuinfo` (x86-64 `flags`: avx512f -> 32 registers of 64 bytes, avx -> 16 of 32, else 16
   of 16 (Intel SDM vol. 1, the AVX-512 and AVX register chapters); aarch64 `Features`: NEON's 32 V registers of 16
-  bytes (Arm ARM, the SIMD&FP register file; SVE's length isn't in cpuinfo, NEON is what LLVM targets by default));
+  bytes (Arm ARM, the SIMD&FP register file; SVE's length isn't in cpuinfo, NEON is what LLVM targets by default)),
+  and the x86-64 `ISA_FLAGS` it lists (`Machine.isa`: what the CPU reports; `tiny_codegen.cpu_probe` checks it runs);
 - the caches from `sys/devices/system/cpu/cpu0/cache/index*/{level,type,size,shared_cpu_list,ways_of_associativity,
   number_of_sets,coherency_line_size}` (the same files on x86-64 and aarch64 Linux);
 - the cores this process may run on (`os.sched_getaffinity` on the real machine, `sys/devices/system/cpu/online` in
@@ -28,13 +29,17 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Machine", "DEFAULTS", "host_machine", "machine_of", "parse_overrides", "L3_SHARE_MAX_L2"]
+__all__ = ["Machine", "DEFAULTS", "ISA_FLAGS", "host_machine", "machine_of", "parse_overrides", "L3_SHARE_MAX_L2"]
 
 DEFAULTS = {"l1d": 32 << 10, "l1d_ways": 8, "line": 64, "l2": 1 << 20, "l2_shared": 1, "l3": 32 << 20,
             "l3_shared": 8, "page_size": 4096}
 """What a machine whose sysfs has no cache information is taken to have: a 32 KB 8-way L1d with 64-byte lines, a
 private 1 MB L2 and 32 MB of L3 shared by 8 cores (AMD Zen 4's core complex, which the heuristics were first tuned
 on; a current x86-64 or Neoverse core has at least that much L1d and L2 per core), and 4 KB pages."""
+
+ISA_FLAGS = frozenset({"f16c", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16"})
+"""The x86-64 cpuinfo flags the model keeps (`Machine.isa`): the half/bfloat16 conversions and products that kernels
+may use when `tiny_codegen.cpu_probe` confirms they execute."""
 
 L3_SHARE_MAX_L2 = 8
 """A core's share of the L3 is taken as at most this many times its L2. Every design listed in test_machine.py has a
@@ -62,6 +67,7 @@ class Machine:
   l3_shared: int
   cores: int               # CPUs this process may run on
   page_size: int
+  isa: frozenset[str] = frozenset()  # the `ISA_FLAGS` cpuinfo lists (what the CPU reports; `cpu_probe` checks it runs)
 
   @property
   def l1d_set_span(self) -> int:
@@ -84,6 +90,8 @@ class Machine:
     if arch is None: arch = platform.machine() if os.path.abspath(root) == "/" else _arch_of(cpuinfo)
     arch = {"amd64": "x86_64", "AMD64": "x86_64", "arm64": "aarch64"}.get(arch, arch)
     vbytes, vregs = _vector_file(arch, cpuinfo)
+    m = re.search(r"^flags\s*:(.*)$", cpuinfo, re.M) if arch == "x86_64" else None
+    isa = frozenset(f for f in m.group(1).split() if f in ISA_FLAGS) if m else frozenset()
     caches = _caches(os.path.join(root, "sys/devices/system/cpu/cpu0/cache"))
     l1 = caches.get(1, {})
     l2, l3 = caches.get(2, {}), caches.get(3, {})
@@ -97,7 +105,7 @@ class Machine:
                line=l1.get("line", DEFAULTS["line"]), l2=l2.get("size", DEFAULTS["l2"]),
                l2_shared=l2.get("shared", DEFAULTS["l2_shared"]),
                l3=l3.get("size", DEFAULTS["l3"] if no_info else 0), l3_shared=l3.get("shared", DEFAULTS["l3_shared"]),
-               cores=max(1, cores), page_size=page or DEFAULTS["page_size"])
+               cores=max(1, cores), page_size=page or DEFAULTS["page_size"], isa=isa)
 
   @classmethod
   def default(cls, arch: str = "x86_64", vector_bytes: int = 64, vector_registers: int = 32, cores: int = 1) -> Machine:

@@ -89,3 +89,21 @@ def test_packed_matmul_gradients_match_torch(vector_registers) -> None:
   ((pa @ pb) * torch.tensor(g)).sum().backward()
   np.testing.assert_allclose(ta.grad.numpy(), pa.grad.numpy(), rtol=1e-4, atol=1e-3)
   np.testing.assert_allclose(tb.grad.numpy(), pb.grad.numpy(), rtol=1e-4, atol=1e-3)
+
+
+def test_packed_tiled_bfloat16_matmul_matches_torch(vector_registers) -> None:
+  """bfloat16 x bfloat16 on AVX-512 without bf16 instructions (the fallback: products and sums in float32, rounded
+  to bfloat16 once): B (1024 x 512, 2 MB as float32 panels) is packed and the rows tiled (B past the model's 1 MB L2);
+  torch's bfloat16 matmul also accumulates in float32, so the two agree to a bfloat16 rounding."""
+  vector_registers(32, 64)
+  a, b = rng.standard_normal((128, 1024)).astype(np.float32), rng.standard_normal((1024, 512)).astype(np.float32)
+  ta, tb = torch.from_numpy(a).bfloat16(), torch.from_numpy(b).bfloat16()
+  out = Tensor(a).cast(dtypes.bfloat16).realize() @ Tensor(b).cast(dtypes.bfloat16).realize()
+  from tiny_codegen.opt.search import heuristic_opts
+  from tiny_uop.plugins import Device
+  opts = [heuristic_opts(c.src[0], Device["CPU"].renderer) for c in out.schedule().calls if c.src[0].op is Ops.SINK]
+  assert out.dtype == dtypes.bfloat16 and len(opts) == 2, opts  # the pack, then the matmul
+  assert any(o.op.name == "TILE" for o in opts[1]), opts
+  want = (ta @ tb).float().numpy()
+  got = out.float().numpy()
+  np.testing.assert_allclose(got, want, rtol=0, atol=2 ** -7 * float(np.abs(want).max()))

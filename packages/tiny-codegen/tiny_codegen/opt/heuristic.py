@@ -160,10 +160,16 @@ def _vector_block(k: Kernel, loads: list[UOp]) -> bool:
 
 def tile_min_bytes(m: Machine) -> int:
   """The size of a matmul's reused operand (B: the load no row axis moves) above which `_tile_rows` tiles the rows:
-  one core's share of the L3 (`Machine.l3_per_core`). Up to it, B stays in the core's L3 share while every block of
-  rows walks it; past it each block streams B from memory. Zen 3/4 (32 MB over 8 cores): 4 MB, so 1024^2 float32
-  (4 MB) isn't tiled and 2048^2 (16 MB) is, as measured (`_tile_rows`)."""
-  return m.l3_per_core
+  one core's L2 (its share when SMT siblings share it), or its share of the L3 when that is smaller (Sapphire Rapids:
+  105 MB over 56 cores, 1.9 MB against a 2 MB L2). Untiled, each block of rows walks all of B; it stays in the L2
+  between blocks only while it fits there, and past it every block streams B from the L3: 2 vectors of B a step for
+  the 8 x 2 block's 16 FMAs, 16 bytes a cycle at the FMAs' peak, more than a mesh L3 (or a virtual machine's shared
+  one) gives a core. Tiled, a B panel is reused from L2 by every block of the tile. 1024^2 float32 (B 4 MB, packed)
+  on the 2-vCPU Xeon 6/207 (2 MB L2, AVX-512, two threads, `search._Timer`, in turns, load 3-7): untiled 50-95
+  GFLOPS, tiled (8-64 blocks a tile) 82-222 in the same runs, tiled ahead in each of five. On Zen 3/4 (32 MB L3 over
+  8 cores) 1024^2 ran the same with and without tiles (the L3 feeds the block there); their L2 (512 KB, 1 MB) now
+  tiles it too."""
+  return min(m.l2 // max(1, m.l2_shared), m.l3_per_core)
 
 
 def tile_bytes(m: Machine) -> int:
@@ -180,8 +186,9 @@ def _tile_rows(k: Kernel, rid: int, lanes: int) -> None:
   streamed B from memory: 36 GFLOPS against 131-140 with tiles of 64-128 blocks (2-4 MB of A) on the 2-core znver3
   (AVX2, two threads); on the znver4 (AVX-512, 8-row blocks, packed B, one thread beside a CI run, processes
   alternated) 74-81 -> 103-111, 128x4096x4096 61-63 -> 91, tiles of 1 to 8 MB of A within the noise. 1024^2 (4 MB of
-  B, in L3) ran the same with or without tiles and isn't tiled. The tile is the most blocks within `tile_bytes` of A
-  that leaves a tile per thread; B must be more than `tile_min_bytes` (both derived from the machine model)."""
+  B) ran the same with or without tiles there (its L3 fed the block), and 1.5-2x faster tiled on the Xeon 6/207 VM
+  (`tile_min_bytes`). The tile is the most blocks within `tile_bytes` of A that leaves a tile per thread; B must be
+  more than `tile_min_bytes` (both derived from the machine model)."""
   regs, _, itemsize = _register_file(k)
   if not regs: return
   loop = [(j, x) for j, x in enumerate(k.output_axes) if x.arg[0] == rid and x.arg[1] in (AxisType.LOOP,
