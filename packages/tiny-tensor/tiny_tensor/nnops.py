@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import math
 import string
-from typing import TYPE_CHECKING, Any, Iterable, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Literal, Sequence, overload
 
 from tiny_uop.dtype import DType, dtypes, least_upper_dtype
 from tiny_tensor.helpers import ArgumentError, DTypeArgumentError
@@ -623,6 +623,19 @@ class NNOpsMixin:
     cnt = _pool(_pad(ones, ((0, e) for e in extra) if count_include_pad else full), k_, s_, d_).sum(axes)
     return win.sum(axes) / cnt
 
+  # (the overloads tell type checkers and IDEs that only return_indices=True gives a pair)
+  @overload
+  def max_pool2d(self, kernel_size: Any = ..., stride: Any = ..., dilation: Any = ...,
+                 padding: int | Sequence[int] = ..., ceil_mode: bool = ...,
+                 return_indices: Literal[False] = ...) -> Tensor: ...
+  @overload
+  def max_pool2d(self, kernel_size: Any = ..., stride: Any = ..., dilation: Any = ...,
+                 padding: int | Sequence[int] = ..., ceil_mode: bool = ..., *,
+                 return_indices: Literal[True]) -> tuple[Tensor, Tensor]: ...
+  @overload
+  def max_pool2d(self, kernel_size: Any = ..., stride: Any = ..., dilation: Any = ...,
+                 padding: int | Sequence[int] = ..., ceil_mode: bool = ...,
+                 return_indices: bool = ...) -> Tensor | tuple[Tensor, Tensor]: ...
   def max_pool2d(self, kernel_size: Any = (2, 2), stride: Any = None, dilation: Any = 1,
                  padding: int | Sequence[int] = 0, ceil_mode: bool = False,
                  return_indices: bool = False) -> Tensor | tuple[Tensor, Tensor]:

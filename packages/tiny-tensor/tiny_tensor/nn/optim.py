@@ -44,10 +44,16 @@ def _to(x: Tensor, device: str | tuple[str, ...]) -> Tensor:
 def _parts(u: UOp) -> tuple[UOp, ...]: return u.src if u.op is Ops.MULTI else (u,)  # a sharded tensor: its shards
 
 
+def _shard_device(u: UOp) -> str:
+  """The one device of `u`, a single-device tensor's graph or one shard of a sharded one."""
+  if not isinstance(dev := u.device, str): raise ValueError(f"a {u.op} on {dev!r} is not on one device")
+  return dev
+
+
 def _own_buffers(t: Tensor) -> UOp:
   """t's value written into new buffers of its own: one, or one per shard for a sharded tensor (same split)."""
   T = type(t)
-  empties = tuple(T.empty(p.shape, dtype=t.dtype, device=p.device).uop for p in _parts(t.uop))
+  empties = tuple(T.empty(p.shape, dtype=t.dtype, device=_shard_device(p)).uop for p in _parts(t.uop))
   dst = T._new(UOp(Ops.MULTI, t.dtype, empties, t.uop.arg) if t.uop.op is Ops.MULTI else empties[0], False)
   return dst.assign(t.detach()).uop
 
