@@ -15,7 +15,7 @@ from typing import Callable
 
 from tiny_uop.dtype import dtypes
 from tiny_uop.pattern import PatternMatcher, UPat
-from tiny_uop.uop import GroupOp, Ops, UOp
+from tiny_uop.uop import GroupOp, Ops, UOp, sint
 from tiny_uop.helpers import argsort
 
 __all__ = ["pm_gradient", "compute_gradient", "custom_gradient"]
@@ -41,9 +41,15 @@ def custom_gradient(out: UOp, inputs: tuple[UOp, ...], fn: GradFn) -> UOp:
   return out
 
 
+def _shape(u: UOp) -> tuple[sint, ...]:
+  """The shape of `u`, a graph-level node (every node autograd differentiates has one)."""
+  if (shape := u.shape) is None: raise ValueError(f"a {u.op} with no shape (a kernel-level node) has no gradient")
+  return shape
+
+
 def _reduce_grad(ctx: UOp, ret: UOp) -> tuple[UOp | None, ...]:
   x, (op, axes) = ret.src[0], ret.arg
-  if (shape := x.shape) is None: raise ValueError(f"REDUCE_AXIS over a {x.op} with no shape has no gradient")
+  shape = _shape(x)
   if op is Ops.ADD: return (ctx.expand(shape),)
   if op is Ops.MAX:  # the gradient is shared equally between the elements equal to the max (like torch's amax)
     is_max = x.eq(ret.expand(shape)).cast(ctx.dtype)
@@ -62,16 +68,16 @@ def _max_grad(ctx: UOp, ret: UOp) -> tuple[UOp, UOp]:
 
 def _expand_grad(ctx: UOp, ret: UOp) -> tuple[UOp]:
   x = ret.src[0]
-  axes = tuple(i for i, (s, n) in enumerate(zip(x.shape, ret.shape)) if s != n)  # type: ignore[arg-type]
+  axes = tuple(i for i, (s, n) in enumerate(zip(_shape(x), _shape(ret))) if s != n)
   return (ctx.r(Ops.ADD, axes) if axes else ctx,)
 
 
 def _pad_grad(ctx: UOp, ret: UOp) -> tuple[UOp]:
-  return (ctx.shrink(tuple((b, s + b) for s, (b, _) in zip(ret.src[0].shape, ret.arg))),)  # type: ignore[arg-type]
+  return (ctx.shrink(tuple((b, s + b) for s, (b, _) in zip(_shape(ret.src[0]), ret.arg))),)
 
 
 def _shrink_grad(ctx: UOp, ret: UOp) -> tuple[UOp]:
-  return (ctx.pad(tuple((b, s - e) for s, (b, e) in zip(ret.src[0].shape, ret.arg))),)  # type: ignore[arg-type]
+  return (ctx.pad(tuple((b, s - e) for s, (b, e) in zip(_shape(ret.src[0]), ret.arg))),)
 
 
 # cos of a node as Tensor.cos builds it (sin(pi/2 - x) rounds pi/2 - x to x's ulp: wrong at large x). Tensor.cos is

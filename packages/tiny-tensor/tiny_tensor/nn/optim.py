@@ -26,8 +26,7 @@ __all__ = ["Optimizer", "OptimizerGroup", "SGD", "Muon", "LARS", "Adam", "AdamW"
 
 
 def _dedup(ts: list[Tensor]) -> list[Tensor]:
-  seen: set[int] = set()
-  return [t for t in ts if not (id(t) in seen or seen.add(id(t)))]  # type: ignore[func-returns-value]
+  return list({id(t): t for t in ts}.values())  # the first of each, in order (a dict keeps insertion order)
 
 
 def _state(t: Tensor, device: str, fill: float = 0.0) -> Tensor:
@@ -125,7 +124,8 @@ class Optimizer:
     if self.fused: return self._fused_step()
     # like torch, a parameter without a gradient (unused in this loss) is left alone, and so is its state
     live = [i for i, p in enumerate(self.params) if p.grad is not None]
-    updates, extra = self._step([self.params[i] for i in live], [self.params[i].grad for i in live], live)  # type: ignore[misc]
+    grads = [g for i in live if (g := self.params[i].grad) is not None]  # (all of them: `live` has those with one)
+    updates, extra = self._step([self.params[i] for i in live], grads, live)
     for i, up in zip(live, updates): self.params[i].assign(self.params[i].detach() - _to(up, self.params[i].device))
     return extra + self.params + self.buffers
 
@@ -136,7 +136,7 @@ class Optimizer:
       raise RuntimeError(f"fused=True updates every parameter together, but parameters {no_grad} have no .grad "
                          "(unused in the loss): use fused=False to leave them alone")
     flat_p = Tensor.cat(*[p.detach().flatten() for p in self.params])
-    flat_g = Tensor.cat(*[p.grad.contiguous().flatten() for p in self.params])  # type: ignore[union-attr]
+    flat_g = Tensor.cat(*[g.contiguous().flatten() for p in self.params if (g := p.grad) is not None])  # (all: above)
     (up,), extra = self._step([flat_p], [flat_g], [0])
     up = _to(up, self.params[0].device)
     pos = 0
