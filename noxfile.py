@@ -156,9 +156,9 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def typecheck(session: nox.Session) -> None:
-  """mypy over every package (configuration, and the modules not yet clean, in the root pyproject.toml). The packages
-  are installed without their dependencies: torch, onnx, cffi and friends are read as untyped (`Any`), which keeps
-  this session to a minute or so."""
+  """mypy over every module of every package (configuration in the root pyproject.toml, which excuses none). The
+  packages are installed without their dependencies: torch, onnx, cffi and friends are read as untyped (`Any`), which
+  keeps this session to a minute or so."""
   session.install("mypy", "numpy")
   session.install("--no-deps", *_editables())
   modules = [a for p in PACKAGES for a in ("-p", p.replace("-", "_"))]

@@ -251,6 +251,7 @@ def test_var_mean_std_mean_and_correction():
   close(v, a.var(1, ddof=1), atol=1e-5); close(m, a.mean(1))  # noqa: E702
   s, m = Tensor(a).std_mean(0, correction=0)
   close(s, a.std(0), atol=1e-5); close(m, a.mean(0))  # noqa: E702
+  close(Tensor(a).var(1, correction=0.5), a.var(1, ddof=0.5), atol=1e-5)  # a real number, as torch's (typed float)
 
 
 

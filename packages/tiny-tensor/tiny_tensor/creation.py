@@ -2,6 +2,10 @@
 counter-based random numbers (threefry2x32, reproducible for a seed on every device).
 
 `CreationMixin` is one of `Tensor`'s bases; use these as `Tensor.zeros(2, 3)`, `Tensor.rand(4)`, ...
+
+Typing: each method opens with `if TYPE_CHECKING: assert isinstance(self, Tensor)`, which narrows `self` to
+`Tensor` for mypy and IDEs at no run-time cost, so a body is checked against Tensor's own signatures (a Protocol
+or stub base would restate them all, and still not be a `Tensor` where one is passed or returned).
 """
 from __future__ import annotations
 
@@ -34,6 +38,7 @@ class CreationMixin:
   @classmethod
   def empty(cls, *shape: Any, device: str | None = None, dtype: Any = None, **kwargs: Any) -> Tensor:
     """An uninitialized tensor of `shape`."""
+    if TYPE_CHECKING: assert issubclass(cls, Tensor)
     shp = _check_shape(argfix(*shape))
     dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
     buf = engine.buffer_from_bytes(_canonical_device(device), prod(shp), dt, None)
@@ -42,6 +47,7 @@ class CreationMixin:
   @classmethod
   def full(cls, shape: Any, fill_value: Any, **kwargs: Any) -> Tensor:
     """A constant tensor of `shape` filled with `fill_value` (a lazy constant that folds into its users)."""
+    if TYPE_CHECKING: assert issubclass(cls, Tensor)
     shp = _check_shape(argfix(shape))
     rg = kwargs.pop("requires_grad", None)  # the full tensor is the leaf (not the scalar it is expanded from)
     return cls(fill_value, **kwargs).reshape((1,) * len(shp)).expand(shp).requires_grad_(rg)
@@ -49,16 +55,19 @@ class CreationMixin:
   @classmethod
   def zeros(cls, *shape: Any, **kwargs: Any) -> Tensor:
     """A tensor of zeros: `Tensor.zeros(2, 3)`."""
+    if TYPE_CHECKING: assert issubclass(cls, Tensor)
     return cls.full(argfix(*shape), 0.0, **{"dtype": dtypes.default_float, **kwargs})
 
   @classmethod
   def ones(cls, *shape: Any, **kwargs: Any) -> Tensor:
     """A tensor of ones: `Tensor.ones(2, 3)`."""
+    if TYPE_CHECKING: assert issubclass(cls, Tensor)
     return cls.full(argfix(*shape), 1.0, **{"dtype": dtypes.default_float, **kwargs})
 
   def full_like(self, fill_value: Any, **kwargs: Any) -> Tensor:
     """A constant tensor of this one's shape (and dtype and device unless given). A Python int that this int dtype
     can't hold is an error (an explicit `dtype=` wraps it, as `Tensor(x, dtype=...)` does)."""
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     dt = self.dtype
     if "dtype" not in kwargs and type(fill_value) is int and dtypes.is_int(dt) and \
        not dtypes.min(dt) <= fill_value <= dtypes.max(dt):
@@ -68,18 +77,22 @@ class CreationMixin:
 
   def empty_like(self, **kwargs: Any) -> Tensor:
     """An uninitialized tensor of this one's shape (and dtype and device unless given)."""
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     return type(self).empty(self.shape, **{"dtype": self.dtype, "device": self.device, **kwargs})
 
   def zeros_like(self, **kwargs: Any) -> Tensor:
     """Zeros of this shape (dtype and device unless given)."""
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     return self.full_like(0, **kwargs)
   def ones_like(self, **kwargs: Any) -> Tensor:
     """Ones of this shape (dtype and device unless given)."""
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     return self.full_like(1, **kwargs)
 
   @classmethod
   def _arange_idx(cls, n: int, device: str | None) -> Tensor:
     """int32 [1, 2, ..., n] built from constants: an upper-triangular mask (pad+reshape) summed over its rows."""
+    if TYPE_CHECKING: assert issubclass(cls, Tensor)
     if n == 0: return cls.zeros(0, dtype=dtypes.int32, device=device)
     if n > 4096:  # keep the triangle small (its flat size is ~2*n*n): [1..n] = (row*b + [1..b]) over rows of b
       b = math.isqrt(n - 1) + 1
@@ -96,6 +109,7 @@ class CreationMixin:
     >>> Tensor.arange(5).tolist(), Tensor.arange(1, 2, 0.25).tolist()
     ([0, 1, 2, 3, 4], [1.0, 1.25, 1.5, 1.75])
     """
+    if TYPE_CHECKING: assert issubclass(cls, Tensor)
     if stop is None: start, stop = 0, start
     if step == 0: raise ValueError("arange: step must not be 0")
     all_int = not any(isinstance(x, float) for x in (start, stop, step))
@@ -120,6 +134,7 @@ class CreationMixin:
     >>> Tensor.linspace(0, 1, 3).tolist()
     [0.0, 0.5, 1.0]
     """
+    if TYPE_CHECKING: assert issubclass(cls, Tensor)
     # a count must be an int (as torch; tinygrad 0.14 computes a float count's ceil-many values)
     if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)):
       raise TypeError(f"linspace: steps must be an int (the number of values), got {type(steps).__name__} {steps!r}")
@@ -137,6 +152,7 @@ class CreationMixin:
     >>> Tensor.eye(2, 3).tolist()
     [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]
     """
+    if TYPE_CHECKING: assert issubclass(cls, Tensor)
     if n < 0 or (m is not None and m < 0): raise ValueError(f"eye: sizes must be >= 0, got n={n}, m={m}")
     m = n if m is None else m
     dt = to_dtype(kwargs.pop("dtype", dtypes.default_float))
@@ -147,6 +163,7 @@ class CreationMixin:
   @classmethod
   def manual_seed(cls, seed: int = 0) -> None:
     """Set the seed of the random functions (and restart their counters)."""
+    if TYPE_CHECKING: assert issubclass(cls, Tensor)
     with _rng_lock:
       cls._seed = int(seed)
       cls._rng_counters.clear()
@@ -177,6 +194,7 @@ class CreationMixin:
     like any other): a lazy counter update shared by the draws of several threads could be taken into a graph one
     thread builds while another realizes it, and so run twice (a draw skipped, another repeated).
     """
+    if TYPE_CHECKING: assert issubclass(cls, Tensor)
     half = ceildiv(num, 2)
     with engine.lock, _rng_lock:  # threads: each draw advances the counter past the previous one (never the same start)
       if (ctr := cls._rng_counters.get(device)) is None:
@@ -196,6 +214,7 @@ class CreationMixin:
   def rand(cls, *shape: Any, device: str | None = None, dtype: Any = None, contiguous: bool = True,
            **kwargs: Any) -> Tensor:
     """Uniform random numbers in [0, 1), reproducible for a seed on every device."""
+    if TYPE_CHECKING: assert issubclass(cls, Tensor)
     dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
     if not dtypes.is_float(dt): raise ValueError(f"rand needs a float dtype, got {dt}")
     shp = _check_shape(argfix(*shape))
@@ -210,11 +229,13 @@ class CreationMixin:
 
   def rand_like(self, **kwargs: Any) -> Tensor:
     """Uniform [0, 1) random numbers of this shape."""
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     return type(self).rand(self.shape, **{"device": self.device, "dtype": self.dtype, **kwargs})
 
   @classmethod
   def randn(cls, *shape: Any, dtype: Any = None, requires_grad: bool | None = None, **kwargs: Any) -> Tensor:
     """Standard normal random numbers (Box-Muller)."""
+    if TYPE_CHECKING: assert issubclass(cls, Tensor)
     src = cls.rand((2, *argfix(*shape)), dtype=dtypes.float32, **kwargs)
     ret = (src[0] * (2 * math.pi)).cos() * ((1 - src[1]).log() * -2).sqrt()
     ret = ret.cast(to_dtype(dtype) if dtype is not None else dtypes.default_float)
@@ -223,11 +244,13 @@ class CreationMixin:
 
   def randn_like(self, **kwargs: Any) -> Tensor:
     """Standard normal random numbers of this shape."""
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     return type(self).randn(self.shape, **{"device": self.device, "dtype": self.dtype, **kwargs})
 
   @classmethod
   def randint(cls, *shape: Any, low: int = 0, high: int = 10, dtype: Any = dtypes.int32, **kwargs: Any) -> Tensor:
     """Random integers in [low, high)."""
+    if TYPE_CHECKING: assert issubclass(cls, Tensor)
     if not isinstance(low, int) or not isinstance(high, int) or low >= high:
       raise ValueError(f"randint: need ints low < high, got low={low!r}, high={high!r}")
     dt = to_dtype(dtype)
@@ -237,12 +260,14 @@ class CreationMixin:
   @classmethod
   def normal(cls, *shape: Any, mean: float = 0.0, std: float = 1.0, **kwargs: Any) -> Tensor:
     """Normal random numbers with `mean` and `std`."""
+    if TYPE_CHECKING: assert issubclass(cls, Tensor)
     rg = kwargs.pop("requires_grad", None)
     return (std * cls.randn(*shape, **kwargs) + mean).requires_grad_(rg)
 
   @classmethod
   def uniform(cls, *shape: Any, low: float = 0.0, high: float = 1.0, dtype: Any = None, **kwargs: Any) -> Tensor:
     """Uniform random numbers in [low, high)."""
+    if TYPE_CHECKING: assert issubclass(cls, Tensor)
     rg = kwargs.pop("requires_grad", None)
     dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
     return (((high - low) * cls.rand(*shape, **kwargs)).cast(dt) + low).requires_grad_(rg)
@@ -250,17 +275,20 @@ class CreationMixin:
   @classmethod
   def scaled_uniform(cls, *shape: Any, **kwargs: Any) -> Tensor:
     """Uniform in [-1, 1) scaled by 1/sqrt(numel)."""
+    if TYPE_CHECKING: assert issubclass(cls, Tensor)
     return cls.uniform(*shape, low=-1.0, high=1.0, **kwargs).mul(prod(argfix(*shape)) ** -0.5)
 
   @classmethod
   def glorot_uniform(cls, *shape: Any, **kwargs: Any) -> Tensor:
     """Glorot (Xavier) uniform initialization."""
+    if TYPE_CHECKING: assert issubclass(cls, Tensor)
     shp = argfix(*shape)
     return cls.uniform(*shp, low=-1.0, high=1.0, **kwargs).mul((6 / (shp[0] + prod(shp[1:]))) ** 0.5)
 
   @classmethod
   def kaiming_uniform(cls, *shape: Any, a: float = 0.01, **kwargs: Any) -> Tensor:
     """Kaiming (He) uniform initialization."""
+    if TYPE_CHECKING: assert issubclass(cls, Tensor)
     shp = argfix(*shape)
     bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(prod(shp[1:]))
     return cls.uniform(*shp, low=-bound, high=bound, **kwargs)
@@ -268,6 +296,7 @@ class CreationMixin:
   @classmethod
   def kaiming_normal(cls, *shape: Any, a: float = 0.01, **kwargs: Any) -> Tensor:
     """Kaiming (He) normal initialization."""
+    if TYPE_CHECKING: assert issubclass(cls, Tensor)
     shp = argfix(*shape)
     std = math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(prod(shp[1:]))
     return cls.normal(*shp, mean=0.0, std=std, **kwargs)

@@ -15,7 +15,7 @@ from typing import Callable
 
 from tiny_uop.dtype import dtypes
 from tiny_uop.pattern import PatternMatcher, UPat
-from tiny_uop.uop import GroupOp, Ops, UOp
+from tiny_uop.uop import GroupOp, Ops, UOp, sint
 from tiny_uop.helpers import argsort
 
 __all__ = ["pm_gradient", "compute_gradient", "custom_gradient"]
@@ -26,6 +26,14 @@ GradFn = Callable[[UOp, UOp], tuple[UOp | None, ...]]
 _custom: weakref.WeakKeyDictionary[UOp, tuple[tuple[UOp, ...], GradFn]] = weakref.WeakKeyDictionary()
 
 
+def _local_gradient(node: UOp, ctx: UOp) -> tuple[UOp | None, ...] | None:
+  """What `pm_gradient`'s rule for `node` gives: one gradient (or None) per source, or None when no rule matches.
+  (Its rules return tuples, which `PatternMatcher.rewrite`'s signature, written for rules giving a UOp, can't say.)"""
+  ret: object = pm_gradient.rewrite(node, ctx=ctx)
+  if ret is None or isinstance(ret, tuple): return ret
+  raise TypeError(f"the gradient rule for {node.op} gave a {type(ret).__name__}, not one gradient per source (a tuple)")
+
+
 def custom_gradient(out: UOp, inputs: tuple[UOp, ...], fn: GradFn) -> UOp:
   """Make the gradient of `out` with respect to `inputs` `fn(ctx, out)` (one per input, None: no gradient); returns
   `out`. `fn` may call `compute_gradient(out, ctx, targets, custom=False)` to differentiate `out`'s own graph."""
@@ -33,13 +41,20 @@ def custom_gradient(out: UOp, inputs: tuple[UOp, ...], fn: GradFn) -> UOp:
   return out
 
 
+def _shape(u: UOp) -> tuple[sint, ...]:
+  """The shape of `u`, a graph-level node (every node autograd differentiates has one)."""
+  if (shape := u.shape) is None: raise ValueError(f"a {u.op} with no shape (a kernel-level node) has no gradient")
+  return shape
+
+
 def _reduce_grad(ctx: UOp, ret: UOp) -> tuple[UOp | None, ...]:
   x, (op, axes) = ret.src[0], ret.arg
-  if op is Ops.ADD: return (ctx.expand(x.shape),)
+  shape = _shape(x)
+  if op is Ops.ADD: return (ctx.expand(shape),)
   if op is Ops.MAX:  # the gradient is shared equally between the elements equal to the max (like torch's amax)
-    is_max = x.eq(ret.expand(x.shape)).cast(ctx.dtype)
-    return (is_max / is_max.r(Ops.ADD, axes).expand(x.shape) * ctx.expand(x.shape),)
-  if op is Ops.MUL: return ((ctx * ret).expand(x.shape) / x,)
+    is_max = x.eq(ret.expand(shape)).cast(ctx.dtype)
+    return (is_max / is_max.r(Ops.ADD, axes).expand(shape) * ctx.expand(shape),)
+  if op is Ops.MUL: return ((ctx * ret).expand(shape) / x,)
   return (None,)
 
 
@@ -53,16 +68,16 @@ def _max_grad(ctx: UOp, ret: UOp) -> tuple[UOp, UOp]:
 
 def _expand_grad(ctx: UOp, ret: UOp) -> tuple[UOp]:
   x = ret.src[0]
-  axes = tuple(i for i, (s, n) in enumerate(zip(x.shape, ret.shape)) if s != n)  # type: ignore[arg-type]
+  axes = tuple(i for i, (s, n) in enumerate(zip(_shape(x), _shape(ret))) if s != n)
   return (ctx.r(Ops.ADD, axes) if axes else ctx,)
 
 
 def _pad_grad(ctx: UOp, ret: UOp) -> tuple[UOp]:
-  return (ctx.shrink(tuple((b, s + b) for s, (b, _) in zip(ret.src[0].shape, ret.arg))),)  # type: ignore[arg-type]
+  return (ctx.shrink(tuple((b, s + b) for s, (b, _) in zip(_shape(ret.src[0]), ret.arg))),)
 
 
 def _shrink_grad(ctx: UOp, ret: UOp) -> tuple[UOp]:
-  return (ctx.pad(tuple((b, s - e) for s, (b, e) in zip(ret.src[0].shape, ret.arg))),)  # type: ignore[arg-type]
+  return (ctx.pad(tuple((b, s - e) for s, (b, e) in zip(_shape(ret.src[0]), ret.arg))),)
 
 
 # cos of a node as Tensor.cos builds it (sin(pi/2 - x) rounds pi/2 - x to x's ulp: wrong at large x). Tensor.cos is
@@ -133,7 +148,7 @@ def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp], custom: bool 
       for src, g in zip(cg[0], cg[1](grads[node], node)):
         if g is not None: grads[src] = grads[src] + g if src in grads else g
       continue
-    if (local := pm_gradient.rewrite(node, ctx=grads[node])) is None:
+    if (local := _local_gradient(node, grads[node])) is None:
       if node.op in GroupOp.ALU or node.op in GroupOp.Movement or node.op is Ops.REDUCE_AXIS:
         raise NotImplementedError(f"no gradient rule for {node.op}")
       continue

@@ -2,6 +2,10 @@
 
 Basic indices become movement ops (shrink, flip, pad+reshape for steps); tensor indices a one-hot mask and a sum.
 `IndexingMixin` is one of `Tensor`'s bases.
+
+Typing: each method opens with `if TYPE_CHECKING: assert isinstance(self, Tensor)`, which narrows `self` to
+`Tensor` for mypy and IDEs at no run-time cost, so a body is checked against Tensor's own signatures (a Protocol
+or stub base would restate them all, and still not be a `Tensor` where one is passed or returned).
 """
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ import numpy as np
 
 from tiny_uop.dtype import dtypes, sum_acc_dtype
 from tiny_uop.helpers import ceildiv
-from tiny_uop.uop import GroupOp, Ops, UOp, ssimplify
+from tiny_uop.uop import GroupOp, Ops, UOp, sint, ssimplify
 from tiny_tensor import engine
 from tiny_tensor.helpers import _assign_view, _broadcast_shape, _view_bottom, _writable_view
 from tiny_tensor.live import _capturing, _lazy_tensors, _live
@@ -97,6 +101,7 @@ class IndexingMixin:
 
   def _index_plan(self, indices: Any) -> dict:
     """Parse an index into movement steps (shrink, flip, stride, reshape) and the tensor indices left over."""
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     idx = list(indices) if isinstance(indices, tuple) or _is_index_list(indices) else [indices]
     norm: list[Any] = []
     for i in idx:
@@ -118,13 +123,21 @@ class IndexingMixin:
       e = next(j for j, i in enumerate(norm) if i is Ellipsis)
       norm = norm[:e] + fill + norm[e + 1:]
     else: norm = norm + fill
-    shrink, flips, strides, mid_shape, out_shape, tensors = [], [], [], [], [], []
+    shrink: list[tuple[sint, sint]] = []
+    flips: list[int] = []
+    strides: list[int] = []
+    mid_shape: list[sint] = []
+    out_shape: list[sint] = []
+    tensors: list[tuple[int, Tensor, int]] = []  # (output axis, index tensor, size of the dim it indexes)
     d = 0
     for i in norm:
       if i is None:
         out_shape.append(1)
         continue
       s = self.shape[d]
+      if not isinstance(s, int):  # each branch below compares indices with the size
+        raise TypeError(f"can't index dim {d} of a tensor of shape ({', '.join(_sym_name(x) for x in self.shape)}): "
+                        f"its size {_sym_name(s)} is symbolic; shrink or reshape it to a concrete size first")
       if isinstance(i, UOp):  # a bound Variable: a symbolic int index (jit replays bind other values)
         if i.dtype not in dtypes.ints or not (0 <= i.vmin and i.vmax < s):
           raise IndexError(f"symbolic index {_sym_name(i)} with range [{i.vmin}, {i.vmax}] is out of bounds for "
@@ -160,6 +173,7 @@ class IndexingMixin:
 
   def _strided(self, strides: list[int], mid: list[int]) -> Tensor:
     """Take every k-th element per dim: pad to a multiple of k, reshape (n, k), keep column 0."""
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     if all(k == 1 for k in strides): return self
     x = self._pad_raw(tuple((0, n * k - s) if k > 1 and n else (0, 0) for s, k, n in zip(self.shape, strides, mid)))
     x = x.reshape([v for s, k, n in zip(x.shape, strides, mid) for v in ((n, k) if k > 1 else (s, 1))])
@@ -168,16 +182,18 @@ class IndexingMixin:
 
   def _unstrided(self, strides: list[int], mid: list[int], sizes: list[int]) -> Tensor:
     """The inverse of `_strided`: element j goes to j*k, zeros in between; `sizes` are the shrunk dim sizes."""
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     if all(k == 1 for k in strides): return self
     x = self.reshape([v for n, k in zip(mid, strides) for v in (n, 1)])
     x = x._pad_raw(tuple((0, 0) if j % 2 == 0 else (0, strides[j // 2] - 1) for j in range(x.ndim)))
     x = x.reshape([n * k for n, k in zip(mid, strides)])
     return x.shrink(tuple((0, sz) for sz in sizes))
 
-  def _unshrink(self, shrink: list[tuple[Any, Any]], shape: tuple[int, ...]) -> Tensor:
+  def _unshrink(self, shrink: list[tuple[Any, Any]], shape: tuple[sint, ...]) -> Tensor:
     """The inverse of `shrink`: this tensor placed at [start, end) of each dim of `shape`, zeros around it. A symbolic
     start (a bound Variable) pads by the whole dim on both sides, then shrinks at the symbolic offset: out[i] =
     padded[i - start + s] (PAD takes constant amounts only; a symbolic SHRINK is a load at an offset)."""
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     sym = [not (isinstance(a, int) and isinstance(b, int)) for a, b in shrink]
     if not any(sym): return self._pad_raw(tuple((a, s - b) for (a, b), s in zip(shrink, shape)))
     x = self._pad_raw(tuple((s, s) if y else (a, s - b) for (a, b), s, y in zip(shrink, shape, sym)))
@@ -190,6 +206,7 @@ class IndexingMixin:
     >>> t[1].tolist(), t[:, ::-2].tolist(), t[Tensor([2, 0]), 1].tolist(), t[t > 9].tolist()
     ([4, 5, 6, 7], [[3, 1], [7, 5], [11, 9]], [9, 1], [10, 11])
     """
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     plan = self._index_plan(indices)
     x = self.shrink(plan["shrink"]) if self.ndim else self
     if plan["flips"]: x = x.flip(plan["flips"])
@@ -198,6 +215,7 @@ class IndexingMixin:
     return x._gather_tensors(plan["tensors"])
 
   def _gather_tensors(self, tensors: list[tuple[int, Tensor, int]]) -> Tensor:
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     pos = [p for p, _, _ in tensors]
     idxs = []
     for _, t, s in tensors:
@@ -231,6 +249,7 @@ class IndexingMixin:
 
   def _lazy_readers(self) -> list[Tensor]:
     """Other live lazy tensors whose graphs read this tensor's buffer (they must be computed before it is written)."""
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     if (bv := engine.buffer_view(self.uop)) is None: return []
     buf = bv[0]
     # (a view of the buffer, made of movement ops and detach, reads it after the write: it sees the new values)
@@ -250,11 +269,15 @@ class IndexingMixin:
 
     Cost: the index tuples times the size of the indexed dims (to find the last writer of each place), then one
     element read per place (a one-hot sum over the writers that codegen folds into a load)."""
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     T = type(self)
     pos = [p for p, _, _ in tensors]
     k = len(pos)
     idxs = [(t < 0).where(t + s, t) for _, t, s in tensors]
-    big = _broadcast_shape(*[t.shape for t in idxs])
+    big = tuple(s for s in _broadcast_shape(*[t.shape for t in idxs]) if isinstance(s, int))
+    if len(big) != max(t.ndim for t in idxs):
+      raise TypeError(f"tensor indices of symbolic shapes {[t.shape for t in idxs]} can't be written through; "
+                      "give them concrete sizes")
     nb, nw = len(big), int(np.prod(big, dtype=np.int64))
     rest = [i for i in range(self.ndim) if i not in pos]
     sizes = [s for _, _, s in tensors]
@@ -291,6 +314,7 @@ class IndexingMixin:
     >>> t.permute(1, 0)[2] = Tensor([1.0, 2.0]); t.tolist()
     [[0.0, 0.0, 1.0], [0.0, 0.0, 2.0]]
     """
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     T = type(self)
     if isinstance(v, T) and v.dtype != self.dtype:
       raise RuntimeError(f"setitem dtype mismatch: the tensor is {self.dtype}, the value is {v.dtype}; cast the value "
@@ -328,11 +352,13 @@ class IndexingMixin:
 
   def _viewed_elsewhere(self, b: UOp) -> bool:
     """Whether a live tensor other than this one is the lazy value `b` or a view of it."""
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     return any(t is not self and _view_bottom(t.uop) is b for t in _live(_lazy_tensors))
 
   def _refuse_live_views(self, v: Any) -> None:
     """tinygrad's rule for a setitem into a lazy tensor: no other live tensor may be a view of it (movement ops,
     detach), since that view keeps the old graph and could not see the write (torch's views would)."""
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     target = self.uop
     views = [t for t in _live(_lazy_tensors) if t is not self and t is not v and _view_bottom_at(t.uop, target)]
     if views and isinstance(v, type(self)):  # a view the value reads (`t[2:4] = t[0:2]`) is fine
@@ -345,6 +371,7 @@ class IndexingMixin:
 
   def _write(self, plan: dict, vt: Tensor) -> None:
     """Write `vt` (shaped like the indexed part) at `plan` (see `_index_plan`) into this tensor."""
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     writable = engine.is_realized(self.uop) or _assign_view(self.uop) is not None
     if (writable or self.uop.op is Ops.ASSIGN) and vt.requires_grad:
       raise RuntimeError(f"setitem of a value that requires grad into a realized tensor (shape {self.shape}): the "
@@ -376,4 +403,6 @@ class IndexingMixin:
       readers = self._lazy_readers()
       self.assign(new.cast(self.dtype))  # (a view of a realized buffer: written now, through the view)
       self.realize(*readers)  # lazy reads made before this write see the old values, as if run eagerly
-    else: self.uop = new.cast(self.dtype).uop
+    else:
+      t: Tensor = self  # (`self.uop = ...` here would read to mypy as this mixin declaring its own `uop`)
+      t.uop = new.cast(self.dtype).uop

@@ -6,6 +6,10 @@ Like nnops', the ops are the methods of a mixin, `MathOpsMixin`, one of `Tensor`
 would differentiate badly (a polynomial approximation, a formula that hits inf * 0) get their exact derivative
 through `with_gradient`.
 
+Typing: each method opens with `if TYPE_CHECKING: assert isinstance(self, Tensor)`, which narrows `self` to
+`Tensor` for mypy and IDEs at no run-time cost, so a body is checked against Tensor's own signatures (a Protocol
+or stub base would restate them all, and still not be a `Tensor` where one is passed or returned).
+
 >>> from tiny_tensor import Tensor
 >>> round(Tensor([1.0]).atan().item(), 6), Tensor([3, -3]).fmod(2).tolist()
 (0.785398, [1, -1])
@@ -30,10 +34,10 @@ def with_gradient(out: Tensor, inputs: Sequence[Tensor], fn: Callable[..., Seque
   its graph; returns `out`. `fn` gets fresh Tensors over the nodes and must not hold Tensors itself: a Tensor's .grad
   may lead back to `out`, which would keep the registration alive forever (a thin layer over `custom_gradient`)."""
   from tiny_tensor.gradient import custom_gradient
-  T, uops = type(out), tuple(i.uop for i in inputs)
+  T, uops, shapes = type(out), tuple(i.uop for i in inputs), tuple(i.shape for i in inputs)
   def grads(ctx: Any, node: Any) -> tuple:
     gs = fn(T.from_uop(ctx), T.from_uop(node), *[T.from_uop(u) for u in uops])
-    return tuple(None if g is None else g._broadcast_to(u.shape).cast(u.dtype).uop for g, u in zip(gs, uops))
+    return tuple(None if g is None else g._broadcast_to(s).cast(u.dtype).uop for g, u, s in zip(gs, uops, shapes))
   custom_gradient(out.uop, uops, grads)
   return out
 
@@ -79,7 +83,7 @@ def _count(mask: Tensor, size: int | None) -> int:
 # ***** shapes *****
 
 
-def _max_shape(self: Tensor) -> tuple[int, ...]:
+def _max_shape(self) -> tuple[int, ...]:
   """The shape with every symbolic dim replaced by its maximum."""
   return tuple(s if isinstance(s, int) else int(s.vmax) for s in self.shape)
 
@@ -117,39 +121,42 @@ class MathOpsMixin:
   """The composed math ops of `Tensor` (one of its bases): `x.atan()`, `x.isclose(y)`, `x.qr()`."""
   __slots__ = ()
 
-  def acos(self: Tensor) -> Tensor:
+  def acos(self) -> Tensor:
     """Inverse cosine in [0, pi]; NaN outside [-1, 1].
 
     >>> from tiny_tensor import Tensor
     >>> [round(v, 5) for v in Tensor([1.0, 0.0, -1.0]).acos().tolist()]
     [0.0, 1.5708, 3.14159]
     """
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     x = self._float()
     a = _abs(x)
     r = (1 - a).sqrt() * polyN(a, _ACOS)
     out = (x < 0).where(math.pi - r, r)
     return with_gradient(out, (x,), lambda g, _, x: (-g * (1 - x * x).rsqrt(),))  # d acos = -1/sqrt(1-x^2)
 
-  def asin(self: Tensor) -> Tensor:
+  def asin(self) -> Tensor:
     """Inverse sine in [-pi/2, pi/2]; NaN outside [-1, 1].
 
     >>> from tiny_tensor import Tensor
     >>> round(Tensor([1.0]).asin().item(), 5)
     1.5708
     """
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     x = self._float()
     a = _abs(x)
     r = math.pi / 2 - (1 - a).sqrt() * polyN(a, _ACOS)
     out = (x < 0).where(-r, r)
     return with_gradient(out, (x,), lambda g, _, x: (g * (1 - x * x).rsqrt(),))  # d asin = 1/sqrt(1-x^2)
 
-  def atan(self: Tensor) -> Tensor:
+  def atan(self) -> Tensor:
     """Inverse tangent in (-pi/2, pi/2) (atan(+-inf) = +-pi/2).
 
     >>> from tiny_tensor import Tensor
     >>> round(Tensor([-1.0]).atan().item(), 5)
     -0.7854
     """
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     x = self._float()
     a = _abs(x)
     big = a > 1
@@ -159,58 +166,63 @@ class MathOpsMixin:
     out = (x < 0).where(-r, r)
     return with_gradient(out, (x,), lambda g, _, x: (g / (1 + x * x),))  # d atan = 1/(1+x^2)
 
-  def log10(self: Tensor) -> Tensor:
+  def log10(self) -> Tensor:
     """Base-10 logarithm.
 
     >>> from tiny_tensor import Tensor
     >>> Tensor([100.0]).log10().item()
     2.0
     """
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     return self.log2() * math.log10(2)
 
-  def copysign(self: Tensor, other: Any) -> Tensor:
+  def copysign(self, other: Any) -> Tensor:
     """|self| with the sign of `other` (-0.0 counts as negative), like numpy and torch.
 
     >>> from tiny_tensor import Tensor
     >>> Tensor([1.0, 2.0]).copysign(Tensor([-0.0, 3.0])).tolist()
     [-1.0, 2.0]
     """
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     a, b = self._float()._broadcasted(other)
     a, b = a._float(), b._float()
     mag = _abs(a)
     return ((b < 0) | (b.reciprocal() < 0)).where(-mag, mag)
 
-  def fmod(self: Tensor, x: Any) -> Tensor:
+  def fmod(self, x: Any) -> Tensor:
     """C remainder of self / x: the sign follows the dividend (`%` follows the divisor).
 
     >>> from tiny_tensor import Tensor
     >>> Tensor([-7, 7]).fmod(3).tolist(), Tensor([-7.5]).fmod(2).tolist()
     ([-1, 1], [-1.5])
     """
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     a, b = self._broadcasted(x)
     if not dtypes.is_float(a.dtype): return a - a.div(b, rounding_mode="trunc") * b
     return a - (a / b).trunc() * b
 
-  def logaddexp(self: Tensor, other: Any) -> Tensor:
+  def logaddexp(self, other: Any) -> Tensor:
     """log(exp(self) + exp(other)), computed stably (-inf and -inf give -inf).
 
     >>> from tiny_tensor import Tensor
     >>> round(Tensor([0.0]).logaddexp(0.0).item(), 5)
     0.69315
     """
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     a, b = self._float()._broadcasted(other)
     a, b = a._float(), b._float()
     m = a.maximum(b).detach()
     m = m.isinf().where(0, m)
     return ((a - m).exp() + (b - m).exp()).log() + m
 
-  def isclose(self: Tensor, other: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> Tensor:
+  def isclose(self, other: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> Tensor:
     """|self - other| <= atol + rtol * |other| elementwise (equal infinities are close; NaNs only with equal_nan).
 
     >>> from tiny_tensor import Tensor
     >>> Tensor([1.0, 1.1, float('nan')]).isclose(Tensor([1.0 + 1e-9, 1.0, float('nan')])).tolist()
     [True, False, False]
     """
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     a, b = self._broadcasted(other)
     if not dtypes.is_float(a.dtype): a, b = a._float(), b._float()
     diff = a - b
@@ -218,16 +230,17 @@ class MathOpsMixin:
     close = close & a.isfinite() & b.isfinite() | (a == b)
     return close | (a.isnan() & b.isnan()) if equal_nan else close
 
-  def allclose(self: Tensor, other: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> bool:
+  def allclose(self, other: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> bool:
     """True when every element is `isclose` (realizes).
 
     >>> from tiny_tensor import Tensor
     >>> Tensor([1.0, 2.0]).allclose(Tensor([1.0, 2.0 + 1e-7]))
     True
     """
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     return bool(self.isclose(other, rtol, atol, equal_nan).all().item())
 
-  def nonzero(self: Tensor, size: int | None = None, fill_value: Any = 0) -> Tensor:
+  def nonzero(self, size: int | None = None, fill_value: Any = 0) -> Tensor:
     """Indices of the nonzero elements, shape (n, ndim) int32, in row-major order. `size=N` gives exactly N rows
     (padded with `fill_value` or truncated) without reading the data; `size=None` reads how many there are.
 
@@ -235,6 +248,7 @@ class MathOpsMixin:
     >>> Tensor([[1, 0], [0, 2]]).nonzero().tolist()
     [[0, 0], [1, 1]]
     """
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     mask = self.flatten().ne(0) if self.ndim else self.reshape(1).ne(0)
     n = _count(mask, size)
     flat = _compact(mask, n)
@@ -244,7 +258,7 @@ class MathOpsMixin:
     out = T.stack(*cols, dim=1) if cols else T.zeros(n, 0, dtype=dtypes.int32, device=self.device)
     return (flat < 0).reshape(-1, 1).where(fill_value, out).cast(dtypes.int32) if cols else out
 
-  def masked_select(self: Tensor, mask: Tensor, size: int | None = None, fill_value: Any = 0) -> Tensor:
+  def masked_select(self, mask: Tensor, size: int | None = None, fill_value: Any = 0) -> Tensor:
     """The elements of `self` where the bool `mask` (broadcast to self's shape) is True, as a 1-D tensor. `size=N`
     gives exactly N elements (padded with `fill_value`) without reading the data.
 
@@ -252,6 +266,7 @@ class MathOpsMixin:
     >>> Tensor([[1, 2], [3, 4]]).masked_select(Tensor([[True, False], [False, True]])).tolist()
     [1, 4]
     """
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     if mask.dtype != dtypes.bool: raise TypeError(f"masked_select needs a bool mask, got {mask.dtype}")
     m = mask._broadcast_to(self.shape).flatten()
     x = self.flatten()
@@ -262,13 +277,14 @@ class MathOpsMixin:
       (picked & x.reshape(1, -1)).any(1)
     return (flat < 0).where(fill_value, vals).cast(self.dtype)
 
-  def pad_to(self: Tensor, shape: Any, *args: Any, value: Any = 0) -> Tensor:
+  def pad_to(self, shape: Any, *args: Any, value: Any = 0) -> Tensor:
     """Pad at the end of each dim up to `shape` (None keeps a dim).
 
     >>> from tiny_tensor import Tensor
     >>> Tensor([1, 2]).pad_to(4).tolist()
     [1, 2, 0, 0]
     """
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     from tiny_tensor.helpers import argfix
     new = argfix(shape, *args)
     if len(new) != self.ndim: raise ValueError(f"pad_to {new} needs one size per dim of {self.shape}")
@@ -277,37 +293,42 @@ class MathOpsMixin:
       raise ValueError(f"pad_to {new} is smaller than {self.shape}")
     return self._pad_raw(pads, value)
 
-  def shrink_to(self: Tensor, shape: Any, *args: Any) -> Tensor:
+  def shrink_to(self, shape: Any, *args: Any) -> Tensor:
     """Keep the first `shape[i]` elements of each dim (None keeps a dim).
 
     >>> from tiny_tensor import Tensor
     >>> Tensor([1, 2, 3]).shrink_to(2).tolist()
     [1, 2]
     """
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     from tiny_tensor.helpers import argfix
     new = argfix(shape, *args)
     if len(new) != self.ndim: raise ValueError(f"shrink_to {new} needs one size per dim of {self.shape}")
     return self.shrink(tuple(None if n is None else (0, n) for n in new))
 
-  def const_like(self: Tensor, b: Any) -> Tensor:
+  def const_like(self, b: Any) -> Tensor:
     """A constant with this tensor's shape, dtype and device."""
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     return self.full_like(b)
 
-  def usum(self: Tensor, *xs: Any) -> Tensor:
+  def usum(self, *xs: Any) -> Tensor:
     """self + x1 + x2 + ... (or for bool tensors)."""
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     from tiny_tensor.helpers import argfix
     return functools.reduce(lambda a, b: a | b if a.dtype == dtypes.bool else a + b, argfix(*xs), self)
 
-  def uprod(self: Tensor, *xs: Any) -> Tensor:
+  def uprod(self, *xs: Any) -> Tensor:
     """self * x1 * x2 * ... (and for bool tensors)."""
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     from tiny_tensor.helpers import argfix
     return functools.reduce(lambda a, b: a & b if a.dtype == dtypes.bool else a * b, argfix(*xs), self)
 
-  def max_numel(self: Tensor) -> int:
+  def max_numel(self) -> int:
     """The number of elements with every symbolic dim at its maximum."""
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     return prod(self.max_shape)
 
-  def newton_schulz(self: Tensor, steps: int, params: Sequence[float], eps: float = 1.0e-7) -> Tensor:
+  def newton_schulz(self, steps: int, params: Sequence[float], eps: float = 1.0e-7) -> Tensor:
     """`steps` Newton-Schulz iterations of the odd polynomial with coefficients `params` on the last two dims, after
     scaling by the Frobenius norm: X <- sum_i params[i] * (X X^T)^i X (Muon's orthogonalization).
 
@@ -315,6 +336,7 @@ class MathOpsMixin:
     >>> Tensor([[3.0, 0.0], [0.0, 1.0]]).newton_schulz(10, (1.5, -0.5)).round().tolist()
     [[1.0, 0.0], [0.0, 1.0]]
     """
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     if self.ndim < 2: raise ValueError(f"newton_schulz needs at least 2 dims, got shape {self.shape}")
     if self.shape[-2] > self.shape[-1]:
       return self.transpose(-2, -1).newton_schulz(steps, params, eps).transpose(-2, -1)
@@ -328,7 +350,7 @@ class MathOpsMixin:
       g = acc
     return g
 
-  def qr(self: Tensor) -> tuple[Tensor, Tensor]:
+  def qr(self) -> tuple[Tensor, Tensor]:
     """QR decomposition of the last two dims (m, n) by Householder reflections: Q (m, m) orthogonal, R (m, n) upper
     triangular, Q @ R = self. Signs follow LAPACK's (R's diagonal may be negative), as numpy and torch.
 
@@ -337,6 +359,7 @@ class MathOpsMixin:
     >>> [round(v, 4) for v in (q @ r).flatten().tolist()]
     [3.0, 1.0, 4.0, 2.0]
     """
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     if self.ndim < 2: raise ValueError(f"qr needs at least 2 dims, got shape {self.shape}")
     T = type(self)
     m, n = int(self.shape[-2]), int(self.shape[-1])

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal, Sequence
 
 from tiny_uop.dtype import dtypes
 from tiny_uop.helpers import RING, prod
-from tiny_uop.uop import GroupOp, Ops, UOp
+from tiny_uop.uop import GroupOp, Ops, UOp, sint
 from tiny_tensor.gradient import compute_gradient
 
 if TYPE_CHECKING:
@@ -42,7 +42,25 @@ _PER_SHARD = GroupOp.Elementwise | {Ops.CONTIGUOUS, Ops.DETACH, Ops.CONTIGUOUS_B
 def is_multi(u: UOp) -> bool: return u.op is Ops.MULTI
 
 
-def _devices(m: UOp) -> tuple[str, ...]: return tuple(s.device for s in m.src)  # type: ignore[misc]
+def _shape(u: UOp) -> tuple[sint, ...]:
+  """The shape of `u`, a graph-level node (every node this module lowers has one)."""
+  if (shape := u.shape) is None: raise ValueError(f"a multi-device {u.op} node has no shape")
+  return shape
+
+
+def _device(u: UOp) -> str:
+  """The one device of `u`, a shard (a per-device node)."""
+  if not isinstance(dev := u.device, str): raise ValueError(f"a shard's {u.op} is on {dev!r}, not on one device")
+  return dev
+
+
+def _int_size(n: sint, what: str) -> int:
+  """`n` as an int: split axes and collective buffers have concrete sizes."""
+  if not isinstance(n, int): raise ValueError(f"{what} has the symbolic size {n.render()}; shard concrete sizes only")
+  return n
+
+
+def _devices(m: UOp) -> tuple[str, ...]: return tuple(_device(s) for s in m.src)
 
 
 def _bounds(n: int, k: int) -> list[tuple[int, int]]:
@@ -55,18 +73,20 @@ def shard_uop(u: UOp, devices: Sequence[str], axis: int | None) -> UOp:
   Raises ValueError for no devices, an axis `u` doesn't have (a 0-d value has none: replicate it with axis=None) and
   a dim that doesn't split evenly."""
   if len(devices) == 0: raise ValueError("can't shard over no devices: devices is empty; give one or more devices")
-  if axis is not None and not 0 <= axis < len(u.shape):
-    valid = "none (a 0-d tensor has no dim to split; use axis=None to copy it to each device)" if not u.shape else \
-      f"0..{len(u.shape) - 1} (or negative from the end)"
-    raise ValueError(f"can't shard along axis {axis}: the tensor has shape {tuple(u.shape)}; valid axes: {valid}")
+  shape = _shape(u)
+  if axis is not None and not 0 <= axis < len(shape):
+    valid = "none (a 0-d tensor has no dim to split; use axis=None to copy it to each device)" if not shape else \
+      f"0..{len(shape) - 1} (or negative from the end)"
+    raise ValueError(f"can't shard along axis {axis}: the tensor has shape {shape}; valid axes: {valid}")
+  spans: list[tuple[int, int] | None] = [None] * len(devices)
   if axis is not None:
-    n = u.shape[axis]
+    n = shape[axis]
     if not isinstance(n, int) or n % len(devices):
       raise ValueError(f"can't shard dim {axis} of size {n} evenly over {len(devices)} devices {tuple(devices)}")
+    spans = list(_bounds(n, len(devices)))
   shards = []
-  spans = _bounds(u.shape[axis], len(devices)) if axis is not None else [None] * len(devices)
   for d, span in zip(devices, spans):
-    part = u if span is None else u.shrink(tuple(span if i == axis else (0, s) for i, s in enumerate(u.shape)))
+    part = u if span is None else u.shrink(tuple(span if i == axis else (0, s) for i, s in enumerate(shape)))
     shards.append(part if part.device == d else part.copy_to_device(d))
   return UOp(Ops.MULTI, u.dtype, tuple(shards), axis)
 
@@ -81,16 +101,17 @@ def _combine(op: Ops, a: UOp, b: UOp) -> UOp:
 
 def _allgather(shards: list[UOp], axis: int) -> list[UOp]:
   """Every device gets the whole value: each shard copied over and padded into place, then summed (or-ed)."""
-  sizes = [s.shape[axis] for s in shards]
+  sizes = [_int_size(_shape(s)[axis], f"an all-gather's axis {axis}") for s in shards]
   total, out = sum(sizes), []
   for dst in shards:
-    acc = None
-    start = 0
+    parts, start = [], 0
     for s, sz in zip(shards, sizes):
-      part = s if s.device == dst.device else s.copy_to_device(dst.device)
-      part = part.pad(tuple((start, total - start - sz) if i == axis else (0, 0) for i in range(len(s.shape))))
-      acc = part if acc is None else _combine(Ops.ADD, acc, part)
+      part = s if s.device == dst.device else s.copy_to_device(_device(dst))
+      pads = tuple((start, total - start - sz) if i == axis else (0, 0) for i in range(len(_shape(s))))
+      parts.append(part.pad(pads))
       start += sz
+    acc = parts[0]
+    for part in parts[1:]: acc = _combine(Ops.ADD, acc, part)
     out.append(acc)
   return out
 
@@ -101,7 +122,7 @@ def _allreduce_naive(shards: list[UOp], op: Ops) -> list[UOp]:
   for dst in shards:
     acc = dst
     for s in shards:
-      if s is not dst: acc = _combine(op, acc, s.copy_to_device(dst.device))
+      if s is not dst: acc = _combine(op, acc, s.copy_to_device(_device(dst)))
     out.append(acc)
   return out
 
@@ -109,8 +130,8 @@ def _allreduce_naive(shards: list[UOp], op: Ops) -> list[UOp]:
 def _allreduce_ring(shards: list[UOp], op: Ops) -> list[UOp]:
   """Reduce-scatter around the ring (chunk c is combined device after device, ending on device c), then every
   device collects the reduced chunks: each link carries 2 (n-1)/n of the data instead of (n-1) times all of it."""
-  n, shape = len(shards), shards[0].shape
-  numel = prod(shape)
+  n, shape = len(shards), _shape(shards[0])
+  numel = _int_size(prod(shape), "an all-reduce's buffer")
   csz = -(-numel // n)
   flat = [s.reshape((numel,)).pad(((0, csz * n - numel),)) for s in shards]
   chunks = [[f.shrink(((c * csz, (c + 1) * csz),)) for c in range(n)] for f in flat]  # [device][chunk]
@@ -120,11 +141,11 @@ def _allreduce_ring(shards: list[UOp], op: Ops) -> list[UOp]:
     acc = chunks[at][c]
     for step in range(1, n):
       nxt = (c + 1 + step) % n
-      acc = _combine(op, acc.copy_to_device(shards[nxt].device), chunks[nxt][c])
+      acc = _combine(op, acc.copy_to_device(_device(shards[nxt])), chunks[nxt][c])
     reduced.append(acc)  # on device c
   out = []
   for d in range(n):
-    parts = [r if c == d else r.copy_to_device(shards[d].device) for c, r in enumerate(reduced)]
+    parts = [r if c == d else r.copy_to_device(_device(shards[d])) for c, r in enumerate(reduced)]
     whole = None
     for c, p in enumerate(parts):
       p = p.pad(((c * csz, (n - 1 - c) * csz),))
@@ -157,8 +178,8 @@ def _to_axis(m: UOp, axis: int | None) -> list[UOp]:
   if m.arg == axis: return list(m.src)
   full = list(m.src) if m.arg is None else _allgather(list(m.src), m.arg)
   if axis is None: return full
-  n = full[0].shape[axis]
-  return [f.shrink(tuple(b if i == axis else (0, s) for i, s in enumerate(f.shape)))
+  n = _int_size(_shape(full[0])[axis], f"a split axis {axis}")
+  return [f.shrink(tuple(b if i == axis else (0, s) for i, s in enumerate(_shape(f))))
           for f, b in zip(full, _bounds(n, len(full)))]
 
 
@@ -201,13 +222,13 @@ def _lower_node(n: UOp, srcs: list[Any]) -> UOp:
     return UOp(Ops.MULTI, n.dtype, tuple(_allreduce(list(red.src), n.arg[0])), None)
   if ax is None: return per_shard(None)
   if n.op is Ops.PERMUTE: return per_shard(ax, out_axis=n.arg.index(ax))
-  shard_len = m.src[0].shape[ax]
+  shard_len = _shape(m.src[0])[ax]
   if n.op is Ops.EXPAND:
     return per_shard(ax, [tuple(shard_len if i == ax else s for i, s in enumerate(n.arg))] * k)
   if n.op is Ops.RESHAPE:
-    if (j := _reshape_axis(m.shape, n.arg, ax, k)) is not None:
+    if (j := _reshape_axis(_shape(m), n.arg, ax, k)) is not None:
       return per_shard(ax, [tuple(s // k if i == j else s for i, s in enumerate(n.arg))] * k, out_axis=j)
-  elif n.op is Ops.SHRINK and n.arg[ax] == (0, m.shape[ax]):
+  elif n.op is Ops.SHRINK and n.arg[ax] == (0, _shape(m)[ax]):
     return per_shard(ax, [tuple((0, shard_len) if i == ax else a for i, a in enumerate(n.arg))] * k)
   elif (n.op is Ops.PAD and n.arg[ax] == (0, 0)) or (n.op is Ops.FLIP and not n.arg[ax]): return per_shard(ax)
   # the op cuts across the split: work on full copies

@@ -9,6 +9,10 @@ movement, elementwise and reduce ops, so autograd differentiates it and the sche
 Constants (`arange`, `ones`, `rand`) are created through `type(self)` on `self.device`, so the ops work on any
 device and this module needs `Tensor` only for type hints.
 
+Typing: each method opens with `if TYPE_CHECKING: assert isinstance(self, Tensor)`, which narrows `self` to
+`Tensor` for mypy and IDEs at no run-time cost, so a body is checked against Tensor's own signatures (a Protocol
+or stub base would restate them all, and still not be a `Tensor` where one is passed or returned).
+
 >>> from tiny_tensor import Tensor
 >>> Tensor([[1., 2.], [3., 4.]]).cumsum(1).tolist()
 [[1.0, 3.0], [3.0, 7.0]]
@@ -18,20 +22,45 @@ from __future__ import annotations
 import functools
 import math
 import string
-from typing import TYPE_CHECKING, Any, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Literal, Sequence, overload
 
 from tiny_uop.dtype import DType, dtypes, least_upper_dtype
 from tiny_tensor.helpers import ArgumentError, DTypeArgumentError
 
 if TYPE_CHECKING:
   from tiny_tensor.tensor import Tensor
-  from tiny_uop.uop import UOp
+  from tiny_uop.uop import UOp, sint
 
 ReductionStr = Literal["mean", "sum", "none"]
 
 __all__ = ["NNOpsMixin"]
 
-# ***** small helpers (shapes are tuples of ints here) *****
+# ***** small helpers (shapes are tuples of ints here: `_int_shape` turns a symbolic one into a clear error) *****
+
+
+def _int_dim(s: sint, what: str) -> int:
+  """`s` as an int; a symbolic size (a bound Variable's) raises a TypeError naming `what` needs a concrete one."""
+  if isinstance(s, int): return s
+  raise TypeError(f"{what} needs a concrete size, got the symbolic {s.render()}; symbolic sizes (bound Variables) "
+                  "are supported by elementwise, reduce and movement ops, not by this one")
+
+
+def _int_shape(x: Tensor, what: str, start: int = 0) -> tuple[int, ...]:
+  """`x.shape[start:]` as ints, for ops that compute with those sizes (windows, masks, scans, sorting networks): a
+  symbolic one raises a TypeError naming the op and the shape, instead of failing deep inside on a UOp comparison.
+  The dims before `start` may stay symbolic."""
+  dims = x.shape[start:]
+  ints = tuple(s for s in dims if isinstance(s, int))
+  if len(ints) != len(dims):
+    raise TypeError(f"{what} needs concrete sizes in dims {start % max(x.ndim, 1)}.. of shape {_shape_str(x.shape)}; "
+                    "symbolic sizes (bound Variables) are supported by elementwise, reduce and movement ops, not here")
+  return ints
+
+
+def _shape_str(shape: tuple[sint, ...]) -> str:
+  """A shape with its symbolic dims rendered as their expressions: `(6, i)`."""
+  dims = [str(s) if isinstance(s, int) else s.render() for s in shape]
+  return f"({dims[0]},)" if len(dims) == 1 else f"({', '.join(dims)})"
 
 
 def _resolve_dim(x: Tensor, dim: int, extra: int = 0) -> int:
@@ -65,7 +94,7 @@ def _grouped_pads(padding: int | Sequence[int], n: int) -> tuple[tuple[int, int]
   raise ValueError(f"padding={padding!r} must be an int or a sequence of {n} or {2 * n} ints for {n} spatial dims")
 
 
-def _pad(x: Tensor, pads: Sequence[tuple[int, int]], value: Any = 0.0) -> Tensor:
+def _pad(x: Tensor, pads: Iterable[tuple[int, int]], value: Any = 0.0) -> Tensor:
   """Constant-pad every dim of `x` by `pads` (one (before, after) per dim); negative amounts crop."""
   pads = tuple(pads)
   if any(b < 0 or a < 0 for b, a in pads):
@@ -75,7 +104,8 @@ def _pad(x: Tensor, pads: Sequence[tuple[int, int]], value: Any = 0.0) -> Tensor
   return x.pad(pads, value=value)
 
 
-def _shrink_axis(x: Tensor, axis: int, start: int, end: int) -> Tensor:
+def _shrink_axis(x: Tensor, axis: int, start: sint, end: sint) -> Tensor:
+  """`x` cropped to [start, end) along `axis` (symbolic bounds are fine: a shrink takes them)."""
   return x.shrink(tuple((start, end) if d == axis else (0, s) for d, s in enumerate(x.shape)))
 
 
@@ -93,7 +123,7 @@ def _arange(like: Tensor, start: int, stop: int | None = None, step: int = 1, dt
   return type(like).arange(start, stop, step, device=like.device, **kw)
 
 
-def _ones(like: Tensor, shape: Sequence[int], dtype: DType | None = None) -> Tensor:
+def _ones(like: Tensor, shape: Sequence[sint], dtype: DType | None = None) -> Tensor:
   return type(like).ones(*shape, dtype=dtype if dtype is not None else dtypes.default_float, device=like.device)
 
 
@@ -109,7 +139,7 @@ def _pool(x: Tensor, k_: Sequence[int], s_: Sequence[int], d_: Sequence[int]) ->
   """
   nk = len(k_)
   if x.ndim < nk: raise ValueError(f"can't pool a tensor of shape {x.shape} with a {nk}-d kernel {tuple(k_)}")
-  nb, i_ = x.ndim - nk, tuple(x.shape[x.ndim - nk:])
+  nb, i_ = x.ndim - nk, _int_shape(x, "a sliding window (conv, pooling, cumulative op)", x.ndim - nk)
   for k, s, d, i in zip(k_, s_, d_, i_):
     if k < 1 or s < 1 or d < 1:
       raise ValueError(f"kernel {tuple(k_)}, stride {tuple(s_)} and dilation {tuple(d_)} must all be >= 1")
@@ -142,7 +172,7 @@ def _pool(x: Tensor, k_: Sequence[int], s_: Sequence[int], d_: Sequence[int]) ->
 
 def _conv(x: Tensor, weight: Tensor, bias: Tensor | None, groups: int, stride: Any, dilation: Any,
           pads: tuple[tuple[int, int], ...], dtype: Any = None, weight_channel_last: bool = False) -> Tensor:
-  bs, (cout, cin), HW = x.shape[0], weight.shape[:2], tuple(weight.shape[2:])
+  bs, (cout, cin), HW = x.shape[0], weight.shape[:2], _int_shape(weight, "a convolution's weight", 2)
   nd = len(HW)
   s_, d_ = _ints(stride, nd, "stride"), _ints(dilation, nd, "dilation")
   win = _pool(_pad(x, ((0, 0), (0, 0)) + pads), HW, s_, d_)  # (bs, cin_, *oyx, *HW)
@@ -170,8 +200,8 @@ def _conv_gradient(out: Tensor, x: Tensor, weight: Tensor, groups: int, s_: tupl
   zeros for large kernels. The weight gradient is the window sum autograd gives."""
   from tiny_tensor.gradient import compute_gradient, custom_gradient
   T, xu, wu = type(x), x.uop, weight.uop
-  kk, o_ = tuple(weight.shape[2:]), tuple(out.shape[2:])
-  padded = [i + pb + pa for i, (pb, pa) in zip(x.shape[2:], pads)]
+  kk, o_ = _int_shape(weight, "a convolution's weight", 2), _int_shape(out, "a convolution", 2)
+  padded = [i + pb + pa for i, (pb, pa) in zip(_int_shape(x, "a convolution", 2), pads)]
   # the rows past the last window's end (stride > 1) get no gradient: output_padding restores the padded size
   extra = [p - ((o - 1) * s + d * (k - 1) + 1) for p, o, s, d, k in zip(padded, o_, s_, d_, kk)]
 
@@ -423,7 +453,7 @@ def float_divmod(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
 
 def _tri_mask(x: Tensor, diagonal: int, upper: bool) -> Tensor:
   if x.ndim < 2: raise ValueError(f"tril/triu need at least 2 dims, got shape {x.shape}")
-  r, c = x.shape[-2:]
+  r, c = _int_shape(x, "tril/triu", -2)
   rows, cols = _arange(x, r).unsqueeze(1) + diagonal, _arange(x, c)
   return rows <= cols if upper else rows >= cols
 
@@ -435,12 +465,13 @@ def _zero_of(x: Tensor) -> bool | int:
 
 # ***** cumulative ops *****
 
+_CUM_OPS = "a cumulative op (cumsum, cumprod, cummax) along its axis"
 _CUM_SPLIT = 256  # above 2*_CUM_SPLIT elements, scan in chunks: O(n*SPLIT) work instead of O(n^2)
 
 
 def _cum_window(x: Tensor, op: str) -> Tensor:
   """Inclusive scan along the last axis: pad n-1 identities in front, take the n windows of n, reduce each."""
-  n = x.shape[-1]
+  n = _int_shape(x, _CUM_OPS, -1)[0]
   ident = {"sum": 0, "prod": 1, "max": x.dtype.min}[op]
   win = _pool(_pad(x, ((0, 0),) * (x.ndim - 1) + ((n - 1, 0),), ident), (n,), (1,), (1,))
   return getattr(win, op)(-1)
@@ -450,7 +481,7 @@ def _cumulative(x: Tensor, axis: int, op: str) -> Tensor:
   if x.ndim == 0 or 0 in x.shape: return x.cast(x.sum().dtype) if op == "sum" else x
   axis = _resolve_dim(x, axis)
   t = x.transpose(axis, -1)
-  n = t.shape[-1]
+  n = _int_shape(t, _CUM_OPS, -1)[0]
   if n <= 2 * _CUM_SPLIT: return _cum_window(t, op).transpose(axis, -1)
   # two levels: scan inside chunks, then add (multiply, max) the scan of the chunks' totals, shifted by one chunk
   ident = {"sum": 0, "prod": 1, "max": x.dtype.min}[op]
@@ -467,7 +498,7 @@ def _cumulative(x: Tensor, axis: int, op: str) -> Tensor:
 # ***** indexing-like ops *****
 
 
-def _pre_scatter(self: Tensor, dim: int, index: Tensor, src: Tensor) -> tuple[int, Tensor, Tensor]:
+def _pre_scatter(self, dim: int, index: Tensor, src: Tensor) -> tuple[int, Tensor, Tensor]:
   """src and a bool mask laid out as (*self.shape, index.shape[dim]): mask[..t..,q] = index[..q..] == t."""
   dim = _resolve_dim(self, dim)
   if not index.ndim == self.ndim == src.ndim:
@@ -515,7 +546,7 @@ class NNOpsMixin:
   """The higher-level ops of `Tensor` (one of its bases): `x.conv2d(w)`, `x.sort()`, `Tensor.einsum(...)`."""
   __slots__ = ()
 
-  def conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: Any = 1,
+  def conv2d(self, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: Any = 1,
              dilation: Any = 1, padding: int | Sequence[int] = 0, dtype: Any = None) -> Tensor:
     """Convolution (cross-correlation, like torch) of `self` (N, Cin, *spatial) with `weight`
     (Cout, Cin/groups, *kernel).
@@ -528,6 +559,7 @@ class NNOpsMixin:
     >>> Tensor.arange(9).reshape(1, 1, 3, 3).float().conv2d(Tensor.ones(1, 1, 2, 2)).tolist()
     [[[[8.0, 12.0], [20.0, 24.0]]]]
     """
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     _check_conv(self, weight, groups, transposed=False)
     nd = weight.ndim - 2
     if isinstance(padding, str):  # torch's "valid" (none) and "same" (output size = input size; any odd pad goes after)
@@ -541,7 +573,7 @@ class NNOpsMixin:
     return _conv(self, weight, bias, groups, stride, dilation, _grouped_pads(padding, nd), dtype,
                  weight_channel_last=True)
 
-  def conv_transpose2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: Any = 1,
+  def conv_transpose2d(self, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: Any = 1,
                        dilation: Any = 1, padding: int | Sequence[int] = 0, output_padding: Any = 0) -> Tensor:
     """Transposed convolution of `self` (N, Cin, *spatial) with `weight` (Cin, Cout/groups, *kernel), any spatial rank.
 
@@ -551,9 +583,9 @@ class NNOpsMixin:
     >>> Tensor.ones(1, 1, 2, 2).conv_transpose2d(Tensor.ones(1, 1, 2, 2)).tolist()
     [[[[1.0, 2.0, 1.0], [2.0, 4.0, 2.0], [1.0, 2.0, 1.0]]]]
     """
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     _check_conv(self, weight, groups, transposed=True)
-    HW, nd = tuple(weight.shape[2:]), weight.ndim - 2
-    cin, rcout = weight.shape[:2]
+    HW, nd = _int_shape(weight, "conv_transpose2d's weight", 2), weight.ndim - 2
     s_, d_ = _ints(stride, nd, "stride"), _ints(dilation, nd, "dilation")
     op_ = _ints(output_padding, nd, "output_padding")
     if any(s < 1 for s in s_) or any(d < 1 for d in d_): raise ValueError(f"stride {s_} and dilation {d_} must be >= 1")
@@ -564,7 +596,7 @@ class NNOpsMixin:
     conv_pads = tuple(((k - 1) * d - pb, (k - 1) * d - pa + o) for k, d, (pb, pa), o in zip(HW, d_, pads, op_))
     return _conv(x, _transposed_weight(weight, groups), bias, groups, 1, d_, conv_pads)
 
-  def avg_pool2d(self: Tensor, kernel_size: Any = (2, 2), stride: Any = None, dilation: Any = 1,
+  def avg_pool2d(self, kernel_size: Any = (2, 2), stride: Any = None, dilation: Any = 1,
                  padding: int | Sequence[int] = 0, ceil_mode: bool = False, count_include_pad: bool = True) -> Tensor:
     """Average pooling over the last len(kernel_size) dims (any number of them, not only 2).
 
@@ -575,9 +607,10 @@ class NNOpsMixin:
     >>> Tensor.arange(16).reshape(1, 1, 4, 4).float().avg_pool2d().tolist()
     [[[[2.5, 4.5], [10.5, 12.5]]]]
     """
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     k_, s_, d_, pads = _pool_args(self, kernel_size, stride, dilation, padding)
     nd, nb = len(k_), self.ndim - len(k_)
-    i_ = tuple(self.shape[nb:])
+    i_ = _int_shape(self, "avg_pool2d over its pooled dims", nb)
     extra = _ceil_extra(i_, k_, s_, d_, pads) if ceil_mode else (0,) * nd
     axes = tuple(range(-nd, 0))
     full = tuple((pb, pa + e) for (pb, pa), e in zip(pads, extra))
@@ -590,7 +623,20 @@ class NNOpsMixin:
     cnt = _pool(_pad(ones, ((0, e) for e in extra) if count_include_pad else full), k_, s_, d_).sum(axes)
     return win.sum(axes) / cnt
 
-  def max_pool2d(self: Tensor, kernel_size: Any = (2, 2), stride: Any = None, dilation: Any = 1,
+  # (the overloads tell type checkers and IDEs that only return_indices=True gives a pair)
+  @overload
+  def max_pool2d(self, kernel_size: Any = ..., stride: Any = ..., dilation: Any = ...,
+                 padding: int | Sequence[int] = ..., ceil_mode: bool = ...,
+                 return_indices: Literal[False] = ...) -> Tensor: ...
+  @overload
+  def max_pool2d(self, kernel_size: Any = ..., stride: Any = ..., dilation: Any = ...,
+                 padding: int | Sequence[int] = ..., ceil_mode: bool = ..., *,
+                 return_indices: Literal[True]) -> tuple[Tensor, Tensor]: ...
+  @overload
+  def max_pool2d(self, kernel_size: Any = ..., stride: Any = ..., dilation: Any = ...,
+                 padding: int | Sequence[int] = ..., ceil_mode: bool = ...,
+                 return_indices: bool = ...) -> Tensor | tuple[Tensor, Tensor]: ...
+  def max_pool2d(self, kernel_size: Any = (2, 2), stride: Any = None, dilation: Any = 1,
                  padding: int | Sequence[int] = 0, ceil_mode: bool = False,
                  return_indices: bool = False) -> Tensor | tuple[Tensor, Tensor]:
     """Max pooling over the last len(kernel_size) dims; padding reads as the dtype's minimum.
@@ -602,9 +648,10 @@ class NNOpsMixin:
     >>> Tensor.arange(16).reshape(1, 1, 4, 4).max_pool2d().tolist()
     [[[[5, 7], [13, 15]]]]
     """
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     k_, s_, d_, pads = _pool_args(self, kernel_size, stride, dilation, padding)
     nd, nb = len(k_), self.ndim - len(k_)
-    i_ = tuple(self.shape[nb:])
+    i_ = _int_shape(self, "max_pool2d over its pooled dims", nb)
     extra = _ceil_extra(i_, k_, s_, d_, pads) if ceil_mode else (0,) * nd
     full = tuple((pb, pa + e) for (pb, pa), e in zip(pads, extra))
     axes = tuple(range(-nd, 0))
@@ -617,7 +664,7 @@ class NNOpsMixin:
     idx = win.eq(out.reshape(*out.shape, *[1] * nd)).where(rev, 0).max(axes)
     return out, (n - idx).cast(dtypes.int32)
 
-  def max_unpool2d(self: Tensor, indices: Tensor, kernel_size: Any = (2, 2), stride: Any = None, dilation: Any = 1,
+  def max_unpool2d(self, indices: Tensor, kernel_size: Any = (2, 2), stride: Any = None, dilation: Any = 1,
                    padding: int | Sequence[int] = 0, output_size: Sequence[int] | None = None) -> Tensor:
     """Partial inverse of max_pool2d: puts each value of `self` (N, C, *spatial) at its flat `indices`, zeros elsewhere.
 
@@ -625,7 +672,8 @@ class NNOpsMixin:
     >>> Tensor([[[[5., 7.]]]]).max_unpool2d(Tensor([[[[1, 3]]]]), kernel_size=(1, 2)).tolist()
     [[[[0.0, 5.0, 0.0, 7.0]]]]
     """
-    bs, c, sp = self.shape[0], self.shape[1], tuple(self.shape[2:])
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
+    bs, c, sp = self.shape[0], self.shape[1], _int_shape(self, "max_unpool2d", 2)
     if tuple(indices.shape) != tuple(self.shape):
       raise ValueError(f"indices of shape {indices.shape} must have the shape of the pooled values {self.shape}")
     if output_size is None:
@@ -638,7 +686,7 @@ class NNOpsMixin:
     hot = _one_hot_bool(indices.reshape(bs, c, m), n)  # (bs, c, m, n)
     return hot.where(self.reshape(bs, c, m, 1), 0).sum(2).cast(self.dtype).reshape(bs, c, *out_)
 
-  def interpolate(self: Tensor, size: Sequence[int], mode: str = "linear", align_corners: bool = False) -> Tensor:
+  def interpolate(self, size: Sequence[int], mode: str = "linear", align_corners: bool = False) -> Tensor:
     """Resample the last len(size) dims to `size`; dims before them are batch dims.
 
     `mode` is "linear" (bilinear/trilinear for 2/3 dims), "nearest" or "nearest-exact"; coordinates follow torch
@@ -648,15 +696,16 @@ class NNOpsMixin:
     >>> Tensor([[1., 2.]]).interpolate(size=(4,)).tolist()
     [[1.0, 1.25, 1.75, 2.0]]
     """
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     if not isinstance(size, (tuple, list)) or not all(isinstance(s, int) and s > 0 for s in size) \
        or not 0 < len(size) <= self.ndim:
       raise ValueError(f"size={size!r} must be a tuple of 1 to {self.ndim} positive ints")
     if mode not in ("linear", "nearest", "nearest-exact"):
       raise ValueError(f"mode={mode!r} is not supported; valid: 'linear', 'nearest', 'nearest-exact'")
     if align_corners and mode != "linear": raise ValueError(f"align_corners=True needs mode='linear', got {mode!r}")
-    x = self
-    for axis, out in zip(range(self.ndim - len(size), self.ndim), size):
-      inp = self.shape[axis]
+    x, first = self, self.ndim - len(size)
+    sizes_in = _int_shape(self, "interpolate over its resized dims", first)
+    for axis, out, inp in zip(range(first, self.ndim), size, sizes_in):
       if mode == "linear":
         # source coordinate num/den, exactly: align_corners -> dst*(in-1)/(out-1), else (dst+0.5)*in/out - 0.5
         arr = _arange(self, out)
@@ -679,17 +728,18 @@ class NNOpsMixin:
   einsum = staticmethod(_einsum)
   einsum.__doc__ = _einsum.__doc__
 
-  def layernorm(self: Tensor, axis: int | tuple[int, ...] = -1, eps: float = 1e-5) -> Tensor:
+  def layernorm(self, axis: int | tuple[int, ...] = -1, eps: float = 1e-5) -> Tensor:
     """Normalize to zero mean and unit variance over `axis` (no affine part; see nn.LayerNorm).
 
     >>> from tiny_tensor import Tensor
     >>> Tensor([[1., 3.]]).layernorm().tolist()  # doctest: +ELLIPSIS
     [[-0.99..., 0.99...]]
     """
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     y = self - self.mean(axis, keepdim=True)
     return y * (y * y).mean(axis, keepdim=True).add(eps).rsqrt()
 
-  def batchnorm(self: Tensor, weight: Tensor | None, bias: Tensor | None, mean: Tensor, invstd: Tensor,
+  def batchnorm(self, weight: Tensor | None, bias: Tensor | None, mean: Tensor, invstd: Tensor,
                 axis: int | tuple[int, ...] = 1) -> Tensor:
     """(self - mean) * weight * invstd + bias, with the 1-d parameters laid along `axis` (the channel dim).
 
@@ -697,6 +747,7 @@ class NNOpsMixin:
     >>> Tensor([[1., 2.], [3., 4.]]).batchnorm(None, None, Tensor([1., 2.]), Tensor([1., 0.5])).tolist()
     [[0.0, 0.0], [2.0, 1.0]]
     """
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     axes = (axis,) if isinstance(axis, int) else tuple(axis)
     axes = tuple(_resolve_dim(self, a) for a in axes)
     shape = tuple(s if d in axes else 1 for d, s in enumerate(self.shape))
@@ -705,20 +756,21 @@ class NNOpsMixin:
     x = x * (invstd.reshape(shape) if invstd.ndim == len(axes) else invstd)
     return x + bias.reshape(shape) if bias is not None else x
 
-  def dropout(self: Tensor, p: float = 0.5) -> Tensor:
+  def dropout(self, p: float = 0.5) -> Tensor:
     """Zero each element with probability `p` and scale the rest by 1/(1-p); only when `Tensor.training` is set.
 
     >>> from tiny_tensor import Tensor
     >>> Tensor([1., 2.]).dropout(0.5).tolist()  # not training: unchanged
     [1.0, 2.0]
     """
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     if not 0 <= p <= 1: raise ValueError(f"dropout probability p={p!r} must be in [0, 1]")
     if not _training(self) or p == 0: return self
     if p == 1: return self.zeros_like()
     keep = type(self).rand(*self.shape, device=self.device, dtype=dtypes.default_float) >= p
     return keep.where(self, 0) / (1.0 - p)
 
-  def scaled_dot_product_attention(self: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
+  def scaled_dot_product_attention(self, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
                                    dropout_p: float = 0.0, is_causal: bool = False, enable_gqa: bool = False) -> Tensor:
     """softmax(self @ key^T / sqrt(d) + mask) @ value; query `self` (..., L, d), key (..., S, d), value (..., S, dv).
 
@@ -730,13 +782,15 @@ class NNOpsMixin:
     >>> q.scaled_dot_product_attention(q, Tensor([[[1., 2, 3, 4], [5, 6, 7, 8]]])).tolist()
     [[[3.0, 4.0, 5.0, 6.0], [3.0, 4.0, 5.0, 6.0]]]
     """
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     if self.ndim < 2 or key.ndim < 2 or value.ndim < 2:
       raise ValueError(f"query {self.shape}, key {key.shape} and value {value.shape} must have at least 2 dims")
     if self.shape[-1] != key.shape[-1] or key.shape[-2] != value.shape[-2]:  # tinygrad 0.14 and torch: RuntimeError
       raise ArgumentError(f"query {self.shape} and key {key.shape} must share the last dim, key and value "
                           f"{value.shape} the sequence dim (-2)")
     if enable_gqa:
-      key, value = (_repeat_heads(t, self.shape[-3] // t.shape[-3]) for t in (key, value))
+      key, value = (_repeat_heads(t, _int_dim(self.shape[-3] // t.shape[-3], "enable_gqa's head ratio"))
+                    for t in (key, value))
     acc = least_upper_dtype(self.dtype, key.dtype, dtypes.float32)
     qk = self.cast(acc).matmul(key.cast(acc).transpose(-2, -1)) / math.sqrt(self.shape[-1])
     if is_causal:
@@ -748,16 +802,17 @@ class NNOpsMixin:
       qk = qk + attn_mask
     return qk.softmax(-1).cast(self.dtype).dropout(dropout_p) @ value
 
-  def binary_crossentropy(self: Tensor, Y: Tensor, reduction: ReductionStr = "mean") -> Tensor:
+  def binary_crossentropy(self, Y: Tensor, reduction: ReductionStr = "mean") -> Tensor:
     """Binary cross-entropy between probabilities `self` and targets `Y`: -(Y*log(p) + (1-Y)*log(1-p)).
 
     >>> from tiny_tensor import Tensor
     >>> round(Tensor([0.1, 0.9, 0.2]).binary_crossentropy(Tensor([0., 1., 0.])).item(), 4)
     0.1446
     """
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     return _reduce_loss(-Y * self.log() - (1 - Y) * (1 - self).log(), reduction)
 
-  def binary_crossentropy_logits(self: Tensor, Y: Tensor, reduction: ReductionStr = "mean",
+  def binary_crossentropy_logits(self, Y: Tensor, reduction: ReductionStr = "mean",
                                  pos_weight: Tensor | None = None) -> Tensor:
     """Binary cross-entropy on logits `self` (stable, like torch's BCEWithLogitsLoss), optional `pos_weight`.
 
@@ -765,11 +820,12 @@ class NNOpsMixin:
     >>> round(Tensor([-1., 2., -3.]).binary_crossentropy_logits(Tensor([0., 1., 0.])).item(), 4)
     0.1629
     """
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     pos = _logsigmoid(self) * Y
     if pos_weight is not None: pos = pos * pos_weight
     return _reduce_loss(-(pos + (1 - Y) * _logsigmoid(-self)), reduction)
 
-  def sparse_categorical_crossentropy(self: Tensor, Y: Tensor, ignore_index: int = -1, label_smoothing: float = 0.0,
+  def sparse_categorical_crossentropy(self, Y: Tensor, ignore_index: int = -1, label_smoothing: float = 0.0,
                                       reduction: ReductionStr = "mean") -> Tensor:
     """Cross-entropy of logits `self` (..., C) against integer labels `Y` (...); the class axis is the last one.
 
@@ -780,17 +836,19 @@ class NNOpsMixin:
     >>> round(Tensor([[-1., 2., -3.], [1., -2., 3.]]).sparse_categorical_crossentropy(Tensor([1, 2])).item(), 4)
     0.0939
     """
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     if not 0.0 <= label_smoothing <= 1.0: raise ValueError(f"label_smoothing={label_smoothing!r} must be in [0, 1]")
     if tuple(Y.shape) != tuple(self.shape[:-1]):
       raise ValueError(f"labels of shape {Y.shape} must match the logits' shape {self.shape} without the class axis")
     log_probs = self.log_softmax(-1)
     counted = Y.ne(ignore_index) if ignore_index != -1 else _ones(Y, Y.shape, dtypes.bool)
-    picked = (_one_hot_bool(Y, self.shape[-1]) & counted.unsqueeze(-1)).where(log_probs, 0).sum(-1)
+    n = _int_dim(self.shape[-1], "sparse_categorical_crossentropy's class count")
+    picked = (_one_hot_bool(Y, n) & counted.unsqueeze(-1)).where(log_probs, 0).sum(-1)
     unreduced = (1 - label_smoothing) * picked + label_smoothing * counted.where(log_probs.mean(-1), 0)
     if reduction == "mean": return -unreduced.sum() / counted.sum()
     return -_reduce_loss(unreduced, reduction)
 
-  def cross_entropy(self: Tensor, Y: Tensor, reduction: ReductionStr = "mean", label_smoothing: float = 0.0) -> Tensor:
+  def cross_entropy(self, Y: Tensor, reduction: ReductionStr = "mean", label_smoothing: float = 0.0) -> Tensor:
     """Cross-entropy of logits `self` (N, C, ...) or (C,) against class indices or class probabilities `Y`.
 
     As torch.nn.functional.cross_entropy: the class axis is 1 (0 for 1-d logits).
@@ -799,6 +857,7 @@ class NNOpsMixin:
     >>> round(Tensor([[-1., 2., -3.], [1., -2., 3.]]).cross_entropy(Tensor([1, 2])).item(), 4)
     0.0939
     """
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     if not 0.0 <= label_smoothing <= 1.0: raise ValueError(f"label_smoothing={label_smoothing!r} must be in [0, 1]")
     cdim = 0 if self.ndim == 1 else 1
     n = self.shape[cdim]
@@ -807,12 +866,13 @@ class NNOpsMixin:
         # an (N, 1) target is refused, as tinygrad 0.14 and torch do (their RuntimeError): class indices are (N,)
         raise ArgumentError(f"target of shape {Y.shape} must be the logits' shape {self.shape} (class probabilities) "
                             f"or it without dim {cdim} (class indices)")
-      hot = Y.unsqueeze(cdim).eq(_arange(Y, n).reshape(n, *[1] * (self.ndim - cdim - 1)))
-      Y = hot.where(1.0 - label_smoothing + label_smoothing / n, label_smoothing / n)
+      k = _int_dim(n, "cross_entropy's class count (with class indices)")
+      hot = Y.unsqueeze(cdim).eq(_arange(Y, k).reshape(k, *[1] * (self.ndim - cdim - 1)))
+      Y = hot.where(1.0 - label_smoothing + label_smoothing / k, label_smoothing / k)
     elif label_smoothing: Y = Y * (1 - label_smoothing) + label_smoothing / n
     return _reduce_loss(-(self.log_softmax(cdim) * Y).sum(cdim), reduction)
 
-  def nll_loss(self: Tensor, Y: Tensor, weight: Tensor | None = None, ignore_index: int | None = None,
+  def nll_loss(self, Y: Tensor, weight: Tensor | None = None, ignore_index: int | None = None,
                reduction: ReductionStr = "mean") -> Tensor:
     """Negative log-likelihood of log-probabilities `self` (N, C, ...) at labels `Y` (N, ...), optional class `weight`.
 
@@ -820,15 +880,16 @@ class NNOpsMixin:
     >>> Tensor([[-1., -2.], [-3., -4.]]).nll_loss(Tensor([1, 0])).item()
     2.5
     """
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     if self.ndim < 2 or tuple(Y.shape) != (self.shape[0], *self.shape[2:]):
       raise ValueError(f"log-probs {self.shape} must be (N, C, ...) and labels {Y.shape} (N, ...)")
-    n = self.shape[1]
-    w = _ones(Y, Y.shape, self.dtype) if weight is None else _select(weight, 0, Y.flatten(), n).reshape(Y.shape)
+    if weight is None: w = _ones(Y, Y.shape, self.dtype)
+    else: w = _select(weight, 0, Y.flatten(), _int_dim(self.shape[1], "nll_loss's class count")).reshape(Y.shape)
     if ignore_index is not None: w = Y.ne(ignore_index).where(w, 0)
     nll = -self.gather(1, Y.unsqueeze(1)).squeeze(1) * w  # an out-of-range label (ignore_index) picks 0
     return nll.sum() / w.sum() if reduction == "mean" else _reduce_loss(nll, reduction)
 
-  def one_hot(self: Tensor, num_classes: int) -> Tensor:
+  def one_hot(self, num_classes: int) -> Tensor:
     """One-hot encoding of integer `self` along a new last axis (int32 0/1) of `num_classes` classes; a value outside
     [0, num_classes) gives a row of zeros. As tinygrad 0.14, `num_classes` is required (torch's -1, "infer it from the
     data", is refused: it would read the tensor back).
@@ -837,12 +898,13 @@ class NNOpsMixin:
     >>> Tensor([0, 2]).one_hot(3).tolist()
     [[1, 0, 0], [0, 0, 1]]
     """
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     if not dtypes.is_int(self.dtype): raise DTypeArgumentError(f"one_hot needs an integer tensor, got {self.dtype}")
     if not isinstance(num_classes, int) or isinstance(num_classes, bool) or num_classes < 0:
       raise ValueError(f"num_classes={num_classes!r} must be a non-negative int (the class count)")
     return _one_hot_bool(self, num_classes).where(1, 0).cast(dtypes.int32)
 
-  def sort(self: Tensor, dim: int = -1, descending: bool = False) -> tuple[Tensor, Tensor]:
+  def sort(self, dim: int = -1, descending: bool = False) -> tuple[Tensor, Tensor]:
     """Sort along `dim` with a bitonic network; returns (values, int32 indices). Equal values keep their order; NaNs
     sort after +inf (first when `descending`), -0.0 equals 0.0.
 
@@ -851,9 +913,10 @@ class NNOpsMixin:
     >>> v.tolist(), i.tolist()
     ([1.0, 1.0, 2.0, 3.0], [1, 3, 2, 0])
     """
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     if self.ndim == 0: return self, self.zeros_like(dtype=dtypes.int32)
     dim = _resolve_dim(self, dim)
-    n = self.shape[dim]
+    n = _int_dim(self.shape[dim], "sort along its dim")
     if n <= 1: return self, self.zeros_like(dtype=dtypes.int32)
     if self.dtype in _SORT_KEY_INTS:  # floats sort by an int key: NaN compares unequal even to itself
       idx = _float_sort_key(self).sort(dim, descending)[1]
@@ -885,16 +948,17 @@ class NNOpsMixin:
     pos = _arange(self, n).reshape(n, *[1] * (self.ndim - dim - 1))
     return x, same.where(pos, 0).sum(dim + 1).cast(dtypes.int32)
 
-  def argsort(self: Tensor, dim: int = -1, descending: bool = False) -> Tensor:
+  def argsort(self, dim: int = -1, descending: bool = False) -> Tensor:
     """The indices that sort `self` along `dim` (stable).
 
     >>> from tiny_tensor import Tensor
     >>> Tensor([2, 3, 1]).argsort().tolist()
     [2, 0, 1]
     """
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     return self.sort(dim, descending)[1]
 
-  def topk(self: Tensor, k: int, dim: int = -1, largest: bool = True, sorted_: bool = True) -> tuple[Tensor, Tensor]:
+  def topk(self, k: int, dim: int = -1, largest: bool = True, sorted_: bool = True) -> tuple[Tensor, Tensor]:
     """The `k` largest (or smallest) values along `dim` and their int32 indices, in sorted order.
 
     `sorted_=False` allows any order; this returns them sorted either way.
@@ -904,6 +968,7 @@ class NNOpsMixin:
     >>> v.tolist(), i.tolist()
     ([5.0, 3.0], [1, 2])
     """
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     dim = _resolve_dim(self, dim)
     n = self.shape[dim] if self.ndim else 1
     if not isinstance(k, int) or not 0 <= k <= n:
@@ -912,7 +977,7 @@ class NNOpsMixin:
     if self.ndim == 0: return v, i
     return _shrink_axis(v, dim, 0, k), _shrink_axis(i, dim, 0, k)
 
-  def cos(self: Tensor) -> Tensor:
+  def cos(self) -> Tensor:
     """Cosine, accurate for large arguments too (`sin(pi/2 - x)` rounds `pi/2 - x` to x's ulp: `cos(3e7)` was 0.16).
 
     |x| <= 1 (and beyond max/4, where 2x overflows): 1 - 2 sin(x/2)**2, which stays near 1; else sin(2x) / (2 sin x):
@@ -923,6 +988,7 @@ class NNOpsMixin:
     >>> round(Tensor([3e7], device="CPU").cos().item(), 4)  # libm's sin: accurate at any argument
     -0.2654
     """
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     from tiny_tensor.gradient import custom_gradient
     x = self._float()
     if x.dtype.itemsize < 4: return x.cast(dtypes.float32).cos().cast(x.dtype)
@@ -936,43 +1002,47 @@ class NNOpsMixin:
     custom_gradient(out.uop, (xu,), lambda ctx, _: (-(xu.sin()) * ctx,))
     return out
 
-  def triu(self: Tensor, diagonal: int = 0) -> Tensor:
+  def triu(self, diagonal: int = 0) -> Tensor:
     """The upper triangle of the last two dims (j - i >= diagonal); the rest is zero.
 
     >>> from tiny_tensor import Tensor
     >>> Tensor([[1, 2], [3, 4]]).triu().tolist()
     [[1, 2], [0, 4]]
     """
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     return _tri_mask(self, diagonal, upper=True).where(self, _zero_of(self))
 
-  def tril(self: Tensor, diagonal: int = 0) -> Tensor:
+  def tril(self, diagonal: int = 0) -> Tensor:
     """The lower triangle of the last two dims (j - i <= diagonal); the rest is zero.
 
     >>> from tiny_tensor import Tensor
     >>> Tensor([[1, 2], [3, 4]]).tril().tolist()
     [[1, 0], [3, 4]]
     """
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     return _tri_mask(self, diagonal, upper=False).where(self, _zero_of(self))
 
-  def cumsum(self: Tensor, axis: int = 0) -> Tensor:
+  def cumsum(self, axis: int = 0) -> Tensor:
     """Cumulative sum along `axis` (one fused kernel: a triangular window summed, no Python loop).
 
     >>> from tiny_tensor import Tensor
     >>> Tensor([1, 2, 3]).cumsum().tolist()
     [1, 3, 6]
     """
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     return _cumulative(self, axis, "sum")
 
-  def cumprod(self: Tensor, axis: int) -> Tensor:
+  def cumprod(self, axis: int) -> Tensor:
     """Cumulative product along `axis`.
 
     >>> from tiny_tensor import Tensor
     >>> Tensor([1, 2, 3]).cumprod(0).tolist()
     [1, 2, 6]
     """
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     return _cumulative(self, axis, "prod")
 
-  def cummax(self: Tensor, axis: int = 0) -> tuple[Tensor, Tensor]:
+  def cummax(self, axis: int = 0) -> tuple[Tensor, Tensor]:
     """Cumulative max along `axis` and the int32 index where each running max first occurred (tinygrad's rule).
 
     >>> from tiny_tensor import Tensor
@@ -980,51 +1050,55 @@ class NNOpsMixin:
     >>> v.tolist(), i.tolist()
     ([0, 2, 2, 2, 3], [0, 1, 1, 1, 4])
     """
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     values = _cumulative(self, axis, "max")
     if self.ndim == 0 or 0 in self.shape: return values, self.zeros_like(dtype=dtypes.int32)
     axis = _resolve_dim(self, axis)
-    n = self.shape[axis]
+    n = _int_dim(self.shape[axis], "cummax along its axis")
     xt, vt = self.transpose(axis, -1), values.transpose(axis, -1)
     # [.., i, j]: x[j] reached the running max at i, for j <= i; the smallest such j wins (counted down from n)
     seen = xt.unsqueeze(-2).eq(vt.unsqueeze(-1)) & (_arange(self, n).unsqueeze(1) >= _arange(self, n))
     first = n - seen.where(_arange(self, n, 0, -1), 0).max(-1)
     return values, first.cast(dtypes.int32).transpose(axis, -1)
 
-  def cummin(self: Tensor, axis: int = 0) -> tuple[Tensor, Tensor]:
+  def cummin(self, axis: int = 0) -> tuple[Tensor, Tensor]:
     """Cumulative min along `axis` and the int32 index where each running min first occurred.
 
     >>> from tiny_tensor import Tensor
     >>> Tensor([3, 1, 2]).cummin(0)[0].tolist()
     [3, 1, 1]
     """
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     def flip(t: Tensor) -> Tensor:  # an order-reversing bijection of the dtype
       return t.logical_not() if t.dtype == dtypes.bool else ~t if dtypes.is_int(t.dtype) else -t
     values, idx = flip(self).cummax(axis)
     return flip(values), idx
 
-  def logcumsumexp(self: Tensor, axis: int = 0) -> Tensor:
+  def logcumsumexp(self, axis: int = 0) -> Tensor:
     """log(cumsum(exp(self))) along `axis`, stable for large values.
 
     >>> from tiny_tensor import Tensor
     >>> [round(v, 4) for v in Tensor([0., 0., 0.]).logcumsumexp().tolist()]
     [0.0, 0.6931, 1.0986]
     """
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     if self.ndim == 0: return self
     axis = _resolve_dim(self, axis)
     x = self.transpose(axis, -1)
-    n = x.shape[-1]
+    n = _int_dim(x.shape[-1], "logcumsumexp along its axis")
     m = x.cummax(-1)[0].detach()  # running max, a constant for autograd
     below = _arange(self, n).unsqueeze(1) >= _arange(self, n)       # [i, j]: j <= i
     terms = below.where(x.unsqueeze(-2) - m.unsqueeze(-1), -math.inf).exp()
     return (terms.sum(-1).log() + m).transpose(-1, axis)
 
-  def roll(self: Tensor, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Tensor:
+  def roll(self, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Tensor:
     """Rotate elements along `dims` by `shifts` (wrapping around); with `dims=None`, over the flattened tensor.
 
     >>> from tiny_tensor import Tensor
     >>> Tensor([1, 2, 3, 4]).roll(1).tolist()
     [4, 1, 2, 3]
     """
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     if dims is None:
       if not isinstance(shifts, int) and len(shifts) != 1:  # tinygrad 0.14 and torch: a RuntimeError
         raise ArgumentError(f"shifts={shifts!r} must be one int when dims is None (it rolls the flattened tensor)")
@@ -1041,13 +1115,14 @@ class NNOpsMixin:
     return x.shrink(tuple((n - total[d] % n, 2 * n - total[d] % n) if d in total else (0, n)
                           for d, n in enumerate(self.shape)))
 
-  def gather(self: Tensor, dim: int, index: Tensor) -> Tensor:
+  def gather(self, dim: int, index: Tensor) -> Tensor:
     """out[i][j][k] = self[index[i][j][k]][j][k] (for dim=0): pick along `dim` at integer `index` (same ndim as self).
 
     >>> from tiny_tensor import Tensor
     >>> Tensor([[1, 2], [3, 4]]).gather(1, Tensor([[0, 0], [1, 0]])).tolist()
     [[1, 1], [4, 3]]
     """
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     if index.ndim != self.ndim:  # a RuntimeError in tinygrad 0.14 and torch
       raise ArgumentError(f"index of shape {index.shape} must have the {self.ndim} dims of {self.shape}")
     if not dtypes.is_int(index.dtype):  # a RuntimeError in tinygrad 0.14 and torch
@@ -1055,12 +1130,12 @@ class NNOpsMixin:
     dim = _resolve_dim(self, dim)
     if any(i > s for d, (s, i) in enumerate(zip(self.shape, index.shape)) if d != dim):
       raise ValueError(f"index of shape {index.shape} is larger than self {self.shape} outside dim {dim}")
-    n = self.shape[dim]
+    n = _int_dim(self.shape[dim], "gather along its dim")
     x = self.shrink(tuple((0, n) if d == dim else (0, i) for d, i in enumerate(index.shape)))
     x = x.unsqueeze(-1).transpose(-1, dim)  # (..., 1 at dim, ..., n)
     return _one_hot_bool(index, n).where(x, 0).sum(-1).cast(self.dtype)
 
-  def scatter(self: Tensor, dim: int, index: Tensor, src: Tensor | float | int | bool,
+  def scatter(self, dim: int, index: Tensor, src: Tensor | float | int | bool,
               reduce: Literal["multiply", "add"] | None = None) -> Tensor:
     """Write `src` into a copy of `self` at `index` along `dim` (the last write wins on repeated indices).
 
@@ -1070,17 +1145,18 @@ class NNOpsMixin:
     >>> Tensor.zeros(3).scatter(0, Tensor([2, 0]), Tensor([5., 7.])).tolist()
     [7.0, 0.0, 5.0]
     """
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     if reduce not in (None, "add", "multiply"): raise ValueError(f"reduce={reduce!r} must be None, 'add' or 'multiply'")
     if isinstance(src, (int, float, bool)):
       src = type(self).full(tuple(index.shape), src, dtype=self.dtype, device=self.device)
     if reduce is not None: return self.scatter_reduce(dim, index, src, "sum" if reduce == "add" else "prod")
     _, src, mask = _pre_scatter(self, dim, index, src)
-    q = mask.shape[-1]
+    q = _int_dim(mask.shape[-1], "scatter's index along its dim")
     last = mask.where(_arange(self, 1, q + 1), 0).max(-1)  # 1 + the last q writing each place, 0 where none writes
     chosen = last.unsqueeze(-1).eq(_arange(self, 1, q + 1))
     return (last > 0).where(chosen.where(src, 0).sum(-1).cast(self.dtype), self)
 
-  def scatter_reduce(self: Tensor, dim: int, index: Tensor, src: Tensor,
+  def scatter_reduce(self, dim: int, index: Tensor, src: Tensor,
                      reduce: Literal["sum", "prod", "mean", "amax", "amin"], include_self: bool = True) -> Tensor:
     """Combine `src` into `self` at `index` along `dim` with `reduce` ("sum", "prod", "mean", "amax", "amin").
 
@@ -1090,6 +1166,7 @@ class NNOpsMixin:
     >>> Tensor([1., 1.]).scatter_reduce(0, Tensor([0, 0, 1]), Tensor([2., 3., 4.]), "sum").tolist()
     [6.0, 5.0]
     """
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     if reduce not in ("sum", "prod", "mean", "amax", "amin"):
       raise ValueError(f"reduce={reduce!r} must be one of 'sum', 'prod', 'mean', 'amax', 'amin'")
     _, src, mask = _pre_scatter(self, dim, index, src)
@@ -1103,29 +1180,31 @@ class NNOpsMixin:
     total = mask.where(src, 0).sum(-1).cast(self.dtype) + base(0)
     return (total / count).floor().cast(self.dtype) if dtypes.is_int(self.dtype) else total / count
 
-  def masked_fill(self: Tensor, mask: Tensor, value: Tensor | float | int | bool) -> Tensor:
+  def masked_fill(self, mask: Tensor, value: Tensor | float | int | bool) -> Tensor:
     """`value` where `mask` is True, else `self` (broadcasting).
 
     >>> from tiny_tensor import Tensor
     >>> Tensor([1, 2, 3]).masked_fill(Tensor([True, False, True]), 0).tolist()
     [0, 2, 0]
     """
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     return mask.where(value, self)
 
-  def pad2d(self: Tensor, padding: Sequence[int], value: float = 0.0) -> Tensor:
+  def pad2d(self, padding: Sequence[int], value: float = 0.0) -> Tensor:
     """Constant-pad the last len(padding)//2 dims, torch-style flat `(left, right, top, bottom, ...)`; negatives crop.
 
     >>> from tiny_tensor import Tensor
     >>> Tensor([[1, 2]]).pad2d((1, 0, 0, 1)).tolist()
     [[0, 1, 2], [0, 0, 0]]
     """
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     p = tuple(padding)
     if len(p) % 2 or len(p) // 2 > self.ndim:
       raise ValueError(f"padding={padding!r} must hold (before, after) pairs for at most {self.ndim} dims")
     nd = len(p) // 2
     return _pad(self, ((0, 0),) * (self.ndim - nd) + _grouped_pads(p, nd), value)
 
-  def unfold(self: Tensor, dim: int, size: int, step: int) -> Tensor:
+  def unfold(self, dim: int, size: int, step: int) -> Tensor:
     """Windows of `size` elements every `step` along `dim`: that dim becomes the window count, a new last dim the
     window.
 
@@ -1133,6 +1212,7 @@ class NNOpsMixin:
     >>> Tensor([1, 2, 3, 4, 5]).unfold(0, 2, 2).tolist()
     [[1, 2], [3, 4]]
     """
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     dim = _resolve_dim(self, dim)
     # bad sizes raise a RuntimeError in tinygrad 0.14 and torch: ArgumentError is one (and a ValueError)
     if not isinstance(step, int) or isinstance(step, bool) or step < 1:
@@ -1148,19 +1228,20 @@ class NNOpsMixin:
     back = [order.index(d) for d in range(self.ndim)]
     return win.permute(tuple(back) + (self.ndim,))
 
-  def diagonal(self: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+  def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
     """The diagonal of dims (dim1, dim2) as a new last dim (`offset` > 0 above the main one, < 0 below), like torch.
 
     >>> from tiny_tensor import Tensor
     >>> Tensor.arange(9).reshape(3, 3).diagonal(1).tolist()
     [1, 5]
     """
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     d1, d2 = _resolve_dim(self, dim1), _resolve_dim(self, dim2)
     if d1 == d2:  # a RuntimeError in tinygrad 0.14 and torch
       raise ArgumentError(f"dim1={dim1} and dim2={dim2} name the same dim of {self.shape}; pick two different dims")
     rest = [d for d in range(self.ndim) if d not in (d1, d2)]
     x = self.permute(tuple(rest) + (d1, d2))
-    r, c = x.shape[-2:]
+    r, c = _int_shape(x, "diagonal over its two dims", -2)
     r0, c0 = min(max(-offset, 0), r), min(max(offset, 0), c)
     n = max(0, min(r - r0, c - c0))
     lead = tuple(x.shape[:-2])
@@ -1170,21 +1251,22 @@ class NNOpsMixin:
     x = _pad(x.reshape(lead + (n * n,)), ((0, 0),) * len(lead) + ((0, n),)).reshape(lead + (n, n + 1))
     return _shrink_axis(x, x.ndim - 1, 0, 1).reshape(lead + (n,))
 
-  def diag(self: Tensor) -> Tensor:
+  def diag(self) -> Tensor:
     """A square matrix with the 1-d `self` on its diagonal.
 
     >>> from tiny_tensor import Tensor
     >>> Tensor([1, 2]).diag().tolist()
     [[1, 0], [0, 2]]
     """
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     if self.ndim != 1: raise ValueError(f"diag needs a 1-d tensor, got shape {self.shape}")
-    n = self.shape[0]
+    n = _int_dim(self.shape[0], "diag")
     if n == 0: return self.reshape(0, 0)
     # row a = (x_a, n zeros); flattened, x_a lands at a*(n+1): the diagonal of an (n, n) view
     flat = _pad(self.unsqueeze(-1), ((0, 0), (0, n))).reshape(n * (n + 1))
     return flat.shrink(((0, n * n),)).reshape(n, n)
 
-  def meshgrid(self: Tensor, *args: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
+  def meshgrid(self, *args: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
     """Coordinate grids from 0-d or 1-d tensors, as torch.meshgrid ("ij": matrix indexing, "xy": first two dims
     swapped); a 0-d tensor counts as one element.
 
@@ -1192,6 +1274,7 @@ class NNOpsMixin:
     >>> [t.tolist() for t in Tensor([1, 2]).meshgrid(Tensor([3, 4, 5]))]
     [[[1, 1, 1], [2, 2, 2]], [[3, 4, 5], [3, 4, 5]]]
     """
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     if indexing not in ("ij", "xy"): raise ArgumentError(f"indexing={indexing!r} must be 'ij' or 'xy'")
     ts = (self, *args)
     if any(t.ndim > 1 for t in ts):  # torch refuses these (tinygrad 0.14 flattens them)
@@ -1199,12 +1282,12 @@ class NNOpsMixin:
     ts = tuple(t.reshape(1) if t.ndim == 0 else t for t in ts)
     axes = list(range(len(ts)))
     if indexing == "xy" and len(ts) > 1: axes[0], axes[1] = 1, 0
-    shape = [0] * len(ts)
+    shape: list[sint] = [0] * len(ts)
     for t, a in zip(ts, axes): shape[a] = t.shape[0]
     return tuple(t.reshape(tuple(t.shape[0] if d == a else 1 for d in range(len(ts)))).expand(tuple(shape))
                  for t, a in zip(ts, axes))
 
-  def rearrange(self: Tensor, formula: str, **sizes: int) -> Tensor:
+  def rearrange(self, formula: str, **sizes: int) -> Tensor:
     """einops-style reshape/permute: `x.rearrange("b (h w) c -> b c h w", h=4)`. Groups in () split or merge dims,
     `1` is a unit dim, `...` stands for the dims not named; give the sizes a split can't infer.
 
@@ -1212,6 +1295,7 @@ class NNOpsMixin:
     >>> Tensor.arange(6).reshape(2, 3).rearrange("a b -> b a").tolist()
     [[0, 3], [1, 4], [2, 5]]
     """
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     if formula.count("->") != 1: raise ValueError(f"rearrange {formula!r} needs exactly one '->'")
     lhs_s, rhs_s = formula.split("->")
     lhs, rhs = _rearrange_side(lhs_s, formula), _rearrange_side(rhs_s, formula)
@@ -1235,7 +1319,7 @@ class NNOpsMixin:
       if k not in names_l: raise ValueError(f"rearrange {formula!r}: size given for unknown axis {k!r}")
     # the size of every named axis, from the input's shape and the given sizes
     size: dict[str, int] = {}
-    for g, s in zip(lhs, self.shape):
+    for g, s in zip(lhs, _int_shape(self, "rearrange")):
       known = [sizes[n] for n in g if n in sizes]
       unknown = [n for n in g if n not in sizes]
       if len(unknown) > 1 or (not unknown and math.prod(known) != s) or (unknown and s % max(math.prod(known), 1)):
@@ -1245,13 +1329,14 @@ class NNOpsMixin:
     x = x.permute(tuple(names_l.index(n) for n in names_r))
     return x.reshape(tuple(math.prod(size[n] for n in g) for g in rhs))
 
-  def normalize(self: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
+  def normalize(self, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
     """self / max(||self||_p over `dim`, eps), as torch.nn.functional.normalize.
 
     >>> from tiny_tensor import Tensor
     >>> Tensor([[3., 4.]]).normalize().tolist()
     [[0.6000000238418579, 0.800000011920929]]
     """
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     if p == 0: return self / self.ne(0).sum(dim, keepdim=True).maximum(eps)
     a = self.abs()
     if p > 0:  # |x|**p with torch's 0 gradient at x = 0 (pow's slope there is inf for p < 1, and times sign(0) NaN)
@@ -1266,16 +1351,17 @@ class NNOpsMixin:
     big = s > thr if p > 0 else s < thr
     return self / big.where(big.where(s, 1.0).pow(1 / p), eps)
 
-  def softmin(self: Tensor, axis: int = -1, dtype: Any = None) -> Tensor:
+  def softmin(self, axis: int = -1, dtype: Any = None) -> Tensor:
     """softmax(-self) along `axis`.
 
     >>> from tiny_tensor import Tensor
     >>> [round(v, 4) for v in Tensor([1., 2.]).softmin().tolist()]
     [0.7311, 0.2689]
     """
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     return (-self).softmax(axis, dtype) if dtype is not None else (-self).softmax(axis)
 
-  def multinomial(self: Tensor, num_samples: int = 1, replacement: bool = False) -> Tensor:
+  def multinomial(self, num_samples: int = 1, replacement: bool = False) -> Tensor:
     """Sample `num_samples` int32 indices per row of the non-negative weights `self` (1-d or 2-d).
 
     With replacement: inverse-CDF sampling; without: the Efraimidis-Spirakis keys log(u)/w, top `num_samples`.
@@ -1284,6 +1370,7 @@ class NNOpsMixin:
     >>> Tensor([0., 0., 1.]).multinomial(2, replacement=True).tolist()
     [2, 2]
     """
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
     if not 1 <= self.ndim <= 2: raise ValueError(f"multinomial needs 1-d or 2-d weights, got shape {self.shape}")
     if not isinstance(num_samples, int) or num_samples < 1:
       raise ValueError(f"num_samples={num_samples!r} must be a positive int")
@@ -1302,7 +1389,7 @@ class NNOpsMixin:
     return (idx.squeeze(0) if self.ndim == 1 else idx).cast(dtypes.int32)
 
   @classmethod
-  def randperm(cls: type[Tensor], n: int, device: str | None = None, dtype: DType = dtypes.int32,
+  def randperm(cls, n: int, device: str | None = None, dtype: DType = dtypes.int32,
                **kwargs: Any) -> Tensor:
     """A random permutation of 0..n-1: `Tensor.randperm(5)`.
 
@@ -1310,5 +1397,6 @@ class NNOpsMixin:
     >>> sorted(Tensor.randperm(5).tolist())
     [0, 1, 2, 3, 4]
     """
+    if TYPE_CHECKING: assert issubclass(cls, Tensor)
     if not isinstance(n, int) or n < 0: raise ValueError(f"randperm n={n!r} must be a non-negative int")
     return cls.rand(n, device=device, **kwargs).argsort().cast(dtype)

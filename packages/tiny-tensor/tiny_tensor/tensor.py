@@ -1081,21 +1081,21 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
     acc = sum_acc_dtype(self.dtype) if dtypes.is_float(self.dtype) else dtypes.float64
     return self.cast(acc).sum(axis, keepdim).div(n).cast(out_dt)
 
-  def var(self, axis: Any = None, keepdim: bool = False, correction: int = 1) -> Tensor:
-    """Variance over `axis` with Bessel's `correction` (1 by default)."""
+  def var(self, axis: Any = None, keepdim: bool = False, correction: float = 1) -> Tensor:
+    """Variance over `axis` with Bessel's `correction` (1 by default; any real number, as torch's)."""
     squares = (self - self.mean(axis, keepdim=True)).square()
     n = prod([self.shape[i] for i in self._axes(axis)])
     return squares.sum(axis, keepdim).div(max(0, n - correction))
 
-  def std(self, axis: Any = None, keepdim: bool = False, correction: int = 1) -> Tensor:
+  def std(self, axis: Any = None, keepdim: bool = False, correction: float = 1) -> Tensor:
     """Standard deviation over `axis`."""
     return self.var(axis, keepdim, correction).sqrt()
 
-  def var_mean(self, axis: Any = None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
+  def var_mean(self, axis: Any = None, keepdim: bool = False, correction: float = 1) -> tuple[Tensor, Tensor]:
     """(var, mean) over `axis`."""
     return self.var(axis, keepdim, correction), self.mean(axis, keepdim)
 
-  def std_mean(self, axis: Any = None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
+  def std_mean(self, axis: Any = None, keepdim: bool = False, correction: float = 1) -> tuple[Tensor, Tensor]:
     """(std, mean) over `axis`."""
     return self.std(axis, keepdim, correction), self.mean(axis, keepdim)
 

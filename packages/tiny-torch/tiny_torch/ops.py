@@ -14,7 +14,7 @@ ops), or runs its CompositeImplicit decomposition; `SPECIAL` ops see the raw Tin
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 import numpy as np
 import torch
@@ -617,7 +617,8 @@ def _scatter_reduce_legacy(x: Tensor, dim: int, index: Tensor, src: Any, reduce:
   if reduce not in ("add", "multiply"):
     raise RuntimeError(f"reduce argument must be either add or multiply, got {reduce}")
   if isinstance(src, Tensor): src = src.cast(x.dtype)
-  return x.scatter(dim % max(x.ndim, 1), index.cast(dtypes.int32), src, reduce=reduce)
+  mode: Literal["add", "multiply"] = "add" if reduce == "add" else "multiply"
+  return x.scatter(dim % max(x.ndim, 1), index.cast(dtypes.int32), src, reduce=mode)
 
 
 @op(aten.masked_scatter.default, meta=False)

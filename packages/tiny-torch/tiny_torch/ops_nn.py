@@ -4,7 +4,7 @@ its docstring for what a registered function gets and returns)."""
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 import numpy as np
 import torch
@@ -122,7 +122,8 @@ def _scatter_add(x: Tensor, dim: int, index: Tensor, src: Tensor) -> Tensor:
 
 
 @op(aten.scatter_reduce.two)
-def _scatter_reduce(x: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str, include_self: bool = True) -> Tensor:
+def _scatter_reduce(x: Tensor, dim: int, index: Tensor, src: Tensor,
+                    reduce: Literal["sum", "prod", "mean", "amax", "amin"], include_self: bool = True) -> Tensor:
   return x.scatter_reduce(dim % max(x.ndim, 1), index.cast(dtypes.int32), src.cast(x.dtype), reduce,
                           include_self=include_self)
 

@@ -294,7 +294,7 @@ def _read_file(path: str) -> np.ndarray:
   with open(path, "rb", buffering=0) as f:
     size = os.fstat(f.fileno()).st_size
     buf = np.empty(size, dtype=np.uint8)
-    mv, got = memoryview(buf), 0
+    mv, got = buf.data, 0  # (memoryview(buf) too; numpy's stubs declare ndarray a Buffer only for Python >= 3.12)
     while got < size and (n := f.readinto(mv[got:])): got += n
     if got != size or f.read(1):
       raise ValueError(f"{path}: the file changed size while it was read ({size} bytes expected, {got} read)")
@@ -313,7 +313,7 @@ def read_gguf(src: str | os.PathLike | bytes | bytearray | memoryview) -> tuple[
   """
   if isinstance(src, (bytes, bytearray, memoryview)): data = np.frombuffer(bytes(src), dtype=np.uint8)
   else: data = _read_file(os.fspath(src))
-  kv, infos, start = _parse(memoryview(data))
+  kv, infos, start = _parse(data.data)
   tensors = {i.name: GGUFTensor(i.name, tuple(reversed(i.dims)), i.ggml_type,
                                 data[start + i.offset:start + i.offset + i.nbytes]) for i in infos}
   return kv, tensors
@@ -425,7 +425,7 @@ def quantize(x: np.ndarray, t: GGMLType) -> bytes:
   b = flat.reshape(-1, be)
   if t == GGMLType.Q8_0:
     d = np.abs(b).max(1, keepdims=True) / 127
-    q = np.round(b / np.where(d == 0, 1, d)).clip(-127, 127).astype(np.int8)
+    q: np.ndarray = np.round(b / np.where(d == 0, 1, d)).clip(-127, 127).astype(np.int8)  # (other dtypes below)
     return np.concatenate([_f16(d), q.view(np.uint8)], axis=1).tobytes()
   if t in (GGMLType.Q4_0, GGMLType.Q5_0):
     bits = 4 if t == GGMLType.Q4_0 else 5

@@ -28,6 +28,7 @@ import numpy as np
 
 from tiny_uop import Variable
 from tiny_uop.dtype import dtypes
+from tiny_uop.uop import sint
 from tiny_tensor.jit import TinyJit
 from tiny_tensor.llm.gguf import BLOCK, GGMLType, GGUFTensor
 from tiny_tensor.llm.quants import SUPPORTED, dequantize
@@ -346,7 +347,7 @@ class Block:
     self.cache_k = Tensor.zeros(*shape, device=device).contiguous().realize()
     self.cache_v = Tensor.zeros(*shape, device=device).contiguous().realize()
 
-  def _write_cache(self, k: Tensor, v: Tensor, start_pos: Any, t: int) -> None:
+  def _write_cache(self, k: Tensor, v: Tensor, start_pos: Any, t: sint) -> None:
     """Store k, v (t, n_kv, hd) at positions start_pos.. of the caches, in place: an assign into the window of each
     cache (at a bound Variable offset under TinyJit) writes only its t rows."""
     self.cache_k.shrink(((start_pos, start_pos + t), None, None)).assign(k.cast(self.cache_k.dtype))
@@ -364,7 +365,7 @@ class Block:
     if self.bv is not None: v = v + self.bv
     q = q.reshape(b, t, cfg.n_heads, cfg.hd)
     k = k.reshape(b, t, cfg.n_kv_heads, cfg.hd)
-    if self.q_norm is not None:  # per-head RMSNorm of q and k, before RoPE
+    if self.q_norm is not None and self.k_norm is not None:  # per-head RMSNorm of q and k (set together), before RoPE
       q, k = rms_norm(q, self.q_norm, cfg.norm_eps), rms_norm(k, self.k_norm, cfg.norm_eps)
     q, k = rope(q, rot[0], rot[1], self.spec.neox), rope(k, rot[0], rot[1], self.spec.neox)
     self._write_cache(k.reshape(t, cfg.n_kv_heads, cfg.hd), v.reshape(t, cfg.n_kv_heads, cfg.hd), start_pos, t)
@@ -463,7 +464,7 @@ class Transformer:
   def forward(self, rows: Tensor, start_pos: Any) -> Tensor:
     """Logits (vocab,) of the last of the T tokens whose embedding rows are `rows`, at positions start_pos.. (an int,
     or a bound Variable when T is 1); the KV caches are updated."""
-    t = rows.shape[0]
+    if not isinstance(t := rows.shape[0], int): raise TypeError(f"forward needs a concrete token count: {t.render()}")
     x = self._embed(rows)
     rot, rot_swa = ((c.shrink(((start_pos, start_pos + t), None)), s.shrink(((start_pos, start_pos + t), None)))
                     for c, s in (self.rot, self.rot_swa))

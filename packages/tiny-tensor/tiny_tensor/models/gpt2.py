@@ -18,6 +18,13 @@ from tiny_tensor.tensor import Tensor
 __all__ = ["GPT2", "GPT2Config"]
 
 
+def _int_shape(t: Tensor) -> tuple[int, ...]:
+  """A loaded weight's shape (concrete: a file's tensors have no symbolic dims)."""
+  ints = tuple(s for s in t.shape if isinstance(s, int))
+  if len(ints) != t.ndim: raise ValueError(f"a loaded weight has the symbolic shape {t.shape}")
+  return ints
+
+
 @dataclass(frozen=True)
 class GPT2Config:
   """n_embd, n_layer, n_head, vocab_size, n_positions, layer_norm_epsilon (config.json's names)."""
@@ -91,8 +98,8 @@ class GPT2:
     if os.path.exists(cfg_path):
       with open(cfg_path) as f: cfg = GPT2Config.from_json(json.load(f))
     else:
-      v, d = sd["wte.weight"].shape
-      cfg = GPT2Config(vocab_size=v, n_positions=sd["wpe.weight"].shape[0], n_embd=d,
+      (v, d), (n_pos, _) = _int_shape(sd["wte.weight"]), _int_shape(sd["wpe.weight"])
+      cfg = GPT2Config(vocab_size=v, n_positions=n_pos, n_embd=d,
                        n_layer=len({k.split(".")[1] for k in sd if k.startswith("h.")}))
     model = GPT2(cfg)
     load_state_dict(model, sd)

@@ -61,7 +61,8 @@ class MobileNetV2:
         cin = cout
     feats.append(ConvBNReLU(cin, self.last_channel, 1))
     self.features = feats
-    self.classifier = [None, nn.Linear(self.last_channel, num_classes)]  # index 0 is dropout (no weights)
+    # index 0 is dropout (no weights): the state dict's names are torchvision's `classifier.1.weight`, ...
+    self.classifier: tuple[None, nn.Linear] = (None, nn.Linear(self.last_channel, num_classes))
 
   def __call__(self, x: Tensor) -> Tensor:
     x = x.sequential(self.features).mean((2, 3))

@@ -2,6 +2,8 @@
 (stride on the 3x3 conv, "v1.5"), `fc`."""
 from __future__ import annotations
 
+from typing import Callable
+
 from tiny_tensor import nn
 from tiny_tensor.tensor import Tensor
 
@@ -17,8 +19,8 @@ class BasicBlock:
     self.bn1 = nn.BatchNorm2d(planes)
     self.conv2 = nn.Conv2d(planes, planes, 3, 1, 1, bias=False)
     self.bn2 = nn.BatchNorm2d(planes)
-    self.downsample = [nn.Conv2d(cin, planes, 1, stride, bias=False), nn.BatchNorm2d(planes)] \
-      if stride != 1 or cin != planes else []
+    self.downsample: list[Callable[[Tensor], Tensor]] = \
+      [nn.Conv2d(cin, planes, 1, stride, bias=False), nn.BatchNorm2d(planes)] if stride != 1 or cin != planes else []
 
   def __call__(self, x: Tensor) -> Tensor:
     out = self.bn2(self.conv2(self.bn1(self.conv1(x)).relu()))
@@ -36,7 +38,8 @@ class Bottleneck:
     self.bn2 = nn.BatchNorm2d(planes)
     self.conv3 = nn.Conv2d(planes, planes * 4, 1, bias=False)
     self.bn3 = nn.BatchNorm2d(planes * 4)
-    self.downsample = [nn.Conv2d(cin, planes * 4, 1, stride, bias=False), nn.BatchNorm2d(planes * 4)] \
+    self.downsample: list[Callable[[Tensor], Tensor]] = \
+      [nn.Conv2d(cin, planes * 4, 1, stride, bias=False), nn.BatchNorm2d(planes * 4)] \
       if stride != 1 or cin != planes * 4 else []
 
   def __call__(self, x: Tensor) -> Tensor:
@@ -49,13 +52,14 @@ class Bottleneck:
 class ResNet:
   """`ResNet(block, layers, num_classes=1000, width=64)`: a 7x7/2 stem, max pool, four stages, global average pool."""
 
-  def __init__(self, block: type, layers: list[int], num_classes: int = 1000, width: int = 64):
+  def __init__(self, block: type[BasicBlock] | type[Bottleneck], layers: list[int], num_classes: int = 1000,
+               width: int = 64):
     self.conv1 = nn.Conv2d(3, width, 7, 2, 3, bias=False)
     self.bn1 = nn.BatchNorm2d(width)
     cin = width
     for i, n in enumerate(layers):
       planes = width * 2 ** i
-      blocks = []
+      blocks: list[BasicBlock | Bottleneck] = []
       for j in range(n):
         blocks.append(block(cin, planes, 2 if j == 0 and i > 0 else 1))
         cin = planes * block.expansion

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+from typing import TypedDict
+
 from tiny_tensor import nn
 from tiny_tensor.tensor import Tensor
 
@@ -40,6 +42,13 @@ class EncoderBlock:
     return x + self.mlp["3"](0.5 * h * (1 + (h * math.sqrt(0.5)).erf()))  # exact GELU, as torchvision's ViT
 
 
+class _Encoder(TypedDict):
+  """ViT's `encoder`, a dict so that the state dict's names are torchvision's (`encoder.layers.encoder_layer_0...`)."""
+  pos_embedding: Tensor
+  layers: dict[str, EncoderBlock]
+  ln: nn.LayerNorm
+
+
 class ViT:
   """`ViT(image_size, patch_size, num_layers, num_heads, hidden_dim, mlp_dim, num_classes=1000)`."""
 
@@ -50,7 +59,7 @@ class ViT:
     self.conv_proj = nn.Conv2d(3, hidden_dim, patch_size, patch_size)
     self.class_token = Tensor.zeros(1, 1, hidden_dim)
     n = (image_size // patch_size) ** 2 + 1
-    self.encoder = {"pos_embedding": Tensor.normal(1, n, hidden_dim, std=0.02),
+    self.encoder: _Encoder = {"pos_embedding": Tensor.normal(1, n, hidden_dim, std=0.02),
                     "layers": {f"encoder_layer_{i}": EncoderBlock(hidden_dim, num_heads, mlp_dim)
                                for i in range(num_layers)},
                     "ln": nn.LayerNorm(hidden_dim, eps=1e-6)}

@@ -26,8 +26,7 @@ __all__ = ["Optimizer", "OptimizerGroup", "SGD", "Muon", "LARS", "Adam", "AdamW"
 
 
 def _dedup(ts: list[Tensor]) -> list[Tensor]:
-  seen: set[int] = set()
-  return [t for t in ts if not (id(t) in seen or seen.add(id(t)))]  # type: ignore[func-returns-value]
+  return list({id(t): t for t in ts}.values())  # the first of each, in order (a dict keeps insertion order)
 
 
 def _state(t: Tensor, device: str, fill: float = 0.0) -> Tensor:
@@ -44,10 +43,16 @@ def _to(x: Tensor, device: str | tuple[str, ...]) -> Tensor:
 def _parts(u: UOp) -> tuple[UOp, ...]: return u.src if u.op is Ops.MULTI else (u,)  # a sharded tensor: its shards
 
 
+def _shard_device(u: UOp) -> str:
+  """The one device of `u`, a single-device tensor's graph or one shard of a sharded one."""
+  if not isinstance(dev := u.device, str): raise ValueError(f"a {u.op} on {dev!r} is not on one device")
+  return dev
+
+
 def _own_buffers(t: Tensor) -> UOp:
   """t's value written into new buffers of its own: one, or one per shard for a sharded tensor (same split)."""
   T = type(t)
-  empties = tuple(T.empty(p.shape, dtype=t.dtype, device=p.device).uop for p in _parts(t.uop))
+  empties = tuple(T.empty(p.shape, dtype=t.dtype, device=_shard_device(p)).uop for p in _parts(t.uop))
   dst = T._new(UOp(Ops.MULTI, t.dtype, empties, t.uop.arg) if t.uop.op is Ops.MULTI else empties[0], False)
   return dst.assign(t.detach()).uop
 
@@ -119,7 +124,8 @@ class Optimizer:
     if self.fused: return self._fused_step()
     # like torch, a parameter without a gradient (unused in this loss) is left alone, and so is its state
     live = [i for i, p in enumerate(self.params) if p.grad is not None]
-    updates, extra = self._step([self.params[i] for i in live], [self.params[i].grad for i in live], live)  # type: ignore[misc]
+    grads = [g for i in live if (g := self.params[i].grad) is not None]  # (all of them: `live` has those with one)
+    updates, extra = self._step([self.params[i] for i in live], grads, live)
     for i, up in zip(live, updates): self.params[i].assign(self.params[i].detach() - _to(up, self.params[i].device))
     return extra + self.params + self.buffers
 
@@ -130,7 +136,7 @@ class Optimizer:
       raise RuntimeError(f"fused=True updates every parameter together, but parameters {no_grad} have no .grad "
                          "(unused in the loss): use fused=False to leave them alone")
     flat_p = Tensor.cat(*[p.detach().flatten() for p in self.params])
-    flat_g = Tensor.cat(*[p.grad.contiguous().flatten() for p in self.params])  # type: ignore[union-attr]
+    flat_g = Tensor.cat(*[g.contiguous().flatten() for p in self.params if (g := p.grad) is not None])  # (all: above)
     (up,), extra = self._step([flat_p], [flat_g], [0])
     up = _to(up, self.params[0].device)
     pos = 0

@@ -13,7 +13,7 @@ listed in the package README so they can move onto Tensor.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 import numpy as np
 
@@ -533,17 +533,21 @@ def gather_nd(ctx: Any, inp: list, attrs: dict) -> Tensor:
   x, idx = inp
   b = attrs.get("batch_dims", 0)
   k = idx.shape[-1]
+  if not isinstance(k, int) or k > x.ndim - b:
+    raise OnnxError(f"GatherND: indices' last dim {k} must be at most the data's rank {x.ndim} - batch_dims {b}")
   bshape, inner = x.shape[:b], x.shape[b:b + k]
   ctx.check_indices(1, idx, list(inner), f"dims {b}..{b + k - 1}")
   nb = int(np.prod(bshape, dtype=np.int64))
   xf = x.reshape(nb, int(np.prod(inner, dtype=np.int64)), *x.shape[b + k:])
   idx = idx.cast(dtypes.int64)
   strides = np.cumprod([1, *inner[::-1]])[::-1][1:]
-  lin = 0
+  lin: Tensor | None = None
   for j in range(k):
     ij = idx[..., j]
     ij = (ij < 0).where(ij + inner[j], ij)
-    lin = lin + ij * int(strides[j])
+    lin = ij * int(strides[j]) if lin is None else lin + ij * int(strides[j])
+  if lin is None:  # k = 0: each index row picks the whole slice
+    lin = Tensor.zeros(*idx.shape[:-1], dtype=dtypes.int64, device=idx.device)
   lin = lin.reshape(nb, -1)                                           # (nb, m)
   rows = [xf[i][lin[i].cast(dtypes.int32)] for i in range(nb)]
   out = rows[0].stack(*rows[1:]) if nb > 1 else rows[0].unsqueeze(0)
@@ -553,7 +557,11 @@ def gather_nd(ctx: Any, inp: list, attrs: dict) -> Tensor:
 def _scatter_reduce(x: Tensor, ax: int, idx: Tensor, upd: Tensor, red: str) -> Tensor:
   idx = (idx < 0).where(idx + x.shape[ax], idx)
   if red == "none": return x.scatter(ax, idx, upd)
-  return x.scatter_reduce(ax, idx, upd, {"add": "sum", "mul": "prod", "max": "amax", "min": "amin"}[red])
+  return x.scatter_reduce(ax, idx, upd, _SCATTER_REDUCE[red])
+
+
+_SCATTER_REDUCE: dict[str, Literal["sum", "prod", "amax", "amin"]] = {"add": "sum", "mul": "prod", "max": "amax",
+                                                                      "min": "amin"}
 
 
 @op("ScatterElements", "Scatter")

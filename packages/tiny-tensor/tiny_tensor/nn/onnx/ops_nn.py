@@ -359,28 +359,31 @@ def _resize_matrix(n_in: int, n_out: int, scale: float, attrs: dict, roi: tuple[
 def _resize(x: Tensor, scales: list[float] | None, sizes: list[int] | None, attrs: dict, roi: list | None,
             axes: list[int] | None) -> Tensor:
   nd = x.ndim
+  shape = tuple(d for d in x.shape if isinstance(d, int))  # the resize matrices are built on the host
+  if len(shape) != nd: raise OnnxError(f"Resize needs an input of concrete shape, got {x.shape}")
   axes = [_axis(a, nd) for a in axes] if axes else list(range(nd))
   if sizes:
     policy = attrs.get("keep_aspect_ratio_policy", "stretch")
-    sc = [sizes[i] / x.shape[a] for i, a in enumerate(axes)]
+    sc = [sizes[i] / shape[a] for i, a in enumerate(axes)]
     if policy != "stretch":
       s = min(sc) if policy == "not_larger" else max(sc)
       sc = [s] * len(axes)
-      sizes = [int(math.floor(x.shape[a] * s + 0.5)) for a in axes]
+      sizes = [int(math.floor(shape[a] * s + 0.5)) for a in axes]
     outs = list(sizes)
-  else:
+  elif scales:
     sc = list(scales)
-    outs = [int(math.floor(x.shape[a] * s)) for a, s in zip(axes, sc)]
+    outs = [int(math.floor(shape[a] * s)) for a, s in zip(axes, sc)]
+  else: raise OnnxError("Resize needs scales or sizes (one of them non-empty); got neither")
   y = x.cast(dtypes.float32) if not _is_float(x) else x
   rk = len(roi) // 2 if roi else 0
   for i, a in enumerate(axes):
-    if outs[i] == x.shape[a] and sc[i] == 1 and attrs.get("coordinate_transformation_mode") != "tf_crop_and_resize":
+    if outs[i] == shape[a] and sc[i] == 1 and attrs.get("coordinate_transformation_mode") != "tf_crop_and_resize":
       continue
     r = (roi[i], roi[i + rk]) if roi else None
-    w, ext = _resize_matrix(x.shape[a], outs[i], sc[i], attrs, r)
+    w, ext = _resize_matrix(shape[a], outs[i], sc[i], attrs, r)
     wt = Tensor(w.astype(np.float32), device=x.device)
     yt = y.transpose(a, -1)
-    y = (yt.unsqueeze(-2) * wt).sum(-1) if x.shape[a] < 64 else yt @ wt.T
+    y = (yt.unsqueeze(-2) * wt).sum(-1) if shape[a] < 64 else yt @ wt.T
     if ext.any():
       y = Tensor(ext, device=x.device).where(attrs.get("extrapolation_value", 0.0), y)
     y = y.transpose(a, -1)
