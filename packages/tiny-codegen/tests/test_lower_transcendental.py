@@ -145,3 +145,47 @@ def test_via_f64_per_op():
     spec = get_program(UOp.sink(c0.index(i).store(v.sin()), arg=KernelInfo(f"via_run_{len(via)}")), r)
     kr.run(spec, [out, np.zeros(n, np.float32), x])
     assert ulp_dist(out, reference(np.sin, x, dtypes.float32)).max() <= 1
+
+
+def _near_pio2_multiples(dt, ks) -> np.ndarray:
+  """The floats of `dt` nearest k*pi/2 for integers k (computed in 60-digit decimal): the hardest sin arguments."""
+  import decimal
+  ctx = decimal.Context(prec=60)
+  pio2 = ctx.divide(decimal.Decimal("3.14159265358979323846264338327950288419716939937510582097494"), 2)
+  return np.array([float(ctx.multiply(decimal.Decimal(int(k)), pio2)) for k in ks]).astype(NP[dt])
+
+
+def _full_range_args(dt) -> np.ndarray:
+  """Log-spaced magnitudes from the smallest subnormal to the format's max, both signs, and multiples of pi/2."""
+  rng = np.random.default_rng(7)
+  fi = np.finfo(NP[dt])
+  mags = np.exp(rng.uniform(np.log(float(fi.smallest_subnormal)), np.log(float(fi.max)), 6000))
+  mags = np.concatenate([mags, 10.0 ** np.arange(-3, int(np.log10(float(fi.max))) + 1), [float(fi.max)],
+                         rng.uniform(6000, 2e5, 1000)])
+  x = (mags * rng.choice([-1.0, 1.0], len(mags))).astype(NP[dt])
+  ks = np.concatenate([np.arange(1, 200), 2.0 ** rng.uniform(10, 120 if dt == dtypes.float32 else 1000, 400)])
+  return np.concatenate([x, _near_pio2_multiples(dt, ks), -_near_pio2_multiples(dt, ks[:50])])
+
+
+@pytest.mark.parametrize("dt,via_f64", MODES)
+def test_sin_full_range_within_one_ulp(dt, via_f64):
+  """sin over every finite magnitude (log-spaced up to the format's max, and the floats nearest k*pi/2 for huge k)
+  within 1 ulp of numpy's float64 sin rounded to the format: the reduction must be exact at any argument."""
+  x = _full_range_args(dt)
+  s = run_all(x, dt, via_f64)[2]
+  ref = reference(np.sin, x, dt)
+  d = ulp_dist(s, ref)
+  assert d.max() <= 1, f"{int((d > 1).sum())} of {len(x)} beyond 1 ulp; worst {d.max()} ulp at x={x[d.argmax()]!r}"
+
+
+@pytest.mark.parametrize("dt,via_f64", MODES)
+def test_sin_special_values_and_signed_zero(dt, via_f64):
+  """sin(+-inf) and sin(nan) are nan, sin(-0.0) is -0.0 (sign kept), sin of a subnormal is itself."""
+  tiny = np.finfo(NP[dt]).smallest_subnormal
+  x = np.array([np.inf, -np.inf, np.nan, -0.0, 0.0, tiny, -3 * tiny, np.finfo(NP[dt]).max, -np.finfo(NP[dt]).max],
+               NP[dt])
+  s = run_all(x, dt, via_f64)[2]
+  assert np.isnan(s[:3]).all()
+  assert np.signbit(s[3]) and s[3] == 0 and not np.signbit(s[4]) and s[4] == 0
+  np.testing.assert_array_equal(s[5:7], x[5:7])
+  assert ulp_dist(s[7:], reference(np.sin, x[7:], dt)).max() <= 1
