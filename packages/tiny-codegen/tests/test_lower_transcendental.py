@@ -189,3 +189,53 @@ def test_sin_special_values_and_signed_zero(dt, via_f64):
   assert np.signbit(s[3]) and s[3] == 0 and not np.signbit(s[4]) and s[4] == 0
   np.testing.assert_array_equal(s[5:7], x[5:7])
   assert ulp_dist(s[7:], reference(np.sin, x[7:], dt)).max() <= 1
+
+
+def test_two_over_pi_limbs_match_mpmath():
+  """The Payne-Hanek table (2/pi's bits from Machin's formula in integers) against mpmath's 2/pi."""
+  import mpmath
+  from tiny_codegen.lower.transcendental import _LIMB, _two_over_pi_words
+  n = 60
+  with mpmath.workprec(_LIMB * n + 64):
+    want = int(mpmath.floor(2 / mpmath.pi * mpmath.mpf(2) ** (_LIMB * n)))
+  got = 0
+  for w in _two_over_pi_words(n): got = (got << _LIMB) | w
+  assert got == want
+
+
+def _closest_approach(mant: int, smin: int, smax: int) -> float:
+  """A lower bound on min |M * 2**s * 2/pi - k| over significands M < 2**(mant+1), integers k != 0 and s in
+  [smin, smax]: for each s the best rational approximations (continued-fraction convergents p/q, q < 2**(mant+1))
+  of frac(2**s * 2/pi) give the smallest distance any M reaches."""
+  import fractions
+  import math
+  import mpmath
+  bits = 1200
+  with mpmath.workprec(bits + 64): two_pi = int(mpmath.floor(2 / mpmath.pi * mpmath.mpf(2) ** bits))
+  worst = 1.0
+  for s in range(smin, smax + 1):
+    if s >= 0: a = fractions.Fraction((two_pi << s) % (1 << bits), 1 << bits)  # frac(2**s * 2/pi)
+    else: a = fractions.Fraction(two_pi, 1 << (bits - s))
+    p0, q0, p1, q1, y = 0, 1, 1, 0, a
+    while True:
+      ai = math.floor(y)
+      p0, q0, p1, q1 = p1, q1, ai * p1 + p0, ai * q1 + q0
+      if q1 >= 1 << (mant + 1): break
+      if p1 != 0: worst = min(worst, float(abs(q1 * a - p1)))
+      if y == ai: break
+      y = 1 / (y - ai)
+  return worst
+
+
+@pytest.mark.parametrize("dt", [dtypes.float32, dtypes.float64])
+def test_payne_hanek_limbs_cover_the_closest_approach(dt):
+  """The reduction's absolute error (2**(mantissa+3) / 2**(limb bits), in units of pi/2) stays 2**-(mantissa+6)
+  below the smallest nonzero |x*2/pi - k| any float of the format reaches, so r keeps its significand and guard bits."""
+  import math
+  from tiny_codegen.lower.transcendental import _FMT, _LIMB, _PH
+  _, mant, bias, *_ = _FMT[dt]
+  pad, n = _PH[dt]
+  assert pad * _LIMB >= mant + 3  # the window of the smallest reduced |x| (1/2) starts inside the zero words
+  closest = _closest_approach(mant, -mant - 2, bias - mant)
+  assert math.log2(closest) > -(mant + 11)  # the known worst cases: about 2**-29.9 (float32), 2**-61.5 (float64)
+  assert (mant + 3) - _LIMB * n <= math.log2(closest) - (mant + 6)

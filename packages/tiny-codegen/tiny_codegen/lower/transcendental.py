@@ -190,17 +190,18 @@ def _two_over_pi_words(nwords: int) -> tuple[int, ...]:
 
 
 # per float format: (zero words before 2/pi's bits, result limbs). The zero words cover the window start of the
-# smallest reduced argument (|x| >= 1/2: s - 2 >= -mantissa - 3). The result limbs hold frac(|x|*2/pi / 4) to 110 / 198
-# bits, with an absolute error below 2**(mantissa+3-bits): far below the closest approach of a float to a nonzero
-# multiple of pi/2 (about 2**-30 for float32, 2**-61 for float64) times the format's precision and guard bits.
-_PH = {dtypes.float32: (2, 5), dtypes.float64: (3, 9)}
+# smallest reduced argument (|x| >= 1/2: s - 2 >= -mantissa - 3). The result limbs hold frac(|x|*2/pi / 4) to 88 / 176
+# bits, with an absolute error (in units of pi/2) below 2**(mantissa+3-bits): 2**-62 / 2**-121. A float is never
+# closer to a nonzero multiple of pi/2 than 2**-29.9 / 2**-61.5 of pi/2 (continued fractions of 2**s * 2/pi, checked
+# by tests/test_lower_transcendental.py), so r keeps at least 32 / 59 correct bits.
+_PH = {dtypes.float32: (2, 4), dtypes.float64: (3, 8)}
 _PH_MIN = 0.5  # |x| from which the Payne-Hanek remainder is used; below it r = x
 
 
 def _select(idx: UOp, values: list[int]) -> UOp:
-  """values[idx] (as int64) for an int32 idx in range(len(values)), as a chain of selects (no memory table)."""
-  acc = UOp.const(dtypes.int64, values[0])
-  for i, v in enumerate(values[1:], 1): acc = (idx < i).where(acc, UOp.const(dtypes.int64, v))
+  """values[idx] (as uint32) for an int32 idx in range(len(values)), as a chain of selects (no memory table)."""
+  acc = UOp.const(dtypes.uint32, values[0])
+  for i, v in enumerate(values[1:], 1): acc = (idx < i).where(acc, UOp.const(dtypes.uint32, v))
   return acc
 
 
@@ -221,11 +222,12 @@ def _payne_hanek(x: UOp) -> tuple[UOp, UOp, UOp]:
   p_max = (2 * bias) - bias - mant - 2 + _LIMB * pad  # the largest finite exponent's window start
   p = ebits - (bias + mant + 2 - _LIMB * pad)
   p = (p < 0).where(UOp.const(dtypes.int32, 0), (p_max < p).where(UOp.const(dtypes.int32, p_max), p))
-  w, sh = p // _LIMB, (p % _LIMB).cast(dtypes.int64)
+  w, sh = p // _LIMB, (p % _LIMB).cast(dtypes.uint32)
   words = (0,) * pad + _two_over_pi_words(p_max // _LIMB + n + 1 - pad)
   nw = p_max // _LIMB + 1
   t = [_select(w, list(words[i:i + nw])) for i in range(n + 1)]
-  g = [((t[i] << sh) | (t[i + 1] >> (_LIMB - sh))) & _MASK for i in range(n)]  # F's limbs, most significant first
+  # F's limbs, most significant first: 32-bit words suffice (a shift's wrapped-off bits are masked off anyway)
+  g = [(((t[i] << sh) | (t[i + 1] >> (_LIMB - sh))) & _MASK).cast(dtypes.int64) for i in range(n)]
   ms = [(m >> (_LIMB * j)) & _MASK for j in range((mant + _LIMB) // _LIMB)]  # M's limbs, least significant first
   # D = M*G mod 2**(22n), G = sum g_i 2**(22(n-1-i)): column c gathers m_j*g_i with (n-1-i)+j = c
   d, carry = [], UOp.const(dtypes.int64, 0)
