@@ -6,10 +6,15 @@ arithmetic, with enough terms that truncation error is far below the format's pr
   exp2(x) = 2**n * p(f), n = round(x), f = x - n in [-1/2, 1/2], p(f) = sum (ln2 f)**k / k!, scaled by 2**n in two exact
             steps (so subnormal results round once);
   log2(x) = e + 2/ln2 * atanh(s), x = m * 2**e with m in [sqrt(1/2), sqrt(2)), s = (m-1)/(m+1) (odd series in s);
-  sin(x)  = +-sin(r) or +-cos(r), x = k*pi/2 + r (Cody-Waite reduction with pi/2 in three parts: accurate for |x|
-            below about 6e3 in float32 and 1e7 in float64; larger arguments lose accuracy).
-With `via_f64=True` float32 inputs are computed with the float64 decomposition and rounded once (≤ 1 ulp, the
-default on CPUs). NaN, +-inf, 0 and subnormals follow C's exp2/log2/sin.
+  sin(x)  = +-sin(r) or +-cos(r), x = k*pi/2 + r, |r| <= pi/4: r = x below 1/2, else a Payne-Hanek reduction, exact
+            for every finite x: |x|*2/pi mod 4 is the significand times a window of 2/pi's bits (picked by the exponent
+            from a table computed at import, by selects), multiplied in 22-bit integer limbs; the fraction becomes
+            r as a double-word float (hi + lo) that keeps its significand even for the float nearest a multiple of pi/2.
+All three are within 1 ulp of the correctly rounded result for every finite argument (float32 and float64; checked
+against numpy by tests/test_lower_transcendental.py). The reduction costs about 250 instructions per float32 sin on
+the GPUs (a select between a cheap small-|x| reduction and this one would compute both: branch-free code).
+With `via_f64=True` float32 inputs are computed with the float64 decomposition and rounded once (the default on
+CPUs). NaN, +-inf, +-0 and subnormals follow C's exp2/log2/sin (sin(-0.0) = -0.0).
 """
 from __future__ import annotations
 
