@@ -239,3 +239,42 @@ def test_payne_hanek_limbs_cover_the_closest_approach(dt):
   closest = _closest_approach(mant, -mant - 2, bias - mant)
   assert math.log2(closest) > -(mant + 11)  # the known worst cases: about 2**-29.9 (float32), 2**-61.5 (float64)
   assert (mant + 3) - _LIMB * n <= math.log2(closest) - (mant + 6)
+
+
+def _exp2_log2_args(dt) -> tuple[np.ndarray, np.ndarray]:
+  """exp2: every exponent from below the smallest subnormal result to past overflow (and the boundaries' neighbours);
+  log2: log-spaced over every positive float, subnormals included, and 1's neighbours."""
+  f = NP[dt]
+  fi = np.finfo(f)
+  rng = np.random.default_rng(5)
+  lo, hi = -(fi.maxexp + fi.nmant + 3), fi.maxexp + 2  # -152..130 (float32), -1079..1026 (float64)
+  e = np.concatenate([rng.uniform(lo, hi, 3000), np.arange(lo, hi, 0.25)]).astype(f)
+  edges = np.array([fi.maxexp, -(fi.maxexp - 2), -(fi.maxexp + fi.nmant - 2), -(fi.maxexp + fi.nmant - 1),
+                    -(fi.maxexp + fi.nmant - 1) - 0.5, -(fi.maxexp + fi.nmant)], f)
+  e = np.concatenate([e, edges, np.nextafter(edges, f(np.inf)), np.nextafter(edges, f(-np.inf)), [-0.0, 0.0]]).astype(f)
+  tiny = float(fi.smallest_subnormal)
+  x = np.exp(rng.uniform(np.log(tiny), np.log(float(fi.max)), 4000)).astype(f)
+  one = f(1.0)
+  near1 = [np.nextafter(one, f(2)), np.nextafter(one, f(0)), np.nextafter(np.nextafter(one, f(0)), f(0))]
+  x = np.concatenate([x, near1, [fi.max, tiny, 3 * tiny, float(fi.tiny), float(fi.tiny) * (1 - fi.epsneg)]]).astype(f)
+  return e, x
+
+
+@pytest.mark.parametrize("dt,via_f64", MODES)
+def test_exp2_log2_full_range(dt, via_f64):
+  """exp2 within 1 ulp from subnormal results through overflow (inf exactly, 0 exactly where the true value rounds
+  to 0, exp2(-0.0) = 1); log2 within 1 ulp of every positive float, log2(1 +- ulp) included."""
+  e, x = _exp2_log2_args(dt)
+  ex = run_all(e, dt, via_f64)[0]
+  ref = reference(np.exp2, e, dt)
+  assert not (bad := np.isinf(ex) != np.isinf(ref)).any(), f"exp2 overflow differs at {e[bad]}"
+  assert not (bad := (ex == 0) != (ref == 0)).any(), f"exp2 underflow differs at {e[bad]}"
+  d = ulp_dist(ex, ref)
+  assert d.max() <= 1, f"exp2: worst {d.max()} ulp at {e[d.argmax()]!r}"
+  lg = run_all(x, dt, via_f64)[1]
+  d = ulp_dist(lg, reference(np.log2, x, dt))
+  assert d.max() <= 1, f"log2: worst {d.max()} ulp at {x[d.argmax()]!r}"
+  sp = np.array([-0.0, 0.0, -1.0, -np.inf, np.inf, np.nan, 1.0], NP[dt])
+  ls = run_all(sp, dt, via_f64)[1]
+  assert ls[0] == -np.inf and ls[1] == -np.inf and np.isnan(ls[2:4]).all() and ls[4] == np.inf and np.isnan(ls[5])
+  assert ls[6] == 0 and not np.signbit(ls[6])

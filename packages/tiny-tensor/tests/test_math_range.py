@@ -1,4 +1,4 @@
-"""sin/cos/tan over the whole float range on the session's default device, against numpy.
+"""sin/cos/tan, exp2/log2 and pow over the whole float range on the session's default device, against numpy.
 
 The GPU renderers (PTX, NVPTX, AMD) lower SIN to tiny's polynomial after a Payne-Hanek reduction
 (tiny_codegen.lower.transcendental); the CPU uses libm. Both must be accurate for every finite argument: the
@@ -45,7 +45,7 @@ def args(np_dt) -> np.ndarray:
   return out[np.isfinite(out)]
 
 
-def ref(fn, x: np.ndarray) -> np.ndarray:
+def np_ref(fn, x: np.ndarray) -> np.ndarray:
   with np.errstate(all="ignore"): return fn(x.astype(np.float64)).astype(x.dtype)
 
 
@@ -56,7 +56,7 @@ DTS = [dtypes.float32, dtypes.float16, dtypes.float64]
 def test_sin_every_finite_argument(dt):
   _need(dt)
   x = args(NP[dt])
-  d = ulps(Tensor(x).sin().numpy(), ref(np.sin, x))
+  d = ulps(Tensor(x).sin().numpy(), np_ref(np.sin, x))
   assert d.max() <= 1, f"{int((d > 1).sum())}/{len(x)} beyond 1 ulp; worst {d.max()} at x={x[d.argmax()]!r}"
 
 
@@ -67,7 +67,7 @@ def test_cos_and_tan_every_finite_argument(dt):
   _need(dt)
   x = args(NP[dt])
   c, t = Tensor(x).cos().numpy(), Tensor(x).tan().numpy()
-  rc, rt = ref(np.cos, x), ref(np.tan, x)
+  rc, rt = np_ref(np.cos, x), np_ref(np.tan, x)
   far = np.abs(x.astype(np.float64)) > float(np.finfo(NP[dt]).max) / 4
   dc = ulps(c[~far], rc[~far])
   assert dc.max() <= 4, f"cos: worst {dc.max()} ulp at x={x[~far][dc.argmax()]!r}"
@@ -90,3 +90,55 @@ def test_special_values(dt):
   np.testing.assert_array_equal(np.signbit(t[3:5]), [True, False])
   np.testing.assert_array_equal(s[3:], x[3:])
   np.testing.assert_array_equal(c[3:], np.ones(4, NP[dt]))
+
+
+@pytest.mark.parametrize("dt", DTS, ids=lambda d: d.name)
+def test_exp2_log2_edges(dt):
+  """exp2 overflows to inf and underflows through the subnormals to 0 where numpy does, exp2(-0.0) = 1; log2 of every
+  positive float (subnormals too), of +-0.0 (-inf), of a negative (nan) and of inf."""
+  _need(dt)
+  f = NP[dt]
+  fi = np.finfo(f)
+  lo, hi = -(fi.maxexp + fi.nmant + 3), fi.maxexp + 2
+  e = np.concatenate([np.linspace(lo, hi, 700), [-0.0, 0.0, fi.maxexp, -(fi.maxexp + fi.nmant - 1)]]).astype(f)
+  ex, want = Tensor(e).exp2().numpy(), np_ref(np.exp2, e)
+  np.testing.assert_array_equal(np.isinf(ex), np.isinf(want))
+  np.testing.assert_array_equal(ex == 0, want == 0)
+  d = ulps(ex, want)
+  assert d.max() <= 2, f"exp2: worst {d.max()} ulp at {e[d.argmax()]!r}"
+  rng = np.random.default_rng(3)
+  x = np.exp(rng.uniform(np.log(float(fi.smallest_subnormal)), np.log(float(fi.max)), 700)).astype(f)
+  x = np.concatenate([x, [1.0, 2.0, 0.5, float(fi.max), float(fi.smallest_subnormal)]]).astype(f)
+  d = ulps(Tensor(x).log2().numpy(), np_ref(np.log2, x))
+  assert d.max() <= 2, f"log2: worst {d.max()} ulp at {x[d.argmax()]!r}"
+  sp = Tensor(np.array([-0.0, 0.0, -1.0, np.inf, np.nan], f)).log2().numpy()
+  assert sp[0] == -np.inf and sp[1] == -np.inf and np.isnan(sp[2]) and sp[3] == np.inf and np.isnan(sp[4])
+
+
+@pytest.mark.parametrize("dt", [dtypes.float32, dtypes.float64], ids=lambda d: d.name)
+def test_pow_edges(dt):
+  """C's pow rules against numpy: signed zeros, infinities, nan, negative bases with integer exponents, results that
+  overflow to inf or underflow to 0 (and subnormals). pow is exp2(y) with y = e*log2(|b|) rounded to the format, so
+  its error grows with |y| (about |y| ulp; known limitation, see CHANGELOG): the bound is 4 + 2|y| ulp."""
+  _need(dt)
+  f = NP[dt]
+  big = float(np.finfo(f).max)
+  bases = np.array([0.0, -0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5, 10.0, np.inf, -np.inf, np.nan, 1e-30, big, 1.5], f)
+  exps = np.array([0.0, -0.0, 1.0, -1.0, 2.0, 3.0, -3.0, 0.5, -0.5, 2.5, 1e5, -1e5, 200.0, -200.0, np.inf, -np.inf,
+                   np.nan, 1100.0, -1100.0, 255.0, -255.0, -300.0], f)
+  b, e = (g.ravel() for g in np.meshgrid(bases, exps))
+  got = (Tensor(b) ** Tensor(e)).numpy()
+  with np.errstate(all="ignore"):
+    want = np.power(b.astype(np.float64), e.astype(np.float64)).astype(f)
+    y = np.abs(e.astype(np.float64) * np.log2(np.abs(b.astype(np.float64))))
+  nan_differs = np.isnan(got) != np.isnan(want)
+  assert not nan_differs.any(), list(zip(b[nan_differs], e[nan_differs], got[nan_differs]))
+  fin = ~np.isnan(want)
+  zero = fin & (want == 0)
+  np.testing.assert_array_equal(np.signbit(got[zero]), np.signbit(want[zero]))
+  inf = fin & np.isinf(want)
+  np.testing.assert_array_equal(got[inf], want[inf])
+  ok = fin & ~inf
+  bound = 4 + 2 * np.nan_to_num(y[ok], nan=0.0, posinf=0.0)
+  bad = ulps(got[ok], want[ok]) > bound
+  assert not bad.any(), list(zip(b[ok][bad], e[ok][bad], got[ok][bad], want[ok][bad]))
