@@ -12,7 +12,7 @@ arithmetic, with enough terms that truncation error is far below the format's pr
             r as a double-word float (hi + lo) that keeps its significand even for the float nearest a multiple of pi/2.
 All three are within 1 ulp of the correctly rounded result for every finite argument (float32 and float64; checked
 against numpy by tests/test_lower_transcendental.py). The reduction costs about 200 instructions per float32 sin on
-the GPUs (PTX 128 -> 339, gfx1100 79 -> 279; float64 146 -> ~1000, mostly the table selects); a select between a
+the GPUs (PTX 128 -> 343, gfx1100 79 -> 268; float64 146 -> ~1000, mostly the table selects); a select between a
 cheap small-|x| reduction and this one would compute both, branch-free code has no cheaper path.
 With `via_f64=True` float32 inputs are computed with the float64 decomposition and rounded once (the default on
 CPUs). NaN, +-inf, +-0 and subnormals follow C's exp2/log2/sin (sin(-0.0) = -0.0).
@@ -256,10 +256,11 @@ def _payne_hanek(x: UOp) -> tuple[UOp, UOp, UOp]:
     neg_limbs.append(v & mask)
     borrow = v >> (_LIMB if c < n - 1 else top_bits)
   a = [half.where(nl, ec) for nl, ec in zip(neg_limbs, e)]
-  # |f| = sum a_c 2**(22c - 22(n-1) - 20): non-negative terms, summed smallest first as hi + lo (each term exact)
+  # |f| = sum a_c 2**(22c - 22(n-1) - 20): non-negative terms (22-bit: int32 converts to float in one instruction),
+  # summed smallest first as hi + lo (each term exact)
   f_hi, f_lo = _c(x, 0.0), _c(x, 0.0)
   for c, ac in enumerate(a):
-    term = ac.cast(dt) * _c(x, 2.0 ** (_LIMB * c - _LIMB * (n - 1) - top_bits))
+    term = ac.cast(dtypes.int32).cast(dt) * _c(x, 2.0 ** (_LIMB * c - _LIMB * (n - 1) - top_bits))
     f_hi, err = _two_sum(term, f_hi)
     f_lo = f_lo + err
   f_hi, f_lo = f_hi + f_lo, f_lo - ((f_hi + f_lo) - f_hi)
