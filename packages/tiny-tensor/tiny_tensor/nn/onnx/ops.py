@@ -18,6 +18,8 @@ from typing import Any, Callable
 import numpy as np
 
 from tiny_uop.dtype import DType, dtypes, to_numpy
+from tiny_uop.helpers import prod
+from tiny_uop.uop import UOp
 from tiny_tensor.nn.onnx.base import _DTYPES, STRING, OnnxError, _range_count, known_value, to_tensor
 from tiny_tensor.tensor import Tensor
 
@@ -51,6 +53,15 @@ def _ints(x: Any) -> list[int]:
   if x is None: return []
   if isinstance(x, (list, tuple)): return [int(v) for v in x]
   return [int(v) for v in _np(x).reshape(-1).tolist()]
+
+
+def _sints(x: Any) -> list[Any]:
+  """Like `_ints`, keeping symbolic sizes (UOps) of a symbolic shape value (see host.py) as they are."""
+  if x is None: return []
+  known = known_value(x) if not isinstance(x, np.ndarray) else x
+  if known is not None and known.dtype == object:
+    return [v if isinstance(v, UOp) else int(v) for v in known.reshape(-1).tolist()]
+  return _ints(x)
 
 
 def _axis(a: int, n: int) -> int:
@@ -411,8 +422,9 @@ def size(ctx: Any, inp: list, attrs: dict) -> Tensor:
 @op("Reshape")
 def reshape(ctx: Any, inp: list, attrs: dict) -> Tensor:
   x = inp[0]
-  shp = attrs["shape"] if ctx.opset < 5 else _ints(inp[1])
-  if not attrs.get("allowzero", 0): shp = [x.shape[i] if s == 0 else s for i, s in enumerate(shp)]
+  shp = attrs["shape"] if ctx.opset < 5 else _sints(inp[1])
+  if not attrs.get("allowzero", 0):
+    shp = [x.shape[i] if isinstance(s, int) and s == 0 else s for i, s in enumerate(shp)]
   return x.reshape(shp)
 
 
@@ -420,7 +432,7 @@ def reshape(ctx: Any, inp: list, attrs: dict) -> Tensor:
 def flatten(ctx: Any, inp: list, attrs: dict) -> Tensor:
   x = inp[0]
   ax = _axis(attrs.get("axis", 1), x.ndim + 1) if attrs.get("axis", 1) >= 0 else attrs["axis"] + x.ndim
-  return x.reshape(int(np.prod(x.shape[:ax], dtype=np.int64)), int(np.prod(x.shape[ax:], dtype=np.int64)))
+  return x.reshape(prod(x.shape[:ax]), prod(x.shape[ax:]))  # (symbolic dims stay symbolic)
 
 
 @op("Squeeze")
@@ -587,14 +599,20 @@ def scatter_nd(ctx: Any, inp: list, attrs: dict) -> Tensor:
 
 @op("Expand")
 def expand(ctx: Any, inp: list, attrs: dict) -> Tensor:
-  x, shp = inp[0], _ints(inp[1])
+  x, shp = inp[0], _sints(inp[1])
   n = max(len(shp), x.ndim)
   xs, ss = [1] * (n - x.ndim) + list(x.shape), [1] * (n - len(shp)) + shp
-  bad = [i for i, (a, b) in enumerate(zip(xs, ss)) if a != b and a != 1 and b != 1]
+  bad = [i for i, (a, b) in enumerate(zip(xs, ss)) if a is not b and not _one(a) and not _one(b) and
+         not (isinstance(a, int) and isinstance(b, int) and a == b)]
   if bad:
     raise ValueError(f"Expand: input shape {list(x.shape)} doesn't broadcast to shape {shp} (aligned at the right, "
                      f"dim {bad[0]}: {xs[bad[0]]} vs {ss[bad[0]]}; each pair must be equal or one of them 1)")
-  return x.reshape(xs).expand([max(a, b) if a == 1 or b == 1 else a for a, b in zip(xs, ss)])
+  return x.reshape(xs).expand([b if _one(a) else a for a, b in zip(xs, ss)])
+
+
+def _one(d: Any) -> bool:
+  """Whether size `d` is the int 1 (a symbolic size, at least 1 for a Variable dim, is not)."""
+  return isinstance(d, int) and d == 1
 
 
 @op("Tile")
@@ -604,7 +622,10 @@ def tile(ctx: Any, inp: list, attrs: dict) -> Tensor: return inp[0].repeat(_ints
 @op("ConstantOfShape")
 def constant_of_shape(ctx: Any, inp: list, attrs: dict) -> Tensor:
   arr, et = attrs.get("value", (np.zeros(1, np.float32), 1))
-  return to_tensor(np.full(_ints(inp[0]), arr.reshape(-1)[0], dtype=arr.dtype), ctx.device, et)
+  shp = _sints(inp[0])
+  if any(isinstance(d, UOp) for d in shp):  # a symbolic shape (see host.py): a constant Tensor of that shape
+    return to_tensor(arr.reshape(-1)[:1], ctx.device, et).reshape(*[1] * len(shp)).expand(*shp)
+  return to_tensor(np.full(shp, arr.reshape(-1)[0], dtype=arr.dtype), ctx.device, et)
 
 
 @op("Constant")
