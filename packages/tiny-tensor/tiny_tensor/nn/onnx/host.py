@@ -30,7 +30,7 @@ from typing import Any, Callable
 import numpy as np
 
 from tiny_uop.dtype import to_numpy
-from tiny_uop.uop import UOp, resolve, sint_to_uop
+from tiny_uop.uop import UOp, sint_to_uop
 from tiny_tensor.nn.onnx.base import _DTYPES, OnnxError, _range_count
 
 HOST_MAX = 1 << 16  # largest host-evaluated output, in elements: shape values are short, masks built from them not
@@ -60,10 +60,10 @@ def sym_array(items: list[Any], shape: tuple[int, ...] | None = None) -> np.ndar
   """`items` (ints and symbolic UOps) as an int64 array, or as an object array when one is symbolic; each UOp is
   simplified (an expression that folds to a constant becomes its int)."""
   vals = [x.ssimplify() if isinstance(x, UOp) else int(x) for x in items]
-  if not any(isinstance(x, UOp) for x in vals): return np.array(vals, np.int64).reshape(shape or (len(vals),))
+  if not any(isinstance(x, UOp) for x in vals): return np.array(vals, np.int64).reshape((len(vals),) if shape is None else shape)
   out = np.empty(len(vals), dtype=object)
   for i, x in enumerate(vals): out[i] = x
-  return out.reshape(shape or (len(vals),))
+  return out.reshape((len(vals),) if shape is None else shape)
 
 
 def _sym_map(fn: Callable, *arrays: np.ndarray) -> np.ndarray | None:
@@ -86,7 +86,7 @@ def _decided(cond: Any) -> bool | None:
 def _sym_div(a: Any, b: Any) -> Any:
   """ONNX integer Div (truncating) of a symbolic size by a positive int; None when that isn't the case."""
   if not isinstance(b, int) or isinstance(b, bool) or b <= 0: return None
-  if isinstance(a, UOp): return a // b if resolve(a >= 0, False) else None
+  if isinstance(a, UOp): return a // b if a.simplify().vmin >= 0 else None
   return int(a / b) if a < 0 else a // b
 
 
@@ -152,7 +152,8 @@ def gather(ctx: Any, vals: list, attrs: dict) -> np.ndarray:
   if bad.any():
     raise OnnxError(f"node {ctx.node.name!r} (Gather): index {int(idx[bad].reshape(-1)[0])} is out of range "
                     f"[{-n}, {n - 1}] for axis {ax} of size {n}; ONNX makes this an error")
-  return np.take(x, np.where(idx < 0, idx + n, idx), axis=ax)
+  out = np.take(x, np.where(idx < 0, idx + n, idx), axis=ax)
+  return out if isinstance(out, np.ndarray) else sym_array([out], ())  # numpy gives an object array's 0-d pick bare
 
 
 @host_op("Slice")

@@ -19,7 +19,7 @@ import numpy as np
 
 from tiny_uop.dtype import DType, dtypes, to_numpy
 from tiny_uop.helpers import prod
-from tiny_uop.uop import UOp
+from tiny_uop.uop import Ops, UOp, sint_to_uop, ssimplify
 from tiny_tensor.nn.onnx.base import _DTYPES, STRING, OnnxError, _range_count, known_value, to_tensor
 from tiny_tensor.tensor import Tensor
 
@@ -423,9 +423,58 @@ def size(ctx: Any, inp: list, attrs: dict) -> Tensor:
 def reshape(ctx: Any, inp: list, attrs: dict) -> Tensor:
   x = inp[0]
   shp = attrs["shape"] if ctx.opset < 5 else _sints(inp[1])
+  if any(isinstance(v, UOp) for v in (*shp, *x.shape)):
+    plan = sym_reshape_plan(x.shape, shp, attrs.get("allowzero", 0))
+    if isinstance(plan, str): raise OnnxError(f"node {ctx.node.name!r} (Reshape): {plan}")
+    return x.reshape(plan)
   if not attrs.get("allowzero", 0):
     shp = [x.shape[i] if isinstance(s, int) and s == 0 else s for i, s in enumerate(shp)]
   return x.reshape(shp)
+
+
+def _same_size(a: Any, b: Any) -> bool:
+  """Whether sizes `a` and `b` (ints or symbolic) are equal for every value of their Variables."""
+  d = (sint_to_uop(a) - b).simplify()
+  return d.vmin == d.vmax == 0
+
+
+def _factors(x: Any) -> tuple[int, list[UOp]]:
+  """A size as (int coefficient, symbolic factors) through its MUL tree (explicit stack)."""
+  coef, out, todo = 1, [], [x]
+  while todo:
+    u = todo.pop()
+    if isinstance(u, int): coef *= u
+    elif u.op is Ops.CONST: coef *= int(u.arg)
+    elif u.op is Ops.MUL: todo.extend(u.src)
+    else: out.append(u)
+  return coef, out
+
+
+def _divide_out(numel: Any, rest: Any) -> Any:
+  """numel / rest for Reshape's -1 where the sizes are symbolic: the factors of `rest` cancelled from `numel`'s
+  (b*s*3 / (b*3) is s); None when they don't all cancel."""
+  (cn, fn), (cr, fr) = _factors(numel), _factors(rest)
+  if cr == 0 or cn % cr: return None
+  left = list(fn)
+  for f in fr:
+    if not any(g is f for g in left): return None
+    left.pop(next(i for i, g in enumerate(left) if g is f))
+  return ssimplify(prod(left, cn // cr)) if left else cn // cr
+
+
+def sym_reshape_plan(shape: tuple, shp: list, allowzero: int) -> list | str:
+  """Reshape's target for a symbolic shape or target (dynamic dims under jit, see the runner's doc), its 0s and -1
+  resolved, or why it isn't the same size for every value of the Variables."""
+  if not allowzero: shp = [shape[i] if isinstance(v, int) and v == 0 else v for i, v in enumerate(shp)]
+  numel = prod(shape)
+  if sum(1 for v in shp if isinstance(v, int) and v == -1) == 1:
+    rest = prod(v for v in shp if not (isinstance(v, int) and v == -1))
+    infer = _divide_out(numel, rest)
+    if infer is None or isinstance(rest, int) and rest == 0: return f"target {shp} has a -1 that no size fills"
+    shp = [infer if isinstance(v, int) and v == -1 else v for v in shp]
+  if not _same_size(prod(shp), numel):
+    return f"target {[_sym_text(v) for v in shp]} isn't the size of {[_sym_text(v) for v in shape]} for every size"
+  return shp
 
 
 @op("Flatten")
@@ -502,9 +551,54 @@ def _slice_params(shape: tuple, starts: list, ends: list, axes: list | None, ste
 def slice_(ctx: Any, inp: list, attrs: dict) -> Tensor:
   x = inp[0]
   if ctx.opset < 10: starts, ends, axes, steps = attrs["starts"], attrs["ends"], attrs.get("axes"), None
-  else: starts, ends, axes, steps = _ints(inp[1]), _ints(inp[2]), _ints(_opt(inp, 3)), _ints(_opt(inp, 4))
+  else: starts, ends, axes, steps = _sints(inp[1]), _sints(inp[2]), _ints(_opt(inp, 3)), _ints(_opt(inp, 4))
+  if any(isinstance(v, UOp) for v in (*starts, *ends, *x.shape)): return _sym_slice(ctx, x, starts, ends, axes, steps)
   sl = _slice_params(x.shape, starts, ends, axes, steps)
   return _apply_slices(x, sl)
+
+
+def _at_least(a: Any, b: Any) -> bool:
+  """Whether size a >= size b for every value of their Variables (ints or symbolic)."""
+  return (sint_to_uop(a) - b).simplify().vmin >= 0
+
+
+def _sym_clamp(v: Any, n: Any) -> Any:
+  """Slice bound `v` (an int, negative from the end, or a symbolic size) clamped to [0, n] where n or v is
+  symbolic; None when the Variables' ranges don't decide the clamp."""
+  if isinstance(v, UOp):
+    if v.vmin < 0: return None
+    if isinstance(n, int): return v if v.vmax <= n else None
+    return v if _at_least(n, v) else None
+  if isinstance(n, int): return min(max(v + n if v < 0 else v, 0), n)
+  if v >= n.vmax: return n
+  if v >= 0: return v if v <= n.vmin else None
+  return (n + v).ssimplify() if v + n.vmin >= 0 else None
+
+
+def sym_slice_plan(shape: tuple, starts: list, ends: list, axes: list | None, steps: list | None) -> list | str:
+  """The slices of a Slice with symbolic sizes or bounds (dynamic dims under jit, see the runner's doc), or why it
+  can't be done symbolically: step 1 only, bounds that the Variables' ranges keep inside the dim."""
+  nd = len(shape)
+  axes = [_axis(a, nd) for a in axes] if axes else list(range(len(starts)))
+  if any(st != 1 for st in (steps or [])): return f"steps {steps} over a symbolic shape (only step 1 is supported)"
+  sl: list[tuple[Any, Any] | None] = [None] * nd
+  for a, s, e in zip(axes, starts, ends):
+    lo, hi = _sym_clamp(s, shape[a]), _sym_clamp(e, shape[a])
+    if lo is None or hi is None or not _at_least(hi, lo):
+      return (f"bounds [{_sym_text(s)}, {_sym_text(e)}) over a dim of size {_sym_text(shape[a])} are not kept inside "
+              "it, in order")
+    sl[a] = (lo, hi)
+  return sl
+
+
+def _sym_text(v: Any) -> str: return v.render() if isinstance(v, UOp) else str(v)
+
+
+def _sym_slice(ctx: Any, x: Tensor, starts: list, ends: list, axes: list | None, steps: list | None) -> Tensor:
+  """Slice with symbolic sizes or bounds (see sym_slice_plan; the runner falls back before a refused one runs)."""
+  sl = sym_slice_plan(x.shape, starts, ends, axes, steps)
+  if isinstance(sl, str): raise OnnxError(f"node {ctx.node.name!r} (Slice): {sl}")
+  return x.shrink(sl)
 
 
 def _apply_slices(x: Tensor, sl: list) -> Tensor:
@@ -600,14 +694,22 @@ def scatter_nd(ctx: Any, inp: list, attrs: dict) -> Tensor:
 @op("Expand")
 def expand(ctx: Any, inp: list, attrs: dict) -> Tensor:
   x, shp = inp[0], _sints(inp[1])
-  n = max(len(shp), x.ndim)
-  xs, ss = [1] * (n - x.ndim) + list(x.shape), [1] * (n - len(shp)) + shp
-  bad = [i for i, (a, b) in enumerate(zip(xs, ss)) if a is not b and not _one(a) and not _one(b) and
-         not (isinstance(a, int) and isinstance(b, int) and a == b)]
+  plan = expand_plan(x.shape, shp)
+  if isinstance(plan, str): raise ValueError(f"Expand: {plan}")
+  return x.reshape(plan[0]).expand(plan[1])
+
+
+def expand_plan(shape: tuple, shp: list) -> tuple[list, list] | str:
+  """(the input's shape aligned at the right, the output shape) of Expand, or why `shape` doesn't broadcast to
+  `shp`; symbolic sizes (dynamic dims under jit) pair with an equal size or with 1."""
+  n = max(len(shp), len(shape))
+  xs, ss = [1] * (n - len(shape)) + list(shape), [1] * (n - len(shp)) + list(shp)
+  bad = [i for i, (a, b) in enumerate(zip(xs, ss)) if not _one(a) and not _one(b) and not _same_size(a, b)]
   if bad:
-    raise ValueError(f"Expand: input shape {list(x.shape)} doesn't broadcast to shape {shp} (aligned at the right, "
-                     f"dim {bad[0]}: {xs[bad[0]]} vs {ss[bad[0]]}; each pair must be equal or one of them 1)")
-  return x.reshape(xs).expand([b if _one(a) else a for a, b in zip(xs, ss)])
+    return (f"input shape {[_sym_text(v) for v in shape]} doesn't broadcast to shape {[_sym_text(v) for v in shp]} "
+            f"(aligned at the right, dim {bad[0]}: {_sym_text(xs[bad[0]])} vs {_sym_text(ss[bad[0]])}; each pair "
+            "must be equal or one of them 1)")
+  return xs, [b if _one(a) else a for a, b in zip(xs, ss)]
 
 
 def _one(d: Any) -> bool:
@@ -872,7 +974,7 @@ OPS["ArgMax"], OPS["ArgMin"] = _arg("max"), _arg("min")
 @op("MatMul")
 def matmul(ctx: Any, inp: list, attrs: dict) -> Tensor:
   a, b = inp
-  if a.shape[-1]: return a.matmul(b)
+  if not isinstance(a.shape[-1], int) or a.shape[-1]: return a.matmul(b)  # (a symbolic size is at least 1)
   # an empty inner dimension: zeros of the product's shape (numpy computes the shape)
   shape = np.matmul(np.zeros(a.shape, np.float32), np.zeros(b.shape, np.float32)).shape
   return _like(a, np.zeros(shape))
