@@ -227,12 +227,15 @@ SYMBOLIC_OPS = frozenset({
   "Reshape", "Flatten", "Transpose", "Unsqueeze", "Squeeze", "Concat", "Slice", "Expand", "Shape", "Size", "Gather",
   "ConstantOfShape", "MatMul", "Gemm", "Softmax", "LogSoftmax", "LayerNormalization", "Conv", "MaxPool",
   "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "BatchNormalization", "ReduceMean", "ReduceSum", "Split",
+  "GatherElements",
 })
-# Operators of SYMBOLIC_OPS that need their `axis` attribute (default) to pick a dim of plain int size
-_STATIC_AXIS = {"Split": 0, "Gather": 0, "Concat": None}
+# Operators of SYMBOLIC_OPS that need their `axis` attribute (default) to pick a dim of plain int size in their
+# first input (None: refused when any input has a symbolic shape)
+_STATIC_AXIS = {"Split": 0, "Gather": 0, "GatherElements": 0, "Concat": None}
 # The inputs, per operator, that may hold a symbolic shape value (read on the host as shape data, see host.py);
 # a symbolic value reaching another input would be read as data: the runner falls back instead
-SHAPE_INPUTS: dict[str, tuple[int, ...]] = {"Reshape": (1,), "Expand": (1,), "Slice": (1, 2), "ConstantOfShape": (0,)}
+SHAPE_INPUTS: dict[str, tuple[int, ...]] = {"Reshape": (1,), "Expand": (1,), "Slice": (1, 2), "ConstantOfShape": (0,),
+                                            "Range": (1,)}
 
 
 def _operators() -> dict[str, Any]:
@@ -615,7 +618,7 @@ class OnnxRunner:
       if not isinstance(a, Tensor): continue
       if host.is_symbolic(self._host_of(a)) and i not in SHAPE_INPUTS.get(node.op_type, ()):
         return f"{where} reads the symbolic shape value {node.input[i]!r} as data"
-      if any(not isinstance(d, int) for d in a.shape) and not self._symbolic_op(node, a):
+      if any(not isinstance(d, int) for d in a.shape) and not self._symbolic_op(node, args[0]):
         return f"{where} can't take input {node.input[i]!r} of symbolic shape {_shape_text(a.shape)}"
     if node.op_type == "Reshape" and self.opset >= 5 and isinstance(args[0], Tensor):
       from tiny_tensor.nn.onnx.ops import _sints, sym_reshape_plan
@@ -627,6 +630,10 @@ class OnnxRunner:
       shp = _sints(args[1])
       if any(isinstance(v, UOp) for v in (*shp, *args[0].shape)):
         if isinstance(plan := expand_plan(args[0].shape, shp), str): return f"{where}: {plan}"
+    if node.op_type == "Range" and host.is_symbolic(self._host_of(args[1])):
+      from tiny_tensor.nn.onnx.ops import _sints, sym_range_plan
+      if any(self._host_of(a) is None for a in args): return f"{where}: its start or delta is not known on the host"
+      if isinstance(plan := sym_range_plan(*[_sints(a)[0] for a in args]), str): return f"{where}: {plan}"
     if node.op_type == "Slice" and self.opset >= 10 and isinstance(args[0], Tensor):
       from tiny_tensor.nn.onnx.ops import _ints, _sints, sym_slice_plan
       starts, ends = _sints(args[1]), _sints(args[2])
@@ -636,12 +643,13 @@ class OnnxRunner:
     return None
 
   @staticmethod
-  def _symbolic_op(node: Any, x: Tensor) -> bool:
-    """Whether `node`'s operator runs on Tensor `x` of symbolic shape (see SYMBOLIC_OPS, _STATIC_AXIS)."""
+  def _symbolic_op(node: Any, x: Any) -> bool:
+    """Whether `node`'s operator runs on inputs of symbolic shape, its first input `x` (see SYMBOLIC_OPS,
+    _STATIC_AXIS)."""
     if node.op_type not in SYMBOLIC_OPS: return False
     if node.op_type not in _STATIC_AXIS: return True
     ax = next((a.i for a in node.attribute if a.name == "axis"), _STATIC_AXIS[node.op_type])
-    return ax is not None and -x.ndim <= ax < x.ndim and isinstance(x.shape[ax], int)
+    return ax is not None and isinstance(x, Tensor) and -x.ndim <= ax < x.ndim and isinstance(x.shape[ax], int)
 
   def _run_node(self, node: Any, scope: dict[str, Any], debug: bool) -> None:
     self._call.node = node

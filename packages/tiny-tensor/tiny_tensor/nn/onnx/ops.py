@@ -473,7 +473,7 @@ def sym_reshape_plan(shape: tuple, shp: list, allowzero: int) -> list | str:
     if infer is None or isinstance(rest, int) and rest == 0: return f"target {shp} has a -1 that no size fills"
     shp = [infer if isinstance(v, int) and v == -1 else v for v in shp]
   if not _same_size(prod(shp), numel):
-    return f"target {[_sym_text(v) for v in shp]} isn't the size of {[_sym_text(v) for v in shape]} for every size"
+    return f"target {_sym_list(shp)} isn't the size of {_sym_list(shape)} for every size"
   return shp
 
 
@@ -592,6 +592,7 @@ def sym_slice_plan(shape: tuple, starts: list, ends: list, axes: list | None, st
 
 
 def _sym_text(v: Any) -> str: return v.render() if isinstance(v, UOp) else str(v)
+def _sym_list(vs: Any) -> str: return "[" + ", ".join(_sym_text(v) for v in vs) + "]"
 
 
 def _sym_slice(ctx: Any, x: Tensor, starts: list, ends: list, axes: list | None, steps: list | None) -> Tensor:
@@ -706,7 +707,7 @@ def expand_plan(shape: tuple, shp: list) -> tuple[list, list] | str:
   xs, ss = [1] * (n - len(shape)) + list(shape), [1] * (n - len(shp)) + list(shp)
   bad = [i for i, (a, b) in enumerate(zip(xs, ss)) if not _one(a) and not _one(b) and not _same_size(a, b)]
   if bad:
-    return (f"input shape {[_sym_text(v) for v in shape]} doesn't broadcast to shape {[_sym_text(v) for v in shp]} "
+    return (f"input shape {_sym_list(shape)} doesn't broadcast to shape {_sym_list(shp)} "
             f"(aligned at the right, dim {bad[0]}: {_sym_text(xs[bad[0]])} vs {_sym_text(ss[bad[0]])}; each pair "
             "must be equal or one of them 1)")
   return xs, [b if _one(a) else a for a, b in zip(xs, ss)]
@@ -744,10 +745,27 @@ def constant(ctx: Any, inp: list, attrs: dict) -> Any:
 
 @op("Range")
 def range_(ctx: Any, inp: list, attrs: dict) -> Tensor:
+  if any(isinstance(v, UOp) for x in inp for v in _sints(x)):  # a symbolic limit (dynamic dims under jit)
+    plan = sym_range_plan(*[_sints(x)[0] for x in inp])
+    if isinstance(plan, str): raise OnnxError(f"node {ctx.node.name!r} (Range): {plan}")
+    (start, delta, count), dt = plan, inp[0].dtype
+    # the values for the largest count, a constant, shrunk to this call's count
+    return (Tensor.arange(count.vmax, device=ctx.device).cast(dt) * delta + start).cast(dt).shrink(((0, count),))
   s, l, d = (_item(x) for x in inp)
   n = _range_count(ctx.node, s, l, d)
   return (Tensor.arange(n, device=ctx.device).cast(inp[0].dtype) * d + s).cast(inp[0].dtype) if n else \
     Tensor(np.zeros(0, to_numpy(inp[0].dtype)), device=ctx.device)
+
+
+def sym_range_plan(start: Any, limit: Any, delta: Any) -> tuple[int, int, UOp] | str:
+  """(start, delta, symbolic count) of a Range whose limit is a symbolic size, or why it can't be one: start and
+  delta plain ints, delta > 0, a count >= 0 for every value of the Variables."""
+  if isinstance(start, UOp) or isinstance(delta, UOp) or not isinstance(limit, UOp) or delta <= 0:
+    return f"start {_sym_text(start)}, limit {_sym_text(limit)}, delta {_sym_text(delta)}: only a symbolic limit " \
+           "with int start and positive int delta is supported"
+  count = ((limit - start + (delta - 1)) // delta).simplify() if delta > 1 else (limit - start).simplify()
+  if count.vmin < 0: return f"its count {count.render()} may be negative"
+  return start, delta, count
 
 
 @op("EyeLike")
