@@ -1,6 +1,7 @@
-"""OnnxRunner(jit=True) with dynamic dims (issue #39): a graph input's `dim_param` (or unknown) dim becomes a bound
-Variable, so one TinyJit capture (one compile of every kernel) serves every batch / sequence size. Models exported
-by torch with `dynamic_axes`, each run at several sizes, checked against onnxruntime."""
+"""OnnxRunner(jit=True, max_dims=...) with dynamic dims (issue #39): a graph input's `dim_param` (or unknown) dim named
+in `max_dims` becomes a bound Variable, so one TinyJit capture (one compile of every kernel) serves every batch /
+sequence size. Models exported by torch with `dynamic_axes`, each run at several sizes, checked against
+onnxruntime."""
 import io
 
 import numpy as np
@@ -102,9 +103,9 @@ def test_dynamic_batch_one_capture(name, compiles):
   m = _export(model, ex, {0: "batch"})
   sizes = [3, 5, 1, 8, 2]
   runs: list = []
-  _check_one_capture(m, shape_of, sizes[:1], compiles)
+  _check_one_capture(m, shape_of, sizes[:1], compiles, max_dims={"batch": 8})
   first = compiles[0]
-  _, run = _check_one_capture(m, shape_of, sizes, compiles)
+  _, run = _check_one_capture(m, shape_of, sizes, compiles, max_dims={"batch": 8})
   runs.append(run)
   # the second runner found every kernel compiled: its later sizes replay them (no compile at all)
   assert compiles[0] == first, f"{compiles[0] - first} kernels compiled again for new batch sizes"
@@ -146,7 +147,7 @@ def test_symbolic_host_shape_arithmetic():
       y = x.reshape(b * s, x.shape[2] * 2 // 2) + 1.0
       return y.reshape(b, -1, 3).expand(b, s, 3)[:, : s - 1] * 2
   m = _export(M(), torch.randn(2, 4, 3), {0: "b", 1: "s"})
-  run = _run_sizes(m, [(2, 4), (2, 4), (3, 6), (1, 2), (5, 7)], lambda bs: (*bs, 3))
+  run = _run_sizes(m, [(2, 4), (2, 4), (3, 6), (1, 2), (5, 7)], lambda bs: (*bs, 3), max_dims={"b": 8, "s": 8})
   assert run.symbolic and len(run.jits) == 1
 
 
@@ -156,7 +157,7 @@ def test_reshape_not_provably_the_same_size_falls_back():
   class M(nn.Module):
     def forward(self, x): return x.reshape(x.shape[0] * x.shape[1] // 2, 6) + 1.0
   m = _export(M(), torch.randn(2, 4, 3), {0: "b", 1: "s"})
-  run = _run_sizes(m, [(2, 4), (2, 4), (3, 6), (1, 2)], lambda bs: (*bs, 3))
+  run = _run_sizes(m, [(2, 4), (2, 4), (3, 6), (1, 2)], lambda bs: (*bs, 3), max_dims={"b": 8, "s": 8})
   assert not run.symbolic and len(run.jits) == 3
 
 
@@ -167,7 +168,7 @@ def test_operator_without_symbolic_support_falls_back_per_size(capsys):
     def forward(self, x): return x + torch.triu(torch.ones(x.shape[1], x.shape[1]), 1)
   m = _export(M(), torch.randn(1, 3, 3), {1: "s", 2: "s"})
   sess = ort.InferenceSession(m.SerializeToString())
-  run = OnnxRunner(m, jit=True)
+  run = OnnxRunner(m, jit=True, max_dims={"s": 8})
   from tiny_uop.helpers import Context
   with Context(DEBUG=1):
     x = np.ones((1, 3, 3), np.float32)
@@ -185,6 +186,17 @@ def test_symbolic_values_helper():
   v = Variable("n", 1, 8).bind(3)
   assert is_symbolic(sym_array([v, 4])) and not is_symbolic(sym_array([4, 5]))
   assert sym_array([v * 0 + 2, 4]).dtype == np.int64  # an expression that folds to a constant is an int again
+
+
+def test_without_max_dims_each_size_gets_its_own_capture():
+  """Symbolic dims are opt-in: kernels compiled for symbolic sizes run slower than ones for a fixed size (the CPU
+  heuristics count a symbolic bound as 1), so without max_dims a dynamic dim keeps one capture per size."""
+  m = _export(MLP(), torch.randn(2, 6), {0: "batch"})
+  run = _run_sizes(m, [2, 2, 3, 3], lambda n: (n, 6))
+  assert not run.symbolic and len(run.jits) == 2
+  # and a dim max_dims doesn't name stays concrete too
+  run = _run_sizes(m, [2, 2, 3, 3], lambda n: (n, 6), max_dims={"seq": 8})
+  assert len(run.jits) == 2
 
 
 def test_bad_max_dims():

@@ -216,7 +216,6 @@ class _CallState(threading.local):
 
 
 _HOST_FLOAT_MAX = 4096  # float values are remembered on the host up to this many elements (integer ones always)
-DEFAULT_MAX_DIM = 256  # a dynamic dim's largest size in one jit capture, unless OnnxRunner(max_dims=...) says
 
 # Operators that run on Tensors with symbolic dims (Tensor ops only, no Python arithmetic on sizes); a node of
 # another operator that gets such a Tensor makes the runner fall back to a capture per input size (see the doc)
@@ -332,15 +331,15 @@ class OnnxRunner:
 
   def __init__(self, model: Any, device: str | None = None, runtime_index_checks: bool = True, jit: bool = False,
                base_dir: str | os.PathLike | None = None, max_loop_trips: int = 10**5,
-               max_dims: dict[str, int] | None = None, symbolic: bool = True):
+               max_dims: dict[str, int] | None = None):
     onnx = _onnx()
     bad = {k: v for k, v in (max_dims or {}).items()
            if not isinstance(k, str) or not isinstance(v, int) or isinstance(v, bool) or v < 1}
     if bad or not isinstance(max_dims, (dict, type(None))):
       raise ValueError(f"max_dims must map dim names (str) to an int >= 1, got {bad or max_dims!r}")
     self.max_dims = dict(max_dims or {})
-    # jit=True: whether dynamic dims become Variables; False for good once a node can't run symbolically
-    self.symbolic = bool(symbolic)
+    # jit=True: whether the dims named in max_dims become Variables; False for good once a node can't run symbolically
+    self.symbolic = bool(self.max_dims)
     if isinstance(model, (str, os.PathLike)):
       if base_dir is None: base_dir = os.path.dirname(os.path.abspath(os.fspath(model)))
       try: model = onnx.load(os.fspath(model), load_external_data=False)  # read by _tensor_value, checked
@@ -485,35 +484,33 @@ class OnnxRunner:
     return dict(zip(self.outputs, outs))
 
   def _dynamic_dims(self, name: str, v: Tensor) -> tuple[Any, ...] | None:
-    """Input `name`'s shape with its dynamic dims (a `dim_param`, or a dim the model leaves unknown) as bound
-    Variables ranging over [1, max_dims.get(dim name, DEFAULT_MAX_DIM)]; None when it has none, or when one is out
-    of its range (that call runs a capture of its own sizes)."""
+    """Input `name`'s shape with its dynamic dims named in `max_dims` (a `dim_param`, or `"input.i"` for a dim the
+    model leaves unknown) as bound Variables ranging over [1, max_dims[name]]; None when one is out of its range (that
+    call runs a capture of its own sizes)."""
     tt = self.inputs[name].type.tensor_type
-    if not tt.HasField("shape"): return None
+    if not tt.HasField("shape"): return tuple(v.shape)
     out: list[Any] = []
     for i, (d, g) in enumerate(zip(tt.shape.dim, v.shape)):
-      if d.HasField("dim_value"):
+      dim = None if d.HasField("dim_value") else d.dim_param if d.HasField("dim_param") else f"{name}.{i}"
+      if dim is None or dim not in self.max_dims:
         out.append(g)
         continue
-      dim = d.dim_param if d.HasField("dim_param") else f"{name}.{i}"
-      hi = self.max_dims.get(dim, DEFAULT_MAX_DIM)
+      hi = self.max_dims[dim]
       if not isinstance(g, int) or not 1 <= g <= hi:
         if DEBUG >= 1: print(f"OnnxRunner: input {name!r} dim {dim!r} size {g} is outside [1, {hi}] (max_dims): "
                              "this size gets a capture of its own")
         return None
       out.append(Variable(dim, 1, hi).bind(g))
-    return tuple(out) if any(isinstance(x, UOp) for x in out) else None
+    return tuple(out)
 
   def _symbolic_feed(self, feed: dict[str, Any]) -> dict[str, Any] | None:
-    """The inputs with their dynamic dims as bound Variables (a view of each one's realized buffer), or None when
-    there are none or one is out of range (see _dynamic_dims)."""
+    """The inputs with their dims named in `max_dims` as bound Variables (a view of each one's realized buffer), or
+    None when none has one or one is out of range (see _dynamic_dims)."""
     out, any_dyn = dict(feed), False
     for k, v in feed.items():
       if v is None: continue
-      if (shape := self._dynamic_dims(k, v)) is None:
-        if any(not self.inputs[k].type.tensor_type.shape.dim[i].HasField("dim_value") for i in range(v.ndim)):
-          return None  # a dynamic dim out of range
-        continue
+      if (shape := self._dynamic_dims(k, v)) is None: return None
+      if all(isinstance(d, int) for d in shape): continue
       view = engine.buffer_view(v.uop)
       if view is None: view = engine.buffer_view(v.contiguous().realize().uop)
       assert view is not None, "a realized contiguous Tensor is a buffer view"
