@@ -252,8 +252,8 @@ def bench_dynamic(name: str, seqs: list[int] = SEQS, runs: int = RUNS) -> dict[s
       f = {k: np.ascontiguousarray(v[:, :seq]) for k, v in feeds.items()}
       want, before = sess.run(None, f)[0], count[0]
       for i in range(2): _close(name, f"dynamic seq {seq} call {i + 1}", jit(f)["y"].numpy(), want)
-      out[str(seq)] = {"tiny": _median_ms(lambda: jit(f)["y"].numpy(), runs),
-                       "onnxruntime": _median_ms(lambda: sess.run(None, f), runs),
+      out[str(seq)] = {"tiny": _median_ms(lambda f=f: jit(f)["y"].numpy(), runs),
+                       "onnxruntime": _median_ms(lambda f=f: sess.run(None, f), runs),
                        "compiles": float(count[0] - before), "captures": float(len(jit.jits))}
   finally: tiny_codegen.get_program = real
   return out

@@ -319,7 +319,25 @@ class OnnxRunner:
   The graph must not need device data on the host (a data-dependent shape: NonZero, Compress, TopK, Unique, Loop
   and If on computed values): its capture raises OnnxError naming the node; run it with jit=False. The returned
   Tensors are the jit's own, overwritten by the next call of the same signature (copy what you keep: `.numpy()` or
-  `.clone()`), which is why jit is not the default. `debug=True` runs eagerly.
+  `.clone()`). `debug=True` runs eagerly.
+
+  Dynamic dims (`max_dims`, issue #39): a graph input's dim declared as a `dim_param` ("batch", "seq"), or left
+  unknown (named "<input>.<i>" then), that `max_dims` names becomes a bound `Variable` in [1, max_dims[name]], so one
+  capture serves every size in range: `OnnxRunner(m, jit=True, max_dims={"batch": 64, "seq": 512})`. The host shape
+  arithmetic (host.py) carries the symbolic sizes (Shape -> Gather -> Concat -> Reshape, Mul/Div/Add on shapes,
+  Equal/Where decided by the Variables' ranges, Expand/Slice/ConstantOfShape/Range targets). The capture's buffers
+  are allocated for the largest sizes; the returned Tensors are views of this call's sizes into them, overwritten by
+  the next call of *any* size. A size outside its range runs a capture of its own. A node that can't run on symbolic
+  sizes (an operator outside `SYMBOLIC_OPS`, a reshape that isn't the same size for every value, a symbolic shape
+  value read as data, ...) makes the runner fall back, for good, to a capture per input size: `runner.symbolic`
+  turns False and `DEBUG=1` prints the node and why; the answers are the same either way. Opt-in, not the default:
+  kernels compiled for a symbolic size replay slower than fixed-size ones on the CPU (the tiny BERT of
+  bench/bench_models.py: ~100 ms against ~2 ms a call at 32 tokens; its heuristics count a symbolic bound as 1), so
+  name a dim only where recompiling per size costs more than that.
+
+  jit stays off by default, as in tinygrad 0.14 (whose OnnxRunner never jits; the user wraps the call in TinyJit):
+  a default jit would hand out Tensors the next call overwrites (or pay a copy of every output each call), and a
+  model whose capture fails (a data-dependent shape) would need a silent eager fallback.
 
   External tensor data is read only from the model's folder (a model given by path) or from `base_dir` (required
   for a model given as bytes or a ModelProto); a location outside that folder (`..`, an absolute path, a symlink out)
@@ -617,27 +635,32 @@ class OnnxRunner:
         return f"{where} reads the symbolic shape value {node.input[i]!r} as data"
       if any(not isinstance(d, int) for d in a.shape) and not self._symbolic_op(node, args[0]):
         return f"{where} can't take input {node.input[i]!r} of symbolic shape {_shape_text(a.shape)}"
-    if node.op_type == "Reshape" and self.opset >= 5 and isinstance(args[0], Tensor):
-      from tiny_tensor.nn.onnx.ops import _sints, sym_reshape_plan
-      shp, allowzero = _sints(args[1]), next((a.i for a in node.attribute if a.name == "allowzero"), 0)
-      if any(isinstance(v, UOp) for v in (*shp, *args[0].shape)):
-        if isinstance(plan := sym_reshape_plan(args[0].shape, shp, allowzero), str): return f"{where}: {plan}"
-    if node.op_type == "Expand" and isinstance(args[0], Tensor):
-      from tiny_tensor.nn.onnx.ops import _sints, expand_plan
+    return self._symbolic_plan_refusal(node, args, where)
+
+  def _symbolic_plan_refusal(self, node: Any, args: list[Any], where: str) -> str | None:
+    """Why the symbolic Reshape/Expand/Range/Slice `node` can't be planned (ops.py's sym_*_plan/expand_plan: a size
+    not the same for every value, bounds not kept inside a dim, ...), or None."""
+    from tiny_tensor.nn.onnx import host
+    from tiny_tensor.nn.onnx.ops import _ints, _sints, expand_plan, sym_range_plan, sym_reshape_plan, sym_slice_plan
+    op, x = node.op_type, (args[0] if args else None)
+    sym = isinstance(x, Tensor) and any(isinstance(d, UOp) for d in x.shape)
+    why: Any = None
+    if op == "Reshape" and self.opset >= 5 and isinstance(x, Tensor):
       shp = _sints(args[1])
-      if any(isinstance(v, UOp) for v in (*shp, *args[0].shape)):
-        if isinstance(plan := expand_plan(args[0].shape, shp), str): return f"{where}: {plan}"
-    if node.op_type == "Range" and host.is_symbolic(self._host_of(args[1])):
-      from tiny_tensor.nn.onnx.ops import _sints, sym_range_plan
+      if sym or any(isinstance(v, UOp) for v in shp):
+        why = sym_reshape_plan(x.shape, shp, next((a.i for a in node.attribute if a.name == "allowzero"), 0))
+    elif op == "Expand" and isinstance(x, Tensor):
+      shp = _sints(args[1])
+      if sym or any(isinstance(v, UOp) for v in shp): why = expand_plan(x.shape, shp)
+    elif op == "Range" and host.is_symbolic(self._host_of(args[1])):
       if any(self._host_of(a) is None for a in args): return f"{where}: its start or delta is not known on the host"
-      if isinstance(plan := sym_range_plan(*[_sints(a)[0] for a in args]), str): return f"{where}: {plan}"
-    if node.op_type == "Slice" and self.opset >= 10 and isinstance(args[0], Tensor):
-      from tiny_tensor.nn.onnx.ops import _ints, _sints, sym_slice_plan
+      why = sym_range_plan(*[_sints(a)[0] for a in args])
+    elif op == "Slice" and self.opset >= 10 and isinstance(x, Tensor):
       starts, ends = _sints(args[1]), _sints(args[2])
-      if any(isinstance(v, UOp) for v in (*starts, *ends, *args[0].shape)):
+      if sym or any(isinstance(v, UOp) for v in (*starts, *ends)):
         axes, steps = (_ints(args[j]) if len(args) > j else [] for j in (3, 4))
-        if isinstance(plan := sym_slice_plan(args[0].shape, starts, ends, axes, steps), str): return f"{where}: {plan}"
-    return None
+        why = sym_slice_plan(x.shape, starts, ends, axes, steps)
+    return f"{where}: {why}" if isinstance(why, str) else None
 
   @staticmethod
   def _symbolic_op(node: Any, x: Any) -> bool:

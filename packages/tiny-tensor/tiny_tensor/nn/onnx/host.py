@@ -60,10 +60,11 @@ def sym_array(items: list[Any], shape: tuple[int, ...] | None = None) -> np.ndar
   """`items` (ints and symbolic UOps) as an int64 array, or as an object array when one is symbolic; each UOp is
   simplified (an expression that folds to a constant becomes its int)."""
   vals = [x.ssimplify() if isinstance(x, UOp) else int(x) for x in items]
-  if not any(isinstance(x, UOp) for x in vals): return np.array(vals, np.int64).reshape((len(vals),) if shape is None else shape)
+  shape = (len(vals),) if shape is None else shape
+  if not any(isinstance(x, UOp) for x in vals): return np.array(vals, np.int64).reshape(shape)
   out = np.empty(len(vals), dtype=object)
   for i, x in enumerate(vals): out[i] = x
-  return out.reshape((len(vals),) if shape is None else shape)
+  return out.reshape(shape)
 
 
 def _sym_map(fn: Callable, *arrays: np.ndarray) -> np.ndarray | None:
@@ -118,10 +119,12 @@ def _sym_binary(op_type: str, vals: list) -> np.ndarray | None:
                               "Div": _sym_div, "Max": lambda x, y: sint_to_uop(x).maximum(y),
                               "Min": lambda x, y: sint_to_uop(x).minimum(y)}
   if op_type not in fns or any(v.dtype.kind not in "iuO" for v in vals): return None
-  out = vals[0]
+  acc: np.ndarray = vals[0]
   for v in vals[1:]:
-    if (out := _sym_map(fns[op_type], out, v)) is None: return None
-  return out
+    step = _sym_map(fns[op_type], acc, v)
+    if step is None: return None
+    acc = step
+  return acc
 
 
 def _axis(a: int, n: int, node: Any) -> int:
@@ -201,7 +204,7 @@ def reshape(ctx: Any, vals: list, attrs: dict) -> np.ndarray:
 
 
 @host_op("Cast")
-def cast(ctx: Any, vals: list, attrs: dict) -> np.ndarray:
+def cast(ctx: Any, vals: list, attrs: dict) -> np.ndarray | None:
   to = attrs["to"]
   if to not in _PLAIN_TYPES: raise NotImplementedError  # not reached: host_can_run checks the type first
   if is_symbolic(vals[0]): return vals[0] if to in (6, 7) else None  # a symbolic size stays one as int32/int64
@@ -262,7 +265,7 @@ def max_min(ctx: Any, vals: list, attrs: dict) -> np.ndarray | None:
 
 
 @host_op("Where")
-def where(ctx: Any, vals: list, attrs: dict) -> np.ndarray:
+def where(ctx: Any, vals: list, attrs: dict) -> np.ndarray | None:
   if is_symbolic(vals[1]) or is_symbolic(vals[2]):
     if is_symbolic(vals[0]) or vals[1].dtype.kind not in "iuO" or vals[2].dtype.kind not in "iuO": return None
     w = np.where(vals[0], np.asarray(vals[1], object), np.asarray(vals[2], object))

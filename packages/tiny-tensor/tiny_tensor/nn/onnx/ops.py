@@ -64,6 +64,12 @@ def _sints(x: Any) -> list[Any]:
   return _ints(x)
 
 
+def _symbolic_value(x: Any) -> bool:
+  """Whether Tensor `x`'s host value is a symbolic shape value (host.py: an object array of ints and UOps)."""
+  known = known_value(x)
+  return known is not None and known.dtype == object
+
+
 def _axis(a: int, n: int) -> int:
   if not -max(n, 1) <= a < max(n, 1): raise OnnxError(f"axis {a} is out of range for rank {n}")
   return a + n if a < 0 else a
@@ -745,7 +751,7 @@ def constant(ctx: Any, inp: list, attrs: dict) -> Any:
 
 @op("Range")
 def range_(ctx: Any, inp: list, attrs: dict) -> Tensor:
-  if any(isinstance(v, UOp) for x in inp for v in _sints(x)):  # a symbolic limit (dynamic dims under jit)
+  if any(_symbolic_value(x) for x in inp):  # a symbolic limit (dynamic dims under jit)
     plan = sym_range_plan(*[_sints(x)[0] for x in inp])
     if isinstance(plan, str): raise OnnxError(f"node {ctx.node.name!r} (Range): {plan}")
     (start, delta, count), dt = plan, inp[0].dtype
