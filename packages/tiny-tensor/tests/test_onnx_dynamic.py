@@ -238,3 +238,15 @@ def test_symbolic_equal_where_max_div_on_shape_values():
     feed = {"x": rng.standard_normal((b, n)).astype(np.float32), "row": rng.standard_normal(n).astype(np.float32)}
     np.testing.assert_allclose(run(feed)["y"].numpy(), sess.run(None, feed)[0], rtol=1e-6)
   assert run.symbolic and len(run.jits) == 1
+
+
+def test_unknown_dim_is_named_input_dot_index():
+  """A dim the model leaves unknown (no dim_value, no dim_param) is named "<input>.<i>" in max_dims."""
+  from onnx import TensorProto, helper
+  x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 4])
+  w = helper.make_tensor("w", TensorProto.FLOAT, [4, 2], np.arange(8, dtype=np.float32).tolist())
+  g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g", [x],
+                        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 2])], [w])
+  m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+  run = _run_sizes(m, [3, 3, 5, 1], lambda n: (n, 4), max_dims={"x.0": 8})
+  assert run.symbolic and len(run.jits) == 1
