@@ -250,3 +250,24 @@ def test_unknown_dim_is_named_input_dot_index():
   m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
   run = _run_sizes(m, [3, 3, 5, 1], lambda n: (n, 4), max_dims={"x.0": 8})
   assert run.symbolic and len(run.jits) == 1
+
+
+def test_gather_along_a_symbolic_axis_and_its_index_check():
+  """Gather with runtime indices along a dynamic dim (GPT-2's padding-mask lookup): one capture for every size, the
+  values onnxruntime's (negative indices too), and an index past this call's size still refused after the run."""
+  from onnx import TensorProto, helper
+  from tiny_tensor.nn.onnx import OnnxError
+  g = helper.make_graph([helper.make_node("Gather", ["x", "i"], ["y"], axis=0)], "g",
+                        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3]),
+                         helper.make_tensor_value_info("i", TensorProto.INT64, ["k"])],
+                        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["k", 3])])
+  m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+  sess = ort.InferenceSession(m.SerializeToString())
+  run = OnnxRunner(m, jit=True, max_dims={"n": 8, "k": 8})
+  rng = np.random.default_rng(2)
+  for n, k in ((4, 2), (4, 2), (7, 5), (1, 1), (8, 8)):
+    feed = {"x": rng.standard_normal((n, 3)).astype(np.float32), "i": rng.integers(-n, n, k).astype(np.int64)}
+    np.testing.assert_array_equal(run(feed)["y"].numpy(), sess.run(None, feed)[0])
+  assert run.symbolic and len(run.jits) == 1
+  with pytest.raises(OnnxError, match=r"index value\(s\) out of range, e.g. 5 \(valid: \[-5, 4\]"):
+    run({"x": np.zeros((5, 3), np.float32), "i": np.array([0, 5], np.int64)})

@@ -226,11 +226,11 @@ SYMBOLIC_OPS = frozenset({
   "Reshape", "Flatten", "Transpose", "Unsqueeze", "Squeeze", "Concat", "Slice", "Expand", "Shape", "Size", "Gather",
   "ConstantOfShape", "MatMul", "Gemm", "Softmax", "LogSoftmax", "LayerNormalization", "Conv", "MaxPool",
   "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "BatchNormalization", "ReduceMean", "ReduceSum", "Split",
-  "GatherElements",
+  "GatherElements", "IsNaN", "IsInf", "Sign", "Floor", "Ceil", "Round", "Sin", "Cos", "Xor", "Elu", "Selu",
 })
 # Operators of SYMBOLIC_OPS that need their `axis` attribute (default) to pick a dim of plain int size in their
 # first input (None: refused when any input has a symbolic shape)
-_STATIC_AXIS = {"Split": 0, "Gather": 0, "GatherElements": 0, "Concat": None}
+_STATIC_AXIS = {"Split": 0, "GatherElements": 0, "Concat": None}
 # The inputs, per operator, that may hold a symbolic shape value (read on the host as shape data, see host.py);
 # a symbolic value reaching another input would be read as data: the runner falls back instead
 SHAPE_INPUTS: dict[str, tuple[int, ...]] = {"Reshape": (1,), "Expand": (1,), "Slice": (1, 2), "ConstantOfShape": (0,),
@@ -267,6 +267,9 @@ class _Ctx:
     """Refuse index values outside [-size, size-1] (`negative=False`: [0, size-1]) in the node's `i`-th input `idx`
     (`size`: an int, or one size per entry of idx's last axis, as GatherND's index tuples). Host-known indices are
     checked now; others once the graph has run (see OnnxRunner's doc)."""
+    if isinstance(size, UOp):  # a symbolic size (dynamic dims under jit): checked once the graph has run
+      self.runner._defer_index_check(self.node, idx, size, what, negative)
+      return
     n = np.asarray(size, dtype=np.int64)
     if (host := self.host_value(i)) is not None:
       bad = (host < (-n if negative else 0)) | (host >= n)
@@ -589,7 +592,7 @@ class OnnxRunner:
     if not checks: return tuple(outs)
     return (*outs, Tensor.stack(*[c[3] for c in checks]))
 
-  def _defer_index_check(self, node: Any, idx: Tensor, size: np.ndarray, what: str, negative: bool) -> None:
+  def _defer_index_check(self, node: Any, idx: Tensor, size: Any, what: str, negative: bool) -> None:
     """Queue a check of runtime indices `idx` against [-size, size-1], run after the graph (see the class doc)."""
     if not self.runtime_index_checks: return
     from tiny_tensor.jit import _capturing
@@ -598,7 +601,7 @@ class OnnxRunner:
                       "the host, which a TinyJit capture refuses: build the runner with "
                       "OnnxRunner(..., runtime_index_checks=False) to capture it (runtime indices are then unchecked)")
     i = idx.cast(dtypes.int64)
-    n = Tensor(size, device=idx.device)
+    n = Tensor(size, device=idx.device).cast(dtypes.int64)  # (a symbolic size: this call's value)
     bad = (i < (-n if negative else 0)) | (i >= n)
     stats = Tensor.stack(bad.cast(dtypes.int64).sum(), bad.where(i, 0).min(), bad.where(i, 0).max(),
                          bad.where(n, 0).max())

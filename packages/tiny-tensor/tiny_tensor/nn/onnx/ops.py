@@ -619,6 +619,7 @@ def gather(ctx: Any, inp: list, attrs: dict) -> Tensor:
   x, idx = inp
   ax = _axis(attrs.get("axis", 0), x.ndim)
   n = x.shape[ax]
+  if isinstance(n, UOp): return _gather_symbolic_axis(ctx, x, idx, ax)
   if idx.ndim == 0:  # a scalar index is read on the host (the output drops the axis)
     i = int(_item(idx))
     if not -n <= i < n:
@@ -630,6 +631,25 @@ def gather(ctx: Any, inp: list, attrs: dict) -> Tensor:
   if idx.numel() == 0:
     return Tensor(np.zeros(x.shape[:ax] + idx.shape + x.shape[ax + 1:], to_numpy(x.dtype)), device=x.device)
   return x[tuple([slice(None)] * ax + [idx.cast(dtypes.int32)])]
+
+
+def _gather_symbolic_axis(ctx: Any, x: Tensor, idx: Tensor, ax: int) -> Tensor:
+  """Gather along an axis of symbolic size n (a dynamic dim under jit): each index compared with arange(n) (the
+  arange of n's largest value shrunk to n), the one matching element kept, summed over the axis."""
+  n = x.shape[ax]
+  ctx.check_indices(1, idx, n, f"axis-{ax}")
+  nt = Tensor(n, device=x.device).cast(dtypes.int32)  # this call's n (a bound Variable's value at replay)
+  i = idx.cast(dtypes.int32)
+  i = (i < 0).where(i + nt, i)
+  ar = Tensor.arange(n.vmax, device=x.device).cast(dtypes.int32).shrink(((0, n),))  # (n,)
+  rest = [d for d in range(x.ndim) if d != ax]
+  xm = x.permute(ax, *rest)                                                     # (n, *rest)
+  hot = (i.unsqueeze(-1) == ar).reshape(*i.shape, n, *[1] * len(rest))          # (*I, n, 1...)
+  acc = dtypes.int32 if x.dtype == dtypes.bool else x.dtype
+  out = hot.where(xm.cast(acc), 0).sum(axis=i.ndim).cast(x.dtype)              # (*I, *rest)
+  # back to ONNX's order: x's dims before the axis, the index dims, x's dims after it
+  pre, post = list(range(i.ndim, i.ndim + ax)), list(range(i.ndim + ax, out.ndim))
+  return out.permute(*pre, *range(i.ndim), *post) if pre else out
 
 
 @op("GatherElements")
