@@ -335,8 +335,8 @@ class OnnxRunner:
   value read as data, ...) makes the runner fall back, for good, to a capture per input size: `runner.symbolic`
   turns False and `DEBUG=1` prints the node and why; the answers are the same either way. Opt-in, not the default:
   kernels compiled for a symbolic size replay slower than fixed-size ones on the CPU (the tiny BERT of
-  bench/bench_models.py: ~100 ms against ~2 ms a call at 32 tokens; its heuristics count a symbolic bound as 1), so
-  name a dim only where recompiling per size costs more than that.
+  bench/bench_models.py: ~90 ms against ~5 ms a call; its heuristics count a symbolic bound as 1), so name a dim
+  only where recompiling per size (seconds) costs more than that.
 
   jit stays off by default, as in tinygrad 0.14 (whose OnnxRunner never jits; the user wraps the call in TinyJit):
   a default jit would hand out Tensors the next call overwrites (or pay a copy of every output each call), and a
