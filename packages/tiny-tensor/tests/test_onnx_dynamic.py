@@ -271,3 +271,25 @@ def test_gather_along_a_symbolic_axis_and_its_index_check():
   assert run.symbolic and len(run.jits) == 1
   with pytest.raises(OnnxError, match=r"index value\(s\) out of range, e.g. 5 \(valid: \[-5, 4\]"):
     run({"x": np.zeros((5, 3), np.float32), "i": np.array([0, 5], np.int64)})
+
+
+def test_subgraph_under_symbolic_sizes_falls_back():
+  """An If whose branch reads a symbolic-shaped outer value: subgraphs don't run symbolically, so the runner falls
+  back to a capture per size (the answers are onnxruntime's)."""
+  from onnx import TensorProto, helper
+  one = helper.make_tensor("one", TensorProto.FLOAT, [1], [1.0])
+  branch = lambda name, op: helper.make_graph(  # noqa: E731
+    [helper.make_node(op, ["x", "c1"], [f"{name}_y"])], name, [],
+    [helper.make_tensor_value_info(f"{name}_y", TensorProto.FLOAT, ["n", 2])])
+  nodes = [helper.make_node("Constant", [], ["c1"], value=one),
+           helper.make_node("If", ["cond"], ["y"], then_branch=branch("t", "Add"), else_branch=branch("e", "Sub"))]
+  g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 2])],
+                        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 2])],
+                        [helper.make_tensor("cond", TensorProto.BOOL, [], [True])])
+  m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+  sess = ort.InferenceSession(m.SerializeToString())
+  run = OnnxRunner(m, jit=True, max_dims={"n": 8})
+  for n in (2, 2, 3, 3):
+    x = np.random.default_rng(n).standard_normal((n, 2)).astype(np.float32)
+    np.testing.assert_allclose(run({"x": x})["y"].numpy(), sess.run(None, {"x": x})[0], rtol=1e-6)
+  assert not run.symbolic and len(run.jits) == 2

@@ -231,6 +231,7 @@ SYMBOLIC_OPS = frozenset({
 # Operators of SYMBOLIC_OPS that need their `axis` attribute (default) to pick a dim of plain int size in their
 # first input (None: refused when any input has a symbolic shape)
 _STATIC_AXIS = {"Split": 0, "GatherElements": 0, "Concat": None}
+_SUBGRAPH_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})  # refused outright under symbolic sizes
 # The inputs, per operator, that may hold a symbolic shape value (read on the host as shape data, see host.py);
 # a symbolic value reaching another input would be read as data: the runner falls back instead
 SHAPE_INPUTS: dict[str, tuple[int, ...]] = {"Reshape": (1,), "Expand": (1,), "Slice": (1, 2), "ConstantOfShape": (0,),
@@ -497,7 +498,7 @@ class OnnxRunner:
       # under jit an input's value changes from call to call: only its shape may be used on the host
       feed[name] = to_tensor(v, self.device, tt.elem_type)
       if not jit: self._remember(feed[name], v, foldable=False)
-    if jit: return self._call_jit(feed, dims)
+    if jit: return self._call_jit(feed)
     prev, _ACTIVE.host = _ACTIVE.host, self._call.host
     try: outs = self._run_graph(self.model.graph, feed, outer=dict(self._consts), debug=debug)
     finally: _ACTIVE.host = prev
@@ -538,7 +539,7 @@ class OnnxRunner:
       out[k], any_dyn = Tensor(view[0].reshape(shape)), True
     return out if any_dyn else None
 
-  def _call_jit(self, feed: dict[str, Any], dims: dict[str, tuple[str, int]] | None = None) -> dict[str, Any]:
+  def _call_jit(self, feed: dict[str, Any]) -> dict[str, Any]:
     """Run the graph through the runner's TinyJit (call 1 eager, call 2 captures, then replays); the runtime index
     checks come back as one more output, read after the call, outside the capture. With dynamic dims the inputs are
     bound Variables' views (one capture for every size) unless the model can't run symbolically."""
@@ -632,6 +633,7 @@ class OnnxRunner:
     operator outside SYMBOLIC_OPS, a symbolic shape value where it would be read as data), or None."""
     from tiny_tensor.nn.onnx import host
     where = f"node {node.name!r} ({node.op_type})"
+    if node.op_type in _SUBGRAPH_OPS: return f"{where} runs a subgraph, which symbolic sizes don't enter"
     for i, a in enumerate(args):
       if not isinstance(a, Tensor): continue
       if host.is_symbolic(self._host_of(a)) and i not in SHAPE_INPUTS.get(node.op_type, ()):
@@ -722,8 +724,9 @@ class OnnxRunner:
       vals.append(hit[1])
     return vals if vals and host_can_run(node.op_type, vals, attrs) else None
 
-  def _run_on_host(self, ctx: _Ctx, args: list[Any], vals: list[Any], attrs: dict[str, Any]) -> Tensor:
-    """Evaluate the node with numpy (host.py); its output is a Tensor whose value the runner remembers."""
+  def _run_on_host(self, ctx: _Ctx, args: list[Any], vals: list[Any], attrs: dict[str, Any]) -> Tensor | None:
+    """Evaluate the node with numpy (host.py); its output is a Tensor whose value the runner remembers (None, with
+    the call's `symbolic_refused` set, for symbolic values the operator can't carry)."""
     from tiny_tensor.nn.onnx.host import FROM_SHAPE, HOST_OPS, is_symbolic, sym_array
     op_type = ctx.node.op_type
     fn = HOST_OPS[op_type]
