@@ -103,15 +103,13 @@ def _sym_binary(op_type: str, vals: list) -> np.ndarray | None:
   answer isn't an int, a symbolic size or a decided bool."""
   a, b = vals[0], vals[1]
   if op_type in _SYM_CMP:
-    def cmp(x: Any, y: Any) -> bool | None:
-      if not isinstance(x, UOp) and not isinstance(y, UOp): return None  # see below: plain pairs are exact already
-      return _decided(_SYM_CMP[op_type](x, y))
     plain = {"Equal": np.equal, "Less": np.less, "Greater": np.greater, "LessOrEqual": np.less_equal,
              "GreaterOrEqual": np.greater_equal}[op_type]
     bb = np.broadcast_arrays(np.asarray(a, dtype=object), np.asarray(b, dtype=object))
     out = []
     for x, y in zip(bb[0].reshape(-1).tolist(), bb[1].reshape(-1).tolist()):
-      r = cmp(x, y) if isinstance(x, UOp) or isinstance(y, UOp) else bool(plain(x, y))
+      sym = isinstance(x, UOp) or isinstance(y, UOp)
+      r = _decided(_SYM_CMP[op_type](x, y)) if sym else bool(plain(x, y))
       if r is None: return None
       out.append(r)
     return np.array(out, bool).reshape(bb[0].shape)
