@@ -13,6 +13,11 @@ Rows per model: median ms per inference over `BENCH_MODELS_RUNS` (default 10) ca
 replayed capture), `tiny_eager`, `onnxruntime`, `torch`; and the seconds tiny's jit needs for its first three calls
 (compile, capture, first replay). The CPU (lscpu's model name) is in every row's target text.
 
+Dynamic sequence length (issue #39): the tiny BERT and GPT-2 exported with a dynamic `seq` axis run through one
+`OnnxRunner(jit=True, max_dims={"seq": 128})` at `BENCH_MODELS_SEQS` lengths (default 32,64): per length, ms per
+inference next to onnxruntime, the kernels compiled by that length's first two calls (0 after the first length when
+one symbolic capture serves them all) and the captures the runner holds.
+
 `python bench/bench_models.py [model ...]` prints the rows; `run()` returns them (needs onnx, onnxruntime, torch and
 transformers: `pip install onnxruntime` is a bench-only dependency).
 """
@@ -32,6 +37,7 @@ os.environ.setdefault("DEV", "CPU")
 RUNS = int(os.environ.get("BENCH_MODELS_RUNS", 10))
 IMAGE = int(os.environ.get("BENCH_MODELS_IMAGE", 224))
 MODELS = ["resnet18", "mobilenet_v3_small", "efficientnet_b0", "bert_tiny", "gpt2_tiny"]
+SEQS = [int(v) for v in os.environ.get("BENCH_MODELS_SEQS", "32,64").split(",") if v]
 
 
 def cpu_name() -> str:
@@ -216,6 +222,43 @@ def bench_model(name: str, runs: int = RUNS) -> dict[str, float]:
   return {**row, "first3_s": first3}
 
 
+def bench_dynamic(name: str, seqs: list[int] = SEQS, runs: int = RUNS) -> dict[str, dict[str, float]]:
+  """Model `name` (bert_tiny or gpt2_tiny) exported with a dynamic sequence axis, through one jitted runner at each
+  length of `seqs`: {seq: {"tiny": ms, "onnxruntime": ms, "compiles": kernels compiled by its first two calls,
+  "captures": the runner's captures after it}}; outputs checked against onnxruntime at every length."""
+  import onnxruntime as ort
+  import tiny_codegen
+  import torch
+  from tiny_tensor.nn.onnx import OnnxRunner
+  build, feeds = _spec(name)
+  torch.manual_seed(0)
+  model = build().eval()
+  targs = tuple(torch.from_numpy(v) for v in feeds.values())
+  with tempfile.TemporaryDirectory() as d:
+    path = os.path.join(d, f"{name}_dyn.onnx")
+    torch.onnx.export(model, targs, path, input_names=list(feeds), output_names=["y"], dynamo=False, opset_version=17,
+                      dynamic_axes={k: {1: "seq"} for k in feeds} | {"y": {1: "seq"}})
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    jit = OnnxRunner(path, jit=True, max_dims={"seq": 128})
+  count, real = [0], tiny_codegen.get_program
+
+  def counting(*a: Any, **k: Any) -> Any:
+    count[0] += 1
+    return real(*a, **k)
+  out: dict[str, dict[str, float]] = {}
+  tiny_codegen.get_program = counting  # the engine calls it once per kernel it compiles
+  try:
+    for seq in seqs:
+      f = {k: np.ascontiguousarray(v[:, :seq]) for k, v in feeds.items()}
+      want, before = sess.run(None, f)[0], count[0]
+      for i in range(2): _close(name, f"dynamic seq {seq} call {i + 1}", jit(f)["y"].numpy(), want)
+      out[str(seq)] = {"tiny": _median_ms(lambda f=f: jit(f)["y"].numpy(), runs),
+                       "onnxruntime": _median_ms(lambda f=f: sess.run(None, f), runs),
+                       "compiles": float(count[0] - before), "captures": float(len(jit.jits))}
+  finally: tiny_codegen.get_program = real
+  return out
+
+
 def run(models: list[str] | None = None) -> dict[str, dict[str, Any]]:
   """{model: row} for `models` (default: all, or the comma list in BENCH_MODELS)."""
   models = models or [m for m in os.environ.get("BENCH_MODELS", ",".join(MODELS)).split(",") if m]
@@ -226,6 +269,13 @@ def run(models: list[str] | None = None) -> dict[str, dict[str, Any]]:
     out[f"{name} (ms/inference)"] = {k: r[k] for k in ("tiny", "tiny_eager", "onnxruntime", "torch")} | {
       "unit": "ms", "better": "lower", "target": f"tiny jit within 2x of onnxruntime; {cpu}"}
     out[f"{name} jit first 3 calls (s)"] = {"tiny": r["first3_s"], "unit": "s", "better": "lower"}
+    if name in ("bert_tiny", "gpt2_tiny") and SEQS:
+      for seq, d in bench_dynamic(name).items():
+        out[f"{name} dynamic seq={seq} (ms/inference)"] = {"tiny": d["tiny"], "onnxruntime": d["onnxruntime"],
+                                                           "unit": "ms", "better": "lower"}
+        out[f"{name} dynamic seq={seq} kernels compiled"] = {
+          "tiny": d["compiles"], "unit": "", "better": "lower",
+          "target": f"0 after the first length (one capture); captures held: {int(d['captures'])}"}
   return out
 
 

@@ -36,6 +36,9 @@ from typing import Any
 import numpy as np
 
 from tiny_uop.dtype import DType, dtypes
+from tiny_uop.helpers import DEBUG
+from tiny_uop.uop import Ops, UOp, Variable
+from tiny_tensor import engine
 from tiny_tensor.jit import JitError, TinyJit
 from tiny_tensor.tensor import Tensor
 from tiny_tensor.nn.onnx.base import (_ACTIVE, _DTYPES, STRING, OnnxError, OnnxModelError, _back_to, onnx_dtype,
@@ -208,9 +211,31 @@ class _CallState(threading.local):
     self.own_jit = False  # the call runs inside the runner's own TinyJit (jit=True), which returns the index checks
     self.jit_checks: list[tuple[Any, str, bool]] = []  # the checks the last _jit_body run returned
     self.node: Any = None  # the node running now (named when a jit capture fails in it)
+    self.symbolic = False  # the graph runs on inputs with symbolic dims (jit=True, see OnnxRunner's doc)
+    self.symbolic_refused: str | None = None  # why the graph can't run symbolically: the node, the reason
 
 
 _HOST_FLOAT_MAX = 4096  # float values are remembered on the host up to this many elements (integer ones always)
+
+# Operators that run on Tensors with symbolic dims (Tensor ops only, no Python arithmetic on sizes); a node of
+# another operator that gets such a Tensor makes the runner fall back to a capture per input size (see the doc)
+SYMBOLIC_OPS = frozenset({
+  "Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Exp", "Log", "Neg", "Abs", "Relu", "Sigmoid", "Tanh", "Erf", "Gelu",
+  "Where", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Not", "And", "Or", "Cast", "CastLike",
+  "Identity", "Dropout", "Reciprocal", "LeakyRelu", "Softplus", "HardSigmoid", "HardSwish", "Clip", "Max", "Min",
+  "Reshape", "Flatten", "Transpose", "Unsqueeze", "Squeeze", "Concat", "Slice", "Expand", "Shape", "Size", "Gather",
+  "ConstantOfShape", "MatMul", "Gemm", "Softmax", "LogSoftmax", "LayerNormalization", "Conv", "MaxPool",
+  "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "BatchNormalization", "ReduceMean", "ReduceSum", "Split",
+  "GatherElements", "IsNaN", "IsInf", "Sign", "Floor", "Ceil", "Round", "Sin", "Cos", "Xor", "Elu", "Selu",
+})
+# Operators of SYMBOLIC_OPS that need their `axis` attribute (default) to pick a dim of plain int size in their
+# first input (None: refused when any input has a symbolic shape)
+_STATIC_AXIS = {"Split": 0, "GatherElements": 0, "Concat": None}
+_SUBGRAPH_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})  # refused outright under symbolic sizes
+# The inputs, per operator, that may hold a symbolic shape value (read on the host as shape data, see host.py);
+# a symbolic value reaching another input would be read as data: the runner falls back instead
+SHAPE_INPUTS: dict[str, tuple[int, ...]] = {"Reshape": (1,), "Expand": (1,), "Slice": (1, 2), "ConstantOfShape": (0,),
+                                            "Range": (1,)}
 
 
 def _operators() -> dict[str, Any]:
@@ -243,6 +268,9 @@ class _Ctx:
     """Refuse index values outside [-size, size-1] (`negative=False`: [0, size-1]) in the node's `i`-th input `idx`
     (`size`: an int, or one size per entry of idx's last axis, as GatherND's index tuples). Host-known indices are
     checked now; others once the graph has run (see OnnxRunner's doc)."""
+    if isinstance(size, UOp):  # a symbolic size (dynamic dims under jit): checked once the graph has run
+      self.runner._defer_index_check(self.node, idx, size, what, negative)
+      return
     n = np.asarray(size, dtype=np.int64)
     if (host := self.host_value(i)) is not None:
       bad = (host < (-n if negative else 0)) | (host >= n)
@@ -295,7 +323,26 @@ class OnnxRunner:
   The graph must not need device data on the host (a data-dependent shape: NonZero, Compress, TopK, Unique, Loop
   and If on computed values): its capture raises OnnxError naming the node; run it with jit=False. The returned
   Tensors are the jit's own, overwritten by the next call of the same signature (copy what you keep: `.numpy()` or
-  `.clone()`), which is why jit is not the default. `debug=True` runs eagerly.
+  `.clone()`). `debug=True` runs eagerly.
+
+  Dynamic dims (`max_dims`, issue #39): a graph input's dim declared as a `dim_param` ("batch", "seq"), or left
+  unknown (named "<input>.<i>" then), that `max_dims` names becomes a bound `Variable` in [1, max_dims[name]], so one
+  capture serves every size in range: `OnnxRunner(m, jit=True, max_dims={"batch": 64, "seq": 512})`. The host shape
+  arithmetic (host.py) carries the symbolic sizes (Shape -> Gather -> Concat -> Reshape, Mul/Div/Add on shapes,
+  Equal/Where decided by the Variables' ranges, Expand/Slice/ConstantOfShape/Range targets). The capture's buffers
+  are allocated for the largest sizes; the returned Tensors are views of this call's sizes into them, overwritten by
+  the next call of *any* size. A size outside its range runs a capture of its own. A node that can't run on symbolic
+  sizes (an operator outside `SYMBOLIC_OPS`, a reshape that isn't the same size for every value, a symbolic shape
+  value read as data, ...) makes the runner fall back, for good, to a capture per input size: `runner.symbolic`
+  turns False and `DEBUG=1` prints the node and why; the answers are the same either way. Opt-in, not the default:
+  kernels compiled for a symbolic size replay slower than fixed-size ones on the CPU (the tiny BERT of
+  bench/bench_models.py: ~90 ms against ~5 ms a call; its heuristics count a symbolic bound as 1), so name a dim
+  only where recompiling per size (seconds) costs more than that.
+
+  jit stays off by default, as in tinygrad 0.14 (whose OnnxRunner never jits; the user wraps the call in TinyJit):
+  a default jit would hand out Tensors the next call overwrites, or pay a copy of every output each call (measured:
+  +0.16 ms on the tiny BERT's 1.1 ms replay at 64 tokens, 14%), and a model whose capture fails (a data-dependent
+  shape) would need a silent eager fallback.
 
   External tensor data is read only from the model's folder (a model given by path) or from `base_dir` (required
   for a model given as bytes or a ModelProto); a location outside that folder (`..`, an absolute path, a symlink out)
@@ -306,8 +353,16 @@ class OnnxRunner:
   """
 
   def __init__(self, model: Any, device: str | None = None, runtime_index_checks: bool = True, jit: bool = False,
-               base_dir: str | os.PathLike | None = None, max_loop_trips: int = 10**5):
+               base_dir: str | os.PathLike | None = None, max_loop_trips: int = 10**5,
+               max_dims: dict[str, int] | None = None):
     onnx = _onnx()
+    bad = {k: v for k, v in (max_dims or {}).items()
+           if not isinstance(k, str) or not isinstance(v, int) or isinstance(v, bool) or v < 1}
+    if bad or not isinstance(max_dims, (dict, type(None))):
+      raise ValueError(f"max_dims must map dim names (str) to an int >= 1, got {bad or max_dims!r}")
+    self.max_dims = dict(max_dims or {})
+    # jit=True: whether the dims named in max_dims become Variables; False for good once a node can't run symbolically
+    self.symbolic = bool(self.max_dims)
     if isinstance(model, (str, os.PathLike)):
       if base_dir is None: base_dir = os.path.dirname(os.path.abspath(os.fspath(model)))
       try: model = onnx.load(os.fspath(model), load_external_data=False)  # read by _tensor_value, checked
@@ -451,27 +506,72 @@ class OnnxRunner:
     self._run_deferred_checks()
     return dict(zip(self.outputs, outs))
 
+  def _dynamic_dims(self, name: str, v: Tensor) -> tuple[Any, ...] | None:
+    """Input `name`'s shape with its dynamic dims named in `max_dims` (a `dim_param`, or `"input.i"` for a dim the
+    model leaves unknown) as bound Variables ranging over [1, max_dims[name]]; None when one is out of its range (that
+    call runs a capture of its own sizes)."""
+    tt = self.inputs[name].type.tensor_type
+    if not tt.HasField("shape"): return tuple(v.shape)
+    out: list[Any] = []
+    for i, (d, g) in enumerate(zip(tt.shape.dim, v.shape)):
+      dim = None if d.HasField("dim_value") else d.dim_param if d.HasField("dim_param") else f"{name}.{i}"
+      if dim is None or dim not in self.max_dims:
+        out.append(g)
+        continue
+      hi = self.max_dims[dim]
+      if not isinstance(g, int) or not 1 <= g <= hi:
+        if DEBUG >= 1: print(f"OnnxRunner: input {name!r} dim {dim!r} size {g} is outside [1, {hi}] (max_dims): "
+                             "this size gets a capture of its own")
+        return None
+      out.append(Variable(dim, 1, hi).bind(g))
+    return tuple(out)
+
+  def _symbolic_feed(self, feed: dict[str, Any]) -> dict[str, Any] | None:
+    """The inputs with their dims named in `max_dims` as bound Variables (a view of each one's realized buffer), or
+    None when none has one or one is out of range (see _dynamic_dims)."""
+    out, any_dyn = dict(feed), False
+    for k, v in feed.items():
+      if v is None: continue
+      if (shape := self._dynamic_dims(k, v)) is None: return None
+      if all(isinstance(d, int) for d in shape): continue
+      view = engine.buffer_view(v.uop)
+      if view is None: view = engine.buffer_view(v.contiguous().realize().uop)
+      if view is None: return None  # not one buffer (a multi-device Tensor): a capture of its own sizes
+      out[k], any_dyn = Tensor(view[0].reshape(shape)), True
+    return out if any_dyn else None
+
   def _call_jit(self, feed: dict[str, Any]) -> dict[str, Any]:
     """Run the graph through the runner's TinyJit (call 1 eager, call 2 captures, then replays); the runtime index
-    checks come back as one more output, read after the call, outside the capture."""
+    checks come back as one more output, read after the call, outside the capture. With dynamic dims the inputs are
+    bound Variables' views (one capture for every size) unless the model can't run symbolically."""
     bad = {k: type(v).__name__ for k, v in feed.items() if v is not None and not isinstance(v, Tensor)}
     if bad:
       raise TypeError(f"OnnxRunner(jit=True) runs models whose inputs are tensors; inputs {bad} are not (strings "
                       "and sequences run on the host): build the runner with jit=False")
-    key = tuple((k, None) if v is None else (k, tuple(v.shape), v.dtype) for k, v in feed.items())
+    sym = self._symbolic_feed(feed) if self.symbolic else None
+    run_feed = sym if sym is not None else feed
+    key = tuple((k, None) if v is None else (k, _unbound(v.shape), v.dtype) for k, v in run_feed.items())
     if (fn := self.jits.get(key)) is None:
       fn = self.jits[key] = TinyJit(self._jit_body)
     ran_python = fn.cnt < 2  # calls 1 (eager) and 2 (capture) run _jit_body; replays don't
-    try: outs = fn(*[feed[k] for k in self.inputs])
+    self._call.symbolic, self._call.symbolic_refused = sym is not None, None
+    try: outs = fn(*[run_feed[k] for k in self.inputs])
     except JitError as e:  # a capture that can't replay faithfully: say which node, and what to do
       node, self._call.node = self._call.node, None
       where = f"node {node.name!r} ({node.op_type}) needs device data on the host" if node is not None else "it"
       raise OnnxError(f"OnnxRunner(jit=True) can't capture this model: {where}: {e}. Build the runner with "
                       "jit=False to run it eagerly") from e
+    finally: self._call.symbolic = False
+    if (why := self._call.symbolic_refused) is not None:  # (call 1 ran eagerly up to that node: nothing captured)
+      self._call.symbolic_refused, self.symbolic = None, False
+      del self.jits[key]
+      if DEBUG >= 1: print(f"OnnxRunner: {why}: falling back to one jit capture per input size")
+      return self._call_jit(feed)
     if ran_python: self._jit_checks[key] = self._call.jit_checks
     if checks := self._jit_checks[key]:
       stats, outs = outs[-1], outs[:-1]
       _raise_bad_indices(checks, stats.numpy())  # the jit's realized output: a plain copy, no kernel
+    if sym is not None: outs = tuple(_concrete(o, _var_vals(run_feed)) for o in outs)
     return dict(zip(self.outputs, outs))
 
   def _jit_body(self, *args: Any) -> tuple:
@@ -482,12 +582,19 @@ class OnnxRunner:
     try: outs = self._run_graph(self.model.graph, dict(zip(self.inputs, args)), outer=dict(self._consts))
     finally: _ACTIVE.host, self._call.own_jit = prev, False
     self._call.node = None  # the graph ran: a JitError from here on is about the capture as a whole
+    if self._call.symbolic and self._call.symbolic_refused is None:
+      from tiny_tensor.nn.onnx import host
+      made = [o for o in outs if isinstance(o, Tensor) and host.is_symbolic(self._host_of(o))]
+      if made: self._call.symbolic_refused = "a graph output is a symbolic shape value"
+    if self._call.symbolic_refused is not None:
+      self._call.deferred = []
+      return ()
     checks, self._call.deferred = self._call.deferred, []
     self._call.jit_checks = [(node, what, negative) for node, what, negative, _ in checks]
     if not checks: return tuple(outs)
     return (*outs, Tensor.stack(*[c[3] for c in checks]))
 
-  def _defer_index_check(self, node: Any, idx: Tensor, size: np.ndarray, what: str, negative: bool) -> None:
+  def _defer_index_check(self, node: Any, idx: Tensor, size: Any, what: str, negative: bool) -> None:
     """Queue a check of runtime indices `idx` against [-size, size-1], run after the graph (see the class doc)."""
     if not self.runtime_index_checks: return
     from tiny_tensor.jit import _capturing
@@ -496,7 +603,7 @@ class OnnxRunner:
                       "the host, which a TinyJit capture refuses: build the runner with "
                       "OnnxRunner(..., runtime_index_checks=False) to capture it (runtime indices are then unchecked)")
     i = idx.cast(dtypes.int64)
-    n = Tensor(size, device=idx.device)
+    n = Tensor(size, device=idx.device).cast(dtypes.int64)  # (a symbolic size: this call's value)
     bad = (i < (-n if negative else 0)) | (i >= n)
     stats = Tensor.stack(bad.cast(dtypes.int64).sum(), bad.where(i, 0).min(), bad.where(i, 0).max(),
                          bad.where(n, 0).max())
@@ -514,7 +621,61 @@ class OnnxRunner:
     scope.update(feed)
     for node in graph.node:
       self._run_node(node, scope, debug)
+      if self._call.symbolic_refused is not None: return [None] * len(graph.output)  # see _call_jit
     return [scope[o.name] for o in graph.output]
+
+  def _host_of(self, v: Any) -> Any:
+    """The host value the running call knows for Tensor `v`, or None."""
+    hit = self._call.host.get(id(v)) if isinstance(v, Tensor) else None
+    return hit[1] if hit is not None and hit[0] is v else None
+
+  def _refuses_symbolic(self, node: Any, args: list[Any]) -> str | None:
+    """Why device operator `node` can't run on these arguments symbolically (a symbolic-shaped Tensor for an
+    operator outside SYMBOLIC_OPS, a symbolic shape value where it would be read as data), or None."""
+    from tiny_tensor.nn.onnx import host
+    where = f"node {node.name!r} ({node.op_type})"
+    if node.op_type in _SUBGRAPH_OPS: return f"{where} runs a subgraph, which symbolic sizes don't enter"
+    for i, a in enumerate(args):
+      if not isinstance(a, Tensor): continue
+      if host.is_symbolic(self._host_of(a)) and i not in SHAPE_INPUTS.get(node.op_type, ()):
+        return f"{where} reads the symbolic shape value {node.input[i]!r} as data"
+      if any(not isinstance(d, int) for d in a.shape) and not self._symbolic_op(node, args[0]):
+        return f"{where} can't take input {node.input[i]!r} of symbolic shape {_shape_text(a.shape)}"
+    return self._symbolic_plan_refusal(node, args, where)
+
+  def _symbolic_plan_refusal(self, node: Any, args: list[Any], where: str) -> str | None:
+    """Why the symbolic Reshape/Expand/Range/Slice `node` can't be planned (ops.py's sym_*_plan/expand_plan: a size
+    not the same for every value, bounds not kept inside a dim, ...), or None."""
+    from tiny_tensor.nn.onnx import host
+    from tiny_tensor.nn.onnx.ops import _ints, _sints, expand_plan, sym_range_plan, sym_reshape_plan, sym_slice_plan
+    op, x = node.op_type, (args[0] if args else None)
+    sym = isinstance(x, Tensor) and any(isinstance(d, UOp) for d in x.shape)
+    why: Any = None
+    if op == "Reshape" and self.opset >= 5 and isinstance(x, Tensor):
+      shp = _sints(args[1])
+      if sym or any(isinstance(v, UOp) for v in shp):
+        why = sym_reshape_plan(x.shape, shp, next((a.i for a in node.attribute if a.name == "allowzero"), 0))
+    elif op == "Expand" and isinstance(x, Tensor):
+      shp = _sints(args[1])
+      if sym or any(isinstance(v, UOp) for v in shp): why = expand_plan(x.shape, shp)
+    elif op == "Range" and host.is_symbolic(self._host_of(args[1])):
+      if any(self._host_of(a) is None for a in args): return f"{where}: its start or delta is not known on the host"
+      why = sym_range_plan(*[_sints(a)[0] for a in args])
+    elif op == "Slice" and self.opset >= 10 and isinstance(x, Tensor):
+      starts, ends = _sints(args[1]), _sints(args[2])
+      if sym or any(isinstance(v, UOp) for v in (*starts, *ends)):
+        axes, steps = (_ints(args[j]) if len(args) > j else [] for j in (3, 4))
+        why = sym_slice_plan(x.shape, starts, ends, axes, steps)
+    return f"{where}: {why}" if isinstance(why, str) else None
+
+  @staticmethod
+  def _symbolic_op(node: Any, x: Any) -> bool:
+    """Whether `node`'s operator runs on inputs of symbolic shape, its first input `x` (see SYMBOLIC_OPS,
+    _STATIC_AXIS)."""
+    if node.op_type not in SYMBOLIC_OPS: return False
+    if node.op_type not in _STATIC_AXIS: return True
+    ax = next((a.i for a in node.attribute if a.name == "axis"), _STATIC_AXIS[node.op_type])
+    return ax is not None and isinstance(x, Tensor) and -x.ndim <= ax < x.ndim and isinstance(x.shape[ax], int)
 
   def _run_node(self, node: Any, scope: dict[str, Any], debug: bool) -> None:
     self._call.node = node
@@ -527,6 +688,9 @@ class OnnxRunner:
     if (node.domain, node.op_type) in self.functions: outs = self._run_function(node, args, attrs, ctx)
     else:
       host = self._host_inputs(node, args, attrs)
+      if self._call.symbolic and host is None and (why := self._refuses_symbolic(node, args)) is not None:
+        self._call.symbolic_refused = why
+        return
       low = _low_precision(node.op_type, args) if host is None else None
       if low is not None:
         args = [a.cast(dtypes.float32) if isinstance(a, Tensor) and a.dtype == low else a for a in args]
@@ -561,13 +725,26 @@ class OnnxRunner:
       vals.append(hit[1])
     return vals if vals and host_can_run(node.op_type, vals, attrs) else None
 
-  def _run_on_host(self, ctx: _Ctx, args: list[Any], vals: list[Any], attrs: dict[str, Any]) -> Tensor:
-    """Evaluate the node with numpy (host.py); its output is a Tensor whose value the runner remembers."""
-    from tiny_tensor.nn.onnx.host import FROM_SHAPE, HOST_OPS
+  def _run_on_host(self, ctx: _Ctx, args: list[Any], vals: list[Any], attrs: dict[str, Any]) -> Tensor | None:
+    """Evaluate the node with numpy (host.py); its output is a Tensor whose value the runner remembers (None, with
+    the call's `symbolic_refused` set, for symbolic values the operator can't carry)."""
+    from tiny_tensor.nn.onnx.host import FROM_SHAPE, HOST_OPS, is_symbolic, sym_array
     op_type = ctx.node.op_type
     fn = HOST_OPS[op_type]
-    arr = np.asarray(fn(ctx, vals, attrs, tuple(args[0].shape)) if op_type in FROM_SHAPE else fn(ctx, vals, attrs))
-    return self._remember(to_tensor(arr, self.device), arr)
+    out = fn(ctx, vals, attrs, tuple(args[0].shape)) if op_type in FROM_SHAPE else fn(ctx, vals, attrs)
+    if out is None:  # symbolic values the operator can't carry (see host.py)
+      self._call.symbolic_refused = f"node {ctx.node.name!r} ({op_type}) can't compute with symbolic shape values"
+      return None
+    arr = np.asarray(out)
+    if is_symbolic(arr):
+      arr = sym_array(arr.reshape(-1).tolist(), arr.shape)  # all ints again (a static dim picked): a plain array
+    if not is_symbolic(arr): return self._remember(to_tensor(arr, self.device), arr)
+    # a placeholder Tensor holding this call's sizes: never read as data (see _refuses_symbolic)
+    concrete = np.array([_bound_value(x) for x in arr.reshape(-1).tolist()], np.int64).reshape(arr.shape)
+    t = to_tensor(concrete, self.device)
+    self._call.host[id(t)] = (t, arr)
+    self._call.foldable.add(id(t))
+    return t
 
   def _run_function(self, node: Any, args: list[Any], attrs: dict[str, Any], ctx: _Ctx) -> tuple:
     """A model-local function: its body with the formal inputs bound and attribute references resolved."""
@@ -593,3 +770,41 @@ class OnnxRunner:
     del n2.attribute[:]
     n2.attribute.extend(keep)
     return n2
+
+
+def _shape_text(shape: tuple) -> str:
+  return "(" + ", ".join(str(d) if isinstance(d, int) else d.render() for d in shape) + ")"
+
+
+def _bound_value(x: Any) -> int:
+  """An int, or a bound symbolic expression's value in this call."""
+  if not isinstance(x, UOp): return int(x)
+  return int(x.sym_infer({b.src[0].arg[0]: b.src[1].arg for b in x.toposort() if b.op is Ops.BIND}))
+
+
+def _unbound(shape: tuple) -> tuple:
+  """A shape with its bound Variables' names in place of their values (the jit key of a symbolic signature)."""
+  return tuple(d if isinstance(d, int) else d.substitute({b: b.src[0] for b in d.toposort() if b.op is Ops.BIND})
+               for d in shape)
+
+
+def _var_vals(feed: dict[str, Any]) -> dict[str, int]:
+  """The values of the Variables bound in the inputs' shapes, by name."""
+  out: dict[str, int] = {}
+  for v in feed.values():
+    for d in getattr(v, "shape", ()):
+      if isinstance(d, UOp):
+        for b in d.toposort():
+          if b.op is Ops.BIND: out[b.src[0].arg[0]] = b.src[1].arg
+  return out
+
+
+def _concrete(out: Any, var_vals: dict[str, int]) -> Any:
+  """A jit output of symbolic shape as a Tensor of this call's sizes: a view of the first elements of its buffer
+  (which is allocated for the Variables' largest values; contiguous, so this call's elements come first)."""
+  if not isinstance(out, Tensor) or all(isinstance(d, int) for d in out.shape): return out
+  shape = tuple(d if isinstance(d, int) else int(_unbound((d,))[0].sym_infer(var_vals)) for d in out.shape)
+  view = engine.buffer_view(out.uop)
+  if view is None: raise OnnxError(f"a jit output of symbolic shape {_shape_text(out.shape)} is not a buffer")
+  n = int(np.prod(shape, dtype=np.int64))
+  return Tensor(view[0])[:n].reshape(shape)

@@ -18,6 +18,8 @@ from typing import Any, Callable, Literal
 import numpy as np
 
 from tiny_uop.dtype import DType, dtypes, to_numpy
+from tiny_uop.helpers import prod
+from tiny_uop.uop import Ops, UOp, sint_to_uop, ssimplify
 from tiny_tensor.nn.onnx.base import _DTYPES, STRING, OnnxError, _range_count, known_value, to_tensor
 from tiny_tensor.tensor import Tensor
 
@@ -51,6 +53,21 @@ def _ints(x: Any) -> list[int]:
   if x is None: return []
   if isinstance(x, (list, tuple)): return [int(v) for v in x]
   return [int(v) for v in _np(x).reshape(-1).tolist()]
+
+
+def _sints(x: Any) -> list[Any]:
+  """Like `_ints`, keeping symbolic sizes (UOps) of a symbolic shape value (see host.py) as they are."""
+  if x is None: return []
+  known = known_value(x) if not isinstance(x, np.ndarray) else x
+  if known is not None and known.dtype == object:
+    return [v if isinstance(v, UOp) else int(v) for v in known.reshape(-1).tolist()]
+  return _ints(x)
+
+
+def _symbolic_value(x: Any) -> bool:
+  """Whether Tensor `x`'s host value is a symbolic shape value (host.py: an object array of ints and UOps)."""
+  known = known_value(x)
+  return known is not None and known.dtype == object
 
 
 def _axis(a: int, n: int) -> int:
@@ -411,16 +428,66 @@ def size(ctx: Any, inp: list, attrs: dict) -> Tensor:
 @op("Reshape")
 def reshape(ctx: Any, inp: list, attrs: dict) -> Tensor:
   x = inp[0]
-  shp = attrs["shape"] if ctx.opset < 5 else _ints(inp[1])
-  if not attrs.get("allowzero", 0): shp = [x.shape[i] if s == 0 else s for i, s in enumerate(shp)]
+  shp = attrs["shape"] if ctx.opset < 5 else _sints(inp[1])
+  if any(isinstance(v, UOp) for v in (*shp, *x.shape)):
+    plan = sym_reshape_plan(x.shape, shp, attrs.get("allowzero", 0))
+    if isinstance(plan, str): raise OnnxError(f"node {ctx.node.name!r} (Reshape): {plan}")
+    return x.reshape(plan)
+  if not attrs.get("allowzero", 0):
+    shp = [x.shape[i] if isinstance(s, int) and s == 0 else s for i, s in enumerate(shp)]
   return x.reshape(shp)
+
+
+def _same_size(a: Any, b: Any) -> bool:
+  """Whether sizes `a` and `b` (ints or symbolic) are equal for every value of their Variables."""
+  d = (sint_to_uop(a) - b).simplify()
+  return d.vmin == d.vmax == 0
+
+
+def _factors(x: Any) -> tuple[int, list[UOp]]:
+  """A size as (int coefficient, symbolic factors) through its MUL tree (explicit stack)."""
+  coef, out, todo = 1, [], [x]
+  while todo:
+    u = todo.pop()
+    if isinstance(u, int): coef *= u
+    elif u.op is Ops.CONST: coef *= int(u.arg)
+    elif u.op is Ops.MUL: todo.extend(u.src)
+    else: out.append(u)
+  return coef, out
+
+
+def _divide_out(numel: Any, rest: Any) -> Any:
+  """numel / rest for Reshape's -1 where the sizes are symbolic: the factors of `rest` cancelled from `numel`'s
+  (b*s*3 / (b*3) is s); None when they don't all cancel."""
+  (cn, fn), (cr, fr) = _factors(numel), _factors(rest)
+  if cr == 0 or cn % cr: return None
+  left = list(fn)
+  for f in fr:
+    if not any(g is f for g in left): return None
+    left.pop(next(i for i, g in enumerate(left) if g is f))
+  return ssimplify(prod(left, cn // cr)) if left else cn // cr
+
+
+def sym_reshape_plan(shape: tuple, shp: list, allowzero: int) -> list | str:
+  """Reshape's target for a symbolic shape or target (dynamic dims under jit, see the runner's doc), its 0s and -1
+  resolved, or why it isn't the same size for every value of the Variables."""
+  if not allowzero: shp = [shape[i] if isinstance(v, int) and v == 0 else v for i, v in enumerate(shp)]
+  numel = prod(shape)
+  if sum(1 for v in shp if isinstance(v, int) and v == -1) == 1:
+    rest = prod(v for v in shp if not (isinstance(v, int) and v == -1))
+    infer = _divide_out(numel, rest)
+    if infer is None or isinstance(rest, int) and rest == 0: return f"target {shp} has a -1 that no size fills"
+    shp = [infer if isinstance(v, int) and v == -1 else v for v in shp]
+  if not _same_size(prod(shp), numel):
+    return f"target {_sym_list(shp)} isn't the size of {_sym_list(shape)} for every size"
+  return shp
 
 
 @op("Flatten")
 def flatten(ctx: Any, inp: list, attrs: dict) -> Tensor:
   x = inp[0]
   ax = _axis(attrs.get("axis", 1), x.ndim + 1) if attrs.get("axis", 1) >= 0 else attrs["axis"] + x.ndim
-  return x.reshape(int(np.prod(x.shape[:ax], dtype=np.int64)), int(np.prod(x.shape[ax:], dtype=np.int64)))
+  return x.reshape(prod(x.shape[:ax]), prod(x.shape[ax:]))  # (symbolic dims stay symbolic)
 
 
 @op("Squeeze")
@@ -490,9 +557,55 @@ def _slice_params(shape: tuple, starts: list, ends: list, axes: list | None, ste
 def slice_(ctx: Any, inp: list, attrs: dict) -> Tensor:
   x = inp[0]
   if ctx.opset < 10: starts, ends, axes, steps = attrs["starts"], attrs["ends"], attrs.get("axes"), None
-  else: starts, ends, axes, steps = _ints(inp[1]), _ints(inp[2]), _ints(_opt(inp, 3)), _ints(_opt(inp, 4))
+  else: starts, ends, axes, steps = _sints(inp[1]), _sints(inp[2]), _ints(_opt(inp, 3)), _ints(_opt(inp, 4))
+  if any(isinstance(v, UOp) for v in (*starts, *ends, *x.shape)): return _sym_slice(ctx, x, starts, ends, axes, steps)
   sl = _slice_params(x.shape, starts, ends, axes, steps)
   return _apply_slices(x, sl)
+
+
+def _at_least(a: Any, b: Any) -> bool:
+  """Whether size a >= size b for every value of their Variables (ints or symbolic)."""
+  return (sint_to_uop(a) - b).simplify().vmin >= 0
+
+
+def _sym_clamp(v: Any, n: Any) -> Any:
+  """Slice bound `v` (an int, negative from the end, or a symbolic size) clamped to [0, n] where n or v is
+  symbolic; None when the Variables' ranges don't decide the clamp."""
+  if isinstance(v, UOp):
+    if v.vmin < 0: return None
+    if isinstance(n, int): return v if v.vmax <= n else None
+    return v if _at_least(n, v) else None
+  if isinstance(n, int): return min(max(v + n if v < 0 else v, 0), n)
+  if v >= n.vmax: return n
+  if v >= 0: return v if v <= n.vmin else None
+  return (n + v).ssimplify() if v + n.vmin >= 0 else None
+
+
+def sym_slice_plan(shape: tuple, starts: list, ends: list, axes: list | None, steps: list | None) -> list | str:
+  """The slices of a Slice with symbolic sizes or bounds (dynamic dims under jit, see the runner's doc), or why it
+  can't be done symbolically: step 1 only, bounds that the Variables' ranges keep inside the dim."""
+  nd = len(shape)
+  axes = [_axis(a, nd) for a in axes] if axes else list(range(len(starts)))
+  if any(st != 1 for st in (steps or [])): return f"steps {steps} over a symbolic shape (only step 1 is supported)"
+  sl: list[tuple[Any, Any] | None] = [None] * nd
+  for a, s, e in zip(axes, starts, ends):
+    lo, hi = _sym_clamp(s, shape[a]), _sym_clamp(e, shape[a])
+    if lo is None or hi is None or not _at_least(hi, lo):
+      return (f"bounds [{_sym_text(s)}, {_sym_text(e)}) over a dim of size {_sym_text(shape[a])} are not kept inside "
+              "it, in order")
+    sl[a] = (lo, hi)
+  return sl
+
+
+def _sym_text(v: Any) -> str: return v.render() if isinstance(v, UOp) else str(v)
+def _sym_list(vs: Any) -> str: return "[" + ", ".join(_sym_text(v) for v in vs) + "]"
+
+
+def _sym_slice(ctx: Any, x: Tensor, starts: list, ends: list, axes: list | None, steps: list | None) -> Tensor:
+  """Slice with symbolic sizes or bounds (see sym_slice_plan; the runner falls back before a refused one runs)."""
+  sl = sym_slice_plan(x.shape, starts, ends, axes, steps)
+  if isinstance(sl, str): raise OnnxError(f"node {ctx.node.name!r} (Slice): {sl}")
+  return x.shrink(sl)
 
 
 def _apply_slices(x: Tensor, sl: list) -> Tensor:
@@ -506,6 +619,7 @@ def gather(ctx: Any, inp: list, attrs: dict) -> Tensor:
   x, idx = inp
   ax = _axis(attrs.get("axis", 0), x.ndim)
   n = x.shape[ax]
+  if isinstance(n, UOp): return _gather_symbolic_axis(ctx, x, idx, ax)
   if idx.ndim == 0:  # a scalar index is read on the host (the output drops the axis)
     i = int(_item(idx))
     if not -n <= i < n:
@@ -517,6 +631,25 @@ def gather(ctx: Any, inp: list, attrs: dict) -> Tensor:
   if idx.numel() == 0:
     return Tensor(np.zeros(x.shape[:ax] + idx.shape + x.shape[ax + 1:], to_numpy(x.dtype)), device=x.device)
   return x[tuple([slice(None)] * ax + [idx.cast(dtypes.int32)])]
+
+
+def _gather_symbolic_axis(ctx: Any, x: Tensor, idx: Tensor, ax: int) -> Tensor:
+  """Gather along an axis of symbolic size n (a dynamic dim under jit): each index compared with arange(n) (the
+  arange of n's largest value shrunk to n), the one matching element kept, summed over the axis."""
+  n = x.shape[ax]
+  ctx.check_indices(1, idx, n, f"axis-{ax}")
+  nt = Tensor(n, device=x.device).cast(dtypes.int32)  # this call's n (a bound Variable's value at replay)
+  i = idx.cast(dtypes.int32)
+  i = (i < 0).where(i + nt, i)
+  ar = Tensor.arange(n.vmax, device=x.device).cast(dtypes.int32).shrink(((0, n),))  # (n,)
+  rest = [d for d in range(x.ndim) if d != ax]
+  xm = x.permute(ax, *rest)                                                     # (n, *rest)
+  hot = (i.unsqueeze(-1) == ar).reshape(*i.shape, n, *[1] * len(rest))          # (*I, n, 1...)
+  acc = dtypes.int32 if x.dtype == dtypes.bool else x.dtype
+  out = hot.where(xm.cast(acc), 0).sum(axis=i.ndim).cast(x.dtype)              # (*I, *rest)
+  # back to ONNX's order: x's dims before the axis, the index dims, x's dims after it
+  pre, post = list(range(i.ndim, i.ndim + ax)), list(range(i.ndim + ax, out.ndim))
+  return out.permute(*pre, *range(i.ndim), *post) if pre else out
 
 
 @op("GatherElements")
@@ -595,14 +728,28 @@ def scatter_nd(ctx: Any, inp: list, attrs: dict) -> Tensor:
 
 @op("Expand")
 def expand(ctx: Any, inp: list, attrs: dict) -> Tensor:
-  x, shp = inp[0], _ints(inp[1])
-  n = max(len(shp), x.ndim)
-  xs, ss = [1] * (n - x.ndim) + list(x.shape), [1] * (n - len(shp)) + shp
-  bad = [i for i, (a, b) in enumerate(zip(xs, ss)) if a != b and a != 1 and b != 1]
+  x, shp = inp[0], _sints(inp[1])
+  plan = expand_plan(x.shape, shp)
+  if isinstance(plan, str): raise ValueError(f"Expand: {plan}")
+  return x.reshape(plan[0]).expand(plan[1])
+
+
+def expand_plan(shape: tuple, shp: list) -> tuple[list, list] | str:
+  """(the input's shape aligned at the right, the output shape) of Expand, or why `shape` doesn't broadcast to
+  `shp`; symbolic sizes (dynamic dims under jit) pair with an equal size or with 1."""
+  n = max(len(shp), len(shape))
+  xs, ss = [1] * (n - len(shape)) + list(shape), [1] * (n - len(shp)) + list(shp)
+  bad = [i for i, (a, b) in enumerate(zip(xs, ss)) if not _one(a) and not _one(b) and not _same_size(a, b)]
   if bad:
-    raise ValueError(f"Expand: input shape {list(x.shape)} doesn't broadcast to shape {shp} (aligned at the right, "
-                     f"dim {bad[0]}: {xs[bad[0]]} vs {ss[bad[0]]}; each pair must be equal or one of them 1)")
-  return x.reshape(xs).expand([max(a, b) if a == 1 or b == 1 else a for a, b in zip(xs, ss)])
+    return (f"input shape {_sym_list(shape)} doesn't broadcast to shape {_sym_list(shp)} "
+            f"(aligned at the right, dim {bad[0]}: {_sym_text(xs[bad[0]])} vs {_sym_text(ss[bad[0]])}; each pair "
+            "must be equal or one of them 1)")
+  return xs, [b if _one(a) else a for a, b in zip(xs, ss)]
+
+
+def _one(d: Any) -> bool:
+  """Whether size `d` is the int 1 (a symbolic size, at least 1 for a Variable dim, is not)."""
+  return isinstance(d, int) and d == 1
 
 
 @op("Tile")
@@ -612,7 +759,10 @@ def tile(ctx: Any, inp: list, attrs: dict) -> Tensor: return inp[0].repeat(_ints
 @op("ConstantOfShape")
 def constant_of_shape(ctx: Any, inp: list, attrs: dict) -> Tensor:
   arr, et = attrs.get("value", (np.zeros(1, np.float32), 1))
-  return to_tensor(np.full(_ints(inp[0]), arr.reshape(-1)[0], dtype=arr.dtype), ctx.device, et)
+  shp = _sints(inp[0])
+  if any(isinstance(d, UOp) for d in shp):  # a symbolic shape (see host.py): a constant Tensor of that shape
+    return to_tensor(arr.reshape(-1)[:1], ctx.device, et).reshape(*[1] * len(shp)).expand(*shp)
+  return to_tensor(np.full(shp, arr.reshape(-1)[0], dtype=arr.dtype), ctx.device, et)
 
 
 @op("Constant")
@@ -629,10 +779,27 @@ def constant(ctx: Any, inp: list, attrs: dict) -> Any:
 
 @op("Range")
 def range_(ctx: Any, inp: list, attrs: dict) -> Tensor:
+  if any(_symbolic_value(x) for x in inp):  # a symbolic limit (dynamic dims under jit)
+    plan = sym_range_plan(*[_sints(x)[0] for x in inp])
+    if isinstance(plan, str): raise OnnxError(f"node {ctx.node.name!r} (Range): {plan}")
+    (start, delta, count), dt = plan, inp[0].dtype
+    # the values for the largest count, a constant, shrunk to this call's count
+    return (Tensor.arange(count.vmax, device=ctx.device).cast(dt) * delta + start).cast(dt).shrink(((0, count),))
   s, l, d = (_item(x) for x in inp)
   n = _range_count(ctx.node, s, l, d)
   return (Tensor.arange(n, device=ctx.device).cast(inp[0].dtype) * d + s).cast(inp[0].dtype) if n else \
     Tensor(np.zeros(0, to_numpy(inp[0].dtype)), device=ctx.device)
+
+
+def sym_range_plan(start: Any, limit: Any, delta: Any) -> tuple[int, int, UOp] | str:
+  """(start, delta, symbolic count) of a Range whose limit is a symbolic size, or why it can't be one: start and
+  delta plain ints, delta > 0, a count >= 0 for every value of the Variables."""
+  if isinstance(start, UOp) or isinstance(delta, UOp) or not isinstance(limit, UOp) or delta <= 0:
+    return f"start {_sym_text(start)}, limit {_sym_text(limit)}, delta {_sym_text(delta)}: only a symbolic limit " \
+           "with int start and positive int delta is supported"
+  count = ((limit - start + (delta - 1)) // delta).simplify() if delta > 1 else (limit - start).simplify()
+  if count.vmin < 0: return f"its count {count.render()} may be negative"
+  return start, delta, count
 
 
 @op("EyeLike")
@@ -859,7 +1026,7 @@ OPS["ArgMax"], OPS["ArgMin"] = _arg("max"), _arg("min")
 @op("MatMul")
 def matmul(ctx: Any, inp: list, attrs: dict) -> Tensor:
   a, b = inp
-  if a.shape[-1]: return a.matmul(b)
+  if not isinstance(a.shape[-1], int) or a.shape[-1]: return a.matmul(b)  # (a symbolic size is at least 1)
   # an empty inner dimension: zeros of the product's shape (numpy computes the shape)
   shape = np.matmul(np.zeros(a.shape, np.float32), np.zeros(b.shape, np.float32)).shape
   return _like(a, np.zeros(shape))
