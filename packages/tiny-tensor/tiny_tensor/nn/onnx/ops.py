@@ -637,6 +637,7 @@ def _gather_symbolic_axis(ctx: Any, x: Tensor, idx: Tensor, ax: int) -> Tensor:
   """Gather along an axis of symbolic size n (a dynamic dim under jit): each index compared with arange(n) (the
   arange of n's largest value shrunk to n), the one matching element kept, summed over the axis."""
   n = x.shape[ax]
+  assert isinstance(n, UOp), "the caller routes only symbolic axes here"
   ctx.check_indices(1, idx, n, f"axis-{ax}")
   nt = Tensor(n, device=x.device).cast(dtypes.int32)  # this call's n (a bound Variable's value at replay)
   i = idx.cast(dtypes.int32)
