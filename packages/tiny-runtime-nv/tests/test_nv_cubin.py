@@ -219,8 +219,8 @@ def _cbank_reads(lib: bytes, kernel: str) -> list[tuple[int, int, int]]:
 def test_cbank0_driver_area_is_what_ptxas_code_reads(arch):
   """NVIDIA's ptxas is the independent source for constant bank 0's driver area (NVIDIA documents no layout): the
   code it emits reads %ntid.x/y/z at bytes 0x0/0x4/0x8, %nctaid.x/y/z at 0xc/0x10/0x14, the shared and local window
-  bases for cvta.shared/cvta.local at 0x18/0x20 (sm_80; sm_90 only the local one), and loads the stack pointer R1 from 0x28 first thing -- the offsets
-  the driver fills (device.py CB0_*) and the mock checks."""
+  bases for cvta.shared/cvta.local at 0x18/0x20 (sm_80; sm_90 only the local one), and loads the stack pointer R1
+  from 0x28 first thing -- the offsets the driver fills (device.py CB0_*) and the mock checks."""
   from tiny_runtime_nv import device
   lib = PTXCompiler(arch, use_ptxas=True).compile(DRIVER_AREA_PTX.format(arch=arch))
   info = cubin.load_kernel_info(lib, "k")
