@@ -440,3 +440,19 @@ def test_mmap_of_a_gpu_object_as_kgsl_decides(dev):
   assert e.value.errno == errno.EBUSY
   k.dev.munmap(addr, 8192)
   k.ioctl("GPUOBJ_FREE", id=obj)
+
+
+def test_readtimestamp_types(dev):
+  """kgsl.c kgsl_ioctl_cmdstream_readtimestamp_ctxtid / adreno.c adreno_readtimestamp: QUEUED is the context's last
+  queued timestamp (the GPU need not have run it), CONSUMED and RETIRED what the GPU reached, any other type EINVAL."""
+  from tiny_runtime_qcom import kgsl
+  from tiny_runtime_qcom.kgsl import KGSLError
+  k = dev.kgsl
+  m = k.ioctl("GPU_COMMAND", cmdlist=0, cmdsize=0, numcmds=0, context_id=k.ctx).timestamp
+  assert k.ioctl("CMDSTREAM_READTIMESTAMP_CTXTID", context_id=k.ctx, type=kgsl.TIMESTAMP_QUEUED).timestamp == m
+  assert driver().contexts[k.ctx]["retired"] == m - 1  # reading QUEUED ran nothing
+  assert k.ioctl("CMDSTREAM_READTIMESTAMP_CTXTID", context_id=k.ctx, type=kgsl.TIMESTAMP_CONSUMED).timestamp == m
+  k.last_timestamp = m
+  with pytest.raises(KGSLError, match="READTIMESTAMP.*EINVAL"):
+    k.ioctl("CMDSTREAM_READTIMESTAMP_CTXTID", context_id=k.ctx, type=7)
+  _works(dev)

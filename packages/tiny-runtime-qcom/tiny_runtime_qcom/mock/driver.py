@@ -361,10 +361,16 @@ class MockKGSL:
     self.run(ctx, a.timestamp)
 
   def _cmdstream_readtimestamp_ctxtid(self, a: Any) -> None:
+    """kgsl.c kgsl_ioctl_cmdstream_readtimestamp_ctxtid / adreno.c adreno_readtimestamp: an unknown context or type
+    is EINVAL; QUEUED is the context's last queued timestamp, CONSUMED and RETIRED what the GPU reached (the mock
+    GPU runs what is queued first: it finishes every submission it starts, so the two are the same)."""
     ctx = self.contexts.get(a.context_id)
-    if ctx is None or a.type != kgsl.TIMESTAMP_RETIRED: raise OSError(22, "READTIMESTAMP: context or type")
-    self.run(ctx, ctx["issued"])
-    a.timestamp = ctx["retired"]
+    if ctx is None: raise OSError(22, f"READTIMESTAMP of unknown context {a.context_id}")
+    if a.type == kgsl.TIMESTAMP_QUEUED: a.timestamp = ctx["issued"]
+    elif a.type in (kgsl.TIMESTAMP_CONSUMED, kgsl.TIMESTAMP_RETIRED):
+      self.run(ctx, ctx["issued"])
+      a.timestamp = ctx["retired"]
+    else: raise OSError(22, f"READTIMESTAMP type {a.type}; valid: 1 (CONSUMED), 2 (RETIRED), 3 (QUEUED)")
 
 
 _DRIVER: MockKGSL | None = None
