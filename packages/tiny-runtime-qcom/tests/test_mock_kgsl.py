@@ -270,8 +270,9 @@ def test_gpu_command_lists_of_another_element_size(dev):
     k.wait_timestamp(t)
     k.last_timestamp = t
     assert (s1.value, s2.value) == (11, 22), cmdsize
+  one = _cmds([ib1])  # kept alive until the ioctl has read it
   with pytest.raises(KGSLError, match="GPU_COMMAND.*EINVAL"):
-    k.ioctl("GPU_COMMAND", cmdlist=_addr(_cmds([ib1])), cmdsize=24, numcmds=1, context_id=k.ctx)
+    k.ioctl("GPU_COMMAND", cmdlist=_addr(one), cmdsize=24, numcmds=1, context_id=k.ctx)
   for ib in (ib1, ib2): dev._gpu_free(ib)
   _works(dev)
 
@@ -286,7 +287,8 @@ def test_gpu_command_flags_and_ib_checks(dev):
   k = dev.kgsl
   ib, sig = _ib_writing(dev, 33)
   sig.value = 0
-  m = k.ioctl("GPU_COMMAND", flags=kgsl.DRAWOBJ_MARKER, cmdlist=_addr(_cmds([ib])), cmdsize=32, numcmds=1,
+  marker_cmds = _cmds([ib])
+  m = k.ioctl("GPU_COMMAND", flags=kgsl.DRAWOBJ_MARKER, cmdlist=_addr(marker_cmds), cmdsize=32, numcmds=1,
               context_id=k.ctx).timestamp
   k.wait_timestamp(m)
   k.last_timestamp = m
@@ -317,8 +319,8 @@ def test_gpu_command_object_list(dev):
   k = dev.kgsl
   ib, sig = _ib_writing(dev, 44)
   sig.value = 0
-  objs = _cmds([ib], flags=kgsl.OBJLIST_MEMOBJ)
-  t = k.ioctl("GPU_COMMAND", cmdlist=_addr(_cmds([ib])), cmdsize=32, numcmds=1, objlist=_addr(objs), objsize=32,
+  cmds, objs = _cmds([ib]), _cmds([ib], flags=kgsl.OBJLIST_MEMOBJ)
+  t = k.ioctl("GPU_COMMAND", cmdlist=_addr(cmds), cmdsize=32, numcmds=1, objlist=_addr(objs), objsize=32,
               numobjs=1, context_id=k.ctx).timestamp
   k.wait_timestamp(t)
   k.last_timestamp = t
@@ -326,7 +328,7 @@ def test_gpu_command_object_list(dev):
   for objlist, numobjs, flags in ((_addr(objs), 1, kgsl.CMDLIST_IB), (0, 1, kgsl.OBJLIST_MEMOBJ)):
     kgsl.ffi.cast("struct kgsl_command_object*", objs).flags = flags
     with pytest.raises(KGSLError, match="GPU_COMMAND.*EINVAL"):
-      k.ioctl("GPU_COMMAND", cmdlist=_addr(_cmds([ib])), cmdsize=32, numcmds=1, objlist=objlist, objsize=32,
+      k.ioctl("GPU_COMMAND", cmdlist=_addr(cmds), cmdsize=32, numcmds=1, objlist=objlist, objsize=32,
               numobjs=numobjs, context_id=k.ctx)
   dev._gpu_free(ib)
   _works(dev)
@@ -344,7 +346,8 @@ def test_gpu_command_sync_points(dev):
   other = k.ioctl("DRAWCTXT_CREATE", flags=flags).drawctxt_id
   (ib1, s1), (ib2, s2) = _ib_writing(dev, 55), _ib_writing(dev, 66)
   s1.value, s2.value = 0, 0
-  t_other = k.ioctl("GPU_COMMAND", cmdlist=_addr(_cmds([ib1])), cmdsize=32, numcmds=1, context_id=other).timestamp
+  c1, c2 = _cmds([ib1]), _cmds([ib2])
+  t_other = k.ioctl("GPU_COMMAND", cmdlist=_addr(c1), cmdsize=32, numcmds=1, context_id=other).timestamp
 
   def syncs(ctx_id: int, ts: int, size: int = 8, typ: int = kgsl.CMD_SYNCPOINT_TYPE_TIMESTAMP) -> tuple[Any, Any]:
     pay = kgsl.ffi.new("struct kgsl_cmd_syncpoint_timestamp *", {"context_id": ctx_id, "timestamp": ts})
@@ -352,7 +355,7 @@ def test_gpu_command_sync_points(dev):
     return sp, pay
 
   sp, pay = syncs(other, t_other)
-  t = k.ioctl("GPU_COMMAND", cmdlist=_addr(_cmds([ib2])), cmdsize=32, numcmds=1, synclist=_addr(sp), syncsize=24,
+  t = k.ioctl("GPU_COMMAND", cmdlist=_addr(c2), cmdsize=32, numcmds=1, synclist=_addr(sp), syncsize=24,
               numsyncs=1, context_id=k.ctx).timestamp
   k.wait_timestamp(t)  # only this context's timestamp is waited for ...
   k.last_timestamp = t
