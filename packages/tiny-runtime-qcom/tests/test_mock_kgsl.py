@@ -3,6 +3,8 @@ through the real driver's path (GPU_COMMAND of an IB in GPU memory) and faults w
 the device keeps working afterwards. Also: KGSL ioctls check their arguments, and the decoder names registers."""
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from tiny_uop.plugins import Device
 
@@ -127,7 +129,9 @@ def test_kgsl_ioctls_check_their_arguments(dev):
   with pytest.raises(KGSLError, match="GPUOBJ_ALLOC"): k.ioctl("GPUOBJ_ALLOC", size=100, flags=0, mmapsize=100)
   with pytest.raises(KGSLError, match="WAITTIMESTAMP"):
     k.ioctl("DEVICE_WAITTIMESTAMP_CTXTID", context_id=k.ctx, timestamp=k.last_timestamp + 5, timeout=10)
-  with pytest.raises(GPUFault, match="page fault"): k.submit(0x1000, 4)
+  # KGSL queues an IB at an unmapped address (_verify_ib checks size and alignment only): the CP faults running it
+  ts = k.submit(0x1000, 4)
+  with pytest.raises(GPUFault, match="page fault"): k.wait_timestamp(ts)
   _works(dev)
 
 
@@ -223,4 +227,235 @@ def test_const_config_constlen_zero_is_bounded_by_the_const_ram_mode(dev, monkey
   monkeypatch.setattr(mock_cp, "CONST_RAM_VEC4", (0, 0, 0, 0))  # a const RAM too small for any const file
   with pytest.raises(MalformedPacket, match="SP_CS_CONST_CONFIG"): (Tensor(x, device=DEV) * 5).numpy()
   monkeypatch.undo()
+  _works(dev)
+
+
+# ***** GPU_COMMAND lists, struct sizes and the other ioctls, as msm kgsl (sdm845's msm-4.9 kgsl) decides them *****
+def _ib_writing(dev, value: int) -> tuple[Any, Any]:
+  """A GPU object holding an IB that writes `value` to a fresh signal (CACHE_FLUSH_TS), and that signal."""
+  import ctypes
+  sig, ib = dev.new_signal(), dev._gpu_alloc(4096)
+  dw = [pkt7(a6xx.CP_EVENT_WRITE, 4), a6xx.CACHE_FLUSH_TS, sig.addr & 0xFFFFFFFF, sig.addr >> 32, value]
+  (ctypes.c_uint32 * len(dw)).from_address(ib.va_addr)[:] = dw
+  return ib, sig
+
+
+def _cmds(ibs: list[Any], stride: int = 32, flags: int = 1) -> Any:
+  """`struct kgsl_command_object`s for `ibs` (5-dword IBs), laid out `stride` bytes apart (32: the struct's size)."""
+  from tiny_runtime_qcom import kgsl
+  buf = kgsl.ffi.new("char[]", stride * len(ibs) + 64)
+  for i, ib in enumerate(ibs):
+    o = kgsl.ffi.cast("struct kgsl_command_object*", kgsl.ffi.cast("char*", buf) + i * stride)
+    o.gpuaddr, o.size, o.flags = ib.va_addr, 20, flags
+  return buf
+
+
+def _addr(cdata: Any) -> int:
+  from tiny_runtime_qcom import kgsl
+  return int(kgsl.ffi.cast("uintptr_t", cdata))
+
+
+def test_gpu_command_lists_of_another_element_size(dev):
+  """kgsl_drawobj.c kgsl_drawobj_cmd_add_cmdlist reads each command object with kgsl.h _copy_from_user(&obj, ptr,
+  sizeof(obj), cmdsize): min(cmdsize, 32) bytes, the rest zero, and steps `ptr += sizeof(obj)` -- its own 32 bytes
+  whatever cmdsize says. So a bigger cmdsize runs the objects laid out 32 bytes apart, a cmdsize that still covers
+  the flags (28) runs them too, and one that ends before the flags (24) leaves them 0: EINVAL."""
+  from tiny_runtime_qcom.kgsl import KGSLError
+  k = dev.kgsl
+  (ib1, s1), (ib2, s2) = _ib_writing(dev, 11), _ib_writing(dev, 22)
+  for cmdsize in (64, 28):
+    s1.value, s2.value = 0, 0
+    cmds = _cmds([ib1, ib2])
+    t = k.ioctl("GPU_COMMAND", cmdlist=_addr(cmds), cmdsize=cmdsize, numcmds=2, context_id=k.ctx).timestamp
+    k.wait_timestamp(t)
+    k.last_timestamp = t
+    assert (s1.value, s2.value) == (11, 22), cmdsize
+  one = _cmds([ib1])  # kept alive until the ioctl has read it
+  with pytest.raises(KGSLError, match="GPU_COMMAND.*EINVAL"):
+    k.ioctl("GPU_COMMAND", cmdlist=_addr(one), cmdsize=24, numcmds=1, context_id=k.ctx)
+  for ib in (ib1, ib2): dev._gpu_free(ib)
+  _works(dev)
+
+
+def test_gpu_command_flags_and_ib_checks(dev):
+  """kgsl.c _process_command_input: the MARKER flag makes a marker whatever numcmds says, and
+  kgsl_drawobj_cmd_add_cmdlist ignores a marker's commands (it retires with a timestamp, its IB never runs);
+  a command object needs one of the CMDLIST flags, extra bits are kept; adreno_dispatch.c _verify_ib: 1 byte to
+  0xFFFFF dwords at a 4-byte aligned address, the CP running size >> 2 dwords (a 22-byte IB is its 5 dwords)."""
+  from tiny_runtime_qcom import kgsl
+  from tiny_runtime_qcom.kgsl import KGSLError
+  k = dev.kgsl
+  ib, sig = _ib_writing(dev, 33)
+  sig.value = 0
+  marker_cmds = _cmds([ib])
+  m = k.ioctl("GPU_COMMAND", flags=kgsl.DRAWOBJ_MARKER, cmdlist=_addr(marker_cmds), cmdsize=32, numcmds=1,
+              context_id=k.ctx).timestamp
+  k.wait_timestamp(m)
+  k.last_timestamp = m
+  assert sig.value == 0  # the marker's IB did not run
+  cmds = _cmds([ib], flags=kgsl.CMDLIST_IB | 0x100)
+  kgsl.ffi.cast("struct kgsl_command_object*", cmds).size = 22
+  t = k.ioctl("GPU_COMMAND", cmdlist=_addr(cmds), cmdsize=32, numcmds=1, context_id=k.ctx).timestamp
+  k.wait_timestamp(t)
+  k.last_timestamp = t
+  assert sig.value == 33
+  for size, addr, flags in ((0, ib.va_addr, 1), (0x400000, ib.va_addr, 1), (20, ib.va_addr + 2, 1),
+                            (20, ib.va_addr, 0x100)):
+    bad = _cmds([ib], flags=flags)
+    o = kgsl.ffi.cast("struct kgsl_command_object*", bad)
+    o.size, o.gpuaddr = size, addr
+    with pytest.raises(KGSLError, match="GPU_COMMAND.*EINVAL"):
+      k.ioctl("GPU_COMMAND", cmdlist=_addr(bad), cmdsize=32, numcmds=1, context_id=k.ctx)
+  dev._gpu_free(ib)
+  _works(dev)
+
+
+def test_gpu_command_object_list(dev):
+  """kgsl_drawobj.c kgsl_drawobj_cmd_add_memlist: objlist entries (read like the command list) need
+  KGSL_OBJLIST_MEMOBJ; they only tell KGSL which memory the commands use, so the commands run as without them;
+  an objlist with a count but no pointer is EINVAL (_verify_input_list)."""
+  from tiny_runtime_qcom import kgsl
+  from tiny_runtime_qcom.kgsl import KGSLError
+  k = dev.kgsl
+  ib, sig = _ib_writing(dev, 44)
+  sig.value = 0
+  cmds, objs = _cmds([ib]), _cmds([ib], flags=kgsl.OBJLIST_MEMOBJ)
+  t = k.ioctl("GPU_COMMAND", cmdlist=_addr(cmds), cmdsize=32, numcmds=1, objlist=_addr(objs), objsize=32,
+              numobjs=1, context_id=k.ctx).timestamp
+  k.wait_timestamp(t)
+  k.last_timestamp = t
+  assert sig.value == 44
+  for objlist, numobjs, flags in ((_addr(objs), 1, kgsl.CMDLIST_IB), (0, 1, kgsl.OBJLIST_MEMOBJ)):
+    kgsl.ffi.cast("struct kgsl_command_object*", objs).flags = flags
+    with pytest.raises(KGSLError, match="GPU_COMMAND.*EINVAL"):
+      k.ioctl("GPU_COMMAND", cmdlist=_addr(cmds), cmdsize=32, numcmds=1, objlist=objlist, objsize=32,
+              numobjs=numobjs, context_id=k.ctx)
+  dev._gpu_free(ib)
+  _works(dev)
+
+
+def test_gpu_command_sync_points(dev):
+  """kgsl_drawobj.c kgsl_drawobj_sync_add_synclist / kgsl_drawobj_sync_add_sync / drawobj_add_sync_timestamp: a
+  timestamp sync point holds a submission back until that context's timestamp retired, so waiting on it runs the
+  other context first; its payload must be exactly `struct kgsl_cmd_syncpoint_timestamp`; an unknown context, or a
+  future timestamp of the submitting context, is EINVAL; a sync-only submission gets timestamp 0 (_queue_syncobj)."""
+  from tiny_runtime_qcom import kgsl
+  from tiny_runtime_qcom.kgsl import KGSLError
+  k = dev.kgsl
+  flags = kgsl.CONTEXT_PREAMBLE | kgsl.CONTEXT_NO_GMEM_ALLOC
+  other = k.ioctl("DRAWCTXT_CREATE", flags=flags).drawctxt_id
+  (ib1, s1), (ib2, s2) = _ib_writing(dev, 55), _ib_writing(dev, 66)
+  s1.value, s2.value = 0, 0
+  c1, c2 = _cmds([ib1]), _cmds([ib2])
+  t_other = k.ioctl("GPU_COMMAND", cmdlist=_addr(c1), cmdsize=32, numcmds=1, context_id=other).timestamp
+
+  def syncs(ctx_id: int, ts: int, size: int = 8, typ: int = kgsl.CMD_SYNCPOINT_TYPE_TIMESTAMP) -> tuple[Any, Any]:
+    pay = kgsl.ffi.new("struct kgsl_cmd_syncpoint_timestamp *", {"context_id": ctx_id, "timestamp": ts})
+    sp = kgsl.ffi.new("struct kgsl_command_syncpoint *", {"priv": _addr(pay), "size": size, "type": typ})
+    return sp, pay
+
+  sp, pay = syncs(other, t_other)
+  t = k.ioctl("GPU_COMMAND", cmdlist=_addr(c2), cmdsize=32, numcmds=1, synclist=_addr(sp), syncsize=24,
+              numsyncs=1, context_id=k.ctx).timestamp
+  k.wait_timestamp(t)  # only this context's timestamp is waited for ...
+  k.last_timestamp = t
+  assert (s1.value, s2.value) == (55, 66)  # ... and the other context's command ran before it
+  sp, pay = syncs(other, t_other)
+  assert k.ioctl("GPU_COMMAND", flags=kgsl.DRAWOBJ_SYNC, synclist=_addr(sp), syncsize=24, numsyncs=1,
+                 context_id=k.ctx).timestamp == 0
+  for bad in (syncs(other + 100, 1), syncs(k.ctx, t + 5), syncs(other, 1, size=12), syncs(other, 1, typ=7)):
+    with pytest.raises(KGSLError, match="GPU_COMMAND.*EINVAL"):
+      k.ioctl("GPU_COMMAND", flags=kgsl.DRAWOBJ_SYNC, synclist=_addr(bad[0]), syncsize=24, numsyncs=1,
+              context_id=k.ctx)
+  with pytest.raises(KGSLError, match="GPU_COMMAND.*EINVAL"):  # a sync list needs a pointer
+    k.ioctl("GPU_COMMAND", flags=kgsl.DRAWOBJ_SYNC, synclist=0, syncsize=24, numsyncs=1, context_id=k.ctx)
+  k.ioctl("DRAWCTXT_DESTROY", drawctxt_id=other)
+  for ib in (ib1, ib2): dev._gpu_free(ib)
+  _works(dev)
+
+
+def test_ioctl_arguments_of_another_size_and_gpuobj_info(dev):
+  """kgsl_ioctl.c kgsl_ioctl_helper finds the function by _IOC_NR alone and copies min(the caller's _IOC_SIZE, the
+  kernel's) bytes in and out: a bigger struct works (its tail untouched), a smaller one reads as zero past its end
+  (GPUOBJ_INFO of 8 bytes has id 0: EINVAL); an unknown number is ENOTTY. kgsl.c kgsl_ioctl_gpuobj_info writes
+  gpuaddr, flags, size, va_len and va_addr = 0."""
+  from tiny_uop.hcq import ioc
+
+  from tiny_runtime_qcom import kgsl
+  k = dev.kgsl
+  buf = dev._gpu_alloc(8192)
+  info = k.ioctl("GPUOBJ_INFO", id=buf.meta)
+  flags = driver().obj_flags[buf.meta]
+  assert (info.gpuaddr, info.size, info.va_len, info.va_addr, info.flags) == (buf.va_addr, 8192, 8192, 0, flags)
+  big = kgsl.ffi.new("char[]", 64)
+  kgsl.ffi.cast("struct kgsl_gpuobj_info*", big).id = buf.meta
+  big[60] = b"\x5a"
+  k.dev.ioctl(ioc(3, chr(kgsl.KGSL_IOC_TYPE), 0x47, 64), kgsl.ffi.buffer(big))
+  assert kgsl.ffi.cast("struct kgsl_gpuobj_info*", big).gpuaddr == buf.va_addr and big[60] == b"\x5a"
+  small = kgsl.ffi.new("char[]", 8)
+  with pytest.raises(OSError) as e: k.dev.ioctl(ioc(3, chr(kgsl.KGSL_IOC_TYPE), 0x47, 8), kgsl.ffi.buffer(small))
+  assert e.value.errno == 22
+  with pytest.raises(OSError) as e: k.dev.ioctl(ioc(3, chr(kgsl.KGSL_IOC_TYPE), 0x7F, 8), kgsl.ffi.buffer(small))
+  assert e.value.errno == 25
+  dev._gpu_free(buf)
+
+
+def test_gpuobj_free_on_a_timestamp(dev):
+  """kgsl.c kgsl_ioctl_gpuobj_free with KGSL_GPUOBJ_FREE_ON_EVENT, type TIMESTAMP: the object stays until that
+  context timestamp retires (gpumem_free_entry_on_timestamp), and its id is gone at once; context 0, another event
+  type, or an unknown id is EINVAL."""
+  from tiny_runtime_qcom import kgsl
+  from tiny_runtime_qcom.kgsl import KGSLError
+  k = dev.kgsl
+  obj = k.ioctl("GPUOBJ_ALLOC", size=4096, flags=kgsl.MEMFLAGS_USE_CPU_MAP).id
+  m = k.ioctl("GPU_COMMAND", cmdlist=0, cmdsize=0, numcmds=0, context_id=k.ctx).timestamp
+  ev = kgsl.ffi.new("struct kgsl_gpu_event_timestamp *", {"context_id": k.ctx, "timestamp": m})
+  for ctx_id, typ in ((0, kgsl.GPU_EVENT_TIMESTAMP), (k.ctx, 3)):
+    ev.context_id = ctx_id
+    with pytest.raises(KGSLError, match="GPUOBJ_FREE.*EINVAL"):
+      k.ioctl("GPUOBJ_FREE", id=obj, flags=kgsl.GPUOBJ_FREE_ON_EVENT, type=typ, priv=_addr(ev), len=8)
+  ev.context_id = k.ctx
+  k.ioctl("GPUOBJ_FREE", id=obj, flags=kgsl.GPUOBJ_FREE_ON_EVENT, type=kgsl.GPU_EVENT_TIMESTAMP, priv=_addr(ev),
+          len=8)
+  assert obj in driver().objs  # still there: the marker has not retired
+  with pytest.raises(KGSLError, match="GPUOBJ_FREE.*EINVAL"): k.ioctl("GPUOBJ_FREE", id=obj)
+  k.wait_timestamp(m)
+  k.last_timestamp = m
+  assert obj not in driver().objs
+  _works(dev)
+
+
+def test_mmap_of_a_gpu_object_as_kgsl_decides(dev):
+  """kgsl.c get_mmap_entry: a USE_CPU_MAP object is mapped whole (another length: ERANGE), an unknown id is EINVAL;
+  _gpu_set_svm_region: a second mapping of an object that has its GPU address is EBUSY."""
+  import errno
+
+  from tiny_uop.hcq import MAP_SHARED, PROT_READ, PROT_WRITE
+
+  from tiny_runtime_qcom import kgsl
+  k = dev.kgsl
+  obj = k.ioctl("GPUOBJ_ALLOC", size=8192, flags=kgsl.MEMFLAGS_USE_CPU_MAP).id
+  for size, off, err in ((4096, obj, errno.ERANGE), (8192, obj + 1000, errno.EINVAL)):
+    with pytest.raises(OSError) as e: k.dev.mmap(0, size, PROT_READ | PROT_WRITE, MAP_SHARED, off * kgsl.PAGE)
+    assert e.value.errno == err
+  addr = k.dev.mmap(0, 8192, PROT_READ | PROT_WRITE, MAP_SHARED, obj * kgsl.PAGE)
+  with pytest.raises(OSError) as e: k.dev.mmap(0, 8192, PROT_READ | PROT_WRITE, MAP_SHARED, obj * kgsl.PAGE)
+  assert e.value.errno == errno.EBUSY
+  k.dev.munmap(addr, 8192)
+  k.ioctl("GPUOBJ_FREE", id=obj)
+
+
+def test_readtimestamp_types(dev):
+  """kgsl.c kgsl_ioctl_cmdstream_readtimestamp_ctxtid / adreno.c adreno_readtimestamp: QUEUED is the context's last
+  queued timestamp (the GPU need not have run it), CONSUMED and RETIRED what the GPU reached, any other type EINVAL."""
+  from tiny_runtime_qcom import kgsl
+  from tiny_runtime_qcom.kgsl import KGSLError
+  k = dev.kgsl
+  m = k.ioctl("GPU_COMMAND", cmdlist=0, cmdsize=0, numcmds=0, context_id=k.ctx).timestamp
+  assert k.ioctl("CMDSTREAM_READTIMESTAMP_CTXTID", context_id=k.ctx, type=kgsl.TIMESTAMP_QUEUED).timestamp == m
+  assert driver().contexts[k.ctx]["retired"] == m - 1  # reading QUEUED ran nothing
+  assert k.ioctl("CMDSTREAM_READTIMESTAMP_CTXTID", context_id=k.ctx, type=kgsl.TIMESTAMP_CONSUMED).timestamp == m
+  k.last_timestamp = m
+  with pytest.raises(KGSLError, match="READTIMESTAMP.*EINVAL"):
+    k.ioctl("CMDSTREAM_READTIMESTAMP_CTXTID", context_id=k.ctx, type=7)
   _works(dev)

@@ -179,7 +179,10 @@ def test_kgsl_ioctl_numbers_and_struct_layouts_are_the_headers():
   for ours, theirs in (("kgsl_devinfo", "struct_kgsl_devinfo"), ("kgsl_version", "struct_kgsl_version"),
                        ("kgsl_command_object", "struct_kgsl_command_object"),
                        ("kgsl_device_constraint", "struct_kgsl_device_constraint"),
-                       ("kgsl_device_constraint_pwrlevel", "struct_kgsl_device_constraint_pwrlevel")):
+                       ("kgsl_device_constraint_pwrlevel", "struct_kgsl_device_constraint_pwrlevel"),
+                       ("kgsl_command_syncpoint", "struct_kgsl_command_syncpoint"),
+                       ("kgsl_cmd_syncpoint_timestamp", "struct_kgsl_cmd_syncpoint_timestamp"),
+                       ("kgsl_gpu_event_timestamp", "struct_kgsl_gpu_event_timestamp")):
     st = getattr(k, theirs)
     assert kgsl.ffi.sizeof(f"struct {ours}") == st.SIZE
     assert {f: kgsl.ffi.offsetof(f"struct {ours}", f) for f, _, _ in st._real_fields_} == \
@@ -202,11 +205,20 @@ def test_kgsl_flags_are_the_headers():
            "KGSL_CACHEMODE_MASK": kgsl.CACHEMODE_MASK, "KGSL_CACHEMODE_UNCACHED": kgsl.CACHEMODE_UNCACHED,
            "KGSL_MEMTYPE_SHIFT": kgsl.MEMTYPE_SHIFT, "KGSL_MEMTYPE_MASK": kgsl.MEMTYPE_MASK,
            "KGSL_MEMTYPE_CL": kgsl.MEMTYPE_CL, "KGSL_CMDLIST_IB": kgsl.CMDLIST_IB,
-           "KGSL_TIMESTAMP_RETIRED": kgsl.TIMESTAMP_RETIRED, "KGSL_IOC_TYPE": kgsl.KGSL_IOC_TYPE,
+           "KGSL_TIMESTAMP_RETIRED": kgsl.TIMESTAMP_RETIRED,
+           "KGSL_TIMESTAMP_CONSUMED": kgsl.TIMESTAMP_CONSUMED, "KGSL_TIMESTAMP_QUEUED": kgsl.TIMESTAMP_QUEUED, "KGSL_IOC_TYPE": kgsl.KGSL_IOC_TYPE,
            "KGSL_PROP_PWR_CONSTRAINT": kgsl.PROP_PWR_CONSTRAINT, "KGSL_CONTEXT_PWR_CONSTRAINT":
            kgsl.CONTEXT_PWR_CONSTRAINT, "KGSL_CONSTRAINT_NONE": kgsl.CONSTRAINT_NONE,
            "KGSL_CONSTRAINT_PWRLEVEL": kgsl.CONSTRAINT_PWRLEVEL, "KGSL_CONSTRAINT_PWR_MIN": kgsl.CONSTRAINT_PWR_MIN,
-           "KGSL_CONSTRAINT_PWR_MAX": kgsl.CONSTRAINT_PWR_MAX}
+           "KGSL_CONSTRAINT_PWR_MAX": kgsl.CONSTRAINT_PWR_MAX,
+           "KGSL_CMDLIST_CTXTSWITCH_PREAMBLE": kgsl.CMDLIST_CTXTSWITCH_PREAMBLE,
+           "KGSL_CMDLIST_IB_PREAMBLE": kgsl.CMDLIST_IB_PREAMBLE, "KGSL_OBJLIST_MEMOBJ": kgsl.OBJLIST_MEMOBJ,
+           "KGSL_OBJLIST_PROFILE": kgsl.OBJLIST_PROFILE, "KGSL_CMDBATCH_MARKER": kgsl.DRAWOBJ_MARKER,
+           "KGSL_CMDBATCH_SYNC": kgsl.DRAWOBJ_SYNC,
+           "KGSL_CMD_SYNCPOINT_TYPE_TIMESTAMP": kgsl.CMD_SYNCPOINT_TYPE_TIMESTAMP,
+           "KGSL_CMD_SYNCPOINT_TYPE_FENCE": kgsl.CMD_SYNCPOINT_TYPE_FENCE,
+           "KGSL_GPUOBJ_FREE_ON_EVENT": kgsl.GPUOBJ_FREE_ON_EVENT, "KGSL_GPU_EVENT_TIMESTAMP": kgsl.GPU_EVENT_TIMESTAMP,
+           "KGSL_GPU_EVENT_FENCE": kgsl.GPU_EVENT_FENCE}
   for name, v in pairs.items(): assert getattr(k, name) == v, name
 
 

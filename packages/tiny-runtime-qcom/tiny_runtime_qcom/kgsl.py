@@ -38,6 +38,9 @@ struct kgsl_command_object { uint64_t offset; uint64_t gpuaddr; uint64_t size; u
 struct kgsl_gpu_command { uint64_t flags; uint64_t cmdlist; uint32_t cmdsize; uint32_t numcmds; uint64_t objlist;
                           uint32_t objsize; uint32_t numobjs; uint64_t synclist; uint32_t syncsize; uint32_t numsyncs;
                           uint32_t context_id; uint32_t timestamp; };
+struct kgsl_command_syncpoint { uint64_t priv; uint64_t size; uint32_t type; };
+struct kgsl_cmd_syncpoint_timestamp { uint32_t context_id; uint32_t timestamp; };
+struct kgsl_gpu_event_timestamp { uint32_t context_id; uint32_t timestamp; };
 """)
 
 KGSL_IOC_TYPE = 0x09
@@ -64,6 +67,7 @@ def ioctl_number(name: str) -> int:
 
 
 IOCTL_BY_NUMBER: dict[int, str] = {ioctl_number(n): n for n in IOCTLS}
+IOCTL_BY_NR: dict[int, str] = {nr: n for n, (_, nr, _) in IOCTLS.items()}  # KGSL dispatches on _IOC_NR alone
 
 # msm_kgsl.h: properties, context flags, memory flags, command flags, timestamp types
 PROP_DEVICE_INFO, PROP_VERSION, PROP_PWR_CONSTRAINT = 0x1, 0x8, 0x12
@@ -79,8 +83,12 @@ MEMFLAGS_GPUREADONLY, MEMFLAGS_SECURE, MEMFLAGS_FORCE_32BIT = 0x01000000, 0x0000
 MEMALIGN_SHIFT, MEMALIGN_MASK = 16, 0x00FF0000
 CACHEMODE_SHIFT, CACHEMODE_MASK, CACHEMODE_WRITECOMBINE, CACHEMODE_UNCACHED = 26, 0x0C000000, 0, 1
 MEMTYPE_SHIFT, MEMTYPE_MASK, MEMTYPE_CL = 8, 0x0000FF00, 10
-CMDLIST_IB = 0x1
-TIMESTAMP_RETIRED = 2
+CMDLIST_IB, CMDLIST_CTXTSWITCH_PREAMBLE, CMDLIST_IB_PREAMBLE = 0x1, 0x2, 0x4  # struct kgsl_command_object flags
+OBJLIST_MEMOBJ, OBJLIST_PROFILE = 0x8, 0x10                                     # ... in a GPU_COMMAND's objlist
+CMD_SYNCPOINT_TYPE_TIMESTAMP, CMD_SYNCPOINT_TYPE_FENCE = 0, 1                   # struct kgsl_command_syncpoint type
+DRAWOBJ_MARKER, DRAWOBJ_SYNC = 0x2, 0x400  # GPU_COMMAND flags (KGSL_CMDBATCH_MARKER, KGSL_CMDBATCH_SYNC)
+GPUOBJ_FREE_ON_EVENT, GPU_EVENT_TIMESTAMP, GPU_EVENT_FENCE = 1, 1, 2            # GPUOBJ_FREE flags and event types
+TIMESTAMP_CONSUMED, TIMESTAMP_RETIRED, TIMESTAMP_QUEUED = 1, 2, 3  # enum kgsl_timestamp_type
 KGSL_PATH = "/dev/kgsl-3d0"
 PAGE = 0x1000
 

@@ -154,6 +154,10 @@ class MockKFD:
     self.runtime_enabled, a.capabilities_mask = True, 0
 
   def _acquire_vm(self, a: Any) -> None:
+    """kfd_chardev.c kfd_ioctl_acquire_vm: an unknown gpu_id or drm_fd is EINVAL; a GPU that has its VM takes the same
+    file again (0) and refuses another (EBUSY); kfd_process.c kfd_process_device_init_vm / amdgpu_file_to_fpriv: a
+    file that is no amdgpu render node is EINVAL. KFD does not compare the node with the GPU (it would make that
+    node's VM this GPU's); the mock refuses another GPU's node with EINVAL, stricter than KFD."""
     g = self.gpu(a.gpu_id, "ACQUIRE_VM")
     want = self.fds[f"/dev/dri/renderD{g.render_minor}"]
     if a.drm_fd != want:
