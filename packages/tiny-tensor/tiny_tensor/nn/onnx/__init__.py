@@ -37,6 +37,7 @@ import numpy as np
 
 from tiny_uop.dtype import DType, dtypes
 from tiny_tensor.jit import JitError, TinyJit
+from tiny_tensor.nnops import conv_weight_channels_last
 from tiny_tensor.tensor import Tensor
 from tiny_tensor.nn.onnx.base import (_ACTIVE, _DTYPES, STRING, OnnxError, OnnxModelError, _back_to, onnx_dtype,
                                      to_tensor)
@@ -254,6 +255,16 @@ class _Ctx:
     if idx.numel() == 0: return
     self.runner._defer_index_check(self.node, idx, n, what, negative)
 
+  def conv_weight(self, w: Any, i: int) -> Any:
+    """`w`, the node's `i`-th input, a convolution weight, in conv2d's weight layout (`conv_weight_channels_last`):
+    for a model initializer, the runner's own copy in that layout, made on first use and kept, so conv2d doesn't
+    copy the weight again in every call (and every jit replay: one copy kernel per conv); other weights as given."""
+    runner = self.runner
+    if not isinstance(w, Tensor) or w.ndim < 3 or runner._consts.get(self.node.input[i]) is not w: return w
+    if (hit := runner._conv_weights.get(id(w))) is None or hit[0] is not w:
+      hit = runner._conv_weights[id(w)] = (w, conv_weight_channels_last(w, realize=True))
+    return hit[1]
+
   def run_graph(self, graph: Any, inputs: list[Any]) -> list[Any]:
     """Run a subgraph with `inputs` bound to its formal inputs, the current scope visible; its outputs in order."""
     return self.runner._run_graph(graph, dict(zip([i.name for i in graph.input], inputs)), outer=self.scope)
@@ -339,6 +350,8 @@ class OnnxRunner:
     # checks queued, (node, what, lazy [count out of range, min bad, max bad, axis size])
     self._call = _CallState()
     self._consts = {t.name: self._init_value(t) for t in model.graph.initializer}
+    # id(initializer) -> (it, its copy in conv2d's weight layout): made by _Ctx.conv_weight on first use
+    self._conv_weights: dict[int, tuple[Tensor, Tensor]] = {}
     self._const_host = dict(self._call.host)
     self.inputs = {i.name: i for i in model.graph.input if i.name not in self._consts}
     self.outputs = [o.name for o in model.graph.output]
@@ -510,7 +523,9 @@ class OnnxRunner:
 
   def _run_graph(self, graph: Any, feed: dict[str, Any], outer: dict[str, Any], debug: bool = False) -> list[Any]:
     scope = dict(outer)
-    for t in graph.initializer: scope[t.name] = self._init_value(t)
+    # the main graph's initializers are the runner's (`_consts`, in `outer`): made once, not again in every call
+    if graph is not self.model.graph:
+      for t in graph.initializer: scope[t.name] = self._init_value(t)
     scope.update(feed)
     for node in graph.node:
       self._run_node(node, scope, debug)
