@@ -340,6 +340,26 @@ def gemm_panel(renderer: Renderer, m: int, k: int, n: int, itemsize: int, stride
   return panel
 
 
+def conv_weight_panel(renderer: Renderer, cout: int, taps: int, itemsize: int) -> int:
+  """The output channels of the panels a CPU conv's fixed weight should be laid out in, (Cout/P, Cin/groups, *kernel,
+  P) contiguous, or 0 for plain channels-last (Cin/groups, *kernel, Cout); `taps` = Cin/groups x the kernel's size.
+  The conv's register block (`_vector_block`) walks a strip of P output channels (one vector) down all the taps,
+  reused by every block of pixels. Channels-last, the strip's `taps` lines lie Cout x itemsize bytes apart, so they
+  fall into L2 x line / (that stride) of the L2's lines (the sets that stride reaches, times the ways): the strip
+  stays cached between pixel blocks only while taps x Cout x itemsize (the whole weight) is within the L2
+  (`Machine.l2`); past it each block streams its strip from L3. A panel is one cache line of channels (`Machine.line`,
+  16 float32s), so a strip is contiguous. Loaded Xeon 6/207 (2 MB L2), one thread, 3x3 convs: 256 -> 256 channels on
+  14x14 (2.4 MB of weight) 35 -> 128 GFLOPS, 512 -> 512 on 7x7 (9.4 MB) 18 -> 107; 128 -> 128 on 28x28 (0.6 MB) 123
+  and 125; 64 -> 64 on 56x56 127 in place. 0 for renderers without a known vector register file, a Cout that isn't
+  a multiple of two panels, or a weight within the L2."""
+  regs, width = getattr(renderer, "vector_registers", (0, 0))
+  if not regs or not width or itemsize <= 0: return 0
+  m = machine_of(renderer)
+  panel = max(1, m.line // itemsize)
+  if cout % panel or cout < 2 * panel or taps * cout * itemsize <= m.l2: return 0
+  return panel
+
+
 ACC_REGISTER_SHARE = 0.5
 """Of the renderer's vector registers, the share a register block's accumulators may take: the rest hold the reused
 vectors (one per vector of the block's row), the broadcasts and what LLVM hoists. On the 2-core znver4 (32 zmm, one

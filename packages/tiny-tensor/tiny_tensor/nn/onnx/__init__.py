@@ -29,6 +29,7 @@ accumulates in float32).
 """
 from __future__ import annotations
 
+import math
 import os
 import threading
 from typing import Any
@@ -221,6 +222,18 @@ def _operators() -> dict[str, Any]:
   return ops.OPS
 
 
+def _conv_panel(w: Tensor) -> int:
+  """The panel width the CPU heuristics lay a fixed conv weight `w` out in (`conv_weight_panel`; 0: plain
+  channels-last), for a float weight of int shape on a device whose renderer knows its vector registers."""
+  if not isinstance(w.device, str) or not all(isinstance(d, int) for d in w.shape) or not dtypes.is_float(w.dtype):
+    return 0
+  from tiny_uop.plugins import Device
+  renderer = Device[w.device].renderer
+  if not hasattr(renderer, "vector_registers"): return 0
+  from tiny_codegen.opt.heuristic import conv_weight_panel
+  return conv_weight_panel(renderer, w.shape[0], math.prod(w.shape[1:]), w.dtype.itemsize)
+
+
 class _Ctx:
   """What an operator function sees besides its inputs and attributes."""
 
@@ -262,7 +275,7 @@ class _Ctx:
     runner = self.runner
     if not isinstance(w, Tensor) or w.ndim < 3 or runner._consts.get(self.node.input[i]) is not w: return w
     if (hit := runner._conv_weights.get(id(w))) is None or hit[0] is not w:
-      hit = runner._conv_weights[id(w)] = (w, conv_weight_channels_last(w, realize=True))
+      hit = runner._conv_weights[id(w)] = (w, conv_weight_channels_last(w, realize=True, panel=_conv_panel(w)))
     return hit[1]
 
   def run_graph(self, graph: Any, inputs: list[Any]) -> list[Any]:
