@@ -118,19 +118,32 @@ def _window_vector(k: Kernel, sidx: UOp | None, loads: list[UOp]) -> bool:
   `_vector_block`). Each filter tap is then one vector of the input row times a broadcast of the tap's weight, where
   scalar lanes loaded and multiplied one pixel at a time. efficientnet_b0's depthwise convs, one thread on the
   loaded Xeon 6/207 (AVX-512), per kernel: 672x14x14 5x5 2106 -> 524 us, 144x56x56 3x3 1902 -> 446, 32x112x112 3x3
-  1813 -> 277, 1152x7x7 5x5 850 -> 185 (torch, one thread: 163, 501, 457, 124). A strided window (a stride-2 conv)
-  is left alone: its lanes gather. False (nothing applied) when no axis qualifies."""
+  1813 -> 277, 1152x7x7 5x5 850 -> 185 (torch, one thread: 163, 501, 457, 124). A stride-2 window (`_window_row`)
+  gathers its lanes but still gets one vector FMA per tap: 672x7x7 from 14x14, 5x5, 453 -> 102 us (a whole row, its
+  lanes' padding known when compiling), 96x56x56 from 112x112, 3x3, 995 -> 855. False (nothing applied) when no axis
+  qualifies."""
   if sidx is None: return False
   rngs, reds = k.rngs, k.reduce_axes
   outs = _output_axes_with_bounds(k)
   if not outs or not reds: return False
   i, r, n = outs[-1]
   if stride_of(sidx, r, rngs) != 1 or not (amt := _vector_width(n)): return False
-  if not any(stride_of(ld.src[0].src[1], r, rngs) == 1 and _awkward(r, [ld], rngs, reds)[1] for ld in loads):
-    return False
+  if not any(_window_row(ld.src[0].src[1], r, rngs, reds) for ld in loads): return False
   _, width, itemsize = _register_file(k)
   if width and amt * itemsize > width and n % (width // itemsize) == 0: amt = width // itemsize
   return _try(k, Opt(OptOps.UPCAST, i, amt))
+
+
+WINDOW_STRIDES = (1, 2)
+"""The strides along the output row with which `_window_vector` vectorizes a window (1: each tap one contiguous
+vector; 2: a stride-2 conv, each tap a gather of every other element, measured above); wider strides are left."""
+
+
+def _window_row(idx: UOp, r: UOp, rngs: list[UOp], reds: list[UOp]) -> bool:
+  """Whether index `idx` walks output axis `r` as a sliding window along a row: with a stride in WINDOW_STRIDES,
+  while one of the reduce axes `reds` it depends on (the filter's column) walks it contiguously."""
+  return stride_of(idx, r, rngs) in WINDOW_STRIDES and \
+    any(x in idx.ranges and stride_of(idx, x, rngs) == 1 for x in reds)
 
 
 def _packed_rows(r: UOp, loads: list[UOp]) -> bool:
