@@ -705,12 +705,14 @@ def depthwise_ast(C: int, H: int, W: int, K: int, S: int = 1) -> UOp:
 
 @pytest.mark.parametrize("regs, W, S, lanes", [((32, 64), 14, 1, 14), ((32, 64), 7, 1, 7), ((32, 64), 32, 1, 16),
                                                ((16, 32), 32, 1, 8), ((16, 32), 14, 1, 14), ((32, 64), 17, 1, 0),
-                                               ((32, 64), 14, 2, 7), ((32, 64), 32, 2, 16), ((32, 64), 34, 2, 0)])
+                                               ((32, 64), 14, 2, 7), ((32, 64), 32, 2, 16), ((32, 64), 34, 2, 0),
+                                               ((32, 64), 56, 1, 14), ((32, 64), 40, 1, 10)])
 def test_depthwise_conv_row_is_one_vector(vector_registers, regs: tuple[int, int], W: int, S: int, lanes: int) -> None:
   # a depthwise conv shares no operand across channels (no register block) and reads each window element once per
   # tap: its output row, which the input's window walks contiguously (or every other element: stride 2), is one
-  # native vector (its widest divisor up to 16: a 14-wide row whole; a 32-wide one 16 lanes on AVX-512, one 8-lane
-  # register on AVX2; a prime 17 (also 34 at stride 2): scalar), the filter row unrolled; results against torch. A
+  # native vector (its widest divisor up to 16: a 14-wide row whole, a 56-wide one 14 lanes (not 8), a 40-wide one
+  # 10; a 32-wide one 16 lanes on AVX-512, one 8-lane register on AVX2; a prime 17 (also 34 at stride 2): scalar),
+  # the filter row unrolled; results against torch. A
   # stride-2 row's lanes are explicit but may stay scalar (no load is contiguous along them: the expander's rule)
   torch = pytest.importorskip("torch")
   vector_registers(*regs)
