@@ -119,6 +119,25 @@ def test_packing_follows_the_l2(tree, m: int, k: int, n: int, strided: bool, wan
   assert gemm_panel(_Target(mach), m, k, n, 4, strided) == want[name]  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("cout, taps, want", [
+  (256, 256 * 9, {"znver3": 16, "znver4": 16, "sapphire_rapids": 16, "neoverse_n1": 16, "no_cache_info": 16}),
+  (128, 128 * 9, {"znver3": 16, "znver4": 0, "sapphire_rapids": 0, "neoverse_n1": 0, "no_cache_info": 0}),
+  (512, 256 * 9, {"znver3": 16, "znver4": 16, "sapphire_rapids": 16, "neoverse_n1": 16, "no_cache_info": 16}),
+  (64, 64 * 9, {"znver3": 0, "znver4": 0, "sapphire_rapids": 0, "neoverse_n1": 0, "no_cache_info": 0}),
+  (200, 4096, {n: 0 for n in TREES}),  # 200 channels (3.3 MB): not a multiple of a 16-float panel
+  (16, 1 << 16, {n: 0 for n in TREES}),  # one panel: channels-last is already contiguous
+])
+def test_conv_weight_panels_follow_the_l2(tree, cout: int, taps: int, want: dict) -> None:
+  # a conv weight (float32) bigger than the L2 is laid out in panels of one cache line of output channels: resnet's
+  # 256 -> 256 3x3 (2.4 MB) on every machine here, 128 -> 128 (0.6 MB) only past znver3's 512 KB L2
+  from tiny_codegen.opt.heuristic import conv_weight_panel
+  name, mach = tree
+  assert conv_weight_panel(_Target(mach), cout, taps, 4) == want[name]  # type: ignore[arg-type]
+  no_vectors = _Target(mach)
+  no_vectors.vector_registers = (0, 0)
+  assert conv_weight_panel(no_vectors, cout, taps, 4) == 0  # type: ignore[arg-type]
+
+
 def _matmul_ast(M: int, N: int, K: int, opts: tuple | None = None):
   from tiny_uop import AxisType, KernelInfo, Ops, UOp, dtypes
   c, a, b = (UOp(Ops.PARAM, dtypes.float.ptr(n), arg=i) for i, n in enumerate((M * N, M * K, K * N)))

@@ -687,3 +687,48 @@ def test_register_block_keeps_aliased_rows_under_the_l1_ways(k, lanes) -> None:
   xs, ws = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((n, k)).astype(np.float32)
   np.testing.assert_allclose(run(ast, "CPU", [xs.ravel(), ws.ravel()], m * n), (xs @ ws.T).ravel(), rtol=1e-4,
                              atol=1e-3)
+
+
+def depthwise_ast(C: int, H: int, W: int, K: int, S: int = 1) -> UOp:
+  """out[c, y, x] = sum_{ky, kx} inp[c, S*y + ky - P, S*x + kx - P] * w[ky, kx, c], P = K // 2 (a depthwise conv with
+  stride S and 'same' padding, the padding as gated loads, the weight channels-last as tiny_tensor's conv2d copies
+  it; ranges as the scheduler builds them: output c, y, x; reduce ky, kx; the output (H/S, W/S))."""
+  P, OH, OW = K // 2, H // S, W // S
+  out, inp, w = (UOp(Ops.PARAM, dtypes.float.ptr(n), arg=i) for i, n in enumerate((C * OH * OW, C * H * W, K * K * C)))
+  c, y, x = (UOp.range(n, i) for i, n in enumerate((C, OH, OW)))
+  ky, kx = (UOp.range(K, 3 + i, AxisType.REDUCE) for i in range(2))
+  iy, ix = y * S + ky - P, x * S + kx - P
+  valid = (iy >= 0) & (iy < H) & (ix >= 0) & (ix < W)
+  val = (inp.index(c * (H * W) + iy * W + ix, valid).load() * w.index(ky * (K * C) + kx * C + c).load()) \
+    .reduce(ky, kx, arg=Ops.ADD)
+  return out.index(c * (OH * OW) + y * OW + x).store(val).sink(arg=KernelInfo())
+
+
+@pytest.mark.parametrize("regs, W, S, lanes", [((32, 64), 14, 1, 14), ((32, 64), 7, 1, 7), ((32, 64), 32, 1, 16),
+                                               ((16, 32), 32, 1, 8), ((16, 32), 14, 1, 14), ((32, 64), 17, 1, 0),
+                                               ((32, 64), 14, 2, 7), ((32, 64), 32, 2, 16), ((32, 64), 34, 2, 0),
+                                               ((32, 64), 56, 1, 14), ((32, 64), 40, 1, 10)])
+def test_depthwise_conv_row_is_one_vector(vector_registers, regs: tuple[int, int], W: int, S: int, lanes: int) -> None:
+  # a depthwise conv shares no operand across channels (no register block) and reads each window element once per
+  # tap: its output row, which the input's window walks contiguously (or every other element: stride 2), is one
+  # native vector (its widest divisor up to 16: a 14-wide row whole, a 56-wide one 14 lanes (not 8), a 40-wide one
+  # 10; a 32-wide one 16 lanes on AVX-512, one 8-lane register on AVX2; a prime 17 (also 34 at stride 2): scalar),
+  # the filter row unrolled; results against torch. A
+  # stride-2 row's lanes are explicit but may stay scalar (no load is contiguous along them: the expander's rule)
+  torch = pytest.importorskip("torch")
+  vector_registers(*regs)
+  ren = Device["CPU"].renderer
+  assert ren.vectorize_upcast, f"the CPU default renderer is expected to be LLVM, got {type(ren).__name__}"
+  C, H, K = 6, 6, 5
+  opt = optimize_kernel(depthwise_ast(C, H, W, K, S), ren)
+  want_opts = ((Opt(OptOps.UPCAST, 2, lanes),) if lanes else ()) + (Opt(OptOps.UNROLL, 1, 0),)
+  assert opt.arg.applied_opts == want_opts, opt.arg.applied_opts
+  if lanes and S == 1: assert f"store <{lanes} x float>" in get_program(opt, ren).src
+  rng = np.random.default_rng(3)
+  inp = rng.standard_normal((C, H, W)).astype(np.float32)
+  w = rng.standard_normal((C, 1, K, K)).astype(np.float32)
+  w_cl = np.ascontiguousarray(w[:, 0].transpose(1, 2, 0))
+  want = torch.nn.functional.conv2d(torch.from_numpy(inp)[None], torch.from_numpy(w), groups=C, padding=K // 2,
+                                    stride=S)[0]
+  got = run(opt, "CPU", [inp.ravel(), w_cl.ravel()], C * (H // S) * (W // S)).reshape(C, H // S, W // S)
+  np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-5)

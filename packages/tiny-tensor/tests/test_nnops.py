@@ -436,3 +436,27 @@ def test_conv2d_input_gradient_is_a_plain_conv():
   (x.conv2d(w) * Tensor(randn(2, 4, 8, 8))).sum().backward()
   asts = [c.src[0] for c in x.grad.schedule().calls if c.src[0].op is Ops.SINK]
   assert asts and not any(u.op in (Ops.CDIV, Ops.CMOD) for a in asts for u in a.toposort())
+
+
+@pytest.mark.parametrize("shape, groups, panel", [((32, 8, 3, 3), 1, 16), ((32, 8, 3, 3), 1, 0), ((32, 4, 3, 3), 2, 16),
+                                                  ((48, 4, 5), 1, 16)])
+def test_conv_weight_prepared_once_matches_torch(shape, groups, panel):
+  """A weight laid out once by `conv_weight_channels_last(realize=True)` (channels-last, or in panels of output
+  channels) convolves like the plain weight (torch's numbers), and conv2d copies it no more: one kernel a conv."""
+  import torch
+
+  from tiny_tensor.engine import GlobalCounters
+  from tiny_tensor.nnops import conv_weight_channels_last
+  rng = np.random.default_rng(2)
+  w = rng.standard_normal(shape).astype(np.float32)
+  x = rng.standard_normal((1, shape[1] * groups, *[9] * (len(shape) - 2))).astype(np.float32)
+  prepared = conv_weight_channels_last(Tensor(w), realize=True, panel=panel)
+  xt = Tensor(x).realize()
+  GlobalCounters.reset()
+  got = xt.conv2d(prepared, groups=groups, padding=1).realize()
+  assert GlobalCounters.kernel_count == 1
+  conv = torch.nn.functional.conv2d if len(shape) == 4 else torch.nn.functional.conv1d
+  want = conv(torch.from_numpy(x), torch.from_numpy(w), groups=groups, padding=1).numpy()
+  np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-4)
+  with pytest.raises(ValueError, match="panel=5 must divide Cout=32"):
+    conv_weight_channels_last(Tensor(w[:32]), panel=5)

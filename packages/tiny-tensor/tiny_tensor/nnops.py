@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import math
 import string
+import weakref
 from typing import TYPE_CHECKING, Any, Iterable, Literal, Sequence, overload
 
 from tiny_uop.dtype import DType, dtypes, least_upper_dtype
@@ -179,17 +180,47 @@ def _conv(x: Tensor, weight: Tensor, bias: Tensor | None, groups: int, stride: A
   oyx, rcout = tuple(win.shape[2:2 + nd]), cout // groups
   win = win.reshape(bs, groups, cin, 1, *oyx, *HW).expand(bs, groups, cin, rcout, *oyx, *HW)
   win = win.permute(0, 1, 3, *range(4, 4 + nd), 2, *range(4 + nd, 4 + 2 * nd))  # (bs, groups, rcout, *oyx, cin, *HW)
-  if weight_channel_last:
-    # the weight copied output-channels-last (small: Cout*Cin*k*k), so the conv's weight loads are contiguous across
-    # output channels: one vector of output channels per filter tap, reused across the pixels blocked around it (a
-    # 20-wide row as a vector fills 10 of 16 lanes; 32 channels fill them all: a 5x5 conv on 20x20 maps ran 1.5x
-    # faster on the CPU)
-    weight = weight.permute(*range(1, 2 + nd), 0).contiguous().permute(nd + 1, *range(nd + 1))
+  if weight_channel_last and weight.uop not in _PREPARED: weight = conv_weight_channels_last(weight)
   prod_ = win * weight.reshape(1, groups, rcout, *[1] * nd, cin, *HW)
   axes = tuple(range(-1 - nd, 0))
   ret = (prod_.sum(axes) if dtype is None else prod_.sum(axes, dtype=dtype)).reshape(bs, cout, *oyx)
   if dtype is None: _conv_gradient(ret, x, weight, groups, s_, d_, pads)
   return ret if bias is None else ret + bias.reshape(1, cout, *[1] * nd)
+
+
+_PREPARED: weakref.WeakSet[UOp] = weakref.WeakSet()
+"""The weights `conv_weight_channels_last(..., realize=True)` returned (their UOps): conv2d reads them as they are."""
+
+
+def conv_weight_channels_last(weight: Tensor, realize: bool = False, panel: int = 0) -> Tensor:
+  """The layout `conv2d` reads its weight (Cout, Cin/groups, *kernel) in: a view of that shape over a contiguous
+  (Cin/groups, *kernel, Cout) copy, so the conv's weight loads are contiguous across output channels (one vector of
+  output channels per filter tap, reused across the pixels blocked around it: a 20-wide row as a vector fills 10 of
+  16 lanes, 32 channels fill them all; a 5x5 conv on 20x20 maps ran 1.5x faster on the CPU). `panel` P (dividing
+  Cout): over a (Cout/P, Cin/groups, *kernel, P) copy instead, each vector's strip of taps contiguous (for a weight
+  bigger than the L2: `tiny_codegen.opt.heuristic.conv_weight_panel`). `realize`: the copy is made now, and conv2d
+  reads the returned view as it is, so a caller that keeps a fixed weight (an ONNX initializer) prepares it once
+  instead of copying it in every call.
+
+  >>> from tiny_tensor import Tensor
+  >>> from tiny_tensor.engine import GlobalCounters
+  >>> w = conv_weight_channels_last(Tensor.ones(4, 2, 3, 3), realize=True)
+  >>> x = Tensor.ones(1, 2, 5, 5).contiguous().realize()
+  >>> GlobalCounters.reset(); _ = x.conv2d(w).realize(); GlobalCounters.kernel_count
+  1
+  """
+  nd = weight.ndim - 2
+  cout = weight.shape[0]
+  if panel:
+    if not isinstance(cout, int) or cout % panel: raise ValueError(f"panel={panel} must divide Cout={cout}")
+    packed = weight.reshape(cout // panel, panel, *weight.shape[1:]).permute(0, *range(2, 3 + nd), 1).contiguous()
+    if realize: packed = packed.realize()
+    out = packed.permute(0, nd + 2, *range(1, nd + 2)).reshape(weight.shape)
+  else:
+    cl = weight.permute(*range(1, 2 + nd), 0).contiguous()
+    out = (cl.realize() if realize else cl).permute(nd + 1, *range(nd + 1))
+  if realize: _PREPARED.add(out.uop)
+  return out
 
 
 def _conv_gradient(out: Tensor, x: Tensor, weight: Tensor, groups: int, s_: tuple[int, ...], d_: tuple[int, ...],

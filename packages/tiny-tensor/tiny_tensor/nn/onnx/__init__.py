@@ -29,6 +29,7 @@ accumulates in float32).
 """
 from __future__ import annotations
 
+import math
 import os
 import threading
 from typing import Any
@@ -40,6 +41,7 @@ from tiny_uop.helpers import DEBUG
 from tiny_uop.uop import Ops, UOp, Variable
 from tiny_tensor import engine
 from tiny_tensor.jit import JitError, TinyJit
+from tiny_tensor.nnops import conv_weight_channels_last
 from tiny_tensor.tensor import Tensor
 from tiny_tensor.nn.onnx.base import (_ACTIVE, _DTYPES, STRING, OnnxError, OnnxModelError, _back_to, onnx_dtype,
                                      to_tensor)
@@ -245,6 +247,18 @@ def _operators() -> dict[str, Any]:
   return ops.OPS
 
 
+def _conv_panel(w: Tensor) -> int:
+  """The panel width the CPU heuristics lay a fixed conv weight `w` out in (`conv_weight_panel`; 0: plain
+  channels-last), for a float weight of int shape on a device whose renderer knows its vector registers."""
+  if not isinstance(w.device, str) or not all(isinstance(d, int) for d in w.shape) or not dtypes.is_float(w.dtype):
+    return 0
+  from tiny_uop.plugins import Device
+  renderer = Device[w.device].renderer
+  if not hasattr(renderer, "vector_registers"): return 0
+  from tiny_codegen.opt.heuristic import conv_weight_panel
+  return conv_weight_panel(renderer, w.shape[0], math.prod(w.shape[1:]), w.dtype.itemsize)
+
+
 class _Ctx:
   """What an operator function sees besides its inputs and attributes."""
 
@@ -281,6 +295,16 @@ class _Ctx:
       return
     if idx.numel() == 0: return
     self.runner._defer_index_check(self.node, idx, n, what, negative)
+
+  def conv_weight(self, w: Any, i: int) -> Any:
+    """`w`, the node's `i`-th input, a convolution weight, in conv2d's weight layout (`conv_weight_channels_last`):
+    for a model initializer, the runner's own copy in that layout, made on first use and kept, so conv2d doesn't
+    copy the weight again in every call (and every jit replay: one copy kernel per conv); other weights as given."""
+    runner = self.runner
+    if not isinstance(w, Tensor) or w.ndim < 3 or runner._consts.get(self.node.input[i]) is not w: return w
+    if (hit := runner._conv_weights.get(id(w))) is None or hit[0] is not w:
+      hit = runner._conv_weights[id(w)] = (w, conv_weight_channels_last(w, realize=True, panel=_conv_panel(w)))
+    return hit[1]
 
   def run_graph(self, graph: Any, inputs: list[Any]) -> list[Any]:
     """Run a subgraph with `inputs` bound to its formal inputs, the current scope visible; its outputs in order."""
@@ -394,6 +418,8 @@ class OnnxRunner:
     # checks queued, (node, what, lazy [count out of range, min bad, max bad, axis size])
     self._call = _CallState()
     self._consts = {t.name: self._init_value(t) for t in model.graph.initializer}
+    # id(initializer) -> (it, its copy in conv2d's weight layout): made by _Ctx.conv_weight on first use
+    self._conv_weights: dict[int, tuple[Tensor, Tensor]] = {}
     self._const_host = dict(self._call.host)
     self.inputs = {i.name: i for i in model.graph.input if i.name not in self._consts}
     self.outputs = [o.name for o in model.graph.output]
@@ -617,7 +643,9 @@ class OnnxRunner:
 
   def _run_graph(self, graph: Any, feed: dict[str, Any], outer: dict[str, Any], debug: bool = False) -> list[Any]:
     scope = dict(outer)
-    for t in graph.initializer: scope[t.name] = self._init_value(t)
+    # the main graph's initializers are the runner's (`_consts`, in `outer`): made once, not again in every call
+    if graph is not self.model.graph:
+      for t in graph.initializer: scope[t.name] = self._init_value(t)
     scope.update(feed)
     for node in graph.node:
       self._run_node(node, scope, debug)

@@ -46,7 +46,7 @@ def _kernel_shape(attrs: dict, w: Tensor, op_type: str) -> tuple:
 
 @op("Conv")
 def conv(ctx: Any, inp: list, attrs: dict) -> Tensor:
-  x, w, b = inp[0], inp[1], _opt(inp, 2)
+  x, w, b = inp[0], ctx.conv_weight(inp[1], 1), _opt(inp, 2)
   k_ = _kernel_shape(attrs, w, "Conv")
   nd = len(k_)
   s_, d_ = tuple(attrs.get("strides", [1] * nd)), tuple(attrs.get("dilations", [1] * nd))
