@@ -250,13 +250,13 @@ def _operators() -> dict[str, Any]:
 def _conv_panel(w: Tensor) -> int:
   """The panel width the CPU heuristics lay a fixed conv weight `w` out in (`conv_weight_panel`; 0: plain
   channels-last), for a float weight of int shape on a device whose renderer knows its vector registers."""
-  if not isinstance(w.device, str) or not all(isinstance(d, int) for d in w.shape) or not dtypes.is_float(w.dtype):
-    return 0
+  dims = [d for d in w.shape if isinstance(d, int)]
+  if not isinstance(w.device, str) or len(dims) != w.ndim or not dtypes.is_float(w.dtype): return 0
   from tiny_uop.plugins import Device
   renderer = Device[w.device].renderer
   if not hasattr(renderer, "vector_registers"): return 0
   from tiny_codegen.opt.heuristic import conv_weight_panel
-  return conv_weight_panel(renderer, w.shape[0], math.prod(w.shape[1:]), w.dtype.itemsize)
+  return conv_weight_panel(renderer, dims[0], math.prod(dims[1:]), w.dtype.itemsize)
 
 
 class _Ctx:
@@ -301,9 +301,12 @@ class _Ctx:
     for a model initializer, the runner's own copy in that layout, made on first use and kept, so conv2d doesn't
     copy the weight again in every call (and every jit replay: one copy kernel per conv); other weights as given."""
     runner = self.runner
-    if not isinstance(w, Tensor) or w.ndim < 3 or runner._consts.get(self.node.input[i]) is not w: return w
-    if (hit := runner._conv_weights.get(id(w))) is None or hit[0] is not w:
-      hit = runner._conv_weights[id(w)] = (w, conv_weight_channels_last(w, realize=True, panel=_conv_panel(w)))
+    initializer = runner._consts.get(self.node.input[i]) is w  # a bool: no narrowing of `w` by the identity test
+    if not isinstance(w, Tensor) or w.ndim < 3 or not initializer: return w
+    hit = runner._conv_weights.get(id(w))
+    if hit is None or hit[0] is not w:
+      hit = (w, conv_weight_channels_last(w, realize=True, panel=_conv_panel(w)))
+      runner._conv_weights[id(w)] = hit
     return hit[1]
 
   def run_graph(self, graph: Any, inputs: list[Any]) -> list[Any]:
