@@ -509,3 +509,38 @@ def test_a_vocabulary_shorter_than_the_embedding_is_refused(tmp_path):
   with pytest.raises(ValueError, match=f"the model has {n} token embeddings but tokenizer.ggml.tokens lists only "
                                        f"{n - 5} tokens"):
     LLM.load(str(tmp_path / "short.gguf"))
+
+
+# ***** prefill in jitted chunks (issue #39) *****
+def test_chunked_prefill_matches_reference_and_decode_and_captures_once(tmp_path):
+  """The prompt runs through one TinyJit-ed chunk of 8 tokens at a symbolic start (the last chunk padded): its
+  logits equal the independent numpy forward pass and the token-by-token decode steps', for lengths that are not a
+  multiple of the chunk, at a later start (a cached prefix) and where the padded chunk would overrun the context
+  (then one unjitted pass). One capture serves every chunk: later prompts compile nothing."""
+  path = str(tmp_path / "c.gguf")
+  ws = llm_ref.make_model(path, n_layers=2, seed=7, ctx=48)
+  kv, ts = read_gguf(path)
+  m = Transformer(Config.from_gguf(kv), ts, prefill_chunk=8)
+  rng = np.random.default_rng(0)
+  programs, capture = [], None
+  for n in (5, 13, 19, 11, 21):
+    prompt = [int(t) for t in rng.integers(3, 300, n)]
+    ref = llm_ref.forward(ws, prompt)
+    np.testing.assert_allclose(m.prefill(prompt).numpy(), ref[-1], rtol=1e-4, atol=1e-4)
+    # token by token: the first through prefill, the rest through the jitted decode step
+    m.prefill(prompt[:1])
+    for i in range(1, n): lg = m.decode(prompt[i], i)
+    np.testing.assert_allclose(lg.numpy(), ref[-1], rtol=1e-4, atol=1e-4)
+    # a continuation after a cached prefix: chunks at start 3
+    np.testing.assert_allclose(m.prefill(prompt[3:], 3).numpy(), ref[-1], rtol=1e-4, atol=1e-4)
+    programs.append(len(engine._program_cache))
+    capture = capture or m.chunk_step.captured
+    assert m.chunk_step.captured is capture
+  assert capture is not None and len(set(programs[1:])) == 1, programs
+  # 44 + 8 > 48: the last chunk can't be padded inside the context, so it runs unjitted
+  prompt = [int(t) for t in rng.integers(3, 300, 46)]
+  np.testing.assert_allclose(m.prefill(prompt).numpy(), llm_ref.forward(ws, prompt)[-1], rtol=1e-4, atol=1e-4)
+  for bad in (0, 49, True, 2.0):
+    with pytest.raises(ValueError, match="prefill_chunk"): Transformer(Config.from_gguf(kv), ts, prefill_chunk=bad)
+  with pytest.raises(ValueError, match="at least one token"): m.prefill([])
+  with pytest.raises(ValueError, match="start_pos"): m.prefill([5], -1)
