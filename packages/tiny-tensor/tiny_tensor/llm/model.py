@@ -271,9 +271,12 @@ class QLinear:
     return dequantize(self.raw, self.ggml_type, self.shape)
 
   def __call__(self, x: Tensor) -> Tensor:
+    """x (..., in) @ W.T: one token decodes W inside the matvec; several (a prefill chunk) decode it once into a
+    float buffer that an f32 matmul reads (fused into the matmul, every block was decoded again for every token)."""
     o, k = self.shape
+    if math.prod(x.shape[:-1]) != 1: return x @ self.weight().contiguous().T
     g = _MATVEC_GROUP.get(self.ggml_type)
-    if g is None or k % g or math.prod(x.shape[:-1]) != 1: return x @ self.weight().T
+    if g is None or k % g: return x @ self.weight().T
     # one token: the reduction as (k / g groups) x g, one REDUCE over both axes (same sum, grouped)
     w = self.weight().reshape(o, k // g, g)
     return (x.reshape(*x.shape[:-1], 1, k // g, g) * w).sum((-2, -1))
