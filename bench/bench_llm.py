@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -51,20 +52,41 @@ def _weights(seed: int = 0) -> dict[str, np.ndarray]:
 
 
 def _write_gguf(ws: dict[str, np.ndarray], quant: str, path: str) -> None:
-  """The model as a GGUF file both libraries load: llama metadata and a SentencePiece-style vocabulary (control
-  tokens, 256 byte tokens, plain pieces) that llama.cpp's loader accepts; every matrix stored as `quant`."""
-  from tiny_tensor.llm.gguf import GGMLType, write_gguf
+  """The model as a GGUF file both libraries load, written with the `gguf` package (llama.cpp wants its
+  hyperparameters as the uint32/float32 keys that package types them as): llama metadata, a SentencePiece-style
+  vocabulary (control tokens, 256 byte tokens, plain pieces), every matrix stored as `quant` blocks made by tiny's
+  `quantize` (norms F32)."""
+  import gguf
+  from tiny_tensor.llm.gguf import GGMLType, quantize
   toks = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
   toks += [f"\u2581t{i}" for i in range(VOCAB - len(toks))]
-  kv = {"general.architecture": "llama", "general.name": "bench-llm", "llama.context_length": CTX,
-        "llama.embedding_length": DIM, "llama.block_count": LAYERS, "llama.feed_forward_length": HIDDEN,
-        "llama.attention.head_count": HEADS, "llama.attention.head_count_kv": KV_HEADS,
-        "llama.attention.layer_norm_rms_epsilon": 1e-5, "llama.rope.freq_base": 10000.0,
-        "llama.rope.dimension_count": DIM // HEADS, "tokenizer.ggml.model": "llama", "tokenizer.ggml.tokens": toks,
-        "tokenizer.ggml.scores": [0.0] * VOCAB,
-        "tokenizer.ggml.token_type": [2, 3, 3] + [6] * 256 + [1] * (VOCAB - 259),
-        "tokenizer.ggml.bos_token_id": 1, "tokenizer.ggml.eos_token_id": 2, "tokenizer.ggml.unknown_token_id": 0}
-  write_gguf(path, kv, ws, {k: GGMLType[quant] for k, v in ws.items() if v.ndim == 2})
+  w = gguf.GGUFWriter(path, "llama")
+  w.add_name("bench-llm")
+  w.add_context_length(CTX)
+  w.add_embedding_length(DIM)
+  w.add_block_count(LAYERS)
+  w.add_feed_forward_length(HIDDEN)
+  w.add_head_count(HEADS)
+  w.add_head_count_kv(KV_HEADS)
+  w.add_layer_norm_rms_eps(1e-5)
+  w.add_rope_freq_base(10000.0)
+  w.add_rope_dimension_count(DIM // HEADS)
+  w.add_tokenizer_model("llama")
+  w.add_token_list(toks)
+  w.add_token_scores([0.0] * VOCAB)
+  w.add_token_types([2, 3, 3] + [6] * 256 + [1] * (VOCAB - 259))
+  w.add_bos_token_id(1)
+  w.add_eos_token_id(2)
+  w.add_unk_token_id(0)
+  for name, v in ws.items():
+    if v.ndim == 1 or quant == "F32": w.add_tensor(name, v)
+    else:  # the blocks as a (rows, bytes per row) uint8 array: the package derives the element shape from it
+      raw = np.frombuffer(quantize(v, GGMLType[quant]), np.uint8).reshape(v.shape[0], -1)
+      w.add_tensor(name, raw, raw_dtype=gguf.GGMLQuantizationType[quant])
+  w.write_header_to_file()
+  w.write_kv_data_to_file()
+  w.write_tensors_to_file()
+  w.close()
 
 
 def tiny_threads() -> int:
@@ -102,6 +124,14 @@ try:
 except ImportError:
   sys.exit(3)
 path, n, threads, prompt = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), json.loads(sys.argv[4])
+if sys.argv[5] == "no-extra-buffers":  # no weight repacking (AMX / repacked Q4 layouts)
+  import llama_cpp.llama_cpp as lc
+  default_params = lc.llama_model_default_params
+  def no_extra():
+    p = default_params()
+    p.use_extra_bufts = False
+    return p
+  lc.llama_model_default_params = no_extra
 llm = Llama(model_path=path, n_ctx=256, n_batch=len(prompt), n_threads=threads, n_threads_batch=threads,
             verbose=False)
 nv = llm.n_vocab()
@@ -128,10 +158,16 @@ print(json.dumps({"first": first, "tps": tps, "tokens": toks}))
 
 def _llama_cpp(path: str, n: int, threads: int) -> dict[str, Any] | None:
   """llama.cpp's figures on the GGUF file at `path`, or None when llama_cpp can't be imported (or failed: the
-  error is printed, the other columns stay)."""
+  error is printed, the other columns stay). A build with GGML_NATIVE on a CPU that lists AMX can die of SIGILL
+  in its repacked (AMX) quantized matmuls where the kernel or VM doesn't grant AMX tiles: it is then run again
+  without extra buffer types (`use_extra_bufts = False`), and the row says so."""
   py = os.environ.get("LLAMA_CPP_PYTHON", sys.executable)
-  r = subprocess.run([py, "-c", _LLAMA_SCRIPT, path, str(n), str(threads), json.dumps(PROMPT_IDS)],
-                     capture_output=True, text=True)
+  args = [py, "-c", _LLAMA_SCRIPT, path, str(n), str(threads), json.dumps(PROMPT_IDS)]
+  r = subprocess.run(args + ["default"], capture_output=True, text=True)
+  if r.returncode == -signal.SIGILL:
+    print("bench_llm: llama.cpp died of SIGILL (AMX?); running it without extra buffer types", file=sys.stderr)
+    r = subprocess.run(args + ["no-extra-buffers"], capture_output=True, text=True)
+    if r.returncode == 0: return {**json.loads(r.stdout.strip().splitlines()[-1]), "no_extra_buffers": True}
   if r.returncode == 3: return None
   if r.returncode != 0:
     print(f"bench_llm: llama.cpp failed (exit {r.returncode}): {r.stderr[-2000:]}", file=sys.stderr)
@@ -229,6 +265,7 @@ def run() -> dict[str, dict[str, float | str]]:
                                        "target": f"<= llama.cpp; {PROMPT}-token prompt, compiled"}
       if lcpp is not None:
         tps["llama.cpp"], first["llama.cpp"] = lcpp["tps"], lcpp["first"] * 1e3
+        if lcpp.get("no_extra_buffers"): tps["target"] = str(tps["target"]) + "; llama.cpp without AMX/repacking"
         agree[quant] = _agree(tiny["tokens"], lcpp["tokens"])
         if quant == "F32" and agree[quant] != n + 1:
           print(f"bench_llm: F32 greedy tokens differ from llama.cpp's after {agree[quant]}: tiny {tiny['tokens']}, "
