@@ -405,7 +405,12 @@ class Block:
     scores = (qh @ keys.transpose(1, 2)) * cfg.scale                        # (H, t, L)
     if cfg.attn_softcap: scores = (scores * (1.0 / cfg.attn_softcap)).tanh() * cfg.attn_softcap
     if mask is not None: scores = scores + mask
-    return (scores.softmax(-1) @ vals).permute(1, 0, 2).reshape(b, t, cfg.n_heads * cfg.hd)
+    probs = scores.softmax(-1)
+    # several queries over a symbolic number of keys (a prefill chunk): the probabilities go to a buffer; fused into
+    # the probs @ vals kernel, every exp was recomputed for each of the head_dim outputs (a 32-token F32 chunk of one
+    # layer spent 11-14 ms there, one thread)
+    if t > 1: probs = probs.contiguous()
+    return (probs @ vals).permute(1, 0, 2).reshape(b, t, cfg.n_heads * cfg.hd)
 
   def __call__(self, x: Tensor, start_pos: Any, rot: tuple[Tensor, Tensor], mask: Tensor | None) -> Tensor:
     cfg = self.cfg
