@@ -63,7 +63,8 @@ TEST_DEPS = ["pytest>=8", "hypothesis>=6", "numpy>=1.24", "torch==2.13.0", "hatc
 # (~0.15 s of CPU, most of the session), so it runs on both of CI's cores (pytest-xdist workers share PoCL's cache)
 PYTEST_ARGS = {"tiny-tensor@MOCK+QCOM": ["-n", "2"], "tiny-tensor@MOCK+QCOM@IMAGE=1": ["-n", "2"]}
 BENCH_DEPS = ["numpy>=1.24", "torch==2.13.0", "tinygrad==0.14.0",  # tinygrad's CPU backend also needs clang
-              "onnx", "onnxruntime", "transformers>=5"]  # bench_models.py: ONNX exports checked against onnxruntime
+              "onnx", "onnxruntime", "transformers>=5",  # bench_models.py: ONNX exports checked against onnxruntime
+              "llama-cpp-python==0.3.36"]  # bench_llm.py: llama.cpp on the same GGUF (an sdist: built, see `bench`)
 
 
 def package_version(pkg: str) -> str:
@@ -184,6 +185,8 @@ def bench(session: nox.Session) -> None:
   """Install every package plus numpy, torch and tinygrad, and run bench/run.py (side-by-side ratios, no assertions)."""
   script = ROOT / "bench" / "run.py"
   if not script.exists(): session.error(f"{script.relative_to(ROOT)} does not exist yet: nothing to benchmark")
+  # llama-cpp-python compiles llama.cpp from source (minutes): for this CPU's instruction set, as tiny's kernels are
+  session.env.setdefault("CMAKE_ARGS", "-DGGML_NATIVE=ON")
   _install_all(session, *BENCH_DEPS)
   session.run("python", str(script), *session.posargs)
 

@@ -509,3 +509,104 @@ def test_a_vocabulary_shorter_than_the_embedding_is_refused(tmp_path):
   with pytest.raises(ValueError, match=f"the model has {n} token embeddings but tokenizer.ggml.tokens lists only "
                                        f"{n - 5} tokens"):
     LLM.load(str(tmp_path / "short.gguf"))
+
+
+# ***** prefill in jitted chunks (issue #39) *****
+def test_chunked_prefill_matches_reference_and_decode_and_captures_once(tmp_path):
+  """The prompt runs through one TinyJit-ed chunk of 8 tokens at a symbolic start (the last chunk padded): its
+  logits equal the independent numpy forward pass and the token-by-token decode steps', for lengths that are not a
+  multiple of the chunk, at a later start (a cached prefix) and where the padded chunk would overrun the context
+  (then one unjitted pass). One capture serves every chunk: later prompts compile nothing."""
+  path = str(tmp_path / "c.gguf")
+  ws = llm_ref.make_model(path, n_layers=2, seed=7, ctx=48)
+  kv, ts = read_gguf(path)
+  m = Transformer(Config.from_gguf(kv), ts, prefill_chunk=8)
+  rng = np.random.default_rng(0)
+  programs, capture = [], None
+  for n in (5, 13, 19, 11, 21):
+    prompt = [int(t) for t in rng.integers(3, 300, n)]
+    ref = llm_ref.forward(ws, prompt)
+    np.testing.assert_allclose(m.prefill(prompt).numpy(), ref[-1], rtol=1e-4, atol=1e-4)
+    # token by token: the first through prefill, the rest through the jitted decode step
+    m.prefill(prompt[:1])
+    for i in range(1, n): lg = m.decode(prompt[i], i)
+    np.testing.assert_allclose(lg.numpy(), ref[-1], rtol=1e-4, atol=1e-4)
+    # a continuation after a cached prefix: chunks at start 3
+    np.testing.assert_allclose(m.prefill(prompt[3:], 3).numpy(), ref[-1], rtol=1e-4, atol=1e-4)
+    programs.append(len(engine._program_cache))
+    capture = capture or m.chunk_step.captured
+    assert m.chunk_step.captured is capture
+  assert capture is not None and len(set(programs[1:])) == 1, programs
+  # the attention probabilities of a chunk are a buffer: no kernel that reads the value cache computes exp (fused,
+  # every exp was recomputed for each of the head_dim outputs, 11-14 ms of a 1-layer 32-token chunk's ~38)
+  from tiny_uop.uop import Ops
+  vcache = {id(engine.get_buffer(engine.buffer_view(lay.cache_v.uop)[0])) for lay in m.layers}
+  readers = [c for c in capture.calls if any(id(r) in vcache for r in getattr(c, "refs", []))]
+  assert readers and not [c.name for c in readers if any(u.op is Ops.EXP2 for u in _kernel_ast(c).toposort())]
+  # 44 + 8 > 48: the last chunk can't be padded inside the context, so it runs unjitted
+  prompt = [int(t) for t in rng.integers(3, 300, 46)]
+  np.testing.assert_allclose(m.prefill(prompt).numpy(), llm_ref.forward(ws, prompt)[-1], rtol=1e-4, atol=1e-4)
+  for bad in (0, 49, True, 2.0):
+    with pytest.raises(ValueError, match="prefill_chunk"): Transformer(Config.from_gguf(kv), ts, prefill_chunk=bad)
+  with pytest.raises(ValueError, match="at least one token"): m.prefill([])
+  with pytest.raises(ValueError, match="start_pos"): m.prefill([5], -1)
+
+
+@pytest.mark.parametrize("t", [GGMLType.Q4_K, GGMLType.Q6_K], ids=lambda t: t.name)
+def test_k_quant_matvec_reduces_over_groups_of_64(t):
+  """A one-token matvec over Q4_K/Q6_K blocks reduces over (K/64 groups) x 64 in one kernel: the inner loop covers
+  two 32-element sub-blocks and the scale/min decoding of the super-block sits outside it (with one flat K loop it
+  was redone every 16 lanes: Q4_K ran 2x slower). Values against the gguf package's dequantization, for one token
+  and for several (the prefill's matmul, which keeps the flat reduction)."""
+  import gguf
+  from tiny_uop.uop import Ops
+  from tiny_codegen.opt.kernel import _bound
+  from tiny_tensor.llm.model import QLinear
+  from tiny_tensor.jit import TinyJit
+  rng = np.random.default_rng(6)
+  w = rng.standard_normal((64, 512), dtype=np.float32)
+  raw = np.frombuffer(quantize(w, t), np.uint8)
+  ref_w = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType(int(t))).reshape(w.shape)
+  lin = QLinear(Tensor(raw.reshape(-1, BLOCK[t][1])).realize(), t, w.shape)
+  step = TinyJit(lambda v: lin(v).realize())
+  for _ in range(3):
+    x = rng.standard_normal((1, 1, 512), dtype=np.float32)
+    np.testing.assert_allclose(step(Tensor(x)).numpy().reshape(-1), ref_w @ x.reshape(-1), rtol=1e-5, atol=1e-4)
+  (call,) = step.captured.calls
+  reduce_sizes = sorted(_bound(r) for u in _kernel_ast(call).toposort() if u.op is Ops.REDUCE
+                        for r in u.src[1:] if r.op is Ops.RANGE)
+  assert reduce_sizes == [8, 64], reduce_sizes
+  # the inner 64 is unrolled 16 (one byte vector) although the kernel is small (64 x 512: the unroll budget of the
+  # byte lanes is per vector): with 8 or 4 lanes a 768x768 Q4_K matvec ran scalar, 5.6x slower
+  from tiny_codegen.opt import optimize_kernel
+  from tiny_uop.plugins import Device
+  ren = Device[call.device].renderer
+  if ren.vectorize_upcast:
+    opts = optimize_kernel(_kernel_ast(call), ren).arg.applied_opts
+    assert any(o.op.name == "UNROLL" and o.arg == 16 for o in opts), opts
+  xs = rng.standard_normal((1, 5, 512), dtype=np.float32)
+  np.testing.assert_allclose(lin(Tensor(xs)).numpy(), xs @ ref_w.T, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("t", [GGMLType.Q8_0, GGMLType.Q4_K], ids=lambda t: t.name)
+def test_quantized_weight_is_decoded_once_per_prefill_chunk(t):
+  """With several tokens (a prefill chunk) the blocks are decoded once into a float32 buffer (O x K) that the matmul
+  reads: fused into the matmul, every block was decoded again for every token (a 1-layer Q4_K chunk of 32 tokens
+  spent ~760 ms in its matmuls, ~76 ms after). Values against the gguf package's dequantization."""
+  import gguf
+  from tiny_tensor.llm.model import QLinear
+  from tiny_tensor.jit import TinyJit
+  rng = np.random.default_rng(8)
+  w = rng.standard_normal((48, 512), dtype=np.float32)
+  raw = np.frombuffer(quantize(w, t), np.uint8)
+  ref_w = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType(int(t))).reshape(w.shape)
+  packed = Tensor(raw.reshape(-1, BLOCK[t][1])).realize()
+  lin = QLinear(packed, t, w.shape)
+  step = TinyJit(lambda v: lin(v).realize())
+  for _ in range(3):
+    x = rng.standard_normal((1, 7, 512), dtype=np.float32)
+    np.testing.assert_allclose(step(Tensor(x)).numpy(), x @ ref_w.T, rtol=1e-5, atol=1e-4)
+  raw_buf = engine.get_buffer(engine.buffer_view(packed.uop)[0])
+  readers = [c for c in step.captured.calls if any(r is raw_buf for r in getattr(c, "refs", []))]
+  assert len(readers) == 1 and len(step.captured.calls) == 2, [c.name for c in step.captured.calls]
+  assert readers[0].refs[0].nbytes == 4 * w.size  # the decoded weight: float32, written once

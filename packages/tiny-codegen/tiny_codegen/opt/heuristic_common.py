@@ -156,7 +156,11 @@ def _unroll_one(k: Kernel, r: UOp, red: UOp, loads: list[UOp], latency: bool = T
   # vectorizer), so its budget is per vector, not per lane, in a kernel that runs long enough to repay compiling the
   # lanes: a softmax's sum of exp (decomposed exp2, ~25 ops) unrolls into 16-lane vector code, 4096² 59 -> 19 ms
   # (numpy 45), where a 64x64 one would compile in ~80 ms instead of ~15 for a few µs of work
-  lanes = 1 if k.renderer.vectorize_upcast and _trips(k.rngs) >= VECTOR_UNROLL_MIN_ITERS else None
+  # so is a reduce over packed bytes (a quantized weight decoded in a matvec) whatever its size: its lanes are one
+  # byte vector; with a per-lane budget a 768x768 Q4_K matvec (grouped K, ~8 ops a lane) unrolled only 8 and ran
+  # scalar, 526 -> 94 us with 16 lanes (one thread, loaded Xeon AVX-512)
+  packed = any(ld.dtype.itemsize == 1 and stride_of(ld.src[0].src[1], r, rngs) == 1 for ld in loads)
+  lanes = 1 if k.renderer.vectorize_upcast and (packed or _trips(k.rngs) >= VECTOR_UNROLL_MIN_ITERS) else None
   for amt in (16, 8, 4):
     if n % amt == 0 and k.upcast_size * amt <= 256 and cost * (lanes or amt) <= UNROLL_ALU_BUDGET and \
        _try(k, Opt(OptOps.UNROLL, k.reduce_axes.index(r), amt)): return True

@@ -78,7 +78,7 @@ class LLM:
     common = 0
     while common < min(len(self.cached), len(tokens) - 1) and self.cached[common] == tokens[common]: common += 1
     rest = tokens[common:]
-    # one new token after a cached prefix: the jitted step; else one unjitted pass over the new tokens
+    # one new token after a cached prefix: the jitted decode step; else the jitted prefill chunks over the new tokens
     logits = self.model.decode(rest[0], common) if len(rest) == 1 and common else self.model.prefill(rest, common)
     self.pos, self.cached = len(tokens), list(tokens)
     return logits.numpy()

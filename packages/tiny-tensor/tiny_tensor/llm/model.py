@@ -15,7 +15,14 @@ converter permutes q/k rows for it) and the two halves of each head for NEOX-sty
 Decoding: one token at a time through `Transformer.step`, a TinyJit-ed function whose position is a bound
 `Variable`: the KV cache is written by an assign into its one-row window at that position (a kernel that writes
 n_kv * head_dim elements, whatever the context) and read through a symbolic shrink, so the same captured kernels
-serve every position (`Transformer.decode`). The prompt goes through `forward` once, unjitted.
+serve every position (`Transformer.decode`).
+
+Prefill: the prompt goes through a second TinyJit-ed function, `Transformer.chunk_step`, in chunks of a fixed
+`prefill_chunk` tokens (`prefill_chunk_size`: from the model's widest activation and the host's L2), at a bound start
+position `prefill_pos` and with the row whose logits are returned a bound `prefill_last`: the last chunk is padded
+with token 0, whose keys and values land in cache rows past the prompt that no real query sees (causal mask) and that
+the next token's write replaces. One capture serves every chunk of every prompt; a chunk that would run past the
+context (the padding included) goes through `forward` unjitted.
 """
 from __future__ import annotations
 
@@ -34,7 +41,7 @@ from tiny_tensor.llm.gguf import BLOCK, GGMLType, GGUFTensor
 from tiny_tensor.llm.quants import SUPPORTED, dequantize
 from tiny_tensor.tensor import Tensor
 
-__all__ = ["Config", "Transformer", "QLinear", "ArchSpec", "ARCHS", "NEOX_ARCHS"]
+__all__ = ["Config", "Transformer", "QLinear", "ArchSpec", "ARCHS", "NEOX_ARCHS", "prefill_chunk_size"]
 
 _BIAS = ("attn_q.bias", "attn_k.bias", "attn_v.bias")
 _BLOCK = ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down")
@@ -264,7 +271,24 @@ class QLinear:
     """The weight as a lazy float32 graph over the raw blocks."""
     return dequantize(self.raw, self.ggml_type, self.shape)
 
-  def __call__(self, x: Tensor) -> Tensor: return x @ self.weight().T
+  def __call__(self, x: Tensor) -> Tensor:
+    """x (..., in) @ W.T: one token decodes W inside the matvec; several (a prefill chunk) decode it once into a
+    float buffer that an f32 matmul reads (fused into the matmul, every block was decoded again for every token)."""
+    o, k = self.shape
+    if math.prod(x.shape[:-1]) != 1: return x @ self.weight().contiguous().T
+    g = _MATVEC_GROUP.get(self.ggml_type)
+    if g is None or k % g: return x @ self.weight().T
+    # one token: the reduction as (k / g groups) x g, one REDUCE over both axes (same sum, grouped)
+    w = self.weight().reshape(o, k // g, g)
+    return (x.reshape(*x.shape[:-1], 1, k // g, g) * w).sum((-2, -1))
+
+
+# The matvec of these K-quants reduces over (K/64 groups) x 64: the inner loop then covers two 32-element sub-blocks
+# whose nibbles share 32 bytes, and the sub-blocks' scale/min decoding (6-bit fields, f16 d and dmin) moves out of it;
+# with one flat reduction it was redone for every 16 lanes. 2048x768 on a loaded 2-core Xeon (AVX-512, one thread,
+# best CPU time of 7x20): Q4_K 468-498 -> 237 us (Q8_0: 132), Q6_K 520 -> 395 us. Q5_K (656 -> 621) and Q8_0 /
+# the 32-element formats (132 -> 141) gain nothing and keep the flat reduction.
+_MATVEC_GROUP = {GGMLType.Q4_K: 64, GGMLType.Q6_K: 64}
 
 
 class Linear:
@@ -382,7 +406,12 @@ class Block:
     scores = (qh @ keys.transpose(1, 2)) * cfg.scale                        # (H, t, L)
     if cfg.attn_softcap: scores = (scores * (1.0 / cfg.attn_softcap)).tanh() * cfg.attn_softcap
     if mask is not None: scores = scores + mask
-    return (scores.softmax(-1) @ vals).permute(1, 0, 2).reshape(b, t, cfg.n_heads * cfg.hd)
+    probs = scores.softmax(-1)
+    # several queries over a symbolic number of keys (a prefill chunk): the probabilities go to a buffer; fused into
+    # the probs @ vals kernel, every exp was recomputed for each of the head_dim outputs (a 32-token F32 chunk of one
+    # layer spent 11-14 ms there, one thread)
+    if t > 1: probs = probs.contiguous()
+    return (probs @ vals).permute(1, 0, 2).reshape(b, t, cfg.n_heads * cfg.hd)
 
   def __call__(self, x: Tensor, start_pos: Any, rot: tuple[Tensor, Tensor], mask: Tensor | None) -> Tensor:
     cfg = self.cfg
@@ -411,7 +440,7 @@ class Transformer:
   """
 
   def __init__(self, cfg: Config, ts: dict[str, GGUFTensor], device: str | None = None,
-               float_dtype: Any = dtypes.float32):
+               float_dtype: Any = dtypes.float32, prefill_chunk: int | None = None):
     check_tensors(cfg, ts)
     self.cfg, self.device = cfg, device
     emb = ts["token_embd.weight"]
@@ -433,6 +462,13 @@ class Transformer:
                            device=device).realize()
     self.step = TinyJit(self._decode_step)
     self.pos_var = Variable("start_pos", 1, cfg.max_context - 1)
+    self.chunk = prefill_chunk_size(cfg) if prefill_chunk is None else prefill_chunk
+    if isinstance(self.chunk, bool) or not isinstance(self.chunk, int) or not 1 <= self.chunk <= cfg.max_context:
+      raise ValueError(f"prefill_chunk = {self.chunk!r}; expected an int in [1, max_context = {cfg.max_context}]")
+    self.chunk_step = TinyJit(self._chunk_step)
+    self.chunk_pos = Variable("prefill_pos", 0, cfg.max_context - self.chunk)
+    self.chunk_last = Variable("prefill_last", 0, self.chunk - 1)
+    self._chunk_masks: tuple[Tensor, Tensor | None] | None = None  # made on the first chunked prefill
 
   def embed_rows(self, tokens: list[int]) -> Tensor:
     """The raw embedding rows of `tokens` (host gather), as a (T, row bytes) uint8 Tensor on the device."""
@@ -453,7 +489,8 @@ class Transformer:
       if not cfg.sliding_window: return None, None
       row = self.window.shrink(((cfg.max_context - 1 - start_pos, cfg.max_context),))   # (start_pos + 1,)
       return None, row.unsqueeze(0).unsqueeze(0)
-    sp = int(start_pos)
+    if not isinstance(start_pos, int): return self._symbolic_masks(t, start_pos)
+    sp = start_pos
     dist = (sp + np.arange(t))[:, None] - np.arange(sp + t)[None, :]       # query position - key position
     causal = np.where(dist < 0, -np.inf, 0).astype(np.float32)
     full = Tensor(causal, device=self.device).reshape(1, t, sp + t)
@@ -461,17 +498,34 @@ class Transformer:
     swa = np.where((dist < 0) | (dist >= cfg.sliding_window), -np.inf, 0).astype(np.float32)
     return full, Tensor(swa, device=self.device).reshape(1, t, sp + t)
 
-  def forward(self, rows: Tensor, start_pos: Any) -> Tensor:
-    """Logits (vocab,) of the last of the T tokens whose embedding rows are `rows`, at positions start_pos.. (an int,
-    or a bound Variable when T is 1); the KV caches are updated."""
+  def _symbolic_masks(self, t: int, start_pos: Any) -> tuple[Tensor, Tensor | None]:
+    """The masks (1, t, start_pos + t) of a chunk of t = `self.chunk` queries at a symbolic start: shrinks at offset
+    max_context - start_pos of tables (t, max_context + t) made once, where column j is key j - max_context +
+    start_pos, so query i is at distance i + max_context - j from it."""
+    if self._chunk_masks is None:
+      ctx, sw = self.cfg.max_context, self.cfg.sliding_window
+      dist = np.arange(t)[:, None] + ctx - np.arange(ctx + t)[None, :]
+      tables = [Tensor(np.where(bad, -np.inf, 0).astype(np.float32), device=self.device).realize()
+                for bad in ([dist < 0] + ([(dist < 0) | (dist >= sw)] if sw else []))]
+      self._chunk_masks = (tables[0], tables[1] if sw else None)
+    ctx = self.cfg.max_context
+    full_table, swa_table = self._chunk_masks
+    cols = (None, (ctx - start_pos, ctx + t))
+    return (full_table.shrink(cols).unsqueeze(0),
+            swa_table.shrink(cols).unsqueeze(0) if swa_table is not None else None)
+
+  def forward(self, rows: Tensor, start_pos: Any, last: Any = None) -> Tensor:
+    """Logits (vocab,) of the `last`-th (default: the last) of the T tokens whose embedding rows are `rows`, at
+    positions start_pos.. (an int, or a bound Variable when T is 1 or `self.chunk`); the KV caches are updated."""
     if not isinstance(t := rows.shape[0], int): raise TypeError(f"forward needs a concrete token count: {t.render()}")
+    if last is None: last = t - 1
     x = self._embed(rows)
     rot, rot_swa = ((c.shrink(((start_pos, start_pos + t), None)), s.shrink(((start_pos, start_pos + t), None)))
                     for c, s in (self.rot, self.rot_swa))
     mask, mask_swa = self._masks(t, start_pos)
     for layer in self.layers:
       x = layer(x, start_pos, rot_swa, mask_swa) if layer.sliding else layer(x, start_pos, rot, mask)
-    x = rms_norm(x.shrink((None, (t - 1, t), None)), self.norm, self.cfg.norm_eps).contiguous()
+    x = rms_norm(x.shrink((None, (last, last + 1), None)), self.norm, self.cfg.norm_eps).contiguous()
     logits = self.output(x).reshape(self.cfg.vocab_size)
     if self.cfg.final_softcap: logits = (logits * (1.0 / self.cfg.final_softcap)).tanh() * self.cfg.final_softcap
     return logits
@@ -485,8 +539,36 @@ class Transformer:
       raise ValueError(f"position {pos} is outside [1, {self.cfg.max_context}) (the context is full)")
     return self.step(self.embed_rows([token]), self.pos_var.bind(pos))
 
+  def _chunk_step(self, rows: Tensor, start_pos: Any, last: Any) -> Tensor:
+    return self.forward(rows, start_pos, last).realize()
+
   def prefill(self, tokens: list[int], start_pos: int = 0) -> Tensor:
-    """Logits after feeding `tokens` at positions start_pos.. in one (unjitted) pass."""
+    """Logits after feeding `tokens` at positions start_pos.., in jitted chunks of `self.chunk` tokens (the last one
+    padded); a lone token after position 0 takes the decode step, and a chunk that would run past the context one
+    unjitted pass. The returned Tensor is overwritten by the next prefill."""
+    if isinstance(start_pos, bool) or not isinstance(start_pos, int) or start_pos < 0:
+      raise ValueError(f"start_pos = {start_pos!r}; expected an int >= 0")
+    if not tokens: raise ValueError("prefill needs at least one token")
     if start_pos + len(tokens) > self.cfg.max_context:
       raise ValueError(f"{len(tokens)} tokens at position {start_pos} don't fit the context of {self.cfg.max_context}")
-    return self.forward(self.embed_rows(tokens), start_pos).realize()
+    done, c = 0, self.chunk
+    while True:
+      sp, take = start_pos + done, min(c, len(tokens) - done)
+      if take == 1 and sp >= 1: logits = self.decode(tokens[done], sp)
+      elif sp + c > self.cfg.max_context: return self.forward(self.embed_rows(tokens[done:]), sp).realize()
+      else:
+        rows = self.embed_rows(tokens[done:done + take] + [0] * (c - take))
+        logits = self.chunk_step(rows, self.chunk_pos.bind(sp), self.chunk_last.bind(take - 1))
+      done += take
+      if done == len(tokens): return logits
+
+
+def prefill_chunk_size(cfg: Config) -> int:
+  """Tokens per jitted prefill chunk: the largest power of two up to 32 whose widest activation (chunk x
+  max(hidden_dim, dim) floats) fits half the host's L2, so a chunk's feed-forward stays in cache; at least 8 (and at
+  most max_context). 32 tokens make the matmuls wide enough to reuse each weight byte 32 times."""
+  from tiny_codegen.machine import host_machine
+  l2 = host_machine().l2
+  chunk = 32
+  while chunk > 8 and chunk * max(cfg.hidden_dim, cfg.dim) * 4 > l2 // 2: chunk //= 2
+  return min(chunk, cfg.max_context)
