@@ -173,3 +173,22 @@ def test_mul_dx9_zero_and_dual_dot2acc():
   want = (h64[0, :, 0] * h64[1, :, 0] + h64[0, :, 1] * h64[1, :, 1] + acc).astype(np.float32)
   np.testing.assert_allclose(np.array(w.vgpr[6], np.uint32).view(np.float32), want, rtol=1e-7)
   assert w.vgpr[7] == pk[0]  # the Y half: v_dual_mov_b32 v7, v0
+
+
+@pytest.mark.parametrize("src", [0x0000_FFFF_1234_5678, 0xFFFF_FFFF_FFFF_FFFF, 0, 0x8000_0000_0000_0001])
+def test_s_not_b64(src):
+  # RDNA3 ISA, SOP1 S_NOT_B64 (opcode 31 = 0x1f; LLVM gfx11_asm_sop1.s encodes s_not_b64 s[0:1], s[2:3] as
+  # 02 1f 80 be): D.u64 = ~S0.u64, SCC = D.u64 != 0. Reference: numpy's 64-bit bitwise not.
+  assert bytes(np.array(sop1(31, 0, 2), np.uint32).view(np.uint8)) == bytes([0x02, 0x1F, 0x80, 0xBE])
+  w = run(sop1(31, 4, 2), sgpr={2: src & M32, 3: src >> 32}, scc=1 - int(src != 2**64 - 1))
+  want = int(np.invert(np.uint64(src)))
+  assert (w.sgpr[4], w.sgpr[5], w.scc) == (want & M32, want >> 32, int(want != 0))
+  assert (w.sgpr[2], w.sgpr[3]) == (src & M32, src >> 32)  # the source pair is untouched
+
+
+def test_s_not_b64_inline_constant_source():
+  # an inline integer constant in a 64-bit operand is the 64-bit value: ~(-1) = 0 (SCC 0), ~5 = 0xFFFF_FFFF_FFFF_FFFA
+  w = run(sop1(31, 4, 193), sop1(31, 6, 133), scc=1)
+  assert (w.sgpr[4], w.sgpr[5]) == (0, 0) and (w.sgpr[6], w.sgpr[7]) == (int(np.invert(np.uint64(5))) & M32, M32)
+  assert w.scc == 1  # the last op's result (~5) is non-zero
+  assert run(sop1(31, 4, 193), scc=1).scc == 0

@@ -279,6 +279,11 @@ class Emulator:
       v = ~self.sread(w, s, inst) & MASK32
       self.swrite(w, d, v)
       w.scc = int(v != 0)
+    elif op == 31:  # s_not_b64: D.u64 = ~S0.u64; SCC = D.u64 != 0 (opcode 0x1f, LLVM gfx11_asm_sop1.s)
+      v = ~self.sread64(w, s, inst) & MASK64
+      self.swrite(w, d, v)
+      self.swrite(w, d + 1, v >> 32)
+      w.scc = int(v != 0)
     elif op in SAVEEXEC:  # s_*_saveexec_b32: sdst = exec; exec = op(src, exec)
       old, src = w.exec, self.sread(w, s, inst)
       w.exec = SAVEEXEC[op][1](src, old)

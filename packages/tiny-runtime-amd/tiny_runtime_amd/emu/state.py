@@ -153,7 +153,8 @@ def _sop1_name(op: int) -> str:
   return {0: "s_mov_b32", 1: "s_mov_b64", 2: "s_cmov_b32", 4: "s_brev_b32", 71: "s_getpc_b64", 72: "s_setpc_b64",
           73: "s_swappc_b64", 9: "s_ctz_i32_b64", 25: "s_bcnt1_i32_b64", 8: "s_ctz_i32_b32", 10: "s_clz_i32_u32",
           14: "s_sext_i32_i8", 15: "s_sext_i32_i16", 16: "s_bitset0_b32", 18: "s_bitset1_b32", 21: "s_abs_i32",
-          22: "s_bcnt0_i32_b32", 24: "s_bcnt1_i32_b32", 30: "s_not_b32"}.get(op, f"sop1_{op}")
+          22: "s_bcnt0_i32_b32", 24: "s_bcnt1_i32_b32", 30: "s_not_b32",
+          31: "s_not_b64"}.get(op, f"sop1_{op}")
 
 
 def _vop3_name(op: int) -> str:
