@@ -192,3 +192,20 @@ def test_s_not_b64_inline_constant_source():
   assert (w.sgpr[4], w.sgpr[5]) == (0, 0) and (w.sgpr[6], w.sgpr[7]) == (int(np.invert(np.uint64(5))) & M32, M32)
   assert w.scc == 1  # the last op's result (~5) is non-zero
   assert run(sop1(31, 4, 193), scc=1).scc == 0
+
+
+def test_mad_i64_i32_and_mad_u64_u32_carry_out():
+  # RDNA3 ISA, VOP3SD: V_MAD_U64_U32 {D1.u1, D0.u64} = S0.u32 * S1.u32 + S2.u64 and V_MAD_I64_I32 (opcode 0x2ff)
+  # {D1.i1, D0.i64} = S0.i32 * S1.i32 + S2.i64, both as 65-bit results: D1 (the sdst lane bit) is bit 64
+  a, b = rng.integers(0, 2**32, 32).tolist(), rng.integers(0, 2**32, 32).tolist()
+  c = rng.integers(0, 2**64, 32, dtype=np.uint64).tolist()
+  a[:3], b[:3], c[:3] = [M32, 0x8000_0000, 5], [M32, 0x8000_0000, 7], [2**64 - 1, 0, 2**63]
+  vg = {0: a, 1: b, 2: [v & M32 for v in c], 3: [v >> 32 for v in c]}
+  w = run(vop3(0x2FF, 4, V(0), V(1), V(2), sdst=8), vop3(0x2FE, 6, V(0), V(1), V(2), sdst=9), vgpr=vg)
+  sx = lambda v, n: v - (1 << n) if v >> (n - 1) & 1 else v
+  signed = [sx(x, 32) * sx(y, 32) + sx(z, 64) for x, y, z in zip(a, b, c)]
+  unsigned = [x * y + z for x, y, z in zip(a, b, c)]
+  assert [lo | hi << 32 for lo, hi in zip(w.vgpr[4], w.vgpr[5])] == [v % 2**64 for v in signed]
+  assert w.sgpr[8] == sum(1 << i for i, v in enumerate(signed) if (v % 2**65) >> 64)
+  assert [lo | hi << 32 for lo, hi in zip(w.vgpr[6], w.vgpr[7])] == [v % 2**64 for v in unsigned]
+  assert w.sgpr[9] == sum(1 << i for i, v in enumerate(unsigned) if v >> 64) and w.sgpr[9] & 1
