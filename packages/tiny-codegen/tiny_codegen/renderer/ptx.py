@@ -2,7 +2,8 @@
 
 The kernel is `.visible .entry name(.param .u64 data0, ..., .param .s32 var_<name>, ...)`: buffer pointers by PARAM
 slot, then DEFINE_VARs in name order, `<name>` as `var_ident` spells it (docs/PIPELINE.md §4, GPU-style).
-`SPECIAL` gidx{i} is `%ctaid.{x,y,z}`, lidx{i} `%tid.{x,y,z}`; launch `spec.global_size` blocks of `spec.local_size` threads.
+`SPECIAL` gidx{i} is `%ctaid.{x,y,z}`, lidx{i} `%tid.{x,y,z}`; launch `spec.global_size` blocks of
+`spec.local_size` threads.
 
 Values live in virtual registers: `%p` predicates (bool), `%rs` 16 bits (int8/int16/half; 8-bit values are kept
 sign/zero-extended in 16 bits), `%r` 32-bit ints, `%f` float, `%rd` 64-bit ints and addresses, `%fd` double. A
