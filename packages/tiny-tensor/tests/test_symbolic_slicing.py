@@ -90,3 +90,15 @@ def test_tinyjit_replays_one_capture_for_every_value():
     np.testing.assert_allclose(got[2].numpy(), A[m:m + 2, k:].sum())
   assert f.captured is not None and len(set(counts)) == 1 and counts[0] == f.captured.kernel_count
   assert all(c is f.captured for c in caps[1:])  # captured on the second call, replayed for every other value
+
+
+@pytest.mark.parametrize("names", [("x.0", "esc_x_2e_0"), ("batch size", "n-1")])
+def test_variable_names_that_are_not_identifiers(names):
+  # ONNX names an unknown dim "x.0", a dim_param may hold any string: every renderer (C, OpenCL, PTX, LLVM IR) spells
+  # the kernel argument as a legal identifier, and a name that looks like an escaped one does not collide with it
+  u, v = Variable(names[0], 1, 6), Variable(names[1], 1, 10)
+  a = Tensor(A).realize()
+  for k, m in ((3, 7), (6, 2)):
+    s = a[:u.bind(k), :v.bind(m)]
+    np.testing.assert_allclose(s.sum().numpy(), A[:k, :m].sum())
+    np.testing.assert_allclose((s * 2 - 1).max().numpy(), (A[:k, :m] * 2 - 1).max())

@@ -7,6 +7,7 @@ Both use the CPU calling convention `void name(T0* data0, ..., int var0, ..., in
 """
 from __future__ import annotations
 
+import re
 from typing import Any, Callable, Iterator, NamedTuple, Sequence, overload
 
 from tiny_uop.device import Renderer
@@ -17,7 +18,7 @@ from tiny_uop.uop import AXIS_LETTER, AxisType, Ops, UOp
 from tiny_codegen.machine import Machine, host_machine
 
 __all__ = ["CPURenderer", "CWriter", "SourceExprs", "RenderError", "ValueNames", "count_uses", "kernel_params",
-           "var_args", "OOBCheck", "oob_checks", "nontemporal_store", "lane_accumulator_loops"]
+           "var_args", "var_ident", "OOBCheck", "oob_checks", "nontemporal_store", "lane_accumulator_loops"]
 
 
 class CPURenderer(Renderer):
@@ -231,7 +232,7 @@ class CWriter:
     with no code; False for anything else."""
     op = u.op
     if op is Ops.PARAM: self.r[u] = f"data{u.arg}"
-    elif op is Ops.DEFINE_VAR: self.r[u] = u.arg[0]
+    elif op is Ops.DEFINE_VAR: self.r[u] = var_ident(u.arg[0])
     elif op is Ops.RANGE:
       self.r[u] = f"{AXIS_LETTER.get(u.arg[1], 'r')}idx{u.arg[0]}" if isinstance(u.arg, tuple) else f"ridx{u.arg}"
       ctype = "int" if u.dtype == dtypes.int32 or self.render_dtype is None else self.render_dtype(u.dtype)
@@ -256,6 +257,25 @@ class CWriter:
     self.emit(f"if ({self.gates[idx]}) {st}" if idx in self.gates else st)
 
 
+def var_ident(name: str) -> str:
+  """The identifier a Variable named `name` gets in rendered source (C, OpenCL, PTX, LLVM IR).
+
+  A Variable's name is any string (ONNX names an unknown dim `"x.0"`, a `dim_param` may be `"batch size"`), but kernel
+  source needs an identifier. A plain identifier (`[A-Za-z_][A-Za-z0-9_]*`) is kept; any other name becomes `esc_`
+  followed by its ASCII letters and digits, every other character as `_<hex code point>_`: `"x.0"` -> `esc_x_2e_0`.
+  The map is one-to-one (plain names never start with `esc_`; those that do are escaped too), so two Variables never
+  share an identifier. Arguments are passed by position (`kernel_params`), so the runtime never needs the name back.
+
+  >>> var_ident("start_pos"), var_ident("x.0")
+  ('start_pos', 'esc_x_2e_0')
+  """
+  if _PLAIN_IDENT.fullmatch(name) and not name.startswith("esc_"): return name
+  return "esc_" + "".join(c if c.isascii() and c.isalnum() else f"_{ord(c):x}_" for c in name)
+
+
+_PLAIN_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
 def var_args(dvars: list[UOp], ctype: str) -> list[str]:
-  """One `<ctype> name` argument per distinct DEFINE_VAR name, in order."""
-  return [f"{ctype} {n}" for n in dict.fromkeys(v.arg[0] for v in dvars)]
+  """One `<ctype> name` argument per distinct DEFINE_VAR name, in order (names as `var_ident` spells them)."""
+  return [f"{ctype} {var_ident(n)}" for n in dict.fromkeys(v.arg[0] for v in dvars)]

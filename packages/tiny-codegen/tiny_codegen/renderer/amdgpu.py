@@ -24,7 +24,7 @@ from tiny_uop.pattern import PatternMatcher, UPat
 from tiny_uop.uop import Ops, UOp
 
 from tiny_codegen.compiler.amdgpu import AMDGPUCompiler, amdgpu_datalayout
-from tiny_codegen.renderer import kernel_params
+from tiny_codegen.renderer import kernel_params, var_ident
 from tiny_codegen.renderer.llvmir import _LLVMEmitter, ltype
 from tiny_codegen.renderer.ptx import gpu_math_matcher
 
@@ -157,12 +157,12 @@ class _AMDGPUEmitter(_LLVMEmitter):
     args = [f"ptr addrspace(1) noalias align 16 %data{p.arg}" for p in params]
     seen: set[str] = set()
     for dv in dvars:
-      if dv.arg[0] not in seen: args.append(f"i32 %var.{dv.arg[0]}")
+      if dv.arg[0] not in seen: args.append(f"i32 %var.{var_ident(dv.arg[0])}")
       seen.add(dv.arg[0])
     for u in uops:
       op, dt, src = u.op, u.dtype, u.src
       if op is Ops.PARAM: self.r[u] = f"%data{u.arg}"
-      elif op is Ops.DEFINE_VAR: self.r[u] = f"%var.{u.arg[0]}"
+      elif op is Ops.DEFINE_VAR: self.r[u] = f"%var.{var_ident(u.arg[0])}"
       elif op is Ops.SPECIAL:
         if u.arg[:4] not in ("gidx", "lidx"):
           raise NotImplementedError(f"{self.target} renderer has no index {u.arg!r}")

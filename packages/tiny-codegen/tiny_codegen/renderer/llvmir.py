@@ -20,7 +20,7 @@ from tiny_uop.uop import AXIS_LETTER, Ops, UOp
 from tiny_codegen.compiler.llvm import LLVMCompiler
 from tiny_codegen.machine import Machine, host_machine
 from tiny_codegen.renderer import (CPURenderer, RenderError, ValueNames, kernel_params, lane_accumulator_loops,
-                                   nontemporal_store, oob_checks)
+                                   nontemporal_store, oob_checks, var_ident)
 
 _INTR = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc", Ops.POW: "pow"}
 _ALU_OPS = {*_INTR, Ops.WHERE, Ops.NEG, Ops.RECIPROCAL, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.MULACC, Ops.ADD,
@@ -457,14 +457,14 @@ class _LLVMEmitter:
     args = [f"ptr noalias %data{p.arg}" for p in params]
     seen: set[str] = set()
     for dv in dvars:
-      if dv.arg[0] not in seen: args.append(f"i32 %var.{dv.arg[0]}")
+      if dv.arg[0] not in seen: args.append(f"i32 %var.{var_ident(dv.arg[0])}")
       seen.add(dv.arg[0])
     args.append(f"i32{_core_id_range(uops)} %core_id")
     block = "entry"
     for u in uops:
       op, dt, src = u.op, u.dtype, u.src
       if op is Ops.PARAM: self.r[u] = f"%data{u.arg}"
-      elif op is Ops.DEFINE_VAR: self.r[u] = f"%var.{u.arg[0]}"  # prefixed: can't clash with our temporaries
+      elif op is Ops.DEFINE_VAR: self.r[u] = f"%var.{var_ident(u.arg[0])}"  # prefixed: no clash with temporaries
       elif op is Ops.SPECIAL:
         if u.arg != "core_id": raise NotImplementedError(f"LLVM CPU renderer has no GPU index {u.arg!r}")
         self.r[u] = "%core_id"

@@ -1,8 +1,9 @@
 """PTX renderer (`PTXRenderer`): linear UOps -> NVIDIA PTX assembly for sm_70 and newer (device NV/CUDA).
 
 The kernel is `.visible .entry name(.param .u64 data0, ..., .param .s32 var_<name>, ...)`: buffer pointers by PARAM
-slot, then DEFINE_VARs in name order (docs/PIPELINE.md §4, GPU-style). `SPECIAL` gidx{i} is `%ctaid.{x,y,z}`, lidx{i}
-`%tid.{x,y,z}`; launch `spec.global_size` blocks of `spec.local_size` threads.
+slot, then DEFINE_VARs in name order, `<name>` as `var_ident` spells it (docs/PIPELINE.md §4, GPU-style).
+`SPECIAL` gidx{i} is `%ctaid.{x,y,z}`, lidx{i} `%tid.{x,y,z}`; launch `spec.global_size` blocks of
+`spec.local_size` threads.
 
 Values live in virtual registers: `%p` predicates (bool), `%rs` 16 bits (int8/int16/half; 8-bit values are kept
 sign/zero-extended in 16 bits), `%r` 32-bit ints, `%f` float, `%rd` 64-bit ints and addresses, `%fd` double. A
@@ -36,7 +37,7 @@ from tiny_uop.uop import Ops, UOp
 
 from tiny_codegen.compiler.ptx import PTXCompiler
 from tiny_codegen.lower import transcendental
-from tiny_codegen.renderer import ValueNames, kernel_params
+from tiny_codegen.renderer import ValueNames, kernel_params, var_ident
 
 # dtype -> (PTX instruction type, register class)
 _TYPES: dict[DType, tuple[str, str]] = {
@@ -426,7 +427,7 @@ class _PTXEmitter:
     args = [f"\t.param .u64 data{p.arg}" for p in params]
     seen: set[str] = set()
     for dv in dvars:
-      if dv.arg[0] not in seen: args.append(f"\t.param .s32 var_{dv.arg[0]}")
+      if dv.arg[0] not in seen: args.append(f"\t.param .s32 var_{var_ident(dv.arg[0])}")
       seen.add(dv.arg[0])
     loops: dict[UOp, tuple[str, str]] = {}
     ifs: dict[UOp, str] = {}
@@ -438,7 +439,7 @@ class _PTXEmitter:
         self.r[u] = [reg]
       elif op is Ops.DEFINE_VAR:
         reg = self.reg("r")
-        self.prologue.append(f"\tld.param.s32 {reg}, [var_{u.arg[0]}];")
+        self.prologue.append(f"\tld.param.s32 {reg}, [var_{var_ident(u.arg[0])}];")
         self.r[u] = [reg]
       elif op is Ops.SPECIAL:
         if u.arg[:4] not in ("gidx", "lidx"): raise NotImplementedError(f"PTX renderer has no index {u.arg!r}")

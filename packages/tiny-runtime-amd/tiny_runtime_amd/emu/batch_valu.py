@@ -542,7 +542,7 @@ def _carry_vop3(op: int, a: Callable[[Batch], Any], c: Callable[[Batch], Any], c
 
 def _mad_u64(a: Callable[[Batch], Any], c: Callable[[Batch], Any], code2: int, inst: Inst, d: int, sdst: int,
              nxt: int) -> Op:
-  """v_mad_u64_u32: D(64) = S0 * S1 + S2(64), the carry mask 0."""
+  """v_mad_u64_u32: D(64) = S0 * S1 + S2(64), the carry out of the 65-bit sum to sdst."""
   if code2 >= 256:
     r2 = code2 - 256
     z = lambda b: b.V[r2].astype(U64) | (b.V[r2 + 1].astype(U64) << U64(32))  # noqa: E731
@@ -554,10 +554,11 @@ def _mad_u64(a: Callable[[Batch], Any], c: Callable[[Batch], Any], code2: int, i
       return U64(v) if type(v) is int else np.repeat(v, b.W)
 
   def run(b: Batch) -> int:
-    r = np.asarray(a(b), U64) * np.asarray(c(b), U64) + z(b)
+    addend = z(b)
+    r = np.asarray(a(b), U64) * np.asarray(c(b), U64) + addend  # the product is < 2**64: the add alone carries
     put(b, d, (r & U64(MASK32)).astype(U32))
     put(b, d + 1, (r >> U64(32)).astype(U32))
-    b.set_mask(sdst, np.zeros(b.L, bool))
+    b.set_mask(sdst, np.broadcast_to(r < addend, (b.L,)).copy())
     return nxt
   return run
 

@@ -295,6 +295,7 @@ VOP3: dict[int, tuple[str, Callable[[int, int, int], int]]] = {
   0x32C: ("v_mul_lo_u32", lambda a, b, c: (a * b) & MASK32), 0x32D: ("v_mul_hi_u32", lambda a, b, c: (a * b) >> 32),
 }
 VOP3_ADD_CO_U32, VOP3_SUB_CO_U32, VOP3_MAD_U64_U32, VOP3_LSHLREV_B64 = 0x300, 0x301, 0x2FE, 0x33C
+VOP3_MAD_I64_I32 = 0x2FF  # v_mad_i64_i32 (VOP3SD): the signed twin of v_mad_u64_u32
 # float64 VOP3 ops: op -> (name, fn on 64-bit patterns); ldexp takes an int32 second operand
 VOP3_F64: dict[int, tuple[str, Callable[..., int]]] = {
   0x214: ("v_fma_f64", _fd(_fma64)), 0x327: ("v_add_f64", _fd(lambda a, b: a + b)),

@@ -35,6 +35,7 @@ from tiny_runtime_amd.emu.isa import (DPP16, DPP8, DPP8_FI, DS_ATOMICS, DS_D16, 
                                       _f16_bits_rtz, _ff, _fma, _fma64, _fmax, _fmin, _ldexp, _med3, _s16, _sqrt,
                                       _structs, atomic_result, bits32, bits64, f32, f64, i32, sext, vec_f16, vec_f32,
                                       vopc_compare)
+from tiny_runtime_amd.emu.isa import VOP3_MAD_I64_I32
 from tiny_runtime_amd.emu.state import Inst, Memory, PrivateMemory, Wave, Wave64, _bits, decode
 
 
@@ -278,6 +279,11 @@ class Emulator:
     elif op == 30:
       v = ~self.sread(w, s, inst) & MASK32
       self.swrite(w, d, v)
+      w.scc = int(v != 0)
+    elif op == 31:  # s_not_b64: D.u64 = ~S0.u64; SCC = D.u64 != 0 (opcode 0x1f, LLVM gfx11_asm_sop1.s)
+      v = ~self.sread64(w, s, inst) & MASK64
+      self.swrite(w, d, v)
+      self.swrite(w, d + 1, v >> 32)
       w.scc = int(v != 0)
     elif op in SAVEEXEC:  # s_*_saveexec_b32: sdst = exec; exec = op(src, exec)
       old, src = w.exec, self.sread(w, s, inst)
@@ -715,12 +721,16 @@ class Emulator:
       else: r = [y - x - (cin >> ln & 1) for ln, x, y in zip(lanes, a, b)]
       self.store(w, f["vdst"], lanes, [v & MASK32 for v in r])
       self.wmask(w, f["sdst"], sum(1 << ln for ln, v in zip(lanes, r) if v > MASK32 or v < 0))
-    elif op == VOP3_MAD_U64_U32:
-      c = self.col64(w, f["src2"], lanes, inst)
-      r = [(x * y + z) & MASK64 for x, y, z in zip(*cols(2), c)]
+    elif op in (VOP3_MAD_U64_U32, VOP3_MAD_I64_I32):
+      # {D1.u1, D0.u64} = 65-bit S0.u32 * S1.u32 + S2.u64 / S0.i32 * S1.i32 + S2.i64 (sign-extended): D1 is the
+      # 65-bit result's top bit (the carry out; for i64 the sign of the exact result)
+      c, (a, b) = self.col64(w, f["src2"], lanes, inst), cols(2)
+      if op == VOP3_MAD_U64_U32: full = [x * y + z for x, y, z in zip(a, b, c)]
+      else: full = [sext(x, 32) * sext(y, 32) + sext(z, 64) for x, y, z in zip(a, b, c)]
+      r = [v & MASK64 for v in full]
       self.store(w, f["vdst"], lanes, [v & MASK32 for v in r])
       self.store(w, f["vdst"] + 1, lanes, [v >> 32 for v in r])
-      self.wmask(w, f["sdst"], 0)
+      self.wmask(w, f["sdst"], sum(1 << ln for ln, v in zip(lanes, full) if v >> 64 & 1))
     elif op in (VOP3_LSHLREV_B64, 0x33D, 0x33E):  # v_lshlrev_b64 / v_lshrrev_b64 / v_ashrrev_i64
       v64, (sh,) = self.col64(w, f["src1"], lanes, inst), cols(1)
       if op == VOP3_LSHLREV_B64: r = [(v << (s & 63)) & MASK64 for v, s in zip(v64, sh)]
@@ -1130,7 +1140,8 @@ __all__ = ["DPP16", "DPP8", "DPP8_FI", "DS_ATOMICS", "DS_D16", "DS_NAMES", "DS_O
            "SOPC_NAMES", "SOPP_NAMES", "UnsupportedInstruction", "VCC_HI", "VCC_LO", "VOP1", "VOP1_16", "VOP1_F64",
            "VOP1_SPECIAL", "VOP2", "VOP2_16", "VOP2_ADD_CO_CI", "VOP2_CNDMASK", "VOP2_FLOAT", "VOP2_FMAAK",
            "VOP2_FMAC", "VOP2_FMAMK", "VOP2_SPECIAL", "VOP3", "VOP3P_PK", "VOP3SD", "VOP3_16", "VOP3_ADD_CO_U32",
-           "VOP3_F32_RESULT", "VOP3_F64", "VOP3_LSHLREV_B64", "VOP3_MAD_U64_U32", "VOP3_SUB_CO_U32", "VOPD_FLOAT",
+           "VOP3_F32_RESULT", "VOP3_F64", "VOP3_LSHLREV_B64",
+           "VOP3_MAD_I64_I32", "VOP3_MAD_U64_U32", "VOP3_SUB_CO_U32", "VOPD_FLOAT",
            "WAVE", "WMMA", "Wave", "Wave64", "_F32_FN", "_SOPC_FN", "_SUBDWORD", "_VOPD_TO_VOP2", "_bf16", "_bfe_i32",
            "_bits", "_cvt_i32", "_dwords", "_f16", "_f16_bits", "_f16_bits_rtz", "_ff", "_fma", "_fma64", "_fmax",
            "_fmin", "_ldexp", "_med3", "_s16", "_sqrt", "_structs", "atomic_result", "bits32", "bits64", "decode",

@@ -11,6 +11,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from tiny_runtime_amd.emu.isa import VOP3_MAD_I64_I32
 from tiny_runtime_amd.emu.isa import (DPP16, DPP8, DPP8_FI, DS_ATOMICS, DS_NAMES, DS_PERMUTE, EXEC_HI, EXEC_LO,
                                       FLAT_ATOMICS, FLAT_NAMES, LITERAL, MASK32, SAVEEXEC, SMEM_LOADS, SOP2, SOP2_B64,
                                       SOPC_NAMES, SOPP_NAMES, UnsupportedInstruction, VCC_HI, VCC_LO, VOP1, VOP1_16,
@@ -153,7 +154,8 @@ def _sop1_name(op: int) -> str:
   return {0: "s_mov_b32", 1: "s_mov_b64", 2: "s_cmov_b32", 4: "s_brev_b32", 71: "s_getpc_b64", 72: "s_setpc_b64",
           73: "s_swappc_b64", 9: "s_ctz_i32_b64", 25: "s_bcnt1_i32_b64", 8: "s_ctz_i32_b32", 10: "s_clz_i32_u32",
           14: "s_sext_i32_i8", 15: "s_sext_i32_i16", 16: "s_bitset0_b32", 18: "s_bitset1_b32", 21: "s_abs_i32",
-          22: "s_bcnt0_i32_b32", 24: "s_bcnt1_i32_b32", 30: "s_not_b32"}.get(op, f"sop1_{op}")
+          22: "s_bcnt0_i32_b32", 24: "s_bcnt1_i32_b32", 30: "s_not_b32",
+          31: "s_not_b64"}.get(op, f"sop1_{op}")
 
 
 def _vop3_name(op: int) -> str:
@@ -173,7 +175,8 @@ def _vop3_name(op: int) -> str:
           0x136: "v_fmac_f16_e64", 0x25D: "v_cndmask_b16", 0x33D: "v_lshrrev_b64",
           0x33E: "v_ashrrev_i64", 0x32B: "v_ldexp_f64", 0x2FD: "v_div_scale_f64",
           0x238: "v_div_fmas_f64", VOP3_ADD_CO_U32: "v_add_co_u32", 0x2FC: "v_div_scale_f32", 0x237: "v_div_fmas_f32",
-          VOP3_SUB_CO_U32: "v_sub_co_u32", VOP3_MAD_U64_U32: "v_mad_u64_u32", 0x360: "v_readlane_b32",
+          VOP3_SUB_CO_U32: "v_sub_co_u32", VOP3_MAD_U64_U32: "v_mad_u64_u32",
+          VOP3_MAD_I64_I32: "v_mad_i64_i32", 0x360: "v_readlane_b32",
           0x361: "v_writelane_b32",
           VOP3_LSHLREV_B64: "v_lshlrev_b64"}.get(op, f"vop3_{op:#x}")
 
