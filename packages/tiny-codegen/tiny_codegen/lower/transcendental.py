@@ -168,9 +168,10 @@ def log2(x: UOp) -> UOp:
 
 # ***** Payne-Hanek reduction: x * 2/pi mod 4 in exact integer arithmetic, for any finite x *****
 # bits per limb: a limb product (44 bits) plus a few column terms and a carry fit an int64, and a limb converts to
-# float32 exactly. Not 24: LLVM's AMDGPU backend (llvmlite 0.46's LLVM) turns `mul i64 a, (and b, 0xFFFFFF)` into a
-# 24-bit multiply that masks by itself, drops the `and`, then fuses the multiply with an add into v_mad_u64_u32,
-# which does not mask: b's high bits leak into the product (found on MOCK+AMD; a 22-bit mask stays in the code).
+# float32 exactly. Not 24: LLVM's AMDGPU backend (LLVM 22.1 in llvmlite 0.50; reproduction in tiny-runtime-amd's
+# README, Known issues) turns `mul i64 a, (and b, 0xFFFFFF)` into a 24-bit multiply that masks by itself, drops the
+# `and`, then fuses the multiply with an add into v_mad_u64_u32, which does not mask: b's high bits leak into the
+# product (found on MOCK+AMD; a 22-bit mask stays in the code).
 _LIMB = 22
 _MASK = (1 << _LIMB) - 1
 
