@@ -35,7 +35,8 @@ from tiny_uop.uop import AxisType, Ops, UOp
 from tiny_codegen.lower.expander import VECTOR_LANES
 from tiny_codegen.machine import Machine, machine_of
 from tiny_codegen.opt.heuristic_common import (_awkward, _output_axes_with_bounds, _register_block, _store_index,
-                                               _trips, _try, _unroll_reduce, _upcast_contiguous)
+                                               _trips, _try, _unroll_reduce, _upcast_contiguous,
+                                               representative_size)
 from tiny_codegen.opt.kernel import MAX_LANES, Kernel, Opt, OptOps, _bound, stride_of
 
 
@@ -129,7 +130,7 @@ def _vector_block(k: Kernel, loads: list[UOp]) -> bool:
     for ld in loads:
       idx = ld.src[0].src[1]
       if stride_of(idx, r, rngs) != 1: continue
-      others = [(j, x, m) for j, x, m in outs if x is not r and x not in idx.ranges]
+      others = [(j, x, m) for j, x, m in outs + _symbolic_output_axes(k) if x is not r and x not in idx.ranges]
       if others and (best is None or (amt, len(others)) > best[:2]): best = (amt, len(others), i, r, others)
   if best is None: return False
   amt, _, i, r, others = best
@@ -148,7 +149,7 @@ def _vector_block(k: Kernel, loads: list[UOp]) -> bool:
   others.sort(key=lambda o: (_awkward(o[1], loads, rngs, k.reduce_axes)[0], -o[0]))
   rows: tuple[int, int] | None = None  # (id, lanes) of the first axis blocked around the vector
   for _, x, m in others:
-    got = next((a for a in _block_amounts(m, budget // vectors) if m % a == 0), 0)
+    got = _row_block(x, m, budget // vectors)
     if got and _try(k, Opt(OptOps.UPCAST, k.output_axes.index(x), got)):
       vectors, blocked = vectors * got, blocked + 1
       rows = rows or (x.arg[0], got)
@@ -156,6 +157,23 @@ def _vector_block(k: Kernel, loads: list[UOp]) -> bool:
   if gemm: _widen_vector_block(k, r.arg[0], amt, vectors)
   if gemm and rows is not None: _tile_rows(k, *rows)
   return True
+
+
+def _symbolic_output_axes(k: Kernel) -> list[tuple[int, UOp, int]]:
+  """(index, range, `representative_size`) of the LOOP/GLOBAL output axes whose bound is symbolic (a batch or
+  sequence Variable) and more than 1 at that size: `_vector_block` blocks such an axis's rows like a constant one
+  (`_row_block`), its last block masked (`Kernel._split_tail`)."""
+  return [(i, r, n) for i, r in enumerate(k.output_axes) if r.arg[1] in (AxisType.LOOP, AxisType.GLOBAL)
+          and _bound(r) is None and (n := representative_size(r)) > 1]
+
+
+def _row_block(x: UOp, m: int, most: int) -> int:
+  """The lanes to block output axis `x` of size `m` by, with room for `most` more accumulators (0: none): the first
+  of `_block_amounts` that divides a constant `m`; for a symbolic bound (`m` its representative size) the first that
+  is at most `m`, since the masked tail takes any remainder, and a block wider than the typical size would mostly
+  compute masked lanes."""
+  if _bound(x) is not None: return next((a for a in _block_amounts(m, most) if m % a == 0), 0)
+  return next((a for a in _block_amounts(m, most) if a <= m), 0)
 
 
 def tile_min_bytes(m: Machine) -> int:

@@ -1,0 +1,76 @@
+"""The CPU heuristics on kernels over a symbolic (Variable) bound (issue #39): a symbolic axis weighs as its
+`representative_size`, so a matmul over a Variable batch gets the register block a fixed-size one gets (its rows
+upcast with a masked tail, `Kernel._split_tail`), and the results match numpy for every value of the Variable."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from tiny_uop import AxisType, KernelInfo, Ops, UOp, dtypes
+from tiny_uop.plugins import Device
+
+import kernel_runner as kr
+from tiny_codegen import get_program
+from tiny_codegen.opt import Kernel, KernelOptError, Opt, OptOps, optimize_kernel
+from tiny_codegen.opt.heuristic_common import representative_size
+
+
+def matmul_ast(M: int | UOp, N: int, K: int, cap: int, opts: tuple | None = None) -> UOp:
+  """(M x K) @ (K x N) into C, buffers sized for `cap` rows; M may be a Variable."""
+  c, a, b = (UOp(Ops.PARAM, dtypes.float.ptr(n), arg=i) for i, n in enumerate((cap * N, cap * K, K * N)))
+  i, j, k = UOp.range(M, 0), UOp.range(N, 1), UOp.range(K, 2, AxisType.REDUCE)
+  val = (a.index(i * K + k).load() * b.index(k * N + j).load()).reduce(k, arg=Ops.ADD)
+  return c.index(i * N + j).store(val).sink(arg=KernelInfo(opts_to_apply=opts))
+
+
+def check(ast: UOp, cap: int, N: int, K: int, values: tuple[int, ...]) -> None:
+  """Run the compiled `ast` at each value of its Variable against numpy; rows past it must stay untouched."""
+  spec = get_program(ast, Device["CPU"].renderer)
+  rng = np.random.default_rng(3)
+  for m in values:
+    A, B = rng.standard_normal((cap, K)).astype(np.float32), rng.standard_normal((K, N)).astype(np.float32)
+    C = np.full((cap, N), 7.0, np.float32)
+    kr.run(spec, [C, A, B], (m,))
+    np.testing.assert_allclose(C[:m], A[:m] @ B, rtol=1e-4, atol=1e-4, err_msg=f"m={m}")
+    assert (C[m:] == 7.0).all(), f"m={m}: the masked tail wrote past the bound"
+
+
+@pytest.mark.parametrize("lo, hi, want", [(1, 64, 8), (16, 64, 32), (1, 1, 1), (4, 4, 4), (1, 512, 23)])
+def test_representative_size_is_the_geometric_middle(lo: int, hi: int, want: int) -> None:
+  r = UOp.range(UOp.variable("v", lo, hi), 0)
+  assert representative_size(r) == want == round(np.sqrt(max(lo, 1) * hi))
+  assert representative_size(UOp.range(12, 0)) == 12
+
+
+@pytest.mark.parametrize("regs", [(32, 64), (16, 32)])
+def test_symbolic_batch_matmul_gets_the_fixed_size_block(vector_registers, regs: tuple) -> None:
+  # before: the symbolic rows counted 1, the kernel looked like a matrix-vector product (reuse 1): 4 lanes + unroll
+  vector_registers(*regs)
+  ren = Device["CPU"].renderer
+  N, K, cap = 64, 32, 64
+  m = UOp.variable("m", 16, cap)
+  fixed = optimize_kernel(matmul_ast(32, N, K, cap), ren).arg.applied_opts  # 32: m's representative size
+  sym = optimize_kernel(matmul_ast(m, N, K, cap), ren)
+  assert sym.arg.applied_opts == fixed, (sym.arg.applied_opts, fixed)
+  assert Opt(OptOps.UPCAST, 0, regs[0] // 4) in fixed  # the rows are blocked (8 on AVX-512, 4 on AVX2)
+  check(sym, cap, N, K, (16, 17, 21, 40, 63, 64))
+  # [1, 64] (representative 8): the same block, 8 rows masked down to 1
+  sym1 = optimize_kernel(matmul_ast(UOp.variable("m", 1, cap), N, K, cap), ren)
+  assert sym1.arg.applied_opts == sym.arg.applied_opts
+  check(sym1, cap, N, K, (1, 2, 7, 9, 64))
+
+
+@pytest.mark.parametrize("amt", [2, 5, 8])
+def test_upcast_of_a_symbolic_axis_masks_its_tail(amt: int) -> None:
+  cap, N, K = 24, 16, 12
+  ast = matmul_ast(UOp.variable("m", 1, cap), N, K, cap, (Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 0, amt)))
+  check(ast, cap, N, K, (1, amt - 1, amt, amt + 1, 2 * amt + 1, cap))
+
+
+def test_symbolic_splits_that_cant_apply_say_why() -> None:
+  ren = Device["CPU"].renderer
+  m = UOp.variable("m", 1, 64)
+  with pytest.raises(KernelOptError, match="the amount must be an explicit int > 1"):
+    Kernel(matmul_ast(m, 16, 16, 64), ren).apply_opt(Opt(OptOps.UPCAST, 0, 0))
+  s = UOp.variable("s", 1, 64)
+  with pytest.raises(KernelOptError, match="only UPCAST of a LOOP/GLOBAL output axis splits a symbolic bound"):
+    Kernel(matmul_ast(8, 16, s, 64), ren).apply_opt(Opt(OptOps.UNROLL, 0, 4))
