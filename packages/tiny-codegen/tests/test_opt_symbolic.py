@@ -74,3 +74,30 @@ def test_symbolic_splits_that_cant_apply_say_why() -> None:
   s = UOp.variable("s", 1, 64)
   with pytest.raises(KernelOptError, match="only UPCAST of a LOOP/GLOBAL output axis splits a symbolic bound"):
     Kernel(matmul_ast(8, 16, s, 64), ren).apply_opt(Opt(OptOps.UNROLL, 0, 4))
+
+
+def elementwise_ast(M: int | UOp, N: int, cap: int) -> UOp:
+  """C = A * 2 + 1 over (M, N), buffers sized for `cap` rows; M may be a Variable."""
+  c, a = (UOp(Ops.PARAM, dtypes.float.ptr(cap * N), arg=i) for i in range(2))
+  i, j = UOp.range(M, 0), UOp.range(N, 1)
+  return c.index(i * N + j).store(a.index(i * N + j).load() * 2.0 + 1.0).sink(arg=KernelInfo())
+
+
+@pytest.mark.parametrize("lo, hi, rows", [(1, 128, 11), (64, 4096, 512)])
+def test_threads_for_a_symbolic_bound_as_for_its_representative_size(lo: int, hi: int, rows: int) -> None:
+  # a symbolic loop counted 2**16 iterations: every kernel over a sequence Variable was split across the threads,
+  # each launch waking the helpers for a few microseconds of work (bert_tiny replayed 30-80x slower than fixed-size)
+  R = type(Device["CPU"].renderer)
+  ren = R()
+  ren.threads = 4
+  ren.thread_min_work = 1 << 17  # between the two cases' work (11 x 256 and 512 x 256 float32s read and written)
+  N = 256
+  fixed = get_program(elementwise_ast(rows, N, hi), ren).global_size
+  spec = get_program(elementwise_ast(UOp.variable("m", lo, hi), N, hi), ren)
+  assert spec.global_size == fixed and fixed[0] == (1 if rows < 64 else 4), (spec.global_size, fixed)
+  rng = np.random.default_rng(5)
+  for m in sorted({lo, lo + 1, rows, hi - 3, hi}):
+    A, C = rng.standard_normal((hi, N)).astype(np.float32), np.zeros((hi, N), np.float32)
+    kr.run(spec, [C, A], (m,))
+    np.testing.assert_allclose(C[:m], A[:m] * 2 + 1, rtol=1e-6)
+    assert (C[m:] == 0).all()

@@ -3,12 +3,12 @@ the output axes and their bounds, register blocking, unrolling a reduce and upca
 import it; it imports neither (they used to import each other: issue #33)."""
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from tiny_uop.dtype import dtypes
 from tiny_uop.uop import AxisType, GroupOp, Ops, UOp
 
+from tiny_codegen.lower.dims import representative_trips
 from tiny_codegen.machine import Machine, machine_of
 from tiny_codegen.opt.kernel import Kernel, KernelOptError, Opt, OptOps, _bound, stride_of
 
@@ -26,18 +26,10 @@ def _store_index(k: Kernel) -> UOp | None:
 
 
 def representative_size(r: UOp) -> int:
-  """The size the heuristics weigh a range by: its bound when constant; for a symbolic bound (a Variable: a batch, a
-  sequence length, a KV cache position) the geometric middle of its range [max(vmin, 1), vmax], rounded. Not vmax:
-  `max_dims` and a KV cache's length are caps, and a kernel sized for the cap over-blocks the small calls that are
-  typical (a 1-token decode step under a 512-token cap); not vmin (often 1): that made every symbolic kernel look
-  like a tiny one, so none was blocked or unrolled (issue #39: tiny BERT 15-30x slower replayed symbolically). The
-  middle in log space is off from either end by the same factor. Only sizes are weighed with it: an opt that splits
-  the range still needs its constant bound (`Kernel._check`)."""
-  if (n := _bound(r)) is not None: return n
-  lo, hi = r.src[0].vmin, r.src[0].vmax
-  if not isinstance(lo, int) or not isinstance(hi, int): return 1
-  lo, hi = max(lo, 1), max(hi, 1)
-  return max(1, round(math.sqrt(lo * max(hi, lo))))
+  """The size the heuristics weigh range `r` by: its bound when constant, else `representative_trips` of its
+  symbolic bound (the geometric middle of the bound's range; see there why). Only sizes are weighed with it: an opt
+  that splits a symbolic range takes a masked tail (`Kernel._split_tail`) or doesn't apply."""
+  return representative_trips(r.src[0])
 
 
 def _trips(rngs: Any) -> int:

@@ -659,8 +659,8 @@ def _decide(sink: UOp) -> tuple[dict[UOp, None], dict[UOp, bool]]:
         all_int(shape_of(n)) and prod(shape_of(n)) >= REDUCE_SPLIT_OUTPUTS)): want.add(n)
     elif n.op in GroupOp.ALU and n not in want and reads_memory[n] and len(leaves[n]) >= WINDOW_MIN_BUFFERS and \
         all_int(shape_of(n)) and prod(shape_of(n)) >= WINDOW_MIN_SIZE and windowed[n][0]: want.add(n)
-    elif n.op in _TRANSCENDENTAL and n not in want and reads_memory[n] and expands[n] and all_int(shape_of(n)):
-      want.add(n)
+    elif n.op in _TRANSCENDENTAL and n not in want and reads_memory[n] and expands[n]:
+      want.add(n)  # of any shape: one over a Variable (a dynamic batch or sequence) is recomputed the same way
     rd: tuple[UOp, ...] = (n,) if n.op in (Ops.BUFFER, Ops.COPY, Ops.ASSIGN) else ()
     for s in n.src:
       for x in ((s,) if s in want else reads[s]):
