@@ -45,3 +45,25 @@ def test_jit_replays_the_realized_exp_at_every_size():
   for n in (3, 7, 1, 32, 9):
     np.testing.assert_allclose(_rows(f(x[:N.bind(n)]), n), np.exp(X[:n]) @ W, rtol=1e-4, atol=1e-4)
   assert f.captured is not None and f.captured.kernel_count == 2
+
+
+def _product_matmul(x: Tensor, y: Tensor, w: Tensor) -> Tensor: return ((x * y) @ w).realize()
+
+
+def test_big_elementwise_operand_of_a_matmul_over_a_variable_is_realized():
+  # x*y (two buffers, 64 x 512 at most) read by the matmul through its broadcast: fused, it is recomputed once per
+  # column block; the window rule realizes it from WINDOW_MIN_SIZE elements, a symbolic one by its largest size
+  M = Variable("m", 1, 64)
+  rng = np.random.default_rng(2)
+  X, Y = (rng.standard_normal((64, 512)).astype(np.float32) for _ in range(2))
+  W = rng.standard_normal((512, 32)).astype(np.float32)
+  x, y, w = (Tensor(a).realize() for a in (X, Y, W))
+  GlobalCounters.reset()
+  _product_matmul(x, y, w)
+  fixed = GlobalCounters.kernel_count
+  GlobalCounters.reset()
+  _product_matmul(x[:M.bind(40)], y[:M.bind(40)], w)
+  assert GlobalCounters.kernel_count == fixed == 2
+  for m in (1, 13, 40, 64):
+    got = _rows(_product_matmul(x[:M.bind(m)], y[:M.bind(m)], w), m)
+    np.testing.assert_allclose(got, (X[:m] * Y[:m]) @ W, rtol=1e-4, atol=1e-3)
