@@ -101,3 +101,33 @@ def test_threads_for_a_symbolic_bound_as_for_its_representative_size(lo: int, hi
     kr.run(spec, [C, A], (m,))
     np.testing.assert_allclose(C[:m], A[:m] * 2 + 1, rtol=1e-6)
     assert (C[m:] == 0).all()
+
+
+def scores_ast(S: int | UOp, D: int, cap: int) -> UOp:
+  """Attention scores C[i, j] = sum_d Q[i, d] K[j, d] over S x S positions (S may be a Variable), rows `cap` apart."""
+  c, q, k = (UOp(Ops.PARAM, dtypes.float.ptr(n), arg=i) for i, n in enumerate((cap * cap, cap * D, cap * D)))
+  i, j, d = UOp.range(S, 0), UOp.range(S, 1), UOp.range(D, 2, AxisType.REDUCE)
+  val = (q.index(i * D + d).load() * k.index(j * D + d).load()).reduce(d, arg=Ops.ADD)
+  return c.index(i * cap + j).store(val).sink(arg=KernelInfo())
+
+
+def test_symbolic_attention_scores_get_the_register_block() -> None:
+  # both output axes symbolic and no load contiguous along either (K is contiguous along d): `_register_block`
+  # blocks them as a fixed-size kernel's (64: 16 x 8), each by at most the representative size
+  ren = Device["CPU"].renderer
+  D, cap = 16, 40
+  fixed = optimize_kernel(scores_ast(64, D, 64), ren).arg.applied_opts
+  assert [(o.op, o.axis) for o in fixed] == [(OptOps.UPCAST, 1), (OptOps.UPCAST, 0)], fixed
+  sym = optimize_kernel(scores_ast(UOp.variable("s", 1, cap), D, cap), ren)  # representative size 6
+  # 4 x 4 (at most 6 each; a symbolic row is not a short one taken whole), 16 lanes: below BLOCK_NO_UNROLL_LANES,
+  # so D is unrolled too, as for a fixed kernel of a 4 x 4 block
+  assert sym.arg.applied_opts == (Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UNROLL, 0, 16)), \
+    sym.arg.applied_opts
+  spec = get_program(sym, ren)
+  rng = np.random.default_rng(4)
+  for s in (1, 3, 4, 6, 9, 37, 40):
+    Q, K = rng.standard_normal((cap, D)).astype(np.float32), rng.standard_normal((cap, D)).astype(np.float32)
+    C = np.full((cap, cap), 7.0, np.float32)
+    kr.run(spec, [C, Q, K], (s,))
+    np.testing.assert_allclose(C[:s, :s], Q[:s] @ K[:s].T, rtol=1e-4, atol=1e-4, err_msg=f"s={s}")
+    assert (C[s:] == 7.0).all() and (C[:, s:] == 7.0).all(), f"s={s}: the masked tail wrote past the bound"

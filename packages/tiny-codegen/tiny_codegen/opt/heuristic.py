@@ -36,7 +36,7 @@ from tiny_codegen.lower.expander import VECTOR_LANES
 from tiny_codegen.machine import Machine, machine_of
 from tiny_codegen.opt.heuristic_common import (_awkward, _output_axes_with_bounds, _register_block, _store_index,
                                                _trips, _try, _unroll_reduce, _upcast_contiguous,
-                                               representative_size)
+                                               symbolic_output_axes)
 from tiny_codegen.opt.kernel import MAX_LANES, Kernel, Opt, OptOps, _bound, stride_of
 
 
@@ -130,7 +130,7 @@ def _vector_block(k: Kernel, loads: list[UOp]) -> bool:
     for ld in loads:
       idx = ld.src[0].src[1]
       if stride_of(idx, r, rngs) != 1: continue
-      others = [(j, x, m) for j, x, m in outs + _symbolic_output_axes(k) if x is not r and x not in idx.ranges]
+      others = [(j, x, m) for j, x, m in outs + symbolic_output_axes(k) if x is not r and x not in idx.ranges]
       if others and (best is None or (amt, len(others)) > best[:2]): best = (amt, len(others), i, r, others)
   if best is None: return False
   amt, _, i, r, others = best
@@ -157,14 +157,6 @@ def _vector_block(k: Kernel, loads: list[UOp]) -> bool:
   if gemm: _widen_vector_block(k, r.arg[0], amt, vectors)
   if gemm and rows is not None: _tile_rows(k, *rows)
   return True
-
-
-def _symbolic_output_axes(k: Kernel) -> list[tuple[int, UOp, int]]:
-  """(index, range, `representative_size`) of the LOOP/GLOBAL output axes whose bound is symbolic (a batch or
-  sequence Variable) and more than 1 at that size: `_vector_block` blocks such an axis's rows like a constant one
-  (`_row_block`), its last block masked (`Kernel._split_tail`)."""
-  return [(i, r, n) for i, r in enumerate(k.output_axes) if r.arg[1] in (AxisType.LOOP, AxisType.GLOBAL)
-          and _bound(r) is None and (n := representative_size(r)) > 1]
 
 
 def _row_block(x: UOp, m: int, most: int) -> int:
