@@ -21,6 +21,11 @@ CPU renderers (no locals; threads split the outermost loop in lowering):
   `nontemporal_min_bytes`), whose contiguous store axis is upcast to one cache line of lanes.
 GPU renderers (`has_local`) have their own heuristics in `heuristic_gpu`; what both use is in `heuristic_common`.
 
+A symbolic bound (a Variable batch or sequence, issue #39) weighs as its `representative_size` (the geometric middle
+of its range) in every size decision (reuse, budgets, thresholds); the CPU blocks (`_vector_block`'s rows,
+`_register_block`) upcast a symbolic axis by at most that size, its last block masked (`Kernel._split_tail`); the
+vector axis itself and unrolls stay on constant axes.
+
 Thresholds that depend on the caches (when to pack B, when and how far to tile the rows, which row strides alias in
 L1) are functions of the machine model (`tiny_codegen.machine`, `machine_of(renderer)`), each docstring saying how it
 derives; the constants left (`PACK_MIN_BYTES_STRIDED`, `PACK_STRIDED_ROWS`, `PACK_MIN_ROWS`, `REUSE_MIN`, the unroll

@@ -9,7 +9,8 @@ An opt with `arg=amt` splits axis `r` (bound N) into `outer` (N/amt, keeps its t
 whole axis. TILE's inner range is a LOOP with the newest id, so it nests inside every other output loop (loops nest
 by type, then id): the axes after `r` run over one tile of `amt` iterations of `r` at a time, which stays in cache
 (CPU renderers only; a GPU's output axes are launch dims). NOLOCALS forbids LOCAL afterwards. PADTO pads an
-axis up to a multiple of `arg` and masks the extra iterations.
+axis up to a multiple of `arg` and masks the extra iterations. An axis of symbolic bound B splits only by UPCAST of
+an explicit amount (`_split_tail`): outer over ceil(B/amt), every memory access gated by `outer*amt + inner < B`.
 TC (`axis`: which matmul of `tc_candidates`, `arg`: tc_select, -1 = the first tensor core whose dtypes fit) maps a
 REDUCE-ADD of `CAST(a*b)` (or `CAST(a)*CAST(b)`) onto the renderer's tensor core: one warp computes one output tile
 (see `_tc_rewrite`). It must be the first opt, and no opt applies after it. Each tensor core's layout -- which tile
