@@ -131,3 +131,22 @@ def test_symbolic_attention_scores_get_the_register_block() -> None:
     kr.run(spec, [C, Q, K], (s,))
     np.testing.assert_allclose(C[:s, :s], Q[:s] @ K[:s].T, rtol=1e-4, atol=1e-4, err_msg=f"s={s}")
     assert (C[s:] == 7.0).all() and (C[:, s:] == 7.0).all(), f"s={s}: the masked tail wrote past the bound"
+
+
+def test_masked_tail_split_across_threads() -> None:
+  # the outer range of a tail split (bound ceil(m / 8)) is what add_threads splits: each thread's share from the
+  # runtime bound, the last block's rows masked in whichever thread holds it
+  R = type(Device["CPU"].renderer)
+  ren = R()
+  ren.threads, ren.thread_min_work = 3, 0
+  cap, N, K = 64, 32, 8
+  ast = matmul_ast(UOp.variable("m", 1, cap), N, K, cap, (Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 0, 8)))
+  spec = get_program(ast, ren)
+  assert spec.global_size[0] == 3
+  rng = np.random.default_rng(6)
+  for m in (1, 7, 9, 17, 25, 63, 64):
+    A, B = rng.standard_normal((cap, K)).astype(np.float32), rng.standard_normal((K, N)).astype(np.float32)
+    C = np.full((cap, N), 7.0, np.float32)
+    kr.run(spec, [C, A, B], (m,), threaded=True)
+    np.testing.assert_allclose(C[:m], A[:m] @ B, rtol=1e-4, atol=1e-4, err_msg=f"m={m}")
+    assert (C[m:] == 7.0).all(), f"m={m}"
