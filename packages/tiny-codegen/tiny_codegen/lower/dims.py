@@ -18,6 +18,7 @@ gidx0/lidx0 are the innermost dimensions.
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 from tiny_uop.device import Renderer
@@ -52,7 +53,19 @@ def _store_ranges(sink: UOp) -> list[UOp]:
   return sorted(common, key=range_key)
 
 
-_SYMBOLIC_TRIPS = 1 << 16  # assumed iterations of a loop whose bound is a variable
+def representative_trips(bound: UOp) -> int:
+  """The iterations a loop of bound `bound` is weighed by: the constant itself; for a symbolic bound (a Variable: a
+  batch, a sequence length, a KV cache position, or an expression of one) the geometric middle of its range
+  [max(vmin, 1), vmax], rounded. Not vmax: `max_dims` and a KV cache's length are caps, and a kernel sized for the cap
+  is over-blocked and over-threaded for the small calls that are typical (a 1-token decode step under a 512-token
+  cap); not vmin (often 1), which made every symbolic kernel look like a tiny one (issue #39). The middle in log space
+  is off from either end by the same factor. The CPU heuristics (`heuristic_common.representative_size`) and the
+  threading decision (`kernel_cost`) both weigh a symbolic loop by it."""
+  if bound.op is Ops.CONST: return int(bound.arg)
+  lo, hi = bound.vmin, bound.vmax
+  if not isinstance(lo, int) or not isinstance(hi, int): return 1
+  lo = max(lo, 1)
+  return max(1, round(math.sqrt(lo * max(hi, lo))))
 
 
 def _global_access(u: UOp) -> bool:
@@ -64,7 +77,9 @@ def _global_access(u: UOp) -> bool:
 
 def kernel_cost(sink: UOp) -> int:
   """A kernel's work in one unit: bytes it loads and stores in global memory plus its ALU ops (one per vector lane),
-  each times the iterations of the loops it depends on (a loop with a variable bound counts `_SYMBOLIC_TRIPS`). Run
+  each times the iterations of the loops it depends on (a loop with a variable bound counts its
+  `representative_trips`: once 2**16, which threaded every kernel over a sequence Variable, each launch waking the
+  helpers for a few microseconds of work). Run
   after the expander and reduce lowering, so loops are RANGEs and upcast axes are vector lanes. Bytes and ops weigh
   alike: the small kernels this decides about run from cache, where one thread does 50-90 units per ns of either
   (see `CPURenderer.thread_min_work`)."""
@@ -76,7 +91,7 @@ def kernel_cost(sink: UOp) -> int:
     elif u.op in GroupOp.ALU: units = u.dtype.count
     else: continue
     trips = 1
-    for r in u.ranges: trips *= int(r.src[0].arg) if r.src[0].op is Ops.CONST else _SYMBOLIC_TRIPS
+    for r in u.ranges: trips *= representative_trips(r.src[0])
     cost += units * trips
   return cost
 

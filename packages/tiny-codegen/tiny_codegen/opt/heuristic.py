@@ -23,6 +23,11 @@ CPU renderers (no locals; threads split the outermost loop in lowering):
   `nontemporal_min_bytes`), whose contiguous store axis is upcast to one cache line of lanes.
 GPU renderers (`has_local`) have their own heuristics in `heuristic_gpu`; what both use is in `heuristic_common`.
 
+A symbolic bound (a Variable batch or sequence, issue #39) weighs as its `representative_size` (the geometric middle
+of its range) in every size decision (reuse, budgets, thresholds); the CPU blocks (`_vector_block`'s rows,
+`_register_block`) upcast a symbolic axis by at most that size, its last block masked (`Kernel._split_tail`); the
+vector axis itself and unrolls stay on constant axes.
+
 Thresholds that depend on the caches (when to pack B, when and how far to tile the rows, which row strides alias in
 L1) are functions of the machine model (`tiny_codegen.machine`, `machine_of(renderer)`), each docstring saying how it
 derives; the constants left (`PACK_MIN_BYTES_STRIDED`, `PACK_STRIDED_ROWS`, `PACK_MIN_ROWS`, `REUSE_MIN`, the unroll
@@ -37,7 +42,8 @@ from tiny_uop.uop import AxisType, Ops, UOp
 from tiny_codegen.lower.expander import VECTOR_LANES
 from tiny_codegen.machine import Machine, machine_of
 from tiny_codegen.opt.heuristic_common import (_awkward, _output_axes_with_bounds, _register_block, _store_index,
-                                               _trips, _try, _unroll_reduce, _upcast_contiguous)
+                                               _trips, _try, _unroll_reduce, _upcast_contiguous,
+                                               symbolic_output_axes)
 from tiny_codegen.opt.kernel import MAX_LANES, Kernel, Opt, OptOps, _bound, stride_of
 
 
@@ -176,7 +182,7 @@ def _vector_block(k: Kernel, loads: list[UOp]) -> bool:
     for ld in loads:
       idx = ld.src[0].src[1]
       if stride_of(idx, r, rngs) != 1: continue
-      others = [(j, x, m) for j, x, m in outs if x is not r and x not in idx.ranges]
+      others = [(j, x, m) for j, x, m in outs + symbolic_output_axes(k) if x is not r and x not in idx.ranges]
       if others and (best is None or (amt, len(others)) > best[:2]): best = (amt, len(others), i, r, others)
   if best is None: return False
   amt, _, i, r, others = best
@@ -195,7 +201,7 @@ def _vector_block(k: Kernel, loads: list[UOp]) -> bool:
   others.sort(key=lambda o: (_awkward(o[1], loads, rngs, k.reduce_axes)[0], -o[0]))
   rows: tuple[int, int] | None = None  # (id, lanes) of the first axis blocked around the vector
   for _, x, m in others:
-    got = next((a for a in _block_amounts(m, budget // vectors) if m % a == 0), 0)
+    got = _row_block(x, m, budget // vectors)
     if got and _try(k, Opt(OptOps.UPCAST, k.output_axes.index(x), got)):
       vectors, blocked = vectors * got, blocked + 1
       rows = rows or (x.arg[0], got)
@@ -203,6 +209,15 @@ def _vector_block(k: Kernel, loads: list[UOp]) -> bool:
   if gemm: _widen_vector_block(k, r.arg[0], amt, vectors)
   if gemm and rows is not None: _tile_rows(k, *rows)
   return True
+
+
+def _row_block(x: UOp, m: int, most: int) -> int:
+  """The lanes to block output axis `x` of size `m` by, with room for `most` more accumulators (0: none): the first
+  of `_block_amounts` that divides a constant `m`; for a symbolic bound (`m` its representative size) the first that
+  is at most `m`, since the masked tail takes any remainder, and a block wider than the typical size would mostly
+  compute masked lanes."""
+  if _bound(x) is not None: return next((a for a in _block_amounts(m, most) if m % a == 0), 0)
+  return next((a for a in _block_amounts(m, most) if a <= m), 0)
 
 
 def tile_min_bytes(m: Machine) -> int:

@@ -8,6 +8,7 @@ from typing import Any
 from tiny_uop.dtype import dtypes
 from tiny_uop.uop import AxisType, GroupOp, Ops, UOp
 
+from tiny_codegen.lower.dims import representative_trips
 from tiny_codegen.machine import Machine, machine_of
 from tiny_codegen.opt.kernel import Kernel, KernelOptError, Opt, OptOps, _bound, stride_of
 
@@ -24,10 +25,18 @@ def _store_index(k: Kernel) -> UOp | None:
   return st[0].src[0].src[1] if st and st[0].src[0].op is Ops.INDEX else None
 
 
+def representative_size(r: UOp) -> int:
+  """The size the heuristics weigh range `r` by: its bound when constant, else `representative_trips` of its
+  symbolic bound (the geometric middle of the bound's range; see there why). Only sizes are weighed with it: an opt
+  that splits a symbolic range takes a masked tail (`Kernel._split_tail`) or doesn't apply."""
+  return representative_trips(r.src[0])
+
+
 def _trips(rngs: Any) -> int:
-  """The product of the ranges' bounds (a symbolic bound counts 1): how many times a body under them all runs."""
+  """The product of the ranges' sizes (a symbolic bound by its `representative_size`): how many times a body under
+  them all runs."""
   n = 1
-  for r in rngs: n *= _bound(r) or 1
+  for r in rngs: n *= representative_size(r)
   return n
 
 
@@ -57,7 +66,9 @@ def _register_block(k: Kernel, sidx: UOp | None, loads: list[UOp]) -> None:
   last."""
   rngs, reds = k.rngs, k.reduce_axes
   cands = []
-  for i, r, n in _output_axes_with_bounds(k):
+  # a CPU kernel's symbolic axes (attention's query and key positions) block like constant ones, with a masked tail
+  symbolic = [] if k.renderer.has_local else symbolic_output_axes(k)
+  for i, r, n in _output_axes_with_bounds(k) + symbolic:
     reuse = any(r not in ld.src[0].src[1].ranges for ld in loads)
     if not reuse: continue
     contiguous = sidx is not None and stride_of(sidx, r, rngs) == 1
@@ -70,12 +81,15 @@ def _register_block(k: Kernel, sidx: UOp | None, loads: list[UOp]) -> None:
   chosen = 0
   while cands and chosen < 2:
     if chosen == 1:  # the second axis: the fewest loads per iteration, given the first (loads can share lanes)
-      cands.sort(key=lambda c: (c[0], _loads_after(k, c[4], _amount(k, c[5], (8, 4, 2), max_acc)), *c[1:4]))
+      cands.sort(key=lambda c: (c[0], _loads_after(k, c[4], _amount(k, c[5], (8, 4, 2), max_acc,
+                                                                    _bound(c[4]) is None)), *c[1:4]))
     _, not_contig, _, _, r, n = cands.pop(0)
     amts = (16, 8, 4, 2) if not not_contig and chosen == 0 and max_acc >= 128 and not _aliased_rows(k, r, loads) \
       else (8, 4, 2)
-    if not not_contig and chosen == 0 and n <= 8: amts = (n, *amts)  # a short store row (a filter row) whole
-    if (amt := _amount(k, n, amts, max_acc)) and _try(k, Opt(OptOps.UPCAST, k.output_axes.index(r), amt)): chosen += 1
+    if not not_contig and chosen == 0 and n <= 8 and _bound(r) is not None:
+      amts = (n, *amts)  # a short store row (a filter row) whole; a symbolic one may be long (its tail is masked)
+    if (amt := _amount(k, n, amts, max_acc, _bound(r) is None)) and \
+       _try(k, Opt(OptOps.UPCAST, k.output_axes.index(r), amt)): chosen += 1
 
 
 def alias_bytes(m: Machine) -> int:
@@ -98,9 +112,18 @@ def _aliased_rows(k: Kernel, r: UOp, loads: list[UOp]) -> bool:
   return False
 
 
-def _amount(k: Kernel, n: int, amts: tuple[int, ...], max_acc: int) -> int:
-  """The first of `amts` that divides `n` and keeps the accumulators within `max_acc` (0: none)."""
-  return next((a for a in amts if n % a == 0 and k.upcast_size * a <= max_acc), 0)
+def _amount(k: Kernel, n: int, amts: tuple[int, ...], max_acc: int, tail: bool = False) -> int:
+  """The first of `amts` that divides `n` (with a masked `tail`, a symbolic axis of representative size `n`: that is
+  at most `n`) and keeps the accumulators within `max_acc` (0: none)."""
+  return next((a for a in amts if (a <= n if tail else n % a == 0) and k.upcast_size * a <= max_acc), 0)
+
+
+def symbolic_output_axes(k: Kernel) -> list[tuple[int, UOp, int]]:
+  """(index, range, `representative_size`) of the LOOP/GLOBAL output axes whose bound is symbolic (a batch or
+  sequence Variable) and more than 1 at that size: the CPU heuristics block such an axis like a constant one, by at
+  most its representative size, its last block masked (`Kernel._split_tail`)."""
+  return [(i, r, n) for i, r in enumerate(k.output_axes) if r.arg[1] in (AxisType.LOOP, AxisType.GLOBAL)
+          and _bound(r) is None and (n := representative_size(r)) > 1]
 
 
 def _loads_after(k: Kernel, r: UOp, amt: int) -> int:

@@ -9,7 +9,8 @@ An opt with `arg=amt` splits axis `r` (bound N) into `outer` (N/amt, keeps its t
 whole axis. TILE's inner range is a LOOP with the newest id, so it nests inside every other output loop (loops nest
 by type, then id): the axes after `r` run over one tile of `amt` iterations of `r` at a time, which stays in cache
 (CPU renderers only; a GPU's output axes are launch dims). NOLOCALS forbids LOCAL afterwards. PADTO pads an
-axis up to a multiple of `arg` and masks the extra iterations.
+axis up to a multiple of `arg` and masks the extra iterations. An axis of symbolic bound B splits only by UPCAST of
+an explicit amount (`_split_tail`): outer over ceil(B/amt), every memory access gated by `outer*amt + inner < B`.
 TC (`axis`: which matmul of `tc_candidates`, `arg`: tc_select, -1 = the first tensor core whose dtypes fit) maps a
 REDUCE-ADD of `CAST(a*b)` (or `CAST(a)*CAST(b)`) onto the renderer's tensor core: one warp computes one output tile
 (see `_tc_rewrite`). It must be the first opt, and no opt applies after it. Each tensor core's layout -- which tile
@@ -130,9 +131,7 @@ class Kernel:
 
   def _check(self, opt: Opt, r: UOp) -> int:
     n = _bound(r)
-    if n is None: raise KernelOptError(f"{opt}: axis {opt.axis} has a symbolic bound {r.src[0].render()}; only "
-                                       "constant "
-                                       "bounds split")
+    if n is None: return self._check_tail(opt, r)
     amt = opt.arg if opt.arg else n
     if not isinstance(amt, int) or amt <= 1:
       raise KernelOptError(f"{opt}: amount must be an int > 1 (or 0 = whole), got {amt}")
@@ -164,11 +163,45 @@ class Kernel:
       raise KernelOptError(f"{opt}: upcasting to {self.upcast_size * amt} lanes exceeds the limit of {MAX_LANES}")
     return amt
 
+  def _check_tail(self, opt: Opt, r: UOp) -> int:
+    """The amount of `opt` on axis `r` of a symbolic bound: only UPCAST of a LOOP/GLOBAL output axis that every
+    store depends on, by an explicit amount, splits it (`_split_tail`: a masked tail)."""
+    if opt.op is not OptOps.UPCAST or r.arg[1] not in (AxisType.LOOP, AxisType.GLOBAL):
+      raise KernelOptError(f"{opt}: axis {opt.axis} has a symbolic bound {r.src[0].render()}; only UPCAST of a "
+                           "LOOP/GLOBAL output axis splits a symbolic bound (with a masked tail)")
+    if not isinstance(opt.arg, int) or opt.arg <= 1:
+      raise KernelOptError(f"{opt}: axis {opt.axis} has a symbolic bound {r.src[0].render()}: the amount must be an "
+                           f"explicit int > 1 (not 0 = whole), got {opt.arg}")
+    if any(r not in st.src[0].ranges for st in self.stores()):
+      raise KernelOptError(f"{opt}: a store doesn't depend on symbolic axis {opt.axis}; its masked tail would not "
+                           "mask that store")
+    if self.upcast_size * opt.arg > MAX_LANES:
+      raise KernelOptError(f"{opt}: upcasting to {self.upcast_size * opt.arg} lanes exceeds the limit of {MAX_LANES}")
+    return opt.arg
+
+  def _split_tail(self, opt: Opt, r: UOp, amt: int) -> None:
+    """UPCAST output axis `r` of symbolic bound B by `amt`: r -> outer*amt + inner, outer over ceil(B / amt)
+    (its bound computed at run time), and every memory access through `r` gated by `outer*amt + inner < B`, so the
+    last block's lanes past B neither load nor store (correct for every value of B, 1 and those not divisible by
+    `amt` included). Loads gated off read 0; what they feed is only stored by lanes the gate lets through, since
+    every store depends on `r` (`_check_tail`)."""
+    bound = r.src[0]
+    inner = UOp.range(amt, max(x.arg[0] for x in self.rngs) + 1, AxisType.UPCAST, r.dtype)
+    outer = UOp(Ops.RANGE, r.dtype, ((bound + (amt - 1)) // amt,), r.arg)
+    expr = outer * amt + inner
+    valid = expr < bound
+    subs: dict[UOp, UOp] = {}
+    for u in self.ast.toposort():
+      if u.op is Ops.INDEX and r in u.ranges:
+        subs[u] = u.replace(src=(u.src[0], u.src[1], valid & u.src[2]) if len(u.src) > 2 else (*u.src, valid))
+    ast = self.ast.substitute(subs, name="tail_mask") if subs else self.ast
+    self.ast = replace_range(ast, r, expr, (outer, inner))
+
   def _split(self, opt: Opt) -> None:
     r = self._axis(opt)
     amt = self._check(opt, r)
     n = _bound(r)
-    assert n is not None
+    if n is None: return self._split_tail(opt, r, amt)
     new_id = max(x.arg[0] for x in self.rngs) + 1
     new_type = _NEW_TYPE[opt.op]
     inner = UOp.range(amt, new_id, new_type, r.dtype)
