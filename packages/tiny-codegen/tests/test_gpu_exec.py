@@ -83,6 +83,28 @@ def test_reduce(target, op, opt):
 
 
 @TARGETS
+def test_unrolled_int_argmax_chain(target):
+  # out[i] = max_j (a[i*n+j] == a[i*n+n-1] ? n - j : 0), the n-wide int MAX chain of an unrolled argmax (max_pool2d's
+  # return_indices): each MAX spells its operands twice, so inline ones made the OpenCL source 2**n times an
+  # operand (a 16-wide chain was 2 MB of nested ternaries, and PoCL's work-group compiler overflowed its thread's
+  # stack walking them: the MOCK+QCOM IMAGE=1 segfault in test_pool_random_configs)
+  rows, n = 8, 12
+  c, a = P(0, rows, dtypes.int32), P(1, rows * n)
+  i = UOp.range(rows, 0)
+  last = a.index(i * n + n - 1).load()
+  hits = [a.index(i * n + j).load().eq(last).where(n - j, 0) for j in range(n)]
+  best = hits[0]
+  for h in hits[1:]: best = best.maximum(h)
+  ast = c.index(i).store(best).sink(arg=KernelInfo("argmax_chain"))
+  A = rng.permutation(rows * n).astype(np.float32) % 5  # repeats: several j match, the max picks the first
+  C = np.zeros(rows, np.int32)
+  spec = gpu_run(target, ast, [C, A])
+  M = A.reshape(rows, n)
+  np.testing.assert_array_equal(C, n - np.argmax(M == M[:, -1:], axis=1))
+  if target == "opencl": assert len(spec.src) < 4000, f"{len(spec.src)} characters for {n} MAXes: operands repeated"
+
+
+@TARGETS
 @OPT
 def test_matmul(target, opt):
   M, K, N = 16, 12, 32

@@ -187,6 +187,17 @@ def test_pool_random_configs(data):
   np.testing.assert_array_equal(idx.numpy(), ref_idx.numpy())
 
 
+def test_max_pool2d_indices_of_whole_window():
+  # one 4x4 window per plane, read as contiguous rows: the argmax over its 16 values is an unrolled chain of int
+  # MAXes, which the OpenCL renderer once spelled as a 2 MB kernel (each MAX repeated its inline operands) that
+  # crashed PoCL on MOCK+QCOM with IMAGE=1
+  x = rng.permutation(2 * 3 * 16).astype(np.float32).reshape(2, 3, 4, 4)
+  out, idx = Tensor(x).max_pool2d(kernel_size=4, return_indices=True)
+  ref, ref_idx = F.max_pool2d(torch.tensor(x), kernel_size=4, return_indices=True)
+  np.testing.assert_array_equal(out.numpy(), ref.numpy())
+  np.testing.assert_array_equal(idx.numpy(), ref_idx.numpy())
+
+
 def test_avg_pool_1d_3d_and_default_kernel():
   compare(lambda x: x.avg_pool2d(kernel_size=(3,), stride=2, padding=1),
           lambda x: F.avg_pool1d(x, 3, stride=2, padding=1), randn(1, 2, 8))

@@ -89,8 +89,10 @@ _ROUND_HALF = (
 
 
 def _multi_use(u: UOp) -> bool:
-  """Ops whose rendering repeats an operand (float MAX, float -> uint64)."""
-  if u.op is Ops.MAX: return dtypes.is_float(u.dtype)
+  """Ops whose rendering repeats an operand (MAX: `_fmax`, and an int's `(a>b)?a:b`; float -> uint64). An operand
+  left inline would be spelled twice, so a chain of n MAXes (an unrolled argmax) would render 2**n copies of its
+  first operand: a 16-wide one was a 2 MB kernel whose nested branches overflowed PoCL's work-group compiler stack."""
+  if u.op is Ops.MAX: return True
   return u.op is Ops.CAST and u.dtype == dtypes.uint64 and dtypes.is_float(u.src[0].dtype)
 
 
