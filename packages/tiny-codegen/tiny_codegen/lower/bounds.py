@@ -71,7 +71,10 @@ def _narrow(red: UOp) -> UOp | None:
       else: hi = (x < hi).where(x, hi)
     nr = UOp.range(simplify_graph(hi - lo), r.arg[0], AxisType.REDUCE, r.dtype)
     true = UOp.const(dtypes.bool, True)
-    val = red.src[0].substitute({**{cl: true for cl, _ in used}, r: lo + nr}, name="gates_to_bounds")
+    # RANGEs are interned: a length that simplifies back to r's own (0 <= lo, hi <= N and hi - lo == N, so lo == 0)
+    # gives r itself, and `r -> lo + r` would contain its own key. The clauses then hold on all of r: only drop them.
+    subs = {cl: true for cl, _ in used} if nr is r else {**{cl: true for cl, _ in used}, r: lo + nr}
+    val = red.src[0].substitute(subs, name="gates_to_bounds")
     return red.replace(src=(val, *(nr if x is r else x for x in red.src[1:])))
   return None
 
