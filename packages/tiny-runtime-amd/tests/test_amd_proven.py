@@ -105,16 +105,20 @@ def test_matmul_kernel(proven):
   assert r["dispatches"] >= 1
 
 
-def test_tinyjit_replay_through_hcq_graph(proven):
-  """A two-kernel TinyJit replayed by tinygrad's HCQGraph: one command buffer reused with patched kernargs, signals
-  and timeline values (the graph's kick and timeline signals reused across replays); each replay vs numpy."""
-  r = _case(proven, "jit")
+def _check_jit_replay(r: dict) -> None:
+  """One HCQGraph, the device timeline advancing on every replay, each replay's output vs numpy."""
   assert r["graphs"] == ["HCQGraph"]
   timelines = [run["timeline"] for run in r["runs"]]
   assert timelines == sorted(set(timelines)), f"the device timeline must advance on every replay: {timelines}"
   for run in r["runs"]:
     a, b = np.array(run["a"], np.float32), np.array(run["b"], np.float32)
     np.testing.assert_allclose(np.array(run["out"], np.float32), (a * b + 1).sum(axis=0), rtol=1e-5, atol=1e-5)
+
+
+def test_tinyjit_replay_through_hcq_graph(proven):
+  """A two-kernel TinyJit replayed by tinygrad's HCQGraph: one command buffer reused with patched kernargs, signals
+  and timeline values (the graph's kick and timeline signals reused across replays); each replay vs numpy."""
+  _check_jit_replay(_case(proven, "jit"))
 
 
 def test_only_kfd_ioctls(proven):
@@ -150,13 +154,7 @@ def test_gfx942_device_copy_and_kernels(proven942):
 def test_gfx942_tinyjit_replay_through_hcq_graph(proven942):
   """gfx942: tinygrad's HCQGraph replays (a full barrier, the wait for the input copies, then per kernel an ACQUIRE_MEM
   of K$ and TCL1 only) run on the mock's MI300 cache model; each replay vs numpy."""
-  r = _case(proven942, "jit")
-  assert r["graphs"] == ["HCQGraph"]
-  timelines = [run["timeline"] for run in r["runs"]]
-  assert timelines == sorted(set(timelines)), f"the device timeline must advance on every replay: {timelines}"
-  for run in r["runs"]:
-    a, b = np.array(run["a"], np.float32), np.array(run["b"], np.float32)
-    np.testing.assert_allclose(np.array(run["out"], np.float32), (a * b + 1).sum(axis=0), rtol=1e-5, atol=1e-5)
+  _check_jit_replay(_case(proven942, "jit"))
 
 
 # the entries of the two drivers' streams whose counts differ: each is a row of the README's table
