@@ -38,6 +38,40 @@ def _ptr(dt: DType, spaces: dict[AddrSpace, int] = _AS) -> str:
   return f"ptr addrspace({space})"
 
 
+# ops whose result's low 24 bits depend only on their operands' low 24 bits (WHERE: on its two values; CAST: an
+# integer one, widening or truncating): LLVM's demanded-bits analysis looks through them to a mask below
+_LOW_BITS_OPS = (Ops.ADD, Ops.SUB, Ops.MUL, Ops.MULACC, Ops.NEG, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.WHERE, Ops.CAST)
+
+
+def _const(x: UOp) -> int | None: return int(x.arg) if x.op is Ops.CONST else None
+
+
+def _is_24_bit_mask(x: UOp) -> bool:
+  """`x & c` with c below 2**24 but bit 23 set (0xFFFFFF, 0xFFFF00, ...), or a `% 2**24`, `// 2**24` or `>> 24`: the
+  last three as parts of `x % 2**24` in any of its lowered forms (`x - (x // 2**24) * 2**24`, floor mod's
+  `x + floordiv(x, 2**24) * -2**24`, `x - ((x >> 24) << 24)`), which LLVM turns into `x & 0xFFFFFF` (a lone division
+  or shift is guarded too: harmless). A mask that clears bit 23 (0x3FFFFF) changes a bit the 24-bit multiply reads,
+  so LLVM keeps it (measured): no guard."""
+  c = _const(x.src[-1]) if x.src else None
+  if x.op is Ops.AND: return any(c is not None and c >> 23 == 1 for c in map(_const, x.src))
+  if x.op in (Ops.CMOD, Ops.CDIV): return c == 1 << 24
+  return x.op is Ops.SHR and c == 24
+
+
+def _has_24_bit_mask(x: UOp, limit: int = 64) -> bool:
+  """Whether a 24-bit mask (`_is_24_bit_mask`) feeds `x` through ops that keep low bits low (`_LOW_BITS_OPS`): then
+  LLVM's AMDGPU backend may know `x` fits 24 bits only because of that mask and remove it under a 24-bit multiply
+  (see `_AMDGPUEmitter.alu`). Walks at most `limit` nodes (explicit stack): a mask further up is not found."""
+  stack, seen = [x], set()
+  while stack and len(seen) < limit:
+    u = stack.pop()
+    if u in seen or not dtypes.is_int(u.dtype): continue
+    seen.add(u)
+    if _is_24_bit_mask(u): return True
+    if u.op in _LOW_BITS_OPS: stack.extend(u.src)  # a CAST from a float, a WHERE's condition: not int, skipped
+  return False
+
+
 def _vec_const(c: UOp) -> UOp | None:
   """A vector CONST (the identity of a vector accumulator: the TC opt's REDUCE of WMMA results) as a VECTORIZE of its
   scalar, which the LLVM emitter renders."""
@@ -94,6 +128,34 @@ class _AMDGPUEmitter(_LLVMEmitter):
     self.globals: list[str] = []
 
   def ptr_ty(self, dt: DType) -> str: return _ptr(dt, self.spaces)
+
+  def alu(self, u: UOp) -> str:
+    """The host renderer's ALU op, except a 64-bit integer multiply of a value masked to 24 bits (MUL, or MULACC's
+    multiply; `_has_24_bit_mask` finds the mask), whose product goes through `mul24_guard` before anything adds to it.
+
+    Why: LLVM 22.1's AMDGPU backend (llvmlite 0.50; gfx1100 and gfx942) turns `mul i64 (and a, 0xFFFFFF), (and b,
+    0xFFFFFF)` into a 24-bit multiply (v_mul_u32_u24 / v_mul_hi_u32_u24, which mask their sources themselves), drops
+    the `and`s as redundant for it, then folds the multiply with a following `add` into v_mad_u64_u32, a full 32x32
+    multiply: bits 24-31 of a and b leak into the product (`(a & 0xFFFFFF) * (b & 0xFFFFFF) + a` computes
+    `lo32(a) * lo32(b) + a`; the same with one mask and a constant below 2**24 as the other factor; fixed upstream by
+    llvm-project#198729). `llvm.amdgcn.softwqm`, an identity in a compute kernel (no whole-quad mode to keep),
+    hides the product from the fold, so the multiply stays the 24-bit pair (right, as masked) and the add a 64-bit
+    add, what LLVM's fix emits (the guard itself is no instruction). `freeze` does not (the DAG pushes it back
+    through a multiply by a constant and through the `and`), nor does an inline asm (llvmlite has no AMDGPU asm
+    parser to emit it). Reproduction: tiny-runtime-amd's README, Known issues; its `tests/test_amd_mul24.py`."""
+    if self.target != "AMDGPU" or u.op not in (Ops.MUL, Ops.MULACC) or not dtypes.is_int(u.dtype) or \
+       u.dtype.scalar().itemsize != 8 or not any(_has_24_bit_mask(s) for s in u.src[:2]):
+      return super().alu(u)
+    t = ltype(u.dtype)
+    prod = self.mul24_guard(self.op(f"mul {t} {self.val(u.src[0])}, {self.val(u.src[1])}"), t)
+    return prod if u.op is Ops.MUL else self.op(f"add {t} {prod}, {self.val(u.src[2])}")
+
+  def mul24_guard(self, x: str, t: str) -> str:
+    """`x` through `llvm.amdgcn.softwqm` (soft whole-quad mode: a copy, since a compute kernel never needs WQM): a
+    value whose bits LLVM's DAG does not look through, so no combine folds across it."""
+    fn = "llvm.amdgcn.softwqm." + ("i64" if t == "i64" else f"v{t[1:t.index(' ')]}i64")
+    self.decls.add(f"declare {t} @{fn}({t})")
+    return self.op(f"call {t} @{fn}({t} {x})")
 
   def special(self, axis: str) -> str:
     """The intrinsic reading gidx{i} (work-group id) or lidx{i} (work-item id)."""
