@@ -62,7 +62,7 @@ def _has_24_bit_mask(x: UOp, limit: int = 64) -> bool:
   """Whether a 24-bit mask (`_is_24_bit_mask`) feeds `x` through ops that keep low bits low (`_LOW_BITS_OPS`): then
   LLVM's AMDGPU backend may know `x` fits 24 bits only because of that mask and remove it under a 24-bit multiply
   (see `_AMDGPUEmitter.alu`). Walks at most `limit` nodes (explicit stack): a mask further up is not found."""
-  stack, seen = [x], set()
+  stack, seen = [x], set[UOp]()
   while stack and len(seen) < limit:
     u = stack.pop()
     if u in seen or not dtypes.is_int(u.dtype): continue
