@@ -3,6 +3,7 @@ a broadcast exp2/log2/sin/pow gets its own kernel whatever its shape (fused, the
 recomputed it once per broadcast element: GELU's erf inside the next matmul, 4x per element). Checked against numpy
 at several values of the Variable."""
 import numpy as np
+import pytest
 from tiny_tensor import Tensor, TinyJit, Variable
 from tiny_tensor import engine
 from tiny_tensor.engine import GlobalCounters
@@ -50,6 +51,9 @@ def test_jit_replays_the_realized_exp_at_every_size():
 def _product_matmul(x: Tensor, y: Tensor, w: Tensor) -> Tensor: return ((x * y) @ w).realize()
 
 
+# CPU only: the window rule needs a big operand (64 x 512), and on the GPU renderers a symbolic axis is a loop inside
+# each thread, so the matmul's waves run ~1e6 instructions, past the RDNA3 emulator's runaway-wave limit on MOCK+AMD
+@pytest.mark.dev_session("CPU")
 def test_big_elementwise_operand_of_a_matmul_over_a_variable_is_realized():
   # x*y (two buffers, 64 x 512 at most) read by the matmul through its broadcast: fused, it is recomputed once per
   # column block; the window rule realizes it from WINDOW_MIN_SIZE elements, a symbolic one by its largest size
