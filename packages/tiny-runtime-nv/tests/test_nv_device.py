@@ -371,23 +371,3 @@ def test_launch_sizes_reach_constant_bank_0(dev_name):
   prg.fill_launch(base, (3, 2, 5), (4, 2, 1))
   ctypes.c_uint32.from_address(base + 0xC).value = 7  # %nctaid.x no longer the grid's
   _rejected(dev, NVComputeQueue().launch(base + prg.cb0_size), r"reads %ntid/%nctaid; constant bank 0 bytes 0x0-0x14")
-
-
-def test_launch_fields_are_what_fill_launch_writes():
-  """HCQ2 patches symbolic launch sizes through `launch_fields`: written bit by bit into a region, they must give
-  the bytes `fill_launch` writes -- the QMD's grid and block, and constant bank 0's %ntid/%nctaid words."""
-  dev = Device["MOCK+NV"]
-  _, prg = _add_kernel(dev, name="E_fields")
-  size = prg.args_layout(3, 0).size
-  raw = (ctypes.c_uint8 * (size + 64))()
-  base = (ctypes.addressof(raw) + 63) // 64 * 64  # constant bank 0 is 64-byte aligned
-  prg.fill_args(base, [0x1000, 0x2000, 0x3000], [])
-  prg.fill_launch(base, (3, 2, 5), (4, 2, 1))
-  filled = ctypes.string_at(base, size)
-  prg.fill_args(base, [0x1000, 0x2000, 0x3000], [])  # the same region afresh (the QMD holds its address)
-  for bit, nbits, val in prg.launch_fields((3, 2, 5), (4, 2, 1)):
-    word = ctypes.c_uint32.from_address(base + bit // 32 * 4)
-    mask = ((1 << nbits) - 1) << (bit % 32)
-    word.value = (word.value & ~mask) | ((val << (bit % 32)) & mask)
-  assert ctypes.string_at(base, size) == filled
-  assert filled[:24] == b"".join(v.to_bytes(4, "little") for v in (4, 2, 1, 3, 2, 5))
