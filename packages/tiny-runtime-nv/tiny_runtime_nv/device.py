@@ -302,6 +302,7 @@ class NVDevice(HCQCompiled):
     r.control(group, rm.CTRL_GPFIFO_SCHEDULE, bEnable=1)
     self.cmdq = self.mem.alloc(CMDQ_SIZE, host=True, low=True)
     self.cmdq_put = 0
+    self.cmdq_submitted = 0  # the timeline value of the last submission handed to a channel
     self.signal_page = self.mem.alloc(SIGNAL_PAGE, host=True, low=True)
     self._free_signals = list(range(self.signal_page.va_addr, self.signal_page.va_addr + SIGNAL_PAGE, 16))[::-1]
     self.kernargs = self.mem.alloc(KERNARGS_SIZE, host=True, low=True)
@@ -342,7 +343,9 @@ class NVDevice(HCQCompiled):
     n = 4 * len(dwords)
     if n > CMDQ_SIZE: raise ValueError(f"a submission of {len(dwords)} dwords does not fit the {CMDQ_SIZE}-byte ring")
     if self.cmdq_put + n > CMDQ_SIZE:
-      self.synchronize()
+      # wait for what was submitted before, not `synchronize()`: the submission being built has taken its timeline
+      # value already and is not submitted yet, so waiting for it stalled forever (at the ring's first wrap)
+      self.timeline_signal.wait(self.cmdq_submitted)
       self.cmdq_put = 0
     addr = self.cmdq.va_addr + self.cmdq_put
     # typeshed: a c_uint32 array slice takes ints
@@ -368,6 +371,7 @@ class NVDevice(HCQCompiled):
       fifo.put += 1
     ctypes.c_uint32.from_address(fifo.userd + USERD_GP_PUT).value = fifo.put % fifo.entries
     ctypes.c_uint32.from_address(self.doorbell + DOORBELL).value = fifo.token
+    self.cmdq_submitted = self.timeline_value - 1  # every value taken so far is in a submitted entry now
 
   # ***** memory, signals, local memory *****
   def _gpu_alloc(self, size: int, host: bool = False) -> HCQBuffer:
