@@ -24,6 +24,7 @@ from tiny_uop.device import Buffer
 from tiny_uop.plugins import Device
 
 from tiny_runtime_nv import cubin
+from tiny_runtime_nv.elf import ELF
 from tiny_runtime_nv.mock.compiler import with_ptx
 
 PTX = """.version 7.8
@@ -157,3 +158,78 @@ def test_a_ptxas_12_cubin_loads_and_runs_on_its_gpu():
   out = Buffer("MOCK+NV:1", 128, dtypes.float).copyin(memoryview(np.zeros(128, np.float32)))
   prg(out._buf, inp._buf, global_size=(1, 1, 1), local_size=(128, 1, 1), vals=(100,), wait=True)
   np.testing.assert_array_equal(out.numpy(), np.concatenate([x * 2, np.zeros(28, np.float32)]))
+
+
+# A kernel that reads its block and grid size, converts a shared and a local address to generic ones and calls a
+# recursive function (which needs a stack): what ptxas-compiled code reads from constant bank 0's driver area.
+DRIVER_AREA_PTX = """.version 7.8
+.target {arch}
+.address_size 64
+.func (.param .b32 r) f(.param .b32 a)
+{{
+  .reg .b32 %r<6>; .reg .b64 %rd<4>; .reg .pred %p<2>;
+  .local .align 4 .b8 arr[64];
+  ld.param.u32 %r1, [a];
+  mov.u64 %rd1, arr; mul.wide.u32 %rd2, %r1, 4; add.s64 %rd3, %rd1, %rd2;
+  st.local.u32 [%rd3], %r1; ld.local.u32 %r2, [arr+8];
+  setp.eq.u32 %p1, %r1, 0;
+  @%p1 bra DONE;
+  sub.u32 %r3, %r1, 1;
+  {{ .param .b32 a2; st.param.b32 [a2], %r3; .param .b32 r2; call (r2), f, (a2); ld.param.b32 %r4, [r2]; }}
+  add.u32 %r2, %r2, %r4;
+DONE:
+  st.param.b32 [r], %r2;
+  ret;
+}}
+.visible .entry k(.param .u64 out, .param .u32 n)
+{{
+  .reg .b64 %rd<12>; .reg .b32 %r<12>;
+  .local .align 4 .b8 larr[64];
+  .shared .align 4 .b8 sh[64];
+  ld.param.u64 %rd1, [out]; ld.param.u32 %r1, [n];
+  mov.u64 %rd2, larr; cvta.local.u64 %rd3, %rd2; mov.u64 %rd4, sh; cvta.shared.u64 %rd5, %rd4;
+  mul.wide.u32 %rd6, %r1, 4; add.s64 %rd7, %rd3, %rd6; st.u32 [%rd7], %r1; add.s64 %rd8, %rd5, %rd6;
+  st.u32 [%rd8], %r1; bar.sync 0; ld.u32 %r2, [%rd3+4]; ld.u32 %r3, [%rd5+8];
+  mov.u32 %r4, %ntid.x; mov.u32 %r5, %ntid.y; mov.u32 %r6, %ntid.z;
+  mov.u32 %r7, %nctaid.x; mov.u32 %r8, %nctaid.y; mov.u32 %r9, %nctaid.z;
+  add.s32 %r2, %r2, %r3; add.s32 %r2, %r2, %r4; add.s32 %r2, %r2, %r5; add.s32 %r2, %r2, %r6;
+  add.s32 %r2, %r2, %r7; add.s32 %r2, %r2, %r8; add.s32 %r2, %r2, %r9;
+  {{ .param .b32 a; st.param.b32 [a], %r2; .param .b32 r; call (r), f, (a); ld.param.b32 %r10, [r]; }}
+  cvta.to.global.u64 %rd9, %rd1;
+  st.global.u32 [%rd9], %r10;
+  ret;
+}}
+"""
+
+
+def _cbank_reads(lib: bytes, kernel: str) -> list[tuple[int, int, int]]:
+  """(bank, byte offset, destination register) of every instruction of `kernel` with a constant-bank operand, from
+  the Volta+ 128-bit SASS encoding: operand form bits 11:9 = 3 or 5 (a c[bank][offset] operand), the offset in bits
+  53:38, the bank in bits 58:54, the destination register in bits 23:16. The parameters' offset that cuobjdump
+  gives (EIATTR_PARAM_CBANK, test above) shows up among them, which checks this reading of the encoding."""
+  text = ELF(lib).data(f".text.{kernel}")
+  out = []
+  for i in range(0, len(text), 16):
+    lo = struct.unpack_from("<Q", text, i)[0]
+    if (lo >> 9) & 7 in (3, 5): out.append(((lo >> 54) & 0x1F, (lo >> 38) & 0xFFFF, (lo >> 16) & 0xFF))
+  return out
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_cbank0_driver_area_is_what_ptxas_code_reads(arch):
+  """NVIDIA's ptxas is the independent source for constant bank 0's driver area (NVIDIA documents no layout): the
+  code it emits reads %ntid.x/y/z at bytes 0x0/0x4/0x8, %nctaid.x/y/z at 0xc/0x10/0x14, the shared and local window
+  bases for cvta.shared/cvta.local at 0x18/0x20 (sm_80; sm_90 only the local one), and loads the stack pointer R1
+  from 0x28 first thing -- the offsets the driver fills (device.py CB0_*) and the mock checks."""
+  from tiny_runtime_nv import device
+  lib = PTXCompiler(arch, use_ptxas=True).compile(DRIVER_AREA_PTX.format(arch=arch))
+  info = cubin.load_kernel_info(lib, "k")
+  reads = _cbank_reads(lib, "k")
+  offsets = {off for bank, off, _ in reads if bank == 0}
+  assert info.param_offset in offsets and info.param_offset + 8 in offsets  # `out` and `n`: the decoding is right
+  assert {device.CB0_NTID + 4 * i for i in range(3)} | {device.CB0_NCTAID + 4 * i for i in range(3)} <= offsets
+  assert device.CB0_LOCAL_WINDOW in offsets
+  # sm_80 code reads the shared window base there too; sm_90 code does not read it from the bank (it has no read of
+  # byte 0x18 at all), so on Hopper that word is only what the driver writes
+  assert (device.CB0_SHARED_WINDOW in offsets) == (arch == "sm_80")
+  assert reads[0] == (0, device.CB0_UNKNOWN, 1)  # R1 = c[0x0][0x28]: the stack pointer's start

@@ -333,3 +333,61 @@ def test_each_compute_class_gets_its_qmd_version_and_the_mock_rejects_the_other(
   q.set_cb0(0x12_3456_7840)
   assert (q["CONSTANT_BUFFER_ADDR_LOWER_SHIFTED6_0"], q.cb0()) == (0x12_3456_7840 >> 6 & 0xFFFFFFFF, 0x12_3456_7840)
   with pytest.raises(ValueError, match="not 64-aligned"): q.set_cb0(0x1020)
+
+
+LAUNCH_SIZE_PTX = """.version 7.8
+.target {arch}
+.address_size 64
+.visible .entry k_dims(.param .u64 out)
+{{
+  .reg .b64 %rd<3>; .reg .b32 %r<7>;
+  ld.param.u64 %rd1, [out];
+  cvta.to.global.u64 %rd2, %rd1;
+  mov.u32 %r1, %ntid.x; mov.u32 %r2, %ntid.y; mov.u32 %r3, %ntid.z;
+  mov.u32 %r4, %nctaid.x; mov.u32 %r5, %nctaid.y; mov.u32 %r6, %nctaid.z;
+  st.global.u32 [%rd2], %r1; st.global.u32 [%rd2+4], %r2; st.global.u32 [%rd2+8], %r3;
+  st.global.u32 [%rd2+12], %r4; st.global.u32 [%rd2+16], %r5; st.global.u32 [%rd2+20], %r6;
+  ret;
+}}
+"""
+
+
+@pytest.mark.parametrize("dev_name", DEVS)
+def test_launch_sizes_reach_constant_bank_0(dev_name):
+  """ptxas-compiled code reads %ntid and %nctaid from constant bank 0 bytes 0x0-0x14 (tests/test_nv_cubin.py
+  test_cbank0_driver_area_is_what_ptxas_code_reads), so the driver writes the launch there, as the QMD has it; the
+  mock refuses a kernel that reads them when the bank holds other numbers. The answer is the launch itself."""
+  from tiny_codegen.compiler.ptx import PTXCompiler
+
+  from tiny_runtime_nv.mock.compiler import with_ptx
+  dev = Device[dev_name]
+  src = LAUNCH_SIZE_PTX.format(arch=dev.arch)
+  prg = dev.get_program("k_dims", with_ptx(PTXCompiler(dev.arch, use_ptxas=True).compile(src), src))
+  out = Buffer(dev_name, 8, dtypes.uint32).copyin(memoryview(np.zeros(8, np.uint32)))
+  prg(out._buf, global_size=(3, 2, 5), local_size=(4, 2, 1), wait=True)
+  assert out.numpy().tolist() == [4, 2, 1, 3, 2, 5, 0, 0]
+  base = dev.kernargs_alloc(prg.args_layout(1, 0).size)
+  prg.fill_args(base, [out._buf.va_addr], [])
+  prg.fill_launch(base, (3, 2, 5), (4, 2, 1))
+  ctypes.c_uint32.from_address(base + 0xC).value = 7  # %nctaid.x no longer the grid's
+  _rejected(dev, NVComputeQueue().launch(base + prg.cb0_size), r"reads %ntid/%nctaid; constant bank 0 bytes 0x0-0x14")
+
+
+def test_launch_fields_are_what_fill_launch_writes():
+  """HCQ2 patches symbolic launch sizes through `launch_fields`: written bit by bit into a region, they must give
+  the bytes `fill_launch` writes -- the QMD's grid and block, and constant bank 0's %ntid/%nctaid words."""
+  dev = Device["MOCK+NV"]
+  _, prg = _add_kernel(dev, name="E_fields")
+  size = prg.args_layout(3, 0).size
+  raw = (ctypes.c_uint8 * (size + 64))()
+  base = (ctypes.addressof(raw) + 63) // 64 * 64  # constant bank 0 is 64-byte aligned
+  prg.fill_args(base, [0x1000, 0x2000, 0x3000], [])
+  prg.fill_launch(base, (3, 2, 5), (4, 2, 1))
+  filled = ctypes.string_at(base, size)
+  prg.fill_args(base, [0x1000, 0x2000, 0x3000], [])  # the same region afresh (the QMD holds its address)
+  for bit, nbits, val in prg.launch_fields((3, 2, 5), (4, 2, 1)):
+    word = ctypes.c_uint32.from_address(base + bit // 32 * 4)
+    mask = ((1 << nbits) - 1) << (bit % 32)
+    word.value = (word.value & ~mask) | ((val << (bit % 32)) & mask)
+  assert ctypes.string_at(base, size) == filled
+  assert filled[:24] == b"".join(v.to_bytes(4, "little") for v in (4, 2, 1, 3, 2, 5))

@@ -44,10 +44,14 @@ SIGNAL_PAGE = 0x10000
 KERNARGS_SIZE = 4 << 20
 ERROR_NOTIFIER_SIZE = 0x1000
 NOTIFIER = struct.Struct("<IIIHH")  # NvNotification (nvtypes/cl0000.h): timeStamp[2], info32, info16, status
-# constant bank 0's driver area as ptxas-compiled code reads it (bytes 0x18/0x20/0x28: shared window, local window,
-# 0xfffdc0), as tinygrad's NV driver (ops_nv.py) fills it; NVIDIA documents no layout
+# constant bank 0's driver area, as NVIDIA's ptxas-compiled SASS reads it (sm_80 and sm_90 cubins decoded in
+# tests/test_nv_cubin.py test_cbank0_driver_area_is_what_ptxas_code_reads): %ntid.x/y/z at bytes 0x0/0x4/0x8,
+# %nctaid.x/y/z at 0xc/0x10/0x14, the shared and local window bases at 0x18/0x20 (cvta.shared / cvta.local), and at
+# 0x28 the stack pointer every kernel loads into R1 at entry. Its value 0xfffdc0 (= 2**24 - 0x240) is tinygrad's NV
+# driver's (ops_nv.py), as is the LOCAL_RESERVE that keeps the 0x240 bytes above that stack inside local memory
+CB0_NTID, CB0_NCTAID = 0x0, 0xC
 CB0_SHARED_WINDOW, CB0_LOCAL_WINDOW, CB0_UNKNOWN, CB0_UNKNOWN_VALUE = 0x18, 0x20, 0x28, 0xFFFDC0
-LOCAL_RESERVE = 0x240    # bytes of local memory per thread beyond the stack (what tinygrad's driver reserves)
+LOCAL_RESERVE = 0x240    # bytes of local memory per thread beyond the stack (2**24 - the stack pointer's start)
 SHARED_RESERVE = 0x400   # shared memory the SM keeps per CTA on sm_80+ (CUDA Programming Guide, "Shared Memory")
 
 
@@ -172,8 +176,10 @@ class NVProgram(HCQProgram):
     return base
 
   def fill_launch(self, base: int, global_size: Sequence[int], local_size: Sequence[int]) -> None:
-    """The grid (03_00 CTA_RASTER_*, 04_00 GRID_*) and block (CTA_THREAD_DIMENSION*) sizes into this region's QMD."""
+    """The grid (03_00 CTA_RASTER_*, 04_00 GRID_*) and block (CTA_THREAD_DIMENSION*) sizes into this region's QMD,
+    and into constant bank 0's driver area, where ptxas-compiled code reads %ntid and %nctaid."""
     gs, ls = (tuple(global_size) + (1, 1, 1))[:3], (tuple(local_size) + (1, 1, 1))[:3]
+    ctypes.memmove(base + CB0_NTID, struct.pack("<6I", *ls, *gs), 24)
     self._write_qmd(base + self.cb0_size, *zip(self.qmd_version.grid, gs),
                     *zip(("CTA_THREAD_DIMENSION0", "CTA_THREAD_DIMENSION1", "CTA_THREAD_DIMENSION2"), ls))
 
@@ -184,12 +190,16 @@ class NVProgram(HCQProgram):
     ctypes.memmove(addr, bytes(q), ver.size)
 
   def launch_fields(self, global_size: Any, local_size: Any) -> list[tuple[int, int, Any]]:
-    """`fill_launch`'s QMD fields (bit offset in the region, width, value): the grid size (CTA_RASTER_* in 03_00,
-    GRID_* in 04_00) and CTA_THREAD_DIMENSION0/1/2."""
+    """`fill_launch`'s fields (bit offset in the region, width, value): the grid size (CTA_RASTER_* in 03_00,
+    GRID_* in 04_00) and CTA_THREAD_DIMENSION0/1/2 in the QMD, and the same sizes in constant bank 0 (%ntid,
+    %nctaid)."""
     lay = self.qmd_version.layout
     names = (*self.qmd_version.grid, "CTA_THREAD_DIMENSION0", "CTA_THREAD_DIMENSION1", "CTA_THREAD_DIMENSION2")
-    return [(8 * self.cb0_size + lay[n][1], lay[n][0] - lay[n][1] + 1, v)
-            for n, v in zip(names, (*global_size[:3], *local_size[:3]))]
+    qmd = [(8 * self.cb0_size + lay[n][1], lay[n][0] - lay[n][1] + 1, v)
+           for n, v in zip(names, (*global_size[:3], *local_size[:3]))]
+    cb0 = [(8 * (start + 4 * i), 32, v) for start, dims in ((CB0_NTID, local_size), (CB0_NCTAID, global_size))
+           for i, v in enumerate(dims[:3])]
+    return qmd + cb0
 
   def qmd_addr(self, args_addr: Val) -> Val: return args_addr + self.cb0_size
 

@@ -44,6 +44,7 @@ from tiny_runtime_nv.mock.compiler import ptx_of
 from tiny_runtime_nv.ptx import GPUFault, Kernel, load_kernel
 
 XID_GR_EXCEPTION, XID_MMU_FAULT = 13, 31
+READS_LAUNCH_SIZE = re.compile(r"%n(?:tid|ctaid)\b")  # PTX that reads the block or grid size
 WINDOW_SIZE = 1 << 32   # the mock treats the shared and local windows as 4 GiB each
 QMD_KNOWN_BITS = {v.major: sum(((1 << (hi - lo + 1)) - 1) << lo for hi, lo in v.layout.values())
                   for v in push.QMD_VERSIONS.values()}
@@ -450,12 +451,20 @@ class MockGPU:
     sw = self._cregs(ch, push.SET_SHADER_SHARED_MEMORY_WINDOW_A)
     lw = self._cregs(ch, push.SET_SHADER_LOCAL_MEMORY_WINDOW_A)
     # constant bank 0's driver area: the shared and local window base addresses at bytes 0x18 and 0x20, which
-    # compiled SASS reads for generic-to-shared/local conversions (what tinygrad 0.14's ops_nv.py NVProgram and
-    # CUDA's driver write there; the kernel's own parameters start at cubin.load_kernel_info's param_offset)
+    # ptxas-compiled SASS reads for cvta.shared / cvta.local (NVIDIA's ptxas output, tests/test_nv_cubin.py; tinygrad
+    # 0.14's ops_nv.py writes them there too; the kernel's own parameters start at cubin.load_kernel_info's
+    # param_offset)
     head = ctypes.string_at(cb0 + 0x18, 16)
     if struct.unpack("<QQ", head) != (sw, lw) or not sw or not lw:
       raise ChannelError(XID_GR_EXCEPTION, f"constant bank 0 holds windows {head.hex()}, the channel set shared "
                          f"{sw:#x} and local {lw:#x}")
+    # ... and the launch sizes at bytes 0x0-0x14, where ptxas-compiled SASS reads %ntid.x/y/z and %nctaid.x/y/z
+    # (NVIDIA's ptxas output, sm_80 and sm_90: tests/test_nv_cubin.py); the mock runs the PTX, so it checks them for
+    # a kernel that reads them
+    dims = struct.unpack("<6I", ctypes.string_at(cb0, 24))
+    if READS_LAUNCH_SIZE.search(ptx_text) and dims != (*block, *grid):
+      raise ChannelError(XID_GR_EXCEPTION, f"kernel {info.name} reads %ntid/%nctaid; constant bank 0 bytes 0x0-0x14 "
+                         f"hold {dims}, the launch is {grid} blocks of {block} threads")
     for w in (sw, lw):
       for start in self.drv.memory.starts:
         end = self.drv.memory.ranges[start][0]
