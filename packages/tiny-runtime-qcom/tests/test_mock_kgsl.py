@@ -129,9 +129,31 @@ def test_kgsl_ioctls_check_their_arguments(dev):
   with pytest.raises(KGSLError, match="GPUOBJ_ALLOC"): k.ioctl("GPUOBJ_ALLOC", size=100, flags=0, mmapsize=100)
   with pytest.raises(KGSLError, match="WAITTIMESTAMP"):
     k.ioctl("DEVICE_WAITTIMESTAMP_CTXTID", context_id=k.ctx, timestamp=k.last_timestamp + 5, timeout=10)
-  # KGSL queues an IB at an unmapped address (_verify_ib checks size and alignment only): the CP faults running it
-  ts = k.submit(0x1000, 4)
+  # KGSL queues an IB at an unmapped address inside the process's GPU range (_verify_ib checks size and range, not
+  # the mapping): the CP faults running it. 0x700000000 is KGSL's SVM base on a 64-bit process, never a mock object.
+  ts = k.submit(0x700000000, 4)
   with pytest.raises(GPUFault, match="page fault"): k.wait_timestamp(ts)
+  _works(dev)
+
+
+def test_gpu_command_ib_outside_the_gpu_address_range_is_einval(dev):
+  """adreno_dispatch.c _verify_ib -> kgsl_mmu.c kgsl_mmu_gpuaddr_in_range -> kgsl_iommu.c kgsl_iommu_addr_in_range:
+  an IB at address 0, below KGSL_IOMMU_SVM_BASE32 (0x300000, the lowest range of a 64-bit process's pagetable) or past
+  the last range is EINVAL at GPU_COMMAND, before anything is queued (no timestamp taken); the same IB at its object's
+  address runs. Before the rule, these were queued and faulted only when waited for."""
+  from tiny_runtime_qcom.kgsl import KGSLError
+  from tiny_runtime_qcom.mock.driver import PT_RANGE
+  k = dev.kgsl
+  ib, sig = _ib_writing(dev, 77)
+  queued = k.ioctl("CMDSTREAM_READTIMESTAMP_CTXTID", context_id=k.ctx, type=3).timestamp  # KGSL_TIMESTAMP_QUEUED
+  for addr in (0, 0x1000, 0x2FFFFC, PT_RANGE[1], 1 << 63):
+    with pytest.raises(KGSLError, match=f"GPU_COMMAND.*EINVAL.*{addr:#x} is outside"):
+      k.submit(addr, 5)
+  assert k.ioctl("CMDSTREAM_READTIMESTAMP_CTXTID", context_id=k.ctx, type=3).timestamp == queued
+  sig.value = 0
+  k.wait_timestamp(k.submit(ib.va_addr, 5))
+  assert sig.value == 77
+  dev._gpu_free(ib)
   _works(dev)
 
 

@@ -33,6 +33,13 @@ KNOWN_CONTEXT_FLAGS = kgsl.CONTEXT_PREAMBLE | kgsl.CONTEXT_NO_GMEM_ALLOC | kgsl.
 # kgsl.h: the most command objects one GPU_COMMAND may carry (sdm845's msm-4.9 kgsl; later kgsl releases: 2000)
 KGSL_MAX_NUMIBS = 100000
 KGSL_MAX_SYNCPOINTS = 32  # kgsl.h: the most sync points one submission may carry
+# The process's GPU address range, as _verify_ib checks an IB against it: kgsl_mmu.c kgsl_mmu_gpuaddr_in_range ->
+# kgsl_iommu.c kgsl_iommu_addr_in_range: false for address 0, true inside the pagetable's va, compat_va or svm range
+# (setup_64bit_pagetable, a 64-bit process). The lowest of those starts at KGSL_IOMMU_SVM_BASE32 (msm-4.9
+# kgsl_iommu.h: 0x300000, the compat range). The mock's GPU addresses are its objects' CPU mappings (USE_CPU_MAP: SVM,
+# GPU address = CPU address), which on a 64-bit host lie anywhere below 2**48 (the 48-bit user address space of
+# aarch64, x86-64's 47 within it), so the mock's one range ends there where KGSL's SVM range ends at 0x800000000.
+PT_RANGE = (0x300000, 1 << 48)
 # the GPU object flags kgsl.c gpumem_alloc_entry keeps (it drops every other bit): GPUREADONLY, CACHEMODE, MEMTYPE,
 # MEMALIGN, USE_CPU_MAP, SECURE, FORCE_32BIT (msm_kgsl.h values)
 KNOWN_MEM_FLAGS = kgsl.MEMFLAGS_USE_CPU_MAP | kgsl.MEMALIGN_MASK | kgsl.CACHEMODE_MASK | kgsl.MEMTYPE_MASK | \
@@ -305,8 +312,10 @@ class MockKGSL:
 
   def _ib(self, c: Any, k: int) -> tuple[int, int]:
     """One cmdlist entry: kgsl_drawobj_cmd_add_cmdlist wants one of the CMDLIST flags; adreno_dispatch.c _verify_ib
-    a size of 1 byte to 0xFFFFF dwords at a dword-aligned address (the CP runs size >> 2 dwords). Whether the address
-    is mapped is the GPU's to find out: an unmapped IB page-faults when it runs, as on the hardware."""
+    a size of 1 byte to 0xFFFFF dwords at a dword-aligned address (the CP runs size >> 2 dwords) inside the process's
+    GPU address range (kgsl_mmu_gpuaddr_in_range, `PT_RANGE`): EINVAL otherwise, before anything is queued. Whether
+    an address in that range is mapped is the GPU's to find out: such an IB page-faults when it runs, as on the
+    hardware."""
     known = kgsl.CMDLIST_IB | kgsl.CMDLIST_CTXTSWITCH_PREAMBLE | kgsl.CMDLIST_IB_PREAMBLE
     if not c.flags & known:
       raise OSError(22, f"GPU_COMMAND cmdlist[{k}] flags {c.flags:#x}: KGSL needs CMDLIST_IB (0x1), "
@@ -316,6 +325,9 @@ class MockKGSL:
     if c.size == 0 or c.size >> 2 > 0xFFFFF or c.gpuaddr % 4:
       raise OSError(22, f"GPU_COMMAND cmdlist[{k}]: {c.size} bytes at {c.gpuaddr:#x}; KGSL takes 1 byte to 0xFFFFF "
                         "dwords at a 4-byte aligned address")
+    if not PT_RANGE[0] <= c.gpuaddr < PT_RANGE[1]:
+      raise OSError(22, f"GPU_COMMAND cmdlist[{k}]: IB address {c.gpuaddr:#x} is outside the process's GPU address "
+                        f"range [{PT_RANGE[0]:#x}, {PT_RANGE[1]:#x}) (kgsl_mmu_gpuaddr_in_range)")
     return c.gpuaddr, c.size >> 2
 
   def run(self, ctx: dict[str, Any], upto: int) -> None:
