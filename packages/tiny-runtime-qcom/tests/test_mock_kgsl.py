@@ -481,3 +481,44 @@ def test_readtimestamp_types(dev):
   with pytest.raises(KGSLError, match="READTIMESTAMP.*EINVAL"):
     k.ioctl("CMDSTREAM_READTIMESTAMP_CTXTID", context_id=k.ctx, type=7)
   _works(dev)
+
+
+def test_preamble_ibs_run_like_any_ib(dev):
+  """sdm845's msm-4.9 kgsl: kgsl_drawobj_cmd_add_cmdlist takes CTXTSWITCH_PREAMBLE (0x2) and IB_PREAMBLE (0x4) as
+  command flags, kgsl_drawobj_add_memobject keeps them in mem->flags with mem->priv = 0, and
+  adreno_ringbuffer_submitcmd skips only an IB whose priv has MEMOBJ_PREAMBLE: both kinds run, in list order."""
+  from tiny_runtime_qcom import kgsl
+  k = dev.kgsl
+  (ib1, s1), (ib2, s2), (ib3, s3) = _ib_writing(dev, 101), _ib_writing(dev, 102), _ib_writing(dev, 103)
+  cmds = _cmds([ib1, ib2, ib3])
+  for i, flags in enumerate((kgsl.CMDLIST_CTXTSWITCH_PREAMBLE, kgsl.CMDLIST_IB_PREAMBLE, kgsl.CMDLIST_IB)):
+    kgsl.ffi.cast("struct kgsl_command_object*", kgsl.ffi.cast("char*", cmds) + 32 * i).flags = flags
+  for _ in range(2):  # the second submission on the same context (no context switch) runs the preamble IB too
+    s1.value, s2.value, s3.value = 0, 0, 0
+    t = k.ioctl("GPU_COMMAND", cmdlist=_addr(cmds), cmdsize=32, numcmds=3, context_id=k.ctx).timestamp
+    k.wait_timestamp(t)
+    k.last_timestamp = t
+    assert (s1.value, s2.value, s3.value) == (101, 102, 103)
+  for ib in (ib1, ib2, ib3): dev._gpu_free(ib)
+  _works(dev)
+
+
+def test_fence_sync_points_need_a_sync_file(dev):
+  """kgsl_drawobj_sync_add_sync: a FENCE sync point's payload is exactly `struct kgsl_cmd_syncpoint_fence` (4 bytes:
+  the fd), else EINVAL; drawobj_add_sync_fence -> kgsl_sync_fence_async_wait: sync_file_get_fence of an fd that is
+  not an open sync_file (-1, a regular file) is NULL: EINVAL, before anything is queued."""
+  import ctypes
+  import os
+  from tiny_runtime_qcom import kgsl
+  from tiny_runtime_qcom.kgsl import KGSLError
+  k = dev.kgsl
+  fd = os.open(os.devnull, os.O_RDONLY)
+  try:
+    for value, size, what in ((fd, 8, "8 bytes"), (-1, 4, "fd -1 is not"), (fd, 4, f"fd {fd} is not")):
+      pay = ctypes.c_int32(value)
+      sp = kgsl.ffi.new("struct kgsl_command_syncpoint *", {"priv": ctypes.addressof(pay), "size": size,
+                                                             "type": kgsl.CMD_SYNCPOINT_TYPE_FENCE})
+      with pytest.raises(KGSLError, match=f"GPU_COMMAND.*EINVAL.*{what}"):
+        k.ioctl("GPU_COMMAND", flags=kgsl.DRAWOBJ_SYNC, synclist=_addr(sp), syncsize=24, numsyncs=1, context_id=k.ctx)
+  finally: os.close(fd)
+  _works(dev)

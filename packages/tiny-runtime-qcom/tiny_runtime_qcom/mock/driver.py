@@ -72,6 +72,21 @@ def _user_list(ptr: int, count: int, usize: int, struct: str, what: str) -> list
   return out
 
 
+def _fence_syncpoint(sp: Any, k: int) -> None:
+  """A fence sync point, as kgsl_drawobj.c kgsl_drawobj_sync_add_sync / drawobj_add_sync_fence and kgsl_sync.c
+  kgsl_sync_fence_async_wait take it: its payload must be exactly `struct kgsl_cmd_syncpoint_fence` (one int, the
+  fd), else EINVAL; sync_file_get_fence(fd) of an fd that is not an open sync_file is NULL: EINVAL. A real sync_file
+  (another driver's fence) is refused as not mocked (EOPNOTSUPP): the mock GPU can't wait on the host's fences."""
+  if sp.size != ctypes.sizeof(ctypes.c_int32):
+    raise OSError(22, f"GPU_COMMAND synclist[{k}]: a FENCE sync point of {sp.size} bytes; "
+                      "struct kgsl_cmd_syncpoint_fence is 4 (the fd)")
+  fd = ctypes.c_int32.from_address(int(sp.priv)).value
+  link = f"/proc/self/fd/{fd}"
+  if fd < 0 or not os.path.islink(link) or os.readlink(link) != "anon_inode:sync_file":
+    raise OSError(22, f"GPU_COMMAND synclist[{k}]: FENCE sync point fd {fd} is not an open sync_file")
+  raise OSError(95, f"GPU_COMMAND synclist[{k}]: waiting on sync_file fd {fd} is not mocked")
+
+
 class MockKGSL:
   """The state of the mock driver and its GPU: GPU objects, draw contexts, queued submissions, timestamps."""
 
@@ -295,8 +310,7 @@ class MockKGSL:
                         f"{a.syncsize}: a sync submission needs all three")
     out = []
     for k, sp in enumerate(_user_list(a.synclist, a.numsyncs, a.syncsize, "kgsl_command_syncpoint", "synclist")):
-      if sp.type == kgsl.CMD_SYNCPOINT_TYPE_FENCE:
-        raise OSError(95, f"GPU_COMMAND synclist[{k}]: fence sync points (sync_file fds) are not mocked")
+      if sp.type == kgsl.CMD_SYNCPOINT_TYPE_FENCE: _fence_syncpoint(sp, k)
       want = kgsl.ffi.sizeof("struct kgsl_cmd_syncpoint_timestamp")
       if sp.type != kgsl.CMD_SYNCPOINT_TYPE_TIMESTAMP or sp.size != want:
         raise OSError(22, f"GPU_COMMAND synclist[{k}]: type {sp.type}, {sp.size} bytes; valid: type 0 (TIMESTAMP) "
@@ -320,8 +334,10 @@ class MockKGSL:
     if not c.flags & known:
       raise OSError(22, f"GPU_COMMAND cmdlist[{k}] flags {c.flags:#x}: KGSL needs CMDLIST_IB (0x1), "
                         "CTXTSWITCH_PREAMBLE (0x2) or IB_PREAMBLE (0x4)")
-    if c.flags & (kgsl.CMDLIST_CTXTSWITCH_PREAMBLE | kgsl.CMDLIST_IB_PREAMBLE):
-      raise OSError(95, f"GPU_COMMAND cmdlist[{k}] flags {c.flags:#x}: preamble IBs are not mocked")
+    # A preamble IB (CTXTSWITCH_PREAMBLE, IB_PREAMBLE) runs like any other on sdm845's msm-4.9 kgsl:
+    # kgsl_drawobj_add_memobject keeps the flags in mem->flags and sets mem->priv = 0, and
+    # adreno_ringbuffer_submitcmd NOPs out only an IB whose priv has MEMOBJ_PREAMBLE (set by the legacy ibdesc path
+    # alone) when no context switch happened. (Later kgsl releases skip a CTXTSWITCH_PREAMBLE IB by its flag.)
     if c.size == 0 or c.size >> 2 > 0xFFFFF or c.gpuaddr % 4:
       raise OSError(22, f"GPU_COMMAND cmdlist[{k}]: {c.size} bytes at {c.gpuaddr:#x}; KGSL takes 1 byte to 0xFFFFF "
                         "dwords at a 4-byte aligned address")
