@@ -522,3 +522,27 @@ def test_fence_sync_points_need_a_sync_file(dev):
         k.ioctl("GPU_COMMAND", flags=kgsl.DRAWOBJ_SYNC, synclist=_addr(sp), syncsize=24, numsyncs=1, context_id=k.ctx)
   finally: os.close(fd)
   _works(dev)
+
+
+def test_gpuobj_free_on_a_fence_needs_a_sync_file(dev):
+  """kgsl.c gpuobj_free_on_fence: the payload (`struct kgsl_gpu_event_fence`, the fd, read with _copy_from_user) must
+  name a sync_file: a negative fd is EINVAL, and kgsl_sync_fence_async_wait on an fd that is not an open sync_file
+  (a regular file) EINVAL too; the object stays, and frees normally afterwards."""
+  import ctypes
+  import os
+  from tiny_runtime_qcom import kgsl
+  from tiny_runtime_qcom.kgsl import KGSLError
+  k = dev.kgsl
+  obj = k.ioctl("GPUOBJ_ALLOC", size=4096, flags=kgsl.MEMFLAGS_USE_CPU_MAP).id
+  fd = os.open(os.devnull, os.O_RDONLY)
+  try:
+    for value in (-1, fd):
+      ev = ctypes.c_int32(value)
+      with pytest.raises(KGSLError, match=f"GPUOBJ_FREE.*EINVAL.*fd {value} is not"):
+        k.ioctl("GPUOBJ_FREE", id=obj, flags=kgsl.GPUOBJ_FREE_ON_EVENT, type=kgsl.GPU_EVENT_FENCE,
+                priv=ctypes.addressof(ev), len=4)
+      assert obj in driver().objs
+  finally: os.close(fd)
+  k.ioctl("GPUOBJ_FREE", id=obj)
+  assert obj not in driver().objs
+  _works(dev)

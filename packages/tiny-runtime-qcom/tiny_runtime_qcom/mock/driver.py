@@ -81,10 +81,16 @@ def _fence_syncpoint(sp: Any, k: int) -> None:
     raise OSError(22, f"GPU_COMMAND synclist[{k}]: a FENCE sync point of {sp.size} bytes; "
                       "struct kgsl_cmd_syncpoint_fence is 4 (the fd)")
   fd = ctypes.c_int32.from_address(int(sp.priv)).value
-  link = f"/proc/self/fd/{fd}"
-  if fd < 0 or not os.path.islink(link) or os.readlink(link) != "anon_inode:sync_file":
+  if not _is_sync_file(fd):
     raise OSError(22, f"GPU_COMMAND synclist[{k}]: FENCE sync point fd {fd} is not an open sync_file")
   raise OSError(95, f"GPU_COMMAND synclist[{k}]: waiting on sync_file fd {fd} is not mocked")
+
+
+def _is_sync_file(fd: int) -> bool:
+  """Whether `fd` is an open sync_file of this process (what sync_file_get_fence accepts): the kernel's sync_file is an
+  anonymous inode named "sync_file"."""
+  link = f"/proc/self/fd/{fd}"
+  return fd >= 0 and os.path.islink(link) and os.readlink(link) == "anon_inode:sync_file"
 
 
 class MockKGSL:
@@ -237,11 +243,18 @@ class MockKGSL:
   def _gpuobj_free(self, a: Any) -> None:
     """kgsl.c kgsl_ioctl_gpuobj_free: an unknown id is EINVAL; without KGSL_GPUOBJ_FREE_ON_EVENT the object goes now;
     with it, event type TIMESTAMP frees it once that context timestamp retired (gpuobj_free_on_timestamp: the
-    payload read with _copy_from_user, context 0 or unknown EINVAL), FENCE is not mocked, any other type EINVAL."""
+    payload read with _copy_from_user, context 0 or unknown EINVAL); event type FENCE (gpuobj_free_on_fence: the
+    payload's fd, read the same way, negative or not an open sync_file EINVAL, the object kept; a real sync_file is not
+    mocked, EOPNOTSUPP); any other type EINVAL."""
     if a.id not in self.objs or any(a.id == o for c in self.contexts.values() for o, _ in c["frees"]):
       raise OSError(22, f"GPUOBJ_FREE of unknown object {a.id}")
     if a.flags & kgsl.GPUOBJ_FREE_ON_EVENT:
-      if a.type == kgsl.GPU_EVENT_FENCE: raise OSError(95, "GPUOBJ_FREE on a fence event is not mocked")
+      if a.type == kgsl.GPU_EVENT_FENCE:
+        fd = ctypes.c_int32(0)  # struct kgsl_gpu_event_fence { int fd; }: min(len, 4) bytes, the rest zero
+        if (n := min(a.len, 4) if a.priv else 0): ctypes.memmove(ctypes.addressof(fd), a.priv, n)
+        if not _is_sync_file(fd.value):
+          raise OSError(22, f"GPUOBJ_FREE on a fence event: fd {fd.value} is not an open sync_file")
+        raise OSError(95, f"GPUOBJ_FREE on sync_file fd {fd.value} is not mocked")
       if a.type != kgsl.GPU_EVENT_TIMESTAMP:
         raise OSError(22, f"GPUOBJ_FREE event type {a.type}; valid: 1 (TIMESTAMP), 2 (FENCE)")
       ev = kgsl.ffi.new("struct kgsl_gpu_event_timestamp *")
