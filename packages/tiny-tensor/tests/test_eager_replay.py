@@ -262,3 +262,33 @@ def test_a_cached_op_schedules_lowers_and_walks_nothing(count_schedules, monkeyp
   # the wrappers do count: a new structure goes through them
   (a * 7).realize()
   assert counts.get("_schedule") == 1 and counts.get("_get_runner", 0) >= 1 and len(count_schedules) == 1
+
+
+def test_replayed_buffers_are_fresh_canonical_nodes_and_never_a_wrong_launch(count_schedules):
+  # issue #39: a replay builds its output BUFFER over the DEVICE node kept in its record (not interned again). The
+  # node must still be the one `UOp.new_buffer` makes (the interned DEVICE, a UNIQUE from the same counter as every
+  # other buffer, shape and device set), and replays of other structures (constant, dtype, shape) interleaved with it
+  # must each run their own kernel: numbers against numpy
+  from tiny_uop import UOp
+  from tiny_uop.uop import Ops
+  x, y = _x(40, (8, 12)), _x(41, (12, 8))
+  xi = (np.arange(96).reshape(8, 12) - 40).astype(np.int32)
+  a, b, ai = Tensor(x), Tensor(y), Tensor(xi)
+  ops = [(lambda: a + 1, x + 1), (lambda: a + 2, x + 2), (lambda: b + 1, y + 1), (lambda: ai + 1, xi + 1),
+         (lambda: a * 3, x * 3)]
+  for build, _ in ops: build().realize()  # each structure scheduled and recorded once
+  count_schedules.clear()
+  seen_unique: set[int] = set()
+  for _ in range(3):
+    for build, want in ops:
+      other = UOp.new_buffer("CPU", 4, Tensor([1]).dtype)  # a buffer made elsewhere between replays
+      t = build().realize()
+      buf = engine.buffer_view(t.uop)[0]
+      assert buf.op is Ops.BUFFER and buf.src[1] is UOp(Ops.DEVICE, arg=buf.device)
+      assert buf.src[0].op is Ops.UNIQUE and buf.src[0].arg not in seen_unique and buf.src[0].arg != other.src[0].arg
+      seen_unique |= {buf.src[0].arg, other.src[0].arg}
+      assert buf.shape == (buf.arg,) and buf.arg == want.size and t.shape == want.shape
+      got = t.numpy()
+      assert got.dtype == want.dtype
+      np.testing.assert_array_equal(got, want)
+  assert not count_schedules  # all of them replayed

@@ -48,9 +48,10 @@ from typing import Any, Callable, ClassVar, Iterable, Iterator, Literal
 
 from tiny_uop import trace as _trace
 from tiny_uop.device import Buffer
-from tiny_uop.dtype import DType
+from tiny_uop.dtype import DType, dtypes
 from tiny_uop.helpers import DEBUG, del_errors
 from tiny_uop.uop import GroupOp, Ops, UOp
+from tiny_uop.uop import _INTERN as _intern, _unique_counter  # UOp.new_buffer's pieces, for the replay's new buffers
 from tiny_uop.plugins import Device
 
 __all__ = ["GlobalCounters", "realize", "get_buffer", "register_buffer", "buffer_from_bytes", "is_realized",
@@ -94,7 +95,8 @@ class _EngineBuffer(Buffer):
 
 
 # ops read on the eager hot path, as module constants (on Python 3.11 each `Ops.X` read costs ~0.1 us: see tiny_uop.uop)
-_BUFFER, _RESHAPE, _DEVICE = Ops.BUFFER, Ops.RESHAPE, Ops.DEVICE
+_BUFFER, _RESHAPE, _DEVICE, _UNIQUE = Ops.BUFFER, Ops.RESHAPE, Ops.DEVICE, Ops.UNIQUE
+_VOID = dtypes.void
 
 
 def _buffer_device(u: UOp) -> str:
@@ -400,9 +402,10 @@ class _Replay:
   """A cached schedule as the engine runs it again without building it (kept in the schedule cache entry's `runtime`
   slot, see `tiny_codegen.schedule.cached_template`): kernels only, no variables. Buffer slots: 0..len(inputs)-1 are
   the graph's inputs in the entry's order, then the buffers the schedule makes (`new`: device, size, dtype, bytes, and
-  the opened device to allocate it on before the first kernel runs, or None when no kernel uses it), fresh BUFFER
+  the opened device to allocate it on before the first kernel runs, or None when no kernel uses it, and the
+  interned DEVICE node the new BUFFERs read: kept here, so a replay does not build it again), fresh BUFFER
   UOps each run, as `create_schedule` makes them."""
-  new: tuple[tuple[str, int, DType, int, Any], ...]
+  new: tuple[tuple[str, int, DType, int, Any, UOp], ...]
   # per kernel: (launch, its arguments from the slots (`operator.itemgetter`, a tuple), FLOPs, bytes)
   kernels: tuple[tuple[Callable[..., Any], Callable[[list], tuple], int, int], ...]
   used: tuple[int, ...]  # the input slots the kernels use (allocated before the first kernel runs)
@@ -466,7 +469,7 @@ def _make_replay(sched: Any, todo: list[UOp]) -> _Replay | None:
   used = sorted({i for k in kernels for i in k[1]})
   n_in = len(sched.inputs)
   opened = {name: dev for name, dev, _ in devices.values()}
-  new_bufs = tuple((d, n, dt, n * dt.itemsize, opened[d] if n_in + j in used else None)
+  new_bufs = tuple((d, n, dt, n * dt.itemsize, opened[d] if n_in + j in used else None, UOp(_DEVICE, arg=d))
                    for j, (d, n, dt) in enumerate(new))
   protos = tuple(dict(vars(Buffer(d, n, dt))) for d, n, dt in new)
   return _Replay(new_bufs, tuple((k[0], _slots_getter(k[1]), k[2], k[3]) for k in kernels),
@@ -503,9 +506,12 @@ def _replay_run(roots: tuple[UOp, ...]) -> tuple[_Replay, list[UOp]] | None:
       ib = get_buffer(inputs[i]).ensure_allocated()
     opaque[i] = ib._opaque
   bufs = list(inputs)
-  for (device, n, dt, nbytes, dev), proto in zip(rp.new, rp.protos):
-    bufs.append(b := UOp.new_buffer(device, n, dt))  # a new BUFFER, allocated now if a kernel uses it: what get_buffer
-    if dev is not None:  # and Buffer.allocate do, for a node no other thread can see yet
+  for (device, n, dt, nbytes, dev, dnode), proto in zip(rp.new, rp.protos):
+    # `UOp.new_buffer(device, n, dt)` over the recorded DEVICE node (interning it again costs ~0.7 us a buffer)
+    b = _intern(UOp, _BUFFER, dt, (_intern(UOp, _UNIQUE, _VOID, (), next(_unique_counter)), dnode), n)
+    if "device" not in (c := b._cache): c["shape"], c["device"] = (n,), device
+    bufs.append(b)  # a new BUFFER, allocated now if a kernel uses it: what get_buffer and Buffer.allocate do, for a
+    if dev is not None:  # node no other thread can see yet
       buf = object.__new__(_EngineBuffer)
       vars(buf).update(proto)
       buf._opaque = opaque[len(bufs) - 1] = dev.allocator.alloc(nbytes, None)
@@ -534,8 +540,13 @@ def replay_root(u: UOp) -> UOp | None:
   schedule, as `realize([u])[u]` would: its realized buffer view; None when it has no replay (nothing ran: the caller
   realizes it). The eager hot path of `Tensor.realize` (`(a + 1).realize()`): one kernel launch, no schedule built,
   no graph walked."""
-  with lock:
-    if (got := _replay_run((u,))) is None: return None
+  with lock: return _replay_root_locked(u)
+
+
+def _replay_root_locked(u: UOp) -> UOp | None:
+  """`replay_root(u)` for a caller that holds `lock` already (`Tensor.realize`: taking the re-entrant lock again
+  costs ~0.2 us of the eager hot path)."""
+  if (got := _replay_run((u,))) is None: return None
   i, shape = got[0].outs[0]
   b = got[1][i]
   if shape is None: return b

@@ -284,7 +284,7 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
       if not lst and (op := (u := self._uop).op) is not _MULTI and op is not _BUFFER and \
          (op is not _RESHAPE or u.src[0].op is not _BUFFER):  # one lazy tensor (not is_realized(u)): the eager hot path
         with _registry_lock: alone = tried = _lazy_tensors.only(ts)
-        if alone and (n := engine.replay_root(u)) is not None:  # a cached op: its recorded kernels, no schedule
+        if alone and (n := engine._replay_root_locked(u)) is not None:  # a cached op: its recorded kernels
           _take_realized(self, n)
           return self
       uops = [s for t in ts for s in (t._uop.src if t._uop.op is _MULTI else (t._uop,))]  # sharded: its shards
