@@ -78,6 +78,8 @@ class CPUGraph:
   `CPUGraph.native_calls` counts the replays that ran natively (one call each), `CPUGraph.builds` the graphs built."""
   builds = 0
   native_calls = 0
+  viz_per_kernel = True
+  """Under VIZ recording TinyJit runs this graph's kernels one by one, so each gets its own timed launch."""
 
   @staticmethod
   def supports(dev: Any, call: Any) -> bool:

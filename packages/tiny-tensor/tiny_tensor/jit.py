@@ -539,8 +539,13 @@ class CapturedJit(Generic[ReturnType]):
     if isinstance(ret, dict): return {k: self.returned(x, args, kwargs) for k, x in ret.items()}
     return ret
 
-  def _run_recorded(self, dyn: list[Buffer], var_vals: dict[str, int]) -> None:
-    for c in self.plan:
+  def _run_recorded(self, dyn: list[Buffer], var_vals: dict[str, int], plan: list[Any] | None = None) -> None:
+    """Run `plan` (default: the replay's) with each launch timed into VIZ's recorder. A graph whose class sets
+    `viz_per_kernel` (it can't time its kernels itself, e.g. `CPUGraph`) runs its kernels one by one instead."""
+    for c in self.plan if plan is None else plan:
+      if isinstance(c, _GraphCall) and getattr(c.graph, "viz_per_kernel", False):
+        self._run_recorded(dyn, var_vals, c.kernels)  # one level: a graph's kernels are _KernelCalls
+        continue
       st = time.perf_counter()
       c.run(dyn, var_vals)
       rec, t = _trace.RECORDER, time.perf_counter() - st
