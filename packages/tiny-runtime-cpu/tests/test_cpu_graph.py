@@ -78,3 +78,15 @@ def test_graph_refuses_what_is_not_a_cpu_kernel() -> None:
   copy = SimpleNamespace(bufs=[0, 1], nbytes=16)
   assert not CPUGraph.supports(Device["CPU"], copy)
   with pytest.raises(ValueError, match="CPU kernels only"): CPUGraph(Device["CPU"], [SimpleNamespace(prg=None)])
+
+
+def test_reserved_generations_stay_in_range_and_fresh() -> None:
+  # a graph's launch k uses generation first + k: all must be in 1..GEN_MAX and differ from the last one published
+  from tiny_runtime_cpu.threads import GEN_MAX, ThreadPool
+  pool = ThreadPool(0)
+  last = 0
+  for start, count in ((0, 1), (5, 10), (GEN_MAX - 3, 3), (GEN_MAX - 3, 4), (GEN_MAX - 1, 100), (GEN_MAX, 1)):
+    pool._gen = last = start
+    first = pool._reserve(count)
+    gens = range(first, first + count)
+    assert 1 <= gens[0] and gens[-1] <= GEN_MAX and last not in gens and pool._gen == gens[-1]

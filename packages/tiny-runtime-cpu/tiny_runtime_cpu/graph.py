@@ -134,7 +134,10 @@ class CPUGraph:
     for word, k in self.sym:
       self.table[word] = n = _shares(k.launch(vv)[0])
       max_shares = max(max_shares, n)
-    if self.dev.pool.run_graph(self._run, self.count, max_shares): CPUGraph.native_calls += 1
+    if max_shares <= 1:  # no kernel uses the pool: no dispatch block to take
+      self.runner(self.table_addr, self.count, None, 0, None)
+      CPUGraph.native_calls += 1
+    elif self.dev.pool.run_graph(self._run, self.count, max_shares): CPUGraph.native_calls += 1
     else: self._run_each(inputs, vv)
     for prg in self.oob:
       if prg._oob[0]: prg._raise_oob(tuple(inputs))
