@@ -74,6 +74,21 @@ def test_graph_chain_of_split_kernels_matches_numpy_in_one_native_call(threads: 
     np.testing.assert_allclose(_read(z, cols), _read(y, cols) * np.float32(3) + c, rtol=1e-6)
 
 
+def test_graph_while_another_thread_holds_the_pool_launches_kernel_by_kernel() -> None:
+  n = 999
+  dev = Device["CPU"]
+  t, u = _host(np.zeros(n)), _host(np.zeros(n))
+  ks = [_kernel(_axpy(n, "g_busy_1"), 3, [t, 0, 1]), _kernel(_axpy(n, "g_busy_2"), 3, [u, t, 0])]
+  g = CPUGraph(dev, ks)
+  g([_host(np.zeros(n)), _host(np.zeros(n))], {})  # starts the pool's helpers (and its native dispatch)
+  a, b = np.arange(n, dtype=np.float32), np.full(n, 0.25, np.float32)
+  pooled = dev.pool.native is not None  # CPU_THREADS=1: no helpers, no dispatch block to wait for
+  before = CPUGraph.native_calls
+  with dev.pool._native_lock: g([_host(a), _host(b)], {})  # as if another Python thread's launch ran
+  assert CPUGraph.native_calls == before + (0 if pooled else 1)
+  np.testing.assert_allclose(_read(u, n), (a * np.float32(3) + b) * np.float32(3) + a, rtol=1e-6)
+
+
 def test_graph_refuses_what_is_not_a_cpu_kernel() -> None:
   copy = SimpleNamespace(bufs=[0, 1], nbytes=16)
   assert not CPUGraph.supports(Device["CPU"], copy)
