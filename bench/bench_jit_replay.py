@@ -7,7 +7,8 @@
   `wait=True`, on a `JIT=2` capture of the same model): the rest is host cost (Python, ctypes, pool wake-ups).
 
 Each figure is printed with the CPU graph (`CPUGraph`, default) and without (`JIT=2`: kernel by kernel, the replay
-before the graph existed). Run: `python bench/bench_jit_replay.py [chain] [models]` (default both).
+before the graph existed). Run: `python bench/bench_jit_replay.py [chain] [models]` (default both); `run()` (for
+`bench/run.py`) gives the chain rows only.
 """
 from __future__ import annotations
 
@@ -42,10 +43,11 @@ def replay_us(f: Any, x: Any, calls: int, rounds: int = 3) -> float:
   return best * 1e6
 
 
-def bench_chain() -> None:
-  """Print µs per replay for N = 1, 10, 100 kernels, with and without the CPU graph (timed in turns)."""
+def bench_chain(calls: int = int(os.environ.get("BENCH_JIT_REPLAY_CALLS", "200"))) -> dict[int, dict[int, float]]:
+  """{N: {JIT level: best µs per replay}} for N = 1, 10, 100 kernels, with (1) and without (2) the CPU graph, timed
+  in turns."""
   from tiny_uop.helpers import Context
-  calls = int(os.environ.get("BENCH_JIT_REPLAY_CALLS", "200"))
+  out: dict[int, dict[int, float]] = {}
   for n in (1, 10, 100):
     fs = {}
     for jit in (1, 2):
@@ -53,10 +55,16 @@ def bench_chain() -> None:
         f, x = fs[jit] = chain(n)
         for _ in range(3): f(x)  # run, capture, first replay
       assert f.captured.kernel_count == n, f"the chain has {f.captured.kernel_count} kernels, expected {n}"
-    best = {jit: float("inf") for jit in fs}
+    best = out[n] = {jit: float("inf") for jit in fs}
     for _ in range(3):
       for jit in fs: best[jit] = min(best[jit], replay_us(*fs[jit], calls))
-    for jit, us in best.items(): print(f"chain N={n:4d} JIT={jit}: {us:9.1f} us/replay  {us / n:7.2f} us/kernel")
+  return out
+
+
+def run() -> dict[str, dict[str, Any]]:
+  """bench/run.py's rows: µs per replay of the N-kernel chains, `tiny` (the CPU graph) next to `tiny_no_graph`."""
+  return {f"jit replay, {n} tiny kernels (us)": {"tiny": r[1], "tiny_no_graph": r[2], "unit": "us", "better": "lower"}
+          for n, r in bench_chain().items()}
 
 
 def kernel_ms(runner: Any, feeds: dict[str, np.ndarray]) -> tuple[float, int]:
@@ -115,5 +123,7 @@ def bench_models(names: tuple[str, ...] = ("gpt2_tiny", "mobilenet_v3_small")) -
 
 if __name__ == "__main__":
   what = sys.argv[1:] or ["chain", "models"]
-  if "chain" in what: bench_chain()
+  if "chain" in what:
+    for n, r in bench_chain().items():
+      for jit, us in r.items(): print(f"chain N={n:4d} JIT={jit}: {us:9.1f} us/replay  {us / n:7.2f} us/kernel")
   if "models" in what: bench_models()
