@@ -89,6 +89,22 @@ def test_graph_while_another_thread_holds_the_pool_launches_kernel_by_kernel() -
   np.testing.assert_allclose(_read(u, n), (a * np.float32(3) + b) * np.float32(3) + a, rtol=1e-6)
 
 
+def test_graph_reports_an_out_of_bounds_read_of_a_check_oob_kernel() -> None:
+  from tiny_uop.helpers import Context
+  from tiny_runtime_cpu.cpu import OutOfBoundsError
+  n = 16
+  out, inp = UOp(Ops.PARAM, dtypes.float32.ptr(n), arg=0), UOp(Ops.PARAM, dtypes.float32.ptr(n), arg=1)
+  r = UOp.range(n, 0)
+  ast = out.index(r).store(inp.index(r + 2).load() * 2.0).sink(arg=KernelInfo("g_oob_read"))
+  y = _host(np.zeros(n))
+  with Context(CHECK_OOB=1): k = _kernel(ast, 1, [y, 0])
+  g = CPUGraph(Device["CPU"], [k])
+  a = np.arange(n, dtype=np.float32)
+  want = rf"kernel 'g_oob_read' read element 1[67] of buffer data1, which holds {n}"
+  with pytest.raises(OutOfBoundsError, match=want): g([_host(a)], {})
+  np.testing.assert_array_equal(_read(y, n)[:n - 2], a[2:] * 2)  # the in-bounds elements were written
+
+
 def test_graph_refuses_what_is_not_a_cpu_kernel() -> None:
   copy = SimpleNamespace(bufs=[0, 1], nbytes=16)
   assert not CPUGraph.supports(Device["CPU"], copy)
