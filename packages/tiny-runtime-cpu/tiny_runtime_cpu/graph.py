@@ -113,7 +113,8 @@ class CPUGraph:
       tramp = dev.native_load(f"tiny_call_{nb}_{nv}", call_ir(nb, nv))
       self.table[ENTRY_WORDS * i:ENTRY_WORDS * (i + 1)] = [tramp, k.prg.addr, ctypes.addressof(block), _shares(gs)]
       if not k.static_launch: self.sym.append((ENTRY_WORDS * i + 3, k))
-    self.max_shares = max((_shares(k.launch({})[0]) for k in self.kernels), default=1)
+    # the most shares of a kernel with a fixed size (a symbolic one's count is taken per replay)
+    self.max_shares = max((_shares(k.global_size) for k in self.kernels if k.static_launch), default=1)
     self.runner = _RUNNER_PROTO(dev.native_load("tiny_graph_run", RUNNER_IR))
     self.table_addr, self.count = ctypes.addressof(self.table), n
     CPUGraph.builds += 1

@@ -71,14 +71,23 @@ def test_symbolic_variable_changes_per_call() -> None:
   assert _graphs(f)
 
 
-def test_symbolic_shape_changes_per_call() -> None:
+@pytest.mark.parametrize("split", [False, True])
+def test_symbolic_shape_changes_per_call(split: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+  if split:  # the symbolic-length kernel split over 3 shares
+    monkeypatch.setattr(Device["CPU"].renderer, "threads", 3)
+    monkeypatch.setattr(Device["CPU"].renderer, "thread_min_work", 0)
+
+  c = 2.5 if split else 2.0  # different kernels: the unsplit one is cached from the other case
+
   @TinyJit
-  def f(x: Tensor) -> Tensor: return ((x + 2).contiguous() * 3).sum().realize()
+  def f(x: Tensor) -> Tensor: return ((x + c).contiguous() * 3).sum().realize()
   v = Variable("cg_len", 1, 64)
   base = np.arange(64, dtype=np.float32)
   for k in (5, 9, 64, 2, 33):
     x = Tensor(base, device="CPU")[:v.bind(k)]
-    np.testing.assert_allclose(f(x).numpy(), ((base[:k] + 2) * 3).sum(), rtol=1e-6)
+    np.testing.assert_allclose(f(x).numpy(), ((base[:k] + c) * 3).sum(), rtol=1e-6)
+  (g,) = _graphs(f)
+  assert (g.kernels[0].global_size[0] > 1) == split
 
 
 def test_output_fed_back_as_next_input() -> None:
