@@ -29,6 +29,7 @@ from tiny_uop.plugins import DeviceUnavailableError
 from tiny_uop.target import Target
 from tiny_uop.tools import find_tool
 
+from tiny_runtime_cpu.graph import CPUGraph
 from tiny_runtime_cpu.elfload import EM_X86_64, LoadedObject, ObjectLoadError, UnresolvedSymbolError
 from tiny_runtime_cpu.memory import HostAllocator, HostMem
 from tiny_runtime_cpu.native_pool import NativePool
@@ -262,17 +263,28 @@ class CPUDevice(TargetRenderer, Compiled):
   def __init__(self, device: str = "CPU"):
     Target.parse(device).check_interface(valid=(None,))  # no MOCK (or other) interface: not a driver
     classes, self.renderer_errors = _renderer_classes()
-    super().__init__(device, HostAllocator(), classes, CPUProgram)
+    super().__init__(device, HostAllocator(), classes, CPUProgram, graph=CPUGraph)
     self.jit = MCJIT()
     self._load_lock = threading.Lock()
     # the launching thread is one of them; launches are dispatched natively (native_pool) once the helpers start
     self.pool = ThreadPool(default_threads(int(CPU_THREADS.value)) - 1, make_native=self._make_native)
 
   def _make_native(self) -> NativePool:
+    return NativePool(self.native_load, self.native_triple)
+
+  @functools.cached_property
+  def _native_compiler(self) -> Any:
     from tiny_codegen.compiler.llvm import LLVMCompiler
-    comp = LLVMCompiler()
-    def load(name: str, ir: str) -> int: return self.get_program(name, comp.compile_cached(ir)).addr
-    return NativePool(load, comp.triple)
+    return LLVMCompiler()
+
+  @property
+  def native_triple(self) -> str:
+    """The target triple of the device's own native code (thread pool dispatch, graph runner)."""
+    return str(self._native_compiler.triple)
+
+  def native_load(self, name: str, ir: str) -> int:
+    """Compile LLVM IR (cached) and load it: the address of its function `name` (the pool's and graph's code)."""
+    return int(self.get_program(name, self._native_compiler.compile_cached(ir)).addr)
 
   def select_renderer(self, name: str | None) -> Renderer:
     if name is not None and name.upper() in ("CLANG", "C", "CLANGRENDERER") and find_tool("cc") is None:

@@ -146,7 +146,8 @@ class NativePool:
     self._load, self._lock = load, threading.Lock()
     self.state = (ctypes.c_int64 * WORDS)()
     self.state_addr = ctypes.addressof(self.state)
-    self.main = ctypes.CFUNCTYPE(None, ctypes.c_void_p, *[ctypes.c_int64] * 5)(load("tiny_pool_main", pool_ir(triple)))
+    self.main_addr = load("tiny_pool_main", pool_ir(triple))  # also called by native code: graph.CPUGraph's runner
+    self.main = ctypes.CFUNCTYPE(None, ctypes.c_void_p, *[ctypes.c_int64] * 5)(self.main_addr)
     self.helper = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)(
       load("tiny_pool_helper", pool_ir(triple)))
     self._tramps: dict[tuple[int, int], int] = {}

@@ -23,6 +23,9 @@ import threading
 import time
 from typing import Any, Callable
 
+GEN_MAX = 0x7FFFFFFF
+"""The largest launch generation (it is the high half of the native block's `next` word, kept below 2**31)."""
+
 
 class _Launch:
   """One launch's shares. Both counters are `itertools.count`s, whose `next()` is atomic under the GIL: each share is
@@ -70,7 +73,7 @@ class ThreadPool:
     self.native_iters = 0  # native polls in native_spin_s: measured when the first helper starts
     self.asleep: list[bool] = []  # per helper: blocked in Python (a native launch puts a token on the queue for each)
     self._native_lock = threading.Lock()  # one native launch at a time; others take the Python path
-    self._gens = itertools.count(1)
+    self._gen = 0  # the last launch generation published (1..GEN_MAX; under _native_lock)
     if hasattr(os, "register_at_fork"): os.register_at_fork(after_in_child=self._after_fork)
     if make_native is not None: atexit.register(self._join_at_exit)
 
@@ -172,7 +175,33 @@ class ThreadPool:
     try:
       if len(self.threads) < self.workers: self._start()
       for _ in range(min(sum(self.asleep), n - 1)): self.queue.put(True)  # wake blocked helpers
-      native.main(native.state_addr, next(self._gens) % 0x7FFFFFFF + 1, n, tramp, fn, ctypes.addressof(args))
+      native.main(native.state_addr, self._reserve(1), n, tramp, fn, ctypes.addressof(args))
+    finally: self._native_lock.release()
+    return True
+
+  def _reserve(self, count: int) -> int:
+    """The first of `count` consecutive fresh launch generations (each in 1..GEN_MAX, none equal to the last one
+    published, so a helper that saw that one joins the next); call with `_native_lock` held."""
+    first = self._gen + 1 if self._gen + count <= GEN_MAX else 1  # wrapped: the last one was near GEN_MAX
+    self._gen = first + count - 1
+    return first
+
+  def run_graph(self, runner: Callable[[int, int], None], launches: int, max_shares: int) -> bool:
+    """Call `runner(state, gen)` (a device graph's native replay, `graph.CPUGraph`) with the native dispatch block
+    (its address, 0 when there is no native dispatch: then split kernels run their shares inline) and the first of
+    `launches` fresh generations (one per kernel it may launch on the pool). `max_shares` > 1: it launches split
+    kernels, so blocked helpers are woken first. False, having run nothing, when another thread's native launch is
+    running."""
+    if self.native is None and self.make_native is not None and self.workers and max_shares > 1: self._start()
+    if (native := self.native) is None:
+      runner(0, 1)
+      return True
+    if not self._native_lock.acquire(False): return False
+    try:
+      if max_shares > 1:
+        if len(self.threads) < self.workers: self._start()
+        for _ in range(min(sum(self.asleep), max_shares - 1)): self.queue.put(True)  # wake blocked helpers
+      runner(native.state_addr, self._reserve(max(1, launches)))
     finally: self._native_lock.release()
     return True
 

@@ -15,9 +15,10 @@ How it works (docs/ARCHITECTURE.md §5, step 7):
   after the capture `plan_memory` gives intermediates whose lifetimes don't overlap one buffer (the rest is freed);
 - later calls check that the inputs look the same (shape, dtype, device, which arguments are Tensors), swap the new
   inputs' device buffers into the recorded argument lists, and call the programs in order. On a device with a graph
-  class (`Compiled.graph`, e.g. `HCQ2Graph` on AMD, NV and QCOM; PIPELINE.md §7, §9), each run of consecutive kernels
-  is handed to it once after the capture; a replay calls the graph with the new input buffers and variable values,
-  and it patches what changed in its prebuilt command buffers and submits them (`JIT=2`: kernel by kernel instead).
+  class (`Compiled.graph`: `HCQ2Graph` on AMD, NV and QCOM, `CPUGraph` on the CPU; PIPELINE.md §7, §9), each run of
+  consecutive kernels is handed to it once after the capture; a replay calls the graph with the new input buffers and
+  variable values, and it patches what changed in its prebuilt command buffers (the CPU: argument blocks) and submits
+  them in one call (`JIT=2`: kernel by kernel instead).
 
 Capture uses the engine's hook (`engine.capture(on_call, on_host_read)`, see `engine.CapturedCall`): `_EngineCapture`
 turns each reported call into a replayable one and refuses host reads of device data.
@@ -538,8 +539,13 @@ class CapturedJit(Generic[ReturnType]):
     if isinstance(ret, dict): return {k: self.returned(x, args, kwargs) for k, x in ret.items()}
     return ret
 
-  def _run_recorded(self, dyn: list[Buffer], var_vals: dict[str, int]) -> None:
-    for c in self.plan:
+  def _run_recorded(self, dyn: list[Buffer], var_vals: dict[str, int], plan: list[Any] | None = None) -> None:
+    """Run `plan` (default: the replay's) with each launch timed into VIZ's recorder. A graph whose class sets
+    `viz_per_kernel` (it can't time its kernels itself, e.g. `CPUGraph`) runs its kernels one by one instead."""
+    for c in self.plan if plan is None else plan:
+      if isinstance(c, _GraphCall) and getattr(c.graph, "viz_per_kernel", False):
+        self._run_recorded(dyn, var_vals, c.kernels)  # one level: a graph's kernels are _KernelCalls
+        continue
       st = time.perf_counter()
       c.run(dyn, var_vals)
       rec, t = _trace.RECORDER, time.perf_counter() - st
