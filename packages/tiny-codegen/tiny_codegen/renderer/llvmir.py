@@ -13,7 +13,7 @@ import math
 import struct
 from typing import Any
 
-from tiny_uop.dtype import DType, PtrDType, dtypes, round_float
+from tiny_uop.dtype import ConstType, DType, PtrDType, dtypes, round_float
 from tiny_uop.helpers import CHECK_OOB
 from tiny_uop.uop import AXIS_LETTER, Ops, UOp
 
@@ -137,6 +137,7 @@ def no_signed_wrap(u: UOp) -> bool:
   dt = u.dtype.scalar()
   if not dtypes.is_int(dt) or dtypes.is_unsigned(dt) or dt == dtypes.bool: return False
   (a0, a1), (b0, b1) = ((s.vmin, s.vmax) for s in u.src)
+  ends: tuple[ConstType, ...]
   if u.op is Ops.ADD: ends = (a0 + b0, a1 + b1)
   elif u.op is Ops.SUB: ends = (a0 - b1, a1 - b0)
   else: ends = (a0 * b0, a0 * b1, a1 * b0, a1 * b1)
