@@ -227,3 +227,17 @@ def test_ptx_refuses_an_operand_with_no_register():
   uops, _ = _bound_after_its_loop()
   with pytest.raises(RenderError, match="ADD dtypes.int"):
     PTXRenderer("sm_80").render(uops)
+
+
+def test_llvm_index_math_is_nsw_only_where_it_cannot_wrap():
+  """`nsw` (lets LLVM merge loads at i, i+1, ... of an i32 index) marks exactly the integer ops whose exact result
+  over the sources' ranges fits the type: checked against Python's unbounded integers."""
+  from tiny_codegen.renderer.llvmir import no_signed_wrap
+  i, n = UOp.range(48, 0), UOp.variable("n", 0, 2**31 - 1, dtypes.int32)
+  i32 = i.cast(dtypes.int32)
+  for u, exact in ((i32 * 16 + 5, [v * 16 + 5 for v in (0, 47)]), (n + 1, [2**31]), (n * 2, [2**32 - 2]),
+                   (i32 - n, [0 - (2**31 - 1), 47]), (n - i32, [-47, 2**31 - 1])):
+    fits = all(-2**31 <= v <= 2**31 - 1 for v in exact)
+    assert no_signed_wrap(u) == fits, (u.render(), exact)
+  assert not no_signed_wrap(UOp.const(dtypes.uint32, 3) + UOp.const(dtypes.uint32, 4))  # unsigned: never nsw
+  assert not no_signed_wrap(UOp.const(dtypes.float, 3.0) + 1.0)

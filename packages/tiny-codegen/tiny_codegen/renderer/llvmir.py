@@ -13,7 +13,7 @@ import math
 import struct
 from typing import Any
 
-from tiny_uop.dtype import DType, PtrDType, dtypes, round_float
+from tiny_uop.dtype import ConstType, DType, PtrDType, dtypes, round_float
 from tiny_uop.helpers import CHECK_OOB
 from tiny_uop.uop import AXIS_LETTER, Ops, UOp
 
@@ -126,6 +126,22 @@ def _vector_registers(triple: str, features: str) -> tuple[int, int]:
     return (16, 32) if "+avx" in feats else (16, 16)
   if triple.startswith(("aarch64", "arm64")): return 32, 16
   return 0, 0
+
+
+def no_signed_wrap(u: UOp) -> bool:
+  """Whether the signed integer ADD/SUB/MUL `u` provably never wraps: the exact results over its sources' value
+  ranges (`vmin`/`vmax`, sound with wrapping included) all fit its type. Such an op is rendered `nsw`, which lets
+  LLVM see that `sext(i + 1) == sext(i) + 1` in an i32 index: without it, the loads at i, i+1, ... of a buffer
+  (a quantized weight's bytes) stay separate scalar loads instead of merging into one vector load."""
+  if u.op not in (Ops.ADD, Ops.SUB, Ops.MUL) or len(u.src) != 2: return False
+  dt = u.dtype.scalar()
+  if not dtypes.is_int(dt) or dtypes.is_unsigned(dt) or dt == dtypes.bool: return False
+  (a0, a1), (b0, b1) = ((s.vmin, s.vmax) for s in u.src)
+  ends: tuple[ConstType, ...]
+  if u.op is Ops.ADD: ends = (a0 + b0, a1 + b1)
+  elif u.op is Ops.SUB: ends = (a0 - b1, a1 - b0)
+  else: ends = (a0 * b0, a0 * b1, a1 * b0, a1 * b1)
+  return dtypes.min(dt) <= min(ends) and max(ends) <= dtypes.max(dt)
 
 
 def accumulations(uops: list[UOp]) -> set[UOp]:
@@ -328,6 +344,7 @@ class _LLVMEmitter:
                 Ops.AND: "and", Ops.OR: "or", Ops.XOR: "xor"}.get(op)
       if inst is None: raise NotImplementedError(f"LLVM renderer can't render {op} on {sdt}")
       if isf and u in self.contract: inst += " contract"
+      elif no_signed_wrap(u): inst += " nsw"
       self.emit(f"{out} = {inst} {t} {a[0]}, {a[1]}")
     return out
 
