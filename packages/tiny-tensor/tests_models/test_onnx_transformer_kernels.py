@@ -82,3 +82,33 @@ def test_layernorm_before_a_matmul_is_stored_not_recomputed_per_column_tile():
   mm = max(kernels, key=lambda k: k.ops)
   # out, the normalized rows, the weight, and the bias of the Add fused after the product
   assert len(mm.refs) == 4, (mm.name, len(mm.refs))
+
+
+def test_attention_softmax_divides_once_per_row_not_inside_pv(monkeypatch):
+  """Softmax -> MatMul (attention's P@V, tiny BERT's sizes): the probabilities stay inline in P@V's kernel, where
+  each is read once per column tile of the output. x / rowsum put a division inside that kernel's reduce loop
+  (72 us a layer); exp * (1 / rowsum) leaves a per-row reciprocal outside it. Checked on the compiled kernels'
+  uops: no division or reciprocal depends on a reduce loop's index. Output against onnxruntime."""
+  import tiny_codegen
+  from tiny_uop.uop import AxisType, Ops
+  specs = []
+  real = tiny_codegen.get_program
+
+  def recording(*a, **k):
+    specs.append(spec := real(*a, **k))
+    return spec
+  monkeypatch.setattr(tiny_codegen, "get_program", recording)
+  rng = np.random.default_rng(2)
+  n = helper.make_node
+  v = rng.standard_normal((1, 2, 64, 64)).astype(np.float32)
+  m = _model([n("Softmax", ["x"], ["p"], axis=-1), n("MatMul", ["p", "v"], ["y"])], (1, 2, 64, 64), (1, 2, 64, 64),
+             {"v": v})
+  x = (rng.standard_normal((1, 2, 64, 64)) * 3).astype(np.float32)
+  got, _ = _run_jit(m, x)
+  np.testing.assert_allclose(got, _ort(m, x), rtol=1e-4, atol=1e-5)
+  in_loop = []
+  for spec in specs:
+    for u in spec.uops or []:
+      if u.op in (Ops.FDIV, Ops.RECIPROCAL) and any(r.arg[1] is AxisType.REDUCE for r in u.ranges):
+        in_loop.append(spec.name)
+  assert specs and not in_loop, in_loop
