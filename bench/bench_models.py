@@ -11,7 +11,8 @@ Each model's tiny outputs (jit and eager) are checked against onnxruntime's (ass
 
 Rows per model: median ms per inference over `BENCH_MODELS_RUNS` (default 10) calls after warm-up, `tiny` (jit: the
 replayed capture), `tiny_eager`, `onnxruntime`, `torch`; the seconds tiny's jit needs for its first three calls
-(compile, capture, first replay); and the kernels one replay of the capture launches. The CPU (lscpu's model name) is in every row's target text.
+(compile, capture, first replay); and the kernels one replay of the capture launches. The CPU (lscpu's model
+name) is in every row's target text.
 
 Dynamic sequence length (issue #39): the tiny BERT and GPT-2 exported with a dynamic `seq` axis run through one
 `OnnxRunner(jit=True, max_dims={"seq": 128})` at `BENCH_MODELS_SEQS` lengths (default 32,64): per length, ms per
