@@ -112,3 +112,17 @@ def test_attention_softmax_divides_once_per_row_not_inside_pv(monkeypatch):
       if u.op in (Ops.FDIV, Ops.RECIPROCAL) and any(r.arg[1] is AxisType.REDUCE for r in u.ranges):
         in_loop.append(spec.name)
   assert specs and not in_loop, in_loop
+
+
+@pytest.mark.parametrize("exp", [3.0, -2.0, 5.0])
+def test_half_pow_by_a_small_integer_rounds_once(exp):
+  """A float16 base to a small integral power: the products are taken in float32 and rounded to float16 once, as
+  pow computes them (numpy's float32 power rounded to float16 is the reference), not rounded after every multiply."""
+  x = np.array([[0.0071, -0.013, 1.37, -2.71, 11.3, 0.5, -0.0, 3.14159]], np.float16)
+  g = helper.make_graph([helper.make_node("Pow", ["x", "e"], ["y"])], "g",
+                        [helper.make_tensor_value_info("x", TensorProto.FLOAT16, list(x.shape))],
+                        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, list(x.shape))],
+                        [numpy_helper.from_array(np.asarray(exp, np.float16), "e")])
+  m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+  want = np.power(x.astype(np.float32), np.float32(exp)).astype(np.float16)
+  np.testing.assert_array_equal(OnnxRunner(m)({"x": x})["y"].numpy(), want)

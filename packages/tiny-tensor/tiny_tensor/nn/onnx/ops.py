@@ -180,7 +180,8 @@ def _small_int_exponent(ctx: Any, a: Tensor) -> int | None:
 @op("Pow")
 def pow_(ctx: Any, inp: list, attrs: dict) -> Tensor:
   a, b = inp
-  if _is_float(a) and (k := _small_int_exponent(ctx, a)) is not None: return a.pow(k).cast(a.dtype)
+  if _is_float(a) and (k := _small_int_exponent(ctx, a)) is not None:  # a half's products rounded once, in float32
+    return (a.float() if a.dtype.itemsize < 4 else a).pow(k).cast(a.dtype)
   if _is_float(a): return a.pow(b.cast(a.dtype) if isinstance(b, Tensor) else b).cast(a.dtype)
   return a.cast(dtypes.float64).pow(b.cast(dtypes.float64)).round().cast(a.dtype)
 
