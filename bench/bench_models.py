@@ -10,8 +10,9 @@ offline and needs no onnxscript; static shapes):
 Each model's tiny outputs (jit and eager) are checked against onnxruntime's (assert close) before anything is timed.
 
 Rows per model: median ms per inference over `BENCH_MODELS_RUNS` (default 10) calls after warm-up, `tiny` (jit: the
-replayed capture), `tiny_eager`, `onnxruntime`, `torch`; and the seconds tiny's jit needs for its first three calls
-(compile, capture, first replay). The CPU (lscpu's model name) is in every row's target text.
+replayed capture), `tiny_eager`, `onnxruntime`, `torch`; the seconds tiny's jit needs for its first three calls
+(compile, capture, first replay); and the kernels one replay of the capture launches. The CPU (lscpu's model
+name) is in every row's target text.
 
 Dynamic sequence length (issue #39): the tiny BERT and GPT-2 exported with a dynamic `seq` axis run through one
 `OnnxRunner(jit=True, max_dims={"seq": 128})` at `BENCH_MODELS_SEQS` lengths (default 32,64): per length, ms per
@@ -219,7 +220,8 @@ def bench_model(name: str, runs: int = RUNS) -> dict[str, float]:
            "tiny_eager": _median_ms(lambda: eager(feeds)["y"].numpy(), max(runs // 3, 2)),
            "onnxruntime": _median_ms(lambda: sess.run(None, feeds), runs),
            "torch": _median_ms(lambda: model(*targs), runs)}
-  return {**row, "first3_s": first3}
+  (fn,) = jit.jits.values()
+  return {**row, "first3_s": first3, "kernels": float(fn.captured.kernel_count)}
 
 
 def bench_dynamic(name: str, seqs: list[int] = SEQS, runs: int = RUNS) -> dict[str, dict[str, float]]:
@@ -269,6 +271,7 @@ def run(models: list[str] | None = None) -> dict[str, dict[str, Any]]:
     out[f"{name} (ms/inference)"] = {k: r[k] for k in ("tiny", "tiny_eager", "onnxruntime", "torch")} | {
       "unit": "ms", "better": "lower", "target": f"tiny jit within 2x of onnxruntime; {cpu}"}
     out[f"{name} jit first 3 calls (s)"] = {"tiny": r["first3_s"], "unit": "s", "better": "lower"}
+    out[f"{name} jit kernels per replay"] = {"tiny": r["kernels"], "unit": "", "better": "lower"}
     if name in ("bert_tiny", "gpt2_tiny") and SEQS:
       for seq, d in bench_dynamic(name).items():
         out[f"{name} dynamic seq={seq} (ms/inference)"] = {"tiny": d["tiny"], "onnxruntime": d["onnxruntime"],

@@ -167,9 +167,21 @@ for _name, _fn in {
 }.items(): OPS[_name] = _binop(_fn)
 
 
+def _small_int_exponent(ctx: Any, a: Tensor) -> int | None:
+  """Pow's exponent as a Python int when it is one host-known integral value in [-8, 8] that broadcasting doesn't
+  widen (tanh-GELU's `x ** 3`); else None. Tensor.pow then multiplies (x*x*x, fused into the elementwise kernel
+  around it) instead of the general exp/log pow with its sign and special-value selects in every element."""
+  host = ctx.host_value(1)
+  if host is None or host.size != 1 or host.ndim > a.ndim or not np.issubdtype(host.dtype, np.number): return None
+  v = float(host.reshape(-1)[0])
+  return int(v) if -8 <= v <= 8 and v == int(v) else None  # (nan and inf fail the range test)
+
+
 @op("Pow")
 def pow_(ctx: Any, inp: list, attrs: dict) -> Tensor:
   a, b = inp
+  if _is_float(a) and (k := _small_int_exponent(ctx, a)) is not None:  # a half's products rounded once, in float32
+    return (a.float() if a.dtype.itemsize < 4 else a).pow(k).cast(a.dtype)
   if _is_float(a): return a.pow(b.cast(a.dtype) if isinstance(b, Tensor) else b).cast(a.dtype)
   return a.cast(dtypes.float64).pow(b.cast(dtypes.float64)).round().cast(a.dtype)
 
@@ -320,7 +332,12 @@ def _softmax_like(kind: str) -> Callable:
 
 
 def _softmax_axis(x: Tensor, ax: int, kind: str) -> Tensor:
-  if kind == "softmax": return x.softmax(ax)
+  if kind == "softmax":
+    # exp * (1 / row sum): a reciprocal per row, not a division per element. Attention's probabilities stay inline
+    # in P@V's kernel, where each element is read once per column tile of the output: x / sum redid the division
+    # there every time (tiny BERT: 72 us a layer), the reciprocal is loop-invariant and leaves one multiply
+    _, e, ss = x._softmax(ax, None)
+    return e * ss.reciprocal()
   if kind == "logsoftmax": return x.log_softmax(ax)
   n = x.shape[ax]
   idx = x.argmax(ax, keepdim=True)

@@ -207,7 +207,11 @@ def layer_norm(ctx: Any, inp: list, attrs: dict) -> tuple:
   inv = (v + attrs.get("epsilon", 1e-5)).rsqrt()
   y = ((xf - m) * inv).cast(x.dtype) * scale
   if b is not None: y = y + b
-  return y.cast(x.dtype), m, inv
+  # stored, not left inline: a transformer's normalized rows (64x128 = 8192 elements) are under the scheduler's
+  # window-size cut (WINDOW_MIN_SIZE), so the next MatMul/Gemm would recompute (x-m)*rsqrt(v+eps)*scale+b, its
+  # division and square root included, once per column tile of its output (tiny GPT-2's QKV projection: 260 us
+  # against 45 us stored); one small elementwise kernel is cheaper
+  return y.cast(x.dtype).contiguous(), m, inv
 
 
 @op("RMSNormalization")
