@@ -122,12 +122,16 @@ def exp2(x: UOp) -> UOp:
   """2**x (see the module docstring)."""
   dt = x.dtype
   idt, mant, bias, deg, *_ = _FMT[dt]
-  hi, lo = float(bias + 1), float(-(bias + mant + 2))
-  xc = (x < lo).where(_c(x, lo), (_c(x, hi) < x).where(_c(x, hi), x))
+  hi = float(bias + 1)
+  # below -(bias+mant) the result is under half the least subnormal, so it rounds to +0; those lanes compute 2**0
+  # instead, because an x86 multiply whose result underflows takes a microcode assist (~14x slower: a masked
+  # softmax's exp of -1e9 scores), and take 0 at the end
+  under = x < _c(x, float(-(bias + mant)))
+  xc = under.where(_c(x, 0.0), (_c(x, hi) < x).where(_c(x, hi), x))
   nf = _trunc_round(xc)
   f = xc - nf
   p = _poly(f, _exp2_coeffs(deg))
-  ret = _ldexp(p, nf.cast(idt))
+  ret = under.where(_c(x, 0.0), _ldexp(p, nf.cast(idt)))
   return x.ne(x).where(x, ret)  # NaN stays NaN
 
 
