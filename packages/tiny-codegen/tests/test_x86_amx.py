@@ -78,3 +78,23 @@ def test_amx_matmul_matches_numpy_and_torch(m: int, n: int, k: int, threads: int
   got = torch.from_numpy(out).bfloat16().float()  # one rounding to bfloat16, as torch's result
   step = 2.0 ** -7 * want.float().abs()  # a bfloat16 step at the value (the sums may round across one)
   assert bool(((got - want.float()).abs() <= step + 1e-30).all())
+
+
+def _dot_ast(m: int, k: int, n: int, pair: tuple = (2, 16)) -> object:
+  """The kernel AST of the float32 sum `Tensor.dot` builds for bfloat16 A (m, k) @ B packed (n/16, k/2, 16, 2);
+  `pair` other than (2, 16) packs B another way (a layout the kernel doesn't read)."""
+  from tiny_tensor import Tensor
+  from tiny_uop import Ops as TOps
+  a, b = Tensor.empty(m, k, dtype="bfloat16"), Tensor.empty(k, n, dtype="bfloat16")
+  j, w = pair
+  bp = b.reshape(k // j, j, n // w, w).permute(2, 0, 3, 1).contiguous().realize()
+  out = (a.reshape(m, 1, k // j, 1, j).float() * bp.reshape(1, n // w, k // j, w, j).float()).sum((2, 4)).contiguous()
+  calls = [c.src[0] for c in out.schedule().calls if c.src[0].op is TOps.SINK]
+  return calls[-1]
+
+
+def test_match_matmul_is_exact() -> None:
+  assert x86_amx.match_matmul(_dot_ast(64, 96, 32)) == (64, 32, 96)  # type: ignore[arg-type]
+  assert x86_amx.match_matmul(_dot_ast(64, 96, 64, pair=(2, 32))) is None  # 32-column panels: other strides
+  assert x86_amx.match_matmul(_dot_ast(64, 48, 32)) is None  # K=48: the tiles' 32 doesn't divide it
+  assert x86_amx.match_matmul(_dot_ast(48, 64, 32)) is None  # M=48

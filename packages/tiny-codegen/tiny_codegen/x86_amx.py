@@ -1,11 +1,13 @@
 """AMX bfloat16 matrix products on x86-64 CPUs that run them (issue #39): a GEMM kernel's LLVM IR built on the tile
 instructions, and this process's permission to use the tile state.
 
-A building block, not yet reached from `Tensor.dot`: lowering has no pattern that turns a bfloat16 REDUCE into tile
-operations, and the engine has no way to run a kernel that isn't lowered from an AST; `bench/bench_bf16.py` measures
-this kernel beside torch's. Why AMX and not `vdpbf16ps`: on the Sapphire Rapids VM this project measures on, a
-`vdpbf16ps zmm` (64 flops) issues at ~0.2x the rate of a `vfmadd231ps zmm` (32 flops), so an AVX512-BF16 kernel does
-~0.45x the float32 FMA kernel's flops (bench/README.md, "bfloat16: AMX"); only the tiles reach oneDNN's figures.
+Reached from `Tensor.dot` (bfloat16 2-D operands on the CPU where `request_tile_state()` holds and 32 divides M, N
+and K): `dot` packs B as below and sums `A.float() * Bp.float()` over (k/2, 2) into a float32 kernel, and
+`tiny_codegen.program` hands a kernel AST that `match_matmul` recognises to this kernel instead of lowering it.
+`bench/bench_bf16.py` measures it beside torch's. Why AMX and not `vdpbf16ps`: on the Sapphire Rapids VM this
+project measures on, a `vdpbf16ps zmm` (64 flops) issues at ~0.2x the rate of a `vfmadd231ps zmm` (32 flops), so
+an AVX512-BF16 kernel does ~0.45x the float32 FMA kernel's flops (bench/README.md, "bfloat16: AMX"); only the
+tiles reach oneDNN's figures.
 
 The kernel, `void <name>(float *out, uint16 *a, uint16 *bp, i32 core_id)`, one call per thread `core_id` of
 `threads` (the CPU runtime's convention), computes rows [core_id * M/threads, (core_id+1) * M/threads) of
@@ -24,9 +26,13 @@ import ctypes
 import functools
 import platform
 
+from tiny_uop.dtype import PtrDType, dtypes
+from tiny_uop.uop import AxisType, Ops, UOp
+
 from tiny_codegen import cpu_probe
 
-__all__ = ["TILE_ROWS", "TILE_BYTES", "BLOCK", "amx_bf16_matmul_ir", "request_tile_state"]
+__all__ = ["TILE_ROWS", "TILE_BYTES", "BLOCK", "amx_bf16_matmul_ir", "request_tile_state", "fits",
+           "match_matmul"]
 
 TILE_ROWS, TILE_BYTES = 16, 64
 """AMX palette 1: a tile holds at most 16 rows of 64 bytes (Intel SDM vol. 1, "Intel AMX")."""
@@ -117,3 +123,69 @@ def _arch_prctl_tiles() -> bool:
   if platform.system() != "Linux": return False
   libc = ctypes.CDLL(None, use_errno=True)
   return int(libc.syscall(_SYS_ARCH_PRCTL, _ARCH_REQ_XCOMP_PERM, _XFEATURE_XTILEDATA)) == 0
+
+
+def fits(m: int, n: int, k: int) -> bool:
+  """Whether the kernel's blocks divide an (m, k) @ (k, n) product (M, N and K multiples of 32) and its i32 offsets
+  hold it: the shapes `Tensor.dot` sends here."""
+  return all(isinstance(v, int) and v > 0 and v % BLOCK == 0 for v in (m, n, k)) and \
+    max(m * k, m * n, n * k) < 2 ** 31
+
+
+def _affine_strides(idx: UOp, rngs: list[UOp]) -> dict[UOp, int] | None:
+  """{range: stride} of an index made of ADD, MUL by a constant, RANGE and CONST only, whose value at all ranges 0 is 0;
+  None for any other index (then it is no layout this kernel reads)."""
+  for u in idx.toposort():
+    if u.op not in (Ops.ADD, Ops.MUL, Ops.CONST, Ops.RANGE): return None
+    if u.op is Ops.MUL and not any(s.op is Ops.CONST for s in u.src): return None
+  zero = {r: UOp.const(r.dtype, 0) for r in rngs}
+  base = idx.substitute(zero).simplify() if rngs else idx
+  if base.op is not Ops.CONST or base.arg != 0: return None
+  out: dict[UOp, int] = {}
+  for r in rngs:
+    one = idx.substitute({**zero, r: UOp.const(r.dtype, 1)}).simplify()
+    if one.op is not Ops.CONST: return None
+    out[r] = int(one.arg)
+  return out
+
+
+def _bf16_load(x: UOp) -> tuple[UOp, UOp] | None:
+  """(PARAM, index) of CAST(float32, LOAD(INDEX(PARAM bf16, index))), else None."""
+  if x.op is not Ops.CAST or x.dtype != dtypes.float32: return None
+  ld = x.src[0]
+  if ld.op is not Ops.LOAD or ld.dtype != dtypes.bfloat16 or len(ld.src) != 1: return None
+  ix = ld.src[0]
+  if ix.op is not Ops.INDEX or len(ix.src) != 2 or ix.src[0].op is not Ops.PARAM: return None
+  return ix.src[0], ix.src[1]
+
+
+def match_matmul(ast: UOp) -> tuple[int, int, int] | None:
+  """(M, N, K) when kernel AST `ast` is exactly what this kernel computes, with PARAM 0 the float32 out (M, N), PARAM 1
+  A (M, K) bfloat16 and PARAM 2 B packed (N/16, K/2, 16, 2) bfloat16: one STORE of REDUCE-ADD over (k/2, 2) of the
+  float32 casts' product, every index affine in five ranges whose strides are the layouts' (checked per range, so
+  the match is exact, not sampled), and `fits(M, N, K)`. None for anything else (it is lowered as usual)."""
+  if ast.op is not Ops.SINK or len(ast.src) != 1 or (st := ast.src[0]).op is not Ops.STORE or len(st.src) != 2:
+    return None
+  oix, red = st.src
+  if oix.op is not Ops.INDEX or len(oix.src) != 2 or oix.src[0].op is not Ops.PARAM: return None
+  if red.op is not Ops.REDUCE or red.arg is not Ops.ADD or red.dtype != dtypes.float32 or len(red.src) != 3: return None
+  if (mul := red.src[0]).op is not Ops.MUL or (la := _bf16_load(mul.src[0])) is None or \
+     (lb := _bf16_load(mul.src[1])) is None: return None
+  params = (oix.src[0], la[0], lb[0])
+  if [p.arg for p in params] != [0, 1, 2] or not all(isinstance(p.dtype, PtrDType) for p in params) or \
+     params[0].dtype.base != dtypes.float32: return None
+  rk2, rj = red.src[1], red.src[2]
+  outs = sorted({u for u in oix.src[1].toposort() if u.op is Ops.RANGE}, key=lambda r: r.arg[0])
+  rngs = [*outs, rk2, rj]
+  if len(outs) != 3 or any(r.op is not Ops.RANGE or r.src[0].op is not Ops.CONST for r in rngs) or \
+     any(r.arg[1] is not AxisType.LOOP for r in outs): return None
+  so, sa, sb = (_affine_strides(i, rngs) for i in (oix.src[1], la[1], lb[1]))
+  if so is None or sa is None or sb is None: return None
+  rm, rnp, rp = outs
+  size = {r: int(r.src[0].arg) for r in rngs}
+  m, n, k = size[rm], 16 * size[rnp], 2 * size[rk2]
+  want = {rm: (n, k, 0), rnp: (16, 0, 16 * k), rp: (1, 0, 2), rk2: (0, 2, 32), rj: (0, 1, 1)}
+  if size[rp] != 16 or size[rj] != 2 or any((so[r], sa[r], sb[r]) != w for r, w in want.items()): return None
+  if not fits(m, n, k): return None
+  if any(p.dtype.size < need for p, need in zip(params, (m * n, m * k, n * k))): return None  # type: ignore[union-attr]
+  return m, n, k
