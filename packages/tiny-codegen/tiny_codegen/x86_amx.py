@@ -187,5 +187,6 @@ def match_matmul(ast: UOp) -> tuple[int, int, int] | None:
   want = {rm: (n, k, 0), rnp: (16, 0, 16 * k), rp: (1, 0, 2), rk2: (0, 2, 32), rj: (0, 1, 1)}
   if size[rp] != 16 or size[rj] != 2 or any((so[r], sa[r], sb[r]) != w for r, w in want.items()): return None
   if not fits(m, n, k): return None
-  if any(p.dtype.size < need for p, need in zip(params, (m * n, m * k, n * k))): return None  # type: ignore[union-attr]
+  for p, need in zip(params, (m * n, m * k, n * k)):
+    if not isinstance(p.dtype, PtrDType) or p.dtype.size < need: return None
   return m, n, k

@@ -1435,9 +1435,11 @@ def _amx_tiles(x: Tensor, w: Tensor) -> bool:
   """Whether `dot` sends bfloat16 `x @ w` (2-D) to the CPU's AMX tile kernel: both on the CPU device with the LLVM
   renderer, int shapes the kernel's 32 x 32 blocks divide, and `request_tile_state()` (the probe ran the tiles in a
   child process and this process got the tile state): never an instruction the probe didn't confirm."""
-  if x.device != "CPU" or w.device != "CPU" or not all(isinstance(s, int) for s in (*x.shape, *w.shape)): return False
+  if x.device != "CPU" or w.device != "CPU": return False
+  (m, k), n = x.shape, w.shape[1]
+  if not isinstance(m, int) or not isinstance(k, int) or not isinstance(n, int): return False  # symbolic shapes
   from tiny_codegen import x86_amx
-  if not x86_amx.fits(x.shape[0], w.shape[1], x.shape[1]): return False
+  if not x86_amx.fits(m, n, k): return False
   from tiny_uop.plugins import Device
   from tiny_codegen.renderer.llvmir import LLVMRenderer
   return isinstance(Device["CPU"].renderer, LLVMRenderer) and x86_amx.request_tile_state()
