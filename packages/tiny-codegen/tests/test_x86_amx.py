@@ -80,7 +80,7 @@ def test_amx_matmul_matches_numpy_and_torch(m: int, n: int, k: int, threads: int
   assert bool(((got - want.float()).abs() <= step + 1e-30).all())
 
 
-def _dot_ast(m: int, k: int, n: int, pair: tuple = (2, 16)) -> object:
+def _dot_ast(m: int, k: int, n: int, pair: tuple = (2, 16), cast: bool = False) -> object:
   """The kernel AST of the float32 sum `Tensor.dot` builds for bfloat16 A (m, k) @ B packed (n/16, k/2, 16, 2);
   `pair` other than (2, 16) packs B another way (a layout the kernel doesn't read)."""
   from tiny_tensor import Tensor
@@ -88,13 +88,39 @@ def _dot_ast(m: int, k: int, n: int, pair: tuple = (2, 16)) -> object:
   a, b = Tensor.empty(m, k, dtype="bfloat16"), Tensor.empty(k, n, dtype="bfloat16")
   j, w = pair
   bp = b.reshape(k // j, j, n // w, w).permute(2, 0, 3, 1).contiguous().realize()
-  out = (a.reshape(m, 1, k // j, 1, j).float() * bp.reshape(1, n // w, k // j, w, j).float()).sum((2, 4)).contiguous()
+  out = (a.reshape(m, 1, k // j, 1, j).float() * bp.reshape(1, n // w, k // j, w, j).float()).sum((2, 4))
+  out = (out.cast("bfloat16") if cast else out).contiguous()
   calls = [c.src[0] for c in out.schedule().calls if c.src[0].op is TOps.SINK]
   return calls[-1]
 
 
 def test_match_matmul_is_exact() -> None:
-  assert x86_amx.match_matmul(_dot_ast(64, 96, 32)) == (64, 32, 96)  # type: ignore[arg-type]
+  assert x86_amx.match_matmul(_dot_ast(64, 96, 32)) == (64, 32, 96, False)  # type: ignore[arg-type]
   assert x86_amx.match_matmul(_dot_ast(64, 96, 64, pair=(2, 32))) is None  # 32-column panels: other strides
   assert x86_amx.match_matmul(_dot_ast(64, 48, 32)) is None  # K=48: the tiles' 32 doesn't divide it
   assert x86_amx.match_matmul(_dot_ast(48, 64, 32)) is None  # M=48
+
+
+@x86_only
+def test_bf16_out_rounds_as_tiny_casts() -> None:
+  """`out_bf16=True`: the float32 kernel's sums rounded to nearest even bfloat16 (numpy here), NaN -> 0x7FC0."""
+  if not x86_amx.request_tile_state(): pytest.skip("this CPU (or its hypervisor) doesn't run AMX bfloat16 tiles")
+  from kernel_runner import load_fn
+  m, n, k = 64, 64, 64
+  rng = np.random.default_rng(7)
+  af = rng.standard_normal((m, k)) * 1e3
+  af[3, 5] = np.nan
+  a, b = np.ascontiguousarray(_bf16_bits(af)), _bf16_bits(rng.standard_normal((k, n)))
+  bp = _pack_b(b)
+  outs = {}
+  compiler = LLVMCompiler()
+  for bf16, dt in ((False, np.float32), (True, np.uint16)):
+    out = np.zeros((m, n), dt)
+    src = x86_amx.amx_bf16_matmul_ir(m, n, k, 1, name=f"mm{int(bf16)}", out_bf16=bf16)
+    lib = compiler.compile(src)
+    fn = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 3, ctypes.c_int32)(load_fn(f"mm{int(bf16)}", lib))
+    fn(out.ctypes.data, a.ctypes.data, bp.ctypes.data, 0)
+    outs[bf16] = out
+  want = np.where(np.isnan(outs[False]), np.uint16(0x7FC0), _bf16_bits(outs[False]))
+  assert np.isnan(outs[False][3]).all() and np.array_equal(outs[True], want)
+  assert x86_amx.match_matmul(_dot_ast(64, 96, 32, cast=True)) == (64, 32, 96, True)  # type: ignore[arg-type]

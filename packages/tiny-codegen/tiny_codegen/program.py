@@ -130,10 +130,10 @@ def _amx_program(ast: UOp, name: str, renderer: Renderer) -> UOp | None:
   if not isinstance(renderer, LLVMRenderer) or CHECK_OOB.value: return None
   from tiny_codegen import x86_amx
   if (mnk := x86_amx.match_matmul(ast)) is None or not x86_amx.request_tile_state(): return None
-  m, n, k = mnk
+  m, n, k, out_bf16 = mnk
   threads = max(1, int(getattr(renderer, "threads", 1)))
   while threads > 1 and m % (x86_amx.BLOCK * threads): threads -= 1
-  src = x86_amx.amx_bf16_matmul_ir(m, n, k, threads, name=name)
+  src = x86_amx.amx_bf16_matmul_ir(m, n, k, threads, name=name, out_bf16=out_bf16)
   if DEBUG >= 4: print(f"*** source of {name} (x86_amx tile kernel):\n{src}")
   lib = renderer.compiler.compile_cached(src)
   info = ProgramInfo(name, (threads, 1, 1), None, (), (0, 1, 2), (0,), (1, 2))

@@ -56,10 +56,13 @@ def _check_shape(m: int, n: int, k: int, threads: int) -> None:
     raise ValueError(f"amx_bf16_matmul_ir: {m}x{k} @ {k}x{n} has an operand of 2**31 or more elements; valid: fewer")
 
 
-def amx_bf16_matmul_ir(m: int, n: int, k: int, threads: int = 1, name: str = "amx_bf16_matmul") -> str:
+def amx_bf16_matmul_ir(m: int, n: int, k: int, threads: int = 1, name: str = "amx_bf16_matmul",
+                       out_bf16: bool = False) -> str:
   """The LLVM IR module of the tile GEMM described in the module docstring, for A (m, k) @ B (k, n) split into
-  `threads` row shares. ValueError for a shape the blocks don't divide (M a multiple of 32 x threads, N of 32, K of
-  32). Only run what it compiles to where `request_tile_state()` returned True.
+  `threads` row shares. `out_bf16`: `out` is bfloat16 (uint16 bits), each float32 sum rounded as tiny's cast rounds
+  (to nearest even, NaN -> 0x7FC0, denormals kept), through a 1 KB stack buffer per C tile. ValueError for a shape
+  the blocks don't divide (M a multiple of 32 x threads, N of 32, K of 32). Only run what it compiles to where
+  `request_tile_state()` returned True.
 
   >>> "tdpbf16ps" in amx_bf16_matmul_ir(64, 32, 32, threads=2)
   True
@@ -73,7 +76,8 @@ def amx_bf16_matmul_ir(m: int, n: int, k: int, threads: int = 1, name: str = "am
     "declare void @llvm.x86.tilestored64.internal(i16, i16, ptr, i64, x86_amx)",
     "declare x86_amx @llvm.x86.tilezero.internal(i16, i16)",
     f"define void @{name}(ptr noalias %out, ptr noalias %a, ptr noalias %bp, i32 %core_id) #0 {{",
-    "entry:", f"  %r0 = mul i32 %core_id, {rows}", "  br label %cb.head",
+    "entry:", "  %cbuf = alloca [256 x float], align 64", f"  %r0 = mul i32 %core_id, {rows}",
+    "  br label %cb.head",
     # column blocks outside, row blocks inside: a B panel pair (2 x K x 32 bytes) is reused by every row block
     "cb.head:", "  %cb = phi i32 [0, %entry], [%cb.next, %rb.exit]", f"  %cb.ok = icmp slt i32 %cb, {n // BLOCK}",
     "  br i1 %cb.ok, label %rb.head, label %done",
@@ -101,12 +105,35 @@ def amx_bf16_matmul_ir(m: int, n: int, k: int, threads: int = 1, name: str = "am
   for t in range(4):  # C tile t = (row half t//2, column half t%2), row stride N*4 bytes
     ln += [f"  %or{t} = add i32 %row0, {TILE_ROWS * (t // 2)}", f"  %orow{t} = mul i32 %or{t}, {n}",
            f"  %ocb{t} = mul i32 %cb, {BLOCK}", f"  %oc{t} = add i32 %ocb{t}, {TILE_ROWS * (t % 2)}",
-           f"  %oi{t} = add i32 %orow{t}, %oc{t}", f"  %op{t} = getelementptr inbounds float, ptr %out, i32 %oi{t}",
-           f"  call void @llvm.x86.tilestored64.internal({tt}, ptr %op{t}, i64 {n * 4}, x86_amx %c{t})"]
+           f"  %oi{t} = add i32 %orow{t}, %oc{t}"]
+    if out_bf16: ln += _bf16_epilogue(t, n, tt)
+    else: ln += [f"  %op{t} = getelementptr inbounds float, ptr %out, i32 %oi{t}",
+                 f"  call void @llvm.x86.tilestored64.internal({tt}, ptr %op{t}, i64 {n * 4}, x86_amx %c{t})"]
   ln += ["  %rb.next = add i32 %rb, 1", "  br label %rb.head", "rb.exit:", "  %cb.next = add i32 %cb, 1",
          "  br label %cb.head", "done:", "  ret void", "}",
          'attributes #0 = { nounwind "target-features"="+amx-tile,+amx-bf16" }']
   return "\n".join(ln) + "\n"
+
+
+def _splat(v: int) -> str: return "<i32 " + ", i32 ".join([str(v)] * 16) + ">"
+
+
+def _bf16_epilogue(t: int, n: int, tt: str) -> list[str]:
+  """C tile t stored to the stack buffer, then each of its 16 rows rounded to bfloat16 bits and stored at out +
+  %oi{t} + row * n: (bits + 0x7FFF + (bits >> 16 & 1)) >> 16 (ties to even; denormals round like any value), NaN ->
+  0x7FC0."""
+  ln = [f"  call void @llvm.x86.tilestored64.internal({tt}, ptr %cbuf, i64 {TILE_BYTES}, x86_amx %c{t})"]
+  for r in range(TILE_ROWS):
+    v = f"%e{t}_{r}"
+    ln += [f"  {v}p = getelementptr inbounds float, ptr %cbuf, i32 {r * 16}",
+           f"  {v}f = load <16 x float>, ptr {v}p, align 64", f"  {v}n = fcmp uno <16 x float> {v}f, {v}f",
+           f"  {v}b = bitcast <16 x float> {v}f to <16 x i32>", f"  {v}s = lshr <16 x i32> {v}b, {_splat(16)}",
+           f"  {v}o = and <16 x i32> {v}s, {_splat(1)}", f"  {v}a = add <16 x i32> {v}o, {_splat(0x7FFF)}",
+           f"  {v}c = add <16 x i32> {v}b, {v}a", f"  {v}h = lshr <16 x i32> {v}c, {_splat(16)}",
+           f"  {v}q = select <16 x i1> {v}n, <16 x i32> {_splat(0x7FC0)}, <16 x i32> {v}h",
+           f"  {v}t = trunc <16 x i32> {v}q to <16 x i16>", f"  {v}i = add i32 %oi{t}, {r * n}",
+           f"  {v}w = getelementptr inbounds i16, ptr %out, i32 {v}i", f"  store <16 x i16> {v}t, ptr {v}w, align 2"]
+  return ln
 
 
 def request_tile_state() -> bool:
@@ -159,21 +186,24 @@ def _bf16_load(x: UOp) -> tuple[UOp, UOp] | None:
   return ix.src[0], ix.src[1]
 
 
-def match_matmul(ast: UOp) -> tuple[int, int, int] | None:
-  """(M, N, K) when kernel AST `ast` is exactly what this kernel computes, with PARAM 0 the float32 out (M, N), PARAM 1
+def match_matmul(ast: UOp) -> tuple[int, int, int, bool] | None:
+  """(M, N, K, out_bf16) when kernel AST `ast` is exactly what this kernel computes, with PARAM 0 the out (M, N):
+  float32, or bfloat16 when the STORE holds a CAST of the sum to bfloat16 (out_bf16 True), PARAM 1
   A (M, K) bfloat16 and PARAM 2 B packed (N/16, K/2, 16, 2) bfloat16: one STORE of REDUCE-ADD over (k/2, 2) of the
   float32 casts' product, every index affine in five ranges whose strides are the layouts' (checked per range, so
   the match is exact, not sampled), and `fits(M, N, K)`. None for anything else (it is lowered as usual)."""
   if ast.op is not Ops.SINK or len(ast.src) != 1 or (st := ast.src[0]).op is not Ops.STORE or len(st.src) != 2:
     return None
   oix, red = st.src
+  out_bf16 = red.op is Ops.CAST and red.dtype == dtypes.bfloat16
+  if out_bf16: red = red.src[0]
   if oix.op is not Ops.INDEX or len(oix.src) != 2 or oix.src[0].op is not Ops.PARAM: return None
   if red.op is not Ops.REDUCE or red.arg is not Ops.ADD or red.dtype != dtypes.float32 or len(red.src) != 3: return None
   if (mul := red.src[0]).op is not Ops.MUL or (la := _bf16_load(mul.src[0])) is None or \
      (lb := _bf16_load(mul.src[1])) is None: return None
   params = (oix.src[0], la[0], lb[0])
   if [p.arg for p in params] != [0, 1, 2] or not all(isinstance(p.dtype, PtrDType) for p in params) or \
-     params[0].dtype.base != dtypes.float32: return None
+     params[0].dtype.base != (dtypes.bfloat16 if out_bf16 else dtypes.float32): return None
   rk2, rj = red.src[1], red.src[2]
   outs = sorted({u for u in oix.src[1].toposort() if u.op is Ops.RANGE}, key=lambda r: r.arg[0])
   rngs = [*outs, rk2, rj]
@@ -189,4 +219,4 @@ def match_matmul(ast: UOp) -> tuple[int, int, int] | None:
   if not fits(m, n, k): return None
   for p, need in zip(params, (m * n, m * k, n * k)):
     if not isinstance(p.dtype, PtrDType) or p.dtype.size < need: return None
-  return m, n, k
+  return m, n, k, out_bf16
