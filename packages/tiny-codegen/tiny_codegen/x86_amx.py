@@ -2,8 +2,8 @@
 instructions, and this process's permission to use the tile state.
 
 Reached from `Tensor.dot` (bfloat16 2-D operands on the CPU where `request_tile_state()` holds and 32 divides M, N
-and K): `dot` packs B as below and sums `A.float() * Bp.float()` over (k/2, 2) into a float32 kernel, and
-`tiny_codegen.program` hands a kernel AST that `match_matmul` recognises to this kernel instead of lowering it.
+and K): `dot` packs B as below and sums `A.float() * Bp.float()` over (k/2, 2), cast to bfloat16, in one kernel,
+and `tiny_codegen.program` hands a kernel AST that `match_matmul` recognises to this kernel instead of lowering it.
 `bench/bench_bf16.py` measures it beside torch's. Why AMX and not `vdpbf16ps`: on the Sapphire Rapids VM this
 project measures on, a `vdpbf16ps zmm` (64 flops) issues at ~0.2x the rate of a `vfmadd231ps zmm` (32 flops), so
 an AVX512-BF16 kernel does ~0.45x the float32 FMA kernel's flops (bench/README.md, "bfloat16: AMX"); only the
