@@ -106,6 +106,7 @@ def _to_program(ast: UOp, renderer: Renderer, key: tuple) -> UOp:
   name = kernel_name(ast)
   info_arg = ast.arg if isinstance(ast.arg, KernelInfo) else KernelInfo()
   named = ast.replace(arg=KernelInfo(name, info_arg.opts_to_apply, info_arg.applied_opts, info_arg.dont_use_locals))
+  if (amx := _amx_program(named, name, renderer)) is not None: return amx
   low = lower(named, renderer, True, _beam)  # optimize, with BEAM's search
   src = renderer.render(low.uops)
   if DEBUG >= 4: print(f"*** source of {name} ({type(renderer).__name__}):\n{src}")  # once: this is cached
@@ -117,6 +118,26 @@ def _to_program(ast: UOp, renderer: Renderer, key: tuple) -> UOp:
   info = ProgramInfo(name, tuple(low.dims.global_size), low.dims.local_size, tuple(vars_by_name.values()),
                      tuple(p.arg for p in params), outs, ins)
   return UOp(Ops.PROGRAM, src=(ast, UOp(Ops.DEVICE, arg=renderer.device), UOp(Ops.LINEAR, src=tuple(low.uops)),
+                               UOp(Ops.SOURCE, arg=src), UOp(Ops.BINARY, arg=lib)), arg=info)
+
+
+def _amx_program(ast: UOp, name: str, renderer: Renderer) -> UOp | None:
+  """The PROGRAM of `tiny_codegen.x86_amx`'s tile kernel for a kernel AST `x86_amx.match_matmul` recognises (what
+  `Tensor.dot` builds for a bfloat16 matmul), on the LLVM CPU renderer where `request_tile_state()` holds and
+  CHECK_OOB is off (the tile kernel has no bounds checks); None otherwise (lowered as usual). Threads: the renderer's,
+  fewer where 32-row blocks don't split evenly."""
+  from tiny_codegen.renderer.llvmir import LLVMRenderer
+  if not isinstance(renderer, LLVMRenderer) or CHECK_OOB.value: return None
+  from tiny_codegen import x86_amx
+  if (mnk := x86_amx.match_matmul(ast)) is None or not x86_amx.request_tile_state(): return None
+  m, n, k, out_bf16 = mnk
+  threads = max(1, int(getattr(renderer, "threads", 1)))
+  while threads > 1 and m % (x86_amx.BLOCK * threads): threads -= 1
+  src = x86_amx.amx_bf16_matmul_ir(m, n, k, threads, name=name, out_bf16=out_bf16)
+  if DEBUG >= 4: print(f"*** source of {name} (x86_amx tile kernel):\n{src}")
+  lib = renderer.compiler.compile_cached(src)
+  info = ProgramInfo(name, (threads, 1, 1), None, (), (0, 1, 2), (0,), (1, 2))
+  return UOp(Ops.PROGRAM, src=(ast, UOp(Ops.DEVICE, arg=renderer.device), UOp(Ops.LINEAR, src=()),
                                UOp(Ops.SOURCE, arg=src), UOp(Ops.BINARY, arg=lib)), arg=info)
 
 

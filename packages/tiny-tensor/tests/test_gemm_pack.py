@@ -91,10 +91,12 @@ def test_packed_matmul_gradients_match_torch(vector_registers) -> None:
   np.testing.assert_allclose(tb.grad.numpy(), pb.grad.numpy(), rtol=1e-4, atol=1e-3)
 
 
-def test_packed_tiled_bfloat16_matmul_matches_torch(vector_registers) -> None:
+def test_packed_tiled_bfloat16_matmul_matches_torch(vector_registers, monkeypatch) -> None:
   """bfloat16 x bfloat16 on AVX-512 without bf16 instructions (the fallback: products and sums in float32, rounded
   to bfloat16 once): B (1024 x 512, 2 MB as float32 panels) is packed and the rows tiled (B past the model's 1 MB L2);
-  torch's bfloat16 matmul also accumulates in float32, so the two agree to a bfloat16 rounding."""
+  torch's bfloat16 matmul also accumulates in float32, so the two agree to a bfloat16 rounding. TINY_CPU_PROBE=0
+  pins the fallback on a CPU with AMX tiles (test_bf16_amx.py covers those)."""
+  monkeypatch.setenv("TINY_CPU_PROBE", "0")
   vector_registers(32, 64)
   a, b = rng.standard_normal((128, 1024)).astype(np.float32), rng.standard_normal((1024, 512)).astype(np.float32)
   ta, tb = torch.from_numpy(a).bfloat16(), torch.from_numpy(b).bfloat16()

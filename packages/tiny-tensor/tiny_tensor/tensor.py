@@ -1369,6 +1369,13 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
     acc = sum_acc_dtype(in_dt) if dtype is None else out_dt
     if dtypes.is_float(in_dt) and dtypes.is_float(acc) and acc.itemsize > in_dt.itemsize:
       x, ww = x.cast(acc), ww.cast(acc)  # half/bfloat16: exact products summed in float, rounded once (as torch)
+    if dx == 2 and dw == 2 and dtype is None and self.dtype == w.dtype == dtypes.bfloat16 and _amx_tiles(self, w):
+      # AMX tiles (tiny_codegen.x86_amx): B packed in k-pairs (N/16, K/2, 16, 2); the float32 sums rounded to bf16 in
+      # the same kernel, whose output keeps the (m, n/16, 16) axes the tile kernel's recogniser checks (contiguous)
+      (m, k), n = self.shape, w.shape[1]
+      bp = w.reshape(k // 2, 2, n // 16, 16).permute(2, 0, 3, 1).contiguous()
+      prod = self.reshape(m, 1, k // 2, 1, 2).float() * bp.reshape(1, n // 16, k // 2, 16, 2).float()
+      return prod.sum((2, 4)).cast(out_dt).contiguous().reshape(m, n)
     if dx >= 2 and dw == 2 and (panel := _gemm_panel(self, w, acc)):
       # the CPU's register block reads B in column strips: realize B once as contiguous (n // P, k, P) panels
       k, n = w.shape
@@ -1423,6 +1430,20 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
     """Cast to bool (nonzero is True)."""
     return self.cast(dtypes.bool)
 
+
+
+def _amx_tiles(x: Tensor, w: Tensor) -> bool:
+  """Whether `dot` sends bfloat16 `x @ w` (2-D) to the CPU's AMX tile kernel: both on the CPU device with the LLVM
+  renderer, int shapes the kernel's 32 x 32 blocks divide, and `request_tile_state()` (the probe ran the tiles in a
+  child process and this process got the tile state): never an instruction the probe didn't confirm."""
+  if x.device != "CPU" or w.device != "CPU": return False
+  (m, k), n = x.shape, w.shape[1]
+  if not isinstance(m, int) or not isinstance(k, int) or not isinstance(n, int): return False  # symbolic shapes
+  from tiny_codegen import x86_amx
+  if not x86_amx.fits(m, n, k): return False
+  from tiny_uop.plugins import Device
+  from tiny_codegen.renderer.llvmir import LLVMRenderer
+  return isinstance(Device["CPU"].renderer, LLVMRenderer) and x86_amx.request_tile_state()
 
 
 def _gemm_panel(x: Tensor, w: Tensor, acc: DType) -> int:

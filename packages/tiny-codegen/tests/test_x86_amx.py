@@ -1,0 +1,126 @@
+"""`tiny_codegen.x86_amx`: the AMX bfloat16 GEMM kernel against numpy's float64 product of the same bfloat16 values
+and torch's bfloat16 matmul, and the gate (`request_tile_state`) that keeps its code from running where the probe
+didn't confirm AMX."""
+from __future__ import annotations
+
+import ctypes
+import platform
+
+import numpy as np
+import pytest
+
+from tiny_codegen import cpu_probe, x86_amx
+from tiny_codegen.compiler.llvm import LLVMCompiler
+
+x86_only = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="x86-64 machine code")
+
+
+def _bf16_bits(x: np.ndarray) -> np.ndarray:
+  """float32 -> the nearest bfloat16's bits (ties to even), as uint16."""
+  b = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+  return ((b + 0x7FFF + ((b >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def _bits_to_f64(bits: np.ndarray) -> np.ndarray:
+  return (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+
+
+def _pack_b(bits: np.ndarray) -> np.ndarray:
+  """B (K, N) -> (N/16, K/2, 16, 2), the kernel's layout (pairs of consecutive k of one column side by side)."""
+  k, n = bits.shape
+  return np.ascontiguousarray(bits.reshape(k // 2, 2, n // 16, 16).transpose(2, 0, 3, 1))
+
+
+def test_ir_uses_the_tile_instructions() -> None:
+  src = x86_amx.amx_bf16_matmul_ir(64, 32, 96, threads=2)
+  assert src.count("@llvm.x86.tdpbf16ps.internal(") == 5  # the declaration and the 2 x 2 tile products
+  assert "+amx-tile,+amx-bf16" in src and "@llvm.x86.tileloadd64.internal(" in src
+
+
+@pytest.mark.parametrize("shape, msg", [((48, 32, 32, 1), r"M=48 must be a multiple of 32"),
+                                        ((64, 32, 32, 4), r"M=64 must be a multiple of 32 x threads \(128"),
+                                        ((32, 16, 32, 1), r"N=16 must be a multiple of 32"),
+                                        ((32, 32, 33, 1), r"K=33 must be a multiple of 32"),
+                                        ((32, 32, 0, 1), r"K must be a positive int, got 0"),
+                                        ((32, 32, 32, 1.0), r"threads must be a positive int, got 1.0")])
+def test_bad_shapes_are_clear_errors(shape: tuple, msg: str) -> None:
+  with pytest.raises(ValueError, match=msg): x86_amx.amx_bf16_matmul_ir(*shape)
+
+
+def test_probe_off_means_no_tiles(monkeypatch: pytest.MonkeyPatch) -> None:
+  monkeypatch.setenv("TINY_CPU_PROBE", "0")
+  assert x86_amx.request_tile_state() is False
+  monkeypatch.setattr(cpu_probe, "executes", lambda feature, flags=None: False)
+  monkeypatch.delenv("TINY_CPU_PROBE")
+  assert x86_amx.request_tile_state() is False
+
+
+@x86_only
+@pytest.mark.parametrize("m, n, k, threads", [(64, 96, 160, 2), (32, 32, 32, 1), (128, 64, 1056, 2)])
+def test_amx_matmul_matches_numpy_and_torch(m: int, n: int, k: int, threads: int) -> None:
+  if not x86_amx.request_tile_state(): pytest.skip("this CPU (or its hypervisor) doesn't run AMX bfloat16 tiles")
+  from kernel_runner import load_fn
+  rng = np.random.default_rng(m + n + k)
+  a, b = _bf16_bits(rng.standard_normal((m, k))), _bf16_bits(rng.standard_normal((k, n)))
+  a = np.ascontiguousarray(a)
+  bp, out = _pack_b(b), np.full((m, n), np.nan, np.float32)
+  compiler = LLVMCompiler()
+  src = x86_amx.amx_bf16_matmul_ir(m, n, k, threads, name="amx_mm")
+  assert "tdpbf16ps" in compiler.target_machine.emit_assembly(compiler._optimize(src))
+  fn = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 3, ctypes.c_int32)(load_fn("amx_mm", compiler.compile(src)))
+  for core in range(threads): fn(out.ctypes.data, a.ctypes.data, bp.ctypes.data, core)
+  fa, fb = _bits_to_f64(a), _bits_to_f64(b)
+  exact = fa @ fb  # bfloat16 products are exact in float64; the kernel's only error is its float32 sums
+  bound = k * 2.0 ** -23 * (np.abs(fa) @ np.abs(fb))
+  assert np.all(np.abs(out - exact) <= bound), float(np.max(np.abs(out - exact) - bound))
+  torch = pytest.importorskip("torch")
+  want = torch.from_numpy(fa.astype(np.float32)).bfloat16() @ torch.from_numpy(fb.astype(np.float32)).bfloat16()
+  got = torch.from_numpy(out).bfloat16().float()  # one rounding to bfloat16, as torch's result
+  step = 2.0 ** -7 * want.float().abs()  # a bfloat16 step at the value (the sums may round across one)
+  assert bool(((got - want.float()).abs() <= step + 1e-30).all())
+
+
+def _dot_ast(m: int, k: int, n: int, pair: tuple = (2, 16), cast: bool = False) -> object:
+  """The kernel AST of the float32 sum `Tensor.dot` builds for bfloat16 A (m, k) @ B packed (n/16, k/2, 16, 2);
+  `pair` other than (2, 16) packs B another way (a layout the kernel doesn't read)."""
+  from tiny_tensor import Tensor
+  from tiny_uop import Ops as TOps
+  a, b = Tensor.empty(m, k, dtype="bfloat16"), Tensor.empty(k, n, dtype="bfloat16")
+  j, w = pair
+  bp = b.reshape(k // j, j, n // w, w).permute(2, 0, 3, 1).contiguous().realize()
+  out = (a.reshape(m, 1, k // j, 1, j).float() * bp.reshape(1, n // w, k // j, w, j).float()).sum((2, 4))
+  out = (out.cast("bfloat16") if cast else out).contiguous()
+  calls = [c.src[0] for c in out.schedule().calls if c.src[0].op is TOps.SINK]
+  return calls[-1]
+
+
+def test_match_matmul_is_exact() -> None:
+  assert x86_amx.match_matmul(_dot_ast(64, 96, 32)) == (64, 32, 96, False)  # type: ignore[arg-type]
+  assert x86_amx.match_matmul(_dot_ast(64, 96, 64, pair=(2, 32))) is None  # 32-column panels: other strides
+  assert x86_amx.match_matmul(_dot_ast(64, 48, 32)) is None  # K=48: the tiles' 32 doesn't divide it
+  assert x86_amx.match_matmul(_dot_ast(48, 64, 32)) is None  # M=48
+
+
+@x86_only
+def test_bf16_out_rounds_as_tiny_casts() -> None:
+  """`out_bf16=True`: the float32 kernel's sums rounded to nearest even bfloat16 (numpy here), NaN -> 0x7FC0."""
+  if not x86_amx.request_tile_state(): pytest.skip("this CPU (or its hypervisor) doesn't run AMX bfloat16 tiles")
+  from kernel_runner import load_fn
+  m, n, k = 64, 64, 64
+  rng = np.random.default_rng(7)
+  af = rng.standard_normal((m, k)) * 1e3
+  af[3, 5] = np.nan
+  a, b = np.ascontiguousarray(_bf16_bits(af)), _bf16_bits(rng.standard_normal((k, n)))
+  bp = _pack_b(b)
+  outs = {}
+  compiler = LLVMCompiler()
+  for bf16, dt in ((False, np.float32), (True, np.uint16)):
+    out = np.zeros((m, n), dt)
+    src = x86_amx.amx_bf16_matmul_ir(m, n, k, 1, name=f"mm{int(bf16)}", out_bf16=bf16)
+    lib = compiler.compile(src)
+    fn = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 3, ctypes.c_int32)(load_fn(f"mm{int(bf16)}", lib))
+    fn(out.ctypes.data, a.ctypes.data, bp.ctypes.data, 0)
+    outs[bf16] = out
+  want = np.where(np.isnan(outs[False]), np.uint16(0x7FC0), _bf16_bits(outs[False]))
+  assert np.isnan(outs[False][3]).all() and np.array_equal(outs[True], want)
+  assert x86_amx.match_matmul(_dot_ast(64, 96, 32, cast=True)) == (64, 32, 96, True)  # type: ignore[arg-type]

@@ -1,0 +1,56 @@
+"""bfloat16 `Tensor.dot` on the CPU: where the probe confirms AMX tiles, a 2-D product whose M, N and K 32 divides
+runs `tiny_codegen.x86_amx`'s tile kernel (B packed in k-pairs, float32 sums, one rounding to bfloat16); any other
+shape, or the probe off (`TINY_CPU_PROBE=0`), keeps the float32 kernel. Either way the numbers are torch's bfloat16
+matmul's (it also sums in float32) to one bfloat16 rounding."""
+import numpy as np
+import pytest
+import torch
+from tiny_tensor import Tensor
+from tiny_uop import Ops, dtypes
+
+from tiny_codegen import x86_amx
+
+pytestmark = pytest.mark.dev_session("CPU")  # the tile kernel is the LLVM CPU renderer's
+
+rng = np.random.default_rng(39)
+
+
+def _sources(t: Tensor) -> list[str]:
+  """The source text of every kernel `t`'s schedule runs (compiled through `get_program`, as realize does)."""
+  from tiny_codegen import get_program
+  from tiny_uop.plugins import Device
+  return [get_program(c.src[0], Device["CPU"].renderer).src for c in t.schedule().calls if c.src[0].op is Ops.SINK]
+
+
+def _check(shape_a: tuple, shape_b: tuple) -> list[str]:
+  a, b = rng.standard_normal(shape_a).astype(np.float32), rng.standard_normal(shape_b).astype(np.float32)
+  out = Tensor(a).cast(dtypes.bfloat16).realize() @ Tensor(b).cast(dtypes.bfloat16).realize()
+  srcs = _sources(out)
+  want = (torch.from_numpy(a).bfloat16() @ torch.from_numpy(b).bfloat16()).float().numpy()
+  assert out.dtype == dtypes.bfloat16
+  np.testing.assert_allclose(out.float().numpy(), want, rtol=0, atol=2 ** -8 * float(np.abs(want).max()))
+  return srcs
+
+
+def _amx() -> bool: return x86_amx.request_tile_state()
+
+
+@pytest.mark.parametrize("m, k, n", [(64, 96, 32), (96, 160, 64), (32, 1056, 96)])
+def test_tile_kernel_where_amx_runs(m: int, k: int, n: int) -> None:
+  if not _amx(): pytest.skip("this CPU (or its hypervisor) doesn't run AMX bfloat16 tiles")
+  srcs = _check((m, k), (k, n))
+  assert len(srcs) == 2 and "tdpbf16ps" in srcs[1], [s[:80] for s in srcs]  # the pack, the tiles (bf16 rounding in)
+
+
+@pytest.mark.parametrize("shape_a, shape_b", [((64, 33), (33, 32)),     # odd K
+                                              ((64, 48), (48, 32)),     # K not a multiple of the tile's 32
+                                              ((30, 64), (64, 64)),     # an M tail
+                                              ((64, 64), (64, 40)),     # an N tail
+                                              ((2, 64, 64), (64, 32))])  # batched: the float32 kernel
+def test_other_shapes_keep_the_float32_kernel(shape_a: tuple, shape_b: tuple) -> None:
+  assert not any("tdpbf16ps" in s for s in _check(shape_a, shape_b))
+
+
+def test_probe_off_keeps_the_float32_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+  monkeypatch.setenv("TINY_CPU_PROBE", "0")
+  assert not any("tdpbf16ps" in s for s in _check((64, 128), (128, 96)))
