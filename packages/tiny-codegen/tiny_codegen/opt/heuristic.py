@@ -250,7 +250,8 @@ def _tile_rows(k: Kernel, rid: int, lanes: int) -> None:
   alternated) 74-81 -> 103-111, 128x4096x4096 61-63 -> 91, tiles of 1 to 8 MB of A within the noise. 1024^2 (4 MB of
   B) ran the same with or without tiles there (its L3 fed the block), and 1.5-2x faster tiled on the Xeon 6/207 VM
   (`tile_min_bytes`). The tile is the most blocks within `tile_bytes` of A that leaves a tile per thread; B must be
-  more than `tile_min_bytes` (both derived from the machine model)."""
+  more than `tile_min_bytes` (both derived from the machine model). Rows few enough for half the L2 (a prefill's 32)
+  are one tile, the threads splitting B's columns instead (`_whole_row_tile`)."""
   regs, _, itemsize = _register_file(k)
   if not regs: return
   loop = [(j, x) for j, x in enumerate(k.output_axes) if x.arg[0] == rid and x.arg[1] in (AxisType.LOOP,
@@ -264,9 +265,31 @@ def _tile_rows(k: Kernel, rid: int, lanes: int) -> None:
   m = machine_of(k.renderer)
   if b_bytes <= tile_min_bytes(m): return
   block = lanes * _trips(k.reduce_axes) * itemsize  # A's bytes per block of rows
-  most = min(tile_bytes(m) // max(block, 1), n // max(1, int(getattr(k.renderer, "threads", 1))))
-  tile = next((t for t in range(min(most, n - 1), 1, -1) if n % t == 0), 0)
+  threads = max(1, int(getattr(k.renderer, "threads", 1)))
+  if _whole_row_tile(k, rid, n * block, threads, m): tile = n
+  else:
+    most = min(tile_bytes(m) // max(block, 1), n // threads)
+    tile = next((t for t in range(min(most, n - 1), 1, -1) if n % t == 0), 0)
   if tile: _try(k, Opt(OptOps.TILE, j, tile))
+
+
+def _whole_row_tile(k: Kernel, rid: int, a_bytes: int, threads: int, m: Machine) -> bool:
+  """Whether a matmul's rows (output axis id `rid`, `a_bytes` of A in all) are few enough to be one tile: all of A
+  within half the core's L2 share (`tile_min_bytes`; the other half for B's strip streaming through), and the other
+  output loops (B's column blocks) at least `threads` iterations. Then B's column loop is outermost, the threads split
+  B's columns, and each strip of B, loaded once, serves every block of rows while A stays in the L2 (the blocking
+  BLIS uses: A's block in L2, B's panel streaming): B streams from L3/memory once in all. A tile per thread
+  (`_tile_rows` otherwise) streams all of B once per thread: the skinny products of a 32-token prefill (4 blocks of 8
+  rows: two tiles of two) read B twice. 32 x 768 @ 768 x 768 (B 2.4 MB) on the loaded Xeon 6/207 (2 threads, TinyJit,
+  best of 300 calls, in turns): 430-443 -> 344-347 us; 64 x 768 @ 768 x 2048 (packed B) 1977-2263 -> 1371-1829 us;
+  32 x 768 @ 768 x 2048 and 32 x 2048 @ 2048 x 768 even (1297-1360 and 1371-1457, 1267-1423 and 1269-1320 us): B's
+  in-place strip, its rows 8 KB apart, keeps few lines in the L2's sets either way (`gemm_panel` packs from 64
+  rows)."""
+  if a_bytes > tile_min_bytes(m) // 2: return False
+  cols = 1
+  for x in k.output_axes:
+    if x.arg[0] != rid and x.arg[1] in (AxisType.LOOP, AxisType.GLOBAL): cols *= _bound(x) or 0
+  return cols >= threads
 
 
 def _register_file(k: Kernel) -> tuple[int, int, int]:
