@@ -110,6 +110,14 @@ class _Target:
   (1024, 1024, 1024, False, {"znver3": 16, "znver4": 32, "sapphire_rapids": 32, "neoverse_n1": 0,
                              "no_cache_info": 32}),
   (64, 512, 512, True, {"znver3": 16, "znver4": 32, "sapphire_rapids": 0, "neoverse_n1": 0, "no_cache_info": 32}),
+  # nn.Linear's layout at a 32-token prefill (x @ w.T, w 768 x 768: 2.4 MB, past every L2): 4 blocks of 8 rows on
+  # AVX-512, 8 of 4 on AVX2, so packed (`pack_min_rows_strided`); 16 rows: 4 of AVX2's blocks, 2 of AVX-512's (in
+  # place); 8 rows, one AVX-512 block or two AVX2 ones: in place everywhere
+  (32, 768, 768, True, {"znver3": 16, "znver4": 32, "sapphire_rapids": 32, "neoverse_n1": 0, "no_cache_info": 32}),
+  (16, 768, 768, True, {"znver3": 16, "znver4": 0, "sapphire_rapids": 0, "neoverse_n1": 0, "no_cache_info": 0}),
+  (8, 768, 768, True, {n: 0 for n in TREES}),
+  # a contiguous B still needs `PACK_MIN_ROWS`
+  (32, 1024, 1024, False, {n: 0 for n in TREES}),
 ])
 def test_packing_follows_the_l2(tree, m: int, k: int, n: int, strided: bool, want: dict) -> None:
   # B of 1 MB (256 x 1024) fills znver3's 512 KB L2 (packed, 16-column AVX2 panels) but not the AVX-512 machines'
