@@ -13,7 +13,8 @@
 
 4. Skinny products (issue #39): (M x K) @ (K x N) float32 for M in `SKINNY_ROWS` (decode's 1 row, a few, a 32-token
    prefill chunk, a 64-token ONNX sequence) and (K, N) from the LLM bench model (768, 2048) and a tiny transformer
-   (128, 512) (`SKINNY_KN`), tiny vs numpy vs torch in turns as in 1. Their GFLOPS are whole calls: a product of a
+   (128, 512) (`SKINNY_KN`), and the LLM's through nn.Linear's layout (`x @ w.T`, `LINEAR_ROWS` x `LINEAR_KN`),
+   tiny vs numpy vs torch in turns as in 1. Their GFLOPS are whole calls: a product of a
    few MFLOP takes tens of us, so tiny's per-call dispatch (~0.2 ms on the loaded VM) weighs there; "tiny jit" runs
    the same product through `TinyJit` (the kernel and a replay, as an LLM's or ONNX model's jitted step runs it).
    With no arguments the script prints them after 1.-3.; `--skinny` prints only these rows.
@@ -62,14 +63,17 @@ def _inputs(n: int = N, m: int | None = None, k: int | None = None) -> tuple[np.
 
 SKINNY_ROWS = (1, 8, 32, 64)
 SKINNY_KN = ((768, 768), (768, 2048), (2048, 768), (128, 512), (512, 128))
+LINEAR_ROWS = (8, 32)  # the LLM's (K, N) also through nn.Linear's layout, x @ w.T (w: N x K)
+LINEAR_KN = ((768, 768), (768, 2048), (2048, 768))
 
 
-def skinny_fns(m: int, k: int, n: int) -> dict[str, Callable[[], Any]]:
+def skinny_fns(m: int, k: int, n: int, linear: bool = False) -> dict[str, Callable[[], Any]]:
   """The (m x k) @ (k x n) float32 product of each library (tiny, tiny through TinyJit, numpy, torch when importable),
-  tiny's checked against numpy first."""
+  tiny's checked against numpy first; `linear`: B is the transposed view of a contiguous (n x k) weight."""
   from tiny_tensor import Tensor, TinyJit
   a, b = _inputs(n, m, k)
-  ta, tb = Tensor(a).realize(), Tensor(b).realize()
+  if linear: b = np.ascontiguousarray(b.T).T
+  ta, tb = Tensor(a).realize(), (Tensor(np.ascontiguousarray(b.T)).realize().T if linear else Tensor(b).realize())
   want = a @ b
   if not np.allclose((ta @ tb).numpy(), want, rtol=1e-3, atol=1e-3 * np.sqrt(k)):
     raise AssertionError(f"tiny {m}x{k}x{n} matmul is wrong")
@@ -94,14 +98,20 @@ def run_skinny(rows: tuple[int, ...] = SKINNY_ROWS, kn: tuple[tuple[int, int], .
   out: dict[str, dict[str, Any]] = {}
   for k, n in kn:
     for m in rows:
-      row: dict[str, Any] = {"unit": "GFLOPS", "better": "higher", "target": "tiny >= 0.9x the faster of numpy, torch"}
-      flop = 2 * m * k * n
-      got = {name: flop / min(t) / 1e9 for name, t in time_in_turns(skinny_fns(m, k, n), ROUNDS, REPS).items()}
-      row.update(got)
-      best = max(v for name, v in got.items() if name in ("numpy", "torch"))
-      row["ratio"], row["jit ratio"] = got["tiny"] / best, got["tiny jit"] / best
-      out[f"matmul {m}x{k} @ {k}x{n} float32, no BEAM"] = row
+      out[f"matmul {m}x{k} @ {k}x{n} float32, no BEAM"] = _skinny_row(skinny_fns(m, k, n), 2 * m * k * n)
+  for k, n in LINEAR_KN:
+    for m in LINEAR_ROWS:
+      out[f"matmul {m}x{k} @ ({n}x{k}).T float32, no BEAM"] = _skinny_row(skinny_fns(m, k, n, True), 2 * m * k * n)
   return out
+
+
+def _skinny_row(fns: dict[str, Callable[[], Any]], flop: int) -> dict[str, Any]:
+  row: dict[str, Any] = {"unit": "GFLOPS", "better": "higher", "target": "tiny >= 0.9x the faster of numpy, torch"}
+  got = {name: flop / min(t) / 1e9 for name, t in time_in_turns(fns, ROUNDS, REPS).items()}
+  row.update(got)
+  best = max(v for name, v in got.items() if name in ("numpy", "torch"))
+  row["ratio"], row["jit ratio"] = got["tiny"] / best, got["tiny jit"] / best
+  return row
 
 
 def cpu_name() -> str:
