@@ -11,6 +11,15 @@
    on 64x64), median of several, with the disk cache off (`CACHELEVEL=0`). Each repetition uses a different
    constant `k`, so every one is a new kernel (no in-memory cache hit either). Target: <= 30 ms.
 
+4. Skinny products (issue #39): (M x K) @ (K x N) float32 for M in `SKINNY_ROWS` (decode's 1 row, a few, a 32-token
+   prefill chunk, a 64-token ONNX sequence) and (K, N) from the LLM bench model (768, 2048) and a tiny transformer
+   (128, 512) (`SKINNY_KN`), and the LLM's through nn.Linear's layout (`x @ w.T`, `LINEAR_ROWS` x `LINEAR_KN`),
+   tiny vs numpy vs torch in turns as in 1. Their GFLOPS are whole calls: a product of a
+   few MFLOP takes tens of us, so tiny's per-call dispatch (~0.2 ms on the loaded VM) weighs there; "tiny jit" runs
+   the same product through `TinyJit` (the kernel and a replay, as an LLM's or ONNX model's jitted step runs it).
+   With no arguments the script prints them after 1.-3.; `--skinny` prints only these rows.
+   Target: tiny >= 0.9x the faster of numpy and torch.
+
 `python bench/bench_matmul.py [N ...]` prints the rows (N: the matmul sizes, 1024 by default; e.g. `1024 4096`; with
 `BEAM=n` tiny uses BEAM's winners, e.g. those `python -m tiny_tensor.tune` cached) and the CPU's name and machine
 model (`tiny_codegen.machine`: the heuristics' cache thresholds derive from it); `run()` returns them for
@@ -45,9 +54,64 @@ def _gflops_in_turns(fns: dict[str, Callable[[], Any]], n: int = N) -> dict[str,
   return {name: flop / min(t) / 1e9 for name, t in time_in_turns(fns, ROUNDS, REPS).items()}
 
 
-def _inputs(n: int = N) -> tuple[np.ndarray, np.ndarray]:
+def _inputs(n: int = N, m: int | None = None, k: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+  """Random float32 (m x k) and (k x n) operands; `m` and `k` default to `n` (a square product)."""
   rng = np.random.default_rng(0)
-  return rng.standard_normal((n, n), dtype=np.float32), rng.standard_normal((n, n), dtype=np.float32)
+  m, k = n if m is None else m, n if k is None else k
+  return rng.standard_normal((m, k), dtype=np.float32), rng.standard_normal((k, n), dtype=np.float32)
+
+
+SKINNY_ROWS = (1, 8, 32, 64)
+SKINNY_KN = ((768, 768), (768, 2048), (2048, 768), (128, 512), (512, 128))
+LINEAR_ROWS = (8, 32)  # the LLM's (K, N) also through nn.Linear's layout, x @ w.T (w: N x K)
+LINEAR_KN = ((768, 768), (768, 2048), (2048, 768))
+
+
+def skinny_fns(m: int, k: int, n: int, linear: bool = False) -> dict[str, Callable[[], Any]]:
+  """The (m x k) @ (k x n) float32 product of each library (tiny, tiny through TinyJit, numpy, torch when importable),
+  tiny's checked against numpy first; `linear`: B is the transposed view of a contiguous (n x k) weight."""
+  from tiny_tensor import Tensor, TinyJit
+  a, b = _inputs(n, m, k)
+  if linear: b = np.ascontiguousarray(b.T).T
+  ta, tb = Tensor(a).realize(), (Tensor(np.ascontiguousarray(b.T)).realize().T if linear else Tensor(b).realize())
+  want = a @ b
+  if not np.allclose((ta @ tb).numpy(), want, rtol=1e-3, atol=1e-3 * np.sqrt(k)):
+    raise AssertionError(f"tiny {m}x{k}x{n} matmul is wrong")
+  jitted = TinyJit(lambda x, y: (x @ y).realize())
+  for _ in range(3): got = jitted(ta, tb)  # capture, then replay
+  if not np.allclose(got.numpy(), want, rtol=1e-3, atol=1e-3 * np.sqrt(k)):
+    raise AssertionError(f"tiny jit {m}x{k}x{n} matmul is wrong")
+  fns: dict[str, Callable[[], Any]] = {"tiny": lambda: (ta @ tb).realize(), "tiny jit": lambda: jitted(ta, tb),
+                                       "numpy": lambda: a @ b}
+  try:
+    import torch
+    xa, xb = torch.from_numpy(a), torch.from_numpy(b)
+    fns["torch"] = lambda: xa @ xb
+  except ImportError: pass
+  return fns
+
+
+def run_skinny(rows: tuple[int, ...] = SKINNY_ROWS, kn: tuple[tuple[int, int], ...] = SKINNY_KN
+               ) -> dict[str, dict[str, Any]]:
+  """One row per (M, (K, N)): GFLOPS of tiny, tiny jit, numpy, torch (in turns), and tiny's ratio to the faster of
+  numpy and torch ("ratio": plain calls; "jit ratio": through TinyJit)."""
+  out: dict[str, dict[str, Any]] = {}
+  for k, n in kn:
+    for m in rows:
+      out[f"matmul {m}x{k} @ {k}x{n} float32, no BEAM"] = _skinny_row(skinny_fns(m, k, n), 2 * m * k * n)
+  for k, n in LINEAR_KN:
+    for m in LINEAR_ROWS:
+      out[f"matmul {m}x{k} @ ({n}x{k}).T float32, no BEAM"] = _skinny_row(skinny_fns(m, k, n, True), 2 * m * k * n)
+  return out
+
+
+def _skinny_row(fns: dict[str, Callable[[], Any]], flop: int) -> dict[str, Any]:
+  row: dict[str, Any] = {"unit": "GFLOPS", "better": "higher", "target": "tiny >= 0.9x the faster of numpy, torch"}
+  got = {name: flop / min(t) / 1e9 for name, t in time_in_turns(fns, ROUNDS, REPS).items()}
+  row.update(got)
+  best = max(v for name, v in got.items() if name in ("numpy", "torch"))
+  row["ratio"], row["jit ratio"] = got["tiny"] / best, got["tiny jit"] / best
+  return row
 
 
 def cpu_name() -> str:
@@ -165,11 +229,16 @@ def run(sizes: tuple[int, ...] = (N,), compile_latency: bool = True,
 if __name__ == "__main__":
   import importlib
   import importlib.util
-  sizes = tuple(int(a) for a in sys.argv[1:]) or (N,)
+  skinny = "--skinny" in sys.argv[1:]
+  sizes = tuple(int(a) for a in sys.argv[1:] if a != "--skinny")
+  skinny = skinny or not sizes  # no arguments: 1024 and the skinny rows
+  sizes = sizes or (() if "--skinny" in sys.argv[1:] else (N,))
   has_model = importlib.util.find_spec("tiny_codegen.machine") is not None  # a checkout from before the model: none
   print(cpu_name(), importlib.import_module("tiny_codegen.machine").host_machine() if has_model else "")
   # the compile latency is the no-BEAM path's (with BEAM set, CACHELEVEL=0 would search every new kernel)
   latency = sizes == (N,) and not int(os.environ.get("BEAM", "0") or 0)
-  for case, r in run(sizes, compile_latency=latency, libs=("torch",), bf16_sizes=(N,) if N in sizes else ()).items():
-    print(case, "  ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()))
+  rows = run(sizes, compile_latency=latency, libs=("torch",), bf16_sizes=(N,) if N in sizes else ()) if sizes else {}
+  for case, r in {**rows, **(run_skinny() if skinny else {})}.items():
+    print(case, "  ".join(f"{k}={v:.{2 if 'ratio' in k else 1}f}" if isinstance(v, float) else f"{k}={v}"
+                          for k, v in r.items() if k not in ("unit", "better", "target")))
   sys.exit(0)

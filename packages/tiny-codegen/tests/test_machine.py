@@ -110,6 +110,14 @@ class _Target:
   (1024, 1024, 1024, False, {"znver3": 16, "znver4": 32, "sapphire_rapids": 32, "neoverse_n1": 0,
                              "no_cache_info": 32}),
   (64, 512, 512, True, {"znver3": 16, "znver4": 32, "sapphire_rapids": 0, "neoverse_n1": 0, "no_cache_info": 32}),
+  # nn.Linear's layout at a 32-token prefill (x @ w.T, w 768 x 768: 2.4 MB, past every L2): 4 blocks of 8 rows on
+  # AVX-512, 8 of 4 on AVX2, so packed (`pack_min_rows_strided`); 16 rows: 4 of AVX2's blocks, 2 of AVX-512's (in
+  # place); 8 rows, one AVX-512 block or two AVX2 ones: in place everywhere
+  (32, 768, 768, True, {"znver3": 16, "znver4": 32, "sapphire_rapids": 32, "neoverse_n1": 0, "no_cache_info": 32}),
+  (16, 768, 768, True, {"znver3": 16, "znver4": 0, "sapphire_rapids": 0, "neoverse_n1": 0, "no_cache_info": 0}),
+  (8, 768, 768, True, {n: 0 for n in TREES}),
+  # a contiguous B still needs `PACK_MIN_ROWS`
+  (32, 1024, 1024, False, {n: 0 for n in TREES}),
 ])
 def test_packing_follows_the_l2(tree, m: int, k: int, n: int, strided: bool, want: dict) -> None:
   # B of 1 MB (256 x 1024) fills znver3's 512 KB L2 (packed, 16-column AVX2 panels) but not the AVX-512 machines'
@@ -280,3 +288,51 @@ def test_unknown_vector_file_defers_to_llvm(tmp_path, monkeypatch) -> None:
   from tiny_codegen.renderer.llvmir import _vector_registers
   monkeypatch.setattr(type(ren), "machine", property(lambda self: m))
   assert ren.vector_registers == _vector_registers(ren.compiler.triple, ren.compiler.features)
+
+
+@pytest.mark.parametrize("M, N, K, want", [
+  # a 32-token prefill's 32 x 768 @ 768 x 768 (B 2.4 MB, past every model's L2 share; A 96 KB, within half of it):
+  # the rows are one tile (8-row blocks on AVX-512 and NEON: 4; AVX2's 4-row blocks: 8), so B's column loop is the
+  # outermost, the threads split it and B streams once; a tile per thread (2 blocks) would stream it once a thread
+  (32, 768, 768, {"znver3": 8, "znver4": 4, "sapphire_rapids": 4, "neoverse_n1": 4, "no_cache_info": 4}),
+  # 64 rows of 2048 (A 512 KB): within half the L2 share of all but znver3's (512 KB L2): a tile per thread there
+  # (16 blocks of 4 rows, 8 a thread)
+  (64, 2048, 2048, {"znver3": 8, "znver4": 8, "sapphire_rapids": 8, "neoverse_n1": 8, "no_cache_info": 8}),
+  # 512 rows of 1024 (A 2 MB, past every half L2): tiles of at most half the rows, as before
+  (512, 1024, 2048, {"znver3": 64, "znver4": 32, "sapphire_rapids": 8, "neoverse_n1": 8, "no_cache_info": 32}),
+])
+def test_skinny_rows_are_one_tile(tree, on_machine, M: int, N: int, K: int, want: dict) -> None:
+  """A matmul whose A (all its rows) fits half the L2 share is tiled whole (`_whole_row_tile`) where B is past the
+  L2; else a tile per thread at most."""
+  name, m = tree
+  on_machine(m)
+  applied = optimize_kernel(_matmul_ast(M, N, K), Device["CPU"].renderer).arg.applied_opts
+  tiles = [o for o in applied if o.op is OptOps.TILE]
+  assert tiles == ([Opt(OptOps.TILE, 0, want[name])] if name in want else []), (name, applied)
+
+
+@pytest.mark.parametrize("name", ["sapphire_rapids", "znver3"])
+def test_whole_row_tile_matches_numpy(on_machine, name: str) -> None:
+  """The skinny product tiled whole (its column loop split across the threads) computes what numpy does."""
+  cpuinfo, caches, online = TREES[name]
+  import tempfile
+  with tempfile.TemporaryDirectory() as d: m = Machine.from_sysfs(fake_tree(d, cpuinfo, caches, online))
+  on_machine(m)
+  from tiny_codegen import get_program
+  from tiny_uop import dtypes
+  from tiny_uop.device import Buffer
+  M, N, K = 32, 768, 768
+  dev = Device["CPU"]
+  applied = optimize_kernel(_matmul_ast(M, N, K), dev.renderer).arg.applied_opts
+  assert Opt(OptOps.TILE, 0, M // (8 if name == "sapphire_rapids" else 4)) in applied, applied
+  spec = get_program(_matmul_ast(M, N, K, applied), dev.renderer)
+  assert spec.global_size[0] > 1, spec.global_size  # the threads split B's columns
+  rng = np.random.default_rng(1)
+  a, b = rng.standard_normal((M, K), dtype=np.float32), rng.standard_normal((K, N), dtype=np.float32)
+  bufs = [Buffer("CPU", M * N, dtypes.float).allocate()] + \
+    [Buffer("CPU", x.size, dtypes.float, initial_value=x.tobytes()) for x in (a, b)]
+  prg = dev.get_program(spec.name, spec.lib)
+  prg(*[bufs[s]._buf for s in spec.globals], global_size=spec.global_size, local_size=spec.local_size, vals=(),
+      wait=True)
+  got = np.frombuffer(bufs[0].as_buffer(), dtype=np.float32).reshape(M, N)
+  np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-3)

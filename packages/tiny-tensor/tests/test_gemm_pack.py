@@ -109,3 +109,21 @@ def test_packed_tiled_bfloat16_matmul_matches_torch(vector_registers, monkeypatc
   want = (ta @ tb).float().numpy()
   got = out.float().numpy()
   np.testing.assert_allclose(got, want, rtol=0, atol=2 ** -7 * float(np.abs(want).max()))
+
+
+@pytest.mark.parametrize("regs, rows, packed", [
+  ((32, 64), 32, True),   # AVX-512: 4 blocks of 8 rows gather B four times in place; packed once
+  ((32, 64), 16, False),  # 2 blocks: the copy costs about what it saves
+  ((16, 32), 16, True),   # AVX2: 4 blocks of 4 rows
+  ((16, 32), 8, False),
+])
+def test_prefill_linear_packs_b_by_register_blocks(vector_registers, regs: tuple, rows: int, packed: bool) -> None:
+  # a prefill chunk through nn.Linear's layout (x @ w.T, w 2048 x 768: 6 MB, past the L2): packed from
+  # `pack_min_rows_strided` rows, and the product is numpy's either way
+  vector_registers(*regs)
+  x = rng.standard_normal((rows, 768)).astype(np.float32)
+  w = rng.standard_normal((2048, 768)).astype(np.float32)
+  out = Tensor(x) @ Tensor(w).T
+  names = kernels(out)
+  assert bool([c for c in names if c.startswith("E_")]) == packed, names
+  np.testing.assert_allclose(out.numpy(), x @ w.T, rtol=1e-4, atol=5e-4)

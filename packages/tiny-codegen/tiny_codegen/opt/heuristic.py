@@ -250,7 +250,8 @@ def _tile_rows(k: Kernel, rid: int, lanes: int) -> None:
   alternated) 74-81 -> 103-111, 128x4096x4096 61-63 -> 91, tiles of 1 to 8 MB of A within the noise. 1024^2 (4 MB of
   B) ran the same with or without tiles there (its L3 fed the block), and 1.5-2x faster tiled on the Xeon 6/207 VM
   (`tile_min_bytes`). The tile is the most blocks within `tile_bytes` of A that leaves a tile per thread; B must be
-  more than `tile_min_bytes` (both derived from the machine model)."""
+  more than `tile_min_bytes` (both derived from the machine model). Rows few enough for half the L2 (a prefill's 32)
+  are one tile, the threads splitting B's columns instead (`_whole_row_tile`)."""
   regs, _, itemsize = _register_file(k)
   if not regs: return
   loop = [(j, x) for j, x in enumerate(k.output_axes) if x.arg[0] == rid and x.arg[1] in (AxisType.LOOP,
@@ -264,9 +265,31 @@ def _tile_rows(k: Kernel, rid: int, lanes: int) -> None:
   m = machine_of(k.renderer)
   if b_bytes <= tile_min_bytes(m): return
   block = lanes * _trips(k.reduce_axes) * itemsize  # A's bytes per block of rows
-  most = min(tile_bytes(m) // max(block, 1), n // max(1, int(getattr(k.renderer, "threads", 1))))
-  tile = next((t for t in range(min(most, n - 1), 1, -1) if n % t == 0), 0)
+  threads = max(1, int(getattr(k.renderer, "threads", 1)))
+  if _whole_row_tile(k, rid, n * block, threads, m): tile = n
+  else:
+    most = min(tile_bytes(m) // max(block, 1), n // threads)
+    tile = next((t for t in range(min(most, n - 1), 1, -1) if n % t == 0), 0)
   if tile: _try(k, Opt(OptOps.TILE, j, tile))
+
+
+def _whole_row_tile(k: Kernel, rid: int, a_bytes: int, threads: int, m: Machine) -> bool:
+  """Whether a matmul's rows (output axis id `rid`, `a_bytes` of A in all) are few enough to be one tile: all of A
+  within half the core's L2 share (`tile_min_bytes`; the other half for B's strip streaming through), and the other
+  output loops (B's column blocks) at least `threads` iterations. Then B's column loop is outermost, the threads split
+  B's columns, and each strip of B, loaded once, serves every block of rows while A stays in the L2 (the blocking
+  BLIS uses: A's block in L2, B's panel streaming): B streams from L3/memory once in all. A tile per thread
+  (`_tile_rows` otherwise) streams all of B once per thread: the skinny products of a 32-token prefill (4 blocks of 8
+  rows: two tiles of two) read B twice. 32 x 768 @ 768 x 768 (B 2.4 MB) on the loaded Xeon 6/207 (2 threads, TinyJit,
+  best of 300 calls, in turns): 430-443 -> 344-347 us; 64 x 768 @ 768 x 2048 (packed B) 1977-2263 -> 1371-1829 us;
+  32 x 768 @ 768 x 2048 and 32 x 2048 @ 2048 x 768 even (1297-1360 and 1371-1457, 1267-1423 and 1269-1320 us): B's
+  in-place strip, its rows 8 KB apart, keeps few lines in the L2's sets either way (`gemm_panel` packs from 64
+  rows)."""
+  if a_bytes > tile_min_bytes(m) // 2: return False
+  cols = 1
+  for x in k.output_axes:
+    if x.arg[0] != rid and x.arg[1] in (AxisType.LOOP, AxisType.GLOBAL): cols *= _bound(x) or 0
+  return cols >= threads
 
 
 def _register_file(k: Kernel) -> tuple[int, int, int]:
@@ -326,19 +349,19 @@ def pack_min_bytes(m: Machine, regs: int) -> int:
 
 
 PACK_MIN_BYTES_STRIDED = 256 << 10
-"""The size from which a right operand read across its rows (`x @ w.T`, nn.Linear's weight: the vector lanes of a
-column strip lie K elements apart, a gather each) is packed when A has `PACK_STRIDED_ROWS` rows or more; with fewer
-(but `PACK_MIN_ROWS`), from the L2's size (`pack_min_bytes` of a 4-row block); on either register file. Not derived
-from the caches: a gather costs its lanes' loads whether they hit L1 or not (256^3, a 32 KB strip per column panel,
-within the L1, and 1024x256x256, the same strip, came out even and 57 -> 73), so this weighs the copy and its launch
-against the gathers it saves, a ratio of instruction costs that no sysfs file reports. On the znver4, one thread
-beside a CI run, alternated: 1024^2 14 -> 99 GFLOPS packed, 512^2 27 -> 81, 1024x256x256 (256 KB) 57 -> 73, 256^3 51
-and 50; 128^3 (64 KB) lost, 12 -> 7. Two threads, quiet, alternated: 64x512x512 (1 MB) 13-14 -> 42-45, 2048x128x512
-(256 KB) 97-131 -> 155-169, 512x256x256 81-91 -> 84-98; but a 256-row product of a 256 KB B, a small GPT's
-projections, lost to the extra launch and copy (256x128x512 70-74 -> 54-58, 256x512x128 68 -> 53) and 512 KB ones at
-256 rows came out even. A strided B is packed from two panels wide (not `pack_min_columns`); one thread beside the CI
-run, processes alternated: 4096x1024x64 52 -> 77-95, 4096x1024x128 41 -> 100, the long-K 64x32768x64 5 -> 39; one
-panel (32 columns) gained nothing."""
+"""The size from which a right operand read across its rows (`x @ w.T`, nn.Linear's weight: the vector lanes of a column
+strip lie K elements apart, a gather each) is packed when A has `PACK_STRIDED_ROWS` rows or more; with fewer (but
+`pack_min_rows_strided`), from the L2's size (`pack_min_bytes` of a 4-row block); on either register file. Not
+derived from the caches: a gather costs its lanes' loads whether they hit L1 or not (256^3, a 32 KB strip per column
+panel, within the L1, and 1024x256x256, the same strip, came out even and 57 -> 73), so this weighs the copy and its
+launch against the gathers it saves, a ratio of instruction costs that no sysfs file reports. On the znver4, one
+thread beside a CI run, alternated: 1024^2 14 -> 99 GFLOPS packed, 512^2 27 -> 81, 1024x256x256 (256 KB) 57 -> 73,
+256^3 51 and 50; 128^3 (64 KB) lost, 12 -> 7. Two threads, quiet, alternated: 64x512x512 (1 MB) 13-14 -> 42-45,
+2048x128x512 (256 KB) 97-131 -> 155-169, 512x256x256 81-91 -> 84-98; but a 256-row product of a 256 KB B, a small
+GPT's projections, lost to the extra launch and copy (256x128x512 70-74 -> 54-58, 256x512x128 68 -> 53) and 512 KB
+ones at 256 rows came out even. A strided B is packed from two panels wide (not `pack_min_columns`); one thread
+beside the CI run, processes alternated: 4096x1024x64 52 -> 77-95, 4096x1024x128 41 -> 100, the long-K 64x32768x64
+5 -> 39; one panel (32 columns) gained nothing."""
 PACK_STRIDED_ROWS = 512
 """A's rows from which a strided B of `PACK_MIN_BYTES_STRIDED` is packed: like that size, where the copy's cost
 meets the gathers' (not a cache property)."""
@@ -370,7 +393,8 @@ def gemm_panel(renderer: Renderer, m: int, k: int, n: int, itemsize: int, stride
   (`machine_of(renderer)`): B is packed from `pack_min_bytes` (the L2 on AVX2, two L2s on AVX-512, whose 8-row block
   reads B from L3 at the core's peak longer); a strided B from the L2 on either, and from `PACK_MIN_BYTES_STRIDED`
   under `PACK_STRIDED_ROWS` rows or more. The strip is P = two vectors of 32-bit floats; other dtypes and small or
-  narrow matrices (`pack_min_columns`, two panels when strided, `PACK_MIN_ROWS`) are read in place."""
+  narrow matrices (`pack_min_columns`, two panels when strided, `PACK_MIN_ROWS`; strided,
+  `pack_min_rows_strided`) are read in place."""
   regs, width = getattr(renderer, "vector_registers", (0, 0))
   if not regs or width < 32 or itemsize != 4: return 0
   mach = machine_of(renderer)
@@ -378,9 +402,29 @@ def gemm_panel(renderer: Renderer, m: int, k: int, n: int, itemsize: int, stride
   size = k * n * itemsize
   if strided: least = PACK_MIN_BYTES_STRIDED if m >= PACK_STRIDED_ROWS else pack_min_bytes(mach, 16)
   else: least = pack_min_bytes(mach, regs)
-  if n % panel or n < (2 * panel if strided else pack_min_columns(mach, itemsize)) or m < PACK_MIN_ROWS or \
-     size < least: return 0
+  rows = pack_min_rows_strided(regs) if strided else PACK_MIN_ROWS
+  if n % panel or n < (2 * panel if strided else pack_min_columns(mach, itemsize)) or m < rows or size < least:
+    return 0
   return panel
+
+
+PACK_STRIDED_BLOCKS = 4
+"""The blocks of rows (`_vector_block`'s register block) from which a strided right operand (`x @ w.T`) is packed
+(`pack_min_rows_strided`): in place each block gathers all of B once, a vector of 16 lanes K elements apart per step;
+the copy reads B once with the same gathers and writes it, and the blocks then read it contiguously. One block
+gathers B once either way, so packing can't pay there; on the loaded Xeon 6/207 (AVX-512, 8-row blocks, two
+threads, TinyJit, best of 200 in turns) 8 rows lost (768x768 222-224 -> 311-317 us), 16 (two blocks) came out mixed
+(768x768 408-415 -> 356-383, 2048x768 1075-1122 -> 1255-1428), 32 (four) gained (768x768 838-842 ->
+466-477, 2048x768 2153-2232 -> 1765-2050). Like `PACK_MIN_ROWS`, a ratio of instruction costs (a gather pass against
+a copy), not a cache size; counted in blocks, so a register file with shorter blocks (AVX2's 4 rows) packs from
+proportionally fewer rows."""
+
+
+def pack_min_rows_strided(regs: int) -> int:
+  """A's rows from which `gemm_panel` packs a strided B: `PACK_STRIDED_BLOCKS` register blocks of rows, a block
+  being half the accumulator share of `regs` vector registers (`_vector_block`: 8 rows on AVX-512's 32, 4 on AVX2's
+  16), and never more than `PACK_MIN_ROWS` (what a contiguous B needs)."""
+  return min(PACK_MIN_ROWS, PACK_STRIDED_BLOCKS * max(1, int(regs * ACC_REGISTER_SHARE) // 2))
 
 
 def conv_weight_panel(renderer: Renderer, cout: int, taps: int, itemsize: int) -> int:
