@@ -157,3 +157,21 @@ def test_threaded_channel_sum_keeps_vector_loads() -> None:
   one = LLVMRenderer()
   one.threads = 1
   assert "range(" not in get_program(ast, one).src.split("\n", 1)[0]  # one thread: core_id is always 0, no attribute
+
+
+def test_conv_with_exp2_epilogue_runs_its_reduce_once_as_vectors() -> None:
+  # a conv whose output goes through exp2 (a sigmoid's or SiLU's): exp2's int32 exponent bits (`cast(int32) << 23`)
+  # are vector data, not index math; gathered lane by lane they copied the conv's whole REDUCE per lane (scalar
+  # accumulators next to the vector ones: the conv ran twice, a 1x1 conv + sigmoid 17x slower than + relu)
+  base = conv2d_ast(1, 16, 8, 6, 6, 3, channels_last=True)
+  st = base.src[0]
+  ast = st.src[0].store(st.src[1].exp2()).sink(arg=KernelInfo())
+  spec = get_program(ast, Device["CPU"].renderer)
+  regs = [u for u in spec.uops if u.op is Ops.DEFINE_REG]
+  assert regs and all(u.dtype.base.count > 1 for u in regs), [str(u.dtype) for u in regs]
+  rng = np.random.default_rng(5)
+  x, w = rng.standard_normal((1, 8, 6, 6)).astype(np.float32), rng.standard_normal((16, 8, 3, 3)).astype(np.float32)
+  import torch
+  want = torch.exp2(torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w))).numpy()
+  got = run(ast, "CPU", [x.ravel(), w.transpose(1, 2, 3, 0).ravel()], want.size).reshape(want.shape)
+  np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

@@ -124,6 +124,15 @@ def _broadcast(x: UOp, n: int) -> UOp:
   return x if x.dtype.count == n else UOp(Ops.VECTORIZE, x.dtype.vec(n), (x,) * n)
 
 
+def _from_data(v: UOp) -> bool:
+  """Whether vectorized value `v` is computed on vector data (a vector LOAD, REDUCE, ALU or CAST), not gathered lane
+  by lane (VECTORIZE) nor broadcast. `dtypes.index` is int32 itself, so an int32 op is index math (gathered: each
+  lane's address stays a scalar) unless a source is vector data: exp2's exponent bits (`cast(int32) << 23`) in a
+  conv's sigmoid/SiLU epilogue. Gathered, that op copied its whole source tree per lane, the conv's REDUCE included:
+  the conv ran once as vectors and once more per lane as scalars (a 1x1 conv with a sigmoid epilogue 17x slower)."""
+  return v.dtype.count > 1 and v.op is not Ops.VECTORIZE
+
+
 def _vectorize_store(st: UOp, rv: UOp) -> UOp:
   """`st` with range `rv` (n lanes) computed as n-wide vectors (see the module docstring)."""
   n = _lanes(rv)
@@ -141,8 +150,8 @@ def _vectorize_store(st: UOp, rv: UOp) -> UOp:
       out = UOp(Ops.LOAD, x.dtype.vec(n), (fast_substitute(x.src[0], at0), *x.src[1:]), x.arg)
     elif x.op is Ops.REDUCE:
       out = UOp(Ops.REDUCE, x.dtype.vec(n), (_broadcast(vec(x.src[0]), n), *x.src[1:]), x.arg)
-    elif x.op in _VALUE_OPS and x.dtype != dtypes.index and all(s.dtype.count == 1 for s in x.src):
-      srcs = [vec(s) for s in x.src]
+    elif x.op in _VALUE_OPS and all(s.dtype.count == 1 for s in x.src) and \
+        ((srcs := [vec(s) for s in x.src]) and (x.dtype != dtypes.index or any(map(_from_data, srcs)))):
       out = UOp(x.op, x.dtype.vec(n), tuple(_broadcast(s, n) for s in srcs), x.arg)
     else: out = gather(x)
     memo[x] = out
