@@ -160,6 +160,8 @@ class UOpMetaClass(type):
   ever removed by `_remove_dead_weakref` (deletes the entry only if its reference is dead). So a live entry is never
   overwritten or dropped, and two threads building the same node get one object."""
   ucache: dict[tuple, _NodeRef] = {}
+  remove_dead = staticmethod(_remove_dead_weakref)
+  """Held by the class: at interpreter shutdown the module's global `_remove_dead_weakref` may already be None."""
 
   @classmethod
   def drop_entry(mcs, ref: _NodeRef) -> None:
@@ -168,7 +170,7 @@ class UOpMetaClass(type):
     the entry now, and deleting it would let a third equal node be built: two "equal" nodes, not one. A bound
     classmethod, not a module function: callbacks still run at interpreter shutdown, after the module's globals are
     cleared, and the bound class keeps the table reachable."""
-    _remove_dead_weakref(mcs.ucache, ref.key)
+    mcs.remove_dead(mcs.ucache, ref.key)
 
   def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None,
                tag: Any = None) -> UOp:
