@@ -71,7 +71,8 @@ VOP1_9 = _names("0:v_nop 1:v_mov_b32 2:v_readfirstlane_b32 3:v_cvt_i32_f64 4:v_c
                 "23:v_trunc_f64 24:v_ceil_f64 25:v_rndne_f64 26:v_floor_f64 27:v_fract_f32 28:v_trunc_f32 "
                 "29:v_ceil_f32 30:v_rndne_f32 31:v_floor_f32 32:v_exp_f32 33:v_log_f32 34:v_rcp_f32 "
                 "35:v_rcp_iflag_f32 36:v_rsq_f32 37:v_rcp_f64 38:v_rsq_f64 39:v_sqrt_f32 40:v_sqrt_f64 41:v_sin_f32 "
-                "42:v_cos_f32 43:v_not_b32 44:v_bfrev_b32 45:v_ffbh_u32 46:v_ffbl_b32 48:v_frexp_exp_i32_f64 "
+                "42:v_cos_f32 43:v_not_b32 44:v_bfrev_b32 45:v_ffbh_u32 46:v_ffbl_b32 47:v_ffbh_i32 "
+                "48:v_frexp_exp_i32_f64 "
                 "49:v_frexp_mant_f64 50:v_fract_f64 51:v_frexp_exp_i32_f32 52:v_frexp_mant_f32 56:v_mov_b64 "
                 "57:v_cvt_f16_u16 58:v_cvt_f16_i16 59:v_cvt_u16_f16 60:v_cvt_i16_f16 61:v_rcp_f16 62:v_sqrt_f16 "
                 "63:v_rsq_f16 64:v_log_f16 65:v_exp_f16 68:v_floor_f16 69:v_ceil_f16 70:v_trunc_f16 71:v_rndne_f16 "
@@ -138,6 +139,7 @@ _CMP_I = ["f", "lt", "eq", "le", "gt", "ne", "ge", "t"]
 def _vopc9() -> dict[int, tuple[str, int]]:
   """VOPC opcode -> (name, the RDNA3 VOPC opcode with the same compare), for V_CMP and V_CMPX."""
   out: dict[int, tuple[str, int]] = {0x10: ("v_cmp_class_f32", 0x7E), 0x11: ("v_cmpx_class_f32", 0xFE),
+                                     0x12: ("v_cmp_class_f64", 0x7F), 0x13: ("v_cmpx_class_f64", 0xFF),
                                      0x14: ("v_cmp_class_f16", 0x7D), 0x15: ("v_cmpx_class_f16", 0xFD)}
   for base, typ, rb in ((0x20, "f16", 0x00), (0x40, "f32", 0x10), (0x60, "f64", 0x20)):
     for i, c in enumerate(_CMP_F):
@@ -165,7 +167,7 @@ _SOPP_R3 = {0: 0, 1: 48, 2: 32, 4: 33, 5: 34, 6: 35, 7: 36, 8: 37, 9: 38, 10: 61
 _VOP1_R3 = {1: 1, 2: 2, 3: 3, 4: 4, 5: 5, 6: 6, 7: 7, 8: 8, 12: 12, 13: 13, 15: 15, 16: 16, 17: 17, 18: 18, 19: 19,
             20: 20, 21: 21, 22: 22, 23: 23, 24: 24, 25: 25, 26: 26, 27: 32, 28: 33, 29: 34, 30: 35, 31: 36, 32: 37,
             33: 39, 34: 42, 35: 43, 36: 46, 37: 47, 38: 49, 39: 51, 40: 52, 41: 53, 42: 54, 43: 55, 44: 56, 45: 57,
-            46: 58, 48: 60, 49: 61, 50: 62, 51: 63, 52: 64}
+            46: 58, 47: 59, 48: 60, 49: 61, 50: 62, 51: 63, 52: 64}
 _VOP2_R3 = {0: 1, 1: 3, 2: 4, 3: 5, 5: 8, 6: 9, 7: 10, 8: 11, 9: 12, 10: 15, 11: 16, 12: 17, 13: 18, 14: 19, 15: 20,
             16: 25, 17: 26, 18: 24, 19: 27, 20: 28, 21: 29, 23: 44, 24: 45, 28: 32, 29: 33, 30: 34, 52: 37, 53: 38,
             54: 39, 59: 43}
@@ -436,17 +438,20 @@ class CDNA3Emulator(Emulator):
     except UnsupportedInstruction: raise UnsupportedInstruction(f"{inst.name} at {w.pc:#x}") from None
     base = rop & 0x7F
     width = 16 if base < 0x10 or 0x30 <= base < 0x40 or base == 0x7D else 64 if 0x20 <= base < 0x30 or \
-      0x50 <= base < 0x60 else 32
-    fp = base < 0x30 or base in (0x7D, 0x7E)
+      0x50 <= base < 0x60 or base == 0x7F else 32
+    fp, klass = base < 0x30 or base in (0x7D, 0x7E, 0x7F), base in (0x7D, 0x7E, 0x7F)
     lanes, cols = w.lanes(), []
     for i in range(2):
       code = f[f"src{i}"]
+      if klass and i == 1:  # V_CMP_CLASS: src1 is a 32-bit class mask (bits 0..9), whatever the float width
+        cols.append(self.col(w, code, lanes, inst))
+        continue
       if width == 64: c = [self.vsrc64(w, code, ln, inst, fp) for ln in lanes]
       elif width == 16:
         if fp and code in INLINE_F32: c = [_f16_bits(f32(INLINE_F32[code]))] * len(lanes)
         else: c = [v & 0xFFFF for v in self.col(w, code, lanes, inst)]
       else: c = self.col(w, code, lanes, inst)
-      if fp and not (base in (0x7D, 0x7E) and i == 1):
+      if fp:
         sign = 1 << (width - 1)
         if f["abs"] >> i & 1: c = [v & ~sign for v in c]
         if f["neg"] >> i & 1: c = [v ^ sign for v in c]
