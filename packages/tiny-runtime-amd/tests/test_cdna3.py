@@ -502,3 +502,17 @@ def test_ffbh_i32(words):
   w = _run_words(words, setup)
   assert w.vgpr[0] == [_ffbh_i32(v) for v in vals]
   assert w.vgpr[0][:9] == [0xFFFFFFFF, 0xFFFFFFFF, 31, 1, 1, 2, 1, 31, 2]
+
+
+# s_{nand,nor,xnor}_b64 s[0:1], s[2:3], s[4:5] = 8b800402 / 8c800402 / 8d800402 (llvm-mc, gfx90a): SOP2 23/25/27
+@pytest.mark.parametrize("word, fn", [(0x8B800402, lambda a, b: ~(a & b)), (0x8C800402, lambda a, b: ~(a | b)),
+                                      (0x8D800402, lambda a, b: ~(a ^ b))])
+@pytest.mark.parametrize("a, b", [(0xFFFFFFFFFFFFFFFF, 0xFFFFFFFFFFFFFFFF), (0, 0), (0xFFFFFFFFFFFFFFFF, 0),
+                                  (0x8000000000000001, 0x00000000FFFFFFFF), (0x0123456789ABCDEF, 0xFEDCBA9876543210)])
+def test_sop2_nand_nor_xnor_b64(word, fn, a, b):
+  """S_NAND/NOR/XNOR_B64: D.u64 = ~(S0 op S1) over all 64 bits, SCC = (D != 0) (numpy uint64 reference)."""
+  def setup(w):
+    w.sgpr[2], w.sgpr[3], w.sgpr[4], w.sgpr[5] = a & 0xFFFFFFFF, a >> 32, b & 0xFFFFFFFF, b >> 32
+  w = _run_words([word], setup)
+  want = int(fn(np.uint64(a), np.uint64(b)))
+  assert (w.sgpr[0] | (w.sgpr[1] << 32), w.scc) == (want, int(want != 0))

@@ -46,13 +46,14 @@ SOP1_9 = _names("0:s_mov_b32 1:s_mov_b64 2:s_cmov_b32 3:s_cmov_b64 4:s_not_b32 5
                 "34:s_xor_saveexec_b64 35:s_andn2_saveexec_b64 36:s_orn2_saveexec_b64 37:s_nand_saveexec_b64 "
                 "38:s_nor_saveexec_b64 39:s_xnor_saveexec_b64 48:s_abs_i32 51:s_andn1_saveexec_b64 "
                 "52:s_orn1_saveexec_b64")
-SOP2_9 = _names("0:s_add_u32 1:s_sub_u32 2:s_add_i32 3:s_sub_i32 4:s_addc_u32 5:s_subb_u32 6:s_min_i32 7:s_min_u32 "
-                "8:s_max_i32 9:s_max_u32 10:s_cselect_b32 11:s_cselect_b64 12:s_and_b32 13:s_and_b64 14:s_or_b32 "
-                "15:s_or_b64 16:s_xor_b32 17:s_xor_b64 18:s_andn2_b32 19:s_andn2_b64 20:s_orn2_b32 21:s_orn2_b64 "
-                "22:s_nand_b32 24:s_nor_b32 26:s_xnor_b32 28:s_lshl_b32 29:s_lshl_b64 30:s_lshr_b32 31:s_lshr_b64 "
-                "32:s_ashr_i32 33:s_ashr_i64 34:s_bfm_b32 36:s_mul_i32 37:s_bfe_u32 38:s_bfe_i32 39:s_bfe_u64 "
-                "40:s_bfe_i64 42:s_absdiff_i32 44:s_mul_hi_u32 45:s_mul_hi_i32 46:s_lshl1_add_u32 47:s_lshl2_add_u32 "
-                "48:s_lshl3_add_u32 49:s_lshl4_add_u32 50:s_pack_ll_b32_b16 51:s_pack_lh_b32_b16 52:s_pack_hh_b32_b16")
+SOP2_9 = _names("0:s_add_u32 1:s_sub_u32 2:s_add_i32 3:s_sub_i32 4:s_addc_u32 5:s_subb_u32 6:s_min_i32 "
+                "7:s_min_u32 8:s_max_i32 9:s_max_u32 10:s_cselect_b32 11:s_cselect_b64 12:s_and_b32 13:s_and_b64 "
+                "14:s_or_b32 15:s_or_b64 16:s_xor_b32 17:s_xor_b64 18:s_andn2_b32 19:s_andn2_b64 20:s_orn2_b32 "
+                "21:s_orn2_b64 22:s_nand_b32 23:s_nand_b64 24:s_nor_b32 25:s_nor_b64 26:s_xnor_b32 27:s_xnor_b64 "
+                "28:s_lshl_b32 29:s_lshl_b64 30:s_lshr_b32 31:s_lshr_b64 32:s_ashr_i32 33:s_ashr_i64 "
+                "34:s_bfm_b32 36:s_mul_i32 37:s_bfe_u32 38:s_bfe_i32 39:s_bfe_u64 40:s_bfe_i64 42:s_absdiff_i32 "
+                "44:s_mul_hi_u32 45:s_mul_hi_i32 46:s_lshl1_add_u32 47:s_lshl2_add_u32 48:s_lshl3_add_u32 "
+                "49:s_lshl4_add_u32 50:s_pack_ll_b32_b16 51:s_pack_lh_b32_b16 52:s_pack_hh_b32_b16")
 SOPK_9 = _names("0:s_movk_i32 1:s_cmovk_i32 2:s_cmpk_eq_i32 3:s_cmpk_lg_i32 4:s_cmpk_gt_i32 5:s_cmpk_ge_i32 "
                 "6:s_cmpk_lt_i32 7:s_cmpk_le_i32 8:s_cmpk_eq_u32 9:s_cmpk_lg_u32 10:s_cmpk_gt_u32 11:s_cmpk_ge_u32 "
                 "12:s_cmpk_lt_u32 13:s_cmpk_le_u32 14:s_addk_i32 15:s_mulk_i32 17:s_getreg_b32 18:s_setreg_b32 "
@@ -158,9 +159,9 @@ VOPC_9 = _vopc9()
 _SOP1_R3 = {0: 0, 1: 1, 2: 2, 4: 30, 8: 4, 10: 22, 12: 24, 13: 25, 16: 8, 17: 9, 18: 10, 22: 14, 23: 15, 24: 16,
             26: 18, 28: 71, 29: 72, 30: 73, 48: 21}
 _SOP2_R3 = {0: 0, 1: 1, 2: 2, 3: 3, 4: 4, 5: 5, 6: 18, 7: 19, 8: 20, 9: 21, 10: 48, 11: 49, 12: 22, 13: 23, 14: 24,
-            15: 25, 16: 26, 17: 27, 18: 34, 19: 35, 20: 36, 21: 37, 22: 28, 24: 30, 26: 32, 28: 8, 29: 9, 30: 10,
-            31: 11, 32: 12, 33: 13, 34: 42, 36: 44, 37: 38, 38: 39, 39: 40, 40: 41, 42: 6, 44: 45, 45: 46, 46: 14,
-            47: 15, 48: 16, 49: 17, 50: 50, 51: 51, 52: 52}
+            15: 25, 16: 26, 17: 27, 18: 34, 19: 35, 20: 36, 21: 37, 22: 28, 23: 29, 24: 30, 25: 31, 26: 32, 27: 33,
+            28: 8, 29: 9, 30: 10, 31: 11, 32: 12, 33: 13, 34: 42, 36: 44, 37: 38, 38: 39, 39: 40, 40: 41, 42: 6,
+            44: 45, 45: 46, 46: 14, 47: 15, 48: 16, 49: 17, 50: 50, 51: 51, 52: 52}
 _SOPK_R3 = {0: 0, 1: 2, **{2 + i: 3 + i for i in range(12)}, 14: 15, 15: 16}
 _SOPC_R3 = {**{i: i for i in range(16)}, 18: 16, 19: 17}
 _SOPP_R3 = {0: 0, 1: 48, 2: 32, 4: 33, 5: 34, 6: 35, 7: 36, 8: 37, 9: 38, 10: 61, 12: 9, 14: 3, 15: 53, 16: 54}
