@@ -101,7 +101,9 @@ def _shared_test_python(session: nox.Session) -> str:
 # test files of a session that runs only part of a package's suite (the emulator is too slow for all of it in CI)
 SUBSETS = {"tiny-tensor@MOCK+AMD:LLVM:gfx942": ["test_tensor_ops.py", "test_autograd.py", "test_jit.py",
                                                  "test_tensor_movement.py", "test_engine.py", "test_nnops.py",
-                                                 "test_nn.py", "test_optim.py"]}
+                                                 "test_nn.py", "test_optim.py", "test_math_range.py",
+                                                 "test_conformance.py", "test_mixins.py", "test_reliability.py",
+                                                 "test_tinygrad_op_semantics.py"]}
 
 
 @nox.session(venv_backend="none")
@@ -115,8 +117,8 @@ def tests(session: nox.Session, package: str) -> None:
   too; ``PACKAGE:SUITE`` runs ``packages/<package>/tests_<suite>`` instead.
   ``tiny-tensor@MOCK+AMD`` runs tiny-tensor's suite on the AMD backend: the mock KFD and the RDNA3 emulator;
   ``tiny-tensor@MOCK+AMD:LLVM:gfx942`` on four mocked MI300s (gfx942: wave64, MFMA) and the CDNA3 emulator, the files
-  in SUBSETS only (ops, autograd, JIT, movement, engine, nn ops, nn, optim: ~1.5 min of CPU; the indexing-at-scale,
-  extra nn-op and parity files would take several times that emulated in wave64);
+  in SUBSETS only (ops, autograd, JIT, movement, engine, nn ops, nn, optim, and the float64 math-range, conformance,
+  mixin, reliability and op-semantics files: ~2 min of CPU; the whole suite passes there too but would take ~7.5 min);
   ``tiny-tensor@MOCK+CUDA`` on the CUDA backend: the mock libcuda and the PTX executor (ptxas checks every PTX);
   ``tiny-tensor@MOCK+NV`` on the NV backend: the mock RM/UVM driver whose GPU runs ptxas cubins' PTX;
   ``tiny-tensor@MOCK+QCOM`` on the QCOM backend (the mock KGSL and an Adreno 630 running kernels on PoCL), and

@@ -425,3 +425,94 @@ def test_scratch_kernel_on_gfx942():
   np.testing.assert_array_equal(res, x[np.arange(64) % n])
   regs = dev._driver.queues[dev.compute_ring.queue_id].regs
   assert regs[gfx9.REG["COMPUTE_TMPRING_SIZE"]] == dev.tmpring_size
+
+
+def _f64_specials() -> np.ndarray:
+  """64 float64s covering every V_CMP_CLASS class: signaling and quiet NaNs, +-inf, +-normal, +-denormal, +-0."""
+  special = np.array([0x7FF0000000000001, 0xFFF0000000000001, 0x7FF8000000000000, 0xFFF8000000000000,  # sNaN, qNaN
+                      0x7FF0000000000000, 0xFFF0000000000000, 0x0000000000000001, 0x800FFFFFFFFFFFFF,  # inf, denorm
+                      0x0000000000000000, 0x8000000000000000, 0x0010000000000000, 0xFFEFFFFFFFFFFFFF],  # 0, normal
+                     np.uint64).view(np.float64)
+  return np.concatenate([special, rng.standard_normal(26) * 1e-310, rng.standard_normal(26) * 1e300])
+
+
+def _class_want(x: np.ndarray, mask: np.ndarray) -> int:
+  """The CDNA3 ISA's V_CMP_CLASS_F64 by numpy's float classification: bit 0 sNaN, 1 qNaN, 2 -inf, 3 -normal,
+  4 -denormal, 5 -0, 6 +0, 7 +denormal, 8 +normal, 9 +inf; the lane's result is that bit of its mask."""
+  bits, neg = x.view(np.uint64), np.signbit(x)
+  quiet = (bits >> np.uint64(51)) & np.uint64(1) == 1
+  tiny = (x != 0) & (np.abs(x) < np.finfo(np.float64).tiny) & ~np.isnan(x)
+  cls = np.select([np.isnan(x) & ~quiet, np.isnan(x), np.isinf(x), tiny, x == 0],
+                  [0, 1, np.where(neg, 2, 9), np.where(neg, 4, 7), np.where(neg, 5, 6)], np.where(neg, 3, 8))
+  return sum(1 << i for i in range(64) if mask[i] >> cls[i] & 1)
+
+
+def _set_f64(w, reg: int, x: np.ndarray) -> None:
+  raw = x.view(np.uint64)
+  w.vgpr[reg], w.vgpr[reg + 1] = [int(v) & 0xFFFFFFFF for v in raw], [int(v) >> 32 for v in raw]
+
+
+# encodings from LLVM's assembler (llvm-mc -arch=amdgcn -mcpu=gfx90a -show-encoding; gfx90a's GFX9 VOPC/VOP1 encodings
+# are gfx942's): v_cmp_class_f64_e64 s[0:1], v[0:1], v2 = d0120000 00020500; v_cmpx_class_f64_e64 = d0130000 ...;
+# v_cmp_class_f64_e32 vcc, v[0:1], v2 = 7c240500
+@pytest.mark.parametrize("word0, to", [(0xD0120000, "sgpr"), (0xD0130000, "exec"), (0x7C240500, "vcc")])
+def test_cmp_class_f64(word0, to):
+  """V_CMP_CLASS_F64 (VOPC opcode 0x12, V_CMPX 0x13): the lane's bit is mask[class(S0.f64)] of the 32-bit S1; NaN
+  signaling/quiet, +-inf, +-denormal, +-0 each hit, every lane a different mask (and a full mask for each class)."""
+  x = _f64_specials()
+  mask = rng.integers(0, 1 << 10, 64)
+  mask[:12] = [1 << c for c in (0, 0, 1, 1, 9, 2, 7, 4, 6, 5, 8, 3)]  # each special value's own class bit alone
+  def setup(w):
+    _set_f64(w, 0, x)
+    w.vgpr[2] = [int(m) for m in mask]
+  words = [word0] if to == "vcc" else [word0, 256 | (258 << 9)]
+  w = _run_words(words, setup)
+  want = _class_want(x, mask)
+  assert want & 0xFFF == 0xFFF  # the specials' own bits: the reference and the table above agree
+  got = w.vcc if to == "vcc" else w.sgpr[0] | (w.sgpr[1] << 32)
+  assert got == want
+  if to == "exec": assert w.exec == want  # V_CMPX writes EXEC too (GFX9)
+
+
+def test_cmp_class_f64_neg_modifier():
+  """v_cmp_class_f64_e64 s[0:1], -v[0:1], v2 (neg[0], VOP3 bit 61): the class of -S0 (NaNs stay NaNs)."""
+  x, mask = _f64_specials(), rng.integers(0, 1 << 10, 64)
+  def setup(w):
+    _set_f64(w, 0, x)
+    w.vgpr[2] = [int(m) for m in mask]
+  w = _run_words([0xD0120000, 256 | (258 << 9) | (1 << 29)], setup)
+  assert w.sgpr[0] | (w.sgpr[1] << 32) == _class_want(-x, mask)
+
+
+def _ffbh_i32(v: int) -> int:
+  """The ISA's V_FFBH_I32 loop: D = -1; for i in 1..31: if S0[31-i] != S0[31]: D = i; break."""
+  for i in range(1, 32):
+    if (v >> (31 - i) & 1) != v >> 31: return i
+  return 0xFFFFFFFF
+
+
+# v_ffbh_i32_e32 v0, v1 = 7e005f01; v_ffbh_i32_e64 v0, v1 = d16f0000 00000101 (llvm-mc, gfx90a)
+@pytest.mark.parametrize("words", [[0x7E005F01], [0xD16F0000, 0x00000101]])
+def test_ffbh_i32(words):
+  """V_FFBH_I32 (VOP1 opcode 47): leading bits equal to the sign bit, counted from the MSB; -1 for 0 and -1."""
+  vals = [0, 0xFFFFFFFF, 1, 0x7FFFFFFF, 0x80000000, 0xC0000000, 0x40000000, 0xFFFFFFFE, 0x3FFFFFFF]
+  vals += [int(v) >> (i % 32) for i, v in enumerate(rng.integers(0, 1 << 32, 32, dtype=np.uint64))]  # long runs of 0
+  vals += [~(int(v) >> (i % 32)) & 0xFFFFFFFF for i, v in enumerate(rng.integers(0, 1 << 32, 23, dtype=np.uint64))]
+  def setup(w): w.vgpr[1] = vals
+  w = _run_words(words, setup)
+  assert w.vgpr[0] == [_ffbh_i32(v) for v in vals]
+  assert w.vgpr[0][:9] == [0xFFFFFFFF, 0xFFFFFFFF, 31, 1, 1, 2, 1, 31, 2]
+
+
+# s_{nand,nor,xnor}_b64 s[0:1], s[2:3], s[4:5] = 8b800402 / 8c800402 / 8d800402 (llvm-mc, gfx90a): SOP2 23/25/27
+@pytest.mark.parametrize("word, fn", [(0x8B800402, lambda a, b: ~(a & b)), (0x8C800402, lambda a, b: ~(a | b)),
+                                      (0x8D800402, lambda a, b: ~(a ^ b))])
+@pytest.mark.parametrize("a, b", [(0xFFFFFFFFFFFFFFFF, 0xFFFFFFFFFFFFFFFF), (0, 0), (0xFFFFFFFFFFFFFFFF, 0),
+                                  (0x8000000000000001, 0x00000000FFFFFFFF), (0x0123456789ABCDEF, 0xFEDCBA9876543210)])
+def test_sop2_nand_nor_xnor_b64(word, fn, a, b):
+  """S_NAND/NOR/XNOR_B64: D.u64 = ~(S0 op S1) over all 64 bits, SCC = (D != 0) (numpy uint64 reference)."""
+  def setup(w):
+    w.sgpr[2], w.sgpr[3], w.sgpr[4], w.sgpr[5] = a & 0xFFFFFFFF, a >> 32, b & 0xFFFFFFFF, b >> 32
+  w = _run_words([word], setup)
+  want = int(fn(np.uint64(a), np.uint64(b)))
+  assert (w.sgpr[0] | (w.sgpr[1] << 32), w.scc) == (want, int(want != 0))

@@ -222,3 +222,14 @@ def test_u24_multiplies_mask_their_sources():
   p = [(x & 0xFFFFFF) * (y & 0xFFFFFF) for x, y in zip(a, b)]
   assert w.vgpr[3] == [v & M32 for v in p] and w.vgpr[4] == [v >> 32 for v in p]
   assert w.vgpr[5] == [(v + z) & M32 for v, z in zip(p, c)]
+
+
+@pytest.mark.parametrize("op, fn", [(29, lambda a, b: ~(a & b)), (31, lambda a, b: ~(a | b)),
+                                    (33, lambda a, b: ~(a ^ b))])
+@pytest.mark.parametrize("a, b", [(2**64 - 1, 2**64 - 1), (0, 0), (0x8000_0000_0000_0001, 0xFFFF_FFFF),
+                                  (0x0123_4567_89AB_CDEF, 0xFEDC_BA98_7654_3210)])
+def test_sop2_nand_nor_xnor_b64(op, fn, a, b):
+  """s_nand/nor/xnor_b64 (RDNA3 SOP2 29/31/33; the ISA: D.u64 = ~(S0 op S1), SCC = D != 0) on SGPR pairs."""
+  w = run(sop2(op, 4, 0, 2), sgpr={0: a & M32, 1: a >> 32, 2: b & M32, 3: b >> 32})
+  want = fn(a, b) & (2**64 - 1)
+  assert (w.sgpr[4] | (w.sgpr[5] << 32), w.scc) == (want, int(want != 0))

@@ -46,13 +46,14 @@ SOP1_9 = _names("0:s_mov_b32 1:s_mov_b64 2:s_cmov_b32 3:s_cmov_b64 4:s_not_b32 5
                 "34:s_xor_saveexec_b64 35:s_andn2_saveexec_b64 36:s_orn2_saveexec_b64 37:s_nand_saveexec_b64 "
                 "38:s_nor_saveexec_b64 39:s_xnor_saveexec_b64 48:s_abs_i32 51:s_andn1_saveexec_b64 "
                 "52:s_orn1_saveexec_b64")
-SOP2_9 = _names("0:s_add_u32 1:s_sub_u32 2:s_add_i32 3:s_sub_i32 4:s_addc_u32 5:s_subb_u32 6:s_min_i32 7:s_min_u32 "
-                "8:s_max_i32 9:s_max_u32 10:s_cselect_b32 11:s_cselect_b64 12:s_and_b32 13:s_and_b64 14:s_or_b32 "
-                "15:s_or_b64 16:s_xor_b32 17:s_xor_b64 18:s_andn2_b32 19:s_andn2_b64 20:s_orn2_b32 21:s_orn2_b64 "
-                "22:s_nand_b32 24:s_nor_b32 26:s_xnor_b32 28:s_lshl_b32 29:s_lshl_b64 30:s_lshr_b32 31:s_lshr_b64 "
-                "32:s_ashr_i32 33:s_ashr_i64 34:s_bfm_b32 36:s_mul_i32 37:s_bfe_u32 38:s_bfe_i32 39:s_bfe_u64 "
-                "40:s_bfe_i64 42:s_absdiff_i32 44:s_mul_hi_u32 45:s_mul_hi_i32 46:s_lshl1_add_u32 47:s_lshl2_add_u32 "
-                "48:s_lshl3_add_u32 49:s_lshl4_add_u32 50:s_pack_ll_b32_b16 51:s_pack_lh_b32_b16 52:s_pack_hh_b32_b16")
+SOP2_9 = _names("0:s_add_u32 1:s_sub_u32 2:s_add_i32 3:s_sub_i32 4:s_addc_u32 5:s_subb_u32 6:s_min_i32 "
+                "7:s_min_u32 8:s_max_i32 9:s_max_u32 10:s_cselect_b32 11:s_cselect_b64 12:s_and_b32 13:s_and_b64 "
+                "14:s_or_b32 15:s_or_b64 16:s_xor_b32 17:s_xor_b64 18:s_andn2_b32 19:s_andn2_b64 20:s_orn2_b32 "
+                "21:s_orn2_b64 22:s_nand_b32 23:s_nand_b64 24:s_nor_b32 25:s_nor_b64 26:s_xnor_b32 27:s_xnor_b64 "
+                "28:s_lshl_b32 29:s_lshl_b64 30:s_lshr_b32 31:s_lshr_b64 32:s_ashr_i32 33:s_ashr_i64 "
+                "34:s_bfm_b32 36:s_mul_i32 37:s_bfe_u32 38:s_bfe_i32 39:s_bfe_u64 40:s_bfe_i64 42:s_absdiff_i32 "
+                "44:s_mul_hi_u32 45:s_mul_hi_i32 46:s_lshl1_add_u32 47:s_lshl2_add_u32 48:s_lshl3_add_u32 "
+                "49:s_lshl4_add_u32 50:s_pack_ll_b32_b16 51:s_pack_lh_b32_b16 52:s_pack_hh_b32_b16")
 SOPK_9 = _names("0:s_movk_i32 1:s_cmovk_i32 2:s_cmpk_eq_i32 3:s_cmpk_lg_i32 4:s_cmpk_gt_i32 5:s_cmpk_ge_i32 "
                 "6:s_cmpk_lt_i32 7:s_cmpk_le_i32 8:s_cmpk_eq_u32 9:s_cmpk_lg_u32 10:s_cmpk_gt_u32 11:s_cmpk_ge_u32 "
                 "12:s_cmpk_lt_u32 13:s_cmpk_le_u32 14:s_addk_i32 15:s_mulk_i32 17:s_getreg_b32 18:s_setreg_b32 "
@@ -71,7 +72,8 @@ VOP1_9 = _names("0:v_nop 1:v_mov_b32 2:v_readfirstlane_b32 3:v_cvt_i32_f64 4:v_c
                 "23:v_trunc_f64 24:v_ceil_f64 25:v_rndne_f64 26:v_floor_f64 27:v_fract_f32 28:v_trunc_f32 "
                 "29:v_ceil_f32 30:v_rndne_f32 31:v_floor_f32 32:v_exp_f32 33:v_log_f32 34:v_rcp_f32 "
                 "35:v_rcp_iflag_f32 36:v_rsq_f32 37:v_rcp_f64 38:v_rsq_f64 39:v_sqrt_f32 40:v_sqrt_f64 41:v_sin_f32 "
-                "42:v_cos_f32 43:v_not_b32 44:v_bfrev_b32 45:v_ffbh_u32 46:v_ffbl_b32 48:v_frexp_exp_i32_f64 "
+                "42:v_cos_f32 43:v_not_b32 44:v_bfrev_b32 45:v_ffbh_u32 46:v_ffbl_b32 47:v_ffbh_i32 "
+                "48:v_frexp_exp_i32_f64 "
                 "49:v_frexp_mant_f64 50:v_fract_f64 51:v_frexp_exp_i32_f32 52:v_frexp_mant_f32 56:v_mov_b64 "
                 "57:v_cvt_f16_u16 58:v_cvt_f16_i16 59:v_cvt_u16_f16 60:v_cvt_i16_f16 61:v_rcp_f16 62:v_sqrt_f16 "
                 "63:v_rsq_f16 64:v_log_f16 65:v_exp_f16 68:v_floor_f16 69:v_ceil_f16 70:v_trunc_f16 71:v_rndne_f16 "
@@ -138,6 +140,7 @@ _CMP_I = ["f", "lt", "eq", "le", "gt", "ne", "ge", "t"]
 def _vopc9() -> dict[int, tuple[str, int]]:
   """VOPC opcode -> (name, the RDNA3 VOPC opcode with the same compare), for V_CMP and V_CMPX."""
   out: dict[int, tuple[str, int]] = {0x10: ("v_cmp_class_f32", 0x7E), 0x11: ("v_cmpx_class_f32", 0xFE),
+                                     0x12: ("v_cmp_class_f64", 0x7F), 0x13: ("v_cmpx_class_f64", 0xFF),
                                      0x14: ("v_cmp_class_f16", 0x7D), 0x15: ("v_cmpx_class_f16", 0xFD)}
   for base, typ, rb in ((0x20, "f16", 0x00), (0x40, "f32", 0x10), (0x60, "f64", 0x20)):
     for i, c in enumerate(_CMP_F):
@@ -156,16 +159,16 @@ VOPC_9 = _vopc9()
 _SOP1_R3 = {0: 0, 1: 1, 2: 2, 4: 30, 8: 4, 10: 22, 12: 24, 13: 25, 16: 8, 17: 9, 18: 10, 22: 14, 23: 15, 24: 16,
             26: 18, 28: 71, 29: 72, 30: 73, 48: 21}
 _SOP2_R3 = {0: 0, 1: 1, 2: 2, 3: 3, 4: 4, 5: 5, 6: 18, 7: 19, 8: 20, 9: 21, 10: 48, 11: 49, 12: 22, 13: 23, 14: 24,
-            15: 25, 16: 26, 17: 27, 18: 34, 19: 35, 20: 36, 21: 37, 22: 28, 24: 30, 26: 32, 28: 8, 29: 9, 30: 10,
-            31: 11, 32: 12, 33: 13, 34: 42, 36: 44, 37: 38, 38: 39, 39: 40, 40: 41, 42: 6, 44: 45, 45: 46, 46: 14,
-            47: 15, 48: 16, 49: 17, 50: 50, 51: 51, 52: 52}
+            15: 25, 16: 26, 17: 27, 18: 34, 19: 35, 20: 36, 21: 37, 22: 28, 23: 29, 24: 30, 25: 31, 26: 32, 27: 33,
+            28: 8, 29: 9, 30: 10, 31: 11, 32: 12, 33: 13, 34: 42, 36: 44, 37: 38, 38: 39, 39: 40, 40: 41, 42: 6,
+            44: 45, 45: 46, 46: 14, 47: 15, 48: 16, 49: 17, 50: 50, 51: 51, 52: 52}
 _SOPK_R3 = {0: 0, 1: 2, **{2 + i: 3 + i for i in range(12)}, 14: 15, 15: 16}
 _SOPC_R3 = {**{i: i for i in range(16)}, 18: 16, 19: 17}
 _SOPP_R3 = {0: 0, 1: 48, 2: 32, 4: 33, 5: 34, 6: 35, 7: 36, 8: 37, 9: 38, 10: 61, 12: 9, 14: 3, 15: 53, 16: 54}
 _VOP1_R3 = {1: 1, 2: 2, 3: 3, 4: 4, 5: 5, 6: 6, 7: 7, 8: 8, 12: 12, 13: 13, 15: 15, 16: 16, 17: 17, 18: 18, 19: 19,
             20: 20, 21: 21, 22: 22, 23: 23, 24: 24, 25: 25, 26: 26, 27: 32, 28: 33, 29: 34, 30: 35, 31: 36, 32: 37,
             33: 39, 34: 42, 35: 43, 36: 46, 37: 47, 38: 49, 39: 51, 40: 52, 41: 53, 42: 54, 43: 55, 44: 56, 45: 57,
-            46: 58, 48: 60, 49: 61, 50: 62, 51: 63, 52: 64}
+            46: 58, 47: 59, 48: 60, 49: 61, 50: 62, 51: 63, 52: 64}
 _VOP2_R3 = {0: 1, 1: 3, 2: 4, 3: 5, 5: 8, 6: 9, 7: 10, 8: 11, 9: 12, 10: 15, 11: 16, 12: 17, 13: 18, 14: 19, 15: 20,
             16: 25, 17: 26, 18: 24, 19: 27, 20: 28, 21: 29, 23: 44, 24: 45, 28: 32, 29: 33, 30: 34, 52: 37, 53: 38,
             54: 39, 59: 43}
@@ -436,17 +439,20 @@ class CDNA3Emulator(Emulator):
     except UnsupportedInstruction: raise UnsupportedInstruction(f"{inst.name} at {w.pc:#x}") from None
     base = rop & 0x7F
     width = 16 if base < 0x10 or 0x30 <= base < 0x40 or base == 0x7D else 64 if 0x20 <= base < 0x30 or \
-      0x50 <= base < 0x60 else 32
-    fp = base < 0x30 or base in (0x7D, 0x7E)
+      0x50 <= base < 0x60 or base == 0x7F else 32
+    fp, klass = base < 0x30 or base in (0x7D, 0x7E, 0x7F), base in (0x7D, 0x7E, 0x7F)
     lanes, cols = w.lanes(), []
     for i in range(2):
       code = f[f"src{i}"]
+      if klass and i == 1:  # V_CMP_CLASS: src1 is a 32-bit class mask (bits 0..9), whatever the float width
+        cols.append(self.col(w, code, lanes, inst))
+        continue
       if width == 64: c = [self.vsrc64(w, code, ln, inst, fp) for ln in lanes]
       elif width == 16:
         if fp and code in INLINE_F32: c = [_f16_bits(f32(INLINE_F32[code]))] * len(lanes)
         else: c = [v & 0xFFFF for v in self.col(w, code, lanes, inst)]
       else: c = self.col(w, code, lanes, inst)
-      if fp and not (base in (0x7D, 0x7E) and i == 1):
+      if fp:
         sign = 1 << (width - 1)
         if f["abs"] >> i & 1: c = [v & ~sign for v in c]
         if f["neg"] >> i & 1: c = [v ^ sign for v in c]

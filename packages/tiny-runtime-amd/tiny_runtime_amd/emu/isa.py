@@ -569,7 +569,8 @@ SOP2: dict[int, tuple[str, Callable[[int, int], int]]] = {
 }
 SOP2_ADDC, SOP2_SUBB, SOP2_LSHL_B64, SOP2_AND_B64, SOP2_CSELECT_B32, SOP2_BFE_U32 = 4, 5, 9, 23, 48, 38
 SOP2_B64 = {9: "s_lshl_b64", 11: "s_lshr_b64", 13: "s_ashr_i64", 23: "s_and_b64", 25: "s_or_b64", 27: "s_xor_b64",
-            35: "s_and_not1_b64", 37: "s_or_not1_b64", 40: "s_bfe_u64", 41: "s_bfe_i64", 49: "s_cselect_b64"}
+            29: "s_nand_b64", 31: "s_nor_b64", 33: "s_xnor_b64", 35: "s_and_not1_b64", 37: "s_or_not1_b64",
+            40: "s_bfe_u64", 41: "s_bfe_i64", 49: "s_cselect_b64"}
 SOPC_NAMES = [*(f"s_cmp_{c}" for c in ("eq_i32", "lg_i32", "gt_i32", "ge_i32", "lt_i32", "le_i32", "eq_u32", "lg_u32",
                                         "gt_u32", "ge_u32", "lt_u32", "le_u32")),
               "s_bitcmp0_b32", "s_bitcmp1_b32", "s_bitcmp0_b64", "s_bitcmp1_b64", "s_cmp_eq_u64", "s_cmp_lg_u64"]

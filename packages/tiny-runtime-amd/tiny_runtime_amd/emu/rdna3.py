@@ -333,7 +333,8 @@ class Emulator:
       off, width = b & 63, (b >> 16) & 0x7F
       field = (a64 >> off) & ((1 << width) - 1)
       r = {9: lambda: (a64 << (b & 63)) & MASK64, 11: lambda: a64 >> (b & 63), 13: lambda: sext(a64, 64) >> (b & 63),
-           23: lambda: a64 & b64, 25: lambda: a64 | b64, 27: lambda: a64 ^ b64, 35: lambda: a64 & ~b64,
+           23: lambda: a64 & b64, 25: lambda: a64 | b64, 27: lambda: a64 ^ b64, 29: lambda: ~(a64 & b64),
+           31: lambda: ~(a64 | b64), 33: lambda: ~(a64 ^ b64), 35: lambda: a64 & ~b64,
            37: lambda: a64 | (~b64 & MASK64), 40: lambda: field,
            41: lambda: sext(field, width) if width else 0, 49: lambda: a64 if w.scc else b64}[op]() & MASK64
       self.swrite(w, d, r)
