@@ -13,7 +13,7 @@ from tiny_uop.device import Compiled
 from tiny_uop.plugins import DevicePlugin, register_device, unregister_device
 
 DEVICES = [os.environ["DEV"]] if os.environ.get("DEV") else ["CPU", "PYTHON", "MOCK+AMD"]
-NO_GRAPH = {"CPU", "PYTHON"}
+NO_GRAPH = {"PYTHON"}  # CPU replays through CPUGraph (tiny-runtime-cpu graph.py)
 
 
 @pytest.mark.parametrize("device", DEVICES)
