@@ -399,3 +399,43 @@ def test_matvec_block_matches_numpy(on_machine, name: str, M: int, K: int, N: in
       wait=True)
   got = np.frombuffer(bufs[0].as_buffer(), dtype=np.float32).reshape(M, N)
   np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4 * np.sqrt(K))
+
+
+def _linear_ast(M: int, N: int, K: int, opts: tuple | None = None):
+  """y = x @ w.T (w N x K contiguous: nn.Linear's and ONNX Gemm transB's layout, each output a dot product)."""
+  from tiny_uop import AxisType, KernelInfo, Ops, UOp, dtypes
+  c, a, b = (UOp(Ops.PARAM, dtypes.float.ptr(n), arg=i) for i, n in enumerate((M * N, M * K, N * K)))
+  i, j, k = UOp.range(M, 0), UOp.range(N, 1), UOp.range(K, 2, AxisType.REDUCE)
+  val = (a.index(i * K + k).load() * b.index(j * K + k).load()).reduce(k, arg=Ops.ADD)
+  return c.index(i * N + j).store(val).sink(arg=KernelInfo(opts_to_apply=opts))
+
+
+@pytest.mark.parametrize("K, want", [
+  # K a multiple of every vector (4, 8, 16 lanes): unrolled by 16, one accumulator a lane, no row lanes
+  (96, {n: [Opt(OptOps.UNROLL, 0, 16)] for n in TREES}),
+  # K = 100: a multiple of NEON's 4 lanes only; the others keep four rows sharing x (`_shared_load_block`)
+  (100, {"neoverse_n1": [Opt(OptOps.UNROLL, 0, 4)],
+         **{n: [Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UNROLL, 0, 4)] for n in TREES if n != "neoverse_n1"}}),
+])
+def test_dot_products_follow_the_vector_lanes(tree, on_machine, K: int, want: dict) -> None:
+  """`_dot_products`: x @ W.T with one row is left to the K unroll's lane accumulators where K is a multiple of the
+  register's lanes; the result matches numpy on this CPU."""
+  name, m = tree
+  on_machine(m)
+  from tiny_codegen import get_program
+  from tiny_uop import dtypes
+  from tiny_uop.device import Buffer
+  dev = Device["CPU"]
+  M, N = 1, 64
+  applied = optimize_kernel(_linear_ast(M, N, K), dev.renderer).arg.applied_opts
+  assert list(applied) == want[name], (name, applied)
+  spec = get_program(_linear_ast(M, N, K, applied), dev.renderer)
+  rng = np.random.default_rng(3)
+  a, w = rng.standard_normal((M, K), dtype=np.float32), rng.standard_normal((N, K), dtype=np.float32)
+  bufs = [Buffer("CPU", M * N, dtypes.float).allocate()] + \
+    [Buffer("CPU", x.size, dtypes.float, initial_value=x.tobytes()) for x in (a, w)]
+  prg = dev.get_program(spec.name, spec.lib)
+  prg(*[bufs[s]._buf for s in spec.globals], global_size=spec.global_size, local_size=spec.local_size, vals=(),
+      wait=True)
+  got = np.frombuffer(bufs[0].as_buffer(), dtype=np.float32).reshape(M, N)
+  np.testing.assert_allclose(got, a @ w.T, rtol=1e-4, atol=1e-4 * np.sqrt(K))
