@@ -59,15 +59,17 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
   sidx = _store_index(k)
   loads = k.loads()
   if has_reduce:
+    matvec = False
     if (blocked := _reuse(k, loads) >= REUSE_MIN):
       if not (ren.vectorize_upcast and _vector_block(k, loads)): _register_block(k, sidx, loads)
-    elif ren.vectorize_upcast and _matvec_block(k, sidx, loads): blocked = True
+    elif ren.vectorize_upcast and (matvec := _matvec_block(k, sidx, loads)): blocked = True
     elif not (ren.vectorize_upcast and (_window_vector(k, sidx, loads) or _dot_products(k, loads))):
       _shared_load_block(k, loads)  # (a dot product's K: lane accumulators from `_unroll_reduce` instead)
     # vector accumulators only where nothing above upcast (a matrix-vector product has its four shared-load lanes)
     # a register-blocked matmul has independent accumulators enough: unrolling its K as well (AVX2's 4 x 2 x 8
     # block, 64 lanes) ran 1.6x slower
-    latency = not (blocked and k.upcast_size >= BLOCK_NO_UNROLL_LANES and _gemm_like(k, loads))
+    # (nor a matvec block: its vectors are the accumulators that hide the latency)
+    latency = not (blocked and k.upcast_size >= BLOCK_NO_UNROLL_LANES and _gemm_like(k, loads)) and not matvec
     if not _unroll_reduce(k, k.loads(), latency) and not blocked and k.upcast_size == 1:
       _vector_accumulators(k, sidx, k.loads())
   elif not ren.has_threads:
@@ -142,7 +144,8 @@ def _matvec_block(k: Kernel, sidx: UOp | None, loads: list[UOp]) -> bool:
   Where before the product had four scalar-strided lanes of N (16 bytes of each row of W a step) and one chain of
   adds: one row, TinyJit, two threads, Xeon 6/207 (AVX-512, load 2-3): 768x768 283 -> 54 us (numpy 34), 768x2048
   870 -> 157 (numpy 125); two rows of 768x768 624 -> 69 (numpy 113). False (nothing applied) where N is not a
-  multiple of the vector, the weight is packed bytes (`_packed_rows`), or the register file is unknown."""
+  multiple of 4 lanes (N a multiple of half a register only: that many lanes, e.g. 1000 = 125 x 8 on AVX-512), the
+  weight is packed bytes (`_packed_rows`), or the register file is unknown."""
   regs, width, itemsize = _register_file(k)
   if sidx is None or not regs or not width or width % itemsize: return False
   if any(not dtypes.is_float(u.dtype) for u in k.ast.toposort() if u.op is Ops.REDUCE): return False
@@ -154,8 +157,10 @@ def _matvec_block(k: Kernel, sidx: UOp | None, loads: list[UOp]) -> bool:
   # a matrix-vector product: besides the weight a vector that N doesn't move (a column sum has none: its own rule)
   if len(walked) == len(loads) or stride_of(sidx, r, rngs) != 1 or not walked or _packed_rows(r, loads): return False
   if not all(stride_of(ld.src[0].src[1], r, rngs) == 1 for ld in walked): return False
-  lanes, m = width // itemsize, machine_of(k.renderer)
-  if n % lanes: return False
+  # the register's lanes, else half of them and so on down to 4 (N = 1000 on AVX-512: 8 lanes, a half register)
+  m = machine_of(k.renderer)
+  lanes = next((w for w in (width // itemsize >> s for s in range(4)) if w >= 4 and n % w == 0), 0)
+  if not lanes: return False
   batch = [(j, x, b) for j, x, b in outs[:-1] if all(x not in ld.src[0].src[1].ranges for ld in walked)]
   rows = 1
   for _, _, b in batch: rows *= b
