@@ -13,8 +13,9 @@ CPU renderers (no locals; threads split the outermost loop in lowering):
   axis is contiguous (a column sum, a split `sum()`'s partials): that output axis is upcast into vector accumulators;
 - matrix-vector products (reuse below REUSE_MIN, a load the rows share): with native vectors, a float `x @ W` whose
   weight the output walks contiguously gets N as vectors of accumulators enough to hide the FMA latency
-  (`_matvec_block`); else four row lanes share each load of the vector, except over packed bytes (a quantized
-  weight), whose rows are read contiguously along K instead;
+  (`_matvec_block`); a float `x @ W.T` (each output a dot product along a contiguous K, a multiple of the vector)
+  is left to K's unroll with one accumulator a lane (`_dot_products`); else four row lanes share each load of the
+  vector, except over packed bytes (a quantized weight), whose rows are read contiguously along K instead;
 - sliding windows with no operand shared across channels (depthwise convs, poolings: `_window_vector`): the output
   row, which the input's window walks contiguously, becomes a native vector;
 - the innermost reduce axis of each REDUCE (a norm's mean and variance are two): a small one (a filter row, <= 8)
