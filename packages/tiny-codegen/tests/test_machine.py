@@ -336,3 +336,110 @@ def test_whole_row_tile_matches_numpy(on_machine, name: str) -> None:
       wait=True)
   got = np.frombuffer(bufs[0].as_buffer(), dtype=np.float32).reshape(M, N)
   np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-3)
+
+
+# x @ W with a batch of M rows (M = 1 or 2: reuse below REUSE_MIN): N in vectors of the register's lanes, as many
+# vectors as make M x v reach FMA latency (4) x FMA units (2 everywhere here) = 8 accumulators, the rows whole.
+# AVX2 (32 B): 8 lanes; AVX-512: 16; NEON (16 B): 4.
+LANES = {"znver3": 8, "znver4": 16, "sapphire_rapids": 16, "neoverse_n1": 4, "no_cache_info": 16}
+
+
+@pytest.mark.parametrize("M, N, vectors", [
+  (1, 768, 8),   # one row: 8 vectors of accumulators
+  (2, 768, 4),   # two rows share each vector of W: 2 x 4
+  # 1 x 128: 8 AVX-512 vectors would be all of N, one block for two threads: 4 (2 blocks); AVX2 keeps 8 (2 blocks)
+  (1, 128, {"znver3": 8, "znver4": 4, "sapphire_rapids": 4, "neoverse_n1": 8, "no_cache_info": 4}),
+  # N = 1000 (mobilenet_v3_small's classifier): 125 x 8, so half an AVX-512 register (8 lanes) and the most vectors
+  # up to 8 that divide 125 blocks: 5 (NEON: 4 lanes, 250 = 5 x 50)
+  (1, 1000, 5),
+])
+def test_matvec_blocks_follow_the_register_file(tree, on_machine, M: int, N: int, vectors) -> None:
+  """`_matvec_block`: x @ W's N is upcast by the vector's lanes, then by the vectors that hide the FMA latency,
+  leaving a block of N per thread; the batch rows whole."""
+  name, m = tree
+  on_machine(m)
+  applied = optimize_kernel(_matmul_ast(M, N, 768), Device["CPU"].renderer).arg.applied_opts
+  v = vectors[name] if isinstance(vectors, dict) else vectors
+  lanes = min(LANES[name], 8) if N == 1000 else LANES[name]
+  want = [Opt(OptOps.UPCAST, 1, lanes), Opt(OptOps.UPCAST, 1, v)]
+  assert list(applied) == want + ([Opt(OptOps.UPCAST, 0, M)] if M > 1 else []), (name, applied)
+
+
+def test_matvec_accumulators_follow_the_fma_units(tmp_path, on_machine) -> None:
+  """One FMA unit (`TINY_MACHINE=fma_units=1`): 4 accumulators hide its latency, not 8."""
+  import dataclasses
+
+  from tiny_codegen.opt.heuristic import matvec_accumulators
+  cpuinfo, caches, online = TREES["znver4"]
+  m = Machine.from_sysfs(fake_tree(str(tmp_path), cpuinfo, caches, online))
+  assert matvec_accumulators(m) == 8 and matvec_accumulators(dataclasses.replace(m, fma_units=1)) == 4
+  on_machine(dataclasses.replace(m, fma_units=1))
+  applied = optimize_kernel(_matmul_ast(1, 768, 768), Device["CPU"].renderer).arg.applied_opts
+  assert list(applied) == [Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 1, 4)], applied
+
+
+@pytest.mark.parametrize("name", ["znver3", "sapphire_rapids", "neoverse_n1"])
+@pytest.mark.parametrize("M, K, N", [(1, 768, 768), (2, 100, 96), (1, 37, 64), (1, 64, 1000)])
+def test_matvec_block_matches_numpy(on_machine, name: str, M: int, K: int, N: int) -> None:
+  """The matvec block of each machine's register file, run on this CPU (LLVM legalizes wider vectors), computes
+  what numpy does, an odd K included."""
+  cpuinfo, caches, online = TREES[name]
+  import tempfile
+  with tempfile.TemporaryDirectory() as d: m = Machine.from_sysfs(fake_tree(d, cpuinfo, caches, online))
+  on_machine(m)
+  from tiny_codegen import get_program
+  from tiny_uop import dtypes
+  from tiny_uop.device import Buffer
+  dev = Device["CPU"]
+  applied = optimize_kernel(_matmul_ast(M, N, K), dev.renderer).arg.applied_opts
+  assert Opt(OptOps.UPCAST, 1, min(LANES[name], 8) if N == 1000 else LANES[name]) in applied, applied
+  spec = get_program(_matmul_ast(M, N, K, applied), dev.renderer)
+  rng = np.random.default_rng(2)
+  a, b = rng.standard_normal((M, K), dtype=np.float32), rng.standard_normal((K, N), dtype=np.float32)
+  bufs = [Buffer("CPU", M * N, dtypes.float).allocate()] + \
+    [Buffer("CPU", x.size, dtypes.float, initial_value=x.tobytes()) for x in (a, b)]
+  prg = dev.get_program(spec.name, spec.lib)
+  prg(*[bufs[s]._buf for s in spec.globals], global_size=spec.global_size, local_size=spec.local_size, vals=(),
+      wait=True)
+  got = np.frombuffer(bufs[0].as_buffer(), dtype=np.float32).reshape(M, N)
+  np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4 * np.sqrt(K))
+
+
+def _linear_ast(M: int, N: int, K: int, opts: tuple | None = None):
+  """y = x @ w.T (w N x K contiguous: nn.Linear's and ONNX Gemm transB's layout, each output a dot product)."""
+  from tiny_uop import AxisType, KernelInfo, Ops, UOp, dtypes
+  c, a, b = (UOp(Ops.PARAM, dtypes.float.ptr(n), arg=i) for i, n in enumerate((M * N, M * K, N * K)))
+  i, j, k = UOp.range(M, 0), UOp.range(N, 1), UOp.range(K, 2, AxisType.REDUCE)
+  val = (a.index(i * K + k).load() * b.index(j * K + k).load()).reduce(k, arg=Ops.ADD)
+  return c.index(i * N + j).store(val).sink(arg=KernelInfo(opts_to_apply=opts))
+
+
+@pytest.mark.parametrize("K, want", [
+  # K a multiple of every vector (4, 8, 16 lanes): unrolled by 16, one accumulator a lane, no row lanes
+  (96, {n: [Opt(OptOps.UNROLL, 0, 16)] for n in TREES}),
+  # K = 100: a multiple of NEON's 4 lanes only; the others keep four rows sharing x (`_shared_load_block`)
+  (100, {"neoverse_n1": [Opt(OptOps.UNROLL, 0, 4)],
+         **{n: [Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UNROLL, 0, 4)] for n in TREES if n != "neoverse_n1"}}),
+])
+def test_dot_products_follow_the_vector_lanes(tree, on_machine, K: int, want: dict) -> None:
+  """`_dot_products`: x @ W.T with one row is left to the K unroll's lane accumulators where K is a multiple of the
+  register's lanes; the result matches numpy on this CPU."""
+  name, m = tree
+  on_machine(m)
+  from tiny_codegen import get_program
+  from tiny_uop import dtypes
+  from tiny_uop.device import Buffer
+  dev = Device["CPU"]
+  M, N = 1, 64
+  applied = optimize_kernel(_linear_ast(M, N, K), dev.renderer).arg.applied_opts
+  assert list(applied) == want[name], (name, applied)
+  spec = get_program(_linear_ast(M, N, K, applied), dev.renderer)
+  rng = np.random.default_rng(3)
+  a, w = rng.standard_normal((M, K), dtype=np.float32), rng.standard_normal((N, K), dtype=np.float32)
+  bufs = [Buffer("CPU", M * N, dtypes.float).allocate()] + \
+    [Buffer("CPU", x.size, dtypes.float, initial_value=x.tobytes()) for x in (a, w)]
+  prg = dev.get_program(spec.name, spec.lib)
+  prg(*[bufs[s]._buf for s in spec.globals], global_size=spec.global_size, local_size=spec.local_size, vals=(),
+      wait=True)
+  got = np.frombuffer(bufs[0].as_buffer(), dtype=np.float32).reshape(M, N)
+  np.testing.assert_allclose(got, a @ w.T, rtol=1e-4, atol=1e-4 * np.sqrt(K))

@@ -11,7 +11,10 @@ CPU renderers (no locals; threads split the outermost loop in lowering):
   their lanes share no loads, only index math;
 - streaming reduces (each element read about once) whose reduce axis is strided in memory but whose innermost output
   axis is contiguous (a column sum, a split `sum()`'s partials): that output axis is upcast into vector accumulators;
-- matrix-vector products (reuse below REUSE_MIN, a load the rows share): four row lanes share each load of the
+- matrix-vector products (reuse below REUSE_MIN, a load the rows share): with native vectors, a float `x @ W` whose
+  weight the output walks contiguously gets N as vectors of accumulators enough to hide the FMA latency
+  (`_matvec_block`); a float `x @ W.T` (each output a dot product along a contiguous K, a multiple of the vector)
+  is left to K's unroll with one accumulator a lane (`_dot_products`); else four row lanes share each load of the
   vector, except over packed bytes (a quantized weight), whose rows are read contiguously along K instead;
 - sliding windows with no operand shared across channels (depthwise convs, poolings: `_window_vector`): the output
   row, which the input's window walks contiguously, becomes a native vector;
@@ -39,7 +42,7 @@ from tiny_uop.device import Renderer
 from tiny_uop.dtype import PtrDType, dtypes
 from tiny_uop.uop import AxisType, Ops, UOp
 
-from tiny_codegen.lower.expander import VECTOR_LANES
+from tiny_codegen.lower.expander import LANE_ACCUMULATORS, VECTOR_LANES
 from tiny_codegen.machine import Machine, machine_of
 from tiny_codegen.opt.heuristic_common import (_awkward, _output_axes_with_bounds, _register_block, _store_index,
                                                _trips, _try, _unroll_reduce, _upcast_contiguous,
@@ -57,13 +60,17 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
   sidx = _store_index(k)
   loads = k.loads()
   if has_reduce:
+    matvec = False
     if (blocked := _reuse(k, loads) >= REUSE_MIN):
       if not (ren.vectorize_upcast and _vector_block(k, loads)): _register_block(k, sidx, loads)
-    elif not (ren.vectorize_upcast and _window_vector(k, sidx, loads)): _shared_load_block(k, loads)
+    elif ren.vectorize_upcast and (matvec := _matvec_block(k, sidx, loads)): blocked = True
+    elif not (ren.vectorize_upcast and (_window_vector(k, sidx, loads) or _dot_products(k, loads))):
+      _shared_load_block(k, loads)  # (a dot product's K: lane accumulators from `_unroll_reduce` instead)
     # vector accumulators only where nothing above upcast (a matrix-vector product has its four shared-load lanes)
     # a register-blocked matmul has independent accumulators enough: unrolling its K as well (AVX2's 4 x 2 x 8
     # block, 64 lanes) ran 1.6x slower
-    latency = not (blocked and k.upcast_size >= BLOCK_NO_UNROLL_LANES and _gemm_like(k, loads))
+    # (nor a matvec block: its vectors are the accumulators that hide the latency)
+    latency = not (blocked and k.upcast_size >= BLOCK_NO_UNROLL_LANES and _gemm_like(k, loads)) and not matvec
     if not _unroll_reduce(k, k.loads(), latency) and not blocked and k.upcast_size == 1:
       _vector_accumulators(k, sidx, k.loads())
   elif not ren.has_threads:
@@ -113,6 +120,81 @@ def _shared_load_block(k: Kernel, loads: list[UOp]) -> None:
     if n % 4 == 0 and any(r not in ld.src[0].src[1].ranges for ld in loads):
       _try(k, Opt(OptOps.UPCAST, k.output_axes.index(r), 4))
       return
+
+
+FMA_LATENCY = 4
+"""Cycles from an FMA's issue to its result being usable by the next FMA on the same accumulator: 4 on every core the
+machine model covers (Haswell to Sapphire Rapids, Zen 2-5, Neoverse N1/V1, Cortex-A76+); no file reports it. With
+`Machine.fma_units` FMAs issued a cycle, FMA_LATENCY x fma_units independent accumulators keep the units busy."""
+
+
+def matvec_accumulators(m: Machine) -> int:
+  """The independent vector accumulators a matrix-vector product needs to issue an FMA every slot (FMA latency x FMAs
+  a cycle: 8 on AVX2, AVX-512 and NEON cores with two FMA pipes, 4 with one)."""
+  return FMA_LATENCY * max(1, m.fma_units)
+
+
+def _matvec_block(k: Kernel, sidx: UOp | None, loads: list[UOp]) -> bool:
+  """A float matrix-vector product whose weight is walked contiguously along the output (`x @ W`, W K x N row-major:
+  the reduce strided, a row of W per step), with a batch of a few rows (reuse below REUSE_MIN: 1 or 2): the weight's
+  contiguous axis N becomes `v` native vectors (`vector_bytes` / itemsize lanes each) of accumulators and the batch
+  rows are upcast whole, so each step of K loads `v` vectors of one row of W (whole lines, the prefetcher's stream),
+  shares each across the batch rows and issues rows x v independent FMAs. `v` is the fewest vectors whose rows x v
+  accumulators reach `matvec_accumulators` (the FMA latency hidden), within `ACC_REGISTER_SHARE` of the registers,
+  dividing N, and leaving at least one block of N a core (the threads split N: each reads a disjoint part of W).
+  Where before the product had four scalar-strided lanes of N (16 bytes of each row of W a step) and one chain of
+  adds: one row, TinyJit, two threads, Xeon 6/207 (AVX-512, load 2-3): 768x768 283 -> 54 us (numpy 34), 768x2048
+  870 -> 157 (numpy 125); two rows of 768x768 624 -> 69 (numpy 113). False (nothing applied) where N is not a
+  multiple of 4 lanes (N a multiple of half a register only: that many lanes, e.g. 1000 = 125 x 8 on AVX-512), the
+  weight is packed bytes (`_packed_rows`), or the register file is unknown."""
+  regs, width, itemsize = _register_file(k)
+  if sidx is None or not regs or not width or width % itemsize: return False
+  if any(not dtypes.is_float(u.dtype) for u in k.ast.toposort() if u.op is Ops.REDUCE): return False
+  if any(len(ld.src[0].src) > 2 for ld in loads): return False  # gated (padded) loads: not a plain product
+  rngs, outs = k.rngs, _output_axes_with_bounds(k)
+  if not outs or len(k.reduce_axes) != 1: return False
+  i, r, n = outs[-1]
+  walked = [ld for ld in loads if r in ld.src[0].src[1].ranges]
+  # a matrix-vector product: besides the weight a vector that N doesn't move (a column sum has none: its own rule)
+  if len(walked) == len(loads) or stride_of(sidx, r, rngs) != 1 or not walked or _packed_rows(r, loads): return False
+  if not all(stride_of(ld.src[0].src[1], r, rngs) == 1 for ld in walked): return False
+  # the register's lanes, else half of them and so on down to 4 (N = 1000 on AVX-512: 8 lanes, a half register)
+  m = machine_of(k.renderer)
+  lanes = next((w for w in (width // itemsize >> s for s in range(4)) if w >= 4 and n % w == 0), 0)
+  if not lanes: return False
+  batch = [(j, x, b) for j, x, b in outs[:-1] if all(x not in ld.src[0].src[1].ranges for ld in walked)]
+  rows = 1
+  for _, _, b in batch: rows *= b
+  budget = int(regs * ACC_REGISTER_SHARE)
+  if rows > budget or len(batch) != len(outs) - 1: return False
+  want = min(-(-matvec_accumulators(m) // rows), budget // rows)
+  cores = max(1, getattr(k.renderer, "threads", 1) or 1)
+  v = next((c for c in range(want, 0, -1) if n % (lanes * c) == 0 and n // (lanes * c) >= cores), 1)
+  if not _try(k, Opt(OptOps.UPCAST, i, lanes)): return False
+  for rid, amt in [(r.arg[0], v)] + [(x.arg[0], b) for _, x, b in batch]:
+    left = [j for j, x in enumerate(k.output_axes) if x.arg[0] == rid and x.arg[1] in (AxisType.LOOP, AxisType.GLOBAL)]
+    if amt > 1 and left: _try(k, Opt(OptOps.UPCAST, left[0], amt))
+  return True
+
+
+def _dot_products(k: Kernel, loads: list[UOp]) -> bool:
+  """A float matrix-vector product whose loads all walk the (one) reduce axis K contiguously (`x @ W.T`: nn.Linear's
+  and ONNX Gemm transB's layout, each output a dot product): True (nothing upcast here) when K is a multiple of the
+  vector's lanes (`vector_bytes` / itemsize, at most the expander's `LANE_ACCUMULATORS`), so that the K unroll of
+  `_unroll_reduce` keeps one accumulator a lane (the expander's lane accumulators, one vector that LLVM packs: a
+  horizontal sum once at the end). `_shared_load_block`'s four output lanes would make the reduce a blocked one,
+  whose unrolled lanes the expander adds up every step: a scalar chain. One row of 768x768 (TinyJit, two threads,
+  Xeon 6/207 AVX-512, load 2): 85-88 -> 28-29 us (numpy 19); two rows 124-324 -> 60 us (numpy 184-196)."""
+  regs, width, itemsize = _register_file(k)
+  if not regs or not width or len(k.reduce_axes) != 1 or not loads: return False
+  if any(not dtypes.is_float(u.dtype) for u in k.ast.toposort() if u.op is Ops.REDUCE): return False
+  if any(not dtypes.is_float(ld.dtype) or len(ld.src[0].src) > 2 for ld in loads): return False
+  r, rngs = k.reduce_axes[0], k.rngs
+  lanes = min(width // itemsize, LANE_ACCUMULATORS)
+  n = _bound(r)
+  if n is None or lanes < 2 or n % lanes: return False
+  shared = any(any(x not in ld.src[0].src[1].ranges for _, x, _ in _output_axes_with_bounds(k)) for ld in loads)
+  return shared and all(stride_of(ld.src[0].src[1], r, rngs) == 1 for ld in loads)
 
 
 def _window_vector(k: Kernel, sidx: UOp | None, loads: list[UOp]) -> bool:
