@@ -146,6 +146,19 @@ def test_conv_weight_panels_follow_the_l2(tree, cout: int, taps: int, want: dict
   assert conv_weight_panel(no_vectors, cout, taps, 4) == 0  # type: ignore[arg-type]
 
 
+def _run_on_cpu(spec, shape: tuple[int, int], a: np.ndarray, b: np.ndarray) -> np.ndarray:
+  """Run a compiled two-input float32 kernel (output slot 0, inputs 1 and 2) on the CPU device; its output."""
+  from tiny_uop import dtypes
+  from tiny_uop.device import Buffer
+  dev = Device["CPU"]
+  bufs = [Buffer("CPU", shape[0] * shape[1], dtypes.float).allocate()] + \
+    [Buffer("CPU", x.size, dtypes.float, initial_value=x.tobytes()) for x in (a, b)]
+  prg = dev.get_program(spec.name, spec.lib)
+  prg(*[bufs[s]._buf for s in spec.globals], global_size=spec.global_size, local_size=spec.local_size, vals=(),
+      wait=True)
+  return np.frombuffer(bufs[0].as_buffer(), dtype=np.float32).reshape(shape)
+
+
 def _matmul_ast(M: int, N: int, K: int, opts: tuple | None = None):
   from tiny_uop import AxisType, KernelInfo, Ops, UOp, dtypes
   c, a, b = (UOp(Ops.PARAM, dtypes.float.ptr(n), arg=i) for i, n in enumerate((M * N, M * K, K * N)))
@@ -194,8 +207,6 @@ def test_tiled_matmul_matches_numpy(on_machine, name: str) -> None:
   with tempfile.TemporaryDirectory() as d: m = Machine.from_sysfs(fake_tree(d, cpuinfo, caches, online))
   on_machine(m)
   from tiny_codegen import get_program
-  from tiny_uop import dtypes
-  from tiny_uop.device import Buffer
   M, N, K = 256, 1024, 512  # B 2 MB, past each L2: tiled
   dev = Device["CPU"]
   applied = optimize_kernel(_matmul_ast(M, N, K), dev.renderer).arg.applied_opts
@@ -203,12 +214,7 @@ def test_tiled_matmul_matches_numpy(on_machine, name: str) -> None:
   spec = get_program(_matmul_ast(M, N, K, applied), dev.renderer)
   rng = np.random.default_rng(0)
   a, b = rng.standard_normal((M, K), dtype=np.float32), rng.standard_normal((K, N), dtype=np.float32)
-  bufs = [Buffer("CPU", M * N, dtypes.float).allocate()] + \
-    [Buffer("CPU", x.size, dtypes.float, initial_value=x.tobytes()) for x in (a, b)]
-  prg = dev.get_program(spec.name, spec.lib)
-  prg(*[bufs[s]._buf for s in spec.globals], global_size=spec.global_size, local_size=spec.local_size, vals=(),
-      wait=True)
-  got = np.frombuffer(bufs[0].as_buffer(), dtype=np.float32).reshape(M, N)
+  got = _run_on_cpu(spec, (M, N), a, b)
   np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-3)
 
 
@@ -319,8 +325,6 @@ def test_whole_row_tile_matches_numpy(on_machine, name: str) -> None:
   with tempfile.TemporaryDirectory() as d: m = Machine.from_sysfs(fake_tree(d, cpuinfo, caches, online))
   on_machine(m)
   from tiny_codegen import get_program
-  from tiny_uop import dtypes
-  from tiny_uop.device import Buffer
   M, N, K = 32, 768, 768
   dev = Device["CPU"]
   applied = optimize_kernel(_matmul_ast(M, N, K), dev.renderer).arg.applied_opts
@@ -329,12 +333,7 @@ def test_whole_row_tile_matches_numpy(on_machine, name: str) -> None:
   assert spec.global_size[0] > 1, spec.global_size  # the threads split B's columns
   rng = np.random.default_rng(1)
   a, b = rng.standard_normal((M, K), dtype=np.float32), rng.standard_normal((K, N), dtype=np.float32)
-  bufs = [Buffer("CPU", M * N, dtypes.float).allocate()] + \
-    [Buffer("CPU", x.size, dtypes.float, initial_value=x.tobytes()) for x in (a, b)]
-  prg = dev.get_program(spec.name, spec.lib)
-  prg(*[bufs[s]._buf for s in spec.globals], global_size=spec.global_size, local_size=spec.local_size, vals=(),
-      wait=True)
-  got = np.frombuffer(bufs[0].as_buffer(), dtype=np.float32).reshape(M, N)
+  got = _run_on_cpu(spec, (M, N), a, b)
   np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-3)
 
 
@@ -388,20 +387,13 @@ def test_matvec_block_matches_numpy(on_machine, name: str, M: int, K: int, N: in
   with tempfile.TemporaryDirectory() as d: m = Machine.from_sysfs(fake_tree(d, cpuinfo, caches, online))
   on_machine(m)
   from tiny_codegen import get_program
-  from tiny_uop import dtypes
-  from tiny_uop.device import Buffer
   dev = Device["CPU"]
   applied = optimize_kernel(_matmul_ast(M, N, K), dev.renderer).arg.applied_opts
   assert Opt(OptOps.UPCAST, 1, min(LANES[name], 8) if N == 1000 else LANES[name]) in applied, applied
   spec = get_program(_matmul_ast(M, N, K, applied), dev.renderer)
   rng = np.random.default_rng(2)
   a, b = rng.standard_normal((M, K), dtype=np.float32), rng.standard_normal((K, N), dtype=np.float32)
-  bufs = [Buffer("CPU", M * N, dtypes.float).allocate()] + \
-    [Buffer("CPU", x.size, dtypes.float, initial_value=x.tobytes()) for x in (a, b)]
-  prg = dev.get_program(spec.name, spec.lib)
-  prg(*[bufs[s]._buf for s in spec.globals], global_size=spec.global_size, local_size=spec.local_size, vals=(),
-      wait=True)
-  got = np.frombuffer(bufs[0].as_buffer(), dtype=np.float32).reshape(M, N)
+  got = _run_on_cpu(spec, (M, N), a, b)
   np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4 * np.sqrt(K))
 
 
@@ -427,8 +419,6 @@ def test_dot_products_follow_the_vector_lanes(tree, on_machine, K: int, want: di
   name, m = tree
   on_machine(m)
   from tiny_codegen import get_program
-  from tiny_uop import dtypes
-  from tiny_uop.device import Buffer
   dev = Device["CPU"]
   M, N = 1, 64
   applied = optimize_kernel(_linear_ast(M, N, K), dev.renderer).arg.applied_opts
@@ -436,10 +426,5 @@ def test_dot_products_follow_the_vector_lanes(tree, on_machine, K: int, want: di
   spec = get_program(_linear_ast(M, N, K, applied), dev.renderer)
   rng = np.random.default_rng(3)
   a, w = rng.standard_normal((M, K), dtype=np.float32), rng.standard_normal((N, K), dtype=np.float32)
-  bufs = [Buffer("CPU", M * N, dtypes.float).allocate()] + \
-    [Buffer("CPU", x.size, dtypes.float, initial_value=x.tobytes()) for x in (a, w)]
-  prg = dev.get_program(spec.name, spec.lib)
-  prg(*[bufs[s]._buf for s in spec.globals], global_size=spec.global_size, local_size=spec.local_size, vals=(),
-      wait=True)
-  got = np.frombuffer(bufs[0].as_buffer(), dtype=np.float32).reshape(M, N)
+  got = _run_on_cpu(spec, (M, N), a, w)
   np.testing.assert_allclose(got, a @ w.T, rtol=1e-4, atol=1e-4 * np.sqrt(K))

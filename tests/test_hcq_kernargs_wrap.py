@@ -1,24 +1,31 @@
-"""The shared kernel-argument ring (`HCQCompiled.kernargs_alloc`, 4 MB on NV) wraps with `synchronize()`, which waits
-for every timeline value taken so far. An allocation made after its submission's timeline value was taken would wait
-for a submission not yet built: a TimeoutError after 30 s (the command ring's bug, `test_nv_cmdq_wrap.py`). Eager
-launches take their arguments first; HCQ2Graph replays take a timeline value and write only their own argument
-buffer. This pins that order with a TinyJit graph replayed between eager launches: in a child process with a 4 KB ring
-that wraps every few launches (the wraps are counted), so each wrap waits for replays' timeline values; results
-checked against numpy; a hang fails at the subprocess timeout."""
+"""The shared HCQ kernel-argument ring (`HCQCompiled.kernargs_alloc`: 1 MB on AMD, 4 MB on NV) wraps with
+`synchronize()`, which waits for every timeline value taken so far. An allocation made after its submission's timeline
+value was taken would wait for a submission not yet built: a TimeoutError after 30 s (NV's command-ring bug,
+tiny-runtime-nv's `test_nv_cmdq_wrap.py`). Eager launches take their arguments first; HCQ2Graph replays take a
+timeline value and write only their own argument buffer. This pins that order, on MOCK+AMD and MOCK+NV, with a TinyJit
+graph replayed between eager launches: in a child process with a 1-4 KB ring that wraps every few launches (the wraps
+are counted), so each wrap waits for replays' timeline values; results checked against numpy; a hang fails at the
+subprocess timeout."""
 import os
 import subprocess
 import sys
 
+import pytest
+
 CHILD = r"""
+import os
 import numpy as np
-import tiny_runtime_nv.device as nvdev
-nvdev.KERNARGS_SIZE = 1 << 12  # before the device opens: a few argument regions, so the ring wraps every few launches
 from tiny_tensor import Tensor, TinyJit
 from tiny_uop.hcq2 import HCQ2Graph
 from tiny_uop.plugins import Device
-DEV = "MOCK+NV"
+DEV = os.environ["DEV"]
+if DEV == "MOCK+NV":
+  import tiny_runtime_nv.device as nvdev
+  nvdev.KERNARGS_SIZE = 1 << 12  # before the device opens: a few argument regions, a wrap every few launches
 dev = Device[DEV]
-assert dev.kernargs.size == 1 << 12
+if DEV == "MOCK+AMD":
+  dev.synchronize()
+  dev.kernargs, dev._kernargs_ptr = dev.kernargs.offset(0, 1 << 10), 0  # 4 argument regions: a wrap every 4 launches
 wraps, alloc = [0], dev.kernargs_alloc
 def counting(size):
   before = dev._kernargs_ptr
@@ -50,7 +57,8 @@ print("ok")
 """
 
 
-def test_kernarg_ring_wraps_between_hcq2_graph_replays():
-  env = {**os.environ, "DEV": "MOCK+NV"}
+@pytest.mark.parametrize("dev", ["MOCK+AMD", "MOCK+NV"])
+def test_kernarg_ring_wraps_between_hcq2_graph_replays(dev):
+  env = {**os.environ, "DEV": dev}
   p = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=240)
   assert p.returncode == 0 and p.stdout.strip().endswith("ok"), p.stdout[-2000:] + p.stderr[-4000:]
