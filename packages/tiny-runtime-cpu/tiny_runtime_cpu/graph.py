@@ -83,9 +83,10 @@ class CPUGraph:
 
   @staticmethod
   def supports(dev: Any, call: Any) -> bool:
-    """Kernels of native CPU programs (`cpu.CPUProgram`); anything else (a copy, a Python-level op) ends a run."""
-    from tiny_runtime_cpu.cpu import CPUProgram
-    return isinstance(getattr(call, "prg", None), CPUProgram)
+    """Kernels of the device's native programs (its `program_cls`, `cpu.CPUProgram`: taken from the device, so this
+    module needs no import of `cpu`, which imports it); anything else (a copy, a Python-level op) ends a run."""
+    cls = getattr(dev, "program_cls", None)
+    return isinstance(cls, type) and isinstance(getattr(call, "prg", None), cls)
 
   def __init__(self, dev: Any, kernels: Sequence[Any]):
     from tiny_runtime_cpu.native_pool import call_ir
