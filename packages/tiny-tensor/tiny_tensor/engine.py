@@ -48,10 +48,9 @@ from typing import Any, Callable, ClassVar, Iterable, Iterator, Literal
 
 from tiny_uop import trace as _trace
 from tiny_uop.device import Buffer
-from tiny_uop.dtype import DType, dtypes
+from tiny_uop.dtype import DType
 from tiny_uop.helpers import DEBUG, del_errors
 from tiny_uop.uop import GroupOp, Ops, UOp
-from tiny_uop.uop import _INTERN as _intern, _unique_counter  # UOp.new_buffer's pieces, for the replay's new buffers
 from tiny_uop.plugins import Device
 
 __all__ = ["GlobalCounters", "realize", "get_buffer", "register_buffer", "buffer_from_bytes", "is_realized",
@@ -95,8 +94,7 @@ class _EngineBuffer(Buffer):
 
 
 # ops read on the eager hot path, as module constants (on Python 3.11 each `Ops.X` read costs ~0.1 us: see tiny_uop.uop)
-_BUFFER, _RESHAPE, _DEVICE, _UNIQUE = Ops.BUFFER, Ops.RESHAPE, Ops.DEVICE, Ops.UNIQUE
-_VOID = dtypes.void
+_BUFFER, _RESHAPE, _DEVICE = Ops.BUFFER, Ops.RESHAPE, Ops.DEVICE
 
 
 def _buffer_device(u: UOp) -> str:
@@ -506,12 +504,11 @@ def _replay_run(roots: tuple[UOp, ...]) -> tuple[_Replay, list[UOp]] | None:
       ib = get_buffer(inputs[i]).ensure_allocated()
     opaque[i] = ib._opaque
   bufs = list(inputs)
-  for (device, n, dt, nbytes, dev, dnode), proto in zip(rp.new, rp.protos):
-    # `UOp.new_buffer(device, n, dt)` over the recorded DEVICE node (interning it again costs ~0.7 us a buffer)
-    b = _intern(UOp, _BUFFER, dt, (_intern(UOp, _UNIQUE, _VOID, (), next(_unique_counter)), dnode), n)
-    if "device" not in (c := b._cache): c["shape"], c["device"] = (n,), device
-    bufs.append(b)  # a new BUFFER, allocated now if a kernel uses it: what get_buffer and Buffer.allocate do, for a
-    if dev is not None:  # node no other thread can see yet
+  for (_, n, dt, nbytes, dev, dnode), proto in zip(rp.new, rp.protos):
+    # a new BUFFER over the recorded DEVICE node, allocated now if a kernel uses it: what get_buffer and
+    # Buffer.allocate do, for a node no other thread can see yet
+    bufs.append(b := UOp.new_buffer_on(dnode, n, dt))
+    if dev is not None:
       buf = object.__new__(_EngineBuffer)
       vars(buf).update(proto)
       buf._opaque = opaque[len(bufs) - 1] = dev.allocator.alloc(nbytes, None)

@@ -396,14 +396,18 @@ class UOp(metaclass=UOpMetaClass):
   @staticmethod
   def new_buffer(device: str, size: int, dtype: DType, num: int | None = None) -> UOp:
     """A graph-level buffer of `size` elements; `num` (default: a fresh number) makes it unique."""
+    return UOp.new_buffer_on(_INTERN(UOp, _DEVICE, dtypes.void, (), device), size, dtype, num)
+
+  @staticmethod
+  def new_buffer_on(dnode: UOp, size: int, dtype: DType, num: int | None = None) -> UOp:
+    """`new_buffer` on an interned DEVICE node the caller keeps (the engine's replay: interning the device again
+    costs ~0.7 us a buffer)."""
     if num is None: num = next(_unique_counter)
     # the interning function called directly, not through the type's call slot (positional arguments: a keyword one
     # costs ~0.1 us): every eager op's output buffer comes through here
-    void, intern = dtypes.void, _INTERN
-    ret = intern(UOp, _BUFFER, dtype, (intern(UOp, _UNIQUE, void, (), num), intern(UOp, _DEVICE, void, (), device)),
-                 size)
+    ret = _INTERN(UOp, _BUFFER, dtype, (_INTERN(UOp, _UNIQUE, dtypes.void, (), num), dnode), size)
     # what `shape` and `device` would compute, set now: on a fresh node they would walk (its UNIQUE has neither)
-    if "device" not in ret._cache: ret._cache["shape"], ret._cache["device"] = (size,), device
+    if "device" not in ret._cache: ret._cache["shape"], ret._cache["device"] = (size,), dnode.arg
     return ret
 
   @staticmethod
