@@ -38,7 +38,7 @@ void E_8(float* restrict data0, float* restrict data1, int core_id) {
 """
 
 GOLDEN_LLVM = """\
-define void @E_8(ptr noalias %data0, ptr noalias %data1, i32 %core_id) nounwind {
+define void @E_8(ptr noalias %data0, ptr noalias %data1, i32 %core_id) #0 {
 entry:
   br label %loop0.pre
 loop0.pre:
@@ -60,6 +60,7 @@ loop0.latch:
 loop0.exit:
   ret void
 }
+attributes #0 = { nounwind "prefer-vector-width"="{bits}" }
 """
 
 
@@ -68,7 +69,9 @@ def test_golden_c():
 
 
 def test_golden_llvm():
-  assert render(LLVMRenderer, tiny_kernel()) == GOLDEN_LLVM
+  """(the vector width LLVM's vectorizers are told is the host's: `LLVMRenderer.vector_registers`)"""
+  bits = 8 * LLVMRenderer().vector_registers[1]
+  assert render(LLVMRenderer, tiny_kernel()) == GOLDEN_LLVM.replace("{bits}", str(bits))
 
 
 def test_llvm_ir_verifies_and_vectorizes():

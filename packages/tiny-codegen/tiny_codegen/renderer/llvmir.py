@@ -112,7 +112,7 @@ class LLVMRenderer(CPURenderer):
   def render(self, uops: list[UOp]) -> str:
     """LLVM IR of the kernel `uops` (ending in a SINK whose arg is a KernelInfo carrying the name)."""
     return _LLVMEmitter(uops, contract=True, check_oob=bool(CHECK_OOB.value), stream=self, loop_hints=True,
-                        fence_int_to_float=True).render()
+                        fence_int_to_float=True, vector_bits=8 * self.vector_registers[1]).render()
 
 
 @functools.cache
@@ -162,8 +162,12 @@ def accumulations(uops: list[UOp]) -> set[UOp]:
 
 class _LLVMEmitter:
   def __init__(self, uops: list[UOp], contract: bool = False, check_oob: bool = False, stream: Any = None,
-               loop_hints: bool = False, fence_int_to_float: bool = False):
+               loop_hints: bool = False, fence_int_to_float: bool = False, vector_bits: int = 0):
     self.uops = uops
+    # the vector width LLVM's loop and SLP vectorizers should use (a function attribute): the machine's registers.
+    # LLVM's x86 tuning prefers 256 bits on AVX-512 CPUs (Skylake-X's frequency drop), so a loop it vectorizes
+    # itself (an elementwise exp, sigmoid, tanh) ran on half the lanes tiny's own vectors use; 0: LLVM's default
+    self.vector_bits = vector_bits
     self.fence_int_to_float = fence_int_to_float  # the host CPU's module: see `cast`
     self.name = getattr(uops[-1].arg, "name", "kernel") if uops else "kernel"
     self.oob = oob_checks(uops) if check_oob else {}
@@ -520,5 +524,7 @@ class _LLVMEmitter:
     if self.loop_meta:
       meta += '!1 = !{!"llvm.loop.vectorize.enable", i1 false}\n'
       meta += "".join(f"!{k} = distinct !{{!{k}, !1}}\n" for k in self.loop_meta)
-    return (f"{decls}define void @{name}({', '.join(args)}) nounwind {{\nentry:\n" +
+    attrs = f' "prefer-vector-width"="{self.vector_bits}"' if self.vector_bits else ""
+    if attrs: meta += f"attributes #0 = {{ nounwind{attrs} }}\n"
+    return (f"{decls}define void @{name}({', '.join(args)}) {'#0' if attrs else 'nounwind'} {{\nentry:\n" +
             "".join(a + "\n" for a in self.allocas) + body + "\n  ret void\n}\n" + meta)
