@@ -127,3 +127,26 @@ def test_prefill_linear_packs_b_by_register_blocks(vector_registers, regs: tuple
   names = kernels(out)
   assert bool([c for c in names if c.startswith("E_")]) == packed, names
   np.testing.assert_allclose(out.numpy(), x @ w.T, rtol=1e-4, atol=5e-4)
+
+
+@pytest.mark.parametrize("regs, rows, packed", [((32, 64), 64, True), ((32, 64), 16, False), ((16, 32), 16, True)])
+def test_attention_scores_copy_the_transposed_keys(vector_registers, regs: tuple, rows: int, packed: bool) -> None:
+  # q @ k.T per head (2 heads of 64), k a permuted view of a fused qkv projection (K its contiguous axis), scaled as
+  # GPT-2 does: from `pack_min_rows_strided` query rows the keys are copied contiguous first (the scale with them);
+  # numbers and gradients as torch's either way
+  vector_registers(*regs)
+  a = rng.standard_normal((rows, 3 * 128)).astype(np.float32)
+  g = rng.standard_normal((2, rows, rows)).astype(np.float32)
+
+  def scores(qkv, mod):
+    q = qkv[:, :128].reshape(rows, 2, 64).permute(1, 0, 2)
+    k = qkv[:, 128:256].reshape(rows, 2, 64).permute(1, 2, 0)
+    return q @ (k * 0.125)
+  tq, pq = Tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+  out, want = scores(tq, Tensor), scores(pq, torch)
+  names = kernels(out)
+  assert len(names) == (2 if packed else 1) and names[0].startswith("E_") == packed, names
+  np.testing.assert_allclose(out.numpy(), want.detach().numpy(), rtol=1e-4, atol=2e-4)
+  (out * Tensor(g)).sum().backward()
+  (want * torch.tensor(g)).sum().backward()
+  np.testing.assert_allclose(tq.grad.numpy(), pq.grad.numpy(), rtol=1e-4, atol=2e-4)

@@ -24,7 +24,7 @@ import numpy as np
 from tiny_uop.dtype import (DType, dtypes, float_to_narrow_bits, from_numpy, least_upper_dtype, least_upper_float,
                             ml_dtypes_name, narrow_bits_to_float32, sum_acc_dtype, to_dtype, to_numpy, truncate_int)
 from tiny_uop.helpers import TRAINING, Context, ceildiv, polyN, prod, unwrap
-from tiny_uop.uop import Ops, UOp, sint
+from tiny_uop.uop import GroupOp, Ops, UOp, sint
 from tiny_tensor import engine
 from tiny_tensor import multi as _multi
 from tiny_tensor.creation import CreationMixin
@@ -1362,6 +1362,7 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
     axis_w = -min(dw, 2)
     if self.shape[-1] != w.shape[axis_w]:
       raise RuntimeError(f"cannot dot {self.shape} and {w.shape}: inner dims {self.shape[-1]} != {w.shape[axis_w]}")
+    if dx >= 2 and dw >= 3 and _batched_strided_pack(self, w): w = w.contiguous()
     x = self.reshape(*self.shape[:-1], *[1] * min(dx - 1, dw - 1, 1), self.shape[-1])
     ww = w.reshape(*w.shape[:-2], *[1] * min(dx - 1, dw - 1, 1), *w.shape[axis_w:]).transpose(-1, axis_w)
     in_dt = least_upper_dtype(x.dtype, ww.dtype)
@@ -1462,6 +1463,30 @@ def _gemm_panel(x: Tensor, w: Tensor, acc: DType) -> int:
   strided = w.uop.op is Ops.PERMUTE and w.uop.arg == (1, 0)
   return gemm_panel(renderer, prod(x.shape[:-1]), k, n, acc.itemsize if dtypes.is_float(acc) else 0,
                     strided)
+
+
+def _batched_strided_pack(x: Tensor, w: Tensor) -> bool:
+  """Whether `dot` copies a batched right operand contiguous first: attention's `q @ k.T` gets k as a permuted view
+  whose K axis is the source's last (contiguous) one, so the CPU's register block, whose vector runs along B's
+  columns, would gather each vector's lanes K elements apart, once per block of rows; the copy gathers them once.
+  The same rule as a 2-D strided B (`tiny_codegen.opt.heuristic.pack_min_rows_strided`: from that many rows of
+  A, counted in register blocks); any size, since a gather costs its loads even from L1 (64 tokens, 2 heads of 64:
+  36 -> 20 us a product with the copy, one thread). Seen through elementwise ops with scalar other operands (an
+  EXPAND: a broadcast constant), which the copy then computes once."""
+  if not isinstance(x.device, str) or x.device != w.device or not dtypes.is_float(w.dtype): return False
+  u = w.uop
+  for _ in range(4):  # through a few elementwise ops (`k * scale`: GPT-2 scales k^T) whose other sources are scalars
+    if u.op not in GroupOp.Elementwise: break
+    full = [s for s in u.src if s.op is not Ops.EXPAND]
+    if len(full) != 1: return False
+    u = full[0]
+  if u.op is not Ops.PERMUTE or u.arg[-2] != len(u.arg) - 1 or u.arg[-1] == len(u.arg) - 1: return False
+  if not all(isinstance(s, int) for s in (*x.shape, *w.shape)): return False
+  from tiny_uop.plugins import Device
+  regs = getattr(Device[x.device].renderer, "vector_registers", (0, 0))[0]
+  if not regs: return False
+  from tiny_codegen.opt.heuristic import pack_min_rows_strided
+  return x.shape[-2] >= pack_min_rows_strided(regs)
 
 
 def _pow_float(b: Tensor, e: Tensor) -> Tensor:
