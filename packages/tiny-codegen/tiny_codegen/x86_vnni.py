@@ -7,9 +7,9 @@ llama.cpp does): the Tensor graph `q8_0_matvec_ast` describes is
     out[o] = sum_{b, i} float(int8(raw[o, b, 2 + i]) * xq[b, i]) * f16(raw[o, b, 0:2]) * xd[b]
 
 (one float32 sum of exact products times both scales; the kernel below sums each block's products exactly in int32
-first, then scales: the same value up to float32 rounding), and `tiny_codegen.program` hands a kernel AST equal to it to `q8_0_matvec_ir`'s
-kernel instead of lowering it, on the LLVM CPU renderer of a machine whose `Machine.isa` lists `avx512_vnni` with
-`avx512vl`, or `avx_vnni` (`vnni_form`). Elsewhere (no VNNI, another renderer, CHECK_OOB) the same AST is lowered
+first, then scales: the same value up to float32 rounding), and `tiny_codegen.program` hands a kernel AST equal to
+it to `q8_0_matvec_ir`'s kernel instead of lowering it, on the LLVM CPU renderer of a machine whose `Machine.isa`
+lists `avx512_vnni` with `avx512vl`, or `avx_vnni` (`vnni_form`). Elsewhere (no VNNI, another renderer, CHECK_OOB) the same AST is lowered
 as usual: plain int32 math, the same sums. Why a whole kernel, not an op the lowering vectorizes: the optimizer
 puts blocks, not lanes, in the vector for this reduce (bench/README.md, "Quantized matvec"), and LLVM never forms
 `vpdpbusd` from widened int math.
@@ -76,7 +76,8 @@ def q8_0_matvec_ir(o: int, nb: int, threads: int = 1, name: str = "q8_0_matvec",
   ln = [f"declare {v8i} @{fn}({v8i}, {v8i}, {v8i})", "declare i32 @llvm.vector.reduce.add.v32i32(<32 x i32>)",
         f"declare float @llvm.vector.reduce.fadd.v8f32(float, {v8f})",
         f"declare {v8f} @llvm.fma.v8f32({v8f}, {v8f}, {v8f})",
-        f"define void @{name}(ptr noalias %out, ptr noalias %raw, ptr noalias %xq, ptr noalias %xd, i32 %core_id) #0 {{",
+        f"define void @{name}(ptr noalias %out, ptr noalias %raw, ptr noalias %xq, ptr noalias %xd, "
+        "i32 %core_id) #0 {",
         "entry:", f"  %corr = alloca [{nb} x i32], align 64", "  br label %s.head",
         # -128 * sum(xq[b]) per block: the u8 offset's correction, the start of every row's lanes for block b
         "s.head:", "  %sb = phi i32 [0, %entry], [%sb.next, %s.body]", f"  %s.ok = icmp slt i32 %sb, {nb}",
@@ -114,7 +115,8 @@ def q8_0_matvec_ir(o: int, nb: int, threads: int = 1, name: str = "q8_0_matvec",
   ln += ["  %kb.next = add i32 %kb, 1", "  br label %k.head", "k.exit:"]
   for r in range(rows):
     ln += [f"  %h{r} = call reassoc float @llvm.vector.reduce.fadd.v8f32(float -0.0, {v8f} %a{r})",
-           f"  %op{r} = getelementptr inbounds float, ptr %out, i32 %row{r}", f"  store float %h{r}, ptr %op{r}, align 4"]
+           f"  %op{r} = getelementptr inbounds float, ptr %out, i32 %row{r}",
+           f"  store float %h{r}, ptr %op{r}, align 4"]
   ln += ["  %rg.next = add i32 %rg, 1", "  br label %r.head", "done:", "  ret void", "}",
          f'attributes #0 = {{ nounwind "target-features"="{features}" }}']
   return "\n".join(ln) + "\n"

@@ -22,7 +22,7 @@ from tiny_uop.uop import sint
 from tiny_tensor.llm.gguf import BLOCK, GGMLType
 from tiny_tensor.tensor import Tensor
 
-__all__ = ["dequantize", "SUPPORTED"]
+__all__ = ["dequantize", "SUPPORTED", "quantize_q8_act", "q8_0_matvec"]
 
 
 def _cols(raw: Tensor, a: sint, b: sint) -> Tensor:
@@ -140,3 +140,38 @@ def dequantize(raw: Tensor, t: GGMLType | int, shape: Any = None) -> Tensor:
   elif t in (GGMLType.Q4_K, GGMLType.Q5_K): out = _k4(raw, t)
   else: out = _q6_k(raw)
   return out.reshape(-1) if shape is None else out.reshape(shape)
+
+
+def quantize_q8_act(x: Tensor) -> tuple[Tensor, Tensor]:
+  """Activations x (K,) float32 (K a multiple of 32) -> (int8 values (K,), float32 scales (K/32,)), as llama.cpp's
+  `quantize_row_q8_0` quantizes what it multiplies with a quantized weight: per block of 32, scale d = max|x| / 127,
+  values round(x / d) (0 where d is 0). Both are realized buffers (`.contiguous()`), so every weight that reads the
+  same x shares them."""
+  if x.ndim != 1 or x.shape[0] % 32: raise ValueError(f"quantize_q8_act needs a (K,) vector with K a multiple of 32, "
+                                                      f"got shape {x.shape}")
+  xb = x.float().reshape(-1, 32)
+  d = xb.abs().max(-1, keepdim=True) / 127
+  q = (d > 0).where(xb / d, 0).round().clip(-127, 127).cast(dtypes.int8)
+  return q.reshape(-1).contiguous(), d.reshape(-1).contiguous()
+
+
+def q8_0_matvec(raw: Tensor, xq: Tensor, xd: Tensor, rows: int) -> Tensor:
+  """W @ x for a Q8_0 weight W (rows, K) as raw blocks (uint8, rows * K/32 blocks of 34 bytes) and activations
+  quantized by `quantize_q8_act`: per block, the exact int32 sum of the int8 products times both scales, summed in
+  float32. The kernel this schedules is `tiny_codegen.x86_vnni.q8_0_matvec_ast`'s form: on an LLVM CPU with VNNI it
+  runs as `vpdpbusd`, elsewhere as plain int32 math. Returns (rows,) float32, realized apart (`.contiguous()`) so the
+  kernel keeps that form."""
+  nb = xd.shape[0]
+  if raw.dtype != dtypes.uint8 or raw.numel() != rows * nb * 34 or xq.shape != (nb * 32,):
+    raise ValueError(f"q8_0_matvec: raw {raw.dtype} {raw.shape}, xq {xq.shape}, xd {xd.shape} are not {rows} rows "
+                     f"of {nb} Q8_0 blocks (uint8, {rows * nb * 34} bytes) and int8 ({nb * 32},) activations")
+  w = raw.reshape(rows, nb, 34)
+  dw = (_cols(w.reshape(-1, 34), 0, 1).cast(dtypes.uint16) | (_cols(w.reshape(-1, 34), 1, 2).cast(dtypes.uint16)
+                                                              << 8)).bitcast(dtypes.float16).cast(dtypes.float32)
+  wq = w[:, :, 2:34].bitcast(dtypes.int8).cast(dtypes.int32)
+  # one REDUCE over (blocks, 32): nested (an int32 sum per block, then the blocks), the scheduler gives the block sums
+  # their own kernel where there are fewer than 1024 rows (schedule.REDUCE_SPLIT_OUTPUTS)
+  prod = (wq * xq.reshape(1, nb, 32).cast(dtypes.int32)).cast(dtypes.float32)  # exact: |product| <= 127 * 128
+  # the weight's scale and the activation's apart: their product, (rows, nb) from two buffers, would be realized
+  # on its own for big weights (the scheduler's window rule)
+  return (prod * dw.reshape(rows, nb, 1) * xd.reshape(1, nb, 1)).sum((-2, -1)).contiguous()
