@@ -9,10 +9,10 @@ llama.cpp does): the Tensor graph `q8_0_matvec_ast` describes is
 (one float32 sum of exact products times both scales; the kernel below sums each block's products exactly in int32
 first, then scales: the same value up to float32 rounding), and `tiny_codegen.program` hands a kernel AST equal to
 it to `q8_0_matvec_ir`'s kernel instead of lowering it, on the LLVM CPU renderer of a machine whose `Machine.isa`
-lists `avx512_vnni` with `avx512vl`, or `avx_vnni` (`vnni_form`). Elsewhere (no VNNI, another renderer, CHECK_OOB) the same AST is lowered
-as usual: plain int32 math, the same sums. Why a whole kernel, not an op the lowering vectorizes: the optimizer
-puts blocks, not lanes, in the vector for this reduce (bench/README.md, "Quantized matvec"), and LLVM never forms
-`vpdpbusd` from widened int math.
+lists `avx512_vnni` with `avx512vl`, or `avx_vnni` (`vnni_form`). Elsewhere (no VNNI, another renderer, CHECK_OOB)
+the same AST is lowered as usual: plain int32 math, the same sums. Why a whole kernel, not an op the lowering
+vectorizes: the optimizer puts blocks, not lanes, in the vector for this reduce (bench/README.md, "Quantized
+matvec"), and LLVM never forms `vpdpbusd` from widened int math.
 
 The kernel, `void <name>(float *out, uint8 *raw, int8 *xq, float *xd, i32 core_id)`, one call per thread `core_id`
 of `threads`, computes rows [core_id * O/threads, (core_id+1) * O/threads):
