@@ -22,7 +22,7 @@ from tiny_uop.uop import sint
 from tiny_tensor.llm.gguf import BLOCK, GGMLType
 from tiny_tensor.tensor import Tensor
 
-__all__ = ["dequantize", "SUPPORTED", "quantize_q8_act", "q8_0_matvec"]
+__all__ = ["dequantize", "SUPPORTED", "quantize_q8_act", "q8_0_matvec", "int8_dot_products"]
 
 
 def _cols(raw: Tensor, a: sint, b: sint) -> Tensor:
@@ -175,3 +175,16 @@ def q8_0_matvec(raw: Tensor, xq: Tensor, xd: Tensor, rows: int) -> Tensor:
   # the weight's scale and the activation's apart: their product, (rows, nb) from two buffers, would be realized
   # on its own for big weights (the scheduler's window rule)
   return (prod * dw.reshape(rows, nb, 1) * xd.reshape(1, nb, 1)).sum((-2, -1)).contiguous()
+
+
+def int8_dot_products(device: Any) -> bool:
+  """Whether `q8_0_matvec` on `device` runs as `vpdpbusd` (`tiny_codegen.x86_vnni`): the CPU device with the LLVM
+  renderer on a machine whose model lists AVX512-VNNI (with AVX512VL) or AVX-VNNI. Elsewhere its int32 graph lowers
+  as plain math, several times slower than decoding the weight to float32, so callers keep the float path there."""
+  if device != "CPU": return False
+  from tiny_codegen import x86_vnni
+  from tiny_codegen.machine import machine_of
+  from tiny_codegen.renderer.llvmir import LLVMRenderer
+  from tiny_uop.plugins import Device
+  r = Device["CPU"].renderer
+  return isinstance(r, LLVMRenderer) and x86_vnni.vnni_form(machine_of(r).isa) is not None
