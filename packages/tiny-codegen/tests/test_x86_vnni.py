@@ -136,3 +136,53 @@ def test_tensor_numbers_match_numpy(o: int, nb: int, vnni: bool, monkeypatch: py
   got = q8_0_matvec(Tensor(raw.reshape(o * nb, 34)), Tensor(xq), Tensor(xd), o).numpy()
   exact = _exact(raw, xq, xd)
   np.testing.assert_allclose(got, exact, rtol=1e-5, atol=1e-5 * float(np.abs(exact).max()))
+
+
+@x86_only
+@needs_vnni
+@pytest.mark.parametrize("o, ns, threads", [(4, 1, 1), (12, 3, 2), (6, 2, 3)])
+def test_q4_k_kernel_matches_gguf_dequantize(o: int, ns: int, threads: int) -> None:
+  """The Q4_K kernel against the `gguf` package's dequantized weight times the int8 activations (float64)."""
+  gguf = pytest.importorskip("gguf")
+  from kernel_runner import load_fn
+  from tiny_tensor.llm.gguf import GGMLType, quantize
+  rng = np.random.default_rng(o + ns)
+  raw = np.frombuffer(quantize(rng.standard_normal((o, ns * 256)).astype(np.float32), GGMLType.Q4_K), np.uint8).copy()
+  w = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType.Q4_K).reshape(o, ns * 256).astype(np.float64)
+  xq, xd = rng.integers(-128, 128, ns * 256, dtype=np.int8), rng.random(ns * 8).astype(np.float32)
+  want = w @ (xq.astype(np.float64) * np.repeat(xd.astype(np.float64), 32))
+  compiler = LLVMCompiler()
+  order = ("xq", "out", "xd", "raw")  # the pointer arguments in the kernel AST's PARAM order, whatever it is
+  src = x86_vnni.q4_k_matvec_ir(o, ns, threads, name="q4mv", form=HOST_FORM, order=order)
+  fn = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 4, ctypes.c_int32)(load_fn("q4mv", compiler.compile(src)))
+  out = np.full(o, np.nan, np.float32)
+  ptrs = {"out": out.ctypes.data, "raw": raw.ctypes.data, "xq": xq.ctypes.data, "xd": xd.ctypes.data}
+  for core in range(threads): fn(*[ptrs[a] for a in order], core)
+  np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
+
+
+def test_register_kernel_errors_and_lookup() -> None:
+  ast = _matvec_ast(8, 2)
+  with pytest.raises(ValueError, match=r"kind 'q5_k' is not one of \('q4_k',\)"):
+    x86_vnni.register_kernel(ast, "q5_k", 8, 1, ("out", "raw", "xq", "xd"))  # type: ignore[arg-type]
+  with pytest.raises(ValueError, match=r"needs a kernel AST \(SINK\), got Ops.STORE"):
+    x86_vnni.register_kernel(ast.src[0], "q4_k", 8, 1, ("out", "raw", "xq", "xd"))  # type: ignore[attr-defined]
+  with pytest.raises(ValueError, match=r"order \('out', 'raw', 'xq', 'xq'\) must name out, raw, xq and xd"):
+    x86_vnni.q4_k_matvec_ir(4, 1, order=("out", "raw", "xq", "xq"))
+
+
+@x86_only
+@pytest.mark.parametrize("isa, vnni", [(frozenset({"avx_vnni"}), True), (frozenset({"f16c"}), False)])
+def test_registered_q4_k_runs_where_the_machine_has_vnni(isa: frozenset[str], vnni: bool) -> None:
+  """`tiny_tensor.llm.quants.q4_k_matvec` registers its kernel AST; a VNNI machine's program is the Q4_K kernel."""
+  from tiny_tensor import Tensor
+  from tiny_tensor.llm.quants import q4_k_matvec
+  from tiny_codegen.program import to_program
+  from tiny_uop import Ops as TOps
+  out = q4_k_matvec(Tensor.empty(8 * 2, 144, dtype="uint8").realize(), Tensor.empty(512, dtype="int8").realize(),
+                    Tensor.empty(16).realize(), 8)
+  assert out is not None
+  ast = [c.src[0] for c in out.schedule().calls if c.src[0].op is TOps.SINK][-1]
+  assert x86_vnni.registered_kernel(ast) is not None and x86_vnni.registered_kernel(ast)[:3] == ("q4_k", 8, 2)
+  src = to_program(ast, _renderer_on(isa)).src[3].arg  # type: ignore[arg-type]
+  assert ("@llvm.x86.avx512.vpdpbusd.256(" in src) == vnni

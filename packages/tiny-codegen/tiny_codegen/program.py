@@ -144,7 +144,8 @@ def _amx_program(ast: UOp, name: str, renderer: Renderer) -> UOp | None:
 
 def _vnni_program(ast: UOp, name: str, renderer: Renderer) -> UOp | None:
   """The PROGRAM of `tiny_codegen.x86_vnni`'s Q8_0 matvec kernel for a kernel AST `x86_vnni.match_q8_0_matvec`
-  recognises (what `tiny_tensor.llm.quants.q8_0_matvec` builds), on the LLVM CPU renderer of a machine with VNNI
+  recognises (what `tiny_tensor.llm.quants.q8_0_matvec` builds), or of its Q4_K kernel for one registered there
+  (`x86_vnni.register_kernel`), on the LLVM CPU renderer of a machine with VNNI
   (`x86_vnni.vnni_form` of its `Machine.isa`) and CHECK_OOB off; None otherwise (lowered as usual: the same sums in
   plain int32 math). Threads: the renderer's, fewer where the rows don't split evenly."""
   from tiny_codegen.renderer.llvmir import LLVMRenderer
@@ -152,14 +153,17 @@ def _vnni_program(ast: UOp, name: str, renderer: Renderer) -> UOp | None:
   from tiny_codegen import x86_vnni
   from tiny_codegen.machine import machine_of
   if (form := x86_vnni.vnni_form(machine_of(renderer).isa)) is None: return None
-  if (shape := x86_vnni.match_q8_0_matvec(ast)) is None: return None
-  o, nb = shape
+  if (shape := x86_vnni.match_q8_0_matvec(ast)) is not None: kind, (o, nb), order = "q8_0", shape, ()
+  elif (reg := x86_vnni.registered_kernel(ast)) is not None: kind, o, nb, order = reg
+  else: return None
   threads = max(1, int(getattr(renderer, "threads", 1)))
   while threads > 1 and o % threads: threads -= 1
-  src = x86_vnni.q8_0_matvec_ir(o, nb, threads, name=name, form=form)
-  if DEBUG >= 4: print(f"*** source of {name} (x86_vnni Q8_0 matvec):\n{src}")
+  if kind == "q8_0": src = x86_vnni.q8_0_matvec_ir(o, nb, threads, name=name, form=form)
+  else: src = x86_vnni.q4_k_matvec_ir(o, nb, threads, name=name, form=form, order=order)
+  if DEBUG >= 4: print(f"*** source of {name} (x86_vnni {kind} matvec):\n{src}")
   lib = renderer.compiler.compile_cached(src)
-  info = ProgramInfo(name, (threads, 1, 1), None, (), (0, 1, 2, 3), (0,), (1, 2, 3))
+  out = order.index("out") if order else 0
+  info = ProgramInfo(name, (threads, 1, 1), None, (), (0, 1, 2, 3), (out,), tuple(i for i in range(4) if i != out))
   return UOp(Ops.PROGRAM, src=(ast, UOp(Ops.DEVICE, arg=renderer.device), UOp(Ops.LINEAR, src=()),
                                UOp(Ops.SOURCE, arg=src), UOp(Ops.BINARY, arg=lib)), arg=info)
 

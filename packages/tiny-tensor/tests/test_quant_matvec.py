@@ -43,15 +43,16 @@ def _q8_act(x: np.ndarray) -> np.ndarray:
   return (q * d).reshape(-1)
 
 
-@pytest.mark.parametrize("o, k", [(96, 512), (40, 96), (2048, 768)])
-def test_q8_0_int8_activations_match_gguf_dequantize(o: int, k: int) -> None:
-  """Q8_0 on a VNNI CPU: the activations quantized to int8 per 32-block (llama.cpp's), times the weight's int8
-  values (`x86_vnni`): against the gguf package's dequantized weight times numpy's int8 activations (tight), and
-  within the documented int8 error of the float32 product (rms error about 0.3% of the rms output)."""
+@pytest.mark.parametrize("t, o, k", [(GGMLType.Q8_0, 96, 512), (GGMLType.Q8_0, 40, 96), (GGMLType.Q8_0, 2048, 768),
+                                     (GGMLType.Q4_K, 96, 512), (GGMLType.Q4_K, 12, 256), (GGMLType.Q4_K, 768, 2048)])
+def test_int8_activations_match_gguf_dequantize(t: GGMLType, o: int, k: int) -> None:
+  """Q8_0 and Q4_K on a VNNI CPU: the activations quantized to int8 per 32-block (llama.cpp's), times the weight's
+  int8 values or nibbles (`x86_vnni`): against the gguf package's dequantized weight times numpy's int8 activations
+  (tight), and within the documented int8 error of the float32 product (rms error about 0.3% of the rms output)."""
   from tiny_tensor.llm.quants import int8_dot_products
-  if not int8_dot_products("CPU"): pytest.skip("no VNNI on this CPU: Q8_0 decode keeps float32 activations")
-  ql, raw, x = _qlinear(GGMLType.Q8_0, o, k, 4)
-  w = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType.Q8_0).reshape(o, k).astype(np.float64)
+  if not int8_dot_products("CPU"): pytest.skip("no VNNI on this CPU: decode keeps float32 activations")
+  ql, raw, x = _qlinear(t, o, k, 4)
+  w = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType(int(t))).reshape(o, k).astype(np.float64)
   got = ql(Tensor(x, device="CPU")).numpy().reshape(-1)
   want = w @ _q8_act(x.reshape(-1))
   np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
@@ -60,7 +61,8 @@ def test_q8_0_int8_activations_match_gguf_dequantize(o: int, k: int) -> None:
   assert 1e-5 < rel < 0.01, rel  # not 0: the int8 path ran
 
 
-def test_q4k_matvec_loads_the_nibble_bytes_as_vectors() -> None:
+def test_q4k_matvec_loads_the_nibble_bytes_as_vectors(monkeypatch: pytest.MonkeyPatch) -> None:
+  monkeypatch.setattr(model_mod, "int8_dot_products", lambda device: False)  # the float32 path's kernel
   # the nibble bytes of a Q4_K sub-block sit at base + 0..15 with an i32 index sign-extended for the address: only
   # with `nsw` on the index adds can LLVM prove them contiguous and merge the 16 unrolled byte loads into one vector
   # load (before: 16 scalar byte loads per step, the kernel 1.7x slower)

@@ -401,15 +401,16 @@ def test_architectures_match_transformers_quantized(tmp_path, case, qname, kw, m
   _check_against_transformers(tmp_path, case, gguf.GGMLQuantizationType[qname], **kw)
 
 
-def test_q8_0_int8_activations_match_transformers_greedy(tmp_path):
-  """A Q8_0 model's one-token matvecs on a VNNI CPU quantize the activations to int8 per 32-block as llama.cpp does
-  (`llm.quants.quantize_q8_act`): the greedy tokens are transformers' (float64, the file's dequantized weights), the
-  logits within 2% of their largest magnitude (docs: "int8 activations")."""
+@pytest.mark.parametrize("qname", ["Q8_0", "Q4_K"])
+def test_int8_activations_match_transformers_greedy(tmp_path, qname):
+  """A Q8_0 / Q4_K model's one-token matvecs on a VNNI CPU quantize the activations to int8 per 32-block as llama.cpp
+  does (`llm.quants.quantize_q8_act`): the greedy tokens are transformers' (float64, the file's dequantized weights),
+  the logits within 2% of their largest magnitude (docs: "int8 activations")."""
   import gguf
-  if not quants.int8_dot_products("CPU"): pytest.skip("no VNNI on this CPU: Q8_0 decode keeps float32 activations")
-  model = llm_ref.hf_model("llama", seed=11, dim=128, hidden=256)
-  path = str(tmp_path / "q8.gguf")
-  llm_ref.write_hf_gguf(model, "llama", path, gguf.GGMLQuantizationType.Q8_0)
+  if not quants.int8_dot_products("CPU"): pytest.skip("no VNNI on this CPU: decode keeps float32 activations")
+  model = llm_ref.hf_model("llama", seed=11, dim=256, hidden=256)
+  path = str(tmp_path / "q.gguf")
+  llm_ref.write_hf_gguf(model, "llama", path, gguf.GGMLQuantizationType[qname])
   llm = LLM.load(path)
   ref = list(PROMPT)
   for _ in range(8): ref.append(int(np.argmax(llm_ref.hf_logits(model, ref)[-1])))

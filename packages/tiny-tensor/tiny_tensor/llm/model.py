@@ -18,12 +18,14 @@ n_kv * head_dim elements, whatever the context) and read through a symbolic shri
 serve every position (`Transformer.decode`).
 
 int8 activations: on a CPU whose machine model lists AVX512-VNNI (+VL) or AVX-VNNI (`quants.int8_dot_products`), a
-one-token matvec over a Q8_0 weight quantizes its input to int8 per block of 32 as llama.cpp does (scale
+one-token matvec over a Q8_0 or Q4_K weight quantizes its input to int8 per block of 32 as llama.cpp does (scale
 max|x| / 127, values rounded to nearest, ties to even where llama.cpp rounds them away from zero; one kernel per
-input, shared by the weights that read it) and multiplies int8 by int8 with `vpdpbusd` (`tiny_codegen.x86_vnni`):
-per block an exact int32 sum, times both scales in float32. The numbers move by the activations' rounding: about
-0.3% rms of a matvec's output, a few 1e-3 of the logits of a small random model (tests: `test_quant_matvec.py`,
-`test_q8_0_int8_activations_match_transformers_greedy`); llama.cpp's Q8_0 decode has the same error. Elsewhere, and
+input, shared by the weights that read it) and multiplies the weight's int8 values (Q4_K: its nibbles) by it with
+`vpdpbusd` (`tiny_codegen.x86_vnni`): per 32-block an exact int32 sum, times the scales in float32 (Q4_K: minus the
+sub-block's min times the activation block's sum; llama.cpp quantizes Q4_K's activations per 256, Q8_K). The
+numbers move by the activations' rounding: about 0.3% rms of a matvec's output, a few 1e-3 of the logits of a small
+random model (tests: `test_quant_matvec.py`, `test_int8_activations_match_transformers_greedy`); llama.cpp's
+quantized decode has the same kind of error. Elsewhere, and
 for prefill chunks and the other types, the weight is decoded to float32 as before.
 
 Prefill: the prompt goes through a second TinyJit-ed function, `Transformer.chunk_step`, in chunks of a fixed
@@ -47,7 +49,8 @@ from tiny_uop.dtype import dtypes
 from tiny_uop.uop import sint
 from tiny_tensor.jit import TinyJit
 from tiny_tensor.llm.gguf import BLOCK, GGMLType, GGUFTensor
-from tiny_tensor.llm.quants import SUPPORTED, dequantize, int8_dot_products, q8_0_matvec, quantize_q8_act
+from tiny_tensor.llm.quants import (SUPPORTED, dequantize, int8_dot_products, q4_k_matvec, q8_0_matvec,
+                                   quantize_q8_act)
 from tiny_tensor.tensor import Tensor
 
 __all__ = ["Config", "Transformer", "QLinear", "ArchSpec", "ARCHS", "NEOX_ARCHS", "prefill_chunk_size"]
@@ -287,9 +290,13 @@ class QLinear:
     if math.prod(x.shape[:-1]) != 1: return x @ self.weight().contiguous().T
     if self.ggml_type == GGMLType.Q8_0 and k % 32 == 0 and int8_dot_products(x.device):
       # llama.cpp's int8 activations (one quantizing kernel per x, shared by the weights that read it) and the
-      # VNNI kernel: 2048x768 one thread 150-230 -> 70-80 us (bench/README.md, "Q8_0 decode on vpdpbusd")
+      # VNNI kernel: 2048x768 one thread 150-230 -> 70-80 us (bench/README.md, "int8 decode matvecs on vpdpbusd")
       xq, xd = quantize_q8_act(x.reshape(k))
       return q8_0_matvec(self.raw, xq, xd, o).reshape(*x.shape[:-1], o)
+    if self.ggml_type == GGMLType.Q4_K and k % 256 == 0 and int8_dot_products(x.device):
+      # the same int8 activations, nibbles x int8 on vpdpbusd: 2048x768 one thread 580-1120 -> 230-240 us
+      xq, xd = quantize_q8_act(x.reshape(k))
+      if (y := q4_k_matvec(self.raw, xq, xd, o)) is not None: return y.reshape(*x.shape[:-1], o)
     g = _MATVEC_GROUP.get(self.ggml_type)
     if g is None or k % g: return x @ self.weight().T
     # one token: the reduction as (k / g groups) x g, one REDUCE over both axes (same sum, grouped)
