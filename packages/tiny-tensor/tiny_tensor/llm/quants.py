@@ -151,9 +151,10 @@ def quantize_q8_act(x: Tensor) -> tuple[Tensor, Tensor]:
   if x.ndim != 1 or x.shape[0] % 32: raise ValueError(f"quantize_q8_act needs a (K,) vector with K a multiple of 32, "
                                                       f"got shape {x.shape}")
   xb = x.float().reshape(-1, 32)
-  d = xb.abs().max(-1, keepdim=True) / 127
-  q = (d > 0).where(xb / d, 0).round().clip(-127, 127).cast(dtypes.int8)
-  return q.reshape(-1).contiguous(), d.reshape(-1).contiguous()
+  d = (xb.abs().max(-1) / 127).contiguous()  # (K/32,): realized by the reduce's kernel, read by the values' kernel
+  dc = d.reshape(-1, 1)
+  q = (dc > 0).where(xb / dc, 0).round().clip(-127, 127).cast(dtypes.int8)
+  return q.reshape(-1).contiguous(), d
 
 
 def q8_0_matvec(raw: Tensor, xq: Tensor, xd: Tensor, rows: int) -> Tensor:
