@@ -10,7 +10,7 @@ import platform
 import numpy as np
 import pytest
 
-from tiny_codegen import x86_vnni
+from tiny_codegen import cpu_probe, x86_vnni
 from tiny_codegen.compiler.llvm import LLVMCompiler
 from tiny_codegen.machine import Machine, host_machine
 
@@ -35,11 +35,16 @@ def _exact(raw: np.ndarray, xq: np.ndarray, xd: np.ndarray) -> np.ndarray:
   return (isum * dw * xd.astype(np.float64).reshape(1, nb)).sum(-1)
 
 
-def test_vnni_form_from_the_flags() -> None:
-  assert x86_vnni.vnni_form(frozenset({"avx512_vnni", "avx512vl"})) == "avx512_vnni"
-  assert x86_vnni.vnni_form(frozenset({"avx512_vnni"})) is None  # the 256-bit form needs AVX512VL
-  assert x86_vnni.vnni_form(frozenset({"avx_vnni"})) == "avx_vnni"
-  assert x86_vnni.vnni_form(frozenset({"f16c", "avx512_bf16"})) is None
+def test_vnni_form_from_the_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+  assert x86_vnni.vnni_form(frozenset({"avx512_vnni", "avx512vl"}), probe=False) == "avx512_vnni"
+  assert x86_vnni.vnni_form(frozenset({"avx512_vnni"}), probe=False) is None  # the 256-bit form needs AVX512VL
+  assert x86_vnni.vnni_form(frozenset({"avx_vnni"}), probe=False) == "avx_vnni"
+  assert x86_vnni.vnni_form(frozenset({"f16c", "avx512_bf16"}), probe=False) is None
+  monkeypatch.setenv("TINY_CPU_PROBE", "0")  # flags alone never count: the probe must have run the instruction
+  assert x86_vnni.vnni_form(frozenset({"avx512_vnni", "avx512vl", "avx_vnni"})) is None
+  monkeypatch.setattr(cpu_probe, "probe", lambda feature: -4)  # SIGILL in the child (a hypervisor that hides it)
+  monkeypatch.delenv("TINY_CPU_PROBE")
+  assert x86_vnni.vnni_form(frozenset({"avx512_vnni", "avx512vl", "avx_vnni"})) is None
 
 
 @pytest.mark.parametrize("form, features", [("avx512_vnni", "+avx512vnni,+avx512vl"), ("avx_vnni", "+avxvnni")])
@@ -117,6 +122,7 @@ def _renderer_on(isa: frozenset[str]) -> object:
                                        (frozenset({"avx_vnni"}), True), (frozenset({"f16c"}), False)])
 def test_program_uses_vnni_only_where_the_machine_has_it(isa: frozenset[str], vnni: bool) -> None:
   from tiny_codegen.program import to_program
+  if vnni and x86_vnni.vnni_form(isa) is None: pytest.skip(f"this CPU doesn't run {sorted(isa)}'s vpdpbusd")
   prg = to_program(_matvec_ast(16, 3), _renderer_on(isa))  # type: ignore[arg-type]
   src = prg.src[3].arg
   assert ("@llvm.x86.avx512.vpdpbusd.256(" in src) == vnni
@@ -175,6 +181,7 @@ def test_register_kernel_errors_and_lookup() -> None:
 @pytest.mark.parametrize("isa, vnni", [(frozenset({"avx_vnni"}), True), (frozenset({"f16c"}), False)])
 def test_registered_q4_k_runs_where_the_machine_has_vnni(isa: frozenset[str], vnni: bool) -> None:
   """`tiny_tensor.llm.quants.q4_k_matvec` registers its kernel AST; a VNNI machine's program is the Q4_K kernel."""
+  if vnni and x86_vnni.vnni_form(isa) is None: pytest.skip(f"this CPU doesn't run {sorted(isa)}'s vpdpbusd")
   from tiny_tensor import Tensor
   from tiny_tensor.llm.quants import q4_k_matvec
   from tiny_codegen.program import to_program

@@ -30,6 +30,8 @@ from __future__ import annotations
 from tiny_uop.dtype import dtypes
 from tiny_uop.uop import AxisType, Ops, UOp
 
+from tiny_codegen import cpu_probe
+
 __all__ = ["Q8_0_BYTES", "Q4_K_BYTES", "vnni_form", "q8_0_matvec_ir", "q8_0_matvec_ast", "match_q8_0_matvec",
            "q4_k_matvec_ir", "register_kernel", "registered_kernel"]
 
@@ -44,11 +46,13 @@ _FORMS = {"avx512_vnni": ("+avx512vnni,+avx512vl", "llvm.x86.avx512.vpdpbusd.256
           "avx_vnni": ("+avxvnni", "llvm.x86.avx512.vpdpbusd.256")}
 
 
-def vnni_form(isa: frozenset[str] | set[str]) -> str | None:
+def vnni_form(isa: frozenset[str] | set[str], probe: bool = True) -> str | None:
   """Which VNNI form a machine with cpuinfo flags `isa` (`Machine.isa`) runs: "avx512_vnni" (with AVX512VL),
-  "avx_vnni", or None (no int8 dot-product instruction: lower the plain int32 math instead)."""
-  if "avx512_vnni" in isa and "avx512vl" in isa: return "avx512_vnni"
-  return "avx_vnni" if "avx_vnni" in isa else None
+  "avx_vnni", or None (no int8 dot-product instruction: lower the plain int32 math instead). `probe`: a form counts
+  only where `tiny_codegen.cpu_probe` also ran its `vpdpbusd` in a child process (`TINY_CPU_PROBE=0`: never)."""
+  for form, flags in (("avx512_vnni", ("avx512_vnni", "avx512vl")), ("avx_vnni", ("avx_vnni",))):
+    if all(f in isa for f in flags) and (not probe or cpu_probe.executes(form, frozenset(isa))): return form
+  return None
 
 
 def _check(o: int, nb: int, threads: int) -> None:
