@@ -27,7 +27,8 @@ def test_isa_flags_from_cpuinfo(tmp_path) -> None:
 
 
 def test_unknown_feature_is_a_clear_error() -> None:
-  with pytest.raises(ValueError, match=r"unknown feature 'avx9'.*valid: \['amx_bf16', 'avx512_bf16', 'avx512_vnni', 'avx_vnni'\]"):
+  valid = r"valid: \['amx_bf16', 'avx512_bf16', 'avx512_vnni', 'avx_vnni'\]"
+  with pytest.raises(ValueError, match=r"unknown feature 'avx9'.*" + valid):
     cpu_probe.executes("avx9")
 
 

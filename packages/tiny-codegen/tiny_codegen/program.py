@@ -152,7 +152,8 @@ def _vnni_program(ast: UOp, name: str, renderer: Renderer) -> UOp | None:
   if not isinstance(renderer, LLVMRenderer) or CHECK_OOB.value: return None
   from tiny_codegen import x86_vnni
   from tiny_codegen.machine import machine_of
-  if (shape := x86_vnni.match_q8_0_matvec(ast)) is not None: kind, (o, nb), order = "q8_0", shape, ()
+  order: tuple[str, ...] = ()
+  if (shape := x86_vnni.match_q8_0_matvec(ast)) is not None: kind, (o, nb) = "q8_0", shape
   elif (reg := x86_vnni.registered_kernel(ast)) is not None: kind, o, nb, order = reg
   else: return None
   if (form := x86_vnni.vnni_form(machine_of(renderer).isa)) is None: return None  # after the match: it may probe
