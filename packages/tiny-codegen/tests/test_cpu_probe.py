@@ -15,9 +15,11 @@ x86_only = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd6
 
 def test_isa_flags_from_cpuinfo(tmp_path) -> None:
   from test_machine import fake_tree
-  spr = "flags\t\t: fpu avx avx2 fma f16c avx512f avx512_bf16 amx_bf16 amx_tile amx_int8 avx512_fp16\n"
+  spr = ("flags\t\t: fpu avx avx2 fma f16c avx512f avx512vl avx512_vnni avx_vnni avx512_bf16 amx_bf16 amx_tile "
+         "amx_int8 avx512_fp16\n")
   m = Machine.from_sysfs(fake_tree(str(tmp_path / "spr"), spr, []))
-  assert m.isa == frozenset({"f16c", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16"})
+  assert m.isa == frozenset({"f16c", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "avx512vl",
+                             "avx512_vnni", "avx_vnni"})
   zen3 = Machine.from_sysfs(fake_tree(str(tmp_path / "zen3"), "flags\t\t: fpu avx avx2 fma\n", []))
   assert zen3.isa == frozenset()
   arm = Machine.from_sysfs(fake_tree(str(tmp_path / "arm"), "Features\t: fp asimd bf16\n", []))
@@ -25,7 +27,8 @@ def test_isa_flags_from_cpuinfo(tmp_path) -> None:
 
 
 def test_unknown_feature_is_a_clear_error() -> None:
-  with pytest.raises(ValueError, match=r"unknown feature 'avx9'.*valid: \['amx_bf16', 'avx512_bf16'\]"):
+  valid = r"valid: \['amx_bf16', 'avx512_bf16', 'avx512_vnni', 'avx_vnni'\]"
+  with pytest.raises(ValueError, match=r"unknown feature 'avx9'.*" + valid):
     cpu_probe.executes("avx9")
 
 

@@ -13,7 +13,9 @@ Features (`PROBES`):
 - "amx_bf16": `arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)` (Linux 5.16+: a process must ask for the AMX
   tile state before using it; refused -> exit status 3), then `ldtilecfg` of a one-tile palette-1 configuration,
   `tileloadd` of 16 rows of 64 bytes, `tdpbf16ps`, `tilerelease`.
-Encodings from the Intel SDM vol. 2 (VDPBF16PS; LDTILECFG, TILELOADD, TDPBF16PS, TILERELEASE), checked with
+- "avx512_vnni": `vpdpbusd ymm0, ymm0, ymm0` in its EVEX encoding (AVX512-VNNI with AVX512VL: int8 dot products);
+- "avx_vnni": the same instruction VEX-encoded (AVX-VNNI, on CPUs without AVX-512).
+Encodings from the Intel SDM vol. 2 (VDPBF16PS; LDTILECFG, TILELOADD, TDPBF16PS, TILERELEASE; VPDPBUSD), checked with
 `llvm-mc -show-encoding`. `TINY_CPU_PROBE=0` answers False for every feature without a child (to pin the fallback).
 """
 from __future__ import annotations
@@ -60,7 +62,20 @@ run(bytes([0xc4, 0xe2, 0x78, 0x49, 0x07,         # ldtilecfg [rdi]
     ctypes.addressof(cfg), ctypes.addressof(data))
 """
 
-PROBES = {"avx512_bf16": (("avx512_bf16",), _AVX512_BF16), "amx_bf16": (("amx_tile", "amx_bf16"), _AMX_BF16)}
+_AVX512_VNNI = _PRELUDE + """
+run(bytes([0x62, 0xf2, 0x7d, 0x28, 0x50, 0xc0,   # vpdpbusd ymm0, ymm0, ymm0 (EVEX.256: AVX512-VNNI + VL)
+           0xc5, 0xf8, 0x77,                     # vzeroupper
+           0x31, 0xc0, 0xc3]))                   # xor eax, eax; ret
+"""
+
+_AVX_VNNI = _PRELUDE + """
+run(bytes([0xc4, 0xe2, 0x7d, 0x50, 0xc0,         # {vex} vpdpbusd ymm0, ymm0, ymm0 (AVX-VNNI)
+           0xc5, 0xf8, 0x77,                     # vzeroupper
+           0x31, 0xc0, 0xc3]))                   # xor eax, eax; ret
+"""
+
+PROBES = {"avx512_bf16": (("avx512_bf16",), _AVX512_BF16), "amx_bf16": (("amx_tile", "amx_bf16"), _AMX_BF16),
+          "avx512_vnni": (("avx512_vnni", "avx512vl"), _AVX512_VNNI), "avx_vnni": (("avx_vnni",), _AVX_VNNI)}
 """feature -> (the /proc/cpuinfo flags that must all be listed, the child's program)."""
 
 PROBE_TIMEOUT_S = 30.0

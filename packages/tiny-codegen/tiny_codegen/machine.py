@@ -37,9 +37,11 @@ DEFAULTS = {"l1d": 32 << 10, "l1d_ways": 8, "line": 64, "l2": 1 << 20, "l2_share
 private 1 MB L2 and 32 MB of L3 shared by 8 cores (AMD Zen 4's core complex, which the heuristics were first tuned
 on; a current x86-64 or Neoverse core has at least that much L1d and L2 per core), and 4 KB pages."""
 
-ISA_FLAGS = frozenset({"f16c", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16"})
+ISA_FLAGS = frozenset({"f16c", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "avx512_vnni", "avx512vl",
+                       "avx_vnni"})
 """The x86-64 cpuinfo flags the model keeps (`Machine.isa`): the half/bfloat16 conversions and products that kernels
-may use when `tiny_codegen.cpu_probe` confirms they execute."""
+may use when `tiny_codegen.cpu_probe` confirms they execute, and the int8 dot products (`vpdpbusd`: AVX512-VNNI with
+AVX512VL for its 256-bit form, or AVX-VNNI) `tiny_codegen.x86_vnni` uses."""
 
 L3_SHARE_MAX_L2 = 8
 """A core's share of the L3 is taken as at most this many times its L2. Every design listed in test_machine.py has a

@@ -107,6 +107,7 @@ def _to_program(ast: UOp, renderer: Renderer, key: tuple) -> UOp:
   info_arg = ast.arg if isinstance(ast.arg, KernelInfo) else KernelInfo()
   named = ast.replace(arg=KernelInfo(name, info_arg.opts_to_apply, info_arg.applied_opts, info_arg.dont_use_locals))
   if (amx := _amx_program(named, name, renderer)) is not None: return amx
+  if (vnni := _vnni_program(named, name, renderer)) is not None: return vnni
   low = lower(named, renderer, True, _beam)  # optimize, with BEAM's search
   src = renderer.render(low.uops)
   if DEBUG >= 4: print(f"*** source of {name} ({type(renderer).__name__}):\n{src}")  # once: this is cached
@@ -137,6 +138,33 @@ def _amx_program(ast: UOp, name: str, renderer: Renderer) -> UOp | None:
   if DEBUG >= 4: print(f"*** source of {name} (x86_amx tile kernel):\n{src}")
   lib = renderer.compiler.compile_cached(src)
   info = ProgramInfo(name, (threads, 1, 1), None, (), (0, 1, 2), (0,), (1, 2))
+  return UOp(Ops.PROGRAM, src=(ast, UOp(Ops.DEVICE, arg=renderer.device), UOp(Ops.LINEAR, src=()),
+                               UOp(Ops.SOURCE, arg=src), UOp(Ops.BINARY, arg=lib)), arg=info)
+
+
+def _vnni_program(ast: UOp, name: str, renderer: Renderer) -> UOp | None:
+  """The PROGRAM of `tiny_codegen.x86_vnni`'s Q8_0 matvec kernel for a kernel AST `x86_vnni.match_q8_0_matvec`
+  recognises (what `tiny_tensor.llm.quants.q8_0_matvec` builds), or of its Q4_K kernel for one registered there
+  (`x86_vnni.register_kernel`), on the LLVM CPU renderer of a machine with VNNI
+  (`x86_vnni.vnni_form` of its `Machine.isa`) and CHECK_OOB off; None otherwise (lowered as usual: the same sums in
+  plain int32 math). Threads: the renderer's, fewer where the rows don't split evenly."""
+  from tiny_codegen.renderer.llvmir import LLVMRenderer
+  if not isinstance(renderer, LLVMRenderer) or CHECK_OOB.value: return None
+  from tiny_codegen import x86_vnni
+  from tiny_codegen.machine import machine_of
+  order: tuple[str, ...] = ()
+  if (shape := x86_vnni.match_q8_0_matvec(ast)) is not None: kind, (o, nb) = "q8_0", shape
+  elif (reg := x86_vnni.registered_kernel(ast)) is not None: kind, o, nb, order = reg
+  else: return None
+  if (form := x86_vnni.vnni_form(machine_of(renderer).isa)) is None: return None  # after the match: it may probe
+  threads = max(1, int(getattr(renderer, "threads", 1)))
+  while threads > 1 and o % threads: threads -= 1
+  if kind == "q8_0": src = x86_vnni.q8_0_matvec_ir(o, nb, threads, name=name, form=form)
+  else: src = x86_vnni.q4_k_matvec_ir(o, nb, threads, name=name, form=form, order=order)
+  if DEBUG >= 4: print(f"*** source of {name} (x86_vnni {kind} matvec):\n{src}")
+  lib = renderer.compiler.compile_cached(src)
+  out = order.index("out") if order else 0
+  info = ProgramInfo(name, (threads, 1, 1), None, (), (0, 1, 2, 3), (out,), tuple(i for i in range(4) if i != out))
   return UOp(Ops.PROGRAM, src=(ast, UOp(Ops.DEVICE, arg=renderer.device), UOp(Ops.LINEAR, src=()),
                                UOp(Ops.SOURCE, arg=src), UOp(Ops.BINARY, arg=lib)), arg=info)
 

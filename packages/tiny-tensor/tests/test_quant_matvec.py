@@ -9,6 +9,7 @@ import pytest
 
 from tiny_tensor import Tensor, engine
 from tiny_tensor.llm.gguf import BLOCK, GGMLType, quantize
+from tiny_tensor.llm import model as model_mod
 from tiny_tensor.llm.model import QLinear
 from tiny_uop import Ops
 
@@ -24,14 +25,44 @@ def _qlinear(t: GGMLType, o: int, k: int, seed: int) -> tuple[QLinear, np.ndarra
 
 
 @pytest.mark.parametrize("t", [GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q6_K])
-def test_matvec_matches_gguf_dequantize(t: GGMLType) -> None:
+def test_matvec_matches_gguf_dequantize(t: GGMLType, monkeypatch: pytest.MonkeyPatch) -> None:
+  """The float32 path (a CPU without VNNI, or not Q8_0): x times the gguf package's dequantized weight."""
+  monkeypatch.setattr(model_mod, "int8_dot_products", lambda device: False)
   ql, raw, x = _qlinear(t, 96, 512, 1)
   w = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType(int(t))).reshape(96, 512).astype(np.float64)
   got = ql(Tensor(x, device="CPU")).numpy()
   np.testing.assert_allclose(got, x.astype(np.float64) @ w.T, rtol=1e-4, atol=1e-3)
 
 
-def test_q4k_matvec_loads_the_nibble_bytes_as_vectors() -> None:
+def _q8_act(x: np.ndarray) -> np.ndarray:
+  """x (k,) quantized as llama.cpp's quantize_row_q8_0 does, back to float64: per block of 32, d = max|x| / 127 and
+  round(x / d) * d (numpy rounds ties to even, llama.cpp's roundf away from zero: random data has no ties)."""
+  xb = x.astype(np.float64).reshape(-1, 32)
+  d = (np.abs(xb).max(-1, keepdims=True) / 127).astype(np.float32).astype(np.float64)
+  q = np.clip(np.round(np.divide(xb, d, out=np.zeros_like(xb), where=d > 0)), -127, 127)
+  return (q * d).reshape(-1)
+
+
+@pytest.mark.parametrize("t, o, k", [(GGMLType.Q8_0, 96, 512), (GGMLType.Q8_0, 40, 96), (GGMLType.Q8_0, 2048, 768),
+                                     (GGMLType.Q4_K, 96, 512), (GGMLType.Q4_K, 12, 256), (GGMLType.Q4_K, 768, 2048)])
+def test_int8_activations_match_gguf_dequantize(t: GGMLType, o: int, k: int) -> None:
+  """Q8_0 and Q4_K on a VNNI CPU: the activations quantized to int8 per 32-block (llama.cpp's), times the weight's
+  int8 values or nibbles (`x86_vnni`): against the gguf package's dequantized weight times numpy's int8 activations
+  (tight), and within the documented int8 error of the float32 product (rms error about 0.3% of the rms output)."""
+  from tiny_tensor.llm.quants import int8_dot_products
+  if not int8_dot_products("CPU"): pytest.skip("no VNNI on this CPU: decode keeps float32 activations")
+  ql, raw, x = _qlinear(t, o, k, 4)
+  w = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType(int(t))).reshape(o, k).astype(np.float64)
+  got = ql(Tensor(x, device="CPU")).numpy().reshape(-1)
+  want = w @ _q8_act(x.reshape(-1))
+  np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
+  f32 = w @ x.reshape(-1).astype(np.float64)
+  rel = float(np.sqrt(np.mean((got - f32) ** 2) / np.mean(f32 ** 2)))
+  assert 1e-5 < rel < 0.01, rel  # not 0: the int8 path ran
+
+
+def test_q4k_matvec_loads_the_nibble_bytes_as_vectors(monkeypatch: pytest.MonkeyPatch) -> None:
+  monkeypatch.setattr(model_mod, "int8_dot_products", lambda device: False)  # the float32 path's kernel
   # the nibble bytes of a Q4_K sub-block sit at base + 0..15 with an i32 index sign-extended for the address: only
   # with `nsw` on the index adds can LLVM prove them contiguous and merge the 16 unrolled byte loads into one vector
   # load (before: 16 scalar byte loads per step, the kernel 1.7x slower)

@@ -17,6 +17,7 @@ import llm_ref
 from tiny_tensor import GlobalCounters, Tensor, engine
 from tiny_tensor.llm import LLM, Config, Tokenizer, Transformer, chat_prompt
 from tiny_tensor.llm import quants
+from tiny_tensor.llm import model as model_mod
 from tiny_tensor.llm.gguf import BLOCK, GGMLType, dequantize, quantize, read_gguf, write_gguf
 
 QUANTS = [GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1, GGMLType.Q4_K, GGMLType.Q5_K,
@@ -109,11 +110,16 @@ MIXED = {"token_embd.weight": GGMLType.Q6_K, "attn_q.weight": GGMLType.Q4_K, "at
 
 @pytest.fixture(scope="module")
 def mixed(tmp_path_factory):
+  """The MIXED model, its weights and the LLM, run on the float32 decode path: its Q8_0 matvecs decode the weight
+  to float32 (not llama.cpp's int8 activations, which a VNNI CPU runs: see `test_q8_0_int8_activations_*`), so the
+  numpy reference's float64 logits hold to 1e-4. Patched for the module: the LLM's jitted steps are shared."""
   path = str(tmp_path_factory.mktemp("llm") / "mixed.gguf")
   ws = llm_ref.make_model(path, dim=256, hidden=256, n_heads=4, n_kv=2, types=MIXED, seed=3)
   kv, ts = read_gguf(path)
   assert {ts[k].ggml_type for k in ts} >= set(MIXED.values())
-  return path, ws, LLM.load(path)
+  with pytest.MonkeyPatch.context() as mp:
+    mp.setattr(model_mod, "int8_dot_products", lambda device: False)
+    yield path, ws, LLM.load(path)
 
 
 def _check_generation(llm, ws, arch, prompt_text="the quick fox", n=5):
@@ -209,11 +215,13 @@ def test_decode_step_quantized_matvec_reads_only_the_packed_blocks(mixed):
 
 
 @pytest.mark.parametrize("t", [GGMLType.Q8_0, GGMLType.Q4_K], ids=lambda t: t.name)
-def test_quantized_matvec_loop_order_reads_rows_contiguously(t):
+def test_quantized_matvec_loop_order_reads_rows_contiguously(t, monkeypatch):
   """The CPU heuristics give a matvec over packed blocks a K unroll (each row's bytes read contiguously) and no
   upcast of the output rows (lanes a row of blocks apart, each gathering single bytes: Q8_0 ran ~2x slower); an f32
-  matvec unrolls K into lane accumulators. Values checked against the gguf package's dequantization."""
+  matvec unrolls K into lane accumulators. Values checked against the gguf package's dequantization. The float32
+  decode path (a CPU without VNNI: Q8_0 with int8 activations runs `x86_vnni`'s kernel, no heuristic)."""
   import gguf
+  monkeypatch.setattr(model_mod, "int8_dot_products", lambda device: False)
   from tiny_codegen.opt import optimize_kernel
   from tiny_uop.plugins import Device
   from tiny_tensor.llm.model import Linear, QLinear
@@ -387,9 +395,32 @@ def test_architectures_match_transformers_f32(tmp_path, case):
   # K-quant rows are whole 256-element blocks: every matrix's input width is 256
   ("gemma2", "Q4_K", {"dim": 256, "hidden": 256, "head_dim": 64, "query_pre_attn_scalar": 64}),
   ("llama3_rope", "Q6_K", {"dim": 256, "hidden": 256})])
-def test_architectures_match_transformers_quantized(tmp_path, case, qname, kw):
+def test_architectures_match_transformers_quantized(tmp_path, case, qname, kw, monkeypatch):
   import gguf
+  monkeypatch.setattr(model_mod, "int8_dot_products", lambda device: False)  # float32 activations: logits to 1e-4
   _check_against_transformers(tmp_path, case, gguf.GGMLQuantizationType[qname], **kw)
+
+
+@pytest.mark.parametrize("qname", ["Q8_0", "Q4_K"])
+def test_int8_activations_match_transformers_greedy(tmp_path, qname):
+  """A Q8_0 / Q4_K model's one-token matvecs on a VNNI CPU quantize the activations to int8 per 32-block as llama.cpp
+  does (`llm.quants.quantize_q8_act`): the greedy tokens are transformers' (float64, the file's dequantized weights),
+  the logits within 2% of their largest magnitude (docs: "int8 activations")."""
+  import gguf
+  if not quants.int8_dot_products("CPU"): pytest.skip("no VNNI on this CPU: decode keeps float32 activations")
+  model = llm_ref.hf_model("llama", seed=11, dim=256, hidden=256)
+  path = str(tmp_path / "q.gguf")
+  llm_ref.write_hf_gguf(model, "llama", path, gguf.GGMLQuantizationType[qname])
+  llm = LLM.load(path)
+  ref = list(PROMPT)
+  for _ in range(8): ref.append(int(np.argmax(llm_ref.hf_logits(model, ref)[-1])))
+  assert list(llm.generate_ids(PROMPT, max_tokens=8, stop_ids=())) == ref[len(PROMPT):]
+  llm.reset()
+  llm.model.prefill(PROMPT)
+  for i in range(len(PROMPT), len(ref)): lg = llm.model.decode(ref[i], i).numpy()
+  want = llm_ref.hf_logits(model, ref)[-1]
+  err = float(np.abs(lg - want).max())
+  assert 1e-6 < err < 0.02 * float(np.abs(want).max()), err  # > 0: the int8 path ran, not the float32 one
 
 
 @pytest.fixture(scope="module")

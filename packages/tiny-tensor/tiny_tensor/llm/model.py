@@ -17,6 +17,17 @@ Decoding: one token at a time through `Transformer.step`, a TinyJit-ed function 
 n_kv * head_dim elements, whatever the context) and read through a symbolic shrink, so the same captured kernels
 serve every position (`Transformer.decode`).
 
+int8 activations: on a CPU whose machine model lists AVX512-VNNI (+VL) or AVX-VNNI (`quants.int8_dot_products`), a
+one-token matvec over a Q8_0 or Q4_K weight quantizes its input to int8 per block of 32 as llama.cpp does (scale
+max|x| / 127, values rounded to nearest, ties to even where llama.cpp rounds them away from zero; one kernel per
+input, shared by the weights that read it) and multiplies the weight's int8 values (Q4_K: its nibbles) by it with
+`vpdpbusd` (`tiny_codegen.x86_vnni`): per 32-block an exact int32 sum, times the scales in float32 (Q4_K: minus the
+sub-block's min times the activation block's sum; llama.cpp quantizes Q4_K's activations per 256, Q8_K). The
+numbers move by the activations' rounding: about 0.3% rms of a matvec's output, a few 1e-3 of the logits of a small
+random model (tests: `test_quant_matvec.py`, `test_int8_activations_match_transformers_greedy`); llama.cpp's
+quantized decode has the same kind of error. Elsewhere, and
+for prefill chunks and the other types, the weight is decoded to float32 as before.
+
 Prefill: the prompt goes through a second TinyJit-ed function, `Transformer.chunk_step`, in chunks of a fixed
 `prefill_chunk` tokens (`prefill_chunk_size`: from the model's widest activation and the host's L2), at a bound start
 position `prefill_pos` and with the row whose logits are returned a bound `prefill_last`: the last chunk is padded
@@ -38,7 +49,8 @@ from tiny_uop.dtype import dtypes
 from tiny_uop.uop import sint
 from tiny_tensor.jit import TinyJit
 from tiny_tensor.llm.gguf import BLOCK, GGMLType, GGUFTensor
-from tiny_tensor.llm.quants import SUPPORTED, dequantize
+from tiny_tensor.llm.quants import (SUPPORTED, dequantize, int8_dot_products, q4_k_matvec, q8_0_matvec,
+                                   quantize_q8_act)
 from tiny_tensor.tensor import Tensor
 
 __all__ = ["Config", "Transformer", "QLinear", "ArchSpec", "ARCHS", "NEOX_ARCHS", "prefill_chunk_size"]
@@ -276,6 +288,15 @@ class QLinear:
     float buffer that an f32 matmul reads (fused into the matmul, every block was decoded again for every token)."""
     o, k = self.shape
     if math.prod(x.shape[:-1]) != 1: return x @ self.weight().contiguous().T
+    if self.ggml_type == GGMLType.Q8_0 and k % 32 == 0 and int8_dot_products(x.device):
+      # llama.cpp's int8 activations (one quantizing kernel per x, shared by the weights that read it) and the
+      # VNNI kernel: 2048x768 one thread 150-230 -> 70-80 us (bench/README.md, "int8 decode matvecs on vpdpbusd")
+      xq, xd = quantize_q8_act(x.reshape(k))
+      return q8_0_matvec(self.raw, xq, xd, o).reshape(*x.shape[:-1], o)
+    if self.ggml_type == GGMLType.Q4_K and k % 256 == 0 and int8_dot_products(x.device):
+      # the same int8 activations, nibbles x int8 on vpdpbusd: 2048x768 one thread 580-1120 -> 230-240 us
+      xq, xd = quantize_q8_act(x.reshape(k))
+      if (y := q4_k_matvec(self.raw, xq, xd, o)) is not None: return y.reshape(*x.shape[:-1], o)
     g = _MATVEC_GROUP.get(self.ggml_type)
     if g is None or k % g: return x @ self.weight().T
     # one token: the reduction as (k / g groups) x g, one REDUCE over both axes (same sum, grouped)

@@ -15,6 +15,7 @@ The layouts are the ones `tiny_tensor.llm.gguf` documents (and checks, in numpy,
 """
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from tiny_uop.dtype import dtypes
@@ -22,7 +23,7 @@ from tiny_uop.uop import sint
 from tiny_tensor.llm.gguf import BLOCK, GGMLType
 from tiny_tensor.tensor import Tensor
 
-__all__ = ["dequantize", "SUPPORTED"]
+__all__ = ["dequantize", "SUPPORTED", "quantize_q8_act", "q8_0_matvec", "q4_k_matvec", "int8_dot_products"]
 
 
 def _cols(raw: Tensor, a: sint, b: sint) -> Tensor:
@@ -140,3 +141,93 @@ def dequantize(raw: Tensor, t: GGMLType | int, shape: Any = None) -> Tensor:
   elif t in (GGMLType.Q4_K, GGMLType.Q5_K): out = _k4(raw, t)
   else: out = _q6_k(raw)
   return out.reshape(-1) if shape is None else out.reshape(shape)
+
+
+def quantize_q8_act(x: Tensor) -> tuple[Tensor, Tensor]:
+  """Activations x (K,) float32 (K a multiple of 32) -> (int8 values (K,), float32 scales (K/32,)), as llama.cpp's
+  `quantize_row_q8_0` quantizes what it multiplies with a quantized weight: per block of 32, scale d = max|x| / 127,
+  values round(x / d) (0 where d is 0). Both are realized buffers (`.contiguous()`), so every weight that reads the
+  same x shares them."""
+  if x.ndim != 1 or x.shape[0] % 32: raise ValueError(f"quantize_q8_act needs a (K,) vector with K a multiple of 32, "
+                                                      f"got shape {x.shape}")
+  xb = x.float().reshape(-1, 32)
+  d = (xb.abs().max(-1) / 127).contiguous()  # (K/32,): realized by the reduce's kernel, read by the values' kernel
+  dc = d.reshape(-1, 1)
+  q = (dc > 0).where(xb / dc, 0).round().clip(-127, 127).cast(dtypes.int8)
+  return q.reshape(-1).contiguous(), d
+
+
+def q8_0_matvec(raw: Tensor, xq: Tensor, xd: Tensor, rows: int) -> Tensor:
+  """W @ x for a Q8_0 weight W (rows, K) as raw blocks (uint8, rows * K/32 blocks of 34 bytes) and activations
+  quantized by `quantize_q8_act`: per block, the exact int32 sum of the int8 products times both scales, summed in
+  float32. The kernel this schedules is `tiny_codegen.x86_vnni.q8_0_matvec_ast`'s form: on an LLVM CPU with VNNI it
+  runs as `vpdpbusd`, elsewhere as plain int32 math. Returns (rows,) float32, realized apart (`.contiguous()`) so the
+  kernel keeps that form."""
+  nb = xd.shape[0]
+  if raw.dtype != dtypes.uint8 or raw.numel() != rows * nb * 34 or xq.shape != (nb * 32,):
+    raise ValueError(f"q8_0_matvec: raw {raw.dtype} {raw.shape}, xq {xq.shape}, xd {xd.shape} are not {rows} rows "
+                     f"of {nb} Q8_0 blocks (uint8, {rows * nb * 34} bytes) and int8 ({nb * 32},) activations")
+  w = raw.reshape(rows, nb, 34)
+  dw = (_cols(w.reshape(-1, 34), 0, 1).cast(dtypes.uint16) | (_cols(w.reshape(-1, 34), 1, 2).cast(dtypes.uint16)
+                                                              << 8)).bitcast(dtypes.float16).cast(dtypes.float32)
+  wq = w[:, :, 2:34].bitcast(dtypes.int8).cast(dtypes.int32)
+  # one REDUCE over (blocks, 32): nested (an int32 sum per block, then the blocks), the scheduler gives the block sums
+  # their own kernel where there are fewer than 1024 rows (schedule.REDUCE_SPLIT_OUTPUTS)
+  prod = (wq * xq.reshape(1, nb, 32).cast(dtypes.int32)).cast(dtypes.float32)  # exact: |product| <= 127 * 128
+  # the weight's scale and the activation's apart: their product, (rows, nb) from two buffers, would be realized
+  # on its own for big weights (the scheduler's window rule)
+  return (prod * dw.reshape(rows, nb, 1) * xd.reshape(1, nb, 1)).sum((-2, -1)).contiguous()
+
+
+def int8_dot_products(device: Any) -> bool:
+  """Whether `q8_0_matvec` on `device` runs as `vpdpbusd` (`tiny_codegen.x86_vnni`): the CPU device with the LLVM
+  renderer on a machine whose model lists AVX512-VNNI (with AVX512VL) or AVX-VNNI. Elsewhere its int32 graph lowers
+  as plain math, several times slower than decoding the weight to float32, so callers keep the float path there."""
+  if device != "CPU": return False
+  from tiny_codegen import x86_vnni
+  from tiny_codegen.machine import machine_of
+  from tiny_codegen.renderer.llvmir import LLVMRenderer
+  from tiny_uop.plugins import Device
+  r = Device["CPU"].renderer
+  return isinstance(r, LLVMRenderer) and x86_vnni.vnni_form(machine_of(r).isa) is not None
+
+
+def _q4_k_graph(raw: Tensor, xq: Tensor, xd: Tensor, rows: int) -> Tensor:
+  """The Q4_K matvec over int8 activations as one float32 reduce: the weight decoded as `dequantize` does, times
+  xq * xd."""
+  nb = xd.shape[0]
+  w = dequantize(raw, GGMLType.Q4_K, (rows, nb * 32))
+  xf = (xq.reshape(nb, 32).cast(dtypes.float32) * xd.reshape(nb, 1)).reshape(1, nb * 32)
+  return (w * xf).sum(-1).contiguous()
+
+
+@functools.cache
+def _register_q4_k(rows: int, nb: int, device: str) -> bool:
+  """Schedule `_q4_k_graph` of this shape over placeholder buffers once and register its kernel AST with
+  `tiny_codegen.x86_vnni` (which PARAM is which buffer, from the call's buffers), so the VNNI kernel runs for it.
+  False where the scheduler makes more than one kernel of it (then callers keep the float32 path)."""
+  from tiny_codegen import x86_vnni
+  from tiny_uop.uop import Ops
+  ph = {"raw": Tensor.empty(rows * nb // 8, 144, dtype=dtypes.uint8, device=device),
+        "xq": Tensor.empty(nb * 32, dtype=dtypes.int8, device=device), "xd": Tensor.empty(nb, device=device)}
+  calls = [c for c in _q4_k_graph(ph["raw"], ph["xq"], ph["xd"], rows).schedule().calls if c.src[0].op is Ops.SINK]
+  if len(calls) != 1 or len(calls[0].src) != 5: return False
+  bufs = {u: name for name, t in ph.items() for u in t.uop.toposort() if u.op is Ops.BUFFER}
+  order = tuple(bufs.get(b, "out") for b in calls[0].src[1:])
+  if sorted(order) != ["out", "raw", "xd", "xq"]: return False
+  x86_vnni.register_kernel(calls[0].src[0], "q4_k", rows, nb // 8, order)
+  return True
+
+
+def q4_k_matvec(raw: Tensor, xq: Tensor, xd: Tensor, rows: int) -> Tensor | None:
+  """W @ x for a Q4_K weight W (rows, K) as raw blocks (uint8, rows * K/256 super-blocks of 144 bytes) and
+  activations quantized by `quantize_q8_act`, as one float32 reduce of the decoded weight times xq * xd; on an LLVM
+  CPU with VNNI its kernel runs as `tiny_codegen.x86_vnni.q4_k_matvec_ir` (nibbles times int8 in int32 lanes, the
+  sub-block scales and mins applied per 32-block in float32). None where that kernel can't be registered for this
+  shape (then use the float32 path)."""
+  nb = xd.shape[0]
+  if raw.dtype != dtypes.uint8 or nb % 8 or raw.numel() != rows * nb // 8 * 144 or xq.shape != (nb * 32,):
+    raise ValueError(f"q4_k_matvec: raw {raw.dtype} {raw.shape}, xq {xq.shape}, xd {xd.shape} are not {rows} rows "
+                     f"of {nb // 8} Q4_K super-blocks (uint8, 144 bytes each) and int8 ({nb * 32},) activations")
+  if not _register_q4_k(rows, nb, str(raw.device)): return None
+  return _q4_k_graph(raw.reshape(-1, 144), xq, xd, rows)
