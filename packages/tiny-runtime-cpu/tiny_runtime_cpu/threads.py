@@ -132,8 +132,8 @@ class ThreadPool:
 
   def _native_loop(self, index: int) -> None:
     """A helper with native dispatch: poll natively for launches and run their shares, staying in native code from
-    one launch to the next (no GIL to wait for); after `native_spin_s` without one, block on the queue (a native launch puts a token there for each blocked helper; Python launches and the
-    stop marker come there too)."""
+    one launch to the next (no GIL to wait for); after `native_spin_s` without one, block on the queue (a native
+    launch puts a token there for each blocked helper; Python launches and the stop marker come there too)."""
     native, q = self.native, self.queue
     asleep = self.asleep  # this helper's list: close() (or a fork) gives the pool a new one while it may still poll
     assert native is not None

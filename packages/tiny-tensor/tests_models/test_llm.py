@@ -616,8 +616,9 @@ def test_quantized_weight_is_decoded_once_per_prefill_chunk(t):
 def _gguf_package_weights(ts) -> dict[str, np.ndarray]:
   """A file's tensors as float32, decoded by the `gguf` package (an independent codec)."""
   import gguf
-  return {k: np.asarray(gguf.quants.dequantize(np.ascontiguousarray(v.raw), gguf.GGMLQuantizationType(int(v.ggml_type))),
-                        np.float32).reshape(v.shape) for k, v in ts.items()}
+  def decode(v):
+    return gguf.quants.dequantize(np.ascontiguousarray(v.raw), gguf.GGMLQuantizationType(int(v.ggml_type)))
+  return {k: np.asarray(decode(v), np.float32).reshape(v.shape) for k, v in ts.items()}
 
 
 @pytest.mark.parametrize("t", [GGMLType.Q8_0, GGMLType.Q4_K], ids=lambda t: t.name)

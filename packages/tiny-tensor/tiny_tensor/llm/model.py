@@ -29,6 +29,7 @@ that a chunk would decode or pack again on every call get a copy laid out as the
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -633,9 +634,9 @@ def dense_budget(device: Any) -> int:
   the 100M-parameter bench model's 0.4 GB will); 0 elsewhere (a GPU's free memory isn't known here), where every
   chunk decodes the blocks again."""
   if not isinstance(device, str) or device.split(":")[0] != "CPU": return 0
-  import os
-  try: return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
-  except (ValueError, OSError, AttributeError): return 0  # no sysconf names on this OS: make no copies
+  names = getattr(os, "sysconf_names", {})
+  if "SC_AVPHYS_PAGES" not in names or "SC_PAGE_SIZE" not in names: return 0  # a host that doesn't say: no copies
+  return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
 
 
 def prefill_chunk_size(cfg: Config) -> int:
