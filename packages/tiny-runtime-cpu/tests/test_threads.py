@@ -232,6 +232,8 @@ def _close_while_polling(dev: Any) -> None:
   addr, tramp = _native_kernel(dev)
   pool = dev.pool
   pool.native_iters *= 100  # the helpers poll ~100 ms after a launch: close() comes while they do
+  until = time.perf_counter() + 5  # they read the count when they start polling: after they block, a launch wakes them
+  while not (pool.asleep and all(pool.asleep)) and time.perf_counter() < until: time.sleep(1e-3)
   out = np.zeros(4, np.float32)
   assert pool.run_native(tramp, addr, pool.native.args([out.ctypes.data, 2]), 4)
   np.testing.assert_array_equal(out, 2000 + np.arange(4) + 0.5)
@@ -244,6 +246,34 @@ def _close_while_polling(dev: Any) -> None:
   for t in threads: t.join(10)
   assert not any(t.is_alive() for t in threads)
   assert time.perf_counter() - st > 0.02, "the helpers had stopped polling before close(): nothing was tested"
+
+
+def test_native_helper_stays_native_across_back_to_back_launches() -> None:
+  """A helper that ran a launch's shares polls on, in native code, for the next launch: it returns to Python (whose
+  GIL a replay driven from Python holds between its launches) only after `iters` polls without a new one. It
+  returned after every launch, and so joined the next one late or not at all: the 2048x768 Q4_K matvec of the LLM
+  decode ran no faster on two threads than on one (issue #39)."""
+  from tiny_runtime_cpu.cpu import CPUDevice
+  from tiny_runtime_cpu.native_pool import NativePool
+  dev = CPUDevice("CPU")
+  addr, tramp = _native_kernel(dev)
+  native = NativePool(dev.native_load, dev.native_triple)  # a block of its own: no pool helper polls it
+  probe, st = (ctypes.c_int64 * 8)(), time.perf_counter()
+  native.helper(ctypes.addressof(probe), 0, 1 << 14)  # a block that never changes: 2**14 idle polls
+  iters = max(1 << 14, int((1 << 14) * 0.5 / max(time.perf_counter() - st, 1e-9)))  # polls in ~0.5 s
+  got: list[int] = []
+  helper = threading.Thread(target=lambda: got.append(native.helper(native.state_addr, 0, iters)))
+  helper.start()
+  outs = [np.zeros(64, np.float32) for _ in range(2)]
+  native.main(native.state_addr, 1, 64, tramp, addr, ctypes.addressof(args1 := native.args([outs[0].ctypes.data, 1])))
+  time.sleep(0.05)  # the helper has seen launch 1 by now (it polls the published generation)
+  still_polling = helper.is_alive()
+  native.main(native.state_addr, 2, 64, tramp, addr, ctypes.addressof(args2 := native.args([outs[1].ctypes.data, 2])))
+  helper.join(30)
+  del args1, args2
+  for v, out in enumerate(outs, 1): np.testing.assert_array_equal(out, v * 1000 + np.arange(64) + 0.5)
+  assert still_polling, f"the helper returned to Python after launch 1 (returned {got})"
+  assert got == [2], f"the helper's last launch seen: {got}, expected 2"
 
 
 @pytest.mark.parametrize("nbufs,nvals", [(1, 0), (3, 2), (9, 4), (2, 7)])

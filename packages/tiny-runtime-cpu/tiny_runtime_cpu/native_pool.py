@@ -7,9 +7,12 @@ meanwhile. Here a launch is published in a small shared block and claimed by nat
 
 - `tiny_pool_main(state, gen, n, tramp, fn, args)` (the launching thread, through ctypes, so without the GIL):
   publishes launch `gen` of `n` shares, runs shares until none are left, then waits for the helpers' shares to end.
-- `tiny_pool_helper(state, last, iters)` (a helper thread, through ctypes): polls the block for up to `iters` polls
-  for a launch other than `last`, runs shares of it while there are any, and returns its generation (or `last`
-  when none came: the helper then blocks in Python until woken).
+- `tiny_pool_helper(state, last, iters)` (a helper thread, through ctypes): polls the block for a launch other than
+  the last one it saw (at first `last`), runs shares of it while there are any, and polls on for the next one; after
+  `iters` polls with no new launch it returns the last generation it saw (`last` when none came): the helper then
+  blocks in Python until woken. It stays in native code across back-to-back launches: returning to Python after
+  each one (as it did) made it wait for the GIL, which the launching thread holds between the launches of a replay
+  made from Python, so it joined each launch late (an OS wake-up on a VM: 50-100 µs) or not at all.
 - `tiny_call_<B>_<V>(fn, args, core_id)`: calls a kernel of B buffers and V int32 values (`args`: B addresses then V
   values, one int64 each) with its exact prototype (docs/PIPELINE.md §4), so no ABI is assumed.
 
@@ -100,9 +103,10 @@ define i64 @tiny_pool_helper(ptr %st, i64 %last, i64 %iters) nounwind {{
 entry:
   br label %poll
 poll:
-  %i = phi i64 [ 0, %entry ], [ %next, %pause ]
+  %i = phi i64 [ 0, %entry ], [ %next, %pause ], [ 0, %join ]
+  %seen = phi i64 [ %last, %entry ], [ %seen, %pause ], [ %gen, %join ]
   %gen = load atomic i64, ptr %st acquire, align 8
-  %new = icmp ne i64 %gen, %last
+  %new = icmp ne i64 %gen, %seen
   br i1 %new, label %join, label %pause
 pause:
   {call}
@@ -111,9 +115,9 @@ pause:
   br i1 %more, label %poll, label %idle
 join:
   call void @work(ptr %st, i64 %gen)
-  ret i64 %gen
+  br label %poll
 idle:
-  ret i64 %last
+  ret i64 %seen
 }}
 {decl}
 """

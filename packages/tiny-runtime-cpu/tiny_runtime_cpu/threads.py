@@ -131,19 +131,17 @@ class ThreadPool:
       launch.work()
 
   def _native_loop(self, index: int) -> None:
-    """A helper with native dispatch: poll natively for launches and run their shares; after `native_spin_s` without
-    one, block on the queue (a native launch puts a token there for each blocked helper; Python launches and the
-    stop marker come there too)."""
+    """A helper with native dispatch: poll natively for launches and run their shares, staying in native code from
+    one launch to the next (no GIL to wait for); after `native_spin_s` without one, block on the queue (a native
+    launch puts a token there for each blocked helper; Python launches and the stop marker come there too)."""
     native, q = self.native, self.queue
     asleep = self.asleep  # this helper's list: close() (or a fork) gives the pool a new one while it may still poll
     assert native is not None
     seen = -1  # join whatever launch is published now (if it still has shares)
     while True:
-      got = native.helper(native.state_addr, seen, self.native_iters)
-      if got != seen:  # ran shares of launch `got` (or found none left): take what the queue holds, then poll on
-        seen = got
-        if not self._drain(q): return
-        continue
+      # runs the shares of every launch published while it polls; returns after native_spin_s without a new one
+      seen = native.helper(native.state_addr, seen, self.native_iters)
+      if not self._drain(q): return  # Python launches and tokens queued meanwhile
       asleep[index] = True
       try: item = q.get()
       finally: asleep[index] = False

@@ -642,3 +642,59 @@ def test_quantized_weight_is_decoded_once_per_prefill_chunk(t):
   readers = [c for c in step.captured.calls if any(r is raw_buf for r in getattr(c, "refs", []))]
   assert len(readers) == 1 and len(step.captured.calls) == 2, [c.name for c in step.captured.calls]
   assert readers[0].refs[0].nbytes == 4 * w.size  # the decoded weight: float32, written once
+
+
+def _gguf_package_weights(ts) -> dict[str, np.ndarray]:
+  """A file's tensors as float32, decoded by the `gguf` package (an independent codec)."""
+  import gguf
+  def decode(v):
+    return gguf.quants.dequantize(np.ascontiguousarray(v.raw), gguf.GGMLQuantizationType(int(v.ggml_type)))
+  return {k: np.asarray(decode(v), np.float32).reshape(v.shape) for k, v in ts.items()}
+
+
+@pytest.mark.parametrize("t", [GGMLType.Q8_0, GGMLType.Q4_K], ids=lambda t: t.name)
+@pytest.mark.parametrize("budget", [None, 0], ids=["kept", "no-memory"])
+def test_prefill_chunks_multiply_weights_decoded_once_per_model(tmp_path, monkeypatch, t, budget):
+  """The first multi-token prefill decodes every quantized layer weight once into a float32 copy laid out as the
+  chunk's matmul reads it (`DenseWeight`): the jitted chunk then reads no quantized block (it decoded every weight
+  again and packed it into panels, chunk after chunk: 60% of a 4-layer Q4_K chunk's kernel time, issue #39). Where
+  the copies don't fit `dense_budget` the chunks decode per call, as before. Logits against a numpy forward pass over
+  the `gguf` package's decoding of the file."""
+  from tiny_tensor.llm import model as llm_model
+  if budget is not None: monkeypatch.setattr(llm_model, "dense_budget", lambda device: budget)
+  path = str(tmp_path / "d.gguf")
+  llm_ref.make_model(path, n_layers=2, dim=256, hidden=512, n_heads=4, n_kv=2, wtype=t, seed=11, ctx=64)
+  kv, ts = read_gguf(path)
+  ws = _gguf_package_weights(ts)
+  m = Transformer(Config.from_gguf(kv), ts, prefill_chunk=8)
+  rng = np.random.default_rng(2)
+  for n in (13, 9, 16):
+    prompt = [int(x) for x in rng.integers(3, 300, n)]
+    np.testing.assert_allclose(m.prefill(prompt).numpy(), llm_ref.forward(ws, prompt)[-1], rtol=1e-4, atol=1e-4)
+  lins = [w for lay in m.layers for w in (lay.wq, lay.wk, lay.wv, lay.wo, lay.w_gate, lay.w_up, lay.w_down)]
+  raws = {id(engine.get_buffer(engine.buffer_view(w.raw.uop)[0])) for w in lins}
+  reads = [c.name for c in m.chunk_step.captured.calls if any(id(r) in raws for r in getattr(c, "refs", []))]
+  if budget == 0: assert len(reads) == len(lins) and all(w.dense is None for w in lins), reads
+  else: assert not reads and all(w.dense is not None for w in lins), reads
+
+
+def test_prefill_chunks_read_float_weights_packed_once(tmp_path):
+  """A float weight that a 32-token chunk's matmul packs into column panels (`gemm_panel`, strided B) is packed once,
+  at the first prefill (`DenseWeight`); the jitted chunk reads the panels, not the weight (it packed every such weight
+  again each chunk: 97 -> 77 kernels a 4-layer F32 chunk of the bench model). Logits against numpy."""
+  from tiny_tensor.llm.model import _prefill_panel
+  path = str(tmp_path / "f.gguf")
+  ws = llm_ref.make_model(path, n_layers=1, dim=768, hidden=2048, n_heads=4, n_kv=2, seed=12, ctx=64)
+  kv, ts = read_gguf(path)
+  m = Transformer(Config.from_gguf(kv), ts, prefill_chunk=32)
+  rng = np.random.default_rng(3)
+  for n in (40, 33, 20):
+    prompt = [int(x) for x in rng.integers(3, 300, n)]
+    np.testing.assert_allclose(m.prefill(prompt).numpy(), llm_ref.forward(ws, prompt)[-1], rtol=1e-4, atol=1e-4)
+  lins = [w for lay in m.layers for w in (lay.wq, lay.wk, lay.wv, lay.wo, lay.w_gate, lay.w_up, lay.w_down)]
+  packed = [w for w in lins if _prefill_panel(w.w, 32)]
+  if not packed: pytest.skip("this machine's CPU matmul packs none of these weights at 32 rows")
+  assert all(w.dense is not None and w.dense.panel for w in packed)
+  bufs = {id(engine.get_buffer(engine.buffer_view(w.w.uop)[0])) for w in packed}
+  reads = [c.name for c in m.chunk_step.captured.calls if any(id(r) in bufs for r in getattr(c, "refs", []))]
+  assert not reads, reads

@@ -33,11 +33,14 @@ Prefill: the prompt goes through a second TinyJit-ed function, `Transformer.chun
 position `prefill_pos` and with the row whose logits are returned a bound `prefill_last`: the last chunk is padded
 with token 0, whose keys and values land in cache rows past the prompt that no real query sees (causal mask) and that
 the next token's write replaces. One capture serves every chunk of every prompt; a chunk that would run past the
-context (the padding included) goes through `forward` unjitted.
+context (the padding included) goes through `forward` unjitted. Before the first multi-token prefill the layer weights
+that a chunk would decode or pack again on every call get a copy laid out as the chunk's matmul reads it
+(`DenseWeight`), when the copies fit `dense_budget`.
 """
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -278,6 +281,7 @@ class QLinear:
 
   def __init__(self, raw: Tensor, ggml_type: GGMLType, shape: tuple[int, int]):
     self.raw, self.ggml_type, self.shape = raw, GGMLType(ggml_type), tuple(shape)
+    self.dense: DenseWeight | None = None  # the weight decoded once for multi-row calls (`Transformer.prefill`)
 
   def weight(self) -> Tensor:
     """The weight as a lazy float32 graph over the raw blocks."""
@@ -287,7 +291,8 @@ class QLinear:
     """x (..., in) @ W.T: one token decodes W inside the matvec; several (a prefill chunk) decode it once into a
     float buffer that an f32 matmul reads (fused into the matmul, every block was decoded again for every token)."""
     o, k = self.shape
-    if math.prod(x.shape[:-1]) != 1: return x @ self.weight().contiguous().T
+    if math.prod(x.shape[:-1]) != 1:
+      return self.dense(x) if self.dense is not None else x @ self.weight().contiguous().T
     if self.ggml_type == GGMLType.Q8_0 and k % 32 == 0 and int8_dot_products(x.device):
       # llama.cpp's int8 activations (one quantizing kernel per x, shared by the weights that read it) and the
       # VNNI kernel: 2048x768 one thread 150-230 -> 70-80 us (bench/README.md, "int8 decode matvecs on vpdpbusd")
@@ -315,8 +320,50 @@ _MATVEC_GROUP = {GGMLType.Q4_K: 64, GGMLType.Q6_K: 64}
 class Linear:
   """y = x @ W.T for a float weight W (out, in)."""
 
-  def __init__(self, w: Tensor): self.w = w
-  def __call__(self, x: Tensor) -> Tensor: return x @ self.w.T
+  def __init__(self, w: Tensor):
+    self.w = w
+    self.dense: DenseWeight | None = None  # W in the matmul's panels for multi-row calls (`Transformer.prefill`)
+
+  def __call__(self, x: Tensor) -> Tensor:
+    return self.dense(x) if self.dense is not None and math.prod(x.shape[:-1]) != 1 else x @ self.w.T
+
+
+class DenseWeight:
+  """A weight W (out, in) kept for the multi-row products of prefill chunks (`x @ W.T`, x (..., rows, in)), laid out
+  once as the matmul reads it: in the column panels (out // P, in, P) the CPU matmul would copy W into on every call
+  (`tiny_codegen.opt.heuristic.gemm_panel`, asked about `rows` rows), else as W itself, contiguous.
+
+  A 32-token chunk of the bench LLM (4 layers, one thread) spent 60% of its kernel time decoding every Q4_K weight
+  to float32 and packing it into panels again, chunk after chunk (issue #39); llama.cpp multiplies the blocks
+  directly. Built from a QLinear's decoded weight, this trades 4 bytes a weight of memory (`dense_budget`) for it."""
+
+  def __init__(self, w: Tensor, rows: int):
+    """`w`: the (out, in) float weight (a lazy graph, such as a QLinear's decoding, is fine: it is realized here, into
+    a buffer of its own first: decoded straight into the panels, the transposed writes ran 4-5x slower); `rows`: the
+    rows of x a call has."""
+    self.out, self.inp = (int(d) for d in w.shape)
+    self.panel = _prefill_panel(w, rows)
+    w = w.contiguous().realize()
+    wt = w.T.reshape(self.inp, self.out // self.panel, self.panel).permute(1, 0, 2) if self.panel else w
+    self.w = wt.contiguous().realize()
+
+  def __call__(self, x: Tensor) -> Tensor:
+    """x (..., in) @ W.T -> (..., out), reading the kept layout in place."""
+    if not self.panel: return x @ self.w.T
+    lead = x.shape[:-1]
+    return (x.reshape(*lead, 1, self.inp, 1) * self.w).sum(-2).reshape(*lead, self.out)
+
+
+def _prefill_panel(w: Tensor, rows: int) -> int:
+  """The panel width P of `DenseWeight`'s layout for `rows` x (out, in) @ W.T on w's device (0: W as it is): what
+  `Tensor.dot` packs a transposed right operand into for that product (the CPU's heuristic, from its machine model)."""
+  from tiny_uop.plugins import Device
+  if not isinstance(w.device, str): return 0
+  renderer = Device[w.device].renderer
+  if not hasattr(renderer, "vector_registers"): return 0
+  from tiny_codegen.opt.heuristic import gemm_panel
+  out, inp = (int(d) for d in w.shape)
+  return gemm_panel(renderer, rows, inp, out, w.dtype.itemsize, strided=True)
 
 
 def _weight(t: GGUFTensor, device: str | None, float_dtype: Any = dtypes.float32) -> Any:
@@ -490,6 +537,7 @@ class Transformer:
     self.chunk_pos = Variable("prefill_pos", 0, cfg.max_context - self.chunk)
     self.chunk_last = Variable("prefill_last", 0, self.chunk - 1)
     self._chunk_masks: tuple[Tensor, Tensor | None] | None = None  # made on the first chunked prefill
+    self._dense_checked = False  # whether the first multi-token prefill decided on the QLinears' dense copies
 
   def embed_rows(self, tokens: list[int]) -> Tensor:
     """The raw embedding rows of `tokens` (host gather), as a (T, row bytes) uint8 Tensor on the device."""
@@ -572,6 +620,7 @@ class Transformer:
     if not tokens: raise ValueError("prefill needs at least one token")
     if start_pos + len(tokens) > self.cfg.max_context:
       raise ValueError(f"{len(tokens)} tokens at position {start_pos} don't fit the context of {self.cfg.max_context}")
+    if len(tokens) > 1: self._keep_dense_weights()
     done, c = 0, self.chunk
     while True:
       sp, take = start_pos + done, min(c, len(tokens) - done)
@@ -582,6 +631,33 @@ class Transformer:
         logits = self.chunk_step(rows, self.chunk_pos.bind(sp), self.chunk_last.bind(take - 1))
       done += take
       if done == len(tokens): return logits
+
+
+  def _keep_dense_weights(self) -> None:
+    """Once, before the first multi-token prefill (so no TinyJit capture sees the per-call path): give the layer
+    weights a `DenseWeight` for the prefill's chunks when all of them fit `dense_budget` (none otherwise): every
+    quantized one (decoded to float32), and every float one the chunk's matmul would pack into panels."""
+    if self._dense_checked: return
+    self._dense_checked = True
+    todo: list[tuple[QLinear | Linear, Tensor]] = []
+    for layer in self.layers:
+      for lin in (layer.wq, layer.wk, layer.wv, layer.wo, layer.w_gate, layer.w_up, layer.w_down):
+        if isinstance(lin, QLinear): todo.append((lin, lin.weight()))
+        elif isinstance(lin, Linear) and _prefill_panel(lin.w, self.chunk): todo.append((lin, lin.w))
+    need = sum(w.dtype.itemsize * math.prod(w.shape) for _, w in todo)
+    if not todo or need > dense_budget(todo[0][1].device): return
+    for lin, w in todo: lin.dense = DenseWeight(w, self.chunk)
+
+
+def dense_budget(device: Any) -> int:
+  """Bytes the prefill's float32 copies of quantized weights (`DenseWeight`) may take on `device`: half the host
+  memory available now on a CPU device (a 7B-parameter Q4_K model's 28 GB of copies won't be made on a 32 GB host;
+  the 100M-parameter bench model's 0.4 GB will); 0 elsewhere (a GPU's free memory isn't known here), where every
+  chunk decodes the blocks again."""
+  if not isinstance(device, str) or device.split(":")[0] != "CPU": return 0
+  names = getattr(os, "sysconf_names", {})
+  if "SC_AVPHYS_PAGES" not in names or "SC_PAGE_SIZE" not in names: return 0  # a host that doesn't say: no copies
+  return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
 
 
 def prefill_chunk_size(cfg: Config) -> int:
