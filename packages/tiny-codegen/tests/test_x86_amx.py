@@ -123,6 +123,28 @@ def test_k_block_from_the_fake_machines(tmp_path) -> None:
   with pytest.raises(ValueError, match=r"K=48; valid: a positive multiple of 32"): x86_amx.k_block(48, 1 << 15)
 
 
+def test_fits_leaves_room_on_the_threads_stack(monkeypatch: pytest.MonkeyPatch) -> None:
+  """The panel pair lives on the stack: a K whose frame passes a quarter of the threads' stack keeps the float32
+  kernel (a 1 MB stack: K=2048's 161 KB frame fits, K=4096's 289 KB doesn't), and so does K past `MAX_K`."""
+  assert x86_amx.stack_bytes(2048) == 2048 * 64 + 8 * 4096 + 1024
+  monkeypatch.setattr(x86_amx, "thread_stack_limit", lambda: 1 << 20)
+  assert x86_amx.fits(64, 64, 2048) and not x86_amx.fits(64, 64, 4096)
+  monkeypatch.setattr(x86_amx, "thread_stack_limit", lambda: 1 << 30)
+  assert x86_amx.fits(32, 32, x86_amx.MAX_K) and not x86_amx.fits(32, 32, x86_amx.MAX_K + 32)
+
+
+def test_thread_stack_limit_reads_threading_then_rlimit(monkeypatch: pytest.MonkeyPatch) -> None:
+  import resource
+  import threading
+  monkeypatch.setattr(threading, "stack_size", lambda: 512 << 10)
+  assert x86_amx.thread_stack_limit() == 512 << 10
+  monkeypatch.setattr(threading, "stack_size", lambda: 0)
+  monkeypatch.setattr(resource, "getrlimit", lambda which: (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+  assert x86_amx.thread_stack_limit() == 8 << 20
+  monkeypatch.setattr(resource, "getrlimit", lambda which: (2 << 20, resource.RLIM_INFINITY))
+  assert x86_amx.thread_stack_limit() == 2 << 20
+
+
 @x86_only
 def test_bf16_out_rounds_as_tiny_casts() -> None:
   """`out_bf16=True`: the float32 kernel's sums rounded to nearest even bfloat16 (numpy here), NaN -> 0x7FC0."""

@@ -29,6 +29,8 @@ from __future__ import annotations
 import ctypes
 import functools
 import platform
+import resource
+import threading
 
 from tiny_uop.dtype import PtrDType, dtypes
 from tiny_uop.uop import AxisType, Ops, UOp
@@ -36,7 +38,7 @@ from tiny_uop.uop import AxisType, Ops, UOp
 from tiny_codegen import cpu_probe
 
 __all__ = ["TILE_ROWS", "TILE_BYTES", "BLOCK", "MAX_K", "amx_bf16_matmul_ir", "k_block", "row_group",
-           "request_tile_state", "fits", "match_matmul"]
+           "request_tile_state", "fits", "match_matmul", "stack_bytes", "thread_stack_limit"]
 
 TILE_ROWS, TILE_BYTES = 16, 64
 """AMX palette 1: a tile holds at most 16 rows of 64 bytes (Intel SDM vol. 1, "Intel AMX")."""
@@ -238,11 +240,26 @@ def _arch_prctl_tiles() -> bool:
   return int(libc.syscall(_SYS_ARCH_PRCTL, _ARCH_REQ_XCOMP_PERM, _XFEATURE_XTILEDATA)) == 0
 
 
+def stack_bytes(k: int) -> int:
+  """The kernel's stack frame for K = `k`: the packed panel pair (64 bytes a k), the C tiles of a row group between K
+  blocks (`GROUP_MAX` x 4 KB) and the bf16 epilogue's 1 KB tile buffer."""
+  return k * PANEL_BYTES_PER_K + GROUP_MAX * BLOCK * BLOCK * 4 + 1024
+
+
+def thread_stack_limit() -> int:
+  """Bytes of stack the CPU runtime's threads get: `threading.stack_size()` when a program set one, else the soft
+  `RLIMIT_STACK` (what glibc gives a new thread; 8 MB when unlimited, glibc's x86-64 default)."""
+  if (size := threading.stack_size()) > 0: return size
+  soft = resource.getrlimit(resource.RLIMIT_STACK)[0]
+  return 8 << 20 if soft == resource.RLIM_INFINITY or soft <= 0 else int(soft)
+
+
 def fits(m: int, n: int, k: int) -> bool:
-  """Whether the kernel's blocks divide an (m, k) @ (k, n) product (M, N and K multiples of 32) its i32 offsets
-  hold it and K is at most `MAX_K`: the shapes `Tensor.dot` sends here."""
+  """Whether the kernel's blocks divide an (m, k) @ (k, n) product (M, N and K multiples of 32), its i32 offsets
+  hold it, K is at most `MAX_K` and its stack frame (`stack_bytes`) takes at most a quarter of a thread's stack
+  (`thread_stack_limit`): the shapes `Tensor.dot` sends here."""
   return all(isinstance(v, int) and v > 0 and v % BLOCK == 0 for v in (m, n, k)) and \
-    max(m * k, m * n, n * k) < 2 ** 31 and k <= MAX_K
+    max(m * k, m * n, n * k) < 2 ** 31 and k <= MAX_K and 4 * stack_bytes(k) <= thread_stack_limit()
 
 
 def _affine_strides(idx: UOp, rngs: list[UOp]) -> dict[UOp, int] | None:
