@@ -29,6 +29,7 @@ def test_ir_uses_the_tile_instructions() -> None:
   src = x86_amx.amx_bf16_matmul_ir(64, 32, 96, threads=2)
   assert src.count("@llvm.x86.tdpbf16ps.internal(") == 5  # the declaration and the 2 x 2 tile products
   assert src.count("shufflevector <32 x i16>") == 2  # B's pack: each k-pair's two rows interleaved, in the kernel
+  assert src.count("call void @llvm.prefetch.p0(") == 32  # the next k step's 32 A rows
   assert "+amx-tile,+amx-bf16" in src and "@llvm.x86.tileloadd64.internal(" in src
 
 
@@ -67,7 +68,8 @@ def test_amx_matmul_matches_numpy_and_torch(m: int, n: int, k: int, threads: int
   out = np.full((m, n), np.nan, np.float32)
   compiler = LLVMCompiler()
   src = x86_amx.amx_bf16_matmul_ir(m, n, k, threads, name="amx_mm", kb=kb)
-  assert "tdpbf16ps" in compiler.target_machine.emit_assembly(compiler._optimize(src))
+  asm = compiler.target_machine.emit_assembly(compiler._optimize(src))
+  assert "tdpbf16ps" in asm and "prefetcht0" in asm
   fn = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 3, ctypes.c_int32)(load_fn("amx_mm", compiler.compile(src)))
   for core in range(threads): fn(out.ctypes.data, a.ctypes.data, np.ascontiguousarray(b).ctypes.data, core)
   fa, fb = _bits_to_f64(a), _bits_to_f64(b)
