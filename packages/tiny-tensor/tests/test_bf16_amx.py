@@ -57,3 +57,20 @@ def test_other_shapes_keep_the_float32_kernel(shape_a: tuple, shape_b: tuple) ->
 def test_probe_off_keeps_the_float32_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
   monkeypatch.setenv("TINY_CPU_PROBE", "0")
   assert not any("tdpbf16ps" in s for s in _check((64, 128), (128, 96)))
+
+
+def test_no_tile_permission_keeps_the_float32_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+  """A CPU whose kernel refuses `arch_prctl(ARCH_REQ_XCOMP_PERM)` (the probe's child ran the tiles, this process may
+  not): the float32 kernel, numbers as torch's."""
+  monkeypatch.setattr(x86_amx, "_arch_prctl_tiles", lambda: False)
+  assert not any("tdpbf16ps" in s for s in _check((96, 224), (224, 64)))
+
+
+def test_flags_without_amx_keep_the_float32_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+  """Flags as a Zen 4's cpuinfo lists them (AVX512-BF16, no AMX): `cpu_probe.executes` answers False without a
+  child, and `dot` keeps the float32 kernel."""
+  from tiny_codegen import cpu_probe
+  flags = frozenset({"avx512_bf16", "f16c"})
+  real = cpu_probe.executes
+  monkeypatch.setattr(cpu_probe, "executes", lambda feature, flags_=None: real(feature, flags=flags))
+  assert not any("tdpbf16ps" in s for s in _check((160, 64), (64, 128)))
