@@ -19,9 +19,10 @@ Tiles (AMX palette 1: 8 tiles of at most 16 rows x 64 bytes): 2 A tiles (16 rows
 1. column blocks (32 columns): the block's B columns are packed into a stack buffer as (2, K/2, 16, 2), the pairs of
    consecutive k of one column side by side (the B operand layout of TDPBF16PS, Intel SDM vol. 2), so a B tile is
    1 KB contiguous; each thread packs the blocks itself, in the launch that uses them (no pack kernel);
-2. groups of up to `GROUP_MAX` row blocks of the thread's share; 3. K blocks (`k_block`: the packed block's K
-   block stays in L1 while the group's row blocks take turns on it; the C tiles wait in a stack buffer between K
-   blocks); 4. the group's row blocks; 5. k in steps of 32 (4 `tdpbf16ps`).
+2. groups of up to `GROUP_MAX` row blocks of the thread's share; 3. K blocks (`k_block`, from the L1d: the group's
+   row blocks take turns on one K block of the panel; the C tiles wait in a stack buffer between K blocks; one block
+   up to K=1536 on a 48 KB L1d); 4. the group's row blocks; 5. k in steps of 32 (4 `tdpbf16ps`, 2 A and 2 B tile
+   loads, a prefetch of the next step's A rows).
 LLVM's tile configuration pass writes the `ldtilecfg` (the shapes are constants here).
 """
 from __future__ import annotations
