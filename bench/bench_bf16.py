@@ -3,8 +3,8 @@
 1. GFLOPS of `a @ b` (N x N, bfloat16 in, float32 sums) in turns (`settle.time_in_turns`, best call of 3 rounds x 5):
    `tiny` (`Tensor` bf16 matmul: the AMX tile kernel where it runs, else the float32 kernel on widened inputs),
    `torch` (oneDNN: AMX where it runs), and `tiny_amx`: `tiny_codegen.x86_amx`'s tile kernel called directly on the
-   CPU runtime (B's pack in the kernel; float32 out), only where `x86_amx.request_tile_state()` says the tiles run. Target (issue #39):
-   tiny >= 1.0x torch.
+   CPU runtime (B's pack in the kernel; float32 out), only where `x86_amx.request_tile_state()` says the tiles run.
+   Target (issue #39): tiny >= 1.0x torch.
 2. Instruction throughput on one thread: 16 independent `vdpbf16ps zmm` chains against 16 `vfmadd231ps zmm` ones
    (G instructions a second and GFLOPS: a vdpbf16ps is 64 flops, an FMA 32), where the probe confirms AVX512-BF16:
    whether an AVX512-BF16 kernel could beat the float32 FMA one on this CPU.
