@@ -1,10 +1,10 @@
 """bfloat16 matmul on an x86-64 CPU: tiny's `Tensor` path beside torch's, and the kernels a bf16 path could use.
 
 1. GFLOPS of `a @ b` (N x N, bfloat16 in, float32 sums) in turns (`settle.time_in_turns`, best call of 3 rounds x 5):
-   `tiny` (`Tensor` bf16 matmul: today the float32 kernel on widened inputs), `torch` (oneDNN: AMX where it runs),
-   and `tiny_amx`: `tiny_codegen.x86_amx`'s tile kernel called directly on the CPU runtime (B packed beforehand,
-   not timed; float32 out), only where `x86_amx.request_tile_state()` says the tiles run. Target (issue #39):
-   tiny >= 1.0x torch.
+   `tiny` (`Tensor` bf16 matmul: the AMX tile kernel where it runs, else the float32 kernel on widened inputs),
+   `torch` (oneDNN: AMX where it runs), and `tiny_amx`: `tiny_codegen.x86_amx`'s tile kernel called directly on the
+   CPU runtime (B's pack in the kernel; float32 out), only where `x86_amx.request_tile_state()` says the tiles run.
+   Target (issue #39): tiny >= 1.0x torch.
 2. Instruction throughput on one thread: 16 independent `vdpbf16ps zmm` chains against 16 `vfmadd231ps zmm` ones
    (G instructions a second and GFLOPS: a vdpbf16ps is 64 flops, an FMA 32), where the probe confirms AVX512-BF16:
    whether an AVX512-BF16 kernel could beat the float32 FMA one on this CPU.
@@ -80,7 +80,7 @@ def tiny_amx(n: int) -> Callable[[], Any] | None:
   if n % (x86_amx.BLOCK * threads) or n % x86_amx.BLOCK: return None
   a, b = _inputs(n)
   ab, bb = np.ascontiguousarray(_bf16_bits(a)), _bf16_bits(b)
-  bp = np.ascontiguousarray(bb.reshape(n // 2, 2, n // 16, 16).transpose(2, 0, 3, 1))  # (N/16, K/2, 16, 2)
+  bp = np.ascontiguousarray(bb)  # B (K, N) row-major: the kernel packs its k-pairs itself
   out = np.zeros((n, n), np.float32)
   prg = _cpu_program("amx_mm", x86_amx.amx_bf16_matmul_ir(n, n, n, threads, name="amx_mm"))
   bufs = (out, ab, bp)  # the closure holds the arrays, not only their addresses: freed, they'd be unmapped

@@ -5,7 +5,7 @@
    (CPU, default threads) and tinygrad when importable.
    Target: tiny >= 0.9x numpy (issue #23); sizes other than 1024 as arguments (below).
 2. GFLOPS of the same product in bfloat16 (float32 sums, a bfloat16 result) through `Tensor`, beside torch's bfloat16
-   matmul (oneDNN: AMX or AVX512-BF16 where the CPU runs them), in turns likewise; 1024 only.
+   matmul (oneDNN: AMX or AVX512-BF16 where the CPU runs them), in turns likewise; the sizes of 1. that 32 divides.
    Target (issue #39): tiny >= 1.0x torch.
 3. ms to schedule + lower + render + compile a fused elementwise+reduce kernel (`((a * b + c).exp2() * k).sum(1)`
    on 64x64), median of several, with the disk cache off (`CACHELEVEL=0`). Each repetition uses a different
@@ -237,7 +237,8 @@ if __name__ == "__main__":
   print(cpu_name(), importlib.import_module("tiny_codegen.machine").host_machine() if has_model else "")
   # the compile latency is the no-BEAM path's (with BEAM set, CACHELEVEL=0 would search every new kernel)
   latency = sizes == (N,) and not int(os.environ.get("BEAM", "0") or 0)
-  rows = run(sizes, compile_latency=latency, libs=("torch",), bf16_sizes=(N,) if N in sizes else ()) if sizes else {}
+  bf16 = tuple(n for n in sizes if n % 32 == 0)  # the AMX tile kernel's sizes (others: the float32 kernel)
+  rows = run(sizes, compile_latency=latency, libs=("torch",), bf16_sizes=bf16) if sizes else {}
   for case, r in {**rows, **(run_skinny() if skinny else {})}.items():
     print(case, "  ".join(f"{k}={v:.{2 if 'ratio' in k else 1}f}" if isinstance(v, float) else f"{k}={v}"
                           for k, v in r.items() if k not in ("unit", "better", "target")))

@@ -25,15 +25,11 @@ def _bits_to_f64(bits: np.ndarray) -> np.ndarray:
   return (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
 
 
-def _pack_b(bits: np.ndarray) -> np.ndarray:
-  """B (K, N) -> (N/16, K/2, 16, 2), the kernel's layout (pairs of consecutive k of one column side by side)."""
-  k, n = bits.shape
-  return np.ascontiguousarray(bits.reshape(k // 2, 2, n // 16, 16).transpose(2, 0, 3, 1))
-
-
 def test_ir_uses_the_tile_instructions() -> None:
   src = x86_amx.amx_bf16_matmul_ir(64, 32, 96, threads=2)
   assert src.count("@llvm.x86.tdpbf16ps.internal(") == 5  # the declaration and the 2 x 2 tile products
+  assert src.count("shufflevector <32 x i16>") == 2  # B's pack: each k-pair's two rows interleaved, in the kernel
+  assert src.count("call void @llvm.prefetch.p0(") == 32  # the next k step's 32 A rows
   assert "+amx-tile,+amx-bf16" in src and "@llvm.x86.tileloadd64.internal(" in src
 
 
@@ -42,7 +38,9 @@ def test_ir_uses_the_tile_instructions() -> None:
                                         ((32, 16, 32, 1), r"N=16 must be a multiple of 32"),
                                         ((32, 32, 33, 1), r"K=33 must be a multiple of 32"),
                                         ((32, 32, 0, 1), r"K must be a positive int, got 0"),
-                                        ((32, 32, 32, 1.0), r"threads must be a positive int, got 1.0")])
+                                        ((32, 32, 32, 1.0), r"threads must be a positive int, got 1.0"),
+                                        ((32, 32, 32768, 1), r"K=32768 is more than 16384"),
+                                        ((32, 32, 96, 1, "k", False, 64), r"kb=64; valid: a multiple of 32 that div")])
 def test_bad_shapes_are_clear_errors(shape: tuple, msg: str) -> None:
   with pytest.raises(ValueError, match=msg): x86_amx.amx_bf16_matmul_ir(*shape)
 
@@ -56,19 +54,24 @@ def test_probe_off_means_no_tiles(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @x86_only
-@pytest.mark.parametrize("m, n, k, threads", [(64, 96, 160, 2), (32, 32, 32, 1), (128, 64, 1056, 2)])
-def test_amx_matmul_matches_numpy_and_torch(m: int, n: int, k: int, threads: int) -> None:
+@pytest.mark.parametrize("m, n, k, threads, kb", [(64, 96, 160, 2, None), (32, 32, 32, 1, None),
+                                                 (128, 64, 1056, 2, None), (512, 64, 96, 1, 32),
+                                                 (96, 64, 320, 3, 64), (256, 32, 2048, 2, None)])
+def test_amx_matmul_matches_numpy_and_torch(m: int, n: int, k: int, threads: int, kb: int | None) -> None:
+  """Odd block counts (3 threads, 3 K blocks of 5 steps), 16 row blocks in groups of 8 over 3 K blocks (the C tiles'
+  round trips through the stack), K past one L1 block (2048 = two 1024-blocks)."""
   if not x86_amx.request_tile_state(): pytest.skip("this CPU (or its hypervisor) doesn't run AMX bfloat16 tiles")
   from kernel_runner import load_fn
   rng = np.random.default_rng(m + n + k)
   a, b = _bf16_bits(rng.standard_normal((m, k))), _bf16_bits(rng.standard_normal((k, n)))
   a = np.ascontiguousarray(a)
-  bp, out = _pack_b(b), np.full((m, n), np.nan, np.float32)
+  out = np.full((m, n), np.nan, np.float32)
   compiler = LLVMCompiler()
-  src = x86_amx.amx_bf16_matmul_ir(m, n, k, threads, name="amx_mm")
-  assert "tdpbf16ps" in compiler.target_machine.emit_assembly(compiler._optimize(src))
+  src = x86_amx.amx_bf16_matmul_ir(m, n, k, threads, name="amx_mm", kb=kb)
+  asm = compiler.target_machine.emit_assembly(compiler._optimize(src))
+  assert "tdpbf16ps" in asm and "prefetcht0" in asm
   fn = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 3, ctypes.c_int32)(load_fn("amx_mm", compiler.compile(src)))
-  for core in range(threads): fn(out.ctypes.data, a.ctypes.data, bp.ctypes.data, core)
+  for core in range(threads): fn(out.ctypes.data, a.ctypes.data, np.ascontiguousarray(b).ctypes.data, core)
   fa, fb = _bits_to_f64(a), _bits_to_f64(b)
   exact = fa @ fb  # bfloat16 products are exact in float64; the kernel's only error is its float32 sums
   bound = k * 2.0 ** -23 * (np.abs(fa) @ np.abs(fb))
@@ -80,15 +83,14 @@ def test_amx_matmul_matches_numpy_and_torch(m: int, n: int, k: int, threads: int
   assert bool(((got - want.float()).abs() <= step + 1e-30).all())
 
 
-def _dot_ast(m: int, k: int, n: int, pair: tuple = (2, 16), cast: bool = False) -> object:
-  """The kernel AST of the float32 sum `Tensor.dot` builds for bfloat16 A (m, k) @ B packed (n/16, k/2, 16, 2);
-  `pair` other than (2, 16) packs B another way (a layout the kernel doesn't read)."""
+def _dot_ast(m: int, k: int, n: int, cast: bool = False, b_t: bool = False) -> object:
+  """The kernel AST of the float32 sum `Tensor.dot` builds for bfloat16 A (m, k) @ B (k, n) (the AMX branch's: one
+  kernel); `b_t`: B read transposed from an (n, k) buffer (a layout the kernel doesn't read)."""
   from tiny_tensor import Tensor
   from tiny_uop import Ops as TOps
-  a, b = Tensor.empty(m, k, dtype="bfloat16"), Tensor.empty(k, n, dtype="bfloat16")
-  j, w = pair
-  bp = b.reshape(k // j, j, n // w, w).permute(2, 0, 3, 1).contiguous().realize()
-  out = (a.reshape(m, 1, k // j, 1, j).float() * bp.reshape(1, n // w, k // j, w, j).float()).sum((2, 4))
+  a = Tensor.empty(m, k, dtype="bfloat16")
+  b = Tensor.empty(n, k, dtype="bfloat16").T if b_t else Tensor.empty(k, n, dtype="bfloat16")
+  out = (a.reshape(m, 1, k).float() * b.T.reshape(1, n, k).float()).sum(-1)
   out = (out.cast("bfloat16") if cast else out).contiguous()
   calls = [c.src[0] for c in out.schedule().calls if c.src[0].op is TOps.SINK]
   return calls[-1]
@@ -96,9 +98,53 @@ def _dot_ast(m: int, k: int, n: int, pair: tuple = (2, 16), cast: bool = False) 
 
 def test_match_matmul_is_exact() -> None:
   assert x86_amx.match_matmul(_dot_ast(64, 96, 32)) == (64, 32, 96, False)  # type: ignore[arg-type]
-  assert x86_amx.match_matmul(_dot_ast(64, 96, 64, pair=(2, 32))) is None  # 32-column panels: other strides
+  assert x86_amx.match_matmul(_dot_ast(64, 96, 64, b_t=True)) is None  # B transposed: other strides
   assert x86_amx.match_matmul(_dot_ast(64, 48, 32)) is None  # K=48: the tiles' 32 doesn't divide it
   assert x86_amx.match_matmul(_dot_ast(48, 64, 32)) is None  # M=48
+  assert x86_amx.match_matmul(_dot_ast(32, 32768, 32)) is None  # K past MAX_K: the stack's panel
+
+
+@pytest.mark.parametrize("k, l1d, want", [(1024, 48 << 10, 1024), (4096, 48 << 10, 1024),
+                                          (4096, 32 << 10, 1024), (4096, 16 << 10, 512), (96, 48 << 10, 96),
+                                          (160, 1 << 10, 32), (3 * 1024, 48 << 10, 1536)])
+def test_k_block_from_the_l1d(k: int, l1d: int, want: int) -> None:
+  """The largest multiple of 32 dividing K whose packed panel pair (64 bytes a k) takes at most 2 x L1d."""
+  assert x86_amx.k_block(k, l1d) == want
+
+
+def test_k_block_from_the_fake_machines(tmp_path) -> None:
+  """`program` derives the K block from the machine model: the fake sysfs trees of test_machine.py (Sapphire Rapids'
+  48 KB L1d, Zen 4's 32 KB) give blocks of 1536 and 1024 k for K=3072, 1024 and 1024 for K=4096."""
+  from test_machine import TREES, fake_tree  # type: ignore[import-not-found]
+  from tiny_codegen.machine import Machine
+  got = {}
+  for name in ("sapphire_rapids", "znver4"):
+    machine = Machine.from_sysfs(fake_tree(str(tmp_path / name), *TREES[name]))
+    got[name] = (x86_amx.k_block(3072, machine.l1d), x86_amx.k_block(4096, machine.l1d))
+  assert got == {"sapphire_rapids": (1536, 1024), "znver4": (1024, 1024)}
+  with pytest.raises(ValueError, match=r"K=48; valid: a positive multiple of 32"): x86_amx.k_block(48, 1 << 15)
+
+
+def test_fits_leaves_room_on_the_threads_stack(monkeypatch: pytest.MonkeyPatch) -> None:
+  """The panel pair lives on the stack: a K whose frame passes a quarter of the threads' stack keeps the float32
+  kernel (a 1 MB stack: K=2048's 161 KB frame fits, K=4096's 289 KB doesn't), and so does K past `MAX_K`."""
+  assert x86_amx.stack_bytes(2048) == 2048 * 64 + 8 * 4096 + 1024
+  monkeypatch.setattr(x86_amx, "thread_stack_limit", lambda: 1 << 20)
+  assert x86_amx.fits(64, 64, 2048) and not x86_amx.fits(64, 64, 4096)
+  monkeypatch.setattr(x86_amx, "thread_stack_limit", lambda: 1 << 30)
+  assert x86_amx.fits(32, 32, x86_amx.MAX_K) and not x86_amx.fits(32, 32, x86_amx.MAX_K + 32)
+
+
+def test_thread_stack_limit_reads_threading_then_rlimit(monkeypatch: pytest.MonkeyPatch) -> None:
+  import resource
+  import threading
+  monkeypatch.setattr(threading, "stack_size", lambda: 512 << 10)
+  assert x86_amx.thread_stack_limit() == 512 << 10
+  monkeypatch.setattr(threading, "stack_size", lambda: 0)
+  monkeypatch.setattr(resource, "getrlimit", lambda which: (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+  assert x86_amx.thread_stack_limit() == 8 << 20
+  monkeypatch.setattr(resource, "getrlimit", lambda which: (2 << 20, resource.RLIM_INFINITY))
+  assert x86_amx.thread_stack_limit() == 2 << 20
 
 
 @x86_only
@@ -111,7 +157,6 @@ def test_bf16_out_rounds_as_tiny_casts() -> None:
   af = rng.standard_normal((m, k)) * 1e3
   af[3, 5] = np.nan
   a, b = np.ascontiguousarray(_bf16_bits(af)), _bf16_bits(rng.standard_normal((k, n)))
-  bp = _pack_b(b)
   outs = {}
   compiler = LLVMCompiler()
   for bf16, dt in ((False, np.float32), (True, np.uint16)):
@@ -119,7 +164,7 @@ def test_bf16_out_rounds_as_tiny_casts() -> None:
     src = x86_amx.amx_bf16_matmul_ir(m, n, k, 1, name=f"mm{int(bf16)}", out_bf16=bf16)
     lib = compiler.compile(src)
     fn = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 3, ctypes.c_int32)(load_fn(f"mm{int(bf16)}", lib))
-    fn(out.ctypes.data, a.ctypes.data, bp.ctypes.data, 0)
+    fn(out.ctypes.data, a.ctypes.data, np.ascontiguousarray(b).ctypes.data, 0)
     outs[bf16] = out
   want = np.where(np.isnan(outs[False]), np.uint16(0x7FC0), _bf16_bits(outs[False]))
   assert np.isnan(outs[False][3]).all() and np.array_equal(outs[True], want)

@@ -126,7 +126,7 @@ def _amx_program(ast: UOp, name: str, renderer: Renderer) -> UOp | None:
   """The PROGRAM of `tiny_codegen.x86_amx`'s tile kernel for a kernel AST `x86_amx.match_matmul` recognises (what
   `Tensor.dot` builds for a bfloat16 matmul), on the LLVM CPU renderer where `request_tile_state()` holds and
   CHECK_OOB is off (the tile kernel has no bounds checks); None otherwise (lowered as usual). Threads: the renderer's,
-  fewer where 32-row blocks don't split evenly."""
+  fewer where 32-row blocks don't split evenly; the K block from the machine model's L1d (`x86_amx.k_block`)."""
   from tiny_codegen.renderer.llvmir import LLVMRenderer
   if not isinstance(renderer, LLVMRenderer) or CHECK_OOB.value: return None
   from tiny_codegen import x86_amx
@@ -134,7 +134,9 @@ def _amx_program(ast: UOp, name: str, renderer: Renderer) -> UOp | None:
   m, n, k, out_bf16 = mnk
   threads = max(1, int(getattr(renderer, "threads", 1)))
   while threads > 1 and m % (x86_amx.BLOCK * threads): threads -= 1
-  src = x86_amx.amx_bf16_matmul_ir(m, n, k, threads, name=name, out_bf16=out_bf16)
+  from tiny_codegen.machine import machine_of
+  kb = x86_amx.k_block(k, machine_of(renderer).l1d)  # the K block from this machine's L1d
+  src = x86_amx.amx_bf16_matmul_ir(m, n, k, threads, name=name, out_bf16=out_bf16, kb=kb)
   if DEBUG >= 4: print(f"*** source of {name} (x86_amx tile kernel):\n{src}")
   lib = renderer.compiler.compile_cached(src)
   info = ProgramInfo(name, (threads, 1, 1), None, (), (0, 1, 2), (0,), (1, 2))

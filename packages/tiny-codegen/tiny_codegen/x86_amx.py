@@ -2,37 +2,44 @@
 instructions, and this process's permission to use the tile state.
 
 Reached from `Tensor.dot` (bfloat16 2-D operands on the CPU where `request_tile_state()` holds and 32 divides M, N
-and K): `dot` packs B as below and sums `A.float() * Bp.float()` over (k/2, 2), cast to bfloat16, in one kernel,
-and `tiny_codegen.program` hands a kernel AST that `match_matmul` recognises to this kernel instead of lowering it.
+and K): `dot` sums `A.float() * B.float()` over k, cast to bfloat16, in one kernel, and `tiny_codegen.program` hands
+a kernel AST that `match_matmul` recognises to this kernel instead of lowering it: one launch, B's pack included.
 `bench/bench_bf16.py` measures it beside torch's. Why AMX and not `vdpbf16ps`: on the Sapphire Rapids VM this
 project measures on, a `vdpbf16ps zmm` (64 flops) issues at ~0.2x the rate of a `vfmadd231ps zmm` (32 flops), so
 an AVX512-BF16 kernel does ~0.45x the float32 FMA kernel's flops (bench/README.md, "bfloat16: AMX"); only the
 tiles reach oneDNN's figures.
 
-The kernel, `void <name>(float *out, uint16 *a, uint16 *bp, i32 core_id)`, one call per thread `core_id` of
+The kernel, `void <name>(float *out, uint16 *a, uint16 *b, i32 core_id)`, one call per thread `core_id` of
 `threads` (the CPU runtime's convention), computes rows [core_id * M/threads, (core_id+1) * M/threads) of
 out = A @ B, summed in float32 (each `tdpbf16ps` adds pairs of exact bfloat16 products):
-- `a`: A (M, K) bfloat16 bits, row-major;
-- `bp`: B (K, N) packed as (N/16, K/2, 16, 2): panels of 16 columns, in each the pairs of consecutive k of one column
-  side by side (the B operand layout of TDPBF16PS, Intel SDM vol. 2), so one B tile is 1 KB contiguous;
-- `out`: (M, N) float32, row-major.
+- `a`: A (M, K) bfloat16 bits, row-major; `b`: B (K, N) bfloat16 bits, row-major;
+- `out`: (M, N) float32 (or bfloat16 bits, `out_bf16`), row-major.
 Tiles (AMX palette 1: 8 tiles of at most 16 rows x 64 bytes): 2 A tiles (16 rows x 32 k) and 2 B tiles (16 k-pairs x
-16 columns) feed 4 float32 C tiles, a 32 x 32 output block that stays in the tiles for the whole K loop. LLVM's tile
-configuration pass writes the `ldtilecfg` (the shapes are constants here).
+16 columns) feed 4 float32 C tiles, a 32 x 32 output block. Loops, outermost first:
+1. column blocks (32 columns): the block's B columns are packed into a stack buffer as (2, K/2, 16, 2), the pairs of
+   consecutive k of one column side by side (the B operand layout of TDPBF16PS, Intel SDM vol. 2), so a B tile is
+   1 KB contiguous; each thread packs the blocks itself, in the launch that uses them (no pack kernel);
+2. groups of up to `GROUP_MAX` row blocks of the thread's share; 3. K blocks (`k_block`, from the L1d: the group's
+   row blocks take turns on one K block of the panel; the C tiles wait in a stack buffer between K blocks; one block
+   up to K=1536 on a 48 KB L1d); 4. the group's row blocks; 5. k in steps of 32 (4 `tdpbf16ps`, 2 A and 2 B tile
+   loads, a prefetch of the next step's A rows).
+LLVM's tile configuration pass writes the `ldtilecfg` (the shapes are constants here).
 """
 from __future__ import annotations
 
 import ctypes
 import functools
 import platform
+import resource
+import threading
 
 from tiny_uop.dtype import PtrDType, dtypes
 from tiny_uop.uop import AxisType, Ops, UOp
 
 from tiny_codegen import cpu_probe
 
-__all__ = ["TILE_ROWS", "TILE_BYTES", "BLOCK", "amx_bf16_matmul_ir", "request_tile_state", "fits",
-           "match_matmul"]
+__all__ = ["TILE_ROWS", "TILE_BYTES", "BLOCK", "MAX_K", "amx_bf16_matmul_ir", "k_block", "row_group",
+           "request_tile_state", "fits", "match_matmul", "stack_bytes", "thread_stack_limit"]
 
 TILE_ROWS, TILE_BYTES = 16, 64
 """AMX palette 1: a tile holds at most 16 rows of 64 bytes (Intel SDM vol. 1, "Intel AMX")."""
@@ -40,6 +47,17 @@ K_STEP = TILE_BYTES // 2
 """bfloat16 values of k one A tile row holds (32)."""
 BLOCK = 2 * TILE_ROWS
 """The output block one thread keeps in its 4 C tiles: BLOCK x BLOCK (32 x 32)."""
+PANEL_BYTES_PER_K = BLOCK * 2
+"""Bytes a k of one packed B panel pair takes (32 columns of bfloat16): the kernel's stack buffer is K times this."""
+MAX_K = 1 << 14
+"""The largest K the kernel takes: its packed panel pair (K x 64 bytes, 1 MB here) lives on the thread's stack."""
+A_PREFETCH_STEPS = 1
+"""K steps (of 32) ahead the kernel prefetches its 32 A rows into L1 (`prefetcht0`, one a row). The A tiles come from
+L2 (the thread's share of A) or further; one thread, the kernel alone, in turns (load 6-8), GFLOPS without / with a
+1-step prefetch: 1024² 580/626, 301/572, 501/558, 351/561, 578/612; 4096² 101/129, 171/191; 512² 719/816; 2 and 4
+steps ahead were between the two."""
+GROUP_MAX = 8
+"""Row blocks at most that share one K block of the packed panel pair (their C tiles wait in 8 x 4 KB)."""
 
 _SYS_ARCH_PRCTL, _ARCH_REQ_XCOMP_PERM, _XFEATURE_XTILEDATA = 158, 0x1023, 18  # asm/unistd_64.h, asm/prctl.h
 
@@ -52,67 +70,148 @@ def _check_shape(m: int, n: int, k: int, threads: int) -> None:
                                              f"({BLOCK * threads} for threads={threads})")
   if n % BLOCK: raise ValueError(f"amx_bf16_matmul_ir: N={n} must be a multiple of {BLOCK}")
   if k % K_STEP: raise ValueError(f"amx_bf16_matmul_ir: K={k} must be a multiple of {K_STEP}")
+  if k > MAX_K: raise ValueError(f"amx_bf16_matmul_ir: K={k} is more than {MAX_K} (the packed B panel pair lives on "
+                                 f"the stack, {PANEL_BYTES_PER_K} bytes a k); valid: K <= {MAX_K}")
   if m * k >= 2 ** 31 or m * n >= 2 ** 31 or n * k >= 2 ** 31:  # the element offsets are i32
     raise ValueError(f"amx_bf16_matmul_ir: {m}x{k} @ {k}x{n} has an operand of 2**31 or more elements; valid: fewer")
 
 
+def k_block(k: int, l1d: int) -> int:
+  """The K block of the tile kernel: the largest multiple of 32 that divides `k` and whose packed B panel pair
+  (32 columns x kb values of bfloat16, 64 bytes a k) takes at most twice an `l1d`-byte L1d (at least 32). Measured
+  on the 48 KB-L1d Sapphire Rapids VM (bench/README.md, "bfloat16 1024²: one launch"): one thread's 1024² ran 476,
+  542, 608 and 632 GFLOPS at kb 128, 256, 512 and 1024 (B's panel in L1 buys less than the C tiles' round trips to
+  the stack between K blocks cost), 4096² 136, 203, 219, 218: blocks below ~L1d lose, those up to 2x L1d don't.
+
+  >>> k_block(1024, 48 << 10), k_block(4096, 32 << 10), k_block(96, 48 << 10)
+  (1024, 1024, 96)
+  """
+  if not isinstance(k, int) or k <= 0 or k % K_STEP:
+    raise ValueError(f"k_block: K={k!r}; valid: a positive multiple of {K_STEP}")
+  if not isinstance(l1d, int) or l1d <= 0: raise ValueError(f"k_block: l1d={l1d!r}; valid: a positive byte count")
+  best = K_STEP
+  for kb in range(K_STEP, k + 1, K_STEP):
+    if k % kb == 0 and kb * PANEL_BYTES_PER_K <= 2 * l1d: best = kb
+  return best
+
+
+def row_group(rows: int) -> int:
+  """Row blocks (32 rows each) of one thread's share that take turns on an L1-resident K block of B: the most, up to
+  `GROUP_MAX`, that divide the share's blocks (their float32 C tiles wait in a GROUP x 4 KB stack buffer between K
+  blocks)."""
+  blocks = rows // BLOCK
+  return max(g for g in range(1, GROUP_MAX + 1) if blocks % g == 0)
+
+
 def amx_bf16_matmul_ir(m: int, n: int, k: int, threads: int = 1, name: str = "amx_bf16_matmul",
-                       out_bf16: bool = False) -> str:
+                       out_bf16: bool = False, kb: int | None = None) -> str:
   """The LLVM IR module of the tile GEMM described in the module docstring, for A (m, k) @ B (k, n) split into
-  `threads` row shares. `out_bf16`: `out` is bfloat16 (uint16 bits), each float32 sum rounded as tiny's cast rounds
-  (to nearest even, NaN -> 0x7FC0, denormals kept), through a 1 KB stack buffer per C tile. ValueError for a shape
-  the blocks don't divide (M a multiple of 32 x threads, N of 32, K of 32). Only run what it compiles to where
+  `threads` row shares; `kb` is its K block (`k_block(k, 48 KB)` when None). `out_bf16`: `out` is bfloat16 (uint16
+  bits), each float32 sum rounded as tiny's cast rounds (to nearest even, NaN -> 0x7FC0, denormals kept), through a
+  1 KB stack buffer per C tile. ValueError for a shape the blocks don't divide (M a multiple of 32 x threads, N of
+  32, K of 32 and at most `MAX_K`, `kb` a multiple of 32 dividing K). Only run what it compiles to where
   `request_tile_state()` returned True.
 
   >>> "tdpbf16ps" in amx_bf16_matmul_ir(64, 32, 32, threads=2)
   True
   """
   _check_shape(m, n, k, threads)
-  rows = m // threads
+  kb = k_block(k, 48 << 10) if kb is None else kb
+  if not isinstance(kb, int) or kb <= 0 or kb % K_STEP or k % kb:
+    raise ValueError(f"amx_bf16_matmul_ir: kb={kb!r}; valid: a multiple of {K_STEP} that divides K={k}")
+  rows, nkb = m // threads, k // kb
+  group = row_group(rows)
   tt = f"i16 {TILE_ROWS}, i16 {TILE_BYTES}"  # every tile's shape: 16 rows x 64 bytes
   ln = [
     "declare x86_amx @llvm.x86.tileloadd64.internal(i16, i16, ptr, i64)",
     "declare x86_amx @llvm.x86.tdpbf16ps.internal(i16, i16, i16, x86_amx, x86_amx, x86_amx)",
     "declare void @llvm.x86.tilestored64.internal(i16, i16, ptr, i64, x86_amx)",
-    "declare x86_amx @llvm.x86.tilezero.internal(i16, i16)",
-    f"define void @{name}(ptr noalias %out, ptr noalias %a, ptr noalias %bp, i32 %core_id) #0 {{",
-    "entry:", "  %cbuf = alloca [256 x float], align 64", f"  %r0 = mul i32 %core_id, {rows}",
+    "declare x86_amx @llvm.x86.tilezero.internal(i16, i16)", "declare void @llvm.prefetch.p0(ptr, i32, i32, i32)",
+    f"define void @{name}(ptr noalias %out, ptr noalias %a, ptr noalias %b, i32 %core_id) #0 {{",
+    "entry:", "  %cbuf = alloca [256 x float], align 64", f"  %pk = alloca [{k * BLOCK} x i16], align 64",
+    f"  %acc = alloca [{group * BLOCK * BLOCK} x float], align 64", f"  %r0 = mul i32 %core_id, {rows}",
     "  br label %cb.head",
-    # column blocks outside, row blocks inside: a B panel pair (2 x K x 32 bytes) is reused by every row block
-    "cb.head:", "  %cb = phi i32 [0, %entry], [%cb.next, %rb.exit]", f"  %cb.ok = icmp slt i32 %cb, {n // BLOCK}",
-    "  br i1 %cb.ok, label %rb.head, label %done",
-    "rb.head:", "  %rb = phi i32 [0, %cb.head], [%rb.next, %k.exit]", f"  %rb.ok = icmp slt i32 %rb, {rows // BLOCK}",
-    "  br i1 %rb.ok, label %k.pre, label %rb.exit",
-    "k.pre:", f"  %rbr = mul i32 %rb, {BLOCK}", "  %row0 = add i32 %r0, %rbr"]
+    # column blocks outside: the block's B columns packed once into %pk, then reused by every row block
+    "cb.head:", "  %cb = phi i32 [0, %entry], [%cb.next, %g.exit]", f"  %cb.ok = icmp slt i32 %cb, {n // BLOCK}",
+    "  br i1 %cb.ok, label %pack.pre, label %done", "pack.pre:", f"  %bc0 = mul i32 %cb, {BLOCK}",
+    "  br label %pack.head"]
+  ln += _pack_panel(n, k)
+  ln += [  # groups of row blocks; in each, K blocks; in each, the group's row blocks on that K block of %pk (in L1)
+    "g.head:", "  %g = phi i32 [0, %pack.exit], [%g.next, %kc.exit]",
+    f"  %g.ok = icmp slt i32 %g, {rows // BLOCK // group}", "  br i1 %g.ok, label %kc.head, label %g.exit",
+    "kc.head:", "  %kc = phi i32 [0, %g.head], [%kc.next, %rb.exit]", f"  %kc.ok = icmp slt i32 %kc, {nkb}",
+    "  br i1 %kc.ok, label %rb.head, label %kc.exit",
+    "rb.head:", "  %rb = phi i32 [0, %kc.head], [%rb.next, %st.done]", f"  %rb.ok = icmp slt i32 %rb, {group}",
+    "  br i1 %rb.ok, label %init, label %rb.exit",
+    "init:", f"  %gr = mul i32 %g, {group}", "  %grb = add i32 %gr, %rb", f"  %rbr = mul i32 %grb, {BLOCK}",
+    "  %row0 = add i32 %r0, %rbr", f"  %accb = mul i32 %rb, {BLOCK * BLOCK}", "  %first = icmp eq i32 %kc, 0",
+    f"  %last = icmp eq i32 %kc, {nkb - 1}", "  br i1 %first, label %c.zero, label %c.load", "c.zero:"]
   ln += [f"  %z{t} = call x86_amx @llvm.x86.tilezero.internal({tt})" for t in range(4)]
-  ln += ["  br label %k.head", "k.head:", "  %kb = phi i32 [0, %k.pre], [%kb.next, %k.body]"]
-  ln += [f"  %c{t} = phi x86_amx [%z{t}, %k.pre], [%d{t}, %k.body]" for t in range(4)]
-  ln += [f"  %k.ok = icmp slt i32 %kb, {k // K_STEP}", "  br i1 %k.ok, label %k.body, label %k.exit", "k.body:",
+  ln += ["  br label %k.pre", "c.load:"]
+  for t in range(4):  # the group's C tiles between K blocks: 16 x 16 floats each, rows of 64 bytes
+    ln += [f"  %lo{t} = add i32 %accb, {t * 256}", f"  %lp{t} = getelementptr inbounds float, ptr %acc, i32 %lo{t}",
+           f"  %l{t} = call x86_amx @llvm.x86.tileloadd64.internal({tt}, ptr %lp{t}, i64 {TILE_BYTES})"]
+  ln += ["  br label %k.pre", "k.pre:"]
+  ln += [f"  %i{t} = phi x86_amx [%z{t}, %c.zero], [%l{t}, %c.load]" for t in range(4)]
+  ln += [f"  %kb0 = mul i32 %kc, {kb // K_STEP}", f"  %kend = add i32 %kb0, {kb // K_STEP}", "  br label %k.head",
+         "k.head:", "  %kb = phi i32 [%kb0, %k.pre], [%kb.next, %k.body]"]
+  ln += [f"  %c{t} = phi x86_amx [%i{t}, %k.pre], [%d{t}, %k.body]" for t in range(4)]
+  ln += ["  %k.ok = icmp slt i32 %kb, %kend", "  br i1 %k.ok, label %k.body, label %k.exit", "k.body:",
          f"  %ak = mul i32 %kb, {K_STEP}"]
   for i in range(2):  # A tile i: rows row0 + 16i .., k kb*32 .. +32, row stride K*2 bytes
     ln += [f"  %ar{i} = add i32 %row0, {TILE_ROWS * i}", f"  %arow{i} = mul i32 %ar{i}, {k}",
            f"  %ao{i} = add i32 %arow{i}, %ak", f"  %ap{i} = getelementptr inbounds i16, ptr %a, i32 %ao{i}",
            f"  %A{i} = call x86_amx @llvm.x86.tileloadd64.internal({tt}, ptr %ap{i}, i64 {k * 2})"]
-  for j in range(2):  # B tile j: panel 2cb + j (K*16 values), k-pairs kb*16 .. +16 (512 values), rows of 64 bytes
-    ln += [f"  %pn{j} = mul i32 %cb, 2", f"  %pj{j} = add i32 %pn{j}, {j}", f"  %po{j} = mul i32 %pj{j}, {k * 16}",
-           f"  %bk{j} = mul i32 %kb, {K_STEP * 16}", f"  %bo{j} = add i32 %po{j}, %bk{j}",
-           f"  %bptr{j} = getelementptr inbounds i16, ptr %bp, i32 %bo{j}",
+  for r in range(BLOCK):  # the next k step's A rows into L1 while these tiles multiply (A_PREFETCH_STEPS)
+    ln += [f"  %pfr{r} = add i32 %row0, {r}", f"  %pfm{r} = mul i32 %pfr{r}, {k}", f"  %pfa{r} = add i32 %pfm{r}, %ak",
+           f"  %pfo{r} = add i32 %pfa{r}, {A_PREFETCH_STEPS * K_STEP}",
+           f"  %pfp{r} = getelementptr i16, ptr %a, i32 %pfo{r}",  # not inbounds: past A's end, a prefetch is a no-op
+           f"  call void @llvm.prefetch.p0(ptr %pfp{r}, i32 0, i32 3, i32 1)"]
+  for j in range(2):  # B tile j: %pk's panel j (K*16 values), k-pairs kb*16 .. +16 (512 values), rows of 64 bytes
+    ln += [f"  %bk{j} = mul i32 %kb, {K_STEP * 16}", f"  %bo{j} = add i32 %bk{j}, {j * k * 16}",
+           f"  %bptr{j} = getelementptr inbounds i16, ptr %pk, i32 %bo{j}",
            f"  %B{j} = call x86_amx @llvm.x86.tileloadd64.internal({tt}, ptr %bptr{j}, i64 {TILE_BYTES})"]
   for t in range(4):
     ln.append(f"  %d{t} = call x86_amx @llvm.x86.tdpbf16ps.internal({tt}, i16 {TILE_BYTES}, x86_amx %c{t}, "
               f"x86_amx %A{t // 2}, x86_amx %B{t % 2})")
-  ln += ["  %kb.next = add i32 %kb, 1", "  br label %k.head", "k.exit:"]
+  ln += ["  %kb.next = add i32 %kb, 1", "  br label %k.head", "k.exit:",
+         "  br i1 %last, label %st.out, label %st.acc", "st.acc:"]
+  for t in range(4):
+    ln += [f"  %so{t} = add i32 %accb, {t * 256}", f"  %sp{t} = getelementptr inbounds float, ptr %acc, i32 %so{t}",
+           f"  call void @llvm.x86.tilestored64.internal({tt}, ptr %sp{t}, i64 {TILE_BYTES}, x86_amx %c{t})"]
+  ln += ["  br label %st.done", "st.out:"]
   for t in range(4):  # C tile t = (row half t//2, column half t%2), row stride N*4 bytes
     ln += [f"  %or{t} = add i32 %row0, {TILE_ROWS * (t // 2)}", f"  %orow{t} = mul i32 %or{t}, {n}",
-           f"  %ocb{t} = mul i32 %cb, {BLOCK}", f"  %oc{t} = add i32 %ocb{t}, {TILE_ROWS * (t % 2)}",
-           f"  %oi{t} = add i32 %orow{t}, %oc{t}"]
+           f"  %oc{t} = add i32 %bc0, {TILE_ROWS * (t % 2)}", f"  %oi{t} = add i32 %orow{t}, %oc{t}"]
     if out_bf16: ln += _bf16_epilogue(t, n, tt)
     else: ln += [f"  %op{t} = getelementptr inbounds float, ptr %out, i32 %oi{t}",
                  f"  call void @llvm.x86.tilestored64.internal({tt}, ptr %op{t}, i64 {n * 4}, x86_amx %c{t})"]
-  ln += ["  %rb.next = add i32 %rb, 1", "  br label %rb.head", "rb.exit:", "  %cb.next = add i32 %cb, 1",
-         "  br label %cb.head", "done:", "  ret void", "}",
-         'attributes #0 = { nounwind "target-features"="+amx-tile,+amx-bf16" }']
+  ln += ["  br label %st.done", "st.done:", "  %rb.next = add i32 %rb, 1", "  br label %rb.head",
+         "rb.exit:", "  %kc.next = add i32 %kc, 1", "  br label %kc.head",
+         "kc.exit:", "  %g.next = add i32 %g, 1", "  br label %g.head",
+         "g.exit:", "  %cb.next = add i32 %cb, 1", "  br label %cb.head", "done:", "  ret void", "}",
+         'attributes #0 = { nounwind "target-features"="+amx-tile,+amx-bf16,+avx512f,+avx512bw" }']
   return "\n".join(ln) + "\n"
+
+
+def _pack_panel(n: int, k: int) -> list[str]:
+  """Blocks pack.head .. pack.exit: B's 32 columns from %bc0, rows 2p and 2p+1 for each k-pair p, interleaved into
+  %pk as (2, K/2, 16, 2): columns 0-15 (panel 0) then 16-31 (panel 1), each k-pair's 16 columns x 2 values 64 bytes
+  (the B operand layout of TDPBF16PS). One 64-byte load per B row and two shuffles per k-pair."""
+  lo = ", ".join(f"i32 {c}, i32 {c + 32}" for c in range(16))
+  hi = ", ".join(f"i32 {c}, i32 {c + 32}" for c in range(16, 32))
+  return ["pack.head:", "  %p = phi i32 [0, %pack.pre], [%p.next, %pack.body]", f"  %p.ok = icmp slt i32 %p, {k // 2}",
+          "  br i1 %p.ok, label %pack.body, label %pack.exit", "pack.body:",
+          f"  %pr = mul i32 %p, {2 * n}", "  %pi0 = add i32 %pr, %bc0", f"  %pi1 = add i32 %pi0, {n}",
+          "  %pq0 = getelementptr inbounds i16, ptr %b, i32 %pi0",
+          "  %pq1 = getelementptr inbounds i16, ptr %b, i32 %pi1",
+          "  %pv0 = load <32 x i16>, ptr %pq0, align 2", "  %pv1 = load <32 x i16>, ptr %pq1, align 2",
+          f"  %plo = shufflevector <32 x i16> %pv0, <32 x i16> %pv1, <32 x i32> <{lo}>",
+          f"  %phv = shufflevector <32 x i16> %pv0, <32 x i16> %pv1, <32 x i32> <{hi}>",
+          "  %pd = mul i32 %p, 32", "  %pw0 = getelementptr inbounds i16, ptr %pk, i32 %pd",
+          f"  %pd1 = add i32 %pd, {k * 16}", "  %pw1 = getelementptr inbounds i16, ptr %pk, i32 %pd1",
+          "  store <32 x i16> %plo, ptr %pw0, align 64", "  store <32 x i16> %phv, ptr %pw1, align 64",
+          "  %p.next = add i32 %p, 1", "  br label %pack.head", "pack.exit:", "  br label %g.head"]
 
 
 def _splat(v: int) -> str: return "<i32 " + ", i32 ".join([str(v)] * 16) + ">"
@@ -152,11 +251,26 @@ def _arch_prctl_tiles() -> bool:
   return int(libc.syscall(_SYS_ARCH_PRCTL, _ARCH_REQ_XCOMP_PERM, _XFEATURE_XTILEDATA)) == 0
 
 
+def stack_bytes(k: int) -> int:
+  """The kernel's stack frame for K = `k`: the packed panel pair (64 bytes a k), the C tiles of a row group between K
+  blocks (`GROUP_MAX` x 4 KB) and the bf16 epilogue's 1 KB tile buffer."""
+  return k * PANEL_BYTES_PER_K + GROUP_MAX * BLOCK * BLOCK * 4 + 1024
+
+
+def thread_stack_limit() -> int:
+  """Bytes of stack the CPU runtime's threads get: `threading.stack_size()` when a program set one, else the soft
+  `RLIMIT_STACK` (what glibc gives a new thread; 8 MB when unlimited, glibc's x86-64 default)."""
+  if (size := threading.stack_size()) > 0: return size
+  soft = resource.getrlimit(resource.RLIMIT_STACK)[0]
+  return 8 << 20 if soft == resource.RLIM_INFINITY or soft <= 0 else int(soft)
+
+
 def fits(m: int, n: int, k: int) -> bool:
-  """Whether the kernel's blocks divide an (m, k) @ (k, n) product (M, N and K multiples of 32) and its i32 offsets
-  hold it: the shapes `Tensor.dot` sends here."""
+  """Whether the kernel's blocks divide an (m, k) @ (k, n) product (M, N and K multiples of 32), its i32 offsets
+  hold it, K is at most `MAX_K` and its stack frame (`stack_bytes`) takes at most a quarter of a thread's stack
+  (`thread_stack_limit`): the shapes `Tensor.dot` sends here."""
   return all(isinstance(v, int) and v > 0 and v % BLOCK == 0 for v in (m, n, k)) and \
-    max(m * k, m * n, n * k) < 2 ** 31
+    max(m * k, m * n, n * k) < 2 ** 31 and k <= MAX_K and 4 * stack_bytes(k) <= thread_stack_limit()
 
 
 def _affine_strides(idx: UOp, rngs: list[UOp]) -> dict[UOp, int] | None:
@@ -188,35 +302,35 @@ def _bf16_load(x: UOp) -> tuple[UOp, UOp] | None:
 
 def match_matmul(ast: UOp) -> tuple[int, int, int, bool] | None:
   """(M, N, K, out_bf16) when kernel AST `ast` is exactly what this kernel computes, with PARAM 0 the out (M, N):
-  float32, or bfloat16 when the STORE holds a CAST of the sum to bfloat16 (out_bf16 True), PARAM 1
-  A (M, K) bfloat16 and PARAM 2 B packed (N/16, K/2, 16, 2) bfloat16: one STORE of REDUCE-ADD over (k/2, 2) of the
-  float32 casts' product, every index affine in five ranges whose strides are the layouts' (checked per range, so
-  the match is exact, not sampled), and `fits(M, N, K)`. None for anything else (it is lowered as usual)."""
+  float32, or bfloat16 when the STORE holds a CAST of the sum to bfloat16 (out_bf16 True), PARAM 1 A (M, K) and
+  PARAM 2 B (K, N), both bfloat16 and row-major: one STORE of REDUCE-ADD over k of the float32 casts' product, every
+  index affine in the three ranges (m, n, k) with the layouts' strides (checked per range, so the match is exact, not
+  sampled), and `fits(M, N, K)`. None for anything else (it is lowered as usual)."""
   if ast.op is not Ops.SINK or len(ast.src) != 1 or (st := ast.src[0]).op is not Ops.STORE or len(st.src) != 2:
     return None
   oix, red = st.src
   out_bf16 = red.op is Ops.CAST and red.dtype == dtypes.bfloat16
   if out_bf16: red = red.src[0]
   if oix.op is not Ops.INDEX or len(oix.src) != 2 or oix.src[0].op is not Ops.PARAM: return None
-  if red.op is not Ops.REDUCE or red.arg is not Ops.ADD or red.dtype != dtypes.float32 or len(red.src) != 3: return None
+  if red.op is not Ops.REDUCE or red.arg is not Ops.ADD or red.dtype != dtypes.float32 or len(red.src) != 2: return None
   if (mul := red.src[0]).op is not Ops.MUL or (la := _bf16_load(mul.src[0])) is None or \
      (lb := _bf16_load(mul.src[1])) is None: return None
+  if la[0].arg == 2: la, lb = lb, la  # B * A: the product commutes
   params = (oix.src[0], la[0], lb[0])
   if [p.arg for p in params] != [0, 1, 2] or not all(isinstance(p.dtype, PtrDType) for p in params) or \
      params[0].dtype.base != (dtypes.bfloat16 if out_bf16 else dtypes.float32): return None
-  rk2, rj = red.src[1], red.src[2]
+  rk = red.src[1]
   outs = sorted({u for u in oix.src[1].toposort() if u.op is Ops.RANGE}, key=lambda r: r.arg[0])
-  rngs = [*outs, rk2, rj]
-  if len(outs) != 3 or any(r.op is not Ops.RANGE or r.src[0].op is not Ops.CONST for r in rngs) or \
+  rngs = [*outs, rk]
+  if len(outs) != 2 or any(r.op is not Ops.RANGE or r.src[0].op is not Ops.CONST for r in rngs) or \
      any(r.arg[1] is not AxisType.LOOP for r in outs): return None
   so, sa, sb = (_affine_strides(i, rngs) for i in (oix.src[1], la[1], lb[1]))
   if so is None or sa is None or sb is None: return None
-  rm, rnp, rp = outs
+  rm, rn = outs
   size = {r: int(r.src[0].arg) for r in rngs}
-  m, n, k = size[rm], 16 * size[rnp], 2 * size[rk2]
-  want = {rm: (n, k, 0), rnp: (16, 0, 16 * k), rp: (1, 0, 2), rk2: (0, 2, 32), rj: (0, 1, 1)}
-  if size[rp] != 16 or size[rj] != 2 or any((so[r], sa[r], sb[r]) != w for r, w in want.items()): return None
-  if not fits(m, n, k): return None
+  m, n, k = size[rm], size[rn], size[rk]
+  want = {rm: (n, k, 0), rn: (1, 0, 1), rk: (0, 1, n)}
+  if any((so[r], sa[r], sb[r]) != w for r, w in want.items()) or not fits(m, n, k): return None
   for p, need in zip(params, (m * n, m * k, n * k)):
     if not isinstance(p.dtype, PtrDType) or p.dtype.size < need: return None
   return m, n, k, out_bf16

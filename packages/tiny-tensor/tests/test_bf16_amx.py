@@ -1,5 +1,6 @@
 """bfloat16 `Tensor.dot` on the CPU: where the probe confirms AMX tiles, a 2-D product whose M, N and K 32 divides
-runs `tiny_codegen.x86_amx`'s tile kernel (B packed in k-pairs, float32 sums, one rounding to bfloat16); any other
+runs `tiny_codegen.x86_amx`'s tile kernel in one launch (B packed in k-pairs inside it, float32 sums, one rounding
+to bfloat16); any other
 shape, or the probe off (`TINY_CPU_PROBE=0`), keeps the float32 kernel. Either way the numbers are torch's bfloat16
 matmul's (it also sums in float32) to one bfloat16 rounding."""
 import numpy as np
@@ -35,11 +36,13 @@ def _check(shape_a: tuple, shape_b: tuple) -> list[str]:
 def _amx() -> bool: return x86_amx.request_tile_state()
 
 
-@pytest.mark.parametrize("m, k, n", [(64, 96, 32), (96, 160, 64), (32, 1056, 96)])
+@pytest.mark.parametrize("m, k, n", [(64, 96, 32), (96, 160, 64), (32, 1056, 96), (320, 2048, 32)])
 def test_tile_kernel_where_amx_runs(m: int, k: int, n: int) -> None:
+  """One kernel: the tiles with B's pack and the bf16 rounding in (odd block counts: 3 and 5 row blocks, K of 33
+  steps, 2048 k in two K blocks on a 48 KB L1d)."""
   if not _amx(): pytest.skip("this CPU (or its hypervisor) doesn't run AMX bfloat16 tiles")
   srcs = _check((m, k), (k, n))
-  assert len(srcs) == 2 and "tdpbf16ps" in srcs[1], [s[:80] for s in srcs]  # the pack, the tiles (bf16 rounding in)
+  assert len(srcs) == 1 and "tdpbf16ps" in srcs[0], [s[:80] for s in srcs]
 
 
 @pytest.mark.parametrize("shape_a, shape_b", [((64, 33), (33, 32)),     # odd K
@@ -54,3 +57,20 @@ def test_other_shapes_keep_the_float32_kernel(shape_a: tuple, shape_b: tuple) ->
 def test_probe_off_keeps_the_float32_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
   monkeypatch.setenv("TINY_CPU_PROBE", "0")
   assert not any("tdpbf16ps" in s for s in _check((64, 128), (128, 96)))
+
+
+def test_no_tile_permission_keeps_the_float32_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+  """A CPU whose kernel refuses `arch_prctl(ARCH_REQ_XCOMP_PERM)` (the probe's child ran the tiles, this process may
+  not): the float32 kernel, numbers as torch's."""
+  monkeypatch.setattr(x86_amx, "_arch_prctl_tiles", lambda: False)
+  assert not any("tdpbf16ps" in s for s in _check((96, 224), (224, 64)))
+
+
+def test_flags_without_amx_keep_the_float32_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+  """Flags as a Zen 4's cpuinfo lists them (AVX512-BF16, no AMX): `cpu_probe.executes` answers False without a
+  child, and `dot` keeps the float32 kernel."""
+  from tiny_codegen import cpu_probe
+  flags = frozenset({"avx512_bf16", "f16c"})
+  real = cpu_probe.executes
+  monkeypatch.setattr(cpu_probe, "executes", lambda feature, flags_=None: real(feature, flags=flags))
+  assert not any("tdpbf16ps" in s for s in _check((160, 64), (64, 128)))

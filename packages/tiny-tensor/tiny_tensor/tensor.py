@@ -1371,12 +1371,9 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
     if dtypes.is_float(in_dt) and dtypes.is_float(acc) and acc.itemsize > in_dt.itemsize:
       x, ww = x.cast(acc), ww.cast(acc)  # half/bfloat16: exact products summed in float, rounded once (as torch)
     if dx == 2 and dw == 2 and dtype is None and self.dtype == w.dtype == dtypes.bfloat16 and _amx_tiles(self, w):
-      # AMX tiles (tiny_codegen.x86_amx): B packed in k-pairs (N/16, K/2, 16, 2); the float32 sums rounded to bf16 in
-      # the same kernel, whose output keeps the (m, n/16, 16) axes the tile kernel's recogniser checks (contiguous)
-      (m, k), n = self.shape, w.shape[1]
-      bp = w.reshape(k // 2, 2, n // 16, 16).permute(2, 0, 3, 1).contiguous()
-      prod = self.reshape(m, 1, k // 2, 1, 2).float() * bp.reshape(1, n // 16, k // 2, 16, 2).float()
-      return prod.sum((2, 4)).cast(out_dt).contiguous().reshape(m, n)
+      # AMX tiles (tiny_codegen.x86_amx): one kernel, the plain float32 sum of bf16 products rounded to bf16, which
+      # the tile kernel's recogniser matches; that kernel packs B's k-pairs itself (no pack kernel, no second launch)
+      return (x * ww).sum(-1).cast(out_dt)
     if dx >= 2 and dw == 2 and (panel := _gemm_panel(self, w, acc)):
       # the CPU's register block reads B in column strips: realize B once as contiguous (n // P, k, P) panels
       k, n = w.shape
