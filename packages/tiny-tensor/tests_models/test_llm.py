@@ -678,11 +678,13 @@ def test_prefill_chunks_multiply_weights_decoded_once_per_model(tmp_path, monkey
   else: assert not reads and all(w.dense is not None for w in lins), reads
 
 
-def test_prefill_chunks_read_float_weights_packed_once(tmp_path):
+def test_prefill_chunks_read_float_weights_packed_once(tmp_path, vector_registers):
   """A float weight that a 32-token chunk's matmul packs into column panels (`gemm_panel`, strided B) is packed once,
   at the first prefill (`DenseWeight`); the jitted chunk reads the panels, not the weight (it packed every such weight
-  again each chunk: 97 -> 77 kernels a 4-layer F32 chunk of the bench model). Logits against numpy."""
+  again each chunk: 97 -> 77 kernels a 4-layer F32 chunk of the bench model). Logits against numpy. The register
+  file pinned to AVX-512's (which packs a strided B from 32 rows) so every machine runs the packed path."""
   from tiny_tensor.llm.model import _prefill_panel
+  vector_registers(32, 64)
   path = str(tmp_path / "f.gguf")
   ws = llm_ref.make_model(path, n_layers=1, dim=768, hidden=2048, n_heads=4, n_kv=2, seed=12, ctx=64)
   kv, ts = read_gguf(path)
@@ -693,8 +695,7 @@ def test_prefill_chunks_read_float_weights_packed_once(tmp_path):
     np.testing.assert_allclose(m.prefill(prompt).numpy(), llm_ref.forward(ws, prompt)[-1], rtol=1e-4, atol=1e-4)
   lins = [w for lay in m.layers for w in (lay.wq, lay.wk, lay.wv, lay.wo, lay.w_gate, lay.w_up, lay.w_down)]
   packed = [w for w in lins if _prefill_panel(w.w, 32)]
-  if not packed: pytest.skip("this machine's CPU matmul packs none of these weights at 32 rows")
-  assert all(w.dense is not None and w.dense.panel for w in packed)
+  assert packed and all(w.dense is not None and w.dense.panel for w in packed)
   bufs = {id(engine.get_buffer(engine.buffer_view(w.w.uop)[0])) for w in packed}
   reads = [c.name for c in m.chunk_step.captured.calls if any(id(r) in bufs for r in getattr(c, "refs", []))]
   assert not reads, reads
