@@ -777,3 +777,25 @@ def test_padded_conv_blocks_one_window_axis(vector_registers, regs: tuple[int, i
   got = run(opt, "CPU", [xs.ravel(), ws.transpose(1, 2, 3, 0).ravel()], CO * H * W).reshape(CO, H, W)
   want_out = torch.nn.functional.conv2d(torch.from_numpy(xs)[None], torch.from_numpy(ws), padding=K // 2)[0]
   np.testing.assert_allclose(got, want_out.numpy(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("regs, W, lanes", [((32, 64), 112, 16), ((32, 64), 56, 14), ((32, 64), 28, 14),
+                                            ((16, 32), 56, 8), ((16, 32), 28, 7), ((32, 64), 3, 0)])
+def test_elementwise_sigmoid_is_one_native_vector(vector_registers, regs: tuple[int, int], W: int, lanes: int) -> None:
+  """A standalone sigmoid (efficientnet_b0's SiLU halves): its exp2 is one vector register of lanes along the row
+  (the row's widest divisor up to the register's lanes: 16 floats on AVX-512, 8 on AVX2; none under 4), where
+  LLVM's loop vectorizer left it scalar; a relu beside it keeps no opts (vectorized by LLVM). Results vs torch."""
+  import torch
+  vector_registers(*regs)
+  C = 3
+  out, inp = (UOp(Ops.PARAM, dtypes.float.ptr(C * W), arg=i) for i in range(2))
+  c, x = UOp.range(C, 0), UOp.range(W, 1)
+  v = inp.index(c * W + x).load()
+  sig = ((v * -1.4426950408889634).exp2() + 1.0).reciprocal()
+  opt = optimize_kernel(out.index(c * W + x).store(sig).sink(arg=KernelInfo()), Device["CPU"].renderer)
+  assert opt.arg.applied_opts == ((Opt(OptOps.UPCAST, 1, lanes),) if lanes else ()), opt.arg.applied_opts
+  relu = optimize_kernel(out.index(c * W + x).store(v.maximum(0.0)).sink(arg=KernelInfo()), Device["CPU"].renderer)
+  assert relu.arg.applied_opts == (), relu.arg.applied_opts
+  xs = np.random.default_rng(13).uniform(-20, 20, (C, W)).astype(np.float32)
+  np.testing.assert_allclose(run(opt, "CPU", [xs.ravel()], C * W).reshape(C, W),
+                             torch.from_numpy(xs).sigmoid().numpy(), rtol=1e-5, atol=1e-6)
