@@ -736,3 +736,66 @@ def test_depthwise_conv_row_is_one_vector(vector_registers, regs: tuple[int, int
                                     stride=S)[0]
   got = run(opt, "CPU", [inp.ravel(), w_cl.ravel()], C * (H // S) * (W // S)).reshape(C, H // S, W // S)
   np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def padded_conv2d_ast(CO: int, CI: int, H: int, W: int, K: int) -> UOp:
+  """out[co, y, x] = sum_{ci, ky, kx} inp[ci, y + ky - P, x + kx - P] * w[ci, ky, kx, co], P = K // 2 (a 'same'
+  conv, batch 1, the padding as gated loads and the weight channels-last, as an ONNX Conv reaches the kernel)."""
+  P = K // 2
+  out, inp, w = (UOp(Ops.PARAM, dtypes.float.ptr(n), arg=i) for i, n in enumerate((CO * H * W, CI * H * W,
+                                                                                     CI * K * K * CO)))
+  co, y, x = (UOp.range(n, i) for i, n in enumerate((CO, H, W)))
+  ci, ky, kx = (UOp.range(n, 3 + i, AxisType.REDUCE) for i, n in enumerate((CI, K, K)))
+  iy, ix = y + ky - P, x + kx - P
+  valid = (iy >= 0) & (iy < H) & (ix >= 0) & (ix < W)
+  val = (inp.index(ci * (H * W) + iy * W + ix, valid).load() *
+         w.index(ci * (K * K * CO) + ky * (K * CO) + kx * CO + co).load()).reduce(ci, ky, kx, arg=Ops.ADD)
+  return out.index(co * (H * W) + y * W + x).store(val).sink(arg=KernelInfo())
+
+
+@pytest.mark.parametrize("regs, W, want", [
+  ((32, 64), 28, ((0, 16), (2, 7))),  # resnet18's 28x28 maps: 7 pixels, not 4 pixels x 2 rows
+  ((32, 64), 56, ((0, 16), (2, 8))),
+  ((32, 64), 14, ((0, 16), (2, 7))),
+  ((16, 32), 28, ((0, 8), (2, 7))),   # AVX2: one ymm of 8 channels, the same 7 pixels
+])
+def test_padded_conv_blocks_one_window_axis(vector_registers, regs: tuple[int, int], W: int, want: tuple) -> None:
+  """A padded conv (channels-last weight, so a vector of output channels) blocks only its output row's pixels, by
+  their widest divisor that fits the accumulators, not rows as well: a second padded window axis' lanes each carry
+  their own padding gates (`_padded_window`; resnet18's 128 -> 128 3x3 on 28x28, one AVX-512 thread: 4 pixels x 2
+  rows 62 GFLOPS, 7 pixels 120). Results against torch."""
+  import torch
+  vector_registers(*regs)
+  CO, CI, H, K = 32, 4, 6, 3
+  ast = padded_conv2d_ast(CO, CI, H, W, K)
+  opt = optimize_kernel(ast, Device["CPU"].renderer)
+  assert opt.arg.applied_opts == tuple(Opt(OptOps.UPCAST, a, n) for a, n in want) + (Opt(OptOps.UNROLL, 2, 0),), \
+    opt.arg.applied_opts
+  rng = np.random.default_rng(12)
+  xs = rng.standard_normal((CI, H, W)).astype(np.float32)
+  ws = rng.standard_normal((CO, CI, K, K)).astype(np.float32)
+  got = run(opt, "CPU", [xs.ravel(), ws.transpose(1, 2, 3, 0).ravel()], CO * H * W).reshape(CO, H, W)
+  want_out = torch.nn.functional.conv2d(torch.from_numpy(xs)[None], torch.from_numpy(ws), padding=K // 2)[0]
+  np.testing.assert_allclose(got, want_out.numpy(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("regs, W, lanes", [((32, 64), 112, 16), ((32, 64), 56, 14), ((32, 64), 28, 14),
+                                            ((16, 32), 56, 8), ((16, 32), 28, 7), ((32, 64), 3, 0)])
+def test_elementwise_sigmoid_is_one_native_vector(vector_registers, regs: tuple[int, int], W: int, lanes: int) -> None:
+  """A standalone sigmoid (efficientnet_b0's SiLU halves): its exp2 is one vector register of lanes along the row
+  (the row's widest divisor up to the register's lanes: 16 floats on AVX-512, 8 on AVX2; none under 4), where
+  LLVM's loop vectorizer left it scalar; a relu beside it keeps no opts (vectorized by LLVM). Results vs torch."""
+  import torch
+  vector_registers(*regs)
+  C = 3
+  out, inp = (UOp(Ops.PARAM, dtypes.float.ptr(C * W), arg=i) for i in range(2))
+  c, x = UOp.range(C, 0), UOp.range(W, 1)
+  v = inp.index(c * W + x).load()
+  sig = ((v * -1.4426950408889634).exp2() + 1.0).reciprocal()
+  opt = optimize_kernel(out.index(c * W + x).store(sig).sink(arg=KernelInfo()), Device["CPU"].renderer)
+  assert opt.arg.applied_opts == ((Opt(OptOps.UPCAST, 1, lanes),) if lanes else ()), opt.arg.applied_opts
+  relu = optimize_kernel(out.index(c * W + x).store(v.maximum(0.0)).sink(arg=KernelInfo()), Device["CPU"].renderer)
+  assert relu.arg.applied_opts == (), relu.arg.applied_opts
+  xs = np.random.default_rng(13).uniform(-20, 20, (C, W)).astype(np.float32)
+  np.testing.assert_allclose(run(opt, "CPU", [xs.ravel()], C * W).reshape(C, W),
+                             torch.from_numpy(xs).sigmoid().numpy(), rtol=1e-5, atol=1e-6)

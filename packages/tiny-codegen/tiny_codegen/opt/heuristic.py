@@ -23,7 +23,8 @@ CPU renderers (no locals; threads split the outermost loop in lowering):
   each lane its own accumulator (the expander), so independent adds hide the add latency, as long as the loop body
   is cheap (an unrolled exp2 only slows compiling);
 - elementwise kernels: left to LLVM's loop vectorizer, but for a big output (streamed past the cache: the renderer's
-  `nontemporal_min_bytes`), whose contiguous store axis is upcast to one cache line of lanes.
+  `nontemporal_min_bytes`), whose contiguous store axis is upcast to one cache line of lanes, and for a transcendental
+  (sigmoid, SiLU: `_upcast_transcendental`), whose store axis becomes one vector register of lanes.
 GPU renderers (`has_local`) have their own heuristics in `heuristic_gpu`; what both use is in `heuristic_common`.
 
 A symbolic bound (a Variable batch or sequence, issue #39) weighs as its `representative_size` (the geometric middle
@@ -78,6 +79,7 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
   elif ren.vectorize_upcast:
     _upcast_awkward_elementwise(k, sidx, loads)
     if k.upcast_size == 1: _upcast_streaming_store(k, sidx)
+    if k.upcast_size == 1: _upcast_transcendental(k, sidx)
   return k
 
 
@@ -282,8 +284,10 @@ def _vector_block(k: Kernel, loads: list[UOp]) -> bool:
   # block (up to two of) the axes the vector is reused across: plain ones first, innermost first
   others.sort(key=lambda o: (_awkward(o[1], loads, rngs, k.reduce_axes)[0], -o[0]))
   rows: tuple[int, int] | None = None  # (id, lanes) of the first axis blocked around the vector
+  padded = [x for _, x, _ in others if _padded_window(x, loads, rngs, k.reduce_axes)]
   for _, x, m in others:
-    got = _row_block(x, m, budget // vectors)
+    if x in padded and padded[0] is not x: continue  # one padded window axis only (`_padded_window`)
+    got = _row_block(x, m, budget // vectors, widest=x in padded)
     if got and _try(k, Opt(OptOps.UPCAST, k.output_axes.index(x), got)):
       vectors, blocked = vectors * got, blocked + 1
       rows = rows or (x.arg[0], got)
@@ -293,12 +297,27 @@ def _vector_block(k: Kernel, loads: list[UOp]) -> bool:
   return True
 
 
-def _row_block(x: UOp, m: int, most: int) -> int:
+def _padded_window(x: UOp, loads: list[UOp], rngs: list[UOp], reds: list[UOp]) -> bool:
+  """Whether output axis `x` is a sliding window (`_awkward`) that some load is gated along (a padded conv's output
+  rows and columns). Around a vector of output channels, only the innermost such axis is blocked, by its widest
+  divisor that fits (`_row_block(widest=True)`): the lanes of a second one each read their own input row and carry
+  their own padding gates, which the filter loops can no longer skip for the whole block (`lower/bounds.py` narrows
+  a loop per output row, not per lane). resnet18's 128 -> 128 3x3 conv on 28x28 maps (padding 1, one thread, AVX-512)
+  blocked 16 channels x 4 pixels x 2 rows ran 62 GFLOPS, x 4 x 4 81, 16 x 7 pixels 120; 64 -> 64 on 56x56, 16 x 8
+  pixels 115, x 8 x 2 rows 65. Unpadded convs keep both axes (`conv2d` without padding, the MNIST step's 5x5)."""
+  gated = any(len(ld.src[0].src) > 2 and x in ld.src[0].src[2].ranges for ld in loads)
+  return gated and _awkward(x, loads, rngs, reds)[1]
+
+
+def _row_block(x: UOp, m: int, most: int, widest: bool = False) -> int:
   """The lanes to block output axis `x` of size `m` by, with room for `most` more accumulators (0: none): the first
-  of `_block_amounts` that divides a constant `m`; for a symbolic bound (`m` its representative size) the first that
-  is at most `m`, since the masked tail takes any remainder, and a block wider than the typical size would mostly
-  compute masked lanes."""
-  if _bound(x) is not None: return next((a for a in _block_amounts(m, most) if m % a == 0), 0)
+  of `_block_amounts` that divides a constant `m` (`widest`: its widest divisor that fits first, for an axis blocked
+  alone: 28 as 7, not 4); for a symbolic bound (`m` its representative size) the first that is at most `m`, since
+  the masked tail takes any remainder, and a block wider than the typical size would mostly compute masked lanes."""
+  if _bound(x) is not None:
+    amts = _block_amounts(m, most)
+    if widest: amts = tuple(sorted(amts, key=lambda a: (m % a != 0, -a)))
+    return next((a for a in amts if m % a == 0), 0)
   return next((a for a in _block_amounts(m, most) if a <= m), 0)
 
 
@@ -651,3 +670,26 @@ def _upcast_streaming_store(k: Kernel, sidx: UOp | None) -> None:
     if n % lanes == 0: _try(k, Opt(OptOps.UPCAST, i, lanes))
     return
 
+
+TRANSCENDENTAL = (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW)
+"""The ops the CPU renderers decompose into polynomial ALU code (exp2's exponent built with integer shifts and bit
+casts): in an elementwise kernel LLVM's loop vectorizer leaves that code scalar."""
+
+
+def _upcast_transcendental(k: Kernel, sidx: UOp | None) -> None:
+  """An elementwise kernel with a transcendental (`TRANSCENDENTAL`: sigmoid, SiLU, tanh, GELU, exp) gets the store's
+  contiguous axis upcast to one native vector: its widest divisor up to the lanes of one vector register
+  (`vector_registers`' bytes over the stored item: 16 float32s on AVX-512, 8 on AVX2 and NEON's pairs, 4 on NEON),
+  at least 4. LLVM's loop vectorizer left the decomposed exp2 scalar (~1 ns an element); efficientnet_b0's
+  standalone sigmoids (one thread, AVX-512): 96x112x112 1389 -> 937 us as 16 lanes, 144x56x56 657-807 -> 450 as 14
+  (8: 540-711, a half register), 240x28x28 403 -> 182 as 14."""
+  regs, width = getattr(k.renderer, "vector_registers", (0, 0))
+  st = k.stores()
+  if sidx is None or not width or len(st) != 1: return
+  if not any(u.op in TRANSCENDENTAL for u in k.ast.toposort()): return
+  lanes = width // st[0].src[1].dtype.scalar().itemsize  # STORE(INDEX, value)
+  rngs = k.rngs
+  for i, r, n in reversed(_output_axes_with_bounds(k)):
+    if stride_of(sidx, r, rngs) != 1: continue
+    if amt := next((a for a in range(min(n, lanes), 3, -1) if n % a == 0), 0): _try(k, Opt(OptOps.UPCAST, i, amt))
+    return

@@ -1,0 +1,123 @@
+"""Per-kernel profile of an ONNX model's TinyJit replay next to onnxruntime's own per-node profile (issue #39).
+
+Both on one thread (`CPU_THREADS=1` is set here; onnxruntime with `intra_op_num_threads=1`), the model built and
+exported as `bench_models.py` does (random weights, batch 1, `BENCH_MODELS_IMAGE` pixels). tiny: the jit's capture
+replayed once normally, then each of its kernels run alone with a wait, the least of 5 (us), with its GFLOPS (the
+FLOPs `GlobalCounters` counts for it); onnxruntime: `SessionOptions.enable_profiling`, each node's least kernel time
+over 10 runs. Printed: the sums, then both lists in graph order, then the time per kind (tiny: E (elementwise) /
+r (reduce: convs, pools, Gemm) kernels; onnxruntime: per op type), so the gaps can be ranked by the ms they lose.
+
+`python bench/profile_models.py resnet18 [mobilenet_v3_small ...]` (needs onnx, onnxruntime and torch).
+"""
+from __future__ import annotations
+
+import collections
+import json
+import os
+import sys
+import tempfile
+import time
+from typing import Any
+
+os.environ.setdefault("CPU_THREADS", "1")
+os.environ.setdefault("DEV", "CPU")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import numpy as np  # noqa: E402
+
+import bench_models as bm  # noqa: E402
+
+
+def ort_nodes(path: str, feeds: dict[str, np.ndarray], runs: int = 10) -> list[tuple[float, str, str]]:
+  """onnxruntime's per-node profile on one thread: [(least us, op type, node name)] in graph order."""
+  import onnxruntime as ort
+  so = ort.SessionOptions()
+  so.intra_op_num_threads = so.inter_op_num_threads = 1
+  so.enable_profiling = True
+  so.profile_file_prefix = os.path.join(os.path.dirname(path), "ort_profile")
+  sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+  for _ in range(runs): sess.run(None, feeds)
+  with open(sess.end_profiling()) as f: events = json.load(f)
+  nodes: dict[str, tuple[float, str]] = {}
+  for e in events:
+    if e.get("cat") != "Node" or not e["name"].endswith("_kernel_time"): continue
+    name = e["name"][:-len("_kernel_time")]
+    prev = nodes.get(name)
+    nodes[name] = (min(e["dur"], prev[0]) if prev else e["dur"], e["args"].get("op_name", "?"))
+  return [(us, op, name) for name, (us, op) in nodes.items()]
+
+
+def tiny_kernels(path: str, feeds: dict[str, np.ndarray], want: np.ndarray) -> tuple[list[tuple[float, str, float]],
+                                                                                     float]:
+  """Each kernel of the jitted runner's replay run alone: ([(least us of 5, name, GFLOPS)] in replay order, the
+  least ms of 10 whole jitted calls). The output is checked against onnxruntime's first."""
+  from tiny_tensor import jit as jitmod
+  from tiny_tensor.nn.onnx import OnnxRunner
+  runner = OnnxRunner(path, jit=True)
+  seen: dict[str, Any] = {}
+  plain_call = jitmod.CapturedJit.__call__
+
+  def spy(self: Any, inputs: list, var_vals: dict[str, int]) -> Any:  # the replay's input buffers, for the kernels
+    seen.update(cj=self, inputs=list(inputs), var_vals=var_vals)
+    return plain_call(self, inputs, var_vals)
+  jitmod.CapturedJit.__call__ = spy  # type: ignore[method-assign]
+  try:
+    for _ in range(3): out = runner(feeds)["y"].numpy()
+  finally:
+    jitmod.CapturedJit.__call__ = plain_call  # type: ignore[method-assign]
+  bm._close("profile", "jit", out, want)
+  whole = min(_seconds(lambda: runner(feeds)["y"].numpy()) for _ in range(10)) * 1e3
+  rows = []
+  for c in seen["cj"].calls:
+    if not isinstance(c, jitmod._KernelCall): continue
+    args = c.args.copy()
+    for i, slot in c.dyn: args[i] = seen["inputs"][slot]._buf
+    vals = tuple(seen["var_vals"].get(n, v) for n, v in c.vars)
+    gs, ls = c.launch(seen["var_vals"])
+    best = min(_seconds(lambda: c.prg(*args, global_size=gs, local_size=ls, vals=vals, wait=True)) for _ in range(5))
+    rows.append((best * 1e6, c.name, c.ops / best / 1e9))
+  return rows, whole
+
+
+def _seconds(fn: Any) -> float:
+  st = time.perf_counter()
+  fn()
+  return time.perf_counter() - st
+
+
+def profile(name: str) -> None:
+  """Print model `name`'s per-kernel and per-node profiles (see the module docstring)."""
+  import onnxruntime as ort
+  import torch
+  torch.set_num_threads(1)
+  build, feeds = bm._spec(name)
+  torch.manual_seed(0)
+  model = build().eval()
+  with tempfile.TemporaryDirectory() as d:
+    path = os.path.join(d, f"{name}.onnx")
+    torch.onnx.export(model, tuple(torch.from_numpy(v) for v in feeds.values()), path, input_names=list(feeds),
+                      output_names=["y"], dynamo=False, opset_version=17)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = so.inter_op_num_threads = 1
+    sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    want = sess.run(None, feeds)[0]
+    ort_ms = min(_seconds(lambda: sess.run(None, feeds)) for _ in range(20)) * 1e3
+    nodes = ort_nodes(path, feeds)
+    kernels, jit_ms = tiny_kernels(path, feeds, want)
+  print(f"== {name}: {len(kernels)} kernels, sum {sum(k[0] for k in kernels) / 1e3:.2f} ms, jit {jit_ms:.2f} ms | "
+        f"onnxruntime (1 thread) {ort_ms:.2f} ms, its nodes' sum {sum(n[0] for n in nodes) / 1e3:.2f} ms | "
+        f"load {os.getloadavg()[0]:.1f}")
+  print("-- tiny kernels (us, name, GFLOPS)")
+  for us, kname, gf in kernels: print(f"  {us:8.0f}  {kname:30s} {gf:7.1f}")
+  print("-- onnxruntime nodes (us, op, name)")
+  for us, op, nname in nodes: print(f"  {us:8.0f}  {op:18s} {nname}")
+  by_kind: collections.Counter[str] = collections.Counter()
+  for us, kname, _ in kernels: by_kind[kname.split("_")[0]] += us
+  by_op: collections.Counter[str] = collections.Counter()
+  for us, op, _ in nodes: by_op[op] += us
+  print("-- per kind (ms): tiny", {k: round(v / 1e3, 2) for k, v in by_kind.most_common()},
+        "| onnxruntime", {k: round(v / 1e3, 2) for k, v in by_op.most_common()})
+
+
+if __name__ == "__main__":
+  for m in sys.argv[1:] or ["resnet18", "mobilenet_v3_small", "efficientnet_b0"]: profile(m)
