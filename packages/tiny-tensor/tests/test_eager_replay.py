@@ -292,3 +292,31 @@ def test_replayed_buffers_are_fresh_canonical_nodes_and_never_a_wrong_launch(cou
       assert got.dtype == want.dtype
       np.testing.assert_array_equal(got, want)
   assert not count_schedules  # all of them replayed
+
+
+def test_the_structure_memo_never_finds_another_structures_launch(count_schedules):
+  # issue #39: a fresh root (`a + 1`, a new ADD each time) finds its cached schedule by (op, dtype, its sources'
+  # normalized forms, tag), without interning its normalized node. Roots that differ only in the dtype (casts of
+  # one source), in the strides of a view (a.T), in the device, or in input order must each run their own kernel
+  import importlib
+  from tiny_uop import dtypes
+  S = importlib.import_module("tiny_codegen.schedule.schedule")
+  x, y = _x(50, (6, 6)), _x(51, (6, 6))
+  a, b = Tensor(x).realize(), Tensor(y).realize()
+  ap = Tensor(x, device="PYTHON").realize()
+  at = a.T.contiguous().realize()  # a (6, 6) buffer: `at + 1` and `a.T + 1` have the same shape, other strides
+  ops = [(lambda: a.cast(dtypes.int32), x.astype(np.int32)), (lambda: a.cast(dtypes.float16), x.astype(np.float16)),
+         (lambda: (a.abs() * 10).cast(dtypes.uint8), (np.abs(x) * 10).astype(np.uint8)),
+         (lambda: a - b, x - y), (lambda: b - a, y - x), (lambda: at + 1, x.T + 1), (lambda: a.T + 1, x.T + 1),
+         (lambda: a + 1, x + 1), (lambda: ap + 1, x + 1), (lambda: a.abs().sqrt(), np.sqrt(np.abs(x))),
+         (lambda: a.abs().exp2(), np.exp2(np.abs(x)))]
+  for build, _ in ops: build().realize()  # each structure scheduled and recorded once
+  count_schedules.clear()
+  S._tmpl_by_struct.clear()  # found by the walk once more, then by structure
+  for _ in range(3):
+    for build, want in ops:
+      got = build().realize().numpy()
+      assert got.dtype == want.dtype and got.shape == want.shape
+      np.testing.assert_allclose(got, want, rtol=1e-3 if want.dtype == np.float16 else 1e-6)
+  assert len(S._tmpl_by_struct) >= 8  # the one-new-node roots went through the memo
+  assert not count_schedules  # all of them replayed
