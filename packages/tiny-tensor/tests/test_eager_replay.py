@@ -320,3 +320,44 @@ def test_the_structure_memo_never_finds_another_structures_launch(count_schedule
       np.testing.assert_allclose(got, want, rtol=1e-3 if want.dtype == np.float16 else 1e-6)
   assert len(S._tmpl_by_struct) >= 8  # the one-new-node roots went through the memo
   assert not count_schedules  # all of them replayed
+
+
+def test_gradients_flow_through_replayed_results_and_assigns_replay_in_place(count_schedules):
+  # issue #39: a replayed result takes its fresh buffer without `_realized_node`'s alias walks; it must still keep its
+  # graph for autograd (requires_grad None/True), keep none for a detached one, and an assign (whose output is its
+  # target, not a fresh buffer) still writes in place. Gradients against torch, values against numpy
+  torch = pytest.importorskip("torch")
+  x, y = _x(60, (5, 7)), _x(61, (5, 7))
+  w, c = Tensor(x, requires_grad=True), Tensor(y)
+  for _ in range(2): ((w * 3).realize(), (w.detach() * 3).realize(), (c * w).realize())  # recorded
+  count_schedules.clear()
+  h = (w * 3).realize()  # replayed: a buffer, its graph kept as its origin
+  d = (w.detach() * 3).realize()
+  p = (c * w).realize()
+  assert not count_schedules and engine.is_realized(h.uop) and engine.is_realized(p.uop)
+  assert d._origin is None and h._origin is not None
+  ((h * h).sum() + (p * 2).sum() + d.sum()).backward()
+  tw = torch.tensor(x, requires_grad=True)
+  ((tw * 3) * (tw * 3)).sum().add((torch.tensor(y) * tw * 2).sum()).backward()
+  np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-5, atol=1e-5)
+  # a view of a realized buffer (no kernel, no copy): the result is the input's buffer, not a fresh one, and its
+  # graph (which holds that buffer) must not become its origin (backward would substitute it into itself)
+  from tiny_tensor.live import _lazy_tensors, _live
+  for _ in range(3):
+    v = h.reshape(35).contiguous()
+    _live(_lazy_tensors)  # (drops the dead reshape's entry: v is the one lazy tensor, the replay's case)
+    v.realize()
+    assert engine.buffer_view(v.uop)[0] is engine.buffer_view(h.uop)[0]
+  w.grad = None
+  (v * v).sum().backward()
+  tw.grad = None
+  (tw * 3).reshape(35).pow(2).sum().backward()
+  np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-5, atol=1e-5)
+  b = Tensor(np.zeros((5, 7), np.float32)).realize()
+  for k in range(1, 4):  # the same assign structure each time: replayed into b's own buffer
+    buf = engine.buffer_view(b.uop)[0]
+    b.assign(b + 1)
+    _live(_lazy_tensors)
+    b.realize()
+    assert engine.buffer_view(b.uop)[0] is buf
+    np.testing.assert_array_equal(b.numpy(), np.full((5, 7), k, np.float32))

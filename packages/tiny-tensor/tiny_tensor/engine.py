@@ -537,19 +537,21 @@ def replay_root(u: UOp) -> UOp | None:
   schedule, as `realize([u])[u]` would: its realized buffer view; None when it has no replay (nothing ran: the caller
   realizes it). The eager hot path of `Tensor.realize` (`(a + 1).realize()`): one kernel launch, no schedule built,
   no graph walked."""
-  with lock: return _replay_root_locked(u)
+  with lock: return None if (got := _replay_root_locked(u)) is None else got[0]
 
 
-def _replay_root_locked(u: UOp) -> UOp | None:
+def _replay_root_locked(u: UOp) -> tuple[UOp, bool] | None:
   """`replay_root(u)` for a caller that holds `lock` already (`Tensor.realize`: taking the re-entrant lock again
-  costs ~0.2 us of the eager hot path)."""
+  costs ~0.2 us of the eager hot path), and whether the view is over a buffer made by this replay (no graph that
+  existed before holds it: not an input the kernel wrote in place, as an assign's)."""
   if (got := _replay_run((u,))) is None: return None
   i, shape = got[0].outs[0]
   b = got[1][i]
-  if shape is None: return b
+  fresh = i >= len(got[1]) - len(got[0].new)
+  if shape is None: return b, fresh
   v = UOp(_RESHAPE, b.dtype, (b,), shape)  # _view, inlined (the hot path)
   if "shape" not in (c := v._cache): c["shape"], c["device"] = shape, b._cache["device"]  # (new_buffer set it)
-  return v
+  return v, fresh
 
 
 def _view(b: UOp, shape: tuple[int, ...]) -> UOp:

@@ -278,15 +278,16 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
     >>> t.uop.op
     Ops.BUFFER
     """
-    ts = [self, *lst]
     with engine.lock:  # other threads' realizes see this one's results whole (see tiny_tensor.engine)
       tried = False
       if not lst and (op := (u := self._uop).op) is not _MULTI and op is not _BUFFER and \
          (op is not _RESHAPE or u.src[0].op is not _BUFFER):  # one lazy tensor (not is_realized(u)): the eager hot path
-        with _registry_lock: alone = tried = _lazy_tensors.only(ts)
-        if alone and (n := engine._replay_root_locked(u)) is not None:  # a cached op: its recorded kernels
-          _take_realized(self, n)
+        with _registry_lock: alone = tried = _lazy_tensors.only_one(self)
+        if alone and (got := engine._replay_root_locked(u)) is not None:  # a cached op: its recorded kernels
+          if got[1]: _take_fresh(self, got[0])
+          else: _take_realized(self, got[0])
           return self
+      ts = [self, *lst]
       uops = [s for t in ts for s in (t._uop.src if t._uop.op is _MULTI else (t._uop,))]  # sharded: its shards
       with _registry_lock: alone = _lazy_tensors.only(ts)
       if alone:  # no other lazy tensor: none reads old values or shares nodes
@@ -1719,6 +1720,21 @@ def _take_realized(t: Tensor, new: UOp) -> None:
   with _registry_lock:
     _set_origin(t, origin)
     t._uop = n  # a buffer view: no longer lazy (what the `uop` setter does for a realized node)
+    _lazy_tensors.pop(id(t), None)
+
+
+def _take_fresh(t: Tensor, new: UOp) -> None:
+  """`_take_realized(t, new)` for a view `new` of a buffer the replay just made (the eager hot path): no graph of
+  `t`'s (nor its origin) can hold it, so `_realized_node` keeps `t`'s origin if it has one, else takes `t`'s graph as
+  its origin unless `t` doesn't track gradients (requires_grad False) or is an assign."""
+  u, origin = t._uop, t._origin_uop
+  if origin is None and t._requires_grad is not False and u.op is not _ASSIGN: origin = u
+  with _registry_lock:
+    if origin is not t._origin_uop:
+      t._origin_uop = origin
+      _origin_tensors[id(t)] = t
+    elif origin is None: _real_tensors[id(t)] = t
+    t._uop = new  # a buffer view: no longer lazy (what the `uop` setter does for a realized node)
     _lazy_tensors.pop(id(t), None)
 
 
