@@ -361,3 +361,17 @@ def test_gradients_flow_through_replayed_results_and_assigns_replay_in_place(cou
     b.realize()
     assert engine.buffer_view(b.uop)[0] is buf
     np.testing.assert_array_equal(b.numpy(), np.full((5, 7), k, np.float32))
+
+
+def test_a_device_whose_renderer_changed_schedules_again(count_schedules, monkeypatch):
+  # issue #39: a replay checks that each device it recorded is still the opened one with the same renderer (one dict
+  # read per device). A new renderer drops the record: scheduled again, numbers against numpy, then replayed again
+  from tiny_uop.plugins import Device
+  x = _x(70, (4, 4))
+  a = Tensor(x, device="PYTHON").realize()
+  for _ in range(2): (a * 5).realize()
+  count_schedules.clear()
+  dev = Device["PYTHON"]
+  monkeypatch.setattr(dev, "renderer", type(dev.renderer)(dev.arch))
+  for _ in range(3): np.testing.assert_allclose((a * 5).realize().numpy(), x * 5, rtol=1e-6)
+  assert len(count_schedules) == 1  # recorded again under the new renderer, then replayed
