@@ -375,3 +375,25 @@ def test_a_device_whose_renderer_changed_schedules_again(count_schedules, monkey
   monkeypatch.setattr(dev, "renderer", type(dev.renderer)(dev.arch))
   for _ in range(3): np.testing.assert_allclose((a * 5).realize().numpy(), x * 5, rtol=1e-6)
   assert len(count_schedules) == 1  # recorded again under the new renderer, then replayed
+
+
+def test_a_scalar_ops_result_is_a_registered_lazy_tensor():
+  # issue #39: `a + 1` makes its Tensor without the uop setter's checks; it must still be a lazy tensor realize knows
+  # of (an assign to `a` realized later computes it from a's old values first, as if run eagerly) and a gradient
+  # tensor when its input is one. Values vs numpy, gradients vs torch
+  torch = pytest.importorskip("torch")
+  x = _x(80, (3, 5))
+  for _ in range(2):  # the second time through: every op replays
+    a = Tensor(x).realize()
+    b, c = a + 1, 2 - a
+    a.assign(a * 0 + 5).realize()
+    np.testing.assert_array_equal(b.numpy(), x + 1)
+    np.testing.assert_array_equal(c.numpy(), 2 - x)
+    np.testing.assert_array_equal(a.numpy(), np.full((3, 5), 5, np.float32))
+  w = Tensor(x, requires_grad=True)
+  y = (w * 3).realize()
+  assert y.requires_grad
+  (y * y).sum().backward()
+  tw = torch.tensor(x, requires_grad=True)
+  ((tw * 3) ** 2).sum().backward()
+  np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-5)

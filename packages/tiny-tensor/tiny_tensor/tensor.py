@@ -155,6 +155,17 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
       with _registry_lock: _grad_tensors[id(t)] = t
     return t
 
+  @staticmethod
+  def _new_lazy(uop: UOp, requires_grad: bool | None) -> Tensor:
+    """`Tensor._new(uop, requires_grad)` for an op node over a source on one device (a str) and a constant: not a
+    buffer view, not sharded, so the `uop` setter's checks are known (the eager hot path: `a + 1`)."""
+    t = object.__new__(Tensor)
+    t._uop, t._requires_grad, t.grad, t._origin_uop = uop, requires_grad, None, None
+    with _registry_lock:
+      _lazy_tensors[id(t)] = t
+      if requires_grad: _grad_tensors[id(t)] = t  # propagated from an input: not a leaf
+    return t
+
   def _wrap(self, uop: UOp, *others: Tensor) -> Tensor:
     rg = [self.requires_grad, *(o.requires_grad for o in others)]
     return Tensor._new(uop, True if any(rg) else (None if None in rg else False))
@@ -579,7 +590,9 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
     if type(y) in (int, float, bool) and (dtypes.is_float(dt) or (dtypes.is_int(dt) and type(y) is int)):
       cu, u = self._scalar_uop(y), self._uop  # hot path: no temporary Tensor for the constant
       if op in _SAME_DTYPE_OPS and cu.dtype is u.dtype:  # what alu builds, without its dtype checks (interned)
-        return Tensor._new(UOp(op, u.dtype, (cu, u) if reverse else (u, cu)), self._requires_grad)
+        new = UOp(op, u.dtype, (cu, u) if reverse else (u, cu))
+        if u._cache.get("device").__class__ is str: return Tensor._new_lazy(new, self._requires_grad)
+        return Tensor._new(new, self._requires_grad)
       return Tensor._new(cu.alu(op, u) if reverse else u.alu(op, cu), self._requires_grad)
     a, b = self._broadcasted(y, reverse)
     return a._wrap(a.uop.alu(op, b.uop), b)
