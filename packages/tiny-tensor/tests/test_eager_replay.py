@@ -397,3 +397,23 @@ def test_a_scalar_ops_result_is_a_registered_lazy_tensor():
   tw = torch.tensor(x, requires_grad=True)
   ((tw * 3) ** 2).sum().backward()
   np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-5)
+
+
+def test_the_scalar_constant_cache_is_keyed_by_value_dtype_shape_and_device():
+  # issue #39: `a + c` finds the broadcast constant c in a cache keyed by (dtype, repr(c), device, shape), read from
+  # the node's cached fields; -0.0 and 0.0, 1 and 1.0, and tensors of other shapes, dtypes and devices must each get
+  # their own constant. Values (and zero signs) vs numpy
+  x = _x(90, (3, 4))
+  o, o2, op_ = Tensor(np.ones((3, 4), np.float32)), Tensor(np.ones((4, 3), np.float32)), Tensor(x, device="PYTHON")
+  ai = Tensor(np.arange(12, dtype=np.int32).reshape(3, 4))
+  cases = [(lambda: o * -0.0, np.full((3, 4), -0.0, np.float32)), (lambda: o * 0.0, np.zeros((3, 4), np.float32)),
+           (lambda: o + 1, np.full((3, 4), 2, np.float32)), (lambda: o2 + 1, np.full((4, 3), 2, np.float32)),
+           (lambda: op_ + 1, x + 1),
+           (lambda: o + 1.5, np.full((3, 4), 2.5, np.float32)), (lambda: ai + 1, ai.numpy() + 1),
+           (lambda: ai * 3, ai.numpy() * 3)]
+  for _ in range(3):
+    for build, want in cases:
+      got = build().realize().numpy()
+      assert got.shape == want.shape
+      np.testing.assert_array_equal(got, want)
+      np.testing.assert_array_equal(np.signbit(got), np.signbit(want))

@@ -551,7 +551,8 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
   def _scalar_uop(self, y: Any) -> UOp:
     """Python scalar `y` of this tensor's dtype, broadcast to its shape (cached: a hot path of `x + 1`)."""
     u = self._uop
-    key = (u.dtype, repr(y), u.device, u.shape)
+    if "shape" in (c := u._cache) and "device" in c: key = (u.dtype, repr(y), c["device"], c["shape"])  # (no property)
+    else: key = (u.dtype, repr(y), u.device, u.shape)
     if (cu := _scalar_cache.get(key)) is None:
       if len(_scalar_cache) > 512: _scalar_cache.clear()
       cu = _scalar_cache[key] = self._const_for(y)._broadcast_to(self.shape).uop
@@ -586,7 +587,7 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
     return x._broadcast_to(shape), yt._broadcast_to(shape)
 
   def _binop(self, op: Ops, y: Any, reverse: bool = False) -> Tensor:
-    dt = self.dtype
+    dt = self._uop.dtype
     if type(y) in (int, float, bool) and (dtypes.is_float(dt) or (dtypes.is_int(dt) and type(y) is int)):
       cu, u = self._scalar_uop(y), self._uop  # hot path: no temporary Tensor for the constant
       if op in _SAME_DTYPE_OPS and cu.dtype is u.dtype:  # what alu builds, without its dtype checks (interned)
