@@ -292,3 +292,128 @@ def test_replayed_buffers_are_fresh_canonical_nodes_and_never_a_wrong_launch(cou
       assert got.dtype == want.dtype
       np.testing.assert_array_equal(got, want)
   assert not count_schedules  # all of them replayed
+
+
+def test_the_structure_memo_never_finds_another_structures_launch(count_schedules):
+  # issue #39: a fresh root (`a + 1`, a new ADD each time) finds its cached schedule by (op, dtype, its sources'
+  # normalized forms, tag), without interning its normalized node. Roots that differ only in the dtype (casts of
+  # one source), in the strides of a view (a.T), in the device, or in input order must each run their own kernel
+  import importlib
+  from tiny_uop import dtypes
+  S = importlib.import_module("tiny_codegen.schedule.schedule")
+  x, y = _x(50, (6, 6)), _x(51, (6, 6))
+  a, b = Tensor(x).realize(), Tensor(y).realize()
+  ap = Tensor(x, device="PYTHON").realize()
+  at = a.T.contiguous().realize()  # a (6, 6) buffer: `at + 1` and `a.T + 1` have the same shape, other strides
+  ops = [(lambda: a.cast(dtypes.int32), x.astype(np.int32)), (lambda: a.cast(dtypes.float16), x.astype(np.float16)),
+         (lambda: (a.abs() * 10).cast(dtypes.uint8), (np.abs(x) * 10).astype(np.uint8)),
+         (lambda: a - b, x - y), (lambda: b - a, y - x), (lambda: at + 1, x.T + 1), (lambda: a.T + 1, x.T + 1),
+         (lambda: a + 1, x + 1), (lambda: ap + 1, x + 1), (lambda: a.abs().sqrt(), np.sqrt(np.abs(x))),
+         (lambda: a.abs().exp2(), np.exp2(np.abs(x)))]
+  for build, _ in ops: build().realize()  # each structure scheduled and recorded once
+  count_schedules.clear()
+  S._tmpl_by_struct.clear()  # found by the walk once more, then by structure
+  for _ in range(3):
+    for build, want in ops:
+      got = build().realize().numpy()
+      assert got.dtype == want.dtype and got.shape == want.shape
+      np.testing.assert_allclose(got, want, rtol=1e-3 if want.dtype == np.float16 else 1e-6)
+  assert len(S._tmpl_by_struct) >= 8  # the one-new-node roots went through the memo
+  assert not count_schedules  # all of them replayed
+
+
+def test_gradients_flow_through_replayed_results_and_assigns_replay_in_place(count_schedules):
+  # issue #39: a replayed result takes its fresh buffer without `_realized_node`'s alias walks; it must still keep its
+  # graph for autograd (requires_grad None/True), keep none for a detached one, and an assign (whose output is its
+  # target, not a fresh buffer) still writes in place. Gradients against torch, values against numpy
+  torch = pytest.importorskip("torch")
+  x, y = _x(60, (5, 7)), _x(61, (5, 7))
+  w, c = Tensor(x, requires_grad=True), Tensor(y)
+  for _ in range(2): ((w * 3).realize(), (w.detach() * 3).realize(), (c * w).realize())  # recorded
+  count_schedules.clear()
+  h = (w * 3).realize()  # replayed: a buffer, its graph kept as its origin
+  d = (w.detach() * 3).realize()
+  p = (c * w).realize()
+  assert not count_schedules and engine.is_realized(h.uop) and engine.is_realized(p.uop)
+  assert d._origin is None and h._origin is not None
+  ((h * h).sum() + (p * 2).sum() + d.sum()).backward()
+  tw = torch.tensor(x, requires_grad=True)
+  ((tw * 3) * (tw * 3)).sum().add((torch.tensor(y) * tw * 2).sum()).backward()
+  np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-5, atol=1e-5)
+  # a view of a realized buffer (no kernel, no copy): the result is the input's buffer, not a fresh one, and its
+  # graph (which holds that buffer) must not become its origin (backward would substitute it into itself)
+  from tiny_tensor.live import _lazy_tensors, _live
+  for _ in range(3):
+    v = h.reshape(35).contiguous()
+    _live(_lazy_tensors)  # (drops the dead reshape's entry: v is the one lazy tensor, the replay's case)
+    v.realize()
+    assert engine.buffer_view(v.uop)[0] is engine.buffer_view(h.uop)[0]
+  w.grad = None
+  (v * v).sum().backward()
+  tw.grad = None
+  (tw * 3).reshape(35).pow(2).sum().backward()
+  np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-5, atol=1e-5)
+  b = Tensor(np.zeros((5, 7), np.float32)).realize()
+  for k in range(1, 4):  # the same assign structure each time: replayed into b's own buffer
+    buf = engine.buffer_view(b.uop)[0]
+    b.assign(b + 1)
+    _live(_lazy_tensors)
+    b.realize()
+    assert engine.buffer_view(b.uop)[0] is buf
+    np.testing.assert_array_equal(b.numpy(), np.full((5, 7), k, np.float32))
+
+
+def test_a_device_whose_renderer_changed_schedules_again(count_schedules, monkeypatch):
+  # issue #39: a replay checks that each device it recorded is still the opened one with the same renderer (one dict
+  # read per device). A new renderer drops the record: scheduled again, numbers against numpy, then replayed again
+  from tiny_uop.plugins import Device
+  x = _x(70, (4, 4))
+  a = Tensor(x, device="PYTHON").realize()
+  for _ in range(2): (a * 5).realize()
+  count_schedules.clear()
+  dev = Device["PYTHON"]
+  monkeypatch.setattr(dev, "renderer", type(dev.renderer)(dev.arch))
+  for _ in range(3): np.testing.assert_allclose((a * 5).realize().numpy(), x * 5, rtol=1e-6)
+  assert len(count_schedules) == 1  # recorded again under the new renderer, then replayed
+
+
+def test_a_scalar_ops_result_is_a_registered_lazy_tensor():
+  # issue #39: `a + 1` makes its Tensor without the uop setter's checks; it must still be a lazy tensor realize knows
+  # of (an assign to `a` realized later computes it from a's old values first, as if run eagerly) and a gradient
+  # tensor when its input is one. Values vs numpy, gradients vs torch
+  torch = pytest.importorskip("torch")
+  x = _x(80, (3, 5))
+  for _ in range(2):  # the second time through: every op replays
+    a = Tensor(x).realize()
+    b, c = a + 1, 2 - a
+    a.assign(a * 0 + 5).realize()
+    np.testing.assert_array_equal(b.numpy(), x + 1)
+    np.testing.assert_array_equal(c.numpy(), 2 - x)
+    np.testing.assert_array_equal(a.numpy(), np.full((3, 5), 5, np.float32))
+  w = Tensor(x, requires_grad=True)
+  y = (w * 3).realize()
+  assert y.requires_grad
+  (y * y).sum().backward()
+  tw = torch.tensor(x, requires_grad=True)
+  ((tw * 3) ** 2).sum().backward()
+  np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-5)
+
+
+def test_the_scalar_constant_cache_is_keyed_by_value_dtype_shape_and_device():
+  # issue #39: `a + c` finds the broadcast constant c in a cache keyed by (dtype, repr(c), device, shape), read from
+  # the node's cached fields; -0.0 and 0.0, 1 and 1.0, and tensors of other shapes, dtypes and devices must each get
+  # their own constant. Values (and zero signs) vs numpy
+  x = _x(90, (3, 4))
+  o, o2, op_ = Tensor(np.ones((3, 4), np.float32)), Tensor(np.ones((4, 3), np.float32)), Tensor(x, device="PYTHON")
+  ai = Tensor(np.arange(12, dtype=np.int32).reshape(3, 4))
+  cases = [(lambda: o * -0.0, np.full((3, 4), -0.0, np.float32)), (lambda: o * 0.0, np.zeros((3, 4), np.float32)),
+           (lambda: o + 1, np.full((3, 4), 2, np.float32)), (lambda: o2 + 1, np.full((4, 3), 2, np.float32)),
+           (lambda: op_ + 1, x + 1),
+           (lambda: o + 1.5, np.full((3, 4), 2.5, np.float32)), (lambda: ai + 1, ai.numpy() + 1),
+           (lambda: ai * 3, ai.numpy() * 3)]
+  for _ in range(3):
+    for build, want in cases:
+      got = build().realize().numpy()
+      assert got.shape == want.shape
+      np.testing.assert_array_equal(got, want)
+      np.testing.assert_array_equal(np.signbit(got), np.signbit(want))

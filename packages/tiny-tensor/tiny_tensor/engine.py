@@ -413,6 +413,9 @@ class _Replay:
   # per new buffer: the attributes of a `Buffer(device, size, dtype)` not yet allocated (copied into each new one:
   # what its constructor sets, without running it on the hot path)
   protos: tuple[dict[str, Any], ...]
+  # per new buffer, what a replay reads to make it, in one tuple (the hot path: no zip of `new` and `protos`): (size,
+  # dtype, bytes, opened device or None, DEVICE node, the Buffer's attributes)
+  plan: tuple[tuple[int, DType, int, Any, UOp, dict[str, Any]], ...] = ()
 
 
 def _slots_getter(args: tuple[int, ...]) -> Callable[[list], tuple]:
@@ -470,13 +473,17 @@ def _make_replay(sched: Any, todo: list[UOp]) -> _Replay | None:
   new_bufs = tuple((d, n, dt, n * dt.itemsize, opened[d] if n_in + j in used else None, UOp(_DEVICE, arg=d))
                    for j, (d, n, dt) in enumerate(new))
   protos = tuple(dict(vars(Buffer(d, n, dt))) for d, n, dt in new)
+  plan = tuple((n, dt, nbytes, dev, dnode, proto) for (_, n, dt, nbytes, dev, dnode), proto in zip(new_bufs, protos))
   return _Replay(new_bufs, tuple((k[0], _slots_getter(k[1]), k[2], k[3]) for k in kernels),
-                 tuple(i for i in used if i < n_in), tuple(outs), tuple(devices.values()), flags, protos)
+                 tuple(i for i in used if i < n_in), tuple(outs), tuple(devices.values()), flags, protos, plan)
 
 
-@functools.cache
-def _cached_template() -> Callable[..., Any]:
+_find_template: list[Callable[..., Any] | None] = [None]  # tiny_codegen's cached_template, once imported
+
+
+def _load_find_template() -> Callable[..., Any]:
   from tiny_codegen.schedule import cached_template  # imported on first use, as the scheduler is
+  _find_template[0] = cached_template
   return cached_template
 
 
@@ -486,12 +493,12 @@ def _replay_run(roots: tuple[UOp, ...]) -> tuple[_Replay, list[UOp]] | None:
   BUFFER. None (nothing ran) when there is no replay for it, or when something must see the schedule being built or
   each kernel (VIZ, a capture, DEBUG)."""
   if _trace.RECORDER is not None or _tls.captures or DEBUG.value >= 1: return None
-  if (found := _cached_template()(roots, REPLAY_MAX_NODES)) is None: return None
+  if (found := (_find_template[0] or _load_find_template())(roots, REPLAY_MAX_NODES)) is None: return None
   tmpl, inputs = found
   if (rp := tmpl.runtime) is None or rp is False: return None
+  opened = Device._opened
   for name, dev, renderer in rp.devices:
-    opened = Device._opened.get(name)
-    if opened is None or opened is not dev or opened.renderer is not renderer:  # closed, or its renderer changed
+    if (d := opened.get(name)) is not dev or d.renderer is not renderer:  # closed, or its renderer changed
       tmpl.runtime = None  # recorded again after the next scheduled run
       return None
   if _codegen_flags() != rp.flags:  # e.g. `with Context(NOOPT=1)`: the recorded programs compiled otherwise
@@ -504,10 +511,11 @@ def _replay_run(roots: tuple[UOp, ...]) -> tuple[_Replay, list[UOp]] | None:
       ib = get_buffer(inputs[i]).ensure_allocated()
     opaque[i] = ib._opaque
   bufs = list(inputs)
-  for (_, n, dt, nbytes, dev, dnode), proto in zip(rp.new, rp.protos):
+  new_buffer_on = UOp.new_buffer_on
+  for n, dt, nbytes, dev, dnode, proto in rp.plan:
     # a new BUFFER over the recorded DEVICE node, allocated now if a kernel uses it: what get_buffer and
     # Buffer.allocate do, for a node no other thread can see yet
-    bufs.append(b := UOp.new_buffer_on(dnode, n, dt))
+    bufs.append(b := new_buffer_on(dnode, n, dt))
     if dev is not None:
       buf = object.__new__(_EngineBuffer)
       vars(buf).update(proto)
@@ -537,19 +545,21 @@ def replay_root(u: UOp) -> UOp | None:
   schedule, as `realize([u])[u]` would: its realized buffer view; None when it has no replay (nothing ran: the caller
   realizes it). The eager hot path of `Tensor.realize` (`(a + 1).realize()`): one kernel launch, no schedule built,
   no graph walked."""
-  with lock: return _replay_root_locked(u)
+  with lock: return None if (got := _replay_root_locked(u)) is None else got[0]
 
 
-def _replay_root_locked(u: UOp) -> UOp | None:
+def _replay_root_locked(u: UOp) -> tuple[UOp, bool] | None:
   """`replay_root(u)` for a caller that holds `lock` already (`Tensor.realize`: taking the re-entrant lock again
-  costs ~0.2 us of the eager hot path)."""
+  costs ~0.2 us of the eager hot path), and whether the view is over a buffer made by this replay (no graph that
+  existed before holds it: not an input the kernel wrote in place, as an assign's)."""
   if (got := _replay_run((u,))) is None: return None
   i, shape = got[0].outs[0]
   b = got[1][i]
-  if shape is None: return b
+  fresh = i >= len(got[1]) - len(got[0].new)
+  if shape is None: return b, fresh
   v = UOp(_RESHAPE, b.dtype, (b,), shape)  # _view, inlined (the hot path)
   if "shape" not in (c := v._cache): c["shape"], c["device"] = shape, b._cache["device"]  # (new_buffer set it)
-  return v
+  return v, fresh
 
 
 def _view(b: UOp, shape: tuple[int, ...]) -> UOp:

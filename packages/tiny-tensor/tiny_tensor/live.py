@@ -46,6 +46,11 @@ class _Registry:
       else: return False
     return True
 
+  def only_one(self, t: Tensor) -> bool:
+    """`only([t])` in one or two dict reads (the eager hot path): the registry holds `t` alone, or nothing."""
+    d = self.data
+    return not d or (len(d) == 1 and (r := d.get(id(t))) is not None and r() is t)
+
   def live(self) -> list[Tensor]:
     """The live tensors now (a list: another thread may add meanwhile); drops the dead entries. Under the lock."""
     out, dead = [], []

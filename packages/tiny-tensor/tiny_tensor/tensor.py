@@ -155,6 +155,17 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
       with _registry_lock: _grad_tensors[id(t)] = t
     return t
 
+  @staticmethod
+  def _new_lazy(uop: UOp, requires_grad: bool | None) -> Tensor:
+    """`Tensor._new(uop, requires_grad)` for an op node over a source on one device (a str) and a constant: not a
+    buffer view, not sharded, so the `uop` setter's checks are known (the eager hot path: `a + 1`)."""
+    t = object.__new__(Tensor)
+    t._uop, t._requires_grad, t.grad, t._origin_uop = uop, requires_grad, None, None
+    with _registry_lock:
+      _lazy_tensors[id(t)] = t
+      if requires_grad: _grad_tensors[id(t)] = t  # propagated from an input: not a leaf
+    return t
+
   def _wrap(self, uop: UOp, *others: Tensor) -> Tensor:
     rg = [self.requires_grad, *(o.requires_grad for o in others)]
     return Tensor._new(uop, True if any(rg) else (None if None in rg else False))
@@ -278,15 +289,16 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
     >>> t.uop.op
     Ops.BUFFER
     """
-    ts = [self, *lst]
     with engine.lock:  # other threads' realizes see this one's results whole (see tiny_tensor.engine)
       tried = False
       if not lst and (op := (u := self._uop).op) is not _MULTI and op is not _BUFFER and \
          (op is not _RESHAPE or u.src[0].op is not _BUFFER):  # one lazy tensor (not is_realized(u)): the eager hot path
-        with _registry_lock: alone = tried = _lazy_tensors.only(ts)
-        if alone and (n := engine._replay_root_locked(u)) is not None:  # a cached op: its recorded kernels
-          _take_realized(self, n)
+        with _registry_lock: alone = tried = _lazy_tensors.only_one(self)
+        if alone and (got := engine._replay_root_locked(u)) is not None:  # a cached op: its recorded kernels
+          if got[1]: _take_fresh(self, got[0])
+          else: _take_realized(self, got[0])
           return self
+      ts = [self, *lst]
       uops = [s for t in ts for s in (t._uop.src if t._uop.op is _MULTI else (t._uop,))]  # sharded: its shards
       with _registry_lock: alone = _lazy_tensors.only(ts)
       if alone:  # no other lazy tensor: none reads old values or shares nodes
@@ -539,7 +551,8 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
   def _scalar_uop(self, y: Any) -> UOp:
     """Python scalar `y` of this tensor's dtype, broadcast to its shape (cached: a hot path of `x + 1`)."""
     u = self._uop
-    key = (u.dtype, repr(y), u.device, u.shape)
+    if "shape" in (c := u._cache) and "device" in c: key = (u.dtype, repr(y), c["device"], c["shape"])  # (no property)
+    else: key = (u.dtype, repr(y), u.device, u.shape)
     if (cu := _scalar_cache.get(key)) is None:
       if len(_scalar_cache) > 512: _scalar_cache.clear()
       cu = _scalar_cache[key] = self._const_for(y)._broadcast_to(self.shape).uop
@@ -574,11 +587,13 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
     return x._broadcast_to(shape), yt._broadcast_to(shape)
 
   def _binop(self, op: Ops, y: Any, reverse: bool = False) -> Tensor:
-    dt = self.dtype
+    dt = self._uop.dtype
     if type(y) in (int, float, bool) and (dtypes.is_float(dt) or (dtypes.is_int(dt) and type(y) is int)):
       cu, u = self._scalar_uop(y), self._uop  # hot path: no temporary Tensor for the constant
       if op in _SAME_DTYPE_OPS and cu.dtype is u.dtype:  # what alu builds, without its dtype checks (interned)
-        return Tensor._new(UOp(op, u.dtype, (cu, u) if reverse else (u, cu)), self._requires_grad)
+        new = UOp(op, u.dtype, (cu, u) if reverse else (u, cu))
+        if u._cache.get("device").__class__ is str: return Tensor._new_lazy(new, self._requires_grad)
+        return Tensor._new(new, self._requires_grad)
       return Tensor._new(cu.alu(op, u) if reverse else u.alu(op, cu), self._requires_grad)
     a, b = self._broadcasted(y, reverse)
     return a._wrap(a.uop.alu(op, b.uop), b)
@@ -1741,6 +1756,21 @@ def _take_realized(t: Tensor, new: UOp) -> None:
   with _registry_lock:
     _set_origin(t, origin)
     t._uop = n  # a buffer view: no longer lazy (what the `uop` setter does for a realized node)
+    _lazy_tensors.pop(id(t), None)
+
+
+def _take_fresh(t: Tensor, new: UOp) -> None:
+  """`_take_realized(t, new)` for a view `new` of a buffer the replay just made (the eager hot path): no graph of
+  `t`'s (nor its origin) can hold it, so `_realized_node` keeps `t`'s origin if it has one, else takes `t`'s graph as
+  its origin unless `t` doesn't track gradients (requires_grad False) or is an assign."""
+  u, origin = t._uop, t._origin_uop
+  if origin is None and t._requires_grad is not False and u.op is not _ASSIGN: origin = u
+  with _registry_lock:
+    if origin is not t._origin_uop:
+      t._origin_uop = origin
+      _origin_tensors[id(t)] = t
+    elif origin is None: _real_tensors[id(t)] = t
+    t._uop = new  # a buffer view: no longer lazy (what the `uop` setter does for a realized node)
     _lazy_tensors.pop(id(t), None)
 
 

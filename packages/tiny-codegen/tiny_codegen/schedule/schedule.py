@@ -1328,6 +1328,12 @@ def _schedule_key(nsink: UOp, nexpose: frozenset[UOp] | None) -> tuple:
 # an entry dying with its node, the entry's life the cache's
 _tmpl_memo: weakref.WeakKeyDictionary[UOp, tuple[tuple, weakref.ref]] = weakref.WeakKeyDictionary()
 _tmpl_memo_get: Callable[[weakref.ref], tuple[tuple, weakref.ref] | None] = _tmpl_memo.data.get  # type: ignore[attr-defined]
+# ... and for a fresh root with no arg (`a + 1`: a new ADD each time) by its structure, (op, dtype, its sources'
+# normalized forms, tag), which is its normalized node's key: a hit neither interns that node nor makes a weak
+# reference to look it up. Holds the normalized sources (placeholders and constants the cache entries hold anyway);
+# bounded by TMPL_STRUCT_MAX (emptied when full)
+_tmpl_by_struct: dict[tuple, tuple[tuple, weakref.ref]] = {}
+TMPL_STRUCT_MAX = 4096
 
 
 def _start_schedule(nsink: UOp) -> tuple[_Scheduler, UOp]:
@@ -1356,6 +1362,11 @@ def cached_template(roots: tuple[UOp, ...], max_nodes: int = 64) -> tuple[Any, l
   from a `create_schedule` result of it (`ScheduleResult.template`); the schedule of an entry, with input placeholder
   `i` standing for `inputs[i]` and new buffers made fresh, is the schedule `create_schedule` would return."""
   if not SCHEDULE_CACHE or SPEC.value: return None
+  if len(roots) == 1 and max_nodes > 0 and (r := roots[0]).arg is None and (fresh := _norm_srcs(r)) is not None:
+    # the eager hot path: one new node over sources that remember their forms, found by structure
+    if (memo := _tmpl_by_struct.get((r.op, r.dtype, fresh[0], r.tag))) is not None and \
+       memo[0] == _schedule_sizes() and (t := memo[1]()) is not None:
+      return t, fresh[1]
   if len(roots) == 1 and max_nodes > 0 and (one := _norm_over_remembered(roots[0])) is not None:
     nroots, inputs = [one[0]], one[1]
     # the eager hot path: the entry found for this normalized root before (a weak reference: the entry's life is the
@@ -1374,7 +1385,11 @@ def cached_template(roots: tuple[UOp, ...], max_nodes: int = 64) -> tuple[Any, l
   key = _schedule_key(UOp(_SINK, dtypes.void, tuple(nroots)), _NOTHING_EXPOSED)
   tmpl = _cache.get(key)
   if tmpl is None: return None
-  if len(nroots) == 1: _tmpl_memo[nroots[0]] = (key[2:], weakref.ref(tmpl))
+  if len(nroots) == 1:
+    _tmpl_memo[nroots[0]] = memo = (key[2:], weakref.ref(tmpl))
+    if (n := nroots[0]).arg is None and n.op not in _NORM_SPECIAL:
+      if len(_tmpl_by_struct) >= TMPL_STRUCT_MAX: _tmpl_by_struct.clear()
+      _tmpl_by_struct[(n.op, n.dtype, n.src, n.tag)] = memo
   return tmpl, inputs
 
 
@@ -1393,6 +1408,16 @@ def _norm_over_remembered(r: UOp) -> tuple[UOp, list[UOp]] | None:
     norm, first, ins, _, _ = ent
     return ((r if norm is None else norm), list(ins)) if first == 0 or not ins else None
   if (op := r.op) in _NORM_SPECIAL or (op in _SIZED_MOVEMENT and not set(map(type, r.arg)) <= _INT_ONLY): return None
+  if (got := _norm_srcs(r)) is None: return None
+  nsrc, inputs = got
+  return (r if nsrc == r.src else UOp(op, r.dtype, nsrc, r.arg, r.tag)), inputs
+
+
+def _norm_srcs(r: UOp) -> tuple[tuple[UOp, ...], list[UOp]] | None:
+  """The normalized forms of `r`'s sources and their inputs, numbered from 0 in source order, when r's op is one whose
+  normalized form is the node over those forms (not `_NORM_SPECIAL`), each source remembers its form and no input is
+  read twice; else None. `r` itself is not looked up."""
+  if r.op in _NORM_SPECIAL: return None
   src: list[UOp] = []
   inputs: list[UOp] = []
   for s in r.src:
@@ -1404,8 +1429,7 @@ def _norm_over_remembered(r: UOp) -> tuple[UOp, list[UOp]] | None:
         if b in inputs: return None
       inputs.extend(ins)
     src.append(s if norm is None else norm)
-  nsrc = tuple(src)
-  return (r if nsrc == r.src else UOp(op, r.dtype, nsrc, r.arg, r.tag)), inputs
+  return tuple(src), inputs
 
 
 def _inputs_of(tmpl: _Template) -> list[UOp]:
@@ -1432,6 +1456,7 @@ def clear_schedule_cache() -> None:
   """Forget every cached schedule (and the normalized forms nodes remember)."""
   _norm_memo.clear()
   _tmpl_memo.clear()
+  _tmpl_by_struct.clear()
   _cache.clear()
   _realized.clear()
   _split_memo.clear()
