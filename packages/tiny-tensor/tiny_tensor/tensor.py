@@ -1498,7 +1498,8 @@ def _batched_strided_pack(x: Tensor, w: Tensor) -> bool:
   regs = getattr(Device[x.device].renderer, "vector_registers", (0, 0))[0]
   if not regs: return False
   from tiny_codegen.opt.heuristic import pack_min_rows_strided
-  return x.shape[-2] >= pack_min_rows_strided(regs)
+  rows = x.shape[-2]
+  return isinstance(rows, int) and rows >= pack_min_rows_strided(regs)
 
 
 def _pow_float(b: Tensor, e: Tensor) -> Tensor:
