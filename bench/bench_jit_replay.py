@@ -93,19 +93,14 @@ def bench_models(names: tuple[str, ...] = ("gpt2_tiny", "mobilenet_v3_small")) -
   """Print each model's jit inference ms with and without the graph, and its kernels' summed time."""
   import tempfile
 
-  import torch
   sys.path.insert(0, os.path.dirname(__file__))
   import bench_models as bm
   from tiny_tensor.nn.onnx import OnnxRunner
   from tiny_uop.helpers import Context
   for name in names:
-    build, feeds = bm._spec(name)
-    torch.manual_seed(0)
-    model = build().eval()
     with tempfile.TemporaryDirectory() as d:
       path = os.path.join(d, f"{name}.onnx")
-      torch.onnx.export(model, tuple(torch.from_numpy(v) for v in feeds.values()), path, input_names=list(feeds),
-                        output_names=["y"], dynamo=False, opset_version=17)
+      _, feeds = bm.export_model(name, path)
       runners = {}
       for level in (1, 2):
         with Context(JIT=level):

@@ -194,18 +194,27 @@ def _close(name: str, what: str, got: np.ndarray, want: np.ndarray) -> None:
   np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3 * scale, err_msg=f"{name}: tiny {what} vs onnxruntime")
 
 
+def export_model(name: str, path: str) -> tuple[Any, dict[str, np.ndarray]]:
+  """Build model `name` (seeded random weights, eval mode) and export it to ONNX at `path` with static shapes; returns
+  (the torch model, its feeds)."""
+  import torch
+  build, feeds = _spec(name)
+  torch.manual_seed(0)
+  model = build().eval()
+  torch.onnx.export(model, tuple(torch.from_numpy(v) for v in feeds.values()), path, input_names=list(feeds),
+                    output_names=["y"], dynamo=False, opset_version=17)
+  return model, feeds
+
+
 def bench_model(name: str, runs: int = RUNS) -> dict[str, float]:
   """Export model `name`, check tiny against onnxruntime, and time all four; {impl: ms, "first3_s": s}."""
   import onnxruntime as ort
   import torch
   from tiny_tensor.nn.onnx import OnnxRunner
-  build, feeds = _spec(name)
-  torch.manual_seed(0)
-  model = build().eval()
-  targs = tuple(torch.from_numpy(v) for v in feeds.values())
   with tempfile.TemporaryDirectory() as d:
     path = os.path.join(d, f"{name}.onnx")
-    torch.onnx.export(model, targs, path, input_names=list(feeds), output_names=["y"], dynamo=False, opset_version=17)
+    model, feeds = export_model(name, path)
+    targs = tuple(torch.from_numpy(v) for v in feeds.values())
     sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     eager, jit = OnnxRunner(path), OnnxRunner(path, jit=True)
   want = sess.run(None, feeds)[0]

@@ -91,13 +91,9 @@ def profile(name: str) -> None:
   import onnxruntime as ort
   import torch
   torch.set_num_threads(1)
-  build, feeds = bm._spec(name)
-  torch.manual_seed(0)
-  model = build().eval()
   with tempfile.TemporaryDirectory() as d:
     path = os.path.join(d, f"{name}.onnx")
-    torch.onnx.export(model, tuple(torch.from_numpy(v) for v in feeds.values()), path, input_names=list(feeds),
-                      output_names=["y"], dynamo=False, opset_version=17)
+    _, feeds = bm.export_model(name, path)
     so = ort.SessionOptions()
     so.intra_op_num_threads = so.inter_op_num_threads = 1
     sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])

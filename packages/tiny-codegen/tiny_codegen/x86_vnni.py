@@ -64,6 +64,18 @@ def _check(o: int, nb: int, threads: int) -> None:
     raise ValueError(f"q8_0_matvec_ir: {o}x{nb} blocks are 2**31 bytes or more; valid: fewer")
 
 
+
+def _row_groups(per: int, rows: int, row_bytes: int) -> list[str]:
+  """The IR of both kernels' row loop head: this thread's `per` rows from `core_id * per`, in groups of `rows` (block
+  `%r.head`, exiting to `%done`; the group's K loop returns through `%k.exit`), then in `%k.pre` each row's index
+  `%row<r>` and the byte offset `%rb<r>` of its first block (`row_bytes` a row)."""
+  ln = ["r.pre:", f"  %r0 = mul i32 %core_id, {per}", "  br label %r.head",
+        "r.head:", "  %rg = phi i32 [0, %r.pre], [%rg.next, %k.exit]", f"  %r.ok = icmp slt i32 %rg, {per // rows}",
+        "  br i1 %r.ok, label %k.pre, label %done",
+        "k.pre:", f"  %rgo = mul i32 %rg, {rows}", "  %row = add i32 %r0, %rgo"]
+  for r in range(rows): ln += [f"  %row{r} = add i32 %row, {r}", f"  %rb{r} = mul i32 %row{r}, {row_bytes}"]
+  return ln
+
 def q8_0_matvec_ir(o: int, nb: int, threads: int = 1, name: str = "q8_0_matvec", form: str = "avx512_vnni") -> str:
   """The LLVM IR module of the Q8_0 matvec kernel described in the module docstring: O rows of NB blocks, split
   into `threads` row shares, with `form` one of `vnni_form`'s answers. ValueError for a bad shape or form. Only run
@@ -92,12 +104,7 @@ def q8_0_matvec_ir(o: int, nb: int, threads: int = 1, name: str = "q8_0_matvec",
         "  %ss = call i32 @llvm.vector.reduce.add.v32i32(<32 x i32> %sw)", "  %sc = mul i32 %ss, -128",
         "  %scp = getelementptr inbounds i32, ptr %corr, i32 %sb", "  store i32 %sc, ptr %scp, align 4",
         "  %sb.next = add i32 %sb, 1", "  br label %s.head",
-        "r.pre:", f"  %r0 = mul i32 %core_id, {per}", "  br label %r.head",
-        "r.head:", "  %rg = phi i32 [0, %r.pre], [%rg.next, %k.exit]", f"  %r.ok = icmp slt i32 %rg, {per // rows}",
-        "  br i1 %r.ok, label %k.pre, label %done",
-        "k.pre:", f"  %rgo = mul i32 %rg, {rows}", "  %row = add i32 %r0, %rgo"]
-  for r in range(rows):
-    ln += [f"  %row{r} = add i32 %row, {r}", f"  %rb{r} = mul i32 %row{r}, {nb * b}"]
+        *_row_groups(per, rows, nb * b)]
   ln += ["  br label %k.head", "k.head:", "  %kb = phi i32 [0, %k.pre], [%kb.next, %k.body]"]
   ln += [f"  %a{r} = phi {v8f} [zeroinitializer, %k.pre], [%a{r}.n, %k.body]" for r in range(rows)]
   ln += [f"  %k.ok = icmp slt i32 %kb, {nb}", "  br i1 %k.ok, label %k.body, label %k.exit",
@@ -238,12 +245,7 @@ def q4_k_matvec_ir(o: int, ns: int, threads: int = 1, name: str = "q4_k_matvec",
         "  %sdp = getelementptr inbounds float, ptr %xd, i32 %sb", "  %sd = load float, ptr %sdp, align 4",
         "  %sm = fmul float %sf, %sd", "  %smp = getelementptr inbounds float, ptr %ms, i32 %sb",
         "  store float %sm, ptr %smp, align 4", "  %sb.next = add i32 %sb, 1", "  br label %s.head",
-        "r.pre:", f"  %r0 = mul i32 %core_id, {per}", "  br label %r.head",
-        "r.head:", "  %rg = phi i32 [0, %r.pre], [%rg.next, %k.exit]", f"  %r.ok = icmp slt i32 %rg, {per // rows}",
-        "  br i1 %r.ok, label %k.pre, label %done",
-        "k.pre:", f"  %rgo = mul i32 %rg, {rows}", "  %row = add i32 %r0, %rgo"]
-  for r in range(rows):
-    ln += [f"  %row{r} = add i32 %row, {r}", f"  %rb{r} = mul i32 %row{r}, {ns * bb}"]
+        *_row_groups(per, rows, ns * bb)]
   ln += ["  br label %k.head", "k.head:", "  %kb = phi i32 [0, %k.pre], [%kb.next, %k.body]"]
   for r in range(rows):
     ln += [f"  %a{r} = phi {v8f} [zeroinitializer, %k.pre], [%a{r}.n, %k.body]",
