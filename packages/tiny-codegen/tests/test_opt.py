@@ -784,7 +784,8 @@ def test_padded_conv_blocks_one_window_axis(vector_registers, regs: tuple[int, i
 def test_elementwise_sigmoid_is_one_native_vector(vector_registers, regs: tuple[int, int], W: int, lanes: int) -> None:
   """A standalone sigmoid (efficientnet_b0's SiLU halves): its exp2 is one vector register of lanes along the row
   (the row's widest divisor up to the register's lanes: 16 floats on AVX-512, 8 on AVX2; none under 4), where
-  LLVM's loop vectorizer left it scalar; a relu beside it keeps no opts (vectorized by LLVM). Results vs torch."""
+  LLVM's loop vectorizer left a scalar remainder per row; a relu beside it keeps no opts (vectorized by LLVM).
+  Results vs torch."""
   import torch
   vector_registers(*regs)
   C = 3

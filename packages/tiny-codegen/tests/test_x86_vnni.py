@@ -149,7 +149,7 @@ def test_tensor_numbers_match_numpy(o: int, nb: int, vnni: bool, monkeypatch: py
 @pytest.mark.parametrize("o, ns, threads", [(4, 1, 1), (12, 3, 2), (6, 2, 3)])
 def test_q4_k_kernel_matches_gguf_dequantize(o: int, ns: int, threads: int) -> None:
   """The Q4_K kernel against the `gguf` package's dequantized weight times the int8 activations (float64)."""
-  gguf = pytest.importorskip("gguf")
+  import gguf
   from kernel_runner import load_fn
   from tiny_tensor.llm.gguf import GGMLType, quantize
   rng = np.random.default_rng(o + ns)

@@ -326,7 +326,7 @@ def test_gradients_flow_through_replayed_results_and_assigns_replay_in_place(cou
   # issue #39: a replayed result takes its fresh buffer without `_realized_node`'s alias walks; it must still keep its
   # graph for autograd (requires_grad None/True), keep none for a detached one, and an assign (whose output is its
   # target, not a fresh buffer) still writes in place. Gradients against torch, values against numpy
-  torch = pytest.importorskip("torch")
+  import torch
   x, y = _x(60, (5, 7)), _x(61, (5, 7))
   w, c = Tensor(x, requires_grad=True), Tensor(y)
   for _ in range(2): ((w * 3).realize(), (w.detach() * 3).realize(), (c * w).realize())  # recorded
@@ -381,7 +381,7 @@ def test_a_scalar_ops_result_is_a_registered_lazy_tensor():
   # issue #39: `a + 1` makes its Tensor without the uop setter's checks; it must still be a lazy tensor realize knows
   # of (an assign to `a` realized later computes it from a's old values first, as if run eagerly) and a gradient
   # tensor when its input is one. Values vs numpy, gradients vs torch
-  torch = pytest.importorskip("torch")
+  import torch
   x = _x(80, (3, 5))
   for _ in range(2):  # the second time through: every op replays
     a = Tensor(x).realize()

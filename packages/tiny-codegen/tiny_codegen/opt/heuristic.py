@@ -673,16 +673,21 @@ def _upcast_streaming_store(k: Kernel, sidx: UOp | None) -> None:
 
 TRANSCENDENTAL = (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW)
 """The ops the CPU renderers decompose into polynomial ALU code (exp2's exponent built with integer shifts and bit
-casts): in an elementwise kernel LLVM's loop vectorizer leaves that code scalar."""
+casts): tens of instructions an element, so an elementwise kernel of them is compute bound, and the lanes LLVM's loop
+vectorizer leaves to a scalar remainder loop per row (a 28-wide row: 16 lanes and 12 scalar) cost as much as the
+vector part."""
 
 
 def _upcast_transcendental(k: Kernel, sidx: UOp | None) -> None:
   """An elementwise kernel with a transcendental (`TRANSCENDENTAL`: sigmoid, SiLU, tanh, GELU, exp) gets the store's
   contiguous axis upcast to one native vector: its widest divisor up to the lanes of one vector register
   (`vector_registers`' bytes over the stored item: 16 float32s on AVX-512, 8 on AVX2 and NEON's pairs, 4 on NEON),
-  at least 4. LLVM's loop vectorizer left the decomposed exp2 scalar (~1 ns an element); efficientnet_b0's
-  standalone sigmoids (one thread, AVX-512): 96x112x112 1389 -> 937 us as 16 lanes, 144x56x56 657-807 -> 450 as 14
-  (8: 540-711, a half register), 240x28x28 403 -> 182 as 14."""
+  at least 4, so a row the register's lanes don't divide has no scalar remainder. efficientnet_b0's standalone
+  sigmoids (one thread, AVX-512, Xeon 6/207), when LLVM vectorized at 8 lanes: 96x112x112 1389 -> 937 us as 16
+  lanes, 144x56x56 657-807 -> 450 as 14 (8: 540-711, a half register), 240x28x28 403 -> 182 as 14; with the
+  kernels' `prefer-vector-width` at the register's width (LLVM then vectorizes at 16 lanes, a remainder per row),
+  quiet, TinyJit, two rounds: 240x28x28 387-458 -> 179-255 us, 144x56x56 532-566 -> 429-611, 96x112x112 837-1247
+  -> 897-1325 (even)."""
   regs, width = getattr(k.renderer, "vector_registers", (0, 0))
   st = k.stores()
   if sidx is None or not width or len(st) != 1: return
