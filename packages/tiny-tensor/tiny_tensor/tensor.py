@@ -1483,8 +1483,8 @@ def _batched_strided_pack(x: Tensor, w: Tensor) -> bool:
   columns, would gather each vector's lanes K elements apart, once per block of rows; the copy gathers them once.
   The same rule as a 2-D strided B (`tiny_codegen.opt.heuristic.pack_min_rows_strided`: from that many rows of
   A, counted in register blocks); any size, since a gather costs its loads even from L1 (64 tokens, 2 heads of 64:
-  36 -> 20 us a product with the copy, one thread). Seen through elementwise ops with scalar other operands (an
-  EXPAND: a broadcast constant), which the copy then computes once."""
+  36 -> 20 us a product with the copy, one thread of the Xeon 6/207, AVX-512). Seen through elementwise ops with
+  scalar other operands (an EXPAND: a broadcast constant), which the copy then computes once."""
   if not isinstance(x.device, str) or x.device != w.device or not dtypes.is_float(w.dtype): return False
   u = w.uop
   for _ in range(4):  # through a few elementwise ops (`k * scale`: GPT-2 scales k^T) whose other sources are scalars
