@@ -52,12 +52,36 @@ def ulp_diff(a: np.ndarray, b: np.ndarray) -> int:
   return int(np.where(both_nan, 0, np.abs(ia - ib)).max(initial=0))
 
 
-def assert_agree(results: dict[str, np.ndarray], dt, what: str):
+def assert_agree(results: dict[str, np.ndarray], dt, what: str, atol: np.ndarray | None = None):
+  """Bitwise for ints; within 1 ulp for floats, or `atol` (per output) where the float sums' order may differ."""
   names = list(results)
   ref = results[names[0]]
   for n in names[1:]:
-    if dtypes.is_float(dt): assert ulp_diff(ref, results[n]) <= 1, f"{what}: {names[0]} vs {n}\n{ref}\n{results[n]}"
+    if dtypes.is_float(dt):
+      ok = ulp_diff(ref, results[n]) <= 1 or (atol is not None and bool(np.all(np.abs(ref - results[n]) <= atol)))
+      assert ok, f"{what}: {names[0]} vs {n}\n{ref}\n{results[n]}"
     else: assert np.array_equal(ref, results[n]), f"{what}: {names[0]} vs {n}\n{ref}\n{results[n]}"
+
+
+def sum_order_tolerance(ast: UOp, arrays: list, out_size: int, dt) -> np.ndarray | None:
+  """For a kernel whose value is a float ADD reduce of m terms: how far two renderers' sums may lie apart under the
+  accumulation contract (docs/PIPELINE.md §2: the order of a float sum's terms, and fusing its products into FMAs,
+  are not the contract, its accuracy is): each within m * u * sum(|term|) of the exact sum, so twice that apart
+  (sum(|term|) computed by the PYTHON device on the same kernel with |term| reduced); None for any other kernel. A
+  12-term sum of 3*x with cancellation came out 5.8265486 from LLVM (its products fused into the accumulator's FMA,
+  as PIPELINE.md §4 allows) and 5.8265495 from C (exact: 5.8265493): 2 ulps apart, both within the bound."""
+  red = next((u for u in ast.toposort() if u.op is Ops.REDUCE), None)
+  if red is None or red.arg is not Ops.ADD or not dtypes.is_float(dt): return None
+  term, rng = red.src[0], red.src[1]
+  m = rng.src[0].arg
+  abs_ast = ast.substitute({red: term.maximum(-term).reduce(rng, arg=Ops.ADD)})
+  spec = get_program(abs_ast, PythonRenderer())
+  bufs = [Buffer("PYTHON", out_size, dt).copyin(memoryview(np.zeros(out_size, NP[dt])))]
+  bufs += [Buffer("PYTHON", a.size, d).copyin(memoryview(np.ascontiguousarray(a))) for a, d in arrays]
+  Device["PYTHON"].get_program(spec.name, spec.lib)(*[bufs[g]._buf for g in spec.globals],
+                                                    global_size=spec.global_size, local_size=spec.local_size, vals=())
+  u = float(np.finfo(NP[dt]).eps) / 2
+  return 2 * m * u * bufs[0].numpy().astype(np.float64)
 
 
 # ***** random kernels *****
@@ -146,7 +170,7 @@ def test_random_kernels_agree(k):
     # ClangRenderer computes nested __fp16 expressions in float without rounding each step to half (e.g.
     # `val0*__builtin_sqrtf(...)`): off by a few half ulps. Reported to tiny-codegen (#5); LLVM and PYTHON agree.
     results.pop("ClangRenderer", None)
-  assert_agree(results, dt, f"kernel\n{ast}")
+  assert_agree(results, dt, f"kernel\n{ast}", sum_order_tolerance(ast, arrays, out_size, dt))
 
 
 @settings(max_examples=60)
