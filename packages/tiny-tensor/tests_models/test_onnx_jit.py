@@ -164,6 +164,40 @@ def test_runtime_index_checks_work_under_jit():
   np.testing.assert_allclose(run({"ids": ok})["y"].numpy(), _np_gpt(ok, w), rtol=1e-4, atol=1e-5)
 
 
+def test_numpy_inputs_refill_the_replays_inputs_every_call():
+  """A jitted runner copies each call's numpy inputs into the Tensors its capture reads (no new Tensor per call):
+  every call must see its own values, also when the caller refills one array in place or mixes in a Tensor, and a
+  runner called from two threads at once must not hand one thread's inputs to the other."""
+  import threading
+  m, w = _bert_like()
+  run = OnnxRunner(m, jit=True)
+  rng = np.random.default_rng(5)
+  x = rng.standard_normal((2, 5, D)).astype(np.float32)
+  for i in range(5):
+    if i == 3: x[:] = rng.standard_normal(x.shape).astype(np.float32)  # the same array, refilled in place
+    elif i: x = rng.standard_normal((2, 5, D)).astype(np.float32)
+    np.testing.assert_allclose(run({"x": x})["y"].numpy(), _np_attention(x, w), rtol=1e-4, atol=1e-5)
+  assert len(run.jits) == 1
+  t = Tensor(rng.standard_normal((2, 5, D)).astype(np.float32))  # a Tensor input is read as it is
+  np.testing.assert_allclose(run({"x": t})["y"].numpy(), _np_attention(t.numpy(), w), rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(run({"x": x})["y"].numpy(), _np_attention(x, w), rtol=1e-4, atol=1e-5)
+  x8 = rng.standard_normal((2, 8, D)).astype(np.float32)  # another shape: a capture and inputs of its own
+  for _ in range(3): np.testing.assert_allclose(run({"x": x8})["y"].numpy(), _np_attention(x8, w), rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(run({"x": x})["y"].numpy(), _np_attention(x, w), rtol=1e-4, atol=1e-5)
+  bad: list[str] = []
+
+  def worker(seed: int) -> None:
+    r = np.random.default_rng(seed)
+    for _ in range(6):
+      xi = r.standard_normal((2, 5, D)).astype(np.float32)
+      got = run({"x": xi})["y"].numpy()
+      if not np.allclose(got, _np_attention(xi, w), rtol=1e-4, atol=1e-5): bad.append(f"thread {seed}")
+  threads = [threading.Thread(target=worker, args=(s,)) for s in (10, 11)]
+  for th in threads: th.start()
+  for th in threads: th.join()
+  assert bad == []
+
+
 def test_jit_refuses_inputs_it_cant_capture():
   m = _model([helper.make_node("Identity", ["s"], ["y"])],
              [helper.make_tensor_value_info("s", TensorProto.STRING, [1])],

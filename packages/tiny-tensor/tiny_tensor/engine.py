@@ -141,6 +141,17 @@ def buffer_from_bytes(device: str, size: int, dtype: DType, data: bytes | memory
   return u
 
 
+def copy_into(u: UOp, arr: Any) -> None:
+  """Overwrite realized buffer `u` (a BUFFER or a RESHAPE of one: see buffer_view) with the bytes of C-contiguous
+  host array `arr`, whose size in bytes must equal the buffer's (Buffer.copyin checks; the device's copy-in waits
+  until its kernels are done with the buffer)."""
+  view = buffer_view(u)
+  if view is None: raise ValueError(f"copy_into needs a realized buffer, got a {u.op} UOp")
+  with lock:
+    buf = get_buffer(view[0]).ensure_allocated()
+    if buf.nbytes: buf.copyin(memoryview(arr).cast("B"))
+
+
 def buffer_view(u: UOp) -> tuple[UOp, tuple] | None:
   """(BUFFER, shape) when `u` is a realized buffer (the BUFFER itself or a RESHAPE of it), else None."""
   if u.op is Ops.BUFFER: return u, (u.arg,)

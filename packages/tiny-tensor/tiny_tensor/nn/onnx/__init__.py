@@ -29,6 +29,7 @@ accumulates in float32).
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 import threading
@@ -36,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from tiny_uop.dtype import DType, dtypes
+from tiny_uop.dtype import DType, dtypes, from_numpy
 from tiny_uop.helpers import DEBUG
 from tiny_uop.uop import Ops, UOp, Variable
 from tiny_tensor import engine
@@ -140,8 +141,7 @@ def _checked_input(name: str, v: Any, et: int) -> Any:
       raise TypeError(f"ONNX input {name!r} is declared {_et_name(et)}, but a Tensor of {v.dtype} was given; cast it "
                       f"to {want} (onnxruntime refuses another element type too)")
     return v
-  from onnx import helper
-  np_want = np.dtype(object) if et == STRING else np.dtype(helper.tensor_dtype_to_np_dtype(et))
+  np_want = _np_dtype(et)
   if isinstance(v, (np.ndarray, np.generic)):
     ok = v.dtype.kind in "OUS" if et == STRING else v.dtype == np_want
     if not ok:
@@ -159,15 +159,27 @@ def _checked_input(name: str, v: Any, et: int) -> Any:
   return conv
 
 
+@functools.cache
+def _np_dtype(et: int) -> np.dtype:
+  """The numpy dtype of ONNX element type `et` (object for strings), as onnx's helper gives it: looked up once."""
+  from onnx import helper
+  return np.dtype(object) if et == STRING else np.dtype(helper.tensor_dtype_to_np_dtype(et))
+
+
 def _et_name(et: int) -> str:
   from onnx import TensorProto
   return f"tensor({TensorProto.DataType.Name(et).lower()})" if et in TensorProto.DataType.values() else f"type {et}"
 
 
-def _check_shape(name: str, given: tuple, declared: Any, dims: dict[str, tuple[str, int]]) -> None:
-  """Input `name`'s shape against its declared TensorShapeProto; `dims` collects the sizes of symbolic dims."""
-  want = [d.dim_value if d.HasField("dim_value") else d.dim_param if d.HasField("dim_param") else None
+def _declared_dims(declared: Any) -> list[int | str | None]:
+  """A TensorShapeProto's dims as Python values: a size, a dim_param name, or None for an unknown dim."""
+  return [d.dim_value if d.HasField("dim_value") else d.dim_param if d.HasField("dim_param") else None
           for d in declared.dim]
+
+
+def _check_shape(name: str, given: tuple, want: list[int | str | None], dims: dict[str, tuple[str, int]]) -> None:
+  """Input `name`'s shape against its declared dims (`_declared_dims`); `dims` collects the sizes of symbolic dims."""
+  if len(want) == len(given) and all(w == g for w, g in zip(want, given)): return  # every dim a fixed, equal size
   shown = "[" + ", ".join("?" if w is None else str(w) for w in want) + "]"
   if len(want) != len(given):
     raise ValueError(f"ONNX input {name!r} is declared with shape {shown} (rank {len(want)}), but one of shape "
@@ -212,6 +224,9 @@ class _CallState(threading.local):
     self.deferred: list[tuple[Any, str, bool, Tensor]] = []
     self.own_jit = False  # the call runs inside the runner's own TinyJit (jit=True), which returns the index checks
     self.jit_checks: list[tuple[Any, str, bool]] = []  # the checks the last _jit_body run returned
+    # jit=True: (input name, shape, numpy dtype) -> the Tensor that numpy-fed input is copied into on every call, so
+    # a replay gets the very inputs it got last time (TinyJit's fast path) and no new Tensor is made per call
+    self.staging: dict[tuple, Tensor] = {}
     self.node: Any = None  # the node running now (named when a jit capture fails in it)
     self.symbolic = False  # the graph runs on inputs with symbolic dims (jit=True, see OnnxRunner's doc)
     self.symbolic_refused: str | None = None  # why the graph can't run symbolically: the node, the reason
@@ -346,6 +361,9 @@ class OnnxRunner:
   call 1 runs eagerly, call 2 captures, later calls with inputs of that signature replay the captured kernels with
   no Python per node; inputs of a new shape get a capture of their own (`runner.jits`, {signature: TinyJit}; each
   keeps its intermediate buffers: `runner.jits.clear()` frees them). Input checks run before each call as above.
+  Numpy-fed inputs are copied into Tensors the runner keeps per input signature (and thread), so a replay reads the
+  very inputs it read last time and makes no Tensor per call (measured: the tiny GPT-2 of bench/bench_models.py spent
+  ~190 us of CPU per call around its kernels, ~73 us after).
   Under jit, inputs are data: their values are never used on the host (numpy-fed indices are checked at run time).
   The graph must not need device data on the host (a data-dependent shape: NonZero, Compress, TopK, Unique, Loop
   and If on computed values): its capture raises OnnxError naming the node; run it with jit=False. The returned
@@ -425,6 +443,10 @@ class OnnxRunner:
     self._conv_weights: dict[int, tuple[Tensor, Tensor]] = {}
     self._const_host = dict(self._call.host)
     self.inputs = {i.name: i for i in model.graph.input if i.name not in self._consts}
+    # per tensor-typed input: (element type, declared dims or None), read from the protobuf once
+    self._declared = {k: (i.type.tensor_type.elem_type, _declared_dims(i.type.tensor_type.shape)
+                          if i.type.tensor_type.HasField("shape") else None)
+                      for k, i in self.inputs.items() if i.type.HasField("tensor_type")}
     self.outputs = [o.name for o in model.graph.output]
     self.jit = jit
     # jit=True: one TinyJit per input signature (names, shapes, dtypes; a capture fits only its shapes)
@@ -516,17 +538,20 @@ class OnnxRunner:
     self._call.host, self._call.foldable, self._call.deferred = dict(self._const_host), set(self._const_host), []
     feed: dict[str, Any] = {}
     dims: dict[str, tuple[str, int]] = {}  # dim_param -> (the first input that has it, its size there)
-    for name, info in self.inputs.items():
+    staged = jit and not self.symbolic
+    if staged and not self.jits: self._call.staging.clear()  # runner.jits.clear() frees the staged inputs too
+    for name in self.inputs:
       if name not in inputs:
         raise KeyError(f"ONNX input {name!r} is missing; the model's inputs: {list(self.inputs)}")
-      if not info.type.HasField("tensor_type"):
+      if (decl := self._declared.get(name)) is None:
         feed[name] = to_tensor(inputs[name], self.device, None)
         continue
-      tt = info.type.tensor_type
-      v = _checked_input(name, inputs[name], tt.elem_type)
-      if v is not None and tt.HasField("shape"): _check_shape(name, tuple(v.shape), tt.shape, dims)
+      et, want = decl
+      v = _checked_input(name, inputs[name], et)
+      if v is not None and want is not None: _check_shape(name, tuple(v.shape), want, dims)
       # under jit an input's value changes from call to call: only its shape may be used on the host
-      feed[name] = to_tensor(v, self.device, tt.elem_type)
+      if staged and isinstance(v, np.ndarray) and v.dtype.kind in "biuf": feed[name] = self._staged(name, v, et)
+      else: feed[name] = to_tensor(v, self.device, et)
       if not jit: self._remember(feed[name], v, foldable=False)
     if jit: return self._call_jit(feed)
     prev, _ACTIVE.host = _ACTIVE.host, self._call.host
@@ -534,6 +559,20 @@ class OnnxRunner:
     finally: _ACTIVE.host = prev
     self._run_deferred_checks()
     return dict(zip(self.outputs, outs))
+
+  def _staged(self, name: str, arr: np.ndarray, et: int) -> Any:
+    """Input `name` (a numpy array of numbers) as the Tensor this thread's jitted calls of its shape and dtype read it
+    from: made by the first call, its buffer refilled with `arr`'s bytes by every later one (a copy-in waits for the
+    device to be done with the buffer). Inputs whose bytes aren't the Tensor's as they are (a dtype converted on the
+    way) get a fresh Tensor per call."""
+    key = (name, arr.shape, arr.dtype.str)
+    if (t := self._call.staging.get(key)) is not None:
+      engine.copy_into(t.uop, np.ascontiguousarray(arr))
+      return t
+    t = to_tensor(arr, self.device, et)
+    if engine.buffer_view(t.uop) is not None and t.dtype == from_numpy(arr.dtype):
+      self._call.staging[key] = t
+    return t
 
   def _dynamic_dims(self, name: str, v: Tensor) -> tuple[Any, ...] | None:
     """Input `name`'s shape with its dynamic dims named in `max_dims` (a `dim_param`, or `"input.i"` for a dim the
