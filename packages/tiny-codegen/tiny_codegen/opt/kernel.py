@@ -10,7 +10,8 @@ whole axis. TILE's inner range is a LOOP with the newest id, so it nests inside 
 by type, then id): the axes after `r` run over one tile of `amt` iterations of `r` at a time, which stays in cache
 (CPU renderers only; a GPU's output axes are launch dims). NOLOCALS forbids LOCAL afterwards. PADTO pads an
 axis up to a multiple of `arg` and masks the extra iterations. An axis of symbolic bound B splits only by UPCAST of
-an explicit amount (`_split_tail`): outer over ceil(B/amt), every memory access gated by `outer*amt + inner < B`.
+an explicit amount (`_split_tail`): outer over ceil(B/amt), every store gated by `outer*amt + inner < B`, every
+load reading the last valid row (its index clamped to B - 1) past it.
 TC (`axis`: which matmul of `tc_candidates`, `arg`: tc_select, -1 = the first tensor core whose dtypes fit) maps a
 REDUCE-ADD of `CAST(a*b)` (or `CAST(a)*CAST(b)`) onto the renderer's tensor core: one warp computes one output tile
 (see `_tc_rewrite`). It must be the first opt, and no opt applies after it. Each tensor core's layout -- which tile
@@ -181,20 +182,29 @@ class Kernel:
 
   def _split_tail(self, opt: Opt, r: UOp, amt: int) -> None:
     """UPCAST output axis `r` of symbolic bound B by `amt`: r -> outer*amt + inner, outer over ceil(B / amt)
-    (its bound computed at run time), and every memory access through `r` gated by `outer*amt + inner < B`, so the
-    last block's lanes past B neither load nor store (correct for every value of B, 1 and those not divisible by
-    `amt` included). Loads gated off read 0; what they feed is only stored by lanes the gate lets through, since
-    every store depends on `r` (`_check_tail`)."""
+    (its bound computed at run time), so the last block's lanes past B store nothing (correct for every value of
+    B, 1 and those not divisible by `amt` included):
+    - every store through `r` is gated by `outer*amt + inner < B`;
+    - every load through `r` reads with `r` clamped to B - 1 past it, the last valid row: an address some valid lane
+      reads too, so in bounds, and what it feeds is only stored by lanes the gate lets through, since every store
+      depends on `r` (`_check_tail`). The clamp is invariant in the loops inside the block, where a gated load would
+      test its gate at every load (a matmul's rows, masked per load inside the K loop, ran 3x slower than a fixed
+      size's: LLVM rematerialized the eight row masks in every iteration).
+    Other uses of `r` (values computed from the index, a causal mask's row) see `outer*amt + inner` itself."""
     bound = r.src[0]
     inner = UOp.range(amt, max(x.arg[0] for x in self.rngs) + 1, AxisType.UPCAST, r.dtype)
     outer = UOp(Ops.RANGE, r.dtype, ((bound + (amt - 1)) // amt,), r.arg)
     expr = outer * amt + inner
     valid = expr < bound
-    subs: dict[UOp, UOp] = {}
-    for u in self.ast.toposort():
+    clamped = valid.where(expr, bound - 1)
+    loads = {u: u.replace(src=(u.src[0].substitute({r: clamped}, name="tail_clamp"), *u.src[1:]))
+             for u in self.ast.toposort() if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and r in u.src[0].ranges}
+    ast = self.ast.substitute(loads, name="tail_clamp") if loads else self.ast
+    gates: dict[UOp, UOp] = {}
+    for u in ast.toposort():
       if u.op is Ops.INDEX and r in u.ranges:
-        subs[u] = u.replace(src=(u.src[0], u.src[1], valid & u.src[2]) if len(u.src) > 2 else (*u.src, valid))
-    ast = self.ast.substitute(subs, name="tail_mask") if subs else self.ast
+        gates[u] = u.replace(src=(u.src[0], u.src[1], valid & u.src[2]) if len(u.src) > 2 else (*u.src, valid))
+    ast = ast.substitute(gates, name="tail_mask") if gates else ast
     self.ast = replace_range(ast, r, expr, (outer, inner))
 
   def _split(self, opt: Opt) -> None:
