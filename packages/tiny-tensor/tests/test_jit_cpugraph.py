@@ -112,3 +112,16 @@ def test_jit_levels(level: int) -> None:
     for _ in range(4): np.testing.assert_allclose(f(_cpu(a)).numpy(), ((a + 1) * (a - 1)).sum(), rtol=1e-6)
     assert bool(_graphs(f)) == (level == 1)
     assert (CPUGraph.native_calls - before == 2) == (level == 1)
+
+
+def test_the_same_symbolic_inputs_replay_with_their_own_sizes() -> None:
+  # a replay given the very inputs of the last one skips re-deriving them (TinyJit's fast path); the Variables their
+  # shapes bind come with them: the same views bind the same sizes, a view at another size is another input
+  @TinyJit
+  def f(x: Tensor) -> Tensor: return ((x + 1).contiguous() * 2).sum().realize()
+  v = Variable("fp_len", 1, 64)
+  base = np.arange(64, dtype=np.float32)
+  views = {k: Tensor(base, device="CPU")[:v.bind(k)] for k in (5, 9)}
+  for k in (5, 5, 9, 9, 9, 5, 5, 9):
+    np.testing.assert_allclose(f(views[k]).numpy(), ((base[:k] + 1) * 2).sum(), rtol=1e-6)
+  assert f._last is not None and f._last[2] == {"fp_len": 9}

@@ -119,6 +119,25 @@ def test_dynamic_seq_transformer_block_one_capture(compiles):
   assert run.max_dims == {"seq": 32}
 
 
+def test_repeated_and_alternating_sizes_replay_their_own_values():
+  """A size seen before reuses what its last call derived (the staged inputs, the jit's key and Variable values, the
+  outputs' views): new values at every call, sizes back and forth, one array refilled in place, must all come out
+  as onnxruntime computes them."""
+  m = _export(Block(), torch.randn(1, 5, 16), {1: "seq"})
+  sess = ort.InferenceSession(m.SerializeToString())
+  run = OnnxRunner(m, jit=True, max_dims={"seq": 32})
+  rng = np.random.default_rng(4)
+  held = None
+  for i, n in enumerate([4, 4, 7, 7, 4, 7, 7, 1, 4, 4]):
+    x = rng.standard_normal((1, n, 16)).astype(np.float32)
+    if i == 9: held[:] = x; x = held  # noqa: E702  (the last call's array, refilled in place)
+    got = run({"x": x})["y"]
+    assert got.shape == (1, n, 16)
+    np.testing.assert_allclose(got.numpy(), sess.run(None, {"x": x})[0], rtol=1e-4, atol=1e-5)
+    held = x
+  assert run.symbolic and len(run.jits) == 1
+
+
 def test_sizes_above_max_dims_get_a_capture_of_their_own():
   m = _export(MLP(), torch.randn(2, 6), {0: "batch"})
   sess = ort.InferenceSession(m.SerializeToString())

@@ -640,7 +640,8 @@ class _JitState:
 
   def __init__(self, captured: CapturedJit | None, gen: int):
     self.cnt, self.captured = (0 if captured is None else 2), captured
-    self.last: tuple[tuple[UOp, ...], list[Buffer]] | None = None  # the last replay's input UOps and buffers
+    # the last replay's input UOps, their buffers and the Variables' values their shapes bind
+    self.last: tuple[tuple[UOp, ...], list[Buffer], dict[str, int]] | None = None
     self.gen = gen  # the TinyJit's reset generation it was made in (a reset makes every thread's state stale)
 
 
@@ -720,7 +721,7 @@ class TinyJit(Generic[ReturnType]):
     if (last := st.last) is not None and not kwargs and not _capturing.jits and JIT.value and \
        len(args) == len(last[0]) and all(type(a) is _TENSOR[0] and a.uop is u for a, u in zip(args, last[0])):
       st.cnt += 1
-      return st.captured.returned(st.captured(last[1], {}), args, kwargs)  # type: ignore[union-attr,misc]
+      return st.captured.returned(st.captured(last[1], last[2]), args, kwargs)  # type: ignore[union-attr,misc]
     inputs, names, info, var_vals, plain = _prepare(args, kwargs)
     if not JIT.value or self.cnt == 0:
       ret = self._eager(args, kwargs)
@@ -741,8 +742,9 @@ class TinyJit(Generic[ReturnType]):
         raise JitError(f"TinyJit: non-Tensor argument changed: captured {bad[0][0]}, now {bad[0][1]}; its value was "
                        "baked into the captured kernels (pass it as a Tensor or a bound Variable, or call .reset())")
       ret = cj.returned(cj(inputs, var_vals), args, kwargs)
-      if not kwargs and not var_vals and len(inputs) == len(args) and all(type(a) is _TENSOR[0] for a in args):
-        self._last = (tuple(a.uop for a in args), inputs)
+      # (the Variables' values come from the inputs' bound shapes, so the same UOps bind the same values)
+      if not kwargs and len(inputs) == len(args) and all(type(a) is _TENSOR[0] for a in args):
+        self._last = (tuple(a.uop for a in args), inputs, var_vals)
     self.cnt += 1
     return ret
 

@@ -227,6 +227,11 @@ class _CallState(threading.local):
     # jit=True: (input name, shape, numpy dtype) -> the Tensor that numpy-fed input is copied into on every call, so
     # a replay gets the very inputs it got last time (TinyJit's fast path) and no new Tensor is made per call
     self.staging: dict[tuple, Tensor] = {}
+    # jit=True, inputs all staged: their staging keys -> (symbolic, the Tensors the jit is called with, the jit's key,
+    # the Variables' values), so a repeated signature skips re-deriving them (see OnnxRunner._call_jit)
+    self.prepared: dict[tuple, tuple[bool, dict[str, Any], tuple, dict[str, int]]] = {}
+    # jit=True with dynamic dims: (a jit output's BUFFER, this call's shape) -> a Tensor viewing its first elements
+    self.views: dict[tuple, Tensor] = {}
     self.node: Any = None  # the node running now (named when a jit capture fails in it)
     self.symbolic = False  # the graph runs on inputs with symbolic dims (jit=True, see OnnxRunner's doc)
     self.symbolic_refused: str | None = None  # why the graph can't run symbolically: the node, the reason
@@ -380,9 +385,11 @@ class OnnxRunner:
   sizes (an operator outside `SYMBOLIC_OPS`, a reshape that isn't the same size for every value, a symbolic shape
   value read as data, ...) makes the runner fall back, for good, to a capture per input size: `runner.symbolic`
   turns False and `DEBUG=1` prints the node and why; the answers are the same either way. Opt-in, not the default:
-  kernels compiled for a symbolic size replay slower than fixed-size ones on the CPU (the tiny BERT of
-  bench/bench_models.py: ~90 ms against ~5 ms a call; its heuristics count a symbolic bound as 1), so name a dim
-  only where recompiling per size (seconds) costs more than that.
+  kernels compiled for a symbolic size replay somewhat slower than fixed-size ones on the CPU (the tiny BERT and
+  GPT-2 of bench/bench_models.py at 64 tokens, one thread: 0.72-0.79 ms against 0.63-0.66 ms a call; the attention
+  kernels, symbolic in two axes, lose most), so name a dim where recompiling per size (seconds) costs more than
+  that. A signature seen before (every input numpy-fed, the same shapes) reuses what its last call derived from
+  them: the staged inputs, the jit's key, the Variables' values, the outputs' views.
 
   jit stays off by default, as in tinygrad 0.14 (whose OnnxRunner never jits; the user wraps the call in TinyJit):
   a default jit would hand out Tensors the next call overwrites, or pay a copy of every output each call (measured:
@@ -538,41 +545,48 @@ class OnnxRunner:
     self._call.host, self._call.foldable, self._call.deferred = dict(self._const_host), set(self._const_host), []
     feed: dict[str, Any] = {}
     dims: dict[str, tuple[str, int]] = {}  # dim_param -> (the first input that has it, its size there)
-    staged = jit and not self.symbolic
-    if staged and not self.jits: self._call.staging.clear()  # runner.jits.clear() frees the staged inputs too
+    if jit and not self.jits:  # runner.jits.clear() frees the staged inputs and their views too
+      self._call.staging.clear()
+      self._call.prepared.clear()
+      self._call.views.clear()
+    sig: list[tuple] | None = [] if jit else None  # the staging keys of the inputs, while all are staged
     for name in self.inputs:
       if name not in inputs:
         raise KeyError(f"ONNX input {name!r} is missing; the model's inputs: {list(self.inputs)}")
       if (decl := self._declared.get(name)) is None:
         feed[name] = to_tensor(inputs[name], self.device, None)
+        sig = None
         continue
       et, want = decl
       v = _checked_input(name, inputs[name], et)
       if v is not None and want is not None: _check_shape(name, tuple(v.shape), want, dims)
       # under jit an input's value changes from call to call: only its shape may be used on the host
-      if staged and isinstance(v, np.ndarray) and v.dtype.kind in "biuf": feed[name] = self._staged(name, v, et)
-      else: feed[name] = to_tensor(v, self.device, et)
+      if jit and isinstance(v, np.ndarray) and v.dtype.kind in "biuf":
+        feed[name], skey = self._staged(name, v, et)
+        if sig is not None: sig = None if skey is None else [*sig, skey]
+        continue
+      feed[name], sig = to_tensor(v, self.device, et), None
       if not jit: self._remember(feed[name], v, foldable=False)
-    if jit: return self._call_jit(feed)
+    if jit: return self._call_jit(feed, None if sig is None else tuple(sig))
     prev, _ACTIVE.host = _ACTIVE.host, self._call.host
     try: outs = self._run_graph(self.model.graph, feed, outer=dict(self._consts), debug=debug)
     finally: _ACTIVE.host = prev
     self._run_deferred_checks()
     return dict(zip(self.outputs, outs))
 
-  def _staged(self, name: str, arr: np.ndarray, et: int) -> Any:
+  def _staged(self, name: str, arr: np.ndarray, et: int) -> tuple[Any, tuple | None]:
     """Input `name` (a numpy array of numbers) as the Tensor this thread's jitted calls of its shape and dtype read it
     from: made by the first call, its buffer refilled with `arr`'s bytes by every later one (a copy-in waits for the
     device to be done with the buffer). Inputs whose bytes aren't the Tensor's as they are (a dtype converted on the
-    way) get a fresh Tensor per call."""
+    way) get a fresh Tensor per call. Returns (the Tensor, its staging key or None when it isn't staged)."""
     key = (name, arr.shape, arr.dtype.str)
     if (t := self._call.staging.get(key)) is not None:
       engine.copy_into(t.uop, np.ascontiguousarray(arr))
-      return t
+      return t, key
     t = to_tensor(arr, self.device, et)
-    if engine.buffer_view(t.uop) is not None and t.dtype == from_numpy(arr.dtype):
-      self._call.staging[key] = t
-    return t
+    if engine.buffer_view(t.uop) is None or t.dtype != from_numpy(arr.dtype): return t, None
+    self._call.staging[key] = t
+    return t, key
 
   def _dynamic_dims(self, name: str, v: Tensor) -> tuple[Any, ...] | None:
     """Input `name`'s shape with its dynamic dims named in `max_dims` (a `dim_param`, or `"input.i"` for a dim the
@@ -608,21 +622,27 @@ class OnnxRunner:
       out[k], any_dyn = Tensor(view[0].reshape(shape)), True
     return out if any_dyn else None
 
-  def _call_jit(self, feed: dict[str, Any]) -> dict[str, Any]:
+  def _call_jit(self, feed: dict[str, Any], sig: tuple | None = None) -> dict[str, Any]:
     """Run the graph through the runner's TinyJit (call 1 eager, call 2 captures, then replays); the runtime index
     checks come back as one more output, read after the call, outside the capture. With dynamic dims the inputs are
-    bound Variables' views (one capture for every size) unless the model can't run symbolically."""
-    bad = {k: type(v).__name__ for k, v in feed.items() if v is not None and not isinstance(v, Tensor)}
-    if bad:
-      raise TypeError(f"OnnxRunner(jit=True) runs models whose inputs are tensors; inputs {bad} are not (strings "
-                      "and sequences run on the host): build the runner with jit=False")
-    sym = self._symbolic_feed(feed) if self.symbolic else None
-    run_feed = sym if sym is not None else feed
-    key = tuple((k, None) if v is None else (k, _unbound(v.shape), v.dtype) for k, v in run_feed.items())
+    bound Variables' views (one capture for every size) unless the model can't run symbolically. `sig`: the staging
+    keys when every input is staged (the same Tensors as the last call of that signature): what is derived from the
+    inputs' shapes is then taken from the last such call."""
+    if sig is not None and (memo := self._call.prepared.get(sig)) is not None: is_sym, run_feed, key, vv = memo
+    else:
+      bad = {k: type(v).__name__ for k, v in feed.items() if v is not None and not isinstance(v, Tensor)}
+      if bad:
+        raise TypeError(f"OnnxRunner(jit=True) runs models whose inputs are tensors; inputs {bad} are not (strings "
+                        "and sequences run on the host): build the runner with jit=False")
+      sym = self._symbolic_feed(feed) if self.symbolic else None
+      is_sym, run_feed = sym is not None, sym if sym is not None else feed
+      key = tuple((k, None) if v is None else (k, _unbound(v.shape), v.dtype) for k, v in run_feed.items())
+      vv = _var_vals(run_feed) if is_sym else {}
+      if sig is not None: self._call.prepared[sig] = (is_sym, run_feed, key, vv)
     if (fn := self.jits.get(key)) is None:
       fn = self.jits[key] = TinyJit(self._jit_body)
     ran_python = fn.cnt < 2  # calls 1 (eager) and 2 (capture) run _jit_body; replays don't
-    self._call.symbolic, self._call.symbolic_refused = sym is not None, None
+    self._call.symbolic, self._call.symbolic_refused = is_sym, None
     try: outs = fn(*[run_feed[k] for k in self.inputs])
     except JitError as e:  # a capture that can't replay faithfully: say which node, and what to do
       node, self._call.node = self._call.node, None
@@ -633,14 +653,35 @@ class OnnxRunner:
     if (why := self._call.symbolic_refused) is not None:  # (call 1 ran eagerly up to that node: nothing captured)
       self._call.symbolic_refused, self.symbolic = None, False
       del self.jits[key]
+      self._call.prepared.clear()  # (this thread's; a stale entry of another thread comes this way once)
       if DEBUG >= 1: print(f"OnnxRunner: {why}: falling back to one jit capture per input size")
-      return self._call_jit(feed)
+      return self._call_jit(feed, sig)
     if ran_python: self._jit_checks[key] = self._call.jit_checks
     if checks := self._jit_checks[key]:
       stats, outs = outs[-1], outs[:-1]
       _raise_bad_indices(checks, stats.numpy())  # the jit's realized output: a plain copy, no kernel
-    if sym is not None: outs = tuple(_concrete(o, _var_vals(run_feed)) for o in outs)
+    if is_sym:
+      at = tuple(vv.items())
+      views = self._call.views
+      outs = tuple(o if not isinstance(o, Tensor) else v if (v := views.get((o.uop, at))) is not None
+                   else self._concrete(o, vv, at) for o in outs)
     return dict(zip(self.outputs, outs))
+
+  def _concrete(self, out: Tensor, var_vals: dict[str, int], at: tuple) -> Tensor:
+    """Jit output `out` as a Tensor of this call's sizes (the Variables' values `var_vals`, as the tuple `at`): when
+    its shape is symbolic, a view of the first elements of its buffer (which is allocated for the Variables' largest
+    values; contiguous, so this call's elements come first). Kept in `views` by (output, `at`): a view reads the
+    buffer as it is, so it serves every later replay of those sizes."""
+    if all(isinstance(d, int) for d in out.shape): return out
+    shape = tuple(d if isinstance(d, int) else int(_unbound((d,))[0].sym_infer(var_vals)) for d in out.shape)
+    view = engine.buffer_view(out.uop)
+    if view is None: raise OnnxError(f"a jit output of symbolic shape {_shape_text(out.shape)} is not a buffer")
+    n = int(np.prod(shape, dtype=np.int64))
+    base = engine.get_buffer(view[0])
+    u = engine.register_buffer(UOp.new_buffer(base.device, n, out.dtype), base.view(n, out.dtype, 0))
+    if len(self._call.views) >= 1024: self._call.views.clear()  # (outputs of captures that are gone)
+    t = self._call.views[(out.uop, at)] = Tensor(u.reshape(shape))
+    return t
 
   def _jit_body(self, *args: Any) -> tuple:
     """The function the runner's TinyJit captures: the graph on `args` (the inputs in declaration order); its
@@ -869,12 +910,3 @@ def _var_vals(feed: dict[str, Any]) -> dict[str, int]:
   return out
 
 
-def _concrete(out: Any, var_vals: dict[str, int]) -> Any:
-  """A jit output of symbolic shape as a Tensor of this call's sizes: a view of the first elements of its buffer
-  (which is allocated for the Variables' largest values; contiguous, so this call's elements come first)."""
-  if not isinstance(out, Tensor) or all(isinstance(d, int) for d in out.shape): return out
-  shape = tuple(d if isinstance(d, int) else int(_unbound((d,))[0].sym_infer(var_vals)) for d in out.shape)
-  view = engine.buffer_view(out.uop)
-  if view is None: raise OnnxError(f"a jit output of symbolic shape {_shape_text(out.shape)} is not a buffer")
-  n = int(np.prod(shape, dtype=np.int64))
-  return Tensor(view[0])[:n].reshape(shape)
