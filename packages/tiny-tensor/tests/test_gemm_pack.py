@@ -174,3 +174,23 @@ def test_batched_b_is_packed_per_matrix(vector_registers, transposed: bool) -> N
   (want * torch.tensor(g)).sum().backward()
   np.testing.assert_allclose(tx.grad.numpy(), px.grad.numpy(), rtol=1e-4, atol=1e-3)
   np.testing.assert_allclose(tw.grad.numpy(), pw.grad.numpy(), rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("a_transposed", [False, True])
+def test_packed_tiled_matmul_of_odd_sizes(vector_registers, a_transposed: bool) -> None:
+  # the whole AVX-512 path on sizes no block divides: 1001 rows (7 x 11 x 13: no 8-row block), K = 1003, N = 1056
+  # (33 panels of 32 columns, an odd count); B 4.2 MB, past the model's 1 MB L2, so packed and the rows tiled;
+  # A also as a transposed view (its broadcasts read down a column). numpy's product in float64 as the reference.
+  vector_registers(32, 64)
+  a = rng.standard_normal((1003, 1001) if a_transposed else (1001, 1003)).astype(np.float32)
+  b = rng.standard_normal((1003, 1056)).astype(np.float32)
+  ta = Tensor(a).T if a_transposed else Tensor(a)
+  out = ta @ Tensor(b)
+  from tiny_codegen.opt.search import heuristic_opts
+  from tiny_uop.plugins import Device
+  calls = [c.src[0] for c in out.schedule().calls if c.src[0].op is Ops.SINK]
+  assert [c.arg.name for c in calls] == ["E_33_1003_32", "r_1001_1056"], calls  # the panel copy, then the matmul
+  opts = heuristic_opts(calls[1], Device["CPU"].renderer)
+  assert any(o.op.name == "TILE" for o in opts), opts
+  want = (a.T if a_transposed else a).astype(np.float64) @ b.astype(np.float64)
+  np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-3)
