@@ -150,3 +150,47 @@ def test_attention_scores_copy_the_transposed_keys(vector_registers, regs: tuple
   (out * Tensor(g)).sum().backward()
   (want * torch.tensor(g)).sum().backward()
   np.testing.assert_allclose(tq.grad.numpy(), pq.grad.numpy(), rtol=1e-4, atol=2e-4)
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_batched_b_is_packed_per_matrix(vector_registers, transposed: bool) -> None:
+  # a batched right operand of 1 MB a matrix (AVX2 packs from the model's 1 MB L2) is packed into panels per matrix,
+  # as a 2-D one is: in place each matrix's column strip thrashed the L2 (0.46x numpy at (4, 1024, 1024)^2 on the
+  # Xeon 6/207). Odd sizes: 70 rows (no 4-row block divides them), K = 520, N = 528 (33 AVX2 panels of 16 columns),
+  # A's batch (3, 1) broadcast against B's (2,); B transposed (nn.Linear's layout, batched) is gathered by the same
+  # one copy (no contiguous copy before it). Numbers and gradients as torch's.
+  vector_registers(16, 32)
+  x = rng.standard_normal((3, 1, 70, 520)).astype(np.float32)
+  w = rng.standard_normal((2, 528, 520) if transposed else (2, 520, 528)).astype(np.float32)
+  g = rng.standard_normal((3, 2, 70, 528)).astype(np.float32)
+  tx, tw = Tensor(x, requires_grad=True), Tensor(w, requires_grad=True)
+  px, pw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+  out = tx @ (tw.transpose(-1, -2) if transposed else tw)
+  want = px @ (pw.transpose(-1, -2) if transposed else pw)
+  names = kernels(out)
+  assert names == ["E_2_33_520_16", "r_3_2_70_528"], names  # the panel copy, then the matmul
+  np.testing.assert_allclose(out.numpy(), want.detach().numpy(), rtol=1e-4, atol=5e-4)
+  (out * Tensor(g)).sum().backward()
+  (want * torch.tensor(g)).sum().backward()
+  np.testing.assert_allclose(tx.grad.numpy(), px.grad.numpy(), rtol=1e-4, atol=1e-3)
+  np.testing.assert_allclose(tw.grad.numpy(), pw.grad.numpy(), rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("a_transposed", [False, True])
+def test_packed_tiled_matmul_of_odd_sizes(vector_registers, a_transposed: bool) -> None:
+  # the whole AVX-512 path on sizes no block divides: 1001 rows (7 x 11 x 13: no 8-row block), K = 1003, N = 1056
+  # (33 panels of 32 columns, an odd count); B 4.2 MB, past the model's 1 MB L2, so packed and the rows tiled;
+  # A also as a transposed view (its broadcasts read down a column). numpy's product in float64 as the reference.
+  vector_registers(32, 64)
+  a = rng.standard_normal((1003, 1001) if a_transposed else (1001, 1003)).astype(np.float32)
+  b = rng.standard_normal((1003, 1056)).astype(np.float32)
+  ta = Tensor(a).T if a_transposed else Tensor(a)
+  out = ta @ Tensor(b)
+  from tiny_codegen.opt.search import heuristic_opts
+  from tiny_uop.plugins import Device
+  calls = [c.src[0] for c in out.schedule().calls if c.src[0].op is Ops.SINK]
+  assert [c.arg.name for c in calls] == ["E_33_1003_32", "r_1001_1056"], calls  # the panel copy, then the matmul
+  opts = heuristic_opts(calls[1], Device["CPU"].renderer)
+  assert any(o.op.name == "TILE" for o in opts), opts
+  want = (a.T if a_transposed else a).astype(np.float64) @ b.astype(np.float64)
+  np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-3)

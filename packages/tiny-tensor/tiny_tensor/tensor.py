@@ -1377,24 +1377,35 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
     axis_w = -min(dw, 2)
     if self.shape[-1] != w.shape[axis_w]:
       raise RuntimeError(f"cannot dot {self.shape} and {w.shape}: inner dims {self.shape[-1]} != {w.shape[axis_w]}")
-    if dx >= 2 and dw >= 3 and _batched_strided_pack(self, w): w = w.contiguous()
-    x = self.reshape(*self.shape[:-1], *[1] * min(dx - 1, dw - 1, 1), self.shape[-1])
-    ww = w.reshape(*w.shape[:-2], *[1] * min(dx - 1, dw - 1, 1), *w.shape[axis_w:]).transpose(-1, axis_w)
-    in_dt = least_upper_dtype(x.dtype, ww.dtype)
+    in_dt = least_upper_dtype(self.dtype, w.dtype)
     out_dt = in_dt if dtype is None else to_dtype(dtype)
     acc = sum_acc_dtype(in_dt) if dtype is None else out_dt
+    panel = _gemm_panel(self, w, acc) if dx >= 2 and dw >= 2 else 0
+    # (a batched B packed into panels needs no contiguous copy first: the panel copy gathers it once already)
+    if dx >= 2 and dw >= 3 and not panel and _batched_strided_pack(self, w): w = w.contiguous()
+    x = self.reshape(*self.shape[:-1], *[1] * min(dx - 1, dw - 1, 1), self.shape[-1])
+    ww = w.reshape(*w.shape[:-2], *[1] * min(dx - 1, dw - 1, 1), *w.shape[axis_w:]).transpose(-1, axis_w)
     if dtypes.is_float(in_dt) and dtypes.is_float(acc) and acc.itemsize > in_dt.itemsize:
       x, ww = x.cast(acc), ww.cast(acc)  # half/bfloat16: exact products summed in float, rounded once (as torch)
     if dx == 2 and dw == 2 and dtype is None and self.dtype == w.dtype == dtypes.bfloat16 and _amx_tiles(self, w):
       # AMX tiles (tiny_codegen.x86_amx): one kernel, the plain float32 sum of bf16 products rounded to bf16, which
       # the tile kernel's recogniser matches; that kernel packs B's k-pairs itself (no pack kernel, no second launch)
       return (x * ww).sum(-1).cast(out_dt)
-    if dx >= 2 and dw == 2 and (panel := _gemm_panel(self, w, acc)):
+    if panel and dw == 2:
       # the CPU's register block reads B in column strips: realize B once as contiguous (n // P, k, P) panels
       k, n = w.shape
       wp = ww.transpose(-1, -2).reshape(k, n // panel, panel).permute(1, 0, 2).contiguous()
       xp = x.reshape(*self.shape[:-1], 1, k, 1)
       return (xp * wp).sum(-2, dtype=dtype).cast(out_dt).reshape(*self.shape[:-1], n)
+    if panel:
+      # a batched B likewise, each matrix its own panels: (*batch, n // P, k, P), broadcast over A's rows
+      bw, (k, n) = w.shape[:-2], w.shape[-2:]
+      nb = len(bw)
+      wp = ww.transpose(-1, -2).reshape(*bw, k, n // panel, panel)
+      wp = wp.permute(*range(nb), nb + 1, nb, nb + 2).contiguous().reshape(*bw, 1, n // panel, k, panel)
+      xp = x.reshape(*self.shape[:-1], 1, k, 1)
+      out = (xp * wp).sum(-2, dtype=dtype).cast(out_dt)
+      return out.reshape(*out.shape[:-2], n)
     return (x * ww).sum(-1, dtype=dtype).cast(out_dt)
 
   def matmul(self, x: Tensor, reverse: bool = False, dtype: Any = None) -> Tensor:
@@ -1460,21 +1471,27 @@ def _amx_tiles(x: Tensor, w: Tensor) -> bool:
 
 
 def _gemm_panel(x: Tensor, w: Tensor, acc: DType) -> int:
-  """The panel width `dot` packs its 2-D right operand `w` into for `x @ w` on x's device (0: don't): the CPU
+  """The panel width `dot` packs its right operand `w` into for `x @ w` on x's device (0: don't): the CPU
   heuristics' call (`tiny_codegen.opt.heuristic.gemm_panel`), for plain ints shapes on one device whose renderer
   knows its vector registers. `w` is read across its rows (strided) when it is a transposed view (`w.T`, as
-  nn.Linear passes its weight)."""
+  nn.Linear passes its weight; `w.transpose(-1, -2)` batched). A batched `w` (3-D or more) is judged per matrix,
+  with A's last-but-one axis as its rows: in place each matrix's column strip thrashes the L2 as a 2-D one does
+  ((4, 1024, 1024) @ (4, 1024, 1024) float32, one thread, Xeon 6/207: 72 GFLOPS of CPU time against 149 for one
+  packed 1024^2 product and numpy's 154)."""
   if not isinstance(x.device, str) or x.device != w.device or not all(isinstance(s, int) for s in (*x.shape, *w.shape)):
     return 0
-  k, n = x.shape[-1], w.shape[1]
+  k, n = x.shape[-1], w.shape[-1]
   if not isinstance(k, int) or not isinstance(n, int): return 0  # never (all dims are ints): narrows the types
   from tiny_uop.plugins import Device
   renderer = Device[x.device].renderer
   if not hasattr(renderer, "vector_registers"): return 0
   from tiny_codegen.opt.heuristic import gemm_panel
-  strided = w.uop.op is Ops.PERMUTE and w.uop.arg == (1, 0)
-  return gemm_panel(renderer, prod(x.shape[:-1]), k, n, acc.itemsize if dtypes.is_float(acc) else 0,
-                    strided)
+  nd = w.ndim
+  strided = w.uop.op is Ops.PERMUTE and w.uop.arg == (*range(nd - 2), nd - 1, nd - 2)
+  # a 2-D B serves all of A's rows; a batched one (each matrix its own) at least A's last-but-one axis
+  rows = prod(x.shape[:-1]) if nd == 2 else x.shape[-2]
+  if not isinstance(rows, int): return 0
+  return gemm_panel(renderer, rows, k, n, acc.itemsize if dtypes.is_float(acc) else 0, strided)
 
 
 def _batched_strided_pack(x: Tensor, w: Tensor) -> bool:
