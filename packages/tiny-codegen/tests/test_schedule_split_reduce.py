@@ -213,3 +213,36 @@ def test_blocked_split_sum_keeps_its_vector_accumulators() -> None:
   np.testing.assert_allclose(got.reshape(()), data.astype(np.float64).sum(), rtol=1e-5, atol=1e-2)
   ren = Device["CPU"].renderer
   if "LLVM" in type(ren).__name__: assert "<16 x float>" in get_program(kernels[0].src[0], ren).src
+
+
+# ***** a sum over outer and trailing axes into a few outputs (BatchNorm's statistics, a conv bias's gradient) *****
+
+
+@pytest.mark.parametrize("shape", [(128, 8, 20, 20), (300, 4, 9, 7)])
+def test_channel_sum_is_split_into_contiguous_partials(shape: tuple[int, ...]) -> None:
+  # a (N, C, H, W) sum over (N, H, W): one partial per (n, c) over its H*W contiguous floats (unrolled lanes), then the
+  # N partials of each channel (300: not a multiple of REDUCE_FANIN, a tail block). One kernel before, whose index
+  # math gathered every element alone (2-5 GB/s)
+  data = np.random.default_rng(9).standard_normal(shape).astype(np.float32)
+  n, c = shape[:2]
+  assert n * c >= S.REDUCE_SPLIT_OUTPUTS and prod(shape) // c >= S.BLOCKED_SUM_MIN
+  got, kernels = _run(shape, Ops.ADD, (0, 2, 3), data)
+  sizes = _out_sizes(kernels)
+  assert sizes == [n * c, c], sizes
+  np.testing.assert_allclose(got.reshape(c), data.astype(np.float64).sum((0, 2, 3)), rtol=1e-4, atol=1e-3)
+
+
+def test_channel_sum_of_ones_is_exact_and_small_ones_stay_whole() -> None:
+  ones = np.ones((128, 8, 20, 20), np.float32)
+  got, kernels = _run(ones.shape, Ops.ADD, (0, 2, 3), ones)
+  assert len(kernels) == 2 and np.array_equal(got.reshape(8), np.full(8, 128 * 400, np.float32))
+  # 64 * 8 = 512 partials: too few for a kernel of their own, left to `_blocked_reduce` (one kernel)
+  data = np.random.default_rng(10).standard_normal((64, 8, 20, 20)).astype(np.float32)
+  got, kernels = _run(data.shape, Ops.ADD, (0, 2, 3), data)
+  assert len(kernels) == 1
+  np.testing.assert_allclose(got.reshape(8), data.astype(np.float64).sum((0, 2, 3)), rtol=1e-4, atol=1e-3)
+  # trailing pixels past REDUCE_BLOCK (40x40 = 1600): one partial would add more than a block, left whole
+  big = np.random.default_rng(11).standard_normal((16, 64, 40, 40)).astype(np.float32)
+  got, kernels = _run(big.shape, Ops.ADD, (0, 2, 3), big)
+  assert len(kernels) == 1
+  np.testing.assert_allclose(got.reshape(64), big.astype(np.float64).sum((0, 2, 3)), rtol=1e-4, atol=1e-3)
