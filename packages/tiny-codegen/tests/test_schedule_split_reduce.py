@@ -9,6 +9,7 @@ from tiny_uop import Ops, UOp
 from tiny_uop.plugins import Device
 
 from tiny_codegen import get_program
+from tiny_codegen.opt import OptOps, optimize_kernel
 from tiny_codegen.schedule import create_schedule
 import tiny_codegen.schedule.schedule as S
 from tiny_codegen.schedule.schedule import SPLIT_REDUCE_MIN
@@ -154,6 +155,24 @@ def test_split_conv_weight_gradient_with_padding_stride_groups_matches_torch(mon
   assert _out_sizes(kernels)[-2:] == [2 * outs, outs], _out_sizes(kernels)
   np.testing.assert_allclose(grad.numpy(), _torch_weight_grad(xs, ws, gy, **kw), rtol=1e-4, atol=1e-4)
 
+
+@pytest.mark.parametrize("shape_x, shape_w", [((16, 32, 24, 24), (32, 32, 5, 5)), ((8, 32, 10, 10), (64, 32, 3, 3))])
+def test_conv_weight_gradient_keeps_the_fma_units_busy(vector_registers, shape_x, shape_w) -> None:
+  # AVX-512's register file: the weight gradient's vector is 16 output channels and its rows a kernel row's taps (5;
+  # 3 x 2). Those alone are fewer chains than FMA latency x FMAs a cycle (8): the output channels are widened too
+  # (32 -> 32 5x5 of the MNIST step: 25 -> 16 ms of one thread). Results against torch
+  from tiny_codegen.machine import machine_of
+  from tiny_codegen.opt.heuristic import matvec_accumulators
+  vector_registers(32, 64)
+  ren = Device["CPU"].renderer
+  assert ren.vectorize_upcast, f"the CPU default renderer is expected to be LLVM, got {type(ren).__name__}"
+  (xs, ws, gy), kernels, grad = _conv_weight_grad(shape_x, shape_w)
+  # the gradient's kernel: the one with the most loop ranges (chunk, co, ci, ky, kx; images, rows, pixels)
+  big = max(kernels, key=lambda k: sum(u.op is Ops.RANGE for u in k.src[0].toposort()))
+  opts = optimize_kernel(big.src[0], ren).arg.applied_opts
+  lanes = prod(o.arg for o in opts if o.op is OptOps.UPCAST)
+  assert lanes // 16 >= matvec_accumulators(machine_of(ren)), opts
+  np.testing.assert_allclose(grad.numpy(), _torch_weight_grad(xs, ws, gy), rtol=1e-4, atol=1e-3)
 
 def test_conv_backward_kernel_counts() -> None:
   # the whole backward of conv + bias (input, weight and bias gradients): 8 kernels for the small conv (which were 8

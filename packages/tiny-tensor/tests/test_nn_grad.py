@@ -220,3 +220,10 @@ def test_batchnorm_training_gradients_of_a_big_batch():
     _check(ours, t, ["weight", "bias"], _x(200, 6, 11, 13) * 2 + 1, atol=1e-4)
   np.testing.assert_allclose(ours.running_mean.numpy(), t.running_mean.numpy(), rtol=1e-5, atol=1e-6)
   np.testing.assert_allclose(ours.running_var.numpy(), t.running_var.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("kw", [{}, {"stride": 2, "padding": 2}, {"groups": 2, "padding": 1, "dilation": 2}])
+def test_conv2d_wide_channels_odd_maps(kw):
+  # 48 output channels (3 vectors of 16, the weight gradient's widened block) on odd 13x11 maps, 5x5 taps
+  _check(nn.Conv2d(32, 48, 5, **kw), torch.nn.Conv2d(32, 48, 5, **kw), ["weight", "bias"], _x(3, 32, 13, 11),
+         rtol=1e-4, atol=1e-4)
