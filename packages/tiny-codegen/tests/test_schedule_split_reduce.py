@@ -260,6 +260,12 @@ def test_channel_sum_of_ones_is_exact_and_small_ones_stay_whole() -> None:
   got, kernels = _run(data.shape, Ops.ADD, (0, 2, 3), data)
   assert len(kernels) == 1
   np.testing.assert_allclose(got.reshape(8), data.astype(np.float64).sum((0, 2, 3)), rtol=1e-4, atol=1e-3)
+  # 2 trailing elements: the partials would be half the input's bytes (more than 1/PARTIAL_SHARE), left whole
+  assert S.PARTIAL_SHARE == 4
+  pairs = np.random.default_rng(12).standard_normal((16384, 8, 1, 2)).astype(np.float32)
+  got, kernels = _run(pairs.shape, Ops.ADD, (0, 2, 3), pairs)
+  assert len(kernels) == 1
+  np.testing.assert_allclose(got.reshape(8), pairs.astype(np.float64).sum((0, 2, 3)), rtol=1e-4, atol=1e-3)
   # trailing pixels past REDUCE_BLOCK (40x40 = 1600): one partial would add more than a block, left whole
   big = np.random.default_rng(11).standard_normal((16, 64, 40, 40)).astype(np.float32)
   got, kernels = _run(big.shape, Ops.ADD, (0, 2, 3), big)

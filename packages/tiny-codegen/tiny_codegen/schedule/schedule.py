@@ -286,8 +286,8 @@ def _split_few_outputs_reduce(r: UOp) -> UOp:
 
 
 def _split_channel_reduce(r: UOp) -> UOp:
-  """`r` (a float sum into fewer than REDUCE_SPLIT_OUTPUTS outputs over both the axes after its last kept one, T <=
-  REDUCE_BLOCK elements, and some before it, BLOCKED_SUM_MIN or more elements per output: a BatchNorm's statistics,
+  """`r` (a float sum into fewer than REDUCE_SPLIT_OUTPUTS outputs over both the axes after its last kept one,
+  PARTIAL_SHARE <= T <= REDUCE_BLOCK elements, and some before it, BLOCKED_SUM_MIN or more elements per output: a BatchNorm's statistics,
   a conv bias's gradient, summing (N, H, W) of an (N, C, H, W) value) in two stages: partial sums over the trailing
   axes, (N, C, 1, 1), then those summed over the outer axes, blocked by REDUCE_FANIN (`_blocked_sum`). The partials
   (REDUCE_SPLIT_OUTPUTS or more of them) get their own kernel (`_decide`), each summing T contiguous elements in
@@ -303,6 +303,7 @@ def _split_channel_reduce(r: UOp) -> UOp:
   if not tail or not outer or set(tail) | set(outer) != set(axes): return r
   red, outs, t = prod(shp[a] for a in axes), prod(out), prod(shp[a] for a in tail)
   if red < BLOCKED_SUM_MIN or outs >= REDUCE_SPLIT_OUTPUTS or t > REDUCE_BLOCK: return r
+  if t < PARTIAL_SHARE: return r  # the partials, 1/T of the bytes read, would cost more than a quarter of them
   if outs * (red // t) < REDUCE_SPLIT_OUTPUTS: return r  # too few partials for a kernel of their own (`_decide`)
   part = r.src[0].r(op, tail)  # (..., 1 per trailing axis): T elements each, one accumulator (vector lanes)
   pshp = cast(tuple[int, ...], part.shape)
