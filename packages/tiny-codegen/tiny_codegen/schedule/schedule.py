@@ -287,11 +287,11 @@ def _split_few_outputs_reduce(r: UOp) -> UOp:
 
 def _split_channel_reduce(r: UOp) -> UOp:
   """`r` (a float sum into fewer than REDUCE_SPLIT_OUTPUTS outputs over both the axes after its last kept one,
-  PARTIAL_SHARE <= T <= REDUCE_BLOCK elements, and some before it, BLOCKED_SUM_MIN or more elements per output: a BatchNorm's statistics,
-  a conv bias's gradient, summing (N, H, W) of an (N, C, H, W) value) in two stages: partial sums over the trailing
-  axes, (N, C, 1, 1), then those summed over the outer axes, blocked by REDUCE_FANIN (`_blocked_sum`). The partials
-  (REDUCE_SPLIT_OUTPUTS or more of them) get their own kernel (`_decide`), each summing T contiguous elements in
-  vector lanes, and the second stage reads a small buffer. Left whole, `_blocked_reduce` would flatten (N, H, W)
+  PARTIAL_SHARE <= T <= REDUCE_BLOCK elements, and some before it, BLOCKED_SUM_MIN or more elements per output: a
+  BatchNorm's statistics, a conv bias's gradient, summing (N, H, W) of an (N, C, H, W) value) in two stages: partial
+  sums over the trailing axes, (N, C, 1, 1), then those summed over the outer axes, blocked by REDUCE_FANIN
+  (`_blocked_sum`). The partials (REDUCE_SPLIT_OUTPUTS or more of them) get their own kernel (`_decide`), each
+  summing T contiguous elements in unrolled lanes, and the second stage reads a small buffer. Left whole, `_blocked_reduce` would flatten (N, H, W)
   behind C: its index math (divisions by H*W) gathers each element alone, at 2-5 GB/s of one core's ~20. Any other
   reduce comes back unchanged."""
   op, axes = r.arg
