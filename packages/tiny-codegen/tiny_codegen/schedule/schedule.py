@@ -291,9 +291,9 @@ def _split_channel_reduce(r: UOp) -> UOp:
   BatchNorm's statistics, a conv bias's gradient, summing (N, H, W) of an (N, C, H, W) value) in two stages: partial
   sums over the trailing axes, (N, C, 1, 1), then those summed over the outer axes, blocked by REDUCE_FANIN
   (`_blocked_sum`). The partials (REDUCE_SPLIT_OUTPUTS or more of them) get their own kernel (`_decide`), each
-  summing T contiguous elements in unrolled lanes, and the second stage reads a small buffer. Left whole, `_blocked_reduce` would flatten (N, H, W)
-  behind C: its index math (divisions by H*W) gathers each element alone, at 2-5 GB/s of one core's ~20. Any other
-  reduce comes back unchanged."""
+  summing T contiguous elements in unrolled lanes, and the second stage reads a small buffer. Left whole,
+  `_blocked_reduce` would flatten (N, H, W) behind C: its index math (divisions by H*W) gathers each element alone,
+  at 2-5 GB/s of one core's ~20. Any other reduce comes back unchanged."""
   op, axes = r.arg
   shp, out = r.src[0].shape, r.shape
   if not _is_float_sum(r) or not axes or shp is None or out is None or not all_int(shp): return r
