@@ -9,6 +9,7 @@ from tiny_uop import Ops, UOp
 from tiny_uop.plugins import Device
 
 from tiny_codegen import get_program
+from tiny_codegen.opt import OptOps, optimize_kernel
 from tiny_codegen.schedule import create_schedule
 import tiny_codegen.schedule.schedule as S
 from tiny_codegen.schedule.schedule import SPLIT_REDUCE_MIN
@@ -155,6 +156,24 @@ def test_split_conv_weight_gradient_with_padding_stride_groups_matches_torch(mon
   np.testing.assert_allclose(grad.numpy(), _torch_weight_grad(xs, ws, gy, **kw), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("shape_x, shape_w", [((16, 32, 24, 24), (32, 32, 5, 5)), ((8, 32, 10, 10), (64, 32, 3, 3))])
+def test_conv_weight_gradient_keeps_the_fma_units_busy(vector_registers, shape_x, shape_w) -> None:
+  # AVX-512's register file: the weight gradient's vector is 16 output channels and its rows a kernel row's taps (5;
+  # 3 x 2). Those alone are fewer chains than FMA latency x FMAs a cycle (8): the output channels are widened too
+  # (32 -> 32 5x5 of the MNIST step: 25 -> 16 ms of one thread). Results against torch
+  from tiny_codegen.machine import machine_of
+  from tiny_codegen.opt.heuristic import matvec_accumulators
+  vector_registers(32, 64)
+  ren = Device["CPU"].renderer
+  assert ren.vectorize_upcast, f"the CPU default renderer is expected to be LLVM, got {type(ren).__name__}"
+  (xs, ws, gy), kernels, grad = _conv_weight_grad(shape_x, shape_w)
+  # the gradient's kernel: the one with the most loop ranges (chunk, co, ci, ky, kx; images, rows, pixels)
+  big = max(kernels, key=lambda k: sum(u.op is Ops.RANGE for u in k.src[0].toposort()))
+  opts = optimize_kernel(big.src[0], ren).arg.applied_opts
+  lanes = prod(o.arg for o in opts if o.op is OptOps.UPCAST)
+  assert lanes // 16 >= matvec_accumulators(machine_of(ren)), opts
+  np.testing.assert_allclose(grad.numpy(), _torch_weight_grad(xs, ws, gy), rtol=1e-4, atol=1e-3)
+
 def test_conv_backward_kernel_counts() -> None:
   # the whole backward of conv + bias (input, weight and bias gradients): 8 kernels for the small conv (which were 8
   # for both before the split); the big one has one more, the weight gradient's partial sums
@@ -213,3 +232,42 @@ def test_blocked_split_sum_keeps_its_vector_accumulators() -> None:
   np.testing.assert_allclose(got.reshape(()), data.astype(np.float64).sum(), rtol=1e-5, atol=1e-2)
   ren = Device["CPU"].renderer
   if "LLVM" in type(ren).__name__: assert "<16 x float>" in get_program(kernels[0].src[0], ren).src
+
+
+# ***** a sum over outer and trailing axes into a few outputs (BatchNorm's statistics, a conv bias's gradient) *****
+
+
+@pytest.mark.parametrize("shape", [(128, 8, 20, 20), (300, 4, 9, 7)])
+def test_channel_sum_is_split_into_contiguous_partials(shape: tuple[int, ...]) -> None:
+  # a (N, C, H, W) sum over (N, H, W): one partial per (n, c) over its H*W contiguous floats (unrolled lanes), then the
+  # N partials of each channel (300: not a multiple of REDUCE_FANIN, a tail block). One kernel before, whose index
+  # math gathered every element alone (2-5 GB/s)
+  data = np.random.default_rng(9).standard_normal(shape).astype(np.float32)
+  n, c = shape[:2]
+  assert n * c >= S.REDUCE_SPLIT_OUTPUTS and prod(shape) // c >= S.BLOCKED_SUM_MIN
+  got, kernels = _run(shape, Ops.ADD, (0, 2, 3), data)
+  sizes = _out_sizes(kernels)
+  assert sizes == [n * c, c], sizes
+  np.testing.assert_allclose(got.reshape(c), data.astype(np.float64).sum((0, 2, 3)), rtol=1e-4, atol=1e-3)
+
+
+def test_channel_sum_of_ones_is_exact_and_small_ones_stay_whole() -> None:
+  ones = np.ones((128, 8, 20, 20), np.float32)
+  got, kernels = _run(ones.shape, Ops.ADD, (0, 2, 3), ones)
+  assert len(kernels) == 2 and np.array_equal(got.reshape(8), np.full(8, 128 * 400, np.float32))
+  # 64 * 8 = 512 partials: too few for a kernel of their own, left to `_blocked_reduce` (one kernel)
+  data = np.random.default_rng(10).standard_normal((64, 8, 20, 20)).astype(np.float32)
+  got, kernels = _run(data.shape, Ops.ADD, (0, 2, 3), data)
+  assert len(kernels) == 1
+  np.testing.assert_allclose(got.reshape(8), data.astype(np.float64).sum((0, 2, 3)), rtol=1e-4, atol=1e-3)
+  # 2 trailing elements: the partials would be half the input's bytes (more than 1/PARTIAL_SHARE), left whole
+  assert S.PARTIAL_SHARE == 4
+  pairs = np.random.default_rng(12).standard_normal((16384, 8, 1, 2)).astype(np.float32)
+  got, kernels = _run(pairs.shape, Ops.ADD, (0, 2, 3), pairs)
+  assert len(kernels) == 1
+  np.testing.assert_allclose(got.reshape(8), pairs.astype(np.float64).sum((0, 2, 3)), rtol=1e-4, atol=1e-3)
+  # trailing pixels past REDUCE_BLOCK (40x40 = 1600): one partial would add more than a block, left whole
+  big = np.random.default_rng(11).standard_normal((16, 64, 40, 40)).astype(np.float32)
+  got, kernels = _run(big.shape, Ops.ADD, (0, 2, 3), big)
+  assert len(kernels) == 1
+  np.testing.assert_allclose(got.reshape(64), big.astype(np.float64).sum((0, 2, 3)), rtol=1e-4, atol=1e-3)

@@ -209,3 +209,21 @@ def test_conv2d_input_gradient_vectors_input_channels():
   px, pw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
   (torch.nn.functional.conv2d(px, pw) * torch.tensor(up)).sum().backward()
   np.testing.assert_allclose(tx.grad.numpy(), px.grad.numpy(), rtol=1e-4, atol=1e-3)
+
+
+def test_batchnorm_training_gradients_of_a_big_batch():
+  # 200 x 11 x 13 = 28600 elements per channel and 1200 (image, channel) pairs: the statistics and the gradients'
+  # channel sums are split into per-image partials (`_split_channel_reduce`); odd pixel counts (143 per image)
+  t = torch.nn.BatchNorm2d(6)
+  ours = nn.BatchNorm2d(6)
+  with Tensor.train():
+    _check(ours, t, ["weight", "bias"], _x(200, 6, 11, 13) * 2 + 1, atol=1e-4)
+  np.testing.assert_allclose(ours.running_mean.numpy(), t.running_mean.numpy(), rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(ours.running_var.numpy(), t.running_var.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("kw", [{}, {"stride": 2, "padding": 2}, {"groups": 2, "padding": 1, "dilation": 2}])
+def test_conv2d_wide_channels_odd_maps(kw):
+  # 48 output channels (3 vectors of 16, the weight gradient's widened block) on odd 13x11 maps, 5x5 taps
+  _check(nn.Conv2d(32, 48, 5, **kw), torch.nn.Conv2d(32, 48, 5, **kw), ["weight", "bias"], _x(3, 32, 13, 11),
+         rtol=1e-4, atol=1e-4)

@@ -285,16 +285,42 @@ def _vector_block(k: Kernel, loads: list[UOp]) -> bool:
   others.sort(key=lambda o: (_awkward(o[1], loads, rngs, k.reduce_axes)[0], -o[0]))
   rows: tuple[int, int] | None = None  # (id, lanes) of the first axis blocked around the vector
   padded = [x for _, x, _ in others if _padded_window(x, loads, rngs, k.reduce_axes)]
+  taps = False  # the first axis blocked is a window's taps (`_window_taps`: a conv's weight gradient)
   for _, x, m in others:
     if x in padded and padded[0] is not x: continue  # one padded window axis only (`_padded_window`)
     got = _row_block(x, m, budget // vectors, widest=x in padded)
+    first_taps = rows is None and _window_taps(x, loads, rngs, k.reduce_axes)
     if got and _try(k, Opt(OptOps.UPCAST, k.output_axes.index(x), got)):
       vectors, blocked = vectors * got, blocked + 1
-      rows = rows or (x.arg[0], got)
+      rows, taps = rows or (x.arg[0], got), taps or first_taps
     if blocked == 2 or vectors * 2 > budget: break
   if gemm: _widen_vector_block(k, r.arg[0], amt, vectors)
+  elif taps: _widen_for_latency(k, r.arg[0], amt, vectors)
   if gemm and rows is not None: _tile_rows(k, *rows)
   return True
+
+
+def _window_taps(x: UOp, loads: list[UOp], rngs: list[UOp], reds: list[UOp]) -> bool:
+  """Output axis `x` slides over a longer reduce axis in some load (the same stride in its index, `_awkward`'s
+  window) and is the shorter of the two: it is a window's taps, the reduce its pixels (a conv's weight gradient:
+  kw taps over ow pixels, where a conv's forward has ow pixels over kw taps)."""
+  if (n := _bound(x)) is None: return False
+  for ld in loads:
+    idx = ld.src[0].src[1]
+    if x not in idx.ranges or (s := stride_of(idx, x, rngs)) is None: continue
+    for red in reds:
+      if red in idx.ranges and stride_of(idx, red, rngs) == s and (m := _bound(red)) is not None and m > n: return True
+  return False
+
+
+def _widen_for_latency(k: Kernel, rid: int, amt: int, vectors: int) -> None:
+  """After `_vector_block` blocked a window's taps around the vector (a conv's weight gradient: output channels as
+  the vector, a kernel row's 5 taps as the rows; `_window_taps`) into fewer accumulators than keep the FMA units
+  busy (`matvec_accumulators` of the machine model: FMA latency x FMAs a cycle), the vector axis is upcast again
+  (`_widen`, within the register budget): each reduce step's broadcast load then feeds that many more independent
+  FMAs instead of waiting on the chains. The MNIST step's 32 -> 32 channel 5x5 weight gradient: co 16 x 5 taps = 5
+  chains, 25-26 ms of thread CPU on one thread; co 2 x 16 x 5 = 10 chains, 16 ms (torch: 20)."""
+  if vectors < matvec_accumulators(machine_of(k.renderer)): _widen(k, rid, amt, vectors, (4, 3, 2))
 
 
 def _padded_window(x: UOp, loads: list[UOp], rngs: list[UOp], reds: list[UOp]) -> bool:

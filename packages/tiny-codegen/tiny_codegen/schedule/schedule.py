@@ -285,6 +285,32 @@ def _split_few_outputs_reduce(r: UOp) -> UOp:
   return _blocked_sum(part, k, REDUCE_FANIN).reshape(cast(tuple[int, ...], r.shape))
 
 
+def _split_channel_reduce(r: UOp) -> UOp:
+  """`r` (a float sum into fewer than REDUCE_SPLIT_OUTPUTS outputs over both the axes after its last kept one,
+  PARTIAL_SHARE <= T <= REDUCE_BLOCK elements, and some before it, BLOCKED_SUM_MIN or more elements per output: a
+  BatchNorm's statistics, a conv bias's gradient, summing (N, H, W) of an (N, C, H, W) value) in two stages: partial
+  sums over the trailing axes, (N, C, 1, 1), then those summed over the outer axes, blocked by REDUCE_FANIN
+  (`_blocked_sum`). The partials (REDUCE_SPLIT_OUTPUTS or more of them) get their own kernel (`_decide`), each
+  summing T contiguous elements in unrolled lanes, and the second stage reads a small buffer. Left whole,
+  `_blocked_reduce` would flatten (N, H, W) behind C: its index math (divisions by H*W) gathers each element alone,
+  at 2-5 GB/s of one core's ~20. Any other reduce comes back unchanged."""
+  op, axes = r.arg
+  shp, out = r.src[0].shape, r.shape
+  if not _is_float_sum(r) or not axes or shp is None or out is None or not all_int(shp): return r
+  keep = [i for i in range(len(shp)) if i not in axes]
+  if not keep: return r
+  tail, outer = tuple(range(keep[-1] + 1, len(shp))), tuple(a for a in axes if a < keep[-1])
+  if not tail or not outer or set(tail) | set(outer) != set(axes): return r
+  red, outs, t = prod(shp[a] for a in axes), prod(out), prod(shp[a] for a in tail)
+  if red < BLOCKED_SUM_MIN or outs >= REDUCE_SPLIT_OUTPUTS or t > REDUCE_BLOCK: return r
+  if t < PARTIAL_SHARE: return r  # the partials, 1/T of the bytes read, would cost more than a quarter of them
+  if outs * (red // t) < REDUCE_SPLIT_OUTPUTS: return r  # too few partials for a kernel of their own (`_decide`)
+  part = r.src[0].r(op, tail)  # (..., 1 per trailing axis): T elements each, one accumulator (vector lanes)
+  pshp = cast(tuple[int, ...], part.shape)
+  flat = part.permute((*keep, *outer, *tail)).reshape((*(pshp[i] for i in keep), red // t))
+  return _blocked_sum(flat, len(keep), REDUCE_FANIN).reshape(cast(tuple[int, ...], out))
+
+
 def _blocked_reduce(r: UOp) -> UOp:
   """`r`, a float sum of BLOCKED_SUM_MIN or more elements into each of fewer than REDUCE_SPLIT_OUTPUTS outputs (or
   of SPLIT_REDUCE_MIN or more into any number), as `_blocked_sum` over its reduced axes moved last and flattened: one
@@ -319,9 +345,11 @@ def _memo_split(kind: str, fn: Callable[[UOp], UOp], r: UOp) -> UOp:
 
 
 def _split_reduce_once(r: UOp) -> UOp:
-  """`r` split by `_split_few_outputs_reduce` (a few outputs), else by `_split_streaming_reduce` (many outputs
-  sharing inputs bigger than L2: its chunks keep them in cache), else unchanged."""
+  """`r` split by `_split_few_outputs_reduce` (a few outputs), else by `_split_channel_reduce` (a few outputs over
+  outer and trailing axes), else by `_split_streaming_reduce` (many outputs sharing inputs bigger than L2: its chunks
+  keep them in cache), else unchanged."""
   if (s := _split_few_outputs_reduce(r)) is not r: return s
+  if (s := _split_channel_reduce(r)) is not r: return s
   return _split_streaming_reduce(r)
 
 
