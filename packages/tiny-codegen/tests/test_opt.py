@@ -607,8 +607,9 @@ def test_channels_last_conv_on_a_10_wide_row_blocks_5_pixels(vector_registers) -
   B, CO, CI, H, W, K = 2, 32, 4, 12, 12, 3
   OH, OW = H - K + 1, W - K + 1
   opt = optimize_kernel(conv2d_ast(B, CO, CI, H, W, K, channels_last=True), ren)
-  assert opt.arg.applied_opts == (Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 3, 5), Opt(OptOps.UNROLL, 2, 0)), \
-    opt.arg.applied_opts
+  # and the 32 channels as two vectors (`_widen_conv_channels`: 2 x 5 accumulators fit half of AVX-512's registers)
+  assert opt.arg.applied_opts == (Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 3, 5), Opt(OptOps.UPCAST, 1, 2),
+                                  Opt(OptOps.UNROLL, 2, 0)), opt.arg.applied_opts
   assert "load <16 x float>" in get_program(opt, ren).src
   rng = np.random.default_rng(9)
   xs = rng.standard_normal((B, CI, H, W)).astype(np.float32)
@@ -753,20 +754,25 @@ def padded_conv2d_ast(CO: int, CI: int, H: int, W: int, K: int) -> UOp:
   return out.index(co * (H * W) + y * W + x).store(val).sink(arg=KernelInfo())
 
 
-@pytest.mark.parametrize("regs, W, want", [
-  ((32, 64), 28, ((0, 16), (2, 7))),  # resnet18's 28x28 maps: 7 pixels, not 4 pixels x 2 rows
-  ((32, 64), 56, ((0, 16), (2, 8))),
-  ((32, 64), 14, ((0, 16), (2, 7))),
-  ((16, 32), 28, ((0, 8), (2, 7))),   # AVX2: one ymm of 8 channels, the same 7 pixels
+@pytest.mark.parametrize("regs, W, CO, want", [
+  # resnet18's 28x28 maps: 7 pixels, not 4 pixels x 2 rows; then a second vector of channels (2 x 7 accumulators)
+  ((32, 64), 28, 32, ((0, 16), (2, 7), (0, 2))),
+  ((32, 64), 56, 32, ((0, 16), (2, 8), (0, 2))),
+  ((32, 64), 14, 64, ((0, 16), (2, 7), (0, 2))),
+  ((32, 64), 14, 48, ((0, 16), (2, 7))),  # 3 vectors of channels: 2 doesn't divide them
+  ((16, 32), 28, 32, ((0, 8), (2, 7))),   # AVX2: one ymm of 8 channels, the same 7 pixels (2 x 7 > 8 of 16 ymm)
+  ((16, 32), 4, 32, ((0, 8), (2, 4), (0, 2))),  # a 4-wide row: 2 x 4 accumulators fit AVX2's share
 ])
-def test_padded_conv_blocks_one_window_axis(vector_registers, regs: tuple[int, int], W: int, want: tuple) -> None:
+def test_padded_conv_blocks_one_window_axis(vector_registers, regs: tuple[int, int], W: int, CO: int,
+                                            want: tuple) -> None:
   """A padded conv (channels-last weight, so a vector of output channels) blocks only its output row's pixels, by
   their widest divisor that fits the accumulators, not rows as well: a second padded window axis' lanes each carry
   their own padding gates (`_padded_window`; resnet18's 128 -> 128 3x3 on 28x28, one AVX-512 thread: 4 pixels x 2
-  rows 62 GFLOPS, 7 pixels 120). Results against torch."""
+  rows 62 GFLOPS, 7 pixels 120); then the channels by a second vector where the accumulators fit half the
+  registers (`_widen_conv_channels`: 16 x 7 -> 32 x 7, 2166 -> 1893-1955 us there). Results against torch."""
   import torch
   vector_registers(*regs)
-  CO, CI, H, K = 32, 4, 6, 3
+  CI, H, K = 4, 6, 3
   ast = padded_conv2d_ast(CO, CI, H, W, K)
   opt = optimize_kernel(ast, Device["CPU"].renderer)
   assert opt.arg.applied_opts == tuple(Opt(OptOps.UPCAST, a, n) for a, n in want) + (Opt(OptOps.UNROLL, 2, 0),), \
