@@ -785,6 +785,29 @@ def test_padded_conv_blocks_one_window_axis(vector_registers, regs: tuple[int, i
   np.testing.assert_allclose(got, want_out.numpy(), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("CI, widened", [(4, True), (16, False), (32, True)])
+def test_conv_channels_widened_unless_that_spills_its_weight_strip_from_l1(vector_registers, CI: int,
+                                                                            widened: bool) -> None:
+  """The second vector of output channels (`_widen_conv_channels`) is left off where the weight strip a register
+  block reads over its reduce fits half the L1d and twice it would not (the pinned machine's 32 KB L1d: 16 input
+  channels x 9 taps x 16 channels x 4 bytes = 9 KB, 18 KB widened; a split reduce's chunk of resnet18's 512 -> 512
+  conv ran 14% slower widened). 4 input channels (2 KB -> 4 KB) and 32 (18 KB, past half already) are widened.
+  Results against torch."""
+  import torch
+  vector_registers(32, 64)
+  CO, H, W, K = 32, 5, 14, 3
+  opt = optimize_kernel(padded_conv2d_ast(CO, CI, H, W, K), Device["CPU"].renderer)
+  want = ((0, 16), (2, 7)) + (((0, 2),) if widened else ())
+  assert opt.arg.applied_opts == tuple(Opt(OptOps.UPCAST, a, n) for a, n in want) + (Opt(OptOps.UNROLL, 2, 0),), \
+    opt.arg.applied_opts
+  rng = np.random.default_rng(14)
+  xs = rng.standard_normal((CI, H, W)).astype(np.float32)
+  ws = rng.standard_normal((CO, CI, K, K)).astype(np.float32)
+  got = run(opt, "CPU", [xs.ravel(), ws.transpose(1, 2, 3, 0).ravel()], CO * H * W).reshape(CO, H, W)
+  want_out = torch.nn.functional.conv2d(torch.from_numpy(xs)[None], torch.from_numpy(ws), padding=K // 2)[0]
+  np.testing.assert_allclose(got, want_out.numpy(), rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("regs, W, lanes", [((32, 64), 112, 16), ((32, 64), 56, 14), ((32, 64), 28, 14),
                                             ((16, 32), 56, 8), ((16, 32), 28, 7), ((32, 64), 3, 0)])
 def test_elementwise_sigmoid_is_one_native_vector(vector_registers, regs: tuple[int, int], W: int, lanes: int) -> None:
