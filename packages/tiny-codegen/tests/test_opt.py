@@ -785,6 +785,37 @@ def test_padded_conv_blocks_one_window_axis(vector_registers, regs: tuple[int, i
   np.testing.assert_allclose(got, want_out.numpy(), rtol=1e-4, atol=1e-4)
 
 
+def _fadds_of_products(src: str) -> int:
+  """How many `fadd`s of the LLVM IR `src` add two `fmul` results (a product summed with a product, not into an
+  accumulator)."""
+  import re
+  muls = set(re.findall(r"(%\w+) = fmul", src))
+  return sum(a in muls and b in muls for a, b in re.findall(r"= fadd \w* ?<?[^%]*(%\w+), (%\w+)", src))
+
+
+@pytest.mark.parametrize("regs, W, chained", [((32, 64), 28, True), ((16, 32), 28, False)])
+def test_conv_filter_row_lanes_chain_into_the_accumulators(vector_registers, regs: tuple[int, int], W: int,
+                                                           chained: bool) -> None:
+  """A conv's unrolled filter row (3 taps) is added to each accumulator tap by tap, acc + t0 + t1 + t2, so every tap
+  is one FMA into it (`lower_reduces`' chains), where acc + (t0 + t1 + t2) took a MUL, two FMAs and an ADD per 3
+  taps: resnet18's 3x3 convs, one AVX-512 thread, 2046-2154 -> 1474-1510 us. Only with accumulators enough for the
+  FMA ports (`Machine.fma_units` x FMA_LATENCY = 8): AVX2's 8 channels x 7 pixels block has 7, whose chains would
+  then be three FMAs deep an iteration. Results against torch."""
+  import torch
+  vector_registers(*regs)
+  CO, CI, H, K = 32, 4, 5, 3
+  opt = optimize_kernel(padded_conv2d_ast(CO, CI, H, W, K), Device["CPU"].renderer)
+  assert Opt(OptOps.UNROLL, 2, 0) in opt.arg.applied_opts, opt.arg.applied_opts
+  src = get_program(opt, Device["CPU"].renderer).src
+  assert (_fadds_of_products(src) == 0) == chained, src
+  rng = np.random.default_rng(15)
+  xs = rng.standard_normal((CI, H, W)).astype(np.float32)
+  ws = rng.standard_normal((CO, CI, K, K)).astype(np.float32)
+  got = run(opt, "CPU", [xs.ravel(), ws.transpose(1, 2, 3, 0).ravel()], CO * H * W).reshape(CO, H, W)
+  want_out = torch.nn.functional.conv2d(torch.from_numpy(xs)[None], torch.from_numpy(ws), padding=K // 2)[0]
+  np.testing.assert_allclose(got, want_out.numpy(), rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("CI, widened", [(4, True), (16, False), (32, True)])
 def test_conv_channels_widened_unless_that_spills_its_weight_strip_from_l1(vector_registers, CI: int,
                                                                             widened: bool) -> None:
