@@ -607,8 +607,9 @@ def test_channels_last_conv_on_a_10_wide_row_blocks_5_pixels(vector_registers) -
   B, CO, CI, H, W, K = 2, 32, 4, 12, 12, 3
   OH, OW = H - K + 1, W - K + 1
   opt = optimize_kernel(conv2d_ast(B, CO, CI, H, W, K, channels_last=True), ren)
-  assert opt.arg.applied_opts == (Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 3, 5), Opt(OptOps.UNROLL, 2, 0)), \
-    opt.arg.applied_opts
+  # and the 32 channels as two vectors (`_widen_conv_channels`: 2 x 5 accumulators fit half of AVX-512's registers)
+  assert opt.arg.applied_opts == (Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 3, 5), Opt(OptOps.UPCAST, 1, 2),
+                                  Opt(OptOps.UNROLL, 2, 0)), opt.arg.applied_opts
   assert "load <16 x float>" in get_program(opt, ren).src
   rng = np.random.default_rng(9)
   xs = rng.standard_normal((B, CI, H, W)).astype(np.float32)
@@ -753,25 +754,84 @@ def padded_conv2d_ast(CO: int, CI: int, H: int, W: int, K: int) -> UOp:
   return out.index(co * (H * W) + y * W + x).store(val).sink(arg=KernelInfo())
 
 
-@pytest.mark.parametrize("regs, W, want", [
-  ((32, 64), 28, ((0, 16), (2, 7))),  # resnet18's 28x28 maps: 7 pixels, not 4 pixels x 2 rows
-  ((32, 64), 56, ((0, 16), (2, 8))),
-  ((32, 64), 14, ((0, 16), (2, 7))),
-  ((16, 32), 28, ((0, 8), (2, 7))),   # AVX2: one ymm of 8 channels, the same 7 pixels
+@pytest.mark.parametrize("regs, W, CO, want", [
+  # resnet18's 28x28 maps: 7 pixels, not 4 pixels x 2 rows; then a second vector of channels (2 x 7 accumulators)
+  ((32, 64), 28, 32, ((0, 16), (2, 7), (0, 2))),
+  ((32, 64), 56, 32, ((0, 16), (2, 8), (0, 2))),
+  ((32, 64), 14, 64, ((0, 16), (2, 7), (0, 2))),
+  ((32, 64), 14, 48, ((0, 16), (2, 7))),  # 3 vectors of channels: 2 doesn't divide them
+  ((16, 32), 28, 32, ((0, 8), (2, 7))),   # AVX2: one ymm of 8 channels, the same 7 pixels (2 x 7 > 8 of 16 ymm)
+  ((16, 32), 4, 32, ((0, 8), (2, 4), (0, 2))),  # a 4-wide row: 2 x 4 accumulators fit AVX2's share
 ])
-def test_padded_conv_blocks_one_window_axis(vector_registers, regs: tuple[int, int], W: int, want: tuple) -> None:
+def test_padded_conv_blocks_one_window_axis(vector_registers, regs: tuple[int, int], W: int, CO: int,
+                                            want: tuple) -> None:
   """A padded conv (channels-last weight, so a vector of output channels) blocks only its output row's pixels, by
   their widest divisor that fits the accumulators, not rows as well: a second padded window axis' lanes each carry
   their own padding gates (`_padded_window`; resnet18's 128 -> 128 3x3 on 28x28, one AVX-512 thread: 4 pixels x 2
-  rows 62 GFLOPS, 7 pixels 120). Results against torch."""
+  rows 62 GFLOPS, 7 pixels 120); then the channels by a second vector where the accumulators fit half the
+  registers (`_widen_conv_channels`: 16 x 7 -> 32 x 7, 2166 -> 1893-1955 us there). Results against torch."""
   import torch
   vector_registers(*regs)
-  CO, CI, H, K = 32, 4, 6, 3
+  CI, H, K = 4, 6, 3
   ast = padded_conv2d_ast(CO, CI, H, W, K)
   opt = optimize_kernel(ast, Device["CPU"].renderer)
   assert opt.arg.applied_opts == tuple(Opt(OptOps.UPCAST, a, n) for a, n in want) + (Opt(OptOps.UNROLL, 2, 0),), \
     opt.arg.applied_opts
   rng = np.random.default_rng(12)
+  xs = rng.standard_normal((CI, H, W)).astype(np.float32)
+  ws = rng.standard_normal((CO, CI, K, K)).astype(np.float32)
+  got = run(opt, "CPU", [xs.ravel(), ws.transpose(1, 2, 3, 0).ravel()], CO * H * W).reshape(CO, H, W)
+  want_out = torch.nn.functional.conv2d(torch.from_numpy(xs)[None], torch.from_numpy(ws), padding=K // 2)[0]
+  np.testing.assert_allclose(got, want_out.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def _fadds_of_products(src: str) -> int:
+  """How many `fadd`s of the LLVM IR `src` add two `fmul` results (a product summed with a product, not into an
+  accumulator)."""
+  import re
+  muls = set(re.findall(r"(%\w+) = fmul", src))
+  return sum(a in muls and b in muls for a, b in re.findall(r"= fadd \w* ?<?[^%]*(%\w+), (%\w+)", src))
+
+
+@pytest.mark.parametrize("regs, W, chained", [((32, 64), 28, True), ((16, 32), 28, False)])
+def test_conv_filter_row_lanes_chain_into_the_accumulators(vector_registers, regs: tuple[int, int], W: int,
+                                                           chained: bool) -> None:
+  """A conv's unrolled filter row (3 taps) is added to each accumulator tap by tap, acc + t0 + t1 + t2, so every tap
+  is one FMA into it (`lower_reduces`' chains), where acc + (t0 + t1 + t2) took a MUL, two FMAs and an ADD per 3
+  taps: resnet18's 3x3 convs, one AVX-512 thread, 2046-2154 -> 1474-1510 us. Only with accumulators enough for the
+  FMA ports (`Machine.fma_units` x FMA_LATENCY = 8): AVX2's 8 channels x 7 pixels block has 7, whose chains would
+  then be three FMAs deep an iteration. Results against torch."""
+  import torch
+  vector_registers(*regs)
+  CO, CI, H, K = 32, 4, 5, 3
+  opt = optimize_kernel(padded_conv2d_ast(CO, CI, H, W, K), Device["CPU"].renderer)
+  assert Opt(OptOps.UNROLL, 2, 0) in opt.arg.applied_opts, opt.arg.applied_opts
+  src = get_program(opt, Device["CPU"].renderer).src
+  assert (_fadds_of_products(src) == 0) == chained, src
+  rng = np.random.default_rng(15)
+  xs = rng.standard_normal((CI, H, W)).astype(np.float32)
+  ws = rng.standard_normal((CO, CI, K, K)).astype(np.float32)
+  got = run(opt, "CPU", [xs.ravel(), ws.transpose(1, 2, 3, 0).ravel()], CO * H * W).reshape(CO, H, W)
+  want_out = torch.nn.functional.conv2d(torch.from_numpy(xs)[None], torch.from_numpy(ws), padding=K // 2)[0]
+  np.testing.assert_allclose(got, want_out.numpy(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("CI, widened", [(4, True), (16, False), (32, True)])
+def test_conv_channels_widened_unless_that_spills_its_weight_strip_from_l1(vector_registers, CI: int,
+                                                                            widened: bool) -> None:
+  """The second vector of output channels (`_widen_conv_channels`) is left off where the weight strip a register
+  block reads over its reduce fits half the L1d and twice it would not (the pinned machine's 32 KB L1d: 16 input
+  channels x 9 taps x 16 channels x 4 bytes = 9 KB, 18 KB widened; a split reduce's chunk of resnet18's 512 -> 512
+  conv ran 14% slower widened). 4 input channels (2 KB -> 4 KB) and 32 (18 KB, past half already) are widened.
+  Results against torch."""
+  import torch
+  vector_registers(32, 64)
+  CO, H, W, K = 32, 5, 14, 3
+  opt = optimize_kernel(padded_conv2d_ast(CO, CI, H, W, K), Device["CPU"].renderer)
+  want = ((0, 16), (2, 7)) + (((0, 2),) if widened else ())
+  assert opt.arg.applied_opts == tuple(Opt(OptOps.UPCAST, a, n) for a, n in want) + (Opt(OptOps.UNROLL, 2, 0),), \
+    opt.arg.applied_opts
+  rng = np.random.default_rng(14)
   xs = rng.standard_normal((CI, H, W)).astype(np.float32)
   ws = rng.standard_normal((CO, CI, K, K)).astype(np.float32)
   got = run(opt, "CPU", [xs.ravel(), ws.transpose(1, 2, 3, 0).ravel()], CO * H * W).reshape(CO, H, W)

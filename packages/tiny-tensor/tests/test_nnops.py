@@ -471,3 +471,31 @@ def test_conv_weight_prepared_once_matches_torch(shape, groups, panel):
   np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-4)
   with pytest.raises(ValueError, match="panel=5 must divide Cout=32"):
     conv_weight_channels_last(Tensor(w[:32]), panel=5)
+
+
+@pytest.mark.parametrize("cin, cout, hw, kw", [
+  (5, 64, (9, 13), dict(padding=1)),                             # two vectors of channels x 13 pixels' divisor
+  (6, 64, (11, 14), dict(padding=(2, 1), dilation=2)),           # dilated, uneven padding
+  (8, 96, (10, 7), dict(padding=1, groups=2)),                   # 48 channels a group: 3 vectors, not widened
+  (4, 32, (12, 12), dict(stride=2, padding=2, dilation=(1, 2))),
+  (3, 64, (8, 16), dict(padding=0)),
+])
+@pytest.mark.parametrize("act", ["relu", "silu"])
+def test_conv2d_blocked_channels_with_fused_activation_matches_torch(cin, cout, hw, kw, act):
+  """Convs whose output channels take two vectors of the register block (`_widen_conv_channels`), with a bias and an
+  activation as their epilogue, at odd sizes, strides, padding, dilation and groups: torch's numbers. The conv, its
+  bias and a relu are one kernel (weight prepared once, as the ONNX runner does)."""
+  from tiny_tensor.engine import GlobalCounters
+  from tiny_tensor.nnops import conv_weight_channels_last
+  r = np.random.default_rng(7)
+  x = r.standard_normal((1, cin, *hw)).astype(np.float32)
+  w = r.standard_normal((cout, cin // kw.get("groups", 1), 3, 3)).astype(np.float32)
+  b = r.standard_normal(cout).astype(np.float32)
+  xt, wt, bt = Tensor(x).realize(), conv_weight_channels_last(Tensor(w), realize=True), Tensor(b).realize()
+  GlobalCounters.reset()
+  y = xt.conv2d(wt, bt, **kw)
+  got = (y.relu() if act == "relu" else y.silu()).realize()
+  if act == "relu": assert GlobalCounters.kernel_count == 1
+  ref = F.conv2d(torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(b), **kw)
+  want = (F.relu(ref) if act == "relu" else F.silu(ref)).numpy()
+  np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-4)

@@ -49,8 +49,37 @@ def _end_nest(body: UOp, rngs: list[UOp]) -> UOp:
   return body
 
 
-def lower_reduces(sink: UOp, acc_counter: itertools.count | None = None) -> UOp:
-  """Replace every REDUCE with an accumulator loop (see the module docstring)."""
+FMA_LATENCY = 4
+"""Cycles from an FMA's inputs to its result on the CPUs the machine model covers (Intel's optimization manual:
+Skylake through Sapphire Rapids; AMD's Zen 3-5 guides): with `Machine.fma_units` ports, a loop keeps them busy only
+with fma_units * FMA_LATENCY independent accumulator chains (`lower_reduces`' `chains`)."""
+
+
+def _lane_terms(value: UOp) -> list[UOp]:
+  """The terms of an ADD reduce's value as the expander folds its unrolled lanes, ((l0 + l1) + l2) + ...: the left
+  spine of ADDs, walked down (no recursion), in order; a value that is no ADD is its own single term."""
+  terms: list[UOp] = []
+  while value.op is Ops.ADD and value.src[0].dtype == value.dtype:
+    terms.append(value.src[1])
+    value = value.src[0]
+  return [value, *reversed(terms)]
+
+
+def _update(op: Ops, cur: UOp, value: UOp, chain: bool) -> UOp:
+  """The accumulator's new value. `chain` (an ADD reduce with accumulators enough, see `lower_reduces`): the
+  value's lane terms are added to the accumulator one by one, ((acc + l0) + l1) + l2, so each term that is a
+  product becomes one FMA into the accumulator; acc + ((l0 + l1) + l2) was a MUL, an FMA per further lane and an ADD
+  (a 3x3 conv's unrolled filter row: 4 FP instructions per 3 taps instead of 3). The terms' order changes, which the
+  accumulation contract allows (docs/PIPELINE.md: the order is not part of it, the bound is)."""
+  if not chain: return _combine(op, cur, value)
+  for term in _lane_terms(value): cur = cur + term
+  return cur
+
+
+def lower_reduces(sink: UOp, acc_counter: itertools.count | None = None, chains: int = 0) -> UOp:
+  """Replace every REDUCE with an accumulator loop (see the module docstring). `chains` > 0: in a loop of at least
+  that many ADD accumulators (a conv's or matmul's register block: the FMA ports stay busy on independent chains), an
+  accumulator takes its value's unrolled lanes one at a time (`_update`); 0: never."""
   counter = acc_counter if acc_counter is not None else itertools.count()
   while True:
     reduces = [u for u in sink.toposort() if u.op is Ops.REDUCE]
@@ -77,7 +106,8 @@ def lower_reduces(sink: UOp, acc_counter: itertools.count | None = None) -> UOp:
         init = slot.store(UOp.const(red.dtype, identity_element(red.arg, red.dtype)), *outer)
         cur = slot.load(init, *rngs)
         inits.append(init)
-        upds.append(slot.store(_combine(red.arg, cur, red.src[0])))
+        chain = 0 < chains <= sum(r.arg is Ops.ADD for r in reds) and red.arg is Ops.ADD
+        upds.append(slot.store(_update(red.arg, cur, red.src[0], chain)))
         accs.append((red, slot))
       body = upds[0] if len(upds) == 1 else UOp(Ops.GROUP, src=tuple(upds))
       end = _end_nest(body, list(rngs))

@@ -39,6 +39,8 @@ budgets) weigh instruction costs, not cache sizes, and say so.
 """
 from __future__ import annotations
 
+import math
+
 from tiny_uop.device import Renderer
 from tiny_uop.dtype import PtrDType, dtypes
 from tiny_uop.uop import AxisType, Ops, UOp
@@ -286,6 +288,7 @@ def _vector_block(k: Kernel, loads: list[UOp]) -> bool:
   rows: tuple[int, int] | None = None  # (id, lanes) of the first axis blocked around the vector
   padded = [x for _, x, _ in others if _padded_window(x, loads, rngs, k.reduce_axes)]
   taps = False  # the first axis blocked is a window's taps (`_window_taps`: a conv's weight gradient)
+  windows: list[UOp] = []  # the sliding-window axes blocked (a conv's output pixels)
   for _, x, m in others:
     if x in padded and padded[0] is not x: continue  # one padded window axis only (`_padded_window`)
     got = _row_block(x, m, budget // vectors, widest=x in padded)
@@ -293,9 +296,11 @@ def _vector_block(k: Kernel, loads: list[UOp]) -> bool:
     if got and _try(k, Opt(OptOps.UPCAST, k.output_axes.index(x), got)):
       vectors, blocked = vectors * got, blocked + 1
       rows, taps = rows or (x.arg[0], got), taps or first_taps
+      if _awkward(x, loads, rngs, k.reduce_axes)[1]: windows.append(x)
     if blocked == 2 or vectors * 2 > budget: break
   if gemm: _widen_vector_block(k, r.arg[0], amt, vectors)
   elif taps: _widen_for_latency(k, r.arg[0], amt, vectors)
+  elif windows and not _awkward(r, loads, rngs, k.reduce_axes)[1]: _widen_conv_channels(k, r.arg[0], amt, vectors)
   if gemm and rows is not None: _tile_rows(k, *rows)
   return True
 
@@ -321,6 +326,33 @@ def _widen_for_latency(k: Kernel, rid: int, amt: int, vectors: int) -> None:
   FMAs instead of waiting on the chains. The MNIST step's 32 -> 32 channel 5x5 weight gradient: co 16 x 5 taps = 5
   chains, 25-26 ms of thread CPU on one thread; co 2 x 16 x 5 = 10 chains, 16 ms (torch: 20)."""
   if vectors < matvec_accumulators(machine_of(k.renderer)): _widen(k, rid, amt, vectors, (4, 3, 2))
+
+
+def _widen_conv_channels(k: Kernel, rid: int, amt: int, vectors: int) -> None:
+  """After `_vector_block` blocked a conv's output pixels (`vectors` accumulators of `amt` output channels, the
+  channels-last weight's vector along the axis of id `rid`), take a second vector of output channels (by 2: the
+  first that divides what is left of the axis) while the accumulators fit `ACC_REGISTER_SHARE` of the vector
+  registers (`_widen`; AVX-512's 32: 2 x 8 pixels, 2 x 7; AVX2's 16: none past 4 pixels). Each input pixel's
+  broadcast then feeds two FMAs: per filter tap 2 weight vectors + P broadcasts for 2P FMAs, where one vector left
+  P + 1 loads for P FMAs, and the core's load ports, not its FMAs, set the pace. Not where the weight strip one
+  block reads over its reduce (`_l1_weight_strip`) fits half the L1d and twice it would not: the block's output
+  rows re-read it from the L1 (a split reduce's 32-channel chunk of resnet18's 512 -> 512 conv, 18 KB: 2021 ->
+  2297 us widened). resnet18's stride-1 3x3 convs, padding 1, one thread, Xeon 6/207 (AVX-512, 48 KB L1d), least of
+  five in turns at load ~7.5 (each kernel's thread CPU time): 64 -> 64 on 56x56 2057 -> 1669 us, 128 -> 128 on
+  28x28 2059 -> 1894, 256 -> 256 on 14x14 1984 -> 1856. Four vectors (28 accumulators, past the share) were no
+  better. Only where the vector's axis is not a window itself (NCHW weights make the output row the vector)."""
+  strip = _l1_weight_strip(k, amt)
+  half_l1 = machine_of(k.renderer).l1d // 2
+  if strip is not None and strip <= half_l1 < 2 * strip: return
+  _widen(k, rid, amt, vectors, (2,))
+
+
+def _l1_weight_strip(k: Kernel, amt: int) -> int | None:
+  """The bytes of the reused vector's operand (a conv's weight) that one register block reads over its whole reduce:
+  `amt` lanes of the reduce's dtype per reduce iteration (None: a reduce axis of symbolic size)."""
+  sizes = [_bound(x) for x in k.reduce_axes]
+  if any(n is None for n in sizes): return None
+  return math.prod(n for n in sizes if n is not None) * amt * _register_file(k)[2]
 
 
 def _padded_window(x: UOp, loads: list[UOp], rngs: list[UOp], reds: list[UOp]) -> bool:
