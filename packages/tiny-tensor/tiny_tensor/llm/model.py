@@ -465,13 +465,14 @@ class Block:
     keys = self.cache_k.shrink(((0, end), None, None))                      # (L, n_kv, hd)
     vals = self.cache_v.shrink(((0, end), None, None))
     rep = cfg.n_heads // cfg.n_kv_heads
-    L = keys.shape[0]
-    keys = keys.permute(1, 0, 2).reshape(cfg.n_kv_heads, 1, L, cfg.hd).expand(cfg.n_kv_heads, rep, L, cfg.hd) \
-      .reshape(cfg.n_heads, L, cfg.hd)
-    vals = vals.permute(1, 0, 2).reshape(cfg.n_kv_heads, 1, L, cfg.hd).expand(cfg.n_kv_heads, rep, L, cfg.hd) \
-      .reshape(cfg.n_heads, L, cfg.hd)
-    qh = q.reshape(t, cfg.n_heads, cfg.hd).permute(1, 0, 2)                 # (H, t, hd)
-    scores = (qh @ keys.transpose(1, 2)) * cfg.scale                        # (H, t, L)
+    # grouped: the rep query heads of a KV head are one (rep, t) row block against that head's keys, so the cache
+    # is read as a strided view. Expanding the keys to n_heads and merging (n_kv, rep) made every key load an integer
+    # division and modulo by the symbolic length (the decode step's scores kernel ran at 0.05 GFLOPS: 160 us a layer)
+    keys = keys.permute(1, 2, 0).reshape(cfg.n_kv_heads, 1, cfg.hd, keys.shape[0])   # (n_kv, 1, hd, L)
+    vals = vals.permute(1, 0, 2).reshape(cfg.n_kv_heads, 1, vals.shape[0], cfg.hd)   # (n_kv, 1, L, hd)
+    # the rotated queries in a buffer: fused into the scores kernel, RoPE's gated loads ran again for every key
+    qh = q.reshape(t, cfg.n_kv_heads, rep, cfg.hd).permute(1, 2, 0, 3).contiguous()   # (n_kv, rep, t, hd)
+    scores = (qh @ keys) * cfg.scale                                        # (n_kv, rep, t, L)
     if cfg.attn_softcap: scores = (scores * (1.0 / cfg.attn_softcap)).tanh() * cfg.attn_softcap
     if mask is not None: scores = scores + mask
     probs = scores.softmax(-1)
@@ -479,7 +480,7 @@ class Block:
     # the probs @ vals kernel, every exp was recomputed for each of the head_dim outputs (a 32-token F32 chunk of one
     # layer spent 11-14 ms there, one thread)
     if t > 1: probs = probs.contiguous()
-    return (probs @ vals).permute(1, 0, 2).reshape(b, t, cfg.n_heads * cfg.hd)
+    return (probs @ vals).reshape(cfg.n_heads, t, cfg.hd).permute(1, 0, 2).reshape(b, t, cfg.n_heads * cfg.hd)
 
   def __call__(self, x: Tensor, start_pos: Any, rot: tuple[Tensor, Tensor], mask: Tensor | None) -> Tensor:
     cfg = self.cfg
