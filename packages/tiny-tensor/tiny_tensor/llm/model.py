@@ -35,7 +35,13 @@ with token 0, whose keys and values land in cache rows past the prompt that no r
 the next token's write replaces. One capture serves every chunk of every prompt; a chunk that would run past the
 context (the padding included) goes through `forward` unjitted. Before the first multi-token prefill the layer weights
 that a chunk would decode or pack again on every call get a copy laid out as the chunk's matmul reads it
-(`DenseWeight`), when the copies fit `dense_budget`.
+(`DenseWeight`), when the copies fit `dense_budget`: a quantized weight's in bfloat16 for AMX tiles where the CPU runs
+them (`prefill_amx`; float32 elsewhere and for float weights), so a chunk's products over quantized weights round the
+weights and the chunk's activations to bfloat16 (relative 2**-9; llama.cpp rounds them to 8 bits).
+
+Attention is grouped: the n_heads / n_kv_heads query heads of a KV head are one row block against that head's cache,
+read as a strided view (never expanded to every query head: merged with the symbolic length, that expansion made
+each key load an integer division).
 """
 from __future__ import annotations
 
