@@ -462,6 +462,20 @@ def _bf16(a):
   return (((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16).astype(np.uint32).view(np.float32).astype(np.float64)
 
 
+def test_prefill_dense_weight_without_amx_tile_state_keeps_float32(monkeypatch):
+  """Where the process may not use AMX tiles (no AMX, `TINY_CPU_PROBE=0`, a kernel that refuses the tile state),
+  `DenseWeight(amx=True)` keeps the float32 layout, with numpy's float32 numbers."""
+  from tiny_codegen import x86_amx
+  from tiny_tensor.llm.model import DenseWeight
+  monkeypatch.setattr(x86_amx, "request_tile_state", lambda: False)
+  rng = np.random.default_rng(1)
+  x, w = rng.standard_normal((32, 64)).astype(np.float32), rng.standard_normal((96, 64)).astype(np.float32)
+  assert not model_mod.prefill_amx("CPU", 32, 96, 64)
+  d = DenseWeight(Tensor(w), 32, amx=True)
+  assert not d.bf16 and d.w.dtype.itemsize == 4
+  np.testing.assert_allclose(d(Tensor(x)).numpy(), x.astype(np.float64) @ w.T, rtol=1e-5, atol=1e-5)
+
+
 def test_prefill_dense_weight_on_amx_tiles_matches_numpy():
   """`DenseWeight(amx=True)`: where the CPU runs AMX tiles and the shape fits them, x @ W.T is numpy's product of x
   and W rounded to bfloat16 (float32 sums); a shape the tile kernel doesn't take (48 columns), or a call with other
