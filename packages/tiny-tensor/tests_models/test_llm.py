@@ -119,6 +119,7 @@ def mixed(tmp_path_factory):
   assert {ts[k].ggml_type for k in ts} >= set(MIXED.values())
   with pytest.MonkeyPatch.context() as mp:
     mp.setattr(model_mod, "int8_dot_products", lambda device: False)
+    mp.setattr(model_mod, "PREFILL_AMX", False)  # float32 prefill products too (not AMX's bfloat16)
     yield path, ws, LLM.load(path)
 
 
@@ -178,6 +179,26 @@ def test_decode_step_kernels_are_constant_and_deterministic(mixed):
   b = list(llm.generate("the cat", max_tokens=6, temperature=0.8, seed=1))
   llm.reset()
   assert list(llm.generate("the cat", max_tokens=6, temperature=0.8, seed=1)) == b
+
+
+def test_decode_attention_indexes_the_cache_without_dividing_by_the_position(mixed):
+  """The decode step's attention reads the KV cache (at a symbolic length) as strided views: no kernel divides or
+  takes a modulo by anything but a constant. Expanding the keys to every query head and merging (n_kv, rep) into one
+  axis made each key load an integer division by the symbolic length (the scores kernel: 160 us a layer, 0.05
+  GFLOPS). The logits of the grouped form are checked against numpy by `_check_generation`."""
+  llm = mixed[2]
+  assert llm.model.cfg.n_heads > llm.model.cfg.n_kv_heads  # grouped-query attention: the case that expanded
+  llm.reset()
+  llm.model.prefill([1, 40, 41])
+  for pos in range(3, 6): llm.model.decode(50 + pos, pos).numpy()
+  bad = []
+  for c in llm.model.step.captured.calls:
+    if not getattr(c, "refs", None): continue
+    spec = next(spec for key, (spec, prg) in engine._program_cache.items() if prg is c.prg)
+    assert spec.uops, c.name
+    bad += [(c.name, u.op.name, str(u.src[1].op)) for u in spec.uops
+            if u.op.name in ("CDIV", "CMOD") and u.src[1].op.name != "CONST"]
+  assert not bad, bad
 
 
 def _kernel_ast(call):
@@ -398,16 +419,21 @@ def test_architectures_match_transformers_f32(tmp_path, case):
 def test_architectures_match_transformers_quantized(tmp_path, case, qname, kw, monkeypatch):
   import gguf
   monkeypatch.setattr(model_mod, "int8_dot_products", lambda device: False)  # float32 activations: logits to 1e-4
+  monkeypatch.setattr(model_mod, "PREFILL_AMX", False)  # and float32 prefill products
   _check_against_transformers(tmp_path, case, gguf.GGMLQuantizationType[qname], **kw)
 
 
 @pytest.mark.parametrize("qname", ["Q8_0", "Q4_K"])
-def test_int8_activations_match_transformers_greedy(tmp_path, qname):
+def test_int8_activations_match_transformers_greedy(tmp_path, qname, monkeypatch):
   """A Q8_0 / Q4_K model's one-token matvecs on a VNNI CPU quantize the activations to int8 per 32-block as llama.cpp
   does (`llm.quants.quantize_q8_act`): the greedy tokens are transformers' (float64, the file's dequantized weights),
-  the logits within 2% of their largest magnitude (docs: "int8 activations")."""
+  the logits within 2% of their largest magnitude (docs: "int8 activations"); so are a 32-token prefill chunk's,
+  whose products run in bfloat16 on AMX where the CPU has it (`model.prefill_amx`)."""
   import gguf
   if not quants.int8_dot_products("CPU"): pytest.skip("no VNNI on this CPU: decode keeps float32 activations")
+  # the real switches: the module-scoped `mixed` fixture turns both off while this module's tests run
+  monkeypatch.setattr(model_mod, "int8_dot_products", quants.int8_dot_products)
+  monkeypatch.setattr(model_mod, "PREFILL_AMX", True)
   model = llm_ref.hf_model("llama", seed=11, dim=256, hidden=256)
   path = str(tmp_path / "q.gguf")
   llm_ref.write_hf_gguf(model, "llama", path, gguf.GGMLQuantizationType[qname])
@@ -421,6 +447,60 @@ def test_int8_activations_match_transformers_greedy(tmp_path, qname):
   want = llm_ref.hf_logits(model, ref)[-1]
   err = float(np.abs(lg - want).max())
   assert 1e-6 < err < 0.02 * float(np.abs(want).max()), err  # > 0: the int8 path ran, not the float32 one
+  long = (PROMPT * 4)[:33]  # one whole chunk and a token after it
+  llm.reset()
+  want = llm_ref.hf_logits(model, long)
+  got = llm.model.prefill(long[:32]).numpy()
+  assert float(np.abs(got - want[31]).max()) < 0.02 * float(np.abs(want[31]).max())
+  amx = model_mod.prefill_amx("CPU", llm.model.chunk, 256, 256)
+  assert all(lay.w_up.dense is not None and lay.w_up.dense.bf16 == amx for lay in llm.model.layers)
+
+
+def _bf16(a):
+  """float32 values rounded to bfloat16 (to nearest, ties to even), as float64."""
+  u = np.ascontiguousarray(a, np.float32).view(np.uint32).astype(np.uint64)
+  return (((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16).astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+def test_prefill_dense_weight_without_amx_tile_state_keeps_float32(monkeypatch):
+  """Where the process may not use AMX tiles (no AMX, `TINY_CPU_PROBE=0`, a kernel that refuses the tile state),
+  `DenseWeight(amx=True)` keeps the float32 layout, with numpy's float32 numbers."""
+  from tiny_codegen import x86_amx
+  from tiny_tensor.llm.model import DenseWeight
+  monkeypatch.setattr(x86_amx, "request_tile_state", lambda: False)
+  rng = np.random.default_rng(1)
+  x, w = rng.standard_normal((32, 64)).astype(np.float32), rng.standard_normal((96, 64)).astype(np.float32)
+  assert not model_mod.prefill_amx("CPU", 32, 96, 64)
+  d = DenseWeight(Tensor(w), 32, amx=True)
+  assert not d.bf16 and d.w.dtype.itemsize == 4
+  np.testing.assert_allclose(d(Tensor(x)).numpy(), x.astype(np.float64) @ w.T, rtol=1e-5, atol=1e-5)
+
+
+def test_prefill_dense_weight_on_amx_tiles_matches_numpy():
+  """`DenseWeight(amx=True)`: where the CPU runs AMX tiles and the shape fits them, x @ W.T is numpy's product of x
+  and W rounded to bfloat16 (float32 sums); a shape the tile kernel doesn't take (48 columns), or a call with other
+  than the chunk's rows, falls back (float32 panels / the bfloat16 copy upcast) with numpy's numbers."""
+  from tiny_tensor.llm.model import DenseWeight
+  from tiny_uop.plugins import Device
+  rng = np.random.default_rng(0)
+  x = rng.standard_normal((2, 16, 64)).astype(np.float32)
+  for out in (96, 48):
+    w = rng.standard_normal((out, 64)).astype(np.float32)
+    d = DenseWeight(Tensor(w), 32, amx=True)
+    assert d.bf16 == (out % 32 == 0 and model_mod.prefill_amx("CPU", 32, out, 64))
+    got = d(Tensor(x)).numpy()
+    assert got.shape == (2, 16, out)
+    want = _bf16(x) @ _bf16(w).T if d.bf16 else x.astype(np.float64) @ w.T
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    few = d(Tensor(x[0, :5])).numpy()  # 5 rows: not the tile kernel's
+    np.testing.assert_allclose(few, (x[0, :5].astype(np.float64) @ (_bf16(w) if d.bf16 else w.astype(np.float64)).T),
+                               rtol=1e-5, atol=1e-5)
+    # float32: laid out in two-vector panels even where a per-call copy wouldn't pay (96 x 64 is under the L2)
+    f = DenseWeight(Tensor(w), 32)
+    regs, width = getattr(Device["CPU"].renderer, "vector_registers", (0, 0))
+    assert not f.bf16 and f.panel == (2 * width // 4 if regs and width >= 32 and out % (width // 2) == 0
+                                      and out >= width else 0)
+    np.testing.assert_allclose(f(Tensor(x)).numpy(), x.astype(np.float64) @ w.T, rtol=1e-5, atol=1e-5)
 
 
 @pytest.fixture(scope="module")

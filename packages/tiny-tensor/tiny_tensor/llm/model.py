@@ -35,7 +35,13 @@ with token 0, whose keys and values land in cache rows past the prompt that no r
 the next token's write replaces. One capture serves every chunk of every prompt; a chunk that would run past the
 context (the padding included) goes through `forward` unjitted. Before the first multi-token prefill the layer weights
 that a chunk would decode or pack again on every call get a copy laid out as the chunk's matmul reads it
-(`DenseWeight`), when the copies fit `dense_budget`.
+(`DenseWeight`), when the copies fit `dense_budget`: a quantized weight's in bfloat16 for AMX tiles where the CPU runs
+them (`prefill_amx`; float32 elsewhere and for float weights), so a chunk's products over quantized weights round the
+weights and the chunk's activations to bfloat16 (relative 2**-9; llama.cpp rounds them to 8 bits).
+
+Attention is grouped: the n_heads / n_kv_heads query heads of a KV head are one row block against that head's cache,
+read as a strided view (never expanded to every query head: merged with the symbolic length, that expansion made
+each key load an integer division).
 """
 from __future__ import annotations
 
@@ -330,40 +336,76 @@ class Linear:
 
 class DenseWeight:
   """A weight W (out, in) kept for the multi-row products of prefill chunks (`x @ W.T`, x (..., rows, in)), laid out
-  once as the matmul reads it: in the column panels (out // P, in, P) the CPU matmul would copy W into on every call
-  (`tiny_codegen.opt.heuristic.gemm_panel`, asked about `rows` rows), else as W itself, contiguous.
+  once as the matmul reads it: a quantized weight (`amx=True`) on a CPU that runs AMX tiles, as W.T in bfloat16 for
+  `tiny_codegen.x86_amx`'s tile kernel (`prefill_amx`); else in the column panels (out // P, in, P) of the CPU's
+  float32 matmul (`_prefill_panel`), else as W itself, contiguous.
 
   A 32-token chunk of the bench LLM (4 layers, one thread) spent 60% of its kernel time decoding every Q4_K weight
   to float32 and packing it into panels again, chunk after chunk (issue #39); llama.cpp multiplies the blocks
-  directly. Built from a QLinear's decoded weight, this trades 4 bytes a weight of memory (`dense_budget`) for it."""
+  directly. Built from a QLinear's decoded weight, this trades memory (`dense_budget`) for it. The float32 copies
+  (100 MB for that model) then came from memory on every chunk: 22-24 ms of CPU a chunk against 13-15 ms for its
+  kernels run alone; the bfloat16 ones on AMX (half the bytes, the tile kernel's compute) 14 ms."""
 
-  def __init__(self, w: Tensor, rows: int):
+  def __init__(self, w: Tensor, rows: int, amx: bool = False):
     """`w`: the (out, in) float weight (a lazy graph, such as a QLinear's decoding, is fine: it is realized here, into
     a buffer of its own first: decoded straight into the panels, the transposed writes ran 4-5x slower); `rows`: the
-    rows of x a call has."""
+    rows of x a call has; `amx`: the bfloat16 layout where `prefill_amx` holds for this shape."""
     self.out, self.inp = (int(d) for d in w.shape)
-    self.panel = _prefill_panel(w, rows)
+    self.rows = rows
+    self.bf16 = amx and prefill_amx(w.device, rows, self.out, self.inp)
+    self.panel = 0 if self.bf16 else _prefill_panel(w, rows)
     w = w.contiguous().realize()
-    wt = w.T.reshape(self.inp, self.out // self.panel, self.panel).permute(1, 0, 2) if self.panel else w
+    if self.bf16: wt = w.T.cast(dtypes.bfloat16)                          # (in, out): the tile kernel's B
+    else: wt = w.T.reshape(self.inp, self.out // self.panel, self.panel).permute(1, 0, 2) if self.panel else w
     self.w = wt.contiguous().realize()
 
   def __call__(self, x: Tensor) -> Tensor:
     """x (..., in) @ W.T -> (..., out), reading the kept layout in place."""
-    if not self.panel: return x @ self.w.T
     lead = x.shape[:-1]
+    if self.bf16 and math.prod(lead) == self.rows:
+      # x rounded to bfloat16 in a buffer of its own (the tile kernel reads A from one), float32 sums
+      xb = x.reshape(self.rows, self.inp).cast(dtypes.bfloat16).contiguous()
+      return xb.dot(self.w, dtype=dtypes.float32).reshape(*lead, self.out)
+    if self.bf16: return x @ self.w.float()
+    if not self.panel: return x @ self.w.T
     return (x.reshape(*lead, 1, self.inp, 1) * self.w).sum(-2).reshape(*lead, self.out)
 
 
+PREFILL_AMX = True
+"""Whether prefill chunks may multiply quantized weights on AMX tiles in bfloat16 (`prefill_amx`); False keeps
+their float32 copies (tests that hold the prefill to a float64 reference to 1e-4 turn it off)."""
+
+
+def prefill_amx(device: Any, rows: int, out: int, inp: int) -> bool:
+  """Whether a prefill chunk's (rows, inp) @ (inp, out) product over a quantized weight runs on AMX tiles in
+  bfloat16 (`DenseWeight`): the CPU device with the LLVM renderer, a process allowed tile state
+  (`x86_amx.request_tile_state`) and a shape the tile kernel takes (`x86_amx.fits`). The logits then move by the
+  bfloat16 rounding of the weight and of the chunk's activations (relative 2**-9 each, less than llama.cpp's 8-bit
+  activations for the same products)."""
+  if device != "CPU": return False
+  from tiny_codegen import x86_amx
+  from tiny_codegen.renderer.llvmir import LLVMRenderer
+  from tiny_uop.plugins import Device
+  return isinstance(Device["CPU"].renderer, LLVMRenderer) and x86_amx.fits(rows, out, inp) and \
+    x86_amx.request_tile_state()
+
+
 def _prefill_panel(w: Tensor, rows: int) -> int:
-  """The panel width P of `DenseWeight`'s layout for `rows` x (out, in) @ W.T on w's device (0: W as it is): what
-  `Tensor.dot` packs a transposed right operand into for that product (the CPU's heuristic, from its machine model)."""
+  """The panel width P of `DenseWeight`'s float32 layout for `rows` x (out, in) @ W.T on w's device (0: W as it is):
+  what `Tensor.dot` packs a transposed right operand into for that product (the CPU's heuristic, from its machine
+  model), and two vectors of columns where that heuristic reads W in place because a per-call copy wouldn't pay for
+  itself (W under the L2: the k/v projections, 256 x 768): here the copy is made once, and in place the chunk's
+  product gathered W's columns K floats apart (one thread, 4-layer Q4_K chunk: the 8 k/v products 2.1 -> 0.6 ms)."""
   from tiny_uop.plugins import Device
   if not isinstance(w.device, str): return 0
   renderer = Device[w.device].renderer
   if not hasattr(renderer, "vector_registers"): return 0
   from tiny_codegen.opt.heuristic import gemm_panel
   out, inp = (int(d) for d in w.shape)
-  return gemm_panel(renderer, rows, inp, out, w.dtype.itemsize, strided=True)
+  if (p := gemm_panel(renderer, rows, inp, out, w.dtype.itemsize, strided=True)): return p
+  regs, width = renderer.vector_registers
+  p = 2 * width // w.dtype.itemsize if regs and width >= 32 and w.dtype.itemsize == 4 else 0
+  return p if p and out % p == 0 and out >= 2 * p and rows >= 8 else 0
 
 
 def _weight(t: GGUFTensor, device: str | None, float_dtype: Any = dtypes.float32) -> Any:
@@ -450,8 +492,9 @@ class Block:
     cfg = self.cfg
     b, t, _ = h.shape
     # each projection in its own buffer: RoPE reads two elements of it, and a kernel holding two matmul reductions
-    # (one per element) is one the optimizer leaves unoptimized
-    q, k, v = self.wq(h).contiguous(), self.wk(h).contiguous(), self.wv(h)
+    # (one per element) is one the optimizer leaves unoptimized; v's too: fused into the cache write, a chunk's
+    # product was no kernel the AMX tiles or the matmul heuristics take (a 32-token Q4_K chunk: 0.13 ms a layer)
+    q, k, v = self.wq(h).contiguous(), self.wk(h).contiguous(), self.wv(h).contiguous()
     if self.bq is not None: q = q + self.bq
     if self.bk is not None: k = k + self.bk
     if self.bv is not None: v = v + self.bv
@@ -465,13 +508,14 @@ class Block:
     keys = self.cache_k.shrink(((0, end), None, None))                      # (L, n_kv, hd)
     vals = self.cache_v.shrink(((0, end), None, None))
     rep = cfg.n_heads // cfg.n_kv_heads
-    L = keys.shape[0]
-    keys = keys.permute(1, 0, 2).reshape(cfg.n_kv_heads, 1, L, cfg.hd).expand(cfg.n_kv_heads, rep, L, cfg.hd) \
-      .reshape(cfg.n_heads, L, cfg.hd)
-    vals = vals.permute(1, 0, 2).reshape(cfg.n_kv_heads, 1, L, cfg.hd).expand(cfg.n_kv_heads, rep, L, cfg.hd) \
-      .reshape(cfg.n_heads, L, cfg.hd)
-    qh = q.reshape(t, cfg.n_heads, cfg.hd).permute(1, 0, 2)                 # (H, t, hd)
-    scores = (qh @ keys.transpose(1, 2)) * cfg.scale                        # (H, t, L)
+    # grouped: the rep query heads of a KV head are one (rep, t) row block against that head's keys, so the cache
+    # is read as a strided view. Expanding the keys to n_heads and merging (n_kv, rep) made every key load an integer
+    # division and modulo by the symbolic length (the decode step's scores kernel ran at 0.05 GFLOPS: 160 us a layer)
+    keys = keys.permute(1, 2, 0).reshape(cfg.n_kv_heads, 1, cfg.hd, keys.shape[0])   # (n_kv, 1, hd, L)
+    vals = vals.permute(1, 0, 2).reshape(cfg.n_kv_heads, 1, vals.shape[0], cfg.hd)   # (n_kv, 1, L, hd)
+    # the rotated queries in a buffer: fused into the scores kernel, RoPE's gated loads ran again for every key
+    qh = q.reshape(t, cfg.n_kv_heads, rep, cfg.hd).permute(1, 2, 0, 3).contiguous()   # (n_kv, rep, t, hd)
+    scores = (qh @ keys) * cfg.scale                                        # (n_kv, rep, t, L)
     if cfg.attn_softcap: scores = (scores * (1.0 / cfg.attn_softcap)).tanh() * cfg.attn_softcap
     if mask is not None: scores = scores + mask
     probs = scores.softmax(-1)
@@ -479,7 +523,7 @@ class Block:
     # the probs @ vals kernel, every exp was recomputed for each of the head_dim outputs (a 32-token F32 chunk of one
     # layer spent 11-14 ms there, one thread)
     if t > 1: probs = probs.contiguous()
-    return (probs @ vals).permute(1, 0, 2).reshape(b, t, cfg.n_heads * cfg.hd)
+    return (probs @ vals).reshape(cfg.n_heads, t, cfg.hd).permute(1, 0, 2).reshape(b, t, cfg.n_heads * cfg.hd)
 
   def __call__(self, x: Tensor, start_pos: Any, rot: tuple[Tensor, Tensor], mask: Tensor | None) -> Tensor:
     cfg = self.cfg
@@ -646,7 +690,7 @@ class Transformer:
         elif isinstance(lin, Linear) and _prefill_panel(lin.w, self.chunk): todo.append((lin, lin.w))
     need = sum(w.dtype.itemsize * math.prod(w.shape) for _, w in todo)
     if not todo or need > dense_budget(todo[0][1].device): return
-    for lin, w in todo: lin.dense = DenseWeight(w, self.chunk)
+    for lin, w in todo: lin.dense = DenseWeight(w, self.chunk, amx=isinstance(lin, QLinear) and PREFILL_AMX)
 
 
 def dense_budget(device: Any) -> int:
