@@ -517,3 +517,30 @@ def test_a_jit_takes_pending_results_as_inputs():
     r = (a * 4).realize()
     assert _pending(r)
     np.testing.assert_allclose(f(r).numpy(), _x(24, (6,)) * 4 + 1, rtol=1e-6)
+
+
+def test_a_live_view_of_a_buffer_exposes_nothing(monkeypatch):
+  # a lazy view of a realized buffer (an ONNX runner's cached conv weight: a PERMUTE of its buffer) shares no value
+  # with other graphs: realizing one that reads the view exposes nothing, and both read the right numbers
+  w = _x(25, (4, 3))
+  wt = Tensor(w)
+  p = wt.permute(1, 0)
+  exposed: list[int] = []
+  real = engine.realize
+  def counting(uops, expose=(), replay=True):
+    exposed.append(len(expose))
+    return real(uops, expose, replay)
+  monkeypatch.setattr(engine, "realize", counting)
+  other = (wt * 5).sum()  # a live lazy graph that does compute: what it shares is still exposed
+  y = (p * 2 + 1)
+  GlobalCounters.reset()
+  y.realize()
+  assert exposed == [0] and GlobalCounters.kernel_count == 1
+  np.testing.assert_allclose(y.numpy(), w.T * 2 + 1, rtol=1e-6)
+  np.testing.assert_array_equal(p.numpy(), w.T)
+  z = (wt * 5).sum() + (wt * 5).sum().exp() * 0
+  exposed.clear()
+  z.realize()
+  assert exposed and exposed[0] > 0  # shares (wt * 5).sum() with `other`
+  np.testing.assert_allclose(other.numpy(), (w * 5).sum(), rtol=1e-5)
+  np.testing.assert_allclose(z.numpy(), (w * 5).sum(), rtol=1e-5)

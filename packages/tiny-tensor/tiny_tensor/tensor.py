@@ -1681,11 +1681,24 @@ def _shared_with_other_graphs(uops: list[UOp]) -> set[UOp]:
   buffer anyway, those tensors read it instead of computing it again (e.g. `opt.step()` then `loss.realize()` must not
   run the forward pass twice)."""
   roots = set(uops)
-  others = [t.uop for t in _live(_lazy_tensors) if t.uop not in roots and not engine.is_realized(t.uop)]
+  # (a pure view of a buffer computes nothing and no schedule gives it a buffer: it shares no value worth exposing,
+  # e.g. the ONNX runner's cached conv weights, PERMUTEs of their buffers, which would expose every weight)
+  others = [u for t in _live(_lazy_tensors) if (u := t.uop) not in roots and not _buffer_view_chain(u)]
   if not others: return set()
   mine = UOp.sink(*uops).toposort()
   # one walk over all the other graphs together (linear in their size, however many tensors share them)
-  return {u for u in UOp.sink(*dict.fromkeys(others)).toposort() if u in mine}
+  return {u for u in UOp.sink(*dict.fromkeys(others)).toposort()
+          if u in mine and u.op not in _NO_VALUE and not _buffer_view_chain(u)}
+
+
+_VIEW_OPS = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.SHRINK, Ops.FLIP})  # views that read no padding
+_NO_VALUE = frozenset({Ops.DEVICE, Ops.UNIQUE})  # graph leaves that are no value: never given a buffer
+
+
+def _buffer_view_chain(u: UOp) -> bool:
+  """Whether `u` is a BUFFER or a chain of movement ops (no PAD) down to one: a view of a realized buffer."""
+  while u.op in _VIEW_OPS: u = u.src[0]
+  return u.op is _BUFFER
 
 
 def _apply_becomes(becomes: dict[UOp, UOp]) -> None:
