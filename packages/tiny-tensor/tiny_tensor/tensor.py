@@ -200,7 +200,7 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
   @property
   def uop(self) -> UOp:
     """The UOp graph (or realized buffer view) this tensor is."""
-    return self._uop
+    return u if (u := self._u) is not None else self._uop  # (the slot first: read on every op)
 
   @uop.setter
   def uop(self, u: UOp) -> None:
@@ -249,21 +249,26 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
   @property
   def shape(self) -> tuple[sint, ...]:
     """The shape, a tuple of ints (or symbolic UOps)."""
-    if self._u is None and (p := self._pend) is not None: return (p[2],) if p[4] is None else p[4]  # pending
-    s = self.uop.shape
-    if s is None: raise RuntimeError(f"Tensor's UOp {self.uop.op} has no shape")
+    if (u := self._u) is None:
+      if (p := self._pend) is not None: return (p[2],) if p[4] is None else p[4]  # pending: read, no view made
+      u = self._uop
+    if (s := u.shape) is None: raise RuntimeError(f"Tensor's UOp {u.op} has no shape")
     return s
 
   @property
   def dtype(self) -> DType:
     """The element type."""
-    if self._u is None and (p := self._pend) is not None: return p[3]  # pending: read, no view made
-    return self.uop.dtype
+    if (u := self._u) is None:
+      if (p := self._pend) is not None: return p[3]  # pending: read, no view made
+      u = self._uop
+    return u.dtype
   @property
   def device(self) -> Any:
     """The canonical name of the device the data lives on (a tuple of names for a sharded tensor)."""
-    if self._u is None and (p := self._pend) is not None: return p[1].arg  # pending: read, no view made
-    d = self.uop.device
+    if (u := self._u) is None:
+      if (p := self._pend) is not None: return p[1].arg  # pending: read, no view made
+      u = self._uop
+    d = u.device
     return d if isinstance(d, (str, tuple)) else str(d)
   @property
   def ndim(self) -> int: return len(self.shape)
@@ -318,7 +323,8 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
     if not lst and self._u is None: return self  # a replay's pending result: realized
     with engine.lock:  # other threads' realizes see this one's results whole (see tiny_tensor.engine)
       tried = False
-      if not lst and (op := (u := self._uop).op) is not _MULTI and op is not _BUFFER and \
+      if not lst and (u := self._u) is None: return self  # realized by another thread meanwhile
+      if not lst and (op := u.op) is not _MULTI and op is not _BUFFER and \
          (op is not _RESHAPE or u.src[0].op is not _BUFFER):  # one lazy tensor (not is_realized(u)): the eager hot path
         with _registry_lock: alone = tried = _lazy_tensors.only_one(self)
         if alone and (got := engine._replay_root_locked(u)) is not None:  # a cached op: its recorded kernels
@@ -578,7 +584,7 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
 
   def _scalar_uop(self, y: Any) -> UOp:
     """Python scalar `y` of this tensor's dtype, broadcast to its shape (cached: a hot path of `x + 1`)."""
-    u = self._uop
+    if (u := self._u) is None: u = self._uop  # (the slot first: the hot path of `x + 1`)
     if "shape" in (c := u._cache) and "device" in c: key = (u.dtype, repr(y), c["device"], c["shape"])  # (no property)
     else: key = (u.dtype, repr(y), u.device, u.shape)
     if (cu := _scalar_cache.get(key)) is None:
@@ -615,9 +621,10 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
     return x._broadcast_to(shape), yt._broadcast_to(shape)
 
   def _binop(self, op: Ops, y: Any, reverse: bool = False) -> Tensor:
-    dt = self._uop.dtype
+    if (u := self._u) is None: u = self._uop  # (the slot first: the hot path of `x + 1`)
+    dt = u.dtype
     if type(y) in (int, float, bool) and (dtypes.is_float(dt) or (dtypes.is_int(dt) and type(y) is int)):
-      cu, u = self._scalar_uop(y), self._uop  # hot path: no temporary Tensor for the constant
+      cu = self._scalar_uop(y)  # hot path: no temporary Tensor for the constant
       if op in _SAME_DTYPE_OPS and cu.dtype is u.dtype:  # what alu builds, without its dtype checks (interned)
         new = UOp(op, u.dtype, (cu, u) if reverse else (u, cu))
         if u._cache.get("device").__class__ is str: return Tensor._new_lazy(new, self._requires_grad)
