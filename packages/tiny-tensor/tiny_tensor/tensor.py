@@ -97,6 +97,8 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
   # `_u`: the UOp graph or buffer view (read through `_uop`); None while the tensor holds a replay's pending result
   # (`_pend`, see `_uop`), whose nodes are made on first read
   __slots__ = ("_u", "_pend", "_requires_grad", "grad", "_origin_uop", "__weakref__")
+  _u: UOp | None
+  _pend: engine.Pending | None
   __array_ufunc__ = None  # `np.float32(2) * t` defers to Tensor.__rmul__ instead of making an object array
 
   def __init__(self, data: Any = None, device: str | None = None, dtype: Any = None, requires_grad: bool | None = None):
@@ -188,7 +190,8 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
     if (u := self._u) is not None: return u
     with _pending_lock:
       if (u := self._u) is None:
-        u = self._u = engine.pending_view(self._pend)
+        if (p := self._pend) is None: raise RuntimeError("Tensor holds neither a graph nor a pending result (a bug)")
+        u = self._u = engine.pending_view(p)
         self._pend = None
     return u
 
@@ -323,13 +326,15 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
     if not lst and self._u is None: return self  # a replay's pending result: realized
     with engine.lock:  # other threads' realizes see this one's results whole (see tiny_tensor.engine)
       tried = False
-      if not lst and (u := self._u) is None: return self  # realized by another thread meanwhile
-      if not lst and (op := u.op) is not _MULTI and op is not _BUFFER and \
+      u = self._u
+      if not lst and u is None: return self  # realized by another thread meanwhile
+      if not lst and u is not None and (op := u.op) is not _MULTI and op is not _BUFFER and \
          (op is not _RESHAPE or u.src[0].op is not _BUFFER):  # one lazy tensor (not is_realized(u)): the eager hot path
         with _registry_lock: alone = tried = _lazy_tensors.only_one(self)
         if alone and (got := engine._replay_root_locked(u)) is not None:  # a cached op: its recorded kernels
-          if got[1] is not None: _take_fresh(self, got[1])
-          else: _take_realized(self, got[0])
+          view, pend = got
+          if pend is not None: _take_fresh(self, pend)
+          elif view is not None: _take_realized(self, view)
           return self
       ts = [self, *lst]
       uops = [s for t in ts for s in (t._uop.src if t._uop.op is _MULTI else (t._uop,))]  # sharded: its shards
