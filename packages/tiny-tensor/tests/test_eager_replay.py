@@ -146,17 +146,21 @@ def _new_nodes(fn) -> int:
   return len(added)
 
 
-def test_a_cached_op_makes_four_nodes_and_no_schedule(count_schedules):
+def test_a_cached_op_makes_one_node_and_no_schedule(count_schedules):
   from tiny_uop.uop import Ops
   a = Tensor(_x(8))
   (a + 1).realize()
   count_schedules.clear()
   kinds = []
   n = _new_nodes(lambda: kinds.append((a + 1).realize()))
-  # the op's ADD, then its output: UNIQUE + BUFFER and the (16, 16) view of it; the normalized graph, its cache key
-  # and the DEVICE are found, not made
-  assert n == 4, n
+  # the op's ADD only: its output Buffer is pending on the Tensor (no UNIQUE, BUFFER, view yet); the normalized
+  # graph, its cache key and the DEVICE are found, not made
+  assert n == 1, n
   out = kinds[0]
+  # the result's nodes are made when read: UNIQUE + BUFFER and the (16, 16) view of it, once
+  views = []
+  assert _new_nodes(lambda: views.extend([out.uop, out.uop])) == 3
+  assert views[0] is views[1]
   assert out.uop.op is Ops.RESHAPE and out.uop.src[0].op is Ops.BUFFER and out.shape == (16, 16)
   assert not count_schedules
   np.testing.assert_array_equal(out.numpy(), _x(8) + 1)
@@ -417,3 +421,126 @@ def test_the_scalar_constant_cache_is_keyed_by_value_dtype_shape_and_device():
       assert got.shape == want.shape
       np.testing.assert_array_equal(got, want)
       np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+
+
+def _pending(t: Tensor) -> bool:
+  """Whether `t` holds a replay's pending result (its buffer view not made yet)."""
+  return t._u is None
+
+
+def test_a_pending_result_frees_its_buffer_when_dropped_read_or_unread(count_schedules):
+  import gc
+  a = Tensor(_x(20, (32, 8)))
+  (a * 3).realize()
+  count_schedules.clear()
+  gc.collect()
+  base = GlobalCounters.mem_used
+  r = (a * 3).realize()
+  assert _pending(r) and GlobalCounters.mem_used == base + 32 * 8 * 4
+  del r  # unread: its Buffer goes with the Tensor
+  assert GlobalCounters.mem_used == base
+  r = (a * 3).realize()
+  v = r.uop  # read: the BUFFER node holds the Buffer now, and the Tensor the node
+  assert not _pending(r) and engine.get_buffer(v.src[0]).is_allocated
+  del r
+  assert GlobalCounters.mem_used == base + 32 * 8 * 4  # the view read out keeps it alive
+  np.testing.assert_array_equal(engine.get_buffer(v.src[0]).as_buffer().cast("f").tolist(),
+                                (_x(20, (32, 8)) * 3).reshape(-1))
+  del v
+  assert GlobalCounters.mem_used == base
+  assert not count_schedules
+
+
+def test_a_pending_result_acts_as_a_realized_tensor(count_schedules):
+  x = _x(21, (4, 6))
+  a = Tensor(x)
+  (a - 2).realize()
+  count_schedules.clear()
+  r = (a - 2).realize()
+  assert _pending(r)
+  assert r.realize() is r and _pending(r)  # realized already: nothing runs, nothing made
+  np.testing.assert_array_equal(r.numpy(), x - 2)  # read through its Buffer
+  assert _pending(r)
+  assert (r.shape, r.dtype, r.device) == ((4, 6), a.dtype, a.device)
+  assert engine.is_realized(r.uop)
+  np.testing.assert_allclose((r * r + 1).numpy(), (x - 2) ** 2 + 1, rtol=1e-6)  # its view in a new graph
+  # written in place: the pending view is made first, and the assign lands in its buffer
+  s = (a - 2).realize()
+  s.assign(s + 10).realize()
+  np.testing.assert_allclose(s.numpy(), x + 8, rtol=1e-6)
+  s += 1
+  np.testing.assert_allclose(s.numpy(), x + 9, rtol=1e-6)
+  assert not count_schedules or len(count_schedules) <= 3  # (the assigns' graphs are new structures)
+
+
+def test_gradients_through_pending_results_match_torch():
+  import torch
+  x = _x(22, (5, 3))
+  w = Tensor(x, requires_grad=True)
+  for _ in range(2): (w * 2).realize()  # scheduled, then replayed
+  h = (w * 2).realize()
+  assert _pending(h)
+  loss = (h * h + w).sum()
+  loss.backward()
+  tw = torch.tensor(x, requires_grad=True)
+  th = tw * 2
+  (th * th + tw).sum().backward()
+  np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-5)
+  np.testing.assert_allclose(loss.numpy(), (th * th + tw).sum().detach().numpy(), rtol=1e-5)
+
+
+def test_a_pending_result_reads_one_view_from_many_threads():
+  import threading
+  a = Tensor(_x(23, (8, 8)))
+  for _ in range(2): (a + 5).realize()
+  for _ in range(20):
+    r = (a + 5).realize()
+    assert _pending(r)
+    got: list = []
+    barrier = threading.Barrier(4)
+    def read() -> None:
+      barrier.wait()
+      got.append(r.uop)
+    ts = [threading.Thread(target=read) for _ in range(4)]
+    for t in ts: t.start()
+    for t in ts: t.join()
+    assert len(got) == 4 and all(g is got[0] for g in got)
+    np.testing.assert_array_equal(r.numpy(), _x(23, (8, 8)) + 5)
+
+
+def test_a_jit_takes_pending_results_as_inputs():
+  from tiny_tensor import TinyJit
+  a = Tensor(_x(24, (6,)))
+  for _ in range(2): (a * 4).realize()
+  f = TinyJit(lambda t: (t + 1).realize())
+  for i in range(4):
+    r = (a * 4).realize()
+    assert _pending(r)
+    np.testing.assert_allclose(f(r).numpy(), _x(24, (6,)) * 4 + 1, rtol=1e-6)
+
+
+def test_a_live_view_of_a_buffer_exposes_nothing(monkeypatch):
+  # a lazy view of a realized buffer (an ONNX runner's cached conv weight: a PERMUTE of its buffer) shares no value
+  # with other graphs: realizing one that reads the view exposes nothing, and both read the right numbers
+  w = _x(25, (4, 3))
+  wt = Tensor(w)
+  p = wt.permute(1, 0)
+  exposed: list[int] = []
+  real = engine.realize
+  def counting(uops, expose=(), replay=True):
+    exposed.append(len(expose))
+    return real(uops, expose, replay)
+  monkeypatch.setattr(engine, "realize", counting)
+  other = (wt * 5).sum()  # a live lazy graph that does compute: what it shares is still exposed
+  y = (p * 2 + 1)
+  GlobalCounters.reset()
+  y.realize()
+  assert exposed == [0] and GlobalCounters.kernel_count == 1
+  np.testing.assert_allclose(y.numpy(), w.T * 2 + 1, rtol=1e-6)
+  np.testing.assert_array_equal(p.numpy(), w.T)
+  z = (wt * 5).sum() + (wt * 5).sum().exp() * 0
+  exposed.clear()
+  z.realize()
+  assert exposed and exposed[0] > 0  # shares (wt * 5).sum() with `other`
+  np.testing.assert_allclose(other.numpy(), (w * 5).sum(), rtol=1e-5)
+  np.testing.assert_allclose(z.numpy(), (w * 5).sum(), rtol=1e-5)

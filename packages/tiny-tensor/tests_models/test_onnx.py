@@ -153,6 +153,29 @@ def test_gather_of_computed_indices_is_checked_after_the_graph_runs():
   with pytest.raises(OnnxError, match=r"index -4 is out of range \[-3, 2\]"): scalar({"x": X3, "i": np.array(-4)})
 
 
+def test_eager_index_checks_run_with_the_outputs_in_one_schedule(monkeypatch):
+  # the deferred checks read the graph's own computed indices: realized together with the outputs, in one realize
+  # that exposes nothing (realized alone first, they shared nodes with the lazy outputs: expose + substitute)
+  from tiny_tensor import engine
+  exposed: list[int] = []
+  real = engine.realize
+  def counting(uops, expose=(), replay=True):
+    exposed.append(len(expose))
+    return real(uops, expose, replay)
+  monkeypatch.setattr(engine, "realize", counting)
+  x = np.arange(12, dtype=np.float32).reshape(3, 4) - 5
+  nodes = [helper.make_node("Add", ["i", "i"], ["j"]), helper.make_node("Gather", ["x", "j"], ["g"], name="g"),
+           helper.make_node("Relu", ["g"], ["y"])]
+  r = OnnxRunner(_model(nodes, [_vi("x", [3, 4]), _vi("i", [2], I64)], [_vi("y", None)]))
+  for _ in range(2):
+    exposed.clear()
+    out = r({"x": x, "i": Tensor(np.array([1, -1], np.int64))})["y"]
+    assert engine.is_realized(out.uop) and exposed and not any(exposed)
+    np.testing.assert_equal(out.numpy(), np.maximum(np.take(x, [2, -2], axis=0), 0))
+  with pytest.raises(OnnxError, match=r"'g' \(Gather\): 1 axis-0 index value\(s\) out of range, e.g. 4"):
+    r({"x": x, "i": Tensor(np.array([0, 2], np.int64))})
+
+
 def test_other_index_taking_operators_refuse_out_of_range_indices():
   x = np.arange(12, dtype=np.float32).reshape(3, 4)
   xi = [_vi("x", [3, 4])]

@@ -10,7 +10,8 @@ Eager replay (the hot path of `(a + 1).realize()` in a loop): a schedule of kern
 buffers to the roots alone is recorded in its schedule-cache entry (`_Replay`); a later realize whose graph has the
 same structure (`tiny_codegen.schedule.cached_template`, nothing exposed) runs those kernels on its inputs and fresh
 output buffers without building the schedule, counting them as `_run_kernel` does. `replay_root(u)` is that for one
-tensor (`Tensor.realize`'s hot path): it returns the new buffer view itself. A record holds, per kernel, the program's
+tensor: it returns the new buffer view itself (`Tensor.realize`'s hot path takes the new Buffer pending
+instead, and makes the view with `pending_view` when it is read). A record holds, per kernel, the program's
 launcher (`Program.launcher` where a runtime has one: the CPU's binds the ctypes call once) and its argument slots;
 per new buffer, the attributes a `Buffer` starts with. A replay is dropped (the next realize schedules and records
 again) when a device's renderer or a codegen flag changed since it was recorded. A VIZ recorder, a capture and
@@ -498,11 +499,13 @@ def _load_find_template() -> Callable[..., Any]:
   return cached_template
 
 
-def _replay_run(roots: tuple[UOp, ...]) -> tuple[_Replay, list[UOp]] | None:
+def _replay_launch(roots: tuple[UOp, ...]) -> tuple[_Replay, list[UOp], list[Any]] | None:
   """Run the recorded replay of `roots` (nothing exposed): what `create_schedule` + `run_schedule` would do (new
-  output buffers, the same kernels, GlobalCounters) without building the schedule; its record and every buffer slot's
-  BUFFER. None (nothing ran) when there is no replay for it, or when something must see the schedule being built or
-  each kernel (VIZ, a capture, DEBUG)."""
+  output buffers, the same kernels, GlobalCounters) without building the schedule; its record, the graph's input
+  BUFFERs and, per new buffer (`_Replay.plan`), its allocated `_EngineBuffer` (None when no kernel uses it). The
+  new buffers get no BUFFER nodes here (`_replay_run` makes them; the eager hot path defers them, `pending_view`).
+  None (nothing ran) when there is no replay for it, or when something must see the schedule being built or each
+  kernel (VIZ, a capture, DEBUG)."""
   if _trace.RECORDER is not None or _tls.captures or DEBUG.value >= 1: return None
   if (found := (_find_template[0] or _load_find_template())(roots, REPLAY_MAX_NODES)) is None: return None
   tmpl, inputs = found
@@ -515,24 +518,24 @@ def _replay_run(roots: tuple[UOp, ...]) -> tuple[_Replay, list[UOp]] | None:
   if _codegen_flags() != rp.flags:  # e.g. `with Context(NOOPT=1)`: the recorded programs compiled otherwise
     tmpl.runtime = None
     return None
-  # the device buffers (their Buffers live on the BUFFER nodes in `bufs`)
-  opaque: list[Any] = [None] * (len(inputs) + len(rp.new))
+  # the device buffers: the inputs' Buffers live on their BUFFER nodes; new ones are made here
+  n_in = len(inputs)
+  opaque: list[Any] = [None] * (n_in + len(rp.plan))
   for i in rp.used:
     if (ib := inputs[i]._cache.get("buffer")) is None or ib._opaque is None:
       ib = get_buffer(inputs[i]).ensure_allocated()
     opaque[i] = ib._opaque
-  bufs = list(inputs)
-  new_buffer_on = UOp.new_buffer_on
+  new: list[Any] = []
   for n, dt, nbytes, dev, dnode, proto in rp.plan:
-    # a new BUFFER over the recorded DEVICE node, allocated now if a kernel uses it: what get_buffer and
-    # Buffer.allocate do, for a node no other thread can see yet
-    bufs.append(b := new_buffer_on(dnode, n, dt))
-    if dev is not None:
-      buf = object.__new__(_EngineBuffer)
-      vars(buf).update(proto)
-      buf._opaque = opaque[len(bufs) - 1] = dev.allocator.alloc(nbytes, None)
-      b._cache["buffer"] = buf
-      GlobalCounters.mem_used += nbytes
+    # allocated now if a kernel uses it: what get_buffer and Buffer.allocate do, for a buffer no other thread sees
+    if dev is None:
+      new.append(None)
+      continue
+    buf = object.__new__(_EngineBuffer)
+    vars(buf).update(proto)
+    buf._opaque = opaque[n_in + len(new)] = dev.allocator.alloc(nbytes, None)
+    new.append(buf)
+    GlobalCounters.mem_used += nbytes
   for launch, args_of, ops, mem in rp.kernels:  # as _run_kernel with DEBUG=0, no recorder and no capture
     st = time.perf_counter()
     et = launch(*args_of(opaque))
@@ -541,6 +544,19 @@ def _replay_run(roots: tuple[UOp, ...]) -> tuple[_Replay, list[UOp]] | None:
     GlobalCounters.global_ops += ops
     GlobalCounters.global_mem += mem
     GlobalCounters.time_sum_s += t
+  return rp, inputs, new
+
+
+def _replay_run(roots: tuple[UOp, ...]) -> tuple[_Replay, list[UOp]] | None:
+  """`_replay_launch(roots)` with a fresh BUFFER node for each new buffer: its record and every buffer slot's
+  BUFFER (the new ones' Buffers registered on them); None when nothing ran."""
+  if (got := _replay_launch(roots)) is None: return None
+  rp, bufs, new = got
+  bufs = list(bufs)
+  new_buffer_on = UOp.new_buffer_on
+  for (n, dt, _, _, dnode, _), buf in zip(rp.plan, new):
+    bufs.append(b := new_buffer_on(dnode, n, dt))
+    if buf is not None: b._cache["buffer"] = buf
   return rp, bufs
 
 
@@ -556,21 +572,46 @@ def replay_root(u: UOp) -> UOp | None:
   schedule, as `realize([u])[u]` would: its realized buffer view; None when it has no replay (nothing ran: the caller
   realizes it). The eager hot path of `Tensor.realize` (`(a + 1).realize()`): one kernel launch, no schedule built,
   no graph walked."""
-  with lock: return None if (got := _replay_root_locked(u)) is None else got[0]
+  with lock:
+    if (got := _replay_root_locked(u)) is None: return None
+    return got[0] if got[1] is None else pending_view(got[1])
 
 
-def _replay_root_locked(u: UOp) -> tuple[UOp, bool] | None:
+Pending = tuple  # (Buffer, DEVICE node, size, dtype, shape or None): see `_replay_root_locked`
+
+
+def _replay_root_locked(u: UOp) -> tuple[UOp | None, Pending | None] | None:
   """`replay_root(u)` for a caller that holds `lock` already (`Tensor.realize`: taking the re-entrant lock again
-  costs ~0.2 us of the eager hot path), and whether the view is over a buffer made by this replay (no graph that
-  existed before holds it: not an input the kernel wrote in place, as an assign's)."""
-  if (got := _replay_run((u,))) is None: return None
-  i, shape = got[0].outs[0]
-  b = got[1][i]
-  fresh = i >= len(got[1]) - len(got[0].new)
-  if shape is None: return b, fresh
-  v = UOp(_RESHAPE, b.dtype, (b,), shape)  # _view, inlined (the hot path)
-  if "shape" not in (c := v._cache): c["shape"], c["device"] = shape, b._cache["device"]  # (new_buffer set it)
-  return v, fresh
+  costs ~0.2 us of the eager hot path), with the result's nodes not made yet when its buffer is a new one:
+  (view, None) when the root's buffer is an input (one the kernel wrote in place, as an assign's), else
+  (None, pending): the replay's new `_EngineBuffer` and what its view is made of, for `pending_view` to make
+  when someone reads the node (an eagerly realized result that is dropped unread never interns its UNIQUE, BUFFER
+  and RESHAPE nodes: ~3 us of the eager hot path). The pending Buffer belongs to whoever holds the tuple: dropping
+  it frees the memory, as dropping the BUFFER node would."""
+  if (got := _replay_launch((u,))) is None: return None
+  rp, inputs, new = got
+  i, shape = rp.outs[0]
+  if i < (n_in := len(inputs)):
+    b = inputs[i]
+    return (b if shape is None else _view(b, shape)), None
+  n, dt, _, _, dnode, _ = rp.plan[i - n_in]
+  if (buf := new[i - n_in]) is None:  # (no kernel wrote it: a BUFFER node, its Buffer made when first used)
+    b = UOp.new_buffer_on(dnode, n, dt)
+    return (b if shape is None else _view(b, shape)), None
+  return None, (buf, dnode, n, dt, shape)
+
+
+def pending_view(p: Pending) -> UOp:
+  """The buffer view of a replay's pending result (`_replay_root_locked`): a fresh BUFFER node over the recorded
+  DEVICE node, the pending Buffer registered on it, reshaped to the root's shape. Made once per result by its
+  owner (Tensor keeps the view it returns)."""
+  buf, dnode, n, dt, shape = p
+  b = UOp.new_buffer_on(dnode, n, dt)
+  b._cache["buffer"] = buf
+  if shape is None: return b
+  v = UOp(_RESHAPE, dt, (b,), shape)  # _view, inlined (new_buffer_on set the device)
+  if "shape" not in (c := v._cache): c["shape"], c["device"] = shape, dnode.arg
+  return v
 
 
 def _view(b: UOp, shape: tuple[int, ...]) -> UOp:

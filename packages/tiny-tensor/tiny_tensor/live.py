@@ -47,9 +47,18 @@ class _Registry:
     return True
 
   def only_one(self, t: Tensor) -> bool:
-    """`only([t])` in one or two dict reads (the eager hot path): the registry holds `t` alone, or nothing."""
+    """`only([t])` in one or two dict reads (the eager hot path): the registry holds `t` alone, or nothing. A few
+    dead entries beside it (the temporaries of `a - 2`: its broadcast constant's Tensor) are dropped on the way
+    (the caller holds `_registry_lock`, as writers do)."""
     d = self.data
-    return not d or (len(d) == 1 and (r := d.get(id(t))) is not None and r() is t)
+    if not d or (len(d) == 1 and (r := d.get(id(t))) is not None and r() is t): return True
+    if len(d) > 8: return False  # (a longer sweep is `only`'s, which the caller runs next)
+    dead = []
+    for k, r in d.items():
+      if (x := r()) is None: dead.append(k)
+      elif x is not t: return False
+    for k in dead: del d[k]
+    return True
 
   def live(self) -> list[Tensor]:
     """The live tensors now (a list: another thread may add meanwhile); drops the dead entries. Under the lock."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import threading
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -44,6 +45,7 @@ __all__ = ["Tensor"]
 
 # ops read on every eager op, as module constants (on Python 3.11 each `Ops.X` read costs ~0.1 us: see tiny_uop.uop)
 _MULTI, _BUFFER, _RESHAPE, _ASSIGN, _COPY = Ops.MULTI, Ops.BUFFER, Ops.RESHAPE, Ops.ASSIGN, Ops.COPY
+_pending_lock = threading.Lock()  # making a pending result's view (`Tensor._uop`): one view per result
 _scalar_cache: dict[tuple, UOp] = {}  # (dtype, repr(value), device, shape) -> the broadcast constant
 _SAME_DTYPE_OPS = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.AND, Ops.OR, Ops.XOR})  # result dtype = operands' dtype
 
@@ -92,7 +94,11 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
   >>> (Tensor([1.0, 2.0]) * 2 + 1).tolist()
   [3.0, 5.0]
   """
-  __slots__ = ("_uop", "_requires_grad", "grad", "_origin_uop", "__weakref__")
+  # `_u`: the UOp graph or buffer view (read through `_uop`); None while the tensor holds a replay's pending result
+  # (`_pend`, see `_uop`), whose nodes are made on first read
+  __slots__ = ("_u", "_pend", "_requires_grad", "grad", "_origin_uop", "__weakref__")
+  _u: UOp | None
+  _pend: engine.Pending | None
   __array_ufunc__ = None  # `np.float32(2) * t` defers to Tensor.__rmul__ instead of making an object array
 
   def __init__(self, data: Any = None, device: str | None = None, dtype: Any = None, requires_grad: bool | None = None):
@@ -160,7 +166,7 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
     """`Tensor._new(uop, requires_grad)` for an op node over a source on one device (a str) and a constant: not a
     buffer view, not sharded, so the `uop` setter's checks are known (the eager hot path: `a + 1`)."""
     t = object.__new__(Tensor)
-    t._uop, t._requires_grad, t.grad, t._origin_uop = uop, requires_grad, None, None
+    t._u, t._requires_grad, t.grad, t._origin_uop = uop, requires_grad, None, None  # (`_pend` unread while `_u` set)
     with _registry_lock:
       _lazy_tensors[id(t)] = t
       if requires_grad: _grad_tensors[id(t)] = t  # propagated from an input: not a leaf
@@ -177,9 +183,27 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
 
   # ***** properties *****
   @property
+  def _uop(self) -> UOp:
+    """The UOp graph (or realized buffer view) this tensor is, without the `uop` setter's checks on writes. An eagerly
+    realized result (`engine._replay_root_locked`) holds its new Buffer pending, with no nodes yet: its BUFFER view is
+    made here on first read (once, whichever thread reads first), so a result dropped unread costs no interning."""
+    if (u := self._u) is not None: return u
+    with _pending_lock:
+      if (u := self._u) is None:
+        if (p := self._pend) is None: raise RuntimeError("Tensor holds neither a graph nor a pending result (a bug)")
+        u = self._u = engine.pending_view(p)
+        self._pend = None
+    return u
+
+  @_uop.setter
+  def _uop(self, u: UOp) -> None:
+    self._u = u
+    self._pend = None
+
+  @property
   def uop(self) -> UOp:
     """The UOp graph (or realized buffer view) this tensor is."""
-    return self._uop
+    return u if (u := self._u) is not None else self._uop  # (the slot first: read on every op)
 
   @uop.setter
   def uop(self, u: UOp) -> None:
@@ -228,16 +252,26 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
   @property
   def shape(self) -> tuple[sint, ...]:
     """The shape, a tuple of ints (or symbolic UOps)."""
-    s = self.uop.shape
-    if s is None: raise RuntimeError(f"Tensor's UOp {self.uop.op} has no shape")
+    if (u := self._u) is None:
+      if (p := self._pend) is not None: return (p[2],) if p[4] is None else p[4]  # pending: read, no view made
+      u = self._uop
+    if (s := u.shape) is None: raise RuntimeError(f"Tensor's UOp {u.op} has no shape")
     return s
 
   @property
-  def dtype(self) -> DType: return self.uop.dtype
+  def dtype(self) -> DType:
+    """The element type."""
+    if (u := self._u) is None:
+      if (p := self._pend) is not None: return p[3]  # pending: read, no view made
+      u = self._uop
+    return u.dtype
   @property
   def device(self) -> Any:
     """The canonical name of the device the data lives on (a tuple of names for a sharded tensor)."""
-    d = self.uop.device
+    if (u := self._u) is None:
+      if (p := self._pend) is not None: return p[1].arg  # pending: read, no view made
+      u = self._uop
+    d = u.device
     return d if isinstance(d, (str, tuple)) else str(d)
   @property
   def ndim(self) -> int: return len(self.shape)
@@ -289,14 +323,18 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
     >>> t.uop.op
     Ops.BUFFER
     """
+    if not lst and self._u is None: return self  # a replay's pending result: realized
     with engine.lock:  # other threads' realizes see this one's results whole (see tiny_tensor.engine)
       tried = False
-      if not lst and (op := (u := self._uop).op) is not _MULTI and op is not _BUFFER and \
+      u = self._u
+      if not lst and u is None: return self  # realized by another thread meanwhile
+      if not lst and u is not None and (op := u.op) is not _MULTI and op is not _BUFFER and \
          (op is not _RESHAPE or u.src[0].op is not _BUFFER):  # one lazy tensor (not is_realized(u)): the eager hot path
         with _registry_lock: alone = tried = _lazy_tensors.only_one(self)
         if alone and (got := engine._replay_root_locked(u)) is not None:  # a cached op: its recorded kernels
-          if got[1]: _take_fresh(self, got[0])
-          else: _take_realized(self, got[0])
+          view, pend = got
+          if pend is not None: _take_fresh(self, pend)
+          elif view is not None: _take_realized(self, view)
           return self
       ts = [self, *lst]
       uops = [s for t in ts for s in (t._uop.src if t._uop.op is _MULTI else (t._uop,))]  # sharded: its shards
@@ -321,6 +359,7 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
 
   def _buffer(self) -> Any:
     self.realize()
+    if self._u is None and (p := self._pend) is not None: return p[0]  # a replay's pending result: its Buffer
     if (bv := engine.buffer_view(self.uop)) is None:
       raise RuntimeError(f"realize left {self.uop.op} instead of a buffer; the scheduler must map it in becomes")
     return engine.get_buffer(bv[0]).ensure_allocated()
@@ -550,7 +589,7 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
 
   def _scalar_uop(self, y: Any) -> UOp:
     """Python scalar `y` of this tensor's dtype, broadcast to its shape (cached: a hot path of `x + 1`)."""
-    u = self._uop
+    if (u := self._u) is None: u = self._uop  # (the slot first: the hot path of `x + 1`)
     if "shape" in (c := u._cache) and "device" in c: key = (u.dtype, repr(y), c["device"], c["shape"])  # (no property)
     else: key = (u.dtype, repr(y), u.device, u.shape)
     if (cu := _scalar_cache.get(key)) is None:
@@ -587,9 +626,10 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
     return x._broadcast_to(shape), yt._broadcast_to(shape)
 
   def _binop(self, op: Ops, y: Any, reverse: bool = False) -> Tensor:
-    dt = self._uop.dtype
+    if (u := self._u) is None: u = self._uop  # (the slot first: the hot path of `x + 1`)
+    dt = u.dtype
     if type(y) in (int, float, bool) and (dtypes.is_float(dt) or (dtypes.is_int(dt) and type(y) is int)):
-      cu, u = self._scalar_uop(y), self._uop  # hot path: no temporary Tensor for the constant
+      cu = self._scalar_uop(y)  # hot path: no temporary Tensor for the constant
       if op in _SAME_DTYPE_OPS and cu.dtype is u.dtype:  # what alu builds, without its dtype checks (interned)
         new = UOp(op, u.dtype, (cu, u) if reverse else (u, cu))
         if u._cache.get("device").__class__ is str: return Tensor._new_lazy(new, self._requires_grad)
@@ -1670,11 +1710,24 @@ def _shared_with_other_graphs(uops: list[UOp]) -> set[UOp]:
   buffer anyway, those tensors read it instead of computing it again (e.g. `opt.step()` then `loss.realize()` must not
   run the forward pass twice)."""
   roots = set(uops)
-  others = [t.uop for t in _live(_lazy_tensors) if t.uop not in roots and not engine.is_realized(t.uop)]
+  # (a pure view of a buffer computes nothing and no schedule gives it a buffer: it shares no value worth exposing,
+  # e.g. the ONNX runner's cached conv weights, PERMUTEs of their buffers, which would expose every weight)
+  others = [u for t in _live(_lazy_tensors) if (u := t.uop) not in roots and not _buffer_view_chain(u)]
   if not others: return set()
   mine = UOp.sink(*uops).toposort()
   # one walk over all the other graphs together (linear in their size, however many tensors share them)
-  return {u for u in UOp.sink(*dict.fromkeys(others)).toposort() if u in mine}
+  return {u for u in UOp.sink(*dict.fromkeys(others)).toposort()
+          if u in mine and u.op not in _NO_VALUE and not _buffer_view_chain(u)}
+
+
+_VIEW_OPS = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.SHRINK, Ops.FLIP})  # views that read no padding
+_NO_VALUE = frozenset({Ops.DEVICE, Ops.UNIQUE})  # graph leaves that are no value: never given a buffer
+
+
+def _buffer_view_chain(u: UOp) -> bool:
+  """Whether `u` is a BUFFER or a chain of movement ops (no PAD) down to one: a view of a realized buffer."""
+  while u.op in _VIEW_OPS: u = u.src[0]
+  return u.op is _BUFFER
 
 
 def _apply_becomes(becomes: dict[UOp, UOp]) -> None:
@@ -1777,10 +1830,11 @@ def _take_realized(t: Tensor, new: UOp) -> None:
     _lazy_tensors.pop(id(t), None)
 
 
-def _take_fresh(t: Tensor, new: UOp) -> None:
-  """`_take_realized(t, new)` for a view `new` of a buffer the replay just made (the eager hot path): no graph of
-  `t`'s (nor its origin) can hold it, so `_realized_node` keeps `t`'s origin if it has one, else takes `t`'s graph as
-  its origin unless `t` doesn't track gradients (requires_grad False) or is an assign."""
+def _take_fresh(t: Tensor, pending: engine.Pending) -> None:
+  """`_take_realized(t, view)` for a buffer the replay just made, pending (`engine._replay_root_locked`: `t._uop`
+  makes its view when read; the eager hot path): no graph of `t`'s (nor its origin) can hold it, so
+  `_realized_node` keeps `t`'s origin if it has one, else takes `t`'s graph as its origin unless `t` doesn't track
+  gradients (requires_grad False) or is an assign."""
   u, origin = t._uop, t._origin_uop
   if origin is None and t._requires_grad is not False and u.op is not _ASSIGN: origin = u
   with _registry_lock:
@@ -1788,7 +1842,7 @@ def _take_fresh(t: Tensor, new: UOp) -> None:
       t._origin_uop = origin
       _origin_tensors[id(t)] = t
     elif origin is None: _real_tensors[id(t)] = t
-    t._uop = new  # a buffer view: no longer lazy (what the `uop` setter does for a realized node)
+    t._u, t._pend = None, pending  # a buffer, its view made when read: no longer lazy
     _lazy_tensors.pop(id(t), None)
 
 
