@@ -498,7 +498,7 @@ def test_a_pending_result_reads_one_view_from_many_threads():
     assert _pending(r)
     got: list = []
     barrier = threading.Barrier(4)
-    def read() -> None:
+    def read(r: Tensor = r, got: list = got, barrier: threading.Barrier = barrier) -> None:
       barrier.wait()
       got.append(r.uop)
     ts = [threading.Thread(target=read) for _ in range(4)]
