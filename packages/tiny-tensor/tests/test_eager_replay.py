@@ -513,7 +513,7 @@ def test_a_jit_takes_pending_results_as_inputs():
   a = Tensor(_x(24, (6,)))
   for _ in range(2): (a * 4).realize()
   f = TinyJit(lambda t: (t + 1).realize())
-  for i in range(4):
+  for _ in range(4):
     r = (a * 4).realize()
     assert _pending(r)
     np.testing.assert_allclose(f(r).numpy(), _x(24, (6,)) * 4 + 1, rtol=1e-6)
