@@ -526,7 +526,7 @@ def _replay_launch(roots: tuple[UOp, ...]) -> tuple[_Replay, list[UOp], list[Any
       ib = get_buffer(inputs[i]).ensure_allocated()
     opaque[i] = ib._opaque
   new: list[Any] = []
-  for n, dt, nbytes, dev, dnode, proto in rp.plan:
+  for _n, _dt, nbytes, dev, _dnode, proto in rp.plan:
     # allocated now if a kernel uses it: what get_buffer and Buffer.allocate do, for a buffer no other thread sees
     if dev is None:
       new.append(None)
