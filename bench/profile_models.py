@@ -12,12 +12,13 @@ r (reduce: convs, pools, Gemm) kernels; onnxruntime: per op type), so the gaps c
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
 import sys
 import tempfile
 import time
-from typing import Any
+from typing import Any, Callable, Iterator
 
 os.environ.setdefault("CPU_THREADS", "1")
 os.environ.setdefault("DEV", "CPU")
@@ -47,35 +48,51 @@ def ort_nodes(path: str, feeds: dict[str, np.ndarray], runs: int = 10) -> list[t
   return [(us, op, name) for name, (us, op) in nodes.items()]
 
 
-def tiny_kernels(path: str, feeds: dict[str, np.ndarray], want: np.ndarray) -> tuple[list[tuple[float, str, float]],
-                                                                                     float]:
-  """Each kernel of the jitted runner's replay run alone: ([(least us of 5, name, GFLOPS)] in replay order, the
-  least ms of 10 whole jitted calls). The output is checked against onnxruntime's first."""
+@contextlib.contextmanager
+def replays_seen() -> Iterator[dict[str, Any]]:
+  """Within the block, every TinyJit replay records its capture, input buffers and Variable values in the dict
+  yielded (`cj`, `inputs`, `var_vals`: what `kernel_runs` needs to run its kernels alone)."""
   from tiny_tensor import jit as jitmod
-  from tiny_tensor.nn.onnx import OnnxRunner
-  runner = OnnxRunner(path, jit=True)
   seen: dict[str, Any] = {}
   plain_call = jitmod.CapturedJit.__call__
 
-  def spy(self: Any, inputs: list, var_vals: dict[str, int]) -> Any:  # the replay's input buffers, for the kernels
+  def spy(self: Any, inputs: list, var_vals: dict[str, int]) -> Any:
     seen.update(cj=self, inputs=list(inputs), var_vals=var_vals)
     return plain_call(self, inputs, var_vals)
   jitmod.CapturedJit.__call__ = spy  # type: ignore[method-assign]
-  try:
-    for _ in range(3): out = runner(feeds)["y"].numpy()
-  finally:
-    jitmod.CapturedJit.__call__ = plain_call  # type: ignore[method-assign]
-  bm._close("profile", "jit", out, want)
-  whole = min(_seconds(lambda: runner(feeds)["y"].numpy()) for _ in range(10)) * 1e3
-  rows = []
+  try: yield seen
+  finally: jitmod.CapturedJit.__call__ = plain_call  # type: ignore[method-assign]
+
+
+def kernel_runs(seen: dict[str, Any]) -> Iterator[tuple[Any, Callable[[], Any]]]:
+  """Each kernel call of the last replay `replays_seen` recorded, in replay order, with a function that runs it
+  alone on that replay's buffers and waits for it."""
+  from tiny_tensor import jit as jitmod
   for c in seen["cj"].calls:
     if not isinstance(c, jitmod._KernelCall): continue
     args = c.args.copy()
     for i, slot in c.dyn: args[i] = seen["inputs"][slot]._buf
     vals = tuple(seen["var_vals"].get(n, v) for n, v in c.vars)
     gs, ls = c.launch(seen["var_vals"])
-    best = min(_seconds(lambda c=c, args=args, gs=gs, ls=ls, vals=vals:  # (bound now: the loop moves on)
-                        c.prg(*args, global_size=gs, local_size=ls, vals=vals, wait=True)) for _ in range(5))
+
+    def run(c: Any = c, args: list = args, gs: Any = gs, ls: Any = ls, vals: tuple = vals) -> Any:
+      return c.prg(*args, global_size=gs, local_size=ls, vals=vals, wait=True)  # (bound now: the loop moves on)
+    yield c, run
+
+
+def tiny_kernels(path: str, feeds: dict[str, np.ndarray], want: np.ndarray) -> tuple[list[tuple[float, str, float]],
+                                                                                     float]:
+  """Each kernel of the jitted runner's replay run alone: ([(least us of 5, name, GFLOPS)] in replay order, the
+  least ms of 10 whole jitted calls). The output is checked against onnxruntime's first."""
+  from tiny_tensor.nn.onnx import OnnxRunner
+  runner = OnnxRunner(path, jit=True)
+  with replays_seen() as seen:
+    for _ in range(3): out = runner(feeds)["y"].numpy()
+  bm._close("profile", "jit", out, want)
+  whole = min(_seconds(lambda: runner(feeds)["y"].numpy()) for _ in range(10)) * 1e3
+  rows = []
+  for c, run in kernel_runs(seen):
+    best = min(_seconds(run) for _ in range(5))
     rows.append((best * 1e6, c.name, c.ops / best / 1e9))
   return rows, whole
 

@@ -20,33 +20,18 @@ os.environ.setdefault("DEV", "CPU")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bench_train as bt  # noqa: E402
+import profile_models as pm  # noqa: E402
 
 
 def tiny_kernels(reps: int = 5) -> tuple[list[tuple[float, float, str]], float]:
   """([(least wall us, least thread CPU us, name)] in replay order, least ms of 10 whole steps)."""
-  from tiny_tensor import jit as jitmod
-  seen: dict[str, Any] = {}
-  plain_call = jitmod.CapturedJit.__call__
-
-  def spy(self: Any, inputs: list, var_vals: dict[str, int]) -> Any:
-    seen.update(cj=self, inputs=list(inputs), var_vals=var_vals)
-    return plain_call(self, inputs, var_vals)
-  jitmod.CapturedJit.__call__ = spy  # type: ignore[method-assign]
-  try:
+  with pm.replays_seen() as seen:
     step = bt.tiny_train_step()
     step()
-  finally:
-    jitmod.CapturedJit.__call__ = plain_call  # type: ignore[method-assign]
   whole = min(_timed(step)[0] for _ in range(10)) * 1e3
   rows = []
-  for c in seen["cj"].calls:
-    if not isinstance(c, jitmod._KernelCall): continue
-    args = c.args.copy()
-    for i, slot in c.dyn: args[i] = seen["inputs"][slot]._buf
-    vals = tuple(seen["var_vals"].get(n, v) for n, v in c.vars)
-    gs, ls = c.launch(seen["var_vals"])
-    ts = [_timed(lambda c=c, args=args, gs=gs, ls=ls, vals=vals:
-                 c.prg(*args, global_size=gs, local_size=ls, vals=vals, wait=True)) for _ in range(reps)]
+  for c, run in pm.kernel_runs(seen):
+    ts = [_timed(run) for _ in range(reps)]
     rows.append((min(t[0] for t in ts) * 1e6, min(t[1] for t in ts) * 1e6, c.name))
   return rows, whole
 

@@ -770,14 +770,19 @@ def test_padded_conv_blocks_one_window_axis(vector_registers, regs: tuple[int, i
   their own padding gates (`_padded_window`; resnet18's 128 -> 128 3x3 on 28x28, one AVX-512 thread: 4 pixels x 2
   rows 62 GFLOPS, 7 pixels 120); then the channels by a second vector where the accumulators fit half the
   registers (`_widen_conv_channels`: 16 x 7 -> 32 x 7, 2166 -> 1893-1955 us there). Results against torch."""
-  import torch
   vector_registers(*regs)
   CI, H, K = 4, 6, 3
   ast = padded_conv2d_ast(CO, CI, H, W, K)
   opt = optimize_kernel(ast, Device["CPU"].renderer)
   assert opt.arg.applied_opts == tuple(Opt(OptOps.UPCAST, a, n) for a, n in want) + (Opt(OptOps.UNROLL, 2, 0),), \
     opt.arg.applied_opts
-  rng = np.random.default_rng(12)
+  _check_padded_conv(opt, CO, CI, H, W, K, seed=12)
+
+
+def _check_padded_conv(opt, CO: int, CI: int, H: int, W: int, K: int, seed: int) -> None:
+  """Run the optimized `padded_conv2d_ast` kernel `opt` (channels-last weights) against torch's conv2d."""
+  import torch
+  rng = np.random.default_rng(seed)
   xs = rng.standard_normal((CI, H, W)).astype(np.float32)
   ws = rng.standard_normal((CO, CI, K, K)).astype(np.float32)
   got = run(opt, "CPU", [xs.ravel(), ws.transpose(1, 2, 3, 0).ravel()], CO * H * W).reshape(CO, H, W)
@@ -801,19 +806,13 @@ def test_conv_filter_row_lanes_chain_into_the_accumulators(vector_registers, reg
   taps: resnet18's 3x3 convs, one AVX-512 thread, 2046-2154 -> 1474-1510 us. Only with accumulators enough for the
   FMA ports (`Machine.fma_units` x FMA_LATENCY = 8): AVX2's 8 channels x 7 pixels block has 7, whose chains would
   then be three FMAs deep an iteration. Results against torch."""
-  import torch
   vector_registers(*regs)
   CO, CI, H, K = 32, 4, 5, 3
   opt = optimize_kernel(padded_conv2d_ast(CO, CI, H, W, K), Device["CPU"].renderer)
   assert Opt(OptOps.UNROLL, 2, 0) in opt.arg.applied_opts, opt.arg.applied_opts
   src = get_program(opt, Device["CPU"].renderer).src
   assert (_fadds_of_products(src) == 0) == chained, src
-  rng = np.random.default_rng(15)
-  xs = rng.standard_normal((CI, H, W)).astype(np.float32)
-  ws = rng.standard_normal((CO, CI, K, K)).astype(np.float32)
-  got = run(opt, "CPU", [xs.ravel(), ws.transpose(1, 2, 3, 0).ravel()], CO * H * W).reshape(CO, H, W)
-  want_out = torch.nn.functional.conv2d(torch.from_numpy(xs)[None], torch.from_numpy(ws), padding=K // 2)[0]
-  np.testing.assert_allclose(got, want_out.numpy(), rtol=1e-4, atol=1e-4)
+  _check_padded_conv(opt, CO, CI, H, W, K, seed=15)
 
 
 @pytest.mark.parametrize("CI, widened", [(4, True), (16, False), (32, True)])
@@ -824,19 +823,13 @@ def test_conv_channels_widened_unless_that_spills_its_weight_strip_from_l1(vecto
   channels x 9 taps x 16 channels x 4 bytes = 9 KB, 18 KB widened; a split reduce's chunk of resnet18's 512 -> 512
   conv ran 14% slower widened). 4 input channels (2 KB -> 4 KB) and 32 (18 KB, past half already) are widened.
   Results against torch."""
-  import torch
   vector_registers(32, 64)
   CO, H, W, K = 32, 5, 14, 3
   opt = optimize_kernel(padded_conv2d_ast(CO, CI, H, W, K), Device["CPU"].renderer)
   want = ((0, 16), (2, 7)) + (((0, 2),) if widened else ())
   assert opt.arg.applied_opts == tuple(Opt(OptOps.UPCAST, a, n) for a, n in want) + (Opt(OptOps.UNROLL, 2, 0),), \
     opt.arg.applied_opts
-  rng = np.random.default_rng(14)
-  xs = rng.standard_normal((CI, H, W)).astype(np.float32)
-  ws = rng.standard_normal((CO, CI, K, K)).astype(np.float32)
-  got = run(opt, "CPU", [xs.ravel(), ws.transpose(1, 2, 3, 0).ravel()], CO * H * W).reshape(CO, H, W)
-  want_out = torch.nn.functional.conv2d(torch.from_numpy(xs)[None], torch.from_numpy(ws), padding=K // 2)[0]
-  np.testing.assert_allclose(got, want_out.numpy(), rtol=1e-4, atol=1e-4)
+  _check_padded_conv(opt, CO, CI, H, W, K, seed=14)
 
 
 @pytest.mark.parametrize("regs, W, lanes", [((32, 64), 112, 16), ((32, 64), 56, 14), ((32, 64), 28, 14),
