@@ -194,6 +194,18 @@ def _fma_units(arch: str, vector_bytes: int) -> int:
   return 2 if (arch == "x86_64" and vector_bytes >= 32) or arch == "aarch64" else 1
 
 
+FMA_LATENCY = 4
+"""Cycles from an FMA's issue to its result being usable by the next FMA on the same accumulator: 4 on every core the
+machine model covers (Haswell to Sapphire Rapids, Zen 2-5, Neoverse N1/V1, Cortex-A76+); no file reports it."""
+
+
+def fma_chains(m: Machine) -> int:
+  """The independent accumulator chains that keep `m`'s FMA units busy: FMA_LATENCY x `fma_units` (8 on AVX2,
+  AVX-512 and NEON cores with two FMA pipes, 4 with one). The CPU heuristics size matrix-vector blocks by it, and
+  the lowering chains unrolled lanes into accumulators only in loops with that many (`lower_reduces`)."""
+  return FMA_LATENCY * max(1, m.fma_units)
+
+
 def _size(text: str) -> int:
   m = re.fullmatch(r"\s*(\d+)\s*([KMG]?)\s*", text)
   if m is None: return 0

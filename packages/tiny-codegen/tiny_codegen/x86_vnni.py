@@ -64,7 +64,6 @@ def _check(o: int, nb: int, threads: int) -> None:
     raise ValueError(f"q8_0_matvec_ir: {o}x{nb} blocks are 2**31 bytes or more; valid: fewer")
 
 
-
 def _row_groups(per: int, rows: int, row_bytes: int) -> list[str]:
   """The IR of both kernels' row loop head: this thread's `per` rows from `core_id * per`, in groups of `rows` (block
   `%r.head`, exiting to `%done`; the group's K loop returns through `%k.exit`), then in `%k.pre` each row's index
@@ -75,6 +74,7 @@ def _row_groups(per: int, rows: int, row_bytes: int) -> list[str]:
         "k.pre:", f"  %rgo = mul i32 %rg, {rows}", "  %row = add i32 %r0, %rgo"]
   for r in range(rows): ln += [f"  %row{r} = add i32 %row, {r}", f"  %rb{r} = mul i32 %row{r}, {row_bytes}"]
   return ln
+
 
 def q8_0_matvec_ir(o: int, nb: int, threads: int = 1, name: str = "q8_0_matvec", form: str = "avx512_vnni") -> str:
   """The LLVM IR module of the Q8_0 matvec kernel described in the module docstring: O rows of NB blocks, split

@@ -38,7 +38,7 @@ from tiny_codegen.lower.gather import fold_onehot_reduces
 from tiny_codegen.lower.expander import pm_expander, pm_expander_vectors
 from tiny_codegen.lower.linearize import linearize
 from tiny_codegen.lower.merge import merge_reduce_ranges
-from tiny_codegen.lower.reduce import FMA_LATENCY, add_ends, lower_reduces
+from tiny_codegen.lower.reduce import add_ends, lower_reduces
 from tiny_codegen.lower.simplify import simplifier, simplify_graph
 from tiny_codegen.lower.transcendental import pm_transcendental
 
@@ -84,10 +84,10 @@ def _stage_reduce(sink: UOp, ren: Renderer, dims: Dims) -> UOp:
 
 def _fma_chains(ren: Renderer) -> int:
   """The accumulators a loop needs before `lower_reduces` chains unrolled lanes into each (its `chains`): on a CPU
-  renderer whose expander vectorizes (LLVM), the machine model's FMA ports times their latency; 0 (never) elsewhere."""
+  renderer whose expander vectorizes (LLVM), the machine model's `fma_chains`; 0 (never) elsewhere."""
   if not ren.vectorize_upcast or ren.has_local: return 0
-  from tiny_codegen.machine import machine_of
-  return max(1, machine_of(ren).fma_units) * FMA_LATENCY
+  from tiny_codegen.machine import fma_chains, machine_of
+  return fma_chains(machine_of(ren))
 
 
 def _stage_dims(sink: UOp, ren: Renderer, dims: Dims) -> UOp:

@@ -49,12 +49,6 @@ def _end_nest(body: UOp, rngs: list[UOp]) -> UOp:
   return body
 
 
-FMA_LATENCY = 4
-"""Cycles from an FMA's inputs to its result on the CPUs the machine model covers (Intel's optimization manual:
-Skylake through Sapphire Rapids; AMD's Zen 3-5 guides): with `Machine.fma_units` ports, a loop keeps them busy only
-with fma_units * FMA_LATENCY independent accumulator chains (`lower_reduces`' `chains`)."""
-
-
 def _lane_terms(value: UOp) -> list[UOp]:
   """The terms of an ADD reduce's value as the expander folds its unrolled lanes, ((l0 + l1) + l2) + ...: the left
   spine of ADDs, walked down (no recursion), in order; a value that is no ADD is its own single term."""

@@ -46,7 +46,7 @@ from tiny_uop.dtype import PtrDType, dtypes
 from tiny_uop.uop import AxisType, Ops, UOp
 
 from tiny_codegen.lower.expander import LANE_ACCUMULATORS, VECTOR_LANES
-from tiny_codegen.machine import Machine, machine_of
+from tiny_codegen.machine import Machine, fma_chains, machine_of
 from tiny_codegen.opt.heuristic_common import (_awkward, _output_axes_with_bounds, _register_block, _store_index,
                                                _trips, _try, _unroll_reduce, _upcast_contiguous,
                                                symbolic_output_axes)
@@ -126,16 +126,10 @@ def _shared_load_block(k: Kernel, loads: list[UOp]) -> None:
       return
 
 
-FMA_LATENCY = 4
-"""Cycles from an FMA's issue to its result being usable by the next FMA on the same accumulator: 4 on every core the
-machine model covers (Haswell to Sapphire Rapids, Zen 2-5, Neoverse N1/V1, Cortex-A76+); no file reports it. With
-`Machine.fma_units` FMAs issued a cycle, FMA_LATENCY x fma_units independent accumulators keep the units busy."""
-
-
 def matvec_accumulators(m: Machine) -> int:
   """The independent vector accumulators a matrix-vector product needs to issue an FMA every slot (FMA latency x FMAs
-  a cycle: 8 on AVX2, AVX-512 and NEON cores with two FMA pipes, 4 with one)."""
-  return FMA_LATENCY * max(1, m.fma_units)
+  a cycle: 8 on AVX2, AVX-512 and NEON cores with two FMA pipes, 4 with one): the machine model's `fma_chains`."""
+  return fma_chains(m)
 
 
 def _matvec_block(k: Kernel, sidx: UOp | None, loads: list[UOp]) -> bool:
