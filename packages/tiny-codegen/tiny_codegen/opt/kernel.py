@@ -189,7 +189,7 @@ class Kernel:
       reads too, so in bounds, and what it feeds is only stored by lanes the gate lets through, since every store
       depends on `r` (`_check_tail`). The clamp is invariant in the loops inside the block, where a gated load would
       test its gate at every load (a matmul's rows, masked per load inside the K loop, ran 3x slower than a fixed
-      size's: LLVM rematerialized the eight row masks in every iteration).
+      size's on a Xeon 6/207, AVX-512: LLVM rematerialized the eight row masks in every iteration).
     Other uses of `r` (values computed from the index, a causal mask's row) see `outer*amt + inner` itself."""
     bound = r.src[0]
     inner = UOp.range(amt, max(x.arg[0] for x in self.rngs) + 1, AxisType.UPCAST, r.dtype)

@@ -368,7 +368,7 @@ class OnnxRunner:
   keeps its intermediate buffers: `runner.jits.clear()` frees them). Input checks run before each call as above.
   Numpy-fed inputs are copied into Tensors the runner keeps per input signature (and thread), so a replay reads the
   very inputs it read last time and makes no Tensor per call (measured: the tiny GPT-2 of bench/bench_models.py spent
-  ~190 us of CPU per call around its kernels, ~73 us after).
+  ~190 us of CPU per call around its kernels, ~73 us after, on a 2-core Xeon family 6 model 207, AVX-512).
   Under jit, inputs are data: their values are never used on the host (numpy-fed indices are checked at run time).
   The graph must not need device data on the host (a data-dependent shape: NonZero, Compress, TopK, Unique, Loop
   and If on computed values): its capture raises OnnxError naming the node; run it with jit=False. The returned
@@ -386,9 +386,9 @@ class OnnxRunner:
   value read as data, ...) makes the runner fall back, for good, to a capture per input size: `runner.symbolic`
   turns False and `DEBUG=1` prints the node and why; the answers are the same either way. Opt-in, not the default:
   kernels compiled for a symbolic size replay somewhat slower than fixed-size ones on the CPU (the tiny BERT and
-  GPT-2 of bench/bench_models.py at 64 tokens, one thread: 0.72-0.79 ms against 0.63-0.66 ms a call; the attention
-  kernels, symbolic in two axes, lose most), so name a dim where recompiling per size (seconds) costs more than
-  that. A signature seen before (every input numpy-fed, the same shapes) reuses what its last call derived from
+  GPT-2 of bench/bench_models.py at 64 tokens, one thread of a Xeon 6/207: 0.72-0.79 ms against 0.63-0.66 ms a
+  call; the attention kernels, symbolic in two axes, lose most), so name a dim where recompiling per size (seconds)
+  costs more than that. A signature seen before (every input numpy-fed, the same shapes) reuses what its last call derived from
   them: the staged inputs, the jit's key, the Variables' values, the outputs' views.
 
   jit stays off by default, as in tinygrad 0.14 (whose OnnxRunner never jits; the user wraps the call in TinyJit):
