@@ -388,8 +388,8 @@ class OnnxRunner:
   kernels compiled for a symbolic size replay somewhat slower than fixed-size ones on the CPU (the tiny BERT and
   GPT-2 of bench/bench_models.py at 64 tokens, one thread of a Xeon 6/207: 0.72-0.79 ms against 0.63-0.66 ms a
   call; the attention kernels, symbolic in two axes, lose most), so name a dim where recompiling per size (seconds)
-  costs more than that. A signature seen before (every input numpy-fed, the same shapes) reuses what its last call derived from
-  them: the staged inputs, the jit's key, the Variables' values, the outputs' views.
+  costs more than that. A signature seen before (every input numpy-fed, the same shapes) reuses what its last call
+  derived from them: the staged inputs, the jit's key, the Variables' values, the outputs' views.
 
   jit stays off by default, as in tinygrad 0.14 (whose OnnxRunner never jits; the user wraps the call in TinyJit):
   a default jit would hand out Tensors the next call overwrites, or pay a copy of every output each call (measured:
