@@ -10,7 +10,9 @@ offline and needs no onnxscript; static shapes):
 Each model's tiny outputs (jit and eager) are checked against onnxruntime's (assert close) before anything is timed.
 
 Rows per model: median ms per inference over `BENCH_MODELS_RUNS` (default 10) calls after warm-up, `tiny` (jit: the
-replayed capture), `tiny_eager`, `onnxruntime`, `torch`; the seconds tiny's jit needs for its first three calls
+replayed capture), `tiny_eager` (`OnnxRunner(path)`, jit off: from its third call on, a repeated input signature
+replays the kernels its second call recorded, with fresh outputs each call; see OnnxRunner's doc, "Eager calls"; its
+first three calls are checked), `onnxruntime`, `torch`; the seconds tiny's jit needs for its first three calls
 (compile, capture, first replay); and the kernels one replay of the capture launches. The CPU (lscpu's model
 name) is in every row's target text.
 
@@ -222,7 +224,7 @@ def bench_model(name: str, runs: int = RUNS) -> dict[str, float]:
   outs = [jit(feeds)["y"].numpy() for _ in range(3)]  # run, capture, first replay
   first3 = time.perf_counter() - w0
   for i, o in enumerate(outs): _close(name, f"jit call {i + 1}", o, want)
-  _close(name, "eager", eager(feeds)["y"].numpy(), want)
+  for i in range(3): _close(name, f"eager call {i + 1}", eager(feeds)["y"].numpy(), want)  # built, rebuilt, replayed
   with torch.no_grad():
     _close(name, "(torch itself)", model(*targs).numpy(), want)
     row = {"tiny": _median_ms(lambda: jit(feeds)["y"].numpy(), runs),

@@ -55,7 +55,8 @@ from tiny_uop.uop import GroupOp, Ops, UOp
 from tiny_uop.plugins import Device
 
 __all__ = ["GlobalCounters", "realize", "get_buffer", "register_buffer", "buffer_from_bytes", "is_realized",
-           "buffer_view", "run_schedule", "CapturedCall", "capture", "replay_root"]
+           "buffer_view", "run_schedule", "CapturedCall", "capture", "replay_root", "Recorded", "realize_recorded",
+           "replay_recorded"]
 
 
 class GlobalCounters:
@@ -249,6 +250,11 @@ def capture(on_call: Callable[[CapturedCall], None],
     with _hook_lock:
       _hook_users[0] -= 1
       if _hook_users[0] == 0 and _host_read in Buffer.host_read_hooks: Buffer.host_read_hooks.remove(_host_read)
+
+
+def capturing() -> bool:
+  """Whether a capture is active in this thread (see `capture`)."""
+  return bool(_tls.captures)
 
 
 # ***** running *****
@@ -447,10 +453,11 @@ def _launcher(spec: Any, prg: Any, nbufs: int) -> Callable[..., Any]:
   return lambda *bufs: prg(*bufs, global_size=gs, local_size=ls, vals=(), wait=False)
 
 
-def _make_replay(sched: Any, todo: list[UOp]) -> _Replay | None:
+def _make_replay(sched: Any, todo: list[UOp], inner: bool = False) -> _Replay | None:
   """The replay of a schedule just run for `todo` (nothing exposed), or None when it has a COPY/SLICE, variables, or
-  gives buffers to other nodes than the roots."""
-  if sched.var_vals or set(sched.becomes) != set(todo): return None
+  gives buffers to other nodes than the roots (`inner=True`: other nodes' buffers are allowed, made fresh by each
+  replay and dropped with it: for roots whose graph nobody else holds, see `Recorded`)."""
+  if sched.var_vals or not (set(todo) <= set(sched.becomes) if inner else set(sched.becomes) == set(todo)): return None
   slot = {b: i for i, b in enumerate(sched.inputs)}
   new: list[tuple[str, int, DType]] = []
   kernels, devices = [], {}
@@ -510,14 +517,24 @@ def _replay_launch(roots: tuple[UOp, ...]) -> tuple[_Replay, list[UOp], list[Any
   if (found := (_find_template[0] or _load_find_template())(roots, REPLAY_MAX_NODES)) is None: return None
   tmpl, inputs = found
   if (rp := tmpl.runtime) is None or rp is False: return None
+  if not _still_valid(rp):
+    tmpl.runtime = None  # recorded again after the next scheduled run
+    return None
+  return rp, inputs, _launch(rp, inputs)
+
+
+def _still_valid(rp: _Replay) -> bool:
+  """Whether recorded replay `rp` still runs what a schedule would: its devices open with the same renderers, and the
+  codegen flags as they were (e.g. `with Context(NOOPT=1)` compiles the programs otherwise)."""
   opened = Device._opened
   for name, dev, renderer in rp.devices:
-    if (d := opened.get(name)) is not dev or d.renderer is not renderer:  # closed, or its renderer changed
-      tmpl.runtime = None  # recorded again after the next scheduled run
-      return None
-  if _codegen_flags() != rp.flags:  # e.g. `with Context(NOOPT=1)`: the recorded programs compiled otherwise
-    tmpl.runtime = None
-    return None
+    if (d := opened.get(name)) is not dev or d.renderer is not renderer: return False  # closed, or a new renderer
+  return _codegen_flags() == rp.flags
+
+
+def _launch(rp: _Replay, inputs: list[UOp]) -> list[Any]:
+  """Run recorded replay `rp` on the graph's input BUFFERs `inputs` (its checks passed): per new buffer, its
+  allocated `_EngineBuffer` (None when no kernel uses it). See `_replay_launch`."""
   # the device buffers: the inputs' Buffers live on their BUFFER nodes; new ones are made here
   n_in = len(inputs)
   opaque: list[Any] = [None] * (n_in + len(rp.plan))
@@ -544,27 +561,74 @@ def _replay_launch(roots: tuple[UOp, ...]) -> tuple[_Replay, list[UOp], list[Any
     GlobalCounters.global_ops += ops
     GlobalCounters.global_mem += mem
     GlobalCounters.time_sum_s += t
-  return rp, inputs, new
+  return new
 
 
 def _replay_run(roots: tuple[UOp, ...]) -> tuple[_Replay, list[UOp]] | None:
   """`_replay_launch(roots)` with a fresh BUFFER node for each new buffer: its record and every buffer slot's
   BUFFER (the new ones' Buffers registered on them); None when nothing ran."""
   if (got := _replay_launch(roots)) is None: return None
-  rp, bufs, new = got
-  bufs = list(bufs)
+  return got[0], _slot_buffers(*got)
+
+
+def _slot_buffers(rp: _Replay, inputs: list[UOp], new: list[Any]) -> list[UOp]:
+  """Every buffer slot's BUFFER after a replay of `rp` launched: the inputs', then a fresh BUFFER node per new buffer
+  with its Buffer (`_launch`'s) registered on it."""
+  bufs = list(inputs)
   new_buffer_on = UOp.new_buffer_on
   for (n, dt, _, _, dnode, _), buf in zip(rp.plan, new):
     bufs.append(b := new_buffer_on(dnode, n, dt))
     if buf is not None: b._cache["buffer"] = buf
-  return rp, bufs
+  return bufs
+
+
+def _root_views(rp: _Replay, bufs: list[UOp]) -> list[UOp]:
+  """Each root's realized view after a replay of `rp` whose buffer slots are `bufs` (`_slot_buffers`)."""
+  return [bufs[i] if shape is None else _view(bufs[i], shape) for i, shape in rp.outs]
 
 
 def _replay(todo: list[UOp]) -> dict[UOp, UOp] | None:
   """Realize `todo` (nothing exposed) by replaying its cached schedule (`_replay_run`): the `becomes` map, or None."""
   if (got := _replay_run(tuple(todo))) is None: return None
-  rp, bufs = got
-  return {r: bufs[i] if shape is None else _view(bufs[i], shape) for r, (i, shape) in zip(todo, rp.outs)}
+  return dict(zip(todo, _root_views(*got)))
+
+
+@dataclass(frozen=True)
+class Recorded:
+  """The schedule of fixed graphs `roots`, recorded by `realize_recorded` so that `replay_recorded` runs it again on
+  whatever their input buffers hold then, without scheduling or walking the graphs (an eager `OnnxRunner`'s repeated
+  calls: one graph per input signature over the same input buffers). The holder must be the only one to hold the
+  roots' graphs: buffers the schedule gave to inner nodes are made fresh by each replay and dropped with it."""
+  roots: tuple[UOp, ...]
+  replay: _Replay
+  inputs: list[UOp]  # the graphs' input BUFFERs, in the replay's slot order
+
+
+def realize_recorded(uops: list[UOp]) -> tuple[dict[UOp, UOp], Recorded | None]:
+  """Realize graphs `uops` (none realized yet, nothing exposed) as `realize` does; also their recorded schedule
+  (`Recorded`), or None when it can't be replayed (a COPY or SLICE, variables, a root that is one of its inputs)."""
+  if any(is_realized(u) for u in uops): raise ValueError("realize_recorded needs graphs not realized yet")
+  with lock:
+    sched = plan(uops)
+    calls = list(sched.calls)
+    before = _totals() if DEBUG >= 1 else None
+    run_schedule(calls, dict(getattr(sched, "var_vals", {}) or {}))
+    if before is not None: _print_realize(calls, before)
+    rp = _make_replay(sched, uops, inner=True)
+    if rp is not None and any(i < len(sched.inputs) for i, _ in rp.outs): rp = None
+    return dict(sched.becomes), None if rp is None else Recorded(tuple(uops), rp, list(sched.inputs))
+
+
+def replay_recorded(rec: Recorded) -> list[UOp]:
+  """Realize `rec.roots` again: each one's view of its fresh buffer, in order. The recorded kernels run on the input
+  buffers as they are now, counted as `realize` counts them; while a VIZ recorder, a capture or DEBUG>=1 is active,
+  or when a device's renderer or a codegen flag changed since the recording, the roots are scheduled as `realize`
+  schedules them (the same results)."""
+  with lock:
+    if _trace.RECORDER is None and not _tls.captures and DEBUG.value < 1 and _still_valid(rec.replay):
+      return _root_views(rec.replay, _slot_buffers(rec.replay, rec.inputs, _launch(rec.replay, rec.inputs)))
+    becomes = realize(list(rec.roots), replay=False)
+    return [becomes[r] for r in rec.roots]
 
 
 def replay_root(u: UOp) -> UOp | None:

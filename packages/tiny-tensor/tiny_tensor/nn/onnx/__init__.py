@@ -39,6 +39,7 @@ import numpy as np
 
 from tiny_uop.dtype import DType, dtypes, from_numpy
 from tiny_uop.helpers import DEBUG
+from tiny_uop.plugins import Device
 from tiny_uop.uop import Ops, UOp, Variable
 from tiny_tensor import engine
 from tiny_tensor.jit import JitError, TinyJit
@@ -232,9 +233,26 @@ class _CallState(threading.local):
     self.prepared: dict[tuple, tuple[bool, dict[str, Any], tuple, dict[str, int]]] = {}
     # jit=True with dynamic dims: (a jit output's BUFFER, this call's shape) -> a Tensor viewing its first elements
     self.views: dict[tuple, Tensor] = {}
+    # jit=False (see OnnxRunner's doc, "Eager calls"): per input signature, _SEEN after its first call, then the graph
+    # its second call built and recorded (_EagerGraph), or None when it can't be replayed (every call builds it)
+    self.eager: dict[tuple, Any] = {}
     self.node: Any = None  # the node running now (named when a jit capture fails in it)
     self.symbolic = False  # the graph runs on inputs with symbolic dims (jit=True, see OnnxRunner's doc)
     self.symbolic_refused: str | None = None  # why the graph can't run symbolically: the node, the reason
+
+
+_SEEN = object()  # an eager signature called once (see _CallState.eager)
+_EAGER_GRAPHS_MAX = 64  # eager signatures remembered per thread (see OnnxRunner's doc); more clear them all
+
+
+class _EagerGraph:
+  """What a repeated eager call of one input signature replays (see OnnxRunner's doc, "Eager calls"): the schedule of
+  its outputs' graphs (and of the runtime index checks' statistics, the last root when `checks`), recorded over the
+  staged inputs, and the checks as (node, what, negative)."""
+  __slots__ = ("rec", "checks")
+
+  def __init__(self, rec: engine.Recorded, checks: list[tuple[Any, str, bool]]):
+    self.rec, self.checks = rec, checks
 
 
 _HOST_FLOAT_MAX = 4096  # float values are remembered on the host up to this many elements (integer ones always)
@@ -272,7 +290,6 @@ def _conv_panel(w: Tensor) -> int:
   channels-last), for a float weight of int shape on a device whose renderer knows its vector registers."""
   dims = [d for d in w.shape if isinstance(d, int)]
   if not isinstance(w.device, str) or len(dims) != w.ndim or not dtypes.is_float(w.dtype): return 0
-  from tiny_uop.plugins import Device
   renderer = Device[w.device].renderer
   if not hasattr(renderer, "vector_registers"): return 0
   from tiny_codegen.opt.heuristic import conv_weight_panel
@@ -391,6 +408,20 @@ class OnnxRunner:
   costs more than that. A signature seen before (every input numpy-fed, the same shapes) reuses what its last call
   derived from them: the staged inputs, the jit's key, the Variables' values, the outputs' views.
 
+  Eager calls (`jit=False`, the default) return Tensors of their own, never overwritten, and run any model, data-
+  dependent shapes included. Building a model's graph node by node in Python costs far more than running its kernels
+  (a tiny BERT: ~20 ms of Python against ~0.7 ms of kernels), so with `reuse_graphs=True` (the default) a repeated
+  input signature (every input a numpy array of numbers; the names, shapes and dtypes, the default dtypes, the
+  device and `runtime_index_checks` alike) builds the graph once more and then replays it: call 1 runs as described
+  above; call 2 copies the inputs into Tensors this thread keeps for the signature, builds the graph over them
+  without using their values on the host (as under jit: numpy-fed indices are checked at run time), realizes its
+  outputs and records the schedule; later calls copy the inputs in and run the recorded kernels into fresh output
+  buffers, with no graph built or walked (`engine.replay_recorded`). A signature whose graph depends on more than
+  the inputs' shapes is built by every call, as call 1 is: one whose build runs a kernel or reads device data on the
+  host (a data-dependent shape, a random operator), an output that is an input or not a Tensor, a schedule with a
+  copy between devices. The results are the same either way; from call 2 on a signature's outputs come realized.
+  `reuse_graphs=False` builds the graph in every call (outputs stay lazy, as tinygrad 0.14's OnnxRunner's).
+
   jit stays off by default, as in tinygrad 0.14 (whose OnnxRunner never jits; the user wraps the call in TinyJit):
   a default jit would hand out Tensors the next call overwrites, or pay a copy of every output each call (measured:
   +0.16 ms on the tiny BERT's 1.1 ms replay at 64 tokens, 14%), and a model whose capture fails (a data-dependent
@@ -406,7 +437,7 @@ class OnnxRunner:
 
   def __init__(self, model: Any, device: str | None = None, runtime_index_checks: bool = True, jit: bool = False,
                base_dir: str | os.PathLike | None = None, max_loop_trips: int = 10**5,
-               max_dims: dict[str, int] | None = None):
+               max_dims: dict[str, int] | None = None, reuse_graphs: bool = True):
     onnx = _onnx()
     bad = {k: v for k, v in (max_dims or {}).items()
            if not isinstance(k, str) or not isinstance(v, int) or isinstance(v, bool) or v < 1}
@@ -430,6 +461,7 @@ class OnnxRunner:
       raise TypeError(f"OnnxRunner needs a path, bytes or onnx.ModelProto, got {type(model).__name__}")
     self.model, self.device, self._onnx = model, device, onnx
     self.runtime_index_checks = runtime_index_checks
+    self.reuse_graphs = reuse_graphs
     if not isinstance(max_loop_trips, int) or max_loop_trips < 0:
       raise ValueError(f"max_loop_trips must be an int >= 0, got {max_loop_trips!r}")
     self.max_loop_trips = max_loop_trips
@@ -550,24 +582,92 @@ class OnnxRunner:
       self._call.prepared.clear()
       self._call.views.clear()
     sig: list[tuple] | None = [] if jit else None  # the staging keys of the inputs, while all are staged
+    # eager: (name, shape, dtype) per input while every one is a numpy array of numbers (see "Eager calls")
+    eager: list[tuple] | None = [] if not jit and not debug and self.reuse_graphs and not engine.capturing() else None
+    checked: dict[str, tuple[Any, int]] = {}  # not jit: input name -> (its checked value, element type)
     for name in self.inputs:
       if name not in inputs:
         raise KeyError(f"ONNX input {name!r} is missing; the model's inputs: {list(self.inputs)}")
       if (decl := self._declared.get(name)) is None:
         feed[name] = to_tensor(inputs[name], self.device, None)
-        sig = None
+        sig = eager = None
         continue
       et, want = decl
       v = _checked_input(name, inputs[name], et)
       if v is not None and want is not None: _check_shape(name, tuple(v.shape), want, dims)
+      if not jit:
+        checked[name] = (v, et)
+        if eager is not None and isinstance(v, np.ndarray) and v.dtype.kind in "biuf":
+          eager.append((name, v.shape, v.dtype.str))
+        else: eager = None
+        continue
       # under jit an input's value changes from call to call: only its shape may be used on the host
-      if jit and isinstance(v, np.ndarray) and v.dtype.kind in "biuf":
+      if isinstance(v, np.ndarray) and v.dtype.kind in "biuf":
         feed[name], skey = self._staged(name, v, et)
         if sig is not None: sig = None if skey is None else [*sig, skey]
         continue
       feed[name], sig = to_tensor(v, self.device, et), None
-      if not jit: self._remember(feed[name], v, foldable=False)
     if jit: return self._call_jit(feed, None if sig is None else tuple(sig))
+    if eager is not None:
+      ekey = (*eager, self.runtime_index_checks, dtypes.default_float, dtypes.default_int,
+              self.device if self.device is not None else Device.DEFAULT)
+      if (state := self._call.eager.get(ekey)) is not None: return self._eager_call(ekey, state, checked, feed)
+      if ekey not in self._call.eager:
+        if len(self._call.eager) >= _EAGER_GRAPHS_MAX:
+          self._call.eager.clear()
+          self._call.staging.clear()
+        self._call.eager[ekey] = _SEEN
+    return self._eager_plain(checked, feed, debug)
+
+  def _eager_call(self, ekey: tuple, state: Any, checked: dict[str, tuple[Any, int]],
+                  feed: dict[str, Any]) -> dict[str, Any]:
+    """An eager call of a signature called before (see the class doc, "Eager calls"): the numpy inputs are copied
+    into this thread's staged Tensors; the second call builds the graph over them (their values unseen, as under
+    jit) and records its schedule, later ones replay that schedule. A signature whose graph can't be replayed
+    (its build ran a kernel or read device data on the host, an output isn't a new Tensor, the schedule has a copy)
+    runs like a first call from then on: this call's results are right either way."""
+    staged = {}
+    for name, (v, et) in checked.items():
+      feed[name], skey = self._staged(name, v, et)
+      if skey is None:  # (a dtype converted on the way: not staged) this signature is never replayed
+        self._call.eager[ekey] = None
+        return self._eager_plain(checked, feed)
+      staged[name] = skey
+    if isinstance(state, _EagerGraph):
+      outs = [Tensor(u) for u in engine.replay_recorded(state.rec)]
+      if state.checks: _raise_bad_indices(state.checks, outs.pop().numpy())
+      return dict(zip(self.outputs, outs))
+    ran: list[Any] = []  # kernels run or device data read while the graph is built
+    prev, _ACTIVE.host = _ACTIVE.host, self._call.host
+    try:
+      with engine.capture(ran.append, ran.append):
+        outs = self._run_graph(self.model.graph, feed, outer=dict(self._consts))
+    finally: _ACTIVE.host = prev
+    checks, self._call.deferred = self._call.deferred, []
+    roots = [o.uop for o in outs if isinstance(o, Tensor)]
+    if ran or len(roots) != len(outs) or any(engine.is_realized(u) or not isinstance(u.device, str) for u in roots):
+      # every later call builds the graph; this call's results may view the staged inputs: not refilled again
+      self._call.eager[ekey] = None
+      for k in staged.values(): self._call.staging.pop(k, None)
+      self._call.deferred = checks
+      self._run_deferred_checks(outs)
+      return dict(zip(self.outputs, outs))
+    if checks: roots.append(Tensor.stack(*[c[3] for c in checks]).uop)
+    del outs
+    becomes, rec = engine.realize_recorded(roots)
+    got = [Tensor(becomes[u]) for u in roots]
+    marks = [c[:3] for c in checks]
+    self._call.eager[ekey] = None if rec is None else _EagerGraph(rec, marks)
+    if rec is None:
+      for k in staged.values(): self._call.staging.pop(k, None)
+    if marks: _raise_bad_indices(marks, got.pop().numpy())
+    return dict(zip(self.outputs, got))
+
+  def _eager_plain(self, checked: dict[str, tuple[Any, int]], feed: dict[str, Any],
+                   debug: bool = False) -> dict[str, Any]:
+    """An eager call that builds the graph on the inputs (`checked` as fresh Tensors, their values known on the host,
+    and `feed`, the other ones); its outputs stay lazy unless runtime index checks realized them."""
+    for name, (v, et) in checked.items(): feed[name] = self._remember(to_tensor(v, self.device, et), v, foldable=False)
     prev, _ACTIVE.host = _ACTIVE.host, self._call.host
     try: outs = self._run_graph(self.model.graph, feed, outer=dict(self._consts), debug=debug)
     finally: _ACTIVE.host = prev
