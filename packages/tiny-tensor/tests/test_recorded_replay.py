@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import tiny_codegen.schedule as sched_mod
-from tiny_tensor import Context, GlobalCounters, Tensor, engine
+from tiny_tensor import Context, Device, GlobalCounters, Tensor, engine
 
 
 @pytest.fixture
@@ -38,10 +38,13 @@ def _refill(x, seed):
   return xv
 
 
-def test_replays_read_the_refilled_inputs_into_fresh_outputs(count_schedules):
+@pytest.mark.parametrize("jit", [1, 2])
+def test_replays_read_the_refilled_inputs_into_fresh_outputs(count_schedules, jit):
   x, roots, ref = _graph()
-  becomes, rec = engine.realize_recorded(list(roots))
+  with Context(JIT=jit): becomes, rec = engine.realize_recorded(list(roots))
   assert rec is not None and len(becomes) > len(roots)  # the inner contiguous got a buffer too
+  # one device graph of every kernel where the device has a graph class; JIT=2: kernel by kernel
+  assert (rec.graph is not None) == (jit == 1 and Device[x.device].graph is not None)
   first = [Tensor(becomes[r]) for r in roots]
   xv0 = x.numpy()
   GlobalCounters.reset()

@@ -50,7 +50,7 @@ from typing import Any, Callable, ClassVar, Iterable, Iterator, Literal
 from tiny_uop import trace as _trace
 from tiny_uop.device import Buffer
 from tiny_uop.dtype import DType
-from tiny_uop.helpers import DEBUG, del_errors
+from tiny_uop.helpers import DEBUG, JIT, del_errors
 from tiny_uop.uop import GroupOp, Ops, UOp
 from tiny_uop.plugins import Device
 
@@ -453,23 +453,34 @@ def _launcher(spec: Any, prg: Any, nbufs: int) -> Callable[..., Any]:
   return lambda *bufs: prg(*bufs, global_size=gs, local_size=ls, vals=(), wait=False)
 
 
-def _make_replay(sched: Any, todo: list[UOp], inner: bool = False) -> _Replay | None:
-  """The replay of a schedule just run for `todo` (nothing exposed), or None when it has a COPY/SLICE, variables, or
-  gives buffers to other nodes than the roots (`inner=True`: other nodes' buffers are allowed, made fresh by each
-  replay and dropped with it: for roots whose graph nobody else holds, see `Recorded`)."""
-  if sched.var_vals or not (set(todo) <= set(sched.becomes) if inner else set(sched.becomes) == set(todo)): return None
+def _call_slots(sched: Any) -> tuple[dict[UOp, int], list[list[int]], list[tuple[str, int, DType]]]:
+  """The buffer slots of a schedule's calls: each BUFFER's slot (the inputs' first, in `sched.inputs` order, then
+  the new ones as the calls first use them), each call's slots in its source order, and the new buffers' (device,
+  size, dtype)."""
   slot = {b: i for i, b in enumerate(sched.inputs)}
   new: list[tuple[str, int, DType]] = []
-  kernels, devices = [], {}
-  flags = _codegen_flags()
+  per_call = []
   for c in sched.calls:
-    if c.src[0].op is not Ops.SINK: return None
     call_slots = []
     for b in c.src[1:]:
       if b not in slot:
         slot[b] = len(slot)
         new.append((_buffer_device(b), b.arg, b.dtype))
       call_slots.append(slot[b])
+    per_call.append(call_slots)
+  return slot, per_call, new
+
+
+def _make_replay(sched: Any, todo: list[UOp], inner: bool = False) -> _Replay | None:
+  """The replay of a schedule just run for `todo` (nothing exposed), or None when it has a COPY/SLICE, variables, or
+  gives buffers to other nodes than the roots (`inner=True`: other nodes' buffers are allowed, made fresh by each
+  replay and dropped with it: for roots whose graph nobody else holds, see `Recorded`)."""
+  if sched.var_vals or not (set(todo) <= set(sched.becomes) if inner else set(sched.becomes) == set(todo)): return None
+  if any(c.src[0].op is not Ops.SINK for c in sched.calls): return None
+  slot, per_call, new = _call_slots(sched)
+  kernels, devices = [], {}
+  flags = _codegen_flags()
+  for c, call_slots in zip(sched.calls, per_call):
     device = _buffer_device(c.src[1])
     spec, prg = _get_runner(c.src[0], device)
     if spec.vars: return None
@@ -535,6 +546,21 @@ def _still_valid(rp: _Replay) -> bool:
 def _launch(rp: _Replay, inputs: list[UOp]) -> list[Any]:
   """Run recorded replay `rp` on the graph's input BUFFERs `inputs` (its checks passed): per new buffer, its
   allocated `_EngineBuffer` (None when no kernel uses it). See `_replay_launch`."""
+  opaque, new = _slot_opaques(rp, inputs)
+  for launch, args_of, ops, mem in rp.kernels:  # as _run_kernel with DEBUG=0, no recorder and no capture
+    st = time.perf_counter()
+    et = launch(*args_of(opaque))
+    t = et if et is not None else time.perf_counter() - st
+    GlobalCounters.kernel_count += 1
+    GlobalCounters.global_ops += ops
+    GlobalCounters.global_mem += mem
+    GlobalCounters.time_sum_s += t
+  return new
+
+
+def _slot_opaques(rp: _Replay, inputs: list[UOp]) -> tuple[list[Any], list[Any]]:
+  """The opaque device buffer of every slot of replay `rp` that a kernel uses (None for the others), the new ones
+  allocated, and per new buffer its `_EngineBuffer` (None when no kernel uses it)."""
   # the device buffers: the inputs' Buffers live on their BUFFER nodes; new ones are made here
   n_in = len(inputs)
   opaque: list[Any] = [None] * (n_in + len(rp.plan))
@@ -553,15 +579,7 @@ def _launch(rp: _Replay, inputs: list[UOp]) -> list[Any]:
     buf._opaque = opaque[n_in + len(new)] = dev.allocator.alloc(nbytes, None)
     new.append(buf)
     GlobalCounters.mem_used += nbytes
-  for launch, args_of, ops, mem in rp.kernels:  # as _run_kernel with DEBUG=0, no recorder and no capture
-    st = time.perf_counter()
-    et = launch(*args_of(opaque))
-    t = et if et is not None else time.perf_counter() - st
-    GlobalCounters.kernel_count += 1
-    GlobalCounters.global_ops += ops
-    GlobalCounters.global_mem += mem
-    GlobalCounters.time_sum_s += t
-  return new
+  return opaque, new
 
 
 def _replay_run(roots: tuple[UOp, ...]) -> tuple[_Replay, list[UOp]] | None:
@@ -598,10 +616,50 @@ class Recorded:
   """The schedule of fixed graphs `roots`, recorded by `realize_recorded` so that `replay_recorded` runs it again on
   whatever their input buffers hold then, without scheduling or walking the graphs (an eager `OnnxRunner`'s repeated
   calls: one graph per input signature over the same input buffers). The holder must be the only one to hold the
-  roots' graphs: buffers the schedule gave to inner nodes are made fresh by each replay and dropped with it."""
+  roots' graphs: buffers the schedule gave to inner nodes are made fresh by each replay and dropped with it. When
+  every kernel runs on one device whose graph class takes them (`Compiled.graph`, PIPELINE.md §7; not under
+  `JIT=2`), `graph` runs them all in one call, every buffer patched in per replay (on the CPU: one native call, the
+  thread pool woken once, not per kernel); `totals` is what the kernels add to `GlobalCounters` (kernels, ops,
+  bytes). A holder replays it from one thread at a time (`replay_recorded` holds the engine lock)."""
   roots: tuple[UOp, ...]
   replay: _Replay
   inputs: list[UOp]  # the graphs' input BUFFERs, in the replay's slot order
+  graph: Any = None
+  totals: tuple[int, int, int] = (0, 0, 0)
+
+
+class _GraphKernel:
+  """A recorded kernel as a device graph takes it (PIPELINE.md §7): its program, each argument an index into the
+  replay's buffer slots, fixed sizes, no variables."""
+  __slots__ = ("prg", "bufs", "vars", "global_size", "local_size", "static_launch")
+
+  def __init__(self, prg: Any, bufs: list[int], global_size: tuple[int, ...], local_size: tuple[int, ...] | None):
+    self.prg, self.bufs, self.global_size, self.local_size = prg, bufs, global_size, local_size
+    self.vars: tuple = ()
+    self.static_launch = True
+
+  def launch(self, var_vals: dict[str, int]) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
+    return self.global_size, self.local_size
+
+
+def _record_graph(sched: Any) -> Any:
+  """The device graph of a recorded schedule's kernels (see `Recorded`), or None."""
+  if JIT.value >= 2 or not sched.calls: return None
+  devices = {_buffer_device(c.src[1]) for c in sched.calls}
+  if len(devices) != 1: return None
+  device = devices.pop()
+  dev = Device._opened.get(device) or Device[device]
+  if (cls := getattr(dev, "graph", None)) is None: return None
+  supports = getattr(cls, "supports", None)
+  kernels = []
+  for c, call_slots in zip(sched.calls, _call_slots(sched)[1]):
+    spec, prg = _get_runner(c.src[0], device)
+    args = [call_slots[i] for i in (spec.globals if spec.globals else range(len(call_slots)))]
+    gs = tuple(spec.global_size) if spec.global_size is not None else (1, 1, 1)
+    k = _GraphKernel(prg, args, gs, tuple(spec.local_size) if spec.local_size is not None else None)
+    if supports is not None and not supports(dev, k): return None
+    kernels.append(k)
+  return cls(dev, kernels)
 
 
 def realize_recorded(uops: list[UOp]) -> tuple[dict[UOp, UOp], Recorded | None]:
@@ -615,8 +673,9 @@ def realize_recorded(uops: list[UOp]) -> tuple[dict[UOp, UOp], Recorded | None]:
     run_schedule(calls, dict(getattr(sched, "var_vals", {}) or {}))
     if before is not None: _print_realize(calls, before)
     rp = _make_replay(sched, uops, inner=True)
-    if rp is not None and any(i < len(sched.inputs) for i, _ in rp.outs): rp = None
-    return dict(sched.becomes), None if rp is None else Recorded(tuple(uops), rp, list(sched.inputs))
+    if rp is None or any(i < len(sched.inputs) for i, _ in rp.outs): return dict(sched.becomes), None
+    totals = (len(rp.kernels), sum(k[2] for k in rp.kernels), sum(k[3] for k in rp.kernels))
+    return dict(sched.becomes), Recorded(tuple(uops), rp, list(sched.inputs), _record_graph(sched), totals)
 
 
 def replay_recorded(rec: Recorded) -> list[UOp]:
@@ -626,7 +685,17 @@ def replay_recorded(rec: Recorded) -> list[UOp]:
   schedules them (the same results)."""
   with lock:
     if _trace.RECORDER is None and not _tls.captures and DEBUG.value < 1 and _still_valid(rec.replay):
-      return _root_views(rec.replay, _slot_buffers(rec.replay, rec.inputs, _launch(rec.replay, rec.inputs)))
+      if rec.graph is None: new = _launch(rec.replay, rec.inputs)
+      else:
+        opaque, new = _slot_opaques(rec.replay, rec.inputs)
+        st = time.perf_counter()
+        rec.graph(opaque, {})
+        GlobalCounters.time_sum_s += time.perf_counter() - st
+        k, ops, mem = rec.totals
+        GlobalCounters.kernel_count += k
+        GlobalCounters.global_ops += ops
+        GlobalCounters.global_mem += mem
+      return _root_views(rec.replay, _slot_buffers(rec.replay, rec.inputs, new))
     becomes = realize(list(rec.roots), replay=False)
     return [becomes[r] for r in rec.roots]
 
