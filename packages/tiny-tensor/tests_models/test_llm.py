@@ -742,6 +742,10 @@ def test_prefill_chunks_multiply_weights_decoded_once_per_model(tmp_path, monkey
   the `gguf` package's decoding of the file."""
   from tiny_tensor.llm import model as llm_model
   if budget is not None: monkeypatch.setattr(llm_model, "dense_budget", lambda device: budget)
+  # float32 activations and prefill products (a VNNI CPU's int8 activations and AMX's bfloat16 products move the
+  # logits past 1e-4): set here, not left to the module-scoped `mixed` fixture, which only the full module sets up
+  monkeypatch.setattr(llm_model, "int8_dot_products", lambda device: False)
+  monkeypatch.setattr(llm_model, "PREFILL_AMX", False)
   path = str(tmp_path / "d.gguf")
   llm_ref.make_model(path, n_layers=2, dim=256, hidden=512, n_heads=4, n_kv=2, wtype=t, seed=11, ctx=64)
   kv, ts = read_gguf(path)
