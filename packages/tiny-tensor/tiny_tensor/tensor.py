@@ -1431,6 +1431,9 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
     if dx == 2 and dw == 2 and dtype is None and self.dtype == w.dtype == dtypes.bfloat16 and _amx_tiles(self, w):
       # AMX tiles (tiny_codegen.x86_amx): one kernel, the plain float32 sum of bf16 products rounded to bf16, which
       # the tile kernel's recogniser matches; that kernel packs B's k-pairs itself (no pack kernel, no second launch)
+      if pad := _amx_row_pad(self, w):  # A's rows copied a cache line further apart (`x86_amx.a_row_pad`)
+        (m, k), n = self.shape, w.shape[1]
+        x = self.pad(((0, 0), (0, pad))).contiguous().shrink(((0, m), (0, k))).reshape(m, 1, k).cast(acc)
       return (x * ww).sum(-1).cast(out_dt)
     if panel and dw == 2:
       # the CPU's register block reads B in column strips: realize B once as contiguous (n // P, k, P) panels
@@ -1509,6 +1512,17 @@ def _amx_tiles(x: Tensor, w: Tensor) -> bool:
   from tiny_uop.plugins import Device
   from tiny_codegen.renderer.llvmir import LLVMRenderer
   return isinstance(Device["CPU"].renderer, LLVMRenderer) and x86_amx.request_tile_state()
+
+
+def _amx_row_pad(x: Tensor, w: Tensor) -> int:
+  """Elements `dot` pads A's rows by before the AMX tile kernel (`x86_amx.a_row_pad` for the CPU's L1d set span)."""
+  from tiny_codegen import x86_amx
+  from tiny_codegen.machine import machine_of
+  from tiny_uop.plugins import Device
+  k, n = x.shape[1], w.shape[1]
+  if not isinstance(k, int) or not isinstance(n, int): return 0  # never: `_amx_tiles` held
+  mach = machine_of(Device["CPU"].renderer)
+  return x86_amx.a_row_pad(n, k, mach.l1d_set_span, mach.l1d_ways)
 
 
 def _packed_product(x: Tensor, w: Tensor, panel: int) -> Tensor:
