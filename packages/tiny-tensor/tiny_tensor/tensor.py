@@ -1529,8 +1529,8 @@ def _packed_product(x: Tensor, w: Tensor, panel: int) -> Tensor:
   """`x @ w` for 2-D operands of one dtype that `dot` packs (`panel` columns, `_gemm_panel`) and sums in that dtype:
   B realized once as contiguous (n // P, k, P) panels and the product summed over k, the graph `dot`'s general packed
   branch builds, with its nodes made directly (both shapes are known ints here): that branch's movement ops through
-  `Tensor` (reshape's checks, two transposes that cancel) took ~0.3 ms of CPU a call on the Xeon 6/207, ~5% of a
-  two-thread 1024^2 product's kernel time."""
+  `Tensor` (reshape's checks, two transposes that cancel) took 0.2-0.4 ms of CPU a call on the Xeon 6/207 (now
+  0.09-0.14), 2-4% of a two-thread 1024^2 product's kernel time."""
   (m, k), n = x.shape, w.shape[1]
   if not (isinstance(m, int) and isinstance(k, int) and isinstance(n, int)):  # never: `_gemm_panel` packs int shapes
     raise TypeError(f"packed matmul needs int shapes, got {x.shape} @ {w.shape}")
