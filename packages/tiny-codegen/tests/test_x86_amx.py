@@ -40,7 +40,8 @@ def test_ir_uses_the_tile_instructions() -> None:
                                         ((32, 32, 0, 1), r"K must be a positive int, got 0"),
                                         ((32, 32, 32, 1.0), r"threads must be a positive int, got 1.0"),
                                         ((32, 32, 32768, 1), r"K=32768 is more than 16384"),
-                                        ((32, 32, 96, 1, "k", False, 64), r"kb=64; valid: a multiple of 32 that div")])
+                                        ((32, 32, 96, 1, "k", False, 64), r"kb=64; valid: a multiple of 32 that div"),
+                                        ((32, 32, 96, 1, "k", False, None, 64), r"lda=64; valid: an int of at least")])
 def test_bad_shapes_are_clear_errors(shape: tuple, msg: str) -> None:
   with pytest.raises(ValueError, match=msg): x86_amx.amx_bf16_matmul_ir(*shape)
 
@@ -169,3 +170,60 @@ def test_bf16_out_rounds_as_tiny_casts() -> None:
   want = np.where(np.isnan(outs[False]), np.uint16(0x7FC0), _bf16_bits(outs[False]))
   assert np.isnan(outs[False][3]).all() and np.array_equal(outs[True], want)
   assert x86_amx.match_matmul(_dot_ast(64, 96, 32, cast=True)) == (64, 32, 96, True)  # type: ignore[arg-type]
+
+
+@x86_only
+def test_padded_a_rows_match_numpy() -> None:
+  """A read with its rows `lda` > K elements apart (what `Tensor.dot` pads to, `a_row_pad`): the padding's values
+  (NaN bits here) never reach the product, which is numpy's float64 one of the same bfloat16 values to the float32
+  sums' bound; 2 threads, 2 K blocks."""
+  if not x86_amx.request_tile_state(): pytest.skip("this CPU (or its hypervisor) doesn't run AMX bfloat16 tiles")
+  from kernel_runner import load_fn
+  m, n, k, lda = 64, 64, 2048, 2048 + 32
+  rng = np.random.default_rng(5)
+  a = np.full((m, lda), 0x7FC0, np.uint16)  # bfloat16 NaN in the pad
+  a[:, :k] = _bf16_bits(rng.standard_normal((m, k)))
+  b = _bf16_bits(rng.standard_normal((k, n)))
+  out = np.full((m, n), np.nan, np.float32)
+  compiler = LLVMCompiler()
+  src = x86_amx.amx_bf16_matmul_ir(m, n, k, 2, name="amx_lda", kb=1024, lda=lda)
+  assert f"i64 {lda * 2})" in src  # the A tiles' row stride
+  fn = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 3, ctypes.c_int32)(load_fn("amx_lda", compiler.compile(src)))
+  for core in range(2): fn(out.ctypes.data, a.ctypes.data, np.ascontiguousarray(b).ctypes.data, core)
+  fa, fb = _bits_to_f64(a[:, :k]), _bits_to_f64(b)
+  bound = k * 2.0 ** -23 * (np.abs(fa) @ np.abs(fb))
+  assert np.all(np.abs(out - fa @ fb) <= bound), float(np.max(np.abs(out - fa @ fb) - bound))
+
+
+def test_match_matmul_reads_padded_rows() -> None:
+  """The AST of a product whose A is a view of rows padded apart (`Tensor.dot`'s copy) matches with that stride."""
+  from tiny_tensor import Tensor
+  from tiny_uop import Ops as TOps
+  m, k, n = 64, 96, 32
+  a = Tensor.empty(m, k + 32, dtype="bfloat16").shrink(((0, m), (0, k)))
+  b = Tensor.empty(k, n, dtype="bfloat16")
+  out = (a.reshape(m, 1, k).float() * b.T.reshape(1, n, k).float()).sum(-1).contiguous()
+  ast = [c.src[0] for c in out.schedule().calls if c.src[0].op is TOps.SINK][-1]
+  assert x86_amx.match_matmul_layout(ast) == (m, n, k, False, k + 32)  # type: ignore[arg-type]
+  assert x86_amx.match_matmul(ast) == (m, n, k, False)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("l1d, ways, n, k, want", [
+  (48 << 10, 12, 4096, 4096, 32),  # Sapphire Rapids' 48 KB 12-way L1d, a 4 KB set span: rows of 8 KB, all in 1 set
+  (48 << 10, 12, 4096, 1024, 32),  # rows of 2 KB: 2 sets of 12 ways for 32 rows
+  (48 << 10, 12, 4096, 4128, 0),   # rows already a cache line off a span multiple: 64 sets
+  (48 << 10, 12, 1024, 4096, 0),   # N below A_PAD_MIN_COLUMNS: the copy costs about what it gains
+  (32 << 10, 8, 4096, 1024, 32),   # Zen 3/4's 32 KB 8-way (4 KB span): 2 sets of 8 ways
+  (32 << 10, 8, 4096, 512, 0),     # rows of 1 KB: 4 sets of 8 ways hold the 32 rows
+  (64 << 10, 4, 4096, 2048, 32),   # a 64 KB 4-way L1d (Neoverse N1, a 16 KB span): rows of 4 KB in 4 sets of 4
+  (64 << 10, 4, 4096, 1024, 0),    # rows of 2 KB: 8 sets of 4 ways
+])
+def test_a_row_pad_follows_the_l1d_sets(l1d: int, ways: int, n: int, k: int, want: int) -> None:
+  """Rows padded by one cache line (32 bfloat16s) exactly when a step's 32 A rows fall into sets with fewer ways than
+  rows (the set span of the machine model, `Machine.l1d_set_span`, over gcd(K x 2, span), times the ways) and N is at
+  least `A_PAD_MIN_COLUMNS`."""
+  import dataclasses
+
+  from tiny_codegen.machine import Machine
+  m = dataclasses.replace(Machine.default(), l1d=l1d, l1d_ways=ways)
+  assert x86_amx.a_row_pad(n, k, m.l1d_set_span, m.l1d_ways) == want, (m.l1d_set_span, n, k)

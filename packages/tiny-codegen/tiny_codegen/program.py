@@ -130,13 +130,13 @@ def _amx_program(ast: UOp, name: str, renderer: Renderer) -> UOp | None:
   from tiny_codegen.renderer.llvmir import LLVMRenderer
   if not isinstance(renderer, LLVMRenderer) or CHECK_OOB.value: return None
   from tiny_codegen import x86_amx
-  if (mnk := x86_amx.match_matmul(ast)) is None or not x86_amx.request_tile_state(): return None
-  m, n, k, out_bf16 = mnk
+  if (mnk := x86_amx.match_matmul_layout(ast)) is None or not x86_amx.request_tile_state(): return None
+  m, n, k, out_bf16, lda = mnk
   threads = max(1, int(getattr(renderer, "threads", 1)))
   while threads > 1 and m % (x86_amx.BLOCK * threads): threads -= 1
   from tiny_codegen.machine import machine_of
   kb = x86_amx.k_block(k, machine_of(renderer).l1d)  # the K block from this machine's L1d
-  src = x86_amx.amx_bf16_matmul_ir(m, n, k, threads, name=name, out_bf16=out_bf16, kb=kb)
+  src = x86_amx.amx_bf16_matmul_ir(m, n, k, threads, name=name, out_bf16=out_bf16, kb=kb, lda=lda)
   if DEBUG >= 4: print(f"*** source of {name} (x86_amx tile kernel):\n{src}")
   lib = renderer.compiler.compile_cached(src)
   info = ProgramInfo(name, (threads, 1, 1), None, (), (0, 1, 2), (0,), (1, 2))

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import math
 import platform
 import resource
 import threading
@@ -38,7 +39,8 @@ from tiny_uop.uop import AxisType, Ops, UOp
 
 from tiny_codegen import cpu_probe
 
-__all__ = ["TILE_ROWS", "TILE_BYTES", "BLOCK", "MAX_K", "amx_bf16_matmul_ir", "k_block", "row_group",
+__all__ = ["TILE_ROWS", "TILE_BYTES", "BLOCK", "MAX_K", "amx_bf16_matmul_ir", "k_block", "row_group", "a_row_pad",
+           "match_matmul_layout", "A_PAD_MIN_COLUMNS",
            "request_tile_state", "fits", "match_matmul", "stack_bytes", "thread_stack_limit"]
 
 TILE_ROWS, TILE_BYTES = 16, 64
@@ -104,12 +106,13 @@ def row_group(rows: int) -> int:
 
 
 def amx_bf16_matmul_ir(m: int, n: int, k: int, threads: int = 1, name: str = "amx_bf16_matmul",
-                       out_bf16: bool = False, kb: int | None = None) -> str:
+                       out_bf16: bool = False, kb: int | None = None, lda: int | None = None) -> str:
   """The LLVM IR module of the tile GEMM described in the module docstring, for A (m, k) @ B (k, n) split into
   `threads` row shares; `kb` is its K block (`k_block(k, 48 KB)` when None). `out_bf16`: `out` is bfloat16 (uint16
   bits), each float32 sum rounded as tiny's cast rounds (to nearest even, NaN -> 0x7FC0, denormals kept), through a
-  1 KB stack buffer per C tile. ValueError for a shape the blocks don't divide (M a multiple of 32 x threads, N of
-  32, K of 32 and at most `MAX_K`, `kb` a multiple of 32 dividing K). Only run what it compiles to where
+  1 KB stack buffer per C tile. `lda`: A's row stride in elements (K when None; more for A's rows padded apart,
+  `a_row_pad`). ValueError for a shape the blocks don't divide (M a multiple of 32 x threads, N of 32, K of 32 and at
+  most `MAX_K`, `kb` a multiple of 32 dividing K, `lda` at least K). Only run what it compiles to where
   `request_tile_state()` returned True.
 
   >>> "tdpbf16ps" in amx_bf16_matmul_ir(64, 32, 32, threads=2)
@@ -119,6 +122,9 @@ def amx_bf16_matmul_ir(m: int, n: int, k: int, threads: int = 1, name: str = "am
   kb = k_block(k, 48 << 10) if kb is None else kb
   if not isinstance(kb, int) or kb <= 0 or kb % K_STEP or k % kb:
     raise ValueError(f"amx_bf16_matmul_ir: kb={kb!r}; valid: a multiple of {K_STEP} that divides K={k}")
+  lda = k if lda is None else lda
+  if not isinstance(lda, int) or isinstance(lda, bool) or lda < k or m * lda >= 2 ** 31:
+    raise ValueError(f"amx_bf16_matmul_ir: lda={lda!r}; valid: an int of at least K={k} with M x lda < 2**31")
   rows, nkb = m // threads, k // kb
   group = row_group(rows)
   tt = f"i16 {TILE_ROWS}, i16 {TILE_BYTES}"  # every tile's shape: 16 rows x 64 bytes
@@ -158,12 +164,13 @@ def amx_bf16_matmul_ir(m: int, n: int, k: int, threads: int = 1, name: str = "am
   ln += [f"  %c{t} = phi x86_amx [%i{t}, %k.pre], [%d{t}, %k.body]" for t in range(4)]
   ln += ["  %k.ok = icmp slt i32 %kb, %kend", "  br i1 %k.ok, label %k.body, label %k.exit", "k.body:",
          f"  %ak = mul i32 %kb, {K_STEP}"]
-  for i in range(2):  # A tile i: rows row0 + 16i .., k kb*32 .. +32, row stride K*2 bytes
-    ln += [f"  %ar{i} = add i32 %row0, {TILE_ROWS * i}", f"  %arow{i} = mul i32 %ar{i}, {k}",
+  for i in range(2):  # A tile i: rows row0 + 16i .., k kb*32 .. +32, row stride lda*2 bytes
+    ln += [f"  %ar{i} = add i32 %row0, {TILE_ROWS * i}", f"  %arow{i} = mul i32 %ar{i}, {lda}",
            f"  %ao{i} = add i32 %arow{i}, %ak", f"  %ap{i} = getelementptr inbounds i16, ptr %a, i32 %ao{i}",
-           f"  %A{i} = call x86_amx @llvm.x86.tileloadd64.internal({tt}, ptr %ap{i}, i64 {k * 2})"]
+           f"  %A{i} = call x86_amx @llvm.x86.tileloadd64.internal({tt}, ptr %ap{i}, i64 {lda * 2})"]
   for r in range(BLOCK):  # the next k step's A rows into L1 while these tiles multiply (A_PREFETCH_STEPS)
-    ln += [f"  %pfr{r} = add i32 %row0, {r}", f"  %pfm{r} = mul i32 %pfr{r}, {k}", f"  %pfa{r} = add i32 %pfm{r}, %ak",
+    ln += [f"  %pfr{r} = add i32 %row0, {r}", f"  %pfm{r} = mul i32 %pfr{r}, {lda}",
+           f"  %pfa{r} = add i32 %pfm{r}, %ak",
            f"  %pfo{r} = add i32 %pfa{r}, {A_PREFETCH_STEPS * K_STEP}",
            f"  %pfp{r} = getelementptr i16, ptr %a, i32 %pfo{r}",  # not inbounds: past A's end, a prefetch is a no-op
            f"  call void @llvm.prefetch.p0(ptr %pfp{r}, i32 0, i32 3, i32 1)"]
@@ -301,11 +308,18 @@ def _bf16_load(x: UOp) -> tuple[UOp, UOp] | None:
 
 
 def match_matmul(ast: UOp) -> tuple[int, int, int, bool] | None:
-  """(M, N, K, out_bf16) when kernel AST `ast` is exactly what this kernel computes, with PARAM 0 the out (M, N):
+  """(M, N, K, out_bf16) of `match_matmul_layout(ast)`, or None."""
+  got = match_matmul_layout(ast)
+  return None if got is None else got[:4]
+
+
+def match_matmul_layout(ast: UOp) -> tuple[int, int, int, bool, int] | None:
+  """(M, N, K, out_bf16, lda) when kernel AST `ast` is exactly what this kernel computes, with PARAM 0 the out (M, N):
   float32, or bfloat16 when the STORE holds a CAST of the sum to bfloat16 (out_bf16 True), PARAM 1 A (M, K) and
-  PARAM 2 B (K, N), both bfloat16 and row-major: one STORE of REDUCE-ADD over k of the float32 casts' product, every
-  index affine in the three ranges (m, n, k) with the layouts' strides (checked per range, so the match is exact, not
-  sampled), and `fits(M, N, K)`. None for anything else (it is lowered as usual)."""
+  PARAM 2 B (K, N), both bfloat16 and row-major (A's rows `lda` >= K elements apart: K, or more where `Tensor.dot`
+  padded them, `a_row_pad`): one STORE of REDUCE-ADD over k of the float32 casts' product, every index affine in the
+  three ranges (m, n, k) with the layouts' strides (checked per range, so the match is exact, not sampled), and
+  `fits(M, N, K)`. None for anything else (it is lowered as usual)."""
   if ast.op is not Ops.SINK or len(ast.src) != 1 or (st := ast.src[0]).op is not Ops.STORE or len(st.src) != 2:
     return None
   oix, red = st.src
@@ -329,8 +343,32 @@ def match_matmul(ast: UOp) -> tuple[int, int, int, bool] | None:
   rm, rn = outs
   size = {r: int(r.src[0].arg) for r in rngs}
   m, n, k = size[rm], size[rn], size[rk]
-  want = {rm: (n, k, 0), rn: (1, 0, 1), rk: (0, 1, n)}
-  if any((so[r], sa[r], sb[r]) != w for r, w in want.items()) or not fits(m, n, k): return None
-  for p, need in zip(params, (m * n, m * k, n * k)):
+  lda = sa[rm]
+  want = {rm: (n, lda, 0), rn: (1, 0, 1), rk: (0, 1, n)}
+  if lda < k or m * lda >= 2 ** 31 or any((so[r], sa[r], sb[r]) != w for r, w in want.items()) or not fits(m, n, k):
+    return None
+  for p, need in zip(params, (m * n, (m - 1) * lda + k, n * k)):
     if not isinstance(p.dtype, PtrDType) or p.dtype.size < need: return None
-  return m, n, k, out_bf16
+  return m, n, k, out_bf16, lda
+
+
+A_PAD_MIN_COLUMNS = 2048
+"""The columns (N) from which `a_row_pad` pads A's rows: the copy reads and writes A once (4 bytes an element of A), the
+product does 2N flops an element of A, so at ~10 GB/s of copy and ~400 GFLOPS of tiles a core the copy costs ~80/N of
+the product: 4% at N=2048, where the padded rows gained 4-9% (K=1024), 8-10% (K=2048) and 12-27% (K=4096) on the
+Xeon 6/207 (`a_row_pad`). A ratio of costs, not a cache size."""
+
+
+def a_row_pad(n: int, k: int, set_span: int, ways: int) -> int:
+  """Elements to pad each row of A (M, K) bfloat16 by before the tile kernel (0: read it in place), for an L1d of
+  `ways` ways whose addresses map to the same set again every `set_span` bytes (`Machine.l1d_set_span`). Each k step
+  loads two A tiles, 32 rows of 64 bytes K*2 bytes apart, and prefetches the next step's 32 rows into L1: those rows
+  fall into set_span / gcd(K*2, set_span) sets, and when those sets' ways are fewer than the 32 rows, the rows evict
+  each other before the tiles read them (a 48 KB 12-way L1d, 4 KB span: K=4096 or 2048, every row in one set; K=1024,
+  two sets of 12). One cache line (32 values) more a row spreads them over 32 sets. Measured on the Xeon 6/207 (one
+  thread, thread CPU time, the kernel alone on 1024 x K @ K x 1024, in turns, load ~6.5, three runs): K=4096 481,
+  339, 496 GFLOPS against K=4128's 572, 429, 579; K=2048 369, 570 against K=2080's 411, 624; K=1024 385, 648, 748
+  against K=1056's 413, 708, 774. Padded from `A_PAD_MIN_COLUMNS` columns (the copy's cost against that gain)."""
+  if set_span <= 0 or ways <= 0 or n < A_PAD_MIN_COLUMNS: return 0
+  sets = set_span // math.gcd(k * 2, set_span)
+  return K_STEP if sets * ways < 2 * TILE_ROWS else 0

@@ -74,3 +74,17 @@ def test_flags_without_amx_keep_the_float32_kernel(monkeypatch: pytest.MonkeyPat
   real = cpu_probe.executes
   monkeypatch.setattr(cpu_probe, "executes", lambda feature, flags_=None: real(feature, flags=flags))
   assert not any("tdpbf16ps" in s for s in _check((160, 64), (64, 128)))
+
+
+@pytest.mark.parametrize("m, k, n", [(64, 2048, 2048), (32, 1024, 2048), (32, 2080, 2048)])
+def test_amx_rows_padded_apart(m: int, k: int, n: int) -> None:
+  """Where a k step's 32 A rows would share too few L1d sets (`x86_amx.a_row_pad` of this host's model: rows of 4 KB
+  or 2 KB on a 48 KB 12-way or 32 KB 8-way L1d), `dot` copies A's rows a cache line apart first (a second kernel)
+  and the tile kernel reads them at that stride; rows of 4160 bytes (K=2080) are read in place. torch's numbers."""
+  if not _amx(): pytest.skip("this CPU (or its hypervisor) doesn't run AMX bfloat16 tiles")
+  from tiny_codegen.machine import host_machine
+  mach = host_machine()
+  pad = x86_amx.a_row_pad(n, k, mach.l1d_set_span, mach.l1d_ways)
+  srcs = _check((m, k), (k, n))
+  assert len(srcs) == (2 if pad else 1) and "tdpbf16ps" in srcs[-1], [s[:80] for s in srcs]
+  assert f"i64 {(k + pad) * 2})" in srcs[-1]  # the A tiles' row stride in bytes
