@@ -16,6 +16,12 @@ from tiny_tensor.engine import GlobalCounters
 rng = np.random.default_rng(39)
 
 
+def _t(a: np.ndarray) -> Tensor:
+  """A CPU tensor: these checks are of the CPU's schedule and LLVM source (the mock-GPU sessions that re-run this
+  folder would only emulate the same convs slowly)."""
+  return Tensor(a, device="CPU")
+
+
 def _arr(*shape: int) -> np.ndarray:
   return (rng.standard_normal(shape) * 0.3).astype(np.float32)
 
@@ -34,7 +40,7 @@ def test_conv_silu_depthwise_one_kernel_per_conv():
   # (weight copies 2, conv, sigmoid, x * sigmoid, depthwise), the SiLU now the 1x1 conv's epilogue: 4
   x, w1, b1, wd = _arr(1, 8, 32, 32), _arr(48, 8, 1, 1), _arr(48), _arr(48, 1, 3, 3)
   got, n = _kernels(lambda x, w1, b1, wd: x.conv2d(w1, b1).silu().conv2d(wd, groups=48, stride=2, padding=1),
-                    Tensor(x), Tensor(w1), Tensor(b1), Tensor(wd))
+                    _t(x), _t(w1), _t(b1), _t(wd))
   tx = F.silu(F.conv2d(torch.from_numpy(x), torch.from_numpy(w1), torch.from_numpy(b1)))
   want = F.conv2d(tx, torch.from_numpy(wd), groups=48, stride=2, padding=1).numpy()
   np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
@@ -58,7 +64,7 @@ def test_mbconv_squeeze_excite_values_and_kernels():
     h = F.silu(F.conv2d(h, wd, bd, groups=E, padding=1))
     s = torch.sigmoid(F.conv2d(F.silu(F.conv2d(h.mean((2, 3), keepdim=True), ws1, bs1)), ws2, bs2))
     return F.conv2d(h * s, w2, b2) + x
-  got, n = _kernels(block, *[Tensor(v) for v in a])
+  got, n = _kernels(block, *[_t(v) for v in a])
   want = block(*[torch.from_numpy(v) for v in a], F=F).numpy()
   np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
   assert n == 15, n
@@ -72,7 +78,7 @@ def test_residual_relu_fused_into_the_conv():
   def blk(x, w1, w2, w3, F=None):
     if F is None: return (x.conv2d(w1, padding=1).relu().conv2d(w2, padding=1) + x).relu().conv2d(w3, padding=1)
     return F.conv2d(F.relu(F.conv2d(F.relu(F.conv2d(x, w1, padding=1)), w2, padding=1) + x), w3, padding=1)
-  got, n = _kernels(blk, Tensor(x), Tensor(w1), Tensor(w2), Tensor(w3))
+  got, n = _kernels(blk, _t(x), _t(w1), _t(w2), _t(w3))
   want = blk(*[torch.from_numpy(v) for v in (x, w1, w2, w3)], F=F).numpy()
   np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
   assert n == 6, n
@@ -86,7 +92,7 @@ def test_stem_conv_not_fused_behind_max_pool_padding(k: int, s: int, p: int):
   # ReLU and pool in one kernel.
   x, w, b = _arr(1, 3, 96, 96), _arr(16, 3, 7, 7), _arr(16)
   got, n = _kernels(lambda x, w, b: x.conv2d(w, b, stride=2, padding=3).relu().max_pool2d(k, s, padding=p),
-                    Tensor(x), Tensor(w), Tensor(b))
+                    _t(x), _t(w), _t(b))
   tw = F.relu(F.conv2d(torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(b), stride=2, padding=3))
   want = F.max_pool2d(tw, k, s, padding=p).numpy()
   np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

@@ -20,6 +20,12 @@ from tiny_tensor import Context, Tensor
 rng = np.random.default_rng(7)
 
 
+def _t(a: np.ndarray) -> Tensor:
+  """A CPU tensor: these checks are of the CPU's schedule and LLVM source (the mock-GPU sessions that re-run this
+  folder would only emulate the same convs slowly)."""
+  return Tensor(a, device="CPU")
+
+
 def _arr(*shape: int) -> np.ndarray:
   return rng.standard_normal(shape).astype(np.float32)
 
@@ -34,7 +40,7 @@ def _arr(*shape: int) -> np.ndarray:
 ])
 def test_padded_conv_matches_torch(cin, cout, groups, hw, k, stride, pad, dil):
   x, w, b = _arr(1, cin, hw, hw + 2), _arr(cout, cin // groups, *((k, k) if isinstance(k, int) else k)), _arr(cout)
-  got = Tensor(x).conv2d(Tensor(w), Tensor(b), groups=groups, stride=stride, padding=pad, dilation=dil).numpy()
+  got = _t(x).conv2d(_t(w), _t(b), groups=groups, stride=stride, padding=pad, dilation=dil).numpy()
   want = F.conv2d(torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(b), groups=groups, stride=stride,
                   padding=pad, dilation=dil).numpy()
   np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
@@ -43,9 +49,9 @@ def test_padded_conv_matches_torch(cin, cout, groups, hw, k, stride, pad, dil):
 @pytest.mark.parametrize("k,stride,pad", [(3, 2, 1), (3, 1, 1), (5, 1, 2), (2, 2, 1)])
 def test_padded_pools_match_torch(k, stride, pad):
   x = _arr(2, 5, 27, 31)
-  got_max = Tensor(x).max_pool2d(k, stride, padding=pad).numpy()
+  got_max = _t(x).max_pool2d(k, stride, padding=pad).numpy()
   np.testing.assert_array_equal(got_max, F.max_pool2d(torch.from_numpy(x), k, stride, padding=pad).numpy())
-  got_avg = Tensor(x).avg_pool2d(k, stride, padding=pad).numpy()
+  got_avg = _t(x).avg_pool2d(k, stride, padding=pad).numpy()
   want_avg = F.avg_pool2d(torch.from_numpy(x), k, stride, padding=pad).numpy()
   np.testing.assert_allclose(got_avg, want_avg, rtol=1e-5, atol=1e-6)
 
@@ -54,14 +60,14 @@ def test_first_and_last_lanes_of_the_buffer_padded():
   # the first output row's left tap reads lane 0 at element -1 of the input buffer, the last row's right tap one
   # past its end: masked off, never read (a plain vector load there could fault or read another buffer's values)
   x = np.full((1, 1, 16, 16), 3.0, np.float32)
-  got = Tensor(x).conv2d(Tensor(np.ones((1, 1, 3, 3), np.float32)), padding=1).numpy()
+  got = _t(x).conv2d(_t(np.ones((1, 1, 3, 3), np.float32)), padding=1).numpy()
   want = F.conv2d(torch.from_numpy(x), torch.ones(1, 1, 3, 3), padding=1).numpy()
   np.testing.assert_array_equal(got, want)
 
 
 def test_depthwise_border_lanes_are_one_masked_load(capsys):
   c = 40 + random.Random().randrange(1000)  # a shape no other test compiled: its source is printed here
-  x, w = Tensor(_arr(1, c, 28, 28)), Tensor(_arr(c, 1, 3, 3))
+  x, w = _t(_arr(1, c, 28, 28)), _t(_arr(c, 1, 3, 3))
   with Context(DEBUG=4, DEV="CPU"):
     x.realize(), w.realize()
     capsys.readouterr()
