@@ -6,7 +6,9 @@ per lane; a REDUCE over an UNROLL (or UPCAST) range combines the lanes' values w
 over its remaining ranges. Lane copies are scalar, except on renderers with `vectorize_upcast` (LLVM on the CPU):
 there one UPCAST axis of each STORE (4 to 16 lanes, the one most loads walk contiguously; LLVM widens an odd width
 such as a conv's 10-wide row to the next register) becomes native vectors first — a load contiguous in it is one
-vector LOAD, a load that doesn't depend on it is broadcast, other loads are gathered lane by lane (VECTORIZE), ALU
+vector LOAD, a contiguous load behind a gate that depends on it (a padded row's border lanes) is one vector LOAD
+whose INDEX gate is a vector of lane gates (a masked load), a load that doesn't depend on it is broadcast, other
+loads are gathered lane by lane (VECTORIZE), ALU
 ops and reduces run on the vectors, and the STORE is one vector store when contiguous, else one store per lane of a
 GEP. (Wider than 16, e.g. a 20-lane row, LLVM's legalization scalarizes the broadcasts: 2x slower than 10 lanes.)
 What SLP would have to rediscover from scalar copies (and, in loop nests, often doesn't) is then explicit.
@@ -102,6 +104,14 @@ def _contiguous(idx_node: UOp, r: UOp) -> bool:
   return (len(idx_node.src) < 3 or r not in idx_node.src[2].ranges) and _stride(idx_node.src[1], r) == 1
 
 
+def _lane_gated(idx_node: UOp, r: UOp) -> bool:
+  """An INDEX that walks `r` with stride 1 behind a gate that depends on `r` (a padded conv or pool's input row: its
+  border lanes read padding). It becomes one vector LOAD whose gate is a vector of lane gates, a masked load that
+  touches no memory for the lanes gated off (the LLVM renderer's `llvm.masked.load`), not one load per lane."""
+  return idx_node.op is Ops.INDEX and len(idx_node.src) > 2 and r in idx_node.src[2].ranges and \
+    idx_node.src[2].dtype == dtypes.bool and _stride(idx_node.src[1], r) == 1
+
+
 def _vector_axis(st: UOp, rngs: list[UOp]) -> UOp | None:
   """The UPCAST axis of `st` (4 to 16 lanes; other than 4/8/16 only when some load walks it contiguously) that the
   most loads (and the store) walk contiguously, wider first; None if none does, or the value has ops a vector can't
@@ -148,6 +158,11 @@ def _vectorize_store(st: UOp, rv: UOp) -> UOp:
     if (m := memo.get(x)) is not None: return m
     if x.op is Ops.LOAD and x.src[0].op is Ops.INDEX and _contiguous(x.src[0], rv):
       out = UOp(Ops.LOAD, x.dtype.vec(n), (fast_substitute(x.src[0], at0), *x.src[1:]), x.arg)
+    elif x.op is Ops.LOAD and x.dtype != dtypes.bool and _lane_gated(x.src[0], rv) and \
+        (g := vec(x.src[0].src[2])).dtype.count == n:
+      # contiguous, gated per lane (a padded window's border lanes): one load of the lanes whose gate holds
+      idx0 = fast_substitute(x.src[0], at0)
+      out = UOp(Ops.LOAD, x.dtype.vec(n), (idx0.replace(src=(*idx0.src[:2], g)), *x.src[1:]), x.arg)
     elif x.op is Ops.REDUCE:
       out = UOp(Ops.REDUCE, x.dtype.vec(n), (_broadcast(vec(x.src[0]), n), *x.src[1:]), x.arg)
     elif x.op in _VALUE_OPS and all(s.dtype.count == 1 for s in x.src) and \

@@ -390,17 +390,24 @@ class _LLVMEmitter:
       self.lines.append(f"{lbl}.exit:")
     elif op is Ops.INDEX:
       idx, it = self.val(src[1]), ltype(src[1].dtype)
-      if u in self.oob: self.bounds_check(u, idx, it)
-      if u in self.gates or len(src) > 2:
-        if u not in self.gates: self.gates[u] = self.val(src[2])
-        safe = self.tmp()
-        self.emit(f"{safe} = select i1 {self.gates[u]}, {it} {idx}, {it} 0")
-        idx = safe
+      # lane gates (`lower.expander._lane_gated`): a masked LOAD, which reads no lane its gate turns off; its first
+      # lane's address may lie before the buffer (a padded row's border), so no `inbounds` (that would be poison)
+      lane_gated = len(src) > 2 and src[2].dtype.count > 1
+      if lane_gated: self.gates[u] = self.val(src[2])
+      else:
+        if u in self.oob: self.bounds_check(u, idx, it)
+        if u in self.gates or len(src) > 2:
+          if u not in self.gates: self.gates[u] = self.val(src[2])
+          safe = self.tmp()
+          self.emit(f"{safe} = select i1 {self.gates[u]}, {it} {idx}, {it} 0")
+          idx = safe
       out = self.tmp()
       base = src[0].dtype.base if isinstance(src[0].dtype, PtrDType) else dt
-      self.emit(f"{out} = getelementptr inbounds {ltype(base, mem=True)}, {self.ptr_ty(src[0].dtype)} "
-                f"{self.val(src[0])}, {it} {idx}")
+      self.emit(f"{out} = getelementptr{'' if lane_gated else ' inbounds'} {ltype(base, mem=True)}, "
+                f"{self.ptr_ty(src[0].dtype)} {self.val(src[0])}, {it} {idx}")
       self.r[u] = out
+    elif op is Ops.LOAD and src[0].op is Ops.INDEX and len(src[0].src) > 2 and src[0].src[2].dtype.count > 1:
+      self.r[u] = self.masked_load(u)
     elif op is Ops.LOAD:
       out = self.tmp()
       self.emit(f"{out} = load {ltype(dt, mem=True)}, {self.ptr_ty(src[0].dtype)} {self.val(src[0])}{self.align(dt)}")
@@ -413,6 +420,21 @@ class _LLVMEmitter:
         self.emit(f"{g} = select i1 {self.gates[src[0]]}, {ltype(dt)} {out}, {ltype(dt)} zeroinitializer")
         out = g
       self.r[u] = out
+
+  def masked_load(self, u: UOp) -> str:
+    """A vector LOAD whose INDEX gate is a vector (`lower.expander._lane_gated`): LangRef's `llvm.masked.load`, which
+    reads only the lanes whose gate is true (the others are 0 and touch no memory: a padded row's border lanes may
+    lie before or past the buffer), one AVX-512 masked move or an AVX2 vmaskmov."""
+    dt, idx = u.dtype, u.src[0]
+    if dt.scalar() == dtypes.bool: raise RenderError("LLVM IR: a lane-gated load of bools (lowering bug)")
+    t, m, sc = ltype(dt, mem=True), f"<{dt.count} x i1>", ltype(dt.scalar(), mem=True)
+    suffix = {'float': 'f32', 'half': 'f16', 'double': 'f64', 'bfloat': 'bf16'}.get(sc, sc)
+    fn = f"llvm.masked.load.v{dt.count}{suffix}.p0"
+    self.decls.add(f"declare {t} @{fn}(ptr, i32, {m}, {t})")
+    out = self.tmp()
+    self.emit(f"{out} = call {t} @{fn}(ptr {self.val(idx)}, i32 {dt.scalar().itemsize}, {m} {self.gates[idx]}, "
+              f"{t} zeroinitializer)")
+    return out
 
   def streaming_store(self, v: str, vdt: DType, ptr_uop: UOp) -> None:
     """A whole-cache-line vector store past the cache (`renderer.nontemporal_store`) when its address is aligned to

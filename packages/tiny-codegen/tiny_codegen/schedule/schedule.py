@@ -13,7 +13,9 @@ Stages (docs/PIPELINE.md §2):
    that reads memory and whose result is broadcast (EXPAND) or used by more than one kernel, and every big
    elementwise value of several buffers that a reduce reads through a broadcasting window (a convolution's or
    pool's input: inlined, it would be recomputed once per window position), and every exp2/log2/sin/pow that is
-   broadcast (attention's softmax exp, else evaluated once per head dim);
+   broadcast (attention's softmax exp, else evaluated once per head dim). A reduce or exp2 whose only way to a
+   broadcast is through such a window input is computed in that input's kernel (a conv with its activation, SiLU's
+   exp2 included, as the epilogue), unless a PAD lies between (the conv would run behind the padding's gates);
 3. build one kernel per realized value by walking toward its inputs with index expressions (`indexing.py`); a value
    that is only a contiguous view of a buffer costs no kernel (a reshape of it, or a SLICE view at an offset).
    Kernels may store several outputs: a reduce read at the output index of another reduce (softmax's max in its
@@ -620,6 +622,30 @@ WINDOW_MIN_BUFFERS = 2  # an elementwise value read by a windowed reduce gets it
 WINDOW_MIN_SIZE = 1 << 14  # buffers and has at least this many elements (smaller ones are cheap to recompute)
 
 
+def _walk_past_windows(users: Iterable[UOp], want: set[UOp], window: set[UOp], expands_w: dict[UOp, bool],
+                       stops_w: dict[UOp, tuple[UOp, ...]],
+                       padded_w: dict[UOp, bool]) -> tuple[bool, tuple[UOp, ...], bool]:
+  """One step of `_decide`'s users-first walk with the window rule's values as stops too: (a growing EXPAND is
+  reached before any stop, up to two stops reached, a PAD is passed before a window stop) from a node's `users`'
+  answers.
+
+  A value that reaches a window input only through that input's own kernel is fused there as its producer (a conv's
+  activation, SiLU included, becomes the conv's epilogue), unless a PAD lies between: the window input then spans the
+  padding too, and a reduce computed behind its padding gates can't be blocked (resnet18's stem conv inside the max
+  pool's padded input ran 4x slower), so `_decide` realizes such a reduce itself."""
+  exp, pad = False, False
+  st: tuple[UOp, ...] = ()
+  for c in users:
+    if c.op is Ops.EXPAND and _grows(c): exp = True
+    elif c in want or c in window or c.op in (Ops.REDUCE_AXIS, Ops.SINK):
+      if c not in st and len(st) < 2: st = (*st, c)
+    else:
+      exp, pad = exp or expands_w[c], pad or padded_w[c] or (c.op is Ops.PAD and any(y in window for y in stops_w[c]))
+      for y in stops_w[c]:
+        if y not in st and len(st) < 2: st = (*st, y)
+  return exp, st, pad
+
+
 def _decide(sink: UOp) -> tuple[dict[UOp, None], dict[UOp, bool]]:
   """The nodes to realize, in graph order, and which nodes read memory.
 
@@ -649,9 +675,16 @@ def _decide(sink: UOp) -> tuple[dict[UOp, None], dict[UOp, bool]]:
 
   # users first: must_realize[x] = (a growing EXPAND is reached before any stop, up to two stops reached), walking
   # from x to its users and stopping at wanted values, REDUCE_AXIS and SINK; windowed[x][g] = a REDUCE_AXIS is reached
-  # through movement ops (then also ALU ops, once `g`: a broadcasting EXPAND was passed) with g true at the reduce
+  # through movement ops (then also ALU ops, once `g`: a broadcasting EXPAND was passed) with g true at the reduce.
+  # The window rule is decided here (`window`: its test needs only windowed[x], known once x's users are walked), and
+  # the same walk again with those values as stops too gives expands_w, stops_w and padded_w (a PAD passed before a
+  # stop): what a value's kernel will really see past a window input that gets its own buffer anyway.
   expands: dict[UOp, bool] = {}
   stops: dict[UOp, tuple[UOp, ...]] = {}
+  expands_w: dict[UOp, bool] = {}
+  stops_w: dict[UOp, tuple[UOp, ...]] = {}
+  padded_w: dict[UOp, bool] = {}
+  window: set[UOp] = set()
   windowed: dict[UOp, tuple[bool, bool]] = {}
   reduced_into: dict[UOp, int | None] = {}  # the fewest outputs of a REDUCE_AXIS that reduces this value (fused)
   for x in reversed(nodes):
@@ -677,17 +710,21 @@ def _decide(sink: UOp) -> tuple[dict[UOp, None], dict[UOp, bool]]:
         w0, w1 = w0 or (cw1 if grows else cw0), w1 or cw1
       elif c.op in GroupOp.ALU: w1 = w1 or windowed[c][1]
     expands[x], stops[x], windowed[x], reduced_into[x] = exp, st, (w0, w1), ri
+    expands_w[x], stops_w[x], padded_w[x] = _walk_past_windows(children.get(x, ()), want, window, expands_w, stops_w,
+                                                               padded_w)
+    if x.op in GroupOp.ALU and x not in want and reads_memory[x] and len(leaves[x]) >= WINDOW_MIN_BUFFERS and \
+        _largest_size(shape_of(x)) >= WINDOW_MIN_SIZE and w0: window.add(x)
 
   # sources first, with the decisions made so far: what each node reads (a realized value is one buffer) and its depth
   depth: dict[UOp, int] = {}  # ops on the longest chain from a realized value (or an input) to this one
   reads: dict[UOp, tuple[UOp, ...]] = {}  # up to SHARED_MIN_BUFFERS distinct buffers its kernel would read for it
   for n in nodes:
     if n.op is Ops.REDUCE_AXIS and n not in want and reads_memory[n] and n.tag != BLOCK_TAG and (
-        expands[n] or len(stops[n]) > 1 or ((ri := reduced_into[n]) is not None and ri < REDUCE_SPLIT_OUTPUTS and
-        all_int(shape_of(n)) and prod(shape_of(n)) >= REDUCE_SPLIT_OUTPUTS)): want.add(n)
-    elif n.op in GroupOp.ALU and n not in want and reads_memory[n] and len(leaves[n]) >= WINDOW_MIN_BUFFERS and \
-        _largest_size(shape_of(n)) >= WINDOW_MIN_SIZE and windowed[n][0]: want.add(n)
-    elif n.op in _TRANSCENDENTAL and n not in want and reads_memory[n] and expands[n]:
+        expands_w[n] or len(stops_w[n]) > 1 or padded_w[n] or ((ri := reduced_into[n]) is not None and
+        ri < REDUCE_SPLIT_OUTPUTS and all_int(shape_of(n)) and prod(shape_of(n)) >= REDUCE_SPLIT_OUTPUTS)): want.add(n)
+    elif n in window: want.add(n)
+    elif n.op in _TRANSCENDENTAL and n not in want and reads_memory[n] and expands[n] and \
+        (expands_w[n] or len(stops_w[n]) > 1):
       want.add(n)  # of any shape: one over a Variable (a dynamic batch or sequence) is recomputed the same way
     rd: tuple[UOp, ...] = (n,) if n.op in (Ops.BUFFER, Ops.COPY, Ops.ASSIGN) else ()
     for s in n.src:

@@ -1,0 +1,99 @@
+"""A conv's activation fused into the conv's kernel when the next conv or pool reads it through a window (issue #39).
+
+The scheduler gives a window input (an activation a depthwise conv or pool reads once per window position) its own
+buffer; the conv that produces it now runs in that kernel, its activation (ReLU, SiLU's exp included) as the epilogue,
+instead of a conv kernel, a sigmoid kernel and a multiply kernel. Not behind padding: a max pool's -inf padded input
+keeps the stem conv in a kernel of its own. Values against torch; kernel counts as the schedule makes them now.
+"""
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tiny_tensor import Tensor
+from tiny_tensor.engine import GlobalCounters
+
+rng = np.random.default_rng(39)
+
+
+def _t(a: np.ndarray) -> Tensor:
+  """A CPU tensor: these checks are of the CPU's schedule and LLVM source (the mock-GPU sessions that re-run this
+  folder would only emulate the same convs slowly)."""
+  return Tensor(a, device="CPU")
+
+
+def _arr(*shape: int) -> np.ndarray:
+  return (rng.standard_normal(shape) * 0.3).astype(np.float32)
+
+
+def _kernels(fn, *args: Tensor) -> tuple[np.ndarray, int]:
+  """`fn(*args)` realized: its value and the kernels that took (the weights' layout copies included)."""
+  for a in args: a.realize()
+  GlobalCounters.reset()
+  out = fn(*args).realize()
+  n = GlobalCounters.kernel_count
+  return out.numpy(), n
+
+
+def test_conv_silu_depthwise_one_kernel_per_conv():
+  # 1x1 expand conv -> SiLU -> 3x3 stride-2 depthwise (efficientnet's MBConv without squeeze-excite): 6 kernels before
+  # (weight copies 2, conv, sigmoid, x * sigmoid, depthwise), the SiLU now the 1x1 conv's epilogue: 4
+  x, w1, b1, wd = _arr(1, 8, 32, 32), _arr(48, 8, 1, 1), _arr(48), _arr(48, 1, 3, 3)
+  got, n = _kernels(lambda x, w1, b1, wd: x.conv2d(w1, b1).silu().conv2d(wd, groups=48, stride=2, padding=1),
+                    _t(x), _t(w1), _t(b1), _t(wd))
+  tx = F.silu(F.conv2d(torch.from_numpy(x), torch.from_numpy(w1), torch.from_numpy(b1)))
+  want = F.conv2d(tx, torch.from_numpy(wd), groups=48, stride=2, padding=1).numpy()
+  np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+  assert n == 4, n
+
+
+def test_mbconv_squeeze_excite_values_and_kernels():
+  # the whole MBConv block with squeeze-excite and the residual: 17 kernels before, 15 now (the first SiLU fused);
+  # the depthwise conv's SiLU stays realized once for the pool and the excite multiply, not evaluated in the pool
+  C, E, H = 8, 48, 32
+  a = [_arr(*s) for s in [(1, C, H, H), (E, C, 1, 1), (E,), (E, 1, 3, 3), (E,), (4, E, 1, 1), (4,), (E, 4, 1, 1), (E,),
+                          (C, E, 1, 1), (C,)]]
+
+  def block(x, w1, b1, wd, bd, ws1, bs1, ws2, bs2, w2, b2, F=None):
+    if F is None:
+      h = x.conv2d(w1, b1).silu()
+      h = h.conv2d(wd, bd, groups=E, padding=1).silu()
+      s = h.mean((2, 3), keepdim=True).conv2d(ws1, bs1).silu().conv2d(ws2, bs2).sigmoid()
+      return (h * s).conv2d(w2, b2) + x
+    h = F.silu(F.conv2d(x, w1, b1))
+    h = F.silu(F.conv2d(h, wd, bd, groups=E, padding=1))
+    s = torch.sigmoid(F.conv2d(F.silu(F.conv2d(h.mean((2, 3), keepdim=True), ws1, bs1)), ws2, bs2))
+    return F.conv2d(h * s, w2, b2) + x
+  got, n = _kernels(block, *[_t(v) for v in a])
+  want = block(*[torch.from_numpy(v) for v in a], F=F).numpy()
+  np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+  assert n == 15, n
+
+
+def test_residual_relu_fused_into_the_conv():
+  # resnet's basic block: conv -> ReLU -> conv, + skip, ReLU, read by the next 3x3 conv: 6 kernels (3 weight copies,
+  # 3 convs), each ReLU (and the skip add) its conv's epilogue, as before this change
+  x, w1, w2, w3 = _arr(1, 16, 24, 24), _arr(16, 16, 3, 3), _arr(16, 16, 3, 3), _arr(16, 16, 3, 3)
+
+  def blk(x, w1, w2, w3, F=None):
+    if F is None: return (x.conv2d(w1, padding=1).relu().conv2d(w2, padding=1) + x).relu().conv2d(w3, padding=1)
+    return F.conv2d(F.relu(F.conv2d(F.relu(F.conv2d(x, w1, padding=1)), w2, padding=1) + x), w3, padding=1)
+  got, n = _kernels(blk, _t(x), _t(w1), _t(w2), _t(w3))
+  want = blk(*[torch.from_numpy(v) for v in (x, w1, w2, w3)], F=F).numpy()
+  np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+  assert n == 6, n
+
+
+@pytest.mark.parametrize("k,s,p", [(3, 2, 1), (2, 2, 0)])
+def test_stem_conv_not_fused_behind_max_pool_padding(k: int, s: int, p: int):
+  # resnet18's stem: a 7x7 stride-2 conv -> ReLU -> max pool. With padding the pool's input is a -inf padded copy
+  # (its own kernel); the conv stays in its own kernel too rather than run behind the copy's padding gates (4x
+  # slower): 4 kernels (weight copy, conv + ReLU, padded copy, pool); fused, 3. Unpadded: the weight copy, then conv,
+  # ReLU and pool in one kernel.
+  x, w, b = _arr(1, 3, 96, 96), _arr(16, 3, 7, 7), _arr(16)
+  got, n = _kernels(lambda x, w, b: x.conv2d(w, b, stride=2, padding=3).relu().max_pool2d(k, s, padding=p),
+                    _t(x), _t(w), _t(b))
+  tw = F.relu(F.conv2d(torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(b), stride=2, padding=3))
+  want = F.max_pool2d(tw, k, s, padding=p).numpy()
+  np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+  assert n == (4 if p else 2), n
