@@ -68,3 +68,17 @@ def test_heuristic_scores_match_numpy_in_bounds(s: int) -> None:
   got, want, src = run_scores(s, None, f"scores_h_{s}")
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
   assert "@llvm.masked.load.v" in src  # the keys are a vector, not gathered lane by lane
+
+
+@pytest.mark.parametrize("regs", [(32, 64), (16, 32)])
+def test_scores_keys_get_one_register_of_lanes(vector_registers, regs: tuple) -> None:
+  # the keys' axis (symbolic, [1, 64]: representative size 8) is the store's and B's contiguous axis, so its masked
+  # tail is one masked vector: it gets a whole register of lanes (16 floats on AVX-512, 8 on AVX2), not at most 8
+  _llvm()
+  vector_registers(*regs)
+  from tiny_codegen.opt import optimize_kernel
+  opts = optimize_kernel(scores_ast(24, None, f"scores_regs_{regs[1]}"), Device["CPU"].renderer).arg.applied_opts
+  assert opts[0] == Opt(OptOps.UPCAST, 2, regs[1] // 4), opts
+  got, want, src = run_scores(24, opts, f"scores_regs_run_{regs[1]}")
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+  assert f"@llvm.masked.load.v{regs[1] // 4}f32" in src

@@ -29,8 +29,9 @@ GPU renderers (`has_local`) have their own heuristics in `heuristic_gpu`; what b
 
 A symbolic bound (a Variable batch or sequence, issue #39) weighs as its `representative_size` (the geometric middle
 of its range) in every size decision (reuse, budgets, thresholds); the CPU blocks (`_vector_block`'s rows,
-`_register_block`) upcast a symbolic axis by at most that size, its last block masked (`Kernel._split_tail`); the
-vector axis itself and unrolls stay on constant axes.
+`_register_block`) upcast a symbolic axis by at most that size, its last block masked (`Kernel._split_tail`), but
+for the store's contiguous axis on a vectorizing renderer, which gets up to one vector register of lanes (its tail is
+one masked vector, PIPELINE.md §3: `_register_lanes`); unrolls stay on constant axes.
 
 Thresholds that depend on the caches (when to pack B, when and how far to tile the rows, which row strides alias in
 L1) are functions of the machine model (`tiny_codegen.machine`, `machine_of(renderer)`), each docstring saying how it
