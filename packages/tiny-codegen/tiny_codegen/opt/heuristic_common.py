@@ -97,10 +97,10 @@ def _register_block(k: Kernel, sidx: UOp | None, loads: list[UOp]) -> None:
 
 def _register_lanes(k: Kernel) -> int:
   """The lanes of one vector register of the store's dtype (`Machine.vector_bytes`; 0 when unknown). A symbolic axis
-  that the store and a load walk contiguously, which a vectorizing renderer makes their vector (a masked tail: `llvm.masked.load/store`, PIPELINE.md §3) is
-  blocked by up to this many lanes whatever its representative size: its last block is one masked vector either way,
-  and a half-register vector halves every FMA (attention's scores over 64 tokens, keys as 8 vs 16 lanes, one thread
-  of the Xeon 6/207, AVX-512: 28.7 vs 21.0 us)."""
+  that the store and a load walk contiguously, which a vectorizing renderer makes their vector (a masked tail:
+  `llvm.masked.load/store`, PIPELINE.md §3), is blocked by up to this many lanes whatever its representative size:
+  its last block is one masked vector either way, and a half-register vector halves every FMA (attention's scores
+  over 64 tokens, keys as 8 vs 16 lanes, one thread of the Xeon 6/207, AVX-512: 28.7 vs 21.0 us)."""
   st = k.stores()
   vb = machine_of(k.renderer).vector_bytes
   return vb // st[0].src[1].dtype.itemsize if st and vb and st[0].src[1].dtype.itemsize else 0

@@ -2,10 +2,10 @@
 
 The kernel is `define void @name(ptr noalias %data0, ..., i32 %var0, ..., i32 %core_id)` (`%core_id` carries its
 `range` when the kernel is split across threads). Loops are a header block with a phi, accumulators are `alloca`s
-(promoted to registers by the optimizer), gated loads read a safe address and select 0, gated stores branch; an access gated by a vector of lane masks (the expander's masked tail) is an
-`llvm.masked.load`/`llvm.masked.store`, which touches no memory in a masked-off lane. No
-fast-math flags: results match IEEE evaluation in source order. Transcendentals are LLVM intrinsics
-(`llvm.exp2.f32`, ...), which become libm calls the loader resolves.
+(promoted to registers by the optimizer), gated loads read a safe address and select 0, gated stores branch; an
+access gated by a vector of lane masks (the expander's masked tail) is an `llvm.masked.load`/`llvm.masked.store`,
+which touches no memory in a masked-off lane. No fast-math flags: results match IEEE evaluation in source order.
+Transcendentals are LLVM intrinsics (`llvm.exp2.f32`, ...), which become libm calls the loader resolves.
 """
 from __future__ import annotations
 
