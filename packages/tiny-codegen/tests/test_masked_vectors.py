@@ -82,3 +82,35 @@ def test_scores_keys_get_one_register_of_lanes(vector_registers, regs: tuple) ->
   got, want, src = run_scores(24, opts, f"scores_regs_run_{regs[1]}")
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
   assert f"@llvm.masked.load.v{regs[1] // 4}f32" in src
+
+
+def pv_ast(H: int, S: int, D: int) -> UOp:
+  """Attention's P @ V with the softmax's normalization fused in: C[h, i, d] = sum_j E[h, i, j] * (1 / Z[h, i]) *
+  V[h, j, d] (E the exponentials, Z their row sums)."""
+  sizes = (H * S * D, H * S * S, H * S, H * S * D)
+  c, e, z, v = (UOp(Ops.PARAM, dtypes.float.ptr(n), arg=k) for k, n in enumerate(sizes))
+  h, i, d, j = UOp.range(H, 0), UOp.range(S, 1), UOp.range(D, 2), UOp.range(S, 3, AxisType.REDUCE)
+  p = e.index((h * S + i) * S + j).load() * z.index(h * S + i).load().reciprocal()
+  val = (p * v.index((h * S + j) * D + d).load()).reduce(j, arg=Ops.ADD)
+  return c.index((h * S + i) * D + d).store(val).sink(arg=KernelInfo("pv_fused"))
+
+
+@pytest.mark.parametrize("regs", [(32, 64), (16, 32)])
+def test_fused_softmax_pv_gets_whole_value_rows(vector_registers, regs: tuple) -> None:
+  # the normalized probability is computed once per (row pair, key) and broadcast over V's whole row (4 vectors),
+  # not gathered as a vector across the rows (where the 1/sum is contiguous) and recomputed per 8 columns
+  import kernel_runner as kr
+  from tiny_codegen.opt import optimize_kernel
+  _llvm()
+  vector_registers(*regs)
+  lanes = regs[1] // 4
+  H, S, D = 2, 16, 4 * lanes
+  ren = Device["CPU"].renderer
+  opts = optimize_kernel(pv_ast(H, S, D), ren).arg.applied_opts
+  assert opts == (Opt(OptOps.UPCAST, 2, lanes), Opt(OptOps.UPCAST, 2, 4), Opt(OptOps.UPCAST, 1, 2)), opts
+  rng = np.random.default_rng(9)
+  E, Z = rng.random((H, S, S)).astype(np.float32), rng.random((H, S)).astype(np.float32) + 0.5
+  V = rng.standard_normal((H, S, D)).astype(np.float32)
+  C = np.zeros((H, S, D), np.float32)
+  kr.run(get_program(pv_ast(H, S, D), ren), [C, E, Z, V])
+  np.testing.assert_allclose(C, (E / Z[..., None]) @ V, rtol=1e-5, atol=1e-5)
