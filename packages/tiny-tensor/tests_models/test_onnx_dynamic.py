@@ -340,3 +340,43 @@ def test_host_symbolic_binary_ops_against_every_value(op):
                if hasattr(x, "sym_infer") else x for x in got.tolist()]
         np.testing.assert_array_equal(np.array(val), want, err_msg=f"{op} {other} sym_first={sym_first} n={n}")
   assert decided >= 4  # most pairs are decided (Div by a symbolic size and undecidable comparisons aren't)
+
+
+@pytest.mark.parametrize("kind", ["bert", "gpt2"])
+def test_dynamic_seq_hf_transformers_match_onnxruntime(kind, compiles):
+  """transformers' BERT and GPT-2 exported with a dynamic sequence, one capture for every length (issue #39): the
+  scores' keys are masked vectors over the sequence (tails of 1 and of lanes - 1 at 17 and 31 tokens, whatever the
+  vector width), GPT-2's position ids a one-hot gather over it; each length against onnxruntime."""
+  pytest.importorskip("transformers")
+  from transformers import BertConfig, BertModel, GPT2Config, GPT2Model
+  torch.manual_seed(0)
+  if kind == "bert":
+    m = BertModel(BertConfig(vocab_size=60, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                             intermediate_size=64, max_position_embeddings=64))
+  else: m = GPT2Model(GPT2Config(vocab_size=60, n_embd=32, n_layer=1, n_head=2, n_positions=64))
+
+  class LastHidden(nn.Module):
+    def __init__(self):
+      super().__init__()
+      self.m = m
+
+    def forward(self, ids, mask):  # (no key/value cache: its Concat can't take a symbolic shape)
+      kw = {"use_cache": False} if kind == "gpt2" else {}
+      return self.m(input_ids=ids, attention_mask=mask, **kw).last_hidden_state
+  ids = torch.randint(0, 60, (1, 64))  # traced at the longest length (transformers' mask code branches on it)
+  f = io.BytesIO()
+  torch.onnx.export(LastHidden().eval(), (ids, torch.ones_like(ids)), f, input_names=["ids", "mask"],
+                    output_names=["y"], opset_version=17, dynamo=False,
+                    dynamic_axes={"ids": {1: "seq"}, "mask": {1: "seq"}, "y": {1: "seq"}})
+  model = onnx.load_from_string(f.getvalue())
+  sess = ort.InferenceSession(model.SerializeToString())
+  run = OnnxRunner(model, jit=True, max_dims={"seq": 64})
+  rng = np.random.default_rng(7)
+  after_first = None
+  for i, n in enumerate([17, 1, 31, 8, 64, 33]):
+    for _ in range(2 if i == 0 else 1):
+      feeds = {"ids": rng.integers(0, 60, (1, n)).astype(np.int64), "mask": np.ones((1, n), np.int64)}
+      np.testing.assert_allclose(run(feeds)["y"].numpy(), sess.run(None, feeds)[0], rtol=1e-4, atol=1e-4,
+                                 err_msg=f"{kind} at {n} tokens")
+    if i == 0: after_first = compiles[0]
+  assert len(run.jits) == 1 and compiles[0] == after_first, "kernels compiled again for new sequence lengths"

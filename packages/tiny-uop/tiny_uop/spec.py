@@ -169,7 +169,9 @@ def _index_ok(x: UOp, bufs: tuple[Ops, ...]) -> Result:
   if buf.op not in bufs: return f"INDEX into {buf.op}; valid: {', '.join(o.name for o in bufs)}"
   if not isinstance(buf.dtype, PtrDType): return f"INDEX into a non-pointer {buf.dtype!r}"
   if not dtypes.is_int(idx.dtype): return f"INDEX idx is {idx.dtype!r}, not an integer"
-  if len(x.src) == 3 and x.src[2].dtype is not dtypes.bool: return f"INDEX valid is {x.src[2].dtype!r}, not bool"
+  # (a vector of bools: the lane masks of a masked vector access, docs/PIPELINE.md §3)
+  if len(x.src) == 3 and x.src[2].dtype.scalar() is not dtypes.bool:
+    return f"INDEX valid is {x.src[2].dtype!r}, not bool"
   return isinstance(x.dtype, PtrDType) and x.dtype.base is buf.dtype.base or \
     f"INDEX gives {x.dtype!r}; expected a pointer to {buf.dtype.base!r}"
 

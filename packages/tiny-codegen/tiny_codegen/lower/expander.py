@@ -104,12 +104,47 @@ def _contiguous(idx_node: UOp, r: UOp) -> bool:
   return (len(idx_node.src) < 3 or r not in idx_node.src[2].ranges) and _stride(idx_node.src[1], r) == 1
 
 
-def _lane_gated(idx_node: UOp, r: UOp) -> bool:
-  """An INDEX that walks `r` with stride 1 behind a gate that depends on `r` (a padded conv or pool's input row: its
-  border lanes read padding). It becomes one vector LOAD whose gate is a vector of lane gates, a masked load that
-  touches no memory for the lanes gated off (the LLVM renderer's `llvm.masked.load`), not one load per lane."""
+def _conjuncts(g: UOp) -> set[UOp]:
+  """The terms of gate `g` as an AND of bools (`a & (b & c)` -> {a, b, c})."""
+  out, stack = set(), [g]
+  while stack:
+    x = stack.pop()
+    if x.op is Ops.AND and x.dtype == dtypes.bool: stack.extend(x.src)
+    else: out.add(x)
+  return out
+
+
+def _tail_clamps(idx: UOp, r: UOp, store_gates: set[UOp]) -> dict[UOp, UOp]:
+  """The masked-tail clamps of axis `r` in load index `idx` (`Kernel._split_tail`: `valid.where(expr, B - 1)`), each
+  mapped to its unclamped `expr`: a WHERE whose condition depends on `r` and is one of the store's gate terms (so a
+  lane where it is false stores nothing, and what that lane loads is never used) and whose other value doesn't."""
+  return {w: w.src[1] for w in idx.toposort(gate=lambda x: x.op is not Ops.RANGE and r in x.ranges)
+          if w.op is Ops.WHERE and w.src[0] in store_gates and r in w.src[0].ranges and r not in w.src[2].ranges}
+
+
+def _masked_load(idx_node: UOp, r: UOp, store_gates: set[UOp]) -> tuple[UOp, UOp] | None:
+  """(unclamped INDEX, lane gate) of a load through INDEX `idx_node` that walks `r` contiguously once its masked-tail
+  clamps are taken off: the lanes where the gate holds read what the clamped index reads (the clamp is the identity
+  there); the others are masked off (never read). None if it has no such clamp or isn't then contiguous."""
+  if not store_gates or not (clamps := _tail_clamps(idx_node.src[1], r, store_gates)): return None
+  idx = idx_node.src[1].substitute(clamps, name="tail_unclamp")
+  if _stride(idx, r) != 1: return None
+  gate = functools.reduce(lambda a, b: a & b, [w.src[0] for w in clamps] + list(idx_node.src[2:]))
+  return idx_node.replace(src=(idx_node.src[0], idx)), gate
+
+
+def _store_gates(st: UOp, r: UOp) -> set[UOp]:
+  """The terms of store `st`'s gate that depend on `r` (a masked tail's `outer*amt + inner < B`)."""
+  return {g for g in _conjuncts(st.src[0].src[2]) if r in g.ranges} if len(st.src[0].src) > 2 else set()
+
+
+def _masked_contiguous(idx_node: UOp, r: UOp) -> bool:
+  """An INDEX that walks `r` with stride 1 whose gate depends on `r` (a masked tail's store; a padded conv or pool's
+  input row, whose border lanes read padding): one masked vector access along `r` whose gate is a vector of lane
+  gates, touching no memory for the lanes gated off (the LLVM renderer's `llvm.masked.load/store`), not one access
+  per lane."""
   return idx_node.op is Ops.INDEX and len(idx_node.src) > 2 and r in idx_node.src[2].ranges and \
-    idx_node.src[2].dtype == dtypes.bool and _stride(idx_node.src[1], r) == 1
+    _stride(idx_node.src[1], r) == 1
 
 
 def _vector_axis(st: UOp, rngs: list[UOp]) -> UOp | None:
@@ -124,7 +159,9 @@ def _vector_axis(st: UOp, rngs: list[UOp]) -> UOp | None:
   for r in rngs:
     if r.arg[1] is not AxisType.UPCAST or _lanes(r) not in VECTOR_LANES: continue
     if _lanes(r) not in POW2_LANES and not any(_contiguous(ld.src[0], r) for ld in loads if r in ld.ranges): continue
-    sc = (sum(2 if _contiguous(ld.src[0], r) else 0 for ld in loads if r in ld.ranges) + _contiguous(st.src[0], r)) \
+    gates = _store_gates(st, r)  # a masked tail's loads and store count as contiguous: masked vectors (§3)
+    sc = (sum(2 if _contiguous(ld.src[0], r) or _masked_load(ld.src[0], r, gates) else 0
+              for ld in loads if r in ld.ranges) + (_contiguous(st.src[0], r) or _masked_contiguous(st.src[0], r))) \
       * _lanes(r)
     if sc > score: best, score = r, sc
   return best
@@ -153,16 +190,21 @@ def _vectorize_store(st: UOp, rv: UOp) -> UOp:
   def gather(x: UOp) -> UOp:
     return UOp(Ops.VECTORIZE, x.dtype.vec(n), tuple(fast_substitute(x, {rv: lane[k]}) for k in range(n)))
 
+  gates = _store_gates(st, rv)
+
+  def masked(idx: UOp, gate: UOp) -> UOp:  # a masked vector access: lane 0's address, the gate one bool per lane
+    return idx.replace(src=(idx.src[0], fast_substitute(idx.src[1], at0), _broadcast(vec(gate), n)))
+
   def vec(x: UOp) -> UOp:
     if rv not in x.ranges: return x
     if (m := memo.get(x)) is not None: return m
     if x.op is Ops.LOAD and x.src[0].op is Ops.INDEX and _contiguous(x.src[0], rv):
       out = UOp(Ops.LOAD, x.dtype.vec(n), (fast_substitute(x.src[0], at0), *x.src[1:]), x.arg)
-    elif x.op is Ops.LOAD and x.dtype != dtypes.bool and _lane_gated(x.src[0], rv) and \
-        (g := vec(x.src[0].src[2])).dtype.count == n:
+    elif x.op is Ops.LOAD and x.src[0].op is Ops.INDEX and (ml := _masked_load(x.src[0], rv, gates)) is not None:
+      out = UOp(Ops.LOAD, x.dtype.vec(n), (masked(ml[0], ml[1]), *x.src[1:]), x.arg)
+    elif x.op is Ops.LOAD and x.dtype != dtypes.bool and _masked_contiguous(x.src[0], rv):
       # contiguous, gated per lane (a padded window's border lanes): one load of the lanes whose gate holds
-      idx0 = fast_substitute(x.src[0], at0)
-      out = UOp(Ops.LOAD, x.dtype.vec(n), (idx0.replace(src=(*idx0.src[:2], g)), *x.src[1:]), x.arg)
+      out = UOp(Ops.LOAD, x.dtype.vec(n), (masked(x.src[0], x.src[0].src[2]), *x.src[1:]), x.arg)
     elif x.op is Ops.REDUCE:
       out = UOp(Ops.REDUCE, x.dtype.vec(n), (_broadcast(vec(x.src[0]), n), *x.src[1:]), x.arg)
     elif x.op in _VALUE_OPS and all(s.dtype.count == 1 for s in x.src) and \
@@ -174,6 +216,7 @@ def _vectorize_store(st: UOp, rv: UOp) -> UOp:
 
   idx, val = st.src[0], vec(st.src[1])
   if _contiguous(idx, rv): return st.replace(src=(fast_substitute(idx, at0), _broadcast(val, n), *st.src[2:]))
+  if _masked_contiguous(idx, rv): return st.replace(src=(masked(idx, idx.src[2]), _broadcast(val, n), *st.src[2:]))
   return UOp(Ops.GROUP, src=tuple(st.replace(src=(fast_substitute(idx, {rv: lane[k]}), UOp(Ops.GEP, val.dtype.scalar(),
                                                   (_broadcast(val, n),), (k,)), *st.src[2:])) for k in range(n)))
 

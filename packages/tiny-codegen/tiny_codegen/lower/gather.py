@@ -7,6 +7,8 @@ the indexed dim per output element. Since `idx == r` holds for exactly one r (or
     REDUCE(ADD|MAX, WHERE(AND(idx == r, rest...), v, 0), r, ...)  ->  WHERE(AND(ok, rest[r:=i]), v[r:=i], 0)
     with ok = 0 <= idx < bound(r), i = WHERE(ok, idx, 0)
 
+(bound(r) a constant, or symbolic -- a dynamic sequence -- whose least value is 1, so index 0 is always in range)
+
 (the range is dropped; the REDUCE goes when it has no range left). Substituting the clamped `i` keeps every load in
 bounds, `ok` zeroes what an out-of-range index reads. The cost becomes the number of outputs. The pass expects a
 kernel AST (docs/PIPELINE.md §3) and keeps its contract; it runs before the optimizer.
@@ -38,13 +40,22 @@ def _and_all(terms: list[UOp]) -> UOp:
 
 def _as_range(x: UOp, ranges: tuple[UOp, ...]) -> UOp | None:
   """x itself if it is one of `ranges` (through a CAST, or after simplifying its index math), else None."""
-  from tiny_codegen.lower.simplify import simplify_graph
   for cand in (x, x.src[0] if x.op is Ops.CAST else None):
     if cand is None: continue
     # one walk of cand's graph for all the ranges (a node's toposort is not cached)
-    if cand.op is not Ops.RANGE and not cand.toposort().keys().isdisjoint(ranges): cand = simplify_graph(cand, "onehot")
+    if cand.op is not Ops.RANGE and not cand.toposort().keys().isdisjoint(ranges): cand = _simplified(cand)
     if cand in ranges: return cand
   return None
+
+
+def _simplified(x: UOp) -> UOp:
+  """`x` with its index math simplified but its RANGEs the kernel's own nodes (simplifying a range's bound, `1*seq`
+  to `seq`, would make it another node: another loop)."""
+  from tiny_codegen.lower.simplify import simplify_graph
+  rngs = [u for u in x.toposort() if u.op is Ops.RANGE]
+  back = {sr: r for r in rngs if (sr := simplify_graph(r, "onehot")) is not r}
+  s = simplify_graph(x, "onehot")
+  return s.substitute(back, name="onehot_ranges") if back else s
 
 
 def _find_onehot(terms: list[UOp], ranges: tuple[UOp, ...]) -> tuple[int, UOp, UOp] | None:
@@ -52,9 +63,12 @@ def _find_onehot(terms: list[UOp], ranges: tuple[UOp, ...]) -> tuple[int, UOp, U
   for k, t in enumerate(terms):
     if t.op is not Ops.CMPEQ: continue
     for a, b in (t.src, t.src[::-1]):
-      if (r := _as_range(a, ranges)) is None or r in b.toposort(): continue
-      bound = r.src[0]
+      if (r := _as_range(a, ranges)) is None: continue
+      # the index may use the range only in index math that simplifies away (`(i*seq + j) // seq` is i)
+      if r in b.toposort() and r in (b := _simplified(b)).toposort(): continue
+      bound = r.src[0]  # a constant, or a symbolic bound (a dynamic sequence) that is never below 1
       if bound.op is Ops.CONST and isinstance(bound.arg, int) and bound.arg > 0: return k, r, b
+      if bound.op is not Ops.CONST and dtypes.is_int(bound.dtype) and bound.vmin >= 1: return k, r, b
   return None
 
 
@@ -71,8 +85,9 @@ def _fold(red: UOp) -> UOp | None:
   else: return None
   if (found := _find_onehot(terms, ranges)) is None: return None
   k, r, idx = found
-  bound = r.src[0].arg
-  ok = UOp(Ops.AND, dtypes.bool, (UOp(Ops.CMPLT, dtypes.bool, (idx, idx.const_like(bound))),
+  bound = r.src[0] if r.src[0].op is not Ops.CONST else idx.const_like(r.src[0].arg)
+  if bound.dtype != idx.dtype: bound = bound.cast(idx.dtype)
+  ok = UOp(Ops.AND, dtypes.bool, (UOp(Ops.CMPLT, dtypes.bool, (idx, bound)),
                                   UOp(Ops.CMPLT, dtypes.bool, (idx.const_like(-1), idx))))
   i = UOp(Ops.WHERE, idx.dtype, (ok, idx, idx.const_like(0)))
   if i.dtype != r.dtype: i = i.cast(r.dtype)

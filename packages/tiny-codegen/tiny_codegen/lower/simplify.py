@@ -57,7 +57,44 @@ def _cmp_same(x: UOp, y: UOp) -> UOp | None:
   return UOp.const(dtypes.bool, False) if _is_intlike(y) else None
 
 
+def _below(y: UOp, d: UOp) -> bool:
+  """0 <= y < d for every value: y a RANGE whose bound is d itself (a symbolic bound, which value bounds can't
+  compare), or y's largest value below d's least."""
+  if y.vmin < 0: return False
+  return (y.op is Ops.RANGE and y.src[0] is d) or y.vmax < d.vmin
+
+
+def _split_by_symbolic(n: UOp, d: UOp) -> tuple[UOp, UOp] | None:
+  """(x, y) with n = x*d + y, all of x, y >= 0, for a divisor d that is not a constant (a Variable: a dynamic
+  sequence's `(i*seq + j) // seq`, which the symbolic rules, comparing value bounds, leave alone)."""
+  if n.op is not Ops.ADD or d.op is Ops.CONST or d.vmin <= 0: return None
+  for m, y in (n.src, n.src[::-1]):
+    if m.op is Ops.MUL and d in m.src and y.vmin >= 0:
+      x = m.src[1] if m.src[0] is d else m.src[0]
+      if x.vmin >= 0: return x, y
+  return None
+
+
+def _div_symbolic(n: UOp, d: UOp) -> UOp | None:
+  """(x*d + y) // d -> x + y//d ; y // d -> 0 for 0 <= y < d (d a positive non-constant divisor)."""
+  if not dtypes.is_int(n.dtype) or d.op is Ops.CONST: return None
+  if _below(n, d): return n.const_like(0)
+  if (xy := _split_by_symbolic(n, d)) is None: return None
+  return xy[0] if _below(xy[1], d) else xy[0] + xy[1] // d
+
+
+def _mod_symbolic(n: UOp, d: UOp) -> UOp | None:
+  """(x*d + y) % d -> y % d ; y % d -> y for 0 <= y < d (d a positive non-constant divisor)."""
+  if not dtypes.is_int(n.dtype) or d.op is Ops.CONST: return None
+  if _below(n, d): return n
+  if (xy := _split_by_symbolic(n, d)) is None: return None
+  return xy[1] if _below(xy[1], d) else xy[1] % d
+
+
 codegen_fold = PatternMatcher([
+  # (x*d + y) // d -> x + y//d ; (x*d + y) % d -> y % d ; y // d -> 0, y % d -> y for 0 <= y < d (d symbolic)
+  (UPat(Ops.CDIV, src=(UPat.var("n"), UPat.var("d"))), _div_symbolic),
+  (UPat(Ops.CMOD, src=(UPat.var("n"), UPat.var("d"))), _mod_symbolic),
   (UPat(GroupOp.ALU, name="x"), fold_const_alu),
   (UPat(GroupOp.ALU, name="x"), _range_fold),
   # x+0 -> x ; x*1 -> x ; x//1 -> x (ints)

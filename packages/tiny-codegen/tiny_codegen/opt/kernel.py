@@ -11,7 +11,8 @@ by type, then id): the axes after `r` run over one tile of `amt` iterations of `
 (CPU renderers only; a GPU's output axes are launch dims). NOLOCALS forbids LOCAL afterwards. PADTO pads an
 axis up to a multiple of `arg` and masks the extra iterations. An axis of symbolic bound B splits only by UPCAST of
 an explicit amount (`_split_tail`): outer over ceil(B/amt), every store gated by `outer*amt + inner < B`, every
-load reading the last valid row (its index clamped to B - 1) past it.
+load reading the last valid row (its index clamped to B - 1) past it (on a vectorizing renderer the expander turns
+a load contiguous along that axis into a masked vector load instead, PIPELINE.md §3).
 TC (`axis`: which matmul of `tc_candidates`, `arg`: tc_select, -1 = the first tensor core whose dtypes fit) maps a
 REDUCE-ADD of `CAST(a*b)` (or `CAST(a)*CAST(b)`) onto the renderer's tensor core: one warp computes one output tile
 (see `_tc_rewrite`). It must be the first opt, and no opt applies after it. Each tensor core's layout -- which tile

@@ -2,9 +2,10 @@
 
 The kernel is `define void @name(ptr noalias %data0, ..., i32 %var0, ..., i32 %core_id)` (`%core_id` carries its
 `range` when the kernel is split across threads). Loops are a header block with a phi, accumulators are `alloca`s
-(promoted to registers by the optimizer), gated loads read a safe address and select 0, gated stores branch. No
-fast-math flags: results match IEEE evaluation in source order. Transcendentals are LLVM intrinsics
-(`llvm.exp2.f32`, ...), which become libm calls the loader resolves.
+(promoted to registers by the optimizer), gated loads read a safe address and select 0, gated stores branch; an
+access gated by a vector of lane masks (the expander's masked tail) is an `llvm.masked.load`/`llvm.masked.store`,
+which touches no memory in a masked-off lane. No fast-math flags: results match IEEE evaluation in source order.
+Transcendentals are LLVM intrinsics (`llvm.exp2.f32`, ...), which become libm calls the loader resolves.
 """
 from __future__ import annotations
 
@@ -53,6 +54,12 @@ def ltype(dt: DType, mem: bool = False) -> str:
   elif sc == dtypes.void: base = "void"
   else: raise TypeError(f"LLVM renderer has no type for {sc}; valid: bool, ints, half, float, double")
   return base if dt.count == 1 else f"<{dt.count} x {base}>"
+
+
+def _mangle(dt: DType) -> str:
+  """The overloaded-intrinsic suffix of vector type `dt` in memory: v16f32, v8i32, v16i8 (bool), ..."""
+  sc = ltype(dt.scalar(), mem=True)
+  return f"v{dt.count}" + {"half": "f16", "float": "f32", "double": "f64", "bfloat": "bf16"}.get(sc, sc)
 
 
 def lconst(x: object, dt: DType) -> str:
@@ -174,6 +181,7 @@ class _LLVMEmitter:
     self.contract = accumulations(uops) if contract else set()
     self.r: dict[UOp, str] = ValueNames()
     self.gates: dict[UOp, str] = {}
+    self.masks: dict[UOp, str] = {}  # INDEX -> its vector of lane masks (`masked_index`)
     self.lines: list[str] = []
     self.allocas: list[str] = []
     self.decls: set[str] = set()
@@ -390,27 +398,27 @@ class _LLVMEmitter:
       self.lines.append(f"{lbl}.exit:")
     elif op is Ops.INDEX:
       idx, it = self.val(src[1]), ltype(src[1].dtype)
-      # lane gates (`lower.expander._lane_gated`): a masked LOAD, which reads no lane its gate turns off; its first
-      # lane's address may lie before the buffer (a padded row's border), so no `inbounds` (that would be poison)
-      lane_gated = len(src) > 2 and src[2].dtype.count > 1
-      if lane_gated: self.gates[u] = self.val(src[2])
-      else:
-        if u in self.oob: self.bounds_check(u, idx, it)
-        if u in self.gates or len(src) > 2:
-          if u not in self.gates: self.gates[u] = self.val(src[2])
-          safe = self.tmp()
-          self.emit(f"{safe} = select i1 {self.gates[u]}, {it} {idx}, {it} 0")
-          idx = safe
+      if len(src) > 2 and src[2].dtype.count > 1: return self.masked_index(u, idx, it)
+      if u in self.oob: self.bounds_check(u, idx, it)
+      if u in self.gates or len(src) > 2:
+        if u not in self.gates: self.gates[u] = self.val(src[2])
+        safe = self.tmp()
+        self.emit(f"{safe} = select i1 {self.gates[u]}, {it} {idx}, {it} 0")
+        idx = safe
       out = self.tmp()
       base = src[0].dtype.base if isinstance(src[0].dtype, PtrDType) else dt
-      self.emit(f"{out} = getelementptr{'' if lane_gated else ' inbounds'} {ltype(base, mem=True)}, "
-                f"{self.ptr_ty(src[0].dtype)} {self.val(src[0])}, {it} {idx}")
+      self.emit(f"{out} = getelementptr inbounds {ltype(base, mem=True)}, {self.ptr_ty(src[0].dtype)} "
+                f"{self.val(src[0])}, {it} {idx}")
       self.r[u] = out
-    elif op is Ops.LOAD and src[0].op is Ops.INDEX and len(src[0].src) > 2 and src[0].src[2].dtype.count > 1:
-      self.r[u] = self.masked_load(u)
     elif op is Ops.LOAD:
       out = self.tmp()
-      self.emit(f"{out} = load {ltype(dt, mem=True)}, {self.ptr_ty(src[0].dtype)} {self.val(src[0])}{self.align(dt)}")
+      if src[0] in self.masks:  # LangRef: llvm.masked.load (masked-off lanes read no memory, give the passthru 0)
+        t, fn = ltype(dt, mem=True), f"llvm.masked.load.{_mangle(dt)}.p0"
+        self.decls.add(f"declare {t} @{fn}(ptr, i32, <{dt.count} x i1>, {t})")
+        self.emit(f"{out} = call {t} @{fn}(ptr {self.val(src[0])}, i32 {dt.scalar().itemsize}, "
+                  f"<{dt.count} x i1> {self.masks[src[0]]}, {t} zeroinitializer)")
+      else:
+        self.emit(f"{out} = load {ltype(dt, mem=True)}, {self.ptr_ty(src[0].dtype)} {self.val(src[0])}{self.align(dt)}")
       if dt.scalar() == dtypes.bool:
         b = self.tmp()
         self.emit(f"{b} = icmp ne {ltype(dt, mem=True)} {out}, zeroinitializer")
@@ -420,21 +428,6 @@ class _LLVMEmitter:
         self.emit(f"{g} = select i1 {self.gates[src[0]]}, {ltype(dt)} {out}, {ltype(dt)} zeroinitializer")
         out = g
       self.r[u] = out
-
-  def masked_load(self, u: UOp) -> str:
-    """A vector LOAD whose INDEX gate is a vector (`lower.expander._lane_gated`): LangRef's `llvm.masked.load`, which
-    reads only the lanes whose gate is true (the others are 0 and touch no memory: a padded row's border lanes may
-    lie before or past the buffer), one AVX-512 masked move or an AVX2 vmaskmov."""
-    dt, idx = u.dtype, u.src[0]
-    if dt.scalar() == dtypes.bool: raise RenderError("LLVM IR: a lane-gated load of bools (lowering bug)")
-    t, m, sc = ltype(dt, mem=True), f"<{dt.count} x i1>", ltype(dt.scalar(), mem=True)
-    suffix = {'float': 'f32', 'half': 'f16', 'double': 'f64', 'bfloat': 'bf16'}.get(sc, sc)
-    fn = f"llvm.masked.load.v{dt.count}{suffix}.p0"
-    self.decls.add(f"declare {t} @{fn}(ptr, i32, {m}, {t})")
-    out = self.tmp()
-    self.emit(f"{out} = call {t} @{fn}(ptr {self.val(idx)}, i32 {dt.scalar().itemsize}, {m} {self.gates[idx]}, "
-              f"{t} zeroinitializer)")
-    return out
 
   def streaming_store(self, v: str, vdt: DType, ptr_uop: UOp) -> None:
     """A whole-cache-line vector store past the cache (`renderer.nontemporal_store`) when its address is aligned to
@@ -452,6 +445,39 @@ class _LLVMEmitter:
     self.emit(f"br label %nt{k}.done")
     self.lines.append(f"nt{k}.done:")
     self.streamed = True
+
+  def masked_index(self, u: UOp, idx: str, it: str) -> None:
+    """An INDEX whose gate is a vector of n bools (the expander's masked vector access: a symbolic axis's tail,
+    PIPELINE.md §3): the address of lane 0, no `inbounds` (lane 0 itself may be masked off) and no safe-index select
+    (the LOAD/STORE through it is an `llvm.masked.*` call that touches only the lanes the mask lets through). Under
+    CHECK_OOB each lane is checked: a lane the mask lets through outside [0, size) records its access and is masked
+    off."""
+    src, n = u.src, u.src[2].dtype.count
+    mask = self.val(src[2])
+    if u in self.oob:
+      chk = self.oob[u]
+      lanes = self.op(f"add <{n} x {it}> {self.splat_value(idx, it, n)}, <{', '.join(f'{it} {k}' for k in range(n))}>")
+      lo = self.op(f"icmp sge <{n} x {it}> {lanes}, zeroinitializer")
+      hi = self.op(f"icmp slt <{n} x {it}> {lanes}, {self.splat_value(str(chk.size), it, n)}")
+      ok = self.op(f"and <{n} x i1> {lo}, {hi}")
+      out = self.op(f"xor <{n} x i1> {ok}, {self.splat_value('true', 'i1', n)}")
+      bad_lanes = self.op(f"and <{n} x i1> {mask}, {out}")
+      self.decls.add(f"declare i1 @llvm.vector.reduce.or.v{n}i1(<{n} x i1>)")
+      bad = self.op(f"call i1 @llvm.vector.reduce.or.v{n}i1(<{n} x i1> {bad_lanes})")
+      rec = self.op(f"select i1 {bad}, ptr @{self.name}_oob, ptr @{self.name}_oob_scratch")
+      idx64 = idx if it == "i64" else self.op(f"sext {it} {idx} to i64")
+      for k, v in enumerate((str(chk.kind), str(chk.slot), idx64, str(chk.size))):
+        self.emit(f"store i64 {v}, ptr {self.op(f'getelementptr i64, ptr {rec}, i32 {k}')}")
+      mask = self.op(f"and <{n} x i1> {mask}, {ok}")
+    self.masks[u] = mask
+    base = src[0].dtype.base if isinstance(src[0].dtype, PtrDType) else u.dtype
+    self.r[u] = self.op(f"getelementptr {ltype(base, mem=True)}, {self.ptr_ty(src[0].dtype)} {self.val(src[0])}, "
+                        f"{it} {idx}")
+
+  def splat_value(self, v: str, t: str, n: int) -> str:
+    """A vector of `n` lanes of LLVM type `t`, each the value `v` (a literal or a register)."""
+    one = self.op(f"insertelement <{n} x {t}> poison, {t} {v}, i32 0")
+    return self.op(f"shufflevector <{n} x {t}> {one}, <{n} x {t}> poison, <{n} x i32> zeroinitializer")
 
   def bounds_check(self, u: UOp, idx: str, it: str) -> None:
     """CHECK_OOB (see `renderer.OOBCheck`): the access through INDEX `u` happens only where it is in bounds; an
@@ -524,7 +550,12 @@ class _LLVMEmitter:
           z = self.tmp()
           self.emit(f"{z} = zext {ltype(vdt)} {v} to {ltype(vdt, mem=True)}")
           v = z
-        if src[0] in self.gates:
+        if src[0] in self.masks:  # LangRef: llvm.masked.store (masked-off lanes write nothing)
+          t, fn = ltype(vdt, mem=True), f"llvm.masked.store.{_mangle(vdt)}.p0"
+          self.decls.add(f"declare void @{fn}({t}, ptr, i32, <{vdt.count} x i1>)")
+          self.emit(f"call void @{fn}({t} {v}, ptr {self.val(src[0])}, i32 {vdt.scalar().itemsize}, "
+                    f"<{vdt.count} x i1> {self.masks[src[0]]})")
+        elif src[0] in self.gates:
           k = self.n = self.n + 1
           self.emit(f"br i1 {self.gates[src[0]]}, label %st{k}.do, label %st{k}.skip")
           self.lines.append(f"st{k}.do:")
