@@ -50,7 +50,7 @@ from typing import Any, Callable, ClassVar, Iterable, Iterator, Literal
 from tiny_uop import trace as _trace
 from tiny_uop.device import Buffer
 from tiny_uop.dtype import DType
-from tiny_uop.helpers import DEBUG, del_errors
+from tiny_uop.helpers import DEBUG, ContextVar, del_errors
 from tiny_uop.uop import GroupOp, Ops, UOp
 from tiny_uop.plugins import Device
 
@@ -268,9 +268,18 @@ def _codegen_flag_vars() -> tuple:
 _VALUE = operator.attrgetter("value")
 
 
+# (ContextVar.version when read, the flags' values then): recomputed only after some flag was written
+_flags_memo: list[tuple[int, tuple]] = [(-1, ())]
+
+
 def _codegen_flags() -> tuple:
-  """`tiny_codegen.program.codegen_flags()`: the values of the flags that change what a kernel compiles to."""
-  return tuple(map(_VALUE, _codegen_flag_vars()))
+  """`tiny_codegen.program.codegen_flags()`: the values of the flags that change what a kernel compiles to. Kept
+  while no flag is written (`ContextVar.version`: a `Context` or a `.value =` takes effect at the next call)."""
+  if (m := _flags_memo[0])[0] == ContextVar.version: return m[1]
+  ver = ContextVar.version  # read before the values: a write meanwhile leaves a newer version, so a recompute
+  vals = tuple(map(_VALUE, _codegen_flag_vars()))
+  _flags_memo[0] = (ver, vals)
+  return vals
 
 
 def estimate_ops(ast: UOp) -> int:
