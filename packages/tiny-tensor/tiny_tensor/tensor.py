@@ -351,7 +351,9 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
       if not lst and u is None: return self  # realized by another thread meanwhile
       if not lst and u is not None and (op := u.op) is not _MULTI and op is not _BUFFER and \
          (op is not _RESHAPE or u.src[0].op is not _BUFFER):  # one lazy tensor (not is_realized(u)): the eager hot path
-        with _registry_lock: alone = tried = _lazy_tensors.only_one(self)
+        with _registry_lock:  # (`_lazy_tensors.only_one(self)`'s first case read inline: the registry holds self alone)
+          alone = tried = (len(d := _lazy_tensors.data) == 1 and (r := d.get(id(self))) is not None and r() is self) \
+            or _lazy_tensors.only_one(self)
         if alone and (got := engine._replay_root_locked(u)) is not None:  # a cached op: its recorded kernels
           view, pend = got
           if pend is not None: _take_fresh(self, pend)
@@ -651,7 +653,9 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
     if (u := self._u) is None: u = self._uop  # (the slot first: the hot path of `x + 1`)
     dt = u.dtype
     if type(y) in (int, float, bool) and (dtypes.is_float(dt) or (dtypes.is_int(dt) and type(y) is int)):
-      cu = self._scalar_uop(y)  # hot path: no temporary Tensor for the constant
+      # hot path: no temporary Tensor for the constant (`_scalar_uop(y)`, its cache read inline when it has it)
+      if "shape" not in (c := u._cache) or "device" not in c or \
+         (cu := _scalar_cache.get((dt, repr(y), c["device"], c["shape"]))) is None: cu = self._scalar_uop(y)
       if op in _SAME_DTYPE_OPS and cu.dtype is u.dtype:  # what alu builds, without its dtype checks (interned)
         new = UOp(op, u.dtype, (cu, u) if reverse else (u, cu))
         if u._cache.get("device").__class__ is str: return Tensor._new_lazy(new, self._requires_grad)
