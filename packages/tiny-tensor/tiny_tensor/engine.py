@@ -435,8 +435,9 @@ class _Replay:
   # what its constructor sets, without running it on the hot path)
   protos: tuple[dict[str, Any], ...]
   # per new buffer, what a replay reads to make it, in one tuple (the hot path: no zip of `new` and `protos`): (size,
-  # dtype, bytes, opened device or None, DEVICE node, the Buffer's attributes)
-  plan: tuple[tuple[int, DType, int, Any, UOp, dict[str, Any]], ...] = ()
+  # dtype, bytes, the opened device's `allocator.alloc` or None (no kernel uses it), DEVICE node, the Buffer's
+  # attributes)
+  plan: tuple[tuple[int, DType, int, Callable[..., Any] | None, UOp, dict[str, Any]], ...] = ()
 
 
 def _slots_getter(args: tuple[int, ...]) -> Callable[[list], tuple]:
@@ -494,7 +495,8 @@ def _make_replay(sched: Any, todo: list[UOp]) -> _Replay | None:
   new_bufs = tuple((d, n, dt, n * dt.itemsize, opened[d] if n_in + j in used else None, UOp(_DEVICE, arg=d))
                    for j, (d, n, dt) in enumerate(new))
   protos = tuple(dict(vars(Buffer(d, n, dt))) for d, n, dt in new)
-  plan = tuple((n, dt, nbytes, dev, dnode, proto) for (_, n, dt, nbytes, dev, dnode), proto in zip(new_bufs, protos))
+  plan = tuple((n, dt, nbytes, None if dev is None else dev.allocator.alloc, dnode, proto)
+               for (_, n, dt, nbytes, dev, dnode), proto in zip(new_bufs, protos))
   return _Replay(new_bufs, tuple((k[0], _slots_getter(k[1]), k[2], k[3]) for k in kernels),
                  tuple(i for i in used if i < n_in), tuple(outs), tuple(devices.values()), flags, protos, plan)
 
@@ -535,14 +537,14 @@ def _replay_launch(roots: tuple[UOp, ...]) -> tuple[_Replay, list[UOp], list[Any
       ib = get_buffer(inputs[i]).ensure_allocated()
     opaque[i] = ib._opaque
   new: list[Any] = []
-  for _n, _dt, nbytes, dev, _dnode, proto in rp.plan:
+  for _n, _dt, nbytes, alloc, _dnode, proto in rp.plan:
     # allocated now if a kernel uses it: what get_buffer and Buffer.allocate do, for a buffer no other thread sees
-    if dev is None:
+    if alloc is None:
       new.append(None)
       continue
     buf = object.__new__(_EngineBuffer)
     vars(buf).update(proto)
-    buf._opaque = opaque[n_in + len(new)] = dev.allocator.alloc(nbytes, None)
+    buf._opaque = opaque[n_in + len(new)] = alloc(nbytes, None)
     new.append(buf)
     GlobalCounters.mem_used += nbytes
   for launch, args_of, ops, mem in rp.kernels:  # as _run_kernel with DEBUG=0, no recorder and no capture
