@@ -658,7 +658,10 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
          (cu := _scalar_cache.get((dt, repr(y), c["device"], c["shape"]))) is None: cu = self._scalar_uop(y)
       if op in _SAME_DTYPE_OPS and cu.dtype is u.dtype:  # what alu builds, without its dtype checks (interned)
         new = UOp(op, u.dtype, (cu, u) if reverse else (u, cu))
-        if u._cache.get("device").__class__ is str: return Tensor._new_lazy(new, self._requires_grad)
+        if (d := (c := u._cache).get("device")).__class__ is str:
+          # an elementwise op over u and a constant of its shape: u's shape and device, known (the next op reads them)
+          if "shape" not in (nc := new._cache): nc["shape"], nc["device"] = c["shape"], d
+          return Tensor._new_lazy(new, self._requires_grad)
         return Tensor._new(new, self._requires_grad)
       return Tensor._new(cu.alu(op, u) if reverse else u.alu(op, cu), self._requires_grad)
     a, b = self._broadcasted(y, reverse)
