@@ -32,9 +32,9 @@ _FLAG_WRITES = itertools.count(1)
 class ContextVar:
   """A flag read once from the environment and overridable with `Context`.
 
-  `ContextVar.version` changes with every write of any flag's `value` (through `Context` or a direct `.value =`): a cache of
-  something derived from flag values is still good while the version it was made at is the current one. Reads of
-  `.value` stay a plain slot read (only writes go through `__setattr__`).
+  `ContextVar.version` changes with every write of any flag's `value` (through `Context` or a direct `.value =`): a
+  cache of something derived from flag values is still good while the version it was made at is the current one.
+  Reads of `.value` stay a plain slot read (only writes go through `__setattr__`).
   """
   _cache: dict[str, ContextVar] = {}
   __slots__ = ("key", "value", "doc")
