@@ -543,7 +543,7 @@ def _replay_launch(roots: tuple[UOp, ...]) -> tuple[_Replay, list[UOp], list[Any
       new.append(None)
       continue
     buf = object.__new__(_EngineBuffer)
-    vars(buf).update(proto)
+    buf.__dict__ = proto.copy()  # (its attributes at once: a copy of the recorded dict, not a fill of a new one)
     buf._opaque = opaque[n_in + len(new)] = alloc(nbytes, None)
     new.append(buf)
     GlobalCounters.mem_used += nbytes
