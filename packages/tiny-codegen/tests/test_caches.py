@@ -157,3 +157,28 @@ def test_cached_template_finds_the_entry_create_schedule_made():
   assert sched_mod.cached_template(((c + 1) * d,), max_nodes=1) is None  # more new nodes than allowed
   sched_mod.clear_schedule_cache()
   assert sched_mod.cached_template(((c + 1) * d,)) is None
+
+
+def test_node_memo_is_keyed_by_the_node_itself_and_dies_with_it():
+  # issue #39: the normalizer's memos are dicts by id(node) holding a weak reference (a read makes no weak reference
+  # and calls no UOp.__eq__). An entry must be found for its node only: never for another node that got the id of a
+  # dead one, whose entry's callback has not run yet; a node's death drops its entry
+  memo = sched_mod._NodeMemo()
+  a = UOp.new_buffer("CPU", 16, dtypes.float32).reshape((4, 4))
+  n1 = a + 1
+  memo[n1] = "one"
+  assert n1 in memo and memo.get(n1) == "one" and len(memo) == 1 and memo.get(a) is None and a not in memo
+  dead = memo.data[id(n1)]
+  del n1
+  assert len(memo) == 0  # the node died: its entry with it
+  n2 = a * 2
+  memo.data[id(n2)] = dead  # a dead node's entry at a live node's id (as if its callback were still to run)
+  assert memo.get(n2) is None and n2 not in memo and memo.pop(n2) is None and len(memo) == 1
+  memo[n2] = "two"
+  memo._drop_dead(dead[0])  # the dead one's callback, late: the live node's entry stays
+  assert memo.get(n2) == "two" and memo.pop(n2) == "two" and n2 not in memo and len(memo) == 0
+  memo[n2] = "again"
+  memo.clear()
+  assert len(memo) == 0 and memo.get(n2) is None
+  # the scheduler's memos are such memos, read by the eager hot path
+  assert isinstance(sched_mod._norm_memo, sched_mod._NodeMemo) and isinstance(sched_mod._tmpl_memo, sched_mod._NodeMemo)

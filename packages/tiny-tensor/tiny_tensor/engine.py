@@ -50,7 +50,7 @@ from typing import Any, Callable, ClassVar, Iterable, Iterator, Literal
 from tiny_uop import trace as _trace
 from tiny_uop.device import Buffer
 from tiny_uop.dtype import DType
-from tiny_uop.helpers import DEBUG, JIT, del_errors
+from tiny_uop.helpers import DEBUG, JIT, ContextVar, del_errors
 from tiny_uop.uop import GroupOp, Ops, UOp
 from tiny_uop.plugins import Device
 
@@ -274,9 +274,18 @@ def _codegen_flag_vars() -> tuple:
 _VALUE = operator.attrgetter("value")
 
 
+# (ContextVar.version when read, the flags' values then): recomputed only after some flag was written
+_flags_memo: list[tuple[int, tuple]] = [(-1, ())]
+
+
 def _codegen_flags() -> tuple:
-  """`tiny_codegen.program.codegen_flags()`: the values of the flags that change what a kernel compiles to."""
-  return tuple(map(_VALUE, _codegen_flag_vars()))
+  """`tiny_codegen.program.codegen_flags()`: the values of the flags that change what a kernel compiles to. Kept
+  while no flag is written (`ContextVar.version`: a `Context` or a `.value =` takes effect at the next call)."""
+  if (m := _flags_memo[0])[0] == ContextVar.version: return m[1]
+  ver = ContextVar.version  # read before the values: a write meanwhile leaves a newer version, so a recompute
+  vals = tuple(map(_VALUE, _codegen_flag_vars()))
+  _flags_memo[0] = (ver, vals)
+  return vals
 
 
 def estimate_ops(ast: UOp) -> int:
@@ -432,8 +441,9 @@ class _Replay:
   # what its constructor sets, without running it on the hot path)
   protos: tuple[dict[str, Any], ...]
   # per new buffer, what a replay reads to make it, in one tuple (the hot path: no zip of `new` and `protos`): (size,
-  # dtype, bytes, opened device or None, DEVICE node, the Buffer's attributes)
-  plan: tuple[tuple[int, DType, int, Any, UOp, dict[str, Any]], ...] = ()
+  # dtype, bytes, the opened device's `allocator.alloc` or None (no kernel uses it), DEVICE node, the Buffer's
+  # attributes)
+  plan: tuple[tuple[int, DType, int, Callable[..., Any] | None, UOp, dict[str, Any]], ...] = ()
 
 
 def _slots_getter(args: tuple[int, ...]) -> Callable[[list], tuple]:
@@ -503,7 +513,8 @@ def _make_replay(sched: Any, todo: list[UOp], inner: bool = False) -> _Replay | 
   new_bufs = tuple((d, n, dt, n * dt.itemsize, opened[d] if n_in + j in used else None, UOp(_DEVICE, arg=d))
                    for j, (d, n, dt) in enumerate(new))
   protos = tuple(dict(vars(Buffer(d, n, dt))) for d, n, dt in new)
-  plan = tuple((n, dt, nbytes, dev, dnode, proto) for (_, n, dt, nbytes, dev, dnode), proto in zip(new_bufs, protos))
+  plan = tuple((n, dt, nbytes, None if dev is None else dev.allocator.alloc, dnode, proto)
+               for (_, n, dt, nbytes, dev, dnode), proto in zip(new_bufs, protos))
   return _Replay(new_bufs, tuple((k[0], _slots_getter(k[1]), k[2], k[3]) for k in kernels),
                  tuple(i for i in used if i < n_in), tuple(outs), tuple(devices.values()), flags, protos, plan)
 
@@ -569,14 +580,14 @@ def _slot_opaques(rp: _Replay, inputs: list[UOp]) -> tuple[list[Any], list[Any]]
       ib = get_buffer(inputs[i]).ensure_allocated()
     opaque[i] = ib._opaque
   new: list[Any] = []
-  for _n, _dt, nbytes, dev, _dnode, proto in rp.plan:
+  for _n, _dt, nbytes, alloc, _dnode, proto in rp.plan:
     # allocated now if a kernel uses it: what get_buffer and Buffer.allocate do, for a buffer no other thread sees
-    if dev is None:
+    if alloc is None:
       new.append(None)
       continue
     buf = object.__new__(_EngineBuffer)
-    vars(buf).update(proto)
-    buf._opaque = opaque[n_in + len(new)] = dev.allocator.alloc(nbytes, None)
+    buf.__dict__ = proto.copy()  # (its attributes at once: a copy of the recorded dict, not a fill of a new one)
+    buf._opaque = opaque[n_in + len(new)] = alloc(nbytes, None)
     new.append(buf)
     GlobalCounters.mem_used += nbytes
   return opaque, new

@@ -30,6 +30,11 @@ class _Registry:
     self.data[k] = weakref.ref(t)
     if len(self.data) > self.limit: self.live()
 
+  def put_ref(self, k: int, r: weakref.ReferenceType[Tensor]) -> None:
+    """`self[k] = t` with `r`, a live weak reference to `t` (taken from another registry: no new one is made)."""
+    self.data[k] = r
+    if len(self.data) > self.limit: self.live()
+
   def __contains__(self, k: int) -> bool: return (r := self.data.get(k)) is not None and r() is not None
   def pop(self, k: int, default: Any = None) -> Any:
     r = self.data.pop(k, None)

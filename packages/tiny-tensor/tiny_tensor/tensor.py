@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 import math
 import threading
+import weakref
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -81,6 +82,16 @@ class _TensorMeta(type):
   def training(cls) -> None:  # `monkeypatch.setattr(Tensor, "training", ...)` undoes with a delete: back to the default
     from tiny_uop.helpers import getenv
     TRAINING.value = getenv("TRAINING", 0)
+
+
+_weakref = weakref.ref  # (a module constant: read on the eager hot path)
+
+
+def _plain_sizes(shape: tuple) -> bool:
+  """Whether every dim of `shape` is a non-negative int (not a bool, not symbolic, not -1 or None)."""
+  for s in shape:  # (a loop, not all(): graph building's hot path)
+    if s.__class__ is not int or s < 0: return False
+  return True
 
 
 class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_TensorMeta):
@@ -168,13 +179,20 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
     t = object.__new__(Tensor)
     t._u, t._requires_grad, t.grad, t._origin_uop = uop, requires_grad, None, None  # (`_pend` unread while `_u` set)
     with _registry_lock:
-      _lazy_tensors[id(t)] = t
+      (d := _lazy_tensors.data)[id(t)] = _weakref(t)  # `_lazy_tensors[id(t)] = t`, inlined (the eager hot path)
+      if len(d) > _lazy_tensors.limit: _lazy_tensors.live()
       if requires_grad: _grad_tensors[id(t)] = t  # propagated from an input: not a leaf
     return t
 
   def _wrap(self, uop: UOp, *others: Tensor) -> Tensor:
-    rg = [self.requires_grad, *(o.requires_grad for o in others)]
-    return Tensor._new(uop, True if any(rg) else (None if None in rg else False))
+    """A new tensor of `uop` (an op over self and `others`): requires_grad True if any operand's is, else None if
+    any's is None, else False."""
+    rg = self._requires_grad
+    if others:  # (a loop, not lists and any(): every op's result comes through here)
+      for o in others:
+        if (org := o._requires_grad): rg = org
+        elif org is None and not rg: rg = None
+    return Tensor._new(uop, True if rg else (None if rg is None else False))
 
   @staticmethod
   def from_uop(u: UOp, device: str | None = None) -> Tensor:
@@ -207,11 +225,14 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
 
   @uop.setter
   def uop(self, u: UOp) -> None:
-    if u.op is not _MULTI and (isinstance(u.device, tuple) or (u.op is _COPY and u.src[0].op is _MULTI)):
+    if (op := u.op) is not _MULTI and (isinstance(u.device, tuple) or (op is _COPY and u.src[0].op is _MULTI)):
       u = _multi.lower(u)  # an op on a sharded tensor (or a gather of one to a single device)
-    self._uop = u
-    if u.op is not _BUFFER and (u.op is not _RESHAPE or u.src[0].op is not _BUFFER):  # not is_realized(u)
-      with _registry_lock: _lazy_tensors[id(self)] = self
+      op = u.op
+    self._u, self._pend = u, None  # (the `_uop` setter, inlined: every op's result comes through here)
+    if op is not _BUFFER and (op is not _RESHAPE or u.src[0].op is not _BUFFER):  # not is_realized(u)
+      with _registry_lock:  # `_lazy_tensors[id(self)] = self`, inlined
+        (d := _lazy_tensors.data)[id(self)] = _weakref(self)
+        if len(d) > _lazy_tensors.limit: _lazy_tensors.live()
     else:  # a leaf backward may fill .grad of (found through here when it is in no other registry)
       with _registry_lock: _real_tensors[id(self)] = self
 
@@ -330,7 +351,9 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
       if not lst and u is None: return self  # realized by another thread meanwhile
       if not lst and u is not None and (op := u.op) is not _MULTI and op is not _BUFFER and \
          (op is not _RESHAPE or u.src[0].op is not _BUFFER):  # one lazy tensor (not is_realized(u)): the eager hot path
-        with _registry_lock: alone = tried = _lazy_tensors.only_one(self)
+        with _registry_lock:  # (`_lazy_tensors.only_one(self)`'s first case read inline: the registry holds self alone)
+          alone = tried = (len(d := _lazy_tensors.data) == 1 and (r := d.get(id(self))) is not None and r() is self) \
+            or _lazy_tensors.only_one(self)
         if alone and (got := engine._replay_root_locked(u)) is not None:  # a cached op: its recorded kernels
           view, pend = got
           if pend is not None: _take_fresh(self, pend)
@@ -622,17 +645,23 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
       out = least_upper_dtype(x.dtype, yt.dtype)
       x, yt = x.cast(out), yt.cast(out)
     if reverse: x, yt = yt, x
-    shape = _broadcast_shape(x.shape, yt.shape)
+    if (xs := x.shape) == (ys := yt.shape): return x, yt  # the same shape: nothing to broadcast (most ops)
+    shape = _broadcast_shape(xs, ys)
     return x._broadcast_to(shape), yt._broadcast_to(shape)
 
   def _binop(self, op: Ops, y: Any, reverse: bool = False) -> Tensor:
     if (u := self._u) is None: u = self._uop  # (the slot first: the hot path of `x + 1`)
     dt = u.dtype
     if type(y) in (int, float, bool) and (dtypes.is_float(dt) or (dtypes.is_int(dt) and type(y) is int)):
-      cu = self._scalar_uop(y)  # hot path: no temporary Tensor for the constant
+      # hot path: no temporary Tensor for the constant (`_scalar_uop(y)`, its cache read inline when it has it)
+      if "shape" not in (c := u._cache) or "device" not in c or \
+         (cu := _scalar_cache.get((dt, repr(y), c["device"], c["shape"]))) is None: cu = self._scalar_uop(y)
       if op in _SAME_DTYPE_OPS and cu.dtype is u.dtype:  # what alu builds, without its dtype checks (interned)
         new = UOp(op, u.dtype, (cu, u) if reverse else (u, cu))
-        if u._cache.get("device").__class__ is str: return Tensor._new_lazy(new, self._requires_grad)
+        if (d := (c := u._cache).get("device")).__class__ is str:
+          # an elementwise op over u and a constant of its shape: u's shape and device, known (the next op reads them)
+          if "shape" not in (nc := new._cache): nc["shape"], nc["device"] = c["shape"], d
+          return Tensor._new_lazy(new, self._requires_grad)
         return Tensor._new(new, self._requires_grad)
       return Tensor._new(cu.alu(op, u) if reverse else u.alu(op, cu), self._requires_grad)
     a, b = self._broadcasted(y, reverse)
@@ -1201,6 +1230,9 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
     (2, 3)
     """
     new = argfix(shape, *args)
+    if _plain_sizes(new) and _plain_sizes(cur := self.shape):  # all non-negative ints (most reshapes): checked here
+      if new == cur: return self
+      if math.prod(new) == math.prod(cur): return self._wrap(self.uop.reshape(new))
     if (bad := [s for s in new if not (s is None or isinstance(s, (UOp, int, np.integer)))
                 or isinstance(s, (bool, np.bool_))]):
       raise TypeError(f"reshape {new}: dimension {bad[0]!r} is a {type(bad[0]).__name__}; valid: ints, one -1, None "
@@ -1868,12 +1900,14 @@ def _take_fresh(t: Tensor, pending: engine.Pending) -> None:
   u, origin = t._uop, t._origin_uop
   if origin is None and t._requires_grad is not False and u.op is not _ASSIGN: origin = u
   with _registry_lock:
+    # its entry leaves the lazy registry; its weak reference (one per object) goes on into the next registry
+    r = _lazy_tensors.data.pop(id(t), None)
+    if r is None or r() is not t: r = _weakref(t)  # (not registered, or a dead tensor's entry of the same id)
     if origin is not t._origin_uop:
       t._origin_uop = origin
-      _origin_tensors[id(t)] = t
-    elif origin is None: _real_tensors[id(t)] = t
+      _origin_tensors.put_ref(id(t), r)
+    elif origin is None: _real_tensors.put_ref(id(t), r)
     t._u, t._pend = None, pending  # a buffer, its view made when read: no longer lazy
-    _lazy_tensors.pop(id(t), None)
 
 
 def _keeps_origin(t: Tensor, new: UOp | None = None) -> bool:

@@ -101,3 +101,24 @@ def test_render_deep_expression():
   txt = e.render()
   assert txt.startswith("(" * 5000 + "x+1)") and txt.count("+1") == 5000
   assert e.render(simplify=True) == "(x+5000)"
+
+
+def test_shape_and_device_of_a_new_node_over_new_nodes_need_no_walk(monkeypatch):
+  # issue #39: `x.cast(a).cast(b)` and `(x * 2).cast(a)` read the shape/device of a new node whose source is new too:
+  # computed one level down without a toposort; the result must be what the walk gives (checked against a graph
+  # whose properties come from the walk), and a COPY below still moves the device
+  def build(dev: str) -> list[UOp]:
+    a = UOp.new_buffer(dev, 24, dtypes.float32).reshape((4, 6))
+    return [(a * 2).cast(dtypes.float16), a.cast(dtypes.int32).cast(dtypes.float32), a.copy_to_device("PYTHON") + 1,
+            (a.copy_to_device("PYTHON") + 1).cast(dtypes.float16), a.permute((1, 0)).cast(dtypes.int8)]
+  walked = build("CPU")
+  want = [(w.toposort() and w.shape, w.device) for w in walked]  # (toposort first: the walk's answer)
+  assert want == [((4, 6), "CPU"), ((4, 6), "CPU"), ((4, 6), "PYTHON"), ((4, 6), "PYTHON"), ((6, 4), "CPU")]
+  del walked
+  calls: list[UOp] = []
+  real = UOp.toposort
+  monkeypatch.setattr(UOp, "toposort", lambda self, *a, **k: calls.append(self) or real(self, *a, **k))
+  fresh = build("CPU")
+  assert [(u.shape, u.device) for u in fresh] == want
+  assert all(u.op is not Ops.CAST or u.src[0].op is not Ops.COPY for u in calls)  # walks only where a COPY sits
+  assert not [u for u in calls if u is fresh[1] or u is fresh[4]]  # one level down: no walk

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import math
 import operator
 import os
 import sys
 import warnings
-from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
+from typing import Any, Callable, ClassVar, Iterable, Iterator, Sequence, TypeVar
 
 T = TypeVar("T")
 
@@ -25,10 +26,25 @@ def getenv(key: str, default: Any = 0) -> Any:
   return type(default)(val)
 
 
+_FLAG_WRITES = itertools.count(1)
+
+
 class ContextVar:
-  """A flag read once from the environment and overridable with `Context`."""
+  """A flag read once from the environment and overridable with `Context`.
+
+  `ContextVar.version` changes with every write of any flag's `value` (through `Context` or a direct `.value =`): a
+  cache of something derived from flag values is still good while the version it was made at is the current one.
+  Reads of `.value` stay a plain slot read (only writes go through `__setattr__`).
+  """
   _cache: dict[str, ContextVar] = {}
   __slots__ = ("key", "value", "doc")
+  version: ClassVar[int] = 0
+
+  def __setattr__(self, name: str, v: Any) -> None:
+    object.__setattr__(self, name, v)
+    # a fresh number from a counter (atomic under the GIL), stored after the value: two threads writing at once never
+    # leave a version that a cache was made at before either value was written
+    if name == "value": ContextVar.version = next(_FLAG_WRITES)
 
   def __init__(self, key: str, default: Any, doc: str = ""):
     if key in ContextVar._cache: raise RuntimeError(f"ContextVar {key!r} is declared twice")

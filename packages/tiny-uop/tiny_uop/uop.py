@@ -297,7 +297,13 @@ class UOp(metaclass=UOpMetaClass):
     """The shape of a graph-level (tensor) value; None for kernel-level nodes."""
     if "shape" in (c := self._cache): return c["shape"]
     for s in self.src:  # a new node over known ones (every eager op): no walk (a loop: no generator on this path)
-      if "shape" not in s._cache: break
+      if "shape" not in (sc := s._cache):
+        for ss in s.src:  # ... or over new ones over known ones (`x.cast(a).cast(b)`): one level more, no walk
+          if "shape" not in ss._cache: break
+        else:
+          sc["shape"] = _compute_shape(s)
+          continue
+        break
     else:
       ret = c["shape"] = _compute_shape(self)
       return ret
@@ -318,7 +324,18 @@ class UOp(metaclass=UOpMetaClass):
     if self.op not in _DEVICE_SETTERS:  # over known sources: the first device among them, no walk
       d = None
       for s in self.src:
-        if "device" not in (sc := s._cache): break
+        if "device" not in (sc := s._cache):
+          if s.op in _DEVICE_SETTERS: break
+          # a new source over known ones (`(x * 2).cast(...)`): its device the same way, one level more, no walk
+          sd = None
+          for ss in s.src:
+            if "device" not in (ssc := ss._cache): break
+            if sd is None: sd = ssc["device"]
+          else:
+            sc["device"] = sd
+            if d is None: d = sd
+            continue
+          break
         if d is None: d = sc["device"]
       else:
         c["device"] = d

@@ -100,14 +100,62 @@ _NEVER = -1  # `_Normalizer.lo` of a node whose form must not be remembered (its
 _NONE = 1 << 62  # `_Normalizer.lo` of a node that reads no input
 _INT_ONLY = {int}
 _NormEntry = tuple[UOp | None, int, tuple[UOp, ...], tuple[UOp, ...], int]
-_norm_memo: weakref.WeakKeyDictionary[UOp, _NormEntry] = weakref.WeakKeyDictionary()
+
+
+class _MemoRef(weakref.ref):
+  """A `_NodeMemo` entry's weak reference to its node, carrying the entry's key (its callback needs no closure)."""
+  __slots__ = ("key",)
+  key: int
+
+
+class _NodeMemo:
+  """A memo keyed weakly by UOp: an entry lives as long as its node and no longer, and must not refer to its node.
+  A dict by `id(node)` of (weak reference to the node, value): a read is `id()`, one dict lookup by int and one
+  dereference (`hot_get`'s pattern), where a `WeakKeyDictionary` made a `weakref.ref` per read and, on a hit, compared
+  the two references' nodes through `UOp.__eq__` (a Python call): the eager hot path reads it once per source. A
+  node's death removes its entry (weakref callback; ids are not reused before it runs)."""
+  __slots__ = ("data", "_drop")
+
+  def __init__(self) -> None:
+    self.data: dict[int, tuple[_MemoRef, Any]] = {}
+    self._drop = self._drop_dead  # one bound method for every entry's reference
+
+  def _drop_dead(self, r: _MemoRef) -> None:
+    if (e := self.data.get(r.key)) is not None and e[0] is r: del self.data[r.key]  # (an entry set since: kept)
+
+  def get(self, n: UOp, default: Any = None) -> Any:
+    """The value remembered for node `n`, else `default`."""
+    if (e := self.data.get(id(n))) is not None and e[0]() is n: return e[1]
+    return default
+
+  def __setitem__(self, n: UOp, v: Any) -> None:
+    r = _MemoRef(n, self._drop)
+    r.key = id(n)
+    self.data[r.key] = (r, v)
+
+  def __contains__(self, n: object) -> bool:
+    return (e := self.data.get(id(n))) is not None and e[0]() is n
+
+  def pop(self, n: UOp, default: Any = None) -> Any:
+    """Forget `n`'s entry; its value, else `default`."""
+    if (e := self.data.get(id(n))) is None or e[0]() is not n: return default
+    del self.data[id(n)]
+    return e[1]
+
+  def __len__(self) -> int: return len(self.data)
+  def clear(self) -> None:
+    """Forget every entry."""
+    self.data.clear()
+
+
+_norm_memo: _NodeMemo = _NodeMemo()
 """The scheduler's memo of normalized forms (see `_Normalizer`): node -> (normalized node, or None when it is the
 node itself; the number of its first input; its inputs; their placeholders; its graph's size). Keyed weakly: an entry
 lives as long as its node and no longer (it holds the node's inputs, never the node); `clear_schedule_cache` empties
 it. Nothing of it is stored on the UOps."""
-# the dict under it, read by weak reference: the normalizer's hot path (one call, not WeakKeyDictionary.get's two)
-_norm_memo_get: Callable[[weakref.ref], _NormEntry | None] = _norm_memo.data.get  # type: ignore[attr-defined]
-_ref = weakref.ref
+# the dict under it, read inline on the normalizer's hot paths: `(e := _norm_memo_data(id(n))) is not None and
+# e[0]() is n` is `_norm_memo.get(n)` without a Python call
+_norm_memo_data: Callable[[int], tuple[_MemoRef, _NormEntry] | None] = _norm_memo.data.get
 
 
 class _Normalizer:
@@ -163,7 +211,7 @@ class _Normalizer:
       n, first, nodes = stack.pop()
       if n in new: continue
       if first < 0:
-        if reuse and (ent := _norm_memo_get(_ref(n))) is not None and self._take(n, ent): continue
+        if reuse and (e := _norm_memo_data(id(n))) is not None and e[0]() is n and self._take(n, e[1]): continue
         if self.budget is not None:
           if (budget := self.budget - 1) < 0:
             self.over = True
@@ -1378,7 +1426,8 @@ def create_schedule(sink: UOp, expose: Iterable[UOp] = ()) -> ScheduleResult:
 
 
 def _schedule_sizes() -> tuple:
-  """The sizes the graph passes split and block reduces by (the cached part reads them; tests patch them)."""
+  """The sizes the graph passes split and block reduces by (the cached part reads them; tests patch them). Spelled
+  out once more in `cached_template`'s eager hot path: change both together."""
   return (REDUCE_BLOCK, REDUCE_FANIN, BLOCKED_SUM_MIN, SPLIT_REDUCE_MIN, CHUNK_BYTES)
 
 
@@ -1391,8 +1440,8 @@ def _schedule_key(nsink: UOp, nexpose: frozenset[UOp] | None) -> tuple:
 # cached_template's eager hot path: a normalized one-root graph's root -> (the sizes then, a weak reference to its
 # cache entry), so a hit builds no key (a SINK) and takes no lock; the scheduler's own table (no state on the UOps),
 # an entry dying with its node, the entry's life the cache's
-_tmpl_memo: weakref.WeakKeyDictionary[UOp, tuple[tuple, weakref.ref]] = weakref.WeakKeyDictionary()
-_tmpl_memo_get: Callable[[weakref.ref], tuple[tuple, weakref.ref] | None] = _tmpl_memo.data.get  # type: ignore[attr-defined]
+_tmpl_memo: _NodeMemo = _NodeMemo()
+_tmpl_memo_data: Callable[[int], tuple[_MemoRef, tuple[tuple, weakref.ref]] | None] = _tmpl_memo.data.get
 # ... and for a fresh root with no arg (`a + 1`: a new ADD each time) by its structure, (op, dtype, its sources'
 # normalized forms, tag), which is its normalized node's key: a hit neither interns that node nor makes a weak
 # reference to look it up. Holds the normalized sources (placeholders and constants the cache entries hold anyway);
@@ -1429,15 +1478,17 @@ def cached_template(roots: tuple[UOp, ...], max_nodes: int = 64) -> tuple[Any, l
   if not SCHEDULE_CACHE or SPEC.value: return None
   if len(roots) == 1 and max_nodes > 0 and (r := roots[0]).arg is None and (fresh := _norm_srcs(r)) is not None:
     # the eager hot path: one new node over sources that remember their forms, found by structure
+    # (the sizes compared as `_schedule_sizes()` gives them, built here: no Python call on the eager hot path)
     if (memo := _tmpl_by_struct.get((r.op, r.dtype, fresh[0], r.tag))) is not None and \
-       memo[0] == _schedule_sizes() and (t := memo[1]()) is not None:
+       memo[0] == (REDUCE_BLOCK, REDUCE_FANIN, BLOCKED_SUM_MIN, SPLIT_REDUCE_MIN, CHUNK_BYTES) and \
+       (t := memo[1]()) is not None:
       return t, fresh[1]
   if len(roots) == 1 and max_nodes > 0 and (one := _norm_over_remembered(roots[0])) is not None:
     nroots, inputs = [one[0]], one[1]
     # the eager hot path: the entry found for this normalized root before (a weak reference: the entry's life is the
     # cache's), without its key (a SINK) and the cache's lock
-    if (memo := _tmpl_memo_get(_ref(one[0]))) is not None and memo[0] == _schedule_sizes() and \
-       (t := memo[1]()) is not None:
+    if (e := _tmpl_memo_data(id(one[0]))) is not None and e[0]() is one[0] and (memo := e[1])[0] == _schedule_sizes() \
+       and (t := memo[1]()) is not None:
       return t, inputs
   else:
     norm = _Normalizer(budget=max_nodes)
@@ -1469,8 +1520,8 @@ def _norm_over_remembered(r: UOp) -> tuple[UOp, list[UOp]] | None:
   """`_Normalizer().node(r)` and its inputs, without a walk, when r remembers its normalized form or is a node whose
   sources all do, with their inputs numbered from 0 in source order, none read twice: the eager hot path (`a + 1`
   over a realized `a`: one new node over two known ones). None otherwise (the caller walks the graph)."""
-  if (ent := _norm_memo_get(_ref(r))) is not None:
-    norm, first, ins, _, _ = ent
+  if (e := _norm_memo_data(id(r))) is not None and e[0]() is r:
+    norm, first, ins, _, _ = e[1]
     return ((r if norm is None else norm), list(ins)) if first == 0 or not ins else None
   if (op := r.op) in _NORM_SPECIAL or (op in _SIZED_MOVEMENT and not set(map(type, r.arg)) <= _INT_ONLY): return None
   if (got := _norm_srcs(r)) is None: return None
@@ -1486,12 +1537,13 @@ def _norm_srcs(r: UOp) -> tuple[tuple[UOp, ...], list[UOp]] | None:
   src: list[UOp] = []
   inputs: list[UOp] = []
   for s in r.src:
-    if (ent := _norm_memo_get(_ref(s))) is None: return None
-    norm, first, ins, _, _ = ent
+    if (e := _norm_memo_data(id(s))) is None or e[0]() is not s: return None
+    norm, first, ins, _, _ = e[1]
     if ins:
       if first != len(inputs): return None
-      for b in ins:  # (a loop, not any(): the eager hot path)
-        if b in inputs: return None
+      for b in ins:  # (loops by identity, not `in` or any(): `in` calls UOp.__eq__ on each other node; the hot path)
+        for x in inputs:
+          if x is b: return None
       inputs.extend(ins)
     src.append(s if norm is None else norm)
   return tuple(src), inputs
