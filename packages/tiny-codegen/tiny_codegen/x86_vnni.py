@@ -74,12 +74,15 @@ def _check(o: int, nb: int, threads: int) -> None:
 def _row_groups(per: int, rows: int, row_bytes: int) -> list[str]:
   """The IR of both kernels' row loop head: this thread's `per` rows from `core_id * per`, in groups of `rows` (block
   `%r.head`, exiting to `%done`; the group's K loop returns through `%k.exit`), then in `%k.pre` each row's index
-  `%row<r>` and the byte offset `%rb<r>` of its first block (`row_bytes` a row)."""
+  `%row<r>`, the byte offset `%rb<r>` of its first block (`row_bytes` a row) and its pointer `%rp<r>` (the K loop
+  addresses blocks from it: from `%raw` with i32 offsets each row paid a sign extension and an add per block)."""
   ln = ["r.pre:", f"  %r0 = mul i32 %core_id, {per}", "  br label %r.head",
         "r.head:", "  %rg = phi i32 [0, %r.pre], [%rg.next, %k.exit]", f"  %r.ok = icmp slt i32 %rg, {per // rows}",
         "  br i1 %r.ok, label %k.pre, label %done",
         "k.pre:", f"  %rgo = mul i32 %rg, {rows}", "  %row = add i32 %r0, %rgo"]
-  for r in range(rows): ln += [f"  %row{r} = add i32 %row, {r}", f"  %rb{r} = mul i32 %row{r}, {row_bytes}"]
+  for r in range(rows):
+    ln += [f"  %row{r} = add i32 %row, {r}", f"  %rb{r} = mul i32 %row{r}, {row_bytes}",
+           f"  %rp{r} = getelementptr inbounds i8, ptr %raw, i32 %rb{r}"]
   return ln
 
 
@@ -131,7 +134,7 @@ def q8_0_matvec_ir(o: int, nb: int, threads: int = 1, name: str = "q8_0_matvec",
          "  %dxp = getelementptr inbounds float, ptr %xd, i32 %kb", "  %dx = load float, ptr %dxp, align 4",
          f"  %bo = mul i32 %kb, {b}"]
   for r in range(rows):
-    ln += [f"  %wo{r} = add i32 %rb{r}, %bo", f"  %wp{r} = getelementptr inbounds i8, ptr %raw, i32 %wo{r}",
+    ln += [f"  %wp{r} = getelementptr inbounds i8, ptr %rp{r}, i32 %bo",
            *_prefetch(r, PREFETCH_GROUPS * rows * nb * b, 1),
            f"  %dh{r} = load half, ptr %wp{r}, align 1", f"  %df{r} = fpext half %dh{r} to float",
            f"  %s{r} = fmul float %df{r}, %dx", f"  %qp{r} = getelementptr inbounds i8, ptr %wp{r}, i32 2",
@@ -278,7 +281,7 @@ def q4_k_matvec_ir(o: int, ns: int, threads: int = 1, name: str = "q4_k_matvec",
            f"  %xv{j} = load {v8i}, ptr %xp{j}, align 1"]
   ln.append(f"  %bo = mul i32 %kb, {bb}")
   for r in range(rows):
-    ln += [f"  %wo{r} = add i32 %rb{r}, %bo", f"  %wp{r} = getelementptr inbounds i8, ptr %raw, i32 %wo{r}",
+    ln += [f"  %wp{r} = getelementptr inbounds i8, ptr %rp{r}, i32 %bo",
            *_prefetch(r, PREFETCH_GROUPS * rows * ns * bb, -(-bb // 64)),
            f"  %dh{r} = load half, ptr %wp{r}, align 1", f"  %d{r} = fpext half %dh{r} to float",
            f"  %mp{r} = getelementptr inbounds i8, ptr %wp{r}, i32 2", f"  %mh{r} = load half, ptr %mp{r}, align 1",
