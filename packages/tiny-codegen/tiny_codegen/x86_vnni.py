@@ -23,7 +23,8 @@ of `threads`, computes rows [core_id * O/threads, (core_id+1) * O/threads):
 block's int32 lanes start from -128 * sum(xq[b]) (computed once per call into a stack array): sum((w + 128) * x) -
 128 * sum(x) = sum(w * x), exact. Per block and row: one 32-byte weight load, `vpxor`, `vpdpbusd` (8 int32 lanes),
 `vcvtdq2ps`, one FMA with the block's scale f16(w) * xd[b] into 8 float32 lanes kept across the K loop; one
-horizontal sum per row at the end. `ROWS` rows share each activation block load.
+horizontal sum per row at the end. `ROWS` rows share each activation block load. Both kernels prefetch each row's
+block one row group ahead (`PREFETCH_GROUPS`): a decode step streams its weights from L3/memory.
 """
 from __future__ import annotations
 
