@@ -54,6 +54,23 @@ def test_ir_calls_vpdpbusd(form: str, features: str) -> None:
   assert f'"target-features"="{features}"' in src
 
 
+@pytest.mark.parametrize("kind, o, nb, threads, rows", [("q8_0", 8, 3, 2, 4), ("q8_0", 6, 24, 3, 2),
+                                                        ("q8_0", 5, 7, 1, 1), ("q4_k", 12, 3, 1, 4),
+                                                        ("q4_k", 6, 2, 3, 2)])
+def test_ir_prefetches_the_next_row_group(kind: str, o: int, nb: int, threads: int, rows: int) -> None:
+  """Each row's weight bytes are prefetched one row group (`rows` rows of NB blocks) ahead, every line of a block
+  (Q8_0's 34 bytes: 1 line asked per block; Q4_K's 144: 3): a decode step streams the weights from L3/memory, and
+  without it the Q8_0 2048x768 kernel ran at 6 GB/s, with it 18-25 (bench/README.md, issue #39)."""
+  import re
+  ir = x86_vnni.q8_0_matvec_ir if kind == "q8_0" else x86_vnni.q4_k_matvec_ir
+  block, lines = (x86_vnni.Q8_0_BYTES, 1) if kind == "q8_0" else (x86_vnni.Q4_K_BYTES, 3)
+  src = ir(o, nb, threads)
+  got = sorted(int(m) for m in re.findall(r"getelementptr i8, ptr %wp0, i64 (\d+)", src))
+  ahead = x86_vnni.PREFETCH_GROUPS * rows * nb * block
+  assert got == [ahead + 64 * i for i in range(lines)], got
+  assert src.count("call void @llvm.prefetch.p0(") == rows * lines
+
+
 @pytest.mark.parametrize("args, msg", [((6, 2, 4), r"O=6 rows must split evenly over threads=4"),
                                        ((0, 2, 1), r"O must be a positive int, got 0"),
                                        ((8, 2, 1.0), r"threads must be a positive int, got 1.0")])

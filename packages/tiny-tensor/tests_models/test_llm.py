@@ -783,3 +783,25 @@ def test_prefill_chunks_read_float_weights_packed_once(tmp_path, vector_register
   bufs = {id(engine.get_buffer(engine.buffer_view(w.w.uop)[0])) for w in packed}
   reads = [c.name for c in m.chunk_step.captured.calls if any(id(r) in bufs for r in getattr(c, "refs", []))]
   assert not reads, reads
+
+
+@pytest.mark.parametrize("chunk", [2, 4])
+def test_short_prefill_chunks_read_weights_in_panels(tmp_path, monkeypatch, vector_registers, chunk):
+  """A chunk of 2-7 rows reads its float32 weight copies in column panels too (`_prefill_panel`, from
+  `PANEL_MIN_ROWS` rows): in place the product read all of W once per row, the panels once per call (2048x768, one
+  thread: two rows 577 -> 295 us); the old `rows >= 8` left them in place. The register file pinned to AVX-512's,
+  the float32 copies forced (no AMX). Logits against a numpy forward pass over the `gguf` package's decoding."""
+  monkeypatch.setattr(model_mod, "PREFILL_AMX", False)
+  monkeypatch.setattr(model_mod, "int8_dot_products", lambda device: False)  # float32 activations: 1e-4
+  vector_registers(32, 64)
+  path = str(tmp_path / "s.gguf")
+  llm_ref.make_model(path, n_layers=1, dim=256, hidden=512, n_heads=4, n_kv=2, wtype=GGMLType.Q8_0, seed=13, ctx=64)
+  kv, ts = read_gguf(path)
+  m = Transformer(Config.from_gguf(kv), ts, prefill_chunk=chunk)
+  ws = _gguf_package_weights(ts)
+  rng = np.random.default_rng(4)
+  for n in (chunk + 1, 2 * chunk):
+    prompt = [int(x) for x in rng.integers(3, 300, n)]
+    np.testing.assert_allclose(m.prefill(prompt).numpy(), llm_ref.forward(ws, prompt)[-1], rtol=1e-4, atol=1e-4)
+  lins = [w for lay in m.layers for w in (lay.wq, lay.wk, lay.wv, lay.wo, lay.w_gate, lay.w_up, lay.w_down)]
+  assert all(w.dense is not None and w.dense.panel == 32 for w in lins), [w.dense and w.dense.panel for w in lins]

@@ -395,7 +395,12 @@ def _prefill_panel(w: Tensor, rows: int) -> int:
   what `Tensor.dot` packs a transposed right operand into for that product (the CPU's heuristic, from its machine
   model), and two vectors of columns where that heuristic reads W in place because a per-call copy wouldn't pay for
   itself (W under the L2: the k/v projections, 256 x 768): here the copy is made once, and in place the chunk's
-  product gathered W's columns K floats apart (one thread, 4-layer Q4_K chunk: the 8 k/v products 2.1 -> 0.6 ms)."""
+  product gathered W's columns K floats apart (one thread, 4-layer Q4_K chunk: the 8 k/v products 2.1 -> 0.6 ms).
+  Those panels from `PANEL_MIN_ROWS` rows: a property of the product, not of a cache or register file. Under the
+  heuristic's packing rows, x @ W.T in place is one dot product over K per row and output, each row reading all of W
+  again; the panel product reads W once per call for all rows. With one row both read W once (Xeon 6/207, one thread,
+  CPU time: 2048x768 295 vs 296 us; two rows 577 vs 295, four 765 vs 301, eight 923 vs 379; 256x768 two rows 44 vs
+  20 us), so the old `rows >= 8` (one AVX-512 register block) left 2-7-row chunks reading W per row."""
   from tiny_uop.plugins import Device
   if not isinstance(w.device, str): return 0
   renderer = Device[w.device].renderer
@@ -405,7 +410,12 @@ def _prefill_panel(w: Tensor, rows: int) -> int:
   if (p := gemm_panel(renderer, rows, inp, out, w.dtype.itemsize, strided=True)): return p
   regs, width = renderer.vector_registers
   p = 2 * width // w.dtype.itemsize if regs and width >= 32 and w.dtype.itemsize == 4 else 0
-  return p if p and out % p == 0 and out >= 2 * p and rows >= 8 else 0
+  return p if p and out % p == 0 and out >= 2 * p and rows >= PANEL_MIN_ROWS else 0
+
+
+PANEL_MIN_ROWS = 2
+"""Rows of x from which `_prefill_panel` lays a weight out in panels where the matmul heuristic would read it in
+place: two, the first count at which the in-place product reads W more than once (once per row)."""
 
 
 def _weight(t: GGUFTensor, device: str | None, float_dtype: Any = dtypes.float32) -> Any:
