@@ -108,19 +108,27 @@ MIXED = {"token_embd.weight": GGMLType.Q6_K, "attn_q.weight": GGMLType.Q4_K, "at
          "ffn_up.weight": GGMLType.Q4_1, "ffn_down.weight": GGMLType.Q5_0, "output.weight": GGMLType.Q8_0}
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _float32_products():
+  """Every test of this module runs on the float32 decode and prefill paths unless it turns the others on itself
+  (`test_int8_activations_*`): a VNNI CPU's int8 activations (llama.cpp's) and AMX's bfloat16 prefill products move
+  logits past the 1e-4 the float64 references are held to. Module-wide, so that no test's numbers depend on which
+  tests ran before it (run alone with -k, or first on an xdist worker, two of them failed)."""
+  with pytest.MonkeyPatch.context() as mp:
+    mp.setattr(model_mod, "int8_dot_products", lambda device: False)
+    mp.setattr(model_mod, "PREFILL_AMX", False)
+    yield
+
+
 @pytest.fixture(scope="module")
 def mixed(tmp_path_factory):
-  """The MIXED model, its weights and the LLM, run on the float32 decode path: its Q8_0 matvecs decode the weight
-  to float32 (not llama.cpp's int8 activations, which a VNNI CPU runs: see `test_q8_0_int8_activations_*`), so the
-  numpy reference's float64 logits hold to 1e-4. Patched for the module: the LLM's jitted steps are shared."""
+  """The MIXED model, its weights and the LLM (float32 decode path: `_float32_products`), shared by the module: the
+  LLM's jitted steps are compiled once."""
   path = str(tmp_path_factory.mktemp("llm") / "mixed.gguf")
   ws = llm_ref.make_model(path, dim=256, hidden=256, n_heads=4, n_kv=2, types=MIXED, seed=3)
   kv, ts = read_gguf(path)
   assert {ts[k].ggml_type for k in ts} >= set(MIXED.values())
-  with pytest.MonkeyPatch.context() as mp:
-    mp.setattr(model_mod, "int8_dot_products", lambda device: False)
-    mp.setattr(model_mod, "PREFILL_AMX", False)  # float32 prefill products too (not AMX's bfloat16)
-    yield path, ws, LLM.load(path)
+  return path, ws, LLM.load(path)
 
 
 def _check_generation(llm, ws, arch, prompt_text="the quick fox", n=5):
