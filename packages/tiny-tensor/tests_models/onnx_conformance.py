@@ -72,16 +72,20 @@ def _compare(got: Any, exp: Any, info: Any, rtol: float, atol: float, name: str)
 
 
 def run_case(case: Any) -> None:
-  """Run one node case; raises AssertionError (wrong result) or another exception (could not run)."""
+  """Run one node case; raises AssertionError (wrong result) or another exception (could not run). Each data set runs
+  three times through one runner: an eager call builds the graph, the second of an input signature records its
+  schedule and the third replays it (OnnxRunner's doc, "Eager calls"), so every case checks the replay too (and,
+  with several data sets of one signature, a replay on other data)."""
   from tiny_tensor.nn.onnx import OnnxRunner
   runner = OnnxRunner(case.model, device="CPU")
   g = case.model.graph
   in_names = [i.name for i in g.input if i.name not in {t.name for t in g.initializer}]
-  for inputs, outputs in case.data_sets:
-    feed = {n: _value(v) for n, v in zip(in_names, inputs)}
-    with np.errstate(all="ignore"): got = runner(feed)
-    for o, exp in zip(g.output, outputs):
-      _compare(got[o.name], exp, o, case.rtol, case.atol, f"{case.name}:{o.name}")
+  for call in (1, 2, 3):
+    for inputs, outputs in case.data_sets:
+      feed = {n: _value(v) for n, v in zip(in_names, inputs)}
+      with np.errstate(all="ignore"): got = runner(feed)
+      for o, exp in zip(g.output, outputs):
+        _compare(got[o.name], exp, o, case.rtol, case.atol, f"{case.name}:{o.name} (call {call})")
 
 
 def run_all(cases: list[Any], verbose: bool = False) -> dict[str, str | None]:
