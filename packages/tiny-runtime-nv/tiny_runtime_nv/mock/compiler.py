@@ -123,17 +123,27 @@ class PtxasChecker:
       raise CompileError(f"ptxas rejected PTX the mock GPU ran:\n{msg}")
 
   def drain(self, timeout: float = 600) -> None:
-    """Wait until every queued module has been assembled."""
-    self.idle.wait(timeout)
+    """Wait until every queued module has been assembled; one not assembled by then is a failure (a check that
+    didn't happen must not pass)."""
+    if not self.idle.wait(timeout):
+      self.failures.append(f"ptxas checker: queued modules not assembled after {timeout} s")
+
+  SPAWN_TRIES = 3
+  """ptxas runs tried per module: spawning it once failed with a transient EFAULT on a busy CI VM."""
 
   def _assemble(self, src: str, arch: str) -> str | None:
     with tempfile.TemporaryDirectory(prefix="ptxas_check_", dir=cache_dir()) as d:  # not /tmp: others clean it
       pth = os.path.join(d, "m.ptx")
       with open(pth, "w") as f: f.write(src)
       self.runs += 1
-      p = subprocess.run([self.ptxas, f"-arch={arch}", "-O0", pth, "-o", os.path.join(d, "m.cubin")],
-                         capture_output=True, text=True)
-      return None if p.returncode == 0 else p.stderr.strip()
+      cmd = [self.ptxas, f"-arch={arch}", "-O0", pth, "-o", os.path.join(d, "m.cubin")]
+      for tries_left in range(self.SPAWN_TRIES - 1, -1, -1):
+        try: p = subprocess.run(cmd, capture_output=True, text=True)
+        except OSError as e:  # ptxas didn't start (not a verdict on the PTX): again, then a failure naming why
+          if tries_left: continue
+          return f"could not run {self.ptxas}: {type(e).__name__}: {e}"
+        return None if p.returncode == 0 else p.stderr.strip()
+    raise AssertionError("unreachable: the loop returns")
 
   def _worker(self) -> None:
     while True:
