@@ -428,3 +428,14 @@ def test_dot_products_follow_the_vector_lanes(tree, on_machine, K: int, want: di
   a, w = rng.standard_normal((M, K), dtype=np.float32), rng.standard_normal((N, K), dtype=np.float32)
   got = _run_on_cpu(spec, (M, N), a, w)
   np.testing.assert_allclose(got, a @ w.T, rtol=1e-4, atol=1e-4 * np.sqrt(K))
+
+
+def test_fused_prologue_rows_follow_the_fma_units(tmp_path) -> None:
+  """`_fused_prologue_block` (attention's P @ V with the softmax fused): its 2 rows x vectors a row are as many
+  accumulators as `fma_chains` (8 with two FMA units: 4 vectors a row; one unit: 2)."""
+  import dataclasses
+
+  from tiny_codegen.opt.heuristic import FUSED_ROWS, fused_row_vectors
+  cpuinfo, caches, online = TREES["sapphire_rapids"]
+  m = Machine.from_sysfs(fake_tree(str(tmp_path), cpuinfo, caches, online))
+  assert FUSED_ROWS == 2 and fused_row_vectors(m) == 4 and fused_row_vectors(dataclasses.replace(m, fma_units=1)) == 2

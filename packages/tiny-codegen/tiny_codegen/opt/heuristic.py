@@ -251,15 +251,21 @@ def _packed_rows(r: UOp, loads: list[UOp]) -> bool:
   return bool(moved) and all(ld.dtype.itemsize == 1 for ld in moved)
 
 
-FUSED_ROW_VECTORS = 4
-"""`_fused_prologue_block` makes a whole output row of at most this many vectors (each one accumulator per row)."""
+FUSED_ROWS = 2
+"""Query rows `_fused_prologue_block` blocks together (each row's statistic loaded once for its whole value row)."""
+
+
+def fused_row_vectors(m: Machine) -> int:
+  """The vectors of one output row `_fused_prologue_block` makes at most: its FUSED_ROWS rows x this many vectors are
+  the block's accumulators, as many as keep the FMA units busy (`fma_chains`: 8 -> 4 vectors a row)."""
+  return max(1, fma_chains(m) // FUSED_ROWS)
 
 
 def _fused_prologue_block(k: Kernel, loads: list[UOp]) -> bool:
   """A matmul whose left operand is computed per element from a per-row statistic (attention's P @ V with the
   softmax's normalization fused: `exp(s - max) * (1/sum)`, the NaN guard) and whose right operand is a row the
   store walks contiguously (V, 64 wide, maybe plus its bias): that row is the vector, whole (up to
-  FUSED_ROW_VECTORS vectors), and two rows are blocked, so each left element is computed once per block of rows
+  `fused_row_vectors` vectors), and FUSED_ROWS rows are blocked, so each left element is computed once per block of rows
   and broadcast over the whole row; a vector across the rows (the 1/sum is contiguous there) gathered the left
   operand and recomputed it once per 8 columns. 2 heads x 64 x 64 x 64, one thread of the Xeon 6/207, both
   layouts compiled in one process and timed in turns: BERT's 33.7 -> 15.0 us, GPT-2's 28.4 -> 16.7 us.
@@ -271,7 +277,7 @@ def _fused_prologue_block(k: Kernel, loads: list[UOp]) -> bool:
   if red is None or red.src[0].op is not Ops.MUL or red.src[1] is not reds[0]: return False
   lanes = width // itemsize
   for i, d, n in _output_axes_with_bounds(k):
-    if stride_of(sidx, d, rngs) != 1 or n % lanes or n > FUSED_ROW_VECTORS * lanes: continue
+    if stride_of(sidx, d, rngs) != 1 or n % lanes or n > fused_row_vectors(machine_of(k.renderer)) * lanes: continue
     for a, b in (red.src[0].src, red.src[0].src[::-1]):
       b_loads = [u for u in b.toposort() if u.op is Ops.LOAD and d in u.ranges]  # V (plus its bias: BERT's)
       if d in a.ranges or not b_loads or any(stride_of(u.src[0].src[1], d, rngs) != 1 for u in b_loads): continue
@@ -279,9 +285,9 @@ def _fused_prologue_block(k: Kernel, loads: list[UOp]) -> bool:
       # a computed per element (not a plain load) from a statistic of its row (a load not over the reduce axis)
       stat = [u for u in a.toposort() if u.op is Ops.LOAD and reds[0] not in u.ranges and rows[0][1] in u.ranges] \
         if len(rows) == 1 else []
-      if a.op is Ops.LOAD or not stat or rows[0][2] % 2: continue
+      if a.op is Ops.LOAD or not stat or rows[0][2] % FUSED_ROWS: continue
       return _try(k, Opt(OptOps.UPCAST, i, lanes)) and _try(k, Opt(OptOps.UPCAST, i, n // lanes)) and \
-        _try(k, Opt(OptOps.UPCAST, rows[0][0], 2))
+        _try(k, Opt(OptOps.UPCAST, rows[0][0], FUSED_ROWS))
   return False
 
 
