@@ -56,10 +56,11 @@ def ltype(dt: DType, mem: bool = False) -> str:
   return base if dt.count == 1 else f"<{dt.count} x {base}>"
 
 
-def _mangle(dt: DType) -> str:
-  """The overloaded-intrinsic suffix of vector type `dt` in memory: v16f32, v8i32, v16i8 (bool), ..."""
-  sc = ltype(dt.scalar(), mem=True)
-  return f"v{dt.count}" + {"half": "f16", "float": "f32", "double": "f64", "bfloat": "bf16"}.get(sc, sc)
+def _mangle(dt: DType, mem: bool = False) -> str:
+  """The overloaded-intrinsic suffix of type `dt` (`mem`: as stored, bools as i8): f32, v16f32, v8i32, v16i8, ..."""
+  sc = ltype(dt.scalar(), mem=mem)
+  return (f"v{dt.count}" if dt.count > 1 else "") + {"half": "f16", "float": "f32", "double": "f64",
+                                                      "bfloat": "bf16"}.get(sc, sc)
 
 
 def lconst(x: object, dt: DType) -> str:
@@ -216,9 +217,7 @@ class _LLVMEmitter:
 
   def intrinsic(self, name: str, dt: DType, args: list[str]) -> str:
     t = ltype(dt)
-    suffix = ("v" + str(dt.count) if dt.count > 1 else "") + {"half": "f16", "float": "f32", "double": "f64"}.get(
-      ltype(dt.scalar()), ltype(dt.scalar()))
-    fn = f"llvm.{name}.{suffix}"
+    fn = f"llvm.{name}.{_mangle(dt)}"
     self.decls.add(f"declare {t} @{fn}({', '.join([t] * len(args))})")
     out = self.tmp()
     self.emit(f"{out} = call {t} @{fn}({', '.join(f'{t} {a}' for a in args)})")
@@ -413,7 +412,7 @@ class _LLVMEmitter:
     elif op is Ops.LOAD:
       out = self.tmp()
       if src[0] in self.masks:  # LangRef: llvm.masked.load (masked-off lanes read no memory, give the passthru 0)
-        t, fn = ltype(dt, mem=True), f"llvm.masked.load.{_mangle(dt)}.p0"
+        t, fn = ltype(dt, mem=True), f"llvm.masked.load.{_mangle(dt, mem=True)}.p0"
         self.decls.add(f"declare {t} @{fn}(ptr, i32, <{dt.count} x i1>, {t})")
         self.emit(f"{out} = call {t} @{fn}(ptr {self.val(src[0])}, i32 {dt.scalar().itemsize}, "
                   f"<{dt.count} x i1> {self.masks[src[0]]}, {t} zeroinitializer)")
@@ -551,7 +550,7 @@ class _LLVMEmitter:
           self.emit(f"{z} = zext {ltype(vdt)} {v} to {ltype(vdt, mem=True)}")
           v = z
         if src[0] in self.masks:  # LangRef: llvm.masked.store (masked-off lanes write nothing)
-          t, fn = ltype(vdt, mem=True), f"llvm.masked.store.{_mangle(vdt)}.p0"
+          t, fn = ltype(vdt, mem=True), f"llvm.masked.store.{_mangle(vdt, mem=True)}.p0"
           self.decls.add(f"declare void @{fn}({t}, ptr, i32, <{vdt.count} x i1>)")
           self.emit(f"call void @{fn}({t} {v}, ptr {self.val(src[0])}, i32 {vdt.scalar().itemsize}, "
                     f"<{vdt.count} x i1> {self.masks[src[0]]})")
