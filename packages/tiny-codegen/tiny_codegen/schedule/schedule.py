@@ -1426,8 +1426,7 @@ def create_schedule(sink: UOp, expose: Iterable[UOp] = ()) -> ScheduleResult:
 
 
 def _schedule_sizes() -> tuple:
-  """The sizes the graph passes split and block reduces by (the cached part reads them; tests patch them). Spelled
-  out once more in `cached_template`'s eager hot path: change both together."""
+  """The sizes the graph passes split and block reduces by (the cached part reads them; tests patch them)."""
   return (REDUCE_BLOCK, REDUCE_FANIN, BLOCKED_SUM_MIN, SPLIT_REDUCE_MIN, CHUNK_BYTES)
 
 
@@ -1478,10 +1477,8 @@ def cached_template(roots: tuple[UOp, ...], max_nodes: int = 64) -> tuple[Any, l
   if not SCHEDULE_CACHE or SPEC.value: return None
   if len(roots) == 1 and max_nodes > 0 and (r := roots[0]).arg is None and (fresh := _norm_srcs(r)) is not None:
     # the eager hot path: one new node over sources that remember their forms, found by structure
-    # (the sizes compared as `_schedule_sizes()` gives them, built here: no Python call on the eager hot path)
     if (memo := _tmpl_by_struct.get((r.op, r.dtype, fresh[0], r.tag))) is not None and \
-       memo[0] == (REDUCE_BLOCK, REDUCE_FANIN, BLOCKED_SUM_MIN, SPLIT_REDUCE_MIN, CHUNK_BYTES) and \
-       (t := memo[1]()) is not None:
+       memo[0] == _schedule_sizes() and (t := memo[1]()) is not None:
       return t, fresh[1]
   if len(roots) == 1 and max_nodes > 0 and (one := _norm_over_remembered(roots[0])) is not None:
     nroots, inputs = [one[0]], one[1]
