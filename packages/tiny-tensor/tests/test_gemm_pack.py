@@ -216,3 +216,29 @@ def test_packed_product_builds_its_graph_directly(vector_registers, monkeypatch)
   np.testing.assert_allclose(ta.dot(tb, dtype=dtypes.float32).numpy(), want, rtol=1e-4, atol=1e-3)
   at, bt = np.ascontiguousarray(a.T), np.ascontiguousarray(b.T)
   np.testing.assert_allclose((Tensor(at).T @ Tensor(bt).T).numpy(), want, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("case", ["half", "mixed", "dtype", "batched"])
+def test_every_packed_2d_b_takes_the_one_graph(vector_registers, monkeypatch, case: str) -> None:
+  # half operands (float32 products), mixed half @ float32, half with dtype=float32 and a 3-D A on a 2-D B all
+  # build `_packed_product`'s graph (1-2 Tensors; the Tensor-level copy of that graph made ~14 each), with numpy's
+  # float64 numbers on sizes no register block or panel divides
+  vector_registers(32, 64)
+  made = []
+  new = Tensor._new
+  monkeypatch.setattr(Tensor, "_new", staticmethod(lambda *a, **kw: made.append(1) or new(*a, **kw)))
+  a = rng.standard_normal((3, 201, 1003) if case == "batched" else (603, 1003)).astype(np.float32)
+  b = rng.standard_normal((1003, 1056)).astype(np.float32)
+  da, db, dt = {"half": (np.float16, np.float16, None), "mixed": (np.float16, np.float32, None),
+                "dtype": (np.float16, np.float16, dtypes.float32), "batched": (np.float32, np.float32, None)}[case]
+  a, b = a.astype(da), b.astype(db)
+  ta, tb = Tensor(a).realize(), Tensor(b).realize()
+  made.clear()
+  out = ta.dot(tb, dtype=dt)
+  assert len(made) <= (3 if case == "batched" else 1), len(made)  # (batched: A flattened, the product reshaped)
+  names = kernels(out)
+  assert len(names) == 2 and names[0].startswith("E_33_1003_32"), names  # B's 33 panels, then the product
+  want = a.astype(np.float64) @ b.astype(np.float64)
+  tol = 1e-4 if out.dtype == dtypes.float32 else 2e-3
+  assert out.shape == want.shape and out.dtype == (dtypes.half if case == "half" else dtypes.float32)
+  np.testing.assert_allclose(out.numpy().astype(np.float64), want, rtol=tol, atol=tol * np.sqrt(1003) * 4)

@@ -1452,27 +1452,26 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
     in_dt = least_upper_dtype(self.dtype, w.dtype)
     out_dt = in_dt if dtype is None else to_dtype(dtype)
     acc = sum_acc_dtype(in_dt) if dtype is None else out_dt
-    panel = _gemm_panel(self, w, acc) if dx >= 2 and dw >= 2 else 0
-    if panel and dx == 2 and dw == 2 and self.dtype == w.dtype == acc == out_dt: return _packed_product(self, w, panel)
+    amx = dx == 2 and dw == 2 and dtype is None and self.dtype == w.dtype == dtypes.bfloat16 and _amx_tiles(self, w)
+    panel = _gemm_panel(self, w, acc) if dx >= 2 and dw >= 2 and not amx else 0
+    if panel and dw == 2:
+      # the CPU's register block reads B in column strips: B realized once as contiguous (n // P, k, P) panels; an A
+      # of 3 or more dims has its rows flattened into `_packed_product`'s one graph and its batch dims restored
+      out = _packed_product(self if dx == 2 else self.reshape(-1, self.shape[-1]), w, panel, acc, out_dt)
+      return out if dx == 2 else out.reshape(*self.shape[:-1], w.shape[-1])
     # (a batched B packed into panels needs no contiguous copy first: the panel copy gathers it once already)
     if dx >= 2 and dw >= 3 and not panel and _batched_strided_pack(self, w): w = w.contiguous()
     x = self.reshape(*self.shape[:-1], *[1] * min(dx - 1, dw - 1, 1), self.shape[-1])
     ww = w.reshape(*w.shape[:-2], *[1] * min(dx - 1, dw - 1, 1), *w.shape[axis_w:]).transpose(-1, axis_w)
     if dtypes.is_float(in_dt) and dtypes.is_float(acc) and acc.itemsize > in_dt.itemsize:
       x, ww = x.cast(acc), ww.cast(acc)  # half/bfloat16: exact products summed in float, rounded once (as torch)
-    if dx == 2 and dw == 2 and dtype is None and self.dtype == w.dtype == dtypes.bfloat16 and _amx_tiles(self, w):
+    if amx:
       # AMX tiles (tiny_codegen.x86_amx): one kernel, the plain float32 sum of bf16 products rounded to bf16, which
       # the tile kernel's recogniser matches; that kernel packs B's k-pairs itself (no pack kernel, no second launch)
       if pad := _amx_row_pad(self, w):  # A's rows copied a cache line further apart (`x86_amx.a_row_pad`)
         (m, k), n = self.shape, w.shape[1]
         x = self.pad(((0, 0), (0, pad))).contiguous().shrink(((0, m), (0, k))).reshape(m, 1, k).cast(acc)
       return (x * ww).sum(-1).cast(out_dt)
-    if panel and dw == 2:
-      # the CPU's register block reads B in column strips: realize B once as contiguous (n // P, k, P) panels
-      k, n = w.shape
-      wp = ww.transpose(-1, -2).reshape(k, n // panel, panel).permute(1, 0, 2).contiguous()
-      xp = x.reshape(*self.shape[:-1], 1, k, 1)
-      return (xp * wp).sum(-2, dtype=dtype).cast(out_dt).reshape(*self.shape[:-1], n)
     if panel:
       # a batched B likewise, each matrix its own panels: (*batch, n // P, k, P), broadcast over A's rows
       bw, (k, n) = w.shape[:-2], w.shape[-2:]
@@ -1557,19 +1556,25 @@ def _amx_row_pad(x: Tensor, w: Tensor) -> int:
   return x86_amx.a_row_pad(n, k, mach.l1d_set_span, mach.l1d_ways)
 
 
-def _packed_product(x: Tensor, w: Tensor, panel: int) -> Tensor:
-  """`x @ w` for 2-D operands of one dtype that `dot` packs (`panel` columns, `_gemm_panel`) and sums in that dtype:
-  B realized once as contiguous (n // P, k, P) panels and the product summed over k, the graph `dot`'s general packed
-  branch builds, with its nodes made directly (both shapes are known ints here): that branch's movement ops through
-  `Tensor` (reshape's checks, two transposes that cancel) took 0.2-0.4 ms of CPU a call on the Xeon 6/207 (now
-  0.09-0.14), 2-4% of a two-thread 1024^2 product's kernel time."""
+def _packed_product(x: Tensor, w: Tensor, panel: int, acc: DType, out_dt: DType) -> Tensor:
+  """`x @ w` for a 2-D `x` (M, K) and a 2-D `w` (K, N) that `dot` packs (`panel` columns, `_gemm_panel`): B realized
+  once as contiguous (n // P, k, P) panels and the products summed over k in `acc`, then cast to `out_dt` (`dot`'s
+  dtypes: half/bfloat16 operands as exact float32 products, an explicit `dtype` as the sum's). The one graph of
+  every packed 2-D B (a batched A is flattened to 2-D first), its nodes made directly (the shapes are known ints):
+  the same graph through `Tensor`'s movement ops (reshape's checks, two transposes that cancel, ~14 Tensors) took
+  0.2-0.4 ms of CPU a call on the Xeon 6/207 (now 0.09-0.14), 2-4% of a two-thread 1024^2 product's kernel time."""
   (m, k), n = x.shape, w.shape[1]
   if not (isinstance(m, int) and isinstance(k, int) and isinstance(n, int)):  # never: `_gemm_panel` packs int shapes
     raise TypeError(f"packed matmul needs int shapes, got {x.shape} @ {w.shape}")
+  # the products' dtype: both operands' common one, or `acc` where it is a wider float (as `dot`'s other branches)
+  prod_dt = least_upper_dtype(x.dtype, w.dtype)
+  if dtypes.is_float(prod_dt) and dtypes.is_float(acc) and acc.itemsize > prod_dt.itemsize: prod_dt = acc
+  xu, wu = (u if u.dtype == prod_dt else u.cast(prod_dt) for u in (x.uop, w.uop))
   full = (m, n // panel, k, panel)
-  wp = w.uop.reshape((k, n // panel, panel)).permute((1, 0, 2)).contiguous().reshape((1, *full[1:])).expand(full)
-  xp = x.uop.reshape((m, 1, k, 1)).expand(full)
-  return x._wrap(xp.alu(Ops.MUL, wp).r(Ops.ADD, (2,)).reshape((m, n)), w)
+  wp = wu.reshape((k, n // panel, panel)).permute((1, 0, 2)).contiguous().reshape((1, *full[1:])).expand(full)
+  prods = xu.reshape((m, 1, k, 1)).expand(full).alu(Ops.MUL, wp)
+  out = (prods if prod_dt == acc else prods.cast(acc)).r(Ops.ADD, (2,)).reshape((m, n))
+  return x._wrap(out if acc == out_dt else out.cast(out_dt), w)
 
 
 def _gemm_panel(x: Tensor, w: Tensor, acc: DType) -> int:
