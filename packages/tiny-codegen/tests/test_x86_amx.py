@@ -213,6 +213,9 @@ def test_match_matmul_reads_padded_rows() -> None:
   (48 << 10, 12, 4096, 1024, 32),  # rows of 2 KB: 2 sets of 12 ways for 32 rows
   (48 << 10, 12, 4096, 4128, 0),   # rows already a cache line off a span multiple: 64 sets
   (48 << 10, 12, 1024, 4096, 0),   # N below A_PAD_MIN_COLUMNS: the copy costs about what it gains
+  (48 << 10, 12, 2016, 4096, 0),   # 63 column blocks of 32: 63 passes over A, under the copy's 2 x 32
+  (48 << 10, 12, 2048, 4096, 32),  # 64 passes: the copy's 2 passes are 1/32 of them
+  (64 << 10, 4, 2016, 4096, 0),    # the same passes on any L1d: a property of the tile loop, not of the cache
   (32 << 10, 8, 4096, 1024, 32),   # Zen 3/4's 32 KB 8-way (4 KB span): 2 sets of 8 ways
   (32 << 10, 8, 4096, 512, 0),     # rows of 1 KB: 4 sets of 8 ways hold the 32 rows
   (64 << 10, 4, 4096, 2048, 32),   # a 64 KB 4-way L1d (Neoverse N1, a 16 KB span): rows of 4 KB in 4 sets of 4
@@ -221,7 +224,7 @@ def test_match_matmul_reads_padded_rows() -> None:
 def test_a_row_pad_follows_the_l1d_sets(l1d: int, ways: int, n: int, k: int, want: int) -> None:
   """Rows padded by one cache line (32 bfloat16s) exactly when a step's 32 A rows fall into sets with fewer ways than
   rows (the set span of the machine model, `Machine.l1d_set_span`, over gcd(K x 2, span), times the ways) and N is at
-  least `A_PAD_MIN_COLUMNS`."""
+  least `A_PAD_MIN_COLUMNS` (N / BLOCK passes of the tile kernel over A against the copy's 2, `A_PAD_COPY_SHARE`)."""
   import dataclasses
 
   from tiny_codegen.machine import Machine

@@ -40,7 +40,7 @@ from tiny_uop.uop import AxisType, Ops, UOp
 from tiny_codegen import cpu_probe
 
 __all__ = ["TILE_ROWS", "TILE_BYTES", "BLOCK", "MAX_K", "amx_bf16_matmul_ir", "k_block", "row_group", "a_row_pad",
-           "match_matmul_layout", "A_PAD_MIN_COLUMNS",
+           "match_matmul_layout", "A_PAD_MIN_COLUMNS", "A_PAD_COPY_SHARE", "A_PAD_COPY_PASSES",
            "request_tile_state", "fits", "match_matmul", "stack_bytes", "thread_stack_limit"]
 
 TILE_ROWS, TILE_BYTES = 16, 64
@@ -352,11 +352,21 @@ def match_matmul_layout(ast: UOp) -> tuple[int, int, int, bool, int] | None:
   return m, n, k, out_bf16, lda
 
 
-A_PAD_MIN_COLUMNS = 2048
-"""The columns (N) from which `a_row_pad` pads A's rows: the copy reads and writes A once (4 bytes an element of A), the
-product does 2N flops an element of A, so at ~10 GB/s of copy and ~400 GFLOPS of tiles a core the copy costs ~80/N of
-the product: 4% at N=2048, where the padded rows gained 4-9% (K=1024), 8-10% (K=2048) and 12-27% (K=4096) on the
-Xeon 6/207 (`a_row_pad`). A ratio of costs, not a cache size."""
+A_PAD_COPY_SHARE = 32
+"""The copy of A that `a_row_pad` asks for is paid for when it is at most 1/this of the tile kernel's reads of A
+(see `A_PAD_MIN_COLUMNS`): the copy passes over A at streaming speed where the kernel's passes wait on tile loads,
+so the two are counted in passes, and a 1/32 share keeps the copy under the smallest gain the padded rows measured
+(4-9% at K=1024, 8-10% at K=2048, 12-27% at K=4096 on the Xeon 6/207, `a_row_pad`). A ratio of costs, not a cache
+or tile size: the one number of this rule that is not the machine's or the tile format's."""
+A_PAD_COPY_PASSES = 2
+"""Passes over A the pad copy makes: one read, one write (`Tensor.dot`'s `pad(...).contiguous()`)."""
+A_PAD_MIN_COLUMNS = A_PAD_COPY_PASSES * A_PAD_COPY_SHARE * BLOCK
+"""The columns (N) from which `a_row_pad` pads A's rows, a property of the tile kernel's loop order: its outermost
+loop walks B's column blocks of `BLOCK` (two C tiles' 16 columns, the AMX palette's `TILE_BYTES` of float32 each), and
+each column block reads the thread's whole share of A once, so a product reads A N / BLOCK times; the copy passes
+over it `A_PAD_COPY_PASSES` times, and pays from N / BLOCK >= `A_PAD_COPY_PASSES` x `A_PAD_COPY_SHARE`: 2048 columns
+(64 passes over A). Not a cache size, so no machine model changes it: a 1024^2 product (32 passes) reads A in place
+on every CPU, a 4096^2 one (128) is padded wherever its rows share too few L1d sets."""
 
 
 def a_row_pad(n: int, k: int, set_span: int, ways: int) -> int:
