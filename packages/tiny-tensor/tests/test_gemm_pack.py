@@ -242,3 +242,26 @@ def test_every_packed_2d_b_takes_the_one_graph(vector_registers, monkeypatch, ca
   tol = 1e-4 if out.dtype == dtypes.float32 else 2e-3
   assert out.shape == want.shape and out.dtype == (dtypes.half if case == "half" else dtypes.float32)
   np.testing.assert_allclose(out.numpy().astype(np.float64), want, rtol=tol, atol=tol * np.sqrt(1003) * 4)
+
+
+@pytest.mark.parametrize("layout", ["plain", "b_transposed", "a_batched"])
+def test_packed_bfloat16_odd_sizes_match_float64(vector_registers, layout: str) -> None:
+  # bfloat16 on sizes 32 doesn't divide (no AMX tiles: the packed float32 path, B's panels converted by the copy):
+  # within one bfloat16 rounding of numpy's float64 product of the same bfloat16 values, for a plain B, nn.Linear's
+  # transposed view and a batched A
+  vector_registers(32, 64)
+  k, n = 1003, 1056
+  a32 = rng.standard_normal((2, 301, k) if layout == "a_batched" else (603, k)).astype(np.float32)
+  b32 = rng.standard_normal((k, n)).astype(np.float32)
+  ta = Tensor(a32).cast(dtypes.bfloat16).realize()
+  tb = (Tensor(np.ascontiguousarray(b32.T)).cast(dtypes.bfloat16).realize().T if layout == "b_transposed"
+        else Tensor(b32).cast(dtypes.bfloat16).realize())
+  out = ta @ tb
+  names = kernels(out)
+  assert out.dtype == dtypes.bfloat16 and len(names) == 2 and names[0].startswith("E_33_1003_32"), names
+  want = ta.float().numpy().astype(np.float64) @ tb.float().numpy().astype(np.float64)
+  got = out.float().numpy().astype(np.float64)
+  # float32 sums of exact products (k x 2^-24 relative to the absolute sum), then one rounding to bfloat16 (2^-8)
+  absum = np.abs(ta.float().numpy().astype(np.float64)) @ np.abs(tb.float().numpy().astype(np.float64))
+  assert np.all(np.abs(got - want) <= 2.0 ** -8 * np.abs(want) + k * 2.0 ** -24 * absum), \
+    float(np.max(np.abs(got - want) - 2.0 ** -8 * np.abs(want)))
