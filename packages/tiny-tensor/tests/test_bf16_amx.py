@@ -88,3 +88,17 @@ def test_amx_rows_padded_apart(m: int, k: int, n: int) -> None:
   srcs = _check((m, k), (k, n))
   assert len(srcs) == (2 if pad else 1) and "tdpbf16ps" in srcs[-1], [s[:80] for s in srcs]
   assert f"i64 {(k + pad) * 2})" in srcs[-1]  # the A tiles' row stride in bytes
+
+
+def test_a_row_pad_copy_moves_bits() -> None:
+  """The copy `dot` pads A's rows with (`pad(...).contiguous()`, `x86_amx.a_row_pad`) moves bfloat16 bits as they
+  are, like numpy's pad of the same uint16 bits: NaN payloads, -0.0, denormals and infinities kept, zeros in the pad,
+  and (LLVM) no float32 round trip in the kernel (`lower.decomp.bf16_to_float`)."""
+  bits = rng.integers(0, 1 << 16, (64, 96), dtype=np.uint16)
+  bits[0, :6] = [0x7FA1, 0xFFC3, 0x8000, 0x0001, 0x7F80, 0xFF80]  # NaNs with payloads, -0.0, a denormal, +-inf
+  x = Tensor(bits).bitcast(dtypes.bfloat16).pad(((0, 0), (0, 32))).contiguous()
+  srcs = _sources(x)
+  got = x.bitcast(dtypes.uint16).numpy()
+  np.testing.assert_array_equal(got, np.pad(bits, ((0, 0), (0, 32))))
+  if srcs[-1].startswith("declare") or "define void" in srcs[-1]:  # the LLVM renderer's IR
+    assert "fcmp" not in srcs[-1] and "float" not in srcs[-1], srcs[-1]

@@ -11,6 +11,7 @@ it rounds once. Vectors (after the expander) are handled lane-wise.
 """
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 from tiny_uop.dtype import DType, PtrDType, dtypes
@@ -160,10 +161,34 @@ def _f64_to_f32_odd(x: UOp) -> UOp:
   return ((bits - away.cast(_v(u32, n))) | inexact.cast(_v(u32, n))).bitcast(_v(dtypes.float32, n))
 
 
+def _bf16_const_bits(v: Any) -> int | None:
+  """The bfloat16 bits of constant `v` when float32 holds it with 16 zero low bits (a bfloat16 value), else None."""
+  if not isinstance(v, (int, float)) or isinstance(v, bool): return None
+  b = struct.unpack("<I", struct.pack("<f", float(v)))[0]
+  return None if b & 0xFFFF or v != v else b >> 16
+
+
+def _moved_bits(u: UOp, nu: UOp, bits: dict[UOp, UOp]) -> UOp | None:
+  """The uint16 bits of bfloat16 value `u` (rewritten to float32 `nu`) when it only moves bits: a CONST that is a
+  bfloat16 value, or a VECTORIZE / WHERE of such moves (`bits`: the loads' and earlier moves' bits, by float32 node);
+  None when it computes."""
+  n = u.dtype.count
+  if u.op is Ops.CONST and (c := _bf16_const_bits(u.arg)) is not None: return UOp.const(_v(dtypes.uint16, n), c)
+  if u.op is Ops.VECTORIZE and all(s in bits for s in nu.src):
+    return UOp(Ops.VECTORIZE, _v(dtypes.uint16, n), tuple(bits[s] for s in nu.src))
+  if u.op is Ops.WHERE and nu.src[1] in bits and nu.src[2] in bits:
+    return nu.src[0].where(bits[nu.src[1]], bits[nu.src[2]])
+  return None
+
+
 def bf16_to_float(sink: UOp) -> UOp:
   """Every bfloat16 value computed as float32 and stored as uint16 bits (see the module docstring); vectors of
-  bfloat16 (after the expander) lane-wise."""
+  bfloat16 (after the expander) lane-wise. A value that only moves bits (a load, a BITCAST to bfloat16, a bfloat16
+  constant, a WHERE or VECTORIZE of those: a copy, a pad) is stored or bitcast as those bits, with no float32 round
+  trip (which made a NaN's payload 0x7FC0 and cost a pad copy of A, 4096 x 4096 bfloat16 on one thread of the Xeon
+  6/207, 14.7 ms against 13.2 as a move: that copy is bound by memory)."""
   subs: dict[UOp, UOp] = {}
+  bits: dict[UOp, UOp] = {}  # float32 node of a bfloat16 move -> its uint16 bits
   for u in sink.toposort():
     new_src = tuple(subs.get(s, s) for s in u.src)
     nu = u.replace(src=new_src) if new_src != u.src else u
@@ -175,11 +200,15 @@ def bf16_to_float(sink: UOp) -> UOp:
       nu = nu.replace(dtype=dtypes.uint16.vec(dt.base.count).ptr(dt.size, dt.addrspace))
     elif isinstance(dt, PtrDType): pass
     elif u.op is Ops.LOAD and dt.scalar() == dtypes.bfloat16:
-      nu = _bf16_to_f32(nu.replace(dtype=_v(dtypes.uint16, n)))
+      raw = nu.replace(dtype=_v(dtypes.uint16, n))
+      nu = _bf16_to_f32(raw)
+      bits[nu] = raw
     elif u.op is Ops.STORE and isinstance(u.src[0].dtype, PtrDType) and u.src[0].dtype.base.scalar() == dtypes.bfloat16:
-      nu = nu.replace(src=(nu.src[0], _f32_to_bf16(nu.src[1]), *nu.src[2:]))
+      val = bits[nu.src[1]] if nu.src[1] in bits else _f32_to_bf16(nu.src[1])  # a move stores its bits as they are
+      nu = nu.replace(src=(nu.src[0], val, *nu.src[2:]))
     elif u.op is Ops.CONST and dt.scalar() == dtypes.bfloat16:
       nu = UOp.const(_v(dtypes.float32, n), u.arg)
+      if (moved := _moved_bits(u, nu, bits)) is not None: bits[nu] = moved
     elif u.op is Ops.VCONST and dt.scalar() == dtypes.bfloat16:
       nu = UOp(Ops.VCONST, _v(dtypes.float32, n), arg=tuple(float(x) for x in u.arg))
     elif u.op is Ops.CAST and dt.scalar() == dtypes.bfloat16:  # rounding to bf16 precision, kept in float32
@@ -187,12 +216,15 @@ def bf16_to_float(sink: UOp) -> UOp:
       f32 = _f64_to_f32_odd(src) if src.dtype.scalar() == dtypes.float64 else src.cast(_v(dtypes.float32, n))
       nu = _bf16_to_f32(_f32_to_bf16(f32))
     elif u.op is Ops.BITCAST and dt.scalar() == dtypes.bfloat16:
-      nu = _bf16_to_f32(nu.src[0].bitcast(_v(dtypes.uint16, n)))
+      raw = nu.src[0].bitcast(_v(dtypes.uint16, n))
+      nu = _bf16_to_f32(raw)
+      bits[nu] = raw
     elif u.op is Ops.BITCAST and u.src[0].dtype.scalar() == dtypes.bfloat16:
-      nu = _f32_to_bf16(nu.src[0]).bitcast(dt)
+      nu = (bits[nu.src[0]] if nu.src[0] in bits else _f32_to_bf16(nu.src[0])).bitcast(dt)
     elif u.op in GroupOp.ALU and u.op is not Ops.WHERE and dt.scalar() == dtypes.bfloat16:
       nu = _bf16_to_f32(_f32_to_bf16(nu.replace(dtype=_v(dtypes.float32, n))))  # bf16 arithmetic rounds every result
     elif dt.scalar() == dtypes.bfloat16:  # VECTORIZE, GEP, WHERE, ...: the same node in float32
       nu = nu.replace(dtype=_v(dtypes.float32, n))
+      if (moved := _moved_bits(u, nu, bits)) is not None: bits[nu] = moved
     if nu is not u: subs[u] = nu
   return subs.get(sink, sink)
