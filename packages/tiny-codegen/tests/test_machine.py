@@ -439,3 +439,29 @@ def test_fused_prologue_rows_follow_the_fma_units(tmp_path) -> None:
   cpuinfo, caches, online = TREES["sapphire_rapids"]
   m = Machine.from_sysfs(fake_tree(str(tmp_path), cpuinfo, caches, online))
   assert FUSED_ROWS == 2 and fused_row_vectors(m) == 4 and fused_row_vectors(dataclasses.replace(m, fma_units=1)) == 2
+
+
+@pytest.mark.parametrize("k", [512, 1024, 1056, 2048, 4096, 4128, 6144])
+def test_amx_blocks_follow_each_machines_l1d(tree, k: int) -> None:
+  """The AMX tile kernel's blocks from each described machine's L1d: A's rows are padded (`a_row_pad`, N = 4096) iff
+  the 32 rows a k step loads (K x 2 bytes apart) put more lines into one L1d set than it has ways, counted directly
+  from the addresses (line index modulo the model's sets: an independent reference for the gcd rule), and after the
+  pad no set holds more than its ways; the K block (`k_block`) is the largest multiple of 32 dividing K whose packed
+  panel pair (64 bytes a k) takes at most two L1ds."""
+  from tiny_codegen import x86_amx
+  _, m = tree
+  sets = m.l1d // (m.line * m.l1d_ways)
+
+  def most_in_a_set(stride: int) -> int:
+    count: dict[int, int] = {}
+    for r in range(2 * x86_amx.TILE_ROWS):
+      s = (r * stride // m.line) % sets
+      count[s] = count.get(s, 0) + 1
+    return max(count.values())
+
+  pad = x86_amx.a_row_pad(4096, k, m.l1d_set_span, m.l1d_ways)
+  assert pad == (x86_amx.K_STEP if most_in_a_set(k * 2) > m.l1d_ways else 0), (m.l1d, m.l1d_ways, k, pad)
+  assert most_in_a_set((k + pad) * 2) <= m.l1d_ways
+  kb = x86_amx.k_block(k, m.l1d)
+  fits = [b for b in range(32, k + 1, 32) if k % b == 0 and b * 64 <= 2 * m.l1d]
+  assert kb == (max(fits) if fits else 32), (m.l1d, k, kb)
