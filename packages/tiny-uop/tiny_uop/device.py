@@ -136,32 +136,40 @@ class Allocator(Generic[T]):
 
 
 class LRUAllocator(Allocator[T]):
-  """Keeps freed allocations by (size, options) and hands them back instead of allocating again. The default options
-  are keyed as None (the eager hot path frees and reuses one such block per op: no dataclass hash)."""
+  """Keeps freed allocations by (size, options) and hands them back instead of allocating again. Blocks of the default
+  options are kept by size alone in `plain` (the eager hot path frees and reuses one such block per op: no key tuple,
+  no dataclass hash, no new list per free); the others in `cache` by (size, options)."""
 
   def __init__(self) -> None:
     self.cache: dict[tuple[int, BufferSpec | None], list[T]] = {}
+    self.plain: dict[int, list[T]] = {}
     self.lock = threading.Lock()
 
   def alloc(self, size: int, options: BufferSpec | None = None) -> T:
-    key = (size, None if options is None or options == _DEFAULT_SPEC else options)
+    plain = options is None or options == _DEFAULT_SPEC
     with self.lock:
-      if (lst := self.cache.get(key)): return lst.pop()
+      if (lst := self.plain.get(size) if plain else self.cache.get((size, options))): return lst.pop()
     try: return super().alloc(size, options)
     except MemoryError:
       self.free_cache()
       return super().alloc(size, options)
 
   def free(self, opaque: T, size: int, options: BufferSpec | None = None) -> None:
-    if options is not None and (options.nolru or options.external_ptr is not None):
-      return super().free(opaque, size, options)
-    key = (size, None if options is None or options == _DEFAULT_SPEC else options)
-    with self.lock: self.cache.setdefault(key, []).append(opaque)
+    if options is None or options == _DEFAULT_SPEC:
+      with self.lock:
+        if (lst := self.plain.get(size)) is None: self.plain[size] = [opaque]
+        else: lst.append(opaque)
+      return
+    if options.nolru or options.external_ptr is not None: return super().free(opaque, size, options)
+    with self.lock: self.cache.setdefault((size, options), []).append(opaque)
 
   def free_cache(self) -> None:
     with self.lock:
+      for lst in self.plain.values():
+        for opaque in lst: self._free(opaque, _DEFAULT_SPEC)
       for (_, opts), lst in self.cache.items():
         for opaque in lst: self._free(opaque, opts if opts is not None else _DEFAULT_SPEC)
+      self.plain.clear()
       self.cache.clear()
 
 
