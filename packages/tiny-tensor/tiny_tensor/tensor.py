@@ -26,7 +26,7 @@ import numpy as np
 from tiny_uop.dtype import (DType, dtypes, float_to_narrow_bits, from_numpy, least_upper_dtype, least_upper_float,
                             ml_dtypes_name, narrow_bits_to_float32, sum_acc_dtype, to_dtype, to_numpy, truncate_int)
 from tiny_uop.helpers import TRAINING, Context, ceildiv, polyN, prod, unwrap
-from tiny_uop.uop import GroupOp, Ops, UOp, sint
+from tiny_uop.uop import _INTERN, GroupOp, Ops, UOp, sint
 from tiny_tensor import engine
 from tiny_tensor import multi as _multi
 from tiny_tensor.creation import CreationMixin
@@ -46,6 +46,7 @@ __all__ = ["Tensor"]
 
 # ops read on every eager op, as module constants (on Python 3.11 each `Ops.X` read costs ~0.1 us: see tiny_uop.uop)
 _MULTI, _BUFFER, _RESHAPE, _ASSIGN, _COPY = Ops.MULTI, Ops.BUFFER, Ops.RESHAPE, Ops.ASSIGN, Ops.COPY
+_ADD, _MUL = Ops.ADD, Ops.MUL
 _pending_lock = threading.Lock()  # making a pending result's view (`Tensor._uop`): one view per result
 _scalar_cache: dict[tuple, UOp] = {}  # (dtype, repr(value), device, shape) -> the broadcast constant
 _SAME_DTYPE_OPS = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.AND, Ops.OR, Ops.XOR})  # result dtype = operands' dtype
@@ -657,7 +658,8 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
       if "shape" not in (c := u._cache) or "device" not in c or \
          (cu := _scalar_cache.get((dt, repr(y), c["device"], c["shape"]))) is None: cu = self._scalar_uop(y)
       if op in _SAME_DTYPE_OPS and cu.dtype is u.dtype:  # what alu builds, without its dtype checks (interned)
-        new = UOp(op, u.dtype, (cu, u) if reverse else (u, cu))
+        # (`_INTERN(UOp, ...)` is `UOp(...)` without the metaclass's call slot: ~2.5k machine instructions less)
+        new = _INTERN(UOp, op, u.dtype, (cu, u) if reverse else (u, cu))
         if (d := (c := u._cache).get("device")).__class__ is str:
           # an elementwise op over u and a constant of its shape: u's shape and device, known (the next op reads them)
           if "shape" not in (nc := new._cache): nc["shape"], nc["device"] = c["shape"], d
@@ -859,12 +861,13 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
 
   # python operators
   def __neg__(self) -> Tensor: return self.logical_not() if self.dtype == dtypes.bool else self._unop(Ops.NEG)
-  def __add__(self, x: Any) -> Tensor: return self.add(x)
-  def __radd__(self, x: Any) -> Tensor: return self.add(x, True)
+  # `+` and `*` go to `_binop` directly (what add/mul do, one Python frame less: the eager hot path `a + 1`)
+  def __add__(self, x: Any) -> Tensor: return self._binop(_ADD, x)
+  def __radd__(self, x: Any) -> Tensor: return self._binop(_ADD, x, True)
   def __sub__(self, x: Any) -> Tensor: return self.sub(x)
   def __rsub__(self, x: Any) -> Tensor: return self.sub(x, True)
-  def __mul__(self, x: Any) -> Tensor: return self.mul(x)
-  def __rmul__(self, x: Any) -> Tensor: return self.mul(x, True)
+  def __mul__(self, x: Any) -> Tensor: return self._binop(_MUL, x)
+  def __rmul__(self, x: Any) -> Tensor: return self._binop(_MUL, x, True)
   def __truediv__(self, x: Any) -> Tensor: return self.div(x)
   def __rtruediv__(self, x: Any) -> Tensor: return self.div(x, True)
   def __floordiv__(self, x: Any) -> Tensor: return self.div(x, rounding_mode="floor")
@@ -1896,8 +1899,9 @@ def _take_fresh(t: Tensor, pending: engine.Pending) -> None:
   """`_take_realized(t, view)` for a buffer the replay just made, pending (`engine._replay_root_locked`: `t._uop`
   makes its view when read; the eager hot path): no graph of `t`'s (nor its origin) can hold it, so
   `_realized_node` keeps `t`'s origin if it has one, else takes `t`'s graph as its origin unless `t` doesn't track
-  gradients (requires_grad False) or is an assign."""
-  u, origin = t._uop, t._origin_uop
+  gradients (requires_grad False) or is an assign. `t` holds a graph (`t._u` set: the caller read it)."""
+  u, origin = t._u, t._origin_uop
+  assert u is not None  # (for mypy; the caller replayed this very node)
   if origin is None and t._requires_grad is not False and u.op is not _ASSIGN: origin = u
   with _registry_lock:
     # its entry leaves the lazy registry; its weak reference (one per object) goes on into the next registry
@@ -1905,8 +1909,11 @@ def _take_fresh(t: Tensor, pending: engine.Pending) -> None:
     if r is None or r() is not t: r = _weakref(t)  # (not registered, or a dead tensor's entry of the same id)
     if origin is not t._origin_uop:
       t._origin_uop = origin
-      _origin_tensors.put_ref(id(t), r)
-    elif origin is None: _real_tensors.put_ref(id(t), r)
+      reg = _origin_tensors
+    else: reg = _real_tensors if origin is None else None
+    if reg is not None:  # `reg.put_ref(id(t), r)`, inlined
+      (d := reg.data)[id(t)] = r
+      if len(d) > reg.limit: reg.live()
     t._u, t._pend = None, pending  # a buffer, its view made when read: no longer lazy
 
 
