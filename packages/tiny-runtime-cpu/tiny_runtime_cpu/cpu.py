@@ -24,7 +24,7 @@ import time
 from typing import Any, Callable
 
 from tiny_uop.device import Compiled, Program, Renderer
-from tiny_uop.helpers import CPU_LOADER, CPU_THREADS, DEV
+from tiny_uop.helpers import CPU_LOADER, CPU_THREADS, DEV, config_changed
 from tiny_uop.plugins import DeviceUnavailableError
 from tiny_uop.target import Target
 from tiny_uop.tools import find_tool
@@ -101,6 +101,7 @@ class TargetRenderer:
     t = Device.target(self.device)  # type: ignore[attr-defined]
     self.__dict__.setdefault("_by_target", {})[(t.renderer, t.arch)] = r
     self.__dict__.pop("_last_renderer", None)
+    config_changed()  # what compiles changed: caches kept by ContextVar.version (eager replays) check again
 
   def make_renderer(self, name: str | None, arch: str | None) -> Renderer:
     r: Renderer = self.select_renderer(name)  # type: ignore[attr-defined]

@@ -171,3 +171,19 @@ def test_replayed_cpu_kernels_of_one_to_four_buffers_read_each_calls_inputs():
     np.testing.assert_allclose((a * b).realize().numpy(), xs[0] * xs[1], rtol=1e-6)  # three
     np.testing.assert_allclose((a * b + c).realize().numpy(), xs[0] * xs[1] + xs[2], rtol=1e-6)  # four
 
+
+def test_a_replay_checked_once_per_flag_version_still_sees_a_closed_device(monkeypatch):
+  # a record checked at this ContextVar.version skips its renderer and flag checks, never the device check: a device
+  # closed (dropped from the opened table) makes the next realize schedule again, on the device opened anew
+  from tiny_uop.plugins import Device
+  x = _x(13, (4, 6))
+  a = Tensor(x).realize()
+  for _ in range(3): (a + 4).realize()
+  opened = dict(Device._opened)
+  monkeypatch.setattr(Device, "_opened", {})  # as if every device had been closed: replays must not run
+  ran = []
+  real = engine._launch
+  monkeypatch.setattr(engine, "_launch", lambda *args: ran.append(1) or real(*args))
+  assert engine._replay_launch(((a + 4).uop,)) is None and not ran
+  monkeypatch.setattr(Device, "_opened", opened)
+  for _ in range(2): np.testing.assert_allclose((a + 4).realize().numpy(), x + 4, rtol=1e-6)

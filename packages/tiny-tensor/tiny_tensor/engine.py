@@ -444,6 +444,9 @@ class _Replay:
   # dtype, bytes, the opened device's `allocator.alloc` or None (no kernel uses it), DEVICE node, the Buffer's
   # attributes)
   plan: tuple[tuple[int, DType, int, Callable[..., Any] | None, UOp, dict[str, Any]], ...] = ()
+  # [the `ContextVar.version` at the last full check that passed]: while it stands, no flag was written and no
+  # renderer set (`tiny_uop.helpers.config_changed`), so a replay checks only that its devices are still open
+  checked: list[int] = field(default_factory=lambda: [-1])
 
 
 def _slots_getter(args: tuple[int, ...]) -> Callable[[list], tuple]:
@@ -539,6 +542,11 @@ def _replay_launch(roots: tuple[UOp, ...]) -> tuple[_Replay, list[UOp], list[Any
   if (found := (_find_template[0] or _load_find_template())(roots, REPLAY_MAX_NODES)) is None: return None
   tmpl, inputs = found
   if (rp := tmpl.runtime) is None or rp is False: return None
+  if rp.checked[0] == ContextVar.version:  # `_still_valid(rp)` for a record checked since the last flag write
+    opened = Device._opened
+    for name, dev, _ in rp.devices:
+      if opened.get(name) is not dev: break  # closed
+    else: return rp, inputs, _launch(rp, inputs)
   if not _still_valid(rp):
     tmpl.runtime = None  # recorded again after the next scheduled run
     return None
@@ -547,11 +555,15 @@ def _replay_launch(roots: tuple[UOp, ...]) -> tuple[_Replay, list[UOp], list[Any
 
 def _still_valid(rp: _Replay) -> bool:
   """Whether recorded replay `rp` still runs what a schedule would: its devices open with the same renderers, and the
-  codegen flags as they were (e.g. `with Context(NOOPT=1)` compiles the programs otherwise)."""
+  codegen flags as they were (e.g. `with Context(NOOPT=1)` compiles the programs otherwise). A pass is remembered
+  (`_Replay.checked`) until the next flag write or renderer change."""
+  ver = ContextVar.version  # read before the checks: a write meanwhile leaves a newer version, so a full check again
   opened = Device._opened
   for name, dev, renderer in rp.devices:
     if (d := opened.get(name)) is not dev or d.renderer is not renderer: return False  # closed, or a new renderer
-  return _codegen_flags() == rp.flags
+  if _codegen_flags() != rp.flags: return False
+  rp.checked[0] = ver
+  return True
 
 
 def _launch(rp: _Replay, inputs: list[UOp]) -> list[Any]:

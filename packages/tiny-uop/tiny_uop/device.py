@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Generic, Sequence, TypeVar
 
 from tiny_uop.dtype import DType, ImageDType, PtrDType, dtypes
-from tiny_uop.helpers import CACHELEVEL, cache_dir, del_errors
+from tiny_uop.helpers import CACHELEVEL, cache_dir, config_changed, del_errors
 from tiny_uop.uop import Ops, UOp
 from tiny_uop import plugins as _plugins  # the device registry (Buffer.allocator); it imports nothing of this module
 
@@ -205,7 +205,9 @@ class Compiled:
     return self._renderer
 
   @renderer.setter
-  def renderer(self, r: Renderer) -> None: self._renderer = r
+  def renderer(self, r: Renderer) -> None:
+    self._renderer = r
+    config_changed()  # what compiles changed: caches kept by ContextVar.version (eager replays) check again
 
   def select_renderer(self, name: str | None) -> Renderer:
     if not self.renderer_classes: raise RuntimeError(f"device {self.device} has no renderer")
