@@ -179,10 +179,12 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
     buffer view, not sharded, so the `uop` setter's checks are known (the eager hot path: `a + 1`)."""
     t = object.__new__(Tensor)
     t._u, t._requires_grad, t.grad, t._origin_uop = uop, requires_grad, None, None  # (`_pend` unread while `_u` set)
-    with _registry_lock:
+    _registry_lock.acquire()  # (not `with`: see `realize`)
+    try:
       (d := _lazy_tensors.data)[id(t)] = _weakref(t)  # `_lazy_tensors[id(t)] = t`, inlined (the eager hot path)
       if len(d) > _lazy_tensors.limit: _lazy_tensors.live()
       if requires_grad: _grad_tensors[id(t)] = t  # propagated from an input: not a leaf
+    finally: _registry_lock.release()
     return t
 
   def _wrap(self, uop: UOp, *others: Tensor) -> Tensor:
@@ -346,15 +348,20 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
     Ops.BUFFER
     """
     if not lst and self._u is None: return self  # a replay's pending result: realized
-    with engine.lock:  # other threads' realizes see this one's results whole (see tiny_tensor.engine)
+    # the locks of the eager hot path are taken by acquire/release, not `with` (a with statement looks up __enter__
+    # and __exit__ and makes two bound methods: ~1k machine instructions a lock)
+    (elock := engine.lock).acquire()  # other threads' realizes see this one's results whole (see tiny_tensor.engine)
+    try:
       tried = False
       u = self._u
       if not lst and u is None: return self  # realized by another thread meanwhile
       if not lst and u is not None and (op := u.op) is not _MULTI and op is not _BUFFER and \
          (op is not _RESHAPE or u.src[0].op is not _BUFFER):  # one lazy tensor (not is_realized(u)): the eager hot path
-        with _registry_lock:  # (`_lazy_tensors.only_one(self)`'s first case read inline: the registry holds self alone)
+        _registry_lock.acquire()  # (`_lazy_tensors.only_one(self)`'s first case read inline: self alone)
+        try:
           alone = tried = (len(d := _lazy_tensors.data) == 1 and (r := d.get(id(self))) is not None and r() is self) \
             or _lazy_tensors.only_one(self)
+        finally: _registry_lock.release()
         if alone and (got := engine._replay_root_locked(u)) is not None:  # a cached op: its recorded kernels
           view, pend = got
           if pend is not None: _take_fresh(self, pend)
@@ -374,6 +381,7 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
         uops += [s for t in _old_value_readers(uops, ts) for s in _shards(t.uop)]
         becomes = engine.realize(uops, _shared_with_other_graphs(uops))
       if becomes: _apply_becomes(becomes)
+    finally: elock.release()
     return self
 
   def schedule(self, *lst: Tensor) -> Any:
@@ -1903,7 +1911,8 @@ def _take_fresh(t: Tensor, pending: engine.Pending) -> None:
   u, origin = t._u, t._origin_uop
   assert u is not None  # (for mypy; the caller replayed this very node)
   if origin is None and t._requires_grad is not False and u.op is not _ASSIGN: origin = u
-  with _registry_lock:
+  _registry_lock.acquire()  # (not `with`: see `Tensor.realize`)
+  try:
     # its entry leaves the lazy registry; its weak reference (one per object) goes on into the next registry
     r = _lazy_tensors.data.pop(id(t), None)
     if r is None or r() is not t: r = _weakref(t)  # (not registered, or a dead tensor's entry of the same id)
@@ -1915,6 +1924,7 @@ def _take_fresh(t: Tensor, pending: engine.Pending) -> None:
       (d := reg.data)[id(t)] = r
       if len(d) > reg.limit: reg.live()
     t._u, t._pend = None, pending  # a buffer, its view made when read: no longer lazy
+  finally: _registry_lock.release()
 
 
 def _keeps_origin(t: Tensor, new: UOp | None = None) -> bool:
