@@ -187,3 +187,24 @@ def test_a_replay_checked_once_per_flag_version_still_sees_a_closed_device(monke
   assert engine._replay_launch(((a + 4).uop,)) is None and not ran
   monkeypatch.setattr(Device, "_opened", opened)
   for _ in range(2): np.testing.assert_allclose((a + 4).realize().numpy(), x + 4, rtol=1e-6)
+
+
+def test_global_counters_count_replays_and_take_writes_as_class_attributes():
+  # the counters live in one list the engine adds to (no class attribute writes on the hot path); read and written
+  # as class attributes, as tinygrad's GlobalCounters: a cached 64x64 float32 add is 4096 FLOPs, 2 x 16384 bytes
+  a = Tensor(_x(14, (64, 64))).realize()
+  for _ in range(2): (a + 1).realize()
+  GlobalCounters.reset()
+  assert (GlobalCounters.kernel_count, GlobalCounters.global_ops, GlobalCounters.global_mem) == (0, 0, 0)
+  assert GlobalCounters.time_sum_s == 0.0
+  outs = [(a + 1).realize() for _ in range(3)]
+  assert (GlobalCounters.kernel_count, GlobalCounters.global_ops, GlobalCounters.global_mem) == (3, 3 * 4096,
+                                                                                                3 * 2 * 16384)
+  assert GlobalCounters.time_sum_s > 0
+  GlobalCounters.kernel_count += 5  # what TinyJit's replay does
+  assert GlobalCounters.kernel_count == 8
+  used = GlobalCounters.mem_used
+  GlobalCounters.reset()
+  assert GlobalCounters.mem_used == used and GlobalCounters.kernel_count == 0  # mem_used is not reset
+  del outs
+  assert GlobalCounters.mem_used == used - 3 * 16384  # the three results' buffers freed
