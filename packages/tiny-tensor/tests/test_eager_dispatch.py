@@ -150,7 +150,8 @@ def test_reflected_and_mixed_scalar_ops_replay_numpys_numbers():
   a, ai = Tensor(x).realize(), Tensor(xi).realize()
   ops = [(lambda: 1 + a, 1 + x), (lambda: 2.5 * a, 2.5 * x), (lambda: a + True, x + np.float32(1)),
          (lambda: 3 * ai, 3 * xi), (lambda: 7 + ai, 7 + xi), (lambda: ai * 0.5, xi.astype(np.float32) * 0.5),
-         (lambda: ai + 1.5, xi.astype(np.float32) + 1.5), (lambda: a * -1, -x), (lambda: -2 + a * 3, x * 3 - 2)]
+         (lambda: ai + 1.5, xi.astype(np.float32) + 1.5), (lambda: a * -1, -x), (lambda: -2 + a * 3, x * 3 - 2),
+         (lambda: ai + True, xi + 1), (lambda: False * ai, xi * 0)]
   for _ in range(3):
     for build, want in ops:
       got = build().realize().numpy()
