@@ -24,8 +24,8 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 
 from tiny_uop.dtype import (_FLOATS, _INTS, DType, dtypes, float_to_narrow_bits, from_numpy, least_upper_dtype,
-                            least_upper_float, ml_dtypes_name, narrow_bits_to_float32, sum_acc_dtype, to_dtype, to_numpy,
-                            truncate_int)
+                            least_upper_float, ml_dtypes_name, narrow_bits_to_float32, sum_acc_dtype, to_dtype,
+                            to_numpy, truncate_int)
 from tiny_uop.helpers import TRAINING, Context, ceildiv, polyN, prod, unwrap
 from tiny_uop.uop import _INTERN, GroupOp, Ops, UOp, sint
 from tiny_tensor import engine
