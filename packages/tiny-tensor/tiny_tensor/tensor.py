@@ -1920,10 +1920,10 @@ def _take_fresh(t: Tensor, pending: engine.Pending) -> None:
     # its entry leaves the lazy registry; its weak reference (one per object) goes on into the next registry
     r = _lazy_tensors.data.pop(id(t), None)
     if r is None or r() is not t: r = _weakref(t)  # (not registered, or a dead tensor's entry of the same id)
+    reg = _real_tensors if origin is None else None
     if origin is not t._origin_uop:
       t._origin_uop = origin
       reg = _origin_tensors
-    else: reg = _real_tensors if origin is None else None
     if reg is not None:  # `reg.put_ref(id(t), r)`, inlined
       (d := reg.data)[id(t)] = r
       if len(d) > reg.limit: reg.live()
