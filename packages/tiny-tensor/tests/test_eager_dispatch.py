@@ -140,3 +140,72 @@ def test_same_shape_ops_broadcast_nothing_and_mixed_shapes_still_broadcast():
   np.testing.assert_allclose((ai + a).numpy(), np.arange(12, dtype=np.int32).reshape(3, 4) + x, rtol=1e-6)
   np.testing.assert_allclose((a > 0).where(b, c).numpy(), np.where(x > 0, y, z), rtol=1e-6)
   with pytest.raises(Exception, match="broadcast"): a + Tensor(np.zeros((3, 5), np.float32))
+
+
+def test_reflected_and_mixed_scalar_ops_replay_numpys_numbers():
+  # `+`/`*` go to `_binop` directly and intern through `_INTERN`: reflected operands, bool/int/float constants and an
+  # int tensor with a float constant (promoted: not the hot path) keep numpy's values and dtypes on every round
+  x = _x(11, (6, 10))
+  xi = (np.arange(60).reshape(6, 10) - 30).astype(np.int32)
+  a, ai = Tensor(x).realize(), Tensor(xi).realize()
+  ops = [(lambda: 1 + a, 1 + x), (lambda: 2.5 * a, 2.5 * x), (lambda: a + True, x + np.float32(1)),
+         (lambda: 3 * ai, 3 * xi), (lambda: 7 + ai, 7 + xi), (lambda: ai * 0.5, xi.astype(np.float32) * 0.5),
+         (lambda: ai + 1.5, xi.astype(np.float32) + 1.5), (lambda: a * -1, -x), (lambda: -2 + a * 3, x * 3 - 2),
+         (lambda: ai + True, xi + 1), (lambda: False * ai, xi * 0)]
+  for _ in range(3):
+    for build, want in ops:
+      got = build().realize().numpy()
+      assert got.dtype == want.dtype and got.shape == want.shape
+      np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_replayed_cpu_kernels_of_one_to_four_buffers_read_each_calls_inputs():
+  # the CPU launcher passes 1-3 buffers' addresses by name (4 and more: the general path): every replay of a kernel
+  # of each width reads the buffers of this call (new tensors each round), against numpy
+  rng = np.random.default_rng(12)
+  for r in range(3):
+    xs = [rng.standard_normal((5, 7)).astype(np.float32) for _ in range(3)]
+    a, b, c = (Tensor(x).realize() for x in xs)
+    np.testing.assert_array_equal(Tensor.full((5, 7), float(r)).contiguous().realize().numpy(),
+                                  np.full((5, 7), r, np.float32))  # one buffer: the output alone
+    np.testing.assert_allclose((a + r).realize().numpy(), xs[0] + r, rtol=1e-6)  # two
+    np.testing.assert_allclose((a * b).realize().numpy(), xs[0] * xs[1], rtol=1e-6)  # three
+    np.testing.assert_allclose((a * b + c).realize().numpy(), xs[0] * xs[1] + xs[2], rtol=1e-6)  # four
+
+
+def test_a_replay_checked_once_per_flag_version_still_sees_a_closed_device(monkeypatch):
+  # a record checked at this ContextVar.version skips its renderer and flag checks, never the device check: a device
+  # closed (dropped from the opened table) makes the next realize schedule again, on the device opened anew
+  from tiny_uop.plugins import Device
+  x = _x(13, (4, 6))
+  a = Tensor(x).realize()
+  for _ in range(3): (a + 4).realize()
+  opened = dict(Device._opened)
+  monkeypatch.setattr(Device, "_opened", {})  # as if every device had been closed: replays must not run
+  ran = []
+  real = engine._launch
+  monkeypatch.setattr(engine, "_launch", lambda *args: ran.append(1) or real(*args))
+  assert engine._replay_launch(((a + 4).uop,)) is None and not ran
+  monkeypatch.setattr(Device, "_opened", opened)
+  for _ in range(2): np.testing.assert_allclose((a + 4).realize().numpy(), x + 4, rtol=1e-6)
+
+
+def test_global_counters_count_replays_and_take_writes_as_class_attributes():
+  # the counters live in one list the engine adds to (no class attribute writes on the hot path); read and written
+  # as class attributes, as tinygrad's GlobalCounters: a cached 64x64 float32 add is 4096 FLOPs, 2 x 16384 bytes
+  a = Tensor(_x(14, (64, 64))).realize()
+  for _ in range(2): (a + 1).realize()
+  GlobalCounters.reset()
+  assert (GlobalCounters.kernel_count, GlobalCounters.global_ops, GlobalCounters.global_mem) == (0, 0, 0)
+  assert GlobalCounters.time_sum_s == 0.0
+  outs = [(a + 1).realize() for _ in range(3)]
+  assert (GlobalCounters.kernel_count, GlobalCounters.global_ops, GlobalCounters.global_mem) == (3, 3 * 4096,
+                                                                                                3 * 2 * 16384)
+  assert GlobalCounters.time_sum_s > 0
+  GlobalCounters.kernel_count += 5  # what TinyJit's replay does
+  assert GlobalCounters.kernel_count == 8
+  used = GlobalCounters.mem_used
+  GlobalCounters.reset()
+  assert GlobalCounters.mem_used == used and GlobalCounters.kernel_count == 0  # mem_used is not reset
+  del outs
+  assert GlobalCounters.mem_used == used - 3 * 16384  # the three results' buffers freed

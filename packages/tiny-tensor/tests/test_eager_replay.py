@@ -381,6 +381,22 @@ def test_a_device_whose_renderer_changed_schedules_again(count_schedules, monkey
   assert len(count_schedules) == 1  # recorded again under the new renderer, then replayed
 
 
+def test_a_renderer_set_on_the_cpu_device_schedules_again_without_a_flag_write(count_schedules, monkeypatch):
+  # issue #39: a record checked at this ContextVar.version skips the renderer check; setting a device's renderer
+  # (the CPU's `TargetRenderer` setter) moves the version, so the next realize checks, finds it new and schedules
+  from tiny_uop.helpers import ContextVar
+  from tiny_uop.plugins import Device
+  x = _x(71, (4, 4))
+  a = Tensor(x).realize()
+  for _ in range(3): (a * 6).realize()
+  count_schedules.clear()
+  dev, ver = Device["CPU"], ContextVar.version
+  monkeypatch.setattr(dev, "renderer", type(dev.renderer)(dev.renderer.arch))
+  assert ContextVar.version != ver
+  for _ in range(3): np.testing.assert_allclose((a * 6).realize().numpy(), x * 6, rtol=1e-6)
+  assert len(count_schedules) == 1  # recorded again under the new renderer, then replayed
+
+
 def test_a_scalar_ops_result_is_a_registered_lazy_tensor():
   # issue #39: `a + 1` makes its Tensor without the uop setter's checks; it must still be a lazy tensor realize knows
   # of (an assign to `a` realized later computes it from a's old values first, as if run eagerly) and a gradient

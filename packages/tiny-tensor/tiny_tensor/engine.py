@@ -59,24 +59,46 @@ __all__ = ["GlobalCounters", "realize", "get_buffer", "register_buffer", "buffer
            "replay_recorded"]
 
 
-class GlobalCounters:
+# The counters' values, in one list that the engine's hot paths add to: a class attribute write (`GlobalCounters.x +=
+# 1`) invalidates the class's attribute cache, ~400 machine instructions each and six per eager op; `GlobalCounters.x`
+# reads and writes these through its metaclass.
+_KERNELS, _OPS, _MEM, _TIME, _MEM_USED = range(5)
+_counts: list[Any] = [0, 0, 0, 0.0, 0]
+
+
+def _counter(i: int, doc: str) -> property:
+  """A metaclass property for `GlobalCounters` reading and writing `_counts[i]`."""
+  def get(cls: type) -> Any: return _counts[i]
+  def put(cls: type, v: Any) -> None: _counts[i] = v
+  return property(get, put, doc=doc)
+
+
+class _CountersMeta(type):
+  """`GlobalCounters`'s class attributes, kept in `_counts` (read and written as plain class attributes)."""
+  global_ops = _counter(_OPS, "FLOPs run")
+  global_mem = _counter(_MEM, "bytes moved")
+  time_sum_s = _counter(_TIME, "seconds spent in kernels")
+  kernel_count = _counter(_KERNELS, "kernels run")
+  mem_used = _counter(_MEM_USED, "bytes of buffers the engine holds allocated now (not reset)")
+
+
+class GlobalCounters(metaclass=_CountersMeta):
   """Counters of the work the engine did: kernels run, FLOPs, bytes moved, time spent (reset with `reset()`).
 
   >>> from tiny_tensor import Tensor
   >>> GlobalCounters.reset(); _ = (Tensor([1.0, 2.0]) + 1).realize(); GlobalCounters.kernel_count
   1
   """
-  global_ops: ClassVar[int] = 0
-  global_mem: ClassVar[int] = 0
-  time_sum_s: ClassVar[float] = 0.0
-  kernel_count: ClassVar[int] = 0
-  mem_used: ClassVar[int] = 0  # bytes of buffers the engine holds allocated now (not reset)
+  global_ops: ClassVar[int]
+  global_mem: ClassVar[int]
+  time_sum_s: ClassVar[float]
+  kernel_count: ClassVar[int]
+  mem_used: ClassVar[int]  # bytes of buffers the engine holds allocated now (not reset)
 
   @staticmethod
   def reset() -> None:
     """Zero the counters of work done (global_ops, global_mem, time_sum_s, kernel_count); mem_used stays."""
-    GlobalCounters.global_ops, GlobalCounters.global_mem, GlobalCounters.time_sum_s = 0, 0, 0.0
-    GlobalCounters.kernel_count = 0
+    _counts[_KERNELS], _counts[_OPS], _counts[_MEM], _counts[_TIME] = 0, 0, 0, 0.0
 
 
 # ***** the buffer registry *****
@@ -87,7 +109,7 @@ class _EngineBuffer(Buffer):
   """A Buffer the engine created for a BUFFER UOp: counted in `GlobalCounters.mem_used` while it exists."""
   def __del__(self, _errors: type[del_errors] = del_errors) -> None:
     nbytes = self.size * self.dtype.itemsize  # (nbytes without its property: this is the eager hot path's free)
-    GlobalCounters.mem_used -= nbytes
+    _counts[_MEM_USED] -= nbytes
     if self._opaque is not None and self.options is None and self._base is None and \
        (dev := Device._opened.get(self.device)) is not None:  # a plain buffer: what Buffer.__del__ does, in one frame
       dev.allocator.free(self._opaque, nbytes, None)
@@ -115,7 +137,7 @@ def get_buffer(u: UOp) -> Buffer:
   with _buffers_lock:
     if (b := u._cache.get("buffer")) is None:
       b = u._cache["buffer"] = _EngineBuffer(_buffer_device(u), u.arg, u.dtype)
-      GlobalCounters.mem_used += b.nbytes
+      _counts[_MEM_USED] += b.nbytes
   return b
 
 
@@ -359,10 +381,10 @@ def _run_kernel(ast: UOp, bufs: tuple[UOp, ...], var_vals: dict[str, int]) -> No
   if est.__class__ is dict:  # what _get_runner sets: {"ops": n} (hot path: no getattr chain)
     ops, mem = est.get("ops", 0), est.get("mem", 0) or sum([b.nbytes for b in buffers])
   else: ops, mem = _est(spec, "ops"), _est(spec, "mem") or sum(b.nbytes for b in buffers)
-  GlobalCounters.kernel_count += 1
-  GlobalCounters.global_ops += ops
-  GlobalCounters.global_mem += mem
-  GlobalCounters.time_sum_s += t
+  _counts[_KERNELS] += 1
+  _counts[_OPS] += ops
+  _counts[_MEM] += mem
+  _counts[_TIME] += t
   if _trace.RECORDER is not None: _trace.RECORDER.launch(device, spec.name, st, t)  # VIZ
   if DEBUG >= 2:  # running totals: kernel number, time so far
     print(f"*** {device:8s} {GlobalCounters.kernel_count:4d} {spec.name:32s} {t*1e6:9.2f} us  "
@@ -393,7 +415,7 @@ def _run_copy(bufs: tuple[UOp, ...]) -> None:
   dst, src = get_buffer(bufs[0]).ensure_allocated(), get_buffer(bufs[1]).ensure_allocated()
   st = time.perf_counter()
   copy_buffer(dst, src)
-  GlobalCounters.global_mem += dst.nbytes
+  _counts[_MEM] += dst.nbytes
   if DEBUG >= 2:
     print(f"*** {dst.device:8s} copy {dst.nbytes:8d} bytes from {src.device:8s} {(time.perf_counter()-st)*1e6:9.2f} us")
   if _tls.captures: _report(CapturedCall("copy", (dst, src), dst.device))
@@ -444,6 +466,9 @@ class _Replay:
   # dtype, bytes, the opened device's `allocator.alloc` or None (no kernel uses it), DEVICE node, the Buffer's
   # attributes)
   plan: tuple[tuple[int, DType, int, Callable[..., Any] | None, UOp, dict[str, Any]], ...] = ()
+  # [the `ContextVar.version` at the last full check that passed]: while it stands, no flag was written and no
+  # renderer set (`tiny_uop.helpers.config_changed`), so a replay checks only that its devices are still open
+  checked: list[int] = field(default_factory=lambda: [-1])
 
 
 def _slots_getter(args: tuple[int, ...]) -> Callable[[list], tuple]:
@@ -539,6 +564,11 @@ def _replay_launch(roots: tuple[UOp, ...]) -> tuple[_Replay, list[UOp], list[Any
   if (found := (_find_template[0] or _load_find_template())(roots, REPLAY_MAX_NODES)) is None: return None
   tmpl, inputs = found
   if (rp := tmpl.runtime) is None or rp is False: return None
+  if rp.checked[0] == ContextVar.version:  # `_still_valid(rp)` for a record checked since the last flag write
+    opened = Device._opened
+    for name, dev, _ in rp.devices:
+      if opened.get(name) is not dev: break  # closed
+    else: return rp, inputs, _launch(rp, inputs)
   if not _still_valid(rp):
     tmpl.runtime = None  # recorded again after the next scheduled run
     return None
@@ -547,11 +577,15 @@ def _replay_launch(roots: tuple[UOp, ...]) -> tuple[_Replay, list[UOp], list[Any
 
 def _still_valid(rp: _Replay) -> bool:
   """Whether recorded replay `rp` still runs what a schedule would: its devices open with the same renderers, and the
-  codegen flags as they were (e.g. `with Context(NOOPT=1)` compiles the programs otherwise)."""
+  codegen flags as they were (e.g. `with Context(NOOPT=1)` compiles the programs otherwise). A pass is remembered
+  (`_Replay.checked`) until the next flag write or renderer change."""
+  ver = ContextVar.version  # read before the checks: a write meanwhile leaves a newer version, so a full check again
   opened = Device._opened
   for name, dev, renderer in rp.devices:
     if (d := opened.get(name)) is not dev or d.renderer is not renderer: return False  # closed, or a new renderer
-  return _codegen_flags() == rp.flags
+  if _codegen_flags() != rp.flags: return False
+  rp.checked[0] = ver
+  return True
 
 
 def _launch(rp: _Replay, inputs: list[UOp]) -> list[Any]:
@@ -562,10 +596,10 @@ def _launch(rp: _Replay, inputs: list[UOp]) -> list[Any]:
     st = time.perf_counter()
     et = launch(*args_of(opaque))
     t = et if et is not None else time.perf_counter() - st
-    GlobalCounters.kernel_count += 1
-    GlobalCounters.global_ops += ops
-    GlobalCounters.global_mem += mem
-    GlobalCounters.time_sum_s += t
+    _counts[_KERNELS] += 1
+    _counts[_OPS] += ops
+    _counts[_MEM] += mem
+    _counts[_TIME] += t
   return new
 
 
@@ -589,7 +623,7 @@ def _slot_opaques(rp: _Replay, inputs: list[UOp]) -> tuple[list[Any], list[Any]]
     buf.__dict__ = proto.copy()  # (its attributes at once: a copy of the recorded dict, not a fill of a new one)
     buf._opaque = opaque[n_in + len(new)] = alloc(nbytes, None)
     new.append(buf)
-    GlobalCounters.mem_used += nbytes
+    _counts[_MEM_USED] += nbytes
   return opaque, new
 
 
@@ -701,11 +735,11 @@ def replay_recorded(rec: Recorded) -> list[UOp]:
         opaque, new = _slot_opaques(rec.replay, rec.inputs)
         st = time.perf_counter()
         rec.graph(opaque, {})
-        GlobalCounters.time_sum_s += time.perf_counter() - st
+        _counts[_TIME] += time.perf_counter() - st
         k, ops, mem = rec.totals
-        GlobalCounters.kernel_count += k
-        GlobalCounters.global_ops += ops
-        GlobalCounters.global_mem += mem
+        _counts[_KERNELS] += k
+        _counts[_OPS] += ops
+        _counts[_MEM] += mem
       return _root_views(rec.replay, _slot_buffers(rec.replay, rec.inputs, new))
     becomes = realize(list(rec.roots), replay=False)
     return [becomes[r] for r in rec.roots]

@@ -23,10 +23,11 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from tiny_uop.dtype import (DType, dtypes, float_to_narrow_bits, from_numpy, least_upper_dtype, least_upper_float,
-                            ml_dtypes_name, narrow_bits_to_float32, sum_acc_dtype, to_dtype, to_numpy, truncate_int)
+from tiny_uop.dtype import (_FLOATS, _INTS, DType, dtypes, float_to_narrow_bits, from_numpy, least_upper_dtype,
+                            least_upper_float, ml_dtypes_name, narrow_bits_to_float32, sum_acc_dtype, to_dtype,
+                            to_numpy, truncate_int)
 from tiny_uop.helpers import TRAINING, Context, ceildiv, polyN, prod, unwrap
-from tiny_uop.uop import GroupOp, Ops, UOp, sint
+from tiny_uop.uop import _INTERN, GroupOp, Ops, UOp, sint
 from tiny_tensor import engine
 from tiny_tensor import multi as _multi
 from tiny_tensor.creation import CreationMixin
@@ -46,6 +47,8 @@ __all__ = ["Tensor"]
 
 # ops read on every eager op, as module constants (on Python 3.11 each `Ops.X` read costs ~0.1 us: see tiny_uop.uop)
 _MULTI, _BUFFER, _RESHAPE, _ASSIGN, _COPY = Ops.MULTI, Ops.BUFFER, Ops.RESHAPE, Ops.ASSIGN, Ops.COPY
+_ADD, _MUL = Ops.ADD, Ops.MUL
+_PY_SCALARS = (int, float, bool)
 _pending_lock = threading.Lock()  # making a pending result's view (`Tensor._uop`): one view per result
 _scalar_cache: dict[tuple, UOp] = {}  # (dtype, repr(value), device, shape) -> the broadcast constant
 _SAME_DTYPE_OPS = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.AND, Ops.OR, Ops.XOR})  # result dtype = operands' dtype
@@ -178,10 +181,12 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
     buffer view, not sharded, so the `uop` setter's checks are known (the eager hot path: `a + 1`)."""
     t = object.__new__(Tensor)
     t._u, t._requires_grad, t.grad, t._origin_uop = uop, requires_grad, None, None  # (`_pend` unread while `_u` set)
-    with _registry_lock:
+    _registry_lock.acquire()  # (not `with`: see `realize`)
+    try:
       (d := _lazy_tensors.data)[id(t)] = _weakref(t)  # `_lazy_tensors[id(t)] = t`, inlined (the eager hot path)
       if len(d) > _lazy_tensors.limit: _lazy_tensors.live()
       if requires_grad: _grad_tensors[id(t)] = t  # propagated from an input: not a leaf
+    finally: _registry_lock.release()
     return t
 
   def _wrap(self, uop: UOp, *others: Tensor) -> Tensor:
@@ -345,15 +350,20 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
     Ops.BUFFER
     """
     if not lst and self._u is None: return self  # a replay's pending result: realized
-    with engine.lock:  # other threads' realizes see this one's results whole (see tiny_tensor.engine)
+    # the locks of the eager hot path are taken by acquire/release, not `with` (a with statement looks up __enter__
+    # and __exit__ and makes two bound methods: ~1k machine instructions a lock)
+    (elock := engine.lock).acquire()  # other threads' realizes see this one's results whole (see tiny_tensor.engine)
+    try:
       tried = False
       u = self._u
       if not lst and u is None: return self  # realized by another thread meanwhile
       if not lst and u is not None and (op := u.op) is not _MULTI and op is not _BUFFER and \
          (op is not _RESHAPE or u.src[0].op is not _BUFFER):  # one lazy tensor (not is_realized(u)): the eager hot path
-        with _registry_lock:  # (`_lazy_tensors.only_one(self)`'s first case read inline: the registry holds self alone)
+        _registry_lock.acquire()  # (`_lazy_tensors.only_one(self)`'s first case read inline: self alone)
+        try:
           alone = tried = (len(d := _lazy_tensors.data) == 1 and (r := d.get(id(self))) is not None and r() is self) \
             or _lazy_tensors.only_one(self)
+        finally: _registry_lock.release()
         if alone and (got := engine._replay_root_locked(u)) is not None:  # a cached op: its recorded kernels
           view, pend = got
           if pend is not None: _take_fresh(self, pend)
@@ -373,6 +383,7 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
         uops += [s for t in _old_value_readers(uops, ts) for s in _shards(t.uop)]
         becomes = engine.realize(uops, _shared_with_other_graphs(uops))
       if becomes: _apply_becomes(becomes)
+    finally: elock.release()
     return self
 
   def schedule(self, *lst: Tensor) -> Any:
@@ -652,12 +663,15 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
   def _binop(self, op: Ops, y: Any, reverse: bool = False) -> Tensor:
     if (u := self._u) is None: u = self._uop  # (the slot first: the hot path of `x + 1`)
     dt = u.dtype
-    if type(y) in (int, float, bool) and (dtypes.is_float(dt) or (dtypes.is_int(dt) and type(y) is int)):
+    # `dtypes.is_float(dt) or (dtypes.is_int(dt) and type(y) is int)`, its sets read inline (a frame less per op)
+    if (ty := type(y)) in _PY_SCALARS and ((sd := dt._scalar or dt) in _FLOATS or (ty is int and sd in _INTS) or
+                                           dtypes.is_float(dt)):
       # hot path: no temporary Tensor for the constant (`_scalar_uop(y)`, its cache read inline when it has it)
       if "shape" not in (c := u._cache) or "device" not in c or \
          (cu := _scalar_cache.get((dt, repr(y), c["device"], c["shape"]))) is None: cu = self._scalar_uop(y)
       if op in _SAME_DTYPE_OPS and cu.dtype is u.dtype:  # what alu builds, without its dtype checks (interned)
-        new = UOp(op, u.dtype, (cu, u) if reverse else (u, cu))
+        # (`_INTERN(UOp, ...)` is `UOp(...)` without the metaclass's call slot: ~2.5k machine instructions less)
+        new = _INTERN(UOp, op, u.dtype, (cu, u) if reverse else (u, cu))
         if (d := (c := u._cache).get("device")).__class__ is str:
           # an elementwise op over u and a constant of its shape: u's shape and device, known (the next op reads them)
           if "shape" not in (nc := new._cache): nc["shape"], nc["device"] = c["shape"], d
@@ -859,12 +873,13 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
 
   # python operators
   def __neg__(self) -> Tensor: return self.logical_not() if self.dtype == dtypes.bool else self._unop(Ops.NEG)
-  def __add__(self, x: Any) -> Tensor: return self.add(x)
-  def __radd__(self, x: Any) -> Tensor: return self.add(x, True)
+  # `+` and `*` go to `_binop` directly (what add/mul do, one Python frame less: the eager hot path `a + 1`)
+  def __add__(self, x: Any) -> Tensor: return self._binop(_ADD, x)
+  def __radd__(self, x: Any) -> Tensor: return self._binop(_ADD, x, True)
   def __sub__(self, x: Any) -> Tensor: return self.sub(x)
   def __rsub__(self, x: Any) -> Tensor: return self.sub(x, True)
-  def __mul__(self, x: Any) -> Tensor: return self.mul(x)
-  def __rmul__(self, x: Any) -> Tensor: return self.mul(x, True)
+  def __mul__(self, x: Any) -> Tensor: return self._binop(_MUL, x)
+  def __rmul__(self, x: Any) -> Tensor: return self._binop(_MUL, x, True)
   def __truediv__(self, x: Any) -> Tensor: return self.div(x)
   def __rtruediv__(self, x: Any) -> Tensor: return self.div(x, True)
   def __floordiv__(self, x: Any) -> Tensor: return self.div(x, rounding_mode="floor")
@@ -1901,18 +1916,24 @@ def _take_fresh(t: Tensor, pending: engine.Pending) -> None:
   """`_take_realized(t, view)` for a buffer the replay just made, pending (`engine._replay_root_locked`: `t._uop`
   makes its view when read; the eager hot path): no graph of `t`'s (nor its origin) can hold it, so
   `_realized_node` keeps `t`'s origin if it has one, else takes `t`'s graph as its origin unless `t` doesn't track
-  gradients (requires_grad False) or is an assign."""
-  u, origin = t._uop, t._origin_uop
+  gradients (requires_grad False) or is an assign. `t` holds a graph (`t._u` set: the caller read it)."""
+  u, origin = t._u, t._origin_uop
+  assert u is not None  # (for mypy; the caller replayed this very node)
   if origin is None and t._requires_grad is not False and u.op is not _ASSIGN: origin = u
-  with _registry_lock:
+  _registry_lock.acquire()  # (not `with`: see `Tensor.realize`)
+  try:
     # its entry leaves the lazy registry; its weak reference (one per object) goes on into the next registry
     r = _lazy_tensors.data.pop(id(t), None)
     if r is None or r() is not t: r = _weakref(t)  # (not registered, or a dead tensor's entry of the same id)
+    reg = _real_tensors if origin is None else None
     if origin is not t._origin_uop:
       t._origin_uop = origin
-      _origin_tensors.put_ref(id(t), r)
-    elif origin is None: _real_tensors.put_ref(id(t), r)
+      reg = _origin_tensors
+    if reg is not None:  # `reg.put_ref(id(t), r)`, inlined
+      (d := reg.data)[id(t)] = r
+      if len(d) > reg.limit: reg.live()
     t._u, t._pend = None, pending  # a buffer, its view made when read: no longer lazy
+  finally: _registry_lock.release()
 
 
 def _keeps_origin(t: Tensor, new: UOp | None = None) -> bool:

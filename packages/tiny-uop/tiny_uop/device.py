@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Generic, Sequence, TypeVar
 
 from tiny_uop.dtype import DType, ImageDType, PtrDType, dtypes
-from tiny_uop.helpers import CACHELEVEL, cache_dir, del_errors
+from tiny_uop.helpers import CACHELEVEL, cache_dir, config_changed, del_errors
 from tiny_uop.uop import Ops, UOp
 from tiny_uop import plugins as _plugins  # the device registry (Buffer.allocator); it imports nothing of this module
 
@@ -136,32 +136,44 @@ class Allocator(Generic[T]):
 
 
 class LRUAllocator(Allocator[T]):
-  """Keeps freed allocations by (size, options) and hands them back instead of allocating again. The default options
-  are keyed as None (the eager hot path frees and reuses one such block per op: no dataclass hash)."""
+  """Keeps freed allocations by (size, options) and hands them back instead of allocating again. Blocks of the default
+  options are kept by size alone in `plain` (the eager hot path frees and reuses one such block per op: no key tuple,
+  no dataclass hash, no new list per free); the others in `cache` by (size, options)."""
 
   def __init__(self) -> None:
     self.cache: dict[tuple[int, BufferSpec | None], list[T]] = {}
+    self.plain: dict[int, list[T]] = {}
     self.lock = threading.Lock()
 
   def alloc(self, size: int, options: BufferSpec | None = None) -> T:
-    key = (size, None if options is None or options == _DEFAULT_SPEC else options)
-    with self.lock:
-      if (lst := self.cache.get(key)): return lst.pop()
+    plain = options is None or options == _DEFAULT_SPEC
+    self.lock.acquire()  # (not `with`: a with statement makes two bound methods; this is the eager hot path)
+    try:
+      if (lst := self.plain.get(size) if plain else self.cache.get((size, options))): return lst.pop()
+    finally: self.lock.release()
     try: return super().alloc(size, options)
     except MemoryError:
       self.free_cache()
       return super().alloc(size, options)
 
   def free(self, opaque: T, size: int, options: BufferSpec | None = None) -> None:
-    if options is not None and (options.nolru or options.external_ptr is not None):
-      return super().free(opaque, size, options)
-    key = (size, None if options is None or options == _DEFAULT_SPEC else options)
-    with self.lock: self.cache.setdefault(key, []).append(opaque)
+    if options is None or options == _DEFAULT_SPEC:
+      self.lock.acquire()  # (not `with`: see `alloc`)
+      try:
+        if (lst := self.plain.get(size)) is None: self.plain[size] = [opaque]
+        else: lst.append(opaque)
+      finally: self.lock.release()
+      return
+    if options.nolru or options.external_ptr is not None: return super().free(opaque, size, options)
+    with self.lock: self.cache.setdefault((size, options), []).append(opaque)
 
   def free_cache(self) -> None:
     with self.lock:
+      for lst in self.plain.values():
+        for opaque in lst: self._free(opaque, _DEFAULT_SPEC)
       for (_, opts), lst in self.cache.items():
         for opaque in lst: self._free(opaque, opts if opts is not None else _DEFAULT_SPEC)
+      self.plain.clear()
       self.cache.clear()
 
 
@@ -197,7 +209,9 @@ class Compiled:
     return self._renderer
 
   @renderer.setter
-  def renderer(self, r: Renderer) -> None: self._renderer = r
+  def renderer(self, r: Renderer) -> None:
+    self._renderer = r
+    config_changed()  # what compiles changed: caches kept by ContextVar.version (eager replays) check again
 
   def select_renderer(self, name: str | None) -> Renderer:
     if not self.renderer_classes: raise RuntimeError(f"device {self.device} has no renderer")

@@ -62,6 +62,12 @@ class ContextVar:
   def __repr__(self) -> str: return f"ContextVar({self.key}={self.value!r})"
 
 
+def config_changed() -> None:
+  """Bump `ContextVar.version` for a change that is no flag write but changes what kernels compile to or run with (a
+  device's renderer set directly): caches kept while the version stands (the engine's eager replays) check again."""
+  ContextVar.version = next(_FLAG_WRITES)
+
+
 class Context(contextlib.ContextDecorator):
   """Scope new values of flags: `with Context(DEBUG=2): ...`. Unknown flag names raise a KeyError naming them.
 
