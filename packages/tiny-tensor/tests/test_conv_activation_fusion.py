@@ -97,3 +97,26 @@ def test_stem_conv_not_fused_behind_max_pool_padding(k: int, s: int, p: int):
   want = F.max_pool2d(tw, k, s, padding=p).numpy()
   np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
   assert n == (4 if p else 2), n
+
+
+def test_fused_activations_at_large_magnitudes_match_torch():
+  # exp's polynomial as fused multiply-adds and its rounding by the shifter (lower/transcendental.py) under a conv
+  # epilogue and alone: sigmoid / SiLU / exp of large, tiny, infinite and NaN inputs behave as torch's (0 and 1
+  # exactly at the saturated ends, inf -> inf, underflow -> 0, NaN stays NaN), everything else within float32 rounding
+  special = np.array([0.0, -0.0, 1e-30, -1e-30, 0.5, -0.5, 87.5, 88.8, 89.0, -87.0, -88.8, -103.0, -104.0, 150.0,
+                      -150.0, 1e4, -1e4, 3e38, -3e38, np.inf, -np.inf, np.nan], np.float32)
+  x = np.concatenate([special, rng.uniform(-120, 120, 490).astype(np.float32)]).reshape(2, 16, 4, 4)
+  for name in ("sigmoid", "silu", "exp"):
+    got = getattr(_t(x), name)().numpy()
+    want = getattr(torch, name, getattr(F, name, None))(torch.from_numpy(x)).numpy()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=name)
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(want), err_msg=name)
+    # relative, so tiny values must match too: exp(x) as exp2(x * log2(e)) carries x's product's rounding, |x| 2**-24
+    # relative, up to ~8e-6 at |x| = 88
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-40, err_msg=name)
+  # the same SiLU as a 1x1 conv's epilogue, inputs scaled up so the pre-activations reach +-1e3 and beyond
+  w, b = _arr(8, 16, 1, 1) * 40, _arr(8) * 40
+  xs = np.nan_to_num(x, nan=0.0, posinf=50.0, neginf=-50.0).clip(-50, 50)
+  got = _t(xs).conv2d(_t(w), _t(b)).silu().numpy()
+  want = F.silu(F.conv2d(torch.from_numpy(xs), torch.from_numpy(w), torch.from_numpy(b))).numpy()
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
