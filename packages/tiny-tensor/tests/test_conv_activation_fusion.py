@@ -120,3 +120,24 @@ def test_fused_activations_at_large_magnitudes_match_torch():
   got = _t(xs).conv2d(_t(w), _t(b)).silu().numpy()
   want = F.silu(F.conv2d(torch.from_numpy(xs), torch.from_numpy(w), torch.from_numpy(b))).numpy()
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+def test_last_conv_split_from_the_global_pool():
+  # efficientnet_b0's head: 1x1 conv 320 -> 1280 on 7x7, SiLU, global average pool. Fused into the pool (1280
+  # outputs, too many for the few-outputs split) the conv ran as 49 serial GEMVs per channel (`r_1_1280_1_1`, 24
+  # GFLOPS, its SiLU scalar); now the conv + SiLU is one kernel (a GEMM with its epilogue, vector code) and the pool
+  # sums that kernel's output (no exp2 of its own). One kernel more (weight copy, conv, pool), the values as torch's
+  from tiny_tensor import engine
+  x, w, b = _arr(1, 320, 7, 7), _arr(1280, 320, 1, 1), _arr(1280)
+  tx, tw, tb = _t(x).realize(), _t(w).realize(), _t(b).realize()
+  calls: list = []
+  with engine.capture(calls.append): got = tx.conv2d(tw, tb).silu().mean((2, 3)).realize().numpy()
+  want = F.silu(F.conv2d(torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(b))).mean((2, 3)).numpy()
+  np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+  kernels = [c.spec for c in calls if c.kind == "kernel"]
+  pool = kernels[-1]
+  assert len(kernels) == 3, [k.name for k in kernels]
+  conv = [k for k in kernels if "1280_7_7" in k.name]
+  assert len(conv) == 1 and "call <16 x float> @llvm.fma.v16f32" in conv[0].src, [k.name for k in kernels]
+  assert [c.bufs[0].size for c in calls if c.kind == "kernel" and c.spec is conv[0]] == [1280 * 49]
+  assert pool.src.count("@llvm.fma.") == 0, pool.src  # the SiLU's polynomial is in the conv's kernel, not the pool's
