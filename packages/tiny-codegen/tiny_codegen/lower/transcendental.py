@@ -4,8 +4,9 @@
 comparisons, casts, bitcasts and shifts). The coefficients are Taylor coefficients computed here in 40-digit decimal
 arithmetic, with enough terms that truncation error is far below the format's precision:
   exp2(x) = 2**n * p(f), n = round(x) (by a shifter's low bits), f = x - n in [-1/2, 1/2], p(f) = sum (ln2 f)**k / k!
-            (float32: degree 7, 0.09 ulp of truncation), scaled by 2**n in two exact steps (so subnormal results round
-            once); on a renderer with `fused_mulacc` (LLVM) p's Horner steps are fused multiply-adds;
+            (float32: degree 7, 0.09 ulp of truncation), scaled by adding n to p's exponent bits (a subnormal result
+            by one multiply more, so it rounds once); on a renderer with `fused_mulacc` (LLVM) p's Horner steps are
+            fused multiply-adds;
   log2(x) = e + 2/ln2 * atanh(s), x = m * 2**e with m in [sqrt(1/2), sqrt(2)), s = (m-1)/(m+1) (odd series in s);
   sin(x)  = +-sin(r) or +-cos(r), x = k*pi/2 + r, |r| <= pi/4: r = x below 1/2, else a Payne-Hanek reduction, exact
             for every finite x: |x|*2/pi mod 4 is the significand times a window of 2/pi's bits (picked by the exponent
@@ -23,7 +24,6 @@ from __future__ import annotations
 import decimal
 import functools
 import math
-import struct
 
 from tiny_uop.dtype import DType, dtypes
 from tiny_uop.pattern import PatternMatcher, UPat
@@ -110,18 +110,6 @@ def _poly(x: UOp, coeffs: tuple[float, ...], fma: bool = False) -> UOp:
   return acc
 
 
-def _pow2(n: UOp, dt: DType) -> UOp:
-  """2**n as float `dt`, for integer n in [1-bias, bias] (built from its bits)."""
-  idt, mant, bias, *_ = _FMT[dt]
-  return ((n + bias).cast(idt) << mant).bitcast(dt)
-
-
-def _ldexp(x: UOp, n: UOp) -> UOp:
-  """x * 2**n for integer n (same int dtype as the format) in [2-2*bias, 2*bias], in two exact steps."""
-  n1 = n >> 1
-  return x * _pow2(n1, x.dtype) * _pow2(n - n1, x.dtype)
-
-
 def exp2(x: UOp, fma: bool = False) -> UOp:
   """2**x (see the module docstring); `fma`: the polynomial as fused multiply-adds (see `_poly`)."""
   dt = x.dtype
@@ -138,11 +126,17 @@ def exp2(x: UOp, fma: bool = False) -> UOp:
   shifter = 1.5 * 2.0 ** mant
   t = xc + _c(x, shifter)
   nf = t - _c(x, shifter)
-  n = t.bitcast(idt) - UOp.const(idt, struct.unpack("<q" if idt == dtypes.int64 else "<i",
-                                                    struct.pack("<d" if dt == dtypes.float64 else "<f", shifter))[0])
   f = xc - nf
   p = _poly(f, _exp2_coeffs(deg), fma)
-  ret = under.where(_c(x, 0.0), _ldexp(p, n))
+  # 2**n * p by adding n to p's exponent field: t's bits shifted left by `mant` are n << mant (the shifter's own bits
+  # shift out). Exact while the result is normal: n >= 2 - bias (p >= sqrt(1/2)), and up to n = bias + 1 (there
+  # f <= 0, so p <= 1: the largest finite values, and inf exactly at x = bias + 1). Below, the result may be
+  # subnormal: those lanes add n + 64 and take one multiply by 2**-64, the only rounding; the others multiply by 1
+  low = nf < _c(x, float(2 - bias))
+  nbits = t.bitcast(idt) << mant
+  adj = low.where(UOp.const(idt, 64 << mant), UOp.const(idt, 0))
+  scaled = ((p.bitcast(idt) + nbits) + adj).bitcast(dt) * low.where(_c(x, 2.0 ** -64), _c(x, 1.0))
+  ret = under.where(_c(x, 0.0), scaled)
   return x.ne(x).where(x, ret)  # NaN stays NaN
 
 
