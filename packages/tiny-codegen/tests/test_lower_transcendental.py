@@ -323,3 +323,36 @@ def test_llvm_loop_vectorizer_uses_the_machines_vector_width():
   out = np.zeros(n, np.float32)
   kr.run(spec, [out, x])
   assert ulp_dist(out, reference(np.exp2, x, dtypes.float32)).max() <= 1
+
+
+def test_llvm_exp2_polynomial_is_fused_multiply_adds():
+  """On the LLVM CPU renderer (`fused_mulacc`) exp2's polynomial is a chain of `llvm.fma` (one instruction and one
+  rounding a step, where an fmul + fadd pair was) and n = round(x) comes from the shifter's low bits (no trunc, no
+  float -> int convert): still within 1 ulp of numpy, exact at integers (powers of two) and right at the ties
+  (x = k + 1/2, rounded to even: f = +-1/2 either way), NaN/inf/underflow as C's exp2. The C renderer keeps its
+  unfused arithmetic."""
+  from tiny_codegen.opt.kernel import Opt, OptOps
+  from tiny_codegen.renderer.cstyle import ClangRenderer
+  from tiny_codegen.lower.transcendental import _FMT
+  assert LLVMRenderer.fused_mulacc and not ClangRenderer.fused_mulacc
+  n = 1024
+  c0, a = [UOp(Ops.PARAM, dtypes.float32.ptr(n), arg=i) for i in range(2)]
+  i = UOp.range(n, 0)
+  ast = UOp.sink(c0.index(i).store(a.index(i).load().exp2()),
+                 arg=KernelInfo("exp2_fma", opts_to_apply=(Opt(OptOps.UPCAST, 0, 16),)))
+  r = LLVMRenderer()
+  r.threads = 1
+  spec = get_program(ast, r)
+  deg = _FMT[dtypes.float32][3]
+  assert spec.src.count("call <16 x float> @llvm.fma.v16f32(") == deg, spec.src
+  assert "llvm.trunc" not in spec.src and "fptosi" not in spec.src, spec.src
+  x = np.random.default_rng(5).uniform(-160, 140, n).astype(np.float32)
+  ties = np.arange(-150, 129, dtype=np.float32)
+  x[:len(ties)], x[len(ties):2 * len(ties)] = ties, ties + 0.5
+  x[-12:] = [0.0, -0.0, 1e-40, -1e-40, np.inf, -np.inf, np.nan, 128.0, 127.99999, -149.0, -149.5, -150.0]
+  out = np.zeros(n, np.float32)
+  kr.run(spec, [out, x])
+  ref = reference(np.exp2, x, dtypes.float32)
+  np.testing.assert_array_equal(out[:len(ties)], ref[:len(ties)])  # exact powers of two, subnormals included
+  nan = np.isnan(ref)
+  assert np.isnan(out[nan]).all() and ulp_dist(out[~nan], ref[~nan]).max() <= 1

@@ -3,7 +3,9 @@
 The scheduler gives a window input (an activation a depthwise conv or pool reads once per window position) its own
 buffer; the conv that produces it now runs in that kernel, its activation (ReLU, SiLU's exp included) as the epilogue,
 instead of a conv kernel, a sigmoid kernel and a multiply kernel. Not behind padding: a max pool's -inf padded input
-keeps the stem conv in a kernel of its own. Values against torch; kernel counts as the schedule makes them now.
+keeps the stem conv in a kernel of its own. A conv that a global pool sums runs in its own kernel, its SiLU as the
+epilogue, not inside the pool. Values against torch (sigmoid / SiLU / exp at large magnitudes included); kernel
+counts as the schedule makes them now.
 """
 import numpy as np
 import pytest
@@ -97,3 +99,47 @@ def test_stem_conv_not_fused_behind_max_pool_padding(k: int, s: int, p: int):
   want = F.max_pool2d(tw, k, s, padding=p).numpy()
   np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
   assert n == (4 if p else 2), n
+
+
+def test_fused_activations_at_large_magnitudes_match_torch():
+  # exp's polynomial as fused multiply-adds and its rounding by the shifter (lower/transcendental.py) under a conv
+  # epilogue and alone: sigmoid / SiLU / exp of large, tiny, infinite and NaN inputs behave as torch's (0 and 1
+  # exactly at the saturated ends, inf -> inf, underflow -> 0, NaN stays NaN), everything else within float32 rounding
+  special = np.array([0.0, -0.0, 1e-30, -1e-30, 0.5, -0.5, 87.5, 88.8, 89.0, -87.0, -88.8, -103.0, -104.0, 150.0,
+                      -150.0, 1e4, -1e4, 3e38, -3e38, np.inf, -np.inf, np.nan], np.float32)
+  x = np.concatenate([special, rng.uniform(-120, 120, 490).astype(np.float32)]).reshape(2, 16, 4, 4)
+  for name in ("sigmoid", "silu", "exp"):
+    got = getattr(_t(x), name)().numpy()
+    want = getattr(torch, name, getattr(F, name, None))(torch.from_numpy(x)).numpy()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=name)
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(want), err_msg=name)
+    # relative, so tiny values must match too: exp(x) as exp2(x * log2(e)) carries x's product's rounding, |x| 2**-24
+    # relative, up to ~8e-6 at |x| = 88
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-40, err_msg=name)
+  # the same SiLU as a 1x1 conv's epilogue, inputs scaled up so the pre-activations reach +-1e3 and beyond
+  w, b = _arr(8, 16, 1, 1) * 40, _arr(8) * 40
+  xs = np.nan_to_num(x, nan=0.0, posinf=50.0, neginf=-50.0).clip(-50, 50)
+  got = _t(xs).conv2d(_t(w), _t(b)).silu().numpy()
+  want = F.silu(F.conv2d(torch.from_numpy(xs), torch.from_numpy(w), torch.from_numpy(b))).numpy()
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+def test_last_conv_split_from_the_global_pool():
+  # efficientnet_b0's head: 1x1 conv 320 -> 1280 on 7x7, SiLU, global average pool. Fused into the pool (1280
+  # outputs, too many for the few-outputs split) the conv ran as 49 serial GEMVs per channel (`r_1_1280_1_1`, 24
+  # GFLOPS, its SiLU scalar); now the conv + SiLU is one kernel (a GEMM with its epilogue, vector code) and the pool
+  # sums that kernel's output (no exp2 of its own). One kernel more (weight copy, conv, pool), the values as torch's
+  from tiny_tensor import engine
+  x, w, b = _arr(1, 320, 7, 7), _arr(1280, 320, 1, 1), _arr(1280)
+  tx, tw, tb = _t(x).realize(), _t(w).realize(), _t(b).realize()
+  calls: list = []
+  with engine.capture(calls.append): got = tx.conv2d(tw, tb).silu().mean((2, 3)).realize().numpy()
+  want = F.silu(F.conv2d(torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(b))).mean((2, 3)).numpy()
+  np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+  kernels = [c.spec for c in calls if c.kind == "kernel"]
+  pool = kernels[-1]
+  assert len(kernels) == 3, [k.name for k in kernels]
+  conv = [k for k in kernels if "1280_7_7" in k.name]
+  assert len(conv) == 1 and "call <16 x float> @llvm.fma.v16f32" in conv[0].src, [k.name for k in kernels]
+  assert [c.bufs[0].size for c in calls if c.kind == "kernel" and c.spec is conv[0]] == [1280 * 49]
+  assert pool.src.count("@llvm.fma.") == 0, pool.src  # the SiLU's polynomial is in the conv's kernel, not the pool's

@@ -66,11 +66,12 @@ def _expand_and_simplify(vectors: bool) -> PatternMatcher:
 def _transcendental(sink: UOp, ren: Renderer) -> UOp:
   """The pass `transcendental`: EXP2/LOG2/SIN in `ren.decompose_ops` rewritten into tiny's polynomials (scalar ones:
   run before the expander they vectorize with the kernel; run again after the decompositions for what those made),
-  float32 through float64 for the ops `ren.transcendental_via_f64` names (True: all). Unchanged without any."""
+  float32 through float64 for the ops `ren.transcendental_via_f64` names (True: all), their polynomials as fused
+  multiply-adds where `ren.fused_mulacc`. Unchanged without any."""
   if not (ops := frozenset(getattr(ren, "decompose_ops", ()))): return sink
   via = getattr(ren, "transcendental_via_f64", False)
-  return graph_rewrite(sink, pm_transcendental, (ops, ops if via is True else frozenset(via or ())),
-                       name="transcendental")
+  return graph_rewrite(sink, pm_transcendental, (ops, ops if via is True else frozenset(via or ()),
+                                                 bool(getattr(ren, "fused_mulacc", False))), name="transcendental")
 
 
 def _stage_expander(sink: UOp, ren: Renderer, dims: Dims) -> UOp:

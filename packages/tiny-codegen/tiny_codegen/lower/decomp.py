@@ -1,9 +1,9 @@
 """Decompositions: rewrite ops and dtypes a target lacks into ones it has.
 
 `pm_gates`: gated INDEX/LOAD/STORE whose gate folded to a constant lose the gate (true) or the access (false: a
-LOAD yields 0, a STORE disappears). `pm_decomp`: MULACC -> a*b+c (unfused, exact), BIND -> its DEFINE_VAR,
-THREEFRY -> uint32 rounds, and the reference semantics (tiny_uop.alu) where hardware differs: integer division by 0
-or -1, shift counts modulo the width, float CDIV as trunc(a/b), TRUNC of an int.
+LOAD yields 0, a STORE disappears). `pm_decomp`: MULACC -> a*b+c (unfused, exact; a fused one, arg "fma", stays),
+BIND -> its DEFINE_VAR, THREEFRY -> uint32 rounds, and the reference semantics (tiny_uop.alu) where hardware differs:
+integer division by 0 or -1, shift counts modulo the width, float CDIV as trunc(a/b), TRUNC of an int.
 `bf16_to_float`: bfloat16 through float32 for renderers without bf16 arithmetic: loads and stores move the raw 16 bits
 (as uint16), math runs in float32 and each bfloat16 result is rounded to bfloat16 (as bf16 hardware and torch do),
 float32 -> bfloat16 rounds to nearest even (NaN stays NaN); float64 -> bfloat16 goes through float32 rounded to odd, so
@@ -116,8 +116,9 @@ pm_decomp = PatternMatcher([
   (UPat(Ops.TRUNC, src=(UPat.var("x"),)), lambda x: x if _is_int(x) else None),
   # threefry(x, key) -> 32-bit rounds (no target has it natively)
   (UPat(Ops.THREEFRY, src=(UPat.var("x"), UPat.var("key"))), threefry2x32),
-  # mulacc(a, b, c) -> a*b+c
-  (UPat(Ops.MULACC, src=(UPat.var("a"), UPat.var("b"), UPat.var("c"))), lambda a, b, c: a * b + c),
+  # mulacc(a, b, c) -> a*b+c; a fused one (arg "fma", made only for a renderer with `fused_mulacc`) stays
+  (UPat(Ops.MULACC, src=(UPat.var("a"), UPat.var("b"), UPat.var("c")), name="m"),
+   lambda m, a, b, c: None if m.arg == "fma" else a * b + c),
   # bind(var, val) -> var: the value comes in as a kernel argument
   (UPat(Ops.BIND, src=(UPat(Ops.DEFINE_VAR, name="v"), UPat())), lambda v: v),
 ], name="decomp")

@@ -3,8 +3,10 @@
 `pm_transcendental(dtypes)` rewrites EXP2, LOG2 and SIN on float32/float64 into ALU ops (ADD, MUL, FDIV, TRUNC,
 comparisons, casts, bitcasts and shifts). The coefficients are Taylor coefficients computed here in 40-digit decimal
 arithmetic, with enough terms that truncation error is far below the format's precision:
-  exp2(x) = 2**n * p(f), n = round(x), f = x - n in [-1/2, 1/2], p(f) = sum (ln2 f)**k / k!, scaled by 2**n in two exact
-            steps (so subnormal results round once);
+  exp2(x) = 2**n * p(f), n = round(x) (by a shifter's low bits), f = x - n in [-1/2, 1/2], p(f) = sum (ln2 f)**k / k!
+            (float32: degree 7, 0.09 ulp of truncation), scaled by adding n to p's exponent bits (a subnormal result
+            by one multiply more, so it rounds once); on a renderer with `fused_mulacc` (LLVM) p's Horner steps are
+            fused multiply-adds;
   log2(x) = e + 2/ln2 * atanh(s), x = m * 2**e with m in [sqrt(1/2), sqrt(2)), s = (m-1)/(m+1) (odd series in s);
   sin(x)  = +-sin(r) or +-cos(r), x = k*pi/2 + r, |r| <= pi/4: r = x below 1/2, else a Payne-Hanek reduction, exact
             for every finite x: |x|*2/pi mod 4 is the significand times a window of 2/pi's bits (picked by the exponent
@@ -32,7 +34,7 @@ _PI = decimal.Decimal("3.141592653589793238462643383279502884197169399375")
 _LN2 = _D.ln(decimal.Decimal(2))
 
 # per float format: (int dtype, mantissa bits, exponent bias, exp2 degree, log2 terms, sin/cos degree)
-_FMT = {dtypes.float32: (dtypes.int32, 23, 127, 8, 6, 12), dtypes.float64: (dtypes.int64, 52, 1023, 14, 11, 18)}
+_FMT = {dtypes.float32: (dtypes.int32, 23, 127, 7, 6, 12), dtypes.float64: (dtypes.int64, 52, 1023, 14, 11, 18)}
 
 
 @functools.cache
@@ -94,32 +96,22 @@ def _round_to(v: float, fmt: DType) -> float:
   return round_float(v, fmt)
 
 
-def _poly(x: UOp, coeffs: tuple[float, ...]) -> UOp:
-  """Horner evaluation, coefficients highest degree first."""
+FMA = "fma"
+"""MULACC's arg for a fused multiply-add (one rounding): what `_poly` builds with `fma=True`, for a renderer whose
+`fused_mulacc` says it renders that as one instruction (LLVM's `llvm.fma`). `pm_decomp` keeps such a MULACC, where it
+turns an unfused one into a*b+c."""
+
+
+def _poly(x: UOp, coeffs: tuple[float, ...], fma: bool = False) -> UOp:
+  """Horner evaluation, coefficients highest degree first; with `fma` each step one fused multiply-add (MULACC with
+  arg `FMA`): half the instructions, and each step rounds once, so the result is as accurate or more."""
   acc = _c(x, coeffs[0])
-  for c in coeffs[1:]: acc = acc * x + _c(x, c)
+  for c in coeffs[1:]: acc = UOp(Ops.MULACC, x.dtype, (acc, x, _c(x, c)), FMA) if fma else acc * x + _c(x, c)
   return acc
 
 
-def _trunc_round(x: UOp) -> UOp:
-  """x rounded to the nearest integer (halves away from zero), as a float."""
-  return (x + (x < 0.0).where(_c(x, -0.5), _c(x, 0.5))).trunc()
-
-
-def _pow2(n: UOp, dt: DType) -> UOp:
-  """2**n as float `dt`, for integer n in [1-bias, bias] (built from its bits)."""
-  idt, mant, bias, *_ = _FMT[dt]
-  return ((n + bias).cast(idt) << mant).bitcast(dt)
-
-
-def _ldexp(x: UOp, n: UOp) -> UOp:
-  """x * 2**n for integer n (same int dtype as the format) in [2-2*bias, 2*bias], in two exact steps."""
-  n1 = n >> 1
-  return x * _pow2(n1, x.dtype) * _pow2(n - n1, x.dtype)
-
-
-def exp2(x: UOp) -> UOp:
-  """2**x (see the module docstring)."""
+def exp2(x: UOp, fma: bool = False) -> UOp:
+  """2**x (see the module docstring); `fma`: the polynomial as fused multiply-adds (see `_poly`)."""
   dt = x.dtype
   idt, mant, bias, deg, *_ = _FMT[dt]
   hi = float(bias + 1)
@@ -128,15 +120,28 @@ def exp2(x: UOp) -> UOp:
   # softmax's exp of -1e9 scores), and take 0 at the end
   under = x < _c(x, float(-(bias + mant)))
   xc = under.where(_c(x, 0.0), (_c(x, hi) < x).where(_c(x, hi), x))
-  nf = _trunc_round(xc)
+  # n = round(xc) by the shifter 1.5 * 2**mant: |xc| <= bias + mant is far below 2**(mant-1), so xc + shifter has no
+  # fraction bits left (rounded to nearest even once) and its low bits are n (two's complement); two adds and an
+  # integer subtract where a sign select, add, trunc and convert were
+  shifter = 1.5 * 2.0 ** mant
+  t = xc + _c(x, shifter)
+  nf = t - _c(x, shifter)
   f = xc - nf
-  p = _poly(f, _exp2_coeffs(deg))
-  ret = under.where(_c(x, 0.0), _ldexp(p, nf.cast(idt)))
+  p = _poly(f, _exp2_coeffs(deg), fma)
+  # 2**n * p by adding n to p's exponent field: t's bits shifted left by `mant` are n << mant (the shifter's own bits
+  # shift out). Exact while the result is normal: n >= 2 - bias (p >= sqrt(1/2)), and up to n = bias + 1 (there
+  # f <= 0, so p <= 1: the largest finite values, and inf exactly at x = bias + 1). Below, the result may be
+  # subnormal: those lanes add n + 64 and take one multiply by 2**-64, the only rounding; the others multiply by 1
+  low = nf < _c(x, float(2 - bias))
+  nbits = t.bitcast(idt) << mant
+  adj = low.where(UOp.const(idt, 64 << mant), UOp.const(idt, 0))
+  scaled = ((p.bitcast(idt) + nbits) + adj).bitcast(dt) * low.where(_c(x, 2.0 ** -64), _c(x, 1.0))
+  ret = under.where(_c(x, 0.0), scaled)
   return x.ne(x).where(x, ret)  # NaN stays NaN
 
 
-def log2(x: UOp) -> UOp:
-  """log2(x) (see the module docstring)."""
+def log2(x: UOp, fma: bool = False) -> UOp:
+  """log2(x) (see the module docstring); `fma`: the series' polynomial as fused multiply-adds (see `_poly`)."""
   dt = x.dtype
   idt, mant, bias, _, nterms, *_ = _FMT[dt]
   tiny = math.ldexp(1.0, 1 - bias)
@@ -156,7 +161,7 @@ def log2(x: UOp) -> UOp:
   s_lo = (((f - p_hi) - p_lo) - s_hi * g_lo) / g_hi
   # log2(m) = C0 * (s + s**3 * Q(s**2)); the tail is small, so only s and C0 carry a low part
   z = s_hi * s_hi
-  tail = s_hi * z * _poly(z, tuple(c / _log2_coeffs(nterms)[-1] for c in _log2_coeffs(nterms)[:-1]))
+  tail = s_hi * z * _poly(z, tuple(c / _log2_coeffs(nterms)[-1] for c in _log2_coeffs(nterms)[:-1]), fma)
   a_hi, a_err = _two_sum(s_hi, tail)
   a_lo = a_err + s_lo
   c_hi, c_lo = _df_const(x, _D.divide(2, _LN2))
@@ -277,8 +282,8 @@ def _payne_hanek(x: UOp) -> tuple[UOp, UOp, UOp]:
   return q, half.where(-r_hi, r_hi), half.where(-r_lo, r_lo)
 
 
-def sin(x: UOp) -> UOp:
-  """sin(x) (see the module docstring)."""
+def sin(x: UOp, fma: bool = False) -> UOp:
+  """sin(x) (see the module docstring); `fma`: the polynomials as fused multiply-adds (see `_poly`)."""
   dt = x.dtype
   *_, deg = _FMT[dt]
   ax = x.maximum(-x)
@@ -293,10 +298,10 @@ def sin(x: UOp) -> UOp:
   z = r_hi * r_hi
   sc, cc = _sincos_coeffs(deg)
   # sin r = r + r**3 * S(z); cos r = 1 - z/2 + z**2 * C(z): the leading terms are added last, with r's low part
-  s = r_hi + (r_lo + r_hi * z * _poly(z, sc[:-1]))
+  s = r_hi + (r_lo + r_hi * z * _poly(z, sc[:-1], fma))
   half_z = z * 0.5
   c_hi = _c(x, 1.0) - half_z
-  c = c_hi + ((((_c(x, 1.0) - c_hi) - half_z) - r_hi * r_lo) + z * z * _poly(z, cc[:-2]))
+  c = c_hi + ((((_c(x, 1.0) - c_hi) - half_z) - r_hi * r_lo) + z * z * _poly(z, cc[:-2], fma))
   ret = (q & 1).eq(0).where(s, c)
   ret = (q & 2).eq(0).where(ret, -ret)
   ret = x.eq(0.0).where(x, ret)  # sin(-0.0) = -0.0: the reduction's sum would give +0.0
@@ -306,16 +311,17 @@ def sin(x: UOp) -> UOp:
 _DECOMP = {Ops.EXP2: exp2, Ops.LOG2: log2, Ops.SIN: sin}
 
 
-def _decompose(ctx: tuple[frozenset, frozenset], u: UOp) -> UOp | None:
-  ops, via_f64 = ctx
+def _decompose(ctx: tuple[frozenset, frozenset, bool], u: UOp) -> UOp | None:
+  ops, via_f64, fma = ctx
   if u.op not in ops or u.dtype.count != 1: return None
-  dt = u.dtype
-  if dt == dtypes.float32 and u.op in via_f64: return _DECOMP[u.op](u.src[0].cast(dtypes.float64)).cast(dtypes.float32)
-  if dt in _FMT: return _DECOMP[u.op](u.src[0])
-  if dtypes.is_float(dt): return _DECOMP[u.op](u.src[0].cast(dtypes.float32)).cast(dt)  # half/bf16/fp8 via float32
+  dt, fn = u.dtype, _DECOMP[u.op]
+  if dt == dtypes.float32 and u.op in via_f64: return fn(u.src[0].cast(dtypes.float64), fma).cast(dtypes.float32)
+  if dt in _FMT: return fn(u.src[0], fma)
+  if dtypes.is_float(dt): return fn(u.src[0].cast(dtypes.float32), fma).cast(dt)  # half/bf16/fp8 via float32
   return None
 
 
 pm_transcendental = PatternMatcher([(UPat((Ops.EXP2, Ops.LOG2, Ops.SIN), name="u"), _decompose)],
                                    name="transcendental")
-"""Rewrites EXP2/LOG2/SIN; ctx = (ops to decompose, those of them computed for float32 through float64)."""
+"""Rewrites EXP2/LOG2/SIN; ctx = (ops to decompose, those of them computed for float32 through float64, whether
+the polynomials are fused multiply-adds: the renderer's `fused_mulacc`)."""

@@ -48,6 +48,9 @@ class CPURenderer(Renderer):
   decompose_ops: tuple[Ops, ...] = ()  # EXP2/LOG2/SIN listed here use tiny's polynomials instead of libm
   transcendental_via_f64: bool | tuple[Ops, ...] = True
   """Which of `decompose_ops` evaluate float32 through float64 and round once (True: all; a tuple: those)."""
+  fused_mulacc = False
+  """Whether the renderer renders a MULACC with arg "fma" as one fused multiply-add (one rounding); the
+  decompositions of `decompose_ops` evaluate their polynomials with those where it does."""
   nontemporal_min_bytes = 16 << 20
   """Stores into an output buffer at least this big are streamed (non-temporal: they skip the cache and the read for
   ownership of each line, a third of an elementwise kernel's memory traffic) where the renderer can: a whole aligned

@@ -93,6 +93,7 @@ class LLVMRenderer(CPURenderer):
   (12.3), sigmoid 21.2 -> 8-15 (numpy 44). SIN stays libm's: it is accurate at any argument (a float32 cos(3e38)),
   our reduction only below ~1e7 even through float64."""
   transcendental_via_f64 = False
+  fused_mulacc = True  # llvm.fma: every x86-64 with FMA3 and AArch64 has it in one instruction
 
   def make_compiler(self) -> LLVMCompiler: return LLVMCompiler()
 
@@ -341,6 +342,7 @@ class _LLVMEmitter:
       if isf: pred = {Ops.CMPLT: "fcmp olt", Ops.CMPNE: "fcmp une", Ops.CMPEQ: "fcmp oeq"}[op]
       else: pred = {Ops.CMPLT: "icmp ult" if isu or isb else "icmp slt", Ops.CMPNE: "icmp ne", Ops.CMPEQ: "icmp eq"}[op]
       self.emit(f"{out} = {pred} {t} {a[0]}, {a[1]}")
+    elif op is Ops.MULACC and isf and u.arg == "fma": return self.intrinsic("fma", sdt, a)  # one rounding
     elif op is Ops.MULACC:
       m = self.tmp()
       self.emit(f"{m} = {'fmul' if isf else 'mul'} {t} {a[0]}, {a[1]}")

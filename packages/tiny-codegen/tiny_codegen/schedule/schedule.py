@@ -15,7 +15,9 @@ Stages (docs/PIPELINE.md §2):
    pool's input: inlined, it would be recomputed once per window position), and every exp2/log2/sin/pow that is
    broadcast (attention's softmax exp, else evaluated once per head dim). A reduce or exp2 whose only way to a
    broadcast is through such a window input is computed in that input's kernel (a conv with its activation, SiLU's
-   exp2 included, as the epilogue), unless a PAD lies between (the conv would run behind the padding's gates);
+   exp2 included, as the epilogue), unless a PAD lies between (the conv would run behind the padding's gates). A
+   contraction (conv, matmul) that a sum reduces again (a global pool) gets its own kernel with its elementwise
+   epilogue: the value the sum reads is realized (`_ends_contraction`);
 3. build one kernel per realized value by walking toward its inputs with index expressions (`indexing.py`); a value
    that is only a contiguous view of a buffer costs no kernel (a reshape of it, or a SLICE view at an offset).
    Kernels may store several outputs: a reduce read at the output index of another reduce (softmax's max in its
@@ -694,6 +696,46 @@ def _walk_past_windows(users: Iterable[UOp], want: set[UOp], window: set[UOp], e
   return exp, st, pad
 
 
+_EPILOGUE_MOVES = (Ops.RESHAPE, Ops.PERMUTE, Ops.CAST)  # what may sit between a contraction and its epilogue's ALU
+
+
+def _read_by_reduce(x: UOp, children: dict[UOp, list[UOp]]) -> bool:
+  """Whether a sum (REDUCE_AXIS with ADD: a global average pool, `.sum()`) reads `x` directly or through
+  reshapes/permutes/casts only. Not a max: a 2x2 max pool of a conv + ReLU stays one kernel (its window's four
+  positions unroll over the conv's block)."""
+  stack = [x]
+  while stack:
+    for c in children.get(stack.pop(), ()):
+      if c.op is Ops.REDUCE_AXIS and c.arg[0] is Ops.ADD: return True
+      if c.op in _EPILOGUE_MOVES: stack.append(c)
+  return False
+
+
+def _ends_contraction(n: UOp, want: set[UOp], reduced_into: int | None, broadcasts: dict[UOp, bool],
+                      below: dict[UOp, bool], children: dict[UOp, list[UOp]]) -> bool:
+  """`_decide`'s rule for a contraction reduced again (`_contraction_reduced_again`), for node `n` (not wanted),
+  visited sources first: whether `n` is the value to realize. The contraction gets its own kernel with its
+  elementwise epilogue (SiLU): the value the outer reduce reads (through reshapes only) is realized, the contraction
+  itself where the outer reduce reads it directly. `below[n]` is set: such a contraction is below `n`, through
+  elementwise ops only; `reduced_into`: `_decide`'s, None where `n` reads no memory."""
+  if n.op is Ops.REDUCE_AXIS:
+    below[n] = n.tag != BLOCK_TAG and reduced_into is not None and all_int(shape_of(n)) and \
+      prod(shape_of(n)) >= REDUCE_SPLIT_OUTPUTS and _contraction_reduced_again(n, broadcasts)
+  elif n.op in GroupOp.ALU or n.op in _EPILOGUE_MOVES:
+    below[n] = any(below.get(s, False) for s in n.src if s not in want)
+  return below.get(n, False) and n.op not in _EPILOGUE_MOVES and _read_by_reduce(n, children)
+
+
+def _contraction_reduced_again(r: UOp, broadcasts: dict[UOp, bool]) -> bool:
+  """Whether REDUCE_AXIS `r` (reduced again by a reduce fused with it) is a contraction: a product whose operands are
+  broadcast over each other's outputs (a conv, a matmul: `broadcasts` of its source). Fused into the outer reduce
+  (a global pool after a 1x1 conv, `(a @ b).sum(1)`), each outer output would run the inner reduce's outputs as a
+  serial loop: no register block reuses an operand across them, so the contraction runs at a fraction of its own
+  kernel's speed (efficientnet_b0's last 1x1 conv + SiLU inside the pool: 24 GFLOPS). Split, it is a blocked
+  GEMM-shaped kernel and the outer reduce sums its output, one extra buffer of the inner outputs."""
+  return r.src[0] in broadcasts and broadcasts[r.src[0]]
+
+
 def _decide(sink: UOp) -> tuple[dict[UOp, None], dict[UOp, bool]]:
   """The nodes to realize, in graph order, and which nodes read memory.
 
@@ -709,9 +751,14 @@ def _decide(sink: UOp) -> tuple[dict[UOp, None], dict[UOp, bool]]:
   # up to WINDOW_MIN_BUFFERS distinct memory leaves (BUFFER/COPY/ASSIGN) below each node: a union of capped sets
   # capped again is min(|leaves|, cap), which is all the test below needs
   leaves: dict[UOp, tuple[UOp, ...]] = {}
+  # a growing EXPAND below the node, before any REDUCE_AXIS: a REDUCE_AXIS whose source has one is a contraction (a
+  # conv, a matmul: one operand broadcast over the other's outputs), which `_contraction_reduced_again` splits off
+  broadcasts: dict[UOp, bool] = {}
   for n in nodes:
     mem = n.op in (Ops.BUFFER, Ops.COPY, Ops.ASSIGN)
     reads_memory[n] = mem or any(reads_memory[s] for s in n.src)
+    broadcasts[n] = (n.op is Ops.EXPAND and _grows(n)) or (n.op is not Ops.REDUCE_AXIS and any(broadcasts[s]
+                                                                                                for s in n.src))
     lv: tuple[UOp, ...] = (n,) if mem else ()
     for s in n.src:
       for x in leaves[s]:
@@ -764,6 +811,7 @@ def _decide(sink: UOp) -> tuple[dict[UOp, None], dict[UOp, bool]]:
         _largest_size(shape_of(x)) >= WINDOW_MIN_SIZE and w0: window.add(x)
 
   # sources first, with the decisions made so far: what each node reads (a realized value is one buffer) and its depth
+  contraction_below: dict[UOp, bool] = {}  # a contraction reduced again is below, through elementwise ops only
   depth: dict[UOp, int] = {}  # ops on the longest chain from a realized value (or an input) to this one
   reads: dict[UOp, tuple[UOp, ...]] = {}  # up to SHARED_MIN_BUFFERS distinct buffers its kernel would read for it
   for n in nodes:
@@ -774,6 +822,8 @@ def _decide(sink: UOp) -> tuple[dict[UOp, None], dict[UOp, bool]]:
     elif n.op in _TRANSCENDENTAL and n not in want and reads_memory[n] and expands[n] and \
         (expands_w[n] or len(stops_w[n]) > 1):
       want.add(n)  # of any shape: one over a Variable (a dynamic batch or sequence) is recomputed the same way
+    if n not in want and _ends_contraction(n, want, reduced_into[n] if reads_memory[n] else None, broadcasts,
+                                           contraction_below, children): want.add(n)
     rd: tuple[UOp, ...] = (n,) if n.op in (Ops.BUFFER, Ops.COPY, Ops.ASSIGN) else ()
     for s in n.src:
       for x in ((s,) if s in want else reads[s]):
