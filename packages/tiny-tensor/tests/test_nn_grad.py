@@ -227,3 +227,29 @@ def test_conv2d_wide_channels_odd_maps(kw):
   # 48 output channels (3 vectors of 16, the weight gradient's widened block) on odd 13x11 maps, 5x5 taps
   _check(nn.Conv2d(32, 48, 5, **kw), torch.nn.Conv2d(32, 48, 5, **kw), ["weight", "bias"], _x(3, 32, 13, 11),
          rtol=1e-4, atol=1e-4)
+
+
+def test_conv_bias_gradient_sums_the_channels_last_copy():
+  # conv -> bias -> ReLU -> conv, as in a training step: the first conv's bias gradient is the sum of the channels-last
+  # gradient copy its weight gradient reads (one map-sized buffer), not a second pass over the ReLU's mask and the
+  # input gradient; that input gradient (the second conv's transposed conv) then has one reader left and is stored
+  # channels-last with the ReLU's backward fused: 9 kernels for both gradients before, 7 now; values vs torch
+  from tiny_tensor import Device, engine
+  x, w1, b1, w2 = _x(2, 4, 9, 9), _x(8, 4, 3, 3, seed=1), _x(8, seed=2), _x(6, 8, 3, 3, seed=3)
+  up = _x(2, 6, 5, 5, seed=4)
+  tw1, tb1, tw2 = (Tensor(a, requires_grad=True) for a in (w1, b1, w2))
+  (Tensor(x).conv2d(tw1, tb1).relu().conv2d(tw2) * Tensor(up)).sum().backward()
+  calls: list = []
+  with engine.capture(calls.append): Tensor.realize(tw1.grad, tb1.grad)
+  kernels = [c for c in calls if c.kind == "kernel"]
+  if Device.DEFAULT == "CPU":
+    assert len(kernels) == 7, [c.spec.name for c in kernels]
+    map_bytes = 2 * 8 * 7 * 7 * 4
+    bias_kernel = [c for c in kernels if c.bufs[0].nbytes == 8 * 4]  # (its output: 8 floats)
+    assert bias_kernel and all(sum(b.nbytes == map_bytes for b in c.bufs[1:]) == 1 for c in bias_kernel), \
+      [(c.spec.name, [b.nbytes for b in c.bufs]) for c in bias_kernel]
+  pw1, pb1, pw2 = (torch.tensor(a, requires_grad=True) for a in (w1, b1, w2))
+  F = torch.nn.functional
+  (F.conv2d(F.conv2d(torch.tensor(x), pw1, pb1).relu(), pw2) * torch.tensor(up)).sum().backward()
+  np.testing.assert_allclose(tw1.grad.numpy(), pw1.grad.numpy(), rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(tb1.grad.numpy(), pb1.grad.numpy(), rtol=1e-4, atol=1e-4)
