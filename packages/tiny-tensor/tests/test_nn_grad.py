@@ -288,3 +288,20 @@ def test_batchnorm_backward_kernels():
   np.testing.assert_allclose(tx.grad.numpy(), px.grad.numpy(), rtol=1e-4, atol=1e-4)
   np.testing.assert_allclose(bn.weight.grad.numpy(), t.weight.grad.numpy(), rtol=1e-4, atol=1e-4)
   np.testing.assert_allclose(bn.bias.grad.numpy(), t.bias.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("xdt, bdt", [("float16", "float32"), ("float32", "float16")])
+def test_conv_bias_of_another_dtype_gradients(xdt, bdt):
+  # a bias wider than the conv promotes the sum (its gradient then autograd's), a narrower one is cast into it (its
+  # gradient from the conv's channels-last copy, cast back): each gradient in its tensor's dtype, values vs torch's
+  # float32
+  x, w, b, up = _x(2, 3, 7, 6), _x(4, 3, 3, 3, seed=1), _x(4, seed=2), _x(2, 4, 5, 4, seed=3)
+  tx, tw = Tensor(x.astype(xdt), requires_grad=True), Tensor(w.astype(xdt), requires_grad=True)
+  tb = Tensor(b.astype(bdt), requires_grad=True)
+  (tx.conv2d(tw, tb) * Tensor(up)).sum().backward()
+  px, pw, pb = (torch.tensor(a.astype(dt).astype(np.float32), requires_grad=True) for a, dt in ((x, xdt), (w, xdt),
+                                                                                               (b, bdt)))
+  (torch.nn.functional.conv2d(px, pw, pb) * torch.tensor(up)).sum().backward()
+  for t, p in ((tx, px), (tw, pw), (tb, pb)):
+    assert t.grad.numpy().dtype == t.numpy().dtype
+    np.testing.assert_allclose(t.grad.numpy().astype(np.float32), p.grad.numpy(), rtol=2e-2, atol=2e-2)

@@ -185,7 +185,10 @@ def _conv(x: Tensor, weight: Tensor, bias: Tensor | None, groups: int, stride: A
   axes = tuple(range(-1 - nd, 0))
   ret = (prod_.sum(axes) if dtype is None else prod_.sum(axes, dtype=dtype)).reshape(bs, cout, *oyx)
   out = ret if bias is None else ret + bias.reshape(1, cout, *[1] * nd)
-  if dtype is None: _conv_gradient(out, x, weight, bias, groups, s_, d_, pads)
+  if dtype is None:
+    # (a bias of a wider dtype promotes the sum: its gradient is then autograd's, the conv's own gradients the ret's)
+    if out.dtype == ret.dtype: _conv_gradient(out, x, weight, bias, groups, s_, d_, pads)
+    else: _conv_gradient(ret, x, weight, None, groups, s_, d_, pads)
   return out
 
 
@@ -259,7 +262,7 @@ def _conv_gradient(out: Tensor, x: Tensor, weight: Tensor, bias: Tensor | None, 
     g_cl = T.from_uop(ctx).permute(0, *range(2, 2 + nd), 1).contiguous().permute(0, 1 + nd, *range(1, 1 + nd))
     # stop at the input: its graph may hold this same weight (one weight in a chain of convs), whose gradient there
     # is the earlier conv's to give (through gx), not this one's
-    gw = compute_gradient(ou, g_cl.uop, {wu}, custom=False, stop={xu}).get(wu)
+    gw = compute_gradient(ou, g_cl.uop, {wu}, custom=False, stop={xu} if bu is None else {xu, bu}).get(wu)
     if bu is None: return gx.uop, gw
     # the bias's gradient sums that same copy (one read of the gradient, contiguous channel vectors) instead of the
     # incoming gradient, which is a fused expression (a ReLU's or BatchNorm's backward) of two or more maps: the
