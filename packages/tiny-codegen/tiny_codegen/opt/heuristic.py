@@ -23,8 +23,11 @@ CPU renderers (no locals; threads split the outermost loop in lowering):
   each lane its own accumulator (the expander), so independent adds hide the add latency, as long as the loop body
   is cheap (an unrolled exp2 only slows compiling);
 - elementwise kernels: left to LLVM's loop vectorizer, but for a big output (streamed past the cache: the renderer's
-  `nontemporal_min_bytes`), whose contiguous store axis is upcast to one cache line of lanes, and for a transcendental
-  (sigmoid, SiLU: `_upcast_transcendental`), whose store axis becomes one vector register of lanes.
+  `nontemporal_min_bytes`), whose contiguous store axis is upcast to one cache line of lanes, for a transcendental
+  (sigmoid, SiLU: `_upcast_transcendental`), whose store axis becomes one vector register of lanes, and for gathered
+  or gated loads (`_upcast_awkward_elementwise`), whose store axis gets explicit lanes; a transpose (a load that
+  gathers along the store's axis walks another one contiguously) has that other axis upcast first, a square block
+  of vector loads (`_transpose_block`).
 GPU renderers (`has_local`) have their own heuristics in `heuristic_gpu`; what both use is in `heuristic_common`.
 
 A symbolic bound (a Variable batch or sequence, issue #39) weighs as its `representative_size` (the geometric middle
