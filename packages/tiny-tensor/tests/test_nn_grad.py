@@ -227,3 +227,59 @@ def test_conv2d_wide_channels_odd_maps(kw):
   # 48 output channels (3 vectors of 16, the weight gradient's widened block) on odd 13x11 maps, 5x5 taps
   _check(nn.Conv2d(32, 48, 5, **kw), torch.nn.Conv2d(32, 48, 5, **kw), ["weight", "bias"], _x(3, 32, 13, 11),
          rtol=1e-4, atol=1e-4)
+
+
+def test_conv_bias_gradient_sums_the_channels_last_copy():
+  # conv -> bias -> ReLU -> conv, as in a training step: the first conv's bias gradient is the sum of the channels-last
+  # gradient copy its weight gradient reads (one map-sized buffer), not a second pass over the ReLU's mask and the
+  # input gradient; that input gradient (the second conv's transposed conv) then has one reader left and is stored
+  # channels-last with the ReLU's backward fused: 9 kernels for both gradients before, 7 now; values vs torch
+  from tiny_tensor import Device, engine
+  x, w1, b1, w2 = _x(2, 4, 9, 9), _x(8, 4, 3, 3, seed=1), _x(8, seed=2), _x(6, 8, 3, 3, seed=3)
+  up = _x(2, 6, 5, 5, seed=4)
+  tw1, tb1, tw2 = (Tensor(a, requires_grad=True) for a in (w1, b1, w2))
+  (Tensor(x).conv2d(tw1, tb1).relu().conv2d(tw2) * Tensor(up)).sum().backward()
+  calls: list = []
+  with engine.capture(calls.append): Tensor.realize(tw1.grad, tb1.grad)
+  kernels = [c for c in calls if c.kind == "kernel"]
+  if Device.DEFAULT == "CPU":
+    assert len(kernels) == 7, [c.spec.name for c in kernels]
+    map_bytes = 2 * 8 * 7 * 7 * 4
+    bias_kernel = [c for c in kernels if c.bufs[0].nbytes == 8 * 4]  # (its output: 8 floats)
+    assert bias_kernel and all(sum(b.nbytes == map_bytes for b in c.bufs[1:]) == 1 for c in bias_kernel), \
+      [(c.spec.name, [b.nbytes for b in c.bufs]) for c in bias_kernel]
+  pw1, pb1, pw2 = (torch.tensor(a, requires_grad=True) for a in (w1, b1, w2))
+  F = torch.nn.functional
+  (F.conv2d(F.conv2d(torch.tensor(x), pw1, pb1).relu(), pw2) * torch.tensor(up)).sum().backward()
+  np.testing.assert_allclose(tw1.grad.numpy(), pw1.grad.numpy(), rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(tb1.grad.numpy(), pb1.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("shape, kw", [((5, 3), {}), ((3, 4, 5, 6), {"affine": False}),
+                                       ((2, 3, 4, 3, 5), {}), ((4, 3, 7, 5), {"track_running_stats": False})])
+def test_batchnorm_batch_statistics_gradients(shape, kw):
+  # batch-statistics BatchNorm's gradients (1-d, 3-d, no affine, no running statistics: batch statistics in eval
+  # too) vs torch's
+  kind = {2: torch.nn.BatchNorm1d, 4: torch.nn.BatchNorm2d, 5: torch.nn.BatchNorm3d}[len(shape)]
+  names = ["weight", "bias"] if kw.get("affine", True) else []
+  with Tensor.train():
+    _check(nn.BatchNorm(shape[1], **kw), kind(shape[1], **kw).train(), names, _x(*shape) * 2 + 1, atol=1e-4)
+  if not kw.get("track_running_stats", True):  # batch statistics outside training too
+    _check(nn.BatchNorm(shape[1], **kw), kind(shape[1], **kw).eval(), names, _x(*shape, seed=9) - 1, atol=1e-4)
+
+
+@pytest.mark.parametrize("xdt, bdt", [("float16", "float32"), ("float32", "float16")])
+def test_conv_bias_of_another_dtype_gradients(xdt, bdt):
+  # a bias wider than the conv promotes the sum (its gradient then autograd's), a narrower one is cast into it (its
+  # gradient from the conv's channels-last copy, cast back): each gradient in its tensor's dtype, values vs torch's
+  # float32
+  x, w, b, up = _x(2, 3, 7, 6), _x(4, 3, 3, 3, seed=1), _x(4, seed=2), _x(2, 4, 5, 4, seed=3)
+  tx, tw = Tensor(x.astype(xdt), requires_grad=True), Tensor(w.astype(xdt), requires_grad=True)
+  tb = Tensor(b.astype(bdt), requires_grad=True)
+  (tx.conv2d(tw, tb) * Tensor(up)).sum().backward()
+  px, pw, pb = (torch.tensor(a.astype(dt).astype(np.float32), requires_grad=True) for a, dt in ((x, xdt), (w, xdt),
+                                                                                               (b, bdt)))
+  (torch.nn.functional.conv2d(px, pw, pb) * torch.tensor(up)).sum().backward()
+  for t, p in ((tx, px), (tw, pw), (tb, pb)):
+    assert t.grad.numpy().dtype == t.numpy().dtype
+    np.testing.assert_allclose(t.grad.numpy().astype(np.float32), p.grad.numpy(), rtol=2e-2, atol=2e-2)
