@@ -58,8 +58,8 @@ from tiny_uop.dtype import dtypes
 from tiny_uop.uop import sint
 from tiny_tensor.jit import TinyJit
 from tiny_tensor.llm.gguf import BLOCK, GGMLType, GGUFTensor
-from tiny_tensor.llm.quants import (SUPPORTED, dequantize, int8_dot_products, q4_k_matvec, q8_0_matvec,
-                                   quantize_q8_act)
+from tiny_tensor.llm.quants import (SUPPORTED, dequantize, f32_matvec, int8_dot_products, q4_k_matvec,
+                                   q8_0_matvec, quantize_q8_act)
 from tiny_tensor.tensor import Tensor
 
 __all__ = ["Config", "Transformer", "QLinear", "ArchSpec", "ARCHS", "NEOX_ARCHS", "prefill_chunk_size"]
@@ -331,7 +331,18 @@ class Linear:
     self.dense: DenseWeight | None = None  # W in the matmul's panels for multi-row calls (`Transformer.prefill`)
 
   def __call__(self, x: Tensor) -> Tensor:
-    return self.dense(x) if self.dense is not None and math.prod(x.shape[:-1]) != 1 else x @ self.w.T
+    """x (..., in) @ W.T: one token's float32 product as `quants.f32_matvec`'s kernel where it runs (each weight row
+    prefetched), several (a prefill chunk) from the kept panels (`dense`) where there are some."""
+    if math.prod(x.shape[:-1]) != 1: return self.dense(x) if self.dense is not None else x @ self.w.T
+    if self.w.dtype == dtypes.float32 and x.dtype == dtypes.float32 and F32_MATVEC and \
+       (y := f32_matvec(self.w, x.reshape(x.shape[-1]))) is not None:
+      return y.reshape(*x.shape[:-1], self.w.shape[0])
+    return x @ self.w.T
+
+
+F32_MATVEC = os.environ.get("TINY_LLM_F32_MATVEC", "1") != "0"
+"""Whether one-token float32 products run as `quants.f32_matvec`'s prefetching kernel (where it runs): off
+(`TINY_LLM_F32_MATVEC=0`) they are lowered as `x @ W.T`, for before/after timings."""
 
 
 class DenseWeight:
