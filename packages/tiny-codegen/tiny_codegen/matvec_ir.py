@@ -72,7 +72,8 @@ def f32_matvec_ir(o: int, k: int, threads: int = 1, name: str = "f32_matvec", la
   True
   """
   _check(o, k, threads, lanes)
-  if not isinstance(unroll, int) or unroll <= 0: raise ValueError(f"f32_matvec_ir: unroll must be positive, got {unroll}")
+  if not isinstance(unroll, int) or unroll <= 0:
+    raise ValueError(f"f32_matvec_ir: unroll must be positive, got {unroll}")
   if ahead < 0 or line <= 0: raise ValueError(f"f32_matvec_ir: ahead={ahead}, line={line}; valid: ahead >= 0, line > 0")
   if sorted(order) != ["out", "w", "x"]: raise ValueError(f"f32_matvec_ir: order {order!r} must name out, w, x once")
   per = o // threads
@@ -81,7 +82,8 @@ def f32_matvec_ir(o: int, k: int, threads: int = 1, name: str = "f32_matvec", la
   kmain, tail = k // step * step, (k % step) // lanes
   lines = -(-step * 4 // line) if ahead else 0
   ln = [f"declare float @llvm.vector.reduce.fadd.v{lanes}f32(float, {vec})",
-        f"declare {vec} @llvm.fma.v{lanes}f32({vec}, {vec}, {vec})", "declare void @llvm.prefetch.p0(ptr, i32, i32, i32)",
+        f"declare {vec} @llvm.fma.v{lanes}f32({vec}, {vec}, {vec})",
+        "declare void @llvm.prefetch.p0(ptr, i32, i32, i32)",
         f"define void @{name}({', '.join(f'ptr noalias %{a}' for a in order)}, i32 %core_id) #0 {{",
         "entry:", f"  %r0 = mul i32 %core_id, {per}", "  br label %r.head",
         "r.head:", "  %rg = phi i32 [0, %entry], [%rg.next, %k.exit]", f"  %r.ok = icmp slt i32 %rg, {per // rows}",
@@ -122,7 +124,8 @@ def f32_matvec_ir(o: int, k: int, threads: int = 1, name: str = "f32_matvec", la
       ln.append(f"  %s{r}_{u} = fadd {vec} {s}, {acc[u]}")
       s = f"%s{r}_{u}"
     ln += [f"  %h{r} = call reassoc float @llvm.vector.reduce.fadd.v{lanes}f32(float -0.0, {vec} {s})",
-           f"  %op{r} = getelementptr inbounds float, ptr %out, i32 %row{r}", f"  store float %h{r}, ptr %op{r}, align 4"]
+           f"  %op{r} = getelementptr inbounds float, ptr %out, i32 %row{r}",
+           f"  store float %h{r}, ptr %op{r}, align 4"]
   ln += ["  %rg.next = add i32 %rg, 1", "  br label %r.head", "done:", "  ret void", "}",
          "attributes #0 = { nounwind }"]
   return "\n".join(ln) + "\n"

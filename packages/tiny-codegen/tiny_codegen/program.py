@@ -125,19 +125,24 @@ def _to_program(ast: UOp, renderer: Renderer, key: tuple) -> UOp:
 
 def _amx_program(ast: UOp, name: str, renderer: Renderer) -> UOp | None:
   """The PROGRAM of `tiny_codegen.x86_amx`'s tile kernel for a kernel AST `x86_amx.match_matmul` recognises (what
-  `Tensor.dot` builds for a bfloat16 matmul), on the LLVM CPU renderer where `request_tile_state()` holds and
+  `Tensor.dot` builds for a bfloat16 matmul) or one registered over a B in its panels (`x86_amx.register_packed_b`),
+  on the LLVM CPU renderer where `request_tile_state()` holds and
   CHECK_OOB is off (the tile kernel has no bounds checks); None otherwise (lowered as usual). Threads: the renderer's,
-  fewer where 32-row blocks don't split evenly; the K block from the machine model's L1d (`x86_amx.k_block`)."""
+  over 32-row blocks, then column blocks (`x86_amx.split_threads`: a 32-row chunk's one row block), fewer where
+  neither splits evenly; the K block from the machine model's L1d (`x86_amx.k_block`)."""
   from tiny_codegen.renderer.llvmir import LLVMRenderer
   if not isinstance(renderer, LLVMRenderer) or CHECK_OOB.value: return None
   from tiny_codegen import x86_amx
-  if (mnk := x86_amx.match_matmul_layout(ast)) is None or not x86_amx.request_tile_state(): return None
+  b_packed = False
+  if (mnk := x86_amx.match_matmul_layout(ast)) is None and (reg := x86_amx.registered_packed_b(ast)) is not None:
+    mnk, b_packed = (*reg, False, reg[2]), True  # B already in the kernel's panels (`x86_amx.pack_b`)
+  if mnk is None or not x86_amx.request_tile_state(): return None
   m, n, k, out_bf16, lda = mnk
-  threads = max(1, int(getattr(renderer, "threads", 1)))
-  while threads > 1 and m % (x86_amx.BLOCK * threads): threads -= 1
+  threads, col_threads = x86_amx.split_threads(m, n, max(1, int(getattr(renderer, "threads", 1))))
   from tiny_codegen.machine import machine_of
   kb = x86_amx.k_block(k, machine_of(renderer).l1d)  # the K block from this machine's L1d
-  src = x86_amx.amx_bf16_matmul_ir(m, n, k, threads, name=name, out_bf16=out_bf16, kb=kb, lda=lda)
+  src = x86_amx.amx_bf16_matmul_ir(m, n, k, threads, name=name, out_bf16=out_bf16, kb=kb, lda=lda,
+                                   col_threads=col_threads, b_packed=b_packed)
   if DEBUG >= 4: print(f"*** source of {name} (x86_amx tile kernel):\n{src}")
   lib = renderer.compiler.compile_cached(src)
   info = ProgramInfo(name, (threads, 1, 1), None, (), (0, 1, 2), (0,), (1, 2))

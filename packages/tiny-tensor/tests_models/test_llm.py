@@ -496,6 +496,8 @@ def test_prefill_dense_weight_on_amx_tiles_matches_numpy():
     w = rng.standard_normal((out, 64)).astype(np.float32)
     d = DenseWeight(Tensor(w), 32, amx=True)
     assert d.bf16 == (out % 32 == 0 and model_mod.prefill_amx("CPU", 32, out, 64))
+    assert d.packed == d.bf16  # kept in the tile kernel's panels, read in place (no per-call pack of W.T's columns)
+    if d.packed: assert d.w.shape == (out // 32, 2, 32, 16, 2)
     got = d(Tensor(x)).numpy()
     assert got.shape == (2, 16, out)
     want = _bf16(x) @ _bf16(w).T if d.bf16 else x.astype(np.float64) @ w.T
