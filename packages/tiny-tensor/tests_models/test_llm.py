@@ -513,6 +513,20 @@ def test_prefill_dense_weight_on_amx_tiles_matches_numpy():
     np.testing.assert_allclose(f(Tensor(x)).numpy(), x.astype(np.float64) @ w.T, rtol=1e-5, atol=1e-5)
 
 
+def test_packed_prefill_weight_is_lowered_where_the_tile_kernel_does_not_run(monkeypatch):
+  """With CHECK_OOB on the tile kernel (no bounds checks) declines the registered product over the kept panels: it is
+  lowered as usual from the panels' view, with numpy's numbers for the bfloat16-rounded x and W."""
+  from tiny_tensor.llm.model import DenseWeight
+  from tiny_uop.helpers import CHECK_OOB
+  if not model_mod.prefill_amx("CPU", 32, 64, 96): pytest.skip("this CPU doesn't run AMX bfloat16 tiles")
+  rng = np.random.default_rng(3)
+  x, w = rng.standard_normal((32, 96)).astype(np.float32), rng.standard_normal((64, 96)).astype(np.float32)
+  monkeypatch.setattr(CHECK_OOB, "value", 1)
+  d = DenseWeight(Tensor(w), 32, amx=True)
+  assert d.packed
+  np.testing.assert_allclose(d(Tensor(x)).numpy(), _bf16(x) @ _bf16(w).T, rtol=1e-5, atol=1e-5)
+
+
 @pytest.fixture(scope="module")
 def small_file(tmp_path_factory):
   """A 2-layer llama file's metadata and tensors, for the checks of bad hyperparameters and tensors."""
