@@ -15,7 +15,8 @@ converter permutes q/k rows for it) and the two halves of each head for NEOX-sty
 Decoding: one token at a time through `Transformer.step`, a TinyJit-ed function whose position is a bound
 `Variable`: the KV cache is written by an assign into its one-row window at that position (a kernel that writes
 n_kv * head_dim elements, whatever the context) and read through a symbolic shrink, so the same captured kernels
-serve every position (`Transformer.decode`).
+serve every position (`Transformer.decode`). A float32 weight's one-token product runs as `quants.f32_matvec`'s
+kernel on the LLVM CPU (`tiny_codegen.matvec_ir`: the weight rows prefetched, a decode step being a memory stream).
 
 int8 activations: on a CPU whose machine model lists AVX512-VNNI (+VL) or AVX-VNNI (`quants.int8_dot_products`), a
 one-token matvec over a Q8_0 or Q4_K weight quantizes its input to int8 per block of 32 as llama.cpp does (scale

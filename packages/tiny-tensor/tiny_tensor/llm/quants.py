@@ -6,6 +6,10 @@ never by concatenating pieces: fused into the matvec, a `cat` gates every load o
 
 The layouts are the ones `tiny_tensor.llm.gguf` documents (and checks, in numpy, against the `gguf` package).
 
+The one-token matvecs (`q8_0_matvec`, `q4_k_matvec` over int8 activations, `f32_matvec` for float32 weights) are
+graphs whose kernels `tiny_codegen` runs as hand-written LLVM IR where the CPU takes it (`x86_vnni`, `matvec_ir`),
+lowered as usual elsewhere.
+
 >>> import numpy as np
 >>> from tiny_tensor import Tensor
 >>> from tiny_tensor.llm.gguf import GGMLType, quantize
