@@ -55,6 +55,68 @@ def test_probe_off_means_no_tiles(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @x86_only
+@pytest.mark.parametrize("m, n, k, threads, cols", [(32, 64, 96, 2, 2), (32, 192, 64, 3, 3), (64, 128, 160, 4, 2),
+                                                   (32, 256, 768, 2, 2), (96, 64, 32, 2, 2)])
+def test_amx_matmul_split_over_columns_matches_numpy(m: int, n: int, k: int, threads: int, cols: int) -> None:
+  """`col_threads`: the column blocks split among threads (a 32-row prefill chunk's one row block gave a second
+  thread nothing: issue #39), alone and with row shares (4 threads = 2 x 2), odd counts (3 column shares of 2 blocks);
+  every element written once against float64 numpy."""
+  if not x86_amx.request_tile_state(): pytest.skip("this CPU (or its hypervisor) doesn't run AMX bfloat16 tiles")
+  from kernel_runner import load_fn
+  rng = np.random.default_rng(m * n + k)
+  a, b = _bf16_bits(rng.standard_normal((m, k))), np.ascontiguousarray(_bf16_bits(rng.standard_normal((k, n))))
+  a = np.ascontiguousarray(a)
+  out = np.full((m, n), np.nan, np.float32)
+  compiler = LLVMCompiler()
+  src = x86_amx.amx_bf16_matmul_ir(m, n, k, threads, name="amx_mc", col_threads=cols)
+  fn = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 3, ctypes.c_int32)(load_fn("amx_mc", compiler.compile(src)))
+  for core in range(threads):
+    fn(out.ctypes.data, a.ctypes.data, b.ctypes.data, core)
+  fa, fb = _bits_to_f64(a), _bits_to_f64(b)
+  exact = fa @ fb
+  bound = k * 2.0 ** -23 * (np.abs(fa) @ np.abs(fb))
+  assert np.all(np.abs(out - exact) <= bound), float(np.nanmax(np.abs(out - exact) - bound))
+
+
+@x86_only
+@pytest.mark.parametrize("m, n, k, threads, cols", [(32, 64, 96, 1, 1), (32, 192, 64, 3, 3), (64, 128, 160, 4, 2),
+                                                   (32, 256, 768, 2, 2)])
+def test_amx_matmul_over_packed_b_matches_numpy(m: int, n: int, k: int, threads: int, cols: int) -> None:
+  """`b_packed`: B laid out once in the kernel's panels (`pack_b`, done here in numpy) and read in place, no pack
+  loop in the kernel; against float64 numpy of the unpacked B."""
+  if not x86_amx.request_tile_state(): pytest.skip("this CPU (or its hypervisor) doesn't run AMX bfloat16 tiles")
+  from kernel_runner import load_fn
+  rng = np.random.default_rng(m * n + k + 1)
+  a, b = np.ascontiguousarray(_bf16_bits(rng.standard_normal((m, k)))), _bf16_bits(rng.standard_normal((k, n)))
+  shape, to_panels, back = x86_amx.pack_b(k, n)
+  panels = np.ascontiguousarray(b.reshape(shape).transpose(to_panels))
+  assert np.array_equal(panels.transpose(back).reshape(k, n), b)
+  out = np.full((m, n), np.nan, np.float32)
+  compiler = LLVMCompiler()
+  src = x86_amx.amx_bf16_matmul_ir(m, n, k, threads, name="amx_pb", col_threads=cols, b_packed=True)
+  assert "pack.body" not in src and "%pk = alloca" not in src
+  fn = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 3, ctypes.c_int32)(load_fn("amx_pb", compiler.compile(src)))
+  for core in range(threads): fn(out.ctypes.data, a.ctypes.data, panels.ctypes.data, core)
+  fa, fb = _bits_to_f64(a), _bits_to_f64(b)
+  bound = k * 2.0 ** -23 * (np.abs(fa) @ np.abs(fb))
+  assert np.all(np.abs(out - fa @ fb) <= bound), float(np.nanmax(np.abs(out - fa @ fb) - bound))
+  with pytest.raises(ValueError, match=r"a 31x64 B; valid: K even"): x86_amx.pack_b(31, 64)
+
+
+def test_split_threads_rows_first_then_columns() -> None:
+  assert x86_amx.split_threads(1024, 1024, 2) == (2, 1)    # rows split: as before
+  assert x86_amx.split_threads(32, 2048, 2) == (2, 2)      # a 32-row chunk: the columns
+  assert x86_amx.split_threads(32, 96, 2) == (1, 1)        # 3 column blocks don't split in 2
+  assert x86_amx.split_threads(64, 64, 4) == (4, 2)
+  assert x86_amx.split_threads(96, 64, 2) == (2, 2)        # 3 row blocks: columns
+  assert x86_amx.split_threads(32, 64, 1) == (1, 1)
+  with pytest.raises(ValueError, match=r"column blocks must split evenly over col_threads=2"):
+    x86_amx.amx_bf16_matmul_ir(32, 96, 32, 2, col_threads=2)
+  with pytest.raises(ValueError, match=r"threads=3 must be a multiple of col_threads=2"):
+    x86_amx.amx_bf16_matmul_ir(32, 64, 32, 3, col_threads=2)
+
+
+@x86_only
 @pytest.mark.parametrize("m, n, k, threads, kb", [(64, 96, 160, 2, None), (32, 32, 32, 1, None),
                                                  (128, 64, 1056, 2, None), (512, 64, 96, 1, 32),
                                                  (96, 64, 320, 3, 64), (256, 32, 2048, 2, None)])

@@ -108,6 +108,7 @@ def _to_program(ast: UOp, renderer: Renderer, key: tuple) -> UOp:
   named = ast.replace(arg=KernelInfo(name, info_arg.opts_to_apply, info_arg.applied_opts, info_arg.dont_use_locals))
   if (amx := _amx_program(named, name, renderer)) is not None: return amx
   if (vnni := _vnni_program(named, name, renderer)) is not None: return vnni
+  if (mv := _f32_matvec_program(named, name, renderer)) is not None: return mv
   low = lower(named, renderer, True, _beam)  # optimize, with BEAM's search
   src = renderer.render(low.uops)
   if DEBUG >= 4: print(f"*** source of {name} ({type(renderer).__name__}):\n{src}")  # once: this is cached
@@ -124,19 +125,24 @@ def _to_program(ast: UOp, renderer: Renderer, key: tuple) -> UOp:
 
 def _amx_program(ast: UOp, name: str, renderer: Renderer) -> UOp | None:
   """The PROGRAM of `tiny_codegen.x86_amx`'s tile kernel for a kernel AST `x86_amx.match_matmul` recognises (what
-  `Tensor.dot` builds for a bfloat16 matmul), on the LLVM CPU renderer where `request_tile_state()` holds and
+  `Tensor.dot` builds for a bfloat16 matmul) or one registered over a B in its panels (`x86_amx.register_packed_b`),
+  on the LLVM CPU renderer where `request_tile_state()` holds and
   CHECK_OOB is off (the tile kernel has no bounds checks); None otherwise (lowered as usual). Threads: the renderer's,
-  fewer where 32-row blocks don't split evenly; the K block from the machine model's L1d (`x86_amx.k_block`)."""
+  over 32-row blocks, then column blocks (`x86_amx.split_threads`: a 32-row chunk's one row block), fewer where
+  neither splits evenly; the K block from the machine model's L1d (`x86_amx.k_block`)."""
   from tiny_codegen.renderer.llvmir import LLVMRenderer
   if not isinstance(renderer, LLVMRenderer) or CHECK_OOB.value: return None
   from tiny_codegen import x86_amx
-  if (mnk := x86_amx.match_matmul_layout(ast)) is None or not x86_amx.request_tile_state(): return None
+  b_packed = False
+  if (mnk := x86_amx.match_matmul_layout(ast)) is None and (reg := x86_amx.registered_packed_b(ast)) is not None:
+    mnk, b_packed = (*reg, False, reg[2]), True  # B already in the kernel's panels (`x86_amx.pack_b`)
+  if mnk is None or not x86_amx.request_tile_state(): return None
   m, n, k, out_bf16, lda = mnk
-  threads = max(1, int(getattr(renderer, "threads", 1)))
-  while threads > 1 and m % (x86_amx.BLOCK * threads): threads -= 1
+  threads, col_threads = x86_amx.split_threads(m, n, max(1, int(getattr(renderer, "threads", 1))))
   from tiny_codegen.machine import machine_of
   kb = x86_amx.k_block(k, machine_of(renderer).l1d)  # the K block from this machine's L1d
-  src = x86_amx.amx_bf16_matmul_ir(m, n, k, threads, name=name, out_bf16=out_bf16, kb=kb, lda=lda)
+  src = x86_amx.amx_bf16_matmul_ir(m, n, k, threads, name=name, out_bf16=out_bf16, kb=kb, lda=lda,
+                                   col_threads=col_threads, b_packed=b_packed)
   if DEBUG >= 4: print(f"*** source of {name} (x86_amx tile kernel):\n{src}")
   lib = renderer.compiler.compile_cached(src)
   info = ProgramInfo(name, (threads, 1, 1), None, (), (0, 1, 2), (0,), (1, 2))
@@ -167,6 +173,36 @@ def _vnni_program(ast: UOp, name: str, renderer: Renderer) -> UOp | None:
   lib = renderer.compiler.compile_cached(src)
   out = order.index("out") if order else 0
   info = ProgramInfo(name, (threads, 1, 1), None, (), (0, 1, 2, 3), (out,), tuple(i for i in range(4) if i != out))
+  return UOp(Ops.PROGRAM, src=(ast, UOp(Ops.DEVICE, arg=renderer.device), UOp(Ops.LINEAR, src=()),
+                               UOp(Ops.SOURCE, arg=src), UOp(Ops.BINARY, arg=lib)), arg=info)
+
+
+def _f32_matvec_program(ast: UOp, name: str, renderer: Renderer) -> UOp | None:
+  """The PROGRAM of `tiny_codegen.matvec_ir`'s prefetching float32 matvec for a kernel AST registered there
+  (`matvec_ir.register_kernel`: `tiny_tensor.llm`'s one-row projections), on the LLVM CPU renderer with CHECK_OOB
+  off; None otherwise (lowered as usual). Vector lanes, accumulators and the prefetch distance from the machine model
+  (`machine_of(renderer)`, the renderer's vector registers); threads: the renderer's, fewer where the rows don't
+  split evenly."""
+  from tiny_codegen import matvec_ir
+  from tiny_codegen.renderer.llvmir import LLVMRenderer
+  if not isinstance(renderer, LLVMRenderer) or CHECK_OOB.value: return None
+  if (reg := matvec_ir.registered_kernel(ast)) is None: return None
+  from tiny_codegen.machine import fma_chains, machine_of
+  o, k, order = reg
+  m, (regs, vbytes) = machine_of(renderer), renderer.vector_registers
+  lanes = vbytes // 4
+  if not regs or not matvec_ir.fits(o, k, lanes): return None
+  threads = max(1, int(getattr(renderer, "threads", 1)))
+  while threads > 1 and o % threads: threads -= 1
+  rows = next(r for r in (matvec_ir.ROWS, 2, 1) if (o // threads) % r == 0)
+  unroll = matvec_ir.accumulators(fma_chains(m), regs, rows)
+  ahead = matvec_ir.prefetch_ahead(m.l1d, m.line, rows, unroll * vbytes)
+  src = matvec_ir.f32_matvec_ir(o, k, threads, name=name, lanes=lanes, unroll=unroll, ahead=ahead, line=m.line,
+                                order=order)
+  if DEBUG >= 4: print(f"*** source of {name} (matvec_ir f32 matvec):\n{src}")
+  lib = renderer.compiler.compile_cached(src)
+  out = order.index("out")
+  info = ProgramInfo(name, (threads, 1, 1), None, (), (0, 1, 2), (out,), tuple(i for i in range(3) if i != out))
   return UOp(Ops.PROGRAM, src=(ast, UOp(Ops.DEVICE, arg=renderer.device), UOp(Ops.LINEAR, src=()),
                                UOp(Ops.SOURCE, arg=src), UOp(Ops.BINARY, arg=lib)), arg=info)
 

@@ -10,9 +10,12 @@ an AVX512-BF16 kernel does ~0.45x the float32 FMA kernel's flops (bench/README.m
 tiles reach oneDNN's figures.
 
 The kernel, `void <name>(float *out, uint16 *a, uint16 *b, i32 core_id)`, one call per thread `core_id` of
-`threads` (the CPU runtime's convention), computes rows [core_id * M/threads, (core_id+1) * M/threads) of
-out = A @ B, summed in float32 (each `tdpbf16ps` adds pairs of exact bfloat16 products):
-- `a`: A (M, K) bfloat16 bits, row-major; `b`: B (K, N) bfloat16 bits, row-major;
+`threads` (the CPU runtime's convention), computes one row share of out = A @ B (rows [i * M/rt, (i+1) * M/rt) for
+i = core_id % rt, rt = threads / col_threads) times one share of its column blocks (those of share
+core_id // rt of `col_threads`: `split_threads`, for a 32-row prefill chunk whose one row block can't split),
+summed in float32 (each `tdpbf16ps` adds pairs of exact bfloat16 products):
+- `a`: A (M, K) bfloat16 bits, row-major; `b`: B (K, N) bfloat16 bits, row-major (or in the kernel's panels,
+  `b_packed`);
 - `out`: (M, N) float32 (or bfloat16 bits, `out_bf16`), row-major.
 Tiles (AMX palette 1: 8 tiles of at most 16 rows x 64 bytes): 2 A tiles (16 rows x 32 k) and 2 B tiles (16 k-pairs x
 16 columns) feed 4 float32 C tiles, a 32 x 32 output block. Loops, outermost first:
@@ -39,7 +42,8 @@ from tiny_uop.uop import AxisType, Ops, UOp
 
 from tiny_codegen import cpu_probe
 
-__all__ = ["TILE_ROWS", "TILE_BYTES", "BLOCK", "MAX_K", "amx_bf16_matmul_ir", "k_block", "row_group", "a_row_pad",
+__all__ = ["TILE_ROWS", "TILE_BYTES", "BLOCK", "MAX_K", "amx_bf16_matmul_ir", "split_threads", "k_block", "row_group",
+           "a_row_pad", "pack_b", "register_packed_b", "registered_packed_b",
            "match_matmul_layout", "A_PAD_MIN_COLUMNS", "A_PAD_COPY_SHARE", "A_PAD_COPY_PASSES",
            "request_tile_state", "fits", "match_matmul", "stack_bytes", "thread_stack_limit"]
 
@@ -64,13 +68,20 @@ GROUP_MAX = 8
 _SYS_ARCH_PRCTL, _ARCH_REQ_XCOMP_PERM, _XFEATURE_XTILEDATA = 158, 0x1023, 18  # asm/unistd_64.h, asm/prctl.h
 
 
-def _check_shape(m: int, n: int, k: int, threads: int) -> None:
-  for name, v in (("M", m), ("N", n), ("K", k), ("threads", threads)):
+def _check_shape(m: int, n: int, k: int, threads: int, col_threads: int = 1) -> None:
+  for name, v in (("M", m), ("N", n), ("K", k), ("threads", threads), ("col_threads", col_threads)):
     if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
       raise ValueError(f"amx_bf16_matmul_ir: {name} must be a positive int, got {v!r}")
-  if m % (BLOCK * threads): raise ValueError(f"amx_bf16_matmul_ir: M={m} must be a multiple of {BLOCK} x threads "
-                                             f"({BLOCK * threads} for threads={threads})")
+  if threads % col_threads:
+    raise ValueError(f"amx_bf16_matmul_ir: threads={threads} must be a multiple of col_threads={col_threads}")
+  rt = threads // col_threads
+  if m % (BLOCK * rt): raise ValueError(f"amx_bf16_matmul_ir: M={m} must be a multiple of {BLOCK} x threads "
+                                        f"({BLOCK * rt} for threads={threads}: {rt} over rows, {col_threads} over "
+                                        "columns)")
   if n % BLOCK: raise ValueError(f"amx_bf16_matmul_ir: N={n} must be a multiple of {BLOCK}")
+  if (n // BLOCK) % col_threads:
+    raise ValueError(f"amx_bf16_matmul_ir: N={n}'s {n // BLOCK} column blocks must split evenly over "
+                     f"col_threads={col_threads}")
   if k % K_STEP: raise ValueError(f"amx_bf16_matmul_ir: K={k} must be a multiple of {K_STEP}")
   if k > MAX_K: raise ValueError(f"amx_bf16_matmul_ir: K={k} is more than {MAX_K} (the packed B panel pair lives on "
                                  f"the stack, {PANEL_BYTES_PER_K} bytes a k); valid: K <= {MAX_K}")
@@ -105,27 +116,48 @@ def row_group(rows: int) -> int:
   return max(g for g in range(1, GROUP_MAX + 1) if blocks % g == 0)
 
 
+def split_threads(m: int, n: int, threads: int) -> tuple[int, int]:
+  """(threads, col_threads) the tile kernel runs an (m, k) @ (k, n) product on, with up to `threads`: row shares
+  first, as many as 32-row blocks divide evenly (each thread packs every column block of B for its rows); where that
+  leaves threads idle (a 32-row prefill chunk has one row block), their column blocks split among the rest: each
+  thread packs and multiplies its own columns, A's rows read by all. Elsewhere fewer threads.
+
+  >>> split_threads(1024, 1024, 2), split_threads(32, 2048, 2), split_threads(32, 96, 2), split_threads(64, 64, 4)
+  ((2, 1), (2, 2), (1, 1), (4, 2))
+  """
+  rt = max(t for t in range(1, max(1, threads) + 1) if m % (BLOCK * t) == 0)
+  ct = max(c for c in range(1, max(1, threads // rt) + 1) if (n // BLOCK) % c == 0)
+  return rt * ct, ct
+
+
 def amx_bf16_matmul_ir(m: int, n: int, k: int, threads: int = 1, name: str = "amx_bf16_matmul",
-                       out_bf16: bool = False, kb: int | None = None, lda: int | None = None) -> str:
+                       out_bf16: bool = False, kb: int | None = None, lda: int | None = None,
+                       col_threads: int = 1, b_packed: bool = False) -> str:
   """The LLVM IR module of the tile GEMM described in the module docstring, for A (m, k) @ B (k, n) split into
-  `threads` row shares; `kb` is its K block (`k_block(k, 48 KB)` when None). `out_bf16`: `out` is bfloat16 (uint16
+  `threads` shares: `threads / col_threads` of the rows times `col_threads` of the column blocks (thread `core_id`
+  takes row share core_id % row threads and column share core_id // row threads; `split_threads`); `kb` is its K block
+  (`k_block(k, 48 KB)` when None). `out_bf16`: `out` is bfloat16 (uint16
   bits), each float32 sum rounded as tiny's cast rounds (to nearest even, NaN -> 0x7FC0, denormals kept), through a
   1 KB stack buffer per C tile. `lda`: A's row stride in elements (K when None; more for A's rows padded apart,
-  `a_row_pad`). ValueError for a shape the blocks don't divide (M a multiple of 32 x threads, N of 32, K of 32 and at
+  `a_row_pad`). `b_packed`: `b` already holds B in the kernel's panels, (N/32, 2, K/2, 16, 2) (`pack_b`: laid out once
+  for a weight multiplied again and again), so the kernel reads each column block's 1 KB tiles from it in place
+  instead of packing 32 columns of B's rows, 4 KB apart for N = 2048, into its stack. ValueError for a shape
+  the blocks don't divide (M a multiple of 32 x threads, N of 32, K of 32 and at
   most `MAX_K`, `kb` a multiple of 32 dividing K, `lda` at least K). Only run what it compiles to where
   `request_tile_state()` returned True.
 
   >>> "tdpbf16ps" in amx_bf16_matmul_ir(64, 32, 32, threads=2)
   True
   """
-  _check_shape(m, n, k, threads)
+  _check_shape(m, n, k, threads, col_threads)
   kb = k_block(k, 48 << 10) if kb is None else kb
   if not isinstance(kb, int) or kb <= 0 or kb % K_STEP or k % kb:
     raise ValueError(f"amx_bf16_matmul_ir: kb={kb!r}; valid: a multiple of {K_STEP} that divides K={k}")
   lda = k if lda is None else lda
   if not isinstance(lda, int) or isinstance(lda, bool) or lda < k or m * lda >= 2 ** 31:
     raise ValueError(f"amx_bf16_matmul_ir: lda={lda!r}; valid: an int of at least K={k} with M x lda < 2**31")
-  rows, nkb = m // threads, k // kb
+  rt, ncb = threads // col_threads, n // BLOCK // col_threads
+  rows, nkb = m // rt, k // kb
   group = row_group(rows)
   tt = f"i16 {TILE_ROWS}, i16 {TILE_BYTES}"  # every tile's shape: 16 rows x 64 bytes
   ln = [
@@ -134,14 +166,18 @@ def amx_bf16_matmul_ir(m: int, n: int, k: int, threads: int = 1, name: str = "am
     "declare void @llvm.x86.tilestored64.internal(i16, i16, ptr, i64, x86_amx)",
     "declare x86_amx @llvm.x86.tilezero.internal(i16, i16)", "declare void @llvm.prefetch.p0(ptr, i32, i32, i32)",
     f"define void @{name}(ptr noalias %out, ptr noalias %a, ptr noalias %b, i32 %core_id) #0 {{",
-    "entry:", "  %cbuf = alloca [256 x float], align 64", f"  %pk = alloca [{k * BLOCK} x i16], align 64",
-    f"  %acc = alloca [{group * BLOCK * BLOCK} x float], align 64", f"  %r0 = mul i32 %core_id, {rows}",
-    "  br label %cb.head",
+    "entry:", "  %cbuf = alloca [256 x float], align 64",
+    *([] if b_packed else [f"  %pk = alloca [{k * BLOCK} x i16], align 64"]),
+    f"  %acc = alloca [{group * BLOCK * BLOCK} x float], align 64", f"  %rt = urem i32 %core_id, {rt}",
+    f"  %ct = udiv i32 %core_id, {rt}", f"  %r0 = mul i32 %rt, {rows}", f"  %cb0 = mul i32 %ct, {ncb}",
+    f"  %cb1 = add i32 %cb0, {ncb}", "  br label %cb.head",
     # column blocks outside: the block's B columns packed once into %pk, then reused by every row block
-    "cb.head:", "  %cb = phi i32 [0, %entry], [%cb.next, %g.exit]", f"  %cb.ok = icmp slt i32 %cb, {n // BLOCK}",
-    "  br i1 %cb.ok, label %pack.pre, label %done", "pack.pre:", f"  %bc0 = mul i32 %cb, {BLOCK}",
-    "  br label %pack.head"]
-  ln += _pack_panel(n, k)
+    "cb.head:", "  %cb = phi i32 [%cb0, %entry], [%cb.next, %g.exit]", "  %cb.ok = icmp slt i32 %cb, %cb1",
+    "  br i1 %cb.ok, label %pack.pre, label %done", "pack.pre:", f"  %bc0 = mul i32 %cb, {BLOCK}"]
+  if b_packed:  # the block's panel pair in place: K x 32 values from cb * K * 32
+    ln += [f"  %pko = mul i32 %cb, {k * BLOCK}", "  %pkb = getelementptr inbounds i16, ptr %b, i32 %pko",
+           "  br label %pack.exit", "pack.exit:", "  br label %g.head"]
+  else: ln += ["  br label %pack.head", *_pack_panel(n, k)]
   ln += [  # groups of row blocks; in each, K blocks; in each, the group's row blocks on that K block of %pk (in L1)
     "g.head:", "  %g = phi i32 [0, %pack.exit], [%g.next, %kc.exit]",
     f"  %g.ok = icmp slt i32 %g, {rows // BLOCK // group}", "  br i1 %g.ok, label %kc.head, label %g.exit",
@@ -176,7 +212,7 @@ def amx_bf16_matmul_ir(m: int, n: int, k: int, threads: int = 1, name: str = "am
            f"  call void @llvm.prefetch.p0(ptr %pfp{r}, i32 0, i32 3, i32 1)"]
   for j in range(2):  # B tile j: %pk's panel j (K*16 values), k-pairs kb*16 .. +16 (512 values), rows of 64 bytes
     ln += [f"  %bk{j} = mul i32 %kb, {K_STEP * 16}", f"  %bo{j} = add i32 %bk{j}, {j * k * 16}",
-           f"  %bptr{j} = getelementptr inbounds i16, ptr %pk, i32 %bo{j}",
+           f"  %bptr{j} = getelementptr inbounds i16, ptr %pkb, i32 %bo{j}",
            f"  %B{j} = call x86_amx @llvm.x86.tileloadd64.internal({tt}, ptr %bptr{j}, i64 {TILE_BYTES})"]
   for t in range(4):
     ln.append(f"  %d{t} = call x86_amx @llvm.x86.tdpbf16ps.internal({tt}, i16 {TILE_BYTES}, x86_amx %c{t}, "
@@ -218,7 +254,8 @@ def _pack_panel(n: int, k: int) -> list[str]:
           "  %pd = mul i32 %p, 32", "  %pw0 = getelementptr inbounds i16, ptr %pk, i32 %pd",
           f"  %pd1 = add i32 %pd, {k * 16}", "  %pw1 = getelementptr inbounds i16, ptr %pk, i32 %pd1",
           "  store <32 x i16> %plo, ptr %pw0, align 64", "  store <32 x i16> %phv, ptr %pw1, align 64",
-          "  %p.next = add i32 %p, 1", "  br label %pack.head", "pack.exit:", "  br label %g.head"]
+          "  %p.next = add i32 %p, 1", "  br label %pack.head", "pack.exit:",
+          "  %pkb = getelementptr inbounds i16, ptr %pk, i32 0", "  br label %g.head"]
 
 
 def _splat(v: int) -> str: return "<i32 " + ", i32 ".join([str(v)] * 16) + ">"
@@ -382,3 +419,30 @@ def a_row_pad(n: int, k: int, set_span: int, ways: int) -> int:
   if set_span <= 0 or ways <= 0 or n < A_PAD_MIN_COLUMNS: return 0
   sets = set_span // math.gcd(k * 2, set_span)
   return K_STEP if sets * ways < 2 * TILE_ROWS else 0
+
+
+def pack_b(k: int, n: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+  """How a (K, N) B becomes the kernel's panels (`b_packed`) and back, as movement ops: (the reshape of B,
+  the permute that makes the panels (N/32, 2, K/2, 16, 2) of it, the permute that makes them (K/2, 2, N/32, 2, 16)
+  again, to reshape to (K, N)). Element [cb, j, p, c, e] of the panels is B[2p + e, 32cb + 16j + c]."""
+  if k % 2 or n % BLOCK: raise ValueError(f"pack_b: a {k}x{n} B; valid: K even, N a multiple of {BLOCK}")
+  return (k // 2, 2, n // BLOCK, 2, TILE_ROWS), (2, 3, 0, 4, 1), (2, 4, 0, 1, 3)
+
+
+# kernel AST sources -> (M, N, K): bf16 products over a B in the kernel's panels (`b_packed`), registered by the
+# Tensor code that lays such a B out (`tiny_tensor.llm`'s prefill weights) and scheduled over placeholders per shape
+_PACKED: dict[tuple[UOp, ...], tuple[int, int, int]] = {}
+
+
+def register_packed_b(ast: UOp, m: int, n: int, k: int) -> None:
+  """Record that kernel AST `ast` (a SINK, PARAMs out, A, packed B in that order) computes the float32 (M, N) product
+  of a bfloat16 A (M, K) and a B held in the kernel's panels (`pack_b`), so `tiny_codegen.program` runs the tile
+  kernel with `b_packed` for it. ValueError for a non-SINK or a shape the kernel doesn't take (`fits`)."""
+  if ast.op is not Ops.SINK: raise ValueError(f"register_packed_b needs a kernel AST (SINK), got {ast.op}")
+  if not fits(m, n, k): raise ValueError(f"register_packed_b: {m}x{k} @ {k}x{n} doesn't fit the tile kernel")
+  _PACKED[ast.src] = (m, n, k)
+
+
+def registered_packed_b(ast: UOp) -> tuple[int, int, int] | None:
+  """(M, N, K) of a kernel AST registered with `register_packed_b` (its KernelInfo aside), else None."""
+  return _PACKED.get(ast.src) if ast.op is Ops.SINK else None

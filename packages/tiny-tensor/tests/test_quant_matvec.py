@@ -76,3 +76,18 @@ def test_q4k_matvec_loads_the_nibble_bytes_as_vectors(monkeypatch: pytest.Monkey
   assert re.search(r"load <\d+ x i8>", ir), "the Q4_K nibble bytes are loaded one at a time"
   w = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType.Q4_K).reshape(2048, 768).astype(np.float64)
   np.testing.assert_allclose(ql(xt).numpy(), x.astype(np.float64) @ w.T, rtol=1e-4, atol=2e-3)
+
+
+@pytest.mark.parametrize("o, k", [(24, 64), (7, 48), (13, 80), (5, 40)])
+def test_float_linear_one_token_matches_numpy(o: int, k: int) -> None:
+  """A float32 `Linear`'s one-token product: `quants.f32_matvec`'s prefetching kernel where the CPU's vectors divide
+  K (the LLVM renderer), `x @ W.T` lowered as usual elsewhere (K = 40 on 16-float vectors); both against numpy."""
+  from tiny_tensor.llm.model import Linear
+  from tiny_tensor.llm.quants import f32_matvec
+  rng = np.random.default_rng(o * 100 + k)
+  w, x = rng.standard_normal((o, k), dtype=np.float32), rng.standard_normal((1, k), dtype=np.float32)
+  lin = Linear(Tensor(w, device="CPU"))
+  got = lin(Tensor(x, device="CPU")).numpy()
+  assert got.shape == (1, o)
+  np.testing.assert_allclose(got, x.astype(np.float64) @ w.T.astype(np.float64), rtol=1e-5, atol=1e-5)
+  with pytest.raises(ValueError, match=r"not a float32 \(O, K\) weight"): f32_matvec(Tensor(w), Tensor(x))

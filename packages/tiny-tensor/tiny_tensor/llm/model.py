@@ -15,7 +15,8 @@ converter permutes q/k rows for it) and the two halves of each head for NEOX-sty
 Decoding: one token at a time through `Transformer.step`, a TinyJit-ed function whose position is a bound
 `Variable`: the KV cache is written by an assign into its one-row window at that position (a kernel that writes
 n_kv * head_dim elements, whatever the context) and read through a symbolic shrink, so the same captured kernels
-serve every position (`Transformer.decode`).
+serve every position (`Transformer.decode`). A float32 weight's one-token product runs as `quants.f32_matvec`'s
+kernel on the LLVM CPU (`tiny_codegen.matvec_ir`: the weight rows prefetched, a decode step being a memory stream).
 
 int8 activations: on a CPU whose machine model lists AVX512-VNNI (+VL) or AVX-VNNI (`quants.int8_dot_products`), a
 one-token matvec over a Q8_0 or Q4_K weight quantizes its input to int8 per block of 32 as llama.cpp does (scale
@@ -45,6 +46,7 @@ each key load an integer division).
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
@@ -58,8 +60,8 @@ from tiny_uop.dtype import dtypes
 from tiny_uop.uop import sint
 from tiny_tensor.jit import TinyJit
 from tiny_tensor.llm.gguf import BLOCK, GGMLType, GGUFTensor
-from tiny_tensor.llm.quants import (SUPPORTED, dequantize, int8_dot_products, q4_k_matvec, q8_0_matvec,
-                                   quantize_q8_act)
+from tiny_tensor.llm.quants import (SUPPORTED, dequantize, f32_matvec, int8_dot_products, q4_k_matvec,
+                                   q8_0_matvec, quantize_q8_act)
 from tiny_tensor.tensor import Tensor
 
 __all__ = ["Config", "Transformer", "QLinear", "ArchSpec", "ARCHS", "NEOX_ARCHS", "prefill_chunk_size"]
@@ -331,13 +333,26 @@ class Linear:
     self.dense: DenseWeight | None = None  # W in the matmul's panels for multi-row calls (`Transformer.prefill`)
 
   def __call__(self, x: Tensor) -> Tensor:
-    return self.dense(x) if self.dense is not None and math.prod(x.shape[:-1]) != 1 else x @ self.w.T
+    """x (..., in) @ W.T: one token's float32 product as `quants.f32_matvec`'s kernel where it runs (each weight row
+    prefetched), several (a prefill chunk) from the kept panels (`dense`) where there are some."""
+    if math.prod(x.shape[:-1]) != 1: return self.dense(x) if self.dense is not None else x @ self.w.T
+    if self.w.dtype == dtypes.float32 and x.dtype == dtypes.float32 and F32_MATVEC and \
+       (y := f32_matvec(self.w, x.reshape(x.shape[-1]))) is not None:
+      return y.reshape(*x.shape[:-1], self.w.shape[0])
+    return x @ self.w.T
+
+
+F32_MATVEC = os.environ.get("TINY_LLM_F32_MATVEC", "1") != "0"
+"""Whether one-token float32 products run as `quants.f32_matvec`'s prefetching kernel (where it runs): off
+(`TINY_LLM_F32_MATVEC=0`) they are lowered as `x @ W.T`, for before/after timings."""
 
 
 class DenseWeight:
   """A weight W (out, in) kept for the multi-row products of prefill chunks (`x @ W.T`, x (..., rows, in)), laid out
-  once as the matmul reads it: a quantized weight (`amx=True`) on a CPU that runs AMX tiles, as W.T in bfloat16 for
-  `tiny_codegen.x86_amx`'s tile kernel (`prefill_amx`); else in the column panels (out // P, in, P) of the CPU's
+  once as the matmul reads it: a quantized weight (`amx=True`) on a CPU that runs AMX tiles, as W.T in bfloat16 in
+  `tiny_codegen.x86_amx`'s tile panels (`prefill_amx`; `packed`: the kernel reads them in place, where per call it
+  packed 32 columns of W.T's rows, 4 KB apart, into its stack: 2048x768 one thread 612 -> 264 us); else
+  in the column panels (out // P, in, P) of the CPU's
   float32 matmul (`_prefill_panel`), else as W itself, contiguous.
 
   A 32-token chunk of the bench LLM (4 layers, one thread) spent 60% of its kernel time decoding every Q4_K weight
@@ -355,7 +370,13 @@ class DenseWeight:
     self.bf16 = amx and prefill_amx(w.device, rows, self.out, self.inp)
     self.panel = 0 if self.bf16 else _prefill_panel(w, rows)
     w = w.contiguous().realize()
+    self.packed = self.bf16 and _register_packed_b(rows, self.out, self.inp)
     if self.bf16: wt = w.T.cast(dtypes.bfloat16)                          # (in, out): the tile kernel's B
+    if self.packed:  # in the tile kernel's panels (N/32, 2, K/2, 16, 2): the kernel reads them in place
+      from tiny_codegen.x86_amx import pack_b
+      shape, to_panels, _ = pack_b(self.inp, self.out)
+      wt = wt.reshape(*shape).permute(*to_panels)
+    elif self.bf16: pass
     else: wt = w.T.reshape(self.inp, self.out // self.panel, self.panel).permute(1, 0, 2) if self.panel else w
     self.w = wt.contiguous().realize()
 
@@ -365,10 +386,43 @@ class DenseWeight:
     if self.bf16 and math.prod(lead) == self.rows:
       # x rounded to bfloat16 in a buffer of its own (the tile kernel reads A from one), float32 sums
       xb = x.reshape(self.rows, self.inp).cast(dtypes.bfloat16).contiguous()
-      return xb.dot(self.w, dtype=dtypes.float32).reshape(*lead, self.out)
-    if self.bf16: return x @ self.w.float()
+      return xb.dot(self._b(), dtype=dtypes.float32).reshape(*lead, self.out)
+    if self.bf16: return x @ self._b().float()
     if not self.panel: return x @ self.w.T
     return (x.reshape(*lead, 1, self.inp, 1) * self.w).sum(-2).reshape(*lead, self.out)
+
+
+  def _b(self) -> Tensor:
+    """The bfloat16 (in, out) B of the tile kernel: the kept weight, or a view of its panels (`packed`)."""
+    return _panels_as_b(self.w, self.inp, self.out) if self.packed else self.w
+
+
+def _panels_as_b(panels: Tensor, k: int, n: int) -> Tensor:
+  """The (K, N) B that `x86_amx.pack_b`'s panels (N/32, 2, K/2, 16, 2) hold, as a view of them."""
+  from tiny_codegen.x86_amx import pack_b
+  _, _, back = pack_b(k, n)
+  return panels.permute(*back).reshape(k, n)
+
+
+@functools.cache
+def _register_packed_b(rows: int, out: int, inp: int) -> bool:
+  """Schedule a chunk's (rows, inp) bfloat16 activations times a weight's panels (`_panels_as_b`) over placeholders
+  once and register the kernel AST with `tiny_codegen.x86_amx` (`register_packed_b`), so the tile kernel reads the
+  panels in place: True when registered; False where the scheduler makes another kernel of it or orders its PARAMs
+  otherwise (then `DenseWeight` keeps W.T, which the kernel packs per call)."""
+  from tiny_codegen import x86_amx
+  from tiny_uop.uop import Ops
+  xb = Tensor.empty(rows, inp, dtype=dtypes.bfloat16, device="CPU")
+  pw = Tensor.empty(out // x86_amx.BLOCK, 2, inp // 2, x86_amx.TILE_ROWS, 2, dtype=dtypes.bfloat16, device="CPU")
+  calls = [c for c in xb.dot(_panels_as_b(pw, inp, out), dtype=dtypes.float32).schedule().calls
+           if c.src[0].op is Ops.SINK]
+  if len(calls) != 1 or len(calls[0].src) != 4: return False
+  bufs = {u: name for name, t in (("a", xb), ("b", pw)) for u in t.uop.toposort() if u.op is Ops.BUFFER}
+  if tuple(bufs.get(b, "out") for b in calls[0].src[1:]) != ("out", "a", "b"): return False
+  params = sorted((u for u in calls[0].src[0].toposort() if u.op is Ops.PARAM), key=lambda u: u.arg)
+  if [p.arg for p in params] != [0, 1, 2]: return False
+  x86_amx.register_packed_b(calls[0].src[0], rows, out, inp)
+  return True
 
 
 PREFILL_AMX = True
@@ -533,7 +587,12 @@ class Block:
     # the probs @ vals kernel, every exp was recomputed for each of the head_dim outputs (a 32-token F32 chunk of one
     # layer spent 11-14 ms there, one thread)
     if t > 1: probs = probs.contiguous()
-    return (probs @ vals).reshape(cfg.n_heads, t, cfg.hd).permute(1, 0, 2).reshape(b, t, cfg.n_heads * cfg.hd)
+    pv = probs @ vals                                                       # (n_kv, rep, t, hd)
+    # a chunk's product in its own layout, then the heads' permute as a copy: written straight into (t, n_heads * hd),
+    # its reduce over the symbolic length was one the optimizer left slow (a 32-token Q4_K chunk, one thread: 231 us a
+    # layer; 15 us for the product and 8 for the copy now)
+    if t > 1: pv = pv.contiguous()
+    return pv.reshape(cfg.n_heads, t, cfg.hd).permute(1, 0, 2).reshape(b, t, cfg.n_heads * cfg.hd)
 
   def __call__(self, x: Tensor, start_pos: Any, rot: tuple[Tensor, Tensor], mask: Tensor | None) -> Tensor:
     cfg = self.cfg

@@ -6,6 +6,10 @@ never by concatenating pieces: fused into the matvec, a `cat` gates every load o
 
 The layouts are the ones `tiny_tensor.llm.gguf` documents (and checks, in numpy, against the `gguf` package).
 
+The one-token matvecs (`q8_0_matvec`, `q4_k_matvec` over int8 activations, `f32_matvec` for float32 weights) are
+graphs whose kernels `tiny_codegen` runs as hand-written LLVM IR where the CPU takes it (`x86_vnni`, `matvec_ir`),
+lowered as usual elsewhere.
+
 >>> import numpy as np
 >>> from tiny_tensor import Tensor
 >>> from tiny_tensor.llm.gguf import GGMLType, quantize
@@ -23,7 +27,8 @@ from tiny_uop.uop import sint
 from tiny_tensor.llm.gguf import BLOCK, GGMLType
 from tiny_tensor.tensor import Tensor
 
-__all__ = ["dequantize", "SUPPORTED", "quantize_q8_act", "q8_0_matvec", "q4_k_matvec", "int8_dot_products"]
+__all__ = ["dequantize", "SUPPORTED", "quantize_q8_act", "q8_0_matvec", "q4_k_matvec", "int8_dot_products",
+           "f32_matvec"]
 
 
 def _cols(raw: Tensor, a: sint, b: sint) -> Tensor:
@@ -231,3 +236,50 @@ def q4_k_matvec(raw: Tensor, xq: Tensor, xd: Tensor, rows: int) -> Tensor | None
                      f"of {nb // 8} Q4_K super-blocks (uint8, 144 bytes each) and int8 ({nb * 32},) activations")
   if not _register_q4_k(rows, nb, str(raw.device)): return None
   return _q4_k_graph(raw.reshape(-1, 144), xq, xd, rows)
+
+
+def _f32_graph(w: Tensor, x: Tensor) -> Tensor:
+  """W @ x for a float32 W (O, K) and x (K,): one reduce over K, its result a buffer of its own."""
+  return (w * x.reshape(1, x.shape[0])).sum(-1).contiguous()
+
+
+@functools.cache
+def _register_f32(rows: int, k: int, device: str) -> bool:
+  """Schedule `_f32_graph` of this shape over placeholder buffers once and register its kernel AST with
+  `tiny_codegen.matvec_ir`, so its prefetching kernel runs for it on the LLVM CPU renderer: True when registered.
+  False off the LLVM CPU, for a K its vectors don't divide, or where the scheduler makes more than one kernel of it
+  (then callers keep `x @ W.T`)."""
+  if device != "CPU": return False
+  from tiny_codegen import matvec_ir
+  from tiny_codegen.renderer.llvmir import LLVMRenderer
+  from tiny_uop.plugins import Device
+  from tiny_uop.uop import Ops
+  r = Device["CPU"].renderer
+  if not isinstance(r, LLVMRenderer) or not matvec_ir.fits(rows, k, r.vector_registers[1] // 4): return False
+  ph = {"w": Tensor.empty(rows, k, device=device), "x": Tensor.empty(k, device=device)}
+  calls = [c for c in _f32_graph(ph["w"], ph["x"]).schedule().calls if c.src[0].op is Ops.SINK]
+  if len(calls) != 1 or len(calls[0].src) != 4: return False
+  bufs = {u: name for name, t in ph.items() for u in t.uop.toposort() if u.op is Ops.BUFFER}
+  order = tuple(bufs.get(b, "out") for b in calls[0].src[1:])
+  if sorted(order) != ["out", "w", "x"]: return False
+  matvec_ir.register_kernel(calls[0].src[0], rows, k, order)
+  return True
+
+
+def f32_matvec(w: Tensor, x: Tensor) -> Tensor | None:
+  """W @ x for a float32 weight W (O, K) and one token's activations x (K,) (a lazy graph is fine: it is written to a
+  buffer first), as a kernel of its own that `tiny_codegen.matvec_ir` runs on the LLVM CPU (its weight rows
+  prefetched: a decode step streams every weight from L3 or memory); None where that kernel isn't registered for this
+  shape and device (then use `x @ W.T`).
+
+  >>> w, x = Tensor([[1.0, 2.0], [3.0, 4.0]]), Tensor([1.0, 1.0])
+  >>> y = f32_matvec(w, x)
+  >>> y is None or y.tolist() == [3.0, 7.0]
+  True
+  """
+  if w.ndim != 2 or x.shape != (w.shape[1],) or w.dtype != dtypes.float32 or x.dtype != dtypes.float32:
+    raise ValueError(f"f32_matvec: w {w.dtype} {w.shape} and x {x.dtype} {x.shape} are not a float32 (O, K) weight "
+                     "and its (K,) activations")
+  o, k = (int(d) for d in w.shape)
+  if not isinstance(w.device, str) or not _register_f32(o, k, w.device): return None
+  return _f32_graph(w, x.contiguous())

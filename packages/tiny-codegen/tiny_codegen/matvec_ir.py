@@ -1,0 +1,151 @@
+"""A float32 matvec kernel in LLVM IR that prefetches its weight rows (issue #39): `out[o] = sum_k w[o, k] * x[k]`
+for a row-major weight W (O, K), the product an LLM's decode step runs for every float32 projection.
+
+Why a kernel of its own: a decode step streams each weight once from L3 or memory (150 MB a token for the 4-layer
+F32 bench model), and the lowered matvec (`r_1_1_2048`, x @ W.T with K contiguous) ran at the latency of its misses:
+~15 GB/s on one core of the 2-core Xeon 6/207 and no faster with two threads (bench/README.md, "LLM: F32 decode
+matvecs prefetch their rows"). The int8 decode kernels (`x86_vnni`) gained 2-3x from a software prefetch of the
+next row group; the same here needs the prefetch inside the K loop, which the lowering has no op for.
+
+The kernel, `void <name>(float *out, float *w, float *x, i32 core_id)`, one call per thread `core_id` of `threads`,
+computes rows [core_id * O/threads, (core_id+1) * O/threads) in groups of `rows` rows sharing each vector of x:
+per step of K, `unroll` vectors of each row (`unroll * rows` accumulators: the machine's FMA chains), the lines the
+same step will read `ahead` bytes further on prefetched into L1 (`prefetch_ahead`: the group's rows stream side by
+side, so that distance times the rows is what the prefetches keep in flight, half the L1d); K's last
+vectors (K % (unroll * lanes) of them) after the loop; one horizontal sum per row. K must be a multiple of the
+vector's lanes (`fits`); elsewhere the product is lowered as usual.
+
+`tiny_tensor.llm` registers the kernel AST of its one-row float32 projection (`register_kernel`), scheduled over
+placeholders once per shape, and `tiny_codegen.program` hands an AST registered here to this kernel on the LLVM CPU
+renderer (CHECK_OOB off).
+"""
+from __future__ import annotations
+
+from tiny_uop.uop import Ops, UOp
+
+__all__ = ["fits", "prefetch_ahead", "accumulators", "f32_matvec_ir", "register_kernel", "registered_kernel"]
+
+ROWS = 4
+"""Rows of W one K loop runs together, sharing each vector of x (the Q8_0/Q4_K kernels' `x86_vnni.ROWS`)."""
+
+
+def fits(o: int, k: int, lanes: int) -> bool:
+  """Whether the kernel takes an (O, K) float32 weight with `lanes` floats a vector: K a positive multiple of the
+  lanes, O positive, W's element offsets under 2**31 (they are i32)."""
+  return lanes > 0 and o > 0 and k > 0 and k % lanes == 0 and o * k < 2 ** 31
+
+
+def accumulators(fma_chains: int, registers: int, rows: int) -> int:
+  """Vectors of each row a K step loads (`unroll`): enough accumulators (rows x unroll) for the machine's FMA chains
+  (`machine.fma_chains`: latency x FMA units), within half the vector registers, at least one."""
+  return max(1, min(-(-fma_chains // rows), max(1, registers // 2 // rows)))
+
+
+def prefetch_ahead(l1d: int, line: int, rows: int, step_bytes: int) -> int:
+  """Bytes ahead of each row's loads the kernel prefetches: the `rows` rows stream side by side, so rows x distance
+  is what sits prefetched and not yet read; half the L1d (`l1d` bytes) for that, the other half for x and the lines
+  in use (farther, a prefetch into L1 evicts lines it is about to need: the int8 kernels lost at 4 row groups ahead,
+  `x86_vnni.PREFETCH_GROUPS`). Whole lines, at least one K step (`step_bytes`). Measured on the 48 KB L1d of the
+  Xeon 6/207, 2048x768 one thread, 150 MB of weights in turn, us a matvec (two rounds, load ~4.5): none 703/380,
+  a quarter of the L1d 725/385, half 476/336, a whole 548/359; the lowered `x @ W.T` 429/415."""
+  return max(l1d // 2 // rows // line * line, step_bytes)
+
+
+def _check(o: int, k: int, threads: int, lanes: int) -> None:
+  for name, v in (("O", o), ("K", k), ("threads", threads), ("lanes", lanes)):
+    if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+      raise ValueError(f"f32_matvec_ir: {name} must be a positive int, got {v!r}")
+  if o % threads: raise ValueError(f"f32_matvec_ir: O={o} rows must split evenly over threads={threads}")
+  if not fits(o, k, lanes):
+    raise ValueError(f"f32_matvec_ir: an {o}x{k} weight with {lanes}-float vectors; valid: K a multiple of the lanes "
+                     "and O*K under 2**31")
+
+
+def f32_matvec_ir(o: int, k: int, threads: int = 1, name: str = "f32_matvec", lanes: int = 16, unroll: int = 2,
+                  ahead: int = 6144, line: int = 64, order: tuple[str, ...] = ("out", "w", "x")) -> str:
+  """The LLVM IR module of the float32 matvec kernel in the module docstring: O rows of K floats split into
+  `threads` row shares, `lanes` floats a vector, `unroll` vectors of each row a K step, prefetching `ahead` bytes
+  past each row's loads (`line`-byte lines; 0: no prefetch); the pointer arguments in `order` (then i32 core_id).
+  ValueError for a bad shape.
+
+  >>> "@llvm.prefetch.p0(" in f32_matvec_ir(8, 32)
+  True
+  """
+  _check(o, k, threads, lanes)
+  if not isinstance(unroll, int) or unroll <= 0:
+    raise ValueError(f"f32_matvec_ir: unroll must be positive, got {unroll}")
+  if ahead < 0 or line <= 0: raise ValueError(f"f32_matvec_ir: ahead={ahead}, line={line}; valid: ahead >= 0, line > 0")
+  if sorted(order) != ["out", "w", "x"]: raise ValueError(f"f32_matvec_ir: order {order!r} must name out, w, x once")
+  per = o // threads
+  rows = next(r for r in (ROWS, 2, 1) if per % r == 0)
+  vec, step = f"<{lanes} x float>", unroll * lanes
+  kmain, tail = k // step * step, (k % step) // lanes
+  lines = -(-step * 4 // line) if ahead else 0
+  ln = [f"declare float @llvm.vector.reduce.fadd.v{lanes}f32(float, {vec})",
+        f"declare {vec} @llvm.fma.v{lanes}f32({vec}, {vec}, {vec})",
+        "declare void @llvm.prefetch.p0(ptr, i32, i32, i32)",
+        f"define void @{name}({', '.join(f'ptr noalias %{a}' for a in order)}, i32 %core_id) #0 {{",
+        "entry:", f"  %r0 = mul i32 %core_id, {per}", "  br label %r.head",
+        "r.head:", "  %rg = phi i32 [0, %entry], [%rg.next, %k.exit]", f"  %r.ok = icmp slt i32 %rg, {per // rows}",
+        "  br i1 %r.ok, label %k.pre, label %done",
+        "k.pre:", f"  %rgo = mul i32 %rg, {rows}", "  %row = add i32 %r0, %rgo"]
+  for r in range(rows):
+    ln += [f"  %row{r} = add i32 %row, {r}", f"  %ro{r} = mul i32 %row{r}, {k}",
+           f"  %rp{r} = getelementptr inbounds float, ptr %w, i32 %ro{r}"]
+  ln += ["  br label %k.head", "k.head:", "  %kb = phi i32 [0, %k.pre], [%kb.next, %k.body]"]
+  ln += [f"  %a{r}_{u} = phi {vec} [zeroinitializer, %k.pre], [%a{r}_{u}.n, %k.body]"
+         for r in range(rows) for u in range(unroll)]
+  ln += [f"  %k.ok = icmp slt i32 %kb, {kmain}", "  br i1 %k.ok, label %k.body, label %k.exit", "k.body:"]
+  for u in range(unroll):
+    ln += [f"  %xo{u} = add i32 %kb, {u * lanes}", f"  %xp{u} = getelementptr inbounds float, ptr %x, i32 %xo{u}",
+           f"  %xv{u} = load {vec}, ptr %xp{u}, align 4"]
+  for r in range(rows):
+    ln.append(f"  %wb{r} = getelementptr inbounds float, ptr %rp{r}, i32 %kb")
+    for i in range(lines):  # no `inbounds`: past W's end the address is never read (a prefetch doesn't fault)
+      ln += [f"  %pf{r}_{i} = getelementptr i8, ptr %wb{r}, i64 {ahead + line * i}",
+             f"  call void @llvm.prefetch.p0(ptr %pf{r}_{i}, i32 0, i32 3, i32 1)"]
+    for u in range(unroll):
+      ln += [f"  %wp{r}_{u} = getelementptr inbounds float, ptr %wb{r}, i32 {u * lanes}",
+             f"  %wv{r}_{u} = load {vec}, ptr %wp{r}_{u}, align 4",
+             f"  %a{r}_{u}.n = call {vec} @llvm.fma.v{lanes}f32({vec} %wv{r}_{u}, {vec} %xv{u}, {vec} %a{r}_{u})"]
+  ln += [f"  %kb.next = add i32 %kb, {step}", "  br label %k.head", "k.exit:"]
+  for t in range(tail):  # K's last vectors: fewer than a step
+    ln += [f"  %tp{t} = getelementptr inbounds float, ptr %x, i32 {kmain + t * lanes}",
+           f"  %tx{t} = load {vec}, ptr %tp{t}, align 4"]
+  for r in range(rows):
+    acc = [f"%a{r}_{u}" for u in range(unroll)]
+    for t in range(tail):
+      ln += [f"  %tw{r}_{t} = getelementptr inbounds float, ptr %rp{r}, i32 {kmain + t * lanes}",
+             f"  %tv{r}_{t} = load {vec}, ptr %tw{r}_{t}, align 4",
+             f"  %ta{r}_{t} = call {vec} @llvm.fma.v{lanes}f32({vec} %tv{r}_{t}, {vec} %tx{t}, {vec} {acc[t]})"]
+      acc[t] = f"%ta{r}_{t}"
+    s = acc[0]
+    for u in range(1, unroll):
+      ln.append(f"  %s{r}_{u} = fadd {vec} {s}, {acc[u]}")
+      s = f"%s{r}_{u}"
+    ln += [f"  %h{r} = call reassoc float @llvm.vector.reduce.fadd.v{lanes}f32(float -0.0, {vec} {s})",
+           f"  %op{r} = getelementptr inbounds float, ptr %out, i32 %row{r}",
+           f"  store float %h{r}, ptr %op{r}, align 4"]
+  ln += ["  %rg.next = add i32 %rg, 1", "  br label %r.head", "done:", "  ret void", "}",
+         "attributes #0 = { nounwind }"]
+  return "\n".join(ln) + "\n"
+
+
+# kernel AST sources -> (O, K, pointer order), registered by the Tensor code that builds the graph (`tiny_tensor.llm`
+# schedules its one-row projection over placeholders once per shape): the match is the interned AST itself, exact
+_KERNELS: dict[tuple[UOp, ...], tuple[int, int, tuple[str, ...]]] = {}
+
+
+def register_kernel(ast: UOp, o: int, k: int, order: tuple[str, ...]) -> None:
+  """Record that kernel AST `ast` (a SINK) computes the (O, K) float32 matvec with its PARAMs in `order` (a
+  permutation of "out", "w", "x"), so `tiny_codegen.program` runs `f32_matvec_ir`'s kernel for it. ValueError for a
+  non-SINK, a bad order or a shape no vector width takes."""
+  if ast.op is not Ops.SINK: raise ValueError(f"register_kernel needs a kernel AST (SINK), got {ast.op}")
+  if sorted(order) != ["out", "w", "x"]: raise ValueError(f"register_kernel: order {order!r} must name out, w, x once")
+  if not fits(o, k, 1): raise ValueError(f"register_kernel: an {o}x{k} weight; valid: O, K positive, O*K < 2**31")
+  _KERNELS[ast.src] = (o, k, tuple(order))
+
+
+def registered_kernel(ast: UOp) -> tuple[int, int, tuple[str, ...]] | None:
+  """(O, K, pointer order) of a kernel AST registered with `register_kernel` (its KernelInfo aside), else None."""
+  return _KERNELS.get(ast.src) if ast.op is Ops.SINK else None
