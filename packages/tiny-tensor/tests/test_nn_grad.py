@@ -258,14 +258,55 @@ def test_conv_bias_gradient_sums_the_channels_last_copy():
 @pytest.mark.parametrize("shape, kw", [((5, 3), {}), ((3, 4, 5, 6), {"affine": False}),
                                        ((2, 3, 4, 3, 5), {}), ((4, 3, 7, 5), {"track_running_stats": False})])
 def test_batchnorm_batch_statistics_gradients(shape, kw):
-  # batch-statistics BatchNorm's gradients (1-d, 3-d, no affine, no running statistics: batch statistics in eval
-  # too) vs torch's
+  # the closed-form backward of batch-statistics BatchNorm (1-d, 3-d, no affine, no running statistics: batch
+  # statistics in eval too) vs torch's
   kind = {2: torch.nn.BatchNorm1d, 4: torch.nn.BatchNorm2d, 5: torch.nn.BatchNorm3d}[len(shape)]
   names = ["weight", "bias"] if kw.get("affine", True) else []
   with Tensor.train():
     _check(nn.BatchNorm(shape[1], **kw), kind(shape[1], **kw).train(), names, _x(*shape) * 2 + 1, atol=1e-4)
   if not kw.get("track_running_stats", True):  # batch statistics outside training too
     _check(nn.BatchNorm(shape[1], **kw), kind(shape[1], **kw).eval(), names, _x(*shape, seed=9) - 1, atol=1e-4)
+
+
+def test_batchnorm_backward_kernels():
+  # BatchNorm's backward in closed form: two channel sums of the incoming gradient (plain and times xhat) and one
+  # elementwise pass for the input's gradient; autograd through the mean and the variance took 8 kernels here (a
+  # ReLU after the norm, whose backward each pass recomputes), 15 on the MNIST step's 128x32x20x20 map (now 10);
+  # values vs torch
+  from tiny_tensor import Device, engine
+  x, up = _x(8, 4, 6, 6) * 2 + 1, _x(8, 4, 6, 6, seed=3)
+  bn, t = nn.BatchNorm(4), torch.nn.BatchNorm2d(4)
+  tx = Tensor(x, requires_grad=True)
+  with Tensor.train(): out = bn(tx).relu()
+  (out * Tensor(up)).sum().backward()
+  calls: list = []
+  with engine.capture(calls.append): Tensor.realize(tx.grad, bn.weight.grad, bn.bias.grad)
+  if Device.DEFAULT == "CPU":
+    assert len([c for c in calls if c.kind == "kernel"]) <= 5, [c.spec.name for c in calls if c.kind == "kernel"]
+  px = torch.tensor(x, requires_grad=True)
+  (t(px).relu() * torch.tensor(up)).sum().backward()
+  np.testing.assert_allclose(tx.grad.numpy(), px.grad.numpy(), rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(bn.weight.grad.numpy(), t.weight.grad.numpy(), rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(bn.bias.grad.numpy(), t.bias.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_batchnorm_second_order_gradients():
+  # the closed-form backward is itself a graph of x (its mean and inverse deviation not detached), so a gradient of
+  # the gradient (create_graph in torch) goes through the batch statistics too: vs torch's, wrt input and weight
+  x, up, v = _x(4, 3, 5, 5), _x(4, 3, 5, 5, seed=3), _x(4, 3, 5, 5, seed=5)
+  bn, t = nn.BatchNorm(3), torch.nn.BatchNorm2d(3)
+  bn.weight.assign(Tensor(_x(3, seed=7) + 1)).realize()
+  with torch.no_grad(): t.weight.copy_(torch.tensor(bn.weight.numpy()))
+  tx = Tensor(x, requires_grad=True)
+  with Tensor.train():
+    gx, = ((bn(tx) ** 3) * Tensor(up)).sum().gradient(tx)
+    hx, hw = (gx * Tensor(v)).sum().gradient(tx, bn.weight)
+  px = torch.tensor(x, requires_grad=True)
+  pg, = torch.autograd.grad(((t(px) ** 3) * torch.tensor(up)).sum(), px, create_graph=True)
+  ph, pw = torch.autograd.grad((pg * torch.tensor(v)).sum(), (px, t.weight))
+  np.testing.assert_allclose(gx.numpy(), pg.detach().numpy(), rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(hx.numpy(), ph.numpy(), rtol=1e-4, atol=1e-3)
+  np.testing.assert_allclose(hw.numpy(), pw.numpy(), rtol=1e-4, atol=1e-3)
 
 
 @pytest.mark.parametrize("xdt, bdt", [("float16", "float32"), ("float32", "float16")])

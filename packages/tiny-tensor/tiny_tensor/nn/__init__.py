@@ -17,7 +17,9 @@ import numpy as np
 
 from tiny_uop.dtype import dtypes
 from tiny_uop.helpers import prod
+from tiny_uop.uop import UOp
 
+from tiny_tensor.gradient import custom_gradient
 from tiny_tensor.tensor import Tensor
 from tiny_tensor.nn import lr_scheduler, optim, state  # noqa: F401  (nn.optim, nn.state as in tinygrad)
 
@@ -80,7 +82,39 @@ class BatchNorm:
       self.running_mean.assign((1 - self.momentum) * self.running_mean + self.momentum * batch_mean.detach())
       self.running_var.assign((1 - self.momentum) * self.running_var + self.momentum * unbiased)
       self.num_batches_tracked.assign(self.num_batches_tracked + 1)
-    return x.batchnorm(self.weight, self.bias, batch_mean.reshape(-1), batch_var.reshape(-1).add(self.eps).rsqrt())
+    invstd = batch_var.reshape(-1).add(self.eps).rsqrt()
+    out = x.batchnorm(self.weight, self.bias, batch_mean.reshape(-1), invstd)
+    if (not self.track_running_stats or Tensor.training) and all(isinstance(d, int) for d in x.shape):
+      _batchnorm_gradient(out, x, self.weight, self.bias, batch_mean, invstd)
+    return out
+
+
+def _batchnorm_gradient(out: Tensor, x: Tensor, weight: Tensor | None, bias: Tensor | None, mean: Tensor,
+                        invstd: Tensor) -> None:
+  """Give batch-statistics BatchNorm's output `out` its gradients in closed form (with g the incoming gradient,
+  xhat = (x - mean) * invstd and sums over every axis but the channel's, n elements each): bias sum(g), weight
+  sum(g * xhat), input weight * invstd * (g - sum(g)/n - xhat * sum(g * xhat)/n). Autograd through the mean and the
+  variance gave the same in more passes over the map (the gradient through the variance's square and the mean's
+  broadcast each a reduction of its own): the MNIST step's two BatchNorms' backward 14 -> 10 kernels, the 128x32x20x20
+  one's 4.6 -> 3.2 ms on one thread. The formula is a graph of x (mean and invstd not detached: they are the
+  forward's nodes), so a gradient of these gradients goes through the batch statistics, as torch's does."""
+  axes = tuple(a for a in range(x.ndim) if a != 1)
+  shape = [1, -1, *([1] * (x.ndim - 2))]
+  n = prod(int(d) for d in x.shape) // int(x.shape[1])
+  xu, m, istd = x.uop, mean.reshape(shape), invstd.reshape(shape)
+  inputs = tuple(t.uop for t in (x, weight, bias) if t is not None)
+
+  def grads(ctx: UOp, _: UOp) -> tuple[UOp | None, ...]:
+    g = Tensor.from_uop(ctx)
+    xhat = (Tensor.from_uop(xu) - m) * istd
+    gb, gw = g.sum(axes), (g * xhat).sum(axes)
+    scale = istd if weight is None else istd * weight.reshape(shape)
+    gx = scale * (g - (gb / n).reshape(shape) - xhat * (gw / n).reshape(shape))
+    res: list[UOp | None] = [gx.cast(x.dtype).uop]
+    if weight is not None: res.append(gw.cast(weight.dtype).reshape(weight.shape).uop)
+    if bias is not None: res.append(gb.cast(bias.dtype).reshape(bias.shape).uop)
+    return tuple(res)
+  custom_gradient(out.uop, inputs, grads)
 
 
 BatchNorm2d = BatchNorm3d = BatchNorm
