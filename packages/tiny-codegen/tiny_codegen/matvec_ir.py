@@ -23,11 +23,27 @@ from __future__ import annotations
 
 from tiny_uop.uop import Ops, UOp
 
-__all__ = ["fits", "prefetch_ahead", "accumulators", "f32_matvec_ir", "register_kernel", "registered_kernel"]
+__all__ = ["fits", "prefetch_ahead", "accumulators", "f32_matvec_ir", "register_kernel", "registered_kernel",
+           "row_groups"]
 
 ROWS = 4
 """Rows of W one K loop runs together, sharing each vector of x (the Q8_0/Q4_K kernels' `x86_vnni.ROWS`)."""
 
+
+def row_groups(per: int, rows: int, stride: int, elem: str, base: str) -> list[str]:
+  """The IR of a matvec kernel's row loop head (this one's and tiny_codegen.x86_vnni's): this thread's `per` rows from
+  `core_id * per`, in groups of `rows` (block `%r.pre`, then `%r.head`, exiting to `%done`; the group's K loop
+  returns through `%k.exit`), then in `%k.pre` each row's index `%row<r>`, the offset `%rb<r>` of its first element
+  (`stride` elements of IR type `elem` a row) and its pointer `%rp<r>` from `base` (the K loop addresses from it:
+  offsets from the base each paid a sign extension and an add per step)."""
+  ln = ["r.pre:", f"  %r0 = mul i32 %core_id, {per}", "  br label %r.head",
+        "r.head:", "  %rg = phi i32 [0, %r.pre], [%rg.next, %k.exit]", f"  %r.ok = icmp slt i32 %rg, {per // rows}",
+        "  br i1 %r.ok, label %k.pre, label %done",
+        "k.pre:", f"  %rgo = mul i32 %rg, {rows}", "  %row = add i32 %r0, %rgo"]
+  for r in range(rows):
+    ln += [f"  %row{r} = add i32 %row, {r}", f"  %rb{r} = mul i32 %row{r}, {stride}",
+           f"  %rp{r} = getelementptr inbounds {elem}, ptr {base}, i32 %rb{r}"]
+  return ln
 
 def fits(o: int, k: int, lanes: int) -> bool:
   """Whether the kernel takes an (O, K) float32 weight with `lanes` floats a vector: K a positive multiple of the
@@ -85,13 +101,7 @@ def f32_matvec_ir(o: int, k: int, threads: int = 1, name: str = "f32_matvec", la
         f"declare {vec} @llvm.fma.v{lanes}f32({vec}, {vec}, {vec})",
         "declare void @llvm.prefetch.p0(ptr, i32, i32, i32)",
         f"define void @{name}({', '.join(f'ptr noalias %{a}' for a in order)}, i32 %core_id) #0 {{",
-        "entry:", f"  %r0 = mul i32 %core_id, {per}", "  br label %r.head",
-        "r.head:", "  %rg = phi i32 [0, %entry], [%rg.next, %k.exit]", f"  %r.ok = icmp slt i32 %rg, {per // rows}",
-        "  br i1 %r.ok, label %k.pre, label %done",
-        "k.pre:", f"  %rgo = mul i32 %rg, {rows}", "  %row = add i32 %r0, %rgo"]
-  for r in range(rows):
-    ln += [f"  %row{r} = add i32 %row, {r}", f"  %ro{r} = mul i32 %row{r}, {k}",
-           f"  %rp{r} = getelementptr inbounds float, ptr %w, i32 %ro{r}"]
+        "entry:", "  br label %r.pre", *row_groups(per, rows, k, "float", "%w")]
   ln += ["  br label %k.head", "k.head:", "  %kb = phi i32 [0, %k.pre], [%kb.next, %k.body]"]
   ln += [f"  %a{r}_{u} = phi {vec} [zeroinitializer, %k.pre], [%a{r}_{u}.n, %k.body]"
          for r in range(rows) for u in range(unroll)]

@@ -32,6 +32,7 @@ from tiny_uop.dtype import dtypes
 from tiny_uop.uop import AxisType, Ops, UOp
 
 from tiny_codegen import cpu_probe
+from tiny_codegen.matvec_ir import row_groups
 
 __all__ = ["Q8_0_BYTES", "Q4_K_BYTES", "vnni_form", "q8_0_matvec_ir", "q8_0_matvec_ast", "match_q8_0_matvec",
            "q4_k_matvec_ir", "register_kernel", "registered_kernel"]
@@ -72,21 +73,6 @@ def _check(o: int, nb: int, threads: int) -> None:
     raise ValueError(f"q8_0_matvec_ir: {o}x{nb} blocks are 2**31 bytes or more; valid: fewer")
 
 
-def _row_groups(per: int, rows: int, row_bytes: int) -> list[str]:
-  """The IR of both kernels' row loop head: this thread's `per` rows from `core_id * per`, in groups of `rows` (block
-  `%r.head`, exiting to `%done`; the group's K loop returns through `%k.exit`), then in `%k.pre` each row's index
-  `%row<r>`, the byte offset `%rb<r>` of its first block (`row_bytes` a row) and its pointer `%rp<r>` (the K loop
-  addresses blocks from it: from `%raw` with i32 offsets each row paid a sign extension and an add per block)."""
-  ln = ["r.pre:", f"  %r0 = mul i32 %core_id, {per}", "  br label %r.head",
-        "r.head:", "  %rg = phi i32 [0, %r.pre], [%rg.next, %k.exit]", f"  %r.ok = icmp slt i32 %rg, {per // rows}",
-        "  br i1 %r.ok, label %k.pre, label %done",
-        "k.pre:", f"  %rgo = mul i32 %rg, {rows}", "  %row = add i32 %r0, %rgo"]
-  for r in range(rows):
-    ln += [f"  %row{r} = add i32 %row, {r}", f"  %rb{r} = mul i32 %row{r}, {row_bytes}",
-           f"  %rp{r} = getelementptr inbounds i8, ptr %raw, i32 %rb{r}"]
-  return ln
-
-
 def _prefetch(r: int, ahead: int, lines: int) -> list[str]:
   """IR: prefetch (`llvm.prefetch`, read, into L1) `lines` 64-byte lines from `ahead` bytes past row r's block
   pointer `%wp<r>`. No `inbounds`: past the weight's end the address is never read (a prefetch doesn't fault)."""
@@ -125,7 +111,7 @@ def q8_0_matvec_ir(o: int, nb: int, threads: int = 1, name: str = "q8_0_matvec",
         "  %ss = call i32 @llvm.vector.reduce.add.v32i32(<32 x i32> %sw)", "  %sc = mul i32 %ss, -128",
         "  %scp = getelementptr inbounds i32, ptr %corr, i32 %sb", "  store i32 %sc, ptr %scp, align 4",
         "  %sb.next = add i32 %sb, 1", "  br label %s.head",
-        *_row_groups(per, rows, nb * b)]
+        *row_groups(per, rows, nb * b, "i8", "%raw")]
   ln += ["  br label %k.head", "k.head:", "  %kb = phi i32 [0, %k.pre], [%kb.next, %k.body]"]
   ln += [f"  %a{r} = phi {v8f} [zeroinitializer, %k.pre], [%a{r}.n, %k.body]" for r in range(rows)]
   ln += [f"  %k.ok = icmp slt i32 %kb, {nb}", "  br i1 %k.ok, label %k.body, label %k.exit",
@@ -267,7 +253,7 @@ def q4_k_matvec_ir(o: int, ns: int, threads: int = 1, name: str = "q4_k_matvec",
         "  %sdp = getelementptr inbounds float, ptr %xd, i32 %sb", "  %sd = load float, ptr %sdp, align 4",
         "  %sm = fmul float %sf, %sd", "  %smp = getelementptr inbounds float, ptr %ms, i32 %sb",
         "  store float %sm, ptr %smp, align 4", "  %sb.next = add i32 %sb, 1", "  br label %s.head",
-        *_row_groups(per, rows, ns * bb)]
+        *row_groups(per, rows, ns * bb, "i8", "%raw")]
   ln += ["  br label %k.head", "k.head:", "  %kb = phi i32 [0, %k.pre], [%kb.next, %k.body]"]
   for r in range(rows):
     ln += [f"  %a{r} = phi {v8f} [zeroinitializer, %k.pre], [%a{r}.n, %k.body]",
