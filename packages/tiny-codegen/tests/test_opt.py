@@ -856,3 +856,33 @@ def test_elementwise_sigmoid_is_one_native_vector(vector_registers, regs: tuple[
   xs = np.random.default_rng(13).uniform(-20, 20, (C, W)).astype(np.float32)
   np.testing.assert_allclose(run(opt, "CPU", [xs.ravel()], C * W).reshape(C, W),
                              torch.from_numpy(xs).sigmoid().numpy(), rtol=1e-5, atol=1e-6)
+
+
+def gemm_bias_ast(m: int, n: int, k: int, trans_b: bool, bias: bool = True) -> UOp:
+  """out[i, j] = sum_k x[i, k] * W[., .] (+ b[j]): an ONNX Gemm with its bias, W (n, k) with `trans_b` else (k, n)."""
+  out, x, w, b = (UOp(Ops.PARAM, dtypes.float.ptr(s), arg=a) for a, s in enumerate((m * n, m * k, n * k, n)))
+  i, j, r = UOp.range(m, 0), UOp.range(n, 1), UOp.range(k, 2, AxisType.REDUCE)
+  wv = w.index(j * k + r).load() if trans_b else w.index(r * n + j).load()
+  val = (x.index(i * k + r).load() * wv).reduce(r, arg=Ops.ADD)
+  if bias: val = val + b.index(j).load()
+  return out.index(i * n + j).store(val).sink(arg=KernelInfo())
+
+
+@pytest.mark.parametrize("m", [1, 2, 3])
+@pytest.mark.parametrize("n,k", [(37, 48), (1000, 64), (37, 51)])
+@pytest.mark.parametrize("trans_b", [True, False])
+def test_heuristics_small_m_gemm_with_bias(m: int, n: int, k: int, trans_b: bool) -> None:
+  # a CNN's classifier head (issue #39): a few rows times W plus a bias. With W (N, K) (Gemm transB) and K a multiple
+  # of the vector, the bias (loaded after the reduce) must not keep the product from `_dot_products`' K lanes: it had
+  # sent it to four gathered lanes of N, 2x slower than the same product without its bias
+  ren = Device["CPU"].renderer
+  opt = optimize_kernel(gemm_bias_ast(m, n, k, trans_b), ren)
+  want_opts = optimize_kernel(gemm_bias_ast(m, n, k, trans_b, bias=False), ren).arg.applied_opts  # no bias
+  if trans_b and ren.vectorize_upcast and not any(o.op is OptOps.UPCAST for o in want_opts):  # K's lanes alone
+    assert opt.arg.applied_opts == want_opts, (opt.arg.applied_opts, want_opts)
+  rng = np.random.default_rng(m * 7 + n + k)
+  xs, bs = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+  ws = rng.standard_normal((n, k) if trans_b else (k, n)).astype(np.float32)
+  want = xs.astype(np.float64) @ (ws.T if trans_b else ws).astype(np.float64) + bs
+  got = run(opt, "CPU", [xs.ravel(), ws.ravel(), bs], m * n).reshape(m, n)
+  np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -187,7 +187,9 @@ def _dot_products(k: Kernel, loads: list[UOp]) -> bool:
   `_unroll_reduce` keeps one accumulator a lane (the expander's lane accumulators, one vector that LLVM packs: a
   horizontal sum once at the end). `_shared_load_block`'s four output lanes would make the reduce a blocked one,
   whose unrolled lanes the expander adds up every step: a scalar chain. One row of 768x768 (TinyJit, two threads,
-  Xeon 6/207 AVX-512, load 2): 85-88 -> 28-29 us (numpy 19); two rows 124-324 -> 60 us (numpy 184-196)."""
+  Xeon 6/207 AVX-512, load 2): 85-88 -> 28-29 us (numpy 19); two rows 124-324 -> 60 us (numpy 184-196). Only the
+  loads under the REDUCE count: an ONNX Gemm's bias added after it (a load no K step reads) had sent a CNN's
+  classifier head to `_shared_load_block`'s gathered lanes, 2x slower (bench/README.md, issue #39 session 8)."""
   regs, width, itemsize = _register_file(k)
   if not regs or not width or len(k.reduce_axes) != 1 or not loads: return False
   if any(not dtypes.is_float(u.dtype) for u in k.ast.toposort() if u.op is Ops.REDUCE): return False
@@ -196,8 +198,10 @@ def _dot_products(k: Kernel, loads: list[UOp]) -> bool:
   lanes = min(width // itemsize, LANE_ACCUMULATORS)
   n = _bound(r)
   if n is None or lanes < 2 or n % lanes: return False
-  shared = any(any(x not in ld.src[0].src[1].ranges for _, x, _ in _output_axes_with_bounds(k)) for ld in loads)
-  return shared and all(stride_of(ld.src[0].src[1], r, rngs) == 1 for ld in loads)
+  # the product's operands: the loads under its REDUCE (an epilogue's bias, loaded once an output, is no operand)
+  inner = [ld for ld in loads if any(ld in red.src[0].toposort() for red in k.ast.toposort() if red.op is Ops.REDUCE)]
+  shared = any(any(x not in ld.src[0].src[1].ranges for _, x, _ in _output_axes_with_bounds(k)) for ld in inner)
+  return shared and all(stride_of(ld.src[0].src[1], r, rngs) == 1 for ld in inner)
 
 
 def _window_vector(k: Kernel, sidx: UOp | None, loads: list[UOp]) -> bool:
