@@ -290,6 +290,23 @@ def test_batchnorm_backward_kernels():
   np.testing.assert_allclose(bn.bias.grad.numpy(), t.bias.grad.numpy(), rtol=1e-4, atol=1e-4)
 
 
+def test_batchnorm_gradient_keeps_no_lazy_tensor_alive():
+  # the closed-form gradient lives as long as the output's node; it must hold nodes, not Tensors: a lazy Tensor it
+  # held (the reshaped mean and inverse deviation) stayed registered, walked by every later realize and seen sharing
+  # constants with unrelated graphs (an ONNX test's realize then exposed a node, after the convnet tests)
+  import gc
+  from tiny_tensor.live import _lazy_tensors, _live
+  bn = nn.BatchNorm(3, track_running_stats=False)
+  x = Tensor(_x(4, 3, 5, 5), requires_grad=True)
+  gc.collect()
+  before = len(list(_live(_lazy_tensors)))
+  with Tensor.train(): out = bn(x)
+  gc.collect()
+  assert len(list(_live(_lazy_tensors))) == before + 1  # `out` alone
+  out.sum().backward()
+  np.testing.assert_allclose(x.grad.numpy(), np.zeros(x.shape), atol=1e-5)  # a normalized map's sum: constant
+
+
 def test_batchnorm_second_order_gradients():
   # the closed-form backward is itself a graph of x (its mean and inverse deviation not detached), so a gradient of
   # the gradient (create_graph in torch) goes through the batch statistics too: vs torch's, wrt input and weight

@@ -101,18 +101,20 @@ def _batchnorm_gradient(out: Tensor, x: Tensor, weight: Tensor | None, bias: Ten
   axes = tuple(a for a in range(x.ndim) if a != 1)
   shape = [1, -1, *([1] * (x.ndim - 2))]
   n = prod(int(d) for d in x.shape) // int(x.shape[1])
-  xu, m, istd = x.uop, mean.reshape(shape), invstd.reshape(shape)
+  # the closure keeps nodes, not Tensors: a Tensor it held would stay a live lazy tensor as long as `out`'s node
+  # lives, walked by every later realize (and seen sharing its constants with unrelated graphs)
+  xu, mu, iu = x.uop, mean.uop, invstd.uop
+  wu, bu = (weight.uop if weight is not None else None), (bias.uop if bias is not None else None)
   inputs = tuple(t.uop for t in (x, weight, bias) if t is not None)
 
   def grads(ctx: UOp, _: UOp) -> tuple[UOp | None, ...]:
-    g = Tensor.from_uop(ctx)
+    g, m, istd = Tensor.from_uop(ctx), Tensor.from_uop(mu).reshape(shape), Tensor.from_uop(iu).reshape(shape)
     xhat = (Tensor.from_uop(xu) - m) * istd
     gb, gw = g.sum(axes), (g * xhat).sum(axes)
-    scale = istd if weight is None else istd * weight.reshape(shape)
+    scale = istd if wu is None else istd * Tensor.from_uop(wu).reshape(shape)
     gx = scale * (g - (gb / n).reshape(shape) - xhat * (gw / n).reshape(shape))
-    res: list[UOp | None] = [gx.cast(x.dtype).uop]
-    if weight is not None: res.append(gw.cast(weight.dtype).reshape(weight.shape).uop)
-    if bias is not None: res.append(gb.cast(bias.dtype).reshape(bias.shape).uop)
+    res: list[UOp | None] = [gx.cast(xu.dtype).uop]
+    res += [gs.cast(u.dtype).reshape(u.shape).uop for gs, u in ((gw, wu), (gb, bu)) if u is not None]
     return tuple(res)
   custom_gradient(out.uop, inputs, grads)
 
