@@ -4,8 +4,8 @@ The scheduler gives a window input (an activation a depthwise conv or pool reads
 buffer; the conv that produces it now runs in that kernel, its activation (ReLU, SiLU's exp included) as the epilogue,
 instead of a conv kernel, a sigmoid kernel and a multiply kernel. Not behind padding: a max pool's -inf padding is
 read behind gates in the pool's kernel, after the stem conv's own. A conv that a global pool sums runs in its own
-kernel, its SiLU as the epilogue, not inside the pool. Values against torch (sigmoid / SiLU / exp at large magnitudes included); kernel
-counts as the schedule makes them now.
+kernel, its SiLU as the epilogue, not inside the pool. Values against torch (sigmoid / SiLU / exp at large
+magnitudes included); kernel counts as the schedule makes them now.
 """
 import numpy as np
 import pytest

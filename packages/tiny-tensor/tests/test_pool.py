@@ -11,7 +11,6 @@ import torch
 import torch.nn.functional as F
 
 from tiny_tensor import Tensor
-from tiny_tensor.engine import GlobalCounters
 
 rng = np.random.default_rng(8)
 
