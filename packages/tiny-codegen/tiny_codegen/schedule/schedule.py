@@ -16,6 +16,8 @@ Stages (docs/PIPELINE.md §2):
    broadcast (attention's softmax exp, else evaluated once per head dim). A reduce or exp2 whose only way to a
    broadcast is through such a window input is computed in that input's kernel (a conv with its activation, SiLU's
    exp2 included, as the epilogue), unless a PAD lies between (the conv would run behind the padding's gates). A
+   constant pad's fill (WHERE of a padded mask, max pooling's -inf: `_pad_fill`) counts as that PAD: the value under
+   it is the window input, stored unpadded, and its reader applies the fill behind the padding's gates. A
    contraction (conv, matmul) that a sum reduces again (a global pool) gets its own kernel with its elementwise
    epilogue: the value the sum reads is realized (`_ends_contraction`);
 3. build one kernel per realized value by walking toward its inputs with index expressions (`indexing.py`); a value
