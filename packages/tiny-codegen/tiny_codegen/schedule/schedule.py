@@ -16,6 +16,8 @@ Stages (docs/PIPELINE.md §2):
    broadcast (attention's softmax exp, else evaluated once per head dim). A reduce or exp2 whose only way to a
    broadcast is through such a window input is computed in that input's kernel (a conv with its activation, SiLU's
    exp2 included, as the epilogue), unless a PAD lies between (the conv would run behind the padding's gates). A
+   constant pad's fill (WHERE of a padded mask, max pooling's -inf: `_pad_fill`) counts as that PAD: the value under
+   it is the window input, stored unpadded, and its reader applies the fill behind the padding's gates. A
    contraction (conv, matmul) that a sum reduces again (a global pool) gets its own kernel with its elementwise
    epilogue: the value the sum reads is realized (`_ends_contraction`);
 3. build one kernel per realized value by walking toward its inputs with index expressions (`indexing.py`); a value
@@ -800,7 +802,7 @@ def _decide(sink: UOp) -> tuple[dict[UOp, None], dict[UOp, bool]]:
         if (cri := reduced_into.get(c)) is not None: ri = cri if ri is None else min(ri, cri)
       if c in want: continue
       if c.op is Ops.REDUCE_AXIS: w1 = True
-      elif c.op in GroupOp.Movement:
+      elif c.op in GroupOp.Movement or _pad_fill(c, reads_memory):
         cw0, cw1 = windowed[c]
         w0, w1 = w0 or (cw1 if grows else cw0), w1 or cw1
       elif c.op in GroupOp.ALU: w1 = w1 or windowed[c][1]
@@ -808,7 +810,7 @@ def _decide(sink: UOp) -> tuple[dict[UOp, None], dict[UOp, bool]]:
     expands_w[x], stops_w[x], padded_w[x] = _walk_past_windows(children.get(x, ()), want, window, expands_w, stops_w,
                                                                padded_w)
     if x.op in GroupOp.ALU and x not in want and reads_memory[x] and len(leaves[x]) >= WINDOW_MIN_BUFFERS and \
-        _largest_size(shape_of(x)) >= WINDOW_MIN_SIZE and w0: window.add(x)
+        _largest_size(shape_of(x)) >= WINDOW_MIN_SIZE and w0 and not _pad_fill(x, reads_memory): window.add(x)
 
   # sources first, with the decisions made so far: what each node reads (a realized value is one buffer) and its depth
   contraction_below: dict[UOp, bool] = {}  # a contraction reduced again is below, through elementwise ops only
@@ -836,6 +838,18 @@ def _decide(sink: UOp) -> tuple[dict[UOp, None], dict[UOp, bool]]:
     if n.op in GroupOp.Elementwise and d > MAX_FUSED_DEPTH and n.shape is not None and all_int(n.shape): want.add(n)
     depth[n] = 0 if n in want else d
   return {n: None for n in nodes if n in want and n.op is not Ops.SINK}, reads_memory
+
+
+def _pad_fill(x: UOp, reads_memory: dict[UOp, bool]) -> bool:
+  """Whether `x` is a constant pad's fill (`Tensor.pad(value=v)`, max pooling's -inf border): WHERE(PAD of a
+  constant mask, PAD of a value, a constant). `_decide`'s window rule sees through it as through the PAD itself:
+  the value under the PAD is the window input (a conv with its ReLU as the epilogue, stored unpadded) and the pool
+  reads it behind the padding's gates with the fill as their else, where before the padded copy was realized (its
+  own kernel: resnet18's stem wrote a 114x114 copy of each 112x112 channel for the max pool)."""
+  if x.op is not Ops.WHERE: return False
+  mask, val, fill = x.src
+  return mask.op is Ops.PAD and val.op is Ops.PAD and mask.arg == val.arg and not reads_memory[mask] and \
+    not reads_memory[fill]
 
 
 def _largest_size(shape: tuple[sint, ...] | None) -> int:
