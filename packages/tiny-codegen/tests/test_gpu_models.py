@@ -71,16 +71,17 @@ _asts: dict[tuple[str, str], list[Any]] = {}
 
 
 def compiled(target: str, model: str) -> list[Any]:
-  """ProgramSpecs of every kernel realizing `model` on the NULL device for `target` (compiled once per session)."""
+  """ProgramSpecs of every kernel realizing `model` on the NULL device for `target` (realized once per session): the
+  kernels the engine launched, whether this test compiled them or an earlier one in the process did (a set of new
+  compile-cache entries missed the kernels other tests had compiled first, e.g. a loss's mean: order-dependent)."""
   if (target, model) not in _compiled:
-    from tiny_uop.plugins import load_renderer
-    cls = load_renderer(target)
-    before = set(engine._program_cache)  # test-only peek: the engine's compiled-program cache
-    with Context(DEV=TARGETS[target]):  # the NULL device's renderer follows DEV
+    calls: list[Any] = []
+    with Context(DEV=TARGETS[target]), engine.capture(calls.append):  # the NULL device's renderer follows DEV
       Tensor.realize(*MODELS[model]("NULL"))
-    new = [(key[0], spec) for key, (spec, _) in engine._program_cache.items() if key not in before and key[1] is cls]
-    _compiled[(target, model)] = [spec for _, spec in new]
-    _asts[(target, model)] = [ast for ast, _ in new]
+    specs = list({id(c.spec): c.spec for c in calls if c.kind == "kernel"}.values())
+    ast_of = {id(spec): key[0] for key, (spec, _) in engine._program_cache.items()}  # test-only peek: the cache
+    _compiled[(target, model)] = specs
+    _asts[(target, model)] = [ast_of[id(spec)] for spec in specs]
   return _compiled[(target, model)]
 
 
