@@ -387,7 +387,7 @@ def test_a_renderer_set_on_the_cpu_device_schedules_again_without_a_flag_write(c
   from tiny_uop.helpers import ContextVar
   from tiny_uop.plugins import Device
   x = _x(71, (4, 4))
-  a = Tensor(x).realize()
+  a = Tensor(x, device="CPU").realize()  # the CPU device in every session (the default may be a mock GPU)
   for _ in range(3): (a * 6).realize()
   count_schedules.clear()
   dev, ver = Device["CPU"], ContextVar.version
