@@ -64,7 +64,8 @@ TEST_DEPS = ["pytest>=8", "hypothesis>=6", "numpy>=1.24", "torch==2.13.0", "hatc
 PYTEST_ARGS = {"tiny-tensor@MOCK+QCOM": ["-n", "2"], "tiny-tensor@MOCK+QCOM@IMAGE=1": ["-n", "2"]}
 BENCH_DEPS = ["numpy>=1.24", "torch==2.13.0", "tinygrad==0.14.0",  # tinygrad's CPU backend also needs clang
               "onnx", "onnxruntime", "transformers>=5",  # bench_models.py: ONNX exports checked against onnxruntime
-              "llama-cpp-python==0.3.36"]  # bench_llm.py: llama.cpp on the same GGUF (an sdist: built, see `bench`)
+              "llama-cpp-python==0.3.36",  # bench_llm.py: llama.cpp on the same GGUF (an sdist: built, see `bench`)
+              "gguf>=0.10"]  # bench_llm.py writes its model files with gguf's writer
 
 
 def package_version(pkg: str) -> str:
