@@ -18,6 +18,7 @@ from tiny_codegen.renderer import kernel_params
 
 if TYPE_CHECKING:
   from tiny_codegen.opt.kernel import Opt
+  from tiny_codegen.renderer.llvmir import LLVMRenderer
 
 __all__ = ["ProgramInfo", "to_program", "get_program", "spec_from_program", "kernel_name", "CODEGEN_FLAGS",
            "codegen_flags"]
@@ -136,7 +137,7 @@ def _amx_program(ast: UOp, name: str, renderer: Renderer) -> UOp | None:
   b_packed = False
   if (mnk := x86_amx.match_matmul_layout(ast)) is None and (reg := x86_amx.registered_packed_b(ast)) is not None:
     mnk, b_packed = (*reg, False, reg[2]), True  # B already in the kernel's panels (`x86_amx.pack_b`)
-  if mnk is None or not x86_amx.request_tile_state(): return None
+  if mnk is None or not x86_amx.request_tile_state(): return _avx512_bf16_program(ast, name, renderer)
   m, n, k, out_bf16, lda = mnk
   threads, col_threads = x86_amx.split_threads(m, n, max(1, int(getattr(renderer, "threads", 1))))
   from tiny_codegen.machine import machine_of
@@ -144,6 +145,27 @@ def _amx_program(ast: UOp, name: str, renderer: Renderer) -> UOp | None:
   src = x86_amx.amx_bf16_matmul_ir(m, n, k, threads, name=name, out_bf16=out_bf16, kb=kb, lda=lda,
                                    col_threads=col_threads, b_packed=b_packed)
   if DEBUG >= 4: print(f"*** source of {name} (x86_amx tile kernel):\n{src}")
+  lib = renderer.compiler.compile_cached(src)
+  info = ProgramInfo(name, (threads, 1, 1), None, (), (0, 1, 2), (0,), (1, 2))
+  return UOp(Ops.PROGRAM, src=(ast, UOp(Ops.DEVICE, arg=renderer.device), UOp(Ops.LINEAR, src=()),
+                               UOp(Ops.SOURCE, arg=src), UOp(Ops.BINARY, arg=lib)), arg=info)
+
+
+def _avx512_bf16_program(ast: UOp, name: str, renderer: LLVMRenderer) -> UOp | None:
+  """The PROGRAM of `tiny_codegen.x86_bf16`'s `vdpbf16ps` kernel for a kernel AST `x86_amx.match_matmul_layout`
+  recognises at any size, where the AMX tile kernel doesn't take it (`_amx_program`), on a machine whose model lists
+  AVX512-BF16 and whose probe ran it (`x86_bf16.usable`) and whose stack holds its strip (`x86_bf16.plan`); None
+  otherwise (lowered as usual). Register block from the machine model (`x86_bf16.register_block`); threads: the
+  renderer's, over column strips, then rows (`x86_bf16.split_threads`)."""
+  from tiny_codegen import x86_amx, x86_bf16
+  from tiny_codegen.machine import machine_of
+  if (got := x86_amx.match_matmul_layout(ast, any_size=True)) is None: return None
+  m, n, k, out_bf16, lda = got
+  mach, threads = machine_of(renderer), max(1, int(getattr(renderer, "threads", 1)))
+  if (blk := x86_bf16.plan(mach, m, n, k, threads, x86_amx.thread_stack_limit())) is None or \
+     not x86_bf16.usable(mach): return None  # the probe last: it may start a child
+  src = x86_bf16.avx512_bf16_matmul_ir(m, n, k, threads, name=name, out_bf16=out_bf16, lda=lda, mr=blk[0], nv=blk[1])
+  if DEBUG >= 4: print(f"*** source of {name} (x86_bf16 vdpbf16ps kernel):\n{src}")
   lib = renderer.compiler.compile_cached(src)
   info = ProgramInfo(name, (threads, 1, 1), None, (), (0, 1, 2), (0,), (1, 2))
   return UOp(Ops.PROGRAM, src=(ast, UOp(Ops.DEVICE, arg=renderer.device), UOp(Ops.LINEAR, src=()),

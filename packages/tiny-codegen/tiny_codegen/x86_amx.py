@@ -4,10 +4,12 @@ instructions, and this process's permission to use the tile state.
 Reached from `Tensor.dot` (bfloat16 2-D operands on the CPU where `request_tile_state()` holds and 32 divides M, N
 and K): `dot` sums `A.float() * B.float()` over k, cast to bfloat16, in one kernel, and `tiny_codegen.program` hands
 a kernel AST that `match_matmul` recognises to this kernel instead of lowering it: one launch, B's pack included.
-`bench/bench_bf16.py` measures it beside torch's. Why AMX and not `vdpbf16ps`: on the Sapphire Rapids VM this
-project measures on, a `vdpbf16ps zmm` (64 flops) issues at ~0.2x the rate of a `vfmadd231ps zmm` (32 flops), so
-an AVX512-BF16 kernel does ~0.45x the float32 FMA kernel's flops (bench/README.md, "bfloat16: AMX"); only the
-tiles reach oneDNN's figures.
+`bench/bench_bf16.py` measures it beside torch's. AMX or `vdpbf16ps` is a per-machine answer: on the Sapphire
+Rapids VM (tiles run) a `vdpbf16ps zmm` (64 flops) issues at ~0.2x the rate of a `vfmadd231ps zmm` (32 flops), so an
+AVX512-BF16 kernel does ~0.45x the float32 FMA kernel's flops (bench/README.md, "bfloat16: AMX") and only the tiles
+reach oneDNN's figures: where they run, this kernel is chosen. On Zen 4 (no AMX) a `vdpbf16ps zmm` issues at the
+FMA's rate, 2x its flops: there, and wherever the tiles don't run or their blocks don't divide the shape, the
+product goes to `tiny_codegen.x86_bf16`'s kernel when the probe confirms AVX512-BF16.
 
 The kernel, `void <name>(float *out, uint16 *a, uint16 *b, i32 core_id)`, one call per thread `core_id` of
 `threads` (the CPU runtime's convention), computes one row share of out = A @ B (rows [i * M/rt, (i+1) * M/rt) for
@@ -350,13 +352,14 @@ def match_matmul(ast: UOp) -> tuple[int, int, int, bool] | None:
   return None if got is None else got[:4]
 
 
-def match_matmul_layout(ast: UOp) -> tuple[int, int, int, bool, int] | None:
+def match_matmul_layout(ast: UOp, any_size: bool = False) -> tuple[int, int, int, bool, int] | None:
   """(M, N, K, out_bf16, lda) when kernel AST `ast` is exactly what this kernel computes, with PARAM 0 the out (M, N):
   float32, or bfloat16 when the STORE holds a CAST of the sum to bfloat16 (out_bf16 True), PARAM 1 A (M, K) and
   PARAM 2 B (K, N), both bfloat16 and row-major (A's rows `lda` >= K elements apart: K, or more where `Tensor.dot`
   padded them, `a_row_pad`): one STORE of REDUCE-ADD over k of the float32 casts' product, every index affine in the
   three ranges (m, n, k) with the layouts' strides (checked per range, so the match is exact, not sampled), and
-  `fits(M, N, K)`. None for anything else (it is lowered as usual)."""
+  `fits(M, N, K)` (`any_size`: any size, for `tiny_codegen.x86_bf16`'s kernel, which checks its own). None for
+  anything else (it is lowered as usual)."""
   if ast.op is not Ops.SINK or len(ast.src) != 1 or (st := ast.src[0]).op is not Ops.STORE or len(st.src) != 2:
     return None
   oix, red = st.src
@@ -382,8 +385,8 @@ def match_matmul_layout(ast: UOp) -> tuple[int, int, int, bool, int] | None:
   m, n, k = size[rm], size[rn], size[rk]
   lda = sa[rm]
   want = {rm: (n, lda, 0), rn: (1, 0, 1), rk: (0, 1, n)}
-  if lda < k or m * lda >= 2 ** 31 or any((so[r], sa[r], sb[r]) != w for r, w in want.items()) or not fits(m, n, k):
-    return None
+  if lda < k or any((so[r], sa[r], sb[r]) != w for r, w in want.items()): return None
+  if not any_size and (m * lda >= 2 ** 31 or not fits(m, n, k)): return None
   for p, need in zip(params, (m * n, (m - 1) * lda + k, n * k)):
     if not isinstance(p.dtype, PtrDType) or p.dtype.size < need: return None
   return m, n, k, out_bf16, lda
