@@ -1467,8 +1467,10 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
     in_dt = least_upper_dtype(self.dtype, w.dtype)
     out_dt = in_dt if dtype is None else to_dtype(dtype)
     acc = sum_acc_dtype(in_dt) if dtype is None else out_dt
-    amx = dx == 2 and dw == 2 and dtype is None and self.dtype == w.dtype == dtypes.bfloat16 and _amx_tiles(self, w)
-    panel = _gemm_panel(self, w, acc) if dx >= 2 and dw >= 2 and not amx else 0
+    bf16 = dx == 2 and dw == 2 and dtype is None and self.dtype == w.dtype == dtypes.bfloat16
+    bf16k = _bf16_kernel(self, w) if bf16 else None
+    whole = bf16k is not None  # one kernel of its own takes the product
+    panel = _gemm_panel(self, w, acc) if dx >= 2 and dw >= 2 and not whole else 0
     if panel and dw == 2:
       # the CPU's register block reads B in column strips: B realized once as contiguous (n // P, k, P) panels; an A
       # of 3 or more dims has its rows flattened into `_packed_product`'s one graph and its batch dims restored
@@ -1480,13 +1482,16 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
     ww = w.reshape(*w.shape[:-2], *[1] * min(dx - 1, dw - 1, 1), *w.shape[axis_w:]).transpose(-1, axis_w)
     if dtypes.is_float(in_dt) and dtypes.is_float(acc) and acc.itemsize > in_dt.itemsize:
       x, ww = x.cast(acc), ww.cast(acc)  # half/bfloat16: exact products summed in float, rounded once (as torch)
-    if amx:
-      # AMX tiles (tiny_codegen.x86_amx): one kernel, the plain float32 sum of bf16 products rounded to bf16, which
-      # the tile kernel's recogniser matches; that kernel packs B's k-pairs itself (no pack kernel, no second launch)
-      if pad := _amx_row_pad(self, w):  # A's rows copied a cache line further apart (`x86_amx.a_row_pad`)
+    if whole:
+      # AMX tiles (tiny_codegen.x86_amx) or vdpbf16ps (x86_bf16): one kernel, the plain float32 sum of bf16 products
+      # rounded to bf16, which the kernels' recogniser matches; they pack B's k-pairs themselves (no second launch)
+      if bf16k == "amx" and (pad := _amx_row_pad(self, w)):  # A's rows a cache line further apart (`a_row_pad`)
         (m, k), n = self.shape, w.shape[1]
         x = self.pad(((0, 0), (0, pad))).contiguous().shrink(((0, m), (0, k))).reshape(m, 1, k).cast(acc)
-      return (x * ww).sum(-1).cast(out_dt)
+      out = (x * ww).sum(-1).cast(out_dt)
+      # the vdpbf16ps kernel's own launch: an epilogue fused into it (a bias, an activation) is no AST it matches,
+      # and the plain sum lowered unpacked would be far slower than the float32 GEMM it replaces
+      return out.contiguous() if bf16k == "avx512_bf16" else out
     if panel:
       # a batched B likewise, each matrix its own panels: (*batch, n // P, k, P), broadcast over A's rows
       bw, (k, n) = w.shape[:-2], w.shape[-2:]
@@ -1544,6 +1549,25 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
     """Cast to bool (nonzero is True)."""
     return self.cast(dtypes.bool)
 
+
+
+def _bf16_kernel(x: Tensor, w: Tensor) -> str | None:
+  """Which CPU kernel takes bfloat16 `x @ w` (2-D) whole: "amx" (`_amx_tiles`), else "avx512_bf16" where
+  `tiny_codegen.x86_bf16`'s `vdpbf16ps` kernel takes the shape on this machine (`x86_bf16.plan`, `usable`: the probe
+  ran the instruction), both on the CPU device with the LLVM renderer; None: the packed float32 GEMM."""
+  if _amx_tiles(x, w): return "amx"
+  if x.device != "CPU" or w.device != "CPU": return None
+  (m, k), n = x.shape, w.shape[1]
+  if not isinstance(m, int) or not isinstance(k, int) or not isinstance(n, int): return None  # symbolic shapes
+  from tiny_codegen import x86_amx, x86_bf16
+  from tiny_codegen.machine import machine_of
+  from tiny_codegen.renderer.llvmir import LLVMRenderer
+  from tiny_uop.plugins import Device
+  if not isinstance(r := Device["CPU"].renderer, LLVMRenderer): return None
+  mach = machine_of(r)
+  if x86_bf16.plan(mach, m, n, k, max(1, int(getattr(r, "threads", 1))), x86_amx.thread_stack_limit()) is None:
+    return None
+  return "avx512_bf16" if x86_bf16.usable(mach) else None
 
 
 def _amx_tiles(x: Tensor, w: Tensor) -> bool:

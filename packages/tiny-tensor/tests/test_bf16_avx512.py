@@ -1,0 +1,98 @@
+"""bfloat16 `Tensor.dot` on a CPU whose probe confirms AVX512-BF16 and whose AMX tiles don't run (Zen 4): any 2-D
+shape runs `tiny_codegen.x86_bf16`'s `vdpbf16ps` kernel in one launch (B packed in k-pairs inside it, float32 sums,
+one rounding to bfloat16), odd M, N and K included; the probe off (`TINY_CPU_PROBE=0`) keeps the float32 kernel. Either
+way torch's bfloat16 matmul's numbers (it also sums in float32) to one bfloat16 rounding, and the same bits for
+infinities and NaN. Where the CPU lacks the instruction the kernel isn't chosen (checked everywhere); the IR and
+`program`'s choice on a described machine are tiny-codegen's tests/test_x86_bf16.py."""
+import numpy as np
+import pytest
+import torch
+from tiny_tensor import Tensor
+from tiny_uop import Ops, dtypes
+
+from tiny_codegen import x86_amx, x86_bf16
+from tiny_codegen.machine import host_machine
+
+pytestmark = pytest.mark.dev_session("CPU")  # the kernel is the LLVM CPU renderer's
+
+rng = np.random.default_rng(39)
+
+
+def _sources(t: Tensor) -> list[str]:
+  """The source text of every kernel `t`'s schedule runs (compiled through `get_program`, as realize does)."""
+  from tiny_codegen import get_program
+  from tiny_uop.plugins import Device
+  return [get_program(c.src[0], Device["CPU"].renderer).src for c in t.schedule().calls if c.src[0].op is Ops.SINK]
+
+
+def _runs_here() -> bool: return not x86_amx.request_tile_state() and x86_bf16.usable(host_machine())
+
+
+def _check(a: np.ndarray, b: np.ndarray) -> tuple[list[str], np.ndarray]:
+  out = Tensor(a).cast(dtypes.bfloat16).realize() @ Tensor(b).cast(dtypes.bfloat16).realize()
+  srcs = _sources(out)
+  want = (torch.from_numpy(a).bfloat16() @ torch.from_numpy(b).bfloat16()).float().numpy()
+  assert out.dtype == dtypes.bfloat16
+  got = out.float().numpy()
+  np.testing.assert_allclose(got, want, rtol=0, atol=2 ** -8 * float(np.abs(want).max()))
+  return srcs, out.bitcast(dtypes.uint16).numpy()
+
+
+@pytest.mark.parametrize("m, k, n", [(64, 96, 32), (7, 33, 40), (30, 5, 17), (2, 64, 64), (64, 3, 96),
+                                     (100, 257, 300), (13, 1024, 129), (256, 512, 1024)])
+def test_one_vdpbf16ps_kernel_where_it_runs(m: int, k: int, n: int) -> None:
+  """One kernel with the instruction, at any size: M remainders, ragged column strips, odd K (a size of 1 is a vector
+  product, no range to match: lowered as usual)."""
+  if not _runs_here(): pytest.skip("this CPU runs AMX tiles or no vdpbf16ps (test_probe_off ran the fallback)")
+  srcs, _ = _check(rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32))
+  assert len(srcs) == 1 and "avx512bf16.dpbf16ps" in srcs[0], [s[:80] for s in srcs]
+
+
+def test_probe_off_keeps_the_float32_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+  monkeypatch.setenv("TINY_CPU_PROBE", "0")
+  srcs, _ = _check(rng.standard_normal((50, 70)).astype(np.float32), rng.standard_normal((70, 90)).astype(np.float32))
+  assert not any("dpbf16ps" in s for s in srcs)
+
+
+def test_not_chosen_where_the_probe_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+  """Flags that list AVX512-BF16 but a probe child that died (SIGILL): the float32 kernel, torch's numbers."""
+  from tiny_codegen import cpu_probe
+  monkeypatch.setattr(cpu_probe, "probe", lambda feature: -4)
+  srcs, _ = _check(rng.standard_normal((48, 64)).astype(np.float32), rng.standard_normal((64, 80)).astype(np.float32))
+  assert not any("dpbf16ps" in s for s in srcs)
+
+
+def test_infinities_and_nan_round_as_the_float32_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+  """Rows with an infinity or a NaN give the same bfloat16 bits as the float32 kernel's cast (inf stays inf, inf -
+  inf and NaN read 0x7FC0), the finite rows torch's numbers in both."""
+  a, b = rng.standard_normal((20, 37)).astype(np.float32), rng.standard_normal((37, 50)).astype(np.float32)
+  a[0, 3], a[1, 5], a[2, 0] = np.inf, np.nan, -np.inf
+  b[:, 7] = np.abs(b[:, 7])  # column 7: all positive, so row 0 gives +inf there, row 2 -inf
+  a_fin = a.copy()
+  a_fin[:3] = 0
+  _check(a_fin, b)
+  out = (Tensor(a).cast(dtypes.bfloat16).realize() @ Tensor(b).cast(dtypes.bfloat16).realize()).bitcast(dtypes.uint16)
+  srcs, got = _sources(out), out.numpy()
+  monkeypatch.setenv("TINY_CPU_PROBE", "0")
+  base = (Tensor(a).cast(dtypes.bfloat16).realize() @ Tensor(b).cast(dtypes.bfloat16).realize()).bitcast(dtypes.uint16)
+  assert not any("dpbf16ps" in s for s in _sources(base))
+  want = base.numpy()
+  np.testing.assert_array_equal(got[:3], want[:3])
+  assert got[0, 7] == 0x7F80 and got[2, 7] == 0xFF80 and got[1, 7] == 0x7FC0
+  if _runs_here(): assert any("dpbf16ps" in s for s in srcs)
+
+
+@pytest.mark.parametrize("epilogue", ["bias", "relu"])
+def test_epilogue_runs_after_the_kernel(epilogue: str) -> None:
+  """A bias or an activation on the product: the `vdpbf16ps` kernel, then the epilogue in a kernel of its own (fused,
+  the AST would no longer be the product the kernel matches, and the sum would be lowered unpacked); torch's numbers."""
+  if not _runs_here(): pytest.skip("this CPU runs AMX tiles or no vdpbf16ps (test_probe_off ran the fallback)")
+  a, b = rng.standard_normal((40, 72)).astype(np.float32), rng.standard_normal((72, 96)).astype(np.float32)
+  c = rng.standard_normal(96).astype(np.float32)
+  ta, tb, tc = (Tensor(x).cast(dtypes.bfloat16).realize() for x in (a, b, c))
+  qa, qb, qc = (torch.from_numpy(x).bfloat16() for x in (a, b, c))
+  out, want = (ta.linear(tb, tc), qa @ qb + qc) if epilogue == "bias" else ((ta @ tb).relu(), (qa @ qb).relu())
+  srcs = _sources(out)
+  assert len(srcs) == 2 and "avx512bf16.dpbf16ps" in srcs[0] and "dpbf16ps" not in srcs[1], [s[:80] for s in srcs]
+  want_f = want.float().numpy()
+  np.testing.assert_allclose(out.float().numpy(), want_f, rtol=0, atol=2 ** -7 * float(np.abs(want_f).max()))
