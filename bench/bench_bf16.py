@@ -3,8 +3,9 @@
 1. GFLOPS of `a @ b` (N x N, bfloat16 in, float32 sums) in turns (`settle.time_in_turns`, best call of 3 rounds x 5):
    `tiny` (`Tensor` bf16 matmul: the AMX tile kernel where it runs, else the float32 kernel on widened inputs),
    `torch` (oneDNN: AMX where it runs), and `tiny_amx`: `tiny_codegen.x86_amx`'s tile kernel called directly on the
-   CPU runtime (B's pack in the kernel; float32 out), only where `x86_amx.request_tile_state()` says the tiles run.
-   Target (issue #39): tiny >= 1.0x torch.
+   CPU runtime (B's pack in the kernel; float32 out), only where `x86_amx.request_tile_state()` says the tiles run;
+   `tiny_dp`: `tiny_codegen.x86_bf16`'s `vdpbf16ps` kernel called likewise (the machine model's register block), only
+   where `x86_bf16.usable` (the probe ran AVX512-BF16). Target (issue #39): tiny >= 1.0x torch.
 2. Instruction throughput on one thread: 16 independent `vdpbf16ps zmm` chains against 16 `vfmadd231ps zmm` ones
    (G instructions a second and GFLOPS: a vdpbf16ps is 64 flops, an FMA 32), where the probe confirms AVX512-BF16:
    whether an AVX512-BF16 kernel could beat the float32 FMA one on this CPU.
@@ -91,6 +92,24 @@ def tiny_amx(n: int) -> Callable[[], Any] | None:
   return call
 
 
+def tiny_dp(n: int) -> Callable[[], Any] | None:
+  """The AVX512-BF16 kernel on the CPU runtime's threads, or None where the probe doesn't confirm the instruction."""
+  from tiny_codegen import x86_amx, x86_bf16
+  from tiny_codegen.machine import machine_of
+  from tiny_uop.plugins import Device
+  mach, threads = machine_of(Device["CPU"].renderer), getattr(Device["CPU"].renderer, "threads", 1)
+  if not x86_bf16.usable(mach) or (blk := x86_bf16.plan(mach, n, n, n, threads, x86_amx.thread_stack_limit())) is None:
+    return None
+  a, b = _inputs(n)
+  bufs = (np.zeros((n, n), np.float32), np.ascontiguousarray(_bf16_bits(a)), np.ascontiguousarray(_bf16_bits(b)))
+  prg = _cpu_program("dp_mm", x86_bf16.avx512_bf16_matmul_ir(n, n, n, threads, name="dp_mm", mr=blk[0], nv=blk[1]))
+
+  def call() -> None: prg(*(x.ctypes.data for x in bufs), global_size=(threads, 1, 1))
+  call()
+  _check(bufs[0], _exact(a, b), "tiny_dp")
+  return call
+
+
 def _micro_ir(kind: str) -> str:
   """16 independent accumulator chains of `kind` ("dp": vdpbf16ps, "fma": vfmadd231ps) over MICRO_ITERS steps."""
   ln = ["declare <16 x float> @llvm.x86.avx512bf16.dpbf16ps.512(<16 x float>, <32 x bfloat>, <32 x bfloat>)",
@@ -122,14 +141,15 @@ def dp_vs_fma() -> dict[str, float] | None:
 
 
 def run(sizes: tuple[int, ...] = (N,), micro: bool = True) -> dict[str, dict[str, Any]]:
-  """One GFLOPS row per size in `sizes` (tiny, torch where importable, tiny_amx where the tiles run), then the
-  instruction throughput row when `micro` (and the probe confirms AVX512-BF16)."""
+  """One GFLOPS row per size in `sizes` (tiny, torch where importable, tiny_amx where the tiles run, tiny_dp where
+  AVX512-BF16 does), then the instruction throughput row when `micro` (and the probe confirms AVX512-BF16)."""
   out: dict[str, dict[str, Any]] = {}
   for n in sizes:
     fns: dict[str, Callable[[], Any]] = {"tiny": tiny_bf16(n)}
     try: fns["torch"] = torch_bf16(n)
     except ImportError: pass
     if (amx := tiny_amx(n)) is not None: fns["tiny_amx"] = amx
+    if (dp := tiny_dp(n)) is not None: fns["tiny_dp"] = dp
     row: dict[str, Any] = {"unit": "GFLOPS", "better": "higher", "target": "tiny >= 1.0x torch (issue #39)"}
     row.update({k: 2 * n ** 3 / min(t) / 1e9 for k, t in time_in_turns(fns, ROUNDS, REPS).items()})
     out[f"matmul {n}x{n} bfloat16 (float32 sums)"] = row
