@@ -1489,9 +1489,9 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
         (m, k), n = self.shape, w.shape[1]
         x = self.pad(((0, 0), (0, pad))).contiguous().shrink(((0, m), (0, k))).reshape(m, 1, k).cast(acc)
       out = (x * ww).sum(-1).cast(out_dt)
-      # the vdpbf16ps kernel's own launch: an epilogue fused into it (a bias, an activation) is no AST it matches,
+      # the kernel's own launch: an epilogue fused into it (a bias, an activation) is no AST either kernel matches,
       # and the plain sum lowered unpacked would be far slower than the float32 GEMM it replaces
-      return out.contiguous() if bf16k == "avx512_bf16" else out
+      return out.contiguous()
     if panel:
       # a batched B likewise, each matrix its own panels: (*batch, n // P, k, P), broadcast over A's rows
       bw, (k, n) = w.shape[:-2], w.shape[-2:]
