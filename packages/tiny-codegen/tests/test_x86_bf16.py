@@ -84,6 +84,10 @@ def test_usable_needs_the_flag_the_register_file_and_the_probe(monkeypatch: pyte
   assert x86_bf16.usable(ZEN4)
   assert not x86_bf16.usable(dataclasses.replace(ZEN4, isa=frozenset({"avx512vl"})))  # not listed: no child
   assert not x86_bf16.usable(dataclasses.replace(ZEN4, vector_bytes=32))
+  # where AMX tiles run (a Sapphire Rapids), the shapes their kernel doesn't take keep the float32 GEMM
+  assert not x86_bf16.usable(dataclasses.replace(ZEN4, isa=ZEN4.isa | {"amx_tile", "amx_bf16"}))
+  monkeypatch.setattr(cpu_probe, "probe", lambda feature: -4 if feature == "amx_bf16" else 0)  # listed, SIGILL
+  assert x86_bf16.usable(dataclasses.replace(ZEN4, isa=ZEN4.isa | {"amx_tile", "amx_bf16"}))
   monkeypatch.setattr(cpu_probe, "probe", lambda feature: -4)  # the child died of SIGILL
   assert not x86_bf16.usable(ZEN4)
   monkeypatch.setattr(cpu_probe, "probe", lambda feature: 0)

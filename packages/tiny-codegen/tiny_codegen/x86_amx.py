@@ -8,8 +8,8 @@ a kernel AST that `match_matmul` recognises to this kernel instead of lowering i
 Rapids VM (tiles run) a `vdpbf16ps zmm` (64 flops) issues at ~0.2x the rate of a `vfmadd231ps zmm` (32 flops), so an
 AVX512-BF16 kernel does ~0.45x the float32 FMA kernel's flops (bench/README.md, "bfloat16: AMX") and only the tiles
 reach oneDNN's figures: where they run, this kernel is chosen. On Zen 4 (no AMX) a `vdpbf16ps zmm` issues at the
-FMA's rate, 2x its flops: there, and wherever the tiles don't run or their blocks don't divide the shape, the
-product goes to `tiny_codegen.x86_bf16`'s kernel when the probe confirms AVX512-BF16.
+FMA's rate, 2x its flops: there, wherever the tiles don't run, the product goes to `tiny_codegen.x86_bf16`'s kernel
+when the probe confirms AVX512-BF16 (where they run, the shapes their blocks don't divide keep the float32 GEMM).
 
 The kernel, `void <name>(float *out, uint16 *a, uint16 *b, i32 core_id)`, one call per thread `core_id` of
 `threads` (the CPU runtime's convention), computes one row share of out = A @ B (rows [i * M/rt, (i+1) * M/rt) for

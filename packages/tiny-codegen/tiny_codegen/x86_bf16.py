@@ -110,9 +110,14 @@ def fits(m: int, n: int, k: int, nr: int, stack_limit: int) -> bool:
 
 
 def usable(m: Machine) -> bool:
-  """Whether machine `m` runs this kernel: 64-byte vectors, `avx512_bf16` in its `isa`, and the probe's child ran
-  `vdpbf16ps` (`cpu_probe.executes`: never an instruction it didn't confirm)."""
-  return m.vector_bytes == 64 and "avx512_bf16" in m.isa and cpu_probe.executes("avx512_bf16", m.isa)
+  """Whether machine `m` takes this kernel: 64-byte vectors, `avx512_bf16` in its `isa`, the probe's child ran
+  `vdpbf16ps` (`cpu_probe.executes`: never an instruction it didn't confirm), and no AMX tiles run there. Where they
+  run (a Sapphire Rapids Xeon) the shapes the tile kernel doesn't take keep the float32 GEMM: there an AVX512-BF16
+  kernel was measured at ~0.45x the float32 kernel's flops (`x86_amx`'s module docstring), where on Zen 4 (no AMX)
+  `vdpbf16ps` does 2x the FMA's."""
+  if m.vector_bytes != 64 or "avx512_bf16" not in m.isa: return False
+  if {"amx_tile", "amx_bf16"} <= m.isa and cpu_probe.executes("amx_bf16", m.isa): return False
+  return cpu_probe.executes("avx512_bf16", m.isa)
 
 
 def _check(m: int, n: int, k: int, threads: int, lda: int, mr: int, nv: int) -> None:
