@@ -48,7 +48,10 @@ loads saved little. Zen 4 (EPYC fam 25 model 17), one thread, 24 weights in turn
 CPU time a matvec: Q8_0 2048x768 4 rows 175-183 us (9.5 GB/s) -> 1 row 70-92 us (19-24 GB/s), 768x2048 129-136 ->
 70 us; Q4_K 2048x768 70-72 -> 62-64 us, 768x2048 96-102 -> 55-60 us (Q4_K is compute-bound there). The 4-row form
 with a software prefetch of the next row group (2-3x over 4 rows without one on the Xeon 6/207, session 8) stays
-below one row on Zen 4 (2 or 4 groups ahead: the same 9.7 GB/s)."""
+below one row on Zen 4 (2 or 4 groups ahead: the same 9.7 GB/s). One row needs no software prefetch here (`ahead`
+0): the F32 kernel's distance (`matvec_ir.prefetch_ahead`, 16 KB) made the 12-layer bench decode step slower, Q8_0
+5.3-6.7 -> 7.1-7.7 ms, Q4_K 3.9-4.6 -> 4.6-4.8 (one thread, thread CPU time, load 11): a Q8_0 block's 34 bytes ask
+for a line twice, a Q4_K block's 144 three prefetches."""
 # (target features, intrinsic): AVX512-VNNI's 256-bit form needs AVX512VL; AVX-VNNI (Alder Lake and later) is the
 # VEX encoding of the same instruction, which LLVM selects from the same intrinsic under +avxvnni.
 _FORMS = {"avx512_vnni": ("+avx512vnni,+avx512vl", "llvm.x86.avx512.vpdpbusd.256"),
