@@ -71,10 +71,11 @@ def accumulators(fma_chains: int, registers: int, rows: int) -> int:
 def prefetch_ahead(l1d: int, line: int, rows: int, step_bytes: int) -> int:
   """Bytes ahead of each row's loads the kernel prefetches: the `rows` rows stream side by side, so rows x distance
   is what sits prefetched and not yet read; half the L1d (`l1d` bytes) for that, the other half for x and the lines
-  in use (farther, a prefetch into L1 evicts lines it is about to need: the int8 kernels lost at 4 row groups ahead,
-  `x86_vnni.PREFETCH_GROUPS`). Whole lines, at least one K step (`step_bytes`). Measured on the 48 KB L1d of the
-  Xeon 6/207, 2048x768 one thread, 150 MB of weights in turn, us a matvec (two rounds, load ~4.5): none 703/380,
-  a quarter of the L1d 725/385, half 476/336, a whole 548/359; the lowered `x @ W.T` 429/415."""
+  in use (farther, a prefetch into L1 evicts lines it is about to need: the int8 kernels, then 4 rows a loop, lost
+  at 4 row groups ahead). Whole lines, at least one K step (`step_bytes`). Measured with 4 rows a loop on the 48 KB
+  L1d of the Xeon 6/207, 2048x768 one thread, 150 MB of weights in turn, us a matvec (two rounds, load ~4.5): none
+  703/380, a quarter of the L1d 725/385, half 476/336, a whole 548/359; the lowered `x @ W.T` 429/415. One row on
+  Zen 4: see `ROWS`."""
   return max(l1d // 2 // rows // line * line, step_bytes)
 
 
