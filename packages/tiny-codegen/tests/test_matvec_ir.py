@@ -13,16 +13,19 @@ from tiny_codegen import matvec_ir
 from tiny_codegen.compiler.llvm import LLVMCompiler
 
 
-@pytest.mark.parametrize("o, k, threads, lanes, unroll", [(8, 32, 1, 16, 2), (7, 48, 1, 16, 2), (13, 80, 1, 8, 3),
-                                                          (12, 96, 3, 16, 2), (6, 16, 2, 16, 4), (10, 24, 2, 8, 1),
-                                                          (256, 768, 2, 16, 2)])
-def test_kernel_matches_numpy(o: int, k: int, threads: int, lanes: int, unroll: int) -> None:
+@pytest.mark.parametrize("o, k, threads, lanes, unroll, rows", [(8, 32, 1, 16, 2, 1), (7, 48, 1, 16, 2, 1),
+                                                                (13, 80, 1, 8, 3, 1), (12, 96, 3, 16, 2, 4),
+                                                                (6, 16, 2, 16, 4, 1), (10, 24, 2, 8, 1, 2),
+                                                                (256, 768, 2, 16, 2, 1), (256, 768, 2, 16, 2, 4)])
+def test_kernel_matches_numpy(o: int, k: int, threads: int, lanes: int, unroll: int, rows: int) -> None:
   from kernel_runner import load_fn
   rng = np.random.default_rng(o * 1000 + k)
   w, x = rng.standard_normal((o, k), dtype=np.float32), rng.standard_normal(k, dtype=np.float32)
   out = np.full(o, np.nan, np.float32)
   order = ("w", "out", "x") if threads == 2 else ("out", "w", "x")
-  src = matvec_ir.f32_matvec_ir(o, k, threads, name="f32mv", lanes=lanes, unroll=unroll, ahead=256, order=order)
+  src = matvec_ir.f32_matvec_ir(o, k, threads, name="f32mv", lanes=lanes, unroll=unroll, ahead=256, order=order,
+                                rows=rows)
+  assert src.count(f"call <{lanes} x float> @llvm.fma") >= matvec_ir.group_rows(o // threads, rows) * unroll
   fn = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 3, ctypes.c_int32)(load_fn("f32mv", LLVMCompiler().compile(src)))
   ptrs = {"out": out.ctypes.data, "w": w.ctypes.data, "x": x.ctypes.data}
   for core in range(threads): fn(*[ptrs[a] for a in order], core)
@@ -35,11 +38,20 @@ def test_kernel_matches_numpy(o: int, k: int, threads: int, lanes: int, unroll: 
 def test_ir_prefetches_every_line_of_a_step_ahead(o: int, k: int, threads: int, rows: int) -> None:
   """Each row prefetches the lines its K step reads, `ahead` bytes further on (a decode step streams its weights:
   without it the 2048x768 kernel ran 380-703 us, with half the L1d ahead 336-476; bench/README.md, issue #39)."""
-  src = matvec_ir.f32_matvec_ir(o, k, threads, lanes=16, unroll=2, ahead=1024)
+  src = matvec_ir.f32_matvec_ir(o, k, threads, lanes=16, unroll=2, ahead=1024, rows=4)
   got = sorted(int(m) for m in re.findall(r"getelementptr i8, ptr %wb0, i64 (\d+)", src))
   assert got == [1024, 1024 + 64]  # 2 vectors of 16 floats: two lines a step
   assert src.count("call void @llvm.prefetch.p0(") == rows * 2
   assert "@llvm.prefetch.p0(" not in matvec_ir.f32_matvec_ir(o, k, threads, ahead=0).split("define")[1]
+
+
+def test_rows_run_one_stream_unless_asked() -> None:
+  """One row a K loop (`ROWS`: a thread's rows read as one stream), `rows` where asked, fewer where a share doesn't
+  divide."""
+  assert matvec_ir.ROWS == 1 and matvec_ir.group_rows(2048) == 1
+  assert [matvec_ir.group_rows(p, 4) for p in (8, 6, 5, 3)] == [4, 3, 1, 3]
+  src = matvec_ir.f32_matvec_ir(8, 32, 1, lanes=16, unroll=2, ahead=0)
+  assert src.count("call <16 x float> @llvm.fma") == 2 and "%rp1" not in src  # one row, two accumulators
 
 
 def test_distance_and_accumulators_from_the_machine() -> None:

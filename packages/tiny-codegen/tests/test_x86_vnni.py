@@ -57,18 +57,20 @@ def test_ir_calls_vpdpbusd(form: str, features: str) -> None:
 @pytest.mark.parametrize("kind, o, nb, threads, rows", [("q8_0", 8, 3, 2, 4), ("q8_0", 6, 24, 3, 2),
                                                         ("q8_0", 5, 7, 1, 1), ("q4_k", 12, 3, 1, 4),
                                                         ("q4_k", 6, 2, 3, 2)])
-def test_ir_prefetches_the_next_row_group(kind: str, o: int, nb: int, threads: int, rows: int) -> None:
-  """Each row's weight bytes are prefetched one row group (`rows` rows of NB blocks) ahead, every line of a block
-  (Q8_0's 34 bytes: 1 line asked per block; Q4_K's 144: 3): a decode step streams the weights from L3/memory, and
-  without it the Q8_0 2048x768 kernel ran at 6 GB/s, with it 18-25 (bench/README.md, issue #39)."""
+def test_ir_prefetches_ahead_when_asked(kind: str, o: int, nb: int, threads: int, rows: int) -> None:
+  """With `ahead` > 0 each row's weight bytes are prefetched that far on, every line of a block (Q8_0's 34 bytes: 1
+  line asked per block; Q4_K's 144: 3); by default (`ahead` 0, what `tiny_codegen.program` runs: a thread's rows are
+  one stream the hardware prefetchers follow, `x86_vnni.ROWS`) none. `rows` rows a K loop: one vpdpbusd call each."""
   import re
   ir = x86_vnni.q8_0_matvec_ir if kind == "q8_0" else x86_vnni.q4_k_matvec_ir
-  block, lines = (x86_vnni.Q8_0_BYTES, 1) if kind == "q8_0" else (x86_vnni.Q4_K_BYTES, 3)
-  src = ir(o, nb, threads)
+  lines = 1 if kind == "q8_0" else 3
+  src = ir(o, nb, threads, rows=rows, ahead=4096)
   got = sorted(int(m) for m in re.findall(r"getelementptr i8, ptr %wp0, i64 (\d+)", src))
-  ahead = x86_vnni.PREFETCH_GROUPS * rows * nb * block
-  assert got == [ahead + 64 * i for i in range(lines)], got
+  assert got == [4096 + 64 * i for i in range(lines)], got
   assert src.count("call void @llvm.prefetch.p0(") == rows * lines
+  assert src.count("@llvm.x86.avx512.vpdpbusd.256(") == 1 + rows * (1 if kind == "q8_0" else 8)
+  default = ir(o, nb, threads)
+  assert "call void @llvm.prefetch.p0(" not in default and "%wp1 " not in default  # one row, no prefetch
 
 
 @pytest.mark.parametrize("args, msg", [((6, 2, 4), r"O=6 rows must split evenly over threads=4"),
@@ -81,8 +83,9 @@ def test_bad_shapes_are_clear_errors(args: tuple, msg: str) -> None:
 
 @x86_only
 @needs_vnni
-@pytest.mark.parametrize("o, nb, threads", [(8, 1, 1), (12, 5, 2), (6, 24, 3), (256, 64, 2)])
-def test_kernel_matches_numpy_int_math(o: int, nb: int, threads: int) -> None:
+@pytest.mark.parametrize("o, nb, threads, rows", [(8, 1, 1, 1), (12, 5, 2, 1), (6, 24, 3, 2), (256, 64, 2, 1),
+                                                 (256, 64, 2, 4)])
+def test_kernel_matches_numpy_int_math(o: int, nb: int, threads: int, rows: int) -> None:
   from kernel_runner import load_fn
   rng = np.random.default_rng(o * 100 + nb)
   raw = _blocks(o, nb, rng)
@@ -90,7 +93,7 @@ def test_kernel_matches_numpy_int_math(o: int, nb: int, threads: int) -> None:
   xd = rng.random(nb).astype(np.float32)
   out = np.full(o, np.nan, np.float32)
   compiler = LLVMCompiler()
-  src = x86_vnni.q8_0_matvec_ir(o, nb, threads, name="q8mv", form=HOST_FORM)
+  src = x86_vnni.q8_0_matvec_ir(o, nb, threads, name="q8mv", form=HOST_FORM, rows=rows)
   assert "vpdpbusd" in compiler.target_machine.emit_assembly(compiler._optimize(src))
   fn = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 4, ctypes.c_int32)(load_fn("q8mv", compiler.compile(src)))
   for core in range(threads): fn(out.ctypes.data, raw.ctypes.data, xq.ctypes.data, xd.ctypes.data, core)
@@ -163,8 +166,9 @@ def test_tensor_numbers_match_numpy(o: int, nb: int, vnni: bool, monkeypatch: py
 
 @x86_only
 @needs_vnni
-@pytest.mark.parametrize("o, ns, threads", [(4, 1, 1), (12, 3, 2), (6, 2, 3)])
-def test_q4_k_kernel_matches_gguf_dequantize(o: int, ns: int, threads: int) -> None:
+@pytest.mark.parametrize("o, ns, threads, rows", [(4, 1, 1, 1), (12, 3, 2, 1), (6, 2, 3, 1), (12, 3, 2, 4),
+                                                 (8, 2, 1, 2)])
+def test_q4_k_kernel_matches_gguf_dequantize(o: int, ns: int, threads: int, rows: int) -> None:
   """The Q4_K kernel against the `gguf` package's dequantized weight times the int8 activations (float64)."""
   import gguf
   from kernel_runner import load_fn
@@ -176,7 +180,7 @@ def test_q4_k_kernel_matches_gguf_dequantize(o: int, ns: int, threads: int) -> N
   want = w @ (xq.astype(np.float64) * np.repeat(xd.astype(np.float64), 32))
   compiler = LLVMCompiler()
   order = ("xq", "out", "xd", "raw")  # the pointer arguments in the kernel AST's PARAM order, whatever it is
-  src = x86_vnni.q4_k_matvec_ir(o, ns, threads, name="q4mv", form=HOST_FORM, order=order)
+  src = x86_vnni.q4_k_matvec_ir(o, ns, threads, name="q4mv", form=HOST_FORM, order=order, rows=rows, ahead=128 * rows)
   fn = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 4, ctypes.c_int32)(load_fn("q4mv", compiler.compile(src)))
   out = np.full(o, np.nan, np.float32)
   ptrs = {"out": out.ctypes.data, "raw": raw.ctypes.data, "xq": xq.ctypes.data, "xd": xd.ctypes.data}

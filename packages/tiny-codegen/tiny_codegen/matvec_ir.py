@@ -23,11 +23,17 @@ from __future__ import annotations
 
 from tiny_uop.uop import Ops, UOp
 
-__all__ = ["fits", "prefetch_ahead", "accumulators", "f32_matvec_ir", "register_kernel", "registered_kernel",
+__all__ = ["group_rows", "fits", "prefetch_ahead", "accumulators", "f32_matvec_ir", "register_kernel",
+           "registered_kernel",
            "row_groups"]
 
-ROWS = 4
-"""Rows of W one K loop runs together, sharing each vector of x (the Q8_0/Q4_K kernels' `x86_vnni.ROWS`)."""
+ROWS = 1
+"""Rows of W one K loop runs together, sharing each vector of x: one, so a thread reads its rows one after another as
+one contiguous stream that the hardware prefetchers follow (the Q8_0/Q4_K kernels' `x86_vnni.ROWS` says why). Zen 4
+(EPYC fam 25 model 17), 2048x768 one thread, 24 weights in turn (150 MB), thread CPU time a matvec: 4 rows 383-415
+us (15-16 GB/s), 2 rows 422-446, 1 row 218-248 us (26-29 GB/s). The prefetch stays (`prefetch_ahead`, 16 KB ahead
+with one row on a 32 KB L1d): in that loop of one shape it read no faster than none, but in the 12-layer F32 decode
+step (the bench LLM, one thread, thread CPU time, load 10) none took 21.0-23.2 ms against its 17.5-18.2."""
 
 
 def row_groups(per: int, rows: int, stride: int, elem: str, base: str) -> list[str]:
@@ -45,6 +51,11 @@ def row_groups(per: int, rows: int, stride: int, elem: str, base: str) -> list[s
            f"  %rp{r} = getelementptr inbounds {elem}, ptr {base}, i32 %rb{r}"]
   return ln
 
+def group_rows(per: int, rows: int = ROWS) -> int:
+  """Rows a K loop runs together: `rows` (at least one), fewer where a thread's `per` rows don't divide by it."""
+  return next(r for r in range(max(1, rows), 0, -1) if per % r == 0)
+
+
 def fits(o: int, k: int, lanes: int) -> bool:
   """Whether the kernel takes an (O, K) float32 weight with `lanes` floats a vector: K a positive multiple of the
   lanes, O positive, W's element offsets under 2**31 (they are i32)."""
@@ -60,10 +71,11 @@ def accumulators(fma_chains: int, registers: int, rows: int) -> int:
 def prefetch_ahead(l1d: int, line: int, rows: int, step_bytes: int) -> int:
   """Bytes ahead of each row's loads the kernel prefetches: the `rows` rows stream side by side, so rows x distance
   is what sits prefetched and not yet read; half the L1d (`l1d` bytes) for that, the other half for x and the lines
-  in use (farther, a prefetch into L1 evicts lines it is about to need: the int8 kernels lost at 4 row groups ahead,
-  `x86_vnni.PREFETCH_GROUPS`). Whole lines, at least one K step (`step_bytes`). Measured on the 48 KB L1d of the
-  Xeon 6/207, 2048x768 one thread, 150 MB of weights in turn, us a matvec (two rounds, load ~4.5): none 703/380,
-  a quarter of the L1d 725/385, half 476/336, a whole 548/359; the lowered `x @ W.T` 429/415."""
+  in use (farther, a prefetch into L1 evicts lines it is about to need: the int8 kernels, then 4 rows a loop, lost
+  at 4 row groups ahead). Whole lines, at least one K step (`step_bytes`). Measured with 4 rows a loop on the 48 KB
+  L1d of the Xeon 6/207, 2048x768 one thread, 150 MB of weights in turn, us a matvec (two rounds, load ~4.5): none
+  703/380, a quarter of the L1d 725/385, half 476/336, a whole 548/359; the lowered `x @ W.T` 429/415. One row on
+  Zen 4: see `ROWS`."""
   return max(l1d // 2 // rows // line * line, step_bytes)
 
 
@@ -78,9 +90,11 @@ def _check(o: int, k: int, threads: int, lanes: int) -> None:
 
 
 def f32_matvec_ir(o: int, k: int, threads: int = 1, name: str = "f32_matvec", lanes: int = 16, unroll: int = 2,
-                  ahead: int = 6144, line: int = 64, order: tuple[str, ...] = ("out", "w", "x")) -> str:
+                  ahead: int = 6144, line: int = 64, order: tuple[str, ...] = ("out", "w", "x"),
+                  rows: int = ROWS) -> str:
   """The LLVM IR module of the float32 matvec kernel in the module docstring: O rows of K floats split into
-  `threads` row shares, `lanes` floats a vector, `unroll` vectors of each row a K step, prefetching `ahead` bytes
+  `threads` row shares, `rows` rows a K loop (fewer where a share doesn't divide: `group_rows`), `lanes` floats a
+  vector, `unroll` vectors of each row a K step, prefetching `ahead` bytes
   past each row's loads (`line`-byte lines; 0: no prefetch); the pointer arguments in `order` (then i32 core_id).
   ValueError for a bad shape.
 
@@ -93,7 +107,7 @@ def f32_matvec_ir(o: int, k: int, threads: int = 1, name: str = "f32_matvec", la
   if ahead < 0 or line <= 0: raise ValueError(f"f32_matvec_ir: ahead={ahead}, line={line}; valid: ahead >= 0, line > 0")
   if sorted(order) != ["out", "w", "x"]: raise ValueError(f"f32_matvec_ir: order {order!r} must name out, w, x once")
   per = o // threads
-  rows = next(r for r in (ROWS, 2, 1) if per % r == 0)
+  rows = group_rows(per, rows)
   vec, step = f"<{lanes} x float>", unroll * lanes
   kmain, tail = k // step * step, (k % step) // lanes
   lines = -(-step * 4 // line) if ahead else 0

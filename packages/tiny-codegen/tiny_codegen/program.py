@@ -216,7 +216,7 @@ def _f32_matvec_program(ast: UOp, name: str, renderer: Renderer) -> UOp | None:
   if not regs or not matvec_ir.fits(o, k, lanes): return None
   threads = max(1, int(getattr(renderer, "threads", 1)))
   while threads > 1 and o % threads: threads -= 1
-  rows = next(r for r in (matvec_ir.ROWS, 2, 1) if (o // threads) % r == 0)
+  rows = matvec_ir.group_rows(o // threads)
   unroll = matvec_ir.accumulators(fma_chains(m), regs, rows)
   ahead = matvec_ir.prefetch_ahead(m.l1d, m.line, rows, unroll * vbytes)
   src = matvec_ir.f32_matvec_ir(o, k, threads, name=name, lanes=lanes, unroll=unroll, ahead=ahead, line=m.line,

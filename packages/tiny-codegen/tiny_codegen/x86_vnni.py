@@ -23,8 +23,8 @@ of `threads`, computes rows [core_id * O/threads, (core_id+1) * O/threads):
 block's int32 lanes start from -128 * sum(xq[b]) (computed once per call into a stack array): sum((w + 128) * x) -
 128 * sum(x) = sum(w * x), exact. Per block and row: one 32-byte weight load, `vpxor`, `vpdpbusd` (8 int32 lanes),
 `vcvtdq2ps`, one FMA with the block's scale f16(w) * xd[b] into 8 float32 lanes kept across the K loop; one
-horizontal sum per row at the end. `ROWS` rows share each activation block load. Both kernels prefetch each row's
-block one row group ahead (`PREFETCH_GROUPS`): a decode step streams its weights from L3/memory.
+horizontal sum per row at the end. `ROWS` rows share each activation block load (one: a thread reads its weight
+bytes as one stream, see `ROWS`); with `ahead` > 0 both kernels prefetch each row's block that many bytes ahead.
 """
 from __future__ import annotations
 
@@ -32,23 +32,26 @@ from tiny_uop.dtype import dtypes
 from tiny_uop.uop import AxisType, Ops, UOp
 
 from tiny_codegen import cpu_probe
-from tiny_codegen.matvec_ir import row_groups
+from tiny_codegen.matvec_ir import group_rows, row_groups
 
 __all__ = ["Q8_0_BYTES", "Q4_K_BYTES", "vnni_form", "q8_0_matvec_ir", "q8_0_matvec_ast", "match_q8_0_matvec",
            "q4_k_matvec_ir", "register_kernel", "registered_kernel"]
 
 Q8_0_BYTES = 34
 """Bytes of one Q8_0 block: a float16 scale and 32 int8 values (ggml-common.h `block_q8_0`)."""
-ROWS = 4
-"""Rows of the weight one K loop runs together (their 8-lane accumulators: 4 ymm registers)."""
-PREFETCH_GROUPS = 1
-"""How many row groups ahead both kernels prefetch (`prefetcht0`) the weight bytes they are about to read: the same
-block of the row `PREFETCH_GROUPS * rows` further on, so each line is asked for one group's K loop before its load.
-A decode step streams every weight once (40 MB a token for the 4-layer Q8_0 bench model), out of L3 or memory, and
-without it the kernel ran at the latency of its misses: Q8_0 2048x768 one thread, 24 weights in turn (40 MB),
-thread CPU time 248-315 -> 68-95 us (6 -> 18-25 GB/s), 768x2048 268 -> 104 us, 16000x768 2006 -> 1057 us (Xeon
-6/207, load 6). Two groups read the same; four lost (t0 lines evicted from the 48 KB L1 before use)."""
-
+ROWS = 1
+"""Rows of the weight one K loop runs together (sharing each activation load). One: a decode step reads every weight
+byte once from L3 or memory, and the hardware prefetchers follow a thread's rows read one after another as one
+contiguous stream, while `rows` rows side by side are `rows` streams a row long (K=768 Q8_0: 13 lines), each ended
+before the prefetcher runs ahead, the next group's rows starting cold. The activations sit in L1, so sharing their
+loads saved little. Zen 4 (EPYC fam 25 model 17), one thread, 24 weights in turn (40 MB, over the 32 MB L3), thread
+CPU time a matvec: Q8_0 2048x768 4 rows 175-183 us (9.5 GB/s) -> 1 row 70-92 us (19-24 GB/s), 768x2048 129-136 ->
+70 us; Q4_K 2048x768 70-72 -> 62-64 us, 768x2048 96-102 -> 55-60 us (Q4_K is compute-bound there). The 4-row form
+with a software prefetch of the next row group (2-3x over 4 rows without one on the Xeon 6/207, session 8) stays
+below one row on Zen 4 (2 or 4 groups ahead: the same 9.7 GB/s). One row needs no software prefetch here (`ahead`
+0): the F32 kernel's distance (`matvec_ir.prefetch_ahead`, 16 KB) made the 12-layer bench decode step slower, Q8_0
+5.3-6.7 -> 7.1-7.7 ms, Q4_K 3.9-4.6 -> 4.6-4.8 (one thread, thread CPU time, load 11): a Q8_0 block's 34 bytes ask
+for a line twice, a Q4_K block's 144 three prefetches."""
 # (target features, intrinsic): AVX512-VNNI's 256-bit form needs AVX512VL; AVX-VNNI (Alder Lake and later) is the
 # VEX encoding of the same instruction, which LLVM selects from the same intrinsic under +avxvnni.
 _FORMS = {"avx512_vnni": ("+avx512vnni,+avx512vl", "llvm.x86.avx512.vpdpbusd.256"),
@@ -75,7 +78,9 @@ def _check(o: int, nb: int, threads: int) -> None:
 
 def _prefetch(r: int, ahead: int, lines: int) -> list[str]:
   """IR: prefetch (`llvm.prefetch`, read, into L1) `lines` 64-byte lines from `ahead` bytes past row r's block
-  pointer `%wp<r>`. No `inbounds`: past the weight's end the address is never read (a prefetch doesn't fault)."""
+  pointer `%wp<r>` (none for `ahead` 0). No `inbounds`: past the weight's end the address is never read (a prefetch
+  doesn't fault)."""
+  if ahead <= 0: return []
   ln = []
   for i in range(lines):
     ln += [f"  %pf{r}_{i} = getelementptr i8, ptr %wp{r}, i64 {ahead + 64 * i}",
@@ -83,9 +88,11 @@ def _prefetch(r: int, ahead: int, lines: int) -> list[str]:
   return ln
 
 
-def q8_0_matvec_ir(o: int, nb: int, threads: int = 1, name: str = "q8_0_matvec", form: str = "avx512_vnni") -> str:
+def q8_0_matvec_ir(o: int, nb: int, threads: int = 1, name: str = "q8_0_matvec", form: str = "avx512_vnni",
+                   rows: int = ROWS, ahead: int = 0) -> str:
   """The LLVM IR module of the Q8_0 matvec kernel described in the module docstring: O rows of NB blocks, split
-  into `threads` row shares, with `form` one of `vnni_form`'s answers. ValueError for a bad shape or form. Only run
+  into `threads` row shares, `rows` rows a K loop (fewer where a share doesn't divide), each row's block prefetched
+  `ahead` bytes on (0: none), with `form` one of `vnni_form`'s answers. ValueError for a bad shape or form. Only run
   what it compiles to on a CPU that has `form`.
 
   >>> "@llvm.x86.avx512.vpdpbusd.256(" in q8_0_matvec_ir(8, 2)
@@ -95,7 +102,7 @@ def q8_0_matvec_ir(o: int, nb: int, threads: int = 1, name: str = "q8_0_matvec",
   if form not in _FORMS: raise ValueError(f"q8_0_matvec_ir: form {form!r} is not one of {sorted(_FORMS)}")
   features, fn = _FORMS[form]
   per = o // threads
-  rows = next(r for r in (ROWS, 2, 1) if per % r == 0)
+  rows = group_rows(per, rows)
   v8f, v8i, b = "<8 x float>", "<8 x i32>", Q8_0_BYTES
   ln = [f"declare {v8i} @{fn}({v8i}, {v8i}, {v8i})", "declare i32 @llvm.vector.reduce.add.v32i32(<32 x i32>)",
         f"declare float @llvm.vector.reduce.fadd.v8f32(float, {v8f})",
@@ -122,7 +129,7 @@ def q8_0_matvec_ir(o: int, nb: int, threads: int = 1, name: str = "q8_0_matvec",
          f"  %bo = mul i32 %kb, {b}"]
   for r in range(rows):
     ln += [f"  %wp{r} = getelementptr inbounds i8, ptr %rp{r}, i32 %bo",
-           *_prefetch(r, PREFETCH_GROUPS * rows * nb * b, 1),
+           *_prefetch(r, ahead, 1),
            f"  %dh{r} = load half, ptr %wp{r}, align 1", f"  %df{r} = fpext half %dh{r} to float",
            f"  %s{r} = fmul float %df{r}, %dx", f"  %qp{r} = getelementptr inbounds i8, ptr %wp{r}, i32 2",
            f"  %qv{r} = load <32 x i8>, ptr %qp{r}, align 1",
@@ -219,12 +226,13 @@ def _q4k_scales(r: int) -> list[str]:
 
 
 def q4_k_matvec_ir(o: int, ns: int, threads: int = 1, name: str = "q4_k_matvec", form: str = "avx512_vnni",
-                   order: tuple[str, ...] = ("out", "raw", "xq", "xd")) -> str:
+                   order: tuple[str, ...] = ("out", "raw", "xq", "xd"), rows: int = ROWS, ahead: int = 0) -> str:
   """The LLVM IR module of a Q4_K matvec on `vpdpbusd`: O rows of NS super-blocks (`raw`: (O, NS, 144) bytes) times
   activations quantized per 32-block (`xq` (NS*256,) int8, `xd` (NS*8,) float32), split into `threads` row shares;
-  the kernel's pointer arguments in `order` (then i32 core_id). Per sub-block j of a super-block: the nibbles (0..15,
-  unsigned: no offset) times the int8 activations in int32 lanes, exact; then d * scale_j * xd[j] in float32; the
-  mins' term dmin * min_j * xd[j] * sum(xq[j]) per row and super-block from a per-call table of xd[b] * sum(xq[b]).
+  the kernel's pointer arguments in `order` (then i32 core_id); `rows` and `ahead` as in `q8_0_matvec_ir`. Per
+  sub-block j of a super-block: the nibbles (0..15, unsigned: no offset) times the int8 activations in int32 lanes,
+  exact; then d * scale_j * xd[j] in float32; the mins' term dmin * min_j * xd[j] * sum(xq[j]) per row and
+  super-block from a per-call table of xd[b] * sum(xq[b]).
 
   >>> "@llvm.x86.avx512.vpdpbusd.256(" in q4_k_matvec_ir(4, 1)
   True
@@ -236,7 +244,7 @@ def q4_k_matvec_ir(o: int, ns: int, threads: int = 1, name: str = "q4_k_matvec",
     raise ValueError(f"q4_k_matvec_ir: order {order!r} must name out, raw, xq and xd once each")
   features, fn = _FORMS[form]
   per, nb, bb = o // threads, ns * 8, Q4_K_BYTES
-  rows = next(r for r in (ROWS, 2, 1) if per % r == 0)
+  rows = group_rows(per, rows)
   v8f, v8i = "<8 x float>", "<8 x i32>"
   args = ", ".join(f"ptr noalias %{a}" for a in order)
   ln = [f"declare {v8i} @{fn}({v8i}, {v8i}, {v8i})", "declare i32 @llvm.vector.reduce.add.v32i32(<32 x i32>)",
@@ -269,7 +277,7 @@ def q4_k_matvec_ir(o: int, ns: int, threads: int = 1, name: str = "q4_k_matvec",
   ln.append(f"  %bo = mul i32 %kb, {bb}")
   for r in range(rows):
     ln += [f"  %wp{r} = getelementptr inbounds i8, ptr %rp{r}, i32 %bo",
-           *_prefetch(r, PREFETCH_GROUPS * rows * ns * bb, -(-bb // 64)),
+           *_prefetch(r, ahead, -(-bb // 64)),
            f"  %dh{r} = load half, ptr %wp{r}, align 1", f"  %d{r} = fpext half %dh{r} to float",
            f"  %mp{r} = getelementptr inbounds i8, ptr %wp{r}, i32 2", f"  %mh{r} = load half, ptr %mp{r}, align 1",
            f"  %dm{r} = fpext half %mh{r} to float", f"  %bp{r} = getelementptr inbounds i8, ptr %wp{r}, i32 4",
