@@ -283,3 +283,48 @@ def test_custom_gradients_are_forgotten_with_their_graph():
     w.grad = None
   gc.collect()
   assert len(gradient._custom) <= before + 1
+
+
+def test_relu_gradient_at_its_edges_matches_torch():
+  # the gradient comes from the output (out > 0): the same mask as x > 0 at 0, -0, a denormal and the infinities
+  x = np.array([-2.0, -0.0, 0.0, 1e-40, 3.0, np.inf, -np.inf], np.float32)
+  g = np.arange(1, 8, dtype=np.float32)
+  t = Tensor(x, requires_grad=True)
+  (t.relu() * Tensor(g)).sum().backward()
+  p = torch.tensor(x, requires_grad=True)
+  (torch.relu(p) * torch.tensor(g)).sum().backward()
+  np.testing.assert_array_equal(t.grad.numpy(), p.grad.numpy())
+  np.testing.assert_array_equal(t.grad.numpy(), [0, 0, 0, 4, 5, 6, 0])
+  # NaN: relu's output is 0 (`(x > 0).where(x, 0)`; torch's is NaN) and so is its gradient, as before
+  n = Tensor(np.array([np.nan, 1.0], np.float32), requires_grad=True)
+  out = n.relu()
+  (out * Tensor(np.array([5.0, 7.0], np.float32))).sum().backward()
+  assert out.tolist() == [0.0, 1.0] and n.grad.tolist() == [0.0, 7.0]
+
+
+def test_relu_backward_reads_the_output_not_the_input():
+  # the backward reaches the forward only through the output: neither the pre-ReLU map nor its mask (x > 0) is read
+  # again, so the pre-ReLU map needn't be stored and the ReLU fuses into the op before it
+  a = Tensor(rng.standard_normal((4, 5)).astype(np.float32), requires_grad=True)
+  pre = a * 3 + 1
+  out = pre.relu()
+  g = Tensor(rng.standard_normal((4, 5)).astype(np.float32))
+  da = (out * g).sum().gradient(a)[0]
+  fwd = set(out.uop.toposort())
+  inner = {pre.uop, *(s for s in out.uop.src if s.op is Ops.CMPLT)}
+  assert len(inner) == 2
+  assert not [u for u in da.uop.toposort() if u not in fwd and any(s in inner for s in u.src)]
+  np.testing.assert_allclose(da.numpy(), np.where(pre.numpy() > 0, 3 * g.numpy(), 0), rtol=1e-6)
+
+
+def test_relu_second_order_gradient():
+  # d/dx of x * relu'(x)-weighted sums: the mask is piecewise constant, so the gradient of a gradient is torch's
+  x = np.array([-1.5, 0.5, 2.0, -0.25], np.float32)
+  t = Tensor(x, requires_grad=True)
+  gt = (t.relu() * t).sum().gradient(t)[0]  # relu(x) + x * relu'(x)
+  (gx,) = (gt * gt).sum().gradient(t)
+  p = torch.tensor(x, requires_grad=True)
+  (gp,) = torch.autograd.grad((torch.relu(p) * p).sum(), p, create_graph=True)
+  (px,) = torch.autograd.grad((gp * gp).sum(), p)
+  np.testing.assert_allclose(gt.numpy(), gp.detach().numpy(), rtol=1e-6)
+  np.testing.assert_allclose(gx.numpy(), px.numpy(), rtol=1e-6)

@@ -1005,8 +1005,12 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
 
   # activations
   def relu(self) -> Tensor:
-    """max(x, 0)."""
-    return (self > 0).where(self, 0)
+    """max(x, 0). Its gradient is taken from the output, (out > 0) * g: the same mask as x > 0 for every x (NaN
+    included: its output is 0), but the backward then reads the map the next layer reads anyway, so x itself need not
+    be stored and the ReLU fuses into the op before it (a conv's output was stored before and after its ReLU)."""
+    out = (self > 0).where(self, 0)
+    _gradient.custom_gradient(out.uop, (self.uop,), lambda g, o: ((o.const_like(0) < o).where(g, g.const_like(0)),))
+    return out
   def sigmoid(self) -> Tensor:
     """1 / (1 + exp(-x)); its gradient s * (1 - s) stays finite at any input.
 
