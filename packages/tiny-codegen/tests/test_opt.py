@@ -712,26 +712,35 @@ def depthwise_ast(C: int, H: int, W: int, K: int, S: int = 1) -> UOp:
   return out.index(c * (OH * OW) + y * OW + x).store(val).sink(arg=KernelInfo())
 
 
-@pytest.mark.parametrize("regs, W, S, lanes", [((32, 64), 14, 1, 14), ((32, 64), 7, 1, 7), ((32, 64), 32, 1, 16),
-                                               ((16, 32), 32, 1, 8), ((16, 32), 14, 1, 14), ((32, 64), 17, 1, 0),
-                                               ((32, 64), 14, 2, 7), ((32, 64), 32, 2, 16), ((32, 64), 34, 2, 0),
-                                               ((32, 64), 56, 1, 14), ((32, 64), 40, 1, 10)])
-def test_depthwise_conv_row_is_one_vector(vector_registers, regs: tuple[int, int], W: int, S: int, lanes: int) -> None:
+@pytest.mark.parametrize("regs, W, S, lanes, ch", [((32, 64), 14, 1, 14, 6), ((32, 64), 7, 1, 7, 6),
+                                                   ((32, 64), 32, 1, 16, 0), ((16, 32), 32, 1, 8, 0),
+                                                   ((16, 32), 14, 1, 14, 3), ((32, 64), 17, 1, 0, 0),
+                                                   ((32, 64), 14, 2, 7, 0), ((32, 64), 32, 2, 16, 0),
+                                                   ((32, 64), 34, 2, 0, 0), ((32, 64), 56, 1, 14, 0),
+                                                   ((32, 64), 40, 1, 10, 0)])
+def test_depthwise_conv_row_is_one_vector(vector_registers, regs: tuple[int, int], W: int, S: int, lanes: int,
+                                          ch: int) -> None:
   # a depthwise conv shares no operand across channels (no register block) and reads each window element once per
   # tap: its output row, which the input's window walks contiguously (or every other element: stride 2), is one
   # native vector (its widest divisor up to 16: a 14-wide row whole, a 56-wide one 14 lanes (not 8), a 40-wide one
   # 10; a 32-wide one 16 lanes on AVX-512, one 8-lane register on AVX2; a prime 17 (also 34 at stride 2): scalar),
   # the filter row unrolled; results against torch. A
-  # stride-2 row's lanes are explicit but may stay scalar (no load is contiguous along them: the expander's rule)
+  # stride-2 row's lanes are explicit but may stay scalar (no load is contiguous along them: the expander's rule).
+  # A whole stride-1 row then gets `ch` channels (`_window_channels`: the largest divisor of 6 up to fma_chains, 8,
+  # within half the registers: AVX2's 14 lanes take 2 ymm each, 16 / 2 / 2 = 4 -> 3), which the expander makes the
+  # vector (the channels-last taps are contiguous along them)
   torch = pytest.importorskip("torch")
   vector_registers(*regs)
   ren = Device["CPU"].renderer
   assert ren.vectorize_upcast, f"the CPU default renderer is expected to be LLVM, got {type(ren).__name__}"
   C, H, K = 6, 6, 5
   opt = optimize_kernel(depthwise_ast(C, H, W, K, S), ren)
-  want_opts = ((Opt(OptOps.UPCAST, 2, lanes),) if lanes else ()) + (Opt(OptOps.UNROLL, 1, 0),)
+  want_opts = ((Opt(OptOps.UPCAST, 2, lanes),) if lanes else ()) + ((Opt(OptOps.UPCAST, 0, ch),) if ch else ()) + \
+    (Opt(OptOps.UNROLL, 1, 0),)
   assert opt.arg.applied_opts == want_opts, opt.arg.applied_opts
-  if lanes and S == 1: assert f"store <{lanes} x float>" in get_program(opt, ren).src
+  src = get_program(opt, ren).src
+  # with channels, either is the vector: AVX-512's 8 channels (the taps' contiguous load), AVX2's 14-lane row
+  if lanes and S == 1: assert f"store <{lanes} x float>" in src or (ch and f"<{ch} x float>" in src), src
   rng = np.random.default_rng(3)
   inp = rng.standard_normal((C, H, W)).astype(np.float32)
   w = rng.standard_normal((C, 1, K, K)).astype(np.float32)

@@ -468,6 +468,18 @@ def test_elementwise_read_through_a_window_gets_its_own_kernel():
   assert n_kernels(check([cumsum_last(one[1] * one[1])], {one[0]: one[2]}, rtol=1e-4)) == 1
 
 
+def test_small_value_under_a_wide_broadcast_gets_its_own_kernel():
+  # a+b of 32x64 (under WINDOW_MIN_SIZE) read by a matmul to 1024 columns: fused, each column block would recompute
+  # it (efficientnet's residual sums before a 1x1 conv to 6x the channels); 2048 x 1024 evaluations reach
+  # WINDOW_MIN_EVALS, so it is stored. Under a narrow broadcast (16 columns), or as a matrix-vector product's vector
+  # (one row: the outputs no more than the broadcast), it stays fused
+  assert 32 * 64 < schedule_mod.WINDOW_MIN_SIZE and 32 * 64 * 1024 >= schedule_mod.WINDOW_MIN_EVALS > 32 * 64 * 16
+  for rows, k, cols, kernels in ((32, 64, 1024, 2), (32, 64, 16, 1), (1, 2048, 768, 1)):
+    a, b, w = tensor(rows, k), tensor(rows, k), tensor(k, cols)
+    sched = check([matmul(a[1] + b[1], w[1])], {a[0]: a[2], b[0]: b[2], w[0]: w[2]}, rtol=1e-3)  # sums of 2048
+    assert n_kernels(sched) == kernels, (rows, k, cols, n_kernels(sched))
+
+
 def test_split_index_outermost_has_no_mod():
   # where the element is valid the linear index is in range, so the outermost index is just lin // stride; the
   # `% size` it would need only for masked (padded) positions would cost a division per load

@@ -672,6 +672,18 @@ fused, the kernel reading the broadcast would evaluate it once per broadcast ele
 exp of each score once per head dim (64x): a 32-token prefill's P@V kernels took 4 ms per layer."""
 WINDOW_MIN_BUFFERS = 2  # an elementwise value read by a windowed reduce gets its own kernel when it reads this many
 WINDOW_MIN_SIZE = 1 << 14  # buffers and has at least this many elements (smaller ones are cheap to recompute)
+WINDOW_MIN_EVALS = 1 << 20
+"""Or when its elements times the broadcast that the contraction reading it applies (a 1x1 conv's output channels,
+a matmul's columns: `_decide`'s `growth`) reach this many: fused, the contraction evaluates the value once per
+register block along the broadcast axis, so a small value under a wide broadcast is recomputed tens of times, each
+time loading all of its buffers in the inner loop. efficientnet_b0's residual sums on 7x7 (192 channels, 9408
+elements, read by a 1x1 conv to 1152 channels) and 14x14 (80 channels, to 480) were recomputed inside the next
+block's expand conv: one thread of the Zen 4 (AVX-512), the 7x7 conv reading a sum of four buffers 441 us against
+244 for the same conv reading one. It is WINDOW_MIN_SIZE elements under a broadcast of 64 (2^14 x 2^6), the widest
+block a CPU's conv or matmul makes across its broadcast axis (2 vectors of 16 lanes x 2): below it, the value is
+evaluated about once a block anyway. Not a matrix-vector product's vector (its contraction's outputs no more than
+the broadcast: one row): the product streams its matrix, against which the vector's prologue costs little, and a
+quantized product's int8 path (`x86_vnni`) takes the activations' quantization fused."""
 
 
 def _walk_past_windows(users: Iterable[UOp], want: set[UOp], window: set[UOp], expands_w: dict[UOp, bool],
@@ -782,10 +794,10 @@ def _decide(sink: UOp) -> tuple[dict[UOp, None], dict[UOp, bool]]:
   stops_w: dict[UOp, tuple[UOp, ...]] = {}
   padded_w: dict[UOp, bool] = {}
   window: set[UOp] = set()
-  windowed: dict[UOp, tuple[bool, bool]] = {}
+  windowed: dict[UOp, tuple[bool, bool, int, int]] = {}  # and the widest such EXPAND, the most outputs of a reduce
   reduced_into: dict[UOp, int | None] = {}  # the fewest outputs of a REDUCE_AXIS that reduces this value (fused)
   for x in reversed(nodes):
-    exp, w0, w1 = False, False, False
+    exp, w0, w1, g, o = False, False, False, 0, 0
     st: tuple[UOp, ...] = ()
     ri: int | None = None
     for c in children.get(x, ()):
@@ -801,16 +813,16 @@ def _decide(sink: UOp) -> tuple[dict[UOp, None], dict[UOp, bool]]:
           if y not in st and len(st) < 2: st = (*st, y)
         if (cri := reduced_into.get(c)) is not None: ri = cri if ri is None else min(ri, cri)
       if c in want: continue
-      if c.op is Ops.REDUCE_AXIS: w1 = True
+      if c.op is Ops.REDUCE_AXIS: w1, o = True, max(o, _largest_size(shape_of(c)))
       elif c.op in GroupOp.Movement or _pad_fill(c, reads_memory):
-        cw0, cw1 = windowed[c]
-        w0, w1 = w0 or (cw1 if grows else cw0), w1 or cw1
-      elif c.op in GroupOp.ALU: w1 = w1 or windowed[c][1]
-    expands[x], stops[x], windowed[x], reduced_into[x] = exp, st, (w0, w1), ri
+        cw0, cw1, cg, co = windowed[c]
+        w0, w1, o = w0 or (cw1 if grows else cw0), w1 or cw1, max(o, co)
+        g = max(g, _largest_size(shape_of(c)) // max(1, _largest_size(shape_of(x))) if grows and cw1 else cg * cw0)
+      elif c.op in GroupOp.ALU: w1, o = w1 or windowed[c][1], max(o, windowed[c][3])
+    expands[x], stops[x], windowed[x], reduced_into[x] = exp, st, (w0, w1, g, o), ri
     expands_w[x], stops_w[x], padded_w[x] = _walk_past_windows(children.get(x, ()), want, window, expands_w, stops_w,
                                                                padded_w)
-    if x.op in GroupOp.ALU and x not in want and reads_memory[x] and len(leaves[x]) >= WINDOW_MIN_BUFFERS and \
-        _largest_size(shape_of(x)) >= WINDOW_MIN_SIZE and w0 and not _pad_fill(x, reads_memory): window.add(x)
+    if x.op in GroupOp.ALU and x not in want and w0 and _window_stored(x, g, o, leaves, reads_memory): window.add(x)
 
   # sources first, with the decisions made so far: what each node reads (a realized value is one buffer) and its depth
   contraction_below: dict[UOp, bool] = {}  # a contraction reduced again is below, through elementwise ops only
@@ -838,6 +850,17 @@ def _decide(sink: UOp) -> tuple[dict[UOp, None], dict[UOp, bool]]:
     if n.op in GroupOp.Elementwise and d > MAX_FUSED_DEPTH and n.shape is not None and all_int(n.shape): want.add(n)
     depth[n] = 0 if n in want else d
   return {n: None for n in nodes if n in want and n.op is not Ops.SINK}, reads_memory
+
+
+def _window_stored(x: UOp, growth: int, outputs: int, leaves: dict[UOp, tuple[UOp, ...]],
+                   reads_memory: dict[UOp, bool]) -> bool:
+  """The window rule for elementwise value `x`, read by a contraction (`_decide`'s windowed[x][0]) that broadcasts it
+  `growth` times into `outputs` outputs: it reads WINDOW_MIN_BUFFERS buffers, is not a constant pad's fill, and has
+  WINDOW_MIN_SIZE elements or WINDOW_MIN_EVALS evaluations where the contraction has more outputs than the broadcast
+  (not a matrix-vector product's vector)."""
+  size = _largest_size(shape_of(x))
+  return reads_memory[x] and len(leaves[x]) >= WINDOW_MIN_BUFFERS and not _pad_fill(x, reads_memory) and \
+    (size >= WINDOW_MIN_SIZE or (size * growth >= WINDOW_MIN_EVALS and outputs > growth))
 
 
 def _pad_fill(x: UOp, reads_memory: dict[UOp, bool]) -> bool:
