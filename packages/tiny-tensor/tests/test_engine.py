@@ -251,7 +251,9 @@ def test_values_realized_along_the_way_are_not_computed_again():
   got = loss.item()
   h = xs @ ws
   np.testing.assert_allclose(got, (np.maximum(h, 0) * np.exp(h)).sum(), rtol=1e-4)  # the weights before the step
-  assert GlobalCounters.kernel_count == 1  # the final reduce only: no matmul again
+  # the final reduce only, no matmul again; or none: where the step realized the matmul with its epilogue (the
+  # gradient's elementwise part) in its place, the loss, still lazy over the old weights, was computed before them
+  assert GlobalCounters.kernel_count <= 1
 
 
 def test_devices_sharing_a_renderer_get_their_own_loaded_programs():

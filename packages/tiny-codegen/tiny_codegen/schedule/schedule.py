@@ -750,6 +750,70 @@ def _contraction_reduced_again(r: UOp, broadcasts: dict[UOp, bool]) -> bool:
   return r.src[0] in broadcasts and broadcasts[r.src[0]]
 
 
+EPILOGUE_MAX_OPS = 64
+"""How many nodes `_epilogue_end` looks at past a contraction (a bias, a batch norm and an activation are a dozen):
+a bound on the walk, so `_decide` stays linear in the graph."""
+
+
+def _is_product(r: UOp, broadcasts: dict[UOp, bool]) -> bool:
+  """Whether REDUCE_AXIS `r` sums a product of two different operands, one broadcast over the other's outputs (a
+  conv, a matmul, a GEMV: `_epilogue_end`'s contractions). Not a variance or a sum of squares (`d * d`): a norm's
+  statistics merge into one kernel (`_merges`), which reads its reduces themselves."""
+  x = r.src[0]
+  while x.op is Ops.CAST: x = x.src[0]
+  return x.op is Ops.MUL and x.src[0] is not x.src[1] and broadcasts[x]
+
+
+def _epilogue_end(r: UOp, want: set[UOp], children: dict[UOp, list[UOp]], index: dict[UOp, int],
+                  broadcasts: dict[UOp, bool]) -> UOp:
+  """What `_decide` realizes for sum `r`, which the next product broadcasts (`expands_w`; where `r` is realized for
+  other reasons, e.g. read by several kernels, this is not asked): the end of its elementwise epilogue where `r` is
+  a contraction (`_is_product`) or the end feeds a product (`_feeds_product`: a pool's mean), else `r` itself.
+  Realizing `r` left its epilogue (Gemm's bias, a batch norm, Hardswish, the mean's `/ n`) to every reader's load:
+  mobilenet_v3_small's classifier evaluated the Hardswish between its two Gemms once per output column, 1000 times
+  over its 1024 values, and the second Gemm's body was too big for its dot-product lanes. The epilogue is the region
+  of ALU ops (and `_EPILOGUE_MOVES`) of `r`'s size reached from `r` in graph order, none of them wanted; its end is
+  the last ALU op of it that is the only one read from outside it (Hardswish reads its input three times, all
+  inside), so nothing else in the region is needed apart and the kernel count stays the same."""
+  if not all_int(shape_of(r)) or r.arg[0] is not Ops.ADD: return r
+  size, best = prod(shape_of(r)), r
+  outside = {r: len(children.get(r, ()))}  # per region node: its users not in the region yet
+  still_read = 1 if outside[r] else 0  # region nodes with users outside it
+  heap = [(index[c], c) for c in children.get(r, ())]
+  heapq.heapify(heap)
+  seen = {c for _, c in heap}
+  while heap and len(outside) <= EPILOGUE_MAX_OPS:
+    _, c = heapq.heappop(heap)
+    if c in want or not (c.op in GroupOp.ALU or c.op in _EPILOGUE_MOVES) or not all_int(sh := shape_of(c)) or \
+        prod(sh) != size: break
+    for s in dict.fromkeys(c.src):
+      if s in outside:
+        outside[s] -= 1
+        still_read -= outside[s] == 0
+    outside[c] = len(children.get(c, ()))
+    still_read += outside[c] > 0
+    if c.op in GroupOp.ALU and still_read == 1 and outside[c]: best = c
+    for u in children.get(c, ()):
+      if u not in seen:
+        seen.add(u)
+        heapq.heappush(heap, (index[u], u))
+  return best if _is_product(r, broadcasts) or _feeds_product(best, children) else r
+
+
+def _feeds_product(x: UOp, children: dict[UOp, list[UOp]]) -> bool:
+  """Whether `x` is broadcast (through movement ops) into a product that a sum reduces: a pool's mean read by the
+  next Gemm, whose `/ n` was evaluated once per weight. Not a norm's mean (read by a subtraction) nor a softmax's
+  sum (its reciprocal multiplies values that no sum reduces directly): their reduces merge into one kernel
+  (`_merges`), which needs the reduces themselves realized."""
+  stack = list(children.get(x, ()))
+  while stack:
+    c = stack.pop()
+    if c.op in GroupOp.Movement: stack.extend(children.get(c, ()))
+    elif c.op is Ops.MUL and (us := children.get(c, ())) and all(u.op is Ops.REDUCE_AXIS and u.arg[0] is Ops.ADD
+                                                                  for u in us): return True
+  return False
+
+
 def _decide(sink: UOp) -> tuple[dict[UOp, None], dict[UOp, bool]]:
   """The nodes to realize, in graph order, and which nodes read memory.
 
@@ -757,16 +821,15 @@ def _decide(sink: UOp) -> tuple[dict[UOp, None], dict[UOp, bool]]:
   A user's decision never depends on what is decided for a node before it, so the per-node questions below are
   answered about the graph's fixed `want` set (requested values, CONTIGUOUS, COPY and its source, ASSIGN)."""
   nodes = list(sink.toposort())
+  index = {n: i for i, n in enumerate(nodes)}
   children: dict[UOp, list[UOp]] = defaultdict(list)
   for n in nodes:
     for s in dict.fromkeys(n.src): children[s].append(n)
   want: set[UOp] = set(sink.src)
   reads_memory: dict[UOp, bool] = {}
-  # up to WINDOW_MIN_BUFFERS distinct memory leaves (BUFFER/COPY/ASSIGN) below each node: a union of capped sets
-  # capped again is min(|leaves|, cap), which is all the test below needs
+  # up to WINDOW_MIN_BUFFERS distinct memory leaves (BUFFER/COPY/ASSIGN) below each node (unions of capped sets)
   leaves: dict[UOp, tuple[UOp, ...]] = {}
-  # a growing EXPAND below the node, before any REDUCE_AXIS: a REDUCE_AXIS whose source has one is a contraction (a
-  # conv, a matmul: one operand broadcast over the other's outputs), which `_contraction_reduced_again` splits off
+  # a growing EXPAND below the node before any REDUCE_AXIS: a REDUCE_AXIS over one is a contraction (conv, matmul)
   broadcasts: dict[UOp, bool] = {}
   for n in nodes:
     mem = n.op in (Ops.BUFFER, Ops.COPY, Ops.ASSIGN)
@@ -831,7 +894,8 @@ def _decide(sink: UOp) -> tuple[dict[UOp, None], dict[UOp, bool]]:
   for n in nodes:
     if n.op is Ops.REDUCE_AXIS and n not in want and reads_memory[n] and n.tag != BLOCK_TAG and (
         expands_w[n] or len(stops_w[n]) > 1 or padded_w[n] or ((ri := reduced_into[n]) is not None and
-        ri < REDUCE_SPLIT_OUTPUTS and all_int(shape_of(n)) and prod(shape_of(n)) >= REDUCE_SPLIT_OUTPUTS)): want.add(n)
+        ri < REDUCE_SPLIT_OUTPUTS and all_int(shape_of(n)) and prod(shape_of(n)) >= REDUCE_SPLIT_OUTPUTS)):
+      want.add(_epilogue_end(n, want, children, index, broadcasts) if expands_w[n] else n)
     elif n in window: want.add(n)
     elif n.op in _TRANSCENDENTAL and n not in want and reads_memory[n] and expands[n] and \
         (expands_w[n] or len(stops_w[n]) > 1):
