@@ -9,7 +9,8 @@ offline and needs no onnxscript; static shapes):
   2 layers, width 128, 2 heads, 64 tokens, an all-ones attention mask as a second input).
 Each model's tiny outputs (jit and eager) are checked against onnxruntime's (assert close) before anything is timed.
 
-Rows per model: median ms per inference over `BENCH_MODELS_RUNS` (default 10) calls after warm-up, `tiny` (jit: the
+Rows per model: median ms per inference over about `BENCH_MODELS_RUNS` (default 10) calls after warm-up, the four
+taking turns (`TURNS` rounds, `settle.time_in_turns`, so a burst of other load hits every side), `tiny` (jit: the
 replayed capture), `tiny_eager` (`OnnxRunner(path)`, jit off: from its third call on, a repeated input signature
 replays the kernels its second call recorded, with fresh outputs each call; see OnnxRunner's doc, "Eager calls"; its
 first three calls are checked), `onnxruntime`, `torch`; the seconds tiny's jit needs for its first three calls
@@ -27,6 +28,7 @@ transformers: `pip install onnxruntime` is a bench-only dependency).
 from __future__ import annotations
 
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -35,9 +37,13 @@ from typing import Any, Callable
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # siblings, also when this file is loaded by path
+from settle import time_in_turns  # noqa: E402
+
 os.environ.setdefault("DEV", "CPU")
 
 RUNS = int(os.environ.get("BENCH_MODELS_RUNS", 10))
+TURNS = 3  # rounds of `time_in_turns` the RUNS calls of each side are spread over
 IMAGE = int(os.environ.get("BENCH_MODELS_IMAGE", 224))
 MODELS = ["resnet18", "mobilenet_v3_small", "efficientnet_b0", "bert_tiny", "gpt2_tiny"]
 SEQS = [int(v) for v in os.environ.get("BENCH_MODELS_SEQS", "32,64").split(",") if v]
@@ -227,10 +233,12 @@ def bench_model(name: str, runs: int = RUNS) -> dict[str, float]:
   for i in range(3): _close(name, f"eager call {i + 1}", eager(feeds)["y"].numpy(), want)  # built, rebuilt, replayed
   with torch.no_grad():
     _close(name, "(torch itself)", model(*targs).numpy(), want)
-    row = {"tiny": _median_ms(lambda: jit(feeds)["y"].numpy(), runs),
-           "tiny_eager": _median_ms(lambda: eager(feeds)["y"].numpy(), max(runs // 3, 2)),
-           "onnxruntime": _median_ms(lambda: sess.run(None, feeds), runs),
-           "torch": _median_ms(lambda: model(*targs), runs)}
+    # in turns (`settle.time_in_turns`): timed one after the other, whichever side met a burst of other load read
+    # slower (mobilenet_v3_small's jit 3.91 ms against its eager run's 2.37 on the Zen 4 VM; in turns 2.8 vs 3.0)
+    fns = {"tiny": lambda: jit(feeds)["y"].numpy(), "tiny_eager": lambda: eager(feeds)["y"].numpy(),
+           "onnxruntime": lambda: sess.run(None, feeds), "torch": lambda: model(*targs)}
+    times = time_in_turns(fns, TURNS, max(1, -(-runs // TURNS)))
+    row = {k: statistics.median(t) * 1e3 for k, t in times.items()}
   (fn,) = jit.jits.values()
   return {**row, "first3_s": first3, "kernels": float(fn.captured.kernel_count)}
 
