@@ -58,10 +58,15 @@ def test_bad_shapes_are_clear_errors(args: tuple, msg: str) -> None:
 def test_register_block_from_the_machine_model() -> None:
   """The block from the register file, the dot product's chains and the L2: 32 zmm give 6 x 4 (24 accumulators, 4 B
   loads, one spare) or 5 x 5; a K whose 80-column strip passes half the L2 takes 64 columns; a strip share that
-  doesn't split evenly over the threads loses to one that does; 16 registers give 4 x 3; too small an L2 1 column."""
+  doesn't split evenly over the threads loses to one that does, row blocks likewise; 16 registers give 4 x 3; too
+  small an L2 1 column."""
   assert x86_bf16.register_block(ZEN4, 1024) == (5, 5)
   assert x86_bf16.register_block(ZEN4, 4096) == (6, 4)  # 4096 x 80 x 2 bytes > 512 KB
   assert x86_bf16.register_block(ZEN4, 1024, 1024, 2) == (6, 4)  # 16 strips of 64 over 2 threads; 13 of 80 don't
+  # a 32-row prefill chunk: 4-row blocks divide it (5-row ones leave a 2-row pass); 1024 rows keep 5 x 5
+  assert x86_bf16.register_block(ZEN4, 768, 2048, 1, 32) == (4, 6)
+  assert x86_bf16.plan(ZEN4, 32, 768, 768, 1, 8 << 20) == (4, 6)
+  assert x86_bf16.register_block(ZEN4, 1024, 1024, 1, 1024) == (5, 5)
   assert x86_bf16.register_block(dataclasses.replace(ZEN4, l2=256 << 10), 4096) == (30, 1)
   assert x86_bf16.register_block(dataclasses.replace(ZEN4, vector_registers=16), 1024) == (4, 3)
   assert x86_bf16.plan(dataclasses.replace(ZEN4, vector_bytes=32), 64, 64, 64, 2, 8 << 20) is None

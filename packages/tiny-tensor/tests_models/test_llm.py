@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 import llm_ref
-from tiny_tensor import GlobalCounters, Tensor, engine
+from tiny_uop.uop import Ops
+from tiny_tensor import GlobalCounters, Tensor, dtypes, engine
 from tiny_tensor.llm import LLM, Config, Tokenizer, Transformer, chat_prompt
 from tiny_tensor.llm import quants
 from tiny_tensor.llm import model as model_mod
@@ -436,7 +437,7 @@ def test_int8_activations_match_transformers_greedy(tmp_path, qname, monkeypatch
   """A Q8_0 / Q4_K model's one-token matvecs on a VNNI CPU quantize the activations to int8 per 32-block as llama.cpp
   does (`llm.quants.quantize_q8_act`): the greedy tokens are transformers' (float64, the file's dequantized weights),
   the logits within 2% of their largest magnitude (docs: "int8 activations"); so are a 32-token prefill chunk's,
-  whose products run in bfloat16 on AMX where the CPU has it (`model.prefill_amx`)."""
+  whose products run in bfloat16 on AMX or `vdpbf16ps` where the CPU has them (`model.prefill_bf16_kernel`)."""
   import gguf
   if not quants.int8_dot_products("CPU"): pytest.skip("no VNNI on this CPU: decode keeps float32 activations")
   # the real switches: the module-scoped `mixed` fixture turns both off while this module's tests run
@@ -460,8 +461,8 @@ def test_int8_activations_match_transformers_greedy(tmp_path, qname, monkeypatch
   want = llm_ref.hf_logits(model, long)
   got = llm.model.prefill(long[:32]).numpy()
   assert float(np.abs(got - want[31]).max()) < 0.02 * float(np.abs(want[31]).max())
-  amx = model_mod.prefill_amx("CPU", llm.model.chunk, 256, 256)
-  assert all(lay.w_up.dense is not None and lay.w_up.dense.bf16 == amx for lay in llm.model.layers)
+  kernel = model_mod.prefill_bf16_kernel("CPU", llm.model.chunk, 256, 256)
+  assert all(lay.w_up.dense is not None and lay.w_up.dense.kernel == kernel for lay in llm.model.layers)
 
 
 def _bf16(a):
@@ -471,11 +472,13 @@ def _bf16(a):
 
 
 def test_prefill_dense_weight_without_amx_tile_state_keeps_float32(monkeypatch):
-  """Where the process may not use AMX tiles (no AMX, `TINY_CPU_PROBE=0`, a kernel that refuses the tile state),
-  `DenseWeight(amx=True)` keeps the float32 layout, with numpy's float32 numbers."""
-  from tiny_codegen import x86_amx
+  """Where the process may not use AMX tiles (no AMX, `TINY_CPU_PROBE=0`, a kernel that refuses the tile state) and
+  has no `vdpbf16ps` kernel, `DenseWeight(amx=True)` keeps the float32 layout, with numpy's float32 numbers."""
+  from tiny_codegen import x86_amx, x86_bf16
   from tiny_tensor.llm.model import DenseWeight
   monkeypatch.setattr(x86_amx, "request_tile_state", lambda: False)
+  monkeypatch.setattr(x86_bf16, "usable", lambda m: False)
+  assert model_mod.prefill_bf16_kernel("CPU", 32, 96, 64) is None
   rng = np.random.default_rng(1)
   x, w = rng.standard_normal((32, 64)).astype(np.float32), rng.standard_normal((96, 64)).astype(np.float32)
   assert not model_mod.prefill_amx("CPU", 32, 96, 64)
@@ -485,9 +488,10 @@ def test_prefill_dense_weight_without_amx_tile_state_keeps_float32(monkeypatch):
 
 
 def test_prefill_dense_weight_on_amx_tiles_matches_numpy():
-  """`DenseWeight(amx=True)`: where the CPU runs AMX tiles and the shape fits them, x @ W.T is numpy's product of x
-  and W rounded to bfloat16 (float32 sums); a shape the tile kernel doesn't take (48 columns), or a call with other
-  than the chunk's rows, falls back (float32 panels / the bfloat16 copy upcast) with numpy's numbers."""
+  """`DenseWeight(amx=True)`: where the CPU runs AMX tiles and the shape fits them, or runs `vdpbf16ps` (any shape),
+  x @ W.T is numpy's product of x and W rounded to bfloat16 (float32 sums); a shape neither kernel takes (48 columns
+  on AMX), or a call with other than the chunk's rows, falls back (float32 panels / the bfloat16 copy upcast) with
+  numpy's numbers."""
   from tiny_tensor.llm.model import DenseWeight
   from tiny_uop.plugins import Device
   rng = np.random.default_rng(0)
@@ -495,8 +499,12 @@ def test_prefill_dense_weight_on_amx_tiles_matches_numpy():
   for out in (96, 48):
     w = rng.standard_normal((out, 64)).astype(np.float32)
     d = DenseWeight(Tensor(w), 32, amx=True)
-    assert d.bf16 == (out % 32 == 0 and model_mod.prefill_amx("CPU", 32, out, 64))
-    assert d.packed == d.bf16  # kept in the tile kernel's panels, read in place (no per-call pack of W.T's columns)
+    assert d.bf16 == (d.kernel is not None) and (d.kernel == "amx") == (out % 32 == 0 and
+                                                                       model_mod.prefill_amx("CPU", 32, out, 64))
+    assert d.kernel == model_mod.prefill_bf16_kernel("CPU", 32, out, 64)
+    # on AMX kept in the tile kernel's panels, read in place (no per-call pack of W.T's columns); for vdpbf16ps W.T
+    assert d.packed == (d.kernel == "amx")
+    if d.kernel == "avx512_bf16": assert d.w.shape == (64, out) and d.w.dtype == dtypes.bfloat16
     if d.packed: assert d.w.shape == (out // 32, 2, 32, 16, 2)
     got = d(Tensor(x)).numpy()
     assert got.shape == (2, 16, out)
@@ -511,6 +519,74 @@ def test_prefill_dense_weight_on_amx_tiles_matches_numpy():
     assert not f.bf16 and f.panel == (2 * width // 4 if regs and width >= 32 and out % (width // 2) == 0
                                       and out >= width else 0)
     np.testing.assert_allclose(f(Tensor(x)).numpy(), x.astype(np.float64) @ w.T, rtol=1e-5, atol=1e-5)
+
+
+def _kept_buffer(t):
+  """The Buffer under a realized Tensor (a BUFFER, or a RESHAPE of one)."""
+  u = t.uop.src[0] if t.uop.op is Ops.RESHAPE else t.uop
+  return engine.get_buffer(u)
+
+
+def _vdpbf16ps_here() -> bool:
+  from tiny_codegen import x86_amx, x86_bf16
+  from tiny_codegen.machine import host_machine
+  return not x86_amx.request_tile_state() and x86_bf16.usable(host_machine())
+
+
+@pytest.mark.parametrize("rows, out, inp", [(32, 96, 64), (32, 256, 768), (8, 48, 40)])
+def test_prefill_dense_weight_on_vdpbf16ps_matches_numpy(rows, out, inp):
+  """Where the AMX tiles don't run and `vdpbf16ps` does (Zen 4), `DenseWeight(amx=True)` keeps W.T in bfloat16 once
+  and a chunk's product is `x86_bf16`'s kernel (its source calls the instruction), plus the rounding of x: numpy's
+  product of x and W rounded to bfloat16 as on AMX, and the copy isn't made again per call."""
+  from tiny_codegen import get_program
+  from tiny_tensor.llm.model import DenseWeight
+  from tiny_uop.plugins import Device
+  if not _vdpbf16ps_here(): pytest.skip("this CPU runs AMX tiles or no vdpbf16ps")
+  rng = np.random.default_rng(rows + out)
+  x, w = rng.standard_normal((rows, inp)).astype(np.float32), rng.standard_normal((out, inp)).astype(np.float32)
+  d = DenseWeight(Tensor(w), rows, amx=True)
+  assert d.kernel == "avx512_bf16" and d.bf16 and not d.packed and d.panel == 0
+  assert d.w.shape == (inp, out) and d.w.dtype == dtypes.bfloat16 and engine.is_realized(d.w.uop)
+  kept = _kept_buffer(d.w)
+  got = d(Tensor(x))
+  srcs = [get_program(c.src[0], Device["CPU"].renderer).src for c in got.schedule().calls if c.src[0].op is Ops.SINK]
+  assert len(srcs) == 2 and sum("avx512bf16.dpbf16ps" in s for s in srcs) == 1, [s[:80] for s in srcs]  # x's cast
+  np.testing.assert_allclose(got.numpy(), _bf16(x) @ _bf16(w).T, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(d(Tensor(x[::-1].copy())).numpy(), _bf16(x[::-1]) @ _bf16(w).T, rtol=1e-5, atol=1e-5)
+  assert _kept_buffer(d.w) is kept
+
+
+def test_prefill_on_vdpbf16ps_matches_float_reference_and_greedy(tmp_path, monkeypatch):
+  """A Q4_K model's 32-token prefill chunk on `vdpbf16ps` (no AMX, AVX512-BF16): every quantized weight kept once in
+  bfloat16 for it, the chunk's captured kernels read those copies in place (none made per chunk), the logits within
+  what the AMX path's test allows (2% of the largest) of transformers' float64 on the dequantized weights, and the
+  greedy tokens after the prompt the reference's (decode in float32 activations here)."""
+  import gguf
+  if not _vdpbf16ps_here(): pytest.skip("this CPU runs AMX tiles or no vdpbf16ps")
+  monkeypatch.setattr(model_mod, "int8_dot_products", lambda device: False)
+  monkeypatch.setattr(model_mod, "PREFILL_AMX", True)
+  model = llm_ref.hf_model("llama", seed=5, dim=256, hidden=256)
+  path = str(tmp_path / "q.gguf")
+  llm_ref.write_hf_gguf(model, "llama", path, gguf.GGMLQuantizationType.Q4_K)
+  llm = LLM.load(path)
+  long = (PROMPT * 4)[:33]
+  want = llm_ref.hf_logits(model, long)
+  for _ in range(3):  # capture, replays: the same numbers from the same kept copies
+    llm.reset()
+    got = llm.model.prefill(long[:32]).numpy()
+    err = float(np.abs(got - want[31]).max())
+    assert 1e-6 < err < 0.02 * float(np.abs(want[31]).max()), err  # > 0: bfloat16 products ran, not float32
+  dense = [lin.dense for lay in llm.model.layers for lin in (lay.wq, lay.wk, lay.wv, lay.wo, lay.w_gate, lay.w_up,
+                                                               lay.w_down)]
+  assert all(d is not None and d.kernel == "avx512_bf16" and d.w.dtype == dtypes.bfloat16 for d in dense)
+  cap = llm.model.chunk_step.captured
+  assert cap is not None
+  read = {id(r) for c in cap.calls for r in getattr(c, "refs", []) if not isinstance(r, int)}  # (ints: the inputs)
+  assert read and all(id(_kept_buffer(d.w)) in read for d in dense if d is not None)
+  ref = list(long[:32])
+  for _ in range(4): ref.append(int(np.argmax(llm_ref.hf_logits(model, ref)[-1])))
+  llm.reset()
+  assert list(llm.generate_ids(long[:32], max_tokens=4, stop_ids=())) == ref[32:]
 
 
 def test_packed_prefill_weight_is_lowered_where_the_tile_kernel_does_not_run(monkeypatch):

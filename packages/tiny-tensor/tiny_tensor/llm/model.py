@@ -36,8 +36,9 @@ with token 0, whose keys and values land in cache rows past the prompt that no r
 the next token's write replaces. One capture serves every chunk of every prompt; a chunk that would run past the
 context (the padding included) goes through `forward` unjitted. Before the first multi-token prefill the layer weights
 that a chunk would decode or pack again on every call get a copy laid out as the chunk's matmul reads it
-(`DenseWeight`), when the copies fit `dense_budget`: a quantized weight's in bfloat16 for AMX tiles where the CPU runs
-them (`prefill_amx`; float32 elsewhere and for float weights), so a chunk's products over quantized weights round the
+(`DenseWeight`), when the copies fit `dense_budget`: a quantized weight's in bfloat16 where the CPU has a bfloat16
+kernel for the product (`prefill_bf16_kernel`: AMX tiles, else AVX512-BF16's `vdpbf16ps`; float32 elsewhere and for
+float weights), so a chunk's products over quantized weights round the
 weights and the chunk's activations to bfloat16 (relative 2**-9; llama.cpp rounds them to 8 bits).
 
 Attention is grouped: the n_heads / n_kv_heads query heads of a KV head are one row block against that head's cache,
@@ -349,10 +350,11 @@ F32_MATVEC = os.environ.get("TINY_LLM_F32_MATVEC", "1") != "0"
 
 class DenseWeight:
   """A weight W (out, in) kept for the multi-row products of prefill chunks (`x @ W.T`, x (..., rows, in)), laid out
-  once as the matmul reads it: a quantized weight (`amx=True`) on a CPU that runs AMX tiles, as W.T in bfloat16 in
-  `tiny_codegen.x86_amx`'s tile panels (`prefill_amx`; `packed`: the kernel reads them in place, where per call it
-  packed 32 columns of W.T's rows, 4 KB apart, into its stack: 2048x768 one thread 612 -> 264 us); else
-  in the column panels (out // P, in, P) of the CPU's
+  once as the matmul reads it: a quantized weight (`amx=True`) on a CPU with a bfloat16 kernel for the chunk's
+  product (`prefill_bf16_kernel`, `kernel`), as W.T in bfloat16: on AMX tiles in `tiny_codegen.x86_amx`'s tile panels
+  (`packed`: the kernel reads them in place, where per call it packed 32 columns of W.T's rows, 4 KB apart, into its
+  stack: 2048x768 one thread 612 -> 264 us), for `tiny_codegen.x86_bf16`'s `vdpbf16ps` kernel (no AMX, AVX512-BF16)
+  as W.T itself, (in, out) contiguous, the B that kernel reads; else in the column panels (out // P, in, P) of the CPU's
   float32 matmul (`_prefill_panel`), else as W itself, contiguous.
 
   A 32-token chunk of the bench LLM (4 layers, one thread) spent 60% of its kernel time decoding every Q4_K weight
@@ -364,13 +366,14 @@ class DenseWeight:
   def __init__(self, w: Tensor, rows: int, amx: bool = False):
     """`w`: the (out, in) float weight (a lazy graph, such as a QLinear's decoding, is fine: it is realized here, into
     a buffer of its own first: decoded straight into the panels, the transposed writes ran 4-5x slower); `rows`: the
-    rows of x a call has; `amx`: the bfloat16 layout where `prefill_amx` holds for this shape."""
+    rows of x a call has; `amx`: the bfloat16 layout where `prefill_bf16_kernel` names a kernel for this shape."""
     self.out, self.inp = (int(d) for d in w.shape)
     self.rows = rows
-    self.bf16 = amx and prefill_amx(w.device, rows, self.out, self.inp)
+    self.kernel = prefill_bf16_kernel(w.device, rows, self.out, self.inp) if amx else None
+    self.bf16 = self.kernel is not None
     self.panel = 0 if self.bf16 else _prefill_panel(w, rows)
     w = w.contiguous().realize()
-    self.packed = self.bf16 and _register_packed_b(rows, self.out, self.inp)
+    self.packed = self.kernel == "amx" and _register_packed_b(rows, self.out, self.inp)
     if self.bf16: wt = w.T.cast(dtypes.bfloat16)                          # (in, out): the tile kernel's B
     if self.packed:  # in the tile kernel's panels (N/32, 2, K/2, 16, 2): the kernel reads them in place
       from tiny_codegen.x86_amx import pack_b
@@ -426,8 +429,30 @@ def _register_packed_b(rows: int, out: int, inp: int) -> bool:
 
 
 PREFILL_AMX = True
-"""Whether prefill chunks may multiply quantized weights on AMX tiles in bfloat16 (`prefill_amx`); False keeps
-their float32 copies (tests that hold the prefill to a float64 reference to 1e-4 turn it off)."""
+"""Whether prefill chunks may multiply quantized weights in bfloat16 on the CPU's bfloat16 kernel
+(`prefill_bf16_kernel`: AMX tiles or `vdpbf16ps`); False keeps their float32 copies (tests that hold the prefill to a
+float64 reference to 1e-4 turn it off)."""
+
+
+def prefill_bf16_kernel(device: Any, rows: int, out: int, inp: int) -> str | None:
+  """Which bfloat16 kernel takes a prefill chunk's (rows, inp) @ (inp, out) product over a quantized weight
+  (`DenseWeight`): "amx" where the AMX tiles run (`prefill_amx`), else "avx512_bf16" where `tiny_codegen.x86_bf16`'s
+  `vdpbf16ps` kernel does on this machine (`x86_bf16.plan` for the shape over the renderer's threads, `usable`: the
+  machine model lists AVX512-BF16, the probe ran it, no AMX tiles), on the CPU device with the LLVM renderer; None:
+  the float32 copies. Both kernels add exact products of the bfloat16-rounded weight and activations in float32, so
+  the logits move by the same rounding (relative 2**-9 each) on either; on Zen 4 `vdpbf16ps` does 2x the flops of
+  the float32 GEMM's FMAs and the copy is half the bytes."""
+  if device != "CPU": return None
+  if prefill_amx(device, rows, out, inp): return "amx"
+  from tiny_codegen import x86_amx, x86_bf16
+  from tiny_codegen.machine import machine_of
+  from tiny_codegen.renderer.llvmir import LLVMRenderer
+  from tiny_uop.plugins import Device
+  if not isinstance(r := Device["CPU"].renderer, LLVMRenderer): return None
+  mach = machine_of(r)
+  if x86_bf16.plan(mach, rows, out, inp, max(1, int(getattr(r, "threads", 1))), x86_amx.thread_stack_limit()) is None:
+    return None
+  return "avx512_bf16" if x86_bf16.usable(mach) else None
 
 
 def prefill_amx(device: Any, rows: int, out: int, inp: int) -> bool:
