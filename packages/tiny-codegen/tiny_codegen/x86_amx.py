@@ -45,7 +45,7 @@ from tiny_uop.uop import AxisType, Ops, UOp
 from tiny_codegen import cpu_probe
 
 __all__ = ["TILE_ROWS", "TILE_BYTES", "BLOCK", "MAX_K", "amx_bf16_matmul_ir", "split_threads", "k_block", "row_group",
-           "a_row_pad", "pack_b", "register_packed_b", "registered_packed_b",
+           "a_row_pad", "pack_b", "round_bf16_ir", "register_packed_b", "registered_packed_b",
            "match_matmul_layout", "A_PAD_MIN_COLUMNS", "A_PAD_COPY_SHARE", "A_PAD_COPY_PASSES",
            "request_tile_state", "fits", "match_matmul", "stack_bytes", "thread_stack_limit"]
 
@@ -263,21 +263,28 @@ def _pack_panel(n: int, k: int) -> list[str]:
 def _splat(v: int) -> str: return "<i32 " + ", i32 ".join([str(v)] * 16) + ">"
 
 
+def round_bf16_ir(x: str, val: str) -> list[str]:
+  """LLVM IR lines rounding `<16 x float>` value `val` to bfloat16 bits as tiny's cast rounds, into `<16 x i16>`
+  `{x}v` (names `{x}...`): (bits + 0x7FFF + (bits >> 16 & 1)) >> 16 (ties to even; denormals round like any value),
+  NaN -> 0x7FC0. Shared by the AMX and `vdpbf16ps` (`x86_bf16`) kernels' bfloat16 outputs."""
+  return [f"  {x}n = fcmp uno <16 x float> {val}, {val}", f"  {x}b = bitcast <16 x float> {val} to <16 x i32>",
+          f"  {x}s = lshr <16 x i32> {x}b, {_splat(16)}", f"  {x}l = and <16 x i32> {x}s, {_splat(1)}",
+          f"  {x}a = add <16 x i32> {x}l, {_splat(0x7FFF)}", f"  {x}d = add <16 x i32> {x}b, {x}a",
+          f"  {x}h = lshr <16 x i32> {x}d, {_splat(16)}",
+          f"  {x}q = select <16 x i1> {x}n, <16 x i32> {_splat(0x7FC0)}, <16 x i32> {x}h",
+          f"  {x}v = trunc <16 x i32> {x}q to <16 x i16>"]
+
+
 def _bf16_epilogue(t: int, n: int, tt: str) -> list[str]:
-  """C tile t stored to the stack buffer, then each of its 16 rows rounded to bfloat16 bits and stored at out +
-  %oi{t} + row * n: (bits + 0x7FFF + (bits >> 16 & 1)) >> 16 (ties to even; denormals round like any value), NaN ->
-  0x7FC0."""
+  """C tile t stored to the stack buffer, then each of its 16 rows rounded to bfloat16 bits (`round_bf16_ir`) and
+  stored at out + %oi{t} + row * n."""
   ln = [f"  call void @llvm.x86.tilestored64.internal({tt}, ptr %cbuf, i64 {TILE_BYTES}, x86_amx %c{t})"]
   for r in range(TILE_ROWS):
     v = f"%e{t}_{r}"
     ln += [f"  {v}p = getelementptr inbounds float, ptr %cbuf, i32 {r * 16}",
-           f"  {v}f = load <16 x float>, ptr {v}p, align 64", f"  {v}n = fcmp uno <16 x float> {v}f, {v}f",
-           f"  {v}b = bitcast <16 x float> {v}f to <16 x i32>", f"  {v}s = lshr <16 x i32> {v}b, {_splat(16)}",
-           f"  {v}o = and <16 x i32> {v}s, {_splat(1)}", f"  {v}a = add <16 x i32> {v}o, {_splat(0x7FFF)}",
-           f"  {v}c = add <16 x i32> {v}b, {v}a", f"  {v}h = lshr <16 x i32> {v}c, {_splat(16)}",
-           f"  {v}q = select <16 x i1> {v}n, <16 x i32> {_splat(0x7FC0)}, <16 x i32> {v}h",
-           f"  {v}t = trunc <16 x i32> {v}q to <16 x i16>", f"  {v}i = add i32 %oi{t}, {r * n}",
-           f"  {v}w = getelementptr inbounds i16, ptr %out, i32 {v}i", f"  store <16 x i16> {v}t, ptr {v}w, align 2"]
+           f"  {v}f = load <16 x float>, ptr {v}p, align 64", *round_bf16_ir(v, f"{v}f"),
+           f"  {v}i = add i32 %oi{t}, {r * n}",
+           f"  {v}w = getelementptr inbounds i16, ptr %out, i32 {v}i", f"  store <16 x i16> {v}v, ptr {v}w, align 2"]
   return ln
 
 

@@ -33,6 +33,7 @@ does, in another order; like the AMX tiles, VDPBF16PS treats denormal inputs as 
 from __future__ import annotations
 
 from tiny_codegen import cpu_probe
+from tiny_codegen.x86_amx import round_bf16_ir
 from tiny_codegen.machine import Machine, fma_chains
 
 __all__ = ["LANES", "MAX_K", "register_block", "plan", "split_threads", "stack_bytes", "fits", "usable",
@@ -143,9 +144,6 @@ def _mask(nvalid: int, v: int) -> str:
   return _vec(["true" if LANES * v + c < nvalid else "false" for c in range(LANES)], "i1")
 
 
-def _splat(v: int) -> str: return _vec([str(v)] * LANES, "i32")
-
-
 def _micro(name: str, mr: int, nv: int, n: int, k: int, lda: int, out_bf16: bool, nvalid: int) -> list[str]:
   """The micro-kernel `@<name>.mk<mr>(out, a, pk, row0, col0, edge)`: rows row0 .. row0+mr of A times the packed
   strip at `pk`, stored at columns col0 ..; `edge`: the last strip, its first `nvalid` columns stored (masked)."""
@@ -194,12 +192,7 @@ def _micro(name: str, mr: int, nv: int, n: int, k: int, lda: int, out_bf16: bool
       ln += [f"  {x}o = mul i64 %ar{r}, {n}", f"  {x}c = add i64 %col0, {LANES * v}", f"  {x}i = add i64 {x}o, {x}c"]
       ty, ety = ("<16 x i16>", "i16") if out_bf16 else ("<16 x float>", "float")
       if out_bf16:  # tiny's float -> bfloat16 cast: ties to even, NaN -> 0x7FC0
-        ln += [f"  {x}n = fcmp uno <16 x float> {val}, {val}", f"  {x}b = bitcast <16 x float> {val} to <16 x i32>",
-               f"  {x}s = lshr <16 x i32> {x}b, {_splat(16)}", f"  {x}l = and <16 x i32> {x}s, {_splat(1)}",
-               f"  {x}a = add <16 x i32> {x}l, {_splat(0x7FFF)}", f"  {x}d = add <16 x i32> {x}b, {x}a",
-               f"  {x}h = lshr <16 x i32> {x}d, {_splat(16)}",
-               f"  {x}q = select <16 x i1> {x}n, <16 x i32> {_splat(0x7FC0)}, <16 x i32> {x}h",
-               f"  {x}v = trunc <16 x i32> {x}q to <16 x i16>"]
+        ln += round_bf16_ir(x, val)
         val = f"{x}v"
       ln.append(f"  {x}p = getelementptr inbounds {ety}, ptr %out, i64 {x}i")
       if blk == "full": ln.append(f"  store {ty} {val}, ptr {x}p, align {2 if out_bf16 else 4}")
