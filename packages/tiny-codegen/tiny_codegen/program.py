@@ -154,16 +154,14 @@ def _amx_program(ast: UOp, name: str, renderer: Renderer) -> UOp | None:
 def _avx512_bf16_program(ast: UOp, name: str, renderer: LLVMRenderer) -> UOp | None:
   """The PROGRAM of `tiny_codegen.x86_bf16`'s `vdpbf16ps` kernel for a kernel AST `x86_amx.match_matmul_layout`
   recognises at any size, where the AMX tile kernel doesn't take it (`_amx_program`), on a machine whose model lists
-  AVX512-BF16 and whose probe ran it (`x86_bf16.usable`) and whose stack holds its strip (`x86_bf16.plan`); None
+  AVX512-BF16 and whose probe ran it and whose stack holds its strip (`x86_bf16.for_renderer`); None
   otherwise (lowered as usual). Register block from the machine model (`x86_bf16.register_block`); threads: the
   renderer's, over column strips, then rows (`x86_bf16.split_threads`)."""
   from tiny_codegen import x86_amx, x86_bf16
-  from tiny_codegen.machine import machine_of
   if (got := x86_amx.match_matmul_layout(ast, any_size=True)) is None: return None
   m, n, k, out_bf16, lda = got
-  mach, threads = machine_of(renderer), max(1, int(getattr(renderer, "threads", 1)))
-  if (blk := x86_bf16.plan(mach, m, n, k, threads, x86_amx.thread_stack_limit())) is None or \
-     not x86_bf16.usable(mach): return None  # the probe last: it may start a child
+  if (blk := x86_bf16.for_renderer(renderer, m, n, k)) is None: return None
+  threads = max(1, int(getattr(renderer, "threads", 1)))
   src = x86_bf16.avx512_bf16_matmul_ir(m, n, k, threads, name=name, out_bf16=out_bf16, lda=lda, mr=blk[0], nv=blk[1])
   if DEBUG >= 4: print(f"*** source of {name} (x86_bf16 vdpbf16ps kernel):\n{src}")
   lib = renderer.compiler.compile_cached(src)

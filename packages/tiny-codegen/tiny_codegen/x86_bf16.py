@@ -32,11 +32,13 @@ does, in another order; like the AMX tiles, VDPBF16PS treats denormal inputs as 
 """
 from __future__ import annotations
 
-from tiny_codegen import cpu_probe
-from tiny_codegen.x86_amx import round_bf16_ir
-from tiny_codegen.machine import Machine, fma_chains
+from typing import Any
 
-__all__ = ["LANES", "MAX_K", "register_block", "plan", "split_threads", "stack_bytes", "fits", "usable",
+from tiny_codegen import cpu_probe
+from tiny_codegen.x86_amx import round_bf16_ir, thread_stack_limit
+from tiny_codegen.machine import Machine, fma_chains, machine_of
+
+__all__ = ["LANES", "MAX_K", "register_block", "plan", "split_threads", "stack_bytes", "fits", "usable", "for_renderer",
            "avx512_bf16_matmul_ir"]
 
 LANES = 16
@@ -125,6 +127,18 @@ def usable(m: Machine) -> bool:
   if m.vector_bytes != 64 or "avx512_bf16" not in m.isa: return False
   if {"amx_tile", "amx_bf16"} <= m.isa and cpu_probe.executes("amx_bf16", m.isa): return False
   return cpu_probe.executes("avx512_bf16", m.isa)
+
+
+def for_renderer(renderer: Any, m: int, n: int, k: int) -> tuple[int, int] | None:
+  """(MR, nv) where this kernel takes an (m, k) @ (k, n) bfloat16 product compiled by `renderer`: the LLVM renderer
+  (the CPU's), `plan` for the shape over its threads and this module's stack limit, and `usable` on its machine
+  model; None otherwise. The one question `Tensor.dot`, the LLM's prefill weights and `tiny_codegen.program` ask."""
+  from tiny_codegen.renderer.llvmir import LLVMRenderer
+  if not isinstance(renderer, LLVMRenderer): return None
+  mach = machine_of(renderer)
+  threads = max(1, int(getattr(renderer, "threads", 1)))
+  if (blk := plan(mach, m, n, k, threads, thread_stack_limit())) is None: return None
+  return blk if usable(mach) else None  # the probe last: it may start a child
 
 
 def _check(m: int, n: int, k: int, threads: int, lda: int, mr: int, nv: int) -> None:

@@ -1557,21 +1557,15 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
 
 def _bf16_kernel(x: Tensor, w: Tensor) -> str | None:
   """Which CPU kernel takes bfloat16 `x @ w` (2-D) whole: "amx" (`_amx_tiles`), else "avx512_bf16" where
-  `tiny_codegen.x86_bf16`'s `vdpbf16ps` kernel takes the shape on this machine (`x86_bf16.plan`, `usable`: the probe
-  ran the instruction), both on the CPU device with the LLVM renderer; None: the packed float32 GEMM."""
+  `tiny_codegen.x86_bf16`'s `vdpbf16ps` kernel takes the shape on the CPU device (`x86_bf16.for_renderer`: the LLVM
+  renderer, the shape's plan, the probe ran the instruction); None: the packed float32 GEMM."""
   if _amx_tiles(x, w): return "amx"
   if x.device != "CPU" or w.device != "CPU": return None
   (m, k), n = x.shape, w.shape[1]
   if not isinstance(m, int) or not isinstance(k, int) or not isinstance(n, int): return None  # symbolic shapes
-  from tiny_codegen import x86_amx, x86_bf16
-  from tiny_codegen.machine import machine_of
-  from tiny_codegen.renderer.llvmir import LLVMRenderer
+  from tiny_codegen import x86_bf16
   from tiny_uop.plugins import Device
-  if not isinstance(r := Device["CPU"].renderer, LLVMRenderer): return None
-  mach = machine_of(r)
-  if x86_bf16.plan(mach, m, n, k, max(1, int(getattr(r, "threads", 1))), x86_amx.thread_stack_limit()) is None:
-    return None
-  return "avx512_bf16" if x86_bf16.usable(mach) else None
+  return "avx512_bf16" if x86_bf16.for_renderer(Device["CPU"].renderer, m, n, k) is not None else None
 
 
 def _amx_tiles(x: Tensor, w: Tensor) -> bool:

@@ -444,15 +444,9 @@ def prefill_bf16_kernel(device: Any, rows: int, out: int, inp: int) -> str | Non
   the float32 GEMM's FMAs and the copy is half the bytes."""
   if device != "CPU": return None
   if prefill_amx(device, rows, out, inp): return "amx"
-  from tiny_codegen import x86_amx, x86_bf16
-  from tiny_codegen.machine import machine_of
-  from tiny_codegen.renderer.llvmir import LLVMRenderer
+  from tiny_codegen import x86_bf16
   from tiny_uop.plugins import Device
-  if not isinstance(r := Device["CPU"].renderer, LLVMRenderer): return None
-  mach = machine_of(r)
-  if x86_bf16.plan(mach, rows, out, inp, max(1, int(getattr(r, "threads", 1))), x86_amx.thread_stack_limit()) is None:
-    return None
-  return "avx512_bf16" if x86_bf16.usable(mach) else None
+  return "avx512_bf16" if x86_bf16.for_renderer(Device["CPU"].renderer, rows, out, inp) is not None else None
 
 
 def prefill_amx(device: Any, rows: int, out: int, inp: int) -> bool:
