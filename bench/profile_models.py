@@ -8,11 +8,14 @@ over 10 runs. Printed: the sums, then both lists in graph order, then the time p
 r (reduce: convs, pools, Gemm) kernels; onnxruntime: per op type), so the gaps can be ranked by the ms they lose.
 
 `python bench/profile_models.py resnet18 [mobilenet_v3_small ...]` (needs onnx, onnxruntime and torch).
+`CPU_THREADS=2 python bench/profile_models.py --threads mobilenet_v3_small`: each kernel on one thread vs the pool, its
+share count and each share's time (`thread_split`).
 """
 from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import json
 import os
 import sys
@@ -97,6 +100,53 @@ def tiny_kernels(path: str, feeds: dict[str, np.ndarray], want: np.ndarray) -> t
   return rows, whole
 
 
+def thread_split(path: str, feeds: dict[str, np.ndarray], runs: int = 30) -> list[tuple[str, int, float, float,
+                                                                                          list[float]]]:
+  """Each kernel of the jitted runner's replay on one thread and on the pool (the process's `CPU_THREADS`, so run
+  with `CPU_THREADS=2`): [(name, shares, one thread us, pool us, [each share alone, us])]. One thread: the kernel's
+  shares in turn, natively (its one-kernel `CPUGraph` replay without a pool), least `time.thread_time` of `runs`; the
+  pool: the same replay on the pool, least wall of `runs`; each share: one ctypes call with its `core_id`, least wall
+  of `runs` (how even the split is). The three in turns, so a burst of load hits them alike."""
+  from tiny_runtime_cpu.cpu import HostMem
+  from tiny_runtime_cpu.graph import CPUGraph
+  from tiny_tensor.nn.onnx import OnnxRunner
+  from tiny_uop.plugins import Device
+  runner = OnnxRunner(path, jit=True)
+  with replays_seen() as seen:
+    for _ in range(3): runner(feeds)["y"].numpy()
+  inputs, vv, rows = [t._buf for t in seen["inputs"]], seen["var_vals"], []
+  for c, _ in kernel_runs(seen):
+    g = CPUGraph(Device["CPU"], [c])
+    g(inputs, vv)  # patches this replay's input addresses into its argument blocks
+    n, args = int(g.table[3]), list(c.args)
+    for i, slot in c.dyn: args[i] = inputs[slot]
+    vals = [vv.get(k, v) for k, v in c.vars]
+    fxn, addrs = c.prg._fxn(len(args), len(vals)), [b.addr if isinstance(b, HostMem) else b for b in args] + vals
+    one, pool, shares = float("inf"), float("inf"), [float("inf")] * n
+    for _ in range(runs):
+      st = time.thread_time()
+      g.runner(g.table_addr, g.count, None, 0, None)
+      one = min(one, time.thread_time() - st)
+      pool = min(pool, _seconds(functools.partial(g, inputs, vv)))
+      for i in range(n): shares[i] = min(shares[i], _seconds(functools.partial(fxn, *addrs, i)))
+    rows.append((c.name, n, one * 1e6, pool * 1e6, [x * 1e6 for x in shares]))
+  return rows
+
+
+def print_thread_split(name: str) -> None:
+  """Print `thread_split` for model `name` (see it) with the sums."""
+  with tempfile.TemporaryDirectory() as d:
+    path = os.path.join(d, f"{name}.onnx")
+    _, feeds = bm.export_model(name, path)
+    rows = thread_split(path, feeds)
+  one, pool, split = sum(r[2] for r in rows), sum(r[3] for r in rows), sum(r[1] > 1 for r in rows)
+  print(f"== {name}: {len(rows)} kernels, CPU_THREADS={os.environ['CPU_THREADS']}, one thread {one:.0f} us, pool "
+        f"{pool:.0f} us, {split} split | load {os.getloadavg()[0]:.1f}")
+  for kname, n, one, pool, sh in rows:
+    print(f"  {kname:32s} {n:3d} shares {one:7.1f} {pool:7.1f} us {one / pool:5.2f}x  each "
+          + " ".join(f"{x:.1f}" for x in sh[:8]) + (" ..." if n > 8 else ""))
+
+
 def _seconds(fn: Any) -> float:
   st = time.perf_counter()
   fn()
@@ -134,4 +184,7 @@ def profile(name: str) -> None:
 
 
 if __name__ == "__main__":
-  for m in sys.argv[1:] or ["resnet18", "mobilenet_v3_small", "efficientnet_b0"]: profile(m)
+  if sys.argv[1:2] == ["--threads"]:  # CPU_THREADS=2 python bench/profile_models.py --threads mobilenet_v3_small
+    for m in sys.argv[2:] or ["mobilenet_v3_small", "efficientnet_b0"]: print_thread_split(m)
+  else:
+    for m in sys.argv[1:] or ["resnet18", "mobilenet_v3_small", "efficientnet_b0"]: profile(m)

@@ -294,3 +294,39 @@ def test_big_kernels_launch_shares_per_thread():
   off = ren()
   off.balance_min_work = 0  # 0 turns balancing off
   assert get_program(matvec(n=64, k=2048), off).global_size == (2, 1, 1)
+
+
+def _rowsums(n: int, m: int, k: int) -> UOp:
+  """c[i, j] = sum_l a[i, j, l]: two store loops (i outer, j inner) around a reduce."""
+  c, a = P(0, n * m), P(1, n * m * k)
+  i, j, l = UOp.range(n, 0), UOp.range(m, 1), UOp.range(k, 2, AxisType.REDUCE)
+  return c.index(i * m + j).store(a.index((i * m + j) * k + l).load().reduce(l)).sink(arg=KernelInfo())
+
+
+def test_uneven_outer_split_shares_the_next_loop():
+  """3 outer iterations on 2 threads would be shares of 2 and 1 (one thread idle a third of the time): each outer
+  iteration's next loop is split in 2 as well, 6 equal shares, claimed 3 per thread. Share s covers outer iteration
+  s // 2 and half s % 2 of the next loop (a ragged last half when its bound is odd); every element is written once,
+  with the right sum, run share by share and on concurrent threads. Even splits, and those whose next loop can't be
+  split evenly, keep one share per thread."""
+  import ctypes
+  import importlib
+  from tiny_codegen import get_program
+  kr = importlib.import_module("kernel_runner")
+  rng = np.random.default_rng(5)
+  for n, m, want in ((3, 16, 6), (3, 7, 6), (5, 16, 10), (4, 16, 2), (3, 1, 2), (9, 16, 2)):
+    spec = get_program(_rowsums(n, m, 64), cpu(threads=2))
+    assert spec.global_size == (want, 1, 1), (n, m, spec.global_size)
+    a = rng.standard_normal(n * m * 64, dtype=np.float32)
+    for threaded in (False, True):
+      c = np.full(n * m, np.nan, np.float32)
+      kr.run(spec, [c, a], threaded=threaded)
+      np.testing.assert_allclose(c, a.reshape(n * m, 64).astype(np.float64).sum(1), rtol=1e-4, atol=1e-4)
+    if want == 2 * n:  # which share wrote what: share s, alone, writes row s // 2's half s % 2
+      fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32)(kr.load_fn(spec.name, spec.lib))
+      half = -(-m // 2)
+      for s in range(want):
+        c = np.full(n * m, np.nan, np.float32)
+        fn(*[[c, a][slot].ctypes.data for slot in spec.globals], s)
+        lo = (s // 2) * m + (s % 2) * half
+        assert np.flatnonzero(~np.isnan(c)).tolist() == list(range(lo, min(lo + half, (s // 2 + 1) * m))), (n, m, s)

@@ -9,7 +9,9 @@ thread costs more than such a kernel's work. A launch's shares are claimed by th
 big kernel (cost at least `renderer.balance_min_work`) gets `renderer.shares_per_thread` shares per thread: when one
 core runs slower than the other (a busy hyperthread sibling, a VM's vCPU losing time to the host, a hybrid CPU's
 efficiency cores) the faster ones take more shares instead of waiting for it. Shares never come out empty: with a
-constant N their count is ceil(N / chunk). The kernel always takes `int core_id` last.
+constant N their count is ceil(N / chunk). Where those shares leave the threads unequal work (3 channel blocks on 2
+threads: 2 and 1), each outer iteration's next loop is split too, into k parts, n * k shares in all (`_finer_split`).
+The kernel always takes `int core_id` last.
 
 GPU-style renderers (`has_local`): GLOBAL ranges, and the constant-bound LOOP ranges every store uses, become
 SPECIAL("gidx{i}") (at most 3 dims, within `global_max`; others stay loops); LOCAL ranges become SPECIAL("lidx{i}").
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 
 from tiny_uop.device import Renderer
 from tiny_uop.dtype import AddrSpace, DType, dtypes
-from tiny_uop.helpers import prod
+from tiny_uop.helpers import ceildiv, prod
 from tiny_uop.uop import AxisType, GroupOp, Ops, UOp
 
 from tiny_codegen.lower.reduce import _stores, range_key
@@ -116,6 +118,9 @@ def add_threads(sink: UOp, renderer: Renderer) -> tuple[UOp, Dims]:
     n = int(bound.arg)
     nthreads = -(-n // -(-n // min(nthreads, n)))  # as many shares as chunks of ceil(n / shares): none empty
   if nthreads <= 1: return sink, Dims()
+  if bound.op is Ops.CONST and (finer := _finer_split(cands, int(bound.arg), int(getattr(renderer, "threads", 1)),
+                                                      nthreads)) is not None:
+    return _split_two(sink, r, *finer)
   dt = r.dtype  # int64 in a kernel over more than 2**31-1 elements
   core_id = _special("core_id", nthreads, dt)
   if bound.op is Ops.CONST:
@@ -130,6 +135,38 @@ def add_threads(sink: UOp, renderer: Renderer) -> tuple[UOp, Dims]:
     new_bound = (bound - start < chunk).where(bound - start, chunk)
   new_r = UOp(Ops.RANGE, r.dtype, (new_bound,), r.arg)
   return sink.substitute({r: start + new_r}, name="add_threads"), Dims((nthreads, 1, 1))
+
+
+def _finer_split(cands: list[UOp], n: int, threads: int, shares: int) -> tuple[UOp, int] | None:
+  """(the next loop, k) when splitting the outermost loop (bound `n`, into `shares` shares of ceil(n / shares)
+  iterations) leaves the `threads` threads unequal work and splitting each of its iterations's next loop into k
+  parts as well (n * k shares, a multiple of `threads`) evens it out: 3 channel blocks on 2 threads are shares of 2
+  and 1 blocks, the second thread idle a third of the time; 3 x 2 half-blocks are 3 shares each. Compared in
+  iterations of the next loop the slowest thread runs; taken when that is at least 1/8 less (every share is a claim
+  of a cache line the threads share, and the parts of a loop read their operands twice). None: keep the split."""
+  if len(cands) < 2 or (inner := cands[1]).src[0].op is not Ops.CONST or threads <= 1: return None
+  n1 = int(inner.src[0].arg)
+  chunk = ceildiv(n, shares)
+  now = ceildiv(ceildiv(n, chunk), threads) * chunk * n1  # shares claimed in turn: the slowest thread's iterations
+  step = threads // math.gcd(n, threads)
+  k = ceildiv(shares, n * step) * step  # at least `shares` shares, a multiple of `threads`
+  if k < 2 or k > n1 or ceildiv(n1, c1 := ceildiv(n1, k)) != k: return None  # one part, or an empty one
+  return (inner, k) if 8 * ceildiv(n * k, threads) * c1 <= 7 * now else None
+
+
+def _split_two(sink: UOp, outer: UOp, inner: UOp, k: int) -> tuple[UOp, Dims]:
+  """Share s runs iteration s // k of loop `outer` and part s % k (of ceil(n1 / k) iterations) of loop `inner`."""
+  n, n1 = int(outer.src[0].arg), int(inner.src[0].arg)
+  c1 = ceildiv(n1, k)
+  core = _special("core_id", n * k, outer.dtype)
+  part = core % UOp.const(outer.dtype, k)
+  if part.dtype != inner.dtype: part = part.cast(inner.dtype)
+  start = part * UOp.const(inner.dtype, c1)
+  left = UOp.const(inner.dtype, n1) - start
+  new_bound = UOp.const(inner.dtype, c1) if n1 % k == 0 else (left < c1).where(left, UOp.const(inner.dtype, c1))
+  new_r = UOp(Ops.RANGE, inner.dtype, (new_bound,), inner.arg)
+  subs = {outer: core // UOp.const(outer.dtype, k), inner: start + new_r}
+  return sink.substitute(subs, name="add_threads"), Dims((n * k, 1, 1))
 
 
 def gpu_axes(sink: UOp, renderer: Renderer) -> tuple[list[UOp], list[UOp]]:
