@@ -146,9 +146,27 @@ def test_small_conv_weight_gradient_is_not_split(monkeypatch) -> None:
   np.testing.assert_allclose(grad.numpy(), _torch_weight_grad(xs, ws, gy), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("shape_x, shape_w, kw", [((1, 512, 7, 7), (512, 512, 3, 3), dict(padding=1)),
+                                                  ((1, 256, 14, 14), (512, 256, 3, 3), dict(padding=1, stride=2))])
+def test_forward_conv_with_big_weights_is_not_split(shape_x, shape_w, kw) -> None:
+  # resnet18's last stage: 9.4 MB (4.7 MB) of weights > CHUNK_BYTES, but each output's reduce is Cin*3*3 (4608, 2304)
+  # elements: a block of STREAMING_BLOCK_OUTPUTS outputs streams 590 KB (295 KB), no chunk of it needs L2's help.
+  # Split, it was 16 (8) partial 512x7x7 maps summed in a kernel of their own. One conv kernel, against torch
+  import torch  # test-only oracle (a TEST_DEPS package)
+  rng = np.random.default_rng(11)
+  xs, ws = rng.standard_normal(shape_x).astype(np.float32), rng.standard_normal(shape_w).astype(np.float32)
+  out = tt.Tensor(xs).conv2d(tt.Tensor(ws), **kw)
+  assert prod(shape_w[1:]) * S.STREAMING_BLOCK_OUTPUTS * 4 <= S.CHUNK_BYTES < ws.nbytes
+  sizes = _out_sizes(create_schedule(UOp.sink(out.uop)).kernels)
+  assert sizes[-1] == prod(out.shape) and all(s in (ws.size, prod(out.shape)) for s in sizes), sizes
+  want = torch.nn.functional.conv2d(torch.tensor(xs, dtype=torch.float64), torch.tensor(ws, dtype=torch.float64), **kw)
+  np.testing.assert_allclose(out.numpy(), want.numpy(), rtol=1e-4, atol=1e-3)
+
+
 @pytest.mark.parametrize("kw", [dict(padding=2, stride=2), dict(groups=2, dilation=2)])
 def test_split_conv_weight_gradient_with_padding_stride_groups_matches_torch(monkeypatch, kw) -> None:
   monkeypatch.setattr(S, "CHUNK_BYTES", 64 << 10)  # ~100 KB of inputs: two chunks
+  monkeypatch.setattr(S, "STREAMING_BLOCK_OUTPUTS", 256)  # (its 392-512 element reduce: 32 outputs stream < 64 KB)
   wshape = (16, 16 // kw.get("groups", 1), 3, 3)
   (xs, ws, gy), kernels, grad = _conv_weight_grad((8, 16, 12, 12), wshape, **kw)
   outs = prod(wshape)

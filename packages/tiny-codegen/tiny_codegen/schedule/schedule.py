@@ -485,6 +485,17 @@ streamed again only a few times and keeping chunks of it in L2 saves little. A 3
 ms of the prefill); a (64x32768) @ (32768x64) (each input read by 64) still splits. A conv's weight gradient reduces
 over batch and pixels, and each of its output blocks re-reads its input windows: it splits even when an input is read
 by few outputs (conv1's gradient, 1 input channel: 25 per element; split 0.81 ms, unsplit 1.24)."""
+STREAMING_BLOCK_OUTPUTS = 32
+"""... and whose block of this many outputs (two 16-float vectors: the widest output block the CPU heuristic gives a
+conv's channels or a matmul's columns) streams more than CHUNK_BYTES over its whole reduce (reduce elements x this x
+itemsize): an output block walks its own slice of the partitioned input, and the next block re-reading the shared one
+finds it in L2 only when a chunk of the reduce holds it. A forward conv reduces over Cin x k x k (resnet18's 512 ->
+512 3x3: 4608 elements, a 32-channel block's weights 590 KB, each read by the 49 pixels of its 7x7 map from L2 while
+its pixel blocks run): split into 16 chunks of input channels (its 9.4 MB of weights over CHUNK_BYTES) it wrote 16
+partial maps and summed them in a one-thread kernel, 2.4 + 0.17 ms against 1.83 ms unsplit (one thread, Zen 4
+EPYC family 25 model 17, thread time). A weight gradient reduces over batch x pixels (32 images of 20x20: 12800
+elements, 1.6 MB a block) and still splits; the convnet step's 3x3 ones (128 images of 8x8: 1 MB a block) ran as
+fast unsplit (2687 and 3048 us of one thread against 2697 + 49 and 3095 + 70 split in 4)."""
 PARTIAL_SHARE = 4  # the partial sums of a split streaming reduce take at most 1/PARTIAL_SHARE of the bytes it reads
 _REALIZED_LEAVES = (Ops.BUFFER, Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN, Ops.REDUCE_AXIS)
 
@@ -536,14 +547,15 @@ def _split_streaming_reduce(r: UOp) -> UOp:
 
   G is the smallest divisor of A with inputs/G <= CHUNK_BYTES, and the split is made only when the partials
   (G * outputs) are at most 1/PARTIAL_SHARE of the inputs' bytes (writing and reading them again costs less than the
-  traffic saved) and, for a one-axis reduce, every input is read by STREAMING_MIN_LEAF_REUSE or more outputs. Any
-  other reduce comes back unchanged."""
+  traffic saved), an output block's reduce streams more than a chunk (STREAMING_BLOCK_OUTPUTS) and, for a one-axis
+  reduce, every input is read by STREAMING_MIN_LEAF_REUSE or more outputs. Any other reduce comes back unchanged."""
   op, axes = r.arg
   shp, out = r.src[0].shape, r.shape
   if op not in (Ops.ADD, Ops.MAX) or not axes or shp is None or out is None or not all_int(shp) or not all_int(out):
     return r
   outs, a = prod(out), min(axes)
   if outs < STREAMING_REDUCE_MIN_OUTPUTS or shp[a] < 2: return r
+  if prod(shp[x] for x in axes) * STREAMING_BLOCK_OUTPUTS * r.dtype.itemsize <= CHUNK_BYTES: return r
   part_bytes = outs * r.dtype.itemsize
   inputs = _leaf_bytes(r.src[0], prod(shp) * r.dtype.itemsize // STREAMING_MIN_REUSE)  # past it: no split
   if inputs <= CHUNK_BYTES or inputs * STREAMING_MIN_REUSE > prod(shp) * r.dtype.itemsize: return r
