@@ -356,3 +356,42 @@ def test_llvm_exp2_polynomial_is_fused_multiply_adds():
   np.testing.assert_array_equal(out[:len(ties)], ref[:len(ties)])  # exact powers of two, subnormals included
   nan = np.isnan(ref)
   assert np.isnan(out[nan]).all() and ulp_dist(out[~nan], ref[~nan]).max() <= 1
+
+
+
+@pytest.mark.parametrize("dt", [dtypes.float32, dtypes.float64])
+def test_exp2_absorbed_by_a_constant_sum(dt):
+  """`c + exp2(x)` with |c| >= 1 (sigmoid's denominator) computes exp2 of max(x, -(mant+2)) without the underflow and
+  subnormal lanes (`pm_absorbed_exp2`): bit for bit c + the full exp2 rounded (every exp2 below 2**-(mant+2) rounds
+  away in the sum), NaN/inf as before; the generated source has no 2**-64 subnormal scaling, which a plain exp2
+  (and a sum with |c| < 1, where small results still count) keeps."""
+  from tiny_codegen.lower.transcendental import _FMT
+  n = 2048
+  from tiny_codegen.renderer.llvmir import lconst
+  mant, scale = _FMT[dt][1], lconst(2.0 ** -64, dt)
+  cs = (1.0, -1.0, 3.0, 0.5)
+  outs_p = [UOp(Ops.PARAM, dt.ptr(n), arg=i) for i in range(len(cs) + 1)]
+  a = UOp(Ops.PARAM, dt.ptr(n), arg=len(cs) + 1)
+  i = UOp.range(n, 0)
+  v = a.index(i).load()
+  stores = [o.index(i).store(v.exp2() + UOp.const(dt, c)) for o, c in zip(outs_p, cs)]
+  r = LLVMRenderer()
+  r.threads = 1
+  spec = get_program(UOp.sink(*stores, outs_p[-1].index(i).store(v.exp2()), arg=KernelInfo(f"exp2_sum_{dt.name}")), r)
+  def alone(c: float | None) -> str:
+    e = v.exp2() if c is None else v.exp2() + UOp.const(dt, c)
+    return get_program(UOp.sink(outs_p[0].index(i).store(e), arg=KernelInfo(f"exp2_one_{dt.name}_{c}")), r).src
+  plain, one, half = alone(None), alone(1.0), alone(0.5)
+  assert scale in plain and scale in half and scale not in one, one
+  assert one.count("fcmp") < plain.count("fcmp") and one.count("select") < plain.count("select"), one
+  rng = np.random.default_rng(7)
+  hi = 1100 if dt == dtypes.float64 else 140
+  x = np.concatenate([rng.uniform(-hi, hi, n - 64), np.arange(-mant - 6, -mant + 2, 0.25)[:48],
+                      [0.0, -0.0, np.inf, -np.inf, np.nan, 1e30, -1e30, 127.9, 128.0, -149.5, -mant - 2, -mant - 2.5,
+                       -mant - 1.5, 1e-30, 5.0, -5.0]]).astype(NP[dt])[:n]
+  outs = [np.zeros(n, NP[dt]) for _ in range(len(cs) + 1)]
+  kr.run(spec, [*outs, x])
+  with np.errstate(all="ignore"):
+    for c, out in zip(cs, outs[:-1]):
+      want = (outs[-1] + NP[dt](c)).astype(NP[dt])  # the full exp2, then the sum rounded once
+      np.testing.assert_array_equal(out, want, err_msg=f"c={c}")

@@ -930,3 +930,37 @@ def test_max_pool_stride2_row_not_gathered(vector_registers, W: int, S: int, lan
   got = run(opt, "CPU", [inp.ravel()], want.size).reshape(want.shape)
   np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
   np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("regs, CO, W, want", [
+  # AVX-512: 16 pixels of the 112-wide row x 8 output channels (was 2 x 16 channels x 8 pixels, stored transposed)
+  ((32, 64), 96, 112, ((3, 16), (1, 8))),
+  # AVX2: 8 pixels x 4 channels, then the row's vector widened by 2 (8 accumulators: half of its 16 ymm)
+  ((16, 32), 32, 32, ((3, 8), (1, 4), (3, 2))),
+])
+def test_pointwise_conv_vector_is_the_stored_row(vector_registers, regs: tuple[int, int], CO: int, W: int,
+                                                 want: tuple) -> None:
+  """A 1x1 conv on NCHW maps with its weight channels-last: both operands walk an output axis contiguously (the input
+  the pixels, the weight the output channels). The vector is the output row the store walks (`_store_vector_axis`),
+  so each accumulator is one contiguous vector store (no transposing shuffles in the epilogue); results vs numpy."""
+  vector_registers(*regs)
+  ren = Device["CPU"].renderer
+  B, CI, H = 1, 16, 2
+  out, inp, w = (UOp(Ops.PARAM, dtypes.float.ptr(n), arg=i) for i, n in enumerate((B * CO * H * W, B * CI * H * W,
+                                                                                    CI * CO)))
+  b, co, y, x = (UOp.range(n, i) for i, n in enumerate((B, CO, H, W)))
+  ci = UOp.range(CI, 4, AxisType.REDUCE)
+  val = (inp.index(b * (CI * H * W) + ci * (H * W) + y * W + x).load() * w.index(ci * CO + co).load()).reduce(ci,
+                                                                                                    arg=Ops.ADD)
+  ast = out.index(b * (CO * H * W) + co * (H * W) + y * W + x).store(val).sink(arg=KernelInfo())
+  opt = optimize_kernel(ast, ren)
+  assert opt.arg.applied_opts[:len(want)] == tuple(Opt(OptOps.UPCAST, a, n) for a, n in want), opt.arg.applied_opts
+  lanes = want[0][1]
+  src = get_program(opt, ren).src
+  assert f"store <{lanes} x float>" in src and "shufflevector" not in src, src
+  rng = np.random.default_rng(13)
+  xs = rng.standard_normal((B, CI, H, W)).astype(np.float32)
+  ws = rng.standard_normal((CI, CO)).astype(np.float32)
+  want_out = np.einsum("bihw,io->bohw", xs.astype(np.float64), ws.astype(np.float64))
+  got = run(opt, "CPU", [xs.ravel(), ws.ravel()], B * CO * H * W).reshape(B, CO, H, W)
+  np.testing.assert_allclose(got, want_out, rtol=1e-4, atol=1e-4)

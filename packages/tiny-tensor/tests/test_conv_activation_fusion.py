@@ -143,3 +143,34 @@ def test_last_conv_split_from_the_global_pool():
   assert len(conv) == 1 and "call <16 x float> @llvm.fma.v16f32" in conv[0].src, [k.name for k in kernels]
   assert [c.bufs[0].size for c in calls if c.kind == "kernel" and c.spec is conv[0]] == [1280 * 49]
   assert pool.src.count("@llvm.fma.") == 0, pool.src  # the SiLU's polynomial is in the conv's kernel, not the pool's
+
+
+def test_sigmoid_silu_wide_range_vs_torch():
+  # sigmoid's 1 + exp2(-x*log2(e)) computes its exp2 without underflow lanes (an exp2 below 2**-25 rounds away in the
+  # sum): a 0.01 grid from -200 to 200, normal samples and the extremes agree with torch, NaN and +-inf as torch's
+  x = np.concatenate([np.linspace(-200, 200, 40001), rng.standard_normal(4000) * 8,
+                      [0.0, -0.0, 1e-30, -1e-30, 16.6, 17.3, -16.6, -17.3, 87.3, -87.3, 88.8, -88.8, 103.9, -103.9,
+                       3e38, -3e38, np.inf, -np.inf, np.nan]])
+  x = x.astype(np.float32)
+  tx = torch.from_numpy(x)
+  for ours, theirs in ((lambda t: t.sigmoid(), torch.sigmoid), (lambda t: t.silu(), F.silu)):
+    got, want = ours(_t(x)).numpy(), theirs(tx).numpy()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(got[np.isinf(want)], want[np.isinf(want)])
+    fin = np.isfinite(want)
+    np.testing.assert_allclose(got[fin], want[fin], rtol=2e-5, atol=1e-37)
+  # relative error where the sigmoid is tiny but normal (x down to -87): exp's argument rounding only
+  small = np.linspace(-87, -20, 2001).astype(np.float32)
+  np.testing.assert_allclose(_t(small).sigmoid().numpy(), torch.sigmoid(torch.from_numpy(small)).numpy(), rtol=2e-5)
+
+
+@pytest.mark.parametrize("cin,cout,hw", [(16, 96, 28), (24, 144, 14)])
+def test_conv1x1_silu_vs_torch(cin, cout, hw):
+  # efficientnet's 1x1 expand conv with its SiLU epilogue in one kernel (the weights' layout copy besides), values at
+  # activations large enough to reach sigmoid's saturated range
+  x, w, b = _arr(1, cin, hw, hw) * 20, _arr(cout, cin, 1, 1), _arr(cout) * 10
+  got, n = _kernels(lambda x, w, b: x.conv2d(w, b).silu(), _t(x), _t(w), _t(b))
+  want = F.silu(F.conv2d(torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(b))).numpy()
+  assert want.max() > 25 and want.min() < -0.2
+  np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+  assert n <= 2, n

@@ -40,7 +40,7 @@ from tiny_codegen.lower.linearize import linearize
 from tiny_codegen.lower.merge import merge_reduce_ranges
 from tiny_codegen.lower.reduce import add_ends, lower_reduces
 from tiny_codegen.lower.simplify import simplifier, simplify_graph
-from tiny_codegen.lower.transcendental import pm_transcendental
+from tiny_codegen.lower.transcendental import pm_absorbed_exp2, pm_transcendental
 
 if TYPE_CHECKING:  # the optimizer imports lowering pieces (lower.expander): a runtime import here would be circular
   from tiny_codegen.opt import Search
@@ -67,11 +67,13 @@ def _transcendental(sink: UOp, ren: Renderer) -> UOp:
   """The pass `transcendental`: EXP2/LOG2/SIN in `ren.decompose_ops` rewritten into tiny's polynomials (scalar ones:
   run before the expander they vectorize with the kernel; run again after the decompositions for what those made),
   float32 through float64 for the ops `ren.transcendental_via_f64` names (True: all), their polynomials as fused
-  multiply-adds where `ren.fused_mulacc`. Unchanged without any."""
+  multiply-adds where `ren.fused_mulacc`; an exp2 added to a constant of magnitude >= 1 without its underflow lanes
+  (`pm_absorbed_exp2`, on the way down). Unchanged without any."""
   if not (ops := frozenset(getattr(ren, "decompose_ops", ()))): return sink
   via = getattr(ren, "transcendental_via_f64", False)
   return graph_rewrite(sink, pm_transcendental, (ops, ops if via is True else frozenset(via or ()),
-                                                 bool(getattr(ren, "fused_mulacc", False))), name="transcendental")
+                                                 bool(getattr(ren, "fused_mulacc", False))), name="transcendental",
+                       bpm=pm_absorbed_exp2)
 
 
 def _stage_expander(sink: UOp, ren: Renderer, dims: Dims) -> UOp:
