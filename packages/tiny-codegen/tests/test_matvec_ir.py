@@ -55,10 +55,11 @@ def test_rows_run_one_stream_unless_asked() -> None:
 
 
 def test_distance_and_accumulators_from_the_machine() -> None:
-  assert matvec_ir.prefetch_ahead(48 * 1024, 64, 4, 128) == 6144   # Sapphire Rapids: half of 48 KB over 4 rows
-  assert matvec_ir.prefetch_ahead(32 * 1024, 64, 4, 128) == 4096   # a 32 KB L1d
-  assert matvec_ir.prefetch_ahead(32 * 1024, 64, 1, 128) == 16384
-  assert matvec_ir.prefetch_ahead(1024, 64, 4, 128) == 128          # never under one K step
+  assert matvec_ir.prefetch_ahead(48 * 1024, 12, 64, 128) == 4096  # Sapphire Rapids: one way of 48 KB x 12
+  assert matvec_ir.prefetch_ahead(32 * 1024, 8, 64, 1024) == 4096  # Zen 4: 32 KB x 8
+  assert matvec_ir.prefetch_ahead(64 * 1024, 4, 64, 512) == 16384  # a 4-way L1d: a way spans more sets
+  assert matvec_ir.prefetch_ahead(6000, 3, 64, 128) == 1984         # whole lines
+  assert matvec_ir.prefetch_ahead(1024, 8, 64, 512) == 512          # never under one K step
   assert matvec_ir.accumulators(8, 32, 4) == 2                      # 8 FMA chains over 4 rows
   assert matvec_ir.accumulators(4, 16, 4) == 1
   assert matvec_ir.accumulators(8, 8, 4) == 1                       # within half the registers

@@ -60,7 +60,8 @@ def test_ir_calls_vpdpbusd(form: str, features: str) -> None:
 def test_ir_prefetches_ahead_when_asked(kind: str, o: int, nb: int, threads: int, rows: int) -> None:
   """With `ahead` > 0 each row's weight bytes are prefetched that far on, every line of a block (Q8_0's 34 bytes: 1
   line asked per block; Q4_K's 144: 3); by default (`ahead` 0, what `tiny_codegen.program` runs: a thread's rows are
-  one stream the hardware prefetchers follow, `x86_vnni.ROWS`) none. `rows` rows a K loop: one vpdpbusd call each."""
+  one stream the hardware prefetchers follow, `x86_vnni.ROWS`) none. `rows` rows a K loop: one vpdpbusd call each
+  (Q4_K: one vpdpwssd per sub-block, its scale applied in int32)."""
   import re
   ir = x86_vnni.q8_0_matvec_ir if kind == "q8_0" else x86_vnni.q4_k_matvec_ir
   lines = 1 if kind == "q8_0" else 3
@@ -68,7 +69,8 @@ def test_ir_prefetches_ahead_when_asked(kind: str, o: int, nb: int, threads: int
   got = sorted(int(m) for m in re.findall(r"getelementptr i8, ptr %wp0, i64 (\d+)", src))
   assert got == [4096 + 64 * i for i in range(lines)], got
   assert src.count("call void @llvm.prefetch.p0(") == rows * lines
-  assert src.count("@llvm.x86.avx512.vpdpbusd.256(") == 1 + rows * (1 if kind == "q8_0" else 8)
+  if kind == "q8_0": assert src.count("@llvm.x86.avx512.vpdpbusd.256(") == 1 + rows
+  else: assert src.count("@llvm.x86.avx512.vpdpwssd.256(") == 1 + rows * 8  # a sub-block's scale: one each
   default = ir(o, nb, threads)
   assert "call void @llvm.prefetch.p0(" not in default and "%wp1 " not in default  # one row, no prefetch
 
@@ -169,15 +171,17 @@ def test_tensor_numbers_match_numpy(o: int, nb: int, vnni: bool, monkeypatch: py
 @pytest.mark.parametrize("o, ns, threads, rows", [(4, 1, 1, 1), (12, 3, 2, 1), (6, 2, 3, 1), (12, 3, 2, 4),
                                                  (8, 2, 1, 2)])
 def test_q4_k_kernel_matches_gguf_dequantize(o: int, ns: int, threads: int, rows: int) -> None:
-  """The Q4_K kernel against the `gguf` package's dequantized weight times the int8 activations (float64)."""
+  """The Q4_K kernel against the `gguf` package's dequantized weight times the int8 activations with one scale per
+  super-block (float64): the sub-block scales and mins applied in int32 are exact, so float32 rounding only."""
   import gguf
   from kernel_runner import load_fn
   from tiny_tensor.llm.gguf import GGMLType, quantize
   rng = np.random.default_rng(o + ns)
   raw = np.frombuffer(quantize(rng.standard_normal((o, ns * 256)).astype(np.float32), GGMLType.Q4_K), np.uint8).copy()
   w = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType.Q4_K).reshape(o, ns * 256).astype(np.float64)
-  xq, xd = rng.integers(-128, 128, ns * 256, dtype=np.int8), rng.random(ns * 8).astype(np.float32)
-  want = w @ (xq.astype(np.float64) * np.repeat(xd.astype(np.float64), 32))
+  # -127..127: what `quantize_q8_act` makes (vpmaddubsw's int16 pair sums hold 2 * 15 * 128 as well)
+  xq, xd = rng.integers(-127, 128, ns * 256, dtype=np.int8), rng.random(ns).astype(np.float32)
+  want = w @ (xq.astype(np.float64) * np.repeat(xd.astype(np.float64), 256))
   compiler = LLVMCompiler()
   order = ("xq", "out", "xd", "raw")  # the pointer arguments in the kernel AST's PARAM order, whatever it is
   src = x86_vnni.q4_k_matvec_ir(o, ns, threads, name="q4mv", form=HOST_FORM, order=order, rows=rows, ahead=128 * rows)
@@ -208,9 +212,9 @@ def test_registered_q4_k_runs_where_the_machine_has_vnni(isa: frozenset[str], vn
   from tiny_codegen.program import to_program
   from tiny_uop import Ops as TOps
   out = q4_k_matvec(Tensor.empty(8 * 2, 144, dtype="uint8").realize(), Tensor.empty(512, dtype="int8").realize(),
-                    Tensor.empty(16).realize(), 8)
+                    Tensor.empty(2).realize(), 8)
   assert out is not None
   ast = [c.src[0] for c in out.schedule().calls if c.src[0].op is TOps.SINK][-1]
   assert x86_vnni.registered_kernel(ast) is not None and x86_vnni.registered_kernel(ast)[:3] == ("q4_k", 8, 2)
   src = to_program(ast, _renderer_on(isa)).src[3].arg  # type: ignore[arg-type]
-  assert ("@llvm.x86.avx512.vpdpbusd.256(" in src) == vnni
+  assert ("@llvm.x86.avx512.vpdpwssd.256(" in src) == vnni

@@ -10,8 +10,7 @@ next row group; the same here needs the prefetch inside the K loop, which the lo
 The kernel, `void <name>(float *out, float *w, float *x, i32 core_id)`, one call per thread `core_id` of `threads`,
 computes rows [core_id * O/threads, (core_id+1) * O/threads) in groups of `rows` rows sharing each vector of x:
 per step of K, `unroll` vectors of each row (`unroll * rows` accumulators: the machine's FMA chains), the lines the
-same step will read `ahead` bytes further on prefetched into L1 (`prefetch_ahead`: the group's rows stream side by
-side, so that distance times the rows is what the prefetches keep in flight, half the L1d); K's last
+same step will read `ahead` bytes further on prefetched into L1 (`prefetch_ahead`: one way of the L1d); K's last
 vectors (K % (unroll * lanes) of them) after the loop; one horizontal sum per row. K must be a multiple of the
 vector's lanes (`fits`); elsewhere the product is lowered as usual.
 
@@ -31,9 +30,10 @@ ROWS = 1
 """Rows of W one K loop runs together, sharing each vector of x: one, so a thread reads its rows one after another as
 one contiguous stream that the hardware prefetchers follow (the Q8_0/Q4_K kernels' `x86_vnni.ROWS` says why). Zen 4
 (EPYC fam 25 model 17), 2048x768 one thread, 24 weights in turn (150 MB), thread CPU time a matvec: 4 rows 383-415
-us (15-16 GB/s), 2 rows 422-446, 1 row 218-248 us (26-29 GB/s). The prefetch stays (`prefetch_ahead`, 16 KB ahead
-with one row on a 32 KB L1d): in that loop of one shape it read no faster than none, but in the 12-layer F32 decode
-step (the bench LLM, one thread, thread CPU time, load 10) none took 21.0-23.2 ms against its 17.5-18.2."""
+us (15-16 GB/s), 2 rows 422-446, 1 row 218-248 us (26-29 GB/s). The prefetch stays (`prefetch_ahead`, then 16 KB ahead
+with one row on a 32 KB L1d, now one L1d way, 4 KB): in that loop of one shape it read no faster than none, but in the
+12-layer F32 decode step (the bench LLM, one thread, thread CPU time, load 10) none took 21.0-23.2 ms against its
+17.5-18.2."""
 
 
 def row_groups(per: int, rows: int, stride: int, elem: str, base: str) -> list[str]:
@@ -68,15 +68,15 @@ def accumulators(fma_chains: int, registers: int, rows: int) -> int:
   return max(1, min(-(-fma_chains // rows), max(1, registers // 2 // rows)))
 
 
-def prefetch_ahead(l1d: int, line: int, rows: int, step_bytes: int) -> int:
-  """Bytes ahead of each row's loads the kernel prefetches: the `rows` rows stream side by side, so rows x distance
-  is what sits prefetched and not yet read; half the L1d (`l1d` bytes) for that, the other half for x and the lines
-  in use (farther, a prefetch into L1 evicts lines it is about to need: the int8 kernels, then 4 rows a loop, lost
-  at 4 row groups ahead). Whole lines, at least one K step (`step_bytes`). Measured with 4 rows a loop on the 48 KB
-  L1d of the Xeon 6/207, 2048x768 one thread, 150 MB of weights in turn, us a matvec (two rounds, load ~4.5): none
-  703/380, a quarter of the L1d 725/385, half 476/336, a whole 548/359; the lowered `x @ W.T` 429/415. One row on
-  Zen 4: see `ROWS`."""
-  return max(l1d // 2 // rows // line * line, step_bytes)
+def prefetch_ahead(l1d: int, ways: int, line: int, step_bytes: int) -> int:
+  """Bytes ahead of each row's loads the kernel prefetches into L1: the span of one way of the L1d (`l1d` bytes,
+  `ways` ways: 4 KB on Zen 4's 32 KB x 8 and on Sapphire Rapids' 48 KB x 12), so a row's lines prefetched and not
+  yet read fall one in each set and take at most one way of it, the other ways left to x and the lines in use.
+  Whole lines, at least one K step (`step_bytes`). Zen 4 (EPYC fam 25 model 17), the 12-layer F32 bench decode step,
+  one thread, thread CPU time in turns (load 9-11): none 23.7-25.1 ms, 2 KB 15.2-16.7, 4 KB 15.5-16.1, 8 KB
+  17.2-18.9, 16 KB (half the L1d, the rule before) 17.8-18.4. Before, with 4 rows a loop on the Xeon 6/207 (48 KB
+  L1d), 2048x768 one thread, us a matvec: none 703/380, 3 KB a row 725/385, 6 KB 476/336, 12 KB 548/359."""
+  return max(l1d // max(1, ways) // line * line, step_bytes)
 
 
 def _check(o: int, k: int, threads: int, lanes: int) -> None:

@@ -216,7 +216,7 @@ def _f32_matvec_program(ast: UOp, name: str, renderer: Renderer) -> UOp | None:
   while threads > 1 and o % threads: threads -= 1
   rows = matvec_ir.group_rows(o // threads)
   unroll = matvec_ir.accumulators(fma_chains(m), regs, rows)
-  ahead = matvec_ir.prefetch_ahead(m.l1d, m.line, rows, unroll * vbytes)
+  ahead = matvec_ir.prefetch_ahead(m.l1d, m.l1d_ways, m.line, unroll * vbytes)
   src = matvec_ir.f32_matvec_ir(o, k, threads, name=name, lanes=lanes, unroll=unroll, ahead=ahead, line=m.line,
                                 order=order)
   if DEBUG >= 4: print(f"*** source of {name} (matvec_ir f32 matvec):\n{src}")

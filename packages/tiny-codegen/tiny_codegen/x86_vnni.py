@@ -206,35 +206,38 @@ def _i32s(*v: int) -> str: return "<" + ", ".join(f"i32 {x}" for x in v) + ">"
 
 
 def _q4k_scales(r: int) -> list[str]:
-  """IR: row r's eight 6-bit scales and mins (ggml's get_scale_min_k4) as <8 x float> %scf{r} / %mnf{r}, from the 16
-  bytes %b{r} loaded at the block's byte 4 (its 12 scale bytes first). Scales 0..3: b[j] & 63, 4..7: (b[j+4] & 15)
-  | (b[j-4] >> 6) << 4; mins 0..3: b[j+4] & 63, 4..7: (b[j+4] >> 4) | (b[j] >> 6) << 4."""
-  v8 = "<8 x i8>"
-  lo = "<8 x i1> <" + ", ".join(["i1 true"] * 4 + ["i1 false"] * 4) + ">"
+  """IR: row r's eight 6-bit scales and eight mins as <8 x i16> %sc{r} and %mn{r}, from the 32-bit words w0, w1, w2
+  of the block's 12 scale bytes (%b{r}, <4 x i32> loaded at byte 4; its fourth word is nibbles, unused). ggml's
+  get_scale_min_k4 per byte, four bytes a word: scales 0..3 = w0 & 0x3f, 4..7 = (w2 & 0x0f) | (w0 >> 6) << 4; mins
+  0..3 = w1 & 0x3f, 4..7 = (w2 >> 4) | (w1 >> 6) << 4 (each byte's top two bits of w0, w1 become bits 4..5). One
+  <4 x i32> does all four words: ((P >> s) & m1) | ((Q >> 2) & m2) with P = (w0, w2, w1, w2), Q = (w0, w0, w1, w1)."""
+  k1, k2, k3 = 0x3f3f3f3f, 0x0f0f0f0f, 0x30303030
   return [
-    f"  %A{r} = shufflevector <16 x i8> %b{r}, <16 x i8> poison, <8 x i32> {_i32s(0, 1, 2, 3, 8, 9, 10, 11)}",
-    f"  %B{r} = shufflevector <16 x i8> %b{r}, <16 x i8> poison, <8 x i32> {_i32s(0, 1, 2, 3, 0, 1, 2, 3)}",
-    f"  %C{r} = shufflevector <16 x i8> %b{r}, <16 x i8> poison, <8 x i32> {_i32s(4, 5, 6, 7, 8, 9, 10, 11)}",
-    f"  %D{r} = shufflevector <16 x i8> %b{r}, <16 x i8> poison, <8 x i32> {_i32s(4, 5, 6, 7, 4, 5, 6, 7)}",
-    f"  %Bh{r} = lshr {v8} %B{r}, {_i8s(*[6] * 8)}", f"  %Bs{r} = shl {v8} %Bh{r}, {_i8s(*[4] * 8)}",
-    f"  %Dh{r} = lshr {v8} %D{r}, {_i8s(*[6] * 8)}", f"  %Ds{r} = shl {v8} %Dh{r}, {_i8s(*[4] * 8)}",
-    f"  %A6{r} = and {v8} %A{r}, {_i8s(*[63] * 8)}", f"  %A4{r} = and {v8} %A{r}, {_i8s(*[15] * 8)}",
-    f"  %Ah{r} = or {v8} %A4{r}, %Bs{r}", f"  %sc{r} = select {lo}, {v8} %A6{r}, {v8} %Ah{r}",
-    f"  %C6{r} = and {v8} %C{r}, {_i8s(*[63] * 8)}", f"  %C4{r} = lshr {v8} %C{r}, {_i8s(*[4] * 8)}",
-    f"  %Ch{r} = or {v8} %C4{r}, %Ds{r}", f"  %mn{r} = select {lo}, {v8} %C6{r}, {v8} %Ch{r}",
-    f"  %scf{r} = uitofp {v8} %sc{r} to <8 x float>", f"  %mnf{r} = uitofp {v8} %mn{r} to <8 x float>"]
+    f"  %P{r} = shufflevector <4 x i32> %b{r}, <4 x i32> poison, <4 x i32> {_i32s(0, 2, 1, 2)}",
+    f"  %Q{r} = shufflevector <4 x i32> %b{r}, <4 x i32> poison, <4 x i32> {_i32s(0, 0, 1, 1)}",
+    f"  %Ps{r} = lshr <4 x i32> %P{r}, {_i32s(0, 0, 0, 4)}",
+    f"  %Pm{r} = and <4 x i32> %Ps{r}, {_i32s(k1, k2, k1, k2)}",
+    f"  %Qs{r} = lshr <4 x i32> %Q{r}, {_i32s(2, 2, 2, 2)}", f"  %Qm{r} = and <4 x i32> %Qs{r}, {_i32s(0, k3, 0, k3)}",
+    f"  %R{r} = or <4 x i32> %Pm{r}, %Qm{r}", f"  %Rb{r} = bitcast <4 x i32> %R{r} to <16 x i8>",  # scales, mins
+    f"  %Rs{r} = shufflevector <16 x i8> %Rb{r}, <16 x i8> poison, <8 x i32> {_i32s(*range(8))}",
+    f"  %Rm{r} = shufflevector <16 x i8> %Rb{r}, <16 x i8> poison, <8 x i32> {_i32s(*range(8, 16))}",
+    f"  %sc{r} = zext <8 x i8> %Rs{r} to <8 x i16>", f"  %mn{r} = zext <8 x i8> %Rm{r} to <8 x i16>"]
 
 
 def q4_k_matvec_ir(o: int, ns: int, threads: int = 1, name: str = "q4_k_matvec", form: str = "avx512_vnni",
                    order: tuple[str, ...] = ("out", "raw", "xq", "xd"), rows: int = ROWS, ahead: int = 0) -> str:
-  """The LLVM IR module of a Q4_K matvec on `vpdpbusd`: O rows of NS super-blocks (`raw`: (O, NS, 144) bytes) times
-  activations quantized per 32-block (`xq` (NS*256,) int8, `xd` (NS*8,) float32), split into `threads` row shares;
-  the kernel's pointer arguments in `order` (then i32 core_id); `rows` and `ahead` as in `q8_0_matvec_ir`. Per
-  sub-block j of a super-block: the nibbles (0..15, unsigned: no offset) times the int8 activations in int32 lanes,
-  exact; then d * scale_j * xd[j] in float32; the mins' term dmin * min_j * xd[j] * sum(xq[j]) per row and
-  super-block from a per-call table of xd[b] * sum(xq[b]).
+  """The LLVM IR module of a Q4_K matvec: O rows of NS super-blocks (`raw`: (O, NS, 144) bytes) times activations
+  quantized per super-block (`xq` (NS*256,) int8, `xd` (NS,) float32: one scale per 256 values, as llama.cpp's Q8_K),
+  split into `threads` row shares; the kernel's pointer arguments in `order` (then i32 core_id); `rows` and `ahead`
+  as in `q8_0_matvec_ir`. Per super-block and row, all in int32 and exact: each sub-block j's nibbles (0..15) times
+  its 32 activations (`vpmaddubsw`: u8 x s8 pairs summed into int16, |sum| <= 2 * 15 * 128), times the sub-block's
+  6-bit scale and summed into int32 lanes (`vpdpwssd`: two chains, even and odd sub-blocks); the mins' sum_j min_j *
+  sum(xq[j]) (`pmaddwd` over the eight mins and a per-call table of the activations' int16 sums per 32). Then two
+  float32 FMAs: d * xd times the scaled sum into 8 lanes, dmin * xd times the mins' sum into 4; one horizontal sum
+  each per row. ggml's `dequantize_row_q4_K` value d * sc_j * q - dmin * m_j times xd * xq, summed: the same up to
+  float32 rounding (the int32 sums are exact: |sum| <= 8 * 63 * 32 * 15 * 127 < 2**31).
 
-  >>> "@llvm.x86.avx512.vpdpbusd.256(" in q4_k_matvec_ir(4, 1)
+  >>> "@llvm.x86.avx512.vpdpwssd.256(" in q4_k_matvec_ir(4, 1)
   True
   """
   _check(o, ns, threads)
@@ -242,38 +245,41 @@ def q4_k_matvec_ir(o: int, ns: int, threads: int = 1, name: str = "q4_k_matvec",
   if form not in _FORMS: raise ValueError(f"q4_k_matvec_ir: form {form!r} is not one of {sorted(_FORMS)}")
   if sorted(order) != ["out", "raw", "xd", "xq"]:
     raise ValueError(f"q4_k_matvec_ir: order {order!r} must name out, raw, xq and xd once each")
-  features, fn = _FORMS[form]
+  features = _FORMS[form][0]
   per, nb, bb = o // threads, ns * 8, Q4_K_BYTES
   rows = group_rows(per, rows)
-  v8f, v8i = "<8 x float>", "<8 x i32>"
+  v8f, v8i, v4f, v16s = "<8 x float>", "<8 x i32>", "<4 x float>", "<16 x i16>"
   args = ", ".join(f"ptr noalias %{a}" for a in order)
-  ln = [f"declare {v8i} @{fn}({v8i}, {v8i}, {v8i})", "declare i32 @llvm.vector.reduce.add.v32i32(<32 x i32>)",
+  ln = [f"declare {v8i} @llvm.x86.avx512.vpdpwssd.256({v8i}, {v8i}, {v8i})",
+        f"declare {v16s} @llvm.x86.avx2.pmadd.ub.sw(<32 x i8>, <32 x i8>)",
+        "declare <4 x i32> @llvm.x86.sse2.pmadd.wd(<8 x i16>, <8 x i16>)",
+        "declare i16 @llvm.vector.reduce.add.v32i16(<32 x i16>)",
         f"declare float @llvm.vector.reduce.fadd.v8f32(float, {v8f})",
-        f"declare {v8f} @llvm.fma.v8f32({v8f}, {v8f}, {v8f})", "declare void @llvm.prefetch.p0(ptr, i32, i32, i32)",
+        f"declare float @llvm.vector.reduce.fadd.v4f32(float, {v4f})",
+        f"declare {v8f} @llvm.fma.v8f32({v8f}, {v8f}, {v8f})", f"declare {v4f} @llvm.fma.v4f32({v4f}, {v4f}, {v4f})",
+        "declare void @llvm.prefetch.p0(ptr, i32, i32, i32)",
         f"define void @{name}({args}, i32 %core_id) #0 {{",
-        "entry:", f"  %ms = alloca [{nb} x float], align 64", "  br label %s.head",
-        # xd[b] * sum(xq[b]) per 32-block: what the mins' term multiplies
+        "entry:", f"  %bs = alloca [{nb} x i16], align 64", "  br label %s.head",
+        # sum(xq[b]) per 32-block as int16 (|sum| <= 32 * 128): what the mins multiply
         "s.head:", "  %sb = phi i32 [0, %entry], [%sb.next, %s.body]", f"  %s.ok = icmp slt i32 %sb, {nb}",
         "  br i1 %s.ok, label %s.body, label %r.pre",
         "s.body:", "  %so = mul i32 %sb, 32", "  %sp = getelementptr inbounds i8, ptr %xq, i32 %so",
-        "  %sv = load <32 x i8>, ptr %sp, align 1", "  %sw = sext <32 x i8> %sv to <32 x i32>",
-        "  %ss = call i32 @llvm.vector.reduce.add.v32i32(<32 x i32> %sw)", "  %sf = sitofp i32 %ss to float",
-        "  %sdp = getelementptr inbounds float, ptr %xd, i32 %sb", "  %sd = load float, ptr %sdp, align 4",
-        "  %sm = fmul float %sf, %sd", "  %smp = getelementptr inbounds float, ptr %ms, i32 %sb",
-        "  store float %sm, ptr %smp, align 4", "  %sb.next = add i32 %sb, 1", "  br label %s.head",
+        "  %sv = load <32 x i8>, ptr %sp, align 1", "  %sw = sext <32 x i8> %sv to <32 x i16>",
+        "  %ss = call i16 @llvm.vector.reduce.add.v32i16(<32 x i16> %sw)",
+        "  %bsp = getelementptr inbounds i16, ptr %bs, i32 %sb", "  store i16 %ss, ptr %bsp, align 2",
+        "  %sb.next = add i32 %sb, 1", "  br label %s.head",
         *row_groups(per, rows, ns * bb, "i8", "%raw")]
   ln += ["  br label %k.head", "k.head:", "  %kb = phi i32 [0, %k.pre], [%kb.next, %k.body]"]
   for r in range(rows):
     ln += [f"  %a{r} = phi {v8f} [zeroinitializer, %k.pre], [%a{r}.n, %k.body]",
-           f"  %e{r} = phi {v8f} [zeroinitializer, %k.pre], [%e{r}.n, %k.body]",
-           f"  %m{r} = phi {v8f} [zeroinitializer, %k.pre], [%m{r}.n, %k.body]"]
+           f"  %m{r} = phi {v4f} [zeroinitializer, %k.pre], [%m{r}.n, %k.body]"]
   ln += [f"  %k.ok = icmp slt i32 %kb, {ns}", "  br i1 %k.ok, label %k.body, label %k.exit",
          "k.body:", "  %x0 = mul i32 %kb, 256", "  %blk0 = mul i32 %kb, 8",
-         "  %xdp = getelementptr inbounds float, ptr %xd, i32 %blk0", f"  %xdv = load {v8f}, ptr %xdp, align 4",
-         "  %msp = getelementptr inbounds float, ptr %ms, i32 %blk0", f"  %msv = load {v8f}, ptr %msp, align 4"]
+         "  %xdp = getelementptr inbounds float, ptr %xd, i32 %kb", "  %xds = load float, ptr %xdp, align 4",
+         "  %bsq = getelementptr inbounds i16, ptr %bs, i32 %blk0", "  %bsv = load <8 x i16>, ptr %bsq, align 2"]
   for j in range(8):
     ln += [f"  %xo{j} = add i32 %x0, {32 * j}", f"  %xp{j} = getelementptr inbounds i8, ptr %xq, i32 %xo{j}",
-           f"  %xv{j} = load {v8i}, ptr %xp{j}, align 1"]
+           f"  %xv{j} = load <32 x i8>, ptr %xp{j}, align 1"]
   ln.append(f"  %bo = mul i32 %kb, {bb}")
   for r in range(rows):
     ln += [f"  %wp{r} = getelementptr inbounds i8, ptr %rp{r}, i32 %bo",
@@ -281,16 +287,15 @@ def q4_k_matvec_ir(o: int, ns: int, threads: int = 1, name: str = "q4_k_matvec",
            f"  %dh{r} = load half, ptr %wp{r}, align 1", f"  %d{r} = fpext half %dh{r} to float",
            f"  %mp{r} = getelementptr inbounds i8, ptr %wp{r}, i32 2", f"  %mh{r} = load half, ptr %mp{r}, align 1",
            f"  %dm{r} = fpext half %mh{r} to float", f"  %bp{r} = getelementptr inbounds i8, ptr %wp{r}, i32 4",
-           f"  %b{r} = load <16 x i8>, ptr %bp{r}, align 1"]
+           f"  %b{r} = load <4 x i32>, ptr %bp{r}, align 1"]
     ln += _q4k_scales(r)
-    ln += [f"  %di{r} = insertelement {v8f} poison, float %d{r}, i32 0",
-           f"  %dv{r} = shufflevector {v8f} %di{r}, {v8f} poison, <8 x i32> zeroinitializer",
-           f"  %mi{r} = insertelement {v8f} poison, float %dm{r}, i32 0",
-           f"  %mv{r} = shufflevector {v8f} %mi{r}, {v8f} poison, <8 x i32> zeroinitializer",
-           f"  %sd{r} = fmul {v8f} %scf{r}, %dv{r}", f"  %sx{r} = fmul {v8f} %sd{r}, %xdv",   # d * sc_j * xd_j
-           f"  %md{r} = fmul {v8f} %mnf{r}, %mv{r}",
-           f"  %m{r}.n = call {v8f} @llvm.fma.v8f32({v8f} %md{r}, {v8f} %msv, {v8f} %m{r})"]
-    acc = {0: f"%a{r}", 1: f"%e{r}"}  # two chains: even and odd sub-blocks
+    # the mins: sum_j min_j * bsum_j in 4 int32 lanes, times dmin * xd into 4 float lanes
+    ln += [f"  %mq{r} = call <4 x i32> @llvm.x86.sse2.pmadd.wd(<8 x i16> %mn{r}, <8 x i16> %bsv)",
+           f"  %mf{r} = sitofp <4 x i32> %mq{r} to {v4f}", f"  %mx{r} = fmul float %dm{r}, %xds",
+           f"  %mi{r} = insertelement {v4f} poison, float %mx{r}, i32 0",
+           f"  %mv{r} = shufflevector {v4f} %mi{r}, {v4f} poison, <4 x i32> zeroinitializer",
+           f"  %m{r}.n = call {v4f} @llvm.fma.v4f32({v4f} %mf{r}, {v4f} %mv{r}, {v4f} %m{r})"]
+    acc = {0: "zeroinitializer", 1: "zeroinitializer"}  # two int32 chains: even, odd
     for c in range(4):  # 32 bytes: sub-block 2c in the low nibbles, 2c+1 in the high ones
       ln += [f"  %qp{r}_{c} = getelementptr inbounds i8, ptr %wp{r}, i32 {16 + 32 * c}",
              f"  %qv{r}_{c} = load <32 x i8>, ptr %qp{r}_{c}, align 1",
@@ -298,18 +303,20 @@ def q4_k_matvec_ir(o: int, ns: int, threads: int = 1, name: str = "q4_k_matvec",
              f"  %qs{r}_{c} = lshr <32 x i8> %qv{r}_{c}, {_i8s(*[4] * 32)}"]
       for h, q in ((0, f"%ql{r}_{c}"), (1, f"%qs{r}_{c}")):
         j, t = 2 * c + h, f"{r}_{2 * c + h}"
-        nxt = f"%a{r}.n" if j == 6 else f"%e{r}.n" if j == 7 else f"%acc{t}"
-        ln += [f"  %qi{t} = bitcast <32 x i8> {q} to {v8i}",
-               f"  %dot{t} = call {v8i} @{fn}({v8i} zeroinitializer, {v8i} %qi{t}, {v8i} %xv{j})",
-               f"  %df{t} = sitofp {v8i} %dot{t} to {v8f}",
-               f"  %ss{t} = shufflevector {v8f} %sx{r}, {v8f} poison, <8 x i32> {_i32s(*[j] * 8)}",
-               f"  {nxt} = call {v8f} @llvm.fma.v8f32({v8f} %df{t}, {v8f} %ss{t}, {v8f} {acc[h]})"]
-        acc[h] = nxt
+        ln += [f"  %p{t} = call {v16s} @llvm.x86.avx2.pmadd.ub.sw(<32 x i8> {q}, <32 x i8> %xv{j})",
+               f"  %pi{t} = bitcast {v16s} %p{t} to {v8i}",
+               f"  %sj{t} = shufflevector <8 x i16> %sc{r}, <8 x i16> poison, <16 x i32> {_i32s(*[j] * 16)}",
+               f"  %sji{t} = bitcast {v16s} %sj{t} to {v8i}",
+               f"  %acc{t} = call {v8i} @llvm.x86.avx512.vpdpwssd.256({v8i} {acc[h]}, {v8i} %pi{t}, {v8i} %sji{t})"]
+        acc[h] = f"%acc{t}"
+    ln += [f"  %si{r} = add {v8i} {acc[0]}, {acc[1]}", f"  %sf{r} = sitofp {v8i} %si{r} to {v8f}",
+           f"  %dx{r} = fmul float %d{r}, %xds", f"  %di{r} = insertelement {v8f} poison, float %dx{r}, i32 0",
+           f"  %dv{r} = shufflevector {v8f} %di{r}, {v8f} poison, <8 x i32> zeroinitializer",
+           f"  %a{r}.n = call {v8f} @llvm.fma.v8f32({v8f} %sf{r}, {v8f} %dv{r}, {v8f} %a{r})"]
   ln += ["  %kb.next = add i32 %kb, 1", "  br label %k.head", "k.exit:"]
   for r in range(rows):
-    ln += [f"  %t{r} = fadd {v8f} %a{r}, %e{r}",
-           f"  %h{r} = call reassoc float @llvm.vector.reduce.fadd.v8f32(float -0.0, {v8f} %t{r})",
-           f"  %hm{r} = call reassoc float @llvm.vector.reduce.fadd.v8f32(float -0.0, {v8f} %m{r})",
+    ln += [f"  %h{r} = call reassoc float @llvm.vector.reduce.fadd.v8f32(float -0.0, {v8f} %a{r})",
+           f"  %hm{r} = call reassoc float @llvm.vector.reduce.fadd.v4f32(float -0.0, {v4f} %m{r})",
            f"  %y{r} = fsub float %h{r}, %hm{r}",
            f"  %op{r} = getelementptr inbounds float, ptr %out, i32 %row{r}",
            f"  store float %y{r}, ptr %op{r}, align 4"]

@@ -19,14 +19,16 @@ serve every position (`Transformer.decode`). A float32 weight's one-token produc
 kernel on the LLVM CPU (`tiny_codegen.matvec_ir`: the weight rows prefetched, a decode step being a memory stream).
 
 int8 activations: on a CPU whose machine model lists AVX512-VNNI (+VL) or AVX-VNNI (`quants.int8_dot_products`), a
-one-token matvec over a Q8_0 or Q4_K weight quantizes its input to int8 per block of 32 as llama.cpp does (scale
-max|x| / 127, values rounded to nearest, ties to even where llama.cpp rounds them away from zero; one kernel per
-input, shared by the weights that read it) and multiplies the weight's int8 values (Q4_K: its nibbles) by it with
-`vpdpbusd` (`tiny_codegen.x86_vnni`): per 32-block an exact int32 sum, times the scales in float32 (Q4_K: minus the
-sub-block's min times the activation block's sum; llama.cpp quantizes Q4_K's activations per 256, Q8_K). The
-numbers move by the activations' rounding: about 0.3% rms of a matvec's output, a few 1e-3 of the logits of a small
-random model (tests: `test_quant_matvec.py`, `test_int8_activations_match_transformers_greedy`); llama.cpp's
-quantized decode has the same kind of error. Elsewhere, and
+one-token matvec over a Q8_0 or Q4_K weight quantizes its input to int8 as llama.cpp does, Q8_0's per block of 32,
+Q4_K's per super-block of 256 (its Q8_K) (scale max|x| / 127, values rounded to nearest, ties to even where
+llama.cpp rounds them away from zero; one kernel per input, shared by the weights that read it) and multiplies the
+weight's int8 values (Q4_K: its nibbles) by it (`tiny_codegen.x86_vnni`): Q8_0 per 32-block an exact int32 sum on
+`vpdpbusd` times both scales in float32; Q4_K per super-block the nibble products (`vpmaddubsw`) times the 6-bit
+sub-block scales summed in int32 (`vpdpwssd`), minus the mins times the activations' sums per 32, then d and dmin
+times the activations' scale in float32. The numbers move by the activations' rounding: about 0.5% rms of a
+matvec's output per 32, 0.5-0.8% per 256, a few 1e-3 of the logits of a small random model (tests:
+`test_quant_matvec.py`, `test_int8_activations_match_transformers_greedy`); llama.cpp's quantized decode has the same
+kind of error. Elsewhere, and
 for prefill chunks and the other types, the weight is decoded to float32 as before.
 
 Prefill: the prompt goes through a second TinyJit-ed function, `Transformer.chunk_step`, in chunks of a fixed
@@ -308,8 +310,9 @@ class QLinear:
       xq, xd = quantize_q8_act(x.reshape(k))
       return q8_0_matvec(self.raw, xq, xd, o).reshape(*x.shape[:-1], o)
     if self.ggml_type == GGMLType.Q4_K and k % 256 == 0 and int8_dot_products(x.device):
-      # the same int8 activations, nibbles x int8 on vpdpbusd: 2048x768 one thread 580-1120 -> 230-240 us
-      xq, xd = quantize_q8_act(x.reshape(k))
+      # int8 activations with one scale per super-block (llama.cpp's Q8_K), so the kernel applies the sub-block
+      # scales in int32: nibbles x int8 on vpmaddubsw, x scale on vpdpwssd (bench/README.md, "wt-llm (session 10)")
+      xq, xd = quantize_q8_act(x.reshape(k), 256)
       if (y := q4_k_matvec(self.raw, xq, xd, o)) is not None: return y.reshape(*x.shape[:-1], o)
     g = _MATVEC_GROUP.get(self.ggml_type)
     if g is None or k % g: return x @ self.weight().T

@@ -148,15 +148,18 @@ def dequantize(raw: Tensor, t: GGMLType | int, shape: Any = None) -> Tensor:
   return out.reshape(-1) if shape is None else out.reshape(shape)
 
 
-def quantize_q8_act(x: Tensor) -> tuple[Tensor, Tensor]:
-  """Activations x (K,) float32 (K a multiple of 32) -> (int8 values (K,), float32 scales (K/32,)), as llama.cpp's
-  `quantize_row_q8_0` quantizes what it multiplies with a quantized weight: per block of 32, scale d = max|x| / 127,
-  values round(x / d) (0 where d is 0). Both are realized buffers (`.contiguous()`), so every weight that reads the
+def quantize_q8_act(x: Tensor, block: int = 32) -> tuple[Tensor, Tensor]:
+  """Activations x (K,) float32 (K a multiple of `block`) -> (int8 values (K,), float32 scales (K/block,)), as
+  llama.cpp quantizes what it multiplies with a quantized weight: per block, scale d = max|x| / 127, values
+  round(x / d) (0 where d is 0). `block` 32: `quantize_row_q8_0` (for Q8_0 weights); 256: one scale per Q4_K
+  super-block, as its Q8_K activations (llama.cpp's rounds with -127 / the signed max, the same values but where the
+  max is negative: its -127 here too). Both are realized buffers (`.contiguous()`), so every weight that reads the
   same x shares them."""
-  if x.ndim != 1 or x.shape[0] % 32: raise ValueError(f"quantize_q8_act needs a (K,) vector with K a multiple of 32, "
-                                                      f"got shape {x.shape}")
-  xb = x.float().reshape(-1, 32)
-  d = (xb.abs().max(-1) / 127).contiguous()  # (K/32,): realized by the reduce's kernel, read by the values' kernel
+  if block not in (32, 256): raise ValueError(f"quantize_q8_act: block {block}; valid: 32 (Q8_0) or 256 (Q8_K)")
+  if x.ndim != 1 or x.shape[0] % block:
+    raise ValueError(f"quantize_q8_act needs a (K,) vector with K a multiple of {block}, got shape {x.shape}")
+  xb = x.float().reshape(-1, block)
+  d = (xb.abs().max(-1) / 127).contiguous()  # (K/block,): realized by the reduce's kernel, read by the values' kernel
   dc = d.reshape(-1, 1)
   q = (dc > 0).where(xb / dc, 0).round().clip(-127, 127).cast(dtypes.int8)
   return q.reshape(-1).contiguous(), d
@@ -198,43 +201,44 @@ def int8_dot_products(device: Any) -> bool:
 
 
 def _q4_k_graph(raw: Tensor, xq: Tensor, xd: Tensor, rows: int) -> Tensor:
-  """The Q4_K matvec over int8 activations as one float32 reduce: the weight decoded as `dequantize` does, times
-  xq * xd."""
-  nb = xd.shape[0]
-  w = dequantize(raw, GGMLType.Q4_K, (rows, nb * 32))
-  xf = (xq.reshape(nb, 32).cast(dtypes.float32) * xd.reshape(nb, 1)).reshape(1, nb * 32)
+  """The Q4_K matvec over int8 activations with one scale per super-block as one float32 reduce: the weight decoded
+  as `dequantize` does, times xq * xd."""
+  ns = xd.shape[0]
+  w = dequantize(raw, GGMLType.Q4_K, (rows, ns * 256))
+  xf = (xq.reshape(ns, 256).cast(dtypes.float32) * xd.reshape(ns, 1)).reshape(1, ns * 256)
   return (w * xf).sum(-1).contiguous()
 
 
 @functools.cache
-def _register_q4_k(rows: int, nb: int, device: str) -> bool:
+def _register_q4_k(rows: int, ns: int, device: str) -> bool:
   """Schedule `_q4_k_graph` of this shape over placeholder buffers once and register its kernel AST with
   `tiny_codegen.x86_vnni` (which PARAM is which buffer, from the call's buffers), so the VNNI kernel runs for it.
   False where the scheduler makes more than one kernel of it (then callers keep the float32 path)."""
   from tiny_codegen import x86_vnni
   from tiny_uop.uop import Ops
-  ph = {"raw": Tensor.empty(rows * nb // 8, 144, dtype=dtypes.uint8, device=device),
-        "xq": Tensor.empty(nb * 32, dtype=dtypes.int8, device=device), "xd": Tensor.empty(nb, device=device)}
+  ph = {"raw": Tensor.empty(rows * ns, 144, dtype=dtypes.uint8, device=device),
+        "xq": Tensor.empty(ns * 256, dtype=dtypes.int8, device=device), "xd": Tensor.empty(ns, device=device)}
   calls = [c for c in _q4_k_graph(ph["raw"], ph["xq"], ph["xd"], rows).schedule().calls if c.src[0].op is Ops.SINK]
   if len(calls) != 1 or len(calls[0].src) != 5: return False
   bufs = {u: name for name, t in ph.items() for u in t.uop.toposort() if u.op is Ops.BUFFER}
   order = tuple(bufs.get(b, "out") for b in calls[0].src[1:])
   if sorted(order) != ["out", "raw", "xd", "xq"]: return False
-  x86_vnni.register_kernel(calls[0].src[0], "q4_k", rows, nb // 8, order)
+  x86_vnni.register_kernel(calls[0].src[0], "q4_k", rows, ns, order)
   return True
 
 
 def q4_k_matvec(raw: Tensor, xq: Tensor, xd: Tensor, rows: int) -> Tensor | None:
   """W @ x for a Q4_K weight W (rows, K) as raw blocks (uint8, rows * K/256 super-blocks of 144 bytes) and
-  activations quantized by `quantize_q8_act`, as one float32 reduce of the decoded weight times xq * xd; on an LLVM
-  CPU with VNNI its kernel runs as `tiny_codegen.x86_vnni.q4_k_matvec_ir` (nibbles times int8 in int32 lanes, the
-  sub-block scales and mins applied per 32-block in float32). None where that kernel can't be registered for this
-  shape (then use the float32 path)."""
-  nb = xd.shape[0]
-  if raw.dtype != dtypes.uint8 or nb % 8 or raw.numel() != rows * nb // 8 * 144 or xq.shape != (nb * 32,):
+  activations quantized by `quantize_q8_act(x, 256)` (one scale per super-block, llama.cpp's Q8_K), as one float32
+  reduce of the decoded weight times xq * xd; on an LLVM CPU with VNNI its kernel runs as
+  `tiny_codegen.x86_vnni.q4_k_matvec_ir` (nibbles times int8 and the 6-bit sub-block scales and mins applied in
+  int32, two float32 FMAs a super-block). None where that kernel can't be registered for this shape (then use the
+  float32 path)."""
+  ns = xd.shape[0]
+  if raw.dtype != dtypes.uint8 or raw.numel() != rows * ns * 144 or xq.shape != (ns * 256,):
     raise ValueError(f"q4_k_matvec: raw {raw.dtype} {raw.shape}, xq {xq.shape}, xd {xd.shape} are not {rows} rows "
-                     f"of {nb // 8} Q4_K super-blocks (uint8, 144 bytes each) and int8 ({nb * 32},) activations")
-  if not _register_q4_k(rows, nb, str(raw.device)): return None
+                     f"of {ns} Q4_K super-blocks (uint8, 144 bytes each) and int8 ({ns * 256},) activations")
+  if not _register_q4_k(rows, ns, str(raw.device)): return None
   return _q4_k_graph(raw.reshape(-1, 144), xq, xd, rows)
 
 
