@@ -715,7 +715,7 @@ def depthwise_ast(C: int, H: int, W: int, K: int, S: int = 1) -> UOp:
 @pytest.mark.parametrize("regs, W, S, lanes, ch", [((32, 64), 14, 1, 14, 6), ((32, 64), 7, 1, 7, 6),
                                                    ((32, 64), 32, 1, 16, 0), ((16, 32), 32, 1, 8, 0),
                                                    ((16, 32), 14, 1, 14, 3), ((32, 64), 17, 1, 0, 0),
-                                                   ((32, 64), 14, 2, 7, 0), ((32, 64), 32, 2, 16, 0),
+                                                   ((32, 64), 14, 2, 7, 6), ((32, 64), 32, 2, 16, 6),
                                                    ((32, 64), 34, 2, 0, 0), ((32, 64), 56, 1, 14, 0),
                                                    ((32, 64), 40, 1, 10, 0)])
 def test_depthwise_conv_row_is_one_vector(vector_registers, regs: tuple[int, int], W: int, S: int, lanes: int,
@@ -725,10 +725,11 @@ def test_depthwise_conv_row_is_one_vector(vector_registers, regs: tuple[int, int
   # native vector (its widest divisor up to 16: a 14-wide row whole, a 56-wide one 14 lanes (not 8), a 40-wide one
   # 10; a 32-wide one 16 lanes on AVX-512, one 8-lane register on AVX2; a prime 17 (also 34 at stride 2): scalar),
   # the filter row unrolled; results against torch. A
-  # stride-2 row's lanes are explicit but may stay scalar (no load is contiguous along them: the expander's rule).
-  # A whole stride-1 row then gets `ch` channels (`_window_channels`: the largest divisor of 6 up to fma_chains, 8,
+  # stride-2 row's taps are wide loads and shuffles (the expander's strided lanes).
+  # A whole row then gets `ch` channels (`_window_channels`: the largest divisor of 6 up to fma_chains, 8,
   # within half the registers: AVX2's 14 lanes take 2 ymm each, 16 / 2 / 2 = 4 -> 3), which the expander makes the
-  # vector (the channels-last taps are contiguous along them)
+  # vector where the channels-last taps score above the row (stride 1, and a 7-lane stride-2 row), else the row
+  # stays the vector, one a channel (a 16-lane stride-2 row: its taps wide loads and shuffles)
   torch = pytest.importorskip("torch")
   vector_registers(*regs)
   ren = Device["CPU"].renderer
@@ -741,6 +742,7 @@ def test_depthwise_conv_row_is_one_vector(vector_registers, regs: tuple[int, int
   src = get_program(opt, ren).src
   # with channels, either is the vector: AVX-512's 8 channels (the taps' contiguous load), AVX2's 14-lane row
   if lanes and S == 1: assert f"store <{lanes} x float>" in src or (ch and f"<{ch} x float>" in src), src
+  if lanes >= 8 and S == 2: assert "shufflevector" in src, src  # the taps: wide loads and shuffles
   rng = np.random.default_rng(3)
   inp = rng.standard_normal((C, H, W)).astype(np.float32)
   w = rng.standard_normal((C, 1, K, K)).astype(np.float32)

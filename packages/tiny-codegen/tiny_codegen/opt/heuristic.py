@@ -228,7 +228,9 @@ def _window_vector(k: Kernel, sidx: UOp | None, loads: list[UOp]) -> bool:
   regs, width, itemsize = _register_file(k)
   if width and amt * itemsize > width and n % (width // itemsize) == 0: amt = width // itemsize
   if not _try(k, Opt(OptOps.UPCAST, i, amt)): return False
-  if amt == n and any(_window_row(ld.src[0].src[1], r, rngs, reds, (1,)) for ld in loads):
+  # a whole row of a conv (a sum) at stride 1 or 2; a max pool's stride-2 row keeps its one accumulator (unmeasured)
+  strides = (1, 2) if all(u.arg is Ops.ADD for u in k.ast.toposort() if u.op is Ops.REDUCE) else (1,)
+  if amt == n and any(_window_row(ld.src[0].src[1], r, rngs, reds, strides) for ld in loads):
     _window_channels(k, r, amt * itemsize, regs, width)
   return True
 
@@ -243,10 +245,12 @@ def _window_channels(k: Kernel, row: UOp, row_bytes: int, regs: int, width: int)
   the row its own accumulator, its input gathered one plane a lane: as many independent chains as pixels, the
   padding known when compiling (the row is whole). A pool (no weight) is left as it was. One thread of the Zen 4
   (AVX-512, fma_chains 8), the conv alone under TinyJit, thread CPU time, least of 60, no channels -> 8:
-  672x14x14 5x5 150 -> 108 us, 1152x7x7 5x5 82 -> 51. Not a row split in several vectors (its edge vectors'
-  padding gated per lane at run time) nor a stride-2 row (gathered lanes already), where the blocks measured no
-  better or worse: 144x56x56 3x3 252 -> 306 with 8 (196 with 4), 32x112x112 3x3 127 -> 277, 240x28x28 5x5
-  220 -> 245, 240x14x14 from 28x28 3x3 stride 2 41 -> 47 (672x7x7 from 14x14 5x5 stride 2: 96 -> 52)."""
+  672x14x14 5x5 150 -> 108 us, 1152x7x7 5x5 82 -> 51. A whole stride-2 row too, now that its taps are wide loads
+  and shuffles, not gathers (the expander's strided lanes): 672x7x7 from 14x14 5x5 81 -> 53, 288x7x7 from 14x14
+  5x5 36 -> 24, 14-wide rows even (96x14x14 from 28x28 5x5 41 -> 39, 240x14x14 from 28x28 3x3 37 -> 38; with
+  gathered lanes 240x14x14 had measured 41 -> 47). Not a row split in several vectors (its edge vectors' padding
+  gated per lane at run time), where the blocks measured no better or worse: 144x56x56 3x3 252 -> 306 with 8 (196
+  with 4), 32x112x112 3x3 127 -> 277, 240x28x28 5x5 220 -> 245."""
   reds, loads = k.reduce_axes, k.loads()
   taps = [ld for ld in loads if row not in ld.src[0].src[1].ranges and any(x in ld.src[0].src[1].ranges for x in reds)]
   if not taps: return
