@@ -151,17 +151,23 @@ def test_expander_upcast_store_and_unroll_reduce():
 
 def test_expander_vectorizes_an_upcast_axis_on_llvm():
   # c[i0*8+iu] = sum_k a[k*16 + i0*8 + iu] * b[k]: iu (8 lanes) walks a and c contiguously -> one <8 x float> load of
-  # a per k, b[k] broadcast, a vector accumulator and one vector store; a load strided in iu is gathered lane by lane
+  # a per k, b[k] broadcast, a vector accumulator and one vector store; a load with stride 4 in iu is one load of 32
+  # (29 spanned, all in the buffer by the index's bounds) and a shuffle of every 4th, one with stride 5 is gathered
   c, a, b = P(0, 16), P(1, 64), P(2, 4)
   i0, iu, k = UOp.range(2, 0), UOp.range(8, 1, AxisType.UPCAST), UOp.range(4, 2, AxisType.REDUCE)
   i = i0 * 8 + iu
-  val = (a.index(k * 16 + i).load() * b.index(k).load()).reduce(k) + a.index(iu * 4 + i0).load()
+  val = (a.index(k * 16 + i).load() * b.index(k).load()).reduce(k) + a.index(iu * 4 + i0).load() + \
+    a.index(iu * 5 + i0).load()
   uops = lower(c.index(i).store(val).sink(arg=KernelInfo()), cpu(), optimize=False).uops
   check_linear(uops)
   f8 = dtypes.float.vec(8)
   assert [u.src[1].dtype for u in uops if u.op is Ops.STORE and u.src[0].src[0].op is Ops.PARAM] == [f8]
-  loads = [u.dtype for u in uops if u.op is Ops.LOAD and u.src[0].src[0].op is Ops.PARAM]
-  assert loads.count(f8) == 1 and loads.count(dtypes.float) == 1 + 8  # a's row; b[k] and the strided gather
+  loads = [u for u in uops if u.op is Ops.LOAD and u.src[0].src[0].op is Ops.PARAM]
+  dts = [u.dtype for u in loads]
+  assert dts.count(f8) == 1 and dts.count(dtypes.float) == 1 + 8  # a's row; b[k] and the stride-5 gather
+  wide = [u for u in loads if u.dtype == dtypes.float.vec(32)]
+  assert len(wide) == 1 and len(wide[0].src[0].src) == 2  # in bounds: no mask
+  assert [u.arg for u in uops if u.op is Ops.GEP and u.src[0] is wide[0]] == [tuple(range(0, 29, 4))]
   assert any(u.op is Ops.DEFINE_REG and u.dtype.base == f8 for u in uops)
 
 

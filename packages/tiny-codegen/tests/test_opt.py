@@ -715,7 +715,7 @@ def depthwise_ast(C: int, H: int, W: int, K: int, S: int = 1) -> UOp:
 @pytest.mark.parametrize("regs, W, S, lanes, ch", [((32, 64), 14, 1, 14, 6), ((32, 64), 7, 1, 7, 6),
                                                    ((32, 64), 32, 1, 16, 0), ((16, 32), 32, 1, 8, 0),
                                                    ((16, 32), 14, 1, 14, 3), ((32, 64), 17, 1, 0, 0),
-                                                   ((32, 64), 14, 2, 7, 0), ((32, 64), 32, 2, 16, 0),
+                                                   ((32, 64), 14, 2, 7, 6), ((32, 64), 32, 2, 16, 6),
                                                    ((32, 64), 34, 2, 0, 0), ((32, 64), 56, 1, 14, 0),
                                                    ((32, 64), 40, 1, 10, 0)])
 def test_depthwise_conv_row_is_one_vector(vector_registers, regs: tuple[int, int], W: int, S: int, lanes: int,
@@ -725,10 +725,11 @@ def test_depthwise_conv_row_is_one_vector(vector_registers, regs: tuple[int, int
   # native vector (its widest divisor up to 16: a 14-wide row whole, a 56-wide one 14 lanes (not 8), a 40-wide one
   # 10; a 32-wide one 16 lanes on AVX-512, one 8-lane register on AVX2; a prime 17 (also 34 at stride 2): scalar),
   # the filter row unrolled; results against torch. A
-  # stride-2 row's lanes are explicit but may stay scalar (no load is contiguous along them: the expander's rule).
-  # A whole stride-1 row then gets `ch` channels (`_window_channels`: the largest divisor of 6 up to fma_chains, 8,
+  # stride-2 row's taps are wide loads and shuffles (the expander's strided lanes).
+  # A whole row then gets `ch` channels (`_window_channels`: the largest divisor of 6 up to fma_chains, 8,
   # within half the registers: AVX2's 14 lanes take 2 ymm each, 16 / 2 / 2 = 4 -> 3), which the expander makes the
-  # vector (the channels-last taps are contiguous along them)
+  # vector where the channels-last taps score above the row (stride 1, and a 7-lane stride-2 row), else the row
+  # stays the vector, one a channel (a 16-lane stride-2 row: its taps wide loads and shuffles)
   torch = pytest.importorskip("torch")
   vector_registers(*regs)
   ren = Device["CPU"].renderer
@@ -741,6 +742,7 @@ def test_depthwise_conv_row_is_one_vector(vector_registers, regs: tuple[int, int
   src = get_program(opt, ren).src
   # with channels, either is the vector: AVX-512's 8 channels (the taps' contiguous load), AVX2's 14-lane row
   if lanes and S == 1: assert f"store <{lanes} x float>" in src or (ch and f"<{ch} x float>" in src), src
+  if lanes >= 8 and S == 2: assert "shufflevector" in src, src  # the taps: wide loads and shuffles
   rng = np.random.default_rng(3)
   inp = rng.standard_normal((C, H, W)).astype(np.float32)
   w = rng.standard_normal((C, 1, K, K)).astype(np.float32)
@@ -910,12 +912,12 @@ def max_pool_ast(C: int, H: int, W: int, K: int, S: int) -> UOp:
   return out.index(c * (OH * OW) + y * OW + x).store(val).sink(arg=KernelInfo())
 
 
-@pytest.mark.parametrize("W, S, lanes", [(56, 1, 14), (112, 2, 0), (28, 2, 0), (29, 2, 0)])
-def test_max_pool_stride2_row_not_gathered(vector_registers, W: int, S: int, lanes: int) -> None:
-  # a max pool's stride-2 output row is not a window vector: its lanes would gather every other element and stay
-  # scalar accumulators (no vector max forms), each with its own padding selects, 3.8x slower than the rolled window
-  # (resnet18's 3x3 stride-2 pool on 2x64x112x112, one thread); stride 1 keeps its row vector. Values against torch,
-  # NaN and -inf inputs included (a NaN in a window wins, as torch's)
+@pytest.mark.parametrize("W, S, lanes", [(56, 1, 14), (112, 2, 14), (28, 2, 14), (29, 2, 15)])
+def test_max_pool_stride2_row_is_a_window_vector(vector_registers, W: int, S: int, lanes: int) -> None:
+  # a max pool's stride-2 output row is a window vector like a stride-1 one: each tap one wide load (masked at the
+  # padding) and a shuffle of every other element (it stayed scalar while those lanes were gathered one by one, 3.8x
+  # slower than the rolled window). Values against torch, NaN and -inf inputs included (a NaN in a window wins, as
+  # torch's), the last row's last vector ending at the input's end (W = 29)
   torch = pytest.importorskip("torch")
   vector_registers(32, 64)
   ren = Device["CPU"].renderer

@@ -7,8 +7,9 @@ over its remaining ranges. Lane copies are scalar, except on renderers with `vec
 there one UPCAST axis of each STORE (4 to 16 lanes, the one most loads walk contiguously; LLVM widens an odd width
 such as a conv's 10-wide row to the next register) becomes native vectors first — a load contiguous in it is one
 vector LOAD, a contiguous load behind a gate that depends on it (a padded row's border lanes) is one vector LOAD
-whose INDEX gate is a vector of lane gates (a masked load), a load that doesn't depend on it is broadcast, other
-loads are gathered lane by lane (VECTORIZE), ALU
+whose INDEX gate is a vector of lane gates (a masked load), a load whose lanes lie 2 to 4 elements apart (a stride-2
+conv or pool's row: `STRIDED_LANES`) is one wide LOAD and a shuffle (a GEP of every s-th lane), a load that doesn't
+depend on it is broadcast, other loads are gathered lane by lane (VECTORIZE), ALU
 ops and reduces run on the vectors, and the STORE is one vector store when contiguous, else one store per lane of a
 GEP. (Wider than 16, e.g. a 20-lane row, LLVM's legalization scalarizes the broadcasts: 2x slower than 10 lanes.)
 What SLP would have to rediscover from scalar copies (and, in loop nests, often doesn't) is then explicit.
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import functools
 
-from tiny_uop.dtype import dtypes
+from tiny_uop.dtype import PtrDType, dtypes
 from tiny_uop.pattern import PatternMatcher, UPat
 from tiny_uop.uop import AxisType, GroupOp, Ops, UOp
 
@@ -147,10 +148,33 @@ def _masked_contiguous(idx_node: UOp, r: UOp) -> bool:
     _stride(idx_node.src[1], r) == 1
 
 
+STRIDED_LANES = (2, 3, 4)
+"""The constant strides with which a load walking the vector axis reads one wide vector and keeps every s-th lane
+(`_vectorize_store`'s `strided`): a stride-2 conv or pool's input row (stride 3 and 4 fall out of the same rule). Its
+lanes span s*(n-1)+1 elements, s times a vector's registers: wider strides would load more than they keep."""
+
+
+def _strided(idx_node: UOp, r: UOp) -> int:
+  """The stride in STRIDED_LANES with which INDEX `idx_node` walks `r` (its gate may depend on `r`: a padded row), 0
+  if another (or none: then not strided)."""
+  return s if (s := _stride(idx_node.src[1], r)) in STRIDED_LANES else 0
+
+
+def _pow2(x: int) -> int: return 1 << (x - 1).bit_length()
+
+
+def _in_bounds(idx: UOp, w: int) -> bool:
+  """Whether `w` elements from INDEX `idx` (of a buffer of known size) lie in the buffer for every value of its
+  ranges and variables (from the index's bounds: `vmin`/`vmax`)."""
+  buf = idx.src[0].dtype
+  return isinstance(buf, PtrDType) and buf.size > 0 and \
+    isinstance(lo := idx.src[1].vmin, int) and isinstance(hi := idx.src[1].vmax, int) and lo >= 0 and hi + w <= buf.size
+
+
 def _vector_axis(st: UOp, rngs: list[UOp]) -> UOp | None:
-  """The UPCAST axis of `st` (4 to 16 lanes; other than 4/8/16 only when some load walks it contiguously) that the
-  most loads (and the store) walk contiguously, wider first; None if none does, or the value has ops a vector can't
-  carry."""
+  """The UPCAST axis of `st` (4 to 16 lanes; other than 4/8/16 only when some load walks it contiguously or with a
+  stride of STRIDED_LANES) that the most loads (and the store) walk contiguously (a strided load: one wide load and
+  a shuffle, counted half), wider first; None if none does, or the value has ops a vector can't carry."""
   if st.src[0].op is not Ops.INDEX or st.src[1].dtype.count != 1: return None
   if any(u.op in (Ops.WMMA, Ops.VECTORIZE, Ops.GEP) or (u.op is Ops.LOAD and u.dtype.count != 1)
          for u in st.src[1].toposort()): return None
@@ -158,11 +182,12 @@ def _vector_axis(st: UOp, rngs: list[UOp]) -> UOp | None:
   best, score = None, 0
   for r in rngs:
     if r.arg[1] is not AxisType.UPCAST or _lanes(r) not in VECTOR_LANES: continue
-    if _lanes(r) not in POW2_LANES and not any(_contiguous(ld.src[0], r) for ld in loads if r in ld.ranges): continue
+    if _lanes(r) not in POW2_LANES and \
+        not any(_contiguous(ld.src[0], r) or _strided(ld.src[0], r) for ld in loads if r in ld.ranges): continue
     gates = _store_gates(st, r)  # a masked tail's loads and store count as contiguous: masked vectors (§3)
-    sc = (sum(2 if _contiguous(ld.src[0], r) or _masked_load(ld.src[0], r, gates) else 0
-              for ld in loads if r in ld.ranges) + (_contiguous(st.src[0], r) or _masked_contiguous(st.src[0], r))) \
-      * _lanes(r)
+    sc = (sum(4 if _contiguous(ld.src[0], r) or _masked_load(ld.src[0], r, gates) else 2 if _strided(ld.src[0], r)
+              else 0 for ld in loads if r in ld.ranges) +
+          2 * (_contiguous(st.src[0], r) or _masked_contiguous(st.src[0], r))) * _lanes(r)
     if sc > score: best, score = r, sc
   return best
 
@@ -195,6 +220,35 @@ def _vectorize_store(st: UOp, rv: UOp) -> UOp:
   def masked(idx: UOp, gate: UOp) -> UOp:  # a masked vector access: lane 0's address, the gate one bool per lane
     return idx.replace(src=(idx.src[0], fast_substitute(idx.src[1], at0), _broadcast(vec(gate), n)))
 
+  def strided(x: UOp, s: int) -> UOp:
+    """Load `x`, whose n lanes lie `s` elements apart, as one load from lane 0's element and a shuffle keeping every
+    s-th (a GEP of n lanes). The load is a power of two wide (a stride-2 row of 14 lanes: 32, two registers that one
+    two-source permute picks from; 27 = s*(n-1)+1, lane 0's element to lane n-1's, legalized into 5 loads and 8
+    shuffles). The elements up to lane n-1's are where the lanes read (so is everything between them), those past it
+    are masked off (never read) unless the index's bounds put them in the buffer: one masked load, its mask a
+    constant. A gate that depends on the lane masks the lanes' own elements (the others off: a padded row's border
+    reads nothing), one that doesn't the elements up to lane n-1's."""
+    idx, w = x.src[0], s * (n - 1) + 1
+    wide = _pow2(w)
+    on, off = UOp.const(dtypes.bool, True), UOp.const(dtypes.bool, False)
+    at0_idx = fast_substitute(idx.src[1], at0)
+    if len(idx.src) == 2 and _in_bounds(new_idx := idx.replace(src=(idx.src[0], at0_idx)), wide):  # ungated
+      return UOp(Ops.GEP, x.dtype.vec(n), (UOp(Ops.LOAD, x.dtype.vec(wide), (new_idx, *x.src[1:]), x.arg),),
+                 tuple(range(0, w, s)))
+    # the gate's terms that depend on the lane, per kept element (constants where the lane decides them); the others
+    # (a padded window's row) one scalar and'ed to the whole mask, not to each lane's
+    terms = _conjuncts(idx.src[2]) if len(idx.src) > 2 else set()
+    per_lane = [t for t in terms if rv in t.ranges]
+    rest = [t for t in terms if rv not in t.ranges]
+    lane_gate = functools.reduce(lambda a, b: a & b, per_lane) if per_lane else on
+    mask = UOp(Ops.VECTORIZE, dtypes.bool.vec(wide), tuple(
+      (fast_substitute(lane_gate, {rv: lane[j // s]}) if j % s == 0 else (off if per_lane else on)) if j < w else off
+      for j in range(wide)))
+    if rest: mask = mask & _broadcast(functools.reduce(lambda a, b: a & b, rest), wide)
+    new_idx = idx.replace(src=(idx.src[0], at0_idx, mask))
+    ld = UOp(Ops.LOAD, x.dtype.vec(wide), (new_idx, *x.src[1:]), x.arg)
+    return UOp(Ops.GEP, x.dtype.vec(n), (ld,), tuple(range(0, w, s)))
+
   def vec(x: UOp) -> UOp:
     if rv not in x.ranges: return x
     if (m := memo.get(x)) is not None: return m
@@ -205,6 +259,8 @@ def _vectorize_store(st: UOp, rv: UOp) -> UOp:
     elif x.op is Ops.LOAD and x.dtype != dtypes.bool and _masked_contiguous(x.src[0], rv):
       # contiguous, gated per lane (a padded window's border lanes): one load of the lanes whose gate holds
       out = UOp(Ops.LOAD, x.dtype.vec(n), (masked(x.src[0], x.src[0].src[2]), *x.src[1:]), x.arg)
+    elif x.op is Ops.LOAD and x.dtype != dtypes.bool and x.src[0].op is Ops.INDEX and (s := _strided(x.src[0], rv)):
+      out = strided(x, s)
     elif x.op is Ops.REDUCE:
       out = UOp(Ops.REDUCE, x.dtype.vec(n), (_broadcast(vec(x.src[0]), n), *x.src[1:]), x.arg)
     elif x.op in _VALUE_OPS and all(s.dtype.count == 1 for s in x.src) and \

@@ -215,23 +215,22 @@ def _window_vector(k: Kernel, sidx: UOp | None, loads: list[UOp]) -> bool:
   scalar lanes loaded and multiplied one pixel at a time. efficientnet_b0's depthwise convs, one thread on the
   loaded Xeon 6/207 (AVX-512), per kernel: 672x14x14 5x5 2106 -> 524 us, 144x56x56 3x3 1902 -> 446, 32x112x112 3x3
   1813 -> 277, 1152x7x7 5x5 850 -> 185 (torch, one thread: 163, 501, 457, 124). A stride-2 window (`_window_row`)
-  gathers its lanes but still gets one vector FMA per tap: 672x7x7 from 14x14, 5x5, 453 -> 102 us (a whole row, its
-  lanes' padding known when compiling), 96x56x56 from 112x112, 3x3, 995 -> 855. False (nothing applied) when no axis
-  qualifies."""
+  reads each tap as one wide load and a shuffle (the expander's strided lanes; gathered before, when it still got
+  one vector FMA per tap: 672x7x7 from 14x14, 5x5, 453 -> 102 us, 96x56x56 from 112x112, 3x3, 995 -> 855), a max
+  pool's too (`WINDOW_STRIDES`). False (nothing applied) when no axis qualifies."""
   if sidx is None: return False
   rngs, reds = k.rngs, k.reduce_axes
   outs = _output_axes_with_bounds(k)
   if not outs or not reds: return False
   i, r, n = outs[-1]
   if stride_of(sidx, r, rngs) != 1 or not (amt := _window_width(n)): return False
-  # a max pool's gathered stride-2 lanes stay scalar: only sums (convs) get a stride-2 window vector
-  sums = all(u.arg is Ops.ADD for u in k.ast.toposort() if u.op is Ops.REDUCE)
-  strides = WINDOW_STRIDES if sums else (1,)
-  if not any(_window_row(ld.src[0].src[1], r, rngs, reds, strides) for ld in loads): return False
+  if not any(_window_row(ld.src[0].src[1], r, rngs, reds) for ld in loads): return False
   regs, width, itemsize = _register_file(k)
   if width and amt * itemsize > width and n % (width // itemsize) == 0: amt = width // itemsize
   if not _try(k, Opt(OptOps.UPCAST, i, amt)): return False
-  if amt == n and any(_window_row(ld.src[0].src[1], r, rngs, reds, (1,)) for ld in loads):
+  # a whole row of a conv (a sum) at stride 1 or 2; a max pool's stride-2 row keeps its one accumulator (unmeasured)
+  strides = (1, 2) if all(u.arg is Ops.ADD for u in k.ast.toposort() if u.op is Ops.REDUCE) else (1,)
+  if amt == n and any(_window_row(ld.src[0].src[1], r, rngs, reds, strides) for ld in loads):
     _window_channels(k, r, amt * itemsize, regs, width)
   return True
 
@@ -246,10 +245,12 @@ def _window_channels(k: Kernel, row: UOp, row_bytes: int, regs: int, width: int)
   the row its own accumulator, its input gathered one plane a lane: as many independent chains as pixels, the
   padding known when compiling (the row is whole). A pool (no weight) is left as it was. One thread of the Zen 4
   (AVX-512, fma_chains 8), the conv alone under TinyJit, thread CPU time, least of 60, no channels -> 8:
-  672x14x14 5x5 150 -> 108 us, 1152x7x7 5x5 82 -> 51. Not a row split in several vectors (its edge vectors'
-  padding gated per lane at run time) nor a stride-2 row (gathered lanes already), where the blocks measured no
-  better or worse: 144x56x56 3x3 252 -> 306 with 8 (196 with 4), 32x112x112 3x3 127 -> 277, 240x28x28 5x5
-  220 -> 245, 240x14x14 from 28x28 3x3 stride 2 41 -> 47 (672x7x7 from 14x14 5x5 stride 2: 96 -> 52)."""
+  672x14x14 5x5 150 -> 108 us, 1152x7x7 5x5 82 -> 51. A whole stride-2 row too, now that its taps are wide loads
+  and shuffles, not gathers (the expander's strided lanes): 672x7x7 from 14x14 5x5 81 -> 53, 288x7x7 from 14x14
+  5x5 36 -> 24, 14-wide rows even (96x14x14 from 28x28 5x5 41 -> 39, 240x14x14 from 28x28 3x3 37 -> 38; with
+  gathered lanes 240x14x14 had measured 41 -> 47). Not a row split in several vectors (its edge vectors' padding
+  gated per lane at run time), where the blocks measured no better or worse: 144x56x56 3x3 252 -> 306 with 8 (196
+  with 4), 32x112x112 3x3 127 -> 277, 240x28x28 5x5 220 -> 245."""
   reds, loads = k.reduce_axes, k.loads()
   taps = [ld for ld in loads if row not in ld.src[0].src[1].ranges and any(x in ld.src[0].src[1].ranges for x in reds)]
   if not taps: return
@@ -271,10 +272,11 @@ def _window_width(n: int) -> int:
 
 WINDOW_STRIDES = (1, 2)
 """The strides along the output row with which `_window_vector` vectorizes a window (1: each tap one contiguous
-vector; 2: a stride-2 conv, each tap a gather of every other element, measured above); wider strides are left.
-A max reduce (a pooling) keeps stride 2 scalar: its gathered lanes become one scalar accumulator each (no vector
-max forms), and the 14 lanes' gated selects ran slower than the rolled window. resnet18's 3x3 stride-2 max pool
-(padding 1) on 2x64x112x112, one thread, Xeon 6/207: 4384 -> 1142 us as a TinyJit replay, least of 30."""
+vector; 2: a stride-2 conv or pool, each tap one load of twice the lanes and a shuffle keeping every other element,
+the expander's `STRIDED_LANES`); wider strides are left. A max pool's stride-2 row was kept scalar while its lanes
+were gathered one by one (resnet18's 3x3 stride-2 max pool, padding 1, on 2x64x112x112, one thread, Xeon 6/207:
+4384 -> 1142 us as a TinyJit replay against the gathered vector); as a wide load, the padding a mask, it is faster than
+the scalar window: 1x64x112x112, one thread, thread CPU time, least of 30, Zen 4 (znver4): 440 -> 331-334 us."""
 
 
 def _window_row(idx: UOp, r: UOp, rngs: list[UOp], reds: list[UOp],

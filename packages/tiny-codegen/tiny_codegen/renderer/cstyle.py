@@ -204,6 +204,8 @@ class ClangRenderer(CPURenderer):
         r[u] = w.fresh("cast")
         w.emit(f"{self.render_dtype(dt)} {r[u]}; __builtin_memcpy(&{r[u]}, &{s[0]}, sizeof({r[u]}));")
       elif op is Ops.VECTORIZE: w.assign(u, f"({self.render_dtype(dt)}){{{','.join(s)}}}", self.render_dtype(dt), "vec")
+      elif op is Ops.GEP and dt.count > 1:  # the expander's strided loads: LLVM only (vectorize_upcast), never here
+        raise NotImplementedError(f"C renderer has no shuffle of lanes {u.arg} (GEP to {dt})")
       elif op is Ops.GEP: r[u] = f"{s[0]}[{u.arg[0] if isinstance(u.arg, tuple) else u.arg}]"
       elif op in self.code_for_op:
         sdt = src[-1].dtype if op is Ops.WHERE else src[0].dtype

@@ -512,6 +512,9 @@ class _LLVMEmitter:
         self.emit(f"{nxt} = insertelement {ltype(dt)} {cur}, {self.typed(s)}, i32 {i}")
         cur = nxt
       self.r[u] = cur
+    elif op is Ops.GEP and dt.count > 1:  # several lanes: a shuffle (the expander's strided load keeps every s-th)
+      t, lanes = ltype(src[0].dtype), ", ".join(f"i32 {k}" for k in u.arg)
+      self.r[u] = self.op(f"shufflevector {t} {self.val(src[0])}, {t} poison, <{dt.count} x i32> <{lanes}>")
     elif op is Ops.GEP:
       out = self.tmp()
       self.emit(f"{out} = extractelement {self.typed(src[0])}, i32 {u.arg[0] if isinstance(u.arg, tuple) else u.arg}")

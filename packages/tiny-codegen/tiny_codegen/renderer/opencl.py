@@ -273,6 +273,8 @@ class OpenCLRenderer(Renderer):
         w.assign(u, f"as_{self.render_dtype(dt)}(({self.render_dtype(src[0].dtype)})({s[0]}))", self.render_dtype(dt),
                  "cast")
       elif op is Ops.VECTORIZE: w.assign(u, f"({self.render_dtype(dt)})({','.join(s)})", self.render_dtype(dt), "vec")
+      elif op is Ops.GEP and dt.count > 1:  # the expander's strided loads are CPU-only (vectorize_upcast)
+        raise NotImplementedError(f"OpenCL renderer has no shuffle of lanes {u.arg} (GEP to {dt})")
       elif op is Ops.GEP: r[u] = f"{s[0]}.s{u.arg[0] if isinstance(u.arg, tuple) else u.arg:x}"
       elif op is Ops.WMMA: raise NotImplementedError("OpenCL renderer has no tensor cores (WMMA)")
       elif op in self.code_for_op:
