@@ -6,8 +6,9 @@ once per broadcast element: mobilenet_v3_small's classifier computed the Hardswi
 over its 1024 values, and the second Gemm's body was too big for its dot-product lanes (272 us of the model's 2.3 ms,
 one thread, Zen 4). Now the end of the epilogue is realized in the contraction's kernel: the same kernel count, the
 reader a plain product; a pool's mean read by the next Gemm likewise. Elementwise rows shorter than a vector
-register (the squeeze-excite scales of 14x14 and 7x7 maps) are one vector a row. Values against torch; kernel counts
-as before the change; the LLVM source of each kernel.
+register (the squeeze-excite scales of 14x14 and 7x7 maps) are one vector a row. A depthwise conv whose SiLU two
+kernels read (efficientnet_b0's squeeze-excite) computes the SiLU itself, where an exp2 kernel of its own stood.
+Values against torch; kernel counts as before the change; the LLVM source of each kernel.
 """
 import numpy as np
 import pytest
@@ -111,3 +112,27 @@ def test_pooled_mean_divided_once_before_the_gemm():
   assert len(ks) == 2 and ks[0].bufs[0].size == 576, [k.spec.name for k in ks]
   assert "fdiv" in ks[0].spec.src or "fmul" in ks[0].spec.src, ks[0].spec.src
   assert "fdiv" not in ks[1].spec.src, ks[1].spec.src
+
+
+@pytest.mark.parametrize("stride, H", [(1, 28), (2, 56)])
+def test_depthwise_silu_read_twice_is_the_convs_epilogue(stride: int, H: int):
+  # efficientnet_b0's MBConv middle: depthwise conv + SiLU, read by the squeeze-excite's mean and by its scaling
+  # (whose product the 1x1 project conv reads). The SiLU (an exp2) is realized in the depthwise conv's kernel, once
+  # per value: before, the conv was stored, a kernel of its own stored exp2 of it and both readers read the two
+  C, S, P = 48, 6, 16
+  x, wd, w1, w2, wp = _arr(1, C, H, H), _arr(C, 1, 3, 3), _arr(S, C, 1, 1), _arr(C, S, 1, 1), _arr(P, C, 1, 1)
+
+  def block(x, wd, w1, w2, wp):
+    y = x.conv2d(wd, groups=C, stride=stride, padding=1).silu()
+    return (y * y.mean((2, 3), keepdim=True).conv2d(w1).silu().conv2d(w2).sigmoid()).conv2d(wp)
+  got, ks = _kernels(block, *[_t(v) for v in (x, wd, w1, w2, wp)])
+  tx, twd, tw1, tw2, twp = (torch.from_numpy(v).double() for v in (x, wd, w1, w2, wp))
+  ty = F.silu(F.conv2d(tx, twd, groups=C, stride=stride, padding=1))
+  want = F.conv2d(ty * torch.sigmoid(F.conv2d(F.silu(F.conv2d(ty.mean((2, 3), keepdim=True), tw1)), tw2)), twp)
+  np.testing.assert_allclose(got, want.numpy(), rtol=1e-4, atol=1e-4)
+  out = (H - 1) // stride + 1
+  maps = [k for k in ks if k.bufs[0].size == C * out * out]
+  # the conv with its SiLU (the sigmoid's division in it), then the scaling, an elementwise kernel: no kernel that
+  # stores an exp2 for the two readers
+  assert [k.spec.name[0] for k in maps] == ["r", "E"], [k.spec.name for k in ks]
+  assert "fdiv" in maps[0].spec.src and "fdiv" not in maps[1].spec.src

@@ -776,6 +776,36 @@ def _is_product(r: UOp, broadcasts: dict[UOp, bool]) -> bool:
   return x.op is Ops.MUL and x.src[0] is not x.src[1] and broadcasts[x]
 
 
+def _epilogue_region(r: UOp, want: set[UOp], children: dict[UOp, list[UOp]],
+                     index: dict[UOp, int]) -> tuple[UOp, list[UOp]]:
+  """The end of sum `r`'s elementwise epilogue (see `_epilogue_end`) and the region's nodes up to it in graph order
+  (empty where the end is `r` itself)."""
+  if not all_int(shape_of(r)) or r.arg[0] is not Ops.ADD: return r, []
+  size, best, upto = prod(shape_of(r)), r, 0
+  outside = {r: len(children.get(r, ()))}  # per region node: its users not in the region yet
+  still_read = 1 if outside[r] else 0  # region nodes with users outside it
+  heap = [(index[c], c) for c in children.get(r, ())]
+  heapq.heapify(heap)
+  seen, popped = {c for _, c in heap}, []
+  while heap and len(outside) <= EPILOGUE_MAX_OPS:
+    _, c = heapq.heappop(heap)
+    if c in want or not (c.op in GroupOp.ALU or c.op in _EPILOGUE_MOVES) or not all_int(sh := shape_of(c)) or \
+        prod(sh) != size: break
+    popped.append(c)
+    for s in dict.fromkeys(c.src):
+      if s in outside:
+        outside[s] -= 1
+        still_read -= outside[s] == 0
+    outside[c] = len(children.get(c, ()))
+    still_read += outside[c] > 0
+    if c.op in GroupOp.ALU and still_read == 1 and outside[c]: best, upto = c, len(popped)
+    for u in children.get(c, ()):
+      if u not in seen:
+        seen.add(u)
+        heapq.heappush(heap, (index[u], u))
+  return best, popped[:upto]
+
+
 def _epilogue_end(r: UOp, want: set[UOp], children: dict[UOp, list[UOp]], index: dict[UOp, int],
                   broadcasts: dict[UOp, bool]) -> UOp:
   """What `_decide` realizes for sum `r`, which the next product broadcasts (`expands_w`; where `r` is realized for
@@ -787,29 +817,19 @@ def _epilogue_end(r: UOp, want: set[UOp], children: dict[UOp, list[UOp]], index:
   of ALU ops (and `_EPILOGUE_MOVES`) of `r`'s size reached from `r` in graph order, none of them wanted; its end is
   the last ALU op of it that is the only one read from outside it (Hardswish reads its input three times, all
   inside), so nothing else in the region is needed apart and the kernel count stays the same."""
-  if not all_int(shape_of(r)) or r.arg[0] is not Ops.ADD: return r
-  size, best = prod(shape_of(r)), r
-  outside = {r: len(children.get(r, ()))}  # per region node: its users not in the region yet
-  still_read = 1 if outside[r] else 0  # region nodes with users outside it
-  heap = [(index[c], c) for c in children.get(r, ())]
-  heapq.heapify(heap)
-  seen = {c for _, c in heap}
-  while heap and len(outside) <= EPILOGUE_MAX_OPS:
-    _, c = heapq.heappop(heap)
-    if c in want or not (c.op in GroupOp.ALU or c.op in _EPILOGUE_MOVES) or not all_int(sh := shape_of(c)) or \
-        prod(sh) != size: break
-    for s in dict.fromkeys(c.src):
-      if s in outside:
-        outside[s] -= 1
-        still_read -= outside[s] == 0
-    outside[c] = len(children.get(c, ()))
-    still_read += outside[c] > 0
-    if c.op in GroupOp.ALU and still_read == 1 and outside[c]: best = c
-    for u in children.get(c, ()):
-      if u not in seen:
-        seen.add(u)
-        heapq.heappush(heap, (index[u], u))
+  best, _ = _epilogue_region(r, want, children, index)
   return best if _is_product(r, broadcasts) or _feeds_product(best, children) else r
+
+
+def _shared_epilogue(r: UOp, want: set[UOp], children: dict[UOp, list[UOp]],
+                     index: dict[UOp, int]) -> tuple[UOp, list[UOp]]:
+  """What `_decide` realizes for sum `r` read by two or more kernels through one elementwise epilogue with a
+  transcendental in it (a depthwise conv's SiLU read by the squeeze-excite's mean and by its scale): the epilogue's end
+  and its region, so the exp2 is evaluated once in the sum's kernel; else `r` itself and no region. Realizing `r` left
+  the epilogue to its readers, and the transcendental rule then stored the exp2 in a kernel of its own:
+  efficientnet_b0 wrote its depthwise conv, read it back to store exp2 of it, and read both in the two readers."""
+  end, region = _epilogue_region(r, want, children, index)
+  return (end, region) if any(x.op in _TRANSCENDENTAL for x in region) else (r, [])
 
 
 def _feeds_product(x: UOp, children: dict[UOp, list[UOp]]) -> bool:
@@ -831,7 +851,8 @@ def _decide(sink: UOp) -> tuple[dict[UOp, None], dict[UOp, bool]]:
 
   Linear in the graph: every property is one pass over the toposort (sources first) or its reverse (users first).
   A user's decision never depends on what is decided for a node before it, so the per-node questions below are
-  answered about the graph's fixed `want` set (requested values, CONTIGUOUS, COPY and its source, ASSIGN)."""
+  answered about the graph's fixed `want` set (requested values, CONTIGUOUS, COPY and its source, ASSIGN); the one
+  exception is a sum's epilogue realized with it (`_sum_realized`), decided with the sum for the nodes up to its end."""
   nodes = list(sink.toposort())
   index = {n: i for i, n in enumerate(nodes)}
   children: dict[UOp, list[UOp]] = defaultdict(list)
@@ -903,13 +924,12 @@ def _decide(sink: UOp) -> tuple[dict[UOp, None], dict[UOp, bool]]:
   contraction_below: dict[UOp, bool] = {}  # a contraction reduced again is below, through elementwise ops only
   depth: dict[UOp, int] = {}  # ops on the longest chain from a realized value (or an input) to this one
   reads: dict[UOp, tuple[UOp, ...]] = {}  # up to SHARED_MIN_BUFFERS distinct buffers its kernel would read for it
+  in_epilogue: set[UOp] = set()  # the region of a shared epilogue realized with its sum (`_shared_epilogue`)
   for n in nodes:
-    if n.op is Ops.REDUCE_AXIS and n not in want and reads_memory[n] and n.tag != BLOCK_TAG and (
-        expands_w[n] or len(stops_w[n]) > 1 or padded_w[n] or ((ri := reduced_into[n]) is not None and
-        ri < REDUCE_SPLIT_OUTPUTS and all_int(shape_of(n)) and prod(shape_of(n)) >= REDUCE_SPLIT_OUTPUTS)):
-      want.add(_epilogue_end(n, want, children, index, broadcasts) if expands_w[n] else n)
+    if (end := _sum_realized(n, want, reads_memory, (expands_w, stops_w, padded_w), reduced_into, children, index,
+                             broadcasts, in_epilogue)) is not None: want.add(end)
     elif n in window: want.add(n)
-    elif n.op in _TRANSCENDENTAL and n not in want and reads_memory[n] and expands[n] and \
+    elif n.op in _TRANSCENDENTAL and n not in want and n not in in_epilogue and reads_memory[n] and expands[n] and \
         (expands_w[n] or len(stops_w[n]) > 1):
       want.add(n)  # of any shape: one over a Variable (a dynamic batch or sequence) is recomputed the same way
     if n not in want and _ends_contraction(n, want, reduced_into[n] if reads_memory[n] else None, broadcasts,
@@ -926,6 +946,28 @@ def _decide(sink: UOp) -> tuple[dict[UOp, None], dict[UOp, bool]]:
     if n.op in GroupOp.Elementwise and d > MAX_FUSED_DEPTH and n.shape is not None and all_int(n.shape): want.add(n)
     depth[n] = 0 if n in want else d
   return {n: None for n in nodes if n in want and n.op is not Ops.SINK}, reads_memory
+
+
+def _sum_realized(n: UOp, want: set[UOp], reads_memory: dict[UOp, bool],
+                  walk: tuple[dict[UOp, bool], dict[UOp, tuple[UOp, ...]], dict[UOp, bool]],
+                  reduced_into: dict[UOp, int | None], children: dict[UOp, list[UOp]], index: dict[UOp, int],
+                  broadcasts: dict[UOp, bool], in_epilogue: set[UOp]) -> UOp | None:
+  """`_decide`'s rule for a sum (REDUCE_AXIS `n`, not wanted, visited sources first): what to realize for it, None if
+  nothing. `walk` is `_walk_past_windows`' answers (expands_w, stops_w, padded_w). A sum gets its own kernel where the
+  next product broadcasts it (with its epilogue: `_epilogue_end`), where two or more kernels read it (with its
+  epilogue where that holds a transcendental: `_shared_epilogue`, whose region is added to `in_epilogue`), where a
+  padding lies between it and a window, and where a reduce fused with it would have fewer than REDUCE_SPLIT_OUTPUTS
+  outputs while it has at least that many."""
+  expands_w, stops_w, padded_w = walk
+  if n.op is not Ops.REDUCE_AXIS or n in want or not reads_memory[n] or n.tag == BLOCK_TAG: return None
+  shared, ri, sh = len(stops_w[n]) > 1, reduced_into[n], shape_of(n)
+  split = ri is not None and ri < REDUCE_SPLIT_OUTPUTS and all_int(sh) and prod(sh) >= REDUCE_SPLIT_OUTPUTS
+  if not (expands_w[n] or shared or padded_w[n] or split): return None
+  if expands_w[n]: return _epilogue_end(n, want, children, index, broadcasts)
+  if not shared or padded_w[n]: return n
+  end, region = _shared_epilogue(n, want, children, index)
+  in_epilogue.update(region)
+  return end
 
 
 def _window_stored(x: UOp, growth: int, outputs: int, leaves: dict[UOp, tuple[UOp, ...]],
