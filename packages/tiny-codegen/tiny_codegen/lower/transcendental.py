@@ -346,8 +346,8 @@ def _decompose(ctx: tuple[frozenset, frozenset, bool], u: UOp) -> UOp | None:
 
 pm_transcendental = PatternMatcher([(UPat((Ops.EXP2, Ops.LOG2, Ops.SIN), name="u"), _decompose)],
                                    name="transcendental")
+"""Rewrites EXP2/LOG2/SIN; ctx = (ops to decompose, those of them computed for float32 through float64, whether
+the polynomials are fused multiply-adds: the renderer's `fused_mulacc`)."""
 pm_absorbed_exp2 = PatternMatcher([(UPat(Ops.ADD, src=[UPat(Ops.EXP2, name="e"), UPat.cvar("c", vec=False)], name="a"),
                                     _absorbed_exp2)], name="absorbed_exp2")
 """Run on the way down with `pm_transcendental` (`graph_rewrite`'s `bpm`), same ctx: `_absorbed_exp2`."""
-"""Rewrites EXP2/LOG2/SIN; ctx = (ops to decompose, those of them computed for float32 through float64, whether
-the polynomials are fused multiply-adds: the renderer's `fused_mulacc`)."""
