@@ -136,3 +136,23 @@ def test_depthwise_silu_read_twice_is_the_convs_epilogue(stride: int, H: int):
   # stores an exp2 for the two readers
   assert [k.spec.name[0] for k in maps] == ["r", "E"], [k.spec.name for k in ks]
   assert "fdiv" in maps[0].spec.src and "fdiv" not in maps[1].spec.src
+
+
+def test_depthwise_batchnorm_silu_read_twice_is_one_kernel():
+  # the same with an unfolded batch norm between the conv and its SiLU (four more buffers): the whole epilogue stays
+  # in the conv's kernel, none of its inner values (the normalized map, read through the SiLU by both kernels) stored
+  # apart by the rule for values of many buffers that several kernels read
+  C, H = 48, 28
+  x, wd, m, v, g, b = _arr(1, C, H, H), _arr(C, 1, 3, 3), _arr(1, C, 1, 1), _arr(1, C, 1, 1), _arr(1, C, 1, 1), \
+    _arr(1, C, 1, 1)
+
+  def block(x, wd, m, v, g, b, F=None):
+    conv = x.conv2d(wd, groups=C, padding=1) if F is None else F.conv2d(x, wd, groups=C, padding=1)
+    y = (conv - m) * (v.abs() + 1e-5).rsqrt() * g + b
+    y = y * y.sigmoid()
+    return y * y.mean((2, 3), keepdim=True).sigmoid()
+  got, ks = _kernels(block, *[_t(a) for a in (x, wd, m, v, g, b)])
+  want = block(*[torch.from_numpy(a).double() for a in (x, wd, m, v, g, b)], F=F)
+  np.testing.assert_allclose(got, want.numpy(), rtol=1e-4, atol=1e-5)
+  maps = [k.spec.name for k in ks if k.bufs[0].size == C * H * H]
+  assert len(maps) == 2 and maps[0].startswith("r_"), [k.spec.name for k in ks]

@@ -924,7 +924,7 @@ def _decide(sink: UOp) -> tuple[dict[UOp, None], dict[UOp, bool]]:
   contraction_below: dict[UOp, bool] = {}  # a contraction reduced again is below, through elementwise ops only
   depth: dict[UOp, int] = {}  # ops on the longest chain from a realized value (or an input) to this one
   reads: dict[UOp, tuple[UOp, ...]] = {}  # up to SHARED_MIN_BUFFERS distinct buffers its kernel would read for it
-  in_epilogue: set[UOp] = set()  # the region of a shared epilogue realized with its sum (`_shared_epilogue`)
+  in_epilogue: set[UOp] = set()  # a shared epilogue's region, realized with its sum (`_shared_epilogue`): not apart
   for n in nodes:
     if (end := _sum_realized(n, want, reads_memory, (expands_w, stops_w, padded_w), reduced_into, children, index,
                              broadcasts, in_epilogue)) is not None: want.add(end)
@@ -939,8 +939,8 @@ def _decide(sink: UOp) -> tuple[dict[UOp, None], dict[UOp, bool]]:
       for x in ((s,) if s in want else reads[s]):
         if len(rd) >= SHARED_MIN_BUFFERS: break
         if x not in rd: rd = (*rd, x)
-    if n.op in GroupOp.ALU and n not in want and len(stops[n]) > 1 and len(rd) >= SHARED_MIN_BUFFERS and \
-        all_int(shape_of(n)): want.add(n)
+    if n.op in GroupOp.ALU and n not in want and n not in in_epilogue and len(stops[n]) > 1 and \
+        len(rd) >= SHARED_MIN_BUFFERS and all_int(shape_of(n)): want.add(n)
     reads[n] = rd
     d = max((depth[s] for s in n.src), default=0) + (n.op in GroupOp.Elementwise or n.op is Ops.REDUCE_AXIS)
     if n.op in GroupOp.Elementwise and d > MAX_FUSED_DEPTH and n.shape is not None and all_int(n.shape): want.add(n)
