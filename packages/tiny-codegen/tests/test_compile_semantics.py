@@ -80,3 +80,50 @@ def test_float_to_int_casts_wrap_like_reference(R, dt):
   kr.run(spec, [C, X])
   for x, got in zip(X.tolist(), C.tolist()):
     if dt == dtypes.int64 or abs(x) < 2**31: assert got == exec_alu(Ops.CAST, dt, (x,), dtypes.float32), (x, got)
+
+
+MAX_VALS = [0.0, -0.0, 1.0, -1.0, math.nan, math.inf, -math.inf, 2.5, -2.5, 1e-40]
+
+
+@pytest.mark.parametrize("dt", [dtypes.float32, dtypes.float64], ids=["float32", "float64"])
+@pytest.mark.parametrize("lanes", [4, 8, 14, 16])
+def test_vector_max_matches_reference(dt, lanes):
+  # a float MAX of `lanes`-wide vectors (UPCAST): on an x86-64 target with AVX512DQ one `vrange` (`range_widths`,
+  # the vector widened to the form's lanes) plus the NaN select after it, else `llvm.maximum`; every pair of NaN,
+  # +-0, +-inf and a denormal against the reference, the pairs in every lane position
+  from tiny_codegen.opt.kernel import Opt, OptOps
+  from tiny_codegen.renderer.llvmir import range_lanes, range_widths
+  pairs = [(x, y) for x in MAX_VALS for y in MAX_VALS]
+  n = lanes * len(pairs)
+  xs = [p[0] for k in range(lanes) for p in pairs[k:] + pairs[:k]]  # each pair once in each lane
+  ys = [p[1] for k in range(lanes) for p in pairs[k:] + pairs[:k]]
+  c, a, b = (UOp(Ops.PARAM, dt.ptr(n), arg=i) for i in range(3))
+  i = UOp.range(n, 0)
+  ast = c.index(i).store(a.index(i).load().maximum(b.index(i).load())).sink(
+    arg=KernelInfo(f"vmax_{lanes}", opts_to_apply=(Opt(OptOps.UPCAST, 0, lanes),)))
+  r = LLVMRenderer()
+  r.threads = 1
+  spec = get_program(ast, r)
+  vrange = bool(range_lanes(range_widths(r.compiler.triple, r.compiler.features), dt.vec(lanes)))
+  assert ("llvm.x86.avx512.mask.range" in spec.src) == vrange and ("llvm.maximum" in spec.src) != vrange, spec.src
+  npdt = to_numpy(dt)
+  X, Y, C = np.array(xs, dtype=npdt), np.array(ys, dtype=npdt), np.zeros(n, npdt)
+  kr.run(spec, [C, X, Y])
+  for x, y, got in zip(X.tolist(), Y.tolist(), C.tolist()):
+    ref = exec_alu(Ops.MAX, dt, (x, y))
+    assert same(got, ref), f"MAX({x!r}, {y!r}) in {dt} x{lanes}: got {got!r}, reference {ref!r}"
+
+
+def test_range_widths_and_lanes():
+  # the vrange forms by target: AVX512DQ gives the 512-bit one, with AVX512VL the 128/256-bit ones too; none off
+  # x86-64 or without DQ. Lanes: the narrowest form holding the vector; 0 for scalars and wider vectors
+  from tiny_codegen.renderer.llvmir import range_lanes, range_widths
+  assert range_widths("x86_64-unknown-linux-gnu", "+avx512f,+avx512dq,+avx512vl") == (128, 256, 512)
+  assert range_widths("x86_64-unknown-linux-gnu", "+avx512f,+avx512dq,-avx512vl") == (512,)
+  assert range_widths("x86_64-unknown-linux-gnu", "+avx512f,-avx512dq,+avx512vl") == ()
+  assert range_widths("aarch64-unknown-linux-gnu", "+avx512dq,+avx512vl") == ()
+  w = (128, 256, 512)
+  assert [range_lanes(w, dtypes.float32.vec(c)) for c in (2, 4, 5, 8, 14, 16, 32)] == [4, 4, 8, 8, 16, 16, 0]
+  assert [range_lanes(w, dtypes.float64.vec(c)) for c in (2, 3, 8, 16)] == [2, 4, 8, 0]
+  assert range_lanes(w, dtypes.float32) == 0 and range_lanes(w, dtypes.float16.vec(8)) == 0
+  assert range_lanes((512,), dtypes.float32.vec(4)) == 16 and range_lanes((), dtypes.float32.vec(16)) == 0

@@ -121,7 +121,9 @@ class LLVMRenderer(CPURenderer):
   def render(self, uops: list[UOp]) -> str:
     """LLVM IR of the kernel `uops` (ending in a SINK whose arg is a KernelInfo carrying the name)."""
     return _LLVMEmitter(uops, contract=True, check_oob=bool(CHECK_OOB.value), stream=self, loop_hints=True,
-                        fence_int_to_float=True, vector_bits=8 * self.vector_registers[1]).render()
+                        fence_int_to_float=True, vector_bits=8 * self.vector_registers[1],
+                        range_max=range_widths(getattr(self.compiler, "triple", ""),
+                                               getattr(self.compiler, "features", ""))).render()
 
 
 @functools.cache
@@ -135,6 +137,31 @@ def _vector_registers(triple: str, features: str) -> tuple[int, int]:
     return (16, 32) if "+avx" in feats else (16, 16)
   if triple.startswith(("aarch64", "arm64")): return 32, 16
   return 0, 0
+
+
+RANGE_MAX_SIGNED = 0b0101
+"""`vrangeps`/`vrangepd`'s imm8 for IEEE maximum (Intel SDM vol. 2, VRANGEPS): bits 1:0 = 01, the larger value;
+bits 3:2 = 01, the sign from the comparison, so of -0 and +0 it is +0. It is IEEE maxNum, though: a quiet NaN operand
+loses to the other (measured on Zen 4: range(1, NaN) = 1), so MAX's float contract (NaN propagates, as numpy's
+maximum and `llvm.maximum`) takes a NaN select after it (`fcmp uno` and a masked add: three vector ops a max). x86
+lowers `llvm.maximum` as vmaxps (which returns its second operand when either is NaN, and for two zeros) plus sign
+blends and the NaN select: six (a 3x3 max pool's nine taps are most of its work)."""
+
+
+@functools.cache
+def range_widths(triple: str, features: str) -> tuple[int, ...]:
+  """The vector bit widths `vrangeps`/`vrangepd` exist in on LLVM's target: AVX512DQ has the 512-bit form, with
+  AVX512VL also the 128- and 256-bit ones; () off x86-64 or without AVX512DQ (MAX stays `llvm.maximum`)."""
+  feats = set(features.split(","))
+  if not triple.startswith(("x86_64", "amd64")) or "+avx512dq" not in feats: return ()
+  return (128, 256, 512) if "+avx512vl" in feats else (512,)
+
+
+def range_lanes(widths: tuple[int, ...], dt: DType) -> int:
+  """The lanes of the narrowest `vrange` form (`widths`, bits) that holds the float32/float64 vector `dt`; 0 when
+  none does (a scalar, a wider vector, another dtype, or no form on the target)."""
+  if dt.count < 2 or dt.scalar() not in (dtypes.float32, dtypes.float64): return 0
+  return next((lanes for w in widths if (lanes := w // (8 * dt.scalar().itemsize)) >= dt.count), 0)
 
 
 def no_signed_wrap(u: UOp) -> bool:
@@ -171,8 +198,10 @@ def accumulations(uops: list[UOp]) -> set[UOp]:
 
 class _LLVMEmitter:
   def __init__(self, uops: list[UOp], contract: bool = False, check_oob: bool = False, stream: Any = None,
-               loop_hints: bool = False, fence_int_to_float: bool = False, vector_bits: int = 0):
+               loop_hints: bool = False, fence_int_to_float: bool = False, vector_bits: int = 0,
+               range_max: tuple[int, ...] = ()):
     self.uops = uops
+    self.range_max = range_max  # the `vrange` widths a float vector MAX renders as (`range_widths`); (): llvm.maximum
     # the vector width LLVM's loop and SLP vectorizers should use (a function attribute): the machine's registers.
     # LLVM's x86 tuning prefers 256 bits on AVX-512 CPUs (Skylake-X's frequency drop), so a loop it vectorizes
     # itself (an elementwise exp, sigmoid, tanh) ran on half the lanes tiny's own vectors use; 0: LLVM's default
@@ -223,6 +252,26 @@ class _LLVMEmitter:
     out = self.tmp()
     self.emit(f"{out} = call {t} @{fn}({', '.join(f'{t} {a}' for a in args)})")
     return out
+
+  def range_max_of(self, dt: DType, lanes: int, args: list[str]) -> str:
+    """max(a, b) of a float vector as one AVX-512DQ `vrangeps`/`vrangepd` (`range_lanes`): the vector widened to the
+    instruction's `lanes` with poison lanes, the range op, the low lanes taken back."""
+    n, st = dt.count, ltype(dt.scalar())
+    wt, bits = f"<{lanes} x {st}>", lanes * dt.scalar().itemsize * 8
+    fn = f"llvm.x86.avx512.mask.range.{'ps' if st == 'float' else 'pd'}.{bits}"
+    tail = ", i32 4" if bits == 512 else ""  # the 512-bit form's rounding operand: 4, the current direction
+    self.decls.add(f"declare {wt} @{fn}({wt}, {wt}, i32, {wt}, i{max(8, lanes)}{', i32' if tail else ''})")
+    if n != lanes:
+      widen = "<" + ", ".join([f"i32 {i}" for i in range(n)] + ["i32 poison"] * (lanes - n)) + ">"
+      args = [self.op(f"shufflevector {ltype(dt)} {x}, {ltype(dt)} poison, <{lanes} x i32> {widen}") for x in args]
+    rng = self.op(f"call {wt} @{fn}({wt} {args[0]}, {wt} {args[1]}, i32 {RANGE_MAX_SIGNED}, {wt} poison, "
+                  f"i{max(8, lanes)} -1{tail})")
+    # vrange is maxNum (a quiet NaN operand loses to the other): where either is NaN, a + b (a NaN) instead
+    uno, nan = self.op(f"fcmp uno {wt} {args[0]}, {args[1]}"), self.op(f"fadd {wt} {args[0]}, {args[1]}")
+    out = self.op(f"select <{lanes} x i1> {uno}, {wt} {nan}, {wt} {rng}")
+    if n == lanes: return out
+    low = "<" + ", ".join(f"i32 {i}" for i in range(n)) + ">"
+    return self.op(f"shufflevector {wt} {out}, {wt} poison, <{n} x i32> {low}")
 
   def splat(self, lit: str, dt: DType) -> str:
     """The literal `lit` of scalar type dt.scalar(), as a vector of dt.count lanes when dt is a vector."""
@@ -333,6 +382,7 @@ class _LLVMEmitter:
     elif op is Ops.RECIPROCAL:
       one = f"splat ({ltype(sdt.scalar())} 1.0)" if sdt.count > 1 else "1.0"
       self.emit(f"{out} = fdiv {t} {one}, {a[0]}")
+    elif op is Ops.MAX and isf and (lanes := range_lanes(self.range_max, sdt)): return self.range_max_of(sdt, lanes, a)
     elif op is Ops.MAX and isf: return self.intrinsic("maximum", sdt, a)  # NaN propagates, max(-0, +0) = +0
     elif op is Ops.MAX:
       cmp = self.tmp()
