@@ -32,6 +32,7 @@ does, in another order; like the AMX tiles, VDPBF16PS treats denormal inputs as 
 """
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from tiny_codegen import cpu_probe
@@ -84,9 +85,12 @@ def register_block(m: Machine, k: int, n: int = 0, threads: int = 1, rows: int =
   return best[2], best[3]
 
 
+@functools.lru_cache(maxsize=256)
 def plan(m: Machine, rows: int, n: int, k: int, threads: int, stack_limit: int) -> tuple[int, int] | None:
   """(MR, nv) of the kernel for an (rows, k) @ (k, n) product on machine `m` over `threads` (`register_block`), or
-  None where it doesn't take the shape (`fits`) or `m` has no register file for it. Doesn't probe: ask `usable`."""
+  None where it doesn't take the shape (`fits`) or `m` has no register file for it. Doesn't probe: ask `usable`.
+  Kept per argument tuple (a pure function of them; `m` is a frozen Machine): `Tensor.dot` asks it on every bfloat16
+  product, and `register_block`'s search over the register file cost ~15 us of its ~100 us graph building."""
   if m.vector_bytes != 64 or m.vector_registers - 2 < fma_chains(m) or not fits(rows, n, k, LANES, stack_limit):
     return None  # (nv = 1 with MR = registers - 2 is the block every register file that holds one has)
   mr, nv = register_block(m, k, n, threads, rows)

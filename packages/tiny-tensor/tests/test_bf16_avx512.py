@@ -96,3 +96,16 @@ def test_epilogue_runs_after_the_kernel(epilogue: str) -> None:
   assert len(srcs) == 2 and "avx512bf16.dpbf16ps" in srcs[0] and "dpbf16ps" not in srcs[1], [s[:80] for s in srcs]
   want_f = want.float().numpy()
   np.testing.assert_allclose(out.float().numpy(), want_f, rtol=0, atol=2 ** -7 * float(np.abs(want_f).max()))
+
+
+@pytest.mark.parametrize("m, k, n", [(64, 96, 32), (7, 33, 40)])
+def test_whole_kernel_graph_is_the_tensor_ops_graph(m: int, k: int, n: int) -> None:
+  """`dot`'s directly built graph for the whole-product kernel (`_bf16_whole`) is the very UOp `Tensor`'s ops make
+  (widened operands broadcast, multiplied, summed over K in float32, rounded to bfloat16, contiguous), so the
+  kernels' recogniser sees what it saw before; built on any CPU (it is only a graph)."""
+  from tiny_tensor.tensor import _bf16_whole
+  ta, tb = (Tensor(rng.standard_normal(s).astype(np.float32)).cast(dtypes.bfloat16) for s in ((m, k), (k, n)))
+  ops = ((ta.reshape(m, 1, k).float() * tb.reshape(1, k, n).transpose(-1, -2).float()).sum(-1)
+         .cast(dtypes.bfloat16).contiguous())
+  got = _bf16_whole(ta, tb, dtypes.float32)
+  assert got.uop is ops.uop and got.shape == (m, n) and got.dtype == dtypes.bfloat16
