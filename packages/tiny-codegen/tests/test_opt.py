@@ -713,11 +713,11 @@ def depthwise_ast(C: int, H: int, W: int, K: int, S: int = 1) -> UOp:
 
 
 @pytest.mark.parametrize("regs, W, S, lanes, ch", [((32, 64), 14, 1, 14, 6), ((32, 64), 7, 1, 7, 6),
-                                                   ((32, 64), 32, 1, 16, 0), ((16, 32), 32, 1, 8, 0),
+                                                   ((32, 64), 32, 1, 16, 3), ((16, 32), 32, 1, 8, 3),
                                                    ((16, 32), 14, 1, 14, 3), ((32, 64), 17, 1, 0, 0),
                                                    ((32, 64), 14, 2, 7, 6), ((32, 64), 32, 2, 16, 6),
-                                                   ((32, 64), 34, 2, 0, 0), ((32, 64), 56, 1, 14, 0),
-                                                   ((32, 64), 40, 1, 10, 0)])
+                                                   ((32, 64), 34, 2, 0, 0), ((32, 64), 56, 1, 14, 3),
+                                                   ((32, 64), 40, 1, 10, 3), ((32, 64), 64, 2, 16, 3)])
 def test_depthwise_conv_row_is_one_vector(vector_registers, regs: tuple[int, int], W: int, S: int, lanes: int,
                                           ch: int) -> None:
   # a depthwise conv shares no operand across channels (no register block) and reads each window element once per
@@ -729,7 +729,10 @@ def test_depthwise_conv_row_is_one_vector(vector_registers, regs: tuple[int, int
   # A whole row then gets `ch` channels (`_window_channels`: the largest divisor of 6 up to fma_chains, 8,
   # within half the registers: AVX2's 14 lanes take 2 ymm each, 16 / 2 / 2 = 4 -> 3), which the expander makes the
   # vector where the channels-last taps score above the row (stride 1, and a 7-lane stride-2 row), else the row
-  # stays the vector, one a channel (a 16-lane stride-2 row: its taps wide loads and shuffles)
+  # stays the vector, one a channel (a 16-lane stride-2 row: its taps wide loads and shuffles). A row split in
+  # several vectors (32 as 2 x 16, AVX2's 4 x 8, 56 as 4 x 14, 40 as 4 x 10, 64 at stride 2 as 2 x 16) gets 3
+  # (`SPLIT_ROW_CHANNELS`: fewer than the expander's narrowest vector), so its vector stays the row: 3 vector
+  # accumulators, each channel its own chain
   torch = pytest.importorskip("torch")
   vector_registers(*regs)
   ren = Device["CPU"].renderer
@@ -742,6 +745,8 @@ def test_depthwise_conv_row_is_one_vector(vector_registers, regs: tuple[int, int
   src = get_program(opt, ren).src
   # with channels, either is the vector: AVX-512's 8 channels (the taps' contiguous load), AVX2's 14-lane row
   if lanes and S == 1: assert f"store <{lanes} x float>" in src or (ch and f"<{ch} x float>" in src), src
+  if lanes and lanes < W // S:  # a split row: the row is the vector, 3 accumulators of it, no channel vector
+    assert src.count(f"alloca [1 x <{lanes} x float>]") == ch and f"<{ch} x float>" not in src, src
   if lanes >= 8 and S == 2: assert "shufflevector" in src, src  # the taps: wide loads and shuffles
   rng = np.random.default_rng(3)
   inp = rng.standard_normal((C, H, W)).astype(np.float32)

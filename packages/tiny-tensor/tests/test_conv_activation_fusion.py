@@ -175,3 +175,31 @@ def test_conv1x1_silu_vs_torch(cin, cout, hw):
   assert want.max() > 25 and want.min() < -0.2
   np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
   assert n <= 2, n
+
+
+@pytest.mark.parametrize("c,hw,k,s,lanes", [(12, 56, 3, 1, 14), (12, 112, 3, 2, 14), (12, 28, 5, 1, 14)])
+def test_split_row_depthwise_silu_vs_torch(c, hw, k, s, lanes):
+  # efficientnet's depthwise conv + SiLU read by its squeeze-excite, on an output row split in several vectors (56 as
+  # 4 x 14, 28 as 2 x 14): 3 channels' rows in the conv's kernel, each its own accumulator chain, the row still the
+  # vector (`SPLIT_ROW_CHANNELS`), its border lanes masked; values against torch with pre-activations reaching
+  # sigmoid's saturated range
+  r = np.random.default_rng(hw * 10 + k + s)  # its own draws: the range check below holds whatever runs before
+  x, w, b = (r.standard_normal(sh).astype(np.float32) * f for sh, f in (((1, c, hw, hw), 6), ((c, 1, k, k), 0.3),
+                                                                        ((c,), 3)))
+  tx, tw, tb = _t(x).realize(), _t(w).realize(), _t(b).realize()
+
+  def block(x, w, b, F=None):
+    if F is None:
+      h = x.conv2d(w, b, groups=c, stride=s, padding=k // 2).silu()
+      return h * h.mean((2, 3), keepdim=True).sigmoid()
+    h = F.silu(F.conv2d(x, w, b, groups=c, stride=s, padding=k // 2))
+    return h * torch.sigmoid(h.mean((2, 3), keepdim=True))
+  from tiny_tensor import engine
+  calls: list = []
+  with engine.capture(calls.append): got = block(tx, tw, tb).realize().numpy()
+  want = block(*(torch.from_numpy(v) for v in (x, w, b)), F=F).numpy()
+  assert np.abs(want).max() > 25
+  np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+  conv = [cl.spec for cl in calls if cl.kind == "kernel" and cl.spec.name.startswith(f"r_1_{c}_{hw // s}_{hw // s}")]
+  assert len(conv) == 1, [cl.spec.name for cl in calls if cl.kind == "kernel"]
+  assert conv[0].src.count(f"alloca [1 x <{lanes} x float>]") == 3 and "<3 x float>" not in conv[0].src, conv[0].src

@@ -17,7 +17,8 @@ CPU renderers (no locals; threads split the outermost loop in lowering):
   is left to K's unroll with one accumulator a lane (`_dot_products`); else four row lanes share each load of the
   vector, except over packed bytes (a quantized weight), whose rows are read contiguously along K instead;
 - sliding windows with no operand shared across channels (depthwise convs, poolings: `_window_vector`): the output
-  row, which the input's window walks contiguously, becomes a native vector;
+  row, which the input's window walks contiguously, becomes a native vector; a depthwise conv's channels then
+  independent accumulators (`_window_channels`; a row split in several vectors: `SPLIT_ROW_CHANNELS` of them);
 - the innermost reduce axis of each REDUCE (a norm's mean and variance are two): a small one (a filter row, <= 8)
   is unrolled fully (the block leaves room for it); a larger contiguous one (a plain sum) is unrolled by up to 16,
   each lane its own accumulator (the expander), so independent adds hide the add latency, as long as the loop body
@@ -227,15 +228,17 @@ def _window_vector(k: Kernel, sidx: UOp | None, loads: list[UOp]) -> bool:
   if not any(_window_row(ld.src[0].src[1], r, rngs, reds) for ld in loads): return False
   regs, width, itemsize = _register_file(k)
   if width and amt * itemsize > width and n % (width // itemsize) == 0: amt = width // itemsize
+  # a filter's taps: a load the row doesn't move (a conv's weight; a pool has none), told before the row is split
+  weighted = any(r not in ld.src[0].src[1].ranges and any(x in ld.src[0].src[1].ranges for x in reds) for ld in loads)
   if not _try(k, Opt(OptOps.UPCAST, i, amt)): return False
   # a whole row of a conv (a sum) at stride 1 or 2; a max pool's stride-2 row keeps its one accumulator (unmeasured)
   strides = (1, 2) if all(u.arg is Ops.ADD for u in k.ast.toposort() if u.op is Ops.REDUCE) else (1,)
-  if amt == n and any(_window_row(ld.src[0].src[1], r, rngs, reds, strides) for ld in loads):
-    _window_channels(k, r, amt * itemsize, regs, width)
+  if (amt == n or weighted) and any(_window_row(ld.src[0].src[1], r, rngs, reds, strides) for ld in loads):
+    _window_channels(k, r, amt * itemsize, regs, width, None if amt == n else SPLIT_ROW_CHANNELS)
   return True
 
 
-def _window_channels(k: Kernel, row: UOp, row_bytes: int, regs: int, width: int) -> None:
+def _window_channels(k: Kernel, row: UOp, row_bytes: int, regs: int, width: int, most: int | None = None) -> None:
   """After `_window_vector` made a stride-1 output row, whole (`row`), its lanes (`row_bytes` of accumulators), a
   depthwise conv's channels (the output axis its weight's load walks: a load of the filter taps that the row doesn't
   move) are upcast too: the largest divisor of the channels up to the machine's `fma_chains` (FMA latency x FMA
@@ -250,16 +253,30 @@ def _window_channels(k: Kernel, row: UOp, row_bytes: int, regs: int, width: int)
   5x5 36 -> 24, 14-wide rows even (96x14x14 from 28x28 5x5 41 -> 39, 240x14x14 from 28x28 3x3 37 -> 38; with
   gathered lanes 240x14x14 had measured 41 -> 47). Not a row split in several vectors (its edge vectors' padding
   gated per lane at run time), where the blocks measured no better or worse: 144x56x56 3x3 252 -> 306 with 8 (196
-  with 4), 32x112x112 3x3 127 -> 277, 240x28x28 5x5 220 -> 245."""
+  with 4), 32x112x112 3x3 127 -> 277, 240x28x28 5x5 220 -> 245. A row split in several vectors gets at most `most`
+  channels (`SPLIT_ROW_CHANNELS`), its vector staying the row."""
   reds, loads = k.reduce_axes, k.loads()
   taps = [ld for ld in loads if row not in ld.src[0].src[1].ranges and any(x in ld.src[0].src[1].ranges for x in reds)]
   if not taps: return
-  chains = fma_chains(machine_of(k.renderer))
+  chains = fma_chains(machine_of(k.renderer)) if most is None else min(most, fma_chains(machine_of(k.renderer)))
   if regs and width: chains = min(chains, int(regs * ACC_REGISTER_SHARE) // -(-row_bytes // width))
   for j, x, n in reversed(_output_axes_with_bounds(k)):
     if not all(x in ld.src[0].src[1].ranges for ld in taps): continue
     if (amt := next((a for a in range(min(n, chains), 1, -1) if n % a == 0), 0)): _try(k, Opt(OptOps.UPCAST, j, amt))
     return
+
+
+SPLIT_ROW_CHANNELS = VECTOR_LANES[0] - 1
+"""The channels `_window_channels` gives a depthwise conv whose output row `_window_vector` split in several vectors
+(a 56-wide row as 4 x 14 lanes): fewer than the expander's narrowest vector, so the channels stay independent
+accumulators, each its own chain of FMAs, and the row stays the vector (4 or more, the expander's `_vector_axis` may
+pick the channels, whose contiguous tap loads outscore the row's, as for a whole row: 4-lane vectors, each pixel an
+accumulator, the epilogue (a SiLU) run on quarter registers; 240x28x28 5x5 + SiLU, one thread, 328 -> 452 us). Its
+padding (the vectors' border lanes) stays one masked load a tap. One thread of the Zen 4 (znver4), a depthwise conv
++ SiLU + its squeeze-excite under TinyJit, the conv's kernel alone, thread CPU time, least of 30, two turns, one
+channel -> 3 (2 for 32 channels): 144x56x56 3x3 494 -> 381-390 us, 240x28x28 5x5 327-330 -> 271-285, 32x112x112 3x3
+244-255 -> 223-232, 96x56x56 from 112 3x3 363-364 -> 293-312, 96x56x56 from 112 5x5 731-759 -> 637-650, 144x28x28
+from 56 5x5 280-295 -> 249-299."""
 
 
 def _window_width(n: int) -> int:
