@@ -349,7 +349,8 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
     >>> t.uop.op
     Ops.BUFFER
     """
-    if not lst and self._u is None: return self  # a replay's pending result: realized
+    if not lst and ((u := self._u) is None or u.op is _BUFFER or (u.op is _RESHAPE and u.src[0].op is _BUFFER)):
+      return self  # a replay's pending result, or a realized buffer (a view of one): nothing to run, no graph to walk
     # the locks of the eager hot path are taken by acquire/release, not `with` (a with statement looks up __enter__
     # and __exit__ and makes two bound methods: ~1k machine instructions a lock)
     (elock := engine.lock).acquire()  # other threads' realizes see this one's results whole (see tiny_tensor.engine)
