@@ -301,3 +301,60 @@ def test_native_trampoline_calls_with_the_exact_prototype(nbufs: int, nvals: int
   for i, b in enumerate(bufs):
     base = (i + 1) * 10000 + sum(vals)
     assert b[0] == base and b[5] == base + 5 and b[1] == 0, (i, b)
+
+
+def test_native_launch_gets_a_helper_whose_poll_ended_while_the_gil_was_held() -> None:
+  """A helper whose native poll ends while the launching thread holds the GIL waits for the GIL, then blocks on the
+  queue; a launch made meanwhile counted it awake and put no token for it, so it slept through that launch (a whole
+  LLM prefill replay ran on one thread of two: issue #39). The launch here has two shares that wait for each other:
+  share 0 polls for share 1's flag (~1e9 polls at most) and writes whether it came, so it comes only when another
+  thread runs share 1 at the same time."""
+  import sys
+  from tiny_codegen.compiler.llvm import LLVMCompiler
+  from tiny_runtime_cpu.cpu import CPUDevice
+  ir = """define void @rendezvous(ptr noalias %flags, i32 %limit, i32 %core) nounwind {
+entry:
+  %p1 = getelementptr i32, ptr %flags, i32 1
+  %first = icmp eq i32 %core, 0
+  br i1 %first, label %wait, label %signal
+signal:
+  store atomic i32 1, ptr %p1 release, align 4
+  ret void
+wait:
+  %i = phi i32 [ 0, %entry ], [ %inext, %spin ]
+  %f = load atomic i32, ptr %p1 acquire, align 4
+  %got = icmp ne i32 %f, 0
+  br i1 %got, label %done, label %spin
+spin:
+  %inext = add i32 %i, 1
+  %more = icmp slt i32 %inext, %limit
+  br i1 %more, label %wait, label %done
+done:
+  %seen = phi i32 [ 1, %wait ], [ 0, %spin ]
+  store i32 %seen, ptr %flags, align 4
+  ret void
+}
+"""
+  dev = CPUDevice("CPU")
+  pool = dev.pool
+  if pool.workers < 1: pytest.skip("one thread: no helper to hand a share to")
+  addr = dev.get_program("rendezvous", LLVMCompiler().compile_cached(ir)).addr
+  _native_kernel(dev)  # starts the helpers and native dispatch
+  tramp = pool.native.tramp(1, 1)
+  interval = sys.getswitchinterval()
+  try:
+    for _ in range(3):
+      flags = np.zeros(2, np.int32)
+      until = time.perf_counter() + 5
+      while any(pool.asleep) and time.perf_counter() < until:  # wake the helpers: they poll natively now
+        assert pool.run_native(tramp, addr, pool.native.args([np.zeros(2, np.int32).ctypes.data, 0]), 2)
+      assert not any(pool.asleep)
+      sys.setswitchinterval(10.0)  # this thread keeps the GIL while it runs Python
+      st = time.perf_counter()
+      while time.perf_counter() - st < 20 * pool.native_spin_s: pass  # the helpers' polls end meanwhile
+      assert pool.run_native(tramp, addr, pool.native.args([flags.ctypes.data, 1 << 30]), 2)
+      sys.setswitchinterval(interval)
+      assert flags[1] == 1 and flags[0] == 1, f"share 0 ran without share 1 beside it: {flags}"
+  finally:
+    sys.setswitchinterval(interval)
+    dev.finalize()

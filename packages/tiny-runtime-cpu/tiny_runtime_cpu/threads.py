@@ -73,6 +73,7 @@ class ThreadPool:
     self.native_iters = 0  # native polls in native_spin_s: measured when the first helper starts
     self.asleep: list[bool] = []  # per helper: blocked in Python (a native launch puts a token on the queue for each)
     self._native_lock = threading.Lock()  # one native launch at a time; others take the Python path
+    self._native_busy = False  # a native launch or replay runs: set (under the GIL) before sleeping helpers are counted
     self._gen = 0  # the last launch generation published (1..GEN_MAX; under _native_lock)
     if hasattr(os, "register_at_fork"): os.register_at_fork(after_in_child=self._after_fork)
     if make_native is not None: atexit.register(self._join_at_exit)
@@ -101,6 +102,7 @@ class ThreadPool:
     self.threads = []
     self._lock = threading.Lock()
     self._native_lock = threading.Lock()
+    self._native_busy = False
     self.asleep = []
     if self.native is not None: self.native.state[1] = 0  # `next` of generation 0, which no launch uses
 
@@ -143,6 +145,12 @@ class ThreadPool:
       seen = native.helper(native.state_addr, seen, self.native_iters)
       if not self._drain(q): return  # Python launches and tokens queued meanwhile
       asleep[index] = True
+      # A launch that began while this helper waited for the GIL to get here counted it awake and put no token for
+      # it: it would sleep through that launch (a whole replay). Both flags are set under the GIL, so either the
+      # launch saw `asleep` or this sees `_native_busy`.
+      if self._native_busy:
+        asleep[index] = False
+        continue
       try: item = q.get()
       finally: asleep[index] = False
       if not self._take(item) or not self._drain(q): return
@@ -172,9 +180,12 @@ class ThreadPool:
     if (native := self.native) is None or not self._native_lock.acquire(False): return False
     try:
       if len(self.threads) < self.workers: self._start()
+      self._native_busy = True
       for _ in range(min(sum(self.asleep), n - 1)): self.queue.put(True)  # wake blocked helpers
       native.main(native.state_addr, self._reserve(1), n, tramp, fn, ctypes.addressof(args))
-    finally: self._native_lock.release()
+    finally:
+      self._native_busy = False
+      self._native_lock.release()
     return True
 
   def _reserve(self, count: int) -> int:
@@ -198,9 +209,12 @@ class ThreadPool:
     try:
       if max_shares > 1:
         if len(self.threads) < self.workers: self._start()
+        self._native_busy = True
         for _ in range(min(sum(self.asleep), max_shares - 1)): self.queue.put(True)  # wake blocked helpers
       runner(native.state_addr, self._reserve(max(1, launches)))
-    finally: self._native_lock.release()
+    finally:
+      self._native_busy = False
+      self._native_lock.release()
     return True
 
   def run(self, fn: Callable[[int], None], n: int) -> None:

@@ -159,6 +159,21 @@ def test_qwen2_style_biases_and_neox_rope_tied_output(tmp_path):
   _check_generation(LLM.load(path), ws, "qwen2")
 
 
+def test_decode_refills_one_input_row(mixed):
+  """Each decode copies its token's embedding row into the same input Tensor (no new buffer, Tensor or bound Variable
+  per token); the logits of the last step are checked against the reference in `_check_generation`."""
+  llm = mixed[2]
+  llm.reset()
+  llm.model.prefill([1, 40, 41])
+  rows = []
+  for pos, tok in ((3, 50), (4, 51), (5, 52)):
+    llm.model.decode(tok, pos).numpy()
+    rows.append(llm.model._row)
+    np.testing.assert_array_equal(rows[-1].numpy(), llm.model.embed_rows([tok]).numpy())
+  assert rows[0] is rows[1] is rows[2]
+  with pytest.raises(ValueError, match="vocabulary"): llm.model.decode(llm.model.cfg.vocab_size, 6)
+
+
 def test_decode_step_kernels_are_constant_and_deterministic(mixed):
   llm = mixed[2]
   llm.reset()
