@@ -273,6 +273,26 @@ def test_thread_decision_is_cost_based():
   assert shares(matvec(n=4, k=1 << 10)) == 1
 
 
+def test_split_program_carries_its_cost():
+  """A split kernel's PROGRAM carries its `kernel_cost` (`ProgramInfo.cost`, `spec.cost`, `Dims.cost`): the runtime's
+  Python launch path runs the shares of one cheaper than its own minimum inline. An unsplit kernel carries 0; an
+  optimizer's THREAD axis carries the cost of the whole kernel too."""
+  from tiny_codegen import get_program
+  from tiny_codegen.lower.dims import kernel_cost
+  r = cpu(threads=2, min_work=1 << 18)
+  low = lower(_ew(32768), r, optimize=False)
+  assert low.dims.global_size == (2, 1, 1) and low.dims.cost == 13 * 32768  # 3 x 4 bytes + one ADD an element
+  spec = get_program(_ew(32768), r)
+  assert spec.global_size == (2, 1, 1) and spec.cost >= r.thread_min_work
+  assert get_program(_ew(1024), r).cost == 0 and get_program(_ew(1024), r).global_size == (1, 1, 1)
+  out, a, b = P(0, 4096), P(1, 4096), P(2, 4096)
+  t, i = UOp.range(4, 0, AxisType.THREAD), UOp.range(1024, 1)
+  idx = t * 1024 + i
+  ast = out.index(idx).store(a.index(idx).load() + b.index(idx).load()).sink(arg=KernelInfo())
+  low = lower(ast, cpu(threads=2, min_work=1 << 30), optimize=False)
+  assert low.dims.global_size == (4, 1, 1) and low.dims.cost == kernel_cost(ast) > 13 * 4096 - 1
+
+
 def test_big_kernels_launch_shares_per_thread():
   """A kernel costing at least `balance_min_work` launches `shares_per_thread` shares per thread, for the pool's
   threads to claim as they come free; a cheaper one a share per thread. No share is empty: with N outer iterations
