@@ -256,9 +256,10 @@ def test_kernel_cost_counts_bytes_and_ops():
 
 
 def test_thread_decision_is_cost_based():
-  """With the CPU renderer's default `thread_min_work`: a small a+b runs on one thread, a big one on all; many cheap
-  iterations (uint8 a+b over 200k, which an iteration count would have split) stay on one thread; few outer
-  iterations carrying much work (4 rows of 1M-element sums) are split."""
+  """With the CPU renderer's default `thread_min_work` (sized for a replay's ~0.1 µs handoff: a few µs of work): a
+  small a+b runs on one thread, a big one on all; many cheap iterations (uint8 a+b over 50k, which an iteration count
+  would have split) stay on one thread; few outer iterations carrying much work (4 rows of 256K-element sums) are
+  split, and so is an a+b over 32K floats (13 units an element: ~425K, a few µs), but not one over 16K."""
   from tiny_codegen.renderer import CPURenderer
   def shares(ast: UOp) -> int:
     r = LLVMRenderer()
@@ -267,7 +268,9 @@ def test_thread_decision_is_cost_based():
     return lower(ast, r, optimize=False).dims.global_size[0]
   assert shares(_ew(4096)) == 1
   assert shares(_ew(1 << 20)) == 2
-  assert shares(_ew(200_000, dtypes.uint8)) == 1
+  assert shares(_ew(50_000, dtypes.uint8)) == 1
+  assert shares(_ew(200_000, dtypes.uint8)) == 2
+  assert shares(_ew(16384)) == 1 and shares(_ew(32768)) == 2
   assert shares(matvec(n=4, k=1 << 18)) == 2
   assert shares(matvec(n=4, k=1 << 20)) == 4  # past `balance_min_work`: 4 per thread, at most one per row
   assert shares(matvec(n=4, k=1 << 10)) == 1
