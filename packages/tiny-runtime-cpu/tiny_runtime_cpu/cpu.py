@@ -108,6 +108,7 @@ class TargetRenderer:
     return r if arch is None or arch == r.arch else type(r)(arch)
 
 
+_TABLE = ctypes.c_int64 * ENTRY_WORDS  # a one-kernel graph table: an inline run of a split kernel's shares
 _ADDR = operator.attrgetter("addr")  # a HostMem's address (a kernel argument)
 
 
@@ -215,22 +216,39 @@ class CPUProgram(Program):
   def _run_inline(self, args: list[int], nbufs: int, nvals: int, n: int) -> None:
     """Shares 0..n-1 on this thread, in order, in one native call: the graph runner (`graph.RUNNER_IR`) over a
     one-entry table, given no dispatch block (as a replay without helpers runs a split kernel)."""
+    tramp, runner = self._inline_fns(nbufs, nvals)
+    block = (ctypes.c_int64 * max(1, len(args)))(*args)
+    table = _TABLE(tramp, self.addr, ctypes.addressof(block), n)  # both kept alive through the call
+    runner(ctypes.addressof(table), 1, None, 0, None)
+    CPUProgram.inline_launches += 1
+
+  def _inline_fns(self, nbufs: int, nvals: int) -> tuple[int, Any]:
+    """(trampoline address, graph runner) for inline runs of this kernel with `nbufs` buffers and `nvals` values."""
     if (inl := self._inline.get((nbufs, nvals))) is None:
       load = self._native_load
       inl = self._inline[(nbufs, nvals)] = (load(f"tiny_call_{nbufs}_{nvals}", call_ir(nbufs, nvals)),
                                             RUNNER_PROTO(load("tiny_graph_run", RUNNER_IR)))
-    block = (ctypes.c_int64 * max(1, len(args)))(*args)
-    table = (ctypes.c_int64 * ENTRY_WORDS)(inl[0], self.addr, ctypes.addressof(block), n)
-    inl[1](ctypes.addressof(table), 1, None, 0, None)
-    CPUProgram.inline_launches += 1
+    return inl
 
   def launcher(self, nbufs: int, global_size: tuple[int, ...] | None,
                local_size: tuple[int, ...] | None = None) -> Callable[..., None] | None:
     """A function of the kernel's `nbufs` buffers (HostMem: what the CPU allocator gives) that launches it as
-    `__call__` does with no variables and no wait, its argument conversion decided once (the engine's eager replay);
-    None when the kernel runs in shares on the thread pool (then `__call__` is the way)."""
-    if (global_size[0] if global_size else 1) != 1: return None
-    fxn, oob = self._fxn(nbufs, 0), self._oob
+    `__call__` does with no variables and no wait, its argument conversion decided once (the engine's eager replay):
+    a split kernel under `python_min_work` runs its shares inline, as `__call__` does; None when the kernel runs in
+    shares on the thread pool (then `__call__` is the way)."""
+    n, oob = (global_size[0] if global_size else 1), self._oob
+    if n != 1:
+      if not 0 < self.cost < self.python_min_work: return None
+      (tramp, runner), block_t, addr = self._inline_fns(nbufs, 0), ctypes.c_int64 * max(1, nbufs), self.addr
+
+      def inline(*bufs: HostMem) -> None:  # as `_run_inline`, the argument block's type made once
+        block = block_t(*map(_ADDR, bufs))
+        table = _TABLE(tramp, addr, ctypes.addressof(block), n)
+        runner(ctypes.addressof(table), 1, None, 0, None)
+        CPUProgram.inline_launches += 1
+        if oob is not None and oob[0]: self._raise_oob(bufs)
+      return inline
+    fxn = self._fxn(nbufs, 0)
     if oob is None and nbufs in _DIRECT_LAUNCH: return _DIRECT_LAUNCH[nbufs](fxn)
 
     def launch(*bufs: HostMem) -> None:
