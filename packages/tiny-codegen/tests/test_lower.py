@@ -271,6 +271,9 @@ def test_thread_decision_is_cost_based():
   assert shares(_ew(50_000, dtypes.uint8)) == 1
   assert shares(_ew(200_000, dtypes.uint8)) == 2
   assert shares(_ew(16384)) == 1 and shares(_ew(32768)) == 2
+  many = cpu(threads=16, min_work=1 << 18)  # 16 cores: no share under half the minimum (425984 // 131072 = 3)
+  assert lower(_ew(32768), many, optimize=False).dims.global_size == (3, 1, 1)
+  assert lower(_ew(1 << 20), many, optimize=False).dims.global_size == (16, 1, 1)
   assert shares(matvec(n=4, k=1 << 18)) == 2
   assert shares(matvec(n=4, k=1 << 20)) == 4  # past `balance_min_work`: 4 per thread, at most one per row
   assert shares(matvec(n=4, k=1 << 10)) == 1

@@ -5,7 +5,8 @@ GLOBAL/LOOP range that every store depends on is split across `renderer.threads`
 becomes `core_id*chunk + r'` with `r'` in [0, min(chunk, N - core_id*chunk)) and chunk = ceil(N / shares). Small
 kernels run on one thread: those whose cost (`kernel_cost`: bytes loaded and stored in global memory plus ALU lane
 ops, each times the iterations of the loops it depends on) is below `renderer.thread_min_work`, since waking a helper
-thread costs more than such a kernel's work. A launch's shares are claimed by the threads as they come free, so a
+thread costs more than such a kernel's work; and no share gets less than half of it (on many cores a kernel just past
+the minimum gets a few shares, not one per core). A launch's shares are claimed by the threads as they come free, so a
 big kernel (cost at least `renderer.balance_min_work`) gets `renderer.shares_per_thread` shares per thread: when one
 core runs slower than the other (a busy hyperthread sibling, a VM's vCPU losing time to the host, a hybrid CPU's
 efficiency cores) the faster ones take more shares instead of waiting for it. Shares never come out empty: with a
@@ -113,6 +114,8 @@ def add_threads(sink: UOp, renderer: Renderer) -> tuple[UOp, Dims]:
   cands = [r for r in _store_ranges(sink) if r.arg[1] in (AxisType.GLOBAL, AxisType.LOOP, AxisType.THREAD)]
   if nthreads == 1 or not cands or (cost := kernel_cost(sink)) < getattr(renderer, "thread_min_work", 0):
     return sink, Dims()
+  if (least_share := int(getattr(renderer, "thread_min_work", 0)) // 2) > 0:
+    nthreads = min(nthreads, cost // least_share)  # each share at least half the minimum: many cores, few shares
   if (least := getattr(renderer, "balance_min_work", 0)) > 0 and cost >= least:
     nthreads *= max(1, int(getattr(renderer, "shares_per_thread", 1)))
   r = cands[0]

@@ -39,7 +39,8 @@ class CPURenderer(Renderer):
   order of any x86 or Arm server core's cross-core line transfer), plus a few ns per share claimed. A kernel of t
   on one thread takes ~t/2 + h on two, so a split pays from t ~ 2h; the threshold keeps each share at least ~16
   handoffs (t >= 32h ~ 4 µs: below 4% overhead where the helper joins, and nothing lost where it doesn't, since the
-  launching thread then claims every share itself). At the 50-90 units/ns one thread does from cache (see
+  launching thread then claims every share itself); on more cores `lower.dims` gives no share less than half of it.
+  At the 50-90 units/ns one thread does from cache (see
   `kernel_cost`): ~2^18 units. The Python launch path, where the handoff costs ~10 µs, runs shares of kernels below
   its own minimum inline (tiny-runtime-cpu `CPUProgram.python_min_work`, given `ProgramSpec.cost`)."""
   balance_min_work = 32 << 20
