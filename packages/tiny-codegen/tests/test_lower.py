@@ -256,9 +256,10 @@ def test_kernel_cost_counts_bytes_and_ops():
 
 
 def test_thread_decision_is_cost_based():
-  """With the CPU renderer's default `thread_min_work`: a small a+b runs on one thread, a big one on all; many cheap
-  iterations (uint8 a+b over 200k, which an iteration count would have split) stay on one thread; few outer
-  iterations carrying much work (4 rows of 1M-element sums) are split."""
+  """With the CPU renderer's default `thread_min_work` (sized for a replay's ~0.1 µs handoff: a few µs of work): a
+  small a+b runs on one thread, a big one on all; many cheap iterations (uint8 a+b over 50k, which an iteration count
+  would have split) stay on one thread; few outer iterations carrying much work (4 rows of 256K-element sums) are
+  split, and so is an a+b over 32K floats (13 units an element: ~425K, a few µs), but not one over 16K."""
   from tiny_codegen.renderer import CPURenderer
   def shares(ast: UOp) -> int:
     r = LLVMRenderer()
@@ -267,10 +268,35 @@ def test_thread_decision_is_cost_based():
     return lower(ast, r, optimize=False).dims.global_size[0]
   assert shares(_ew(4096)) == 1
   assert shares(_ew(1 << 20)) == 2
-  assert shares(_ew(200_000, dtypes.uint8)) == 1
+  assert shares(_ew(50_000, dtypes.uint8)) == 1
+  assert shares(_ew(200_000, dtypes.uint8)) == 2
+  assert shares(_ew(16384)) == 1 and shares(_ew(32768)) == 2
+  many = cpu(threads=16, min_work=1 << 18)  # 16 cores: no share under half the minimum (425984 // 131072 = 3)
+  assert lower(_ew(32768), many, optimize=False).dims.global_size == (3, 1, 1)
+  assert lower(_ew(1 << 20), many, optimize=False).dims.global_size == (16, 1, 1)
   assert shares(matvec(n=4, k=1 << 18)) == 2
   assert shares(matvec(n=4, k=1 << 20)) == 4  # past `balance_min_work`: 4 per thread, at most one per row
   assert shares(matvec(n=4, k=1 << 10)) == 1
+
+
+def test_split_program_carries_its_cost():
+  """A split kernel's PROGRAM carries its `kernel_cost` (`ProgramInfo.cost`, `spec.cost`, `Dims.cost`): the runtime's
+  Python launch path runs the shares of one cheaper than its own minimum inline. An unsplit kernel carries 0; an
+  optimizer's THREAD axis carries the cost of the whole kernel too."""
+  from tiny_codegen import get_program
+  from tiny_codegen.lower.dims import kernel_cost
+  r = cpu(threads=2, min_work=1 << 18)
+  low = lower(_ew(32768), r, optimize=False)
+  assert low.dims.global_size == (2, 1, 1) and low.dims.cost == 13 * 32768  # 3 x 4 bytes + one ADD an element
+  spec = get_program(_ew(32768), r)
+  assert spec.global_size == (2, 1, 1) and spec.cost >= r.thread_min_work
+  assert get_program(_ew(1024), r).cost == 0 and get_program(_ew(1024), r).global_size == (1, 1, 1)
+  out, a, b = P(0, 4096), P(1, 4096), P(2, 4096)
+  t, i = UOp.range(4, 0, AxisType.THREAD), UOp.range(1024, 1)
+  idx = t * 1024 + i
+  ast = out.index(idx).store(a.index(idx).load() + b.index(idx).load()).sink(arg=KernelInfo())
+  low = lower(ast, cpu(threads=2, min_work=1 << 30), optimize=False)
+  assert low.dims.global_size == (4, 1, 1) and low.dims.cost == kernel_cost(ast) > 13 * 4096 - 1
 
 
 def test_big_kernels_launch_shares_per_thread():

@@ -48,6 +48,7 @@ class ProgramInfo:
   globals: tuple[int, ...] = ()
   outs: tuple[int, ...] = ()
   ins: tuple[int, ...] = ()
+  cost: int = 0  # a split CPU kernel's `lower.dims.kernel_cost`, for the runtime's launch path (0: unknown)
 
 
 # base name -> (kernel AST -> its name, how many names that base has handed out): weak on the ASTs, so a kernel
@@ -119,7 +120,7 @@ def _to_program(ast: UOp, renderer: Renderer, key: tuple) -> UOp:
   for v in dvars: vars_by_name.setdefault(v.arg[0], v)
   outs, ins = _outs_ins(low.uops)
   info = ProgramInfo(name, tuple(low.dims.global_size), low.dims.local_size, tuple(vars_by_name.values()),
-                     tuple(p.arg for p in params), outs, ins)
+                     tuple(p.arg for p in params), outs, ins, low.dims.cost)
   return UOp(Ops.PROGRAM, src=(ast, UOp(Ops.DEVICE, arg=renderer.device), UOp(Ops.LINEAR, src=tuple(low.uops)),
                                UOp(Ops.SOURCE, arg=src), UOp(Ops.BINARY, arg=lib)), arg=info)
 
@@ -234,7 +235,7 @@ def spec_from_program(prg: UOp) -> ProgramSpec:
   info: ProgramInfo = prg.arg
   _, dev, linear, source, binary = prg.src
   return ProgramSpec(info.name, source.arg, dev.arg, binary.arg, info.global_size, info.local_size, list(info.vars),
-                     list(info.globals), list(info.outs), list(info.ins), None, list(linear.src))
+                     list(info.globals), list(info.outs), list(info.ins), None, list(linear.src), info.cost)
 
 
 def _beam(ast: UOp, renderer: Renderer, amt: int) -> tuple[Opt, ...]:

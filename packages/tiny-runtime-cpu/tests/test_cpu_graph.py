@@ -121,3 +121,28 @@ def test_reserved_generations_stay_in_range_and_fresh() -> None:
     first = pool._reserve(count)
     gens = range(first, first + count)
     assert 1 <= gens[0] and gens[-1] <= GEN_MAX and last not in gens and pool._gen == gens[-1]
+
+
+def test_replay_hands_split_kernels_to_the_helper() -> None:
+  """A replay launches split kernels on the pool's native dispatch, where a helper runs shares of them: the pool's
+  count of shares its helpers ran (`NativePool.helper_shares`) grows. The replays go on (up to 2000) until it does:
+  on a loaded machine the helper's CPU may be taken for a while, and then the launching thread runs every share."""
+  dev = Device["CPU"]
+  if dev.pool.workers == 0: pytest.skip("CPU_THREADS=1: a pool without helpers")
+  rows, cols = 256, 512
+  n = rows * cols
+  t, y = _host(np.zeros(n)), _host(np.zeros(cols))
+  ks = [_kernel(_axpy(n, "h_axpy"), 2, [t, 0, 1]), _kernel(_col_sums(rows, cols, "h_cols"), 2, [y, t])]
+  assert [k.global_size[0] for k in ks] == [2, 2]
+  g = CPUGraph(dev, ks)
+  rng = np.random.default_rng(9)
+  a, b = (rng.standard_normal(n).astype(np.float32) for _ in range(2))
+  ha, hb = _host(a), _host(b)
+  g([ha, hb], {})
+  assert dev.pool.native is not None
+  before, replays = dev.pool.native.helper_shares, 0
+  while dev.pool.native.helper_shares == before and replays < 2000:
+    g([ha, hb], {})
+    replays += 1
+  assert dev.pool.native.helper_shares > before, replays
+  np.testing.assert_allclose(_read(y, cols), (a * np.float32(3) + b).reshape(rows, cols).sum(0), rtol=1e-4, atol=1e-3)

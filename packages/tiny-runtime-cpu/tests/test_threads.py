@@ -358,3 +358,36 @@ done:
   finally:
     sys.setswitchinterval(interval)
     dev.finalize()
+
+
+def test_python_launch_of_a_cheap_split_kernel_runs_inline(monkeypatch: pytest.MonkeyPatch) -> None:
+  """A split kernel launched through the Python path (`CPUProgram.__call__`) whose cost (`spec.cost`, handed to
+  `get_program`) is below `CPUProgram.python_min_work` runs its shares on the launching thread in one native call
+  (`inline_launches` counts it; no helper runs a share of it); at or above that minimum, or with its cost unknown, it
+  goes to the pool. Numbers equal numpy's either way, and no share writes past the output."""
+  from tiny_codegen import get_program
+  from tiny_runtime_cpu.cpu import CPUProgram
+  dev = Device["CPU:LLVM"]
+  ren = type(dev.renderer)()
+  ren.threads, ren.thread_min_work = 3, 0
+  n = 1001
+  rng = np.random.default_rng(5)
+  a, b = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+  for case in ("inline", "pool", "unknown"):
+    spec = get_program(_add(n, f"inline_{case}"), ren)
+    assert spec.global_size == (3, 1, 1) and 0 < spec.cost < CPUProgram.python_min_work
+    if case == "pool": monkeypatch.setattr(CPUProgram, "python_min_work", spec.cost)
+    prg = dev.get_program(spec.name, spec.lib, **({} if case == "unknown" else {"cost": spec.cost}))
+    assert prg.cost == (0 if case == "unknown" else spec.cost)
+    out = Buffer("CPU", n + 8, dtypes.float32, initial_value=np.full(n + 8, SENTINEL, np.float32).tobytes())
+    bufs = [out, *(Buffer("CPU", x.size, dtypes.float32, initial_value=x.tobytes()) for x in (a, b))]
+    inline, helped = CPUProgram.inline_launches, dev.pool.native.helper_shares if dev.pool.native else 0
+    prg(*[bufs[s].ensure_allocated()._buf for s in spec.globals], global_size=spec.global_size)
+    assert CPUProgram.inline_launches == inline + (case == "inline"), case
+    if case == "inline": assert (dev.pool.native.helper_shares if dev.pool.native else 0) == helped
+    got = np.frombuffer(out.as_buffer(), np.float32)
+    np.testing.assert_allclose(got[:n], a * np.float32(3) + b, rtol=1e-6)
+    assert (got[n:] == SENTINEL).all()
+    monkeypatch.undo()
+  again = get_program(_add(n, "inline_unknown"), ren)  # told later: the loaded program learns its cost
+  assert dev.get_program(again.name, again.lib, cost=again.cost).cost == again.cost

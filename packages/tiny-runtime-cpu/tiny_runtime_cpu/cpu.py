@@ -29,10 +29,10 @@ from tiny_uop.plugins import DeviceUnavailableError
 from tiny_uop.target import Target
 from tiny_uop.tools import find_tool
 
-from tiny_runtime_cpu.graph import CPUGraph
+from tiny_runtime_cpu.graph import ENTRY_WORDS, RUNNER_IR, RUNNER_PROTO, CPUGraph
 from tiny_runtime_cpu.elfload import EM_X86_64, LoadedObject, ObjectLoadError, UnresolvedSymbolError
 from tiny_runtime_cpu.memory import HostAllocator, HostMem
-from tiny_runtime_cpu.native_pool import NativePool
+from tiny_runtime_cpu.native_pool import NativePool, call_ir
 from tiny_runtime_cpu.threads import ThreadPool, default_threads
 
 ELF_MAGIC = b"\x7fELF"
@@ -108,6 +108,7 @@ class TargetRenderer:
     return r if arch is None or arch == r.arch else type(r)(arch)
 
 
+_TABLE = ctypes.c_int64 * ENTRY_WORDS  # a one-kernel graph table: an inline run of a split kernel's shares
 _ADDR = operator.attrgetter("addr")  # a HostMem's address (a kernel argument)
 
 
@@ -129,6 +130,15 @@ _DIRECT_LAUNCH: dict[int, Callable[[Any], Callable[..., None]]] = {1: _launch1, 
 
 
 class CPUProgram(Program):
+  python_min_work = 3 << 20
+  """A launch of several shares through this Python path (`__call__`: ctypes, then the pool's dispatch, ~8-15 µs
+  more wall than one inline call, which a replay's native handoff of ~0.1 µs doesn't pay) of a kernel whose cost
+  (`ProgramSpec.cost`: `lower.dims.kernel_cost`, given to `get_program` as `cost=`) is below this runs its shares on
+  the launching thread instead (`inline_launches` counts those). The renderer splits kernels from its much lower
+  `thread_min_work`, sized for replays. The value is the one the renderer's split threshold had when it was sized
+  for this path: measured on a 2-core znver4 under load ~6 (bench_cpu `launch_shares`; a+b 262144, 3.4M units, 207
+  -> 70 µs split; per-row sums of 262144, 2.1M units, 15 -> 24 µs, a loss)."""
+  inline_launches = 0
   """A native kernel: an ELF relocatable object (LLVM) placed by our loader (x86-64) or MCJIT (other machines), or a
   shared object (clang) loaded with ctypes."""
 
@@ -150,6 +160,9 @@ class CPUProgram(Program):
     else: raise ValueError(f"CPU program {name!r}: ELF type {e_type} is neither an object (1) nor a shared library (3)")
     self._fxns: dict[tuple[int, int], Any] = {}
     self.pool = device.pool
+    self.cost = int(kwargs.get("cost", 0))  # the kernel's `kernel_cost` when the compiler said (0: unknown)
+    self._inline: dict[tuple[int, int], tuple[int, Any]] = {}  # (trampoline, runner) per argument signature
+    self._native_load = device.native_load
 
   def _load_object(self, device: CPUDevice, name: str, obj: bytes) -> tuple[int, int]:
     """(address of function `name`, address of its CHECK_OOB record or 0), placed by `object_loader(obj)`'s choice.
@@ -193,19 +206,49 @@ class CPUProgram(Program):
     n = global_size[0] if global_size else 1
     st = time.perf_counter() if wait else 0.0
     if n == 1: fxn(*args, 0)
+    elif 0 < self.cost < self.python_min_work: self._run_inline(args, len(bufs), len(vals), n)
     elif not ((native := self.pool.native) is not None and
               self.pool.run_native(native.tramp(len(bufs), len(vals)), self.addr, native.args(args), n)):
       self.pool.run(functools.partial(fxn, *args), n)  # share i calls fxn(*args, i)
     if self._oob is not None and self._oob[0]: self._raise_oob(bufs)
     return time.perf_counter() - st if wait else None
 
+  def _run_inline(self, args: list[int], nbufs: int, nvals: int, n: int) -> None:
+    """Shares 0..n-1 on this thread, in order, in one native call: the graph runner (`graph.RUNNER_IR`) over a
+    one-entry table, given no dispatch block (as a replay without helpers runs a split kernel)."""
+    tramp, runner = self._inline_fns(nbufs, nvals)
+    block = (ctypes.c_int64 * max(1, len(args)))(*args)
+    table = _TABLE(tramp, self.addr, ctypes.addressof(block), n)  # both kept alive through the call
+    runner(ctypes.addressof(table), 1, None, 0, None)
+    CPUProgram.inline_launches += 1
+
+  def _inline_fns(self, nbufs: int, nvals: int) -> tuple[int, Any]:
+    """(trampoline address, graph runner) for inline runs of this kernel with `nbufs` buffers and `nvals` values."""
+    if (inl := self._inline.get((nbufs, nvals))) is None:
+      load = self._native_load
+      inl = self._inline[(nbufs, nvals)] = (load(f"tiny_call_{nbufs}_{nvals}", call_ir(nbufs, nvals)),
+                                            RUNNER_PROTO(load("tiny_graph_run", RUNNER_IR)))
+    return inl
+
   def launcher(self, nbufs: int, global_size: tuple[int, ...] | None,
                local_size: tuple[int, ...] | None = None) -> Callable[..., None] | None:
     """A function of the kernel's `nbufs` buffers (HostMem: what the CPU allocator gives) that launches it as
-    `__call__` does with no variables and no wait, its argument conversion decided once (the engine's eager replay);
-    None when the kernel runs in shares on the thread pool (then `__call__` is the way)."""
-    if (global_size[0] if global_size else 1) != 1: return None
-    fxn, oob = self._fxn(nbufs, 0), self._oob
+    `__call__` does with no variables and no wait, its argument conversion decided once (the engine's eager replay):
+    a split kernel under `python_min_work` runs its shares inline, as `__call__` does; None when the kernel runs in
+    shares on the thread pool (then `__call__` is the way)."""
+    n, oob = (global_size[0] if global_size else 1), self._oob
+    if n != 1:
+      if not 0 < self.cost < self.python_min_work: return None
+      (tramp, runner), block_t, addr = self._inline_fns(nbufs, 0), ctypes.c_int64 * max(1, nbufs), self.addr
+
+      def inline(*bufs: HostMem) -> None:  # as `_run_inline`, the argument block's type made once
+        block = block_t(*map(_ADDR, bufs))
+        table = _TABLE(tramp, addr, ctypes.addressof(block), n)
+        runner(ctypes.addressof(table), 1, None, 0, None)
+        CPUProgram.inline_launches += 1
+        if oob is not None and oob[0]: self._raise_oob(bufs)
+      return inline
+    fxn = self._fxn(nbufs, 0)
     if oob is None and nbufs in _DIRECT_LAUNCH: return _DIRECT_LAUNCH[nbufs](fxn)
 
     def launch(*bufs: HostMem) -> None:
@@ -320,7 +363,9 @@ class CPUDevice(TargetRenderer, Compiled):
 
   def get_program(self, name: str, lib: bytes, **kwargs: Any) -> Any:
     """The loaded program for a binary, loaded once even when several threads ask at the same time."""
-    if (p := self._programs.get((name, lib))) is not None: return p
+    if (p := self._programs.get((name, lib))) is not None:
+      if not p.cost and (cost := int(kwargs.get("cost", 0))): p.cost = cost  # loaded first by a caller that didn't say
+      return p
     with self._load_lock: return super().get_program(name, lib, **kwargs)
 
   def finalize(self) -> None: self.pool.close()

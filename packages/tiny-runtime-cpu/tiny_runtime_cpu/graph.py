@@ -68,7 +68,7 @@ out:
 """
 """LLVM IR of the replay loop (see the module docstring)."""
 
-_RUNNER_PROTO = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
+RUNNER_PROTO = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
                                  ctypes.c_void_p)
 
 
@@ -116,7 +116,7 @@ class CPUGraph:
       if not k.static_launch: self.sym.append((ENTRY_WORDS * i + 3, k))
     # the most shares of a kernel with a fixed size (a symbolic one's count is taken per replay)
     self.max_shares = max((_shares(k.global_size) for k in self.kernels if k.static_launch), default=1)
-    self.runner = _RUNNER_PROTO(dev.native_load("tiny_graph_run", RUNNER_IR))
+    self.runner = RUNNER_PROTO(dev.native_load("tiny_graph_run", RUNNER_IR))
     self.table_addr, self.count = ctypes.addressof(self.table), n
     CPUGraph.builds += 1
 

@@ -18,8 +18,9 @@ meanwhile. Here a launch is published in a small shared block and claimed by nat
 
 A share is claimed by a compare-and-swap of `next` = generation << 32 | index, so a helper still looking at an
 ended launch can never claim a share of the next one. The block's words: 0 the published generation, 1 `next`,
-2 shares finished, 3 shares in all, 4 trampoline, 5 kernel, 6 arguments. Polls use the CPU's spin-wait hint (x86
-`pause`, Arm `yield`).
+2 shares finished, 3 shares in all, 4 trampoline, 5 kernel, 6 arguments, 7 shares the helpers ran (a count that
+only grows: `NativePool.helper_shares`, how often a second thread took part, for tests and benches). Polls use
+the CPU's spin-wait hint (x86 `pause`, Arm `yield`).
 """
 from __future__ import annotations
 
@@ -46,10 +47,11 @@ _FIELDS = "".join(f"  %{name} = getelementptr i64, ptr %st, i64 {i}\n"
 def pool_ir(triple: str) -> str:
   """LLVM IR of `tiny_pool_main` and `tiny_pool_helper` (see the module docstring)."""
   call, decl = _hint(triple)
-  return f"""define internal void @work(ptr %st, i64 %gen) nounwind {{
+  return f"""define internal i64 @work(ptr %st, i64 %gen) nounwind {{
 entry:
 {_FIELDS}  br label %look
 look:
+  %ran = phi i64 [ 0, %entry ], [ %ran, %claim ], [ %ran1, %run ]
   %cur = load atomic i64, ptr %pnext acquire, align 8
   %g = lshr i64 %cur, 32
   %same = icmp eq i64 %g, %gen
@@ -71,9 +73,10 @@ run:
   %core = trunc i64 %idx to i32
   call void %tramp(ptr %fn, ptr %args, i32 %core)
   %old = atomicrmw add ptr %pfin, i64 1 release, align 8
+  %ran1 = add i64 %ran, 1
   br label %look
 out:
-  ret void
+  ret i64 %ran
 }}
 
 define void @tiny_pool_main(ptr %st, i64 %gen, i64 %n, i64 %tramp, i64 %fn, i64 %args) nounwind {{
@@ -86,7 +89,7 @@ entry:
   %first = shl i64 %gen, 32
   store atomic i64 %first, ptr %pnext release, align 8
   store atomic i64 %gen, ptr %st release, align 8
-  call void @work(ptr %st, i64 %gen)
+  %mine = call i64 @work(ptr %st, i64 %gen)
   br label %wait
 wait:
   %done = load atomic i64, ptr %pfin acquire, align 8
@@ -114,7 +117,9 @@ pause:
   %more = icmp ult i64 %next, %iters
   br i1 %more, label %poll, label %idle
 join:
-  call void @work(ptr %st, i64 %gen)
+  %took = call i64 @work(ptr %st, i64 %gen)
+  %phelped = getelementptr i64, ptr %st, i64 7
+  %prev = atomicrmw add ptr %phelped, i64 %took monotonic, align 8
   br label %poll
 idle:
   ret i64 %seen
@@ -155,6 +160,11 @@ class NativePool:
     self.helper = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)(
       load("tiny_pool_helper", pool_ir(triple)))
     self._tramps: dict[tuple[int, int], int] = {}
+
+  @property
+  def helper_shares(self) -> int:
+    """Shares the helpers have run (of every launch so far, replays' included; the launching thread's not counted)."""
+    return int(self.state[7])
 
   def tramp(self, nbufs: int, nvals: int) -> int:
     if (t := self._tramps.get((nbufs, nvals))) is None:

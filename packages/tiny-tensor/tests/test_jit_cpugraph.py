@@ -125,3 +125,33 @@ def test_the_same_symbolic_inputs_replay_with_their_own_sizes() -> None:
   for k in (5, 5, 9, 9, 9, 5, 5, 9):
     np.testing.assert_allclose(f(views[k]).numpy(), ((base[:k] + 1) * 2).sum(), rtol=1e-6)
   assert f._last is not None and f._last[2] == {"fp_len": 9}
+
+
+def test_mid_size_split_kernel_runs_inline_eagerly_and_on_the_pool_in_a_replay(monkeypatch: pytest.MonkeyPatch) -> None:
+  """With the renderer's default `thread_min_work` (sized for a replay's handoff) on 2 threads, row sums of 64 x 2056
+  floats (~0.6M units of `kernel_cost`: a few µs, under the Python path's `CPUProgram.python_min_work`) are split in
+  2 shares. Run eagerly (scheduled, then replayed by the engine), the launch runs both shares inline
+  (`inline_launches` +1); replayed by TinyJit, the graph
+  launches them on the pool (no inline launch). The numbers equal numpy's both ways."""
+  from tiny_runtime_cpu.cpu import CPUProgram
+  ren = Device["CPU"].renderer
+  monkeypatch.setattr(ren, "threads", 2)
+  assert ren.thread_min_work == type(ren).thread_min_work
+  rng = np.random.default_rng(4)
+  for _ in range(3):  # scheduled, then the engine's eager replay of its cached schedule (the program's `launcher`)
+    a = rng.standard_normal((64, 2056)).astype(np.float32)
+    before = CPUProgram.inline_launches
+    got = (_cpu(a) * 2).sum(1).numpy()
+    np.testing.assert_allclose(got, (a.astype(np.float64) * 2).sum(1), rtol=1e-4, atol=1e-3)
+    assert CPUProgram.inline_launches == before + 1
+
+  @TinyJit
+  def f(x: Tensor) -> Tensor: return ((x * 2).sum(1) + 1).realize()
+  for call in range(4):
+    a = rng.standard_normal((64, 2056)).astype(np.float32)
+    before, calls = CPUProgram.inline_launches, CPUGraph.native_calls
+    got = f(_cpu(a)).numpy()
+    np.testing.assert_allclose(got, (a.astype(np.float64) * 2).sum(1) + 1, rtol=1e-4, atol=1e-3)
+    if call >= 2: assert CPUProgram.inline_launches == before and CPUGraph.native_calls == calls + 1
+  (g,) = _graphs(f)
+  assert [k.global_size[0] for k in g.kernels] == [2] and 0 < g.kernels[0].prg.cost < CPUProgram.python_min_work

@@ -343,7 +343,9 @@ def _get_runner(ast: UOp, device: str) -> tuple[Any, Any]:
   # once per compile
   spec = get_program(ast, renderer)
   if getattr(spec, "estimates", None) is None: spec.estimates = {"ops": estimate_ops(ast)}
-  ret = (spec, dev.get_program(spec.name, spec.lib))
+  # a split CPU kernel's cost goes with it: the runtime decides how its Python path launches it
+  ret = (spec, dev.get_program(spec.name, spec.lib, cost=spec.cost)
+         if spec.cost else dev.get_program(spec.name, spec.lib))
   with _program_lock:
     ret = _program_cache.setdefault(key, ret)
     while len(_program_cache) > PROGRAM_CACHE_MAX: _program_cache.popitem(last=False)

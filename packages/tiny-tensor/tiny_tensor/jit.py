@@ -571,7 +571,7 @@ class CapturedJit(Generic[ReturnType]):
     def calls_state(c: Any) -> tuple:
       if isinstance(c, _KernelCall):
         return ("kernel", c.device, c.name, c.prg.lib, [bref(r) for r in c.refs], c.global_size, c.local_size,
-                c.vars, c.ops, c.mem)
+                c.vars, c.ops, c.mem, int(getattr(c.prg, "cost", 0) or 0))
       if isinstance(c, _CopyCall): return ("copy", bref(c.dst), bref(c.src))
       return ("slice", c.out, c.src, c.size, c.dtype, c.offset)
 
@@ -607,8 +607,9 @@ class CapturedJit(Generic[ReturnType]):
     calls: list[Any] = []
     for c in st["calls"]:
       if c[0] == "kernel":
-        _, device, name, lib, refs, gs, ls, vars_, ops, mem = c
-        prg = Device[device].get_program(name, lib)
+        _, device, name, lib, refs, gs, ls, vars_, ops, mem, *cost = c  # cost: the program's, for its launch path
+        prg = Device[device].get_program(name, lib, cost=cost[0]) if cost and cost[0] else \
+          Device[device].get_program(name, lib)
         calls.append(_KernelCall(prg, name, device, [r(x) for x in refs], gs, ls, [n for n, _ in vars_], dict(vars_),
                                  ops, mem))
       elif c[0] == "copy": calls.append(_CopyCall(r(c[1]), r(c[2])))

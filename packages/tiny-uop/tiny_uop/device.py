@@ -403,3 +403,4 @@ class ProgramSpec:
   ins: list[int] = field(default_factory=list)
   estimates: Any = None
   uops: list[UOp] | None = None
+  cost: int = 0  # a split CPU kernel's work (`tiny_codegen.lower.dims.kernel_cost`), for its launch path; 0 unknown

@@ -97,7 +97,7 @@ def _stage_dims(sink: UOp, ren: Renderer, dims: Dims) -> UOp:
   if ren.has_threads: sink, d = add_threads(sink, ren)
   elif ren.has_local: sink, d = add_gpudims(sink, ren)
   else: d = Dims()
-  dims.global_size, dims.local_size = d.global_size, d.local_size
+  dims.global_size, dims.local_size, dims.cost = d.global_size, d.local_size, d.cost
   return sink
 
 

@@ -5,7 +5,8 @@ GLOBAL/LOOP range that every store depends on is split across `renderer.threads`
 becomes `core_id*chunk + r'` with `r'` in [0, min(chunk, N - core_id*chunk)) and chunk = ceil(N / shares). Small
 kernels run on one thread: those whose cost (`kernel_cost`: bytes loaded and stored in global memory plus ALU lane
 ops, each times the iterations of the loops it depends on) is below `renderer.thread_min_work`, since waking a helper
-thread costs more than such a kernel's work. A launch's shares are claimed by the threads as they come free, so a
+thread costs more than such a kernel's work; and no share gets less than half of it (on many cores a kernel just past
+the minimum gets a few shares, not one per core). A launch's shares are claimed by the threads as they come free, so a
 big kernel (cost at least `renderer.balance_min_work`) gets `renderer.shares_per_thread` shares per thread: when one
 core runs slower than the other (a busy hyperthread sibling, a VM's vCPU losing time to the host, a hybrid CPU's
 efficiency cores) the faster ones take more shares instead of waiting for it. Shares never come out empty: with a
@@ -36,6 +37,9 @@ class Dims:
   """The launch shape a lowered kernel needs."""
   global_size: tuple[int, ...] = (1, 1, 1)
   local_size: tuple[int, ...] | None = None
+  cost: int = 0
+  """A split CPU kernel's `kernel_cost` (0 otherwise): the runtime's Python launch path runs the shares of one
+  cheaper than its own minimum inline (`ProgramInfo.cost`, docs/PIPELINE.md §4)."""
 
 
 def _special(name: str, bound: int, dt: DType) -> UOp:
@@ -105,11 +109,13 @@ def add_threads(sink: UOp, renderer: Renderer) -> tuple[UOp, Dims]:
   if thr:
     t = int(thr[0].src[0].arg)
     core = _special("core_id", t, thr[0].dtype)
-    return sink.substitute({thr[0]: core}, name="thread_axis"), Dims((t, 1, 1))
+    return sink.substitute({thr[0]: core}, name="thread_axis"), Dims((t, 1, 1), cost=kernel_cost(sink))
   nthreads = max(1, int(getattr(renderer, "threads", 1)))
   cands = [r for r in _store_ranges(sink) if r.arg[1] in (AxisType.GLOBAL, AxisType.LOOP, AxisType.THREAD)]
   if nthreads == 1 or not cands or (cost := kernel_cost(sink)) < getattr(renderer, "thread_min_work", 0):
     return sink, Dims()
+  if (least_share := int(getattr(renderer, "thread_min_work", 0)) // 2) > 0:
+    nthreads = min(nthreads, cost // least_share)  # each share at least half the minimum: many cores, few shares
   if (least := getattr(renderer, "balance_min_work", 0)) > 0 and cost >= least:
     nthreads *= max(1, int(getattr(renderer, "shares_per_thread", 1)))
   r = cands[0]
@@ -120,7 +126,7 @@ def add_threads(sink: UOp, renderer: Renderer) -> tuple[UOp, Dims]:
   if nthreads <= 1: return sink, Dims()
   if bound.op is Ops.CONST and (finer := _finer_split(cands, int(bound.arg), int(getattr(renderer, "threads", 1)),
                                                       nthreads)) is not None:
-    return _split_two(sink, r, *finer)
+    return _split_two(sink, r, *finer, cost)
   dt = r.dtype  # int64 in a kernel over more than 2**31-1 elements
   core_id = _special("core_id", nthreads, dt)
   if bound.op is Ops.CONST:
@@ -134,7 +140,7 @@ def add_threads(sink: UOp, renderer: Renderer) -> tuple[UOp, Dims]:
     start = core_id * chunk
     new_bound = (bound - start < chunk).where(bound - start, chunk)
   new_r = UOp(Ops.RANGE, r.dtype, (new_bound,), r.arg)
-  return sink.substitute({r: start + new_r}, name="add_threads"), Dims((nthreads, 1, 1))
+  return sink.substitute({r: start + new_r}, name="add_threads"), Dims((nthreads, 1, 1), cost=cost)
 
 
 def _finer_split(cands: list[UOp], n: int, threads: int, shares: int) -> tuple[UOp, int] | None:
@@ -154,7 +160,7 @@ def _finer_split(cands: list[UOp], n: int, threads: int, shares: int) -> tuple[U
   return (inner, k) if 8 * ceildiv(n * k, threads) * c1 <= 7 * now else None
 
 
-def _split_two(sink: UOp, outer: UOp, inner: UOp, k: int) -> tuple[UOp, Dims]:
+def _split_two(sink: UOp, outer: UOp, inner: UOp, k: int, cost: int) -> tuple[UOp, Dims]:
   """Share s runs iteration s // k of loop `outer` and part s % k (of ceil(n1 / k) iterations) of loop `inner`."""
   n, n1 = int(outer.src[0].arg), int(inner.src[0].arg)
   c1 = ceildiv(n1, k)
@@ -166,7 +172,7 @@ def _split_two(sink: UOp, outer: UOp, inner: UOp, k: int) -> tuple[UOp, Dims]:
   new_bound = UOp.const(inner.dtype, c1) if n1 % k == 0 else (left < c1).where(left, UOp.const(inner.dtype, c1))
   new_r = UOp(Ops.RANGE, inner.dtype, (new_bound,), inner.arg)
   subs = {outer: core // UOp.const(outer.dtype, k), inner: start + new_r}
-  return sink.substitute(subs, name="add_threads"), Dims((n * k, 1, 1))
+  return sink.substitute(subs, name="add_threads"), Dims((n * k, 1, 1), cost=cost)
 
 
 def gpu_axes(sink: UOp, renderer: Renderer) -> tuple[list[UOp], list[UOp]]:

@@ -81,7 +81,9 @@ class _Timer:
   def _program(self, opts: tuple[Opt, ...]) -> Any:
     if (p := self.programs.get(opts)) is None:
       spec = self.compile(self.fixed(opts), self.renderer)
-      prg = self.dev.get_program(spec.name, spec.lib)
+      # its cost decides its launch as the engine's does (a cheap split kernel's shares inline on the CPU)
+      prg = self.dev.get_program(spec.name, spec.lib, cost=spec.cost) if getattr(spec, "cost", 0) else \
+        self.dev.get_program(spec.name, spec.lib)
       args = [self.bufs[s]._buf for s in spec.globals]
       vals = tuple(v.arg[1] for v in spec.vars)  # symbolic sizes are timed at their smallest value
       p = self.programs[opts] = (prg, args, vals, spec)

@@ -31,12 +31,18 @@ class CPURenderer(Renderer):
   supports_float4 = False
   global_max = None
   local_max = None
-  thread_min_work = 3 << 20
+  thread_min_work = 1 << 18
   """Cost (`lower.dims.kernel_cost`: global bytes loaded/stored + ALU lane ops) below which a kernel runs on one
-  thread. Measured on a 2-core znver4 under load ~6 (bench/bench_cpu.py `launch_shares`, and a+b / per-row sums of
-  4K..1M floats launched as 1 and 2 shares): kernels in cache do 50-90 units/ns on one thread and a 2-share launch
-  pays ~8-15 µs more wall than an inline one, so a split wins from ~2-3M units (a+b 262144: 3.4M units, 207 -> 70 µs;
-  row sums 262144: 2.1M units, 15 -> 24 µs, a loss)."""
+  thread. Sized for the native replay (`CPUGraph`), where a split kernel's shares go to helpers that spin on the
+  pool's dispatch block: what a split costs there is the handoff, h ~ 2 cache-line transfers between cores (the
+  helper sees the published launch, the launcher sees the last share finish: 0.11-0.13 µs measured on znver4, of the
+  order of any x86 or Arm server core's cross-core line transfer), plus a few ns per share claimed. A kernel of t
+  on one thread takes ~t/2 + h on two, so a split pays from t ~ 2h; the threshold keeps each share at least ~16
+  handoffs (t >= 32h ~ 4 µs: below 4% overhead where the helper joins, and nothing lost where it doesn't, since the
+  launching thread then claims every share itself); on more cores `lower.dims` gives no share less than half of it.
+  At the 50-90 units/ns one thread does from cache (see
+  `kernel_cost`): ~2^18 units. The Python launch path, where the handoff costs ~10 µs, runs shares of kernels below
+  its own minimum inline (tiny-runtime-cpu `CPUProgram.python_min_work`, given `ProgramSpec.cost`)."""
   balance_min_work = 32 << 20
   shares_per_thread = 4
   """A kernel whose cost is at least `balance_min_work` (units of `thread_min_work`; ~0.5 ms and more on one thread)
