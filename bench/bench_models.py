@@ -9,13 +9,14 @@ offline and needs no onnxscript; static shapes):
   2 layers, width 128, 2 heads, 64 tokens, an all-ones attention mask as a second input).
 Each model's tiny outputs (jit and eager) are checked against onnxruntime's (assert close) before anything is timed.
 
-Rows per model: median ms per inference over about `BENCH_MODELS_RUNS` (default 10) calls after warm-up, the four
-taking turns (`TURNS` rounds, `settle.time_in_turns`, so a burst of other load hits every side), `tiny` (jit: the
-replayed capture), `tiny_eager` (`OnnxRunner(path)`, jit off: from its third call on, a repeated input signature
-replays the kernels its second call recorded, with fresh outputs each call; see OnnxRunner's doc, "Eager calls"; its
-first three calls are checked), `onnxruntime`, `torch`; the seconds tiny's jit needs for its first three calls
-(compile, capture, first replay); and the kernels one replay of the capture launches. The CPU (lscpu's model
-name) is in every row's target text.
+Rows per model: median ms per inference over about `BENCH_MODELS_RUNS` (default 10) calls after warm-up, or as many as
+fill `TURN_S` a round (a 1 ms model's median of a few calls was one preempted call's), the four taking turns (`TURNS`
+rounds, `settle.time_in_turns`, so a burst of other load hits every side), `tiny` (jit: the replayed capture),
+`tiny_eager` (`OnnxRunner(path)`, jit off: from its third call on, a repeated input signature replays the kernels its
+second call recorded, with fresh outputs each call; see OnnxRunner's doc, "Eager calls"; its first three calls are
+checked), `onnxruntime`, `torch`; the seconds tiny's jit needs for its first three calls (compile, capture, first
+replay); and the kernels one replay of the capture launches. The CPU (lscpu's model name) is in every row's target
+text.
 
 Dynamic sequence length (issue #39): the tiny BERT and GPT-2 exported with a dynamic `seq` axis run through one
 `OnnxRunner(jit=True, max_dims={"seq": 128})` at `BENCH_MODELS_SEQS` lengths (default 32,64): per length, ms per
@@ -44,6 +45,7 @@ os.environ.setdefault("DEV", "CPU")
 
 RUNS = int(os.environ.get("BENCH_MODELS_RUNS", 10))
 TURNS = 3  # rounds of `time_in_turns` the RUNS calls of each side are spread over
+TURN_S = 0.1  # and each side's timed calls in a round fill at least this long (a fast model gets more than RUNS)
 IMAGE = int(os.environ.get("BENCH_MODELS_IMAGE", 224))
 MODELS = ["resnet18", "mobilenet_v3_small", "efficientnet_b0", "bert_tiny", "gpt2_tiny"]
 SEQS = [int(v) for v in os.environ.get("BENCH_MODELS_SEQS", "32,64").split(",") if v]
@@ -187,15 +189,6 @@ def _spec(name: str) -> tuple[Callable[[], Any], dict[str, np.ndarray]]:
   return build[name], {"x": rng.standard_normal((1, 3, IMAGE, IMAGE)).astype(np.float32)}
 
 
-def _median_ms(fn: Callable[[], Any], runs: int) -> float:
-  ts = []
-  for _ in range(runs):
-    st = time.perf_counter()
-    fn()
-    ts.append(time.perf_counter() - st)
-  return sorted(ts)[len(ts) // 2] * 1e3
-
-
 def _close(name: str, what: str, got: np.ndarray, want: np.ndarray) -> None:
   """Assert tiny's output matches onnxruntime's, relative to the output's scale (random weights: large values)."""
   scale = max(float(np.abs(want).max()), 1.0)
@@ -237,7 +230,7 @@ def bench_model(name: str, runs: int = RUNS) -> dict[str, float]:
     # slower (mobilenet_v3_small's jit 3.91 ms against its eager run's 2.37 on the Zen 4 VM; in turns 2.8 vs 3.0)
     fns = {"tiny": lambda: jit(feeds)["y"].numpy(), "tiny_eager": lambda: eager(feeds)["y"].numpy(),
            "onnxruntime": lambda: sess.run(None, feeds), "torch": lambda: model(*targs)}
-    times = time_in_turns(fns, TURNS, max(1, -(-runs // TURNS)))
+    times = time_in_turns(fns, TURNS, max(1, -(-runs // TURNS)), min_s=TURN_S)
     row = {k: statistics.median(t) * 1e3 for k, t in times.items()}
   (fn,) = jit.jits.values()
   return {**row, "first3_s": first3, "kernels": float(fn.captured.kernel_count)}
@@ -273,8 +266,12 @@ def bench_dynamic(name: str, seqs: list[int] = SEQS, runs: int = RUNS) -> dict[s
       f = {k: np.ascontiguousarray(v[:, :seq]) for k, v in feeds.items()}
       want, before = sess.run(None, f)[0], count[0]
       for i in range(2): _close(name, f"dynamic seq {seq} call {i + 1}", jit(f)["y"].numpy(), want)
-      out[str(seq)] = {"tiny": _median_ms(lambda f=f: jit(f)["y"].numpy(), runs),
-                       "onnxruntime": _median_ms(lambda f=f: sess.run(None, f), runs),
+      # in turns, each after `settle()` (timed right after onnxruntime's calls, tiny's two threads met its spinning
+      # workers: bert_tiny's seq=64 read 0.5 or 1.7 ms from one process to the next)
+      times = time_in_turns({"tiny": lambda f=f: jit(f)["y"].numpy(), "onnxruntime": lambda f=f: sess.run(None, f)},
+                            TURNS, max(1, -(-runs // TURNS)), min_s=TURN_S)
+      out[str(seq)] = {"tiny": statistics.median(times["tiny"]) * 1e3,
+                       "onnxruntime": statistics.median(times["onnxruntime"]) * 1e3,
                        "compiles": float(count[0] - before), "captures": float(len(jit.jits))}
   finally: tiny_codegen.get_program = real
   return out

@@ -37,17 +37,20 @@ def warm_up(fn: Callable[[], Any], seconds: float = WARM_S) -> int:
     if time.perf_counter() >= end: return calls
 
 
-def time_in_turns(fns: dict[str, Callable[[], Any]], rounds: int, reps: int) -> dict[str, list[float]]:
+def time_in_turns(fns: dict[str, Callable[[], Any]], rounds: int, reps: int,
+                  min_s: float = 0.0) -> dict[str, list[float]]:
   """Seconds per call of each of `fns`, the libraries taking turns: in each of `rounds` rounds every function gets
-  `settle()`, `warm_up(fn)` and then `reps` timed calls. This 2-core VM's speed drifts over seconds (the same
-  compute-bound kernel, called back to back, 15-28 ms on 2 threads), so timing one library and then the next compares
-  two different machines; in turns, each library's calls sample the same stretch of time."""
+  `settle()`, `warm_up(fn)` and then `reps` timed calls, or as many as fill `min_s` seconds at the warm-up's pace
+  (a 1 ms model's median of 4 calls a round is decided by one preempted call; 100 ms of them samples the machine).
+  This 2-core VM's speed drifts over seconds (the same compute-bound kernel, called back to back, 15-28 ms on 2
+  threads), so timing one library and then the next compares two different machines; in turns, each library's calls
+  sample the same stretch of time."""
   times: dict[str, list[float]] = {name: [] for name in fns}
   for _ in range(rounds):
     for name, fn in fns.items():
       settle()
-      warm_up(fn)
-      for _ in range(reps):
+      calls = warm_up(fn)
+      for _ in range(max(reps, int(calls * min_s / WARM_S))):
         st = time.perf_counter()
         fn()
         times[name].append(time.perf_counter() - st)
