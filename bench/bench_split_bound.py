@@ -26,7 +26,7 @@ os.environ.setdefault("DEV", "CPU")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bench_models as bm  # noqa: E402
-from profile_models import kernel_runs, replays_seen  # noqa: E402
+from profile_models import kernel_graphs, replays_seen  # noqa: E402
 
 RUNS = int(os.environ.get("BOUND_RUNS", 30))
 CALLS = int(os.environ.get("BOUND_CALLS", 50))
@@ -55,20 +55,12 @@ def model_call(name: str) -> Callable[[], Any]:
 
 def measure(name: str) -> tuple[list[tuple[str, int, float, float]], int, int, int]:
   """([(kernel, shares, one thread us, 2-thread bound us)], helper shares, split shares launched, calls)."""
-  from tiny_runtime_cpu.cpu import HostMem
-  from tiny_runtime_cpu.graph import CPUGraph
   from tiny_uop.plugins import Device
   call = model_call(name)
   with replays_seen() as seen:
     for _ in range(3): call()
-  inputs, vv, rows = [t._buf for t in seen["inputs"]], seen["var_vals"], []
-  for c, _ in kernel_runs(seen):
-    g = CPUGraph(Device["CPU"], [c])
-    g(inputs, vv)  # patches this replay's input addresses into its argument blocks
-    n, args = int(g.table[3]), list(c.args)
-    for i, slot in c.dyn: args[i] = inputs[slot]
-    vals = [vv.get(k, v) for k, v in c.vars]
-    fxn, addrs = c.prg._fxn(len(args), len(vals)), [b.addr if isinstance(b, HostMem) else b for b in args] + vals
+  rows = []
+  for c, g, n, fxn, addrs in kernel_graphs(seen):
     one, shares = float("inf"), [float("inf")] * n
     for _ in range(RUNS):
       st = time.thread_time()

@@ -100,6 +100,23 @@ def tiny_kernels(path: str, feeds: dict[str, np.ndarray], want: np.ndarray) -> t
   return rows, whole
 
 
+def kernel_graphs(seen: dict[str, Any]) -> Iterator[tuple[Any, Any, int, Any, list[int]]]:
+  """For each kernel of a replay `replays_seen` recorded: (the call, its one-kernel `CPUGraph` with this replay's
+  inputs patched in, its share count, its ctypes function, the argument addresses and values `fxn(*addrs, core_id)`
+  runs one share with)."""
+  from tiny_runtime_cpu.cpu import HostMem
+  from tiny_runtime_cpu.graph import CPUGraph
+  from tiny_uop.plugins import Device
+  inputs, vv = [t._buf for t in seen["inputs"]], seen["var_vals"]
+  for c, _ in kernel_runs(seen):
+    g = CPUGraph(Device["CPU"], [c])
+    g(inputs, vv)  # patches this replay's input addresses into its argument blocks
+    n, args = int(g.table[3]), list(c.args)
+    for i, slot in c.dyn: args[i] = inputs[slot]
+    vals = [vv.get(k, v) for k, v in c.vars]
+    yield c, g, n, c.prg._fxn(len(args), len(vals)), [b.addr if isinstance(b, HostMem) else b for b in args] + vals
+
+
 def thread_split(path: str, feeds: dict[str, np.ndarray], runs: int = 30) -> list[tuple[str, int, float, float,
                                                                                           list[float]]]:
   """Each kernel of the jitted runner's replay on one thread and on the pool (the process's `CPU_THREADS`, so run
@@ -107,21 +124,12 @@ def thread_split(path: str, feeds: dict[str, np.ndarray], runs: int = 30) -> lis
   shares in turn, natively (its one-kernel `CPUGraph` replay without a pool), least `time.thread_time` of `runs`; the
   pool: the same replay on the pool, least wall of `runs`; each share: one ctypes call with its `core_id`, least wall
   of `runs` (how even the split is). The three in turns, so a burst of load hits them alike."""
-  from tiny_runtime_cpu.cpu import HostMem
-  from tiny_runtime_cpu.graph import CPUGraph
   from tiny_tensor.nn.onnx import OnnxRunner
-  from tiny_uop.plugins import Device
   runner = OnnxRunner(path, jit=True)
   with replays_seen() as seen:
     for _ in range(3): runner(feeds)["y"].numpy()
   inputs, vv, rows = [t._buf for t in seen["inputs"]], seen["var_vals"], []
-  for c, _ in kernel_runs(seen):
-    g = CPUGraph(Device["CPU"], [c])
-    g(inputs, vv)  # patches this replay's input addresses into its argument blocks
-    n, args = int(g.table[3]), list(c.args)
-    for i, slot in c.dyn: args[i] = inputs[slot]
-    vals = [vv.get(k, v) for k, v in c.vars]
-    fxn, addrs = c.prg._fxn(len(args), len(vals)), [b.addr if isinstance(b, HostMem) else b for b in args] + vals
+  for c, g, n, fxn, addrs in kernel_graphs(seen):
     one, pool, shares = float("inf"), float("inf"), [float("inf")] * n
     for _ in range(runs):
       st = time.thread_time()
