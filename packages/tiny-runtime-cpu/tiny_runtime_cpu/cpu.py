@@ -130,6 +130,9 @@ _DIRECT_LAUNCH: dict[int, Callable[[Any], Callable[..., None]]] = {1: _launch1, 
 
 
 class CPUProgram(Program):
+  """A native kernel: an ELF relocatable object (LLVM) placed by our loader (x86-64) or MCJIT (other machines), or a
+  shared object (clang) loaded with ctypes."""
+
   python_min_work = 3 << 20
   """A launch of several shares through this Python path (`__call__`: ctypes, then the pool's dispatch, ~8-15 µs
   more wall than one inline call, which a replay's native handoff of ~0.1 µs doesn't pay) of a kernel whose cost
@@ -139,8 +142,6 @@ class CPUProgram(Program):
   for this path: measured on a 2-core znver4 under load ~6 (bench_cpu `launch_shares`; a+b 262144, 3.4M units, 207
   -> 70 µs split; per-row sums of 262144, 2.1M units, 15 -> 24 µs, a loss)."""
   inline_launches = 0
-  """A native kernel: an ELF relocatable object (LLVM) placed by our loader (x86-64) or MCJIT (other machines), or a
-  shared object (clang) loaded with ctypes."""
 
   def __init__(self, device: CPUDevice, name: str, lib: bytes, **kwargs: Any):
     super().__init__(device, name, lib)
