@@ -73,6 +73,25 @@ def test_strided_pools_match_torch(dev, shape, k, stride, pad):
   np.testing.assert_allclose(got_avg, want_avg, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("dev", RENDERERS)
+@pytest.mark.parametrize("hw,k,stride,pad,ceil", [
+  ((29, 29), 3, 2, 1, False),     # a padded 3x3/2 row: its three taps one shared load, the left border masked
+  ((30, 57), 3, 2, 1, True),      # odd width, ceil_mode: the last window past the row's end
+  ((31, 33), 5, 2, 2, False),     # 5x5/2: five taps, more than one load holds
+  ((27, 27), 3, 2, 0, False),     # unpadded, the last tap at the buffer's end
+])
+def test_strided_max_pools_propagate_nan_like_torch(dev, hw, k, stride, pad, ceil):
+  # one NaN a row, each row at the next column (so every tap of every lane, border lanes too, meets one), a row of
+  # -inf and a -inf column, +inf in the last element: the taps that share a load each keep their own elements
+  x = _arr(2, 3, *hw)
+  for r in range(hw[0]): x[r % 2, r % 3, r, r % hw[1]] = np.nan
+  x[1, 2, 3, :], x[0, 1, :, 0], x[-1, -1, -1, -1] = -np.inf, -np.inf, np.inf
+  with Context(DEV=dev): got = _t(x).max_pool2d(k, stride, padding=pad, ceil_mode=ceil).numpy()
+  want = F.max_pool2d(torch.from_numpy(x), k, stride, padding=pad, ceil_mode=ceil).numpy()
+  np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+  np.testing.assert_array_equal(got, want)
+
+
 def _source(capsys, fn) -> str:
   """The LLVM source of the kernels `fn` compiles (printed by DEBUG=4), from the first reduce kernel on."""
   with Context(DEBUG=4, DEV="CPU:LLVM"):
@@ -88,6 +107,14 @@ def _shuffles(src: str) -> list[tuple[int, int, str]]:
           re.findall(r"shufflevector <(\d+) x float> \S+, <\d+ x float> poison, <(\d+) x i32> <([^>]*)>", src)]
 
 
+def _taps_of_loads(src: str) -> dict[str, list[int]]:
+  """For each 32-wide load in `src` that `shufflevector`s keep 14 lanes of: the first element each keeps, sorted."""
+  out: dict[str, list[int]] = {}
+  for v, keep in re.findall(r"= shufflevector <32 x float> (%t\d+), <32 x float> poison, <14 x i32> <i32 (\d+),", src):
+    out.setdefault(v, []).append(int(keep))
+  return {v: sorted(ks) for v, ks in out.items()}
+
+
 def test_stride2_depthwise_conv_is_wide_loads_and_shuffles(capsys):
   c = 40 + random.Random().randrange(1000)  # a shape no other test compiled: its source is printed here
   x, w = _t(_arr(1, c, 56, 56)), _t(_arr(c, 1, 3, 3))
@@ -96,9 +123,14 @@ def test_stride2_depthwise_conv_is_wide_loads_and_shuffles(capsys):
   np.testing.assert_allclose(out.numpy(), F.conv2d(torch.from_numpy(x.numpy()), torch.from_numpy(w.numpy()),
                                                    groups=c, stride=2, padding=1).numpy(), rtol=1e-4, atol=1e-4)
   shuf = _shuffles(src)
-  # each tap of the 14-lane row: 32 elements (27 of them lanes 0..13's span) and every other one kept
-  assert shuf and all(wide == 32 and n == 14 and keep == ", ".join(f"i32 {2 * j}" for j in range(14))
-                      for wide, n, keep in shuf), shuf
+  # each tap of the 14-lane row: 32 elements (27 of them lanes 0..13's span) and every other one kept, from element
+  # 0, 1 or 2 of one load: a filter row's three taps share it (29 elements of the 32)
+  assert shuf and all(wide == 32 and n == 14 and keep == ", ".join(f"i32 {o + 2 * j}" for j in range(14))
+                      for wide, n, keep in shuf for o in [int(keep.split(",")[0][4:])]), shuf
+  taps = _taps_of_loads(src)
+  assert taps and all(ks == [0, 1, 2] for ks in taps.values()), taps
+  loads = re.findall(r"(%t\d+) = (?:call <32 x float> @llvm.masked.load.v32f32|load <32 x float>)", src)
+  assert sorted(loads) == sorted(taps), (loads, taps)  # every wide load is a shared row's
   assert "@llvm.masked.load.v32f32" in src, src  # the left border lane and the buffer's end: masked
   # nothing gathered: the loads left scalar are the weights' taps (one a tap), no input element a lane
   scalars = re.findall(r"(%t\d+) = load float,", src)
@@ -118,5 +150,8 @@ def test_stride2_max_pool_is_wide_loads_and_shuffles(capsys):
   resize = [s for s in _shuffles(src) if (s[0], s[1]) in ((14, 16), (16, 14))]
   shuf = [s for s in _shuffles(src) if s not in resize]
   assert shuf and all(wide == 32 and n == 14 for wide, n, _ in shuf), shuf
+  taps = _taps_of_loads(src)  # a filter row's three taps: one load, kept from its elements 0, 1 and 2
+  assert taps and all(ks == [0, 1, 2] for ks in taps.values()), taps
+  assert len(re.findall(r"= call <32 x float> @llvm.masked.load.v32f32", src)) == len(taps), src
   assert bool(resize) == vrange and all(keep.startswith("i32 0, i32 1, ") for _, _, keep in resize), resize
   assert "@llvm.masked.load.v32f32" in src and not re.findall(r"= load float,", src), src

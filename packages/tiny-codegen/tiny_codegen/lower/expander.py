@@ -8,7 +8,8 @@ there one UPCAST axis of each STORE (4 to 16 lanes, the one most loads walk cont
 such as a conv's 10-wide row to the next register) becomes native vectors first — a load contiguous in it is one
 vector LOAD, a contiguous load behind a gate that depends on it (a padded row's border lanes) is one vector LOAD
 whose INDEX gate is a vector of lane gates (a masked load), a load whose lanes lie 2 to 4 elements apart (a stride-2
-conv or pool's row: `STRIDED_LANES`) is one wide LOAD and a shuffle (a GEP of every s-th lane), a load that doesn't
+conv or pool's row: `STRIDED_LANES`) is one wide LOAD and a shuffle (a GEP of every s-th lane; a window's taps along
+the row, a constant apart, share the LOAD where their elements fit one: `shared`), a load that doesn't
 depend on it is broadcast, other loads are gathered lane by lane (VECTORIZE), ALU
 ops and reduces run on the vectors, and the STORE is one vector store when contiguous, else one store per lane of a
 GEP. (Wider than 16, e.g. a 20-lane row, LLVM's legalization scalarizes the broadcasts: 2x slower than 10 lanes.)
@@ -220,34 +221,69 @@ def _vectorize_store(st: UOp, rv: UOp) -> UOp:
   def masked(idx: UOp, gate: UOp) -> UOp:  # a masked vector access: lane 0's address, the gate one bool per lane
     return idx.replace(src=(idx.src[0], fast_substitute(idx.src[1], at0), _broadcast(vec(gate), n)))
 
-  def strided(x: UOp, s: int) -> UOp:
-    """Load `x`, whose n lanes lie `s` elements apart, as one load from lane 0's element and a shuffle keeping every
-    s-th (a GEP of n lanes). The load is a power of two wide (a stride-2 row of 14 lanes: 32, two registers that one
-    two-source permute picks from; 27 = s*(n-1)+1, lane 0's element to lane n-1's, legalized into 5 loads and 8
-    shuffles). The elements up to lane n-1's are where the lanes read (so is everything between them), those past it
-    are masked off (never read) unless the index's bounds put them in the buffer: one masked load, its mask a
-    constant. A gate that depends on the lane masks the lanes' own elements (the others off: a padded row's border
-    reads nothing), one that doesn't the elements up to lane n-1's."""
-    idx, w = x.src[0], s * (n - 1) + 1
-    wide = _pow2(w)
-    on, off = UOp.const(dtypes.bool, True), UOp.const(dtypes.bool, False)
-    at0_idx = fast_substitute(idx.src[1], at0)
-    if len(idx.src) == 2 and _in_bounds(new_idx := idx.replace(src=(idx.src[0], at0_idx)), wide):  # ungated
-      return UOp(Ops.GEP, x.dtype.vec(n), (UOp(Ops.LOAD, x.dtype.vec(wide), (new_idx, *x.src[1:]), x.arg),),
-                 tuple(range(0, w, s)))
-    # the gate's terms that depend on the lane, per kept element (constants where the lane decides them); the others
-    # (a padded window's row) one scalar and'ed to the whole mask, not to each lane's
-    terms = _conjuncts(idx.src[2]) if len(idx.src) > 2 else set()
-    per_lane = [t for t in terms if rv in t.ranges]
-    rest = [t for t in terms if rv not in t.ranges]
-    lane_gate = functools.reduce(lambda a, b: a & b, per_lane) if per_lane else on
-    mask = UOp(Ops.VECTORIZE, dtypes.bool.vec(wide), tuple(
-      (fast_substitute(lane_gate, {rv: lane[j // s]}) if j % s == 0 else (off if per_lane else on)) if j < w else off
-      for j in range(wide)))
-    if rest: mask = mask & _broadcast(functools.reduce(lambda a, b: a & b, rest), wide)
-    new_idx = idx.replace(src=(idx.src[0], at0_idx, mask))
-    ld = UOp(Ops.LOAD, x.dtype.vec(wide), (new_idx, *x.src[1:]), x.arg)
-    return UOp(Ops.GEP, x.dtype.vec(n), (ld,), tuple(range(0, w, s)))
+  on, off = UOp.const(dtypes.bool, True), UOp.const(dtypes.bool, False)
+
+  def is_strided(x: UOp) -> int:
+    """The stride with which load `x` takes `vec`'s strided branch (the branches before it don't apply), else 0."""
+    if x.op is not Ops.LOAD or x.dtype == dtypes.bool or x.src[0].op is not Ops.INDEX or rv not in x.ranges: return 0
+    idx = x.src[0]
+    if _contiguous(idx, rv) or _masked_load(idx, rv, gates) is not None or _masked_contiguous(idx, rv): return 0
+    return _strided(idx, rv)
+
+  def tap(x: UOp) -> tuple[tuple, int, list[UOp]]:
+    """Strided load `x` (stride s) as (its row: buffer, s, lane-0 index less its constant term, the gate's terms that
+    don't depend on the lane, the load's other sources; that constant; the gate's terms that do)."""
+    idx, at0_idx = x.src[0], fast_substitute(x.src[0].src[1], at0)
+    base, c = at0_idx, 0
+    if at0_idx.op is Ops.ADD and (k := next((u for u in at0_idx.src if u.op is Ops.CONST), None)) is not None:
+      base, c = at0_idx.src[1] if k is at0_idx.src[0] else at0_idx.src[0], int(k.arg)
+    terms = {t for t in _conjuncts(idx.src[2]) if t is not on} if len(idx.src) > 2 else set()
+    rest = tuple(sorted((t for t in terms if rv not in t.ranges), key=id))
+    return (idx.src[0], _strided(idx, rv), base, rest, x.src[1:], x.arg), c, [t for t in terms if rv in t.ranges]
+
+  def wide_load(taps: list[tuple[int, UOp, list[UOp]]], s: int, rest: tuple[UOp, ...]) -> dict[UOp, UOp]:
+    """One load of a power of two elements for the strided loads `taps` ((constant, load, lane gate terms), the
+    smallest constant first; one row: see `tap`) through the first's lane-0 index, each tap a GEP of its lanes."""
+    (c0, x0, _), w = taps[0], s * (n - 1) + 1
+    wide = _pow2(taps[-1][0] - c0 + w)
+    idx0 = x0.src[0]
+    start = fast_substitute(idx0.src[1], at0)
+    if all(len(x.src[0].src) == 2 for _, x, _ in taps) and \
+        _in_bounds(new_idx := idx0.replace(src=(idx0.src[0], start)), wide):  # ungated
+      ld = UOp(Ops.LOAD, x0.dtype.vec(wide), (new_idx, *x0.src[1:]), x0.arg)
+    else:
+      # element e is read where some tap reads it: at its lanes' elements under the gate terms that depend on the
+      # lane (a padded row's border lanes; then nothing between them), else its whole span; the row's terms and'ed
+      # to the whole mask
+      need: list[list[UOp]] = [[] for _ in range(wide)]
+      for c, _, per_lane in taps:
+        lane_gate = functools.reduce(lambda a, b: a & b, per_lane) if per_lane else on
+        for j in range(w):
+          if j % s == 0: need[c - c0 + j].append(fast_substitute(lane_gate, {rv: lane[j // s]}))
+          elif not per_lane: need[c - c0 + j].append(on)
+      mask = UOp(Ops.VECTORIZE, dtypes.bool.vec(wide), tuple(
+        on if any(g is on for g in gs) else functools.reduce(lambda a, b: a | b, dict.fromkeys(gs)) if gs else off
+        for gs in need))
+      if rest: mask = mask & _broadcast(functools.reduce(lambda a, b: a & b, rest), wide)
+      ld = UOp(Ops.LOAD, x0.dtype.vec(wide), (idx0.replace(src=(idx0.src[0], start, mask)), *x0.src[1:]), x0.arg)
+    return {x: UOp(Ops.GEP, x0.dtype.vec(n), (ld,), tuple(range(c - c0, c - c0 + w, s))) for c, x, _ in taps}
+
+  # the strided loads of one row (`tap`) whose elements fit one power-of-two load share it (a stride-2
+  # 3x3 window's row: three taps, 29 elements of 32), grouped greedily from the smallest constant
+  rows: dict[tuple, list[tuple[int, UOp, list[UOp]]]] = {}
+  for x in st.src[1].toposort():
+    if is_strided(x):
+      row, c, per_lane = tap(x)
+      rows.setdefault(row, []).append((c, x, per_lane))
+  shared: dict[UOp, UOp] = {}
+  for row, taps in rows.items():
+    s, w = row[1], row[1] * (n - 1) + 1
+    taps.sort(key=lambda t: t[0])
+    while taps:
+      k = 1
+      while k < len(taps) and taps[k][0] - taps[0][0] + w <= _pow2(w): k += 1
+      shared.update(wide_load(taps[:k], s, row[3]))
+      taps = taps[k:]
 
   def vec(x: UOp) -> UOp:
     if rv not in x.ranges: return x
@@ -259,8 +295,7 @@ def _vectorize_store(st: UOp, rv: UOp) -> UOp:
     elif x.op is Ops.LOAD and x.dtype != dtypes.bool and _masked_contiguous(x.src[0], rv):
       # contiguous, gated per lane (a padded window's border lanes): one load of the lanes whose gate holds
       out = UOp(Ops.LOAD, x.dtype.vec(n), (masked(x.src[0], x.src[0].src[2]), *x.src[1:]), x.arg)
-    elif x.op is Ops.LOAD and x.dtype != dtypes.bool and x.src[0].op is Ops.INDEX and (s := _strided(x.src[0], rv)):
-      out = strided(x, s)
+    elif x in shared: out = shared[x]
     elif x.op is Ops.REDUCE:
       out = UOp(Ops.REDUCE, x.dtype.vec(n), (_broadcast(vec(x.src[0]), n), *x.src[1:]), x.arg)
     elif x.op in _VALUE_OPS and all(s.dtype.count == 1 for s in x.src) and \
