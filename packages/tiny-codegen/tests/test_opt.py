@@ -12,6 +12,7 @@ from tiny_uop.device import Buffer
 from tiny_uop.plugins import Device
 
 from tiny_codegen import get_program
+from tiny_codegen.machine import fma_chains, machine_of
 from tiny_codegen.opt import KernelOptError, Opt, OptOps, apply_opts, optimize_kernel
 
 
@@ -922,14 +923,19 @@ def test_max_pool_stride2_row_is_a_window_vector(vector_registers, W: int, S: in
   # a max pool's stride-2 output row is a window vector like a stride-1 one: each tap one wide load (masked at the
   # padding) and a shuffle of every other element (it stayed scalar while those lanes were gathered one by one, 3.8x
   # slower than the rolled window). Values against torch, NaN and -inf inputs included (a NaN in a window wins, as
-  # torch's), the last row's last vector ending at the input's end (W = 29)
+  # torch's), the last row's last vector ending at the input's end (W = 29). Its output rows are then blocked by the
+  # largest divisor up to the machine's `fma_chains` (each row one zmm accumulator here: 32 registers, half of them
+  # for accumulators), and the whole window unrolled (`_pool_rows`: 9 output rows at stride 1 -> 3, 5 at 2 -> 5)
   torch = pytest.importorskip("torch")
   vector_registers(32, 64)
   ren = Device["CPU"].renderer
   C, H, K = 3, 9, 3
   opt = optimize_kernel(max_pool_ast(C, H, W, K, S), ren)
-  want_opts = ((Opt(OptOps.UPCAST, 2, lanes),) if lanes else ()) + (Opt(OptOps.UNROLL, 1, 0),)
-  assert opt.arg.applied_opts == want_opts, opt.arg.applied_opts
+  OH, chains = (H + 2 * (K // 2) - K) // S + 1, min(fma_chains(machine_of(ren)), 16)
+  rows = next(a for a in range(min(OH, chains), 0, -1) if OH % a == 0)
+  want_opts = (Opt(OptOps.UPCAST, 2, lanes), *([Opt(OptOps.UPCAST, 1, rows)] if rows > 1 else []),
+               Opt(OptOps.UNROLL, 0, 0), Opt(OptOps.UNROLL, 0, 0))
+  assert opt.arg.applied_opts == want_opts, (opt.arg.applied_opts, want_opts)
   rng = np.random.default_rng(5)
   inp = rng.standard_normal((C, H, W)).astype(np.float32)
   inp[0, 2, 3], inp[1, 4, 0], inp[2, :, W - 1] = np.nan, -np.inf, -np.inf
