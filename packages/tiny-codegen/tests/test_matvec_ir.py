@@ -107,3 +107,29 @@ def test_registered_ast_runs_the_kernel_and_falls_back_under_check_oob(monkeypat
   assert "@llvm.prefetch.p0(" in to_program(ast, LLVMRenderer()).src[3].arg  # type: ignore[arg-type]
   monkeypatch.setattr(CHECK_OOB, "value", 1)
   assert program._f32_matvec_program(ast, "r", LLVMRenderer()) is None
+
+
+@pytest.mark.parametrize("o, k", [(24, 256), (48, 768), (16, 80)])
+def test_program_streams_with_one_fma_units_chains(o: int, k: int) -> None:
+  """The registered AST's program has `FMA_LATENCY` accumulators a row (one FMA unit's chains: the weights stream in
+  one vector an FMA, `accumulators`), not `fma_chains` (both units'), the machine model's lanes; K's vectors past
+  the last whole step (K=80) in the tail. Run through `tiny_tensor.llm.quants.f32_matvec`: numpy's numbers."""
+  from tiny_codegen.machine import FMA_LATENCY
+  from tiny_codegen.program import to_program
+  from tiny_codegen.renderer.llvmir import LLVMRenderer
+  from tiny_tensor import Tensor
+  from tiny_tensor.llm.quants import f32_matvec
+  ren = LLVMRenderer()
+  regs, vbytes = ren.vector_registers
+  lanes = vbytes // 4
+  if not regs or k % lanes: pytest.skip("this renderer has no vector registers for the kernel")
+  unroll = matvec_ir.accumulators(FMA_LATENCY, regs, 1)
+  assert unroll == min(FMA_LATENCY, max(1, regs // 2))
+  src = to_program(_ast(o, k), ren).src[3].arg
+  fmas = src.count(f"call <{lanes} x float> @llvm.fma")  # a row a group (ROWS = 1): the step's, then the tail's
+  assert fmas == unroll + (k % (unroll * lanes)) // lanes, src
+  rng = np.random.default_rng(3)
+  w, x = rng.standard_normal((o, k)).astype(np.float32), rng.standard_normal(k).astype(np.float32)
+  y = f32_matvec(Tensor(w), Tensor(x))
+  assert y is not None
+  np.testing.assert_allclose(y.numpy(), w.astype(np.float64) @ x, rtol=1e-5, atol=1e-5)

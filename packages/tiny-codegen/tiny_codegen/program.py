@@ -208,7 +208,7 @@ def _f32_matvec_program(ast: UOp, name: str, renderer: Renderer) -> UOp | None:
   from tiny_codegen.renderer.llvmir import LLVMRenderer
   if not isinstance(renderer, LLVMRenderer) or CHECK_OOB.value: return None
   if (reg := matvec_ir.registered_kernel(ast)) is None: return None
-  from tiny_codegen.machine import fma_chains, machine_of
+  from tiny_codegen.machine import FMA_LATENCY, machine_of
   o, k, order = reg
   m, (regs, vbytes) = machine_of(renderer), renderer.vector_registers
   lanes = vbytes // 4
@@ -216,7 +216,7 @@ def _f32_matvec_program(ast: UOp, name: str, renderer: Renderer) -> UOp | None:
   threads = max(1, int(getattr(renderer, "threads", 1)))
   while threads > 1 and o % threads: threads -= 1
   rows = matvec_ir.group_rows(o // threads)
-  unroll = matvec_ir.accumulators(fma_chains(m), regs, rows)
+  unroll = matvec_ir.accumulators(FMA_LATENCY, regs, rows)  # one FMA unit's chains (`accumulators` says why)
   ahead = matvec_ir.prefetch_ahead(m.l1d, m.l1d_ways, m.line, unroll * vbytes)
   src = matvec_ir.f32_matvec_ir(o, k, threads, name=name, lanes=lanes, unroll=unroll, ahead=ahead, line=m.line,
                                 order=order)

@@ -98,7 +98,7 @@ def test_epilogue_runs_after_the_kernel(epilogue: str) -> None:
   np.testing.assert_allclose(out.float().numpy(), want_f, rtol=0, atol=2 ** -7 * float(np.abs(want_f).max()))
 
 
-@pytest.mark.parametrize("m, k, n", [(64, 96, 32), (7, 33, 40)])
+@pytest.mark.parametrize("m, k, n", [(64, 96, 32), (7, 33, 40), (1, 16, 24), (24, 16, 1), (1, 5, 1)])
 def test_whole_kernel_graph_is_the_tensor_ops_graph(m: int, k: int, n: int) -> None:
   """`dot`'s directly built graph for the whole-product kernel (`_bf16_whole`) is the very UOp `Tensor`'s ops make
   (widened operands broadcast, multiplied, summed over K in float32, rounded to bfloat16, contiguous), so the
@@ -109,3 +109,50 @@ def test_whole_kernel_graph_is_the_tensor_ops_graph(m: int, k: int, n: int) -> N
          .cast(dtypes.bfloat16).contiguous())
   got = _bf16_whole(ta, tb, dtypes.float32)
   assert got.uop is ops.uop and got.shape == (m, n) and got.dtype == dtypes.bfloat16
+  assert got.uop.device == ta.device  # (set on the node, not walked: the walk's answer)
+  tr, wr = (Tensor(rng.standard_normal(s).astype(np.float32)).cast(dtypes.bfloat16).realize() for s in ((m, k), (k, n)))
+  ops_r = ((tr.reshape(m, 1, k).float() * wr.reshape(1, k, n).transpose(-1, -2).float()).sum(-1)
+           .cast(dtypes.bfloat16).contiguous())
+  got_r = _bf16_whole(tr, wr, dtypes.float32)
+  assert got_r.uop is ops_r.uop and got_r.uop.device == "CPU"
+
+
+def test_kernel_choice_kept_per_shape_and_renderer(monkeypatch: pytest.MonkeyPatch) -> None:
+  """`dot` asks which kernel takes a bfloat16 product (`_bf16_kernel`: the AMX check, `x86_bf16.for_renderer`) once
+  per shape and renderer: a second product of the shape asks neither and gives torch's numbers again; a shape not
+  a multiple of the register block (7 x 33 x 40) likewise; a new renderer thread count, the probe switched off, or a
+  probe function replaced asks afresh (the answer follows: the float32 kernel where the probe is off)."""
+  import tiny_tensor.tensor as tt
+  from tiny_uop.plugins import Device
+  asked: list[tuple[int, int, int]] = []
+  real_for, real_amx = x86_bf16.for_renderer, tt._amx_tiles
+  monkeypatch.setattr(x86_bf16, "for_renderer", lambda r, m, n, k: asked.append((m, n, k)) or real_for(r, m, n, k))
+  monkeypatch.setattr(tt, "_amx_tiles", lambda x, w: asked.append((-1, -1, -1)) or real_amx(x, w))
+  tt._BF16_KERNELS.clear()
+  a, b = rng.standard_normal((7, 33)).astype(np.float32), rng.standard_normal((33, 40)).astype(np.float32)
+  first, _ = _check(a, b)
+  n_first = len(asked)
+  assert n_first >= 1  # the first product of the shape asked
+  again, _ = _check(a, b)
+  assert len(asked) == n_first and again == first  # kept: same kernels, torch's numbers
+  _check(rng.standard_normal((9, 33)).astype(np.float32), b)
+  assert len(asked) > n_first  # another shape asks
+  n2 = len(asked)
+  r = Device["CPU"].renderer
+  monkeypatch.setattr(r, "threads", getattr(r, "threads", 1) + 1)
+  assert tt._bf16_kernel(Tensor(a).cast(dtypes.bfloat16), Tensor(b).cast(dtypes.bfloat16)) in ("amx", "avx512_bf16",
+                                                                                                None)
+  assert len(asked) > n2  # another thread count asks
+  monkeypatch.undo()  # (the renderer's threads and the wrappers back)
+  monkeypatch.setenv("TINY_CPU_PROBE", "0")
+  assert tt._bf16_kernel(Tensor(a).cast(dtypes.bfloat16), Tensor(b).cast(dtypes.bfloat16)) is None
+  # (a shape not compiled before: a program compiled while the probe was on stays in the program cache)
+  srcs, _ = _check(rng.standard_normal((11, 35)).astype(np.float32), rng.standard_normal((35, 42)).astype(np.float32))
+  assert not any("dpbf16ps" in s for s in srcs)
+  monkeypatch.delenv("TINY_CPU_PROBE")
+  from tiny_codegen import cpu_probe
+  monkeypatch.setattr(cpu_probe, "probe", lambda feature: -4)  # the child died of SIGILL: a new function, asked again
+  assert tt._bf16_kernel(Tensor(a).cast(dtypes.bfloat16), Tensor(b).cast(dtypes.bfloat16)) is None
+  monkeypatch.undo()
+  if _runs_here(): assert tt._bf16_kernel(Tensor(a).cast(dtypes.bfloat16), Tensor(b).cast(dtypes.bfloat16)) == \
+    "avx512_bf16" and any("dpbf16ps" in s for s in first)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import threading
 import weakref
 from typing import Any, Callable, Iterator, Sequence
@@ -1557,17 +1558,37 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
 
 
 
+_BF16_KERNELS: dict[tuple[Any, ...], tuple[Any, ...]] = {}  # `_bf16_kernel`'s answers, with what they depend on
+_BF16_MODS: list[Any] = []  # `_bf16_kernel`'s modules (cpu_probe, x86_amx, x86_bf16) and Device, once imported
+
+
 def _bf16_kernel(x: Tensor, w: Tensor) -> str | None:
   """Which CPU kernel takes bfloat16 `x @ w` (2-D) whole: "amx" (`_amx_tiles`), else "avx512_bf16" where
   `tiny_codegen.x86_bf16`'s `vdpbf16ps` kernel takes the shape on the CPU device (`x86_bf16.for_renderer`: the LLVM
-  renderer, the shape's plan, the probe ran the instruction); None: the packed float32 GEMM."""
-  if _amx_tiles(x, w): return "amx"
+  renderer, the shape's plan, the probe ran the instruction); None: the packed float32 GEMM. Kept per CPU renderer
+  object and shape with everything else the answer depends on (the renderer's threads and machine model, the
+  threads' stack size, the probe's switch, the probe functions themselves: a test may replace one; their results
+  last the process), each compared by identity on a hit: asked afresh, the chain of checks took 160-190 us of CPU a
+  call right after a 1024^2 product's kernel had evicted the interpreter's data (Zen 4), 3% of its 2-thread kernel
+  time; hashing the machine model into a key cost ~30 us of that."""
   if x.device != "CPU" or w.device != "CPU": return None
   (m, k), n = x.shape, w.shape[1]
   if not isinstance(m, int) or not isinstance(k, int) or not isinstance(n, int): return None  # symbolic shapes
-  from tiny_codegen import x86_bf16
-  from tiny_uop.plugins import Device
-  return "avx512_bf16" if x86_bf16.for_renderer(Device["CPU"].renderer, m, n, k) is not None else None
+  if not _BF16_MODS:  # imported once, not by an import statement a call (~16 us cold after the kernel)
+    from tiny_codegen import cpu_probe, x86_amx, x86_bf16
+    from tiny_uop.plugins import Device
+    _BF16_MODS.extend((cpu_probe, x86_amx, x86_bf16, Device))
+  cpu_probe, x86_amx, x86_bf16, Device = _BF16_MODS
+  r = (Device._opened.get("CPU") or Device["CPU"]).renderer  # (the open device first: `[]` parses the name)
+  deps = (getattr(r, "threads", 1), getattr(r, "machine", None), x86_amx.thread_stack_limit(),
+          os.environ.get("TINY_CPU_PROBE"), cpu_probe.probe, cpu_probe.executes, x86_amx.request_tile_state,
+          x86_amx._arch_prctl_tiles, x86_bf16.usable)
+  if (hit := _BF16_KERNELS.get((r, m, k, n))) is not None and all(a is b or a == b for a, b in zip(hit[1], deps)):
+    return hit[0]
+  if len(_BF16_KERNELS) >= 256: _BF16_KERNELS.clear()  # a bound: the renderer objects it holds stay few
+  kind = "amx" if _amx_tiles(x, w) else "avx512_bf16" if x86_bf16.for_renderer(r, m, n, k) is not None else None
+  _BF16_KERNELS[(r, m, k, n)] = (kind, deps)
+  return kind
 
 
 def _bf16_whole(x: Tensor, w: Tensor, acc: DType) -> Tensor:
@@ -1575,15 +1596,23 @@ def _bf16_whole(x: Tensor, w: Tensor, acc: DType) -> Tensor:
   float32 sum of the widened products, rounded to bfloat16, in its own buffer (what the kernel's recogniser matches),
   its nodes made directly as `_packed_product` makes its own: through `Tensor`'s ops (two reshapes, a transpose, two
   casts, the broadcasts, the sum's reshape: ~12 Tensors and their checks) the graph took 0.1 ms of CPU a call warm,
-  0.28 cold after the product's own kernel, 3% of a 1024^2 product's one-thread kernel time (Zen 4)."""
+  0.28 cold after the product's own kernel, 3% of a 1024^2 product's one-thread kernel time (Zen 4). The nodes are
+  interned as the UOp methods would make them (`_INTERN`), without the movement ops' eager shape checks (the shapes
+  are `dot`'s, checked), and the result's device is x's (`_bf16_kernel`: both on the CPU), set on it rather than
+  found by a walk of the new nodes: 48 + 25 us of the call's ~110 us of graph building, cold after the kernel."""
   (m, k), n = x.shape, w.shape[1]
   if not (isinstance(m, int) and isinstance(k, int) and isinstance(n, int)):  # never: `_bf16_kernel` took int shapes
     raise TypeError(f"bfloat16 matmul kernel needs int shapes, got {x.shape} @ {w.shape}")
-  full = (m, n, k)
-  xu = x.uop.reshape((m, 1, k)).cast(acc).expand(full)
-  wu = w.uop.reshape((1, k, n)).permute((0, 2, 1)).cast(acc).expand(full)
-  out = xu.alu(Ops.MUL, wu).r(Ops.ADD, (2,)).reshape((m, n)).cast(x.dtype)
-  return x._wrap(out.contiguous(), w)
+  full, xb, wb, dt = (m, n, k), x.uop, w.uop, x.dtype
+  xu = _INTERN(UOp, Ops.CAST, acc, (_INTERN(UOp, _RESHAPE, xb.dtype, (xb,), (m, 1, k)),))
+  if n != 1: xu = _INTERN(UOp, Ops.EXPAND, acc, (xu,), full)  # (`expand` to its own shape is the node itself)
+  wt = _INTERN(UOp, Ops.PERMUTE, wb.dtype, (_INTERN(UOp, _RESHAPE, wb.dtype, (wb,), (1, k, n)),), (0, 2, 1))
+  wu = _INTERN(UOp, Ops.CAST, acc, (wt,))
+  if m != 1: wu = _INTERN(UOp, Ops.EXPAND, acc, (wu,), full)
+  red = _INTERN(UOp, Ops.REDUCE_AXIS, acc, (_INTERN(UOp, Ops.MUL, acc, (xu, wu)),), (Ops.ADD, (2,)))
+  out = _INTERN(UOp, Ops.CONTIGUOUS, dt, (_INTERN(UOp, Ops.CAST, dt, (_INTERN(UOp, _RESHAPE, acc, (red,), (m, n)),)),))
+  if "device" not in (c := out._cache) and (dev := xb._cache.get("device")) is not None: c["device"] = dev
+  return x._wrap(out, w)
 
 
 def _amx_tiles(x: Tensor, w: Tensor) -> bool:
