@@ -258,9 +258,7 @@ def test_native_helper_stays_native_across_back_to_back_launches() -> None:
   dev = CPUDevice("CPU")
   addr, tramp = _native_kernel(dev)
   native = NativePool(dev.native_load, dev.native_triple)  # a block of its own: no pool helper polls it
-  probe, st = (ctypes.c_int64 * 8)(), time.perf_counter()
-  native.helper(ctypes.addressof(probe), 0, 1 << 14)  # a block that never changes: 2**14 idle polls
-  iters = max(1 << 14, int((1 << 14) * 0.5 / max(time.perf_counter() - st, 1e-9)))  # polls in ~0.5 s
+  iters = dev.pool.native_iters * int(0.5 / dev.pool.native_spin_s)  # ~0.5 s, in the pool's unit (ticks or polls)
   got: list[int] = []
   helper = threading.Thread(target=lambda: got.append(native.helper(native.state_addr, 0, iters)))
   helper.start()
@@ -471,3 +469,20 @@ def test_launcher_wakeups_are_never_lost() -> None:
     assert not bad and ran == [len(delays)] * 2, (bad[:3], ran)
     assert pool.native.launcher_blocks > blocked, "no launch blocked: the wake-up path was not tested"
   finally: dev.finalize()
+
+
+@pytest.mark.parametrize("triple", ["x86_64-unknown-linux-gnu", "aarch64-unknown-linux-gnu",
+                                    "riscv64-unknown-linux-gnu", "x86_64-apple-darwin", "aarch64-apple-darwin"])
+def test_pool_ir_of_every_target_is_valid(triple: str) -> None:
+  """The dispatch code is valid LLVM IR for every target; it blocks and yields (futex, sched_yield syscalls, rdtsc
+  timing) on x86-64 Linux only, and there it compiles to three syscalls (wait, wake, yield); elsewhere it spins."""
+  import llvmlite.binding as llvm
+  from tiny_runtime_cpu.native_pool import blocks, pool_ir
+  mod = llvm.parse_assembly(pool_ir(triple))
+  mod.verify()
+  assert blocks(triple) == (triple == "x86_64-unknown-linux-gnu")
+  if blocks(triple):
+    llvm.initialize_native_asmparser()  # the inline assembly is parsed when the object is emitted
+    asm = llvm.Target.from_triple(triple).create_target_machine().emit_assembly(mod)
+    assert asm.count("syscall") == 3 and "rdtsc" in asm
+  else: assert "asm sideeffect" not in pool_ir(triple) and "readcyclecounter" not in pool_ir(triple)

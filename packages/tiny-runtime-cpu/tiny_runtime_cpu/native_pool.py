@@ -8,22 +8,24 @@ meanwhile. Here a launch is published in a small shared block and claimed by nat
 - `tiny_pool_main(state, gen, n, tramp, fn, args)` (the launching thread, through ctypes, so without the GIL):
   publishes launch `gen` of `n` shares, runs shares until none are left, then waits for the helpers' shares to end:
   it spins (the CPU's spin-wait hint) for twice the time one of its own shares took (timed with the CPU's tick
-  counter: x86 `rdtsc`, Arm `cntvct_el0`), then blocks in the kernel (Linux `futex` on word 8, a direct syscall)
+  counter, x86 `rdtsc`), then blocks in the kernel (Linux `futex` on word 8, a direct syscall)
   until the helper that ends the last share wakes it. A helper still running is done within about a share's time;
   one that is not came late because the OS took its CPU (another process, the host): spinning on would hold the
   launcher's core for a whole scheduler tick while the helper waits for a core, where blocking gives that core up
-  so the OS can run the helper there. On other systems (no futex) it spins until the shares end.
+  so the OS can run the helper there. Elsewhere (not x86-64 Linux) it spins until the shares end.
 - `tiny_pool_helper(state, last, iters)` (a helper thread, through ctypes): polls the block for a launch other than
   the last one it saw (at first `last`), runs shares of it while there are any, and polls on for the next one; after
-  `iters` polls with no new launch it returns the last generation it saw (`last` when none came): the helper then
-  blocks in Python until woken. It stays in native code across back-to-back launches: returning to Python after
-  each one (as it did) made it wait for the GIL, which the launching thread holds between the launches of a replay
-  made from Python, so it joined each launch late (an OS wake-up on a VM: 50-100 µs) or not at all. After a launch
-  it polls hot (the spin-wait hint only) for as long as its own last share took (the launcher is then likely still
-  in its share of that launch; the next launch comes after it), and from then on each poll also yields its core
-  (`sched_yield`) to any thread that wants it: on a machine with every core busy a helper that only spun took CPU
-  time from the launching thread of its own replay (mobilenet_v3_small's jit call at load ~4 plus one spinning
-  process on the 2-vCPU Zen 4: ~3 ms of the helper's polls a call, median 10-23 ms against 7-15 ms on one thread).
+  `iters` polls (where it yields, see below: `iters` ticks of the tick counter, `tiny_pool_ticks()`, since it
+  started or joined a launch) with no new launch it returns the last generation it saw (`last` when none came): the
+  helper then blocks in Python until woken. It stays in native code across back-to-back launches: returning to
+  Python after each one (as it did) made it wait for the GIL, which the launching thread holds between the launches
+  of a replay made from Python, so it joined each launch late (an OS wake-up on a VM: 50-100 µs) or not at all.
+  After a launch it polls hot (the spin-wait hint only) for as long as its own last share took (the launcher is
+  then likely still in its share of that launch; the next launch comes after it), and from then on each poll also
+  yields its core (`sched_yield`) to any thread that wants it: on a machine with every core busy a helper that only
+  spun took CPU time from the launching thread of its own replay (mobilenet_v3_small's jit call at load ~4 plus one
+  spinning process on the 2-vCPU Zen 4: ~3 ms of the helper's polls a call, median 10-23 ms against 7-15 ms on one
+  thread).
   Where the core is free the yield returns at once.
 - `tiny_call_<B>_<V>(fn, args, core_id)`: calls a kernel of B buffers and V int32 values (`args`: B addresses then V
   values, one int64 each) with its exact prototype (docs/PIPELINE.md §4), so no ABI is assumed.
@@ -61,37 +63,30 @@ def _hint(triple: str) -> tuple[str, str]:
 
 def _ticks(triple: str, name: str) -> tuple[str, str]:
   """(instruction setting `%name` to the CPU's tick counter, declaration) for `triple`: x86's `rdtsc` (constant rate
-  on every x86-64 CPU with an invariant TSC, which Linux requires to use it as its clock), Arm's virtual counter
-  (readable by user code, unlike `llvm.readcyclecounter`'s PMCCNTR); None elsewhere."""
-  arch = triple.split("-")[0]
-  if arch == "x86_64": return f"%{name} = call i64 @llvm.readcyclecounter()", "declare i64 @llvm.readcyclecounter()"
-  if arch == "aarch64": return f'%{name} = call i64 asm sideeffect "mrs $0, cntvct_el0", "=r"()', ""
-  return "", ""
+  on every x86-64 CPU with an invariant TSC, which Linux requires to use it as its clock); None elsewhere."""
+  if triple.split("-")[0] != "x86_64": return "", ""
+  return f"%{name} = call i64 @llvm.readcyclecounter()", "declare i64 @llvm.readcyclecounter()"
 
 
-def _syscall(triple: str, name: str, nr: tuple[int, int], args: str = "") -> str:
-  """A Linux syscall (number `nr`: (x86-64, aarch64)) of up to 4 `args` (LLVM typed values, comma-separated) as
-  inline assembly for `triple`, its result in `%name`; "" where the system has none."""
-  arch, linux, n = triple.split("-")[0], "linux" in triple, len([x for x in args.split(",") if x.strip()])
-  if linux and arch == "x86_64":
-    regs = ",".join(["{rax}", *("{rdi}", "{rsi}", "{rdx}", "{r10}")[:n]])
-    return (f'%{name} = call i64 asm sideeffect "syscall", "={{rax}},{regs},~{{rcx}},~{{r11}},~{{memory}}"'
-            f'(i64 {nr[0]}{", " + args if n else ""})')
-  if linux and arch == "aarch64":
-    regs = ",".join(["{x8}", *("{x0}", "{x1}", "{x2}", "{x3}")[:n]])
-    return (f'%{name} = call i64 asm sideeffect "svc #0", "={{x0}},{regs},~{{memory}}"'
-            f'(i64 {nr[1]}{", " + args if n else ""})')
-  return ""
+def _syscall(triple: str, name: str, nr: int, args: str = "") -> str:
+  """The x86-64 Linux syscall `nr` of up to 4 `args` (LLVM typed values, comma-separated) as inline assembly, its
+  result in `%name`; "" for other targets (Arm's `svc` form and `cntvct_el0` counter would do there, but this
+  project's llvmlite has no Arm assembly parser to check them with, so Arm spins as before)."""
+  if triple.split("-")[0] != "x86_64" or "linux" not in triple: return ""
+  n = len([x for x in args.split(",") if x.strip()])
+  regs = ",".join(["{rax}", *("{rdi}", "{rsi}", "{rdx}", "{r10}")[:n]])
+  return (f'%{name} = call i64 asm sideeffect "syscall", "={{rax}},{regs},~{{rcx}},~{{r11}},~{{memory}}"'
+          f'(i64 {nr}{", " + args if n else ""})')
 
 
 def _futex(triple: str, name: str, op: int, val: int) -> str:
   """`futex(word 8, op, val, NULL)` (see `_syscall`)."""
-  return _syscall(triple, name, (202, 98), f"ptr %pwait, i64 {op}, i64 {val}, i64 0")
+  return _syscall(triple, name, 202, f"ptr %pwait, i64 {op}, i64 {val}, i64 0")
 
 
 def _yield(triple: str, name: str) -> str:
   """`sched_yield()` (see `_syscall`)."""
-  return _syscall(triple, name, (24, 124))
+  return _syscall(triple, name, 24)
 
 
 def blocks(triple: str) -> bool:
@@ -172,7 +167,8 @@ pause:
     # after a launch, poll hot for as long as the helper's own last share took (the launcher is likely still in its
     # share of that launch, the next comes after it); then each poll also yields the core to any thread that wants it
     hentry = f"  {_ticks(triple, 'h0')[0]}"
-    hphi = "  %until = phi i64 [ %h0, %entry ], [ %until, %polled ], [ %huntil, %join ]"
+    hphi = ("  %until = phi i64 [ %h0, %entry ], [ %until, %polled ], [ %huntil, %join ]\n"
+            "  %since = phi i64 [ %h0, %entry ], [ %since, %polled ], [ %j1, %join ]")
     hpause = f"""  {_ticks(triple, 'hnow')[0]}
   %hover = sub i64 %hnow, %until
   %cold = icmp sgt i64 %hover, 0
@@ -187,7 +183,14 @@ yield:
   %jdiv = select i1 %jmany, i64 %took, i64 1
   %jper = udiv i64 %jtook, %jdiv
   %huntil = add i64 %j1, %jper"""
-  else: hentry, hphi, hpause, hjoin0, hjoin1 = "", "", "  br label %polled", "", ""
+    # the idle bound is `iters` ticks since the last launch it joined: a yield can give the core away for a scheduler
+    # slice, so a count of polls would stretch with the load
+    idle = "  %idlefor = sub i64 %hnow, %since\n  %more = icmp ult i64 %idlefor, %iters"
+  else:
+    hentry, hphi, hpause, hjoin0, hjoin1 = "", "", "  br label %polled", "", ""
+    idle = "  %more = icmp ult i64 %next, %iters"
+  ticks_fn = (f"define i64 @tiny_pool_ticks() nounwind {{\nentry:\n  {_ticks(triple, 't')[0]}\n  ret i64 %t\n}}"
+              if blocks(triple) else "")
   return f"""define internal i64 @work(ptr %st, i64 %gen) nounwind {{
 entry:
 {_FIELDS}  br label %look
@@ -255,7 +258,7 @@ pause:
 {hpause}
 polled:
   %next = add i64 %i, 1
-  %more = icmp ult i64 %next, %iters
+{idle}
   br i1 %more, label %poll, label %idle
 join:
 {hjoin0}
@@ -267,6 +270,7 @@ join:
 idle:
   ret i64 %seen
 }}
+{ticks_fn}
 {decl}
 {tdecl}
 """
@@ -303,6 +307,10 @@ class NativePool:
     self.main = ctypes.CFUNCTYPE(None, ctypes.c_void_p, *[ctypes.c_int64] * 5)(self.main_addr)
     self.helper = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)(
       load("tiny_pool_helper", pool_ir(triple)))
+    self.blocks = blocks(triple)
+    """Whether the launcher blocks and the helpers yield (`blocks`); then `helper`'s `iters` counts ticks of
+    `ticks()` (the CPU's tick counter), else polls."""
+    self.ticks = ctypes.CFUNCTYPE(ctypes.c_int64)(load("tiny_pool_ticks", pool_ir(triple))) if self.blocks else None
     self._tramps: dict[tuple[int, int], int] = {}
 
   @property

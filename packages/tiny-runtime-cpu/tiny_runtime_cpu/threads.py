@@ -72,7 +72,7 @@ class ThreadPool:
     self.threads: list[threading.Thread] = []
     self._lock = threading.Lock()
     self.make_native, self.native = make_native, None
-    self.native_iters = 0  # native polls in native_spin_s: measured when the first helper starts
+    self.native_iters = 0  # native_spin_s in ticks or polls (`_calibrate`): measured when the first helper starts
     self.asleep: list[bool] = []  # per helper: blocked in Python (a native launch puts a token on the queue for each)
     self._native_lock = threading.Lock()  # one native launch at a time; others take the Python path
     self._native_busy = False  # a native launch or replay runs: set (under the GIL) before sleeping helpers are counted
@@ -88,8 +88,15 @@ class ThreadPool:
     for t in threads: t.join(1.0)
 
   def _calibrate(self) -> int:
-    """Native polls per `native_spin_s` (a poll's cost differs by CPU: x86's `pause` is 10-150 cycles)."""
+    """The helpers' idle bound, `native_spin_s`, in what `native.helper` counts: ticks of the CPU's tick counter
+    where the helpers yield (a yield can give the core away for a scheduler slice, so polls would not measure time),
+    else native polls (a poll's cost differs by CPU: x86's `pause` is 10-150 cycles)."""
     assert self.native is not None
+    if (ticks := self.native.ticks) is not None:  # two clocks read around a sleep: the ratio holds under any load
+      t0, w0 = ticks(), time.perf_counter()
+      time.sleep(2e-3)
+      t1, w1 = ticks(), time.perf_counter()
+      return max(1, int((t1 - t0) / max(w1 - w0, 1e-9) * self.native_spin_s))
     probe, n, best = (ctypes.c_int64 * 8)(), 1 << 14, float("inf")
     for _ in range(3):
       st = time.perf_counter()
