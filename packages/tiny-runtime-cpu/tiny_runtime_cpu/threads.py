@@ -9,7 +9,8 @@ With native dispatch (`make_native`: the CPU device's `native_pool.NativePool`),
 instead published in a shared block that the helpers poll natively, without the GIL, for `native_spin_s` after
 their last launch; shares are claimed and run there too, and the launching thread waits for the last share natively:
 it spins for twice its own share's time, then blocks (futex) until the last share's thread wakes it, giving its core
-to a helper the OS had descheduled (`native_pool`).
+to a helper the OS had descheduled; a polling helper yields its core once past its own last share's time
+(`native_pool`; x86-64 Linux, elsewhere both spin).
 A helper that saw no launch for that long blocks on the queue, and the next native launch puts a token there for
 it. One native launch runs at a time: a launch from a second Python thread meanwhile takes the queue path.
 """
