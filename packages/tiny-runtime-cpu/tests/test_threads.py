@@ -258,9 +258,7 @@ def test_native_helper_stays_native_across_back_to_back_launches() -> None:
   dev = CPUDevice("CPU")
   addr, tramp = _native_kernel(dev)
   native = NativePool(dev.native_load, dev.native_triple)  # a block of its own: no pool helper polls it
-  probe, st = (ctypes.c_int64 * 8)(), time.perf_counter()
-  native.helper(ctypes.addressof(probe), 0, 1 << 14)  # a block that never changes: 2**14 idle polls
-  iters = max(1 << 14, int((1 << 14) * 0.5 / max(time.perf_counter() - st, 1e-9)))  # polls in ~0.5 s
+  iters = dev.pool.native_iters * int(0.5 / dev.pool.native_spin_s)  # ~0.5 s, in the pool's unit (ticks or polls)
   got: list[int] = []
   helper = threading.Thread(target=lambda: got.append(native.helper(native.state_addr, 0, iters)))
   helper.start()
@@ -391,3 +389,100 @@ def test_python_launch_of_a_cheap_split_kernel_runs_inline(monkeypatch: pytest.M
     monkeypatch.undo()
   again = get_program(_add(n, "inline_unknown"), ren)  # told later: the loaded program learns its cost
   assert dev.get_program(again.name, again.lib, cost=again.cost).cost == again.cost
+
+
+def _blocking_pool() -> Any:
+  """A fresh CPU device whose pool has a helper and whose launcher blocks after its spin (skips where it can't)."""
+  from tiny_runtime_cpu.cpu import CPUDevice
+  from tiny_runtime_cpu.native_pool import blocks
+  dev = CPUDevice("CPU")
+  if dev.pool.workers < 1: pytest.skip("one thread: no helper to hand a share to")
+  if not blocks(dev.native_triple): pytest.skip(f"{dev.native_triple}: the launcher only spins (no futex)")
+  _native_kernel(dev)  # starts the helpers and native dispatch
+  return dev
+
+
+def test_launcher_blocks_while_a_helper_is_held_off_and_the_launch_completes() -> None:
+  """A launch whose helper share is held in Python (it sleeps 60 ms: as a helper the OS descheduled) while the
+  launcher's own share takes 2 ms (time for a woken helper to claim the other): the launcher spins twice its share's
+  time, then blocks (futex) until the helper ends the last share and wakes it; every share ran once, with its own
+  `core_id`."""
+  dev = _blocking_pool()
+  pool, launcher = dev.pool, threading.get_ident()
+  try:
+    ran: list[tuple[int, bool]] = []
+
+    def share(out: int, v: int, core: int) -> None:
+      helper = threading.get_ident() != launcher
+      time.sleep(0.06 if helper else 0.002)
+      ran.append((core, helper))
+      ctypes.c_float.from_address(out + 4 * core).value = v * 1000 + core + 0.5
+    fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32)(share)
+    addr, tramp = ctypes.cast(fn, ctypes.c_void_p).value, pool.native.tramp(1, 1)
+    helped = 0
+    for it in range(50):  # until the helper took a share (it polls natively after the first launch)
+      ran.clear()
+      out, blocked = np.zeros(2, np.float32), pool.native.launcher_blocks
+      assert pool.run_native(tramp, addr, pool.native.args([out.ctypes.data, it]), 2)
+      np.testing.assert_array_equal(out, it * 1000 + np.arange(2) + 0.5)
+      assert sorted(c for c, _ in ran) == [0, 1]
+      if any(h for _, h in ran):
+        helped += 1
+        assert pool.native.launcher_blocks > blocked, "the launcher spun through the helper's 60 ms share"
+        if helped == 3: break
+    assert helped == 3, "the helper never took a share"
+  finally: dev.finalize()
+
+
+def test_launcher_wakeups_are_never_lost() -> None:
+  """300 launches of 2 shares (Python callbacks) that meet: share 0 waits for share 1 to start, so two threads run
+  them; share 1 then runs a time drawn at random (0-3 ms) while share 0 returns at once. Where the launcher ran
+  share 0, its spin budget is twice the time it waited for the helper, so the helper's share ends before, around and
+  after the launcher stops spinning and blocks. The launcher's wait ends every time (a lost wake-up would block it
+  for good: the launches run in a thread given 120 s), each share runs once, and some waits ended blocked."""
+  dev = _blocking_pool()
+  pool, rng = dev.pool, np.random.default_rng(0)
+  try:
+    started, ran, bad, blocked = threading.Event(), [0, 0], [], pool.native.launcher_blocks
+    delays = rng.uniform(0, 3e-3, 300)
+
+    def share(out: int, it: int, core: int) -> None:
+      if core == 1:
+        started.set()
+        time.sleep(float(delays[it]))
+      elif not started.wait(5): bad.append(("share 1 never started", it))
+      ran[core] += 1
+      ctypes.c_int32.from_address(out + 4 * core).value += 1
+    fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32)(share)
+    addr, tramp = ctypes.cast(fn, ctypes.c_void_p).value, pool.native.tramp(1, 1)
+
+    def launches() -> None:
+      for it in range(len(delays)):
+        started.clear()
+        out = np.zeros(2, np.int32)
+        if not pool.run_native(tramp, addr, pool.native.args([out.ctypes.data, it]), 2): bad.append(it)
+        elif not (out == 1).all(): bad.append((it, out))
+    t = threading.Thread(target=launches, daemon=True)
+    t.start()
+    t.join(120)
+    assert not t.is_alive(), "a launcher's wait never ended (a lost wake-up)"
+    assert not bad and ran == [len(delays)] * 2, (bad[:3], ran)
+    assert pool.native.launcher_blocks > blocked, "no launch blocked: the wake-up path was not tested"
+  finally: dev.finalize()
+
+
+@pytest.mark.parametrize("triple", ["x86_64-unknown-linux-gnu", "aarch64-unknown-linux-gnu",
+                                    "riscv64-unknown-linux-gnu", "x86_64-apple-darwin", "aarch64-apple-darwin"])
+def test_pool_ir_of_every_target_is_valid(triple: str) -> None:
+  """The dispatch code is valid LLVM IR for every target; it blocks and yields (futex, sched_yield syscalls, rdtsc
+  timing) on x86-64 Linux only, and there it compiles to three syscalls (wait, wake, yield); elsewhere it spins."""
+  import llvmlite.binding as llvm
+  from tiny_runtime_cpu.native_pool import blocks, pool_ir
+  mod = llvm.parse_assembly(pool_ir(triple))
+  mod.verify()
+  assert blocks(triple) == (triple == "x86_64-unknown-linux-gnu")
+  if blocks(triple):
+    llvm.initialize_native_asmparser()  # the inline assembly is parsed when the object is emitted
+    asm = llvm.Target.from_triple(triple).create_target_machine().emit_assembly(mod)
+    assert asm.count("syscall") == 3 and "rdtsc" in asm
+  else: assert "asm sideeffect" not in pool_ir(triple) and "readcyclecounter" not in pool_ir(triple)

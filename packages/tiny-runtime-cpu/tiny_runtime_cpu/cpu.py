@@ -134,13 +134,23 @@ class CPUProgram(Program):
   shared object (clang) loaded with ctypes."""
 
   python_min_work = 3 << 20
-  """A launch of several shares through this Python path (`__call__`: ctypes, then the pool's dispatch, ~8-15 µs
-  more wall than one inline call, which a replay's native handoff of ~0.1 µs doesn't pay) of a kernel whose cost
-  (`ProgramSpec.cost`: `lower.dims.kernel_cost`, given to `get_program` as `cost=`) is below this runs its shares on
-  the launching thread instead (`inline_launches` counts those). The renderer splits kernels from its much lower
-  `thread_min_work`, sized for replays. The value is the one the renderer's split threshold had when it was sized
-  for this path: measured on a 2-core znver4 under load ~6 (bench_cpu `launch_shares`; a+b 262144, 3.4M units, 207
-  -> 70 µs split; per-row sums of 262144, 2.1M units, 15 -> 24 µs, a loss)."""
+  """A launch of several shares through this Python path (`__call__`: ctypes, then the pool's dispatch) of a kernel
+  whose cost (`ProgramSpec.cost`: `lower.dims.kernel_cost`, given to `get_program` as `cost=`) is below this runs its
+  shares on the launching thread instead (`inline_launches` counts those); the renderer splits kernels from its much
+  lower `thread_min_work`, sized for replays, whose helpers poll natively and join in ~0.1 µs.
+
+  It is not derived from the machine model because what it stands for is no property of the CPU: launches made from
+  Python are further apart than the helpers' native poll (`ThreadPool.native_spin_s`), so the helper is blocked in
+  Python, and a split launch waits for the OS to wake it (a token on the pool's queue) and for it to take the GIL
+  and reach its native poll. That wake-up is the host's latency: 50-100 µs on a VM whose idle vCPU halts (an IPI
+  through the hypervisor), ~5-10 µs on bare metal or with halt-polling, and under load whatever the scheduler
+  gives; a split pays from ~2 wake-ups of one thread's work. Measuring it when the pool starts was rejected: one
+  wake-up varies 10x with the load of that moment, and its least of several, the robust figure, is the quiet-host
+  figure, which would split kernels that then lose under load. So it stays the one measured value, with what it
+  was measured as: a kernel of ~30-60 µs on one thread (at the 50-90 units/ns of `CPURenderer.thread_min_work`),
+  12x the renderer's minimum, from a 2-core znver4 under load ~6 (bench_cpu `launch_shares`; a+b 262144, 3.4M units,
+  207 -> 70 µs split; per-row sums of 262144, 2.1M units, 15 -> 24 µs, a loss). Set it per process where the host
+  wakes threads faster (lower) or slower (higher); it changes no result, only which thread runs a share."""
   inline_launches = 0
 
   def __init__(self, device: CPUDevice, name: str, lib: bytes, **kwargs: Any):

@@ -7,7 +7,10 @@ so the shares run in parallel.
 
 With native dispatch (`make_native`: the CPU device's `native_pool.NativePool`), a kernel launch (`run_native`) is
 instead published in a shared block that the helpers poll natively, without the GIL, for `native_spin_s` after
-their last launch; shares are claimed and run there too, and the launching thread waits for the last share natively.
+their last launch; shares are claimed and run there too, and the launching thread waits for the last share natively:
+it spins for twice its own share's time, then blocks (futex) until the last share's thread wakes it, giving its core
+to a helper the OS had descheduled; a polling helper yields its core once past its own last share's time
+(`native_pool`; x86-64 Linux, elsewhere both spin).
 A helper that saw no launch for that long blocks on the queue, and the next native launch puts a token there for
 it. One native launch runs at a time: a launch from a second Python thread meanwhile takes the queue path.
 """
@@ -70,7 +73,7 @@ class ThreadPool:
     self.threads: list[threading.Thread] = []
     self._lock = threading.Lock()
     self.make_native, self.native = make_native, None
-    self.native_iters = 0  # native polls in native_spin_s: measured when the first helper starts
+    self.native_iters = 0  # native_spin_s in ticks or polls (`_calibrate`): measured when the first helper starts
     self.asleep: list[bool] = []  # per helper: blocked in Python (a native launch puts a token on the queue for each)
     self._native_lock = threading.Lock()  # one native launch at a time; others take the Python path
     self._native_busy = False  # a native launch or replay runs: set (under the GIL) before sleeping helpers are counted
@@ -86,8 +89,15 @@ class ThreadPool:
     for t in threads: t.join(1.0)
 
   def _calibrate(self) -> int:
-    """Native polls per `native_spin_s` (a poll's cost differs by CPU: x86's `pause` is 10-150 cycles)."""
+    """The helpers' idle bound, `native_spin_s`, in what `native.helper` counts: ticks of the CPU's tick counter
+    where the helpers yield (a yield can give the core away for a scheduler slice, so polls would not measure time),
+    else native polls (a poll's cost differs by CPU: x86's `pause` is 10-150 cycles)."""
     assert self.native is not None
+    if (ticks := self.native.ticks) is not None:  # two clocks read around a sleep: the ratio holds under any load
+      t0, w0 = ticks(), time.perf_counter()
+      time.sleep(2e-3)
+      t1, w1 = ticks(), time.perf_counter()
+      return max(1, int((t1 - t0) / max(w1 - w0, 1e-9) * self.native_spin_s))
     probe, n, best = (ctypes.c_int64 * 8)(), 1 << 14, float("inf")
     for _ in range(3):
       st = time.perf_counter()
