@@ -14,8 +14,16 @@ from tiny_codegen.renderer.llvmir import LLVMRenderer
 
 import kernel_runner as kr
 
+
+
+class NoLdexpRenderer(LLVMRenderer):
+  """The host's LLVM renderer without LDEXP: exp2 scales by exponent bits, as on a CPU without AVX-512."""
+  ldexp_ops = ()
+
+
 MODES = [pytest.param(dtypes.float32, True, id="f32_via_f64"), pytest.param(dtypes.float32, False, id="f32"),
          pytest.param(dtypes.float64, False, id="f64")]
+RENDERERS = [pytest.param(LLVMRenderer, id="host"), pytest.param(NoLdexpRenderer, id="no_ldexp")]
 NP = {dtypes.float32: np.float32, dtypes.float64: np.float64}
 
 
@@ -50,13 +58,14 @@ def reference(fn, x: np.ndarray, dt) -> np.ndarray:
 
 
 @pytest.mark.parametrize("dt,via_f64", MODES)
-def test_ulp_error_at_most_one(dt, via_f64):
+@pytest.mark.parametrize("R", RENDERERS)
+def test_ulp_error_at_most_one(dt, via_f64, R):
   rng = np.random.default_rng(1)
   lim = 6000 if dt == dtypes.float32 else 1e6
   x = np.concatenate([rng.uniform(-160, 130, 3000), np.exp(rng.uniform(-85, 85, 3000)), rng.standard_normal(2000),
                       rng.uniform(-lim, lim, 2000), rng.uniform(0.5, 2.0, 2000)]).astype(NP[dt])
   if dt == dtypes.float64: x = np.concatenate([x, rng.uniform(-1070, 1020, 2000)])
-  for name, out, fn in zip(("exp2", "log2", "sin"), run_all(x, dt, via_f64), (np.exp2, np.log2, np.sin)):
+  for name, out, fn in zip(("exp2", "log2", "sin"), run_all(x, dt, via_f64, R), (np.exp2, np.log2, np.sin)):
     ref = reference(fn, x, dt)
     ok = ~np.isnan(ref)
     np.testing.assert_array_equal(np.isnan(out), np.isnan(ref), err_msg=name)
@@ -65,11 +74,12 @@ def test_ulp_error_at_most_one(dt, via_f64):
 
 
 @pytest.mark.parametrize("dt,via_f64", MODES)
-def test_special_values(dt, via_f64):
+@pytest.mark.parametrize("R", RENDERERS)
+def test_special_values(dt, via_f64, R):
   tiny = np.finfo(NP[dt]).smallest_subnormal
   x = np.array([np.inf, -np.inf, np.nan, 0.0, 1.0, -1.0, tiny, 3 * tiny, 2.0 ** -140, 1e30, 0.5, 2.0, -200, 2000],
                NP[dt])
-  e, l, s = run_all(x, dt, via_f64)
+  e, l, s = run_all(x, dt, via_f64, R)
   for out, ref in ((e, reference(np.exp2, x, dt)), (l, reference(np.log2, x, dt))):
     np.testing.assert_array_equal(np.isnan(out), np.isnan(ref))
     fin = np.isfinite(ref)
@@ -264,11 +274,12 @@ def _exp2_log2_args(dt) -> tuple[np.ndarray, np.ndarray]:
 
 
 @pytest.mark.parametrize("dt,via_f64", MODES)
-def test_exp2_log2_full_range(dt, via_f64):
+@pytest.mark.parametrize("R", RENDERERS)
+def test_exp2_log2_full_range(dt, via_f64, R):
   """exp2 within 1 ulp from subnormal results through overflow (inf exactly, 0 exactly where the true value rounds
   to 0, exp2(-0.0) = 1); log2 within 1 ulp of every positive float, log2(1 +- ulp) included."""
   e, x = _exp2_log2_args(dt)
-  ex = run_all(e, dt, via_f64)[0]
+  ex = run_all(e, dt, via_f64, R)[0]
   ref = reference(np.exp2, e, dt)
   assert not (bad := np.isinf(ex) != np.isinf(ref)).any(), f"exp2 overflow differs at {e[bad]}"
   assert not (bad := (ex == 0) != (ref == 0)).any(), f"exp2 underflow differs at {e[bad]}"
@@ -288,14 +299,15 @@ _FE_UNDERFLOW = {"x86_64": 0x10, "aarch64": 0x8}  # <fenv.h> FE_UNDERFLOW: glibc
 
 @pytest.mark.skipif(os.uname().machine not in _FE_UNDERFLOW, reason="FE_UNDERFLOW's value is known for x86_64/aarch64")
 @pytest.mark.parametrize("dt", [dtypes.float32, dtypes.float64])
-def test_exp2_of_arguments_that_round_to_zero_never_underflows(dt):
+@pytest.mark.parametrize("R", RENDERERS)
+def test_exp2_of_arguments_that_round_to_zero_never_underflows(dt, R):
   """exp2(x) for x far below the least subnormal is +0 without an underflowing multiply: on x86 each one takes a
   microcode assist (a masked softmax's exp of -1e9 scores ran ~14x slower than of ordinary ones)."""
   libm = ctypes.CDLL(ctypes.util.find_library("m"))
   flag = _FE_UNDERFLOW[os.uname().machine]
   x = np.array([-1e4, -np.inf, -1e30, float(-np.finfo(NP[dt]).nmant - np.finfo(NP[dt]).maxexp - 5)] * 8, NP[dt])
   libm.feclearexcept(flag)
-  e, _, _ = run_all(x, dt, False)
+  e, _, _ = run_all(x, dt, False, R)
   raised = libm.fetestexcept(flag)
   np.testing.assert_array_equal(e, np.zeros_like(x))
   assert not np.signbit(e).any()
@@ -360,7 +372,8 @@ def test_llvm_exp2_polynomial_is_fused_multiply_adds():
 
 
 @pytest.mark.parametrize("dt", [dtypes.float32, dtypes.float64])
-def test_exp2_absorbed_by_a_constant_sum(dt):
+@pytest.mark.parametrize("R", RENDERERS)
+def test_exp2_absorbed_by_a_constant_sum(dt, R):
   """`c + exp2(x)` with |c| >= 1 (sigmoid's denominator) computes exp2 of max(x, -(mant+2)) without the underflow and
   subnormal lanes (`pm_absorbed_exp2`): bit for bit c + the full exp2 rounded (every exp2 below 2**-(mant+2) rounds
   away in the sum), NaN/inf as before; the generated source has no 2**-64 subnormal scaling, which a plain exp2
@@ -375,15 +388,18 @@ def test_exp2_absorbed_by_a_constant_sum(dt):
   i = UOp.range(n, 0)
   v = a.index(i).load()
   stores = [o.index(i).store(v.exp2() + UOp.const(dt, c)) for o, c in zip(outs_p, cs)]
-  r = LLVMRenderer()
+  r = R()
   r.threads = 1
   spec = get_program(UOp.sink(*stores, outs_p[-1].index(i).store(v.exp2()), arg=KernelInfo(f"exp2_sum_{dt.name}")), r)
   def alone(c: float | None) -> str:
     e = v.exp2() if c is None else v.exp2() + UOp.const(dt, c)
     return get_program(UOp.sink(outs_p[0].index(i).store(e), arg=KernelInfo(f"exp2_one_{dt.name}_{c}")), r).src
   plain, one, half = alone(None), alone(1.0), alone(0.5)
-  assert scale in plain and scale in half and scale not in one, one
-  assert one.count("fcmp") < plain.count("fcmp") and one.count("select") < plain.count("select"), one
+  if dt in r.ldexp_ops:  # LDEXP scales subnormal results itself: the plain exp2 keeps only its underflow select
+    assert "scalef" in plain and scale not in plain + half + one and one.count("select") < plain.count("select"), one
+  else:
+    assert scale in plain and scale in half and scale not in one, one
+    assert one.count("fcmp") < plain.count("fcmp") and one.count("select") < plain.count("select"), one
   rng = np.random.default_rng(7)
   hi = 1100 if dt == dtypes.float64 else 140
   x = np.concatenate([rng.uniform(-hi, hi, n - 64), np.arange(-mant - 6, -mant + 2, 0.25)[:48],
@@ -395,3 +411,50 @@ def test_exp2_absorbed_by_a_constant_sum(dt):
     for c, out in zip(cs, outs[:-1]):
       want = (outs[-1] + NP[dt](c)).astype(NP[dt])  # the full exp2, then the sum rounded once
       np.testing.assert_array_equal(out, want, err_msg=f"c={c}")
+
+
+def test_scalef_only_on_avx512_targets():
+  """LDEXP (`vscalefps`) is rendered for float32 where the target has AVX512F and AVX512VL (the 128/256-bit forms the
+  widened narrow vectors use), and the exp2 decomposition only emits it for a renderer that lists the dtype."""
+  from tiny_codegen.renderer.llvmir import scalef_lanes
+  assert scalef_lanes("x86_64-unknown-linux-gnu", "+avx2,+fma,+avx512f,+avx512vl,+avx512dq") == 16
+  assert scalef_lanes("x86_64-unknown-linux-gnu", "+avx2,+fma,-avx512f") == 0
+  assert scalef_lanes("x86_64-unknown-linux-gnu", "+avx512f,-avx512vl") == 0
+  assert scalef_lanes("aarch64-unknown-linux-gnu", "+neon,+avx512f,+avx512vl") == 0
+  from tiny_codegen.renderer.cstyle import ClangRenderer
+  assert not getattr(ClangRenderer(), "ldexp_ops", ()) and NoLdexpRenderer().ldexp_ops == ()
+
+
+@pytest.mark.parametrize("upcast", [0, 3, 8, 16, 32])
+def test_exp2_ldexp_vectors_match_the_exponent_bit_path(upcast):
+  """exp2 of float32 scaled by LDEXP (one `vscalefps`, a vector widened to 4/8/16 lanes, or two 16-lane halves; a
+  scalar loop as `llvm.ldexp`, which LLVM's loop vectorizer widens) is bit for bit the exponent-bit path's result
+  (both round once), over the whole range: subnormal results, the overflow edge, +-inf, NaN, +-0. On a host
+  without AVX-512 both sides are the exponent-bit path (no `scalef` in the source)."""
+  from tiny_codegen.opt.kernel import Opt, OptOps
+  n = 96 * 32
+  c0, c1, a = [UOp(Ops.PARAM, dtypes.float32.ptr(n), arg=i) for i in range(3)]
+  i = UOp.range(n, 0)
+  v = a.index(i).load()
+  opts = (Opt(OptOps.UPCAST, 0, upcast),) if upcast else ()
+  srcs, outs = [], []
+  x = np.random.default_rng(11).uniform(-160, 140, n).astype(np.float32)
+  x[:40] = [0.0, -0.0, np.inf, -np.inf, np.nan, 128.0, 127.99999, 127.5, 127.49999, -126.0, -126.5, -149.0, -149.5,
+            -150.0, -150.5, -151.0, -152.0, -1e30, 1e30, 1e-40, -1e-40, 0.5, -0.5, 1.0, -1.0, 1e-7, -1e-7, 3.3, 64.0,
+            -64.0, -125.9, -126.1, -148.99, -149.01, 100.25, -100.25, 2.0 ** -24, -(2.0 ** -24), 88.0, -88.0]
+  for R in (LLVMRenderer, NoLdexpRenderer):
+    r = R()
+    r.threads = 1
+    ast = UOp.sink(c0.index(i).store(v.exp2()), c1.index(i).store(UOp.const(dtypes.float32, 1.0) + v.exp2()),
+                   arg=KernelInfo(f"exp2_up{upcast}_{len(srcs)}", opts_to_apply=opts))
+    spec = get_program(ast, r)
+    srcs.append(spec.src)
+    o = [np.zeros(n, np.float32), np.zeros(n, np.float32)]
+    kr.run(spec, [*o, x])
+    outs.append(o)
+  assert ("scalef" in srcs[0] or "ldexp" in srcs[0]) == bool(LLVMRenderer().ldexp_ops), srcs[0]
+  assert "scalef" not in srcs[1] and "ldexp" not in srcs[1], srcs[1]
+  for got, want in zip(outs[0], outs[1]): np.testing.assert_array_equal(got.view(np.int32), want.view(np.int32))
+  ref = reference(np.exp2, x, dtypes.float32)
+  nan = np.isnan(ref)
+  assert np.isnan(outs[0][0][nan]).all() and ulp_dist(outs[0][0][~nan], ref[~nan]).max() <= 1

@@ -167,6 +167,22 @@ def test_fdiv_vs_numpy(dt):
 
 
 @pytest.mark.parametrize("dt", FLOATS, ids=str)
+def test_ldexp_vs_numpy(dt):
+  """LDEXP(a, b) = a * 2**b rounded once for integer-valued b (np.ldexp): across the exponent range, into subnormals
+  and past the largest finite (inf), with NaN/inf/0 operands; ints refuse it."""
+  a, _ = pairs(dt)
+  fi = np.finfo(to_numpy(dt))
+  b = np.random.default_rng(RNG_SEED).integers(-fi.maxexp - fi.nmant - 8, fi.maxexp + 8, len(a))
+  b[:6] = [0, 1, -1, fi.maxexp, -fi.maxexp - fi.nmant, -fi.maxexp - fi.nmant - 1]
+  with np.errstate(all="ignore"): ref = np.ldexp(a, b.astype(np.int32))
+  check(Ops.LDEXP, dt, [(a, dt), (b.astype(to_numpy(dt)), dt)], ref)
+  assert math.isnan(exec_alu(Ops.LDEXP, dt, (math.nan, 3.0)))
+  assert exec_alu(Ops.LDEXP, dt, (-math.inf, -5.0)) == -math.inf
+  assert exec_alu(Ops.LDEXP, dt, (-0.0, 7.0)) == 0 and math.copysign(1, exec_alu(Ops.LDEXP, dt, (-0.0, 7.0))) == -1
+  with pytest.raises(TypeError): exec_alu(Ops.LDEXP, dtypes.int32, (1, 2))
+
+
+@pytest.mark.parametrize("dt", FLOATS, ids=str)
 def test_float_cdiv_is_trunc_of_division(dt):
   a, b = pairs(dt)
   with np.errstate(all="ignore"): ref = np.trunc(np.divide(a, b))
@@ -348,7 +364,8 @@ def test_tables_cover_every_alu_op():
     assert not missing, (dt, missing)
   for dt in dtypes.floats:
     missing = {Ops.ADD, Ops.SUB, Ops.MUL, Ops.NEG, Ops.MAX, Ops.FDIV, Ops.CDIV, Ops.CMOD, Ops.EXP2, Ops.LOG2, Ops.SIN,
-               Ops.SQRT, Ops.RECIPROCAL, Ops.TRUNC, Ops.POW, Ops.WHERE, Ops.MULACC, Ops.CAST} - set(python_alu[dt])
+               Ops.SQRT, Ops.RECIPROCAL, Ops.TRUNC, Ops.POW, Ops.WHERE, Ops.MULACC, Ops.CAST,
+               Ops.LDEXP} - set(python_alu[dt])
     assert not missing, (dt, missing)
 
 

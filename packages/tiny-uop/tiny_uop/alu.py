@@ -11,14 +11,17 @@ Integers (two's complement, results wrap to the dtype):
   INT_MIN. SHL/SHR take the shift count modulo the bit width (`b & (bits-1)`, what x86 does for 32/64-bit shifts, and
   what a renderer must emit to agree); SHR is arithmetic for signed and logical for unsigned types.
   POW: `a ** b` wrapped for b >= 0; for b < 0 the truncated real result (1 for a == 1, +-1 for a == -1, else 0).
-  TRUNC is the identity. FDIV, EXP2, LOG2, SIN, SQRT, RECIPROCAL are float-only (a TypeError otherwise).
+  TRUNC is the identity. FDIV, EXP2, LOG2, SIN, SQRT, RECIPROCAL, LDEXP are float-only (a TypeError otherwise).
 Floats: every op is computed exactly (or in float64, which is correctly rounded for + - * / sqrt of narrower types)
   and rounded once to the dtype (`round_float`); MULACC rounds after the multiply and after the add (not fused).
   IEEE specials as numpy: MAX propagates NaN (`np.maximum`) and MAX(-0, +0) = +0; comparisons with NaN are False
   except CMPNE; FDIV and RECIPROCAL by +-0 give a signed inf (0/0 NaN); LOG2(0) = -inf, LOG2(<0) = NaN;
   SQRT(<0) = NaN; SIN(+-inf) = NaN; EXP2 overflows to inf; TRUNC keeps the sign of zero; POW follows C's `pow`; CDIV is
-  `trunc(a / b)` (the quotient rounded to the dtype first) and CMOD is C's `fmod`. NaN payloads are not kept
-  (Python floats): a NaN result, and BITCAST of a NaN, is the quiet NaN of its sign.
+  `trunc(a / b)` (the quotient rounded to the dtype first) and CMOD is C's `fmod`. LDEXP(a, b) is a * 2**b for an
+  integer-valued b of a's dtype in int32's range, rounded once (overflow to inf, subnormal results kept), NaN for a
+  NaN a; only the exp2 decomposition makes it (|b| <= 152), for renderers that list the dtype in `ldexp_ops`
+  (computed here for other b as 2**floor(b), `vscalefps`'s rule, which is not part of the contract). NaN payloads
+  are not kept (Python floats): a NaN result, and BITCAST of a NaN, is the quiet NaN of its sign.
 Bool: ops compute on 0/1 and the result is `!= 0` (ADD is OR, MUL is AND, SUB is XOR, MAX is OR).
 CAST: float -> int truncates toward zero (out of range: see `dtype.float_to_int`); int -> float rounds to nearest
   even; anything -> bool is `!= 0` (NaN is True); bool -> number is 0/1; float -> float rounds to nearest even.
@@ -77,6 +80,16 @@ def _fdiv(a: float, b: float) -> float:
 def _recip(x: float) -> float:
   try: return 1.0 / x
   except ZeroDivisionError: return math.copysign(_INF, x)
+
+
+def _ldexp(a: float, b: float) -> float:
+  if a != a or b != b: return _NAN
+  if math.isinf(b): return a * (_INF if b > 0 else 0.0)  # (0 * 2**inf, inf * 2**-inf: NaN)
+  if a == 0 or math.isinf(a): return a
+  m, e = math.frexp(a)
+  n = e + int(math.floor(b))  # a * 2**floor(b) = m * 2**n, 1/2 <= |m| < 1: beyond float64's exponents, inf or 0
+  if n > 1024: return math.copysign(_INF, a)
+  return math.ldexp(m, max(n, -1100))
 
 
 def _exp2(x: float) -> float:
@@ -259,7 +272,7 @@ def _float_table(dt: DType) -> dict[Ops, Callable]:
     Ops.ADD: r2(operator.add), Ops.SUB: r2(operator.sub), Ops.MUL: r2(operator.mul), Ops.NEG: operator.neg,
     Ops.MAX: _fmax, Ops.CMPLT: operator.lt, Ops.CMPNE: operator.ne, Ops.CMPEQ: operator.eq,
     Ops.FDIV: r2(_fdiv), Ops.CDIV: lambda a, b: _ftrunc(round_float(_fdiv(a, b), dt)),
-    Ops.CMOD: r2(_fcmod), Ops.POW: r2(_fpow),
+    Ops.CMOD: r2(_fcmod), Ops.POW: r2(_fpow), Ops.LDEXP: r2(_ldexp),
     Ops.EXP2: r1(_exp2), Ops.LOG2: r1(_log2), Ops.SIN: r1(_sin), Ops.SQRT: r1(_sqrt), Ops.RECIPROCAL: r1(_recip),
     Ops.TRUNC: _ftrunc, Ops.MULACC: (lambda a, b, c: round_float(mulacc(a, b, c), dt)),
     Ops.WHERE: lambda c, a, b: a if c else b, Ops.CAST: lambda x: _cast(x, dt)}

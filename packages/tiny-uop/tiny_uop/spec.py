@@ -73,7 +73,7 @@ def _bind_ok(x: UOp) -> Result:
   return x.dtype is v.dtype or f"BIND dtype {x.dtype!r} != variable dtype {v.dtype!r}"
 
 
-_FLOAT_ONLY = {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIPROCAL, Ops.FDIV}
+_FLOAT_ONLY = {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIPROCAL, Ops.FDIV, Ops.LDEXP}
 _INT_ONLY = {Ops.SHL, Ops.SHR}
 _BITWISE = {Ops.XOR, Ops.OR, Ops.AND}
 _NSRC = {**{o: 1 for o in GroupOp.Unary}, **{o: 2 for o in GroupOp.Binary}, **{o: 3 for o in GroupOp.Ternary}}

@@ -55,7 +55,7 @@ class Ops(FastEnum):
   # binary ALU
   ADD = auto(); MUL = auto(); SUB = auto(); FDIV = auto(); CDIV = auto(); CMOD = auto(); SHL = auto()  # noqa: E702
   SHR = auto(); MAX = auto(); CMPLT = auto(); CMPNE = auto(); CMPEQ = auto(); XOR = auto(); OR = auto()  # noqa: E702
-  AND = auto(); POW = auto(); THREEFRY = auto()  # noqa: E702
+  AND = auto(); POW = auto(); THREEFRY = auto(); LDEXP = auto()  # noqa: E702
   # ternary ALU
   WHERE = auto(); MULACC = auto()  # noqa: E702
   # reduce
@@ -88,7 +88,7 @@ class GroupOp:
   """Named sets of ops."""
   Unary = {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIPROCAL, Ops.NEG, Ops.TRUNC}
   Binary = {Ops.ADD, Ops.MUL, Ops.SUB, Ops.FDIV, Ops.CDIV, Ops.CMOD, Ops.SHL, Ops.SHR, Ops.MAX, Ops.CMPLT,
-            Ops.CMPNE, Ops.CMPEQ, Ops.XOR, Ops.OR, Ops.AND, Ops.POW, Ops.THREEFRY}
+            Ops.CMPNE, Ops.CMPEQ, Ops.XOR, Ops.OR, Ops.AND, Ops.POW, Ops.THREEFRY, Ops.LDEXP}
   Ternary = {Ops.WHERE, Ops.MULACC}
   ALU = Unary | Binary | Ternary
   Elementwise = ALU | {Ops.CAST, Ops.BITCAST}

@@ -72,7 +72,8 @@ def _transcendental(sink: UOp, ren: Renderer) -> UOp:
   if not (ops := frozenset(getattr(ren, "decompose_ops", ()))): return sink
   via = getattr(ren, "transcendental_via_f64", False)
   return graph_rewrite(sink, pm_transcendental, (ops, ops if via is True else frozenset(via or ()),
-                                                 bool(getattr(ren, "fused_mulacc", False))), name="transcendental",
+                                                 bool(getattr(ren, "fused_mulacc", False)),
+                                                 frozenset(getattr(ren, "ldexp_ops", ()))), name="transcendental",
                        bpm=pm_absorbed_exp2)
 
 

@@ -25,7 +25,7 @@ from tiny_codegen.renderer import (CPURenderer, RenderError, ValueNames, kernel_
 
 _INTR = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc", Ops.POW: "pow"}
 _ALU_OPS = {*_INTR, Ops.WHERE, Ops.NEG, Ops.RECIPROCAL, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.MULACC, Ops.ADD,
-            Ops.SUB, Ops.MUL, Ops.FDIV, Ops.CDIV, Ops.CMOD, Ops.SHL, Ops.SHR, Ops.AND, Ops.OR, Ops.XOR}
+            Ops.LDEXP, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.CDIV, Ops.CMOD, Ops.SHL, Ops.SHR, Ops.AND, Ops.OR, Ops.XOR}
 _FLOAT_ORDER = {dtypes.float16: 0, dtypes.bfloat16: 0, dtypes.float32: 1, dtypes.float64: 2}
 
 
@@ -98,6 +98,14 @@ class LLVMRenderer(CPURenderer):
   def make_compiler(self) -> LLVMCompiler: return LLVMCompiler()
 
   @property
+  def ldexp_ops(self) -> tuple[DType, ...]:
+    """The dtypes LDEXP renders for (as `vscalefps`, `scalef_lanes`), which the exp2 decomposition then scales
+    with (lower/transcendental.py): float32 on AVX-512 targets, none elsewhere. A property of the compiler's
+    target, as `vector_registers`."""
+    return (dtypes.float32,) if scalef_lanes(getattr(self.compiler, "triple", ""),
+                                             getattr(self.compiler, "features", "")) else ()
+
+  @property
   def machine(self) -> Machine:
     """The machine model the CPU heuristics derive their blocking from (`tiny_codegen.machine.host_machine`: this
     host's caches and vector registers, `TINY_MACHINE` overrides applied). A property, not an instance setting, so
@@ -155,6 +163,15 @@ def range_widths(triple: str, features: str) -> tuple[int, ...]:
   feats = set(features.split(","))
   if not triple.startswith(("x86_64", "amd64")) or "+avx512dq" not in feats: return ()
   return (128, 256, 512) if "+avx512vl" in feats else (512,)
+
+
+@functools.cache
+def scalef_lanes(triple: str, features: str) -> int:
+  """The float32 lanes of the widest `vscalefps` on LLVM's target (Intel SDM vol. 2, VSCALEFPS: AVX512F has the
+  512-bit form, AVX512VL the 128- and 256-bit ones, which `scalef_of` then needs for a narrower vector): 16 with
+  both, 0 otherwise (off x86-64, or no LDEXP: the exp2 decomposition keeps its exponent-bit arithmetic)."""
+  feats = set(features.split(","))
+  return 16 if triple.startswith(("x86_64", "amd64")) and {"+avx512f", "+avx512vl"} <= feats else 0
 
 
 def range_lanes(widths: tuple[int, ...], dt: DType) -> int:
@@ -273,6 +290,46 @@ class _LLVMEmitter:
     low = "<" + ", ".join(f"i32 {i}" for i in range(n)) + ">"
     return self.op(f"shufflevector {wt} {out}, {wt} poison, <{n} x i32> {low}")
 
+  def scalef_of(self, dt: DType, a: str, b: str) -> str:
+    """LDEXP(a, b) of float32 (alu.py: a * 2**b, b integer-valued, rounded once) as `vscalefps`: a vector of up to
+    16 lanes widened with poison lanes to the narrowest 128/256/512-bit form and the low lanes taken back; a wider
+    vector in 16-lane pieces, concatenated; a scalar as `llvm.ldexp` of b converted to int32."""
+    n = dt.count
+    if n > 16:
+      parts = [self.scalef_of(dtypes.float32.vec(min(16, n - i)), *(self.lanes_of(x, dt, i, min(16, n - i))
+                                                                     for x in (a, b))) for i in range(0, n, 16)]
+      out = parts[0]
+      for i, p in zip(range(16, n, 16), parts[1:]):
+        out = self.concat(out, dtypes.float32.vec(i), p, dtypes.float32.vec(min(16, n - i)))
+      return out
+    if n == 1:  # llvm.ldexp: LLVM's loop vectorizer widens it (a target intrinsic it would not), x86 then vscalefps
+      self.decls.add("declare float @llvm.ldexp.f32.i32(float, i32)")
+      return self.op(f"call float @llvm.ldexp.f32.i32(float {a}, i32 {self.op(f'fptosi float {b} to i32')})")
+    lanes = next(w for w in (4, 8, 16) if w >= n)
+    wt, fn = f"<{lanes} x float>", f"llvm.x86.avx512.mask.scalef.ps.{lanes * 32}"
+    tail = ", i32 4" if lanes == 16 else ""  # the 512-bit form's rounding operand: 4, the current direction
+    self.decls.add(f"declare {wt} @{fn}({wt}, {wt}, {wt}, i{max(8, lanes)}{', i32' if tail else ''})")
+    if n != lanes:
+      widen = "<" + ", ".join([f"i32 {i}" for i in range(n)] + ["i32 poison"] * (lanes - n)) + ">"
+      a, b = (self.op(f"shufflevector {ltype(dt)} {x}, {ltype(dt)} poison, <{lanes} x i32> {widen}") for x in (a, b))
+    out = self.op(f"call {wt} @{fn}({wt} {a}, {wt} {b}, {wt} poison, i{max(8, lanes)} -1{tail})")
+    if n == lanes: return out
+    low = "<" + ", ".join(f"i32 {i}" for i in range(n)) + ">"
+    return self.op(f"shufflevector {wt} {out}, {wt} poison, <{n} x i32> {low}")
+
+  def lanes_of(self, x: str, dt: DType, start: int, n: int) -> str:
+    """Lanes start .. start+n-1 of the vector x of type dt, as a vector of n."""
+    idx = "<" + ", ".join(f"i32 {i}" for i in range(start, start + n)) + ">"
+    return self.op(f"shufflevector {ltype(dt)} {x}, {ltype(dt)} poison, <{n} x i32> {idx}")
+
+  def concat(self, x: str, xt: DType, y: str, yt: DType) -> str:
+    """The vector x followed by y (same scalar type)."""
+    if xt.count != yt.count:  # shufflevector takes equal widths: y widened with poison lanes first
+      widen = "<" + ", ".join([f"i32 {i}" for i in range(yt.count)] + ["i32 poison"] * (xt.count - yt.count)) + ">"
+      y = self.op(f"shufflevector {ltype(yt)} {y}, {ltype(yt)} poison, <{xt.count} x i32> {widen}")
+    idx = "<" + ", ".join(f"i32 {i}" for i in range(xt.count + yt.count)) + ">"
+    return self.op(f"shufflevector {ltype(xt)} {x}, {ltype(xt)} {y}, <{xt.count + yt.count} x i32> {idx}")
+
   def splat(self, lit: str, dt: DType) -> str:
     """The literal `lit` of scalar type dt.scalar(), as a vector of dt.count lanes when dt is a vector."""
     return lit if dt.count == 1 else "<" + ", ".join([f"{ltype(dt.scalar())} {lit}"] * dt.count) + ">"
@@ -379,6 +436,7 @@ class _LLVMEmitter:
       if isb: self.emit(f"{out} = xor {t} {a[0]}, {'true' if sdt.count == 1 else 'splat (i1 true)'}")
       elif isf: self.emit(f"{out} = fneg {t} {a[0]}")
       else: self.emit(f"{out} = sub {t} zeroinitializer, {a[0]}")
+    elif op is Ops.LDEXP and sdt.scalar() == dtypes.float32: return self.scalef_of(sdt, a[0], a[1])
     elif op is Ops.RECIPROCAL:
       one = f"splat ({ltype(sdt.scalar())} 1.0)" if sdt.count > 1 else "1.0"
       self.emit(f"{out} = fdiv {t} {one}, {a[0]}")
