@@ -31,7 +31,12 @@ meanwhile. Here a launch is published in a small shared block and claimed by nat
   values, one int64 each) with its exact prototype (docs/PIPELINE.md §4), so no ABI is assumed.
 
 A share is claimed by a compare-and-swap of `next` = generation << 32 | index, so a helper still looking at an
-ended launch can never claim a share of the next one. The block's words: 0 the published generation, 1 `next`,
+ended launch can never claim a share of the next one. The launcher first closes `next` (the new generation with
+index 2**32-1, then a full fence) and only then writes the launch's fields: a helper that read the ended launch's
+`next` and then the new launch's share count fails its compare-and-swap, where (with the fields written first) it
+could claim a share past the ended launch's last one and run it with the new launch's kernel and a mix of the two
+launches' arguments (a crash in a kernel, seen under load), and count it as one of the new launch's shares.
+The block's words: 0 the published generation, 1 `next`,
 2 shares finished, 3 shares in all, 4 trampoline, 5 kernel, 6 arguments, 7 shares the helpers ran (a count that
 only grows: `NativePool.helper_shares`, how often a second thread took part, for tests and benches), 8 the
 launcher's wait word (its low 32 bits: 1 while the launcher may block on it), 9 the launcher's blocking waits (a
@@ -202,7 +207,7 @@ look:
   br i1 %same, label %check, label %out
 check:
   %idx = and i64 %cur, 4294967295
-  %n = load i64, ptr %pn, align 8
+  %n = load atomic i64, ptr %pn acquire, align 8
   %left = icmp ult i64 %idx, %n
   br i1 %left, label %claim, label %out
 claim:
@@ -211,9 +216,9 @@ claim:
   %won = extractvalue {{ i64, i1 }} %pair, 1
   br i1 %won, label %run, label %look
 run:
-  %tramp = load ptr, ptr %ptramp, align 8
-  %fn = load ptr, ptr %pfn, align 8
-  %args = load ptr, ptr %pargs, align 8
+  %tramp = load atomic ptr, ptr %ptramp monotonic, align 8
+  %fn = load atomic ptr, ptr %pfn monotonic, align 8
+  %args = load atomic ptr, ptr %pargs monotonic, align 8
   %core = trunc i64 %idx to i32
   call void %tramp(ptr %fn, ptr %args, i32 %core)
   %old = atomicrmw add ptr %pfin, i64 1 seq_cst, align 8
@@ -227,12 +232,15 @@ out:
 
 define void @tiny_pool_main(ptr %st, i64 %gen, i64 %n, i64 %tramp, i64 %fn, i64 %args) nounwind {{
 entry:
-{_FIELDS}  store i64 %n, ptr %pn, align 8
-  store i64 %tramp, ptr %ptramp, align 8
-  store i64 %fn, ptr %pfn, align 8
-  store i64 %args, ptr %pargs, align 8
+{_FIELDS}  %first = shl i64 %gen, 32
+  %closed = or i64 %first, 4294967295
+  store atomic i64 %closed, ptr %pnext seq_cst, align 8
+  fence seq_cst
+  store atomic i64 %n, ptr %pn monotonic, align 8
+  store atomic i64 %tramp, ptr %ptramp monotonic, align 8
+  store atomic i64 %fn, ptr %pfn monotonic, align 8
+  store atomic i64 %args, ptr %pargs monotonic, align 8
   store atomic i64 0, ptr %pfin release, align 8
-  %first = shl i64 %gen, 32
   store atomic i64 %first, ptr %pnext release, align 8
   store atomic i64 %gen, ptr %st release, align 8
   {t0}
