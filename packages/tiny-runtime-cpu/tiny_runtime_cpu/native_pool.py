@@ -36,11 +36,11 @@ index 2**32-1, then a full fence) and only then writes the launch's fields: a he
 `next` and then the new launch's share count fails its compare-and-swap, where (with the fields written first) it
 could claim a share past the ended launch's last one and run it with the new launch's kernel and a mix of the two
 launches' arguments (a crash in a kernel, seen under load), and count it as one of the new launch's shares.
-The block's words: 0 the published generation, 1 `next`,
-2 shares finished, 3 shares in all, 4 trampoline, 5 kernel, 6 arguments, 7 shares the helpers ran (a count that
-only grows: `NativePool.helper_shares`, how often a second thread took part, for tests and benches), 8 the
-launcher's wait word (its low 32 bits: 1 while the launcher may block on it), 9 the launcher's blocking waits (a
-count that only grows: `NativePool.launcher_blocks`). Polls use the CPU's spin-wait hint (x86 `pause`, Arm `yield`).
+The block's words: 0 the published generation, 1 `next`, 2 shares finished, 3 shares in all, 4 trampoline, 5 kernel,
+6 arguments, 7 shares the helpers ran (a count that only grows: `NativePool.helper_shares`, how often a second
+thread took part, for tests and benches), 8 the launcher's wait word (its low 32 bits: 1 while the launcher may
+block on it), 9 the launcher's blocking waits (a count that only grows: `NativePool.launcher_blocks`). Polls use the
+CPU's spin-wait hint (x86 `pause`, Arm `yield`).
 
 No wake-up is lost: the launcher stores 1 in the wait word, then reads `finished` again and blocks only if shares
 are left, and only while the word is still 1 (the futex compares it atomically); the thread that ends the last share
