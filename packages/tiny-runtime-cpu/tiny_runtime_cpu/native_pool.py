@@ -100,6 +100,17 @@ def blocks(triple: str) -> bool:
   return bool(_futex(triple, "r", 0, 0) and _ticks(triple, "t")[0])
 
 
+def _spin(hint: str) -> str:
+  """The launcher's wait loop: `wait` goes to `out` once every share of the launch ended, else to `pause`, which
+  runs the spin-wait `hint` and falls through to what the caller appends."""
+  return f"""wait:
+  %done = load atomic i64, ptr %pfin acquire, align 8
+  %all = icmp uge i64 %done, %n
+  br i1 %all, label %out, label %pause
+pause:
+  {hint}"""
+
+
 _FIELDS = "".join(f"  %{name} = getelementptr i64, ptr %st, i64 {i}\n"
                   for i, name in enumerate(("pnext", "pfin", "pn", "ptramp", "pfn", "pargs", "phelped", "pwait",
                                             "pblocks"), start=1))
@@ -135,12 +146,7 @@ wake:
   %budget = shl i64 %per, 1
   %until = add i64 %t1, %budget
   br label %wait
-wait:
-  %done = load atomic i64, ptr %pfin acquire, align 8
-  %all = icmp uge i64 %done, %n
-  br i1 %all, label %out, label %pause
-pause:
-  {call}
+{_spin(call)}
   {tnow}
   %over = sub i64 %now, %until
   %late = icmp sgt i64 %over, 0
@@ -160,14 +166,7 @@ clear:
   else:
     t0, tdecl = "", ""
     wake = "  br label %counted"
-    wait = f"""  br label %wait
-wait:
-  %done = load atomic i64, ptr %pfin acquire, align 8
-  %all = icmp uge i64 %done, %n
-  br i1 %all, label %out, label %pause
-pause:
-  {call}
-  br label %wait"""
+    wait = f"  br label %wait\n{_spin(call)}\n  br label %wait"
   if blocks(triple):
     # after a launch, poll hot for as long as the helper's own last share took (the launcher is likely still in its
     # share of that launch, the next comes after it); then each poll also yields the core to any thread that wants it
