@@ -278,17 +278,13 @@ class _LLVMEmitter:
     fn = f"llvm.x86.avx512.mask.range.{'ps' if st == 'float' else 'pd'}.{bits}"
     tail = ", i32 4" if bits == 512 else ""  # the 512-bit form's rounding operand: 4, the current direction
     self.decls.add(f"declare {wt} @{fn}({wt}, {wt}, i32, {wt}, i{max(8, lanes)}{', i32' if tail else ''})")
-    if n != lanes:
-      widen = "<" + ", ".join([f"i32 {i}" for i in range(n)] + ["i32 poison"] * (lanes - n)) + ">"
-      args = [self.op(f"shufflevector {ltype(dt)} {x}, {ltype(dt)} poison, <{lanes} x i32> {widen}") for x in args]
+    args = [self.widen(x, dt, lanes) for x in args]
     rng = self.op(f"call {wt} @{fn}({wt} {args[0]}, {wt} {args[1]}, i32 {RANGE_MAX_SIGNED}, {wt} poison, "
                   f"i{max(8, lanes)} -1{tail})")
     # vrange is maxNum (a quiet NaN operand loses to the other): where either is NaN, a + b (a NaN) instead
     uno, nan = self.op(f"fcmp uno {wt} {args[0]}, {args[1]}"), self.op(f"fadd {wt} {args[0]}, {args[1]}")
     out = self.op(f"select <{lanes} x i1> {uno}, {wt} {nan}, {wt} {rng}")
-    if n == lanes: return out
-    low = "<" + ", ".join(f"i32 {i}" for i in range(n)) + ">"
-    return self.op(f"shufflevector {wt} {out}, {wt} poison, <{n} x i32> {low}")
+    return out if n == lanes else self.lanes_of(out, dt.scalar().vec(lanes), 0, n)
 
   def scalef_of(self, dt: DType, a: str, b: str) -> str:
     """LDEXP(a, b) of float32 (alu.py: a * 2**b, b integer-valued, rounded once) as `vscalefps`: a vector of up to
@@ -309,13 +305,15 @@ class _LLVMEmitter:
     wt, fn = f"<{lanes} x float>", f"llvm.x86.avx512.mask.scalef.ps.{lanes * 32}"
     tail = ", i32 4" if lanes == 16 else ""  # the 512-bit form's rounding operand: 4, the current direction
     self.decls.add(f"declare {wt} @{fn}({wt}, {wt}, {wt}, i{max(8, lanes)}{', i32' if tail else ''})")
-    if n != lanes:
-      widen = "<" + ", ".join([f"i32 {i}" for i in range(n)] + ["i32 poison"] * (lanes - n)) + ">"
-      a, b = (self.op(f"shufflevector {ltype(dt)} {x}, {ltype(dt)} poison, <{lanes} x i32> {widen}") for x in (a, b))
+    a, b = self.widen(a, dt, lanes), self.widen(b, dt, lanes)
     out = self.op(f"call {wt} @{fn}({wt} {a}, {wt} {b}, {wt} poison, i{max(8, lanes)} -1{tail})")
-    if n == lanes: return out
-    low = "<" + ", ".join(f"i32 {i}" for i in range(n)) + ">"
-    return self.op(f"shufflevector {wt} {out}, {wt} poison, <{n} x i32> {low}")
+    return out if n == lanes else self.lanes_of(out, dtypes.float32.vec(lanes), 0, n)
+
+  def widen(self, x: str, dt: DType, lanes: int) -> str:
+    """The vector x of type dt as `lanes` lanes (at least dt.count), the lanes past dt.count poison."""
+    if dt.count == lanes: return x
+    idx = "<" + ", ".join([f"i32 {i}" for i in range(dt.count)] + ["i32 poison"] * (lanes - dt.count)) + ">"
+    return self.op(f"shufflevector {ltype(dt)} {x}, {ltype(dt)} poison, <{lanes} x i32> {idx}")
 
   def lanes_of(self, x: str, dt: DType, start: int, n: int) -> str:
     """Lanes start .. start+n-1 of the vector x of type dt, as a vector of n."""
@@ -324,9 +322,7 @@ class _LLVMEmitter:
 
   def concat(self, x: str, xt: DType, y: str, yt: DType) -> str:
     """The vector x followed by y (same scalar type)."""
-    if xt.count != yt.count:  # shufflevector takes equal widths: y widened with poison lanes first
-      widen = "<" + ", ".join([f"i32 {i}" for i in range(yt.count)] + ["i32 poison"] * (xt.count - yt.count)) + ">"
-      y = self.op(f"shufflevector {ltype(yt)} {y}, {ltype(yt)} poison, <{xt.count} x i32> {widen}")
+    y = self.widen(y, yt, xt.count)  # shufflevector takes equal widths: y widened with poison lanes first
     idx = "<" + ", ".join(f"i32 {i}" for i in range(xt.count + yt.count)) + ">"
     return self.op(f"shufflevector {ltype(xt)} {x}, {ltype(xt)} {y}, <{xt.count + yt.count} x i32> {idx}")
 
