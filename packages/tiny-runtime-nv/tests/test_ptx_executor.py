@@ -165,3 +165,17 @@ mad.lo.s32 %r14, %r13, 1000, %r11; st.global.u32 [%rd3], %r14;"""
   out = np.zeros(8, np.int32)
   run(ptx, "k", [out], (1, 1, 1), (8, 1, 1))
   np.testing.assert_array_equal(out, np.full(8, 3 * 1000 + 2 * 10))
+
+
+def test_fma64_is_exact_for_operands_past_2_to_995():
+  """The executor's `fma.rn.f64` splits each operand (Veltkamp) to keep the product exact: a split of |x| > 2**995
+  overflowed (inf - inf: NaN), which made float64 fmod NaN for quotients past ~2**995 under MOCK+NV."""
+  from fractions import Fraction
+  import numpy as np
+  from tiny_runtime_nv.ptx.values import fma64
+  a = np.array([1.5 * 2.0 ** 1000, -(2.0 ** 1023) * 1.75, 3.0, 2.0 ** 996])
+  b = np.array([1 + 2.0 ** -52, 1 - 2.0 ** -53, 1 / 3, -(1 + 2.0 ** -50)])
+  c = -a
+  got = fma64(a, b, c)
+  want = [float(Fraction(x) * Fraction(y) + Fraction(z)) for x, y, z in zip(a, b, c)]
+  assert got.tolist() == want and np.isfinite(got).all()

@@ -327,8 +327,8 @@ def test_differential_fuzz(block):
 
 # seeds of longer runs (FUZZ_SEED=1000 FUZZ_PROGRAMS=...) that found bugs, kept: 1490 a vector float->int8 cast the
 # LLVM renderer spelled with an i64 fallback constant (invalid IR); 1838 float16 % that cancelled in half precision;
-# 2779 x % inf (NaN, numpy: x or inf)
-REGRESSION_SEEDS = [1490, 1838, 2779]
+# 2779 x % inf (NaN, numpy: x or inf); 33227 a float % whose quotient passed 2**24 (1.8e19 % 0.7: -3.5e11)
+REGRESSION_SEEDS = [1490, 1838, 2779, 33227]
 
 
 @pytest.mark.parametrize("seed", REGRESSION_SEEDS)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from tiny_uop import dtypes
+from tiny_uop import Ops, dtypes
 from tiny_uop.dtype import float_to_int
 from tiny_uop.helpers import Context
 from tiny_uop.tools import find_tool
@@ -119,25 +119,78 @@ def test_int_mod_and_div_by_zero_are_zero():
   assert math.isnan(f)
 
 
+# quotients far past 2**mantissa (the fuzzer's seed 33227: 1.8e19 % 0.7 was -3.5e11), subnormal and huge divisors
+_EXTREMES = [1.8e19, -3e10, 3.4e38, -3.4e38, 1e-30, -1e-30, 1e-45, 1e-38, 6e4, 1e-7, 0.7, -0.3]
+
+
 @pytest.mark.parametrize("npdt", [np.float64, np.float32, np.float16])
-def test_float_floordiv_and_mod_match_python(npdt):
-  """a - floor(a/b)*b gave NaN for an infinite divisor (numpy: 5 % inf = 5, -5 % inf = inf), 10 for 1 // 0.1 (9), and
-  cancelled in half precision; now bit-exact with numpy (while |a/b| < 2**mantissa: see Tensor._float_divmod)."""
+def test_float_floordiv_mod_fmod_match_numpy(npdt):
+  """a - floor(a/b)*b gave NaN for an infinite divisor (numpy: 5 % inf = 5, -5 % inf = inf), 10 for 1 // 0.1 (9),
+  cancelled in half precision, and was wrong once |a/b| passed 2**mantissa; `fmod` as a - trunc(a/b)*b likewise.
+  Both now come from the IR's exact float CMOD (C's fmod; PTX and AMDGPU lower it to `exact_fmod`): bit-exact with
+  numpy for every pair, on every device."""
   rng = np.random.default_rng(1)
-  a = np.concatenate([rng.standard_normal(300) * 100, [5, -5, 0, -0.0, 1, 1, np.inf, np.nan, 7, -7, 3, 1e4, -0.3]])
+  ext = np.array(_EXTREMES)
+  a = np.concatenate([rng.standard_normal(300) * 100, [5, -5, 0, -0.0, 1, 1, np.inf, np.nan, 7, -7, 3, 1e4, -0.3],
+                      np.repeat(ext, len(ext))])
   b = np.concatenate([rng.standard_normal(300) * 3, [np.inf, np.inf, -np.inf, 3, 0.1, 0, 2, 2, 0, -0.0, -np.inf, 1e-3,
-                                                     0.1]])
-  with np.errstate(over="ignore"): A, B = a.astype(npdt), b.astype(npdt)  # 1e30 -> inf in half
-  with np.errstate(all="ignore"): wq, wr = np.floor_divide(A, B), np.mod(A, B)
+                                                     0.1], np.tile(ext, len(ext))])
+  with np.errstate(all="ignore"):
+    A, B = a.astype(npdt), b.astype(npdt)  # 1e30 -> inf in half
+    wq, wr, wf = np.floor_divide(A, B), np.mod(A, B), np.fmod(A, B)
   for dev in dict.fromkeys((Device.DEFAULT, "CPU", "PYTHON")):
     ta, tb = Tensor(A, device=dev), Tensor(B, device=dev)
-    q, r = (ta // tb).numpy(), (ta % tb).numpy()
+    q, r, f = (ta // tb).numpy(), (ta % tb).numpy(), ta.fmod(tb).numpy()
     np.testing.assert_array_equal(q, wq, err_msg=f"{dev} //")
     np.testing.assert_array_equal(r, wr, err_msg=f"{dev} %")
+    np.testing.assert_array_equal(f, wf, err_msg=f"{dev} fmod")
+    for got, want in ((q, wq), (r, wr), (f, wf)):  # the signs of zeros too
+      assert (np.signbit(got) == np.signbit(want))[~np.isnan(want)].all(), dev
   assert (Tensor([1.0], dtype=dtypes.float64) // 0.1).item() == 1.0 // 0.1 == 9.0
-  t, u = Tensor([5.5, -3.0], requires_grad=True), Tensor([2.0, 2.0], requires_grad=True)
-  (t % u).sum().backward()
-  assert t.grad.tolist() == [1.0, 1.0] and u.grad.tolist() == [-2.0, 2.0]  # torch.remainder's gradients
+
+
+@pytest.mark.dev_session("CPU")
+@pytest.mark.parametrize("npdt", [np.float32, np.float64])
+def test_exact_fmod_decomposition_on_random_bits(npdt):
+  """The decomposition PTX and AMDGPU lower float CMOD with (`exact_fmod`: no fmod instruction of their own), run
+  on the CPU through its LLVM renderer told it has no exact fmod: bit-exact with np.fmod for random bit patterns
+  (every exponent pair: subnormals, quotients up to 2**2098, inf, NaN) and the kernel has no `frem` left."""
+  from tiny_codegen import get_program
+  from tiny_uop.plugins import Device
+  ut = np.uint32 if npdt == np.float32 else np.uint64
+  rng = np.random.default_rng(33227)
+  x, y = (rng.integers(0, np.iinfo(ut).max, 4099, dtype=ut, endpoint=True).view(npdt) for _ in range(2))
+  fi = np.finfo(npdt)  # and the widest quotients: the largest x over the smallest subnormals, every sign
+  big = np.array([fi.max, -fi.max, fi.max * 0.75, fi.max / 3, np.inf], npdt)
+  full = fi.smallest_normal - fi.smallest_subnormal  # the largest subnormal: every mantissa bit set
+  tiny = np.array([fi.smallest_subnormal, -fi.smallest_subnormal * 3, full, -full * 0.6, fi.smallest_normal * 1.7,
+                   0.0], npdt)
+  x, y = np.concatenate([x, np.repeat(big, len(tiny))]), np.concatenate([y, np.tile(tiny, len(big))])
+  dev = Device["CPU"]
+  plain = dev.renderer
+  no_fmod = type(f"NoFmod{type(plain).__name__}", (type(plain),), {"exact_fmod": False})(plain.arch)
+  try:
+    dev.renderer = no_fmod
+    out = Tensor(x, device="CPU").fmod(Tensor(y, device="CPU"))
+    srcs = [get_program(c.src[0], no_fmod).src for c in out.schedule().calls if c.src[0].op is Ops.SINK]
+    got = out.numpy()
+  finally:
+    dev.renderer = plain
+  assert srcs and not any("frem" in src for src in srcs) and any("llvm.fma" in src for src in srcs)
+  with np.errstate(all="ignore"): want = np.fmod(x, y)
+  np.testing.assert_array_equal(got, want)
+  assert (np.signbit(got) == np.signbit(want))[~np.isnan(want)].all()
+
+
+def test_float_mod_fmod_gradients_match_torch():
+  a, b = np.array([5.5, -3.0, 7.25, -1e3], np.float32), np.array([2.0, 2.0, -0.5, 0.7], np.float32)
+  for name in ("remainder", "fmod"):
+    t, u = Tensor(a, requires_grad=True), Tensor(b, requires_grad=True)
+    (t % u if name == "remainder" else t.fmod(u)).sum().backward()
+    ta, tb = torch.tensor(a, requires_grad=True), torch.tensor(b, requires_grad=True)
+    getattr(torch, name)(ta, tb).sum().backward()
+    np.testing.assert_allclose(t.grad.numpy(), ta.grad.numpy(), err_msg=name)
+    np.testing.assert_allclose(u.grad.numpy(), tb.grad.numpy(), err_msg=name)
 
 
 def test_abs_sign_of_infinities():

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from tiny_uop.dtype import DType, dtypes
 from tiny_uop.helpers import polyN, prod
+from tiny_tensor.nnops import float_fmod
 
 if TYPE_CHECKING:
   from tiny_tensor.tensor import Tensor
@@ -199,7 +200,7 @@ class MathOpsMixin:
     if TYPE_CHECKING: assert isinstance(self, Tensor)
     a, b = self._broadcasted(x)
     if not dtypes.is_float(a.dtype): return a - a.div(b, rounding_mode="trunc") * b
-    return a - (a / b).trunc() * b
+    return float_fmod(a, b)
 
   def logaddexp(self, other: Any) -> Tensor:
     """log(exp(self) + exp(other)), computed stably (-inf and -inf give -inf).

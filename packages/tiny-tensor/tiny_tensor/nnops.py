@@ -26,6 +26,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, Iterable, Literal, Sequence, overload
 
 from tiny_uop.dtype import DType, dtypes, least_upper_dtype
+from tiny_uop.uop import Ops
 from tiny_tensor.helpers import ArgumentError, DTypeArgumentError
 
 if TYPE_CHECKING:
@@ -457,37 +458,38 @@ def _float_sort_key(x: Tensor) -> Tensor:
   return (b < 0).where(b ^ int(dtypes.max(it)), b)
 
 
+def float_fmod(a: Tensor, b: Tensor) -> Tensor:
+  """C's `fmod` of floats (the sign of a): the IR's float CMOD, exact for every pair (`a - trunc(a/b)*b` was wrong
+  once |a/b| passed 2**mantissa). Half precision through float32. Gradients: 1 for a, -trunc(a/b) for b."""
+  from tiny_tensor.gradient import custom_gradient
+  if a.dtype.itemsize < 4: return float_fmod(a.float(), b.float()).cast(a.dtype)
+  r = a._wrap(a.uop.alu(Ops.CMOD, b.uop), b)
+  au, bu, qu = a.uop, b.uop, ((a - r) / b).uop
+  custom_gradient(r.uop, (au, bu), lambda ctx, _: (ctx, -(qu.detach()) * ctx))
+  return r
+
+
 def float_divmod(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
-  """(a // b, a % b) for floats as Python and numpy define them. `a - floor(a/b)*b` rounded twice: NaN for an
-  infinite divisor (numpy: 5 % inf is 5, -5 % inf is inf), `1 // 0.1` 10 (numpy 9), and in half precision it
-  cancelled. Here q = floor(a/b), the product q*b is kept exactly as hi + lo (Dekker's split, no FMA needed), so
-  r = (a - hi) - lo is the exact remainder of q, moved into [0, b) (or (b, 0]) by one step of q; an infinite
-  divisor and zero remainders get numpy's signs. Exact while |a/b| < 2**mantissa. Half precision goes through
-  float32. Gradients: the quotient's is 0, the remainder's 1 for a and -(a // b) for b."""
+  """(a // b, a % b) for floats as Python, numpy and torch define them, from C's `fmod` (the IR's float CMOD, exact
+  for every pair: `fmod` has no rounding) as numpy's `npy_divmod` does: the remainder moved by b where its sign
+  differs from b's, a zero remainder signed as b, the quotient (a - fmod) / b less one then, rounded to the nearest
+  integer below, a zero quotient signed as a/b, b == 0 giving a/b and NaN. Composing `a - floor(a/b)*b` instead was
+  wrong once |a/b| passed 2**mantissa (1.8e19 % 0.7 gave -3.5e11 in float32): the fuzzer's seed 33227. Half
+  precision goes through float32 (its fmod is exact there and fits back). Gradients: the quotient's is 0, the
+  remainder's 1 for a and -(a // b) for b."""
   from tiny_tensor.gradient import custom_gradient
   if a.dtype.itemsize < 4:
     q, r = float_divmod(a.float(), b.float())
     return q.cast(a.dtype), r.cast(a.dtype)
-  q = (a / b).floor()
-  split = 4097.0 if a.dtype == dtypes.float32 else 134217729.0  # 2**ceil(p/2) + 1 (Veltkamp)
-  def halves(x: Tensor) -> tuple[Tensor, Tensor]:
-    c = x * split
-    hi = c - (c - x)
-    return hi, x - hi
-  p_hi = q * b
-  (qh, ql), (bh, bl) = halves(q), halves(b)
-  p_lo = ((qh * bh - p_hi) + qh * bl + ql * bh) + ql * bl  # q*b - p_hi, exactly
-  r = (a - p_hi) - p_lo
-  below = r.ne(0) & ((r < 0) != (b < 0))           # q was one too big
-  r, q = below.where(r + b, r), below.where(q - 1, q)
-  above = (b > 0).where(r >= b, r <= b) & b.ne(0)  # one too small
-  r, q = above.where(r - b, r), above.where(q + 1, q)
+  m = a._wrap(a.uop.alu(Ops.CMOD, b.uop), b)
+  moved = m.ne(0) & ((m < 0) != (b < 0))  # fmod has a's sign, % has b's
+  r = moved.where(m + b, m)
   r = r.eq(0).where((b < 0).where(-0.0, 0.0), r)
-  q = q.eq(0).where((a / b) * 0.0, q)  # a zero quotient has the sign of a/b
-  finite_a, inf_b = (a - a).eq(0), b.isinf()
-  same = a.eq(0) | ((a < 0) == (b < 0))
-  r = (finite_a & inf_b).where(same.where(a, b), finite_a.where(r, math.nan))
-  q = (finite_a & inf_b).where(same.where((a / b) * 0.0, -1.0), b.eq(0).where(a / b, finite_a.where(q, math.nan)))
+  div = (a - m) / b  # an integer up to rounding
+  div = moved.where(div - 1, div)
+  fl = div.floor()
+  fl = (div - fl > 0.5).where(fl + 1, fl)
+  q = b.eq(0).where(a / b, div.eq(0).where((a / b) * 0.0, fl))  # a zero quotient has the sign of a/b
   au, bu, qu = a.uop, b.uop, q.uop
   custom_gradient(q.uop, (au, bu), lambda ctx, _: (None, None))
   custom_gradient(r.uop, (au, bu), lambda ctx, _: (ctx, -(qu.detach()) * ctx))

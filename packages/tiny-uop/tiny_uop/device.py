@@ -81,6 +81,8 @@ class Renderer:
   warp_size: int = 32          # threads that run in lockstep (a warp / wavefront / subgroup)
   tensor_cores: list[TensorCore] = []
   extra_matcher: Any = None   # a PatternMatcher applied at the end of lowering
+  exact_fmod: bool = True     # float CMOD renders as an exact fmod (libm, OpenCL); False: lowering decomposes it
+                              # (tiny_codegen.lower.decomp.exact_fmod), rendering a MULACC "fma" fused
   code_for_op: dict[Ops, Callable] = {}
   compiler_cls: type[Compiler] = Compiler
 

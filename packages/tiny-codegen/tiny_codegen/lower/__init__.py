@@ -32,7 +32,7 @@ from tiny_uop.spec import kernel_spec, maybe_verify, program_spec
 from tiny_uop.uop import KernelInfo, Ops, UOp, print_uops
 
 from tiny_codegen.lower.bounds import gates_to_bounds
-from tiny_codegen.lower.decomp import bf16_to_float, pm_decomp, pm_gates, pm_late
+from tiny_codegen.lower.decomp import bf16_to_float, pm_decomp, pm_exact_fmod, pm_gates, pm_late
 from tiny_codegen.lower.dims import Dims, add_gpudims, add_threads, group_reduces
 from tiny_codegen.lower.gather import fold_onehot_reduces
 from tiny_codegen.lower.expander import pm_expander, pm_expander_vectors
@@ -61,6 +61,12 @@ def _expand_and_simplify(vectors: bool) -> PatternMatcher:
   """The expander's rules first, then the index simplifier's: one pass, in which each lane copy the expander makes is
   simplified as the rewrite walks into it (not a second walk over the whole expanded graph)."""
   return (pm_expander_vectors if vectors else pm_expander) + simplifier()
+
+
+def _fmod(sink: UOp, ren: Renderer) -> UOp:
+  """Float CMOD as `decomp.exact_fmod` where the renderer's own fmod is not exact (`ren.exact_fmod` False): before
+  the expander, on scalars, like the transcendental polynomials."""
+  return sink if getattr(ren, "exact_fmod", True) else graph_rewrite(sink, pm_exact_fmod, name="exact_fmod")
 
 
 def _transcendental(sink: UOp, ren: Renderer) -> UOp:
@@ -120,7 +126,7 @@ def _stage_simplify(sink: UOp, ren: Renderer, dims: Dims) -> UOp:
 
 STAGES: list[tuple[str, Callable[[UOp, Renderer, Dims], UOp]]] = [
   ("bounds", lambda sink, ren, dims: gates_to_bounds(sink)),
-  ("transcendental", lambda sink, ren, dims: _transcendental(sink, ren)),
+  ("transcendental", lambda sink, ren, dims: _transcendental(_fmod(sink, ren), ren)),
   ("expander", _stage_expander),
   ("reduce", _stage_reduce),
   ("dims", _stage_dims),

@@ -11,6 +11,7 @@ it rounds once. Vectors (after the expander) are handled lane-wise.
 """
 from __future__ import annotations
 
+import math
 import struct
 from typing import Any
 
@@ -99,6 +100,45 @@ def _int_pow(p: UOp) -> UOp | None:
   if dtypes.is_unsigned(b.dtype): return res
   neg = a.eq(1).where(one, a.eq(-1).where((b & 1).ne(0).where(a.const_like(-1), one), a.const_like(0)))
   return (b < 0).where(neg, res)
+
+
+# float (emax + 1, subnormal exponent, mantissa bits, same-size uint): the range of a quotient |x/y| (2**(128+149)
+# for float32) and how much of it one exact step takes
+_FMOD_FMT = {dtypes.float32: (128, 149, 24, dtypes.uint32), dtypes.float64: (1024, 1074, 53, dtypes.uint64)}
+
+
+def exact_fmod(x: UOp, y: UOp) -> UOp:
+  """C's `fmod(x, y)` of floats, exact for every pair (the IR's float CMOD), from division, trunc, a fused
+  multiply-add (MULACC "fma": one rounding) and bit operations, for targets whose own fmod is not exact (PTX's
+  `x - trunc(x/y)*y` was wrong once the quotient passed 2**29, and NaN for an infinite y). r = |x| is reduced modulo
+  |y| * 2**k for k stepping down by p-1 bits (p: mantissa bits) to 0; each step's quotient is below 2**(p-1), so
+  trunc(r / yk) is the true quotient or one more, fma(-q, yk, r) is exact (the remainder is representable) and one
+  add of yk fixes a quotient one too big. A yk that overflows leaves r as it is (r < yk). 13 steps for float32, 41 for
+  float64; half precision goes through float32 (its fmod fits back exactly). NaN for y == 0, an infinite x or a NaN;
+  x for an infinite y; the sign is x's."""
+  dt = x.dtype.scalar()
+  if dt not in _FMOD_FMT: return exact_fmod(x.cast(dtypes.float32), y.cast(dtypes.float32)).cast(x.dtype)
+  emax1, esub, p, ut = _FMOD_FMT[dt]
+  sign = 1 << (ut.itemsize * 8 - 1)
+  def c(v: Any) -> UOp: return x.const_like(v)
+  def bits(v: UOp) -> UOp: return v.bitcast(ut)
+  ax, ay = (bits(x) & (sign - 1)).bitcast(dt), (bits(y) & (sign - 1)).bitcast(dt)
+  r, step = ax, p - 1
+  for j in reversed(range(-(-(emax1 + esub) // step))):
+    yk, k = ay, j * step
+    while k: yk, k = yk * c(2.0 ** min(k, emax1 - 2)), k - min(k, emax1 - 2)  # exact: powers of two, or inf
+    q = (r / yk).trunc()
+    rn = UOp(Ops.MULACC, dt, (-q, yk, r), "fma")
+    rn = (rn < c(0.0)).where(rn + yk, rn)
+    r = (yk < c(math.inf)).where(rn, r)
+  r = (bits(r) | (bits(x) & sign)).bitcast(dt)
+  bad = y.eq(c(0.0)) | ax.eq(c(math.inf)) | x.ne(x) | y.ne(y)
+  return bad.where(c(math.nan), r)
+
+
+pm_exact_fmod = PatternMatcher([
+  (UPat(Ops.CMOD, dtype=tuple(dtypes.floats), src=(UPat.var("x"), UPat.var("y"))), exact_fmod),
+], name="exact_fmod")
 
 
 pm_late = PatternMatcher([

@@ -92,6 +92,7 @@ class AMDGPURenderer(Renderer):
   bf16_through_float = True
   decompose_ops = (Ops.SIN,)
   transcendental_via_f64 = False
+  exact_fmod = False  # LLVM's AMDGPU `frem` expansion differs between versions (older ones: x - trunc(x/y)*y)
   extra_matcher = gpu_math_matcher + PatternMatcher([(UPat(Ops.CONST, name="c"), _vec_const)])
   compiler_cls = AMDGPUCompiler
 

@@ -15,10 +15,10 @@ Gated loads are predicated (`@%p ld`) after zeroing the destination; gated store
 
 Arithmetic is IEEE with explicit rounding (`add.rn`, `mul.rn`: never contracted into FMA, like the CPU renderers),
 `div.rn`, `sqrt.rn`, `rcp.rn`. Where PTX differs from tiny_uop.alu's reference semantics the renderer adds the
-fix-ups: float MAX propagates NaN with max(-0, +0) = +0, float CMOD is fmod (through double for float/half: exact for
-quotients below about 2**29), float -> int casts wrap as x86 does instead of saturating. EXP2/LOG2 on float32 use
-the SFU (`ex2.approx.f32`, `lg2.approx.f32`: about 2 ulp); half computes them in float32; double and SIN use tiny's
-polynomial decompositions (`lower/transcendental.py`).
+fix-ups: float MAX propagates NaN with max(-0, +0) = +0, float CMOD (PTX has no fmod) is lowered to
+`tiny_codegen.lower.decomp.exact_fmod` (`exact_fmod = False`), float -> int casts wrap as x86 does instead of
+saturating. EXP2/LOG2 on float32 use the SFU (`ex2.approx.f32`, `lg2.approx.f32`: about 2 ulp); half computes them
+in float32; double and SIN use tiny's polynomial decompositions (`lower/transcendental.py`).
 bfloat16 goes through float32 (so bf16 WMMA fragments are uint16 bits). Tensor cores: `mma.sync.aligned.m16n8k16`
 (half/bf16 in, float out) on sm_80+ and `m16n8k8` (half) on sm_75, declared in `tensor_cores`; a WMMA UOp renders to
 one `mma.sync`. `gpu_math_matcher` (shared with the LLVM-based GPU renderers) folds `acc + WMMA(a, b, 0)` into
@@ -129,6 +129,7 @@ class NVRenderer(Renderer):
   shared_max = 49152
   bf16_through_float = True
   transcendental_via_f64 = False
+  exact_fmod = False  # PTX has no fmod instruction; `rem` is integer only
   extra_matcher = gpu_math_matcher
 
 
@@ -200,9 +201,6 @@ class _PTXEmitter:
     t = ptx_type(sdt)
     sc = sdt.scalar()
     isf, isb = dtypes.is_float(sc), sc == dtypes.bool
-    if sc in (dtypes.float16, dtypes.float32) and op is Ops.CMOD:  # fmod through double (see fmod below)
-      wide = [self.cast(x, sc, dtypes.float64) for x in a]
-      return self.cast(self.alu(op, dtypes.float64, dtypes.float64, wide), dtypes.float64, sc)
     if sc == dtypes.float16 and op in (Ops.FDIV, Ops.RECIPROCAL, Ops.EXP2, Ops.LOG2, Ops.SQRT, Ops.SIN, Ops.TRUNC):
       res = self.alu(op, dtypes.float32, dtypes.float32, [self.to_f32(x) for x in a])  # half math via float32
       return self.from_f32(res)
@@ -253,13 +251,6 @@ class _PTXEmitter:
       elif op is Ops.SUB: self.emit(f"sub.rn.{t} {out}, {a[0]}, {a[1]};")
       elif op is Ops.MUL: self.emit(f"mul.rn.{t} {out}, {a[0]}, {a[1]};")
       elif op is Ops.FDIV: self.emit(f"div.rn.{t} {out}, {a[0]}, {a[1]};")
-      elif op is Ops.CMOD:  # fmod(a, b) = a - trunc(a/b)*b with one rounding (fma): exact while the quotient fits
-        q = self.sreg(sc)  # in the mantissa (float/half go through double: exact for quotients below ~2**29)
-        self.emit(f"div.rn.{t} {q}, {a[0]}, {a[1]};")
-        self.emit(f"cvt.rzi.{t}.{t} {q}, {q};")
-        self.emit(f"neg.{t} {q}, {q};")
-        self.emit(f"fma.rn.{t} {q}, {q}, {a[1]}, {a[0]};")
-        self.emit(f"copysign.{t} {out}, {a[0]}, {q};")  # fmod has the sign of a, also when it is zero
       elif op is Ops.NEG: self.emit(f"neg.{t} {out}, {a[0]};")
       elif op is Ops.RECIPROCAL: self.emit(f"rcp.rn.{t} {out}, {a[0]};")
       elif op is Ops.SQRT: self.emit(f"sqrt.rn.{t} {out}, {a[0]};")

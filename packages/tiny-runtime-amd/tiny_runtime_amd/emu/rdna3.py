@@ -590,6 +590,12 @@ class Emulator:
         v = (self.vsrc(w, f["src0"], ln, inst) >> (16 * (f["opsel"] & 1))) & 0xFFFF
         w.vgpr[f["vdst"]][ln] = _s16(v) & MASK32 if op == 0x1EA else v
       return
+    if op == 0x18B and not (f["omod"] or f["clamp"]):  # v_cvt_f32_f16_e64: |x| / -x on the half's own sign (bit 15)
+      for ln in w.lanes():
+        half = (self.vsrc(w, f["src0"], ln, inst) >> (16 * (f["opsel"] & 1))) & 0xFFFF
+        half = (half & 0x7FFF if f["abs"] & 1 else half) ^ (0x8000 if f["neg"] & 1 else 0)
+        w.vgpr[f["vdst"]][ln] = bits32(_f16(half))
+      return
     if op in (0x311, 0x12F) and not (f["omod"] or f["clamp"]):  # v_pack_b32_f16 / v_cvt_pk_rtz_f16_f32
       for ln in w.lanes():
         x, y = self.vsrc(w, f["src0"], ln, inst), self.vsrc(w, f["src1"], ln, inst)

@@ -81,9 +81,11 @@ def fma64(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     split = np.float64(134217729.0)  # 2**27 + 1 (Veltkamp)
 
     def halves(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-      t = split * x
-      hi = t - (t - x)
-      return hi, x - hi
+      big = np.abs(x) > 2.0 ** 995  # split * x would overflow (inf - inf: NaN): split x * 2**-54, scale back exactly
+      xs = np.where(big, x * 2.0 ** -54, x)
+      t = split * xs
+      hi = t - (t - xs)
+      return np.where(big, hi * 2.0 ** 54, hi), np.where(big, (xs - hi) * 2.0 ** 54, xs - hi)
     ah, al = halves(a)
     bh, bl = halves(b)
     pe = ((ah * bh - p) + ah * bl + al * bh) + al * bl
