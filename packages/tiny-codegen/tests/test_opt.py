@@ -770,6 +770,36 @@ def test_depthwise_conv_row_is_one_vector(vector_registers, regs: tuple[int, int
   np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("W, S, lanes", [(14, 1, 14), (7, 1, 7), (14, 2, 7), (28, 2, 14)])
+@pytest.mark.parametrize("K", [3, 5])
+def test_whole_row_channels_by_filter_taps(vector_registers, W: int, S: int, lanes: int, K: int) -> None:
+  # a whole row (`_window_vector`) with a filter row of GATHER_TAPS_MIN taps or more (5x5) makes its channels the
+  # vector (6 on AVX-512: each pixel an accumulator, its input gathered a lane at a time); with fewer (3x3) the row
+  # stays the vector, SPLIT_ROW_CHANNELS (3) channels of it, each tap one vector load, nothing gathered; results
+  # against torch
+  from tiny_codegen.opt.heuristic import GATHER_TAPS_MIN, SPLIT_ROW_CHANNELS
+  torch = pytest.importorskip("torch")
+  vector_registers(32, 64)
+  ren = Device["CPU"].renderer
+  C, H = 6, 6
+  opt = optimize_kernel(depthwise_ast(C, H, W, K, S), ren)
+  ch = 6 if K >= GATHER_TAPS_MIN else SPLIT_ROW_CHANNELS
+  assert opt.arg.applied_opts == (Opt(OptOps.UPCAST, 2, lanes), Opt(OptOps.UPCAST, 0, ch), Opt(OptOps.UNROLL, 1, 0)), \
+    opt.arg.applied_opts
+  src = get_program(opt, ren).src
+  if K < GATHER_TAPS_MIN:  # the row the vector: one accumulator of it a channel, no channel vector
+    assert src.count(f"alloca [1 x <{lanes} x float>]") == ch and f"<{ch} x float>" not in src, src
+  elif S == 1: assert f"<{ch} x float>" in src, src  # (at stride 2 the expander may keep the row the vector)
+  rng = np.random.default_rng(K + W)
+  inp = rng.standard_normal((C, H, W)).astype(np.float32)
+  w = rng.standard_normal((C, 1, K, K)).astype(np.float32)
+  w_cl = np.ascontiguousarray(w[:, 0].transpose(1, 2, 0))
+  want = torch.nn.functional.conv2d(torch.from_numpy(inp)[None], torch.from_numpy(w), groups=C, padding=K // 2,
+                                    stride=S)[0]
+  got = run(opt, "CPU", [inp.ravel(), w_cl.ravel()], C * (H // S) * (W // S)).reshape(C, H // S, W // S)
+  np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-5)
+
+
 def padded_conv2d_ast(CO: int, CI: int, H: int, W: int, K: int) -> UOp:
   """out[co, y, x] = sum_{ci, ky, kx} inp[ci, y + ky - P, x + kx - P] * w[ci, ky, kx, co], P = K // 2 (a 'same'
   conv, batch 1, the padding as gated loads and the weight channels-last, as an ONNX Conv reaches the kernel)."""
