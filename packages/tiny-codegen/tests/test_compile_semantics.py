@@ -127,3 +127,54 @@ def test_range_widths_and_lanes():
   assert [range_lanes(w, dtypes.float64.vec(c)) for c in (2, 3, 8, 16)] == [2, 4, 8, 0]
   assert range_lanes(w, dtypes.float32) == 0 and range_lanes(w, dtypes.float16.vec(8)) == 0
   assert range_lanes((512,), dtypes.float32.vec(4)) == 16 and range_lanes((), dtypes.float32.vec(16)) == 0
+
+
+ODD_DTYPES = [dtypes.float32, dtypes.float64, dtypes.int32, dtypes.int64, dtypes.float16, dtypes.int8]
+
+
+@pytest.mark.parametrize("dt", ODD_DTYPES, ids=[d.name for d in ODD_DTYPES])
+@pytest.mark.parametrize("lanes", [5, 6, 7, 12, 14, 16])
+def test_odd_lane_vectors_one_masked_access(dt, lanes):
+  # a vector load and store of `lanes` elements (UPCAST): where the target masks 4- and 8-byte lanes in one
+  # instruction (`masked_widths`: AVX-512F) and the count is not a power of two, one `llvm.masked.load`/`store` of the
+  # next form's lanes under a constant mask of the first `lanes` (`odd_lanes`), else plain; the values against
+  # numpy, and the elements past the kernel's last vector (a sentinel) never written
+  from tiny_codegen.opt.kernel import Opt, OptOps
+  from tiny_codegen.renderer.llvmir import masked_widths, odd_lanes
+  n = lanes * 5
+  c, a, b = (UOp(Ops.PARAM, dt.ptr(n), arg=i) for i in range(3))
+  i = UOp.range(n, 0)
+  ast = c.index(i).store(a.index(i).load() * b.index(i).load() + a.index(i).load()).sink(
+    arg=KernelInfo(f"odd_{dt.name}_{lanes}", opts_to_apply=(Opt(OptOps.UPCAST, 0, lanes),)))
+  r = LLVMRenderer()
+  r.threads = 1
+  spec = get_program(ast, r)
+  w = odd_lanes(masked_widths(r.compiler.triple, r.compiler.features), dt.vec(lanes))
+  mask = "<" + ", ".join(["i1 true"] * lanes + ["i1 false"] * (w - lanes)) + ">"
+  assert (f"<{w} x i1> {mask}" in spec.src) == bool(w), spec.src
+  avx512 = "+avx512f" in r.compiler.features.split(",") and r.compiler.triple.startswith("x86_64")
+  assert bool(w) == (dt.itemsize in (4, 8) and lanes & (lanes - 1) != 0 and lanes * dt.itemsize < 64 and avx512)
+  if w: assert spec.src.count("= call") == 2 and spec.src.count("call void @llvm.masked.store") == 1, spec.src
+  npdt, rng = to_numpy(dt), np.random.default_rng(lanes)
+  X, Y = (rng.integers(-9, 9, n).astype(npdt) for _ in range(2))
+  C = np.full(n + 16, 77, npdt)  # the kernel's buffer is the first n; the 16 after them must stay as they are
+  kr.run(spec, [C, X, Y])
+  np.testing.assert_array_equal(C[:n], X * Y + X)
+  np.testing.assert_array_equal(C[n:], np.full(16, 77, npdt))
+
+
+def test_masked_widths_and_odd_lanes():
+  # masked forms by target: AVX512F the 512-bit one, with AVX512VL the 128/256-bit ones; none off x86-64 or without
+  # AVX512F. Lanes: the narrowest form holding a vector of 3+ lanes, not a power of two, of 4- or 8-byte elements
+  from tiny_codegen.renderer.llvmir import masked_widths, odd_lanes
+  assert masked_widths("x86_64-unknown-linux-gnu", "+avx512f,+avx512vl") == (128, 256, 512)
+  assert masked_widths("x86_64-unknown-linux-gnu", "+avx512f,-avx512vl") == (512,)
+  assert masked_widths("x86_64-unknown-linux-gnu", "+avx2,-avx512f") == ()
+  assert masked_widths("aarch64-unknown-linux-gnu", "+avx512f") == ()
+  w = (128, 256, 512)
+  assert [odd_lanes(w, dtypes.float32.vec(c)) for c in (2, 3, 4, 5, 7, 8, 12, 14, 16, 28)] == [0, 4, 0, 8, 8, 0, 16,
+                                                                                                16, 0, 0]
+  assert [odd_lanes(w, dtypes.float64.vec(c)) for c in (3, 6, 7, 14)] == [4, 8, 8, 0]
+  assert odd_lanes(w, dtypes.float32) == 0 and odd_lanes(w, dtypes.float16.vec(14)) == 0
+  assert odd_lanes(w, dtypes.bool.vec(14)) == 0 and odd_lanes((512,), dtypes.float32.vec(7)) == 16
+  assert odd_lanes((), dtypes.float32.vec(14)) == 0

@@ -566,6 +566,17 @@ def test_heuristics_conv2d_row_is_one_vector_of_its_widest_divisor(vector_regist
   np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+def _vector_store(src: str, n: int) -> bool:
+  """Whether LLVM source `src` stores an n-lane float vector: plainly, or (an odd n where the target masks in one
+  instruction: `odd_lanes`) as one masked store of the next form's lanes under the mask of its first n."""
+  from tiny_codegen.renderer.llvmir import masked_widths, odd_lanes
+  comp = Device["CPU"].renderer.compiler
+  if not (w := odd_lanes(masked_widths(comp.triple, comp.features), dtypes.float.vec(n))):
+    return f"store <{n} x float>" in src
+  mask = "<" + ", ".join(["i1 true"] * n + ["i1 false"] * (w - n)) + ">"
+  return f"call void @llvm.masked.store.v{w}f32.p0(<{w} x float>" in src and f"<{w} x i1> {mask})" in src
+
+
 @pytest.mark.parametrize("lanes", [5, 6, 7, 12])
 def test_odd_width_vector_upcast_keeps_results(lanes: int) -> None:
   # an UPCAST of any width from 4 to 16 lanes becomes one native vector on LLVM (widened by LLVM to a register):
@@ -578,7 +589,7 @@ def test_odd_width_vector_upcast_keeps_results(lanes: int) -> None:
   ast = c.index(i * C + j).store(a.index(i * C + j).load() * 3.0 + a.index(i * C + j - 1, j > 0).load()) \
     .sink(arg=KernelInfo(opts_to_apply=(Opt(OptOps.UPCAST, 1, lanes),)))
   src = get_program(ast, ren).src
-  assert f"store <{lanes} x float>" in src, src
+  assert _vector_store(src, lanes), src
   x = np.random.default_rng(8).standard_normal((R, C)).astype(np.float32)
   want = x * 3.0 + np.concatenate([np.zeros((R, 1), np.float32), x[:, :-1]], axis=1)
   np.testing.assert_allclose(run(ast, "CPU", [x.ravel()], R * C).reshape(R, C), want, rtol=1e-6, atol=1e-6)
@@ -587,7 +598,7 @@ def test_odd_width_vector_upcast_keeps_results(lanes: int) -> None:
   pad = c.index(i * C + j).store(a.index(i * C + j - 1, j > 0).load() + 1.0)
   for n in (lanes, 4):
     src = get_program(pad.sink(arg=KernelInfo(opts_to_apply=(Opt(OptOps.UPCAST, 1, n),))), ren).src
-    assert (f"store <{n} x float>" in src) == (n == 4), src
+    assert _vector_store(src, n) == (n == 4), src
   got = run(pad.sink(arg=KernelInfo(opts_to_apply=(Opt(OptOps.UPCAST, 1, lanes),))), "CPU", [x.ravel()], R * C)
   want = np.concatenate([np.zeros((R, 1), np.float32), x[:, :-1]], axis=1) + 1.0
   np.testing.assert_array_equal(got.reshape(R, C), want)
@@ -750,6 +761,36 @@ def test_depthwise_conv_row_is_one_vector(vector_registers, regs: tuple[int, int
     assert src.count(f"alloca [1 x <{lanes} x float>]") == ch and f"<{ch} x float>" not in src, src
   if lanes >= 8 and S == 2: assert "shufflevector" in src, src  # the taps: wide loads and shuffles
   rng = np.random.default_rng(3)
+  inp = rng.standard_normal((C, H, W)).astype(np.float32)
+  w = rng.standard_normal((C, 1, K, K)).astype(np.float32)
+  w_cl = np.ascontiguousarray(w[:, 0].transpose(1, 2, 0))
+  want = torch.nn.functional.conv2d(torch.from_numpy(inp)[None], torch.from_numpy(w), groups=C, padding=K // 2,
+                                    stride=S)[0]
+  got = run(opt, "CPU", [inp.ravel(), w_cl.ravel()], C * (H // S) * (W // S)).reshape(C, H // S, W // S)
+  np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("W, S, lanes", [(14, 1, 14), (7, 1, 7), (14, 2, 7), (28, 2, 14)])
+@pytest.mark.parametrize("K", [3, 5])
+def test_whole_row_channels_by_filter_taps(vector_registers, W: int, S: int, lanes: int, K: int) -> None:
+  # a whole row (`_window_vector`) with a filter row of GATHER_TAPS_MIN taps or more (5x5) makes its channels the
+  # vector (6 on AVX-512: each pixel an accumulator, its input gathered a lane at a time); with fewer (3x3) the row
+  # stays the vector, SPLIT_ROW_CHANNELS (3) channels of it, each tap one vector load, nothing gathered; results
+  # against torch
+  from tiny_codegen.opt.heuristic import GATHER_TAPS_MIN, SPLIT_ROW_CHANNELS
+  torch = pytest.importorskip("torch")
+  vector_registers(32, 64)
+  ren = Device["CPU"].renderer
+  C, H = 6, 6
+  opt = optimize_kernel(depthwise_ast(C, H, W, K, S), ren)
+  ch = 6 if K >= GATHER_TAPS_MIN else SPLIT_ROW_CHANNELS
+  assert opt.arg.applied_opts == (Opt(OptOps.UPCAST, 2, lanes), Opt(OptOps.UPCAST, 0, ch), Opt(OptOps.UNROLL, 1, 0)), \
+    opt.arg.applied_opts
+  src = get_program(opt, ren).src
+  if K < GATHER_TAPS_MIN:  # the row the vector: one accumulator of it a channel, no channel vector
+    assert src.count(f"alloca [1 x <{lanes} x float>]") == ch and f"<{ch} x float>" not in src, src
+  elif S == 1: assert f"<{ch} x float>" in src, src  # (at stride 2 the expander may keep the row the vector)
+  rng = np.random.default_rng(K + W)
   inp = rng.standard_normal((C, H, W)).astype(np.float32)
   w = rng.standard_normal((C, 1, K, K)).astype(np.float32)
   w_cl = np.ascontiguousarray(w[:, 0].transpose(1, 2, 0))

@@ -82,3 +82,32 @@ def test_depthwise_border_lanes_are_one_masked_load(capsys):
   # border tap
   accs = len(re.findall(r"%acc\d+ = alloca", conv))
   assert 1 <= accs <= 3 and len(re.findall(r"= load float,", conv)) <= 3 * accs, conv
+
+
+@pytest.mark.parametrize("act", ["silu", "relu"])
+def test_split_row_taps_and_stores_one_masked_access(capsys, act):
+  # a 56-wide row as 4 x 14 lanes: on an AVX-512 target each 14-lane tap a padding doesn't gate and each 14-lane store
+  # is one 16-lane masked access under the constant mask of its first 14 lanes (`odd_lanes`), not 8 + 4 + 2 pieces
+  from tiny_codegen.compiler.llvm import host_target
+  from tiny_codegen.renderer.llvmir import masked_widths
+  c = 6 + 3 * random.Random().randrange(300)  # a shape no other test compiled: its source is printed here
+  x, w, b = _t(_arr(1, c, 56, 56)), _t(_arr(c, 1, 3, 3)), _t(_arr(c))
+  with Context(DEBUG=4, DEV="CPU"):
+    x.realize(), w.realize(), b.realize()
+    capsys.readouterr()
+    y = x.conv2d(w, b, groups=c, padding=1)
+    out = (y.silu() if act == "silu" else y.relu()).realize()
+  src = capsys.readouterr().out
+  yt = F.conv2d(*(torch.from_numpy(t.numpy()) for t in (x, w, b)), groups=c, padding=1)
+  np.testing.assert_allclose(out.numpy(), (F.silu(yt) if act == "silu" else F.relu(yt)).numpy(), rtol=1e-4, atol=1e-5)
+  conv = src[src.index("define void @r_"):]
+  conv = conv[:conv.index("\n}\n")]
+  triple, _, features = host_target()  # what the CPU device's LLVM renderer compiles for
+  first14 = "<16 x i1> <" + ", ".join(["i1 true"] * 14 + ["i1 false"] * 2) + ">"
+  assert "<14 x float>" in conv, conv
+  # the buffers' addresses (an accumulator's `alloca` stays plain loads and stores, which the optimizer promotes)
+  bufs = "|".join(re.findall(r"(%t\d+) = getelementptr (?:inbounds )?float, ptr %data", conv))
+  plain = re.findall(rf"load <14 x float>, ptr (?:{bufs})\b|store <14 x float> \S+, ptr (?:{bufs})\b", conv)
+  if masked_widths(triple, features):
+    assert not plain and first14 in conv and "call void @llvm.masked.store.v16f32.p0(<16 x float>" in conv, conv
+  else: assert plain and first14 not in conv, conv

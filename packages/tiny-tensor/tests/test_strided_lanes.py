@@ -122,7 +122,8 @@ def test_stride2_depthwise_conv_is_wide_loads_and_shuffles(capsys):
   out, src = _source(capsys, lambda: x.conv2d(w, groups=c, stride=2, padding=1).realize())
   np.testing.assert_allclose(out.numpy(), F.conv2d(torch.from_numpy(x.numpy()), torch.from_numpy(w.numpy()),
                                                    groups=c, stride=2, padding=1).numpy(), rtol=1e-4, atol=1e-4)
-  shuf = _shuffles(src)
+  # (the 14-lane store, on an AVX-512 target one 16-lane masked store: its value widened, `odd_lanes`)
+  shuf = [s for s in _shuffles(src) if (s[0], s[1]) != (14, 16)]
   # each tap of the 14-lane row: 32 elements (27 of them lanes 0..13's span) and every other one kept, from element
   # 0, 1 or 2 of one load: a filter row's three taps share it (29 elements of the 32)
   assert shuf and all(wide == 32 and n == 14 and keep == ", ".join(f"i32 {o + 2 * j}" for j in range(14))

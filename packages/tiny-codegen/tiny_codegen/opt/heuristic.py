@@ -18,7 +18,8 @@ CPU renderers (no locals; threads split the outermost loop in lowering):
   vector, except over packed bytes (a quantized weight), whose rows are read contiguously along K instead;
 - sliding windows with no operand shared across channels (depthwise convs, poolings: `_window_vector`): the output
   row, which the input's window walks contiguously, becomes a native vector; a depthwise conv's channels then
-  independent accumulators (`_window_channels`; a row split in several vectors: `SPLIT_ROW_CHANNELS` of them);
+  independent accumulators (`_window_channels`; a row split in several vectors, or a whole one whose filter row has
+  fewer than `GATHER_TAPS_MIN` taps: `SPLIT_ROW_CHANNELS` of them);
 - the innermost reduce axis of each REDUCE (a norm's mean and variance are two): a small one (a filter row, <= 8)
   is unrolled fully (the block leaves room for it); a larger contiguous one (a plain sum) is unrolled by up to 16,
   each lane its own accumulator (the expander), so independent adds hide the add latency, as long as the loop body
@@ -234,7 +235,8 @@ def _window_vector(k: Kernel, sidx: UOp | None, loads: list[UOp]) -> bool:
   # a whole row of a conv (a sum) at stride 1 or 2; a max pool blocks its output rows instead (`_pool_rows`)
   strides = (1, 2) if all(u.arg is Ops.ADD for u in k.ast.toposort() if u.op is Ops.REDUCE) else (1,)
   if (amt == n or weighted) and any(_window_row(ld.src[0].src[1], r, rngs, reds, strides) for ld in loads):
-    _window_channels(k, r, amt * itemsize, regs, width, None if amt == n else SPLIT_ROW_CHANNELS)
+    gathered = amt == n and _row_taps(loads, r, rngs, reds) >= GATHER_TAPS_MIN  # whole: channels the vector
+    _window_channels(k, r, amt * itemsize, regs, width, None if gathered else SPLIT_ROW_CHANNELS)
   elif not weighted and all(u.arg is Ops.MAX for u in k.ast.toposort() if u.op is Ops.REDUCE):
     _pool_rows(k, r, amt * itemsize, regs, width)
   return True
@@ -288,8 +290,9 @@ def _window_channels(k: Kernel, row: UOp, row_bytes: int, regs: int, width: int,
   5x5 36 -> 24, 14-wide rows even (96x14x14 from 28x28 5x5 41 -> 39, 240x14x14 from 28x28 3x3 37 -> 38; with
   gathered lanes 240x14x14 had measured 41 -> 47). Not a row split in several vectors (its edge vectors' padding
   gated per lane at run time), where the blocks measured no better or worse: 144x56x56 3x3 252 -> 306 with 8 (196
-  with 4), 32x112x112 3x3 127 -> 277, 240x28x28 5x5 220 -> 245. A row split in several vectors gets at most `most`
-  channels (`SPLIT_ROW_CHANNELS`), its vector staying the row."""
+  with 4), 32x112x112 3x3 127 -> 277, 240x28x28 5x5 220 -> 245. A row split in several vectors, and a whole one
+  whose filter row has fewer than `GATHER_TAPS_MIN` taps (a 3x3: each gathered lane used by 3 taps only), gets at
+  most `most` channels (`SPLIT_ROW_CHANNELS`), its vector staying the row."""
   reds, loads = k.reduce_axes, k.loads()
   taps = [ld for ld in loads if row not in ld.src[0].src[1].ranges and any(x in ld.src[0].src[1].ranges for x in reds)]
   if not taps: return
@@ -312,6 +315,25 @@ padding (the vectors' border lanes) stays one masked load a tap. One thread of t
 channel -> 3 (2 for 32 channels): 144x56x56 3x3 494 -> 381-390 us, 240x28x28 5x5 327-330 -> 271-285, 32x112x112 3x3
 244-255 -> 223-232, 96x56x56 from 112 3x3 363-364 -> 293-312, 96x56x56 from 112 5x5 731-759 -> 637-650, 144x28x28
 from 56 5x5 280-295 -> 249-299."""
+
+
+GATHER_TAPS_MIN = 4
+"""The filter-row taps from which `_window_channels` makes a whole row's channels the vector (each pixel an
+accumulator, its input gathered a lane at a time: a scalar load and an insert on the shuffle port a lane, that lane
+then used by up to a row's taps of FMAs) rather than leaving the row the vector with `SPLIT_ROW_CHANNELS` channels
+(each tap one vector load of the row and a weight broadcast, no gathers). An instruction-cost weight, not a cache
+size: the gather pays where its lane feeds 4 or more taps. One thread of the Zen 4 (znver4), a depthwise conv +
+activation + its squeeze-excite under TinyJit, the conv's kernel alone, thread CPU time, least of 40, channels the
+vector -> the row: 3x3 480x14x14 94 -> 61 us, 240x14x14 from 28 68 -> 38, 576x7x7 31 -> 26, 384x14x14 from 28
+109 -> 61; 5x5 (left to the channels) 672x14x14 167 -> 172, 1152x7x7 78 -> 103, 672x7x7 from 14 69 -> 74, 576x7x7
+(hardswish) 26 -> 34, 96x14x14 from 28 39 -> 30 (SiLU), 22 -> 23 (hardswish)."""
+
+
+def _row_taps(loads: list[UOp], r: UOp, rngs: list[UOp], reds: list[UOp]) -> int:
+  """The taps of a filter row (`_window_vector`'s output row `r`): the largest bound of a reduce axis that a load
+  walking `r` as a window (`_window_row`) walks contiguously (the filter's column); 0 when none is known."""
+  return max((b for ld in loads if _window_row(idx := ld.src[0].src[1], r, rngs, reds) for x in reds
+              if x in idx.ranges and stride_of(idx, x, rngs) == 1 and (b := _bound(x)) is not None), default=0)
 
 
 def _window_width(n: int) -> int:

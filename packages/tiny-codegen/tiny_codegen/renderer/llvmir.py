@@ -4,7 +4,9 @@ The kernel is `define void @name(ptr noalias %data0, ..., i32 %var0, ..., i32 %c
 `range` when the kernel is split across threads). Loops are a header block with a phi, accumulators are `alloca`s
 (promoted to registers by the optimizer), gated loads read a safe address and select 0, gated stores branch; an
 access gated by a vector of lane masks (the expander's masked tail) is an `llvm.masked.load`/`llvm.masked.store`,
-which touches no memory in a masked-off lane. No fast-math flags: results match IEEE evaluation in source order.
+which touches no memory in a masked-off lane; so is a plain vector access of an odd lane count (14 floats) where the
+target masks in one instruction (`odd_lanes`: AVX-512), of the next form's lanes under a constant mask. No fast-math
+flags: results match IEEE evaluation in source order.
 Transcendentals are LLVM intrinsics (`llvm.exp2.f32`, ...), which become libm calls the loader resolves.
 """
 from __future__ import annotations
@@ -131,7 +133,9 @@ class LLVMRenderer(CPURenderer):
     return _LLVMEmitter(uops, contract=True, check_oob=bool(CHECK_OOB.value), stream=self, loop_hints=True,
                         fence_int_to_float=True, vector_bits=8 * self.vector_registers[1],
                         range_max=range_widths(getattr(self.compiler, "triple", ""),
-                                               getattr(self.compiler, "features", ""))).render()
+                                               getattr(self.compiler, "features", "")),
+                        masked_widths=masked_widths(getattr(self.compiler, "triple", ""),
+                                                    getattr(self.compiler, "features", ""))).render()
 
 
 @functools.cache
@@ -172,6 +176,34 @@ def scalef_lanes(triple: str, features: str) -> int:
   both, 0 otherwise (off x86-64, or no LDEXP: the exp2 decomposition keeps its exponent-bit arithmetic)."""
   feats = set(features.split(","))
   return 16 if triple.startswith(("x86_64", "amd64")) and {"+avx512f", "+avx512vl"} <= feats else 0
+
+
+@functools.cache
+def masked_widths(triple: str, features: str) -> tuple[int, ...]:
+  """The vector bit widths in which a load or store of 32- or 64-bit elements under a lane mask is one instruction
+  on LLVM's target (Intel SDM vol. 2, MOVUPS/VMOVDQU32 with an opmask: AVX512F's 512-bit form, AVX512VL's 128- and
+  256-bit ones); () off x86-64 or without AVX512F. A vector of a lane count that is not a power of two is accessed in
+  the narrowest of them as one masked access (`odd_lanes`), where LLVM splits a plain one into power-of-two pieces."""
+  feats = set(features.split(","))
+  if not triple.startswith(("x86_64", "amd64")) or "+avx512f" not in feats: return ()
+  return (128, 256, 512) if "+avx512vl" in feats else (512,)
+
+
+def odd_lanes(widths: tuple[int, ...], dt: DType) -> int:
+  """The lanes of the narrowest masked access (`widths`, bits: `masked_widths`) that holds the vector `dt` when `dt`
+  has 3 or more lanes, not a power of two, of 4- or 8-byte elements; 0 otherwise (it stays a plain load or store).
+  LLVM legalizes a plain 14-lane float32 load as 8 + 4 + 2 lanes (three loads, two inserts) and a 14-lane store as
+  three stores and two extracts; one zero-masking `vmovups` of 16 lanes reads the same 14 and touches nothing past
+  them (a depthwise conv's 56-wide row as 4 x 14 lanes: each unpadded tap and each store)."""
+  n, size = dt.count, dt.scalar().itemsize
+  if n < 3 or n & (n - 1) == 0 or size not in (4, 8) or dt.scalar() == dtypes.bool: return 0
+  return next((w // (8 * size) for w in widths if w // (8 * size) > n), 0)
+
+
+def _in_memory(idx: UOp) -> bool:
+  """Whether INDEX `idx` addresses a kernel's buffer (a PARAM), not a register accumulator (a DEFINE_REG's `alloca`,
+  which the optimizer promotes to registers only while every access to it is a plain load or store)."""
+  return idx.op is Ops.INDEX and idx.src[0].op is Ops.PARAM
 
 
 def range_lanes(widths: tuple[int, ...], dt: DType) -> int:
@@ -216,8 +248,9 @@ def accumulations(uops: list[UOp]) -> set[UOp]:
 class _LLVMEmitter:
   def __init__(self, uops: list[UOp], contract: bool = False, check_oob: bool = False, stream: Any = None,
                loop_hints: bool = False, fence_int_to_float: bool = False, vector_bits: int = 0,
-               range_max: tuple[int, ...] = ()):
+               range_max: tuple[int, ...] = (), masked_widths: tuple[int, ...] = ()):
     self.uops = uops
+    self.masked_widths = masked_widths  # where an odd-lane plain access is one masked one (`odd_lanes`)
     self.range_max = range_max  # the `vrange` widths a float vector MAX renders as (`range_widths`); (): llvm.maximum
     # the vector width LLVM's loop and SLP vectorizers should use (a function attribute): the machine's registers.
     # LLVM's x86 tuning prefers 256 bits on AVX-512 CPUs (Skylake-X's frequency drop), so a loop it vectorizes
@@ -325,6 +358,10 @@ class _LLVMEmitter:
     y = self.widen(y, yt, xt.count)  # shufflevector takes equal widths: y widened with poison lanes first
     idx = "<" + ", ".join(f"i32 {i}" for i in range(xt.count + yt.count)) + ">"
     return self.op(f"shufflevector {ltype(xt)} {x}, {ltype(xt)} {y}, <{xt.count + yt.count} x i32> {idx}")
+
+  def first_lanes(self, n: int, w: int) -> str:
+    """The constant mask `<w x i1>` whose first n lanes are on (`odd_lanes`' access), with its type."""
+    return f"<{w} x i1> <" + ", ".join(["i1 true"] * n + ["i1 false"] * (w - n)) + ">"
 
   def splat(self, lit: str, dt: DType) -> str:
     """The literal `lit` of scalar type dt.scalar(), as a vector of dt.count lanes when dt is a vector."""
@@ -522,6 +559,13 @@ class _LLVMEmitter:
         self.decls.add(f"declare {t} @{fn}(ptr, i32, <{dt.count} x i1>, {t})")
         self.emit(f"{out} = call {t} @{fn}(ptr {self.val(src[0])}, i32 {dt.scalar().itemsize}, "
                   f"<{dt.count} x i1> {self.masks[src[0]]}, {t} zeroinitializer)")
+      elif (w := odd_lanes(self.masked_widths, dt)) and _in_memory(src[0]):  # one masked access, not pieces
+        wdt = dt.scalar().vec(w)
+        wt, fn = ltype(wdt, mem=True), f"llvm.masked.load.{_mangle(wdt, mem=True)}.p0"
+        self.decls.add(f"declare {wt} @{fn}(ptr, i32, <{w} x i1>, {wt})")
+        wide = self.op(f"call {wt} @{fn}(ptr {self.val(src[0])}, i32 {dt.scalar().itemsize}, "
+                       f"{self.first_lanes(dt.count, w)}, {wt} poison)")
+        out = self.lanes_of(wide, wdt, 0, dt.count)
       else:
         self.emit(f"{out} = load {ltype(dt, mem=True)}, {self.ptr_ty(src[0].dtype)} {self.val(src[0])}{self.align(dt)}")
       if dt.scalar() == dtypes.bool:
@@ -671,6 +715,13 @@ class _LLVMEmitter:
           self.emit(f"br label %st{k}.skip")
           self.lines.append(f"st{k}.skip:")
         elif self.stream is not None and nontemporal_store(self.stream, u): self.streaming_store(v, vdt, src[0])
+        elif (w := odd_lanes(self.masked_widths, vdt)) and _in_memory(src[0]):  # one masked store (`odd_lanes`)
+          wdt = vdt.scalar().vec(w)
+          t, fn = ltype(wdt, mem=True), f"llvm.masked.store.{_mangle(wdt, mem=True)}.p0"
+          self.decls.add(f"declare void @{fn}({t}, ptr, i32, <{w} x i1>)")
+          wide = self.widen(v, vdt, w)
+          self.emit(f"call void @{fn}({t} {wide}, ptr {self.val(src[0])}, i32 {vdt.scalar().itemsize}, "
+                    f"{self.first_lanes(vdt.count, w)})")
         else: self.emit(f"store {ltype(vdt, mem=True)} {v}, ptr {self.val(src[0])}{self.align(vdt)}")
       elif not self.value_op(u): raise NotImplementedError(f"LLVM renderer can't render {op} ({dt})")
     _ = block
