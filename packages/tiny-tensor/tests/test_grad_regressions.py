@@ -169,3 +169,36 @@ def test_normalize_p(p):
     (F.normalize(xt, p=p) * torch.tensor(_rand(3, 3))).sum().backward()
     _close(x.grad.numpy(), xt.grad.numpy())
 
+
+
+# ***** 5: odd functions near 0 and past x**2's overflow, relative to torch in float64 *****
+
+_TINY = [1e-30, 1e-12, 1e-8, 1e-6, 1e-5, 1e-4, 1e-3, 0.03, 0.032, -1e-7, -0.02, 0.5, 3.0]
+
+
+@pytest.mark.parametrize("name", ["tanh", "sinh", "asinh", "atanh", "erf"])
+@pytest.mark.parametrize("npdt", [np.float32, np.float64])
+def test_odd_functions_keep_relative_precision_near_0(name, npdt):
+  """2*sigmoid(2x)-1 gave tanh(1e-6) = 1.07e-6 and tanh(1e-8) = 0; erf's 1.5e-7 absolute error was the whole value
+  below ~1e-7; -0.0 lost its sign. Within a few ulp of torch's float64 result, relative, signs of zeros kept."""
+  x = np.array([v for v in _TINY if name != "atanh" or abs(v) < 1] + [-0.0], npdt)
+  got = getattr(Tensor(x), name)().numpy()
+  want = getattr(torch, name)(torch.tensor(x, dtype=torch.float64)).numpy()
+  rtol = {np.float32: 2e-6, np.float64: 1e-13}[npdt] if name != "erf" or abs(x).max() < 2 ** -5 else 6e-6
+  small = np.abs(x) < 2 ** -5  # where the series runs; above, the formula's own (absolute) error
+  np.testing.assert_allclose(got[small], want[small], rtol=rtol, atol=0)
+  np.testing.assert_allclose(got, want, rtol=1e-5 if npdt == np.float32 else 4e-6, atol=2e-7)
+  assert (np.signbit(got) == np.signbit(want)).all()
+
+
+def test_asinh_acosh_past_the_square_overflow_and_hardswish_at_minus_inf():
+  x = np.array([1e19, -1e19, 1e30, -3e38, 2.0 ** 27 + 8], np.float32)
+  np.testing.assert_allclose(Tensor(x).asinh().numpy(), torch.asinh(torch.tensor(x, dtype=torch.float64)).numpy(),
+                             rtol=1e-6)
+  ax = np.abs(x)
+  np.testing.assert_allclose(Tensor(ax).acosh().numpy(), torch.acosh(torch.tensor(ax, dtype=torch.float64)).numpy(),
+                             rtol=1e-6)
+  h = np.array([-np.inf, -1e30, -3.0, -88.0, np.inf, np.nan, 1.0], np.float32)
+  got, want = Tensor(h).hardswish().numpy(), F.hardswish(torch.tensor(h)).numpy()
+  np.testing.assert_array_equal(got, want)  # NaN at -inf (-inf * 0), -0.0 below -3, as torch
+  assert (np.signbit(got) == np.signbit(want))[~np.isnan(want)].all()

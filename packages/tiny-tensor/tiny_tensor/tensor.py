@@ -1030,34 +1030,51 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
   def logsigmoid(self) -> Tensor:
     """log(sigmoid(x)), computed stably."""
     return -(-self).softplus()
+  def _odd_near_0(self, big: Tensor, series: Sequence[float]) -> Tensor:
+    """`big` (a formula that cancels near 0), or where |x| < 2**-5 the odd series x * p(x**2) (`series`: p's
+    coefficients, highest first, to x**9: below 2**-5 its first omitted term is under 1e-16 of the value): tanh(1e-6)
+    was 1.07e-6 through 2*sigmoid(2x)-1, tanh(1e-8) 0, and -0.0 lost its sign. The series sees 0 elsewhere, so its
+    unused gradient stays finite (x**9 of a large x overflowed: inf * 0 is NaN)."""
+    small = self.abs() < 2 ** -5
+    xs = small.where(self, 0)
+    return small.where(xs * polyN(xs.square(), series), big)
   def tanh(self) -> Tensor:
-    """Hyperbolic tangent."""
-    return 2.0 * ((2.0 * self).sigmoid()) - 1.0
+    """Hyperbolic tangent (its Taylor series near 0, see `_odd_near_0`)."""
+    return self._odd_near_0(2.0 * ((2.0 * self).sigmoid()) - 1.0, [62 / 2835, -17 / 315, 2 / 15, -1 / 3, 1.0])
   def sinh(self) -> Tensor:
-    """Hyperbolic sine."""
-    return (self.exp() - self.neg().exp()) / 2
+    """Hyperbolic sine (its Taylor series near 0, see `_odd_near_0`)."""
+    return self._odd_near_0((self.exp() - self.neg().exp()) / 2, [1 / 362880, 1 / 5040, 1 / 120, 1 / 6, 1.0])
   def cosh(self) -> Tensor:
     """Hyperbolic cosine."""
     return (self.exp() + self.neg().exp()) / 2
   def atanh(self) -> Tensor:
-    """Inverse hyperbolic tangent."""
-    return ((1 + self) / (1 - self)).log() / 2
+    """Inverse hyperbolic tangent (its Taylor series near 0, see `_odd_near_0`)."""
+    return self._odd_near_0(((1 + self) / (1 - self)).log() / 2, [1 / 9, 1 / 7, 1 / 5, 1 / 3, 1.0])
   def asinh(self) -> Tensor:
-    """Inverse hyperbolic sine, odd: log(a + sqrt(a^2 + 1)) of a = |x| (x + sqrt(x^2 + 1) cancels for x << 0)."""
+    """Inverse hyperbolic sine, odd: log(a + sqrt(a^2 + 1)) of a = |x| (x + sqrt(x^2 + 1) cancels for x << 0),
+    log(a) + log(2) past 2**27 (a^2 overflowed from 1.8e19 in float32: asinh(1e30) was inf), its Taylor series near
+    0 (see `_odd_near_0`)."""
     neg = self < 0
     a = neg.where(-self, self)
-    r = (a + (a.square() + 1).sqrt()).log()
-    return neg.where(-r, r)
+    huge = a > 2 ** 27  # (each branch sees a value it is finite at, so the unused one's gradient is too)
+    am = huge.where(1, a)
+    r = huge.where(huge.where(a, 1).log() + math.log(2), (am + (am.square() + 1).sqrt()).log())
+    return self._odd_near_0(neg.where(-r, r), [105 / 3456, -15 / 336, 3 / 40, -1 / 6, 1.0])
   def acosh(self) -> Tensor:
-    """Inverse hyperbolic cosine."""
-    return (self + (self.square() - 1).sqrt()).log()
+    """Inverse hyperbolic cosine: log(x + sqrt((x - 1)(x + 1))) (x - 1 is exact near 1, where x^2 - 1 cancelled),
+    log(x) + log(2) past 2**27 (x^2 overflowed)."""
+    huge = self > 2 ** 27
+    x, xh = huge.where(2, self), huge.where(self, 1)
+    return huge.where(xh.log() + math.log(2), (x + ((x - 1) * (x + 1)).sqrt()).log())
   def erf(self) -> Tensor:
-    """Error function (Abramowitz-Stegun 7.1.26, |err| < 1.5e-7); its gradient is the exact 2/sqrt(pi) exp(-x^2)
+    """Error function (Abramowitz-Stegun 7.1.26, |err| < 1.5e-7; its Taylor series near 0, where that absolute error
+    was the whole value: erf(1e-8) gave 0); its gradient is the exact 2/sqrt(pi) exp(-x^2)
     (the approximation's own, through |x| and sign(x), is 0 at 0)."""
     x = self._float()
     t = 1.0 / (1.0 + 0.3275911 * x.abs())
     out = x.sign() * (1.0 - t * polyN(t, [1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592]) *
                       (-x.square()).exp())
+    out = x._odd_near_0(out, [2 / math.sqrt(math.pi) * c for c in (1 / 216, -1 / 42, 1 / 10, -1 / 3, 1.0)])
     return with_gradient(out, (x,), lambda g, _, x: (g * (2 / math.sqrt(math.pi)) * (-x.square()).exp(),))
   def gelu(self, approximate: str = "tanh") -> Tensor:
     """GELU: `approximate="tanh"` (the default, as tinygrad) or `"none"` (exact, through erf)."""
@@ -1076,7 +1093,7 @@ class Tensor(CreationMixin, IndexingMixin, NNOpsMixin, MathOpsMixin, metaclass=_
     return self.hardtanh(0, 6)
   def hardswish(self) -> Tensor:
     """x * relu6(x + 3) / 6, with torch's gradient at the kinks (x/3 + 1/2 on (-3, 3), 0 at -3, 1 at 3)."""
-    return (self <= -3).where(0, (self < 3).where(self * (self + 3) * (1 / 6), self))
+    return (self <= -3).where(self * 0, (self < 3).where(self * (self + 3) * (1 / 6), self))  # -0.0, NaN at -inf
   def hardtanh(self, min_val: float = -1, max_val: float = 1) -> Tensor:
     """Clamp into [min_val, max_val]; the gradient is 1 strictly inside (0 at the bounds, as torch)."""
     return (self <= min_val).where(min_val, (self >= max_val).where(max_val, self))
