@@ -118,3 +118,18 @@ def test_a_later_write_never_splits_a_buffer_in_two():
   assert after[1].refs[0] is after[2].refs[0] is after[3].refs[1]
   assert after[3].refs[0].base is y  # o: y's storage, free since call 1
   assert _check_no_live_value_overwritten(before, after) == 2
+
+
+def test_of_two_free_storages_the_one_freed_last_is_taken():
+  from tiny_uop.dtype import dtypes
+  p, q, s = (Buffer("CPU", 4, dtypes.float32).allocate() for _ in range(3))
+  r = Buffer("CPU", 8, dtypes.float32).allocate()  # too big for p's or q's storage
+
+  def k(name, refs):
+    c = jitmod._KernelCall(None, name, "CPU", refs, (1, 1, 1), None, [], {}, 0, 0)
+    c.rw = ((1,), (0,))
+    return c
+  before = [k("p", [p, 0]), k("q", [q, p]), k("r", [r, q]), k("s", [s, r])]
+  after = jitmod.plan_memory(before)
+  assert after[2].refs[0] is r and after[3].refs[0] is q  # p (free since call 1) and q (since call 2): q, hotter
+  assert _check_no_live_value_overwritten(before, after) == 3

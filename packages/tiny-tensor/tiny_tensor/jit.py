@@ -276,10 +276,10 @@ def plan_memory(calls: list[Any]) -> list[Any]:
   An intermediate is a whole (not a view, not viewed) buffer that no live node refers to after the capture, that is
   not an input, and whose first use in the calls is a kernel's write (it holds nothing from before the call); it
   lives from that write to its last use (a later write may be partial: an assign to a slice, so the range is never
-  split). Intermediates are placed in order of their first use, each into the free storage (same device and dtype,
-  at least its size; a larger one only where the allocator makes views, `_offset`) that was freed last, the smallest
-  of those on a tie, or into its own buffer when none is free. A storage is free after the last use of the
-  intermediate placed in it, so a kernel's output never shares memory with what it reads.
+  split). Intermediates are placed in order of their first use, each into the free storage (same device, dtype and
+  allocation options, at least its size; a larger one only where the allocator makes views, `_offset`) that was
+  freed last, the smallest of those on a tie, or into its own buffer when none is free. A storage is free after the
+  last use of the intermediate placed in it, so a kernel's output never shares memory with what it reads.
   """
   first: dict[int, int] = {}
   last: dict[int, int] = {}
@@ -306,7 +306,7 @@ def plan_memory(calls: list[Any]) -> list[Any]:
     b = bufs[k]
     views = hasattr(b.allocator, "_offset")
     fits = [j for j, (end, st) in enumerate(free) if end < first[k] and st.device == b.device and st.dtype == b.dtype
-            and (st.nbytes == b.nbytes or (views and st.nbytes > b.nbytes))]
+            and st.options == b.options and (st.nbytes == b.nbytes or (views and st.nbytes > b.nbytes))]
     if not fits:
       free.append((last[k], b))
       continue
