@@ -10,6 +10,10 @@ r (reduce: convs, pools, Gemm) kernels; onnxruntime: per op type), so the gaps c
 `python bench/profile_models.py resnet18 [mobilenet_v3_small ...]` (needs onnx, onnxruntime and torch).
 `CPU_THREADS=2 python bench/profile_models.py --threads mobilenet_v3_small`: each kernel on one thread vs the pool, its
 share count and each share's time (`thread_split`).
+`python bench/profile_models.py --sequence mobilenet_v3_small`: each kernel timed in the replay's sequence (the TSC
+read around its native call inside one replay, many replays back to back) next to the same kernel alone (run again
+right after itself: its data hot), with its output's and weights' sizes, so what a kernel loses to the cache state
+the previous kernels leave is seen per kernel (`sequence_times`, x86-64).
 """
 from __future__ import annotations
 
@@ -155,6 +159,112 @@ def print_thread_split(name: str) -> None:
           + " ".join(f"{x:.1f}" for x in sh[:8]) + (" ..." if n > 8 else ""))
 
 
+TIMED_RUNNER_IR = """declare i64 @llvm.readcyclecounter()
+define void @tiny_graph_time(ptr %table, i64 %count, ptr %times) nounwind {
+entry:
+  %any = icmp ugt i64 %count, 0
+  br i1 %any, label %kernel, label %out
+kernel:
+  %i = phi i64 [ 0, %entry ], [ %inext, %next ]
+  %w = mul i64 %i, 4
+  %pt = getelementptr i64, ptr %table, i64 %w
+  %tramp = load ptr, ptr %pt, align 8
+  %pf = getelementptr i64, ptr %pt, i64 1
+  %fn = load ptr, ptr %pf, align 8
+  %pa = getelementptr i64, ptr %pt, i64 2
+  %args = load ptr, ptr %pa, align 8
+  %pn = getelementptr i64, ptr %pt, i64 3
+  %n = load i64, ptr %pn, align 8
+  %t0 = call i64 @llvm.readcyclecounter()
+  br label %inline
+inline:
+  %c = phi i64 [ 0, %kernel ], [ %cnext, %share ]
+  %left = icmp ult i64 %c, %n
+  br i1 %left, label %share, label %next
+share:
+  %core = trunc i64 %c to i32
+  call void %tramp(ptr %fn, ptr %args, i32 %core)
+  %cnext = add i64 %c, 1
+  br label %inline
+next:
+  %t1 = call i64 @llvm.readcyclecounter()
+  %d = sub i64 %t1, %t0
+  %ptm = getelementptr i64, ptr %times, i64 %i
+  store i64 %d, ptr %ptm, align 8
+  %inext = add i64 %i, 1
+  %more = icmp ult i64 %inext, %count
+  br i1 %more, label %kernel, label %out
+out:
+  ret void
+}
+define i64 @tiny_tsc() nounwind {
+  %t = call i64 @llvm.readcyclecounter()
+  ret i64 %t
+}
+"""
+"""`CPUGraph`'s replay loop (graph.RUNNER_IR's inline path: every share on this thread) with the TSC read before and
+after each kernel into `times` (ticks), and `tiny_tsc` to calibrate the ticks against `perf_counter_ns`."""
+
+
+def sequence_times(seen: dict[str, Any], reps: int = 40, alone_runs: int = 7) -> list[tuple[Any, float, float, float]]:
+  """Each kernel of the replay `replays_seen` recorded: (the call, least us alone, least and median us in sequence).
+  One `CPUGraph` table of all the kernels (this replay's inputs patched in) is run `reps` times by `TIMED_RUNNER_IR`
+  (one thread, no sleep between kernels or replays: the cache state each kernel meets is the real replay's); alone:
+  the kernel's one-entry table run `alone_runs` times in a row (its data as hot as it gets)."""
+  import ctypes
+  import statistics
+  from tiny_codegen.machine import host_machine
+  from tiny_runtime_cpu.graph import CPUGraph, ENTRY_WORDS
+  from tiny_uop.plugins import Device
+  if host_machine().arch != "x86_64": raise RuntimeError("sequence_times reads the TSC: x86-64 only")
+  dev = Device["CPU"]
+  timed = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p)(
+    dev.native_load("tiny_graph_time", TIMED_RUNNER_IR))
+  tsc = ctypes.CFUNCTYPE(ctypes.c_int64)(dev.native_load("tiny_tsc", TIMED_RUNNER_IR))
+  t0, n0 = tsc(), time.perf_counter_ns()
+  time.sleep(0.05)
+  us_per_tick = (time.perf_counter_ns() - n0) / (tsc() - t0) / 1e3
+  calls = [c for c, _ in kernel_runs(seen)]
+  g = CPUGraph(dev, calls)
+  g([t._buf for t in seen["inputs"]], seen["var_vals"])  # patches the inputs in (and runs it once)
+  ticks = (ctypes.c_int64 * max(1, g.count))()
+  seq: list[list[float]] = [[] for _ in calls]
+  for _ in range(reps):
+    timed(g.table_addr, g.count, ctypes.addressof(ticks))
+    for i in range(g.count): seq[i].append(ticks[i] * us_per_tick)
+  rows = []
+  for i, c in enumerate(calls):
+    alone = float("inf")
+    for _ in range(alone_runs):
+      timed(g.table_addr + ENTRY_WORDS * 8 * i, 1, ctypes.addressof(ticks))
+      alone = min(alone, ticks[0] * us_per_tick)
+    rows.append((c, alone, min(seq[i]), statistics.median(seq[i])))
+  return rows
+
+
+def print_sequence(name: str) -> None:
+  """Print `sequence_times` for model `name` (see it): per kernel alone / in sequence (least, median) us, the
+  difference, its output's KB and the KB of what it reads that no kernel of the replay writes (weights)."""
+  from tiny_tensor.nn.onnx import OnnxRunner
+  with tempfile.TemporaryDirectory() as d:
+    path = os.path.join(d, f"{name}.onnx")
+    _, feeds = bm.export_model(name, path)
+    runner = OnnxRunner(path, jit=True)
+    with replays_seen() as seen:
+      for _ in range(3): runner(feeds)["y"].numpy()
+    rows = sequence_times(seen)
+  written = {c.refs[j].base for c, *_ in rows for j in (c.rw[1] if c.rw else ()) if not isinstance(c.refs[j], int)}
+  alone, smin, smed = (sum(r[k] for r in rows) / 1e3 for k in (1, 2, 3))
+  print(f"== {name}: {len(rows)} kernels, one thread: alone {alone:.2f} ms, in sequence {smin:.2f} ms (least) "
+        f"{smed:.2f} ms (median) | load {os.getloadavg()[0]:.1f}")
+  print("-- (alone, in sequence least, median, median - alone: us; output, weights: KB)")
+  for c, a, mn, md in rows:
+    outs = [c.refs[j] for j in (c.rw[1] if c.rw else ())]
+    wts = [r for r in c.refs if not isinstance(r, int) and r.base not in written]
+    print(f"  {c.name:30s} {a:8.1f} {mn:8.1f} {md:8.1f} {md - a:+7.1f}  out {sum(o.nbytes for o in outs) / 1024:7.0f}"
+          f"  w {sum(w.nbytes for w in wts) / 1024:7.0f}")
+
+
 def _seconds(fn: Any) -> float:
   st = time.perf_counter()
   fn()
@@ -192,7 +302,9 @@ def profile(name: str) -> None:
 
 
 if __name__ == "__main__":
-  if sys.argv[1:2] == ["--threads"]:  # CPU_THREADS=2 python bench/profile_models.py --threads mobilenet_v3_small
+  if sys.argv[1:2] == ["--sequence"]:  # python bench/profile_models.py --sequence efficientnet_b0
+    for m in sys.argv[2:] or ["resnet18", "mobilenet_v3_small", "efficientnet_b0"]: print_sequence(m)
+  elif sys.argv[1:2] == ["--threads"]:  # CPU_THREADS=2 python bench/profile_models.py --threads mobilenet_v3_small
     for m in sys.argv[2:] or ["mobilenet_v3_small", "efficientnet_b0"]: print_thread_split(m)
   else:
     for m in sys.argv[1:] or ["resnet18", "mobilenet_v3_small", "efficientnet_b0"]: profile(m)

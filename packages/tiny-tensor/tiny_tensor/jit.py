@@ -12,7 +12,8 @@ How it works (docs/ARCHITECTURE.md §5, step 7):
 - call 2 runs it again while recording every CALL the engine executes: for a kernel its loaded program, the device
   buffers in argument order, launch sizes and symbolic variable names; for a COPY the two buffers; for a SLICE of an
   input the view it made. Buffers are recorded as objects, so intermediates stay allocated for the replays;
-  after the capture `plan_memory` gives intermediates whose lifetimes don't overlap one buffer (the rest is freed);
+  after the capture `plan_memory` places intermediates whose lifetimes don't overlap in shared storage, each in the
+  storage freed last (still in cache), and the rest is freed;
 - later calls check that the inputs look the same (shape, dtype, device, which arguments are Tensors), swap the new
   inputs' device buffers into the recorded argument lists, and call the programs in order. On a device with a graph
   class (`Compiled.graph`: `HCQ2Graph` on AMD, NV and QCOM, `CPUGraph` on the CPU; PIPELINE.md §7, §9), each run of
@@ -268,13 +269,17 @@ def _held_buffers() -> set[int]:
 
 
 def plan_memory(calls: list[Any]) -> list[Any]:
-  """The calls with their intermediate buffers shared where their lifetimes don't overlap (tinygrad's JIT memory
-  planning): the capture's working set is freed and a replay runs in less memory.
+  """The calls with their intermediates placed in shared storage where their lifetimes don't overlap (tinygrad's JIT
+  memory planning): the capture's working set is freed, and a replay writes each kernel's output into memory it
+  touched last (still in cache), not into memory untouched since the previous replay (issue #39).
 
   An intermediate is a whole (not a view, not viewed) buffer that no live node refers to after the capture, that is
-  not an input, and whose first use in the calls is a kernel's write (it holds nothing from before the call). Two
-  intermediates of the same device, size and dtype whose [first use, last use] ranges don't overlap get one buffer.
-  Calls whose reads/writes are unknown keep all their buffers.
+  not an input, and whose first use in the calls is a kernel's write (it holds nothing from before the call); it
+  lives from that write to its last use (a later write may be partial: an assign to a slice, so the range is never
+  split). Intermediates are placed in order of their first use, each into the free storage (same device, dtype and
+  allocation options, at least its size; a larger one only where the allocator makes views, `_offset`) that was
+  freed last, the smallest of those on a tie, or into its own buffer when none is free. A storage is free after the
+  last use of the intermediate placed in it, so a kernel's output never shares memory with what it reads.
   """
   first: dict[int, int] = {}
   last: dict[int, int] = {}
@@ -291,24 +296,24 @@ def plan_memory(calls: list[Any]) -> list[Any]:
       k = id(r)
       bufs[k] = r
       if k not in first:
-        written_first = rw is not None and pos in rw[1] and pos not in rw[0]
-        if not written_first: excluded.add(k)
+        if not (rw is not None and pos in rw[1] and not any(refs[p] is r for p in rw[0])): excluded.add(k)
         first[k] = i
       last[k] = i
   held = _held_buffers()
-  cands = sorted((k for k in first if k not in excluded and k not in held), key=lambda k: first[k])
-  free: dict[tuple, list[tuple[int, Buffer]]] = {}  # (device, size, dtype) -> [(last use, buffer)] to reuse
+  free: list[tuple[int, Buffer]] = []  # (last use, storage)
   remap: dict[int, Buffer] = {}
-  for k in cands:
+  for k in sorted((k for k in first if k not in excluded and k not in held), key=lambda k: first[k]):
     b = bufs[k]
-    key = (b.device, b.size, b.dtype)
-    pool = free.setdefault(key, [])
-    slot = next((j for j, (end, _) in enumerate(pool) if end < first[k]), None)
-    if slot is None:
-      pool.append((last[k], b))
+    views = hasattr(b.allocator, "_offset")
+    fits = [j for j, (end, st) in enumerate(free) if end < first[k] and st.device == b.device and st.dtype == b.dtype
+            and st.options == b.options and (st.nbytes == b.nbytes or (views and st.nbytes > b.nbytes))]
+    if not fits:
+      free.append((last[k], b))
       continue
-    remap[k] = pool[slot][1]
-    pool[slot] = (last[k], pool[slot][1])
+    j = min(fits, key=lambda j: (-free[j][0], free[j][1].nbytes))
+    st = free[j][1]
+    remap[k] = st if st.size == b.size else st.view(b.size, b.dtype, 0)
+    free[j] = (last[k], st)
   if not remap: return calls
 
   def m(r: BufRef) -> BufRef: return remap.get(id(r), r) if isinstance(r, Buffer) else r
