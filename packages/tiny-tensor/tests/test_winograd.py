@@ -123,3 +123,12 @@ def test_rule_on_machine_models(machine, want):
   assert [winograd_tile(machine, 1, c, c, h, h) for c, h in RESNET18] == want
   assert winograd_tile(machine, 1, 3, 64, 224, 224) == 0  # a 3-channel stem: the transforms cost more than they save
   assert winograd_tile(machine, 8, 512, 512, 7, 7) == 4   # batch 8: 8x the tiles to reuse each transformed weight over
+
+
+def test_weight_of_another_tile_or_shape_is_refused():
+  x = Tensor(_arr(1, 4, 8, 8))
+  u2 = winograd_weight(Tensor(_arr(5, 4, 3, 3)), 2, realize=True)
+  with pytest.raises(ValueError, match=r"transformed for F\(2,3\), not F\(4,3\)"):
+    winograd_conv(x, u2, None, ((1, 1),) * 2, 4)
+  with pytest.raises(ValueError, match=r"needs a \(Cout, 4, 3, 3\) weight"):
+    winograd_conv(x, Tensor(_arr(5, 3, 3, 3)), None, ((1, 1),) * 2, 2)

@@ -124,8 +124,12 @@ def winograd_conv(x: Tensor, weight: Tensor, bias: Tensor | None, pads: tuple[tu
   from tiny_tensor.nnops import _pad, _pool
   at, _, bt = winograd_matrices(m)
   n = m + 2
-  u = weight if _PREPARED.get(weight.uop) == m else winograd_weight(weight, m)
   bs, cin, h, w = x.shape
+  if (prepared := _PREPARED.get(weight.uop)) is not None and prepared != m:
+    raise ValueError(f"the weight was transformed for F({prepared},3), not F({m},3)")
+  if prepared is None and tuple(weight.shape[1:]) != (cin, 3, 3):
+    raise ValueError(f"a Winograd conv of {tuple(x.shape)} needs a (Cout, {cin}, 3, 3) weight, not {weight.shape}")
+  u = weight if prepared is not None else winograd_weight(weight, m)
   cout = u.shape[2]
   (pt, pb), (pl, pr) = pads
   if not isinstance(h, int) or not isinstance(w, int): raise ValueError(f"Winograd needs int spatial sizes: {x.shape}")
