@@ -26,6 +26,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, Iterable, Literal, Sequence, overload
 
 from tiny_uop.dtype import DType, dtypes, least_upper_dtype
+from tiny_uop.helpers import WINO
 from tiny_uop.uop import Ops
 from tiny_tensor.helpers import ArgumentError, DTypeArgumentError
 
@@ -72,6 +73,9 @@ def _resolve_dim(x: Tensor, dim: int, extra: int = 0) -> int:
     lo, hi = -max(n, 1), max(n, 1) - 1
     raise IndexError(f"dim {dim!r} is out of range for a tensor of shape {x.shape}; valid: [{lo}, {hi}]")
   return dim + n if dim < 0 else dim
+
+
+def _all_ints(xs: Iterable[Any]) -> bool: return all(isinstance(v, int) for v in xs)
 
 
 def _ints(x: int | Sequence[int], n: int, what: str) -> tuple[int, ...]:
@@ -613,10 +617,13 @@ class NNOpsMixin:
         raise ValueError(f"padding='same' needs stride 1, got stride={stride!r}")
       span = [d * (k - 1) if padding == "same" else 0
               for d, k in zip(_ints(dilation, nd, "dilation"), weight.shape[2:])]
-      return _conv(self, weight, bias, groups, stride, dilation, tuple((t // 2, t - t // 2) for t in span), dtype,
-                   weight_channel_last=True)
-    return _conv(self, weight, bias, groups, stride, dilation, _grouped_pads(padding, nd), dtype,
-                 weight_channel_last=True)
+      pads = tuple((t // 2, t - t // 2) for t in span)
+    else: pads = _grouped_pads(padding, nd)
+    if WINO and dtype is None and groups == 1 and tuple(weight.shape[2:]) == (3, 3) and _all_ints(self.shape[2:]) and \
+       _ints(stride, nd, "stride") == (1, 1) and _ints(dilation, nd, "dilation") == (1, 1):
+      from tiny_tensor.winograd import winograd_conv  # tinygrad's WINO=1: F(4x4, 3x3) for every such conv
+      return winograd_conv(self, weight, bias, pads, 4)
+    return _conv(self, weight, bias, groups, stride, dilation, pads, dtype, weight_channel_last=True)
 
   def conv_transpose2d(self, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: Any = 1,
                        dilation: Any = 1, padding: int | Sequence[int] = 0, output_padding: Any = 0) -> Tensor:

@@ -121,20 +121,24 @@ DEFAULT_FLOAT = ContextVar("DEFAULT_FLOAT", "float32", "the dtype of Python floa
                            "(`dtypes.default_float`): a float dtype's name, as tinygrad's")
 DEFAULT_INT = ContextVar("DEFAULT_INT", "int32", "the dtype of Python ints in tensors (`dtypes.default_int`): an int "
                          "dtype's name, as tinygrad's")
+WINO = ContextVar("WINO", 0, "1: Tensor.conv2d lowers every 3x3 stride-1 ungrouped 2-d conv as Winograd F(4x4, 3x3) "
+                 "(tinygrad's flag; forward and backward; tiny_tensor.winograd). The ONNX runner picks per conv: "
+                 "ONNX_WINO")
+ONNX_WINO = ContextVar("ONNX_WINO", 1, "the ONNX runner's 3x3 stride-1 convs with a fixed weight on the CPU: 1 "
+                       "Winograd where tiny_tensor.winograd.winograd_tile's machine-model rule says it pays, 0 direct")
 RING = ContextVar("RING", 1, "multi-device allreduce over more than 2 devices: 1 ring, 0 naive (read at each "
                   "allreduce)")
 
 # ***** tinygrad 0.14's other flags: accepted, no effect *****
-# tinygrad code sets these (`Context(WINO=1)`, `JIT_BATCH_SIZE=8 python ...`); tiny accepts each name and value so that
+# tinygrad code sets these (`Context(LRU=0)`, `JIT_BATCH_SIZE=8 python ...`); tiny accepts each name and value so that
 # such code runs unchanged, and acts on none of them. Each line says what it does in tinygrad and why tiny ignores it.
 # (The names tinygrad 0.14 defines that tiny implements are declared above: DEBUG, DEV, BEAM, NOOPT, IMAGE, JIT, TC,
-# TRAINING, CACHELEVEL, IGNORE_BEAM_CACHE, RING, DEFAULT_FLOAT, DEFAULT_INT, VIZ, PROFILE, SPEC, CHECK_OOB,
+# TRAINING, WINO, CACHELEVEL, IGNORE_BEAM_CACHE, RING, DEFAULT_FLOAT, DEFAULT_INT, VIZ, PROFILE, SPEC, CHECK_OOB,
 # TRACK_MATCH_STATS.)
 TINYGRAD_NOOP_FLAGS: dict[str, tuple[Any, str]] = {
   "FLOAT16": (0, "tinygrad's example scripts: half-precision weights; tiny models take a dtype argument"),
   "OPENPILOT_HACKS": (0, "tinygrad's openpilot-specific kernel workarounds; tiny has none"),
   "JIT_BATCH_SIZE": (32, "kernels per batched graph in tinygrad's JIT; tiny's JIT replays one graph per capture"),
-  "WINO": (0, "Winograd conv2d in tinygrad; tiny's conv2d has one lowering"),
   "CAPTURING": (1, "tinygrad's internal JIT capture switch (not a user setting)"),
   "TRACEMETA": (1, "tinygrad's op metadata tracing; tiny's VIZ records its own"),
   "NO_COLOR": (0, "tinygrad's colored DEBUG output; tiny prints no colors"),

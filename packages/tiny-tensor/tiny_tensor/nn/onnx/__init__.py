@@ -38,7 +38,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from tiny_uop.dtype import DType, dtypes, from_numpy
-from tiny_uop.helpers import DEBUG
+from tiny_uop.helpers import DEBUG, ONNX_WINO
 from tiny_uop.plugins import Device
 from tiny_uop.uop import Ops, UOp, Variable
 from tiny_tensor import engine
@@ -346,6 +346,34 @@ class _Ctx:
       runner._conv_weights[id(w)] = hit
     return hit[1]
 
+  def winograd(self, x: Any, w: Any, i: int, attrs: dict, pads: Any) -> tuple[int, Any]:
+    """(m, the transformed weight) for a Conv node to run as Winograd F(m x m, 3 x 3) (`tiny_tensor.winograd`), or
+    (0, None) for the direct conv: a 3x3, stride-1, dilation-1, ungrouped 2-d conv of a float32 initializer weight (in
+    half or bfloat16, F(4,3)'s error, 2.7e-6 of the scale in float32, would be ~1e-2) on a
+    CPU device (its renderer knows its vector registers: the rule is over the CPU machine model), static spatial sizes,
+    `ONNX_WINO` on, and `winograd_tile` choosing an m for its shape. The weight is transformed once (realized) and kept
+    like `conv_weight`'s copies, so a jit replay never transforms it again."""
+    runner = self.runner
+    initializer = runner._consts.get(self.node.input[i]) is w  # a bool: no narrowing of `w` by the identity test
+    if not ONNX_WINO or not isinstance(w, Tensor) or not initializer or x.dtype != dtypes.float32: return 0, None
+    if w.ndim != 4 or tuple(w.shape[2:]) != (3, 3) or attrs.get("group", 1) != 1 or w.dtype != dtypes.float32:
+      return 0, None
+    if any(v != 1 for v in (*attrs.get("strides", [1, 1]), *attrs.get("dilations", [1, 1]))): return 0, None
+    if not isinstance(w.device, str) or not hasattr(Device[w.device].renderer, "vector_registers"): return 0, None
+    dims = [v for v in (x.shape[0], *(s + b + a - 2 for s, (b, a) in zip(x.shape[2:], pads)), *w.shape[:2])
+            if isinstance(v, int) and v > 0]
+    if len(dims) != 5: return 0, None  # (a symbolic size, or no output)
+    from tiny_codegen.machine import machine_of
+    from tiny_tensor.winograd import winograd_tile, winograd_weight
+    bs, ho, wo, cout, cin = dims
+    m = winograd_tile(machine_of(Device[w.device].renderer), bs, cin, cout, ho, wo, w.dtype.itemsize)
+    if not m: return 0, None
+    hit = runner._conv_weights.get((id(w), m))
+    if hit is None or hit[0] is not w:
+      hit = (w, winograd_weight(w, m, realize=True))
+      runner._conv_weights[(id(w), m)] = hit
+    return m, hit[1]
+
   def run_graph(self, graph: Any, inputs: list[Any]) -> list[Any]:
     """Run a subgraph with `inputs` bound to its formal inputs, the current scope visible; its outputs in order."""
     return self.runner._run_graph(graph, dict(zip([i.name for i in graph.input], inputs)), outer=self.scope)
@@ -479,7 +507,7 @@ class OnnxRunner:
     self._call = _CallState()
     self._consts = {t.name: self._init_value(t) for t in model.graph.initializer}
     # id(initializer) -> (it, its copy in conv2d's weight layout): made by _Ctx.conv_weight on first use
-    self._conv_weights: dict[int, tuple[Tensor, Tensor]] = {}
+    self._conv_weights: dict[int | tuple[int, int], tuple[Tensor, Tensor]] = {}
     self._const_host = dict(self._call.host)
     self.inputs = {i.name: i for i in model.graph.input if i.name not in self._consts}
     # per tensor-typed input: (element type, declared dims or None), read from the protobuf once
