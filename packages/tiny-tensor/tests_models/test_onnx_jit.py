@@ -198,6 +198,55 @@ def test_numpy_inputs_refill_the_replays_inputs_every_call():
   assert bad == []
 
 
+def test_replays_of_one_signature_copy_each_input_once_and_match_the_full_path(monkeypatch):
+  """From the first replay on, a call with the inputs of the last one's shapes and dtypes copies each numpy input
+  straight into its staged buffer (one copy-in of exactly its bytes, nothing else) and replays: the outputs must be
+  bit-identical to the full path's, a held .numpy() must not change with the next call, a non-contiguous or refilled
+  array must be read as it is, and inputs of another dtype, shape or name must still be refused as before."""
+  from tiny_uop.device import Buffer
+  m, w = _bert_like()
+  fast, full = OnnxRunner(m, jit=True), OnnxRunner(m, jit=True)
+  rng = np.random.default_rng(9)
+  xs = [rng.standard_normal((2, 5, D)).astype(np.float32) for _ in range(6)]
+  xs[4] = np.asfortranarray(xs[4])  # not C-contiguous: copied contiguous first
+  xs[5] = rng.standard_normal((2, 10, D)).astype(np.float32)[:, ::2]  # a strided view
+  held = []
+  for i, x in enumerate(xs):
+    got = fast({"x": x})["y"].numpy()
+    full._call.fast = None  # (the reference runner always takes the full path)
+    want = full({"x": x})["y"].numpy()
+    assert got.tobytes() == want.tobytes(), f"call {i + 1}"
+    np.testing.assert_allclose(got, _np_attention(np.ascontiguousarray(x), w), rtol=1e-4, atol=1e-5)
+    held.append((got, got.copy()))
+  for i, (got, before) in enumerate(held): assert got.tobytes() == before.tobytes(), f"call {i + 1}'s output changed"
+  assert fast._call.fast is not None and len(fast.jits) == 1
+  copies: list[int] = []
+  orig = Buffer.copyin
+  monkeypatch.setattr(Buffer, "copyin", lambda self, mv: (copies.append(memoryview(mv).nbytes), orig(self, mv))[1])
+  x = rng.standard_normal((2, 5, D)).astype(np.float32)
+  out = fast({"x": x})["y"]
+  assert copies == [x.nbytes]  # the input's bytes, once; the output stays in the jit's buffer until read
+  np.testing.assert_allclose(out.numpy(), _np_attention(x, w), rtol=1e-4, atol=1e-5)
+  monkeypatch.setattr(Buffer, "copyin", orig)
+  # the returned Tensor is the jit's own (OnnxRunner's doc): the next call of the signature overwrites it
+  x2 = rng.standard_normal((2, 5, D)).astype(np.float32)
+  fast({"x": x2})
+  np.testing.assert_allclose(out.numpy(), _np_attention(x2, w), rtol=1e-4, atol=1e-5)
+  with pytest.raises(TypeError, match=r"'x' is declared tensor\(float\), but an array of float64"):
+    fast({"x": x2.astype(np.float64)})
+  with pytest.raises(ValueError, match=r"'x' is declared with shape \[B, T, 8\], but one of shape \[2, 5, 4\]"):
+    fast({"x": x2[..., :4]})
+  with pytest.raises(KeyError, match=r"unknown ONNX input\(s\) \['z'\]"): fast({"x": x2, "z": x2})
+  with pytest.raises(KeyError, match=r"ONNX input 'x' is missing"): fast({})
+  (fn,) = fast.jits.values()
+  fn.reset()  # a reset jit runs and captures again through the full path
+  for _ in range(3): np.testing.assert_allclose(fast({"x": x})["y"].numpy(), _np_attention(x, w), rtol=1e-4, atol=1e-5)
+  fast.jits.clear()  # frees the captures and, on the next call, the staged inputs
+  for _ in range(4):
+    np.testing.assert_allclose(fast({"x": x2})["y"].numpy(), _np_attention(x2, w), rtol=1e-4, atol=1e-5)
+  assert fast._call.fast is not None and fast._call.fast[1][0] is next(iter(fast._call.staging.values()))
+
+
 def test_jit_refuses_inputs_it_cant_capture():
   m = _model([helper.make_node("Identity", ["s"], ["y"])],
              [helper.make_tensor_value_info("s", TensorProto.STRING, [1])],

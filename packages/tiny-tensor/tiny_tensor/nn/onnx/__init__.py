@@ -233,6 +233,9 @@ class _CallState(threading.local):
     self.prepared: dict[tuple, tuple[bool, dict[str, Any], tuple, dict[str, int]]] = {}
     # jit=True with dynamic dims: (a jit output's BUFFER, this call's shape) -> a Tensor viewing its first elements
     self.views: dict[tuple, Tensor] = {}
+    # jit=True: the last replayed signature whose inputs are all staged, of static shapes (see OnnxRunner._fast_call):
+    # (its staging keys, the staged Tensors, their Buffers, the jit's key in runner.jits, its index checks)
+    self.fast: tuple[tuple, list[Tensor], list[Any], tuple, list[tuple[Any, str, bool]]] | None = None
     # jit=False (see OnnxRunner's doc, "Eager calls"): per input signature, _SEEN after its first call, then the graph
     # its second call built and recorded (_EagerGraph), or None when it can't be replayed (every call builds it)
     self.eager: dict[tuple, Any] = {}
@@ -413,7 +416,10 @@ class OnnxRunner:
   keeps its intermediate buffers: `runner.jits.clear()` frees them). Input checks run before each call as above.
   Numpy-fed inputs are copied into Tensors the runner keeps per input signature (and thread), so a replay reads the
   very inputs it read last time and makes no Tensor per call (measured: the tiny GPT-2 of bench/bench_models.py spent
-  ~190 us of CPU per call around its kernels, ~73 us after, on a 2-core Xeon family 6 model 207, AVX-512).
+  ~190 us of CPU per call around its kernels, ~73 us after, on a 2-core Xeon family 6 model 207, AVX-512). A call
+  whose inputs are numpy arrays of the shapes and dtypes of the last replay (a dict with exactly those names) skips
+  re-deriving and re-checking them: each array's bytes are copied into its staged buffer and the capture replays; any
+  other call takes the full path, checks and errors included.
   Under jit, inputs are data: their values are never used on the host (numpy-fed indices are checked at run time).
   The graph must not need device data on the host (a data-dependent shape: NonZero, Compress, TopK, Unique, Loop
   and If on computed values): its capture raises OnnxError naming the node; run it with jit=False. The returned
@@ -598,6 +604,8 @@ class OnnxRunner:
     return v
 
   def __call__(self, inputs: dict[str, Any] | None = None, debug: bool = False) -> dict[str, Any]:
+    if self.jit and not debug and (fast := self._call.fast) is not None and (got := self._fast_call(fast, inputs)):
+      return got
     inputs = dict(inputs or {})
     unknown = [k for k in inputs if k not in self.inputs]
     if unknown: raise KeyError(f"unknown ONNX input(s) {unknown}; the model's inputs: {list(self.inputs)}")
@@ -606,6 +614,7 @@ class OnnxRunner:
     feed: dict[str, Any] = {}
     dims: dict[str, tuple[str, int]] = {}  # dim_param -> (the first input that has it, its size there)
     if jit and not self.jits:  # runner.jits.clear() frees the staged inputs and their views too
+      self._call.fast = None
       self._call.staging.clear()
       self._call.prepared.clear()
       self._call.views.clear()
@@ -702,6 +711,28 @@ class OnnxRunner:
     self._run_deferred_checks(outs)
     return dict(zip(self.outputs, outs))
 
+  def _fast_call(self, fast: tuple, inputs: Any) -> dict[str, Any] | None:
+    """A jitted call with the signature of the last replay (`fast`, see _CallState.fast: every input a numpy array of
+    the shape and dtype that call checked and staged, no dynamic dims): each array's bytes copied straight into its
+    staged Buffer, the capture replayed and its index checks read, without re-deriving what that call derived. None (the
+    call takes the full path, which checks and reports everything) when the inputs differ in any way or the jit was
+    reset or cleared."""
+    sig, staged, bufs, key, checks = fast
+    if type(inputs) is not dict or len(inputs) != len(sig) or (fn := self.jits.get(key)) is None or fn.cnt < 2:
+      return None
+    arrs: list[Any] = []
+    for name, shape, dt in sig:
+      if type(v := inputs.get(name)) is not np.ndarray or v.shape != shape or v.dtype.str != dt: return None
+      arrs.append(v if v.flags.c_contiguous else np.ascontiguousarray(v))
+    with engine.lock:  # (as engine.copy_into: the device's copy-in waits until its kernels are done with the buffer)
+      for b, v in zip(bufs, arrs):
+        if b.nbytes: b.copyin(memoryview(v).cast("B"))
+    outs = fn(*staged)
+    if checks:
+      stats, outs = outs[-1], outs[:-1]
+      _raise_bad_indices(checks, stats.numpy())
+    return dict(zip(self.outputs, outs))
+
   def _staged(self, name: str, arr: np.ndarray, et: int) -> tuple[Any, tuple | None]:
     """Input `name` (a numpy array of numbers) as the Tensor this thread's jitted calls of its shape and dtype read it
     from: made by the first call, its buffer refilled with `arr`'s bytes by every later one (a copy-in waits for the
@@ -785,6 +816,12 @@ class OnnxRunner:
       if DEBUG >= 1: print(f"OnnxRunner: {why}: falling back to one jit capture per input size")
       return self._call_jit(feed, sig)
     if ran_python: self._jit_checks[key] = self._call.jit_checks
+    elif sig is not None and not is_sym:  # a replay of staged inputs: later ones of this signature take _fast_call
+      staged = [run_feed[k] for k in self.inputs]
+      bvs = [engine.buffer_view(t.uop) for t in staged]
+      if all(bv is not None for bv in bvs):
+        self._call.fast = (sig, staged, [engine.get_buffer(bv[0]) for bv in bvs if bv is not None], key,
+                           self._jit_checks[key])
     if checks := self._jit_checks[key]:
       stats, outs = outs[-1], outs[:-1]
       _raise_bad_indices(checks, stats.numpy())  # the jit's realized output: a plain copy, no kernel
