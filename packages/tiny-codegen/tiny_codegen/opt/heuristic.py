@@ -23,7 +23,9 @@ CPU renderers (no locals; threads split the outermost loop in lowering):
 - the innermost reduce axis of each REDUCE (a norm's mean and variance are two): a small one (a filter row, <= 8)
   is unrolled fully (the block leaves room for it); a larger contiguous one (a plain sum) is unrolled by up to 16,
   each lane its own accumulator (the expander), so independent adds hide the add latency, as long as the loop body
-  is cheap (an unrolled exp2 only slows compiling);
+  is cheap (an unrolled exp2 only slows compiling); a short one the unroll leaves alone (a squeeze-excite's 7x7 mean:
+  49, no divisor among 16/8/4) and not a multiple of a register's lanes gets its channels upcast by those lanes
+  instead (`_short_reduce_channels`: one gathered vector a step, the fused producer's math in vectors);
 - elementwise kernels: left to LLVM's loop vectorizer, but for a big output (streamed past the cache: the renderer's
   `nontemporal_min_bytes`), whose contiguous store axis is upcast to one cache line of lanes, for a transcendental
   (sigmoid, SiLU: `_upcast_transcendental`), whose store axis becomes one vector register of lanes, and for gathered
