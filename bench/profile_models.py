@@ -34,6 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numpy as np  # noqa: E402
 
 import bench_models as bm  # noqa: E402
+from tiny_runtime_cpu.graph import ENTRY_IR  # noqa: E402 -- the runner loop's kernel block, shared
 
 
 def ort_nodes(path: str, feeds: dict[str, np.ndarray], runs: int = 10) -> list[tuple[float, str, str]]:
@@ -165,17 +166,7 @@ entry:
   %any = icmp ugt i64 %count, 0
   br i1 %any, label %kernel, label %out
 kernel:
-  %i = phi i64 [ 0, %entry ], [ %inext, %next ]
-  %w = mul i64 %i, 4
-  %pt = getelementptr i64, ptr %table, i64 %w
-  %tramp = load ptr, ptr %pt, align 8
-  %pf = getelementptr i64, ptr %pt, i64 1
-  %fn = load ptr, ptr %pf, align 8
-  %pa = getelementptr i64, ptr %pt, i64 2
-  %args = load ptr, ptr %pa, align 8
-  %pn = getelementptr i64, ptr %pt, i64 3
-  %n = load i64, ptr %pn, align 8
-  %t0 = call i64 @llvm.readcyclecounter()
+""" + ENTRY_IR + """  %t0 = call i64 @llvm.readcyclecounter()
   br label %inline
 inline:
   %c = phi i64 [ 0, %kernel ], [ %cnext, %share ]

@@ -23,13 +23,7 @@ from typing import Any, Sequence
 
 ENTRY_WORDS = 4  # trampoline, kernel, argument block, share count
 
-RUNNER_IR = """define void @tiny_graph_run(ptr %table, i64 %count, ptr %state, i64 %gen, ptr %main) nounwind {
-entry:
-  %pooled = icmp ne ptr %state, null
-  %any = icmp ugt i64 %count, 0
-  br i1 %any, label %kernel, label %out
-kernel:
-  %i = phi i64 [ 0, %entry ], [ %inext, %next ]
+ENTRY_IR = """  %i = phi i64 [ 0, %entry ], [ %inext, %next ]
   %w = mul i64 %i, 4
   %pt = getelementptr i64, ptr %table, i64 %w
   %tramp = load ptr, ptr %pt, align 8
@@ -39,7 +33,18 @@ kernel:
   %args = load ptr, ptr %pa, align 8
   %pn = getelementptr i64, ptr %pt, i64 3
   %n = load i64, ptr %pn, align 8
-  %split = icmp ugt i64 %n, 1
+"""
+"""LLVM IR of a runner loop's kernel block: entry %i of the table's (trampoline, kernel, argument block, share
+count) words loaded into %tramp, %fn, %args, %n (the loop's %next block steps %inext; bench/profile_models.py's
+timed copy of the loop shares it)."""
+
+RUNNER_IR = """define void @tiny_graph_run(ptr %table, i64 %count, ptr %state, i64 %gen, ptr %main) nounwind {
+entry:
+  %pooled = icmp ne ptr %state, null
+  %any = icmp ugt i64 %count, 0
+  br i1 %any, label %kernel, label %out
+kernel:
+""" + ENTRY_IR + """  %split = icmp ugt i64 %n, 1
   %onpool = and i1 %split, %pooled
   br i1 %onpool, label %pool, label %inline
 pool:
