@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numpy as np  # noqa: E402
 
 import bench_models as bm  # noqa: E402
-from tiny_runtime_cpu.graph import ENTRY_IR  # noqa: E402 -- the runner loop's kernel block, shared
+from tiny_runtime_cpu.graph import ENTRY_IR, INLINE_IR  # noqa: E402 -- the runner loop's blocks, shared
 
 
 def ort_nodes(path: str, feeds: dict[str, np.ndarray], runs: int = 10) -> list[tuple[float, str, str]]:
@@ -168,16 +168,7 @@ entry:
 kernel:
 """ + ENTRY_IR + """  %t0 = call i64 @llvm.readcyclecounter()
   br label %inline
-inline:
-  %c = phi i64 [ 0, %kernel ], [ %cnext, %share ]
-  %left = icmp ult i64 %c, %n
-  br i1 %left, label %share, label %next
-share:
-  %core = trunc i64 %c to i32
-  call void %tramp(ptr %fn, ptr %args, i32 %core)
-  %cnext = add i64 %c, 1
-  br label %inline
-next:
+""" + INLINE_IR + """next:
   %t1 = call i64 @llvm.readcyclecounter()
   %d = sub i64 %t1, %t0
   %ptm = getelementptr i64, ptr %times, i64 %i

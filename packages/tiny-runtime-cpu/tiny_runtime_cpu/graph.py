@@ -38,6 +38,19 @@ ENTRY_IR = """  %i = phi i64 [ 0, %entry ], [ %inext, %next ]
 count) words loaded into %tramp, %fn, %args, %n (the loop's %next block steps %inext; bench/profile_models.py's
 timed copy of the loop shares it)."""
 
+INLINE_IR = """inline:
+  %c = phi i64 [ 0, %kernel ], [ %cnext, %share ]
+  %left = icmp ult i64 %c, %n
+  br i1 %left, label %share, label %next
+share:
+  %core = trunc i64 %c to i32
+  call void %tramp(ptr %fn, ptr %args, i32 %core)
+  %cnext = add i64 %c, 1
+  br label %inline
+"""
+"""LLVM IR of a runner loop's shares 0..%n-1 on this thread, in order (entered from %kernel, leaving to %next).
+"""
+
 RUNNER_IR = """define void @tiny_graph_run(ptr %table, i64 %count, ptr %state, i64 %gen, ptr %main) nounwind {
 entry:
   %pooled = icmp ne ptr %state, null
@@ -54,16 +67,7 @@ pool:
   %ai = ptrtoint ptr %args to i64
   call void %main(ptr %state, i64 %g, i64 %n, i64 %ti, i64 %fi, i64 %ai)
   br label %next
-inline:
-  %c = phi i64 [ 0, %kernel ], [ %cnext, %share ]
-  %left = icmp ult i64 %c, %n
-  br i1 %left, label %share, label %next
-share:
-  %core = trunc i64 %c to i32
-  call void %tramp(ptr %fn, ptr %args, i32 %core)
-  %cnext = add i64 %c, 1
-  br label %inline
-next:
+""" + INLINE_IR + """next:
   %inext = add i64 %i, 1
   %more = icmp ult i64 %inext, %count
   br i1 %more, label %kernel, label %out
