@@ -4,6 +4,7 @@ from __future__ import annotations
 import itertools
 import random
 import shutil
+from typing import Any
 
 import numpy as np
 import pytest
@@ -745,7 +746,7 @@ def test_depthwise_conv_row_is_one_vector(vector_registers, regs: tuple[int, int
   # several vectors (32 as 2 x 16, AVX2's 4 x 8, 56 as 4 x 14, 40 as 4 x 10, 64 at stride 2 as 2 x 16) gets 3
   # (`SPLIT_ROW_CHANNELS`: fewer than the expander's narrowest vector), so its vector stays the row: 3 vector
   # accumulators, each channel its own chain
-  torch = pytest.importorskip("torch")
+  pytest.importorskip("torch")
   vector_registers(*regs)
   ren = Device["CPU"].renderer
   assert ren.vectorize_upcast, f"the CPU default renderer is expected to be LLVM, got {type(ren).__name__}"
@@ -760,7 +761,13 @@ def test_depthwise_conv_row_is_one_vector(vector_registers, regs: tuple[int, int
   if lanes and lanes < W // S:  # a split row: the row is the vector, 3 accumulators of it, no channel vector
     assert src.count(f"alloca [1 x <{lanes} x float>]") == ch and f"<{ch} x float>" not in src, src
   if lanes >= 8 and S == 2: assert "shufflevector" in src, src  # the taps: wide loads and shuffles
-  rng = np.random.default_rng(3)
+  _check_depthwise(opt, C, H, W, K, S, 3)
+
+
+def _check_depthwise(opt: Any, C: int, H: int, W: int, K: int, S: int, seed: int) -> None:
+  """Run the optimized `depthwise_ast(C, H, W, K, S)` on the CPU against torch's grouped conv (padding K // 2)."""
+  torch = pytest.importorskip("torch")
+  rng = np.random.default_rng(seed)
   inp = rng.standard_normal((C, H, W)).astype(np.float32)
   w = rng.standard_normal((C, 1, K, K)).astype(np.float32)
   w_cl = np.ascontiguousarray(w[:, 0].transpose(1, 2, 0))
@@ -778,7 +785,7 @@ def test_whole_row_channels_by_filter_taps(vector_registers, W: int, S: int, lan
   # stays the vector, SPLIT_ROW_CHANNELS (3) channels of it, each tap one vector load, nothing gathered; results
   # against torch
   from tiny_codegen.opt.heuristic import GATHER_TAPS_MIN, SPLIT_ROW_CHANNELS
-  torch = pytest.importorskip("torch")
+  pytest.importorskip("torch")
   vector_registers(32, 64)
   ren = Device["CPU"].renderer
   C, H = 6, 6
@@ -790,14 +797,7 @@ def test_whole_row_channels_by_filter_taps(vector_registers, W: int, S: int, lan
   if K < GATHER_TAPS_MIN:  # the row the vector: one accumulator of it a channel, no channel vector
     assert src.count(f"alloca [1 x <{lanes} x float>]") == ch and f"<{ch} x float>" not in src, src
   elif S == 1: assert f"<{ch} x float>" in src, src  # (at stride 2 the expander may keep the row the vector)
-  rng = np.random.default_rng(K + W)
-  inp = rng.standard_normal((C, H, W)).astype(np.float32)
-  w = rng.standard_normal((C, 1, K, K)).astype(np.float32)
-  w_cl = np.ascontiguousarray(w[:, 0].transpose(1, 2, 0))
-  want = torch.nn.functional.conv2d(torch.from_numpy(inp)[None], torch.from_numpy(w), groups=C, padding=K // 2,
-                                    stride=S)[0]
-  got = run(opt, "CPU", [inp.ravel(), w_cl.ravel()], C * (H // S) * (W // S)).reshape(C, H // S, W // S)
-  np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-5)
+  _check_depthwise(opt, C, H, W, K, S, K + W)
 
 
 def padded_conv2d_ast(CO: int, CI: int, H: int, W: int, K: int) -> UOp:
