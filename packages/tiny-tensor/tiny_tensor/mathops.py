@@ -22,12 +22,23 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from tiny_uop.dtype import DType, dtypes
 from tiny_uop.helpers import polyN, prod
-from tiny_tensor.nnops import float_fmod
+from tiny_uop.uop import Ops
 
 if TYPE_CHECKING:
   from tiny_tensor.tensor import Tensor
 
 __all__ = ["MathOpsMixin"]
+
+
+def float_fmod(a: Tensor, b: Tensor) -> Tensor:
+  """C's `fmod` of floats (the sign of a): the IR's float CMOD, exact for every pair (`a - trunc(a/b)*b` was wrong
+  once |a/b| passed 2**mantissa). Half precision through float32. Gradients: 1 for a, -trunc(a/b) for b."""
+  from tiny_tensor.gradient import custom_gradient
+  if a.dtype.itemsize < 4: return float_fmod(a.float(), b.float()).cast(a.dtype)
+  r = a._wrap(a.uop.alu(Ops.CMOD, b.uop), b)
+  au, bu, qu = a.uop, b.uop, ((a - r) / b).uop
+  custom_gradient(r.uop, (au, bu), lambda ctx, _: (ctx, -(qu.detach()) * ctx))
+  return r
 
 
 def with_gradient(out: Tensor, inputs: Sequence[Tensor], fn: Callable[..., Sequence[Tensor | None]]) -> Tensor:

@@ -462,17 +462,6 @@ def _float_sort_key(x: Tensor) -> Tensor:
   return (b < 0).where(b ^ int(dtypes.max(it)), b)
 
 
-def float_fmod(a: Tensor, b: Tensor) -> Tensor:
-  """C's `fmod` of floats (the sign of a): the IR's float CMOD, exact for every pair (`a - trunc(a/b)*b` was wrong
-  once |a/b| passed 2**mantissa). Half precision through float32. Gradients: 1 for a, -trunc(a/b) for b."""
-  from tiny_tensor.gradient import custom_gradient
-  if a.dtype.itemsize < 4: return float_fmod(a.float(), b.float()).cast(a.dtype)
-  r = a._wrap(a.uop.alu(Ops.CMOD, b.uop), b)
-  au, bu, qu = a.uop, b.uop, ((a - r) / b).uop
-  custom_gradient(r.uop, (au, bu), lambda ctx, _: (ctx, -(qu.detach()) * ctx))
-  return r
-
-
 def float_divmod(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
   """(a // b, a % b) for floats as Python, numpy and torch define them, from C's `fmod` (the IR's float CMOD, exact
   for every pair: `fmod` has no rounding) as numpy's `npy_divmod` does: the remainder moved by b where its sign
@@ -594,6 +583,15 @@ def _rearrange_side(side: str, formula: str) -> list[list[str]]:
 class NNOpsMixin:
   """The higher-level ops of `Tensor` (one of its bases): `x.conv2d(w)`, `x.sort()`, `Tensor.einsum(...)`."""
   __slots__ = ()
+
+  def _pad_dims(self, pads: Iterable[tuple[int, int]], value: Any = 0.0) -> Tensor:
+    """`_pad` as a method, for modules nnops imports (winograd): they reach it without importing nnops back."""
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
+    return _pad(self, pads, value)
+  def _windows(self, k_: Sequence[int], s_: Sequence[int], d_: Sequence[int]) -> Tensor:
+    """`_pool` (sliding windows) as a method, for the same modules."""
+    if TYPE_CHECKING: assert isinstance(self, Tensor)
+    return _pool(self, k_, s_, d_)
 
   def conv2d(self, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: Any = 1,
              dilation: Any = 1, padding: int | Sequence[int] = 0, dtype: Any = None) -> Tensor:

@@ -85,7 +85,7 @@ def winograd_matrices(m: int, r: int = 3) -> tuple[Mat, Mat, Mat]:
 def _transform(mat: Mat, t: Tensor) -> Tensor:
   """mat @ t @ mat^T over t's first two axes (each len(mat[0])), as a sum of t's slices per output point (only the
   nonzero coefficients; rows first, shared between the points of a row), stacked: (len(mat)^2, *t.shape[2:])."""
-  from tiny_tensor.tensor import Tensor
+  tensor = type(t)  # (no import of tiny_tensor.tensor: it imports nnops, which imports this module)
   rest = t.shape[2:]
 
   def at(i: int, j: int) -> Tensor: return t[i, j]
@@ -95,11 +95,11 @@ def _transform(mat: Mat, t: Tensor) -> Tensor:
     for c, v in terms:
       term = v if c == 1 else -v if c == -1 else v * float(c)
       out = term if out is None else out + term
-    return out if out is not None else Tensor.zeros(*rest, dtype=t.dtype, device=t.device)
+    return out if out is not None else tensor.zeros(*rest, dtype=t.dtype, device=t.device)
   k = len(mat[0])
   rows = [[lin([(c, at(i, j)) for i, c in enumerate(row) if c != 0]) for j in range(k)] for row in mat]
   pts = [lin([(c, rows[a][j]) for j, c in enumerate(row) if c != 0]) for a in range(len(mat)) for row in mat]
-  return Tensor.stack(*pts, dim=0)
+  return tensor.stack(*pts, dim=0)
 
 
 _PREPARED: weakref.WeakKeyDictionary[UOp, int] = weakref.WeakKeyDictionary()
@@ -121,7 +121,6 @@ def winograd_weight(weight: Tensor, m: int, realize: bool = False) -> Tensor:
 def winograd_conv(x: Tensor, weight: Tensor, bias: Tensor | None, pads: tuple[tuple[int, int], ...], m: int) -> Tensor:
   """The 3x3 stride-1 conv of x (N, Cin, H, W) with `weight` ((Cout, Cin, 3, 3), or its `winograd_weight(.., m)`),
   padded by `pads` ((top, bottom), (left, right)), as F(m x m, 3 x 3): torch's conv2d's numbers, to float rounding."""
-  from tiny_tensor.nnops import _pad, _pool
   at, _, bt = winograd_matrices(m)
   n = m + 2
   bs, cin, h, w = x.shape
@@ -137,8 +136,8 @@ def winograd_conv(x: Tensor, weight: Tensor, bias: Tensor | None, pads: tuple[tu
   if ho < 1 or wo < 1: raise ValueError(f"a 3x3 conv of {tuple(x.shape)} padded by {pads} has no output")
   th, tw = -(-ho // m), -(-wo // m)
   # pad up to whole tiles (the extra rows and columns are zeros, their outputs cropped), then n x n windows every m
-  xp = _pad(x, ((0, 0), (0, 0), (pt, pb + th * m - ho), (pl, pr + tw * m - wo)))
-  d = _pool(xp, (n, n), (m, m), (1, 1)).permute(4, 5, 0, 2, 3, 1)  # (n, n, N, th, tw, Cin)
+  xp = x._pad_dims(((0, 0), (0, 0), (pt, pb + th * m - ho), (pl, pr + tw * m - wo)))
+  d = xp._windows((n, n), (m, m), (1, 1)).permute(4, 5, 0, 2, 3, 1)  # (n, n, N, th, tw, Cin)
   v = _transform(bt, d).reshape(n * n, bs * th * tw, cin).contiguous()
   mm = (v @ u).reshape(n, n, bs, th, tw, cout).contiguous()
   y = _transform(at, mm).contiguous().reshape(m, m, bs, th, tw, cout).permute(2, 5, 3, 0, 4, 1)
