@@ -161,12 +161,18 @@ blends and the NaN select: six (a 3x3 max pool's nine taps are most of its work)
 
 
 @functools.cache
+def _avx512_widths(triple: str, features: str, base: str) -> tuple[int, ...]:
+  """The vector bit widths of an AVX-512 instruction family whose 512-bit form needs feature `base` (e.g.
+  "+avx512dq"): with AVX512VL also the 128- and 256-bit forms; () off x86-64 or without `base`."""
+  feats = set(features.split(","))
+  if not triple.startswith(("x86_64", "amd64")) or base not in feats: return ()
+  return (128, 256, 512) if "+avx512vl" in feats else (512,)
+
+
 def range_widths(triple: str, features: str) -> tuple[int, ...]:
   """The vector bit widths `vrangeps`/`vrangepd` exist in on LLVM's target: AVX512DQ has the 512-bit form, with
   AVX512VL also the 128- and 256-bit ones; () off x86-64 or without AVX512DQ (MAX stays `llvm.maximum`)."""
-  feats = set(features.split(","))
-  if not triple.startswith(("x86_64", "amd64")) or "+avx512dq" not in feats: return ()
-  return (128, 256, 512) if "+avx512vl" in feats else (512,)
+  return _avx512_widths(triple, features, "+avx512dq")
 
 
 @functools.cache
@@ -184,9 +190,7 @@ def masked_widths(triple: str, features: str) -> tuple[int, ...]:
   on LLVM's target (Intel SDM vol. 2, MOVUPS/VMOVDQU32 with an opmask: AVX512F's 512-bit form, AVX512VL's 128- and
   256-bit ones); () off x86-64 or without AVX512F. A vector of a lane count that is not a power of two is accessed in
   the narrowest of them as one masked access (`odd_lanes`), where LLVM splits a plain one into power-of-two pieces."""
-  feats = set(features.split(","))
-  if not triple.startswith(("x86_64", "amd64")) or "+avx512f" not in feats: return ()
-  return (128, 256, 512) if "+avx512vl" in feats else (512,)
+  return _avx512_widths(triple, features, "+avx512f")
 
 
 def odd_lanes(widths: tuple[int, ...], dt: DType) -> int:
